@@ -1,0 +1,69 @@
+//! `skillbox`: one binary for the node, the box, the CLI that talks to a node, and the demo.
+//!
+//! This file only parses the command line and dispatches; each area lives in its own module
+//! (`*_cmd.rs`) that calls into the library crates. Exit codes: 0 success, 1 refused or invalid
+//! input, 2 usage error (clap's own).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod skill_cmd;
+
+#[derive(Parser, Debug)]
+#[command(name = "skillbox", version, about = "Skills advertised to peers and run in a box neither side owns")]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every subcommand understands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Global {
+    /// The node's data directory (default: $XDG_DATA_HOME/skillbox or ~/.local/share/skillbox).
+    #[arg(long, global = true, env = "SKILLBOX_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Global {
+    /// The data dir in force: the flag, the environment, or the XDG default.
+    #[allow(dead_code)] // used by the node-side commands
+    pub fn data_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.data_dir {
+            return dir.clone();
+        }
+        if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+            return PathBuf::from(xdg).join("skillbox");
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        home.join(".local/share/skillbox")
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Skills: check SKILL.md documents (no node needed).
+    #[command(subcommand)]
+    Skill(skill_cmd::SkillCommand),
+    /// OpenWOP manifests: check AgentManifests or pack.json files against the schemas.
+    #[command(subcommand)]
+    Manifest(skill_cmd::ManifestCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Skill(cmd) => skill_cmd::run_skill(&cli.global, cmd),
+        Command::Manifest(cmd) => skill_cmd::run_manifest(&cli.global, cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! skillbox-jc
