@@ -1,17 +1,193 @@
 //! `skillbox skill check` and `skillbox manifest check`: no node needed.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(clap::Subcommand, Debug)]
-pub enum SkillCommand {}
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::{Value, json};
+use skillbox_skill::{CheckError, Diagnostic, check_manifest_document, check_skill, openwop};
 
 #[derive(clap::Subcommand, Debug)]
-pub enum ManifestCommand {}
+pub enum SkillCommand {
+    /// Check SKILL.md documents: a file, or a skill folder holding SKILL.md. Exit 1 on any error.
+    Check {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// One JSON object per input, in an array.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ManifestCommand {
+    /// Check AgentManifests or pack.json files against the OpenWOP schemas. Exit 1 on any error.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub fn run_skill(_global: &crate::Global, cmd: SkillCommand) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    match cmd {
+        SkillCommand::Check { paths, json } => {
+            let reports: Vec<SkillReport> = paths.iter().map(|p| check_skill_path(p)).collect();
+            print_reports(&reports, json, SkillReport::print)?;
+            Ok(exit_for(reports.iter().all(|r| r.valid)))
+        }
+    }
 }
 
 pub fn run_manifest(_global: &crate::Global, cmd: ManifestCommand) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    match cmd {
+        ManifestCommand::Check { files, json } => {
+            let reports: Vec<Value> = files.iter().map(|f| check_manifest_path(f)).collect();
+            print_reports(&reports, json, print_manifest_report)?;
+            Ok(exit_for(reports.iter().all(|r| r["valid"] == Value::Bool(true))))
+        }
+    }
+}
+
+fn exit_for(all_valid: bool) -> ExitCode {
+    if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+fn print_reports<T: Serialize>(reports: &[T], json: bool, human: fn(&T)) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(reports).context("serializing the report")?);
+    } else {
+        reports.iter().for_each(human);
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct SkillReport {
+    path: String,
+    valid: bool,
+    #[serde(rename = "agentId", skip_serializing_if = "Option::is_none")]
+    agent_id: Option<String>,
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl SkillReport {
+    fn print(&self) {
+        let verdict = if self.valid { "ok" } else { "INVALID" };
+        match &self.agent_id {
+            Some(id) => println!("{}: {verdict} ({id})", self.path),
+            None => println!("{}: {verdict}", self.path),
+        }
+        for e in &self.errors {
+            println!("  error: {e}");
+        }
+        for w in &self.warnings {
+            println!("  warning: {w}");
+        }
+    }
+}
+
+/// A file, or a folder holding SKILL.md. The fallback name is the folder's name (a skill's folder
+/// is its name in the Agent Skills layout); a loose file contributes its stem unless it is SKILL.md.
+fn resolve_skill_path(path: &Path) -> (PathBuf, Option<String>) {
+    let file_name = |p: &Path| p.file_name().and_then(|n| n.to_str()).map(str::to_owned);
+    if path.is_dir() {
+        return (path.join("SKILL.md"), file_name(path));
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str());
+    let fallback = match stem {
+        Some(s) if s.eq_ignore_ascii_case("skill") => path.parent().and_then(file_name),
+        Some(s) => Some(s.to_owned()),
+        None => None,
+    };
+    (path.to_path_buf(), fallback)
+}
+
+fn check_skill_path(path: &Path) -> SkillReport {
+    let (file, fallback) = resolve_skill_path(path);
+    let mut report = SkillReport {
+        path: path.display().to_string(),
+        valid: false,
+        agent_id: None,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let bytes = match read_limited(&file, skillbox_skill::document::MAX_DOCUMENT) {
+        Ok(b) => b,
+        Err(e) => {
+            report.errors.push(Diagnostic::document(None, e));
+            return report;
+        }
+    };
+    match check_skill(&bytes, fallback.as_deref(), openwop::DEFAULT_NAMESPACE) {
+        Ok(checked) => {
+            report.valid = true;
+            report.agent_id = Some(checked.agent_id);
+            report.warnings = checked.warnings;
+        }
+        Err(CheckError::Document(e)) => report.errors = e.problems,
+        Err(CheckError::Manifest { located, .. }) => report.errors = located,
+    }
+    report
+}
+
+/// Read at most `limit + 1` bytes so an oversized file is refused without loading all of it.
+fn read_limited(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() > limit {
+        return Err(format!("{} is over the limit of {limit} bytes", path.display()));
+    }
+    Ok(bytes)
+}
+
+/// Largest manifest or pack.json accepted.
+const MAX_MANIFEST_FILE: usize = 4 * 1024 * 1024;
+
+fn check_manifest_path(path: &Path) -> Value {
+    let shown = path.display().to_string();
+    let failed = |message: String| json!({"path": shown, "valid": false, "error": message});
+    let bytes = match read_limited(path, MAX_MANIFEST_FILE) {
+        Ok(b) => b,
+        Err(e) => return failed(e),
+    };
+    let doc: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return failed(format!("not JSON: {e}")),
+    };
+    let report = check_manifest_document(&doc);
+    let mut out = serde_json::to_value(&report).unwrap_or_else(|e| json!({"error": e.to_string()}));
+    out["path"] = Value::String(shown);
+    out
+}
+
+fn print_manifest_report(report: &Value) {
+    let path = report["path"].as_str().unwrap_or("?");
+    let verdict = if report["valid"] == Value::Bool(true) { "ok" } else { "INVALID" };
+    if let Some(err) = report.get("error").and_then(Value::as_str) {
+        println!("{path}: {verdict}");
+        println!("  error: {err}");
+        return;
+    }
+    println!("{path}: {verdict} ({})", report["kind"].as_str().unwrap_or("?"));
+    for e in report["packErrors"].as_array().into_iter().flatten() {
+        println!("  error: {}: {}", e["path"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or(""));
+    }
+    for agent in report["agents"].as_array().into_iter().flatten() {
+        let id = agent["agentId"].as_str().unwrap_or("<no agentId>");
+        let role = agent["role"].as_str().unwrap_or("no role");
+        let v = if agent["valid"] == Value::Bool(true) { "ok" } else { "INVALID" };
+        println!("  agent {id} ({role}): {v}");
+        for e in agent["errors"].as_array().into_iter().flatten() {
+            let p = e["path"].as_str().filter(|p| !p.is_empty()).unwrap_or("/");
+            println!("    error: {p}: {}", e["message"].as_str().unwrap_or(""));
+        }
+    }
 }

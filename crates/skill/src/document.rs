@@ -1,0 +1,568 @@
+//! The SKILL.md grammar: front matter between `---` lines, then a markdown body.
+//!
+//! [`parse`] checks the whole document (size, encoding), splits it, reads the front matter as
+//! YAML under hard limits (no anchors or aliases, bounded depth and size) and validates every
+//! field of the declaration. The body is returned beside the declaration, never inside it.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::declaration::{Declaration, Memory};
+use crate::diagnostic::{Diagnostic, DocumentError};
+use crate::provider::ProviderId;
+
+/// Largest front matter accepted (design §3).
+pub const MAX_FRONT_MATTER: usize = 64 * 1024;
+/// Largest whole document accepted (design §3).
+pub const MAX_DOCUMENT: usize = 1024 * 1024;
+/// Deepest YAML nesting accepted in front matter; real skills use 3 or fewer levels.
+pub const MAX_DEPTH: usize = 16;
+/// Agent Skills limits.
+pub const MAX_NAME_CHARS: usize = 64;
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+pub const MAX_COMPATIBILITY_CHARS: usize = 500;
+/// Longest source name (`key`, `requiredSources`).
+pub const MAX_SOURCE_NAME: usize = 128;
+
+/// A skill's instructions. They become a source on import; `Debug` shows only the length so a
+/// body cannot end up in a log line by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Body(String);
+
+impl Body {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    pub fn into_string(self) -> String {
+        self.0
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.trim().is_empty()
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Body(<{} bytes>)", self.0.len())
+    }
+}
+
+/// A parsed SKILL.md: the declaration and the body as separate values.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub declaration: Declaration,
+    pub body: Body,
+    pub warnings: Vec<Diagnostic>,
+    /// Line of each top-level front-matter field, to locate later (schema) errors.
+    pub(crate) field_lines: BTreeMap<String, usize>,
+}
+
+impl Parsed {
+    /// The document line where a top-level front-matter field was written.
+    pub fn field_line(&self, field: &str) -> Option<usize> {
+        self.field_lines.get(field).copied()
+    }
+}
+
+/// Parse and validate a SKILL.md.
+///
+/// `fallback_name` is the name given at import (the folder or file name, or `?name=`); it is used
+/// when the front matter has no `name`, and must agree with it when both exist.
+pub fn parse(input: &[u8], fallback_name: Option<&str>) -> Result<Parsed, DocumentError> {
+    let text = decode(input)?;
+    let split = split(text)?;
+    let fields = read_front_matter(split.front_matter, split.front_matter_line)?;
+    let mut check = FieldCheck::new(fields.lines, split.front_matter_line);
+    let declaration = check.declaration(fields.values, fallback_name);
+    if !check.errors.is_empty() {
+        return Err(DocumentError { problems: check.errors });
+    }
+    let Some(declaration) = declaration else {
+        // `declaration` is only None when an error was recorded.
+        return Err(DocumentError::one(Diagnostic::document(None, "invalid front matter")));
+    };
+    let body = split.body.strip_prefix('\n').unwrap_or(split.body);
+    if body.trim().is_empty() {
+        check.warnings.push(Diagnostic::document(
+            Some(split.body_line),
+            "the body is empty: the skill has no instructions",
+        ));
+    }
+    Ok(Parsed {
+        declaration,
+        body: Body(body.to_owned()),
+        warnings: check.warnings,
+        field_lines: check.lines,
+    })
+}
+
+/// Size, UTF-8, NUL and BOM checks on the raw bytes.
+fn decode(input: &[u8]) -> Result<&str, DocumentError> {
+    if input.len() > MAX_DOCUMENT {
+        return Err(DocumentError::one(Diagnostic::document(
+            None,
+            format!(
+                "document is {} bytes, over the limit of {} bytes (1 MiB)",
+                input.len(),
+                MAX_DOCUMENT
+            ),
+        )));
+    }
+    let text = std::str::from_utf8(input).map_err(|e| {
+        let line = line_of(&input[..e.valid_up_to()]);
+        DocumentError::one(Diagnostic::document(
+            Some(line),
+            format!("not UTF-8: invalid byte sequence at byte {}", e.valid_up_to()),
+        ))
+    })?;
+    if let Some(pos) = text.find('\0') {
+        return Err(DocumentError::one(Diagnostic::document(
+            Some(line_of(&input[..pos])),
+            "NUL byte in the document: a SKILL.md is text",
+        )));
+    }
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(text))
+}
+
+fn line_of(prefix: &[u8]) -> usize {
+    prefix.iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+struct Split<'a> {
+    front_matter: &'a str,
+    /// Document line of the first front-matter line.
+    front_matter_line: usize,
+    body: &'a str,
+    body_line: usize,
+}
+
+fn is_delimiter(line: &str) -> bool {
+    line.trim_end_matches(['\r', ' ', '\t']) == "---"
+}
+
+/// Find the front matter between the opening `---` (first line) and the next `---` line.
+fn split(text: &str) -> Result<Split<'_>, DocumentError> {
+    let (first, rest) = match text.find('\n') {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => (text, ""),
+    };
+    if !is_delimiter(first) {
+        return Err(DocumentError::one(Diagnostic::document(
+            Some(1),
+            "no front matter: a SKILL.md starts with a `---` line, then YAML fields, then `---`",
+        )));
+    }
+    let mut offset = 0;
+    let mut line_no = 2;
+    loop {
+        if offset > MAX_FRONT_MATTER {
+            return Err(DocumentError::one(Diagnostic::document(
+                Some(1),
+                format!("front matter is over the limit of {MAX_FRONT_MATTER} bytes (64 KiB)"),
+            )));
+        }
+        if offset >= rest.len() {
+            return Err(DocumentError::one(Diagnostic::document(
+                Some(1),
+                "front matter opened on line 1 is never closed by a `---` line",
+            )));
+        }
+        let end = rest[offset..].find('\n').map_or(rest.len(), |i| offset + i);
+        if is_delimiter(&rest[offset..end]) {
+            let body_start = (end + 1).min(rest.len());
+            return Ok(Split {
+                front_matter: &rest[..offset],
+                front_matter_line: 2,
+                body: &rest[body_start..],
+                body_line: line_no + 1,
+            });
+        }
+        offset = end + 1;
+        line_no += 1;
+    }
+}
+
+struct Fields {
+    values: Vec<(String, Value)>,
+    lines: BTreeMap<String, usize>,
+}
+
+/// Read the front matter as a YAML mapping, in document order, each field with its line.
+fn read_front_matter(yaml: &str, first_line: usize) -> Result<Fields, DocumentError> {
+    let normalized;
+    let yaml = if yaml.contains('\r') {
+        normalized = yaml.replace("\r\n", "\n");
+        normalized.as_str()
+    } else {
+        yaml
+    };
+    if yaml.trim().is_empty() {
+        return Ok(Fields { values: Vec::new(), lines: BTreeMap::new() });
+    }
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_aliases: 0,
+            max_anchors: 0,
+            max_depth: MAX_DEPTH,
+            max_documents: 1,
+            max_nodes: 20_000,
+            max_events: 100_000,
+            max_total_scalar_bytes: MAX_FRONT_MATTER,
+            max_merge_keys: 0,
+        },
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+        merge_keys: serde_saphyr::MergeKeyPolicy::Error,
+        with_snippet: false,
+    };
+    let parsed: Result<Option<BTreeMap<String, serde_saphyr::Spanned<Value>>>, _> =
+        serde_saphyr::from_str_with_options(yaml, options);
+    let map = match parsed {
+        Ok(map) => map.unwrap_or_default(),
+        Err(err) => return Err(DocumentError::one(yaml_error(&err, yaml, first_line))),
+    };
+    let mut values: Vec<(usize, String, Value)> = map
+        .into_iter()
+        .map(|(k, v)| {
+            let line = usize::try_from(v.referenced.line()).unwrap_or(0);
+            (line + first_line - 1, k, v.value)
+        })
+        .collect();
+    values.sort_by_key(|(line, _, _)| *line);
+    let lines = values.iter().map(|(l, k, _)| (k.clone(), *l)).collect();
+    Ok(Fields { values: values.into_iter().map(|(_, k, v)| (k, v)).collect(), lines })
+}
+
+/// Turn a YAML error into a diagnostic: the budget refusals get their own words.
+fn yaml_error(err: &serde_saphyr::Error, yaml: &str, first_line: usize) -> Diagnostic {
+    let line = err
+        .location()
+        .map(|l| usize::try_from(l.line()).unwrap_or(0))
+        .filter(|&l| l > 0)
+        .map(|l| l + first_line - 1);
+    let raw = err.to_string();
+    let lower = raw.to_ascii_lowercase();
+    let message = if lower.contains("alias") || lower.contains("anchor") {
+        "YAML anchors and aliases are not accepted in front matter".to_owned()
+    } else if lower.contains("depth") {
+        format!("front matter nests deeper than {MAX_DEPTH} levels")
+    } else if lower.contains("merge") {
+        "YAML merge keys (`<<`) are not accepted in front matter".to_owned()
+    } else if lower.contains("duplicate") {
+        format!("duplicate field in front matter: {}", first_line_of(&raw))
+    } else if !yaml.trim_start().starts_with(|c: char| c.is_alphanumeric() || c == '"' || c == '\'')
+        && lower.contains("expected")
+        && lower.contains("map")
+    {
+        "front matter must be a YAML mapping of fields".to_owned()
+    } else {
+        format!("invalid YAML in front matter: {}", first_line_of(&raw))
+    };
+    Diagnostic::document(line, message)
+}
+
+fn first_line_of(s: &str) -> &str {
+    s.lines().next().unwrap_or(s).trim()
+}
+
+/// Whether `name` is a valid source name: `/`-separated segments of `[A-Za-z0-9_.-]`, each
+/// starting with a letter, digit or `_`, at most 128 bytes. `skill/<name>/body` is one.
+pub fn is_valid_source_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SOURCE_NAME
+        && name.split('/').all(|seg| {
+            seg.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && seg.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        })
+}
+
+/// The Agent Skills `name` rule: 1–64 chars of `[a-z0-9-]`, no leading, trailing or double `-`.
+pub fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Some(format!("is {} characters, over the limit of {MAX_NAME_CHARS}", name.chars().count()));
+    }
+    if let Some(c) = name.chars().find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-')) {
+        return Some(format!("may only contain lowercase letters, digits and `-` (found {c:?})"));
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Some("must not start or end with `-`".into());
+    }
+    if name.contains("--") {
+        return Some("must not contain `--`".into());
+    }
+    None
+}
+
+/// Field-by-field validation, collecting every problem.
+struct FieldCheck {
+    lines: BTreeMap<String, usize>,
+    front_matter_line: usize,
+    errors: Vec<Diagnostic>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl FieldCheck {
+    fn new(lines: BTreeMap<String, usize>, front_matter_line: usize) -> Self {
+        FieldCheck { lines, front_matter_line, errors: Vec::new(), warnings: Vec::new() }
+    }
+
+    fn line(&self, field: &str) -> Option<usize> {
+        let top = field.split('.').next().unwrap_or(field);
+        self.lines.get(top).copied()
+    }
+
+    fn error(&mut self, field: &str, message: impl Into<String>) {
+        let line = self.line(field).or(Some(self.front_matter_line));
+        self.errors.push(Diagnostic::new(Some(field), line, message));
+    }
+
+    fn warn(&mut self, field: &str, message: impl Into<String>) {
+        let line = self.line(field);
+        self.warnings.push(Diagnostic::new(Some(field), line, message));
+    }
+
+    /// A string field; numbers and booleans are refused rather than coerced, so `name: 123`
+    /// is an error the author sees.
+    fn string(&mut self, field: &str, value: Value) -> Option<String> {
+        match value {
+            Value::String(s) => Some(s),
+            Value::Null => {
+                self.error(field, "is empty: expected text");
+                None
+            }
+            other => {
+                self.error(field, format!("must be text, found {}", kind(&other)));
+                None
+            }
+        }
+    }
+
+    fn declaration(&mut self, fields: Vec<(String, Value)>, fallback_name: Option<&str>) -> Option<Declaration> {
+        let mut name = None;
+        let mut description = None;
+        let mut provider = None;
+        let mut model = None;
+        let mut key = None;
+        let mut required_sources = Vec::new();
+        let mut license = None;
+        let mut compatibility = None;
+        let mut metadata: Option<Map<String, Value>> = None;
+        let mut allowed_tools = None;
+        let mut model_class = None;
+        let mut memory_value = None;
+        let mut extra = BTreeMap::new();
+
+        for (field, value) in fields {
+            match field.as_str() {
+                "name" => name = self.string("name", value),
+                "description" => description = self.string("description", value),
+                "provider" => {
+                    if let Some(p) = self.string("provider", value) {
+                        match p.parse::<ProviderId>() {
+                            Ok(p) => provider = Some(p),
+                            Err(e) => self.error("provider", e.to_string()),
+                        }
+                    }
+                }
+                "model" => {
+                    if let Some(m) = self.string("model", value) {
+                        if m.trim().is_empty() || m.len() > 256 {
+                            self.error("model", "must be a provider model id of 1 to 256 characters");
+                        } else {
+                            model = Some(m);
+                        }
+                    }
+                }
+                "key" => {
+                    if let Some(k) = self.string("key", value) {
+                        if is_valid_source_name(&k) {
+                            key = Some(k);
+                        } else {
+                            self.error("key", "must name a source (letters, digits, `_`, `.`, `-`), e.g. `openrouter-key`");
+                        }
+                    }
+                }
+                "requiredSources" => required_sources = self.source_list(value),
+                "license" => license = self.string("license", value),
+                "compatibility" => {
+                    if let Some(c) = self.string("compatibility", value) {
+                        let n = c.chars().count();
+                        if n == 0 || n > MAX_COMPATIBILITY_CHARS {
+                            self.error(
+                                "compatibility",
+                                format!("must be 1 to {MAX_COMPATIBILITY_CHARS} characters, found {n}"),
+                            );
+                        } else {
+                            compatibility = Some(c);
+                        }
+                    }
+                }
+                "metadata" => match value {
+                    Value::Object(m) => metadata = Some(m),
+                    Value::Null => {}
+                    other => self.error("metadata", format!("must be a mapping, found {}", kind(&other))),
+                },
+                "allowed-tools" => {
+                    match &value {
+                        Value::String(_) => {}
+                        Value::Array(items) if items.iter().all(Value::is_string) => {}
+                        other => {
+                            self.error("allowed-tools", format!("must be text or a list of text, found {}", kind(other)));
+                            continue;
+                        }
+                    }
+                    self.warn("allowed-tools", "accepted but unused: a box runs no tools");
+                    allowed_tools = Some(value);
+                }
+                "modelClass" => model_class = self.string("modelClass", value),
+                "memory" => memory_value = Some(("memory", value)),
+                _ => {
+                    self.warn(&field, "unknown field, kept but not used");
+                    extra.insert(field, value);
+                }
+            }
+        }
+
+        // The OpenWOP reference host reads memory flags from `metadata.memory` too.
+        if memory_value.is_none() {
+            if let Some(m) = metadata.as_ref().and_then(|m| m.get("memory")) {
+                memory_value = Some(("metadata.memory", m.clone()));
+            }
+        }
+        let memory = match memory_value {
+            Some((field, value)) => self.memory(field, value),
+            None => Memory::default(),
+        };
+
+        let name = match (name, fallback_name) {
+            (Some(n), Some(f)) if n != f => {
+                self.error("name", format!("is {n:?} but the skill was imported as {f:?}: they must agree"));
+                None
+            }
+            (Some(n), _) => Some(n),
+            (None, Some(f)) => Some(f.to_owned()),
+            (None, None) => {
+                self.errors.push(Diagnostic::new(
+                    Some("name"),
+                    Some(self.front_matter_line),
+                    "is missing, and no name was given at import",
+                ));
+                None
+            }
+        };
+        if let Some(n) = &name {
+            if let Some(problem) = name_problem(n) {
+                self.error("name", format!("{n:?} {problem}"));
+            }
+        }
+        match &description {
+            None if !self.lines.contains_key("description") => self.errors.push(Diagnostic::new(
+                Some("description"),
+                Some(self.front_matter_line),
+                "is missing: every skill says what it does",
+            )),
+            Some(d) => {
+                let n = d.chars().count();
+                if d.trim().is_empty() {
+                    self.error("description", "must not be blank");
+                } else if n > MAX_DESCRIPTION_CHARS {
+                    self.error(
+                        "description",
+                        format!("is {n} characters, over the limit of {MAX_DESCRIPTION_CHARS}"),
+                    );
+                }
+            }
+            None => {}
+        }
+        if !self.errors.is_empty() {
+            return None;
+        }
+        Some(Declaration {
+            name: name?,
+            description: description?,
+            provider,
+            model,
+            key,
+            required_sources,
+            license,
+            compatibility,
+            metadata,
+            allowed_tools,
+            model_class,
+            memory,
+            extra,
+        })
+    }
+
+    /// `requiredSources`: a YAML list, or one string separated by commas and/or spaces.
+    fn source_list(&mut self, value: Value) -> Vec<String> {
+        let names: Vec<String> = match value {
+            Value::Null => Vec::new(),
+            Value::String(s) => s.split([',', ' ', '\t']).filter(|p| !p.is_empty()).map(str::to_owned).collect(),
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for item in items {
+                    match item {
+                        Value::String(s) => out.push(s),
+                        other => self.error("requiredSources", format!("items must be source names, found {}", kind(&other))),
+                    }
+                }
+                out
+            }
+            other => {
+                self.error("requiredSources", format!("must be a list of source names or a comma separated string, found {}", kind(&other)));
+                Vec::new()
+            }
+        };
+        let mut seen = Vec::with_capacity(names.len());
+        for name in names {
+            if !is_valid_source_name(&name) {
+                self.error("requiredSources", format!("{name:?} is not a source name (letters, digits, `_`, `.`, `-`)"));
+            } else if seen.contains(&name) {
+                self.warn("requiredSources", format!("{name:?} is listed twice"));
+            } else {
+                seen.push(name);
+            }
+        }
+        seen
+    }
+
+    fn memory(&mut self, field: &str, value: Value) -> Memory {
+        let mut memory = Memory::default();
+        let Value::Object(map) = value else {
+            self.error(field, "must be a mapping of memory flags (scratchpad, conversation, longTerm)");
+            return memory;
+        };
+        for (flag, v) in map {
+            let path = format!("{field}.{flag}");
+            let Value::Bool(b) = v else {
+                self.error(&path, format!("must be true or false, found {}", kind(&v)));
+                continue;
+            };
+            match flag.as_str() {
+                "scratchpad" => memory.scratchpad = Some(b),
+                "conversation" => memory.conversation = Some(b),
+                "longTerm" => memory.long_term = Some(b),
+                _ => self.error(&path, "unknown memory flag: expected scratchpad, conversation or longTerm"),
+            }
+        }
+        memory
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "text",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
