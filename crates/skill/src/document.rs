@@ -227,13 +227,27 @@ fn read_front_matter(yaml: &str, first_line: usize) -> Result<Fields, DocumentEr
     let mut values: Vec<(usize, String, Value)> = map
         .into_iter()
         .map(|(k, v)| {
-            let line = usize::try_from(v.referenced.line()).unwrap_or(0);
+            // The span of a block value starts on the line after its key: prefer the key's line.
+            let line = key_line(yaml, &k)
+                .unwrap_or_else(|| usize::try_from(v.referenced.line()).unwrap_or(1));
             (line + first_line - 1, k, v.value)
         })
         .collect();
     values.sort_by_key(|(line, _, _)| *line);
     let lines = values.iter().map(|(l, k, _)| (k.clone(), *l)).collect();
     Ok(Fields { values: values.into_iter().map(|(_, k, v)| (k, v)).collect(), lines })
+}
+
+/// The 1-based line of the front matter where top-level `key` is written (column 0, plain or
+/// quoted).
+fn key_line(yaml: &str, key: &str) -> Option<usize> {
+    yaml.lines().position(|line| {
+        let rest = [key, &format!("\"{key}\""), &format!("'{key}'")]
+            .into_iter()
+            .find_map(|k| line.strip_prefix(k));
+        rest.is_some_and(|r| r.trim_start().starts_with(':'))
+    })
+    .map(|i| i + 1)
 }
 
 /// Turn a YAML error into a diagnostic: the budget refusals get their own words.
