@@ -217,6 +217,8 @@ fn read_front_matter(yaml: &str, first_line: usize) -> Result<Fields, DocumentEr
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
         merge_keys: serde_saphyr::MergeKeyPolicy::Error,
         with_snippet: false,
+        // YAML 1.2 booleans only: `y`, `no`, `on` stay text (the "Norway problem").
+        strict_booleans: true,
     };
     let parsed: Result<Option<BTreeMap<String, serde_saphyr::Spanned<Value>>>, _> =
         serde_saphyr::from_str_with_options(yaml, options);
@@ -351,7 +353,7 @@ impl FieldCheck {
                 None
             }
             other => {
-                self.error(field, format!("must be text, found {}", kind(&other)));
+                self.error(field, format!("must be text, found {} (quote it to make it text)", kind(&other)));
                 None
             }
         }
@@ -461,6 +463,7 @@ impl FieldCheck {
             }
             (Some(n), _) => Some(n),
             (None, Some(f)) => Some(f.to_owned()),
+            (None, None) if self.lines.contains_key("name") => None, // already reported
             (None, None) => {
                 self.errors.push(Diagnostic::new(
                     Some("name"),
