@@ -1,1 +1,29 @@
-//! skillbox-node
+//! skillbox-node: one node's data dir, store, source store, skills registry and HTTP API.
+//!
+//! - [`datadir`]: `skillbox init` (keys, token, config) and loading them back.
+//! - [`config`]: `config.toml`, every default written out.
+//! - [`store`]: SQLite, WAL, embedded migrations, one writer path.
+//! - [`sources`]: the encrypted source store; [`sources::Sources::apply`] is the only way
+//!   content leaves it.
+//! - [`skills`]: SKILL.md import (declaration + body source in one transaction), offer state.
+//! - [`openwop`]: discovery and inventory bodies; [`openapi`]: the API's OpenAPI document.
+//! - [`api`]: the axum router; [`node::Node`]: all of it opened from a data dir.
+
+pub mod api;
+pub mod config;
+pub mod crypto;
+pub mod datadir;
+pub mod error;
+pub mod node;
+pub mod openapi;
+pub mod openwop;
+pub mod skills;
+pub mod sources;
+pub mod store;
+
+pub use config::Config;
+pub use datadir::DataDir;
+pub use error::{NodeError, Result};
+pub use node::Node;
+pub use skills::Skills;
+pub use sources::{SourceKind, SourceMeta, Sources};

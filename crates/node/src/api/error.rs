@@ -1,0 +1,124 @@
+//! The error envelope every route answers with: `{error, message, details?}` (OpenWOP's
+//! ErrorEnvelope). Messages come from [`NodeError`]'s Display, which never carries content.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use skillbox_skill::CheckError;
+
+use crate::error::NodeError;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+    pub fn validation(field: &str, message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "validation_error",
+            format!("{field}: {message}"),
+        )
+        .with_details(json!({ "errors": [{ "path": field, "message": message }] }))
+    }
+    pub fn unauthenticated() -> ApiError {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "missing or wrong bearer token (send `Authorization: Bearer <api.token>`)",
+        )
+    }
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request body is larger than this route's limit of {limit} bytes"),
+        )
+        .with_details(json!({ "limit": limit }))
+    }
+    pub fn unsupported_media_type(found: Option<&str>, accepted: &[&str]) -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "content type {} is not accepted here; send one of: {}",
+                found
+                    .map(|f| format!("{f:?}"))
+                    .unwrap_or_else(|| "(none)".into()),
+                accepted.join(", ")
+            ),
+        )
+        .with_details(json!({ "accepted": accepted }))
+    }
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(err: NodeError) -> ApiError {
+        match err {
+            NodeError::Invalid { field, message } => ApiError::validation(&field, message),
+            NodeError::NotFound { .. } => ApiError::not_found(err.to_string()),
+            NodeError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
+            NodeError::Skill(CheckError::Document(doc)) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "validation_error",
+                format!("invalid SKILL.md: {doc}"),
+            )
+            .with_details(json!({ "errors": doc.problems })),
+            NodeError::Skill(CheckError::Manifest { issues, located }) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "pack_validation_failed",
+                format!(
+                    "the skill's OpenWOP AgentManifest fails the schema: {}",
+                    issues
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            )
+            .with_details(json!({ "errors": issues, "located": located })),
+            other => {
+                tracing::error!(error = %other, "request failed");
+                ApiError::internal(other.to_string())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.code, "message": self.message });
+        if let Some(details) = self.details {
+            body["details"] = details;
+        }
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}

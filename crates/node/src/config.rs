@@ -1,0 +1,326 @@
+//! `config.toml`: every setting of a node, written out in full (with comments) by `skillbox init`
+//! so a human can see and change each default. Parsing is strict: an unknown key is an error that
+//! names it, because a misspelt setting silently falling back to its default is worse.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{NodeError, Result};
+
+/// Default API listen address: loopback only; the port is the node's well-known one.
+pub const DEFAULT_API_ADDR: &str = "127.0.0.1:7420";
+/// Default libp2p listen address: every interface, an OS-chosen port.
+pub const DEFAULT_P2P_LISTEN: &str = "/ip4/0.0.0.0/tcp/0";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub api: ApiConfig,
+    pub p2p: P2pConfig,
+    pub boxes: BoxesConfig,
+    pub schedules: Schedules,
+    pub agents: AgentsConfig,
+    pub limits: Limits,
+    #[serde(default)]
+    pub policy: PolicyConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Where the HTTP API listens. Loopback unless the human says otherwise.
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct P2pConfig {
+    /// libp2p listen multiaddrs.
+    pub listen: Vec<String>,
+    /// Peers dialled at start; `/p2p/<peer id>` may be omitted.
+    pub bootstrap: Vec<String>,
+    /// Local-network discovery by multicast; off by default (and in tests).
+    pub mdns: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxesConfig {
+    /// Base URLs of the boxes this node accepts to run its calls.
+    pub accept: Vec<String>,
+    /// Accept a box's `insecure-dev` attestation (a software key: no hardware isolation).
+    pub allow_insecure_dev: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schedules {
+    pub advertise_secs: u64,
+    pub advance_secs: u64,
+    pub sweep_secs: u64,
+    pub stall_limit_secs: u64,
+    pub board_ttl_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// OpenWOP agentId namespace: a skill `x` becomes `<namespace>.x`.
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest SKILL.md accepted by `POST /skills` (the document grammar caps it at 1 MiB too).
+    pub max_skill_bytes: usize,
+    /// Largest source accepted by `PUT /sources/{name}`.
+    pub max_source_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Consent rules (§9), evaluated in order; kept as raw tables until the policy engine lands.
+    #[serde(default)]
+    pub rules: Vec<toml::Table>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            api: ApiConfig {
+                listen: DEFAULT_API_ADDR.parse().expect("constant address parses"),
+            },
+            p2p: P2pConfig {
+                listen: vec![DEFAULT_P2P_LISTEN.to_owned()],
+                bootstrap: Vec::new(),
+                mdns: false,
+            },
+            boxes: BoxesConfig {
+                accept: Vec::new(),
+                allow_insecure_dev: false,
+            },
+            schedules: Schedules {
+                advertise_secs: 60,
+                advance_secs: 2,
+                sweep_secs: 30,
+                stall_limit_secs: 120,
+                board_ttl_secs: 180,
+            },
+            agents: AgentsConfig {
+                namespace: skillbox_skill::openwop::DEFAULT_NAMESPACE.to_owned(),
+            },
+            limits: Limits {
+                max_skill_bytes: skillbox_skill::document::MAX_DOCUMENT,
+                max_source_bytes: 16 * 1024 * 1024,
+            },
+            policy: PolicyConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Parse and check a config text; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config> {
+        let config: Config = toml::from_str(text).map_err(|e| NodeError::Config {
+            path: path.to_owned(),
+            problem: e.to_string(),
+        })?;
+        config.check().map_err(|problem| NodeError::Config {
+            path: path.to_owned(),
+            problem,
+        })?;
+        Ok(config)
+    }
+
+    /// Read `config.toml`.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                NodeError::Missing {
+                    what: "config.toml",
+                    path: path.to_owned(),
+                }
+            } else {
+                NodeError::io(format!("reading {}", path.display()), e)
+            }
+        })?;
+        Config::parse(&text, path)
+    }
+
+    fn check(&self) -> std::result::Result<(), String> {
+        let s = &self.schedules;
+        for (name, v) in [
+            ("schedules.advertise_secs", s.advertise_secs),
+            ("schedules.advance_secs", s.advance_secs),
+            ("schedules.sweep_secs", s.sweep_secs),
+            ("schedules.stall_limit_secs", s.stall_limit_secs),
+            ("schedules.board_ttl_secs", s.board_ttl_secs),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        let ns = &self.agents.namespace;
+        let ns_ok = !ns.is_empty()
+            && ns.split('.').all(|seg| {
+                !seg.is_empty()
+                    && seg
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            });
+        if !ns_ok {
+            return Err(format!(
+                "agents.namespace {ns:?} must be dot-separated segments of [a-z0-9-] (like \"local.skillbox\")"
+            ));
+        }
+        if self.limits.max_skill_bytes == 0 || self.limits.max_source_bytes == 0 {
+            return Err(
+                "limits.max_skill_bytes and limits.max_source_bytes must be at least 1".into(),
+            );
+        }
+        for (i, addr) in self
+            .p2p
+            .listen
+            .iter()
+            .chain(&self.p2p.bootstrap)
+            .enumerate()
+        {
+            if !addr.starts_with('/') {
+                return Err(format!(
+                    "p2p address #{i} {addr:?} is not a multiaddr (it must start with '/')"
+                ));
+            }
+        }
+        for url in &self.boxes.accept {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!("boxes.accept entry {url:?} is not an http(s) URL"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The full commented `config.toml` for these values: what `skillbox init` writes.
+    pub fn render(&self) -> String {
+        fn s(v: &str) -> String {
+            toml::Value::String(v.to_owned()).to_string()
+        }
+        fn list(v: &[String]) -> String {
+            let items: Vec<String> = v.iter().map(|x| s(x)).collect();
+            format!("[{}]", items.join(", "))
+        }
+        let sch = &self.schedules;
+        format!(
+            r#"# skillbox node configuration. Every setting is written out with its default;
+# edit and restart `skillbox node` to change one. Unknown keys are refused.
+
+[api]
+# HTTP API listen address. Loopback by default: the API is for this node's human, with the
+# bearer token in api.token. Use port 0 for an OS-chosen port (the bound address is written to
+# api.addr on start).
+listen = {api}
+
+[p2p]
+# libp2p listen multiaddrs.
+listen = {p2p_listen}
+# Peers to dial at start (a multiaddr; the trailing /p2p/<peer id> may be omitted).
+bootstrap = {bootstrap}
+# Local-network discovery by multicast DNS. Off unless you want it.
+mdns = {mdns}
+
+[boxes]
+# Base URLs of the boxes (joint-compute services) this node accepts for its calls.
+accept = {boxes}
+# Accept a box's `insecure-dev` attestation: a software key, NO hardware isolation. Development only.
+allow_insecure_dev = {insecure}
+
+[schedules]
+# Presence: publish this node's signed advert every N seconds.
+advertise_secs = {advertise}
+# Advance calls (poll the box, retry what is due) every N seconds.
+advance_secs = {advance}
+# Sweep: look for stalled calls every N seconds.
+sweep_secs = {sweep}
+# A call with no progress for this long is failed as `stalled`.
+stall_limit_secs = {stall}
+# A peer's advert leaves the board after this long without a newer one (3 missed adverts).
+board_ttl_secs = {ttl}
+
+[agents]
+# OpenWOP agentId namespace: skill `x` is served as agent `<namespace>.x`.
+namespace = {namespace}
+
+[limits]
+# Largest SKILL.md accepted (bytes).
+max_skill_bytes = {max_skill}
+# Largest source accepted by PUT /sources/{{name}} (bytes).
+max_source_bytes = {max_source}
+
+[policy]
+# Consent rules, evaluated in order at jc.submit (side, peer, skill, sources -> allow | deny | ask).
+# None yet. Example:
+# [[policy.rules]]
+# side = "owner"
+# peer = "*"
+# decide = "ask"
+rules = []
+"#,
+            api = s(&self.api.listen.to_string()),
+            p2p_listen = list(&self.p2p.listen),
+            bootstrap = list(&self.p2p.bootstrap),
+            mdns = self.p2p.mdns,
+            boxes = list(&self.boxes.accept),
+            insecure = self.boxes.allow_insecure_dev,
+            advertise = sch.advertise_secs,
+            advance = sch.advance_secs,
+            sweep = sch.sweep_secs,
+            stall = sch.stall_limit_secs,
+            ttl = sch.board_ttl_secs,
+            namespace = s(&self.agents.namespace),
+            max_skill = self.limits.max_skill_bytes,
+            max_source = self.limits.max_source_bytes,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendered_default_parses_back_to_itself() {
+        let mut c = Config::default();
+        c.p2p.bootstrap = vec!["/ip4/127.0.0.1/tcp/4001".into()];
+        c.boxes.accept = vec!["http://127.0.0.1:7430".into()];
+        c.boxes.allow_insecure_dev = true;
+        let text = c.render();
+        let back = Config::parse(&text, Path::new("config.toml")).expect("rendered config parses");
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let text = Config::default()
+            .render()
+            .replace("mdns = false", "mdns = false\nmdsn = true");
+        let err = Config::parse(&text, Path::new("c.toml")).expect_err("unknown key refused");
+        assert!(err.to_string().contains("mdsn"), "{err}");
+    }
+
+    #[test]
+    fn zero_interval_and_bad_namespace_refused() {
+        let text = Config::default()
+            .render()
+            .replace("sweep_secs = 30", "sweep_secs = 0");
+        let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero refused");
+        assert!(err.to_string().contains("schedules.sweep_secs"), "{err}");
+        let text = Config::default()
+            .render()
+            .replace("\"local.skillbox\"", "\"Local..x\"");
+        let err = Config::parse(&text, Path::new("c.toml")).expect_err("bad namespace refused");
+        assert!(err.to_string().contains("agents.namespace"), "{err}");
+    }
+}

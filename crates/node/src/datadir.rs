@@ -1,0 +1,265 @@
+//! The data dir: where a node keeps its keys, token, config and store.
+//!
+//! ```text
+//! <data_dir>/node.key     32 raw bytes, the Ed25519 seed (mode 0600)
+//! <data_dir>/data.key     32 raw bytes, the at-rest key for sources (mode 0600)
+//! <data_dir>/api.token    the bearer token of the HTTP API (mode 0600)
+//! <data_dir>/config.toml  every setting, with comments
+//! <data_dir>/node.db      SQLite store (+ -wal, -shm)
+//! <data_dir>/api.addr     the API's bound address, written by `skillbox node` on start
+//! ```
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+use crate::crypto::{self, DataKey, KEY_LEN, NodeKey};
+use crate::error::{NodeError, Result};
+
+pub const NODE_KEY: &str = "node.key";
+pub const DATA_KEY: &str = "data.key";
+pub const API_TOKEN: &str = "api.token";
+pub const CONFIG: &str = "config.toml";
+pub const STORE: &str = "node.db";
+pub const API_ADDR: &str = "api.addr";
+
+/// Paths inside one data dir.
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl Into<PathBuf>) -> DataDir {
+        DataDir { root: root.into() }
+    }
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn node_key(&self) -> PathBuf {
+        self.root.join(NODE_KEY)
+    }
+    pub fn data_key(&self) -> PathBuf {
+        self.root.join(DATA_KEY)
+    }
+    pub fn api_token(&self) -> PathBuf {
+        self.root.join(API_TOKEN)
+    }
+    pub fn config(&self) -> PathBuf {
+        self.root.join(CONFIG)
+    }
+    pub fn store(&self) -> PathBuf {
+        self.root.join(STORE)
+    }
+    pub fn api_addr(&self) -> PathBuf {
+        self.root.join(API_ADDR)
+    }
+
+    /// Create the data dir with fresh keys, a token and the full config. Refuses a dir that
+    /// already holds any of the node's files; on failure removes what it wrote (no half-made dir).
+    pub fn init(&self, config: &Config) -> Result<InitReport> {
+        for (name, path) in [
+            (NODE_KEY, self.node_key()),
+            (DATA_KEY, self.data_key()),
+            (API_TOKEN, self.api_token()),
+            (CONFIG, self.config()),
+            (STORE, self.store()),
+        ] {
+            if path.exists() {
+                return Err(NodeError::AlreadyInitialised(self.root.clone(), name));
+            }
+        }
+        fs::create_dir_all(&self.root)
+            .map_err(|e| NodeError::io(format!("creating data dir {}", self.root.display()), e))?;
+        // The dir holds keys: only its owner may list it.
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))
+            .map_err(|e| NodeError::io(format!("setting mode of {}", self.root.display()), e))?;
+
+        let mut written: Vec<PathBuf> = Vec::new();
+        let result = (|| -> Result<InitReport> {
+            let rnd = |what: &str| {
+                crypto::random_bytes::<KEY_LEN>()
+                    .map_err(|e| NodeError::io(format!("generating {what}"), e))
+            };
+            let node_seed = zeroize::Zeroizing::new(rnd("node key")?);
+            let data_key = zeroize::Zeroizing::new(rnd("data key")?);
+            let token = format!("sbx_{}", hex::encode(rnd("API token")?));
+            write_new(&self.node_key(), node_seed.as_ref(), &mut written)?;
+            write_new(&self.data_key(), data_key.as_ref(), &mut written)?;
+            write_new(&self.api_token(), token.as_bytes(), &mut written)?;
+            write_new(&self.config(), config.render().as_bytes(), &mut written)?;
+            let node_key = NodeKey::from_seed(&node_seed);
+            Ok(InitReport {
+                data_dir: self.root.clone(),
+                peer_id: node_key.peer_id(),
+            })
+        })();
+        if result.is_err() {
+            for path in written {
+                let _ = fs::remove_file(path);
+            }
+        }
+        result
+    }
+
+    pub fn load_config(&self) -> Result<Config> {
+        Config::load(&self.config())
+    }
+
+    pub fn load_node_key(&self) -> Result<NodeKey> {
+        let raw = read_key(&self.node_key(), "node key")?;
+        Ok(NodeKey::from_seed(&raw))
+    }
+
+    pub fn load_data_key(&self) -> Result<DataKey> {
+        let raw = read_key(&self.data_key(), "data key")?;
+        Ok(DataKey::from_bytes(&raw))
+    }
+
+    /// The API token (what clients send as `Authorization: Bearer <token>`).
+    pub fn load_api_token(&self) -> Result<String> {
+        let path = self.api_token();
+        let raw = read_secret_file(&path, "API token")?;
+        let token = std::str::from_utf8(&raw)
+            .map(str::trim)
+            .map_err(|_| NodeError::Corrupted {
+                what: "API token",
+                path: path.clone(),
+                problem: "not UTF-8".into(),
+            })?
+            .to_owned();
+        if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(NodeError::Corrupted {
+                what: "API token",
+                path,
+                problem: "expected at least 16 printable ASCII characters".into(),
+            });
+        }
+        Ok(token)
+    }
+
+    /// The running node's API address, as it wrote it on start.
+    pub fn load_api_addr(&self) -> Result<std::net::SocketAddr> {
+        let path = self.api_addr();
+        let text = fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                NodeError::Missing {
+                    what: "api.addr (is `skillbox node` running?)",
+                    path: path.clone(),
+                }
+            } else {
+                NodeError::io(format!("reading {}", path.display()), e)
+            }
+        })?;
+        text.trim().parse().map_err(|_| NodeError::Corrupted {
+            what: "api.addr",
+            path,
+            problem: format!("{:?} is not a socket address", text.trim()),
+        })
+    }
+
+    /// Record the bound API address (replaced atomically so a reader never sees half of it).
+    pub fn write_api_addr(&self, addr: std::net::SocketAddr) -> Result<()> {
+        let tmp = self.root.join(".api.addr.tmp");
+        fs::write(&tmp, format!("{addr}\n"))
+            .map_err(|e| NodeError::io(format!("writing {}", tmp.display()), e))?;
+        fs::rename(&tmp, self.api_addr())
+            .map_err(|e| NodeError::io(format!("writing {}", self.api_addr().display()), e))
+    }
+}
+
+/// What `init` made.
+#[derive(Debug, Clone)]
+pub struct InitReport {
+    pub data_dir: PathBuf,
+    pub peer_id: String,
+}
+
+fn write_new(path: &Path, bytes: &[u8], written: &mut Vec<PathBuf>) -> Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| NodeError::io(format!("creating {}", path.display()), e))?;
+    written.push(path.to_owned());
+    file.write_all(bytes)
+        .and_then(|_| file.sync_all())
+        .map_err(|e| NodeError::io(format!("writing {}", path.display()), e))
+}
+
+fn read_secret_file(path: &Path, what: &'static str) -> Result<zeroize::Zeroizing<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(zeroize::Zeroizing::new(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(NodeError::Missing {
+            what,
+            path: path.to_owned(),
+        }),
+        Err(e) => Err(NodeError::io(
+            format!("reading {what} {}", path.display()),
+            e,
+        )),
+    }
+}
+
+fn read_key(path: &Path, what: &'static str) -> Result<[u8; KEY_LEN]> {
+    let raw = read_secret_file(path, what)?;
+    raw.as_slice().try_into().map_err(|_| NodeError::Corrupted {
+        what,
+        path: path.to_owned(),
+        problem: format!("expected exactly {KEY_LEN} bytes, found {}", raw.len()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_writes_private_files_and_refuses_twice() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = DataDir::new(tmp.path().join("node"));
+        let report = dir.init(&Config::default()).expect("init");
+        assert!(report.peer_id.starts_with("12D3KooW"));
+        for p in [
+            dir.node_key(),
+            dir.data_key(),
+            dir.api_token(),
+            dir.config(),
+        ] {
+            let mode = fs::metadata(&p).expect("exists").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", p.display());
+        }
+        assert_eq!(fs::read(dir.node_key()).expect("read").len(), 32);
+        assert_eq!(fs::read(dir.data_key()).expect("read").len(), 32);
+        assert!(dir.load_api_token().expect("token").starts_with("sbx_"));
+        assert_eq!(dir.load_config().expect("config"), Config::default());
+        let before = fs::read(dir.data_key()).expect("read");
+        let err = dir
+            .init(&Config::default())
+            .expect_err("second init refused");
+        assert!(matches!(err, NodeError::AlreadyInitialised(..)), "{err}");
+        assert_eq!(
+            fs::read(dir.data_key()).expect("read"),
+            before,
+            "keys untouched"
+        );
+    }
+
+    #[test]
+    fn short_or_missing_key_is_a_clear_error() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = DataDir::new(tmp.path());
+        let err = dir.load_data_key().expect_err("missing");
+        assert!(err.to_string().contains("data key missing"), "{err}");
+        fs::write(dir.data_key(), b"short").expect("write");
+        let err = dir.load_data_key().expect_err("short");
+        assert!(
+            err.to_string()
+                .contains("expected exactly 32 bytes, found 5"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! The node's one error type. Every variant names what is wrong in words a human can act on; none
+//! carries source content (bodies, keys, private data), so an error can be logged or sent as an
+//! HTTP envelope as it is.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the node library.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// `skillbox init` found an existing data dir and refuses to overwrite it.
+    #[error("data dir {0} is already initialised (found {1}); refusing to overwrite it")]
+    AlreadyInitialised(PathBuf, &'static str),
+    /// A file the node needs is absent.
+    #[error("{what} missing at {path}: run `skillbox init` first (or restore the file)")]
+    Missing { what: &'static str, path: PathBuf },
+    /// A key or token file exists but is not what the node wrote.
+    #[error("{what} at {path} is corrupted: {problem}")]
+    Corrupted {
+        what: &'static str,
+        path: PathBuf,
+        problem: String,
+    },
+    /// The data key opens but does not decrypt this store's check value.
+    #[error(
+        "data key {0} does not match this store: it was replaced or corrupted (the store's sources cannot be decrypted with it)"
+    )]
+    DataKeyMismatch(PathBuf),
+    /// `config.toml` does not parse or holds a bad value.
+    #[error("config {path}: {problem}")]
+    Config { path: PathBuf, problem: String },
+    /// File-system failure around the data dir.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// SQLite failure.
+    #[error("store: {0}")]
+    Store(#[from] rusqlite::Error),
+    /// The store's schema is newer than this binary understands.
+    #[error(
+        "store schema version {found} is newer than this skillbox understands ({known}); upgrade skillbox"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
+    /// Bad input from a user or client: a field path and what is wrong with it.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// A SKILL.md that cannot be imported (document error, or a manifest the schema rejects).
+    #[error("{0}")]
+    Skill(#[from] skillbox_skill::CheckError),
+    /// The request conflicts with what is stored.
+    #[error("{0}")]
+    Conflict(String),
+    /// A named thing does not exist.
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    /// A stored source failed authentication on decrypt (tampered row or wrong key).
+    #[error(
+        "source {0:?} failed to decrypt: the stored row was tampered with or the data key changed"
+    )]
+    Decrypt(String),
+    /// Writing an applied source into its sink failed.
+    #[error("applying source {name:?}: {source}")]
+    Sink {
+        name: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stored row does not deserialize (it was written by a different version or edited by hand).
+    #[error("stored {what} {name:?} is unreadable: {problem}")]
+    StoredRow {
+        what: &'static str,
+        name: String,
+        problem: String,
+    },
+}
+
+impl NodeError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        NodeError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        NodeError::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+pub type Result<T, E = NodeError> = std::result::Result<T, E>;

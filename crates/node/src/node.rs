@@ -1,0 +1,127 @@
+//! A node opened from its data dir: config, keys, store, and the HTTP API over them.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::api::{self, AppState, Shared};
+use crate::config::Config;
+use crate::crypto::NodeKey;
+use crate::datadir::DataDir;
+use crate::error::{NodeError, Result};
+use crate::skills::Skills;
+use crate::sources::{self, Sources};
+use crate::store::Store;
+
+/// An open node.
+pub struct Node {
+    data_dir: DataDir,
+    config: Config,
+    node_key: NodeKey,
+    sources: Sources,
+    skills: Skills,
+    state: AppState,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("data_dir", &self.data_dir)
+            .field("node_key", &self.node_key)
+            .finish()
+    }
+}
+
+impl Node {
+    /// Open the node in `data_dir`: read the config, the keys and the token (each a clear error
+    /// when missing or malformed), open and migrate the store, and check that the data key is
+    /// the one the store was written with.
+    pub fn open(data_dir: &Path) -> Result<Node> {
+        let dir = DataDir::new(data_dir);
+        let config = dir.load_config()?;
+        let node_key = dir.load_node_key()?;
+        let data_key = Arc::new(dir.load_data_key()?);
+        let token = dir.load_api_token()?;
+        let store = Arc::new(Store::open(&dir.store())?);
+        if !sources::verify_data_key(&store, &data_key)? {
+            return Err(NodeError::DataKeyMismatch(dir.data_key()));
+        }
+        let sources = Sources::new(store.clone(), data_key.clone());
+        let skills = Skills::new(store, data_key, config.agents.namespace.clone());
+        let state = Arc::new(Shared::new(
+            sources.clone(),
+            skills.clone(),
+            config.limits.clone(),
+            node_key.peer_id(),
+            node_key.public_key_hex(),
+            &token,
+        ));
+        Ok(Node {
+            data_dir: dir,
+            config,
+            node_key,
+            sources,
+            skills,
+            state,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn data_dir(&self) -> &DataDir {
+        &self.data_dir
+    }
+    pub fn node_key(&self) -> &NodeKey {
+        &self.node_key
+    }
+    /// The node id (libp2p PeerId of the node key).
+    pub fn node_id(&self) -> String {
+        self.node_key.peer_id()
+    }
+    pub fn sources(&self) -> &Sources {
+        &self.sources
+    }
+    pub fn skills(&self) -> &Skills {
+        &self.skills
+    }
+
+    /// The HTTP API router.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.state.clone())
+    }
+
+    /// Bind the API listener: `addr`, or the configured one. A non-loopback address is allowed
+    /// (the human asked for it) but logged as a warning.
+    pub async fn bind(&self, addr: Option<SocketAddr>) -> Result<tokio::net::TcpListener> {
+        let addr = addr.unwrap_or(self.config.api.listen);
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the API listens beyond loopback: anyone who can reach it and holds the token controls this node");
+        }
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| NodeError::io(format!("binding the API to {addr}"), e))
+    }
+
+    /// Serve the API on `listener` until `shutdown` resolves. Writes the bound address to
+    /// `<data_dir>/api.addr` first so the CLI and tests can find the node.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let addr = listener
+            .local_addr()
+            .map_err(|e| NodeError::io("reading the API's bound address", e))?;
+        self.data_dir.write_api_addr(addr)?;
+        tracing::info!(%addr, node_id = %self.node_id(), "API listening");
+        let router = self.router();
+        axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(|e| NodeError::io("serving the API", e))?;
+        let _ = std::fs::remove_file(self.data_dir.api_addr());
+        Ok(())
+    }
+}

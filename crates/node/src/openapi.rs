@@ -1,0 +1,224 @@
+//! The OpenAPI 3.1 document of the node's HTTP API, written by hand (it is the contract clients
+//! read; a test walks the router and this document and checks they name the same routes and
+//! methods).
+
+use serde_json::{Value, json};
+use skillbox_skill::openwop::{RETURN_SCHEMA_PATH, TASK_SCHEMA_PATH};
+
+fn err(desc: &str) -> Value {
+    json!({ "description": desc, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } })
+}
+
+fn ok_json(desc: &str, schema: Value) -> Value {
+    json!({ "description": desc, "content": { "application/json": { "schema": schema } } })
+}
+
+fn r(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn path_param(name: &str, desc: &str) -> Value {
+    json!({ "name": name, "in": "path", "required": true, "description": desc, "schema": { "type": "string", "minLength": 1 } })
+}
+
+/// An operation with the error responses every protected route can give.
+fn op(summary: &str, mut responses: serde_json::Map<String, Value>, public: bool) -> Value {
+    if !public {
+        responses.insert(
+            "401".into(),
+            err("Missing or wrong bearer token (`unauthenticated`)."),
+        );
+    }
+    let mut o = json!({ "summary": summary, "responses": responses });
+    if public {
+        o["security"] = json!([]);
+    }
+    o
+}
+
+fn map(pairs: Vec<(&str, Value)>) -> serde_json::Map<String, Value> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// The document served at `GET /openapi.json`.
+pub fn document() -> Value {
+    let text = |desc: &str| json!({ "description": desc, "content": { "text/plain": { "schema": { "type": "string" } } } });
+    let schema_doc = |desc: &str| json!({ "description": desc, "content": { "application/schema+json": { "schema": { "type": "object" } } } });
+    let source_name = path_param(
+        "name",
+        "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.",
+    );
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "skillbox node API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The HTTP API of a skillbox node: skills, sources and the OpenWOP agent surfaces. Loopback only by default; bearer token from `<data_dir>/api.token`. Every error is `{error, message, details?}`."
+        },
+        "servers": [{ "url": "http://127.0.0.1:7420" }],
+        "security": [{ "bearer": [] }],
+        "paths": {
+            "/healthz": { "get": op("Liveness: the API answers and the store is readable.", map(vec![
+                ("200", ok_json("Healthy.", json!({ "type": "object", "required": ["status"], "properties": { "status": { "const": "ok" } } }))),
+            ]), true) },
+            "/.well-known/openwop": { "get": op("OpenWOP discovery (a Capabilities document; `agents` at the root and under `capabilities`).", map(vec![
+                ("200", ok_json("Capabilities.", json!({ "type": "object", "required": ["protocolVersion", "supportedEnvelopes", "schemaVersions", "limits"] }))),
+            ]), true) },
+            "/openapi.json": { "get": op("This document.", map(vec![
+                ("200", ok_json("OpenAPI 3.1 document.", json!({ "type": "object" }))),
+            ]), true) },
+            TASK_SCHEMA_PATH: { "get": op("The skill handoff task schema (`{request, sources}`), JSON Schema 2020-12.", map(vec![
+                ("200", schema_doc("The task schema.")),
+            ]), true) },
+            RETURN_SCHEMA_PATH: { "get": op("The skill handoff return schema (`{answer, truncated}`), JSON Schema 2020-12.", map(vec![
+                ("200", schema_doc("The return schema.")),
+            ]), true) },
+            "/metrics": { "get": op("Prometheus metrics (text exposition format).", map(vec![
+                ("200", text("Counters and gauges.")),
+            ]), false) },
+            "/node": { "get": op("This node's identity.", map(vec![
+                ("200", ok_json("Node identity.", r("NodeInfo"))),
+            ]), false) },
+            "/v1/agents": { "get": op("OpenWOP agent inventory: every declared skill as an AgentInventoryEntry, agentId-sorted.", map(vec![
+                ("200", ok_json("AgentInventoryResponse.", r("AgentInventory"))),
+            ]), false) },
+            "/v1/agents/{agentId}": {
+                "parameters": [path_param("agentId", "The OpenWOP agentId (`<namespace>.<skill>`).")],
+                "get": op("One agent's inventory entry.", map(vec![
+                    ("200", ok_json("AgentInventoryEntry.", json!({ "type": "object" }))),
+                    ("404", err("No such agent (`not_found`).")),
+                ]), false)
+            },
+            "/skills": {
+                "get": op("Every declared skill, with whether it is offered and why not.", map(vec![
+                    ("200", ok_json("Skills.", r("SkillList"))),
+                ]), false),
+                "post": {
+                    "summary": "Import a SKILL.md: the body becomes source `skill/<name>/body`, the declaration is stored (one transaction). Re-import replaces.",
+                    "parameters": [{ "name": "name", "in": "query", "required": false, "description": "Fallback skill name when the front matter has none.", "schema": { "type": "string" } }],
+                    "requestBody": { "required": true, "content": {
+                        "text/markdown": { "schema": { "type": "string" } },
+                        "text/plain": { "schema": { "type": "string" } }
+                    } },
+                    "responses": {
+                        "201": ok_json("Imported.", r("Imported")),
+                        "200": ok_json("Replaced an existing skill.", r("Imported")),
+                        "400": err("Invalid SKILL.md (`validation_error`) or its manifest fails the OpenWOP schema (`pack_validation_failed`, details.errors = schema errors)."),
+                        "401": err("Missing or wrong bearer token."),
+                        "409": err("Another skill already has this agentId (`conflict`)."),
+                        "413": err("Body over the SKILL.md limit (`payload_too_large`)."),
+                        "415": err("Not text/markdown or text/plain (`unsupported_media_type`).")
+                    }
+                }
+            },
+            "/skills/{name}": {
+                "parameters": [path_param("name", "Skill name.")],
+                "get": op("One skill: declaration, manifest, offer state, body source metadata — never the body.", map(vec![
+                    ("200", ok_json("Skill.", r("SkillDetail"))),
+                    ("404", err("No such skill.")),
+                ]), false),
+                "delete": op("Remove a skill: its declaration and its body source.", map(vec![
+                    ("204", json!({ "description": "Removed." })),
+                    ("404", err("No such skill.")),
+                ]), false)
+            },
+            "/sources": { "get": op("Every source: name, kind, size, digest — never content.", map(vec![
+                ("200", ok_json("Sources.", r("SourceList"))),
+            ]), false) },
+            "/sources/{name}": {
+                "parameters": [source_name],
+                "get": op("One source's metadata (never content).", map(vec![
+                    ("200", ok_json("Source metadata.", r("SourceMeta"))),
+                    ("400", err("Bad source name (`validation_error`).")),
+                    ("404", err("No such source.")),
+                ]), false),
+                "put": {
+                    "summary": "Store or replace a source; the body is the content, encrypted at rest. Names under `skill/` are refused (skill import writes them).",
+                    "parameters": [{ "name": "kind", "in": "query", "required": false, "description": "text | secret | file (or header X-Source-Kind). Default: text when UTF-8, file otherwise.", "schema": { "type": "string", "enum": ["text", "secret", "file"] } }],
+                    "requestBody": { "required": true, "content": { "*/*": { "schema": { "type": "string", "format": "binary" } } } },
+                    "responses": {
+                        "201": ok_json("Created.", r("SourceMeta")),
+                        "200": ok_json("Replaced.", r("SourceMeta")),
+                        "400": err("Bad name, kind or content (`validation_error`)."),
+                        "401": err("Missing or wrong bearer token."),
+                        "413": err("Body over the source limit (`payload_too_large`).")
+                    }
+                },
+                "delete": op("Remove a source.", map(vec![
+                    ("204", json!({ "description": "Removed." })),
+                    ("400", err("Bad source name.")),
+                    ("404", err("No such source.")),
+                ]), false)
+            }
+        },
+        "components": {
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "description": "The token in `<data_dir>/api.token`." } },
+            "schemas": {
+                "Error": {
+                    "type": "object", "required": ["error", "message"], "additionalProperties": false,
+                    "properties": {
+                        "error": { "type": "string", "minLength": 1, "description": "Machine-readable code: validation_error, pack_validation_failed, unauthenticated, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, bad_request, internal_error." },
+                        "message": { "type": "string", "minLength": 1 },
+                        "details": { "type": "object", "description": "For validation errors: `errors: [{path|field, line?, message}]`." }
+                    }
+                },
+                "NodeInfo": {
+                    "type": "object", "required": ["nodeId", "publicKey", "version", "namespace"],
+                    "properties": { "nodeId": { "type": "string" }, "publicKey": { "type": "string" }, "version": { "type": "string" }, "namespace": { "type": "string" } }
+                },
+                "OfferState": {
+                    "type": "object", "required": ["offered", "reasons"],
+                    "properties": { "offered": { "type": "boolean" }, "reasons": { "type": "array", "items": { "type": "string" } } }
+                },
+                "SkillSummary": {
+                    "type": "object", "required": ["name", "agentId", "description", "requiredSources", "digest", "offered", "reasons"],
+                    "properties": {
+                        "name": { "type": "string" }, "agentId": { "type": "string" }, "description": { "type": "string" },
+                        "provider": { "type": "string" }, "requiredSources": { "type": "array", "items": { "type": "string" } },
+                        "digest": { "type": "string" }, "offered": { "type": "boolean" },
+                        "reason": { "type": "string", "description": "Present when not offered: the reasons joined." },
+                        "reasons": { "type": "array", "items": { "type": "string" } },
+                        "createdAt": { "type": "integer" }, "updatedAt": { "type": "integer" }
+                    }
+                },
+                "SkillList": {
+                    "type": "object", "required": ["skills", "total"],
+                    "properties": { "skills": { "type": "array", "items": r("SkillSummary") }, "total": { "type": "integer" } }
+                },
+                "SkillDetail": {
+                    "type": "object", "required": ["name", "agentId", "digest", "declaration", "manifest", "state"],
+                    "properties": {
+                        "name": { "type": "string" }, "agentId": { "type": "string" }, "digest": { "type": "string" },
+                        "declaration": { "type": "object" }, "manifest": { "type": "object" }, "state": r("OfferState"),
+                        "warnings": { "type": "array" }, "bodySource": r("SourceMeta"),
+                        "createdAt": { "type": "integer" }, "updatedAt": { "type": "integer" }
+                    }
+                },
+                "Imported": {
+                    "type": "object", "required": ["name", "agentId", "digest", "replaced", "state"],
+                    "properties": {
+                        "name": { "type": "string" }, "agentId": { "type": "string" }, "digest": { "type": "string" },
+                        "replaced": { "type": "boolean" }, "state": r("OfferState"), "warnings": { "type": "array" }
+                    }
+                },
+                "SourceMeta": {
+                    "type": "object", "required": ["name", "kind", "size", "digest"],
+                    "properties": {
+                        "name": { "type": "string" }, "kind": { "type": "string", "enum": ["text", "secret", "file"] },
+                        "size": { "type": "integer", "minimum": 0 }, "digest": { "type": "string" },
+                        "createdAt": { "type": "integer" }, "updatedAt": { "type": "integer" }
+                    }
+                },
+                "SourceList": {
+                    "type": "object", "required": ["sources", "total"],
+                    "properties": { "sources": { "type": "array", "items": r("SourceMeta") }, "total": { "type": "integer" } }
+                },
+                "AgentInventory": {
+                    "type": "object", "required": ["agents", "total"],
+                    "description": "OpenWOP AgentInventoryResponse (agent-inventory-response.schema.json).",
+                    "properties": { "agents": { "type": "array", "items": { "type": "object" } }, "total": { "type": "integer", "minimum": 0 } }
+                }
+            }
+        }
+    })
+}

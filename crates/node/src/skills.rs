@@ -1,0 +1,353 @@
+//! The skills registry: import a SKILL.md (declaration row + encrypted body source, one
+//! transaction), list every declared skill with whether it is offered and why not, and project
+//! the OpenWOP inventory. Everything here reads declarations and source *metadata* only:
+//! describing a skill never means reading it.
+
+use std::sync::Arc;
+
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+use skillbox_skill::{Declaration, check_skill};
+
+use crate::crypto::DataKey;
+use crate::error::{NodeError, Result};
+use crate::sources::{self, SourceKind, SourceMeta};
+use crate::store::{Store, now_secs};
+
+/// Whether a skill is offered, and every reason it is not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OfferState {
+    pub offered: bool,
+    /// Empty when offered.
+    pub reasons: Vec<String>,
+}
+
+/// One declared skill as stored.
+#[derive(Debug, Clone)]
+pub struct SkillRecord {
+    pub declaration: Declaration,
+    pub manifest: Value,
+    pub agent_id: String,
+    pub digest: String,
+    pub warnings: Value,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A line of `GET /skills`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillSummary {
+    pub name: String,
+    #[serde(rename = "agentId")]
+    pub agent_id: String,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(rename = "requiredSources")]
+    pub required_sources: Vec<String>,
+    pub digest: String,
+    pub offered: bool,
+    /// The reasons joined, present only when not offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub reasons: Vec<String>,
+    #[serde(rename = "createdAt")]
+    pub created_at: i64,
+    #[serde(rename = "updatedAt")]
+    pub updated_at: i64,
+}
+
+/// `GET /skills/{name}`: declaration, manifest, state; the body only as source metadata.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillDetail {
+    pub name: String,
+    #[serde(rename = "agentId")]
+    pub agent_id: String,
+    pub digest: String,
+    pub declaration: Declaration,
+    pub manifest: Value,
+    pub state: OfferState,
+    pub warnings: Value,
+    #[serde(rename = "bodySource", skip_serializing_if = "Option::is_none")]
+    pub body_source: Option<SourceMeta>,
+    #[serde(rename = "createdAt")]
+    pub created_at: i64,
+    #[serde(rename = "updatedAt")]
+    pub updated_at: i64,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Imported {
+    pub name: String,
+    #[serde(rename = "agentId")]
+    pub agent_id: String,
+    pub digest: String,
+    /// `true` when a skill of that name existed and was replaced.
+    pub replaced: bool,
+    pub state: OfferState,
+    pub warnings: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct Skills {
+    store: Arc<Store>,
+    key: Arc<DataKey>,
+    namespace: String,
+}
+
+impl Skills {
+    pub fn new(store: Arc<Store>, key: Arc<DataKey>, namespace: impl Into<String>) -> Skills {
+        Skills {
+            store,
+            key,
+            namespace: namespace.into(),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Import a SKILL.md. Parse, project and validate first (nothing is written when that fails);
+    /// then write the declaration and the body source in one transaction. The body is dropped
+    /// as soon as it is sealed.
+    pub fn import(&self, input: &[u8], fallback_name: Option<&str>) -> Result<Imported> {
+        let checked = check_skill(input, fallback_name, &self.namespace)?;
+        let decl = checked.declaration;
+        let name = decl.name.clone();
+        let digest = decl.digest();
+        let agent_id = checked.agent_id;
+        let decl_json = serde_json::to_string(&decl).map_err(|e| NodeError::StoredRow {
+            what: "declaration",
+            name: name.clone(),
+            problem: e.to_string(),
+        })?;
+        let manifest_json = checked.manifest.to_string();
+        let warnings = serde_json::to_value(&checked.warnings).unwrap_or(Value::Array(Vec::new()));
+        let body = checked.body;
+        let replaced = self.store.write(|tx| {
+            let holder: Option<String> = tx
+                .query_row(
+                    "SELECT name FROM skills WHERE agent_id = ?1",
+                    params![agent_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(other) = holder.filter(|other| *other != name) {
+                return Err(NodeError::Conflict(format!(
+                    "skill {other:?} already has agentId {agent_id:?}; rename one of them"
+                )));
+            }
+            let now = now_secs();
+            let replaced = tx.execute(
+                "UPDATE skills SET agent_id = ?2, declaration = ?3, manifest = ?4, digest = ?5,
+                     warnings = ?6, updated_at = ?7 WHERE name = ?1",
+                params![
+                    name,
+                    agent_id,
+                    decl_json,
+                    manifest_json,
+                    digest,
+                    warnings.to_string(),
+                    now
+                ],
+            )? > 0;
+            if !replaced {
+                tx.execute(
+                    "INSERT INTO skills (name, agent_id, declaration, manifest, digest, warnings,
+                         created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                    params![
+                        name,
+                        agent_id,
+                        decl_json,
+                        manifest_json,
+                        digest,
+                        warnings.to_string(),
+                        now
+                    ],
+                )?;
+            }
+            sources::put_in(
+                tx,
+                &self.key,
+                &decl.body_source_name(),
+                SourceKind::Text,
+                body.as_str().as_bytes(),
+            )?;
+            Ok(replaced)
+        })?;
+        drop(body);
+        let state = self.offer_state(&decl)?;
+        tracing::info!(skill = %name, %agent_id, %digest, replaced, offered = state.offered, "skill imported");
+        Ok(Imported {
+            name,
+            agent_id,
+            digest,
+            replaced,
+            state,
+            warnings,
+        })
+    }
+
+    /// Whether a declared skill is offered: its declaration is complete (provider, a key named
+    /// when the provider spends one) and its body and key sources are present.
+    pub fn offer_state(&self, decl: &Declaration) -> Result<OfferState> {
+        let mut reasons = Vec::new();
+        if let Some(gap) = decl.offer_gap() {
+            reasons.push(gap.to_string());
+        }
+        let body = decl.body_source_name();
+        let key_needed = decl.provider.as_ref().is_some_and(|p| p.needs_key());
+        let key = decl.key.clone().filter(|_| key_needed);
+        self.store.read(|c| {
+            let exists = |name: &str| -> Result<bool> {
+                Ok(c.query_row(
+                    "SELECT 1 FROM sources WHERE name = ?1",
+                    params![name],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+            };
+            if !exists(&body)? {
+                reasons.push(format!("body source missing ({body})"));
+            }
+            if let Some(key) = &key
+                && !exists(key)?
+            {
+                reasons.push(format!("key source missing ({key})"));
+            }
+            Ok(())
+        })?;
+        Ok(OfferState {
+            offered: reasons.is_empty(),
+            reasons,
+        })
+    }
+
+    fn records(&self, filter: Option<(&str, &str)>) -> Result<Vec<SkillRecord>> {
+        self.store.read(|c| {
+            let base = "SELECT name, agent_id, declaration, manifest, digest, warnings, created_at, updated_at FROM skills";
+            let (sql, arg) = match filter {
+                Some((column, value)) => (format!("{base} WHERE {column} = ?1"), Some(value)),
+                None => (format!("{base} ORDER BY name"), None),
+            };
+            let mut stmt = c.prepare(&sql)?;
+            let map = |r: &rusqlite::Row<'_>| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                    r.get::<_, i64>(7)?,
+                ))
+            };
+            let rows: Vec<_> = match arg {
+                Some(v) => stmt.query_map(params![v], map)?.collect::<rusqlite::Result<_>>()?,
+                None => stmt.query_map([], map)?.collect::<rusqlite::Result<_>>()?,
+            };
+            rows.into_iter()
+                .map(|(name, agent_id, decl, manifest, digest, warnings, created_at, updated_at)| {
+                    let bad = |what: &'static str, e: serde_json::Error| NodeError::StoredRow {
+                        what,
+                        name: name.clone(),
+                        problem: e.to_string(),
+                    };
+                    Ok(SkillRecord {
+                        declaration: serde_json::from_str(&decl).map_err(|e| bad("declaration", e))?,
+                        manifest: serde_json::from_str(&manifest).map_err(|e| bad("manifest", e))?,
+                        warnings: serde_json::from_str(&warnings).map_err(|e| bad("warnings", e))?,
+                        agent_id,
+                        digest,
+                        created_at,
+                        updated_at,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Every declared skill, by name.
+    pub fn records_all(&self) -> Result<Vec<SkillRecord>> {
+        self.records(None)
+    }
+
+    pub fn record(&self, name: &str) -> Result<Option<SkillRecord>> {
+        Ok(self.records(Some(("name", name)))?.pop())
+    }
+
+    pub fn record_by_agent_id(&self, agent_id: &str) -> Result<Option<SkillRecord>> {
+        Ok(self.records(Some(("agent_id", agent_id)))?.pop())
+    }
+
+    pub fn list(&self) -> Result<Vec<SkillSummary>> {
+        self.records_all()?
+            .into_iter()
+            .map(|r| {
+                let state = self.offer_state(&r.declaration)?;
+                let d = &r.declaration;
+                Ok(SkillSummary {
+                    name: d.name.clone(),
+                    agent_id: r.agent_id,
+                    description: d.description.clone(),
+                    provider: d.provider.as_ref().map(ToString::to_string),
+                    required_sources: d.required_sources.clone(),
+                    digest: r.digest,
+                    offered: state.offered,
+                    reason: (!state.offered).then(|| state.reasons.join("; ")),
+                    reasons: state.reasons,
+                    created_at: r.created_at,
+                    updated_at: r.updated_at,
+                })
+            })
+            .collect()
+    }
+
+    pub fn detail(&self, name: &str) -> Result<Option<SkillDetail>> {
+        let Some(r) = self.record(name)? else {
+            return Ok(None);
+        };
+        let state = self.offer_state(&r.declaration)?;
+        let body_name = r.declaration.body_source_name();
+        let body_source = self.store.read(|c| sources::meta_in(c, &body_name))?;
+        Ok(Some(SkillDetail {
+            name: r.declaration.name.clone(),
+            agent_id: r.agent_id,
+            digest: r.digest,
+            declaration: r.declaration,
+            manifest: r.manifest,
+            state,
+            warnings: r.warnings,
+            body_source,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }))
+    }
+
+    /// Remove a skill: its declaration and its body source, in one transaction.
+    pub fn delete(&self, name: &str) -> Result<bool> {
+        let body = skillbox_skill::body_source_name(name);
+        let removed = self.store.write(|tx| {
+            let n = tx.execute("DELETE FROM skills WHERE name = ?1", params![name])?;
+            if n > 0 {
+                tx.execute("DELETE FROM sources WHERE name = ?1", params![body])?;
+            }
+            Ok(n > 0)
+        })?;
+        if removed {
+            tracing::info!(skill = %name, "skill removed");
+        }
+        Ok(removed)
+    }
+
+    pub fn count(&self) -> Result<u64> {
+        self.store.read(|c| {
+            Ok(c.query_row("SELECT count(*) FROM skills", [], |r| r.get::<_, i64>(0))? as u64)
+        })
+    }
+}

@@ -1,0 +1,381 @@
+//! The source store (§5): named material (skill bodies, API keys, private data), encrypted at
+//! rest with the data key.
+//!
+//! Content leaves this module one way only: [`Sources::apply`] streams it into a sink the caller
+//! hands in (later: an HPKE seal for one box run). No function here or elsewhere in the crate
+//! returns source bytes; listings and metadata carry name, kind, size and a keyed digest.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::Serialize;
+
+use crate::crypto::{self, DataKey};
+use crate::error::{NodeError, Result};
+use crate::store::{Store, now_secs};
+
+/// Names under this prefix are skill bodies, written only by skill import.
+pub const SKILL_PREFIX: &str = "skill/";
+/// Longest source name accepted.
+pub const MAX_NAME_LEN: usize = skillbox_skill::document::MAX_SOURCE_NAME;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// UTF-8 text (a skill body, notes, a data set in a text format).
+    Text,
+    /// A credential (an API key): never shown, only applied.
+    Secret,
+    /// Arbitrary bytes.
+    File,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Text => "text",
+            SourceKind::Secret => "secret",
+            SourceKind::File => "file",
+        }
+    }
+}
+
+impl std::str::FromStr for SourceKind {
+    type Err = NodeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "text" => Ok(SourceKind::Text),
+            "secret" => Ok(SourceKind::Secret),
+            "file" => Ok(SourceKind::File),
+            other => Err(NodeError::invalid(
+                "kind",
+                format!("{other:?} is not one of text, secret, file"),
+            )),
+        }
+    }
+}
+
+/// What may be said about a source: never its content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceMeta {
+    pub name: String,
+    pub kind: SourceKind,
+    pub size: u64,
+    pub digest: String,
+    #[serde(rename = "createdAt")]
+    pub created_at: i64,
+    #[serde(rename = "updatedAt")]
+    pub updated_at: i64,
+}
+
+/// Check a source name with the project's one rule (the same one `key:` and `requiredSources`
+/// are checked with): `/`-separated segments of `[A-Za-z0-9_.-]`, each starting with a letter,
+/// digit or `_`, at most [`MAX_NAME_LEN`] bytes.
+pub fn check_name(name: &str) -> Result<()> {
+    if skillbox_skill::is_valid_source_name(name) {
+        return Ok(());
+    }
+    let why = if name.is_empty() {
+        "is empty".to_owned()
+    } else if name.len() > MAX_NAME_LEN {
+        format!("is {} bytes; at most {MAX_NAME_LEN}", name.len())
+    } else {
+        "must be '/'-separated segments of letters, digits, '_', '.', '-', each starting with a letter, digit or '_'"
+            .to_owned()
+    };
+    Err(NodeError::invalid(
+        "name",
+        format!("source name {name:?} {why}"),
+    ))
+}
+
+/// Whether the data key opens this store's check value. Writes the check value on first use.
+pub(crate) fn verify_data_key(store: &Store, key: &DataKey) -> Result<bool> {
+    store.write(|tx| {
+        let row: Option<Vec<u8>> = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'data_key_check'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match row {
+            Some(blob) if blob.len() > crypto::NONCE_LEN => {
+                let (nonce, ct) = blob.split_at(crypto::NONCE_LEN);
+                Ok(key
+                    .open(crypto::KEY_CHECK_AAD, nonce, ct)
+                    .as_deref()
+                    .map(|v| v.as_slice())
+                    == Some(crypto::KEY_CHECK_PLAINTEXT))
+            }
+            Some(_) => Ok(false),
+            None => {
+                let (nonce, ct) = key
+                    .seal(crypto::KEY_CHECK_AAD, crypto::KEY_CHECK_PLAINTEXT)
+                    .map_err(|e| NodeError::io("sealing the data key check", e))?;
+                let mut blob = nonce.to_vec();
+                blob.extend_from_slice(&ct);
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('data_key_check', ?1)",
+                    params![blob],
+                )?;
+                Ok(true)
+            }
+        }
+    })
+}
+
+/// The source store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    store: Arc<Store>,
+    key: Arc<DataKey>,
+}
+
+impl Sources {
+    pub fn new(store: Arc<Store>, key: Arc<DataKey>) -> Sources {
+        Sources { store, key }
+    }
+
+    /// Store (or replace) a source. Names under `skill/` are refused: a skill body is written by
+    /// skill import, together with its declaration.
+    pub fn put(&self, name: &str, kind: SourceKind, content: &[u8]) -> Result<SourceMeta> {
+        check_name(name)?;
+        if name.starts_with(SKILL_PREFIX) {
+            return Err(NodeError::invalid(
+                "name",
+                format!(
+                    "source names under {SKILL_PREFIX:?} hold skill bodies and are written by POST /skills"
+                ),
+            ));
+        }
+        self.store
+            .write(|tx| put_in(tx, &self.key, name, kind, content))
+    }
+
+    pub fn list(&self) -> Result<Vec<SourceMeta>> {
+        self.store.read(|c| {
+            let mut stmt = c.prepare(
+                "SELECT name, kind, size, digest, created_at, updated_at FROM sources ORDER BY name",
+            )?;
+            let rows = stmt.query_map([], meta_from_row)?;
+            let mut out = Vec::new();
+            for r in rows {
+                out.push(r??);
+            }
+            Ok(out)
+        })
+    }
+
+    pub fn meta(&self, name: &str) -> Result<Option<SourceMeta>> {
+        self.store.read(|c| meta_in(c, name))
+    }
+
+    /// Remove a source; `false` when there was none.
+    pub fn delete(&self, name: &str) -> Result<bool> {
+        self.store
+            .write(|tx| Ok(tx.execute("DELETE FROM sources WHERE name = ?1", params![name])? > 0))
+    }
+
+    pub fn count(&self) -> Result<u64> {
+        self.store.read(|c| {
+            Ok(c.query_row("SELECT count(*) FROM sources", [], |r| r.get::<_, i64>(0))? as u64)
+        })
+    }
+
+    /// **Apply**: decrypt a source and stream it into `sink`, the only way content leaves the
+    /// store. The plaintext lives in a zeroized buffer for the duration of the write.
+    pub fn apply(&self, name: &str, sink: &mut dyn Write) -> Result<u64> {
+        let sealed = self.store.read(|c| {
+            c.query_row(
+                "SELECT kind, nonce, ciphertext FROM sources WHERE name = ?1",
+                params![name],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, Vec<u8>>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(NodeError::from)
+        })?;
+        let Some((kind, nonce, ciphertext)) = sealed else {
+            return Err(NodeError::NotFound {
+                kind: "source",
+                name: name.to_owned(),
+            });
+        };
+        let plaintext = self
+            .key
+            .open(&crypto::source_aad(&kind, name), &nonce, &ciphertext)
+            .ok_or_else(|| NodeError::Decrypt(name.to_owned()))?;
+        sink.write_all(&plaintext)
+            .and_then(|_| sink.flush())
+            .map_err(|source| NodeError::Sink {
+                name: name.to_owned(),
+                source,
+            })?;
+        Ok(plaintext.len() as u64)
+    }
+}
+
+/// Encrypt and upsert a source inside a caller's transaction (so skill import can write the
+/// body with the declaration atomically).
+pub(crate) fn put_in(
+    tx: &Transaction<'_>,
+    key: &DataKey,
+    name: &str,
+    kind: SourceKind,
+    content: &[u8],
+) -> Result<SourceMeta> {
+    check_name(name)?;
+    if kind == SourceKind::Text && std::str::from_utf8(content).is_err() {
+        return Err(NodeError::invalid(
+            "content",
+            "a text source must be UTF-8 (use kind=file for bytes)",
+        ));
+    }
+    let (nonce, ciphertext) = key
+        .seal(&crypto::source_aad(kind.as_str(), name), content)
+        .map_err(|e| NodeError::io(format!("sealing source {name:?}"), e))?;
+    let digest = key.digest(content);
+    let now = now_secs();
+    tx.execute(
+        "INSERT INTO sources (name, kind, size, digest, nonce, ciphertext, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+         ON CONFLICT(name) DO UPDATE SET kind = excluded.kind, size = excluded.size,
+             digest = excluded.digest, nonce = excluded.nonce, ciphertext = excluded.ciphertext,
+             updated_at = excluded.updated_at",
+        params![
+            name,
+            kind.as_str(),
+            content.len() as i64,
+            digest,
+            nonce.to_vec(),
+            ciphertext,
+            now
+        ],
+    )?;
+    meta_in(tx, name)?.ok_or_else(|| NodeError::NotFound {
+        kind: "source",
+        name: name.to_owned(),
+    })
+}
+
+pub(crate) fn meta_in(c: &rusqlite::Connection, name: &str) -> Result<Option<SourceMeta>> {
+    let row = c
+        .query_row(
+            "SELECT name, kind, size, digest, created_at, updated_at FROM sources WHERE name = ?1",
+            params![name],
+            meta_from_row,
+        )
+        .optional()?;
+    row.transpose()
+}
+
+fn meta_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SourceMeta>> {
+    let name: String = r.get(0)?;
+    let kind: String = r.get(1)?;
+    let size: i64 = r.get(2)?;
+    let kind = match kind.parse::<SourceKind>() {
+        Ok(k) => k,
+        Err(_) => {
+            return Ok(Err(NodeError::StoredRow {
+                what: "source",
+                name,
+                problem: format!("kind {kind:?}"),
+            }));
+        }
+    };
+    Ok(Ok(SourceMeta {
+        name,
+        kind,
+        size: size.max(0) as u64,
+        digest: r.get(3)?,
+        created_at: r.get(4)?,
+        updated_at: r.get(5)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sources() -> Sources {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        Sources::new(store, Arc::new(DataKey::from_bytes(&[9u8; 32])))
+    }
+
+    #[test]
+    fn put_list_apply_delete() {
+        let s = sources();
+        let meta = s
+            .put("openrouter-key", SourceKind::Secret, b"sk-or-v1-abc")
+            .expect("put");
+        assert_eq!(meta.size, 12);
+        assert_eq!(s.list().expect("list"), vec![meta.clone()]);
+        let mut out = Vec::new();
+        assert_eq!(s.apply("openrouter-key", &mut out).expect("apply"), 12);
+        assert_eq!(out, b"sk-or-v1-abc");
+        let meta2 = s
+            .put("openrouter-key", SourceKind::Secret, b"sk-or-v1-xyz")
+            .expect("replace");
+        assert_ne!(meta.digest, meta2.digest);
+        assert!(s.delete("openrouter-key").expect("delete"));
+        assert!(!s.delete("openrouter-key").expect("delete again"));
+        assert!(matches!(
+            s.apply("openrouter-key", &mut out),
+            Err(NodeError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        for bad in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "a/../b",
+            "a b",
+            "ä",
+            &"x".repeat(129),
+            ".hidden",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["spotify_songs", "skill/x/body", "a.b-c_d", "A1"] {
+            check_name(good).expect(good);
+        }
+        let s = sources();
+        assert!(s.put("skill/x/body", SourceKind::Text, b"x").is_err());
+        assert!(s.put("notes", SourceKind::Text, &[0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn tampered_row_fails_to_apply() {
+        let s = sources();
+        s.put("a", SourceKind::Text, b"hello").expect("put");
+        s.store
+            .write(|tx| {
+                tx.execute("UPDATE sources SET name = 'b' WHERE name = 'a'", [])?;
+                Ok(())
+            })
+            .expect("move row");
+        let err = s
+            .apply("b", &mut Vec::new())
+            .expect_err("moved row must not open");
+        assert!(matches!(err, NodeError::Decrypt(_)), "{err}");
+    }
+
+    #[test]
+    fn key_check_detects_another_key() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        assert!(verify_data_key(&store, &DataKey::from_bytes(&[1u8; 32])).expect("first"));
+        assert!(verify_data_key(&store, &DataKey::from_bytes(&[1u8; 32])).expect("same"));
+        assert!(!verify_data_key(&store, &DataKey::from_bytes(&[2u8; 32])).expect("other"));
+    }
+}
