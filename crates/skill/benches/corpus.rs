@@ -14,8 +14,14 @@ fn corpus() -> Vec<(String, Vec<u8>)> {
         .skip(1)
         .filter_map(|l| l.split('\t').next())
         .map(|p| {
-            let folder = Path::new(p).parent().and_then(|f| f.file_name()).and_then(|n| n.to_str());
-            (folder.unwrap_or("x").to_owned(), std::fs::read(root.join(p)).expect("corpus file"))
+            let folder = Path::new(p)
+                .parent()
+                .and_then(|f| f.file_name())
+                .and_then(|n| n.to_str());
+            (
+                folder.unwrap_or("x").to_owned(),
+                std::fs::read(root.join(p)).expect("corpus file"),
+            )
         })
         .collect()
 }

@@ -41,7 +41,11 @@ pub struct Declaration {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// The caller's sources the skill asks for.
-    #[serde(rename = "requiredSources", default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        rename = "requiredSources",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub required_sources: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub license: Option<String>,
@@ -91,7 +95,9 @@ impl std::fmt::Display for DeclarationGap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             DeclarationGap::NoProvider => "no provider declared",
-            DeclarationGap::NoKeyNamed => "the provider needs an API key but no `key` source is named",
+            DeclarationGap::NoKeyNamed => {
+                "the provider needs an API key but no `key` source is named"
+            }
         })
     }
 }
@@ -114,7 +120,11 @@ impl Declaration {
         Advertised {
             name: self.name.clone(),
             description: self.description.clone(),
-            provider: self.provider.as_ref().map(ToString::to_string).unwrap_or_default(),
+            provider: self
+                .provider
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
             required_sources: self.required_sources.clone(),
             license: self.license.clone(),
             compatibility: self.compatibility.clone(),

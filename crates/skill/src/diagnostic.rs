@@ -17,7 +17,11 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(field: Option<&str>, line: Option<usize>, message: impl Into<String>) -> Self {
-        Diagnostic { field: field.map(str::to_owned), line, message: message.into() }
+        Diagnostic {
+            field: field.map(str::to_owned),
+            line,
+            message: message.into(),
+        }
     }
 
     pub fn document(line: Option<usize>, message: impl Into<String>) -> Self {

@@ -79,11 +79,16 @@ pub fn parse(input: &[u8], fallback_name: Option<&str>) -> Result<Parsed, Docume
     let mut check = FieldCheck::new(fields.lines, split.front_matter_line);
     let declaration = check.declaration(fields.values, fallback_name);
     if !check.errors.is_empty() {
-        return Err(DocumentError { problems: check.errors });
+        return Err(DocumentError {
+            problems: check.errors,
+        });
     }
     let Some(declaration) = declaration else {
         // `declaration` is only None when an error was recorded.
-        return Err(DocumentError::one(Diagnostic::document(None, "invalid front matter")));
+        return Err(DocumentError::one(Diagnostic::document(
+            None,
+            "invalid front matter",
+        )));
     };
     let body = split.body.strip_prefix('\n').unwrap_or(split.body);
     if body.trim().is_empty() {
@@ -116,7 +121,10 @@ fn decode(input: &[u8]) -> Result<&str, DocumentError> {
         let line = line_of(&input[..e.valid_up_to()]);
         DocumentError::one(Diagnostic::document(
             Some(line),
-            format!("not UTF-8: invalid byte sequence at byte {}", e.valid_up_to()),
+            format!(
+                "not UTF-8: invalid byte sequence at byte {}",
+                e.valid_up_to()
+            ),
         ))
     })?;
     if let Some(pos) = text.find('\0') {
@@ -201,7 +209,10 @@ fn read_front_matter(yaml: &str, first_line: usize) -> Result<Fields, DocumentEr
         yaml
     };
     if yaml.trim().is_empty() {
-        return Ok(Fields { values: Vec::new(), lines: BTreeMap::new() });
+        return Ok(Fields {
+            values: Vec::new(),
+            lines: BTreeMap::new(),
+        });
     }
     let options = serde_saphyr::options! {
         budget: serde_saphyr::budget! {
@@ -237,19 +248,23 @@ fn read_front_matter(yaml: &str, first_line: usize) -> Result<Fields, DocumentEr
         .collect();
     values.sort_by_key(|(line, _, _)| *line);
     let lines = values.iter().map(|(l, k, _)| (k.clone(), *l)).collect();
-    Ok(Fields { values: values.into_iter().map(|(_, k, v)| (k, v)).collect(), lines })
+    Ok(Fields {
+        values: values.into_iter().map(|(_, k, v)| (k, v)).collect(),
+        lines,
+    })
 }
 
 /// The 1-based line of the front matter where top-level `key` is written (column 0, plain or
 /// quoted).
 fn key_line(yaml: &str, key: &str) -> Option<usize> {
-    yaml.lines().position(|line| {
-        let rest = [key, &format!("\"{key}\""), &format!("'{key}'")]
-            .into_iter()
-            .find_map(|k| line.strip_prefix(k));
-        rest.is_some_and(|r| r.trim_start().starts_with(':'))
-    })
-    .map(|i| i + 1)
+    yaml.lines()
+        .position(|line| {
+            let rest = [key, &format!("\"{key}\""), &format!("'{key}'")]
+                .into_iter()
+                .find_map(|k| line.strip_prefix(k));
+            rest.is_some_and(|r| r.trim_start().starts_with(':'))
+        })
+        .map(|i| i + 1)
 }
 
 /// Turn a YAML error into a diagnostic: the budget refusals get their own words.
@@ -269,7 +284,9 @@ fn yaml_error(err: &serde_saphyr::Error, yaml: &str, first_line: usize) -> Diagn
         "YAML merge keys (`<<`) are not accepted in front matter".to_owned()
     } else if lower.contains("duplicate") {
         format!("duplicate field in front matter: {}", first_line_of(&raw))
-    } else if !yaml.trim_start().starts_with(|c: char| c.is_alphanumeric() || c == '"' || c == '\'')
+    } else if !yaml
+        .trim_start()
+        .starts_with(|c: char| c.is_alphanumeric() || c == '"' || c == '\'')
         && lower.contains("expected")
         && lower.contains("map")
     {
@@ -290,8 +307,12 @@ pub fn is_valid_source_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_SOURCE_NAME
         && name.split('/').all(|seg| {
-            seg.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
-                && seg.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            seg.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && seg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
         })
 }
 
@@ -301,10 +322,18 @@ pub fn name_problem(name: &str) -> Option<String> {
         return Some("must not be empty".into());
     }
     if name.chars().count() > MAX_NAME_CHARS {
-        return Some(format!("is {} characters, over the limit of {MAX_NAME_CHARS}", name.chars().count()));
+        return Some(format!(
+            "is {} characters, over the limit of {MAX_NAME_CHARS}",
+            name.chars().count()
+        ));
     }
-    if let Some(c) = name.chars().find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-')) {
-        return Some(format!("may only contain lowercase letters, digits and `-` (found {c:?})"));
+    if let Some(c) = name
+        .chars()
+        .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-'))
+    {
+        return Some(format!(
+            "may only contain lowercase letters, digits and `-` (found {c:?})"
+        ));
     }
     if name.starts_with('-') || name.ends_with('-') {
         return Some("must not start or end with `-`".into());
@@ -325,7 +354,12 @@ struct FieldCheck {
 
 impl FieldCheck {
     fn new(lines: BTreeMap<String, usize>, front_matter_line: usize) -> Self {
-        FieldCheck { lines, front_matter_line, errors: Vec::new(), warnings: Vec::new() }
+        FieldCheck {
+            lines,
+            front_matter_line,
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 
     fn line(&self, field: &str) -> Option<usize> {
@@ -335,12 +369,14 @@ impl FieldCheck {
 
     fn error(&mut self, field: &str, message: impl Into<String>) {
         let line = self.line(field).or(Some(self.front_matter_line));
-        self.errors.push(Diagnostic::new(Some(field), line, message));
+        self.errors
+            .push(Diagnostic::new(Some(field), line, message));
     }
 
     fn warn(&mut self, field: &str, message: impl Into<String>) {
         let line = self.line(field);
-        self.warnings.push(Diagnostic::new(Some(field), line, message));
+        self.warnings
+            .push(Diagnostic::new(Some(field), line, message));
     }
 
     /// A string field; numbers and booleans are refused rather than coerced, so `name: 123`
@@ -353,13 +389,23 @@ impl FieldCheck {
                 None
             }
             other => {
-                self.error(field, format!("must be text, found {} (quote it to make it text)", kind(&other)));
+                self.error(
+                    field,
+                    format!(
+                        "must be text, found {} (quote it to make it text)",
+                        kind(&other)
+                    ),
+                );
                 None
             }
         }
     }
 
-    fn declaration(&mut self, fields: Vec<(String, Value)>, fallback_name: Option<&str>) -> Option<Declaration> {
+    fn declaration(
+        &mut self,
+        fields: Vec<(String, Value)>,
+        fallback_name: Option<&str>,
+    ) -> Option<Declaration> {
         let mut name = None;
         let mut description = None;
         let mut provider = None;
@@ -389,7 +435,10 @@ impl FieldCheck {
                 "model" => {
                     if let Some(m) = self.string("model", value) {
                         if m.trim().is_empty() || m.len() > 256 {
-                            self.error("model", "must be a provider model id of 1 to 256 characters");
+                            self.error(
+                                "model",
+                                "must be a provider model id of 1 to 256 characters",
+                            );
                         } else {
                             model = Some(m);
                         }
@@ -412,7 +461,9 @@ impl FieldCheck {
                         if n == 0 || n > MAX_COMPATIBILITY_CHARS {
                             self.error(
                                 "compatibility",
-                                format!("must be 1 to {MAX_COMPATIBILITY_CHARS} characters, found {n}"),
+                                format!(
+                                    "must be 1 to {MAX_COMPATIBILITY_CHARS} characters, found {n}"
+                                ),
                             );
                         } else {
                             compatibility = Some(c);
@@ -422,14 +473,20 @@ impl FieldCheck {
                 "metadata" => match value {
                     Value::Object(m) => metadata = Some(m),
                     Value::Null => {}
-                    other => self.error("metadata", format!("must be a mapping, found {}", kind(&other))),
+                    other => self.error(
+                        "metadata",
+                        format!("must be a mapping, found {}", kind(&other)),
+                    ),
                 },
                 "allowed-tools" => {
                     match &value {
                         Value::String(_) => {}
                         Value::Array(items) if items.iter().all(Value::is_string) => {}
                         other => {
-                            self.error("allowed-tools", format!("must be text or a list of text, found {}", kind(other)));
+                            self.error(
+                                "allowed-tools",
+                                format!("must be text or a list of text, found {}", kind(other)),
+                            );
                             continue;
                         }
                     }
@@ -446,10 +503,10 @@ impl FieldCheck {
         }
 
         // The OpenWOP reference host reads memory flags from `metadata.memory` too.
-        if memory_value.is_none() {
-            if let Some(m) = metadata.as_ref().and_then(|m| m.get("memory")) {
-                memory_value = Some(("metadata.memory", m.clone()));
-            }
+        if memory_value.is_none()
+            && let Some(m) = metadata.as_ref().and_then(|m| m.get("memory"))
+        {
+            memory_value = Some(("metadata.memory", m.clone()));
         }
         let memory = match memory_value {
             Some((field, value)) => self.memory(field, value),
@@ -458,7 +515,10 @@ impl FieldCheck {
 
         let name = match (name, fallback_name) {
             (Some(n), Some(f)) if n != f => {
-                self.error("name", format!("is {n:?} but the skill was imported as {f:?}: they must agree"));
+                self.error(
+                    "name",
+                    format!("is {n:?} but the skill was imported as {f:?}: they must agree"),
+                );
                 None
             }
             (Some(n), _) => Some(n),
@@ -473,10 +533,10 @@ impl FieldCheck {
                 None
             }
         };
-        if let Some(n) = &name {
-            if let Some(problem) = name_problem(n) {
-                self.error("name", format!("{n:?} {problem}"));
-            }
+        if let Some(n) = &name
+            && let Some(problem) = name_problem(n)
+        {
+            self.error("name", format!("{n:?} {problem}"));
         }
         match &description {
             None if !self.lines.contains_key("description") => self.errors.push(Diagnostic::new(
@@ -521,26 +581,42 @@ impl FieldCheck {
     fn source_list(&mut self, value: Value) -> Vec<String> {
         let names: Vec<String> = match value {
             Value::Null => Vec::new(),
-            Value::String(s) => s.split([',', ' ', '\t']).filter(|p| !p.is_empty()).map(str::to_owned).collect(),
+            Value::String(s) => s
+                .split([',', ' ', '\t'])
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for item in items {
                     match item {
                         Value::String(s) => out.push(s),
-                        other => self.error("requiredSources", format!("items must be source names, found {}", kind(&other))),
+                        other => self.error(
+                            "requiredSources",
+                            format!("items must be source names, found {}", kind(&other)),
+                        ),
                     }
                 }
                 out
             }
             other => {
-                self.error("requiredSources", format!("must be a list of source names or a comma separated string, found {}", kind(&other)));
+                self.error(
+                    "requiredSources",
+                    format!(
+                        "must be a list of source names or a comma separated string, found {}",
+                        kind(&other)
+                    ),
+                );
                 Vec::new()
             }
         };
         let mut seen = Vec::with_capacity(names.len());
         for name in names {
             if !is_valid_source_name(&name) {
-                self.error("requiredSources", format!("{name:?} is not a source name (letters, digits, `_`, `.`, `-`)"));
+                self.error(
+                    "requiredSources",
+                    format!("{name:?} is not a source name (letters, digits, `_`, `.`, `-`)"),
+                );
             } else if seen.contains(&name) {
                 self.warn("requiredSources", format!("{name:?} is listed twice"));
             } else {
@@ -553,7 +629,10 @@ impl FieldCheck {
     fn memory(&mut self, field: &str, value: Value) -> Memory {
         let mut memory = Memory::default();
         let Value::Object(map) = value else {
-            self.error(field, "must be a mapping of memory flags (scratchpad, conversation, longTerm)");
+            self.error(
+                field,
+                "must be a mapping of memory flags (scratchpad, conversation, longTerm)",
+            );
             return memory;
         };
         for (flag, v) in map {
@@ -566,7 +645,10 @@ impl FieldCheck {
                 "scratchpad" => memory.scratchpad = Some(b),
                 "conversation" => memory.conversation = Some(b),
                 "longTerm" => memory.long_term = Some(b),
-                _ => self.error(&path, "unknown memory flag: expected scratchpad, conversation or longTerm"),
+                _ => self.error(
+                    &path,
+                    "unknown memory flag: expected scratchpad, conversation or longTerm",
+                ),
             }
         }
         memory

@@ -52,7 +52,11 @@ pub enum CheckError {
 }
 
 fn join<T: std::fmt::Display>(items: &[T]) -> String {
-    items.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Parse, project and validate a SKILL.md in one call.
@@ -86,7 +90,12 @@ pub fn check_skill(
 
 /// Map a manifest schema issue back to the front-matter field that caused it.
 fn locate(parsed: &Parsed, issue: &SchemaIssue) -> Diagnostic {
-    let top = issue.path.trim_start_matches('/').split('/').next().unwrap_or("");
+    let top = issue
+        .path
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("");
     let field = match top {
         "memoryShape" => {
             if parsed.field_lines.contains_key("memory") {
@@ -132,11 +141,17 @@ pub fn check_manifest_document(doc: &Value) -> ManifestReport {
             Ok(()) => Vec::new(),
             Err(issues) => issues
                 .into_iter()
-                .map(|i| SchemaIssue { path: format!("{prefix}{}", i.path), message: i.message })
+                .map(|i| SchemaIssue {
+                    path: format!("{prefix}{}", i.path),
+                    message: i.message,
+                })
                 .collect(),
         };
         AgentVerdict {
-            agent_id: agent.get("agentId").and_then(Value::as_str).map(str::to_owned),
+            agent_id: agent
+                .get("agentId")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             role: agent.get("role").and_then(Value::as_str).map(str::to_owned),
             valid: errors.is_empty(),
             errors,
@@ -150,16 +165,30 @@ pub fn check_manifest_document(doc: &Value) -> ManifestReport {
                 .map(|(i, a)| verdict(a, &format!("/agents/{i}")))
                 .collect();
             // Whole-pack errors, minus those inside agents[] (already attributed above).
-            let pack_errors: Vec<SchemaIssue> = match openwop::validate(Schema::NodePackManifest, doc) {
-                Ok(()) => Vec::new(),
-                Err(issues) => issues.into_iter().filter(|i| !i.path.starts_with("/agents/")).collect(),
-            };
+            let pack_errors: Vec<SchemaIssue> =
+                match openwop::validate(Schema::NodePackManifest, doc) {
+                    Ok(()) => Vec::new(),
+                    Err(issues) => issues
+                        .into_iter()
+                        .filter(|i| !i.path.starts_with("/agents/"))
+                        .collect(),
+                };
             let valid = pack_errors.is_empty() && agents.iter().all(|a| a.valid);
-            ManifestReport { kind: "pack", valid, pack_errors, agents }
+            ManifestReport {
+                kind: "pack",
+                valid,
+                pack_errors,
+                agents,
+            }
         }
         _ => {
             let v = verdict(doc, "");
-            ManifestReport { kind: "manifest", valid: v.valid, pack_errors: Vec::new(), agents: vec![v] }
+            ManifestReport {
+                kind: "manifest",
+                valid: v.valid,
+                pack_errors: Vec::new(),
+                agents: vec![v],
+            }
         }
     }
 }

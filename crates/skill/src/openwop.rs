@@ -83,7 +83,11 @@ pub struct SchemaIssue {
 
 impl std::fmt::Display for SchemaIssue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let path = if self.path.is_empty() { "/" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
         write!(f, "{path}: {}", self.message)
     }
 }
@@ -99,7 +103,8 @@ fn validators() -> &'static Validators {
     VALIDATORS.get_or_init(|| {
         // The schemas are part of the binary and tested; failing here is a build defect.
         let parse = |text: &str, what: &str| -> Value {
-            serde_json::from_str(text).unwrap_or_else(|e| panic!("embedded schema {what} is not JSON: {e}"))
+            serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("embedded schema {what} is not JSON: {e}"))
         };
         let mut registry = jsonschema::Registry::new();
         for s in Schema::ALL {
@@ -107,7 +112,9 @@ fn validators() -> &'static Validators {
                 .add(s.id(), parse(s.text(), s.file_name()))
                 .unwrap_or_else(|e| panic!("registering {}: {e}", s.file_name()));
         }
-        let registry = registry.prepare().unwrap_or_else(|e| panic!("preparing schema registry: {e}"));
+        let registry = registry
+            .prepare()
+            .unwrap_or_else(|e| panic!("preparing schema registry: {e}"));
         let build = |schema: &Value, what: &str| {
             jsonschema::options()
                 .with_registry(&registry)
@@ -133,7 +140,10 @@ fn issues(validator: &jsonschema::Validator, doc: &Value) -> Result<(), Vec<Sche
     }
     Err(validator
         .iter_errors(doc)
-        .map(|e| SchemaIssue { path: e.instance_path().to_string(), message: e.to_string() })
+        .map(|e| SchemaIssue {
+            path: e.instance_path().to_string(),
+            message: e.to_string(),
+        })
         .collect())
 }
 
@@ -188,15 +198,27 @@ pub fn project(decl: &Declaration, namespace: &str) -> Projection {
             None,
             format!("cut to {MAX_MANIFEST_DESCRIPTION} characters in the OpenWOP manifest"),
         ));
-        decl.description.chars().take(MAX_MANIFEST_DESCRIPTION).collect()
+        decl.description
+            .chars()
+            .take(MAX_MANIFEST_DESCRIPTION)
+            .collect()
     } else {
         decl.description.clone()
     };
     let label: String = decl.name.chars().take(100).collect();
     let mut memory = serde_json::Map::new();
-    memory.insert("scratchpad".into(), Value::Bool(decl.memory.scratchpad.unwrap_or(true)));
-    memory.insert("conversation".into(), Value::Bool(decl.memory.conversation.unwrap_or(false)));
-    memory.insert("longTerm".into(), Value::Bool(decl.memory.long_term.unwrap_or(false)));
+    memory.insert(
+        "scratchpad".into(),
+        Value::Bool(decl.memory.scratchpad.unwrap_or(true)),
+    );
+    memory.insert(
+        "conversation".into(),
+        Value::Bool(decl.memory.conversation.unwrap_or(false)),
+    );
+    memory.insert(
+        "longTerm".into(),
+        Value::Bool(decl.memory.long_term.unwrap_or(false)),
+    );
     let manifest = json!({
         "agentId": agent_id(namespace, &decl.name),
         "role": "skill",

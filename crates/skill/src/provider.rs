@@ -61,9 +61,9 @@ impl std::str::FromStr for ProviderId {
                 Some(id)
                     if !id.is_empty()
                         && id.len() <= 64
-                        && id
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') =>
+                        && id.bytes().all(|b| {
+                            b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+                        }) =>
                 {
                     ProviderId::OpenAiCompatible(id.to_owned())
                 }

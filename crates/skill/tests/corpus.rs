@@ -21,7 +21,10 @@ fn our_verdicts() -> BTreeMap<String, Result<(), String>> {
         let path = line.split('\t').next().expect("a path column");
         let file = corpus.join(path);
         let folder = Path::new(path).parent().expect("SKILL.md sits in a folder");
-        let name = folder.file_name().and_then(|n| n.to_str()).expect("folder name");
+        let name = folder
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("folder name");
         let bytes = std::fs::read(&file).expect("corpus file");
         let verdict = match check_skill(&bytes, Some(name), openwop::DEFAULT_NAMESPACE) {
             Ok(_) => Ok(()),
@@ -47,18 +50,24 @@ fn reason(skills_ref_errors: &[String], ours_valid: bool) -> &'static str {
 
 fn differences() -> BTreeMap<String, (bool, bool, &'static str)> {
     let expected: BTreeMap<String, Vec<String>> = serde_json::from_str(
-        &std::fs::read_to_string(data().join("skills-corpus/expected-skills-ref.json")).expect("expected file"),
+        &std::fs::read_to_string(data().join("skills-corpus/expected-skills-ref.json"))
+            .expect("expected file"),
     )
     .expect("expected-skills-ref.json is JSON");
     let ours = our_verdicts();
     assert_eq!(ours.len(), 419, "the corpus has 419 SKILL.md files");
     let mut diffs = BTreeMap::new();
     for (folder, verdict) in &ours {
-        let theirs = expected.get(folder).unwrap_or_else(|| panic!("{folder} missing from expected file"));
+        let theirs = expected
+            .get(folder)
+            .unwrap_or_else(|| panic!("{folder} missing from expected file"));
         let theirs_valid = theirs.is_empty();
         let ours_valid = verdict.is_ok();
         if theirs_valid != ours_valid {
-            diffs.insert(folder.clone(), (theirs_valid, ours_valid, reason(theirs, ours_valid)));
+            diffs.insert(
+                folder.clone(),
+                (theirs_valid, ours_valid, reason(theirs, ours_valid)),
+            );
         }
     }
     diffs
@@ -67,19 +76,29 @@ fn differences() -> BTreeMap<String, (bool, bool, &'static str)> {
 #[test]
 fn corpus_differences_match_the_checked_in_table() {
     let diffs = differences();
-    let table = std::fs::read_to_string(data().join("corpus-differences.tsv")).expect("corpus-differences.tsv");
+    let table = std::fs::read_to_string(data().join("corpus-differences.tsv"))
+        .expect("corpus-differences.tsv");
     let listed: BTreeMap<String, (bool, bool, String)> = table
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .skip(1)
         .map(|l| {
             let cols: Vec<&str> = l.split('\t').collect();
-            assert_eq!(cols.len(), 4, "row {l:?} needs folder, skills-ref, ours, reason");
-            (cols[0].to_owned(), (cols[1] == "valid", cols[2] == "valid", cols[3].to_owned()))
+            assert_eq!(
+                cols.len(),
+                4,
+                "row {l:?} needs folder, skills-ref, ours, reason"
+            );
+            (
+                cols[0].to_owned(),
+                (cols[1] == "valid", cols[2] == "valid", cols[3].to_owned()),
+            )
         })
         .collect();
-    let computed: BTreeMap<String, (bool, bool, String)> =
-        diffs.into_iter().map(|(k, (a, b, r))| (k, (a, b, r.to_owned()))).collect();
+    let computed: BTreeMap<String, (bool, bool, String)> = diffs
+        .into_iter()
+        .map(|(k, (a, b, r))| (k, (a, b, r.to_owned())))
+        .collect();
     if computed != listed {
         let mut regenerated = String::from("folder\tskills-ref\tours\treason\n");
         for (k, (a, b, r)) in &computed {

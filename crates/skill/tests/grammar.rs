@@ -54,8 +54,15 @@ fn the_declaration_never_holds_the_body() {
     let json = serde_json::to_string(&p.declaration).expect("serializes");
     assert!(!json.contains(marker));
     assert!(!format!("{:?}", p.declaration).contains(marker));
-    assert!(!format!("{:?}", p.body).contains(marker), "Body's Debug shows only its length");
-    assert!(!serde_json::to_string(&p.declaration.advertised()).expect("ser").contains(marker));
+    assert!(
+        !format!("{:?}", p.body).contains(marker),
+        "Body's Debug shows only its length"
+    );
+    assert!(
+        !serde_json::to_string(&p.declaration.advertised())
+            .expect("ser")
+            .contains(marker)
+    );
 }
 
 #[test]
@@ -64,18 +71,33 @@ fn advertised_leaves_out_model_and_key() {
     let ad = serde_json::to_string(&p.declaration.advertised()).expect("ser");
     assert!(!ad.contains("claude-sonnet"), "{ad}");
     assert!(!ad.contains("openrouter-key"), "{ad}");
-    assert!(ad.contains("spotify_songs") && ad.contains("\"provider\":\"openrouter\""), "{ad}");
+    assert!(
+        ad.contains("spotify_songs") && ad.contains("\"provider\":\"openrouter\""),
+        "{ad}"
+    );
 }
 
 #[test]
 fn digest_changes_with_any_field() {
-    let a = parse("---\nname: s\ndescription: one\n---\n").expect("valid").declaration;
-    let b = parse("---\nname: s\ndescription: two\n---\n").expect("valid").declaration;
-    let c = parse("---\nname: s\ndescription: one\nmodel: m\n---\n").expect("valid").declaration;
+    let a = parse("---\nname: s\ndescription: one\n---\n")
+        .expect("valid")
+        .declaration;
+    let b = parse("---\nname: s\ndescription: two\n---\n")
+        .expect("valid")
+        .declaration;
+    let c = parse("---\nname: s\ndescription: one\nmodel: m\n---\n")
+        .expect("valid")
+        .declaration;
     assert!(a.digest().starts_with("sha256:") && a.digest().len() == 7 + 64);
     assert_ne!(a.digest(), b.digest());
     assert_ne!(a.digest(), c.digest());
-    assert_eq!(a.digest(), parse("---\ndescription: one\nname: s\n---\nother body\n").expect("v").declaration.digest());
+    assert_eq!(
+        a.digest(),
+        parse("---\ndescription: one\nname: s\n---\nother body\n")
+            .expect("v")
+            .declaration
+            .digest()
+    );
 }
 
 #[test]
@@ -104,17 +126,37 @@ fn missing_front_matter_and_missing_close_are_errors_on_line_1() {
 fn empty_body_is_a_warning() {
     let p = parse("---\nname: s\ndescription: d\n---").expect("valid");
     assert!(p.body.is_empty());
-    assert!(p.warnings.iter().any(|w| w.message.contains("body is empty")), "{:?}", p.warnings);
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.message.contains("body is empty")),
+        "{:?}",
+        p.warnings
+    );
 }
 
 #[test]
 fn name_rules() {
-    for bad in ["Upper", "-lead", "trail-", "dou--ble", "sp ace", "ünï", &"a".repeat(65)] {
+    for bad in [
+        "Upper",
+        "-lead",
+        "trail-",
+        "dou--ble",
+        "sp ace",
+        "ünï",
+        &"a".repeat(65),
+    ] {
         let ps = problems(&format!("---\nname: \"{bad}\"\ndescription: d\n---\n"));
         let p = problem_for(&ps, "name");
         assert_eq!(p.line, Some(2), "{bad}: {p:?}");
     }
-    assert!(parse(&format!("---\nname: {}\ndescription: d\n---\n", "a".repeat(64))).is_ok());
+    assert!(
+        parse(&format!(
+            "---\nname: {}\ndescription: d\n---\n",
+            "a".repeat(64)
+        ))
+        .is_ok()
+    );
     assert!(parse("---\nname: 3d-printing\ndescription: d\n---\n").is_ok());
 }
 
@@ -122,7 +164,11 @@ fn name_rules() {
 fn name_falls_back_to_the_import_name_and_must_agree() {
     let p = document::parse(b"---\ndescription: d\n---\n", Some("from-folder")).expect("valid");
     assert_eq!(p.declaration.name, "from-folder");
-    let e = document::parse(b"---\nname: other\ndescription: d\n---\n", Some("from-folder")).unwrap_err();
+    let e = document::parse(
+        b"---\nname: other\ndescription: d\n---\n",
+        Some("from-folder"),
+    )
+    .unwrap_err();
     let p = problem_for(&e.problems, "name");
     assert!(p.message.contains("must agree"), "{p:?}");
     assert_eq!(p.line, Some(2));
@@ -135,13 +181,26 @@ fn description_rules() {
     let ps = problems("---\nname: s\n---\n");
     assert!(problem_for(&ps, "description").message.contains("missing"));
     let long = "x".repeat(1025);
-    let ps = problems(&format!("---\nname: s\nlicense: MIT\ndescription: {long}\n---\n"));
+    let ps = problems(&format!(
+        "---\nname: s\nlicense: MIT\ndescription: {long}\n---\n"
+    ));
     let p = problem_for(&ps, "description");
     assert_eq!(p.line, Some(4));
     assert!(p.message.contains("1025"), "{p:?}");
-    assert!(parse(&format!("---\nname: s\ndescription: {}\n---\n", "é".repeat(1024))).is_ok(), "chars, not bytes");
+    assert!(
+        parse(&format!(
+            "---\nname: s\ndescription: {}\n---\n",
+            "é".repeat(1024)
+        ))
+        .is_ok(),
+        "chars, not bytes"
+    );
     let ps = problems("---\nname: s\ndescription: 42\n---\n");
-    assert!(problem_for(&ps, "description").message.contains("must be text"));
+    assert!(
+        problem_for(&ps, "description")
+            .message
+            .contains("must be text")
+    );
     let ps = problems("---\nname: s\ndescription: \"  \"\n---\n");
     assert!(problem_for(&ps, "description").message.contains("blank"));
 }
@@ -154,14 +213,27 @@ fn provider_forms() {
         ("anthropic", ProviderId::Anthropic),
         ("ollama", ProviderId::Ollama),
         ("local", ProviderId::Local),
-        ("openai-compatible:vllm-1", ProviderId::OpenAiCompatible("vllm-1".into())),
+        (
+            "openai-compatible:vllm-1",
+            ProviderId::OpenAiCompatible("vllm-1".into()),
+        ),
     ] {
-        let p = parse(&format!("---\nname: s\ndescription: d\nprovider: {text}\n---\n")).expect(text);
+        let p = parse(&format!(
+            "---\nname: s\ndescription: d\nprovider: {text}\n---\n"
+        ))
+        .expect(text);
         assert_eq!(p.declaration.provider, Some(want.clone()));
         assert_eq!(want.to_string(), text, "Display round-trips");
     }
-    for bad in ["gpt", "openai-compatible:", "openai-compatible:a b", "LOCAL"] {
-        let ps = problems(&format!("---\nname: s\ndescription: d\nprovider: \"{bad}\"\n---\n"));
+    for bad in [
+        "gpt",
+        "openai-compatible:",
+        "openai-compatible:a b",
+        "LOCAL",
+    ] {
+        let ps = problems(&format!(
+            "---\nname: s\ndescription: d\nprovider: \"{bad}\"\n---\n"
+        ));
         let p = problem_for(&ps, "provider");
         assert_eq!(p.line, Some(4));
         assert!(p.message.contains("unknown provider"), "{p:?}");
@@ -172,13 +244,18 @@ fn provider_forms() {
 fn required_sources_as_list_or_separated_string() {
     let a = parse("---\nname: s\ndescription: d\nrequiredSources: a, b c,d\n---\n").expect("v");
     assert_eq!(a.declaration.required_sources, vec!["a", "b", "c", "d"]);
-    let b = parse("---\nname: s\ndescription: d\nrequiredSources:\n  - a\n  - b\n---\n").expect("v");
+    let b =
+        parse("---\nname: s\ndescription: d\nrequiredSources:\n  - a\n  - b\n---\n").expect("v");
     assert_eq!(b.declaration.required_sources, vec!["a", "b"]);
     let dup = parse("---\nname: s\ndescription: d\nrequiredSources: [a, a]\n---\n").expect("v");
     assert_eq!(dup.declaration.required_sources, vec!["a"]);
     assert!(dup.warnings.iter().any(|w| w.message.contains("twice")));
     let ps = problems("---\nname: s\ndescription: d\nrequiredSources: [\"../etc\"]\n---\n");
-    assert!(problem_for(&ps, "requiredSources").message.contains("not a source name"));
+    assert!(
+        problem_for(&ps, "requiredSources")
+            .message
+            .contains("not a source name")
+    );
     let ps = problems("---\nname: s\ndescription: d\nrequiredSources: {a: 1}\n---\n");
     assert_eq!(problem_for(&ps, "requiredSources").line, Some(4));
 }
@@ -187,15 +264,28 @@ fn required_sources_as_list_or_separated_string() {
 fn key_must_name_a_source() {
     let ps = problems("---\nname: s\ndescription: d\nkey: \"sk-or-v1 secret value\"\n---\n");
     let p = problem_for(&ps, "key");
-    assert!(!p.message.contains("secret value"), "an error never echoes what may be a secret");
+    assert!(
+        !p.message.contains("secret value"),
+        "an error never echoes what may be a secret"
+    );
 }
 
 #[test]
 fn unknown_keys_are_kept_with_a_warning() {
-    let p = parse("---\nname: s\ndescription: d\nargument-hint: \"[file]\"\nuser-invocable: true\n---\n").expect("v");
+    let p = parse(
+        "---\nname: s\ndescription: d\nargument-hint: \"[file]\"\nuser-invocable: true\n---\n",
+    )
+    .expect("v");
     assert_eq!(p.declaration.extra.len(), 2);
-    assert_eq!(p.declaration.extra["user-invocable"], serde_json::Value::Bool(true));
-    let w: Vec<_> = p.warnings.iter().filter(|w| w.message.contains("unknown field")).collect();
+    assert_eq!(
+        p.declaration.extra["user-invocable"],
+        serde_json::Value::Bool(true)
+    );
+    let w: Vec<_> = p
+        .warnings
+        .iter()
+        .filter(|w| w.message.contains("unknown field"))
+        .collect();
     assert_eq!(w.len(), 2);
     assert_eq!(w[0].field.as_deref(), Some("argument-hint"));
     assert_eq!(w[0].line, Some(4));
@@ -203,10 +293,19 @@ fn unknown_keys_are_kept_with_a_warning() {
 
 #[test]
 fn allowed_tools_is_accepted_with_a_warning() {
-    for form in ["allowed-tools: Bash Read", "allowed-tools: [Bash, Read]", "allowed-tools:\n  - Bash"] {
+    for form in [
+        "allowed-tools: Bash Read",
+        "allowed-tools: [Bash, Read]",
+        "allowed-tools:\n  - Bash",
+    ] {
         let p = parse(&format!("---\nname: s\ndescription: d\n{form}\n---\n")).expect(form);
         assert!(p.declaration.allowed_tools.is_some());
-        assert!(p.warnings.iter().any(|w| w.field.as_deref() == Some("allowed-tools") && w.message.contains("no tools")));
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.field.as_deref() == Some("allowed-tools")
+                    && w.message.contains("no tools"))
+        );
     }
     let ps = problems("---\nname: s\ndescription: d\nallowed-tools: 3\n---\n");
     problem_for(&ps, "allowed-tools");
@@ -216,12 +315,25 @@ fn allowed_tools_is_accepted_with_a_warning() {
 fn memory_flags() {
     let p = parse("---\nname: s\ndescription: d\nmemory:\n  scratchpad: true\n---\n").expect("v");
     assert_eq!(p.declaration.memory.scratchpad, Some(true));
-    let p = parse("---\nname: s\ndescription: d\nmetadata:\n  memory:\n    longTerm: true\n---\n").expect("v");
-    assert_eq!(p.declaration.memory.long_term, Some(true), "metadata.memory is read too");
+    let p = parse("---\nname: s\ndescription: d\nmetadata:\n  memory:\n    longTerm: true\n---\n")
+        .expect("v");
+    assert_eq!(
+        p.declaration.memory.long_term,
+        Some(true),
+        "metadata.memory is read too"
+    );
     let ps = problems("---\nname: s\ndescription: d\nmemory:\n  longTerm: yes please\n---\n");
-    assert!(problem_for(&ps, "memory.longTerm").message.contains("true or false"));
+    assert!(
+        problem_for(&ps, "memory.longTerm")
+            .message
+            .contains("true or false")
+    );
     let ps = problems("---\nname: s\ndescription: d\nmemory:\n  forever: true\n---\n");
-    assert!(problem_for(&ps, "memory.forever").message.contains("unknown memory flag"));
+    assert!(
+        problem_for(&ps, "memory.forever")
+            .message
+            .contains("unknown memory flag")
+    );
 }
 
 #[test]
@@ -251,7 +363,11 @@ fn yaml_errors_name_the_line() {
 fn alias_bomb_is_refused() {
     let mut y = String::from("---\nname: s\ndescription: d\na: &a [x, x, x, x, x, x, x, x, x]\n");
     for i in 0..9 {
-        let prev = if i == 0 { "a".to_string() } else { format!("l{}", i - 1) };
+        let prev = if i == 0 {
+            "a".to_string()
+        } else {
+            format!("l{}", i - 1)
+        };
         y.push_str(&format!("l{i}: &l{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
     }
     y.push_str("---\nbody\n");
@@ -266,7 +382,9 @@ fn alias_bomb_is_refused() {
 fn ten_mib_of_front_matter_is_refused_by_size() {
     let mut y = String::from("---\nname: s\ndescription: d\n");
     while y.len() < 10 * 1024 * 1024 {
-        y.push_str("padding: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n");
+        y.push_str(
+            "padding: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n",
+        );
     }
     y.push_str("---\n");
     let ps = problems(&y);
@@ -302,9 +420,16 @@ fn nul_byte_is_refused() {
 #[test]
 fn deep_nesting_is_refused() {
     let depth = 10_000;
-    let y = format!("---\nname: s\ndescription: d\nx: {}{}\n---\n", "[".repeat(depth), "]".repeat(depth));
+    let y = format!(
+        "---\nname: s\ndescription: d\nx: {}{}\n---\n",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
     let ps = problems(&y);
-    assert!(ps[0].message.contains("nest") || ps[0].message.contains("invalid YAML"), "{ps:?}");
+    assert!(
+        ps[0].message.contains("nest") || ps[0].message.contains("invalid YAML"),
+        "{ps:?}"
+    );
     let mut block = String::from("---\nname: s\ndescription: d\nx:\n");
     for i in 0..200 {
         block.push_str(&format!("{}k{i}:\n", "  ".repeat(i + 1)));

@@ -17,8 +17,12 @@ fn json_files(dir: &Path) -> Vec<(String, Value)> {
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .map(|p| {
-            let v = serde_json::from_str(&std::fs::read_to_string(&p).expect("read")).expect("fixture is JSON");
-            (p.file_name().expect("name").to_string_lossy().into_owned(), v)
+            let v = serde_json::from_str(&std::fs::read_to_string(&p).expect("read"))
+                .expect("fixture is JSON");
+            (
+                p.file_name().expect("name").to_string_lossy().into_owned(),
+                v,
+            )
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -106,7 +110,11 @@ fn manifest_fixtures_get_their_folders_verdict() {
         for (name, doc) in files {
             let got = openwop::validate(Schema::AgentManifest, &doc);
             assert_eq!(got.is_ok(), want, "{verdict}/{name}: {got:?}");
-            assert_eq!(check_manifest_document(&doc).valid, want, "manifest check agrees on {name}");
+            assert_eq!(
+                check_manifest_document(&doc).valid,
+                want,
+                "manifest check agrees on {name}"
+            );
         }
     }
 }
@@ -118,9 +126,14 @@ fn wire_fixtures_get_their_folders_verdict() {
         assert!(files.len() >= 6);
         for (name, doc) in files {
             let schema_name = doc["schema"].as_str().expect("fixture names its schema");
-            let schema = Schema::from_file_name(schema_name).unwrap_or_else(|| panic!("{name}: unknown schema {schema_name}"));
+            let schema = Schema::from_file_name(schema_name)
+                .unwrap_or_else(|| panic!("{name}: unknown schema {schema_name}"));
             let got = openwop::validate(schema, &doc["document"]);
-            assert_eq!(got.is_ok(), want, "{verdict}/{name} against {schema_name}: {got:?}");
+            assert_eq!(
+                got.is_ok(),
+                want,
+                "{verdict}/{name} against {schema_name}: {got:?}"
+            );
         }
     }
 }
@@ -147,7 +160,10 @@ fn a_skill_md_projects_to_a_valid_skill_manifest() {
     assert_eq!(m["modelClass"], "writing");
     assert_eq!(m["systemPromptRef"], "skill/music-taste/body");
     assert!(m.get("systemPrompt").is_none(), "the body is never inlined");
-    assert_eq!(m["memoryShape"], json!({"scratchpad": true, "conversation": false, "longTerm": false}));
+    assert_eq!(
+        m["memoryShape"],
+        json!({"scratchpad": true, "conversation": false, "longTerm": false})
+    );
     assert_eq!(m["handoff"]["taskSchemaRef"], openwop::TASK_SCHEMA_PATH);
     assert!(!m.to_string().contains("SECRET-BODY"));
     assert!(valid(m));
@@ -155,8 +171,16 @@ fn a_skill_md_projects_to_a_valid_skill_manifest() {
 
 #[test]
 fn a_name_not_starting_with_a_letter_gets_the_s_prefix() {
-    assert_eq!(openwop::agent_id("local.skillbox", "3d-print"), "local.skillbox.s-3d-print");
-    let c = check_skill(b"---\nname: 3d-print\ndescription: d\n---\nb\n", None, "local.skillbox").expect("valid");
+    assert_eq!(
+        openwop::agent_id("local.skillbox", "3d-print"),
+        "local.skillbox.s-3d-print"
+    );
+    let c = check_skill(
+        b"---\nname: 3d-print\ndescription: d\n---\nb\n",
+        None,
+        "local.skillbox",
+    )
+    .expect("valid");
     assert_eq!(c.manifest["agentId"], "local.skillbox.s-3d-print");
     assert!(valid(&c.manifest));
 }
@@ -164,10 +188,23 @@ fn a_name_not_starting_with_a_letter_gets_the_s_prefix() {
 #[test]
 fn a_long_description_is_cut_in_the_manifest_with_a_warning() {
     let d = "word ".repeat(150);
-    let c = check_skill(format!("---\nname: s\ndescription: {d}\n---\nb\n").as_bytes(), None, "local.skillbox")
-        .expect("valid");
-    assert_eq!(c.manifest["description"].as_str().map(|s| s.chars().count()), Some(500));
-    let w = c.warnings.iter().find(|w| w.field.as_deref() == Some("description")).expect("a warning");
+    let c = check_skill(
+        format!("---\nname: s\ndescription: {d}\n---\nb\n").as_bytes(),
+        None,
+        "local.skillbox",
+    )
+    .expect("valid");
+    assert_eq!(
+        c.manifest["description"]
+            .as_str()
+            .map(|s| s.chars().count()),
+        Some(500)
+    );
+    let w = c
+        .warnings
+        .iter()
+        .find(|w| w.field.as_deref() == Some("description"))
+        .expect("a warning");
     assert!(w.message.contains("500"));
     assert_eq!(w.line, Some(3));
 }
@@ -182,7 +219,12 @@ fn a_skill_asking_for_long_term_or_conversation_memory_is_rejected_not_degraded(
         let text = format!("---\nname: s\ndescription: d\n{front}\n---\nbody\n");
         match check_skill(text.as_bytes(), None, "local.skillbox") {
             Err(CheckError::Manifest { issues, located }) => {
-                assert!(issues.iter().any(|i| i.path == format!("/memoryShape/{flag}")), "{issues:?}");
+                assert!(
+                    issues
+                        .iter()
+                        .any(|i| i.path == format!("/memoryShape/{flag}")),
+                    "{issues:?}"
+                );
                 assert!(located.iter().all(|d| d.line == Some(4)), "{located:?}");
             }
             other => panic!("{flag}: expected a schema reject, got {other:?}"),
@@ -211,10 +253,18 @@ fn handoff_schemas_are_valid_2020_12_and_describe_task_and_return() {
         assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
         assert!(jsonschema::meta::is_valid(&v));
     }
-    assert!(openwop::validate_task(&json!({"request": "hi", "sources": ["spotify_songs"]})).is_ok());
+    assert!(
+        openwop::validate_task(&json!({"request": "hi", "sources": ["spotify_songs"]})).is_ok()
+    );
     assert!(openwop::validate_task(&json!({"request": "hi", "sources": []})).is_ok());
-    assert!(openwop::validate_task(&json!({"sources": []})).is_err(), "request required");
-    assert!(openwop::validate_task(&json!({"request": "hi", "body": "x"})).is_err(), "closed");
+    assert!(
+        openwop::validate_task(&json!({"sources": []})).is_err(),
+        "request required"
+    );
+    assert!(
+        openwop::validate_task(&json!({"request": "hi", "body": "x"})).is_err(),
+        "closed"
+    );
     assert!(openwop::validate_return(&json!({"answer": "a", "truncated": false})).is_ok());
     assert!(openwop::validate_return(&json!({"answer": "a"})).is_err());
 }
@@ -240,5 +290,11 @@ fn a_pack_is_checked_whole_and_per_agent() {
     let r = check_manifest_document(&bad);
     assert!(!r.valid);
     assert!(!r.agents[0].valid && r.agents[1].valid);
-    assert!(r.agents[0].errors.iter().all(|e| e.path.starts_with("/agents/0")), "{r:#?}");
+    assert!(
+        r.agents[0]
+            .errors
+            .iter()
+            .all(|e| e.path.starts_with("/agents/0")),
+        "{r:#?}"
+    );
 }

@@ -1,0 +1,18 @@
+//! The skills protocol's pure parts (design §7, §9): no sockets, no files, no clocks.
+//!
+//! - [`machine`]: the caller and owner call state machines, `step(call, event, now) -> (call, actions)`.
+//! - [`selection`]: which of the caller's sources a call applies.
+//! - [`policy`]: the consent question at `jc.submit`, and the owner's admission.
+//!
+//! The node drives these: it persists each new record, then executes the actions.
+
+pub mod machine;
+pub mod policy;
+pub mod selection;
+
+pub use machine::{
+    Action, Call, Decision, Event, Failure, FailureCode, Role, State, Timing, Transition,
+    start_caller, start_owner, step,
+};
+pub use policy::{Admission, Pattern, Policy, RateBuckets, Refusal, Rule, Side, SubmitQuestion};
+pub use selection::{SelectionError, select_sources};

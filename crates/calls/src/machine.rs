@@ -1,0 +1,558 @@
+//! The call state machines, caller and owner, as one pure function:
+//! `step(&Call, Event, now) -> Transition { call, actions }`.
+//!
+//! The driver (in the node) owns all I/O: it persists the new record *before* executing the
+//! actions, executes them (payloads, box operations, policy questions), and feeds what comes back
+//! in as events. Every action is something the driver may do again safely, so recovery after a
+//! crash is one rule: load each non-terminal call and step it with [`Event::Resume`], which
+//! re-emits the actions its state still owes. Events that do not apply to the current state
+//! (a replayed payload, a late box answer) change nothing and emit nothing.
+
+use serde::{Deserialize, Serialize};
+
+/// Which side of the call this record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Caller,
+    Owner,
+}
+
+/// Where a call is. Caller path: requested → accepted → opened → staked → (awaiting_consent) →
+/// submitting → submitted → answered. Owner path: received → accepted → opened → staked →
+/// (awaiting_consent) → submitting → submitted → ran. Either may end `failed`, with a [`Failure`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Caller: program signed, `call.request` sent; waiting for `call.accepted`.
+    Requested,
+    /// Owner: `call.request` arrived; admission (policy, offered skill, program match) pending.
+    Received,
+    /// Both signatures on the program. Caller: open the run. Owner: wait for `call.session`.
+    Accepted,
+    /// Run opened at the box and its attestation verified by this side; stake now.
+    Opened,
+    /// This side's stake is in; its submit waits on policy.
+    Staked,
+    /// Policy said `ask`: parked until the human decides (`GET /approvals`).
+    AwaitingConsent,
+    /// Policy allowed (or the human consented): the submit is owed.
+    Submitting,
+    /// This side submitted; waiting for the box to finish.
+    Submitted,
+    /// Caller, terminal: the answer was opened and stored.
+    Answered,
+    /// Owner, terminal: the receipt was fetched and stored.
+    Ran,
+    /// Terminal, with a reason.
+    Failed,
+}
+
+impl State {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Answered | State::Ran | State::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Requested => "requested",
+            State::Received => "received",
+            State::Accepted => "accepted",
+            State::Opened => "opened",
+            State::Staked => "staked",
+            State::AwaitingConsent => "awaiting_consent",
+            State::Submitting => "submitting",
+            State::Submitted => "submitted",
+            State::Answered => "answered",
+            State::Ran => "ran",
+            State::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<State> {
+        [
+            State::Requested,
+            State::Received,
+            State::Accepted,
+            State::Opened,
+            State::Staked,
+            State::AwaitingConsent,
+            State::Submitting,
+            State::Submitted,
+            State::Answered,
+            State::Ran,
+            State::Failed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+/// Why a call failed. `code` is stable (clients match on it); `message` is for people and never
+/// carries material.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub code: FailureCode,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCode {
+    /// The owner's admission refused the caller (deny list, rate limit).
+    NotAdmitted,
+    /// The skill is not offered (any more), or the program does not match it.
+    NotOffered,
+    ProgramMismatch,
+    /// The box could not be opened, attested or verified.
+    BoxUnavailable,
+    AttestationRejected,
+    /// Staking, submitting or fetching at the box failed for good.
+    BoxFailed,
+    /// The run itself failed at the box (provider error, expired program, ...).
+    RunFailed,
+    /// Policy denied the submit, or the human denied consent.
+    PolicyDenied,
+    ConsentDenied,
+    /// No progress for longer than the stall limit.
+    Stalled,
+    /// The program's expiry passed before the run finished.
+    Expired,
+    /// A human cancelled it.
+    Cancelled,
+    /// The peer sent `call.failed` (its code is in the message).
+    PeerFailed,
+}
+
+impl FailureCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureCode::NotAdmitted => "not_admitted",
+            FailureCode::NotOffered => "not_offered",
+            FailureCode::ProgramMismatch => "program_mismatch",
+            FailureCode::BoxUnavailable => "box_unavailable",
+            FailureCode::AttestationRejected => "attestation_rejected",
+            FailureCode::BoxFailed => "box_failed",
+            FailureCode::RunFailed => "run_failed",
+            FailureCode::PolicyDenied => "policy_denied",
+            FailureCode::ConsentDenied => "consent_denied",
+            FailureCode::Stalled => "stalled",
+            FailureCode::Expired => "expired",
+            FailureCode::Cancelled => "cancelled",
+            FailureCode::PeerFailed => "peer_failed",
+        }
+    }
+}
+
+/// What policy said at `jc.submit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny,
+    Ask,
+}
+
+/// Timing rules (from config). Milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// First retry delay of an owed action; doubles per attempt up to `max_backoff_ms`.
+    pub retry_ms: u64,
+    pub max_backoff_ms: u64,
+    /// A call with no progress for this long is failed as `stalled`.
+    pub stall_limit_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            retry_ms: 2_000,
+            max_backoff_ms: 30_000,
+            stall_limit_ms: 120_000,
+        }
+    }
+}
+
+/// The durable record of one call on one side. Holds no material: no request, no sources, no
+/// body, no answer (the driver stores the answer beside it on the caller's side).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    pub id: String,
+    pub role: Role,
+    /// The other node's id.
+    pub peer: String,
+    pub skill: String,
+    pub state: State,
+    /// `sha256:` of the program's JCS bytes, once known.
+    pub program_hash: Option<String>,
+    /// The box run, once opened.
+    pub run_id: Option<String>,
+    /// The program's expiry (unix ms).
+    pub expires_at_ms: u64,
+    pub created_at_ms: u64,
+    /// Last change of state: the stall clock.
+    pub progressed_at_ms: u64,
+    /// When owed actions are due again, and how many times they were tried in this state.
+    pub retry_at_ms: u64,
+    pub attempts: u32,
+    /// Caller: the owner acknowledged `call.session`.
+    pub session_delivered: bool,
+    pub failure: Option<Failure>,
+}
+
+/// Something that happened to a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Re-emit what the current state owes (after a restart). Counts as no progress.
+    Resume,
+    /// The `advance` schedule: retry what is due; fail what stalled or expired.
+    Tick,
+    // --- payloads from the peer
+    /// Caller: the owner co-signed the program.
+    PeerAccepted,
+    /// Owner: the caller opened the run and says where.
+    PeerSession {
+        run_id: String,
+    },
+    /// Either: the peer failed the call. Terminal on both sides.
+    PeerFailed {
+        code: String,
+        message: String,
+    },
+    /// Caller: the owner acknowledged `call.session`.
+    SessionDelivered,
+    // --- results of this side's own actions
+    /// Owner: admission passed (policy, offered skill, program matches): co-sign and accept.
+    Admitted,
+    /// Owner: admission refused.
+    NotAdmitted {
+        code: FailureCode,
+        message: String,
+    },
+    /// Caller: run opened and attestation verified. Owner: attestation of the named run verified.
+    RunOpened {
+        run_id: String,
+    },
+    /// A box operation failed for good (after the driver's own bounded retries).
+    BoxFailed {
+        code: FailureCode,
+        message: String,
+    },
+    Staked,
+    Policy(Decision),
+    /// The human's answer to `ask`.
+    Consent {
+        allow: bool,
+    },
+    Submitted,
+    /// Caller: the answer was fetched, opened and stored.
+    Answered,
+    /// Owner: the receipt was fetched, verified and stored.
+    ReceiptStored,
+    /// The box reports the run failed.
+    RunFailed {
+        message: String,
+    },
+    /// A human cancelled the call.
+    Cancel,
+}
+
+/// What the driver must do. Each is safe to do again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Caller: send `call.request {callId, skill, program}` to the owner.
+    SendRequest,
+    /// Owner: run admission (peer lists, rate limit, offered skill, program match).
+    Admit,
+    /// Owner: co-sign the program and send `call.accepted`.
+    SendAccepted,
+    /// Caller: open the run at the box, attest with a fresh nonce, verify; then `RunOpened`.
+    OpenRun,
+    /// Owner: attest the run the caller named with its own nonce, verify; then `RunOpened`.
+    VerifyRun {
+        run_id: String,
+    },
+    /// Caller: send `call.session {callId, box, runId}`.
+    SendSession,
+    /// Seal this side's material from the source store straight into the box (apply).
+    Stake,
+    /// Ask policy whether this side may submit.
+    CheckPolicy,
+    /// List the call at `GET /approvals` (and tell the human).
+    RequestConsent,
+    Submit,
+    /// Caller: fetch and open the result. Owner: fetch and verify the receipt.
+    FetchOutcome,
+    /// Cancel the run at the box (best effort).
+    CancelRun,
+    /// Tell the peer the call failed (`call.failed`).
+    SendFailed {
+        code: FailureCode,
+        message: String,
+    },
+}
+
+/// The new record and what to do about it. `changed` is false when the event did not apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub call: Call,
+    pub actions: Vec<Action>,
+    pub changed: bool,
+}
+
+/// Start a call as caller: the program is built and signed; send the request.
+pub fn start_caller(
+    id: String,
+    peer: String,
+    skill: String,
+    program_hash: String,
+    expires_at_ms: u64,
+    now_ms: u64,
+    timing: &Timing,
+) -> Transition {
+    let call = Call {
+        id,
+        role: Role::Caller,
+        peer,
+        skill,
+        state: State::Requested,
+        program_hash: Some(program_hash),
+        run_id: None,
+        expires_at_ms,
+        created_at_ms: now_ms,
+        progressed_at_ms: now_ms,
+        retry_at_ms: now_ms + timing.retry_ms,
+        attempts: 1,
+        session_delivered: false,
+        failure: None,
+    };
+    let actions = owed(&call);
+    Transition {
+        call,
+        actions,
+        changed: true,
+    }
+}
+
+/// Take a `call.request` as owner: admission first.
+pub fn start_owner(
+    id: String,
+    peer: String,
+    skill: String,
+    program_hash: String,
+    expires_at_ms: u64,
+    now_ms: u64,
+    timing: &Timing,
+) -> Transition {
+    let mut t = start_caller(id, peer, skill, program_hash, expires_at_ms, now_ms, timing);
+    t.call.role = Role::Owner;
+    t.call.state = State::Received;
+    t.actions = owed(&t.call);
+    t
+}
+
+/// The actions a state owes until the event that moves it on arrives.
+fn owed(call: &Call) -> Vec<Action> {
+    match (call.role, call.state) {
+        (Role::Caller, State::Requested) => vec![Action::SendRequest],
+        (Role::Owner, State::Received) => vec![Action::Admit],
+        (Role::Caller, State::Accepted) => vec![Action::OpenRun],
+        // The owner waits for call.session; re-sending call.accepted covers a lost payload.
+        (Role::Owner, State::Accepted) => vec![Action::SendAccepted],
+        (Role::Caller, State::Opened) => {
+            let mut a = vec![Action::Stake];
+            if !call.session_delivered {
+                a.insert(0, Action::SendSession);
+            }
+            a
+        }
+        (Role::Owner, State::Opened) => vec![Action::Stake],
+        (_, State::Staked) => vec![Action::CheckPolicy],
+        (_, State::AwaitingConsent) => vec![Action::RequestConsent],
+        (_, State::Submitting) => vec![Action::Submit],
+        (_, State::Submitted) => vec![Action::FetchOutcome],
+        // The caller keeps re-sending call.session while the owner has not acknowledged it.
+        _ => Vec::new(),
+    }
+}
+
+/// One step of the machine. Pure: the same inputs give the same outputs.
+pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transition {
+    let unchanged = || Transition {
+        call: call.clone(),
+        actions: Vec::new(),
+        changed: false,
+    };
+    if call.state.is_terminal() {
+        return unchanged();
+    }
+    let to = |state: State, extra: Vec<Action>| {
+        let mut next = call.clone();
+        next.state = state;
+        next.progressed_at_ms = now_ms;
+        next.retry_at_ms = now_ms + timing.retry_ms;
+        next.attempts = 1;
+        let mut actions = extra;
+        actions.extend(owed(&next));
+        Transition {
+            call: next,
+            actions,
+            changed: true,
+        }
+    };
+    let fail = |code: FailureCode, message: String, tell_peer: bool| {
+        let mut next = call.clone();
+        next.state = State::Failed;
+        next.progressed_at_ms = now_ms;
+        next.failure = Some(Failure {
+            code,
+            message: message.clone(),
+        });
+        let mut actions = Vec::new();
+        if next.run_id.is_some() {
+            actions.push(Action::CancelRun);
+        }
+        if tell_peer {
+            actions.push(Action::SendFailed { code, message });
+        }
+        Transition {
+            call: next,
+            actions,
+            changed: true,
+        }
+    };
+    use Role::{Caller, Owner};
+    match (call.role, call.state, event) {
+        (_, _, Event::Resume) => Transition {
+            call: call.clone(),
+            actions: owed(call),
+            changed: false,
+        },
+        (_, _, Event::Tick) => tick(call, now_ms, timing, fail),
+        (_, _, Event::Cancel) => fail(
+            FailureCode::Cancelled,
+            "cancelled by this node's human".into(),
+            true,
+        ),
+        (_, _, Event::PeerFailed { code, message }) => {
+            // Terminal on both sides; never answered with another call.failed.
+            fail(
+                FailureCode::PeerFailed,
+                format!("peer failed the call: {code}: {message}"),
+                false,
+            )
+        }
+        (Caller, State::Requested, Event::PeerAccepted) => to(State::Accepted, vec![]),
+        (Owner, State::Received, Event::Admitted) => to(State::Accepted, vec![]),
+        (Owner, State::Received, Event::NotAdmitted { code, message }) => fail(code, message, true),
+        (Caller, State::Accepted, Event::RunOpened { run_id }) => {
+            let mut t = to(State::Opened, vec![]);
+            t.call.run_id = Some(run_id);
+            t
+        }
+        (Owner, State::Accepted, Event::PeerSession { run_id }) => {
+            // Verify before recording: the run is the caller's claim until our own attestation.
+            Transition {
+                call: call.clone(),
+                actions: vec![Action::VerifyRun { run_id }],
+                changed: false,
+            }
+        }
+        (Owner, State::Accepted, Event::RunOpened { run_id }) => {
+            let mut t = to(State::Opened, vec![]);
+            t.call.run_id = Some(run_id);
+            t
+        }
+        (Caller, State::Opened, Event::SessionDelivered) if !call.session_delivered => {
+            let mut next = call.clone();
+            next.session_delivered = true;
+            Transition {
+                call: next,
+                actions: Vec::new(),
+                changed: true,
+            }
+        }
+        (_, State::Opened, Event::Staked) => {
+            let mut t = to(State::Staked, vec![]);
+            // The caller still owes the session payload if it was never acknowledged.
+            if call.role == Caller && !call.session_delivered {
+                t.actions.insert(0, Action::SendSession);
+            }
+            t
+        }
+        (_, State::Staked, Event::Policy(Decision::Allow)) => to(State::Submitting, vec![]),
+        (_, State::Staked, Event::Policy(Decision::Deny)) => fail(
+            FailureCode::PolicyDenied,
+            "this node's policy denied the submit".into(),
+            true,
+        ),
+        (_, State::Staked, Event::Policy(Decision::Ask)) => to(State::AwaitingConsent, vec![]),
+        (_, State::AwaitingConsent, Event::Consent { allow: true }) => {
+            to(State::Submitting, vec![])
+        }
+        (_, State::AwaitingConsent, Event::Consent { allow: false }) => fail(
+            FailureCode::ConsentDenied,
+            "this node's human denied consent".into(),
+            true,
+        ),
+        (_, State::Submitting, Event::Submitted) => to(State::Submitted, vec![]),
+        (Caller, State::Submitted, Event::Answered) => to(State::Answered, vec![]),
+        (Owner, State::Submitted, Event::ReceiptStored) => to(State::Ran, vec![]),
+        (_, State::Submitted, Event::RunFailed { message }) => {
+            fail(FailureCode::RunFailed, message, true)
+        }
+        (_, s, Event::BoxFailed { code, message })
+            if s != State::Requested && s != State::Received =>
+        {
+            fail(code, message, true)
+        }
+        _ => unchanged(),
+    }
+}
+
+fn tick(
+    call: &Call,
+    now_ms: u64,
+    timing: &Timing,
+    fail: impl Fn(FailureCode, String, bool) -> Transition,
+) -> Transition {
+    if now_ms >= call.expires_at_ms {
+        return fail(
+            FailureCode::Expired,
+            "the program expired before the run finished".into(),
+            true,
+        );
+    }
+    // A call waiting on its human is not stalled: consent has no deadline but the program's.
+    if call.state != State::AwaitingConsent
+        && now_ms.saturating_sub(call.progressed_at_ms) > timing.stall_limit_ms
+    {
+        let secs = timing.stall_limit_ms / 1000;
+        return fail(
+            FailureCode::Stalled,
+            format!("no progress for {secs} s in state {}", call.state.as_str()),
+            true,
+        );
+    }
+    // Consent is asked once (and again on Resume), not on every retry.
+    if now_ms < call.retry_at_ms || call.state == State::AwaitingConsent {
+        return Transition {
+            call: call.clone(),
+            actions: Vec::new(),
+            changed: false,
+        };
+    }
+    let mut next = call.clone();
+    let backoff = timing
+        .retry_ms
+        .saturating_mul(1u64 << call.attempts.min(16))
+        .min(timing.max_backoff_ms);
+    next.retry_at_ms = now_ms + backoff;
+    next.attempts = call.attempts.saturating_add(1);
+    let actions = owed(&next);
+    Transition {
+        call: next,
+        actions,
+        changed: true,
+    }
+}

@@ -1,0 +1,199 @@
+//! Consent policy (design §9): one question, asked at each side's `jc.submit`, answered by rules
+//! that match side, peer, skill and sources; and the owner's admission (who may call, how often).
+//! Pure: the rate limiter takes `now` as an argument.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::machine::{Decision, Role};
+
+/// `*` matches anything; `prefix*` matches by prefix; anything else matches exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Pattern(pub String);
+
+impl Pattern {
+    pub fn any() -> Self {
+        Pattern("*".into())
+    }
+
+    pub fn matches(&self, value: &str) -> bool {
+        match self.0.strip_suffix('*') {
+            Some(prefix) => value.starts_with(prefix),
+            None => self.0 == value,
+        }
+    }
+}
+
+impl Default for Pattern {
+    fn default() -> Self {
+        Pattern::any()
+    }
+}
+
+/// Which side a rule is about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    Caller,
+    Owner,
+    #[default]
+    Any,
+}
+
+impl Side {
+    fn matches(self, role: Role) -> bool {
+        matches!(
+            (self, role),
+            (Side::Any, _) | (Side::Caller, Role::Caller) | (Side::Owner, Role::Owner)
+        )
+    }
+}
+
+/// One rule. The first rule that matches decides.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rule {
+    #[serde(default)]
+    pub side: Side,
+    #[serde(default)]
+    pub peer: Pattern,
+    #[serde(default)]
+    pub skill: Pattern,
+    /// Matches when the call applies any of these sources; absent matches every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<String>>,
+    pub decision: Decision,
+}
+
+/// The submit question's facts.
+#[derive(Clone, Debug)]
+pub struct SubmitQuestion<'a> {
+    pub role: Role,
+    pub peer: &'a str,
+    pub skill: &'a str,
+    /// The sources this side stakes (caller: the chosen sources; owner: none of the caller's).
+    pub sources: &'a [String],
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// When no rule matches.
+    #[serde(default = "allow")]
+    pub default: Decision,
+}
+
+fn allow() -> Decision {
+    Decision::Allow
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            rules: Vec::new(),
+            default: Decision::Allow,
+        }
+    }
+}
+
+impl Policy {
+    pub fn decide(&self, q: &SubmitQuestion<'_>) -> Decision {
+        self.rules
+            .iter()
+            .find(|r| {
+                r.side.matches(q.role)
+                    && r.peer.matches(q.peer)
+                    && r.skill.matches(q.skill)
+                    && r.sources
+                        .as_ref()
+                        .is_none_or(|list| q.sources.iter().any(|s| list.contains(s)))
+            })
+            .map_or(self.default, |r| r.decision)
+    }
+}
+
+/// Who may call this node's skills, and how often.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission {
+    /// When set, only these peers may call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_peers: Option<Vec<String>>,
+    #[serde(default)]
+    pub deny_peers: Vec<String>,
+    /// Calls a peer may start per minute (a token bucket of this size, refilled evenly).
+    #[serde(default = "default_rate")]
+    pub calls_per_minute: u32,
+}
+
+fn default_rate() -> u32 {
+    30
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            allow_peers: None,
+            deny_peers: Vec::new(),
+            calls_per_minute: default_rate(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum Refusal {
+    #[error("this node does not take calls from that peer")]
+    PeerDenied,
+    #[error("rate limit: at most {per_minute} calls a minute from one peer")]
+    RateLimited { per_minute: u32 },
+}
+
+/// Per-peer token buckets. Keeps at most `capacity` peers; the stalest are forgotten first.
+#[derive(Debug, Default)]
+pub struct RateBuckets {
+    buckets: HashMap<String, (f64, u64)>,
+}
+
+const MAX_TRACKED_PEERS: usize = 10_000;
+
+impl Admission {
+    /// Admit one call from `peer` at `now_ms`, spending a token when admitted.
+    pub fn admit(&self, buckets: &mut RateBuckets, peer: &str, now_ms: u64) -> Result<(), Refusal> {
+        if self.deny_peers.iter().any(|p| p == peer)
+            || self
+                .allow_peers
+                .as_ref()
+                .is_some_and(|allow| !allow.iter().any(|p| p == peer))
+        {
+            return Err(Refusal::PeerDenied);
+        }
+        let capacity = f64::from(self.calls_per_minute);
+        if buckets.buckets.len() >= MAX_TRACKED_PEERS
+            && !buckets.buckets.contains_key(peer)
+            && let Some(oldest) = buckets
+                .buckets
+                .iter()
+                .min_by_key(|(_, (_, t))| *t)
+                .map(|(k, _)| k.clone())
+        {
+            buckets.buckets.remove(&oldest);
+        }
+        let (tokens, last) = buckets
+            .buckets
+            .entry(peer.to_owned())
+            .or_insert((capacity, now_ms));
+        let elapsed_min = now_ms.saturating_sub(*last) as f64 / 60_000.0;
+        *tokens = (*tokens + elapsed_min * capacity).min(capacity);
+        *last = now_ms;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Refusal::RateLimited {
+                per_minute: self.calls_per_minute,
+            })
+        }
+    }
+}

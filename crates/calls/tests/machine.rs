@@ -1,0 +1,535 @@
+//! Every transition of the caller and owner machines, without sockets.
+
+use skillbox_calls::*;
+
+const T0: u64 = 1_000_000;
+const EXPIRES: u64 = T0 + 600_000;
+
+fn timing() -> Timing {
+    Timing::default()
+}
+
+fn caller() -> Transition {
+    start_caller(
+        "c1".into(),
+        "peerO".into(),
+        "music-taste".into(),
+        "sha256:ab".into(),
+        EXPIRES,
+        T0,
+        &timing(),
+    )
+}
+
+fn owner() -> Transition {
+    start_owner(
+        "c1".into(),
+        "peerC".into(),
+        "music-taste".into(),
+        "sha256:ab".into(),
+        EXPIRES,
+        T0,
+        &timing(),
+    )
+}
+
+/// Feed events in order, checking each applies; returns the last transition.
+fn run(start: Transition, events: Vec<Event>) -> Transition {
+    let mut t = start;
+    let mut now = T0;
+    for e in events {
+        now += 10;
+        let shown = format!("{e:?}");
+        t = step(&t.call, e, now, &timing());
+        assert!(t.changed, "{shown} did not apply in {:?}", t.call.state);
+    }
+    t
+}
+
+fn caller_at(state: State) -> Transition {
+    let path = match state {
+        State::Requested => vec![],
+        State::Accepted => vec![Event::PeerAccepted],
+        State::Opened => vec![
+            Event::PeerAccepted,
+            Event::RunOpened {
+                run_id: "r1".into(),
+            },
+        ],
+        State::Staked => vec![
+            Event::PeerAccepted,
+            Event::RunOpened {
+                run_id: "r1".into(),
+            },
+            Event::Staked,
+        ],
+        State::AwaitingConsent => vec![
+            Event::PeerAccepted,
+            Event::RunOpened {
+                run_id: "r1".into(),
+            },
+            Event::Staked,
+            Event::Policy(Decision::Ask),
+        ],
+        State::Submitting => vec![
+            Event::PeerAccepted,
+            Event::RunOpened {
+                run_id: "r1".into(),
+            },
+            Event::Staked,
+            Event::Policy(Decision::Allow),
+        ],
+        State::Submitted => vec![
+            Event::PeerAccepted,
+            Event::RunOpened {
+                run_id: "r1".into(),
+            },
+            Event::Staked,
+            Event::Policy(Decision::Allow),
+            Event::Submitted,
+        ],
+        other => panic!("no caller path to {other:?}"),
+    };
+    let t = run(caller(), path);
+    assert_eq!(t.call.state, state);
+    t
+}
+
+#[test]
+fn caller_happy_path_emits_each_owed_action() {
+    let t = caller();
+    assert_eq!(t.call.state, State::Requested);
+    assert_eq!(t.actions, vec![Action::SendRequest]);
+    let t = step(&t.call, Event::PeerAccepted, T0 + 1, &timing());
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Accepted, vec![Action::OpenRun])
+    );
+    let t = step(
+        &t.call,
+        Event::RunOpened {
+            run_id: "r1".into(),
+        },
+        T0 + 2,
+        &timing(),
+    );
+    assert_eq!(t.call.state, State::Opened);
+    assert_eq!(t.call.run_id.as_deref(), Some("r1"));
+    assert_eq!(t.actions, vec![Action::SendSession, Action::Stake]);
+    let t = step(&t.call, Event::SessionDelivered, T0 + 3, &timing());
+    assert!(t.call.session_delivered && t.actions.is_empty());
+    let t = step(&t.call, Event::Staked, T0 + 4, &timing());
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Staked, vec![Action::CheckPolicy])
+    );
+    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 5, &timing());
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Submitting, vec![Action::Submit])
+    );
+    let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Submitted, vec![Action::FetchOutcome])
+    );
+    let t = step(&t.call, Event::Answered, T0 + 7, &timing());
+    assert_eq!(t.call.state, State::Answered);
+    assert!(t.actions.is_empty());
+    assert_eq!(t.call.progressed_at_ms, T0 + 7);
+}
+
+#[test]
+fn owner_happy_path() {
+    let t = owner();
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Received, vec![Action::Admit])
+    );
+    let t = step(&t.call, Event::Admitted, T0 + 1, &timing());
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Accepted, vec![Action::SendAccepted])
+    );
+    // call.session: verify first, record after.
+    let t = step(
+        &t.call,
+        Event::PeerSession {
+            run_id: "r1".into(),
+        },
+        T0 + 2,
+        &timing(),
+    );
+    assert!(!t.changed);
+    assert_eq!(
+        t.actions,
+        vec![Action::VerifyRun {
+            run_id: "r1".into()
+        }]
+    );
+    let t = step(
+        &t.call,
+        Event::RunOpened {
+            run_id: "r1".into(),
+        },
+        T0 + 3,
+        &timing(),
+    );
+    assert_eq!(
+        (t.call.state, t.actions.clone()),
+        (State::Opened, vec![Action::Stake])
+    );
+    let t = step(&t.call, Event::Staked, T0 + 4, &timing());
+    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 5, &timing());
+    let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
+    assert_eq!(t.actions, vec![Action::FetchOutcome]);
+    let t = step(&t.call, Event::ReceiptStored, T0 + 7, &timing());
+    assert_eq!(t.call.state, State::Ran);
+    // The caller's terminal event does not apply to the owner.
+    let o = run(
+        owner(),
+        vec![
+            Event::Admitted,
+            Event::RunOpened { run_id: "r".into() },
+            Event::Staked,
+            Event::Policy(Decision::Allow),
+            Event::Submitted,
+        ],
+    );
+    assert!(!step(&o.call, Event::Answered, T0 + 100, &timing()).changed);
+}
+
+#[test]
+fn owner_refusal_tells_the_caller() {
+    let t = step(
+        &owner().call,
+        Event::NotAdmitted {
+            code: FailureCode::NotOffered,
+            message: "skill not offered".into(),
+        },
+        T0 + 1,
+        &timing(),
+    );
+    assert_eq!(t.call.state, State::Failed);
+    assert_eq!(
+        t.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::NotOffered)
+    );
+    assert_eq!(
+        t.actions,
+        vec![Action::SendFailed {
+            code: FailureCode::NotOffered,
+            message: "skill not offered".into()
+        }],
+        "no run yet, so nothing to cancel"
+    );
+}
+
+#[test]
+fn consent_ask_parks_then_allow_or_deny() {
+    let t = caller_at(State::AwaitingConsent);
+    assert_eq!(t.actions, vec![Action::RequestConsent]);
+    let allowed = step(&t.call, Event::Consent { allow: true }, T0 + 100, &timing());
+    assert_eq!(
+        (allowed.call.state, allowed.actions),
+        (State::Submitting, vec![Action::Submit])
+    );
+    let denied = step(
+        &t.call,
+        Event::Consent { allow: false },
+        T0 + 100,
+        &timing(),
+    );
+    assert_eq!(denied.call.state, State::Failed);
+    assert_eq!(
+        denied.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::ConsentDenied)
+    );
+    assert!(
+        denied.actions.contains(&Action::CancelRun),
+        "the run was opened: cancel it"
+    );
+    assert!(matches!(
+        denied.actions.last(),
+        Some(Action::SendFailed {
+            code: FailureCode::ConsentDenied,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn policy_deny_fails_and_tells_the_peer() {
+    let t = step(
+        &caller_at(State::Staked).call,
+        Event::Policy(Decision::Deny),
+        T0 + 100,
+        &timing(),
+    );
+    assert_eq!(
+        t.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::PolicyDenied)
+    );
+    assert_eq!(t.actions[0], Action::CancelRun);
+}
+
+#[test]
+fn peer_failed_is_terminal_and_not_echoed() {
+    for state in [
+        State::Requested,
+        State::Accepted,
+        State::Opened,
+        State::Submitted,
+    ] {
+        let t = step(
+            &caller_at(state).call,
+            Event::PeerFailed {
+                code: "not_offered".into(),
+                message: "gone".into(),
+            },
+            T0 + 100,
+            &timing(),
+        );
+        assert_eq!(t.call.state, State::Failed, "{state:?}");
+        assert!(
+            !t.actions
+                .iter()
+                .any(|a| matches!(a, Action::SendFailed { .. })),
+            "{state:?}: {:?}",
+            t.actions
+        );
+        assert!(
+            t.call
+                .failure
+                .as_ref()
+                .is_some_and(|f| f.message.contains("not_offered"))
+        );
+    }
+}
+
+#[test]
+fn cancel_fails_cancels_the_run_and_tells_the_peer() {
+    let t = step(
+        &caller_at(State::Submitted).call,
+        Event::Cancel,
+        T0 + 100,
+        &timing(),
+    );
+    assert_eq!(
+        t.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::Cancelled)
+    );
+    assert_eq!(t.actions[0], Action::CancelRun);
+    assert!(matches!(
+        t.actions[1],
+        Action::SendFailed {
+            code: FailureCode::Cancelled,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn run_failed_and_box_failed() {
+    let t = step(
+        &caller_at(State::Submitted).call,
+        Event::RunFailed {
+            message: "provider 500".into(),
+        },
+        T0 + 100,
+        &timing(),
+    );
+    assert_eq!(
+        t.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::RunFailed)
+    );
+    let t = step(
+        &caller_at(State::Accepted).call,
+        Event::BoxFailed {
+            code: FailureCode::AttestationRejected,
+            message: "dev attestation not allowed".into(),
+        },
+        T0 + 100,
+        &timing(),
+    );
+    assert_eq!(
+        t.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::AttestationRejected)
+    );
+    assert!(
+        !t.actions.contains(&Action::CancelRun),
+        "no run id recorded yet"
+    );
+}
+
+#[test]
+fn terminal_calls_ignore_everything() {
+    let answered = run(caller_at(State::Submitted), vec![Event::Answered]);
+    for e in [
+        Event::Tick,
+        Event::Cancel,
+        Event::PeerAccepted,
+        Event::Answered,
+        Event::Resume,
+        Event::PeerFailed {
+            code: "x".into(),
+            message: "y".into(),
+        },
+    ] {
+        let t = step(&answered.call, e, EXPIRES + 1, &timing());
+        assert!(!t.changed && t.actions.is_empty());
+        assert_eq!(t.call, answered.call);
+    }
+}
+
+#[test]
+fn replays_and_out_of_order_events_change_nothing() {
+    let t = caller_at(State::Opened);
+    for e in [
+        Event::PeerAccepted,
+        Event::RunOpened {
+            run_id: "other".into(),
+        },
+        Event::Submitted,
+        Event::Answered,
+        Event::Admitted,
+    ] {
+        let n = step(&t.call, e.clone(), T0 + 500, &timing());
+        assert!(!n.changed, "{e:?}");
+        assert_eq!(n.call, t.call, "{e:?}");
+        assert!(n.actions.is_empty());
+    }
+    // A second session acknowledgement is a replay too.
+    let acked = step(&t.call, Event::SessionDelivered, T0 + 500, &timing());
+    assert!(!step(&acked.call, Event::SessionDelivered, T0 + 501, &timing()).changed);
+}
+
+#[test]
+fn resume_re_emits_what_each_state_owes() {
+    let cases = [
+        (State::Requested, vec![Action::SendRequest]),
+        (State::Accepted, vec![Action::OpenRun]),
+        (State::Opened, vec![Action::SendSession, Action::Stake]),
+        (State::Staked, vec![Action::CheckPolicy]),
+        (State::AwaitingConsent, vec![Action::RequestConsent]),
+        (State::Submitting, vec![Action::Submit]),
+        (State::Submitted, vec![Action::FetchOutcome]),
+    ];
+    for (state, want) in cases {
+        let t = caller_at(state);
+        let r = step(&t.call, Event::Resume, T0 + 1_000, &timing());
+        assert!(!r.changed);
+        assert_eq!(r.actions, want, "{state:?}");
+    }
+    let o = owner();
+    assert_eq!(
+        step(&o.call, Event::Resume, T0, &timing()).actions,
+        vec![Action::Admit]
+    );
+}
+
+#[test]
+fn tick_retries_with_backoff_and_no_progress() {
+    let t = caller_at(State::Accepted);
+    let progressed = t.call.progressed_at_ms;
+    let early = step(&t.call, Event::Tick, t.call.retry_at_ms - 1, &timing());
+    assert!(!early.changed && early.actions.is_empty());
+    let due = step(&t.call, Event::Tick, t.call.retry_at_ms, &timing());
+    assert_eq!(due.actions, vec![Action::OpenRun]);
+    assert_eq!(
+        due.call.progressed_at_ms, progressed,
+        "a retry is not progress"
+    );
+    assert_eq!(due.call.attempts, 2);
+    let gap1 = due.call.retry_at_ms - t.call.retry_at_ms;
+    let again = step(&due.call, Event::Tick, due.call.retry_at_ms, &timing());
+    let gap2 = again.call.retry_at_ms - due.call.retry_at_ms;
+    assert!(gap2 > gap1, "backoff grows: {gap1} then {gap2}");
+    // and is capped
+    let mut c = again.call;
+    for _ in 0..8 {
+        c.progressed_at_ms = c.retry_at_ms; // keep the stall clock away
+        c = step(&c, Event::Tick, c.retry_at_ms, &timing()).call;
+    }
+    let last_gap = step(&c, Event::Tick, c.retry_at_ms, &timing())
+        .call
+        .retry_at_ms
+        - c.retry_at_ms;
+    assert_eq!(last_gap, timing().max_backoff_ms);
+}
+
+#[test]
+fn tick_fails_a_stalled_call_and_cancels_its_run() {
+    let t = caller_at(State::Submitted);
+    let limit = timing().stall_limit_ms;
+    let ok = step(
+        &t.call,
+        Event::Tick,
+        t.call.progressed_at_ms + limit,
+        &timing(),
+    );
+    assert_ne!(ok.call.state, State::Failed);
+    let stalled = step(
+        &t.call,
+        Event::Tick,
+        t.call.progressed_at_ms + limit + 1,
+        &timing(),
+    );
+    assert_eq!(
+        stalled.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::Stalled)
+    );
+    assert!(
+        stalled
+            .call
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.message.contains("submitted"))
+    );
+    assert_eq!(stalled.actions[0], Action::CancelRun);
+    assert!(matches!(
+        stalled.actions[1],
+        Action::SendFailed {
+            code: FailureCode::Stalled,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn awaiting_consent_does_not_stall_nor_renag_but_expires() {
+    let t = caller_at(State::AwaitingConsent);
+    let later = t.call.progressed_at_ms + timing().stall_limit_ms * 3;
+    assert!(later < EXPIRES);
+    let n = step(&t.call, Event::Tick, later, &timing());
+    assert!(!n.changed && n.actions.is_empty());
+    let expired = step(&t.call, Event::Tick, EXPIRES, &timing());
+    assert_eq!(
+        expired.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::Expired)
+    );
+}
+
+#[test]
+fn state_names_round_trip() {
+    for s in [
+        State::Requested,
+        State::Received,
+        State::Accepted,
+        State::Opened,
+        State::Staked,
+        State::AwaitingConsent,
+        State::Submitting,
+        State::Submitted,
+        State::Answered,
+        State::Ran,
+        State::Failed,
+    ] {
+        assert_eq!(State::parse(s.as_str()), Some(s));
+        assert_eq!(
+            serde_json::to_value(s).expect("ser"),
+            serde_json::Value::String(s.as_str().into())
+        );
+    }
+    assert_eq!(State::parse("bogus"), None);
+}

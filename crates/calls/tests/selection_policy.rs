@@ -1,0 +1,214 @@
+//! Source selection (design §7) and policy (§9): every rule and refusal.
+
+use skillbox_calls::*;
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn held(n: &str) -> bool {
+    matches!(n, "spotify_songs" | "calendar")
+}
+
+#[test]
+fn a_list_is_exactly_those_sources() {
+    let req = names(&["spotify_songs", "calendar", "emails"]);
+    assert_eq!(
+        select_sources(&req, held, Some(&names(&["calendar"]))),
+        Ok(names(&["calendar"]))
+    );
+    assert_eq!(
+        select_sources(&req, held, Some(&names(&["spotify_songs", "calendar"]))),
+        Ok(names(&["spotify_songs", "calendar"]))
+    );
+}
+
+#[test]
+fn a_name_outside_required_sources_is_refused_naming_it() {
+    let req = names(&["spotify_songs"]);
+    let e = select_sources(&req, held, Some(&names(&["spotify_songs", "calendar"]))).unwrap_err();
+    assert_eq!(e.code(), "source_not_required");
+    assert_eq!(e.http_status(), 400);
+    assert!(e.to_string().contains("\"calendar\""), "{e}");
+}
+
+#[test]
+fn an_unheld_name_is_refused() {
+    let req = names(&["spotify_songs", "emails"]);
+    let e = select_sources(&req, held, Some(&names(&["emails"]))).unwrap_err();
+    assert_eq!(
+        e,
+        SelectionError::SourceNotHeld {
+            name: "emails".into()
+        }
+    );
+    assert_eq!(e.code(), "source_not_held");
+}
+
+#[test]
+fn a_duplicate_is_refused() {
+    let req = names(&["spotify_songs"]);
+    let e = select_sources(
+        &req,
+        held,
+        Some(&names(&["spotify_songs", "spotify_songs"])),
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "duplicate_source");
+}
+
+#[test]
+fn an_empty_list_is_none() {
+    assert_eq!(
+        select_sources(&names(&["spotify_songs"]), held, Some(&[])),
+        Ok(vec![])
+    );
+    assert_eq!(
+        select_sources(&names(&["emails"]), held, Some(&[])),
+        Ok(vec![]),
+        "even when none are held"
+    );
+}
+
+#[test]
+fn omitted_is_required_intersect_held() {
+    let req = names(&["emails", "spotify_songs"]);
+    assert_eq!(
+        select_sources(&req, held, None),
+        Ok(names(&["spotify_songs"]))
+    );
+    assert_eq!(
+        select_sources(&[], held, None),
+        Ok(vec![]),
+        "a skill requiring nothing runs on its request"
+    );
+}
+
+#[test]
+fn omitted_with_none_held_is_refused_where_it_starts() {
+    let e = select_sources(&names(&["emails", "photos"]), held, None).unwrap_err();
+    assert_eq!(e.code(), "required_sources_not_held");
+    assert_eq!(e.http_status(), 422);
+}
+
+fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> SubmitQuestion<'a> {
+    SubmitQuestion {
+        role,
+        peer,
+        skill,
+        sources,
+    }
+}
+
+#[test]
+fn policy_first_matching_rule_decides() {
+    let policy = Policy {
+        rules: vec![
+            Rule {
+                side: Side::Caller,
+                peer: Pattern::any(),
+                skill: Pattern::any(),
+                sources: Some(names(&["spotify_songs"])),
+                decision: Decision::Ask,
+            },
+            Rule {
+                side: Side::Owner,
+                peer: Pattern("12D3Bad".into()),
+                skill: Pattern::any(),
+                sources: None,
+                decision: Decision::Deny,
+            },
+            Rule {
+                side: Side::Any,
+                peer: Pattern::any(),
+                skill: Pattern("music-*".into()),
+                sources: None,
+                decision: Decision::Allow,
+            },
+        ],
+        default: Decision::Deny,
+    };
+    let songs = names(&["spotify_songs"]);
+    let cal = names(&["calendar"]);
+    assert_eq!(
+        policy.decide(&q(Role::Caller, "p", "music-taste", &songs)),
+        Decision::Ask
+    );
+    assert_eq!(
+        policy.decide(&q(Role::Caller, "p", "music-taste", &cal)),
+        Decision::Allow
+    );
+    assert_eq!(
+        policy.decide(&q(Role::Owner, "p", "music-taste", &songs)),
+        Decision::Allow,
+        "source rule is caller-side"
+    );
+    assert_eq!(
+        policy.decide(&q(Role::Owner, "12D3Bad", "music-taste", &[])),
+        Decision::Deny
+    );
+    assert_eq!(
+        policy.decide(&q(Role::Caller, "p", "code-review", &cal)),
+        Decision::Deny,
+        "default"
+    );
+    assert_eq!(
+        Policy::default().decide(&q(Role::Owner, "p", "x", &[])),
+        Decision::Allow
+    );
+}
+
+#[test]
+fn policy_reads_from_json_config() {
+    let p: Policy = serde_json::from_str(
+        r#"{"rules":[{"side":"caller","sources":["spotify_songs"],"decision":"ask"}]}"#,
+    )
+    .expect("parses");
+    assert_eq!(p.default, Decision::Allow);
+    assert_eq!(p.rules[0].peer, Pattern::any());
+}
+
+#[test]
+fn admission_lists() {
+    let mut b = RateBuckets::default();
+    let a = Admission {
+        allow_peers: Some(names(&["friend"])),
+        deny_peers: names(&["foe"]),
+        calls_per_minute: 10,
+    };
+    assert_eq!(a.admit(&mut b, "friend", 0), Ok(()));
+    assert_eq!(a.admit(&mut b, "stranger", 0), Err(Refusal::PeerDenied));
+    let open = Admission {
+        deny_peers: names(&["foe"]),
+        ..Admission::default()
+    };
+    assert_eq!(open.admit(&mut b, "foe", 0), Err(Refusal::PeerDenied));
+    assert_eq!(open.admit(&mut b, "anyone", 0), Ok(()));
+}
+
+#[test]
+fn admission_rate_limit_refills_over_time() {
+    let mut b = RateBuckets::default();
+    let a = Admission {
+        calls_per_minute: 3,
+        ..Admission::default()
+    };
+    for _ in 0..3 {
+        assert_eq!(a.admit(&mut b, "p", 1_000), Ok(()));
+    }
+    assert_eq!(
+        a.admit(&mut b, "p", 1_000),
+        Err(Refusal::RateLimited { per_minute: 3 })
+    );
+    assert_eq!(
+        a.admit(&mut b, "other", 1_000),
+        Ok(()),
+        "buckets are per peer"
+    );
+    assert_eq!(
+        a.admit(&mut b, "p", 1_000 + 20_000),
+        Ok(()),
+        "one token back after a third of a minute"
+    );
+    assert!(a.admit(&mut b, "p", 1_000 + 20_001).is_err());
+}
