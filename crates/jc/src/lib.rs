@@ -1,1 +1,24 @@
-//! skillbox-jc
+//! skillbox-jc: the box (joint compute), design §8 and §10.
+//!
+//! - [`program`]: the canonical program (RFC 8785), canonical-or-reject, its hash and schema.
+//! - [`dsse`]: DSSE envelopes with Ed25519; a program is approved when both parties signed it.
+//! - [`attest`]: the attestation statement, `Attester` / `Verifier`, the `insecure-dev` platform.
+//! - [`seal`]: HPKE stakes and the sealed answer, padded to size buckets.
+//! - [`run`]: the run logic (open, attest, stake, submit, execute, result), no HTTP.
+//! - [`server`]: the box's HTTP API; [`client`]: what nodes use to talk to a box.
+
+pub mod attest;
+pub mod client;
+pub mod dsse;
+pub mod error;
+pub mod jcs;
+pub mod program;
+pub mod prompt;
+pub mod receipt;
+pub mod registry;
+pub mod run;
+pub mod seal;
+pub mod server;
+
+pub use error::{JcError, Result};
+pub use program::{Program, ProgramHash, Role};

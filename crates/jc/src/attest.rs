@@ -1,0 +1,285 @@
+//! Attestation: what a box proves about a run, and how a party checks it (design §8).
+//!
+//! The statement is the JCS of {platform, measurement, program hash, run id, both run public
+//! keys, the asker's nonce, expiry}; its SHA-512 is the 64-byte report data a hardware attester
+//! signs (it fits SEV-SNP and TDX report data and Nitro user data). Platforms sit behind
+//! [`Attester`] / [`Verifier`]; only `insecure-dev` exists now, and it is accepted only when the
+//! verifying node's config allows it *and* the program lists it.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use ed25519_dalek::{Signer, SigningKey, Verifier as _, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha384, Sha512};
+
+use crate::dsse::{ApprovedProgram, key_hex};
+use crate::error::{JcError, Result};
+use crate::jcs;
+use crate::program::{INSECURE_DEV, decode_hex32};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Statement {
+    pub platform: String,
+    pub measurement: String,
+    pub program_hash: String,
+    pub run_id: String,
+    /// The run's X25519 HPKE public key (stakes are sealed to it), hex.
+    pub hpke_public_key: String,
+    /// The run's Ed25519 receipt key, hex.
+    pub receipt_public_key: String,
+    /// The asker's nonce, as it asked (hex).
+    pub nonce: String,
+    pub expires_at: u64,
+}
+
+impl Statement {
+    pub fn to_canonical(&self) -> Result<Vec<u8>> {
+        jcs::to_canonical(self)
+    }
+}
+
+/// SHA-512 of the canonical statement bytes.
+pub fn report_data(statement_bytes: &[u8]) -> [u8; 64] {
+    Sha512::digest(statement_bytes).into()
+}
+
+/// What a box answers to `GET /v1/runs/{id}/attestation`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attestation {
+    pub platform: String,
+    /// base64 of the canonical statement bytes (what the report data is the hash of).
+    pub statement: String,
+    /// Platform-specific evidence.
+    pub evidence: serde_json::Value,
+}
+
+/// Produces evidence for a statement. One per box process.
+pub trait Attester: Send + Sync {
+    fn platform(&self) -> &str;
+    fn measurement(&self) -> &str;
+    fn attest(&self, statement: &Statement) -> Result<Attestation>;
+}
+
+/// Checks a platform's evidence over `report_data` and returns the measurement it vouches for.
+pub trait Verifier: Send + Sync {
+    fn platform(&self) -> &str;
+    fn verify_evidence(
+        &self,
+        attestation: &Attestation,
+        statement: &Statement,
+        report_data: &[u8; 64],
+    ) -> Result<String>;
+}
+
+/// SHA-384 of a file (the insecure-dev measurement of the box's own executable).
+pub fn measure_file(path: &std::path::Path) -> Result<String> {
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| JcError::Internal(format!("measure {}: {e}", path.display())))?;
+    let mut h = Sha384::new();
+    std::io::copy(&mut f, &mut h)
+        .map_err(|e| JcError::Internal(format!("measure {}: {e}", path.display())))?;
+    Ok(hex::encode(h.finalize()))
+}
+
+/// The software attester: a key made at box start signs the report data. No hardware isolation:
+/// anyone who runs the same binary can produce this evidence, which is why both sides must opt in.
+pub struct InsecureDevAttester {
+    key: SigningKey,
+    measurement: String,
+}
+
+impl InsecureDevAttester {
+    /// Measure the running executable (`std::env::current_exe`).
+    pub fn for_current_exe() -> Result<InsecureDevAttester> {
+        let exe =
+            std::env::current_exe().map_err(|e| JcError::Internal(format!("current_exe: {e}")))?;
+        Ok(InsecureDevAttester::with_measurement(measure_file(&exe)?))
+    }
+
+    pub fn with_measurement(measurement: String) -> InsecureDevAttester {
+        let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+        getrandom::fill(&mut seed[..]).expect("the OS random source is available");
+        InsecureDevAttester {
+            key: SigningKey::from_bytes(&seed),
+            measurement,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DevEvidence {
+    report_data: String,
+    key: String,
+    signature: String,
+}
+
+impl Attester for InsecureDevAttester {
+    fn platform(&self) -> &str {
+        INSECURE_DEV
+    }
+    fn measurement(&self) -> &str {
+        &self.measurement
+    }
+    fn attest(&self, statement: &Statement) -> Result<Attestation> {
+        let bytes = statement.to_canonical()?;
+        let rd = report_data(&bytes);
+        let sig = self.key.sign(&rd);
+        let evidence = DevEvidence {
+            report_data: hex::encode(rd),
+            key: key_hex(&self.key.verifying_key()),
+            signature: hex::encode(sig.to_bytes()),
+        };
+        Ok(Attestation {
+            platform: INSECURE_DEV.into(),
+            statement: STANDARD.encode(&bytes),
+            evidence: serde_json::to_value(evidence)
+                .map_err(|e| JcError::Internal(e.to_string()))?,
+        })
+    }
+}
+
+pub struct InsecureDevVerifier;
+
+impl Verifier for InsecureDevVerifier {
+    fn platform(&self) -> &str {
+        INSECURE_DEV
+    }
+    fn verify_evidence(
+        &self,
+        attestation: &Attestation,
+        statement: &Statement,
+        rd: &[u8; 64],
+    ) -> Result<String> {
+        let ev: DevEvidence = serde_json::from_value(attestation.evidence.clone())
+            .map_err(|e| JcError::Evidence(e.to_string()))?;
+        if ev.report_data != hex::encode(rd) {
+            return Err(JcError::ReportDataMismatch);
+        }
+        let key = decode_hex32(&ev.key)
+            .and_then(|k| VerifyingKey::from_bytes(&k).ok())
+            .ok_or_else(|| JcError::Evidence("dev key".into()))?;
+        let sig_bytes = hex::decode(&ev.signature)
+            .map_err(|_| JcError::Evidence("signature is not hex".into()))?;
+        let sig = ed25519_dalek::Signature::from_slice(&sig_bytes)
+            .map_err(|_| JcError::Evidence("signature length".into()))?;
+        key.verify(rd, &sig).map_err(|_| {
+            JcError::Evidence("signature does not verify over the report data".into())
+        })?;
+        // A software key vouches for nothing about the code: the measurement is the box's claim.
+        Ok(statement.measurement.clone())
+    }
+}
+
+/// A verifying party's attestation policy (from its config).
+pub struct VerifyPolicy {
+    pub allow_insecure_dev: bool,
+    pub verifiers: Vec<Box<dyn Verifier>>,
+}
+
+impl VerifyPolicy {
+    /// The verifiers available today; `insecure-dev` only if the config allows it.
+    pub fn new(allow_insecure_dev: bool) -> VerifyPolicy {
+        VerifyPolicy {
+            allow_insecure_dev,
+            verifiers: vec![Box::new(InsecureDevVerifier)],
+        }
+    }
+}
+
+/// A run whose attestation checked out: what the party may now seal to and verify with.
+#[derive(Clone, Debug)]
+pub struct VerifiedRun {
+    pub run_id: String,
+    pub program_hash: crate::program::ProgramHash,
+    pub platform: String,
+    pub measurement: String,
+    pub hpke_public_key: [u8; 32],
+    pub receipt_key: VerifyingKey,
+    pub expires_at: u64,
+    /// True when the run was accepted on an `insecure-dev` attestation: every surface that
+    /// shows the call must say so.
+    pub no_hardware_isolation: bool,
+}
+
+/// Every client-side check of §8 on one attestation.
+pub fn verify_attestation(
+    attestation: &Attestation,
+    program: &ApprovedProgram,
+    run_id: &str,
+    nonce: &str,
+    policy: &VerifyPolicy,
+    now: u64,
+) -> Result<VerifiedRun> {
+    if attestation.platform == INSECURE_DEV && !policy.allow_insecure_dev {
+        return Err(JcError::DevAttestationNotAllowed);
+    }
+    let verifier = policy
+        .verifiers
+        .iter()
+        .find(|v| v.platform() == attestation.platform)
+        .ok_or_else(|| {
+            JcError::PlatformNotAllowed(attestation.platform.chars().take(32).collect())
+        })?;
+    let bytes = STANDARD
+        .decode(&attestation.statement)
+        .map_err(|_| JcError::Evidence("statement is not base64".into()))?;
+    let value = jcs::parse_canonical(&bytes)?;
+    let st: Statement =
+        serde_json::from_value(value).map_err(|e| JcError::Evidence(format!("statement: {e}")))?;
+    if st.platform != attestation.platform {
+        return Err(JcError::Evidence(
+            "statement platform differs from the attestation's".into(),
+        ));
+    }
+    let rd = report_data(&bytes);
+    let measurement = verifier.verify_evidence(attestation, &st, &rd)?;
+    if measurement != st.measurement {
+        return Err(JcError::Evidence(
+            "evidence measurement differs from the statement's".into(),
+        ));
+    }
+    if !program.program.lists_box(&st.platform, &st.measurement) {
+        return Err(JcError::BoxNotListed {
+            platform: st.platform.clone(),
+            measurement: st.measurement.clone(),
+        });
+    }
+    if st.program_hash != program.hash.to_hex() {
+        return Err(JcError::StatementProgramMismatch {
+            found: st.program_hash.chars().take(64).collect(),
+        });
+    }
+    if st.run_id != run_id {
+        return Err(JcError::StatementRunMismatch {
+            found: st.run_id.chars().take(64).collect(),
+        });
+    }
+    if st.nonce != nonce {
+        return Err(JcError::NonceMismatch);
+    }
+    if now >= st.expires_at {
+        return Err(JcError::AttestationExpired {
+            expires_at: st.expires_at,
+            now,
+        });
+    }
+    program.program.check_expiry(now)?;
+    let hpke_public_key =
+        decode_hex32(&st.hpke_public_key).ok_or_else(|| JcError::Evidence("hpke key".into()))?;
+    let receipt_key = decode_hex32(&st.receipt_public_key)
+        .and_then(|k| VerifyingKey::from_bytes(&k).ok())
+        .ok_or_else(|| JcError::Evidence("receipt key".into()))?;
+    Ok(VerifiedRun {
+        run_id: st.run_id,
+        program_hash: program.hash,
+        platform: st.platform.clone(),
+        measurement: st.measurement,
+        hpke_public_key,
+        receipt_key,
+        expires_at: st.expires_at,
+        no_hardware_isolation: st.platform == INSECURE_DEV,
+    })
+}

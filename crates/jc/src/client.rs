@@ -1,0 +1,345 @@
+//! The jc client the nodes use: open a run, attest with the client's own nonce, verify (every
+//! check of §8), stake from a byte stream, submit, fetch the result and the receipt.
+//!
+//! Sealing and opening are plain functions ([`seal_stake`], [`open_result`]) so a node can run
+//! them on a blocking thread next to its source store; [`BoxClient`] only moves bytes.
+
+use std::io::Read;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use ed25519_dalek::SigningKey;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::attest::{Attestation, VerifiedRun, VerifyPolicy, verify_attestation};
+use crate::dsse::{ApprovedProgram, Envelope, PartyAction, sign_action};
+use crate::error::{JcError, Result};
+use crate::program::{ProgramHash, Role};
+use crate::receipt::{self, Receipt};
+use crate::run::{Opened, ResultView, RunView};
+use crate::seal::{self, HpkeKeyPair, Purpose, Sealer};
+use crate::server::{ErrorBody, Health, STAKE_ACTION_HEADER, Staked, Submitted};
+
+/// One named piece of material to stake, read as a stream of exactly `len` bytes.
+pub struct StakeInput<'a> {
+    pub name: String,
+    pub len: u64,
+    pub reader: Box<dyn Read + Send + 'a>,
+}
+
+impl<'a> StakeInput<'a> {
+    pub fn bytes(name: &str, data: &'a [u8]) -> StakeInput<'a> {
+        StakeInput {
+            name: name.into(),
+            len: data.len() as u64,
+            reader: Box::new(data),
+        }
+    }
+}
+
+/// Seal a party's stake to a verified run (HPKE to the run key, info = role, run id, program).
+pub fn seal_stake(run: &VerifiedRun, role: Role, inputs: Vec<StakeInput<'_>>) -> Result<Vec<u8>> {
+    let mut sealer = Sealer::new(
+        &run.hpke_public_key,
+        &seal::info(Purpose::Stake(role), &run.run_id, &run.program_hash),
+    )?;
+    for mut input in inputs {
+        sealer.entry(&input.name, input.len, &mut input.reader)?;
+    }
+    sealer.finish()
+}
+
+/// Keep only characters that need no escaping in a URL (nonces are hex; run ids too).
+fn url_safe(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect()
+}
+
+/// A fresh 128-bit nonce for an attestation request, hex.
+pub fn new_nonce() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    hex::encode(b)
+}
+
+/// The caller's answer, opened.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Output {
+    pub answer: String,
+    pub truncated: bool,
+    /// Carried from the verified attestation: the run had no hardware isolation.
+    pub no_hardware_isolation: bool,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Output({} bytes, truncated: {})",
+            self.answer.len(),
+            self.truncated
+        )
+    }
+}
+
+/// Open the sealed answer with the caller's result key.
+pub fn open_result(
+    view: &ResultView,
+    result_key: &HpkeKeyPair,
+    run: &VerifiedRun,
+) -> Result<Output> {
+    let sealed_b64 = view.sealed_output.as_ref().ok_or_else(|| {
+        JcError::NotReady(format!(
+            "run failed: {}",
+            view.error.clone().unwrap_or_default()
+        ))
+    })?;
+    let sealed = STANDARD
+        .decode(sealed_b64)
+        .map_err(|_| JcError::Sealed("sealed output is not base64".into()))?;
+    let info = seal::info(Purpose::Result, &run.run_id, &run.program_hash);
+    let entries = seal::open(&sealed, result_key, &info, || JcError::ResultNotForThisKey)?;
+    let answer = entries
+        .iter()
+        .find(|e| e.name == "answer")
+        .ok_or_else(|| JcError::Sealed("no answer entry".into()))?;
+    let truncated = entries
+        .iter()
+        .find(|e| e.name == "truncated")
+        .map(|e| e.data.first() == Some(&1))
+        .unwrap_or(false);
+    let answer = String::from_utf8(answer.data.to_vec())
+        .map_err(|_| JcError::Sealed("answer is not UTF-8".into()))?;
+    Ok(Output {
+        answer,
+        truncated,
+        no_hardware_isolation: run.no_hardware_isolation,
+    })
+}
+
+/// Check the receipt with the run key bound by the attestation.
+pub fn verify_receipt(view: &ResultView, run: &VerifiedRun) -> Result<Receipt> {
+    receipt::verify(&view.receipt, run)
+}
+
+/// HTTP client of one box.
+#[derive(Clone)]
+pub struct BoxClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl BoxClient {
+    pub fn new(base_url: &str) -> Result<BoxClient> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|e| JcError::Transport(e.to_string()))?;
+        Ok(BoxClient {
+            base: base_url.trim_end_matches('/').to_owned(),
+            http,
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    async fn parse<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T> {
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| JcError::Transport(e.to_string()))?;
+        if !status.is_success() {
+            let (code, message) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+                Ok(b) => (b.error, b.message),
+                Err(_) => (
+                    "http".into(),
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
+                ),
+            };
+            return Err(JcError::Remote {
+                status: status.as_u16(),
+                code,
+                message,
+            });
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| JcError::Transport(format!("box answer not understood: {e}")))
+    }
+
+    async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T> {
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| JcError::Transport(e.to_string()))?;
+        Self::parse(resp).await
+    }
+
+    pub async fn health(&self) -> Result<Health> {
+        self.send(self.http.get(format!("{}/healthz", self.base)))
+            .await
+    }
+
+    /// jc.open with the twice-signed program.
+    pub async fn open(&self, program: &Envelope) -> Result<Opened> {
+        self.send(
+            self.http
+                .post(format!("{}/v1/runs", self.base))
+                .body(program.to_json()),
+        )
+        .await
+    }
+
+    pub async fn attestation(&self, run_id: &str, nonce: &str) -> Result<Attestation> {
+        self.send(self.http.get(format!(
+            "{}/v1/runs/{run_id}/attestation?nonce={}",
+            self.base,
+            url_safe(nonce)
+        )))
+        .await
+    }
+
+    /// jc.attest with a fresh nonce of our own, then every client-side check.
+    pub async fn attest(
+        &self,
+        program: &ApprovedProgram,
+        run_id: &str,
+        policy: &VerifyPolicy,
+    ) -> Result<VerifiedRun> {
+        let nonce = new_nonce();
+        let att = self.attestation(run_id, &nonce).await?;
+        verify_attestation(
+            &att,
+            program,
+            run_id,
+            &nonce,
+            policy,
+            crate::run::now_secs(),
+        )
+    }
+
+    /// jc.stake: post sealed bytes with this party's signature over them.
+    pub async fn stake(
+        &self,
+        run: &VerifiedRun,
+        role: Role,
+        sealed: Vec<u8>,
+        node_key: &SigningKey,
+    ) -> Result<Role> {
+        let action = PartyAction {
+            action: "stake".into(),
+            role,
+            run_id: run.run_id.clone(),
+            program_hash: run.program_hash.to_hex(),
+            stake_sha256: Some(hex::encode(Sha256::digest(&sealed))),
+        };
+        let env = sign_action(&action, node_key)?;
+        let staked: Staked = self
+            .send(
+                self.http
+                    .post(format!("{}/v1/runs/{}/stakes", self.base, run.run_id))
+                    .header(STAKE_ACTION_HEADER, STANDARD.encode(env.to_json()))
+                    .header("content-type", "application/octet-stream")
+                    .body(sealed),
+            )
+            .await?;
+        Ok(staked.role)
+    }
+
+    fn action(
+        action: &str,
+        run_id: &str,
+        program_hash: &ProgramHash,
+        role: Role,
+        key: &SigningKey,
+    ) -> Result<Envelope> {
+        sign_action(
+            &PartyAction {
+                action: action.into(),
+                role,
+                run_id: run_id.into(),
+                program_hash: program_hash.to_hex(),
+                stake_sha256: None,
+            },
+            key,
+        )
+    }
+
+    /// jc.submit: this party's go. True when it started the run.
+    pub async fn submit(
+        &self,
+        run_id: &str,
+        program_hash: &ProgramHash,
+        role: Role,
+        node_key: &SigningKey,
+    ) -> Result<bool> {
+        let env = Self::action("submit", run_id, program_hash, role, node_key)?;
+        let s: Submitted = self
+            .send(
+                self.http
+                    .post(format!("{}/v1/runs/{run_id}/submit", self.base))
+                    .body(env.to_json()),
+            )
+            .await?;
+        Ok(s.started)
+    }
+
+    pub async fn status(&self, run_id: &str) -> Result<RunView> {
+        self.send(self.http.get(format!("{}/v1/runs/{run_id}", self.base)))
+            .await
+    }
+
+    /// jc.result as it stands (409 `not_ready` while running).
+    pub async fn result(&self, run_id: &str) -> Result<ResultView> {
+        self.send(
+            self.http
+                .get(format!("{}/v1/runs/{run_id}/result", self.base)),
+        )
+        .await
+    }
+
+    /// Poll until the run finished or `timeout` passed.
+    pub async fn wait_result(&self, run_id: &str, timeout: Duration) -> Result<ResultView> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match self.result(run_id).await {
+                Err(JcError::Remote { code, .. })
+                    if code == "not_ready" && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// End the run at the box (cancel, or done with it): its id is spent.
+    pub async fn delete(
+        &self,
+        run_id: &str,
+        program_hash: &ProgramHash,
+        role: Role,
+        node_key: &SigningKey,
+    ) -> Result<()> {
+        let env = Self::action("delete", run_id, program_hash, role, node_key)?;
+        let resp = self
+            .http
+            .delete(format!("{}/v1/runs/{run_id}", self.base))
+            .body(env.to_json())
+            .send()
+            .await
+            .map_err(|e| JcError::Transport(e.to_string()))?;
+        if resp.status().is_success() {
+            return Ok(());
+        }
+        Self::parse::<serde_json::Value>(resp).await.map(|_| ())
+    }
+}

@@ -1,0 +1,377 @@
+//! DSSE envelopes (https://github.com/secure-systems-lab/dsse, protocol v1) signed with Ed25519.
+//!
+//! Signatures are over PAE(payloadType, payload), never over the JSON envelope, so the payload
+//! bytes travel untouched and both parties sign the very same bytes. `keyid` is the lowercase hex
+//! Ed25519 public key: a verifier still checks it against the keys the program names.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
+use ed25519_dalek::{Signature as EdSignature, Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JcError, Result};
+use crate::program::{PROGRAM_PAYLOAD_TYPE, Program, ProgramHash, Role, decode_hex32};
+
+/// Payload type of a party's signed action (stake, submit, cancel).
+pub const ACTION_PAYLOAD_TYPE: &str = "application/vnd.skillbox.action+json";
+/// Payload type of a receipt.
+pub const RECEIPT_PAYLOAD_TYPE: &str = "application/vnd.skillbox.receipt+json";
+
+/// Pre-Authentication Encoding, exactly as DSSE v1 defines it:
+/// `"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body`, LEN as ASCII decimal.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + payload_type.len() + 32);
+    out.extend_from_slice(b"DSSEv1 ");
+    out.extend_from_slice(payload_type.len().to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload_type.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload.len().to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload);
+    out
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// base64 of the payload bytes.
+    pub payload: String,
+    #[serde(rename = "payloadType")]
+    pub payload_type: String,
+    pub signatures: Vec<EnvelopeSignature>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeSignature {
+    #[serde(default)]
+    pub keyid: String,
+    /// base64 of the 64-byte Ed25519 signature.
+    pub sig: String,
+}
+
+/// Lowercase hex of an Ed25519 public key: how programs and keyids name a node key.
+pub fn key_hex(key: &VerifyingKey) -> String {
+    hex::encode(key.to_bytes())
+}
+
+fn b64_decode(what: &str, s: &str) -> Result<Vec<u8>> {
+    // DSSE accepts standard or URL-safe base64 on input.
+    STANDARD
+        .decode(s)
+        .or_else(|_| URL_SAFE.decode(s))
+        .or_else(|_| URL_SAFE_NO_PAD.decode(s))
+        .map_err(|_| JcError::Envelope(format!("{what} is not base64")))
+}
+
+impl Envelope {
+    /// An unsigned envelope around `payload`.
+    pub fn new(payload_type: &str, payload: &[u8]) -> Envelope {
+        Envelope {
+            payload: STANDARD.encode(payload),
+            payload_type: payload_type.to_owned(),
+            signatures: Vec::new(),
+        }
+    }
+
+    pub fn payload_bytes(&self) -> Result<Vec<u8>> {
+        b64_decode("payload", &self.payload)
+    }
+
+    /// Add a signature by `key` over PAE(payloadType, payload).
+    pub fn sign(&mut self, key: &SigningKey) -> Result<()> {
+        let payload = self.payload_bytes()?;
+        let sig = key.sign(&pae(&self.payload_type, &payload));
+        self.signatures.push(EnvelopeSignature {
+            keyid: key_hex(&key.verifying_key()),
+            sig: STANDARD.encode(sig.to_bytes()),
+        });
+        Ok(())
+    }
+
+    /// The payload, after checking its type and that one signature of `key` verifies.
+    pub fn verified_payload(
+        &self,
+        expected_type: &str,
+        key: &VerifyingKey,
+        role: &str,
+    ) -> Result<Vec<u8>> {
+        self.check_type(expected_type)?;
+        let payload = self.payload_bytes()?;
+        let message = pae(&self.payload_type, &payload);
+        let want = key_hex(key);
+        let sig =
+            self.signatures
+                .iter()
+                .find(|s| s.keyid == want)
+                .ok_or(JcError::SignatureMissing {
+                    role: static_role(role),
+                })?;
+        verify_sig(key, &message, &sig.sig, role)?;
+        Ok(payload)
+    }
+
+    pub fn check_type(&self, expected: &str) -> Result<()> {
+        if self.payload_type != expected {
+            return Err(JcError::PayloadType {
+                expected: expected.to_owned(),
+                found: self.payload_type.chars().take(128).collect(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<Envelope> {
+        serde_json::from_slice(bytes).map_err(|e| JcError::Envelope(e.to_string()))
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an envelope of strings always serializes")
+    }
+}
+
+fn static_role(role: &str) -> &'static str {
+    match role {
+        "caller" => "caller",
+        "owner" => "owner",
+        "run" => "run",
+        _ => "signer",
+    }
+}
+
+fn verify_sig(key: &VerifyingKey, message: &[u8], sig_b64: &str, role: &str) -> Result<()> {
+    let raw = b64_decode("signature", sig_b64)?;
+    let sig = EdSignature::from_slice(&raw).map_err(|_| JcError::BadSignature {
+        role: role.to_owned(),
+    })?;
+    key.verify_strict(message, &sig)
+        .map_err(|_| JcError::BadSignature {
+            role: role.to_owned(),
+        })
+}
+
+fn verifying_key(hex32: &str, field: &str) -> Result<VerifyingKey> {
+    let bytes = decode_hex32(hex32).ok_or_else(|| JcError::ProgramInvalid {
+        field: field.into(),
+        reason: "not hex".into(),
+    })?;
+    VerifyingKey::from_bytes(&bytes).map_err(|_| JcError::ProgramInvalid {
+        field: field.into(),
+        reason: "not an Ed25519 key".into(),
+    })
+}
+
+/// A program both parties approved: the canonical bytes, the typed program and its hash.
+#[derive(Clone, Debug)]
+pub struct ApprovedProgram {
+    pub bytes: Vec<u8>,
+    pub program: Program,
+    pub hash: ProgramHash,
+}
+
+/// Sign a program as one party: a new envelope, or a second signature on the same bytes.
+pub fn sign_program(program: &Program, key: &SigningKey) -> Result<Envelope> {
+    let bytes = program.to_canonical()?;
+    let mut env = Envelope::new(PROGRAM_PAYLOAD_TYPE, &bytes);
+    env.sign(key)?;
+    Ok(env)
+}
+
+/// jc.approve's check: the payload is a canonical, valid program, every signature is by a party
+/// the program names and verifies, and both parties signed. Expiry is the caller's to check.
+pub fn approved_program(env: &Envelope) -> Result<ApprovedProgram> {
+    env.check_type(PROGRAM_PAYLOAD_TYPE)?;
+    let bytes = env.payload_bytes()?;
+    let program = Program::from_canonical(&bytes)?;
+    let caller = verifying_key(&program.parties.caller.node_key, "parties.caller.node_key")?;
+    let owner = verifying_key(&program.parties.owner.node_key, "parties.owner.node_key")?;
+    let message = pae(&env.payload_type, &bytes);
+    if env.signatures.len() > 4 {
+        return Err(JcError::Envelope("more signatures than parties".into()));
+    }
+    let (mut by_caller, mut by_owner) = (false, false);
+    for s in &env.signatures {
+        // A signature from anyone else is refused outright, even next to two good ones.
+        let role = if s.keyid == program.parties.caller.node_key {
+            "caller"
+        } else if s.keyid == program.parties.owner.node_key {
+            "owner"
+        } else {
+            return Err(JcError::SignerNotInProgram {
+                keyid: s.keyid.chars().take(64).collect(),
+            });
+        };
+        let key = if role == "caller" { &caller } else { &owner };
+        verify_sig(key, &message, &s.sig, role)?;
+        // One node may be both parties (a node calling its own skill still goes through a box).
+        if s.keyid == program.parties.caller.node_key {
+            by_caller = true;
+        }
+        if s.keyid == program.parties.owner.node_key {
+            by_owner = true;
+        }
+    }
+    if !by_caller {
+        return Err(JcError::SignatureMissing { role: "caller" });
+    }
+    if !by_owner {
+        return Err(JcError::SignatureMissing { role: "owner" });
+    }
+    let hash = ProgramHash::of(&bytes);
+    Ok(ApprovedProgram {
+        bytes,
+        program,
+        hash,
+    })
+}
+
+/// A party's signed go-ahead for one step of one run (stake, submit, cancel).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartyAction {
+    pub action: String,
+    pub role: Role,
+    pub run_id: String,
+    pub program_hash: String,
+    /// For a stake: sha256 of the sealed bytes, so the signature covers exactly this stake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stake_sha256: Option<String>,
+}
+
+pub fn sign_action(action: &PartyAction, key: &SigningKey) -> Result<Envelope> {
+    let bytes = crate::jcs::to_canonical(action)?;
+    let mut env = Envelope::new(ACTION_PAYLOAD_TYPE, &bytes);
+    env.sign(key)?;
+    Ok(env)
+}
+
+/// The box's check of a party action: signed by the node key the program names for `role`, for
+/// this run and program, and the action expected.
+pub fn verify_action(
+    env: &Envelope,
+    program: &ApprovedProgram,
+    run_id: &str,
+    action: &str,
+) -> Result<PartyAction> {
+    env.check_type(ACTION_PAYLOAD_TYPE)?;
+    let bytes = env.payload_bytes()?;
+    let parsed: PartyAction = serde_json::from_value(crate::jcs::parse_canonical(&bytes)?)
+        .map_err(|e| JcError::Envelope(format!("action: {e}")))?;
+    let key_field = match parsed.role {
+        Role::Caller => &program.program.parties.caller.node_key,
+        Role::Owner => &program.program.parties.owner.node_key,
+    };
+    let key = verifying_key(key_field, "parties")?;
+    env.verified_payload(ACTION_PAYLOAD_TYPE, &key, parsed.role.as_str())?;
+    if parsed.action != action {
+        return Err(JcError::Envelope(format!(
+            "action is {:?}, expected {action:?}",
+            parsed.action.chars().take(32).collect::<String>()
+        )));
+    }
+    if parsed.run_id != run_id {
+        return Err(JcError::Envelope("action is signed for another run".into()));
+    }
+    if parsed.program_hash != program.hash.to_hex() {
+        return Err(JcError::Envelope(
+            "action is signed for another program".into(),
+        ));
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::tests::sample;
+
+    /// The test vector of the DSSE spec (protocol.md): PAE of "http://example.com/HelloWorld"
+    /// and "hello world".
+    #[test]
+    fn dsse_spec_pae_vector() {
+        let got = pae("http://example.com/HelloWorld", b"hello world");
+        assert_eq!(
+            got,
+            b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
+        );
+        assert_eq!(pae("", b""), b"DSSEv1 0  0 ".to_vec());
+    }
+
+    fn keys() -> (SigningKey, SigningKey, SigningKey) {
+        (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+            SigningKey::from_bytes(&[3; 32]),
+        )
+    }
+
+    fn program(c: &SigningKey, o: &SigningKey) -> Program {
+        sample(
+            &key_hex(&c.verifying_key()),
+            &key_hex(&o.verifying_key()),
+            &"22".repeat(32),
+        )
+    }
+
+    #[test]
+    fn approval_needs_both_parties_and_only_them() {
+        let (c, o, stranger) = keys();
+        let p = program(&c, &o);
+        let mut env = sign_program(&p, &c).expect("sign");
+        assert!(matches!(
+            approved_program(&env),
+            Err(JcError::SignatureMissing { role: "owner" })
+        ));
+        env.sign(&o).expect("sign");
+        let ok = approved_program(&env).expect("approved");
+        assert_eq!(ok.hash, p.hash().expect("hash"));
+
+        let mut only_owner = sign_program(&p, &o).expect("sign");
+        assert!(matches!(
+            approved_program(&only_owner),
+            Err(JcError::SignatureMissing { role: "caller" })
+        ));
+        only_owner.sign(&stranger).expect("sign");
+        assert!(matches!(
+            approved_program(&only_owner),
+            Err(JcError::SignerNotInProgram { .. })
+        ));
+
+        let mut with_stranger = env.clone();
+        with_stranger.sign(&stranger).expect("sign");
+        assert!(matches!(
+            approved_program(&with_stranger),
+            Err(JcError::SignerNotInProgram { .. })
+        ));
+
+        // A signature claiming the owner's keyid but made by another key.
+        let mut forged = sign_program(&p, &c).expect("sign");
+        let mut by_stranger = sign_program(&p, &stranger).expect("sign");
+        by_stranger.signatures[0].keyid = key_hex(&o.verifying_key());
+        forged.signatures.push(by_stranger.signatures[0].clone());
+        assert!(
+            matches!(approved_program(&forged), Err(JcError::BadSignature { ref role }) if role == "owner")
+        );
+
+        let mut wrong_type = env;
+        wrong_type.payload_type = "application/json".into();
+        assert!(matches!(
+            approved_program(&wrong_type),
+            Err(JcError::PayloadType { .. })
+        ));
+    }
+
+    #[test]
+    fn signature_covers_exact_bytes() {
+        let (c, o, _) = keys();
+        let p = program(&c, &o);
+        let mut env = sign_program(&p, &c).expect("sign");
+        env.sign(&o).expect("sign");
+        let mut other = p.clone();
+        other.output.max_bytes += 1;
+        env.payload = STANDARD.encode(other.to_canonical().expect("canonical"));
+        assert!(matches!(
+            approved_program(&env),
+            Err(JcError::BadSignature { .. })
+        ));
+    }
+}

@@ -1,0 +1,191 @@
+//! One error type for the crate. Every variant names what is wrong; none carries material (request,
+//! sources, body, model, key, answer): messages may end up in logs and in the other party's view.
+
+/// Everything the box, the program layer and the client can refuse.
+#[derive(Debug, thiserror::Error)]
+pub enum JcError {
+    // --- the program (canonical JSON) ---
+    #[error("program is not valid JSON: {0}")]
+    ProgramJson(String),
+    #[error("program has a duplicate key {key:?}")]
+    DuplicateKey { key: String },
+    #[error("program is not canonical (RFC 8785): first difference at byte {offset}")]
+    NonCanonical { offset: usize },
+    #[error("program field {field}: {reason}")]
+    ProgramInvalid { field: String, reason: String },
+    #[error("program expired at {expires_at} (now {now})")]
+    ProgramExpired { expires_at: u64, now: u64 },
+
+    // --- DSSE envelopes and signatures ---
+    #[error("envelope invalid: {0}")]
+    Envelope(String),
+    #[error("envelope payload type is {found:?}, expected {expected:?}")]
+    PayloadType { expected: String, found: String },
+    #[error("program is missing the {role} signature")]
+    SignatureMissing { role: &'static str },
+    #[error("signature by key {keyid} is not from a party named in the program")]
+    SignerNotInProgram { keyid: String },
+    #[error("signature by the {role} key does not verify")]
+    BadSignature { role: String },
+
+    // --- attestation ---
+    #[error("attestation platform {0:?} is not accepted by this verifier")]
+    PlatformNotAllowed(String),
+    #[error("insecure-dev attestation refused: this node's config does not allow it")]
+    DevAttestationNotAllowed,
+    #[error("box {platform}:{measurement} is not listed in the program")]
+    BoxNotListed {
+        platform: String,
+        measurement: String,
+    },
+    #[error("attestation nonce does not match the nonce asked with")]
+    NonceMismatch,
+    #[error("attestation statement is for another program (hash {found})")]
+    StatementProgramMismatch { found: String },
+    #[error("attestation statement is for another run ({found})")]
+    StatementRunMismatch { found: String },
+    #[error("attestation expired at {expires_at} (now {now})")]
+    AttestationExpired { expires_at: u64, now: u64 },
+    #[error("attestation report data does not match its statement")]
+    ReportDataMismatch,
+    #[error("attestation evidence invalid: {0}")]
+    Evidence(String),
+
+    // --- sealing ---
+    #[error("sealed data invalid: {0}")]
+    Sealed(String),
+    #[error(
+        "stake for role {role} does not open with this run's info (wrong run, program or role)"
+    )]
+    StakeWrongInfo { role: String },
+    #[error("stake is {size} bytes, more than the {limit} the program allows for the {role}")]
+    StakeTooLarge { role: String, size: u64, limit: u64 },
+    #[error("stake entry {name:?} is {size} bytes, more than its limit of {limit}")]
+    EntryTooLarge { name: String, size: u64, limit: u64 },
+    #[error("stake entry {name:?} is not named by the program for the {role}")]
+    EntryNotInProgram { name: String, role: String },
+    #[error("stake for the {role} lacks the required entry {name:?}")]
+    EntryMissing { name: String, role: String },
+    #[error("result cannot be opened with this key")]
+    ResultNotForThisKey,
+    #[error("reading the material to stake failed: {0}")]
+    Read(String),
+
+    // --- runs ---
+    #[error("run {0} not found")]
+    RunNotFound(String),
+    #[error("run {0} is spent: run ids are single-use")]
+    RunSpent(String),
+    #[error("program {0} was already run at this box: a program runs once")]
+    ProgramSpent(String),
+    #[error("run expired at {0}")]
+    RunExpired(u64),
+    #[error("the {role} has already staked in this run")]
+    AlreadyStaked { role: String },
+    #[error("submit refused: waiting for the stake of {missing}")]
+    StakesMissing { missing: String },
+    #[error("run is {state}; {action} is not possible now")]
+    WrongState { state: String, action: String },
+    #[error("result not ready: run is {0}")]
+    NotReady(String),
+    #[error("provider {0} is not available at this box")]
+    ProviderUnavailable(String),
+    #[error("provider host {found:?} differs from this box's configured host {expected:?}")]
+    ProviderHost { expected: String, found: String },
+    #[error("box is at its limit of {0} runs in flight")]
+    Busy(usize),
+    #[error("role {0:?} is not caller or owner")]
+    UnknownRole(String),
+    #[error("request body invalid: {0}")]
+    BadRequest(String),
+    #[error("request body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+
+    // --- the client side of HTTP ---
+    #[error("box answered {status} {code}: {message}")]
+    Remote {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    #[error("box unreachable: {0}")]
+    Transport(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl JcError {
+    /// Stable machine code for the `{error, message}` envelope.
+    pub fn code(&self) -> &'static str {
+        use JcError::*;
+        match self {
+            ProgramJson(_) => "program_json",
+            DuplicateKey { .. } => "program_duplicate_key",
+            NonCanonical { .. } => "program_not_canonical",
+            ProgramInvalid { .. } => "program_invalid",
+            ProgramExpired { .. } => "program_expired",
+            Envelope(_) => "envelope_invalid",
+            PayloadType { .. } => "payload_type",
+            SignatureMissing { .. } => "signature_missing",
+            SignerNotInProgram { .. } => "signer_not_in_program",
+            BadSignature { .. } => "bad_signature",
+            PlatformNotAllowed(_) => "platform_not_allowed",
+            DevAttestationNotAllowed => "dev_attestation_not_allowed",
+            BoxNotListed { .. } => "box_not_listed",
+            NonceMismatch => "nonce_mismatch",
+            StatementProgramMismatch { .. } => "statement_program_mismatch",
+            StatementRunMismatch { .. } => "statement_run_mismatch",
+            AttestationExpired { .. } => "attestation_expired",
+            ReportDataMismatch => "report_data_mismatch",
+            Evidence(_) => "evidence_invalid",
+            Sealed(_) => "sealed_invalid",
+            StakeWrongInfo { .. } => "stake_wrong_info",
+            StakeTooLarge { .. } => "stake_too_large",
+            EntryTooLarge { .. } => "stake_entry_too_large",
+            EntryNotInProgram { .. } => "stake_entry_not_in_program",
+            EntryMissing { .. } => "stake_entry_missing",
+            ResultNotForThisKey => "result_not_for_this_key",
+            Read(_) => "read_failed",
+            RunNotFound(_) => "run_not_found",
+            RunSpent(_) => "run_spent",
+            ProgramSpent(_) => "program_spent",
+            RunExpired(_) => "run_expired",
+            AlreadyStaked { .. } => "already_staked",
+            StakesMissing { .. } => "stakes_missing",
+            WrongState { .. } => "wrong_state",
+            NotReady(_) => "not_ready",
+            ProviderUnavailable(_) => "provider_unavailable",
+            ProviderHost { .. } => "provider_host_mismatch",
+            Busy(_) => "busy",
+            UnknownRole(_) => "unknown_role",
+            BadRequest(_) => "bad_request",
+            BodyTooLarge { .. } => "body_too_large",
+            Remote { .. } => "remote",
+            Transport(_) => "transport",
+            Internal(_) => "internal",
+        }
+    }
+
+    /// The HTTP status the box answers this error with.
+    pub fn http_status(&self) -> u16 {
+        use JcError::*;
+        match self {
+            RunNotFound(_) => 404,
+            RunSpent(_)
+            | ProgramSpent(_)
+            | AlreadyStaked { .. }
+            | StakesMissing { .. }
+            | WrongState { .. }
+            | NotReady(_) => 409,
+            ProgramExpired { .. } | RunExpired(_) => 410,
+            StakeTooLarge { .. } | BodyTooLarge { .. } => 413,
+            SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
+            ProviderUnavailable(_) | Busy(_) => 503,
+            Internal(_) | Transport(_) => 500,
+            Remote { status, .. } => *status,
+            _ => 400,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, JcError>;

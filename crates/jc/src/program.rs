@@ -1,0 +1,714 @@
+//! The program: the box's canonical manifest for one run (design §8).
+//!
+//! Its bytes are RFC 8785 (JCS) and its identity is `sha256` over exactly those bytes, so both
+//! parties sign, and the box runs, the same bytes. [`Program::from_canonical`] is
+//! canonical-or-reject: duplicate keys, unknown fields, any byte that differs from the program's
+//! own canonical form, and any field outside its rules are refused with the field named.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use skillbox_providers::ProviderId;
+
+use crate::error::{JcError, Result};
+use crate::jcs;
+
+/// The only program version this box understands.
+pub const PROGRAM_VERSION: u32 = 1;
+/// DSSE payload type of a program envelope.
+pub const PROGRAM_PAYLOAD_TYPE: &str = "application/vnd.skillbox.program+json";
+/// The prompt template a program may name (see [`crate::prompt`]).
+pub const PROMPT_TEMPLATE_V1: &str = "skillbox.prompt/v1";
+/// The fixed fields of a receipt, in the order the program lists them.
+pub const RECEIPT_FIELDS: [&str; 5] = [
+    "run_id",
+    "program_hash",
+    "status",
+    "finished_at",
+    "output_bucket",
+];
+/// The platform name of the software attester (no hardware isolation).
+pub const INSECURE_DEV: &str = "insecure-dev";
+
+/// JSON numbers above this lose precision in other JSON implementations (I-JSON, RFC 7493).
+const MAX_SAFE_INT: u64 = (1 << 53) - 1;
+/// Upper bounds a program may ask for; the box cannot hold more per run.
+pub const MAX_OUTPUT_BYTES: u64 = 1 << 20;
+pub const MAX_STAKE_BYTES: u64 = 64 << 20;
+pub const MAX_PROGRAM_BYTES: usize = 64 << 10;
+
+/// sha256 of a program's canonical bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProgramHash(pub [u8; 32]);
+
+impl ProgramHash {
+    pub fn of(bytes: &[u8]) -> Self {
+        ProgramHash(Sha256::digest(bytes).into())
+    }
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+    pub fn from_hex(s: &str) -> Result<Self> {
+        let bytes = decode_hex32(s).ok_or_else(|| {
+            JcError::BadRequest(format!("program hash {s:?} is not 64 hex digits"))
+        })?;
+        Ok(ProgramHash(bytes))
+    }
+}
+
+impl std::fmt::Display for ProgramHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Program {
+    pub version: u32,
+    /// The call this run belongs to (the caller's call id); lets both nodes match the run.
+    pub call_id: String,
+    pub parties: Parties,
+    /// The boxes both parties accept: a box runs the program only if it is one of them.
+    pub boxes: Vec<BoxIdentity>,
+    pub skill: SkillRef,
+    /// The one provider that may see plaintext.
+    pub provider: ProviderGrant,
+    pub caller_inputs: CallerInputs,
+    pub owner_inputs: OwnerInputs,
+    pub output: OutputSpec,
+    pub receipt: ReceiptSpec,
+    pub prompt_template: String,
+    /// Unix seconds after which the program may not be opened or run.
+    pub expires_at: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parties {
+    pub caller: CallerParty,
+    pub owner: OwnerParty,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallerParty {
+    /// Ed25519 node key, lowercase hex.
+    pub node_key: String,
+    /// X25519 HPKE key the answer is sealed to, lowercase hex. Only the caller holds its secret.
+    pub result_key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerParty {
+    pub node_key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxIdentity {
+    pub platform: String,
+    /// Lowercase hex of the platform's measurement (SHA-384 for insecure-dev).
+    pub measurement: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkillRef {
+    pub name: String,
+    /// `sha256:<hex>` of the skill's declaration.
+    pub declaration_digest: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderGrant {
+    pub id: ProviderId,
+    /// Base URL of the provider's API: the only egress the box may use. Absent for `local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallerInputs {
+    pub request_max_bytes: u64,
+    pub sources: Vec<SourceLimit>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceLimit {
+    pub name: String,
+    pub max_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerInputs {
+    pub body_max_bytes: u64,
+    pub model_max_bytes: u64,
+    /// 0 when the provider needs no key (`local`, `ollama`).
+    pub key_max_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    pub max_bytes: u64,
+    /// Always true: the sealed answer is padded to a size bucket.
+    pub padded: bool,
+    /// Always `caller`: the answer is sealed to the caller's result key only.
+    pub to: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptSpec {
+    /// Always [`RECEIPT_FIELDS`]: a receipt carries nothing else.
+    pub fields: Vec<String>,
+    /// Always `["caller", "owner"]`.
+    pub to: Vec<String>,
+}
+
+impl Program {
+    /// Parse canonical program bytes, refusing anything that is not exactly canonical and valid.
+    pub fn from_canonical(bytes: &[u8]) -> Result<Program> {
+        if bytes.len() > MAX_PROGRAM_BYTES {
+            return Err(invalid(
+                "(document)",
+                format!("{} bytes, more than {MAX_PROGRAM_BYTES}", bytes.len()),
+            ));
+        }
+        let value = jcs::parse_canonical(bytes)?;
+        let program: Program =
+            serde_json::from_value(value).map_err(|e| invalid("(document)", e.to_string()))?;
+        program.validate()?;
+        // The typed form must give back the very same bytes (e.g. `"host": null` is not our form).
+        jcs::check_same(bytes, &program.to_canonical()?)?;
+        Ok(program)
+    }
+
+    /// The program's canonical bytes (what both parties sign).
+    pub fn to_canonical(&self) -> Result<Vec<u8>> {
+        jcs::to_canonical(self)
+    }
+
+    pub fn hash(&self) -> Result<ProgramHash> {
+        Ok(ProgramHash::of(&self.to_canonical()?))
+    }
+
+    /// Refuse the program if it expired at `now` (unix seconds).
+    pub fn check_expiry(&self, now: u64) -> Result<()> {
+        if now >= self.expires_at {
+            return Err(JcError::ProgramExpired {
+                expires_at: self.expires_at,
+                now,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn caller_node_key(&self) -> Result<[u8; 32]> {
+        decode_hex32(&self.parties.caller.node_key)
+            .ok_or_else(|| invalid("parties.caller.node_key", "not 64 hex digits"))
+    }
+    pub fn owner_node_key(&self) -> Result<[u8; 32]> {
+        decode_hex32(&self.parties.owner.node_key)
+            .ok_or_else(|| invalid("parties.owner.node_key", "not 64 hex digits"))
+    }
+    pub fn result_key(&self) -> Result<[u8; 32]> {
+        decode_hex32(&self.parties.caller.result_key)
+            .ok_or_else(|| invalid("parties.caller.result_key", "not 64 hex digits"))
+    }
+
+    /// Whether the program accepts this box.
+    pub fn lists_box(&self, platform: &str, measurement: &str) -> bool {
+        self.boxes
+            .iter()
+            .any(|b| b.platform == platform && b.measurement == measurement)
+    }
+
+    /// Largest plaintext a stake of this role may carry (entries plus framing).
+    pub fn stake_limit(&self, role: Role) -> u64 {
+        match role {
+            Role::Caller => {
+                let named = std::iter::once(("request", self.caller_inputs.request_max_bytes))
+                    .chain(
+                        self.caller_inputs
+                            .sources
+                            .iter()
+                            .map(|s| (s.name.as_str(), s.max_bytes)),
+                    );
+                named
+                    .map(|(n, max)| max + crate::seal::ENTRY_OVERHEAD + n.len() as u64)
+                    .sum::<u64>()
+                    + 1
+            }
+            Role::Owner => {
+                let o = &self.owner_inputs;
+                [
+                    ("body", o.body_max_bytes),
+                    ("model", o.model_max_bytes),
+                    ("key", o.key_max_bytes),
+                ]
+                .iter()
+                .map(|(n, max)| max + crate::seal::ENTRY_OVERHEAD + n.len() as u64)
+                .sum::<u64>()
+                    + 1
+            }
+        }
+    }
+
+    /// The field rules. Every refusal names the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.version != PROGRAM_VERSION {
+            return Err(invalid(
+                "version",
+                format!(
+                    "{} is not the supported version {PROGRAM_VERSION}",
+                    self.version
+                ),
+            ));
+        }
+        if self.call_id.is_empty()
+            || self.call_id.len() > 128
+            || !self
+                .call_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        {
+            return Err(invalid("call_id", "1-128 characters of [A-Za-z0-9-_.:]"));
+        }
+        check_ed25519("parties.caller.node_key", &self.parties.caller.node_key)?;
+        check_ed25519("parties.owner.node_key", &self.parties.owner.node_key)?;
+        if decode_hex32(&self.parties.caller.result_key).is_none()
+            || !is_lower_hex(&self.parties.caller.result_key)
+        {
+            return Err(invalid(
+                "parties.caller.result_key",
+                "not 64 lowercase hex digits (X25519 public key)",
+            ));
+        }
+        if self.boxes.is_empty() || self.boxes.len() > 32 {
+            return Err(invalid("boxes", "1 to 32 accepted boxes"));
+        }
+        for (i, b) in self.boxes.iter().enumerate() {
+            if b.platform.is_empty()
+                || b.platform.len() > 32
+                || !b
+                    .platform
+                    .bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+            {
+                return Err(invalid(
+                    &format!("boxes[{i}].platform"),
+                    "1-32 characters of [a-z0-9-]",
+                ));
+            }
+            if b.measurement.is_empty()
+                || b.measurement.len() > 256
+                || !is_lower_hex(&b.measurement)
+                || b.measurement.len() % 2 != 0
+            {
+                return Err(invalid(
+                    &format!("boxes[{i}].measurement"),
+                    "lowercase hex, at most 128 bytes",
+                ));
+            }
+        }
+        check_skill_name(&self.skill.name)?;
+        match self.skill.declaration_digest.strip_prefix("sha256:") {
+            Some(h) if h.len() == 64 && is_lower_hex(h) => {}
+            _ => {
+                return Err(invalid(
+                    "skill.declaration_digest",
+                    "expected sha256:<64 lowercase hex>",
+                ));
+            }
+        }
+        match (&self.provider.id, &self.provider.host) {
+            (ProviderId::Local, None) => {}
+            (ProviderId::Local, Some(_)) => {
+                return Err(invalid(
+                    "provider.host",
+                    "the local provider reaches no host",
+                ));
+            }
+            (_, None) => return Err(invalid("provider.host", "required for a remote provider")),
+            (_, Some(h)) => check_host(h)?,
+        }
+        let ci = &self.caller_inputs;
+        check_limit(
+            "caller_inputs.request_max_bytes",
+            ci.request_max_bytes,
+            true,
+        )?;
+        if ci.sources.len() > 64 {
+            return Err(invalid("caller_inputs.sources", "at most 64 sources"));
+        }
+        for (i, s) in ci.sources.iter().enumerate() {
+            check_source_name(&format!("caller_inputs.sources[{i}].name"), &s.name)?;
+            if ci.sources[..i].iter().any(|o| o.name == s.name) {
+                return Err(invalid(
+                    &format!("caller_inputs.sources[{i}].name"),
+                    format!("{:?} is listed twice", s.name),
+                ));
+            }
+            check_limit(
+                &format!("caller_inputs.sources[{i}].max_bytes"),
+                s.max_bytes,
+                true,
+            )?;
+        }
+        let oi = &self.owner_inputs;
+        check_limit("owner_inputs.body_max_bytes", oi.body_max_bytes, true)?;
+        check_limit("owner_inputs.model_max_bytes", oi.model_max_bytes, false)?;
+        check_limit("owner_inputs.key_max_bytes", oi.key_max_bytes, false)?;
+        if self.provider.id.needs_key() && oi.key_max_bytes == 0 {
+            return Err(invalid(
+                "owner_inputs.key_max_bytes",
+                format!("provider {} needs a key", self.provider.id),
+            ));
+        }
+        for role in [Role::Caller, Role::Owner] {
+            if self.stake_limit(role) > MAX_STAKE_BYTES {
+                return Err(invalid(
+                    &format!("{}_inputs", role.as_str()),
+                    format!("total limits exceed {MAX_STAKE_BYTES} bytes"),
+                ));
+            }
+        }
+        if self.output.max_bytes == 0 || self.output.max_bytes > MAX_OUTPUT_BYTES {
+            return Err(invalid(
+                "output.max_bytes",
+                format!("1 to {MAX_OUTPUT_BYTES}"),
+            ));
+        }
+        if !self.output.padded {
+            return Err(invalid("output.padded", "the answer is always padded"));
+        }
+        if self.output.to != "caller" {
+            return Err(invalid("output.to", "the answer goes to the caller only"));
+        }
+        if self.receipt.fields != RECEIPT_FIELDS {
+            return Err(invalid(
+                "receipt.fields",
+                format!("must be exactly {RECEIPT_FIELDS:?}"),
+            ));
+        }
+        if self.receipt.to != ["caller", "owner"] {
+            return Err(invalid("receipt.to", "must be [\"caller\", \"owner\"]"));
+        }
+        if self.prompt_template != PROMPT_TEMPLATE_V1 {
+            return Err(invalid(
+                "prompt_template",
+                format!("unknown template, expected {PROMPT_TEMPLATE_V1}"),
+            ));
+        }
+        if self.expires_at == 0 || self.expires_at > MAX_SAFE_INT {
+            return Err(invalid("expires_at", "unix seconds, > 0"));
+        }
+        Ok(())
+    }
+}
+
+/// Which party a stake, a submit or a seal belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Caller,
+    Owner,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Caller => "caller",
+            Role::Owner => "owner",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = JcError;
+    fn from_str(s: &str) -> Result<Role> {
+        match s {
+            "caller" => Ok(Role::Caller),
+            "owner" => Ok(Role::Owner),
+            other => Err(JcError::UnknownRole(other.chars().take(32).collect())),
+        }
+    }
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> JcError {
+    JcError::ProgramInvalid {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// 32 bytes from 64 lowercase hex digits.
+pub fn decode_hex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 || !is_lower_hex(s) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(s, &mut out).ok()?;
+    Some(out)
+}
+
+fn check_ed25519(field: &str, s: &str) -> Result<()> {
+    let bytes = decode_hex32(s)
+        .ok_or_else(|| invalid(field, "not 64 lowercase hex digits (Ed25519 public key)"))?;
+    ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+        .map_err(|_| invalid(field, "not a valid Ed25519 public key"))?;
+    Ok(())
+}
+
+fn check_limit(field: &str, v: u64, nonzero: bool) -> Result<()> {
+    if (nonzero && v == 0) || v > MAX_STAKE_BYTES {
+        let low = if nonzero { 1 } else { 0 };
+        return Err(invalid(field, format!("{low} to {MAX_STAKE_BYTES}")));
+    }
+    Ok(())
+}
+
+/// Agent Skills name rule: 1-64 chars of [a-z0-9-], no leading, trailing or double `-`.
+fn check_skill_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--");
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "skill.name",
+            "1-64 chars of [a-z0-9-], no leading, trailing or double '-'",
+        ))
+    }
+}
+
+/// Source names: what the node's source store accepts, minus anything that could break framing.
+fn check_source_name(field: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+        && !matches!(name, "request" | "body" | "model" | "key");
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            "1-128 chars of [A-Za-z0-9-_./], not a reserved name",
+        ))
+    }
+}
+
+fn check_host(h: &str) -> Result<()> {
+    let rest = h
+        .strip_prefix("https://")
+        .or_else(|| h.strip_prefix("http://"));
+    match rest {
+        Some(r)
+            if !r.is_empty()
+                && h.len() <= 512
+                && !r.starts_with('/')
+                && h.bytes().all(|b| b.is_ascii_graphic())
+                && !r.contains('@') =>
+        {
+            Ok(())
+        }
+        _ => Err(invalid(
+            "provider.host",
+            "an http(s) base URL without credentials",
+        )),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample(caller_key: &str, owner_key: &str, result_key: &str) -> Program {
+        Program {
+            version: PROGRAM_VERSION,
+            call_id: "call-1".into(),
+            parties: Parties {
+                caller: CallerParty {
+                    node_key: caller_key.into(),
+                    result_key: result_key.into(),
+                },
+                owner: OwnerParty {
+                    node_key: owner_key.into(),
+                },
+            },
+            boxes: vec![BoxIdentity {
+                platform: INSECURE_DEV.into(),
+                measurement: "ab".repeat(48),
+            }],
+            skill: SkillRef {
+                name: "summarize".into(),
+                declaration_digest: format!("sha256:{}", "0".repeat(64)),
+            },
+            provider: ProviderGrant {
+                id: ProviderId::Local,
+                host: None,
+            },
+            caller_inputs: CallerInputs {
+                request_max_bytes: 4096,
+                sources: vec![SourceLimit {
+                    name: "spotify_songs".into(),
+                    max_bytes: 65536,
+                }],
+            },
+            owner_inputs: OwnerInputs {
+                body_max_bytes: 65536,
+                model_max_bytes: 256,
+                key_max_bytes: 0,
+            },
+            output: OutputSpec {
+                max_bytes: 2048,
+                padded: true,
+                to: "caller".into(),
+            },
+            receipt: ReceiptSpec {
+                fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
+                to: vec!["caller".into(), "owner".into()],
+            },
+            prompt_template: PROMPT_TEMPLATE_V1.into(),
+            expires_at: 4_000_000_000,
+        }
+    }
+
+    fn key_hex(seed: u8) -> String {
+        hex::encode(
+            ed25519_dalek::SigningKey::from_bytes(&[seed; 32])
+                .verifying_key()
+                .to_bytes(),
+        )
+    }
+
+    pub(crate) fn sample_default() -> Program {
+        sample(&key_hex(1), &key_hex(2), &"11".repeat(32))
+    }
+
+    #[test]
+    fn round_trip_is_exact() {
+        let p = sample_default();
+        let bytes = p.to_canonical().expect("canonical");
+        let back = Program::from_canonical(&bytes).expect("parses");
+        assert_eq!(back, p);
+        assert_eq!(back.hash().expect("hash"), ProgramHash::of(&bytes));
+    }
+
+    #[test]
+    fn refusals_name_the_problem() {
+        let p = sample_default();
+        let bytes = String::from_utf8(p.to_canonical().expect("canonical")).expect("utf-8");
+        // Whitespace: not canonical.
+        let spaced = bytes.replacen("{\"boxes\"", "{ \"boxes\"", 1);
+        assert!(matches!(
+            Program::from_canonical(spaced.as_bytes()),
+            Err(JcError::NonCanonical { offset: 1 })
+        ));
+        // A duplicate key, even one whose values agree.
+        let dup = bytes.replacen("\"version\":1", "\"version\":1,\"version\":1", 1);
+        assert!(
+            matches!(Program::from_canonical(dup.as_bytes()), Err(JcError::DuplicateKey { ref key }) if key == "version")
+        );
+        // `host: null` is not the program's own form.
+        let null_host = bytes.replacen("{\"id\":\"local\"}", "{\"host\":null,\"id\":\"local\"}", 1);
+        assert_ne!(null_host, bytes);
+        assert!(matches!(
+            Program::from_canonical(null_host.as_bytes()),
+            Err(JcError::NonCanonical { .. })
+        ));
+        // Unknown field.
+        let extra = bytes.replacen("\"version\":1", "\"version\":1,\"zzz\":1", 1);
+        assert!(matches!(
+            Program::from_canonical(extra.as_bytes()),
+            Err(JcError::ProgramInvalid { .. })
+        ));
+
+        let mut bad = p.clone();
+        bad.output.to = "owner".into();
+        assert!(
+            matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, .. }) if field == "output.to")
+        );
+        let mut bad = p.clone();
+        bad.provider = ProviderGrant {
+            id: ProviderId::OpenRouter,
+            host: None,
+        };
+        assert!(
+            matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, .. }) if field == "provider.host")
+        );
+        let mut bad = p.clone();
+        bad.caller_inputs
+            .sources
+            .push(bad.caller_inputs.sources[0].clone());
+        assert!(
+            matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, .. }) if field == "caller_inputs.sources[1].name")
+        );
+        let mut bad = p.clone();
+        bad.parties.owner.node_key = "zz".into();
+        assert!(
+            matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, .. }) if field == "parties.owner.node_key")
+        );
+        let mut bad = p;
+        bad.expires_at = 10;
+        assert!(matches!(
+            bad.check_expiry(11),
+            Err(JcError::ProgramExpired {
+                expires_at: 10,
+                now: 11
+            })
+        ));
+    }
+
+    #[test]
+    fn typed_program_validates_against_its_schema() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../schemas/program.schema.json"))
+                .expect("schema is JSON");
+        let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+        let good = serde_json::to_value(sample_default()).expect("to value");
+        let errors: Vec<String> = validator
+            .iter_errors(&good)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{errors:?}");
+        let mut remote = sample_default();
+        remote.provider = ProviderGrant {
+            id: ProviderId::OpenRouter,
+            host: Some("https://openrouter.ai/api/v1".into()),
+        };
+        remote.owner_inputs.key_max_bytes = 512;
+        assert!(validator.is_valid(&serde_json::to_value(remote).expect("to value")));
+        let mut wrong = good.clone();
+        wrong["output"]["to"] = "owner".into();
+        assert!(
+            !validator.is_valid(&wrong),
+            "schema must refuse output to the owner"
+        );
+        let mut wrong = good;
+        wrong["extra"] = 1.into();
+        assert!(
+            !validator.is_valid(&wrong),
+            "schema must refuse unknown fields"
+        );
+    }
+}

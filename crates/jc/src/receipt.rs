@@ -1,0 +1,59 @@
+//! The receipt: the box's DSSE-signed statement that a run happened, with fixed fields only and
+//! no content, signed by the run's Ed25519 key (which the attestation binds to the run).
+
+use ed25519_dalek::SigningKey;
+use serde::{Deserialize, Serialize};
+
+use crate::attest::VerifiedRun;
+use crate::dsse::{Envelope, RECEIPT_PAYLOAD_TYPE};
+use crate::error::{JcError, Result};
+use crate::jcs;
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Ok,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receipt {
+    pub run_id: String,
+    pub program_hash: String,
+    pub status: RunStatus,
+    /// Unix seconds rounded down to the minute: coarse, so it says little about the material.
+    pub finished_at: u64,
+    /// Size bucket of the sealed answer's plaintext (0 when there is none).
+    pub output_bucket: u64,
+}
+
+/// Coarse time for receipts.
+pub fn coarse(now: u64) -> u64 {
+    now - now % 60
+}
+
+pub fn sign(receipt: &Receipt, key: &SigningKey) -> Result<Envelope> {
+    let mut env = Envelope::new(RECEIPT_PAYLOAD_TYPE, &jcs::to_canonical(receipt)?);
+    env.sign(key)?;
+    Ok(env)
+}
+
+/// Check a receipt with the run key from the verified attestation, for that run and program.
+pub fn verify(env: &Envelope, run: &VerifiedRun) -> Result<Receipt> {
+    let payload = env.verified_payload(RECEIPT_PAYLOAD_TYPE, &run.receipt_key, "run")?;
+    let receipt: Receipt = serde_json::from_value(jcs::parse_canonical(&payload)?)
+        .map_err(|e| JcError::Envelope(format!("receipt: {e}")))?;
+    if receipt.run_id != run.run_id {
+        return Err(JcError::StatementRunMismatch {
+            found: receipt.run_id.chars().take(64).collect(),
+        });
+    }
+    if receipt.program_hash != run.program_hash.to_hex() {
+        return Err(JcError::StatementProgramMismatch {
+            found: receipt.program_hash.chars().take(64).collect(),
+        });
+    }
+    Ok(receipt)
+}

@@ -1,0 +1,717 @@
+//! The box's run logic, free of HTTP: jc.open, jc.attest, jc.stake, jc.submit, the run itself and
+//! jc.result. The server in [`crate::server`] is a thin layer over [`BoxCore`].
+//!
+//! Invariants: a run's X25519 and Ed25519 keys are made fresh at open and dropped (zeroized) when
+//! the run ends, is cancelled or expires; a run id is never reused and a spent one is refused; a
+//! program runs at most once per box; nothing runs before both parties staked and submitted;
+//! opened stakes live in zeroizing buffers and are dropped as soon as the provider answered.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ed25519_dalek::SigningKey;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use skillbox_providers::{ChatRequest, FinishReason};
+use zeroize::Zeroizing;
+
+use crate::attest::{Attestation, Attester, Statement};
+use crate::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, verify_action};
+use crate::error::{JcError, Result};
+use crate::program::{INSECURE_DEV, ProgramHash, Role};
+use crate::receipt::{self, Receipt, RunStatus};
+use crate::registry::ProviderRegistry;
+use crate::seal::{self, Entry, HpkeKeyPair, Purpose, Sealer};
+
+/// Unix seconds now.
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[derive(Clone, Debug)]
+pub struct BoxConfig {
+    /// Longest a run may stay open (capped further by the program's expiry).
+    pub run_ttl_secs: u64,
+    /// How long a finished run's sealed result and receipt wait to be fetched.
+    pub result_ttl_secs: u64,
+    pub max_runs: usize,
+    /// Sampling for the prompt; the seed is derived from the program hash (reproducible runs).
+    pub temperature: f32,
+}
+
+impl Default for BoxConfig {
+    fn default() -> Self {
+        BoxConfig {
+            run_ttl_secs: 600,
+            result_ttl_secs: 3600,
+            max_runs: 1000,
+            temperature: 0.7,
+        }
+    }
+}
+
+/// The run's own keys: made at open, gone when the run ends.
+struct RunKeys {
+    hpke: HpkeKeyPair,
+    receipt: SigningKey,
+}
+
+impl RunKeys {
+    fn generate() -> RunKeys {
+        let mut seed = Zeroizing::new([0u8; 32]);
+        getrandom::fill(&mut seed[..]).expect("the OS random source is available");
+        RunKeys {
+            hpke: HpkeKeyPair::generate(),
+            receipt: SigningKey::from_bytes(&seed),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Open,
+    Running,
+    Done,
+    Failed,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Open => "open",
+            Phase::Running => "running",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+struct Finished {
+    sealed_output: Option<Vec<u8>>,
+    receipt: Envelope,
+    error: Option<String>,
+}
+
+struct Run {
+    program: Arc<ApprovedProgram>,
+    keys: Option<Arc<RunKeys>>,
+    expires_at: u64,
+    stakes: HashMap<Role, Vec<Entry>>,
+    submitted: HashMap<Role, bool>,
+    phase: Phase,
+    finished: Option<Finished>,
+    /// When a finished run's result is dropped.
+    keep_until: u64,
+}
+
+#[derive(Default)]
+struct State {
+    runs: HashMap<String, Run>,
+    /// Spent run ids and when they may be forgotten (random 128-bit ids never come back).
+    spent_runs: HashMap<String, u64>,
+    /// Programs opened here, with their run id; kept until the program expires.
+    programs: HashMap<ProgramHash, (String, u64)>,
+}
+
+/// What `POST /v1/runs` answers.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Opened {
+    pub run_id: String,
+    pub program_hash: String,
+    pub expires_at: u64,
+}
+
+/// What `GET /v1/runs/{id}` answers: state only, never material.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunView {
+    pub run_id: String,
+    pub program_hash: String,
+    pub state: Phase,
+    pub staked: Vec<Role>,
+    pub submitted: Vec<Role>,
+    pub expires_at: u64,
+    pub platform: String,
+    pub no_hardware_isolation: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `GET /v1/runs/{id}/result` answers: the answer sealed to the caller, and the receipt.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResultView {
+    pub run_id: String,
+    pub status: RunStatus,
+    /// base64 of the sealed answer (absent when the run failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_output: Option<String>,
+    pub receipt: Envelope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub no_hardware_isolation: bool,
+}
+
+pub struct BoxCore {
+    attester: Arc<dyn Attester>,
+    providers: ProviderRegistry,
+    config: BoxConfig,
+    state: Mutex<State>,
+}
+
+fn random_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    hex::encode(b)
+}
+
+impl BoxCore {
+    pub fn new(
+        attester: Arc<dyn Attester>,
+        providers: ProviderRegistry,
+        config: BoxConfig,
+    ) -> BoxCore {
+        BoxCore {
+            attester,
+            providers,
+            config,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    pub fn platform(&self) -> &str {
+        self.attester.platform()
+    }
+    pub fn measurement(&self) -> &str {
+        self.attester.measurement()
+    }
+    pub fn providers(&self) -> &ProviderRegistry {
+        &self.providers
+    }
+    pub fn no_hardware_isolation(&self) -> bool {
+        self.attester.platform() == INSECURE_DEV
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep serving.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs open or running (what memory is spent on).
+    pub fn in_flight(&self) -> usize {
+        self.lock()
+            .runs
+            .values()
+            .filter(|r| matches!(r.phase, Phase::Open | Phase::Running))
+            .count()
+    }
+
+    /// jc.open: a twice-signed program in, a fresh run out.
+    pub fn open(&self, envelope: &Envelope, now: u64) -> Result<Opened> {
+        let approved = approved_program(envelope)?;
+        approved.program.check_expiry(now)?;
+        let (platform, measurement) = (self.attester.platform(), self.attester.measurement());
+        if !approved.program.lists_box(platform, measurement) {
+            return Err(JcError::BoxNotListed {
+                platform: platform.into(),
+                measurement: measurement.into(),
+            });
+        }
+        self.providers.get(
+            &approved.program.provider.id,
+            approved.program.provider.host.as_deref(),
+        )?;
+        let mut st = self.lock();
+        if let Some((run_id, _)) = st.programs.get(&approved.hash) {
+            // Opening the same program again while its run is open is a retry: same run.
+            if let Some(run) = st.runs.get(run_id)
+                && run.phase == Phase::Open
+            {
+                return Ok(Opened {
+                    run_id: run_id.clone(),
+                    program_hash: approved.hash.to_hex(),
+                    expires_at: run.expires_at,
+                });
+            }
+            return Err(JcError::ProgramSpent(approved.hash.to_hex()));
+        }
+        let live = st
+            .runs
+            .values()
+            .filter(|r| matches!(r.phase, Phase::Open | Phase::Running))
+            .count();
+        if live >= self.config.max_runs {
+            return Err(JcError::Busy(self.config.max_runs));
+        }
+        let run_id = random_id();
+        let expires_at = approved
+            .program
+            .expires_at
+            .min(now + self.config.run_ttl_secs);
+        let hash = approved.hash;
+        st.programs
+            .insert(hash, (run_id.clone(), approved.program.expires_at));
+        st.runs.insert(
+            run_id.clone(),
+            Run {
+                program: Arc::new(approved),
+                keys: Some(Arc::new(RunKeys::generate())),
+                expires_at,
+                stakes: HashMap::new(),
+                submitted: HashMap::new(),
+                phase: Phase::Open,
+                finished: None,
+                keep_until: expires_at + self.config.result_ttl_secs,
+            },
+        );
+        Ok(Opened {
+            run_id,
+            program_hash: hash.to_hex(),
+            expires_at,
+        })
+    }
+
+    /// Look up a live run, refusing spent and expired ones with their own errors.
+    fn live<'a>(&self, st: &'a mut State, run_id: &str, now: u64) -> Result<&'a mut Run> {
+        if st.spent_runs.contains_key(run_id) {
+            return Err(JcError::RunSpent(short(run_id)));
+        }
+        let run = st
+            .runs
+            .get_mut(run_id)
+            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        if run.phase == Phase::Open && now >= run.expires_at {
+            return Err(JcError::RunExpired(run.expires_at));
+        }
+        Ok(run)
+    }
+
+    /// jc.attest: the statement for this run and the asker's nonce, with the platform's evidence.
+    pub fn attest(&self, run_id: &str, nonce: &str, now: u64) -> Result<Attestation> {
+        if nonce.len() < 16 || nonce.len() > 128 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(JcError::BadRequest(
+                "nonce must be 16-128 hex digits".into(),
+            ));
+        }
+        let statement = {
+            let mut st = self.lock();
+            let run = self.live(&mut st, run_id, now)?;
+            let keys = run.keys.as_ref().ok_or_else(|| JcError::WrongState {
+                state: run.phase.as_str().into(),
+                action: "attest".into(),
+            })?;
+            Statement {
+                platform: self.attester.platform().into(),
+                measurement: self.attester.measurement().into(),
+                program_hash: run.program.hash.to_hex(),
+                run_id: run_id.into(),
+                hpke_public_key: keys.hpke.public_hex(),
+                receipt_public_key: key_hex(&keys.receipt.verifying_key()),
+                nonce: nonce.into(),
+                expires_at: run.expires_at,
+            }
+        };
+        self.attester.attest(&statement)
+    }
+
+    /// The largest sealed stake a role may post to this run (for the HTTP body limit).
+    pub fn stake_body_limit(&self, run_id: &str, role: Role, now: u64) -> Result<usize> {
+        let mut st = self.lock();
+        let run = self.live(&mut st, run_id, now)?;
+        Ok(seal::sealed_limit(run.program.program.stake_limit(role)) as usize)
+    }
+
+    /// jc.stake: a party's sealed material, authorized by its signed action over the sealed bytes.
+    pub fn stake(&self, run_id: &str, action: &Envelope, sealed: &[u8], now: u64) -> Result<Role> {
+        let (program, keys) = {
+            let mut st = self.lock();
+            let run = self.live(&mut st, run_id, now)?;
+            if run.phase != Phase::Open {
+                return Err(JcError::WrongState {
+                    state: run.phase.as_str().into(),
+                    action: "stake".into(),
+                });
+            }
+            let keys = run
+                .keys
+                .clone()
+                .ok_or_else(|| JcError::Internal("open run without keys".into()))?;
+            (run.program.clone(), keys)
+        };
+        let act = verify_action(action, &program, run_id, "stake")?;
+        let role = act.role;
+        if act.stake_sha256.as_deref() != Some(hex::encode(Sha256::digest(sealed)).as_str()) {
+            return Err(JcError::Envelope(
+                "stake signature covers other bytes".into(),
+            ));
+        }
+        let limit = seal::sealed_limit(program.program.stake_limit(role));
+        if sealed.len() as u64 > limit {
+            return Err(JcError::StakeTooLarge {
+                role: role.as_str().into(),
+                size: sealed.len() as u64,
+                limit,
+            });
+        }
+        let info = seal::info(Purpose::Stake(role), run_id, &program.hash);
+        let entries = seal::open(sealed, &keys.hpke, &info, || JcError::StakeWrongInfo {
+            role: role.as_str().into(),
+        })?;
+        drop(keys);
+        seal::check_stake(&program.program, role, &entries)?;
+        let mut st = self.lock();
+        let run = self.live(&mut st, run_id, now)?;
+        if run.phase != Phase::Open {
+            return Err(JcError::WrongState {
+                state: run.phase.as_str().into(),
+                action: "stake".into(),
+            });
+        }
+        if run.stakes.contains_key(&role) {
+            return Err(JcError::AlreadyStaked {
+                role: role.as_str().into(),
+            });
+        }
+        run.stakes.insert(role, entries);
+        Ok(role)
+    }
+
+    /// jc.submit: a party's go. Refused before both stakes are in. Returns true when this submit
+    /// was the second one, i.e. the run should start now.
+    pub fn submit(&self, run_id: &str, action: &Envelope, now: u64) -> Result<bool> {
+        let mut st = self.lock();
+        let run = self.live(&mut st, run_id, now)?;
+        let act = verify_action(action, &run.program, run_id, "submit")?;
+        if run.phase != Phase::Open {
+            return Err(JcError::WrongState {
+                state: run.phase.as_str().into(),
+                action: "submit".into(),
+            });
+        }
+        let missing: Vec<&str> = [Role::Caller, Role::Owner]
+            .into_iter()
+            .filter(|r| !run.stakes.contains_key(r))
+            .map(Role::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(JcError::StakesMissing {
+                missing: missing.join(" and "),
+            });
+        }
+        run.submitted.insert(act.role, true);
+        if run.submitted.len() == 2 {
+            run.phase = Phase::Running;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The run itself: prompt, provider, cap, seal to the caller, receipt. Called once, after the
+    /// second submit.
+    pub async fn execute(&self, run_id: &str) -> Result<()> {
+        let (program, keys, stakes) = {
+            let mut st = self.lock();
+            let run = st
+                .runs
+                .get_mut(run_id)
+                .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+            if run.phase != Phase::Running {
+                return Err(JcError::WrongState {
+                    state: run.phase.as_str().into(),
+                    action: "run".into(),
+                });
+            }
+            let keys = run
+                .keys
+                .take()
+                .ok_or_else(|| JcError::Internal("running run without keys".into()))?;
+            (run.program.clone(), keys, std::mem::take(&mut run.stakes))
+        };
+        let outcome = self.call_provider(&program, stakes, run_id).await;
+        let now = now_secs();
+        let finished = match outcome {
+            Ok((answer, truncated)) => {
+                self.seal_answer(&program, &keys, run_id, &answer, truncated, now)
+            }
+            Err(e) => Err(e),
+        };
+        let finished = match finished {
+            Ok(f) => f,
+            Err(e) => {
+                let error = format!("{}: {e}", e.code());
+                let receipt = Receipt {
+                    run_id: run_id.into(),
+                    program_hash: program.hash.to_hex(),
+                    status: RunStatus::Failed,
+                    finished_at: receipt::coarse(now),
+                    output_bucket: 0,
+                };
+                Finished {
+                    sealed_output: None,
+                    receipt: receipt::sign(&receipt, &keys.receipt)?,
+                    error: Some(error),
+                }
+            }
+        };
+        // The run's keys go now: the last Arc drops here and the secrets are zeroized.
+        drop(keys);
+        let mut st = self.lock();
+        if let Some(run) = st.runs.get_mut(run_id) {
+            run.phase = if finished.error.is_none() {
+                Phase::Done
+            } else {
+                Phase::Failed
+            };
+            run.finished = Some(finished);
+            run.keep_until = now + self.config.result_ttl_secs;
+        }
+        Ok(())
+    }
+
+    async fn call_provider(
+        &self,
+        program: &ApprovedProgram,
+        stakes: HashMap<Role, Vec<Entry>>,
+        run_id: &str,
+    ) -> Result<(String, bool)> {
+        let p = &program.program;
+        let provider = self
+            .providers
+            .get(&p.provider.id, p.provider.host.as_deref())?;
+        let text = |e: &Entry| String::from_utf8_lossy(&e.data).into_owned();
+        let caller = stakes
+            .get(&Role::Caller)
+            .ok_or_else(|| JcError::Internal("caller stake gone".into()))?;
+        let owner = stakes
+            .get(&Role::Owner)
+            .ok_or_else(|| JcError::Internal("owner stake gone".into()))?;
+        let find =
+            |entries: &[Entry], name: &str| entries.iter().find(|e| e.name == name).map(text);
+        let request = Zeroizing::new(find(caller, "request").unwrap_or_default());
+        // Sources in the program's order, so the prompt does not depend on how they were staked.
+        let sources: Vec<(String, Zeroizing<String>)> = p
+            .caller_inputs
+            .sources
+            .iter()
+            .filter_map(|s| find(caller, &s.name).map(|t| (s.name.clone(), Zeroizing::new(t))))
+            .collect();
+        let body = Zeroizing::new(find(owner, "body").unwrap_or_default());
+        let model = find(owner, "model").unwrap_or_default();
+        let key = find(owner, "key").map(Zeroizing::new);
+        drop(stakes);
+        let refs: Vec<(&str, &str)> = sources
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        let (system, user) = crate::prompt::build(&body, &request, &refs);
+        let max_tokens = (p.output.max_bytes.div_ceil(3)).clamp(16, 4096) as u32;
+        let seed = u64::from_be_bytes(
+            program.hash.0[..8]
+                .try_into()
+                .expect("8 bytes of a 32-byte hash"),
+        );
+        let req = ChatRequest {
+            system,
+            user,
+            model,
+            max_tokens,
+            temperature: self.config.temperature,
+            seed: Some(seed),
+        };
+        let timeout = std::time::Duration::from_secs(self.config.run_ttl_secs.max(1));
+        let completion = match tokio::time::timeout(
+            timeout,
+            provider.complete(req, key.as_ref().map(|k| k.as_str())),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(JcError::ProviderUnavailable(format!(
+                    "run {}: {e}",
+                    short(run_id)
+                )));
+            }
+            Err(_) => {
+                return Err(JcError::ProviderUnavailable(format!(
+                    "run {}: no answer within {} s",
+                    short(run_id),
+                    timeout.as_secs()
+                )));
+            }
+        };
+        let (answer, cut) = cap(completion.text, p.output.max_bytes as usize);
+        Ok((answer, cut || completion.finish == FinishReason::Length))
+    }
+
+    fn seal_answer(
+        &self,
+        program: &ApprovedProgram,
+        keys: &RunKeys,
+        run_id: &str,
+        answer: &str,
+        truncated: bool,
+        now: u64,
+    ) -> Result<Finished> {
+        let result_key = program.program.result_key()?;
+        let mut sealer = Sealer::new(
+            &result_key,
+            &seal::info(Purpose::Result, run_id, &program.hash),
+        )?;
+        sealer.entry_bytes("answer", answer.as_bytes())?;
+        sealer.entry_bytes("truncated", &[truncated as u8])?;
+        let sealed = sealer.finish()?;
+        let plain_len = answer.len() as u64
+            + 2 * seal::ENTRY_OVERHEAD
+            + "answer".len() as u64
+            + "truncated".len() as u64
+            + 2;
+        let receipt = Receipt {
+            run_id: run_id.into(),
+            program_hash: program.hash.to_hex(),
+            status: RunStatus::Ok,
+            finished_at: receipt::coarse(now),
+            output_bucket: seal::bucket(plain_len),
+        };
+        Ok(Finished {
+            sealed_output: Some(sealed),
+            receipt: receipt::sign(&receipt, &keys.receipt)?,
+            error: None,
+        })
+    }
+
+    pub fn status(&self, run_id: &str) -> Result<RunView> {
+        let st = self.lock();
+        if st.spent_runs.contains_key(run_id) {
+            return Err(JcError::RunSpent(short(run_id)));
+        }
+        let run = st
+            .runs
+            .get(run_id)
+            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        let mut staked: Vec<Role> = run.stakes.keys().copied().collect();
+        staked.sort_by_key(|r| r.as_str());
+        let mut submitted: Vec<Role> = run.submitted.keys().copied().collect();
+        submitted.sort_by_key(|r| r.as_str());
+        Ok(RunView {
+            run_id: run_id.into(),
+            program_hash: run.program.hash.to_hex(),
+            state: run.phase,
+            staked,
+            submitted,
+            expires_at: run.expires_at,
+            platform: self.attester.platform().into(),
+            no_hardware_isolation: self.no_hardware_isolation(),
+            error: run.finished.as_ref().and_then(|f| f.error.clone()),
+        })
+    }
+
+    /// jc.result: the sealed answer and the receipt, once the run finished.
+    pub fn result(&self, run_id: &str) -> Result<ResultView> {
+        use base64::Engine as _;
+        let st = self.lock();
+        if st.spent_runs.contains_key(run_id) {
+            return Err(JcError::RunSpent(short(run_id)));
+        }
+        let run = st
+            .runs
+            .get(run_id)
+            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        let f = run
+            .finished
+            .as_ref()
+            .ok_or_else(|| JcError::NotReady(run.phase.as_str().into()))?;
+        Ok(ResultView {
+            run_id: run_id.into(),
+            status: if f.error.is_none() {
+                RunStatus::Ok
+            } else {
+                RunStatus::Failed
+            },
+            sealed_output: f
+                .sealed_output
+                .as_ref()
+                .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
+            receipt: f.receipt.clone(),
+            error: f.error.clone(),
+            no_hardware_isolation: self.no_hardware_isolation(),
+        })
+    }
+
+    /// DELETE: a party ends the run (cancel, or done with its result). Keys and stakes are
+    /// dropped and the run id is spent.
+    pub fn delete(&self, run_id: &str, action: &Envelope, now: u64) -> Result<()> {
+        let mut st = self.lock();
+        if st.spent_runs.contains_key(run_id) {
+            return Err(JcError::RunSpent(short(run_id)));
+        }
+        let run = st
+            .runs
+            .get(run_id)
+            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        verify_action(action, &run.program, run_id, "delete")?;
+        if run.phase == Phase::Running {
+            return Err(JcError::WrongState {
+                state: "running".into(),
+                action: "delete".into(),
+            });
+        }
+        st.runs.remove(run_id);
+        st.spent_runs.insert(run_id.into(), now + 86_400);
+        Ok(())
+    }
+
+    /// Drop expired open runs and stale results; forget old spent ids and expired programs.
+    pub fn sweep(&self, now: u64) {
+        let mut st = self.lock();
+        let dead: Vec<String> = st
+            .runs
+            .iter()
+            .filter(|(_, r)| {
+                (r.phase == Phase::Open && now >= r.expires_at)
+                    || (matches!(r.phase, Phase::Done | Phase::Failed) && now >= r.keep_until)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in dead {
+            st.runs.remove(&id);
+            st.spent_runs.insert(id, now + 86_400);
+        }
+        st.spent_runs.retain(|_, until| *until > now);
+        st.programs.retain(|_, (_, exp)| *exp > now);
+    }
+}
+
+/// Cut `text` to at most `max` bytes on a character boundary. Returns (text, was_cut).
+pub fn cap(mut text: String, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    (text, true)
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_never_exceeds_and_keeps_utf8() {
+        assert_eq!(cap("hello".into(), 10), ("hello".into(), false));
+        assert_eq!(cap("hello".into(), 3), ("hel".into(), true));
+        let (t, cut) = cap("aé€".into(), 4);
+        assert!(cut && t.len() <= 4 && t == "aé");
+        let (t, cut) = cap("€€".into(), 2);
+        assert!(cut && t.is_empty());
+    }
+}

@@ -1,0 +1,496 @@
+//! Sealing material to a box run (stakes) and the answer to the caller (result), with HPKE base
+//! mode: X25519-HKDF-SHA256, HKDF-SHA256, ChaCha20-Poly1305 (RFC 9180).
+//!
+//! The `info` binds the purpose, the role, the run id and the program hash, so a stake sealed
+//! for another run, program or role does not open. Plaintext is framed as named entries, then
+//! padded with zeros to a power-of-two size bucket, then sealed in fixed 16 KiB chunks with the
+//! HPKE context's sequence nonces; the last chunk is marked in its AAD so a truncated stream is
+//! refused. Sealing reads from `std::io::Read`, so a source store can stream straight in.
+//!
+//! Wire form: `"SBSEAL1\n"` ‖ enc (32 bytes) ‖ { u32 BE ciphertext length ‖ ciphertext }*.
+
+use std::io::Read;
+
+use hpke::{Deserializable, Kem as _, OpModeR, OpModeS, Serializable};
+use zeroize::Zeroizing;
+
+use crate::error::{JcError, Result};
+use crate::program::{Program, ProgramHash, Role};
+
+pub type Kem = hpke::kem::X25519HkdfSha256;
+pub type Kdf = hpke::kdf::HkdfSha256;
+pub type Aead = hpke::aead::ChaCha20Poly1305;
+
+const MAGIC: &[u8; 8] = b"SBSEAL1\n";
+/// Plaintext bytes per sealed chunk.
+pub const CHUNK: usize = 16 * 1024;
+const TAG_LEN: usize = 16;
+/// Framing bytes per entry besides its name: tag, name length, u64 content length.
+pub const ENTRY_OVERHEAD: u64 = 1 + 1 + 8;
+const SMALLEST_BUCKET: u64 = 1024;
+
+/// The size bucket `n` bytes are padded to: the next power of two, at least 1 KiB.
+pub fn bucket(n: u64) -> u64 {
+    n.max(SMALLEST_BUCKET).next_power_of_two()
+}
+
+/// Largest sealed size for a plaintext of at most `max_plain` bytes (framing included).
+pub fn sealed_limit(max_plain: u64) -> u64 {
+    let padded = bucket(max_plain);
+    let chunks = padded.div_ceil(CHUNK as u64);
+    MAGIC.len() as u64 + 32 + padded + chunks * (4 + TAG_LEN as u64)
+}
+
+/// What a seal is for; part of `info`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Stake(Role),
+    Result,
+}
+
+/// HPKE `info` for a seal: purpose and role, run id and program hash.
+pub fn info(purpose: Purpose, run_id: &str, program: &ProgramHash) -> Vec<u8> {
+    let label = match purpose {
+        Purpose::Stake(Role::Caller) => "stake/caller",
+        Purpose::Stake(Role::Owner) => "stake/owner",
+        Purpose::Result => "result/caller",
+    };
+    let mut out = Vec::with_capacity(96);
+    out.extend_from_slice(b"skillbox/v1 ");
+    out.extend_from_slice(label.as_bytes());
+    out.push(0);
+    out.extend_from_slice(run_id.as_bytes());
+    out.push(0);
+    out.extend_from_slice(&program.0);
+    out
+}
+
+fn chunk_aad(last: bool) -> [u8; 21] {
+    let mut aad = *b"skillbox chunk final?";
+    aad[20] = if last { b'1' } else { b'0' };
+    aad
+}
+
+/// An X25519 key pair for HPKE: the run's key at the box, the caller's result key at the node.
+pub struct HpkeKeyPair {
+    secret: <Kem as hpke::Kem>::PrivateKey,
+    public: [u8; 32],
+}
+
+impl HpkeKeyPair {
+    pub fn generate() -> HpkeKeyPair {
+        let (secret, public) = Kem::gen_keypair();
+        let mut pk = [0u8; 32];
+        pk.copy_from_slice(&public.to_bytes());
+        HpkeKeyPair { secret, public: pk }
+    }
+    /// Rebuild from stored secret bytes (the node keeps the result key of a call until answered).
+    pub fn from_secret_bytes(bytes: &[u8]) -> Result<HpkeKeyPair> {
+        let secret = <Kem as hpke::Kem>::PrivateKey::from_bytes(bytes)
+            .map_err(|_| JcError::Sealed("not an X25519 secret key".into()))?;
+        let public = Kem::sk_to_pk(&secret);
+        let mut pk = [0u8; 32];
+        pk.copy_from_slice(&public.to_bytes());
+        Ok(HpkeKeyPair { secret, public: pk })
+    }
+    pub fn secret_bytes(&self) -> Zeroizing<Vec<u8>> {
+        Zeroizing::new(self.secret.to_bytes().to_vec())
+    }
+    pub fn public(&self) -> [u8; 32] {
+        self.public
+    }
+    pub fn public_hex(&self) -> String {
+        hex::encode(self.public)
+    }
+}
+
+/// Streams named entries into an HPKE seal. Plaintext is held one chunk at a time.
+pub struct Sealer {
+    ctx: hpke::aead::AeadCtxS<Aead, Kdf, Kem>,
+    buf: Zeroizing<Vec<u8>>,
+    out: Vec<u8>,
+    written: u64,
+}
+
+impl Sealer {
+    pub fn new(recipient: &[u8; 32], info: &[u8]) -> Result<Sealer> {
+        let pk = <Kem as hpke::Kem>::PublicKey::from_bytes(recipient)
+            .map_err(|_| JcError::Sealed("recipient is not an X25519 public key".into()))?;
+        let (enc, ctx) = hpke::setup_sender::<Aead, Kdf, Kem>(&OpModeS::Base, &pk, info)
+            .map_err(|e| JcError::Sealed(format!("hpke setup: {e}")))?;
+        let mut out = Vec::with_capacity(4096);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&enc.to_bytes());
+        Ok(Sealer {
+            ctx,
+            buf: Zeroizing::new(Vec::with_capacity(CHUNK + 64)),
+            out,
+            written: 0,
+        })
+    }
+
+    fn write(&mut self, mut data: &[u8]) -> Result<()> {
+        self.written += data.len() as u64;
+        while !data.is_empty() {
+            // Keep at least one byte back so `finish` always has a last chunk to mark.
+            if self.buf.len() == CHUNK {
+                self.flush_chunk(false)?;
+            }
+            let take = (CHUNK - self.buf.len()).min(data.len());
+            self.buf.extend_from_slice(&data[..take]);
+            data = &data[take..];
+        }
+        Ok(())
+    }
+
+    fn flush_chunk(&mut self, last: bool) -> Result<()> {
+        let ct = self
+            .ctx
+            .seal(&self.buf, &chunk_aad(last))
+            .map_err(|e| JcError::Sealed(format!("seal: {e}")))?;
+        self.out.extend_from_slice(&(ct.len() as u32).to_be_bytes());
+        self.out.extend_from_slice(&ct);
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Add one entry of exactly `len` bytes read from `reader`.
+    pub fn entry(&mut self, name: &str, len: u64, reader: &mut dyn Read) -> Result<()> {
+        if name.is_empty() || name.len() > 255 {
+            return Err(JcError::Sealed("entry name must be 1-255 bytes".into()));
+        }
+        let mut header = Vec::with_capacity(10 + name.len());
+        header.push(1);
+        header.push(name.len() as u8);
+        header.extend_from_slice(name.as_bytes());
+        header.extend_from_slice(&len.to_be_bytes());
+        self.write(&header)?;
+        let mut remaining = len;
+        let mut tmp = Zeroizing::new(vec![0u8; CHUNK]);
+        while remaining > 0 {
+            let want = (remaining.min(CHUNK as u64)) as usize;
+            let n = reader
+                .read(&mut tmp[..want])
+                .map_err(|e| JcError::Read(format!("{name}: {e}")))?;
+            if n == 0 {
+                return Err(JcError::Read(format!(
+                    "{name}: ended {remaining} bytes early"
+                )));
+            }
+            self.write(&tmp[..n])?;
+            remaining -= n as u64;
+        }
+        // The stream must hold exactly `len` bytes: more would mean the size we framed is wrong.
+        let n = reader
+            .read(&mut tmp[..1])
+            .map_err(|e| JcError::Read(format!("{name}: {e}")))?;
+        if n != 0 {
+            return Err(JcError::Read(format!(
+                "{name}: longer than its declared {len} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn entry_bytes(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        self.entry(name, data.len() as u64, &mut &data[..])
+    }
+
+    /// End marker, zero padding to the size bucket, last chunk. Returns the sealed bytes.
+    pub fn finish(mut self) -> Result<Vec<u8>> {
+        self.write(&[0])?;
+        let pad = bucket(self.written) - self.written;
+        let zeros = [0u8; 1024];
+        let mut left = pad;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            self.write(&zeros[..n])?;
+            left -= n as u64;
+        }
+        self.flush_chunk(true)?;
+        Ok(self.out)
+    }
+}
+
+/// One opened entry; the bytes are wiped when it drops.
+pub struct Entry {
+    pub name: String,
+    pub data: Zeroizing<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Entry {
+    // Never print material.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Entry({:?}, {} bytes)", self.name, self.data.len())
+    }
+}
+
+/// Open sealed bytes with `secret` and `info`. `wrong_info` is the error when the first chunk
+/// does not open (the caller knows which role it expected).
+pub fn open(
+    sealed: &[u8],
+    secret: &HpkeKeyPair,
+    info: &[u8],
+    wrong_info: impl Fn() -> JcError,
+) -> Result<Vec<Entry>> {
+    if sealed.len() < MAGIC.len() + 32 || &sealed[..MAGIC.len()] != MAGIC {
+        return Err(JcError::Sealed("not a skillbox seal (bad magic)".into()));
+    }
+    let enc = <Kem as hpke::Kem>::EncappedKey::from_bytes(&sealed[MAGIC.len()..MAGIC.len() + 32])
+        .map_err(|_| JcError::Sealed("bad encapsulated key".into()))?;
+    let mut ctx =
+        hpke::setup_receiver::<Aead, Kdf, Kem>(&OpModeR::Base, &secret.secret, &enc, info)
+            .map_err(|_| wrong_info())?;
+    let mut rest = &sealed[MAGIC.len() + 32..];
+    let mut plain = Zeroizing::new(Vec::new());
+    let mut first = true;
+    loop {
+        if rest.len() < 4 {
+            return Err(JcError::Sealed("truncated: no final chunk".into()));
+        }
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if len < TAG_LEN || len > CHUNK + TAG_LEN || rest.len() < 4 + len {
+            return Err(JcError::Sealed("bad chunk length".into()));
+        }
+        let ct = &rest[4..4 + len];
+        rest = &rest[4 + len..];
+        let last = rest.is_empty();
+        let pt = match ctx.open(ct, &chunk_aad(last)) {
+            Ok(pt) => Zeroizing::new(pt),
+            Err(_) if first => {
+                // Opens with the other end-of-stream flag: right key and info, stream cut or
+                // extended. Otherwise the info (or key) is not this one.
+                if ctx.open(ct, &chunk_aad(!last)).is_ok() {
+                    return Err(JcError::Sealed("stream truncated or extended".into()));
+                }
+                return Err(wrong_info());
+            }
+            Err(_) => {
+                return Err(JcError::Sealed(
+                    "a chunk does not open (tampered, reordered or truncated)".into(),
+                ));
+            }
+        };
+        first = false;
+        plain.extend_from_slice(&pt);
+        if last {
+            break;
+        }
+    }
+    parse_entries(&plain)
+}
+
+fn parse_entries(plain: &[u8]) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    loop {
+        let tag = *plain
+            .get(at)
+            .ok_or_else(|| JcError::Sealed("framing: no end marker".into()))?;
+        at += 1;
+        match tag {
+            0 => break,
+            1 => {}
+            _ => return Err(JcError::Sealed("framing: bad entry tag".into())),
+        }
+        let name_len = *plain
+            .get(at)
+            .ok_or_else(|| JcError::Sealed("framing: truncated".into()))?
+            as usize;
+        at += 1;
+        let name = plain
+            .get(at..at + name_len)
+            .ok_or_else(|| JcError::Sealed("framing: truncated name".into()))?;
+        let name = std::str::from_utf8(name)
+            .map_err(|_| JcError::Sealed("framing: name not UTF-8".into()))?
+            .to_owned();
+        at += name_len;
+        let len_bytes: [u8; 8] = plain
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| JcError::Sealed("framing: truncated length".into()))?;
+        at += 8;
+        let len = usize::try_from(u64::from_be_bytes(len_bytes))
+            .map_err(|_| JcError::Sealed("framing: length".into()))?;
+        let end = at
+            .checked_add(len)
+            .ok_or_else(|| JcError::Sealed("framing: length".into()))?;
+        let data = plain
+            .get(at..end)
+            .ok_or_else(|| JcError::Sealed("framing: truncated entry".into()))?;
+        at = end;
+        if out.iter().any(|e: &Entry| e.name == name) {
+            return Err(JcError::Sealed(format!("framing: entry {name:?} twice")));
+        }
+        out.push(Entry {
+            name,
+            data: Zeroizing::new(data.to_vec()),
+        });
+    }
+    if plain[at..].iter().any(|&b| b != 0) {
+        return Err(JcError::Sealed("framing: padding is not zero".into()));
+    }
+    Ok(out)
+}
+
+/// Check opened stake entries against the program: only names it allows, each within its limit,
+/// the required ones present.
+pub fn check_stake(program: &Program, role: Role, entries: &[Entry]) -> Result<()> {
+    let limits: Vec<(&str, u64, bool)> = match role {
+        Role::Caller => std::iter::once(("request", program.caller_inputs.request_max_bytes, true))
+            .chain(
+                program
+                    .caller_inputs
+                    .sources
+                    .iter()
+                    .map(|s| (s.name.as_str(), s.max_bytes, false)),
+            )
+            .collect(),
+        Role::Owner => {
+            let o = &program.owner_inputs;
+            vec![
+                ("body", o.body_max_bytes, true),
+                ("model", o.model_max_bytes, false),
+                ("key", o.key_max_bytes, program.provider.id.needs_key()),
+            ]
+        }
+    };
+    for e in entries {
+        let Some((_, max, _)) = limits.iter().find(|(n, _, _)| *n == e.name) else {
+            return Err(JcError::EntryNotInProgram {
+                name: e.name.chars().take(128).collect(),
+                role: role.as_str().into(),
+            });
+        };
+        if e.data.len() as u64 > *max {
+            return Err(JcError::EntryTooLarge {
+                name: e.name.clone(),
+                size: e.data.len() as u64,
+                limit: *max,
+            });
+        }
+    }
+    for (name, _, required) in &limits {
+        if *required && !entries.iter().any(|e| e.name == *name) {
+            return Err(JcError::EntryMissing {
+                name: (*name).to_owned(),
+                role: role.as_str().into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seal_entries(to: &[u8; 32], info: &[u8], entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut s = Sealer::new(to, info).expect("sealer");
+        for (n, d) in entries {
+            s.entry_bytes(n, d).expect("entry");
+        }
+        s.finish().expect("finish")
+    }
+
+    #[test]
+    fn round_trip_and_padding_buckets() {
+        let kp = HpkeKeyPair::generate();
+        let h = ProgramHash([7; 32]);
+        let info = info(Purpose::Stake(Role::Caller), "run-1", &h);
+        let big = vec![0x5a; 40_000];
+        for (payload, want_bucket) in [(&b"hi"[..], 1024u64), (&big[..], 65536)] {
+            let sealed = seal_entries(&kp.public(), &info, &[("request", payload)]);
+            let chunks = want_bucket.div_ceil(CHUNK as u64);
+            assert_eq!(
+                sealed.len() as u64,
+                8 + 32 + want_bucket + chunks * 20,
+                "size reveals only the bucket"
+            );
+            let entries = open(&sealed, &kp, &info, || JcError::StakeWrongInfo {
+                role: "caller".into(),
+            })
+            .expect("opens");
+            assert_eq!(entries.len(), 1);
+            assert_eq!(&entries[0].data[..], payload);
+            assert!(sealed.len() as u64 <= sealed_limit(payload.len() as u64 + 20));
+        }
+    }
+
+    #[test]
+    fn other_info_or_key_does_not_open() {
+        let kp = HpkeKeyPair::generate();
+        let h = ProgramHash([7; 32]);
+        let sealed = seal_entries(
+            &kp.public(),
+            &info(Purpose::Stake(Role::Owner), "run-1", &h),
+            &[("body", b"secret")],
+        );
+        let wrong = || JcError::StakeWrongInfo {
+            role: "caller".into(),
+        };
+        for other in [
+            info(Purpose::Stake(Role::Caller), "run-1", &h),
+            info(Purpose::Stake(Role::Owner), "run-2", &h),
+            info(Purpose::Stake(Role::Owner), "run-1", &ProgramHash([8; 32])),
+        ] {
+            assert!(matches!(
+                open(&sealed, &kp, &other, wrong),
+                Err(JcError::StakeWrongInfo { .. })
+            ));
+        }
+        let other_key = HpkeKeyPair::generate();
+        assert!(
+            open(
+                &sealed,
+                &other_key,
+                &info(Purpose::Stake(Role::Owner), "run-1", &h),
+                wrong
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn truncation_and_tampering_are_refused() {
+        let kp = HpkeKeyPair::generate();
+        let h = ProgramHash([1; 32]);
+        let i = info(Purpose::Result, "r", &h);
+        let sealed = seal_entries(&kp.public(), &i, &[("answer", &vec![1u8; 50_000])]);
+        let wrong = || JcError::StakeWrongInfo { role: "x".into() };
+        // Drop the final chunk: every remaining chunk opens, but none is marked last.
+        let first_len = u32::from_be_bytes(sealed[40..44].try_into().expect("4 bytes")) as usize;
+        let cut = &sealed[..40 + 4 + first_len];
+        assert!(matches!(open(cut, &kp, &i, wrong), Err(JcError::Sealed(_))));
+        let mut flipped = sealed.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(matches!(
+            open(&flipped, &kp, &i, wrong),
+            Err(JcError::Sealed(_))
+        ));
+    }
+
+    #[test]
+    fn reader_length_must_match() {
+        let kp = HpkeKeyPair::generate();
+        let mut s = Sealer::new(&kp.public(), b"i").expect("sealer");
+        assert!(matches!(
+            s.entry("a", 10, &mut &b"short"[..]),
+            Err(JcError::Read(_))
+        ));
+        let mut s = Sealer::new(&kp.public(), b"i").expect("sealer");
+        assert!(matches!(
+            s.entry("a", 2, &mut &b"longer"[..]),
+            Err(JcError::Read(_))
+        ));
+    }
+
+    #[test]
+    fn buckets() {
+        assert_eq!(bucket(0), 1024);
+        assert_eq!(bucket(1024), 1024);
+        assert_eq!(bucket(1025), 2048);
+        assert_eq!(bucket(70_000), 131_072);
+    }
+}

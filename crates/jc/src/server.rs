@@ -1,0 +1,214 @@
+//! The box's HTTP API (design §10), a thin axum layer over [`BoxCore`]. Errors are
+//! `{error, message, details?}`; bodies are size-limited per route (stakes by the program).
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::dsse::Envelope;
+use crate::error::JcError;
+use crate::registry::ProviderView;
+use crate::run::{BoxCore, now_secs};
+
+/// Header carrying the party's signed stake action (base64 of the DSSE envelope JSON).
+pub const STAKE_ACTION_HEADER: &str = "skillbox-stake-action";
+/// Programs and action envelopes are small.
+const SMALL_BODY: usize = 256 * 1024;
+
+pub struct ApiError(pub JcError);
+
+impl From<JcError> for ApiError {
+    fn from(e: JcError) -> Self {
+        ApiError(e)
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+pub struct ErrorBody {
+    pub error: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody {
+            error: self.0.code().into(),
+            message: self.0.to_string(),
+            details: None,
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Health {
+    pub status: String,
+    pub platform: String,
+    pub measurement: String,
+    pub no_hardware_isolation: bool,
+    pub providers: Vec<ProviderView>,
+    pub runs_in_flight: usize,
+}
+
+/// The router for a box.
+pub fn router(core: Arc<BoxCore>) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/v1/runs", post(open))
+        .route("/v1/runs/{id}", get(status).delete(delete))
+        .route("/v1/runs/{id}/attestation", get(attestation))
+        .route("/v1/runs/{id}/stakes", post(stake))
+        .route("/v1/runs/{id}/submit", post(submit))
+        .route("/v1/runs/{id}/result", get(result))
+        // Stakes read their own body with the run's limit; everything else is small.
+        .layer(DefaultBodyLimit::max(SMALL_BODY))
+        .with_state(core)
+}
+
+/// Serve until the listener fails; sweeps expired runs every 30 s.
+pub async fn serve(listener: tokio::net::TcpListener, core: Arc<BoxCore>) -> std::io::Result<()> {
+    let sweeper = core.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+        loop {
+            tick.tick().await;
+            sweeper.sweep(now_secs());
+        }
+    });
+    axum::serve(listener, router(core)).await
+}
+
+async fn health(State(core): State<Arc<BoxCore>>) -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        platform: core.platform().into(),
+        measurement: core.measurement().into(),
+        no_hardware_isolation: core.no_hardware_isolation(),
+        providers: core.providers().views(),
+        runs_in_flight: core.in_flight(),
+    })
+}
+
+fn envelope(body: &Bytes) -> Result<Envelope, ApiError> {
+    Ok(Envelope::from_json(body)?)
+}
+
+async fn open(State(core): State<Arc<BoxCore>>, body: Bytes) -> ApiResult<Response> {
+    let env = envelope(&body)?;
+    let opened = core.open(&env, now_secs())?;
+    Ok((StatusCode::CREATED, Json(opened)).into_response())
+}
+
+#[derive(Deserialize)]
+struct NonceQuery {
+    nonce: Option<String>,
+}
+
+async fn attestation(
+    State(core): State<Arc<BoxCore>>,
+    Path(id): Path<String>,
+    Query(q): Query<NonceQuery>,
+) -> ApiResult<Response> {
+    let nonce = q
+        .nonce
+        .ok_or_else(|| JcError::BadRequest("query parameter nonce is required".into()))?;
+    Ok(Json(core.attest(&id, &nonce, now_secs())?).into_response())
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Staked {
+    pub role: crate::program::Role,
+}
+
+async fn stake(
+    State(core): State<Arc<BoxCore>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let raw = headers
+        .get(STAKE_ACTION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| JcError::BadRequest(format!("header {STAKE_ACTION_HEADER} is required")))?;
+    let env_json = base64::engine::general_purpose::STANDARD
+        .decode(raw)
+        .map_err(|_| JcError::BadRequest(format!("header {STAKE_ACTION_HEADER} is not base64")))?;
+    let env = Envelope::from_json(&env_json)?;
+    // The role decides the limit; the signature is checked in `stake` (over these very bytes).
+    let role = peek_role(&env)?;
+    let now = now_secs();
+    let limit = core.stake_body_limit(&id, role, now)?;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| JcError::BodyTooLarge { limit })?;
+    // Opening a large stake is CPU work: keep it off the async threads.
+    let core2 = core.clone();
+    let role = tokio::task::spawn_blocking(move || core2.stake(&id, &env, &bytes, now))
+        .await
+        .map_err(|e| JcError::Internal(format!("stake task: {e}")))??;
+    Ok(Json(Staked { role }).into_response())
+}
+
+fn peek_role(env: &Envelope) -> Result<crate::program::Role, JcError> {
+    let payload = env.payload_bytes()?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&payload).map_err(|e| JcError::Envelope(format!("action: {e}")))?;
+    v.get("role")
+        .and_then(|r| r.as_str())
+        .ok_or_else(|| JcError::Envelope("action has no role".into()))?
+        .parse()
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Submitted {
+    pub started: bool,
+}
+
+async fn submit(
+    State(core): State<Arc<BoxCore>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let env = envelope(&body)?;
+    let start = core.submit(&id, &env, now_secs())?;
+    if start {
+        let core2 = core.clone();
+        tokio::spawn(async move {
+            if let Err(e) = core2.execute(&id).await {
+                tracing::warn!(error = %e, "run could not finish");
+            }
+        });
+    }
+    Ok((StatusCode::ACCEPTED, Json(Submitted { started: start })).into_response())
+}
+
+async fn status(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> ApiResult<Response> {
+    Ok(Json(core.status(&id)?).into_response())
+}
+
+async fn result(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> ApiResult<Response> {
+    Ok(Json(core.result(&id)?).into_response())
+}
+
+async fn delete(
+    State(core): State<Arc<BoxCore>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let env = envelope(&body)?;
+    core.delete(&id, &env, now_secs())?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
