@@ -10,6 +10,15 @@ use std::pin::Pin;
 
 pub use skillbox_skill::{ProviderId, UnknownProvider};
 
+pub mod anthropic;
+mod http;
+pub mod local;
+pub mod openai;
+mod registry;
+
+pub use http::HttpOptions;
+pub use registry::{ProviderSettings, Registry, build_remote, default_base_url};
+
 /// One chat turn: the skill body as system prompt, the caller's request and sources as user text.
 #[derive(Clone, Debug)]
 pub struct ChatRequest {
@@ -69,6 +78,17 @@ pub enum ProviderError {
     Unavailable(String),
     #[error("provider request failed: {0}")]
     Transport(String),
+    /// The request cannot be sent as asked (prompt longer than the model's context, a key that
+    /// is not a valid header value, ...). Not retryable.
+    #[error("provider request refused before sending: {0}")]
+    InvalidRequest(String),
+    /// The provider is configured wrongly (no base URL for `openai-compatible:<id>`, a base URL
+    /// with credentials, ...).
+    #[error("provider configuration: {0}")]
+    Config(String),
+    /// `skillbox model fetch` failed (pip, the wheel, the checksum, the data dir).
+    #[error("model fetch failed: {0}")]
+    Fetch(String),
 }
 
 impl ProviderError {

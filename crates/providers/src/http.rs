@@ -1,0 +1,314 @@
+//! The HTTP plumbing both remote adapters share: one client per provider that talks only to the
+//! configured base URL's host, never follows redirects, ignores proxy environment variables, has
+//! timeouts, and retries what is worth retrying a bounded number of times, honouring
+//! `Retry-After`. Nothing here logs or reports request bodies, answers or keys.
+
+use std::future::Future;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+
+use crate::ProviderError;
+
+/// Timeouts and retry policy of a remote provider.
+#[derive(Clone, Debug)]
+pub struct HttpOptions {
+    /// The whole request, body included. A slow model answering a long prompt needs minutes.
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Retries after the first attempt (so at most `max_retries + 1` requests).
+    pub max_retries: u32,
+    /// A `Retry-After` longer than this is not waited for: the run fails as rate limited.
+    pub max_retry_wait: Duration,
+    /// First pause when the provider gave no `Retry-After`; doubled on every retry.
+    pub backoff: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            timeout: Duration::from_secs(180),
+            connect_timeout: Duration::from_secs(10),
+            max_retries: 3,
+            max_retry_wait: Duration::from_secs(60),
+            backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A provider's base URL plus a client locked to it.
+#[derive(Clone, Debug)]
+pub(crate) struct Endpoint {
+    client: reqwest::Client,
+    base: Url,
+    pub(crate) options: HttpOptions,
+}
+
+impl Endpoint {
+    pub(crate) fn new(base_url: &str, options: HttpOptions) -> Result<Self, ProviderError> {
+        let mut base = Url::parse(base_url).map_err(|e| {
+            ProviderError::Config(format!("base URL {base_url:?} is not a URL: {e}"))
+        })?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(ProviderError::Config(format!(
+                "base URL {base_url:?} must be http or https"
+            )));
+        }
+        if base.host_str().is_none_or(str::is_empty) {
+            return Err(ProviderError::Config(format!(
+                "base URL {base_url:?} has no host"
+            )));
+        }
+        // Credentials in a URL end up in logs and error messages; the key belongs in a header.
+        if !base.username().is_empty() || base.password().is_some() {
+            return Err(ProviderError::Config(
+                "base URL must not carry credentials; the API key is staked separately".into(),
+            ));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(ProviderError::Config(format!(
+                "base URL {base_url:?} must not have a query or fragment"
+            )));
+        }
+        // `Url::join` treats a base without a trailing slash as a file and drops its last segment.
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            // A proxy from the environment would be egress to another host.
+            .no_proxy()
+            .timeout(options.timeout)
+            .connect_timeout(options.connect_timeout)
+            .user_agent(concat!("skillbox/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ProviderError::Config(format!("HTTP client: {e}")))?;
+        Ok(Endpoint {
+            client,
+            base,
+            options,
+        })
+    }
+
+    /// `path` under the base URL, refused if it would leave the base URL's origin.
+    pub(crate) fn url(&self, path: &str) -> Result<Url, ProviderError> {
+        let url = self
+            .base
+            .join(path.trim_start_matches('/'))
+            .map_err(|e| ProviderError::Config(format!("request path {path:?}: {e}")))?;
+        if url.origin() != self.base.origin() {
+            return Err(ProviderError::Config(format!(
+                "request path {path:?} leaves the provider's host"
+            )));
+        }
+        Ok(url)
+    }
+
+    pub(crate) fn post(&self, url: Url) -> reqwest::RequestBuilder {
+        self.client.post(url)
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the retries are spent.
+    pub(crate) async fn with_retries<T, F, Fut>(&self, mut attempt: F) -> Result<T, ProviderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ProviderError>>,
+    {
+        let mut backoff = self.options.backoff;
+        let mut retries = 0u32;
+        loop {
+            let err = match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            if !err.is_retryable() || retries >= self.options.max_retries {
+                return Err(err);
+            }
+            let wait = match &err {
+                ProviderError::RateLimited {
+                    retry_after_secs: Some(secs),
+                } => {
+                    let wait = Duration::from_secs(*secs);
+                    if wait > self.options.max_retry_wait {
+                        return Err(err);
+                    }
+                    wait
+                }
+                _ => {
+                    let wait = backoff;
+                    backoff = backoff.saturating_mul(2).min(self.options.max_retry_wait);
+                    wait
+                }
+            };
+            retries += 1;
+            tracing::debug!(retry = retries, wait_ms = wait.as_millis() as u64, kind = %err, "provider retry");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    pub(crate) fn timeout_secs(&self) -> u64 {
+        self.options.timeout.as_secs().max(1)
+    }
+}
+
+/// The key as a header value marked sensitive, so it never shows in a `Debug` of the request.
+pub(crate) fn secret_header(prefix: &str, key: &str) -> Result<HeaderValue, ProviderError> {
+    let mut value = HeaderValue::from_str(&format!("{prefix}{key}")).map_err(|_| {
+        ProviderError::InvalidRequest("the API key is not a valid HTTP header value".into())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// Maps a non-success status to an error kind; `Ok` for 2xx.
+pub(crate) fn check_status(status: StatusCode, headers: &HeaderMap) -> Result<(), ProviderError> {
+    if status.is_success() {
+        return Ok(());
+    }
+    if status.is_redirection() {
+        return Err(ProviderError::Redirect);
+    }
+    Err(match status.as_u16() {
+        401 | 403 => ProviderError::Unauthorized {
+            status: status.as_u16(),
+        },
+        429 => ProviderError::RateLimited {
+            retry_after_secs: retry_after(headers),
+        },
+        other => ProviderError::Upstream { status: other },
+    })
+}
+
+/// `Retry-After` in seconds (the delta form; an HTTP date falls back to our own backoff).
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let secs: f64 = value.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| secs.ceil() as u64)
+}
+
+/// A transport failure as an error kind, without the URL and without anything of the request.
+pub(crate) fn transport_error(err: reqwest::Error, timeout_secs: u64) -> ProviderError {
+    if err.is_timeout() {
+        return ProviderError::Timeout { secs: timeout_secs };
+    }
+    if err.is_redirect() {
+        return ProviderError::Redirect;
+    }
+    let err = err.without_url();
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(inner) = source {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    ProviderError::Transport(message)
+}
+
+/// A provider's own error text, made safe to carry: the key removed, control characters dropped,
+/// and cut short (provider messages can be long and are not ours to relay in full).
+pub(crate) fn scrub(message: &str, key: Option<&str>) -> String {
+    let mut text = message.to_owned();
+    if let Some(key) = key.filter(|k| !k.is_empty()) {
+        text = text.replace(key, "[redacted]");
+    }
+    let text: String = text.chars().filter(|c| !c.is_control()).collect();
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// A JSON error as a message that never quotes the document (it may hold the answer).
+pub(crate) fn json_error(what: &str, err: &serde_json::Error) -> ProviderError {
+    let kind = match err.classify() {
+        serde_json::error::Category::Io => "I/O error",
+        serde_json::error::Category::Syntax => "invalid JSON",
+        serde_json::error::Category::Data => "unexpected JSON shape",
+        serde_json::error::Category::Eof => "truncated JSON",
+    };
+    ProviderError::Protocol(format!(
+        "{what}: {kind} at line {} column {}",
+        err.line(),
+        err.column()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_removes_key_and_cuts() {
+        let s = scrub("bad key sk-secret-123 given\n", Some("sk-secret-123"));
+        assert_eq!(s, "bad key [redacted] given");
+        let long = "x".repeat(500);
+        assert_eq!(scrub(&long, None).chars().count(), 201);
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&h), Some(3));
+        h.insert(RETRY_AFTER, HeaderValue::from_static("0.2"));
+        assert_eq!(retry_after(&h), Some(1));
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&h), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static("-4"));
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn base_url_rules() {
+        let opts = HttpOptions::default();
+        assert!(matches!(
+            Endpoint::new("ftp://x/", opts.clone()),
+            Err(ProviderError::Config(_))
+        ));
+        assert!(matches!(
+            Endpoint::new("https://user:pw@x/v1", opts.clone()),
+            Err(ProviderError::Config(_))
+        ));
+        assert!(matches!(
+            Endpoint::new("not a url", opts.clone()),
+            Err(ProviderError::Config(_))
+        ));
+        let e = Endpoint::new("https://openrouter.ai/api/v1", opts).unwrap();
+        assert_eq!(
+            e.url("chat/completions").unwrap().as_str(),
+            "https://openrouter.ai/api/v1/chat/completions"
+        );
+        // A scheme-relative path is kept under the base, never taken as another host.
+        assert_eq!(
+            e.url("//evil.example/x").unwrap().host_str(),
+            Some("openrouter.ai")
+        );
+        assert!(e.url("https://evil.example/x").is_err());
+    }
+
+    #[test]
+    fn status_kinds() {
+        let h = HeaderMap::new();
+        assert!(check_status(StatusCode::OK, &h).is_ok());
+        assert!(matches!(
+            check_status(StatusCode::FOUND, &h),
+            Err(ProviderError::Redirect)
+        ));
+        assert!(matches!(
+            check_status(StatusCode::UNAUTHORIZED, &h),
+            Err(ProviderError::Unauthorized { status: 401 })
+        ));
+        assert!(matches!(
+            check_status(StatusCode::BAD_GATEWAY, &h),
+            Err(ProviderError::Upstream { status: 502 })
+        ));
+    }
+}

