@@ -1,0 +1,505 @@
+//! The box through its HTTP API (a real axum server on loopback) with a provider double: the whole
+//! flow, and every refusal of the list, each with its own error.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use common::*;
+use skillbox_jc::JcError;
+use skillbox_jc::attest::{Attestation, VerifyPolicy, verify_attestation};
+use skillbox_jc::client::{StakeInput, new_nonce, open_result, seal_stake, verify_receipt};
+use skillbox_jc::dsse::{Envelope, approved_program, sign_program};
+use skillbox_jc::program::{PROGRAM_PAYLOAD_TYPE, Role};
+use skillbox_jc::receipt::RunStatus;
+use skillbox_jc::run::now_secs;
+use skillbox_jc::seal::HpkeKeyPair;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn whole_run_caller_opens_owner_cannot_and_receipt_verifies() {
+    let f = start(None).await;
+    let p = f.program();
+    let (_, run) = f.open(&p).await;
+    assert!(run.no_hardware_isolation, "insecure-dev must be flagged");
+    f.run_all(&run, "which song first?", "You pick songs.")
+        .await;
+    let view = f
+        .client
+        .wait_result(&run.run_id, WAIT)
+        .await
+        .expect("result");
+    assert_eq!(view.status, RunStatus::Ok);
+    assert!(view.no_hardware_isolation);
+
+    let out = open_result(&view, &f.result_key, &run).expect("caller opens");
+    assert!(!out.truncated);
+    assert!(out.no_hardware_isolation);
+    assert_eq!(
+        out.answer,
+        "SYSTEM[You pick songs.] USER[<request>\nwhich song first?\n</request>\n<source name=\"spotify_songs\">\nsong a\nsong b\n</source>\n] MODEL[smollm2] KEY[false]"
+    );
+
+    // The owner has keys of its own, none of which opens the answer.
+    let owner_hpke = HpkeKeyPair::generate();
+    assert!(matches!(
+        open_result(&view, &owner_hpke, &run),
+        Err(JcError::ResultNotForThisKey)
+    ));
+
+    let receipt = verify_receipt(&view, &run).expect("receipt verifies with the attested run key");
+    assert_eq!(receipt.run_id, run.run_id);
+    assert_eq!(receipt.program_hash, run.program_hash.to_hex());
+    assert_eq!(receipt.status, RunStatus::Ok);
+    assert_eq!(receipt.finished_at % 60, 0);
+    assert_eq!(receipt.output_bucket, 1024);
+
+    // The same receipt against another run's key is refused.
+    let (_, other) = f.open(&f.program()).await;
+    assert!(matches!(
+        verify_receipt(&view, &other),
+        Err(JcError::SignatureMissing { .. } | JcError::BadSignature { .. })
+    ));
+}
+
+#[tokio::test]
+async fn material_never_shows_outside_the_sealed_answer() {
+    let f = start(Some("fine answer")).await;
+    let (_, run) = f.open(&f.program()).await;
+    let secrets = [
+        "SECRET-REQUEST-TEXT",
+        "SECRET-SONG-LIST",
+        "SECRET-SKILL-BODY",
+    ];
+    f.client
+        .stake(
+            &run,
+            Role::Caller,
+            f.caller_stake(&run, secrets[0], secrets[1].as_bytes()),
+            &f.caller,
+        )
+        .await
+        .expect("stake");
+    f.client
+        .stake(&run, Role::Owner, f.owner_stake(&run, secrets[2]), &f.owner)
+        .await
+        .expect("stake");
+    // Refusals must not echo material either.
+    let again = f
+        .client
+        .stake(&run, Role::Owner, f.owner_stake(&run, secrets[2]), &f.owner)
+        .await
+        .expect_err("twice");
+    assert_eq!(remote_code(&again), "already_staked");
+    f.client
+        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+        .await
+        .expect("submit");
+    f.client
+        .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
+        .await
+        .expect("submit");
+    f.client
+        .wait_result(&run.run_id, WAIT)
+        .await
+        .expect("result");
+    let http = reqwest::Client::new();
+    let mut seen = format!("{again}");
+    for path in [
+        "/healthz".to_string(),
+        format!("/v1/runs/{}", run.run_id),
+        format!("/v1/runs/{}/result", run.run_id),
+    ] {
+        seen.push_str(
+            &http
+                .get(format!("{}{path}", f.url))
+                .send()
+                .await
+                .expect("get")
+                .text()
+                .await
+                .expect("text"),
+        );
+    }
+    let sealed = STANDARD
+        .decode(
+            f.client
+                .result(&run.run_id)
+                .await
+                .expect("result")
+                .sealed_output
+                .expect("sealed"),
+        )
+        .expect("b64");
+    for s in secrets {
+        assert!(!seen.contains(s), "{s} leaked into a box response");
+        assert!(
+            !sealed.windows(s.len()).any(|w| w == s.as_bytes()),
+            "{s} visible in the sealed bytes"
+        );
+    }
+}
+
+#[tokio::test]
+async fn program_refusals_each_with_its_own_error() {
+    let f = start(None).await;
+    let p = f.program();
+    let bytes = String::from_utf8(p.to_canonical().expect("canonical")).expect("utf-8");
+
+    let post = |text: String, sign_both: bool| {
+        let mut env = Envelope::new(PROGRAM_PAYLOAD_TYPE, text.as_bytes());
+        env.sign(&f.caller).expect("sign");
+        if sign_both {
+            env.sign(&f.owner).expect("sign");
+        }
+        env
+    };
+    // Non-canonical: a space after the first brace.
+    let e = f
+        .client
+        .open(&post(bytes.replacen('{', "{ ", 1), true))
+        .await
+        .expect_err("non-canonical");
+    assert_eq!(remote_code(&e), "program_not_canonical");
+    // Duplicate key, same value.
+    let dup = bytes.replacen("\"version\":1", "\"version\":1,\"version\":1", 1);
+    let e = f
+        .client
+        .open(&post(dup, true))
+        .await
+        .expect_err("duplicate");
+    assert_eq!(remote_code(&e), "program_duplicate_key");
+    // One signature missing.
+    let e = f
+        .client
+        .open(&post(bytes.clone(), false))
+        .await
+        .expect_err("one signature");
+    assert_eq!(remote_code(&e), "signature_missing");
+    // A signature from a key not in the program (instead of the owner's).
+    let mut env = sign_program(&p, &f.caller).expect("sign");
+    env.sign(&key(9)).expect("sign");
+    let e = f.client.open(&env).await.expect_err("stranger");
+    assert_eq!(remote_code(&e), "signer_not_in_program");
+    // Expired.
+    let mut old = f.program();
+    old.expires_at = now_secs() - 1;
+    let e = f.client.open(&f.approve(&old)).await.expect_err("expired");
+    assert_eq!(remote_code(&e), "program_expired");
+    // This box not listed.
+    let mut elsewhere = f.program();
+    elsewhere.boxes[0].measurement = "00".repeat(48);
+    let e = f
+        .client
+        .open(&f.approve(&elsewhere))
+        .await
+        .expect_err("not listed");
+    assert_eq!(remote_code(&e), "box_not_listed");
+    // A provider this box does not have.
+    let mut remote = f.program();
+    remote.provider = skillbox_jc::program::ProviderGrant {
+        id: "openrouter".parse().expect("id"),
+        host: Some("https://openrouter.ai/api/v1".into()),
+    };
+    remote.owner_inputs.key_max_bytes = 256;
+    let e = f
+        .client
+        .open(&f.approve(&remote))
+        .await
+        .expect_err("provider");
+    assert_eq!(remote_code(&e), "provider_unavailable");
+}
+
+#[tokio::test]
+async fn attestation_checks_on_the_client() {
+    let f = start(None).await;
+    let p = f.program();
+    let env = f.approve(&p);
+    let approved = approved_program(&env).expect("approved");
+    let opened = f.client.open(&env).await.expect("open");
+    let nonce = new_nonce();
+    let att = f
+        .client
+        .attestation(&opened.run_id, &nonce)
+        .await
+        .expect("attestation");
+    let now = now_secs();
+    let ok = verify_attestation(&att, &approved, &opened.run_id, &nonce, &f.policy, now)
+        .expect("verifies");
+    assert_eq!(ok.measurement, MEASUREMENT);
+
+    // Nonce mismatch (a replayed attestation for an older question).
+    let e = verify_attestation(
+        &att,
+        &approved,
+        &opened.run_id,
+        &new_nonce(),
+        &f.policy,
+        now,
+    )
+    .expect_err("nonce");
+    assert!(matches!(e, JcError::NonceMismatch), "{e:?}");
+    // Statement for another program: a second run's attestation checked against the first program.
+    let p2 = f.program();
+    let env2 = f.approve(&p2);
+    let opened2 = f.client.open(&env2).await.expect("open 2");
+    let att2 = f
+        .client
+        .attestation(&opened2.run_id, &nonce)
+        .await
+        .expect("attestation 2");
+    let e = verify_attestation(&att2, &approved, &opened2.run_id, &nonce, &f.policy, now)
+        .expect_err("other program");
+    assert!(
+        matches!(e, JcError::StatementProgramMismatch { .. }),
+        "{e:?}"
+    );
+    // Statement for another run of... the right program is impossible (a program runs once), so
+    // the run id check: the right attestation presented for another run id.
+    let e = verify_attestation(&att, &approved, &opened2.run_id, &nonce, &f.policy, now)
+        .expect_err("other run");
+    assert!(matches!(e, JcError::StatementRunMismatch { .. }), "{e:?}");
+    // Swapped HPKE key: someone in the middle replaces the run key with their own.
+    let mut swapped = att.clone();
+    let stmt = String::from_utf8(STANDARD.decode(&att.statement).expect("b64")).expect("utf-8");
+    let run_hpke = {
+        let v: serde_json::Value = serde_json::from_str(&stmt).expect("json");
+        v["hpke_public_key"].as_str().expect("key").to_owned()
+    };
+    let attacker = HpkeKeyPair::generate().public_hex();
+    swapped.statement = STANDARD.encode(stmt.replace(&run_hpke, &attacker));
+    let e = verify_attestation(&swapped, &approved, &opened.run_id, &nonce, &f.policy, now)
+        .expect_err("swapped key");
+    assert!(matches!(e, JcError::ReportDataMismatch), "{e:?}");
+    // ... and re-computing the report data does not help: the evidence signature fails.
+    let mut resigned = swapped.clone();
+    let new_rd =
+        skillbox_jc::attest::report_data(&STANDARD.decode(&swapped.statement).expect("b64"));
+    resigned.evidence["report_data"] = hex::encode(new_rd).into();
+    let e = verify_attestation(&resigned, &approved, &opened.run_id, &nonce, &f.policy, now)
+        .expect_err("resigned");
+    assert!(matches!(e, JcError::Evidence(_)), "{e:?}");
+    // Dev attestation not allowed by this node's config.
+    let strict = VerifyPolicy::new(false);
+    let e = verify_attestation(&att, &approved, &opened.run_id, &nonce, &strict, now)
+        .expect_err("not allowed");
+    assert!(matches!(e, JcError::DevAttestationNotAllowed), "{e:?}");
+    // Dev attestation allowed by config but not listed by the program.
+    let mut unlisted = approved.clone();
+    unlisted.program.boxes[0].platform = "sev-snp".into();
+    let e = verify_attestation(&att, &unlisted, &opened.run_id, &nonce, &f.policy, now)
+        .expect_err("not listed");
+    assert!(matches!(e, JcError::BoxNotListed { .. }), "{e:?}");
+    // Expired attestation.
+    let e = verify_attestation(
+        &att,
+        &approved,
+        &opened.run_id,
+        &nonce,
+        &f.policy,
+        now + 10_000,
+    )
+    .expect_err("expired");
+    assert!(matches!(e, JcError::AttestationExpired { .. }), "{e:?}");
+    // Unknown platform.
+    let other = Attestation {
+        platform: "tdx".into(),
+        ..att.clone()
+    };
+    let e = verify_attestation(&other, &approved, &opened.run_id, &nonce, &f.policy, now)
+        .expect_err("platform");
+    assert!(matches!(e, JcError::PlatformNotAllowed(_)), "{e:?}");
+    // The box refuses a nonce that is not one.
+    let e = f
+        .client
+        .attestation(&opened.run_id, "short")
+        .await
+        .expect_err("bad nonce");
+    assert_eq!(remote_code(&e), "bad_request");
+}
+
+#[tokio::test]
+async fn stake_and_submit_refusals() {
+    let f = start(Some("ok")).await;
+    let (_, run) = f.open(&f.program()).await;
+
+    // Submit before any stake, then before the second.
+    let e = f
+        .client
+        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+        .await
+        .expect_err("early submit");
+    assert_eq!(remote_code(&e), "stakes_missing");
+
+    // Sealed with the wrong info: the owner's info, posted as the caller's stake.
+    let wrong =
+        seal_stake(&run, Role::Owner, vec![StakeInput::bytes("request", b"hi")]).expect("seal");
+    let e = f
+        .client
+        .stake(&run, Role::Caller, wrong, &f.caller)
+        .await
+        .expect_err("wrong info");
+    assert_eq!(remote_code(&e), "stake_wrong_info");
+
+    // Sealed to another run's key (e.g. a swapped key): does not open either.
+    let (_, run2) = f.open(&f.program()).await;
+    let mut elsewhere = run.clone();
+    elsewhere.hpke_public_key = run2.hpke_public_key;
+    let sealed = f.caller_stake(&elsewhere, "hi", b"x");
+    let e = f
+        .client
+        .stake(&run, Role::Caller, sealed, &f.caller)
+        .await
+        .expect_err("other key");
+    assert_eq!(remote_code(&e), "stake_wrong_info");
+
+    // Oversize: an entry past its program limit (4096 for spotify_songs).
+    let big = vec![b'x'; 5000];
+    let e = f
+        .client
+        .stake(
+            &run,
+            Role::Caller,
+            f.caller_stake(&run, "hi", &big),
+            &f.caller,
+        )
+        .await
+        .expect_err("entry too large");
+    assert_eq!(remote_code(&e), "stake_entry_too_large");
+    // Oversize: a sealed body past the role's limit.
+    let huge = vec![b'x'; 30_000];
+    let sealed = seal_stake(
+        &run,
+        Role::Caller,
+        vec![StakeInput::bytes("request", &huge)],
+    )
+    .expect("seal");
+    let e = f
+        .client
+        .stake(&run, Role::Caller, sealed, &f.caller)
+        .await
+        .expect_err("body too large");
+    assert_eq!(remote_code(&e), "body_too_large");
+    // A name the program does not list.
+    let sealed = seal_stake(
+        &run,
+        Role::Caller,
+        vec![
+            StakeInput::bytes("request", b"hi"),
+            StakeInput::bytes("passwords", b"x"),
+        ],
+    )
+    .expect("seal");
+    let e = f
+        .client
+        .stake(&run, Role::Caller, sealed, &f.caller)
+        .await
+        .expect_err("unlisted");
+    assert_eq!(remote_code(&e), "stake_entry_not_in_program");
+    // A stake signed by the wrong party.
+    let e = f
+        .client
+        .stake(
+            &run,
+            Role::Caller,
+            f.caller_stake(&run, "hi", b"x"),
+            &f.owner,
+        )
+        .await
+        .expect_err("wrong signer");
+    assert_eq!(remote_code(&e), "signature_missing");
+
+    f.client
+        .stake(
+            &run,
+            Role::Caller,
+            f.caller_stake(&run, "hi", b"x"),
+            &f.caller,
+        )
+        .await
+        .expect("caller stakes");
+    let e = f
+        .client
+        .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
+        .await
+        .expect_err("owner not staked");
+    assert_eq!(remote_code(&e), "stakes_missing");
+    assert!(e.to_string().contains("owner"), "{e}");
+    let e = f.client.result(&run.run_id).await.expect_err("not ready");
+    assert_eq!(remote_code(&e), "not_ready");
+}
+
+#[tokio::test]
+async fn run_ids_and_programs_are_single_use() {
+    let f = start(Some("ok")).await;
+    let p = f.program();
+    let env = f.approve(&p);
+    let (_, run) = f.open(&p).await;
+    // Opening the same program again while open is a retry: same run.
+    let again = f.client.open(&env).await.expect("retry");
+    assert_eq!(again.run_id, run.run_id);
+    f.run_all(&run, "q", "b").await;
+    f.client
+        .wait_result(&run.run_id, WAIT)
+        .await
+        .expect("result");
+    // Replaying the program after its run: refused.
+    let e = f.client.open(&env).await.expect_err("program replay");
+    assert_eq!(remote_code(&e), "program_spent");
+    // Submitting again to the finished run.
+    let e = f
+        .client
+        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+        .await
+        .expect_err("resubmit");
+    assert_eq!(remote_code(&e), "wrong_state");
+    f.client
+        .delete(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+        .await
+        .expect("delete");
+    // The replayed run id: every route refuses it as spent.
+    let e = f
+        .client
+        .stake(
+            &run,
+            Role::Caller,
+            f.caller_stake(&run, "q", b"x"),
+            &f.caller,
+        )
+        .await
+        .expect_err("spent");
+    assert_eq!(remote_code(&e), "run_spent");
+    let e = f
+        .client
+        .attestation(&run.run_id, &new_nonce())
+        .await
+        .expect_err("spent");
+    assert_eq!(remote_code(&e), "run_spent");
+    let e = f.client.result(&run.run_id).await.expect_err("spent");
+    assert_eq!(remote_code(&e), "run_spent");
+    let e = f.client.status("0123").await.expect_err("unknown");
+    assert_eq!(remote_code(&e), "run_not_found");
+}
+
+#[tokio::test]
+async fn output_over_the_cap_is_truncated_and_flagged() {
+    let long = "é".repeat(5000); // 10,000 bytes, cap 4096: the cut must land on a char boundary
+    let f = start(Some(&long)).await;
+    let (_, run) = f.open(&f.program()).await;
+    f.run_all(&run, "q", "b").await;
+    let view = f
+        .client
+        .wait_result(&run.run_id, WAIT)
+        .await
+        .expect("result");
+    let out = open_result(&view, &f.result_key, &run).expect("open");
+    assert!(out.truncated);
+    assert!(out.answer.len() <= 4096, "{} bytes", out.answer.len());
+    assert_eq!(out.answer.len(), 4096);
+    assert!(long.starts_with(&out.answer));
+    let receipt = verify_receipt(&view, &run).expect("receipt");
+    assert_eq!(receipt.output_bucket, 8192);
+}

@@ -1,0 +1,228 @@
+//! Shared fixture: a real box server on loopback (axum over TCP) with an in-process provider
+//! double, two parties with their own node keys, and a caller result key.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use ed25519_dalek::SigningKey;
+use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifiedRun, VerifyPolicy};
+use skillbox_jc::client::{BoxClient, StakeInput, seal_stake};
+use skillbox_jc::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, sign_program};
+use skillbox_jc::program::*;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore, now_secs};
+use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_providers::{
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderId, Usage,
+};
+
+pub const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+/// Answers with the prompt it was given (so tests can see what the box built), or with a fixed
+/// text when one is set.
+pub struct EchoProvider {
+    pub fixed: Option<String>,
+}
+
+impl Provider for EchoProvider {
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest,
+        api_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+        Box::pin(async move {
+            let text = match &self.fixed {
+                Some(t) => t.clone(),
+                None => format!(
+                    "SYSTEM[{}] USER[{}] MODEL[{}] KEY[{}]",
+                    request.system,
+                    request.user,
+                    request.model,
+                    api_key.is_some()
+                ),
+            };
+            Ok(Completion {
+                text,
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+pub struct Fixture {
+    pub url: String,
+    pub client: BoxClient,
+    pub caller: SigningKey,
+    pub owner: SigningKey,
+    pub result_key: HpkeKeyPair,
+    pub policy: VerifyPolicy,
+}
+
+pub fn key(seed: u8) -> SigningKey {
+    SigningKey::from_bytes(&[seed; 32])
+}
+
+/// Start a box with `answer` as the provider double's fixed answer (None: echo the prompt).
+pub async fn start(answer: Option<&str>) -> Fixture {
+    let attester: Arc<dyn Attester> =
+        Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
+    let mut providers = ProviderRegistry::new();
+    providers.register(
+        ProviderId::Local,
+        None,
+        Arc::new(EchoProvider {
+            fixed: answer.map(str::to_owned),
+        }),
+    );
+    let core = Arc::new(BoxCore::new(attester, providers, BoxConfig::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(skillbox_jc::server::serve(listener, core));
+    Fixture {
+        client: BoxClient::new(&url).expect("client"),
+        url,
+        caller: key(1),
+        owner: key(2),
+        result_key: HpkeKeyPair::generate(),
+        policy: VerifyPolicy::new(true),
+    }
+}
+
+impl Fixture {
+    pub fn program(&self) -> Program {
+        Program {
+            version: PROGRAM_VERSION,
+            call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
+            parties: Parties {
+                caller: CallerParty {
+                    node_key: key_hex(&self.caller.verifying_key()),
+                    result_key: self.result_key.public_hex(),
+                },
+                owner: OwnerParty {
+                    node_key: key_hex(&self.owner.verifying_key()),
+                },
+            },
+            boxes: vec![BoxIdentity {
+                platform: INSECURE_DEV.into(),
+                measurement: MEASUREMENT.into(),
+            }],
+            skill: SkillRef {
+                name: "song-picker".into(),
+                declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+            },
+            provider: ProviderGrant {
+                id: ProviderId::Local,
+                host: None,
+            },
+            caller_inputs: CallerInputs {
+                request_max_bytes: 1024,
+                sources: vec![SourceLimit {
+                    name: "spotify_songs".into(),
+                    max_bytes: 4096,
+                }],
+            },
+            owner_inputs: OwnerInputs {
+                body_max_bytes: 4096,
+                model_max_bytes: 64,
+                key_max_bytes: 0,
+            },
+            output: OutputSpec {
+                max_bytes: 4096,
+                padded: true,
+                to: "caller".into(),
+            },
+            receipt: ReceiptSpec {
+                fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
+                to: vec!["caller".into(), "owner".into()],
+            },
+            prompt_template: PROMPT_TEMPLATE_V1.into(),
+            expires_at: now_secs() + 600,
+        }
+    }
+
+    /// Signed by both parties.
+    pub fn approve(&self, p: &Program) -> Envelope {
+        let mut env = sign_program(p, &self.caller).expect("caller signs");
+        env.sign(&self.owner).expect("owner signs");
+        env
+    }
+
+    /// Open and verify a run of `p`.
+    pub async fn open(&self, p: &Program) -> (ApprovedProgram, VerifiedRun) {
+        let env = self.approve(p);
+        let approved = approved_program(&env).expect("approved");
+        let opened = self.client.open(&env).await.expect("open");
+        let run = self
+            .client
+            .attest(&approved, &opened.run_id, &self.policy)
+            .await
+            .expect("attest and verify");
+        (approved, run)
+    }
+
+    pub fn caller_stake(&self, run: &VerifiedRun, request: &str, songs: &[u8]) -> Vec<u8> {
+        seal_stake(
+            run,
+            Role::Caller,
+            vec![
+                StakeInput::bytes("request", request.as_bytes()),
+                StakeInput::bytes("spotify_songs", songs),
+            ],
+        )
+        .expect("seal")
+    }
+
+    pub fn owner_stake(&self, run: &VerifiedRun, body: &str) -> Vec<u8> {
+        seal_stake(
+            run,
+            Role::Owner,
+            vec![
+                StakeInput::bytes("body", body.as_bytes()),
+                StakeInput::bytes("model", b"smollm2"),
+            ],
+        )
+        .expect("seal")
+    }
+
+    /// Both stakes, both submits.
+    pub async fn run_all(&self, run: &VerifiedRun, request: &str, body: &str) {
+        self.client
+            .stake(
+                run,
+                Role::Caller,
+                self.caller_stake(run, request, b"song a\nsong b"),
+                &self.caller,
+            )
+            .await
+            .expect("caller stakes");
+        self.client
+            .stake(run, Role::Owner, self.owner_stake(run, body), &self.owner)
+            .await
+            .expect("owner stakes");
+        assert!(
+            !self
+                .client
+                .submit(&run.run_id, &run.program_hash, Role::Caller, &self.caller)
+                .await
+                .expect("caller submits")
+        );
+        assert!(
+            self.client
+                .submit(&run.run_id, &run.program_hash, Role::Owner, &self.owner)
+                .await
+                .expect("owner submits")
+        );
+    }
+}
+
+/// The error code a box answered with.
+pub fn remote_code(e: &skillbox_jc::JcError) -> &str {
+    match e {
+        skillbox_jc::JcError::Remote { code, .. } => code,
+        other => panic!("expected an error from the box, got {other:?}"),
+    }
+}
