@@ -1,0 +1,230 @@
+//! Presence adverts: what a node offers, signed by its node key.
+//!
+//! An advert carries only what a caller needs to choose a skill. The types have no field for a
+//! model, an API key or a body, and unknown fields are refused on receipt, so a peer cannot smuggle
+//! them onto the board either.
+
+use std::sync::Arc;
+
+use libp2p::PeerId;
+use libp2p::identity::{Keypair, PublicKey, ed25519};
+use serde::{Deserialize, Serialize};
+
+use crate::PeersError;
+
+/// Version of the advert format; a different version is refused.
+pub const ADVERT_VERSION: u32 = 1;
+/// Domain separation: an advert signature can never be mistaken for a payload signature.
+const ADVERT_DOMAIN: &[u8] = b"skillbox/advert/v1\n";
+/// Default upper bound of one signed advert on the wire.
+pub const DEFAULT_MAX_ADVERT_BYTES: usize = 128 * 1024;
+/// JSON numbers above 2^53 do not survive canonicalization (RFC 8785 uses doubles).
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// One offered skill as peers see it: its declaration's public part, never its material.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OfferedSkill {
+    pub name: String,
+    pub description: String,
+    pub provider: String,
+    pub required_sources: Vec<String>,
+    /// Digest of the declaration (e.g. `sha256:<hex>`), so a program can pin what was offered.
+    pub declaration_digest: String,
+}
+
+/// A box this node accepts to run calls in.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AcceptedBox {
+    pub platform: String,
+    pub measurement: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// What a node offers right now: its offered skills and the boxes it accepts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Offer {
+    pub skills: Vec<OfferedSkill>,
+    pub boxes: Vec<AcceptedBox>,
+}
+
+impl Offer {
+    /// Sorted and checked, so two equal sets compare equal and an advert is deterministic.
+    pub fn normalized(mut self) -> Result<Offer, PeersError> {
+        self.skills.sort();
+        self.boxes.sort();
+        self.boxes.dedup();
+        for pair in self.skills.windows(2) {
+            if pair[0].name == pair[1].name {
+                return Err(PeersError::InvalidOffer(format!(
+                    "skill {:?} is offered twice",
+                    pair[0].name
+                )));
+            }
+        }
+        if let Some(s) = self.skills.iter().find(|s| s.name.is_empty()) {
+            return Err(PeersError::InvalidOffer(format!(
+                "a skill has an empty name (description {:?})",
+                s.description
+            )));
+        }
+        Ok(self)
+    }
+}
+
+/// The signed statement of presence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Advert {
+    pub v: u32,
+    /// The node id (libp2p PeerId, base58).
+    pub node: String,
+    /// Lowercase hex of the 32-byte Ed25519 node public key; its PeerId must equal `node`.
+    pub public_key: String,
+    /// When it was signed, unix milliseconds.
+    pub time: u64,
+    /// Strictly increasing per node, across restarts (time-based).
+    pub seq: u64,
+    pub boxes: Vec<AcceptedBox>,
+    pub skills: Vec<OfferedSkill>,
+}
+
+/// The wire form: the advert and a hex Ed25519 signature over its canonical (JCS) bytes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedAdvert {
+    pub advert: Advert,
+    pub signature: String,
+}
+
+/// An advert whose signature and node id have been checked.
+#[derive(Clone, Debug)]
+pub struct VerifiedAdvert {
+    pub peer: PeerId,
+    pub advert: Advert,
+    /// The exact bytes received: relaying these lets others verify the signature themselves.
+    pub raw: Arc<[u8]>,
+}
+
+/// Why an advert was not taken onto the board.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdvertRefusal {
+    #[error("advert of {size} bytes exceeds the limit of {max} bytes")]
+    TooLarge { size: usize, max: usize },
+    #[error("malformed advert: {0}")]
+    Malformed(String),
+    #[error("unsupported advert version {0}")]
+    Version(u32),
+    #[error("bad public key: {0}")]
+    BadPublicKey(String),
+    #[error("public key belongs to {key_peer}, not to the claimed node {node}")]
+    NodeIdMismatch { node: String, key_peer: String },
+    #[error("bad signature")]
+    BadSignature,
+    #[error("advert for node {node} was published by {source_peer}")]
+    SourceMismatch { node: String, source_peer: String },
+    #[error("advert time {time} is in the future (now {now}, allowed skew {skew_ms} ms)")]
+    FromTheFuture { time: u64, now: u64, skew_ms: u64 },
+    #[error("advert time {time} is older than the board TTL (now {now})")]
+    Expired { time: u64, now: u64 },
+    #[error("advert sequence {seq} is not newer than {newest} already on the board")]
+    Stale { seq: u64, newest: u64 },
+}
+
+fn signing_bytes(advert: &Advert) -> Result<Vec<u8>, String> {
+    let canonical = serde_json_canonicalizer::to_vec(advert).map_err(|e| e.to_string())?;
+    let mut msg = Vec::with_capacity(ADVERT_DOMAIN.len() + canonical.len());
+    msg.extend_from_slice(ADVERT_DOMAIN);
+    msg.extend_from_slice(&canonical);
+    Ok(msg)
+}
+
+/// Hex of the node's 32-byte Ed25519 public key.
+pub fn public_key_hex(keypair: &Keypair) -> Result<String, PeersError> {
+    let ed = keypair
+        .public()
+        .try_into_ed25519()
+        .map_err(|_| PeersError::InvalidKey("the node key must be Ed25519".into()))?;
+    Ok(hex::encode(ed.to_bytes()))
+}
+
+/// The PeerId of a hex Ed25519 public key.
+pub fn peer_of_public_key_hex(hex_key: &str) -> Result<(PeerId, PublicKey), String> {
+    let bytes = hex::decode(hex_key).map_err(|e| format!("not hex: {e}"))?;
+    if bytes.len() != 32 {
+        return Err(format!("{} bytes, expected 32", bytes.len()));
+    }
+    let ed = ed25519::PublicKey::try_from_bytes(&bytes).map_err(|e| e.to_string())?;
+    let public = PublicKey::from(ed);
+    Ok((public.to_peer_id(), public))
+}
+
+/// Sign an advert of `offer` with the node key.
+pub fn sign_advert(
+    keypair: &Keypair,
+    time: u64,
+    seq: u64,
+    offer: &Offer,
+) -> Result<Vec<u8>, PeersError> {
+    if time > MAX_SAFE_INTEGER || seq > MAX_SAFE_INTEGER {
+        return Err(PeersError::Encoding("advert time/seq beyond 2^53".into()));
+    }
+    let advert = Advert {
+        v: ADVERT_VERSION,
+        node: keypair.public().to_peer_id().to_base58(),
+        public_key: public_key_hex(keypair)?,
+        time,
+        seq,
+        boxes: offer.boxes.clone(),
+        skills: offer.skills.clone(),
+    };
+    let msg = signing_bytes(&advert).map_err(PeersError::Encoding)?;
+    let signature = keypair
+        .sign(&msg)
+        .map_err(|e| PeersError::InvalidKey(e.to_string()))?;
+    serde_json::to_vec(&SignedAdvert {
+        advert,
+        signature: hex::encode(signature),
+    })
+    .map_err(|e| PeersError::Encoding(e.to_string()))
+}
+
+/// Check an advert's size, form, node id and signature. Freshness is the board's job.
+pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, AdvertRefusal> {
+    if bytes.len() > max_bytes {
+        return Err(AdvertRefusal::TooLarge {
+            size: bytes.len(),
+            max: max_bytes,
+        });
+    }
+    let signed: SignedAdvert =
+        serde_json::from_slice(bytes).map_err(|e| AdvertRefusal::Malformed(e.to_string()))?;
+    let advert = signed.advert;
+    if advert.v != ADVERT_VERSION {
+        return Err(AdvertRefusal::Version(advert.v));
+    }
+    if advert.time > MAX_SAFE_INTEGER || advert.seq > MAX_SAFE_INTEGER {
+        return Err(AdvertRefusal::Malformed("time or seq beyond 2^53".into()));
+    }
+    let (key_peer, public) =
+        peer_of_public_key_hex(&advert.public_key).map_err(AdvertRefusal::BadPublicKey)?;
+    if key_peer.to_base58() != advert.node {
+        return Err(AdvertRefusal::NodeIdMismatch {
+            node: advert.node,
+            key_peer: key_peer.to_base58(),
+        });
+    }
+    let signature = hex::decode(&signed.signature).map_err(|_| AdvertRefusal::BadSignature)?;
+    let msg = signing_bytes(&advert).map_err(AdvertRefusal::Malformed)?;
+    if !public.verify(&msg, &signature) {
+        return Err(AdvertRefusal::BadSignature);
+    }
+    Ok(VerifiedAdvert {
+        peer: key_peer,
+        advert,
+        raw: Arc::from(bytes),
+    })
+}

@@ -1,0 +1,313 @@
+//! The board: the newest valid advert of each peer. Pure data, no I/O; `now` is passed in.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use libp2p::PeerId;
+use serde::{Deserialize, Serialize};
+
+use crate::advert::{
+    Advert, AdvertRefusal, DEFAULT_MAX_ADVERT_BYTES, OfferedSkill, VerifiedAdvert, verify_advert,
+};
+
+/// Limits of the board.
+#[derive(Clone, Debug)]
+pub struct BoardConfig {
+    /// An entry goes after this long without a fresh advert (3 missed adverts).
+    pub ttl_ms: u64,
+    /// How far in the future an advert's time may be (clock skew between nodes).
+    pub max_skew_ms: u64,
+    pub max_advert_bytes: usize,
+}
+
+impl Default for BoardConfig {
+    fn default() -> Self {
+        BoardConfig {
+            ttl_ms: 180_000,
+            max_skew_ms: 30_000,
+            max_advert_bytes: DEFAULT_MAX_ADVERT_BYTES,
+        }
+    }
+}
+
+/// One offered skill of one peer: a row of `GET /board`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoardRow {
+    /// The peer id (base58).
+    pub peer: String,
+    pub skill: String,
+    pub description: String,
+    pub provider: String,
+    pub required_sources: Vec<String>,
+    pub declaration_digest: String,
+    /// Seconds since the peer signed the advert this row comes from.
+    pub age: u64,
+}
+
+/// What happened to an advert the board took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ingested {
+    pub peer: PeerId,
+    pub seq: u64,
+    /// The peer was not on the board before.
+    pub new_peer: bool,
+}
+
+struct Entry {
+    advert: Advert,
+    raw: Arc<[u8]>,
+    expires_at: u64,
+    /// Each row's JSON up to and including `"age":`, rendered once at ingest: a snapshot then
+    /// only copies bytes and writes the age, which keeps `GET /board` fast at 10,000 peers.
+    rendered: Vec<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RowPrefix<'a> {
+    peer: &'a str,
+    skill: &'a str,
+    description: &'a str,
+    provider: &'a str,
+    required_sources: &'a [String],
+    declaration_digest: &'a str,
+}
+
+/// The newest valid advert per peer.
+pub struct Board {
+    config: BoardConfig,
+    // Keyed by the base58 peer id so rows come out in a stable order.
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Board {
+    pub fn new(config: BoardConfig) -> Board {
+        Board {
+            config,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &BoardConfig {
+        &self.config
+    }
+
+    /// Verify and take an advert received as bytes. `gossip_source` is the publisher gossip
+    /// authenticated (None when the advert was relayed by board sync: the signature alone vouches).
+    pub fn ingest(
+        &mut self,
+        bytes: &[u8],
+        gossip_source: Option<&PeerId>,
+        now_ms: u64,
+    ) -> Result<Ingested, AdvertRefusal> {
+        let verified = verify_advert(bytes, self.config.max_advert_bytes)?;
+        if let Some(source) = gossip_source
+            && *source != verified.peer
+        {
+            return Err(AdvertRefusal::SourceMismatch {
+                node: verified.advert.node,
+                source_peer: source.to_base58(),
+            });
+        }
+        self.insert_verified(verified, now_ms)
+    }
+
+    /// Take an advert whose signature has been checked; apply freshness rules.
+    pub fn insert_verified(
+        &mut self,
+        verified: VerifiedAdvert,
+        now_ms: u64,
+    ) -> Result<Ingested, AdvertRefusal> {
+        let VerifiedAdvert { peer, advert, raw } = verified;
+        if advert.time > now_ms.saturating_add(self.config.max_skew_ms) {
+            return Err(AdvertRefusal::FromTheFuture {
+                time: advert.time,
+                now: now_ms,
+                skew_ms: self.config.max_skew_ms,
+            });
+        }
+        // Expiry counts from when it was signed (never later than when it arrived), so a relayed
+        // or replayed old advert cannot live longer than the original.
+        let expires_at = advert.time.min(now_ms).saturating_add(self.config.ttl_ms);
+        if expires_at <= now_ms {
+            return Err(AdvertRefusal::Expired {
+                time: advert.time,
+                now: now_ms,
+            });
+        }
+        let key = advert.node.clone();
+        let mut new_peer = true;
+        if let Some(existing) = self.entries.get(&key) {
+            // An expired entry still holds its sequence number until it is pruned; a replay of an
+            // older advert is refused by the expiry rule above anyway.
+            if advert.seq <= existing.advert.seq {
+                return Err(AdvertRefusal::Stale {
+                    seq: advert.seq,
+                    newest: existing.advert.seq,
+                });
+            }
+            new_peer = existing.expires_at <= now_ms;
+        }
+        let mut skills: Vec<&OfferedSkill> = advert.skills.iter().collect();
+        skills.sort_by(|a, b| a.name.cmp(&b.name));
+        let rendered = skills
+            .iter()
+            .map(|s| render_prefix(&key, s))
+            .collect::<Vec<_>>();
+        let seq = advert.seq;
+        self.entries.insert(
+            key,
+            Entry {
+                advert,
+                raw,
+                expires_at,
+                rendered,
+            },
+        );
+        Ok(Ingested {
+            peer,
+            seq,
+            new_peer,
+        })
+    }
+
+    /// Drop entries past their TTL; returns the peers that left the board.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
+        let gone: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.expires_at <= now_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            self.entries.remove(k);
+        }
+        gone
+    }
+
+    /// Forget a peer at once (e.g. this node's own entry when it stops offering).
+    pub fn remove(&mut self, peer: &PeerId) -> bool {
+        self.entries.remove(&peer.to_base58()).is_some()
+    }
+
+    fn live(&self, now_ms: u64) -> impl Iterator<Item = (&String, &Entry)> {
+        self.entries
+            .iter()
+            .filter(move |(_, e)| e.expires_at > now_ms)
+    }
+
+    /// Number of peers with an unexpired advert.
+    pub fn peer_count(&self, now_ms: u64) -> usize {
+        self.live(now_ms).count()
+    }
+
+    /// The newest unexpired advert of a peer (for the calls layer: boxes, digests).
+    pub fn advert(&self, peer: &PeerId, now_ms: u64) -> Option<&Advert> {
+        self.entries
+            .get(&peer.to_base58())
+            .filter(|e| e.expires_at > now_ms)
+            .map(|e| &e.advert)
+    }
+
+    /// The signed bytes of a peer's unexpired advert, as received.
+    pub fn signed_advert(&self, peer: &PeerId, now_ms: u64) -> Option<Arc<[u8]>> {
+        self.entries
+            .get(&peer.to_base58())
+            .filter(|e| e.expires_at > now_ms)
+            .map(|e| e.raw.clone())
+    }
+
+    /// The skill `name` if `peer` offers it right now.
+    pub fn offered(&self, peer: &PeerId, name: &str, now_ms: u64) -> Option<&OfferedSkill> {
+        self.advert(peer, now_ms)?
+            .skills
+            .iter()
+            .find(|s| s.name == name)
+    }
+
+    /// The signed bytes of every unexpired advert, newest first, within `max_total_bytes`:
+    /// what a peer relays to a joining node so it need not wait for the next round of adverts.
+    pub fn signed_adverts(&self, now_ms: u64, max_total_bytes: usize) -> Vec<Arc<[u8]>> {
+        let mut live: Vec<&Entry> = self.live(now_ms).map(|(_, e)| e).collect();
+        live.sort_by_key(|e| std::cmp::Reverse(e.advert.time));
+        let mut total = 0usize;
+        let mut out = Vec::new();
+        for e in live {
+            total += e.raw.len();
+            if total > max_total_bytes {
+                break;
+            }
+            out.push(e.raw.clone());
+        }
+        out
+    }
+
+    /// One row per offered skill of every peer on the board, ordered by peer then skill.
+    pub fn snapshot(&self, now_ms: u64) -> Vec<BoardRow> {
+        let mut rows = Vec::new();
+        for (peer, e) in self.live(now_ms) {
+            let age = age_secs(e.advert.time, now_ms);
+            let mut skills: Vec<&OfferedSkill> = e.advert.skills.iter().collect();
+            skills.sort_by(|a, b| a.name.cmp(&b.name));
+            for s in skills {
+                rows.push(BoardRow {
+                    peer: peer.clone(),
+                    skill: s.name.clone(),
+                    description: s.description.clone(),
+                    provider: s.provider.clone(),
+                    required_sources: s.required_sources.clone(),
+                    declaration_digest: s.declaration_digest.clone(),
+                    age,
+                });
+            }
+        }
+        rows
+    }
+
+    /// The same rows as [`Board::snapshot`], as a JSON array, from the pre-rendered rows.
+    pub fn snapshot_json(&self, now_ms: u64) -> String {
+        let mut out = String::with_capacity(self.rendered_len_hint());
+        out.push('[');
+        let mut first = true;
+        for (_, e) in self.live(now_ms) {
+            let age = age_secs(e.advert.time, now_ms);
+            for prefix in &e.rendered {
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                out.push_str(prefix);
+                out.push_str(&age.to_string());
+                out.push('}');
+            }
+        }
+        out.push(']');
+        out
+    }
+
+    fn rendered_len_hint(&self) -> usize {
+        // Cheap estimate; the exact size would cost a second pass.
+        self.entries.len() * 256
+    }
+}
+
+fn age_secs(time: u64, now_ms: u64) -> u64 {
+    now_ms.saturating_sub(time) / 1000
+}
+
+fn render_prefix(peer: &str, s: &OfferedSkill) -> String {
+    let row = RowPrefix {
+        peer,
+        skill: &s.name,
+        description: &s.description,
+        provider: &s.provider,
+        required_sources: &s.required_sources,
+        declaration_digest: &s.declaration_digest,
+    };
+    // Serializing borrowed strings into a String cannot fail.
+    let mut json = serde_json::to_string(&row).expect("serializing a struct of strings");
+    json.pop(); // the closing brace; the age goes after it
+    json.push_str(",\"age\":");
+    json
+}

@@ -1,0 +1,1220 @@
+//! The libp2p side: one task owns the Swarm; a cloneable [`PeersHandle`] talks to it over a
+//! channel. Pure parts (board, inbox) live in their own modules; this file is the I/O around them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use libp2p::core::ConnectedPoint;
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
+use libp2p::{
+    Multiaddr, PeerId, StreamProtocol, Swarm, gossipsub, identify, identity::Keypair, kad, mdns,
+    noise, tcp, yamux,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::PeersError;
+use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
+use crate::board::{Board, BoardConfig, BoardRow};
+use crate::payload::{
+    Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, Payload, Received,
+    SeqClock, SignedPayload,
+};
+use crate::time::{unix_ms, unix_us};
+use crate::transport::{BoxFuture, PayloadReceiver, PayloadTransport};
+
+/// The gossipsub topic adverts travel on.
+pub const PRESENCE_TOPIC: &str = "skillbox/presence/1";
+const PAYLOAD_PROTOCOL: &str = "/skillbox/payload/1";
+const KAD_PROTOCOL: &str = "/skillbox/kad/1.0.0";
+const IDENTIFY_PROTOCOL: &str = "/skillbox/id/1.0.0";
+/// A board sync answer stays well under the codec's response limit.
+const SYNC_MAX_BYTES: usize = 6 * 1024 * 1024;
+const SYNC_RESPONSE_LIMIT: u64 = 8 * 1024 * 1024;
+/// How many connected peers kad/mDNS discovery tries to keep.
+const DISCOVERY_TARGET: usize = 8;
+
+/// Everything the peer network needs from the node's config.
+#[derive(Clone, Debug)]
+pub struct PeersConfig {
+    /// Addresses to listen on, e.g. `/ip4/0.0.0.0/tcp/4001`.
+    pub listen: Vec<Multiaddr>,
+    /// Peers to dial at start (and again while this node has no connection); `/p2p/<id>` optional.
+    pub bootstrap: Vec<Multiaddr>,
+    /// How often the advert is re-published (design: 60 s).
+    pub advert_interval: Duration,
+    /// A peer's entry leaves the board after this long without a fresh advert (3 intervals).
+    pub board_ttl: Duration,
+    /// How far in the future an advert or payload time may be.
+    pub max_clock_skew: Duration,
+    /// Multicast discovery on the local network; off unless asked for.
+    pub mdns: bool,
+    /// Kademlia server mode (answer DHT queries); otherwise client until an external address.
+    pub kad_server: bool,
+    /// A quiet connection stays open this long.
+    pub idle_connection_timeout: Duration,
+    pub gossip_heartbeat: Duration,
+    pub max_advert_bytes: usize,
+    pub max_payload_bytes: usize,
+    /// Per-peer payload rate: sustained per second, and burst.
+    pub payload_rate_per_sec: f64,
+    pub payload_burst: u32,
+    /// How long an envelope is valid, and remembered for de-duplication.
+    pub replay_window: Duration,
+    /// Delivery attempts of one payload before `send` gives up, and the first back-off.
+    pub send_attempts: u32,
+    pub send_backoff: Duration,
+    pub request_timeout: Duration,
+    /// Payloads waiting for the calls logic; when full, senders are told to retry.
+    pub payload_queue: usize,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        PeersConfig {
+            listen: vec![
+                "/ip4/0.0.0.0/tcp/0"
+                    .parse()
+                    .expect("a valid literal multiaddr"),
+            ],
+            bootstrap: Vec::new(),
+            advert_interval: Duration::from_secs(60),
+            board_ttl: Duration::from_secs(180),
+            max_clock_skew: Duration::from_secs(30),
+            mdns: false,
+            kad_server: false,
+            idle_connection_timeout: Duration::from_secs(3600),
+            gossip_heartbeat: Duration::from_secs(1),
+            max_advert_bytes: DEFAULT_MAX_ADVERT_BYTES,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            payload_rate_per_sec: 20.0,
+            payload_burst: 100,
+            replay_window: Duration::from_secs(600),
+            send_attempts: 6,
+            send_backoff: Duration::from_millis(250),
+            request_timeout: Duration::from_secs(10),
+            payload_queue: 1024,
+        }
+    }
+}
+
+impl PeersConfig {
+    fn validate(&self) -> Result<(), PeersError> {
+        let bad = |m: &str| Err(PeersError::InvalidConfig(m.to_string()));
+        if self.advert_interval.is_zero() {
+            return bad("advert_interval must be > 0");
+        }
+        if self.board_ttl <= self.advert_interval {
+            return bad("board_ttl must be longer than advert_interval");
+        }
+        if self.gossip_heartbeat.is_zero() {
+            return bad("gossip_heartbeat must be > 0");
+        }
+        if self.max_advert_bytes < 1024 || self.max_payload_bytes < 1024 {
+            return bad("max_advert_bytes and max_payload_bytes must be at least 1024");
+        }
+        if self.payload_rate_per_sec <= 0.0 || self.payload_burst == 0 {
+            return bad("payload rate and burst must be > 0");
+        }
+        if self.send_attempts == 0 {
+            return bad("send_attempts must be >= 1");
+        }
+        if self.payload_queue == 0 {
+            return bad("payload_queue must be >= 1");
+        }
+        Ok(())
+    }
+
+    fn board_config(&self) -> BoardConfig {
+        BoardConfig {
+            ttl_ms: self.board_ttl.as_millis() as u64,
+            max_skew_ms: self.max_clock_skew.as_millis() as u64,
+            max_advert_bytes: self.max_advert_bytes,
+        }
+    }
+
+    fn inbox_config(&self) -> InboxConfig {
+        InboxConfig {
+            max_payload_bytes: self.max_payload_bytes,
+            replay_window_ms: self.replay_window.as_millis() as u64,
+            max_skew_ms: self.max_clock_skew.as_millis() as u64,
+            rate_per_sec: self.payload_rate_per_sec,
+            burst: f64::from(self.payload_burst),
+        }
+    }
+}
+
+/// A connected peer, as `GET /peers` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerInfo {
+    pub peer: String,
+    /// Remote addresses of the open connections.
+    pub addresses: Vec<String>,
+    /// What the peer says it listens on (identify).
+    pub listen_addrs: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+}
+
+/// What happened in the network, for logs, metrics and tests. Best effort: a slow subscriber
+/// misses events rather than slowing the network. Payloads do not come this way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetworkEvent {
+    Listening(Multiaddr),
+    PeerConnected {
+        peer: PeerId,
+        address: Multiaddr,
+    },
+    PeerDisconnected {
+        peer: PeerId,
+    },
+    AdvertAccepted {
+        peer: PeerId,
+        seq: u64,
+        new_peer: bool,
+    },
+    /// `from` is the peer that forwarded it.
+    AdvertRefused {
+        from: PeerId,
+        reason: String,
+    },
+    LeftBoard {
+        peer: String,
+    },
+    PayloadRefused {
+        from: PeerId,
+        reason: String,
+    },
+}
+
+/// How a payload send ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered,
+    /// The receiver had it already (a retry or a replay): nothing changed there.
+    Duplicate,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum WireRequest {
+    Payload(SignedPayload),
+    /// "Send me the adverts you hold": a joining node fills its board without waiting.
+    BoardSync,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum WireResponse {
+    Ack(Ack),
+    Adverts(Vec<String>),
+}
+
+#[derive(NetworkBehaviour)]
+struct Behaviour {
+    gossipsub: gossipsub::Behaviour,
+    rr: request_response::cbor::Behaviour<WireRequest, WireResponse>,
+    identify: identify::Behaviour,
+    kad: kad::Behaviour<kad::store::MemoryStore>,
+    mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+enum Command {
+    ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
+    Dial(Multiaddr, oneshot::Sender<Result<PeerId, PeersError>>),
+    Peers(oneshot::Sender<Vec<PeerInfo>>),
+    SetOffer(Offer, oneshot::Sender<Result<(), PeersError>>),
+    Send {
+        to: PeerId,
+        signed: SignedPayload,
+        reply: oneshot::Sender<Result<Delivery, PeersError>>,
+    },
+    PublishRaw(Vec<u8>, oneshot::Sender<Result<(), PeersError>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+struct PendingSend {
+    to: PeerId,
+    signed: SignedPayload,
+    attempt: u32,
+    reply: oneshot::Sender<Result<Delivery, PeersError>>,
+}
+
+#[derive(Default)]
+struct PeerState {
+    connections: HashMap<ConnectionId, Multiaddr>,
+    listen_addrs: Vec<Multiaddr>,
+    agent_version: Option<String>,
+}
+
+/// The cloneable handle to a running peer network. Dropping every clone stops it.
+#[derive(Clone)]
+pub struct PeersHandle {
+    local: PeerId,
+    keypair: Arc<Keypair>,
+    commands: mpsc::Sender<Command>,
+    board: Arc<Mutex<Board>>,
+    events: broadcast::Sender<NetworkEvent>,
+    seq: Arc<Mutex<SeqClock>>,
+    max_payload_bytes: usize,
+}
+
+/// Start the peer network with the node key; returns once every listen address is bound.
+pub async fn start(
+    config: PeersConfig,
+    keypair: Keypair,
+) -> Result<(PeersHandle, PayloadReceiver), PeersError> {
+    config.validate()?;
+    if keypair.clone().try_into_ed25519().is_err() {
+        return Err(PeersError::InvalidKey(
+            "the node key must be Ed25519".into(),
+        ));
+    }
+    let local = keypair.public().to_peer_id();
+    let mut swarm = build_swarm(&config, keypair.clone())?;
+    let topic = gossipsub::IdentTopic::new(PRESENCE_TOPIC);
+    swarm
+        .behaviour_mut()
+        .gossipsub
+        .subscribe(&topic)
+        .map_err(|e| PeersError::InvalidConfig(format!("cannot subscribe to presence: {e}")))?;
+    if config.kad_server {
+        swarm.behaviour_mut().kad.set_mode(Some(kad::Mode::Server));
+    }
+
+    let (events, _) = broadcast::channel(1024);
+    let listen_addrs = bind(&mut swarm, &config.listen, &events).await?;
+
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let (payload_tx, payload_rx) = mpsc::channel(config.payload_queue);
+    let (retry_tx, retry_rx) = mpsc::unbounded_channel();
+    let board = Arc::new(Mutex::new(Board::new(config.board_config())));
+    let handle = PeersHandle {
+        local,
+        keypair: Arc::new(keypair.clone()),
+        commands: cmd_tx,
+        board: board.clone(),
+        events: events.clone(),
+        seq: Arc::new(Mutex::new(SeqClock::default())),
+        max_payload_bytes: config.max_payload_bytes,
+    };
+    let mut task = Task {
+        inbox: Inbox::new(local, config.inbox_config()),
+        swarm,
+        keypair,
+        local,
+        topic,
+        board,
+        offer: Offer::default(),
+        advert_seq: 0,
+        publish_at: None,
+        retry_tx,
+        pending: HashMap::new(),
+        syncing: HashSet::new(),
+        dialing: HashMap::new(),
+        payload_tx,
+        events,
+        peers: HashMap::new(),
+        listen_addrs,
+        last_kad_bootstrap: None,
+        config,
+    };
+    for addr in task.config.bootstrap.clone() {
+        task.dial_bootstrap(&addr);
+    }
+    tokio::spawn(task.run(cmd_rx, retry_rx));
+    Ok((handle, payload_rx))
+}
+
+fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour>, PeersError> {
+    let gossip_config = gossipsub::ConfigBuilder::default()
+        .heartbeat_interval(config.gossip_heartbeat)
+        .validation_mode(gossipsub::ValidationMode::Strict)
+        // We judge every advert before gossipsub forwards it: a forged one goes no further.
+        .validate_messages()
+        // Let an oversized advert reach our check (a clear refusal) up to a hard ceiling.
+        .max_transmit_size(config.max_advert_bytes * 2 + 16 * 1024)
+        .build()
+        .map_err(|e| PeersError::InvalidConfig(format!("gossipsub: {e}")))?;
+    let request_limit = (config.max_payload_bytes as u64) * 2 + 64 * 1024;
+    let mdns_on = config.mdns;
+    let idle = config.idle_connection_timeout;
+    let request_timeout = config.request_timeout;
+    let swarm = libp2p::SwarmBuilder::with_existing_identity(keypair)
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .map_err(|e| PeersError::InvalidConfig(format!("tcp/noise: {e}")))?
+        .with_behaviour(|key| {
+            let local = key.public().to_peer_id();
+            let gossipsub = gossipsub::Behaviour::new(
+                gossipsub::MessageAuthenticity::Signed(key.clone()),
+                gossip_config,
+            )?;
+            let codec = request_response::cbor::codec::Codec::default()
+                .set_request_size_maximum(request_limit)
+                .set_response_size_maximum(SYNC_RESPONSE_LIMIT);
+            let rr = request_response::Behaviour::with_codec(
+                codec,
+                [(StreamProtocol::new(PAYLOAD_PROTOCOL), ProtocolSupport::Full)],
+                request_response::Config::default().with_request_timeout(request_timeout),
+            );
+            let identify = identify::Behaviour::new(
+                identify::Config::new(IDENTIFY_PROTOCOL.to_string(), key.public())
+                    .with_agent_version(format!("skillbox/{}", env!("CARGO_PKG_VERSION"))),
+            );
+            let kad = kad::Behaviour::with_config(
+                local,
+                kad::store::MemoryStore::new(local),
+                kad::Config::new(StreamProtocol::new(KAD_PROTOCOL)),
+            );
+            let mdns = if mdns_on {
+                Some(mdns::tokio::Behaviour::new(mdns::Config::default(), local)?)
+            } else {
+                None
+            };
+            Ok(Behaviour {
+                gossipsub,
+                rr,
+                identify,
+                kad,
+                mdns: Toggle::from(mdns),
+            })
+        })
+        .map_err(|e| PeersError::InvalidConfig(format!("behaviour: {e}")))?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+        .build();
+    Ok(swarm)
+}
+
+/// Listen on every address and wait until each is bound, so errors surface from `start`.
+async fn bind(
+    swarm: &mut Swarm<Behaviour>,
+    listen: &[Multiaddr],
+    events: &broadcast::Sender<NetworkEvent>,
+) -> Result<Vec<Multiaddr>, PeersError> {
+    let mut waiting = HashMap::new();
+    for addr in listen {
+        probe_port_free(addr)?;
+        let id = swarm
+            .listen_on(addr.clone())
+            .map_err(|e| PeersError::Listen {
+                addr: addr.clone(),
+                reason: e.to_string(),
+            })?;
+        waiting.insert(id, addr.clone());
+    }
+    let mut bound = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !waiting.is_empty() {
+        let event = tokio::time::timeout_at(deadline, swarm.select_next_some())
+            .await
+            .map_err(|_| PeersError::Listen {
+                addr: waiting
+                    .values()
+                    .next()
+                    .cloned()
+                    .unwrap_or_else(Multiaddr::empty),
+                reason: "no listen address after 10 s".into(),
+            })?;
+        match event {
+            SwarmEvent::NewListenAddr {
+                listener_id,
+                address,
+            } => {
+                waiting.remove(&listener_id);
+                let _ = events.send(NetworkEvent::Listening(address.clone()));
+                bound.push(address);
+            }
+            SwarmEvent::ListenerError { listener_id, error } => {
+                if let Some(addr) = waiting.remove(&listener_id) {
+                    return Err(PeersError::Listen {
+                        addr,
+                        reason: error.to_string(),
+                    });
+                }
+            }
+            SwarmEvent::ListenerClosed {
+                listener_id,
+                reason,
+                ..
+            } => {
+                if let Some(addr) = waiting.remove(&listener_id) {
+                    return Err(PeersError::Listen {
+                        addr,
+                        reason: match reason {
+                            Ok(()) => "listener closed".into(),
+                            Err(e) => e.to_string(),
+                        },
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(bound)
+}
+
+/// libp2p listens with SO_REUSEPORT, so a second node on a taken port would silently share it
+/// with the first. A plain bind first turns that into a clear "address in use".
+fn probe_port_free(addr: &Multiaddr) -> Result<(), PeersError> {
+    let mut ip = None;
+    let mut port = None;
+    for p in addr.iter() {
+        match p {
+            Protocol::Ip4(a) => ip = Some(std::net::IpAddr::V4(a)),
+            Protocol::Ip6(a) => ip = Some(std::net::IpAddr::V6(a)),
+            Protocol::Tcp(p) => port = Some(p),
+            _ => {}
+        }
+    }
+    if let (Some(ip), Some(port)) = (ip, port)
+        && port != 0
+    {
+        std::net::TcpListener::bind((ip, port)).map_err(|e| PeersError::Listen {
+            addr: addr.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+struct Task {
+    swarm: Swarm<Behaviour>,
+    config: PeersConfig,
+    keypair: Keypair,
+    local: PeerId,
+    topic: gossipsub::IdentTopic,
+    board: Arc<Mutex<Board>>,
+    offer: Offer,
+    advert_seq: u64,
+    /// A coalesced re-publish: many peers subscribing at once cause one advert.
+    publish_at: Option<Instant>,
+    retry_tx: mpsc::UnboundedSender<PendingSend>,
+    pending: HashMap<OutboundRequestId, PendingSend>,
+    syncing: HashSet<OutboundRequestId>,
+    dialing: HashMap<ConnectionId, (Multiaddr, oneshot::Sender<Result<PeerId, PeersError>>)>,
+    inbox: Inbox,
+    payload_tx: mpsc::Sender<IncomingPayload>,
+    events: broadcast::Sender<NetworkEvent>,
+    peers: HashMap<PeerId, PeerState>,
+    listen_addrs: Vec<Multiaddr>,
+    last_kad_bootstrap: Option<Instant>,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut retries: mpsc::UnboundedReceiver<PendingSend>,
+    ) {
+        let mut advert_tick = tokio::time::interval(self.config.advert_interval);
+        let prune_every =
+            (self.config.board_ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let mut prune_tick = tokio::time::interval(prune_every);
+        loop {
+            let publish_at = self.publish_at;
+            tokio::select! {
+                event = self.swarm.select_next_some() => self.on_swarm_event(event),
+                command = commands.recv() => match command {
+                    Some(Command::Shutdown(done)) => {
+                        let _ = done.send(());
+                        break;
+                    }
+                    Some(c) => self.on_command(c),
+                    None => break,
+                },
+                Some(retry) = retries.recv() => self.try_send(retry),
+                _ = advert_tick.tick() => self.on_advert_tick(),
+                _ = prune_tick.tick() => self.prune(),
+                _ = async {
+                    match publish_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    self.publish_at = None;
+                    if let Err(e) = self.publish_advert() {
+                        tracing::warn!(error = %e, "cannot publish advert");
+                    }
+                }
+            }
+        }
+        tracing::debug!(peer = %self.local, "peer network stopped");
+    }
+
+    fn emit(&self, event: NetworkEvent) {
+        let _ = self.events.send(event);
+    }
+
+    fn board(&self) -> std::sync::MutexGuard<'_, Board> {
+        self.board.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::ListenAddrs(reply) => {
+                let _ = reply.send(self.listen_addrs.clone());
+            }
+            Command::Dial(addr, reply) => {
+                let opts = dial_opts(&addr);
+                let id = opts.connection_id();
+                match self.swarm.dial(opts) {
+                    Ok(()) => {
+                        self.dialing.insert(id, (addr, reply));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(PeersError::Dial {
+                            addr,
+                            reason: e.to_string(),
+                        }));
+                    }
+                }
+            }
+            Command::Peers(reply) => {
+                let _ = reply.send(self.peer_infos());
+            }
+            Command::SetOffer(offer, reply) => {
+                let changed = offer != self.offer;
+                self.offer = offer;
+                let result = if changed {
+                    self.publish_advert()
+                } else {
+                    Ok(())
+                };
+                let _ = reply.send(result);
+            }
+            Command::Send { to, signed, reply } => self.try_send(PendingSend {
+                to,
+                signed,
+                attempt: 0,
+                reply,
+            }),
+            Command::PublishRaw(bytes, reply) => {
+                let result = self
+                    .swarm
+                    .behaviour_mut()
+                    .gossipsub
+                    .publish(self.topic.clone(), bytes)
+                    .map(|_| ())
+                    .map_err(|e| PeersError::Publish(e.to_string()));
+                let _ = reply.send(result);
+            }
+            Command::Shutdown(_) => {}
+        }
+    }
+
+    fn peer_infos(&self) -> Vec<PeerInfo> {
+        let mut out: Vec<PeerInfo> = self
+            .peers
+            .iter()
+            .filter(|(_, s)| !s.connections.is_empty())
+            .map(|(p, s)| {
+                let mut addresses: Vec<String> =
+                    s.connections.values().map(|a| a.to_string()).collect();
+                addresses.sort();
+                addresses.dedup();
+                PeerInfo {
+                    peer: p.to_base58(),
+                    addresses,
+                    listen_addrs: s.listen_addrs.iter().map(|a| a.to_string()).collect(),
+                    agent_version: s.agent_version.clone(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.peer.cmp(&b.peer));
+        out
+    }
+
+    fn dial_bootstrap(&mut self, addr: &Multiaddr) {
+        if let Some(peer) = peer_of_addr(addr) {
+            if peer == self.local {
+                return;
+            }
+            self.swarm
+                .behaviour_mut()
+                .kad
+                .add_address(&peer, addr.clone());
+        }
+        if let Err(e) = self.swarm.dial(dial_opts(addr)) {
+            tracing::warn!(%addr, error = %e, "cannot dial bootstrap peer");
+        }
+    }
+
+    fn on_advert_tick(&mut self) {
+        if let Err(e) = self.publish_advert() {
+            tracing::warn!(error = %e, "cannot publish advert");
+        }
+        if self.swarm.connected_peers().next().is_none() {
+            // Alone: the bootstrap peers may be back.
+            for addr in self.config.bootstrap.clone() {
+                self.dial_bootstrap(&addr);
+            }
+        }
+        let due = self
+            .last_kad_bootstrap
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(300));
+        if due && self.swarm.connected_peers().next().is_some() {
+            self.last_kad_bootstrap = Some(Instant::now());
+            let _ = self.swarm.behaviour_mut().kad.bootstrap();
+        }
+    }
+
+    fn prune(&mut self) {
+        let now = unix_ms();
+        let gone = self.board().expire(now);
+        for peer in gone {
+            self.emit(NetworkEvent::LeftBoard { peer });
+        }
+    }
+
+    /// Sign and publish this node's advert, and put it on our own board (a node may call its
+    /// own skills: they go through a box like any other).
+    fn publish_advert(&mut self) -> Result<(), PeersError> {
+        let now = unix_ms();
+        self.advert_seq = now.max(self.advert_seq + 1);
+        let bytes = sign_advert(&self.keypair, now, self.advert_seq, &self.offer)?;
+        if let Err(e) = self.board().ingest(&bytes, Some(&self.local), now) {
+            return Err(PeersError::Publish(format!("own advert refused: {e}")));
+        }
+        match self
+            .swarm
+            .behaviour_mut()
+            .gossipsub
+            .publish(self.topic.clone(), bytes)
+        {
+            Ok(_) => Ok(()),
+            // Nobody subscribed yet: they get the advert when they subscribe.
+            Err(gossipsub::PublishError::NoPeersSubscribedToTopic) => Ok(()),
+            Err(gossipsub::PublishError::AllQueuesFull(n)) => {
+                tracing::warn!(peers = n, "advert not sent: all peer queues full");
+                Ok(())
+            }
+            Err(e) => Err(PeersError::Publish(e.to_string())),
+        }
+    }
+
+    fn schedule_publish(&mut self) {
+        if self.publish_at.is_none() {
+            self.publish_at = Some(Instant::now() + Duration::from_millis(50));
+        }
+    }
+
+    fn try_send(&mut self, mut pending: PendingSend) {
+        pending.attempt += 1;
+        if pending.to == self.local {
+            // To ourselves: same checks, no socket.
+            let ack = self.receive_payload(self.local, &pending.signed);
+            self.finish_send(pending, ack);
+            return;
+        }
+        let addrs = self.known_addrs(&pending.to);
+        let id = self.swarm.behaviour_mut().rr.send_request_with_addresses(
+            &pending.to,
+            WireRequest::Payload(pending.signed.clone()),
+            addrs,
+        );
+        self.pending.insert(id, pending);
+    }
+
+    fn known_addrs(&self, peer: &PeerId) -> Vec<Multiaddr> {
+        let Some(state) = self.peers.get(peer) else {
+            return Vec::new();
+        };
+        let mut addrs = state.listen_addrs.clone();
+        addrs.extend(state.connections.values().cloned());
+        addrs.dedup();
+        addrs
+    }
+
+    fn finish_send(&mut self, pending: PendingSend, ack: Ack) {
+        match ack {
+            Ack::Delivered => {
+                let _ = pending.reply.send(Ok(Delivery::Delivered));
+            }
+            Ack::Duplicate => {
+                let _ = pending.reply.send(Ok(Delivery::Duplicate));
+            }
+            Ack::Refused { reason } => {
+                let _ = pending.reply.send(Err(PeersError::Refused {
+                    peer: pending.to,
+                    reason,
+                }));
+            }
+            Ack::RateLimited => self.retry_later(pending, "rate limited".into()),
+            Ack::Busy => self.retry_later(pending, "receiver busy".into()),
+        }
+    }
+
+    /// Back off exponentially (capped) and try again, or give up after the last attempt.
+    fn retry_later(&mut self, pending: PendingSend, error: String) {
+        if pending.attempt >= self.config.send_attempts || pending.reply.is_closed() {
+            let _ = pending.reply.send(Err(PeersError::Unreachable {
+                peer: pending.to,
+                attempts: pending.attempt,
+                last_error: error,
+            }));
+            return;
+        }
+        let factor = 1u32 << (pending.attempt - 1).min(5);
+        let delay = (self.config.send_backoff * factor).min(Duration::from_secs(10));
+        tracing::debug!(peer = %pending.to, attempt = pending.attempt, ?delay, %error, "payload send retry");
+        let tx = self.retry_tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = tx.send(pending);
+        });
+    }
+
+    fn receive_payload(&mut self, from: PeerId, signed: &SignedPayload) -> Ack {
+        if self.payload_tx.capacity() == 0 {
+            return Ack::Busy;
+        }
+        let received = self.inbox.receive(&from, signed, unix_ms());
+        let ack = received.ack();
+        match received {
+            Received::New(incoming) => {
+                // Capacity was checked above and only this task sends: this cannot be full.
+                if self.payload_tx.try_send(*incoming).is_err() {
+                    return Ack::Busy;
+                }
+            }
+            Received::Refused(reason) => {
+                tracing::info!(%from, %reason, "payload refused");
+                self.emit(NetworkEvent::PayloadRefused {
+                    from,
+                    reason: reason.to_string(),
+                });
+            }
+            Received::Duplicate | Received::RateLimited => {}
+        }
+        ack
+    }
+
+    fn on_advert(
+        &mut self,
+        propagation_source: PeerId,
+        message_id: gossipsub::MessageId,
+        message: gossipsub::Message,
+    ) {
+        let now = unix_ms();
+        let result = match message.source {
+            Some(source) => self.board().ingest(&message.data, Some(&source), now),
+            None => Err(crate::AdvertRefusal::Malformed(
+                "unsigned gossip message".into(),
+            )),
+        };
+        let acceptance = match &result {
+            Ok(ingested) => {
+                self.emit(NetworkEvent::AdvertAccepted {
+                    peer: ingested.peer,
+                    seq: ingested.seq,
+                    new_peer: ingested.new_peer,
+                });
+                gossipsub::MessageAcceptance::Accept
+            }
+            Err(reason) => {
+                tracing::debug!(from = %propagation_source, %reason, "advert refused");
+                self.emit(NetworkEvent::AdvertRefused {
+                    from: propagation_source,
+                    reason: reason.to_string(),
+                });
+                match reason {
+                    // Late or duplicate delivery of a genuine advert: not the forwarder's fault.
+                    crate::AdvertRefusal::Stale { .. } | crate::AdvertRefusal::Expired { .. } => {
+                        gossipsub::MessageAcceptance::Ignore
+                    }
+                    _ => gossipsub::MessageAcceptance::Reject,
+                }
+            }
+        };
+        self.swarm
+            .behaviour_mut()
+            .gossipsub
+            .report_message_validation_result(&message_id, &propagation_source, acceptance);
+    }
+
+    fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::Behaviour(BehaviourEvent::Gossipsub(e)) => self.on_gossip(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Rr(e)) => self.on_rr(e),
+            SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Received {
+                peer_id,
+                info,
+                ..
+            })) => {
+                let speaks_kad = info.protocols.iter().any(|p| p.as_ref() == KAD_PROTOCOL);
+                for addr in &info.listen_addrs {
+                    self.swarm.add_peer_address(peer_id, addr.clone());
+                    if speaks_kad {
+                        self.swarm
+                            .behaviour_mut()
+                            .kad
+                            .add_address(&peer_id, addr.clone());
+                    }
+                }
+                let state = self.peers.entry(peer_id).or_default();
+                state.listen_addrs = info.listen_addrs;
+                state.agent_version = Some(info.agent_version);
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutingUpdated {
+                peer,
+                is_new_peer: true,
+                addresses,
+                ..
+            })) if !self.swarm.is_connected(&peer) && self.connected_count() < DISCOVERY_TARGET => {
+                // Kademlia found a peer: connect, so it joins the presence mesh too.
+                let opts = DialOpts::peer_id(peer)
+                    .addresses(addresses.iter().cloned().collect())
+                    .build();
+                let _ = self.swarm.dial(opts);
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
+                for (peer, addr) in found {
+                    self.swarm.add_peer_address(peer, addr.clone());
+                    if !self.swarm.is_connected(&peer) && self.connected_count() < DISCOVERY_TARGET
+                    {
+                        let _ = self
+                            .swarm
+                            .dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
+                    }
+                }
+            }
+            SwarmEvent::Behaviour(_) => {}
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                num_established,
+                ..
+            } => {
+                let address = endpoint.get_remote_address().clone();
+                if let ConnectedPoint::Dialer { address, .. } = &endpoint {
+                    self.swarm.add_peer_address(peer_id, address.clone());
+                }
+                self.peers
+                    .entry(peer_id)
+                    .or_default()
+                    .connections
+                    .insert(connection_id, address.clone());
+                if let Some((_, reply)) = self.dialing.remove(&connection_id) {
+                    let _ = reply.send(Ok(peer_id));
+                }
+                if num_established.get() == 1 {
+                    self.emit(NetworkEvent::PeerConnected {
+                        peer: peer_id,
+                        address,
+                    });
+                    let id = self
+                        .swarm
+                        .behaviour_mut()
+                        .rr
+                        .send_request(&peer_id, WireRequest::BoardSync);
+                    self.syncing.insert(id);
+                }
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                ..
+            } => {
+                if let Some(state) = self.peers.get_mut(&peer_id) {
+                    state.connections.remove(&connection_id);
+                }
+                if num_established == 0 {
+                    self.peers.remove(&peer_id);
+                    self.emit(NetworkEvent::PeerDisconnected { peer: peer_id });
+                }
+            }
+            SwarmEvent::OutgoingConnectionError {
+                connection_id,
+                error,
+                ..
+            } => {
+                if let Some((addr, reply)) = self.dialing.remove(&connection_id) {
+                    let _ = reply.send(Err(PeersError::Dial {
+                        addr,
+                        reason: error.to_string(),
+                    }));
+                }
+            }
+            SwarmEvent::NewListenAddr { address, .. } => {
+                if !self.listen_addrs.contains(&address) {
+                    self.listen_addrs.push(address.clone());
+                }
+                self.emit(NetworkEvent::Listening(address));
+            }
+            SwarmEvent::ExpiredListenAddr { address, .. } => {
+                self.listen_addrs.retain(|a| a != &address);
+            }
+            _ => {}
+        }
+    }
+
+    fn connected_count(&self) -> usize {
+        self.swarm.connected_peers().count()
+    }
+
+    fn on_gossip(&mut self, event: gossipsub::Event) {
+        match event {
+            gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+            } => self.on_advert(propagation_source, message_id, message),
+            gossipsub::Event::Subscribed { topic, .. } if topic == self.topic.hash() => {
+                // Gossipsub keeps no history: a new subscriber has seen nothing, so it gets our
+                // advert now rather than at the next interval.
+                self.schedule_publish();
+            }
+            _ => {}
+        }
+    }
+
+    fn on_rr(&mut self, event: request_response::Event<WireRequest, WireResponse>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request {
+                    request, channel, ..
+                } => {
+                    let response = match request {
+                        WireRequest::Payload(signed) => {
+                            WireResponse::Ack(self.receive_payload(peer, &signed))
+                        }
+                        WireRequest::BoardSync => {
+                            let adverts = self.board().signed_adverts(unix_ms(), SYNC_MAX_BYTES);
+                            WireResponse::Adverts(
+                                adverts
+                                    .iter()
+                                    .filter_map(|raw| String::from_utf8(raw.to_vec()).ok())
+                                    .collect(),
+                            )
+                        }
+                    };
+                    // The channel is gone only if the peer went away: nothing to do then.
+                    let _ = self
+                        .swarm
+                        .behaviour_mut()
+                        .rr
+                        .send_response(channel, response);
+                }
+                request_response::Message::Response {
+                    request_id,
+                    response,
+                } => {
+                    if self.syncing.remove(&request_id) {
+                        if let WireResponse::Adverts(adverts) = response {
+                            self.on_sync(peer, adverts);
+                        }
+                    } else if let Some(pending) = self.pending.remove(&request_id) {
+                        match response {
+                            WireResponse::Ack(ack) => self.finish_send(pending, ack),
+                            WireResponse::Adverts(_) => {
+                                let _ = pending.reply.send(Err(PeersError::Refused {
+                                    peer,
+                                    reason: "peer answered a payload with adverts".into(),
+                                }));
+                            }
+                        }
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                if self.syncing.remove(&request_id) {
+                    tracing::debug!(%peer, %error, "board sync failed");
+                } else if let Some(pending) = self.pending.remove(&request_id) {
+                    self.retry_later(pending, error.to_string());
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "inbound request failed");
+            }
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+
+    fn on_sync(&mut self, from: PeerId, adverts: Vec<String>) {
+        let now = unix_ms();
+        let mut accepted = Vec::new();
+        {
+            let mut board = self.board();
+            for raw in &adverts {
+                // The relaying peer is not the signer: the signature alone vouches here.
+                if let Ok(ingested) = board.ingest(raw.as_bytes(), None, now) {
+                    accepted.push(ingested);
+                }
+            }
+        }
+        tracing::debug!(%from, received = adverts.len(), accepted = accepted.len(), "board sync");
+        for i in accepted {
+            self.emit(NetworkEvent::AdvertAccepted {
+                peer: i.peer,
+                seq: i.seq,
+                new_peer: i.new_peer,
+            });
+        }
+    }
+}
+
+fn peer_of_addr(addr: &Multiaddr) -> Option<PeerId> {
+    addr.iter().find_map(|p| match p {
+        Protocol::P2p(peer) => Some(peer),
+        _ => None,
+    })
+}
+
+fn dial_opts(addr: &Multiaddr) -> DialOpts {
+    match peer_of_addr(addr) {
+        Some(peer) => DialOpts::peer_id(peer)
+            .addresses(vec![addr.clone()])
+            .build(),
+        // A bootstrap address may omit /p2p/<id>: noise tells us who answered.
+        None => DialOpts::unknown_peer_id().address(addr.clone()).build(),
+    }
+}
+
+impl PeersHandle {
+    /// This node's id.
+    pub fn local_peer_id(&self) -> PeerId {
+        self.local
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, PeersError> {
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(make(tx))
+            .await
+            .map_err(|_| PeersError::Stopped)?;
+        rx.await.map_err(|_| PeersError::Stopped)
+    }
+
+    /// The addresses this node listens on (with the actual ports).
+    pub async fn listen_addrs(&self) -> Result<Vec<Multiaddr>, PeersError> {
+        self.ask(Command::ListenAddrs).await
+    }
+
+    /// Connect to a peer (`skillbox peer add`); `/p2p/<id>` optional. Returns its id once
+    /// connected.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<PeerId, PeersError> {
+        self.ask(|tx| Command::Dial(addr, tx)).await?
+    }
+
+    /// Connected peers with their addresses (`GET /peers`).
+    pub async fn peers(&self) -> Result<Vec<PeerInfo>, PeersError> {
+        self.ask(Command::Peers).await
+    }
+
+    /// Set what this node offers. A changed set is advertised at once.
+    pub async fn set_offer(&self, offer: Offer) -> Result<(), PeersError> {
+        let offer = offer.normalized()?;
+        self.ask(|tx| Command::SetOffer(offer, tx)).await?
+    }
+
+    /// The board right now, one row per offered skill (`GET /board`).
+    pub fn board(&self) -> Vec<BoardRow> {
+        self.lock_board().snapshot(unix_ms())
+    }
+
+    /// The same rows as JSON, rendered from cached row text (the fast path for `GET /board`).
+    pub fn board_json(&self) -> String {
+        self.lock_board().snapshot_json(unix_ms())
+    }
+
+    /// Read the board under its lock (e.g. the calls layer checking a skill is offered now).
+    pub fn with_board<T>(&self, f: impl FnOnce(&Board, u64) -> T) -> T {
+        f(&self.lock_board(), unix_ms())
+    }
+
+    fn lock_board(&self) -> std::sync::MutexGuard<'_, Board> {
+        self.board.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Network events (best effort; see [`NetworkEvent`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<NetworkEvent> {
+        self.events.subscribe()
+    }
+
+    /// Sign a payload for `to` with the node key, as [`PeersHandle::send`] does.
+    pub fn sign(&self, to: &PeerId, payload: &Payload) -> Result<SignedPayload, PeersError> {
+        let seq = self
+            .seq
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next(unix_us());
+        SignedPayload::sign(&self.keypair, to, payload, seq, unix_ms())
+    }
+
+    /// Deliver a signed payload as it is, with retry and back-off. Sending the same signed
+    /// payload twice is a replay: the second answer is [`Delivery::Duplicate`].
+    pub async fn send_signed(
+        &self,
+        to: PeerId,
+        signed: SignedPayload,
+    ) -> Result<Delivery, PeersError> {
+        let size = signed.size();
+        if size > self.max_payload_bytes {
+            return Err(PeersError::PayloadTooLarge {
+                size,
+                max: self.max_payload_bytes,
+            });
+        }
+        self.ask(|reply| Command::Send { to, signed, reply })
+            .await?
+    }
+
+    /// Sign and deliver a payload to `to` with retry and back-off.
+    pub async fn send(&self, to: PeerId, payload: Payload) -> Result<(), PeersError> {
+        let signed = self.sign(&to, &payload)?;
+        self.send_signed(to, signed).await.map(|_| ())
+    }
+
+    /// Publish bytes on the presence topic as they are. Exists so tests can show that peers
+    /// refuse forged or replayed adverts on the wire; a node never needs it.
+    #[doc(hidden)]
+    pub async fn publish_raw_advert(&self, bytes: Vec<u8>) -> Result<(), PeersError> {
+        self.ask(|tx| Command::PublishRaw(bytes, tx)).await?
+    }
+
+    /// The signed advert bytes the board holds for `peer` (e.g. to relay or inspect it).
+    pub fn signed_advert(&self, peer: &PeerId) -> Option<Vec<u8>> {
+        self.lock_board()
+            .signed_advert(peer, unix_ms())
+            .map(|raw| raw.to_vec())
+    }
+
+    /// Stop the network: connections close, `send` and the other calls answer `Stopped`.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+impl PayloadTransport for PeersHandle {
+    fn local_peer_id(&self) -> PeerId {
+        self.local
+    }
+
+    fn send(&self, to: PeerId, payload: Payload) -> BoxFuture<'_, Result<(), PeersError>> {
+        Box::pin(PeersHandle::send(self, to, payload))
+    }
+}

@@ -1,0 +1,404 @@
+//! Point-to-point call payloads: signed envelopes, and the receiving side's checks (pure).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use libp2p::PeerId;
+use libp2p::identity::Keypair;
+use serde::{Deserialize, Serialize};
+
+use crate::PeersError;
+use crate::advert::{peer_of_public_key_hex, public_key_hex};
+
+pub const PAYLOAD_VERSION: u32 = 1;
+const PAYLOAD_DOMAIN: &[u8] = b"skillbox/payload/v1\n";
+/// Default size limit of one signed envelope.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+const MAX_CALL_ID_LEN: usize = 128;
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// The payload types of the calls protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PayloadKind {
+    #[serde(rename = "call.request")]
+    CallRequest,
+    #[serde(rename = "call.accepted")]
+    CallAccepted,
+    #[serde(rename = "call.failed")]
+    CallFailed,
+    #[serde(rename = "call.session")]
+    CallSession,
+}
+
+impl PayloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PayloadKind::CallRequest => "call.request",
+            PayloadKind::CallAccepted => "call.accepted",
+            PayloadKind::CallFailed => "call.failed",
+            PayloadKind::CallSession => "call.session",
+        }
+    }
+}
+
+/// What the calls layer sends: the body is its own business (programs, signatures, codes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Payload {
+    #[serde(rename = "type")]
+    pub kind: PayloadKind,
+    pub call_id: String,
+    pub body: serde_json::Value,
+}
+
+/// The signed part: who sends what to whom, when, and a per-sender sequence number that
+/// makes each envelope unique (the de-duplication key is `(sender, seq)`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Envelope {
+    pub v: u32,
+    #[serde(rename = "type")]
+    pub kind: PayloadKind,
+    pub call_id: String,
+    pub sender: String,
+    /// Lowercase hex of the sender's 32-byte Ed25519 node key.
+    pub sender_key: String,
+    /// Binding the recipient stops a payload being replayed to a third node.
+    pub recipient: String,
+    pub seq: u64,
+    /// Unix milliseconds when signed.
+    pub time: u64,
+    pub body: serde_json::Value,
+}
+
+/// The wire form: the envelope's canonical JSON text and a hex Ed25519 signature over it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedPayload {
+    pub envelope: String,
+    pub signature: String,
+}
+
+/// A payload that passed every check, handed to the calls logic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IncomingPayload {
+    /// The sender (authenticated by the transport and by the signature).
+    pub from: PeerId,
+    pub payload: Payload,
+    pub seq: u64,
+    /// When the sender signed it, unix milliseconds.
+    pub sent_at: u64,
+    /// The signed bytes as received, for a record that must prove who said what.
+    pub signed: SignedPayload,
+}
+
+/// Per-sender sequence numbers: time-based in microseconds, so they keep increasing after a
+/// restart, and strictly increasing within a run.
+#[derive(Debug, Default)]
+pub struct SeqClock {
+    last: u64,
+}
+
+impl SeqClock {
+    pub fn next(&mut self, now_us: u64) -> u64 {
+        self.last = now_us.max(self.last + 1).min(MAX_SAFE_INTEGER);
+        self.last
+    }
+}
+
+impl SignedPayload {
+    /// Sign `payload` for `recipient` with the sender's node key.
+    pub fn sign(
+        keypair: &Keypair,
+        recipient: &PeerId,
+        payload: &Payload,
+        seq: u64,
+        time_ms: u64,
+    ) -> Result<SignedPayload, PeersError> {
+        check_call_id(&payload.call_id).map_err(PeersError::InvalidPayload)?;
+        if seq > MAX_SAFE_INTEGER || time_ms > MAX_SAFE_INTEGER {
+            return Err(PeersError::InvalidPayload("seq/time beyond 2^53".into()));
+        }
+        let envelope = Envelope {
+            v: PAYLOAD_VERSION,
+            kind: payload.kind,
+            call_id: payload.call_id.clone(),
+            sender: keypair.public().to_peer_id().to_base58(),
+            sender_key: public_key_hex(keypair)?,
+            recipient: recipient.to_base58(),
+            seq,
+            time: time_ms,
+            body: payload.body.clone(),
+        };
+        let text = serde_json_canonicalizer::to_string(&envelope).map_err(|e| {
+            PeersError::InvalidPayload(format!("body cannot be canonicalized: {e}"))
+        })?;
+        let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + text.len());
+        msg.extend_from_slice(PAYLOAD_DOMAIN);
+        msg.extend_from_slice(text.as_bytes());
+        let signature = keypair
+            .sign(&msg)
+            .map_err(|e| PeersError::InvalidKey(e.to_string()))?;
+        Ok(SignedPayload {
+            envelope: text,
+            signature: hex::encode(signature),
+        })
+    }
+
+    /// Size as the receiver counts it.
+    pub fn size(&self) -> usize {
+        self.envelope.len() + self.signature.len()
+    }
+
+    /// Verify the signature and the sender's key; returns the envelope. No freshness checks.
+    pub fn open(&self) -> Result<Envelope, PayloadRefusal> {
+        let envelope: Envelope = serde_json::from_str(&self.envelope)
+            .map_err(|e| PayloadRefusal::Malformed(e.to_string()))?;
+        if envelope.v != PAYLOAD_VERSION {
+            return Err(PayloadRefusal::Malformed(format!(
+                "unsupported version {}",
+                envelope.v
+            )));
+        }
+        check_call_id(&envelope.call_id).map_err(PayloadRefusal::Malformed)?;
+        let (key_peer, public) =
+            peer_of_public_key_hex(&envelope.sender_key).map_err(PayloadRefusal::Malformed)?;
+        if key_peer.to_base58() != envelope.sender {
+            return Err(PayloadRefusal::SenderMismatch(format!(
+                "key belongs to {key_peer}, envelope names {}",
+                envelope.sender
+            )));
+        }
+        let signature = hex::decode(&self.signature).map_err(|_| PayloadRefusal::BadSignature)?;
+        let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + self.envelope.len());
+        msg.extend_from_slice(PAYLOAD_DOMAIN);
+        msg.extend_from_slice(self.envelope.as_bytes());
+        if !public.verify(&msg, &signature) {
+            return Err(PayloadRefusal::BadSignature);
+        }
+        Ok(envelope)
+    }
+}
+
+fn check_call_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_CALL_ID_LEN {
+        return Err(format!(
+            "call id must be 1..={MAX_CALL_ID_LEN} bytes, got {}",
+            id.len()
+        ));
+    }
+    if id.chars().any(|c| c.is_control()) {
+        return Err("call id contains control characters".into());
+    }
+    Ok(())
+}
+
+/// Why a received payload was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadRefusal {
+    #[error("payload of {size} bytes exceeds the limit of {max} bytes")]
+    TooLarge { size: usize, max: usize },
+    #[error("malformed payload: {0}")]
+    Malformed(String),
+    #[error("bad signature")]
+    BadSignature,
+    #[error("sender mismatch: {0}")]
+    SenderMismatch(String),
+    #[error("payload is addressed to {recipient}, not to this node")]
+    WrongRecipient { recipient: String },
+    #[error("payload time {time} is outside the accepted window (now {now})")]
+    OutOfWindow { time: u64, now: u64 },
+}
+
+/// The answer a receiver gives a sender.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ack", rename_all = "camelCase")]
+pub enum Ack {
+    /// Taken and handed to the calls logic.
+    Delivered,
+    /// Seen before: acknowledged, changes nothing, not handed on again.
+    Duplicate,
+    /// Refused for good: retrying the same bytes cannot help.
+    Refused { reason: String },
+    /// Over this sender's rate: retry later.
+    RateLimited,
+    /// The receiver's queue is full: retry later.
+    Busy,
+}
+
+/// Receiving-side limits.
+#[derive(Clone, Debug)]
+pub struct InboxConfig {
+    pub max_payload_bytes: usize,
+    /// How old an envelope may be; de-duplication remembers envelopes this long.
+    pub replay_window_ms: u64,
+    pub max_skew_ms: u64,
+    /// Token bucket per sender: sustained payloads per second and burst.
+    pub rate_per_sec: f64,
+    pub burst: f64,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        InboxConfig {
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            replay_window_ms: 10 * 60 * 1000,
+            max_skew_ms: 30_000,
+            rate_per_sec: 20.0,
+            burst: 100.0,
+        }
+    }
+}
+
+/// The outcome of receiving one signed payload.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Received {
+    New(Box<IncomingPayload>),
+    Duplicate,
+    Refused(PayloadRefusal),
+    RateLimited,
+}
+
+impl Received {
+    pub fn ack(&self) -> Ack {
+        match self {
+            Received::New(_) => Ack::Delivered,
+            Received::Duplicate => Ack::Duplicate,
+            Received::Refused(r) => Ack::Refused {
+                reason: r.to_string(),
+            },
+            Received::RateLimited => Ack::RateLimited,
+        }
+    }
+}
+
+struct Bucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+/// The receiving side's state: replay memory and rate buckets. Pure; `now` is passed in.
+pub struct Inbox {
+    local: PeerId,
+    config: InboxConfig,
+    seen: HashSet<(PeerId, u64)>,
+    seen_order: VecDeque<(u64, PeerId, u64)>,
+    buckets: HashMap<PeerId, Bucket>,
+}
+
+impl Inbox {
+    pub fn new(local: PeerId, config: InboxConfig) -> Inbox {
+        Inbox {
+            local,
+            config,
+            seen: HashSet::new(),
+            seen_order: VecDeque::new(),
+            buckets: HashMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &InboxConfig {
+        &self.config
+    }
+
+    /// Check one payload that `from` (the transport-authenticated peer) sent.
+    pub fn receive(&mut self, from: &PeerId, signed: &SignedPayload, now_ms: u64) -> Received {
+        self.forget_old(now_ms);
+        let size = signed.size();
+        if size > self.config.max_payload_bytes {
+            return Received::Refused(PayloadRefusal::TooLarge {
+                size,
+                max: self.config.max_payload_bytes,
+            });
+        }
+        let envelope = match signed.open() {
+            Ok(e) => e,
+            Err(r) => return Received::Refused(r),
+        };
+        if envelope.sender != from.to_base58() {
+            return Received::Refused(PayloadRefusal::SenderMismatch(format!(
+                "signed by {}, sent by {from}",
+                envelope.sender
+            )));
+        }
+        if envelope.recipient != self.local.to_base58() {
+            return Received::Refused(PayloadRefusal::WrongRecipient {
+                recipient: envelope.recipient,
+            });
+        }
+        if envelope.time > now_ms.saturating_add(self.config.max_skew_ms)
+            || envelope.time.saturating_add(self.config.replay_window_ms) <= now_ms
+        {
+            // Outside the window the replay memory may have forgotten it: refuse, never re-deliver.
+            return Received::Refused(PayloadRefusal::OutOfWindow {
+                time: envelope.time,
+                now: now_ms,
+            });
+        }
+        let key = (*from, envelope.seq);
+        if self.seen.contains(&key) {
+            return Received::Duplicate;
+        }
+        if !self.take_token(from, now_ms) {
+            return Received::RateLimited;
+        }
+        self.seen.insert(key);
+        self.seen_order.push_back((
+            envelope.time.saturating_add(self.config.replay_window_ms),
+            *from,
+            envelope.seq,
+        ));
+        Received::New(Box::new(IncomingPayload {
+            from: *from,
+            payload: Payload {
+                kind: envelope.kind,
+                call_id: envelope.call_id,
+                body: envelope.body,
+            },
+            seq: envelope.seq,
+            sent_at: envelope.time,
+            signed: signed.clone(),
+        }))
+    }
+
+    fn take_token(&mut self, from: &PeerId, now_ms: u64) -> bool {
+        let (rate, burst) = (self.config.rate_per_sec, self.config.burst);
+        let b = self.buckets.entry(*from).or_insert(Bucket {
+            tokens: burst,
+            at_ms: now_ms,
+        });
+        let elapsed = now_ms.saturating_sub(b.at_ms) as f64 / 1000.0;
+        b.tokens = (b.tokens + elapsed * rate).min(burst);
+        b.at_ms = now_ms;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn forget_old(&mut self, now_ms: u64) {
+        // Entries are pushed in arrival order; their expiry is nearly ordered, which is enough:
+        // an entry kept a little longer only costs memory, never a re-delivery.
+        while let Some(&(until, peer, seq)) = self.seen_order.front() {
+            if until > now_ms {
+                break;
+            }
+            self.seen_order.pop_front();
+            self.seen.remove(&(peer, seq));
+        }
+        if self.buckets.len() > 4096 {
+            let burst = self.config.burst;
+            let rate = self.config.rate_per_sec;
+            // Full buckets carry no state worth keeping.
+            self.buckets.retain(|_, b| {
+                b.tokens + now_ms.saturating_sub(b.at_ms) as f64 / 1000.0 * rate < burst
+            });
+        }
+    }
+
+    /// Envelopes remembered for de-duplication.
+    pub fn remembered(&self) -> usize {
+        self.seen.len()
+    }
+}

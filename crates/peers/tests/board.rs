@@ -1,0 +1,280 @@
+//! The board as a pure data structure: every refusal rule, expiry and the JSON rows.
+
+use skillbox_peers::advert::{SignedAdvert, sign_advert, verify_advert};
+use skillbox_peers::{
+    AcceptedBox, AdvertRefusal, Board, BoardConfig, BoardRow, Offer, OfferedSkill,
+    keypair_from_seed,
+};
+
+const T0: u64 = 1_800_000_000_000;
+
+fn skill(name: &str) -> OfferedSkill {
+    OfferedSkill {
+        name: name.into(),
+        description: format!("{name} does things \"quoted\" \u{e9}"),
+        provider: "local".into(),
+        required_sources: vec!["spotify_songs".into()],
+        declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+    }
+}
+
+fn offer(names: &[&str]) -> Offer {
+    Offer {
+        skills: names.iter().map(|n| skill(n)).collect(),
+        boxes: vec![AcceptedBox {
+            platform: "insecure-dev".into(),
+            measurement: "m1".into(),
+            url: Some("http://127.0.0.1:7000".into()),
+        }],
+    }
+    .normalized()
+    .expect("a valid offer")
+}
+
+fn board() -> Board {
+    Board::new(BoardConfig {
+        ttl_ms: 180_000,
+        max_skew_ms: 30_000,
+        max_advert_bytes: 64 * 1024,
+    })
+}
+
+#[test]
+fn takes_a_valid_advert_and_lists_one_row_per_skill() {
+    let key = keypair_from_seed(&[1; 32]).unwrap();
+    let peer = key.public().to_peer_id();
+    let mut b = board();
+    let bytes = sign_advert(&key, T0, T0, &offer(&["summarize", "haiku"])).unwrap();
+    let got = b.ingest(&bytes, Some(&peer), T0 + 10).unwrap();
+    assert_eq!(got.peer, peer);
+    assert!(got.new_peer);
+    let rows = b.snapshot(T0 + 5_000);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].skill, "haiku");
+    assert_eq!(rows[1].skill, "summarize");
+    assert_eq!(rows[0].peer, peer.to_base58());
+    assert_eq!(rows[0].age, 5);
+    assert_eq!(rows[0].required_sources, vec!["spotify_songs".to_string()]);
+    assert_eq!(b.offered(&peer, "haiku", T0 + 1).unwrap().provider, "local");
+    assert!(b.offered(&peer, "nope", T0 + 1).is_none());
+}
+
+#[test]
+fn json_snapshot_equals_the_typed_rows() {
+    let mut b = board();
+    for i in 1..=5u8 {
+        let key = keypair_from_seed(&[i; 32]).unwrap();
+        let bytes = sign_advert(&key, T0 + i as u64, T0, &offer(&["a-skill", "b-skill"])).unwrap();
+        b.ingest(&bytes, None, T0 + 100).unwrap();
+    }
+    let now = T0 + 42_000;
+    let typed = serde_json::to_string(&b.snapshot(now)).unwrap();
+    assert_eq!(b.snapshot_json(now), typed);
+    let back: Vec<BoardRow> = serde_json::from_str(&b.snapshot_json(now)).unwrap();
+    assert_eq!(back.len(), 10);
+    let v: serde_json::Value = serde_json::from_str(&typed).unwrap();
+    let keys: Vec<&String> = v[0].as_object().unwrap().keys().collect();
+    for k in [
+        "peer",
+        "skill",
+        "description",
+        "provider",
+        "requiredSources",
+        "age",
+    ] {
+        assert!(keys.iter().any(|x| *x == k), "row lacks {k}: {keys:?}");
+    }
+}
+
+#[test]
+fn refuses_a_bad_signature() {
+    let key = keypair_from_seed(&[2; 32]).unwrap();
+    let bytes = sign_advert(&key, T0, T0, &offer(&["haiku"])).unwrap();
+    let mut signed: SignedAdvert = serde_json::from_slice(&bytes).unwrap();
+    signed.advert.skills[0].description = "now free of charge".into();
+    let forged = serde_json::to_vec(&signed).unwrap();
+    let mut b = board();
+    assert_eq!(
+        b.ingest(&forged, None, T0).unwrap_err(),
+        AdvertRefusal::BadSignature
+    );
+    // A signature by another key over the same content is refused too.
+    let other = keypair_from_seed(&[3; 32]).unwrap();
+    let by_other = sign_advert(&other, T0, T0, &offer(&["haiku"])).unwrap();
+    let other_signed: SignedAdvert = serde_json::from_slice(&by_other).unwrap();
+    let mut mixed: SignedAdvert = serde_json::from_slice(&bytes).unwrap();
+    mixed.signature = other_signed.signature;
+    assert_eq!(
+        b.ingest(&serde_json::to_vec(&mixed).unwrap(), None, T0)
+            .unwrap_err(),
+        AdvertRefusal::BadSignature
+    );
+    assert_eq!(b.peer_count(T0), 0);
+}
+
+#[test]
+fn refuses_a_claimed_node_id_that_is_not_the_signer() {
+    let key = keypair_from_seed(&[4; 32]).unwrap();
+    let victim = keypair_from_seed(&[5; 32]).unwrap().public().to_peer_id();
+    let bytes = sign_advert(&key, T0, T0, &offer(&["haiku"])).unwrap();
+    let mut signed: SignedAdvert = serde_json::from_slice(&bytes).unwrap();
+    signed.advert.node = victim.to_base58();
+    let err = board()
+        .ingest(&serde_json::to_vec(&signed).unwrap(), None, T0)
+        .unwrap_err();
+    assert!(matches!(err, AdvertRefusal::NodeIdMismatch { .. }), "{err}");
+    // A genuine advert arriving as gossip from a publisher that is not its node is refused.
+    let err = board().ingest(&bytes, Some(&victim), T0).unwrap_err();
+    assert!(matches!(err, AdvertRefusal::SourceMismatch { .. }), "{err}");
+}
+
+#[test]
+fn refuses_replayed_and_equal_sequence_numbers() {
+    let key = keypair_from_seed(&[6; 32]).unwrap();
+    let mut b = board();
+    let old = sign_advert(&key, T0, 100, &offer(&["haiku", "summarize"])).unwrap();
+    let new = sign_advert(&key, T0 + 1_000, 101, &offer(&["haiku"])).unwrap();
+    b.ingest(&old, None, T0).unwrap();
+    b.ingest(&new, None, T0 + 1_000).unwrap();
+    assert_eq!(
+        b.ingest(&old, None, T0 + 2_000).unwrap_err(),
+        AdvertRefusal::Stale {
+            seq: 100,
+            newest: 101
+        }
+    );
+    assert!(matches!(
+        b.ingest(&new, None, T0 + 2_000).unwrap_err(),
+        AdvertRefusal::Stale { .. }
+    ));
+    // The replay did not bring the removed skill back.
+    let rows = b.snapshot(T0 + 2_000);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].skill, "haiku");
+}
+
+#[test]
+fn refuses_adverts_from_the_future_and_oversized_ones() {
+    let key = keypair_from_seed(&[7; 32]).unwrap();
+    let mut b = board();
+    let future = sign_advert(&key, T0 + 31_000, 1, &offer(&["haiku"])).unwrap();
+    assert!(matches!(
+        b.ingest(&future, None, T0).unwrap_err(),
+        AdvertRefusal::FromTheFuture { .. }
+    ));
+    let within_skew = sign_advert(&key, T0 + 29_000, 2, &offer(&["haiku"])).unwrap();
+    b.ingest(&within_skew, None, T0).unwrap();
+
+    let mut big = offer(&["haiku"]);
+    big.skills[0].description = "x".repeat(70 * 1024);
+    let bytes = sign_advert(&key, T0, 3, &big).unwrap();
+    assert!(matches!(
+        b.ingest(&bytes, None, T0).unwrap_err(),
+        AdvertRefusal::TooLarge { .. }
+    ));
+    assert!(matches!(
+        b.ingest(b"{not json", None, T0).unwrap_err(),
+        AdvertRefusal::Malformed(_)
+    ));
+}
+
+#[test]
+fn an_entry_expires_after_the_ttl_and_an_old_advert_cannot_revive_it() {
+    let key = keypair_from_seed(&[8; 32]).unwrap();
+    let peer = key.public().to_peer_id();
+    let mut b = board();
+    let bytes = sign_advert(&key, T0, 1, &offer(&["haiku"])).unwrap();
+    b.ingest(&bytes, Some(&peer), T0).unwrap();
+    assert_eq!(b.snapshot(T0 + 179_999).len(), 1);
+    assert!(b.snapshot(T0 + 180_000).is_empty());
+    assert!(b.advert(&peer, T0 + 180_000).is_none());
+    assert_eq!(b.expire(T0 + 180_000), vec![peer.to_base58()]);
+    // Gone from the map; the same bytes replayed later are too old to come back.
+    assert!(matches!(
+        b.ingest(&bytes, Some(&peer), T0 + 200_000).unwrap_err(),
+        AdvertRefusal::Expired { .. }
+    ));
+    // A fresh advert brings the peer back as new.
+    let fresh = sign_advert(&key, T0 + 200_000, 2, &offer(&["haiku"])).unwrap();
+    assert!(
+        b.ingest(&fresh, Some(&peer), T0 + 200_000)
+            .unwrap()
+            .new_peer
+    );
+}
+
+#[test]
+fn a_removed_skill_leaves_the_board_with_the_next_advert() {
+    let key = keypair_from_seed(&[9; 32]).unwrap();
+    let mut b = board();
+    b.ingest(
+        &sign_advert(&key, T0, 1, &offer(&["haiku", "summarize"])).unwrap(),
+        None,
+        T0,
+    )
+    .unwrap();
+    assert_eq!(b.snapshot(T0).len(), 2);
+    b.ingest(
+        &sign_advert(&key, T0 + 1, 2, &offer(&["summarize"])).unwrap(),
+        None,
+        T0 + 1,
+    )
+    .unwrap();
+    let rows = b.snapshot(T0 + 1);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].skill, "summarize");
+}
+
+#[test]
+fn an_advert_has_no_field_for_model_key_or_body() {
+    let key = keypair_from_seed(&[10; 32]).unwrap();
+    let bytes = sign_advert(&key, T0, 1, &offer(&["haiku"])).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let mut advert_keys: Vec<&str> = v["advert"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|s| s.as_str())
+        .collect();
+    advert_keys.sort();
+    assert_eq!(
+        advert_keys,
+        ["boxes", "node", "publicKey", "seq", "skills", "time", "v"]
+    );
+    let mut skill_keys: Vec<&str> = v["advert"]["skills"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|s| s.as_str())
+        .collect();
+    skill_keys.sort();
+    assert_eq!(
+        skill_keys,
+        [
+            "declarationDigest",
+            "description",
+            "name",
+            "provider",
+            "requiredSources"
+        ]
+    );
+    // A peer that adds a model (or key, or body) to its advert is refused, not trimmed.
+    let mut tampered = v.clone();
+    tampered["advert"]["skills"][0]["model"] = "gpt-secret".into();
+    let err = verify_advert(&serde_json::to_vec(&tampered).unwrap(), 64 * 1024).unwrap_err();
+    assert!(
+        matches!(err, AdvertRefusal::Malformed(ref m) if m.contains("model")),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_offer_naming_a_skill_twice_is_refused() {
+    let err = Offer {
+        skills: vec![skill("haiku"), skill("haiku")],
+        boxes: vec![],
+    }
+    .normalized()
+    .unwrap_err();
+    assert!(err.to_string().contains("haiku"), "{err}");
+}

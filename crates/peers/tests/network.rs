@@ -1,0 +1,523 @@
+//! Real nodes on 127.0.0.1 in one process (ephemeral ports, mDNS off). Every wait has a deadline.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use skillbox_peers::advert::{SignedAdvert, sign_advert};
+use skillbox_peers::{
+    AcceptedBox, Delivery, Multiaddr, NetworkEvent, Offer, OfferedSkill, Payload, PayloadKind,
+    PayloadReceiver, PeerId, PeersConfig, PeersError, PeersHandle, keypair_from_seed, start,
+};
+use tokio::sync::broadcast;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn config() -> PeersConfig {
+    PeersConfig {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
+        gossip_heartbeat: Duration::from_millis(200),
+        ..PeersConfig::default()
+    }
+}
+
+async fn node(seed: u8, config: PeersConfig) -> (PeersHandle, PayloadReceiver) {
+    start(config, keypair_from_seed(&[seed; 32]).unwrap())
+        .await
+        .expect("node starts")
+}
+
+/// The node's first listen address, without `/p2p/<id>` (a bootstrap address may omit it).
+async fn addr(h: &PeersHandle) -> Multiaddr {
+    h.listen_addrs().await.unwrap()[0].clone()
+}
+
+fn offer(names: &[&str]) -> Offer {
+    Offer {
+        skills: names
+            .iter()
+            .map(|n| OfferedSkill {
+                name: n.to_string(),
+                description: format!("the {n} skill"),
+                provider: "local".into(),
+                required_sources: vec![],
+                declaration_digest: format!("sha256:{}", "cd".repeat(32)),
+            })
+            .collect(),
+        boxes: vec![AcceptedBox {
+            platform: "insecure-dev".into(),
+            measurement: "m".into(),
+            url: None,
+        }],
+    }
+}
+
+fn skills_of(h: &PeersHandle, peer: &PeerId) -> Vec<String> {
+    h.board()
+        .into_iter()
+        .filter(|r| r.peer == peer.to_base58())
+        .map(|r| r.skill)
+        .collect()
+}
+
+fn on_board(h: &PeersHandle, peer: &PeerId) -> bool {
+    h.with_board(|b, now| b.advert(peer, now).is_some())
+}
+
+async fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn next_refusal(events: &mut broadcast::Receiver<NetworkEvent>, what: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(NetworkEvent::AdvertRefused { reason, .. })) => return reason,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("event stream failed while waiting for {what}: {e}"),
+            Err(_) => panic!("no advert refusal within {WAIT:?} for {what}"),
+        }
+    }
+}
+
+fn request(call: &str, body: serde_json::Value) -> Payload {
+    Payload {
+        kind: PayloadKind::CallRequest,
+        call_id: call.into(),
+        body,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advert_reaches_a_node_through_an_intermediate_peer() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (a, _ra) = node(11, config()).await;
+        let (b, _rb) = node(12, config()).await;
+        let (c, _rc) = node(13, config()).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        assert_eq!(b.dial(addr(&a).await).await.unwrap(), pa);
+        assert_eq!(c.dial(addr(&b).await).await.unwrap(), pb);
+        // C learns of A (its empty advert) before A offers anything: what follows is gossip.
+        wait_until("C has A's first advert", WAIT, || on_board(&c, &pa)).await;
+        a.set_offer(offer(&["haiku"])).await.unwrap();
+        wait_until("C sees A's haiku", WAIT, || skills_of(&c, &pa) == ["haiku"]).await;
+        let c_peers = c.peers().await.unwrap();
+        assert!(
+            c_peers.iter().all(|p| p.peer != pa.to_base58()),
+            "C must not be connected to A directly: {c_peers:?}"
+        );
+        assert_eq!(c_peers.len(), 1);
+        assert!(!c_peers[0].addresses.is_empty());
+        // The advert interval is the default 60 s: only the immediate publish explains this.
+        for h in [a, b, c] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_sees_the_board_within_5_seconds_of_connecting() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (a, _ra) = node(21, config()).await;
+        let (b, _rb) = node(22, config()).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        a.set_offer(offer(&["haiku"])).await.unwrap();
+        b.set_offer(offer(&["summarize"])).await.unwrap();
+        b.dial(addr(&a).await).await.unwrap();
+        wait_until("B sees A's haiku", WAIT, || skills_of(&b, &pa) == ["haiku"]).await;
+
+        // C joins through its bootstrap config (no /p2p/ in the address).
+        let joined = Instant::now();
+        let (c, _rc) = node(
+            23,
+            PeersConfig {
+                bootstrap: vec![addr(&b).await],
+                ..config()
+            },
+        )
+        .await;
+        wait_until("C sees A's and B's skills", Duration::from_secs(5), || {
+            skills_of(&c, &pa) == ["haiku"] && skills_of(&c, &pb) == ["summarize"]
+        })
+        .await;
+        let took = joined.elapsed();
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        let rows = c.board();
+        assert!(rows.iter().all(|r| r.age < 60), "{rows:?}");
+        for h in [a, b, c] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_peer_leaves_the_board_after_its_ttl() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let short = || PeersConfig {
+            advert_interval: Duration::from_millis(300),
+            board_ttl: Duration::from_millis(1500),
+            ..config()
+        };
+        let (a, _ra) = node(31, short()).await;
+        let (b, _rb) = node(32, short()).await;
+        let (c, _rc) = node(33, short()).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        a.set_offer(offer(&["haiku"])).await.unwrap();
+        b.set_offer(offer(&["summarize"])).await.unwrap();
+        b.dial(addr(&a).await).await.unwrap();
+        c.dial(addr(&b).await).await.unwrap();
+        wait_until("C sees A and B", WAIT, || {
+            skills_of(&c, &pa) == ["haiku"] && skills_of(&c, &pb) == ["summarize"]
+        })
+        .await;
+        let mut events = c.subscribe();
+        a.shutdown().await;
+        let stopped = Instant::now();
+        wait_until("A leaves C's board", WAIT, || !on_board(&c, &pa)).await;
+        let gone_after = stopped.elapsed();
+        assert!(
+            gone_after <= Duration::from_millis(1500) + Duration::from_secs(2),
+            "{gone_after:?}"
+        );
+        // B keeps advertising, so it stays well past one TTL.
+        tokio::time::sleep(Duration::from_millis(2000)).await;
+        assert_eq!(skills_of(&c, &pb), ["summarize"]);
+        let mut left = false;
+        while let Ok(e) = events.try_recv() {
+            left |= e
+                == NetworkEvent::LeftBoard {
+                    peer: pa.to_base58(),
+                };
+        }
+        assert!(left, "C reported A leaving the board");
+        for h in [b, c] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (a, _ra) = node(41, config()).await;
+        let (b, _rb) = node(42, config()).await;
+        let (c, _rc) = node(43, config()).await;
+        let pa = a.local_peer_id();
+        b.dial(addr(&a).await).await.unwrap();
+        c.dial(addr(&b).await).await.unwrap();
+        a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
+        wait_until("B and C see both skills", WAIT, || {
+            skills_of(&b, &pa) == ["haiku", "summarize"]
+                && skills_of(&c, &pa) == ["haiku", "summarize"]
+        })
+        .await;
+        // The node drops "haiku" from its offer (e.g. its key source was removed).
+        a.set_offer(offer(&["summarize"])).await.unwrap();
+        wait_until("haiku leaves B's and C's boards", WAIT, || {
+            skills_of(&b, &pa) == ["summarize"] && skills_of(&c, &pa) == ["summarize"]
+        })
+        .await;
+        for h in [a, b, c] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let (a, _ra) = node(51, config()).await;
+        let (b, _rb) = node(52, config()).await;
+        let (m, _rm) = node(53, config()).await; // mallory
+        let pa = a.local_peer_id();
+        b.dial(addr(&a).await).await.unwrap();
+        m.dial(addr(&b).await).await.unwrap();
+        a.set_offer(offer(&["haiku"])).await.unwrap();
+        wait_until("B and M see A's haiku", WAIT, || {
+            skills_of(&b, &pa) == ["haiku"] && skills_of(&m, &pa) == ["haiku"]
+        })
+        .await;
+        let old = a.signed_advert(&pa).expect("A's own advert");
+        a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
+        wait_until("B sees A's new offer", WAIT, || {
+            skills_of(&b, &pa) == ["haiku", "summarize"]
+        })
+        .await;
+        let mut events = b.subscribe();
+
+        // 1. A replays its own older advert: the sequence number is not newer.
+        a.publish_raw_advert(old.clone()).await.unwrap();
+        let r = next_refusal(&mut events, "replayed advert").await;
+        assert!(r.contains("not newer"), "{r}");
+
+        // 2. Mallory forwards A's genuine advert as its own publication.
+        m.publish_raw_advert(old.clone()).await.unwrap();
+        let r = next_refusal(&mut events, "advert published by someone else").await;
+        assert!(r.contains("published by"), "{r}");
+
+        // 3. Mallory edits A's advert (keeps A's signature) and publishes it.
+        let mut forged: SignedAdvert = serde_json::from_slice(&old).unwrap();
+        forged.advert.skills[0].description = "free, send your keys".into();
+        forged.advert.seq += 1_000_000;
+        m.publish_raw_advert(serde_json::to_vec(&forged).unwrap())
+            .await
+            .unwrap();
+        let r = next_refusal(&mut events, "forged advert").await;
+        assert!(r.contains("published by") || r.contains("signature"), "{r}");
+
+        // 4. Mallory signs its own advert with a bad signature.
+        let mk = keypair_from_seed(&[53; 32]).unwrap();
+        let now = skillbox_peers::now_ms();
+        let mine = sign_advert(&mk, now, now + 10_000, &offer(&["trap"])).unwrap();
+        let mut bad: SignedAdvert = serde_json::from_slice(&mine).unwrap();
+        bad.signature = "00".repeat(64);
+        m.publish_raw_advert(serde_json::to_vec(&bad).unwrap())
+            .await
+            .unwrap();
+        let r = next_refusal(&mut events, "bad signature").await;
+        assert!(r.contains("bad signature"), "{r}");
+
+        // 5. An oversized advert, correctly signed.
+        let mut big = offer(&["big"]);
+        big.skills[0].description = "x".repeat(140 * 1024);
+        let huge = sign_advert(&mk, now, now + 20_000, &big).unwrap();
+        m.publish_raw_advert(huge).await.unwrap();
+        let r = next_refusal(&mut events, "oversized advert").await;
+        assert!(r.contains("exceeds the limit"), "{r}");
+
+        // Nothing of it reached the board.
+        assert_eq!(skills_of(&b, &pa), ["haiku", "summarize"]);
+        assert!(
+            b.board()
+                .iter()
+                .all(|r| r.skill != "trap" && r.skill != "big")
+        );
+        assert!(b.board().iter().all(|r| !r.description.contains("keys")));
+        for h in [a, b, m] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_round_trips_between_two_nodes() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (a, mut ra) = node(61, config()).await;
+        let (b, mut rb) = node(62, config()).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        a.dial(addr(&b).await).await.unwrap();
+        let body = json!({"skill": "haiku", "program": {"bytes": "e30="}});
+        a.send(pb, request("call-1", body.clone())).await.unwrap();
+        let got = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.from, pa);
+        assert_eq!(got.payload.kind, PayloadKind::CallRequest);
+        assert_eq!(got.payload.call_id, "call-1");
+        assert_eq!(got.payload.body, body);
+        let answer = Payload {
+            kind: PayloadKind::CallAccepted,
+            call_id: "call-1".into(),
+            body: json!({"signature": "ab"}),
+        };
+        b.send(pa, answer.clone()).await.unwrap();
+        let back = tokio::time::timeout(WAIT, ra.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.from, pb);
+        assert_eq!(back.payload, answer);
+        // A node calling its own skill sends to itself: same checks, no socket.
+        a.send(pa, request("call-2", json!({}))).await.unwrap();
+        let own = tokio::time::timeout(WAIT, ra.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((own.from, own.payload.call_id.as_str()), (pa, "call-2"));
+        for h in [a, b] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_replayed_payloads_are_refused_on_the_wire() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // A allows itself 4 MiB, so the 1 MiB limit that refuses is B's own.
+        let (a, _ra) = node(
+            71,
+            PeersConfig {
+                max_payload_bytes: 4 * 1024 * 1024,
+                ..config()
+            },
+        )
+        .await;
+        let (b, mut rb) = node(72, config()).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        a.dial(addr(&b).await).await.unwrap();
+        let mut events = b.subscribe();
+
+        let big = request("call-big", json!({"program": "x".repeat(1536 * 1024)}));
+        let err = a.send(pb, big.clone()).await.unwrap_err();
+        match &err {
+            PeersError::Refused { peer, reason } => {
+                assert_eq!(*peer, pb);
+                assert!(reason.contains("exceeds the limit"), "{reason}");
+            }
+            other => panic!("expected a refusal, got {other}"),
+        }
+        let refused = loop {
+            match tokio::time::timeout(WAIT, events.recv())
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                NetworkEvent::PayloadRefused { from, reason } => break (from, reason),
+                _ => continue,
+            }
+        };
+        assert_eq!(refused.0, pa);
+        // The sender's own limit refuses before anything is sent.
+        let err = b.send(pa, big).await.unwrap_err();
+        assert!(matches!(err, PeersError::PayloadTooLarge { .. }), "{err}");
+
+        let signed = a.sign(&pb, &request("call-3", json!({"n": 1}))).unwrap();
+        assert_eq!(
+            a.send_signed(pb, signed.clone()).await.unwrap(),
+            Delivery::Delivered
+        );
+        assert_eq!(
+            a.send_signed(pb, signed).await.unwrap(),
+            Delivery::Duplicate
+        );
+        let got = tokio::time::timeout(WAIT, rb.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.payload.call_id, "call-3");
+        assert!(
+            rb.try_recv().is_err(),
+            "the replay was handed on, or the oversized one was"
+        );
+        for h in [a, b] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_reported() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (a, _ra) = node(
+            81,
+            PeersConfig {
+                send_attempts: 8,
+                send_backoff: Duration::from_millis(100),
+                ..config()
+            },
+        )
+        .await;
+        let (b, mut rb) = node(
+            82,
+            PeersConfig {
+                payload_rate_per_sec: 4.0,
+                payload_burst: 1,
+                ..config()
+            },
+        )
+        .await;
+        let pb = b.local_peer_id();
+        a.dial(addr(&b).await).await.unwrap();
+        for i in 0..4 {
+            a.send(pb, request(&format!("call-{i}"), json!({"i": i})))
+                .await
+                .unwrap();
+        }
+        for i in 0..4 {
+            let got = tokio::time::timeout(WAIT, rb.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(got.payload.call_id, format!("call-{i}"));
+        }
+
+        let nobody = keypair_from_seed(&[99; 32]).unwrap().public().to_peer_id();
+        let err = a
+            .send(nobody, request("call-x", json!({})))
+            .await
+            .unwrap_err();
+        match err {
+            PeersError::Unreachable { peer, attempts, .. } => {
+                assert_eq!(peer, nobody);
+                assert_eq!(attempts, 8);
+            }
+            other => panic!("expected unreachable, got {other}"),
+        }
+        for h in [a, b] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_config_and_unusable_addresses_are_clear_errors() {
+    let err = start(
+        PeersConfig {
+            board_ttl: Duration::from_secs(10),
+            advert_interval: Duration::from_secs(60),
+            ..config()
+        },
+        keypair_from_seed(&[91; 32]).unwrap(),
+    )
+    .await
+    .err()
+    .expect("refused");
+    assert!(err.to_string().contains("board_ttl"), "{err}");
+
+    let (a, _ra) = node(92, config()).await;
+    let taken = addr(&a).await;
+    let err = start(
+        PeersConfig {
+            listen: vec![taken.clone()],
+            ..config()
+        },
+        keypair_from_seed(&[93; 32]).unwrap(),
+    )
+    .await
+    .err()
+    .expect("address in use is refused");
+    assert!(err.to_string().contains(&taken.to_string()), "{err}");
+
+    // Nothing listens on port 1.
+    let err = a
+        .dial("/ip4/127.0.0.1/tcp/1".parse().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PeersError::Dial { .. }), "{err}");
+    a.shutdown().await;
+    assert!(matches!(a.peers().await.unwrap_err(), PeersError::Stopped));
+}

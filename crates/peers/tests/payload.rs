@@ -1,0 +1,184 @@
+//! Payload envelopes and the receiving side's checks, without sockets; and the memory transport.
+
+use serde_json::json;
+use skillbox_peers::payload::{Inbox, InboxConfig, PayloadRefusal, Received};
+use skillbox_peers::{
+    MemoryNetwork, Payload, PayloadKind, PayloadTransport, PeersError, SignedPayload,
+    keypair_from_seed, now_ms,
+};
+
+const T0: u64 = 1_800_000_000_000;
+
+fn request(call: &str) -> Payload {
+    Payload {
+        kind: PayloadKind::CallRequest,
+        call_id: call.into(),
+        body: json!({"skill": "haiku", "program": {"n": 1}}),
+    }
+}
+
+#[test]
+fn a_payload_is_delivered_once_and_its_replay_changes_nothing() {
+    let a = keypair_from_seed(&[1; 32]).unwrap();
+    let b = keypair_from_seed(&[2; 32]).unwrap();
+    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let mut inbox = Inbox::new(pb, InboxConfig::default());
+    let signed = SignedPayload::sign(&a, &pb, &request("c1"), 7, T0).unwrap();
+    let Received::New(got) = inbox.receive(&pa, &signed, T0 + 5) else {
+        panic!("first delivery must be new");
+    };
+    assert_eq!(got.from, pa);
+    assert_eq!(got.payload, request("c1"));
+    assert_eq!(got.seq, 7);
+    assert_eq!(inbox.receive(&pa, &signed, T0 + 10), Received::Duplicate);
+    assert_eq!(inbox.remembered(), 1);
+    // A second payload with a new sequence number is new.
+    let next = SignedPayload::sign(&a, &pb, &request("c1"), 8, T0).unwrap();
+    assert!(matches!(
+        inbox.receive(&pa, &next, T0 + 10),
+        Received::New(_)
+    ));
+}
+
+#[test]
+fn tampered_misaddressed_and_misattributed_payloads_are_refused() {
+    let a = keypair_from_seed(&[3; 32]).unwrap();
+    let b = keypair_from_seed(&[4; 32]).unwrap();
+    let c = keypair_from_seed(&[5; 32]).unwrap();
+    let (pa, pb, pc) = (
+        a.public().to_peer_id(),
+        b.public().to_peer_id(),
+        c.public().to_peer_id(),
+    );
+    let mut inbox = Inbox::new(pb, InboxConfig::default());
+    let signed = SignedPayload::sign(&a, &pb, &request("c2"), 1, T0).unwrap();
+
+    let mut tampered = signed.clone();
+    tampered.envelope = tampered.envelope.replace("haiku", "limerick");
+    assert_eq!(
+        inbox.receive(&pa, &tampered, T0),
+        Received::Refused(PayloadRefusal::BadSignature)
+    );
+    // Relayed by C: the transport peer is not the signer.
+    assert!(matches!(
+        inbox.receive(&pc, &signed, T0),
+        Received::Refused(PayloadRefusal::SenderMismatch(_))
+    ));
+    // Addressed to C, replayed to B.
+    let to_c = SignedPayload::sign(&a, &pc, &request("c2"), 2, T0).unwrap();
+    assert!(matches!(
+        inbox.receive(&pa, &to_c, T0),
+        Received::Refused(PayloadRefusal::WrongRecipient { .. })
+    ));
+    // Too old to be remembered, or from the future.
+    assert!(matches!(
+        inbox.receive(&pa, &signed, T0 + 11 * 60 * 1000),
+        Received::Refused(PayloadRefusal::OutOfWindow { .. })
+    ));
+    assert!(matches!(
+        inbox.receive(&pa, &signed, T0 - 60_000),
+        Received::Refused(PayloadRefusal::OutOfWindow { .. })
+    ));
+    assert!(matches!(
+        inbox.receive(
+            &pa,
+            &SignedPayload {
+                envelope: "{".into(),
+                signature: "00".into()
+            },
+            T0
+        ),
+        Received::Refused(PayloadRefusal::Malformed(_))
+    ));
+    assert_eq!(inbox.remembered(), 0);
+}
+
+#[test]
+fn an_oversized_payload_is_refused() {
+    let a = keypair_from_seed(&[6; 32]).unwrap();
+    let b = keypair_from_seed(&[7; 32]).unwrap();
+    let pb = b.public().to_peer_id();
+    let mut inbox = Inbox::new(pb, InboxConfig::default());
+    let mut p = request("c3");
+    p.body = json!({"program": "x".repeat(1024 * 1024)});
+    let signed = SignedPayload::sign(&a, &pb, &p, 1, T0).unwrap();
+    assert!(matches!(
+        inbox.receive(&a.public().to_peer_id(), &signed, T0),
+        Received::Refused(PayloadRefusal::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn a_sender_over_its_rate_is_told_to_retry_and_recovers() {
+    let a = keypair_from_seed(&[8; 32]).unwrap();
+    let b = keypair_from_seed(&[9; 32]).unwrap();
+    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let mut inbox = Inbox::new(
+        pb,
+        InboxConfig {
+            rate_per_sec: 2.0,
+            burst: 3.0,
+            ..InboxConfig::default()
+        },
+    );
+    let sign = |seq| SignedPayload::sign(&a, &pb, &request("c4"), seq, T0).unwrap();
+    for seq in 1..=3 {
+        assert!(matches!(
+            inbox.receive(&pa, &sign(seq), T0),
+            Received::New(_)
+        ));
+    }
+    let fourth = sign(4);
+    assert_eq!(inbox.receive(&pa, &fourth, T0), Received::RateLimited);
+    // Not remembered while refused for rate: the retry half a second later is delivered.
+    assert!(matches!(
+        inbox.receive(&pa, &fourth, T0 + 500),
+        Received::New(_)
+    ));
+}
+
+#[test]
+fn bad_call_ids_are_refused_when_signing() {
+    let a = keypair_from_seed(&[10; 32]).unwrap();
+    let pb = keypair_from_seed(&[11; 32]).unwrap().public().to_peer_id();
+    for bad in ["", "a\nb"] {
+        let err = SignedPayload::sign(&a, &pb, &request(bad), 1, T0).unwrap_err();
+        assert!(matches!(err, PeersError::InvalidPayload(_)), "{err}");
+    }
+    let long = "x".repeat(129);
+    assert!(SignedPayload::sign(&a, &pb, &request(&long), 1, T0).is_err());
+}
+
+#[tokio::test]
+async fn the_memory_transport_delivers_signed_payloads_once() {
+    let net = MemoryNetwork::new();
+    let (ta, _ra) = net.join(
+        keypair_from_seed(&[12; 32]).unwrap(),
+        InboxConfig::default(),
+        8,
+    );
+    let (tb, mut rb) = net.join(
+        keypair_from_seed(&[13; 32]).unwrap(),
+        InboxConfig::default(),
+        8,
+    );
+    let pb = tb.local_peer_id();
+    ta.send(pb, request("m1")).await.unwrap();
+    let got = rb.try_recv().unwrap();
+    assert_eq!(got.from, ta.local_peer_id());
+    assert_eq!(got.payload.call_id, "m1");
+    assert!(got.sent_at <= now_ms());
+
+    let signed = ta.sign(&pb, &request("m2")).unwrap();
+    assert!(matches!(
+        ta.send_signed(pb, &signed).unwrap(),
+        Received::New(_)
+    ));
+    assert_eq!(ta.send_signed(pb, &signed).unwrap(), Received::Duplicate);
+    assert_eq!(rb.try_recv().unwrap().payload.call_id, "m2");
+    assert!(rb.try_recv().is_err(), "a replay must not be handed on");
+
+    net.leave(&pb);
+    let err = ta.send(pb, request("m3")).await.unwrap_err();
+    assert!(matches!(err, PeersError::Unreachable { .. }), "{err}");
+}
