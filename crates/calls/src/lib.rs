@@ -3,9 +3,11 @@
 //! - [`machine`]: the caller and owner call state machines, `step(call, event, now) -> (call, actions)`.
 //! - [`selection`]: which of the caller's sources a call applies.
 //! - [`policy`]: the consent question at `jc.submit`, and the owner's admission.
+//! - [`intent`]: the `skill` intent, picking a board skill for a request (BM25), or none.
 //!
 //! The node drives these: it persists each new record, then executes the actions.
 
+pub mod intent;
 pub mod machine;
 pub mod policy;
 pub mod selection;
