@@ -9,6 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod box_cmd;
+mod model_cmd;
+mod node_cmd;
 mod skill_cmd;
 
 #[derive(Parser, Debug)]
@@ -51,6 +54,18 @@ enum Command {
     /// OpenWOP manifests: check AgentManifests or pack.json files against the schemas.
     #[command(subcommand)]
     Manifest(skill_cmd::ManifestCommand),
+    /// Run a box: the joint-compute service calls run in (its own process and keys).
+    Box(box_cmd::BoxArgs),
+    /// The embedded model: fetch it into the data dir, show where it is.
+    #[command(subcommand)]
+    Model(model_cmd::ModelCommand),
+    /// Create a node's data dir: keys, API token and the full config.
+    Init(node_cmd::InitArgs),
+    /// Run a node: the HTTP API (and, later, the peer network).
+    Node(node_cmd::NodeArgs),
+    /// Sources on the running node: add, list, rm.
+    #[command(subcommand)]
+    Source(node_cmd::SourceCommand),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +73,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Skill(cmd) => skill_cmd::run_skill(&cli.global, cmd),
         Command::Manifest(cmd) => skill_cmd::run_manifest(&cli.global, cmd),
+        Command::Box(args) => box_cmd::run(&cli.global, args),
+        Command::Model(cmd) => model_cmd::run(&cli.global, cmd),
+        Command::Init(args) => node_cmd::run_init(&cli.global, args),
+        Command::Node(args) => node_cmd::run_node(&cli.global, args),
+        Command::Source(cmd) => node_cmd::run_source(&cli.global, cmd),
     };
     match result {
         Ok(code) => code,

@@ -18,6 +18,14 @@ pub enum SkillCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Import a SKILL.md (a file or a skill folder) into the running node.
+    Add(crate::node_cmd::SkillAddArgs),
+    /// List the node's skills, offered or not (and why not).
+    List(crate::node_cmd::SkillListArgs),
+    /// Show one skill: declaration, manifest, state (never the body).
+    Show(crate::node_cmd::SkillNameArgs),
+    /// Remove a skill and its body source.
+    Rm(crate::node_cmd::SkillNameArgs),
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -31,13 +39,17 @@ pub enum ManifestCommand {
     },
 }
 
-pub fn run_skill(_global: &crate::Global, cmd: SkillCommand) -> anyhow::Result<ExitCode> {
+pub fn run_skill(global: &crate::Global, cmd: SkillCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SkillCommand::Check { paths, json } => {
             let reports: Vec<SkillReport> = paths.iter().map(|p| check_skill_path(p)).collect();
             print_reports(&reports, json, SkillReport::print)?;
             Ok(exit_for(reports.iter().all(|r| r.valid)))
         }
+        SkillCommand::Add(args) => crate::node_cmd::skill_add(global, args),
+        SkillCommand::List(args) => crate::node_cmd::skill_list(global, args),
+        SkillCommand::Show(args) => crate::node_cmd::skill_show(global, args),
+        SkillCommand::Rm(args) => crate::node_cmd::skill_rm(global, args),
     }
 }
 

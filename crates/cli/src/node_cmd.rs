@@ -1,0 +1,520 @@
+//! `skillbox init`, `skillbox node`, `skillbox source ...` and the node-side `skill add | list |
+//! show | rm`. The client commands find the node's API address (`api.addr`) and token
+//! (`api.token`) in the data dir and talk to its HTTP API.
+
+use std::io::{IsTerminal, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use skillbox_node::{Config, DataDir, Node};
+
+/// `println!` that ignores a closed stdout (`skillbox skill show x | head` must not panic).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+// ---- init
+
+#[derive(clap::Args, Debug)]
+pub struct InitArgs {
+    /// HTTP API listen address (default 127.0.0.1:7420; port 0 = OS-chosen).
+    #[arg(long)]
+    pub api: Option<SocketAddr>,
+    /// libp2p listen multiaddr (repeatable; default /ip4/0.0.0.0/tcp/0).
+    #[arg(long = "p2p", value_name = "MULTIADDR")]
+    pub p2p: Vec<String>,
+    /// Peer to dial at start (repeatable); `/p2p/<peer id>` may be omitted.
+    #[arg(long = "bootstrap", value_name = "MULTIADDR")]
+    pub bootstrap: Vec<String>,
+    /// Base URL of a box this node accepts (repeatable).
+    #[arg(long = "box", value_name = "URL")]
+    pub boxes: Vec<String>,
+    /// Accept a box's insecure-dev attestation (no hardware isolation). Development only.
+    #[arg(long)]
+    pub allow_insecure_dev: bool,
+}
+
+pub fn run_init(global: &crate::Global, args: InitArgs) -> anyhow::Result<ExitCode> {
+    let mut config = Config::default();
+    if let Some(api) = args.api {
+        config.api.listen = api;
+    }
+    if !args.p2p.is_empty() {
+        config.p2p.listen = args.p2p;
+    }
+    config.p2p.bootstrap = args.bootstrap;
+    config.boxes.accept = args.boxes;
+    config.boxes.allow_insecure_dev = args.allow_insecure_dev;
+    // Check the values the same way a node will read them back, before writing anything.
+    let rendered = config.render();
+    Config::parse(&rendered, Path::new("config.toml"))?;
+    let dir = DataDir::new(global.data_dir());
+    let report = dir.init(&config)?;
+    say!("initialised {}", report.data_dir.display());
+    say!("node id: {}", report.peer_id);
+    say!(
+        "api: http://{} (token in {})",
+        config.api.listen,
+        dir.api_token().display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---- node
+
+#[derive(clap::Args, Debug)]
+pub struct NodeArgs {
+    /// Listen on this address instead of the configured one.
+    #[arg(long)]
+    pub api: Option<SocketAddr>,
+}
+
+pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCode> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+    let data_dir = global.data_dir();
+    let node = Node::open(&data_dir)
+        .with_context(|| format!("cannot start the node in {}", data_dir.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = node.bind(args.api).await?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        say!("skillbox node {}", node.node_id());
+        say!("api: http://{addr}");
+        say!("data dir: {}", data_dir.display());
+        std::io::stdout().flush().ok();
+        node.serve(listener, shutdown_signal()).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutting down");
+}
+
+// ---- the API client
+
+struct Client {
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+/// A JSON answer from the node, or its error envelope turned into an anyhow error.
+struct Answer {
+    status: reqwest::StatusCode,
+    body: Value,
+}
+
+impl Client {
+    fn from_data_dir(global: &crate::Global) -> anyhow::Result<Client> {
+        let dir = DataDir::new(global.data_dir());
+        let token = dir.load_api_token()?;
+        let addr = dir.load_api_addr()?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Client {
+            rt,
+            http,
+            base: format!("http://{addr}"),
+            token,
+        })
+    }
+
+    fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> anyhow::Result<Answer> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self
+            .http
+            .request(method.clone(), &url)
+            .bearer_auth(&self.token);
+        if let Some((content_type, bytes)) = body {
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(bytes);
+        }
+        let (status, bytes) = self.rt.block_on(async {
+            let resp = req.send().await.with_context(|| {
+                format!(
+                    "cannot reach the node at {} (is `skillbox node` running?)",
+                    self.base
+                )
+            })?;
+            let status = resp.status();
+            let bytes = resp.bytes().await.context("reading the node's answer")?;
+            Ok::<_, anyhow::Error>((status, bytes))
+        })?;
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).with_context(|| {
+                format!("{method} {path}: the node answered {status} with a body that is not JSON")
+            })?
+        };
+        if !status.is_success() {
+            bail!("{}", envelope_text(&body, status));
+        }
+        Ok(Answer { status, body })
+    }
+}
+
+/// `message` plus one line per detailed error, from an `{error, message, details?}` envelope.
+fn envelope_text(body: &Value, status: reqwest::StatusCode) -> String {
+    let mut out = format!(
+        "{} ({})",
+        body.get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("the node refused the request"),
+        body.get("error")
+            .and_then(Value::as_str)
+            .unwrap_or(status.as_str())
+    );
+    if let Some(errors) = body.pointer("/details/errors").and_then(Value::as_array) {
+        for e in errors {
+            let at = e
+                .get("path")
+                .or_else(|| e.get("field"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let line = e
+                .get("line")
+                .and_then(Value::as_u64)
+                .map(|l| format!("line {l}: "))
+                .unwrap_or_default();
+            let msg = e.get("message").and_then(Value::as_str).unwrap_or("");
+            out.push_str(&format!("\n  {line}{at}: {msg}"));
+        }
+    }
+    out
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    say!(
+        "{}",
+        serde_json::to_string_pretty(v).context("printing JSON")?
+    );
+    Ok(())
+}
+
+// ---- sources
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SourceCommand {
+    /// Store a source (encrypted at rest). Exactly one of --file, --text, --secret.
+    Add(SourceAddArgs),
+    /// List sources: names, kinds, sizes, digests (never content).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a source.
+    Rm { name: String },
+}
+
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("content").required(true).multiple(false)))]
+pub struct SourceAddArgs {
+    /// Source name, e.g. `openrouter-key` or `spotify_songs`.
+    pub name: String,
+    /// Content from a file (kind `file`, or `text` with --kind text).
+    #[arg(long, group = "content")]
+    pub file: Option<PathBuf>,
+    /// Content given inline (kind `text`).
+    #[arg(long, group = "content")]
+    pub text: Option<String>,
+    /// Read a secret (an API key) from standard input (kind `secret`).
+    #[arg(long, group = "content")]
+    pub secret: bool,
+    /// Override the kind: text, secret or file.
+    #[arg(long)]
+    pub kind: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    match cmd {
+        SourceCommand::Add(a) => {
+            let (content, default_kind) = if let Some(path) = &a.file {
+                (
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+                    "file",
+                )
+            } else if let Some(text) = a.text {
+                (text.into_bytes(), "text")
+            } else {
+                let mut stdin = std::io::stdin();
+                if stdin.is_terminal() {
+                    eprint!("value for source {} (then Enter): ", a.name);
+                    std::io::stderr().flush().ok();
+                }
+                let mut buf = Vec::new();
+                stdin
+                    .read_to_end(&mut buf)
+                    .context("reading the secret from standard input")?;
+                // A terminal or `echo` adds a line end; it is not part of the key.
+                while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    buf.pop();
+                }
+                if buf.is_empty() {
+                    bail!("no secret on standard input");
+                }
+                (buf, "secret")
+            };
+            let kind = a.kind.as_deref().unwrap_or(default_kind);
+            let path = format!("/sources/{}?kind={kind}", a.name);
+            let ans = client.send(
+                reqwest::Method::PUT,
+                &path,
+                Some(("application/octet-stream", content)),
+            )?;
+            if a.json {
+                print_json(&ans.body)?;
+            } else {
+                let verb = if ans.status == reqwest::StatusCode::CREATED {
+                    "added"
+                } else {
+                    "replaced"
+                };
+                say!(
+                    "{verb} source {} ({}, {} bytes)",
+                    a.name,
+                    ans.body["kind"].as_str().unwrap_or(kind),
+                    ans.body["size"].as_u64().unwrap_or(0)
+                );
+            }
+        }
+        SourceCommand::List { json } => {
+            let ans = client.send(reqwest::Method::GET, "/sources", None)?;
+            if json {
+                print_json(&ans.body)?;
+            } else {
+                let list = ans.body["sources"].as_array().cloned().unwrap_or_default();
+                if list.is_empty() {
+                    say!("no sources");
+                }
+                for s in list {
+                    say!(
+                        "{:<32} {:<6} {:>10} bytes  {}",
+                        s["name"].as_str().unwrap_or(""),
+                        s["kind"].as_str().unwrap_or(""),
+                        s["size"].as_u64().unwrap_or(0),
+                        s["digest"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        SourceCommand::Rm { name } => {
+            client.send(reqwest::Method::DELETE, &format!("/sources/{name}"), None)?;
+            say!("removed source {name}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---- skills on the node
+
+#[derive(clap::Args, Debug)]
+pub struct SkillAddArgs {
+    /// A SKILL.md file, or a skill folder holding SKILL.md.
+    pub path: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SkillListArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SkillNameArgs {
+    pub name: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A file, or a folder holding SKILL.md; the fallback name is the folder name, or the file stem
+/// unless it is SKILL.md (then its folder's name) — the same rule as `skill check`.
+fn resolve_skill_path(path: &Path) -> (PathBuf, Option<String>) {
+    let file_name = |p: &Path| p.file_name().and_then(|n| n.to_str()).map(str::to_owned);
+    if path.is_dir() {
+        return (path.join("SKILL.md"), file_name(path));
+    }
+    let fallback = match path.file_stem().and_then(|s| s.to_str()) {
+        Some(s) if s.eq_ignore_ascii_case("skill") => path.parent().and_then(file_name),
+        Some(s) => Some(s.to_owned()),
+        None => None,
+    };
+    (path.to_path_buf(), fallback)
+}
+
+pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<ExitCode> {
+    let (file, fallback) = resolve_skill_path(&args.path);
+    let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+    let client = Client::from_data_dir(global)?;
+    let path = match &fallback {
+        Some(name)
+            if name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') =>
+        {
+            format!("/skills?name={name}")
+        }
+        _ => "/skills".to_owned(),
+    };
+    let ans = client.send(reqwest::Method::POST, &path, Some(("text/markdown", bytes)))?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let b = &ans.body;
+    let verb = if b["replaced"] == Value::Bool(true) {
+        "replaced"
+    } else {
+        "added"
+    };
+    say!(
+        "{verb} skill {} ({}, {})",
+        b["name"].as_str().unwrap_or(""),
+        b["agentId"].as_str().unwrap_or(""),
+        b["digest"].as_str().unwrap_or("")
+    );
+    print_state(&b["state"]);
+    for w in b["warnings"].as_array().into_iter().flatten() {
+        say!("  warning: {}", w["message"].as_str().unwrap_or(""));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_state(state: &Value) {
+    if state["offered"] == Value::Bool(true) {
+        say!("  offered");
+    } else {
+        let reasons: Vec<&str> = state["reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        say!("  not offered: {}", reasons.join("; "));
+    }
+}
+
+pub fn skill_list(global: &crate::Global, args: SkillListArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let ans = client.send(reqwest::Method::GET, "/skills", None)?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let list = ans.body["skills"].as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        say!("no skills");
+    }
+    for s in list {
+        let state = if s["offered"] == Value::Bool(true) {
+            "offered".to_owned()
+        } else {
+            format!("not offered: {}", s["reason"].as_str().unwrap_or(""))
+        };
+        say!(
+            "{:<24} {:<12} {}",
+            s["name"].as_str().unwrap_or(""),
+            s["provider"].as_str().unwrap_or("-"),
+            state
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn skill_show(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let ans = client.send(
+        reqwest::Method::GET,
+        &format!("/skills/{}", args.name),
+        None,
+    )?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let b = &ans.body;
+    say!(
+        "skill {} ({})",
+        b["name"].as_str().unwrap_or(""),
+        b["agentId"].as_str().unwrap_or("")
+    );
+    say!("  digest: {}", b["digest"].as_str().unwrap_or(""));
+    print_state(&b["state"]);
+    say!("declaration:");
+    say!(
+        "{}",
+        serde_json::to_string_pretty(&b["declaration"]).context("printing")?
+    );
+    say!("manifest:");
+    say!(
+        "{}",
+        serde_json::to_string_pretty(&b["manifest"]).context("printing")?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn skill_rm(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    client.send(
+        reqwest::Method::DELETE,
+        &format!("/skills/{}", args.name),
+        None,
+    )?;
+    say!("removed skill {} and its body source", args.name);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,478 @@
+//! The HTTP API of a real node (in-process server on an ephemeral port, store on disk).
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{Value, json};
+use skillbox_skill::openwop::{self, RETURN_SCHEMA_PATH, Schema, TASK_SCHEMA_PATH};
+
+#[tokio::test]
+async fn every_openwop_body_validates() {
+    let node = TestNode::start().await;
+    assert_eq!(node.post_skill(TASTE, None).await.0, 201);
+    assert_eq!(node.post_skill(LOCAL, None).await.0, 201);
+
+    // Discovery needs no token.
+    let resp = node
+        .http
+        .get(node.url("/.well-known/openwop"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status(), 200);
+    let disc: Value = resp.json().await.expect("json");
+    openwop::validate(Schema::Capabilities, &disc).expect("discovery validates");
+    assert_eq!(disc["agents"]["manifestRuntime"]["supported"], json!(true));
+    assert_eq!(
+        disc["capabilities"]["agents"]["manifestRuntime"]["supported"],
+        json!(true)
+    );
+
+    let (status, inv, text) = node.get("/v1/agents").await;
+    assert_eq!(status, 200);
+    openwop::validate(Schema::AgentInventoryResponse, &inv).expect("inventory validates");
+    let agents = inv["agents"].as_array().expect("array");
+    assert_eq!(inv["total"], json!(agents.len()));
+    assert_eq!(agents.len(), 2);
+    let ids: Vec<&str> = agents
+        .iter()
+        .map(|a| a["agentId"].as_str().expect("id"))
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "agentId-sorted");
+    assert_eq!(ids, vec!["local.skillbox.haiku", "local.skillbox.taste"]);
+    // Never a body, a key name or model, or a handoff schema in an entry.
+    for needle in [
+        "music critic",
+        "openrouter-key",
+        "claude-sonnet",
+        "taskSchemaRef",
+        "systemPrompt",
+        "$schema",
+    ] {
+        assert!(!text.contains(needle), "inventory leaks {needle:?}: {text}");
+    }
+
+    let (status, entry, _) = node.get("/v1/agents/local.skillbox.taste").await;
+    assert_eq!(status, 200);
+    skillbox_node::openwop::validate_entry(&entry).expect("entry validates");
+    assert_eq!(entry["hasHandoffSchemas"], json!(true));
+
+    // The handoff schemas the manifests point at are served, without a token, and are 2020-12.
+    for path in [TASK_SCHEMA_PATH, RETURN_SCHEMA_PATH] {
+        let resp = node.http.get(node.url(path)).send().await.expect("send");
+        assert_eq!(resp.status(), 200, "{path}");
+        let schema: Value = resp.json().await.expect("schema is JSON");
+        assert_eq!(
+            schema["$schema"],
+            json!("https://json-schema.org/draft/2020-12/schema"),
+            "{path}"
+        );
+    }
+    openwop::validate_task(&json!({"request": "hi", "sources": []}))
+        .expect("task example validates");
+
+    // The manifest a skill was imported with validates too (GET /skills/{name}).
+    let (_, detail, _) = node.get("/skills/taste").await;
+    openwop::validate(Schema::AgentManifest, &detail["manifest"]).expect("manifest validates");
+    assert_eq!(
+        detail["manifest"]["handoff"]["taskSchemaRef"],
+        json!(TASK_SCHEMA_PATH)
+    );
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn unauthenticated_requests_get_401_envelopes() {
+    let node = TestNode::start().await;
+    for (method, path) in [
+        (Method::GET, "/skills"),
+        (Method::POST, "/skills"),
+        (Method::GET, "/skills/taste"),
+        (Method::DELETE, "/skills/taste"),
+        (Method::GET, "/sources"),
+        (Method::PUT, "/sources/x"),
+        (Method::GET, "/sources/x"),
+        (Method::DELETE, "/sources/x"),
+        (Method::GET, "/v1/agents"),
+        (Method::GET, "/v1/agents/local.skillbox.taste"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/node"),
+    ] {
+        for auth in [
+            None,
+            Some("Bearer wrong-token-0123456789"),
+            Some("Basic abc"),
+        ] {
+            let mut rb = node.http.request(method.clone(), node.url(path));
+            if let Some(a) = auth {
+                rb = rb.header("authorization", a);
+            }
+            let resp = rb.send().await.expect("send");
+            assert_eq!(resp.status(), 401, "{method} {path} {auth:?}");
+            assert_eq!(
+                resp.headers().get("www-authenticate").map(|v| v.as_bytes()),
+                Some(&b"Bearer"[..])
+            );
+            let body: Value = resp.json().await.expect("json");
+            assert_envelope(&body, "unauthenticated");
+        }
+    }
+    // Public routes answer without a token.
+    for path in [
+        "/healthz",
+        "/.well-known/openwop",
+        "/openapi.json",
+        TASK_SCHEMA_PATH,
+    ] {
+        let resp = node.http.get(node.url(path)).send().await.expect("send");
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_agent_skill_source_and_route_are_404_envelopes() {
+    let node = TestNode::start().await;
+    for path in [
+        "/v1/agents/local.skillbox.nope",
+        "/skills/nope",
+        "/sources/nope",
+        "/sources/a/b/c",
+        "/nowhere",
+    ] {
+        let (status, body, _) = node.get(path).await;
+        assert_eq!(status, 404, "{path}");
+        assert_envelope(&body, "not_found");
+    }
+    let (status, body, _) = node
+        .call(node.req(Method::DELETE, "/sources/nope").await)
+        .await;
+    assert_eq!(status, 404);
+    assert_envelope(&body, "not_found");
+    let (status, body, _) = node
+        .call(node.req(Method::DELETE, "/skills/nope").await)
+        .await;
+    assert_eq!(status, 404);
+    assert_envelope(&body, "not_found");
+    let (status, body, _) = node.call(node.req(Method::PATCH, "/skills").await).await;
+    assert_eq!(status, 405);
+    assert_envelope(&body, "method_not_allowed");
+    node.stop().await;
+}
+
+fn count_rows(node: &TestNode, table: &str) -> i64 {
+    let conn = rusqlite::Connection::open(node.path().join("node.db")).expect("open db");
+    conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .expect("count")
+}
+
+#[tokio::test]
+async fn skill_profile_violation_is_rejected_and_leaves_nothing() {
+    let node = TestNode::start().await;
+    let doc = "---\nname: memo\ndescription: Remembers everything.\nprovider: local\nmemory:\n  longTerm: true\n---\nRemember the user.\n";
+    let (status, body, _) = node.post_skill(doc, None).await;
+    assert_eq!(status, 400, "{body}");
+    assert_envelope(&body, "pack_validation_failed");
+    let errors = body["details"]["errors"]
+        .as_array()
+        .expect("schema errors in details");
+    assert!(!errors.is_empty());
+    assert!(
+        errors.iter().any(|e| e["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("memoryShape"))),
+        "{body}"
+    );
+    assert_eq!(count_rows(&node, "skills"), 0);
+    assert_eq!(count_rows(&node, "sources"), 0);
+    let (_, list, _) = node.get("/skills").await;
+    assert_eq!(list["total"], json!(0));
+    let (_, list, _) = node.get("/sources").await;
+    assert_eq!(list["total"], json!(0));
+    let (status, _, _) = node.get("/sources/skill/memo/body").await;
+    assert_eq!(status, 404);
+
+    // A document error is a validation_error naming the field and line, and leaves nothing.
+    let (status, body, _) = node
+        .post_skill("---\nname: Bad_Name\ndescription: x\n---\nbody\n", None)
+        .await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+    let first = &body["details"]["errors"][0];
+    assert_eq!(first["field"], json!("name"), "{body}");
+    assert_eq!(first["line"], json!(2), "{body}");
+    assert_eq!(count_rows(&node, "skills"), 0);
+    assert_eq!(count_rows(&node, "sources"), 0);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn import_reimport_offer_state_and_delete() {
+    let node = TestNode::start().await;
+    let (status, imported, _) = node.post_skill(TASTE, None).await;
+    assert_eq!(status, 201, "{imported}");
+    assert_eq!(imported["replaced"], json!(false));
+    assert_eq!(imported["state"]["offered"], json!(false));
+    let digest1 = imported["digest"].as_str().expect("digest").to_owned();
+
+    // Declared but not offered: the key source is missing.
+    let (_, list, _) = node.get("/skills").await;
+    let taste = &list["skills"][0];
+    assert_eq!(taste["offered"], json!(false));
+    assert!(
+        taste["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("key source missing (openrouter-key)"),
+        "{taste}"
+    );
+
+    // Add the key: offered.
+    let (status, meta, _) = node
+        .put_source("openrouter-key", "secret", b"sk-or-v1-test")
+        .await;
+    assert_eq!(status, 201, "{meta}");
+    let (_, list, _) = node.get("/skills").await;
+    assert_eq!(list["skills"][0]["offered"], json!(true), "{list}");
+    assert!(list["skills"][0].get("reason").is_none());
+
+    // The body is a source, listed with metadata only.
+    let (_, sources, text) = node.get("/sources").await;
+    let names: Vec<&str> = sources["sources"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|s| s["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, vec!["openrouter-key", "skill/taste/body"]);
+    assert!(
+        !text.contains("music critic") && !text.contains("sk-or-v1-test"),
+        "{text}"
+    );
+    let (status, meta, _) = node.get("/sources/skill%2Ftaste%2Fbody").await;
+    assert_eq!(status, 200, "percent-encoded name");
+    assert_eq!(meta["kind"], json!("text"));
+
+    // Re-import replaces and changes the digest.
+    let changed = TASTE.replace("Builds a music-taste", "Builds a detailed music-taste");
+    let (status, again, _) = node.post_skill(&changed, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(again["replaced"], json!(true));
+    assert_ne!(again["digest"].as_str().expect("digest"), digest1);
+    let (_, list, _) = node.get("/skills").await;
+    assert_eq!(list["total"], json!(1));
+
+    // GET /skills/{name}: declaration, manifest, state; never the body.
+    let (status, detail, text) = node.get("/skills/taste").await;
+    assert_eq!(status, 200);
+    assert_eq!(detail["declaration"]["key"], json!("openrouter-key"));
+    assert_eq!(detail["state"]["offered"], json!(true));
+    assert_eq!(detail["bodySource"]["name"], json!("skill/taste/body"));
+    assert!(!text.contains("music critic"));
+
+    // Deleting the body source: declared, not offered, says why.
+    let (status, _, _) = node
+        .call(node.req(Method::DELETE, "/sources/skill/taste/body").await)
+        .await;
+    assert_eq!(status, 204);
+    let (_, list, _) = node.get("/skills").await;
+    assert!(
+        list["skills"][0]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("body source missing"),
+        "{list}"
+    );
+
+    // No provider: declared, not offered.
+    let (status, _, _) = node
+        .post_skill("---\nname: bare\ndescription: No provider.\n---\nx\n", None)
+        .await;
+    assert_eq!(status, 201);
+    let (_, detail, _) = node.get("/skills/bare").await;
+    assert!(
+        detail["state"]["reasons"][0]
+            .as_str()
+            .expect("reason")
+            .contains("no provider"),
+        "{detail}"
+    );
+
+    // Fallback name from ?name=.
+    let (status, b, _) = node
+        .post_skill(
+            "---\ndescription: Named by the query.\nprovider: local\n---\nx\n",
+            Some("from-query"),
+        )
+        .await;
+    assert_eq!(status, 201, "{b}");
+    assert_eq!(b["name"], json!("from-query"));
+
+    // DELETE /skills/{name} removes the declaration and the body source.
+    let (status, _, _) = node
+        .call(node.req(Method::DELETE, "/skills/from-query").await)
+        .await;
+    assert_eq!(status, 204);
+    let (status, _, _) = node.get("/sources/skill/from-query/body").await;
+    assert_eq!(status, 404);
+    let (status, _, _) = node.get("/v1/agents/local.skillbox.from-query").await;
+    assert_eq!(status, 404);
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_the_right_status_and_envelope() {
+    let node = TestNode::start().await;
+    // Wrong content type.
+    for ct in [
+        Some("application/x-www-form-urlencoded"),
+        Some("image/png"),
+        None,
+    ] {
+        let mut rb = node.req(Method::POST, "/skills").await.body(LOCAL);
+        if let Some(ct) = ct {
+            rb = rb.header("content-type", ct);
+        }
+        let (status, body, _) = node.call(rb).await;
+        assert_eq!(status, 415, "{ct:?}");
+        assert_envelope(&body, "unsupported_media_type");
+    }
+    // A 2 MiB SKILL.md.
+    let big = format!(
+        "---\nname: big\ndescription: x\nprovider: local\n---\n{}",
+        "a".repeat(2 * 1024 * 1024)
+    );
+    let (status, body, _) = node.post_skill(&big, None).await;
+    assert_eq!(status, 413);
+    assert_envelope(&body, "payload_too_large");
+    // Not UTF-8.
+    let rb = node
+        .req(Method::POST, "/skills")
+        .await
+        .header("content-type", "text/plain")
+        .body(vec![0xffu8, 0xfe, 0x00]);
+    let (status, body, _) = node.call(rb).await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+    // Unknown query parameter, bad kind, bad source names, reserved names.
+    let rb = node
+        .req(Method::POST, "/skills?nmae=x")
+        .await
+        .header("content-type", "text/markdown")
+        .body(LOCAL);
+    let (status, body, _) = node.call(rb).await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+    assert!(body["message"].as_str().expect("message").contains("nmae"));
+    let (status, body, _) = node.put_source("x", "password", b"v").await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+    for bad in ["a%20b", ".hidden", "a%2F..%2Fb", "skill/taste/body"] {
+        let (status, body, _) = node.put_source(bad, "text", b"v").await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_envelope(&body, "validation_error");
+    }
+    // A text source must be UTF-8.
+    let (status, body, _) = node.put_source("t", "text", &[0xff, 0xfe]).await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+    // Unknown source.
+    let (status, body, _) = node.get("/sources/never-added").await;
+    assert_eq!(status, 404);
+    assert_envelope(&body, "not_found");
+    // Nothing of the above was stored.
+    let (_, list, _) = node.get("/sources").await;
+    assert_eq!(list["total"], json!(0), "{list}");
+    node.stop().await;
+}
+
+#[tokio::test]
+async fn restart_keeps_everything() {
+    let node = TestNode::start().await;
+    node.post_skill(TASTE, None).await;
+    node.put_source("openrouter-key", "secret", b"sk-or-v1-keep")
+        .await;
+    node.put_source("spotify_songs", "file", b"song,artist\n")
+        .await;
+    let (_, before_skills, _) = node.get("/skills").await;
+    let (_, before_sources, _) = node.get("/sources").await;
+    let (_, before_agents, _) = node.get("/v1/agents").await;
+    let dir = node.stop().await;
+
+    let node = TestNode::start_in(dir).await;
+    assert_eq!(node.get("/skills").await.1, before_skills);
+    assert_eq!(node.get("/sources").await.1, before_sources);
+    assert_eq!(node.get("/v1/agents").await.1, before_agents);
+    let dir = node.stop().await;
+
+    // Content survives too, and only apply reads it.
+    let opened = skillbox_node::Node::open(dir.path()).expect("open");
+    let mut out = Vec::new();
+    opened
+        .sources()
+        .apply("openrouter-key", &mut out)
+        .expect("apply");
+    assert_eq!(out, b"sk-or-v1-keep");
+}
+
+#[tokio::test]
+async fn missing_or_corrupted_data_key_is_a_clear_error() {
+    let dir = init_dir();
+    // First start writes the key check value.
+    let node = TestNode::start_in(dir).await;
+    node.put_source("a", "text", b"hello").await;
+    let dir = node.stop().await;
+    let key_path = dir.path().join("data.key");
+    let good = std::fs::read(&key_path).expect("read key");
+
+    std::fs::remove_file(&key_path).expect("remove");
+    let err = skillbox_node::Node::open(dir.path()).expect_err("missing key");
+    assert!(err.to_string().contains("data key missing"), "{err}");
+
+    std::fs::write(&key_path, &good[..31]).expect("truncate");
+    let err = skillbox_node::Node::open(dir.path()).expect_err("short key");
+    assert!(
+        err.to_string().contains("data key") && err.to_string().contains("corrupted"),
+        "{err}"
+    );
+
+    let mut flipped = good.clone();
+    flipped[0] ^= 0x01;
+    std::fs::write(&key_path, &flipped).expect("corrupt");
+    let err = skillbox_node::Node::open(dir.path()).expect_err("wrong key");
+    assert!(
+        err.to_string().contains("does not match this store"),
+        "{err}"
+    );
+
+    std::fs::write(&key_path, &good).expect("restore");
+    skillbox_node::Node::open(dir.path()).expect("the right key opens again");
+}
+
+#[tokio::test]
+async fn metrics_and_health() {
+    let node = TestNode::start().await;
+    node.post_skill(LOCAL, None).await;
+    node.get("/skills").await;
+    let (status, _, _) = node.get("/healthz").await;
+    assert_eq!(status, 200);
+    let (status, _, text) = node.get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains(
+            "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("route=\"/skills\",method=\"POST\",status=\"201\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("\nskillbox_skills 1\n"), "{text}");
+    assert!(text.contains("\nskillbox_skills_offered 1\n"), "{text}");
+    assert!(text.contains("\nskillbox_sources 1\n"), "{text}");
+    node.stop().await;
+}

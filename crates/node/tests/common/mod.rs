@@ -1,0 +1,133 @@
+//! A real node in-process: a temp data dir made by `init`, the store on disk, the API on an
+//! ephemeral loopback port.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use skillbox_node::{Config, DataDir, Node};
+
+pub struct TestNode {
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    pub token: String,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub fn init_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.api.listen = "127.0.0.1:0".parse().expect("addr");
+    DataDir::new(dir.path()).init(&config).expect("init");
+    dir
+}
+
+impl TestNode {
+    pub async fn start() -> TestNode {
+        TestNode::start_in(init_dir()).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir) -> TestNode {
+        let node = Node::open(dir.path()).expect("open node");
+        let listener = node.bind(None).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            node.serve(listener, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve");
+        });
+        let token = DataDir::new(dir.path()).load_api_token().expect("token");
+        TestNode {
+            dir,
+            base: format!("http://{addr}"),
+            token,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stop the server and hand back the data dir (for a restart).
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("server task");
+        }
+        let dir = tempfile::tempdir().expect("placeholder");
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token)
+    }
+
+    /// Send and return status + JSON body (Null when empty).
+    pub async fn call(&self, rb: reqwest::RequestBuilder) -> (u16, Value, String) {
+        let resp = rb.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::Null)
+        };
+        (status, json, text)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value, String) {
+        let rb = self.req(reqwest::Method::GET, path).await;
+        self.call(rb).await
+    }
+
+    pub async fn post_skill(&self, doc: &str, name: Option<&str>) -> (u16, Value, String) {
+        let path = match name {
+            Some(n) => format!("/skills?name={n}"),
+            None => "/skills".into(),
+        };
+        let rb = self
+            .req(reqwest::Method::POST, &path)
+            .await
+            .header("content-type", "text/markdown")
+            .body(doc.to_owned());
+        self.call(rb).await
+    }
+
+    pub async fn put_source(&self, name: &str, kind: &str, content: &[u8]) -> (u16, Value, String) {
+        let rb = self
+            .req(
+                reqwest::Method::PUT,
+                &format!("/sources/{name}?kind={kind}"),
+            )
+            .await
+            .body(content.to_vec());
+        self.call(rb).await
+    }
+}
+
+/// Assert `v` is an OpenWOP error envelope with this code.
+pub fn assert_envelope(v: &Value, code: &str) {
+    skillbox_skill::openwop::validate(skillbox_skill::Schema::ErrorEnvelope, v)
+        .unwrap_or_else(|e| panic!("not an error envelope: {v}: {e:?}"));
+    assert_eq!(v["error"], Value::String(code.into()), "{v}");
+}
+
+pub const TASTE: &str = "---\nname: taste\ndescription: Builds a music-taste profile from listening history.\nprovider: openrouter\nmodel: anthropic/claude-sonnet-4.5\nkey: openrouter-key\nrequiredSources: spotify_songs\n---\nYou are a music critic. Read the listening history and describe the taste.\n";
+
+pub const LOCAL: &str = "---\nname: haiku\ndescription: Writes a haiku about the request.\nprovider: local\n---\nWrite a haiku.\n";
