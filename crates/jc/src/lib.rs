@@ -20,5 +20,8 @@ pub mod run;
 pub mod seal;
 pub mod server;
 
+/// The Ed25519 implementation programs and receipts are signed with (node keys are its
+/// `SigningKey`s), so nodes use the same copy.
+pub use ed25519_dalek;
 pub use error::{JcError, Result};
 pub use program::{Program, ProgramHash, Role};

@@ -1,0 +1,99 @@
+//! `skillbox box`: run a box (joint compute) — its own process, its own keys, its own HTTP API.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use skillbox_jc::attest::{Attester, InsecureDevAttester};
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_providers::{ProviderId, ProviderSettings, local};
+
+#[derive(clap::Args, Debug)]
+pub struct BoxArgs {
+    /// Address to listen on. Loopback by default: a box is reached by the nodes that use it.
+    #[arg(long, default_value = "127.0.0.1:7480")]
+    pub listen: SocketAddr,
+    /// Attest with the software `insecure-dev` attester: NO hardware isolation. Nodes accept it
+    /// only when their config allows it and the program lists it.
+    #[arg(long)]
+    pub insecure_dev: bool,
+    /// Base URL for a provider, `ID=URL` (repeatable), e.g. `openai-compatible:vllm=http://127.0.0.1:8000/v1`.
+    /// Programs must name this URL as the provider's host.
+    #[arg(long = "provider-url", value_parser = parse_provider_url)]
+    pub provider_urls: Vec<(ProviderId, String)>,
+}
+
+fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
+    let (id, url) = s.split_once('=').ok_or("expected ID=URL")?;
+    let id: ProviderId = id.parse().map_err(|e| format!("{e}"))?;
+    if id == ProviderId::Local {
+        return Err("the local provider has no URL".into());
+    }
+    Ok((id, url.to_owned()))
+}
+
+pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    if !args.insecure_dev {
+        bail!(
+            "no hardware attester is available here (SEV-SNP, TDX and Nitro verifiers come later); \
+             start with --insecure-dev for development — that box has no hardware isolation"
+        );
+    }
+    let attester: Arc<dyn Attester> =
+        Arc::new(InsecureDevAttester::for_current_exe().context("measuring the box executable")?);
+    let mut settings = ProviderSettings::new(local::default_model_path(&global.data_dir()));
+    for (id, url) in args.provider_urls {
+        settings = settings.with_base_url(id, url);
+    }
+    let providers = ProviderRegistry::from_settings(&settings);
+    let views = providers.views();
+    let core = Arc::new(BoxCore::new(
+        attester.clone(),
+        providers,
+        BoxConfig::default(),
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        let addr = listener.local_addr().context("listener address")?;
+        // First line: the URL (tests and scripts read it).
+        println!("box listening on http://{addr}");
+        println!(
+            "platform {} (NO hardware isolation), measurement {}",
+            attester.platform(),
+            attester.measurement()
+        );
+        for v in views {
+            match (v.available, v.reason) {
+                (true, _) => println!(
+                    "provider {}: available{}",
+                    v.id,
+                    v.host.map(|h| format!(" at {h}")).unwrap_or_default()
+                ),
+                (false, reason) => println!(
+                    "provider {}: unavailable ({})",
+                    v.id,
+                    reason.unwrap_or_default()
+                ),
+            }
+        }
+        skillbox_jc::server::serve(listener, core)
+            .await
+            .context("serving the box API")
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,355 @@
+//! End to end through a real `skillbox box` process with the embedded model: two parties with
+//! their own keys, a program signed by both, stakes from both, the answer opened by the caller
+//! only, the receipt verified with the run key from the attestation.
+//!
+//! Needs the model: `SKILLBOX_MODEL`, else `$HOME/.local/share/skillbox/models/...`; absent, the
+//! test fails and says to run `skillbox model fetch`.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use skillbox_jc::JcError;
+use skillbox_jc::attest::{VerifyPolicy, measure_file};
+use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::dsse::{approved_program, key_hex, sign_program};
+use skillbox_jc::ed25519_dalek::SigningKey;
+use skillbox_jc::program::*;
+use skillbox_jc::receipt::RunStatus;
+use skillbox_jc::run::now_secs;
+use skillbox_jc::seal::HpkeKeyPair;
+
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+fn model_path() -> PathBuf {
+    let path = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+            .join(".local/share/skillbox/models")
+            .join(MODEL_FILE),
+    };
+    assert!(
+        path.is_file(),
+        "the embedded model is missing at {}: run `skillbox model fetch` (or set SKILLBOX_MODEL)",
+        path.display()
+    );
+    path
+}
+
+/// A running box process, killed when dropped.
+struct BoxProcess {
+    child: Child,
+    url: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for BoxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_box(model: &std::path::Path) -> BoxProcess {
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["box", "--listen", "127.0.0.1:0", "--insecure-dev"])
+        .env("SKILLBOX_DATA_DIR", data.path())
+        .env("SKILLBOX_MODEL", model)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn skillbox box");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines
+        .next()
+        .expect("box printed a line")
+        .expect("readable line");
+    let url = first
+        .strip_prefix("box listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .to_owned();
+    // Keep draining stdout so the box never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    BoxProcess {
+        child,
+        url,
+        _data: data,
+    }
+}
+
+fn party_key() -> SigningKey {
+    let mut seed = [0u8; 32];
+    getrandom_seed(&mut seed);
+    SigningKey::from_bytes(&seed)
+}
+
+fn getrandom_seed(buf: &mut [u8; 32]) {
+    // The jc crate's nonces are random: two of them make a fresh 32-byte seed.
+    let a = skillbox_jc::client::new_nonce();
+    let b = skillbox_jc::client::new_nonce();
+    let bytes = hex_decode(&(a + &b));
+    buf.copy_from_slice(&bytes);
+}
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn program(
+    caller: &SigningKey,
+    owner: &SigningKey,
+    result: &HpkeKeyPair,
+    measurement: &str,
+) -> Program {
+    Program {
+        version: PROGRAM_VERSION,
+        call_id: format!("e2e-{}", skillbox_jc::client::new_nonce()),
+        parties: Parties {
+            caller: CallerParty {
+                node_key: key_hex(&caller.verifying_key()),
+                result_key: result.public_hex(),
+            },
+            owner: OwnerParty {
+                node_key: key_hex(&owner.verifying_key()),
+            },
+        },
+        boxes: vec![BoxIdentity {
+            platform: INSECURE_DEV.into(),
+            measurement: measurement.into(),
+        }],
+        skill: SkillRef {
+            name: "capital-cities".into(),
+            declaration_digest: format!("sha256:{}", "cd".repeat(32)),
+        },
+        provider: ProviderGrant {
+            id: "local".parse().expect("provider id"),
+            host: None,
+        },
+        caller_inputs: CallerInputs {
+            request_max_bytes: 1024,
+            sources: vec![SourceLimit {
+                name: "travel_notes".into(),
+                max_bytes: 1024,
+            }],
+        },
+        owner_inputs: OwnerInputs {
+            body_max_bytes: 4096,
+            model_max_bytes: 64,
+            key_max_bytes: 0,
+        },
+        output: OutputSpec {
+            max_bytes: 160,
+            padded: true,
+            to: "caller".into(),
+        },
+        receipt: ReceiptSpec {
+            fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
+            to: vec!["caller".into(), "owner".into()],
+        },
+        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        expires_at: now_secs() + 900,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn box_process_runs_a_call_with_the_local_model() {
+    let model = model_path();
+    let bx = spawn_box(&model);
+    let client = BoxClient::new(&bx.url).expect("client");
+    let health = client.health().await.expect("healthz");
+    assert_eq!(health.platform, INSECURE_DEV);
+    assert!(health.no_hardware_isolation);
+    let local = health
+        .providers
+        .iter()
+        .find(|p| p.id == "local")
+        .expect("local listed");
+    assert!(local.available, "{local:?}");
+    // insecure-dev's measurement is the SHA-384 of the box's own executable.
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_skillbox"));
+    assert_eq!(health.measurement, measure_file(&exe).expect("measure"));
+
+    // Two parties, their own keys. The caller also makes a result key for this call.
+    let (caller, owner) = (party_key(), party_key());
+    let result_key = HpkeKeyPair::generate();
+    let p = program(&caller, &owner, &result_key, &health.measurement);
+    // jc.propose / jc.approve: the caller signs, the owner co-signs the same bytes.
+    let mut env = sign_program(&p, &caller).expect("caller signs");
+    env.sign(&owner).expect("owner signs");
+    let approved = approved_program(&env).expect("approved by both");
+
+    let opened = client.open(&env).await.expect("jc.open");
+    // Each party attests with its own nonce and its own policy (both allow insecure-dev here).
+    let policy = VerifyPolicy::new(true);
+    let caller_view = client
+        .attest(&approved, &opened.run_id, &policy)
+        .await
+        .expect("caller verifies");
+    let owner_view = client
+        .attest(&approved, &opened.run_id, &policy)
+        .await
+        .expect("owner verifies");
+    assert_eq!(caller_view.hpke_public_key, owner_view.hpke_public_key);
+    assert!(caller_view.no_hardware_isolation);
+    // A node whose config does not allow insecure-dev refuses this box.
+    let strict = client
+        .attest(&approved, &opened.run_id, &VerifyPolicy::new(false))
+        .await
+        .expect_err("strict node");
+    assert!(
+        matches!(strict, JcError::DevAttestationNotAllowed),
+        "{strict:?}"
+    );
+
+    let request = "What is the capital of France? Answer with the city name.";
+    let notes = "I am planning a trip to Europe.";
+    let caller_stake = seal_stake(
+        &caller_view,
+        Role::Caller,
+        vec![
+            StakeInput::bytes("request", request.as_bytes()),
+            StakeInput {
+                name: "travel_notes".into(),
+                len: notes.len() as u64,
+                reader: Box::new(notes.as_bytes()),
+            },
+        ],
+    )
+    .expect("caller seals");
+    let body = "You answer geography questions in one short sentence.";
+    let owner_stake = seal_stake(
+        &owner_view,
+        Role::Owner,
+        vec![
+            StakeInput::bytes("body", body.as_bytes()),
+            StakeInput::bytes("model", b"smollm2-135m"),
+        ],
+    )
+    .expect("owner seals");
+
+    // jc.submit is refused before both stakes.
+    client
+        .stake(&caller_view, Role::Caller, caller_stake, &caller)
+        .await
+        .expect("caller stakes");
+    let early = client
+        .submit(&opened.run_id, &approved.hash, Role::Caller, &caller)
+        .await
+        .expect_err("early submit");
+    assert!(
+        matches!(&early, JcError::Remote { code, .. } if code == "stakes_missing"),
+        "{early:?}"
+    );
+    client
+        .stake(&owner_view, Role::Owner, owner_stake, &owner)
+        .await
+        .expect("owner stakes");
+    assert!(
+        !client
+            .submit(&opened.run_id, &approved.hash, Role::Caller, &caller)
+            .await
+            .expect("caller submits")
+    );
+    assert!(
+        client
+            .submit(&opened.run_id, &approved.hash, Role::Owner, &owner)
+            .await
+            .expect("owner submits")
+    );
+
+    let view = client
+        .wait_result(&opened.run_id, Duration::from_secs(300))
+        .await
+        .expect("result");
+    assert_eq!(view.status, RunStatus::Ok, "{:?}", view.error);
+
+    // The caller opens the answer; the owner's keys cannot.
+    let out = open_result(&view, &result_key, &caller_view).expect("caller opens");
+    assert!(!out.answer.trim().is_empty(), "the model answered nothing");
+    assert!(out.answer.len() <= 160);
+    assert!(out.no_hardware_isolation);
+    let owner_hpke = HpkeKeyPair::generate();
+    assert!(matches!(
+        open_result(&view, &owner_hpke, &owner_view),
+        Err(JcError::ResultNotForThisKey)
+    ));
+
+    // The owner's receipt, verified with the run key from its own attestation.
+    let receipt = verify_receipt(&view, &owner_view).expect("receipt verifies");
+    assert_eq!(receipt.run_id, opened.run_id);
+    assert_eq!(receipt.program_hash, approved.hash.to_hex());
+    assert_eq!(receipt.status, RunStatus::Ok);
+    assert!(receipt.output_bucket >= 1024);
+
+    // Material never shows in what the box says in the clear.
+    let status =
+        serde_json::to_string(&client.status(&opened.run_id).await.expect("status")).expect("json");
+    for secret in [request, notes, body] {
+        assert!(!status.contains(secret));
+        assert!(
+            !serde_json::to_string(&view.receipt)
+                .expect("json")
+                .contains(secret)
+        );
+    }
+    client
+        .delete(&opened.run_id, &approved.hash, Role::Owner, &owner)
+        .await
+        .expect("done with the run");
+    let spent = client.result(&opened.run_id).await.expect_err("spent");
+    assert!(
+        matches!(&spent, JcError::Remote { code, .. } if code == "run_spent"),
+        "{spent:?}"
+    );
+}
+
+#[tokio::test]
+async fn box_without_the_model_starts_and_says_local_is_unavailable() {
+    let bx = spawn_box(std::path::Path::new("/nonexistent/skillbox-model.gguf"));
+    let client = BoxClient::new(&bx.url).expect("client");
+    let health = client.health().await.expect("healthz");
+    let local = health
+        .providers
+        .iter()
+        .find(|p| p.id == "local")
+        .expect("local listed");
+    assert!(!local.available);
+    assert!(
+        local
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("skillbox model fetch"),
+        "{local:?}"
+    );
+    let (caller, owner) = (party_key(), party_key());
+    let p = program(
+        &caller,
+        &owner,
+        &HpkeKeyPair::generate(),
+        &health.measurement,
+    );
+    let mut env = sign_program(&p, &caller).expect("sign");
+    env.sign(&owner).expect("sign");
+    let e = client.open(&env).await.expect_err("no model");
+    assert!(
+        matches!(&e, JcError::Remote { code, .. } if code == "provider_unavailable"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn box_without_insecure_dev_refuses_to_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["box", "--listen", "127.0.0.1:0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--insecure-dev"));
+}
