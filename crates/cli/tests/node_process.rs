@@ -1,0 +1,430 @@
+//! A real `skillbox node` process, driven by the real CLI: init, serve, skills and sources, the
+//! leak scan, restart after kill -9, and clear errors for a missing or corrupted data key.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_skillbox");
+
+fn skillbox(dir: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run skillbox")
+}
+
+fn skillbox_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("write stdin");
+    child.wait_with_output().expect("wait")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A running `skillbox node`; killed (SIGKILL) when dropped so a failing test leaves nothing.
+struct NodeProc {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+}
+
+impl NodeProc {
+    fn start(dir: &Path, log_name: &str) -> NodeProc {
+        let _ = fs::remove_file(dir.join("api.addr"));
+        let log = dir.parent().expect("parent").join(log_name);
+        let out = fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("clone");
+        let mut child = Command::new(BIN)
+            .arg("--data-dir")
+            .arg(dir)
+            .arg("node")
+            .env("SKILLBOX_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn node");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = fs::read_to_string(dir.join("api.addr")) {
+                let addr = a.trim().to_owned();
+                if TcpStream::connect(&addr).is_ok() {
+                    return NodeProc { child, addr, log };
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "node exited early ({status}): {}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node did not start: {}",
+                fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// kill -9: no graceful shutdown, the store must cope.
+    fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 request over a plain socket; returns (status, body).
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\nContent-Length: 0\r\n\r\n")
+        .expect("write");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let status = raw.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn init(root: &Path) -> PathBuf {
+    let dir = root.join("node");
+    let o = skillbox(&dir, &["init", "--api", "127.0.0.1:0"]);
+    assert!(o.status.success(), "init: {}", text(&o));
+    dir
+}
+
+fn unique(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    format!("{tag}-{}-{nanos:x}", std::process::id())
+}
+
+fn assert_absent(haystack: &[u8], needle: &str, what: &str) {
+    assert!(
+        !haystack
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes()),
+        "{needle} found in {what}"
+    );
+}
+
+#[test]
+fn leak_scan_body_and_key_never_leave_the_store() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = init(root.path());
+    let token = fs::read_to_string(dir.join("api.token"))
+        .expect("token")
+        .trim()
+        .to_owned();
+    let body_marker = unique("BODYMARKER");
+    let key_marker = unique("KEYMARKER");
+
+    let skill_dir = root.path().join("taste");
+    fs::create_dir(&skill_dir).expect("mkdir");
+    fs::write(
+        skill_dir.join("SKILL.md"),
+        format!(
+            "---\ndescription: Builds a music-taste profile.\nprovider: openrouter\nmodel: some/model\nkey: openrouter-key\nrequiredSources: spotify_songs\n---\nYou are a critic. {body_marker}\n"
+        ),
+    )
+    .expect("write skill");
+
+    let node = NodeProc::start(&dir, "node1.log");
+    let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut cli = |args: &[&str], input: Option<&[u8]>| {
+        let o = match input {
+            Some(i) => skillbox_stdin(&dir, args, i),
+            None => skillbox(&dir, args),
+        };
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        seen.push((format!("cli {args:?}"), text(&o).into_bytes()));
+        text(&o)
+    };
+    // Import (the folder name is the fallback name), the key from stdin, list and inventory.
+    let added = cli(&["skill", "add", skill_dir.to_str().expect("utf8")], None);
+    assert!(added.contains("added skill taste"), "{added}");
+    cli(
+        &["source", "add", "openrouter-key", "--secret"],
+        Some(format!("{key_marker}\n").as_bytes()),
+    );
+    let list = cli(&["skill", "list", "--json"], None);
+    assert!(
+        list.contains("\"offered\": true"),
+        "the skill is offered once the key is there: {list}"
+    );
+    cli(&["skill", "list"], None);
+    cli(&["skill", "show", "taste"], None);
+    cli(&["skill", "show", "taste", "--json"], None);
+    let sources = cli(&["source", "list", "--json"], None);
+    assert!(
+        sources.contains("skill/taste/body") && sources.contains("openrouter-key"),
+        "{sources}"
+    );
+    cli(&["source", "list"], None);
+
+    let paths = [
+        "/skills",
+        "/skills/taste",
+        "/sources",
+        "/sources/openrouter-key",
+        "/sources/skill/taste/body",
+        "/v1/agents",
+        "/v1/agents/local.skillbox.taste",
+        "/.well-known/openwop",
+        "/openapi.json",
+        "/metrics",
+        "/node",
+        "/healthz",
+    ];
+    let scan_http = |addr: &str, seen: &mut Vec<(String, Vec<u8>)>| {
+        for p in paths {
+            let (status, body) = http(addr, "GET", p, Some(&token));
+            assert_eq!(status, 200, "GET {p}: {body}");
+            seen.push((format!("GET {p}"), body.into_bytes()));
+        }
+        // Error answers too.
+        for p in ["/skills/nope", "/v1/agents/nope", "/sources/nope"] {
+            let (status, body) = http(addr, "GET", p, Some(&token));
+            assert_eq!(status, 404);
+            seen.push((format!("GET {p}"), body.into_bytes()));
+        }
+    };
+    scan_http(&node.addr.clone(), &mut seen);
+    let log1 = node.kill();
+    assert!(
+        log1.contains("skill imported"),
+        "the node logs at debug level, so the scan means something: {log1}"
+    );
+
+    // Restart: everything is still there, and still nothing leaks.
+    let node = NodeProc::start(&dir, "node2.log");
+    let (status, body) = http(&node.addr, "GET", "/skills", Some(&token));
+    assert_eq!(status, 200);
+    assert!(body.contains("\"offered\":true"), "{body}");
+    scan_http(&node.addr.clone(), &mut seen);
+    let log2 = node.kill();
+    seen.push(("node log (first run)".into(), log1.into_bytes()));
+    seen.push(("node log (after restart)".into(), log2.into_bytes()));
+
+    // The SQLite files, byte for byte (the WAL too: kill -9 leaves it un-checkpointed).
+    let mut db_files = 0;
+    for name in ["node.db", "node.db-wal", "node.db-shm"] {
+        if let Ok(bytes) = fs::read(dir.join(name)) {
+            db_files += 1;
+            seen.push((name.into(), bytes));
+        }
+    }
+    assert!(db_files >= 1);
+    // The content really is in there (encrypted): the source sizes say so.
+    assert!(
+        sources.contains(&format!("\"size\": {}", key_marker.len())),
+        "{sources}"
+    );
+
+    for (what, bytes) in &seen {
+        assert_absent(bytes, &body_marker, what);
+        assert_absent(bytes, &key_marker, what);
+    }
+}
+
+#[test]
+fn restart_keeps_everything_and_a_bad_data_key_is_a_clear_error() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = init(root.path());
+    let node = NodeProc::start(&dir, "a.log");
+    let skill = root.path().join("haiku.md");
+    fs::write(
+        &skill,
+        "---\ndescription: Writes a haiku.\nprovider: local\n---\nWrite a haiku.\n",
+    )
+    .expect("write");
+    let o = skillbox(&dir, &["skill", "add", skill.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = skillbox(&dir, &["source", "add", "notes", "--text", "some notes"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let skills_before = skillbox(&dir, &["skill", "list", "--json"]);
+    let sources_before = skillbox(&dir, &["source", "list", "--json"]);
+    node.kill();
+
+    let node = NodeProc::start(&dir, "b.log");
+    assert_eq!(
+        skillbox(&dir, &["skill", "list", "--json"]).stdout,
+        skills_before.stdout
+    );
+    assert_eq!(
+        skillbox(&dir, &["source", "list", "--json"]).stdout,
+        sources_before.stdout
+    );
+    assert!(String::from_utf8_lossy(&skills_before.stdout).contains("\"name\": \"haiku\""));
+    node.kill();
+
+    let key = dir.join("data.key");
+    let good = fs::read(&key).expect("key");
+    let start_fails = |expect: &str| {
+        let o = Command::new(BIN)
+            .arg("--data-dir")
+            .arg(&dir)
+            .arg("node")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run node");
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(t.contains(expect), "expected {expect:?} in: {t}");
+        assert!(!t.contains("panicked"), "{t}");
+    };
+    let mut flipped = good.clone();
+    flipped[7] ^= 0x80;
+    fs::write(&key, &flipped).expect("corrupt");
+    start_fails("does not match this store");
+    fs::write(&key, &good[..20]).expect("truncate");
+    start_fails("expected exactly 32 bytes, found 20");
+    fs::remove_file(&key).expect("remove");
+    start_fails("data key missing");
+    fs::write(&key, &good).expect("restore");
+    let node = NodeProc::start(&dir, "c.log");
+    assert_eq!(
+        skillbox(&dir, &["skill", "list", "--json"]).stdout,
+        skills_before.stdout
+    );
+    node.kill();
+}
+
+#[test]
+fn init_writes_private_files_and_refuses_to_overwrite() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("n");
+    let o = skillbox(
+        &dir,
+        &[
+            "init",
+            "--api",
+            "127.0.0.1:0",
+            "--p2p",
+            "/ip4/127.0.0.1/tcp/0",
+            "--bootstrap",
+            "/ip4/127.0.0.1/tcp/4001",
+            "--box",
+            "http://127.0.0.1:7430",
+            "--allow-insecure-dev",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("node id: 12D3KooW"), "{}", text(&o));
+    use std::os::unix::fs::PermissionsExt;
+    for f in ["node.key", "data.key", "api.token", "config.toml"] {
+        let mode = fs::metadata(dir.join(f)).expect(f).permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f}");
+    }
+    let config = fs::read_to_string(dir.join("config.toml")).expect("config");
+    for needle in [
+        "listen = \"127.0.0.1:0\"",
+        "bootstrap = [\"/ip4/127.0.0.1/tcp/4001\"]",
+        "accept = [\"http://127.0.0.1:7430\"]",
+        "allow_insecure_dev = true",
+        "advertise_secs = 60",
+        "advance_secs = 2",
+        "sweep_secs = 30",
+        "stall_limit_secs = 120",
+        "board_ttl_secs = 180",
+        "namespace = \"local.skillbox\"",
+        "[policy]",
+    ] {
+        assert!(
+            config.contains(needle),
+            "config lacks {needle:?}:\n{config}"
+        );
+    }
+    let key_before = fs::read(dir.join("node.key")).expect("key");
+    let o = skillbox(&dir, &["init"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("already initialised"), "{}", text(&o));
+    assert_eq!(fs::read(dir.join("node.key")).expect("key"), key_before);
+
+    // Bad flag values are refused before anything is written.
+    let other = root.path().join("m");
+    let o = skillbox(&other, &["init", "--bootstrap", "not-a-multiaddr"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("not a multiaddr"), "{}", text(&o));
+    assert!(!other.join("node.key").exists());
+}
+
+#[test]
+fn cli_reports_a_rejected_skill_and_a_missing_node_clearly() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = init(root.path());
+    // No node running: a clear error, exit 1.
+    let skill = root.path().join("memo.md");
+    fs::write(&skill, "---\ndescription: Remembers.\nprovider: local\nmemory:\n  longTerm: true\n---\nRemember.\n").expect("write");
+    let o = skillbox(&dir, &["skill", "list"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).contains("is `skillbox node` running?"),
+        "{}",
+        text(&o)
+    );
+
+    let node = NodeProc::start(&dir, "n.log");
+    let o = skillbox(&dir, &["skill", "add", skill.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("pack_validation_failed") && t.contains("memoryShape"),
+        "{t}"
+    );
+    let list = skillbox(&dir, &["skill", "list", "--json"]);
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("\"total\": 0"),
+        "{}",
+        text(&list)
+    );
+    let o = skillbox(&dir, &["source", "rm", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("not found"), "{}", text(&o));
+    node.kill();
+}
