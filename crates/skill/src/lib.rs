@@ -7,8 +7,10 @@
 //! - [`document`]: the grammar — front matter between `---` lines, fields validated, limits.
 //! - [`Declaration`]: what the protocol reads; [`Advertised`]: what peers may see of it.
 //! - [`openwop`]: the AgentManifest projection and validation against the embedded schemas.
+//! - [`agents`]: roster entries and the org chart — the rules beyond their schemas.
 //! - [`check_skill`] and [`check_manifest_document`]: the import checks, all of the above at once.
 
+pub mod agents;
 mod declaration;
 mod diagnostic;
 pub mod document;
