@@ -233,10 +233,8 @@ proptest! {
                 if auth {
                     b = b.header("authorization", format!("Bearer {}", o.token));
                 }
-                if let Some(ct) = ct {
-                    if let Ok(v) = axum::http::HeaderValue::from_str(ct) {
-                        b = b.header("content-type", v);
-                    }
+                if let Some(v) = ct.and_then(|ct| axum::http::HeaderValue::from_str(ct).ok()) {
+                    b = b.header("content-type", v);
                 }
                 let Ok(req) = b.body(Body::from(body)) else { continue };
                 let (status, resp) = send(&router, req).await;
