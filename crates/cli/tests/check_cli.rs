@@ -106,8 +106,8 @@ fn manifest_check_gives_each_fixture_its_verdict() {
 fn manifest_check_reads_a_pack() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = serde_json::json!({
-        "name": "@local/p", "version": "1.0.0", "engines": {"openwop": ">=1.0.0"},
-        "runtime": {"language": "remote"},
+        "name": "private.local.p", "version": "1.0.0", "engines": {"openwop": ">=1.0.0"},
+        "runtime": {"language": "remote", "entry": "https://p.example/"},
         "agents": [{
             "agentId": "local.p.reviewer", "role": "skill", "persona": "R", "modelClass": "coding",
             "systemPrompt": "Review.", "handoff": {"taskSchemaRef": "t.json", "returnSchemaRef": "r.json"}

@@ -277,14 +277,22 @@ fn a_pack_is_checked_whole_and_per_agent() {
     assistant["agentId"] = json!("local.skillbox.helper");
     assistant["role"] = json!("assistant");
     let pack = json!({
-        "name": "@local/skills", "version": "1.0.0", "engines": {"openwop": ">=1.0.0"},
-        "runtime": {"language": "remote"},
+        "name": "private.local.skills", "version": "1.0.0", "engines": {"openwop": ">=1.0.0"},
+        "runtime": {"language": "remote", "entry": "https://skills.example/"},
         "agents": [skill_manifest(), assistant]
     });
     let r = check_manifest_document(&pack);
     assert_eq!(r.kind, "pack");
     assert_eq!(r.agents.len(), 2);
     assert!(r.agents.iter().all(|a| a.valid), "{r:#?}");
+    assert!(r.valid && r.pack_errors.is_empty(), "{r:#?}");
+    let mut unnamed = pack.clone();
+    unnamed["name"] = json!("@local/skills");
+    let r = check_manifest_document(&unnamed);
+    assert!(
+        !r.valid && r.pack_errors.iter().any(|e| e.path == "/name"),
+        "{r:#?}"
+    );
     let mut bad = pack.clone();
     bad["agents"][0]["memoryShape"]["longTerm"] = json!(true);
     let r = check_manifest_document(&bad);
