@@ -79,6 +79,9 @@ pub struct Board {
     config: BoardConfig,
     // Keyed by the base58 peer id so rows come out in a stable order.
     entries: BTreeMap<String, Entry>,
+    /// Sum of the rendered rows' lengths, so a snapshot allocates its buffer once.
+    rendered_bytes: usize,
+    rendered_rows: usize,
 }
 
 impl Board {
@@ -86,6 +89,8 @@ impl Board {
         Board {
             config,
             entries: BTreeMap::new(),
+            rendered_bytes: 0,
+            rendered_rows: 0,
         }
     }
 
@@ -156,7 +161,9 @@ impl Board {
             .map(|s| render_prefix(&key, s))
             .collect::<Vec<_>>();
         let seq = advert.seq;
-        self.entries.insert(
+        self.rendered_bytes += rendered.iter().map(String::len).sum::<usize>();
+        self.rendered_rows += rendered.len();
+        let old = self.entries.insert(
             key,
             Entry {
                 advert,
@@ -165,6 +172,9 @@ impl Board {
                 rendered,
             },
         );
+        if let Some(old) = old {
+            self.forget_rendered(&old);
+        }
         Ok(Ingested {
             peer,
             seq,
@@ -181,14 +191,27 @@ impl Board {
             .map(|(k, _)| k.clone())
             .collect();
         for k in &gone {
-            self.entries.remove(k);
+            if let Some(old) = self.entries.remove(k) {
+                self.forget_rendered(&old);
+            }
         }
         gone
     }
 
     /// Forget a peer at once (e.g. this node's own entry when it stops offering).
     pub fn remove(&mut self, peer: &PeerId) -> bool {
-        self.entries.remove(&peer.to_base58()).is_some()
+        match self.entries.remove(&peer.to_base58()) {
+            Some(old) => {
+                self.forget_rendered(&old);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn forget_rendered(&mut self, old: &Entry) {
+        self.rendered_bytes -= old.rendered.iter().map(String::len).sum::<usize>();
+        self.rendered_rows -= old.rendered.len();
     }
 
     fn live(&self, now_ms: u64) -> impl Iterator<Item = (&String, &Entry)> {
@@ -267,29 +290,41 @@ impl Board {
 
     /// The same rows as [`Board::snapshot`], as a JSON array, from the pre-rendered rows.
     pub fn snapshot_json(&self, now_ms: u64) -> String {
-        let mut out = String::with_capacity(self.rendered_len_hint());
+        // Each row adds a comma, at most 20 digits of age and a brace to its prefix.
+        let mut out = String::with_capacity(self.rendered_bytes + self.rendered_rows * 22 + 2);
         out.push('[');
         let mut first = true;
+        let mut digits = [0u8; 20];
         for (_, e) in self.live(now_ms) {
-            let age = age_secs(e.advert.time, now_ms);
+            let age = format_u64(age_secs(e.advert.time, now_ms), &mut digits);
             for prefix in &e.rendered {
                 if !first {
                     out.push(',');
                 }
                 first = false;
                 out.push_str(prefix);
-                out.push_str(&age.to_string());
+                out.push_str(age);
                 out.push('}');
             }
         }
         out.push(']');
         out
     }
+}
 
-    fn rendered_len_hint(&self) -> usize {
-        // Cheap estimate; the exact size would cost a second pass.
-        self.entries.len() * 256
+/// Decimal digits of `n` without allocating (this runs once per peer per snapshot).
+fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
     }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[i..]).expect("ASCII digits")
 }
 
 fn age_secs(time: u64, now_ms: u64) -> u64 {

@@ -25,7 +25,7 @@ pub use payload::{Ack, IncomingPayload, Payload, PayloadKind, SignedPayload};
 pub use transport::{MemoryNetwork, MemoryTransport, PayloadReceiver, PayloadTransport};
 
 /// Re-exported so the node needs no direct libp2p dependency.
-pub use libp2p::{Multiaddr, PeerId, identity::Keypair};
+pub use libp2p::{Multiaddr, PeerId, identity::Keypair, multiaddr::Protocol};
 
 /// The node's libp2p identity from its 32-byte Ed25519 secret seed (`<data_dir>/node.key`).
 pub fn keypair_from_seed(seed: &[u8; 32]) -> Result<Keypair, PeersError> {

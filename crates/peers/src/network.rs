@@ -38,6 +38,9 @@ const IDENTIFY_PROTOCOL: &str = "/skillbox/id/1.0.0";
 /// A board sync answer stays well under the codec's response limit.
 const SYNC_MAX_BYTES: usize = 6 * 1024 * 1024;
 const SYNC_RESPONSE_LIMIT: u64 = 8 * 1024 * 1024;
+const SYNC_MIN_INTERVAL: Duration = Duration::from_secs(10);
+/// A peer's self-reported listen addresses kept (identify input is the peer's to choose).
+const MAX_LISTEN_ADDRS: usize = 16;
 /// How many connected peers kad/mDNS discovery tries to keep.
 const DISCOVERY_TARGET: usize = 8;
 
@@ -323,6 +326,7 @@ pub async fn start(
         peers: HashMap::new(),
         listen_addrs,
         last_kad_bootstrap: None,
+        sync_answered: HashMap::new(),
         config,
     };
     for addr in task.config.bootstrap.clone() {
@@ -509,6 +513,7 @@ struct Task {
     peers: HashMap<PeerId, PeerState>,
     listen_addrs: Vec<Multiaddr>,
     last_kad_bootstrap: Option<Instant>,
+    sync_answered: HashMap<PeerId, Instant>,
 }
 
 impl Task {
@@ -566,6 +571,12 @@ impl Task {
                 let _ = reply.send(self.listen_addrs.clone());
             }
             Command::Dial(addr, reply) => {
+                if let Some(peer) = peer_of_addr(&addr)
+                    && self.swarm.is_connected(&peer)
+                {
+                    let _ = reply.send(Ok(peer));
+                    return;
+                }
                 let opts = dial_opts(&addr);
                 let id = opts.connection_id();
                 match self.swarm.dial(opts) {
@@ -852,6 +863,8 @@ impl Task {
                 info,
                 ..
             })) => {
+                let mut info = info;
+                info.listen_addrs.truncate(MAX_LISTEN_ADDRS);
                 let speaks_kad = info.protocols.iter().any(|p| p.as_ref() == KAD_PROTOCOL);
                 for addr in &info.listen_addrs {
                     self.swarm.add_peer_address(peer_id, addr.clone());
@@ -933,6 +946,7 @@ impl Task {
                 }
                 if num_established == 0 {
                     self.peers.remove(&peer_id);
+                    self.sync_answered.remove(&peer_id);
                     self.emit(NetworkEvent::PeerDisconnected { peer: peer_id });
                 }
             }
@@ -992,7 +1006,17 @@ impl Task {
                             WireResponse::Ack(self.receive_payload(peer, &signed))
                         }
                         WireRequest::BoardSync => {
-                            let adverts = self.board().signed_adverts(unix_ms(), SYNC_MAX_BYTES);
+                            // One full answer per peer per interval: a sync is megabytes at scale.
+                            let recent = self
+                                .sync_answered
+                                .get(&peer)
+                                .is_some_and(|t| t.elapsed() < SYNC_MIN_INTERVAL);
+                            let adverts = if recent {
+                                Vec::new()
+                            } else {
+                                self.sync_answered.insert(peer, Instant::now());
+                                self.board().signed_adverts(unix_ms(), SYNC_MAX_BYTES)
+                            };
                             WireResponse::Adverts(
                                 adverts
                                     .iter()
@@ -1038,7 +1062,17 @@ impl Task {
                 if self.syncing.remove(&request_id) {
                     tracing::debug!(%peer, %error, "board sync failed");
                 } else if let Some(pending) = self.pending.remove(&request_id) {
-                    self.retry_later(pending, error.to_string());
+                    if matches!(
+                        error,
+                        request_response::OutboundFailure::UnsupportedProtocols
+                    ) {
+                        let _ = pending.reply.send(Err(PeersError::Refused {
+                            peer,
+                            reason: "the peer does not speak skillbox payloads".into(),
+                        }));
+                    } else {
+                        self.retry_later(pending, error.to_string());
+                    }
                 }
             }
             request_response::Event::InboundFailure { peer, error, .. } => {

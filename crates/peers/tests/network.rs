@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use skillbox_peers::Protocol;
 use skillbox_peers::advert::{SignedAdvert, sign_advert};
 use skillbox_peers::{
     AcceptedBox, Delivery, Multiaddr, NetworkEvent, Offer, OfferedSkill, Payload, PayloadKind,
@@ -323,6 +324,9 @@ async fn a_payload_round_trips_between_two_nodes() {
         let (b, mut rb) = node(62, config()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.dial(addr(&b).await).await.unwrap();
+        // `peer add` of a peer already connected, with its /p2p/ id, is not an error.
+        let full = addr(&b).await.with(Protocol::P2p(pb));
+        assert_eq!(a.dial(full).await.unwrap(), pb);
         let body = json!({"skill": "haiku", "program": {"bytes": "e30="}});
         a.send(pb, request("call-1", body.clone())).await.unwrap();
         let got = tokio::time::timeout(WAIT, rb.recv())
@@ -463,19 +467,28 @@ async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_r
             assert_eq!(got.payload.call_id, format!("call-{i}"));
         }
 
+        let (c, _rc) = node(
+            83,
+            PeersConfig {
+                send_attempts: 3,
+                send_backoff: Duration::from_millis(50),
+                ..config()
+            },
+        )
+        .await;
         let nobody = keypair_from_seed(&[99; 32]).unwrap().public().to_peer_id();
-        let err = a
+        let err = c
             .send(nobody, request("call-x", json!({})))
             .await
             .unwrap_err();
         match err {
             PeersError::Unreachable { peer, attempts, .. } => {
                 assert_eq!(peer, nobody);
-                assert_eq!(attempts, 8);
+                assert_eq!(attempts, 3);
             }
             other => panic!("expected unreachable, got {other}"),
         }
-        for h in [a, b] {
+        for h in [a, b, c] {
             h.shutdown().await;
         }
     })
