@@ -13,8 +13,8 @@ pub mod policy;
 pub mod selection;
 
 pub use machine::{
-    Action, Call, Decision, Event, Failure, FailureCode, Role, State, Timing, Transition,
-    start_caller, start_owner, step,
+    Action, Call, Decision, Event, Failure, FailureCode, NewCall, Role, State, Timing, Transition,
+    start, step,
 };
 pub use policy::{Admission, Pattern, Policy, RateBuckets, Refusal, Rule, Side, SubmitQuestion};
 pub use selection::{SelectionError, select_sources};

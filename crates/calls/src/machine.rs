@@ -300,25 +300,32 @@ pub struct Transition {
     pub changed: bool,
 }
 
-/// Start a call as caller: the program is built and signed; send the request.
-pub fn start_caller(
-    id: String,
-    peer: String,
-    skill: String,
-    program_hash: String,
-    expires_at_ms: u64,
-    now_ms: u64,
-    timing: &Timing,
-) -> Transition {
+/// What a new call record starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCall {
+    pub id: String,
+    /// The other node's id.
+    pub peer: String,
+    pub skill: String,
+    pub program_hash: String,
+    pub expires_at_ms: u64,
+}
+
+/// Start a call. Caller: the program is built and signed, send the request. Owner: a
+/// `call.request` arrived, run admission first.
+pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transition {
     let call = Call {
-        id,
-        role: Role::Caller,
-        peer,
-        skill,
-        state: State::Requested,
-        program_hash: Some(program_hash),
+        id: new.id,
+        role,
+        peer: new.peer,
+        skill: new.skill,
+        state: match role {
+            Role::Caller => State::Requested,
+            Role::Owner => State::Received,
+        },
+        program_hash: Some(new.program_hash),
         run_id: None,
-        expires_at_ms,
+        expires_at_ms: new.expires_at_ms,
         created_at_ms: now_ms,
         progressed_at_ms: now_ms,
         retry_at_ms: now_ms + timing.retry_ms,
@@ -332,23 +339,6 @@ pub fn start_caller(
         actions,
         changed: true,
     }
-}
-
-/// Take a `call.request` as owner: admission first.
-pub fn start_owner(
-    id: String,
-    peer: String,
-    skill: String,
-    program_hash: String,
-    expires_at_ms: u64,
-    now_ms: u64,
-    timing: &Timing,
-) -> Transition {
-    let mut t = start_caller(id, peer, skill, program_hash, expires_at_ms, now_ms, timing);
-    t.call.role = Role::Owner;
-    t.call.state = State::Received;
-    t.actions = owed(&t.call);
-    t
 }
 
 /// The actions a state owes until the event that moves it on arrives.

@@ -9,28 +9,22 @@ fn timing() -> Timing {
     Timing::default()
 }
 
+fn new_call(peer: &str) -> NewCall {
+    NewCall {
+        id: "c1".into(),
+        peer: peer.into(),
+        skill: "music-taste".into(),
+        program_hash: "sha256:ab".into(),
+        expires_at_ms: EXPIRES,
+    }
+}
+
 fn caller() -> Transition {
-    start_caller(
-        "c1".into(),
-        "peerO".into(),
-        "music-taste".into(),
-        "sha256:ab".into(),
-        EXPIRES,
-        T0,
-        &timing(),
-    )
+    start(Role::Caller, new_call("peerO"), T0, &timing())
 }
 
 fn owner() -> Transition {
-    start_owner(
-        "c1".into(),
-        "peerC".into(),
-        "music-taste".into(),
-        "sha256:ab".into(),
-        EXPIRES,
-        T0,
-        &timing(),
-    )
+    start(Role::Owner, new_call("peerC"), T0, &timing())
 }
 
 /// Feed events in order, checking each applies; returns the last transition.

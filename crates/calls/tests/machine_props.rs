@@ -1,0 +1,75 @@
+//! Property: any sequence of events, at any times, keeps the machine's invariants.
+
+use proptest::prelude::*;
+use skillbox_calls::*;
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        Just(Event::Resume),
+        Just(Event::Tick),
+        Just(Event::PeerAccepted),
+        Just(Event::PeerSession { run_id: "r".into() }),
+        Just(Event::PeerFailed {
+            code: "x".into(),
+            message: "y".into()
+        }),
+        Just(Event::SessionDelivered),
+        Just(Event::Admitted),
+        Just(Event::NotAdmitted {
+            code: FailureCode::NotAdmitted,
+            message: "no".into()
+        }),
+        Just(Event::RunOpened { run_id: "r".into() }),
+        Just(Event::BoxFailed {
+            code: FailureCode::BoxFailed,
+            message: "b".into()
+        }),
+        Just(Event::Staked),
+        Just(Event::Policy(Decision::Allow)),
+        Just(Event::Policy(Decision::Deny)),
+        Just(Event::Policy(Decision::Ask)),
+        Just(Event::Consent { allow: true }),
+        Just(Event::Consent { allow: false }),
+        Just(Event::Submitted),
+        Just(Event::Answered),
+        Just(Event::ReceiptStored),
+        Just(Event::RunFailed {
+            message: "f".into()
+        }),
+        Just(Event::Cancel),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn invariants_hold(owner in any::<bool>(), events in proptest::collection::vec((event(), 0u64..200_000), 0..60)) {
+        let timing = Timing::default();
+        let role = if owner { Role::Owner } else { Role::Caller };
+        let new = NewCall { id: "c".into(), peer: "p".into(), skill: "s".into(), program_hash: "sha256:00".into(), expires_at_ms: 1_000_000 };
+        let mut t = start(role, new, 0, &timing);
+        let mut now = 0;
+        let mut terminal_transitions = 0;
+        for (e, dt) in events {
+            now += dt;
+            let before = t.call.clone();
+            t = step(&before, e, now, &timing);
+            prop_assert_eq!(t.call.role, role);
+            prop_assert_eq!(&t.call.id, &before.id);
+            if before.state.is_terminal() {
+                prop_assert!(!t.changed && t.actions.is_empty());
+                prop_assert_eq!(&t.call, &before);
+            }
+            if !before.state.is_terminal() && t.call.state.is_terminal() {
+                terminal_transitions += 1;
+            }
+            prop_assert_eq!(t.call.state == State::Failed, t.call.failure.is_some());
+            // Each side reaches only its own success state.
+            match role {
+                Role::Caller => prop_assert!(t.call.state != State::Ran && t.call.state != State::Received),
+                Role::Owner => prop_assert!(t.call.state != State::Answered && t.call.state != State::Requested),
+            }
+            prop_assert!(t.call.progressed_at_ms <= now);
+        }
+        prop_assert!(terminal_transitions <= 1);
+    }
+}
