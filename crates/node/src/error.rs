@@ -49,6 +49,9 @@ pub enum NodeError {
     /// A SKILL.md that cannot be imported (document error, or a manifest the schema rejects).
     #[error("{0}")]
     Skill(#[from] skillbox_skill::CheckError),
+    /// An OpenWOP pack or manifest fails its schema.
+    #[error("the pack fails the OpenWOP schema: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Pack(Vec<skillbox_skill::SchemaIssue>),
     /// The request conflicts with what is stored.
     #[error("{0}")]
     Conflict(String),

@@ -17,6 +17,7 @@ pub mod error;
 pub mod node;
 pub mod openapi;
 pub mod openwop;
+pub mod pack;
 pub mod skills;
 pub mod sources;
 pub mod store;

@@ -98,16 +98,17 @@ pub fn document() -> Value {
                     "parameters": [{ "name": "name", "in": "query", "required": false, "description": "Fallback skill name when the front matter has none.", "schema": { "type": "string" } }],
                     "requestBody": { "required": true, "content": {
                         "text/markdown": { "schema": { "type": "string" } },
-                        "text/plain": { "schema": { "type": "string" } }
+                        "text/plain": { "schema": { "type": "string" } },
+                        "application/json": { "schema": { "type": "object", "description": "An OpenWOP pack.json (agents[]) or a bare AgentManifest: each role:\"skill\" agent with an inline systemPrompt becomes a skill (all or nothing); the answer is {skills: [Imported], skipped: [{agentId, role, reason}]}." } }
                     } },
                     "responses": {
-                        "201": ok_json("Imported.", r("Imported")),
-                        "200": ok_json("Replaced an existing skill.", r("Imported")),
-                        "400": err("Invalid SKILL.md (`validation_error`) or its manifest fails the OpenWOP schema (`pack_validation_failed`, details.errors = schema errors)."),
+                        "201": ok_json("Imported (a pack: `{skills, skipped}`).", json!({ "oneOf": [r("Imported"), { "type": "object", "required": ["skills", "skipped"] }] })),
+                        "200": ok_json("Replaced an existing skill.", json!({ "oneOf": [r("Imported"), { "type": "object", "required": ["skills", "skipped"] }] })),
+                        "400": err("Invalid SKILL.md or malformed JSON (`validation_error`), or a manifest/pack that fails the OpenWOP schema (`pack_validation_failed`, details.errors = schema errors with paths)."),
                         "401": err("Missing or wrong bearer token."),
                         "409": err("Another skill already has this agentId (`conflict`)."),
                         "413": err("Body over the SKILL.md limit (`payload_too_large`)."),
-                        "415": err("Not text/markdown or text/plain (`unsupported_media_type`).")
+                        "415": err("Not text/markdown, text/plain or application/json (`unsupported_media_type`).")
                     }
                 }
             },

@@ -114,81 +114,99 @@ impl Skills {
     /// then write the declaration and the body source in one transaction. The body is dropped
     /// as soon as it is sealed.
     pub fn import(&self, input: &[u8], fallback_name: Option<&str>) -> Result<Imported> {
-        let checked = check_skill(input, fallback_name, &self.namespace)?;
-        let decl = checked.declaration;
-        let name = decl.name.clone();
-        let digest = decl.digest();
-        let agent_id = checked.agent_id;
-        let decl_json = serde_json::to_string(&decl).map_err(|e| NodeError::StoredRow {
-            what: "declaration",
-            name: name.clone(),
-            problem: e.to_string(),
-        })?;
-        let manifest_json = checked.manifest.to_string();
-        let warnings = serde_json::to_value(&checked.warnings).unwrap_or(Value::Array(Vec::new()));
-        let body = checked.body;
-        let replaced = self.store.write(|tx| {
-            let holder: Option<String> = tx
-                .query_row(
-                    "SELECT name FROM skills WHERE agent_id = ?1",
-                    params![agent_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(other) = holder.filter(|other| *other != name) {
+        let mut all = self.import_all(&[(input, fallback_name)])?;
+        Ok(all.pop().expect("one document in, one import out"))
+    }
+
+    /// Import several SKILL.md documents all or nothing: every one is checked before anything
+    /// is written, and all are written in one transaction (a pack's skills land together).
+    pub fn import_all(&self, docs: &[(&[u8], Option<&str>)]) -> Result<Vec<Imported>> {
+        let mut checked = Vec::with_capacity(docs.len());
+        for (input, fallback) in docs {
+            checked.push(check_skill(input, *fallback, &self.namespace)?);
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for c in &checked {
+            if !names.insert(c.declaration.name.clone()) {
                 return Err(NodeError::Conflict(format!(
-                    "skill {other:?} already has agentId {agent_id:?}; rename one of them"
+                    "skill {:?} appears twice in one import",
+                    c.declaration.name
                 )));
             }
-            let now = now_secs();
-            let replaced = tx.execute(
-                "UPDATE skills SET agent_id = ?2, declaration = ?3, manifest = ?4, digest = ?5,
-                     warnings = ?6, updated_at = ?7 WHERE name = ?1",
-                params![
-                    name,
-                    agent_id,
+        }
+        let rows = checked
+            .into_iter()
+            .map(|c| {
+                let decl_json =
+                    serde_json::to_string(&c.declaration).map_err(|e| NodeError::StoredRow {
+                        what: "declaration",
+                        name: c.declaration.name.clone(),
+                        problem: e.to_string(),
+                    })?;
+                let warnings =
+                    serde_json::to_value(&c.warnings).unwrap_or(Value::Array(Vec::new()));
+                Ok((
+                    c.declaration.digest(),
                     decl_json,
-                    manifest_json,
-                    digest,
-                    warnings.to_string(),
-                    now
-                ],
-            )? > 0;
-            if !replaced {
-                tx.execute(
-                    "INSERT INTO skills (name, agent_id, declaration, manifest, digest, warnings,
-                         created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-                    params![
-                        name,
-                        agent_id,
-                        decl_json,
-                        manifest_json,
-                        digest,
-                        warnings.to_string(),
-                        now
-                    ],
+                    c.manifest.to_string(),
+                    warnings,
+                    c,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let replaced = self.store.write(|tx| {
+            let mut replaced = Vec::with_capacity(rows.len());
+            for (digest, decl_json, manifest_json, warnings, c) in &rows {
+                let name = &c.declaration.name;
+                let agent_id = &c.agent_id;
+                let holder: Option<String> = tx
+                    .query_row("SELECT name FROM skills WHERE agent_id = ?1", params![agent_id], |r| r.get(0))
+                    .optional()?;
+                if let Some(other) = holder.filter(|other| other != name) {
+                    return Err(NodeError::Conflict(format!(
+                        "skill {other:?} already has agentId {agent_id:?}; rename one of them"
+                    )));
+                }
+                let now = now_secs();
+                let was = tx.execute(
+                    "UPDATE skills SET agent_id = ?2, declaration = ?3, manifest = ?4, digest = ?5,
+                         warnings = ?6, updated_at = ?7 WHERE name = ?1",
+                    params![name, agent_id, decl_json, manifest_json, digest, warnings.to_string(), now],
+                )? > 0;
+                if !was {
+                    tx.execute(
+                        "INSERT INTO skills (name, agent_id, declaration, manifest, digest, warnings,
+                             created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                        params![name, agent_id, decl_json, manifest_json, digest, warnings.to_string(), now],
+                    )?;
+                }
+                sources::put_in(
+                    tx,
+                    &self.key,
+                    &c.declaration.body_source_name(),
+                    SourceKind::Text,
+                    c.body.as_str().as_bytes(),
                 )?;
+                replaced.push(was);
             }
-            sources::put_in(
-                tx,
-                &self.key,
-                &decl.body_source_name(),
-                SourceKind::Text,
-                body.as_str().as_bytes(),
-            )?;
             Ok(replaced)
         })?;
-        drop(body);
-        let state = self.offer_state(&decl)?;
-        tracing::info!(skill = %name, %agent_id, %digest, replaced, offered = state.offered, "skill imported");
-        Ok(Imported {
-            name,
-            agent_id,
-            digest,
-            replaced,
-            state,
-            warnings,
-        })
+        let mut out = Vec::with_capacity(rows.len());
+        for ((digest, _, _, warnings, c), replaced) in rows.into_iter().zip(replaced) {
+            let decl = c.declaration;
+            drop(c.body);
+            let state = self.offer_state(&decl)?;
+            tracing::info!(skill = %decl.name, agent_id = %c.agent_id, %digest, replaced, offered = state.offered, "skill imported");
+            out.push(Imported {
+                name: decl.name,
+                agent_id: c.agent_id,
+                digest,
+                replaced,
+                state,
+                warnings,
+            });
+        }
+        Ok(out)
     }
 
     /// Whether a declared skill is offered: its declaration is complete (provider, a key named

@@ -476,3 +476,100 @@ async fn metrics_and_health() {
     assert!(text.contains("\nskillbox_sources 1\n"), "{text}");
     node.stop().await;
 }
+
+#[tokio::test]
+async fn pack_json_import_and_malformed_json() {
+    let node = TestNode::start().await;
+    let post_json = |body: String| async {
+        let rb = node
+            .req(Method::POST, "/skills")
+            .await
+            .header("content-type", "application/json")
+            .body(body);
+        node.call(rb).await
+    };
+    // Malformed JSON.
+    let (status, body, _) = post_json("{\"agents\": [".into()).await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+    assert!(
+        body["message"]
+            .as_str()
+            .expect("message")
+            .contains("malformed JSON"),
+        "{body}"
+    );
+    let (status, body, _) = post_json("[1, 2]".into()).await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
+
+    let agent = |id: &str, role: &str, long_term: bool| {
+        json!({
+            "agentId": id, "role": role, "persona": "Reviewer", "modelClass": "general",
+            "description": "Reviews code.",
+            "systemPrompt": "PACKPROMPT review the diff carefully.",
+            "memoryShape": {"scratchpad": true, "conversation": false, "longTerm": long_term},
+            "handoff": {"taskSchemaRef": "schemas/task.json", "returnSchemaRef": "schemas/return.json"},
+            "toolAllowlist": []
+        })
+    };
+    // A pack whose skill agent breaks the Skill profile: 400, nothing stored.
+    let pack = |agents: Vec<Value>| {
+        json!({
+            "name": "vendor.acme.tools", "version": "1.0.0", "engines": {"openwop": ">=1.0 <2.0.0"},
+            "runtime": {"language": "remote", "entry": "https://example.invalid/agents"},
+            "agents": agents
+        })
+    };
+    let bad = pack(vec![agent(
+        "vendor.acme.tools.code-reviewer",
+        "skill",
+        true,
+    )]);
+    let (status, body, _) = post_json(bad.to_string()).await;
+    assert_eq!(status, 400, "{body}");
+    assert_envelope(&body, "pack_validation_failed");
+    assert!(
+        body["details"]["errors"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty()),
+        "{body}"
+    );
+    assert!(
+        !body.to_string().contains("PACKPROMPT"),
+        "the prompt leaks into the error: {body}"
+    );
+    assert_eq!(node.get("/skills").await.1["total"], json!(0));
+    assert_eq!(node.get("/sources").await.1["total"], json!(0));
+
+    // A bare skill manifest imports; the prompt becomes the body source and is never served.
+    let (status, body, _) =
+        post_json(agent("vendor.acme.tools.code-reviewer", "skill", false).to_string()).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["skills"][0]["name"], json!("code-reviewer"));
+    let (status, _, _) = node.get("/sources/skill/code-reviewer/body").await;
+    assert_eq!(status, 200);
+    for path in [
+        "/skills",
+        "/skills/code-reviewer",
+        "/v1/agents",
+        "/v1/agents/local.skillbox.code-reviewer",
+    ] {
+        let (status, _, text) = node.get(path).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(
+            !text.contains("PACKPROMPT"),
+            "{path} leaks the prompt: {text}"
+        );
+    }
+    // An assistant agent is validated and reported, not imported.
+    let mixed = pack(vec![agent("vendor.acme.tools.helper", "assistant", true)]);
+    let (status, body, _) = post_json(mixed.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["skipped"][0]["agentId"],
+        json!("vendor.acme.tools.helper")
+    );
+    assert_eq!(node.get("/skills").await.1["total"], json!(1));
+    node.stop().await;
+}

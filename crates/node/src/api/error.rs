@@ -100,6 +100,19 @@ impl From<NodeError> for ApiError {
                 ),
             )
             .with_details(json!({ "errors": issues, "located": located })),
+            NodeError::Pack(issues) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "pack_validation_failed",
+                format!(
+                    "the pack fails the OpenWOP schema: {}",
+                    issues
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            )
+            .with_details(json!({ "errors": issues })),
             other => {
                 tracing::error!(error = %other, "request failed");
                 ApiError::internal(other.to_string())

@@ -34,6 +34,13 @@ use crate::sources::{self, SourceKind, Sources};
 
 /// Media types `POST /skills` accepts for a SKILL.md.
 pub const SKILL_MEDIA_TYPES: &[&str] = &["text/markdown", "text/plain", "text/x-markdown"];
+/// Everything `POST /skills` takes: a SKILL.md, or a pack.json / AgentManifest as JSON.
+const ACCEPTED_ON_POST_SKILLS: &[&str] = &[
+    "text/markdown",
+    "text/plain",
+    "text/x-markdown",
+    "application/json",
+];
 
 /// What every handler shares.
 pub struct Shared {
@@ -422,13 +429,16 @@ async fn post_skill(
 ) -> Result<Response, ApiError> {
     let q = query(&uri, &["name"])?;
     let media = media_type(&headers);
+    if media.as_deref() == Some("application/json") {
+        return post_pack(s, &headers, body).await;
+    }
     if !media
         .as_deref()
         .is_some_and(|m| SKILL_MEDIA_TYPES.contains(&m))
     {
         return Err(ApiError::unsupported_media_type(
             media.as_deref(),
-            SKILL_MEDIA_TYPES,
+            ACCEPTED_ON_POST_SKILLS,
         ));
     }
     let bytes = read_body(body, &headers, s.limits.max_skill_bytes).await?;
@@ -440,6 +450,42 @@ async fn post_skill(
         StatusCode::CREATED
     };
     Ok((status, Json(imported)).into_response())
+}
+
+/// `POST /skills` with `application/json`: an OpenWOP pack.json (or a bare AgentManifest); its
+/// `role:"skill"` agents are imported together, all or nothing.
+async fn post_pack(s: AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let bytes = read_body(body, headers, s.limits.max_skill_bytes).await?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))?;
+    if !doc.is_object() {
+        return Err(ApiError::validation(
+            "body",
+            "expected a JSON object: a pack.json or an AgentManifest",
+        ));
+    }
+    let plan = crate::pack::plan(&doc)?;
+    let skipped = plan.skipped;
+    let imported = blocking(move || {
+        let docs: Vec<(&[u8], Option<&str>)> = plan
+            .skills
+            .iter()
+            .map(|(_, d)| (d.as_bytes(), None))
+            .collect();
+        s.skills.import_all(&docs)
+    })
+    .await?;
+    // 201 when the import created a skill; 200 when it only replaced (or held none).
+    let status = if imported.iter().any(|i| !i.replaced) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(json!({ "skills": imported, "skipped": skipped })),
+    )
+        .into_response())
 }
 
 async fn get_skill(
