@@ -17,8 +17,20 @@ fn r(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
 }
 
+/// The Agent Skills name rule (1–64 of `[a-z0-9-]`, no leading, trailing or double `-`).
+pub const SKILL_NAME_PATTERN: &str = "^[a-z0-9]+(-[a-z0-9]+)*$";
+/// The source name rule (`/`-separated segments of `[A-Za-z0-9_.-]`, each starting with a
+/// letter, digit or `_`).
+pub const SOURCE_NAME_PATTERN: &str =
+    "^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$";
+
 fn path_param(name: &str, desc: &str) -> Value {
     json!({ "name": name, "in": "path", "required": true, "description": desc, "schema": { "type": "string", "minLength": 1 } })
+}
+
+fn path_param_pattern(name: &str, desc: &str, pattern: &str, max: usize) -> Value {
+    json!({ "name": name, "in": "path", "required": true, "description": desc,
+            "schema": { "type": "string", "minLength": 1, "maxLength": max, "pattern": pattern } })
 }
 
 /// An operation with the error responses every protected route can give.
@@ -44,9 +56,11 @@ fn map(pairs: Vec<(&str, Value)>) -> serde_json::Map<String, Value> {
 pub fn document() -> Value {
     let text = |desc: &str| json!({ "description": desc, "content": { "text/plain": { "schema": { "type": "string" } } } });
     let schema_doc = |desc: &str| json!({ "description": desc, "content": { "application/schema+json": { "schema": { "type": "object" } } } });
-    let source_name = path_param(
+    let source_name = path_param_pattern(
         "name",
         "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.",
+        SOURCE_NAME_PATTERN,
+        crate::sources::MAX_NAME_LEN,
     );
     json!({
         "openapi": "3.1.0",
@@ -95,7 +109,7 @@ pub fn document() -> Value {
                 ]), false),
                 "post": {
                     "summary": "Import a SKILL.md: the body becomes source `skill/<name>/body`, the declaration is stored (one transaction). Re-import replaces.",
-                    "parameters": [{ "name": "name", "in": "query", "required": false, "description": "Fallback skill name when the front matter has none.", "schema": { "type": "string" } }],
+                    "parameters": [{ "name": "name", "in": "query", "required": false, "description": "Fallback skill name when the front matter has none.", "schema": { "type": "string", "minLength": 1, "maxLength": 64, "pattern": SKILL_NAME_PATTERN } }],
                     "requestBody": { "required": true, "content": {
                         "text/markdown": { "schema": { "type": "string" } },
                         "text/plain": { "schema": { "type": "string" } },
@@ -113,7 +127,7 @@ pub fn document() -> Value {
                 }
             },
             "/skills/{name}": {
-                "parameters": [path_param("name", "Skill name.")],
+                "parameters": [path_param_pattern("name", "Skill name.", SKILL_NAME_PATTERN, 64)],
                 "get": op("One skill: declaration, manifest, offer state, body source metadata — never the body.", map(vec![
                     ("200", ok_json("Skill.", r("SkillDetail"))),
                     ("404", err("No such skill.")),

@@ -150,6 +150,9 @@ impl Sources {
                 ),
             ));
         }
+        if content.is_empty() {
+            return Err(NodeError::invalid("content", "a source cannot be empty"));
+        }
         self.store
             .write(|tx| put_in(tx, &self.key, name, kind, content))
     }
@@ -353,6 +356,7 @@ mod tests {
         let s = sources();
         assert!(s.put("skill/x/body", SourceKind::Text, b"x").is_err());
         assert!(s.put("notes", SourceKind::Text, &[0xff, 0xfe]).is_err());
+        assert!(s.put("empty", SourceKind::File, b"").is_err());
     }
 
     #[test]

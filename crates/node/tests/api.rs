@@ -379,6 +379,10 @@ async fn bad_input_gets_the_right_status_and_envelope() {
     let (status, body, _) = node.put_source("t", "text", &[0xff, 0xfe]).await;
     assert_eq!(status, 400);
     assert_envelope(&body, "validation_error");
+    // An empty source.
+    let (status, body, _) = node.put_source("empty", "file", b"").await;
+    assert_eq!(status, 400);
+    assert_envelope(&body, "validation_error");
     // Unknown source.
     let (status, body, _) = node.get("/sources/never-added").await;
     assert_eq!(status, 404);
