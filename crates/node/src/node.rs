@@ -22,6 +22,29 @@ pub struct Node {
     sources: Sources,
     skills: Skills,
     state: AppState,
+    /// Held for the node's life: one node per data dir (two would both answer on api.addr and
+    /// both write the store).
+    _lock: std::fs::File,
+}
+
+fn lock_data_dir(dir: &DataDir) -> Result<std::fs::File> {
+    let path = dir.root().join("node.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| NodeError::io(format!("opening {}", path.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(NodeError::Conflict(format!(
+            "another skillbox node is already running on {}",
+            dir.root().display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(NodeError::io(format!("locking {}", path.display()), e))
+        }
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -40,6 +63,7 @@ impl Node {
     pub fn open(data_dir: &Path) -> Result<Node> {
         let dir = DataDir::new(data_dir);
         let config = dir.load_config()?;
+        let lock = lock_data_dir(&dir)?;
         let node_key = dir.load_node_key()?;
         let data_key = Arc::new(dir.load_data_key()?);
         let token = dir.load_api_token()?;
@@ -64,6 +88,7 @@ impl Node {
             sources,
             skills,
             state,
+            _lock: lock,
         })
     }
 

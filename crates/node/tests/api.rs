@@ -577,3 +577,12 @@ async fn pack_json_import_and_malformed_json() {
     assert_eq!(node.get("/skills").await.1["total"], json!(1));
     node.stop().await;
 }
+
+#[tokio::test]
+async fn one_node_per_data_dir() {
+    let node = TestNode::start().await;
+    let err = skillbox_node::Node::open(&node.path()).expect_err("second node on the same dir");
+    assert!(err.to_string().contains("already running"), "{err}");
+    let dir = node.stop().await;
+    skillbox_node::Node::open(dir.path()).expect("free again once the first stopped");
+}
