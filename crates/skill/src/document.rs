@@ -31,9 +31,6 @@ pub const MAX_SOURCE_NAME: usize = 128;
 pub struct Body(String);
 
 impl Body {
-    pub(crate) fn new(text: String) -> Self {
-        Body(text)
-    }
     pub fn as_str(&self) -> &str {
         &self.0
     }

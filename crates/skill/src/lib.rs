@@ -7,7 +7,6 @@
 //! - [`document`]: the grammar — front matter between `---` lines, fields validated, limits.
 //! - [`Declaration`]: what the protocol reads; [`Advertised`]: what peers may see of it.
 //! - [`openwop`]: the AgentManifest projection and validation against the embedded schemas.
-//! - [`pack`]: importing an OpenWOP `pack.json` (skill agents become skills).
 //! - [`agents`]: roster entries and the org chart — the rules beyond their schemas.
 //! - [`check_skill`] and [`check_manifest_document`]: the import checks, all of the above at once.
 
@@ -16,7 +15,6 @@ mod declaration;
 mod diagnostic;
 pub mod document;
 pub mod openwop;
-pub mod pack;
 mod provider;
 
 use serde::Serialize;
