@@ -586,3 +586,23 @@ async fn one_node_per_data_dir() {
     let dir = node.stop().await;
     skillbox_node::Node::open(dir.path()).expect("free again once the first stopped");
 }
+
+#[tokio::test]
+async fn source_limit_from_config_is_a_413_envelope() {
+    let dir = init_dir();
+    let config_path = dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&config_path).expect("config");
+    let text = text.replace("max_source_bytes = 16777216", "max_source_bytes = 1024");
+    assert!(text.contains("max_source_bytes = 1024"));
+    std::fs::write(&config_path, text).expect("write config");
+    let node = TestNode::start_in(dir).await;
+    let (status, _, _) = node.put_source("small", "file", &[7u8; 1024]).await;
+    assert_eq!(status, 201);
+    let (status, body, _) = node.put_source("big", "file", &[7u8; 1025]).await;
+    assert_eq!(status, 413);
+    assert_envelope(&body, "payload_too_large");
+    assert_eq!(body["details"]["limit"], json!(1024));
+    let (status, _, _) = node.get("/sources/big").await;
+    assert_eq!(status, 404, "nothing stored");
+    node.stop().await;
+}
