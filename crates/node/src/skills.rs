@@ -90,6 +90,32 @@ pub struct Imported {
     pub warnings: Value,
 }
 
+/// Offer state from the declaration and the set of source names present: a declaration with a
+/// provider (and a key named when the provider spends one) whose body and key sources exist.
+pub fn offer_state_with(
+    decl: &Declaration,
+    present: &std::collections::HashSet<String>,
+) -> OfferState {
+    let mut reasons = Vec::new();
+    if let Some(gap) = decl.offer_gap() {
+        reasons.push(gap.to_string());
+    }
+    let body = decl.body_source_name();
+    if !present.contains(&body) {
+        reasons.push(format!("body source missing ({body})"));
+    }
+    let key_needed = decl.provider.as_ref().is_some_and(|p| p.needs_key());
+    if let Some(key) = decl.key.as_ref().filter(|_| key_needed)
+        && !present.contains(key)
+    {
+        reasons.push(format!("key source missing ({key})"));
+    }
+    OfferState {
+        offered: reasons.is_empty(),
+        reasons,
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Skills {
     store: Arc<Store>,
@@ -212,37 +238,61 @@ impl Skills {
     /// Whether a declared skill is offered: its declaration is complete (provider, a key named
     /// when the provider spends one) and its body and key sources are present.
     pub fn offer_state(&self, decl: &Declaration) -> Result<OfferState> {
-        let mut reasons = Vec::new();
-        if let Some(gap) = decl.offer_gap() {
-            reasons.push(gap.to_string());
-        }
         let body = decl.body_source_name();
-        let key_needed = decl.provider.as_ref().is_some_and(|p| p.needs_key());
-        let key = decl.key.clone().filter(|_| key_needed);
-        self.store.read(|c| {
-            let exists = |name: &str| -> Result<bool> {
-                Ok(c.query_row(
-                    "SELECT 1 FROM sources WHERE name = ?1",
-                    params![name],
-                    |_| Ok(()),
-                )
-                .optional()?
-                .is_some())
-            };
-            if !exists(&body)? {
-                reasons.push(format!("body source missing ({body})"));
+        let key = decl.key.clone();
+        let present = self.store.read(|c| {
+            let mut present = std::collections::HashSet::new();
+            for name in std::iter::once(&body).chain(key.as_ref()) {
+                let found = c
+                    .query_row(
+                        "SELECT 1 FROM sources WHERE name = ?1",
+                        params![name],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some();
+                if found {
+                    present.insert(name.clone());
+                }
             }
-            if let Some(key) = &key
-                && !exists(key)?
-            {
-                reasons.push(format!("key source missing ({key})"));
-            }
-            Ok(())
+            Ok(present)
         })?;
-        Ok(OfferState {
-            offered: reasons.is_empty(),
-            reasons,
+        Ok(offer_state_with(decl, &present))
+    }
+
+    /// The names of every source (metadata only), for computing many offer states at once.
+    fn source_names(&self) -> Result<std::collections::HashSet<String>> {
+        self.store.read(|c| {
+            let mut stmt = c.prepare("SELECT name FROM sources")?;
+            let names = stmt
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(names)
         })
+    }
+
+    /// `(manifest, digest)` of every declared skill: all the inventory needs (no declaration
+    /// parsing, no source lookups).
+    pub fn manifests(&self) -> Result<Vec<(Value, String)>> {
+        let rows: Vec<(String, String, String)> = self.store.read(|c| {
+            let mut stmt =
+                c.prepare("SELECT name, manifest, digest FROM skills ORDER BY agent_id")?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(rows)
+        })?;
+        rows.into_iter()
+            .map(|(name, manifest, digest)| {
+                let manifest =
+                    serde_json::from_str(&manifest).map_err(|e| NodeError::StoredRow {
+                        what: "manifest",
+                        name,
+                        problem: e.to_string(),
+                    })?;
+                Ok((manifest, digest))
+            })
+            .collect()
     }
 
     fn records(&self, filter: Option<(&str, &str)>) -> Result<Vec<SkillRecord>> {
@@ -304,10 +354,11 @@ impl Skills {
     }
 
     pub fn list(&self) -> Result<Vec<SkillSummary>> {
+        let present = self.source_names()?;
         self.records_all()?
             .into_iter()
             .map(|r| {
-                let state = self.offer_state(&r.declaration)?;
+                let state = offer_state_with(&r.declaration, &present);
                 let d = &r.declaration;
                 Ok(SkillSummary {
                     name: d.name.clone(),

@@ -383,9 +383,9 @@ async fn node_info(State(s): State<AppState>) -> Json<Value> {
 fn entries(s: &Shared) -> crate::Result<Vec<Value>> {
     let ns = s.skills.namespace().to_owned();
     Ok(s.skills
-        .records_all()?
+        .manifests()?
         .iter()
-        .map(|r| crate::openwop::inventory_entry(&r.manifest, &ns, &r.digest))
+        .map(|(manifest, digest)| crate::openwop::inventory_entry(manifest, &ns, digest))
         .collect())
 }
 
