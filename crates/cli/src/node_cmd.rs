@@ -382,23 +382,8 @@ pub struct SkillNameArgs {
     pub json: bool,
 }
 
-/// A file, or a folder holding SKILL.md; the fallback name is the folder name, or the file stem
-/// unless it is SKILL.md (then its folder's name) — the same rule as `skill check`.
-fn resolve_skill_path(path: &Path) -> (PathBuf, Option<String>) {
-    let file_name = |p: &Path| p.file_name().and_then(|n| n.to_str()).map(str::to_owned);
-    if path.is_dir() {
-        return (path.join("SKILL.md"), file_name(path));
-    }
-    let fallback = match path.file_stem().and_then(|s| s.to_str()) {
-        Some(s) if s.eq_ignore_ascii_case("skill") => path.parent().and_then(file_name),
-        Some(s) => Some(s.to_owned()),
-        None => None,
-    };
-    (path.to_path_buf(), fallback)
-}
-
 pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<ExitCode> {
-    let (file, fallback) = resolve_skill_path(&args.path);
+    let (file, fallback) = crate::skill_cmd::resolve_skill_path(&args.path);
     let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let client = Client::from_data_dir(global)?;
     let path = match &fallback {

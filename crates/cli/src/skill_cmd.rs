@@ -104,7 +104,7 @@ impl SkillReport {
 
 /// A file, or a folder holding SKILL.md. The fallback name is the folder's name (a skill's folder
 /// is its name in the Agent Skills layout); a loose file contributes its stem unless it is SKILL.md.
-fn resolve_skill_path(path: &Path) -> (PathBuf, Option<String>) {
+pub(crate) fn resolve_skill_path(path: &Path) -> (PathBuf, Option<String>) {
     let file_name = |p: &Path| p.file_name().and_then(|n| n.to_str()).map(str::to_owned);
     if path.is_dir() {
         return (path.join("SKILL.md"), file_name(path));
