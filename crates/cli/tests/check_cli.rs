@@ -55,7 +55,9 @@ fn an_invalid_skill_exits_1_naming_field_and_line() {
 #[test]
 fn the_skill_profile_reject_shows_the_schema_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("SKILL.md");
+    let folder = dir.path().join("stateful");
+    std::fs::create_dir(&folder).expect("mkdir");
+    let f = folder.join("SKILL.md");
     std::fs::write(&f, "---\nname: stateful\ndescription: d\nmemory:\n  longTerm: true\n---\nb\n").expect("write");
     let o = skillbox(&["skill", "check", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
