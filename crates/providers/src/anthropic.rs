@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::http::{
-    Endpoint, HttpOptions, check_status, json_error, scrub, secret_header, transport_error,
+    Endpoint, HttpOptions, check_status, json_error, read_capped, scrub, secret_header,
+    transport_error,
 };
 use crate::{BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage};
 
@@ -43,10 +44,7 @@ impl Anthropic {
         let secs = self.endpoint.timeout_secs();
         let response = request.send().await.map_err(|e| transport_error(e, secs))?;
         check_status(response.status(), response.headers())?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| transport_error(e, secs))?;
+        let bytes = read_capped(response, secs).await?;
         parse_message(&bytes, api_key)
     }
 }

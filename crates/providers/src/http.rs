@@ -153,6 +153,32 @@ impl Endpoint {
     }
 }
 
+/// The most a provider answer may take in memory. Far above any real completion; a server that
+/// sends more is broken or hostile.
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// A whole response body, refused beyond [`MAX_ANSWER_BYTES`].
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    timeout_secs: u64,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| transport_error(e, timeout_secs))?
+    {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(ProviderError::Protocol(format!(
+                "answer larger than {} MiB",
+                MAX_ANSWER_BYTES >> 20
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// The key as a header value marked sensitive, so it never shows in a `Debug` of the request.
 pub(crate) fn secret_header(prefix: &str, key: &str) -> Result<HeaderValue, ProviderError> {
     let mut value = HeaderValue::from_str(&format!("{prefix}{key}")).map_err(|_| {

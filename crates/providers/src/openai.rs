@@ -9,7 +9,8 @@
 use serde_json::{Value, json};
 
 use crate::http::{
-    Endpoint, HttpOptions, check_status, json_error, scrub, secret_header, transport_error,
+    Endpoint, HttpOptions, MAX_ANSWER_BYTES, check_status, json_error, read_capped, scrub,
+    secret_header, transport_error,
 };
 use crate::{BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage};
 
@@ -109,10 +110,7 @@ impl OpenAiCompatible {
             }
             stream.finish(api_key)
         } else {
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| transport_error(e, secs))?;
+            let bytes = read_capped(response, secs).await?;
             parse_answer(&bytes, api_key)
         }
     }
@@ -311,6 +309,12 @@ impl StreamAnswer {
         }
         if let Some(choice) = value.get("choices").and_then(|c| c.get(0)) {
             if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str) {
+                if self.text.len() + piece.len() > MAX_ANSWER_BYTES {
+                    return Err(ProviderError::Protocol(format!(
+                        "streamed answer larger than {} MiB",
+                        MAX_ANSWER_BYTES >> 20
+                    )));
+                }
                 self.text.push_str(piece);
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {

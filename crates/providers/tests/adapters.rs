@@ -245,6 +245,8 @@ async fn openrouter_streamed_success_with_usage_cost_and_keepalives() {
         req.header("http-referer")
             .is_some_and(|v| v.starts_with("http"))
     );
+    // The key travels in the Authorization header only.
+    assert!(!req.body.contains(KEY) && !req.path.contains(KEY));
     let body: serde_json::Value = serde_json::from_str(&req.body).unwrap();
     assert_eq!(body["max_tokens"], 32);
     assert_eq!(body["stream"], true);
@@ -687,4 +689,21 @@ async fn anthropic_error_kinds() {
     .await
     .unwrap_err();
     assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn an_oversized_answer_is_refused() {
+    let huge = format!(
+        r#"{{"choices":[{{"message":{{"content":"{}"}},"finish_reason":"stop"}}]}}"#,
+        "a".repeat(17 << 20)
+    );
+    let server = Loopback::start(vec![json(200, &huge)]).await;
+    let err = openrouter(&server, false)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Protocol(m) if m.contains("MiB")),
+        "{err:?}"
+    );
 }

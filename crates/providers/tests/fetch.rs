@@ -9,7 +9,10 @@ use skillbox_providers::local::{
 };
 use zip::write::SimpleFileOptions;
 
-fn wheel(path: &Path, entries: &[(&str, &dyn Fn(&mut dyn Write))]) {
+/// Writes one archive entry's bytes.
+type Content<'a> = &'a dyn Fn(&mut dyn Write);
+
+fn wheel(path: &Path, entries: &[(&str, Content)]) {
     let file = std::fs::File::create(path).unwrap();
     let mut zip = zip::ZipWriter::new(file);
     let options = SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);

@@ -165,6 +165,30 @@ fn different_seeds_can_differ() {
 }
 
 #[test]
+fn a_cancelled_generation_stops() {
+    let cancelled = std::sync::atomic::AtomicBool::new(true);
+    let err = model()
+        .generate_cancellable(&ask("Write a long story.", 200, 3), &cancelled)
+        .unwrap_err();
+    assert!(err.to_string().contains("cancelled"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_local_call_frees_its_slot() {
+    let provider = LocalProvider::new(model_path());
+    provider.model().await.unwrap();
+    // Given up on after 200 ms: the generation is told to stop and the single slot comes back.
+    let long = tokio::time::timeout(
+        std::time::Duration::from_millis(200),
+        provider.complete(ask("Write a very long story about the sea.", 2000, 9), None),
+    )
+    .await;
+    assert!(long.is_err(), "a 2000-token story finished within 200 ms");
+    let short = provider.complete(ask("Say hi.", 4, 9), None).await.unwrap();
+    assert!(short.usage.completion_tokens <= 4);
+}
+
+#[test]
 fn prompt_beyond_the_context_is_refused() {
     let m = model();
     let long = "word ".repeat(m.context_tokens() + 10);

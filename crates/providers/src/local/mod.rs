@@ -10,6 +10,7 @@ mod tokenizer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use candle_core::quantized::gguf_file;
@@ -158,6 +159,16 @@ impl LocalModel {
         &self,
         request: &ChatRequest,
     ) -> Result<(Completion, Timing), ProviderError> {
+        self.generate_cancellable(request, &AtomicBool::new(false))
+    }
+
+    /// Generation that stops (with an error) at the next token once `cancel` is set, so a run
+    /// the box gave up on does not keep a core busy until `max_tokens`.
+    pub fn generate_cancellable(
+        &self,
+        request: &ChatRequest,
+        cancel: &AtomicBool,
+    ) -> Result<(Completion, Timing), ProviderError> {
         let prompt = self.prompt_ids(&request.system, &request.user)?;
         if prompt.len() >= self.context {
             return Err(ProviderError::InvalidRequest(format!(
@@ -213,6 +224,11 @@ impl LocalModel {
         let mut generated: Vec<u32> = Vec::with_capacity(budget);
         let mut finish = FinishReason::Length;
         loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(ProviderError::Unavailable(
+                    "local model run cancelled".into(),
+                ));
+            }
             if next == self.im_end || Some(next) == self.end_of_text {
                 finish = FinishReason::Stop;
                 break;
@@ -278,7 +294,7 @@ fn fresh_seed() -> u64 {
 pub struct LocalProvider {
     path: PathBuf,
     model: OnceCell<Arc<LocalModel>>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for LocalProvider {
@@ -299,7 +315,7 @@ impl LocalProvider {
         LocalProvider {
             path,
             model: OnceCell::new(),
-            permits: Semaphore::new(parallel.max(1)),
+            permits: Arc::new(Semaphore::new(parallel.max(1))),
         }
     }
 
@@ -348,12 +364,30 @@ impl Provider for LocalProvider {
     ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
         Box::pin(async move {
             let model = self.model().await?;
-            let _permit = self.permits.acquire().await.map_err(|_| {
+            let permit = self.permits.clone().acquire_owned().await.map_err(|_| {
                 ProviderError::Unavailable("local provider is shutting down".into())
             })?;
-            tokio::task::spawn_blocking(move || model.generate(&request))
-                .await
-                .map_err(|e| ProviderError::Unavailable(format!("local model run stopped: {e}")))?
+            // Dropping this future (the box gave up on the run) stops the generation.
+            let cancel = Arc::new(AtomicBool::new(false));
+            let _guard = CancelOnDrop(cancel.clone());
+            tokio::task::spawn_blocking(move || {
+                // The slot stays taken until the blocking work has really stopped.
+                let _permit = permit;
+                model
+                    .generate_cancellable(&request, &cancel)
+                    .map(|(completion, _)| completion)
+            })
+            .await
+            .map_err(|e| ProviderError::Unavailable(format!("local model run stopped: {e}")))?
         })
+    }
+}
+
+/// Sets the flag when the future holding it is dropped.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
