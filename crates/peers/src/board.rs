@@ -40,7 +40,6 @@ pub struct BoardRow {
     pub description: String,
     pub provider: String,
     pub required_sources: Vec<String>,
-    pub declaration_digest: String,
     /// Seconds since the peer signed the advert this row comes from.
     pub age: u64,
 }
@@ -58,9 +57,11 @@ struct Entry {
     advert: Advert,
     raw: Arc<[u8]>,
     expires_at: u64,
-    /// Each row's JSON up to and including `"age":`, rendered once at ingest: a snapshot then
-    /// only copies bytes and writes the age, which keeps `GET /board` fast at 10,000 peers.
-    rendered: Vec<String>,
+    /// Each row's JSON up to and including `"age":`, rendered once at ingest into one buffer
+    /// (`row_ends` splits it): a snapshot then only copies bytes and writes the age, which keeps
+    /// `GET /board` fast at 10,000 peers.
+    rendered: String,
+    row_ends: Vec<usize>,
 }
 
 #[derive(Serialize)]
@@ -71,7 +72,6 @@ struct RowPrefix<'a> {
     description: &'a str,
     provider: &'a str,
     required_sources: &'a [String],
-    declaration_digest: &'a str,
 }
 
 /// The newest valid advert per peer.
@@ -156,13 +156,15 @@ impl Board {
         }
         let mut skills: Vec<&OfferedSkill> = advert.skills.iter().collect();
         skills.sort_by(|a, b| a.name.cmp(&b.name));
-        let rendered = skills
-            .iter()
-            .map(|s| render_prefix(&key, s))
-            .collect::<Vec<_>>();
+        let mut rendered = String::new();
+        let mut row_ends = Vec::with_capacity(skills.len());
+        for s in &skills {
+            rendered.push_str(&render_prefix(&key, s));
+            row_ends.push(rendered.len());
+        }
         let seq = advert.seq;
-        self.rendered_bytes += rendered.iter().map(String::len).sum::<usize>();
-        self.rendered_rows += rendered.len();
+        self.rendered_bytes += rendered.len();
+        self.rendered_rows += row_ends.len();
         let old = self.entries.insert(
             key,
             Entry {
@@ -170,6 +172,7 @@ impl Board {
                 raw,
                 expires_at,
                 rendered,
+                row_ends,
             },
         );
         if let Some(old) = old {
@@ -210,8 +213,8 @@ impl Board {
     }
 
     fn forget_rendered(&mut self, old: &Entry) {
-        self.rendered_bytes -= old.rendered.iter().map(String::len).sum::<usize>();
-        self.rendered_rows -= old.rendered.len();
+        self.rendered_bytes -= old.rendered.len();
+        self.rendered_rows -= old.row_ends.len();
     }
 
     fn live(&self, now_ms: u64) -> impl Iterator<Item = (&String, &Entry)> {
@@ -280,7 +283,6 @@ impl Board {
                     description: s.description.clone(),
                     provider: s.provider.clone(),
                     required_sources: s.required_sources.clone(),
-                    declaration_digest: s.declaration_digest.clone(),
                     age,
                 });
             }
@@ -297,14 +299,16 @@ impl Board {
         let mut digits = [0u8; 20];
         for (_, e) in self.live(now_ms) {
             let age = format_u64(age_secs(e.advert.time, now_ms), &mut digits);
-            for prefix in &e.rendered {
+            let mut start = 0;
+            for &end in &e.row_ends {
                 if !first {
                     out.push(',');
                 }
                 first = false;
-                out.push_str(prefix);
+                out.push_str(&e.rendered[start..end]);
                 out.push_str(age);
                 out.push('}');
+                start = end;
             }
         }
         out.push(']');
@@ -338,7 +342,6 @@ fn render_prefix(peer: &str, s: &OfferedSkill) -> String {
         description: &s.description,
         provider: &s.provider,
         required_sources: &s.required_sources,
-        declaration_digest: &s.declaration_digest,
     };
     // Serializing borrowed strings into a String cannot fail.
     let mut json = serde_json::to_string(&row).expect("serializing a struct of strings");
