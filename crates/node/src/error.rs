@@ -70,6 +70,9 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
+    /// The peer network refused to start or failed.
+    #[error("peer network: {0}")]
+    Peers(#[from] skillbox_peers::PeersError),
     /// A stored row does not deserialize (it was written by a different version or edited by hand).
     #[error("stored {what} {name:?} is unreadable: {problem}")]
     StoredRow {

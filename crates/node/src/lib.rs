@@ -7,6 +7,7 @@
 //!   content leaves it.
 //! - [`skills`]: SKILL.md import (declaration + body source in one transaction), offer state.
 //! - [`openwop`]: discovery and inventory bodies; [`openapi`]: the API's OpenAPI document.
+//! - [`peering`]: the peer network's config, the offered set, the board the API reads.
 //! - [`api`]: the axum router; [`node::Node`]: all of it opened from a data dir.
 
 pub mod api;
@@ -18,6 +19,7 @@ pub mod node;
 pub mod openapi;
 pub mod openwop;
 pub mod pack;
+pub mod peering;
 pub mod skills;
 pub mod sources;
 pub mod store;

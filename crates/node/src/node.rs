@@ -10,9 +10,47 @@ use crate::config::Config;
 use crate::crypto::NodeKey;
 use crate::datadir::DataDir;
 use crate::error::{NodeError, Result};
+use crate::peering::{self, SharedBoard};
 use crate::skills::Skills;
 use crate::sources::{self, Sources};
 use crate::store::Store;
+use skillbox_peers::{PayloadReceiver, PeersHandle};
+
+/// The running peer network and the task keeping its advert in step with the registry.
+struct PeersRunning {
+    handle: PeersHandle,
+    offer_task: tokio::task::JoinHandle<()>,
+    payloads: Option<PayloadReceiver>,
+}
+
+/// What `start_peers` reports: this node's peer id and where it listens.
+#[derive(Debug, Clone)]
+pub struct PeersStarted {
+    pub peer_id: String,
+    pub listen_addrs: Vec<String>,
+}
+
+/// Keep the advert equal to the offered set: recompute it when the API says something changed
+/// and on every advert interval (a change made behind the API's back still goes out). The
+/// network only re-publishes when the set really differs.
+async fn keep_offer(state: AppState, handle: PeersHandle, every: std::time::Duration) {
+    loop {
+        let skills = state.skills.clone();
+        match tokio::task::spawn_blocking(move || skills.list()).await {
+            Ok(Ok(list)) => match handle.set_offer(peering::offer_from(&list)).await {
+                Ok(()) => {}
+                Err(skillbox_peers::PeersError::Stopped) => return,
+                Err(e) => tracing::warn!(error = %e, "cannot set the advert's offer"),
+            },
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot list skills for the advert"),
+            Err(e) => tracing::warn!(error = %e, "skill listing task failed"),
+        }
+        tokio::select! {
+            _ = state.offer_changed.notified() => {}
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
 
 /// An open node.
 pub struct Node {
@@ -22,6 +60,7 @@ pub struct Node {
     sources: Sources,
     skills: Skills,
     state: AppState,
+    peers: Option<PeersRunning>,
     /// Held for the node's life: one node per data dir (two would both answer on api.addr and
     /// both write the store).
     _lock: std::fs::File,
@@ -88,6 +127,7 @@ impl Node {
             sources,
             skills,
             state,
+            peers: None,
             _lock: lock,
         })
     }
@@ -110,6 +150,63 @@ impl Node {
     }
     pub fn skills(&self) -> &Skills {
         &self.skills
+    }
+
+    /// Start the peer network with the node key and the config's listen and bootstrap
+    /// addresses, and keep its advert equal to the offered set. Returns once every listen
+    /// address is bound. Needs a Tokio runtime.
+    pub async fn start_peers(&mut self) -> Result<PeersStarted> {
+        if self.peers.is_some() {
+            return Err(NodeError::Conflict(
+                "the peer network is already running".into(),
+            ));
+        }
+        let config = peering::peers_config(&self.config, &self.data_dir.config())?;
+        let every = config.advert_interval;
+        let keypair = skillbox_peers::keypair_from_seed(self.node_key.seed())?;
+        let (handle, payloads) = skillbox_peers::start(config, keypair).await?;
+        let listen_addrs = handle
+            .listen_addrs()
+            .await?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let peer_id = handle.local_peer_id().to_base58();
+        // The same id everywhere: the API's node id is the libp2p one.
+        debug_assert_eq!(peer_id, self.node_id());
+        let _ = self.state.peers.set(handle.clone());
+        let view: SharedBoard = Arc::new(handle.clone());
+        let _ = self.state.board.set(view);
+        let offer_task = tokio::spawn(keep_offer(self.state.clone(), handle.clone(), every));
+        tracing::info!(%peer_id, ?listen_addrs, "peer network started");
+        self.peers = Some(PeersRunning {
+            handle,
+            offer_task,
+            payloads: Some(payloads),
+        });
+        Ok(PeersStarted {
+            peer_id,
+            listen_addrs,
+        })
+    }
+
+    /// The running peer network, if started.
+    pub fn peers(&self) -> Option<PeersHandle> {
+        self.peers.as_ref().map(|p| p.handle.clone())
+    }
+
+    /// The incoming payloads (for the calls logic); `None` before `start_peers` or once taken.
+    pub fn take_payloads(&mut self) -> Option<PayloadReceiver> {
+        self.peers.as_mut().and_then(|p| p.payloads.take())
+    }
+
+    /// Serve `GET /board` from this view instead of a network (benches feed a board directly).
+    /// Refused when a board is already attached.
+    pub fn attach_board(&self, view: SharedBoard) -> Result<()> {
+        self.state
+            .board
+            .set(view)
+            .map_err(|_| NodeError::Conflict("a board is already attached".into()))
     }
 
     /// The HTTP API router.
@@ -147,6 +244,10 @@ impl Node {
             .await
             .map_err(|e| NodeError::io("serving the API", e))?;
         let _ = std::fs::remove_file(self.data_dir.api_addr());
+        if let Some(p) = &self.peers {
+            p.offer_task.abort();
+            p.handle.shutdown().await;
+        }
         Ok(())
     }
 }

@@ -137,6 +137,32 @@ pub fn document() -> Value {
                     ("404", err("No such skill.")),
                 ]), false)
             },
+            "/board": { "get": op("What peers offer right now: one row per offered skill of every peer's newest unexpired advert.", map(vec![
+                ("200", ok_json("The board.", r("Board"))),
+                ("400", err("Unknown query parameter (`validation_error`).")),
+                ("503", err("The peer network is not running (`peers_unavailable`).")),
+            ]), false) },
+            "/peers": {
+                "get": op("This node's peer id and listen addresses, and the peers it is connected to.", map(vec![
+                    ("200", ok_json("Peers.", r("PeerList"))),
+                    ("503", err("The peer network is not running (`peers_unavailable`).")),
+                ]), false),
+                "post": {
+                    "summary": "Dial a peer by multiaddr (`/p2p/<peer id>` may be omitted); answers once connected.",
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                        "type": "object", "required": ["addr"], "properties": { "addr": { "type": "string", "minLength": 1, "description": "A multiaddr, e.g. /ip4/127.0.0.1/tcp/4001." } }
+                    } } } },
+                    "responses": {
+                        "200": ok_json("Connected.", json!({ "type": "object", "required": ["peer", "addr"], "properties": { "peer": { "type": "string" }, "addr": { "type": "string" } } })),
+                        "400": err("Missing or malformed addr (`validation_error`)."),
+                        "401": err("Missing or wrong bearer token."),
+                        "413": err("Body too large (`payload_too_large`)."),
+                        "415": err("Not application/json (`unsupported_media_type`)."),
+                        "502": err("The peer could not be reached (`dial_failed`)."),
+                        "503": err("The peer network is not running (`peers_unavailable`).")
+                    }
+                }
+            },
             "/sources": { "get": op("Every source: name, kind, size, digest — never content.", map(vec![
                 ("200", ok_json("Sources.", r("SourceList"))),
             ]), false) },
@@ -172,7 +198,7 @@ pub fn document() -> Value {
                 "Error": {
                     "type": "object", "required": ["error", "message"], "additionalProperties": false,
                     "properties": {
-                        "error": { "type": "string", "minLength": 1, "description": "Machine-readable code: validation_error, pack_validation_failed, unauthenticated, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, bad_request, internal_error." },
+                        "error": { "type": "string", "minLength": 1, "description": "Machine-readable code: validation_error, pack_validation_failed, unauthenticated, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, bad_request, internal_error, peers_unavailable, dial_failed." },
                         "message": { "type": "string", "minLength": 1 },
                         "details": { "type": "object", "description": "For validation errors: `errors: [{path|field, line?, message}]`." }
                     }
@@ -227,6 +253,33 @@ pub fn document() -> Value {
                 "SourceList": {
                     "type": "object", "required": ["sources", "total"],
                     "properties": { "sources": { "type": "array", "items": r("SourceMeta") }, "total": { "type": "integer" } }
+                },
+                "BoardRow": {
+                    "type": "object", "required": ["peer", "skill", "description", "provider", "requiredSources", "age"],
+                    "properties": {
+                        "peer": { "type": "string", "description": "The offering peer's id." }, "skill": { "type": "string" },
+                        "description": { "type": "string" }, "provider": { "type": "string" },
+                        "requiredSources": { "type": "array", "items": { "type": "string" } },
+                        "age": { "type": "integer", "minimum": 0, "description": "Seconds since the advert was made." }
+                    }
+                },
+                "Board": {
+                    "type": "object", "required": ["board", "peerCount"],
+                    "properties": { "board": { "type": "array", "items": r("BoardRow") }, "peerCount": { "type": "integer", "minimum": 0 } }
+                },
+                "PeerInfo": {
+                    "type": "object", "required": ["peer", "addresses", "listenAddrs"],
+                    "properties": {
+                        "peer": { "type": "string" }, "addresses": { "type": "array", "items": { "type": "string" } },
+                        "listenAddrs": { "type": "array", "items": { "type": "string" } }, "agentVersion": { "type": "string" }
+                    }
+                },
+                "PeerList": {
+                    "type": "object", "required": ["peerId", "listenAddrs", "peers", "total"],
+                    "properties": {
+                        "peerId": { "type": "string" }, "listenAddrs": { "type": "array", "items": { "type": "string" } },
+                        "peers": { "type": "array", "items": r("PeerInfo") }, "total": { "type": "integer" }
+                    }
                 },
                 "AgentInventory": {
                     "type": "object", "required": ["agents", "total"],

@@ -8,7 +8,7 @@ pub mod error;
 pub mod metrics;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::Json;
@@ -29,6 +29,7 @@ pub use error::ApiError;
 use metrics::{Gauges, Metrics};
 
 use crate::config::Limits;
+use crate::peering::SharedBoard;
 use crate::skills::Skills;
 use crate::sources::{self, SourceKind, Sources};
 
@@ -50,6 +51,13 @@ pub struct Shared {
     pub node_id: String,
     pub public_key: String,
     pub metrics: Metrics,
+    /// The running peer network, once started (`GET /peers`, `POST /peers`).
+    pub peers: OnceLock<skillbox_peers::PeersHandle>,
+    /// What `GET /board` reads: the network's board, or one fed in-process (benches).
+    pub board: OnceLock<SharedBoard>,
+    /// Poked after anything that can change the offered set (skills, sources), so the advert
+    /// goes out at once rather than at the next interval.
+    pub offer_changed: tokio::sync::Notify,
     token_digest: [u8; 32],
 }
 
@@ -69,6 +77,9 @@ impl Shared {
             node_id,
             public_key,
             metrics: Metrics::default(),
+            peers: OnceLock::new(),
+            board: OnceLock::new(),
+            offer_changed: tokio::sync::Notify::new(),
             token_digest: Sha256::digest(token.as_bytes()).into(),
         }
     }
@@ -152,6 +163,8 @@ fn book() -> Book {
         .protected("/v1/agents/{agentId}", get(get_agent))
         .protected("/skills", get(list_skills).post(post_skill))
         .protected("/skills/{name}", get(get_skill).delete(delete_skill))
+        .protected("/board", get(board))
+        .protected("/peers", get(list_peers).post(add_peer))
         .protected("/sources", get(list_sources))
         .protected_as(
             "/sources/{*name}",
@@ -443,7 +456,11 @@ async fn post_skill(
     }
     let bytes = read_body(body, &headers, s.limits.max_skill_bytes).await?;
     let fallback = q.get("name").cloned();
-    let imported = blocking(move || s.skills.import(&bytes, fallback.as_deref())).await?;
+    let imported = {
+        let s = s.clone();
+        blocking(move || s.skills.import(&bytes, fallback.as_deref())).await?
+    };
+    s.offer_changed.notify_one();
     let status = if imported.replaced {
         StatusCode::OK
     } else {
@@ -466,6 +483,7 @@ async fn post_pack(s: AppState, headers: &HeaderMap, body: Body) -> Result<Respo
     }
     let plan = crate::pack::plan(&doc)?;
     let skipped = plan.skipped;
+    let notify = s.clone();
     let imported = blocking(move || {
         let docs: Vec<(&[u8], Option<&str>)> = plan
             .skills
@@ -475,6 +493,7 @@ async fn post_pack(s: AppState, headers: &HeaderMap, body: Body) -> Result<Respo
         s.skills.import_all(&docs)
     })
     .await?;
+    notify.offer_changed.notify_one();
     // 201 when the import created a skill; 200 when it only replaced (or held none).
     let status = if imported.iter().any(|i| !i.replaced) {
         StatusCode::CREATED
@@ -506,7 +525,9 @@ async fn delete_skill(
 ) -> Result<StatusCode, ApiError> {
     let name = path_param(name)?;
     let n = name.clone();
+    let notify = s.clone();
     if blocking(move || s.skills.delete(&n)).await? {
+        notify.offer_changed.notify_one();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!("skill {name:?} not found")))
@@ -559,11 +580,13 @@ async fn put_source(
     } else {
         SourceKind::File
     });
+    let notify = s.clone();
     let (meta, existed) = blocking(move || {
         let existed = s.sources.meta(&name)?.is_some();
         Ok((s.sources.put(&name, kind, &bytes)?, existed))
     })
     .await?;
+    notify.offer_changed.notify_one();
     let status = if existed {
         StatusCode::OK
     } else {
@@ -579,9 +602,94 @@ async fn delete_source(
     let name = path_param(name)?;
     sources::check_name(&name)?;
     let n = name.clone();
+    let notify = s.clone();
     if blocking(move || s.sources.delete(&n)).await? {
+        notify.offer_changed.notify_one();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!("source {name:?} not found")))
+    }
+}
+
+// ---- peers and the board
+
+fn peers_unavailable() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "peers_unavailable",
+        "the peer network is not running on this node",
+    )
+}
+
+/// `GET /board`: one row per offered skill of every peer on the board. The rows come
+/// pre-rendered from the board (no per-request serialization of 10,000 adverts).
+async fn board(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
+    query(&uri, &[])?;
+    let view = s.board.get().ok_or_else(peers_unavailable)?.clone();
+    let (rows, peers) = view.board_json();
+    let mut body = String::with_capacity(rows.len() + 32);
+    body.push_str("{\"board\":");
+    body.push_str(&rows);
+    body.push_str(",\"peerCount\":");
+    body.push_str(&peers.to_string());
+    body.push('}');
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+async fn list_peers(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let handle = s.peers.get().ok_or_else(peers_unavailable)?;
+    let peers = handle
+        .peers()
+        .await
+        .map_err(|e| ApiError::internal(format!("peer network: {e}")))?;
+    let addrs: Vec<String> = handle
+        .listen_addrs()
+        .await
+        .map_err(|e| ApiError::internal(format!("peer network: {e}")))?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    Ok(Json(json!({
+        "peerId": handle.local_peer_id().to_base58(),
+        "listenAddrs": addrs,
+        "peers": peers,
+        "total": peers.len(),
+    })))
+}
+
+/// `POST /peers {"addr": MULTIADDR}`: dial a peer; answers its id once connected.
+async fn add_peer(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let media = media_type(&headers);
+    if media.as_deref() != Some("application/json") {
+        return Err(ApiError::unsupported_media_type(
+            media.as_deref(),
+            &["application/json"],
+        ));
+    }
+    let bytes = read_body(body, &headers, 4096).await?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))?;
+    let addr = doc
+        .get("addr")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::validation("addr", "required: a multiaddr string"))?;
+    let addr: skillbox_peers::Multiaddr = addr
+        .parse()
+        .map_err(|e| ApiError::validation("addr", format!("{addr:?} is not a multiaddr: {e}")))?;
+    let handle = s.peers.get().ok_or_else(peers_unavailable)?;
+    match handle.dial(addr.clone()).await {
+        Ok(peer) => {
+            Ok(Json(json!({ "peer": peer.to_base58(), "addr": addr.to_string() })).into_response())
+        }
+        Err(skillbox_peers::PeersError::Stopped) => Err(peers_unavailable()),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "dial_failed",
+            format!("cannot connect to {addr}: {e}"),
+        )),
     }
 }

@@ -1,0 +1,113 @@
+//! `GET /board` over real HTTP with a board fed 10,000 synthetic peers' signed adverts.
+//! Prints p50/p99 latency (bar: p50 <= 5 ms) and the response size.
+//!
+//! Run: `cargo bench -p skillbox-node --bench board_http` (release profile).
+//! `BOARD_PEERS`, `BOARD_SKILLS` (per peer) and `BOARD_ROUNDS` override the defaults.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use skillbox_node::{Config, DataDir, Node};
+use skillbox_peers::advert::sign_advert;
+use skillbox_peers::{Board, BoardConfig, Offer, OfferedSkill, keypair_from_seed};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let peers = env_usize("BOARD_PEERS", 10_000);
+    let skills = env_usize("BOARD_SKILLS", 1);
+    let rounds = env_usize("BOARD_ROUNDS", 200);
+
+    let now = skillbox_peers::now_ms();
+    let mut board = Board::new(BoardConfig::default());
+    let t = Instant::now();
+    for p in 0..peers {
+        let mut seed = [0u8; 32];
+        seed[..8].copy_from_slice(&(p as u64 + 1).to_le_bytes());
+        let key = keypair_from_seed(&seed).expect("a 32-byte seed is a key");
+        let offer = Offer {
+            skills: (0..skills)
+                .map(|i| OfferedSkill {
+                    name: format!("skill-{i}"),
+                    description: format!("Synthetic skill {i} of peer {p}, for the board bench."),
+                    provider: "openrouter".into(),
+                    required_sources: vec!["spotify_songs".into()],
+                    declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+                })
+                .collect(),
+            boxes: vec![],
+        };
+        let bytes = sign_advert(&key, now, 1, &offer).expect("sign");
+        board
+            .ingest(&bytes, None, now)
+            .expect("a synthetic advert is valid");
+    }
+    println!(
+        "fed {peers} peers x {skills} skills in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.api.listen = "127.0.0.1:0".parse().expect("addr");
+    DataDir::new(dir.path()).init(&config).expect("init");
+    let token = DataDir::new(dir.path()).load_api_token().expect("token");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let node = Node::open(dir.path()).expect("open");
+        node.attach_board(Arc::new(Mutex::new(board))).expect("attach");
+        let listener = node.bind(None).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(node.serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        let http = reqwest::Client::new();
+        let url = format!("http://{addr}/board");
+        let mut times = Vec::with_capacity(rounds);
+        let mut size = 0;
+        let mut rows = 0;
+        for r in 0..rounds + 5 {
+            let t = Instant::now();
+            let resp = http.get(&url).bearer_auth(&token).send().await.expect("GET /board");
+            assert!(resp.status().is_success(), "{}", resp.status());
+            let body = resp.bytes().await.expect("body");
+            let took = t.elapsed();
+            if r == 0 {
+                let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+                rows = v["board"].as_array().map(Vec::len).unwrap_or(0);
+                assert_eq!(rows, peers * skills, "every row is served");
+            }
+            size = body.len();
+            // The first few warm the connection and allocator.
+            if r >= 5 {
+                times.push(took);
+            }
+        }
+        times.sort();
+        println!(
+            "GET /board over HTTP: {rows} rows, {:.1} MiB, {rounds} rounds: p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms (bar p50 <= 5 ms)",
+            size as f64 / (1024.0 * 1024.0),
+            percentile(&times, 0.50),
+            percentile(&times, 0.99),
+            percentile(&times, 1.0),
+        );
+        let _ = stop.send(());
+        let _ = server.await;
+    });
+}

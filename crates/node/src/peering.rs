@@ -1,0 +1,169 @@
+//! The node's side of the peer network (§6): the `PeersConfig` from `config.toml`, the offered
+//! set projected from the skills registry into the advert, and the board as the API reads it.
+//!
+//! The projection ([`offer_from`]) is pure: it takes the skill list and returns the advert's
+//! skills, so what leaves the node is decided in one place and can be tested without sockets.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use skillbox_peers::{Board, Multiaddr, Offer, OfferedSkill, PeersConfig, PeersHandle};
+
+use crate::config::Config;
+use crate::error::{NodeError, Result};
+use crate::skills::SkillSummary;
+
+/// Where `GET /board` reads from: the running network's board, or (for benches) a board fed
+/// in-process. Answers the board as a JSON array and the number of peers on it.
+pub trait BoardView: Send + Sync {
+    fn board_json(&self) -> (String, usize);
+}
+
+impl BoardView for PeersHandle {
+    fn board_json(&self) -> (String, usize) {
+        self.with_board(|b, now| (b.snapshot_json(now), b.peer_count(now)))
+    }
+}
+
+impl BoardView for Mutex<Board> {
+    fn board_json(&self) -> (String, usize) {
+        let now = skillbox_peers::now_ms();
+        let b = self.lock().unwrap_or_else(|p| p.into_inner());
+        (b.snapshot_json(now), b.peer_count(now))
+    }
+}
+
+/// A shared board view.
+pub type SharedBoard = Arc<dyn BoardView>;
+
+fn multiaddr(what: &str, i: usize, text: &str, path: &std::path::Path) -> Result<Multiaddr> {
+    text.parse::<Multiaddr>().map_err(|e| NodeError::Config {
+        path: path.to_owned(),
+        problem: format!("p2p.{what} entry #{i} {text:?} is not a multiaddr: {e}"),
+    })
+}
+
+/// The peer network's settings from the node's config (`path` only names the file in errors).
+pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConfig> {
+    let listen = config
+        .p2p
+        .listen
+        .iter()
+        .enumerate()
+        .map(|(i, a)| multiaddr("listen", i, a, path))
+        .collect::<Result<Vec<_>>>()?;
+    let bootstrap = config
+        .p2p
+        .bootstrap
+        .iter()
+        .enumerate()
+        .map(|(i, a)| multiaddr("bootstrap", i, a, path))
+        .collect::<Result<Vec<_>>>()?;
+    let advert_interval = Duration::from_secs(config.schedules.advertise_secs);
+    let board_ttl = Duration::from_secs(config.schedules.board_ttl_secs);
+    if board_ttl <= advert_interval {
+        return Err(NodeError::Config {
+            path: path.to_owned(),
+            problem: format!(
+                "schedules.board_ttl_secs ({}) must be longer than schedules.advertise_secs ({})",
+                config.schedules.board_ttl_secs, config.schedules.advertise_secs
+            ),
+        });
+    }
+    Ok(PeersConfig {
+        listen,
+        bootstrap,
+        advert_interval,
+        board_ttl,
+        mdns: config.p2p.mdns,
+        ..PeersConfig::default()
+    })
+}
+
+/// The advert's skills: every offered skill's name, description, provider, requiredSources and
+/// declaration digest. Nothing else of a skill is read here, so model, key and body cannot leave.
+pub fn offer_from(skills: &[SkillSummary]) -> Offer {
+    Offer {
+        skills: skills
+            .iter()
+            .filter(|s| s.offered)
+            .filter_map(|s| {
+                Some(OfferedSkill {
+                    name: s.name.clone(),
+                    description: s.description.clone(),
+                    // An offered skill has a provider (offer_state requires one).
+                    provider: s.provider.clone()?,
+                    required_sources: s.required_sources.clone(),
+                    declaration_digest: s.digest.clone(),
+                })
+            })
+            .collect(),
+        // Accepted boxes need a platform and measurement the box config does not hold yet.
+        boxes: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(name: &str, offered: bool) -> SkillSummary {
+        SkillSummary {
+            name: name.into(),
+            agent_id: format!("local.skillbox.{name}"),
+            description: format!("the {name} skill"),
+            provider: Some("openrouter".into()),
+            required_sources: vec!["spotify_songs".into()],
+            digest: format!("sha256:{}", "ab".repeat(32)),
+            offered,
+            reason: None,
+            reasons: vec![],
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    #[test]
+    fn only_offered_skills_enter_the_offer() {
+        let offer = offer_from(&[summary("taste", true), summary("memo", false)]);
+        assert_eq!(offer.skills.len(), 1);
+        let s = &offer.skills[0];
+        assert_eq!(s.name, "taste");
+        assert_eq!(s.provider, "openrouter");
+        assert_eq!(s.required_sources, ["spotify_songs"]);
+        assert!(s.declaration_digest.starts_with("sha256:"));
+    }
+
+    #[test]
+    fn config_maps_to_peers_config_and_bad_addresses_are_named() {
+        let mut c = Config::default();
+        c.schedules.advertise_secs = 2;
+        c.schedules.board_ttl_secs = 6;
+        c.p2p.bootstrap = vec!["/ip4/127.0.0.1/tcp/4001".into()];
+        let p = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
+        assert_eq!(p.advert_interval, Duration::from_secs(2));
+        assert_eq!(p.board_ttl, Duration::from_secs(6));
+        assert!(!p.mdns);
+        assert_eq!(p.bootstrap.len(), 1);
+        c.p2p.bootstrap = vec!["/ip4/nope/tcp/1".into()];
+        let err = peers_config(&c, std::path::Path::new("config.toml")).expect_err("bad addr");
+        assert!(err.to_string().contains("p2p.bootstrap entry #0"), "{err}");
+        c.p2p.bootstrap.clear();
+        c.schedules.board_ttl_secs = 2;
+        let err = peers_config(&c, std::path::Path::new("config.toml")).expect_err("ttl");
+        assert!(err.to_string().contains("board_ttl_secs"), "{err}");
+    }
+
+    #[test]
+    fn node_key_peer_id_is_libp2ps() {
+        for seed in [[0u8; 32], [7u8; 32], [0xffu8; 32]] {
+            let ours = crate::crypto::NodeKey::from_seed(&seed).peer_id();
+            let theirs = skillbox_peers::keypair_from_seed(&seed)
+                .expect("a 32-byte seed is a valid key")
+                .public()
+                .to_peer_id()
+                .to_base58();
+            assert_eq!(ours, theirs);
+        }
+    }
+}
