@@ -46,6 +46,11 @@ fn main() -> ExitCode {
         r.seed = Some(run);
         match model.generate_timed(&r) {
             Ok((completion, timing)) => {
+                if run == 0 {
+                    // A look at the answer, to see the model and tokenizer are sane.
+                    let text: String = completion.text.chars().take(200).collect();
+                    println!("answer (seed 0): {text:?}");
+                }
                 prompt_tokens += completion.usage.prompt_tokens;
                 prompt_secs += timing.prompt.as_secs_f64();
                 decoded += timing.decoded_tokens;
