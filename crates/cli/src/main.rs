@@ -61,8 +61,15 @@ enum Command {
     Model(model_cmd::ModelCommand),
     /// Create a node's data dir: keys, API token and the full config.
     Init(node_cmd::InitArgs),
-    /// Run a node: the HTTP API (and, later, the peer network).
+    /// Run a node: the HTTP API and the peer network.
     Node(node_cmd::NodeArgs),
+    /// What peers offer right now: one row per offered skill.
+    Board(node_cmd::BoardArgs),
+    /// This node's peer id and its connected peers.
+    Peers(node_cmd::PeersArgs),
+    /// Connect to a peer: `peer add MULTIADDR`.
+    #[command(subcommand)]
+    Peer(node_cmd::PeerCommand),
     /// Sources on the running node: add, list, rm.
     #[command(subcommand)]
     Source(node_cmd::SourceCommand),
@@ -78,6 +85,9 @@ fn main() -> ExitCode {
         Command::Init(args) => node_cmd::run_init(&cli.global, args),
         Command::Node(args) => node_cmd::run_node(&cli.global, args),
         Command::Source(cmd) => node_cmd::run_source(&cli.global, cmd),
+        Command::Board(args) => node_cmd::run_board(&cli.global, args),
+        Command::Peers(args) => node_cmd::run_peers(&cli.global, args),
+        Command::Peer(cmd) => node_cmd::run_peer(&cli.global, cmd),
     };
     match result {
         Ok(code) => code,

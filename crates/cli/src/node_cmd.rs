@@ -91,10 +91,19 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
+        let mut node = node;
         let listener = node.bind(args.api).await?;
         let addr = listener.local_addr().context("reading the bound address")?;
+        let peers = node
+            .start_peers()
+            .await
+            .context("cannot start the peer network")?;
         say!("skillbox node {}", node.node_id());
         say!("api: http://{addr}");
+        say!("peer id: {}", peers.peer_id);
+        for a in &peers.listen_addrs {
+            say!("listening on {a}/p2p/{}", peers.peer_id);
+        }
         say!("data dir: {}", data_dir.display());
         std::io::stdout().flush().ok();
         node.serve(listener, shutdown_signal()).await?;
@@ -501,5 +510,119 @@ pub fn skill_rm(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result<E
         None,
     )?;
     say!("removed skill {} and its body source", args.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---- peers and the board
+
+#[derive(clap::Args, Debug)]
+pub struct BoardArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PeersArgs {
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum PeerCommand {
+    /// Connect to a peer by multiaddr (`/p2p/<peer id>` may be omitted).
+    Add {
+        multiaddr: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `skillbox board`: what peers offer right now, one line per skill.
+pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let ans = client.send(reqwest::Method::GET, "/board", None)?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = ans.body["board"].as_array().cloned().unwrap_or_default();
+    if rows.is_empty() {
+        say!("the board is empty (no peer offers a skill right now)");
+    }
+    for r in rows {
+        let sources: Vec<&str> = r["requiredSources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        say!(
+            "{:<52} {:<24} {:<12} {:>4}s  {}{}",
+            r["peer"].as_str().unwrap_or(""),
+            r["skill"].as_str().unwrap_or(""),
+            r["provider"].as_str().unwrap_or(""),
+            r["age"].as_u64().unwrap_or(0),
+            r["description"].as_str().unwrap_or(""),
+            if sources.is_empty() {
+                String::new()
+            } else {
+                format!(" (needs: {})", sources.join(", "))
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `skillbox peers`: this node's peer id and the peers it is connected to.
+pub fn run_peers(global: &crate::Global, args: PeersArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let ans = client.send(reqwest::Method::GET, "/peers", None)?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!("peer id: {}", ans.body["peerId"].as_str().unwrap_or(""));
+    for a in ans.body["listenAddrs"].as_array().into_iter().flatten() {
+        say!("listening on {}", a.as_str().unwrap_or(""));
+    }
+    let peers = ans.body["peers"].as_array().cloned().unwrap_or_default();
+    if peers.is_empty() {
+        say!("no connected peers");
+    }
+    for p in peers {
+        let addrs: Vec<&str> = p["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        say!(
+            "{:<52} {}",
+            p["peer"].as_str().unwrap_or(""),
+            addrs.join(" ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `skillbox peer add MULTIADDR`.
+pub fn run_peer(global: &crate::Global, cmd: PeerCommand) -> anyhow::Result<ExitCode> {
+    let PeerCommand::Add { multiaddr, json } = cmd;
+    let client = Client::from_data_dir(global)?;
+    let body = serde_json::to_vec(&serde_json::json!({ "addr": multiaddr }))
+        .context("encoding the request")?;
+    let ans = client.send(
+        reqwest::Method::POST,
+        "/peers",
+        Some(("application/json", body)),
+    )?;
+    if json {
+        print_json(&ans.body)?;
+    } else {
+        say!(
+            "connected to {} at {multiaddr}",
+            ans.body["peer"].as_str().unwrap_or("")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

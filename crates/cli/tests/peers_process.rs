@@ -1,0 +1,282 @@
+//! Three real `skillbox node` processes on 127.0.0.1 (mDNS off, 1 s adverts, 3 s board TTL),
+//! driven by the real CLI: `init --p2p --bootstrap`, `peer add`, `peers`, `board --json`,
+//! and the leak scan of what the other nodes see.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_skillbox");
+const BODY_MARKER: &str = "BODYMARKER-5d1e";
+const KEY_MARKER: &str = "sk-or-v1-KEYMARKER-0b7c";
+const MODEL_MARKER: &str = "anthropic/claude-sonnet-4.5";
+
+fn skillbox(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write stdin");
+    }
+    child.wait_with_output().expect("wait")
+}
+
+fn ok(o: Output, what: &str) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{what}: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// A running node; killed when dropped so a failing test leaves nothing behind.
+struct NodeProc {
+    child: Child,
+    dir: PathBuf,
+    log: PathBuf,
+    peer_id: String,
+    p2p: String,
+}
+
+impl NodeProc {
+    fn start(root: &Path, name: &str, bootstrap: Option<&str>) -> NodeProc {
+        let dir = root.join(name);
+        let mut args = vec![
+            "init",
+            "--api",
+            "127.0.0.1:0",
+            "--p2p",
+            "/ip4/127.0.0.1/tcp/0",
+        ];
+        if let Some(b) = bootstrap {
+            args.extend(["--bootstrap", b]);
+        }
+        ok(skillbox(&dir, &args, None), "init");
+        let config = dir.join("config.toml");
+        let text = fs::read_to_string(&config).expect("config");
+        assert!(text.contains("mdns = false"), "mDNS is off by default");
+        let text = text
+            .replace("advertise_secs = 60", "advertise_secs = 1")
+            .replace("board_ttl_secs = 180", "board_ttl_secs = 3");
+        fs::write(&config, text).expect("write config");
+
+        let log = root.join(format!("{name}.log"));
+        let out = fs::File::create(&log).expect("log");
+        let child = Command::new(BIN)
+            .arg("--data-dir")
+            .arg(&dir)
+            .arg("node")
+            .env("SKILLBOX_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone().expect("clone")))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("spawn node");
+        let mut node = NodeProc {
+            child,
+            dir,
+            log,
+            peer_id: String::new(),
+            p2p: String::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let printed = fs::read_to_string(&node.log).unwrap_or_default();
+            let peer = printed.lines().find_map(|l| l.strip_prefix("peer id: "));
+            let listen = printed
+                .lines()
+                .find_map(|l| l.strip_prefix("listening on "));
+            if let (Some(p), Some(l)) = (peer, listen)
+                && node.dir.join("api.addr").exists()
+            {
+                node.peer_id = p.trim().to_owned();
+                node.p2p = l.trim().to_owned();
+                break;
+            }
+            if let Ok(Some(status)) = node.child.try_wait() {
+                panic!("node exited early ({status}): {printed}");
+            }
+            assert!(Instant::now() < deadline, "node did not start: {printed}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            node.p2p.ends_with(&format!("/p2p/{}", node.peer_id)),
+            "{}",
+            node.p2p
+        );
+        node
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        ok(skillbox(&self.dir, args, None), &args.join(" "))
+    }
+
+    fn board(&self) -> (String, Value) {
+        let out = self.cli(&["board", "--json"]);
+        let v: Value = serde_json::from_str(&out).expect("board JSON");
+        (out, v)
+    }
+
+    fn skills_of(&self, peer: &str) -> Vec<String> {
+        let (_, v) = self.board();
+        v["board"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .filter(|r| r["peer"] == peer)
+            .map(|r| r["skill"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < within,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    start.elapsed()
+}
+
+#[test]
+fn a_skill_imported_on_one_node_appears_on_the_others_boards_and_leaves_them() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let a = NodeProc::start(root.path(), "a", None);
+    let b = NodeProc::start(root.path(), "b", Some(&a.p2p));
+    let c = NodeProc::start(root.path(), "c", None);
+
+    // `peer add`: C dials B; `peers` shows it.
+    let out = c.cli(&["peer", "add", &b.p2p]);
+    assert!(out.contains(&b.peer_id), "{out}");
+    let peers: Value = serde_json::from_str(&c.cli(&["peers", "--json"])).expect("peers JSON");
+    assert_eq!(peers["peerId"], c.peer_id.as_str());
+    assert!(
+        peers["peers"]
+            .as_array()
+            .expect("peers")
+            .iter()
+            .any(|p| p["peer"] == b.peer_id.as_str()),
+        "{peers}"
+    );
+    let human = c.cli(&["peers"]);
+    assert!(human.contains(&b.peer_id), "{human}");
+
+    // A imports a skill and adds its key: offered, so on B's and C's boards within 5 s.
+    let skill = root.path().join("taste.md");
+    fs::write(
+        &skill,
+        format!("---\nname: taste\ndescription: Builds a music-taste profile.\nprovider: openrouter\nmodel: {MODEL_MARKER}\nkey: openrouter-key\nrequiredSources: spotify_songs\n---\nYou are a music critic ({BODY_MARKER}).\n"),
+    )
+    .expect("write skill");
+    ok(
+        skillbox(
+            &a.dir,
+            &["source", "add", "openrouter-key", "--secret"],
+            Some(KEY_MARKER.as_bytes()),
+        ),
+        "source add",
+    );
+    let added = Instant::now();
+    a.cli(&["skill", "add", skill.to_str().expect("utf-8 path")]);
+    for n in [&b, &c] {
+        wait_for(
+            "taste on the board",
+            Duration::from_secs(5) - added.elapsed().min(Duration::from_secs(5)),
+            || n.skills_of(&a.peer_id) == ["taste"],
+        );
+    }
+    let (text, v) = c.board();
+    let row = v["board"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["peer"] == a.peer_id.as_str())
+        .expect("row")
+        .clone();
+    assert_eq!(row["provider"], "openrouter");
+    assert_eq!(row["requiredSources"], serde_json::json!(["spotify_songs"]));
+    assert_eq!(row["description"], "Builds a music-taste profile.");
+    assert!(row["age"].is_u64(), "{row}");
+    let human = c.cli(&["board"]);
+    assert!(
+        human.contains("taste") && human.contains(&a.peer_id),
+        "{human}"
+    );
+
+    // Leak scan: no body, key or model in what other nodes show, print or log.
+    for n in [&b, &c] {
+        let (board, _) = n.board();
+        let log = fs::read_to_string(&n.log).unwrap_or_default();
+        for marker in [BODY_MARKER, KEY_MARKER, MODEL_MARKER] {
+            assert!(!board.contains(marker), "{marker} on a board: {board}");
+            assert!(!log.contains(marker), "{marker} in another node's log");
+        }
+    }
+    assert!(!text.contains(KEY_MARKER));
+
+    // The key source goes: the skill leaves the boards.
+    a.cli(&["source", "rm", "openrouter-key"]);
+    for n in [&b, &c] {
+        wait_for("taste leaves the board", Duration::from_secs(5), || {
+            n.skills_of(&a.peer_id).is_empty()
+        });
+    }
+
+    // A stops (SIGKILL, no goodbye): it leaves the boards after the 3 s TTL.
+    ok(
+        skillbox(
+            &a.dir,
+            &["source", "add", "openrouter-key", "--secret"],
+            Some(KEY_MARKER.as_bytes()),
+        ),
+        "source add",
+    );
+    wait_for("taste back", Duration::from_secs(5), || {
+        c.skills_of(&a.peer_id) == ["taste"]
+    });
+    let pa = a.peer_id.clone();
+    drop(a);
+    let stopped = Instant::now();
+    for n in [&b, &c] {
+        wait_for("A leaves the board", Duration::from_secs(10), || {
+            n.skills_of(&pa).is_empty()
+        });
+    }
+    let gone = stopped.elapsed();
+    assert!(gone <= Duration::from_secs(3 + 3), "A left after {gone:?}");
+    // B keeps advertising: still on C's board after more than one TTL.
+    std::thread::sleep(Duration::from_secs(4));
+    let (_, v) = c.board();
+    assert!(v["peerCount"].as_u64().is_some_and(|n| n >= 1), "{v}");
+}
