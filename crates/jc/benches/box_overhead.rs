@@ -1,1 +1,188 @@
-fn main() {}
+//! Box overhead, printed as figures: `cargo bench -p skillbox-jc --bench box_overhead`.
+//!
+//! 1. Per run, open → result, through the HTTP API on loopback with a zero-latency provider
+//!    double: open, attest + verify (both parties), seal + post both stakes, both submits,
+//!    fetch, open the answer, verify the receipt.
+//! 2. Memory per in-flight run: RSS growth while N runs sit open with both stakes in.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ed25519_dalek::SigningKey;
+use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifyPolicy};
+use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::dsse::{approved_program, key_hex, sign_program};
+use skillbox_jc::program::*;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore, now_secs};
+use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_providers::{
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderId, Usage,
+};
+
+const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+struct Instant0;
+impl Provider for Instant0 {
+    fn complete<'a>(
+        &'a self,
+        _r: ChatRequest,
+        _k: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+        Box::pin(async {
+            Ok(Completion {
+                text: "answer".into(),
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+fn program(caller: &SigningKey, owner: &SigningKey, result: &HpkeKeyPair, i: usize) -> Program {
+    Program {
+        version: PROGRAM_VERSION,
+        call_id: format!("bench-{i}-{}", skillbox_jc::client::new_nonce()),
+        parties: Parties {
+            caller: CallerParty {
+                node_key: key_hex(&caller.verifying_key()),
+                result_key: result.public_hex(),
+            },
+            owner: OwnerParty {
+                node_key: key_hex(&owner.verifying_key()),
+            },
+        },
+        boxes: vec![BoxIdentity {
+            platform: INSECURE_DEV.into(),
+            measurement: MEASUREMENT.into(),
+        }],
+        skill: SkillRef {
+            name: "bench".into(),
+            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+        },
+        provider: ProviderGrant {
+            id: ProviderId::Local,
+            host: None,
+        },
+        caller_inputs: CallerInputs {
+            request_max_bytes: 1024,
+            sources: vec![SourceLimit {
+                name: "data".into(),
+                max_bytes: 4096,
+            }],
+        },
+        owner_inputs: OwnerInputs {
+            body_max_bytes: 4096,
+            model_max_bytes: 64,
+            key_max_bytes: 0,
+        },
+        output: OutputSpec {
+            max_bytes: 1024,
+            padded: true,
+            to: "caller".into(),
+        },
+        receipt: ReceiptSpec {
+            fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
+            to: vec!["caller".into(), "owner".into()],
+        },
+        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        expires_at: now_secs() + 3600,
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    // `cargo test --benches` runs bench targets with no work to do; only `cargo bench` measures.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let attester: Arc<dyn Attester> = Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
+        let mut providers = ProviderRegistry::new();
+        providers.register(ProviderId::Local, None, Arc::new(Instant0));
+        let config = BoxConfig { max_runs: 100_000, ..BoxConfig::default() };
+        let core = Arc::new(BoxCore::new(attester, providers, config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(skillbox_jc::server::serve(listener, core.clone()));
+        let client = BoxClient::new(&url).expect("client");
+        let caller = SigningKey::from_bytes(&[1; 32]);
+        let owner = SigningKey::from_bytes(&[2; 32]);
+        let policy = VerifyPolicy::new(true);
+        let request = vec![b'r'; 512];
+        let data = vec![b'd'; 2048];
+        let body = vec![b'b'; 2048];
+
+        let n = 300;
+        let mut times = Vec::with_capacity(n);
+        for i in 0..n {
+            let result_key = HpkeKeyPair::generate();
+            let p = program(&caller, &owner, &result_key, i);
+            let mut env = sign_program(&p, &caller).expect("sign");
+            env.sign(&owner).expect("sign");
+            let approved = approved_program(&env).expect("approved");
+            let t = Instant::now();
+            let opened = client.open(&env).await.expect("open");
+            let c_run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
+            let o_run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
+            let cs = seal_stake(&c_run, Role::Caller, vec![StakeInput::bytes("request", &request), StakeInput::bytes("data", &data)]).expect("seal");
+            let os = seal_stake(&o_run, Role::Owner, vec![StakeInput::bytes("body", &body)]).expect("seal");
+            client.stake(&c_run, Role::Caller, cs, &caller).await.expect("stake");
+            client.stake(&o_run, Role::Owner, os, &owner).await.expect("stake");
+            client.submit(&opened.run_id, &approved.hash, Role::Caller, &caller).await.expect("submit");
+            client.submit(&opened.run_id, &approved.hash, Role::Owner, &owner).await.expect("submit");
+            let view = client.wait_result(&opened.run_id, Duration::from_secs(10)).await.expect("result");
+            open_result(&view, &result_key, &c_run).expect("open result");
+            verify_receipt(&view, &o_run).expect("receipt");
+            times.push(t.elapsed());
+            client.delete(&opened.run_id, &approved.hash, Role::Caller, &caller).await.expect("delete");
+        }
+        times.sort();
+        let mean = times.iter().sum::<Duration>() / n as u32;
+        println!("box overhead per run (open -> result, zero-latency provider, loopback HTTP, {n} runs):");
+        println!("  p50 {:?}  p99 {:?}  mean {:?}  max {:?}", pct(&times, 0.5), pct(&times, 0.99), mean, times[n - 1]);
+
+        let m = 1000;
+        let before = rss_kib();
+        let mut keep = Vec::with_capacity(m);
+        for i in 0..m {
+            let result_key = HpkeKeyPair::generate();
+            let p = program(&caller, &owner, &result_key, i);
+            let mut env = sign_program(&p, &caller).expect("sign");
+            env.sign(&owner).expect("sign");
+            let approved = approved_program(&env).expect("approved");
+            let opened = client.open(&env).await.expect("open");
+            let run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
+            let cs = seal_stake(&run, Role::Caller, vec![StakeInput::bytes("request", &request), StakeInput::bytes("data", &data)]).expect("seal");
+            let os = seal_stake(&run, Role::Owner, vec![StakeInput::bytes("body", &body)]).expect("seal");
+            client.stake(&run, Role::Caller, cs, &caller).await.expect("stake");
+            client.stake(&run, Role::Owner, os, &owner).await.expect("stake");
+            keep.push(opened.run_id);
+        }
+        let after = rss_kib();
+        println!("memory per in-flight run (open, both stakes in: 512 B request + 2 KiB source + 2 KiB body), {m} runs:");
+        println!(
+            "  RSS {before} KiB -> {after} KiB, {:.1} KiB per run; runs in flight at the box: {}",
+            (after.saturating_sub(before)) as f64 / m as f64,
+            core.in_flight()
+        );
+    });
+}

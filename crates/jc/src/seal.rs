@@ -249,7 +249,7 @@ pub fn open(
             return Err(JcError::Sealed("truncated: no final chunk".into()));
         }
         let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        if len < TAG_LEN || len > CHUNK + TAG_LEN || rest.len() < 4 + len {
+        if !(TAG_LEN..=CHUNK + TAG_LEN).contains(&len) || rest.len() < 4 + len {
             return Err(JcError::Sealed("bad chunk length".into()));
         }
         let ct = &rest[4..4 + len];
