@@ -15,7 +15,11 @@ mod node_cmd;
 mod skill_cmd;
 
 #[derive(Parser, Debug)]
-#[command(name = "skillbox", version, about = "Skills advertised to peers and run in a box neither side owns")]
+#[command(
+    name = "skillbox",
+    version,
+    about = "Skills advertised to peers and run in a box neither side owns"
+)]
 struct Cli {
     #[command(flatten)]
     global: Global,
@@ -41,7 +45,9 @@ impl Global {
         if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
             return PathBuf::from(xdg).join("skillbox");
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."));
         home.join(".local/share/skillbox")
     }
 }

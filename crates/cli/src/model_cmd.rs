@@ -23,7 +23,8 @@ pub fn run(global: &crate::Global, command: ModelCommand) -> anyhow::Result<Exit
     let data_dir = global.data_dir();
     match command {
         ModelCommand::Fetch { python } => {
-            let path = local::fetch_model_with(&data_dir, &python).context("skillbox model fetch")?;
+            let path =
+                local::fetch_model_with(&data_dir, &python).context("skillbox model fetch")?;
             println!("{}", path.display());
             let in_force = local::default_model_path(&data_dir);
             if in_force != path {

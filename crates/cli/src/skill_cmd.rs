@@ -58,18 +58,27 @@ pub fn run_manifest(_global: &crate::Global, cmd: ManifestCommand) -> anyhow::Re
         ManifestCommand::Check { files, json } => {
             let reports: Vec<Value> = files.iter().map(|f| check_manifest_path(f)).collect();
             print_reports(&reports, json, print_manifest_report)?;
-            Ok(exit_for(reports.iter().all(|r| r["valid"] == Value::Bool(true))))
+            Ok(exit_for(
+                reports.iter().all(|r| r["valid"] == Value::Bool(true)),
+            ))
         }
     }
 }
 
 fn exit_for(all_valid: bool) -> ExitCode {
-    if all_valid { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn print_reports<T: Serialize>(reports: &[T], json: bool, human: fn(&T)) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(reports).context("serializing the report")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(reports).context("serializing the report")?
+        );
     } else {
         reports.iter().for_each(human);
     }
@@ -149,13 +158,17 @@ fn check_skill_path(path: &Path) -> SkillReport {
 /// Read at most `limit + 1` bytes so an oversized file is refused without loading all of it.
 fn read_limited(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut bytes = Vec::new();
     file.take(limit as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if bytes.len() > limit {
-        return Err(format!("{} is over the limit of {limit} bytes", path.display()));
+        return Err(format!(
+            "{} is over the limit of {limit} bytes",
+            path.display()
+        ));
     }
     Ok(bytes)
 }
@@ -182,20 +195,35 @@ fn check_manifest_path(path: &Path) -> Value {
 
 fn print_manifest_report(report: &Value) {
     let path = report["path"].as_str().unwrap_or("?");
-    let verdict = if report["valid"] == Value::Bool(true) { "ok" } else { "INVALID" };
+    let verdict = if report["valid"] == Value::Bool(true) {
+        "ok"
+    } else {
+        "INVALID"
+    };
     if let Some(err) = report.get("error").and_then(Value::as_str) {
         println!("{path}: {verdict}");
         println!("  error: {err}");
         return;
     }
-    println!("{path}: {verdict} ({})", report["kind"].as_str().unwrap_or("?"));
+    println!(
+        "{path}: {verdict} ({})",
+        report["kind"].as_str().unwrap_or("?")
+    );
     for e in report["packErrors"].as_array().into_iter().flatten() {
-        println!("  error: {}: {}", e["path"].as_str().unwrap_or(""), e["message"].as_str().unwrap_or(""));
+        println!(
+            "  error: {}: {}",
+            e["path"].as_str().unwrap_or(""),
+            e["message"].as_str().unwrap_or("")
+        );
     }
     for agent in report["agents"].as_array().into_iter().flatten() {
         let id = agent["agentId"].as_str().unwrap_or("<no agentId>");
         let role = agent["role"].as_str().unwrap_or("no role");
-        let v = if agent["valid"] == Value::Bool(true) { "ok" } else { "INVALID" };
+        let v = if agent["valid"] == Value::Bool(true) {
+            "ok"
+        } else {
+            "INVALID"
+        };
         println!("  agent {id} ({role}): {v}");
         for e in agent["errors"].as_array().into_iter().flatten() {
             let p = e["path"].as_str().filter(|p| !p.is_empty()).unwrap_or("/");

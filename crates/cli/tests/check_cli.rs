@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn skillbox(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillbox")).args(args).output().expect("run skillbox")
+    Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(args)
+        .output()
+        .expect("run skillbox")
 }
 
 fn repo() -> PathBuf {
@@ -19,11 +22,28 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn bundled_examples_check_ok() {
     let ex = repo().join("examples/skills");
-    let o = skillbox(&["skill", "check", ex.join("music-taste").to_str().unwrap(), ex.join("code-reviewer").to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}\n{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    let o = skillbox(&[
+        "skill",
+        "check",
+        ex.join("music-taste").to_str().unwrap(),
+        ex.join("code-reviewer").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
     let out = stdout(&o);
-    assert!(out.contains("music-taste: ok (local.skillbox.music-taste)"), "{out}");
-    assert!(out.contains("code-reviewer: ok (local.skillbox.code-reviewer)"), "{out}");
+    assert!(
+        out.contains("music-taste: ok (local.skillbox.music-taste)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("code-reviewer: ok (local.skillbox.code-reviewer)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -33,16 +53,37 @@ fn an_invalid_skill_exits_1_naming_field_and_line() {
     std::fs::create_dir(&good).expect("mkdir");
     std::fs::write(good.join("SKILL.md"), "---\ndescription: fine\n---\nbody\n").expect("write");
     let bad = dir.path().join("bad.md");
-    std::fs::write(&bad, "---\nname: bad\ndescription: d\nprovider: gpt\nmemory:\n  longTerm: true\n---\nb\n").expect("write");
-    let o = skillbox(&["skill", "check", good.to_str().unwrap(), bad.to_str().unwrap()]);
+    std::fs::write(
+        &bad,
+        "---\nname: bad\ndescription: d\nprovider: gpt\nmemory:\n  longTerm: true\n---\nb\n",
+    )
+    .expect("write");
+    let o = skillbox(&[
+        "skill",
+        "check",
+        good.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
-    assert!(out.contains("good: ok (local.skillbox.good)"), "folder name is the fallback name: {out}");
+    assert!(
+        out.contains("good: ok (local.skillbox.good)"),
+        "folder name is the fallback name: {out}"
+    );
     assert!(out.contains("bad.md: INVALID"), "{out}");
-    assert!(out.contains("error: line 4: provider: unknown provider"), "{out}");
+    assert!(
+        out.contains("error: line 4: provider: unknown provider"),
+        "{out}"
+    );
 
     // --json: one object per input with verdict, errors and warnings.
-    let o = skillbox(&["skill", "check", "--json", good.to_str().unwrap(), bad.to_str().unwrap()]);
+    let o = skillbox(&[
+        "skill",
+        "check",
+        "--json",
+        good.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON output");
     assert_eq!(v[0]["valid"], true);
@@ -58,11 +99,18 @@ fn the_skill_profile_reject_shows_the_schema_error() {
     let folder = dir.path().join("stateful");
     std::fs::create_dir(&folder).expect("mkdir");
     let f = folder.join("SKILL.md");
-    std::fs::write(&f, "---\nname: stateful\ndescription: d\nmemory:\n  longTerm: true\n---\nb\n").expect("write");
+    std::fs::write(
+        &f,
+        "---\nname: stateful\ndescription: d\nmemory:\n  longTerm: true\n---\nb\n",
+    )
+    .expect("write");
     let o = skillbox(&["skill", "check", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let out = stdout(&o);
-    assert!(out.contains("line 4: memory: /memoryShape/longTerm"), "{out}");
+    assert!(
+        out.contains("line 4: memory: /memoryShape/longTerm"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -93,7 +141,11 @@ fn manifest_check_gives_each_fixture_its_verdict() {
     let bad = fx.join("invalid/skill-longterm-true.json");
     let o = skillbox(&["manifest", "check", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).contains("/memoryShape/longTerm"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("/memoryShape/longTerm"),
+        "{}",
+        stdout(&o)
+    );
 
     let dir = tempfile::tempdir().expect("tempdir");
     let not_json = dir.path().join("x.json");
@@ -101,7 +153,11 @@ fn manifest_check_gives_each_fixture_its_verdict() {
     let o = skillbox(&["manifest", "check", "--json", not_json.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON output");
-    assert!(v[0]["error"].as_str().is_some_and(|e| e.starts_with("not JSON")));
+    assert!(
+        v[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("not JSON"))
+    );
 }
 
 #[test]
@@ -119,5 +175,9 @@ fn manifest_check_reads_a_pack() {
     std::fs::write(&f, pack.to_string()).expect("write");
     let o = skillbox(&["manifest", "check", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
-    assert!(stdout(&o).contains("agent local.p.reviewer (skill): ok"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("agent local.p.reviewer (skill): ok"),
+        "{}",
+        stdout(&o)
+    );
 }
