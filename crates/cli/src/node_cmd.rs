@@ -429,16 +429,20 @@ pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
+/// The strings of a JSON array (absent or non-string items are skipped).
+fn str_list(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 fn print_state(state: &Value) {
     if state["offered"] == Value::Bool(true) {
         say!("  offered");
     } else {
-        let reasons: Vec<&str> = state["reasons"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let reasons: Vec<&str> = str_list(&state["reasons"]);
         say!("  not offered: {}", reasons.join("; "));
     }
 }
@@ -550,12 +554,7 @@ pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<Exit
         say!("the board is empty (no peer offers a skill right now)");
     }
     for r in rows {
-        let sources: Vec<&str> = r["requiredSources"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let sources: Vec<&str> = str_list(&r["requiredSources"]);
         say!(
             "{:<52} {:<24} {:<12} {:>4}s  {}{}",
             r["peer"].as_str().unwrap_or(""),
@@ -590,12 +589,7 @@ pub fn run_peers(global: &crate::Global, args: PeersArgs) -> anyhow::Result<Exit
         say!("no connected peers");
     }
     for p in peers {
-        let addrs: Vec<&str> = p["addresses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let addrs: Vec<&str> = str_list(&p["addresses"]);
         say!(
             "{:<52} {}",
             p["peer"].as_str().unwrap_or(""),

@@ -108,6 +108,19 @@ struct Run {
     keep_until: u64,
 }
 
+impl Run {
+    /// Refuse an operation the run's phase does not allow.
+    fn expect_phase(&self, phase: Phase, action: &str) -> Result<()> {
+        if self.phase == phase {
+            return Ok(());
+        }
+        Err(JcError::WrongState {
+            state: self.phase.as_str().into(),
+            action: action.into(),
+        })
+    }
+}
+
 #[derive(Default)]
 struct State {
     runs: HashMap<String, Run>,
@@ -328,12 +341,7 @@ impl BoxCore {
         let (program, keys) = {
             let mut st = self.lock();
             let run = self.live(&mut st, run_id, now)?;
-            if run.phase != Phase::Open {
-                return Err(JcError::WrongState {
-                    state: run.phase.as_str().into(),
-                    action: "stake".into(),
-                });
-            }
+            run.expect_phase(Phase::Open, "stake")?;
             let keys = run
                 .keys
                 .clone()
@@ -363,12 +371,7 @@ impl BoxCore {
         seal::check_stake(&program.program, role, &entries)?;
         let mut st = self.lock();
         let run = self.live(&mut st, run_id, now)?;
-        if run.phase != Phase::Open {
-            return Err(JcError::WrongState {
-                state: run.phase.as_str().into(),
-                action: "stake".into(),
-            });
-        }
+        run.expect_phase(Phase::Open, "stake")?;
         if run.stakes.contains_key(&role) {
             return Err(JcError::AlreadyStaked {
                 role: role.as_str().into(),
@@ -384,12 +387,7 @@ impl BoxCore {
         let mut st = self.lock();
         let run = self.live(&mut st, run_id, now)?;
         let act = verify_action(action, &run.program, run_id, "submit")?;
-        if run.phase != Phase::Open {
-            return Err(JcError::WrongState {
-                state: run.phase.as_str().into(),
-                action: "submit".into(),
-            });
-        }
+        run.expect_phase(Phase::Open, "submit")?;
         let missing: Vec<&str> = [Role::Caller, Role::Owner]
             .into_iter()
             .filter(|r| !run.stakes.contains_key(r))
@@ -417,12 +415,7 @@ impl BoxCore {
                 .runs
                 .get_mut(run_id)
                 .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
-            if run.phase != Phase::Running {
-                return Err(JcError::WrongState {
-                    state: run.phase.as_str().into(),
-                    action: "run".into(),
-                });
-            }
+            run.expect_phase(Phase::Running, "run")?;
             let keys = run
                 .keys
                 .take()
