@@ -51,8 +51,10 @@ impl Side {
     }
 }
 
-/// One rule. The first rule that matches decides.
+/// One rule. The first rule that matches decides. Unknown keys are refused: a misspelt
+/// condition silently matching everything would be worse than an error.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Rule {
     #[serde(default)]
     pub side: Side,
@@ -116,6 +118,7 @@ impl Policy {
 
 /// Who may call this node's skills, and how often.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Admission {
     /// When set, only these peers may call.
     #[serde(default, skip_serializing_if = "Option::is_none")]

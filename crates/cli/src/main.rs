@@ -9,7 +9,17 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `println!` that ignores a closed stdout (`skillbox skill show x | head` must not panic).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod box_cmd;
+mod call_cmd;
+mod demo_cmd;
 mod model_cmd;
 mod node_cmd;
 mod skill_cmd;
@@ -79,6 +89,16 @@ enum Command {
     /// Sources on the running node: add, list, rm.
     #[command(subcommand)]
     Source(node_cmd::SourceCommand),
+    /// Call a peer's skill: `call PEER SKILL REQUEST`, or `call show ID`, `call cancel ID`.
+    Call(call_cmd::CallArgs),
+    /// List this node's calls, both sides.
+    Calls(call_cmd::CallsArgs),
+    /// Allow a call parked on policy `ask`.
+    Approve(call_cmd::DecideArgs),
+    /// Deny a call parked on policy `ask`.
+    Deny(call_cmd::DecideArgs),
+    /// A box and two nodes on loopback, one call end to end with the embedded model.
+    Demo(demo_cmd::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +114,11 @@ fn main() -> ExitCode {
         Command::Board(args) => node_cmd::run_board(&cli.global, args),
         Command::Peers(args) => node_cmd::run_peers(&cli.global, args),
         Command::Peer(cmd) => node_cmd::run_peer(&cli.global, cmd),
+        Command::Call(args) => call_cmd::run_call(&cli.global, args),
+        Command::Calls(args) => call_cmd::run_calls(&cli.global, args),
+        Command::Approve(args) => call_cmd::run_decide(&cli.global, args, true),
+        Command::Deny(args) => call_cmd::run_decide(&cli.global, args, false),
+        Command::Demo(args) => demo_cmd::run(&cli.global, args),
     };
     match result {
         Ok(code) => code,

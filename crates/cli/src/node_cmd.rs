@@ -11,13 +11,6 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 use skillbox_node::{Config, DataDir, Node};
 
-/// `println!` that ignores a closed stdout (`skillbox skill show x | head` must not panic).
-macro_rules! say {
-    ($($t:tt)*) => {{
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
-}
-
 // ---- init
 
 #[derive(clap::Args, Debug)]
@@ -106,6 +99,8 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
         }
         say!("data dir: {}", data_dir.display());
         std::io::stdout().flush().ok();
+        node.start_calls()
+            .context("cannot start the calls driver")?;
         node.serve(listener, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
     })?;
@@ -138,7 +133,7 @@ async fn shutdown_signal() {
 
 // ---- the API client
 
-struct Client {
+pub(crate) struct Client {
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
     base: String,
@@ -146,13 +141,13 @@ struct Client {
 }
 
 /// A JSON answer from the node, or its error envelope turned into an anyhow error.
-struct Answer {
-    status: reqwest::StatusCode,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: reqwest::StatusCode,
+    pub(crate) body: Value,
 }
 
 impl Client {
-    fn from_data_dir(global: &crate::Global) -> anyhow::Result<Client> {
+    pub(crate) fn from_data_dir(global: &crate::Global) -> anyhow::Result<Client> {
         let dir = DataDir::new(global.data_dir());
         let token = dir.load_api_token()?;
         let addr = dir.load_api_addr()?;
@@ -172,7 +167,7 @@ impl Client {
         })
     }
 
-    fn send(
+    pub(crate) fn send(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -243,7 +238,7 @@ fn envelope_text(body: &Value, status: reqwest::StatusCode) -> String {
     out
 }
 
-fn print_json(v: &Value) -> anyhow::Result<()> {
+pub(crate) fn print_json(v: &Value) -> anyhow::Result<()> {
     say!(
         "{}",
         serde_json::to_string_pretty(v).context("printing JSON")?

@@ -24,6 +24,8 @@ pub struct Config {
     pub agents: AgentsConfig,
     pub limits: Limits,
     #[serde(default)]
+    pub calls: CallsConfig,
+    #[serde(default)]
     pub policy: PolicyConfig,
 }
 
@@ -43,6 +45,9 @@ pub struct P2pConfig {
     pub bootstrap: Vec<String>,
     /// Local-network discovery by multicast; off by default (and in tests).
     pub mdns: bool,
+    /// Kademlia server mode: answer DHT queries (for a node with a public address).
+    #[serde(default)]
+    pub kad_server: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,12 +85,64 @@ pub struct Limits {
     pub max_source_bytes: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// What a call this node starts asks of the box and the owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallsConfig {
+    /// Largest request text `POST /calls` accepts (bytes).
+    pub max_request_bytes: usize,
+    /// The answer's cap in the program (bytes; the box pads to it).
+    pub output_max_bytes: u64,
+    /// How long a program stays valid after the caller signs it.
+    pub expiry_secs: u64,
+}
+
+impl Default for CallsConfig {
+    fn default() -> Self {
+        CallsConfig {
+            max_request_bytes: 64 * 1024,
+            output_max_bytes: 4096,
+            expiry_secs: 900,
+        }
+    }
+}
+
+/// Consent (§9) and admission, as the config file states them. The API can replace them at run
+/// time (`PUT /policy`, kept in the store); this is what a node starts from otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// Consent rules (§9), evaluated in order; kept as raw tables until the policy engine lands.
+    /// When no rule matches.
+    #[serde(default = "allow")]
+    pub default: skillbox_calls::Decision,
     #[serde(default)]
-    pub rules: Vec<toml::Table>,
+    pub admission: skillbox_calls::policy::Admission,
+    #[serde(default)]
+    pub rules: Vec<skillbox_calls::policy::Rule>,
+}
+
+fn allow() -> skillbox_calls::Decision {
+    skillbox_calls::Decision::Allow
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            default: allow(),
+            admission: Default::default(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// The consent rules as the policy engine takes them.
+    pub fn consent(&self) -> skillbox_calls::Policy {
+        skillbox_calls::Policy {
+            rules: self.rules.clone(),
+            default: self.default,
+        }
+    }
 }
 
 impl Default for Config {
@@ -98,6 +155,7 @@ impl Default for Config {
                 listen: vec![DEFAULT_P2P_LISTEN.to_owned()],
                 bootstrap: Vec::new(),
                 mdns: false,
+                kad_server: false,
             },
             boxes: BoxesConfig {
                 accept: Vec::new(),
@@ -117,6 +175,7 @@ impl Default for Config {
                 max_skill_bytes: skillbox_skill::document::MAX_DOCUMENT,
                 max_source_bytes: 16 * 1024 * 1024,
             },
+            calls: CallsConfig::default(),
             policy: PolicyConfig::default(),
         }
     }
@@ -177,6 +236,16 @@ impl Config {
                 "agents.namespace {ns:?} must be dot-separated segments of [a-z0-9-] (like \"local.skillbox\")"
             ));
         }
+        let c = &self.calls;
+        if c.max_request_bytes == 0 || c.expiry_secs == 0 {
+            return Err("calls.max_request_bytes and calls.expiry_secs must be at least 1".into());
+        }
+        if c.output_max_bytes == 0 || c.output_max_bytes > skillbox_jc::program::MAX_OUTPUT_BYTES {
+            return Err(format!(
+                "calls.output_max_bytes must be 1 to {}",
+                skillbox_jc::program::MAX_OUTPUT_BYTES
+            ));
+        }
         if self.limits.max_skill_bytes == 0 || self.limits.max_source_bytes == 0 {
             return Err(
                 "limits.max_skill_bytes and limits.max_source_bytes must be at least 1".into(),
@@ -230,6 +299,8 @@ listen = {p2p_listen}
 bootstrap = {bootstrap}
 # Local-network discovery by multicast DNS. Off unless you want it.
 mdns = {mdns}
+# Kademlia server mode: answer DHT queries. Turn on for a node others can reach directly.
+kad_server = {kad_server}
 
 [boxes]
 # Base URLs of the boxes (joint-compute services) this node accepts for its calls.
@@ -259,19 +330,29 @@ max_skill_bytes = {max_skill}
 # Largest source accepted by PUT /sources/{{name}} (bytes).
 max_source_bytes = {max_source}
 
-[policy]
-# Consent rules, evaluated in order at jc.submit (side, peer, skill, sources -> allow | deny | ask).
-# None yet. Example:
+[calls]
+# Largest request text a call of this node carries (bytes).
+max_request_bytes = {max_request}
+# The answer's cap (bytes); the box pads every answer to it.
+output_max_bytes = {output_max}
+# A program (and so a call) is valid this long after the caller signs it.
+expiry_secs = {expiry}
+
+# Consent (design §9): asked once at each side's jc.submit. Rules are tried in order; the first
+# whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact) and
+# sources (any of the list) match decides "allow" | "deny" | "ask". `ask` parks the call until
+# `skillbox approve|deny ID`. No rule matching: `default`. Example:
 # [[policy.rules]]
 # side = "owner"
 # peer = "*"
-# decide = "ask"
-rules = []
-"#,
+# skill = "*"
+# decision = "ask"
+{policy}"#,
             api = s(&self.api.listen.to_string()),
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,
+            kad_server = self.p2p.kad_server,
             boxes = list(&self.boxes.accept),
             insecure = self.boxes.allow_insecure_dev,
             advertise = sch.advertise_secs,
@@ -282,7 +363,31 @@ rules = []
             namespace = s(&self.agents.namespace),
             max_skill = self.limits.max_skill_bytes,
             max_source = self.limits.max_source_bytes,
+            max_request = self.calls.max_request_bytes,
+            output_max = self.calls.output_max_bytes,
+            expiry = self.calls.expiry_secs,
+            policy = self.render_policy(),
         )
+    }
+}
+
+impl Config {
+    /// The `[policy]` tables as TOML (rules, default, admission), through serde so what is
+    /// written is exactly what parses back.
+    fn render_policy(&self) -> String {
+        #[derive(Serialize)]
+        struct Wrap<'a> {
+            policy: &'a PolicyConfig,
+        }
+        let mut text = toml::to_string(&Wrap {
+            policy: &self.policy,
+        })
+        .unwrap_or_else(|e| format!("# policy could not be rendered: {e}\n"));
+        text.push_str(
+            "# admission: calls_per_minute is per calling peer; allow_peers (when set) and\n\
+             # deny_peers list peer ids.\n",
+        );
+        text
     }
 }
 
@@ -296,6 +401,14 @@ mod tests {
         c.p2p.bootstrap = vec!["/ip4/127.0.0.1/tcp/4001".into()];
         c.boxes.accept = vec!["http://127.0.0.1:7430".into()];
         c.boxes.allow_insecure_dev = true;
+        c.policy.rules.push(skillbox_calls::policy::Rule {
+            side: skillbox_calls::policy::Side::Owner,
+            peer: skillbox_calls::policy::Pattern("12D3*".into()),
+            skill: skillbox_calls::policy::Pattern::any(),
+            sources: Some(vec!["notes".into()]),
+            decision: skillbox_calls::Decision::Ask,
+        });
+        c.policy.admission.deny_peers.push("12D3KooWbad".into());
         let text = c.render();
         let back = Config::parse(&text, Path::new("config.toml")).expect("rendered config parses");
         assert_eq!(back, c);

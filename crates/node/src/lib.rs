@@ -8,9 +8,12 @@
 //! - [`skills`]: SKILL.md import (declaration + body source in one transaction), offer state.
 //! - [`openwop`]: discovery and inventory bodies; [`openapi`]: the API's OpenAPI document.
 //! - [`peering`]: the peer network's config, the offered set, the board the API reads.
+//! - [`calls`]: the calls driver: the pure machines of `skillbox-calls` run against the store,
+//!   the peers' payloads and the box.
 //! - [`api`]: the axum router; [`node::Node`]: all of it opened from a data dir.
 
 pub mod api;
+pub mod calls;
 pub mod config;
 pub mod crypto;
 pub mod datadir;

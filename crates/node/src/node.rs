@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::api::{self, AppState, Shared};
+use crate::calls::boxes::Boxes;
+use crate::calls::{Calls, CallsDeps};
 use crate::config::Config;
 use crate::crypto::NodeKey;
 use crate::datadir::DataDir;
@@ -21,6 +23,7 @@ struct PeersRunning {
     handle: PeersHandle,
     offer_task: tokio::task::JoinHandle<()>,
     payloads: Option<PayloadReceiver>,
+    calls_tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What `start_peers` reports: this node's peer id and where it listens.
@@ -33,11 +36,21 @@ pub struct PeersStarted {
 /// Keep the advert equal to the offered set: recompute it when the API says something changed
 /// and on every advert interval (a change made behind the API's back still goes out). The
 /// network only re-publishes when the set really differs.
-async fn keep_offer(state: AppState, handle: PeersHandle, every: std::time::Duration) {
+async fn keep_offer(
+    state: AppState,
+    handle: PeersHandle,
+    boxes: Arc<Boxes>,
+    every: std::time::Duration,
+) {
     loop {
+        // Who the accepted boxes are (platform, measurement) goes into the advert too.
+        boxes.refresh().await;
         let skills = state.skills.clone();
         match tokio::task::spawn_blocking(move || skills.list()).await {
-            Ok(Ok(list)) => match handle.set_offer(peering::offer_from(&list)).await {
+            Ok(Ok(list)) => match handle
+                .set_offer(peering::offer_from(&list, boxes.advertised()))
+                .await
+            {
                 Ok(()) => {}
                 Err(skillbox_peers::PeersError::Stopped) => return,
                 Err(e) => tracing::warn!(error = %e, "cannot set the advert's offer"),
@@ -60,6 +73,8 @@ pub struct Node {
     sources: Sources,
     skills: Skills,
     state: AppState,
+    store: Arc<Store>,
+    boxes: Arc<Boxes>,
     peers: Option<PeersRunning>,
     /// Held for the node's life: one node per data dir (two would both answer on api.addr and
     /// both write the store).
@@ -111,15 +126,21 @@ impl Node {
             return Err(NodeError::DataKeyMismatch(dir.data_key()));
         }
         let sources = Sources::new(store.clone(), data_key.clone());
-        let skills = Skills::new(store, data_key, config.agents.namespace.clone());
-        let state = Arc::new(Shared::new(
+        let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());
+        let boxes = Arc::new(Boxes::new(
+            &config.boxes.accept,
+            config.boxes.allow_insecure_dev,
+        ));
+        let mut shared = Shared::new(
             sources.clone(),
             skills.clone(),
             config.limits.clone(),
             node_key.peer_id(),
             node_key.public_key_hex(),
             &token,
-        ));
+        );
+        shared.calls_max_request = config.calls.max_request_bytes;
+        let state = Arc::new(shared);
         Ok(Node {
             data_dir: dir,
             config,
@@ -127,6 +148,8 @@ impl Node {
             sources,
             skills,
             state,
+            store,
+            boxes,
             peers: None,
             _lock: lock,
         })
@@ -177,17 +200,77 @@ impl Node {
         let _ = self.state.peers.set(handle.clone());
         let view: SharedBoard = Arc::new(handle.clone());
         let _ = self.state.board.set(view);
-        let offer_task = tokio::spawn(keep_offer(self.state.clone(), handle.clone(), every));
+        // The accepted boxes' identities before the first advert and the first call.
+        self.boxes.refresh().await;
+        let offer_task = tokio::spawn(keep_offer(
+            self.state.clone(),
+            handle.clone(),
+            self.boxes.clone(),
+            every,
+        ));
         tracing::info!(%peer_id, ?listen_addrs, "peer network started");
         self.peers = Some(PeersRunning {
             handle,
             offer_task,
             payloads: Some(payloads),
+            calls_tasks: Vec::new(),
         });
         Ok(PeersStarted {
             peer_id,
             listen_addrs,
         })
+    }
+
+    /// Start the calls driver over the running peer network: it takes the incoming payloads,
+    /// resumes every open call, and runs the `advance` and `sweep` schedules. The API's
+    /// `/calls`, `/approvals` and `/policy` answer from then on.
+    pub fn start_calls(&mut self) -> Result<Calls> {
+        self.start_calls_with(|h| Arc::new(h))
+    }
+
+    /// [`Node::start_calls`] with the payload transport wrapped (tests record every payload
+    /// that leaves the node).
+    pub fn start_calls_with(
+        &mut self,
+        transport: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_peers::PayloadTransport>,
+    ) -> Result<Calls> {
+        let node_id = self.node_id();
+        let Some(running) = self.peers.as_mut() else {
+            return Err(NodeError::Conflict(
+                "calls need the peer network: start it first".into(),
+            ));
+        };
+        let Some(payloads) = running.payloads.take() else {
+            return Err(NodeError::Conflict(
+                "the calls driver is already running (or the payloads were taken)".into(),
+            ));
+        };
+        let policy =
+            crate::calls::load_policy(&self.store)?.unwrap_or_else(|| self.config.policy.clone());
+        let s = &self.config.schedules;
+        let calls = Calls::new(CallsDeps {
+            store: self.store.clone(),
+            sources: self.sources.clone(),
+            skills: self.skills.clone(),
+            node_seed: *self.node_key.seed(),
+            node_id,
+            transport: transport(running.handle.clone()),
+            directory: Arc::new(running.handle.clone()),
+            boxes: self.boxes.clone(),
+            timing: skillbox_calls::Timing {
+                stall_limit_ms: s.stall_limit_secs.saturating_mul(1000),
+                ..skillbox_calls::Timing::default()
+            },
+            settings: self.config.calls.clone(),
+            policy,
+        });
+        running.calls_tasks = calls.spawn(
+            payloads,
+            std::time::Duration::from_secs(s.advance_secs),
+            std::time::Duration::from_secs(s.sweep_secs),
+        );
+        let _ = self.state.calls.set(calls.clone());
+        Ok(calls)
     }
 
     /// The running peer network, if started.
@@ -245,6 +328,9 @@ impl Node {
             .map_err(|e| NodeError::io("serving the API", e))?;
         let _ = std::fs::remove_file(self.data_dir.api_addr());
         if let Some(p) = &self.peers {
+            for t in &p.calls_tasks {
+                t.abort();
+            }
             p.offer_task.abort();
             p.handle.shutdown().await;
         }

@@ -54,6 +54,12 @@ fn map(pairs: Vec<(&str, Value)>) -> serde_json::Map<String, Value> {
 
 /// The document served at `GET /openapi.json`.
 pub fn document() -> Value {
+    let mut doc = base_document();
+    add_calls(&mut doc);
+    doc
+}
+
+fn base_document() -> Value {
     let text = |desc: &str| json!({ "description": desc, "content": { "text/plain": { "schema": { "type": "string" } } } });
     let schema_doc = |desc: &str| json!({ "description": desc, "content": { "application/schema+json": { "schema": { "type": "object" } } } });
     let source_name = path_param_pattern(
@@ -289,4 +295,132 @@ pub fn document() -> Value {
             }
         }
     })
+}
+
+/// Calls, approvals and policy (§7, §9).
+fn add_calls(doc: &mut Value) {
+    let unavailable =
+        || err("The peer network is not running, so neither are calls (`calls_unavailable`).");
+    let id = path_param("id", "The call id.");
+    let paths = json!({
+        "/calls": {
+            "get": op("Calls on both sides, newest first; filter by state, role, peer.", map(vec![
+                ("200", ok_json("Calls.", json!({ "type": "object", "required": ["calls", "total"], "properties": { "calls": { "type": "array", "items": r("Call") }, "total": { "type": "integer" } } }))),
+                ("400", err("Unknown parameter or value (`validation_error`).")),
+                ("503", unavailable()),
+            ]), false),
+            "post": {
+                "summary": "Start a call as caller: a peer's skill on the board right now, applied to the request and the chosen sources (omitted: the skill's requiredSources this node holds; []: none).",
+                "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                    "type": "object", "required": ["peer", "skill", "request"], "additionalProperties": false,
+                    "properties": { "peer": { "type": "string" }, "skill": { "type": "string" }, "request": { "type": "string" },
+                                    "sources": { "type": "array", "items": { "type": "string" } } }
+                } } } },
+                "responses": {
+                    "201": ok_json("The call, `requested`.", r("Call")),
+                    "400": err("Bad body (`validation_error`), a source outside requiredSources (`source_not_required`), one this node does not hold (`source_not_held`), named twice (`duplicate_source`)."),
+                    "401": err("Missing or wrong bearer token."),
+                    "409": err("The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`)."),
+                    "413": err("Body too large (`payload_too_large`)."),
+                    "422": err("The skill requires sources and this node holds none of them (`required_sources_not_held`)."),
+                    "503": unavailable()
+                }
+            }
+        },
+        "/calls/{id}": {
+            "parameters": [id.clone()],
+            "get": op("One call; on the caller's side with the answer once `answered`.", map(vec![
+                ("200", ok_json("The call.", r("Call"))),
+                ("404", err("No such call.")),
+                ("503", unavailable()),
+            ]), false)
+        },
+        "/calls/{id}/cancel": {
+            "parameters": [id.clone()],
+            "post": op("Fail the call here (`cancelled`), cancel its run, tell the peer.", map(vec![
+                ("200", ok_json("The call.", r("Call"))),
+                ("404", err("No such call.")),
+                ("503", unavailable()),
+            ]), false)
+        },
+        "/approvals": {
+            "get": op("Calls waiting for this node's human (policy said `ask`).", map(vec![
+                ("200", ok_json("Approvals.", json!({ "type": "object", "required": ["approvals", "total"], "properties": { "approvals": { "type": "array", "items": r("Call") }, "total": { "type": "integer" } } }))),
+                ("503", unavailable()),
+            ]), false)
+        },
+        "/approvals/{id}": {
+            "parameters": [id],
+            "post": {
+                "summary": "Decide a parked call: `allow` submits, `deny` fails it (`consent_denied`).",
+                "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                    "type": "object", "required": ["decision"], "additionalProperties": false,
+                    "properties": { "decision": { "type": "string", "enum": ["allow", "deny"] } } } } } },
+                "responses": {
+                    "200": ok_json("The call.", r("Call")),
+                    "400": err("Bad body (`validation_error`)."),
+                    "401": err("Missing or wrong bearer token."),
+                    "404": err("No such call."),
+                    "409": err("The call is not awaiting consent (`not_awaiting_consent`)."),
+                    "503": unavailable()
+                }
+            }
+        },
+        "/policy": {
+            "get": op("The consent rules and admission in force.", map(vec![
+                ("200", ok_json("Policy.", r("Policy"))),
+                ("503", unavailable()),
+            ]), false),
+            "put": {
+                "summary": "Replace the consent rules and admission (kept in the store; they win over config.toml).",
+                "requestBody": { "required": true, "content": { "application/json": { "schema": r("Policy") } } },
+                "responses": {
+                    "200": ok_json("Policy.", r("Policy")),
+                    "400": err("Bad policy (`validation_error`)."),
+                    "401": err("Missing or wrong bearer token."),
+                    "503": unavailable()
+                }
+            }
+        }
+    });
+    let schemas = json!({
+        "Call": {
+            "type": "object", "required": ["id", "role", "peer", "skill", "state", "sources", "createdAt", "progressedAt", "expiresAt"],
+            "properties": {
+                "id": { "type": "string" }, "role": { "type": "string", "enum": ["caller", "owner"] },
+                "peer": { "type": "string" }, "skill": { "type": "string" },
+                "state": { "type": "string", "enum": ["requested", "received", "accepted", "opened", "staked", "awaiting_consent", "submitting", "submitted", "answered", "ran", "failed"] },
+                "programHash": { "type": "string" }, "runId": { "type": "string" }, "box": { "type": "string" },
+                "sources": { "type": "array", "items": { "type": "string" } },
+                "createdAt": { "type": "integer" }, "progressedAt": { "type": "integer" }, "expiresAt": { "type": "integer" },
+                "failure": { "type": "object", "required": ["code", "message"], "properties": { "code": { "type": "string" }, "message": { "type": "string" } } },
+                "receipt": { "type": "object" },
+                "answer": { "type": "string" }
+            }
+        },
+        "Policy": {
+            "type": "object",
+            "properties": {
+                "default": { "type": "string", "enum": ["allow", "deny", "ask"] },
+                "admission": { "type": "object", "properties": {
+                    "allow_peers": { "type": "array", "items": { "type": "string" } },
+                    "deny_peers": { "type": "array", "items": { "type": "string" } },
+                    "calls_per_minute": { "type": "integer", "minimum": 0 } } },
+                "rules": { "type": "array", "items": { "type": "object", "required": ["decision"], "properties": {
+                    "side": { "type": "string", "enum": ["caller", "owner", "any"] },
+                    "peer": { "type": "string" }, "skill": { "type": "string" },
+                    "sources": { "type": "array", "items": { "type": "string" } },
+                    "decision": { "type": "string", "enum": ["allow", "deny", "ask"] } } } }
+            }
+        }
+    });
+    if let (Some(p), Some(new)) = (doc["paths"].as_object_mut(), paths.as_object()) {
+        p.extend(new.clone());
+    }
+    if let (Some(s), Some(new)) = (
+        doc["components"]["schemas"].as_object_mut(),
+        schemas.as_object(),
+    ) {
+        s.extend(new.clone());
+    }
 }

@@ -7,7 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use skillbox_peers::{Board, Multiaddr, Offer, OfferedSkill, PeersConfig, PeersHandle};
+use skillbox_peers::{
+    AcceptedBox, Board, Multiaddr, Offer, OfferedSkill, PeersConfig, PeersHandle,
+};
 
 use crate::config::Config;
 use crate::error::{NodeError, Result};
@@ -76,13 +78,14 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         advert_interval,
         board_ttl,
         mdns: config.p2p.mdns,
+        kad_server: config.p2p.kad_server,
         ..PeersConfig::default()
     })
 }
 
 /// The advert's skills: every offered skill's name, description, provider, requiredSources and
 /// declaration digest. Nothing else of a skill is read here, so model, key and body cannot leave.
-pub fn offer_from(skills: &[SkillSummary]) -> Offer {
+pub fn offer_from(skills: &[SkillSummary], boxes: Vec<AcceptedBox>) -> Offer {
     Offer {
         skills: skills
             .iter()
@@ -98,8 +101,7 @@ pub fn offer_from(skills: &[SkillSummary]) -> Offer {
                 })
             })
             .collect(),
-        // Accepted boxes need a platform and measurement the box config does not hold yet.
-        boxes: Vec::new(),
+        boxes,
     }
 }
 
@@ -125,7 +127,7 @@ mod tests {
 
     #[test]
     fn only_offered_skills_enter_the_offer() {
-        let offer = offer_from(&[summary("taste", true), summary("memo", false)]);
+        let offer = offer_from(&[summary("taste", true), summary("memo", false)], vec![]);
         assert_eq!(offer.skills.len(), 1);
         let s = &offer.skills[0];
         assert_eq!(s.name, "taste");

@@ -17,6 +17,9 @@ use crate::store::{Store, now_secs};
 
 /// Names under this prefix are skill bodies, written only by skill import.
 pub const SKILL_PREFIX: &str = "skill/";
+/// Sources under this prefix belong to calls (a caller's request, result key and answer) and
+/// are written by the calls driver only.
+pub const CALL_PREFIX: &str = "call/";
 /// Longest source name accepted.
 pub const MAX_NAME_LEN: usize = skillbox_skill::document::MAX_SOURCE_NAME;
 
@@ -150,11 +153,29 @@ impl Sources {
                 ),
             ));
         }
+        if name.starts_with(CALL_PREFIX) {
+            return Err(NodeError::invalid(
+                "name",
+                format!(
+                    "source names under {CALL_PREFIX:?} belong to calls and are written by POST /calls"
+                ),
+            ));
+        }
         if content.is_empty() {
             return Err(NodeError::invalid("content", "a source cannot be empty"));
         }
         self.store
             .write(|tx| put_in(tx, &self.key, name, kind, content))
+    }
+
+    /// The store these sources live in (the calls driver writes call rows and their sources in
+    /// one transaction).
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub(crate) fn key(&self) -> &Arc<DataKey> {
+        &self.key
     }
 
     pub fn list(&self) -> Result<Vec<SourceMeta>> {

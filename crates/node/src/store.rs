@@ -42,6 +42,26 @@ const MIGRATIONS: &[&str] = &[
         updated_at  INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 2: calls (one row per call and side) and the policy set through the API.
+    r#"
+    CREATE TABLE calls (
+        id         TEXT NOT NULL,
+        role       TEXT NOT NULL CHECK (role IN ('caller', 'owner')),
+        peer       TEXT NOT NULL,
+        skill      TEXT NOT NULL,
+        state      TEXT NOT NULL,
+        record     TEXT NOT NULL,
+        program    TEXT,
+        box_url    TEXT,
+        sources    TEXT NOT NULL DEFAULT '[]',
+        receipt    TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (id, role)
+    ) STRICT;
+    CREATE INDEX calls_by_state ON calls (state);
+    CREATE INDEX calls_by_created ON calls (created_at);
+    "#,
 ];
 
 /// The schema version this binary writes.

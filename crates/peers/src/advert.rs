@@ -162,6 +162,18 @@ pub fn peer_of_public_key_hex(hex_key: &str) -> Result<(PeerId, PublicKey), Stri
     Ok((public.to_peer_id(), public))
 }
 
+/// The hex Ed25519 key inlined in an Ed25519 peer id (identity multihash); `None` for any other
+/// kind of peer id.
+pub fn public_key_hex_of_peer(peer: &PeerId) -> Option<String> {
+    let mh: &libp2p::multihash::Multihash<64> = peer.as_ref();
+    if mh.code() != 0 {
+        return None;
+    }
+    let public = PublicKey::try_decode_protobuf(mh.digest()).ok()?;
+    let ed = public.try_into_ed25519().ok()?;
+    Some(hex::encode(ed.to_bytes()))
+}
+
 /// Sign an advert of `offer` with the node key.
 pub fn sign_advert(
     keypair: &Keypair,
@@ -227,4 +239,18 @@ pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, A
         advert,
         raw: Arc::from(bytes),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_id_gives_back_its_public_key() {
+        let kp = Keypair::generate_ed25519();
+        let hex_key = public_key_hex(&kp).expect("ed25519");
+        let peer = kp.public().to_peer_id();
+        assert_eq!(public_key_hex_of_peer(&peer), Some(hex_key));
+        assert_eq!(public_key_hex_of_peer(&PeerId::random()), None);
+    }
 }

@@ -4,6 +4,7 @@
 //! document uses for it, so a test can walk the router and the document and check they agree.
 //! Store work runs on the blocking pool: handlers never hold the async threads on SQLite.
 
+mod calls;
 pub mod error;
 pub mod metrics;
 
@@ -19,7 +20,7 @@ use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get};
+use axum::routing::{MethodRouter, get, post};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -58,6 +59,10 @@ pub struct Shared {
     /// Poked after anything that can change the offered set (skills, sources), so the advert
     /// goes out at once rather than at the next interval.
     pub offer_changed: tokio::sync::Notify,
+    /// The calls driver, once the peer network runs.
+    pub calls: OnceLock<crate::calls::Calls>,
+    /// `calls.max_request_bytes`, for the body limit of `POST /calls`.
+    pub calls_max_request: usize,
     token_digest: [u8; 32],
 }
 
@@ -80,6 +85,8 @@ impl Shared {
             peers: OnceLock::new(),
             board: OnceLock::new(),
             offer_changed: tokio::sync::Notify::new(),
+            calls: OnceLock::new(),
+            calls_max_request: 64 * 1024,
             token_digest: Sha256::digest(token.as_bytes()).into(),
         }
     }
@@ -165,6 +172,12 @@ fn book() -> Book {
         .protected("/skills/{name}", get(get_skill).delete(delete_skill))
         .protected("/board", get(board))
         .protected("/peers", get(list_peers).post(add_peer))
+        .protected("/calls", get(calls::list_calls).post(calls::post_call))
+        .protected("/calls/{id}", get(calls::get_call))
+        .protected("/calls/{id}/cancel", post(calls::cancel_call))
+        .protected("/approvals", get(calls::list_approvals))
+        .protected("/approvals/{id}", post(calls::decide_approval))
+        .protected("/policy", get(calls::get_policy).put(calls::put_policy))
         .protected("/sources", get(list_sources))
         .protected_as(
             "/sources/{*name}",

@@ -1,0 +1,297 @@
+//! `skillbox call`, `calls`, `call show`, `call cancel`, `approve`, `deny`: the calls API from
+//! the command line. `call --wait` follows the call through its states and prints the answer;
+//! it exits 0 when answered, 1 when refused or failed.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::node_cmd::{Client, print_json};
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct CallArgs {
+    /// The owner's peer id (from `skillbox board`).
+    #[arg(required = true)]
+    pub peer: Option<String>,
+    /// The skill's name.
+    #[arg(required = true)]
+    pub skill: Option<String>,
+    /// The request text.
+    #[arg(required = true)]
+    pub request: Option<String>,
+    /// Apply exactly these sources (repeatable; each must be in the skill's requiredSources).
+    #[arg(long = "source", value_name = "NAME", conflicts_with = "no_sources")]
+    pub sources: Vec<String>,
+    /// Apply no source at all (the request text alone).
+    #[arg(long)]
+    pub no_sources: bool,
+    /// Follow the call to its end and print the answer.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the call record as JSON (with `--wait`: the final one, with `state` and `answer`).
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Option<CallCommand>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CallCommand {
+    /// One call: its state, failure, receipt, and (caller side) its answer.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a call: fail it here, cancel its run, tell the peer.
+    Cancel {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CallsArgs {
+    /// Only calls in this state (requested, ..., answered, ran, failed).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only this side: caller or owner.
+    #[arg(long)]
+    pub role: Option<String>,
+    /// Only calls with this peer.
+    #[arg(long)]
+    pub peer: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DecideArgs {
+    /// The call id (from `skillbox calls --state awaiting_consent`).
+    pub id: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn terminal(state: &str) -> bool {
+    matches!(state, "answered" | "ran" | "failed")
+}
+
+fn line(c: &Value) -> String {
+    let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+    let mut out = format!(
+        "{:<32} {:<6} {:<17} {:<24} {}",
+        s("id"),
+        s("role"),
+        s("state"),
+        s("skill"),
+        s("peer")
+    );
+    if let Some(code) = c.pointer("/failure/code").and_then(Value::as_str) {
+        out.push_str(&format!("  ({code})"));
+    }
+    out
+}
+
+fn show(c: &Value) {
+    let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+    say!("call {} ({} side)", s("id"), s("role"));
+    say!("  skill {} with peer {}", s("skill"), s("peer"));
+    say!("  state {}", s("state"));
+    if let Some(f) = c.get("failure").filter(|f| !f.is_null()) {
+        say!(
+            "  failed: {} ({})",
+            f["message"].as_str().unwrap_or(""),
+            f["code"].as_str().unwrap_or("")
+        );
+    }
+    let sources: Vec<&str> = c["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if !sources.is_empty() {
+        say!("  sources applied: {}", sources.join(", "));
+    }
+    if let Some(b) = c["box"].as_str() {
+        say!("  box {b}");
+    }
+    if let Some(r) = c.get("receipt").filter(|r| !r.is_null()) {
+        say!(
+            "  receipt: run {} {} (output bucket {} bytes){}",
+            r["run_id"].as_str().unwrap_or(""),
+            r["status"].as_str().unwrap_or(""),
+            r["output_bucket"].as_u64().unwrap_or(0),
+            if r["noHardwareIsolation"].as_bool() == Some(true) {
+                ", NO hardware isolation (insecure-dev box)"
+            } else {
+                ""
+            }
+        );
+    }
+    if let Some(a) = c["answer"].as_str() {
+        say!("answer:\n{a}");
+    }
+}
+
+fn exit_for(state: &str) -> ExitCode {
+    if state == "answered" || state == "ran" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Poll the call until it ends, printing each state it passes through.
+fn follow(client: &Client, id: &str, quiet: bool) -> anyhow::Result<Value> {
+    let mut last = String::new();
+    let start = Instant::now();
+    loop {
+        let ans = client.send(Method::GET, &format!("/calls/{}", enc(id)), None)?;
+        let c = ans.body;
+        let state = c["state"].as_str().unwrap_or("").to_owned();
+        if state != last {
+            if !quiet {
+                say!("{:>7.2}s  {state}", start.elapsed().as_secs_f64());
+            }
+            last = state.clone();
+        }
+        if terminal(&state) {
+            return Ok(c);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn run_call(global: &crate::Global, args: CallArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    match args.command {
+        Some(CallCommand::Show { id, json }) => {
+            let ans = client.send(Method::GET, &format!("/calls/{}", enc(&id)), None)?;
+            if json {
+                print_json(&ans.body)?;
+            } else {
+                show(&ans.body);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(CallCommand::Cancel { id, json }) => {
+            let ans = client.send(Method::POST, &format!("/calls/{}/cancel", enc(&id)), None)?;
+            if json {
+                print_json(&ans.body)?;
+            } else {
+                show(&ans.body);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        None => {}
+    }
+    let (Some(peer), Some(skill), Some(request)) = (args.peer, args.skill, args.request) else {
+        anyhow::bail!("usage: skillbox call PEER SKILL REQUEST");
+    };
+    let mut body = json!({ "peer": peer, "skill": skill, "request": request });
+    if args.no_sources {
+        body["sources"] = json!([]);
+    } else if !args.sources.is_empty() {
+        body["sources"] = json!(args.sources);
+    }
+    let bytes = serde_json::to_vec(&body).context("encoding the request")?;
+    let ans = client.send(Method::POST, "/calls", Some(("application/json", bytes)))?;
+    let id = ans.body["id"]
+        .as_str()
+        .context("the node's answer has no call id")?
+        .to_owned();
+    if !args.wait {
+        if args.json {
+            print_json(&ans.body)?;
+        } else {
+            say!("call {id} {}", ans.body["state"].as_str().unwrap_or(""));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.json {
+        say!("call {id}");
+    }
+    let last = follow(&client, &id, args.json)?;
+    if args.json {
+        print_json(&last)?;
+    } else {
+        show(&last);
+    }
+    Ok(exit_for(last["state"].as_str().unwrap_or("")))
+}
+
+pub fn run_calls(global: &crate::Global, args: CallsArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let mut q: Vec<String> = Vec::new();
+    for (k, v) in [
+        ("state", &args.state),
+        ("role", &args.role),
+        ("peer", &args.peer),
+    ] {
+        if let Some(v) = v {
+            q.push(format!("{k}={}", enc(v)));
+        }
+    }
+    let path = if q.is_empty() {
+        "/calls".to_owned()
+    } else {
+        format!("/calls?{}", q.join("&"))
+    };
+    let ans = client.send(Method::GET, &path, None)?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let calls = ans.body["calls"].as_array().cloned().unwrap_or_default();
+    if calls.is_empty() {
+        say!("no calls");
+    }
+    for c in &calls {
+        say!("{}", line(c));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_decide(
+    global: &crate::Global,
+    args: DecideArgs,
+    allow: bool,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let body = json!({ "decision": if allow { "allow" } else { "deny" } });
+    let bytes = serde_json::to_vec(&body).context("encoding the decision")?;
+    let ans = client.send(
+        Method::POST,
+        &format!("/approvals/{}", enc(&args.id)),
+        Some(("application/json", bytes)),
+    )?;
+    if args.json {
+        print_json(&ans.body)?;
+    } else {
+        say!(
+            "call {} {}",
+            args.id,
+            ans.body["state"].as_str().unwrap_or("")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

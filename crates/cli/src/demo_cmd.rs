@@ -1,0 +1,288 @@
+//! `skillbox demo`: a box and two nodes on loopback (temporary data dirs), a `provider: local`
+//! skill on the owner, a private source on the caller, one call end to end through the box with
+//! the embedded model. Every part is the real one: HTTP box with insecure-dev attestation,
+//! libp2p between the nodes, SQLite stores, HPKE stakes; only the processes are shared.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use skillbox_jc::attest::{Attester, InsecureDevAttester};
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_node::{Config, DataDir, Node};
+use skillbox_providers::{ProviderSettings, local};
+
+const SKILL: &str = include_str!("../../../examples/skills/music-taste/SKILL.md");
+const SOURCE_NAME: &str = "spotify_songs";
+const SOURCE: &str = "Radiohead - Weird Fishes\nBonobo - Kerala\nMassive Attack - Teardrop\n\
+Portishead - Roads\nThom Yorke - Dawn Chorus\nBoards of Canada - Roygbiv\n";
+const REQUEST: &str = "What kind of music do I like, and who should I listen to next?";
+
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// Keep the nodes' data dirs here instead of a temporary dir (to look at them afterwards).
+    #[arg(long)]
+    pub keep: Option<std::path::PathBuf>,
+}
+
+/// A node running in this process, and how to reach its API.
+struct RunningNode {
+    base: String,
+    token: String,
+    peer_id: String,
+    listen: Vec<String>,
+}
+
+async fn start_node(
+    dir: &Path,
+    box_url: &str,
+    bootstrap: Vec<String>,
+) -> anyhow::Result<RunningNode> {
+    let mut config = Config::default();
+    config.api.listen = "127.0.0.1:0".parse().context("loopback address")?;
+    config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+    config.p2p.bootstrap = bootstrap;
+    config.boxes.accept = vec![box_url.to_owned()];
+    config.boxes.allow_insecure_dev = true;
+    config.schedules.advertise_secs = 2;
+    config.schedules.board_ttl_secs = 6;
+    let dd = DataDir::new(dir);
+    dd.init(&config)
+        .with_context(|| format!("initialising {}", dir.display()))?;
+    let token = dd.load_api_token()?;
+    let mut node = Node::open(dir)?;
+    let peers = node.start_peers().await?;
+    node.start_calls()?;
+    let listener = node.bind(None).await?;
+    let addr = listener.local_addr().context("API address")?;
+    tokio::spawn(async move {
+        if let Err(e) = node.serve(listener, std::future::pending()).await {
+            eprintln!("node stopped: {e}");
+        }
+    });
+    Ok(RunningNode {
+        base: format!("http://{addr}"),
+        token,
+        peer_id: peers.peer_id.clone(),
+        listen: peers
+            .listen_addrs
+            .iter()
+            .map(|a| format!("{a}/p2p/{}", peers.peer_id))
+            .collect(),
+    })
+}
+
+struct Api {
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        node: &RunningNode,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", node.base))
+            .bearer_auth(&node.token);
+        if let Some((ct, bytes)) = body {
+            req = req.header("content-type", ct).body(bytes);
+        }
+        let resp = req.send().await.context("calling a demo node")?;
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{path}: {status}: {}", v["message"].as_str().unwrap_or(""));
+        }
+        Ok(v)
+    }
+}
+
+pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let model = local::default_model_path(&global.data_dir());
+    if !model.is_file() {
+        say!("fetching the embedded model (SmolLM2-135M-Instruct, ~90 MB) ...");
+        local::fetch_model(&global.data_dir()).context("fetching the embedded model")?;
+    }
+    let tmp = tempfile::tempdir().context("temporary dir")?;
+    let root = args.keep.clone().unwrap_or_else(|| tmp.path().to_owned());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let code = rt.block_on(demo(global, &root, &model))?;
+    // The nodes and the box run on this runtime: stop them before the dirs go.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    Ok(code)
+}
+
+async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Result<ExitCode> {
+    let t0 = Instant::now();
+    let step = |what: &str| say!("[{:>6.2}s] {what}", t0.elapsed().as_secs_f64());
+
+    // 1. The box.
+    let attester: Arc<dyn Attester> =
+        Arc::new(InsecureDevAttester::for_current_exe().context("measuring this executable")?);
+    let settings = ProviderSettings::new(model.to_owned());
+    let core = Arc::new(BoxCore::new(
+        attester.clone(),
+        ProviderRegistry::from_settings(&settings),
+        BoxConfig::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("binding the box")?;
+    let box_url = format!("http://{}", listener.local_addr().context("box address")?);
+    tokio::spawn(async move {
+        if let Err(e) = skillbox_jc::server::serve(listener, core).await {
+            eprintln!("box stopped: {e}");
+        }
+    });
+    step(&format!(
+        "box at {box_url}: platform {} (NO hardware isolation), measurement {}…",
+        attester.platform(),
+        &attester.measurement()[..16]
+    ));
+
+    // 2. Two nodes: the owner of the skill, and a caller that bootstraps from it.
+    let owner = start_node(&root.join("owner"), &box_url, vec![]).await?;
+    step(&format!("owner node {} up", owner.peer_id));
+    let caller = start_node(&root.join("caller"), &box_url, owner.listen.clone()).await?;
+    step(&format!(
+        "caller node {} up, connected to the owner",
+        caller.peer_id
+    ));
+
+    let api = Api {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .context("HTTP client")?,
+    };
+    use reqwest::Method;
+    // 3. The owner installs a `provider: local` skill; its body goes to the owner's source store.
+    let imported = api
+        .call(
+            &owner,
+            Method::POST,
+            "/skills",
+            Some(("text/markdown", SKILL.as_bytes().to_vec())),
+        )
+        .await?;
+    let skill = imported["name"]
+        .as_str()
+        .or_else(|| imported.pointer("/imported/0/name").and_then(Value::as_str))
+        .unwrap_or("music-taste")
+        .to_owned();
+    step(&format!(
+        "owner installed skill {skill:?} (provider local); body in its encrypted source store"
+    ));
+    // 4. The caller holds a private source the skill asks for.
+    api.call(
+        &caller,
+        Method::PUT,
+        &format!("/sources/{SOURCE_NAME}?kind=text"),
+        Some(("text/plain", SOURCE.as_bytes().to_vec())),
+    )
+    .await?;
+    step(&format!(
+        "caller stored private source {SOURCE_NAME:?} ({} bytes)",
+        SOURCE.len()
+    ));
+
+    // 5. The caller sees the skill on its board.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let board = api.call(&caller, Method::GET, "/board", None).await?;
+        let on = board["board"].as_array().into_iter().flatten().any(|r| {
+            r["skill"].as_str() == Some(skill.as_str())
+                && r["peer"].as_str() == Some(owner.peer_id.as_str())
+        });
+        if on {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the owner's skill did not reach the caller's board in 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    step("the caller's board shows the owner's skill");
+
+    // 6. The call: sources omitted, so the skill's requiredSources this node holds are applied.
+    let body = json!({ "peer": owner.peer_id, "skill": skill, "request": REQUEST });
+    let started = api
+        .call(
+            &caller,
+            Method::POST,
+            "/calls",
+            Some(("application/json", serde_json::to_vec(&body)?)),
+        )
+        .await?;
+    let id = started["id"].as_str().context("call id")?.to_owned();
+    step(&format!(
+        "caller: call {id} requested — request: {REQUEST:?}"
+    ));
+    let (mut last_c, mut last_o) = (String::new(), String::new());
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let (c, o) = loop {
+        let c = api
+            .call(&caller, Method::GET, &format!("/calls/{id}"), None)
+            .await?;
+        let o = api
+            .call(&owner, Method::GET, &format!("/calls/{id}"), None)
+            .await
+            .unwrap_or(Value::Null);
+        let (sc, so) = (
+            c["state"].as_str().unwrap_or("").to_owned(),
+            o["state"].as_str().unwrap_or("").to_owned(),
+        );
+        if sc != last_c {
+            step(&format!("caller: {sc}"));
+            last_c = sc.clone();
+        }
+        if so != last_o && !so.is_empty() {
+            step(&format!("owner:  {so}"));
+            last_o = so.clone();
+        }
+        let done = |s: &str| matches!(s, "answered" | "ran" | "failed");
+        if done(&sc) && (done(&so) || sc == "failed") {
+            break (c, o);
+        }
+        if Instant::now() > deadline {
+            bail!("the call did not finish in 10 minutes (caller {sc}, owner {so})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    say!();
+    if c["state"] != "answered" {
+        say!(
+            "call failed: {} ({})",
+            c.pointer("/failure/message")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+            c.pointer("/failure/code")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        );
+        return Ok(ExitCode::from(1));
+    }
+    say!("answer (only the caller can open it):");
+    say!("{}", c["answer"].as_str().unwrap_or("").trim());
+    say!();
+    say!("receipt (signed by the box's run key, verified by the owner):");
+    say!(
+        "{}",
+        serde_json::to_string_pretty(&o["receipt"]).unwrap_or_default()
+    );
+    say!(
+        "the owner never saw the request or {SOURCE_NAME:?}; the caller never saw the skill body; the box was insecure-dev (no hardware isolation)"
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,310 @@
+//! The program of a call (§8): the caller builds it from what the board says and what it holds;
+//! the owner checks it against its own skill before co-signing. Pure: no store, no network.
+
+use skillbox_calls::FailureCode;
+use skillbox_jc::program::{
+    BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
+    PROMPT_TEMPLATE_V1, Parties, Program, ProviderGrant, RECEIPT_FIELDS, ReceiptSpec, SkillRef,
+    SourceLimit,
+};
+use skillbox_jc::seal::bucket;
+use skillbox_skill::{Declaration, ProviderId};
+
+/// The owner's stake limits a caller asks for: room for any SKILL.md body, a model id and an
+/// API key. The caller cannot know the owner's sizes, and the owner refuses a program too small.
+pub const BODY_MAX_BYTES: u64 = skillbox_skill::document::MAX_DOCUMENT as u64;
+pub const MODEL_MAX_BYTES: u64 = 1024;
+pub const KEY_MAX_BYTES: u64 = 16 * 1024;
+
+/// What the caller knows when it builds a program.
+#[derive(Debug, Clone)]
+pub struct CallerFacts {
+    pub call_id: String,
+    pub caller_key: String,
+    pub result_key: String,
+    pub owner_key: String,
+    /// The boxes both sides accept (non-empty).
+    pub boxes: Vec<BoxIdentity>,
+    pub skill: String,
+    pub declaration_digest: String,
+    pub provider: ProviderId,
+    /// The provider host the chosen box reaches (None for `local`).
+    pub provider_host: Option<String>,
+    pub request_len: u64,
+    /// `(name, size)` of each chosen source.
+    pub sources: Vec<(String, u64)>,
+    pub output_max_bytes: u64,
+    pub expires_at: u64,
+}
+
+/// Build and validate the program. Limits are size *buckets* (powers of two), so the owner
+/// learns roughly how much the caller stakes, not exactly.
+pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
+    let key_max_bytes = if f.provider.needs_key() {
+        KEY_MAX_BYTES
+    } else {
+        0
+    };
+    let program = Program {
+        version: PROGRAM_VERSION,
+        call_id: f.call_id,
+        parties: Parties {
+            caller: CallerParty {
+                node_key: f.caller_key,
+                result_key: f.result_key,
+            },
+            owner: OwnerParty {
+                node_key: f.owner_key,
+            },
+        },
+        boxes: f.boxes,
+        skill: SkillRef {
+            name: f.skill,
+            declaration_digest: f.declaration_digest,
+        },
+        provider: ProviderGrant {
+            id: f.provider,
+            host: f.provider_host,
+        },
+        caller_inputs: CallerInputs {
+            request_max_bytes: bucket(f.request_len),
+            sources: f
+                .sources
+                .into_iter()
+                .map(|(name, size)| SourceLimit {
+                    name,
+                    max_bytes: bucket(size),
+                })
+                .collect(),
+        },
+        owner_inputs: OwnerInputs {
+            body_max_bytes: BODY_MAX_BYTES,
+            model_max_bytes: MODEL_MAX_BYTES,
+            key_max_bytes,
+        },
+        output: OutputSpec {
+            max_bytes: f.output_max_bytes,
+            padded: true,
+            to: "caller".into(),
+        },
+        receipt: ReceiptSpec {
+            fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
+            to: vec!["caller".into(), "owner".into()],
+        },
+        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        expires_at: f.expires_at,
+    };
+    program.validate()?;
+    Ok(program)
+}
+
+/// What the owner knows when it checks a program.
+#[derive(Clone)]
+pub struct OwnerFacts<'a> {
+    /// The call id the payload carried.
+    pub call_id: &'a str,
+    /// This node's key (hex) and the sending peer's key (hex, from its peer id).
+    pub owner_key: &'a str,
+    pub sender_key: &'a str,
+    /// The skill as declared here, and whether it is offered right now with its digest.
+    pub declaration: Option<&'a Declaration>,
+    pub offered: bool,
+    pub digest: &'a str,
+    /// Sizes of what the owner will stake.
+    pub body_len: u64,
+    pub key_len: u64,
+    /// Whether this node accepts a box of that identity.
+    pub accepts_box: &'a dyn Fn(&BoxIdentity) -> bool,
+    pub now_secs: u64,
+    /// The longest expiry this owner agrees to.
+    pub max_expiry_secs: u64,
+}
+
+/// Check a program against the owner's skill. Every refusal names what did not match, never
+/// what the owner holds (no sizes of the body or key go back to the caller).
+pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, String)> {
+    let mismatch = |m: String| Err((FailureCode::ProgramMismatch, m));
+    if program.call_id != f.call_id {
+        return mismatch("the program's call_id is not the payload's call id".into());
+    }
+    if program.parties.owner.node_key != f.owner_key {
+        return mismatch("the program names another owner key".into());
+    }
+    if program.parties.caller.node_key != f.sender_key {
+        return mismatch("the program's caller key is not the sender's".into());
+    }
+    let Some(decl) = f.declaration.filter(|_| f.offered) else {
+        return Err((
+            FailureCode::NotOffered,
+            format!("skill {:?} is not offered by this node", program.skill.name),
+        ));
+    };
+    if program.skill.declaration_digest != f.digest {
+        return mismatch(format!(
+            "skill {:?} changed since it was advertised (declaration digest differs)",
+            program.skill.name
+        ));
+    }
+    if decl.provider.as_ref() != Some(&program.provider.id) {
+        return mismatch(format!(
+            "the program grants provider {}, the skill uses another",
+            program.provider.id
+        ));
+    }
+    let declared: Vec<&str> = decl.required_sources.iter().map(String::as_str).collect();
+    if let Some(s) = program
+        .caller_inputs
+        .sources
+        .iter()
+        .find(|s| !declared.contains(&s.name.as_str()))
+    {
+        return mismatch(format!(
+            "source {:?} is not among the skill's requiredSources",
+            s.name
+        ));
+    }
+    if let Some(b) = program.boxes.iter().find(|b| !(f.accepts_box)(b)) {
+        return mismatch(format!(
+            "box {} {} is not one this node accepts",
+            b.platform,
+            short(&b.measurement)
+        ));
+    }
+    let o = &program.owner_inputs;
+    let model_len = decl.model.as_ref().map_or(0, |m| m.len() as u64);
+    if f.body_len > o.body_max_bytes || model_len > o.model_max_bytes || f.key_len > o.key_max_bytes
+    {
+        return mismatch("the owner's stake limits are too small for this skill".into());
+    }
+    if program.expires_at <= f.now_secs {
+        return Err((FailureCode::Expired, "the program has expired".into()));
+    }
+    if program.expires_at > f.now_secs + f.max_expiry_secs {
+        return mismatch(format!(
+            "the program expires more than {} s from now",
+            f.max_expiry_secs
+        ));
+    }
+    Ok(())
+}
+
+fn short(s: &str) -> &str {
+    &s[..s.len().min(16)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decl(provider: &str) -> Declaration {
+        let doc = format!(
+            "---\nname: taste\ndescription: Music taste from listening history.\nprovider: {provider}\nmodel: smol\nrequiredSources: [songs]\n---\nbody\n"
+        );
+        skillbox_skill::document::parse(doc.as_bytes(), None)
+            .expect("test skill parses")
+            .declaration
+    }
+
+    fn facts(sources: Vec<(String, u64)>) -> CallerFacts {
+        CallerFacts {
+            call_id: "c1".into(),
+            caller_key: "11".repeat(32),
+            result_key: "22".repeat(32),
+            owner_key: "33".repeat(32),
+            boxes: vec![BoxIdentity {
+                platform: "insecure-dev".into(),
+                measurement: "ab".repeat(48),
+            }],
+            skill: "taste".into(),
+            declaration_digest: format!("sha256:{}", "cd".repeat(32)),
+            provider: "local".parse().expect("provider"),
+            provider_host: None,
+            request_len: 100,
+            sources,
+            output_max_bytes: 4096,
+            expires_at: 2_000_000_000,
+        }
+    }
+
+    #[test]
+    fn built_program_validates_and_buckets_sizes() {
+        let p = build(facts(vec![("songs".into(), 3000)])).expect("builds");
+        assert_eq!(p.caller_inputs.sources[0].max_bytes, 4096);
+        assert!(p.caller_inputs.request_max_bytes >= 100);
+        assert_eq!(p.owner_inputs.key_max_bytes, 0);
+    }
+
+    #[test]
+    fn owner_refuses_each_mismatch_by_name() {
+        let p = build(facts(vec![("songs".into(), 10)])).expect("builds");
+        let d = decl("local");
+        let other = decl("openrouter");
+        let owner_key = "33".repeat(32);
+        let sender = "11".repeat(32);
+        let digest = format!("sha256:{}", "cd".repeat(32));
+        let yes = |_: &BoxIdentity| true;
+        let no = |_: &BoxIdentity| false;
+        let base = || OwnerFacts {
+            call_id: "c1",
+            owner_key: &owner_key,
+            sender_key: &sender,
+            declaration: Some(&d),
+            offered: true,
+            digest: &digest,
+            body_len: 10,
+            key_len: 0,
+            accepts_box: &yes,
+            now_secs: p.expires_at - 100,
+            max_expiry_secs: 3600,
+        };
+        assert_eq!(check(&p, &base()), Ok(()));
+        let f = OwnerFacts {
+            call_id: "other",
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("id").1.contains("call_id"));
+        let f = OwnerFacts {
+            sender_key: "44",
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("sender").1.contains("caller key"));
+        let f = OwnerFacts {
+            offered: false,
+            ..base()
+        };
+        assert_eq!(check(&p, &f).expect_err("offer").0, FailureCode::NotOffered);
+        let f = OwnerFacts {
+            digest: "sha256:other",
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("digest").1.contains("digest"));
+        let f = OwnerFacts {
+            accepts_box: &no,
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("box").1.contains("box"));
+        let f = OwnerFacts {
+            body_len: BODY_MAX_BYTES + 1,
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("limits").1.contains("limits"));
+        let f = OwnerFacts {
+            now_secs: p.expires_at,
+            ..base()
+        };
+        assert_eq!(check(&p, &f).expect_err("expired").0, FailureCode::Expired);
+        let f = OwnerFacts {
+            max_expiry_secs: 10,
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("too long").1.contains("expires"));
+        let f = OwnerFacts {
+            declaration: Some(&other),
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("provider").1.contains("provider"));
+        let mut p2 = p.clone();
+        p2.caller_inputs.sources[0].name = "diary".into();
+        assert!(check(&p2, &base()).expect_err("source").1.contains("diary"));
+    }
+}

@@ -1,0 +1,247 @@
+//! Call rows in the store: the machine's record (JSON, so a new field never needs a migration)
+//! beside the columns queries filter on, and what each side keeps of a call: the program, the box
+//! URL, the caller's chosen source *names*, the receipt. Material never lands here: the caller's
+//! request, result key and answer are sources (`call/<id>/...`), encrypted like every source.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde_json::Value;
+use skillbox_calls::{Call, Role, State};
+
+use crate::error::{NodeError, Result};
+use crate::store::{Store, now_secs};
+
+/// The source holding a caller's request text for call `id`.
+pub fn request_source(id: &str) -> String {
+    format!("{}{id}/request", crate::sources::CALL_PREFIX)
+}
+/// The source holding a caller's HPKE result key for call `id`.
+pub fn result_key_source(id: &str) -> String {
+    format!("{}{id}/result-key", crate::sources::CALL_PREFIX)
+}
+/// The source holding the opened answer of call `id` (caller side).
+pub fn answer_source(id: &str) -> String {
+    format!("{}{id}/answer", crate::sources::CALL_PREFIX)
+}
+
+pub fn role_str(role: Role) -> &'static str {
+    match role {
+        Role::Caller => "caller",
+        Role::Owner => "owner",
+    }
+}
+
+pub fn parse_role(s: &str) -> Option<Role> {
+    match s {
+        "caller" => Some(Role::Caller),
+        "owner" => Some(Role::Owner),
+        _ => None,
+    }
+}
+
+/// One side's row of a call.
+#[derive(Debug, Clone)]
+pub struct CallRow {
+    pub call: Call,
+    /// The DSSE envelope of the program (JSON): the caller's signature, then both.
+    pub program: Option<String>,
+    pub box_url: Option<String>,
+    /// Caller: the sources this call applies (names only).
+    pub sources: Vec<String>,
+    pub receipt: Option<Value>,
+    pub updated_at: i64,
+}
+
+/// Filters of `GET /calls`.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub state: Option<State>,
+    pub role: Option<Role>,
+    pub peer: Option<String>,
+    pub limit: Option<usize>,
+}
+
+const COLUMNS: &str = "record, program, box_url, sources, receipt, updated_at, id";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
+    let record: String = r.get(0)?;
+    let program: Option<String> = r.get(1)?;
+    let box_url: Option<String> = r.get(2)?;
+    let sources: String = r.get(3)?;
+    let receipt: Option<String> = r.get(4)?;
+    let updated_at: i64 = r.get(5)?;
+    let id: String = r.get(6)?;
+    let bad = |problem: String| NodeError::StoredRow {
+        what: "call",
+        name: id.clone(),
+        problem,
+    };
+    Ok((|| {
+        let call: Call = serde_json::from_str(&record).map_err(|e| bad(e.to_string()))?;
+        let sources: Vec<String> =
+            serde_json::from_str(&sources).map_err(|e| bad(e.to_string()))?;
+        let receipt = receipt
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(CallRow {
+            call,
+            program,
+            box_url,
+            sources,
+            receipt,
+            updated_at,
+        })
+    })())
+}
+
+pub fn load(store: &Store, id: &str, role: Role) -> Result<Option<CallRow>> {
+    store.read(|c| {
+        let row = c
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM calls WHERE id = ?1 AND role = ?2"),
+                params![id, role_str(role)],
+                from_row,
+            )
+            .optional()?;
+        row.transpose()
+    })
+}
+
+/// Every row with this id (a node is caller and owner of the same id only when it calls itself).
+pub fn by_id(store: &Store, id: &str) -> Result<Vec<CallRow>> {
+    store.read(|c| {
+        let mut stmt = c.prepare(&format!(
+            "SELECT {COLUMNS} FROM calls WHERE id = ?1 ORDER BY role"
+        ))?;
+        let rows = stmt.query_map(params![id], from_row)?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r??);
+        }
+        Ok(out)
+    })
+}
+
+pub fn list(store: &Store, f: &Filter) -> Result<Vec<CallRow>> {
+    store.read(|c| {
+        let mut sql = format!("SELECT {COLUMNS} FROM calls WHERE 1 = 1");
+        let mut args: Vec<String> = Vec::new();
+        if let Some(s) = f.state {
+            args.push(s.as_str().to_owned());
+            sql.push_str(&format!(" AND state = ?{}", args.len()));
+        }
+        if let Some(r) = f.role {
+            args.push(role_str(r).to_owned());
+            sql.push_str(&format!(" AND role = ?{}", args.len()));
+        }
+        if let Some(p) = &f.peer {
+            args.push(p.clone());
+            sql.push_str(&format!(" AND peer = ?{}", args.len()));
+        }
+        sql.push_str(" ORDER BY created_at DESC, id");
+        if let Some(n) = f.limit {
+            sql.push_str(&format!(" LIMIT {n}"));
+        }
+        let mut stmt = c.prepare(&sql)?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), from_row)?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r??);
+        }
+        Ok(out)
+    })
+}
+
+/// `(id, role)` of every call not yet answered, ran or failed.
+pub fn open_calls(store: &Store) -> Result<Vec<(String, Role)>> {
+    store.read(|c| {
+        let mut stmt = c.prepare(
+            "SELECT id, role FROM calls WHERE state NOT IN ('answered', 'ran', 'failed') ORDER BY created_at",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for r in rows {
+            let (id, role) = r?;
+            if let Some(role) = parse_role(&role) {
+                out.push((id, role));
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Insert a new row. Refuses an existing `(id, role)`: a call id is never reused.
+pub fn insert(tx: &Transaction<'_>, row: &CallRow) -> Result<()> {
+    let record = serde_json::to_string(&row.call)
+        .map_err(|e| NodeError::invalid("call", format!("record does not serialize: {e}")))?;
+    let sources = serde_json::to_string(&row.sources)
+        .map_err(|e| NodeError::invalid("sources", e.to_string()))?;
+    let now = now_secs();
+    let n = tx.execute(
+        "INSERT OR IGNORE INTO calls (id, role, peer, skill, state, record, program, box_url, sources, receipt, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?10)",
+        params![
+            row.call.id,
+            role_str(row.call.role),
+            row.call.peer,
+            row.call.skill,
+            row.call.state.as_str(),
+            record,
+            row.program,
+            row.box_url,
+            sources,
+            now,
+        ],
+    )?;
+    if n == 0 {
+        return Err(NodeError::Conflict(format!(
+            "call {} ({}) already exists",
+            row.call.id,
+            role_str(row.call.role)
+        )));
+    }
+    Ok(())
+}
+
+/// What an event changes beside the machine's record.
+#[derive(Debug, Clone, Default)]
+pub struct Patch {
+    pub program: Option<String>,
+    pub box_url: Option<String>,
+    pub receipt: Option<Value>,
+}
+
+/// Write the new record (and the patch) of an existing row.
+pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
+    let record = serde_json::to_string(call)
+        .map_err(|e| NodeError::invalid("call", format!("record does not serialize: {e}")))?;
+    let receipt = patch
+        .receipt
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| NodeError::invalid("receipt", e.to_string()))?;
+    let n = tx.execute(
+        "UPDATE calls SET state = ?3, record = ?4,
+            program = COALESCE(?5, program), box_url = COALESCE(?6, box_url),
+            receipt = COALESCE(?7, receipt), updated_at = ?8
+         WHERE id = ?1 AND role = ?2",
+        params![
+            call.id,
+            role_str(call.role),
+            call.state.as_str(),
+            record,
+            patch.program,
+            patch.box_url,
+            receipt,
+            now_secs(),
+        ],
+    )?;
+    if n == 0 {
+        return Err(NodeError::NotFound {
+            kind: "call",
+            name: call.id.clone(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,366 @@
+//! Calls end to end in one process: two real nodes (stores, APIs, libp2p on 127.0.0.1), a real
+//! box (HTTP, insecure-dev attestation) and a loopback double of an OpenAI-compatible provider.
+//! Every source-selection and board rule refused with its own code; consent parks and resumes;
+//! admission refuses; cancel ends both sides.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{TestNode, world};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
+    let w = world(
+        "BODY-1",
+        "sk-test-KEY-1",
+        &["songs", "diary"],
+        |_| {},
+        |_| {},
+    )
+    .await;
+    w.caller
+        .put_source("songs", "text", "Radiohead - Weird Fishes\n")
+        .await;
+    let a = w
+        .caller
+        .post_json(
+            "/calls",
+            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "what do I like?"}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    assert_eq!(a.body["state"], "requested");
+    // Omitted sources: the required ones this node holds (songs, not diary).
+    assert_eq!(a.body["sources"], json!(["songs"]));
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    assert_eq!(c["role"], "caller");
+    let answer = c["answer"].as_str().expect("answer");
+    assert!(answer.starts_with("The double read"), "{answer}");
+    let o = w.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(o["state"], "ran", "{o}");
+    assert_eq!(o["role"], "owner");
+    assert!(o.get("answer").is_none(), "the owner never has the answer");
+    assert_eq!(o["receipt"]["status"], "ok", "{o}");
+    assert_eq!(o["receipt"]["run_id"], c["runId"]);
+    assert_eq!(o["programHash"], c["programHash"]);
+    // The box called the provider once, with the owner's key, and the prompt carried the body,
+    // the request and the source.
+    let seen = w.provider.0.lock().expect("log").clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, "Bearer sk-test-KEY-1");
+    let prompt = seen[0].1.to_string();
+    for part in ["BODY-1", "what do I like?", "Weird Fishes"] {
+        assert!(prompt.contains(part), "prompt lacks {part}");
+    }
+    // Lists: each side one record with its role.
+    let list = w.caller.get("/calls").await.body;
+    assert_eq!(list["total"], 1);
+    assert_eq!(list["calls"][0]["state"], "answered");
+    let list = w.owner.get("/calls?role=owner&state=ran").await.body;
+    assert_eq!(list["total"], 1);
+    // The request and the result key are gone from the caller's store; the answer is a source.
+    let sources = w.caller.get("/sources").await.body.to_string();
+    assert!(!sources.contains("/request"), "{sources}");
+    assert!(!sources.contains("/result-key"), "{sources}");
+    assert!(sources.contains(&format!("call/{id}/answer")), "{sources}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn source_selection_and_board_rules_refuse_with_their_codes() {
+    let w = world(
+        "BODY-2",
+        "sk-test-KEY-2",
+        &["songs", "diary"],
+        |_| {},
+        |_| {},
+    )
+    .await;
+    let peer = w.owner.peer_id.clone();
+    let start = |body: Value| {
+        let caller = &w.caller;
+        async move { caller.post_json("/calls", body).await }
+    };
+    // Holding none of the required sources, omitted: refused where it starts.
+    let a = start(json!({"peer": peer, "skill": "taste", "request": "x"})).await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (422, Some("required_sources_not_held")),
+        "{}",
+        a.body
+    );
+    w.caller.put_source("songs", "text", "a song\n").await;
+    // A name outside requiredSources is refused, naming it.
+    let a =
+        start(json!({"peer": peer, "skill": "taste", "request": "x", "sources": ["passwords"]}))
+            .await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (400, Some("source_not_required")),
+        "{}",
+        a.body
+    );
+    assert!(
+        a.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("passwords")
+    );
+    // A required name this node does not hold.
+    let a =
+        start(json!({"peer": peer, "skill": "taste", "request": "x", "sources": ["diary"]})).await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (400, Some("source_not_held")),
+        "{}",
+        a.body
+    );
+    let a = start(
+        json!({"peer": peer, "skill": "taste", "request": "x", "sources": ["songs", "songs"]}),
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (400, Some("duplicate_source")),
+        "{}",
+        a.body
+    );
+    // A skill not on the board, and a peer not on the board.
+    let a = start(json!({"peer": peer, "skill": "nope", "request": "x"})).await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (409, Some("skill_not_offered")),
+        "{}",
+        a.body
+    );
+    let a = start(json!({"peer": w.caller.peer_id, "skill": "taste", "request": "x"})).await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (409, Some("skill_not_offered")),
+        "{}",
+        a.body
+    );
+    // Malformed bodies.
+    let a = start(json!({"peer": peer, "skill": "taste"})).await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (400, Some("validation_error")),
+        "{}",
+        a.body
+    );
+    let a = start(json!({"peer": peer, "skill": "taste", "request": "x", "extra": 1})).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    // Nothing was recorded by any refusal.
+    assert_eq!(w.caller.get("/calls").await.body["total"], 0);
+    // An empty list: none, the request alone — accepted.
+    let a = start(json!({"peer": peer, "skill": "taste", "request": "x", "sources": []})).await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    assert_eq!(a.body["sources"], json!([]));
+    let c = w
+        .caller
+        .wait_call(a.body["id"].as_str().expect("id"), LIMIT)
+        .await;
+    assert_eq!(c["state"], "answered", "{c}");
+
+    // The skill leaves the board when its key source goes: then 409 at once.
+    let del = w
+        .owner
+        .req(reqwest::Method::DELETE, "/sources/openai-key", None)
+        .await;
+    assert_eq!(del.status, 204);
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let a = start(json!({"peer": peer, "skill": "taste", "request": "x", "sources": []})).await;
+        if a.status == 409 {
+            assert_eq!(a.body["error"], "skill_not_offered");
+            break;
+        }
+        // Until the new advert arrives the call may still start; the owner refuses it then.
+        assert!(
+            std::time::Instant::now() < deadline,
+            "skill never left the board"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ask_parks_each_side_until_its_human_decides() {
+    let ask = |c: &mut skillbox_node::Config| {
+        c.policy.rules.push(skillbox_calls::Rule {
+            side: skillbox_calls::Side::Any,
+            peer: skillbox_calls::Pattern::any(),
+            skill: skillbox_calls::Pattern::any(),
+            sources: None,
+            decision: skillbox_calls::Decision::Ask,
+        })
+    };
+    let w = world("BODY-3", "sk-test-KEY-3", &[], ask, ask).await;
+    let a = w
+        .caller
+        .post_json(
+            "/calls",
+            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "hello"}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    w.owner.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    let ap = w.caller.get("/approvals").await.body;
+    assert_eq!(ap["total"], 1, "{ap}");
+    assert_eq!(ap["approvals"][0]["id"], id.as_str());
+    // Nothing runs while either side waits.
+    assert!(w.provider.0.lock().expect("log").is_empty());
+    let bad = w
+        .caller
+        .post_json(&format!("/approvals/{id}"), json!({"decision": "maybe"}))
+        .await;
+    assert_eq!(bad.status, 400);
+    let ok = w
+        .caller
+        .post_json(&format!("/approvals/{id}"), json!({"decision": "allow"}))
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    // Deciding again: it is no longer waiting.
+    let again = w
+        .caller
+        .post_json(&format!("/approvals/{id}"), json!({"decision": "allow"}))
+        .await;
+    assert_eq!(
+        (again.status, again.body["error"].as_str()),
+        (409, Some("not_awaiting_consent"))
+    );
+    // The owner's human denies: both sides fail, with a reason.
+    let no = w
+        .owner
+        .post_json(&format!("/approvals/{id}"), json!({"decision": "deny"}))
+        .await;
+    assert_eq!(no.status, 200, "{}", no.body);
+    let o = w.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(o["failure"]["code"], "consent_denied", "{o}");
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed");
+    // Either the owner's call.failed (consent_denied) or the cancelled run reaches the caller
+    // first; both end the call with a reason.
+    let code = c["failure"]["code"].as_str().unwrap_or("");
+    let message = c["failure"]["message"].as_str().unwrap_or("");
+    assert!(
+        (code == "peer_failed" && message.contains("consent_denied"))
+            || (code == "box_failed" && message.contains("run_spent")),
+        "{c}"
+    );
+    assert!(
+        w.provider.0.lock().expect("log").is_empty(),
+        "no run happened"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn owner_admission_refuses_a_denied_peer_and_cancel_ends_a_call() {
+    let w = world("BODY-4", "sk-test-KEY-4", &[], |_| {}, |_| {}).await;
+    // Deny the caller by policy set through the API.
+    let policy = json!({"default": "allow", "admission": {"deny_peers": [w.caller.peer_id], "calls_per_minute": 30}, "rules": []});
+    let put = w
+        .owner
+        .req(
+            reqwest::Method::PUT,
+            "/policy",
+            Some((
+                "application/json",
+                serde_json::to_vec(&policy).expect("json"),
+            )),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    assert_eq!(
+        w.owner.get("/policy").await.body["admission"]["deny_peers"][0],
+        w.caller.peer_id.as_str()
+    );
+    let a = w
+        .caller
+        .post_json(
+            "/calls",
+            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "hi"}),
+        )
+        .await;
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not_admitted"),
+        "{c}"
+    );
+    let o = w.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(o["failure"]["code"], "not_admitted", "{o}");
+
+    // Allowed again, with consent parking the owner; the caller cancels.
+    let policy = json!({"default": "allow", "admission": {"calls_per_minute": 30},
+        "rules": [{"side": "owner", "decision": "ask"}]});
+    let put = w
+        .owner
+        .req(
+            reqwest::Method::PUT,
+            "/policy",
+            Some((
+                "application/json",
+                serde_json::to_vec(&policy).expect("json"),
+            )),
+        )
+        .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let a = w
+        .caller
+        .post_json(
+            "/calls",
+            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "hi"}),
+        )
+        .await;
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    w.owner.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    let x = w
+        .caller
+        .post_json(&format!("/calls/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(x.status, 200, "{}", x.body);
+    assert_eq!(x.body["failure"]["code"], "cancelled");
+    let o = w.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(o["state"], "failed");
+    assert_eq!(o["failure"]["code"], "peer_failed", "{o}");
+    let missing = w.caller.get("/calls/nope").await;
+    assert_eq!(missing.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_common_box_the_call_is_refused() {
+    let (provider_url, _log) = support::provider_double(Duration::ZERO).await;
+    let box_a = support::start_box(&provider_url).await;
+    let owner = TestNode::start(&box_a, vec![], |_| {}).await;
+    owner.put_source("openai-key", "secret", "sk-x").await;
+    owner
+        .add_skill(&support::skill_doc("taste", "B", &[]))
+        .await;
+    // The caller accepts no box at all.
+    let caller = TestNode::start(&box_a, vec![owner.p2p.clone()], |c| c.boxes.accept.clear()).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    let a = caller
+        .post_json(
+            "/calls",
+            json!({"peer": owner.peer_id, "skill": "taste", "request": "x"}),
+        )
+        .await;
+    assert_eq!(
+        (a.status, a.body["error"].as_str()),
+        (409, Some("no_common_box")),
+        "{}",
+        a.body
+    );
+}

@@ -1,0 +1,356 @@
+//! A small world for calls tests, all in this process and all real: a box (HTTP, insecure-dev
+//! attestation) whose `openai` provider is a loopback double speaking the chat-completions wire
+//! protocol, and nodes with their stores, APIs and libp2p networks on 127.0.0.1. Payloads that
+//! leave a node are recorded so tests can scan them.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use serde_json::{Value, json};
+use skillbox_jc::attest::InsecureDevAttester;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_node::{Config, DataDir, Node};
+use skillbox_peers::{Payload, PayloadTransport, PeerId, PeersError, PeersHandle};
+use skillbox_providers::{ProviderId, ProviderSettings};
+
+/// What the provider double saw: the Authorization header and the request body.
+#[derive(Clone, Default)]
+pub struct ProviderLog(pub Arc<Mutex<Vec<(String, Value)>>>);
+
+async fn chat(
+    State((log, delay)): State<(ProviderLog, Duration)>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let prompt_len: usize = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m["content"].as_str().map_or(0, str::len))
+        .sum();
+    log.0.lock().expect("log").push((auth, body));
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    Json(json!({
+        "id": "chatcmpl-double",
+        "object": "chat.completion",
+        "choices": [{ "index": 0, "finish_reason": "stop",
+            "message": { "role": "assistant", "content": format!("The double read {prompt_len} bytes of prompt.") } }],
+        "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 }
+    }))
+}
+
+/// Start the provider double; answers after `delay`.
+pub async fn provider_double(delay: Duration) -> (String, ProviderLog) {
+    let log = ProviderLog::default();
+    let app = axum::Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/chat/completions", post(chat))
+        .with_state((log.clone(), delay));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind provider");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), log)
+}
+
+/// Start a box whose `openai` provider is at `provider_url`.
+pub async fn start_box(provider_url: &str) -> String {
+    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
+    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url);
+    let core = Arc::new(BoxCore::new(
+        attester,
+        ProviderRegistry::from_settings(&settings),
+        BoxConfig::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind box");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = skillbox_jc::server::serve(listener, core).await;
+    });
+    format!("http://{addr}")
+}
+
+/// Records every payload a node sends.
+pub struct Recording {
+    inner: PeersHandle,
+    pub sent: Arc<Mutex<Vec<String>>>,
+}
+
+impl PayloadTransport for Recording {
+    fn local_peer_id(&self) -> PeerId {
+        self.inner.local_peer_id()
+    }
+    fn send(
+        &self,
+        to: PeerId,
+        payload: Payload,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PeersError>> + Send + '_>> {
+        if let Ok(text) = serde_json::to_string(&payload) {
+            self.sent.lock().expect("log").push(text);
+        }
+        PayloadTransport::send(&self.inner, to, payload)
+    }
+}
+
+pub struct TestNode {
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    pub token: String,
+    pub peer_id: String,
+    pub p2p: String,
+    pub sent: Arc<Mutex<Vec<String>>>,
+    pub peers: PeersHandle,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl TestNode {
+    pub async fn start(
+        box_url: &str,
+        bootstrap: Vec<String>,
+        tune: impl FnOnce(&mut Config),
+    ) -> TestNode {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::default();
+        config.api.listen = "127.0.0.1:0".parse().expect("addr");
+        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+        config.p2p.bootstrap = bootstrap;
+        config.boxes.accept = vec![box_url.to_owned()];
+        config.boxes.allow_insecure_dev = true;
+        config.schedules.advertise_secs = 1;
+        config.schedules.board_ttl_secs = 4;
+        tune(&mut config);
+        DataDir::new(dir.path()).init(&config).expect("init");
+        let mut node = Node::open(dir.path()).expect("open");
+        let started = node.start_peers().await.expect("peers");
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let rec = sent.clone();
+        node.start_calls_with(move |h| {
+            Arc::new(Recording {
+                inner: h,
+                sent: rec,
+            })
+        })
+        .expect("calls");
+        let peers = node.peers().expect("peers running");
+        let listener = node.bind(None).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = node
+                .serve(listener, async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        let token = DataDir::new(dir.path()).load_api_token().expect("token");
+        TestNode {
+            dir,
+            base: format!("http://{addr}"),
+            token,
+            peer_id: started.peer_id.clone(),
+            p2p: format!("{}/p2p/{}", started.listen_addrs[0], started.peer_id),
+            sent,
+            peers,
+            http: reqwest::Client::new(),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub async fn req(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Answer {
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some((ct, bytes)) = body {
+            r = r.header("content-type", ct).body(bytes);
+        }
+        let resp = r.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        Answer { status, body }
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.req(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post_json(&self, path: &str, v: Value) -> Answer {
+        self.req(
+            reqwest::Method::POST,
+            path,
+            Some(("application/json", serde_json::to_vec(&v).expect("json"))),
+        )
+        .await
+    }
+
+    pub async fn add_skill(&self, doc: &str) {
+        let a = self
+            .req(
+                reqwest::Method::POST,
+                "/skills",
+                Some(("text/markdown", doc.as_bytes().to_vec())),
+            )
+            .await;
+        assert!(
+            a.status == 201 || a.status == 200,
+            "skill import: {} {}",
+            a.status,
+            a.body
+        );
+    }
+
+    pub async fn put_source(&self, name: &str, kind: &str, content: &str) {
+        let a = self
+            .req(
+                reqwest::Method::PUT,
+                &format!("/sources/{name}?kind={kind}"),
+                Some(("text/plain", content.as_bytes().to_vec())),
+            )
+            .await;
+        assert!(
+            a.status == 201 || a.status == 200,
+            "source put: {} {}",
+            a.status,
+            a.body
+        );
+    }
+
+    /// Wait until `skill` of `peer` is on this node's board.
+    pub async fn wait_board(&self, peer: &str, skill: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let b = self.get("/board").await.body;
+            if b["board"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{skill} of {peer} never reached the board: {b}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Wait until call `id` reaches a terminal state here; returns its record.
+    pub async fn wait_call(&self, id: &str, limit: Duration) -> Value {
+        self.wait_state(id, &["answered", "ran", "failed"], limit)
+            .await
+    }
+
+    pub async fn wait_state(&self, id: &str, states: &[&str], limit: Duration) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let a = self.get(&format!("/calls/{id}")).await;
+            if a.status == 200 && states.contains(&a.body["state"].as_str().unwrap_or("")) {
+                return a.body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "call {id} never reached {states:?}: {} {}",
+                a.status,
+                a.body
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+/// A skill spending the owner's key through the `openai` provider double.
+pub fn skill_doc(name: &str, body_marker: &str, required: &[&str]) -> String {
+    let req = if required.is_empty() {
+        String::new()
+    } else {
+        format!("requiredSources: [{}]\n", required.join(", "))
+    };
+    format!(
+        "---\nname: {name}\ndescription: Builds a music-taste profile from listening history.\nprovider: openai\nmodel: gpt-test\nkey: openai-key\n{req}---\nYou are a music critic ({body_marker}). Describe the taste.\n"
+    )
+}
+
+/// Owner (with the skill and its key) and caller (bootstrapped from it) around one box.
+pub struct World {
+    pub owner: TestNode,
+    pub caller: TestNode,
+    pub provider: ProviderLog,
+    pub box_url: String,
+}
+
+pub async fn world(
+    body_marker: &str,
+    key: &str,
+    required: &[&str],
+    tune_owner: impl FnOnce(&mut Config),
+    tune_caller: impl FnOnce(&mut Config),
+) -> World {
+    let (provider_url, provider) = provider_double(Duration::ZERO).await;
+    let box_url = start_box(&provider_url).await;
+    let owner = TestNode::start(&box_url, vec![], tune_owner).await;
+    owner.put_source("openai-key", "secret", key).await;
+    owner
+        .add_skill(&skill_doc("taste", body_marker, required))
+        .await;
+    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], tune_caller).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    World {
+        owner,
+        caller,
+        provider,
+        box_url,
+    }
+}
