@@ -48,6 +48,18 @@ pub struct P2pConfig {
     /// Kademlia server mode: answer DHT queries (for a node with a public address).
     #[serde(default)]
     pub kad_server: bool,
+    /// Call payloads accepted from one peer: sustained per second, and burst.
+    #[serde(default = "default_payload_rate")]
+    pub payload_rate_per_sec: f64,
+    #[serde(default = "default_payload_burst")]
+    pub payload_burst: u32,
+}
+
+fn default_payload_rate() -> f64 {
+    20.0
+}
+fn default_payload_burst() -> u32 {
+    100
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -156,6 +168,8 @@ impl Default for Config {
                 bootstrap: Vec::new(),
                 mdns: false,
                 kad_server: false,
+                payload_rate_per_sec: default_payload_rate(),
+                payload_burst: default_payload_burst(),
             },
             boxes: BoxesConfig {
                 accept: Vec::new(),
@@ -222,6 +236,10 @@ impl Config {
             if v == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        let rate = self.p2p.payload_rate_per_sec;
+        if rate.is_nan() || rate <= 0.0 || self.p2p.payload_burst == 0 {
+            return Err("p2p.payload_rate_per_sec and p2p.payload_burst must be above 0".into());
         }
         let ns = &self.agents.namespace;
         let ns_ok = !ns.is_empty()
@@ -301,6 +319,10 @@ bootstrap = {bootstrap}
 mdns = {mdns}
 # Kademlia server mode: answer DHT queries. Turn on for a node others can reach directly.
 kad_server = {kad_server}
+# Call payloads accepted from one peer: sustained per second, and burst (more are refused and
+# the sender retries with back-off).
+payload_rate_per_sec = {payload_rate}
+payload_burst = {payload_burst}
 
 [boxes]
 # Base URLs of the boxes (joint-compute services) this node accepts for its calls.
@@ -353,6 +375,8 @@ expiry_secs = {expiry}
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,
             kad_server = self.p2p.kad_server,
+            payload_rate = toml::Value::Float(self.p2p.payload_rate_per_sec),
+            payload_burst = self.p2p.payload_burst,
             boxes = list(&self.boxes.accept),
             insecure = self.boxes.allow_insecure_dev,
             advertise = sch.advertise_secs,

@@ -79,6 +79,8 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         board_ttl,
         mdns: config.p2p.mdns,
         kad_server: config.p2p.kad_server,
+        payload_rate_per_sec: config.p2p.payload_rate_per_sec,
+        payload_burst: config.p2p.payload_burst,
         ..PeersConfig::default()
     })
 }
