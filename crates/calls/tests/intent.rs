@@ -5,133 +5,25 @@ use std::path::Path;
 
 use skillbox_calls::intent::{Candidate, NoPick, pick};
 
-/// (corpus folder, a request a person would phrase for it)
-const CASES: &[(&str, &str)] = &[
-    (
-        "sql-code-review",
-        "check my SQL queries for injection risks and maintainability problems",
-    ),
-    ("create-readme", "write a README file for this project"),
-    (
-        "refactor",
-        "clean up this function without changing its behavior, extract smaller functions and rename variables",
-    ),
-    (
-        "commit-message-storyteller",
-        "write a commit message for my staged changes that explains why",
-    ),
-    (
-        "centos-linux-triage",
-        "firewalld on my CentOS server is blocking traffic and SELinux denies access",
-    ),
-    (
-        "azure-pricing",
-        "how much would this cost on Azure at retail prices",
-    ),
-    (
-        "convert-excel-to-md",
-        "turn this xlsx workbook into markdown so I can summarize it",
-    ),
-    (
-        "adobe-illustrator-scripting",
-        "write an ExtendScript to export every artboard in Illustrator",
-    ),
-    (
-        "performance-review-writer",
-        "draft my self-assessment for this year's performance review",
-    ),
-    (
-        "technical-job-search",
-        "tailor my resume to this software engineer job description",
-    ),
-    (
-        "sponsor-finder",
-        "which dependencies of my GitHub repository can I sponsor",
-    ),
-    (
-        "playwright-automation-fill-in-form",
-        "automatically fill in the signup form with Playwright",
-    ),
-    (
-        "screen-recording",
-        "record an animated GIF demo of my app for the pull request",
-    ),
-    (
-        "nuget-manager",
-        "update the NuGet package versions in my .NET solution",
-    ),
-    (
-        "aws-cost-optimize",
-        "our AWS bill is too high, find resources to optimize costs",
-    ),
-    (
-        "qdrant-version-upgrade",
-        "upgrade Qdrant to a newer version without downtime",
-    ),
-    (
-        "datanalysis-credit-risk",
-        "clean raw loan data and screen variables for a credit risk model",
-    ),
-    (
-        "salesforce-flow-design",
-        "which Salesforce flow type fits this automation and how to handle faults",
-    ),
-    (
-        "csharp-nunit",
-        "write data-driven NUnit unit tests for my C# class",
-    ),
-    (
-        "containerize-aspnetcore",
-        "create a Dockerfile to containerize my ASP.NET Core app",
-    ),
-    (
-        "ad-campaign-analyzer",
-        "here is our campaign performance data, what should we cut, scale or test",
-    ),
-    (
-        "bug-reproduction-brief",
-        "this intermittent bug only shows up in production, get me a minimal reproduction first",
-    ),
-    ("create-llms", "generate an llms.txt for my repository"),
-    (
-        "power-bi-model-design-review",
-        "review the relationships in my Power BI data model",
-    ),
-    (
-        "bigquery-pipeline-audit",
-        "audit our BigQuery pipeline for cost safety and idempotency",
-    ),
-    (
-        "azure-resource-visualizer",
-        "draw a Mermaid diagram of the resources in my Azure resource group",
-    ),
-    (
-        "breakdown-epic-pm",
-        "write a product requirements document for this epic",
-    ),
-    (
-        "documentation-writer",
-        "write Diátaxis style software documentation: a tutorial and a how-to guide",
-    ),
-    (
-        "ui-screenshots",
-        "capture full-page screenshots of my web app in different states",
-    ),
-    (
-        "cloud-design-patterns",
-        "which cloud design pattern should my distributed system use for reliability",
-    ),
-    (
-        "competitor-ad-intelligence",
-        "tear down a competitor's paid ads and reverse-engineer their strategy",
-    ),
-    ("csharp-docs", "add XML doc comments to my C# types"),
-];
+/// (corpus folder, a request a person would phrase for it), from `tests/data/intent_cases.tsv`
+/// (the node's route test reads the same file).
+fn cases() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/intent_cases.tsv");
+    std::fs::read_to_string(path)
+        .expect("intent cases")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (folder, request) = l.split_once('\t').expect("folder<TAB>request");
+            (folder.to_owned(), request.to_owned())
+        })
+        .collect()
+}
 
 fn board() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../skill/tests/data/skills-corpus/awesome-copilot");
-    CASES
+    cases()
         .iter()
         .map(|(folder, _)| {
             let bytes = std::fs::read(root.join(folder).join("SKILL.md")).expect("corpus skill");
@@ -160,7 +52,8 @@ fn hit_rate_over_phrased_requests_is_at_least_90_percent() {
     assert!(board.len() >= 30);
     let cands = candidates(&board);
     let mut hits = 0;
-    for (want, request) in CASES {
+    let cases = cases();
+    for (want, request) in &cases {
         match pick(request, &cands) {
             Ok(p) if p.skill == *want => {
                 hits += 1;
@@ -177,10 +70,10 @@ fn hit_rate_over_phrased_requests_is_at_least_90_percent() {
             Err(e) => println!("MISS {request:?}: {e}"),
         }
     }
-    let rate = hits as f64 / CASES.len() as f64;
+    let rate = hits as f64 / cases.len() as f64;
     println!(
         "intent hit rate: {hits}/{} = {:.1}%",
-        CASES.len(),
+        cases.len(),
         rate * 100.0
     );
     assert!(rate >= 0.9, "hit rate {rate:.3} below 0.9");

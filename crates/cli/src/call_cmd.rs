@@ -295,3 +295,65 @@ pub fn run_decide(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(clap::Args, Debug)]
+pub struct AskArgs {
+    /// What you want done, in words: matched against the skills the board offers right now.
+    pub text: String,
+    /// Follow the call to its end and print the answer.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the pick as JSON: `{skill, peer, score, runnerUp, callId}` (with `--wait`, also
+    /// `call`: the final record).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `skillbox ask TEXT`: the skill intent.
+pub fn run_ask(global: &crate::Global, args: AskArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let bytes = serde_json::to_vec(&json!({ "text": args.text })).context("encoding")?;
+    let ans = client.send(
+        Method::POST,
+        "/intents/skill",
+        Some(("application/json", bytes)),
+    )?;
+    let b = ans.body;
+    let id = b["callId"].as_str().context("no call id")?.to_owned();
+    let mut pick = json!({
+        "skill": b["skill"], "peer": b["peer"], "score": b["score"],
+        "runnerUp": b["runnerUp"], "callId": id,
+    });
+    if !args.json {
+        say!(
+            "picked {} of {} (score {:.2}{})",
+            b["skill"].as_str().unwrap_or(""),
+            b["peer"].as_str().unwrap_or(""),
+            b["score"].as_f64().unwrap_or(0.0),
+            match b["runnerUp"].as_object() {
+                Some(r) => format!(
+                    "; runner-up {} at {:.2}",
+                    r.get("skill").and_then(Value::as_str).unwrap_or(""),
+                    r.get("score").and_then(Value::as_f64).unwrap_or(0.0)
+                ),
+                None => String::new(),
+            }
+        );
+        say!("call {id}");
+    }
+    if !args.wait {
+        if args.json {
+            print_json(&pick)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let last = follow(&client, &id, args.json)?;
+    let code = exit_for(last["state"].as_str().unwrap_or(""));
+    if args.json {
+        pick["call"] = last;
+        print_json(&pick)?;
+    } else {
+        show(&last);
+    }
+    Ok(code)
+}

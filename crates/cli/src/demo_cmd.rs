@@ -50,6 +50,8 @@ async fn start_node(
     config.boxes.allow_insecure_dev = true;
     config.schedules.advertise_secs = 2;
     config.schedules.board_ttl_secs = 6;
+    // A short answer: the embedded model runs on the CPU.
+    config.calls.output_max_bytes = 1024;
     let dd = DataDir::new(dir);
     dd.init(&config)
         .with_context(|| format!("initialising {}", dir.display()))?;

@@ -97,6 +97,8 @@ enum Command {
     Approve(call_cmd::DecideArgs),
     /// Deny a call parked on policy `ask`.
     Deny(call_cmd::DecideArgs),
+    /// The skill intent: route a request to the best skill the board offers right now.
+    Ask(call_cmd::AskArgs),
     /// A box and two nodes on loopback, one call end to end with the embedded model.
     Demo(demo_cmd::DemoArgs),
 }
@@ -118,6 +120,7 @@ fn main() -> ExitCode {
         Command::Calls(args) => call_cmd::run_calls(&cli.global, args),
         Command::Approve(args) => call_cmd::run_decide(&cli.global, args, true),
         Command::Deny(args) => call_cmd::run_decide(&cli.global, args, false),
+        Command::Ask(args) => call_cmd::run_ask(&cli.global, args),
         Command::Demo(args) => demo_cmd::run(&cli.global, args),
     };
     match result {

@@ -343,6 +343,24 @@ fn add_calls(doc: &mut Value) {
                 ("503", unavailable()),
             ]), false)
         },
+        "/intents/skill": {
+            "post": {
+                "summary": "The skill intent: rank the skills the board offers right now (that this node could call) against the text by BM25 over name and description, and start a call on the best with sources omitted. Nothing below the score threshold is picked.",
+                "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                    "type": "object", "required": ["text"], "additionalProperties": false,
+                    "properties": { "text": { "type": "string" } } } } } },
+                "responses": {
+                    "201": ok_json("The pick and the call it started.", json!({ "type": "object", "required": ["skill", "peer", "score", "callId", "call"],
+                        "properties": { "skill": { "type": "string" }, "peer": { "type": "string" }, "score": { "type": "number" },
+                            "runnerUp": { "type": "object", "properties": { "skill": { "type": "string" }, "peer": { "type": "string" }, "score": { "type": "number" } } },
+                            "callId": { "type": "string" }, "call": r("Call") } })),
+                    "400": err("Bad body (`validation_error`)."),
+                    "401": err("Missing or wrong bearer token."),
+                    "409": err("Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
+                    "503": unavailable()
+                }
+            }
+        },
         "/approvals": {
             "get": op("Calls waiting for this node's human (policy said `ask`).", map(vec![
                 ("200", ok_json("Approvals.", json!({ "type": "object", "required": ["approvals", "total"], "properties": { "approvals": { "type": "array", "items": r("Call") }, "total": { "type": "integer" } } }))),

@@ -22,6 +22,7 @@ impl From<CallError> for ApiError {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let details = match &e {
             CallError::Selection(s) => serde_json::to_value(s).ok(),
+            CallError::NoPick(p) => serde_json::to_value(p).ok(),
             _ => None,
         };
         let err = ApiError::new(status, e.code(), e.to_string());
@@ -199,4 +200,32 @@ pub(super) async fn put_policy(
     super::blocking(move || crate::calls::save_policy(&store, &p)).await?;
     c.set_policy(policy.clone());
     Ok(Json(json!(policy)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IntentBody {
+    text: String,
+}
+
+/// `POST /intents/skill {text}`: the pick (skill, peer, score, runner-up) and the call started.
+pub(super) async fn intent_skill(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let c = calls(&s)?;
+    let limit = s.calls_max_request.saturating_add(SMALL_BODY);
+    let bytes = read_body(body, &headers, limit).await?;
+    let b: IntentBody = json_body(&bytes)?;
+    let (pick, call) = c.intent(Zeroizing::new(b.text)).await?;
+    let body = json!({
+        "skill": pick.skill,
+        "peer": pick.peer,
+        "score": pick.score,
+        "runnerUp": pick.runner_up,
+        "callId": call.id,
+        "call": call,
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }

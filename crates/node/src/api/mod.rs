@@ -175,6 +175,7 @@ fn book() -> Book {
         .protected("/calls", get(calls::list_calls).post(calls::post_call))
         .protected("/calls/{id}", get(calls::get_call))
         .protected("/calls/{id}/cancel", post(calls::cancel_call))
+        .protected("/intents/skill", post(calls::intent_skill))
         .protected("/approvals", get(calls::list_approvals))
         .protected("/approvals/{id}", post(calls::decide_approval))
         .protected("/policy", get(calls::get_policy).put(calls::put_policy))

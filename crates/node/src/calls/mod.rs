@@ -65,6 +65,8 @@ pub struct Offered {
 /// Where the caller looks up the board (the network's, or a fixed one in tests).
 pub trait Directory: Send + Sync {
     fn offered(&self, peer: &str, skill: &str) -> Option<Offered>;
+    /// Every offered skill on the board right now (the intent's candidates).
+    fn rows(&self) -> Vec<skillbox_peers::BoardRow>;
 }
 
 impl Directory for PeersHandle {
@@ -79,6 +81,9 @@ impl Directory for PeersHandle {
                 public_key: advert.public_key.clone(),
             })
         })
+    }
+    fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
+        self.board()
     }
 }
 
@@ -103,6 +108,8 @@ pub enum CallError {
     NotAwaitingConsent { id: String, state: &'static str },
     #[error("the program cannot be built: {0}")]
     Program(JcError),
+    #[error("{0}")]
+    NoPick(#[from] skillbox_calls::intent::NoPick),
     #[error(transparent)]
     Node(#[from] NodeError),
 }
@@ -117,6 +124,7 @@ impl CallError {
             CallError::NotFound(_) => "not_found",
             CallError::NotAwaitingConsent { .. } => "not_awaiting_consent",
             CallError::Program(_) => "program_invalid",
+            CallError::NoPick(_) => "no_offered_skill",
             CallError::Node(_) => "internal",
         }
     }
@@ -125,7 +133,8 @@ impl CallError {
             CallError::Selection(e) => e.http_status(),
             CallError::NotOnBoard { .. }
             | CallError::NoCommonBox { .. }
-            | CallError::NotAwaitingConsent { .. } => 409,
+            | CallError::NotAwaitingConsent { .. }
+            | CallError::NoPick(_) => 409,
             CallError::Invalid { .. } | CallError::Program(_) => 400,
             CallError::NotFound(_) => 404,
             CallError::Node(_) => 500,
@@ -1415,6 +1424,45 @@ impl Calls {
             self.dispatch(key.clone(), action);
         }
         Ok(CallView::of(&row))
+    }
+
+    /// The `skill` intent (`POST /intents/skill`): rank the skills the board offers right now
+    /// that this node could call (no required sources, or at least one of them held) against
+    /// `text`, and start a call on the best with sources omitted. Below the score threshold
+    /// nothing is picked and no call starts.
+    pub async fn intent(
+        &self,
+        text: Zeroizing<String>,
+    ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
+        let rows = self.0.directory.rows();
+        let srcs = self.0.sources.clone();
+        let held: HashSet<String> =
+            blocking(move || Ok(srcs.list()?.into_iter().map(|m| m.name).collect())).await?;
+        let callable: Vec<&skillbox_peers::BoardRow> = rows
+            .iter()
+            .filter(|r| r.peer != self.0.node_id)
+            .filter(|r| {
+                r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s))
+            })
+            .collect();
+        let candidates: Vec<skillbox_calls::intent::Candidate<'_>> = callable
+            .iter()
+            .map(|r| skillbox_calls::intent::Candidate {
+                peer: &r.peer,
+                skill: &r.skill,
+                description: &r.description,
+            })
+            .collect();
+        let pick = skillbox_calls::intent::pick(&text, &candidates)?;
+        let view = self
+            .start(StartCall {
+                peer: pick.peer.clone(),
+                skill: pick.skill.clone(),
+                request: text,
+                sources: None,
+            })
+            .await?;
+        Ok((pick, view))
     }
 
     pub async fn list(&self, filter: Filter) -> std::result::Result<Vec<CallView>, CallError> {

@@ -1,0 +1,172 @@
+//! `POST /intents/skill` over a real board: an owner offering 32 skills with real descriptions
+//! (from the SKILL.md corpus) and 32 phrased requests from a caller node; each pick starts a
+//! real call. Prints the hit rate (must be ≥ 90%); an unrelated request picks nothing; a skill
+//! the caller could not call, or one that left the board, is not picked.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{TestNode, provider_double, start_box};
+
+fn cases() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../calls/tests/data/intent_cases.tsv");
+    std::fs::read_to_string(path)
+        .expect("intent cases")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (folder, request) = l.split_once('\t').expect("folder<TAB>request");
+            (folder.to_owned(), request.to_owned())
+        })
+        .collect()
+}
+
+/// A corpus skill's name and description as an offered `provider: openai` skill.
+fn offered_doc(folder: &str) -> (String, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../skill/tests/data/skills-corpus/awesome-copilot")
+        .join(folder)
+        .join("SKILL.md");
+    let bytes = std::fs::read(path).expect("corpus skill");
+    let d = skillbox_skill::document::parse(&bytes, Some(folder))
+        .expect("corpus skill parses")
+        .declaration;
+    // A JSON string is a YAML double-quoted scalar: any description survives.
+    let doc = format!(
+        "---\nname: {}\ndescription: {}\nprovider: openai\nmodel: gpt-test\nkey: openai-key\n---\nDo the task well.\n",
+        d.name,
+        serde_json::to_string(&d.description).expect("json")
+    );
+    (d.name, doc)
+}
+
+async fn board_has(node: &TestNode, skill: &str) -> bool {
+    let b = node.get("/board").await.body;
+    b["board"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["skill"].as_str() == Some(skill))
+}
+
+async fn ask(node: &TestNode, text: &str) -> (u16, Value) {
+    let a = node
+        .post_json("/intents/skill", json!({ "text": text }))
+        .await;
+    (a.status, a.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_intent_routes_requests_to_the_board_s_skills() {
+    let (provider_url, _log) = provider_double(Duration::ZERO).await;
+    let box_url = start_box(&provider_url).await;
+    // 30 calls a minute per peer is the default admission; this test makes ~35 in seconds.
+    let owner = TestNode::start(&box_url, vec![], |c| {
+        c.policy.admission.calls_per_minute = 1000
+    })
+    .await;
+    owner.put_source("openai-key", "secret", "sk-test").await;
+    let cases = cases();
+    assert!(cases.len() >= 30);
+    for (folder, _) in &cases {
+        let (_, doc) = offered_doc(folder);
+        owner.add_skill(&doc).await;
+    }
+    // A skill needing a source the caller does not hold (yet).
+    owner
+        .add_skill(&support::skill_doc("music-taste", "B", &["songs"]).replace(
+            "Builds a music-taste profile from listening history.",
+            "Describes someone's music taste from their listening history.",
+        ))
+        .await;
+    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
+    caller.wait_board(&owner.peer_id, "music-taste").await;
+    let rows = caller.get("/board").await.body["board"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(rows >= 33, "{rows} rows on the board");
+
+    let mut hits = 0;
+    for (folder, request) in &cases {
+        let (want, _) = offered_doc(folder);
+        let (status, b) = ask(&caller, request).await;
+        match (status, b["skill"].as_str()) {
+            (201, Some(got)) if got == want => {
+                hits += 1;
+                assert_eq!(b["peer"], owner.peer_id.as_str());
+                assert!(b["score"].as_f64().unwrap_or(0.0) >= 4.0, "{b}");
+                let id = b["callId"].as_str().expect("callId");
+                assert_eq!(b["call"]["id"], id);
+                assert_eq!(b["call"]["skill"], want.as_str());
+                if let Some(r) = b["runnerUp"].as_object() {
+                    assert!(r["score"].as_f64() <= b["score"].as_f64(), "{b}");
+                }
+            }
+            _ => println!("MISS {request:?}: {status} {b}"),
+        }
+    }
+    let rate = hits as f64 / cases.len() as f64;
+    println!(
+        "intent hit rate over the route: {hits}/{} = {:.1}%",
+        cases.len(),
+        rate * 100.0
+    );
+    assert!(rate >= 0.9, "hit rate {rate:.3} below 0.9");
+    // Each pick started a real call: they all end answered.
+    let calls = caller.get("/calls?role=caller").await.body;
+    assert_eq!(calls["total"].as_u64(), Some(hits as u64), "{calls}");
+    for c in calls["calls"].as_array().into_iter().flatten() {
+        let id = c["id"].as_str().expect("id");
+        let done = caller.wait_call(id, Duration::from_secs(30)).await;
+        assert_eq!(done["state"], "answered", "{done}");
+    }
+
+    // Unrelated requests pick nothing, and say why.
+    for text in [
+        "what's the weather in Paris tomorrow",
+        "give me a recipe for chocolate cake",
+    ] {
+        let (status, b) = ask(&caller, text).await;
+        assert_eq!(status, 409, "{text}: {b}");
+        assert_eq!(b["error"], "no_offered_skill");
+        assert_eq!(b["details"]["reason"], "no_match", "{b}");
+        assert!(b["message"].as_str().unwrap_or("").contains("below"), "{b}");
+    }
+
+    // A skill requiring sources this node holds none of is not a candidate ...
+    let taste = "describe my music taste from my listening history";
+    let (status, b) = ask(&caller, taste).await;
+    assert!(status == 409 || b["skill"] != "music-taste", "{status} {b}");
+    // ... until the node holds one.
+    caller
+        .put_source("songs", "text", "Bonobo - Kerala\n")
+        .await;
+    let (status, b) = ask(&caller, taste).await;
+    assert_eq!(
+        (status, b["skill"].as_str()),
+        (201, Some("music-taste")),
+        "{b}"
+    );
+    assert_eq!(
+        b["call"]["sources"],
+        json!(["songs"]),
+        "sources omitted: the held required ones"
+    );
+
+    // A skill that leaves the board stops being picked at once.
+    let gone = "create-readme";
+    let del = owner
+        .req(reqwest::Method::DELETE, &format!("/skills/{gone}"), None)
+        .await;
+    assert_eq!(del.status, 204);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while board_has(&caller, gone).await {
+        assert!(Instant::now() < deadline, "{gone} never left the board");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, b) = ask(&caller, "write a README file for this project").await;
+    assert!(status == 409 || b["skill"] != gone, "{status} {b}");
+}
