@@ -163,8 +163,12 @@ impl Skills {
         let rows = checked
             .into_iter()
             .map(|c| {
+                // The model id is owner material: it goes to the source store with the body,
+                // and the stored declaration row does not carry it (the digest still covers it).
+                let mut stored = c.declaration.clone();
+                stored.model = None;
                 let decl_json =
-                    serde_json::to_string(&c.declaration).map_err(|e| NodeError::StoredRow {
+                    serde_json::to_string(&stored).map_err(|e| NodeError::StoredRow {
                         what: "declaration",
                         name: c.declaration.name.clone(),
                         problem: e.to_string(),
@@ -213,6 +217,21 @@ impl Skills {
                     SourceKind::Text,
                     c.body.as_str().as_bytes(),
                 )?;
+                let model_source = c.declaration.model_source_name();
+                match c.declaration.model.as_deref().filter(|m| !m.is_empty()) {
+                    Some(model) => {
+                        sources::put_in(
+                            tx,
+                            &self.key,
+                            &model_source,
+                            SourceKind::Secret,
+                            model.as_bytes(),
+                        )?;
+                    }
+                    None => {
+                        tx.execute("DELETE FROM sources WHERE name = ?1", params![model_source])?;
+                    }
+                }
                 replaced.push(was);
             }
             Ok(replaced)
@@ -401,10 +420,12 @@ impl Skills {
     /// Remove a skill: its declaration and its body source, in one transaction.
     pub fn delete(&self, name: &str) -> Result<bool> {
         let body = skillbox_skill::body_source_name(name);
+        let model = skillbox_skill::model_source_name(name);
         let removed = self.store.write(|tx| {
             let n = tx.execute("DELETE FROM skills WHERE name = ?1", params![name])?;
             if n > 0 {
                 tx.execute("DELETE FROM sources WHERE name = ?1", params![body])?;
+                tx.execute("DELETE FROM sources WHERE name = ?1", params![model])?;
             }
             Ok(n > 0)
         })?;

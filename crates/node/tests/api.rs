@@ -239,7 +239,7 @@ async fn import_reimport_offer_state_and_delete() {
     assert_eq!(list["skills"][0]["offered"], json!(true), "{list}");
     assert!(list["skills"][0].get("reason").is_none());
 
-    // The body is a source, listed with metadata only.
+    // The body and the model id are sources, listed with metadata only.
     let (_, sources, text) = node.get("/sources").await;
     let names: Vec<&str> = sources["sources"]
         .as_array()
@@ -247,7 +247,10 @@ async fn import_reimport_offer_state_and_delete() {
         .iter()
         .map(|s| s["name"].as_str().expect("name"))
         .collect();
-    assert_eq!(names, vec!["openrouter-key", "skill/taste/body"]);
+    assert_eq!(
+        names,
+        vec!["openrouter-key", "skill/taste/body", "skill/taste/model"]
+    );
     assert!(
         !text.contains("music critic") && !text.contains("sk-or-v1-test"),
         "{text}"

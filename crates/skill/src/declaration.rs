@@ -108,6 +108,11 @@ impl Declaration {
         body_source_name(&self.name)
     }
 
+    /// Where the model id lives in the source store.
+    pub fn model_source_name(&self) -> String {
+        model_source_name(&self.name)
+    }
+
     /// `sha256:<hex>` over the declaration's RFC 8785 (JCS) bytes: changes whenever any field does.
     pub fn digest(&self) -> String {
         let bytes = serde_json_canonicalizer::to_vec(self)
@@ -146,4 +151,10 @@ impl Declaration {
 /// The source name of a skill's body: `skill/<name>/body`.
 pub fn body_source_name(skill: &str) -> String {
     format!("skill/{skill}/body")
+}
+
+/// The source name of a skill's model id: `skill/<name>/model` (owner material, like the body:
+/// the node keeps it sealed, not in the declaration row).
+pub fn model_source_name(skill: &str) -> String {
+    format!("skill/{skill}/model")
 }

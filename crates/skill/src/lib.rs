@@ -20,7 +20,9 @@ mod provider;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use declaration::{Advertised, Declaration, DeclarationGap, Memory, body_source_name};
+pub use declaration::{
+    Advertised, Declaration, DeclarationGap, Memory, body_source_name, model_source_name,
+};
 pub use diagnostic::{Diagnostic, DocumentError};
 pub use document::{Body, Parsed, is_valid_source_name};
 pub use openwop::{Schema, SchemaIssue};

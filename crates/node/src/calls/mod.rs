@@ -344,14 +344,10 @@ fn clip(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(300).collect()
 }
 
-fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> impl Future<Output = Result<T>> {
-    async move {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| NodeError::invalid("calls", format!("worker failed: {e}")))?
-    }
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| NodeError::invalid("calls", format!("worker failed: {e}")))?
 }
 
 impl Calls {
@@ -715,11 +711,15 @@ impl Calls {
             let state = skills.offer_state(&rec.declaration)?;
             let size = |n: &str| -> Result<u64> { Ok(srcs.meta(n)?.map_or(0, |m| m.size)) };
             let body_len = size(&rec.declaration.body_source_name())?;
+            let model_len = match size(&rec.declaration.model_source_name())? {
+                0 => rec.declaration.model.as_ref().map_or(0, |m| m.len() as u64),
+                n => n,
+            };
             let key_len = match &rec.declaration.key {
                 Some(k) => size(k)?,
                 None => 0,
             };
-            Ok(Some((rec, state.offered, body_len, key_len)))
+            Ok(Some((rec, state.offered, body_len, model_len, key_len)))
         })
         .await
         .map_err(|e| JcError::Internal(e.to_string()))?;
@@ -730,15 +730,16 @@ impl Calls {
         .unwrap_or_default();
         let boxes = self.0.boxes.clone();
         let accepts = move |b: &BoxIdentity| boxes.accepts_identity(&b.platform, &b.measurement);
-        let (decl, offered, digest, body_len, key_len) = match &found {
-            Some((rec, offered, b, k)) => (
+        let (decl, offered, digest, body_len, model_len, key_len) = match &found {
+            Some((rec, offered, b, m, k)) => (
                 Some(&rec.declaration),
                 *offered,
                 rec.digest.as_str(),
                 *b,
+                *m,
                 *k,
             ),
-            None => (None, false, "", 0, 0),
+            None => (None, false, "", 0, 0, 0),
         };
         let facts = program::OwnerFacts {
             call_id: &row.call.id,
@@ -748,6 +749,7 @@ impl Calls {
             offered,
             digest,
             body_len,
+            model_len,
             key_len,
             accepts_box: &accepts,
             now_secs: now_ms() / 1000,
@@ -886,8 +888,15 @@ impl Calls {
                         })?;
                     let d = &rec.declaration;
                     held.push(("body".into(), apply(&d.body_source_name())?));
-                    if let Some(m) = &d.model {
-                        held.push(("model".into(), Zeroizing::new(m.as_bytes().to_vec())));
+                    // The model id from the source store (imports put it there); a declaration
+                    // row that still carries one (written before) is used as it is.
+                    match srcs.meta(&d.model_source_name()) {
+                        Ok(Some(_)) => held.push(("model".into(), apply(&d.model_source_name())?)),
+                        _ => {
+                            if let Some(m) = &d.model {
+                                held.push(("model".into(), Zeroizing::new(m.as_bytes().to_vec())));
+                            }
+                        }
                     }
                     if d.provider.as_ref().is_some_and(|p| p.needs_key())
                         && let Some(k) = &d.key

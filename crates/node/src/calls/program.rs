@@ -112,6 +112,7 @@ pub struct OwnerFacts<'a> {
     pub digest: &'a str,
     /// Sizes of what the owner will stake.
     pub body_len: u64,
+    pub model_len: u64,
     pub key_len: u64,
     /// Whether this node accepts a box of that identity.
     pub accepts_box: &'a dyn Fn(&BoxIdentity) -> bool,
@@ -171,8 +172,9 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
         ));
     }
     let o = &program.owner_inputs;
-    let model_len = decl.model.as_ref().map_or(0, |m| m.len() as u64);
-    if f.body_len > o.body_max_bytes || model_len > o.model_max_bytes || f.key_len > o.key_max_bytes
+    if f.body_len > o.body_max_bytes
+        || f.model_len > o.model_max_bytes
+        || f.key_len > o.key_max_bytes
     {
         return mismatch("the owner's stake limits are too small for this skill".into());
     }
@@ -252,6 +254,7 @@ mod tests {
             offered: true,
             digest: &digest,
             body_len: 10,
+            model_len: 5,
             key_len: 0,
             accepts_box: &yes,
             now_secs: p.expires_at - 100,

@@ -1,0 +1,187 @@
+//! The leak scan over a whole call: unique markers in the skill body, the model, the key, the
+//! request and a source. Body, model and key never appear in the caller's store, any payload,
+//! the adverts or the logs; request and source never in the owner's store, any payload, the
+//! adverts or the logs; no store holds any of them in plaintext. Logs are captured at debug
+//! level from every crate of this process (both nodes and the box run here).
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+
+const BODY: &str = "BODYMARKER-c41d7";
+const MODEL: &str = "model-MARKER-2b9e";
+const KEY: &str = "sk-KEYMARKER-88f0a";
+const REQUEST: &str = "REQUESTMARKER-5e6b what do I like?";
+const SOURCE: &str = "SOURCEMARKER-71aa Radiohead - Weird Fishes";
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn store_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in ["node.db", "node.db-wal"] {
+        if let Ok(b) = std::fs::read(dir.join(f)) {
+            out.extend(b);
+        }
+    }
+    assert!(!out.is_empty(), "no store files in {}", dir.display());
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The first word of each marker is what is searched: unique, and survives JSON escaping.
+fn marker(m: &str) -> &str {
+    m.split(' ').next().unwrap_or(m)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_material_appears_where_it_does_not_belong() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .init();
+
+    let w = support::world(BODY, KEY, &["songs"], |_| {}, |_| {}).await;
+    // The world's skill names model gpt-test: replace it with one carrying a marker.
+    let doc = support::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL);
+    w.owner.add_skill(&doc).await;
+    w.caller.put_source("songs", "text", SOURCE).await;
+    // Wait for the re-advertised digest (the model changed the declaration).
+    let digest = w.owner.get("/skills/taste").await.body["digest"]
+        .as_str()
+        .expect("digest")
+        .to_owned();
+    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = w.caller.peers.with_board(|b, now| {
+            b.offered(&owner_peer, "taste", now)
+                .map(|s| s.declaration_digest.clone())
+        });
+        if seen.as_deref() == Some(digest.as_str()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "new digest never advertised"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let a = w
+        .caller
+        .post_json(
+            "/calls",
+            json!({"peer": w.owner.peer_id, "skill": "taste", "request": REQUEST}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = w.caller.wait_call(&id, Duration::from_secs(30)).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    let o = w.owner.wait_call(&id, Duration::from_secs(30)).await;
+    assert_eq!(o["state"], "ran", "{o}");
+    // The material did reach the provider inside the box (so the scan is not vacuous).
+    let seen = w.provider.0.lock().expect("log").clone();
+    let prompt = serde_json::to_string(&seen).expect("json");
+    for m in [BODY, KEY, MODEL, REQUEST, SOURCE] {
+        assert!(
+            contains(prompt.as_bytes(), marker(m)),
+            "{m} never reached the provider"
+        );
+    }
+    // Let the last writes and log lines land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let owner_side = [BODY, MODEL, KEY];
+    let caller_side = [REQUEST, SOURCE];
+    let all = [BODY, MODEL, KEY, REQUEST, SOURCE];
+
+    // Stores: nothing in plaintext anywhere (the owner's body and key are sealed sources, the
+    // caller's request, result key and answer too).
+    let caller_store = store_bytes(w.caller.dir.path());
+    let owner_store = store_bytes(w.owner.dir.path());
+    for m in all {
+        assert!(
+            !contains(&caller_store, marker(m)),
+            "{m} in the caller's store"
+        );
+        assert!(
+            !contains(&owner_store, marker(m)),
+            "{m} in the owner's store"
+        );
+    }
+    // Payloads, both ways.
+    let payloads: Vec<String> = {
+        let mut p = w.caller.sent.lock().expect("sent").clone();
+        p.extend(w.owner.sent.lock().expect("sent").iter().cloned());
+        p
+    };
+    assert!(payloads.len() >= 4, "{} payloads recorded", payloads.len());
+    for p in &payloads {
+        for m in all {
+            assert!(!p.contains(marker(m)), "{m} in a payload: {p}");
+        }
+    }
+    // Adverts: the signed bytes the caller holds of the owner, and both boards.
+    let advert = w
+        .caller
+        .peers
+        .signed_advert(&owner_peer)
+        .expect("owner's advert");
+    for m in all {
+        assert!(!contains(&advert, marker(m)), "{m} in the owner's advert");
+    }
+    for node in [&w.caller, &w.owner] {
+        let board = node.get("/board").await.body.to_string();
+        let inventory = node.get("/v1/agents").await.body.to_string();
+        for m in all {
+            assert!(!board.contains(marker(m)), "{m} on a board");
+            assert!(!inventory.contains(marker(m)), "{m} in an inventory");
+        }
+    }
+    // Each side's API about the call shows none of the other side's material.
+    let owner_view = w.owner.get(&format!("/calls/{id}")).await.body.to_string();
+    let caller_view = w.caller.get(&format!("/calls/{id}")).await.body.to_string();
+    for m in caller_side {
+        assert!(
+            !owner_view.contains(marker(m)),
+            "{m} in the owner's call record"
+        );
+    }
+    for m in owner_side {
+        assert!(
+            !caller_view.contains(marker(m)),
+            "{m} in the caller's call record"
+        );
+    }
+    // Logs of the whole process at debug level: two nodes, the box, libp2p, the HTTP layers.
+    let text = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    assert!(
+        text.contains("call requested"),
+        "the capture saw the driver's logs"
+    );
+    for m in all {
+        assert!(!text.contains(marker(m)), "{m} in the logs");
+    }
+}
