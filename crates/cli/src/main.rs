@@ -17,6 +17,7 @@ macro_rules! say {
     }};
 }
 
+mod agents_cmd;
 mod box_cmd;
 mod call_cmd;
 mod demo_cmd;
@@ -99,6 +100,9 @@ enum Command {
     Deny(call_cmd::DecideArgs),
     /// A box and two nodes on loopback, one call end to end with the embedded model.
     Demo(demo_cmd::DemoArgs),
+    /// API tokens for tenants: `token add --tenant ID [--workspace ID]`.
+    #[command(subcommand)]
+    Token(agents_cmd::TokenCommand),
 }
 
 fn main() -> ExitCode {
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
         Command::Approve(args) => call_cmd::run_decide(&cli.global, args, true),
         Command::Deny(args) => call_cmd::run_decide(&cli.global, args, false),
         Command::Demo(args) => demo_cmd::run(&cli.global, args),
+        Command::Token(cmd) => agents_cmd::run_token(&cli.global, cmd),
     };
     match result {
         Ok(code) => code,
