@@ -169,10 +169,10 @@ fn forbid_tenants(doc: &mut Value) {
             {
                 continue;
             }
-            if let Some(responses) = op["responses"].as_object_mut() {
-                responses
-                    .entry("403")
-                    .or_insert_with(|| err("A tenant token: this route is the node operator's (`forbidden`)."));
+            if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) {
+                responses.entry("403").or_insert_with(|| {
+                    err("A tenant token: this route is the node operator's (`forbidden`).")
+                });
             }
         }
     }
