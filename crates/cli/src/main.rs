@@ -17,6 +17,7 @@ macro_rules! say {
     }};
 }
 
+mod agents_cmd;
 mod box_cmd;
 mod call_cmd;
 mod demo_cmd;
@@ -101,6 +102,9 @@ enum Command {
     Ask(call_cmd::AskArgs),
     /// A box and two nodes on loopback, one call end to end with the embedded model.
     Demo(demo_cmd::DemoArgs),
+    /// API tokens for tenants: `token add --tenant ID [--workspace ID]`.
+    #[command(subcommand)]
+    Token(agents_cmd::TokenCommand),
 }
 
 fn main() -> ExitCode {
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
         Command::Deny(args) => call_cmd::run_decide(&cli.global, args, false),
         Command::Ask(args) => call_cmd::run_ask(&cli.global, args),
         Command::Demo(args) => demo_cmd::run(&cli.global, args),
+        Command::Token(cmd) => agents_cmd::run_token(&cli.global, cmd),
     };
     match result {
         Ok(code) => code,

@@ -433,7 +433,7 @@ fn str_list(v: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn print_state(state: &Value) {
+pub(crate) fn print_state(state: &Value) {
     if state["offered"] == Value::Bool(true) {
         say!("  offered");
     } else {

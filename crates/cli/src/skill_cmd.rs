@@ -18,8 +18,11 @@ pub enum SkillCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Import a SKILL.md (a file or a skill folder) into the running node.
+    /// Import a SKILL.md (a file or a skill folder), or an OpenWOP pack.json / AgentManifest
+    /// (a `.json` file), into the running node.
     Add(crate::node_cmd::SkillAddArgs),
+    /// Set what the owner stakes for a skill: `provider=… model=… key=…` (empty clears).
+    Set(crate::agents_cmd::SkillSetArgs),
     /// List the node's skills, offered or not (and why not).
     List(crate::node_cmd::SkillListArgs),
     /// Show one skill: declaration, manifest, state (never the body).
@@ -46,7 +49,11 @@ pub fn run_skill(global: &crate::Global, cmd: SkillCommand) -> anyhow::Result<Ex
             print_reports(&reports, json, SkillReport::print)?;
             Ok(exit_for(reports.iter().all(|r| r.valid)))
         }
+        SkillCommand::Add(args) if args.path.extension().is_some_and(|e| e == "json") => {
+            crate::agents_cmd::pack_add(global, &args.path, args.json)
+        }
         SkillCommand::Add(args) => crate::node_cmd::skill_add(global, args),
+        SkillCommand::Set(args) => crate::agents_cmd::skill_set(global, args),
         SkillCommand::List(args) => crate::node_cmd::skill_list(global, args),
         SkillCommand::Show(args) => crate::node_cmd::skill_show(global, args),
         SkillCommand::Rm(args) => crate::node_cmd::skill_rm(global, args),

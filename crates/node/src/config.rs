@@ -27,6 +27,8 @@ pub struct Config {
     pub calls: CallsConfig,
     #[serde(default)]
     pub policy: PolicyConfig,
+    #[serde(default)]
+    pub tenants: TenantsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,6 +88,76 @@ pub struct Schedules {
 pub struct AgentsConfig {
     /// OpenWOP agentId namespace: a skill `x` becomes `<namespace>.x`.
     pub namespace: String,
+    /// Org charts may nest departments (`parentDepartmentId`); advertised as
+    /// `agents.orgChart.departmentNesting`, and a parent is refused when off.
+    #[serde(default = "yes")]
+    pub department_nesting: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The tenant the operator's `api.token` belongs to.
+pub const DEFAULT_OPERATOR_TENANT: &str = "local";
+
+/// Tenants: who the API's callers are. The operator's token (`api.token`) belongs to the tenant
+/// `operator`; each tenant token maps to an owner `{tenantId, workspaceId?}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantsConfig {
+    /// The tenantId of the node operator's token.
+    pub operator: String,
+    /// Tenant tokens, by digest (the token itself is never stored).
+    #[serde(default)]
+    pub tokens: Vec<TenantToken>,
+}
+
+impl Default for TenantsConfig {
+    fn default() -> Self {
+        TenantsConfig {
+            operator: DEFAULT_OPERATOR_TENANT.to_owned(),
+            tokens: Vec::new(),
+        }
+    }
+}
+
+/// One tenant token as config keeps it: the owner it stands for and `sha256:<hex>` of the token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantToken {
+    pub tenant: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    pub digest: String,
+}
+
+impl TenantToken {
+    /// The `[[tenants.tokens]]` block for this token (what `skillbox token add` appends).
+    pub fn render(&self) -> String {
+        let s = |v: &str| toml::Value::String(v.to_owned()).to_string();
+        let mut out = format!("\n[[tenants.tokens]]\ntenant = {}\n", s(&self.tenant));
+        if let Some(w) = &self.workspace {
+            out.push_str(&format!("workspace = {}\n", s(w)));
+        }
+        out.push_str(&format!("digest = {}\n", s(&self.digest)));
+        out
+    }
+}
+
+/// A tenantId or workspaceId: 1 to 256 characters (the OpenWOP owner schema), no control
+/// characters. `None` when fine, else what is wrong.
+pub fn owner_id_problem(id: &str) -> Option<&'static str> {
+    let n = id.chars().count();
+    if n == 0 || n > 256 {
+        Some("must be 1 to 256 characters")
+    } else if id.chars().any(char::is_control) {
+        Some("must not contain control characters")
+    } else if id.trim() != id {
+        Some("must not start or end with whitespace")
+    } else {
+        None
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -184,6 +256,7 @@ impl Default for Config {
             },
             agents: AgentsConfig {
                 namespace: skillbox_skill::openwop::DEFAULT_NAMESPACE.to_owned(),
+                department_nesting: true,
             },
             limits: Limits {
                 max_skill_bytes: skillbox_skill::document::MAX_DOCUMENT,
@@ -191,6 +264,7 @@ impl Default for Config {
             },
             calls: CallsConfig::default(),
             policy: PolicyConfig::default(),
+            tenants: TenantsConfig::default(),
         }
     }
 }
@@ -282,6 +356,33 @@ impl Config {
                 ));
             }
         }
+        if let Some(p) = owner_id_problem(&self.tenants.operator) {
+            return Err(format!("tenants.operator {:?} {p}", self.tenants.operator));
+        }
+        let mut digests = std::collections::HashSet::new();
+        for (i, t) in self.tenants.tokens.iter().enumerate() {
+            if let Some(p) = owner_id_problem(&t.tenant) {
+                return Err(format!("tenants.tokens #{i}: tenant {:?} {p}", t.tenant));
+            }
+            if let Some(p) = t.workspace.as_deref().and_then(owner_id_problem) {
+                return Err(format!("tenants.tokens #{i}: workspace {p}"));
+            }
+            let hex_ok = t.digest.strip_prefix("sha256:").is_some_and(|h| {
+                h.len() == 64
+                    && h.bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            });
+            if !hex_ok {
+                return Err(format!(
+                    "tenants.tokens #{i}: digest must be \"sha256:\" and 64 lowercase hex digits"
+                ));
+            }
+            if !digests.insert(t.digest.as_str()) {
+                return Err(format!(
+                    "tenants.tokens #{i}: the same token digest is listed twice"
+                ));
+            }
+        }
         for url in &self.boxes.accept {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!("boxes.accept entry {url:?} is not an http(s) URL"));
@@ -345,6 +446,8 @@ board_ttl_secs = {ttl}
 [agents]
 # OpenWOP agentId namespace: skill `x` is served as agent `<namespace>.x`.
 namespace = {namespace}
+# Org charts may nest departments (parentDepartmentId). When false, a parent is refused.
+department_nesting = {nesting}
 
 [limits]
 # Largest SKILL.md accepted (bytes).
@@ -369,7 +472,16 @@ expiry_secs = {expiry}
 # peer = "*"
 # skill = "*"
 # decision = "ask"
-{policy}"#,
+{policy}
+[tenants]
+# The tenant the operator's token (api.token) belongs to: roster entries and the org chart the
+# operator writes are owned by {{tenantId = operator}}. The operator's token reaches every route.
+operator = {operator}
+# Tenant tokens, added by `skillbox token add --tenant ID [--workspace ID]` (appended below as
+# [[tenants.tokens]] blocks; a running node picks them up). Only the sha256 digest of a token is
+# kept; the token itself is printed once. A tenant token reaches the OpenWOP agent surfaces
+# (/v1/agents, the roster, the org chart) for its own owner {{tenantId, workspaceId?}} only.
+{tokens}"#,
             api = s(&self.api.listen.to_string()),
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
@@ -391,6 +503,14 @@ expiry_secs = {expiry}
             output_max = self.calls.output_max_bytes,
             expiry = self.calls.expiry_secs,
             policy = self.render_policy(),
+            nesting = self.agents.department_nesting,
+            operator = s(&self.tenants.operator),
+            tokens = self
+                .tenants
+                .tokens
+                .iter()
+                .map(TenantToken::render)
+                .collect::<String>(),
         )
     }
 }
@@ -433,9 +553,52 @@ mod tests {
             decision: skillbox_calls::Decision::Ask,
         });
         c.policy.admission.deny_peers.push("12D3KooWbad".into());
+        c.agents.department_nesting = false;
+        c.tenants.operator = "ops \"team\"".into();
+        c.tenants.tokens = vec![
+            TenantToken {
+                tenant: "acme".into(),
+                workspace: Some("sales".into()),
+                digest: format!("sha256:{}", "ab".repeat(32)),
+            },
+            TenantToken {
+                tenant: "globex".into(),
+                workspace: None,
+                digest: format!("sha256:{}", "cd".repeat(32)),
+            },
+        ];
         let text = c.render();
         let back = Config::parse(&text, Path::new("config.toml")).expect("rendered config parses");
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn bad_tenant_tokens_are_refused_by_name() {
+        let good = format!("sha256:{}", "ab".repeat(32));
+        for (block, needle) in [
+            (
+                format!("[[tenants.tokens]]\ntenant = \"\"\ndigest = \"{good}\"\n"),
+                "tenant",
+            ),
+            (
+                "[[tenants.tokens]]\ntenant = \"a\"\ndigest = \"sha256:xyz\"\n".to_owned(),
+                "digest",
+            ),
+            (
+                format!(
+                    "[[tenants.tokens]]\ntenant = \"a\"\ndigest = \"{good}\"\n[[tenants.tokens]]\ntenant = \"b\"\ndigest = \"{good}\"\n"
+                ),
+                "twice",
+            ),
+            (
+                format!("[[tenants.tokens]]\ntenant = \"a\"\ntoken = \"x\"\ndigest = \"{good}\"\n"),
+                "token",
+            ),
+        ] {
+            let text = format!("{}\n{block}", Config::default().render());
+            let err = Config::parse(&text, Path::new("c.toml")).expect_err(needle);
+            assert!(err.to_string().contains(needle), "{needle}: {err}");
+        }
     }
 
     #[test]

@@ -52,6 +52,12 @@ pub enum NodeError {
     /// An OpenWOP pack or manifest fails its schema.
     #[error("the pack fails the OpenWOP schema: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Pack(Vec<skillbox_skill::SchemaIssue>),
+    /// A roster entry or org chart refused (RFC 0086/0087 rules); `reason()` names why.
+    #[error("{0}")]
+    Agents(#[from] skillbox_skill::agents::AgentsError),
+    /// The caller's token does not reach this route (a tenant token on an operator route).
+    #[error("{0}")]
+    Forbidden(String),
     /// The request conflicts with what is stored.
     #[error("{0}")]
     Conflict(String),

@@ -6,12 +6,14 @@
 //! - [`sources`]: the encrypted source store; [`sources::Sources::apply`] is the only way
 //!   content leaves it.
 //! - [`skills`]: SKILL.md import (declaration + body source in one transaction), offer state.
+//! - [`agents`]: pack agents, roster entries and org charts, per owner; [`tenants`]: tokens.
 //! - [`openwop`]: discovery and inventory bodies; [`openapi`]: the API's OpenAPI document.
 //! - [`peering`]: the peer network's config, the offered set, the board the API reads.
 //! - [`calls`]: the calls driver: the pure machines of `skillbox-calls` run against the store,
 //!   the peers' payloads and the box.
 //! - [`api`]: the axum router; [`node::Node`]: all of it opened from a data dir.
 
+pub mod agents;
 pub mod api;
 pub mod calls;
 pub mod config;
@@ -26,6 +28,7 @@ pub mod peering;
 pub mod skills;
 pub mod sources;
 pub mod store;
+pub mod tenants;
 
 pub use config::Config;
 pub use datadir::DataDir;

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::api::{self, AppState, Shared};
+use crate::agents::Agents;
+use crate::api::{self, Access, AppState, Shared};
 use crate::calls::boxes::Boxes;
 use crate::calls::{Calls, CallsDeps};
 use crate::config::Config;
@@ -126,6 +127,7 @@ impl Node {
             return Err(NodeError::DataKeyMismatch(dir.data_key()));
         }
         let sources = Sources::new(store.clone(), data_key.clone());
+        let agents = Agents::new(store.clone(), config.agents.department_nesting);
         let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());
         let boxes = Arc::new(Boxes::new(
             &config.boxes.accept,
@@ -134,10 +136,15 @@ impl Node {
         let mut shared = Shared::new(
             sources.clone(),
             skills.clone(),
+            agents.clone(),
             config.limits.clone(),
             node_key.peer_id(),
             node_key.public_key_hex(),
-            &token,
+            Access {
+                operator_token: &token,
+                tenants: &config.tenants,
+                config_path: Some(dir.config()),
+            },
         );
         shared.calls_max_request = config.calls.max_request_bytes;
         let state = Arc::new(shared);
@@ -173,6 +180,10 @@ impl Node {
     }
     pub fn skills(&self) -> &Skills {
         &self.skills
+    }
+    /// Pack agents, roster entries and org charts.
+    pub fn agents(&self) -> &Agents {
+        &self.state.agents
     }
 
     /// Start the peer network with the node key and the config's listen and bootstrap

@@ -40,6 +40,10 @@ fn op(summary: &str, mut responses: serde_json::Map<String, Value>, public: bool
             "401".into(),
             err("Missing or wrong bearer token (`unauthenticated`)."),
         );
+        responses.insert(
+            "403".into(),
+            err("A tenant token: this route is the node operator's (`forbidden`)."),
+        );
     }
     let mut o = json!({ "summary": summary, "responses": responses });
     if public {
@@ -48,15 +52,130 @@ fn op(summary: &str, mut responses: serde_json::Map<String, Value>, public: bool
     o
 }
 
+/// An OpenWOP agent surface: any token reaches it (`x-skillbox-tenant`), and it answers for
+/// the caller's owner only — another tenant's item is a 404 like a missing one.
+fn tenant_op(summary: &str, responses: serde_json::Map<String, Value>) -> Value {
+    let mut o = op(summary, responses, false);
+    if let Some(r) = o["responses"].as_object_mut() {
+        r.remove("403");
+    }
+    o["x-skillbox-tenant"] = json!(true);
+    o
+}
+
+/// A JSON body that is refused whole: `validation_error` with `details.reason`.
+fn agent_write(summary: &str, body: Value, created: Value, extra: Vec<(&str, Value)>) -> Value {
+    let mut responses = map(vec![
+        ("201", ok_json("Created.", created.clone())),
+        ("200", ok_json("Replaced.", created)),
+        (
+            "400",
+            err(
+                "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors).",
+            ),
+        ),
+        ("413", err("Body too large (`payload_too_large`).")),
+        (
+            "415",
+            err("Not application/json (`unsupported_media_type`)."),
+        ),
+    ]);
+    for (k, v) in extra {
+        responses.insert(k.to_owned(), v);
+    }
+    let mut o = tenant_op(summary, responses);
+    o["requestBody"] =
+        json!({ "required": true, "content": { "application/json": { "schema": body } } });
+    o
+}
+
 fn map(pairs: Vec<(&str, Value)>) -> serde_json::Map<String, Value> {
     pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
+/// The roster and org-chart paths (RFC 0086/0087), read and management.
+fn agent_paths() -> Value {
+    json!({
+            "/v1/agents/roster": { "get": tenant_op("The caller's standing roster (RFC 0086): rosterId-sorted, `total == roster.length`.", map(vec![
+                ("200", ok_json("AgentRosterResponse.", r("AgentRoster"))),
+                ("400", err("Unknown query parameter (`validation_error`).")),
+            ])) },
+            "/v1/agents/roster/{rosterId}": {
+                "parameters": [path_param("rosterId", "A `host:<id>` roster id.")],
+                "get": tenant_op("One of the caller's roster entries.", map(vec![
+                    ("200", ok_json("AgentRosterEntry.", r("AgentRosterEntry"))),
+                    ("404", err("No such entry for this tenant (`not_found`) — another tenant's answers the same.")),
+                ]))
+            },
+            "/v1/agents/org-chart": { "get": tenant_op("The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written.", map(vec![
+                ("200", ok_json("AgentOrgChart.", r("AgentOrgChart"))),
+                ("400", err("Unknown query parameter (`validation_error`).")),
+            ])) },
+            "/v1/agents/org-chart/{departmentId}": {
+                "parameters": [
+                    path_param("departmentId", "A department of the caller's chart."),
+                    { "name": "recursive", "in": "query", "required": false, "description": "Include nested departments' members (default true).", "schema": { "type": "string", "enum": ["true", "false"] } }
+                ],
+                "get": tenant_op("The responsibility view: the department, its members (recursively by default) and the deduplicated union of their workflows.", map(vec![
+                    ("200", ok_json("OrgChartResponsibilityView.", r("OrgChartResponsibilityView"))),
+                    ("400", err("Bad `recursive` or unknown query parameter (`validation_error`).")),
+                    ("404", err("No such department for this tenant (`not_found`).")),
+                ]))
+            },
+            "/v1/host/skillbox/roster/{rosterId}": {
+                "parameters": [path_param("rosterId", "The `host:<id>` roster id; must equal the body's.")],
+                "put": agent_write(
+                    "Write one of the caller's roster entries: the schema, rosterId path = body, owner = the caller's, agentRef an installed manifest that is not a skill, version xor channel, unique workflows.",
+                    r("AgentRosterEntry"), r("AgentRosterEntry"), vec![]),
+                "delete": tenant_op("Remove one of the caller's roster entries.", map(vec![
+                    ("204", json!({ "description": "Removed." })),
+                    ("404", err("No such entry for this tenant (`not_found`).")),
+                    ("409", err("The entry is a member of the caller's org chart (`conflict`).")),
+                ]))
+            },
+            "/v1/host/skillbox/org-chart": {
+                "put": agent_write(
+                    "Write the caller's whole org chart: closed schema (no authority-bearing field), members are the caller's roster entries, departments and roles exist, reportsTo names a member and is acyclic, departments nest as a tree (refused when nesting is off).",
+                    r("AgentOrgChart"), r("AgentOrgChart"), vec![])
+            }
+    })
 }
 
 /// The document served at `GET /openapi.json`.
 pub fn document() -> Value {
     let mut doc = base_document();
     add_calls(&mut doc);
+    if let (Some(paths), Value::Object(more)) = (doc["paths"].as_object_mut(), agent_paths()) {
+        paths.extend(more);
+    }
+    forbid_tenants(&mut doc);
     doc
+}
+
+/// Every operation a tenant token does not reach answers it 403: say so on each (the
+/// hand-written operations included), so the document cannot drift from the router.
+fn forbid_tenants(doc: &mut Value) {
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for item in paths.values_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for (method, op) in item.iter_mut() {
+            if method == "parameters"
+                || op.get("security") == Some(&json!([]))
+                || op.get("x-skillbox-tenant") == Some(&json!(true))
+            {
+                continue;
+            }
+            if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) {
+                responses.entry("403").or_insert_with(|| {
+                    err("A tenant token: this route is the node operator's (`forbidden`).")
+                });
+            }
+        }
+    }
 }
 
 fn base_document() -> Value {
@@ -99,15 +218,15 @@ fn base_document() -> Value {
             "/node": { "get": op("This node's identity.", map(vec![
                 ("200", ok_json("Node identity.", r("NodeInfo"))),
             ]), false) },
-            "/v1/agents": { "get": op("OpenWOP agent inventory: every declared skill as an AgentInventoryEntry, agentId-sorted.", map(vec![
+            "/v1/agents": { "get": tenant_op("OpenWOP agent inventory: every declared skill and pack agent as an AgentInventoryEntry, agentId-sorted, each with the caller's `roster[]` instances of it.", map(vec![
                 ("200", ok_json("AgentInventoryResponse.", r("AgentInventory"))),
-            ]), false) },
+            ])) },
             "/v1/agents/{agentId}": {
                 "parameters": [path_param("agentId", "The OpenWOP agentId (`<namespace>.<skill>`).")],
-                "get": op("One agent's inventory entry.", map(vec![
+                "get": tenant_op("One agent's inventory entry.", map(vec![
                     ("200", ok_json("AgentInventoryEntry.", json!({ "type": "object" }))),
                     ("404", err("No such agent (`not_found`).")),
-                ]), false)
+                ]))
             },
             "/skills": {
                 "get": op("Every declared skill, with whether it is offered and why not.", map(vec![
@@ -119,14 +238,15 @@ fn base_document() -> Value {
                     "requestBody": { "required": true, "content": {
                         "text/markdown": { "schema": { "type": "string" } },
                         "text/plain": { "schema": { "type": "string" } },
-                        "application/json": { "schema": { "type": "object", "description": "An OpenWOP pack.json (agents[]) or a bare AgentManifest: each role:\"skill\" agent with an inline systemPrompt becomes a skill (all or nothing); the answer is {skills: [Imported], skipped: [{agentId, role, reason}]}." } }
+                        "application/json": { "schema": { "type": "object", "description": "An OpenWOP pack.json (agents[]) or a bare AgentManifest: each role:\"skill\" agent with an inline systemPrompt becomes a skill (all or nothing); other agents are stored as pack agents (listed in /v1/agents, never offered); one invalid agent refuses the whole pack. The answer is {skills: [Imported], agents: [{agentId, role?, packName, packVersion, replaced}]}." } }
                     } },
                     "responses": {
-                        "201": ok_json("Imported (a pack: `{skills, skipped}`).", json!({ "oneOf": [r("Imported"), { "type": "object", "required": ["skills", "skipped"] }] })),
-                        "200": ok_json("Replaced an existing skill.", json!({ "oneOf": [r("Imported"), { "type": "object", "required": ["skills", "skipped"] }] })),
+                        "201": ok_json("Imported (a pack: `{skills, agents}`).", json!({ "oneOf": [r("Imported"), { "type": "object", "required": ["skills", "agents"] }] })),
+                        "200": ok_json("Replaced an existing skill.", json!({ "oneOf": [r("Imported"), { "type": "object", "required": ["skills", "agents"] }] })),
                         "400": err("Invalid SKILL.md or malformed JSON (`validation_error`), or a manifest/pack that fails the OpenWOP schema (`pack_validation_failed`, details.errors = schema errors with paths)."),
                         "401": err("Missing or wrong bearer token."),
-                        "409": err("Another skill already has this agentId (`conflict`)."),
+                        "403": err("A tenant token (`forbidden`)."),
+                        "409": err("Another skill or pack agent already has this agentId (`conflict`)."),
                         "413": err("Body over the SKILL.md limit (`payload_too_large`)."),
                         "415": err("Not text/markdown, text/plain or application/json (`unsupported_media_type`).")
                     }
@@ -138,6 +258,23 @@ fn base_document() -> Value {
                     ("200", ok_json("Skill.", r("SkillDetail"))),
                     ("404", err("No such skill.")),
                 ]), false),
+                "patch": {
+                    "summary": "Set what the owner stakes for a skill: provider, model, key (a source name). A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present.",
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": {
+                        "type": "object", "additionalProperties": false,
+                        "properties": {
+                            "provider": { "type": ["string", "null"] }, "model": { "type": ["string", "null"] }, "key": { "type": ["string", "null"] }
+                        }
+                    } } } },
+                    "responses": {
+                        "200": ok_json("The skill after the change.", r("SkillDetail")),
+                        "400": err("Unknown field or bad value (`validation_error`)."),
+                        "401": err("Missing or wrong bearer token."),
+                        "403": err("A tenant token (`forbidden`)."),
+                        "404": err("No such skill."),
+                        "415": err("Not application/json (`unsupported_media_type`).")
+                    }
+                },
                 "delete": op("Remove a skill: its declaration and its body source.", map(vec![
                     ("204", json!({ "description": "Removed." })),
                     ("404", err("No such skill.")),
@@ -162,6 +299,7 @@ fn base_document() -> Value {
                         "200": ok_json("Connected.", json!({ "type": "object", "required": ["peer", "addr"], "properties": { "peer": { "type": "string" }, "addr": { "type": "string" } } })),
                         "400": err("Missing or malformed addr (`validation_error`)."),
                         "401": err("Missing or wrong bearer token."),
+                        "403": err("A tenant token (`forbidden`)."),
                         "413": err("Body too large (`payload_too_large`)."),
                         "415": err("Not application/json (`unsupported_media_type`)."),
                         "502": err("The peer could not be reached (`dial_failed`)."),
@@ -188,6 +326,7 @@ fn base_document() -> Value {
                         "200": ok_json("Replaced.", r("SourceMeta")),
                         "400": err("Bad name, kind or content (`validation_error`)."),
                         "401": err("Missing or wrong bearer token."),
+                        "403": err("A tenant token (`forbidden`)."),
                         "413": err("Body over the source limit (`payload_too_large`).")
                     }
                 },
@@ -199,12 +338,12 @@ fn base_document() -> Value {
             }
         },
         "components": {
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "description": "The token in `<data_dir>/api.token`." } },
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer", "description": "The operator's token in `<data_dir>/api.token` (every route, tenant `tenants.operator`), or a tenant token from `skillbox token add` (only the `x-skillbox-tenant` agent surfaces, scoped to its owner)." } },
             "schemas": {
                 "Error": {
                     "type": "object", "required": ["error", "message"], "additionalProperties": false,
                     "properties": {
-                        "error": { "type": "string", "minLength": 1, "description": "Machine-readable code: validation_error, pack_validation_failed, unauthenticated, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, bad_request, internal_error, peers_unavailable, dial_failed." },
+                        "error": { "type": "string", "minLength": 1, "description": "Machine-readable code: validation_error, pack_validation_failed, unauthenticated, forbidden, not_found, method_not_allowed, conflict, payload_too_large, unsupported_media_type, bad_request, internal_error, peers_unavailable, dial_failed." },
                         "message": { "type": "string", "minLength": 1 },
                         "details": { "type": "object", "description": "For validation errors: `errors: [{path|field, line?, message}]`." }
                     }
@@ -286,6 +425,23 @@ fn base_document() -> Value {
                         "peerId": { "type": "string" }, "listenAddrs": { "type": "array", "items": { "type": "string" } },
                         "peers": { "type": "array", "items": r("PeerInfo") }, "total": { "type": "integer" }
                     }
+                },
+                "AgentRosterEntry": {
+                    "type": "object", "required": ["rosterId", "persona", "agentRef", "owner"],
+                    "description": "OpenWOP AgentRosterEntry (agent-roster-entry.schema.json), closed."
+                },
+                "AgentRoster": {
+                    "type": "object", "required": ["roster", "total"],
+                    "description": "OpenWOP AgentRosterResponse (agent-roster-response.schema.json).",
+                    "properties": { "roster": { "type": "array", "items": r("AgentRosterEntry") }, "total": { "type": "integer", "minimum": 0 } }
+                },
+                "AgentOrgChart": {
+                    "type": "object", "required": ["owner", "departments", "members"],
+                    "description": "OpenWOP AgentOrgChart (agent-org-chart.schema.json), closed: no authority-bearing field."
+                },
+                "OrgChartResponsibilityView": {
+                    "type": "object", "required": ["department", "members", "responsibilities"],
+                    "description": "OpenWOP OrgChartResponsibilityView (org-chart-responsibility-view.schema.json)."
                 },
                 "AgentInventory": {
                     "type": "object", "required": ["agents", "total"],

@@ -7,23 +7,38 @@ use skillbox_skill::openwop::{Schema, SchemaIssue, validate};
 /// The OpenWOP protocol version the node speaks.
 pub const PROTOCOL_VERSION: &str = "1.0";
 
-/// The `agents` capability block: the manifest runtime (RFC 0070), host-scoped. Roster and org
-/// chart are not served yet, so they are not advertised (truthful advertisement, RFC 0031).
-pub fn agents_capability() -> Value {
+/// The `agents` capability block (truthful advertisement, RFC 0031): the manifest runtime
+/// (RFC 0070), the roster (RFC 0086) and the org chart (RFC 0087), all `installScope: "tenant"`
+/// because every agent surface answers only for the caller's owner (the roster's scope must
+/// equal the manifest runtime's). Installed manifests are the operator's, available to every
+/// tenant of the node; roster entries and charts are each tenant's own. Nothing fires portfolio
+/// runs here, so `portfolioTriggerSources` is empty.
+pub fn agents_capability(department_nesting: bool) -> Value {
     json!({
         "supported": true,
         "manifestRuntime": {
             "supported": true,
             "handoffValidation": false,
-            "installScope": "host"
+            "installScope": "tenant"
+        },
+        "roster": {
+            "supported": true,
+            "installScope": "tenant",
+            "portfolioTriggerSources": []
+        },
+        "orgChart": {
+            "supported": true,
+            "installScope": "tenant",
+            "departmentNesting": department_nesting,
+            "responsibilityView": true
         }
     })
 }
 
 /// `GET /.well-known/openwop`: a Capabilities document with the `agents` block at the root and
 /// mirrored under `capabilities` (for clients that read the nested form).
-pub fn discovery() -> Value {
-    let agents = agents_capability();
+pub fn discovery(department_nesting: bool) -> Value {
+    let agents = agents_capability(department_nesting);
     json!({
         "protocolVersion": PROTOCOL_VERSION,
         "supportedEnvelopes": [],
@@ -125,10 +140,21 @@ mod tests {
 
     #[test]
     fn discovery_validates_and_mirrors_agents() {
-        let d = discovery();
-        validate(Schema::Capabilities, &d).expect("discovery is a Capabilities document");
-        assert_eq!(d["agents"]["manifestRuntime"]["supported"], json!(true));
-        assert_eq!(d["capabilities"]["agents"], d["agents"]);
+        for nesting in [true, false] {
+            let d = discovery(nesting);
+            validate(Schema::Capabilities, &d).expect("discovery is a Capabilities document");
+            assert_eq!(d["agents"]["manifestRuntime"]["supported"], json!(true));
+            assert_eq!(d["capabilities"]["agents"], d["agents"]);
+            let a = &d["agents"];
+            // RFC 0086: the roster's scope equals the manifest runtime's; RFC 0087 requires the roster.
+            assert_eq!(
+                a["roster"]["installScope"],
+                a["manifestRuntime"]["installScope"]
+            );
+            assert_eq!(a["orgChart"]["installScope"], a["roster"]["installScope"]);
+            assert_eq!(a["roster"]["supported"], json!(true));
+            assert_eq!(a["orgChart"]["departmentNesting"], json!(nesting));
+        }
     }
 
     #[test]

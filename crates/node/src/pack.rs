@@ -1,24 +1,41 @@
 //! OpenWOP `pack.json` (or a bare AgentManifest) imported as skills (§4): each `role:"skill"`
 //! agent with an inline `systemPrompt` becomes a SKILL.md — the prompt its body, which then goes
 //! to the source store like any other body. Agents without `role:"skill"` are validated and
-//! reported but are not skills. Pure: it only builds the documents.
+//! stored as pack agents (listed in the inventory, never offered; their inline prompt too goes
+//! to the source store). One invalid agent refuses the whole pack. Pure: it only builds what
+//! the import writes.
 
 use serde_json::{Value, json};
 use skillbox_skill::{SchemaIssue, check_manifest_document};
 
+use crate::agents::{PackAgent, prompt_source_name};
 use crate::error::{NodeError, Result};
 
 /// What a pack turns into.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PackPlan {
     /// (skill name, SKILL.md text)
     pub skills: Vec<(String, String)>,
-    /// Agents that are not skills: `{agentId, role, reason}`.
-    pub skipped: Vec<Value>,
+    /// Agents that are not skills.
+    pub agents: Vec<PackAgent>,
 }
 
-/// Check a pack (or bare manifest) against the schemas and build one SKILL.md per skill agent.
-pub fn plan(doc: &Value) -> Result<PackPlan> {
+impl std::fmt::Debug for PackPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A SKILL.md text holds its body: names only.
+        f.debug_struct("PackPlan")
+            .field(
+                "skills",
+                &self.skills.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("agents", &self.agents)
+            .finish()
+    }
+}
+
+/// Check a pack (or bare manifest) against the schemas and build one SKILL.md per skill agent
+/// and one [`PackAgent`] per other agent. `namespace` names the pack of a bare manifest.
+pub fn plan(doc: &Value, namespace: &str) -> Result<PackPlan> {
     let report = check_manifest_document(doc);
     if !report.valid {
         let mut issues: Vec<SchemaIssue> = report.pack_errors.clone();
@@ -43,19 +60,65 @@ pub fn plan(doc: &Value) -> Result<PackPlan> {
             .collect(),
         _ => vec![(String::new(), doc)],
     };
+    // A pack names itself; a bare manifest is its own pack, versioned by its content.
+    let (pack_name, pack_version) = match (
+        report.kind,
+        doc.get("name").and_then(Value::as_str),
+        doc.get("version").and_then(Value::as_str),
+    ) {
+        ("pack", Some(n), Some(v)) => (n.to_owned(), v.to_owned()),
+        _ => {
+            use sha2::{Digest, Sha256};
+            (
+                namespace.to_owned(),
+                format!(
+                    "sha256:{}",
+                    hex::encode(Sha256::digest(doc.to_string().as_bytes()))
+                ),
+            )
+        }
+    };
     let mut plan = PackPlan {
         skills: Vec::new(),
-        skipped: Vec::new(),
+        agents: Vec::new(),
     };
+    let mut seen = std::collections::HashSet::new();
     for (at, agent) in agents {
         let s = |k: &str| agent.get(k).and_then(Value::as_str);
         let agent_id = s("agentId").unwrap_or_default();
+        if !seen.insert(agent_id.to_owned()) {
+            return Err(NodeError::invalid(
+                format!("{at}/agentId"),
+                format!("{agent_id:?} appears twice in the pack"),
+            ));
+        }
         if s("role") != Some("skill") {
-            plan.skipped.push(json!({
-                "agentId": agent_id,
-                "role": s("role"),
-                "reason": "not role:\"skill\" (validated, not imported as a skill)",
-            }));
+            let mut manifest = agent.clone();
+            let prompt = match manifest
+                .as_object_mut()
+                .and_then(|m| m.remove("systemPrompt"))
+            {
+                Some(Value::String(p)) => {
+                    let name = prompt_source_name(agent_id);
+                    if crate::sources::check_name(&name).is_err() {
+                        return Err(NodeError::invalid(
+                            format!("{at}/agentId"),
+                            "too long to name its prompt source (agent/<agentId>/prompt is at most 128 bytes)",
+                        ));
+                    }
+                    manifest["systemPromptRef"] = json!(name);
+                    Some(p)
+                }
+                _ => None,
+            };
+            plan.agents.push(PackAgent {
+                agent_id: agent_id.to_owned(),
+                role: s("role").map(str::to_owned),
+                manifest,
+                prompt,
+                pack_name: pack_name.clone(),
+                pack_version: pack_version.clone(),
+            });
             continue;
         }
         let Some(prompt) = s("systemPrompt") else {
@@ -144,11 +207,14 @@ mod tests {
 
     #[test]
     fn bare_skill_manifest_becomes_a_skill_md() {
-        let p = plan(&agent(
-            "vendor.acme.tools.code-reviewer",
-            Some("skill"),
-            Some("Review the code."),
-        ))
+        let p = plan(
+            &agent(
+                "vendor.acme.tools.code-reviewer",
+                Some("skill"),
+                Some("Review the code."),
+            ),
+            "local.skillbox",
+        )
         .expect("plan");
         assert_eq!(p.skills.len(), 1);
         let (name, doc) = &p.skills[0];
@@ -159,17 +225,32 @@ mod tests {
     }
 
     #[test]
-    fn skill_agent_needs_an_inline_prompt_and_others_are_skipped() {
-        let err = plan(&agent("vendor.acme.tools.x", Some("skill"), None)).expect_err("no prompt");
+    fn skill_agent_needs_an_inline_prompt_and_others_become_pack_agents() {
+        let err = plan(
+            &agent("vendor.acme.tools.x", Some("skill"), None),
+            "local.skillbox",
+        )
+        .expect_err("no prompt");
         assert!(err.to_string().contains("systemPrompt"), "{err}");
-        let p = plan(&agent(
-            "vendor.acme.tools.helper",
-            Some("assistant"),
-            Some("Hi"),
-        ))
+        let p = plan(
+            &agent("vendor.acme.tools.helper", Some("assistant"), Some("Hi")),
+            "local.skillbox",
+        )
         .expect("plan");
         assert!(p.skills.is_empty());
-        assert_eq!(p.skipped.len(), 1);
+        assert_eq!(p.agents.len(), 1);
+        let a = &p.agents[0];
+        assert_eq!(a.prompt.as_deref(), Some("Hi"));
+        assert!(a.manifest.get("systemPrompt").is_none());
+        assert_eq!(
+            a.manifest["systemPromptRef"],
+            json!("agent/vendor.acme.tools.helper/prompt")
+        );
+        // The stored manifest still passes the schema.
+        skillbox_skill::openwop::validate(skillbox_skill::Schema::AgentManifest, &a.manifest)
+            .expect("stored manifest validates");
+        assert_eq!(a.pack_name, "local.skillbox");
+        assert!(!format!("{p:?}").contains("Hi\""), "Debug leaks the prompt");
     }
 
     #[test]
@@ -181,7 +262,7 @@ mod tests {
         );
         a["memoryShape"]["longTerm"] = json!(true);
         a["persona"] = json!(7);
-        let err = plan(&a).expect_err("profile violation");
+        let err = plan(&a, "local.skillbox").expect_err("profile violation");
         let text = err.to_string();
         let NodeError::Pack(issues) = err else {
             panic!("wrong error: {text}")

@@ -77,6 +77,29 @@ pub struct SkillDetail {
     pub updated_at: i64,
 }
 
+/// A change to a skill's staking fields (`PATCH /skills/{name}`): `None` leaves a field,
+/// `Some(None)` clears it.
+#[derive(Clone, Default)]
+pub struct SkillChange {
+    pub provider: Option<Option<String>>,
+    pub model: Option<Option<String>>,
+    pub key: Option<Option<String>>,
+}
+
+impl std::fmt::Debug for SkillChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The model is the owner's private choice: which fields change, not their values.
+        f.debug_struct("SkillChange")
+            .field("provider", &self.provider)
+            .field(
+                "model",
+                &self.model.as_ref().map(|m| m.as_ref().map(|_| "..")),
+            )
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
 /// What an import did.
 #[derive(Debug, Clone, Serialize)]
 pub struct Imported {
@@ -147,6 +170,16 @@ impl Skills {
     /// Import several SKILL.md documents all or nothing: every one is checked before anything
     /// is written, and all are written in one transaction (a pack's skills land together).
     pub fn import_all(&self, docs: &[(&[u8], Option<&str>)]) -> Result<Vec<Imported>> {
+        Ok(self.import_pack(docs, &[])?.0)
+    }
+
+    /// A pack: its skills (as SKILL.md documents) and its other agents, all checked first and
+    /// written in one transaction.
+    pub fn import_pack(
+        &self,
+        docs: &[(&[u8], Option<&str>)],
+        agents: &[crate::agents::PackAgent],
+    ) -> Result<(Vec<Imported>, Vec<crate::agents::StoredAgent>)> {
         let mut checked = Vec::with_capacity(docs.len());
         for (input, fallback) in docs {
             checked.push(check_skill(input, *fallback, &self.namespace)?);
@@ -184,7 +217,7 @@ impl Skills {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let replaced = self.store.write(|tx| {
+        let (replaced, stored_agents) = self.store.write(|tx| {
             let mut replaced = Vec::with_capacity(rows.len());
             for (digest, decl_json, manifest_json, warnings, c) in &rows {
                 let name = &c.declaration.name;
@@ -195,6 +228,14 @@ impl Skills {
                 if let Some(other) = holder.filter(|other| other != name) {
                     return Err(NodeError::Conflict(format!(
                         "skill {other:?} already has agentId {agent_id:?}; rename one of them"
+                    )));
+                }
+                let pack_agent = tx
+                    .query_row("SELECT 1 FROM pack_agents WHERE agent_id = ?1", params![agent_id], |_| Ok(()))
+                    .optional()?;
+                if pack_agent.is_some() {
+                    return Err(NodeError::Conflict(format!(
+                        "a pack agent already has agentId {agent_id:?}; rename the skill"
                     )));
                 }
                 let now = now_secs();
@@ -234,7 +275,8 @@ impl Skills {
                 }
                 replaced.push(was);
             }
-            Ok(replaced)
+            let stored_agents = crate::agents::put_pack_agents_in(tx, &self.key, agents)?;
+            Ok((replaced, stored_agents))
         })?;
         let mut out = Vec::with_capacity(rows.len());
         for ((digest, _, _, warnings, c), replaced) in rows.into_iter().zip(replaced) {
@@ -251,7 +293,89 @@ impl Skills {
                 warnings,
             });
         }
-        Ok(out)
+        for a in &stored_agents {
+            tracing::info!(agent_id = %a.agent_id, pack = %a.pack_name, replaced = a.replaced, "pack agent imported");
+        }
+        Ok((out, stored_agents))
+    }
+
+    /// `skill set NAME provider=… model=… key=…`: change what the owner stakes for a declared
+    /// skill, each field checked by the document's own rules. `Some(None)` clears a field,
+    /// `None` leaves it. `Ok(None)` when there is no such skill.
+    pub fn set(&self, name: &str, change: &SkillChange) -> Result<Option<SkillDetail>> {
+        let provider = match &change.provider {
+            Some(Some(p)) => Some(Some(
+                p.parse::<skillbox_skill::ProviderId>()
+                    .map_err(|e| NodeError::invalid("provider", e.to_string()))?,
+            )),
+            Some(None) => Some(None),
+            None => None,
+        };
+        if let Some(Some(m)) = &change.model
+            && (m.trim().is_empty() || m.len() > 256)
+        {
+            return Err(NodeError::invalid(
+                "model",
+                "must be a provider model id of 1 to 256 characters",
+            ));
+        }
+        if let Some(Some(k)) = &change.key
+            && !skillbox_skill::is_valid_source_name(k)
+        {
+            return Err(NodeError::invalid(
+                "key",
+                "must name a source (letters, digits, `_`, `.`, `-`), e.g. `openrouter-key`",
+            ));
+        }
+        let updated = self.store.write(|tx| {
+            let decl: Option<String> = tx
+                .query_row(
+                    "SELECT declaration FROM skills WHERE name = ?1",
+                    params![name],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let Some(decl) = decl else {
+                return Ok(false);
+            };
+            let mut decl: Declaration =
+                serde_json::from_str(&decl).map_err(|e| NodeError::StoredRow {
+                    what: "declaration",
+                    name: name.to_owned(),
+                    problem: e.to_string(),
+                })?;
+            if let Some(p) = provider.clone() {
+                decl.provider = p;
+            }
+            if let Some(m) = change.model.clone() {
+                decl.model = m;
+            }
+            if let Some(k) = change.key.clone() {
+                decl.key = k;
+            }
+            let text = serde_json::to_string(&decl).map_err(|e| NodeError::StoredRow {
+                what: "declaration",
+                name: name.to_owned(),
+                problem: e.to_string(),
+            })?;
+            tx.execute(
+                "UPDATE skills SET declaration = ?2, digest = ?3, updated_at = ?4 WHERE name = ?1",
+                params![name, text, decl.digest(), now_secs()],
+            )?;
+            Ok(true)
+        })?;
+        if !updated {
+            return Ok(None);
+        }
+        // Never the model or key in the log: only which fields changed.
+        tracing::info!(
+            skill = %name,
+            provider = change.provider.is_some(),
+            model = change.model.is_some(),
+            key = change.key.is_some(),
+            "skill declaration changed"
+        );
+        self.detail(name)
     }
 
     /// Whether a declared skill is offered: its declaration is complete (provider, a key named

@@ -20,6 +20,8 @@ pub const SKILL_PREFIX: &str = "skill/";
 /// Sources under this prefix belong to calls (a caller's request, result key and answer) and
 /// are written by the calls driver only.
 pub const CALL_PREFIX: &str = "call/";
+/// Sources under `agent/` hold the prompts of imported pack agents (written by pack import).
+pub const AGENT_PREFIX: &str = "agent/";
 /// Longest source name accepted.
 pub const MAX_NAME_LEN: usize = skillbox_skill::document::MAX_SOURCE_NAME;
 
@@ -145,13 +147,15 @@ impl Sources {
     /// skill import, together with its declaration.
     pub fn put(&self, name: &str, kind: SourceKind, content: &[u8]) -> Result<SourceMeta> {
         check_name(name)?;
-        if name.starts_with(SKILL_PREFIX) {
-            return Err(NodeError::invalid(
-                "name",
-                format!(
-                    "source names under {SKILL_PREFIX:?} hold skill bodies and are written by POST /skills"
-                ),
-            ));
+        for prefix in [SKILL_PREFIX, AGENT_PREFIX] {
+            if name.starts_with(prefix) {
+                return Err(NodeError::invalid(
+                    "name",
+                    format!(
+                        "source names under {prefix:?} hold skill bodies and agent prompts and are written by POST /skills"
+                    ),
+                ));
+            }
         }
         if name.starts_with(CALL_PREFIX) {
             return Err(NodeError::invalid(
@@ -376,6 +380,7 @@ mod tests {
         }
         let s = sources();
         assert!(s.put("skill/x/body", SourceKind::Text, b"x").is_err());
+        assert!(s.put("agent/x/prompt", SourceKind::Text, b"x").is_err());
         assert!(s.put("notes", SourceKind::Text, &[0xff, 0xfe]).is_err());
         assert!(s.put("empty", SourceKind::File, b"").is_err());
     }

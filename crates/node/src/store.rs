@@ -62,6 +62,38 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX calls_by_state ON calls (state);
     CREATE INDEX calls_by_created ON calls (created_at);
     "#,
+    // 3: agents: roster and org chart
+    r#"
+    CREATE TABLE pack_agents (
+        agent_id     TEXT PRIMARY KEY,
+        role         TEXT CHECK (role IS NULL OR role <> 'skill'),
+        manifest     TEXT NOT NULL,
+        pack_name    TEXT NOT NULL,
+        pack_version TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL
+    ) STRICT;
+    -- Owner keys: workspace_id '' stands for "no workspace" (a real one has at least 1 char).
+    -- A rosterId is unique per owner, so two tenants never collide (nor learn of each other).
+    CREATE TABLE roster (
+        tenant_id    TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        roster_id    TEXT NOT NULL,
+        agent_id     TEXT NOT NULL,
+        entry        TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        updated_at   INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, workspace_id, roster_id)
+    ) STRICT;
+    CREATE INDEX roster_by_agent ON roster (agent_id);
+    CREATE TABLE org_charts (
+        tenant_id    TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        chart        TEXT NOT NULL,
+        updated_at   INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, workspace_id)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -569,12 +569,12 @@ async fn pack_json_import_and_malformed_json() {
             "{path} leaks the prompt: {text}"
         );
     }
-    // An assistant agent is validated and reported, not imported.
+    // An assistant agent is validated and listed as a pack agent, not imported as a skill.
     let mixed = pack(vec![agent("vendor.acme.tools.helper", "assistant", true)]);
     let (status, body, _) = post_json(mixed.to_string()).await;
-    assert_eq!(status, 200, "{body}");
+    assert_eq!(status, 201, "{body}");
     assert_eq!(
-        body["skipped"][0]["agentId"],
+        body["agents"][0]["agentId"],
         json!("vendor.acme.tools.helper")
     );
     assert_eq!(node.get("/skills").await.1["total"], json!(1));

@@ -5,6 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use skillbox_skill::CheckError;
+use skillbox_skill::agents::AgentsError;
 
 use crate::error::NodeError;
 
@@ -45,6 +46,9 @@ impl ApiError {
             "missing or wrong bearer token (send `Authorization: Bearer <api.token>`)",
         )
     }
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
@@ -80,6 +84,15 @@ impl From<NodeError> for ApiError {
         match err {
             NodeError::Invalid { field, message } => ApiError::validation(&field, message),
             NodeError::NotFound { .. } => ApiError::not_found(err.to_string()),
+            NodeError::Agents(e) => {
+                let errors = match &e {
+                    AgentsError::Schema { issues } => json!(issues),
+                    other => json!([{ "path": "body", "message": other.to_string() }]),
+                };
+                ApiError::new(StatusCode::BAD_REQUEST, "validation_error", e.to_string())
+                    .with_details(json!({ "reason": e.reason(), "errors": errors }))
+            }
+            NodeError::Forbidden(m) => ApiError::forbidden(m),
             NodeError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             NodeError::Skill(CheckError::Document(doc)) => ApiError::new(
                 StatusCode::BAD_REQUEST,

@@ -9,12 +9,14 @@ pub mod error;
 pub mod metrics;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::Extension;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
@@ -23,16 +25,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use skillbox_skill::openwop::{RETURN_SCHEMA, RETURN_SCHEMA_PATH, TASK_SCHEMA, TASK_SCHEMA_PATH};
 
 pub use error::ApiError;
 use metrics::{Gauges, Metrics};
 
-use crate::config::Limits;
+use crate::agents::Agents;
+use crate::config::{Limits, TenantsConfig};
 use crate::peering::SharedBoard;
 use crate::skills::Skills;
 use crate::sources::{self, SourceKind, Sources};
+use crate::tenants::{Principal, Tokens};
 
 /// Media types `POST /skills` accepts for a SKILL.md.
 pub const SKILL_MEDIA_TYPES: &[&str] = &["text/markdown", "text/plain", "text/x-markdown"];
@@ -48,6 +51,7 @@ const ACCEPTED_ON_POST_SKILLS: &[&str] = &[
 pub struct Shared {
     pub sources: Sources,
     pub skills: Skills,
+    pub agents: Agents,
     pub limits: Limits,
     pub node_id: String,
     pub public_key: String,
@@ -63,21 +67,36 @@ pub struct Shared {
     pub calls: OnceLock<crate::calls::Calls>,
     /// `calls.max_request_bytes`, for the body limit of `POST /calls`.
     pub calls_max_request: usize,
-    token_digest: [u8; 32],
+    tokens: RwLock<Tokens>,
+    /// `config.toml`, re-read for tenant tokens when an unknown token arrives and the file
+    /// changed since (so `skillbox token add` works against a running node).
+    config_path: Option<PathBuf>,
+    config_stamp: Mutex<Option<(std::time::SystemTime, u64)>>,
+}
+
+/// How [`Shared`] learns who may call: the operator's token and the config's tenants.
+pub struct Access<'a> {
+    pub operator_token: &'a str,
+    pub tenants: &'a TenantsConfig,
+    /// Where the tenants came from, to pick up tokens added while the node runs.
+    pub config_path: Option<PathBuf>,
 }
 
 impl Shared {
     pub fn new(
         sources: Sources,
         skills: Skills,
+        agents: Agents,
         limits: Limits,
         node_id: String,
         public_key: String,
-        token: &str,
+        access: Access<'_>,
     ) -> Self {
+        let stamp = access.config_path.as_deref().and_then(file_stamp);
         Shared {
             sources,
             skills,
+            agents,
             limits,
             node_id,
             public_key,
@@ -87,19 +106,53 @@ impl Shared {
             offer_changed: tokio::sync::Notify::new(),
             calls: OnceLock::new(),
             calls_max_request: 64 * 1024,
-            token_digest: Sha256::digest(token.as_bytes()).into(),
+            tokens: RwLock::new(Tokens::new(access.operator_token, access.tenants)),
+            config_path: access.config_path,
+            config_stamp: Mutex::new(stamp),
         }
     }
 
-    /// Constant-time check of a presented token (compared as digests, so neither length nor a
-    /// matching prefix shows in the timing).
-    fn token_ok(&self, presented: &str) -> bool {
-        let d: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        d.iter()
-            .zip(self.token_digest.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+    /// Who a presented token stands for. An unknown token re-reads the config's tenants once
+    /// the file has changed (a token added by `skillbox token add` while the node runs).
+    fn principal(&self, presented: &str) -> Option<Principal> {
+        let known = self
+            .tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .principal(presented);
+        if known.is_some() {
+            return known;
+        }
+        let path = self.config_path.as_deref()?;
+        let now = file_stamp(path);
+        {
+            let mut stamp = self.config_stamp.lock().unwrap_or_else(|p| p.into_inner());
+            if now.is_none() || *stamp == now {
+                return None;
+            }
+            *stamp = now;
+        }
+        match crate::config::Config::load(path) {
+            Ok(config) => {
+                let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+                tokens.set_tenants(&config.tenants);
+                tracing::info!(
+                    tokens = config.tenants.tokens.len(),
+                    "tenant tokens reloaded"
+                );
+                tokens.principal(presented)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "config changed but does not load; tenant tokens kept");
+                None
+            }
+        }
     }
+}
+
+fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
 }
 
 pub type AppState = Arc<Shared>;
@@ -113,11 +166,15 @@ pub struct RoutePath {
     pub openapi: &'static str,
     /// Reachable without a token.
     pub public: bool,
+    /// Reachable with a tenant token (the OpenWOP agent surfaces); otherwise, when not public,
+    /// the operator's token only.
+    pub tenant: bool,
 }
 
 struct Book {
     public: Router<AppState>,
     protected: Router<AppState>,
+    tenant: Router<AppState>,
     paths: Vec<RoutePath>,
 }
 
@@ -126,14 +183,27 @@ impl Book {
         Book {
             public: Router::new(),
             protected: Router::new(),
+            tenant: Router::new(),
             paths: Vec::new(),
         }
+    }
+    /// A route any valid token reaches, answering for the caller's owner only.
+    fn tenant(mut self, path: &'static str, route: MethodRouter<AppState>) -> Book {
+        self.paths.push(RoutePath {
+            router: path,
+            openapi: path,
+            public: false,
+            tenant: true,
+        });
+        self.tenant = self.tenant.route(path, route);
+        self
     }
     fn public(mut self, path: &'static str, route: MethodRouter<AppState>) -> Book {
         self.paths.push(RoutePath {
             router: path,
             openapi: path,
             public: true,
+            tenant: false,
         });
         self.public = self.public.route(path, route);
         self
@@ -151,6 +221,7 @@ impl Book {
             router: path,
             openapi,
             public: false,
+            tenant: false,
         });
         self.protected = self.protected.route(path, route);
         self
@@ -166,10 +237,25 @@ fn book() -> Book {
         .public(RETURN_SCHEMA_PATH, get(return_schema))
         .protected("/metrics", get(metrics_text))
         .protected("/node", get(node_info))
-        .protected("/v1/agents", get(list_agents))
-        .protected("/v1/agents/{agentId}", get(get_agent))
+        .tenant("/v1/agents", get(list_agents))
+        .tenant("/v1/agents/{agentId}", get(get_agent))
+        .tenant("/v1/agents/roster", get(list_roster))
+        .tenant("/v1/agents/roster/{rosterId}", get(get_roster_entry))
+        .tenant("/v1/agents/org-chart", get(get_org_chart))
+        .tenant("/v1/agents/org-chart/{departmentId}", get(get_department))
+        .tenant(
+            "/v1/host/skillbox/roster/{rosterId}",
+            axum::routing::put(put_roster).delete(delete_roster),
+        )
+        .tenant(
+            "/v1/host/skillbox/org-chart",
+            axum::routing::put(put_org_chart),
+        )
         .protected("/skills", get(list_skills).post(post_skill))
-        .protected("/skills/{name}", get(get_skill).delete(delete_skill))
+        .protected(
+            "/skills/{name}",
+            get(get_skill).patch(patch_skill).delete(delete_skill),
+        )
         .protected("/board", get(board))
         .protected("/peers", get(list_peers).post(add_peer))
         .protected("/calls", get(calls::list_calls).post(calls::post_call))
@@ -195,11 +281,17 @@ pub fn route_paths() -> Vec<RoutePath> {
 /// The full router over `state`.
 pub fn router(state: AppState) -> Router {
     let b = book();
+    // Layers run outside in: the token is checked first, then (operator routes) its reach.
     let protected = b
         .protected
+        .route_layer(middleware::from_fn(require_operator))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let tenant = b
+        .tenant
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     b.public
         .merge(protected)
+        .merge(tenant)
         .route_layer(middleware::from_fn(label_route))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
@@ -224,7 +316,7 @@ async fn label_route(req: Request, next: Next) -> Response {
     resp
 }
 
-async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> Response {
+async fn require_token(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -234,9 +326,27 @@ async fn require_token(State(s): State<AppState>, req: Request, next: Next) -> R
                 .or_else(|| v.strip_prefix("bearer "))
         })
         .map(str::trim);
-    match presented {
-        Some(t) if s.token_ok(t) => next.run(req).await,
-        _ => ApiError::unauthenticated().into_response(),
+    match presented.and_then(|t| s.principal(t)) {
+        Some(p) => {
+            req.extensions_mut().insert(p);
+            next.run(req).await
+        }
+        None => ApiError::unauthenticated().into_response(),
+    }
+}
+
+/// Operator routes: skills, sources, peers, the board, metrics. A tenant token reaches only
+/// the agent surfaces.
+async fn require_operator(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Principal>() {
+        Some(p) if p.operator => next.run(req).await,
+        Some(p) => ApiError::forbidden(format!(
+            "this token belongs to tenant {:?} and reaches only the OpenWOP agent surfaces (/v1/agents…, /v1/host/skillbox/…); {} is the node operator's",
+            p.owner.tenant_id,
+            req.uri().path()
+        ))
+        .into_response(),
+        None => ApiError::unauthenticated().into_response(),
     }
 }
 
@@ -356,8 +466,8 @@ async fn healthz(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({ "status": "ok" })))
 }
 
-async fn discovery() -> Json<Value> {
-    Json(crate::openwop::discovery())
+async fn discovery(State(s): State<AppState>) -> Json<Value> {
+    Json(crate::openwop::discovery(s.agents.department_nesting()))
 }
 
 async fn openapi() -> Json<Value> {
@@ -407,37 +517,197 @@ async fn node_info(State(s): State<AppState>) -> Json<Value> {
 
 // ---- OpenWOP agents
 
-fn entries(s: &Shared) -> crate::Result<Vec<Value>> {
+/// Every installed manifest's inventory entry, each with the caller's `roster[]` projection.
+fn entries(s: &Shared, owner: &skillbox_skill::agents::Owner) -> crate::Result<Vec<Value>> {
     let ns = s.skills.namespace().to_owned();
-    Ok(s.skills
+    let mut roster = s.agents.roster_projection(owner)?;
+    let mut out: Vec<Value> = s
+        .skills
         .manifests()?
         .iter()
         .map(|(manifest, digest)| crate::openwop::inventory_entry(manifest, &ns, digest))
-        .collect())
+        .collect();
+    out.extend(
+        s.agents
+            .pack_agents()?
+            .iter()
+            .map(|a| crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)),
+    );
+    for e in &mut out {
+        let id = e["agentId"].as_str().unwrap_or_default().to_owned();
+        e["roster"] = Value::Array(roster.remove(&id).unwrap_or_default());
+    }
+    Ok(out)
 }
 
-async fn list_agents(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let list = blocking(move || entries(&s)).await?;
+async fn list_agents(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<Value>, ApiError> {
+    let list = blocking(move || entries(&s, &p.owner)).await?;
     Ok(Json(crate::openwop::inventory(list)))
 }
 
 async fn get_agent(
     State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = path_param(id)?;
     let found = {
         let id = id.clone();
-        let s = s.clone();
-        blocking(move || s.skills.record_by_agent_id(&id)).await?
+        blocking(move || {
+            let entry = match s.skills.record_by_agent_id(&id)? {
+                Some(r) => Some(crate::openwop::inventory_entry(
+                    &r.manifest,
+                    s.skills.namespace(),
+                    &r.digest,
+                )),
+                None => s.agents.pack_agent(&id)?.map(|a| {
+                    crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)
+                }),
+            };
+            Ok(match entry {
+                Some(mut e) => {
+                    let mine = s.agents.roster_projection(&p.owner)?.remove(&id);
+                    e["roster"] = Value::Array(mine.unwrap_or_default());
+                    Some(e)
+                }
+                None => None,
+            })
+        })
+        .await?
     };
-    match found {
-        Some(r) => Ok(Json(crate::openwop::inventory_entry(
-            &r.manifest,
-            s.skills.namespace(),
-            &r.digest,
-        ))),
-        None => Err(ApiError::not_found(format!("agent {id:?} not found"))),
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("agent {id:?} not found")))
+}
+
+/// A JSON request body (roster entries, org charts, skill changes): `application/json` only.
+async fn json_body(s: &Shared, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+    let media = media_type(headers);
+    if !matches!(
+        media.as_deref(),
+        Some("application/json" | "application/merge-patch+json")
+    ) {
+        return Err(ApiError::unsupported_media_type(
+            media.as_deref(),
+            &["application/json"],
+        ));
+    }
+    let bytes = read_body(body, headers, s.limits.max_skill_bytes).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))
+}
+
+async fn list_roster(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    query(&uri, &[])?;
+    let roster = blocking(move || s.agents.roster(&p.owner)).await?;
+    let total = roster.len();
+    Ok(Json(json!({ "roster": roster, "total": total })))
+}
+
+fn roster_not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!("roster entry {id:?} not found"))
+}
+
+async fn get_roster_entry(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_param(id)?;
+    let i = id.clone();
+    match blocking(move || s.agents.roster_entry(&p.owner, &i)).await? {
+        Some(e) => Ok(Json(json!(e))),
+        None => Err(roster_not_found(&id)),
+    }
+}
+
+async fn put_roster(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let id = path_param(id)?;
+    let doc = json_body(&s, &headers, body).await?;
+    let (entry, created) = blocking(move || s.agents.put_roster(&p.owner, &id, &doc)).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!(entry))).into_response())
+}
+
+async fn delete_roster(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_param(id)?;
+    let i = id.clone();
+    if blocking(move || s.agents.delete_roster(&p.owner, &i)).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(roster_not_found(&id))
+    }
+}
+
+async fn get_org_chart(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    query(&uri, &[])?;
+    let chart = blocking(move || s.agents.chart(&p.owner)).await?;
+    Ok(Json(json!(chart)))
+}
+
+async fn put_org_chart(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let doc = json_body(&s, &headers, body).await?;
+    let (chart, created) = blocking(move || s.agents.put_chart(&p.owner, &doc)).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!(chart))).into_response())
+}
+
+async fn get_department(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_param(id)?;
+    let q = query(&uri, &["recursive"])?;
+    let recursive = match q.get("recursive").map(String::as_str) {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(other) => {
+            return Err(ApiError::validation(
+                "query.recursive",
+                format!("{other:?} is not true or false"),
+            ));
+        }
+    };
+    let d = id.clone();
+    match blocking(move || s.agents.view(&p.owner, &d, recursive)).await? {
+        Some(view) => Ok(Json(view)),
+        None => Err(ApiError::not_found(format!("department {id:?} not found"))),
     }
 }
 
@@ -495,28 +765,27 @@ async fn post_pack(s: AppState, headers: &HeaderMap, body: Body) -> Result<Respo
             "expected a JSON object: a pack.json or an AgentManifest",
         ));
     }
-    let plan = crate::pack::plan(&doc)?;
-    let skipped = plan.skipped;
+    let plan = crate::pack::plan(&doc, s.skills.namespace())?;
     let notify = s.clone();
-    let imported = blocking(move || {
+    let (imported, agents) = blocking(move || {
         let docs: Vec<(&[u8], Option<&str>)> = plan
             .skills
             .iter()
             .map(|(_, d)| (d.as_bytes(), None))
             .collect();
-        s.skills.import_all(&docs)
+        s.skills.import_pack(&docs, &plan.agents)
     })
     .await?;
     notify.offer_changed.notify_one();
-    // 201 when the import created a skill; 200 when it only replaced (or held none).
-    let status = if imported.iter().any(|i| !i.replaced) {
+    // 201 when the import created a skill or agent; 200 when it only replaced.
+    let status = if imported.iter().any(|i| !i.replaced) || agents.iter().any(|a| !a.replaced) {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
     Ok((
         status,
-        Json(json!({ "skills": imported, "skipped": skipped })),
+        Json(json!({ "skills": imported, "agents": agents })),
     )
         .into_response())
 }
@@ -529,6 +798,57 @@ async fn get_skill(
     let n = name.clone();
     match blocking(move || s.skills.detail(&n)).await? {
         Some(detail) => Ok(Json(detail).into_response()),
+        None => Err(ApiError::not_found(format!("skill {name:?} not found"))),
+    }
+}
+
+/// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;
+/// what the owner stakes, so a pack-imported skill can be offered.
+async fn patch_skill(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let name = path_param(name)?;
+    let doc = json_body(&s, &headers, body).await?;
+    let Some(obj) = doc.as_object() else {
+        return Err(ApiError::validation(
+            "body",
+            "expected an object {provider?, model?, key?}",
+        ));
+    };
+    let mut change = crate::skills::SkillChange::default();
+    for (k, v) in obj {
+        let v = match v {
+            Value::Null => None,
+            Value::String(t) => Some(t.clone()),
+            _ => {
+                return Err(ApiError::validation(
+                    k,
+                    "must be a string, or null to clear it",
+                ));
+            }
+        };
+        match k.as_str() {
+            "provider" => change.provider = Some(v),
+            "model" => change.model = Some(v),
+            "key" => change.key = Some(v),
+            other => {
+                return Err(ApiError::validation(
+                    other,
+                    "unknown field (accepted: provider, model, key)",
+                ));
+            }
+        }
+    }
+    let n = name.clone();
+    let notify = s.clone();
+    match blocking(move || s.skills.set(&n, &change)).await? {
+        Some(detail) => {
+            notify.offer_changed.notify_one();
+            Ok(Json(detail).into_response())
+        }
         None => Err(ApiError::not_found(format!("skill {name:?} not found"))),
     }
 }

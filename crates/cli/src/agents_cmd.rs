@@ -1,0 +1,146 @@
+//! `skillbox token add`, `skillbox skill set` and `skillbox skill add PACK.json`: tenants, what
+//! an owner stakes for a skill, and OpenWOP pack import.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use serde_json::{Map, Value};
+use skillbox_node::DataDir;
+
+use crate::node_cmd::{Client, print_json, print_state};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Create an API token for a tenant and print it (only its digest is kept, in config.toml).
+    /// It reaches the OpenWOP agent surfaces (inventory, roster, org chart) for that tenant only.
+    Add {
+        /// The tenantId the token stands for.
+        #[arg(long)]
+        tenant: String,
+        /// The workspaceId within the tenant, if any.
+        #[arg(long)]
+        workspace: Option<String>,
+    },
+}
+
+pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        TokenCommand::Add { tenant, workspace } => {
+            let dir = DataDir::new(global.data_dir());
+            let token =
+                skillbox_node::tenants::add_token(&dir.config(), &tenant, workspace.as_deref())?;
+            say!("{token}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "token for tenant {tenant:?}{} added to {} (only its digest is kept: store the token now)",
+                workspace
+                    .as_deref()
+                    .map(|w| format!(", workspace {w:?}"))
+                    .unwrap_or_default(),
+                dir.config().display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SkillSetArgs {
+    /// The skill's name.
+    pub name: String,
+    /// `provider=ID`, `model=ID`, `key=SOURCE`; an empty value (`key=`) clears the field.
+    #[arg(required = true, value_name = "FIELD=VALUE")]
+    pub fields: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `skill set NAME provider=… model=… key=…` → `PATCH /skills/{name}`.
+pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<ExitCode> {
+    let mut change = Map::new();
+    for f in &args.fields {
+        let Some((k, v)) = f.split_once('=') else {
+            bail!("{f:?}: expected FIELD=VALUE (provider=…, model=…, key=…)");
+        };
+        if !matches!(k, "provider" | "model" | "key") {
+            bail!("{k:?} is not a field skill set changes (provider, model, key)");
+        }
+        if change.contains_key(k) {
+            bail!("{k} is given twice");
+        }
+        let v = if v.is_empty() {
+            Value::Null
+        } else {
+            Value::String(v.to_owned())
+        };
+        change.insert(k.to_owned(), v);
+    }
+    let body = serde_json::to_vec(&Value::Object(change)).context("encoding the change")?;
+    let client = Client::from_data_dir(global)?;
+    let ans = client.send(
+        reqwest::Method::PATCH,
+        &format!("/skills/{}", args.name),
+        Some(("application/json", body)),
+    )?;
+    if args.json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let b = &ans.body;
+    say!(
+        "skill {} ({}) now {}",
+        b["name"].as_str().unwrap_or(""),
+        b["digest"].as_str().unwrap_or(""),
+        b["declaration"]["provider"]
+            .as_str()
+            .map(|p| format!("uses provider {p}"))
+            .unwrap_or_else(|| "has no provider".into())
+    );
+    print_state(&b["state"]);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `skill add PACK.json`: an OpenWOP pack.json or AgentManifest, posted as JSON.
+pub fn pack_add(global: &crate::Global, path: &PathBuf, json: bool) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let client = Client::from_data_dir(global)?;
+    let ans = client.send(
+        reqwest::Method::POST,
+        "/skills",
+        Some(("application/json", bytes)),
+    )?;
+    if json {
+        print_json(&ans.body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for s in ans.body["skills"].as_array().into_iter().flatten() {
+        let verb = if s["replaced"] == Value::Bool(true) {
+            "replaced"
+        } else {
+            "added"
+        };
+        say!(
+            "{verb} skill {} ({})",
+            s["name"].as_str().unwrap_or(""),
+            s["agentId"].as_str().unwrap_or("")
+        );
+        print_state(&s["state"]);
+    }
+    for a in ans.body["agents"].as_array().into_iter().flatten() {
+        say!(
+            "{} agent {} (role {}, pack {} {}): listed, not a skill",
+            if a["replaced"] == Value::Bool(true) {
+                "replaced"
+            } else {
+                "added"
+            },
+            a["agentId"].as_str().unwrap_or(""),
+            a["role"].as_str().unwrap_or("unset"),
+            a["packName"].as_str().unwrap_or(""),
+            a["packVersion"].as_str().unwrap_or("")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
