@@ -327,6 +327,20 @@ impl Skills {
                 "must name a source (letters, digits, `_`, `.`, `-`), e.g. `openrouter-key`",
             ));
         }
+        // The model id lives in the source store (see import): read the current one through
+        // apply when it is not being changed, so the digest still covers it.
+        let current_model: Option<String> = match &change.model {
+            Some(m) => m.clone(),
+            None => {
+                let sources = crate::sources::Sources::new(self.store.clone(), self.key.clone());
+                let mut buf = zeroize::Zeroizing::new(Vec::new());
+                match sources.apply(&skillbox_skill::model_source_name(name), &mut *buf) {
+                    Ok(_) => Some(String::from_utf8_lossy(&buf).into_owned()),
+                    Err(NodeError::NotFound { .. }) => None,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
         let updated = self.store.write(|tx| {
             let decl: Option<String> = tx
                 .query_row(
@@ -347,12 +361,30 @@ impl Skills {
             if let Some(p) = provider.clone() {
                 decl.provider = p;
             }
-            if let Some(m) = change.model.clone() {
-                decl.model = m;
-            }
             if let Some(k) = change.key.clone() {
                 decl.key = k;
             }
+            // The digest covers the model; the stored row does not carry it.
+            decl.model = current_model.clone();
+            let digest = decl.digest();
+            let model_source = decl.model_source_name();
+            if change.model.is_some() {
+                match decl.model.as_deref() {
+                    Some(m) => {
+                        sources::put_in(
+                            tx,
+                            &self.key,
+                            &model_source,
+                            SourceKind::Secret,
+                            m.as_bytes(),
+                        )?;
+                    }
+                    None => {
+                        tx.execute("DELETE FROM sources WHERE name = ?1", params![model_source])?;
+                    }
+                }
+            }
+            decl.model = None;
             let text = serde_json::to_string(&decl).map_err(|e| NodeError::StoredRow {
                 what: "declaration",
                 name: name.to_owned(),
@@ -360,7 +392,7 @@ impl Skills {
             })?;
             tx.execute(
                 "UPDATE skills SET declaration = ?2, digest = ?3, updated_at = ?4 WHERE name = ?1",
-                params![name, text, decl.digest(), now_secs()],
+                params![name, text, digest, now_secs()],
             )?;
             Ok(true)
         })?;

@@ -137,7 +137,8 @@ async fn no_material_appears_where_it_does_not_belong() {
         p.extend(w.owner.sent.lock().expect("sent").iter().cloned());
         p
     };
-    assert!(payloads.len() >= 4, "{} payloads recorded", payloads.len());
+    // call.request and call.session from the caller, call.accepted from the owner.
+    assert!(payloads.len() >= 3, "{} payloads recorded", payloads.len());
     for p in &payloads {
         for m in all {
             assert!(!p.contains(marker(m)), "{m} in a payload: {p}");
