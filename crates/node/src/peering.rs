@@ -148,7 +148,14 @@ mod tests {
         assert_eq!(p.advert_interval, Duration::from_secs(2));
         assert_eq!(p.board_ttl, Duration::from_secs(6));
         assert!(!p.mdns);
+        assert!(!p.kad_server, "Kademlia client mode unless configured");
         assert_eq!(p.bootstrap.len(), 1);
+        c.p2p.kad_server = true;
+        c.p2p.payload_rate_per_sec = 500.0;
+        c.p2p.payload_burst = 2000;
+        let q = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
+        assert!(q.kad_server);
+        assert_eq!((q.payload_rate_per_sec, q.payload_burst), (500.0, 2000));
         c.p2p.bootstrap = vec!["/ip4/nope/tcp/1".into()];
         let err = peers_config(&c, std::path::Path::new("config.toml")).expect_err("bad addr");
         assert!(err.to_string().contains("p2p.bootstrap entry #0"), "{err}");

@@ -25,6 +25,17 @@ async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
     w.caller
         .put_source("songs", "text", "Radiohead - Weird Fishes\n")
         .await;
+    // The owner's advert names the box it accepts: identity from the box's /healthz, and URL.
+    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
+    let boxes = w
+        .caller
+        .peers
+        .with_board(|b, now| b.advert(&owner_peer, now).map(|a| a.boxes.clone()))
+        .expect("owner's advert on the caller's board");
+    assert_eq!(boxes.len(), 1, "{boxes:?}");
+    assert_eq!(boxes[0].platform, "insecure-dev");
+    assert_eq!(boxes[0].measurement, "ab".repeat(48));
+    assert_eq!(boxes[0].url.as_deref(), Some(w.box_url.as_str()));
     let a = w
         .caller
         .post_json(
