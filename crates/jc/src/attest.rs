@@ -204,6 +204,55 @@ pub struct VerifiedRun {
     pub no_hardware_isolation: bool,
 }
 
+/// The public facts of a verified run, as a party keeps them across a restart: no secret in it,
+/// and nothing a party could not re-derive from the attestation it checked.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerifiedRunRecord {
+    pub run_id: String,
+    pub program_hash: String,
+    pub platform: String,
+    pub measurement: String,
+    pub hpke_public_key: String,
+    pub receipt_key: String,
+    pub expires_at: u64,
+    pub no_hardware_isolation: bool,
+}
+
+impl VerifiedRun {
+    pub fn to_record(&self) -> VerifiedRunRecord {
+        VerifiedRunRecord {
+            run_id: self.run_id.clone(),
+            program_hash: self.program_hash.to_hex(),
+            platform: self.platform.clone(),
+            measurement: self.measurement.clone(),
+            hpke_public_key: hex::encode(self.hpke_public_key),
+            receipt_key: hex::encode(self.receipt_key.to_bytes()),
+            expires_at: self.expires_at,
+            no_hardware_isolation: self.no_hardware_isolation,
+        }
+    }
+
+    /// Back from a stored record (a malformed one is an error, never a panic).
+    pub fn from_record(r: &VerifiedRunRecord) -> Result<VerifiedRun> {
+        let bad = |what: &str| JcError::Internal(format!("stored verified run: bad {what}"));
+        let hpke_public_key =
+            crate::program::decode_hex32(&r.hpke_public_key).ok_or_else(|| bad("hpke key"))?;
+        let receipt =
+            crate::program::decode_hex32(&r.receipt_key).ok_or_else(|| bad("receipt key"))?;
+        Ok(VerifiedRun {
+            run_id: r.run_id.clone(),
+            program_hash: crate::program::ProgramHash::from_hex(&r.program_hash)?,
+            platform: r.platform.clone(),
+            measurement: r.measurement.clone(),
+            hpke_public_key,
+            receipt_key: VerifyingKey::from_bytes(&receipt).map_err(|_| bad("receipt key"))?,
+            expires_at: r.expires_at,
+            no_hardware_isolation: r.no_hardware_isolation,
+        })
+    }
+}
+
 /// Every client-side check of §8 on one attestation.
 pub fn verify_attestation(
     attestation: &Attestation,

@@ -51,6 +51,18 @@ async fn whole_run_caller_opens_owner_cannot_and_receipt_verifies() {
     ));
 
     let receipt = verify_receipt(&view, &run).expect("receipt verifies with the attested run key");
+    // A party restarted mid-run verifies with the stored record of its checked attestation.
+    let record = run.to_record();
+    let text = serde_json::to_string(&record).expect("record serializes");
+    let back = skillbox_jc::attest::VerifiedRun::from_record(
+        &serde_json::from_str(&text).expect("record parses"),
+    )
+    .expect("record restores");
+    assert_eq!(back.to_record(), record);
+    verify_receipt(&view, &back).expect("the restored run verifies the receipt");
+    let mut broken = record.clone();
+    broken.receipt_key = "zz".into();
+    assert!(skillbox_jc::attest::VerifiedRun::from_record(&broken).is_err());
     assert_eq!(receipt.run_id, run.run_id);
     assert_eq!(receipt.program_hash, run.program_hash.to_hex());
     assert_eq!(receipt.status, RunStatus::Ok);

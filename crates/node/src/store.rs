@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
         record     TEXT NOT NULL,
         program    TEXT,
         box_url    TEXT,
+        verified   TEXT,
         sources    TEXT NOT NULL DEFAULT '[]',
         receipt    TEXT,
         created_at INTEGER NOT NULL,

@@ -230,7 +230,8 @@ impl Change {
         Change::default()
     }
     fn has_patch(&self) -> bool {
-        self.patch.program.is_some()
+        self.patch.verified.is_some()
+            || self.patch.program.is_some()
             || self.patch.box_url.is_some()
             || self.patch.receipt.is_some()
             || self.answer.is_some()
@@ -455,6 +456,18 @@ impl Calls {
         });
     }
 
+    /// The crash tests' failpoint: abort (no cleanup, like kill -9) right after a transition
+    /// into the configured state was persisted.
+    fn crash_point(&self, role: Role, state: State) {
+        if self.0.crash_at == Some((role, state)) {
+            tracing::error!(
+                state = state.as_str(),
+                "SKILLBOX_CRASH_AT reached: aborting"
+            );
+            std::process::abort();
+        }
+    }
+
     fn call_lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
         lock(&self.0.locks).entry(key.clone()).or_default().clone()
     }
@@ -513,13 +526,7 @@ impl Calls {
             if t.changed {
                 this.0.changed.notify_waiters();
                 tracing::debug!(call = %key.0, role = records::role_str(key.1), state = t.call.state.as_str(), "call stepped");
-                if this.0.crash_at == Some((key.1, t.call.state)) {
-                    tracing::error!(
-                        state = t.call.state.as_str(),
-                        "SKILLBOX_CRASH_AT reached: aborting"
-                    );
-                    std::process::abort();
-                }
+                this.crash_point(key.1, t.call.state);
                 if t.call.state.is_terminal() {
                     lock(&this.0.locks).remove(&key);
                     if t.call.state == State::Failed {
@@ -803,12 +810,12 @@ impl Calls {
         let verified = client
             .attest(&approved, &opened.run_id, &self.0.boxes.verify_policy())
             .await?;
-        self.remember(row, verified);
+        let change = self.remember(row, verified);
         Ok(Some((
             Event::RunOpened {
                 run_id: opened.run_id,
             },
-            Change::none(),
+            change,
         )))
     }
 
@@ -819,23 +826,44 @@ impl Calls {
         let verified = client
             .attest(&approved, run_id, &self.0.boxes.verify_policy())
             .await?;
-        self.remember(row, verified);
+        let change = self.remember(row, verified);
         Ok(Some((
             Event::RunOpened {
                 run_id: run_id.to_owned(),
             },
-            Change::none(),
+            change,
         )))
     }
 
-    fn remember(&self, row: &CallRow, v: VerifiedRun) {
+    /// Keep the verified run in memory, and return the change that stores its public facts
+    /// with the `RunOpened` transition.
+    fn remember(&self, row: &CallRow, v: VerifiedRun) -> Change {
+        let record = serde_json::to_value(v.to_record()).ok();
         lock(&self.0.verified).insert((row.call.id.clone(), row.call.role), v);
+        Change {
+            patch: Patch {
+                verified: record,
+                ..Patch::default()
+            },
+            answer: None,
+        }
     }
 
     /// The verified run of this call: remembered, or attested again (after a restart).
     async fn verified(&self, row: &CallRow) -> skillbox_jc::Result<VerifiedRun> {
         if let Some(v) = lock(&self.0.verified).get(&(row.call.id.clone(), row.call.role)) {
             return Ok(v.clone());
+        }
+        // After a restart: the stored facts of the attestation this side checked.
+        if let Some(stored) = &row.verified {
+            let record: skillbox_jc::attest::VerifiedRunRecord =
+                serde_json::from_value(stored.clone())
+                    .map_err(|e| JcError::Internal(format!("stored verified run: {e}")))?;
+            let v = VerifiedRun::from_record(&record)?;
+            if Some(&v.run_id) == row.call.run_id.as_ref() {
+                lock(&self.0.verified).insert((row.call.id.clone(), row.call.role), v.clone());
+                return Ok(v);
+            }
         }
         let run_id = row
             .call
@@ -1240,6 +1268,7 @@ impl Calls {
             call: t.call.clone(),
             program: Some(text),
             box_url: None,
+            verified: None,
             sources: Vec::new(),
             receipt: None,
             updated_at: 0,
@@ -1252,6 +1281,7 @@ impl Calls {
             return;
         }
         tracing::info!(call = %id, peer = %from, skill = %program.skill.name, "call received");
+        self.crash_point(Role::Owner, State::Received);
         self.0.changed.notify_waiters();
         for action in t.actions {
             self.dispatch(key.clone(), action);
@@ -1396,6 +1426,7 @@ impl Calls {
             call: t.call.clone(),
             program: Some(String::from_utf8_lossy(&env.to_json()).into_owned()),
             box_url: Some(chosen_box.url.clone()),
+            verified: None,
             sources: chosen.into_iter().map(|(n, _)| n).collect(),
             receipt: None,
             updated_at: 0,
@@ -1427,6 +1458,7 @@ impl Calls {
         })
         .await?;
         tracing::info!(call = %id, peer = %req.peer, skill = %req.skill, "call requested");
+        self.crash_point(Role::Caller, State::Requested);
         self.0.changed.notify_waiters();
         let key = (id, Role::Caller);
         for action in t.actions {

@@ -45,6 +45,9 @@ pub struct CallRow {
     /// The DSSE envelope of the program (JSON): the caller's signature, then both.
     pub program: Option<String>,
     pub box_url: Option<String>,
+    /// The public facts of this side's verified attestation of the run (so a restart mid-run
+    /// needs no new attestation, which the box cannot give once the run started).
+    pub verified: Option<Value>,
     /// Caller: the sources this call applies (names only).
     pub sources: Vec<String>,
     pub receipt: Option<Value>,
@@ -60,7 +63,7 @@ pub struct Filter {
     pub limit: Option<usize>,
 }
 
-const COLUMNS: &str = "record, program, box_url, sources, receipt, updated_at, id";
+const COLUMNS: &str = "record, program, box_url, sources, receipt, updated_at, id, verified";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
     let record: String = r.get(0)?;
@@ -70,6 +73,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
     let receipt: Option<String> = r.get(4)?;
     let updated_at: i64 = r.get(5)?;
     let id: String = r.get(6)?;
+    let verified: Option<String> = r.get(7)?;
     let bad = |problem: String| NodeError::StoredRow {
         what: "call",
         name: id.clone(),
@@ -83,10 +87,15 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
             .map(|t| serde_json::from_str(&t))
             .transpose()
             .map_err(|e| bad(e.to_string()))?;
+        let verified = verified
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| bad(e.to_string()))?;
         Ok(CallRow {
             call,
             program,
             box_url,
+            verified,
             sources,
             receipt,
             updated_at,
@@ -209,6 +218,7 @@ pub struct Patch {
     pub program: Option<String>,
     pub box_url: Option<String>,
     pub receipt: Option<Value>,
+    pub verified: Option<Value>,
 }
 
 /// Write the new record (and the patch) of an existing row.
@@ -221,10 +231,17 @@ pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| NodeError::invalid("receipt", e.to_string()))?;
+    let verified = patch
+        .verified
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| NodeError::invalid("verified", e.to_string()))?;
     let n = tx.execute(
         "UPDATE calls SET state = ?3, record = ?4,
             program = COALESCE(?5, program), box_url = COALESCE(?6, box_url),
-            receipt = COALESCE(?7, receipt), updated_at = ?8
+            receipt = COALESCE(?7, receipt), updated_at = ?8,
+            verified = COALESCE(?9, verified)
          WHERE id = ?1 AND role = ?2",
         params![
             call.id,
@@ -235,6 +252,7 @@ pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
             patch.box_url,
             receipt,
             now_secs(),
+            verified,
         ],
     )?;
     if n == 0 {
