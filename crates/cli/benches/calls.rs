@@ -1,0 +1,612 @@
+//! Calls bench (issue 6): real processes on loopback — `skillbox box`, an owner node and a caller
+//! node — with the provider double in this process.
+//!
+//! 1. Protocol overhead: sequential calls with a zero-delay double; per call, POST /calls until
+//!    the caller's record says `answered`, both as the record's own clock (progressedAt −
+//!    createdAt, no polling error) and as seen by a client polling every 1 ms. Bar: p50 ≤ 20 ms,
+//!    p99 ≤ 100 ms.
+//! 2. Load: 500 calls started at once against a 1 s double; all must end `answered`; wall time
+//!    and peak memory (VmHWM) of the box, the owner and the caller.
+//!
+//! `SKILLBOX_BENCH_CALLS` (default 250) and `SKILLBOX_BENCH_INFLIGHT` (default 500) change the
+//! counts. Exits 1 when a bar is missed or a call of the load phase is not answered, after the
+//! summary.
+
+#[path = "../tests/support/procs.rs"]
+mod procs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use procs::{BoxProc, NodeDir, ProviderLog, init_node, provider_double, skill_doc, start_box};
+use serde_json::{Value, json};
+
+const BAR_P50_MS: f64 = 20.0;
+const BAR_P99_MS: f64 = 100.0;
+const WARMUP: usize = 5;
+const TERMINAL: [&str; 3] = ["answered", "ran", "failed"];
+
+/// Whether the node binary has the `[p2p]` payload-rate keys (older ones refuse unknown keys,
+/// so they are only raised when the rendered config already names them).
+static PAYLOAD_KEYS: AtomicBool = AtomicBool::new(false);
+
+/// Admission and the libp2p inbox rate are per peer and sized for humans; both would throttle a
+/// bench that is one peer calling as fast as it can.
+fn raise_limits(text: String) -> String {
+    let mut admission = false;
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let key = line.split('=').next().unwrap_or("").trim();
+        let line = match key {
+            "calls_per_minute" => {
+                admission = true;
+                "calls_per_minute = 1000000".to_owned()
+            }
+            "payload_rate_per_sec" => {
+                PAYLOAD_KEYS.store(true, Ordering::Relaxed);
+                "payload_rate_per_sec = 100000.0".to_owned()
+            }
+            "payload_burst" => "payload_burst = 100000".to_owned(),
+            _ => line.to_owned(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    assert!(
+        admission,
+        "config.toml has no calls_per_minute line to raise:\n{text}"
+    );
+    out
+}
+
+struct World {
+    root: tempfile::TempDir,
+    provider: ProviderLog,
+    boxp: BoxProc,
+    owner: NodeDir,
+    caller: NodeDir,
+}
+
+impl World {
+    fn start(delay: Duration) -> World {
+        let root = tempfile::Builder::new()
+            .prefix("skillbox-bench-")
+            .tempdir()
+            .expect("tempdir");
+        let (provider_url, provider) = provider_double(delay);
+        let boxp = start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+        // Info, as a node runs by default (procs defaults to debug for test diagnostics).
+        let env = [("SKILLBOX_LOG", "info")];
+        let mut owner = init_node(root.path(), "owner", &boxp.url, None, raise_limits);
+        owner.start(&env);
+        let oa = owner.api();
+        oa.put_source("openai-key", "secret", "sk-bench-key");
+        oa.add_skill(&skill_doc("taste", "bench", &[]));
+        let mut caller = init_node(
+            root.path(),
+            "caller",
+            &boxp.url,
+            Some(&owner.p2p_addr()),
+            raise_limits,
+        );
+        caller.start(&env);
+        caller
+            .api()
+            .wait_board(&owner.peer_id, "taste", Duration::from_secs(60));
+        World {
+            root,
+            provider,
+            boxp,
+            owner,
+            caller,
+        }
+    }
+
+    fn hwm(&self) -> [Option<u64>; 3] {
+        [
+            self.boxp.proc.peak_rss_kib(),
+            self.owner.proc.as_ref().and_then(|p| p.peak_rss_kib()),
+            self.caller.proc.as_ref().and_then(|p| p.peak_rss_kib()),
+        ]
+    }
+}
+
+/// A kept-alive async client of one node's API (procs' `Api` opens a runtime and a connection
+/// per request: too coarse to time milliseconds).
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    fn of(n: &NodeDir) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: n.base.clone(),
+            token: n.token.clone(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await;
+        Self::read(r).await
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await;
+        Self::read(r).await
+    }
+
+    async fn read(r: reqwest::Result<reqwest::Response>) -> (u16, Value) {
+        match r {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let bytes = resp.bytes().await.unwrap_or_default();
+                (
+                    status,
+                    serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                )
+            }
+            Err(e) => (0, json!({ "error": "transport", "message": e.to_string() })),
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn dist(samples: &[f64]) -> String {
+    let mut s = samples.to_vec();
+    s.sort_by(f64::total_cmp);
+    let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
+    format!(
+        "n={} p50={:.1} p90={:.1} p99={:.1} max={:.1} mean={:.1} (ms)",
+        s.len(),
+        pct(&s, 50.0),
+        pct(&s, 90.0),
+        pct(&s, 99.0),
+        s.last().copied().unwrap_or(f64::NAN),
+        mean
+    )
+}
+
+fn kib(v: Option<u64>) -> String {
+    v.map_or("?".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+}
+
+fn env_count(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a count")),
+        Err(_) => default,
+    }
+}
+
+fn failure_code(v: &Value) -> String {
+    v["failure"]["code"]
+        .as_str()
+        .or_else(|| v["error"].as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+struct Overhead {
+    record_ms: Vec<f64>,
+    polled_ms: Vec<f64>,
+    post_ms: Vec<f64>,
+    warmup_ms: Vec<f64>,
+    failures: BTreeMap<String, usize>,
+}
+
+/// One call start to finish, timed: (record ms, polled ms, POST ms) or its failure code.
+async fn timed_call(c: &Client, peer: &str, i: usize) -> Result<(f64, f64, f64), String> {
+    let t0 = Instant::now();
+    let (st, body) = c
+        .post(
+            "/calls",
+            &json!({"peer": peer, "skill": "taste", "request": format!("bench call {i}")}),
+        )
+        .await;
+    let post_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if st != 201 {
+        return Err(format!("start {st} {}", failure_code(&body)));
+    }
+    let id = body["id"].as_str().unwrap_or_default().to_owned();
+    let deadline = t0 + Duration::from_secs(30);
+    loop {
+        let (st, v) = c.get(&format!("/calls/{id}")).await;
+        let state = v["state"].as_str().unwrap_or("");
+        if st == 200 && TERMINAL.contains(&state) {
+            let polled = t0.elapsed().as_secs_f64() * 1e3;
+            if state != "answered" {
+                return Err(failure_code(&v));
+            }
+            let rec = v["progressedAt"].as_u64().unwrap_or(0) as f64
+                - v["createdAt"].as_u64().unwrap_or(0) as f64;
+            return Ok((rec, polled, post_ms));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("not terminal after 30 s (state {state:?})"));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn overhead(rt: &tokio::runtime::Runtime, n: usize) -> (Overhead, [Option<u64>; 3], usize) {
+    let w = World::start(Duration::ZERO);
+    let c = Client::of(&w.caller);
+    let peer = w.owner.peer_id.clone();
+    let mut o = Overhead {
+        record_ms: Vec::new(),
+        polled_ms: Vec::new(),
+        post_ms: Vec::new(),
+        warmup_ms: Vec::new(),
+        failures: BTreeMap::new(),
+    };
+    rt.block_on(async {
+        for i in 0..WARMUP + n {
+            match timed_call(&c, &peer, i).await {
+                Ok((_, polled, _)) if i < WARMUP => o.warmup_ms.push(polled),
+                Ok((rec, polled, post)) => {
+                    o.record_ms.push(rec);
+                    o.polled_ms.push(polled);
+                    o.post_ms.push(post);
+                }
+                Err(code) => *o.failures.entry(code).or_default() += 1,
+            }
+        }
+    });
+    let provider_requests = w.provider.0.lock().map(|l| l.len()).unwrap_or(0);
+    let hwm = w.hwm();
+    eprintln!("(overhead data dir {})", w.root.path().display());
+    (o, hwm, provider_requests)
+}
+
+struct Load {
+    started: usize,
+    start_refused: BTreeMap<String, usize>,
+    start_all_ms: f64,
+    caller_states: BTreeMap<String, usize>,
+    caller_failures: BTreeMap<String, usize>,
+    owner_states: BTreeMap<String, usize>,
+    owner_failures: BTreeMap<String, usize>,
+    wall_ms: f64,
+    last_answer_ms: Option<f64>,
+    record_ms: Vec<f64>,
+    provider_requests: usize,
+    hwm_idle: [Option<u64>; 3],
+    hwm: [Option<u64>; 3],
+    all_terminal: bool,
+}
+
+/// Our calls' records on one side, by id (one list request: 500 GETs per round would be load
+/// of the bench's own making).
+async fn side(c: &Client, role: &str) -> HashMap<String, Value> {
+    let (_, v) = c.get(&format!("/calls?role={role}")).await;
+    v["calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| Some((r["id"].as_str()?.to_owned(), r.clone())))
+        .collect()
+}
+
+fn load(rt: &tokio::runtime::Runtime, n: usize, limit: Duration) -> Load {
+    let w = World::start(Duration::from_secs(1));
+    let hwm_idle = w.hwm();
+    let caller = Client::of(&w.caller);
+    let owner = Client::of(&w.owner);
+    let peer = w.owner.peer_id.clone();
+    let t0 = Instant::now();
+    let t0_unix = unix_ms();
+    let mut l = rt.block_on(async {
+        // Every start at once: 500 requests in flight at the caller's API.
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let c = caller.clone();
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    c.post(
+                        "/calls",
+                        &json!({"peer": peer, "skill": "taste", "request": format!("load call {i}")}),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        let mut start_refused = BTreeMap::new();
+        for t in tasks {
+            match t.await {
+                Ok((201, body)) => ids.push(body["id"].as_str().unwrap_or_default().to_owned()),
+                Ok((st, body)) => {
+                    *start_refused
+                        .entry(format!("{st} {}", failure_code(&body)))
+                        .or_default() += 1
+                }
+                Err(e) => *start_refused.entry(format!("task {e}")).or_default() += 1,
+            }
+        }
+        let start_all_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let deadline = t0 + limit;
+        let mut all_terminal = false;
+        let mut mine = HashMap::new();
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            mine = side(&caller, "caller").await;
+            let done = ids
+                .iter()
+                .filter(|id| {
+                    mine.get(*id)
+                        .and_then(|r| r["state"].as_str())
+                        .is_some_and(|s| TERMINAL.contains(&s))
+                })
+                .count();
+            if done == ids.len() {
+                all_terminal = true;
+                break;
+            }
+        }
+        let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+        // The owner finishes (fetches its receipt) just after the caller: give it a moment.
+        let mut theirs = HashMap::new();
+        let owner_deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < owner_deadline {
+            theirs = side(&owner, "owner").await;
+            if ids.iter().all(|id| {
+                theirs
+                    .get(id)
+                    .and_then(|r| r["state"].as_str())
+                    .is_some_and(|s| TERMINAL.contains(&s))
+            }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let mut caller_states = BTreeMap::new();
+        let mut caller_failures = BTreeMap::new();
+        let mut record_ms = Vec::new();
+        let mut last = None::<u64>;
+        for id in &ids {
+            let r = mine.get(id).cloned().unwrap_or(Value::Null);
+            let state = r["state"].as_str().unwrap_or("missing").to_owned();
+            if state == "answered" {
+                let (c, p) = (
+                    r["createdAt"].as_u64().unwrap_or(0),
+                    r["progressedAt"].as_u64().unwrap_or(0),
+                );
+                record_ms.push(p.saturating_sub(c) as f64);
+                last = last.max(Some(p));
+            }
+            if state == "failed" {
+                *caller_failures.entry(failure_code(&r)).or_default() += 1;
+            }
+            *caller_states.entry(state).or_default() += 1;
+        }
+        let mut owner_states = BTreeMap::new();
+        let mut owner_failures = BTreeMap::new();
+        for id in &ids {
+            let r = theirs.get(id).cloned().unwrap_or(Value::Null);
+            let state = r["state"].as_str().unwrap_or("missing").to_owned();
+            if state == "failed" {
+                *owner_failures.entry(failure_code(&r)).or_default() += 1;
+            }
+            *owner_states.entry(state).or_default() += 1;
+        }
+        Load {
+            started: ids.len(),
+            start_refused,
+            start_all_ms,
+            caller_states,
+            caller_failures,
+            owner_states,
+            owner_failures,
+            wall_ms,
+            last_answer_ms: last.map(|p| p.saturating_sub(t0_unix) as f64),
+            record_ms,
+            provider_requests: 0,
+            hwm_idle,
+            hwm: [None; 3],
+            all_terminal,
+        }
+    });
+    l.provider_requests = w.provider.0.lock().map(|g| g.len()).unwrap_or(0);
+    l.hwm = w.hwm();
+    eprintln!("(load data dir {})", w.root.path().display());
+    l
+}
+
+fn verdict(name: &str, got: f64, bar: f64) -> (String, bool) {
+    if got <= bar {
+        (
+            format!(
+                "{name} {got:.1} ms <= {bar} ms: met ({:.1} ms to spare)",
+                bar - got
+            ),
+            true,
+        )
+    } else {
+        (
+            format!(
+                "{name} {got:.1} ms > {bar} ms: MISSED by {:.1} ms ({:.0}% over)",
+                got - bar,
+                (got / bar - 1.0) * 100.0
+            ),
+            false,
+        )
+    }
+}
+
+fn main() -> ExitCode {
+    let n = env_count("SKILLBOX_BENCH_CALLS", 250);
+    let inflight = env_count("SKILLBOX_BENCH_INFLIGHT", 500);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let profile = if procs::BIN.contains("/release/") {
+        "release (bench profile)"
+    } else {
+        "dev (debug)"
+    };
+    eprintln!("skillbox binary: {} — {profile}", procs::BIN);
+
+    eprintln!(
+        "[1/2] overhead: {WARMUP} warm-up + {n} sequential calls, zero-delay provider double"
+    );
+    let (o, o_hwm, o_provider) = overhead(&rt, n);
+    eprintln!("[2/2] load: {inflight} calls at once, 1 s provider double");
+    let l = load(&rt, inflight, Duration::from_secs(600));
+
+    let mut rec = o.record_ms.clone();
+    rec.sort_by(f64::total_cmp);
+    let mut pol = o.polled_ms.clone();
+    pol.sort_by(f64::total_cmp);
+    let (v50, ok50) = verdict("p50", pct(&rec, 50.0), BAR_P50_MS);
+    let (v99, ok99) = verdict("p99", pct(&rec, 99.0), BAR_P99_MS);
+    let (p50p, ok50p) = verdict("p50", pct(&pol, 50.0), BAR_P50_MS);
+    let (p99p, ok99p) = verdict("p99", pct(&pol, 99.0), BAR_P99_MS);
+    let overhead_ok = ok50 && ok99 && o.failures.is_empty() && rec.len() >= 200;
+    let answered = l.caller_states.get("answered").copied().unwrap_or(0);
+    let load_ok = answered == inflight;
+
+    println!();
+    println!("==================== skillbox calls bench ====================");
+    println!("binary: {} ({profile})", procs::BIN);
+    println!(
+        "processes: box + owner node + caller node on 127.0.0.1, provider double in the bench"
+    );
+    println!(
+        "payload rate keys in config: {}",
+        if PAYLOAD_KEYS.load(Ordering::Relaxed) {
+            "raised to 100000/s, burst 100000"
+        } else {
+            "ABSENT in this binary: libp2p inbox stays at 20 payloads/s per peer, burst 100"
+        }
+    );
+    println!("admission: calls_per_minute raised to 1000000 on both nodes");
+    println!();
+    println!(
+        "-- 1. protocol overhead, zero-delay provider double ({n} sequential calls after {WARMUP} warm-up)"
+    );
+    println!(
+        "   warm-up (polled): {:?} ms",
+        o.warmup_ms.iter().map(|m| m.round()).collect::<Vec<_>>()
+    );
+    println!(
+        "   caller record (progressedAt - createdAt): {}",
+        dist(&o.record_ms)
+    );
+    println!(
+        "   client polled every 1 ms (POST..GET answered): {}",
+        dist(&o.polled_ms)
+    );
+    println!(
+        "   of which POST /calls round trip:           {}",
+        dist(&o.post_ms)
+    );
+    println!("   not answered: {:?}", o.failures);
+    println!(
+        "   provider requests: {o_provider} (calls answered incl. warm-up: {})",
+        o.record_ms.len() + o.warmup_ms.len()
+    );
+    println!(
+        "   VmHWM: box {}, owner {}, caller {}",
+        kib(o_hwm[0]),
+        kib(o_hwm[1]),
+        kib(o_hwm[2])
+    );
+    println!("   bar (record): {v50}; {v99}");
+    println!("   bar (polled): {p50p}; {p99p}");
+    if (ok50 && ok99) != (ok50p && ok99p) {
+        println!("   note: the record and the polled measure disagree on the bar");
+    }
+    println!();
+    println!("-- 2. {inflight} calls in flight, 1 s provider double");
+    println!(
+        "   started: {} of {inflight} in {:.0} ms; refused at start: {:?}",
+        l.started, l.start_all_ms, l.start_refused
+    );
+    println!(
+        "   all terminal: {} — wall time {:.1} s (poll granularity 0.5 s); last answer at {}",
+        l.all_terminal,
+        l.wall_ms / 1e3,
+        l.last_answer_ms
+            .map_or("-".into(), |m| format!("{:.2} s", m / 1e3))
+    );
+    println!(
+        "   caller states: {:?}; failures by code: {:?}",
+        l.caller_states, l.caller_failures
+    );
+    println!(
+        "   owner states:  {:?}; failures by code: {:?}",
+        l.owner_states, l.owner_failures
+    );
+    println!("   answered call duration (record): {}", dist(&l.record_ms));
+    println!(
+        "   provider requests: {} (one per run; more would mean a run executed twice)",
+        l.provider_requests
+    );
+    println!(
+        "   VmHWM idle (after setup): box {}, owner {}, caller {}",
+        kib(l.hwm_idle[0]),
+        kib(l.hwm_idle[1]),
+        kib(l.hwm_idle[2])
+    );
+    println!(
+        "   VmHWM after load:         box {}, owner {}, caller {}",
+        kib(l.hwm[0]),
+        kib(l.hwm[1]),
+        kib(l.hwm[2])
+    );
+    println!(
+        "   all answered: {}",
+        if load_ok {
+            "yes".to_owned()
+        } else {
+            format!("NO — {answered} of {inflight}")
+        }
+    );
+    println!();
+    println!(
+        "RESULT: overhead {} ; load {}",
+        if overhead_ok { "PASS" } else { "FAIL" },
+        if load_ok { "PASS" } else { "FAIL" }
+    );
+    println!("===============================================================");
+    if overhead_ok && load_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
