@@ -52,10 +52,11 @@ pub enum NoPick {
 }
 
 /// Scores below this pick nothing. BM25 scores are sums over matched query terms of
-/// idf × tf-saturation: one incidental shared word scores about 1.5–3, and over a 32-skill board
-/// of real descriptions the runner-ups of phrased requests reach 6 while right picks score 10+
-/// (`tests/intent.rs` prints them). 4 keeps a single shared word from starting a call.
-pub const MIN_SCORE: f64 = 4.0;
+/// idf × tf-saturation, with idf against the background of real skills ([`BACKGROUND`]). Over
+/// a 32-skill board of real descriptions and 32 phrased requests (`tests/intent.rs` prints them)
+/// right picks score 14 and up while the best *wrong* skill reaches 8.4, and unrelated requests
+/// stay under 4: 10 keeps a wrong skill from being picked when the right one is not offered.
+pub const MIN_SCORE: f64 = 10.0;
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
@@ -117,6 +118,37 @@ fn stem(word: &str) -> String {
     word.to_owned()
 }
 
+/// Document frequencies over a background of real skills: the 419 SKILL.md of the corpus
+/// (name twice + description, through [`terms`]). The board alone is too small a collection
+/// for inverse document frequency — on a board of one skill every word would weigh almost
+/// nothing — so a term's rarity is judged against typical skill descriptions plus the board.
+/// First line `N <documents>`, then `term df` lines; `tests/intent_background.rs` rebuilds it.
+pub const BACKGROUND: &str = include_str!("intent_background.txt");
+
+struct Background {
+    n: f64,
+    df: HashMap<&'static str, f64>,
+}
+
+fn background() -> &'static Background {
+    static BG: std::sync::OnceLock<Background> = std::sync::OnceLock::new();
+    BG.get_or_init(|| {
+        let mut lines = BACKGROUND.lines();
+        let n = lines
+            .next()
+            .and_then(|l| l.strip_prefix("N "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        let df = lines
+            .filter_map(|l| {
+                let (t, d) = l.split_once(' ')?;
+                Some((t, d.trim().parse().ok()?))
+            })
+            .collect();
+        Background { n, df }
+    })
+}
+
 /// Rank every candidate for `text`, best first (ties by skill then peer, for stable output).
 pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
     let docs: Vec<Vec<String>> = candidates
@@ -129,8 +161,10 @@ pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
             t
         })
         .collect();
-    let n = docs.len() as f64;
-    let avg_len = (docs.iter().map(Vec::len).sum::<usize>() as f64 / n.max(1.0)).max(1.0);
+    let bg = background();
+    let n = docs.len() as f64 + bg.n;
+    let avg_len =
+        (docs.iter().map(Vec::len).sum::<usize>() as f64 / (docs.len() as f64).max(1.0)).max(1.0);
     let mut df: HashMap<&str, usize> = HashMap::new();
     for d in &docs {
         let mut seen: Vec<&str> = d.iter().map(String::as_str).collect();
@@ -155,7 +189,8 @@ pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
                     if tf == 0.0 {
                         return 0.0;
                     }
-                    let df = df.get(q.as_str()).copied().unwrap_or(0) as f64;
+                    let df = df.get(q.as_str()).copied().unwrap_or(0) as f64
+                        + bg.df.get(q.as_str()).copied().unwrap_or(0.0);
                     let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
                     idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg_len))
                 })

@@ -130,3 +130,44 @@ fn the_pick_names_its_runner_up() {
     assert!(r.score <= p.score);
     assert_ne!(r.skill, p.skill);
 }
+
+#[test]
+fn a_board_of_one_skill_still_picks_it() {
+    // Rarity is judged against the background of real skills, not the board alone: a matching
+    // request picks a lone skill, an unrelated one does not.
+    let one = [Candidate {
+        peer: "peerA",
+        skill: "music-taste",
+        description: "Builds a music-taste profile from someone's listening history.",
+    }];
+    let p = pick(
+        "build a music taste profile from my listening history",
+        &one,
+    )
+    .expect("pick");
+    assert_eq!(p.skill, "music-taste");
+    assert!(p.runner_up.is_none());
+    assert!(matches!(
+        pick("review my holiday photos", &one),
+        Err(NoPick::NoMatch { .. })
+    ));
+}
+
+#[test]
+fn without_the_right_skill_a_related_one_is_not_picked() {
+    // Each request's own skill removed from the board: the best remaining one is a wrong pick
+    // and must stay under the threshold.
+    let board = board();
+    let mut wrong = 0;
+    for (want, request) in cases() {
+        let cands: Vec<Candidate<'_>> = candidates(&board)
+            .into_iter()
+            .filter(|c| c.skill != want)
+            .collect();
+        if let Ok(p) = pick(&request, &cands) {
+            println!("wrong pick for {request:?}: {} ({:.2})", p.skill, p.score);
+            wrong += 1;
+        }
+    }
+    assert_eq!(wrong, 0);
+}

@@ -219,7 +219,11 @@ pub fn init_node(
         .args(&args)
         .output()
         .expect("init");
-    assert!(out.status.success(), "init: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let config = dir.join("config.toml");
     let text = fs::read_to_string(&config).expect("config");
     let text = text
@@ -377,7 +381,12 @@ impl Api {
             &format!("/sources/{name}?kind={kind}"),
             Some(("text/plain", content.as_bytes().to_vec())),
         );
-        assert!(a.status == 200 || a.status == 201, "source: {} {}", a.status, a.body);
+        assert!(
+            a.status == 200 || a.status == 201,
+            "source: {} {}",
+            a.status,
+            a.body
+        );
     }
 
     pub fn add_skill(&self, doc: &str) {
@@ -386,19 +395,30 @@ impl Api {
             "/skills",
             Some(("text/markdown", doc.as_bytes().to_vec())),
         );
-        assert!(a.status == 200 || a.status == 201, "skill: {} {}", a.status, a.body);
+        assert!(
+            a.status == 200 || a.status == 201,
+            "skill: {} {}",
+            a.status,
+            a.body
+        );
     }
 
     pub fn wait_board(&self, peer: &str, skill: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
             let b = self.get("/board").body;
-            if b["board"].as_array().into_iter().flatten().any(|r| {
-                r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill)
-            }) {
+            if b["board"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|r| r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill))
+            {
                 return;
             }
-            assert!(Instant::now() < deadline, "{skill} never reached the board: {b}");
+            assert!(
+                Instant::now() < deadline,
+                "{skill} never reached the board: {b}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

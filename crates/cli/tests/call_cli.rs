@@ -1,0 +1,173 @@
+//! The calls verbs of the CLI against real processes: a box, an owner node and a caller node
+//! (`skillbox box`, `skillbox node`), a loopback OpenAI-compatible double as the box's provider.
+//! `call --wait --json`, `calls --json`, `call show`, `ask`, `approve`, `deny`, and refusals
+//! with exit code 1.
+
+mod support {
+    pub mod procs;
+}
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::procs::{self, BIN};
+
+fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run skillbox")
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+#[test]
+fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider_url, provider) = procs::provider_double(Duration::ZERO);
+    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
+    owner.start(&[]);
+    let owner_api = owner.api();
+    owner_api.put_source("openai-key", "secret", "sk-cli-test");
+    owner_api.add_skill(&procs::skill_doc("taste", "BODY", &["songs"]));
+    // The caller asks its human before applying `songs`; a call without sources runs at once.
+    let mut caller = procs::init_node(
+        root.path(),
+        "caller",
+        &bx.url,
+        Some(&owner.p2p_addr()),
+        |t| {
+            t.replace(
+                "rules = []",
+                "\n[[policy.rules]]\nside = \"caller\"\nsources = [\"songs\"]\ndecision = \"ask\"\n",
+            )
+        },
+    );
+    caller.start(&[]);
+    let api = caller.api();
+    api.put_source("songs", "text", "Bonobo - Kerala\n");
+    api.wait_board(&owner.peer_id, "taste", Duration::from_secs(20));
+    let dir = caller.dir.clone();
+    let peer = owner.peer_id.clone();
+
+    // No sources: straight through, the answer in the JSON record.
+    let o = cli(
+        &dir,
+        &[
+            "call",
+            &peer,
+            "taste",
+            "what do I like?",
+            "--no-sources",
+            "--wait",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rec = json_of(&o);
+    assert_eq!(rec["state"], "answered", "{rec}");
+    assert_eq!(rec["role"], "caller");
+    assert!(
+        rec["answer"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("The double read"),
+        "{rec}"
+    );
+    let first = rec["id"].as_str().expect("id").to_owned();
+
+    // `call show` prints the answer; `calls --json` lists the record with role and state.
+    let o = cli(&dir, &["call", "show", &first]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains("answer:") && text.contains("answered"),
+        "{text}"
+    );
+    let o = cli(&dir, &["calls", "--json"]);
+    let list = json_of(&o);
+    assert_eq!(list["calls"][0]["id"], first.as_str());
+    assert_eq!(list["calls"][0]["state"], "answered");
+    let o = cli(&owner.dir, &["calls", "--json"]);
+    let list = json_of(&o);
+    assert_eq!(list["calls"][0]["role"], "owner");
+    assert_eq!(list["calls"][0]["state"], "ran");
+
+    // Refusals: exit 1 with the reason.
+    let o = cli(&dir, &["call", &peer, "nope", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("skill_not_offered"));
+    let o = cli(
+        &dir,
+        &["call", &peer, "taste", "x", "--source", "passwords"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("source_not_required") && err.contains("passwords"),
+        "{err}"
+    );
+    // Usage errors: exit 2.
+    let o = cli(&dir, &["call", &peer]);
+    assert_eq!(o.status.code(), Some(2));
+
+    // `songs` is applied (omitted sources = the required ones held): policy parks it.
+    let o = cli(&dir, &["call", &peer, "taste", "what do I like?", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let parked = json_of(&o)["id"].as_str().expect("id").to_owned();
+    api.wait_state(&parked, &["awaiting_consent"], Duration::from_secs(20))
+        .expect("parked for consent");
+    let o = cli(&dir, &["calls", "--state", "awaiting_consent", "--json"]);
+    assert_eq!(json_of(&o)["total"], 1);
+    let o = cli(&dir, &["approve", &parked]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let done = api
+        .wait_state(&parked, &["answered", "failed"], Duration::from_secs(20))
+        .expect("ends");
+    assert_eq!(done["state"], "answered", "{done}");
+
+    // `ask` routes by the board's descriptions, then the human denies the source.
+    let o = cli(
+        &dir,
+        &[
+            "ask",
+            "build a music taste profile from my listening history",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pick = json_of(&o);
+    assert_eq!(pick["skill"], "taste", "{pick}");
+    assert_eq!(pick["peer"], peer.as_str());
+    assert!(pick["score"].as_f64().unwrap_or(0.0) > 0.0);
+    let asked = pick["callId"].as_str().expect("callId").to_owned();
+    api.wait_state(&asked, &["awaiting_consent"], Duration::from_secs(20))
+        .expect("parked for consent");
+    let o = cli(&dir, &["deny", &asked]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cli(&dir, &["call", "show", &asked, "--json"]);
+    let rec = json_of(&o);
+    assert_eq!(rec["state"], "failed");
+    assert_eq!(rec["failure"]["code"], "consent_denied");
+    // Deciding twice is refused.
+    let o = cli(&dir, &["approve", &asked]);
+    assert_eq!(o.status.code(), Some(1));
+    // An unrelated request picks nothing.
+    let o = cli(&dir, &["ask", "what's the weather in Paris tomorrow"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no_offered_skill"));
+
+    // Two runs happened in all (the first call and the approved one).
+    assert_eq!(provider.0.lock().expect("log").len(), 2);
+}
