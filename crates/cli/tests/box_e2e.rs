@@ -143,15 +143,8 @@ fn program(
             model_max_bytes: 64,
             key_max_bytes: 0,
         },
-        output: OutputSpec {
-            max_bytes: 160,
-            padded: true,
-            to: "caller".into(),
-        },
-        receipt: ReceiptSpec {
-            fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
-            to: vec!["caller".into(), "owner".into()],
-        },
+        output: OutputSpec::to_caller(160),
+        receipt: ReceiptSpec::to_both(),
         prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: now_secs() + 900,
     }

@@ -413,6 +413,27 @@ impl Program {
     }
 }
 
+impl OutputSpec {
+    /// The only output a program may name: padded, to the caller, at most `max_bytes`.
+    pub fn to_caller(max_bytes: u64) -> OutputSpec {
+        OutputSpec {
+            max_bytes,
+            padded: true,
+            to: "caller".into(),
+        }
+    }
+}
+
+impl ReceiptSpec {
+    /// The only receipt a program may name: the fixed fields, to both parties.
+    pub fn to_both() -> ReceiptSpec {
+        ReceiptSpec {
+            fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
+            to: vec!["caller".into(), "owner".into()],
+        }
+    }
+}
+
 /// Which party a stake, a submit or a seal belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -579,15 +600,8 @@ pub(crate) mod tests {
                 model_max_bytes: 256,
                 key_max_bytes: 0,
             },
-            output: OutputSpec {
-                max_bytes: 2048,
-                padded: true,
-                to: "caller".into(),
-            },
-            receipt: ReceiptSpec {
-                fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
-                to: vec!["caller".into(), "owner".into()],
-            },
+            output: OutputSpec::to_caller(2048),
+            receipt: ReceiptSpec::to_both(),
             prompt_template: PROMPT_TEMPLATE_V1.into(),
             expires_at: 4_000_000_000,
         }

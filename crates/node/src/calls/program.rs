@@ -4,8 +4,7 @@
 use skillbox_calls::FailureCode;
 use skillbox_jc::program::{
     BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
-    PROMPT_TEMPLATE_V1, Parties, Program, ProviderGrant, RECEIPT_FIELDS, ReceiptSpec, SkillRef,
-    SourceLimit,
+    PROMPT_TEMPLATE_V1, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, ProviderId};
@@ -82,15 +81,8 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             model_max_bytes: MODEL_MAX_BYTES,
             key_max_bytes,
         },
-        output: OutputSpec {
-            max_bytes: f.output_max_bytes,
-            padded: true,
-            to: "caller".into(),
-        },
-        receipt: ReceiptSpec {
-            fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
-            to: vec!["caller".into(), "owner".into()],
-        },
+        output: OutputSpec::to_caller(f.output_max_bytes),
+        receipt: ReceiptSpec::to_both(),
         prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: f.expires_at,
     };
