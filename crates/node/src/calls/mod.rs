@@ -528,7 +528,9 @@ impl Calls {
                 tracing::debug!(call = %key.0, role = records::role_str(key.1), state = t.call.state.as_str(), "call stepped");
                 this.crash_point(key.1, t.call.state);
                 if t.call.state.is_terminal() {
+                    // A finished call needs neither its lock nor its verified run any more.
                     lock(&this.0.locks).remove(&key);
+                    lock(&this.0.verified).remove(&key);
                     if t.call.state == State::Failed {
                         if let Some(f) = &t.call.failure {
                             tracing::info!(call = %key.0, code = f.code.as_str(), reason = %f.message, "call failed");
