@@ -277,17 +277,7 @@ async fn owner_admission_refuses_a_denied_peer_and_cancel_ends_a_call() {
     let w = world("BODY-4", "sk-test-KEY-4", &[], |_| {}, |_| {}).await;
     // Deny the caller by policy set through the API.
     let policy = json!({"default": "allow", "admission": {"deny_peers": [w.caller.peer_id], "calls_per_minute": 30}, "rules": []});
-    let put = w
-        .owner
-        .req(
-            reqwest::Method::PUT,
-            "/policy",
-            Some((
-                "application/json",
-                serde_json::to_vec(&policy).expect("json"),
-            )),
-        )
-        .await;
+    let put = w.owner.put_json("/policy", &policy).await;
     assert_eq!(put.status, 200, "{}", put.body);
     assert_eq!(
         w.owner.get("/policy").await.body["admission"]["deny_peers"][0],
@@ -316,17 +306,7 @@ async fn owner_admission_refuses_a_denied_peer_and_cancel_ends_a_call() {
     // Allowed again, with consent parking the owner; the caller cancels.
     let policy = json!({"default": "allow", "admission": {"calls_per_minute": 30},
         "rules": [{"side": "owner", "decision": "ask"}]});
-    let put = w
-        .owner
-        .req(
-            reqwest::Method::PUT,
-            "/policy",
-            Some((
-                "application/json",
-                serde_json::to_vec(&policy).expect("json"),
-            )),
-        )
-        .await;
+    let put = w.owner.put_json("/policy", &policy).await;
     assert_eq!(put.status, 200, "{}", put.body);
     let a = w
         .caller

@@ -50,6 +50,16 @@ fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
     })
 }
 
+/// A body that carries a request text: up to `calls.max_request_bytes` plus room for the rest.
+async fn request_body<T: serde::de::DeserializeOwned>(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let limit = s.calls_max_request.saturating_add(SMALL_BODY);
+    json_body(&read_body(body, headers, limit).await?)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StartBody {
@@ -66,9 +76,7 @@ pub(super) async fn post_call(
     body: Body,
 ) -> Result<Response, ApiError> {
     let c = calls(&s)?;
-    let limit = s.calls_max_request.saturating_add(SMALL_BODY);
-    let bytes = read_body(body, &headers, limit).await?;
-    let b: StartBody = json_body(&bytes)?;
+    let b: StartBody = request_body(&s, &headers, body).await?;
     if b.peer.is_empty() || b.skill.is_empty() {
         return Err(ApiError::validation(
             if b.peer.is_empty() { "peer" } else { "skill" },
@@ -215,9 +223,7 @@ pub(super) async fn intent_skill(
     body: Body,
 ) -> Result<Response, ApiError> {
     let c = calls(&s)?;
-    let limit = s.calls_max_request.saturating_add(SMALL_BODY);
-    let bytes = read_body(body, &headers, limit).await?;
-    let b: IntentBody = json_body(&bytes)?;
+    let b: IntentBody = request_body(&s, &headers, body).await?;
     let (pick, call) = c.intent(Zeroizing::new(b.text)).await?;
     let body = json!({
         "skill": pick.skill,

@@ -260,7 +260,6 @@ struct Inner {
     verified: Mutex<HashMap<Key, VerifiedRun>>,
     /// Failpoint for the crash tests: abort the process right after persisting this state.
     crash_at: Option<(Role, State)>,
-    changed: tokio::sync::Notify,
 }
 
 /// The calls driver. Cheap to clone.
@@ -373,7 +372,6 @@ impl Calls {
             inflight: Mutex::new(HashSet::new()),
             verified: Mutex::new(HashMap::new()),
             crash_at: crash_point(),
-            changed: tokio::sync::Notify::new(),
         }))
     }
 
@@ -438,11 +436,6 @@ impl Calls {
     async fn open_keys(&self) -> Result<Vec<Key>> {
         let store = self.0.store.clone();
         blocking(move || records::open_calls(&store)).await
-    }
-
-    /// Wait until some call changed (for long polls).
-    pub async fn changed(&self) {
-        self.0.changed.notified().await
     }
 
     // ---- the one rule
@@ -524,7 +517,6 @@ impl Calls {
                 return Ok(None);
             };
             if t.changed {
-                this.0.changed.notify_waiters();
                 tracing::debug!(call = %key.0, role = records::role_str(key.1), state = t.call.state.as_str(), "call stepped");
                 this.crash_point(key.1, t.call.state);
                 if t.call.state.is_terminal() {
@@ -1273,7 +1265,6 @@ impl Calls {
             verified: None,
             sources: Vec::new(),
             receipt: None,
-            updated_at: 0,
         };
         let store = self.0.store.clone();
         let inserted = blocking(move || store.write(|tx| records::insert(tx, &row))).await;
@@ -1284,7 +1275,6 @@ impl Calls {
         }
         tracing::info!(call = %id, peer = %from, skill = %program.skill.name, "call received");
         self.crash_point(Role::Owner, State::Received);
-        self.0.changed.notify_waiters();
         for action in t.actions {
             self.dispatch(key.clone(), action);
         }
@@ -1431,7 +1421,6 @@ impl Calls {
             verified: None,
             sources: chosen.into_iter().map(|(n, _)| n).collect(),
             receipt: None,
-            updated_at: 0,
         };
         let store = self.0.store.clone();
         let data_key = self.0.sources.key().clone();
@@ -1461,7 +1450,6 @@ impl Calls {
         .await?;
         tracing::info!(call = %id, peer = %req.peer, skill = %req.skill, "call requested");
         self.crash_point(Role::Caller, State::Requested);
-        self.0.changed.notify_waiters();
         let key = (id, Role::Caller);
         for action in t.actions {
             self.dispatch(key.clone(), action);

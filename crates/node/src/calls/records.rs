@@ -51,7 +51,6 @@ pub struct CallRow {
     /// Caller: the sources this call applies (names only).
     pub sources: Vec<String>,
     pub receipt: Option<Value>,
-    pub updated_at: i64,
 }
 
 /// Filters of `GET /calls`.
@@ -63,7 +62,7 @@ pub struct Filter {
     pub limit: Option<usize>,
 }
 
-const COLUMNS: &str = "record, program, box_url, sources, receipt, updated_at, id, verified";
+const COLUMNS: &str = "record, program, box_url, sources, receipt, id, verified";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
     let record: String = r.get(0)?;
@@ -71,9 +70,8 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
     let box_url: Option<String> = r.get(2)?;
     let sources: String = r.get(3)?;
     let receipt: Option<String> = r.get(4)?;
-    let updated_at: i64 = r.get(5)?;
-    let id: String = r.get(6)?;
-    let verified: Option<String> = r.get(7)?;
+    let id: String = r.get(5)?;
+    let verified: Option<String> = r.get(6)?;
     let bad = |problem: String| NodeError::StoredRow {
         what: "call",
         name: id.clone(),
@@ -98,7 +96,6 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<CallRow>> {
             verified,
             sources,
             receipt,
-            updated_at,
         })
     })())
 }

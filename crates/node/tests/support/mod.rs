@@ -225,6 +225,15 @@ impl TestNode {
         .await
     }
 
+    pub async fn put_json(&self, path: &str, v: &Value) -> Answer {
+        self.req(
+            reqwest::Method::PUT,
+            path,
+            Some(("application/json", serde_json::to_vec(v).expect("json"))),
+        )
+        .await
+    }
+
     pub async fn add_skill(&self, doc: &str) {
         let a = self
             .req(
