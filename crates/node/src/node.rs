@@ -308,6 +308,11 @@ impl Node {
         api::router(self.state.clone())
     }
 
+    /// What every handler shares: the library API surface crates build their routes over.
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
     /// Bind the API listener: `addr`, or the configured one. A non-loopback address is allowed
     /// (the human asked for it) but logged as a warning.
     pub async fn bind(&self, addr: Option<SocketAddr>) -> Result<tokio::net::TcpListener> {
@@ -327,12 +332,23 @@ impl Node {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
+        self.serve_with(listener, api::Mounts::default(), shutdown)
+            .await
+    }
+
+    /// [`Node::serve`] with surface crates' routes mounted beside the node's own.
+    pub async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        mounts: api::Mounts,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
         let addr = listener
             .local_addr()
             .map_err(|e| NodeError::io("reading the API's bound address", e))?;
         self.data_dir.write_api_addr(addr)?;
         tracing::info!(%addr, node_id = %self.node_id(), "API listening");
-        let router = self.router();
+        let router = api::router_with(self.state.clone(), mounts);
         axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await

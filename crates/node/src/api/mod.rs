@@ -112,6 +112,12 @@ impl Shared {
         }
     }
 
+    /// Who a presented bearer token stands for (`None`: nobody). Surfaces that authenticate on
+    /// their own (a dashboard's cookie) call this with the token they hold.
+    pub fn authorize(&self, presented: &str) -> Option<Principal> {
+        self.principal(presented)
+    }
+
     /// Who a presented token stands for. An unknown token re-reads the config's tenants once
     /// the file has changed (a token added by `skillbox token add` while the node runs).
     fn principal(&self, presented: &str) -> Option<Principal> {
@@ -278,9 +284,29 @@ pub fn route_paths() -> Vec<RoutePath> {
     book().paths
 }
 
+/// Routes a surface crate (MCP, A2A, the web dashboard) mounts beside the node's own, over the
+/// node's library API. `operator` routes sit behind the operator's bearer token like the node's
+/// own management routes; `public` routes do their own authentication (a login page, a cookie)
+/// through [`Shared::authorize`]. Neither may carry a fallback: the node's answers 404/405.
+#[derive(Default)]
+pub struct Mounts {
+    pub public: Router<AppState>,
+    pub operator: Router<AppState>,
+}
+
 /// The full router over `state`.
 pub fn router(state: AppState) -> Router {
+    router_with(state, Mounts::default())
+}
+
+/// The full router over `state`, with the surfaces in `mounts`.
+pub fn router_with(state: AppState, mounts: Mounts) -> Router {
     let b = book();
+    let b = Book {
+        public: b.public.merge(mounts.public),
+        protected: b.protected.merge(mounts.operator),
+        ..b
+    };
     // Layers run outside in: the token is checked first, then (operator routes) its reach.
     let protected = b
         .protected
