@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::declaration::{Declaration, Memory};
+use crate::declaration::{
+    Declaration, Limits, Memory, RESERVED_SOURCE_PREFIXES, is_reserved_source_name,
+};
 use crate::diagnostic::{Diagnostic, DocumentError};
 use crate::provider::ProviderId;
 
@@ -418,6 +420,7 @@ impl FieldCheck {
         let mut allowed_tools = None;
         let mut model_class = None;
         let mut memory_value = None;
+        let mut limits = Limits::default();
         let mut extra = BTreeMap::new();
 
         for (field, value) in fields {
@@ -446,7 +449,9 @@ impl FieldCheck {
                 }
                 "key" => {
                     if let Some(k) = self.string("key", value) {
-                        if is_valid_source_name(&k) {
+                        if is_reserved_source_name(&k) {
+                            self.error("key", format!("{k:?} is under a reserved prefix ({}): the key must be a secret source of the owner's own", RESERVED_SOURCE_PREFIXES.join(", ")));
+                        } else if is_valid_source_name(&k) {
                             key = Some(k);
                         } else {
                             self.error("key", "must name a source (letters, digits, `_`, `.`, `-`), e.g. `openrouter-key`");
@@ -495,6 +500,7 @@ impl FieldCheck {
                 }
                 "modelClass" => model_class = self.string("modelClass", value),
                 "memory" => memory_value = Some(("memory", value)),
+                "limits" => limits = self.limits(value),
                 _ => {
                     self.warn(&field, "unknown field, kept but not used");
                     extra.insert(field, value);
@@ -573,6 +579,7 @@ impl FieldCheck {
             allowed_tools,
             model_class,
             memory,
+            limits,
             extra,
         })
     }
@@ -617,6 +624,14 @@ impl FieldCheck {
                     "requiredSources",
                     format!("{name:?} is not a source name (letters, digits, `_`, `.`, `-`)"),
                 );
+            } else if is_reserved_source_name(&name) {
+                self.error(
+                    "requiredSources",
+                    format!(
+                        "{name:?} is under a reserved prefix ({}): a skill may ask only for the caller's own shareable data",
+                        RESERVED_SOURCE_PREFIXES.join(", ")
+                    ),
+                );
             } else if seen.contains(&name) {
                 self.warn("requiredSources", format!("{name:?} is listed twice"));
             } else {
@@ -624,6 +639,50 @@ impl FieldCheck {
             }
         }
         seen
+    }
+
+    /// `limits:` — the owner's ceilings, each a whole number in `0..=2^53-1`.
+    fn limits(&mut self, value: Value) -> Limits {
+        let mut limits = Limits::default();
+        let map = match value {
+            Value::Null => return limits,
+            Value::Object(map) => map,
+            other => {
+                self.error(
+                    "limits",
+                    format!(
+                        "must be a mapping of ceilings ({}), found {}",
+                        Limits::FIELDS.join(", "),
+                        kind(&other)
+                    ),
+                );
+                return limits;
+            }
+        };
+        for (field, v) in map {
+            let path = format!("limits.{field}");
+            let Some(n) = v.as_u64().filter(|n| *n <= Limits::MAX) else {
+                self.error(
+                    &path,
+                    format!(
+                        "must be a whole number from 0 to {}, found {}",
+                        Limits::MAX,
+                        kind(&v)
+                    ),
+                );
+                continue;
+            };
+            if !limits.set(&field, Some(n)) {
+                self.error(
+                    &path,
+                    format!(
+                        "unknown ceiling: expected one of {}",
+                        Limits::FIELDS.join(", ")
+                    ),
+                );
+            }
+        }
+        limits
     }
 
     fn memory(&mut self, field: &str, value: Value) -> Memory {

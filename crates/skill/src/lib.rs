@@ -21,7 +21,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use declaration::{
-    Advertised, Declaration, DeclarationGap, Memory, body_source_name, model_source_name,
+    Advertised, Declaration, DeclarationGap, Limits, Memory, RESERVED_SOURCE_PREFIXES, SALT_LEN,
+    body_source_name, is_reserved_source_name, model_source_name, salt_source_name,
 };
 pub use diagnostic::{Diagnostic, DocumentError};
 pub use document::{Body, Parsed, is_valid_source_name};

@@ -59,7 +59,7 @@ fn the_declaration_never_holds_the_body() {
         "Body's Debug shows only its length"
     );
     assert!(
-        !serde_json::to_string(&p.declaration.advertised())
+        !serde_json::to_string(&p.declaration.advertised(p.declaration.digest(&[0; 32])))
             .expect("ser")
             .contains(marker)
     );
@@ -68,7 +68,8 @@ fn the_declaration_never_holds_the_body() {
 #[test]
 fn advertised_leaves_out_model_and_key() {
     let p = document::parse(SEED_EXAMPLE.as_bytes(), Some("music-taste")).expect("valid");
-    let ad = serde_json::to_string(&p.declaration.advertised()).expect("ser");
+    let ad = serde_json::to_string(&p.declaration.advertised(p.declaration.digest(&[7; 32])))
+        .expect("ser");
     assert!(!ad.contains("claude-sonnet"), "{ad}");
     assert!(!ad.contains("openrouter-key"), "{ad}");
     assert!(
@@ -78,7 +79,8 @@ fn advertised_leaves_out_model_and_key() {
 }
 
 #[test]
-fn digest_changes_with_any_field() {
+fn digest_changes_with_any_field_and_the_salt() {
+    let salt = [3u8; 32];
     let a = parse("---\nname: s\ndescription: one\n---\n")
         .expect("valid")
         .declaration;
@@ -88,16 +90,127 @@ fn digest_changes_with_any_field() {
     let c = parse("---\nname: s\ndescription: one\nmodel: m\n---\n")
         .expect("valid")
         .declaration;
-    assert!(a.digest().starts_with("sha256:") && a.digest().len() == 7 + 64);
-    assert_ne!(a.digest(), b.digest());
-    assert_ne!(a.digest(), c.digest());
+    let d = parse("---\nname: s\ndescription: one\nkey: k\n---\n")
+        .expect("valid")
+        .declaration;
+    let da = a.digest(&salt);
+    assert!(da.starts_with("sha256:") && da.len() == 7 + 64);
+    assert_ne!(da, b.digest(&salt));
+    assert_ne!(da, c.digest(&salt));
+    assert_ne!(da, d.digest(&salt));
+    assert_ne!(da, a.digest(&[4u8; 32]), "a new salt is a new commitment");
     assert_eq!(
-        a.digest(),
+        da,
         parse("---\ndescription: one\nname: s\n---\nother body\n")
             .expect("v")
             .declaration
-            .digest()
+            .digest(&salt),
+        "field order and the body do not change the commitment"
     );
+}
+
+/// Issue 12: the advertised digest must not let anyone confirm the private fields by guessing.
+/// An attacker who sees the advert (every public field) and tries a list of model ids and key
+/// names — the attack that recovered both from an unsalted hash in under a second — never
+/// reproduces the advertised value without the owner's salt.
+#[test]
+fn brute_forcing_the_private_fields_does_not_reproduce_the_digest() {
+    let p = document::parse(SEED_EXAMPLE.as_bytes(), Some("music-taste")).expect("valid");
+    let decl = p.declaration;
+    let mut salt = [0u8; 32];
+    for (i, b) in salt.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+    }
+    let advertised = decl.advertised(decl.digest(&salt)).digest;
+    let models = [
+        "anthropic/claude-sonnet-4.5",
+        "anthropic/claude-opus-4",
+        "openai/gpt-4o",
+        "openai/gpt-4o-mini",
+        "google/gemini-2.5-pro",
+        "meta-llama/llama-3.1-70b-instruct",
+        "mistralai/mistral-large",
+    ];
+    let keys = ["openrouter-key", "openai-key", "anthropic-key", "key"];
+    let mut guess = decl.clone();
+    let mut tried = 0;
+    for model in models {
+        for key in keys {
+            guess.model = Some(model.to_owned());
+            guess.key = Some(key.to_owned());
+            // The attacker's best guesses of the salt: none, zeros, the public digest.
+            for s in [[0u8; 32], [0xff; 32], [1u8; 32]] {
+                tried += 1;
+                assert_ne!(guess.digest(&s), advertised, "{model} / {key} confirmed");
+            }
+            // The old scheme: a plain hash of the whole declaration.
+            let plain = format!(
+                "sha256:{}",
+                sha256_hex(&serde_json::to_vec(&guess).expect("ser"))
+            );
+            assert_ne!(plain, advertised);
+        }
+    }
+    assert!(tried > 50);
+    // With the salt, the right guess is exactly the commitment: it really does bind them.
+    guess.model = Some("anthropic/claude-sonnet-4.5".into());
+    guess.key = Some("openrouter-key".into());
+    assert_eq!(guess.digest(&salt), advertised);
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+#[test]
+fn required_sources_and_key_under_reserved_prefixes_are_refused() {
+    for (field, line_text) in [
+        (
+            "requiredSources",
+            "requiredSources: [spotify_songs, skill/code-reviewer/body]",
+        ),
+        ("requiredSources", "requiredSources: call/abc/answer"),
+        ("requiredSources", "requiredSources:\n  - agent/x.y/prompt"),
+        ("key", "key: skill/other/body"),
+    ] {
+        let text = format!(
+            "---\nname: hostile\ndescription: d\nprovider: openrouter\n{line_text}\n---\nbody\n"
+        );
+        let ps = problems(&text);
+        let p = problem_for(&ps, field);
+        assert_eq!(p.line, Some(5), "{line_text}: {p}");
+        assert!(p.message.contains("reserved prefix"), "{p}");
+    }
+    // Near names are fine: the prefix is a whole path segment.
+    let ok = parse(
+        "---\nname: s\ndescription: d\nrequiredSources: [skills, calls/x, agentic]\n---\nb\n",
+    )
+    .expect("valid");
+    assert_eq!(ok.declaration.required_sources.len(), 3);
+}
+
+#[test]
+fn limits_are_parsed_and_checked() {
+    let p = parse("---\nname: s\ndescription: d\nlimits:\n  maxRequestBytes: 4096\n  callsPerDay: 10\n---\nb\n")
+        .expect("valid");
+    assert_eq!(p.declaration.limits.max_request_bytes, Some(4096));
+    assert_eq!(p.declaration.limits.calls_per_day, Some(10));
+    assert_eq!(p.declaration.limits.max_output_bytes, None);
+    for (bad, field) in [
+        ("limits: 5", "limits"),
+        ("limits:\n  maxRequestBytes: -1", "limits.maxRequestBytes"),
+        ("limits:\n  maxRequestBytes: 1.5", "limits.maxRequestBytes"),
+        (
+            "limits:\n  maxRequestBytes: \"10\"",
+            "limits.maxRequestBytes",
+        ),
+        ("limits:\n  maxTokens: 10", "limits.maxTokens"),
+    ] {
+        let ps = problems(&format!("---\nname: s\ndescription: d\n{bad}\n---\nb\n"));
+        let p = problem_for(&ps, field);
+        assert_eq!(p.line, Some(4), "{bad}: {p}");
+    }
 }
 
 #[test]
