@@ -4,10 +4,12 @@
 use serde_json::{Value, json};
 
 use crate::http::{
-    Endpoint, HttpOptions, check_status, json_error, read_capped, scrub, secret_header,
-    transport_error,
+    Endpoint, HttpOptions, check_status, json_error, read_capped, secret_header, transport_error,
 };
-use crate::{BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage};
+use crate::{
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
+    Usage,
+};
 
 /// The Messages API version this adapter speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -45,7 +47,7 @@ impl Anthropic {
         let response = request.send().await.map_err(|e| transport_error(e, secs))?;
         check_status(response.status(), response.headers())?;
         let bytes = read_capped(response, secs).await?;
-        parse_message(&bytes, api_key)
+        parse_message(&bytes)
     }
 }
 
@@ -64,7 +66,7 @@ pub fn request_body(request: &ChatRequest) -> Value {
 }
 
 /// A Messages answer: the text blocks joined, the stop reason, the token counts.
-pub fn parse_message(bytes: &[u8], api_key: Option<&str>) -> Result<Completion, ProviderError> {
+pub fn parse_message(bytes: &[u8]) -> Result<Completion, ProviderError> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| json_error("message", &e))?;
     if value.get("type").and_then(Value::as_str) == Some("error")
         || value.get("error").is_some_and(|e| !e.is_null())
@@ -81,11 +83,11 @@ pub fn parse_message(bytes: &[u8], api_key: Option<&str>) -> Result<Completion, 
                 retry_after_secs: None,
             },
             "authentication_error" => ProviderError::Unauthorized { status: 401 },
-            _ => ProviderError::MidStream(format!(
-                "{}: {}",
-                scrub(kind, api_key),
-                scrub(message, api_key)
-            )),
+            _ => {
+                // Anthropic's generic kind says nothing; its words then pick the kind.
+                let code = (kind != "invalid_request_error").then_some(kind);
+                ProviderError::Reported(ProviderFailure::classify(code, message))
+            }
         });
     }
     let blocks = value
@@ -143,7 +145,6 @@ mod tests {
     fn message_text_stop_and_usage() {
         let c = parse_message(
             br#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"},{"type":"text","text":" there"}],"stop_reason":"max_tokens","usage":{"input_tokens":12,"output_tokens":4}}"#,
-            None,
         )
         .unwrap();
         assert_eq!(c.text, "Hi there");
@@ -156,16 +157,20 @@ mod tests {
     fn error_documents() {
         let e = parse_message(
             br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-            None,
         )
         .unwrap_err();
         assert!(e.is_retryable());
         let e = parse_message(
             br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad key sk-ant-x"}}"#,
-            Some("sk-ant-x"),
         )
         .unwrap_err();
-        assert!(!e.to_string().contains("sk-ant-x"), "{e}");
+        assert!(!format!("{e} {e:?}").contains("sk-ant-x"), "{e}");
+        assert!(!format!("{e} {e:?}").contains("bad key"), "{e}");
+        let e = parse_message(
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.failure(), ProviderFailure::ContextTooLong);
     }
 
     #[test]

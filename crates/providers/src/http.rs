@@ -233,21 +233,6 @@ pub(crate) fn transport_error(err: reqwest::Error, timeout_secs: u64) -> Provide
     ProviderError::Transport(message)
 }
 
-/// A provider's own error text, made safe to carry: the key removed, control characters dropped,
-/// and cut short (provider messages can be long and are not ours to relay in full).
-pub(crate) fn scrub(message: &str, key: Option<&str>) -> String {
-    let mut text = message.to_owned();
-    if let Some(key) = key.filter(|k| !k.is_empty()) {
-        text = text.replace(key, "[redacted]");
-    }
-    let text: String = text.chars().filter(|c| !c.is_control()).collect();
-    const MAX: usize = 200;
-    match text.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
-    }
-}
-
 /// A JSON error as a message that never quotes the document (it may hold the answer).
 pub(crate) fn json_error(what: &str, err: &serde_json::Error) -> ProviderError {
     let kind = match err.classify() {
@@ -266,14 +251,6 @@ pub(crate) fn json_error(what: &str, err: &serde_json::Error) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scrub_removes_key_and_cuts() {
-        let s = scrub("bad key sk-secret-123 given\n", Some("sk-secret-123"));
-        assert_eq!(s, "bad key [redacted] given");
-        let long = "x".repeat(500);
-        assert_eq!(scrub(&long, None).chars().count(), 201);
-    }
 
     #[test]
     fn retry_after_forms() {

@@ -70,8 +70,11 @@ pub enum ProviderError {
     Timeout { secs: u64 },
     #[error("provider answered with a redirect, which a box never follows")]
     Redirect,
-    #[error("provider reported an error mid-stream: {0}")]
-    MidStream(String),
+    /// The provider reported an error in its answer (a 200 body's `error`, a stream's error
+    /// event). Its own words are read inside the box only to pick the kind, then dropped: a
+    /// provider quoting its input would otherwise carry the prompt out.
+    #[error("provider reported an error: {0}")]
+    Reported(ProviderFailure),
     #[error("provider answer not understood: {0}")]
     Protocol(String),
     #[error("provider unavailable: {0}")]
@@ -91,7 +94,132 @@ pub enum ProviderError {
     Fetch(String),
 }
 
+/// The closed set of provider failures that may leave a box (design §9): a run's failure is one
+/// of these codes, never provider text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderFailure {
+    /// The key was refused.
+    Unauthorized,
+    RateLimited,
+    /// The model id is unknown to the provider or not allowed for the key.
+    ModelRejected,
+    /// The prompt (body + request + sources) is longer than the model takes.
+    ContextTooLong,
+    /// Any other error the provider reported (5xx, an error event, a moderation refusal).
+    UpstreamError,
+    Timeout,
+    /// The answer was not in the provider's wire format (or a redirect, which is never followed).
+    Protocol,
+    /// The provider is not available at this box (no model file, not configured).
+    Unavailable,
+}
+
+impl ProviderFailure {
+    pub const ALL: [ProviderFailure; 8] = [
+        ProviderFailure::Unauthorized,
+        ProviderFailure::RateLimited,
+        ProviderFailure::ModelRejected,
+        ProviderFailure::ContextTooLong,
+        ProviderFailure::UpstreamError,
+        ProviderFailure::Timeout,
+        ProviderFailure::Protocol,
+        ProviderFailure::Unavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderFailure::Unauthorized => "unauthorized",
+            ProviderFailure::RateLimited => "rate_limited",
+            ProviderFailure::ModelRejected => "model_rejected",
+            ProviderFailure::ContextTooLong => "context_too_long",
+            ProviderFailure::UpstreamError => "upstream_error",
+            ProviderFailure::Timeout => "timeout",
+            ProviderFailure::Protocol => "protocol",
+            ProviderFailure::Unavailable => "unavailable",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ProviderFailure> {
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+
+    /// Words for people, fixed per code.
+    pub fn message(self) -> &'static str {
+        match self {
+            ProviderFailure::Unauthorized => "the provider refused the owner's API key",
+            ProviderFailure::RateLimited => "the provider's rate limit was reached",
+            ProviderFailure::ModelRejected => "the provider does not take the owner's model",
+            ProviderFailure::ContextTooLong => "the prompt is longer than the model takes",
+            ProviderFailure::UpstreamError => "the provider reported an error",
+            ProviderFailure::Timeout => "the provider did not answer in time",
+            ProviderFailure::Protocol => "the provider's answer was not understood",
+            ProviderFailure::Unavailable => "the provider is not available at this box",
+        }
+    }
+
+    /// Pick the kind of an error a provider reported: from its code when it gave one (a
+    /// message may quote the prompt, whose words must not steer the kind), else from its words.
+    /// Runs inside the box; neither is kept.
+    pub fn classify(code: Option<&str>, message: &str) -> ProviderFailure {
+        let text = match code.filter(|c| !c.trim().is_empty()) {
+            Some(c) => c.to_ascii_lowercase().replace(['_', '-'], " "),
+            None => message.to_ascii_lowercase(),
+        };
+        let has = |w: &str| text.contains(w);
+        if has("context")
+            || has("too long")
+            || has("too many tokens")
+            || (has("maximum") && has("token"))
+        {
+            ProviderFailure::ContextTooLong
+        } else if has("model")
+            && (has("not found")
+                || has("does not exist")
+                || has("invalid")
+                || has("not a valid")
+                || has("unknown")
+                || has("not available")
+                || has("not supported"))
+        {
+            ProviderFailure::ModelRejected
+        } else if (has("rate") && has("limit")) || has("quota") {
+            ProviderFailure::RateLimited
+        } else if has("auth") || has("api key") || has("api_key") || has("permission") {
+            ProviderFailure::Unauthorized
+        } else {
+            ProviderFailure::UpstreamError
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl ProviderError {
+    /// The closed code this error crosses the box boundary as.
+    pub fn failure(&self) -> ProviderFailure {
+        match self {
+            ProviderError::Unauthorized { .. } => ProviderFailure::Unauthorized,
+            ProviderError::RateLimited { .. } => ProviderFailure::RateLimited,
+            ProviderError::Upstream { status: 404 } => ProviderFailure::ModelRejected,
+            ProviderError::Upstream { status: 413 } => ProviderFailure::ContextTooLong,
+            ProviderError::Upstream { .. } | ProviderError::Transport(_) => {
+                ProviderFailure::UpstreamError
+            }
+            ProviderError::Timeout { .. } => ProviderFailure::Timeout,
+            ProviderError::Redirect | ProviderError::Protocol(_) => ProviderFailure::Protocol,
+            ProviderError::Reported(f) => *f,
+            ProviderError::InvalidRequest(_) => ProviderFailure::ContextTooLong,
+            ProviderError::Unavailable(_) | ProviderError::Config(_) | ProviderError::Fetch(_) => {
+                ProviderFailure::Unavailable
+            }
+        }
+    }
+
     /// Worth another try after a pause (rate limit, 5xx, timeout, transport).
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -114,4 +242,72 @@ pub trait Provider: Send + Sync {
         request: ChatRequest,
         api_key: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Completion, ProviderError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_errors_map_to_closed_codes_by_their_code_first() {
+        let c = |code: Option<&str>, m: &str| ProviderFailure::classify(code, m);
+        assert_eq!(
+            c(Some("context_length_exceeded"), ""),
+            ProviderFailure::ContextTooLong
+        );
+        assert_eq!(
+            c(Some("model_not_found"), ""),
+            ProviderFailure::ModelRejected
+        );
+        assert_eq!(c(Some("invalid_model"), ""), ProviderFailure::ModelRejected);
+        assert_eq!(
+            c(Some("rate_limit_exceeded"), ""),
+            ProviderFailure::RateLimited
+        );
+        assert_eq!(
+            c(Some("invalid_api_key"), ""),
+            ProviderFailure::Unauthorized
+        );
+        // A code wins over words that quote the prompt (which the caller wrote).
+        assert_eq!(
+            c(
+                Some("moderation"),
+                "the context is too long for model gpt-x: <prompt>"
+            ),
+            ProviderFailure::UpstreamError
+        );
+        assert_eq!(
+            c(None, "prompt is too long: 210000 tokens"),
+            ProviderFailure::ContextTooLong
+        );
+        assert_eq!(c(None, "something broke"), ProviderFailure::UpstreamError);
+        for f in ProviderFailure::ALL {
+            assert_eq!(ProviderFailure::parse(f.as_str()), Some(f));
+            assert!(!f.message().is_empty());
+        }
+        assert_eq!(ProviderFailure::parse("anything else"), None);
+    }
+
+    #[test]
+    fn every_error_kind_has_a_closed_code_and_none_carries_provider_words() {
+        let e = ProviderError::Reported(ProviderFailure::ContextTooLong);
+        assert_eq!(e.failure(), ProviderFailure::ContextTooLong);
+        assert_eq!(
+            ProviderError::Upstream { status: 404 }.failure(),
+            ProviderFailure::ModelRejected
+        );
+        assert_eq!(
+            ProviderError::Upstream { status: 502 }.failure(),
+            ProviderFailure::UpstreamError
+        );
+        assert_eq!(
+            ProviderError::Timeout { secs: 3 }.failure(),
+            ProviderFailure::Timeout
+        );
+        assert_eq!(ProviderError::Redirect.failure(), ProviderFailure::Protocol);
+        assert_eq!(
+            ProviderError::Unavailable("no model file".into()).failure(),
+            ProviderFailure::Unavailable
+        );
+    }
 }

@@ -9,10 +9,13 @@
 use serde_json::{Value, json};
 
 use crate::http::{
-    Endpoint, HttpOptions, MAX_ANSWER_BYTES, check_status, json_error, read_capped, scrub,
-    secret_header, transport_error,
+    Endpoint, HttpOptions, MAX_ANSWER_BYTES, check_status, json_error, read_capped, secret_header,
+    transport_error,
 };
-use crate::{BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage};
+use crate::{
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
+    Usage,
+};
 
 /// How an OpenAI-compatible endpoint is called.
 #[derive(Clone, Debug)]
@@ -106,12 +109,12 @@ impl OpenAiCompatible {
                 .await
                 .map_err(|e| transport_error(e, secs))?
             {
-                stream.feed(&chunk, api_key)?;
+                stream.feed(&chunk)?;
             }
-            stream.finish(api_key)
+            stream.finish()
         } else {
             let bytes = read_capped(response, secs).await?;
-            parse_answer(&bytes, api_key)
+            parse_answer(&bytes)
         }
     }
 }
@@ -180,7 +183,7 @@ fn usage(value: &Value) -> Option<Usage> {
 
 /// An `error` object the provider put in a 200 answer. A numeric code that is an HTTP status
 /// keeps its kind (so an upstream 502 is retried); anything else is reported as is.
-fn reported_error(value: &Value, api_key: Option<&str>, started: bool) -> Option<ProviderError> {
+fn reported_error(value: &Value, started: bool) -> Option<ProviderError> {
     let error = value.get("error").filter(|e| !e.is_null())?;
     let message = error
         .get("message")
@@ -208,22 +211,20 @@ fn reported_error(value: &Value, api_key: Option<&str>, started: bool) -> Option
         }
     }
     let code = match code {
-        Some(Value::String(s)) => scrub(s, api_key),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => "error".to_owned(),
+        Some(Value::String(s)) => Some(s.as_str()),
+        _ => None,
     };
-    Some(ProviderError::MidStream(format!(
-        "{code}: {}",
-        scrub(message, api_key)
+    Some(ProviderError::Reported(ProviderFailure::classify(
+        code, message,
     )))
 }
 
 /// A whole (non-streamed) answer.
-pub fn parse_answer(bytes: &[u8], api_key: Option<&str>) -> Result<Completion, ProviderError> {
+pub fn parse_answer(bytes: &[u8]) -> Result<Completion, ProviderError> {
     // OpenRouter pads a slow non-streamed answer with whitespace; serde skips it.
     let value: Value =
         serde_json::from_slice(bytes).map_err(|e| json_error("chat completion", &e))?;
-    if let Some(err) = reported_error(&value, api_key, false) {
+    if let Some(err) = reported_error(&value, false) {
         return Err(err);
     }
     let choice = value
@@ -241,9 +242,7 @@ pub fn parse_answer(bytes: &[u8], api_key: Option<&str>) -> Result<Completion, P
         .map(finish_reason)
         .unwrap_or(FinishReason::Other);
     if choice.get("finish_reason").and_then(Value::as_str) == Some("error") {
-        return Err(ProviderError::MidStream(
-            "the provider ended the answer with an error".into(),
-        ));
+        return Err(ProviderError::Reported(ProviderFailure::UpstreamError));
     }
     Ok(Completion {
         text,
@@ -268,11 +267,11 @@ const MAX_LINE: usize = 4 << 20;
 
 impl StreamAnswer {
     /// Takes the next bytes of the stream; fails on an error event or a malformed one.
-    pub fn feed(&mut self, bytes: &[u8], api_key: Option<&str>) -> Result<(), ProviderError> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), ProviderError> {
         self.pending.extend_from_slice(bytes);
         while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=end).collect();
-            self.line(&line[..end], api_key)?;
+            self.line(&line[..end])?;
         }
         if self.pending.len() > MAX_LINE {
             return Err(ProviderError::Protocol(
@@ -282,7 +281,7 @@ impl StreamAnswer {
         Ok(())
     }
 
-    fn line(&mut self, line: &[u8], api_key: Option<&str>) -> Result<(), ProviderError> {
+    fn line(&mut self, line: &[u8]) -> Result<(), ProviderError> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         // Blank lines end events; `:` lines are comments (`: OPENROUTER PROCESSING`).
         if line.is_empty() || line.starts_with(b":") || self.done {
@@ -301,7 +300,7 @@ impl StreamAnswer {
             serde_json::from_slice(data).map_err(|e| json_error("stream event", &e))?;
         self.events += 1;
         // Once the answer has started, an error is the stream's whatever its code (no retry).
-        if let Some(err) = reported_error(&value, api_key, !self.text.is_empty()) {
+        if let Some(err) = reported_error(&value, !self.text.is_empty()) {
             return Err(err);
         }
         if let Some(u) = usage(&value) {
@@ -319,9 +318,7 @@ impl StreamAnswer {
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 if reason == "error" {
-                    return Err(ProviderError::MidStream(
-                        "the provider ended the answer with an error".into(),
-                    ));
+                    return Err(ProviderError::Reported(ProviderFailure::UpstreamError));
                 }
                 self.finish = Some(finish_reason(reason));
             }
@@ -330,17 +327,14 @@ impl StreamAnswer {
     }
 
     /// The answer, once the stream has closed.
-    pub fn finish(mut self, api_key: Option<&str>) -> Result<Completion, ProviderError> {
+    pub fn finish(mut self) -> Result<Completion, ProviderError> {
         if !self.pending.is_empty() {
             let rest = std::mem::take(&mut self.pending);
-            self.line(&rest, api_key)?;
+            self.line(&rest)?;
         }
         let Some(finish) = self.finish else {
-            return Err(ProviderError::MidStream(if self.events == 0 {
-                "the stream closed without an answer".into()
-            } else {
-                "the stream closed before the answer finished".into()
-            }));
+            // Without an answer, or cut before it finished: not the provider's wire format.
+            return Err(ProviderError::Reported(ProviderFailure::Protocol));
         };
         Ok(Completion {
             text: self.text,
@@ -357,9 +351,9 @@ mod tests {
     fn feed_all(parts: &[&str]) -> Result<Completion, ProviderError> {
         let mut s = StreamAnswer::default();
         for p in parts {
-            s.feed(p.as_bytes(), Some("sk-k"))?;
+            s.feed(p.as_bytes())?;
         }
-        s.finish(Some("sk-k"))
+        s.finish()
     }
 
     #[test]
@@ -391,22 +385,28 @@ mod tests {
             "data: {\"error\":{\"code\":502,\"message\":\"upstream died, key sk-k\"},\"choices\":[{\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
         ])
         .unwrap_err();
-        match err {
-            ProviderError::MidStream(m) => {
-                assert!(m.contains("upstream died"), "{m}");
-                assert!(!m.contains("sk-k"), "{m}");
-            }
-            other => panic!("expected MidStream, got {other:?}"),
-        }
+        // Kind only: the provider's words (and the key they quote) never leave the adapter.
+        assert!(
+            matches!(err, ProviderError::Reported(ProviderFailure::UpstreamError)),
+            "{err:?}"
+        );
+        assert!(!format!("{err:?} {err}").contains("upstream died"));
+        assert!(!format!("{err:?} {err}").contains("sk-k"));
     }
 
     #[test]
     fn stream_cut_short_is_an_error() {
         let err =
             feed_all(&["data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"]).unwrap_err();
-        assert!(matches!(err, ProviderError::MidStream(_)), "{err:?}");
+        assert!(
+            matches!(err, ProviderError::Reported(ProviderFailure::Protocol)),
+            "{err:?}"
+        );
         let err = feed_all(&[]).unwrap_err();
-        assert!(matches!(err, ProviderError::MidStream(_)), "{err:?}");
+        assert!(
+            matches!(err, ProviderError::Reported(ProviderFailure::Protocol)),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -414,35 +414,29 @@ mod tests {
         let err = feed_all(&["data: {\"choices\": \"secret answer text\n\n"]).unwrap_err();
         assert!(matches!(err, ProviderError::Protocol(_)));
         assert!(!err.to_string().contains("secret"));
-        let err = parse_answer(
-            br#"{"choices":[{"message":{"content":5}}], "usage": "secret"}"#,
-            None,
-        );
+        let err = parse_answer(br#"{"choices":[{"message":{"content":5}}], "usage": "secret"}"#);
         // A wrong-typed field is tolerated, never echoed.
         assert!(err.is_ok());
     }
 
     #[test]
     fn whole_answer_and_error_in_200_body() {
-        let c = parse_answer(
-            b"\n\n  {\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}",
-            None,
-        )
+        let c = parse_answer(b"\n\n  {\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}")
         .unwrap();
         assert_eq!(c.text, "ok");
         assert_eq!(c.finish, FinishReason::Length);
         assert_eq!(c.usage.cost, None);
-        let err = parse_answer(
-            br#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#,
-            None,
-        )
-        .unwrap_err();
+        let err =
+            parse_answer(br#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#)
+                .unwrap_err();
         assert!(
-            matches!(err, ProviderError::MidStream(ref m) if m.contains("too long")),
+            matches!(
+                err,
+                ProviderError::Reported(ProviderFailure::ContextTooLong)
+            ),
             "{err:?}"
         );
-        let err =
-            parse_answer(br#"{"error":{"code":502,"message":"bad gateway"}}"#, None).unwrap_err();
+        let err = parse_answer(br#"{"error":{"code":502,"message":"bad gateway"}}"#).unwrap_err();
         assert!(
             matches!(err, ProviderError::Upstream { status: 502 }),
             "{err:?}"
