@@ -18,7 +18,7 @@ use crate::dsse::{ApprovedProgram, Envelope, PartyAction, sign_action};
 use crate::error::{JcError, Result};
 use crate::program::{ProgramHash, Role};
 use crate::receipt::{self, Receipt};
-use crate::run::{Opened, ResultView, RunView};
+use crate::run::{Opened, ResultView, RunFailure, RunView};
 use crate::seal::{self, HpkeKeyPair, Purpose, Sealer};
 use crate::server::{ErrorBody, Health, STAKE_ACTION_HEADER, Staked, Submitted};
 
@@ -94,7 +94,7 @@ pub fn open_result(
     let sealed_b64 = view.sealed_output.as_ref().ok_or_else(|| {
         JcError::NotReady(format!(
             "run failed: {}",
-            view.error.clone().unwrap_or_default()
+            view.error.map_or("unknown", RunFailure::as_str)
         ))
     })?;
     let sealed = STANDARD
@@ -149,6 +149,15 @@ impl BoxClient {
         &self.base
     }
 
+    /// `<base>/v1/runs/<id><tail>`, for a well-formed run id only (an id from a box or a peer
+    /// never goes into a URL unchecked).
+    fn run_url(&self, run_id: &str, tail: &str) -> Result<String> {
+        if !crate::error::is_run_id(run_id) {
+            return Err(JcError::BadRunId);
+        }
+        Ok(format!("{}/v1/runs/{run_id}{tail}", self.base))
+    }
+
     async fn parse<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T> {
         let status = resp.status();
         let bytes = resp
@@ -156,17 +165,20 @@ impl BoxClient {
             .await
             .map_err(|e| JcError::Transport(e.to_string()))?;
         if !status.is_success() {
-            let (code, message) = match serde_json::from_slice::<ErrorBody>(&bytes) {
-                Ok(b) => (b.error, b.message),
-                Err(_) => (
-                    "http".into(),
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
-                ),
-            };
+            // Only a well-formed code crosses; the box's message is not read at all.
+            let code = serde_json::from_slice::<ErrorBody>(&bytes)
+                .ok()
+                .map(|b| b.error)
+                .filter(|c| {
+                    !c.is_empty()
+                        && c.len() <= 64
+                        && c.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                })
+                .unwrap_or_else(|| "http".into());
             return Err(JcError::Remote {
                 status: status.as_u16(),
                 code,
-                message,
             });
         }
         serde_json::from_slice(&bytes)
@@ -188,21 +200,23 @@ impl BoxClient {
 
     /// jc.open with the twice-signed program.
     pub async fn open(&self, program: &Envelope) -> Result<Opened> {
-        self.send(
-            self.http
-                .post(format!("{}/v1/runs", self.base))
-                .body(program.to_json()),
-        )
-        .await
+        let opened: Opened = self
+            .send(
+                self.http
+                    .post(format!("{}/v1/runs", self.base))
+                    .header("content-type", "application/json")
+                    .body(program.to_json()),
+            )
+            .await?;
+        if !crate::error::is_run_id(&opened.run_id) {
+            return Err(JcError::BadRunId);
+        }
+        Ok(opened)
     }
 
     pub async fn attestation(&self, run_id: &str, nonce: &str) -> Result<Attestation> {
-        self.send(self.http.get(format!(
-            "{}/v1/runs/{run_id}/attestation?nonce={}",
-            self.base,
-            url_safe(nonce)
-        )))
-        .await
+        let url = self.run_url(run_id, &format!("/attestation?nonce={}", url_safe(nonce)))?;
+        self.send(self.http.get(url)).await
     }
 
     /// jc.attest with a fresh nonce of our own, then every client-side check.
@@ -243,7 +257,7 @@ impl BoxClient {
         let staked: Staked = self
             .send(
                 self.http
-                    .post(format!("{}/v1/runs/{}/stakes", self.base, run.run_id))
+                    .post(self.run_url(&run.run_id, "/stakes")?)
                     .header(STAKE_ACTION_HEADER, STANDARD.encode(env.to_json()))
                     .header("content-type", "application/octet-stream")
                     .body(sealed),
@@ -283,7 +297,8 @@ impl BoxClient {
         let s: Submitted = self
             .send(
                 self.http
-                    .post(format!("{}/v1/runs/{run_id}/submit", self.base))
+                    .post(self.run_url(run_id, "/submit")?)
+                    .header("content-type", "application/json")
                     .body(env.to_json()),
             )
             .await?;
@@ -291,17 +306,13 @@ impl BoxClient {
     }
 
     pub async fn status(&self, run_id: &str) -> Result<RunView> {
-        self.send(self.http.get(format!("{}/v1/runs/{run_id}", self.base)))
-            .await
+        self.send(self.http.get(self.run_url(run_id, "")?)).await
     }
 
     /// jc.result as it stands (409 `not_ready` while running).
     pub async fn result(&self, run_id: &str) -> Result<ResultView> {
-        self.send(
-            self.http
-                .get(format!("{}/v1/runs/{run_id}/result", self.base)),
-        )
-        .await
+        self.send(self.http.get(self.run_url(run_id, "/result")?))
+            .await
     }
 
     /// Poll until the run finished or `timeout` passed.
@@ -332,7 +343,8 @@ impl BoxClient {
         let env = Self::action("delete", run_id, program_hash, role, node_key)?;
         let resp = self
             .http
-            .delete(format!("{}/v1/runs/{run_id}", self.base))
+            .delete(self.run_url(run_id, "")?)
+            .header("content-type", "application/json")
             .body(env.to_json())
             .send()
             .await

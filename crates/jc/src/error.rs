@@ -90,10 +90,23 @@ pub enum JcError {
     NotReady(String),
     #[error("provider {0} is not available at this box")]
     ProviderUnavailable(String),
+    /// The provider failed the run: only its closed code, never its words.
+    #[error("provider failed: {0}")]
+    ProviderFailed(skillbox_providers::ProviderFailure),
     #[error("provider host {found:?} differs from this box's configured host {expected:?}")]
     ProviderHost { expected: String, found: String },
     #[error("box is at its limit of {0} runs in flight")]
     Busy(usize),
+    #[error("box is at its memory budget for opened stakes ({budget} bytes)")]
+    OverBudget { budget: u64 },
+    #[error("run id is not 32 lowercase hex digits")]
+    BadRunId,
+    #[error("the Host header names no address this box answers on")]
+    HostNotAllowed,
+    #[error("cross-site request refused (Origin)")]
+    OriginNotAllowed,
+    #[error("the request body must be {expected}")]
+    MediaType { expected: &'static str },
     #[error("role {0:?} is not caller or owner")]
     UnknownRole(String),
     #[error("request body invalid: {0}")]
@@ -102,12 +115,10 @@ pub enum JcError {
     BodyTooLarge { limit: usize },
 
     // --- the client side of HTTP ---
-    #[error("box answered {status} {code}: {message}")]
-    Remote {
-        status: u16,
-        code: String,
-        message: String,
-    },
+    /// The box refused. Only its status and code cross (a code of `[a-z0-9_]`, at most 64
+    /// characters): the box's words are never carried into a node's records or logs.
+    #[error("box answered {status} {code}")]
+    Remote { status: u16, code: String },
     #[error("box unreachable: {0}")]
     Transport(String),
     #[error("internal error: {0}")]
@@ -155,8 +166,13 @@ impl JcError {
             WrongState { .. } => "wrong_state",
             NotReady(_) => "not_ready",
             ProviderUnavailable(_) => "provider_unavailable",
+            ProviderFailed(_) => "provider_failed",
             ProviderHost { .. } => "provider_host_mismatch",
-            Busy(_) => "busy",
+            Busy(_) | OverBudget { .. } => "busy",
+            BadRunId => "bad_run_id",
+            HostNotAllowed => "host_not_allowed",
+            OriginNotAllowed => "origin_not_allowed",
+            MediaType { .. } => "unsupported_media_type",
             UnknownRole(_) => "unknown_role",
             BadRequest(_) => "bad_request",
             BodyTooLarge { .. } => "body_too_large",
@@ -180,12 +196,81 @@ impl JcError {
             ProgramExpired { .. } | RunExpired(_) => 410,
             StakeTooLarge { .. } | BodyTooLarge { .. } => 413,
             SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
-            ProviderUnavailable(_) | Busy(_) => 503,
+            ProviderUnavailable(_) | Busy(_) | OverBudget { .. } => 503,
+            ProviderFailed(_) => 502,
+            HostNotAllowed => 421,
+            OriginNotAllowed => 403,
+            MediaType { .. } => 415,
             Internal(_) | Transport(_) => 500,
             Remote { status, .. } => *status,
             _ => 400,
         }
     }
+}
+
+impl JcError {
+    /// The words the box's HTTP API sends with [`Self::code`]: fixed per code, so nothing a
+    /// party sent (nor anything of the run) is echoed across the boundary.
+    pub fn fixed_message(&self) -> &'static str {
+        use JcError::*;
+        match self {
+            ProgramJson(_) | DuplicateKey { .. } | NonCanonical { .. } => {
+                "the program is not canonical JSON (RFC 8785)"
+            }
+            ProgramInvalid { .. } => "the program breaks a field rule",
+            ProgramExpired { .. } => "the program expired",
+            Envelope(_) | PayloadType { .. } => "the signed envelope is invalid",
+            SignatureMissing { .. } => "a party's signature is missing",
+            SignerNotInProgram { .. } => "a signature is not from a party of the program",
+            BadSignature { .. } => "a signature does not verify",
+            PlatformNotAllowed(_) | DevAttestationNotAllowed => "attestation platform refused",
+            BoxNotListed { .. } => "this box is not listed in the program",
+            NonceMismatch
+            | StatementProgramMismatch { .. }
+            | StatementRunMismatch { .. }
+            | AttestationExpired { .. }
+            | ReportDataMismatch
+            | Evidence(_) => "attestation refused",
+            Sealed(_) | StakeWrongInfo { .. } => "the sealed stake does not open for this run",
+            StakeTooLarge { .. } | EntryTooLarge { .. } => "the stake is over the program's limits",
+            EntryNotInProgram { .. } | EntryMissing { .. } => {
+                "the stake's entries are not the program's"
+            }
+            ResultNotForThisKey => "the result is not sealed to this key",
+            Read(_) => "reading the material failed",
+            RunNotFound(_) => "no such run",
+            RunSpent(_) => "the run id is spent",
+            ProgramSpent(_) => "the program already ran at this box",
+            RunExpired(_) => "the run expired",
+            AlreadyStaked { .. } => "this party has already staked",
+            StakesMissing { .. } => "waiting for both parties' stakes",
+            WrongState { .. } => "not possible in the run's state",
+            NotReady(_) => "the run has not finished",
+            ProviderUnavailable(_) => "the program's provider is not available at this box",
+            ProviderFailed(f) => f.message(),
+            ProviderHost { .. } => "the program's provider host is not this box's",
+            Busy(_) | OverBudget { .. } => "the box is busy; try again later",
+            BadRunId => "run ids are 32 lowercase hex digits",
+            HostNotAllowed => "the Host header names no address this box answers on",
+            OriginNotAllowed => "cross-site requests are refused",
+            MediaType { .. } => "unsupported media type",
+            UnknownRole(_) => "unknown role",
+            BadRequest(_) => "the request is invalid",
+            BodyTooLarge { .. } => "the request body is too large",
+            Remote { .. } => "the box refused",
+            Transport(_) => "the box is unreachable",
+            Internal(_) => "internal error",
+        }
+    }
+}
+
+/// Whether `id` has the form of a run id (128 random bits, lowercase hex): checked before an id
+/// from anywhere (a URL path, a peer's `call.session`) is used in a URL or a lookup.
+pub fn is_run_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 pub type Result<T> = std::result::Result<T, JcError>;

@@ -282,6 +282,13 @@ impl Program {
         }
         check_ed25519("parties.caller.node_key", &self.parties.caller.node_key)?;
         check_ed25519("parties.owner.node_key", &self.parties.owner.node_key)?;
+        // Two parties, two keys: one key as both would approve alone and read both stakes' fate.
+        if self.parties.caller.node_key == self.parties.owner.node_key {
+            return Err(invalid(
+                "parties.owner.node_key",
+                "the same key as the caller's: a program has two distinct parties",
+            ));
+        }
         if decode_hex32(&self.parties.caller.result_key).is_none()
             || !is_lower_hex(&self.parties.caller.result_key)
         {
@@ -520,13 +527,20 @@ fn check_skill_name(name: &str) -> Result<()> {
     }
 }
 
-/// Source names: what the node's source store accepts, minus anything that could break framing.
+/// Caller source names: the node's own source-name rule, never a stake entry's name
+/// (`request`, `body`, `model`, `key`), and never owner or node material (`skill/`, `agent/`,
+/// `call/`): a program naming one is refused by both parties and by the box.
 fn check_source_name(field: &str, name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+    if skillbox_skill::is_reserved_source_name(name) {
+        return Err(invalid(
+            field,
+            format!(
+                "under a reserved prefix ({}): only a caller's shareable data can be staked",
+                skillbox_skill::RESERVED_SOURCE_PREFIXES.join(", ")
+            ),
+        ));
+    }
+    let ok = skillbox_skill::is_valid_source_name(name)
         && !matches!(name, "request" | "body" | "model" | "key");
     if ok {
         Ok(())
@@ -676,6 +690,23 @@ pub(crate) mod tests {
             .push(bad.caller_inputs.sources[0].clone());
         assert!(
             matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, .. }) if field == "caller_inputs.sources[1].name")
+        );
+        for reserved in [
+            "skill/code-reviewer/body",
+            "call/abc/answer",
+            "agent/a.b/prompt",
+        ] {
+            let mut bad = p.clone();
+            bad.caller_inputs.sources[0].name = reserved.into();
+            assert!(
+                matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, ref reason }) if field == "caller_inputs.sources[0].name" && reason.contains("reserved prefix")),
+                "{reserved} accepted"
+            );
+        }
+        let mut bad = p.clone();
+        bad.parties.owner.node_key = bad.parties.caller.node_key.clone();
+        assert!(
+            matches!(bad.validate(), Err(JcError::ProgramInvalid { ref field, .. }) if field == "parties.owner.node_key")
         );
         let mut bad = p.clone();
         bad.parties.owner.node_key = "zz".into();

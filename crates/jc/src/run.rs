@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use skillbox_providers::{ChatRequest, FinishReason};
+use skillbox_providers::{ChatRequest, FinishReason, ProviderFailure};
 use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
@@ -38,6 +38,9 @@ pub struct BoxConfig {
     /// How long a finished run's sealed result and receipt wait to be fetched.
     pub result_ttl_secs: u64,
     pub max_runs: usize,
+    /// Memory the box sets aside for opened stakes: each open run reserves its program's stake
+    /// limits (both parties); a run that would go over is refused `busy` rather than grown into.
+    pub stake_budget_bytes: u64,
     /// Sampling for the prompt; the seed is derived from the program hash (reproducible runs).
     pub temperature: f32,
 }
@@ -48,6 +51,7 @@ impl Default for BoxConfig {
             run_ttl_secs: 600,
             result_ttl_secs: 3600,
             max_runs: 1000,
+            stake_budget_bytes: 1 << 30,
             temperature: 0.7,
         }
     }
@@ -90,14 +94,90 @@ impl Phase {
     }
 }
 
+/// Why a run failed, as both parties learn it: a closed code, never the provider's (or
+/// anyone's) words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunFailure {
+    Unauthorized,
+    RateLimited,
+    ModelRejected,
+    ContextTooLong,
+    UpstreamError,
+    Timeout,
+    Protocol,
+    Unavailable,
+    /// The box itself failed (sealing, a lost stake): nothing the parties did.
+    Internal,
+}
+
+impl RunFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunFailure::Internal => "internal",
+            other => other.provider().map_or("internal", ProviderFailure::as_str),
+        }
+    }
+
+    /// The provider failure this is, if it is one.
+    pub fn provider(self) -> Option<ProviderFailure> {
+        Some(match self {
+            RunFailure::Unauthorized => ProviderFailure::Unauthorized,
+            RunFailure::RateLimited => ProviderFailure::RateLimited,
+            RunFailure::ModelRejected => ProviderFailure::ModelRejected,
+            RunFailure::ContextTooLong => ProviderFailure::ContextTooLong,
+            RunFailure::UpstreamError => ProviderFailure::UpstreamError,
+            RunFailure::Timeout => ProviderFailure::Timeout,
+            RunFailure::Protocol => ProviderFailure::Protocol,
+            RunFailure::Unavailable => ProviderFailure::Unavailable,
+            RunFailure::Internal => return None,
+        })
+    }
+
+    /// Words for people, fixed per code.
+    pub fn message(self) -> &'static str {
+        self.provider()
+            .map_or("the box failed the run", ProviderFailure::message)
+    }
+}
+
+impl From<ProviderFailure> for RunFailure {
+    fn from(f: ProviderFailure) -> RunFailure {
+        match f {
+            ProviderFailure::Unauthorized => RunFailure::Unauthorized,
+            ProviderFailure::RateLimited => RunFailure::RateLimited,
+            ProviderFailure::ModelRejected => RunFailure::ModelRejected,
+            ProviderFailure::ContextTooLong => RunFailure::ContextTooLong,
+            ProviderFailure::UpstreamError => RunFailure::UpstreamError,
+            ProviderFailure::Timeout => RunFailure::Timeout,
+            ProviderFailure::Protocol => RunFailure::Protocol,
+            ProviderFailure::Unavailable => RunFailure::Unavailable,
+        }
+    }
+}
+
+impl From<&JcError> for RunFailure {
+    fn from(e: &JcError) -> RunFailure {
+        match e {
+            JcError::ProviderFailed(f) => (*f).into(),
+            JcError::ProviderUnavailable(_) | JcError::ProviderHost { .. } => {
+                RunFailure::Unavailable
+            }
+            _ => RunFailure::Internal,
+        }
+    }
+}
+
 struct Finished {
     sealed_output: Option<Vec<u8>>,
     receipt: Envelope,
-    error: Option<String>,
+    error: Option<RunFailure>,
 }
 
 struct Run {
     program: Arc<ApprovedProgram>,
+    /// Stake bytes set aside for this run while it is open or running.
+    reserved: u64,
     keys: Option<Arc<RunKeys>>,
     expires_at: u64,
     stakes: HashMap<Role, Vec<Entry>>,
@@ -150,7 +230,7 @@ pub struct RunView {
     pub platform: String,
     pub no_hardware_isolation: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<RunFailure>,
 }
 
 /// What `GET /v1/runs/{id}/result` answers: the answer sealed to the caller, and the receipt.
@@ -163,7 +243,7 @@ pub struct ResultView {
     pub sealed_output: Option<String>,
     pub receipt: Envelope,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<RunFailure>,
     pub no_hardware_isolation: bool,
 }
 
@@ -250,13 +330,22 @@ impl BoxCore {
             }
             return Err(JcError::ProgramSpent(approved.hash.to_hex()));
         }
-        let live = st
+        let (live, reserved) = st
             .runs
             .values()
             .filter(|r| matches!(r.phase, Phase::Open | Phase::Running))
-            .count();
+            .fold((0usize, 0u64), |(n, b), r| (n + 1, b + r.reserved));
         if live >= self.config.max_runs {
             return Err(JcError::Busy(self.config.max_runs));
+        }
+        let wants = [Role::Caller, Role::Owner]
+            .into_iter()
+            .map(|r| seal::sealed_limit(approved.program.stake_limit(r)))
+            .sum::<u64>();
+        if reserved.saturating_add(wants) > self.config.stake_budget_bytes {
+            return Err(JcError::OverBudget {
+                budget: self.config.stake_budget_bytes,
+            });
         }
         let run_id = random_id();
         let expires_at = approved
@@ -270,6 +359,7 @@ impl BoxCore {
             run_id.clone(),
             Run {
                 program: Arc::new(approved),
+                reserved: wants,
                 keys: Some(Arc::new(RunKeys::generate())),
                 expires_at,
                 stakes: HashMap::new(),
@@ -422,7 +512,7 @@ impl BoxCore {
                 .ok_or_else(|| JcError::Internal("running run without keys".into()))?;
             (run.program.clone(), keys, std::mem::take(&mut run.stakes))
         };
-        let outcome = self.call_provider(&program, stakes, run_id).await;
+        let outcome = self.call_provider(&program, stakes).await;
         let now = now_secs();
         let finished = match outcome {
             Ok((answer, truncated)) => {
@@ -433,7 +523,10 @@ impl BoxCore {
         let finished = match finished {
             Ok(f) => f,
             Err(e) => {
-                let error = format!("{}: {e}", e.code());
+                // Only the closed code is kept: nothing of the provider's answer, the run's
+                // material or the error's words leaves the box.
+                let error = RunFailure::from(&e);
+                tracing::info!(code = error.as_str(), "run failed");
                 let receipt = Receipt {
                     run_id: run_id.into(),
                     program_hash: program.hash.to_hex(),
@@ -467,7 +560,6 @@ impl BoxCore {
         &self,
         program: &ApprovedProgram,
         stakes: HashMap<Role, Vec<Entry>>,
-        run_id: &str,
     ) -> Result<(String, bool)> {
         let p = &program.program;
         let provider = self
@@ -521,19 +613,8 @@ impl BoxCore {
         .await
         {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(JcError::ProviderUnavailable(format!(
-                    "run {}: {e}",
-                    short(run_id)
-                )));
-            }
-            Err(_) => {
-                return Err(JcError::ProviderUnavailable(format!(
-                    "run {}: no answer within {} s",
-                    short(run_id),
-                    timeout.as_secs()
-                )));
-            }
+            Ok(Err(e)) => return Err(JcError::ProviderFailed(e.failure())),
+            Err(_) => return Err(JcError::ProviderFailed(ProviderFailure::Timeout)),
         };
         let (answer, cut) = cap(completion.text, p.output.max_bytes as usize);
         Ok((answer, cut || completion.finish == FinishReason::Length))
@@ -597,7 +678,7 @@ impl BoxCore {
             expires_at: run.expires_at,
             platform: self.attester.platform().into(),
             no_hardware_isolation: self.no_hardware_isolation(),
-            error: run.finished.as_ref().and_then(|f| f.error.clone()),
+            error: run.finished.as_ref().and_then(|f| f.error),
         })
     }
 
@@ -628,7 +709,7 @@ impl BoxCore {
                 .as_ref()
                 .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
             receipt: f.receipt.clone(),
-            error: f.error.clone(),
+            error: f.error,
             no_hardware_isolation: self.no_hardware_isolation(),
         })
     }

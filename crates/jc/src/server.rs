@@ -42,9 +42,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        // The code and its fixed words only: the detail stays in this process.
+        tracing::debug!(code = self.0.code(), "request refused");
         let body = ErrorBody {
             error: self.0.code().into(),
-            message: self.0.to_string(),
+            message: self.0.fixed_message().into(),
             details: None,
         };
         (status, Json(body)).into_response()
@@ -63,7 +65,114 @@ pub struct Health {
     pub runs_in_flight: usize,
 }
 
-/// The router for a box.
+/// Who the box answers: the `Host` names it is reached by. Any other `Host` is refused 421 (a
+/// DNS-rebinding page resolves its own name to the box's address), and any `Origin` other than
+/// the box's own 403 (a web page in the user's browser posting to a loopback box).
+#[derive(Clone, Debug, Default)]
+pub struct HostGuard {
+    /// `host[:port]`, lowercase.
+    allowed: Vec<String>,
+}
+
+impl HostGuard {
+    /// The bound address, `localhost` on the same port when it is loopback, and `names` (a
+    /// configured DNS name, with or without a port).
+    pub fn for_addr(addr: std::net::SocketAddr, names: &[String]) -> HostGuard {
+        let mut allowed = vec![addr.to_string()];
+        if addr.ip().is_loopback() {
+            allowed.push(format!("localhost:{}", addr.port()));
+        }
+        for n in names {
+            let n = n.trim().to_ascii_lowercase();
+            if n.is_empty() {
+                continue;
+            }
+            if n.contains(':') && !n.starts_with('[') {
+                allowed.push(n);
+            } else {
+                allowed.push(format!("{n}:{}", addr.port()));
+                allowed.push(n);
+            }
+        }
+        HostGuard { allowed }
+    }
+
+    /// Check a request's `Host` and `Origin` headers.
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), JcError> {
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase)
+            .ok_or(JcError::HostNotAllowed)?;
+        if !self.allowed.contains(&host) {
+            return Err(JcError::HostNotAllowed);
+        }
+        if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
+            let origin = origin
+                .to_str()
+                .map_err(|_| JcError::OriginNotAllowed)?
+                .to_ascii_lowercase();
+            let same = ["http://", "https://"]
+                .iter()
+                .any(|scheme| origin.strip_prefix(scheme) == Some(host.as_str()));
+            if !same {
+                return Err(JcError::OriginNotAllowed);
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn guard(
+    State(g): State<Arc<HostGuard>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Err(e) = g.check(req.headers()) {
+        return ApiError(e).into_response();
+    }
+    next.run(req).await
+}
+
+/// The media type of a request body, without parameters.
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    headers.get(axum::http::header::CONTENT_TYPE).map(|v| {
+        String::from_utf8_lossy(v.as_bytes())
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    })
+}
+
+/// Bodies are JSON (programs, signed actions) or, for stakes, sealed bytes: both are media types
+/// a browser cannot send cross-site without a preflight the box never answers.
+fn expect_media(headers: &HeaderMap, expected: &'static str) -> Result<(), JcError> {
+    if media_type(headers).as_deref() == Some(expected) {
+        Ok(())
+    } else {
+        Err(JcError::MediaType { expected })
+    }
+}
+
+fn run_id(id: String) -> Result<String, JcError> {
+    if crate::error::is_run_id(&id) {
+        Ok(id)
+    } else {
+        Err(JcError::BadRunId)
+    }
+}
+
+/// The router for a box, answering only to `guard`'s hosts.
+pub fn router_with(core: Arc<BoxCore>, guard_hosts: HostGuard) -> Router {
+    router(core).layer(axum::middleware::from_fn_with_state(
+        Arc::new(guard_hosts),
+        guard,
+    ))
+}
+
+/// The router for a box, without the `Host` check (tests that speak to it in-process).
 pub fn router(core: Arc<BoxCore>) -> Router {
     Router::new()
         .route("/healthz", get(health))
@@ -78,8 +187,19 @@ pub fn router(core: Arc<BoxCore>) -> Router {
         .with_state(core)
 }
 
-/// Serve until the listener fails; sweeps expired runs every 30 s.
+/// Serve until the listener fails; sweeps expired runs every 30 s. Answers only to the bound
+/// address (and `localhost` on loopback); see [`serve_named`] for a configured name.
 pub async fn serve(listener: tokio::net::TcpListener, core: Arc<BoxCore>) -> std::io::Result<()> {
+    serve_named(listener, core, &[]).await
+}
+
+/// [`serve`], also answering to the `Host` names in `names`.
+pub async fn serve_named(
+    listener: tokio::net::TcpListener,
+    core: Arc<BoxCore>,
+    names: &[String],
+) -> std::io::Result<()> {
+    let hosts = HostGuard::for_addr(listener.local_addr()?, names);
     let sweeper = core.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
@@ -88,7 +208,7 @@ pub async fn serve(listener: tokio::net::TcpListener, core: Arc<BoxCore>) -> std
             sweeper.sweep(now_secs());
         }
     });
-    axum::serve(listener, router(core)).await
+    axum::serve(listener, router_with(core, hosts)).await
 }
 
 async fn health(State(core): State<Arc<BoxCore>>) -> Json<Health> {
@@ -106,7 +226,12 @@ fn envelope(body: &Bytes) -> Result<Envelope, ApiError> {
     Ok(Envelope::from_json(body)?)
 }
 
-async fn open(State(core): State<Arc<BoxCore>>, body: Bytes) -> ApiResult<Response> {
+async fn open(
+    State(core): State<Arc<BoxCore>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    expect_media(&headers, "application/json")?;
     let env = envelope(&body)?;
     let opened = core.open(&env, now_secs())?;
     Ok((StatusCode::CREATED, Json(opened)).into_response())
@@ -122,6 +247,7 @@ async fn attestation(
     Path(id): Path<String>,
     Query(q): Query<NonceQuery>,
 ) -> ApiResult<Response> {
+    let id = run_id(id)?;
     let nonce = q
         .nonce
         .ok_or_else(|| JcError::BadRequest("query parameter nonce is required".into()))?;
@@ -139,6 +265,8 @@ async fn stake(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
+    let id = run_id(id)?;
+    expect_media(&headers, "application/octet-stream")?;
     let raw = headers
         .get(STAKE_ACTION_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -180,8 +308,11 @@ pub struct Submitted {
 async fn submit(
     State(core): State<Arc<BoxCore>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
+    let id = run_id(id)?;
+    expect_media(&headers, "application/json")?;
     let env = envelope(&body)?;
     let start = core.submit(&id, &env, now_secs())?;
     if start {
@@ -196,18 +327,23 @@ async fn submit(
 }
 
 async fn status(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id = run_id(id)?;
     Ok(Json(core.status(&id)?).into_response())
 }
 
 async fn result(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id = run_id(id)?;
     Ok(Json(core.result(&id)?).into_response())
 }
 
 async fn delete(
     State(core): State<Arc<BoxCore>>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
+    let id = run_id(id)?;
+    expect_media(&headers, "application/json")?;
     let env = envelope(&body)?;
     core.delete(&id, &env, now_secs())?;
     Ok(StatusCode::NO_CONTENT.into_response())

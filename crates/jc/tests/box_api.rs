@@ -439,7 +439,6 @@ async fn stake_and_submit_refusals() {
         .await
         .expect_err("owner not staked");
     assert_eq!(remote_code(&e), "stakes_missing");
-    assert!(e.to_string().contains("owner"), "{e}");
     let e = f.client.result(&run.run_id).await.expect_err("not ready");
     assert_eq!(remote_code(&e), "not_ready");
 }
@@ -492,8 +491,15 @@ async fn run_ids_and_programs_are_single_use() {
     assert_eq!(remote_code(&e), "run_spent");
     let e = f.client.result(&run.run_id).await.expect_err("spent");
     assert_eq!(remote_code(&e), "run_spent");
-    let e = f.client.status("0123").await.expect_err("unknown");
+    let e = f
+        .client
+        .status(&"0123".repeat(8))
+        .await
+        .expect_err("unknown");
     assert_eq!(remote_code(&e), "run_not_found");
+    // A malformed id never leaves the client.
+    let e = f.client.status("0123").await.expect_err("malformed");
+    assert_eq!(e.code(), "bad_run_id");
 }
 
 #[tokio::test]

@@ -66,17 +66,22 @@ pub fn key(seed: u8) -> SigningKey {
 
 /// Start a box with `answer` as the provider double's fixed answer (None: echo the prompt).
 pub async fn start(answer: Option<&str>) -> Fixture {
-    let attester: Arc<dyn Attester> =
-        Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
-    let mut providers = ProviderRegistry::new();
-    providers.register(
-        ProviderId::Local,
-        None,
+    start_with(
         Arc::new(EchoProvider {
             fixed: answer.map(str::to_owned),
         }),
-    );
-    let core = Arc::new(BoxCore::new(attester, providers, BoxConfig::default()));
+        BoxConfig::default(),
+    )
+    .await
+}
+
+/// Start a box whose `local` provider is `provider`, with `config`.
+pub async fn start_with(provider: Arc<dyn Provider>, config: BoxConfig) -> Fixture {
+    let attester: Arc<dyn Attester> =
+        Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
+    let mut providers = ProviderRegistry::new();
+    providers.register(ProviderId::Local, None, provider);
+    let core = Arc::new(BoxCore::new(attester, providers, config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
