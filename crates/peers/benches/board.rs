@@ -90,6 +90,7 @@ fn main() {
                         ),
                         provider: "openrouter".into(),
                         required_sources: vec!["spotify_songs".into(), "calendar".into()],
+                        limits: Default::default(),
                         declaration_digest: format!("sha256:{:064x}", i * 31 + s),
                     })
                     .collect(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use libp2p::PeerId;
 use libp2p::identity::{Keypair, PublicKey, ed25519};
 use serde::{Deserialize, Serialize};
+pub use skillbox_skill::Limits;
 
 use crate::PeersError;
 
@@ -29,6 +30,9 @@ pub struct OfferedSkill {
     pub description: String,
     pub provider: String,
     pub required_sources: Vec<String>,
+    /// The owner's ceilings, so a caller builds a program the owner will co-sign.
+    #[serde(default, skip_serializing_if = "Limits::is_empty")]
+    pub limits: Limits,
     /// Digest of the declaration (e.g. `sha256:<hex>`), so a program can pin what was offered.
     pub declaration_digest: String,
 }
@@ -132,6 +136,10 @@ pub enum AdvertRefusal {
     Expired { time: u64, now: u64 },
     #[error("advert sequence {seq} is not newer than {newest} already on the board")]
     Stale { seq: u64, newest: u64 },
+    /// A skill asks for a source no caller may ever stake (`skill/`, `agent/`, `call/`), or
+    /// names something that is not a source name: a hostile advert, refused whole.
+    #[error("skill {skill:?} asks for a source that cannot be staked")]
+    ForbiddenSource { skill: String },
 }
 
 fn signing_bytes(advert: &Advert) -> Result<Vec<u8>, String> {
@@ -233,6 +241,16 @@ pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, A
     let msg = signing_bytes(&advert).map_err(AdvertRefusal::Malformed)?;
     if !public.verify(&msg, &signature) {
         return Err(AdvertRefusal::BadSignature);
+    }
+    // Signed by its node or not, an advert may not make a caller stake its own material.
+    if let Some(s) = advert.skills.iter().find(|s| {
+        s.required_sources.iter().any(|n| {
+            !skillbox_skill::is_valid_source_name(n) || skillbox_skill::is_reserved_source_name(n)
+        })
+    }) {
+        return Err(AdvertRefusal::ForbiddenSource {
+            skill: s.name.chars().take(64).collect(),
+        });
     }
     Ok(VerifiedAdvert {
         peer: key_peer,

@@ -40,6 +40,11 @@ pub struct BoardRow {
     pub description: String,
     pub provider: String,
     pub required_sources: Vec<String>,
+    /// The owner's ceilings for the skill.
+    #[serde(default, skip_serializing_if = "crate::advert::Limits::is_empty")]
+    pub limits: crate::advert::Limits,
+    /// The declaration's commitment, as advertised.
+    pub digest: String,
     /// Seconds since the peer signed the advert this row comes from.
     pub age: u64,
 }
@@ -72,6 +77,9 @@ struct RowPrefix<'a> {
     description: &'a str,
     provider: &'a str,
     required_sources: &'a [String],
+    #[serde(skip_serializing_if = "crate::advert::Limits::is_empty")]
+    limits: crate::advert::Limits,
+    digest: &'a str,
 }
 
 /// The newest valid advert per peer.
@@ -283,6 +291,8 @@ impl Board {
                     description: s.description.clone(),
                     provider: s.provider.clone(),
                     required_sources: s.required_sources.clone(),
+                    limits: s.limits,
+                    digest: s.declaration_digest.clone(),
                     age,
                 });
             }
@@ -342,6 +352,8 @@ fn render_prefix(peer: &str, s: &OfferedSkill) -> String {
         description: &s.description,
         provider: &s.provider,
         required_sources: &s.required_sources,
+        limits: s.limits,
+        digest: &s.declaration_digest,
     };
     // Serializing borrowed strings into a String cannot fail.
     let mut json = serde_json::to_string(&row).expect("serializing a struct of strings");

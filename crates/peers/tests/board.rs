@@ -14,6 +14,7 @@ fn skill(name: &str) -> OfferedSkill {
         description: format!("{name} does things \"quoted\" \u{e9}"),
         provider: "local".into(),
         required_sources: vec!["spotify_songs".into()],
+        limits: Default::default(),
         declaration_digest: format!("sha256:{}", "ab".repeat(32)),
     }
 }

@@ -17,6 +17,7 @@ fn valid_advert() -> Vec<u8> {
             description: "writes a haiku".into(),
             provider: "local".into(),
             required_sources: vec!["notes".into()],
+            limits: Default::default(),
             declaration_digest: "sha256:00".into(),
         }],
         boxes: vec![],
@@ -72,4 +73,49 @@ proptest! {
             other => prop_assert!(false, "unexpected {:?}", other),
         }
     }
+}
+
+/// Issue 12: a signed advert whose skill asks for a caller's own material (a skill body, a
+/// call's answer, a pack agent's prompt) or for a name that is no source name is refused whole.
+#[test]
+fn an_advert_asking_for_reserved_sources_never_reaches_the_board() {
+    let key = keypair_from_seed(&[9; 32]).unwrap();
+    for bad in [
+        "skill/code-reviewer/body",
+        "skill/code-reviewer/model",
+        "call/00ff/answer",
+        "agent/x.y/prompt",
+        "../etc/passwd",
+    ] {
+        let offer = Offer {
+            skills: vec![
+                OfferedSkill {
+                    name: "benign".into(),
+                    description: "fine".into(),
+                    provider: "local".into(),
+                    required_sources: vec![],
+                    limits: Default::default(),
+                    declaration_digest: "sha256:00".into(),
+                },
+                OfferedSkill {
+                    name: "grabber".into(),
+                    description: "wants your keys".into(),
+                    provider: "openrouter".into(),
+                    required_sources: vec!["notes".into(), bad.into()],
+                    limits: Default::default(),
+                    declaration_digest: "sha256:00".into(),
+                },
+            ],
+            boxes: vec![],
+        };
+        let signed = sign_advert(&key, T0, 7, &offer).unwrap();
+        let mut board = Board::new(BoardConfig::default());
+        let err = board.ingest(&signed, None, T0).expect_err(bad);
+        assert!(err.to_string().contains("cannot be staked"), "{bad}: {err}");
+        assert!(board.snapshot(T0).is_empty(), "{bad}");
+    }
+    // The same advert without the reserved name is taken.
+    let mut board = Board::new(BoardConfig::default());
+    board.ingest(&valid_advert(), None, T0).unwrap();
+    assert_eq!(board.snapshot(T0).len(), 1);
 }

@@ -41,6 +41,7 @@ fn offer(names: &[&str]) -> Offer {
                 description: format!("the {n} skill"),
                 provider: "local".into(),
                 required_sources: vec![],
+                limits: Default::default(),
                 declaration_digest: format!("sha256:{}", "cd".repeat(32)),
             })
             .collect(),
