@@ -122,6 +122,11 @@ pub enum FailureCode {
     Cancelled,
     /// The peer sent `call.failed` (its code is in the message).
     PeerFailed,
+    /// The program asks for more than the owner's ceilings for the skill allow (request,
+    /// source or answer size).
+    OverOwnerLimit,
+    /// The skill's calls-per-day ceiling (for this peer, or in total) is reached.
+    DailyLimit,
 }
 
 impl FailureCode {
@@ -140,6 +145,52 @@ impl FailureCode {
             FailureCode::Expired => "expired",
             FailureCode::Cancelled => "cancelled",
             FailureCode::PeerFailed => "peer_failed",
+            FailureCode::OverOwnerLimit => "over_owner_limit",
+            FailureCode::DailyLimit => "daily_limit",
+        }
+    }
+
+    pub const ALL: [FailureCode; 15] = [
+        FailureCode::NotAdmitted,
+        FailureCode::NotOffered,
+        FailureCode::ProgramMismatch,
+        FailureCode::BoxUnavailable,
+        FailureCode::AttestationRejected,
+        FailureCode::BoxFailed,
+        FailureCode::RunFailed,
+        FailureCode::PolicyDenied,
+        FailureCode::ConsentDenied,
+        FailureCode::Stalled,
+        FailureCode::Expired,
+        FailureCode::Cancelled,
+        FailureCode::PeerFailed,
+        FailureCode::OverOwnerLimit,
+        FailureCode::DailyLimit,
+    ];
+
+    pub fn parse(s: &str) -> Option<FailureCode> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// The words that travel with the code in `call.failed`: fixed per code, so nothing of
+    /// this side (a key's source name, a provider's error, a local path) reaches the peer.
+    pub fn fixed_message(self) -> &'static str {
+        match self {
+            FailureCode::NotAdmitted => "the owner does not take this call now",
+            FailureCode::NotOffered => "the skill is not offered",
+            FailureCode::ProgramMismatch => "the program does not match the skill as offered",
+            FailureCode::BoxUnavailable => "the box could not be used",
+            FailureCode::AttestationRejected => "the box's attestation was refused",
+            FailureCode::BoxFailed => "the box failed the call",
+            FailureCode::RunFailed => "the run failed at the box",
+            FailureCode::PolicyDenied => "policy denied the call",
+            FailureCode::ConsentDenied => "consent was denied",
+            FailureCode::Stalled => "the call made no progress",
+            FailureCode::Expired => "the program expired",
+            FailureCode::Cancelled => "the call was cancelled",
+            FailureCode::PeerFailed => "the peer failed the call",
+            FailureCode::OverOwnerLimit => "the call asks for more than the owner's limits",
+            FailureCode::DailyLimit => "the skill's daily call limit is reached",
         }
     }
 }
@@ -214,10 +265,10 @@ pub enum Event {
     PeerSession {
         run_id: String,
     },
-    /// Either: the peer failed the call. Terminal on both sides.
+    /// Either: the peer failed the call. Terminal on both sides. Only its code is taken (an
+    /// unknown one is `None`); the peer's words never are.
     PeerFailed {
-        code: String,
-        message: String,
+        code: Option<FailureCode>,
     },
     /// Caller: the owner acknowledged `call.session`.
     SessionDelivered,
@@ -285,10 +336,9 @@ pub enum Action {
     FetchOutcome,
     /// Cancel the run at the box (best effort).
     CancelRun,
-    /// Tell the peer the call failed (`call.failed`).
+    /// Tell the peer the call failed (`call.failed`): the code and its fixed words only.
     SendFailed {
         code: FailureCode,
-        message: String,
     },
 }
 
@@ -399,11 +449,13 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             message: message.clone(),
         });
         let mut actions = Vec::new();
-        if next.run_id.is_some() {
+        // Cancel a run that may still be open. Once both submitted it runs or ran: deleting it
+        // then would only take the result from the peer, which may not have fetched it yet.
+        if next.run_id.is_some() && call.state != State::Submitted {
             actions.push(Action::CancelRun);
         }
         if tell_peer {
-            actions.push(Action::SendFailed { code, message });
+            actions.push(Action::SendFailed { code });
         }
         Transition {
             call: next,
@@ -424,13 +476,17 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             "cancelled by this node's human".into(),
             true,
         ),
-        (_, _, Event::PeerFailed { code, message }) => {
+        (_, _, Event::PeerFailed { code }) => {
             // Terminal on both sides; never answered with another call.failed.
-            fail(
-                FailureCode::PeerFailed,
-                format!("peer failed the call: {code}: {message}"),
-                false,
-            )
+            let message = match code {
+                Some(c) => format!(
+                    "the peer failed the call: {} ({})",
+                    c.as_str(),
+                    c.fixed_message()
+                ),
+                None => "the peer failed the call (an unknown code)".to_owned(),
+            };
+            fail(FailureCode::PeerFailed, message, false)
         }
         (Caller, State::Requested, Event::PeerAccepted) => to(State::Accepted, vec![]),
         (Owner, State::Received, Event::Admitted) => to(State::Accepted, vec![]),
@@ -514,7 +570,9 @@ fn tick(
         );
     }
     // A call waiting on its human is not stalled: consent has no deadline but the program's.
-    if call.state != State::AwaitingConsent
+    // Nor is one whose run is at the box: a model on a loaded CPU can take minutes, the
+    // outcome fetch keeps asking, and a box that lost the run says so (a lasting failure).
+    if !matches!(call.state, State::AwaitingConsent | State::Submitted)
         && now_ms.saturating_sub(call.progressed_at_ms) > timing.stall_limit_ms
     {
         let secs = timing.stall_limit_ms / 1000;

@@ -62,10 +62,57 @@ pub struct Rule {
     pub peer: Pattern,
     #[serde(default)]
     pub skill: Pattern,
-    /// Matches when the call applies any of these sources; absent matches every call.
+    /// Matches when the call applies any source matching one of these patterns (`*` is any
+    /// source: "the call stakes sources"); absent matches every call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<String>>,
+    /// Matches when the call applies at least one source and every one is in this list: what
+    /// `approve --remember` records for a (peer, skill, source set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources_within: Option<Vec<String>>,
     pub decision: Decision,
+}
+
+impl Rule {
+    fn matches(&self, q: &SubmitQuestion<'_>) -> bool {
+        self.side.matches(q.role)
+            && self.peer.matches(q.peer)
+            && self.skill.matches(q.skill)
+            && self.sources.as_ref().is_none_or(|list| {
+                q.sources
+                    .iter()
+                    .any(|s| list.iter().any(|p| Pattern(p.clone()).matches(s)))
+            })
+            && self.sources_within.as_ref().is_none_or(|set| {
+                !q.sources.is_empty() && q.sources.iter().all(|s| set.contains(s))
+            })
+    }
+
+    /// The rule `approve --remember` records: this caller-side decision for this exact peer,
+    /// skill and (a subset of) these sources.
+    pub fn remembered(peer: &str, skill: &str, sources: &[String], decision: Decision) -> Rule {
+        Rule {
+            side: Side::Caller,
+            peer: Pattern(peer.to_owned()),
+            skill: Pattern(skill.to_owned()),
+            sources: None,
+            sources_within: (!sources.is_empty()).then(|| sources.to_vec()),
+            decision,
+        }
+    }
+
+    /// The shipped consent rule: a call that would disclose this node's sources asks its human
+    /// first; a call with none needs no one.
+    pub fn ask_before_disclosure() -> Rule {
+        Rule {
+            side: Side::Caller,
+            peer: Pattern::any(),
+            skill: Pattern::any(),
+            sources: Some(vec!["*".into()]),
+            sources_within: None,
+            decision: Decision::Ask,
+        }
+    }
 }
 
 /// The submit question's facts.
@@ -102,17 +149,15 @@ impl Default for Policy {
 
 impl Policy {
     pub fn decide(&self, q: &SubmitQuestion<'_>) -> Decision {
-        self.rules
-            .iter()
-            .find(|r| {
-                r.side.matches(q.role)
-                    && r.peer.matches(q.peer)
-                    && r.skill.matches(q.skill)
-                    && r.sources
-                        .as_ref()
-                        .is_none_or(|list| q.sources.iter().any(|s| list.contains(s)))
-            })
-            .map_or(self.default, |r| r.decision)
+        self.decide_with_rule(q).0
+    }
+
+    /// The decision and which rule made it (`None`: the default).
+    pub fn decide_with_rule(&self, q: &SubmitQuestion<'_>) -> (Decision, Option<usize>) {
+        match self.rules.iter().position(|r| r.matches(q)) {
+            Some(i) => (self.rules[i].decision, Some(i)),
+            None => (self.default, None),
+        }
     }
 }
 

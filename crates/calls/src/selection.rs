@@ -20,7 +20,7 @@ pub enum SelectionError {
     #[error("source {name:?} is named twice")]
     DuplicateSource { name: String },
     #[error(
-        "the skill requires {required:?} and this node holds none of them: a run over none of the data would only report it missing"
+        "the skill requires {required:?} and this node holds none of them as shareable sources: a run over none of the data would only report it missing (mark one shareable: skillbox source share NAME)"
     )]
     RequiredSourcesNotHeld { required: Vec<String> },
 }

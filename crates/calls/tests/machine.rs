@@ -213,7 +213,6 @@ fn owner_refusal_tells_the_caller() {
         t.actions,
         vec![Action::SendFailed {
             code: FailureCode::NotOffered,
-            message: "skill not offered".into()
         }],
         "no run yet, so nothing to cancel"
     );
@@ -247,7 +246,6 @@ fn consent_ask_parks_then_allow_or_deny() {
         denied.actions.last(),
         Some(Action::SendFailed {
             code: FailureCode::ConsentDenied,
-            ..
         })
     ));
 }
@@ -278,8 +276,7 @@ fn peer_failed_is_terminal_and_not_echoed() {
         let t = step(
             &caller_at(state).call,
             Event::PeerFailed {
-                code: "not_offered".into(),
-                message: "gone".into(),
+                code: Some(FailureCode::NotOffered),
             },
             T0 + 100,
             &timing(),
@@ -303,8 +300,21 @@ fn peer_failed_is_terminal_and_not_echoed() {
 
 #[test]
 fn cancel_fails_cancels_the_run_and_tells_the_peer() {
+    // Once both submitted the run is the box's: a cancel stops waiting, and tells the peer.
     let t = step(
         &caller_at(State::Submitted).call,
+        Event::Cancel,
+        T0 + 100,
+        &timing(),
+    );
+    assert_eq!(
+        t.actions,
+        vec![Action::SendFailed {
+            code: FailureCode::Cancelled
+        }]
+    );
+    let t = step(
+        &caller_at(State::Submitting).call,
         Event::Cancel,
         T0 + 100,
         &timing(),
@@ -318,7 +328,6 @@ fn cancel_fails_cancels_the_run_and_tells_the_peer() {
         t.actions[1],
         Action::SendFailed {
             code: FailureCode::Cancelled,
-            ..
         }
     ));
 }
@@ -365,10 +374,7 @@ fn terminal_calls_ignore_everything() {
         Event::PeerAccepted,
         Event::Answered,
         Event::Resume,
-        Event::PeerFailed {
-            code: "x".into(),
-            message: "y".into(),
-        },
+        Event::PeerFailed { code: None },
     ] {
         let t = step(&answered.call, e, EXPIRES + 1, &timing());
         assert!(!t.changed && t.actions.is_empty());
@@ -453,8 +459,41 @@ fn tick_retries_with_backoff_and_no_progress() {
 }
 
 #[test]
-fn tick_fails_a_stalled_call_and_cancels_its_run() {
+fn a_run_at_the_box_is_not_stalled_and_a_finished_one_is_not_cancelled() {
     let t = caller_at(State::Submitted);
+    let limit = timing().stall_limit_ms;
+    let later = step(
+        &t.call,
+        Event::Tick,
+        t.call.progressed_at_ms + limit * 3,
+        &timing(),
+    );
+    assert_ne!(later.call.state, State::Failed, "a long run is not a stall");
+    let expired = step(&t.call, Event::Tick, EXPIRES + 1, &timing());
+    assert_eq!(
+        expired.call.failure.as_ref().map(|f| f.code),
+        Some(FailureCode::Expired)
+    );
+    // Both submitted: the run ran or runs; deleting it would take the peer's result away.
+    let failed = step(
+        &t.call,
+        Event::RunFailed {
+            message: "x".into(),
+        },
+        T0 + 10,
+        &timing(),
+    );
+    assert!(
+        !failed.actions.contains(&Action::CancelRun),
+        "{:?}",
+        failed.actions
+    );
+    assert!(!expired.actions.contains(&Action::CancelRun));
+}
+
+#[test]
+fn tick_fails_a_stalled_call_and_cancels_its_run() {
+    let t = caller_at(State::Submitting);
     let limit = timing().stall_limit_ms;
     let ok = step(
         &t.call,
@@ -478,14 +517,13 @@ fn tick_fails_a_stalled_call_and_cancels_its_run() {
             .call
             .failure
             .as_ref()
-            .is_some_and(|f| f.message.contains("submitted"))
+            .is_some_and(|f| f.message.contains("submitting"))
     );
     assert_eq!(stalled.actions[0], Action::CancelRun);
     assert!(matches!(
         stalled.actions[1],
         Action::SendFailed {
             code: FailureCode::Stalled,
-            ..
         }
     ));
 }

@@ -9,9 +9,9 @@ fn event() -> impl Strategy<Value = Event> {
         Just(Event::Tick),
         Just(Event::PeerAccepted),
         Just(Event::PeerSession { run_id: "r".into() }),
+        Just(Event::PeerFailed { code: None }),
         Just(Event::PeerFailed {
-            code: "x".into(),
-            message: "y".into()
+            code: Some(FailureCode::Stalled)
         }),
         Just(Event::SessionDelivered),
         Just(Event::Admitted),

@@ -109,6 +109,7 @@ fn policy_first_matching_rule_decides() {
                 peer: Pattern::any(),
                 skill: Pattern::any(),
                 sources: Some(names(&["spotify_songs"])),
+                sources_within: None,
                 decision: Decision::Ask,
             },
             Rule {
@@ -116,6 +117,7 @@ fn policy_first_matching_rule_decides() {
                 peer: Pattern("12D3Bad".into()),
                 skill: Pattern::any(),
                 sources: None,
+                sources_within: None,
                 decision: Decision::Deny,
             },
             Rule {
@@ -123,6 +125,7 @@ fn policy_first_matching_rule_decides() {
                 peer: Pattern::any(),
                 skill: Pattern("music-*".into()),
                 sources: None,
+                sources_within: None,
                 decision: Decision::Allow,
             },
         ],
@@ -211,4 +214,83 @@ fn admission_rate_limit_refills_over_time() {
         "one token back after a third of a minute"
     );
     assert!(a.admit(&mut b, "p", 1_000 + 20_001).is_err());
+}
+
+/// Issue 12: the shipped consent asks before any disclosure; `approve --remember` allows that
+/// (peer, skill, source set) — and only it — from then on.
+#[test]
+fn default_consent_asks_before_disclosure_and_remembers_a_set() {
+    let q = |peer: &'static str, skill: &'static str, sources: &'static [&'static str]| {
+        (peer, skill, names(sources))
+    };
+    let ask = |p: &Policy, (peer, skill, sources): (&str, &str, Vec<String>)| {
+        p.decide(&SubmitQuestion {
+            role: Role::Caller,
+            peer,
+            skill,
+            sources: &sources,
+        })
+    };
+    let mut p = Policy {
+        rules: vec![Rule::ask_before_disclosure()],
+        default: Decision::Allow,
+    };
+    assert_eq!(ask(&p, q("P", "taste", &["songs"])), Decision::Ask);
+    assert_eq!(
+        ask(&p, q("P", "taste", &[])),
+        Decision::Allow,
+        "no sources: no one asked"
+    );
+    let owner_side = p.decide(&SubmitQuestion {
+        role: Role::Owner,
+        peer: "P",
+        skill: "taste",
+        sources: &[],
+    });
+    assert_eq!(owner_side, Decision::Allow);
+    p.rules.insert(
+        0,
+        Rule::remembered("P", "taste", &names(&["songs", "diary"]), Decision::Allow),
+    );
+    assert_eq!(ask(&p, q("P", "taste", &["songs"])), Decision::Allow);
+    assert_eq!(
+        ask(&p, q("P", "taste", &["diary", "songs"])),
+        Decision::Allow
+    );
+    assert_eq!(
+        ask(&p, q("P", "taste", &["songs", "bank"])),
+        Decision::Ask,
+        "a new source asks again"
+    );
+    assert_eq!(
+        ask(&p, q("Q", "taste", &["songs"])),
+        Decision::Ask,
+        "another peer asks again"
+    );
+    assert_eq!(
+        ask(&p, q("P", "other", &["songs"])),
+        Decision::Ask,
+        "another skill asks again"
+    );
+    let (d, rule) = p.decide_with_rule(&SubmitQuestion {
+        role: Role::Caller,
+        peer: "P",
+        skill: "taste",
+        sources: &names(&["songs"]),
+    });
+    assert_eq!((d, rule), (Decision::Allow, Some(0)));
+    // Source patterns: a prefix matches by prefix.
+    let p = Policy {
+        rules: vec![Rule {
+            side: Side::Caller,
+            peer: Pattern::any(),
+            skill: Pattern::any(),
+            sources: Some(names(&["health/*"])),
+            sources_within: None,
+            decision: Decision::Deny,
+        }],
+        default: Decision::Allow,
+    };
+    assert_eq!(ask(&p, q("P", "s", &["health/steps"])), Decision::Deny);
+    assert_eq!(ask(&p, q("P", "s", &["healthy"])), Decision::Allow);
 }
