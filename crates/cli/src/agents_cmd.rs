@@ -50,7 +50,9 @@ pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<Ex
 pub struct SkillSetArgs {
     /// The skill's name.
     pub name: String,
-    /// `provider=ID`, `model=ID`, `key=SOURCE`; an empty value (`key=`) clears the field.
+    /// `provider=ID`, `model=ID`, `key=SOURCE`, or a ceiling (`maxRequestBytes=N`,
+    /// `maxSourceBytes=N`, `maxOutputBytes=N`, `callsPerPeerPerDay=N`, `callsPerDay=N`); an empty
+    /// value (`key=`) clears the field.
     #[arg(required = true, value_name = "FIELD=VALUE")]
     pub fields: Vec<String>,
     #[arg(long)]
@@ -60,12 +62,30 @@ pub struct SkillSetArgs {
 /// `skill set NAME provider=… model=… key=…` → `PATCH /skills/{name}`.
 pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<ExitCode> {
     let mut change = Map::new();
+    let mut limits = Map::new();
     for f in &args.fields {
         let Some((k, v)) = f.split_once('=') else {
-            bail!("{f:?}: expected FIELD=VALUE (provider=…, model=…, key=…)");
+            bail!("{f:?}: expected FIELD=VALUE (provider=…, model=…, key=…, maxRequestBytes=…)");
         };
+        if skillbox_skill::Limits::FIELDS.contains(&k) {
+            if limits.contains_key(k) {
+                bail!("{k} is given twice");
+            }
+            let n = if v.is_empty() {
+                Value::Null
+            } else {
+                Value::from(v.parse::<u64>().with_context(|| {
+                    format!("{k}={v}: a ceiling is a whole number (or empty to clear it)")
+                })?)
+            };
+            limits.insert(k.to_owned(), n);
+            continue;
+        }
         if !matches!(k, "provider" | "model" | "key") {
-            bail!("{k:?} is not a field skill set changes (provider, model, key)");
+            bail!(
+                "{k:?} is not a field skill set changes (provider, model, key, {})",
+                skillbox_skill::Limits::FIELDS.join(", ")
+            );
         }
         if change.contains_key(k) {
             bail!("{k} is given twice");
@@ -76,6 +96,9 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
             Value::String(v.to_owned())
         };
         change.insert(k.to_owned(), v);
+    }
+    if !limits.is_empty() {
+        change.insert("limits".into(), Value::Object(limits));
     }
     let body = serde_json::to_vec(&Value::Object(change)).context("encoding the change")?;
     let client = Client::from_data_dir(global)?;

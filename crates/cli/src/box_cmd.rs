@@ -23,6 +23,13 @@ pub struct BoxArgs {
     /// Programs must name this URL as the provider's host.
     #[arg(long = "provider-url", value_parser = parse_provider_url)]
     pub provider_urls: Vec<(ProviderId, String)>,
+    /// A DNS name the box is reached by (repeatable). The box answers only requests whose
+    /// `Host` is its bound address, `localhost` on loopback, or one of these (DNS rebinding).
+    #[arg(long = "name")]
+    pub names: Vec<String>,
+    /// Memory set aside for opened stakes, in MiB: a run that would go over is refused `busy`.
+    #[arg(long, default_value_t = 1024)]
+    pub stake_budget_mib: u64,
 }
 
 fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
@@ -59,7 +66,10 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     let core = Arc::new(BoxCore::new(
         attester.clone(),
         providers,
-        BoxConfig::default(),
+        BoxConfig {
+            stake_budget_bytes: args.stake_budget_mib.saturating_mul(1 << 20),
+            ..BoxConfig::default()
+        },
     ));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -91,7 +101,7 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
                 ),
             }
         }
-        skillbox_jc::server::serve(listener, core)
+        skillbox_jc::server::serve_named(listener, core, &args.names)
             .await
             .context("serving the box API")
     })?;

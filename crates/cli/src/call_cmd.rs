@@ -74,6 +74,10 @@ pub struct CallsArgs {
 pub struct DecideArgs {
     /// The call id (from `skillbox calls --state awaiting_consent`).
     pub id: String,
+    /// Also record the decision as a policy rule: this peer, this skill, these sources are not
+    /// asked again.
+    #[arg(long)]
+    pub remember: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -134,6 +138,13 @@ fn show(c: &Value) {
     if let Some(b) = c["box"].as_str() {
         say!("  box {b}");
     }
+    if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
+        say!("  awaiting your consent: {text}");
+        say!(
+            "  decide: skillbox approve {id} [--remember] | skillbox deny {id}",
+            id = s("id")
+        );
+    }
     if let Some(r) = c.get("receipt").filter(|r| !r.is_null()) {
         say!(
             "  receipt: run {} {} (output bucket {} bytes){}",
@@ -171,6 +182,12 @@ fn follow(client: &Client, id: &str, quiet: bool) -> anyhow::Result<Value> {
         if state != last {
             if !quiet {
                 say!("{:>7.2}s  {state}", start.elapsed().as_secs_f64());
+                if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
+                    say!("          {text}");
+                    say!(
+                        "          decide: skillbox approve {id} [--remember] | skillbox deny {id}"
+                    );
+                }
             }
             last = state.clone();
         }
@@ -277,7 +294,8 @@ pub fn run_decide(
     allow: bool,
 ) -> anyhow::Result<ExitCode> {
     let client = Client::from_data_dir(global)?;
-    let body = json!({ "decision": if allow { "allow" } else { "deny" } });
+    let body =
+        json!({ "decision": if allow { "allow" } else { "deny" }, "remember": args.remember });
     let bytes = serde_json::to_vec(&body).context("encoding the decision")?;
     let ans = client.send(
         Method::POST,

@@ -186,16 +186,17 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     step(&format!(
         "owner installed skill {skill:?} (provider local); body in its encrypted source store"
     ));
-    // 4. The caller holds a private source the skill asks for.
+    // 4. The caller holds a private source the skill asks for, marked shareable by its human
+    //    (only shareable sources can ever be staked; consent is still asked per call).
     api.call(
         &caller,
         Method::PUT,
-        &format!("/sources/{SOURCE_NAME}?kind=text"),
+        &format!("/sources/{SOURCE_NAME}?kind=text&shareable=true"),
         Some(("text/plain", SOURCE.as_bytes().to_vec())),
     )
     .await?;
     step(&format!(
-        "caller stored private source {SOURCE_NAME:?} ({} bytes)",
+        "caller stored private source {SOURCE_NAME:?} ({} bytes), marked shareable",
         SOURCE.len()
     ));
 
@@ -248,6 +249,25 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
         if sc != last_c {
             step(&format!("caller: {sc}"));
             last_c = sc.clone();
+            if sc == "awaiting_consent" {
+                // The shipped policy asks before a call discloses sources. The demo plays the
+                // caller's human and approves once, after printing what approval discloses.
+                step(&format!(
+                    "caller asks its human: {}",
+                    c.pointer("/disclosure/text")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                ));
+                let yes = serde_json::to_vec(&json!({ "decision": "allow" }))?;
+                api.call(
+                    &caller,
+                    Method::POST,
+                    &format!("/approvals/{id}"),
+                    Some(("application/json", yes)),
+                )
+                .await?;
+                step("the caller's human approves (skillbox approve ID)");
+            }
         }
         if so != last_o && !so.is_empty() {
             step(&format!("owner:  {so}"));

@@ -259,6 +259,11 @@ pub enum SourceCommand {
     },
     /// Remove a source.
     Rm { name: String },
+    /// Mark a source shareable: user data a call may stake (asked for consent first, by
+    /// default). Never a secret, never a skill's or a call's own material.
+    Share { name: String },
+    /// Take the shareable mark off a source: no call stakes it any more.
+    Unshare { name: String },
 }
 
 #[derive(clap::Args, Debug)]
@@ -278,6 +283,9 @@ pub struct SourceAddArgs {
     /// Override the kind: text, secret or file.
     #[arg(long)]
     pub kind: Option<String>,
+    /// Mark it shareable: user data a call may stake (a secret never is).
+    #[arg(long)]
+    pub share: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -313,7 +321,7 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
                 (buf, "secret")
             };
             let kind = a.kind.as_deref().unwrap_or(default_kind);
-            let path = format!("/sources/{}?kind={kind}", a.name);
+            let path = format!("/sources/{}?kind={kind}&shareable={}", a.name, a.share);
             let ans = client.send(
                 reqwest::Method::PUT,
                 &path,
@@ -328,10 +336,15 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
                     "replaced"
                 };
                 say!(
-                    "{verb} source {} ({}, {} bytes)",
+                    "{verb} source {} ({}, {} bytes{})",
                     a.name,
                     ans.body["kind"].as_str().unwrap_or(kind),
-                    ans.body["size"].as_u64().unwrap_or(0)
+                    ans.body["size"].as_u64().unwrap_or(0),
+                    if ans.body["shareable"].as_bool() == Some(true) {
+                        ", shareable"
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -346,10 +359,15 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
                 }
                 for s in list {
                     say!(
-                        "{:<32} {:<6} {:>10} bytes  {}",
+                        "{:<32} {:<6} {:>10} bytes  {:<9}  {}",
                         s["name"].as_str().unwrap_or(""),
                         s["kind"].as_str().unwrap_or(""),
                         s["size"].as_u64().unwrap_or(0),
+                        if s["shareable"].as_bool() == Some(true) {
+                            "shareable"
+                        } else {
+                            "private"
+                        },
                         s["digest"].as_str().unwrap_or("")
                     );
                 }
@@ -359,8 +377,25 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
             client.send(reqwest::Method::DELETE, &format!("/sources/{name}"), None)?;
             say!("removed source {name}");
         }
+        SourceCommand::Share { name } => set_shareable(&client, &name, true)?,
+        SourceCommand::Unshare { name } => set_shareable(&client, &name, false)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn set_shareable(client: &Client, name: &str, shareable: bool) -> anyhow::Result<()> {
+    let body = serde_json::to_vec(&serde_json::json!({ "shareable": shareable }))?;
+    client.send(
+        reqwest::Method::PATCH,
+        &format!("/sources/{name}"),
+        Some(("application/json", body)),
+    )?;
+    if shareable {
+        say!("source {name} is shareable: a call may stake it (consent is asked first by default)");
+    } else {
+        say!("source {name} is private: no call stakes it");
+    }
+    Ok(())
 }
 
 // ---- skills on the node

@@ -42,6 +42,7 @@ fn main() {
                     description: format!("Synthetic skill {i} of peer {p}, for the board bench."),
                     provider: "openrouter".into(),
                     required_sources: vec!["spotify_songs".into()],
+                    limits: Default::default(),
                     declaration_digest: format!("sha256:{}", "ab".repeat(32)),
                 })
                 .collect(),

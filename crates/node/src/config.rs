@@ -26,6 +26,8 @@ pub struct Config {
     #[serde(default)]
     pub calls: CallsConfig,
     #[serde(default)]
+    pub ceilings: CeilingsConfig,
+    #[serde(default)]
     pub policy: PolicyConfig,
     #[serde(default)]
     pub tenants: TenantsConfig,
@@ -36,6 +38,10 @@ pub struct Config {
 pub struct ApiConfig {
     /// Where the HTTP API listens. Loopback unless the human says otherwise.
     pub listen: SocketAddr,
+    /// DNS names the API is reached by besides its bound address (and `localhost` on
+    /// loopback): any other `Host` is refused (DNS rebinding), any other `Origin` too.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -179,6 +185,51 @@ pub struct CallsConfig {
     pub output_max_bytes: u64,
     /// How long a program stays valid after the caller signs it.
     pub expiry_secs: u64,
+    /// Finished calls (and a caller's stored answer) are pruned after this many days. The
+    /// records a human audits of what left the node are not pruned with them.
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u64,
+}
+
+fn default_retention_days() -> u64 {
+    30
+}
+
+/// The owner's ceilings for every skill this node offers, unless a skill's `limits:` (or
+/// `skillbox skill set`) says otherwise: what a caller may spend of the owner's key and box.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CeilingsConfig {
+    pub max_request_bytes: u64,
+    pub max_source_bytes: u64,
+    pub max_output_bytes: u64,
+    pub calls_per_peer_per_day: u64,
+    pub calls_per_day: u64,
+}
+
+impl Default for CeilingsConfig {
+    fn default() -> Self {
+        CeilingsConfig {
+            max_request_bytes: 64 * 1024,
+            max_source_bytes: 1024 * 1024,
+            max_output_bytes: 16 * 1024,
+            calls_per_peer_per_day: 100,
+            calls_per_day: 1000,
+        }
+    }
+}
+
+impl CeilingsConfig {
+    /// As a skill's limits, every field set.
+    pub fn limits(&self) -> skillbox_skill::Limits {
+        skillbox_skill::Limits {
+            max_request_bytes: Some(self.max_request_bytes),
+            max_source_bytes: Some(self.max_source_bytes),
+            max_output_bytes: Some(self.max_output_bytes),
+            calls_per_peer_per_day: Some(self.calls_per_peer_per_day),
+            calls_per_day: Some(self.calls_per_day),
+        }
+    }
 }
 
 impl Default for CallsConfig {
@@ -187,6 +238,7 @@ impl Default for CallsConfig {
             max_request_bytes: 64 * 1024,
             output_max_bytes: 4096,
             expiry_secs: 900,
+            retention_days: default_retention_days(),
         }
     }
 }
@@ -210,16 +262,26 @@ fn allow() -> skillbox_calls::Decision {
 }
 
 impl Default for PolicyConfig {
+    /// The shipped consent: a call that would disclose sources asks this node's human first
+    /// (`skillbox approve ID [--remember]`); a call with none is allowed.
     fn default() -> Self {
         PolicyConfig {
             default: allow(),
             admission: Default::default(),
-            rules: Vec::new(),
+            rules: vec![skillbox_calls::policy::Rule::ask_before_disclosure()],
         }
     }
 }
 
 impl PolicyConfig {
+    /// Allow every submit, no rule (tests and the demo, which set their own).
+    pub fn allow_all() -> PolicyConfig {
+        PolicyConfig {
+            rules: Vec::new(),
+            ..PolicyConfig::default()
+        }
+    }
+
     /// The consent rules as the policy engine takes them.
     pub fn consent(&self) -> skillbox_calls::Policy {
         skillbox_calls::Policy {
@@ -234,6 +296,7 @@ impl Default for Config {
         Config {
             api: ApiConfig {
                 listen: DEFAULT_API_ADDR.parse().expect("constant address parses"),
+                hosts: Vec::new(),
             },
             p2p: P2pConfig {
                 listen: vec![DEFAULT_P2P_LISTEN.to_owned()],
@@ -263,6 +326,7 @@ impl Default for Config {
                 max_source_bytes: 16 * 1024 * 1024,
             },
             calls: CallsConfig::default(),
+            ceilings: CeilingsConfig::default(),
             policy: PolicyConfig::default(),
             tenants: TenantsConfig::default(),
         }
@@ -329,8 +393,52 @@ impl Config {
             ));
         }
         let c = &self.calls;
-        if c.max_request_bytes == 0 || c.expiry_secs == 0 {
-            return Err("calls.max_request_bytes and calls.expiry_secs must be at least 1".into());
+        if c.max_request_bytes == 0 || c.expiry_secs == 0 || c.retention_days == 0 {
+            return Err(
+                "calls.max_request_bytes, calls.expiry_secs and calls.retention_days must be at least 1"
+                    .into(),
+            );
+        }
+        let cl = &self.ceilings;
+        for (name, v, max) in [
+            (
+                "ceilings.max_request_bytes",
+                cl.max_request_bytes,
+                skillbox_jc::program::MAX_STAKE_BYTES,
+            ),
+            (
+                "ceilings.max_source_bytes",
+                cl.max_source_bytes,
+                skillbox_jc::program::MAX_STAKE_BYTES,
+            ),
+            (
+                "ceilings.max_output_bytes",
+                cl.max_output_bytes,
+                skillbox_jc::program::MAX_OUTPUT_BYTES,
+            ),
+            (
+                "ceilings.calls_per_peer_per_day",
+                cl.calls_per_peer_per_day,
+                skillbox_skill::Limits::MAX,
+            ),
+            (
+                "ceilings.calls_per_day",
+                cl.calls_per_day,
+                skillbox_skill::Limits::MAX,
+            ),
+        ] {
+            if v > max {
+                return Err(format!("{name} must be at most {max}"));
+            }
+        }
+        for h in &self.api.hosts {
+            if h.is_empty()
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+            {
+                return Err(format!("api.hosts entry {h:?} is not a host name"));
+            }
         }
         if c.output_max_bytes == 0 || c.output_max_bytes > skillbox_jc::program::MAX_OUTPUT_BYTES {
             return Err(format!(
@@ -410,6 +518,9 @@ impl Config {
 # bearer token in api.token. Use port 0 for an OS-chosen port (the bound address is written to
 # api.addr on start).
 listen = {api}
+# DNS names the API is reached by besides its address (and `localhost` on loopback). Requests
+# with any other Host header, or from another site's Origin, are refused (DNS rebinding, CSRF).
+hosts = {api_hosts}
 
 [p2p]
 # libp2p listen multiaddrs.
@@ -462,11 +573,28 @@ max_request_bytes = {max_request}
 output_max_bytes = {output_max}
 # A program (and so a call) is valid this long after the caller signs it.
 expiry_secs = {expiry}
+# Finished calls, and a caller's stored answer, are pruned after this many days.
+retention_days = {retention}
+
+[ceilings]
+# The owner's ceilings for every skill this node offers (a skill's `limits:` front matter, or
+# `skillbox skill set NAME maxRequestBytes=…`, overrides each): what a caller may spend of the
+# owner's key and box. A program above them is refused `over_owner_limit`; a skill past its
+# daily calls `daily_limit`.
+max_request_bytes = {c_request}
+# Each caller source, at most.
+max_source_bytes = {c_source}
+max_output_bytes = {c_output}
+calls_per_peer_per_day = {c_peer_day}
+calls_per_day = {c_day}
 
 # Consent (design §9): asked once at each side's jc.submit. Rules are tried in order; the first
-# whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact) and
-# sources (any of the list) match decides "allow" | "deny" | "ask". `ask` parks the call until
-# `skillbox approve|deny ID`. No rule matching: `default`. Example:
+# whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact),
+# sources (the call stakes any source matching one of these patterns; "*" = any source) and
+# sources_within (every staked source is in this list) match decides "allow" | "deny" | "ask".
+# `ask` parks the call until `skillbox approve|deny ID` (`approve --remember` adds an allow rule
+# for that peer, skill and source set). No rule matching: `default`. The shipped rule asks before
+# any call discloses this node's sources. Example:
 # [[policy.rules]]
 # side = "owner"
 # peer = "*"
@@ -483,6 +611,13 @@ operator = {operator}
 # (/v1/agents, the roster, the org chart) for its own owner {{tenantId, workspaceId?}} only.
 {tokens}"#,
             api = s(&self.api.listen.to_string()),
+            api_hosts = list(&self.api.hosts),
+            retention = self.calls.retention_days,
+            c_request = self.ceilings.max_request_bytes,
+            c_source = self.ceilings.max_source_bytes,
+            c_output = self.ceilings.max_output_bytes,
+            c_peer_day = self.ceilings.calls_per_peer_per_day,
+            c_day = self.ceilings.calls_per_day,
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,
@@ -550,6 +685,7 @@ mod tests {
             peer: skillbox_calls::policy::Pattern("12D3*".into()),
             skill: skillbox_calls::policy::Pattern::any(),
             sources: Some(vec!["notes".into()]),
+            sources_within: Some(vec!["notes".into(), "diary".into()]),
             decision: skillbox_calls::Decision::Ask,
         });
         c.policy.admission.deny_peers.push("12D3KooWbad".into());

@@ -64,6 +64,10 @@ pub enum NodeError {
     /// A named thing does not exist.
     #[error("{kind} {name:?} not found")]
     NotFound { kind: &'static str, name: String },
+    /// A source that no caller stake may carry: under a reserved prefix, a secret, or not
+    /// marked shareable by its human. `why` is fixed text.
+    #[error("source {name:?} cannot be staked by a call: {why}")]
+    NotStakeable { name: String, why: &'static str },
     /// A stored source failed authentication on decrypt (tampered row or wrong key).
     #[error(
         "source {0:?} failed to decrypt: the stored row was tampered with or the data key changed"

@@ -245,6 +245,16 @@ impl Node {
         &mut self,
         transport: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_peers::PayloadTransport>,
     ) -> Result<Calls> {
+        self.start_calls_with_parts(transport, |h| Arc::new(h))
+    }
+
+    /// [`Node::start_calls_with`] with the board the caller reads wrapped too (tests show what
+    /// call start does with an advert no board would take).
+    pub fn start_calls_with_parts(
+        &mut self,
+        transport: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_peers::PayloadTransport>,
+        directory: impl FnOnce(PeersHandle) -> Arc<dyn crate::calls::Directory>,
+    ) -> Result<Calls> {
         let node_id = self.node_id();
         let Some(running) = self.peers.as_mut() else {
             return Err(NodeError::Conflict(
@@ -266,13 +276,14 @@ impl Node {
             node_seed: *self.node_key.seed(),
             node_id,
             transport: transport(running.handle.clone()),
-            directory: Arc::new(running.handle.clone()),
+            directory: directory(running.handle.clone()),
             boxes: self.boxes.clone(),
             timing: skillbox_calls::Timing {
                 stall_limit_ms: s.stall_limit_secs.saturating_mul(1000),
                 ..skillbox_calls::Timing::default()
             },
             settings: self.config.calls.clone(),
+            ceilings: self.config.ceilings.clone(),
             policy,
         });
         running.calls_tasks = calls.spawn(
@@ -348,7 +359,14 @@ impl Node {
             .map_err(|e| NodeError::io("reading the API's bound address", e))?;
         self.data_dir.write_api_addr(addr)?;
         tracing::info!(%addr, node_id = %self.node_id(), "API listening");
-        let router = api::router_with(self.state.clone(), mounts);
+        // Only requests naming this API (its address, `localhost` on loopback, `api.hosts`) and
+        // from no other site's page: DNS rebinding and cross-site posts from a browser.
+        let hosts = Arc::new(skillbox_jc::server::HostGuard::for_addr(
+            addr,
+            &self.config.api.hosts,
+        ));
+        let router = api::router_with(self.state.clone(), mounts)
+            .layer(axum::middleware::from_fn_with_state(hosts, api::host_guard));
         axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await

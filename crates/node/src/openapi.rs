@@ -319,7 +319,10 @@ fn base_document() -> Value {
                 ]), false),
                 "put": {
                     "summary": "Store or replace a source; the body is the content, encrypted at rest. Names under `skill/` are refused (skill import writes them).",
-                    "parameters": [{ "name": "kind", "in": "query", "required": false, "description": "text | secret | file (or header X-Source-Kind). Default: text when UTF-8, file otherwise.", "schema": { "type": "string", "enum": ["text", "secret", "file"] } }],
+                    "parameters": [
+                        { "name": "kind", "in": "query", "required": false, "description": "text | secret | file (or header X-Source-Kind). Default: text when UTF-8, file otherwise.", "schema": { "type": "string", "enum": ["text", "secret", "file"] } },
+                        { "name": "shareable", "in": "query", "required": false, "description": "Mark the source as user data a call may stake (default false; never a secret).", "schema": { "type": "boolean" } }
+                    ],
                     "requestBody": { "required": true, "content": { "*/*": { "schema": { "type": "string", "format": "binary" } } } },
                     "responses": {
                         "201": ok_json("Created.", r("SourceMeta")),
@@ -328,6 +331,18 @@ fn base_document() -> Value {
                         "401": err("Missing or wrong bearer token."),
                         "403": err("A tenant token (`forbidden`)."),
                         "413": err("Body over the source limit (`payload_too_large`).")
+                    }
+                },
+                "patch": {
+                    "summary": "Mark a source shareable (a call may stake it) or not, without its content.",
+                    "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["shareable"], "additionalProperties": false, "properties": { "shareable": { "type": "boolean" } } } } } },
+                    "responses": {
+                        "200": ok_json("The source's metadata.", r("SourceMeta")),
+                        "400": err("A secret or reserved source cannot be shareable (`validation_error`)."),
+                        "401": err("Missing or wrong bearer token."),
+                        "403": err("A tenant token (`forbidden`)."),
+                        "404": err("No such source."),
+                        "415": err("Not application/json.")
                     }
                 },
                 "delete": op("Remove a source.", map(vec![
@@ -388,10 +403,11 @@ fn base_document() -> Value {
                     }
                 },
                 "SourceMeta": {
-                    "type": "object", "required": ["name", "kind", "size", "digest"],
+                    "type": "object", "required": ["name", "kind", "size", "digest", "shareable"],
                     "properties": {
                         "name": { "type": "string" }, "kind": { "type": "string", "enum": ["text", "secret", "file"] },
                         "size": { "type": "integer", "minimum": 0 }, "digest": { "type": "string" },
+                        "shareable": { "type": "boolean", "description": "Its human marked it as data a call may stake." },
                         "createdAt": { "type": "integer" }, "updatedAt": { "type": "integer" }
                     }
                 },
@@ -529,7 +545,10 @@ fn add_calls(doc: &mut Value) {
                 "summary": "Decide a parked call: `allow` submits, `deny` fails it (`consent_denied`).",
                 "requestBody": { "required": true, "content": { "application/json": { "schema": {
                     "type": "object", "required": ["decision"], "additionalProperties": false,
-                    "properties": { "decision": { "type": "string", "enum": ["allow", "deny"] } } } } } },
+                    "properties": {
+                        "decision": { "type": "string", "enum": ["allow", "deny"] },
+                        "remember": { "type": "boolean", "description": "Also record the decision as a policy rule for this peer, skill and source set." }
+                    } } } } },
                 "responses": {
                     "200": ok_json("The call.", r("Call")),
                     "400": err("Bad body (`validation_error`)."),

@@ -99,6 +99,7 @@ pub fn offer_from(skills: &[SkillSummary], boxes: Vec<AcceptedBox>) -> Offer {
                     // An offered skill has a provider (offer_state requires one).
                     provider: s.provider.clone()?,
                     required_sources: s.required_sources.clone(),
+                    limits: s.limits,
                     declaration_digest: s.digest.clone(),
                 })
             })
@@ -118,6 +119,7 @@ mod tests {
             description: format!("the {name} skill"),
             provider: Some("openrouter".into()),
             required_sources: vec!["spotify_songs".into()],
+            limits: Default::default(),
             digest: format!("sha256:{}", "ab".repeat(32)),
             offered,
             reason: None,

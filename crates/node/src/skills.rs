@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
-use skillbox_skill::{Declaration, check_skill};
+use skillbox_skill::{Declaration, Limits, check_skill};
 
 use crate::crypto::DataKey;
 use crate::error::{NodeError, Result};
@@ -46,6 +46,8 @@ pub struct SkillSummary {
     pub provider: Option<String>,
     #[serde(rename = "requiredSources")]
     pub required_sources: Vec<String>,
+    #[serde(skip_serializing_if = "Limits::is_empty")]
+    pub limits: Limits,
     pub digest: String,
     pub offered: bool,
     /// The reasons joined, present only when not offered.
@@ -84,6 +86,8 @@ pub struct SkillChange {
     pub provider: Option<Option<String>>,
     pub model: Option<Option<String>>,
     pub key: Option<Option<String>>,
+    /// The owner's ceilings, replaced whole.
+    pub limits: Option<Limits>,
 }
 
 impl std::fmt::Debug for SkillChange {
@@ -96,6 +100,7 @@ impl std::fmt::Debug for SkillChange {
                 &self.model.as_ref().map(|m| m.as_ref().map(|_| "..")),
             )
             .field("key", &self.key)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -111,6 +116,16 @@ pub struct Imported {
     pub replaced: bool,
     pub state: OfferState,
     pub warnings: Value,
+}
+
+/// A new random commitment salt.
+fn new_salt() -> [u8; skillbox_skill::SALT_LEN] {
+    let mut salt = [0u8; skillbox_skill::SALT_LEN];
+    // The OS random source failing is not something a node can work around.
+    if let Err(e) = getrandom::fill(&mut salt) {
+        panic!("the OS random source is unavailable: {e}");
+    }
+    salt
 }
 
 /// Offer state from the declaration and the set of source names present: a declaration with a
@@ -208,8 +223,11 @@ impl Skills {
                     })?;
                 let warnings =
                     serde_json::to_value(&c.warnings).unwrap_or(Value::Array(Vec::new()));
+                // A fresh salt for every import: the commitment changes with each change, and
+                // only this node can open it.
+                let salt = new_salt();
                 Ok((
-                    c.declaration.digest(),
+                    (c.declaration.digest(&salt), salt),
                     decl_json,
                     c.manifest.to_string(),
                     warnings,
@@ -219,7 +237,7 @@ impl Skills {
             .collect::<Result<Vec<_>>>()?;
         let (replaced, stored_agents) = self.store.write(|tx| {
             let mut replaced = Vec::with_capacity(rows.len());
-            for (digest, decl_json, manifest_json, warnings, c) in &rows {
+            for ((digest, salt), decl_json, manifest_json, warnings, c) in &rows {
                 let name = &c.declaration.name;
                 let agent_id = &c.agent_id;
                 let holder: Option<String> = tx
@@ -258,6 +276,13 @@ impl Skills {
                     SourceKind::Text,
                     c.body.as_str().as_bytes(),
                 )?;
+                sources::put_in(
+                    tx,
+                    &self.key,
+                    &skillbox_skill::salt_source_name(name),
+                    SourceKind::Secret,
+                    &salt[..],
+                )?;
                 let model_source = c.declaration.model_source_name();
                 match c.declaration.model.as_deref().filter(|m| !m.is_empty()) {
                     Some(model) => {
@@ -279,7 +304,7 @@ impl Skills {
             Ok((replaced, stored_agents))
         })?;
         let mut out = Vec::with_capacity(rows.len());
-        for ((digest, _, _, warnings, c), replaced) in rows.into_iter().zip(replaced) {
+        for (((digest, _), _, _, warnings, c), replaced) in rows.into_iter().zip(replaced) {
             let decl = c.declaration;
             drop(c.body);
             let state = self.offer_state(&decl)?;
@@ -364,9 +389,21 @@ impl Skills {
             if let Some(k) = change.key.clone() {
                 decl.key = k;
             }
-            // The digest covers the model; the stored row does not carry it.
+            if let Some(l) = change.limits {
+                decl.limits = l;
+            }
+            // The digest covers the model; the stored row does not carry it. A new salt with
+            // every change.
             decl.model = current_model.clone();
-            let digest = decl.digest();
+            let salt = new_salt();
+            let digest = decl.digest(&salt);
+            sources::put_in(
+                tx,
+                &self.key,
+                &skillbox_skill::salt_source_name(name),
+                SourceKind::Secret,
+                &salt[..],
+            )?;
             let model_source = decl.model_source_name();
             if change.model.is_some() {
                 match decl.model.as_deref() {
@@ -405,6 +442,7 @@ impl Skills {
             provider = change.provider.is_some(),
             model = change.model.is_some(),
             key = change.key.is_some(),
+            limits = change.limits.is_some(),
             "skill declaration changed"
         );
         self.detail(name)
@@ -541,6 +579,7 @@ impl Skills {
                     description: d.description.clone(),
                     provider: d.provider.as_ref().map(ToString::to_string),
                     required_sources: d.required_sources.clone(),
+                    limits: d.limits,
                     digest: r.digest,
                     offered: state.offered,
                     reason: (!state.offered).then(|| state.reasons.join("; ")),
@@ -573,15 +612,20 @@ impl Skills {
         }))
     }
 
-    /// Remove a skill: its declaration and its body source, in one transaction.
+    /// Remove a skill: its declaration and its owner sources (body, model, salt), in one
+    /// transaction.
     pub fn delete(&self, name: &str) -> Result<bool> {
-        let body = skillbox_skill::body_source_name(name);
-        let model = skillbox_skill::model_source_name(name);
+        let owned = [
+            skillbox_skill::body_source_name(name),
+            skillbox_skill::model_source_name(name),
+            skillbox_skill::salt_source_name(name),
+        ];
         let removed = self.store.write(|tx| {
             let n = tx.execute("DELETE FROM skills WHERE name = ?1", params![name])?;
             if n > 0 {
-                tx.execute("DELETE FROM sources WHERE name = ?1", params![body])?;
-                tx.execute("DELETE FROM sources WHERE name = ?1", params![model])?;
+                for source in &owned {
+                    tx.execute("DELETE FROM sources WHERE name = ?1", params![source])?;
+                }
             }
             Ok(n > 0)
         })?;

@@ -2,8 +2,12 @@
 //! rest with the data key.
 //!
 //! Content leaves this module one way only: [`Sources::apply`] streams it into a sink the caller
-//! hands in (later: an HPKE seal for one box run). No function here or elsewhere in the crate
-//! returns source bytes; listings and metadata carry name, kind, size and a keyed digest.
+//! hands in (an HPKE seal for one box run). No function here or elsewhere in the crate returns
+//! source bytes; listings and metadata carry name, kind, size, shareable and a keyed digest.
+//!
+//! A caller's stake goes through [`Sources::apply_for_stake`], which refuses — whatever a remote
+//! advert or program names — every source its human did not mark **shareable**, every `secret`,
+//! and every name under `skill/`, `agent/`, `call/` (the node's own material).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -68,6 +72,9 @@ pub struct SourceMeta {
     pub kind: SourceKind,
     pub size: u64,
     pub digest: String,
+    /// Its human marked it as user data a call may stake (opt-in; never a secret or a reserved
+    /// name).
+    pub shareable: bool,
     #[serde(rename = "createdAt")]
     pub created_at: i64,
     #[serde(rename = "updatedAt")]
@@ -143,9 +150,21 @@ impl Sources {
         Sources { store, key }
     }
 
-    /// Store (or replace) a source. Names under `skill/` are refused: a skill body is written by
-    /// skill import, together with its declaration.
+    /// Store (or replace) a source, not shareable. See [`Sources::put_with`].
     pub fn put(&self, name: &str, kind: SourceKind, content: &[u8]) -> Result<SourceMeta> {
+        self.put_with(name, kind, content, false)
+    }
+
+    /// Store (or replace) a source, shareable or not (a replacement takes the new flag). Names
+    /// under `skill/`, `agent/` and `call/` are refused: they are written by skill import and
+    /// by calls, with their rows.
+    pub fn put_with(
+        &self,
+        name: &str,
+        kind: SourceKind,
+        content: &[u8],
+        shareable: bool,
+    ) -> Result<SourceMeta> {
         check_name(name)?;
         for prefix in [SKILL_PREFIX, AGENT_PREFIX] {
             if name.starts_with(prefix) {
@@ -168,8 +187,37 @@ impl Sources {
         if content.is_empty() {
             return Err(NodeError::invalid("content", "a source cannot be empty"));
         }
-        self.store
-            .write(|tx| put_in(tx, &self.key, name, kind, content))
+        if shareable {
+            check_shareable(name, kind)?;
+        }
+        self.store.write(|tx| {
+            put_in(tx, &self.key, name, kind, content)?;
+            set_shareable_in(tx, name, shareable)?;
+            meta_in(tx, name)?.ok_or_else(|| NodeError::NotFound {
+                kind: "source",
+                name: name.to_owned(),
+            })
+        })
+    }
+
+    /// Mark a source shareable (or not) without touching its content. `Ok(None)`: no such
+    /// source.
+    pub fn set_shareable(&self, name: &str, shareable: bool) -> Result<Option<SourceMeta>> {
+        self.store.write(|tx| {
+            let Some(meta) = meta_in(tx, name)? else {
+                return Ok(None);
+            };
+            if shareable {
+                check_shareable(name, meta.kind)?;
+            }
+            set_shareable_in(tx, name, shareable)?;
+            meta_in(tx, name)
+        })
+    }
+
+    /// Whether a caller stake may carry this source (see [`stakeable`]).
+    pub fn is_stakeable(meta: &SourceMeta) -> bool {
+        stakeable(&meta.name, meta.kind, meta.shareable).is_ok()
     }
 
     /// The store these sources live in (the calls driver writes call rows and their sources in
@@ -185,7 +233,7 @@ impl Sources {
     pub fn list(&self) -> Result<Vec<SourceMeta>> {
         self.store.read(|c| {
             let mut stmt = c.prepare(
-                "SELECT name, kind, size, digest, created_at, updated_at FROM sources ORDER BY name",
+                "SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources ORDER BY name",
             )?;
             let rows = stmt.query_map([], meta_from_row)?;
             let mut out = Vec::new();
@@ -213,29 +261,54 @@ impl Sources {
     }
 
     /// **Apply**: decrypt a source and stream it into `sink`, the only way content leaves the
-    /// store. The plaintext lives in a zeroized buffer for the duration of the write.
+    /// store. The plaintext lives in a zeroized buffer for the duration of the write. For the
+    /// node's own use (the owner's body, model and key; a caller's request, result key and
+    /// answer); a caller's data sources go through [`Sources::apply_for_stake`].
     pub fn apply(&self, name: &str, sink: &mut dyn Write) -> Result<u64> {
+        self.apply_checked(name, sink, false)
+    }
+
+    /// **Apply for a caller stake**: like [`Sources::apply`], but only for a source its human
+    /// marked shareable — never a secret, never a name under `skill/`, `agent/`, `call/` —
+    /// checked on the stored row in the same read that fetches the ciphertext, so whatever a
+    /// peer's advert or program names, nothing else leaves.
+    pub fn apply_for_stake(&self, name: &str, sink: &mut dyn Write) -> Result<u64> {
+        self.apply_checked(name, sink, true)
+    }
+
+    fn apply_checked(&self, name: &str, sink: &mut dyn Write, stake: bool) -> Result<u64> {
+        if stake && skillbox_skill::is_reserved_source_name(name) {
+            return Err(NodeError::NotStakeable {
+                name: name.to_owned(),
+                why: RESERVED,
+            });
+        }
         let sealed = self.store.read(|c| {
             c.query_row(
-                "SELECT kind, nonce, ciphertext FROM sources WHERE name = ?1",
+                "SELECT kind, nonce, ciphertext, shareable FROM sources WHERE name = ?1",
                 params![name],
                 |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, Vec<u8>>(1)?,
                         r.get::<_, Vec<u8>>(2)?,
+                        r.get::<_, i64>(3)? == 1,
                     ))
                 },
             )
             .optional()
             .map_err(NodeError::from)
         })?;
-        let Some((kind, nonce, ciphertext)) = sealed else {
+        let Some((kind, nonce, ciphertext, shareable)) = sealed else {
             return Err(NodeError::NotFound {
                 kind: "source",
                 name: name.to_owned(),
             });
         };
+        if stake {
+            let k = kind.parse::<SourceKind>()?;
+            stakeable(name, k, shareable)?;
+        }
         let plaintext = self
             .key
             .open(&crypto::source_aad(&kind, name), &nonce, &ciphertext)
@@ -248,6 +321,45 @@ impl Sources {
             })?;
         Ok(plaintext.len() as u64)
     }
+}
+
+const RESERVED: &str = "its name is under a reserved prefix (skill/, agent/, call/)";
+
+/// The one rule of what a caller stake may carry: a source its human marked shareable, that is
+/// not a secret and not under a reserved prefix.
+pub fn stakeable(name: &str, kind: SourceKind, shareable: bool) -> Result<()> {
+    let why = if skillbox_skill::is_reserved_source_name(name) {
+        RESERVED
+    } else if kind == SourceKind::Secret {
+        "it is a secret"
+    } else if !shareable {
+        "its human has not marked it shareable (skillbox source share NAME)"
+    } else {
+        return Ok(());
+    };
+    Err(NodeError::NotStakeable {
+        name: name.to_owned(),
+        why,
+    })
+}
+
+/// Only user data may be marked shareable.
+fn check_shareable(name: &str, kind: SourceKind) -> Result<()> {
+    stakeable(name, kind, true).map_err(|e| match e {
+        NodeError::NotStakeable { why, .. } => NodeError::invalid(
+            "shareable",
+            format!("source {name:?} cannot be shareable: {why}"),
+        ),
+        other => other,
+    })
+}
+
+fn set_shareable_in(tx: &Transaction<'_>, name: &str, shareable: bool) -> Result<()> {
+    tx.execute(
+        "UPDATE sources SET shareable = ?2 WHERE name = ?1",
+        params![name, shareable as i64],
+    )?;
+    Ok(())
 }
 
 /// Encrypt and upsert a source inside a caller's transaction (so skill import can write the
@@ -296,7 +408,7 @@ pub(crate) fn put_in(
 pub(crate) fn meta_in(c: &rusqlite::Connection, name: &str) -> Result<Option<SourceMeta>> {
     let row = c
         .query_row(
-            "SELECT name, kind, size, digest, created_at, updated_at FROM sources WHERE name = ?1",
+            "SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources WHERE name = ?1",
             params![name],
             meta_from_row,
         )
@@ -325,6 +437,7 @@ fn meta_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SourceMeta>> 
         digest: r.get(3)?,
         created_at: r.get(4)?,
         updated_at: r.get(5)?,
+        shareable: r.get::<_, i64>(6)? == 1,
     }))
 }
 
@@ -383,6 +496,83 @@ mod tests {
         assert!(s.put("agent/x/prompt", SourceKind::Text, b"x").is_err());
         assert!(s.put("notes", SourceKind::Text, &[0xff, 0xfe]).is_err());
         assert!(s.put("empty", SourceKind::File, b"").is_err());
+    }
+
+    proptest::proptest! {
+        /// The one rule, for any name, kind and flag: stakeable means shareable user data.
+        #[test]
+        fn stakeable_is_exactly_shareable_user_data(
+            name in "[a-z]{1,6}(/[a-z0-9_.-]{1,6}){0,3}",
+            kind in proptest::sample::select(vec![SourceKind::Text, SourceKind::Secret, SourceKind::File]),
+            shareable in proptest::bool::ANY,
+        ) {
+            let expected = shareable
+                && kind != SourceKind::Secret
+                && !skillbox_skill::is_reserved_source_name(&name);
+            proptest::prop_assert_eq!(stakeable(&name, kind, shareable).is_ok(), expected);
+        }
+    }
+
+    /// Issue 12: whatever a peer names, a caller stake carries only shareable user data.
+    #[test]
+    fn only_shareable_user_data_applies_for_a_stake() {
+        let s = sources();
+        s.put("openrouter-key", SourceKind::Secret, b"sk-secret")
+            .expect("key");
+        s.put("diary", SourceKind::Text, b"private").expect("diary");
+        s.put_with("songs", SourceKind::Text, b"a,b,c", true)
+            .expect("songs");
+        s.store
+            .write(|tx| {
+                put_in(tx, &s.key, "skill/x/body", SourceKind::Text, b"BODY")?;
+                put_in(tx, &s.key, "call/1/request", SourceKind::Text, b"REQ")?;
+                Ok(())
+            })
+            .expect("node material");
+        let mut out = Vec::new();
+        assert_eq!(s.apply_for_stake("songs", &mut out).expect("songs"), 5);
+        for refused in ["openrouter-key", "diary", "skill/x/body", "call/1/request"] {
+            let mut sink = Vec::new();
+            let err = s.apply_for_stake(refused, &mut sink).expect_err(refused);
+            assert!(
+                matches!(err, NodeError::NotStakeable { .. }),
+                "{refused}: {err}"
+            );
+            assert!(sink.is_empty(), "{refused}: bytes reached the sink");
+        }
+        // A forged shareable flag on a secret or a reserved row still does not apply.
+        s.store
+            .write(|tx| {
+                tx.execute("UPDATE sources SET shareable = 1", [])?;
+                Ok(())
+            })
+            .expect("forge flags");
+        for refused in ["openrouter-key", "skill/x/body", "call/1/request"] {
+            assert!(
+                s.apply_for_stake(refused, &mut Vec::new()).is_err(),
+                "{refused}"
+            );
+        }
+        // Marking: only user data; the flag shows in listings.
+        assert!(s.put_with("k2", SourceKind::Secret, b"x", true).is_err());
+        assert!(s.set_shareable("openrouter-key", true).is_err());
+        assert!(s.set_shareable("missing", true).expect("no row").is_none());
+        let diary = s.set_shareable("diary", true).expect("set").expect("row");
+        assert!(diary.shareable);
+        assert!(
+            s.list()
+                .expect("list")
+                .iter()
+                .any(|m| m.name == "diary" && m.shareable)
+        );
+        let diary = s
+            .set_shareable("diary", false)
+            .expect("unset")
+            .expect("row");
+        assert!(!diary.shareable);
+        // A replacement takes the new flag.
+        let songs = s.put("songs", SourceKind::Text, b"d").expect("replace");
+        assert!(!songs.shareable);
     }
 
     #[test]

@@ -95,6 +95,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant_id, workspace_id)
     ) STRICT;
     "#,
+    // 4: hostile peers. A source is stakeable by a caller only when its human marked it
+    // shareable; owner calls are counted per skill and peer for the daily ceilings (`charge`:
+    // what a call costs against them).
+    r#"
+    ALTER TABLE sources ADD COLUMN shareable INTEGER NOT NULL DEFAULT 0 CHECK (shareable IN (0, 1));
+    ALTER TABLE calls ADD COLUMN charge INTEGER NOT NULL DEFAULT 1;
+    CREATE INDEX calls_by_skill ON calls (role, skill, created_at);
+    CREATE INDEX calls_by_updated ON calls (updated_at);
+    "#,
 ];
 
 /// The schema version this binary writes.
@@ -184,7 +193,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 }
 
 /// Seconds since the Unix epoch (timestamps in rows).
-pub(crate) fn now_secs() -> i64 {
+pub fn now_secs() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -109,7 +109,9 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
         vec![
             "agent/core.openwop.agents.demo/prompt",
             "skill/default/body",
-            "skill/summarizer/body"
+            "skill/default/salt",
+            "skill/summarizer/body",
+            "skill/summarizer/salt"
         ]
     );
     let (status, inv, text) = node.get("/v1/agents").await;

@@ -84,6 +84,53 @@ async fn every_openwop_body_validates() {
     node.stop().await;
 }
 
+/// Issue 12: the API answers only its own name, and no other site's page (DNS rebinding, a
+/// browser's cross-site post), whatever the token.
+#[tokio::test]
+async fn requests_for_another_host_or_from_another_site_are_refused() {
+    let node = TestNode::start().await;
+    let host = node.base.trim_start_matches("http://").to_owned();
+    let port = host.rsplit(':').next().expect("port").to_owned();
+    let send = |path: &str, headers: Vec<(&'static str, String)>| {
+        let mut rb = node
+            .http
+            .get(node.url(path))
+            .header("authorization", format!("Bearer {}", node.token));
+        for (k, v) in headers {
+            rb = rb.header(k, v);
+        }
+        rb.send()
+    };
+    let r = send("/skills", vec![("host", "evil.example".into())])
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 421);
+    let body: Value = r.json().await.expect("json");
+    assert_envelope(&body, "host_not_allowed");
+    let r = send(
+        "/healthz",
+        vec![("host", format!("attacker.example:{port}"))],
+    )
+    .await
+    .expect("send");
+    assert_eq!(r.status(), 421, "even public routes");
+    let r = send("/skills", vec![("origin", "https://evil.example".into())])
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 403);
+    let body: Value = r.json().await.expect("json");
+    assert_envelope(&body, "origin_not_allowed");
+    // Its own address and origin, and `localhost` on the same port, are fine.
+    for headers in [
+        vec![("origin", format!("http://{host}"))],
+        vec![("host", format!("localhost:{port}"))],
+    ] {
+        let r = send("/skills", headers.clone()).await.expect("send");
+        assert_eq!(r.status(), 200, "{headers:?}");
+    }
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn unauthenticated_requests_get_401_envelopes() {
     let node = TestNode::start().await;
@@ -249,7 +296,12 @@ async fn import_reimport_offer_state_and_delete() {
         .collect();
     assert_eq!(
         names,
-        vec!["openrouter-key", "skill/taste/body", "skill/taste/model"]
+        vec![
+            "openrouter-key",
+            "skill/taste/body",
+            "skill/taste/model",
+            "skill/taste/salt"
+        ]
     );
     assert!(
         !text.contains("music critic") && !text.contains("sk-or-v1-test"),
@@ -480,7 +532,8 @@ async fn metrics_and_health() {
     );
     assert!(text.contains("\nskillbox_skills 1\n"), "{text}");
     assert!(text.contains("\nskillbox_skills_offered 1\n"), "{text}");
-    assert!(text.contains("\nskillbox_sources 1\n"), "{text}");
+    // The body and the skill's commitment salt.
+    assert!(text.contains("\nskillbox_sources 2\n"), "{text}");
     node.stop().await;
 }
 

@@ -208,6 +208,7 @@ async fn ask_parks_each_side_until_its_human_decides() {
             peer: skillbox_calls::Pattern::any(),
             skill: skillbox_calls::Pattern::any(),
             sources: None,
+            sources_within: None,
             decision: skillbox_calls::Decision::Ask,
         })
     };
@@ -300,8 +301,9 @@ async fn owner_admission_refuses_a_denied_peer_and_cancel_ends_a_call() {
             .contains("not_admitted"),
         "{c}"
     );
-    let o = w.owner.wait_call(&id, LIMIT).await;
-    assert_eq!(o["failure"]["code"], "not_admitted", "{o}");
+    // A refused request leaves nothing on the owner's side (issue 12: no row before admission).
+    assert_eq!(w.owner.get(&format!("/calls/{id}")).await.status, 404);
+    assert_eq!(w.owner.get("/calls").await.body["total"], 0);
 
     // Allowed again, with consent parking the owner; the caller cancels.
     let policy = json!({"default": "allow", "admission": {"calls_per_minute": 30},

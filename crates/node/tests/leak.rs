@@ -51,15 +51,25 @@ fn marker(m: &str) -> &str {
     m.split(' ').next().unwrap_or(m)
 }
 
+/// Every log line of this process at debug level, from the first test that asks on.
+fn captured_logs() -> Captured {
+    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .init();
+        logs
+    })
+    .clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_material_appears_where_it_does_not_belong() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("debug"))
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .init();
+    let logs = captured_logs();
 
     let w = support::world(BODY, KEY, &["songs"], |_| {}, |_| {}).await;
     // The world's skill names model gpt-test: replace it with one carrying a marker.
@@ -184,5 +194,124 @@ async fn no_material_appears_where_it_does_not_belong() {
     );
     for m in all {
         assert!(!text.contains(marker(m)), "{m} in the logs");
+    }
+}
+
+/// Issue 12: a provider whose errors quote its input (the whole prompt, the key) carries none of
+/// it across. The run fails with a closed code on both sides; neither side's store, API, the
+/// payloads between them nor any log line of the process (both nodes and the box run here)
+/// holds the other side's material — where before, the provider's 200 characters went into the
+/// run error, both call records, `call.failed` and INFO logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_provider_echoing_its_input_in_errors_carries_nothing_across() {
+    let logs = captured_logs();
+    for (i, answering) in [
+        support::Answering::EchoingErrors,
+        support::Answering::EchoingInBand,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = format!("ECHOBODY{i}-9f3");
+        let model = format!("echo-model{i}-MARK");
+        let key = format!("sk-ECHOKEY{i}-7d1");
+        let request = format!("ECHOREQ{i}-a83 what do I like?");
+        let source = format!("ECHOSRC{i}-0c2 Portishead - Roads");
+        let w = support::world_answering(&body, &key, &["songs"], answering, |_| {}, |_| {}).await;
+        let doc = support::skill_doc("taste", &body, &["songs"]).replace("gpt-test", &model);
+        w.owner.add_skill(&doc).await;
+        w.caller.put_source("songs", "text", &source).await;
+        let digest = w.owner.get("/skills/taste").await.body["digest"]
+            .as_str()
+            .expect("digest")
+            .to_owned();
+        let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while w.caller.peers.with_board(|b, now| {
+            b.offered(&owner_peer, "taste", now)
+                .map(|s| s.declaration_digest.clone())
+        }) != Some(digest.clone())
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "digest never advertised"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let a = w
+            .caller
+            .post_json(
+                "/calls",
+                json!({"peer": w.owner.peer_id, "skill": "taste", "request": request}),
+            )
+            .await;
+        assert_eq!(a.status, 201, "{}", a.body);
+        let id = a.body["id"].as_str().expect("id").to_owned();
+        let c = w.caller.wait_call(&id, Duration::from_secs(30)).await;
+        let o = w.owner.wait_call(&id, Duration::from_secs(30)).await;
+        assert_eq!(c["state"], "failed", "{c}");
+        assert_eq!(o["state"], "failed", "{o}");
+        // Whichever side fetched the result first failed it and told the other: either way
+        // only closed codes.
+        let (code, message) = (
+            c["failure"]["code"].as_str().unwrap_or(""),
+            c["failure"]["message"].as_str().unwrap_or(""),
+        );
+        assert!(
+            (code == "run_failed" && message.contains("upstream_error"))
+                || (code == "peer_failed" && message.contains("run_failed")),
+            "the closed code, not the provider's words: {c}"
+        );
+        // The provider really did echo everything (so the scan is not vacuous).
+        let seen = serde_json::to_string(&w.provider.0.lock().expect("log").clone()).expect("json");
+        for m in [&body, &key, &model, &request, &source] {
+            assert!(
+                contains(seen.as_bytes(), marker(m)),
+                "{m} never reached the provider"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let owner_side = [&body, &model, &key];
+        let caller_side = [&request, &source];
+        let caller_view = w.caller.get(&format!("/calls/{id}")).await.body.to_string();
+        let owner_view = w.owner.get(&format!("/calls/{id}")).await.body.to_string();
+        let caller_store = store_bytes(w.caller.dir.path());
+        let owner_store = store_bytes(w.owner.dir.path());
+        for m in owner_side {
+            assert!(
+                !caller_view.contains(marker(m)),
+                "{m} in the caller's record: {caller_view}"
+            );
+            assert!(
+                !contains(&caller_store, marker(m)),
+                "{m} in the caller's store"
+            );
+        }
+        for m in caller_side {
+            assert!(
+                !owner_view.contains(marker(m)),
+                "{m} in the owner's record: {owner_view}"
+            );
+            assert!(
+                !contains(&owner_store, marker(m)),
+                "{m} in the owner's store"
+            );
+        }
+        let mut payloads = w.caller.sent.lock().expect("sent").clone();
+        payloads.extend(w.owner.sent.lock().expect("sent").iter().cloned());
+        assert!(
+            payloads
+                .iter()
+                .any(|p| p.contains("call.failed") || p.contains("CallFailed"))
+        );
+        for p in &payloads {
+            for m in owner_side.iter().chain(caller_side.iter()) {
+                assert!(!p.contains(marker(m)), "{m} in a payload: {p}");
+            }
+        }
+        let text = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+        for m in owner_side.iter().chain(caller_side.iter()) {
+            assert!(!text.contains(marker(m)), "{m} in the logs");
+        }
     }
 }

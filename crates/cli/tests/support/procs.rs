@@ -23,6 +23,16 @@ pub struct ProviderLog(pub Arc<Mutex<Vec<(String, Value)>>>);
 /// A provider double on a thread of its own (std only: tests need no runtime), answering each
 /// chat completion after `delay`. Returns its base URL (`http://127.0.0.1:P/v1`).
 pub fn provider_double(delay: Duration) -> (String, ProviderLog) {
+    provider_double_answering(delay, false)
+}
+
+/// A careless or hostile provider: every answer is an HTTP 400 whose error text quotes the
+/// whole request it was sent (system prompt, user text, the Authorization header).
+pub fn provider_double_echoing_errors() -> (String, ProviderLog) {
+    provider_double_answering(Duration::ZERO, true)
+}
+
+fn provider_double_answering(delay: Duration, echo: bool) -> (String, ProviderLog) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind provider");
     let addr = listener.local_addr().expect("addr");
     let log = ProviderLog::default();
@@ -31,13 +41,13 @@ pub fn provider_double(delay: Duration) -> (String, ProviderLog) {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
             let l = l.clone();
-            std::thread::spawn(move || serve_one(stream, delay, l));
+            std::thread::spawn(move || serve_one(stream, delay, echo, l));
         }
     });
     (format!("http://{addr}/v1"), log)
 }
 
-fn serve_one(stream: std::net::TcpStream, delay: Duration, log: ProviderLog) {
+fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: bool, log: ProviderLog) {
     use std::io::{Read, Write};
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -80,8 +90,21 @@ fn serve_one(stream: std::net::TcpStream, delay: Duration, log: ProviderLog) {
             .flatten()
             .map(|m| m["content"].as_str().map_or(0, str::len))
             .sum();
+        let quoted = format!("invalid request (auth {auth}): {body}");
         log.0.lock().expect("log").push((auth, body));
         std::thread::sleep(delay);
+        if echo {
+            let answer =
+                json!({ "error": { "code": "invalid_request", "message": quoted } }).to_string();
+            let resp = format!(
+                "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                answer.len()
+            );
+            if writer.write_all(resp.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
         let answer = json!({
             "id": "chatcmpl-double", "object": "chat.completion",
             "choices": [{ "index": 0, "finish_reason": "stop",
@@ -150,12 +173,18 @@ pub struct BoxProc {
 }
 
 pub fn start_box(listen: &str, provider_url: &str, log: &Path) -> BoxProc {
+    start_box_with(listen, provider_url, log, "/nonexistent/model.gguf")
+}
+
+/// [`start_box`] with the embedded model at `model` (a path that does not exist: `local` is
+/// unavailable at this box).
+pub fn start_box_with(listen: &str, provider_url: &str, log: &Path, model: &str) -> BoxProc {
     let err = fs::File::create(log).expect("box log");
     let mut child = Command::new(BIN)
         .args(["box", "--insecure-dev", "--listen", listen])
         .arg("--provider-url")
         .arg(format!("openai={provider_url}"))
-        .env("SKILLBOX_MODEL", "/nonexistent/model.gguf")
+        .env("SKILLBOX_MODEL", model)
         .stdout(Stdio::piped())
         .stderr(err)
         .spawn()
@@ -187,8 +216,56 @@ pub struct NodeDir {
 }
 
 /// `skillbox init` with loopback API and p2p on fixed ports (so a restart comes back at the same
-/// addresses), the box accepted with insecure-dev, short schedules. `edit` changes config.toml.
+/// addresses), the box accepted with insecure-dev, short schedules, and no consent rule (every
+/// submit allowed: flow tests do not play the human). `edit` changes config.toml.
 pub fn init_node(
+    root: &Path,
+    name: &str,
+    box_url: &str,
+    bootstrap: Option<&str>,
+    edit: impl FnOnce(String) -> String,
+) -> NodeDir {
+    init_node_as_shipped(root, name, box_url, bootstrap, |t| {
+        edit(without_consent_rules(&t))
+    })
+}
+
+/// The config text without its `[[policy.rules]]` blocks (the shipped ask-before-disclosure),
+/// `rules = []` in their place.
+pub fn without_consent_rules(text: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    // `rules = []` goes at the end of the [policy] table's keys, before its next header.
+    let mut in_policy = false;
+    for line in text.lines() {
+        let header = line.starts_with('[');
+        if in_policy && header && line.trim() != "[[policy.rules]]" {
+            out.push_str("rules = []\n");
+            in_policy = false;
+        }
+        if line.trim() == "[[policy.rules]]" {
+            skipping = true;
+            continue;
+        }
+        if skipping && (header || line.starts_with('#') || line.trim().is_empty()) {
+            skipping = false;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line.trim() == "[policy]" {
+            in_policy = true;
+        }
+    }
+    if in_policy {
+        out.push_str("rules = []\n");
+    }
+    out
+}
+
+/// [`init_node`] with the shipped policy kept (consent asked before any disclosure).
+pub fn init_node_as_shipped(
     root: &Path,
     name: &str,
     box_url: &str,
@@ -375,10 +452,21 @@ impl Api {
         )
     }
 
+    /// Store a source; user data (not a secret) is marked shareable, as its human would for
+    /// data a skill asks for. See [`Api::put_private_source`].
     pub fn put_source(&self, name: &str, kind: &str, content: &str) {
+        self.put_source_as(name, kind, content, kind != "secret")
+    }
+
+    /// Store a source its human did not mark shareable.
+    pub fn put_private_source(&self, name: &str, kind: &str, content: &str) {
+        self.put_source_as(name, kind, content, false)
+    }
+
+    fn put_source_as(&self, name: &str, kind: &str, content: &str, shareable: bool) {
         let a = self.req(
             "PUT",
-            &format!("/sources/{name}?kind={kind}"),
+            &format!("/sources/{name}?kind={kind}&shareable={shareable}"),
             Some(("text/plain", content.as_bytes().to_vec())),
         );
         assert!(

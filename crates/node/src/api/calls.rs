@@ -165,6 +165,9 @@ pub(super) async fn list_approvals(State(s): State<AppState>) -> Result<Json<Val
 #[serde(deny_unknown_fields)]
 struct DecisionBody {
     decision: String,
+    /// Record the decision as a policy rule for this peer, skill and source set.
+    #[serde(default)]
+    remember: bool,
 }
 
 pub(super) async fn decide_approval(
@@ -187,7 +190,7 @@ pub(super) async fn decide_approval(
             ));
         }
     };
-    Ok(Json(one(c.consent(&id, allow).await?)))
+    Ok(Json(one(c.consent(&id, allow, b.remember).await?)))
 }
 
 pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {

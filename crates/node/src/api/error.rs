@@ -93,6 +93,11 @@ impl From<NodeError> for ApiError {
                     .with_details(json!({ "reason": e.reason(), "errors": errors }))
             }
             NodeError::Forbidden(m) => ApiError::forbidden(m),
+            NodeError::NotStakeable { .. } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "source_not_shareable",
+                err.to_string(),
+            ),
             NodeError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "conflict", m),
             NodeError::Skill(CheckError::Document(doc)) => ApiError::new(
                 StatusCode::BAD_REQUEST,

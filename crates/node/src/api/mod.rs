@@ -275,7 +275,10 @@ fn book() -> Book {
         .protected_as(
             "/sources/{*name}",
             "/sources/{name}",
-            get(get_source).put(put_source).delete(delete_source),
+            get(get_source)
+                .put(put_source)
+                .patch(patch_source)
+                .delete(delete_source),
         )
 }
 
@@ -326,6 +329,24 @@ pub fn router_with(state: AppState, mounts: Mounts) -> Router {
 }
 
 // ---- middleware
+
+/// Refuse a request whose `Host` is not this API's (421 `host_not_allowed`) or whose `Origin` is
+/// another site's (403 `origin_not_allowed`), before anything else looks at it.
+pub async fn host_guard(
+    State(g): State<Arc<skillbox_jc::server::HostGuard>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match g.check(req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => ApiError::new(
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::FORBIDDEN),
+            e.code(),
+            e.fixed_message(),
+        )
+        .into_response(),
+    }
+}
 
 #[derive(Clone)]
 struct RouteLabel(String);
@@ -845,7 +866,43 @@ async fn patch_skill(
         ));
     };
     let mut change = crate::skills::SkillChange::default();
+    let mut limits: Vec<(String, Option<u64>)> = Vec::new();
     for (k, v) in obj {
+        if k == "limits" {
+            // Each ceiling given is set (a whole number) or cleared (null); the rest stay.
+            let Some(fields) = v.as_object() else {
+                return Err(ApiError::validation(
+                    "limits",
+                    "expected an object of ceilings (maxRequestBytes, maxSourceBytes, maxOutputBytes, callsPerPeerPerDay, callsPerDay)",
+                ));
+            };
+            for (f, n) in fields {
+                let n = match n {
+                    Value::Null => None,
+                    v => Some(
+                        v.as_u64()
+                            .filter(|n| *n <= skillbox_skill::Limits::MAX)
+                            .ok_or_else(|| {
+                                ApiError::validation(
+                                    &format!("limits.{f}"),
+                                    "must be a whole number (or null to clear it)",
+                                )
+                            })?,
+                    ),
+                };
+                if !skillbox_skill::Limits::FIELDS.contains(&f.as_str()) {
+                    return Err(ApiError::validation(
+                        &format!("limits.{f}"),
+                        format!(
+                            "unknown ceiling (accepted: {})",
+                            skillbox_skill::Limits::FIELDS.join(", ")
+                        ),
+                    ));
+                }
+                limits.push((f.clone(), n));
+            }
+            continue;
+        }
         let v = match v {
             Value::Null => None,
             Value::String(t) => Some(t.clone()),
@@ -863,14 +920,28 @@ async fn patch_skill(
             other => {
                 return Err(ApiError::validation(
                     other,
-                    "unknown field (accepted: provider, model, key)",
+                    "unknown field (accepted: provider, model, key, limits)",
                 ));
             }
         }
     }
     let n = name.clone();
     let notify = s.clone();
-    match blocking(move || s.skills.set(&n, &change)).await? {
+    match blocking(move || {
+        if !limits.is_empty() {
+            let Some(rec) = s.skills.record(&n)? else {
+                return Ok(None);
+            };
+            let mut merged = rec.declaration.limits;
+            for (f, v) in &limits {
+                merged.set(f, *v);
+            }
+            change.limits = Some(merged);
+        }
+        s.skills.set(&n, &change)
+    })
+    .await?
+    {
         Some(detail) => {
             notify.offer_changed.notify_one();
             Ok(Json(detail).into_response())
@@ -923,7 +994,17 @@ async fn put_source(
 ) -> Result<Response, ApiError> {
     let name = path_param(name)?;
     sources::check_name(&name)?;
-    let q = query(&uri, &["kind"])?;
+    let q = query(&uri, &["kind", "shareable"])?;
+    let shareable = match q.get("shareable").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::validation(
+                "query.shareable",
+                format!("{other:?} is not true or false"),
+            ));
+        }
+    };
     let header_kind = headers
         .get("x-source-kind")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
@@ -943,7 +1024,7 @@ async fn put_source(
     let notify = s.clone();
     let (meta, existed) = blocking(move || {
         let existed = s.sources.meta(&name)?.is_some();
-        Ok((s.sources.put(&name, kind, &bytes)?, existed))
+        Ok((s.sources.put_with(&name, kind, &bytes, shareable)?, existed))
     })
     .await?;
     notify.offer_changed.notify_one();
@@ -953,6 +1034,42 @@ async fn put_source(
         StatusCode::CREATED
     };
     Ok((status, Json(meta)).into_response())
+}
+
+/// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or not),
+/// without sending its content again.
+async fn patch_source(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Change {
+        shareable: bool,
+    }
+    let name = path_param(name)?;
+    sources::check_name(&name)?;
+    if media_type(&headers).as_deref() != Some("application/json") {
+        return Err(ApiError::unsupported_media_type(
+            media_type(&headers).as_deref(),
+            &["application/json"],
+        ));
+    }
+    let bytes = read_body(body, &headers, 4096).await?;
+    let change: Change = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::validation("body", format!("expected {{\"shareable\": bool}}: {e}"))
+    })?;
+    let n = name.clone();
+    let notify = s.clone();
+    match blocking(move || s.sources.set_shareable(&n, change.shareable)).await? {
+        Some(meta) => {
+            notify.offer_changed.notify_one();
+            Ok(Json(json!(meta)))
+        }
+        None => Err(ApiError::not_found(format!("source {name:?} not found"))),
+    }
 }
 
 async fn delete_source(

@@ -23,6 +23,13 @@ pub struct KnownBox {
 }
 
 impl KnownBox {
+    /// Whether this box's `/healthz` listed `provider` as available when last asked.
+    pub fn offers(&self, provider: &str) -> bool {
+        self.providers
+            .iter()
+            .any(|p| p.id == provider && p.available)
+    }
+
     pub fn identity(&self) -> BoxIdentity {
         BoxIdentity {
             platform: self.platform.clone(),
@@ -39,7 +46,13 @@ pub struct Boxes {
     allow_insecure_dev: bool,
     clients: BTreeMap<String, BoxClient>,
     known: RwLock<BTreeMap<String, KnownBox>>,
+    /// When every box was last asked.
+    refreshed_at: RwLock<Option<std::time::Instant>>,
 }
+
+/// What a node knows of its boxes is refreshed on demand past this age (and on the advert
+/// schedule).
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl std::fmt::Debug for Boxes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,6 +81,7 @@ impl Boxes {
             allow_insecure_dev,
             clients,
             known: RwLock::new(BTreeMap::new()),
+            refreshed_at: RwLock::new(None),
         }
     }
 
@@ -91,9 +105,23 @@ impl Boxes {
                     let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
                     known.insert(url.clone(), kb);
                 }
-                Err(e) => tracing::debug!(%url, error = %e, "box did not answer /healthz"),
+                Err(e) => tracing::debug!(%url, code = e.code(), "box did not answer /healthz"),
             }
         }
+        *self.refreshed_at.write().unwrap_or_else(|p| p.into_inner()) =
+            Some(std::time::Instant::now());
+    }
+
+    /// Whether call start should ask the boxes again first: an accepted box whose identity is
+    /// unknown (a box started after this node), or nothing asked for a while.
+    pub fn needs_refresh(&self) -> bool {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let stale = self
+            .refreshed_at
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none_or(|t| t.elapsed() > STALE_AFTER);
+        stale || self.clients.keys().any(|u| !known.contains_key(u))
     }
 
     pub fn known(&self) -> Vec<KnownBox> {

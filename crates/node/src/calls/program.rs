@@ -7,7 +7,7 @@ use skillbox_jc::program::{
     PROMPT_TEMPLATE_V1, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
 };
 use skillbox_jc::seal::bucket;
-use skillbox_skill::{Declaration, ProviderId};
+use skillbox_skill::{Declaration, Limits, ProviderId};
 
 /// The owner's stake limits a caller asks for: room for any SKILL.md body, a model id and an
 /// API key. The caller cannot know the owner's sizes, and the owner refuses a program too small.
@@ -33,11 +33,23 @@ pub struct CallerFacts {
     /// `(name, size)` of each chosen source.
     pub sources: Vec<(String, u64)>,
     pub output_max_bytes: u64,
+    /// The owner's advertised ceilings: a bucket never rounds past one.
+    pub limits: Limits,
     pub expires_at: u64,
 }
 
-/// Build and validate the program. Limits are size *buckets* (powers of two), so the owner
-/// learns roughly how much the caller stakes, not exactly.
+/// A size as the program states it: its bucket (a power of two), so the owner learns roughly
+/// how much the caller stakes, not exactly — but never above the owner's ceiling when the size
+/// itself is within it.
+fn bucketed(size: u64, ceiling: Option<u64>) -> u64 {
+    let b = bucket(size);
+    match ceiling {
+        Some(c) if size <= c => b.min(c.max(1)),
+        _ => b,
+    }
+}
+
+/// Build and validate the program.
 pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
     let key_max_bytes = if f.provider.needs_key() {
         KEY_MAX_BYTES
@@ -66,13 +78,13 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             host: f.provider_host,
         },
         caller_inputs: CallerInputs {
-            request_max_bytes: bucket(f.request_len),
+            request_max_bytes: bucketed(f.request_len, f.limits.max_request_bytes),
             sources: f
                 .sources
                 .into_iter()
                 .map(|(name, size)| SourceLimit {
                     name,
-                    max_bytes: bucket(size),
+                    max_bytes: bucketed(size, f.limits.max_source_bytes),
                 })
                 .collect(),
         },
@@ -106,6 +118,8 @@ pub struct OwnerFacts<'a> {
     pub body_len: u64,
     pub model_len: u64,
     pub key_len: u64,
+    /// The owner's ceilings for this skill (its `limits:` over the node's defaults).
+    pub limits: Limits,
     /// Whether this node accepts a box of that identity.
     pub accepts_box: &'a dyn Fn(&BoxIdentity) -> bool,
     pub now_secs: u64,
@@ -156,6 +170,30 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
             s.name
         ));
     }
+    let over = |what: &str, asked: u64, ceiling: Option<u64>| match ceiling {
+        Some(c) if asked > c => Err((
+            FailureCode::OverOwnerLimit,
+            format!("{what}: the program asks for {asked} bytes, the owner's limit is {c}"),
+        )),
+        _ => Ok(()),
+    };
+    over(
+        "request",
+        program.caller_inputs.request_max_bytes,
+        f.limits.max_request_bytes,
+    )?;
+    for s in &program.caller_inputs.sources {
+        over(
+            &format!("source {:?}", s.name),
+            s.max_bytes,
+            f.limits.max_source_bytes,
+        )?;
+    }
+    over(
+        "output",
+        program.output.max_bytes,
+        f.limits.max_output_bytes,
+    )?;
     if let Some(b) = program.boxes.iter().find(|b| !(f.accepts_box)(b)) {
         return mismatch(format!(
             "box {} {} is not one this node accepts",
@@ -216,6 +254,7 @@ mod tests {
             request_len: 100,
             sources,
             output_max_bytes: 4096,
+            limits: Limits::default(),
             expires_at: 2_000_000_000,
         }
     }
@@ -248,6 +287,7 @@ mod tests {
             body_len: 10,
             model_len: 5,
             key_len: 0,
+            limits: Limits::default(),
             accepts_box: &yes,
             now_secs: p.expires_at - 100,
             max_expiry_secs: 3600,
@@ -301,5 +341,75 @@ mod tests {
         let mut p2 = p.clone();
         p2.caller_inputs.sources[0].name = "diary".into();
         assert!(check(&p2, &base()).expect_err("source").1.contains("diary"));
+    }
+
+    /// Issue 12: the owner co-signs only what its ceilings allow.
+    #[test]
+    fn owner_refuses_a_program_above_its_ceilings() {
+        let p = build(facts(vec![("songs".into(), 3000)])).expect("builds");
+        let d = decl("local");
+        let owner_key = "33".repeat(32);
+        let sender = "11".repeat(32);
+        let digest = format!("sha256:{}", "cd".repeat(32));
+        let yes = |_: &BoxIdentity| true;
+        let with = |limits: Limits| OwnerFacts {
+            call_id: "c1",
+            owner_key: &owner_key,
+            sender_key: &sender,
+            declaration: Some(&d),
+            offered: true,
+            digest: &digest,
+            body_len: 10,
+            model_len: 5,
+            key_len: 0,
+            limits,
+            accepts_box: &yes,
+            now_secs: p.expires_at - 100,
+            max_expiry_secs: 3600,
+        };
+        let roomy = Limits {
+            max_request_bytes: Some(1 << 20),
+            max_source_bytes: Some(1 << 20),
+            max_output_bytes: Some(1 << 20),
+            ..Limits::default()
+        };
+        assert_eq!(check(&p, &with(roomy)), Ok(()));
+        for tight in [
+            Limits {
+                max_request_bytes: Some(16),
+                ..roomy
+            },
+            Limits {
+                max_source_bytes: Some(1000),
+                ..roomy
+            },
+            Limits {
+                max_output_bytes: Some(100),
+                ..roomy
+            },
+        ] {
+            let (code, msg) = check(&p, &with(tight)).expect_err("over");
+            assert_eq!(code, FailureCode::OverOwnerLimit, "{msg}");
+        }
+    }
+
+    #[test]
+    fn buckets_never_round_past_a_ceiling_the_size_is_within() {
+        let mut f = facts(vec![("songs".into(), 4500)]);
+        f.request_len = 4500;
+        f.limits = Limits {
+            max_request_bytes: Some(5000),
+            max_source_bytes: Some(5000),
+            ..Limits::default()
+        };
+        let p = build(f).expect("builds");
+        assert_eq!(p.caller_inputs.request_max_bytes, 5000);
+        assert_eq!(p.caller_inputs.sources[0].max_bytes, 5000);
+        assert_eq!(bucketed(4500, None), 8192);
+        assert_eq!(
+            bucketed(6000, Some(5000)),
+            8192,
+            "over the ceiling: the owner refuses"
+        );
     }
 }

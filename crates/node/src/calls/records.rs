@@ -260,3 +260,53 @@ pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
     }
     Ok(())
 }
+
+/// The owner's calls of `skill` since `since` (unix seconds), by their charge: `(in total, from
+/// peer)`. Rows are written only after admission, so this counts admitted calls.
+pub fn charged_since(
+    tx: &Transaction<'_>,
+    skill: &str,
+    peer: &str,
+    since: i64,
+) -> Result<(u64, u64)> {
+    let (total, mine): (i64, i64) = tx.query_row(
+        "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
+         FROM calls WHERE role = 'owner' AND skill = ?1 AND created_at >= ?3",
+        params![skill, peer, since],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((total.max(0) as u64, mine.max(0) as u64))
+}
+
+/// Remove finished calls last changed before `before` (unix seconds), with what is kept beside
+/// them (a caller's answer, and anything else under `call/<id>/`). Returns how many rows went.
+pub fn prune_finished(store: &Store, before: i64) -> Result<usize> {
+    store.write(|tx| {
+        let ids: Vec<String> = {
+            let mut stmt = tx.prepare(
+                "SELECT DISTINCT id FROM calls
+                 WHERE state IN ('answered', 'ran', 'failed') AND updated_at < ?1",
+            )?;
+            stmt.query_map(params![before], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?
+        };
+        let mut n = 0;
+        for id in &ids {
+            // A call id is 32 hex digits (or a peer's id of our own form): no LIKE wildcard in it
+            // can reach another call's sources, but escape anyway.
+            let prefix = format!("{}{}/", crate::sources::CALL_PREFIX, id)
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            tx.execute(
+                "DELETE FROM sources WHERE name LIKE ?1 || '%' ESCAPE '\\'",
+                params![prefix],
+            )?;
+            n += tx.execute(
+                "DELETE FROM calls WHERE id = ?1 AND state IN ('answered', 'ran', 'failed') AND updated_at < ?2",
+                params![id, before],
+            )?;
+        }
+        Ok(n)
+    })
+}

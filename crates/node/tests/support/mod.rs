@@ -27,11 +27,24 @@ use skillbox_providers::{ProviderId, ProviderSettings};
 #[derive(Clone, Default)]
 pub struct ProviderLog(pub Arc<Mutex<Vec<(String, Value)>>>);
 
+/// How the provider double answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answering {
+    /// A chat completion saying how many prompt bytes it read.
+    Normally,
+    /// A hostile or careless provider: an error whose text quotes its whole input (system
+    /// prompt, user text, the key it was given) — as an HTTP 400 error body.
+    EchoingErrors,
+    /// The same, as an `error` object in a 200 answer.
+    EchoingInBand,
+}
+
 async fn chat(
-    State((log, delay)): State<(ProviderLog, Duration)>,
+    State((log, delay, answering)): State<(ProviderLog, Duration, Answering)>,
     headers: HeaderMap,
     Json(body): Json<Value>,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let auth = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -43,9 +56,24 @@ async fn chat(
         .flatten()
         .map(|m| m["content"].as_str().map_or(0, str::len))
         .sum();
+    let echo = format!("bad request (key {auth}): {body}");
     log.0.lock().expect("log").push((auth, body));
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    match answering {
+        Answering::Normally => {}
+        Answering::EchoingErrors => {
+            return (
+                axum::http::StatusCode::BAD_REQUEST,
+                Json(json!({ "error": { "code": "invalid_request", "message": echo } })),
+            )
+                .into_response();
+        }
+        Answering::EchoingInBand => {
+            return Json(json!({ "error": { "code": "moderation", "message": echo } }))
+                .into_response();
+        }
     }
     Json(json!({
         "id": "chatcmpl-double",
@@ -54,15 +82,24 @@ async fn chat(
             "message": { "role": "assistant", "content": format!("The double read {prompt_len} bytes of prompt.") } }],
         "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 }
     }))
+    .into_response()
 }
 
 /// Start the provider double; answers after `delay`.
 pub async fn provider_double(delay: Duration) -> (String, ProviderLog) {
+    provider_double_answering(delay, Answering::Normally).await
+}
+
+/// Start the provider double answering as `answering` says.
+pub async fn provider_double_answering(
+    delay: Duration,
+    answering: Answering,
+) -> (String, ProviderLog) {
     let log = ProviderLog::default();
     let app = axum::Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/chat/completions", post(chat))
-        .with_state((log.clone(), delay));
+        .with_state((log.clone(), delay, answering));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind provider");
@@ -75,6 +112,11 @@ pub async fn provider_double(delay: Duration) -> (String, ProviderLog) {
 
 /// Start a box whose `openai` provider is at `provider_url`.
 pub async fn start_box(provider_url: &str) -> String {
+    start_box_at(0, provider_url).await
+}
+
+/// [`start_box`] on a given loopback port (0: any).
+pub async fn start_box_at(port: u16, provider_url: &str) -> String {
     let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
     let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
         .with_base_url(ProviderId::OpenAi, provider_url);
@@ -83,7 +125,7 @@ pub async fn start_box(provider_url: &str) -> String {
         ProviderRegistry::from_settings(&settings),
         BoxConfig::default(),
     ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .expect("bind box");
     let addr: SocketAddr = listener.local_addr().expect("addr");
@@ -139,6 +181,16 @@ impl TestNode {
         bootstrap: Vec<String>,
         tune: impl FnOnce(&mut Config),
     ) -> TestNode {
+        TestNode::start_with_directory(box_url, bootstrap, tune, |h| Arc::new(h)).await
+    }
+
+    /// [`TestNode::start`] with the board its calls read wrapped by `directory`.
+    pub async fn start_with_directory(
+        box_url: &str,
+        bootstrap: Vec<String>,
+        tune: impl FnOnce(&mut Config),
+        directory: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_node::calls::Directory>,
+    ) -> TestNode {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = Config::default();
         config.api.listen = "127.0.0.1:0".parse().expect("addr");
@@ -148,18 +200,23 @@ impl TestNode {
         config.boxes.allow_insecure_dev = true;
         config.schedules.advertise_secs = 1;
         config.schedules.board_ttl_secs = 4;
+        // Flow tests do not play the human: every submit allowed unless a test says otherwise.
+        config.policy = skillbox_node::config::PolicyConfig::allow_all();
         tune(&mut config);
         DataDir::new(dir.path()).init(&config).expect("init");
         let mut node = Node::open(dir.path()).expect("open");
         let started = node.start_peers().await.expect("peers");
         let sent = Arc::new(Mutex::new(Vec::new()));
         let rec = sent.clone();
-        node.start_calls_with(move |h| {
-            Arc::new(Recording {
-                inner: h,
-                sent: rec,
-            })
-        })
+        node.start_calls_with_parts(
+            move |h| {
+                Arc::new(Recording {
+                    inner: h,
+                    sent: rec,
+                })
+            },
+            directory,
+        )
         .expect("calls");
         let peers = node.peers().expect("peers running");
         let listener = node.bind(None).await.expect("bind");
@@ -250,11 +307,23 @@ impl TestNode {
         );
     }
 
+    /// Store a source; user data (not a secret) is marked shareable, as its human would for
+    /// data a skill asks for. See [`TestNode::put_private_source`].
     pub async fn put_source(&self, name: &str, kind: &str, content: &str) {
+        self.put_source_as(name, kind, content, kind != "secret")
+            .await
+    }
+
+    /// Store a source its human did not mark shareable.
+    pub async fn put_private_source(&self, name: &str, kind: &str, content: &str) {
+        self.put_source_as(name, kind, content, false).await
+    }
+
+    async fn put_source_as(&self, name: &str, kind: &str, content: &str, shareable: bool) {
         let a = self
             .req(
                 reqwest::Method::PUT,
-                &format!("/sources/{name}?kind={kind}"),
+                &format!("/sources/{name}?kind={kind}&shareable={shareable}"),
                 Some(("text/plain", content.as_bytes().to_vec())),
             )
             .await;
@@ -347,7 +416,27 @@ pub async fn world(
     tune_owner: impl FnOnce(&mut Config),
     tune_caller: impl FnOnce(&mut Config),
 ) -> World {
-    let (provider_url, provider) = provider_double(Duration::ZERO).await;
+    world_answering(
+        body_marker,
+        key,
+        required,
+        Answering::Normally,
+        tune_owner,
+        tune_caller,
+    )
+    .await
+}
+
+/// [`world`] with the provider double answering as `answering` says.
+pub async fn world_answering(
+    body_marker: &str,
+    key: &str,
+    required: &[&str],
+    answering: Answering,
+    tune_owner: impl FnOnce(&mut Config),
+    tune_caller: impl FnOnce(&mut Config),
+) -> World {
+    let (provider_url, provider) = provider_double_answering(Duration::ZERO, answering).await;
     let box_url = start_box(&provider_url).await;
     let owner = TestNode::start(&box_url, vec![], tune_owner).await;
     owner.put_source("openai-key", "secret", key).await;

@@ -1,0 +1,410 @@
+//! The action executors: payloads out, the box (open, attest, stake, submit, outcome, cancel).
+//! Each may run again safely; each returns the event its outcome is, or nothing.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skillbox_calls::Decision;
+use skillbox_calls::machine::{Event, FailureCode, Role};
+use skillbox_calls::policy::SubmitQuestion;
+use skillbox_jc::JcError;
+use skillbox_jc::attest::VerifiedRun;
+use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::dsse::{Envelope, approved_program};
+use skillbox_jc::program::ProgramHash;
+use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_peers::{Payload, PayloadKind, PeerId};
+use zeroize::Zeroizing;
+
+use super::driver::{Change, Outcome};
+use super::records::{self, CallRow, Patch};
+use super::{Calls, lock, now_ms};
+
+impl Calls {
+    async fn send(&self, row: &CallRow, kind: PayloadKind, body: Value) -> bool {
+        let Ok(peer) = row.call.peer.parse::<PeerId>() else {
+            tracing::warn!(call = %row.call.id, "stored peer id does not parse");
+            return false;
+        };
+        let payload = Payload {
+            kind,
+            call_id: row.call.id.clone(),
+            body,
+        };
+        match self.0.transport.send(peer, payload).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(call = %row.call.id, kind = kind.as_str(), error = %e, "payload not delivered; retrying later");
+                false
+            }
+        }
+    }
+
+    pub(super) fn envelope(row: &CallRow) -> skillbox_jc::Result<Envelope> {
+        let text = row
+            .program
+            .as_deref()
+            .ok_or_else(|| JcError::Internal("call has no program".into()))?;
+        Envelope::from_json(text.as_bytes())
+    }
+
+    pub(super) async fn send_request(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let env: Value = serde_json::from_str(row.program.as_deref().unwrap_or("null"))
+            .map_err(|e| JcError::Internal(format!("stored program: {e}")))?;
+        self.send(
+            row,
+            PayloadKind::CallRequest,
+            json!({"skill": row.call.skill, "program": env}),
+        )
+        .await;
+        Ok(None)
+    }
+
+    pub(super) async fn send_accepted(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let env = Self::envelope(row)?;
+        let ours = env
+            .signatures
+            .iter()
+            .find(|s| s.keyid == self.0.node_key_hex)
+            .ok_or_else(|| JcError::Internal("accepted program lacks our signature".into()))?;
+        self.send(
+            row,
+            PayloadKind::CallAccepted,
+            json!({"signature": {"keyid": ours.keyid, "sig": ours.sig}}),
+        )
+        .await;
+        Ok(None)
+    }
+
+    pub(super) async fn send_session(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let (Some(url), Some(run_id)) = (&row.box_url, &row.call.run_id) else {
+            return Ok(None);
+        };
+        let sent = self
+            .send(
+                row,
+                PayloadKind::CallSession,
+                json!({"box": url, "runId": run_id}),
+            )
+            .await;
+        Ok(sent.then(|| (Event::SessionDelivered, Change::none())))
+    }
+
+    /// `call.failed`: the code and its fixed words, nothing of this side.
+    pub(super) async fn send_failed(&self, row: &CallRow, code: FailureCode) {
+        self.send(row, PayloadKind::CallFailed, failed_body(code))
+            .await;
+    }
+
+    // ---- the box
+
+    fn client(&self, row: &CallRow) -> skillbox_jc::Result<BoxClient> {
+        let url = row
+            .box_url
+            .as_deref()
+            .ok_or_else(|| JcError::BadRequest("the call names no box".into()))?;
+        self.0
+            .boxes
+            .client(url)
+            .cloned()
+            .ok_or_else(|| JcError::BadRequest(format!("box {url} is not one this node accepts")))
+    }
+
+    fn role(row: &CallRow) -> skillbox_jc::Role {
+        match row.call.role {
+            Role::Caller => skillbox_jc::Role::Caller,
+            Role::Owner => skillbox_jc::Role::Owner,
+        }
+    }
+
+    pub(super) async fn open_run(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let env = Self::envelope(row)?;
+        let approved = approved_program(&env)?;
+        let client = self.client(row)?;
+        let opened = client.open(&env).await?;
+        let verified = client
+            .attest(&approved, &opened.run_id, &self.0.boxes.verify_policy())
+            .await?;
+        let change = self.remember(row, verified);
+        Ok(Some((
+            Event::RunOpened {
+                run_id: opened.run_id,
+            },
+            change,
+        )))
+    }
+
+    pub(super) async fn verify_run(
+        &self,
+        row: &CallRow,
+        run_id: &str,
+    ) -> skillbox_jc::Result<Outcome> {
+        let env = Self::envelope(row)?;
+        let approved = approved_program(&env)?;
+        let client = self.client(row)?;
+        let verified = client
+            .attest(&approved, run_id, &self.0.boxes.verify_policy())
+            .await?;
+        let change = self.remember(row, verified);
+        Ok(Some((
+            Event::RunOpened {
+                run_id: run_id.to_owned(),
+            },
+            change,
+        )))
+    }
+
+    /// Keep the verified run in memory, and return the change that stores its public facts
+    /// with the `RunOpened` transition.
+    fn remember(&self, row: &CallRow, v: VerifiedRun) -> Change {
+        let record = serde_json::to_value(v.to_record()).ok();
+        lock(&self.0.verified).insert((row.call.id.clone(), row.call.role), v);
+        Change::patch(Patch {
+            verified: record,
+            ..Patch::default()
+        })
+    }
+
+    /// The verified run of this call: remembered, or attested again (after a restart).
+    async fn verified(&self, row: &CallRow) -> skillbox_jc::Result<VerifiedRun> {
+        if let Some(v) = lock(&self.0.verified).get(&(row.call.id.clone(), row.call.role)) {
+            return Ok(v.clone());
+        }
+        // After a restart: the stored facts of the attestation this side checked.
+        if let Some(stored) = &row.verified {
+            let record: skillbox_jc::attest::VerifiedRunRecord =
+                serde_json::from_value(stored.clone())
+                    .map_err(|e| JcError::Internal(format!("stored verified run: {e}")))?;
+            let v = VerifiedRun::from_record(&record)?;
+            if Some(&v.run_id) == row.call.run_id.as_ref() {
+                lock(&self.0.verified).insert((row.call.id.clone(), row.call.role), v.clone());
+                return Ok(v);
+            }
+        }
+        let run_id = row
+            .call
+            .run_id
+            .clone()
+            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let env = Self::envelope(row)?;
+        let approved = approved_program(&env)?;
+        let v = self
+            .client(row)?
+            .attest(&approved, &run_id, &self.0.boxes.verify_policy())
+            .await?;
+        self.remember(row, v.clone());
+        Ok(v)
+    }
+
+    pub(super) async fn stake(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let verified = self.verified(row).await?;
+        let role = Self::role(row);
+        let srcs = self.0.sources.clone();
+        let skills = self.0.skills.clone();
+        let r = row.clone();
+        let v = verified.clone();
+        // Material goes from the source store into the sealer on this blocking thread, and
+        // leaves it only as HPKE ciphertext for this run.
+        let sealed = tokio::task::spawn_blocking(move || -> skillbox_jc::Result<Vec<u8>> {
+            let apply = |name: &str, stake: bool| -> skillbox_jc::Result<Zeroizing<Vec<u8>>> {
+                let mut buf = Zeroizing::new(Vec::new());
+                let applied = if stake {
+                    srcs.apply_for_stake(name, &mut *buf)
+                } else {
+                    srcs.apply(name, &mut *buf)
+                };
+                applied.map_err(|e| JcError::Read(e.to_string()))?;
+                Ok(buf)
+            };
+            let mut held: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
+            match r.call.role {
+                Role::Caller => {
+                    held.push((
+                        "request".into(),
+                        apply(&records::request_source(&r.call.id), false)?,
+                    ));
+                    // The caller's data: only what its human marked shareable, checked by the
+                    // source layer itself whatever the program names.
+                    for s in &r.sources {
+                        held.push((s.clone(), apply(s, true)?));
+                    }
+                }
+                Role::Owner => {
+                    let rec = skills
+                        .record(&r.call.skill)
+                        .map_err(|e| JcError::Internal(e.to_string()))?
+                        .ok_or_else(|| {
+                            JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
+                        })?;
+                    let d = &rec.declaration;
+                    held.push(("body".into(), apply(&d.body_source_name(), false)?));
+                    // The model id from the source store (imports put it there); a declaration
+                    // row that still carries one (written before) is used as it is.
+                    match srcs.meta(&d.model_source_name()) {
+                        Ok(Some(_)) => {
+                            held.push(("model".into(), apply(&d.model_source_name(), false)?))
+                        }
+                        _ => {
+                            if let Some(m) = &d.model {
+                                held.push(("model".into(), Zeroizing::new(m.as_bytes().to_vec())));
+                            }
+                        }
+                    }
+                    if d.provider.as_ref().is_some_and(|p| p.needs_key())
+                        && let Some(k) = &d.key
+                    {
+                        held.push(("key".into(), apply(k, false)?));
+                    }
+                }
+            }
+            let inputs = held.iter().map(|(n, d)| StakeInput::bytes(n, d)).collect();
+            seal_stake(&v, role, inputs)
+        })
+        .await
+        .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
+        match self
+            .client(row)?
+            .stake(&verified, role, sealed, &self.0.signing)
+            .await
+        {
+            Ok(_) => {}
+            Err(JcError::Remote { code, .. }) if code == "already_staked" => {}
+            Err(e) => return Err(e),
+        }
+        Ok(Some((Event::Staked, Change::none())))
+    }
+
+    pub(super) fn decide(&self, row: &CallRow) -> Decision {
+        let policy = self.0.policy.read().unwrap_or_else(|p| p.into_inner());
+        let no_sources: Vec<String> = Vec::new();
+        policy.consent().decide(&SubmitQuestion {
+            role: row.call.role,
+            peer: &row.call.peer,
+            skill: &row.call.skill,
+            sources: match row.call.role {
+                Role::Caller => &row.sources,
+                Role::Owner => &no_sources,
+            },
+        })
+    }
+
+    pub(super) async fn submit(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let run_id = row
+            .call
+            .run_id
+            .clone()
+            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let hash = Self::program_hash(row)?;
+        let client = self.client(row)?;
+        // The other side may not have staked yet: keep asking briefly rather than waiting for
+        // the next tick, so a healthy call never waits on the schedule.
+        let mut pause = Duration::from_millis(2);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match client
+                .submit(&run_id, &hash, Self::role(row), &self.0.signing)
+                .await
+            {
+                Ok(_) => break,
+                // Both submitted already (a retry after the run started): that is our submit.
+                Err(JcError::Remote { code, .. }) if code == "wrong_state" => break,
+                Err(JcError::Remote { code, .. })
+                    if code == "stakes_missing" && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some((Event::Submitted, Change::none())))
+    }
+
+    fn program_hash(row: &CallRow) -> skillbox_jc::Result<ProgramHash> {
+        let env = Self::envelope(row)?;
+        Ok(ProgramHash::of(&env.payload_bytes()?))
+    }
+
+    pub(super) async fn fetch_outcome(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let run_id = row
+            .call
+            .run_id
+            .clone()
+            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let verified = self.verified(row).await?;
+        let until_expiry = Duration::from_millis(row.call.expires_at_ms.saturating_sub(now_ms()));
+        let view = self
+            .client(row)?
+            .wait_result(&run_id, until_expiry.max(Duration::from_secs(1)))
+            .await?;
+        let receipt = verify_receipt(&view, &verified)?;
+        let mut receipt_json = serde_json::to_value(&receipt)
+            .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
+        if let Some(o) = receipt_json.as_object_mut() {
+            o.insert(
+                "noHardwareIsolation".into(),
+                Value::Bool(verified.no_hardware_isolation),
+            );
+        }
+        let patch = Patch {
+            receipt: Some(receipt_json),
+            ..Patch::default()
+        };
+        if view.sealed_output.is_none() {
+            // The box's closed code only (see `RunFailure`): never words from the provider.
+            let message = match view.error {
+                Some(f) => format!(
+                    "the run failed at the box: {} ({})",
+                    f.as_str(),
+                    f.message()
+                ),
+                None => "the run failed at the box".into(),
+            };
+            return Ok(Some((Event::RunFailed { message }, Change::patch(patch))));
+        }
+        match row.call.role {
+            Role::Owner => Ok(Some((Event::ReceiptStored, Change::patch(patch)))),
+            Role::Caller => {
+                let srcs = self.0.sources.clone();
+                let name = records::result_key_source(&row.call.id);
+                let key = tokio::task::spawn_blocking(move || {
+                    let mut buf = Zeroizing::new(Vec::new());
+                    srcs.apply(&name, &mut *buf).map(|_| buf)
+                })
+                .await
+                .map_err(|e| JcError::Internal(format!("key worker: {e}")))?
+                .map_err(|e| JcError::Internal(format!("result key: {e}")))?;
+                let pair = HpkeKeyPair::from_secret_bytes(&key)?;
+                let out = open_result(&view, &pair, &verified)?;
+                let answer = Zeroizing::new(out.answer.into_bytes());
+                Ok(Some((
+                    Event::Answered,
+                    Change {
+                        patch,
+                        answer: Some(answer),
+                    },
+                )))
+            }
+        }
+    }
+
+    pub(super) async fn cancel_run(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        let Some(run_id) = row.call.run_id.clone() else {
+            return Ok(None);
+        };
+        let hash = Self::program_hash(row)?;
+        if let Err(e) = self
+            .client(row)?
+            .delete(&run_id, &hash, Self::role(row), &self.0.signing)
+            .await
+        {
+            tracing::debug!(call = %row.call.id, code = e.code(), "cancelling the run at the box");
+        }
+        Ok(None)
+    }
+}
+
+/// The body of `call.failed`: a closed code and its fixed words.
+pub(super) fn failed_body(code: FailureCode) -> Value {
+    json!({"code": code.as_str(), "message": code.fixed_message()})
+}

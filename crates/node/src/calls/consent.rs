@@ -1,0 +1,161 @@
+//! Consent (§9): calls parked on `ask`, what approving one discloses, and the human's answer —
+//! with `remember`, recorded as a policy rule for that (peer, skill, source set).
+
+use serde::Serialize;
+use skillbox_calls::Decision;
+use skillbox_calls::machine::{Event, Role, State};
+use skillbox_calls::policy::Rule;
+use skillbox_jc::attest::VerifiedRunRecord;
+use skillbox_jc::dsse::Envelope;
+use skillbox_jc::program::Program;
+
+use super::driver::Change;
+use super::records::{CallRow, Filter};
+use super::{CallError, CallView, Calls, blocking};
+
+/// What approving a parked call discloses, to whom and through what: the consent text's facts.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disclosure {
+    /// The sources this node would stake (caller side; none on the owner's).
+    pub sources: Vec<String>,
+    pub peer: String,
+    pub skill: String,
+    #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
+    pub box_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// `false` for an `insecure-dev` box (a software key: the box operator can read everything).
+    pub hardware_isolation: bool,
+    /// The one provider that sees the plaintext, and where.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider_host: Option<String>,
+    /// The same, in words for the human.
+    pub text: String,
+}
+
+impl Disclosure {
+    pub(super) fn of(row: &CallRow) -> Disclosure {
+        let program = row
+            .program
+            .as_deref()
+            .and_then(|t| Envelope::from_json(t.as_bytes()).ok())
+            .and_then(|e| e.payload_bytes().ok())
+            .and_then(|b| Program::from_canonical(&b).ok());
+        let verified: Option<VerifiedRunRecord> = row
+            .verified
+            .clone()
+            .and_then(|v| serde_json::from_value(v).ok());
+        let provider = program.as_ref().map(|p| p.provider.id.to_string());
+        let provider_host = program.as_ref().and_then(|p| p.provider.host.clone());
+        let platform = verified.as_ref().map(|v| v.platform.clone());
+        let hardware_isolation = verified.as_ref().is_some_and(|v| !v.no_hardware_isolation);
+        let sources = match row.call.role {
+            Role::Caller => row.sources.clone(),
+            Role::Owner => Vec::new(),
+        };
+        let what = if sources.is_empty() {
+            match row.call.role {
+                Role::Caller => "your request (no sources)".to_owned(),
+                Role::Owner => "the skill's body, model and key".to_owned(),
+            }
+        } else {
+            format!(
+                "your request and the source{} {}",
+                if sources.len() == 1 { "" } else { "s" },
+                sources.join(", ")
+            )
+        };
+        let through = match (&row.box_url, &platform) {
+            (Some(url), Some(p)) => format!(
+                "the box {url} ({p}, {})",
+                if hardware_isolation {
+                    "hardware-isolated"
+                } else {
+                    "NO hardware isolation: its operator can read what is staked"
+                }
+            ),
+            (Some(url), None) => format!("the box {url}"),
+            _ => "the call's box".to_owned(),
+        };
+        let seen_by = match (&provider, &provider_host) {
+            (Some(p), Some(h)) => format!("provider {p} at {h} sees it in plaintext"),
+            (Some(p), None) => format!("provider {p} (inside the box) sees it in plaintext"),
+            _ => "the skill's provider sees it in plaintext".to_owned(),
+        };
+        let whose = match row.call.role {
+            Role::Caller => format!("peer {}'s skill {}", row.call.peer, row.call.skill),
+            Role::Owner => format!("your skill {} for peer {}", row.call.skill, row.call.peer),
+        };
+        let text = format!("Approving stakes {what} into {through}, where {seen_by}, for {whose}.");
+        Disclosure {
+            sources,
+            peer: row.call.peer.clone(),
+            skill: row.call.skill.clone(),
+            box_url: row.box_url.clone(),
+            platform,
+            hardware_isolation,
+            provider,
+            provider_host,
+            text,
+        }
+    }
+}
+
+impl Calls {
+    /// Calls parked on `ask` (`GET /approvals`), each with its [`Disclosure`].
+    pub async fn approvals(&self) -> Result<Vec<CallView>, CallError> {
+        self.list(Filter {
+            state: Some(State::AwaitingConsent),
+            ..Filter::default()
+        })
+        .await
+    }
+
+    /// The human's answer to `ask` (`POST /approvals/{id}`). With `remember`, the decision is
+    /// also recorded (in the store's policy, ahead of every other rule) for this peer, skill
+    /// and source set, so the next such call is not asked again.
+    pub async fn consent(
+        &self,
+        id: &str,
+        allow: bool,
+        remember: bool,
+    ) -> Result<Vec<CallView>, CallError> {
+        let rows = self.open_rows(id).await?;
+        let Some(row) = rows.iter().find(|r| r.call.state == State::AwaitingConsent) else {
+            return Err(CallError::NotAwaitingConsent {
+                id: id.to_owned(),
+                state: rows[0].call.state.as_str(),
+            });
+        };
+        if remember {
+            let decision = if allow {
+                Decision::Allow
+            } else {
+                Decision::Deny
+            };
+            let mut rule =
+                Rule::remembered(&row.call.peer, &row.call.skill, &row.sources, decision);
+            if row.call.role == Role::Owner {
+                rule.side = skillbox_calls::policy::Side::Owner;
+            }
+            let mut policy = self.policy();
+            policy.rules.retain(|r| *r != rule);
+            policy.rules.insert(0, rule);
+            let store = self.0.store.clone();
+            let p = policy.clone();
+            blocking(move || super::save_policy(&store, &p)).await?;
+            self.set_policy(policy);
+            tracing::info!(call = %id, allow, "consent remembered as a policy rule");
+        }
+        self.apply(
+            (row.call.id.clone(), row.call.role),
+            Event::Consent { allow },
+            Change::none(),
+        )
+        .await?;
+        self.get(id).await
+    }
+}

@@ -1,0 +1,305 @@
+//! The one rule: under the call's lock, load, step, persist, release, act. Actions run as their
+//! own tasks (at most one of a kind per call) and feed their outcome back as events.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use skillbox_calls::machine::{self, Action, Call, Event, FailureCode, Role, State};
+use skillbox_jc::JcError;
+use zeroize::Zeroizing;
+
+use super::records::{self, CallRow, Patch};
+use super::{Calls, Key, blocking, lock, now_ms};
+use crate::error::Result;
+use crate::sources::{self, SourceKind};
+
+pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What an event brings beside the machine's event.
+#[derive(Default)]
+pub(super) struct Change {
+    pub(super) patch: Patch,
+    pub(super) answer: Option<Zeroizing<Vec<u8>>>,
+}
+
+impl Change {
+    pub(super) fn none() -> Change {
+        Change::default()
+    }
+    pub(super) fn patch(patch: Patch) -> Change {
+        Change {
+            patch,
+            answer: None,
+        }
+    }
+    fn has_patch(&self) -> bool {
+        self.patch.verified.is_some()
+            || self.patch.program.is_some()
+            || self.patch.box_url.is_some()
+            || self.patch.receipt.is_some()
+            || self.answer.is_some()
+    }
+}
+
+/// The result of executing one action: feed this event (with its change), or nothing.
+pub(super) type Outcome = Option<(Event, Change)>;
+
+fn action_name(a: &Action) -> &'static str {
+    match a {
+        Action::SendRequest => "send_request",
+        Action::Admit => "admit",
+        Action::SendAccepted => "send_accepted",
+        Action::OpenRun => "open_run",
+        Action::VerifyRun { .. } => "verify_run",
+        Action::SendSession => "send_session",
+        Action::Stake => "stake",
+        Action::CheckPolicy => "check_policy",
+        Action::RequestConsent => "request_consent",
+        Action::Submit => "submit",
+        Action::FetchOutcome => "fetch_outcome",
+        Action::CancelRun => "cancel_run",
+        Action::SendFailed { .. } => "send_failed",
+    }
+}
+
+/// A box error that may pass (retry later) rather than one that ends the call.
+fn transient(e: &JcError) -> bool {
+    match e {
+        JcError::Transport(_) | JcError::NotReady(_) | JcError::Busy(_) => true,
+        JcError::Remote { status, code } => {
+            *status >= 500
+                || *status == 429
+                || matches!(code.as_str(), "not_ready" | "busy" | "stakes_missing")
+        }
+        _ => false,
+    }
+}
+
+/// A lasting box failure as an event. Its message is the error's code and fixed words: nothing
+/// the box (or anyone) sent is kept.
+fn box_failure(e: &JcError) -> Event {
+    let code = match e {
+        JcError::PlatformNotAllowed(_)
+        | JcError::DevAttestationNotAllowed
+        | JcError::BoxNotListed { .. }
+        | JcError::NonceMismatch
+        | JcError::StatementProgramMismatch { .. }
+        | JcError::StatementRunMismatch { .. }
+        | JcError::AttestationExpired { .. }
+        | JcError::ReportDataMismatch
+        | JcError::Evidence(_) => FailureCode::AttestationRejected,
+        _ => FailureCode::BoxFailed,
+    };
+    let what = match e {
+        JcError::Remote { code, .. } => code.clone(),
+        other => other.code().to_owned(),
+    };
+    Event::BoxFailed {
+        code,
+        message: format!("box: {what} ({})", e.fixed_message()),
+    }
+}
+
+impl Calls {
+    pub(super) async fn open_keys(&self) -> Result<Vec<Key>> {
+        let store = self.0.store.clone();
+        blocking(move || records::open_calls(&store)).await
+    }
+
+    /// Both schedules step every open call with `Tick`: the machine retries what is due and
+    /// fails what stalled or expired, in one pure rule.
+    pub(super) async fn tick_open_calls(&self) {
+        match self.open_keys().await {
+            Ok(keys) => {
+                for key in keys {
+                    self.feed(key, Event::Tick, Change::none());
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list open calls"),
+        }
+    }
+
+    pub(super) fn feed(&self, key: Key, event: Event, change: Change) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.apply(key.clone(), event, change).await {
+                tracing::warn!(call = %key.0, error = %e, "call event not applied");
+            }
+        });
+    }
+
+    /// The crash tests' failpoint: abort (no cleanup, like kill -9) right after a transition
+    /// into the configured state was persisted.
+    pub(super) fn crash_point(&self, role: Role, state: State) {
+        if self.0.crash_at == Some((role, state)) {
+            tracing::error!(
+                state = state.as_str(),
+                "SKILLBOX_CRASH_AT reached: aborting"
+            );
+            std::process::abort();
+        }
+    }
+
+    fn call_lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.0.locks).entry(key.clone()).or_default().clone()
+    }
+
+    /// Step the call with `event`, persist, then execute the actions.
+    pub(super) fn apply(
+        &self,
+        key: Key,
+        event: Event,
+        change: Change,
+    ) -> BoxFuture<Result<Option<Call>>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let guard = this.call_lock(&key);
+            let held = guard.lock().await;
+            let store = this.0.store.clone();
+            let data_key = this.0.sources.key().clone();
+            let timing = this.0.timing;
+            let k = key.clone();
+            let stepped = blocking(move || {
+                let Some(row) = records::load(&store, &k.0, k.1)? else {
+                    return Ok(None);
+                };
+                let t = machine::step(&row.call, event, now_ms(), &timing);
+                if t.changed || (!t.actions.is_empty() && change.has_patch()) {
+                    store.write(|tx| {
+                        records::update(tx, &t.call, &change.patch)?;
+                        if let Some(answer) = &change.answer
+                            && t.call.state == State::Answered
+                        {
+                            sources::put_in(
+                                tx,
+                                &data_key,
+                                &records::answer_source(&k.0),
+                                SourceKind::Text,
+                                answer,
+                            )?;
+                        }
+                        if t.call.state.is_terminal() && k.1 == Role::Caller {
+                            // The request and the result key served their one call.
+                            for name in [
+                                records::request_source(&k.0),
+                                records::result_key_source(&k.0),
+                            ] {
+                                tx.execute(
+                                    "DELETE FROM sources WHERE name = ?1",
+                                    rusqlite::params![name],
+                                )?;
+                            }
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(Some(t))
+            })
+            .await?;
+            drop(held);
+            let Some(t) = stepped else {
+                return Ok(None);
+            };
+            if t.changed {
+                tracing::debug!(call = %key.0, role = records::role_str(key.1), state = t.call.state.as_str(), "call stepped");
+                this.crash_point(key.1, t.call.state);
+                if t.call.state.is_terminal() {
+                    // A finished call needs neither its lock nor its verified run any more.
+                    lock(&this.0.locks).remove(&key);
+                    lock(&this.0.verified).remove(&key);
+                    // Codes only at INFO: a failure's message may hold local detail.
+                    match &t.call.failure {
+                        Some(f) if t.call.state == State::Failed => {
+                            tracing::info!(call = %key.0, code = f.code.as_str(), "call failed");
+                            tracing::debug!(call = %key.0, reason = %f.message, "call failure detail");
+                        }
+                        _ => {
+                            tracing::info!(call = %key.0, state = t.call.state.as_str(), "call finished")
+                        }
+                    }
+                }
+            }
+            for action in t.actions {
+                this.dispatch(key.clone(), action);
+            }
+            Ok(Some(t.call))
+        })
+    }
+
+    /// Run an action as its own task, unless one of its kind is already running for this call.
+    pub(super) fn dispatch(&self, key: Key, action: Action) {
+        let name = action_name(&action);
+        if !lock(&self.0.inflight).insert((key.clone(), name)) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let outcome = this.execute(&key, action).await;
+            lock(&this.0.inflight).remove(&(key.clone(), name));
+            if let Some((event, change)) = outcome
+                && let Err(e) = this.apply(key.clone(), event, change).await
+            {
+                tracing::warn!(call = %key.0, error = %e, "call event not applied");
+            }
+        });
+    }
+
+    pub(super) async fn load(&self, key: &Key) -> Option<CallRow> {
+        let store = self.0.store.clone();
+        let k = key.clone();
+        match blocking(move || records::load(&store, &k.0, k.1)).await {
+            Ok(row) => row,
+            Err(e) => {
+                tracing::warn!(call = %key.0, error = %e, "cannot load call");
+                None
+            }
+        }
+    }
+
+    async fn execute(&self, key: &Key, action: Action) -> Outcome {
+        let row = self.load(key).await?;
+        if row.call.state.is_terminal()
+            && !matches!(action, Action::CancelRun | Action::SendFailed { .. })
+        {
+            return None;
+        }
+        let result = match action {
+            Action::SendRequest => self.send_request(&row).await,
+            // Admission runs before an owner row exists (inbound.rs); a row stored `received` by
+            // an older version is refused rather than admitted late.
+            Action::Admit => Ok(Some((
+                Event::NotAdmitted {
+                    code: FailureCode::NotAdmitted,
+                    message: "admission is decided before a call is recorded".into(),
+                },
+                Change::none(),
+            ))),
+            Action::SendAccepted => self.send_accepted(&row).await,
+            Action::OpenRun => self.open_run(&row).await,
+            Action::VerifyRun { run_id } => self.verify_run(&row, &run_id).await,
+            Action::SendSession => self.send_session(&row).await,
+            Action::Stake => self.stake(&row).await,
+            Action::CheckPolicy => Ok(Some((Event::Policy(self.decide(&row)), Change::none()))),
+            Action::RequestConsent => {
+                tracing::info!(call = %row.call.id, role = records::role_str(row.call.role), skill = %row.call.skill, "call awaits consent: skillbox approve|deny");
+                Ok(None)
+            }
+            Action::Submit => self.submit(&row).await,
+            Action::FetchOutcome => self.fetch_outcome(&row).await,
+            Action::CancelRun => self.cancel_run(&row).await,
+            Action::SendFailed { code } => {
+                self.send_failed(&row, code).await;
+                Ok(None)
+            }
+        };
+        match result {
+            Ok(outcome) => outcome,
+            Err(e) if transient(&e) => {
+                tracing::debug!(call = %row.call.id, code = e.code(), "box busy or unreachable; retrying later");
+                None
+            }
+            Err(e) => Some((box_failure(&e), Change::none())),
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Payloads from peers, and the owner's admission of a `call.request`.
+//!
+//! Everything here is input from another node, so: a payload for a call this node does not
+//! hold with that peer is ignored; only closed codes are taken from `call.failed`; a run id is
+//! checked for form before use; and an owner row is written only **after** admission (peer
+//! lists, rate, the program against the offered skill and the owner's ceilings, the daily call
+//! counts) — a stranger's refused request leaves nothing behind.
+
+use ed25519_dalek::VerifyingKey;
+use serde_json::Value;
+use skillbox_calls::machine::{self, Event, FailureCode, NewCall, Role, State};
+use skillbox_jc::JcError;
+use skillbox_jc::dsse::{Envelope, EnvelopeSignature, approved_program};
+use skillbox_jc::program::{BoxIdentity, PROGRAM_PAYLOAD_TYPE, Program, ProgramHash, decode_hex32};
+use skillbox_peers::{IncomingPayload, Payload, PayloadKind, PeerId};
+
+use super::actions::failed_body;
+use super::driver::Change;
+use super::records::{self, CallRow, Patch};
+use super::{Calls, blocking, boxes, lock, now_ms, program};
+use crate::error::{NodeError, Result};
+
+/// Why the owner did not admit a request: a closed code for the peer, detail for this node.
+struct Refused {
+    code: FailureCode,
+    detail: String,
+}
+
+impl Refused {
+    fn new(code: FailureCode, detail: impl Into<String>) -> Refused {
+        Refused {
+            code,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl Calls {
+    pub(super) async fn on_payload(&self, p: IncomingPayload) {
+        let from = p.from.to_base58();
+        let id = p.payload.call_id.clone();
+        let body = p.payload.body;
+        match p.payload.kind {
+            PayloadKind::CallRequest => self.on_request(&from, &id, body).await,
+            PayloadKind::CallAccepted => {
+                let key = (id, Role::Caller);
+                let Some(row) = self.load(&key).await.filter(|r| r.call.peer == from) else {
+                    return;
+                };
+                match Self::cosigned(&row, &body) {
+                    Ok(text) => {
+                        let change = Change::patch(Patch {
+                            program: Some(text),
+                            ..Patch::default()
+                        });
+                        let _ = self.apply(key, Event::PeerAccepted, change).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(call = %row.call.id, code = e.code(), "call.accepted refused: bad co-signature")
+                    }
+                }
+            }
+            PayloadKind::CallSession => {
+                let key = (id, Role::Owner);
+                let Some(row) = self.load(&key).await.filter(|r| r.call.peer == from) else {
+                    return;
+                };
+                let url = body
+                    .get("box")
+                    .and_then(Value::as_str)
+                    .map(boxes::normalize_url);
+                // A run id goes into the box's URLs: only one of the box's own form is taken.
+                let run_id = body
+                    .get("runId")
+                    .and_then(Value::as_str)
+                    .filter(|r| skillbox_jc::error::is_run_id(r));
+                let (Some(url), Some(run_id)) = (url, run_id) else {
+                    tracing::warn!(call = %row.call.id, "call.session without a box or a well-formed runId");
+                    return;
+                };
+                if self.0.boxes.client(&url).is_none() {
+                    let event = Event::BoxFailed {
+                        code: FailureCode::BoxUnavailable,
+                        message: "the caller's box is not one this node accepts".into(),
+                    };
+                    let _ = self.apply(key, event, Change::none()).await;
+                    return;
+                }
+                let change = Change::patch(Patch {
+                    box_url: Some(url),
+                    ..Patch::default()
+                });
+                let event = Event::PeerSession {
+                    run_id: run_id.to_owned(),
+                };
+                let _ = self.apply(key, event, change).await;
+            }
+            PayloadKind::CallFailed => {
+                // The code only, and only one of ours: the peer's words are never taken.
+                let code = body
+                    .get("code")
+                    .and_then(Value::as_str)
+                    .and_then(FailureCode::parse);
+                for role in [Role::Caller, Role::Owner] {
+                    let key = (id.clone(), role);
+                    if self.load(&key).await.is_some_and(|r| r.call.peer == from) {
+                        let event = Event::PeerFailed { code };
+                        let _ = self.apply(key, event, Change::none()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Add the owner's signature from `call.accepted` and check the program is now approved.
+    fn cosigned(row: &CallRow, body: &Value) -> skillbox_jc::Result<String> {
+        let sig: EnvelopeSignature =
+            serde_json::from_value(body.get("signature").cloned().unwrap_or(Value::Null))
+                .map_err(|e| JcError::Envelope(format!("signature: {e}")))?;
+        let mut env = Self::envelope(row)?;
+        env.signatures.retain(|s| s.keyid != sig.keyid);
+        env.signatures.push(sig);
+        approved_program(&env)?;
+        String::from_utf8(env.to_json()).map_err(|_| JcError::Internal("envelope JSON".into()))
+    }
+
+    /// Tell a peer its request was not taken: the code and its fixed words.
+    async fn refuse(&self, to: &str, id: &str, refused: &Refused) {
+        tracing::info!(call = %id, code = refused.code.as_str(), "call.request refused");
+        tracing::debug!(call = %id, detail = %refused.detail, "call.request refusal detail");
+        let Ok(peer) = to.parse::<PeerId>() else {
+            return;
+        };
+        let payload = Payload {
+            kind: PayloadKind::CallFailed,
+            call_id: id.to_owned(),
+            body: failed_body(refused.code),
+        };
+        if let Err(e) = self.0.transport.send(peer, payload).await {
+            tracing::debug!(call = %id, error = %e, "call.failed not delivered");
+        }
+    }
+
+    async fn on_request(&self, from: &str, id: &str, body: Value) {
+        let key = (id.to_owned(), Role::Owner);
+        if let Some(row) = self.load(&key).await {
+            // A retried request: re-send what the call owes (call.accepted), nothing new.
+            if row.call.peer == from {
+                let _ = self.apply(key, Event::Resume, Change::none()).await;
+            }
+            return;
+        }
+        match self.admit(from, id, &body).await {
+            Ok(Some(())) => {}
+            Ok(None) => {} // a concurrent duplicate won the race; it carries on
+            Err(refused) => self.refuse(from, id, &refused).await,
+        }
+    }
+
+    /// Admission: parse and verify the request, check it against the offered skill and the
+    /// owner's ceilings, co-sign, and only then record the call (`accepted`) — in the same
+    /// transaction that counts the skill's calls of the day. `Ok(None)`: already recorded.
+    async fn admit(
+        &self,
+        from: &str,
+        id: &str,
+        body: &Value,
+    ) -> std::result::Result<Option<()>, Refused> {
+        let (mut env, program) = parse_request(body, id)?;
+        let admission = self
+            .0
+            .policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .admission
+            .clone();
+        admission
+            .admit(&mut lock(&self.0.buckets), from, now_ms())
+            .map_err(|r| Refused::new(FailureCode::NotAdmitted, r.to_string()))?;
+
+        let skills = self.0.skills.clone();
+        let srcs = self.0.sources.clone();
+        let name = program.skill.name.clone();
+        let found = blocking(move || {
+            let Some(rec) = skills.record(&name)? else {
+                return Ok(None);
+            };
+            let state = skills.offer_state(&rec.declaration)?;
+            let size = |n: &str| -> Result<u64> { Ok(srcs.meta(n)?.map_or(0, |m| m.size)) };
+            let body_len = size(&rec.declaration.body_source_name())?;
+            let model_len = match size(&rec.declaration.model_source_name())? {
+                0 => rec.declaration.model.as_ref().map_or(0, |m| m.len() as u64),
+                n => n,
+            };
+            let key_len = match &rec.declaration.key {
+                Some(k) => size(k)?,
+                None => 0,
+            };
+            Ok(Some((rec, state.offered, body_len, model_len, key_len)))
+        })
+        .await
+        .map_err(|e| Refused::new(FailureCode::NotOffered, format!("skill lookup: {e}")))?;
+        let sender_key = from
+            .parse::<PeerId>()
+            .ok()
+            .and_then(|p| skillbox_peers::advert::public_key_hex_of_peer(&p))
+            .unwrap_or_default();
+        let boxes = self.0.boxes.clone();
+        let accepts = move |b: &BoxIdentity| boxes.accepts_identity(&b.platform, &b.measurement);
+        let defaults = self.0.ceilings.limits();
+        let (decl, offered, digest, body_len, model_len, key_len) = match &found {
+            Some((rec, offered, b, m, k)) => (
+                Some(&rec.declaration),
+                *offered,
+                rec.digest.as_str(),
+                *b,
+                *m,
+                *k,
+            ),
+            None => (None, false, "", 0, 0, 0),
+        };
+        let limits = decl.map_or(defaults, |d| d.limits.or(&defaults));
+        // The facts borrow a non-Send closure: checked and dropped before the next await.
+        {
+            let facts = program::OwnerFacts {
+                call_id: id,
+                owner_key: &self.0.node_key_hex,
+                sender_key: &sender_key,
+                declaration: decl,
+                offered,
+                digest,
+                body_len,
+                model_len,
+                key_len,
+                limits,
+                accepts_box: &accepts,
+                now_secs: now_ms() / 1000,
+                max_expiry_secs: self.0.settings.expiry_secs.max(3600),
+            };
+            program::check(&program, &facts).map_err(|(code, m)| Refused::new(code, m))?;
+        }
+        env.sign(&self.0.signing)
+            .and_then(|_| approved_program(&env).map(|_| ()))
+            .map_err(|e| Refused::new(FailureCode::ProgramMismatch, e.to_string()))?;
+        let text = String::from_utf8(env.to_json())
+            .map_err(|_| Refused::new(FailureCode::ProgramMismatch, "envelope JSON"))?;
+
+        // The machine's owner path: received, then admitted — only the latter is stored.
+        let hash = program
+            .to_canonical()
+            .map(|b| ProgramHash::of(&b))
+            .map_err(|e| Refused::new(FailureCode::ProgramMismatch, e.to_string()))?;
+        let received = machine::start(
+            Role::Owner,
+            NewCall {
+                id: id.to_owned(),
+                peer: from.to_owned(),
+                skill: program.skill.name.clone(),
+                program_hash: format!("sha256:{}", hash.to_hex()),
+                expires_at_ms: program.expires_at.saturating_mul(1000),
+            },
+            now_ms(),
+            &self.0.timing,
+        );
+        let t = machine::step(&received.call, Event::Admitted, now_ms(), &self.0.timing);
+        debug_assert_eq!(t.call.state, State::Accepted);
+        let row = CallRow {
+            call: t.call.clone(),
+            program: Some(text),
+            box_url: None,
+            verified: None,
+            sources: Vec::new(),
+            receipt: None,
+        };
+        let store = self.0.store.clone();
+        let (per_peer, per_day) = (
+            limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
+            limits.calls_per_day.unwrap_or(u64::MAX),
+        );
+        let skill = program.skill.name.clone();
+        let peer = from.to_owned();
+        let inserted = blocking(move || {
+            store.write(|tx| {
+                let since = crate::store::now_secs() - 86_400;
+                let (total, mine) = records::charged_since(tx, &skill, &peer, since)?;
+                if mine >= per_peer || total >= per_day {
+                    return Ok(Err(if mine >= per_peer {
+                        format!("{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})")
+                    } else {
+                        format!("{skill} had {total} calls in 24 h (limit {per_day})")
+                    }));
+                }
+                match records::insert(tx, &row) {
+                    Ok(()) => Ok(Ok(true)),
+                    Err(NodeError::Conflict(_)) => Ok(Ok(false)),
+                    Err(e) => Err(e),
+                }
+            })
+        })
+        .await;
+        match inserted {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return Ok(None),
+            Ok(Err(detail)) => return Err(Refused::new(FailureCode::DailyLimit, detail)),
+            Err(e) => return Err(Refused::new(FailureCode::NotAdmitted, e.to_string())),
+        }
+        tracing::info!(call = %id, peer = %from, skill = %program.skill.name, "call admitted");
+        let key = (id.to_owned(), Role::Owner);
+        self.crash_point(Role::Owner, State::Accepted);
+        for action in t.actions {
+            self.dispatch(key.clone(), action);
+        }
+        Ok(Some(()))
+    }
+}
+
+/// A `call.request` body: the DSSE envelope of a canonical program signed by the caller key it
+/// names, for this call id and the skill it says.
+fn parse_request(body: &Value, id: &str) -> std::result::Result<(Envelope, Program), Refused> {
+    let parsed = (|| -> skillbox_jc::Result<(Envelope, Program)> {
+        let env: Envelope =
+            serde_json::from_value(body.get("program").cloned().unwrap_or(Value::Null))
+                .map_err(|e| JcError::Envelope(e.to_string()))?;
+        env.check_type(PROGRAM_PAYLOAD_TYPE)?;
+        let bytes = env.payload_bytes()?;
+        let program = Program::from_canonical(&bytes)?;
+        let caller = decode_hex32(&program.parties.caller.node_key)
+            .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+            .ok_or_else(|| JcError::BadRequest("caller key".into()))?;
+        env.verified_payload(PROGRAM_PAYLOAD_TYPE, &caller, "caller")?;
+        Ok((env, program))
+    })();
+    let (env, program) = parsed.map_err(|e| {
+        Refused::new(
+            FailureCode::ProgramMismatch,
+            format!("call.request: {}", e.code()),
+        )
+    })?;
+    let skill = body
+        .get("skill")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if skill != program.skill.name || program.call_id != id {
+        return Err(Refused::new(
+            FailureCode::ProgramMismatch,
+            "the request's skill or call id is not the program's",
+        ));
+    }
+    Ok((env, program))
+}

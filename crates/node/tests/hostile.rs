@@ -1,0 +1,527 @@
+//! Issue 12 in one process with real nodes, a real box and real libp2p: what a hostile peer can
+//! make this node do. A caller stakes only sources its human marked shareable, whatever the
+//! advert asks; the shipped consent asks before any disclosure and remembers a decision per
+//! (peer, skill, source set); the owner co-signs only what its ceilings allow and writes nothing
+//! for a stranger it refuses; and the caller picks only a box that can run the skill, learning a
+//! box that started after it on demand.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skillbox_jc::dsse::{key_hex, sign_program};
+use skillbox_jc::program::*;
+use skillbox_peers::{Payload, PayloadKind, PeersConfig, keypair_from_seed};
+use support::{TestNode, skill_doc, world};
+
+/// The board as a hostile network would serve it: the owner's real offer, plus a forged entry
+/// (no board takes such an advert) whose skill asks for the caller's own material.
+struct Forging(skillbox_peers::PeersHandle);
+
+impl skillbox_node::calls::Directory for Forging {
+    fn offered(&self, peer: &str, skill: &str) -> Option<skillbox_node::calls::Offered> {
+        let real = skillbox_node::calls::Directory::offered(&self.0, peer, "taste")?;
+        match skill {
+            "grabber" => {
+                let mut forged = real;
+                forged.skill.name = "grabber".into();
+                forged.skill.required_sources = vec![
+                    "skill/mine/body".into(),
+                    "call/00112233445566778899aabbccddeeff/answer".into(),
+                ];
+                Some(forged)
+            }
+            _ => skillbox_node::calls::Directory::offered(&self.0, peer, skill),
+        }
+    }
+    fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
+        self.0.board()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forged_advert_naming_reserved_sources_is_refused_at_call_start() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let box_url = support::start_box(&provider_url).await;
+    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
+    owner.put_source("openai-key", "secret", "sk-H0").await;
+    owner.add_skill(&skill_doc("taste", "BODY-H0", &[])).await;
+    let caller = TestNode::start_with_directory(
+        &box_url,
+        vec![owner.p2p.clone()],
+        |_| {},
+        |h| std::sync::Arc::new(Forging(h)),
+    )
+    .await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    caller
+        .add_skill("---\nname: mine\ndescription: Mine.\nprovider: local\n---\nMINE-BODY-H0\n")
+        .await;
+    for sources in [None, Some(json!(["skill/mine/body"]))] {
+        let mut body = json!({"peer": owner.peer_id, "skill": "grabber", "request": "hi"});
+        if let Some(s) = sources {
+            body["sources"] = s;
+        }
+        let a = caller.post_json("/calls", body).await;
+        assert_eq!(a.status, 409, "{}", a.body);
+        assert_eq!(a.body["error"], "advert_refused");
+    }
+    assert_eq!(caller.get("/calls").await.body["total"], 0);
+    assert!(provider.0.lock().expect("log").is_empty());
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn start_body(peer: &str, request: &str, sources: Option<Value>) -> Value {
+    let mut b = json!({"peer": peer, "skill": "taste", "request": request});
+    if let Some(s) = sources {
+        b["sources"] = s;
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_shareable_user_data_is_ever_selected_or_staked() {
+    // The owner's skill asks for the caller's API key source by name, and a data set.
+    let w = world("BODY-H1", "sk-H1", &["openai-key", "diary"], |_| {}, |_| {}).await;
+    // The caller holds a secret of that name, and the data set unshared.
+    w.caller
+        .put_source("openai-key", "secret", "sk-CALLERKEY-H1")
+        .await;
+    w.caller
+        .put_private_source("diary", "text", "DIARY-MARK-H1 private")
+        .await;
+    let peer = w.owner.peer_id.clone();
+    // Omitted: nothing stakeable is held, refused where it starts.
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "hi", None))
+        .await;
+    assert_eq!(a.status, 422, "{}", a.body);
+    assert_eq!(a.body["error"], "required_sources_not_held");
+    // Named: refused by name, with the reason.
+    for name in ["openai-key", "diary"] {
+        let a = w
+            .caller
+            .post_json("/calls", start_body(&peer, "hi", Some(json!([name]))))
+            .await;
+        assert_eq!(a.status, 400, "{name}: {}", a.body);
+        assert_eq!(a.body["error"], "source_not_shareable", "{name}");
+    }
+    // Nothing was called, nothing reached the provider.
+    assert_eq!(w.caller.get("/calls").await.body["total"], 0);
+    assert!(w.provider.0.lock().expect("log").is_empty());
+    // Marked shareable, the data set is staked; the secret never can be marked.
+    let r = w
+        .caller
+        .req(
+            reqwest::Method::PATCH,
+            "/sources/openai-key",
+            Some(("application/json", br#"{"shareable": true}"#.to_vec())),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let r = w
+        .caller
+        .req(
+            reqwest::Method::PATCH,
+            "/sources/diary",
+            Some(("application/json", br#"{"shareable": true}"#.to_vec())),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["shareable"], true);
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "hi", None))
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    assert_eq!(a.body["sources"], json!(["diary"]), "never the secret");
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
+    let prompt = serde_json::to_string(&w.provider.0.lock().expect("log").clone()).expect("json");
+    assert!(prompt.contains("DIARY-MARK-H1"));
+    assert!(
+        !prompt.contains("sk-CALLERKEY-H1"),
+        "the caller's secret was staked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_shipped_consent_asks_before_disclosure_and_remembers() {
+    let shipped = |c: &mut skillbox_node::Config| {
+        c.policy = skillbox_node::config::PolicyConfig::default();
+    };
+    let w = world("BODY-H2", "sk-H2", &["songs", "diary"], |_| {}, shipped).await;
+    w.caller.put_source("songs", "text", "Massive Attack").await;
+    let peer = w.owner.peer_id.clone();
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "hi", None))
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let parked = w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    let d = &parked["disclosure"];
+    assert_eq!(d["sources"], json!(["songs"]));
+    assert_eq!(d["peer"], peer);
+    assert_eq!(d["box"], w.box_url);
+    assert_eq!(d["platform"], "insecure-dev");
+    assert_eq!(d["hardwareIsolation"], false);
+    assert_eq!(d["provider"], "openai");
+    let text = d["text"].as_str().expect("text");
+    for part in [
+        "songs",
+        &peer,
+        "NO hardware isolation",
+        "provider openai",
+        "taste",
+    ] {
+        assert!(text.contains(part), "consent text lacks {part}: {text}");
+    }
+    let approvals = w.caller.get("/approvals").await.body;
+    assert_eq!(approvals["total"], 1);
+    // Nothing reached the provider before the human said yes.
+    assert!(w.provider.0.lock().expect("log").is_empty());
+    let r = w
+        .caller
+        .post_json(
+            &format!("/approvals/{id}"),
+            json!({"decision": "allow", "remember": true}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
+    // Remembered: the same peer, skill and sources are not asked again.
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "again", None))
+        .await;
+    let id2 = a.body["id"].as_str().expect("id").to_owned();
+    assert_eq!(w.caller.wait_call(&id2, LIMIT).await["state"], "answered");
+    // A source set beyond the remembered one is asked again.
+    w.caller.put_source("diary", "text", "dear diary").await;
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "more", None))
+        .await;
+    let id3 = a.body["id"].as_str().expect("id").to_owned();
+    let parked = w
+        .caller
+        .wait_state(&id3, &["awaiting_consent"], LIMIT)
+        .await;
+    assert_eq!(parked["disclosure"]["sources"], json!(["songs", "diary"]));
+    // A call that stakes no source needs no one.
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "none", Some(json!([]))))
+        .await;
+    let id4 = a.body["id"].as_str().expect("id").to_owned();
+    assert_eq!(w.caller.wait_call(&id4, LIMIT).await["state"], "answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_owners_ceilings_are_met_at_the_caller_and_enforced_by_the_owner() {
+    let w = world("BODY-H3", "sk-H3", &[], |_| {}, |_| {}).await;
+    let doc = skill_doc("taste", "BODY-H3", &[]).replace(
+        "key: openai-key\n",
+        "key: openai-key\nlimits:\n  maxRequestBytes: 64\n  maxOutputBytes: 512\n  callsPerPeerPerDay: 1\n",
+    );
+    w.owner.add_skill(&doc).await;
+    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer");
+    let deadline = std::time::Instant::now() + LIMIT;
+    while w.caller.peers.with_board(|b, now| {
+        b.offered(&owner_peer, "taste", now)
+            .map(|s| s.limits.max_request_bytes)
+    }) != Some(Some(64))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "limits never advertised"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let peer = w.owner.peer_id.clone();
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, &"x".repeat(100), None))
+        .await;
+    assert_eq!(a.status, 422, "{}", a.body);
+    assert_eq!(a.body["error"], "over_owner_limit");
+    // Within them: one call a day for this peer, and the output capped at the owner's 512.
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "short", None))
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "again", None))
+        .await;
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("daily_limit")),
+        "{c}"
+    );
+    // The refused second call left no owner row.
+    assert_eq!(w.owner.get("/calls?role=owner").await.body["total"], 1);
+}
+
+/// A hostile caller speaking the protocol itself: a program the owner's UI would never build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hostile_callers_programs_are_refused_with_codes_and_leave_nothing() {
+    let w = world("BODY-H4", "sk-H4", &[], |_| {}, |_| {}).await;
+    let keypair = keypair_from_seed(&[77; 32]).expect("key");
+    let config = PeersConfig {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+        bootstrap: vec![w.owner.p2p.parse().expect("owner addr")],
+        ..PeersConfig::default()
+    };
+    let (hostile, mut inbox) = skillbox_peers::start(config, keypair).await.expect("peer");
+    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer");
+    let deadline = std::time::Instant::now() + LIMIT;
+    let offered = loop {
+        if let Some(o) = hostile.with_board(|b, now| b.advert(&owner_peer, now).cloned()) {
+            break o;
+        }
+        assert!(std::time::Instant::now() < deadline, "no advert");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let skill = offered
+        .skills
+        .iter()
+        .find(|s| s.name == "taste")
+        .expect("taste");
+    let caller_key = ed25519_dalek::SigningKey::from_bytes(&[77; 32]);
+    let program = |id: &str, request_max: u64, output_max: u64| Program {
+        version: PROGRAM_VERSION,
+        call_id: id.into(),
+        parties: Parties {
+            caller: CallerParty {
+                node_key: key_hex(&caller_key.verifying_key()),
+                result_key: "11".repeat(32),
+            },
+            owner: OwnerParty {
+                node_key: offered.public_key.clone(),
+            },
+        },
+        boxes: offered
+            .boxes
+            .iter()
+            .map(|b| BoxIdentity {
+                platform: b.platform.clone(),
+                measurement: b.measurement.clone(),
+            })
+            .collect(),
+        skill: SkillRef {
+            name: "taste".into(),
+            declaration_digest: skill.declaration_digest.clone(),
+        },
+        provider: ProviderGrant {
+            id: "openai".parse().expect("provider"),
+            host: offered.boxes[0]
+                .url
+                .clone()
+                .map(|_| "http://127.0.0.1:1/v1".into()),
+        },
+        caller_inputs: CallerInputs {
+            request_max_bytes: request_max,
+            sources: vec![],
+        },
+        owner_inputs: OwnerInputs {
+            body_max_bytes: 1 << 20,
+            model_max_bytes: 1024,
+            key_max_bytes: 16 * 1024,
+        },
+        output: OutputSpec::to_caller(output_max),
+        receipt: ReceiptSpec::to_both(),
+        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        expires_at: skillbox_jc::run::now_secs() + 600,
+    };
+    // Spend the owner's key on 64 MiB of input and a 1 MiB answer: the node's defaults say no.
+    let cases = [
+        ("c1", MAX_STAKE_BYTES / 2, 4096, "over_owner_limit"),
+        ("c2", 4096, MAX_OUTPUT_BYTES, "over_owner_limit"),
+    ];
+    for (id, req, out, code) in cases {
+        let env = sign_program(&program(id, req, out), &caller_key).expect("sign");
+        let env: Value = serde_json::from_slice(&env.to_json()).expect("json");
+        hostile
+            .send(
+                owner_peer,
+                Payload {
+                    kind: PayloadKind::CallRequest,
+                    call_id: id.into(),
+                    body: json!({"skill": "taste", "program": env}),
+                },
+            )
+            .await
+            .expect("sent");
+        let got = tokio::time::timeout(LIMIT, inbox.recv())
+            .await
+            .expect("answer in time")
+            .expect("a payload");
+        assert_eq!(got.payload.kind, PayloadKind::CallFailed);
+        assert_eq!(got.payload.call_id, id);
+        assert_eq!(got.payload.body["code"], code, "{}", got.payload.body);
+        // Fixed words only: nothing of the owner's configuration or numbers.
+        assert_eq!(
+            got.payload.body["message"],
+            "the call asks for more than the owner's limits"
+        );
+    }
+    // Garbage and forged programs: each refused, none recorded.
+    for (i, body) in [
+        json!({"skill": "taste", "program": "not an envelope"}),
+        json!({"skill": "other", "program": null}),
+        json!({}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("g{i}");
+        hostile
+            .send(
+                owner_peer,
+                Payload {
+                    kind: PayloadKind::CallRequest,
+                    call_id: id.clone(),
+                    body,
+                },
+            )
+            .await
+            .expect("sent");
+        let got = tokio::time::timeout(LIMIT, inbox.recv())
+            .await
+            .expect("answer")
+            .expect("payload");
+        assert_eq!(got.payload.body["code"], "program_mismatch");
+    }
+    assert_eq!(
+        w.owner.get("/calls").await.body["total"],
+        0,
+        "a refused stranger leaves no row"
+    );
+    assert!(w.provider.0.lock().expect("log").is_empty());
+    hostile.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_a_box_that_runs_the_provider_is_picked_and_a_late_box_is_learnt_on_demand() {
+    // A box whose `local` provider has no model file: the skill cannot run there.
+    let (provider_url, _) = support::provider_double(Duration::ZERO).await;
+    let box_url = support::start_box(&provider_url).await;
+    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
+    owner
+        .add_skill("---\nname: taste\ndescription: Local taste.\nprovider: local\n---\nbody\n")
+        .await;
+    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    let a = caller
+        .post_json(
+            "/calls",
+            json!({"peer": owner.peer_id, "skill": "taste", "request": "hi"}),
+        )
+        .await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert_eq!(a.body["error"], "no_box_for_provider");
+    assert!(
+        a.body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("local") && m.contains(&box_url))
+    );
+
+    // Nodes that start before their box: the caller asks the box at call start.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let late_url = format!("http://127.0.0.1:{port}");
+    let owner2 = TestNode::start(&late_url, vec![], |c| {
+        c.schedules.advertise_secs = 1;
+    })
+    .await;
+    owner2.put_source("openai-key", "secret", "sk-late").await;
+    owner2
+        .add_skill(&skill_doc("taste", "BODY-LATE", &[]))
+        .await;
+    let caller2 = TestNode::start(&late_url, vec![owner2.p2p.clone()], |c| {
+        // Far longer than the test: only an on-demand refresh can learn the box in time.
+        c.schedules.advertise_secs = 3600;
+        c.schedules.board_ttl_secs = 4000;
+    })
+    .await;
+    support::start_box_at(port, &provider_url).await;
+    caller2.wait_board(&owner2.peer_id, "taste").await;
+    // The owner learns the box on its next advert (1 s); wait until its advert lists it.
+    let owner_peer: skillbox_peers::PeerId = owner2.peer_id.parse().expect("peer");
+    let deadline = std::time::Instant::now() + LIMIT;
+    while caller2
+        .peers
+        .with_board(|b, now| b.advert(&owner_peer, now).map(|a| a.boxes.len()))
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "owner never advertised the box"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let a = caller2
+        .post_json(
+            "/calls",
+            json!({"peer": owner2.peer_id, "skill": "taste", "request": "hi"}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    assert_eq!(caller2.wait_call(&id, LIMIT).await["state"], "answered");
+}
+
+/// Issue 12: finished calls do not pile up. Pruning removes a finished row and what was kept
+/// beside it (the caller's answer), and never an open call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finished_calls_are_pruned_with_their_answer() {
+    let w = world("BODY-H5", "sk-H5", &[], |_| {}, |_| {}).await;
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&w.owner.peer_id, "hi", None))
+        .await;
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
+    let answer = format!("call/{id}/answer");
+    let names = |v: &Value| -> Vec<String> {
+        v["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(names(&w.caller.get("/sources").await.body).contains(&answer));
+    let store = skillbox_node::store::Store::open(
+        &skillbox_node::DataDir::new(w.caller.dir.path()).store(),
+    )
+    .expect("store");
+    // Not yet past retention: nothing goes.
+    let long_ago = skillbox_node::store::now_secs() - 86_400;
+    assert_eq!(
+        skillbox_node::calls::records::prune_finished(&store, long_ago).expect("prune"),
+        0
+    );
+    let now = skillbox_node::store::now_secs() + 1;
+    assert_eq!(
+        skillbox_node::calls::records::prune_finished(&store, now).expect("prune"),
+        1
+    );
+    assert_eq!(w.caller.get(&format!("/calls/{id}")).await.status, 404);
+    assert!(!names(&w.caller.get("/sources").await.body).contains(&answer));
+}
