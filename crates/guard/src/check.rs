@@ -1,0 +1,315 @@
+//! The check: is an answer carrying the body or one of its secrets?
+
+use std::borrow::Cow;
+
+use crate::canary::CanaryOrigin;
+use crate::decode::{self, View};
+use crate::prepare::Prepared;
+use crate::text;
+
+/// How deep decoders nest (base64 inside hex, base64 inside base64).
+const MAX_DEPTH: usize = 2;
+
+/// Which decoder produced the text a catch was found in (the outermost one when nested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decoded {
+    None,
+    Base64,
+    Hex,
+}
+
+/// Where a catch was found: the decoded text and the view of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Via {
+    pub decoded: Decoded,
+    pub view: View,
+}
+
+/// Why an answer was caught. For tests and metrics inside the owner's node only: it must never
+/// reach the caller, and the receipt carries no more than "the guard acted".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The answer covers at least `threshold_permille` of the body's words.
+    Containment,
+    /// The answer covers at least `max_copied_words` body words.
+    CopiedWords,
+    /// An n-gram of a line the owner marked `secret`.
+    SecretLine,
+    /// A canary, in some form.
+    Canary(CanaryOrigin),
+}
+
+impl Reason {
+    /// A stable code for metrics.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::Containment => "containment",
+            Reason::CopiedWords => "copied_words",
+            Reason::SecretLine => "secret_line",
+            Reason::Canary(_) => "canary",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Catch {
+    pub reason: Reason,
+    pub via: Via,
+}
+
+/// The guard's verdict on one answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    Clean,
+    Caught(Catch),
+}
+
+impl Verdict {
+    pub fn is_caught(&self) -> bool {
+        matches!(self, Verdict::Caught(_))
+    }
+}
+
+/// The full measure of an answer against a body (no early exit): what the check decides on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Measure {
+    /// Body words covered by n-grams the answer contains (in any decoded form).
+    pub covered_words: usize,
+    /// The same, per mille of the body's words.
+    pub covered_permille: u32,
+    pub secret_line: bool,
+    pub canary: bool,
+}
+
+struct Scan<'p> {
+    p: &'p Prepared,
+    matched: Vec<bool>,
+    new_matches: bool,
+    secret: Option<Via>,
+    canary: Option<(usize, Via)>,
+    buf: Vec<u8>,
+}
+
+impl<'p> Scan<'p> {
+    fn new(p: &'p Prepared) -> Self {
+        Scan {
+            p,
+            matched: vec![false; p.gram_patterns],
+            new_matches: false,
+            secret: None,
+            canary: None,
+            buf: Vec::new(),
+        }
+    }
+
+    fn stream(&mut self, syms: &[u8], via: Via) {
+        let Some(ac) = &self.p.automaton else { return };
+        let Ok(iter) = ac.try_find_overlapping_iter(syms) else {
+            return;
+        };
+        for m in iter {
+            let id = m.pattern().as_usize();
+            if id < self.p.gram_patterns {
+                if !self.matched[id] {
+                    self.matched[id] = true;
+                    self.new_matches = true;
+                    if self.p.secret_gram[id] && self.secret.is_none() {
+                        self.secret = Some(via);
+                    }
+                }
+            } else if self.canary.is_none() {
+                self.canary = Some((self.p.long_canary[id - self.p.gram_patterns], via));
+            }
+        }
+    }
+
+    /// Short canaries, as whole tokens (also reversed, spaced out, or with a filler inside).
+    fn tokens(&mut self, text: &str, decoded: Decoded) {
+        if self.p.short_canaries.is_empty() || self.canary.is_some() {
+            return;
+        }
+        let check = |word: &str, view: View| -> Option<(usize, Via)> {
+            let n = word.chars().count();
+            if !self.p.short_lens.contains(&n) {
+                return None;
+            }
+            let canon = text::shift_canonical(word);
+            if let Some(&i) = self.p.short_canaries.get(&canon) {
+                return Some((i, Via { decoded, view }));
+            }
+            let rev: String = word.chars().rev().collect();
+            let via = Via {
+                decoded,
+                view: View::Reversed,
+            };
+            self.p
+                .short_canaries
+                .get(&text::shift_canonical(&rev))
+                .map(|&i| (i, via))
+        };
+        let mut hit = None;
+        for w in text::words(text) {
+            hit = hit.or_else(|| check(&w, View::Plain));
+        }
+        if hit.is_none() {
+            for w in text::words(&decode::unspace(text)) {
+                hit = hit.or_else(|| check(&w, View::Plain));
+            }
+        }
+        if hit.is_none() {
+            for tok in text.split_whitespace() {
+                for offset in 0..2 {
+                    let t: String = tok.chars().skip(offset).step_by(2).collect();
+                    let f = text::compact(&t);
+                    let view = View::TokenInterleaved {
+                        k: 2,
+                        offset: offset as u8,
+                    };
+                    hit = hit.or_else(|| check(&f, view));
+                }
+            }
+        }
+        if hit.is_some() {
+            self.canary = hit;
+        }
+    }
+
+    fn covered(&self) -> usize {
+        let n = self.p.ngram;
+        let mut until = 0;
+        let mut covered = 0;
+        for (i, &id) in self.p.gram_at.iter().enumerate() {
+            if id != u32::MAX && self.matched[id as usize] {
+                until = until.max(i + n);
+            }
+            if i < until {
+                covered += 1;
+            }
+        }
+        covered
+    }
+
+    /// The catch the state so far amounts to, if any.
+    fn verdict(&mut self, via: Via) -> Option<Catch> {
+        if let Some((i, via)) = self.canary {
+            let origin = self.p.canaries()[i].origin();
+            return Some(Catch {
+                reason: Reason::Canary(origin),
+                via,
+            });
+        }
+        if let Some(via) = self.secret {
+            return Some(Catch {
+                reason: Reason::SecretLine,
+                via,
+            });
+        }
+        if !self.new_matches {
+            return None;
+        }
+        self.new_matches = false;
+        let spec = &self.p.spec;
+        let covered = self.covered();
+        let w = self.p.word_count;
+        if covered * 1000 >= spec.threshold_permille as usize * w {
+            return Some(Catch {
+                reason: Reason::Containment,
+                via,
+            });
+        }
+        if spec.max_copied_words != 0 && covered >= spec.max_copied_words as usize {
+            return Some(Catch {
+                reason: Reason::CopiedWords,
+                via,
+            });
+        }
+        None
+    }
+}
+
+/// Run every decoder and view over `answer`, calling `step` after each scanned view; `step`
+/// returns `true` to stop.
+fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, Via) -> bool) {
+    // Decoded text is bounded by the answer's own size, so a hostile answer cannot make the
+    // guard do more than a fixed multiple of its length.
+    let mut budget = answer.len().saturating_mul(2) + 1024;
+    let mut queue: Vec<(Cow<'_, str>, Decoded, usize)> =
+        vec![(Cow::Borrowed(answer), Decoded::None, 0)];
+    let mut next = 0;
+    while next < queue.len() {
+        let decoded = queue[next].1;
+        let depth = queue[next].2;
+        let chars: Vec<char> = queue[next].0.chars().collect();
+        let mut buf = std::mem::take(&mut scan.buf);
+        let mut stop = false;
+        decode::views(&chars, &mut buf, |view, syms| {
+            let via = Via { decoded, view };
+            scan.stream(syms, via);
+            stop = step(scan, via);
+            !stop
+        });
+        scan.buf = buf;
+        if stop {
+            return;
+        }
+        scan.tokens(&queue[next].0, decoded);
+        if step(
+            scan,
+            Via {
+                decoded,
+                view: View::Plain,
+            },
+        ) {
+            return;
+        }
+        if depth < MAX_DEPTH {
+            let text = &queue[next].0;
+            let found = [
+                (decode::base64_runs(text), Decoded::Base64),
+                (decode::hex_runs(text), Decoded::Hex),
+            ];
+            for (t, d) in found {
+                if let Some(t) = t
+                    && t.len() <= budget
+                {
+                    budget -= t.len();
+                    let d = if decoded == Decoded::None { d } else { decoded };
+                    queue.push((Cow::Owned(t), d, depth + 1));
+                }
+            }
+        }
+        next += 1;
+    }
+}
+
+/// Check one answer against a prepared body. Clean when the guard is disabled.
+pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
+    if !prepared.spec.enabled || answer.is_empty() {
+        return Verdict::Clean;
+    }
+    let mut scan = Scan::new(prepared);
+    let mut caught = None;
+    walk(&mut scan, answer, |s, via| {
+        caught = s.verdict(via);
+        caught.is_some()
+    });
+    match caught {
+        Some(c) => Verdict::Caught(c),
+        None => Verdict::Clean,
+    }
+}
+
+/// Everything the check measures, without stopping at the first catch (for tests and for
+/// choosing thresholds). Independent of `enabled`.
+pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
+    let mut scan = Scan::new(prepared);
+    walk(&mut scan, answer, |_, _| false);
+    let covered = scan.covered();
+    let w = prepared.word_count.max(1);
+    Measure {
+        covered_words: covered,
+        covered_permille: (covered * 1000 / w) as u32,
+        secret_line: scan.secret.is_some(),
+        canary: scan.canary.is_some(),
+    }
+}
