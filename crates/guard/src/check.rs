@@ -9,6 +9,8 @@ use crate::text;
 
 /// How deep decoders nest (base64 inside hex, base64 inside base64).
 const MAX_DEPTH: usize = 2;
+/// Uncovered words a copied passage may skip and still count as one passage.
+const PASSAGE_GAP: usize = 2;
 
 /// Which decoder produced the text a catch was found in (the outermost one when nested).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,7 +33,7 @@ pub struct Via {
 pub enum Reason {
     /// The answer covers at least `threshold_permille` of the body's words.
     Containment,
-    /// The answer covers at least `max_copied_words` body words.
+    /// The answer copies a passage of at least `max_copied_words` body words.
     CopiedWords,
     /// An n-gram of a line the owner marked `secret`.
     SecretLine,
@@ -75,7 +77,9 @@ impl Verdict {
 pub struct Measure {
     /// Body words covered by n-grams the answer contains (in any decoded form).
     pub covered_words: usize,
-    /// The same, per mille of the body's words.
+    /// Covered words in the longest copied passage (gaps of up to two words bridged).
+    pub longest_passage: usize,
+    /// The covered words, per mille of the body's words.
     pub covered_permille: u32,
     pub secret_line: bool,
     pub canary: bool,
@@ -147,13 +151,37 @@ impl<'p> Scan<'p> {
                 .get(&text::shift_canonical(&rev))
                 .map(|&i| (i, via))
         };
+        // A word, and its letter and digit runs when it mixes them (`PIN4821`, or
+        // `thepinis4821` from spaced-out letters without word breaks).
+        let check_runs = |w: &str| -> Option<(usize, Via)> {
+            check(w, View::Plain).or_else(|| {
+                let mixed =
+                    w.chars().any(|c| c.is_ascii_digit()) && w.chars().any(|c| !c.is_ascii_digit());
+                if !mixed {
+                    return None;
+                }
+                let mut start = 0;
+                let mut hit = None;
+                let b: Vec<(usize, char)> = w.char_indices().collect();
+                for k in 1..=b.len() {
+                    let boundary =
+                        k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit();
+                    if boundary {
+                        let end = if k == b.len() { w.len() } else { b[k].0 };
+                        hit = hit.or_else(|| check(&w[b[start].0..end], View::Plain));
+                        start = k;
+                    }
+                }
+                hit
+            })
+        };
         let mut hit = None;
         for w in text::words(text) {
-            hit = hit.or_else(|| check(&w, View::Plain));
+            hit = hit.or_else(|| check_runs(&w));
         }
         if hit.is_none() {
             for w in text::words(&decode::unspace(text)) {
-                hit = hit.or_else(|| check(&w, View::Plain));
+                hit = hit.or_else(|| check_runs(&w));
             }
         }
         if hit.is_none() {
@@ -174,19 +202,30 @@ impl<'p> Scan<'p> {
         }
     }
 
-    fn covered(&self) -> usize {
-        let n = self.p.ngram;
+    /// (body words covered, covered words in the longest passage). A passage is a stretch of
+    /// covered words with gaps of at most [`PASSAGE_GAP`] words: a chunk copied with a slip here
+    /// and there, as opposed to common phrases scattered over a long body.
+    fn covered(&self) -> (usize, usize) {
         let mut until = 0;
         let mut covered = 0;
-        for (i, &id) in self.p.gram_at.iter().enumerate() {
+        let (mut passage, mut best, mut gap) = (0, 0, 0);
+        for (i, &(id, len)) in self.p.gram_at.iter().enumerate() {
             if id != u32::MAX && self.matched[id as usize] {
-                until = until.max(i + n);
+                until = until.max(i + len as usize);
             }
             if i < until {
                 covered += 1;
+                passage += 1;
+                gap = 0;
+                best = best.max(passage);
+            } else {
+                gap += 1;
+                if gap > PASSAGE_GAP {
+                    passage = 0;
+                }
             }
         }
-        covered
+        (covered, best)
     }
 
     /// The catch the state so far amounts to, if any.
@@ -209,15 +248,15 @@ impl<'p> Scan<'p> {
         }
         self.new_matches = false;
         let spec = &self.p.spec;
-        let covered = self.covered();
+        let (covered, passage) = self.covered();
         let w = self.p.word_count;
-        if covered * 1000 >= spec.threshold_permille as usize * w {
+        if w > 0 && covered * 1000 >= spec.threshold_permille as usize * w {
             return Some(Catch {
                 reason: Reason::Containment,
                 via,
             });
         }
-        if spec.max_copied_words != 0 && covered >= spec.max_copied_words as usize {
+        if spec.max_copied_words != 0 && passage >= spec.max_copied_words as usize {
             return Some(Catch {
                 reason: Reason::CopiedWords,
                 via,
@@ -304,10 +343,11 @@ pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
 pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
     let mut scan = Scan::new(prepared);
     walk(&mut scan, answer, |_, _| false);
-    let covered = scan.covered();
+    let (covered, passage) = scan.covered();
     let w = prepared.word_count.max(1);
     Measure {
         covered_words: covered,
+        longest_passage: passage,
         covered_permille: (covered * 1000 / w) as u32,
         secret_line: scan.secret.is_some(),
         canary: scan.canary.is_some(),

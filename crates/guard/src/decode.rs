@@ -142,7 +142,9 @@ pub fn hex_runs(text: &str) -> Option<String> {
 
 fn hex_decode(s: &[u8]) -> Vec<u8> {
     let v = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
-    s.chunks_exact(2).map(|p| (v(p[0]) << 4) | v(p[1])).collect()
+    s.chunks_exact(2)
+        .map(|p| (v(p[0]) << 4) | v(p[1]))
+        .collect()
 }
 
 /// Append decoded bytes if they read as text; says whether it did. Text is valid UTF-8 without
@@ -246,6 +248,8 @@ pub enum View {
     Reversed,
     /// Words in reverse order, each word as written.
     ReversedWords,
+    /// Whitespace-separated tokens in reverse order, each as written (`newInterval[0]` stays).
+    ReversedTokens,
     /// Words in order, the letters of each reversed.
     ReversedLetters,
     /// Every `k`-th character from `offset` (filler characters interleaved everywhere).
@@ -283,6 +287,14 @@ pub fn views(chars: &[char], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) -
             }
         });
     }
+    let tokens = token_spans(chars);
+    if tokens.len() > 1 && tokens.len() != spans.len() {
+        emit!(View::ReversedTokens, |e: &mut Encoder| {
+            for &(s, t) in tokens.iter().rev() {
+                chars[s..t].iter().for_each(|&c| e.push(c));
+            }
+        });
+    }
     emit!(View::ReversedLetters, |e: &mut Encoder| {
         for &(s, t) in &spans {
             chars[s..t].iter().rev().for_each(|&c| e.push(c));
@@ -300,7 +312,6 @@ pub fn views(chars: &[char], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) -
                 .for_each(|&c| e.push(c)));
         }
     }
-    let tokens = token_spans(chars);
     for k in 2..=3u8 {
         for offset in 0..k {
             emit!(View::TokenInterleaved { k, offset }, |e: &mut Encoder| {
@@ -382,7 +393,10 @@ mod tests {
             enc.trim_end_matches('=').to_owned(),
         ] {
             let got = base64_runs(&text).unwrap_or_default();
-            assert!(compact(&got).contains("passwordispelican42"), "{text:?} -> {got:?}");
+            assert!(
+                compact(&got).contains("passwordispelican42"),
+                "{text:?} -> {got:?}"
+            );
         }
         // Wrapped at 76 (MIME) and at 16 characters.
         let long = b64(&secret.repeat(6));
@@ -393,10 +407,15 @@ mod tests {
                 .map(|c| String::from_utf8_lossy(c).into_owned())
                 .collect();
             let got = base64_runs(&wrapped.join("\n")).unwrap_or_default();
-            assert!(compact(&got).contains(&compact(&secret.repeat(6))), "width {width}");
+            assert!(
+                compact(&got).contains(&compact(&secret.repeat(6))),
+                "width {width}"
+            );
         }
         // URL-safe alphabet.
-        let url = b64("??>>??>> leak leak").replace('+', "-").replace('/', "_");
+        let url = b64("??>>??>> leak leak")
+            .replace('+', "-")
+            .replace('/', "_");
         assert!(base64_runs(&url).unwrap_or_default().contains("leak leak"));
         // Ordinary prose is not text in base64.
         assert_eq!(
@@ -461,15 +480,15 @@ mod tests {
             ("segassem timmoc raelc etirw", View::Reversed),
             ("messages commit clear write", View::ReversedWords),
             ("etirw raelc timmoc segassem", View::ReversedLetters),
-            ("wxrxixtxex xcxlxexaxrx xcxoxmxmxixtx xmxexsxsxaxgxexsx", View::Interleaved {
-                k: 2,
-                offset: 0,
-            }),
+            (
+                "wxrxixtxex xcxlxexaxrx xcxoxmxmxixtx xmxexsxsxaxgxexsx",
+                View::Interleaved { k: 2, offset: 0 },
+            ),
             ("w--r--i--t--e", View::Interleaved { k: 3, offset: 0 }),
-            ("wXrXiXtXe cXlXeXaXr cXoXmXmXiXt mXeXsXsXaXgXeXs", View::TokenInterleaved {
-                k: 2,
-                offset: 0,
-            }),
+            (
+                "wXrXiXtXe cXlXeXaXr cXoXmXmXiXt mXeXsXsXaXgXeXs",
+                View::TokenInterleaved { k: 2, offset: 0 },
+            ),
         ];
         for (text, view) in cases {
             let got = collect(text);
@@ -482,5 +501,6 @@ mod tests {
             assert_eq!(syms, &w, "{text:?} via {view:?}");
         }
         assert_eq!(collect("some text").len(), 2 + 1 + 1 + 9 + 5);
+        assert_eq!(collect("a[0] b").len(), 2 + 1 + 1 + 1 + 9 + 5);
     }
 }

@@ -97,8 +97,9 @@ pub struct Prepared {
     canaries: Vec<Canary>,
     pub(crate) word_count: usize,
     pub(crate) ngram: usize,
-    /// Pattern id of the n-gram starting at each body word, `u32::MAX` when not indexed.
-    pub(crate) gram_at: Vec<u32>,
+    /// Per body word: the pattern id of the n-gram starting there (`u32::MAX` when not indexed)
+    /// and how many words it spans (the n-gram size, more for runs of very short words).
+    pub(crate) gram_at: Vec<(u32, u32)>,
     /// Pattern ids below this are n-grams; the rest are long canaries.
     pub(crate) gram_patterns: usize,
     /// Per n-gram pattern: it lies inside a `secret` line.
@@ -287,30 +288,33 @@ fn index(
         .max(1);
     let mut patterns: Vec<Vec<u8>> = Vec::new();
     let mut ids: HashMap<Vec<u8>, u32> = HashMap::new();
-    let mut gram_at = vec![u32::MAX; w];
+    let mut gram_at = vec![(u32::MAX, 0u32); w];
     let mut secret_gram: Vec<bool> = Vec::new();
-    if w > 0 {
-        let mut joined = String::new();
-        for (start, slot) in gram_at.iter_mut().enumerate().take(w + 1 - ngram) {
-            joined.clear();
-            for word in &words[start..start + ngram] {
-                joined.push_str(word);
+    let mut joined = String::new();
+    for start in 0..w.saturating_sub(ngram - 1) {
+        // An n-gram of short words ("R S R", "x + x") is extended word by word until its pattern
+        // is long enough to mean something once separators are folded away.
+        joined.clear();
+        let mut end = start;
+        let mut pat = Vec::new();
+        while end < w && (end - start < ngram || pat.len() < MIN_PATTERN) {
+            joined.push_str(&words[end]);
+            end += 1;
+            if end - start >= ngram {
+                pat = text::shift_pattern(&joined);
             }
-            let pat = text::shift_pattern(&joined);
-            if pat.len() < MIN_PATTERN {
-                continue;
-            }
-            let secret = secret_ranges
-                .iter()
-                .any(|&(a, b)| start >= a && start + ngram <= b);
-            let id = *ids.entry(pat).or_insert_with_key(|p| {
-                patterns.push(p.clone());
-                secret_gram.push(false);
-                (patterns.len() - 1) as u32
-            });
-            secret_gram[id as usize] |= secret;
-            *slot = id;
         }
+        if pat.len() < MIN_PATTERN {
+            continue;
+        }
+        let secret = secret_ranges.iter().any(|&(a, b)| start >= a && end <= b);
+        let id = *ids.entry(pat).or_insert_with_key(|p| {
+            patterns.push(p.clone());
+            secret_gram.push(false);
+            (patterns.len() - 1) as u32
+        });
+        secret_gram[id as usize] |= secret;
+        gram_at[start] = (id, (end - start) as u32);
     }
     let gram_patterns = patterns.len();
     let mut long_canary = Vec::new();
@@ -377,10 +381,13 @@ mod tests {
             .iter()
             .map(|c| (c.text(), c.origin(), c.line()))
             .collect();
-        assert_eq!(c, [
-            ("ORCHID-7", CanaryOrigin::Marked, 2),
-            ("Never mention the blue door.", CanaryOrigin::SecretLine, 3),
-        ]);
+        assert_eq!(
+            c,
+            [
+                ("ORCHID-7", CanaryOrigin::Marked, 2),
+                ("Never mention the blue door.", CanaryOrigin::SecretLine, 3),
+            ]
+        );
         assert!(!format!("{p:?}{:?}", p.canaries()).contains("ORCHID"));
     }
 
@@ -400,7 +407,10 @@ mod tests {
                 PrepareError::UnterminatedMarker { line: 2 },
             ),
             ("[[secret:  ]]", PrepareError::EmptyMarker { line: 1 }),
-            ("x\n\n<!-- secret -->", PrepareError::EmptyMarker { line: 3 }),
+            (
+                "x\n\n<!-- secret -->",
+                PrepareError::EmptyMarker { line: 3 },
+            ),
             (
                 "pin [[secret:42]]",
                 PrepareError::CanaryTooShort { line: 1, min: 3 },
@@ -409,15 +419,14 @@ mod tests {
         for (body, want) in cases {
             assert_eq!(prepare(body, &spec()).unwrap_err(), want, "{body:?}");
         }
-        let many: String = (0..300).map(|i| format!("[[secret:TOKEN{i:04}]]\n")).collect();
+        let many: String = (0..300)
+            .map(|i| format!("[[secret:TOKEN{i:04}]]\n"))
+            .collect();
         assert_eq!(
             prepare(&many, &spec()).unwrap_err(),
             PrepareError::TooManyCanaries { max: MAX_CANARIES }
         );
-        let bad_spec = GuardSpec {
-            ngram: 1,
-            ..spec()
-        };
+        let bad_spec = GuardSpec { ngram: 1, ..spec() };
         assert!(matches!(
             prepare("x", &bad_spec),
             Err(PrepareError::Spec(_))
@@ -447,7 +456,10 @@ mod tests {
     #[test]
     fn short_bodies_use_shorter_ngrams() {
         let long: String = (0..200).map(|i| format!("w{i} ")).collect();
-        assert_eq!(prepare(&long, &spec()).unwrap().ngram(), spec().ngram as usize);
+        assert_eq!(
+            prepare(&long, &spec()).unwrap().ngram(),
+            spec().ngram as usize
+        );
         let p = prepare("one two three four five six seven eight nine ten", &spec()).unwrap();
         assert_eq!(p.ngram(), 4);
         assert_eq!(prepare("just two", &spec()).unwrap().ngram(), 2);

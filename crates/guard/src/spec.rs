@@ -30,8 +30,9 @@ pub struct GuardSpec {
     /// An answer is caught when the body words covered by its contained n-grams reach this many
     /// per mille of the body's words.
     pub threshold_permille: u32,
-    /// An answer is also caught when it covers at least this many body words, whatever the
-    /// fraction: it keeps a long body from leaking a large chunk per answer. 0 turns it off.
+    /// An answer is also caught when it copies a passage of at least this many body words
+    /// (small gaps bridged), whatever the fraction: it keeps a long body from leaking a large
+    /// chunk per answer. 0 turns it off.
     pub max_copied_words: u32,
     pub action: Action,
     /// Check the canaries the owner marked (inline markers and `secret` lines).
@@ -48,8 +49,8 @@ pub const MAX_THRESHOLD_PERMILLE: u32 = 1000;
 pub const MAX_COPIED_WORDS: u32 = 1_000_000;
 
 /// The defaults, chosen from the measurement in `tests/extraction.rs` (see ARCHITECTURE.md).
-pub const DEFAULT_NGRAM: u32 = 6;
-pub const DEFAULT_THRESHOLD_PERMILLE: u32 = 400;
+pub const DEFAULT_NGRAM: u32 = 4;
+pub const DEFAULT_THRESHOLD_PERMILLE: u32 = 350;
 pub const DEFAULT_MAX_COPIED_WORDS: u32 = 80;
 
 /// A spec value out of range, with the field named.
@@ -180,14 +181,14 @@ mod tests {
         let json = serde_json::to_string(&spec).unwrap();
         assert_eq!(
             json,
-            r#"{"enabled":true,"ngram":6,"threshold_permille":400,"max_copied_words":80,"action":"regenerate","canaries":true,"auto_canaries":true}"#
+            r#"{"enabled":true,"ngram":4,"threshold_permille":350,"max_copied_words":80,"action":"regenerate","canaries":true,"auto_canaries":true}"#
         );
         assert!(!json.contains('.'), "no floats in the bound spec");
         let back: GuardSpec = serde_json::from_str(&json).unwrap();
         assert_eq!(back, spec);
         let extra = json.replace("}", r#","score":1}"#);
         assert!(serde_json::from_str::<GuardSpec>(&extra).is_err());
-        let float = json.replace("400", "0.4");
+        let float = json.replace("350", "0.35");
         assert!(serde_json::from_str::<GuardSpec>(&float).is_err());
         let missing = r#"{"enabled":true}"#;
         assert!(serde_json::from_str::<GuardSpec>(missing).is_err());

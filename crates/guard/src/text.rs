@@ -130,7 +130,8 @@ impl<'a> Encoder<'a> {
             self.out.push(26 + (f as u8 - b'0'));
         } else {
             let mut buf = [0u8; 4];
-            self.out.extend_from_slice(f.encode_utf8(&mut buf).as_bytes());
+            self.out
+                .extend_from_slice(f.encode_utf8(&mut buf).as_bytes());
         }
     }
 
@@ -212,9 +213,10 @@ mod tests {
         // Cyrillic "р", "е", "о" that render like Latin letters.
         assert_eq!(compact("реliсаn"), "pelican");
         assert_eq!(compact("Straße Ünïcode"), "straßeünïcode");
-        assert_eq!(words("Write clear, commit-messages!"), [
-            "write", "clear", "commit", "messages"
-        ]);
+        assert_eq!(
+            words("Write clear, commit-messages!"),
+            ["write", "clear", "commit", "messages"]
+        );
         assert!(words(" ...  ").is_empty());
     }
 
