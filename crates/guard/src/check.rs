@@ -107,38 +107,35 @@ impl<'p> Scan<'p> {
     }
 
     fn stream(&mut self, syms: &[u8], via: Via) {
-        let Some(ac) = &self.p.automaton else { return };
-        let Ok(iter) = ac.try_find_overlapping_iter(syms) else {
-            return;
-        };
-        for m in iter {
-            let id = m.pattern().as_usize();
-            if id < self.p.gram_patterns {
+        let p = self.p;
+        p.index.scan(syms, |id| {
+            let id = id as usize;
+            if id < p.gram_patterns {
                 if !self.matched[id] {
                     self.matched[id] = true;
                     self.new_matches = true;
-                    if self.p.secret_gram[id] && self.secret.is_none() {
+                    if p.secret_gram[id] && self.secret.is_none() {
                         self.secret = Some(via);
                     }
                 }
             } else if self.canary.is_none() {
-                self.canary = Some((self.p.long_canary[id - self.p.gram_patterns], via));
+                self.canary = Some((p.long_canary[id - p.gram_patterns], via));
             }
-        }
+        });
     }
 
-    /// Short canaries, as whole tokens (also reversed, spaced out, or with a filler inside).
+    /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside).
     fn tokens(&mut self, text: &str, decoded: Decoded) {
-        if self.p.short_canaries.is_empty() || self.canary.is_some() {
+        if self.p.token_canaries.is_empty() || self.canary.is_some() {
             return;
         }
         let check = |word: &str, view: View| -> Option<(usize, Via)> {
             let n = word.chars().count();
-            if !self.p.short_lens.contains(&n) {
+            if !self.p.token_lens.contains(&n) {
                 return None;
             }
             let canon = text::shift_canonical(word);
-            if let Some(&i) = self.p.short_canaries.get(&canon) {
+            if let Some(&i) = self.p.token_canaries.get(&canon) {
                 return Some((i, Via { decoded, view }));
             }
             let rev: String = word.chars().rev().collect();
@@ -147,7 +144,7 @@ impl<'p> Scan<'p> {
                 view: View::Reversed,
             };
             self.p
-                .short_canaries
+                .token_canaries
                 .get(&text::shift_canonical(&rev))
                 .map(|&i| (i, via))
         };
@@ -178,6 +175,14 @@ impl<'p> Scan<'p> {
         let mut hit = None;
         for w in text::words(text) {
             hit = hit.or_else(|| check_runs(&w));
+        }
+        if hit.is_none() {
+            // Whitespace tokens with their separators folded away (`4821-tango`).
+            for tok in text.split_whitespace() {
+                if hit.is_none() && tok.chars().any(|c| !c.is_alphanumeric()) {
+                    hit = check_runs(&text::compact(tok));
+                }
+            }
         }
         if hit.is_none() {
             for w in text::words(&decode::unspace(text)) {

@@ -129,6 +129,14 @@ pub fn hex_runs(text: &str) -> Option<String> {
         if tok.is_empty() {
             continue;
         }
+        // Most prose tokens have a letter past `f`: no allocation for them.
+        if !tok
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit() || matches!(c, b'x' | b'X' | b'\\'))
+        {
+            flush(&mut run, &mut out);
+            continue;
+        }
         let t = tok.replace("\\x", "").replace("0x", "").replace("0X", "");
         if !t.is_empty() && t.bytes().all(|c| c.is_ascii_hexdigit()) {
             run.push_str(&t);

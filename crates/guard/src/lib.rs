@@ -34,6 +34,7 @@
 mod canary;
 mod check;
 mod decode;
+mod index;
 mod prepare;
 pub mod score;
 mod spec;

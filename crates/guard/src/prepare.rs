@@ -13,9 +13,8 @@
 
 use std::collections::HashMap;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
-
 use crate::canary::{self, CanaryOrigin};
+use crate::index::Index;
 use crate::spec::{GuardSpec, SpecError};
 use crate::text;
 
@@ -26,11 +25,14 @@ pub const MAX_CANARIES: usize = 256;
 /// Fewest letters and digits a canary may have.
 pub const MIN_CANARY_CHARS: usize = 3;
 /// From this many letters and digits on, a canary is searched anywhere in the folded answer
-/// (across separators, under every Caesar shift); shorter ones only as whole tokens.
+/// (across separators, under every Caesar shift); shorter ones only as whole tokens (or the
+/// letter and digit runs of one).
 pub const LONG_CANARY_CHARS: usize = 6;
 /// Body n-grams whose pattern is shorter than this many symbols are not indexed: a match that
 /// short means nothing once word boundaries are folded away.
 const MIN_PATTERN: usize = 8;
+const _: () =
+    assert!(MIN_PATTERN >= crate::index::MIN_KEY && LONG_CANARY_CHARS > crate::index::MIN_KEY);
 /// The n-gram size never shrinks below this for short bodies.
 const MIN_NGRAM_SHORT_BODY: usize = 4;
 
@@ -52,8 +54,6 @@ pub enum PrepareError {
     CanaryTooShort { line: usize, min: usize },
     #[error("the body has more than {max} secrets")]
     TooManyCanaries { max: usize },
-    #[error("the body's n-gram index could not be built")]
-    Index,
 }
 
 /// One canary: a secret that must never appear in an answer in any form.
@@ -106,10 +106,10 @@ pub struct Prepared {
     pub(crate) secret_gram: Vec<bool>,
     /// Per long-canary pattern (id - gram_patterns): the canary's index.
     pub(crate) long_canary: Vec<usize>,
-    /// Shift-canonical folded form of each short canary.
-    pub(crate) short_canaries: HashMap<String, usize>,
-    pub(crate) short_lens: Vec<usize>,
-    pub(crate) automaton: Option<AhoCorasick>,
+    /// Shift-canonical folded form of each canary, for whole-token matching.
+    pub(crate) token_canaries: HashMap<String, usize>,
+    pub(crate) token_lens: Vec<usize>,
+    pub(crate) index: Index,
 }
 
 /// Never prints the body or a secret.
@@ -318,32 +318,24 @@ fn index(
     }
     let gram_patterns = patterns.len();
     let mut long_canary = Vec::new();
-    let mut short_canaries = HashMap::new();
-    let mut short_lens = Vec::new();
+    let mut token_canaries = HashMap::new();
+    let mut token_lens = Vec::new();
     for (i, c) in canaries.iter().enumerate() {
         let n = c.folded.chars().count();
-        if n >= LONG_CANARY_CHARS {
-            patterns.push(text::shift_pattern(&c.folded));
+        // Every canary is matched as a whole token; a long one also anywhere in the folded
+        // stream, when its shift pattern (which loses digits before the first letter) is long
+        // enough to be specific.
+        let pat = text::shift_pattern(&c.folded);
+        if n >= LONG_CANARY_CHARS && pat.len() + 1 >= n {
+            patterns.push(pat);
             long_canary.push(i);
-        } else {
-            short_canaries.insert(text::shift_canonical(&c.folded), i);
-            if !short_lens.contains(&n) {
-                short_lens.push(n);
-            }
+        }
+        token_canaries.insert(text::shift_canonical(&c.folded), i);
+        if !token_lens.contains(&n) {
+            token_lens.push(n);
         }
     }
-    let automaton = if patterns.is_empty() {
-        None
-    } else {
-        // Overlapping search needs the standard match semantics; the contiguous NFA keeps a 16 KiB
-        // body's index small and fast.
-        AhoCorasickBuilder::new()
-            .match_kind(MatchKind::Standard)
-            .kind(Some(AhoCorasickKind::ContiguousNFA))
-            .build(&patterns)
-            .map(Some)
-            .map_err(|_| PrepareError::Index)?
-    };
+    let index = Index::build(&patterns);
     Ok(Prepared {
         spec: *spec,
         model_body,
@@ -354,9 +346,9 @@ fn index(
         gram_patterns,
         secret_gram,
         long_canary,
-        short_canaries,
-        short_lens,
-        automaton,
+        token_canaries,
+        token_lens,
+        index,
     })
 }
 

@@ -389,3 +389,13 @@ fn a_long_body_against_other_texts_of_its_genre() {
     let passage = words[1000..1100].join(" ");
     assert_eq!(reason(check(&p, &passage)), Some(Reason::CopiedWords));
 }
+
+#[test]
+fn a_canary_that_starts_with_digits_is_still_found() {
+    let p = prepare("Say hello. The access code is 4821tango today.", &spec()).unwrap();
+    assert_eq!(p.canaries()[0].text(), "4821tango");
+    for f in ["4821tango", "4821TANGO", "code 4821-tango", "ognat1284"] {
+        assert!(check(&p, f).is_caught(), "{f:?}");
+    }
+    assert_eq!(check(&p, "tango 4821"), Verdict::Clean);
+}
