@@ -55,6 +55,26 @@ fn base64(s: &[u8]) -> String {
     out
 }
 
+/// This thread's time on a CPU (ns), from Linux's schedstat: on a shared, loaded machine the
+/// wall-clock figures criterion prints include time spent waiting for a core.
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+fn cpu_per_call(name: &str, iters: u32, mut f: impl FnMut()) {
+    let Some(start) = cpu_ns() else { return };
+    for _ in 0..iters {
+        f();
+    }
+    if let Some(end) = cpu_ns() {
+        println!(
+            "cpu time {name}: {:.0} µs per call",
+            (end - start) as f64 / 1000.0 / f64::from(iters)
+        );
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let prompts = prompts();
     let body = text_of(&prompts, 0, 16 << 10);
@@ -71,6 +91,24 @@ fn bench(c: &mut Criterion) {
     assert!(check(&prepared, &leak).is_caught());
     let b64_leak = base64(&body.as_bytes()[2 << 10..5 << 10]);
     assert!(check(&prepared, &b64_leak).is_caught());
+
+    cpu_per_call("prepare 16 KiB body", 20, || {
+        black_box(
+            prepare(black_box(&body), &spec)
+                .map(|p| p.word_count())
+                .ok(),
+        );
+    });
+    for (name, answer) in [
+        ("check 4 KiB clean answer", &benign),
+        ("check 4 KiB clean base64 answer", &b64_benign),
+        ("check 4 KiB leak", &leak),
+        ("check 4 KiB base64 leak", &b64_leak),
+    ] {
+        cpu_per_call(name, 200, || {
+            black_box(check(&prepared, black_box(answer)));
+        });
+    }
 
     let mut g = c.benchmark_group("guard");
     g.bench_function("prepare 16 KiB body", |b| {

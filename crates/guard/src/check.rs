@@ -283,10 +283,10 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
     while next < queue.len() {
         let decoded = queue[next].1;
         let depth = queue[next].2;
-        let chars: Vec<char> = queue[next].0.chars().collect();
+        let atoms = text::atoms(&queue[next].0);
         let mut buf = std::mem::take(&mut scan.buf);
         let mut stop = false;
-        decode::views(&chars, &mut buf, |view, syms| {
+        decode::views(&atoms, &mut buf, |view, syms| {
             let via = Via { decoded, view };
             scan.stream(syms, via);
             stop = step(scan, via);

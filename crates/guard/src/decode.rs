@@ -4,6 +4,8 @@
 //! every k-th character) are views of a text streamed straight into the shift-invariant encoder
 //! (Caesar shifts and separators need no view: the encoding folds them away).
 
+use crate::text;
+
 /// Text decoded from base64 runs anywhere in `text`, or `None` if none decodes to text.
 ///
 /// A run is a maximal sequence of the standard or URL-safe alphabet (optionally `=`-padded) of at
@@ -267,91 +269,90 @@ pub enum View {
     TokenInterleaved { k: u8, offset: u8 },
 }
 
-/// Every view of `chars`, encoded into `buf` and handed to `f`; `f` returns `false` to stop.
-pub fn views(chars: &[char], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) -> bool) {
-    use crate::text::Encoder;
-    let spans = word_spans(chars);
-    macro_rules! emit {
-        ($view:expr, $fill:expr) => {{
-            let mut e = Encoder::new(buf);
-            #[allow(clippy::redundant_closure_call)]
-            ($fill)(&mut e);
-            if !f($view, buf) {
-                return;
-            }
-        }};
+/// Every view of a text (as [`text::atoms`]), encoded into `buf` and handed to `f`; `f` returns
+/// `false` to stop.
+pub fn views(atoms: &[u32], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) -> bool) {
+    let tokens = spans(atoms, |a| a != text::SPACE);
+    let spans = spans(atoms, |a| a < text::DROP);
+    let mut run = |view: View, fill: &mut dyn FnMut(&mut text::Sink<'_>)| -> bool {
+        let mut sink = text::Sink::new(buf, atoms.len());
+        fill(&mut sink);
+        f(view, buf)
+    };
+    if !run(View::Plain, &mut |s| atoms.iter().for_each(|&a| s.push(a))) {
+        return;
     }
-    emit!(View::Plain, |e: &mut Encoder| chars
-        .iter()
-        .for_each(|&c| e.push(c)));
-    emit!(View::Reversed, |e: &mut Encoder| chars
-        .iter()
-        .rev()
-        .for_each(|&c| e.push(c)));
-    if spans.len() > 1 {
-        emit!(View::ReversedWords, |e: &mut Encoder| {
-            for &(s, t) in spans.iter().rev() {
-                chars[s..t].iter().for_each(|&c| e.push(c));
-            }
-        });
+    if !run(View::Reversed, &mut |s| {
+        atoms.iter().rev().for_each(|&a| s.push(a))
+    }) {
+        return;
     }
-    let tokens = token_spans(chars);
-    if tokens.len() > 1 && tokens.len() != spans.len() {
-        emit!(View::ReversedTokens, |e: &mut Encoder| {
-            for &(s, t) in tokens.iter().rev() {
-                chars[s..t].iter().for_each(|&c| e.push(c));
+    if spans.len() > 1
+        && !run(View::ReversedWords, &mut |s| {
+            for &(a, b) in spans.iter().rev() {
+                atoms[a..b].iter().for_each(|&x| s.push(x));
             }
-        });
+        })
+    {
+        return;
     }
-    emit!(View::ReversedLetters, |e: &mut Encoder| {
-        for &(s, t) in &spans {
-            chars[s..t].iter().rev().for_each(|&c| e.push(c));
+    if tokens.len() > 1
+        && tokens.len() != spans.len()
+        && !run(View::ReversedTokens, &mut |s| {
+            for &(a, b) in tokens.iter().rev() {
+                atoms[a..b].iter().for_each(|&x| s.push(x));
+            }
+        })
+    {
+        return;
+    }
+    if !run(View::ReversedLetters, &mut |s| {
+        for &(a, b) in &spans {
+            atoms[a..b].iter().rev().for_each(|&x| s.push(x));
         }
-    });
+    }) {
+        return;
+    }
     for k in 2..=4u8 {
         for offset in 0..k {
-            if chars.len() <= usize::from(offset) {
-                continue;
+            let o = usize::from(offset);
+            if atoms.len() > o
+                && !run(View::Interleaved { k, offset }, &mut |s| {
+                    atoms[o..]
+                        .iter()
+                        .step_by(usize::from(k))
+                        .for_each(|&a| s.push(a))
+                })
+            {
+                return;
             }
-            emit!(View::Interleaved { k, offset }, |e: &mut Encoder| chars
-                [usize::from(offset)..]
-                .iter()
-                .step_by(usize::from(k))
-                .for_each(|&c| e.push(c)));
         }
     }
     for k in 2..=3u8 {
         for offset in 0..k {
-            emit!(View::TokenInterleaved { k, offset }, |e: &mut Encoder| {
-                for &(s, t) in &tokens {
-                    let s = s + usize::from(offset);
-                    if s < t {
-                        chars[s..t]
+            let o = usize::from(offset);
+            if !run(View::TokenInterleaved { k, offset }, &mut |s| {
+                for &(a, b) in &tokens {
+                    if a + o < b {
+                        atoms[a + o..b]
                             .iter()
                             .step_by(usize::from(k))
-                            .for_each(|&c| e.push(c));
+                            .for_each(|&x| s.push(x));
                     }
                 }
-            });
+            }) {
+                return;
+            }
         }
     }
 }
 
-/// Runs of alphanumeric characters.
-pub fn word_spans(chars: &[char]) -> Vec<(usize, usize)> {
-    spans(chars, |c| c.is_alphanumeric())
-}
-
-/// Runs of non-whitespace characters.
-pub fn token_spans(chars: &[char]) -> Vec<(usize, usize)> {
-    spans(chars, |c| !c.is_whitespace())
-}
-
-fn spans(chars: &[char], keep: impl Fn(char) -> bool) -> Vec<(usize, usize)> {
+/// Runs of atoms that `keep` accepts.
+fn spans(atoms: &[u32], keep: impl Fn(u32) -> bool) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut start = None;
-    for (i, &c) in chars.iter().enumerate() {
-        match (keep(c), start) {
+    for (i, &a) in atoms.iter().enumerate() {
+        match (keep(a), start) {
             (true, None) => start = Some(i),
             (false, Some(s)) => {
                 out.push((s, i));
@@ -361,7 +362,7 @@ fn spans(chars: &[char], keep: impl Fn(char) -> bool) -> Vec<(usize, usize)> {
         }
     }
     if let Some(s) = start {
-        out.push((s, chars.len()));
+        out.push((s, atoms.len()));
     }
     out
 }
@@ -464,10 +465,10 @@ mod tests {
     }
 
     fn collect(text: &str) -> Vec<(View, Vec<u8>)> {
-        let chars: Vec<char> = text.chars().collect();
+        let atoms = crate::text::atoms(text);
         let mut out = Vec::new();
         let mut buf = Vec::new();
-        views(&chars, &mut buf, |v, s| {
+        views(&atoms, &mut buf, |v, s| {
             out.push((v, s.to_vec()));
             true
         });

@@ -32,12 +32,12 @@ impl Hasher for PassThrough {
     }
 }
 
+/// Fibonacci hashing: the top bits (the filter's) depend on every key bit; the fold brings them
+/// down for the hash map's bucket bits.
+#[inline(always)]
 fn mix(k: u64) -> u64 {
-    // splitmix64's finalizer.
-    let mut z = k.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    let z = k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z ^ (z >> 29)
 }
 
 #[derive(Default)]
@@ -70,7 +70,7 @@ impl Table {
         t
     }
 
-    #[inline]
+    #[inline(always)]
     fn get(&self, key: u64) -> &[u32] {
         let bit = (key >> (64 - FILTER_BITS)) as usize;
         if self.filter[bit >> 6] & (1 << (bit & 63)) == 0 {

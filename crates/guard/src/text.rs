@@ -22,10 +22,78 @@ pub fn fold(c: char, mut emit: impl FnMut(char)) {
         return;
     }
     if c.is_alphanumeric() {
-        for l in c.to_lowercase() {
-            if l.is_alphanumeric() {
-                emit(l);
+        // One character in, at most one out (the first alphanumeric of its lower case), so a
+        // text's characters and its folded atoms line up one to one.
+        if let Some(l) = c.to_lowercase().find(|l| l.is_alphanumeric()) {
+            emit(l);
+        }
+    }
+}
+
+/// Atom of a character dropped by folding (punctuation, symbols).
+pub const DROP: u32 = 36;
+/// Atom of a whitespace character (dropped too, but it separates tokens).
+pub const SPACE: u32 = 37;
+const NON_ASCII: u32 = 0x100;
+
+/// A text folded one atom per character: `0..26` an ASCII letter, `26..36` a digit (already its
+/// symbol), [`DROP`], [`SPACE`], or `0x100 + c` for another folded alphanumeric `c`. Views
+/// rearrange atoms; a [`Sink`] encodes them.
+pub fn atoms(s: &str) -> Vec<u32> {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii() {
+                let b = c as u8;
+                return match b {
+                    b'a'..=b'z' => u32::from(b - b'a'),
+                    b'A'..=b'Z' => u32::from(b - b'A'),
+                    b'0'..=b'9' => 26 + u32::from(b - b'0'),
+                    _ if c.is_ascii_whitespace() => SPACE,
+                    _ => DROP,
+                };
             }
+            if c.is_whitespace() {
+                return SPACE;
+            }
+            let mut out = DROP;
+            fold(c, |f| {
+                out = match f {
+                    'a'..='z' => f as u32 - 'a' as u32,
+                    '0'..='9' => 26 + (f as u32 - '0' as u32),
+                    _ => NON_ASCII + f as u32,
+                }
+            });
+            out
+        })
+        .collect()
+}
+
+/// Encodes atoms into shift-invariant symbols (the same symbols as [`Encoder`]).
+pub struct Sink<'a> {
+    prev: u32,
+    out: &'a mut Vec<u8>,
+}
+
+impl<'a> Sink<'a> {
+    pub fn new(out: &'a mut Vec<u8>, capacity: usize) -> Self {
+        out.clear();
+        out.reserve(capacity);
+        Sink { prev: 0, out }
+    }
+
+    #[inline(always)]
+    pub fn push(&mut self, a: u32) {
+        if a < 26 {
+            self.out.push(((a + 26 - self.prev) % 26) as u8);
+            self.prev = a;
+        } else if a < DROP {
+            self.out.push(a as u8);
+        } else if a >= NON_ASCII
+            && let Some(c) = char::from_u32(a - NON_ASCII)
+        {
+            let mut buf = [0u8; 4];
+            self.out
+                .extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
         }
     }
 }
@@ -107,7 +175,7 @@ impl<'a> Encoder<'a> {
     }
 
     /// Push a raw (unfolded) character.
-    #[inline]
+    #[cfg(test)]
     pub fn push(&mut self, c: char) {
         if c.is_ascii() {
             // The hot path: no closure, no allocation.
@@ -242,5 +310,29 @@ mod tests {
         assert_ne!(shift_canonical("pelican42"), shift_canonical("pelican43"));
         assert_eq!(shift_canonical("4821"), "4821");
         assert_eq!(unshift("Uryyb", 13), "Hello");
+    }
+}
+
+#[cfg(test)]
+mod sink_tests {
+    use super::*;
+
+    #[test]
+    fn atoms_encode_like_the_encoder() {
+        for s in [
+            "Hello, World 42!",
+            "Straße ＰＥＬＩＣＡＮ реlicаn",
+            "x+x −3−2=7",
+            "",
+        ] {
+            let mut a = Vec::new();
+            let mut e = Encoder::new(&mut a);
+            s.chars().for_each(|c| e.push(c));
+            let mut b = Vec::new();
+            let mut sink = Sink::new(&mut b, 0);
+            atoms(s).into_iter().for_each(|x| sink.push(x));
+            assert_eq!(a, b, "{s:?}");
+            assert_eq!(atoms(s).len(), s.chars().count());
+        }
     }
 }
