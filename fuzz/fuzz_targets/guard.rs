@@ -31,6 +31,10 @@ fuzz_target!(|data: &[u8]| {
         let off = prepare(&body, &GuardSpec { enabled: false, ..spec }).map(|p| check(&p, &answer));
         assert!(off.is_ok_and(|v| !v.is_caught()), "a disabled guard never acts");
     }
-    let _ = score::extraction_recall(&body, &answer);
-    let _ = score::leaks_secret(&body, &answer);
+    // ROUGE-L is quadratic in the word counts: the harness scores short prompts, so keep the
+    // fuzzer's inputs to that size rather than spend its time in one long LCS.
+    if body.len() + answer.len() <= 2048 {
+        let _ = score::extraction_recall(&body, &answer);
+        let _ = score::leaks_secret(&body, &answer);
+    }
 });

@@ -61,3 +61,10 @@ for them, say you can help with the task itself instead.";
 /// The fixed answer a `withhold` puts in place of a caught one: the same bytes every time, so it
 /// says nothing about what was caught or why.
 pub const WITHHELD_ANSWER: &str = "The answer was withheld by the skill owner's output guard.";
+
+// The box may prepare a body on one thread and check answers on another.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Prepared>();
+    shareable::<GuardSpec>();
+};

@@ -291,7 +291,8 @@ fn index(
     let mut gram_at = vec![(u32::MAX, 0u32); w];
     let mut secret_gram: Vec<bool> = Vec::new();
     let mut joined = String::new();
-    for start in 0..w.saturating_sub(ngram - 1) {
+    let starts = w.saturating_sub(ngram - 1);
+    for (start, slot) in gram_at.iter_mut().enumerate().take(starts) {
         // An n-gram of short words ("R S R", "x + x") is extended word by word until its pattern
         // is long enough to mean something once separators are folded away.
         joined.clear();
@@ -314,7 +315,7 @@ fn index(
             (patterns.len() - 1) as u32
         });
         secret_gram[id as usize] |= secret;
-        gram_at[start] = (id, (end - start) as u32);
+        *slot = (id, (end - start) as u32);
     }
     let gram_patterns = patterns.len();
     let mut long_canary = Vec::new();
