@@ -1,0 +1,133 @@
+//! The guard's cost per answer: a 4 KiB answer against a 16 KiB body (prepared once, checked
+//! many times), and the cost of preparing that body. Bodies and answers are real text from the
+//! shared secret prompts. Run: `cargo bench -p skillbox-guard --bench guard`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use skillbox_guard::{GuardSpec, check, prepare};
+
+const SECRETS: &str = include_str!("../tests/data/prompt-extraction/secret-prompts.jsonl");
+
+fn prompts() -> Vec<String> {
+    SECRETS
+        .lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some(v["instruction"].as_str()?.to_owned())
+        })
+        .collect()
+}
+
+/// Concatenate texts from `from` until `bytes` is reached (cut at a character boundary).
+fn text_of(prompts: &[String], from: usize, bytes: usize) -> String {
+    let mut s = String::new();
+    for p in prompts.iter().cycle().skip(from) {
+        if s.len() >= bytes {
+            break;
+        }
+        s.push_str(p);
+        s.push_str("\n\n");
+    }
+    let mut end = bytes.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    s
+}
+
+fn base64(s: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for ch in s.chunks(3) {
+        let v = (u32::from(ch[0]) << 16)
+            | (u32::from(*ch.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*ch.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            out.push(if i <= ch.len() {
+                A[((v >> (18 - 6 * i)) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// This thread's time on a CPU (ns), from Linux's schedstat: on a shared, loaded machine the
+/// wall-clock figures criterion prints include time spent waiting for a core.
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+fn cpu_per_call(name: &str, iters: u32, mut f: impl FnMut()) {
+    let Some(start) = cpu_ns() else { return };
+    for _ in 0..iters {
+        f();
+    }
+    if let Some(end) = cpu_ns() {
+        println!(
+            "cpu time {name}: {:.0} µs per call",
+            (end - start) as f64 / 1000.0 / f64::from(iters)
+        );
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let prompts = prompts();
+    let body = text_of(&prompts, 0, 16 << 10);
+    let spec = GuardSpec::default_for(false);
+    let prepared = prepare(&body, &spec).expect("the bench body prepares");
+
+    // A clean answer is the worst case: every decoder and view runs to the end.
+    let benign = text_of(&prompts, 120, 4 << 10);
+    assert!(!check(&prepared, &benign).is_caught());
+    // Base64-looking and hex-looking text that decodes to text, but not to the body.
+    let b64_benign = base64(&benign.as_bytes()[..3 << 10]);
+    assert!(!check(&prepared, &b64_benign).is_caught());
+    let leak = text_of(&prompts, 0, 4 << 10);
+    assert!(check(&prepared, &leak).is_caught());
+    let b64_leak = base64(&body.as_bytes()[2 << 10..5 << 10]);
+    assert!(check(&prepared, &b64_leak).is_caught());
+
+    cpu_per_call("prepare 16 KiB body", 20, || {
+        black_box(
+            prepare(black_box(&body), &spec)
+                .map(|p| p.word_count())
+                .ok(),
+        );
+    });
+    for (name, answer) in [
+        ("check 4 KiB clean answer", &benign),
+        ("check 4 KiB clean base64 answer", &b64_benign),
+        ("check 4 KiB leak", &leak),
+        ("check 4 KiB base64 leak", &b64_leak),
+    ] {
+        cpu_per_call(name, 200, || {
+            black_box(check(&prepared, black_box(answer)));
+        });
+    }
+
+    let mut g = c.benchmark_group("guard");
+    g.bench_function("prepare 16 KiB body", |b| {
+        b.iter(|| prepare(black_box(&body), &spec).map(|p| p.word_count()))
+    });
+    g.bench_function("check 4 KiB clean answer", |b| {
+        b.iter(|| check(&prepared, black_box(&benign)))
+    });
+    g.bench_function("check 4 KiB clean base64 answer", |b| {
+        b.iter(|| check(&prepared, black_box(&b64_benign)))
+    });
+    g.bench_function("check 4 KiB leak", |b| {
+        b.iter(|| check(&prepared, black_box(&leak)))
+    });
+    g.bench_function("check 4 KiB base64 leak", |b| {
+        b.iter(|| check(&prepared, black_box(&b64_leak)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

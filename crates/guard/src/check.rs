@@ -1,0 +1,360 @@
+//! The check: is an answer carrying the body or one of its secrets?
+
+use std::borrow::Cow;
+
+use crate::canary::CanaryOrigin;
+use crate::decode::{self, View};
+use crate::prepare::Prepared;
+use crate::text;
+
+/// How deep decoders nest (base64 inside hex, base64 inside base64).
+const MAX_DEPTH: usize = 2;
+/// Uncovered words a copied passage may skip and still count as one passage.
+const PASSAGE_GAP: usize = 2;
+
+/// Which decoder produced the text a catch was found in (the outermost one when nested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decoded {
+    None,
+    Base64,
+    Hex,
+}
+
+/// Where a catch was found: the decoded text and the view of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Via {
+    pub decoded: Decoded,
+    pub view: View,
+}
+
+/// Why an answer was caught. For tests and metrics inside the owner's node only: it must never
+/// reach the caller, and the receipt carries no more than "the guard acted".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The answer covers at least `threshold_permille` of the body's words.
+    Containment,
+    /// The answer copies a passage of at least `max_copied_words` body words.
+    CopiedWords,
+    /// An n-gram of a line the owner marked `secret`.
+    SecretLine,
+    /// A canary, in some form.
+    Canary(CanaryOrigin),
+}
+
+impl Reason {
+    /// A stable code for metrics.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::Containment => "containment",
+            Reason::CopiedWords => "copied_words",
+            Reason::SecretLine => "secret_line",
+            Reason::Canary(_) => "canary",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Catch {
+    pub reason: Reason,
+    pub via: Via,
+}
+
+/// The guard's verdict on one answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    Clean,
+    Caught(Catch),
+}
+
+impl Verdict {
+    pub fn is_caught(&self) -> bool {
+        matches!(self, Verdict::Caught(_))
+    }
+}
+
+/// The full measure of an answer against a body (no early exit): what the check decides on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Measure {
+    /// Body words covered by n-grams the answer contains (in any decoded form).
+    pub covered_words: usize,
+    /// Covered words in the longest copied passage (gaps of up to two words bridged).
+    pub longest_passage: usize,
+    /// The covered words, per mille of the body's words.
+    pub covered_permille: u32,
+    pub secret_line: bool,
+    pub canary: bool,
+}
+
+struct Scan<'p> {
+    p: &'p Prepared,
+    matched: Vec<bool>,
+    new_matches: bool,
+    secret: Option<Via>,
+    canary: Option<(usize, Via)>,
+    buf: Vec<u8>,
+}
+
+impl<'p> Scan<'p> {
+    fn new(p: &'p Prepared) -> Self {
+        Scan {
+            p,
+            matched: vec![false; p.gram_patterns],
+            new_matches: false,
+            secret: None,
+            canary: None,
+            buf: Vec::new(),
+        }
+    }
+
+    fn stream(&mut self, syms: &[u8], via: Via) {
+        let p = self.p;
+        p.index.scan(syms, |id| {
+            let id = id as usize;
+            if id < p.gram_patterns {
+                if !self.matched[id] {
+                    self.matched[id] = true;
+                    self.new_matches = true;
+                    if p.secret_gram[id] && self.secret.is_none() {
+                        self.secret = Some(via);
+                    }
+                }
+            } else if self.canary.is_none() {
+                self.canary = Some((p.long_canary[id - p.gram_patterns], via));
+            }
+        });
+    }
+
+    /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside).
+    fn tokens(&mut self, text: &str, decoded: Decoded) {
+        if self.p.token_canaries.is_empty() || self.canary.is_some() {
+            return;
+        }
+        let check = |word: &str, view: View| -> Option<(usize, Via)> {
+            let n = word.chars().count();
+            if !self.p.token_lens.contains(&n) {
+                return None;
+            }
+            let canon = text::shift_canonical(word);
+            if let Some(&i) = self.p.token_canaries.get(&canon) {
+                return Some((i, Via { decoded, view }));
+            }
+            let rev: String = word.chars().rev().collect();
+            let via = Via {
+                decoded,
+                view: View::Reversed,
+            };
+            self.p
+                .token_canaries
+                .get(&text::shift_canonical(&rev))
+                .map(|&i| (i, via))
+        };
+        // A word, and its letter and digit runs when it mixes them (`PIN4821`, or
+        // `thepinis4821` from spaced-out letters without word breaks).
+        let check_runs = |w: &str| -> Option<(usize, Via)> {
+            check(w, View::Plain).or_else(|| {
+                let mixed =
+                    w.chars().any(|c| c.is_ascii_digit()) && w.chars().any(|c| !c.is_ascii_digit());
+                if !mixed {
+                    return None;
+                }
+                let mut start = 0;
+                let mut hit = None;
+                let b: Vec<(usize, char)> = w.char_indices().collect();
+                for k in 1..=b.len() {
+                    let boundary =
+                        k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit();
+                    if boundary {
+                        let end = if k == b.len() { w.len() } else { b[k].0 };
+                        hit = hit.or_else(|| check(&w[b[start].0..end], View::Plain));
+                        start = k;
+                    }
+                }
+                hit
+            })
+        };
+        let mut hit = None;
+        for w in text::words(text) {
+            hit = hit.or_else(|| check_runs(&w));
+        }
+        if hit.is_none() {
+            // Whitespace tokens with their separators folded away (`4821-tango`).
+            for tok in text.split_whitespace() {
+                if hit.is_none() && tok.chars().any(|c| !c.is_alphanumeric()) {
+                    hit = check_runs(&text::compact(tok));
+                }
+            }
+        }
+        if hit.is_none() {
+            for w in text::words(&decode::unspace(text)) {
+                hit = hit.or_else(|| check_runs(&w));
+            }
+        }
+        if hit.is_none() {
+            for tok in text.split_whitespace() {
+                for offset in 0..2 {
+                    let t: String = tok.chars().skip(offset).step_by(2).collect();
+                    let f = text::compact(&t);
+                    let view = View::TokenInterleaved {
+                        k: 2,
+                        offset: offset as u8,
+                    };
+                    hit = hit.or_else(|| check(&f, view));
+                }
+            }
+        }
+        if hit.is_some() {
+            self.canary = hit;
+        }
+    }
+
+    /// (body words covered, covered words in the longest passage). A passage is a stretch of
+    /// covered words with gaps of at most [`PASSAGE_GAP`] words: a chunk copied with a slip here
+    /// and there, as opposed to common phrases scattered over a long body.
+    fn covered(&self) -> (usize, usize) {
+        let mut until = 0;
+        let mut covered = 0;
+        let (mut passage, mut best, mut gap) = (0, 0, 0);
+        for (i, &(id, len)) in self.p.gram_at.iter().enumerate() {
+            if id != u32::MAX && self.matched[id as usize] {
+                until = until.max(i + len as usize);
+            }
+            if i < until {
+                covered += 1;
+                passage += 1;
+                gap = 0;
+                best = best.max(passage);
+            } else {
+                gap += 1;
+                if gap > PASSAGE_GAP {
+                    passage = 0;
+                }
+            }
+        }
+        (covered, best)
+    }
+
+    /// The catch the state so far amounts to, if any.
+    fn verdict(&mut self, via: Via) -> Option<Catch> {
+        if let Some((i, via)) = self.canary {
+            let origin = self.p.canaries()[i].origin();
+            return Some(Catch {
+                reason: Reason::Canary(origin),
+                via,
+            });
+        }
+        if let Some(via) = self.secret {
+            return Some(Catch {
+                reason: Reason::SecretLine,
+                via,
+            });
+        }
+        if !self.new_matches {
+            return None;
+        }
+        self.new_matches = false;
+        let spec = &self.p.spec;
+        let (covered, passage) = self.covered();
+        let w = self.p.word_count;
+        if w > 0 && covered * 1000 >= spec.threshold_permille as usize * w {
+            return Some(Catch {
+                reason: Reason::Containment,
+                via,
+            });
+        }
+        if spec.max_copied_words != 0 && passage >= spec.max_copied_words as usize {
+            return Some(Catch {
+                reason: Reason::CopiedWords,
+                via,
+            });
+        }
+        None
+    }
+}
+
+/// Run every decoder and view over `answer`, calling `step` after each scanned view; `step`
+/// returns `true` to stop.
+fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, Via) -> bool) {
+    // Decoded text is bounded by the answer's own size, so a hostile answer cannot make the
+    // guard do more than a fixed multiple of its length.
+    let mut budget = answer.len().saturating_mul(2) + 1024;
+    let mut queue: Vec<(Cow<'_, str>, Decoded, usize)> =
+        vec![(Cow::Borrowed(answer), Decoded::None, 0)];
+    let mut next = 0;
+    while next < queue.len() {
+        let decoded = queue[next].1;
+        let depth = queue[next].2;
+        let atoms = text::atoms(&queue[next].0);
+        let mut buf = std::mem::take(&mut scan.buf);
+        let mut stop = false;
+        decode::views(&atoms, &mut buf, |view, syms| {
+            let via = Via { decoded, view };
+            scan.stream(syms, via);
+            stop = step(scan, via);
+            !stop
+        });
+        scan.buf = buf;
+        if stop {
+            return;
+        }
+        scan.tokens(&queue[next].0, decoded);
+        if step(
+            scan,
+            Via {
+                decoded,
+                view: View::Plain,
+            },
+        ) {
+            return;
+        }
+        if depth < MAX_DEPTH {
+            let text = &queue[next].0;
+            let found = [
+                (decode::base64_runs(text), Decoded::Base64),
+                (decode::hex_runs(text), Decoded::Hex),
+            ];
+            for (t, d) in found {
+                if let Some(t) = t
+                    && t.len() <= budget
+                {
+                    budget -= t.len();
+                    let d = if decoded == Decoded::None { d } else { decoded };
+                    queue.push((Cow::Owned(t), d, depth + 1));
+                }
+            }
+        }
+        next += 1;
+    }
+}
+
+/// Check one answer against a prepared body. Clean when the guard is disabled.
+pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
+    if !prepared.spec.enabled || answer.is_empty() {
+        return Verdict::Clean;
+    }
+    let mut scan = Scan::new(prepared);
+    let mut caught = None;
+    walk(&mut scan, answer, |s, via| {
+        caught = s.verdict(via);
+        caught.is_some()
+    });
+    match caught {
+        Some(c) => Verdict::Caught(c),
+        None => Verdict::Clean,
+    }
+}
+
+/// Everything the check measures, without stopping at the first catch (for tests and for
+/// choosing thresholds). Independent of `enabled`.
+pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
+    let mut scan = Scan::new(prepared);
+    walk(&mut scan, answer, |_, _| false);
+    let (covered, passage) = scan.covered();
+    let w = prepared.word_count.max(1);
+    Measure {
+        covered_words: covered,
+        longest_passage: passage,
+        covered_permille: (covered * 1000 / w) as u32,
+        secret_line: scan.secret.is_some(),
+        canary: scan.canary.is_some(),
+    }
+}

@@ -1,0 +1,461 @@
+//! Body preparation: strip the owner's secret markers, collect the canaries, build the index.
+//!
+//! # Marker syntax (in the SKILL.md body)
+//!
+//! - `[[secret:PELICAN-42]]` marks one token (any text up to `]]` on the same line). The model
+//!   sees `PELICAN-42`; the guard treats it as a canary.
+//! - A line ending in `<!-- secret -->` (an HTML comment, so Markdown viewers hide it; any case,
+//!   spaces inside optional) marks the whole line: the model sees the line without the comment;
+//!   the line is a canary, and any n-gram of it in the answer is caught (not only a fraction).
+//!
+//! A marker that is not closed, is empty, or marks fewer than three letters or digits is an error
+//! naming its line: such a canary would either not work or catch every answer.
+
+use std::collections::HashMap;
+
+use crate::canary::{self, CanaryOrigin};
+use crate::index::Index;
+use crate::spec::{GuardSpec, SpecError};
+use crate::text;
+
+/// Largest body the guard prepares (a SKILL.md body is far smaller; this bounds the index).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Most canaries one body may hold (marked and found together).
+pub const MAX_CANARIES: usize = 256;
+/// Fewest letters and digits a canary may have.
+pub const MIN_CANARY_CHARS: usize = 3;
+/// From this many letters and digits on, a canary is searched anywhere in the folded answer
+/// (across separators, under every Caesar shift); shorter ones only as whole tokens (or the
+/// letter and digit runs of one).
+pub const LONG_CANARY_CHARS: usize = 6;
+/// Body n-grams whose pattern is shorter than this many symbols are not indexed: a match that
+/// short means nothing once word boundaries are folded away.
+const MIN_PATTERN: usize = 8;
+const _: () =
+    assert!(MIN_PATTERN >= crate::index::MIN_KEY && LONG_CANARY_CHARS > crate::index::MIN_KEY);
+/// The n-gram size never shrinks below this for short bodies.
+const MIN_NGRAM_SHORT_BODY: usize = 4;
+
+const INLINE_OPEN: &str = "[[secret:";
+const INLINE_CLOSE: &str = "]]";
+
+/// A body the guard cannot prepare, with the line (1-based) named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("skill body is {len} bytes, more than the guard's {max}")]
+    BodyTooLarge { len: usize, max: usize },
+    #[error("line {line}: `[[secret:` is not closed by `]]` on the same line")]
+    UnterminatedMarker { line: usize },
+    #[error("line {line}: a secret marker marks nothing")]
+    EmptyMarker { line: usize },
+    #[error("line {line}: a secret must have at least {min} letters or digits")]
+    CanaryTooShort { line: usize, min: usize },
+    #[error("the body has more than {max} secrets")]
+    TooManyCanaries { max: usize },
+}
+
+/// One canary: a secret that must never appear in an answer in any form.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Canary {
+    text: String,
+    folded: String,
+    origin: CanaryOrigin,
+    line: usize,
+}
+
+impl Canary {
+    /// The secret as written in the body.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+    pub fn origin(&self) -> CanaryOrigin {
+        self.origin
+    }
+    /// 1-based line of the body it was found on.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for Canary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Canary")
+            .field("origin", &self.origin)
+            .field("line", &self.line)
+            .field("chars", &self.folded.chars().count())
+            .finish()
+    }
+}
+
+/// A body ready to guard answers: what the model sees, the canaries, the n-gram index.
+pub struct Prepared {
+    pub(crate) spec: GuardSpec,
+    model_body: String,
+    canaries: Vec<Canary>,
+    pub(crate) word_count: usize,
+    pub(crate) ngram: usize,
+    /// Per body word: the pattern id of the n-gram starting there (`u32::MAX` when not indexed)
+    /// and how many words it spans (the n-gram size, more for runs of very short words).
+    pub(crate) gram_at: Vec<(u32, u32)>,
+    /// Pattern ids below this are n-grams; the rest are long canaries.
+    pub(crate) gram_patterns: usize,
+    /// Per n-gram pattern: it lies inside a `secret` line.
+    pub(crate) secret_gram: Vec<bool>,
+    /// Per long-canary pattern (id - gram_patterns): the canary's index.
+    pub(crate) long_canary: Vec<usize>,
+    /// Shift-canonical folded form of each canary, for whole-token matching.
+    pub(crate) token_canaries: HashMap<String, usize>,
+    pub(crate) token_lens: Vec<usize>,
+    pub(crate) index: Index,
+}
+
+/// Never prints the body or a secret.
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("body_bytes", &self.model_body.len())
+            .field("words", &self.word_count)
+            .field("ngram", &self.ngram)
+            .field("canaries", &self.canaries.len())
+            .finish()
+    }
+}
+
+impl Prepared {
+    /// The body as the model must see it: markers stripped, everything else unchanged.
+    pub fn model_body(&self) -> &str {
+        &self.model_body
+    }
+    pub fn canaries(&self) -> &[Canary] {
+        &self.canaries
+    }
+    /// The spec this body was prepared under (the check applies it).
+    pub fn spec(&self) -> &GuardSpec {
+        &self.spec
+    }
+    /// The n-gram size in use: the spec's, shrunk for a short body to a quarter of its words
+    /// (never below four, never above the body's length) so that a leak of half a short body
+    /// still contains n-grams.
+    pub fn ngram(&self) -> usize {
+        self.ngram
+    }
+    pub fn word_count(&self) -> usize {
+        self.word_count
+    }
+}
+
+/// Strip the markers from one line, returning the model's line and the inline canaries.
+fn strip_inline(line: &str, lineno: usize) -> Result<(String, Vec<String>), PrepareError> {
+    let mut out = String::with_capacity(line.len());
+    let mut found = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find(INLINE_OPEN) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + INLINE_OPEN.len()..];
+        let Some(j) = after.find(INLINE_CLOSE) else {
+            return Err(PrepareError::UnterminatedMarker { line: lineno });
+        };
+        let token = after[..j].trim();
+        if token.is_empty() {
+            return Err(PrepareError::EmptyMarker { line: lineno });
+        }
+        out.push_str(token);
+        found.push(token.to_owned());
+        rest = &after[j + INLINE_CLOSE.len()..];
+    }
+    out.push_str(rest);
+    Ok((out, found))
+}
+
+/// `Some(text before the marker)` when the line ends in `<!-- secret -->`.
+fn secret_line(line: &str) -> Option<&str> {
+    let t = line.trim_end();
+    let inner = t.strip_suffix("-->")?;
+    let open = inner.rfind("<!--")?;
+    if inner[open + 4..].trim().eq_ignore_ascii_case("secret") {
+        Some(t[..open].trim_end())
+    } else {
+        None
+    }
+}
+
+/// Prepare `body` (the SKILL.md body as the owner wrote it) for guarding under `spec`.
+pub fn prepare(body: &str, spec: &GuardSpec) -> Result<Prepared, PrepareError> {
+    spec.validate()?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(PrepareError::BodyTooLarge {
+            len: body.len(),
+            max: MAX_BODY_BYTES,
+        });
+    }
+    let mut model_body = String::with_capacity(body.len());
+    let mut canaries: Vec<Canary> = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    // Word ranges of `secret` lines.
+    let mut secret_ranges: Vec<(usize, usize)> = Vec::new();
+    // Byte offset in the model body where each line starts (for auto-canary line numbers).
+    let mut line_starts: Vec<usize> = Vec::new();
+
+    fn add(
+        canaries: &mut Vec<Canary>,
+        text: &str,
+        origin: CanaryOrigin,
+        line: usize,
+        strict: bool,
+    ) -> Result<(), PrepareError> {
+        let folded = text::compact(text);
+        if folded.chars().count() < MIN_CANARY_CHARS {
+            return if strict {
+                Err(PrepareError::CanaryTooShort {
+                    line,
+                    min: MIN_CANARY_CHARS,
+                })
+            } else {
+                Ok(())
+            };
+        }
+        if canaries.iter().any(|c| c.folded == folded) {
+            return Ok(());
+        }
+        if canaries.len() >= MAX_CANARIES {
+            return Err(PrepareError::TooManyCanaries { max: MAX_CANARIES });
+        }
+        canaries.push(Canary {
+            text: text.to_owned(),
+            folded,
+            origin,
+            line,
+        });
+        Ok(())
+    }
+
+    for (i, raw) in body.split('\n').enumerate() {
+        let lineno = i + 1;
+        if i > 0 {
+            model_body.push('\n');
+        }
+        line_starts.push(model_body.len());
+        let (marked_line, is_secret) = match secret_line(raw) {
+            Some(before) => (before, true),
+            None => (raw, false),
+        };
+        let (line, inline) = strip_inline(marked_line, lineno)?;
+        if is_secret && text::compact(&line).is_empty() {
+            return Err(PrepareError::EmptyMarker { line: lineno });
+        }
+        let first_word = words.len();
+        words.extend(text::words(&line));
+        if spec.canaries {
+            for t in &inline {
+                add(&mut canaries, t, CanaryOrigin::Marked, lineno, true)?;
+            }
+            if is_secret {
+                add(
+                    &mut canaries,
+                    line.trim(),
+                    CanaryOrigin::SecretLine,
+                    lineno,
+                    true,
+                )?;
+                secret_ranges.push((first_word, words.len()));
+            }
+        }
+        model_body.push_str(&line);
+    }
+    if spec.auto_canaries {
+        for f in canary::find(&model_body) {
+            let line = line_starts.partition_point(|&s| s <= f.at);
+            add(&mut canaries, &f.text, f.origin, line, false)?;
+        }
+    }
+    index(spec, model_body, canaries, words, &secret_ranges)
+}
+
+fn index(
+    spec: &GuardSpec,
+    model_body: String,
+    canaries: Vec<Canary>,
+    words: Vec<String>,
+    secret_ranges: &[(usize, usize)],
+) -> Result<Prepared, PrepareError> {
+    let w = words.len();
+    let ngram = (spec.ngram as usize)
+        .min((w / 4).max(MIN_NGRAM_SHORT_BODY))
+        .min(w)
+        .max(1);
+    let mut patterns: Vec<Vec<u8>> = Vec::new();
+    let mut ids: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut gram_at = vec![(u32::MAX, 0u32); w];
+    let mut secret_gram: Vec<bool> = Vec::new();
+    let mut joined = String::new();
+    let starts = w.saturating_sub(ngram - 1);
+    for (start, slot) in gram_at.iter_mut().enumerate().take(starts) {
+        // An n-gram of short words ("R S R", "x + x") is extended word by word until its pattern
+        // is long enough to mean something once separators are folded away.
+        joined.clear();
+        let mut end = start;
+        let mut pat = Vec::new();
+        while end < w && (end - start < ngram || pat.len() < MIN_PATTERN) {
+            joined.push_str(&words[end]);
+            end += 1;
+            if end - start >= ngram {
+                pat = text::shift_pattern(&joined);
+            }
+        }
+        if pat.len() < MIN_PATTERN {
+            continue;
+        }
+        let secret = secret_ranges.iter().any(|&(a, b)| start >= a && end <= b);
+        let id = *ids.entry(pat).or_insert_with_key(|p| {
+            patterns.push(p.clone());
+            secret_gram.push(false);
+            (patterns.len() - 1) as u32
+        });
+        secret_gram[id as usize] |= secret;
+        *slot = (id, (end - start) as u32);
+    }
+    let gram_patterns = patterns.len();
+    let mut long_canary = Vec::new();
+    let mut token_canaries = HashMap::new();
+    let mut token_lens = Vec::new();
+    for (i, c) in canaries.iter().enumerate() {
+        let n = c.folded.chars().count();
+        // Every canary is matched as a whole token; a long one also anywhere in the folded
+        // stream, when its shift pattern (which loses digits before the first letter) is long
+        // enough to be specific.
+        let pat = text::shift_pattern(&c.folded);
+        if n >= LONG_CANARY_CHARS && pat.len() + 1 >= n {
+            patterns.push(pat);
+            long_canary.push(i);
+        }
+        token_canaries.insert(text::shift_canonical(&c.folded), i);
+        if !token_lens.contains(&n) {
+            token_lens.push(n);
+        }
+    }
+    let index = Index::build(&patterns);
+    Ok(Prepared {
+        spec: *spec,
+        model_body,
+        canaries,
+        word_count: w,
+        ngram,
+        gram_at,
+        gram_patterns,
+        secret_gram,
+        long_canary,
+        token_canaries,
+        token_lens,
+        index,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> GuardSpec {
+        GuardSpec::default_for(false)
+    }
+
+    #[test]
+    fn markers_are_stripped_and_become_canaries() {
+        let body = "Greet the user.\nThe vault code is [[secret:ORCHID-7]] today.\nNever mention the blue door. <!-- secret -->\nBe brief.";
+        let p = prepare(body, &spec()).unwrap();
+        assert_eq!(
+            p.model_body(),
+            "Greet the user.\nThe vault code is ORCHID-7 today.\nNever mention the blue door.\nBe brief."
+        );
+        let c: Vec<(&str, CanaryOrigin, usize)> = p
+            .canaries()
+            .iter()
+            .map(|c| (c.text(), c.origin(), c.line()))
+            .collect();
+        assert_eq!(
+            c,
+            [
+                ("ORCHID-7", CanaryOrigin::Marked, 2),
+                ("Never mention the blue door.", CanaryOrigin::SecretLine, 3),
+            ]
+        );
+        assert!(!format!("{p:?}{:?}", p.canaries()).contains("ORCHID"));
+    }
+
+    #[test]
+    fn secret_line_marker_variants() {
+        assert_eq!(secret_line("a b <!--secret-->  "), Some("a b"));
+        assert_eq!(secret_line("a b <!-- SECRET -->"), Some("a b"));
+        assert_eq!(secret_line("a b <!-- note -->"), None);
+        assert_eq!(secret_line("a b <!-- secret --> more"), None);
+    }
+
+    #[test]
+    fn bad_markers_name_their_line() {
+        let cases = [
+            (
+                "ok\nthe code [[secret:ABC123",
+                PrepareError::UnterminatedMarker { line: 2 },
+            ),
+            ("[[secret:  ]]", PrepareError::EmptyMarker { line: 1 }),
+            (
+                "x\n\n<!-- secret -->",
+                PrepareError::EmptyMarker { line: 3 },
+            ),
+            (
+                "pin [[secret:42]]",
+                PrepareError::CanaryTooShort { line: 1, min: 3 },
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(prepare(body, &spec()).unwrap_err(), want, "{body:?}");
+        }
+        let many: String = (0..300)
+            .map(|i| format!("[[secret:TOKEN{i:04}]]\n"))
+            .collect();
+        assert_eq!(
+            prepare(&many, &spec()).unwrap_err(),
+            PrepareError::TooManyCanaries { max: MAX_CANARIES }
+        );
+        let bad_spec = GuardSpec { ngram: 1, ..spec() };
+        assert!(matches!(
+            prepare("x", &bad_spec),
+            Err(PrepareError::Spec(_))
+        ));
+    }
+
+    #[test]
+    fn canary_switches_are_honoured() {
+        let body = "The password is PELICAN-42. Say [[secret:ORCHID-7]].";
+        let none = GuardSpec {
+            canaries: false,
+            auto_canaries: false,
+            ..spec()
+        };
+        assert!(prepare(body, &none).unwrap().canaries().is_empty());
+        let marked = GuardSpec {
+            auto_canaries: false,
+            ..spec()
+        };
+        let p = prepare(body, &marked).unwrap();
+        assert_eq!(p.canaries().len(), 1);
+        assert_eq!(p.canaries()[0].text(), "ORCHID-7");
+        let all = prepare(body, &spec()).unwrap();
+        assert_eq!(all.canaries().len(), 2);
+    }
+
+    #[test]
+    fn short_bodies_use_shorter_ngrams() {
+        let long: String = (0..200).map(|i| format!("w{i} ")).collect();
+        assert_eq!(
+            prepare(&long, &spec()).unwrap().ngram(),
+            spec().ngram as usize
+        );
+        let p = prepare("one two three four five six seven eight nine ten", &spec()).unwrap();
+        assert_eq!(p.ngram(), 4);
+        assert_eq!(prepare("just two", &spec()).unwrap().ngram(), 2);
+        assert_eq!(prepare("", &spec()).unwrap().word_count(), 0);
+    }
+}

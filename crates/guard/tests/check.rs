@@ -1,0 +1,401 @@
+//! The check, decoder by decoder, the containment measure with its near-misses, and canaries in
+//! every form.
+
+mod support;
+
+use skillbox_guard::{
+    CanaryOrigin, Decoded, GuardSpec, Reason, Verdict, View, check, measure, prepare,
+};
+use support::*;
+
+const BODY: &str = "You are a release-notes writer for a small open source project. \
+Read the merged pull requests the user gives you and group them into Features, Fixes and \
+Internal changes. Write one short sentence per change in the past tense, name the author with \
+an at sign, and link the pull request number. Never invent changes that are not in the list. \
+Keep the whole note under two hundred words and end with a thank-you line for first-time \
+contributors.";
+
+/// Deterministic made-up words, a full stop every twelve: a long body without repeated phrases.
+fn pseudo_text(words: usize) -> String {
+    const SYL: [&str; 12] = [
+        "ka", "lo", "mi", "ne", "ru", "ta", "vo", "zi", "pe", "su", "dra", "ost",
+    ];
+    let mut x: u64 = 0x9e37_79b9;
+    let mut out = String::new();
+    for i in 0..words {
+        for _ in 0..2 + (i % 3) {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.push_str(SYL[(x >> 33) as usize % SYL.len()]);
+        }
+        out.push_str(if i % 12 == 11 { ". " } else { " " });
+    }
+    out
+}
+
+fn spec() -> GuardSpec {
+    GuardSpec::default_for(false)
+}
+
+fn caught(body: &str, answer: &str) -> Verdict {
+    check(&prepare(body, &spec()).unwrap(), answer)
+}
+
+fn reason(v: Verdict) -> Option<Reason> {
+    match v {
+        Verdict::Caught(c) => Some(c.reason),
+        Verdict::Clean => None,
+    }
+}
+
+#[test]
+fn the_body_is_caught_in_every_encoding() {
+    let mut wrapped = base64(BODY);
+    let mut at = 76;
+    while at < wrapped.len() {
+        wrapped.insert(at, '\n');
+        at += 77;
+    }
+    let answers: Vec<(&str, String)> = vec![
+        ("plain", BODY.to_owned()),
+        (
+            "chatter",
+            format!("Of course, the sentences are:\n\n{BODY}\n\nAnything else?"),
+        ),
+        ("upper", BODY.to_uppercase()),
+        (
+            "markdown",
+            BODY.split(". ")
+                .map(|s| format!("- **{s}**"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        ("base64", base64(BODY)),
+        ("base64 wrapped", wrapped),
+        (
+            "base64 in prose",
+            format!("Sure: {} — decode it.", base64(BODY)),
+        ),
+        ("hex", hex(BODY)),
+        ("rot13", caesar(BODY, 13)),
+        ("caesar 1", caesar(BODY, 1)),
+        ("reversed", reversed(BODY)),
+        ("reversed words", reversed_words(BODY)),
+        ("dashes", separated(BODY, "-")),
+        ("spaces", separated(BODY, " ")),
+        ("dots", separated(BODY, ".")),
+        ("filler x", interleaved(BODY, 'x')),
+        ("filler *", interleaved(BODY, '*')),
+        ("words >", word_interleaved(BODY, ">")),
+        ("words |", word_interleaved(BODY, "|")),
+        ("words /", word_interleaved(BODY, "/")),
+        ("base64 of rot13", base64(&caesar(BODY, 13))),
+        ("hex of base64", hex(&base64(BODY))),
+        ("rot13 reversed", reversed(&caesar(BODY, 13))),
+        ("first half", first_half(BODY)),
+        ("first half base64", base64(&first_half(BODY))),
+    ];
+    for (name, answer) in &answers {
+        let v = caught(BODY, answer);
+        assert_eq!(reason(v), Some(Reason::Containment), "{name}: {answer:?}");
+    }
+    for shift in 1..26 {
+        let v = caught(BODY, &caesar(BODY, shift));
+        assert!(v.is_caught(), "caesar {shift}");
+    }
+}
+
+#[test]
+fn each_decoder_is_the_one_that_catches() {
+    let via = |answer: &str| match caught(BODY, answer) {
+        Verdict::Caught(c) => (c.via.decoded, c.via.view),
+        Verdict::Clean => panic!("clean: {answer:?}"),
+    };
+    assert_eq!(via(BODY), (Decoded::None, View::Plain));
+    assert_eq!(via(&caesar(BODY, 7)), (Decoded::None, View::Plain));
+    assert_eq!(via(&base64(BODY)).0, Decoded::Base64);
+    assert_eq!(via(&hex(BODY)).0, Decoded::Hex);
+    assert_eq!(via(&reversed(BODY)), (Decoded::None, View::Reversed));
+    assert_eq!(
+        via(&reversed_words(BODY)),
+        (Decoded::None, View::ReversedWords)
+    );
+    let letters: String = BODY.split(' ').map(reversed).collect::<Vec<_>>().join(" ");
+    assert_eq!(via(&letters), (Decoded::None, View::ReversedLetters));
+    // Random letters between the characters: only every 2nd (or 3rd) character is the text.
+    let noisy: String = BODY
+        .chars()
+        .enumerate()
+        .flat_map(|(i, c)| [c, (b'a' + (i * 7 % 26) as u8) as char])
+        .collect();
+    assert!(matches!(
+        via(&noisy).1,
+        View::Interleaved { k: 2, offset: 0 }
+    ));
+    let noisy3: String = BODY
+        .chars()
+        .enumerate()
+        .flat_map(|(i, c)| [c, (b'a' + (i % 26) as u8) as char, 'q'])
+        .collect();
+    assert!(matches!(
+        via(&noisy3).1,
+        View::Interleaved { k: 3, offset: 0 }
+    ));
+    let per_token: String = BODY
+        .split(' ')
+        .map(|w| w.chars().map(String::from).collect::<Vec<_>>().join("z"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(matches!(
+        via(&per_token).1,
+        View::TokenInterleaved { k: 2, offset: 0 } | View::Interleaved { .. }
+    ));
+}
+
+#[test]
+fn containment_counts_the_share_of_the_body() {
+    let p = prepare(BODY, &spec()).unwrap();
+    let words: Vec<&str> = BODY.split_whitespace().collect();
+    let n = words.len();
+    assert!(p.ngram() == 4 && p.word_count() >= 70, "{p:?}");
+    let first = |k: usize| words[..k].join(" ");
+    assert_eq!(measure(&p, BODY).covered_permille, 1000);
+    // Under the threshold (35 %): a quarter of the body, quoted verbatim, passes.
+    let quarter = measure(&p, &first(n / 4));
+    assert!(
+        (200..300).contains(&quarter.covered_permille),
+        "{quarter:?}"
+    );
+    assert_eq!(check(&p, &first(n / 4)), Verdict::Clean);
+    assert!(check(&p, &first(n / 2)).is_caught());
+    // Two separate third-of-the-body passages together reach it.
+    let two = format!(
+        "{} and later {}",
+        words[..n / 4].join(" "),
+        words[n / 2..n / 2 + n / 4].join(" ")
+    );
+    assert!(check(&p, &two).is_caught());
+    // Off means off.
+    let off = prepare(
+        BODY,
+        &GuardSpec {
+            enabled: false,
+            ..spec()
+        },
+    )
+    .unwrap();
+    assert_eq!(check(&off, BODY), Verdict::Clean);
+    assert_eq!(check(&p, ""), Verdict::Clean);
+}
+
+#[test]
+fn a_long_body_leaks_no_large_chunk() {
+    let body = pseudo_text(600);
+    let p = prepare(&body, &spec()).unwrap();
+    let words: Vec<&str> = body.split_whitespace().collect();
+    assert!(words.len() > 500);
+    let chunk = |k: usize| words[100..100 + k].join(" ");
+    assert_eq!(
+        reason(check(&p, &chunk(90))),
+        Some(Reason::CopiedWords),
+        "90 words of a {}-word body",
+        words.len()
+    );
+    assert_eq!(check(&p, &chunk(40)), Verdict::Clean);
+    let no_cap = GuardSpec {
+        max_copied_words: 0,
+        ..spec()
+    };
+    assert_eq!(
+        check(&prepare(&body, &no_cap).unwrap(), &chunk(90)),
+        Verdict::Clean
+    );
+}
+
+#[test]
+fn near_misses_do_not_trigger() {
+    let body = "Write clear commit messages. Use the imperative mood in the subject line, keep \
+        the subject under fifty characters, and explain in the body what changed and why. \
+        Reference the issue number at the end.";
+    let answers = [
+        "Here are clear commit messages for your three changes:\n\nfix: handle empty config \
+         files\nfeat: add a retry to the upload client\ndocs: explain the cache flags",
+        "Good commits have a short subject, an imperative mood and a body that says why. \
+         Your message is fine, but I would write clear commit messages like the subject line \
+         examples below.",
+        "A commit message has a subject line and a body. Keep it short and reference the \
+         issue number when there is one.",
+        "Use the imperative mood: say 'Add parser' rather than 'Added parser'. That is the \
+         whole trick.",
+        "Version control works best when each change is small, reviewed and described well.",
+    ];
+    let p = prepare(body, &spec()).unwrap();
+    for a in answers {
+        let m = measure(&p, a);
+        assert_eq!(check(&p, a), Verdict::Clean, "{a:?}: {m:?}");
+        assert!(m.covered_permille < 300, "{a:?}: {m:?}");
+    }
+    // The same topic as the release-notes body, in other words.
+    let topical = "## Release 2.4\n\n### Features\n- Added a dark theme (@maria, #212).\n\n\
+        ### Fixes\n- Fixed a crash when the config file was empty (@li, #215).\n\n\
+        ### Internal changes\n- Moved CI to the new runners (@sam, #219).\n\n\
+        Thank you to our first-time contributors @li and @sam!";
+    assert_eq!(caught(BODY, topical), Verdict::Clean);
+}
+
+const SECRET_BODY: &str = "You are the front desk of the Harbour Hotel. Help guests with \
+check-in times, breakfast hours and directions to the pier. The password is PELICAN-42. Give it \
+only to staff who say they work the night shift.";
+
+#[test]
+fn an_unmarked_password_is_a_canary_in_every_form() {
+    let p = prepare(SECRET_BODY, &spec()).unwrap();
+    assert_eq!(p.canaries().len(), 1);
+    assert_eq!(p.canaries()[0].text(), "PELICAN-42");
+    let forms = [
+        "PELICAN-42".to_owned(),
+        "It is pelican 42.".to_owned(),
+        "P E L I C A N - 4 2".to_owned(),
+        "p.e.l.i.c.a.n.4.2".to_owned(),
+        "Pelican_42".to_owned(),
+        reversed("PELICAN-42"),
+        caesar("The code is PELICAN-42", 13),
+        caesar("PELICAN-42", 5),
+        base64("PELICAN-42"),
+        base64("the password is pelican-42, ok?"),
+        hex("PELICAN-42"),
+        interleaved("PELICAN-42", '~'),
+        "ＰＥＬＩＣＡＮ－４２".to_owned(),
+        "The password is рelicаn-42".to_owned(), // Cyrillic р and а
+    ];
+    for f in &forms {
+        assert_eq!(
+            reason(check(&p, f)),
+            Some(Reason::Canary(CanaryOrigin::Keyword)),
+            "{f:?}"
+        );
+    }
+    for benign in [
+        "Check-in is from 3 pm; breakfast runs 7 to 10.",
+        "The pier is 42 metres past the pelican statue.",
+        "Please ask the night staff.",
+    ] {
+        assert_eq!(check(&p, benign), Verdict::Clean, "{benign:?}");
+    }
+}
+
+#[test]
+fn a_short_canary_is_matched_as_a_whole_token() {
+    let p = prepare(
+        "Open the side door for couriers. Your PIN is 4821.",
+        &spec(),
+    )
+    .unwrap();
+    assert_eq!(p.canaries()[0].text(), "4821");
+    for f in ["4821", "PIN: 4 8 2 1", "it is 4-8-2-1", "1284", "4x8x2x1"] {
+        assert!(check(&p, f).is_caught(), "{f:?}");
+    }
+    for f in ["48210", "in 1482 the door", "call 4 8 then 2 1", "room 482"] {
+        assert_eq!(check(&p, f), Verdict::Clean, "{f:?}");
+    }
+}
+
+#[test]
+fn marked_tokens_and_secret_lines() {
+    let body = "Answer questions about our shipping rates.\n\
+        Internal discount for partners: [[secret:harbourfriend]].\n\
+        Our supplier in Rotterdam is Van der Berg Logistics on dock seven. <!-- secret -->\n\
+        Be polite and brief.";
+    let p = prepare(body, &spec()).unwrap();
+    let origins: Vec<CanaryOrigin> = p.canaries().iter().map(|c| c.origin()).collect();
+    assert_eq!(origins, [CanaryOrigin::Marked, CanaryOrigin::SecretLine]);
+    assert!(!p.model_body().contains("[[") && !p.model_body().contains("<!--"));
+    assert_eq!(
+        reason(check(&p, "Use Harbour Friend at checkout")),
+        Some(Reason::Canary(CanaryOrigin::Marked))
+    );
+    // Four consecutive words of the secret line are enough (not 35 % of the body).
+    assert_eq!(
+        reason(check(&p, "We ship via Van der Berg Logistics.")),
+        Some(Reason::SecretLine)
+    );
+    assert_eq!(
+        reason(check(
+            &p,
+            &base64(&reversed_words(
+                "our supplier in rotterdam is van der berg logistics"
+            ))
+        )),
+        Some(Reason::SecretLine)
+    );
+    for benign in [
+        "Shipping to Rotterdam costs 40 euros.",
+        "Our supplier ships fast.",
+        "Be polite and brief: rates start at 5 euros.",
+    ] {
+        assert_eq!(check(&p, benign), Verdict::Clean, "{benign:?}");
+    }
+}
+
+#[test]
+fn verdicts_carry_no_content() {
+    let p = prepare(SECRET_BODY, &spec()).unwrap();
+    let v = check(&p, SECRET_BODY);
+    let shown = format!("{v:?}{p:?}{:?}", p.canaries());
+    assert!(!shown.to_lowercase().contains("pelican"), "{shown}");
+    assert!(!shown.contains("Harbour"), "{shown}");
+}
+
+/// A 16 KiB body of real prompts against other real prompts: the same genre ("I want you to act
+/// as …", "Write a …") and many shared 4-word phrases, but no copied passage.
+#[test]
+fn a_long_body_against_other_texts_of_its_genre() {
+    const SECRETS: &str = include_str!("data/prompt-extraction/secret-prompts.jsonl");
+    let texts: Vec<String> = SECRETS
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["instruction"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let mut body = String::new();
+    let mut used = 0;
+    while body.len() < 16 << 10 {
+        body.push_str(&texts[used]);
+        body.push_str("\n\n");
+        used += 1;
+    }
+    let p = prepare(&body, &spec()).unwrap();
+    let mut worst = (0, 0);
+    for other in &texts[used..] {
+        let m = measure(&p, other);
+        worst = (
+            worst.0.max(m.covered_permille),
+            worst.1.max(m.longest_passage),
+        );
+        assert_eq!(check(&p, other), Verdict::Clean, "{other:?}: {m:?}");
+    }
+    println!(
+        "{} unrelated prompts against a {}-byte body: most covered {} permille, longest passage {} words",
+        texts.len() - used,
+        body.len(),
+        worst.0,
+        worst.1
+    );
+    // And the same body's own passages are caught.
+    let words: Vec<&str> = body.split_whitespace().collect();
+    let passage = words[1000..1100].join(" ");
+    assert_eq!(reason(check(&p, &passage)), Some(Reason::CopiedWords));
+}
+
+#[test]
+fn a_canary_that_starts_with_digits_is_still_found() {
+    let p = prepare("Say hello. The access code is 4821tango today.", &spec()).unwrap();
+    assert_eq!(p.canaries()[0].text(), "4821tango");
+    for f in ["4821tango", "4821TANGO", "code 4821-tango", "ognat1284"] {
+        assert!(check(&p, f).is_caught(), "{f:?}");
+    }
+    assert_eq!(check(&p, "tango 4821"), Verdict::Clean);
+}
