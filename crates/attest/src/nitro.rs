@@ -299,10 +299,15 @@ fn parse_payload(payload: &[u8]) -> Result<Document, Refusal> {
     if digest.as_deref() != Some("SHA384") {
         return Err(Refusal::Unsupported("PCR digest (must be SHA384)"));
     }
+    let pcrs: Vec<(u8, Vec<u8>)> = pcrs.ok_or(Refusal::Malformed("pcrs missing"))?;
+    // A document without PCR0 is not a Nitro document: refused, never skipped.
+    if !pcrs.iter().any(|(i, _)| *i == 0) {
+        return Err(Refusal::Malformed("PCR0 missing"));
+    }
     Ok(Document {
         module_id: module_id.ok_or(Refusal::Malformed("module_id missing"))?,
         timestamp_ms: timestamp.ok_or(Refusal::Malformed("timestamp missing"))?,
-        pcrs: pcrs.ok_or(Refusal::Malformed("pcrs missing"))?,
+        pcrs,
         certificate: certificate.ok_or(Refusal::Malformed("certificate missing"))?,
         cabundle: cabundle.ok_or(Refusal::Malformed("cabundle missing"))?,
         public_key,
@@ -455,6 +460,7 @@ impl Verifier {
 
         // Authenticated from here.
         let pcr0 = doc.pcr(0).ok_or(Refusal::Malformed("PCR0 missing"))?;
+        // An all-zero PCR0 is what the NSM reports for an enclave started in debug mode.
         if pcr0.iter().all(|&b| b == 0) {
             return Err(Refusal::DebugEnabled(
                 "all-zero PCR0 (a debug-mode enclave)",

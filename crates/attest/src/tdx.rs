@@ -236,6 +236,8 @@ pub struct TdReport {
 #[derive(Clone, Debug)]
 pub struct Quote {
     pub report: TdReport,
+    pub attestation_key_type: u16,
+    pub tee_type: u32,
     pub signed_len: usize,
     pub signature: [u8; 64],
     pub attestation_key: [u8; 64],
@@ -265,12 +267,8 @@ impl Quote {
             return Err(Refusal::TooLarge("TDX quote"));
         }
         let version = u16le(raw, 0)?;
-        if u16le(raw, 2)? != ATT_KEY_ECDSA_P256 {
-            return Err(Refusal::Unsupported("TDX attestation key type"));
-        }
-        if u32le(raw, 4)? != TEE_TYPE_TDX {
-            return Err(Refusal::Unsupported("TEE type (not TDX)"));
-        }
+        let attestation_key_type = u16le(raw, 2)?;
+        let tee_type = u32le(raw, 4)?;
         let (body_at, body_len) = match version {
             4 => (HEADER_LEN, TD10_LEN),
             5 => {
@@ -326,6 +324,8 @@ impl Quote {
         };
         Ok(Quote {
             report,
+            attestation_key_type,
+            tee_type,
             signed_len,
             signature,
             attestation_key,
@@ -386,6 +386,8 @@ fn classify(text: &str) -> Refusal {
         Refusal::CollateralInvalid("collateral signature")
     } else if has("PCK") || has("Certificate chain") {
         Refusal::BadChain("PCK certificate chain")
+    } else if has("TcbInfo") || has("QeIdentity") || has("CRL") || has("crl") {
+        Refusal::CollateralInvalid("collateral does not parse")
     } else if has("decode") || has("Unsupported") || has("Unknown QE vendor") || has("parse") {
         Refusal::Malformed("TDX quote or collateral")
     } else {
@@ -430,6 +432,13 @@ impl Verifier {
         let raw = &evidence.quote;
         let quote = Quote::parse(raw)?;
         quote.check_signature(raw)?;
+        // Header fields that do not decide the layout are read once they are authenticated.
+        if quote.attestation_key_type != ATT_KEY_ECDSA_P256 {
+            return Err(Refusal::Unsupported("TDX attestation key type"));
+        }
+        if quote.tee_type != TEE_TYPE_TDX {
+            return Err(Refusal::Unsupported("TEE type (not TDX)"));
+        }
 
         let now_secs = now_ms / 1000;
         let claims = dcap_qvl::verify::QuoteVerifier::new(INTEL_ROOT.to_vec())
