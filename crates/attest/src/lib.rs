@@ -154,7 +154,8 @@ pub struct Verified {
     /// The window in which the certificates (and collateral) that vouched are all valid, ms.
     pub valid_from_ms: u64,
     pub valid_until_ms: u64,
-    /// The `now_ms` this verification used (Nitro: the document's timestamp for the chain).
+    /// The `now_ms` this verification used (a Nitro chain is checked at the document's own
+    /// timestamp, which is in `attributes` as `timestamp_ms`).
     pub verified_at_ms: u64,
 }
 

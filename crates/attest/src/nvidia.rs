@@ -59,6 +59,23 @@ impl Evidence {
     }
 }
 
+impl Evidence {
+    /// SHA-512 over a domain-separated, length-prefixed encoding of the transcript and the
+    /// chain: what a box binds into its CPU attestation statement so the GPU evidence cannot be
+    /// swapped for another GPU's. Encoding: `"skillbox/nvidia-evidence/1"`, then for the
+    /// transcript and each certificate in order its length (u64 big-endian) and bytes.
+    pub fn binding_hash(&self) -> [u8; 64] {
+        use sha2::Sha512;
+        let mut h = Sha512::new();
+        h.update(b"skillbox/nvidia-evidence/1");
+        for part in std::iter::once(&self.transcript).chain(self.chain.iter()) {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part);
+        }
+        h.finalize().into()
+    }
+}
+
 /// What the verifier expects.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Expected {

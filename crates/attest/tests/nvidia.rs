@@ -46,6 +46,24 @@ fn hopper_sample_verifies_with_its_nonce() {
 }
 
 #[test]
+fn the_binding_hash_covers_transcript_and_chain() {
+    let ev = nvidia_hopper();
+    let h = ev.binding_hash();
+    let mut other = ev.clone();
+    other.transcript[40] ^= 1;
+    assert_ne!(other.binding_hash(), h);
+    let mut other = ev.clone();
+    other.chain.pop();
+    assert_ne!(other.binding_hash(), h);
+    // Moving a byte between parts changes it too (lengths are encoded).
+    let mut a = ev.clone();
+    let moved = a.chain[0].remove(0);
+    a.transcript.push(moved);
+    assert_ne!(a.binding_hash(), h);
+    assert_eq!(ev.clone().binding_hash(), h);
+}
+
+#[test]
 fn any_other_nonce_is_refused() {
     let mut other = nonce();
     other[31] ^= 1;
