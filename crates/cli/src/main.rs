@@ -18,6 +18,7 @@ macro_rules! say {
 }
 
 mod agents_cmd;
+mod attestation_cmd;
 mod box_cmd;
 mod call_cmd;
 mod demo_cmd;
@@ -105,6 +106,9 @@ enum Command {
     /// API tokens for tenants: `token add --tenant ID [--workspace ID]`.
     #[command(subcommand)]
     Token(agents_cmd::TokenCommand),
+    /// Hardware attestation evidence, offline: `attestation verify --platform … --evidence …`.
+    #[command(subcommand)]
+    Attestation(attestation_cmd::AttestationCommand),
 }
 
 fn main() -> ExitCode {
@@ -127,6 +131,7 @@ fn main() -> ExitCode {
         Command::Ask(args) => call_cmd::run_ask(&cli.global, args),
         Command::Demo(args) => demo_cmd::run(&cli.global, args),
         Command::Token(cmd) => agents_cmd::run_token(&cli.global, cmd),
+        Command::Attestation(cmd) => attestation_cmd::run(&cli.global, cmd),
     };
     match result {
         Ok(code) => code,

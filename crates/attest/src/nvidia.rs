@@ -1,0 +1,475 @@
+//! NVIDIA Hopper GPU evidence: an SPDM 1.1 GET_MEASUREMENTS exchange.
+//!
+//! The evidence is the 37-byte request (`11 e0 01 ff`, the requester's 32-byte nonce, slot)
+//! followed by the response (measurement blocks, responder nonce, opaque data, a 96-byte ECDSA
+//! P-384 signature). Checked, in this order: the exact layout of both (every length agrees,
+//! blocks are DMTF-format, indices unique, nothing left over); the certificate chain from the
+//! leaf up to the NVIDIA Device Identity CA **pinned by fingerprint** (a chain ending in another
+//! self-signed root is `foreign_root`), valid at `now`; the signature over request ‖ response
+//! minus signature with the leaf's key; the requester nonce against what the caller expects;
+//! every measurement block the policy pins (golden values from NVIDIA's RIMs, configured
+//! offline — no online service is asked); the device id allow-list.
+//!
+//! Not checked: blocks the policy does not pin (reported); the opaque data beyond what is shown
+//! (driver and VBIOS version, FWID); revocation (NVIDIA's OCSP is online). A GPU is only half a
+//! box: the CPU's attestation must bind this evidence's hash (the lead's statement does).
+
+use std::sync::Arc;
+
+use p384::ecdsa::signature::Verifier as _;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha384};
+
+use crate::certs::{self, Parsed};
+use crate::hexval::{HexBytes, b64};
+use crate::{ChainCache, Field, Platform, Refusal, Verified, hex32, input};
+
+const NVIDIA_ROOT_PEM: &[u8] = include_bytes!("../roots/nvidia_device_root.pem");
+/// SHA-256 of the NVIDIA Device Identity CA certificate (DER).
+pub const NVIDIA_ROOT_FINGERPRINT: [u8; 32] =
+    hex32("102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48");
+
+pub const REQUEST_LEN: usize = 37;
+const SIGNATURE_LEN: usize = 96;
+const SPDM_1_1: u8 = 0x11;
+const GET_MEASUREMENTS: u8 = 0xE0;
+const MEASUREMENTS: u8 = 0x60;
+const MAX_CHAIN: usize = 8;
+
+/// What a GPU attester serves: the SPDM transcript and the device certificate chain (leaf
+/// first, as the driver returns it; the root may be included).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    #[serde(with = "b64")]
+    pub transcript: Vec<u8>,
+    #[serde(with = "b64::list")]
+    pub chain: Vec<Vec<u8>>,
+}
+
+impl Evidence {
+    /// The transcript as hex text (or raw), the chain as PEM or DER files, leaf first.
+    pub fn from_files(transcript: &[u8], cert_files: &[&[u8]]) -> Result<Evidence, Refusal> {
+        let transcript = input::raw_or_hex_any(transcript, "NVIDIA SPDM transcript")?;
+        let mut chain = Vec::new();
+        for f in cert_files {
+            chain.extend(input::certificates(f)?);
+        }
+        Ok(Evidence { transcript, chain })
+    }
+}
+
+impl Evidence {
+    /// SHA-512 over a domain-separated, length-prefixed encoding of the transcript and the
+    /// chain: what a box binds into its CPU attestation statement so the GPU evidence cannot be
+    /// swapped for another GPU's. Encoding: `"skillbox/nvidia-evidence/1"`, then for the
+    /// transcript and each certificate in order its length (u64 big-endian) and bytes.
+    pub fn binding_hash(&self) -> [u8; 64] {
+        use sha2::Sha512;
+        let mut h = Sha512::new();
+        h.update(b"skillbox/nvidia-evidence/1");
+        for part in std::iter::once(&self.transcript).chain(self.chain.iter()) {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part);
+        }
+        h.finalize().into()
+    }
+}
+
+/// What the verifier expects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expected {
+    /// The requester nonce the verifier (or the box, from the statement) chose.
+    pub nonce: Option<[u8; 32]>,
+}
+
+/// Golden values for one measurement block index (alternatives allowed, as RIMs list them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoldenMeasurement {
+    pub index: u8,
+    #[serde(deserialize_with = "crate::nonempty")]
+    pub values: Vec<HexBytes>,
+}
+
+/// What a node pins for a GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Every listed index must be present with one of its values.
+    #[serde(deserialize_with = "crate::nonempty")]
+    pub measurements: Vec<GoldenMeasurement>,
+    /// Accepted device ids (the serial number of the device's BROM certificate); empty = any.
+    #[serde(default)]
+    pub devices: Vec<String>,
+}
+
+impl Policy {
+    /// Pins no measurement block (they are reported).
+    pub fn unpinned() -> Policy {
+        Policy {
+            measurements: Vec::new(),
+            devices: Vec::new(),
+        }
+    }
+}
+
+/// One DMTF measurement block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub index: u8,
+    pub value_type: u8,
+    pub value: Vec<u8>,
+}
+
+/// A parsed GET_MEASUREMENTS exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transcript {
+    pub requester_nonce: [u8; 32],
+    pub responder_nonce: [u8; 32],
+    pub slot: u8,
+    pub blocks: Vec<Block>,
+    /// The measurement record bytes as signed (its SHA-384 is the primary measurement).
+    pub record: Vec<u8>,
+    pub opaque: Vec<u8>,
+    /// request ‖ response without the signature.
+    signed_len: usize,
+    pub signature: [u8; SIGNATURE_LEN],
+}
+
+impl Transcript {
+    pub fn parse(b: &[u8]) -> Result<Transcript, Refusal> {
+        if b.len() > input::MAX_INPUT {
+            return Err(Refusal::TooLarge("SPDM transcript"));
+        }
+        let short = Refusal::Malformed("SPDM transcript is truncated");
+        if b.len() < REQUEST_LEN + 8 + 32 + 2 + SIGNATURE_LEN {
+            return Err(short);
+        }
+        let req = &b[..REQUEST_LEN];
+        if req[0] != SPDM_1_1 || req[1] != GET_MEASUREMENTS {
+            return Err(Refusal::Unsupported(
+                "SPDM request (not 1.1 GET_MEASUREMENTS)",
+            ));
+        }
+        if req[2] & 1 != 1 {
+            return Err(Refusal::Malformed(
+                "SPDM request did not ask for a signature",
+            ));
+        }
+        let mut requester_nonce = [0u8; 32];
+        requester_nonce.copy_from_slice(&req[4..36]);
+        let slot = req[36];
+
+        let resp = &b[REQUEST_LEN..];
+        if resp[0] != SPDM_1_1 || resp[1] != MEASUREMENTS {
+            return Err(Refusal::Unsupported("SPDM response (not 1.1 MEASUREMENTS)"));
+        }
+        if resp[3] & 0x0f != slot & 0x0f {
+            return Err(Refusal::Malformed(
+                "SPDM response slot differs from the request",
+            ));
+        }
+        let count = usize::from(resp[4]);
+        let record_len =
+            usize::from(resp[5]) | usize::from(resp[6]) << 8 | usize::from(resp[7]) << 16;
+        let record_end = 8 + record_len;
+        let record = resp.get(8..record_end).ok_or(short)?;
+        let nonce_end = record_end + 32;
+        let responder = resp.get(record_end..nonce_end).ok_or(short)?;
+        let mut responder_nonce = [0u8; 32];
+        responder_nonce.copy_from_slice(responder);
+        let ol = resp.get(nonce_end..nonce_end + 2).ok_or(short)?;
+        let opaque_len = usize::from(u16::from_le_bytes([ol[0], ol[1]]));
+        let opaque_at = nonce_end + 2;
+        let opaque = resp.get(opaque_at..opaque_at + opaque_len).ok_or(short)?;
+        let sig_at = opaque_at + opaque_len;
+        if resp.len() != sig_at + SIGNATURE_LEN {
+            return Err(Refusal::Malformed(
+                "SPDM response length disagrees with its fields",
+            ));
+        }
+        let mut signature = [0u8; SIGNATURE_LEN];
+        signature.copy_from_slice(&resp[sig_at..]);
+
+        let blocks = parse_record(record, count)?;
+        Ok(Transcript {
+            requester_nonce,
+            responder_nonce,
+            slot,
+            blocks,
+            record: record.to_vec(),
+            opaque: opaque.to_vec(),
+            signed_len: REQUEST_LEN + sig_at,
+            signature,
+        })
+    }
+
+    /// Known opaque-data fields (NVIDIA's TLV: type u16, length u16, value), best effort:
+    /// only well-formed entries of the types shown are returned.
+    fn opaque_fields(&self) -> Vec<Field> {
+        const DRIVER_VERSION: u16 = 3;
+        const VBIOS_VERSION: u16 = 6;
+        const FWID: u16 = 20;
+        let mut out = Vec::new();
+        let mut rest = self.opaque.as_slice();
+        while rest.len() >= 4 {
+            let t = u16::from_le_bytes([rest[0], rest[1]]);
+            let n = usize::from(u16::from_le_bytes([rest[2], rest[3]]));
+            let Some(v) = rest.get(4..4 + n) else { break };
+            match t {
+                DRIVER_VERSION => {
+                    let text: Vec<u8> = v.iter().copied().take_while(|&c| c != 0).collect();
+                    if !text.is_empty()
+                        && text.len() <= 32
+                        && text.iter().all(|c| c.is_ascii_digit() || *c == b'.')
+                        && let Ok(s) = String::from_utf8(text)
+                    {
+                        out.push(Field::new("driver_version", s));
+                    }
+                }
+                VBIOS_VERSION => out.push(Field::new("vbios_version", hex::encode(v))),
+                FWID => out.push(Field::new("fwid", hex::encode(v))),
+                _ => {}
+            }
+            rest = &rest[4 + n..];
+        }
+        out
+    }
+}
+
+fn parse_record(mut rec: &[u8], count: usize) -> Result<Vec<Block>, Refusal> {
+    let mut blocks: Vec<Block> = Vec::with_capacity(count);
+    while !rec.is_empty() {
+        if rec.len() < 7 {
+            return Err(Refusal::Malformed("SPDM measurement block is truncated"));
+        }
+        let index = rec[0];
+        if rec[1] != 1 {
+            return Err(Refusal::Unsupported("measurement specification (not DMTF)"));
+        }
+        let size = usize::from(u16::from_le_bytes([rec[2], rec[3]]));
+        let value_type = rec[4];
+        let value_size = usize::from(u16::from_le_bytes([rec[5], rec[6]]));
+        if size != value_size + 3 || rec.len() < 4 + size {
+            return Err(Refusal::Malformed("SPDM measurement block size"));
+        }
+        if blocks.iter().any(|b| b.index == index) {
+            return Err(Refusal::Malformed("duplicate SPDM measurement index"));
+        }
+        blocks.push(Block {
+            index,
+            value_type,
+            value: rec[7..4 + size].to_vec(),
+        });
+        rec = &rec[4 + size..];
+    }
+    if blocks.len() != count {
+        return Err(Refusal::Malformed(
+            "SPDM block count disagrees with the record",
+        ));
+    }
+    Ok(blocks)
+}
+
+/// The pinned NVIDIA root, parsed and checked against its fingerprint.
+pub struct Root(Parsed);
+
+impl Root {
+    pub fn load() -> Result<Root, Refusal> {
+        let der = input::certificates(NVIDIA_ROOT_PEM)?
+            .into_iter()
+            .next()
+            .ok_or(Refusal::Malformed("pinned NVIDIA root"))?;
+        if crate::fingerprint(&der) != NVIDIA_ROOT_FINGERPRINT {
+            return Err(Refusal::ForeignRoot);
+        }
+        Ok(Root(Parsed::from_der(&der, "pinned NVIDIA root")?))
+    }
+}
+
+/// A device chain verified to the pinned root (validity is checked per call).
+pub struct VerifiedChain {
+    leaf_key: p384::ecdsa::VerifyingKey,
+    device_id: Option<String>,
+    certs: Vec<Parsed>,
+}
+
+fn verify_chain(root: &Root, chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal> {
+    if chain.is_empty() {
+        return Err(Refusal::Malformed("no GPU certificate chain given"));
+    }
+    if chain.len() > MAX_CHAIN {
+        return Err(Refusal::TooLarge("GPU certificate chain"));
+    }
+    let parsed: Vec<Parsed> = chain
+        .iter()
+        .map(|d| Parsed::from_der(d, "GPU certificate"))
+        .collect::<Result<_, _>>()?;
+    let (root_given, below): (Vec<&Parsed>, Vec<&Parsed>) =
+        parsed.iter().partition(|c| c.is_self_issued());
+    if root_given
+        .iter()
+        .any(|c| c.fingerprint() != NVIDIA_ROOT_FINGERPRINT)
+    {
+        return Err(Refusal::ForeignRoot);
+    }
+    let leaf = below
+        .first()
+        .copied()
+        .ok_or(Refusal::Malformed("GPU chain has no leaf certificate"))?;
+    let inter: Vec<Parsed> = below[1..].iter().map(|c| (*c).clone()).collect();
+    let mut all: Vec<Parsed> = below.iter().map(|c| (*c).clone()).collect();
+    all.push(root.0.clone());
+    let (from, until) = certs::window(&all);
+    if from > until {
+        return Err(Refusal::BadChain(
+            "certificate validity windows do not overlap",
+        ));
+    }
+    certs::verify_path(leaf, &inter, &root.0, from)?;
+    let leaf_key = certs::p384_key(leaf)?;
+    // The device: the certificate that issued the leaf (the GPU's BROM identity).
+    let leaf_issuer = &leaf.cert.tbs_certificate.issuer;
+    let device_id = inter
+        .iter()
+        .find(|c| &c.cert.tbs_certificate.subject == leaf_issuer)
+        .and_then(Parsed::subject_serial_number);
+    Ok(VerifiedChain {
+        leaf_key,
+        device_id,
+        certs: all,
+    })
+}
+
+/// Verify with a fresh verifier.
+pub fn verify(
+    evidence: &Evidence,
+    expected: &Expected,
+    policy: &Policy,
+    now_ms: u64,
+) -> Result<Verified, Refusal> {
+    Verifier::new(policy.clone())?.verify(evidence, expected, now_ms)
+}
+
+/// A verifier for one policy: root parsed once, device chains cached.
+pub struct Verifier {
+    policy: Policy,
+    root: Root,
+    cache: ChainCache<VerifiedChain>,
+}
+
+/// "block<N>" for every index, so result names stay `&'static str`.
+const BLOCK_NAMES: [&str; 256] = include!("nvidia_block_names.in");
+
+impl Verifier {
+    pub fn new(policy: Policy) -> Result<Verifier, Refusal> {
+        Ok(Verifier {
+            policy,
+            root: Root::load()?,
+            cache: ChainCache::new(),
+        })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn verify(
+        &self,
+        evidence: &Evidence,
+        expected: &Expected,
+        now_ms: u64,
+    ) -> Result<Verified, Refusal> {
+        let policy = &self.policy;
+        let t = Transcript::parse(&evidence.transcript)?;
+        let key = crate::chain_key(evidence.chain.iter().map(|c| &c[..]));
+        let chain: Arc<VerifiedChain> = self
+            .cache
+            .get_or_verify(key, || verify_chain(&self.root, &evidence.chain))?;
+        certs::check_validity(&chain.certs, now_ms)?;
+        let sig = certs::p384_signature_raw(&t.signature)?;
+        chain
+            .leaf_key
+            .verify(&evidence.transcript[..t.signed_len], &sig)
+            .map_err(|_| Refusal::BadSignature("SPDM measurements signature"))?;
+
+        if let Some(want) = &expected.nonce
+            && want != &t.requester_nonce
+        {
+            return Err(Refusal::NonceMismatch);
+        }
+        let pinned = !policy.measurements.is_empty();
+        for golden in &policy.measurements {
+            let ok = t
+                .blocks
+                .iter()
+                .find(|b| b.index == golden.index)
+                .is_some_and(|b| golden.values.iter().any(|v| v.0 == b.value));
+            if !ok {
+                return Err(Refusal::MeasurementNotAllowed("GPU measurement block"));
+            }
+        }
+        if !policy.devices.is_empty()
+            && !chain
+                .device_id
+                .as_ref()
+                .is_some_and(|d| policy.devices.contains(d))
+        {
+            return Err(Refusal::InstanceNotAllowed);
+        }
+
+        let (valid_from_ms, valid_until_ms) = certs::window(&chain.certs);
+        let mut attributes = vec![
+            Field::new("spdm_version", "1.1"),
+            Field::new("slot", t.slot.to_string()),
+            Field::new("blocks", t.blocks.len().to_string()),
+            Field::new("responder_nonce", hex::encode(t.responder_nonce)),
+        ];
+        attributes.extend(t.opaque_fields());
+        Ok(Verified {
+            platform: Platform::Nvidia,
+            measurement: hex::encode(Sha384::digest(&t.record)),
+            measurements: t
+                .blocks
+                .iter()
+                .map(|b| Field::new(BLOCK_NAMES[usize::from(b.index)], hex::encode(&b.value)))
+                .collect(),
+            measurements_pinned: pinned,
+            report_data: None,
+            report_data_checked: false,
+            nonce: Some(hex::encode(t.requester_nonce)),
+            nonce_checked: expected.nonce.is_some(),
+            attributes,
+            tcb_status: None,
+            instance_id: chain.device_id.clone(),
+            valid_from_ms,
+            valid_until_ms,
+            verified_at_ms: now_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compiled_root_is_the_pinned_one() {
+        assert!(Root::load().is_ok());
+    }
+
+    #[test]
+    fn block_names() {
+        assert_eq!(BLOCK_NAMES[0], "block0");
+        assert_eq!(BLOCK_NAMES[64], "block64");
+        assert_eq!(BLOCK_NAMES[255], "block255");
+    }
+
+    #[test]
+    fn short_transcripts_are_malformed() {
+        for n in [0, 37, 100, 200] {
+            assert!(Transcript::parse(&vec![0x11; n]).is_err());
+        }
+    }
+}

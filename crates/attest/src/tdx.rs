@@ -1,0 +1,656 @@
+//! Intel TDX quotes (v4 and v5) with supplied collateral.
+//!
+//! Checked, in this order: the quote's layout (our own bounded parse); its ECDSA P-256 signature
+//! over header ‖ body with the attestation key it carries (so a tampered byte in the signed
+//! region is `bad_signature` whatever else it breaks); then `dcap-qvl`, offline, against the
+//! Intel SGX Root CA compiled in and pinned by fingerprint: the collateral's signatures, chains,
+//! CRLs and validity at `now`, the PCK chain, the QE report and its binding of the attestation
+//! key, the QE identity, the TCB level matching and the TD attributes (debug, profiling,
+//! migration, service TDs refused); then ours: the TCB status against the policy's allow-list
+//! (default `UpToDate` only), advisories, platform flags (SMT, dynamic platform, cached keys),
+//! MRTD / RTMR0–3 / MRCONFIGID against the pins, MRCONFIGID and REPORT_DATA against what the
+//! caller expects, the PPID allow-list.
+//!
+//! Not checked: MROWNER / MROWNERCONFIG / MRSEAM (shown, not pinned); the collateral's
+//! freshness beyond its own validity (the box operator fetches it; a node can demand a
+//! minimum TCB evaluation data number).
+
+use serde::{Deserialize, Serialize};
+
+use p256::ecdsa::signature::Verifier as _;
+
+use crate::hexval::{Hex, HexBytes, b64};
+use crate::{Field, Platform, Refusal, Verified, hex32, input};
+
+/// Intel SGX Root CA (DER), compiled in; its fingerprint is checked before use.
+const INTEL_ROOT: &[u8] = include_bytes!("../roots/intel-sgx-root-ca.der");
+/// SHA-256 of the Intel SGX Root CA certificate (DER).
+pub const INTEL_ROOT_FINGERPRINT: [u8; 32] =
+    hex32("44a0196b2b99f889b8e149e95b807a350e7424964399e885a7cbb8ccfab674d3");
+
+const HEADER_LEN: usize = 48;
+const TD10_LEN: usize = 584;
+const TD15_LEN: usize = 648;
+const TEE_TYPE_TDX: u32 = 0x81;
+const ATT_KEY_ECDSA_P256: u16 = 2;
+
+/// What a box serves: the quote and the collateral its operator fetched (Intel PCS or a PCCS).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    #[serde(with = "b64")]
+    pub quote: Vec<u8>,
+    pub collateral: dcap_qvl::QuoteCollateralV3,
+}
+
+impl Evidence {
+    /// From files: the quote raw or hex, the collateral as dcap-qvl's JSON.
+    pub fn from_files(quote: &[u8], collateral_json: &[u8]) -> Result<Evidence, Refusal> {
+        let quote = if quote.first().is_some_and(|b| *b == 4 || *b == 5) {
+            quote.to_vec()
+        } else {
+            input::raw_or_hex_any(quote, "TDX quote")?
+        };
+        if collateral_json.len() > input::MAX_INPUT {
+            return Err(Refusal::TooLarge("TDX collateral"));
+        }
+        let collateral = serde_json::from_slice(collateral_json)
+            .map_err(|_| Refusal::Malformed("TDX collateral JSON"))?;
+        Ok(Evidence { quote, collateral })
+    }
+}
+
+/// What the verifier expects in this quote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expected {
+    pub report_data: Option<[u8; 64]>,
+    /// MRCONFIGID: a box puts its configuration hash there.
+    pub mr_config_id: Option<[u8; 48]>,
+}
+
+/// TCB statuses, as Intel names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TcbStatus {
+    UpToDate,
+    SWHardeningNeeded,
+    ConfigurationNeeded,
+    ConfigurationAndSWHardeningNeeded,
+    OutOfDate,
+    OutOfDateConfigurationNeeded,
+    TDRelaunchAdvised,
+    TDRelaunchAdvisedConfigurationNeeded,
+    Revoked,
+}
+
+impl TcbStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TcbStatus::UpToDate => "UpToDate",
+            TcbStatus::SWHardeningNeeded => "SWHardeningNeeded",
+            TcbStatus::ConfigurationNeeded => "ConfigurationNeeded",
+            TcbStatus::ConfigurationAndSWHardeningNeeded => "ConfigurationAndSWHardeningNeeded",
+            TcbStatus::OutOfDate => "OutOfDate",
+            TcbStatus::OutOfDateConfigurationNeeded => "OutOfDateConfigurationNeeded",
+            TcbStatus::TDRelaunchAdvised => "TDRelaunchAdvised",
+            TcbStatus::TDRelaunchAdvisedConfigurationNeeded => {
+                "TDRelaunchAdvisedConfigurationNeeded"
+            }
+            TcbStatus::Revoked => "Revoked",
+        }
+    }
+
+    fn from_dcap(s: dcap_qvl::TcbStatus) -> TcbStatus {
+        use dcap_qvl::TcbStatus as D;
+        match s {
+            D::UpToDate => TcbStatus::UpToDate,
+            D::SWHardeningNeeded => TcbStatus::SWHardeningNeeded,
+            D::ConfigurationNeeded => TcbStatus::ConfigurationNeeded,
+            D::ConfigurationAndSWHardeningNeeded => TcbStatus::ConfigurationAndSWHardeningNeeded,
+            D::OutOfDate => TcbStatus::OutOfDate,
+            D::OutOfDateConfigurationNeeded => TcbStatus::OutOfDateConfigurationNeeded,
+            D::TDRelaunchAdvised => TcbStatus::TDRelaunchAdvised,
+            D::TDRelaunchAdvisedConfigurationNeeded => {
+                TcbStatus::TDRelaunchAdvisedConfigurationNeeded
+            }
+            D::Revoked => TcbStatus::Revoked,
+        }
+    }
+
+    fn to_dcap(self) -> dcap_qvl::TcbStatus {
+        use dcap_qvl::TcbStatus as D;
+        match self {
+            TcbStatus::UpToDate => D::UpToDate,
+            TcbStatus::SWHardeningNeeded => D::SWHardeningNeeded,
+            TcbStatus::ConfigurationNeeded => D::ConfigurationNeeded,
+            TcbStatus::ConfigurationAndSWHardeningNeeded => D::ConfigurationAndSWHardeningNeeded,
+            TcbStatus::OutOfDate => D::OutOfDate,
+            TcbStatus::OutOfDateConfigurationNeeded => D::OutOfDateConfigurationNeeded,
+            TcbStatus::TDRelaunchAdvised => D::TDRelaunchAdvised,
+            TcbStatus::TDRelaunchAdvisedConfigurationNeeded => {
+                D::TDRelaunchAdvisedConfigurationNeeded
+            }
+            TcbStatus::Revoked => D::Revoked,
+        }
+    }
+}
+
+/// One accepted TD: MRTD always, the others when set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TdMeasurements {
+    pub mr_td: Hex<48>,
+    #[serde(default)]
+    pub rtmr0: Option<Hex<48>>,
+    #[serde(default)]
+    pub rtmr1: Option<Hex<48>>,
+    #[serde(default)]
+    pub rtmr2: Option<Hex<48>>,
+    #[serde(default)]
+    pub rtmr3: Option<Hex<48>>,
+    #[serde(default)]
+    pub mr_config_id: Option<Hex<48>>,
+}
+
+/// What a node pins for a TDX box.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Accepted TDs; the quote must match one entry on every field the entry sets.
+    #[serde(deserialize_with = "crate::nonempty")]
+    pub accepted: Vec<TdMeasurements>,
+    /// Accepted TCB statuses (default: `UpToDate` only). `Revoked` is never accepted.
+    #[serde(default = "up_to_date")]
+    pub tcb_statuses: Vec<TcbStatus>,
+    /// Advisory ids (e.g. `INTEL-SA-00837`) that refuse a platform whatever its status.
+    #[serde(default)]
+    pub rejected_advisories: Vec<String>,
+    /// Accept a platform whose PCK says SMT (hyperthreading) is enabled. Default true: nearly
+    /// every TDX host (the Intel sample included) runs with SMT on; set false to refuse them.
+    #[serde(default = "yes")]
+    pub allow_smt: bool,
+    /// Accept a platform whose PCK says it is a dynamic (multi-package) platform. Default
+    /// true, for the same reason (cloud hosts are).
+    #[serde(default = "yes")]
+    pub allow_dynamic_platform: bool,
+    /// Accept a platform whose keys Intel's registration service caches. Default true.
+    #[serde(default = "yes")]
+    pub allow_cached_keys: bool,
+    /// Seconds an `OutOfDate` platform stays acceptable after its TCB level's date (only when
+    /// `OutOfDate` is in `tcb_statuses`). Default 0.
+    #[serde(default)]
+    pub platform_grace_period_secs: u64,
+    /// Minimum TCB evaluation data number of the collateral (0 = any).
+    #[serde(default)]
+    pub min_tcb_eval_data_number: u32,
+    /// Accepted PCK PPIDs (hex); empty = any platform.
+    #[serde(default)]
+    pub ppids: Vec<HexBytes>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn up_to_date() -> Vec<TcbStatus> {
+    vec![TcbStatus::UpToDate]
+}
+
+impl Policy {
+    /// Pins no measurement (they are reported); every other check at its strict default.
+    pub fn unpinned() -> Policy {
+        Policy {
+            accepted: Vec::new(),
+            tcb_statuses: up_to_date(),
+            rejected_advisories: Vec::new(),
+            allow_smt: true,
+            allow_dynamic_platform: true,
+            allow_cached_keys: true,
+            platform_grace_period_secs: 0,
+            min_tcb_eval_data_number: 0,
+            ppids: Vec::new(),
+        }
+    }
+}
+
+/// The TD report fields, read from the quote body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TdReport {
+    pub quote_version: u16,
+    pub tee_tcb_svn: [u8; 16],
+    pub mr_seam: [u8; 48],
+    pub mr_signer_seam: [u8; 48],
+    pub seam_attributes: [u8; 8],
+    pub td_attributes: [u8; 8],
+    pub xfam: [u8; 8],
+    pub mr_td: [u8; 48],
+    pub mr_config_id: [u8; 48],
+    pub mr_owner: [u8; 48],
+    pub mr_owner_config: [u8; 48],
+    pub rtmr: [[u8; 48]; 4],
+    pub report_data: [u8; 64],
+    /// TD 1.5 only.
+    pub mr_service_td: Option<[u8; 48]>,
+}
+
+/// A parsed quote: the TD report, the signed byte range, the signature and attestation key.
+#[derive(Clone, Debug)]
+pub struct Quote {
+    pub report: TdReport,
+    pub attestation_key_type: u16,
+    pub tee_type: u32,
+    pub signed_len: usize,
+    pub signature: [u8; 64],
+    pub attestation_key: [u8; 64],
+}
+
+fn arr<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], Refusal> {
+    let slice = b
+        .get(at..at + N)
+        .ok_or(Refusal::Malformed("TDX quote is truncated"))?;
+    let mut out = [0u8; N];
+    out.copy_from_slice(slice);
+    Ok(out)
+}
+
+fn u16le(b: &[u8], at: usize) -> Result<u16, Refusal> {
+    Ok(u16::from_le_bytes(arr(b, at)?))
+}
+
+fn u32le(b: &[u8], at: usize) -> Result<u32, Refusal> {
+    Ok(u32::from_le_bytes(arr(b, at)?))
+}
+
+impl Quote {
+    /// Parse the parts of a quote this module reads itself; dcap-qvl parses the rest.
+    pub fn parse(raw: &[u8]) -> Result<Quote, Refusal> {
+        if raw.len() > input::MAX_INPUT {
+            return Err(Refusal::TooLarge("TDX quote"));
+        }
+        let version = u16le(raw, 0)?;
+        let attestation_key_type = u16le(raw, 2)?;
+        let tee_type = u32le(raw, 4)?;
+        let (body_at, body_len) = match version {
+            4 => (HEADER_LEN, TD10_LEN),
+            5 => {
+                let body_type = u16le(raw, HEADER_LEN)?;
+                let size = u32le(raw, HEADER_LEN + 2)? as usize;
+                let len = match body_type {
+                    2 => TD10_LEN,
+                    3 => TD15_LEN,
+                    _ => return Err(Refusal::Unsupported("TDX v5 body type")),
+                };
+                if size != len {
+                    return Err(Refusal::Malformed("TDX v5 body size"));
+                }
+                (HEADER_LEN + 6, len)
+            }
+            _ => return Err(Refusal::Unsupported("TDX quote version")),
+        };
+        let b = raw
+            .get(body_at..body_at + body_len)
+            .ok_or(Refusal::Malformed("TDX quote is truncated"))?;
+        let signed_len = body_at + body_len;
+        let auth_len = u32le(raw, signed_len)? as usize;
+        let auth_at = signed_len + 4;
+        // Quotes read from configfs-tsm or a PCCS cache may be zero-padded; anything else
+        // after the auth data is refused.
+        let end = auth_at + auth_len;
+        if raw.len() < end || raw[end..].iter().any(|&b| b != 0) {
+            return Err(Refusal::Malformed(
+                "TDX quote length disagrees with its header",
+            ));
+        }
+        let signature = arr(raw, auth_at)?;
+        let attestation_key = arr(raw, auth_at + 64)?;
+        let report = TdReport {
+            quote_version: version,
+            tee_tcb_svn: arr(b, 0)?,
+            mr_seam: arr(b, 16)?,
+            mr_signer_seam: arr(b, 64)?,
+            seam_attributes: arr(b, 112)?,
+            td_attributes: arr(b, 120)?,
+            xfam: arr(b, 128)?,
+            mr_td: arr(b, 136)?,
+            mr_config_id: arr(b, 184)?,
+            mr_owner: arr(b, 232)?,
+            mr_owner_config: arr(b, 280)?,
+            rtmr: [arr(b, 328)?, arr(b, 376)?, arr(b, 424)?, arr(b, 472)?],
+            report_data: arr(b, 520)?,
+            mr_service_td: if body_len == TD15_LEN {
+                Some(arr(b, 600)?)
+            } else {
+                None
+            },
+        };
+        Ok(Quote {
+            report,
+            attestation_key_type,
+            tee_type,
+            signed_len,
+            signature,
+            attestation_key,
+        })
+    }
+
+    fn check_signature(&self, raw: &[u8]) -> Result<(), Refusal> {
+        let mut point = [0x04u8; 65];
+        point[1..].copy_from_slice(&self.attestation_key);
+        let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
+            .map_err(|_| Refusal::BadSignature("attestation key is not a P-256 point"))?;
+        let sig = p256::ecdsa::Signature::from_slice(&self.signature)
+            .map_err(|_| Refusal::BadSignature("quote signature scalars"))?;
+        key.verify(&raw[..self.signed_len], &sig)
+            .map_err(|_| Refusal::BadSignature("quote signature"))
+    }
+}
+
+/// TD attributes bit 0: the TD is debuggable (the host can read and write its memory).
+const TD_ATTR_DEBUG: u8 = 1;
+
+/// Sort a dcap-qvl refusal (anyhow text, version pinned in Cargo.toml) into our closed codes.
+/// The text only chooses the code; it is never passed on.
+fn classify(text: &str) -> Refusal {
+    let has = |needle: &str| text.contains(needle);
+    if has("TCB status is invalid: Revoked") {
+        Refusal::TcbNotAllowed("Revoked")
+    } else if has("No matching TCB level") || has("TCB level check") {
+        Refusal::TcbNotAllowed("no TCB level matches the platform")
+    } else if has("CertRevoked") {
+        Refusal::CertificateRevoked
+    } else if has("expired")
+        || has("Expired")
+        || has("in the future")
+        || has("NotValidYet")
+        || has("CrlExpired")
+    {
+        Refusal::CollateralExpired
+    } else if has("UnknownIssuer") || has("root ca") {
+        Refusal::ForeignRoot
+    } else if has("Debug mode") {
+        Refusal::DebugEnabled("TD attributes DEBUG bit")
+    } else if has("profiling")
+        || has("migration")
+        || has("Reserved bits in TD attributes")
+        || has("SERVTD")
+        || has("SEPT_VE_DISABLE")
+        || has("service TD")
+    {
+        Refusal::AttributesNotAllowed("TD attributes")
+    } else if has("Fmspc mismatch") || has("non-TDX TCB info") || has("QE Identity id/version") {
+        Refusal::CollateralInvalid("collateral is for another platform")
+    } else if has("ISV enclave report signature") {
+        Refusal::BadSignature("quote signature")
+    } else if has("qe_report") || has("QE report") {
+        Refusal::BadSignature("QE report does not vouch for the attestation key")
+    } else if has("Signature is invalid") || has("InvalidSignature") {
+        Refusal::CollateralInvalid("collateral signature")
+    } else if has("PCK") || has("Certificate chain") {
+        Refusal::BadChain("PCK certificate chain")
+    } else if has("TcbInfo") || has("QeIdentity") || has("CRL") || has("crl") {
+        Refusal::CollateralInvalid("collateral does not parse")
+    } else if has("decode") || has("Unsupported") || has("Unknown QE vendor") || has("parse") {
+        Refusal::Malformed("TDX quote or collateral")
+    } else {
+        Refusal::CollateralInvalid("collateral")
+    }
+}
+
+/// Verify with a fresh verifier (every call re-verifies the collateral: dcap-qvl has no cache).
+pub fn verify(
+    evidence: &Evidence,
+    expected: &Expected,
+    policy: &Policy,
+    now_ms: u64,
+) -> Result<Verified, Refusal> {
+    Verifier::new(policy.clone())?.verify(evidence, expected, now_ms)
+}
+
+/// A verifier for one policy: the pinned root checked once.
+pub struct Verifier {
+    policy: Policy,
+}
+
+impl Verifier {
+    pub fn new(policy: Policy) -> Result<Verifier, Refusal> {
+        if crate::fingerprint(INTEL_ROOT) != INTEL_ROOT_FINGERPRINT {
+            return Err(Refusal::ForeignRoot);
+        }
+        Ok(Verifier { policy })
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn verify(
+        &self,
+        evidence: &Evidence,
+        expected: &Expected,
+        now_ms: u64,
+    ) -> Result<Verified, Refusal> {
+        let policy = &self.policy;
+        let raw = &evidence.quote;
+        let quote = Quote::parse(raw)?;
+        quote.check_signature(raw)?;
+        // Header fields that do not decide the layout are read once they are authenticated.
+        if quote.attestation_key_type != ATT_KEY_ECDSA_P256 {
+            return Err(Refusal::Unsupported("TDX attestation key type"));
+        }
+        if quote.tee_type != TEE_TYPE_TDX {
+            return Err(Refusal::Unsupported("TEE type (not TDX)"));
+        }
+
+        let now_secs = now_ms / 1000;
+        let claims = dcap_qvl::verify::QuoteVerifier::new(INTEL_ROOT.to_vec())
+            .verify_with_policy(
+                raw,
+                &evidence.collateral,
+                now_secs,
+                &dcap_qvl::QuotePolicy::claims_only(now_secs),
+            )
+            .map_err(|e| classify(&format!("{e:#}")))?;
+        if claims.tee_type != TEE_TYPE_TDX {
+            return Err(Refusal::Unsupported("TEE type (not TDX)"));
+        }
+
+        let r = &quote.report;
+        if r.td_attributes[0] & TD_ATTR_DEBUG != 0 {
+            return Err(Refusal::DebugEnabled("TD attributes DEBUG bit"));
+        }
+        if claims.earliest_expiration_date < now_secs || claims.latest_issue_date > now_secs {
+            return Err(Refusal::CollateralExpired);
+        }
+        let status = TcbStatus::from_dcap(claims.tcb.status);
+        if status == TcbStatus::Revoked || !policy.tcb_statuses.contains(&status) {
+            return Err(Refusal::TcbNotAllowed(status.as_str()));
+        }
+        let pck = &claims.platform.pck;
+        let flag = |f: dcap_qvl::PckCertFlag| f == dcap_qvl::PckCertFlag::True;
+        if flag(pck.smt_enabled) && !policy.allow_smt {
+            return Err(Refusal::AttributesNotAllowed("SMT enabled on the platform"));
+        }
+        if flag(pck.dynamic_platform) && !policy.allow_dynamic_platform {
+            return Err(Refusal::AttributesNotAllowed("dynamic platform"));
+        }
+        if flag(pck.cached_keys) && !policy.allow_cached_keys {
+            return Err(Refusal::AttributesNotAllowed("cached platform keys"));
+        }
+        // The rest of Intel's appraisal (advisories, grace periods, QE TCB date, evaluation
+        // data number) through dcap-qvl's own policy, built from ours.
+        let mut dp = dcap_qvl::QuotePolicy::strict(now_secs)
+            .allow_smt(policy.allow_smt)
+            .allow_dynamic_platform(policy.allow_dynamic_platform)
+            .allow_cached_keys(policy.allow_cached_keys)
+            .reject_advisories(&policy.rejected_advisories);
+        for s in &policy.tcb_statuses {
+            if *s != TcbStatus::Revoked {
+                dp = dp.allow_status(s.to_dcap());
+            }
+        }
+        if policy.platform_grace_period_secs > 0 {
+            dp = dp.platform_grace_period(std::time::Duration::from_secs(
+                policy.platform_grace_period_secs,
+            ));
+        }
+        if policy.min_tcb_eval_data_number > 0 {
+            dp = dp.min_tcb_eval_data_number(policy.min_tcb_eval_data_number);
+        }
+        dcap_qvl::Policy::validate(&dp, &claims).map_err(|_| {
+            Refusal::TcbNotAllowed("advisory, TCB date or evaluation number refused by policy")
+        })?;
+
+        if let Some(want) = &expected.report_data
+            && want != &r.report_data
+        {
+            return Err(Refusal::ReportDataMismatch);
+        }
+        if let Some(want) = &expected.mr_config_id
+            && want != &r.mr_config_id
+        {
+            return Err(Refusal::ConfigIdMismatch);
+        }
+        let pinned = !policy.accepted.is_empty();
+        if pinned {
+            check_measurements(r, &policy.accepted)?;
+        }
+        let ppid = &claims.platform.pck.ppid;
+        if !policy.ppids.is_empty() && !policy.ppids.iter().any(|p| &p.0 == ppid) {
+            return Err(Refusal::InstanceNotAllowed);
+        }
+
+        let mut measurements = vec![
+            Field::new("mr_td", hex::encode(r.mr_td)),
+            Field::new("rtmr0", hex::encode(r.rtmr[0])),
+            Field::new("rtmr1", hex::encode(r.rtmr[1])),
+            Field::new("rtmr2", hex::encode(r.rtmr[2])),
+            Field::new("rtmr3", hex::encode(r.rtmr[3])),
+            Field::new("mr_config_id", hex::encode(r.mr_config_id)),
+            Field::new("mr_owner", hex::encode(r.mr_owner)),
+            Field::new("mr_owner_config", hex::encode(r.mr_owner_config)),
+            Field::new("mr_seam", hex::encode(r.mr_seam)),
+        ];
+        if let Some(m) = r.mr_service_td {
+            measurements.push(Field::new("mr_service_td", hex::encode(m)));
+        }
+        let advisories: Vec<&str> = claims
+            .tcb
+            .advisory_ids
+            .iter()
+            .map(String::as_str)
+            .filter(|a| {
+                a.len() <= 32
+                    && a.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-')
+            })
+            .collect();
+        Ok(Verified {
+            platform: Platform::Tdx,
+            measurement: hex::encode(r.mr_td),
+            measurements,
+            measurements_pinned: pinned,
+            report_data: Some(hex::encode(r.report_data)),
+            report_data_checked: expected.report_data.is_some(),
+            nonce: None,
+            nonce_checked: false,
+            attributes: vec![
+                Field::new("quote_version", r.quote_version.to_string()),
+                Field::new("td_attributes", hex::encode(r.td_attributes)),
+                Field::new("debug", "false"),
+                Field::new("xfam", hex::encode(r.xfam)),
+                Field::new("seam_attributes", hex::encode(r.seam_attributes)),
+                Field::new("tee_tcb_svn", hex::encode(r.tee_tcb_svn)),
+                Field::new("fmspc", hex::encode(pck.fmspc)),
+                Field::new("advisories", advisories.join(",")),
+                Field::new(
+                    "tcb_eval_data_number",
+                    claims.tcb.eval_data_number.to_string(),
+                ),
+                Field::new(
+                    "mr_config_id_checked",
+                    expected.mr_config_id.is_some().to_string(),
+                ),
+            ],
+            tcb_status: Some(status.as_str().to_owned()),
+            instance_id: (!ppid.is_empty() && ppid.iter().any(|&b| b != 0))
+                .then(|| hex::encode(ppid)),
+            valid_from_ms: claims.latest_issue_date.saturating_mul(1000),
+            valid_until_ms: claims.earliest_expiration_date.saturating_mul(1000),
+            verified_at_ms: now_ms,
+        })
+    }
+}
+
+fn check_measurements(r: &TdReport, accepted: &[TdMeasurements]) -> Result<(), Refusal> {
+    let mut first_miss = Refusal::MeasurementNotAllowed("MRTD");
+    for a in accepted {
+        if a.mr_td.0 != r.mr_td {
+            continue;
+        }
+        let rtmrs = [&a.rtmr0, &a.rtmr1, &a.rtmr2, &a.rtmr3];
+        let names = ["RTMR0", "RTMR1", "RTMR2", "RTMR3"];
+        let mut miss = None;
+        for i in 0..4 {
+            if let Some(want) = rtmrs[i]
+                && want.0 != r.rtmr[i]
+            {
+                miss = Some(Refusal::MeasurementNotAllowed(names[i]));
+                break;
+            }
+        }
+        if miss.is_none()
+            && let Some(want) = &a.mr_config_id
+            && want.0 != r.mr_config_id
+        {
+            miss = Some(Refusal::MeasurementNotAllowed("MRCONFIGID"));
+        }
+        match miss {
+            None => return Ok(()),
+            Some(m) => {
+                if first_miss == Refusal::MeasurementNotAllowed("MRTD") {
+                    first_miss = m;
+                }
+            }
+        }
+    }
+    Err(first_miss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compiled_root_is_the_pinned_one() {
+        assert_eq!(crate::fingerprint(INTEL_ROOT), INTEL_ROOT_FINGERPRINT);
+    }
+
+    #[test]
+    fn classify_sorts_dcap_text() {
+        assert_eq!(
+            classify("No matching TCB level found"),
+            Refusal::TcbNotAllowed("no TCB level matches the platform")
+        );
+        assert_eq!(classify("TCBInfo expired"), Refusal::CollateralExpired);
+        assert_eq!(
+            classify("Debug mode is enabled"),
+            Refusal::DebugEnabled("TD attributes DEBUG bit")
+        );
+        assert_eq!(
+            classify("something new"),
+            Refusal::CollateralInvalid("collateral")
+        );
+    }
+
+    #[test]
+    fn short_quotes_are_malformed() {
+        for n in [0, 1, 10, 47, 48, 100, 631, 636] {
+            let mut q = vec![0u8; n];
+            if n >= 8 {
+                q[0] = 4;
+                q[2] = 2;
+                q[4] = 0x81;
+            }
+            assert!(Quote::parse(&q).is_err(), "{n}");
+        }
+    }
+}

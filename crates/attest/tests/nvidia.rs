@@ -1,0 +1,290 @@
+//! NVIDIA Hopper SPDM evidence on the real sample (trustee / nvtrust), and synthetic
+//! transcripts signed under a self-made root.
+
+mod support;
+
+use p384::ecdsa::signature::Signer as _;
+use proptest::prelude::*;
+use skillbox_attest::nvidia::{self, Expected, GoldenMeasurement, Policy};
+use skillbox_attest::{HexBytes, Platform, Refusal};
+use support::*;
+
+const BLOCK2: &str = "8048dfd18fe229bf16eb9d30cca0f11a24dafe6eb731de1462984645a0b189b77c4e4e17de727a5e19e3d07de51da338";
+
+fn nonce() -> [u8; 32] {
+    hex_arr(NVIDIA_NONCE)
+}
+
+fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
+    match r {
+        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
+        Err(e) => e,
+    }
+}
+
+fn golden(index: u8, value: &str) -> GoldenMeasurement {
+    GoldenMeasurement {
+        index,
+        values: vec![HexBytes(hex::decode(value).unwrap())],
+    }
+}
+
+#[test]
+fn hopper_sample_verifies_with_its_nonce() {
+    let e = Expected {
+        nonce: Some(nonce()),
+    };
+    let v = nvidia::verify(&nvidia_hopper(), &e, &Policy::unpinned(), T_2025).unwrap();
+    assert_eq!(v.platform, Platform::Nvidia);
+    assert_eq!(v.nonce.as_deref(), Some(NVIDIA_NONCE));
+    assert!(v.nonce_checked);
+    assert_eq!(v.measurements.len(), 64);
+    assert_eq!(v.measurement_named("block2"), Some(BLOCK2));
+    assert_eq!(v.attribute("driver_version"), Some("550.90.07"));
+    assert_eq!(v.instance_id.as_deref(), Some("41431D480FE5E87274"));
+    assert_eq!(v.measurement.len(), 96, "SHA-384 of the measurement record");
+}
+
+#[test]
+fn the_binding_hash_covers_transcript_and_chain() {
+    let ev = nvidia_hopper();
+    let h = ev.binding_hash();
+    let mut other = ev.clone();
+    other.transcript[40] ^= 1;
+    assert_ne!(other.binding_hash(), h);
+    let mut other = ev.clone();
+    other.chain.pop();
+    assert_ne!(other.binding_hash(), h);
+    // Moving a byte between parts changes it too (lengths are encoded).
+    let mut a = ev.clone();
+    let moved = a.chain[0].remove(0);
+    a.transcript.push(moved);
+    assert_ne!(a.binding_hash(), h);
+    assert_eq!(ev.clone().binding_hash(), h);
+}
+
+#[test]
+fn any_other_nonce_is_refused() {
+    let mut other = nonce();
+    other[31] ^= 1;
+    let e = Expected { nonce: Some(other) };
+    assert_eq!(
+        refused(nvidia::verify(
+            &nvidia_hopper(),
+            &e,
+            &Policy::unpinned(),
+            T_2025
+        )),
+        Refusal::NonceMismatch
+    );
+}
+
+#[test]
+fn golden_measurements_and_devices_are_compared() {
+    let ev = nvidia_hopper();
+    let e = Expected::default();
+    let p = Policy {
+        measurements: vec![golden(2, BLOCK2)],
+        devices: vec!["41431D480FE5E87274".into()],
+    };
+    assert!(
+        nvidia::verify(&ev, &e, &p, T_2025)
+            .unwrap()
+            .measurements_pinned
+    );
+    // An alternative list: any listed value passes.
+    let p = Policy {
+        measurements: vec![GoldenMeasurement {
+            index: 2,
+            values: vec![
+                HexBytes(vec![0; 48]),
+                HexBytes(hex::decode(BLOCK2).unwrap()),
+            ],
+        }],
+        devices: vec![],
+    };
+    assert!(nvidia::verify(&ev, &e, &p, T_2025).is_ok());
+    for bad in [golden(2, &"00".repeat(48)), golden(200, BLOCK2)] {
+        let p = Policy {
+            measurements: vec![bad],
+            devices: vec![],
+        };
+        assert_eq!(
+            refused(nvidia::verify(&ev, &e, &p, T_2025)),
+            Refusal::MeasurementNotAllowed("GPU measurement block")
+        );
+    }
+    let p = Policy {
+        measurements: vec![],
+        devices: vec!["OTHER".into()],
+    };
+    assert_eq!(
+        refused(nvidia::verify(&ev, &e, &p, T_2025)),
+        Refusal::InstanceNotAllowed
+    );
+}
+
+#[test]
+fn chain_time_and_shape() {
+    let ev = nvidia_hopper();
+    let e = Expected::default();
+    // The Provisioner ICA starts 2022-03-01.
+    assert_eq!(
+        refused(nvidia::verify(
+            &ev,
+            &e,
+            &Policy::unpinned(),
+            1_640_995_200_000
+        )),
+        Refusal::CertificateNotYetValid
+    );
+    // Without the root in the file the pinned one is used.
+    let mut no_root = ev.clone();
+    no_root.chain.pop();
+    assert!(nvidia::verify(&no_root, &e, &Policy::unpinned(), T_2025).is_ok());
+    // Without intermediates the leaf cannot reach the root.
+    let mut leaf_only = ev.clone();
+    leaf_only.chain.truncate(1);
+    assert_eq!(
+        refused(nvidia::verify(&leaf_only, &e, &Policy::unpinned(), T_2025)),
+        Refusal::ForeignRoot
+    );
+    let mut none = ev.clone();
+    none.chain.clear();
+    assert_eq!(
+        refused(nvidia::verify(&none, &e, &Policy::unpinned(), T_2025)).code(),
+        "malformed"
+    );
+}
+
+#[test]
+fn policy_loads_from_toml() {
+    let text = format!(
+        "devices = [\"41431D480FE5E87274\"]\n[[measurements]]\nindex = 2\nvalues = [\"{BLOCK2}\"]\n"
+    );
+    let p: Policy = toml::from_str(&text).unwrap();
+    assert!(nvidia::verify(&nvidia_hopper(), &Expected::default(), &p, T_2025).is_ok());
+    assert!(toml::from_str::<Policy>("measurements = []").is_err());
+    assert!(toml::from_str::<Policy>("[[measurements]]\nindex = 2\nvalues = []\n").is_err());
+}
+
+// ---- a synthetic transcript under a self-made root ----
+
+fn forged_transcript(nonce: [u8; 32]) -> Vec<u8> {
+    let mut t = vec![0x11, 0xe0, 0x01, 0xff];
+    t.extend(nonce);
+    t.push(0);
+    let mut record = Vec::new();
+    for i in 1..=2u8 {
+        record.extend([i, 1, 51, 0, 1, 48, 0]);
+        record.extend([i; 48]);
+    }
+    t.extend([0x11, 0x60, 0, 0, 2]);
+    t.extend(&(record.len() as u32).to_le_bytes()[..3]);
+    t.extend(&record);
+    t.extend([7u8; 32]);
+    t.extend(0u16.to_le_bytes());
+    let key_hex = String::from_utf8(data("forged/p384-leaf.key.hex")).unwrap();
+    let key = p384::ecdsa::SigningKey::from_slice(&hex::decode(key_hex.trim()).unwrap()).unwrap();
+    let sig: p384::ecdsa::Signature = key.sign(&t);
+    t.extend(sig.to_bytes());
+    t
+}
+
+#[test]
+fn a_transcript_under_another_root_is_refused() {
+    let t = forged_transcript(nonce());
+    let parsed = nvidia::Transcript::parse(&t).expect("well-formed");
+    assert_eq!(parsed.blocks.len(), 2);
+    let ev = nvidia::Evidence {
+        transcript: t.clone(),
+        chain: vec![data("forged/p384-leaf.der"), data("forged/p384-root.der")],
+    };
+    assert_eq!(
+        refused(nvidia::verify(
+            &ev,
+            &Expected::default(),
+            &Policy::unpinned(),
+            T_2025
+        )),
+        Refusal::ForeignRoot
+    );
+    // The forged leaf hung under the real chain's intermediates does not chain either.
+    let mut real = nvidia_hopper().chain;
+    real[0] = data("forged/p384-leaf.der");
+    let ev = nvidia::Evidence {
+        transcript: t,
+        chain: real,
+    };
+    assert_eq!(
+        refused(nvidia::verify(
+            &ev,
+            &Expected::default(),
+            &Policy::unpinned(),
+            T_2025
+        )),
+        Refusal::ForeignRoot
+    );
+}
+
+#[test]
+fn layout_rules_are_enforced() {
+    let good = forged_transcript([1; 32]);
+    let err = |t: &[u8]| nvidia::Transcript::parse(t).unwrap_err();
+    // Trailing byte, a dropped byte.
+    let mut long = good.clone();
+    long.push(0);
+    assert_eq!(err(&long).code(), "malformed");
+    assert_eq!(err(&good[..good.len() - 1]).code(), "malformed");
+    // Not GET_MEASUREMENTS / no signature requested / another SPDM version.
+    let mut t = good.clone();
+    t[1] = 0x81;
+    assert_eq!(err(&t).code(), "unsupported");
+    let mut t = good.clone();
+    t[2] = 0;
+    assert_eq!(err(&t).code(), "malformed");
+    let mut t = good.clone();
+    t[37] = 0x12;
+    assert_eq!(err(&t).code(), "unsupported");
+    // Block count disagreeing with the record, duplicate index.
+    let mut t = good.clone();
+    t[37 + 4] = 3;
+    assert_eq!(err(&t).code(), "malformed");
+    let mut t = good.clone();
+    t[37 + 8 + 55] = 1;
+    assert_eq!(
+        err(&t),
+        Refusal::Malformed("duplicate SPDM measurement index")
+    );
+}
+
+/// One verifier for the property tests: the chain is verified once, each case checks the rest.
+static VERIFIER: std::sync::LazyLock<nvidia::Verifier> =
+    std::sync::LazyLock::new(|| nvidia::Verifier::new(Policy::unpinned()).unwrap());
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A flipped byte anywhere in the signed transcript or the signature is refused; in the
+    /// nonces and measurement values (where the layout cannot change) it is a bad signature.
+    #[test]
+    fn any_tampered_byte_is_refused(pick in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let mut ev = nvidia_hopper();
+        let at = pick.index(ev.transcript.len());
+        ev.transcript[at] ^= 1 << bit;
+        let err = VERIFIER.verify(&ev, &Expected::default(), T_2025).unwrap_err();
+        let in_request_nonce = (4..36).contains(&at);
+        let block_value = at >= 37 + 8 && at < 37 + 8 + 3520 && (at - 45) % 55 >= 7;
+        let in_signature = at >= ev.transcript.len() - 96;
+        if in_request_nonce || block_value || in_signature {
+            prop_assert_eq!(err.code(), "bad_signature");
+        }
+    }
+
+    #[test]
+    fn random_transcripts_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let mut ev = nvidia_hopper();
+        ev.transcript = bytes;
+        prop_assert!(VERIFIER.verify(&ev, &Expected::default(), T_2025).is_err());
+    }
+}

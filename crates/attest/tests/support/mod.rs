@@ -1,0 +1,114 @@
+//! Shared by the vector tests: the files under `tests/data/` (copied from the project's shared
+//! attestation vectors, licences beside them) and the times each vector is valid at.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel)
+}
+
+pub fn data(rel: &str) -> Vec<u8> {
+    std::fs::read(path(rel)).unwrap_or_else(|e| panic!("test data {rel}: {e}"))
+}
+
+/// 2025-01-01T00:00:00Z: inside every SEV-SNP VCEK's and the NVIDIA chain's validity.
+pub const T_2025: u64 = 1_735_689_600_000;
+/// 2025-06-01: inside the VLEK's one-year validity.
+pub const T_VLEK: u64 = 1_748_736_000_000;
+/// 2026-01-01: after the VLEK expired.
+pub const T_2026: u64 = 1_767_225_600_000;
+/// Inside the TDX sample's collateral window (1750329147..1752919235 s).
+pub const T_TDX: u64 = 1_751_000_000_000;
+/// Inside the outdated TDX sample's window (1771412331..1774003275 s).
+pub const T_TDX_OUTDATED: u64 = 1_772_000_000_000;
+/// Nitro documents' own timestamps (their leaves live ~3 hours).
+pub const T_NITRO_EVERVAULT: u64 = 1_665_651_482_136;
+pub const T_NITRO_EVERVAULT_B64: u64 = 1_695_049_410_860;
+pub const T_NITRO_DEBUG: u64 = 1_665_582_606_081;
+pub const T_NITRO_DSTACK: u64 = 1_766_668_537_578;
+
+pub const NVIDIA_NONCE: &str = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb";
+
+use skillbox_attest::{nitro, nvidia, snp, tdx};
+
+pub fn snp_virtee() -> snp::Evidence {
+    snp::Evidence::from_files(
+        &data("sev-snp/virtee-report_milan.hex"),
+        &[
+            &data("sev-snp/virtee-vcek_milan.der"),
+            &data("sev-snp/virtee-cert_chain_milan.pem"),
+        ],
+    )
+    .expect("virtee evidence")
+}
+
+pub fn snp_trustee() -> snp::Evidence {
+    snp::Evidence::from_files(
+        &data("sev-snp/trustee-test-report.bin"),
+        &[
+            &data("sev-snp/trustee-test-vcek.der"),
+            &data("sev-snp/trustee-milan_ask_ark_asvk.pem"),
+        ],
+    )
+    .expect("trustee evidence")
+}
+
+pub fn snp_vlek() -> snp::Evidence {
+    snp::Evidence::from_files(
+        &data("sev-snp/trustee-test-vlek-report.bin"),
+        &[
+            &data("sev-snp/trustee-test-vlek.der"),
+            &data("sev-snp/trustee-milan_ask_ark_asvk.pem"),
+        ],
+    )
+    .expect("vlek evidence")
+}
+
+pub fn snp_debug() -> snp::Evidence {
+    snp::Evidence::from_files(
+        &data("sev-snp/gosevguest-attestation-debug.bin"),
+        &[
+            &data("sev-snp/gosevguest-vcek.der"),
+            &data("sev-snp/virtee-cert_chain_milan.pem"),
+        ],
+    )
+    .expect("go-sev-guest evidence")
+}
+
+pub fn tdx_valid() -> tdx::Evidence {
+    tdx::Evidence::from_files(
+        &data("tdx/dcapqvl-tdx_quote"),
+        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("tdx evidence")
+}
+
+pub fn tdx_outdated() -> tdx::Evidence {
+    tdx::Evidence::from_files(
+        &data("tdx/dcapqvl-tdx_quote_outdated"),
+        &data("tdx/dcapqvl-tdx_quote_outdated_collateral.json"),
+    )
+    .expect("tdx outdated evidence")
+}
+
+pub fn nitro_doc(rel: &str) -> nitro::Evidence {
+    nitro::Evidence::from_file(&data(rel))
+        .expect("nitro evidence")
+        .0
+}
+
+pub fn nvidia_hopper() -> nvidia::Evidence {
+    nvidia::Evidence::from_files(
+        &data("nvidia/trustee-hopperAttestationReport.hex"),
+        &[&data("nvidia/trustee-hopper_cert_chain_case1.pem")],
+    )
+    .expect("nvidia evidence")
+}
+
+pub fn hex_arr<const N: usize>(s: &str) -> [u8; N] {
+    let v = hex::decode(s).expect("hex");
+    v.try_into().expect("length")
+}

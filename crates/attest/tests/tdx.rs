@@ -1,0 +1,296 @@
+//! Intel TDX on the real dcap-qvl samples, with their collateral, at their times.
+
+mod support;
+
+use proptest::prelude::*;
+use skillbox_attest::tdx::{self, Expected, Policy, TcbStatus, TdMeasurements};
+use skillbox_attest::{Hex, HexBytes, Platform, Refusal};
+use support::*;
+
+const MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
+const RTMR0: &str = "44c0197b39157fdd7a4dcc44767f9d6b0bb3977c7a8e347b8492f827fe9d9e5c48aca29b220b80b6a540cf994b9bc9c0";
+const RTMR1: &str = "0084452c01668329d4bc06acdf58a7205c26743304509973949e5619bf81a6a7aea8c323c173019b3093d54e579e9378";
+const RTMR2: &str = "d833feef2cd945148aa38ead2c53e9b7f138190aaaebfc551dccd829fc207aa3ba80b70870d7330733642e01d48c3132";
+const REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
+
+fn pin(mr_td: &str) -> TdMeasurements {
+    TdMeasurements {
+        mr_td: Hex(hex_arr(mr_td)),
+        rtmr0: Some(Hex(hex_arr(RTMR0))),
+        rtmr1: Some(Hex(hex_arr(RTMR1))),
+        rtmr2: Some(Hex(hex_arr(RTMR2))),
+        rtmr3: Some(Hex([0; 48])),
+        mr_config_id: Some(Hex([0; 48])),
+    }
+}
+
+fn pinned(accepted: Vec<TdMeasurements>) -> Policy {
+    Policy {
+        accepted,
+        ..Policy::unpinned()
+    }
+}
+
+fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
+    match r {
+        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn sample_quote_verifies_up_to_date_in_its_window() {
+    let v = tdx::verify(
+        &tdx_valid(),
+        &Expected::default(),
+        &Policy::unpinned(),
+        T_TDX,
+    )
+    .expect("the sample verifies");
+    assert_eq!(v.platform, Platform::Tdx);
+    assert_eq!(v.tcb_status.as_deref(), Some("UpToDate"));
+    assert_eq!(v.measurement, MR_TD);
+    assert_eq!(v.measurement_named("rtmr3"), Some("0".repeat(96).as_str()));
+    assert_eq!(v.report_data.as_deref(), Some(REPORT_DATA));
+    assert_eq!(v.attribute("fmspc"), Some("b0c06f000000"));
+    assert_eq!(v.attribute("debug"), Some("false"));
+    // The collateral's window is the README's.
+    assert_eq!(v.valid_from_ms, 1_750_329_147_000);
+    assert_eq!(v.valid_until_ms, 1_752_919_235_000);
+}
+
+#[test]
+fn outside_its_window_the_collateral_has_expired() {
+    let ev = tdx_valid();
+    for at in [1_750_329_146_000, 1_752_919_236_000, T_2026] {
+        assert_eq!(
+            refused(tdx::verify(
+                &ev,
+                &Expected::default(),
+                &Policy::unpinned(),
+                at
+            )),
+            Refusal::CollateralExpired,
+            "at {at}"
+        );
+    }
+}
+
+#[test]
+fn outdated_sample_matches_no_tcb_level_whatever_the_allow_list() {
+    let ev = tdx_outdated();
+    assert_eq!(
+        refused(tdx::verify(
+            &ev,
+            &Expected::default(),
+            &Policy::unpinned(),
+            T_TDX_OUTDATED
+        )),
+        Refusal::TcbNotAllowed("no TCB level matches the platform")
+    );
+    let mut lax = Policy::unpinned();
+    lax.tcb_statuses = vec![
+        TcbStatus::UpToDate,
+        TcbStatus::OutOfDate,
+        TcbStatus::SWHardeningNeeded,
+        TcbStatus::ConfigurationNeeded,
+        TcbStatus::ConfigurationAndSWHardeningNeeded,
+        TcbStatus::OutOfDateConfigurationNeeded,
+    ];
+    assert_eq!(
+        refused(tdx::verify(&ev, &Expected::default(), &lax, T_TDX_OUTDATED)).code(),
+        "tcb_not_allowed"
+    );
+}
+
+#[test]
+fn a_status_outside_the_allow_list_is_refused() {
+    let mut p = Policy::unpinned();
+    p.tcb_statuses = vec![TcbStatus::OutOfDate];
+    assert_eq!(
+        refused(tdx::verify(&tdx_valid(), &Expected::default(), &p, T_TDX)),
+        Refusal::TcbNotAllowed("UpToDate")
+    );
+}
+
+#[test]
+fn measurements_are_compared_with_the_pins() {
+    let ev = tdx_valid();
+    let e = Expected::default();
+    let v = tdx::verify(&ev, &e, &pinned(vec![pin(MR_TD)]), T_TDX).unwrap();
+    assert!(v.measurements_pinned);
+
+    let mut wrong_td = MR_TD.to_owned();
+    wrong_td.replace_range(0..2, "00");
+    assert_eq!(
+        refused(tdx::verify(&ev, &e, &pinned(vec![pin(&wrong_td)]), T_TDX)),
+        Refusal::MeasurementNotAllowed("MRTD")
+    );
+    let mut p = pin(MR_TD);
+    p.rtmr1 = Some(Hex([1; 48]));
+    assert_eq!(
+        refused(tdx::verify(&ev, &e, &pinned(vec![p.clone()]), T_TDX)),
+        Refusal::MeasurementNotAllowed("RTMR1")
+    );
+    // A second entry that matches wins.
+    assert!(tdx::verify(&ev, &e, &pinned(vec![p, pin(MR_TD)]), T_TDX).is_ok());
+    let mut p = pin(MR_TD);
+    p.mr_config_id = Some(Hex([2; 48]));
+    assert_eq!(
+        refused(tdx::verify(&ev, &e, &pinned(vec![p]), T_TDX)),
+        Refusal::MeasurementNotAllowed("MRCONFIGID")
+    );
+}
+
+#[test]
+fn report_data_and_mr_config_id_are_compared_with_expectations() {
+    let ev = tdx_valid();
+    let p = Policy::unpinned();
+    let right = Expected {
+        report_data: Some(hex_arr(REPORT_DATA)),
+        mr_config_id: Some([0; 48]),
+    };
+    let v = tdx::verify(&ev, &right, &p, T_TDX).unwrap();
+    assert!(v.report_data_checked);
+    let wrong = Expected {
+        report_data: Some([0; 64]),
+        mr_config_id: None,
+    };
+    assert_eq!(
+        refused(tdx::verify(&ev, &wrong, &p, T_TDX)),
+        Refusal::ReportDataMismatch
+    );
+    let wrong = Expected {
+        report_data: None,
+        mr_config_id: Some([9; 48]),
+    };
+    assert_eq!(
+        refused(tdx::verify(&ev, &wrong, &p, T_TDX)),
+        Refusal::ConfigIdMismatch
+    );
+}
+
+#[test]
+fn platform_flags_and_the_ppid_allow_list() {
+    let ev = tdx_valid();
+    let e = Expected::default();
+    let mut p = Policy::unpinned();
+    p.allow_smt = false;
+    assert_eq!(
+        refused(tdx::verify(&ev, &e, &p, T_TDX)).code(),
+        "attributes_not_allowed"
+    );
+    let v = tdx::verify(&ev, &e, &Policy::unpinned(), T_TDX).unwrap();
+    let ppid = hex::decode(v.instance_id.unwrap()).unwrap();
+    let mut p = Policy::unpinned();
+    p.ppids = vec![HexBytes(ppid)];
+    assert!(tdx::verify(&ev, &e, &p, T_TDX).is_ok());
+    p.ppids = vec![HexBytes(vec![0; 16])];
+    assert_eq!(
+        refused(tdx::verify(&ev, &e, &p, T_TDX)),
+        Refusal::InstanceNotAllowed
+    );
+}
+
+#[test]
+fn collateral_that_is_altered_or_for_another_platform_is_refused() {
+    let mut ev = tdx_valid();
+    ev.collateral.tcb_info = ev.collateral.tcb_info.replace(
+        "\"tcbEvaluationDataNumber\":17",
+        "\"tcbEvaluationDataNumber\":18",
+    );
+    assert_eq!(
+        refused(tdx::verify(
+            &ev,
+            &Expected::default(),
+            &Policy::unpinned(),
+            T_TDX
+        )),
+        Refusal::CollateralInvalid("collateral signature")
+    );
+    let mut ev = tdx_valid();
+    ev.collateral.tcb_info = ev.collateral.tcb_info.replace("UpToDate", "UpToDatf");
+    assert_eq!(
+        refused(tdx::verify(
+            &ev,
+            &Expected::default(),
+            &Policy::unpinned(),
+            T_TDX
+        ))
+        .code(),
+        "collateral_invalid"
+    );
+    // The outdated sample's collateral (another FMSPC) with this quote, at a time both are valid
+    // is impossible (their windows do not overlap), so at the quote's time it has not started.
+    let mut ev = tdx_valid();
+    ev.collateral = tdx_outdated().collateral;
+    assert!(tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX).is_err());
+}
+
+#[test]
+fn policy_loads_from_toml_and_pins_are_required() {
+    let text = format!(
+        "tcb_statuses = [\"UpToDate\", \"SWHardeningNeeded\"]\n\
+         [[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\n"
+    );
+    let p: Policy = toml::from_str(&text).expect("loads");
+    assert!(tdx::verify(&tdx_valid(), &Expected::default(), &p, T_TDX).is_ok());
+    assert!(toml::from_str::<Policy>("accepted = []").is_err());
+    assert!(toml::from_str::<Policy>("tcb_statuses = [\"UpToDate\"]").is_err());
+    let bad_status = format!("tcb_statuses = [\"Fine\"]\n[[accepted]]\nmr_td = \"{MR_TD}\"\n");
+    assert!(toml::from_str::<Policy>(&bad_status).is_err());
+}
+
+#[test]
+fn evidence_round_trips_as_json_and_malformed_input_is_an_error() {
+    let ev = tdx_valid();
+    let back: tdx::Evidence = serde_json::from_value(serde_json::to_value(&ev).unwrap()).unwrap();
+    assert_eq!(back, ev);
+    assert_eq!(
+        tdx::Evidence::from_files(&data("tdx/dcapqvl-tdx_quote"), b"{not json").unwrap_err(),
+        Refusal::Malformed("TDX collateral JSON")
+    );
+    let mut short = ev.clone();
+    short.quote.truncate(700);
+    assert_eq!(
+        tdx::verify(&short, &Expected::default(), &Policy::unpinned(), T_TDX)
+            .unwrap_err()
+            .code(),
+        "malformed"
+    );
+    // Hex text of the quote is accepted too.
+    let hex_quote = hex::encode(data("tdx/dcapqvl-tdx_quote"));
+    let from_hex = tdx::Evidence::from_files(
+        hex_quote.as_bytes(),
+        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
+    )
+    .unwrap();
+    assert_eq!(from_hex.quote, ev.quote);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every byte of the signed region past the version field, and the signature, flipped:
+    /// a bad signature. The version (bytes 0–1) decides the layout, so a flip there is refused
+    /// as unsupported or malformed.
+    #[test]
+    fn any_tampered_byte_is_refused(at in 0usize..(632 + 4 + 64), bit in 0u8..8) {
+        let mut ev = tdx_valid();
+        ev.quote[at] ^= 1 << bit;
+        let r = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX);
+        let code = r.unwrap_err().code();
+        if (2..632).contains(&at) || at >= 636 {
+            prop_assert_eq!(code, "bad_signature");
+        } else {
+            prop_assert!(["unsupported", "malformed", "bad_signature"].contains(&code), "{}", code);
+        }
+    }
+
+    #[test]
+    fn random_quotes_never_panic(quote in proptest::collection::vec(any::<u8>(), 0..2000)) {
+        let mut ev = tdx_valid();
+        ev.quote = quote;
+        prop_assert!(tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX).is_err());
+    }
+}

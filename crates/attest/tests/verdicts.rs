@@ -1,0 +1,358 @@
+//! The verdict table: every shared vector (and the negative cases made from them) → verdict →
+//! reason, computed here and kept exact in `tests/data/verdicts.md` (regenerate with
+//! `SKILLBOX_BLESS=1 cargo test -p skillbox-attest --test verdicts`).
+
+mod support;
+
+use skillbox_attest::{Refusal, Verified, nitro, nvidia, snp, tdx};
+use support::*;
+
+struct Row {
+    platform: &'static str,
+    vector: &'static str,
+    at_ms: u64,
+    expect: Result<(), &'static str>,
+    got: Result<Verified, Refusal>,
+}
+
+fn flip(mut v: Vec<u8>, at: usize) -> Vec<u8> {
+    v[at] ^= 0x01;
+    v
+}
+
+fn rows() -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut add = |platform, vector, at_ms, expect, got| {
+        rows.push(Row {
+            platform,
+            vector,
+            at_ms,
+            expect,
+            got,
+        })
+    };
+
+    // AMD SEV-SNP
+    let sp = snp::Policy::unpinned();
+    let se = snp::Expected::default();
+    add(
+        "sev-snp",
+        "virtee-report_milan.hex + virtee-vcek_milan.der + virtee-cert_chain_milan.pem",
+        T_2025,
+        Ok(()),
+        snp::verify(&snp_virtee(), &se, &sp, T_2025),
+    );
+    add(
+        "sev-snp",
+        "trustee-test-report.bin + trustee-test-vcek.der + trustee-milan_ask_ark_asvk.pem",
+        T_2025,
+        Ok(()),
+        snp::verify(&snp_trustee(), &se, &sp, T_2025),
+    );
+    add(
+        "sev-snp",
+        "trustee-test-vlek-report.bin + trustee-test-vlek.der (VLEK valid)",
+        T_VLEK,
+        Err("vmpl_not_zero"),
+        snp::verify(&snp_vlek(), &se, &sp, T_VLEK),
+    );
+    add(
+        "sev-snp",
+        "trustee-test-vlek-report.bin + trustee-test-vlek.der (after 2025-12-10)",
+        T_2026,
+        Err("certificate_expired"),
+        snp::verify(&snp_vlek(), &se, &sp, T_2026),
+    );
+    add(
+        "sev-snp",
+        "gosevguest-attestation-debug.bin + gosevguest-vcek.der",
+        T_2025,
+        Err("debug_enabled"),
+        snp::verify(&snp_debug(), &se, &sp, T_2025),
+    );
+    let invalid = snp::Evidence::from_files(
+        &data("sev-snp/trustee-test-report.bin"),
+        &[
+            &data("sev-snp/trustee-test-vcek-invalid-new.der"),
+            &data("sev-snp/trustee-milan_ask_ark_asvk.pem"),
+        ],
+    );
+    add(
+        "sev-snp",
+        "trustee-test-report.bin + trustee-test-vcek-invalid-new.der",
+        T_2025,
+        Err("bad_chain"),
+        invalid.and_then(|ev| snp::verify(&ev, &se, &sp, T_2025)),
+    );
+    let mut tampered = snp_virtee();
+    tampered.report = flip(tampered.report, 0x90);
+    add(
+        "sev-snp",
+        "virtee report, one MEASUREMENT bit flipped",
+        T_2025,
+        Err("bad_signature"),
+        snp::verify(&tampered, &se, &sp, T_2025),
+    );
+    add(
+        "sev-snp",
+        "virtee report, another REPORT_DATA expected",
+        T_2025,
+        Err("report_data_mismatch"),
+        snp::verify(
+            &snp_virtee(),
+            &snp::Expected {
+                report_data: Some([0; 64]),
+                host_data: None,
+            },
+            &sp,
+            T_2025,
+        ),
+    );
+    let forged = snp::Evidence::from_files(
+        &data("sev-snp/virtee-report_milan.hex"),
+        &[
+            &data("forged/amd-vcek.der"),
+            &data("forged/amd-ask-ark.pem"),
+        ],
+    );
+    add(
+        "sev-snp",
+        "virtee report under a self-made ARK-Milan chain",
+        T_2025,
+        Err("foreign_root"),
+        forged.and_then(|ev| snp::verify(&ev, &se, &sp, T_2025)),
+    );
+
+    // Intel TDX
+    let tp = tdx::Policy::unpinned();
+    let te = tdx::Expected::default();
+    add(
+        "tdx",
+        "dcapqvl-tdx_quote + dcapqvl-tdx_quote_collateral.json",
+        T_TDX,
+        Ok(()),
+        tdx::verify(&tdx_valid(), &te, &tp, T_TDX),
+    );
+    add(
+        "tdx",
+        "dcapqvl-tdx_quote + collateral, after its window",
+        1_753_000_000_000,
+        Err("collateral_expired"),
+        tdx::verify(&tdx_valid(), &te, &tp, 1_753_000_000_000),
+    );
+    add(
+        "tdx",
+        "dcapqvl-tdx_quote_outdated + its collateral",
+        T_TDX_OUTDATED,
+        Err("tcb_not_allowed"),
+        tdx::verify(&tdx_outdated(), &te, &tp, T_TDX_OUTDATED),
+    );
+    let mut tampered = tdx_valid();
+    tampered.quote = flip(tampered.quote, 48 + 136);
+    add(
+        "tdx",
+        "dcapqvl-tdx_quote, one MRTD bit flipped",
+        T_TDX,
+        Err("bad_signature"),
+        tdx::verify(&tampered, &te, &tp, T_TDX),
+    );
+    add(
+        "tdx",
+        "dcapqvl-tdx_quote, another REPORT_DATA expected",
+        T_TDX,
+        Err("report_data_mismatch"),
+        tdx::verify(
+            &tdx_valid(),
+            &tdx::Expected {
+                report_data: Some([0; 64]),
+                mr_config_id: None,
+            },
+            &tp,
+            T_TDX,
+        ),
+    );
+
+    // AWS Nitro
+    let np = nitro::Policy::unpinned();
+    let ne = nitro::Expected::default();
+    let ever = || nitro_doc("nitro/evervault-valid-attestation-doc-bytes");
+    add(
+        "nitro",
+        "evervault-valid-attestation-doc-bytes",
+        T_NITRO_EVERVAULT,
+        Ok(()),
+        nitro::verify(&ever(), &ne, &np, T_NITRO_EVERVAULT),
+    );
+    add(
+        "nitro",
+        "dstack-nitro_attestation-indefinite-cbor.cose (indefinite-length map)",
+        T_NITRO_DSTACK,
+        Ok(()),
+        nitro::verify(
+            &nitro_doc("nitro/dstack-nitro_attestation-indefinite-cbor.cose"),
+            &ne,
+            &np,
+            T_NITRO_DSTACK,
+        ),
+    );
+    add(
+        "nitro",
+        "evervault-valid-attestation-doc-base64 (PCR0–2 zero)",
+        T_NITRO_EVERVAULT_B64,
+        Err("debug_enabled"),
+        nitro::verify(
+            &nitro_doc("nitro/evervault-valid-attestation-doc-base64"),
+            &ne,
+            &np,
+            T_NITRO_EVERVAULT_B64,
+        ),
+    );
+    add(
+        "nitro",
+        "evervault-debug-mode-attestation-doc-bytes",
+        T_NITRO_DEBUG,
+        Err("debug_enabled"),
+        nitro::verify(
+            &nitro_doc("nitro/evervault-debug-mode-attestation-doc-bytes"),
+            &ne,
+            &np,
+            T_NITRO_DEBUG,
+        ),
+    );
+    add(
+        "nitro",
+        "evervault document, another nonce expected",
+        T_NITRO_EVERVAULT,
+        Err("nonce_mismatch"),
+        nitro::verify(
+            &ever(),
+            &nitro::Expected {
+                nonce: Some(vec![0; 32]),
+                ..Default::default()
+            },
+            &np,
+            T_NITRO_EVERVAULT,
+        ),
+    );
+    let mut tampered = ever();
+    let last = tampered.document.len() - 1;
+    tampered.document = flip(tampered.document, last);
+    add(
+        "nitro",
+        "evervault document, one signature bit flipped",
+        T_NITRO_EVERVAULT,
+        Err("bad_signature"),
+        nitro::verify(&tampered, &ne, &np, T_NITRO_EVERVAULT),
+    );
+    add(
+        "nitro",
+        "evervault document, an hour later",
+        T_NITRO_EVERVAULT + 3_600_000,
+        Err("evidence_stale"),
+        nitro::verify(&ever(), &ne, &np, T_NITRO_EVERVAULT + 3_600_000),
+    );
+
+    // NVIDIA Hopper
+    let vp = nvidia::Policy::unpinned();
+    let nonce = nvidia::Expected {
+        nonce: Some(hex_arr(NVIDIA_NONCE)),
+    };
+    add(
+        "nvidia",
+        "trustee-hopperAttestationReport.hex + trustee-hopper_cert_chain_case1.pem",
+        T_2025,
+        Ok(()),
+        nvidia::verify(&nvidia_hopper(), &nonce, &vp, T_2025),
+    );
+    add(
+        "nvidia",
+        "hopper report, another nonce expected",
+        T_2025,
+        Err("nonce_mismatch"),
+        nvidia::verify(
+            &nvidia_hopper(),
+            &nvidia::Expected {
+                nonce: Some([0; 32]),
+            },
+            &vp,
+            T_2025,
+        ),
+    );
+    let mut tampered = nvidia_hopper();
+    tampered.transcript = flip(tampered.transcript, 37 + 8 + 55 + 7);
+    add(
+        "nvidia",
+        "hopper report, one measurement bit flipped",
+        T_2025,
+        Err("bad_signature"),
+        nvidia::verify(&tampered, &nonce, &vp, T_2025),
+    );
+    let mut foreign = nvidia_hopper();
+    let last = foreign.chain.len() - 1;
+    foreign.chain[last] = data("forged/p384-root.der");
+    add(
+        "nvidia",
+        "hopper chain ending in a self-made root",
+        T_2025,
+        Err("foreign_root"),
+        nvidia::verify(&foreign, &nonce, &vp, T_2025),
+    );
+    rows
+}
+
+fn render(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "# Verdicts on the attestation vectors\n\n\
+         Produced by `crates/attest/tests/verdicts.rs` (kept exact by that test). Unpinned \
+         policies: signature, chain to the pinned root, time, debug, VMPL, TCB status; \
+         measurements shown, not compared.\n\n\
+         | platform | vector | at (Unix ms) | verdict | reason | measurement |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for r in rows {
+        let (verdict, reason, m) = match &r.got {
+            Ok(v) => (
+                "verified",
+                v.tcb_status
+                    .as_deref()
+                    .map(|s| s.split(" (").next().unwrap_or(s).to_owned())
+                    .unwrap_or_else(|| "—".into()),
+                format!("`{}…`", &v.measurement[..16]),
+            ),
+            Err(e) => ("refused", format!("`{}`", e.code()), String::new()),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            r.platform, r.vector, r.at_ms, verdict, reason, m
+        ));
+    }
+    out
+}
+
+#[test]
+fn every_vector_gets_its_expected_verdict_and_the_table_is_current() {
+    let rows = rows();
+    for r in &rows {
+        match (&r.expect, &r.got) {
+            (Ok(()), Ok(_)) => {}
+            (Err(code), Err(e)) => assert_eq!(e.code(), *code, "{}: {}", r.platform, r.vector),
+            (want, got) => panic!(
+                "{} {}: expected {:?}, got {:?}",
+                r.platform,
+                r.vector,
+                want,
+                got.as_ref().map(|v| &v.measurement).map_err(|e| e.code())
+            ),
+        }
+    }
+    let table = render(&rows);
+    let file = path("verdicts.md");
+    if std::env::var_os("SKILLBOX_BLESS").is_some() {
+        std::fs::write(&file, &table).unwrap();
+    }
+    let kept = std::fs::read_to_string(&file).unwrap_or_default();
+    assert_eq!(
+        kept, table,
+        "tests/data/verdicts.md is stale: rerun with SKILLBOX_BLESS=1"
+    );
+}

@@ -1,0 +1,403 @@
+//! `skillbox attestation verify`: a person checks hardware evidence offline, with the same
+//! verifiers a node uses (`skillbox-attest`). No node, no network; `--at` sets the time.
+//!
+//! Exit codes: 0 verified, 1 refused or unreadable input, 2 usage (a flag that does not fit the
+//! platform). No pins are given here, so measurements are shown, not compared — the output
+//! says so.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::json;
+use skillbox_attest::{Platform, Refusal, Verified, nitro, nvidia, snp, tdx};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum AttestationCommand {
+    /// Verify SEV-SNP, TDX, Nitro or NVIDIA evidence: signature, chain to the pinned vendor
+    /// root, validity at `--at`, debug/VMPL/TCB, and the report data or nonce you expect.
+    Verify(VerifyArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// sev-snp | tdx | nitro | nvidia
+    #[arg(long, value_parser = parse_platform)]
+    pub platform: Platform,
+    /// The evidence: SNP report (raw or hex), TDX quote (raw or hex), Nitro COSE document (raw
+    /// or base64), NVIDIA SPDM transcript (hex).
+    #[arg(long)]
+    pub evidence: PathBuf,
+    /// Certificates, PEM or DER, any number of files: SNP the VCEK/VLEK and ASK/ARK, NVIDIA the
+    /// device chain (leaf first).
+    #[arg(long)]
+    pub chain: Vec<PathBuf>,
+    /// TDX: the collateral JSON (TCB info, QE identity, CRLs, their chains).
+    #[arg(long)]
+    pub collateral: Option<PathBuf>,
+    /// The time to verify at, Unix milliseconds (default: now). Nitro chains are checked at the
+    /// document's own timestamp and the document must be recent at this time.
+    #[arg(long)]
+    pub at: Option<u64>,
+    /// The report data you expect, hex: SNP/TDX REPORT_DATA (64 bytes), Nitro user_data.
+    #[arg(long, conflicts_with = "nonce")]
+    pub report_data: Option<String>,
+    /// The nonce you expect, hex: Nitro nonce, NVIDIA requester nonce (32 bytes).
+    #[arg(long)]
+    pub nonce: Option<String>,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_platform(s: &str) -> Result<Platform, String> {
+    s.parse::<Platform>()
+        .map_err(|_| "expected one of: sev-snp, tdx, nitro, nvidia".to_owned())
+}
+
+pub fn run(_global: &crate::Global, cmd: AttestationCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        AttestationCommand::Verify(args) => verify(args),
+    }
+}
+
+/// A flag that does not fit the platform: a usage error (exit 2), said plainly.
+struct Usage(String);
+
+fn usage(msg: impl Into<String>) -> Result<Outcome, Usage> {
+    Err(Usage(msg.into()))
+}
+
+/// What one run found.
+struct Outcome {
+    result: Result<Verified, Refusal>,
+    notes: Vec<String>,
+}
+
+fn hex_arg<const N: usize>(flag: &str, value: &str, platform: Platform) -> Result<[u8; N], Usage> {
+    let bytes =
+        hex::decode(value.trim()).map_err(|_| Usage(format!("{flag} is not hex digits")))?;
+    bytes.try_into().map_err(|_| {
+        Usage(format!(
+            "{flag} must be {N} bytes ({} hex digits) for {platform}",
+            2 * N
+        ))
+    })
+}
+
+fn hex_vec(flag: &str, value: &str) -> Result<Vec<u8>, Usage> {
+    hex::decode(value.trim()).map_err(|_| Usage(format!("{flag} is not hex digits")))
+}
+
+fn read(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("read {}", path.display()))?;
+    if meta.len() > skillbox_attest::input::MAX_INPUT as u64 {
+        anyhow::bail!(
+            "{} is larger than {} bytes: not evidence",
+            path.display(),
+            skillbox_attest::input::MAX_INPUT
+        );
+    }
+    std::fs::read(path).with_context(|| format!("read {}", path.display()))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let at = args.at.unwrap_or_else(now_ms);
+    let evidence = read(&args.evidence)?;
+    let chain: Vec<Vec<u8>> = args.chain.iter().map(read).collect::<Result<_, _>>()?;
+    let collateral = args.collateral.as_ref().map(read).transpose()?;
+    let outcome = match check(&args, &evidence, &chain, collateral.as_deref(), at) {
+        Ok(o) => o,
+        Err(Usage(msg)) => {
+            eprintln!("error: {msg}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if args.json {
+        print_json(&args, at, &outcome)?;
+    } else {
+        print_text(&args, at, &outcome);
+    }
+    Ok(match outcome.result {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::from(1),
+    })
+}
+
+fn check(
+    args: &VerifyArgs,
+    evidence: &[u8],
+    chain: &[Vec<u8>],
+    collateral: Option<&[u8]>,
+    at: u64,
+) -> Result<Outcome, Usage> {
+    let p = args.platform;
+    let chain_refs: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
+    let mut notes = Vec::new();
+    if collateral.is_some() && p != Platform::Tdx {
+        return usage(format!("--collateral is for tdx, not {p}"));
+    }
+    let result = match p {
+        Platform::SevSnp => {
+            if args.nonce.is_some() {
+                return usage("sev-snp has no nonce: use --report-data");
+            }
+            if chain.is_empty() {
+                return usage("sev-snp needs --chain with the VCEK or VLEK (and the ASK/ARK)");
+            }
+            let expected = snp::Expected {
+                report_data: args
+                    .report_data
+                    .as_deref()
+                    .map(|v| hex_arg::<64>("--report-data", v, p))
+                    .transpose()?,
+                host_data: None,
+            };
+            snp::Evidence::from_files(evidence, &chain_refs)
+                .and_then(|ev| snp::verify(&ev, &expected, &snp::Policy::unpinned(), at))
+        }
+        Platform::Tdx => {
+            if args.nonce.is_some() {
+                return usage("tdx has no nonce: use --report-data");
+            }
+            if !chain.is_empty() {
+                return usage(
+                    "tdx takes its certificates from the quote and --collateral, not --chain",
+                );
+            }
+            let Some(collateral) = collateral else {
+                return usage("tdx needs --collateral (the collateral JSON)");
+            };
+            let expected = tdx::Expected {
+                report_data: args
+                    .report_data
+                    .as_deref()
+                    .map(|v| hex_arg::<64>("--report-data", v, p))
+                    .transpose()?,
+                mr_config_id: None,
+            };
+            tdx::Evidence::from_files(evidence, collateral)
+                .and_then(|ev| tdx::verify(&ev, &expected, &tdx::Policy::unpinned(), at))
+        }
+        Platform::Nitro => {
+            if !chain.is_empty() {
+                return usage("nitro carries its chain in the document, not --chain");
+            }
+            let expected = nitro::Expected {
+                user_data: args
+                    .report_data
+                    .as_deref()
+                    .map(|v| hex_vec("--report-data", v))
+                    .transpose()?,
+                nonce: args
+                    .nonce
+                    .as_deref()
+                    .map(|v| hex_vec("--nonce", v))
+                    .transpose()?,
+                public_key: None,
+            };
+            nitro::Evidence::from_file(evidence).and_then(|(ev, trailing)| {
+                if trailing > 0 {
+                    notes.push(format!(
+                        "{trailing} bytes after the COSE document in the file were ignored (not signed)"
+                    ));
+                }
+                nitro::verify(&ev, &expected, &nitro::Policy::unpinned(), at)
+            })
+        }
+        Platform::Nvidia => {
+            if args.report_data.is_some() {
+                return usage("nvidia has no report data: use --nonce");
+            }
+            if chain.is_empty() {
+                return usage("nvidia needs --chain with the device certificate chain");
+            }
+            let expected = nvidia::Expected {
+                nonce: args
+                    .nonce
+                    .as_deref()
+                    .map(|v| hex_arg::<32>("--nonce", v, p))
+                    .transpose()?,
+            };
+            nvidia::Evidence::from_files(evidence, &chain_refs)
+                .and_then(|ev| nvidia::verify(&ev, &expected, &nvidia::Policy::unpinned(), at))
+        }
+    };
+    Ok(Outcome { result, notes })
+}
+
+fn platform_title(p: Platform) -> &'static str {
+    match p {
+        Platform::SevSnp => "AMD SEV-SNP",
+        Platform::Tdx => "Intel TDX",
+        Platform::Nitro => "AWS Nitro Enclaves",
+        Platform::Nvidia => "NVIDIA Hopper GPU (SPDM 1.1)",
+    }
+}
+
+const UNPINNED: &str = "measurements were NOT compared against expected values (this command pins none): \
+compare them with the values you trust; a node compares them with its config's pins";
+
+fn print_text(args: &VerifyArgs, at: u64, o: &Outcome) {
+    let p = args.platform;
+    match &o.result {
+        Ok(v) => {
+            say!(
+                "verified: {} ({}) at {} ({})",
+                p,
+                platform_title(p),
+                at,
+                rfc3339(at)
+            );
+            say!("  measurement      {}", v.measurement);
+            if v.measurements.len() > 1
+                || v.measurements.first().map(|m| m.name) != Some("measurement")
+            {
+                for m in &v.measurements {
+                    say!("    {:<15}{}", m.name, m.value);
+                }
+            }
+            match &v.report_data {
+                Some(rd) => say!(
+                    "  report data      {} ({})",
+                    rd,
+                    if v.report_data_checked {
+                        "matches --report-data"
+                    } else {
+                        "not compared: no --report-data"
+                    }
+                ),
+                None => say!("  report data      (none in this evidence)"),
+            }
+            if let Some(n) = &v.nonce {
+                say!(
+                    "  nonce            {} ({})",
+                    n,
+                    if v.nonce_checked {
+                        "matches --nonce"
+                    } else {
+                        "not compared: no --nonce"
+                    }
+                );
+            }
+            say!("  attributes");
+            for a in &v.attributes {
+                say!("    {:<22}{}", a.name, a.value);
+            }
+            say!(
+                "  tcb              {}",
+                v.tcb_status
+                    .as_deref()
+                    .unwrap_or("(not part of this platform's evidence)")
+            );
+            say!(
+                "  chip/instance    {}",
+                v.instance_id
+                    .as_deref()
+                    .unwrap_or("(none: masked or absent)")
+            );
+            say!(
+                "  valid            {} .. {} (every certificate{} that vouched)",
+                rfc3339(v.valid_from_ms),
+                rfc3339(v.valid_until_ms),
+                if p == Platform::Tdx {
+                    " and the collateral"
+                } else {
+                    ""
+                }
+            );
+            if p == Platform::Nitro {
+                say!(
+                    "  note             the chain is checked at the document's timestamp; the document must be recent at --at"
+                );
+            }
+            for n in &o.notes {
+                say!("  note             {n}");
+            }
+            if !v.measurements_pinned {
+                say!("  note             {UNPINNED}");
+            }
+        }
+        Err(r) => {
+            say!(
+                "refused: {} ({}) at {} ({}): {} — {}",
+                p,
+                platform_title(p),
+                at,
+                rfc3339(at),
+                r.code(),
+                r
+            );
+            for n in &o.notes {
+                say!("  note             {n}");
+            }
+        }
+    }
+}
+
+fn print_json(args: &VerifyArgs, at: u64, o: &Outcome) -> anyhow::Result<()> {
+    let value = match &o.result {
+        Ok(v) => json!({
+            "verdict": "verified",
+            "platform": args.platform.as_str(),
+            "at_ms": at,
+            "verified": v,
+            "notes": o.notes,
+            "pinned": v.measurements_pinned,
+        }),
+        Err(r) => json!({
+            "verdict": "refused",
+            "platform": args.platform.as_str(),
+            "at_ms": at,
+            "code": r.code(),
+            "message": r.to_string(),
+            "notes": o.notes,
+        }),
+    };
+    say!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(())
+}
+
+/// Unix ms as `YYYY-MM-DDTHH:MM:SSZ` (UTC), without a date crate.
+fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_735_689_600_000), "2025-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_665_651_482_136), "2022-10-13T08:58:02Z");
+        assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
+    }
+}
