@@ -164,8 +164,8 @@ fn main() {
         let mut g = c.benchmark_group("verify");
         for (name, cold, warm) in &cases {
             warm(); // fill the chain cache
-            g.bench_function(format!("{name}/cold"), |b| b.iter(|| cold()));
-            g.bench_function(format!("{name}/warm"), |b| b.iter(|| warm()));
+            g.bench_function(format!("{name}/cold"), |b| b.iter(&cold));
+            g.bench_function(format!("{name}/warm"), |b| b.iter(&warm));
         }
         g.finish();
     }

@@ -274,7 +274,7 @@ proptest! {
         ev.transcript[at] ^= 1 << bit;
         let err = VERIFIER.verify(&ev, &Expected::default(), T_2025).unwrap_err();
         let in_request_nonce = (4..36).contains(&at);
-        let block_value = at >= 37 + 8 && at < 37 + 8 + 3520 && (at - 45) % 55 >= 7;
+        let block_value = (37 + 8..37 + 8 + 3520).contains(&at) && (at - 45) % 55 >= 7;
         let in_signature = at >= ev.transcript.len() - 96;
         if in_request_nonce || block_value || in_signature {
             prop_assert_eq!(err.code(), "bad_signature");

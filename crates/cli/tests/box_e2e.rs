@@ -147,6 +147,7 @@ fn program(
         receipt: ReceiptSpec::to_both(),
         prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: now_secs() + 900,
+        guard: None,
     }
 }
 

@@ -80,6 +80,7 @@ fn program(caller: &SigningKey, owner: &SigningKey, result: &HpkeKeyPair, i: usi
         receipt: ReceiptSpec::to_both(),
         prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: now_secs() + 3600,
+        guard: None,
     }
 }
 

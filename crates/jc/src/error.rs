@@ -93,6 +93,9 @@ pub enum JcError {
     /// The provider failed the run: only its closed code, never its words.
     #[error("provider failed: {0}")]
     ProviderFailed(skillbox_providers::ProviderFailure),
+    /// The skill body's secret markers are malformed: the box will not run it unguarded.
+    #[error("the skill body cannot be guarded")]
+    GuardBody,
     #[error("provider host {found:?} differs from this box's configured host {expected:?}")]
     ProviderHost { expected: String, found: String },
     #[error("box is at its limit of {0} runs in flight")]
@@ -167,6 +170,7 @@ impl JcError {
             NotReady(_) => "not_ready",
             ProviderUnavailable(_) => "provider_unavailable",
             ProviderFailed(_) => "provider_failed",
+            GuardBody => "guard_body",
             ProviderHost { .. } => "provider_host_mismatch",
             Busy(_) | OverBudget { .. } => "busy",
             BadRunId => "bad_run_id",
@@ -198,6 +202,7 @@ impl JcError {
             SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
             ProviderUnavailable(_) | Busy(_) | OverBudget { .. } => 503,
             ProviderFailed(_) => 502,
+            GuardBody => 422,
             HostNotAllowed => 421,
             OriginNotAllowed => 403,
             MediaType { .. } => 415,
@@ -248,6 +253,7 @@ impl JcError {
             NotReady(_) => "the run has not finished",
             ProviderUnavailable(_) => "the program's provider is not available at this box",
             ProviderFailed(f) => f.message(),
+            GuardBody => "the skill body cannot be guarded",
             ProviderHost { .. } => "the program's provider host is not this box's",
             Busy(_) | OverBudget { .. } => "the box is busy; try again later",
             BadRunId => "run ids are 32 lowercase hex digits",

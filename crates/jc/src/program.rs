@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use skillbox_guard::GuardSpec;
 use skillbox_providers::ProviderId;
 
 use crate::error::{JcError, Result};
@@ -26,6 +27,8 @@ pub const RECEIPT_FIELDS: [&str; 5] = [
     "finished_at",
     "output_bucket",
 ];
+/// The receipt field a guarded program adds: whether the output guard acted on the answer.
+pub const GUARD_RECEIPT_FIELD: &str = "guard_acted";
 /// The platform name of the software attester (no hardware isolation).
 pub const INSECURE_DEV: &str = "insecure-dev";
 
@@ -80,6 +83,12 @@ pub struct Program {
     pub prompt_template: String,
     /// Unix seconds after which the program may not be opened or run.
     pub expires_at: u64,
+    /// The output guard the box applies to the answer before sealing it. Bound here so both
+    /// parties approve it byte for byte; an owner refuses a program whose guard is not its own.
+    /// Absent: both parties signed a program without one, and the box checks nothing (an owner
+    /// node never signs such a program; see the node's program check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -262,6 +271,9 @@ impl Program {
 
     /// The field rules. Every refusal names the field.
     pub fn validate(&self) -> Result<()> {
+        if let Some(g) = &self.guard {
+            g.validate().map_err(|e| invalid("guard", e.to_string()))?;
+        }
         if self.version != PROGRAM_VERSION {
             return Err(invalid(
                 "version",
@@ -398,10 +410,12 @@ impl Program {
         if self.output.to != "caller" {
             return Err(invalid("output.to", "the answer goes to the caller only"));
         }
-        if self.receipt.fields != RECEIPT_FIELDS {
+        if self.receipt != ReceiptSpec::for_guard(self.guard.is_some()) {
             return Err(invalid(
                 "receipt.fields",
-                format!("must be exactly {RECEIPT_FIELDS:?}"),
+                format!(
+                    "must be exactly {RECEIPT_FIELDS:?}, with {GUARD_RECEIPT_FIELD:?} after them when the program names a guard"
+                ),
             ));
         }
         if self.receipt.to != ["caller", "owner"] {
@@ -438,6 +452,16 @@ impl ReceiptSpec {
             fields: RECEIPT_FIELDS.iter().map(|s| s.to_string()).collect(),
             to: vec!["caller".into(), "owner".into()],
         }
+    }
+
+    /// The receipt of a program with (`true`) or without an output guard: a guarded one also
+    /// says whether the guard acted.
+    pub fn for_guard(guarded: bool) -> ReceiptSpec {
+        let mut spec = ReceiptSpec::to_both();
+        if guarded {
+            spec.fields.push(GUARD_RECEIPT_FIELD.into());
+        }
+        spec
     }
 }
 
@@ -618,6 +642,7 @@ pub(crate) mod tests {
             receipt: ReceiptSpec::to_both(),
             prompt_template: PROMPT_TEMPLATE_V1.into(),
             expires_at: 4_000_000_000,
+            guard: None,
         }
     }
 

@@ -27,6 +27,10 @@ pub struct Receipt {
     pub finished_at: u64,
     /// Size bucket of the sealed answer's plaintext (0 when there is none).
     pub output_bucket: u64,
+    /// In a guarded program's receipt: whether the output guard withheld or regenerated the
+    /// answer (no content, no score). The owner counts such a call double against the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard_acted: Option<bool>,
 }
 
 /// Coarse time for receipts.

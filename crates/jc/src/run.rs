@@ -107,6 +107,8 @@ pub enum RunFailure {
     Timeout,
     Protocol,
     Unavailable,
+    /// The skill body's secret markers are malformed: the box would not run it unguarded.
+    GuardBody,
     /// The box itself failed (sealing, a lost stake): nothing the parties did.
     Internal,
 }
@@ -115,6 +117,7 @@ impl RunFailure {
     pub fn as_str(self) -> &'static str {
         match self {
             RunFailure::Internal => "internal",
+            RunFailure::GuardBody => "guard_body",
             other => other.provider().map_or("internal", ProviderFailure::as_str),
         }
     }
@@ -130,12 +133,15 @@ impl RunFailure {
             RunFailure::Timeout => ProviderFailure::Timeout,
             RunFailure::Protocol => ProviderFailure::Protocol,
             RunFailure::Unavailable => ProviderFailure::Unavailable,
-            RunFailure::Internal => return None,
+            RunFailure::Internal | RunFailure::GuardBody => return None,
         })
     }
 
     /// Words for people, fixed per code.
     pub fn message(self) -> &'static str {
+        if self == RunFailure::GuardBody {
+            return "the skill body's secret markers are malformed, so the box did not run it";
+        }
         self.provider()
             .map_or("the box failed the run", ProviderFailure::message)
     }
@@ -163,9 +169,22 @@ impl From<&JcError> for RunFailure {
             JcError::ProviderUnavailable(_) | JcError::ProviderHost { .. } => {
                 RunFailure::Unavailable
             }
+            JcError::GuardBody => RunFailure::GuardBody,
             _ => RunFailure::Internal,
         }
     }
+}
+
+/// The fixed answer a caller gets when the output guard withholds one, and what stands in for
+/// the skill body when it regenerates one.
+pub use skillbox_guard::{NEUTRAL_INSTRUCTION, WITHHELD_ANSWER};
+
+/// The provider's answer as the box will seal it.
+struct Answered {
+    answer: Zeroizing<String>,
+    truncated: bool,
+    /// The output guard withheld or regenerated it.
+    guard_acted: bool,
 }
 
 struct Finished {
@@ -514,10 +533,10 @@ impl BoxCore {
         };
         let outcome = self.call_provider(&program, stakes).await;
         let now = now_secs();
+        // A guarded program's receipt says whether the guard acted (see `Receipt::guard_acted`).
+        let guarded = program.program.guard.is_some();
         let finished = match outcome {
-            Ok((answer, truncated)) => {
-                self.seal_answer(&program, &keys, run_id, &answer, truncated, now)
-            }
+            Ok(answered) => self.seal_answer(&program, &keys, run_id, &answered, guarded, now),
             Err(e) => Err(e),
         };
         let finished = match finished {
@@ -533,6 +552,7 @@ impl BoxCore {
                     status: RunStatus::Failed,
                     finished_at: receipt::coarse(now),
                     output_bucket: 0,
+                    guard_acted: guarded.then_some(false),
                 };
                 Finished {
                     sealed_output: None,
@@ -560,7 +580,7 @@ impl BoxCore {
         &self,
         program: &ApprovedProgram,
         stakes: HashMap<Role, Vec<Entry>>,
-    ) -> Result<(String, bool)> {
+    ) -> Result<Answered> {
         let p = &program.program;
         let provider = self
             .providers
@@ -583,6 +603,14 @@ impl BoxCore {
             .filter_map(|s| find(caller, &s.name).map(|t| (s.name.clone(), Zeroizing::new(t))))
             .collect();
         let body = Zeroizing::new(find(owner, "body").unwrap_or_default());
+        // The guard strips the owner's secret markers (the model sees the bare tokens) and
+        // indexes the body; a body it cannot prepare fails the run rather than go unguarded.
+        let guard = match &p.guard {
+            Some(spec) if spec.enabled => {
+                Some(skillbox_guard::prepare(&body, spec).map_err(|_| JcError::GuardBody)?)
+            }
+            _ => None,
+        };
         let model = find(owner, "model").unwrap_or_default();
         let key = find(owner, "key").map(Zeroizing::new);
         drop(stakes);
@@ -590,7 +618,8 @@ impl BoxCore {
             .iter()
             .map(|(n, t)| (n.as_str(), t.as_str()))
             .collect();
-        let (system, user) = crate::prompt::build(&body, &request, &refs);
+        let model_body = guard.as_ref().map_or(body.as_str(), |g| g.model_body());
+        let (system, user) = crate::prompt::build(model_body, &request, &refs);
         let max_tokens = (p.output.max_bytes.div_ceil(3)).clamp(16, 4096) as u32;
         let seed = u64::from_be_bytes(
             program.hash.0[..8]
@@ -606,18 +635,57 @@ impl BoxCore {
             seed: Some(seed),
         };
         let timeout = std::time::Duration::from_secs(self.config.run_ttl_secs.max(1));
-        let completion = match tokio::time::timeout(
-            timeout,
-            provider.complete(req, key.as_ref().map(|k| k.as_str())),
-        )
-        .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(JcError::ProviderFailed(e.failure())),
-            Err(_) => return Err(JcError::ProviderFailed(ProviderFailure::Timeout)),
+        let key = key.as_ref().map(|k| k.as_str());
+        let max = p.output.max_bytes as usize;
+        let complete = |req: ChatRequest| async {
+            let completion = match tokio::time::timeout(timeout, provider.complete(req, key)).await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err(JcError::ProviderFailed(e.failure())),
+                Err(_) => return Err(JcError::ProviderFailed(ProviderFailure::Timeout)),
+            };
+            let (answer, cut) = cap(completion.text, max);
+            Ok(Answered {
+                answer: Zeroizing::new(answer),
+                truncated: cut || completion.finish == FinishReason::Length,
+                guard_acted: false,
+            })
         };
-        let (answer, cut) = cap(completion.text, p.output.max_bytes as usize);
-        Ok((answer, cut || completion.finish == FinishReason::Length))
+        let first = complete(req.clone()).await?;
+        let Some(prepared) = guard else {
+            return Ok(first);
+        };
+        if !skillbox_guard::check(&prepared, &first.answer).is_caught() {
+            return Ok(first);
+        }
+        // Caught. Nothing of the verdict leaves the box but the receipt's one bit.
+        tracing::info!(code = "guard_acted", "the output guard acted on an answer");
+        let withheld = || Answered {
+            answer: Zeroizing::new(WITHHELD_ANSWER.to_owned()),
+            truncated: false,
+            guard_acted: true,
+        };
+        match prepared.spec().action {
+            skillbox_guard::Action::Withhold => Ok(withheld()),
+            skillbox_guard::Action::Regenerate => {
+                // The same request without the body (PromptKeeper): an ordinary-looking answer
+                // that cannot contain what the model never saw. Checked again all the same.
+                let (system, user) = crate::prompt::build(NEUTRAL_INSTRUCTION, &request, &refs);
+                let again = complete(ChatRequest {
+                    system,
+                    user,
+                    ..req
+                })
+                .await?;
+                if skillbox_guard::check(&prepared, &again.answer).is_caught() {
+                    return Ok(withheld());
+                }
+                Ok(Answered {
+                    guard_acted: true,
+                    ..again
+                })
+            }
+        }
     }
 
     fn seal_answer(
@@ -625,10 +693,11 @@ impl BoxCore {
         program: &ApprovedProgram,
         keys: &RunKeys,
         run_id: &str,
-        answer: &str,
-        truncated: bool,
+        answered: &Answered,
+        guarded: bool,
         now: u64,
     ) -> Result<Finished> {
+        let (answer, truncated) = (answered.answer.as_str(), answered.truncated);
         let result_key = program.program.result_key()?;
         let mut sealer = Sealer::new(
             &result_key,
@@ -648,6 +717,7 @@ impl BoxCore {
             status: RunStatus::Ok,
             finished_at: receipt::coarse(now),
             output_bucket: seal::bucket(plain_len),
+            guard_acted: guarded.then_some(answered.guard_acted),
         };
         Ok(Finished {
             sealed_output: Some(sealed),

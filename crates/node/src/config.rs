@@ -61,6 +61,32 @@ pub struct P2pConfig {
     pub payload_rate_per_sec: f64,
     #[serde(default = "default_payload_burst")]
     pub payload_burst: u32,
+    /// Connections established in total and per peer, and pending in each direction; past
+    /// these a new connection is denied (a peer cannot exhaust this node's sockets).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    #[serde(default = "default_max_connections_per_peer")]
+    pub max_connections_per_peer: u32,
+    #[serde(default = "default_max_pending")]
+    pub max_pending_incoming: u32,
+    #[serde(default = "default_max_pending")]
+    pub max_pending_outgoing: u32,
+    /// Peers the board holds at most; a newcomer beyond this evicts the oldest advert.
+    #[serde(default = "default_board_max_entries")]
+    pub board_max_entries: usize,
+}
+
+fn default_max_connections() -> u32 {
+    256
+}
+fn default_max_connections_per_peer() -> u32 {
+    3
+}
+fn default_max_pending() -> u32 {
+    64
+}
+fn default_board_max_entries() -> usize {
+    100_000
 }
 
 fn default_payload_rate() -> f64 {
@@ -305,6 +331,11 @@ impl Default for Config {
                 kad_server: false,
                 payload_rate_per_sec: default_payload_rate(),
                 payload_burst: default_payload_burst(),
+                max_connections: default_max_connections(),
+                max_connections_per_peer: default_max_connections_per_peer(),
+                max_pending_incoming: default_max_pending(),
+                max_pending_outgoing: default_max_pending(),
+                board_max_entries: default_board_max_entries(),
             },
             boxes: BoxesConfig {
                 accept: Vec::new(),
@@ -378,6 +409,26 @@ impl Config {
         let rate = self.p2p.payload_rate_per_sec;
         if rate.is_nan() || rate <= 0.0 || self.p2p.payload_burst == 0 {
             return Err("p2p.payload_rate_per_sec and p2p.payload_burst must be above 0".into());
+        }
+        for (name, v) in [
+            ("p2p.max_connections", self.p2p.max_connections as usize),
+            (
+                "p2p.max_connections_per_peer",
+                self.p2p.max_connections_per_peer as usize,
+            ),
+            (
+                "p2p.max_pending_incoming",
+                self.p2p.max_pending_incoming as usize,
+            ),
+            (
+                "p2p.max_pending_outgoing",
+                self.p2p.max_pending_outgoing as usize,
+            ),
+            ("p2p.board_max_entries", self.p2p.board_max_entries),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
         }
         let ns = &self.agents.namespace;
         let ns_ok = !ns.is_empty()
@@ -535,6 +586,14 @@ kad_server = {kad_server}
 # the sender retries with back-off).
 payload_rate_per_sec = {payload_rate}
 payload_burst = {payload_burst}
+# Connections held at most: in total, per peer, and pending in each direction. Past these a
+# new connection is denied at once.
+max_connections = {max_conn}
+max_connections_per_peer = {max_conn_peer}
+max_pending_incoming = {max_pend_in}
+max_pending_outgoing = {max_pend_out}
+# Peers the board (verified adverts) holds at most; a newcomer evicts the oldest advert.
+board_max_entries = {board_max}
 
 [boxes]
 # Base URLs of the boxes (joint-compute services) this node accepts for its calls.
@@ -624,6 +683,11 @@ operator = {operator}
             kad_server = self.p2p.kad_server,
             payload_rate = toml::Value::Float(self.p2p.payload_rate_per_sec),
             payload_burst = self.p2p.payload_burst,
+            max_conn = self.p2p.max_connections,
+            max_conn_peer = self.p2p.max_connections_per_peer,
+            max_pend_in = self.p2p.max_pending_incoming,
+            max_pend_out = self.p2p.max_pending_outgoing,
+            board_max = self.p2p.board_max_entries,
             boxes = list(&self.boxes.accept),
             insecure = self.boxes.allow_insecure_dev,
             advertise = sch.advertise_secs,
@@ -690,6 +754,8 @@ mod tests {
         });
         c.policy.admission.deny_peers.push("12D3KooWbad".into());
         c.agents.department_nesting = false;
+        c.p2p.max_connections = 9;
+        c.p2p.board_max_entries = 1234;
         c.tenants.operator = "ops \"team\"".into();
         c.tenants.tokens = vec![
             TenantToken {
@@ -706,6 +772,24 @@ mod tests {
         let text = c.render();
         let back = Config::parse(&text, Path::new("config.toml")).expect("rendered config parses");
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn zero_connection_limits_are_refused_by_name() {
+        let text = Config::default().render().replace(
+            "max_connections_per_peer = 3",
+            "max_connections_per_peer = 0",
+        );
+        let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero limit");
+        assert!(
+            err.to_string().contains("p2p.max_connections_per_peer"),
+            "{err}"
+        );
+        let text = Config::default()
+            .render()
+            .replace("board_max_entries = 100000", "board_max_entries = 0");
+        let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero cap");
+        assert!(err.to_string().contains("p2p.board_max_entries"), "{err}");
     }
 
     #[test]

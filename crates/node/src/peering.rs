@@ -81,6 +81,11 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         kad_server: config.p2p.kad_server,
         payload_rate_per_sec: config.p2p.payload_rate_per_sec,
         payload_burst: config.p2p.payload_burst,
+        max_connections: config.p2p.max_connections,
+        max_connections_per_peer: config.p2p.max_connections_per_peer,
+        max_pending_incoming: config.p2p.max_pending_incoming,
+        max_pending_outgoing: config.p2p.max_pending_outgoing,
+        board_max_entries: config.p2p.board_max_entries,
         ..PeersConfig::default()
     })
 }
@@ -158,6 +163,20 @@ mod tests {
         let q = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
         assert!(q.kad_server);
         assert_eq!((q.payload_rate_per_sec, q.payload_burst), (500.0, 2000));
+        assert_eq!((q.max_connections, q.board_max_entries), (256, 100_000));
+        c.p2p.max_connections = 7;
+        c.p2p.max_connections_per_peer = 2;
+        c.p2p.board_max_entries = 50;
+        let r = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
+        assert_eq!(
+            (
+                r.max_connections,
+                r.max_connections_per_peer,
+                r.board_max_entries
+            ),
+            (7, 2, 50)
+        );
+        c.p2p.max_connections = 256;
         c.p2p.bootstrap = vec!["/ip4/nope/tcp/1".into()];
         let err = peers_config(&c, std::path::Path::new("config.toml")).expect_err("bad addr");
         assert!(err.to_string().contains("p2p.bootstrap entry #0"), "{err}");

@@ -197,7 +197,16 @@ impl Skills {
     ) -> Result<(Vec<Imported>, Vec<crate::agents::StoredAgent>)> {
         let mut checked = Vec::with_capacity(docs.len());
         for (input, fallback) in docs {
-            checked.push(check_skill(input, *fallback, &self.namespace)?);
+            let c = check_skill(input, *fallback, &self.namespace)?;
+            // The box refuses to run a body whose secret markers it cannot read; say so now,
+            // with the line, rather than at the first call.
+            if let Err(e) = skillbox_guard::prepare(
+                c.body.as_str(),
+                &skillbox_guard::GuardSpec::default_for(true),
+            ) {
+                return Err(NodeError::invalid("body", e.to_string()));
+            }
+            checked.push(c);
         }
         let mut names = std::collections::BTreeSet::new();
         for c in &checked {

@@ -253,6 +253,19 @@ async fn skill_profile_violation_is_rejected_and_leaves_nothing() {
     assert_eq!(first["line"], json!(2), "{body}");
     assert_eq!(count_rows(&node, "skills"), 0);
     assert_eq!(count_rows(&node, "sources"), 0);
+
+    // A secret marker the box's guard cannot read is refused at import, with its line.
+    let (status, body, _) = node
+        .post_skill(
+            "---\nname: gate\ndescription: Opens gates.\nprovider: local\n---\nBe brief.\nThe code is [[secret:PELICAN-42 ok.\n",
+            None,
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("line 2"), "{body}");
+    assert!(!body.to_string().contains("PELICAN"), "{body}");
+    assert_eq!(count_rows(&node, "skills"), 0);
+    assert_eq!(count_rows(&node, "sources"), 0);
     node.stop().await;
 }
 

@@ -1,6 +1,6 @@
 //! The board: the newest valid advert of each peer. Pure data, no I/O; `now` is passed in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use libp2p::PeerId;
@@ -18,7 +18,13 @@ pub struct BoardConfig {
     /// How far in the future an advert's time may be (clock skew between nodes).
     pub max_skew_ms: u64,
     pub max_advert_bytes: usize,
+    /// Peers held at most; a new one beyond this evicts the entry that expires first (the
+    /// oldest advert), so the board is a bounded cache whoever sends what.
+    pub max_entries: usize,
 }
+
+/// Default cap of the board: peers held at once.
+pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
 
 impl Default for BoardConfig {
     fn default() -> Self {
@@ -26,6 +32,7 @@ impl Default for BoardConfig {
             ttl_ms: 180_000,
             max_skew_ms: 30_000,
             max_advert_bytes: DEFAULT_MAX_ADVERT_BYTES,
+            max_entries: DEFAULT_MAX_ENTRIES,
         }
     }
 }
@@ -56,6 +63,8 @@ pub struct Ingested {
     pub seq: u64,
     /// The peer was not on the board before.
     pub new_peer: bool,
+    /// The peer whose entry made room for this one (the board was full).
+    pub evicted: Option<String>,
 }
 
 struct Entry {
@@ -87,6 +96,8 @@ pub struct Board {
     config: BoardConfig,
     // Keyed by the base58 peer id so rows come out in a stable order.
     entries: BTreeMap<String, Entry>,
+    /// (expires_at, peer) of every entry: the oldest is the first.
+    by_expiry: BTreeSet<(u64, String)>,
     /// Sum of the rendered rows' lengths, so a snapshot allocates its buffer once.
     rendered_bytes: usize,
     rendered_rows: usize,
@@ -97,6 +108,7 @@ impl Board {
         Board {
             config,
             entries: BTreeMap::new(),
+            by_expiry: BTreeSet::new(),
             rendered_bytes: 0,
             rendered_rows: 0,
         }
@@ -171,8 +183,17 @@ impl Board {
             row_ends.push(rendered.len());
         }
         let seq = advert.seq;
+        let mut evicted = None;
+        if !self.entries.contains_key(&key)
+            && self.entries.len() >= self.config.max_entries.max(1)
+            && let Some((_, oldest)) = self.by_expiry.first().cloned()
+        {
+            self.remove_key(&oldest);
+            evicted = Some(oldest);
+        }
         self.rendered_bytes += rendered.len();
         self.rendered_rows += row_ends.len();
+        self.by_expiry.insert((expires_at, key.clone()));
         let old = self.entries.insert(
             key,
             Entry {
@@ -184,40 +205,56 @@ impl Board {
             },
         );
         if let Some(old) = old {
+            self.by_expiry
+                .remove(&(old.expires_at, old.advert.node.clone()));
             self.forget_rendered(&old);
         }
         Ok(Ingested {
             peer,
             seq,
             new_peer,
+            evicted,
         })
+    }
+
+    fn remove_key(&mut self, key: &str) -> bool {
+        match self.entries.remove(key) {
+            Some(old) => {
+                self.by_expiry
+                    .remove(&(old.expires_at, old.advert.node.clone()));
+                self.forget_rendered(&old);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Number of entries held, expired or not (at most `max_entries`).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// Drop entries past their TTL; returns the peers that left the board.
     pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
         let gone: Vec<String> = self
-            .entries
+            .by_expiry
             .iter()
-            .filter(|(_, e)| e.expires_at <= now_ms)
-            .map(|(k, _)| k.clone())
+            .take_while(|(exp, _)| *exp <= now_ms)
+            .map(|(_, k)| k.clone())
             .collect();
         for k in &gone {
-            if let Some(old) = self.entries.remove(k) {
-                self.forget_rendered(&old);
-            }
+            self.remove_key(k);
         }
         gone
     }
 
     /// Forget a peer at once (e.g. this node's own entry when it stops offering).
     pub fn remove(&mut self, peer: &PeerId) -> bool {
-        match self.entries.remove(&peer.to_base58()) {
-            Some(old) => {
-                self.forget_rendered(&old);
-                true
-            }
-            None => false,
-        }
+        self.remove_key(&peer.to_base58())
     }
 
     fn forget_rendered(&mut self, old: &Entry) {

@@ -13,8 +13,8 @@ use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
 use libp2p::{
-    Multiaddr, PeerId, StreamProtocol, Swarm, gossipsub, identify, identity::Keypair, kad, mdns,
-    noise, tcp, yamux,
+    Multiaddr, PeerId, StreamProtocol, Swarm, connection_limits, gossipsub, identify,
+    identity::Keypair, kad, mdns, noise, tcp, yamux,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
-use crate::board::{Board, BoardConfig, BoardRow};
+use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES};
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, Payload, Received,
     SeqClock, SignedPayload,
@@ -77,6 +77,14 @@ pub struct PeersConfig {
     pub request_timeout: Duration,
     /// Payloads waiting for the calls logic; when full, senders are told to retry.
     pub payload_queue: usize,
+    /// Connections established in total and per peer, and pending in each direction: past
+    /// these a new connection is denied at once, so a peer cannot exhaust this node's sockets.
+    pub max_connections: u32,
+    pub max_connections_per_peer: u32,
+    pub max_pending_incoming: u32,
+    pub max_pending_outgoing: u32,
+    /// Peers the board holds at most; a newcomer beyond this evicts the oldest advert.
+    pub board_max_entries: usize,
 }
 
 impl Default for PeersConfig {
@@ -104,6 +112,11 @@ impl Default for PeersConfig {
             send_backoff: Duration::from_millis(250),
             request_timeout: Duration::from_secs(10),
             payload_queue: 1024,
+            max_connections: 256,
+            max_connections_per_peer: 3,
+            max_pending_incoming: 64,
+            max_pending_outgoing: 64,
+            board_max_entries: DEFAULT_MAX_ENTRIES,
         }
     }
 }
@@ -132,6 +145,16 @@ impl PeersConfig {
         if self.payload_queue == 0 {
             return bad("payload_queue must be >= 1");
         }
+        if self.max_connections == 0
+            || self.max_connections_per_peer == 0
+            || self.max_pending_incoming == 0
+            || self.max_pending_outgoing == 0
+        {
+            return bad("connection limits must be >= 1");
+        }
+        if self.board_max_entries == 0 {
+            return bad("board_max_entries must be >= 1");
+        }
         Ok(())
     }
 
@@ -140,6 +163,7 @@ impl PeersConfig {
             ttl_ms: self.board_ttl.as_millis() as u64,
             max_skew_ms: self.max_clock_skew.as_millis() as u64,
             max_advert_bytes: self.max_advert_bytes,
+            max_entries: self.board_max_entries,
         }
     }
 
@@ -221,6 +245,8 @@ enum WireResponse {
 
 #[derive(NetworkBehaviour)]
 struct Behaviour {
+    // First, so a connection over the limits is denied before any other behaviour sees it.
+    limits: connection_limits::Behaviour,
     gossipsub: gossipsub::Behaviour,
     rr: request_response::cbor::Behaviour<WireRequest, WireResponse>,
     identify: identify::Behaviour,
@@ -350,6 +376,11 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
     let mdns_on = config.mdns;
     let idle = config.idle_connection_timeout;
     let request_timeout = config.request_timeout;
+    let limits = connection_limits::ConnectionLimits::default()
+        .with_max_established(Some(config.max_connections))
+        .with_max_established_per_peer(Some(config.max_connections_per_peer))
+        .with_max_pending_incoming(Some(config.max_pending_incoming))
+        .with_max_pending_outgoing(Some(config.max_pending_outgoing));
     let swarm = libp2p::SwarmBuilder::with_existing_identity(keypair)
         .with_tokio()
         .with_tcp(
@@ -387,6 +418,7 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
                 None
             };
             Ok(Behaviour {
+                limits: connection_limits::Behaviour::new(limits),
                 gossipsub,
                 rr,
                 identify,

@@ -37,6 +37,7 @@ fn board() -> Board {
         ttl_ms: 180_000,
         max_skew_ms: 30_000,
         max_advert_bytes: 64 * 1024,
+        max_entries: 100_000,
     })
 }
 
@@ -278,4 +279,59 @@ fn an_offer_naming_a_skill_twice_is_refused() {
     .normalized()
     .unwrap_err();
     assert!(err.to_string().contains("haiku"), "{err}");
+}
+
+#[test]
+fn a_full_board_evicts_the_oldest_entry_and_keeps_its_cap() {
+    let mut b = Board::new(BoardConfig {
+        max_entries: 3,
+        ..BoardConfig::default()
+    });
+    let keys: Vec<_> = (1..=5u8)
+        .map(|i| keypair_from_seed(&[i; 32]).unwrap())
+        .collect();
+    let peer = |i: usize| keys[i].public().to_peer_id();
+    // Three peers, signed one second apart: peer 0 is the oldest.
+    for (i, k) in keys.iter().enumerate().take(3) {
+        let t = T0 + i as u64 * 1000;
+        let bytes = sign_advert(k, t, t, &offer(&["haiku"])).unwrap();
+        let got = b.ingest(&bytes, None, T0 + 3000).unwrap();
+        assert_eq!(got.evicted, None);
+    }
+    assert_eq!(b.len(), 3);
+    // A fourth evicts peer 0.
+    let t = T0 + 3000;
+    let bytes = sign_advert(&keys[3], t, t, &offer(&["haiku"])).unwrap();
+    let got = b.ingest(&bytes, None, t).unwrap();
+    assert_eq!(got.evicted, Some(peer(0).to_base58()));
+    assert_eq!(b.len(), 3);
+    assert!(b.advert(&peer(0), t).is_none());
+    // A fresh advert of a peer already held replaces its entry and evicts nobody; it is no
+    // longer the oldest, so the next newcomer evicts peer 2 (now the oldest).
+    let t1 = T0 + 4000;
+    let bytes = sign_advert(&keys[1], t1, t1, &offer(&["summarize"])).unwrap();
+    assert_eq!(b.ingest(&bytes, None, t1).unwrap().evicted, None);
+    let bytes = sign_advert(&keys[4], t1, t1 + 1, &offer(&["haiku"])).unwrap();
+    let got = b.ingest(&bytes, None, t1).unwrap();
+    assert_eq!(got.evicted, Some(peer(2).to_base58()));
+    let mut held: Vec<String> = (0..5)
+        .filter(|&i| b.advert(&peer(i), t1).is_some())
+        .map(|i| peer(i).to_base58())
+        .collect();
+    held.sort();
+    let mut want = vec![
+        peer(1).to_base58(),
+        peer(3).to_base58(),
+        peer(4).to_base58(),
+    ];
+    want.sort();
+    assert_eq!(held, want);
+    // Rows follow the entries (the rendered cache stays consistent after evictions).
+    assert_eq!(b.snapshot(t1).len(), 3);
+    let json: serde_json::Value = serde_json::from_str(&b.snapshot_json(t1)).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 3);
+    // Expiry uses the same order: everything goes once past its TTL.
+    let gone = b.expire(t1 + 180_000);
+    assert_eq!(gone.len(), 3);
+    assert!(b.is_empty());
 }

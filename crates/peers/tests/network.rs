@@ -535,3 +535,70 @@ async fn bad_config_and_unusable_addresses_are_clear_errors() {
     a.shutdown().await;
     assert!(matches!(a.peers().await.unwrap_err(), PeersError::Stopped));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_denied() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (a, _ra) = node(
+            81,
+            PeersConfig {
+                max_connections: 1,
+                ..config()
+            },
+        )
+        .await;
+        let (b, _rb) = node(82, config()).await;
+        let (c, _rc) = node(83, config()).await;
+        let pa = a.local_peer_id();
+        let pb = b.local_peer_id();
+        assert_eq!(b.dial(addr(&a).await).await.unwrap(), pa);
+        // The second peer is over a's limit: its dial fails, or its connection is closed at once.
+        let _ = c.dial(addr(&a).await).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let held: Vec<String> = a
+            .peers()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.peer)
+            .collect();
+        assert_eq!(held, vec![pb.to_base58()], "a holds only its first peer");
+        let c_peers: Vec<String> = c
+            .peers()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.peer)
+            .collect();
+        assert!(
+            !c_peers.contains(&pa.to_base58()),
+            "c is not connected to a: {c_peers:?}"
+        );
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_connection_limits_and_board_cap_are_config_errors() {
+    for bad in [
+        PeersConfig {
+            max_connections: 0,
+            ..config()
+        },
+        PeersConfig {
+            max_pending_incoming: 0,
+            ..config()
+        },
+        PeersConfig {
+            board_max_entries: 0,
+            ..config()
+        },
+    ] {
+        let err = start(bad, keypair_from_seed(&[84; 32]).unwrap())
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(err, PeersError::InvalidConfig(_)), "{err}");
+    }
+}

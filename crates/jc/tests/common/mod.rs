@@ -139,6 +139,7 @@ impl Fixture {
             receipt: ReceiptSpec::to_both(),
             prompt_template: PROMPT_TEMPLATE_V1.into(),
             expires_at: now_secs() + 600,
+            guard: None,
         }
     }
 

@@ -348,6 +348,9 @@ impl Calls {
         }
         let patch = Patch {
             receipt: Some(receipt_json),
+            // A caught extraction attempt counts double against the peer's daily budget.
+            charge: (row.call.role == Role::Owner && receipt.guard_acted == Some(true))
+                .then_some(2),
             ..Patch::default()
         };
         if view.sealed_output.is_none() {

@@ -2,6 +2,7 @@
 //! the owner checks it against its own skill before co-signing. Pure: no store, no network.
 
 use skillbox_calls::FailureCode;
+use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
     BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
     PROMPT_TEMPLATE_V1, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
@@ -49,6 +50,12 @@ fn bucketed(size: u64, ceiling: Option<u64>) -> u64 {
     }
 }
 
+/// The output guard both sides bind into a program: on, regenerating for the embedded model
+/// (a caught attempt looks like an ordinary answer), withholding for a remote one.
+pub fn guard_for(provider: &ProviderId) -> GuardSpec {
+    GuardSpec::default_for(*provider == ProviderId::Local)
+}
+
 /// Build and validate the program.
 pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
     let key_max_bytes = if f.provider.needs_key() {
@@ -56,6 +63,7 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
     } else {
         0
     };
+    let guard = guard_for(&f.provider);
     let program = Program {
         version: PROGRAM_VERSION,
         call_id: f.call_id,
@@ -94,9 +102,10 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             key_max_bytes,
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
-        receipt: ReceiptSpec::to_both(),
+        receipt: ReceiptSpec::for_guard(true),
         prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: f.expires_at,
+        guard: Some(guard),
     };
     program.validate()?;
     Ok(program)
@@ -157,6 +166,10 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
             "the program grants provider {}, the skill uses another",
             program.provider.id
         ));
+    }
+    // A caller may not switch the guard off or loosen it: the program carries this owner's.
+    if program.guard != Some(guard_for(&program.provider.id)) {
+        return mismatch("the program's output guard is not the owner's".into());
     }
     let declared: Vec<&str> = decl.required_sources.iter().map(String::as_str).collect();
     if let Some(s) = program
@@ -313,6 +326,23 @@ mod tests {
             ..base()
         };
         assert!(check(&p, &f).expect_err("digest").1.contains("digest"));
+        // A caller cannot switch the guard off, loosen it, or leave it out.
+        for guard in [
+            None,
+            Some(GuardSpec {
+                enabled: false,
+                ..guard_for(&p.provider.id)
+            }),
+            Some(GuardSpec {
+                threshold_permille: 1000,
+                ..guard_for(&p.provider.id)
+            }),
+        ] {
+            let loose = Program { guard, ..p.clone() };
+            let err = check(&loose, &base()).expect_err("guard");
+            assert_eq!(err.0, FailureCode::ProgramMismatch);
+            assert!(err.1.contains("output guard"), "{}", err.1);
+        }
         let f = OwnerFacts {
             accepts_box: &no,
             ..base()

@@ -216,6 +216,8 @@ pub struct Patch {
     pub box_url: Option<String>,
     pub receipt: Option<Value>,
     pub verified: Option<Value>,
+    /// What the call counts against the owner's daily limits (2 when the guard acted).
+    pub charge: Option<i64>,
 }
 
 /// Write the new record (and the patch) of an existing row.
@@ -238,7 +240,7 @@ pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
         "UPDATE calls SET state = ?3, record = ?4,
             program = COALESCE(?5, program), box_url = COALESCE(?6, box_url),
             receipt = COALESCE(?7, receipt), updated_at = ?8,
-            verified = COALESCE(?9, verified)
+            verified = COALESCE(?9, verified), charge = COALESCE(?10, charge)
          WHERE id = ?1 AND role = ?2",
         params![
             call.id,
@@ -250,6 +252,7 @@ pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
             receipt,
             now_secs(),
             verified,
+            patch.charge,
         ],
     )?;
     if n == 0 {

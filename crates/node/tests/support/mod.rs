@@ -37,6 +37,9 @@ pub enum Answering {
     EchoingErrors,
     /// The same, as an `error` object in a 200 answer.
     EchoingInBand,
+    /// An obedient model: answers every request with its system prompt (the skill body) —
+    /// the stand-in for a strong remote model asked for its instructions.
+    Obedient,
 }
 
 async fn chat(
@@ -57,6 +60,10 @@ async fn chat(
         .map(|m| m["content"].as_str().map_or(0, str::len))
         .sum();
     let echo = format!("bad request (key {auth}): {body}");
+    let system = body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
     log.0.lock().expect("log").push((auth, body));
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -73,6 +80,16 @@ async fn chat(
         Answering::EchoingInBand => {
             return Json(json!({ "error": { "code": "moderation", "message": echo } }))
                 .into_response();
+        }
+        Answering::Obedient => {
+            return Json(json!({
+                "id": "chatcmpl-double",
+                "object": "chat.completion",
+                "choices": [{ "index": 0, "finish_reason": "stop",
+                    "message": { "role": "assistant", "content": system } }],
+                "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 }
+            }))
+            .into_response();
         }
     }
     Json(json!({
