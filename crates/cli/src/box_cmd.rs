@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use skillbox_jc::attest::{Attester, InsecureDevAttester};
+use skillbox_jc::attest::{Attester, InsecureDevAttester, measure_file};
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use skillbox_providers::{ProviderId, ProviderSettings, local};
@@ -30,6 +30,13 @@ pub struct BoxArgs {
     /// Memory set aside for opened stakes, in MiB: a run that would go over is refused `busy`.
     #[arg(long, default_value_t = 1024)]
     pub stake_budget_mib: u64,
+    /// The insecure-dev identity key (made on first start; default `<data dir>/box/insecure-dev.key`).
+    /// The same key across restarts is what nodes pin.
+    #[arg(long)]
+    pub key_file: Option<std::path::PathBuf>,
+    /// Print what a node pins for this box (a `[[boxes.pins]]` entry for its config) and exit.
+    #[arg(long)]
+    pub show_identity: bool,
 }
 
 fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
@@ -55,8 +62,23 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
              start with --insecure-dev for development — that box has no hardware isolation"
         );
     }
-    let attester: Arc<dyn Attester> =
-        Arc::new(InsecureDevAttester::for_current_exe().context("measuring the box executable")?);
+    let exe = std::env::current_exe().context("locating the box executable")?;
+    let measurement = measure_file(&exe).context("measuring the box executable")?;
+    let key_file = args
+        .key_file
+        .clone()
+        .unwrap_or_else(|| global.data_dir().join("box").join("insecure-dev.key"));
+    let dev = InsecureDevAttester::with_key_file(&key_file, measurement)
+        .with_context(|| format!("the box identity key {}", key_file.display()))?;
+    if args.show_identity {
+        println!("[[boxes.pins]]");
+        println!("url = \"http://{}\"", args.listen);
+        println!("platform = \"{}\"", dev.platform());
+        println!("measurements = [\"{}\"]", dev.measurement());
+        println!("key = \"{}\"", dev.public_key_hex());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let attester: Arc<dyn Attester> = Arc::new(dev);
     let mut settings = ProviderSettings::new(local::default_model_path(&global.data_dir()));
     for (id, url) in args.provider_urls {
         settings = settings.with_base_url(id, url);
@@ -87,6 +109,9 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
             attester.platform(),
             attester.measurement()
         );
+        if let Some(key) = attester.identity_key() {
+            println!("identity key {key} (pin it: skillbox box --show-identity)");
+        }
         for v in views {
             match (v.available, v.reason) {
                 (true, _) => println!(

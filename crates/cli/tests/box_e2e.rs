@@ -347,3 +347,41 @@ fn box_without_insecure_dev_refuses_to_start() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--insecure-dev"));
 }
+
+#[test]
+fn show_identity_prints_a_pin_that_stays_the_same_across_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let show = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args([
+                "box",
+                "--insecure-dev",
+                "--listen",
+                "127.0.0.1:7499",
+                "--show-identity",
+            ])
+            .output()
+            .expect("run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let first = show();
+    assert_eq!(first, show(), "one identity across starts");
+    assert!(first.starts_with("[[boxes.pins]]\n"), "{first}");
+    assert!(first.contains("url = \"http://127.0.0.1:7499\""), "{first}");
+    assert!(first.contains("platform = \"insecure-dev\""), "{first}");
+    let key = first
+        .lines()
+        .find_map(|l| l.strip_prefix("key = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("a key line");
+    assert_eq!(key.len(), 64);
+    assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert!(dir.path().join("box").join("insecure-dev.key").is_file());
+}

@@ -10,7 +10,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ed25519_dalek::{Signer, SigningKey, Verifier as _, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha384, Sha512};
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256, Sha384, Sha512};
 
 use crate::dsse::{ApprovedProgram, key_hex};
 use crate::error::{JcError, Result};
@@ -31,6 +33,10 @@ pub struct Statement {
     /// The asker's nonce, as it asked (hex).
     pub nonce: String,
     pub expires_at: u64,
+    /// sha256 (hex) of the canonical provider table the attestation carries: which base URL
+    /// each provider id reaches from this box. Bound here, so a box cannot show one table and
+    /// send plaintext to another host.
+    pub providers: String,
 }
 
 impl Statement {
@@ -53,13 +59,38 @@ pub struct Attestation {
     pub statement: String,
     /// Platform-specific evidence.
     pub evidence: serde_json::Value,
+    /// The box's provider table: provider id → the exact base URL it calls (`in-process` for
+    /// the embedded model). Its hash is in the statement.
+    #[serde(default)]
+    pub providers: BTreeMap<String, String>,
+}
+
+/// What the provider table says of a provider that runs inside the box.
+pub const IN_PROCESS: &str = "in-process";
+
+/// sha256 (hex) of a provider table's canonical JSON.
+pub fn provider_table_hash(table: &BTreeMap<String, String>) -> Result<String> {
+    Ok(hex::encode(Sha256::digest(jcs::to_canonical(table)?)))
 }
 
 /// Produces evidence for a statement. One per box process.
 pub trait Attester: Send + Sync {
     fn platform(&self) -> &str;
     fn measurement(&self) -> &str;
+    /// The public key the evidence is signed with, when the platform's identity is one
+    /// (insecure-dev); what a node pins.
+    fn identity_key(&self) -> Option<String> {
+        None
+    }
     fn attest(&self, statement: &Statement) -> Result<Attestation>;
+}
+
+/// What a platform's evidence vouches for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vouched {
+    pub measurement: String,
+    /// The signing key of the evidence, for platforms whose identity is a key (insecure-dev).
+    pub key: Option<String>,
 }
 
 /// Checks a platform's evidence over `report_data` and returns the measurement it vouches for.
@@ -70,7 +101,7 @@ pub trait Verifier: Send + Sync {
         attestation: &Attestation,
         statement: &Statement,
         report_data: &[u8; 64],
-    ) -> Result<String>;
+    ) -> Result<Vouched>;
 }
 
 /// SHA-384 of a file (the insecure-dev measurement of the box's own executable).
@@ -106,6 +137,61 @@ impl InsecureDevAttester {
             measurement,
         }
     }
+
+    /// The attester with the persistent key kept in `path` (hex of a 32-byte seed, mode 0600),
+    /// made there on first use: the box keeps one identity across restarts, which nodes pin.
+    pub fn with_key_file(path: &std::path::Path, measurement: String) -> Result<Self> {
+        let fail = |what: &str, e: std::io::Error| {
+            JcError::Internal(format!("box key {}: {what}: {e}", path.display()))
+        };
+        let seed = match std::fs::read_to_string(path) {
+            Ok(text) => decode_hex32(text.trim()).ok_or_else(|| {
+                JcError::Internal(format!(
+                    "box key {} is not 64 hex digits; remove it to make a new identity",
+                    path.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut seed = [0u8; 32];
+                getrandom::fill(&mut seed[..])
+                    .map_err(|e| JcError::Internal(format!("box key: no OS randomness: {e}")))?;
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| fail("creating its folder", e))?;
+                }
+                // Written to a temporary name and renamed: a crash leaves no half key.
+                let tmp = path.with_extension("tmp");
+                write_private(&tmp, hex::encode(seed).as_bytes())
+                    .map_err(|e| fail("writing", e))?;
+                std::fs::rename(&tmp, path).map_err(|e| fail("renaming", e))?;
+                seed
+            }
+            Err(e) => return Err(fail("reading", e)),
+        };
+        let seed = zeroize::Zeroizing::new(seed);
+        Ok(InsecureDevAttester {
+            key: SigningKey::from_bytes(&seed),
+            measurement,
+        })
+    }
+
+    /// The evidence key (hex), as a node pins it.
+    pub fn public_key_hex(&self) -> String {
+        key_hex(&self.key.verifying_key())
+    }
+}
+
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
 }
 
 #[derive(Serialize, Deserialize)]
@@ -123,6 +209,9 @@ impl Attester for InsecureDevAttester {
     fn measurement(&self) -> &str {
         &self.measurement
     }
+    fn identity_key(&self) -> Option<String> {
+        Some(self.public_key_hex())
+    }
     fn attest(&self, statement: &Statement) -> Result<Attestation> {
         let bytes = statement.to_canonical()?;
         let rd = report_data(&bytes);
@@ -137,6 +226,7 @@ impl Attester for InsecureDevAttester {
             statement: STANDARD.encode(&bytes),
             evidence: serde_json::to_value(evidence)
                 .map_err(|e| JcError::Internal(e.to_string()))?,
+            providers: BTreeMap::new(),
         })
     }
 }
@@ -152,7 +242,7 @@ impl Verifier for InsecureDevVerifier {
         attestation: &Attestation,
         statement: &Statement,
         rd: &[u8; 64],
-    ) -> Result<String> {
+    ) -> Result<Vouched> {
         let ev: DevEvidence = serde_json::from_value(attestation.evidence.clone())
             .map_err(|e| JcError::Evidence(e.to_string()))?;
         if ev.report_data != hex::encode(rd) {
@@ -168,15 +258,28 @@ impl Verifier for InsecureDevVerifier {
         key.verify(rd, &sig).map_err(|_| {
             JcError::Evidence("signature does not verify over the report data".into())
         })?;
-        // A software key vouches for nothing about the code: the measurement is the box's claim.
-        Ok(statement.measurement.clone())
+        // A software key vouches for nothing about the code: the measurement is the box's claim,
+        // and the key is the box's identity (which a node pins).
+        Ok(Vouched {
+            measurement: statement.measurement.clone(),
+            key: Some(ev.key),
+        })
     }
 }
+
+/// Whether a party accepts that `provider` is reached at `host` (`None`: in the box).
+pub type ProviderHostCheck =
+    dyn Fn(&skillbox_skill::ProviderId, Option<&str>) -> bool + Send + Sync;
 
 /// A verifying party's attestation policy (from its config).
 pub struct VerifyPolicy {
     pub allow_insecure_dev: bool,
     pub verifiers: Vec<Box<dyn Verifier>>,
+    /// The evidence keys this party accepts from the box it asks (insecure-dev): its pin.
+    /// Empty: any key (a party that pins nothing).
+    pub box_keys: Vec<String>,
+    /// The party's own pins of provider hosts; `None` accepts whatever the box attests.
+    pub provider_hosts: Option<std::sync::Arc<ProviderHostCheck>>,
 }
 
 impl VerifyPolicy {
@@ -185,7 +288,21 @@ impl VerifyPolicy {
         VerifyPolicy {
             allow_insecure_dev,
             verifiers: vec![Box::new(InsecureDevVerifier)],
+            box_keys: Vec::new(),
+            provider_hosts: None,
         }
+    }
+
+    /// Only a box whose evidence is signed by one of `keys`.
+    pub fn with_box_keys(mut self, keys: Vec<String>) -> VerifyPolicy {
+        self.box_keys = keys;
+        self
+    }
+
+    /// Only provider hosts `check` accepts.
+    pub fn with_provider_hosts(mut self, check: std::sync::Arc<ProviderHostCheck>) -> Self {
+        self.provider_hosts = Some(check);
+        self
     }
 }
 
@@ -284,11 +401,37 @@ pub fn verify_attestation(
         ));
     }
     let rd = report_data(&bytes);
-    let measurement = verifier.verify_evidence(attestation, &st, &rd)?;
-    if measurement != st.measurement {
+    let vouched = verifier.verify_evidence(attestation, &st, &rd)?;
+    if vouched.measurement != st.measurement {
         return Err(JcError::Evidence(
             "evidence measurement differs from the statement's".into(),
         ));
+    }
+    // Pins, not claims: a box answering on the pinned URL with another key is another box.
+    if !policy.box_keys.is_empty()
+        && !vouched
+            .key
+            .as_ref()
+            .is_some_and(|k| policy.box_keys.iter().any(|p| p.eq_ignore_ascii_case(k)))
+    {
+        return Err(JcError::BoxKeyNotPinned);
+    }
+    // The provider the program grants must be reached where the attested table says, and
+    // where this party's own pins allow.
+    if provider_table_hash(&attestation.providers)? != st.providers {
+        return Err(JcError::Evidence(
+            "provider table differs from the statement's".into(),
+        ));
+    }
+    let grant = &program.program.provider;
+    let attested = attestation.providers.get(&grant.id.to_string());
+    if attested.map(String::as_str) != Some(grant.host.as_deref().unwrap_or(IN_PROCESS)) {
+        return Err(JcError::ProviderHostNotAttested);
+    }
+    if let Some(check) = &policy.provider_hosts
+        && !check(&grant.id, grant.host.as_deref())
+    {
+        return Err(JcError::ProviderHostNotPinned);
     }
     if !program.program.lists_box(&st.platform, &st.measurement) {
         return Err(JcError::BoxNotListed {

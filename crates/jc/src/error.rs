@@ -33,6 +33,12 @@ pub enum JcError {
     PlatformNotAllowed(String),
     #[error("insecure-dev attestation refused: this node's config does not allow it")]
     DevAttestationNotAllowed,
+    #[error("the box's evidence is signed by a key this node has not pinned for it")]
+    BoxKeyNotPinned,
+    #[error("the box does not attest the provider host the program grants")]
+    ProviderHostNotAttested,
+    #[error("the provider host the program grants is not one this node pins")]
+    ProviderHostNotPinned,
     #[error("box {platform}:{measurement} is not listed in the program")]
     BoxNotListed {
         platform: String,
@@ -145,6 +151,9 @@ impl JcError {
             BadSignature { .. } => "bad_signature",
             PlatformNotAllowed(_) => "platform_not_allowed",
             DevAttestationNotAllowed => "dev_attestation_not_allowed",
+            BoxKeyNotPinned => "box_key_not_pinned",
+            ProviderHostNotAttested => "provider_host_not_attested",
+            ProviderHostNotPinned => "provider_host_not_pinned",
             BoxNotListed { .. } => "box_not_listed",
             NonceMismatch => "nonce_mismatch",
             StatementProgramMismatch { .. } => "statement_program_mismatch",
@@ -229,6 +238,9 @@ impl JcError {
             SignerNotInProgram { .. } => "a signature is not from a party of the program",
             BadSignature { .. } => "a signature does not verify",
             PlatformNotAllowed(_) | DevAttestationNotAllowed => "attestation platform refused",
+            BoxKeyNotPinned => "the box is not the one pinned",
+            ProviderHostNotAttested => "the box does not attest the provider host",
+            ProviderHostNotPinned => "the provider host is not pinned",
             BoxNotListed { .. } => "this box is not listed in the program",
             NonceMismatch
             | StatementProgramMismatch { .. }

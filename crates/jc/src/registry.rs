@@ -125,6 +125,24 @@ impl ProviderRegistry {
         }
     }
 
+    /// The provider table the box attests: each provider id it can call → the exact base URL
+    /// it calls ([`crate::attest::IN_PROCESS`] for one inside the box).
+    pub fn table(&self) -> BTreeMap<String, String> {
+        self.slots
+            .iter()
+            .filter_map(|(id, slot)| {
+                let host = match slot {
+                    Slot::Ready { host, .. } => host
+                        .clone()
+                        .unwrap_or_else(|| crate::attest::IN_PROCESS.into()),
+                    Slot::Local(_) => crate::attest::IN_PROCESS.into(),
+                    Slot::Unavailable(_) => return None,
+                };
+                Some((id.clone(), host))
+            })
+            .collect()
+    }
+
     pub fn views(&self) -> Vec<ProviderView> {
         self.slots
             .iter()

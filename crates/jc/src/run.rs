@@ -299,6 +299,10 @@ impl BoxCore {
     pub fn measurement(&self) -> &str {
         self.attester.measurement()
     }
+    /// The key a node pins for this box (insecure-dev), if its identity is a key.
+    pub fn identity_key(&self) -> Option<String> {
+        self.attester.identity_key()
+    }
     pub fn providers(&self) -> &ProviderRegistry {
         &self.providers
     }
@@ -417,6 +421,8 @@ impl BoxCore {
                 "nonce must be 16-128 hex digits".into(),
             ));
         }
+        let providers = self.providers.table();
+        let providers_hash = crate::attest::provider_table_hash(&providers)?;
         let statement = {
             let mut st = self.lock();
             let run = self.live(&mut st, run_id, now)?;
@@ -433,9 +439,12 @@ impl BoxCore {
                 receipt_public_key: key_hex(&keys.receipt.verifying_key()),
                 nonce: nonce.into(),
                 expires_at: run.expires_at,
+                providers: providers_hash,
             }
         };
-        self.attester.attest(&statement)
+        let mut attestation = self.attester.attest(&statement)?;
+        attestation.providers = providers;
+        Ok(attestation)
     }
 
     /// The largest sealed stake a role may post to this run (for the HTTP body limit).

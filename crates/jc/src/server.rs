@@ -61,6 +61,10 @@ pub struct Health {
     pub platform: String,
     pub measurement: String,
     pub no_hardware_isolation: bool,
+    /// The key the box's evidence is signed with (insecure-dev): what a node pins. Informational
+    /// here; a node checks it in every attestation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     pub providers: Vec<ProviderView>,
     pub runs_in_flight: usize,
 }
@@ -216,6 +220,7 @@ async fn health(State(core): State<Arc<BoxCore>>) -> Json<Health> {
         status: "ok".into(),
         platform: core.platform().into(),
         measurement: core.measurement().into(),
+        key: core.identity_key(),
         no_hardware_isolation: core.no_hardware_isolation(),
         providers: core.providers().views(),
         runs_in_flight: core.in_flight(),

@@ -2,6 +2,7 @@
 //! so a human can see and change each default. Parsing is strict: an unknown key is an error that
 //! names it, because a misspelt setting silently falling back to its default is worse.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -103,6 +104,28 @@ pub struct BoxesConfig {
     pub accept: Vec<String>,
     /// Accept a box's `insecure-dev` attestation (a software key: no hardware isolation).
     pub allow_insecure_dev: bool,
+    /// The identity each accepted box must prove: its platform, measurements and (insecure-dev)
+    /// evidence key. Required for a box off loopback; a loopback box without one is trusted
+    /// on first contact (development).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pins: Vec<BoxPin>,
+    /// Provider base URLs this node lets a box reach, per provider id, besides the official
+    /// endpoints (`openai = ["https://llm.example/v1"]`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub provider_hosts: BTreeMap<String, Vec<String>>,
+}
+
+/// One pinned box: what its attestation must show (`skillbox box --show-identity` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxPin {
+    pub url: String,
+    pub platform: String,
+    /// Accepted measurements (any one of them).
+    pub measurements: Vec<String>,
+    /// The evidence key (insecure-dev: required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -340,6 +363,8 @@ impl Default for Config {
             boxes: BoxesConfig {
                 accept: Vec::new(),
                 allow_insecure_dev: false,
+                pins: Vec::new(),
+                provider_hosts: BTreeMap::new(),
             },
             schedules: Schedules {
                 advertise_secs: 60,
@@ -542,12 +567,104 @@ impl Config {
                 ));
             }
         }
-        for url in &self.boxes.accept {
+        self.validate_boxes()
+    }
+
+    fn validate_boxes(&self) -> std::result::Result<(), String> {
+        use crate::calls::boxes::{is_loopback_url, normalize_url};
+        let b = &self.boxes;
+        let hex_ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|c| c.is_ascii_hexdigit());
+        for (i, p) in b.pins.iter().enumerate() {
+            if !b
+                .accept
+                .iter()
+                .any(|u| normalize_url(u) == normalize_url(&p.url))
+            {
+                return Err(format!(
+                    "boxes.pins #{i}: url {:?} is not in boxes.accept",
+                    p.url
+                ));
+            }
+            if p.platform.is_empty() || p.measurements.is_empty() {
+                return Err(format!(
+                    "boxes.pins #{i}: platform and at least one measurement are required"
+                ));
+            }
+            if p.platform == skillbox_jc::program::INSECURE_DEV
+                && !p.key.as_deref().is_some_and(|k| hex_ok(k, 64))
+            {
+                return Err(format!(
+                    "boxes.pins #{i}: an insecure-dev box is pinned by its key (64 hex digits)"
+                ));
+            }
+        }
+        for url in &b.accept {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!("boxes.accept entry {url:?} is not an http(s) URL"));
             }
+            if is_loopback_url(url) {
+                continue;
+            }
+            if url.starts_with("http://") {
+                return Err(format!(
+                    "boxes.accept entry {url:?}: a box off loopback is reached over https only"
+                ));
+            }
+            if !b
+                .pins
+                .iter()
+                .any(|p| normalize_url(&p.url) == normalize_url(url))
+            {
+                return Err(format!(
+                    "boxes.accept entry {url:?} is off loopback and has no [[boxes.pins]] entry: \
+                     pin its identity (`skillbox box --show-identity` prints one)"
+                ));
+            }
+        }
+        for (id, hosts) in &b.provider_hosts {
+            if id.parse::<skillbox_skill::ProviderId>().is_err() {
+                return Err(format!("boxes.provider_hosts: {id:?} is not a provider id"));
+            }
+            if let Some(h) = hosts
+                .iter()
+                .find(|h| !(h.starts_with("http://") || h.starts_with("https://")))
+            {
+                return Err(format!(
+                    "boxes.provider_hosts.{id}: {h:?} is not an http(s) URL"
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// The `[[boxes.pins]]` and `[boxes.provider_hosts]` tables as TOML (after `[boxes]`).
+    fn render_box_pins(&self) -> String {
+        fn s(v: &str) -> String {
+            toml::Value::String(v.to_owned()).to_string()
+        }
+        let list = |v: &[String]| {
+            let items: Vec<String> = v.iter().map(|x| s(x)).collect();
+            format!("[{}]", items.join(", "))
+        };
+        let mut out = String::new();
+        for p in &self.boxes.pins {
+            out.push_str(&format!(
+                "\n[[boxes.pins]]\nurl = {}\nplatform = {}\nmeasurements = {}\n",
+                s(&p.url),
+                s(&p.platform),
+                list(&p.measurements)
+            ));
+            if let Some(k) = &p.key {
+                out.push_str(&format!("key = {}\n", s(k)));
+            }
+        }
+        if !self.boxes.provider_hosts.is_empty() {
+            out.push_str("\n[boxes.provider_hosts]\n");
+            for (id, hosts) in &self.boxes.provider_hosts {
+                out.push_str(&format!("{} = {}\n", s(id), list(hosts)));
+            }
+        }
+        out
     }
 
     /// The full commented `config.toml` for these values: what `skillbox init` writes.
@@ -600,6 +717,17 @@ board_max_entries = {board_max}
 accept = {boxes}
 # Accept a box's `insecure-dev` attestation: a software key, NO hardware isolation. Development only.
 allow_insecure_dev = {insecure}
+# Pins (required for a box off loopback, which is reached over https): what each box's
+# attestation must show. `skillbox box --show-identity` prints the entry for a box:
+# [[boxes.pins]]
+# url = "https://box.example:7480"
+# platform = "insecure-dev"
+# measurements = ["<sha384 hex>"]
+# key = "<ed25519 hex>"
+# A box may send a provider's plaintext only to that provider's official endpoint, to a host
+# listed here ([boxes.provider_hosts] openai = ["https://llm.example/v1"]), or — when the box
+# itself is on loopback — to a loopback host.
+{box_pins}
 
 [schedules]
 # Presence: publish this node's signed advert every N seconds.
@@ -690,6 +818,7 @@ operator = {operator}
             board_max = self.p2p.board_max_entries,
             boxes = list(&self.boxes.accept),
             insecure = self.boxes.allow_insecure_dev,
+            box_pins = self.render_box_pins(),
             advertise = sch.advertise_secs,
             advance = sch.advance_secs,
             sweep = sch.sweep_secs,
@@ -772,6 +901,47 @@ mod tests {
         let text = c.render();
         let back = Config::parse(&text, Path::new("config.toml")).expect("rendered config parses");
         assert_eq!(back, c);
+    }
+
+    #[test]
+    fn boxes_off_loopback_need_https_and_a_pin() {
+        let key = "cd".repeat(32);
+        let mut c = Config::default();
+        c.boxes.accept = vec!["http://10.0.0.5:7480".into()];
+        let err = c.check().expect_err("http off loopback");
+        assert!(err.contains("https"), "{err}");
+        c.boxes.accept = vec!["https://box.example:7480".into()];
+        let err = c.check().expect_err("no pin");
+        assert!(err.contains("[[boxes.pins]]"), "{err}");
+        c.boxes.pins = vec![BoxPin {
+            url: "https://box.example:7480/".into(),
+            platform: "insecure-dev".into(),
+            measurements: vec!["ab".repeat(48)],
+            key: None,
+        }];
+        let err = c.check().expect_err("dev pin without key");
+        assert!(err.contains("key"), "{err}");
+        c.boxes.pins[0].key = Some(key.clone());
+        c.check().expect("pinned");
+        c.boxes.pins[0].url = "https://other.example".into();
+        let err = c.check().expect_err("pin of a box not accepted");
+        assert!(err.contains("not in boxes.accept"), "{err}");
+        c.boxes.pins[0].url = "https://box.example:7480".into();
+        c.boxes
+            .provider_hosts
+            .insert("openai".into(), vec!["https://llm.example/v1".into()]);
+        c.check().expect("valid");
+        // And it renders and parses back.
+        let back = Config::parse(&c.render(), Path::new("c.toml")).expect("parses");
+        assert_eq!(back, c);
+        c.boxes.provider_hosts.insert("nope!".into(), vec![]);
+        assert!(c.check().expect_err("bad id").contains("provider id"));
+        // Loopback boxes need neither (development), and `http://127.0.0.1@evil` is not loopback.
+        let mut d = Config::default();
+        d.boxes.accept = vec!["http://127.0.0.1:7480".into(), "http://[::1]:7480".into()];
+        d.check().expect("loopback");
+        d.boxes.accept = vec!["http://127.0.0.1@evil.example".into()];
+        assert!(d.check().is_err());
     }
 
     #[test]

@@ -132,6 +132,8 @@ impl Node {
         let boxes = Arc::new(Boxes::new(
             &config.boxes.accept,
             config.boxes.allow_insecure_dev,
+            &config.boxes.pins,
+            &config.boxes.provider_hosts,
         ));
         let mut shared = Shared::new(
             sources.clone(),

@@ -382,28 +382,34 @@ async fn a_hostile_callers_programs_are_refused_with_codes_and_leave_nothing() {
     let mut unguarded = program("c3", 4096, 4096);
     unguarded.guard = None;
     unguarded.receipt = ReceiptSpec::for_guard(false);
-    let env = sign_program(&unguarded, &caller_key).expect("sign");
-    let env: Value = serde_json::from_slice(&env.to_json()).expect("json");
-    hostile
-        .send(
-            owner_peer,
-            Payload {
-                kind: PayloadKind::CallRequest,
-                call_id: "c3".into(),
-                body: json!({"skill": "taste", "program": env}),
-            },
-        )
-        .await
-        .expect("sent");
-    let got = tokio::time::timeout(LIMIT, inbox.recv())
-        .await
-        .expect("answer in time")
-        .expect("a payload");
-    assert_eq!(
-        got.payload.body["code"], "program_mismatch",
-        "{}",
-        got.payload.body
-    );
+    // And the owner's key sent to a host the owner does not pin.
+    let mut elsewhere = program("c4", 4096, 4096);
+    elsewhere.provider.host = Some("https://llm.attacker.example/v1".into());
+    for (id, p) in [("c3", &unguarded), ("c4", &elsewhere)] {
+        let env = sign_program(p, &caller_key).expect("sign");
+        let env: Value = serde_json::from_slice(&env.to_json()).expect("json");
+        hostile
+            .send(
+                owner_peer,
+                Payload {
+                    kind: PayloadKind::CallRequest,
+                    call_id: id.into(),
+                    body: json!({"skill": "taste", "program": env}),
+                },
+            )
+            .await
+            .expect("sent");
+        let got = tokio::time::timeout(LIMIT, inbox.recv())
+            .await
+            .expect("answer in time")
+            .expect("a payload");
+        assert_eq!(got.payload.call_id, id);
+        assert_eq!(
+            got.payload.body["code"], "program_mismatch",
+            "{}",
+            got.payload.body
+        );
+    }
     // Garbage and forged programs: each refused, none recorded.
     for (i, body) in [
         json!({"skill": "taste", "program": "not an envelope"}),

@@ -552,6 +552,18 @@ async fn connections_past_the_limit_are_denied() {
         let pa = a.local_peer_id();
         let pb = b.local_peer_id();
         assert_eq!(b.dial(addr(&a).await).await.unwrap(), pa);
+        // a holds b's connection before the second peer tries.
+        let deadline = Instant::now() + WAIT;
+        while !a
+            .peers()
+            .await
+            .unwrap()
+            .iter()
+            .any(|p| p.peer == pb.to_base58())
+        {
+            assert!(Instant::now() < deadline, "a never saw b");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // The second peer is over a's limit: its dial fails, or its connection is closed at once.
         let _ = c.dial(addr(&a).await).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -110,6 +110,14 @@ impl Calls {
             .ok_or_else(|| JcError::BadRequest(format!("box {url} is not one this node accepts")))
     }
 
+    /// How the attestation of this call's box is checked: its pin and this node's provider
+    /// hosts.
+    fn attest_policy(&self, row: &CallRow) -> skillbox_jc::attest::VerifyPolicy {
+        self.0
+            .boxes
+            .verify_policy(row.box_url.as_deref().unwrap_or_default())
+    }
+
     fn role(row: &CallRow) -> skillbox_jc::Role {
         match row.call.role {
             Role::Caller => skillbox_jc::Role::Caller,
@@ -123,7 +131,7 @@ impl Calls {
         let client = self.client(row)?;
         let opened = client.open(&env).await?;
         let verified = client
-            .attest(&approved, &opened.run_id, &self.0.boxes.verify_policy())
+            .attest(&approved, &opened.run_id, &self.attest_policy(row))
             .await?;
         let change = self.remember(row, verified);
         Ok(Some((
@@ -143,7 +151,7 @@ impl Calls {
         let approved = approved_program(&env)?;
         let client = self.client(row)?;
         let verified = client
-            .attest(&approved, run_id, &self.0.boxes.verify_policy())
+            .attest(&approved, run_id, &self.attest_policy(row))
             .await?;
         let change = self.remember(row, verified);
         Ok(Some((
@@ -190,7 +198,7 @@ impl Calls {
         let approved = approved_program(&env)?;
         let v = self
             .client(row)?
-            .attest(&approved, &run_id, &self.0.boxes.verify_policy())
+            .attest(&approved, &run_id, &self.attest_policy(row))
             .await?;
         self.remember(row, v.clone());
         Ok(v)

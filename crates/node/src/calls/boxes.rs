@@ -1,17 +1,26 @@
-//! The boxes this node accepts (`boxes.accept` in config): their identity (platform and
-//! measurement, read from each box's `/healthz`), the providers each can reach, and one HTTP
-//! client per box. A box is *accepted* only by URL from config; its identity is what a program
-//! lists and what an attestation must match. An `insecure-dev` box counts only when
-//! `boxes.allow_insecure_dev` is set.
+//! The boxes this node accepts (`boxes.accept` in config): their identity, the providers each
+//! can reach, and one HTTP client per box. A box is *accepted* only by URL from config; its
+//! identity is what a program lists and what an attestation must match. An `insecure-dev` box
+//! counts only when `boxes.allow_insecure_dev` is set.
+//!
+//! Pins, not claims: a box with a `[[boxes.pins]]` entry must show exactly that identity (its
+//! `/healthz` is compared, and every attestation must be signed by the pinned key); a box off
+//! loopback must have one (config refuses otherwise). A loopback box without a pin is trusted on
+//! first contact: the key its `/healthz` first showed is the one its attestations must carry.
+//! Provider hosts are pinned too: a box may reach a provider only at its official endpoint, a
+//! host in `boxes.provider_hosts`, or a loopback host when the box itself is on loopback.
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use skillbox_jc::attest::VerifyPolicy;
 use skillbox_jc::client::BoxClient;
 use skillbox_jc::program::{BoxIdentity, INSECURE_DEV};
 use skillbox_jc::registry::ProviderView;
 use skillbox_peers::AcceptedBox;
+use skillbox_skill::ProviderId;
+
+use crate::config::BoxPin;
 
 /// One accepted box as last seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +28,8 @@ pub struct KnownBox {
     pub url: String,
     pub platform: String,
     pub measurement: String,
+    /// The evidence key the box showed (insecure-dev): its attestations must carry it.
+    pub key: Option<String>,
     pub providers: Vec<ProviderView>,
 }
 
@@ -42,8 +53,62 @@ pub fn normalize_url(url: &str) -> String {
     url.trim_end_matches('/').to_owned()
 }
 
+/// Whether an http(s) URL names a loopback host (`localhost`, 127.0.0.0/8, `[::1]`).
+pub fn is_loopback_url(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or(url);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // No userinfo: `http://127.0.0.1@evil.example` is evil.example.
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Where this node lets a box reach a provider (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct ProviderHosts {
+    extra: BTreeMap<String, Vec<String>>,
+}
+
+impl ProviderHosts {
+    pub fn new(extra: &BTreeMap<String, Vec<String>>) -> ProviderHosts {
+        ProviderHosts {
+            extra: extra
+                .iter()
+                .map(|(id, hs)| (id.clone(), hs.iter().map(|h| normalize_url(h)).collect()))
+                .collect(),
+        }
+    }
+
+    /// Whether a box at `box_url` may reach `provider` at `host` (`None`: inside the box).
+    pub fn allows(&self, box_url: &str, provider: &ProviderId, host: Option<&str>) -> bool {
+        let Some(host) = host else {
+            return *provider == ProviderId::Local;
+        };
+        let host = normalize_url(host);
+        skillbox_providers::default_base_url(provider) == Some(host.as_str())
+            || self
+                .extra
+                .get(&provider.to_string())
+                .is_some_and(|hs| hs.contains(&host))
+            || (is_loopback_url(&host) && is_loopback_url(box_url))
+    }
+}
+
 pub struct Boxes {
     allow_insecure_dev: bool,
+    pins: BTreeMap<String, BoxPin>,
+    provider_hosts: Arc<ProviderHosts>,
     clients: BTreeMap<String, BoxClient>,
     known: RwLock<BTreeMap<String, KnownBox>>,
     /// When every box was last asked.
@@ -66,7 +131,12 @@ impl std::fmt::Debug for Boxes {
 impl Boxes {
     /// Clients for the configured URLs. A URL the HTTP client cannot use is skipped and logged
     /// (config parsing already refused anything but http(s)).
-    pub fn new(urls: &[String], allow_insecure_dev: bool) -> Boxes {
+    pub fn new(
+        urls: &[String],
+        allow_insecure_dev: bool,
+        pins: &[BoxPin],
+        provider_hosts: &BTreeMap<String, Vec<String>>,
+    ) -> Boxes {
         let mut clients = BTreeMap::new();
         for url in urls {
             let url = normalize_url(url);
@@ -79,6 +149,11 @@ impl Boxes {
         }
         Boxes {
             allow_insecure_dev,
+            pins: pins
+                .iter()
+                .map(|p| (normalize_url(&p.url), p.clone()))
+                .collect(),
+            provider_hosts: Arc::new(ProviderHosts::new(provider_hosts)),
             clients,
             known: RwLock::new(BTreeMap::new()),
             refreshed_at: RwLock::new(None),
@@ -96,13 +171,50 @@ impl Boxes {
                         tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
                         continue;
                     }
+                    let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+                    if let Some(pin) = self.pins.get(url) {
+                        let matches = h.platform == pin.platform
+                            && pin.measurements.contains(&h.measurement)
+                            && pin.key.as_ref().is_none_or(|k| {
+                                h.key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k))
+                            });
+                        if !matches {
+                            tracing::warn!(%url, "box does not show its pinned identity; not used");
+                            known.remove(url);
+                            continue;
+                        }
+                    } else if let Some(seen) = known.get(url)
+                        && seen.key.is_some()
+                        && seen.key != h.key
+                    {
+                        // Trusted on first contact: another key on the same URL is another box.
+                        tracing::warn!(%url, "box shows another key than it first did; not used");
+                        continue;
+                    }
+                    let providers = h
+                        .providers
+                        .into_iter()
+                        .map(|mut v| {
+                            let pinned = v.id.parse::<ProviderId>().is_ok_and(|id| {
+                                self.provider_hosts.allows(url, &id, v.host.as_deref())
+                            });
+                            if v.available && !pinned {
+                                v.available = false;
+                                v.reason = Some(
+                                    "this node does not pin that provider host (boxes.provider_hosts)"
+                                        .into(),
+                                );
+                            }
+                            v
+                        })
+                        .collect();
                     let kb = KnownBox {
                         url: url.clone(),
                         platform: h.platform,
                         measurement: h.measurement,
-                        providers: h.providers,
+                        key: self.pins.get(url).and_then(|p| p.key.clone()).or(h.key),
+                        providers,
                     };
-                    let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
                     known.insert(url.clone(), kb);
                 }
                 Err(e) => tracing::debug!(%url, code = e.code(), "box did not answer /healthz"),
@@ -152,8 +264,30 @@ impl Boxes {
             .any(|k| k.platform == platform && k.measurement == measurement)
     }
 
-    /// How this node verifies attestations.
-    pub fn verify_policy(&self) -> VerifyPolicy {
+    /// Whether some accepted box may reach `provider` at `host` (the owner's program check;
+    /// the attestation of the box actually used is checked against its own URL).
+    pub fn accepts_provider_host(&self, provider: &ProviderId, host: Option<&str>) -> bool {
+        self.clients
+            .keys()
+            .any(|url| self.provider_hosts.allows(url, provider, host))
+    }
+
+    /// How this node verifies the attestations of the box at `url`: its pinned (or first
+    /// seen) key, and this node's provider-host pins for that box.
+    pub fn verify_policy(&self, url: &str) -> VerifyPolicy {
+        let url = normalize_url(url);
+        let key = match self.pins.get(&url) {
+            Some(pin) => pin.key.clone(),
+            None => {
+                let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+                known.get(&url).and_then(|k| k.key.clone())
+            }
+        };
+        let hosts = self.provider_hosts.clone();
         VerifyPolicy::new(self.allow_insecure_dev)
+            .with_box_keys(key.into_iter().collect())
+            .with_provider_hosts(Arc::new(move |id: &ProviderId, host: Option<&str>| {
+                hosts.allows(&url, id, host)
+            }))
     }
 }

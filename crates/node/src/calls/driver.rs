@@ -88,6 +88,9 @@ fn box_failure(e: &JcError) -> Event {
         | JcError::StatementRunMismatch { .. }
         | JcError::AttestationExpired { .. }
         | JcError::ReportDataMismatch
+        | JcError::BoxKeyNotPinned
+        | JcError::ProviderHostNotAttested
+        | JcError::ProviderHostNotPinned
         | JcError::Evidence(_) => FailureCode::AttestationRejected,
         _ => FailureCode::BoxFailed,
     };

@@ -206,7 +206,11 @@ impl Calls {
             .and_then(|p| skillbox_peers::advert::public_key_hex_of_peer(&p))
             .unwrap_or_default();
         let boxes = self.0.boxes.clone();
+        let host_boxes = boxes.clone();
         let accepts = move |b: &BoxIdentity| boxes.accepts_identity(&b.platform, &b.measurement);
+        let accepts_host = move |id: &skillbox_skill::ProviderId, host: Option<&str>| {
+            host_boxes.accepts_provider_host(id, host)
+        };
         let defaults = self.0.ceilings.limits();
         let (decl, offered, digest, body_len, model_len, key_len) = match &found {
             Some((rec, offered, b, m, k)) => (
@@ -234,6 +238,7 @@ impl Calls {
                 key_len,
                 limits,
                 accepts_box: &accepts,
+                accepts_provider_host: &accepts_host,
                 now_secs: now_ms() / 1000,
                 max_expiry_secs: self.0.settings.expiry_secs.max(3600),
             };

@@ -131,6 +131,8 @@ pub struct OwnerFacts<'a> {
     pub limits: Limits,
     /// Whether this node accepts a box of that identity.
     pub accepts_box: &'a dyn Fn(&BoxIdentity) -> bool,
+    /// Whether this node lets a box reach the provider at that host (`None`: in the box).
+    pub accepts_provider_host: &'a dyn Fn(&ProviderId, Option<&str>) -> bool,
     pub now_secs: u64,
     /// The longest expiry this owner agrees to.
     pub max_expiry_secs: u64,
@@ -164,6 +166,13 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
     if decl.provider.as_ref() != Some(&program.provider.id) {
         return mismatch(format!(
             "the program grants provider {}, the skill uses another",
+            program.provider.id
+        ));
+    }
+    // The owner's key and every plaintext go where the program says: only a pinned host.
+    if !(f.accepts_provider_host)(&program.provider.id, program.provider.host.as_deref()) {
+        return mismatch(format!(
+            "the program sends provider {} to a host this node does not pin",
             program.provider.id
         ));
     }
@@ -290,6 +299,8 @@ mod tests {
         let digest = format!("sha256:{}", "cd".repeat(32));
         let yes = |_: &BoxIdentity| true;
         let no = |_: &BoxIdentity| false;
+        let any_host = |_: &ProviderId, _: Option<&str>| true;
+        let no_host = |_: &ProviderId, _: Option<&str>| false;
         let base = || OwnerFacts {
             call_id: "c1",
             owner_key: &owner_key,
@@ -302,6 +313,7 @@ mod tests {
             key_len: 0,
             limits: Limits::default(),
             accepts_box: &yes,
+            accepts_provider_host: &any_host,
             now_secs: p.expires_at - 100,
             max_expiry_secs: 3600,
         };
@@ -349,6 +361,11 @@ mod tests {
         };
         assert!(check(&p, &f).expect_err("box").1.contains("box"));
         let f = OwnerFacts {
+            accepts_provider_host: &no_host,
+            ..base()
+        };
+        assert!(check(&p, &f).expect_err("host").1.contains("does not pin"));
+        let f = OwnerFacts {
             body_len: BODY_MAX_BYTES + 1,
             ..base()
         };
@@ -382,6 +399,7 @@ mod tests {
         let sender = "11".repeat(32);
         let digest = format!("sha256:{}", "cd".repeat(32));
         let yes = |_: &BoxIdentity| true;
+        let any_host = |_: &ProviderId, _: Option<&str>| true;
         let with = |limits: Limits| OwnerFacts {
             call_id: "c1",
             owner_key: &owner_key,
@@ -394,6 +412,7 @@ mod tests {
             key_len: 0,
             limits,
             accepts_box: &yes,
+            accepts_provider_host: &any_host,
             now_secs: p.expires_at - 100,
             max_expiry_secs: 3600,
         };

@@ -152,6 +152,103 @@ pub async fn start_box_at(port: u16, provider_url: &str) -> String {
     format!("http://{addr}")
 }
 
+/// [`start_box`], also answering the box's identity key (what a node pins).
+pub async fn start_box_keyed(provider_url: &str) -> (String, String) {
+    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
+    let key = attester.public_key_hex();
+    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url);
+    let core = Arc::new(BoxCore::new(
+        attester,
+        ProviderRegistry::from_settings(&settings),
+        BoxConfig::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind box");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = skillbox_jc::server::serve(listener, core).await;
+    });
+    (format!("http://{addr}"), key)
+}
+
+/// A man in the middle on the box's path: forwards every request to `target`, but its
+/// `/healthz` claims `claimed_key` (someone else's box). Answers its URL and the paths it
+/// forwarded.
+pub async fn start_lying_proxy(
+    target: &str,
+    claimed_key: &str,
+) -> (String, Arc<Mutex<Vec<String>>>) {
+    #[derive(Clone)]
+    struct Proxy {
+        target: String,
+        key: String,
+        http: reqwest::Client,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+    async fn forward(
+        State(p): State<Proxy>,
+        req: axum::extract::Request,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/".to_owned(), |pq| pq.as_str().to_owned());
+        p.seen.lock().expect("log").push(path.clone());
+        let method = req.method().clone();
+        let mut out = p.http.request(method, format!("{}{path}", p.target));
+        for (name, value) in req.headers() {
+            if name != "host" && name != "content-length" {
+                out = out.header(name, value);
+            }
+        }
+        let body = axum::body::to_bytes(req.into_body(), 1 << 26)
+            .await
+            .unwrap_or_default();
+        let Ok(answer) = out.body(body).send().await else {
+            return axum::http::StatusCode::BAD_GATEWAY.into_response();
+        };
+        let status = answer.status().as_u16();
+        let ctype = answer
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        let mut bytes = answer.bytes().await.unwrap_or_default().to_vec();
+        if path == "/healthz"
+            && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
+        {
+            v["key"] = Value::String(p.key.clone());
+            bytes = serde_json::to_vec(&v).unwrap_or_default();
+        }
+        (
+            axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+            [("content-type", ctype)],
+            bytes,
+        )
+            .into_response()
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let proxy = Proxy {
+        target: target.to_owned(),
+        key: claimed_key.to_owned(),
+        http: reqwest::Client::new(),
+        seen: seen.clone(),
+    };
+    let app = axum::Router::new().fallback(forward).with_state(proxy);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen)
+}
+
 /// Records every payload a node sends.
 pub struct Recording {
     inner: PeersHandle,
