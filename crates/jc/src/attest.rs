@@ -101,6 +101,7 @@ pub trait Verifier: Send + Sync {
         attestation: &Attestation,
         statement: &Statement,
         report_data: &[u8; 64],
+        now_ms: u64,
     ) -> Result<Vouched>;
 }
 
@@ -242,6 +243,7 @@ impl Verifier for InsecureDevVerifier {
         attestation: &Attestation,
         statement: &Statement,
         rd: &[u8; 64],
+        _now_ms: u64,
     ) -> Result<Vouched> {
         let ev: DevEvidence = serde_json::from_value(attestation.evidence.clone())
             .map_err(|e| JcError::Evidence(e.to_string()))?;
@@ -296,6 +298,12 @@ impl VerifyPolicy {
     /// Only a box whose evidence is signed by one of `keys`.
     pub fn with_box_keys(mut self, keys: Vec<String>) -> VerifyPolicy {
         self.box_keys = keys;
+        self
+    }
+
+    /// Also accept the hardware platform `verifier` vouches for (a pinned box's policy).
+    pub fn with_verifier(mut self, verifier: Box<dyn Verifier>) -> VerifyPolicy {
+        self.verifiers.push(verifier);
         self
     }
 
@@ -401,7 +409,7 @@ pub fn verify_attestation(
         ));
     }
     let rd = report_data(&bytes);
-    let vouched = verifier.verify_evidence(attestation, &st, &rd)?;
+    let vouched = verifier.verify_evidence(attestation, &st, &rd, now.saturating_mul(1000))?;
     if vouched.measurement != st.measurement {
         return Err(JcError::Evidence(
             "evidence measurement differs from the statement's".into(),

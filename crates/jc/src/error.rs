@@ -35,6 +35,10 @@ pub enum JcError {
     DevAttestationNotAllowed,
     #[error("the box's evidence is signed by a key this node has not pinned for it")]
     BoxKeyNotPinned,
+    /// A hardware verifier refused the evidence: its closed code (`bad_signature`,
+    /// `foreign_root`, `debug_enabled`, `report_data_mismatch`, ...).
+    #[error("hardware evidence refused: {0}")]
+    HardwareRefused(&'static str),
     #[error("the box does not attest the provider host the program grants")]
     ProviderHostNotAttested,
     #[error("the provider host the program grants is not one this node pins")]
@@ -152,6 +156,7 @@ impl JcError {
             PlatformNotAllowed(_) => "platform_not_allowed",
             DevAttestationNotAllowed => "dev_attestation_not_allowed",
             BoxKeyNotPinned => "box_key_not_pinned",
+            HardwareRefused(_) => "hardware_evidence_refused",
             ProviderHostNotAttested => "provider_host_not_attested",
             ProviderHostNotPinned => "provider_host_not_pinned",
             BoxNotListed { .. } => "box_not_listed",
@@ -239,6 +244,7 @@ impl JcError {
             BadSignature { .. } => "a signature does not verify",
             PlatformNotAllowed(_) | DevAttestationNotAllowed => "attestation platform refused",
             BoxKeyNotPinned => "the box is not the one pinned",
+            HardwareRefused(_) => "the box's hardware evidence is refused",
             ProviderHostNotAttested => "the box does not attest the provider host",
             ProviderHostNotPinned => "the provider host is not pinned",
             BoxNotListed { .. } => "this box is not listed in the program",

@@ -11,6 +11,7 @@ pub mod attest;
 pub mod client;
 pub mod dsse;
 pub mod error;
+pub mod hardware;
 pub mod jcs;
 pub mod program;
 pub mod prompt;

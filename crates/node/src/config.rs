@@ -116,16 +116,45 @@ pub struct BoxesConfig {
 }
 
 /// One pinned box: what its attestation must show (`skillbox box --show-identity` prints it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BoxPin {
     pub url: String,
     pub platform: String,
-    /// Accepted measurements (any one of them).
+    /// Accepted measurements (any one of them): SEV-SNP MEASUREMENT, TDX MRTD, Nitro PCR0, or
+    /// the insecure-dev executable's SHA-384.
     pub measurements: Vec<String>,
     /// The evidence key (insecure-dev: required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// A hardware platform's verification policy, as `skillbox-attest` reads it (`sev-snp`:
+    /// optional, the measurements alone by default; `tdx`: `accepted` TDs, TCB statuses; `nitro`:
+    /// `accepted` PCR0–2 sets, freshness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<toml::Value>,
+}
+
+impl BoxPin {
+    /// The hardware policy of this pin (`None` for insecure-dev).
+    pub fn hardware_policy(
+        &self,
+    ) -> std::result::Result<Option<skillbox_jc::hardware::HardwarePolicy>, String> {
+        if self.platform == skillbox_jc::program::INSECURE_DEV {
+            return Ok(None);
+        }
+        let policy = self
+            .policy
+            .as_ref()
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| format!("policy: {e}"))?;
+        skillbox_jc::hardware::HardwarePolicy::from_value(
+            &self.platform,
+            policy,
+            &self.measurements,
+        )
+        .map(Some)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -597,6 +626,8 @@ impl Config {
                     "boxes.pins #{i}: an insecure-dev box is pinned by its key (64 hex digits)"
                 ));
             }
+            p.hardware_policy()
+                .map_err(|e| format!("boxes.pins #{i} ({}): {e}", p.platform))?;
         }
         for url in &b.accept {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -656,6 +687,9 @@ impl Config {
             ));
             if let Some(k) = &p.key {
                 out.push_str(&format!("key = {}\n", s(k)));
+            }
+            if let Some(policy) = &p.policy {
+                out.push_str(&format!("policy = {policy}\n"));
             }
         }
         if !self.boxes.provider_hosts.is_empty() {
@@ -918,6 +952,7 @@ mod tests {
             platform: "insecure-dev".into(),
             measurements: vec!["ab".repeat(48)],
             key: None,
+            policy: None,
         }];
         let err = c.check().expect_err("dev pin without key");
         assert!(err.contains("key"), "{err}");
@@ -931,6 +966,36 @@ mod tests {
             .provider_hosts
             .insert("openai".into(), vec!["https://llm.example/v1".into()]);
         c.check().expect("valid");
+        // A hardware box: its measurements, or a policy table the attest crate reads.
+        c.boxes.accept.push("https://snp.example".into());
+        c.boxes.pins.push(BoxPin {
+            url: "https://snp.example".into(),
+            platform: "sev-snp".into(),
+            measurements: vec!["7a".repeat(48)],
+            key: None,
+            policy: None,
+        });
+        c.check().expect("snp pinned by measurement");
+        c.boxes.pins[1].measurements = vec!["7a".into()];
+        let err = c.check().expect_err("short measurement");
+        assert!(err.contains("boxes.pins #1 (sev-snp)"), "{err}");
+        c.boxes.pins[1].policy = Some(
+            toml::from_str::<toml::Value>(&format!(
+                "measurements = [\"{}\"]\nallow_vlek = false",
+                "7a".repeat(48)
+            ))
+            .expect("toml"),
+        );
+        c.check().expect("snp pinned by policy");
+        c.boxes.pins[1].policy = Some(toml::from_str("measurements = []").expect("toml"));
+        assert!(c.check().is_err(), "a policy pinning nothing is refused");
+        c.boxes.pins[1].policy = Some(
+            toml::from_str::<toml::Value>(&format!(
+                "measurements = [\"{}\"]\nallow_vlek = false",
+                "7a".repeat(48)
+            ))
+            .expect("toml"),
+        );
         // And it renders and parses back.
         let back = Config::parse(&c.render(), Path::new("c.toml")).expect("parses");
         assert_eq!(back, c);

@@ -27,6 +27,7 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
             platform: "insecure-dev".into(),
             measurements: vec!["ab".repeat(48)],
             key: Some(pinned_key.clone()),
+            policy: None,
         }];
     };
     let owner = TestNode::start(&proxy_url, vec![], pin).await;

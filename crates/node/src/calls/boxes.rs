@@ -105,9 +105,30 @@ impl ProviderHosts {
     }
 }
 
+/// A pinned hardware box's verifier, shared by every attestation check of that box (its chain
+/// cache outlives one call).
+struct Shared(Arc<skillbox_jc::hardware::HardwareVerifier>);
+
+impl skillbox_jc::attest::Verifier for Shared {
+    fn platform(&self) -> &str {
+        self.0.platform()
+    }
+    fn verify_evidence(
+        &self,
+        attestation: &skillbox_jc::attest::Attestation,
+        statement: &skillbox_jc::attest::Statement,
+        report_data: &[u8; 64],
+        now_ms: u64,
+    ) -> skillbox_jc::Result<skillbox_jc::attest::Vouched> {
+        self.0
+            .verify_evidence(attestation, statement, report_data, now_ms)
+    }
+}
+
 pub struct Boxes {
     allow_insecure_dev: bool,
     pins: BTreeMap<String, BoxPin>,
+    hardware: BTreeMap<String, Arc<skillbox_jc::hardware::HardwareVerifier>>,
     provider_hosts: Arc<ProviderHosts>,
     clients: BTreeMap<String, BoxClient>,
     known: RwLock<BTreeMap<String, KnownBox>>,
@@ -147,8 +168,28 @@ impl Boxes {
                 Err(e) => tracing::warn!(%url, error = %e, "box client cannot be built"),
             }
         }
+        let mut hardware = BTreeMap::new();
+        for pin in pins {
+            let built = pin
+                .hardware_policy()
+                .map_err(skillbox_jc::JcError::Internal)
+                .and_then(|p| {
+                    p.map(skillbox_jc::hardware::HardwareVerifier::new)
+                        .transpose()
+                });
+            match built {
+                Ok(Some(v)) => {
+                    hardware.insert(normalize_url(&pin.url), Arc::new(v));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(url = %pin.url, code = e.code(), "box pin policy unusable")
+                }
+            }
+        }
         Boxes {
             allow_insecure_dev,
+            hardware,
             pins: pins
                 .iter()
                 .map(|p| (normalize_url(&p.url), p.clone()))
@@ -284,10 +325,84 @@ impl Boxes {
             }
         };
         let hosts = self.provider_hosts.clone();
-        VerifyPolicy::new(self.allow_insecure_dev)
+        let mut policy = VerifyPolicy::new(self.allow_insecure_dev);
+        if let Some(v) = self.hardware.get(&url) {
+            policy = policy.with_verifier(Box::new(Shared(v.clone())));
+        }
+        policy
             .with_box_keys(key.into_iter().collect())
             .with_provider_hosts(Arc::new(move |id: &ProviderId, host: Option<&str>| {
                 hosts.allows(&url, id, host)
             }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pin(url: &str, platform: &str, key: Option<&str>) -> BoxPin {
+        BoxPin {
+            url: url.into(),
+            platform: platform.into(),
+            measurements: vec!["7a".repeat(48)],
+            key: key.map(str::to_owned),
+            policy: None,
+        }
+    }
+
+    #[test]
+    fn each_box_is_verified_by_its_own_pin() {
+        let urls = [
+            "https://snp.example".to_owned(),
+            "https://dev.example".to_owned(),
+        ];
+        let key = "cd".repeat(32);
+        let boxes = Boxes::new(
+            &urls,
+            true,
+            &[
+                pin("https://snp.example", "sev-snp", None),
+                pin("https://dev.example/", "insecure-dev", Some(&key)),
+            ],
+            &BTreeMap::new(),
+        );
+        let snp = boxes.verify_policy("https://snp.example/");
+        let platforms: Vec<&str> = snp.verifiers.iter().map(|v| v.platform()).collect();
+        assert_eq!(platforms, ["insecure-dev", "sev-snp"]);
+        assert!(snp.box_keys.is_empty());
+        let dev = boxes.verify_policy("https://dev.example");
+        assert_eq!(
+            dev.verifiers.len(),
+            1,
+            "no hardware verifier for the dev box"
+        );
+        assert_eq!(dev.box_keys, [key]);
+    }
+
+    #[test]
+    fn provider_hosts_official_listed_or_loopback_beside_a_loopback_box() {
+        let extra = BTreeMap::from([(
+            "openai".to_owned(),
+            vec!["https://llm.example/v1/".to_owned()],
+        )]);
+        let h = ProviderHosts::new(&extra);
+        let openai: ProviderId = "openai".parse().expect("id");
+        let remote = "https://box.example";
+        let local = "http://127.0.0.1:7480";
+        assert!(h.allows(remote, &openai, Some("https://api.openai.com/v1")));
+        assert!(h.allows(remote, &openai, Some("https://llm.example/v1")));
+        assert!(!h.allows(remote, &openai, Some("https://llm.attacker.example/v1")));
+        assert!(!h.allows(remote, &openai, Some("http://127.0.0.1:9/v1")));
+        assert!(h.allows(local, &openai, Some("http://127.0.0.1:9/v1")));
+        assert!(
+            !h.allows(local, &openai, None),
+            "only the embedded model runs in the box"
+        );
+        assert!(h.allows(remote, &ProviderId::Local, None));
+        assert!(!is_loopback_url("http://127.0.0.1@evil.example/"));
+        assert!(is_loopback_url("http://[::1]:80/x"));
+        assert!(is_loopback_url("https://localhost"));
+        assert!(!is_loopback_url("https://localhost.evil.example"));
     }
 }

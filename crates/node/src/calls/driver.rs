@@ -89,6 +89,7 @@ fn box_failure(e: &JcError) -> Event {
         | JcError::AttestationExpired { .. }
         | JcError::ReportDataMismatch
         | JcError::BoxKeyNotPinned
+        | JcError::HardwareRefused(_)
         | JcError::ProviderHostNotAttested
         | JcError::ProviderHostNotPinned
         | JcError::Evidence(_) => FailureCode::AttestationRejected,

@@ -1,0 +1,162 @@
+//! The hardware verifiers behind the box's attestation check, on a real SEV-SNP report
+//! (virtee/sev's Milan vector, `tests/data/sev-snp/`, Apache-2.0): the adapter reaches the
+//! report's signature, chain, measurement pin and report-data binding, and each refusal keeps its
+//! own closed code.
+
+mod common;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use common::*;
+use skillbox_attest::snp;
+use skillbox_jc::JcError;
+use skillbox_jc::attest::{
+    Attestation, Statement, Verifier as _, VerifyPolicy, provider_table_hash, verify_attestation,
+};
+use skillbox_jc::dsse::approved_program;
+use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
+use skillbox_jc::program::{BoxIdentity, Program};
+
+const MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
+const REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4f6e2d53b71d7c645810b0f2cdfca0040433be063fc1a8293f0f3f8dae7b79fecb3d1cd82bd6a93ebfd";
+/// 2025-01-01, inside the vector's certificate window.
+const T_2025_SECS: u64 = 1_735_689_600;
+
+fn data(name: &str) -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/tests/data/sev-snp/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("test data")
+}
+
+fn evidence() -> serde_json::Value {
+    let ev = snp::Evidence::from_files(
+        &data("virtee-report_milan.hex"),
+        &[
+            &data("virtee-vcek_milan.der"),
+            &data("virtee-cert_chain_milan.pem"),
+        ],
+    )
+    .expect("the vector parses");
+    serde_json::to_value(ev).expect("evidence json")
+}
+
+fn policy(measurement: &str) -> VerifyPolicy {
+    let hw =
+        HardwarePolicy::from_value("sev-snp", None, &[measurement.to_owned()]).expect("policy");
+    VerifyPolicy::new(false).with_verifier(Box::new(HardwareVerifier::new(hw).expect("verifier")))
+}
+
+#[tokio::test]
+async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_statement() {
+    let f = start(None).await;
+    let mut p: Program = f.program();
+    p.boxes = vec![BoxIdentity {
+        platform: "sev-snp".into(),
+        measurement: MEASUREMENT.into(),
+    }];
+    p.expires_at = T_2025_SECS + 600;
+    let approved = approved_program(&f.approve(&p)).expect("approved");
+    let providers =
+        std::collections::BTreeMap::from([("local".to_owned(), "in-process".to_owned())]);
+    let statement = Statement {
+        platform: "sev-snp".into(),
+        measurement: MEASUREMENT.into(),
+        program_hash: approved.hash.to_hex(),
+        run_id: "r".repeat(32),
+        hpke_public_key: "11".repeat(32),
+        receipt_public_key: "22".repeat(32),
+        nonce: "ab".repeat(16),
+        expires_at: T_2025_SECS + 60,
+        providers: provider_table_hash(&providers).expect("hash"),
+    };
+    let att = Attestation {
+        platform: "sev-snp".into(),
+        statement: STANDARD.encode(statement.to_canonical().expect("canonical")),
+        evidence: evidence(),
+        providers,
+    };
+    let check = |a: &Attestation, pol: &VerifyPolicy| {
+        verify_attestation(
+            a,
+            &approved,
+            &"r".repeat(32),
+            &"ab".repeat(16),
+            pol,
+            T_2025_SECS,
+        )
+    };
+    // Genuine report, pinned measurement: everything holds but the binding — this report was
+    // made for another statement, so it cannot vouch for this run.
+    let got = check(&att, &policy(MEASUREMENT));
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("report_data_mismatch"))),
+        "{:?}",
+        got.err()
+    );
+    // The adapter itself, given the report data the report does carry: the pinned measurement
+    // is vouched for, another pin is refused.
+    let rd: [u8; 64] = hex::decode(REPORT_DATA)
+        .expect("hex")
+        .try_into()
+        .expect("64 bytes");
+    let verifier = |m: &str| {
+        HardwareVerifier::new(
+            HardwarePolicy::from_value("sev-snp", None, &[m.to_owned()]).expect("policy"),
+        )
+        .expect("verifier")
+    };
+    let now_ms = T_2025_SECS * 1000;
+    let vouched = verifier(MEASUREMENT)
+        .verify_evidence(&att, &statement, &rd, now_ms)
+        .expect("genuine and pinned");
+    assert_eq!(vouched.measurement, MEASUREMENT);
+    assert!(matches!(
+        verifier(&"00".repeat(48)).verify_evidence(&att, &statement, &rd, now_ms),
+        Err(JcError::HardwareRefused("measurement_not_allowed"))
+    ));
+    // Years after its certificates expired.
+    assert!(matches!(
+        verifier(MEASUREMENT).verify_evidence(&att, &statement, &rd, 4_102_444_800_000),
+        Err(JcError::HardwareRefused("certificate_expired"))
+    ));
+    // One flipped byte inside the signed report.
+    let mut tampered = att.clone();
+    let mut ev: snp::Evidence = serde_json::from_value(tampered.evidence.clone()).expect("ev");
+    ev.report[0x90] ^= 1;
+    tampered.evidence = serde_json::to_value(ev).expect("json");
+    assert!(matches!(
+        check(&tampered, &policy(MEASUREMENT)),
+        Err(JcError::HardwareRefused("bad_signature"))
+    ));
+    // Evidence that is not an SNP report at all.
+    let mut junk = att.clone();
+    junk.evidence = serde_json::json!({"report": "AAAA"});
+    assert!(matches!(
+        check(&junk, &policy(MEASUREMENT)),
+        Err(JcError::HardwareRefused(_))
+    ));
+    // A node that pins no SNP box has no verifier for the platform.
+    assert!(matches!(
+        check(&att, &VerifyPolicy::new(false)),
+        Err(JcError::PlatformNotAllowed(_))
+    ));
+}
+
+#[test]
+fn hardware_pins_name_what_is_wrong() {
+    let err = HardwarePolicy::from_value("sev-snp", None, &["abc".into()]).expect_err("short");
+    assert!(err.contains("96 hex digits"), "{err}");
+    let err = HardwarePolicy::from_value("tdx", None, &[]).expect_err("no policy");
+    assert!(err.contains("policy"), "{err}");
+    let err = HardwarePolicy::from_value("nvidia", None, &[]).expect_err("gpu");
+    assert!(err.contains("CPU"), "{err}");
+    let err = HardwarePolicy::from_value(
+        "sev-snp",
+        Some(serde_json::json!({"measurements": []})),
+        &[],
+    )
+    .expect_err("empty pins");
+    assert!(err.contains("policy"), "{err}");
+}
