@@ -10,7 +10,7 @@ use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use skillbox_providers::{ProviderId, ProviderSettings, local};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct BoxArgs {
     /// Address to listen on. Loopback by default: a box is reached by the nodes that use it.
     #[arg(long, default_value = "127.0.0.1:7480")]
@@ -19,6 +19,20 @@ pub struct BoxArgs {
     /// only when their config allows it and the program lists it.
     #[arg(long)]
     pub insecure_dev: bool,
+    /// A hardware attester instead: `sev-snp` or `tdx` through Linux configfs-tsm (inside a
+    /// confidential VM). Untested on hardware so far.
+    #[arg(long, value_parser = ["sev-snp", "tdx"])]
+    pub attester: Option<String>,
+    /// The configfs-tsm report directory.
+    #[arg(long, default_value = "/sys/kernel/config/tsm/report")]
+    pub tsm_dir: std::path::PathBuf,
+    /// SEV-SNP: VCEK/VLEK and ASK/ARK certificate files (PEM or DER), besides the host's
+    /// certificate table.
+    #[arg(long = "snp-certs")]
+    pub snp_certs: Vec<std::path::PathBuf>,
+    /// TDX: the collateral JSON (fetched by the operator; the box never reaches Intel).
+    #[arg(long)]
+    pub tdx_collateral: Option<std::path::PathBuf>,
     /// Base URL for a provider, `ID=URL` (repeatable), e.g. `openai-compatible:vllm=http://127.0.0.1:8000/v1`.
     /// Programs must name this URL as the provider's host.
     #[arg(long = "provider-url", value_parser = parse_provider_url)]
@@ -56,10 +70,13 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    if let Some(platform) = &args.attester {
+        return run_hardware(global, &args, platform);
+    }
     if !args.insecure_dev {
         bail!(
-            "no hardware attester is available here (SEV-SNP, TDX and Nitro verifiers come later); \
-             start with --insecure-dev for development — that box has no hardware isolation"
+            "choose an attester: --attester sev-snp|tdx inside a confidential VM, or \
+             --insecure-dev for development — that box has no hardware isolation"
         );
     }
     let exe = std::env::current_exe().context("locating the box executable")?;
@@ -79,6 +96,44 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let attester: Arc<dyn Attester> = Arc::new(dev);
+    serve(global, args, attester)
+}
+
+/// A box attesting with configfs-tsm (SEV-SNP or TDX).
+fn run_hardware(
+    global: &crate::Global,
+    args: &BoxArgs,
+    platform: &str,
+) -> anyhow::Result<ExitCode> {
+    let platform: skillbox_attest::Platform = platform
+        .parse()
+        .map_err(|_| anyhow::anyhow!("unknown attester {platform:?}"))?;
+    let mut certs = Vec::new();
+    for f in &args.snp_certs {
+        certs.push(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?);
+    }
+    let collateral = args
+        .tdx_collateral
+        .as_ref()
+        .map(|f| std::fs::read(f).with_context(|| format!("reading {}", f.display())))
+        .transpose()?;
+    let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
+        .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
+    if args.show_identity {
+        println!("[[boxes.pins]]");
+        println!("url = \"https://<this box's name>:{}\"", args.listen.port());
+        println!("platform = \"{platform}\"");
+        println!("measurements = [\"{}\"]", tsm.measurement());
+        return Ok(ExitCode::SUCCESS);
+    }
+    serve(global, args.clone(), Arc::new(tsm))
+}
+
+fn serve(
+    global: &crate::Global,
+    args: BoxArgs,
+    attester: Arc<dyn Attester>,
+) -> anyhow::Result<ExitCode> {
     let mut settings = ProviderSettings::new(local::default_model_path(&global.data_dir()));
     for (id, url) in args.provider_urls {
         settings = settings.with_base_url(id, url);
@@ -104,8 +159,13 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
         let addr = listener.local_addr().context("listener address")?;
         // First line: the URL (tests and scripts read it).
         println!("box listening on http://{addr}");
+        let isolation = if attester.platform() == skillbox_jc::program::INSECURE_DEV {
+            " (NO hardware isolation)"
+        } else {
+            ""
+        };
         println!(
-            "platform {} (NO hardware isolation), measurement {}",
+            "platform {}{isolation}, measurement {}",
             attester.platform(),
             attester.measurement()
         );

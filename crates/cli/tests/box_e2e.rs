@@ -385,3 +385,25 @@ fn show_identity_prints_a_pin_that_stays_the_same_across_starts() {
     assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
     assert!(dir.path().join("box").join("insecure-dev.key").is_file());
 }
+
+#[test]
+fn a_hardware_attester_outside_a_confidential_vm_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args([
+            "box",
+            "--attester",
+            "sev-snp",
+            "--tsm-dir",
+            "/nonexistent/tsm/report",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sev-snp attester at /nonexistent/tsm/report"),
+        "{err}"
+    );
+}

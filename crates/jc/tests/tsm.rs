@@ -1,0 +1,139 @@
+//! The configfs-tsm attesters against a directory double of `/sys/kernel/config/tsm/report`
+//! holding real evidence (virtee's SEV-SNP Milan report, dcap-qvl's TDX sample quote): the box
+//! writes the statement's SHA-512 to `inblob`, packages `outblob` (+ the SNP certificate table
+//! in `auxblob`) as the evidence the node's verifier reads, and refuses a guest of the wrong
+//! kind. A double cannot sign for our report data, so the node's check ends at the binding.
+
+use skillbox_attest::{Platform, snp, tdx};
+use skillbox_jc::JcError;
+use skillbox_jc::attest::{Attester as _, Statement, Verifier as _, report_data};
+use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
+use skillbox_jc::tsm::{ENTRY, TsmAttester, cert_table};
+
+const SNP_MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
+const T_2025_MS: u64 = 1_735_689_600_000;
+
+fn data(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))).expect("test data")
+}
+
+fn statement() -> Statement {
+    Statement {
+        platform: "sev-snp".into(),
+        measurement: SNP_MEASUREMENT.into(),
+        program_hash: "00".repeat(32),
+        run_id: "r".repeat(32),
+        hpke_public_key: "11".repeat(32),
+        receipt_public_key: "22".repeat(32),
+        nonce: "ab".repeat(16),
+        expires_at: 1,
+        providers: "33".repeat(32),
+    }
+}
+
+/// A configfs-tsm directory double: the entry with its provider and the blobs it "generates".
+fn double(provider: &str, outblob: &[u8], auxblob: Option<&[u8]>) -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("tempdir");
+    let entry = root.path().join(ENTRY);
+    std::fs::create_dir(&entry).expect("entry");
+    std::fs::write(entry.join("provider"), format!("{provider}\n")).expect("provider");
+    std::fs::write(entry.join("outblob"), outblob).expect("outblob");
+    if let Some(aux) = auxblob {
+        std::fs::write(entry.join("auxblob"), aux).expect("auxblob");
+    }
+    root
+}
+
+/// An SEV-SNP certificate table with one entry (the VCEK).
+fn table(der: &[u8]) -> Vec<u8> {
+    let mut t = vec![0x8d; 16];
+    t.extend_from_slice(&48u32.to_le_bytes());
+    t.extend_from_slice(&(der.len() as u32).to_le_bytes());
+    t.extend_from_slice(&[0u8; 24]);
+    t.extend_from_slice(der);
+    t
+}
+
+#[test]
+fn snp_report_and_certificates_become_the_evidence_the_node_verifies() {
+    let report = hex::decode(
+        String::from_utf8(data("sev-snp/virtee-report_milan.hex"))
+            .expect("utf-8")
+            .trim(),
+    )
+    .expect("hex");
+    let vcek = data("sev-snp/virtee-vcek_milan.der");
+    assert_eq!(cert_table(&table(&vcek)), vec![vcek.clone()]);
+    let root = double("sev_guest", &report, Some(&table(&vcek)));
+    let att = TsmAttester::open(
+        root.path(),
+        Platform::SevSnp,
+        vec![data("sev-snp/virtee-cert_chain_milan.pem")],
+        None,
+    )
+    .expect("opens");
+    assert_eq!(att.platform(), "sev-snp");
+    assert_eq!(
+        att.measurement(),
+        SNP_MEASUREMENT,
+        "read from the first report"
+    );
+    let st = statement();
+    let a = att.attest(&st).expect("attests");
+    let rd = report_data(&st.to_canonical().expect("canonical"));
+    assert_eq!(
+        std::fs::read(root.path().join(ENTRY).join("inblob")).expect("inblob"),
+        rd.to_vec(),
+        "the statement's SHA-512 went to the hardware"
+    );
+    let ev: snp::Evidence = serde_json::from_value(a.evidence.clone()).expect("SNP evidence");
+    assert_eq!(ev.vek, vcek, "the VCEK from the certificate table");
+    assert!(!ev.chain.is_empty(), "ASK/ARK from the operator's file");
+    let verifier = HardwareVerifier::new(
+        HardwarePolicy::from_value("sev-snp", None, &[SNP_MEASUREMENT.into()]).expect("policy"),
+    )
+    .expect("verifier");
+    // Genuine, pinned — and made for another statement than this one: refused at the binding.
+    assert!(matches!(
+        verifier.verify_evidence(&a, &st, &rd, T_2025_MS),
+        Err(JcError::HardwareRefused("report_data_mismatch"))
+    ));
+}
+
+#[test]
+fn tdx_quote_with_its_collateral_and_the_wrong_guest_kind_refused() {
+    let quote = data("tdx/dcapqvl-tdx_quote");
+    let collateral = data("tdx/dcapqvl-tdx_quote_collateral.json");
+    let root = double("tdx_guest", &quote, None);
+    let att = TsmAttester::open(root.path(), Platform::Tdx, vec![], Some(collateral.clone()))
+        .expect("opens");
+    assert!(
+        att.measurement().starts_with("91eb2b44d141d4ec"),
+        "{}",
+        att.measurement()
+    );
+    let a = att.attest(&statement()).expect("attests");
+    let ev: tdx::Evidence = serde_json::from_value(a.evidence).expect("TDX evidence");
+    assert_eq!(ev.quote, quote);
+
+    // Without collateral, or on an SNP guest, a TDX box does not start.
+    let err = TsmAttester::open(root.path(), Platform::Tdx, vec![], None)
+        .err()
+        .expect("no collateral");
+    assert!(err.to_string().contains("collateral"), "{err}");
+    let snp_guest = double("sev_guest", &quote, None);
+    let err = TsmAttester::open(snp_guest.path(), Platform::Tdx, vec![], Some(collateral))
+        .err()
+        .expect("wrong guest");
+    assert!(err.to_string().contains("not a tdx guest"), "{err}");
+    // No configfs-tsm at all: a clear error naming the path.
+    let err = TsmAttester::open(
+        std::path::Path::new("/nonexistent/tsm/report"),
+        Platform::SevSnp,
+        vec![],
+        None,
+    )
+    .err()
+    .expect("absent");
+    assert!(err.to_string().contains("/nonexistent/tsm/report"), "{err}");
+}
