@@ -125,6 +125,7 @@ fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
         required_sources: required.into_iter().map(str::to_owned).collect(),
         limits: Default::default(),
         declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+        guard: None,
     };
     let boxes = vec![skillbox_peers::AcceptedBox {
         platform: "insecure-dev".into(),

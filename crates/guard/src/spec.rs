@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 /// What the box does with an answer the guard caught.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Replace the answer by a fixed refusal.
@@ -19,7 +19,7 @@ pub enum Action {
 }
 
 /// The owner's guard settings for one skill, bound byte for byte into the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GuardSpec {
     /// Off means every answer passes unchecked.

@@ -44,6 +44,7 @@ fn main() {
                     required_sources: vec!["spotify_songs".into()],
                     limits: Default::default(),
                     declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+                    guard: None,
                 })
                 .collect(),
             boxes: vec![],

@@ -29,6 +29,8 @@ pub struct Config {
     #[serde(default)]
     pub ceilings: CeilingsConfig,
     #[serde(default)]
+    pub guard: GuardConfig,
+    #[serde(default)]
     pub policy: PolicyConfig,
     #[serde(default)]
     pub tenants: TenantsConfig,
@@ -285,6 +287,59 @@ pub struct CeilingsConfig {
     pub calls_per_day: u64,
 }
 
+/// The output guard this owner binds into its skills' programs (advertised with each skill).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardConfig {
+    pub enabled: bool,
+    /// `auto` (regenerate for the embedded model, withhold for a remote one), `withhold` or
+    /// `regenerate`.
+    pub action: String,
+    pub ngram: u32,
+    pub threshold_permille: u32,
+    /// 0: no passage cap.
+    pub max_copied_words: u32,
+    pub canaries: bool,
+    pub auto_canaries: bool,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        let d = skillbox_guard::GuardSpec::default_for(false);
+        GuardConfig {
+            enabled: d.enabled,
+            action: "auto".into(),
+            ngram: d.ngram,
+            threshold_permille: d.threshold_permille,
+            max_copied_words: d.max_copied_words,
+            canaries: d.canaries,
+            auto_canaries: d.auto_canaries,
+        }
+    }
+}
+
+impl GuardConfig {
+    /// The spec for a skill on `provider` (`auto` decides the action by provider).
+    pub fn spec_for(&self, provider: &skillbox_skill::ProviderId) -> skillbox_guard::GuardSpec {
+        use skillbox_guard::Action;
+        let local = *provider == skillbox_skill::ProviderId::Local;
+        skillbox_guard::GuardSpec {
+            enabled: self.enabled,
+            ngram: self.ngram,
+            threshold_permille: self.threshold_permille,
+            max_copied_words: self.max_copied_words,
+            action: match self.action.as_str() {
+                "withhold" => Action::Withhold,
+                "regenerate" => Action::Regenerate,
+                _ if local => Action::Regenerate,
+                _ => Action::Withhold,
+            },
+            canaries: self.canaries,
+            auto_canaries: self.auto_canaries,
+        }
+    }
+}
+
 impl Default for CeilingsConfig {
     fn default() -> Self {
         CeilingsConfig {
@@ -412,6 +467,7 @@ impl Default for Config {
             },
             calls: CallsConfig::default(),
             ceilings: CeilingsConfig::default(),
+            guard: GuardConfig::default(),
             policy: PolicyConfig::default(),
             tenants: TenantsConfig::default(),
         }
@@ -596,6 +652,16 @@ impl Config {
                 ));
             }
         }
+        if !["auto", "withhold", "regenerate"].contains(&self.guard.action.as_str()) {
+            return Err(format!(
+                "guard.action {:?} must be \"auto\", \"withhold\" or \"regenerate\"",
+                self.guard.action
+            ));
+        }
+        self.guard
+            .spec_for(&skillbox_skill::ProviderId::Local)
+            .validate()
+            .map_err(|e| e.to_string())?;
         self.validate_boxes()
     }
 
@@ -809,6 +875,21 @@ max_output_bytes = {c_output}
 calls_per_peer_per_day = {c_peer_day}
 calls_per_day = {c_day}
 
+[guard]
+# The output guard the box applies to every answer of this node's skills before the caller gets
+# it (advertised with each skill and bound into its programs). action: "auto" (regenerate for the
+# embedded model, withhold for a remote one), "withhold" or "regenerate". An answer is caught when
+# it covers threshold_permille of the body's words in ngram-word runs (ngram 3..16, threshold
+# 50..1000), copies max_copied_words body words in a row (0: no cap), or shows a secret (the
+# body's [[secret:…]] / <!-- secret --> marks; auto_canaries adds passwords, codes and keys).
+enabled = {g_enabled}
+action = {g_action}
+ngram = {g_ngram}
+threshold_permille = {g_threshold}
+max_copied_words = {g_copied}
+canaries = {g_canaries}
+auto_canaries = {g_auto}
+
 # Consent (design §9): asked once at each side's jc.submit. Rules are tried in order; the first
 # whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact),
 # sources (the call stakes any source matching one of these patterns; "*" = any source) and
@@ -839,6 +920,13 @@ operator = {operator}
             c_output = self.ceilings.max_output_bytes,
             c_peer_day = self.ceilings.calls_per_peer_per_day,
             c_day = self.ceilings.calls_per_day,
+            g_enabled = self.guard.enabled,
+            g_action = s(&self.guard.action),
+            g_ngram = self.guard.ngram,
+            g_threshold = self.guard.threshold_permille,
+            g_copied = self.guard.max_copied_words,
+            g_canaries = self.guard.canaries,
+            g_auto = self.guard.auto_canaries,
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,
@@ -1007,6 +1095,30 @@ mod tests {
         d.check().expect("loopback");
         d.boxes.accept = vec!["http://127.0.0.1@evil.example".into()];
         assert!(d.check().is_err());
+    }
+
+    #[test]
+    fn guard_settings_are_checked_and_give_the_spec() {
+        let mut c = Config::default();
+        let openai: skillbox_skill::ProviderId = "openai".parse().expect("id");
+        assert_eq!(
+            c.guard.spec_for(&openai),
+            skillbox_guard::GuardSpec::default_for(false)
+        );
+        assert_eq!(
+            c.guard.spec_for(&skillbox_skill::ProviderId::Local),
+            skillbox_guard::GuardSpec::default_for(true)
+        );
+        c.guard.action = "regenerate".into();
+        assert_eq!(
+            c.guard.spec_for(&openai).action,
+            skillbox_guard::Action::Regenerate
+        );
+        c.guard.action = "shred".into();
+        assert!(c.check().expect_err("action").contains("guard.action"));
+        c.guard.action = "auto".into();
+        c.guard.ngram = 99;
+        assert!(c.check().expect_err("ngram").contains("guard.ngram"));
     }
 
     #[test]

@@ -41,6 +41,7 @@ async fn keep_offer(
     state: AppState,
     handle: PeersHandle,
     boxes: Arc<Boxes>,
+    guard: crate::config::GuardConfig,
     every: std::time::Duration,
 ) {
     loop {
@@ -49,7 +50,7 @@ async fn keep_offer(
         let skills = state.skills.clone();
         match tokio::task::spawn_blocking(move || skills.list()).await {
             Ok(Ok(list)) => match handle
-                .set_offer(peering::offer_from(&list, boxes.advertised()))
+                .set_offer(peering::offer_from(&list, boxes.advertised(), &guard))
                 .await
             {
                 Ok(()) => {}
@@ -219,6 +220,7 @@ impl Node {
             self.state.clone(),
             handle.clone(),
             self.boxes.clone(),
+            self.config.guard.clone(),
             every,
         ));
         tracing::info!(%peer_id, ?listen_addrs, "peer network started");
@@ -286,6 +288,7 @@ impl Node {
             },
             settings: self.config.calls.clone(),
             ceilings: self.config.ceilings.clone(),
+            guard: self.config.guard.clone(),
             policy,
         });
         running.calls_tasks = calls.spawn(

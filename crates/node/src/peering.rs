@@ -92,7 +92,11 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
 
 /// The advert's skills: every offered skill's name, description, provider, requiredSources and
 /// declaration digest. Nothing else of a skill is read here, so model, key and body cannot leave.
-pub fn offer_from(skills: &[SkillSummary], boxes: Vec<AcceptedBox>) -> Offer {
+pub fn offer_from(
+    skills: &[SkillSummary],
+    boxes: Vec<AcceptedBox>,
+    guard: &crate::config::GuardConfig,
+) -> Offer {
     Offer {
         skills: skills
             .iter()
@@ -106,6 +110,11 @@ pub fn offer_from(skills: &[SkillSummary], boxes: Vec<AcceptedBox>) -> Offer {
                     required_sources: s.required_sources.clone(),
                     limits: s.limits,
                     declaration_digest: s.digest.clone(),
+                    guard: s
+                        .provider
+                        .as_deref()
+                        .and_then(|p| p.parse::<skillbox_skill::ProviderId>().ok())
+                        .map(|p| guard.spec_for(&p)),
                 })
             })
             .collect(),
@@ -136,7 +145,11 @@ mod tests {
 
     #[test]
     fn only_offered_skills_enter_the_offer() {
-        let offer = offer_from(&[summary("taste", true), summary("memo", false)], vec![]);
+        let offer = offer_from(
+            &[summary("taste", true), summary("memo", false)],
+            vec![],
+            &crate::config::GuardConfig::default(),
+        );
         assert_eq!(offer.skills.len(), 1);
         let s = &offer.skills[0];
         assert_eq!(s.name, "taste");

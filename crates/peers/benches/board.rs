@@ -92,6 +92,7 @@ fn main() {
                         required_sources: vec!["spotify_songs".into(), "calendar".into()],
                         limits: Default::default(),
                         declaration_digest: format!("sha256:{:064x}", i * 31 + s),
+                        guard: None,
                     })
                     .collect(),
                 boxes: vec![AcceptedBox {

@@ -35,6 +35,10 @@ pub struct OfferedSkill {
     pub limits: Limits,
     /// Digest of the declaration (e.g. `sha256:<hex>`), so a program can pin what was offered.
     pub declaration_digest: String,
+    /// The output guard the owner binds into this skill's programs (its settings, not secret).
+    /// Absent: the defaults for the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<skillbox_guard::GuardSpec>,
 }
 
 /// A box this node accepts to run calls in.
@@ -251,6 +255,15 @@ pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, A
         return Err(AdvertRefusal::ForbiddenSource {
             skill: s.name.chars().take(64).collect(),
         });
+    }
+    if advert
+        .skills
+        .iter()
+        .any(|s| s.guard.is_some_and(|g| g.validate().is_err()))
+    {
+        return Err(AdvertRefusal::Malformed(
+            "a skill's guard settings are out of range".into(),
+        ));
     }
     Ok(VerifiedAdvert {
         peer: key_peer,

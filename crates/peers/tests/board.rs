@@ -16,6 +16,7 @@ fn skill(name: &str) -> OfferedSkill {
         required_sources: vec!["spotify_songs".into()],
         limits: Default::default(),
         declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+        guard: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn valid_advert() -> Vec<u8> {
             required_sources: vec!["notes".into()],
             limits: Default::default(),
             declaration_digest: "sha256:00".into(),
+            guard: None,
         }],
         boxes: vec![],
     };
@@ -96,6 +97,7 @@ fn an_advert_asking_for_reserved_sources_never_reaches_the_board() {
                     required_sources: vec![],
                     limits: Default::default(),
                     declaration_digest: "sha256:00".into(),
+                    guard: None,
                 },
                 OfferedSkill {
                     name: "grabber".into(),
@@ -104,6 +106,7 @@ fn an_advert_asking_for_reserved_sources_never_reaches_the_board() {
                     required_sources: vec!["notes".into(), bad.into()],
                     limits: Default::default(),
                     declaration_digest: "sha256:00".into(),
+                    guard: None,
                 },
             ],
             boxes: vec![],

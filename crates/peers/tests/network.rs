@@ -43,6 +43,7 @@ fn offer(names: &[&str]) -> Offer {
                 required_sources: vec![],
                 limits: Default::default(),
                 declaration_digest: format!("sha256:{}", "cd".repeat(32)),
+                guard: None,
             })
             .collect(),
         boxes: vec![AcceptedBox {

@@ -241,6 +241,7 @@ impl Calls {
                 accepts_provider_host: &accepts_host,
                 now_secs: now_ms() / 1000,
                 max_expiry_secs: self.0.settings.expiry_secs.max(3600),
+                guard: self.0.guard.spec_for(&program.provider.id),
             };
             program::check(&program, &facts).map_err(|(code, m)| Refused::new(code, m))?;
         }

@@ -250,6 +250,8 @@ pub struct CallsDeps {
     pub timing: Timing,
     pub settings: CallsConfig,
     pub ceilings: CeilingsConfig,
+    /// The guard this owner binds into its skills' programs.
+    pub guard: crate::config::GuardConfig,
     pub policy: PolicyConfig,
 }
 
@@ -266,6 +268,7 @@ struct Inner {
     timing: Timing,
     settings: CallsConfig,
     ceilings: CeilingsConfig,
+    guard: crate::config::GuardConfig,
     policy: RwLock<PolicyConfig>,
     buckets: Mutex<RateBuckets>,
     locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
@@ -325,6 +328,7 @@ impl Calls {
             timing: deps.timing,
             settings: deps.settings,
             ceilings: deps.ceilings,
+            guard: deps.guard,
             policy: RwLock::new(deps.policy),
             buckets: Mutex::new(RateBuckets::default()),
             locks: Mutex::new(HashMap::new()),

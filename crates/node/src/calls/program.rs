@@ -37,6 +37,8 @@ pub struct CallerFacts {
     /// The owner's advertised ceilings: a bucket never rounds past one.
     pub limits: Limits,
     pub expires_at: u64,
+    /// The guard the owner advertised for the skill (or the defaults for its provider).
+    pub guard: GuardSpec,
 }
 
 /// A size as the program states it: its bucket (a power of two), so the owner learns roughly
@@ -63,7 +65,7 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
     } else {
         0
     };
-    let guard = guard_for(&f.provider);
+    let guard = f.guard;
     let program = Program {
         version: PROGRAM_VERSION,
         call_id: f.call_id,
@@ -136,6 +138,8 @@ pub struct OwnerFacts<'a> {
     pub now_secs: u64,
     /// The longest expiry this owner agrees to.
     pub max_expiry_secs: u64,
+    /// The guard this owner binds into the skill's programs.
+    pub guard: GuardSpec,
 }
 
 /// Check a program against the owner's skill. Every refusal names what did not match, never
@@ -177,7 +181,7 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
         ));
     }
     // A caller may not switch the guard off or loosen it: the program carries this owner's.
-    if program.guard != Some(guard_for(&program.provider.id)) {
+    if program.guard != Some(f.guard) {
         return mismatch("the program's output guard is not the owner's".into());
     }
     let declared: Vec<&str> = decl.required_sources.iter().map(String::as_str).collect();
@@ -278,6 +282,7 @@ mod tests {
             output_max_bytes: 4096,
             limits: Limits::default(),
             expires_at: 2_000_000_000,
+            guard: guard_for(&"local".parse().expect("provider")),
         }
     }
 
@@ -316,6 +321,7 @@ mod tests {
             accepts_provider_host: &any_host,
             now_secs: p.expires_at - 100,
             max_expiry_secs: 3600,
+            guard: guard_for(&p.provider.id),
         };
         assert_eq!(check(&p, &base()), Ok(()));
         let f = OwnerFacts {
@@ -415,6 +421,7 @@ mod tests {
             accepts_provider_host: &any_host,
             now_secs: p.expires_at - 100,
             max_expiry_secs: 3600,
+            guard: guard_for(&p.provider.id),
         };
         let roomy = Limits {
             max_request_bytes: Some(1 << 20),

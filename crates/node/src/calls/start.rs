@@ -86,6 +86,10 @@ impl Calls {
             .iter()
             .find(|p| p.id == provider.to_string())
             .and_then(|p| p.host.clone());
+        let guard = offered
+            .skill
+            .guard
+            .unwrap_or_else(|| program::guard_for(&provider));
         let id = skillbox_jc::client::new_nonce();
         let result_key = HpkeKeyPair::generate();
         let expires_at = now_ms() / 1000 + self.0.settings.expiry_secs;
@@ -109,6 +113,8 @@ impl Calls {
             output_max_bytes,
             limits,
             expires_at,
+            // The owner's advertised guard (its settings are not secret), or the defaults.
+            guard,
         })
         .map_err(CallError::Program)?;
         let env = skillbox_jc::dsse::sign_program(&program, &self.0.signing)
