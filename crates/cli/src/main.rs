@@ -22,6 +22,7 @@ mod attestation_cmd;
 mod box_cmd;
 mod call_cmd;
 mod demo_cmd;
+mod mcp_cmd;
 mod model_cmd;
 mod node_cmd;
 mod skill_cmd;
@@ -109,6 +110,9 @@ enum Command {
     /// Hardware attestation evidence, offline: `attestation verify --platform … --evidence …`.
     #[command(subcommand)]
     Attestation(attestation_cmd::AttestationCommand),
+    /// An MCP server on stdio for agent tools (Claude Code, Codex, Cursor); acts through the
+    /// running node. The node also serves it at /mcp.
+    Mcp(mcp_cmd::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -132,6 +136,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo_cmd::run(&cli.global, args),
         Command::Token(cmd) => agents_cmd::run_token(&cli.global, cmd),
         Command::Attestation(cmd) => attestation_cmd::run(&cli.global, cmd),
+        Command::Mcp(args) => mcp_cmd::run(&cli.global, args),
     };
     match result {
         Ok(code) => code,

@@ -101,7 +101,11 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
         std::io::stdout().flush().ok();
         node.start_calls()
             .context("cannot start the calls driver")?;
-        node.serve(listener, shutdown_signal()).await?;
+        // The agent surfaces (MCP at /mcp, A2A) over the node's library API.
+        let state = node.state();
+        let reach = skillbox_reach::ReachSettings::for_state(&state, Some(addr.ip()));
+        let mounts = skillbox_reach::mounts(state, &reach);
+        node.serve_with(listener, mounts, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)

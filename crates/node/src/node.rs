@@ -366,10 +366,10 @@ impl Node {
         tracing::info!(%addr, node_id = %self.node_id(), "API listening");
         // Only requests naming this API (its address, `localhost` on loopback, `api.hosts`) and
         // from no other site's page: DNS rebinding and cross-site posts from a browser.
-        let hosts = Arc::new(skillbox_jc::server::HostGuard::for_addr(
-            addr,
-            &self.config.api.hosts,
-        ));
+        let hosts = Arc::new(api::HostGuardState {
+            hosts: skillbox_jc::server::HostGuard::for_addr(addr, &self.config.api.hosts),
+            json_rpc: mounts.json_rpc.clone(),
+        });
         let router = api::router_with(self.state.clone(), mounts)
             .layer(axum::middleware::from_fn_with_state(hosts, api::host_guard));
         axum::serve(listener, router)

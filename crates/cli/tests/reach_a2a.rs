@@ -1,0 +1,210 @@
+//! skillbox as an A2A 1.0 agent, driven by the A2A Python SDK (`a2a-sdk`) against real
+//! processes: the card, a message that comes back answered as a task artifact, GetTask,
+//! CancelTask; and raw JSON-RPC for the refusals. Scans everything for the owner's material.
+
+mod support {
+    pub mod procs;
+    pub mod reach;
+}
+
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+use support::procs::assert_no_markers;
+use support::reach;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[test]
+fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let w = reach::world(false, |t| t);
+    let skill_id = format!("{}/brief", w.owner.peer_id);
+    let (out, raw) = reach::run_json(
+        "a2a_client.py",
+        reach::python("a2a_client.py").args([
+            &w.caller.base,
+            &w.caller.token,
+            &skill_id,
+            "Summarize: the river runs.",
+        ]),
+    );
+    let card = &out["card"];
+    let skills = card["skills"].as_array().expect("skills");
+    let brief = skills
+        .iter()
+        .find(|s| s["id"] == Value::String(skill_id.clone()))
+        .unwrap_or_else(|| panic!("brief not on the card: {card}"));
+    assert_eq!(brief["name"], "brief");
+    assert_eq!(brief["inputModes"], json!(["text/plain"]));
+    assert_eq!(brief["outputModes"], json!(["text/plain"]));
+    assert!(
+        brief["tags"]
+            .as_array()
+            .is_some_and(|t| t.contains(&json!("provider:openai")))
+    );
+    assert!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"]
+            .as_str()
+            .is_some_and(|s| s.eq_ignore_ascii_case("bearer")),
+        "{card}"
+    );
+    let task = out["events"]
+        .as_array()
+        .and_then(|e| e.iter().find_map(|e| e.get("task")))
+        .unwrap_or_else(|| panic!("no task: {out}"));
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    let answer = task["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(answer.contains("The double read"), "{task}");
+    assert_eq!(out["get"]["id"], task["id"]);
+    assert_eq!(out["get"]["status"]["state"], "TASK_STATE_COMPLETED");
+    // A finished task cannot be cancelled; an unknown one is not found.
+    assert!(
+        out["cancel"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("nothing to cancel")),
+        "{}",
+        out["cancel"]
+    );
+    assert!(
+        out["missing"]["type"]
+            .as_str()
+            .is_some_and(|t| t.contains("NotFound")),
+        "{}",
+        out["missing"]
+    );
+    assert_no_markers("A2A responses", &raw, &reach::markers());
+    assert_no_markers("the processes' logs", &w.logs(), &reach::markers());
+}
+
+fn rpc(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> (u16, Value, Option<String>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut r = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let version = resp
+            .headers()
+            .get("a2a-version")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let v = resp.json::<Value>().await.unwrap_or(Value::Null);
+        (status, v, version)
+    })
+}
+
+fn call(method: &str, params: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({ "jsonrpc": "2.0", "id": "1", "method": method, "params": params }))
+        .expect("json")
+}
+
+#[test]
+fn a2a_bad_input_gets_a2a_errors() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let w = reach::world(false, |t| t);
+    let url = format!("{}/a2a", w.caller.base);
+    let auth = format!("Bearer {}", w.caller.token);
+    let ok = [("authorization", auth.as_str()), ("a2a-version", "1.0")];
+    let msg = |text: &str, skill: &str| {
+        json!({ "message": { "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": text }],
+                             "metadata": { "skill": skill } } })
+    };
+    let mut seen = String::new();
+    // No token.
+    let (status, body, _) = rpc(
+        &url,
+        &[("a2a-version", "1.0")],
+        call("GetTask", json!({ "id": "x" })),
+    );
+    assert_eq!(status, 401, "{body}");
+    assert!(body["error"]["code"].is_i64(), "{body}");
+    // A foreign Origin.
+    let (status, _, _) = rpc(
+        &url,
+        &[ok[0], ok[1], ("origin", "http://evil.example")],
+        call("GetTask", json!({ "id": "x" })),
+    );
+    assert_eq!(status, 403);
+    // No version header, another version: VersionNotSupportedError.
+    let (_, body, version) = rpc(&url, &ok[..1], call("GetTask", json!({ "id": "x" })));
+    assert_eq!(body["error"]["code"], -32009, "{body}");
+    assert_eq!(version.as_deref(), Some("1.0"));
+    let (_, body, _) = rpc(
+        &url,
+        &[ok[0], ("a2a-version", "0.3")],
+        call("GetTask", json!({ "id": "x" })),
+    );
+    assert_eq!(body["error"]["code"], -32009, "{body}");
+    // Not JSON, not JSON-RPC, an unknown method, bad params, an unknown task.
+    let (_, body, _) = rpc(&url, &ok, b"{nope".to_vec());
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    let (_, body, _) = rpc(&url, &ok, br#"{"id":1,"method":"GetTask"}"#.to_vec());
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let (_, body, _) = rpc(&url, &ok, call("message/send", json!({})));
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    let (_, body, _) = rpc(&url, &ok, call("SendMessage", json!({ "message": 3 })));
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let (_, body, _) = rpc(&url, &ok, call("GetTask", json!({ "id": "no-such-task" })));
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    let (_, body, _) = rpc(&url, &ok, call("SendStreamingMessage", msg("hi", "brief")));
+    assert_eq!(body["error"]["code"], -32004, "{body}");
+    // A skill nobody offers; a non-text part.
+    let (_, body, _) = rpc(&url, &ok, call("SendMessage", msg("hi", "nope")));
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let (_, body, _) = rpc(
+        &url,
+        &ok,
+        call(
+            "SendMessage",
+            json!({ "message": { "messageId": "m", "role": "ROLE_USER", "parts": [{ "url": "file:///etc/passwd" }] } }),
+        ),
+    );
+    assert_eq!(body["error"]["code"], -32005, "{body}");
+    // Oversized: 413 before anything reads it.
+    let big = "x".repeat(512 * 1024);
+    let (status, _, _) = rpc(&url, &ok, call("SendMessage", msg(&big, "brief")));
+    assert_eq!(status, 413);
+    // returnImmediately: the task comes back at once, then GetTask finds it answered.
+    let mut p = msg("two lines", &format!("{}/brief", w.owner.peer_id));
+    p["configuration"] = json!({ "returnImmediately": true });
+    let (_, body, _) = rpc(&url, &ok, call("SendMessage", p));
+    let id = body["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_owned();
+    let api = w.caller.api();
+    api.wait_state(&id, &["answered"], std::time::Duration::from_secs(60))
+        .expect("answered");
+    let (_, body, _) = rpc(&url, &ok, call("GetTask", json!({ "id": id })));
+    assert_eq!(
+        body["result"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+    seen.push_str(&body.to_string());
+    // The card is behind the token too.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let status = rt.block_on(async {
+        reqwest::get(format!("{}/.well-known/agent-card.json", w.caller.base))
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    });
+    assert_eq!(status, 401);
+    assert_eq!(w.caller.api().get("/healthz").status, 200);
+    assert_no_markers("A2A responses", &seen, &reach::markers());
+    assert_no_markers("the processes' logs", &w.logs(), &reach::markers());
+}

@@ -1,0 +1,566 @@
+//! A2A 1.0 (JSON-RPC binding): the node as an agent other agents reach.
+//!
+//! - `GET /.well-known/agent-card.json`: the AgentCard. `skills[]` are the board skills this
+//!   node can call; `securitySchemes` names the node's bearer token. The card sits behind the
+//!   token too: which skills are callable tells which sources the node holds.
+//! - `POST /a2a`: `SendMessage`, `GetTask`, `CancelTask`. A message runs one call as caller:
+//!   the skill named in `metadata.skill` (and `metadata.peer`), or the skill intent's pick for
+//!   the message text. The task id is the call id; the answer is the task's artifact.
+//!
+//! Every response carries `A2A-Version: 1.0`; a request naming another version is refused with
+//! `VersionNotSupportedError` (-32009), as is one naming none (A2A reads that as 0.3).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use skillbox_node::api::AppState;
+use zeroize::Zeroizing;
+
+use crate::backend::{Backend, BackendError, CallSnapshot, InProcess, failure_text, follow};
+use crate::catalog::{Catalog, clean_untrusted};
+use crate::guard::{self, Guard};
+
+pub const CARD_PATH: &str = "/.well-known/agent-card.json";
+pub const RPC_PATH: &str = "/a2a";
+pub const VERSION: &str = "1.0";
+
+// A2A error codes (JSON-RPC binding).
+const TASK_NOT_FOUND: i64 = -32001;
+const TASK_NOT_CANCELABLE: i64 = -32002;
+const UNSUPPORTED_OPERATION: i64 = -32004;
+const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+const VERSION_NOT_SUPPORTED: i64 = -32009;
+/// The code a refused token answers with (A2A has none of its own; JSON-RPC server range).
+pub const UNAUTHORIZED: i64 = -32040;
+
+/// How long `SendMessage` waits for the answer unless told to return at once.
+#[derive(Debug, Clone)]
+pub struct A2aSettings {
+    pub wait: Duration,
+    pub max_request_bytes: usize,
+}
+
+impl Default for A2aSettings {
+    fn default() -> Self {
+        A2aSettings {
+            wait: Duration::from_secs(300),
+            max_request_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Ctx {
+    backend: InProcess,
+    settings: A2aSettings,
+}
+
+/// The A2A routes, behind the guard.
+pub fn router(state: AppState, guard: Guard, settings: A2aSettings) -> Router<AppState> {
+    let ctx = Ctx {
+        backend: InProcess(state.clone()),
+        settings,
+    };
+    let routes: Router<AppState> = Router::new()
+        .route(CARD_PATH, get(card).with_state(ctx.clone()))
+        .route(RPC_PATH, post(rpc).with_state(ctx));
+    routes.route_layer(axum::middleware::from_fn_with_state(
+        (state, guard),
+        guard::layer,
+    ))
+}
+
+fn with_version(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert("a2a-version", HeaderValue::from_static(VERSION));
+    r
+}
+
+/// The skill's A2A id: unique across peers.
+pub fn skill_id(peer: &str, skill: &str) -> String {
+    format!("{peer}/{skill}")
+}
+
+/// The card for `cat`, served at `base` (`http://host:port`).
+pub fn agent_card(cat: &Catalog, base: &str, node_id: &str) -> Value {
+    let skills: Vec<Value> = cat
+        .skills
+        .iter()
+        .map(|s| {
+            let mut tags = vec![format!("provider:{}", s.provider)];
+            tags.extend(s.required_sources.iter().map(|r| format!("requires:{r}")));
+            tags.extend(s.box_platforms.iter().map(|p| format!("box:{p}")));
+            json!({
+                "id": skill_id(&s.peer, &s.skill),
+                "name": s.skill,
+                "description": format!(
+                    "Offered by peer {} (untrusted peer text follows): {}",
+                    s.peer, s.description
+                ),
+                "tags": tags,
+                "inputModes": ["text/plain"],
+                "outputModes": ["text/plain"],
+            })
+        })
+        .collect();
+    json!({
+        "name": format!("skillbox node {}", &node_id[..node_id.len().min(16)]),
+        "description": "Applies skills that peers offer to your request, inside a box both sides verify: the skill's instructions, model and key stay with their owner; the request goes only into the box. Send a message with metadata.skill (and metadata.peer) naming a skill below, or plain text to let the node pick. Skill names and descriptions are written by peers: untrusted text.",
+        "supportedInterfaces": [{
+            "url": format!("{base}{RPC_PATH}"),
+            "protocolBinding": "JSONRPC",
+            "protocolVersion": VERSION,
+        }],
+        "version": env!("CARGO_PKG_VERSION"),
+        "capabilities": { "streaming": false, "pushNotifications": false, "extendedAgentCard": false },
+        "securitySchemes": {
+            "bearer": { "httpAuthSecurityScheme": {
+                "scheme": "Bearer",
+                "description": "The node operator's API token (api.token in the node's data dir)."
+            } }
+        },
+        "securityRequirements": [{ "schemes": { "bearer": { "list": [] } } }],
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": skills,
+    })
+}
+
+async fn card(State(ctx): State<Ctx>, headers: HeaderMap) -> Response {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_owned();
+    let cat = match ctx.backend.catalog().await {
+        Ok(c) => c,
+        Err(e) => {
+            return with_version(
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    json!({ "error": e.code(), "message": e.to_string() }).to_string(),
+                )
+                    .into_response(),
+            );
+        }
+    };
+    let body = agent_card(&cat, &format!("http://{host}"), &ctx.backend.0.node_id);
+    with_version(
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response(),
+    )
+}
+
+fn rpc_ok(id: &Value, result: Value) -> Response {
+    with_version(
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string(),
+        )
+            .into_response(),
+    )
+}
+
+fn rpc_err(id: &Value, code: i64, message: impl Into<String>) -> Response {
+    with_version(
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message.into() } })
+                .to_string(),
+        )
+            .into_response(),
+    )
+}
+
+fn backend_err(id: &Value, e: &BackendError) -> Response {
+    let code = match e {
+        BackendError::Refused { status: 404, .. } => TASK_NOT_FOUND,
+        BackendError::Refused {
+            status: 400..=499, ..
+        } => -32602,
+        _ => -32603,
+    };
+    rpc_err(id, code, e.to_string())
+}
+
+async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+    let null = Value::Null;
+    let version = headers
+        .get("a2a-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let Ok(doc) = serde_json::from_slice::<Value>(&body) else {
+        return rpc_err(&null, -32700, "the body is not JSON");
+    };
+    let id = doc.get("id").cloned().unwrap_or(Value::Null);
+    if !matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
+        || doc.get("jsonrpc").and_then(Value::as_str) != Some("2.0")
+    {
+        return rpc_err(&null, -32600, "not a JSON-RPC 2.0 request");
+    }
+    let Some(method) = doc.get("method").and_then(Value::as_str) else {
+        return rpc_err(&id, -32600, "no method");
+    };
+    match version {
+        Some(v) if v == VERSION || v.starts_with("1.0.") => {}
+        Some(v) => {
+            return rpc_err(
+                &id,
+                VERSION_NOT_SUPPORTED,
+                format!(
+                    "A2A version {:?} is not supported; this agent speaks {VERSION}",
+                    clean_untrusted(v, 32)
+                ),
+            );
+        }
+        None => {
+            return rpc_err(
+                &id,
+                VERSION_NOT_SUPPORTED,
+                format!("no A2A-Version header (read as 0.3); this agent speaks {VERSION}"),
+            );
+        }
+    }
+    let params = doc.get("params").cloned().unwrap_or(Value::Null);
+    if !params.is_object() {
+        return rpc_err(&id, -32602, "params must be an object");
+    }
+    match method {
+        "SendMessage" => send_message(&ctx, &id, &params).await,
+        "GetTask" => {
+            let Some(task) = params.get("id").and_then(Value::as_str) else {
+                return rpc_err(&id, -32602, "params.id: required, the task id");
+            };
+            match ctx.backend.call(task).await {
+                Ok(s) if s.role == "caller" => {
+                    let cat = ctx.backend.catalog().await.unwrap_or_default();
+                    rpc_ok(&id, task_json(&s, &cat))
+                }
+                Ok(_) => rpc_err(&id, TASK_NOT_FOUND, "no task with that id"),
+                Err(e) => backend_err(&id, &e),
+            }
+        }
+        "CancelTask" => {
+            let Some(task) = params.get("id").and_then(Value::as_str) else {
+                return rpc_err(&id, -32602, "params.id: required, the task id");
+            };
+            match ctx.backend.call(task).await {
+                Ok(s) if s.role != "caller" => rpc_err(&id, TASK_NOT_FOUND, "no task with that id"),
+                Ok(s) if s.is_terminal() => rpc_err(
+                    &id,
+                    TASK_NOT_CANCELABLE,
+                    format!("task {} is {}: nothing to cancel", s.id, s.state),
+                ),
+                Ok(s) => match ctx.backend.cancel(&s.id).await {
+                    Ok(after) => {
+                        let cat = ctx.backend.catalog().await.unwrap_or_default();
+                        rpc_ok(&id, task_json(&after, &cat))
+                    }
+                    Err(e) => backend_err(&id, &e),
+                },
+                Err(e) => backend_err(&id, &e),
+            }
+        }
+        "SendStreamingMessage"
+        | "SubscribeToTask"
+        | "ListTasks"
+        | "GetExtendedAgentCard"
+        | "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => rpc_err(
+            &id,
+            UNSUPPORTED_OPERATION,
+            format!(
+                "{method} is not supported by this agent (SendMessage, GetTask, CancelTask are)"
+            ),
+        ),
+        other => rpc_err(
+            &id,
+            -32601,
+            format!("method {:?} not found", clean_untrusted(other, 64)),
+        ),
+    }
+}
+
+async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
+    let Some(message) = params.get("message").filter(|m| m.is_object()) else {
+        return rpc_err(id, -32602, "params.message: required, a Message");
+    };
+    if message.get("taskId").and_then(Value::as_str).is_some() {
+        return rpc_err(
+            id,
+            UNSUPPORTED_OPERATION,
+            "continuing a task is not supported: each message starts its own call",
+        );
+    }
+    if let Some(modes) = params
+        .pointer("/configuration/acceptedOutputModes")
+        .and_then(Value::as_array)
+        && !modes.is_empty()
+        && !modes.iter().any(|m| m.as_str() == Some("text/plain"))
+    {
+        return rpc_err(
+            id,
+            CONTENT_TYPE_NOT_SUPPORTED,
+            "this agent answers text/plain only",
+        );
+    }
+    let Some(parts) = message.get("parts").and_then(Value::as_array) else {
+        return rpc_err(id, -32602, "params.message.parts: required");
+    };
+    let mut text = Zeroizing::new(String::new());
+    for p in parts {
+        match p.get("text").and_then(Value::as_str) {
+            Some(t) => {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(t);
+            }
+            None => {
+                return rpc_err(
+                    id,
+                    CONTENT_TYPE_NOT_SUPPORTED,
+                    "only text parts are accepted (text/plain)",
+                );
+            }
+        }
+    }
+    if text.trim().is_empty() {
+        return rpc_err(id, -32602, "params.message.parts: no text");
+    }
+    if text.len() > ctx.settings.max_request_bytes {
+        return rpc_err(
+            id,
+            -32602,
+            format!(
+                "the message is {} bytes, over the limit of {}",
+                text.len(),
+                ctx.settings.max_request_bytes
+            ),
+        );
+    }
+    let meta = |k: &str| {
+        message
+            .pointer(&format!("/metadata/{k}"))
+            .or_else(|| params.pointer(&format!("/metadata/{k}")))
+    };
+    let skill = meta("skill").and_then(Value::as_str).map(str::to_owned);
+    let peer = meta("peer").and_then(Value::as_str).map(str::to_owned);
+    let sources: Option<Vec<String>> = match meta("sources") {
+        None => None,
+        Some(v) => match serde_json::from_value(v.clone()) {
+            Ok(s) => Some(s),
+            Err(_) => return rpc_err(id, -32602, "metadata.sources: a list of source names"),
+        },
+    };
+    let cat = ctx.backend.catalog().await.unwrap_or_default();
+    let started = match skill {
+        Some(skill) => {
+            // An A2A skill id (`peer/skill`) is accepted as well as a bare name.
+            let (peer, skill) = match (peer, skill.split_once('/')) {
+                (Some(p), _) => (Some(p), skill),
+                (None, Some((p, s))) => (Some(p.to_owned()), s.to_owned()),
+                (None, None) => (None, skill),
+            };
+            let peer = match peer {
+                Some(p) => p,
+                None => {
+                    let offering: Vec<&str> = cat.named(&skill).map(|s| s.peer.as_str()).collect();
+                    match offering.as_slice() {
+                        [one] => (*one).to_owned(),
+                        [] => {
+                            return rpc_err(
+                                id,
+                                -32602,
+                                format!(
+                                    "no callable skill named {:?} (see the agent card)",
+                                    clean_untrusted(&skill, 64)
+                                ),
+                            );
+                        }
+                        many => {
+                            return rpc_err(
+                                id,
+                                -32602,
+                                format!(
+                                    "{} peers offer {skill:?}: name one in metadata.peer ({})",
+                                    many.len(),
+                                    many.join(", ")
+                                ),
+                            );
+                        }
+                    }
+                }
+            };
+            ctx.backend.start(peer, skill, text, sources).await
+        }
+        None => ctx.backend.intent(text).await.map(|(_, s)| s),
+    };
+    let snap = match started {
+        Ok(s) => s,
+        Err(e) => return backend_err(id, &e),
+    };
+    let at_once = params
+        .pointer("/configuration/returnImmediately")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let snap = if at_once {
+        snap
+    } else {
+        match follow(&ctx.backend, snap, ctx.settings.wait, || false, |_| {}).await {
+            Ok(s) => s,
+            Err(e) => return backend_err(id, &e),
+        }
+    };
+    let cat = ctx.backend.catalog().await.unwrap_or(cat);
+    rpc_ok(id, json!({ "task": task_json(&snap, &cat) }))
+}
+
+fn agent_message(task: &str, text: String) -> Value {
+    json!({
+        "messageId": format!("{task}-status"),
+        "taskId": task,
+        "contextId": task,
+        "role": "ROLE_AGENT",
+        "parts": [{ "text": text, "mediaType": "text/plain" }],
+    })
+}
+
+/// A call as an A2A Task. `contextId` is the call id (the node keeps no conversations).
+pub fn task_json(s: &CallSnapshot, cat: &Catalog) -> Value {
+    let (state, status_text) = match s.state.as_str() {
+        "answered" => ("TASK_STATE_COMPLETED", None),
+        "failed" => match s.failure.as_ref().map(|f| f.code.as_str()) {
+            Some("cancelled") => (
+                "TASK_STATE_CANCELED",
+                Some(failure_text("cancelled").to_owned()),
+            ),
+            Some(code) => (
+                "TASK_STATE_FAILED",
+                Some(format!("{} ({code})", failure_text(code))),
+            ),
+            None => ("TASK_STATE_FAILED", Some(failure_text("").to_owned())),
+        },
+        "awaiting_consent" => (
+            "TASK_STATE_INPUT_REQUIRED",
+            Some(format!(
+                "waiting for the node's human to consent: `skillbox approve {id}` or `skillbox deny {id}`; then GetTask",
+                id = s.id
+            )),
+        ),
+        "requested" => ("TASK_STATE_SUBMITTED", None),
+        _ => ("TASK_STATE_WORKING", None),
+    };
+    let mut status = json!({ "state": state });
+    if let Some(t) = status_text {
+        status["message"] = agent_message(&s.id, t);
+    }
+    let mut task = json!({
+        "id": s.id,
+        "contextId": s.id,
+        "status": status,
+        "metadata": {
+            "skill": s.skill,
+            "peer": s.peer,
+            "callState": s.state,
+            "hardwareIsolation": s.hardware_isolation(cat),
+            "receipt": s.receipt_summary(),
+        },
+    });
+    if let Some(answer) = &s.answer {
+        task["artifacts"] = json!([{
+            "artifactId": format!("{}-answer", s.id),
+            "name": "answer",
+            "parts": [{ "text": answer, "mediaType": "text/plain" }],
+        }]);
+    }
+    task
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Failure;
+    use crate::catalog::CallableSkill;
+
+    fn snap(state: &str) -> CallSnapshot {
+        CallSnapshot {
+            id: "c1".into(),
+            role: "caller".into(),
+            peer: "P".into(),
+            skill: "taste".into(),
+            state: state.into(),
+            box_url: None,
+            sources: vec![],
+            failure: None,
+            receipt: None,
+            answer: None,
+        }
+    }
+
+    #[test]
+    fn tasks_map_call_states() {
+        let mut s = snap("answered");
+        s.answer = Some("hello".into());
+        let t = task_json(&s, &Catalog::default());
+        assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED");
+        assert_eq!(t["artifacts"][0]["parts"][0]["text"], "hello");
+        let mut f = snap("failed");
+        f.failure = Some(Failure {
+            code: "cancelled".into(),
+        });
+        assert_eq!(
+            task_json(&f, &Catalog::default())["status"]["state"],
+            "TASK_STATE_CANCELED"
+        );
+        assert_eq!(
+            task_json(&snap("awaiting_consent"), &Catalog::default())["status"]["state"],
+            "TASK_STATE_INPUT_REQUIRED"
+        );
+        assert_eq!(
+            task_json(&snap("staked"), &Catalog::default())["status"]["state"],
+            "TASK_STATE_WORKING"
+        );
+    }
+
+    #[test]
+    fn the_card_lists_callable_skills_with_tags() {
+        let cat = Catalog {
+            skills: vec![CallableSkill {
+                peer: "12D3KooWPeer".into(),
+                skill: "taste".into(),
+                description: "Builds a taste profile".into(),
+                provider: "local".into(),
+                required_sources: vec!["songs".into()],
+                box_platforms: vec!["insecure-dev".into()],
+            }],
+            boxes: vec![],
+        };
+        let c = agent_card(&cat, "http://127.0.0.1:7420", "12D3KooWSelf");
+        assert_eq!(c["skills"][0]["id"], "12D3KooWPeer/taste");
+        assert_eq!(
+            c["skills"][0]["tags"],
+            json!(["provider:local", "requires:songs", "box:insecure-dev"])
+        );
+        assert_eq!(
+            c["supportedInterfaces"][0]["url"],
+            "http://127.0.0.1:7420/a2a"
+        );
+        assert_eq!(
+            c["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+            "Bearer"
+        );
+    }
+}

@@ -1,0 +1,190 @@
+//! What stands in front of `/mcp` and the A2A routes, before any protocol code runs: the Host
+//! and `Origin` check (DNS rebinding), the operator's bearer token, and a body size limit. Each
+//! refusal is an HTTP status with a JSON-RPC error body (both surfaces speak JSON-RPC), so a
+//! client sees a proper error and the handler never sees the request.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use skillbox_node::api::AppState;
+
+/// Who may reach a surface and how much it may send.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// Hostnames (no port) a request's `Host` and `Origin` may name: loopback, plus the API's
+    /// bind address when the human bound it elsewhere.
+    pub hosts: Arc<Vec<String>>,
+    /// Largest request body, in bytes.
+    pub max_body: usize,
+    /// The JSON-RPC code a refused token answers with (MCP and A2A differ).
+    pub unauthorized_code: i64,
+}
+
+/// Hostnames that are always this machine.
+pub const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
+
+impl Guard {
+    pub fn new(bind: Option<IpAddr>, max_body: usize, unauthorized_code: i64) -> Guard {
+        let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| h.to_string()).collect();
+        if let Some(ip) = bind.filter(|ip| !ip.is_loopback() && !ip.is_unspecified()) {
+            hosts.push(match ip {
+                IpAddr::V4(v4) => v4.to_string(),
+                IpAddr::V6(v6) => format!("[{v6}]"),
+            });
+        }
+        Guard {
+            hosts: Arc::new(hosts),
+            max_body,
+            unauthorized_code,
+        }
+    }
+
+    /// `Origin` values rmcp's own check accepts: each allowed host, any port.
+    pub fn origins(&self) -> Vec<String> {
+        self.hosts.iter().map(|h| format!("http://{h}:*")).collect()
+    }
+
+    fn host_allowed(&self, authority: &str) -> bool {
+        let host = strip_port(authority).to_ascii_lowercase();
+        self.hosts.contains(&host)
+    }
+
+    /// `None` when the request may pass; otherwise the refusal.
+    pub fn check(&self, state: &AppState, headers: &HeaderMap) -> Option<Response> {
+        if let Some(host) = headers.get(header::HOST) {
+            let ok = host.to_str().is_ok_and(|h| self.host_allowed(h));
+            if !ok {
+                return Some(rpc_error(
+                    StatusCode::FORBIDDEN,
+                    -32600,
+                    "Host is not this machine: requests must name localhost, 127.0.0.1 or [::1] (DNS rebinding protection)",
+                ));
+            }
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let ok = origin.to_str().is_ok_and(|o| {
+                o.strip_prefix("http://")
+                    .or_else(|| o.strip_prefix("https://"))
+                    .is_some_and(|rest| !rest.contains('/') && self.host_allowed(rest))
+            });
+            if !ok {
+                return Some(rpc_error(
+                    StatusCode::FORBIDDEN,
+                    -32600,
+                    "Origin is not this machine: only pages served from localhost may call this server",
+                ));
+            }
+        }
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        match presented.and_then(|t| state.authorize(t)) {
+            Some(p) if p.operator => {}
+            Some(_) => {
+                return Some(rpc_error(
+                    StatusCode::FORBIDDEN,
+                    self.unauthorized_code,
+                    "this token is a tenant's: the agent surfaces act as the node operator and need the operator's token (api.token)",
+                ));
+            }
+            None => {
+                let mut r = rpc_error(
+                    StatusCode::UNAUTHORIZED,
+                    self.unauthorized_code,
+                    "missing or wrong bearer token (send `Authorization: Bearer <api.token>`)",
+                );
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"skillbox\""),
+                );
+                return Some(r);
+            }
+        }
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_body as u64) {
+            return Some(too_large(self.max_body));
+        }
+        None
+    }
+}
+
+fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        // [v6]:port
+        return match authority.find(']') {
+            Some(i) => &authority[..=i],
+            None => authority,
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    }
+}
+
+/// A JSON-RPC error response with no id (the request was not read).
+pub fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body =
+        json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": message } });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+pub fn too_large(max: usize) -> Response {
+    rpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        -32600,
+        &format!("request body exceeds {max} bytes"),
+    )
+}
+
+/// The guard as axum middleware.
+pub async fn layer(
+    State((state, guard)): State<(AppState, Guard)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if let Some(refusal) = guard.check(&state, req.headers()) {
+        return refusal;
+    }
+    // A body without a length (chunked) is cut at the limit while it streams.
+    let (parts, body) = req.into_parts();
+    let limited = Body::new(http_body_util::Limited::new(body, guard.max_body));
+    next.run(Request::from_parts(parts, limited)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_ports() {
+        let g = Guard::new(None, 10, -32001);
+        assert!(g.host_allowed("127.0.0.1:7420"));
+        assert!(g.host_allowed("localhost"));
+        assert!(g.host_allowed("[::1]:80"));
+        assert!(!g.host_allowed("evil.example:7420"));
+        assert!(!g.host_allowed("127.0.0.1.evil.example"));
+        let g = Guard::new(Some("192.0.2.7".parse().expect("ip")), 10, -32001);
+        assert!(g.host_allowed("192.0.2.7:7420"));
+        assert_eq!(g.origins()[0], "http://localhost:*");
+    }
+}

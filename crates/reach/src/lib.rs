@@ -1,0 +1,107 @@
+//! skillbox-reach: skillbox from the agent tools people already use.
+//!
+//! - [`mcp`]: an MCP server (rmcp) on stdio and at `/mcp` on the node's API: tools
+//!   `list_skills`, `apply_skill`, `ask`, `call_status`, `list_sources`, and SEP-2640 skill stubs.
+//! - [`a2a`]: an A2A 1.0 agent: the AgentCard and `SendMessage` / `GetTask` / `CancelTask`.
+//!
+//! One crate for both because they share everything below the wire: the [`backend`] (one trait,
+//! in process or over the node's HTTP API), the [`catalog`] of callable board skills with its
+//! framing of peers' untrusted text, and the [`guard`] (Host, `Origin`, token, size) in front of
+//! both HTTP surfaces. Two crates would need a third for that, or one depending on the other.
+//!
+//! What this crate never does: serve a skill's body, model or key (it has no way to read one:
+//! the node's library API gives it declarations, board rows and call records only); show a
+//! peer's text without framing it as untrusted; pass a peer's failure message on (codes only).
+
+pub mod a2a;
+pub mod backend;
+pub mod catalog;
+pub mod guard;
+pub mod mcp;
+pub mod stub;
+
+use std::net::IpAddr;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use skillbox_node::api::{AppState, Mounts};
+
+use backend::Backend;
+
+/// What the surfaces are allowed, from the node's config.
+#[derive(Debug, Clone)]
+pub struct ReachSettings {
+    /// The API's bind address (loopback unless the human chose otherwise).
+    pub bind: Option<IpAddr>,
+    /// Largest request text (`calls.max_request_bytes`).
+    pub max_request_bytes: usize,
+    /// How long a tool call or `SendMessage` waits for its answer.
+    pub wait: std::time::Duration,
+}
+
+impl ReachSettings {
+    pub fn for_state(state: &AppState, bind: Option<IpAddr>) -> ReachSettings {
+        ReachSettings {
+            bind,
+            max_request_bytes: state.calls_max_request,
+            wait: std::time::Duration::from_secs(300),
+        }
+    }
+    /// The body limit: the request text plus room for the JSON-RPC envelope around it (JSON
+    /// escaping can grow text up to 6×; a request that large is refused by the node anyway).
+    fn max_body(&self) -> usize {
+        self.max_request_bytes
+            .saturating_mul(2)
+            .saturating_add(64 * 1024)
+    }
+}
+
+/// The routes this crate mounts on the node's router: `/mcp`, the A2A card and endpoint, and
+/// the catalog `skillbox mcp` reads over HTTP. All sit behind [`guard::Guard`], which checks the
+/// operator token itself (so they are mounted as `public` and answer refusals in JSON-RPC).
+pub fn mounts(state: AppState, settings: &ReachSettings) -> Mounts {
+    let mcp_guard = guard::Guard::new(settings.bind, settings.max_body(), -32001);
+    let a2a_guard = guard::Guard::new(settings.bind, settings.max_body(), a2a::UNAUTHORIZED);
+    let mcp = mcp::router(
+        state.clone(),
+        mcp_guard.clone(),
+        mcp::McpSettings {
+            wait: settings.wait,
+            max_request_bytes: settings.max_request_bytes,
+        },
+    );
+    let a2a = a2a::router(
+        state.clone(),
+        a2a_guard,
+        a2a::A2aSettings {
+            wait: settings.wait,
+            max_request_bytes: settings.max_request_bytes,
+        },
+    );
+    let catalog: Router<AppState> = Router::new()
+        .route(backend::CATALOG_PATH, get(catalog_route))
+        .route_layer(axum::middleware::from_fn_with_state(
+            (state, mcp_guard),
+            guard::layer,
+        ));
+    Mounts {
+        public: mcp.merge(a2a).merge(catalog),
+        operator: Router::new(),
+        json_rpc: vec![mcp::PATH, a2a::RPC_PATH],
+    }
+}
+
+/// `GET /v1/host/skillbox/reach/catalog`: the callable board skills and this node's boxes.
+async fn catalog_route(State(s): State<AppState>) -> Response {
+    match backend::InProcess(s).catalog().await {
+        Ok(c) => Json(c).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "error": e.code(), "message": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
