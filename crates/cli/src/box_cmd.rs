@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use skillbox_jc::attest::{Attester, InsecureDevAttester, measure_file};
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_node::config::BoxPin;
 use skillbox_providers::{ProviderId, ProviderSettings, local};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -88,11 +89,17 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     let dev = InsecureDevAttester::with_key_file(&key_file, measurement)
         .with_context(|| format!("the box identity key {}", key_file.display()))?;
     if args.show_identity {
-        println!("[[boxes.pins]]");
-        println!("url = \"http://{}\"", args.listen);
-        println!("platform = \"{}\"", dev.platform());
-        println!("measurements = [\"{}\"]", dev.measurement());
-        println!("key = \"{}\"", dev.public_key_hex());
+        print!(
+            "{}",
+            BoxPin {
+                url: format!("http://{}", args.listen),
+                platform: dev.platform().to_owned(),
+                measurements: vec![dev.measurement().to_owned()],
+                key: Some(dev.public_key_hex()),
+                policy: None,
+            }
+            .render()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let attester: Arc<dyn Attester> = Arc::new(dev);
@@ -120,10 +127,17 @@ fn run_hardware(
     let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
         .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
     if args.show_identity {
-        println!("[[boxes.pins]]");
-        println!("url = \"https://<this box's name>:{}\"", args.listen.port());
-        println!("platform = \"{platform}\"");
-        println!("measurements = [\"{}\"]", tsm.measurement());
+        print!(
+            "{}",
+            BoxPin {
+                url: format!("https://<this box's name>:{}", args.listen.port()),
+                platform: platform.to_string(),
+                measurements: vec![tsm.measurement().to_owned()],
+                key: None,
+                policy: None,
+            }
+            .render()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     serve(global, args.clone(), Arc::new(tsm))

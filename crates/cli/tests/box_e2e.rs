@@ -384,6 +384,16 @@ fn show_identity_prints_a_pin_that_stays_the_same_across_starts() {
     assert_eq!(key.len(), 64);
     assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
     assert!(dir.path().join("box").join("insecure-dev.key").is_file());
+    // What it prints is a pin the node reads back as is, appended to its config.
+    let mut base = skillbox_node::Config::default();
+    base.boxes.accept = vec!["http://127.0.0.1:7499".to_owned()];
+    let text = format!("{}\n{first}", base.render());
+    let config = skillbox_node::Config::parse(&text, std::path::Path::new("config.toml"))
+        .expect("the printed pin is valid config");
+    let pin = &config.boxes.pins[0];
+    assert_eq!(pin.key.as_deref(), Some(key));
+    assert_eq!(pin.platform, "insecure-dev");
+    assert_eq!(pin.url, "http://127.0.0.1:7499");
 }
 
 #[test]

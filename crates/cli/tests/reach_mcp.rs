@@ -328,40 +328,6 @@ fn consent_parks_the_call_and_the_human_decides() {
 
 // ---- raw requests: refusals
 
-fn post(
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Vec<u8>,
-) -> (u16, Value, reqwest::header::HeaderMap) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let mut r = reqwest::Client::new()
-            .post(url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body);
-        for (k, v) in headers {
-            r = r.header(*k, *v);
-        }
-        let resp = r.send().await.expect("send");
-        let status = resp.status().as_u16();
-        let h = resp.headers().clone();
-        let text = resp.text().await.unwrap_or_default();
-        // JSON, or one SSE event carrying JSON.
-        let v = serde_json::from_str(&text).unwrap_or_else(|_| {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-                .find(|v| v.get("id").is_some())
-                .unwrap_or(Value::String(text.clone()))
-        });
-        (status, v, h)
-    })
-}
-
 fn modern(method: &str, params: Value) -> Vec<u8> {
     let mut p = params;
     p["_meta"] = json!({
@@ -395,7 +361,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     // Missing token, wrong token: 401 with a challenge and a JSON-RPC error body.
     for hdrs in [vec![], vec![("authorization", "Bearer nope".to_owned())]] {
         let (status, body, headers) =
-            post(&url, &as_refs(&hdrs), modern("server/discover", json!({})));
+            reach::post_json(&url, &as_refs(&hdrs), modern("server/discover", json!({})));
         assert_eq!(status, 401, "{body}");
         assert!(headers.get("www-authenticate").is_some());
         assert_eq!(body["error"]["code"], -32001, "{body}");
@@ -405,7 +371,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     // by the node's guard in front of every route, in JSON-RPC on this path.
     let mut foreign = std_h("server/discover");
     foreign.push(("origin", "http://evil.example".to_owned()));
-    let (status, body, _) = post(
+    let (status, body, _) = reach::post_json(
         &url,
         &as_refs(&foreign),
         modern("server/discover", json!({})),
@@ -414,13 +380,14 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     assert_eq!(body["error"]["code"], -32600, "{body}");
     let mut host = std_h("server/discover");
     host.push(("host", "evil.example".to_owned()));
-    let (status, body, _) = post(&url, &as_refs(&host), modern("server/discover", json!({})));
+    let (status, body, _) =
+        reach::post_json(&url, &as_refs(&host), modern("server/discover", json!({})));
     assert_eq!(status, 421, "{body}");
     assert_eq!(body["error"]["code"], -32600, "{body}");
     assert_eq!(body["error"]["data"]["code"], "host_not_allowed", "{body}");
     // An oversized request: 413 with a JSON-RPC error, before anything reads it.
     let big = "x".repeat(512 * 1024);
-    let (status, body, _) = post(
+    let (status, body, _) = reach::post_json(
         &url,
         &as_refs(&std_h("tools/call")),
         modern(
@@ -430,10 +397,11 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     );
     assert_eq!(status, 413, "{body}");
     // Not JSON: a parse error, not a crash.
-    let (status, body, _) = post(&url, &as_refs(&std_h("tools/call")), b"{not json".to_vec());
+    let (status, body, _) =
+        reach::post_json(&url, &as_refs(&std_h("tools/call")), b"{not json".to_vec());
     assert!((400..500).contains(&status), "{status} {body}");
     // server/discover works and names both revisions.
-    let (status, body, _) = post(
+    let (status, body, _) = reach::post_json(
         &url,
         &as_refs(&h(&std_h("server/discover"))),
         modern("server/discover", json!({})),
@@ -446,7 +414,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     );
     assert_eq!(body["result"]["resultType"], "complete", "{body}");
     // tools/list carries ttlMs and cacheScope on 2026-07-28.
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&std_h("tools/list")),
         modern("tools/list", json!({})),
@@ -457,7 +425,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     // Unknown tool: -32602 naming it. Bad arguments: a tool error naming the field.
     let mut call_h = std_h("tools/call");
     call_h.push(("mcp-name", "no_such_tool".to_owned()));
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&call_h),
         modern(
@@ -473,7 +441,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     );
     let mut call_h = std_h("tools/call");
     call_h.push(("mcp-name", "apply_skill".to_owned()));
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&call_h),
         modern(
@@ -483,7 +451,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     );
     assert_eq!(body["result"]["isError"], true, "{body}");
     // A skill nobody offers: a tool error, no call started.
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&call_h),
         modern(
@@ -495,7 +463,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     // call_status of an unknown id; a stub that does not exist.
     let mut st = std_h("tools/call");
     st.push(("mcp-name", "call_status".to_owned()));
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&st),
         modern(
@@ -506,7 +474,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     assert_eq!(body["result"]["isError"], true, "{body}");
     let mut rr = std_h("resources/read");
     rr.push(("mcp-name", "skill://nobody/none/SKILL.md".to_owned()));
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&rr),
         modern(
@@ -516,7 +484,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     );
     assert_eq!(body["error"]["code"], -32602, "{body}");
     // skills/list (SEP-2640): stubs with digests of the stub bytes.
-    let (_, body, _) = post(
+    let (_, body, _) = reach::post_json(
         &url,
         &as_refs(&std_h("skills/list")),
         modern("skills/list", json!({})),

@@ -137,6 +137,25 @@ pub struct BoxPin {
 }
 
 impl BoxPin {
+    /// The pin as a `[[boxes.pins]]` table of `config.toml` (what `skillbox box
+    /// --show-identity` prints and `skillbox init` writes).
+    pub fn render(&self) -> String {
+        use toml_text::{list, s};
+        let mut out = format!(
+            "[[boxes.pins]]\nurl = {}\nplatform = {}\nmeasurements = {}\n",
+            s(&self.url),
+            s(&self.platform),
+            list(&self.measurements)
+        );
+        if let Some(k) = &self.key {
+            out.push_str(&format!("key = {}\n", s(k)));
+        }
+        if let Some(policy) = &self.policy {
+            out.push_str(&format!("policy = {policy}\n"));
+        }
+        out
+    }
+
     /// The hardware policy of this pin (`None` for insecure-dev).
     pub fn hardware_policy(
         &self,
@@ -736,27 +755,11 @@ impl Config {
 
     /// The `[[boxes.pins]]` and `[boxes.provider_hosts]` tables as TOML (after `[boxes]`).
     fn render_box_pins(&self) -> String {
-        fn s(v: &str) -> String {
-            toml::Value::String(v.to_owned()).to_string()
-        }
-        let list = |v: &[String]| {
-            let items: Vec<String> = v.iter().map(|x| s(x)).collect();
-            format!("[{}]", items.join(", "))
-        };
+        use toml_text::{list, s};
         let mut out = String::new();
         for p in &self.boxes.pins {
-            out.push_str(&format!(
-                "\n[[boxes.pins]]\nurl = {}\nplatform = {}\nmeasurements = {}\n",
-                s(&p.url),
-                s(&p.platform),
-                list(&p.measurements)
-            ));
-            if let Some(k) = &p.key {
-                out.push_str(&format!("key = {}\n", s(k)));
-            }
-            if let Some(policy) = &p.policy {
-                out.push_str(&format!("policy = {policy}\n"));
-            }
+            out.push('\n');
+            out.push_str(&p.render());
         }
         if !self.boxes.provider_hosts.is_empty() {
             out.push_str("\n[boxes.provider_hosts]\n");
@@ -769,13 +772,7 @@ impl Config {
 
     /// The full commented `config.toml` for these values: what `skillbox init` writes.
     pub fn render(&self) -> String {
-        fn s(v: &str) -> String {
-            toml::Value::String(v.to_owned()).to_string()
-        }
-        fn list(v: &[String]) -> String {
-            let items: Vec<String> = v.iter().map(|x| s(x)).collect();
-            format!("[{}]", items.join(", "))
-        }
+        use toml_text::{list, s};
         let sch = &self.schedules;
         format!(
             r#"# skillbox node configuration. Every setting is written out with its default;
@@ -982,6 +979,17 @@ impl Config {
              # deny_peers list peer ids.\n",
         );
         text
+    }
+}
+
+/// TOML literals for [`Config::render`]: a string, a list of strings (escaped by `toml`).
+mod toml_text {
+    pub(super) fn s(v: &str) -> String {
+        toml::Value::String(v.to_owned()).to_string()
+    }
+    pub(super) fn list(v: &[String]) -> String {
+        let items: Vec<String> = v.iter().map(|x| s(x)).collect();
+        format!("[{}]", items.join(", "))
     }
 }
 

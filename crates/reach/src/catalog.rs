@@ -60,6 +60,13 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The skill whose SEP-2640 stub is at `uri` (`skill://<peer>/<skill>/SKILL.md`).
+    pub fn stub_at(&self, uri: &str) -> Option<&CallableSkill> {
+        let (peer, name) = crate::stub::parse_uri(uri)?;
+        self.skills
+            .iter()
+            .find(|s| s.peer == peer && s.skill == name)
+    }
     /// The skills named `skill`, in catalog order.
     pub fn named<'a>(&'a self, skill: &'a str) -> impl Iterator<Item = &'a CallableSkill> + 'a {
         self.skills.iter().filter(move |s| s.skill == skill)

@@ -81,15 +81,7 @@ impl Guard {
                 ));
             }
         }
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        match presented.and_then(|t| state.authorize(t)) {
+        match skillbox_node::api::bearer_token(headers).and_then(|t| state.authorize(t)) {
             Some(p) if p.operator => {}
             Some(_) => {
                 return Some(rpc_error(

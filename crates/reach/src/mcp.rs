@@ -683,12 +683,7 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
         _ctx: RequestContext<RoleServer>,
     ) -> Result<GetSkillResult, ErrorData> {
         let cat = self.backend.catalog().await.map_err(|e| internal(&e))?;
-        let found = stub::parse_uri(&request.uri).and_then(|(peer, name)| {
-            cat.skills
-                .iter()
-                .find(|s| s.peer == peer && s.skill == name)
-        });
-        match found {
+        match cat.stub_at(&request.uri) {
             Some(s) => Ok(GetSkillResult::new(stub_skill(s))
                 .with_ttl_ms(LIST_TTL_MS)
                 .with_cache_scope(CacheScope::Private)),
@@ -734,12 +729,7 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let cat = self.backend.catalog().await.map_err(|e| internal(&e))?;
-        let found = stub::parse_uri(&request.uri).and_then(|(peer, name)| {
-            cat.skills
-                .iter()
-                .find(|s| s.peer == peer && s.skill == name)
-        });
-        match found {
+        match cat.stub_at(&request.uri) {
             Some(s) => {
                 let mut c = ResourceContents::text(stub::markdown(s), request.uri.clone());
                 if let ResourceContents::TextResourceContents { mime_type, .. } = &mut c {

@@ -146,3 +146,38 @@ pub fn python(script: &str) -> Command {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// POST `body` as JSON to `url` with `headers`: the status, the JSON answer (or, for an SSE
+/// stream, the first event carrying an `id`; else the text as a string) and the headers.
+pub fn post_json(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, serde_json::Value, reqwest::header::HeaderMap) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut r = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let h = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+                .find(|v| v.get("id").is_some())
+                .unwrap_or(serde_json::Value::String(text.clone()))
+        });
+        (status, v, h)
+    })
+}

@@ -380,17 +380,20 @@ async fn label_route(req: Request, next: Next) -> Response {
     resp
 }
 
-async fn require_token(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
+/// The token of an `Authorization: Bearer …` header, if there is one.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         })
-        .map(str::trim);
-    match presented.and_then(|t| s.principal(t)) {
+        .map(str::trim)
+}
+
+async fn require_token(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
+    match bearer_token(req.headers()).and_then(|t| s.principal(t)) {
         Some(p) => {
             req.extensions_mut().insert(p);
             next.run(req).await

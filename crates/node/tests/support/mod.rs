@@ -134,26 +134,16 @@ pub async fn start_box(provider_url: &str) -> String {
 
 /// [`start_box`] on a given loopback port (0: any).
 pub async fn start_box_at(port: u16, provider_url: &str) -> String {
-    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
-    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
-        .with_base_url(ProviderId::OpenAi, provider_url);
-    let core = Arc::new(BoxCore::new(
-        attester,
-        ProviderRegistry::from_settings(&settings),
-        BoxConfig::default(),
-    ));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("bind box");
-    let addr: SocketAddr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = skillbox_jc::server::serve(listener, core).await;
-    });
-    format!("http://{addr}")
+    start_box_bound(port, provider_url).await.0
 }
 
 /// [`start_box`], also answering the box's identity key (what a node pins).
 pub async fn start_box_keyed(provider_url: &str) -> (String, String) {
+    start_box_bound(0, provider_url).await
+}
+
+/// A box on `port` (0: any) with `openai` at `provider_url`: its URL and identity key.
+async fn start_box_bound(port: u16, provider_url: &str) -> (String, String) {
     let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
     let key = attester.public_key_hex();
     let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
@@ -163,7 +153,7 @@ pub async fn start_box_keyed(provider_url: &str) -> (String, String) {
         ProviderRegistry::from_settings(&settings),
         BoxConfig::default(),
     ));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .expect("bind box");
     let addr: SocketAddr = listener.local_addr().expect("addr");
