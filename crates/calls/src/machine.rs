@@ -18,8 +18,9 @@ pub enum Role {
     Owner,
 }
 
-/// Where a call is. Caller path: requested → accepted → opened → staked → (awaiting_consent) →
-/// submitting → submitted → answered. Owner path: received → accepted → opened → staked →
+/// Where a call is. Caller path: requested → accepted → opened → (awaiting_consent → opened) →
+/// submitting → submitted → answered: its policy is asked between the verified box and the
+/// stake, so nothing of the request or the sources leaves before it says yes. Owner path: received → accepted → opened → staked →
 /// (awaiting_consent) → submitting → submitted → ran. Either may end `failed`, with a [`Failure`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -30,11 +31,14 @@ pub enum State {
     Received,
     /// Both signatures on the program. Caller: open the run. Owner: wait for `call.session`.
     Accepted,
-    /// Run opened at the box and its attestation verified by this side; stake now.
+    /// Run opened at the box and its attestation verified by this side. Caller: ask its policy
+    /// (and human) first, then stake. Owner: stake now.
     Opened,
-    /// This side's stake is in; its submit waits on policy.
+    /// Owner: its stake is in; its submit waits on policy. (The caller, asked before staking,
+    /// goes from `opened` to `submitting`.)
     Staked,
-    /// Policy said `ask`: parked until the human decides (`GET /approvals`).
+    /// Policy said `ask`: parked until the human decides (`GET /approvals`). The caller parks
+    /// here before staking, and returns to `opened` to stake once allowed.
     AwaitingConsent,
     /// Policy allowed (or the human consented): the submit is owed.
     Submitting,
@@ -248,6 +252,12 @@ pub struct Call {
     pub attempts: u32,
     /// Caller: the owner acknowledged `call.session`.
     pub session_delivered: bool,
+    /// Caller: this node's policy (or its human) allowed the call, once the box was verified
+    /// and before anything was staked: the request and the sources leave only after this.
+    /// A record written before the field existed reads as not consented: before its stake it
+    /// is asked now, after it the older rules (policy at `staked`) still apply to it.
+    #[serde(default)]
+    pub consented: bool,
     pub failure: Option<Failure>,
 }
 
@@ -381,6 +391,7 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
         retry_at_ms: now_ms + timing.retry_ms,
         attempts: 1,
         session_delivered: false,
+        consented: false,
         failure: None,
     };
     let actions = owed(&call);
@@ -399,8 +410,14 @@ fn owed(call: &Call) -> Vec<Action> {
         (Role::Caller, State::Accepted) => vec![Action::OpenRun],
         // The owner waits for call.session; re-sending call.accepted covers a lost payload.
         (Role::Owner, State::Accepted) => vec![Action::SendAccepted],
+        // The caller asks its policy (and its human) once the box is attested, so the question
+        // names the verified box, and before staking, so a "no" leaves nothing anywhere.
         (Role::Caller, State::Opened) => {
-            let mut a = vec![Action::Stake];
+            let mut a = if call.consented {
+                vec![Action::Stake]
+            } else {
+                vec![Action::CheckPolicy]
+            };
             if !call.session_delivered {
                 a.insert(0, Action::SendSession);
             }
@@ -426,9 +443,10 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
     if call.state.is_terminal() {
         return unchanged();
     }
-    let to = |state: State, extra: Vec<Action>| {
+    let to_with = |state: State, extra: Vec<Action>, consented: bool| {
         let mut next = call.clone();
         next.state = state;
+        next.consented = consented;
         next.progressed_at_ms = now_ms;
         next.retry_at_ms = now_ms + timing.retry_ms;
         next.attempts = 1;
@@ -440,6 +458,7 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             changed: true,
         }
     };
+    let to = |state: State, extra: Vec<Action>| to_with(state, extra, call.consented);
     let fail = |code: FailureCode, message: String, tell_peer: bool| {
         let mut next = call.clone();
         next.state = State::Failed;
@@ -517,6 +536,28 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
                 actions: Vec::new(),
                 changed: true,
             }
+        }
+        // The caller's policy was asked before it staked: on to submitting.
+        (Caller, State::Opened, Event::Policy(Decision::Allow)) if !call.consented => {
+            to_with(State::Opened, vec![], true)
+        }
+        (Caller, State::Opened, Event::Policy(Decision::Ask)) if !call.consented => {
+            to(State::AwaitingConsent, vec![])
+        }
+        (Caller, State::Opened, Event::Policy(Decision::Deny)) if !call.consented => fail(
+            FailureCode::PolicyDenied,
+            "this node's policy denied the call".into(),
+            true,
+        ),
+        (Caller, State::AwaitingConsent, Event::Consent { allow: true }) if !call.consented => {
+            to_with(State::Opened, vec![], true)
+        }
+        (Caller, State::Opened, Event::Staked) if call.consented => {
+            let mut t = to(State::Submitting, vec![]);
+            if !call.session_delivered {
+                t.actions.insert(0, Action::SendSession);
+            }
+            t
         }
         (_, State::Opened, Event::Staked) => {
             let mut t = to(State::Staked, vec![]);

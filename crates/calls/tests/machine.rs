@@ -50,19 +50,11 @@ fn caller_at(state: State) -> Transition {
                 run_id: "r1".into(),
             },
         ],
-        State::Staked => vec![
-            Event::PeerAccepted,
-            Event::RunOpened {
-                run_id: "r1".into(),
-            },
-            Event::Staked,
-        ],
         State::AwaitingConsent => vec![
             Event::PeerAccepted,
             Event::RunOpened {
                 run_id: "r1".into(),
             },
-            Event::Staked,
             Event::Policy(Decision::Ask),
         ],
         State::Submitting => vec![
@@ -70,16 +62,16 @@ fn caller_at(state: State) -> Transition {
             Event::RunOpened {
                 run_id: "r1".into(),
             },
-            Event::Staked,
             Event::Policy(Decision::Allow),
+            Event::Staked,
         ],
         State::Submitted => vec![
             Event::PeerAccepted,
             Event::RunOpened {
                 run_id: "r1".into(),
             },
-            Event::Staked,
             Event::Policy(Decision::Allow),
+            Event::Staked,
             Event::Submitted,
         ],
         other => panic!("no caller path to {other:?}"),
@@ -109,15 +101,18 @@ fn caller_happy_path_emits_each_owed_action() {
     );
     assert_eq!(t.call.state, State::Opened);
     assert_eq!(t.call.run_id.as_deref(), Some("r1"));
-    assert_eq!(t.actions, vec![Action::SendSession, Action::Stake]);
+    // Policy first, with the box verified; the stake only after it said yes.
+    assert_eq!(t.actions, vec![Action::SendSession, Action::CheckPolicy]);
+    assert!(!t.call.consented);
     let t = step(&t.call, Event::SessionDelivered, T0 + 3, &timing());
     assert!(t.call.session_delivered && t.actions.is_empty());
-    let t = step(&t.call, Event::Staked, T0 + 4, &timing());
+    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 4, &timing());
     assert_eq!(
         (t.call.state, t.actions.clone()),
-        (State::Staked, vec![Action::CheckPolicy])
+        (State::Opened, vec![Action::Stake])
     );
-    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 5, &timing());
+    assert!(t.call.consented);
+    let t = step(&t.call, Event::Staked, T0 + 5, &timing());
     assert_eq!(
         (t.call.state, t.actions.clone()),
         (State::Submitting, vec![Action::Submit])
@@ -222,10 +217,18 @@ fn owner_refusal_tells_the_caller() {
 fn consent_ask_parks_then_allow_or_deny() {
     let t = caller_at(State::AwaitingConsent);
     assert_eq!(t.actions, vec![Action::RequestConsent]);
+    // Parked before anything was staked: allowed, it goes back to stake.
     let allowed = step(&t.call, Event::Consent { allow: true }, T0 + 100, &timing());
     assert_eq!(
         (allowed.call.state, allowed.actions),
-        (State::Submitting, vec![Action::Submit])
+        (State::Opened, vec![Action::SendSession, Action::Stake])
+    );
+    assert!(allowed.call.consented);
+    let staked = step(&allowed.call, Event::Staked, T0 + 101, &timing());
+    assert_eq!(
+        (staked.call.state, staked.actions),
+        (State::Submitting, vec![Action::SendSession, Action::Submit]),
+        "the session payload is still owed (never acknowledged here)"
     );
     let denied = step(
         &t.call,
@@ -253,7 +256,7 @@ fn consent_ask_parks_then_allow_or_deny() {
 #[test]
 fn policy_deny_fails_and_tells_the_peer() {
     let t = step(
-        &caller_at(State::Staked).call,
+        &caller_at(State::Opened).call,
         Event::Policy(Decision::Deny),
         T0 + 100,
         &timing(),
@@ -409,8 +412,10 @@ fn resume_re_emits_what_each_state_owes() {
     let cases = [
         (State::Requested, vec![Action::SendRequest]),
         (State::Accepted, vec![Action::OpenRun]),
-        (State::Opened, vec![Action::SendSession, Action::Stake]),
-        (State::Staked, vec![Action::CheckPolicy]),
+        (
+            State::Opened,
+            vec![Action::SendSession, Action::CheckPolicy],
+        ),
         (State::AwaitingConsent, vec![Action::RequestConsent]),
         (State::Submitting, vec![Action::Submit]),
         (State::Submitted, vec![Action::FetchOutcome]),
@@ -564,4 +569,49 @@ fn state_names_round_trip() {
         );
     }
     assert_eq!(State::parse("bogus"), None);
+}
+
+#[test]
+fn a_consented_caller_resumes_to_its_stake_and_is_not_asked_again() {
+    let t = caller_at(State::Opened);
+    let allowed = step(&t.call, Event::Policy(Decision::Allow), T0 + 100, &timing());
+    let r = step(&allowed.call, Event::Resume, T0 + 200, &timing());
+    assert_eq!(r.actions, vec![Action::SendSession, Action::Stake]);
+    // A late policy answer for a consented call changes nothing.
+    let late = step(
+        &allowed.call,
+        Event::Policy(Decision::Ask),
+        T0 + 300,
+        &timing(),
+    );
+    assert!(!late.changed && late.actions.is_empty());
+}
+
+#[test]
+fn a_record_from_before_consent_moved_keeps_the_old_order() {
+    // Written by an earlier version: parked for consent after staking, no `consented` field.
+    let mut v = serde_json::to_value(&caller_at(State::AwaitingConsent).call).expect("ser");
+    v.as_object_mut().expect("object").remove("consented");
+    let old: Call = serde_json::from_value(v).expect("old record reads");
+    assert!(!old.consented);
+    // Allowed, it stakes again (the box answers already_staked: the stake is in) and submits.
+    let allowed = step(&old, Event::Consent { allow: true }, T0 + 100, &timing());
+    assert_eq!(
+        (allowed.call.state, allowed.actions.clone()),
+        (State::Opened, vec![Action::SendSession, Action::Stake])
+    );
+    let staked = step(&allowed.call, Event::Staked, T0 + 101, &timing());
+    assert_eq!(staked.call.state, State::Submitting);
+    // One parked at `staked` by the old order still asks its policy there.
+    let mut old_staked = old.clone();
+    old_staked.state = State::Staked;
+    let r = step(&old_staked, Event::Resume, T0 + 200, &timing());
+    assert_eq!(r.actions, vec![Action::CheckPolicy]);
+    let on = step(
+        &old_staked,
+        Event::Policy(Decision::Allow),
+        T0 + 201,
+        &timing(),
+    );
+    assert_eq!(on.call.state, State::Submitting);
 }

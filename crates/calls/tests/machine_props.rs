@@ -69,6 +69,16 @@ proptest! {
                 Role::Owner => prop_assert!(t.call.state != State::Answered && t.call.state != State::Requested),
             }
             prop_assert!(t.call.progressed_at_ms <= now);
+            // The caller's material leaves only after its policy or human said yes.
+            if role == Role::Caller && !t.call.consented {
+                prop_assert!(!t.actions.contains(&Action::Stake), "{:?} staked unconsented", t.call.state);
+                prop_assert!(!t.actions.contains(&Action::Submit), "{:?} submitted unconsented", t.call.state);
+                prop_assert!(t.call.state != State::Submitting && t.call.state != State::Submitted && t.call.state != State::Answered);
+            }
+            // Consent, once given, is never taken back.
+            if role == Role::Caller && before.consented {
+                prop_assert!(t.call.consented);
+            }
         }
         prop_assert!(terminal_transitions <= 1);
     }

@@ -38,11 +38,11 @@ const STEP_LIMIT: Duration = Duration::from_secs(30);
 const FIRE_LIMIT: Duration = Duration::from_secs(20);
 
 /// The states each role passes on the way to its end (design §7).
-const CALLER_STATES: [&str; 8] = [
+/// The caller asks its policy between `opened` and its stake, so it never rests in `staked`.
+const CALLER_STATES: [&str; 7] = [
     "requested",
     "accepted",
     "opened",
-    "staked",
     "awaiting_consent",
     "submitting",
     "submitted",

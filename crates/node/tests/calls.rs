@@ -357,3 +357,105 @@ async fn without_a_common_box_the_call_is_refused() {
         a.body
     );
 }
+
+/// The caller's human is asked before anything of the call is staked: while it waits, the box
+/// holds no caller stake; a "no" ends the call with the request and the source never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_callers_stake_waits_for_its_human() {
+    let ask_caller = |c: &mut skillbox_node::Config| {
+        c.policy.rules.insert(
+            0,
+            skillbox_calls::Rule {
+                side: skillbox_calls::Side::Caller,
+                peer: skillbox_calls::Pattern::any(),
+                skill: skillbox_calls::Pattern::any(),
+                sources: None,
+                sources_within: None,
+                decision: skillbox_calls::Decision::Ask,
+            },
+        )
+    };
+    let w = world("BODY-9", "sk-test-KEY-9", &["songs"], |_| {}, ask_caller).await;
+    w.caller
+        .put_source("songs", "text", "SOURCE-MARK-UNSTAKED\n")
+        .await;
+    let start = |request: &'static str| {
+        let w = &w;
+        async move {
+            let a = w
+                .caller
+                .post_json(
+                    "/calls",
+                    json!({"peer": w.owner.peer_id, "skill": "taste", "request": request}),
+                )
+                .await;
+            assert_eq!(a.status, 201, "{}", a.body);
+            let id = a.body["id"].as_str().expect("id").to_owned();
+            let c = w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+            let run = c["runId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a run is open while consent is asked: {c}"))
+                .to_owned();
+            (id, run)
+        }
+    };
+    let run_status = |run: String| {
+        let url = format!("{}/v1/runs/{run}", w.box_url);
+        async move {
+            reqwest::get(&url)
+                .await
+                .expect("box status")
+                .json::<serde_json::Value>()
+                .await
+                .expect("json")
+        }
+    };
+
+    // Denied: nothing of the caller's reached the box, and nothing ran.
+    let (id, run) = start("REQUEST-MARK-DENIED").await;
+    let st = run_status(run.clone()).await;
+    let staked = st["staked"].to_string();
+    assert!(
+        !staked.contains("caller"),
+        "caller staked before consent: {st}"
+    );
+    let ap = w.caller.get("/approvals").await.body;
+    assert_eq!(ap["approvals"][0]["id"], id.as_str(), "{ap}");
+    let no = w
+        .caller
+        .post_json(&format!("/approvals/{id}"), json!({"decision": "deny"}))
+        .await;
+    assert_eq!(no.status, 200, "{}", no.body);
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["failure"]["code"], "consent_denied", "{c}");
+    assert!(w.provider.0.lock().expect("log").is_empty(), "no run");
+
+    // Allowed: the stake goes in after the yes, and the call is answered.
+    let (id, run) = start("REQUEST-MARK-ALLOWED").await;
+    let before = run_status(run.clone()).await;
+    assert!(!before["staked"].to_string().contains("caller"), "{before}");
+    let ok = w
+        .caller
+        .post_json(&format!("/approvals/{id}"), json!({"decision": "allow"}))
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    let seen: String = w
+        .provider
+        .0
+        .lock()
+        .expect("log")
+        .iter()
+        .map(|(_, body)| body.to_string())
+        .collect();
+    assert!(
+        seen.contains("REQUEST-MARK-ALLOWED"),
+        "the allowed request ran"
+    );
+    assert!(seen.contains("SOURCE-MARK-UNSTAKED"), "with its source");
+    assert!(
+        !seen.contains("REQUEST-MARK-DENIED"),
+        "the denied one never did"
+    );
+}

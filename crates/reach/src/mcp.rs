@@ -297,17 +297,24 @@ impl<B: Backend> SkillboxMcp<B> {
                 }
             }
         });
+        let mut sent_rank = 0;
         let last = follow(
             &self.backend,
             snap,
             self.settings.wait,
             || ct.is_cancelled(),
             |s| {
+                // MCP progress must increase: a caller back at `opened` after its human said
+                // yes (rank 3 after 5) is not announced until it passes the last rank sent.
+                let rank = state_rank(&s.state);
+                if rank <= sent_rank {
+                    return;
+                }
+                sent_rank = rank;
                 if let Some(t) = &token {
-                    let p =
-                        ProgressNotificationParam::new(t.clone(), f64::from(state_rank(&s.state)))
-                            .with_total(f64::from(STATE_TOTAL))
-                            .with_message(format!("call {}: {}", s.id, s.state));
+                    let p = ProgressNotificationParam::new(t.clone(), f64::from(rank))
+                        .with_total(f64::from(STATE_TOTAL))
+                        .with_message(format!("call {}: {}", s.id, s.state));
                     let _ = tx.send(p);
                 }
             },
