@@ -284,8 +284,8 @@ fn consent_parks_the_call_and_the_human_decides() {
     assert!(
         asked[0]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("songs")),
-        "{asked:?}"
+            .is_some_and(|m| m.contains("songs") && m.contains("NO hardware isolation")),
+        "the question names the source and says the insecure-dev box has no hardware isolation: {asked:?}"
     );
     // 2026-07-28, the human says no: the call fails as consent_denied.
     let (out, raw2) = mcp_python(&w, "http", "2026-07-28", "taste", "deny");
@@ -309,7 +309,8 @@ fn consent_parks_the_call_and_the_human_decides() {
     assert!(
         out["apply"]["content"][0]["text"]
             .as_str()
-            .is_some_and(|t| t.contains(&format!("skillbox approve {id}"))),
+            .is_some_and(|t| t.contains(&format!("skillbox approve {id}"))
+                && t.contains("NO hardware isolation")),
         "{}",
         out["apply"]
     );

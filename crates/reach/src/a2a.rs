@@ -456,8 +456,9 @@ pub fn task_json(s: &CallSnapshot, cat: &Catalog) -> Value {
         "awaiting_consent" => (
             "TASK_STATE_INPUT_REQUIRED",
             Some(format!(
-                "waiting for the node's human to consent: `skillbox approve {id}` or `skillbox deny {id}`; then GetTask",
-                id = s.id
+                "waiting for the node's human to consent. {question} `skillbox approve {id}` or `skillbox deny {id}`; then GetTask",
+                id = s.id,
+                question = s.consent_text(),
             )),
         ),
         "requested" => ("TASK_STATE_SUBMITTED", None),
@@ -507,6 +508,7 @@ mod tests {
             failure: None,
             receipt: None,
             answer: None,
+            disclosure: None,
         }
     }
 

@@ -87,6 +87,19 @@ pub struct CallSnapshot {
     pub receipt: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// What approving a call parked for consent discloses (the node's own words, built from the
+    /// verified box: whether it has hardware isolation, which provider sees the plaintext).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disclosure: Option<Disclosure>,
+}
+
+/// The node's consent facts for a parked call, as far as an agent tool needs them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disclosure {
+    pub text: String,
+    #[serde(default)]
+    pub hardware_isolation: bool,
 }
 
 impl CallSnapshot {
@@ -96,6 +109,24 @@ impl CallSnapshot {
     }
     pub fn awaiting_consent(&self) -> bool {
         self.state == "awaiting_consent"
+    }
+    /// The consent question in the node's words: what is staked, into which box (and whether
+    /// it has hardware isolation), which provider sees it. Without the node's disclosure (an
+    /// older node), a plain statement that makes no claim about the box.
+    pub fn consent_text(&self) -> String {
+        match &self.disclosure {
+            Some(d) => d.text.clone(),
+            None => format!(
+                "Approving stakes your request{} into the call's box for peer {}'s skill {}.",
+                if self.sources.is_empty() {
+                    " (no sources)".to_owned()
+                } else {
+                    format!(" and the sources {}", self.sources.join(", "))
+                },
+                self.peer,
+                self.skill
+            ),
+        }
     }
     /// The receipt's fixed fields (no content exists in a receipt to leave out).
     pub fn receipt_summary(&self) -> Option<Value> {
@@ -637,6 +668,30 @@ mod tests {
         assert!(!back.contains("IGNORE"));
         assert_eq!(s.hardware_isolation(&Catalog::default()), Some(false));
         assert_eq!(s.receipt_summary().expect("summary")["runId"], "r");
+    }
+
+    #[test]
+    fn the_consent_question_is_the_nodes_disclosure() {
+        let parked = |disclosure: Value| {
+            json!({
+                "id": "c2", "role": "caller", "peer": "P", "skill": "taste",
+                "state": "awaiting_consent", "sources": ["songs"], "disclosure": disclosure
+            })
+        };
+        let text = "Approving stakes your request and the source songs into the box \
+                    https://b (insecure-dev, NO hardware isolation: its operator can read what \
+                    is staked), where provider local (inside the box) sees it in plaintext, for \
+                    peer P's skill taste.";
+        let s = caller_view(vec![parked(
+            json!({ "text": text, "hardwareIsolation": false }),
+        )])
+        .expect("snapshot");
+        assert_eq!(s.consent_text(), text);
+        // Without the node's facts, the question claims nothing about the box.
+        let s = caller_view(vec![parked(Value::Null)]).expect("snapshot");
+        let q = s.consent_text();
+        assert!(q.contains("songs") && q.contains("taste"), "{q}");
+        assert!(!q.contains("verified") && !q.contains("isolat"), "{q}");
     }
 
     #[test]

@@ -252,14 +252,9 @@ impl<B: Backend> SkillboxMcp<B> {
         } else if snap.awaiting_consent() {
             s["pendingApproval"] = json!(snap.id);
             format!(
-                "Call {id} waits for this node's human to consent to staking {sources} into a box for skill {skill}: run `skillbox approve {id}` (or `skillbox deny {id}`), then call call_status with callId {id}.",
+                "Call {id} waits for this node's human. {question} Run `skillbox approve {id}` (or `skillbox deny {id}`), then call call_status with callId {id}.",
                 id = snap.id,
-                sources = if snap.sources.is_empty() {
-                    "no sources".to_owned()
-                } else {
-                    snap.sources.join(", ")
-                },
-                skill = snap.skill,
+                question = snap.consent_text(),
             )
         } else {
             format!(
@@ -439,17 +434,7 @@ fn consent_question(snap: &CallSnapshot) -> Option<InputRequest> {
         "required": ["approve"]
     }))
     .ok()?;
-    let message = format!(
-        "skillbox call {id}: stake {sources} into a verified box for skill {skill} of peer {peer}? The owner never sees them; the box's model does.",
-        id = snap.id,
-        sources = if snap.sources.is_empty() {
-            "no sources".to_owned()
-        } else {
-            snap.sources.join(", ")
-        },
-        skill = snap.skill,
-        peer = snap.peer,
-    );
+    let message = format!("skillbox call {}: {}", snap.id, snap.consent_text());
     Some(InputRequest::Elicitation(ElicitRequest::new(
         ElicitRequestParams::FormElicitationParams {
             meta: None,
