@@ -366,7 +366,7 @@ fn print_json(args: &VerifyArgs, at: u64, o: &Outcome) -> anyhow::Result<()> {
 }
 
 /// Unix ms as `YYYY-MM-DDTHH:MM:SSZ` (UTC), without a date crate.
-fn rfc3339(ms: u64) -> String {
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;

@@ -82,7 +82,8 @@ pub struct DecideArgs {
     pub json: bool,
 }
 
-fn enc(s: &str) -> String {
+/// A query-string value, percent-encoded.
+pub(crate) fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
@@ -136,7 +137,19 @@ fn show(c: &Value) {
         say!("  sources applied: {}", sources.join(", "));
     }
     if let Some(b) = c["box"].as_str() {
-        say!("  box {b}");
+        match c.get("attested").filter(|a| a.is_object()) {
+            Some(a) => say!(
+                "  box {b}: {} (measurement {}), {}",
+                a["platform"].as_str().unwrap_or(""),
+                a["measurement"].as_str().unwrap_or(""),
+                if a["hardwareIsolation"].as_bool() == Some(true) {
+                    "hardware-isolated"
+                } else {
+                    "NO hardware isolation: its operator can read what is staked"
+                }
+            ),
+            None => say!("  box {b} (not verified yet)"),
+        }
     }
     if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
         say!("  awaiting your consent: {text}");

@@ -22,6 +22,7 @@ mod attestation_cmd;
 mod box_cmd;
 mod call_cmd;
 mod demo_cmd;
+mod ledger_cmd;
 mod mcp_cmd;
 mod model_cmd;
 mod node_cmd;
@@ -102,6 +103,9 @@ enum Command {
     Deny(call_cmd::DecideArgs),
     /// The skill intent: route a request to the best skill the board offers right now.
     Ask(call_cmd::AskArgs),
+    /// The disclosure ledger: every stake this node made and every consent decision, signed;
+    /// `ledger verify` checks it.
+    Ledger(ledger_cmd::LedgerArgs),
     /// A box and two nodes on loopback, one call end to end with the embedded model.
     Demo(demo_cmd::DemoArgs),
     /// API tokens for tenants: `token add --tenant ID [--workspace ID]`.
@@ -133,6 +137,7 @@ fn main() -> ExitCode {
         Command::Approve(args) => call_cmd::run_decide(&cli.global, args, true),
         Command::Deny(args) => call_cmd::run_decide(&cli.global, args, false),
         Command::Ask(args) => call_cmd::run_ask(&cli.global, args),
+        Command::Ledger(args) => ledger_cmd::run(&cli.global, args),
         Command::Demo(args) => demo_cmd::run(&cli.global, args),
         Command::Token(cmd) => agents_cmd::run_token(&cli.global, cmd),
         Command::Attestation(cmd) => attestation_cmd::run(&cli.global, cmd),

@@ -95,6 +95,13 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
         o.status.success() && text.contains("answer:") && text.contains("answered"),
         "{text}"
     );
+    // … and the box as this side verified it: platform, measurement, no hardware isolation.
+    assert!(
+        text.contains(": insecure-dev (measurement ") && text.contains("NO hardware isolation"),
+        "{text}"
+    );
+    assert_eq!(rec["attested"]["platform"], "insecure-dev", "{rec}");
+    assert_eq!(rec["attested"]["hardwareIsolation"], false, "{rec}");
     let o = cli(&dir, &["calls", "--json"]);
     let list = json_of(&o);
     assert_eq!(list["calls"][0]["id"], first.as_str());
@@ -170,4 +177,78 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
 
     // Two runs happened in all (the first call and the approved one).
     assert_eq!(provider.0.lock().expect("log").len(), 2);
+
+    // The ledger: `songs` left once (the human's yes), and was refused once (the human's no).
+    let o = cli(&dir, &["ledger", "--source", "songs", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let l = json_of(&o);
+    let entries = l["entries"].as_array().expect("entries");
+    let summary: Vec<(String, String, String)> = entries
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+            (s("call"), s("kind"), s("decision"))
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (parked.clone(), "decision".into(), "allow".into()),
+            (parked.clone(), "stake".into(), "allow".into()),
+            (asked.clone(), "decision".into(), "deny".into()),
+        ],
+        "{l}"
+    );
+    let key = l["nodeKey"].as_str().expect("nodeKey").to_owned();
+    let o = cli(&dir, &["ledger"]);
+    let table = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        table.contains("refused by human for songs") && table.contains("staked request"),
+        "{table}"
+    );
+    assert!(table.contains("no hardware isolation"), "{table}");
+    let o = cli(&dir, &["ledger", "--format", "csv"]);
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("seq,at,kind,call,role,peer,skill,box"));
+    let o = cli(&dir, &["ledger", "verify"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ledger verified"));
+    // An export verifies offline under the node key; an edited one does not.
+    let o = cli(&dir, &["ledger", "--format", "jsonl"]);
+    let export = root.path().join("ledger.jsonl");
+    std::fs::write(&export, &o.stdout).expect("write export");
+    let verify_file = |path: &std::path::Path| {
+        cli(
+            &dir,
+            &[
+                "ledger",
+                "verify",
+                "--file",
+                path.to_str().expect("path"),
+                "--key",
+                &key,
+            ],
+        )
+    };
+    let o = verify_file(&export);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let edited = root.path().join("edited.jsonl");
+    let original = std::fs::read_to_string(&export).expect("read export");
+    assert!(original.contains("\"decidedBy\":\"human\""), "{original}");
+    std::fs::write(
+        &edited,
+        original.replacen("\"decidedBy\":\"human\"", "\"decidedBy\":\"rule:1\"", 1),
+    )
+    .expect("write edited");
+    let o = verify_file(&edited);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("BROKEN"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = cli(
+        &dir,
+        &["ledger", "verify", "--file", export.to_str().expect("path")],
+    );
+    assert_eq!(o.status.code(), Some(2), "--file needs --key");
 }

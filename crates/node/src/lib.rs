@@ -11,6 +11,8 @@
 //! - [`peering`]: the peer network's config, the offered set, the board the API reads.
 //! - [`calls`]: the calls driver: the pure machines of `skillbox-calls` run against the store,
 //!   the peers' payloads and the box.
+//! - [`ledger`]: the disclosure ledger: every stake made and every consent decision, hash-chained
+//!   and signed with the node key.
 //! - [`api`]: the axum router; [`node::Node`]: all of it opened from a data dir.
 
 pub mod agents;
@@ -20,6 +22,7 @@ pub mod config;
 pub mod crypto;
 pub mod datadir;
 pub mod error;
+pub mod ledger;
 pub mod node;
 pub mod openapi;
 pub mod openwop;

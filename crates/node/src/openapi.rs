@@ -574,9 +574,64 @@ fn add_calls(doc: &mut Value) {
                     "503": unavailable()
                 }
             }
+        },
+        "/ledger": {
+            "get": {
+                "summary": "The disclosure ledger: every stake this node made into a box and every consent decision that allowed or refused one, in order, each hash-chained and signed with the node key. Names, size buckets and keyed digests only, never content. Never pruned with the calls.",
+                "parameters": [
+                    { "name": "source", "in": "query", "schema": { "type": "string" }, "description": "Entries naming this source." },
+                    { "name": "peer", "in": "query", "schema": { "type": "string" } },
+                    { "name": "call", "in": "query", "schema": { "type": "string" } },
+                    { "name": "since", "in": "query", "schema": { "type": "string" }, "description": "Unix milliseconds, or a span back from now (`30m`, `24h`, `7d`)." },
+                    { "name": "limit", "in": "query", "schema": { "type": "integer", "minimum": 0 } },
+                    { "name": "format", "in": "query", "schema": { "type": "string", "enum": ["json", "jsonl", "csv"] } }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The entries (JSON: with the node key they verify under; JSON Lines: one signed entry per line; CSV: one row per entry).",
+                        "content": {
+                            "application/json": { "schema": { "type": "object", "required": ["entries", "total", "nodeKey"], "properties": {
+                                "entries": { "type": "array", "items": r("LedgerLine") }, "total": { "type": "integer" }, "nodeKey": { "type": "string" } } } },
+                            "application/jsonl": { "schema": r("LedgerLine") },
+                            "text/csv": { "schema": { "type": "string" } }
+                        }
+                    },
+                    "400": err("Bad query (`validation_error`)."),
+                    "401": err("Missing or wrong bearer token."),
+                    "503": unavailable()
+                }
+            }
+        },
+        "/ledger/verify": {
+            "get": op("Check the whole ledger: sequence, hashes, chain, signatures and the signed head. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`).", map(vec![
+                ("200", ok_json("The verdict.", json!({ "type": "object", "required": ["ok", "entries"], "properties": {
+                    "ok": { "type": "boolean" }, "entries": { "type": "integer" }, "head": { "type": "string" },
+                    "brokenAt": { "type": "integer" }, "reason": { "type": "string" } } }))),
+                ("503", unavailable()),
+            ]), false)
         }
     });
     let schemas = json!({
+        "LedgerLine": {
+            "type": "object",
+            "required": ["seq", "at", "kind", "call", "role", "peer", "skill", "hardwareIsolation", "decision", "decidedBy", "sources", "prev", "hash", "sig"],
+            "properties": {
+                "seq": { "type": "integer" }, "at": { "type": "integer", "description": "Unix milliseconds." },
+                "kind": { "type": "string", "enum": ["decision", "stake"] },
+                "call": { "type": "string" }, "role": { "type": "string", "enum": ["caller", "owner"] },
+                "peer": { "type": "string" }, "skill": { "type": "string" },
+                "box": { "type": "string" }, "platform": { "type": "string" }, "measurement": { "type": "string" },
+                "hardwareIsolation": { "type": "boolean" },
+                "provider": { "type": "string" }, "providerHost": { "type": "string" },
+                "decision": { "type": "string", "enum": ["allow", "deny"] },
+                "decidedBy": { "type": "string", "description": "`rule:N`, `default`, `human`, `human+remember` or `unrecorded`." },
+                "sources": { "type": "array", "items": { "type": "string" } },
+                "items": { "type": "array", "items": { "type": "object", "required": ["stake", "sizeBucket", "digest"], "properties": {
+                    "stake": { "type": "string", "enum": ["request", "source", "body", "model", "key"] },
+                    "source": { "type": "string" }, "sizeBucket": { "type": "integer" }, "digest": { "type": "string" } } } },
+                "prev": { "type": "string" }, "hash": { "type": "string" }, "sig": { "type": "string" }
+            }
+        },
         "Call": {
             "type": "object", "required": ["id", "role", "peer", "skill", "state", "sources", "createdAt", "progressedAt", "expiresAt"],
             "properties": {
@@ -584,6 +639,8 @@ fn add_calls(doc: &mut Value) {
                 "peer": { "type": "string" }, "skill": { "type": "string" },
                 "state": { "type": "string", "enum": ["requested", "received", "accepted", "opened", "staked", "awaiting_consent", "submitting", "submitted", "answered", "ran", "failed"] },
                 "programHash": { "type": "string" }, "runId": { "type": "string" }, "box": { "type": "string" },
+                "attested": { "type": "object", "description": "The box as this side verified it.", "required": ["platform", "measurement", "hardwareIsolation"], "properties": {
+                    "platform": { "type": "string" }, "measurement": { "type": "string" }, "hardwareIsolation": { "type": "boolean" } } },
                 "sources": { "type": "array", "items": { "type": "string" } },
                 "createdAt": { "type": "integer" }, "progressedAt": { "type": "integer" }, "expiresAt": { "type": "integer" },
                 "failure": { "type": "object", "required": ["code", "message"], "properties": { "code": { "type": "string" }, "message": { "type": "string" } } },

@@ -104,6 +104,32 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX calls_by_skill ON calls (role, skill, created_at);
     CREATE INDEX calls_by_updated ON calls (updated_at);
     "#,
+    // 5: the disclosure ledger (see `ledger`): append only, never pruned with the calls.
+    r#"
+    CREATE TABLE ledger (
+        seq     INTEGER PRIMARY KEY,
+        at      INTEGER NOT NULL,
+        call_id TEXT NOT NULL,
+        role    TEXT NOT NULL,
+        peer    TEXT NOT NULL,
+        kind    TEXT NOT NULL CHECK (kind IN ('decision', 'stake')),
+        entry   TEXT NOT NULL,
+        hash    TEXT NOT NULL,
+        sig     TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX ledger_by_call ON ledger (call_id, role);
+    CREATE INDEX ledger_by_peer ON ledger (peer);
+    CREATE INDEX ledger_by_at ON ledger (at);
+    CREATE TABLE ledger_sources (
+        name TEXT NOT NULL,
+        seq  INTEGER NOT NULL,
+        PRIMARY KEY (name, seq)
+    ) STRICT;
+    CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+        BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
+    CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+        BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -80,6 +80,17 @@ async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
     assert!(!sources.contains("/request"), "{sources}");
     assert!(!sources.contains("/result-key"), "{sources}");
     assert!(sources.contains(&format!("call/{id}/answer")), "{sources}");
+    // Each side's disclosure ledger holds this call's stake exactly once.
+    for node in [&w.caller, &w.owner] {
+        let l = node.get(&format!("/ledger?call={id}")).await.body;
+        let stakes = l["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .filter(|e| e["kind"] == "stake")
+            .count();
+        assert_eq!(stakes, 1, "{l}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -33,7 +33,7 @@ impl From<CallError> for ApiError {
     }
 }
 
-fn calls(s: &AppState) -> Result<Calls, ApiError> {
+pub(super) fn calls(s: &AppState) -> Result<Calls, ApiError> {
     s.calls.get().cloned().ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

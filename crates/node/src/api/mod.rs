@@ -6,6 +6,7 @@
 
 mod calls;
 pub mod error;
+mod ledger;
 pub mod metrics;
 
 use std::collections::BTreeMap;
@@ -271,6 +272,8 @@ fn book() -> Book {
         .protected("/approvals", get(calls::list_approvals))
         .protected("/approvals/{id}", post(calls::decide_approval))
         .protected("/policy", get(calls::get_policy).put(calls::put_policy))
+        .protected("/ledger", get(ledger::get_ledger))
+        .protected("/ledger/verify", get(ledger::verify_ledger))
         .protected("/sources", get(list_sources))
         .protected_as(
             "/sources/{*name}",

@@ -16,9 +16,11 @@ use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_peers::{Payload, PayloadKind, PeerId};
 use zeroize::Zeroizing;
 
+use super::consent::ledger_entry;
 use super::driver::{Change, Outcome};
 use super::records::{self, CallRow, Patch};
 use super::{Calls, lock, now_ms};
+use crate::ledger::Item;
 
 impl Calls {
     async fn send(&self, row: &CallRow, kind: PayloadKind, body: Value) -> bool {
@@ -212,64 +214,83 @@ impl Calls {
         let r = row.clone();
         let v = verified.clone();
         // Material goes from the source store into the sealer on this blocking thread, and
-        // leaves it only as HPKE ciphertext for this run.
-        let sealed = tokio::task::spawn_blocking(move || -> skillbox_jc::Result<Vec<u8>> {
-            let apply = |name: &str, stake: bool| -> skillbox_jc::Result<Zeroizing<Vec<u8>>> {
-                let mut buf = Zeroizing::new(Vec::new());
-                let applied = if stake {
-                    srcs.apply_for_stake(name, &mut *buf)
-                } else {
-                    srcs.apply(name, &mut *buf)
+        // leaves it only as HPKE ciphertext for this run; the ledger keeps its keyed digests.
+        let (sealed, items) =
+            tokio::task::spawn_blocking(move || -> skillbox_jc::Result<(Vec<u8>, Vec<Item>)> {
+                let apply = |name: &str, stake: bool| -> skillbox_jc::Result<Zeroizing<Vec<u8>>> {
+                    let mut buf = Zeroizing::new(Vec::new());
+                    let applied = if stake {
+                        srcs.apply_for_stake(name, &mut *buf)
+                    } else {
+                        srcs.apply(name, &mut *buf)
+                    };
+                    applied.map_err(|e| JcError::Read(e.to_string()))?;
+                    Ok(buf)
                 };
-                applied.map_err(|e| JcError::Read(e.to_string()))?;
-                Ok(buf)
-            };
-            let mut held: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
-            match r.call.role {
-                Role::Caller => {
-                    held.push((
-                        "request".into(),
-                        apply(&records::request_source(&r.call.id), false)?,
-                    ));
-                    // The caller's data: only what its human marked shareable, checked by the
-                    // source layer itself whatever the program names.
-                    for s in &r.sources {
-                        held.push((s.clone(), apply(s, true)?));
-                    }
-                }
-                Role::Owner => {
-                    let rec = skills
-                        .record(&r.call.skill)
-                        .map_err(|e| JcError::Internal(e.to_string()))?
-                        .ok_or_else(|| {
-                            JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
-                        })?;
-                    let d = &rec.declaration;
-                    held.push(("body".into(), apply(&d.body_source_name(), false)?));
-                    // The model id from the source store (imports put it there); a declaration
-                    // row that still carries one (written before) is used as it is.
-                    match srcs.meta(&d.model_source_name()) {
-                        Ok(Some(_)) => {
-                            held.push(("model".into(), apply(&d.model_source_name(), false)?))
+                let mut held: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
+                match r.call.role {
+                    Role::Caller => {
+                        held.push((
+                            "request".into(),
+                            apply(&records::request_source(&r.call.id), false)?,
+                        ));
+                        // The caller's data: only what its human marked shareable, checked by the
+                        // source layer itself whatever the program names.
+                        for s in &r.sources {
+                            held.push((s.clone(), apply(s, true)?));
                         }
-                        _ => {
-                            if let Some(m) = &d.model {
-                                held.push(("model".into(), Zeroizing::new(m.as_bytes().to_vec())));
+                    }
+                    Role::Owner => {
+                        let rec = skills
+                            .record(&r.call.skill)
+                            .map_err(|e| JcError::Internal(e.to_string()))?
+                            .ok_or_else(|| {
+                                JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
+                            })?;
+                        let d = &rec.declaration;
+                        held.push(("body".into(), apply(&d.body_source_name(), false)?));
+                        // The model id from the source store (imports put it there); a declaration
+                        // row that still carries one (written before) is used as it is.
+                        match srcs.meta(&d.model_source_name()) {
+                            Ok(Some(_)) => {
+                                held.push(("model".into(), apply(&d.model_source_name(), false)?))
+                            }
+                            _ => {
+                                if let Some(m) = &d.model {
+                                    held.push((
+                                        "model".into(),
+                                        Zeroizing::new(m.as_bytes().to_vec()),
+                                    ));
+                                }
                             }
                         }
-                    }
-                    if d.provider.as_ref().is_some_and(|p| p.needs_key())
-                        && let Some(k) = &d.key
-                    {
-                        held.push(("key".into(), apply(k, false)?));
+                        if d.provider.as_ref().is_some_and(|p| p.needs_key())
+                            && let Some(k) = &d.key
+                        {
+                            held.push(("key".into(), apply(k, false)?));
+                        }
                     }
                 }
-            }
-            let inputs = held.iter().map(|(n, d)| StakeInput::bytes(n, d)).collect();
-            seal_stake(&v, role, inputs)
-        })
-        .await
-        .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
+                let items = held
+                    .iter()
+                    .map(|(n, d)| {
+                        let (stake, source) = match n.as_str() {
+                            "request" | "body" | "model" | "key" => (n.clone(), None),
+                            _ => ("source".to_owned(), Some(n.clone())),
+                        };
+                        Item {
+                            stake,
+                            source,
+                            size_bucket: skillbox_jc::seal::bucket(d.len() as u64),
+                            digest: srcs.key().digest(d),
+                        }
+                    })
+                    .collect();
+                let inputs = held.iter().map(|(n, d)| StakeInput::bytes(n, d)).collect();
+                Ok((seal_stake(&v, role, inputs)?, items))
+            })
+            .await
+            .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
         match self
             .client(row)?
             .stake(&verified, role, sealed, &self.0.signing)
@@ -279,13 +300,33 @@ impl Calls {
             Err(JcError::Remote { code, .. }) if code == "already_staked" => {}
             Err(e) => return Err(e),
         }
-        Ok(Some((Event::Staked, Change::none())))
+        let store = self.0.store.clone();
+        let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
+        let decided = super::blocking(move || crate::ledger::last_decision(&store, &id, side))
+            .await
+            .ok()
+            .flatten();
+        // The owner stakes once it admitted the call (its admission policy, the skill offered)
+        // and verified the box; its consent rules decide the submit, recorded after.
+        let (decision, decided_by) = decided.unwrap_or_else(|| {
+            let by = match row.call.role {
+                Role::Owner => "admission",
+                Role::Caller => "unrecorded",
+            };
+            ("allow".to_owned(), by.to_owned())
+        });
+        Ok(Some((
+            Event::Staked,
+            Change::ledger(ledger_entry(row, &decision, &decided_by, items)),
+        )))
     }
 
-    pub(super) fn decide(&self, row: &CallRow) -> Decision {
+    /// The policy's answer for this call, and (unless it asks the human) the ledger entry
+    /// naming the rule that decided.
+    pub(super) fn check_policy(&self, row: &CallRow) -> (Event, Change) {
         let policy = self.0.policy.read().unwrap_or_else(|p| p.into_inner());
         let no_sources: Vec<String> = Vec::new();
-        policy.consent().decide(&SubmitQuestion {
+        let (decision, rule) = policy.consent().decide_with_rule(&SubmitQuestion {
             role: row.call.role,
             peer: &row.call.peer,
             skill: &row.call.skill,
@@ -293,7 +334,17 @@ impl Calls {
                 Role::Caller => &row.sources,
                 Role::Owner => &no_sources,
             },
-        })
+        });
+        let decided_by = match rule {
+            Some(i) => format!("rule:{}", i + 1),
+            None => "default".to_owned(),
+        };
+        let change = match decision {
+            Decision::Allow => Change::ledger(ledger_entry(row, "allow", &decided_by, vec![])),
+            Decision::Deny => Change::ledger(ledger_entry(row, "deny", &decided_by, vec![])),
+            Decision::Ask => Change::none(),
+        };
+        (Event::Policy(decision), change)
     }
 
     pub(super) async fn submit(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
@@ -393,6 +444,7 @@ impl Calls {
                     Change {
                         patch,
                         answer: Some(answer),
+                        ledger: None,
                     },
                 )))
             }

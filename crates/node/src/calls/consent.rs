@@ -12,6 +12,7 @@ use skillbox_jc::program::Program;
 use super::driver::Change;
 use super::records::{CallRow, Filter};
 use super::{CallError, CallView, Calls, blocking};
+use crate::ledger::{Entry, EntryKind, Item};
 
 /// What approving a parked call discloses, to whom and through what: the consent text's facts.
 #[derive(Debug, Clone, Serialize)]
@@ -25,6 +26,9 @@ pub struct Disclosure {
     pub box_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
+    /// The box's measurement this node verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measurement: Option<String>,
     /// `false` for an `insecure-dev` box (a software key: the box operator can read everything).
     pub hardware_isolation: bool,
     /// The one provider that sees the plaintext, and where.
@@ -51,6 +55,7 @@ impl Disclosure {
         let provider = program.as_ref().map(|p| p.provider.id.to_string());
         let provider_host = program.as_ref().and_then(|p| p.provider.host.clone());
         let platform = verified.as_ref().map(|v| v.platform.clone());
+        let measurement = verified.as_ref().map(|v| v.measurement.clone());
         let hardware_isolation = verified.as_ref().is_some_and(|v| !v.no_hardware_isolation);
         let sources = match row.call.role {
             Role::Caller => row.sources.clone(),
@@ -96,6 +101,7 @@ impl Disclosure {
             skill: row.call.skill.clone(),
             box_url: row.box_url.clone(),
             platform,
+            measurement,
             hardware_isolation,
             provider,
             provider_host,
@@ -104,7 +110,64 @@ impl Disclosure {
     }
 }
 
+/// The disclosure-ledger entry for this call as it stands: the decision (`allow`/`deny`), who
+/// made it, and what was sealed (none for a decision). The box, platform, measurement and
+/// provider are the consent text's facts, so the ledger says what the human was told.
+pub(super) fn ledger_entry(
+    row: &CallRow,
+    decision: &str,
+    decided_by: &str,
+    items: Vec<Item>,
+) -> Entry {
+    let d = Disclosure::of(row);
+    Entry {
+        seq: 0,
+        at: super::now_ms(),
+        kind: if items.is_empty() {
+            EntryKind::Decision
+        } else {
+            EntryKind::Stake
+        },
+        call: row.call.id.clone(),
+        role: super::records::role_str(row.call.role).to_owned(),
+        peer: d.peer,
+        skill: d.skill,
+        box_url: d.box_url,
+        platform: d.platform,
+        measurement: d.measurement,
+        hardware_isolation: d.hardware_isolation,
+        provider: d.provider,
+        provider_host: d.provider_host,
+        decision: decision.to_owned(),
+        decided_by: decided_by.to_owned(),
+        sources: d.sources,
+        items,
+        prev: String::new(),
+    }
+}
+
 impl Calls {
+    /// The disclosure ledger, filtered (`GET /ledger`).
+    pub async fn ledger(
+        &self,
+        filter: crate::ledger::Filter,
+    ) -> Result<Vec<crate::ledger::Line>, CallError> {
+        let store = self.0.store.clone();
+        Ok(blocking(move || crate::ledger::list(&store, &filter)).await?)
+    }
+
+    /// The whole ledger checked against this node's key and its signed head.
+    pub async fn verify_ledger(&self) -> Result<crate::ledger::Verdict, CallError> {
+        let store = self.0.store.clone();
+        let key = self.0.signing.verifying_key();
+        Ok(blocking(move || crate::ledger::verify_store(&store, &key)).await?)
+    }
+
+    /// The node's public key (hex): what the ledger's signatures verify under.
+    pub fn node_key_hex(&self) -> &str {
+        &self.0.node_key_hex
+    }
+
     /// Calls parked on `ask` (`GET /approvals`), each with its [`Disclosure`].
     pub async fn approvals(&self) -> Result<Vec<CallView>, CallError> {
         self.list(Filter {
@@ -150,10 +213,16 @@ impl Calls {
             self.set_policy(policy);
             tracing::info!(call = %id, allow, "consent remembered as a policy rule");
         }
+        let entry = ledger_entry(
+            row,
+            if allow { "allow" } else { "deny" },
+            if remember { "human+remember" } else { "human" },
+            vec![],
+        );
         self.apply(
             (row.call.id.clone(), row.call.role),
             Event::Consent { allow },
-            Change::none(),
+            Change::ledger(entry),
         )
         .await?;
         self.get(id).await

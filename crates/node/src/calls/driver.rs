@@ -21,6 +21,9 @@ pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 pub(super) struct Change {
     pub(super) patch: Patch,
     pub(super) answer: Option<Zeroizing<Vec<u8>>>,
+    /// The disclosure-ledger entry this transition records (a decision, a stake): appended in
+    /// the transition's own transaction, only when the machine took the event.
+    pub(super) ledger: Option<crate::ledger::Entry>,
 }
 
 impl Change {
@@ -30,7 +33,13 @@ impl Change {
     pub(super) fn patch(patch: Patch) -> Change {
         Change {
             patch,
-            answer: None,
+            ..Change::default()
+        }
+    }
+    pub(super) fn ledger(entry: crate::ledger::Entry) -> Change {
+        Change {
+            ledger: Some(entry),
+            ..Change::default()
         }
     }
     fn has_patch(&self) -> bool {
@@ -163,6 +172,7 @@ impl Calls {
             let store = this.0.store.clone();
             let data_key = this.0.sources.key().clone();
             let timing = this.0.timing;
+            let signing = this.0.signing.clone();
             let k = key.clone();
             let stepped = blocking(move || {
                 let Some(row) = records::load(&store, &k.0, k.1)? else {
@@ -172,6 +182,11 @@ impl Calls {
                 if t.changed || (!t.actions.is_empty() && change.has_patch()) {
                     store.write(|tx| {
                         records::update(tx, &t.call, &change.patch)?;
+                        if let Some(entry) = &change.ledger
+                            && t.changed
+                        {
+                            crate::ledger::append(tx, &signing, entry.clone())?;
+                        }
                         if let Some(answer) = &change.answer
                             && t.call.state == State::Answered
                         {
@@ -284,7 +299,7 @@ impl Calls {
             Action::VerifyRun { run_id } => self.verify_run(&row, &run_id).await,
             Action::SendSession => self.send_session(&row).await,
             Action::Stake => self.stake(&row).await,
-            Action::CheckPolicy => Ok(Some((Event::Policy(self.decide(&row)), Change::none()))),
+            Action::CheckPolicy => Ok(Some(self.check_policy(&row))),
             Action::RequestConsent => {
                 tracing::info!(call = %row.call.id, role = records::role_str(row.call.role), skill = %row.call.skill, "call awaits consent: skillbox approve|deny");
                 Ok(None)

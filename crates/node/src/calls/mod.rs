@@ -42,7 +42,7 @@ use serde_json::Value;
 use skillbox_calls::machine::{self, Event, Role, State, Timing};
 use skillbox_calls::{RateBuckets, SelectionError};
 use skillbox_jc::JcError;
-use skillbox_jc::attest::VerifiedRun;
+use skillbox_jc::attest::{VerifiedRun, VerifiedRunRecord};
 use skillbox_jc::dsse::key_hex;
 use skillbox_peers::{AcceptedBox, OfferedSkill, PayloadReceiver, PayloadTransport, PeerId};
 use zeroize::Zeroizing;
@@ -210,6 +210,19 @@ pub struct CallView {
     /// For a call awaiting consent: exactly what approving it discloses, to whom, through what.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disclosure: Option<Disclosure>,
+    /// The box as this side verified it (once the run's attestation passed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attested: Option<Attested>,
+}
+
+/// What this side verified of the call's box: the platform, the measurement it pinned, and
+/// whether the platform isolates the run from the box's operator.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attested {
+    pub platform: String,
+    pub measurement: String,
+    pub hardware_isolation: bool,
 }
 
 impl CallView {
@@ -232,6 +245,15 @@ impl CallView {
             receipt: row.receipt.clone(),
             answer: None,
             disclosure: (c.state == State::AwaitingConsent).then(|| Disclosure::of(row)),
+            attested: row
+                .verified
+                .clone()
+                .and_then(|v| serde_json::from_value::<VerifiedRunRecord>(v).ok())
+                .map(|v| Attested {
+                    platform: v.platform,
+                    measurement: v.measurement,
+                    hardware_isolation: !v.no_hardware_isolation,
+                }),
         }
     }
 }

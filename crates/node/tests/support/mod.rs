@@ -460,6 +460,18 @@ impl TestNode {
         }
     }
 
+    /// Start a call (`POST /calls`, sources omitted) and return its id.
+    pub async fn start_call(&self, peer: &str, skill: &str, request: &str) -> String {
+        let a = self
+            .post_json(
+                "/calls",
+                serde_json::json!({"peer": peer, "skill": skill, "request": request}),
+            )
+            .await;
+        assert_eq!(a.status, 201, "{}", a.body);
+        a.body["id"].as_str().expect("call id").to_owned()
+    }
+
     /// Wait until call `id` reaches a terminal state here; returns its record.
     pub async fn wait_call(&self, id: &str, limit: Duration) -> Value {
         self.wait_state(id, &["answered", "ran", "failed"], limit)

@@ -1,0 +1,207 @@
+//! `skillbox ledger`: the node's disclosure ledger — which of this node's sources (and, as an
+//! owner, which skill bodies, models and keys) left for which box, for whose skill, under which
+//! decision — and `skillbox ledger verify`, the check of its chain and signatures.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use reqwest::Method;
+use serde_json::Value;
+use skillbox_node::ledger::{self, Line};
+
+use crate::attestation_cmd::rfc3339;
+use crate::call_cmd::enc;
+use crate::node_cmd::{Client, print_json};
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct LedgerArgs {
+    /// Only entries naming this source.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Only entries with this peer.
+    #[arg(long)]
+    pub peer: Option<String>,
+    /// Only entries of this call.
+    #[arg(long)]
+    pub call: Option<String>,
+    /// Only entries since: unix milliseconds, or a span back from now (30m, 24h, 7d).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// How to print: a table, JSON, JSON Lines (the export `ledger verify --file` reads) or CSV.
+    #[arg(long, value_parser = ["table", "json", "jsonl", "csv"], default_value = "table")]
+    pub format: String,
+    /// The same as `--format json`.
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Option<LedgerCommand>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum LedgerCommand {
+    /// Check the ledger's sequence, hashes, chain, signatures and signed head (exit 1 if broken).
+    Verify {
+        /// Check an exported JSON Lines file instead of the running node's ledger (needs --key).
+        #[arg(long, requires = "key")]
+        file: Option<PathBuf>,
+        /// The node key (hex) the export's signatures must verify under (GET /ledger's nodeKey).
+        #[arg(long)]
+        key: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(global: &crate::Global, args: LedgerArgs) -> anyhow::Result<ExitCode> {
+    if let Some(LedgerCommand::Verify { file, key, json }) = args.command {
+        return verify(global, file, key, json);
+    }
+    let mut q: Vec<String> = Vec::new();
+    for (k, v) in [
+        ("source", &args.source),
+        ("peer", &args.peer),
+        ("call", &args.call),
+        ("since", &args.since),
+    ] {
+        if let Some(v) = v {
+            q.push(format!("{k}={}", enc(v)));
+        }
+    }
+    let path = if q.is_empty() {
+        "/ledger".to_owned()
+    } else {
+        format!("/ledger?{}", q.join("&"))
+    };
+    let body = Client::from_data_dir(global)?
+        .send(Method::GET, &path, None)?
+        .body;
+    let format = if args.json {
+        "json"
+    } else {
+        args.format.as_str()
+    };
+    if format == "json" {
+        print_json(&body)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let lines: Vec<Line> = serde_json::from_value(body["entries"].clone())
+        .context("reading the node's ledger entries")?;
+    match format {
+        "jsonl" => say!("{}", ledger::to_jsonl(&lines)?.trim_end()),
+        "csv" => say!("{}", ledger::to_csv(&lines)?.trim_end()),
+        _ => table(&lines),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn table(lines: &[Line]) {
+    if lines.is_empty() {
+        say!("nothing has been staked or decided yet");
+        return;
+    }
+    for l in lines {
+        let e = &l.entry;
+        let what = match e.kind {
+            ledger::EntryKind::Stake => {
+                let items: Vec<String> = e
+                    .items
+                    .iter()
+                    .map(|i| match &i.source {
+                        Some(s) => format!("source {s} (≤{} B)", i.size_bucket),
+                        None => format!("{} (≤{} B)", i.stake, i.size_bucket),
+                    })
+                    .collect();
+                format!("staked {}", items.join(", "))
+            }
+            ledger::EntryKind::Decision => format!(
+                "{} by {}{}",
+                if e.decision == "allow" {
+                    "allowed"
+                } else {
+                    "refused"
+                },
+                e.decided_by,
+                if e.sources.is_empty() {
+                    String::new()
+                } else {
+                    format!(" for {}", e.sources.join(", "))
+                }
+            ),
+        };
+        let through = match (&e.box_url, &e.platform) {
+            (Some(b), Some(p)) => format!(
+                "box {b} ({p}{})",
+                if e.hardware_isolation {
+                    ""
+                } else {
+                    ", no hardware isolation"
+                }
+            ),
+            (Some(b), None) => format!("box {b}"),
+            _ => "no box yet".to_owned(),
+        };
+        let seen = match (&e.provider, &e.provider_host) {
+            (Some(p), Some(h)) => format!("; provider {p} at {h}"),
+            (Some(p), None) => format!("; provider {p}"),
+            _ => String::new(),
+        };
+        say!(
+            "{:>5} {} {:<6} {} · call {} · {} skill {} · {through}{seen}",
+            e.seq,
+            rfc3339(e.at),
+            e.role,
+            what,
+            e.call,
+            if e.role == "caller" { "peer's" } else { "your" },
+            e.skill,
+        );
+    }
+}
+
+fn verify(
+    global: &crate::Global,
+    file: Option<PathBuf>,
+    key: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let verdict: Value = match (file, key) {
+        (Some(f), Some(k)) => {
+            let text = std::fs::read_to_string(&f)
+                .with_context(|| format!("reading the ledger export {}", f.display()))?;
+            let v = ledger::verify_export(&text, &k).map_err(anyhow::Error::msg)?;
+            serde_json::to_value(v)?
+        }
+        _ => {
+            Client::from_data_dir(global)?
+                .send(Method::GET, "/ledger/verify", None)?
+                .body
+        }
+    };
+    let ok = verdict["ok"].as_bool() == Some(true);
+    if json {
+        print_json(&verdict)?;
+    } else if ok {
+        say!(
+            "ledger verified: {} entries, chained and signed by the node key{}",
+            verdict["entries"],
+            verdict["head"]
+                .as_str()
+                .map(|h| format!(", head {h}"))
+                .unwrap_or_default()
+        );
+    } else {
+        say!(
+            "ledger BROKEN at entry {}: {} ({} entries before it verify)",
+            verdict["brokenAt"],
+            verdict["reason"].as_str().unwrap_or("unknown"),
+            verdict["entries"]
+        );
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
