@@ -10,9 +10,9 @@ use reqwest::Method;
 use serde_json::Value;
 use skillbox_node::ledger::{self, Line};
 
-use crate::attestation_cmd::rfc3339;
 use crate::call_cmd::enc;
 use crate::node_cmd::{Client, print_json};
+use skillbox_node::store::rfc3339;
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]

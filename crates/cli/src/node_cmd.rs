@@ -93,6 +93,7 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
             .context("cannot start the peer network")?;
         say!("skillbox node {}", node.node_id());
         say!("api: http://{addr}");
+        say!("dashboard: http://{addr}/ui");
         say!("peer id: {}", peers.peer_id);
         for a in &peers.listen_addrs {
             say!("listening on {a}/p2p/{}", peers.peer_id);
@@ -101,10 +102,12 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
         std::io::stdout().flush().ok();
         node.start_calls()
             .context("cannot start the calls driver")?;
-        // The agent surfaces (MCP at /mcp, A2A) over the node's library API.
+        // The agent surfaces (MCP at /mcp, A2A) and the dashboard (/ui), over the node's
+        // library API.
         let state = node.state();
         let reach = skillbox_reach::ReachSettings::for_state(&state, Some(addr.ip()));
-        let mounts = skillbox_reach::mounts(state, &reach);
+        let mounts =
+            skillbox_reach::mounts(state.clone(), &reach).merge(skillbox_ui::mounts(state));
         node.serve_with(listener, mounts, shutdown_signal()).await?;
         Ok::<_, anyhow::Error>(())
     })?;

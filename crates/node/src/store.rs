@@ -226,9 +226,41 @@ pub fn now_secs() -> i64 {
         .unwrap_or(0)
 }
 
+/// Unix ms as `YYYY-MM-DDTHH:MM:SSZ` (UTC), without a date crate.
+pub fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_735_689_600_000), "2025-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_665_651_482_136), "2022-10-13T08:58:02Z");
+        assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
+    }
 
     #[test]
     fn migrates_once_and_reopens() {

@@ -305,6 +305,16 @@ pub struct Mounts {
     pub json_rpc: Vec<&'static str>,
 }
 
+impl Mounts {
+    /// Both surfaces' routes (their paths must not overlap: axum refuses that at start).
+    pub fn merge(mut self, other: Mounts) -> Mounts {
+        self.public = self.public.merge(other.public);
+        self.operator = self.operator.merge(other.operator);
+        self.json_rpc.extend(other.json_rpc);
+        self
+    }
+}
+
 /// The full router over `state`.
 pub fn router(state: AppState) -> Router {
     router_with(state, Mounts::default())

@@ -1,0 +1,350 @@
+//! The dashboard (`/ui`) of real `skillbox node` processes, over HTTP as a browser sends it:
+//! sign-in and the cookie, the login page for everyone else, CSRF and cross-site refusals, the
+//! security headers on every page, a peer's hostile text shown as text, and a leak scan of every
+//! page on both nodes after a call (the browser test, `ui_browser.rs`, drives the same pages).
+
+mod support {
+    pub mod procs;
+}
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use support::procs::{self, NodeDir, assert_no_markers};
+
+const PAGES: &[&str] = &[
+    "/ui",
+    "/ui/board",
+    "/ui/skills",
+    "/ui/sources",
+    "/ui/calls",
+    "/ui/approvals",
+    "/ui/ledger",
+    "/ui/peers",
+];
+
+struct Browser {
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    base: String,
+}
+
+struct Page {
+    status: u16,
+    headers: HeaderMap,
+    text: String,
+}
+
+impl Browser {
+    fn new(node: &NodeDir) -> Browser {
+        Browser {
+            rt: tokio::runtime::Runtime::new().expect("runtime"),
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            base: node.base.clone(),
+        }
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        form: &[(&str, &str)],
+        origin: Option<&str>,
+    ) -> Page {
+        self.rt.block_on(async {
+            let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+            let mut r = self.http.request(m, format!("{}{path}", self.base));
+            if let Some(c) = cookie {
+                r = r.header("cookie", c);
+            }
+            if let Some(o) = origin {
+                r = r.header("origin", o);
+            }
+            if method == "POST" {
+                let body: String = form
+                    .iter()
+                    .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+                    .collect::<Vec<_>>()
+                    .join("&");
+                r = r
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(body);
+            }
+            let resp = r.send().await.expect("request");
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let text = resp.text().await.unwrap_or_default();
+            Page {
+                status,
+                headers,
+                text,
+            }
+        })
+    }
+
+    fn get(&self, path: &str, cookie: Option<&str>) -> Page {
+        self.send("GET", path, cookie, &[], None)
+    }
+
+    fn post(&self, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> Page {
+        self.send("POST", path, cookie, form, None)
+    }
+
+    /// Sign in with `token`; the session cookie (`name=value`).
+    fn sign_in(&self, token: &str) -> String {
+        let p = self.post("/ui/login", None, &[("token", token)]);
+        assert_eq!(p.status, 303, "{}", p.text);
+        let set = p
+            .headers
+            .get("set-cookie")
+            .and_then(|v| v.to_str().ok())
+            .expect("set-cookie")
+            .to_owned();
+        for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+            assert!(set.contains(attr), "{set}");
+        }
+        set.split(';').next().expect("cookie").to_owned()
+    }
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf_of(page: &str) -> String {
+    let at = page
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token");
+    let rest = &page[at + "name=\"csrf\" value=\"".len()..];
+    rest[..rest.find('"').expect("end of value")].to_owned()
+}
+
+fn header<'a>(p: &'a Page, name: &str) -> &'a str {
+    p.headers
+        .get(name)
+        .and_then(|v: &HeaderValue| v.to_str().ok())
+        .unwrap_or("")
+}
+
+#[test]
+fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider_url, _provider) = procs::provider_double(Duration::ZERO);
+    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
+    owner.start(&[]);
+    let oa = owner.api();
+    oa.put_source("openai-key", "secret", "sk-UI-KEY-MARK");
+    oa.add_skill(&procs::skill_doc("taste", "UI-BODY-MARK", &["songs"]));
+    // A hostile owner's description: markup and an attribute breakout, shown as text only.
+    oa.add_skill(
+        "---\nname: lure\ndescription: 'Tastes <script>alert(\"x\")</script> \"><img src=x onerror=alert(1)> & more'\nprovider: openai\nmodel: gpt-ui-model\nkey: openai-key\n---\nLURE-BODY-MARK\n",
+    );
+    let mut caller = procs::init_node(
+        root.path(),
+        "caller",
+        &bx.url,
+        Some(&owner.p2p_addr()),
+        |t| t,
+    );
+    caller.start(&[]);
+    let ca = caller.api();
+    ca.put_source("songs", "text", "UI-SOURCE-MARK Bonobo\n");
+    ca.wait_board(&owner.peer_id, "lure", Duration::from_secs(20));
+    let b = Browser::new(&caller);
+
+    // No session: every page sends the login page's address; a POST is refused.
+    for path in PAGES {
+        let p = b.get(path, None);
+        assert_eq!(p.status, 303, "{path}");
+        assert_eq!(header(&p, "location"), "/ui/login", "{path}");
+    }
+    assert_eq!(b.post("/ui/sources", None, &[("name", "x")]).status, 401);
+    let login = b.get("/ui/login", None);
+    assert_eq!(login.status, 200);
+    assert!(login.text.contains("type=\"password\""), "{}", login.text);
+    // A wrong token, or another node's, does not sign in.
+    for wrong in ["nope", owner.token.as_str()] {
+        let p = b.post("/ui/login", None, &[("token", wrong)]);
+        assert_eq!(p.status, 401, "{wrong}");
+        assert!(p.headers.get("set-cookie").is_none());
+    }
+    assert_eq!(b.get("/ui", Some("skillbox_ui=nope")).status, 303);
+
+    // Signed in: every page, each with the strict headers.
+    let cookie = b.sign_in(&caller.token);
+    for path in PAGES {
+        let p = b.get(path, Some(&cookie));
+        assert_eq!(p.status, 200, "{path}: {}", p.text);
+        assert_eq!(
+            header(&p, "content-security-policy"),
+            skillbox_ui::CSP,
+            "{path}"
+        );
+        assert_eq!(header(&p, "x-frame-options"), "DENY", "{path}");
+        assert_eq!(header(&p, "x-content-type-options"), "nosniff", "{path}");
+        assert!(!p.text.contains("<script>"), "{path}: inline script");
+        assert!(!p.text.contains(" style=\""), "{path}: inline style");
+    }
+    // The peer's markup is text.
+    let board = b.get("/ui/board?q=tastes", Some(&cookie)).text;
+    assert!(board.contains("&lt;script&gt;"), "{board}");
+    assert!(
+        !board.contains("<script>alert") && !board.contains("<img src=x"),
+        "{board}"
+    );
+    let filtered = b
+        .get(
+            "/ui/board?provider=openai&platform=insecure-dev",
+            Some(&cookie),
+        )
+        .text;
+    assert!(
+        filtered.contains(">taste<") && filtered.contains(">lure<"),
+        "{filtered}"
+    );
+    assert!(
+        !b.get("/ui/board?platform=sev-snp", Some(&cookie))
+            .text
+            .contains(">taste<")
+    );
+
+    // Forms: without the CSRF token, with another's, or from another site: refused, nothing kept.
+    let csrf = csrf_of(&b.get("/ui/sources", Some(&cookie)).text);
+    let form = |token: &str| {
+        vec![
+            ("csrf", token.to_owned()),
+            ("name", "forged".to_owned()),
+            ("kind", "text".to_owned()),
+            ("content", "x".to_owned()),
+        ]
+    };
+    for bad in ["", "00", &"ab".repeat(32)] {
+        let f = form(bad);
+        let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            b.post("/ui/sources", Some(&cookie), &f).status,
+            403,
+            "csrf {bad:?}"
+        );
+    }
+    let f = form(&csrf);
+    let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let cross = b.send(
+        "POST",
+        "/ui/sources",
+        Some(&cookie),
+        &f,
+        Some("http://evil.example"),
+    );
+    assert_eq!(cross.status, 403, "{}", cross.text);
+    assert!(!b.get("/ui/sources", Some(&cookie)).text.contains("forged"));
+    // The genuine form works, and content is never shown back.
+    let ok = b.post("/ui/sources", Some(&cookie), &f);
+    assert_eq!(ok.status, 303, "{}", ok.text);
+    let listed = b.get("/ui/sources", Some(&cookie)).text;
+    assert!(
+        listed.contains("forged") && !listed.contains("UI-SOURCE-MARK"),
+        "{listed}"
+    );
+    // Bad input is a page naming what is wrong, not a write.
+    let bad_name: Vec<(&str, &str)> = vec![
+        ("csrf", &csrf),
+        ("name", "../x"),
+        ("kind", "text"),
+        ("content", "y"),
+    ];
+    let p = b.post("/ui/sources", Some(&cookie), &bad_name);
+    assert_eq!(p.status, 400);
+    assert!(p.text.contains("class=\"notice\""), "{}", p.text);
+
+    // A call from the dashboard, then every page of both nodes scanned.
+    let started = b.post(
+        "/ui/calls",
+        Some(&cookie),
+        &[
+            ("csrf", &csrf),
+            ("peer", &owner.peer_id),
+            ("skill", "taste"),
+            ("request", "UI-REQUEST-MARK what do I like?"),
+        ],
+    );
+    assert_eq!(started.status, 303, "{}", started.text);
+    let at = header(&started, "location").to_owned();
+    let id = at.trim_start_matches("/ui/calls/").to_owned();
+    let done = ca
+        .wait_state(&id, &["answered", "failed"], Duration::from_secs(30))
+        .expect("the call ends");
+    assert_eq!(done["state"], "answered", "{done}");
+    oa.wait_state(&id, &["ran", "failed"], Duration::from_secs(30));
+    let detail = b.get(&at, Some(&cookie)).text;
+    assert!(
+        detail.contains("The double read") && detail.contains("insecure-dev"),
+        "{detail}"
+    );
+    let ledger = b.get("/ui/ledger?source=songs", Some(&cookie)).text;
+    assert!(
+        ledger.contains("staked request") && ledger.contains("Verified"),
+        "{ledger}"
+    );
+    let live = b.get("/ui/live/calls", Some(&cookie)).text;
+    assert!(live.contains(&id) && live.contains("answered"), "{live}");
+
+    let ob = Browser::new(&owner);
+    let ocookie = ob.sign_in(&owner.token);
+    for name in ["taste", "lure"] {
+        let p = ob.get(&format!("/ui/skills/{name}"), Some(&ocookie));
+        assert_eq!(p.status, 200, "{}", p.text);
+        assert!(
+            p.text.contains("OpenWOP manifest") && p.text.contains("Offered"),
+            "{}",
+            p.text
+        );
+    }
+    let mut seen = String::new();
+    for path in PAGES
+        .iter()
+        .chain(["/ui/live/calls", "/ui/skills/taste", "/ui/skills/lure"].iter())
+    {
+        seen.push_str(&b.get(path, Some(&cookie)).text);
+        seen.push_str(&ob.get(path, Some(&ocookie)).text);
+    }
+    seen.push_str(&b.get(&at, Some(&cookie)).text);
+    seen.push_str(&ob.get(&at, Some(&ocookie)).text);
+    assert_no_markers(
+        "the dashboard pages",
+        &seen,
+        &[
+            "UI-BODY-MARK",
+            "LURE-BODY-MARK",
+            "sk-UI-KEY-MARK",
+            "gpt-test",
+            "gpt-ui-model",
+            "UI-SOURCE-MARK",
+        ],
+    );
+    // The owner's node never shows the caller's request.
+    let mut owner_pages = String::new();
+    for path in PAGES.iter().chain(std::iter::once(&at.as_str())) {
+        owner_pages.push_str(&ob.get(path, Some(&ocookie)).text);
+    }
+    assert_no_markers("the owner's dashboard", &owner_pages, &["UI-REQUEST-MARK"]);
+
+    // Signing out ends the session's forms (the cookie is cleared).
+    let out = b.post("/ui/logout", Some(&cookie), &[("csrf", &csrf)]);
+    assert_eq!(out.status, 303);
+    assert!(header(&out, "set-cookie").contains("Max-Age=0"));
+}

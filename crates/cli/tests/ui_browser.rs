@@ -1,0 +1,282 @@
+//! The dashboard in a real headless browser (Debian's `chromium` through `chromedriver`, driven
+//! over WebDriver): sign in, add a source and a skill and see it offered, see a peer's skill on
+//! the board, start a call that parks on consent, approve it, watch it become `answered` without
+//! reloading, and find its ledger entry. A screenshot of each main page is saved under
+//! `$CARGO_TARGET_TMPDIR/ui-screenshots/` (`scripts/browser` installs the browser).
+
+mod support {
+    pub mod procs;
+}
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use support::procs;
+
+/// chromedriver, killed when the test ends however it ends.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn start_driver() -> (Driver, String) {
+    let port = free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run chromedriver ({e}): install the browser with scripts/browser (Debian: apt-get install chromium chromium-driver)")
+        });
+    let driver = Driver(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (driver, format!("http://127.0.0.1:{port}"))
+}
+
+fn shots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshot dir");
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+    std::fs::write(shots().join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+async fn fill(c: &Client, css: &str, text: &str) {
+    let e = c
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    e.clear().await.expect("clear");
+    e.send_keys(text).await.expect("type");
+}
+
+async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .expect("click");
+}
+
+async fn page_text(c: &Client) -> String {
+    c.find(Locator::Css("main"))
+        .await
+        .expect("main")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// Wait until the browser is at `path` (a click on a form returns before its navigation ends).
+async fn wait_path(c: &Client, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let at = c.current_url().await.expect("url");
+        if at.path() == path {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never reached {path}: at {at}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Wait (polling the live page, no reload) until `css` holds `want`.
+async fn wait_text(c: &Client, css: &str, want: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(e) = c.find(Locator::Css(css)).await
+            && e.text().await.is_ok_and(|t| t.trim() == want)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{css} never showed {want:?}: {}",
+            page_text(c).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider_url, _log) = procs::provider_double(Duration::ZERO);
+    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
+    owner.start(&[]);
+    let oa = owner.api();
+    oa.put_source("openai-key", "secret", "sk-browser-key");
+    oa.add_skill(&procs::skill_doc("taste", "BROWSER-BODY", &["songs"]));
+    // The caller's human is asked before `songs` leaves.
+    let mut caller = procs::init_node(
+        root.path(),
+        "caller",
+        &bx.url,
+        Some(&owner.p2p_addr()),
+        |t| {
+            t.replace(
+            "rules = []",
+            "\n[[policy.rules]]\nside = \"caller\"\nsources = [\"songs\"]\ndecision = \"ask\"\n",
+        )
+        },
+    );
+    caller.start(&[]);
+    let ca = caller.api();
+    ca.put_source("songs", "text", "Bonobo - Kerala\n");
+    ca.wait_board(&owner.peer_id, "taste", Duration::from_secs(20));
+
+    let (_driver, webdriver) = start_driver();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({ "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"] }),
+        );
+        let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&webdriver)
+            .await
+            .expect("a WebDriver session with headless chromium");
+        let base = caller.base.clone();
+
+        // Signed out: the login page; the token once.
+        c.goto(&format!("{base}/ui")).await.expect("goto");
+        assert!(c.current_url().await.expect("url").path().ends_with("/ui/login"));
+        shot(&c, "login").await;
+        fill(&c, "#token", &caller.token).await;
+        click(&c, "form[action='/ui/login'] button").await;
+        wait_path(&c, "/ui").await;
+        assert!(page_text(&c).await.contains("Waiting for you"));
+        shot(&c, "overview").await;
+
+        // A key source, then a skill that spends it: offered.
+        c.goto(&format!("{base}/ui/sources")).await.expect("goto");
+        fill(&c, "#src-name", "my-openai-key").await;
+        c.find(Locator::Css("#src-kind option[value='secret']"))
+            .await
+            .expect("kind")
+            .click()
+            .await
+            .expect("pick secret");
+        fill(&c, "#src-content", "sk-my-own").await;
+        click(&c, "form[action='/ui/sources'] button[type=submit]").await;
+        wait_text(&c, "tr[data-source='my-openai-key'] td:first-child", "my-openai-key", Duration::from_secs(10)).await;
+        let t = page_text(&c).await;
+        assert!(t.contains("my-openai-key") && !t.contains("sk-my-own"), "{t}");
+        shot(&c, "sources").await;
+        c.goto(&format!("{base}/ui/skills")).await.expect("goto");
+        fill(
+            &c,
+            "#skill-doc",
+            "---\nname: haiku\ndescription: Writes a haiku about the request.\nprovider: openai\nmodel: gpt-test\nkey: my-openai-key\n---\nWrite a haiku.\n",
+        )
+        .await;
+        click(&c, "form[action='/ui/skills'] button[type=submit]").await;
+        wait_text(&c, "tr[data-skill='haiku'] td:nth-child(4)", "offered", Duration::from_secs(5)).await;
+        shot(&c, "skills").await;
+
+        // The peer's skill on the board, filtered by search.
+        c.goto(&format!("{base}/ui/board?q=taste")).await.expect("goto");
+        let t = page_text(&c).await;
+        assert!(t.contains("taste") && t.contains("music-taste"), "{t}");
+        shot(&c, "board").await;
+
+        // A call from the board's link: it parks on consent.
+        click(&c, "a[href^='/ui/calls?peer=']").await;
+        wait_path(&c, "/ui/calls").await;
+        fill(&c, "#call-request", "what do I like?").await;
+        click(&c, "form[action='/ui/calls'] button[type=submit]").await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let call_url = loop {
+            let at = c.current_url().await.expect("url");
+            if at.path().starts_with("/ui/calls/") {
+                break at;
+            }
+            assert!(Instant::now() < deadline, "the call form did not lead to a call: {at}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let id = call_url.path().trim_start_matches("/ui/calls/").to_owned();
+        assert_eq!(id.len(), 32, "{call_url}");
+        let state = format!("[data-call-state='{id}:caller']");
+        wait_text(&c, &state, "awaiting_consent", Duration::from_secs(20)).await;
+        c.goto(&format!("{base}/ui/approvals")).await.expect("goto");
+        let t = page_text(&c).await;
+        assert!(t.contains("songs") && t.contains("NO hardware isolation"), "{t}");
+        shot(&c, "approvals").await;
+        click(&c, "form[action='/ui/approvals'] button[data-decision='allow']").await;
+        // Back on the call's page: the state changes to answered with no reload.
+        wait_path(&c, &format!("/ui/calls/{id}")).await;
+        wait_text(&c, &state, "answered", Duration::from_secs(30)).await;
+        c.refresh().await.expect("reload");
+        let t = page_text(&c).await;
+        assert!(t.contains("The double read"), "{t}");
+        shot(&c, "call").await;
+        c.goto(&format!("{base}/ui/calls")).await.expect("goto");
+        shot(&c, "calls").await;
+
+        // The ledger: the human's yes, then the stake of `songs`.
+        c.goto(&format!("{base}/ui/ledger?source=songs")).await.expect("goto");
+        let t = page_text(&c).await;
+        assert!(
+            t.contains("Verified") && t.contains("allowed by human") && t.contains("source songs"),
+            "{t}"
+        );
+        shot(&c, "ledger").await;
+        c.goto(&format!("{base}/ui/peers")).await.expect("goto");
+        assert!(page_text(&c).await.contains(&owner.peer_id));
+        shot(&c, "peers").await;
+
+        // Sign out: back to the login page.
+        click(&c, "form.logout button").await;
+        wait_path(&c, "/ui/login").await;
+        c.close().await.expect("close the session");
+    });
+    for name in [
+        "login",
+        "overview",
+        "sources",
+        "skills",
+        "board",
+        "approvals",
+        "call",
+        "calls",
+        "ledger",
+        "peers",
+    ] {
+        assert!(
+            shots().join(format!("{name}.png")).exists(),
+            "{name} screenshot"
+        );
+    }
+}
