@@ -23,6 +23,7 @@ pub mod crypto;
 pub mod datadir;
 pub mod error;
 pub mod ledger;
+pub mod metrics;
 pub mod node;
 pub mod openapi;
 pub mod openwop;

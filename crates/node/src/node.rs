@@ -290,6 +290,7 @@ impl Node {
             ceilings: self.config.ceilings.clone(),
             guard: self.config.guard.clone(),
             policy,
+            metrics: self.state.metrics.clone(),
         });
         running.calls_tasks = calls.spawn(
             payloads,

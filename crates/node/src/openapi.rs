@@ -212,8 +212,8 @@ fn base_document() -> Value {
             RETURN_SCHEMA_PATH: { "get": op("The skill handoff return schema (`{answer, truncated}`), JSON Schema 2020-12.", map(vec![
                 ("200", schema_doc("The return schema.")),
             ]), true) },
-            "/metrics": { "get": op("Prometheus metrics (text exposition format).", map(vec![
-                ("200", text("Counters and gauges.")),
+            "/metrics": { "get": op("Metrics in the OpenMetrics text format (prometheus-client): HTTP requests, calls by side and state, call/box/run latency histograms, skills, sources, board and peer gauges.", map(vec![
+                ("200", text("Counters, histograms and gauges.")),
             ]), false) },
             "/node": { "get": op("This node's identity.", map(vec![
                 ("200", ok_json("Node identity.", r("NodeInfo"))),

@@ -80,6 +80,30 @@ async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
     assert!(!sources.contains("/request"), "{sources}");
     assert!(!sources.contains("/result-key"), "{sources}");
     assert!(sources.contains(&format!("call/{id}/answer")), "{sources}");
+    // The metrics saw it end, and timed the box's operations and the run.
+    let text = |v: Value| v.as_str().unwrap_or_default().to_owned();
+    let (caller_m, owner_m) = (
+        text(w.caller.get("/metrics").await.body),
+        text(w.owner.get("/metrics").await.body),
+    );
+    for (m, side, end) in [
+        (&caller_m, "caller", "answered"),
+        (&owner_m, "owner", "ran"),
+    ] {
+        let finished =
+            format!(r#"skillbox_calls_finished_total{{role="{side}",state="{end}",code=""}} 1"#);
+        assert!(m.contains(&finished), "{finished} in {m}");
+        let ops: &[&str] = match side {
+            // The caller opens the run; the owner attests the one it is told of.
+            "caller" => &["open", "attest", "stake", "submit"],
+            _ => &["attest", "stake", "submit"],
+        };
+        for op in ops {
+            assert!(m.contains(&format!(r#"op="{op}""#)), "{side} {op}: {m}");
+        }
+        let run = format!(r#"skillbox_run_duration_seconds_count{{role="{side}"}} 1"#);
+        assert!(m.contains(&run), "{run} in {m}");
+    }
     // Each side's disclosure ledger holds this call's stake exactly once.
     for node in [&w.caller, &w.owner] {
         let l = node.get(&format!("/ledger?call={id}")).await.body;

@@ -7,7 +7,6 @@
 mod calls;
 pub mod error;
 mod ledger;
-pub mod metrics;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,8 +27,8 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use skillbox_skill::openwop::{RETURN_SCHEMA, RETURN_SCHEMA_PATH, TASK_SCHEMA, TASK_SCHEMA_PATH};
 
+use crate::metrics::{Gauges, Metrics};
 pub use error::ApiError;
-use metrics::{Gauges, Metrics};
 
 use crate::agents::Agents;
 use crate::config::{Limits, TenantsConfig};
@@ -56,7 +55,7 @@ pub struct Shared {
     pub limits: Limits,
     pub node_id: String,
     pub public_key: String,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     /// The running peer network, once started (`GET /peers`, `POST /peers`).
     pub peers: OnceLock<skillbox_peers::PeersHandle>,
     /// What `GET /board` reads: the network's board, or one fed in-process (benches).
@@ -101,7 +100,7 @@ impl Shared {
             limits,
             node_id,
             public_key,
-            metrics: Metrics::default(),
+            metrics: Arc::new(Metrics::default()),
             peers: OnceLock::new(),
             board: OnceLock::new(),
             offer_changed: tokio::sync::Notify::new(),
@@ -570,18 +569,28 @@ async fn return_schema() -> Response {
 
 async fn metrics_text(State(s): State<AppState>) -> Result<Response, ApiError> {
     let (skills, sources) = (s.skills.clone(), s.sources.clone());
-    let gauges = blocking(move || {
+    let store = s.calls.get().map(|c| c.store().clone());
+    let mut gauges = blocking(move || {
         let list = skills.list()?;
         Ok(Gauges {
             skills: list.len() as u64,
             skills_offered: list.iter().filter(|s| s.offered).count() as u64,
             sources: sources.count()?,
+            calls: match store {
+                Some(store) => crate::calls::records::counts_by_state(&store)?,
+                None => Vec::new(),
+            },
+            ..Gauges::default()
         })
     })
     .await?;
+    if let Some(h) = s.peers.get() {
+        gauges.board = h.with_board(|b, now| b.snapshot(now).len()) as u64;
+        gauges.peers = h.peers().await.map(|p| p.len() as u64).unwrap_or(0);
+    }
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(gauges),
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        s.metrics.render(&gauges),
     )
         .into_response())
 }

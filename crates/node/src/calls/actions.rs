@@ -120,6 +120,14 @@ impl Calls {
             .verify_policy(row.box_url.as_deref().unwrap_or_default())
     }
 
+    /// Run one box request, recording its latency (`skillbox_box_request_duration_seconds`).
+    async fn timed<T>(&self, op: &'static str, request: impl std::future::Future<Output = T>) -> T {
+        let started = std::time::Instant::now();
+        let out = request.await;
+        self.0.metrics.box_request(op, started.elapsed());
+        out
+    }
+
     fn role(row: &CallRow) -> skillbox_jc::Role {
         match row.call.role {
             Role::Caller => skillbox_jc::Role::Caller,
@@ -131,9 +139,10 @@ impl Calls {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
         let client = self.client(row)?;
-        let opened = client.open(&env).await?;
-        let verified = client
-            .attest(&approved, &opened.run_id, &self.attest_policy(row))
+        let opened = self.timed("open", client.open(&env)).await?;
+        let policy = self.attest_policy(row);
+        let verified = self
+            .timed("attest", client.attest(&approved, &opened.run_id, &policy))
             .await?;
         let change = self.remember(row, verified);
         Ok(Some((
@@ -152,8 +161,9 @@ impl Calls {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
         let client = self.client(row)?;
-        let verified = client
-            .attest(&approved, run_id, &self.attest_policy(row))
+        let policy = self.attest_policy(row);
+        let verified = self
+            .timed("attest", client.attest(&approved, run_id, &policy))
             .await?;
         let change = self.remember(row, verified);
         Ok(Some((
@@ -291,9 +301,12 @@ impl Calls {
             })
             .await
             .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
+        let client = self.client(row)?;
         match self
-            .client(row)?
-            .stake(&verified, role, sealed, &self.0.signing)
+            .timed(
+                "stake",
+                client.stake(&verified, role, sealed, &self.0.signing),
+            )
             .await
         {
             Ok(_) => {}
@@ -360,8 +373,11 @@ impl Calls {
         let mut pause = Duration::from_millis(2);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            match client
-                .submit(&run_id, &hash, Self::role(row), &self.0.signing)
+            match self
+                .timed(
+                    "submit",
+                    client.submit(&run_id, &hash, Self::role(row), &self.0.signing),
+                )
                 .await
             {
                 Ok(_) => break,
@@ -392,10 +408,14 @@ impl Calls {
             .ok_or_else(|| JcError::Internal("no run yet".into()))?;
         let verified = self.verified(row).await?;
         let until_expiry = Duration::from_millis(row.call.expires_at_ms.saturating_sub(now_ms()));
-        let view = self
-            .client(row)?
+        let client = self.client(row)?;
+        let asked = std::time::Instant::now();
+        let view = client
             .wait_result(&run_id, until_expiry.max(Duration::from_secs(1)))
             .await?;
+        self.0
+            .metrics
+            .run(records::role_str(row.call.role), asked.elapsed());
         let receipt = verify_receipt(&view, &verified)?;
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;

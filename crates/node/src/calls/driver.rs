@@ -224,6 +224,14 @@ impl Calls {
                 tracing::debug!(call = %key.0, role = records::role_str(key.1), state = t.call.state.as_str(), "call stepped");
                 this.crash_point(key.1, t.call.state);
                 if t.call.state.is_terminal() {
+                    this.0.metrics.call_finished(
+                        records::role_str(key.1),
+                        t.call.state.as_str(),
+                        t.call.failure.as_ref().map(|f| f.code.as_str()),
+                        std::time::Duration::from_millis(
+                            now_ms().saturating_sub(t.call.created_at_ms),
+                        ),
+                    );
                     // A finished call needs neither its lock nor its verified run any more.
                     lock(&this.0.locks).remove(&key);
                     lock(&this.0.verified).remove(&key);

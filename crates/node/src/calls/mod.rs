@@ -275,6 +275,8 @@ pub struct CallsDeps {
     /// The guard this owner binds into its skills' programs.
     pub guard: crate::config::GuardConfig,
     pub policy: PolicyConfig,
+    /// Where call and box figures go (`GET /metrics`).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct Inner {
@@ -296,6 +298,7 @@ struct Inner {
     locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     inflight: Mutex<HashSet<(Key, &'static str)>>,
     verified: Mutex<HashMap<Key, VerifiedRun>>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Failpoint for the crash tests: abort the process right after persisting this state.
     crash_at: Option<(Role, State)>,
 }
@@ -356,8 +359,14 @@ impl Calls {
             locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashSet::new()),
             verified: Mutex::new(HashMap::new()),
+            metrics: deps.metrics,
             crash_at: crash_point(),
         }))
+    }
+
+    /// The store this driver keeps its calls in.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.0.store
     }
 
     pub fn boxes(&self) -> &Arc<Boxes> {

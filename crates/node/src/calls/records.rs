@@ -281,6 +281,28 @@ pub fn charged_since(
     Ok((total.max(0) as u64, mine.max(0) as u64))
 }
 
+/// How many calls the store holds, by (role, state): the `skillbox_calls` gauge.
+pub fn counts_by_state(store: &Store) -> Result<Vec<(String, String, u64)>> {
+    store.read(|c| {
+        let mut stmt = c.prepare(
+            "SELECT role, state, count(*) FROM calls GROUP BY role, state ORDER BY 1, 2",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows
+            .into_iter()
+            .map(|(role, state, n)| (role, state, n.max(0) as u64))
+            .collect())
+    })
+}
+
 /// Remove finished calls last changed before `before` (unix seconds), with what is kept beside
 /// them (a caller's answer, and anything else under `call/<id>/`). Returns how many rows went.
 pub fn prune_finished(store: &Store, before: i64) -> Result<usize> {
