@@ -292,6 +292,15 @@ impl Quote {
         let signed_len = body_at + body_len;
         let auth_len = u32le(raw, signed_len)? as usize;
         let auth_at = signed_len + 4;
+        // The auth data is the ECDSA signature (64), the attestation key (64) and the QE
+        // certification data (type u16, size u32, data): its declared length must be exactly
+        // that, or a length field off by the size of some trailing zeros would still verify.
+        let cert_size = u32le(raw, auth_at + 130)? as usize;
+        if auth_len != 134 + cert_size {
+            return Err(Refusal::Malformed(
+                "TDX quote length disagrees with its header",
+            ));
+        }
         // Quotes read from configfs-tsm or a PCCS cache may be zero-padded; anything else
         // after the auth data is refused.
         let end = auth_at + auth_len;

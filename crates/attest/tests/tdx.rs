@@ -287,6 +287,19 @@ proptest! {
         }
     }
 
+    /// The auth data's length field must be exact: one less (the last byte of the auth data
+    /// read as "padding") or more is malformed, whatever the padding after it.
+    #[test]
+    fn the_auth_length_must_be_exact(delta in prop_oneof![Just(-1i64), Just(1i64), -64i64..64], pad in 0usize..8) {
+        prop_assume!(delta != 0);
+        let mut ev = tdx_valid();
+        let len = u32::from_le_bytes(ev.quote[632..636].try_into().unwrap()) as i64;
+        ev.quote[632..636].copy_from_slice(&((len + delta) as u32).to_le_bytes());
+        ev.quote.extend(std::iter::repeat_n(0u8, pad));
+        let r = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX);
+        prop_assert_eq!(r.unwrap_err().code(), "malformed");
+    }
+
     #[test]
     fn random_quotes_never_panic(quote in proptest::collection::vec(any::<u8>(), 0..2000)) {
         let mut ev = tdx_valid();

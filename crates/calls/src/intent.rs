@@ -18,6 +18,7 @@ pub struct Candidate<'a> {
 }
 
 /// One ranked candidate.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Scored {
     pub peer: String,
@@ -26,6 +27,7 @@ pub struct Scored {
 }
 
 /// The pick, with the runner-up so a person can see how close it was.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Pick {
     pub peer: String,

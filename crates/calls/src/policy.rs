@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::machine::{Decision, Role};
 
 /// `*` matches anything; `prefix*` matches by prefix; anything else matches exactly.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Pattern(pub String);
@@ -33,6 +34,7 @@ impl Default for Pattern {
 }
 
 /// Which side a rule is about.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
@@ -53,6 +55,7 @@ impl Side {
 
 /// One rule. The first rule that matches decides. Unknown keys are refused: a misspelt
 /// condition silently matching everything would be worse than an error.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
@@ -162,6 +165,7 @@ impl Policy {
 }
 
 /// Who may call this node's skills, and how often.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Admission {

@@ -82,18 +82,8 @@ pub struct DecideArgs {
     pub json: bool,
 }
 
-/// A query-string value, percent-encoded.
-pub(crate) fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
+/// A path segment or query value, percent-encoded.
+pub(crate) use skillbox_node::api::url_component as enc;
 
 fn terminal(state: &str) -> bool {
     matches!(state, "answered" | "ran" | "failed")

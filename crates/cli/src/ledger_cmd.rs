@@ -103,45 +103,7 @@ fn table(lines: &[Line]) {
     }
     for l in lines {
         let e = &l.entry;
-        let what = match e.kind {
-            ledger::EntryKind::Stake => {
-                let items: Vec<String> = e
-                    .items
-                    .iter()
-                    .map(|i| match &i.source {
-                        Some(s) => format!("source {s} (≤{} B)", i.size_bucket),
-                        None => format!("{} (≤{} B)", i.stake, i.size_bucket),
-                    })
-                    .collect();
-                format!("staked {}", items.join(", "))
-            }
-            ledger::EntryKind::Decision => format!(
-                "{} by {}{}",
-                if e.decision == "allow" {
-                    "allowed"
-                } else {
-                    "refused"
-                },
-                e.decided_by,
-                if e.sources.is_empty() {
-                    String::new()
-                } else {
-                    format!(" for {}", e.sources.join(", "))
-                }
-            ),
-        };
-        let through = match (&e.box_url, &e.platform) {
-            (Some(b), Some(p)) => format!(
-                "box {b} ({p}{})",
-                if e.hardware_isolation {
-                    ""
-                } else {
-                    ", no hardware isolation"
-                }
-            ),
-            (Some(b), None) => format!("box {b}"),
-            _ => "no box yet".to_owned(),
-        };
+        let (what, through) = (e.summary(), e.through());
         let seen = match (&e.provider, &e.provider_host) {
             (Some(p), Some(h)) => format!("; provider {p} at {h}"),
             (Some(p), None) => format!("; provider {p}"),

@@ -10,6 +10,7 @@ mod support {
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
+use skillbox_node::api::url_component as enc;
 use support::procs::{self, NodeDir, assert_no_markers};
 
 const PAGES: &[&str] = &[
@@ -21,6 +22,7 @@ const PAGES: &[&str] = &[
     "/ui/approvals",
     "/ui/ledger",
     "/ui/peers",
+    "/ui/metrics",
 ];
 
 struct Browser {
@@ -109,18 +111,6 @@ impl Browser {
         }
         set.split(';').next().expect("cookie").to_owned()
     }
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The CSRF token a page's forms carry.
@@ -302,6 +292,25 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     );
     let live = b.get("/ui/live/calls", Some(&cookie)).text;
     assert!(live.contains(&id) && live.contains("answered"), "{live}");
+
+    // Health: the box is listed reachable, with its providers; asking again needs the form's
+    // token; the metrics page shows the calls just made.
+    let overview = b.get("/ui", Some(&cookie)).text;
+    assert!(
+        overview.contains(&format!("data-box=\"{}\"", bx.url.trim_end_matches('/')))
+            && overview.contains(">yes<")
+            && overview.contains("openai"),
+        "{overview}"
+    );
+    assert_eq!(b.post("/ui/boxes/check", Some(&cookie), &[]).status, 403);
+    let checked = b.post("/ui/boxes/check", Some(&cookie), &[("csrf", &csrf)]);
+    assert_eq!(checked.status, 303);
+    assert_eq!(header(&checked, "location"), "/ui");
+    let metrics = b.get("/ui/metrics", Some(&cookie)).text;
+    assert!(
+        metrics.contains("call_duration_seconds") && metrics.contains("state=&quot;answered&quot;"),
+        "{metrics}"
+    );
 
     let ob = Browser::new(&owner);
     let ocookie = ob.sign_in(&owner.token);

@@ -53,7 +53,7 @@ impl std::fmt::Debug for PackAgent {
 }
 
 /// What the import answers for a pack agent.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct StoredAgent {
     #[serde(rename = "agentId")]
     pub agent_id: String,

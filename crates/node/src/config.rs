@@ -397,7 +397,7 @@ impl Default for CallsConfig {
 
 /// Consent (§9) and admission, as the config file states them. The API can replace them at run
 /// time (`PUT /policy`, kept in the store); this is what a node starts from otherwise.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// When no rule matches.

@@ -34,7 +34,7 @@ const HEAD_KEY: &str = "ledger_head";
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// What an entry records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     /// A consent decision: allow (the stake may follow) or deny (nothing leaves).
@@ -53,7 +53,7 @@ impl EntryKind {
 }
 
 /// One staked item: what it was, which local source it came from, how big, which bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Item {
     /// `request` or `source` (caller); `body`, `model` or `key` (owner).
@@ -68,7 +68,7 @@ pub struct Item {
 }
 
 /// One ledger entry, as it is hashed (RFC 8785 canonical JSON of this struct).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Entry {
     /// 1, 2, 3, … with no gap.
@@ -111,8 +111,51 @@ pub struct Entry {
     pub prev: String,
 }
 
+impl Entry {
+    /// What the entry records, in words for its human: `staked request (≤1024 B), source songs
+    /// (≤1024 B)`, `allowed by rule:1 for songs`. Names and buckets only, like the entry.
+    pub fn summary(&self) -> String {
+        match self.kind {
+            EntryKind::Stake => {
+                let items: Vec<String> = self
+                    .items
+                    .iter()
+                    .map(|i| match &i.source {
+                        Some(s) => format!("source {s} (≤{} B)", i.size_bucket),
+                        None => format!("{} (≤{} B)", i.stake, i.size_bucket),
+                    })
+                    .collect();
+                format!("staked {}", items.join(", "))
+            }
+            EntryKind::Decision => {
+                let verb = if self.decision == "allow" {
+                    "allowed"
+                } else {
+                    "refused"
+                };
+                let covered = if self.sources.is_empty() {
+                    String::new()
+                } else {
+                    format!(" for {}", self.sources.join(", "))
+                };
+                format!("{verb} by {}{covered}", self.decided_by)
+            }
+        }
+    }
+
+    /// Through what: `box URL (platform, no hardware isolation)`, or `no box yet`.
+    pub fn through(&self) -> String {
+        match (&self.box_url, &self.platform) {
+            (Some(b), Some(p)) if self.hardware_isolation => format!("box {b} ({p})"),
+            (Some(b), Some(p)) => format!("box {b} ({p}, no hardware isolation)"),
+            (Some(b), None) => format!("box {b}"),
+            _ => "no box yet".to_owned(),
+        }
+    }
+}
+
 /// An entry with its hash and the node's signature: one line of the export.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Line {
     #[serde(flatten)]
     pub entry: Entry,
@@ -131,7 +174,7 @@ pub struct Head {
 }
 
 /// Why a ledger does not verify, at which entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Broken {
     /// The stored text is not an entry.
@@ -165,7 +208,7 @@ impl Broken {
 }
 
 /// The outcome of [`verify`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
     pub ok: bool,
@@ -649,6 +692,27 @@ mod tests {
             },
             prev: String::new(),
         }
+    }
+
+    #[test]
+    fn an_entry_says_what_it_records_in_words() {
+        let stake = entry(EntryKind::Stake, "c", &["songs"]);
+        assert_eq!(stake.summary(), "staked source songs (≤1024 B)");
+        assert_eq!(
+            stake.through(),
+            "box http://127.0.0.1:7000 (insecure-dev, no hardware isolation)"
+        );
+        let mut decision = entry(EntryKind::Decision, "c", &["songs", "notes"]);
+        assert_eq!(decision.summary(), "allowed by rule:1 for songs, notes");
+        decision.decision = "deny".into();
+        decision.sources.clear();
+        decision.box_url = None;
+        assert_eq!(decision.summary(), "refused by rule:1");
+        assert_eq!(decision.through(), "no box yet");
+        decision.box_url = Some("https://box.example".into());
+        decision.platform = Some("sev-snp".into());
+        decision.hardware_isolation = true;
+        assert_eq!(decision.through(), "box https://box.example (sev-snp)");
     }
 
     fn store_with(n: usize) -> (Store, SigningKey) {

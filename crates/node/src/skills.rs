@@ -16,7 +16,7 @@ use crate::sources::{self, SourceKind, SourceMeta};
 use crate::store::{Store, now_secs};
 
 /// Whether a skill is offered, and every reason it is not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct OfferState {
     pub offered: bool,
     /// Empty when offered.
@@ -36,7 +36,7 @@ pub struct SkillRecord {
 }
 
 /// A line of `GET /skills`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SkillSummary {
     pub name: String,
     #[serde(rename = "agentId")]
@@ -61,12 +61,14 @@ pub struct SkillSummary {
 }
 
 /// `GET /skills/{name}`: declaration, manifest, state; the body only as source metadata.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SkillDetail {
     pub name: String,
     #[serde(rename = "agentId")]
     pub agent_id: String,
     pub digest: String,
+    /// The front matter as declared (the SkillDeclaration).
+    #[schema(value_type = Object)]
     pub declaration: Declaration,
     pub manifest: Value,
     pub state: OfferState,
@@ -106,7 +108,7 @@ impl std::fmt::Debug for SkillChange {
 }
 
 /// What an import did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Imported {
     pub name: String,
     #[serde(rename = "agentId")]

@@ -29,7 +29,7 @@ pub const AGENT_PREFIX: &str = "agent/";
 /// Longest source name accepted.
 pub const MAX_NAME_LEN: usize = skillbox_skill::document::MAX_SOURCE_NAME;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
     /// UTF-8 text (a skill body, notes, a data set in a text format).
@@ -66,7 +66,7 @@ impl std::str::FromStr for SourceKind {
 }
 
 /// What may be said about a source: never its content.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SourceMeta {
     pub name: String,
     pub kind: SourceKind,

@@ -31,13 +31,20 @@ fn open() -> Opened {
     }
 }
 
+/// Send through the router; every answer must match the OpenAPI document.
 async fn send(router: &axum::Router, req: Request<Body>) -> (StatusCode, Vec<u8>) {
+    let (method, path) = (req.method().to_string(), req.uri().path().to_owned());
     let resp = router
         .clone()
         .oneshot(req)
         .await
         .expect("router is infallible");
     let status = resp.status();
+    let ct = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = resp
         .into_body()
         .collect()
@@ -45,6 +52,18 @@ async fn send(router: &axum::Router, req: Request<Body>) -> (StatusCode, Vec<u8>
         .expect("body")
         .to_bytes()
         .to_vec();
+    if let Err(e) = skillbox_node::openapi::check_response(
+        &method,
+        &path,
+        status.as_u16(),
+        ct.as_deref(),
+        &body,
+    ) {
+        panic!(
+            "the answer does not match /openapi.json: {e}\n{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
     (status, body)
 }
 
@@ -70,12 +89,12 @@ async fn router_and_openapi_document_agree() {
     // documented ones (walk every method, look for 405).
     for route in &routes {
         let documented = paths
-            .get(route.openapi)
+            .get(&route.openapi)
             .unwrap_or_else(|| panic!("{} is routed but not in /openapi.json", route.openapi));
         for m in METHODS {
             let req = Request::builder()
                 .method(*m)
-                .uri(sample(route.openapi))
+                .uri(sample(&route.openapi))
                 .header("authorization", format!("Bearer {}", o.token))
                 .header("content-type", "text/markdown")
                 .body(Body::from("---\nname: x\ndescription: x\n---\nx\n"))
@@ -107,7 +126,7 @@ async fn router_and_openapi_document_agree() {
     // Every documented path is routed.
     for p in paths.keys() {
         assert!(
-            routes.iter().any(|r| r.openapi == p),
+            routes.iter().any(|r| &r.openapi == p),
             "{p} is documented but not routed"
         );
     }
@@ -145,6 +164,25 @@ async fn openapi_document_is_served_and_well_formed() {
         let pointer = r.strip_prefix('#').expect("local ref");
         assert!(doc.pointer(pointer).is_some(), "dangling {r}");
     }
+}
+
+/// The document is an OpenAPI 3.1 document by the OpenAPI Initiative's own schema.
+#[test]
+fn openapi_document_validates_against_the_openapi_3_1_schema() {
+    let schema: Value = serde_json::from_str(include_str!("data/openapi-3.1/schema.json"))
+        .expect("the OpenAPI 3.1 schema");
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let doc = skillbox_node::openapi::document();
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .take(10)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    // And the check is able to fail: a document without `info` is refused.
+    let mut broken = doc.clone();
+    broken.as_object_mut().expect("object").remove("info");
+    assert!(!validator.is_valid(&broken));
 }
 
 fn method_strategy() -> impl Strategy<Value = Method> {

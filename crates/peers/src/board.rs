@@ -38,6 +38,7 @@ impl Default for BoardConfig {
 }
 
 /// One offered skill of one peer: a row of `GET /board`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BoardRow {
@@ -266,6 +267,12 @@ impl Board {
         self.entries
             .iter()
             .filter(move |(_, e)| e.expires_at > now_ms)
+    }
+
+    /// Number of rows [`Board::snapshot`] would give (offered skills of unexpired adverts),
+    /// without building them.
+    pub fn row_count(&self, now_ms: u64) -> usize {
+        self.live(now_ms).map(|(_, e)| e.advert.skills.len()).sum()
     }
 
     /// Number of peers with an unexpired advert.

@@ -179,6 +179,7 @@ impl PeersConfig {
 }
 
 /// A connected peer, as `GET /peers` shows it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PeerInfo {

@@ -73,6 +73,7 @@ fn json_snapshot_equals_the_typed_rows() {
     let now = T0 + 42_000;
     let typed = serde_json::to_string(&b.snapshot(now)).unwrap();
     assert_eq!(b.snapshot_json(now), typed);
+    assert_eq!(b.row_count(now), b.snapshot(now).len());
     let back: Vec<BoardRow> = serde_json::from_str(&b.snapshot_json(now)).unwrap();
     assert_eq!(back.len(), 10);
     let v: serde_json::Value = serde_json::from_str(&typed).unwrap();
@@ -329,10 +330,12 @@ fn a_full_board_evicts_the_oldest_entry_and_keeps_its_cap() {
     assert_eq!(held, want);
     // Rows follow the entries (the rendered cache stays consistent after evictions).
     assert_eq!(b.snapshot(t1).len(), 3);
+    assert_eq!(b.row_count(t1), 3);
     let json: serde_json::Value = serde_json::from_str(&b.snapshot_json(t1)).unwrap();
     assert_eq!(json.as_array().unwrap().len(), 3);
     // Expiry uses the same order: everything goes once past its TTL.
     let gone = b.expire(t1 + 180_000);
     assert_eq!(gone.len(), 3);
     assert!(b.is_empty());
+    assert_eq!(b.row_count(t1 + 180_000), 0);
 }

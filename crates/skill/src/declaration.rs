@@ -41,6 +41,7 @@ pub fn is_reserved_source_name(name: &str) -> bool {
 /// The owner's ceilings for one skill (front matter `limits:` or `skill set`): what a caller may
 /// spend of the owner's key and box time. Absent fields fall back to the node's defaults.
 /// Advertised, so a caller builds a program that fits; the owner refuses one that does not.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {

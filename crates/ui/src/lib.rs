@@ -59,6 +59,8 @@ pub fn mounts(state: AppState) -> Mounts {
         .route("/ui/approvals", get(pages::approvals).post(pages::decide))
         .route("/ui/ledger", get(pages::ledger))
         .route("/ui/peers", get(pages::peers).post(pages::add_peer))
+        .route("/ui/metrics", get(pages::metrics))
+        .route("/ui/boxes/check", post(pages::check_boxes))
         .route_layer(middleware::from_fn_with_state(state, require_session));
     Mounts {
         public: open

@@ -428,7 +428,29 @@ impl Api {
             match r.send().await {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
+                    let ct = resp
+                        .headers()
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
                     let bytes = resp.bytes().await.unwrap_or_default();
+                    // The node's own routes answer as /openapi.json says (the surfaces mounted
+                    // beside them, MCP, A2A and the dashboard, have their own tests).
+                    let route = path.split('?').next().unwrap_or(path);
+                    if skillbox_node::openapi::route_for(route).is_some()
+                        && let Err(e) = skillbox_node::openapi::check_response(
+                            method,
+                            route,
+                            status,
+                            ct.as_deref(),
+                            &bytes,
+                        )
+                    {
+                        panic!(
+                            "the answer does not match /openapi.json: {e}\n{}",
+                            String::from_utf8_lossy(&bytes)
+                        );
+                    }
                     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                     Answer { status, body }
                 }
@@ -511,12 +533,45 @@ impl Api {
         }
     }
 
+    /// A call that ended here left exactly one stake entry in this node's ledger when it ran
+    /// (`answered`, `ran`), at most one when it failed — across crashes and restarts too.
+    pub fn assert_staked_once(&self, view: &Value) {
+        let state = view["state"].as_str().unwrap_or("");
+        if !["answered", "ran", "failed"].contains(&state) {
+            return;
+        }
+        let (id, role) = (
+            view["id"].as_str().unwrap_or(""),
+            view["role"].as_str().unwrap_or(""),
+        );
+        let a = self.get(&format!("/ledger?call={id}"));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let stakes = a.body["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["kind"] == "stake" && e["role"] == role)
+            .count();
+        if state == "failed" {
+            assert!(
+                stakes <= 1,
+                "call {id} ({role}, {state}) staked {stakes} times"
+            );
+        } else {
+            assert_eq!(
+                stakes, 1,
+                "call {id} ({role}, {state}) staked {stakes} times"
+            );
+        }
+    }
+
     /// The call's record once it is in one of `states` (None at the deadline).
     pub fn wait_state(&self, id: &str, states: &[&str], limit: Duration) -> Option<Value> {
         let deadline = Instant::now() + limit;
         loop {
             let a = self.get(&format!("/calls/{id}"));
             if a.status == 200 && states.contains(&a.body["state"].as_str().unwrap_or("")) {
+                self.assert_staked_once(&a.body);
                 return Some(a.body);
             }
             if Instant::now() > deadline {

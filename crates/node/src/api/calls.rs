@@ -6,13 +6,14 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
 use zeroize::Zeroizing;
 
+use super::bodies::{
+    ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
+};
 use super::{ApiError, AppState, path_param, query, read_body};
 use crate::calls::records::{Filter, parse_role};
-use crate::calls::{CallError, Calls, StartCall};
+use crate::calls::{CallError, CallView, Calls, StartCall};
 use crate::config::PolicyConfig;
 
 const SMALL_BODY: usize = 64 * 1024;
@@ -60,16 +61,20 @@ async fn request_body<T: serde::de::DeserializeOwned>(
     json_body(&read_body(body, headers, limit).await?)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartBody {
-    peer: String,
-    skill: String,
-    request: String,
-    #[serde(default)]
-    sources: Option<Vec<String>>,
-}
-
+#[utoipa::path(
+    post, path = "/calls",
+    summary = "Start a call as caller: a peer's skill on the board right now, applied to the request and the chosen sources (omitted: the skill's requiredSources this node holds; []: none).",
+    request_body = StartBody,
+    responses(
+        (status = 201, description = "The call, `requested`.", body = CallView),
+        (status = 400, description = "Bad body (`validation_error`), a source outside requiredSources (`source_not_required`), one this node does not hold (`source_not_held`), named twice (`duplicate_source`)."),
+        (status = 409, description = "The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        (status = 422, description = "The skill requires sources and this node holds none of them (`required_sources_not_held`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn post_call(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -94,10 +99,25 @@ pub(super) async fn post_call(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/calls",
+    summary = "Calls on both sides, newest first; filter by state, role, peer.",
+    params(
+        ("state" = Option<String>, Query, description = "requested, received, accepted, opened, staked, awaiting_consent, submitting, submitted, answered, ran or failed."),
+        ("role" = Option<String>, Query, description = "caller or owner."),
+        ("peer" = Option<String>, Query),
+        ("limit" = Option<u32>, Query, minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "Calls.", body = CallList),
+        (status = 400, description = "Unknown parameter or value (`validation_error`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn list_calls(
     State(s): State<AppState>,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CallList>, ApiError> {
     let c = calls(&s)?;
     let q = query(&uri, &["state", "role", "peer", "limit"])?;
     let mut f = Filter::default();
@@ -124,58 +144,89 @@ pub(super) async fn list_calls(
         );
     }
     let list = c.list(f).await?;
-    Ok(Json(json!({ "calls": list, "total": list.len() })))
+    Ok(Json(CallList {
+        total: list.len(),
+        calls: list,
+    }))
 }
 
+#[utoipa::path(
+    get, path = "/calls/{id}",
+    summary = "One call; on the caller's side with the answer once `answered`.",
+    params(("id" = String, Path, description = "The call id.")),
+    responses(
+        (status = 200, description = "The call (both sides when this node called itself).", body = OneCall),
+        (status = 404, description = "No such call (`not_found`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn get_call(
     State(s): State<AppState>,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OneCall>, ApiError> {
     let c = calls(&s)?;
     let id = path_param(id)?;
     let views = c.get(&id).await?;
-    Ok(Json(one(views)))
+    Ok(Json(OneCall::of(views)))
 }
 
-/// One view when there is one row; both (caller first) when a node called itself.
-fn one(mut views: Vec<crate::calls::CallView>) -> Value {
-    if views.len() == 1 {
-        json!(views.remove(0))
-    } else {
-        json!({ "sides": views })
-    }
-}
-
+#[utoipa::path(
+    post, path = "/calls/{id}/cancel",
+    summary = "Fail the call here (`cancelled`), cancel its run, tell the peer.",
+    params(("id" = String, Path, description = "The call id.")),
+    responses(
+        (status = 200, description = "The call.", body = OneCall),
+        (status = 404, description = "No such call (`not_found`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn cancel_call(
     State(s): State<AppState>,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OneCall>, ApiError> {
     let c = calls(&s)?;
     let id = path_param(id)?;
-    Ok(Json(one(c.cancel(&id).await?)))
+    Ok(Json(OneCall::of(c.cancel(&id).await?)))
 }
 
-pub(super) async fn list_approvals(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get, path = "/approvals",
+    summary = "Calls waiting for this node's human (policy said `ask`), each with exactly what approving it discloses.",
+    responses(
+        (status = 200, description = "Approvals.", body = ApprovalList),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
+pub(super) async fn list_approvals(
+    State(s): State<AppState>,
+) -> Result<Json<ApprovalList>, ApiError> {
     let c = calls(&s)?;
     let list = c.approvals().await?;
-    Ok(Json(json!({ "approvals": list, "total": list.len() })))
+    Ok(Json(ApprovalList {
+        total: list.len(),
+        approvals: list,
+    }))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DecisionBody {
-    decision: String,
-    /// Record the decision as a policy rule for this peer, skill and source set.
-    #[serde(default)]
-    remember: bool,
-}
-
+#[utoipa::path(
+    post, path = "/approvals/{id}",
+    summary = "Decide a parked call: `allow` submits, `deny` fails it (`consent_denied`).",
+    params(("id" = String, Path, description = "The call id.")),
+    request_body = DecisionBody,
+    responses(
+        (status = 200, description = "The call.", body = OneCall),
+        (status = 400, description = "Bad body (`validation_error`)."),
+        (status = 404, description = "No such call (`not_found`)."),
+        (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn decide_approval(
     State(s): State<AppState>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<OneCall>, ApiError> {
     let c = calls(&s)?;
     let id = path_param(id)?;
     let bytes = read_body(body, &headers, SMALL_BODY).await?;
@@ -190,19 +241,37 @@ pub(super) async fn decide_approval(
             ));
         }
     };
-    Ok(Json(one(c.consent(&id, allow, b.remember).await?)))
+    Ok(Json(OneCall::of(c.consent(&id, allow, b.remember).await?)))
 }
 
-pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get, path = "/policy",
+    summary = "The consent rules and admission in force.",
+    responses(
+        (status = 200, description = "Policy.", body = PolicyConfig),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
+pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<PolicyConfig>, ApiError> {
     let c = calls(&s)?;
-    Ok(Json(json!(c.policy())))
+    Ok(Json(c.policy()))
 }
 
+#[utoipa::path(
+    put, path = "/policy",
+    summary = "Replace the consent rules and admission (kept in the store; they win over config.toml).",
+    request_body = PolicyConfig,
+    responses(
+        (status = 200, description = "Policy.", body = PolicyConfig),
+        (status = 400, description = "Bad policy (`validation_error`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn put_policy(
     State(s): State<AppState>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PolicyConfig>, ApiError> {
     let c = calls(&s)?;
     let bytes = read_body(body, &headers, SMALL_BODY).await?;
     let policy: PolicyConfig = json_body(&bytes)?;
@@ -210,16 +279,23 @@ pub(super) async fn put_policy(
     let p = policy.clone();
     super::blocking(move || crate::calls::save_policy(&store, &p)).await?;
     c.set_policy(policy.clone());
-    Ok(Json(json!(policy)))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct IntentBody {
-    text: String,
+    Ok(Json(policy))
 }
 
 /// `POST /intents/skill {text}`: the pick (skill, peer, score, runner-up) and the call started.
+#[utoipa::path(
+    post, path = "/intents/skill",
+    summary = "The skill intent: rank the skills the board offers right now (that this node could call) against the text by BM25 over name and description, and start a call on the best with sources omitted. Nothing below the score threshold is picked.",
+    request_body = IntentBody,
+    responses(
+        (status = 201, description = "The pick and the call it started.", body = IntentStarted),
+        (status = 400, description = "Bad body (`validation_error`)."),
+        (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn intent_skill(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -228,13 +304,10 @@ pub(super) async fn intent_skill(
     let c = calls(&s)?;
     let b: IntentBody = request_body(&s, &headers, body).await?;
     let (pick, call) = c.intent(Zeroizing::new(b.text)).await?;
-    let body = json!({
-        "skill": pick.skill,
-        "peer": pick.peer,
-        "score": pick.score,
-        "runnerUp": pick.runner_up,
-        "callId": call.id,
-        "call": call,
-    });
+    let body = IntentStarted {
+        pick,
+        call_id: call.id.clone(),
+        call,
+    };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

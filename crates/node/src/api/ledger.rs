@@ -1,20 +1,37 @@
 //! `GET /ledger` and `GET /ledger/verify`: the disclosure ledger, filtered and exported (JSON,
 //! JSON Lines, CSV), and its check against the node key. Thin handlers over [`crate::ledger`].
 
+use super::bodies::LedgerPage;
+use super::calls::calls;
+use super::{ApiError, AppState, query};
+use crate::ledger::{self, Filter, Line, Verdict};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
-
-use super::calls::calls;
-use super::{ApiError, AppState, query};
-use crate::ledger::{self, Filter};
 
 fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
     ApiError::validation(field, e.to_string())
 }
 
+#[utoipa::path(
+    get, path = "/ledger",
+    summary = "The disclosure ledger: every stake this node made into a box and every consent decision that allowed or refused one, in order, each hash-chained and signed with the node key. Names, size buckets and keyed digests only, never content. Never pruned with the calls.",
+    params(
+        ("source" = Option<String>, Query, description = "Entries naming this source."),
+        ("peer" = Option<String>, Query),
+        ("call" = Option<String>, Query),
+        ("since" = Option<String>, Query, description = "Unix milliseconds, or a span back from now (`30m`, `24h`, `7d`)."),
+        ("limit" = Option<u32>, Query),
+        ("format" = Option<String>, Query, description = "json (default), jsonl or csv."),
+    ),
+    responses(
+        (status = 200, description = "The entries (JSON: with the node key they verify under; JSON Lines: one signed entry per line; CSV: one row per entry).",
+            content((LedgerPage = "application/json"), (Line = "application/jsonl"), (String = "text/csv"))),
+        (status = 400, description = "Bad query (`validation_error`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
 pub(super) async fn get_ledger(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
     let c = calls(&s)?;
     let q = query(
@@ -46,11 +63,11 @@ pub(super) async fn get_ledger(State(s): State<AppState>, uri: Uri) -> Result<Re
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
     };
     match q.get("format").map(String::as_str).unwrap_or("json") {
-        "json" => Ok(Json(json!({
-            "entries": lines,
-            "total": lines.len(),
-            "nodeKey": c.node_key_hex(),
-        }))
+        "json" => Ok(Json(LedgerPage {
+            total: lines.len(),
+            entries: lines,
+            node_key: c.node_key_hex().to_owned(),
+        })
         .into_response()),
         "jsonl" => Ok(text(
             "application/jsonl",
@@ -67,9 +84,15 @@ pub(super) async fn get_ledger(State(s): State<AppState>, uri: Uri) -> Result<Re
     }
 }
 
-pub(super) async fn verify_ledger(
-    State(s): State<AppState>,
-) -> Result<Json<ledger::Verdict>, ApiError> {
+#[utoipa::path(
+    get, path = "/ledger/verify",
+    summary = "Check the whole ledger: sequence, hashes, chain, signatures and the signed head. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`).",
+    responses(
+        (status = 200, description = "The verdict.", body = Verdict),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
+pub(super) async fn verify_ledger(State(s): State<AppState>) -> Result<Json<Verdict>, ApiError> {
     let c = calls(&s)?;
     Ok(Json(c.verify_ledger().await?))
 }

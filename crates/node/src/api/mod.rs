@@ -1,9 +1,12 @@
 //! The node's HTTP API (§10): loopback, bearer token, JSON error envelope everywhere.
 //!
-//! Routes are added through [`Book`], which records each path with the path the OpenAPI
-//! document uses for it, so a test can walk the router and the document and check they agree.
+//! Routes are added through [`Book`]: each handler carries its `#[utoipa::path]` (method, path,
+//! parameters, bodies, responses) and is registered with `utoipa_axum::routes!`, so the router
+//! and the OpenAPI document ([`crate::openapi`]) come from the same declaration. The body types
+//! are the ones the handlers serialize ([`bodies`]).
 //! Store work runs on the blocking pool: handlers never hold the async threads on SQLite.
 
+pub mod bodies;
 mod calls;
 pub mod error;
 mod ledger;
@@ -22,19 +25,22 @@ use axum::extract::{MatchedPath, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use skillbox_skill::openwop::{RETURN_SCHEMA, RETURN_SCHEMA_PATH, TASK_SCHEMA, TASK_SCHEMA_PATH};
 
 use crate::metrics::{Gauges, Metrics};
+use bodies::*;
 pub use error::ApiError;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::agents::Agents;
 use crate::config::{Limits, TenantsConfig};
 use crate::peering::SharedBoard;
+use crate::skills::SkillDetail;
 use crate::skills::Skills;
-use crate::sources::{self, SourceKind, Sources};
+use crate::sources::{self, SourceKind, SourceMeta, Sources};
 use crate::tenants::{Principal, Tokens};
 
 /// Media types `POST /skills` accepts for a SKILL.md.
@@ -163,13 +169,35 @@ fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
 
 pub type AppState = Arc<Shared>;
 
-/// A route as the router has it and as the OpenAPI document names it.
+/// A path segment or query value for this API, percent-encoded (everything but the unreserved
+/// `A-Z a-z 0-9 - _ . ~`): what clients (the CLI, the dashboard) put in the URLs they build.
+pub fn url_component(s: &str) -> String {
+    const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    percent_encoding::utf8_percent_encode(s, COMPONENT).to_string()
+}
+
+/// Who reaches a group of routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// Without a token.
+    Public,
+    /// The operator's token only.
+    Operator,
+    /// Any valid token (the OpenWOP agent surfaces), answering for the caller's owner only.
+    Tenant,
+}
+
+/// A route as the router has it and as the OpenAPI document names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoutePath {
     /// The axum path (`/sources/{*name}`).
-    pub router: &'static str,
+    pub router: String,
     /// The OpenAPI path (`/sources/{name}`).
-    pub openapi: &'static str,
+    pub openapi: String,
     /// Reachable without a token.
     pub public: bool,
     /// Reachable with a tenant token (the OpenWOP agent surfaces); otherwise, when not public,
@@ -177,116 +205,73 @@ pub struct RoutePath {
     pub tenant: bool,
 }
 
-struct Book {
-    public: Router<AppState>,
-    protected: Router<AppState>,
-    tenant: Router<AppState>,
-    paths: Vec<RoutePath>,
+/// The node's routes by who reaches them, each group with the OpenAPI paths of its handlers.
+pub(crate) struct Book {
+    pub(crate) public: OpenApiRouter<AppState>,
+    pub(crate) operator: OpenApiRouter<AppState>,
+    pub(crate) tenant: OpenApiRouter<AppState>,
 }
 
-impl Book {
-    fn new() -> Book {
-        Book {
-            public: Router::new(),
-            protected: Router::new(),
-            tenant: Router::new(),
-            paths: Vec::new(),
+pub(crate) fn book() -> Book {
+    let public = OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(discovery))
+        .routes(routes!(openapi))
+        .routes(routes!(task_schema))
+        .routes(routes!(return_schema));
+    let tenant = OpenApiRouter::new()
+        .routes(routes!(list_agents))
+        .routes(routes!(get_agent))
+        .routes(routes!(list_roster))
+        .routes(routes!(get_roster_entry))
+        .routes(routes!(get_org_chart))
+        .routes(routes!(get_department))
+        .routes(routes!(put_roster, delete_roster))
+        .routes(routes!(put_org_chart));
+    let operator = OpenApiRouter::new()
+        .routes(routes!(metrics_text))
+        .routes(routes!(node_info))
+        .routes(routes!(list_skills, post_skill))
+        .routes(routes!(get_skill, patch_skill, delete_skill))
+        .routes(routes!(board))
+        .routes(routes!(list_peers, add_peer))
+        .routes(routes!(calls::list_calls, calls::post_call))
+        .routes(routes!(calls::get_call))
+        .routes(routes!(calls::cancel_call))
+        .routes(routes!(calls::intent_skill))
+        .routes(routes!(calls::list_approvals))
+        .routes(routes!(calls::decide_approval))
+        .routes(routes!(calls::get_policy, calls::put_policy))
+        .routes(routes!(ledger::get_ledger))
+        .routes(routes!(ledger::verify_ledger))
+        .routes(routes!(list_sources))
+        .routes(routes!(get_source, put_source, patch_source, delete_source));
+    Book {
+        public,
+        operator,
+        tenant,
+    }
+}
+
+/// The paths the router serves and who reaches them (for the OpenAPI agreement tests).
+pub fn route_paths() -> Vec<RoutePath> {
+    let b = book();
+    let mut out = Vec::new();
+    for (reach, group) in [
+        (Reach::Public, &b.public),
+        (Reach::Operator, &b.operator),
+        (Reach::Tenant, &b.tenant),
+    ] {
+        for path in group.get_openapi().paths.paths.keys() {
+            out.push(RoutePath {
+                router: path.clone(),
+                openapi: crate::openapi::openapi_path(path),
+                public: reach == Reach::Public,
+                tenant: reach == Reach::Tenant,
+            });
         }
     }
-    /// A route any valid token reaches, answering for the caller's owner only.
-    fn tenant(mut self, path: &'static str, route: MethodRouter<AppState>) -> Book {
-        self.paths.push(RoutePath {
-            router: path,
-            openapi: path,
-            public: false,
-            tenant: true,
-        });
-        self.tenant = self.tenant.route(path, route);
-        self
-    }
-    fn public(mut self, path: &'static str, route: MethodRouter<AppState>) -> Book {
-        self.paths.push(RoutePath {
-            router: path,
-            openapi: path,
-            public: true,
-            tenant: false,
-        });
-        self.public = self.public.route(path, route);
-        self
-    }
-    fn protected(self, path: &'static str, route: MethodRouter<AppState>) -> Book {
-        self.protected_as(path, path, route)
-    }
-    fn protected_as(
-        mut self,
-        path: &'static str,
-        openapi: &'static str,
-        route: MethodRouter<AppState>,
-    ) -> Book {
-        self.paths.push(RoutePath {
-            router: path,
-            openapi,
-            public: false,
-            tenant: false,
-        });
-        self.protected = self.protected.route(path, route);
-        self
-    }
-}
-
-fn book() -> Book {
-    Book::new()
-        .public("/healthz", get(healthz))
-        .public("/.well-known/openwop", get(discovery))
-        .public("/openapi.json", get(openapi))
-        .public(TASK_SCHEMA_PATH, get(task_schema))
-        .public(RETURN_SCHEMA_PATH, get(return_schema))
-        .protected("/metrics", get(metrics_text))
-        .protected("/node", get(node_info))
-        .tenant("/v1/agents", get(list_agents))
-        .tenant("/v1/agents/{agentId}", get(get_agent))
-        .tenant("/v1/agents/roster", get(list_roster))
-        .tenant("/v1/agents/roster/{rosterId}", get(get_roster_entry))
-        .tenant("/v1/agents/org-chart", get(get_org_chart))
-        .tenant("/v1/agents/org-chart/{departmentId}", get(get_department))
-        .tenant(
-            "/v1/host/skillbox/roster/{rosterId}",
-            axum::routing::put(put_roster).delete(delete_roster),
-        )
-        .tenant(
-            "/v1/host/skillbox/org-chart",
-            axum::routing::put(put_org_chart),
-        )
-        .protected("/skills", get(list_skills).post(post_skill))
-        .protected(
-            "/skills/{name}",
-            get(get_skill).patch(patch_skill).delete(delete_skill),
-        )
-        .protected("/board", get(board))
-        .protected("/peers", get(list_peers).post(add_peer))
-        .protected("/calls", get(calls::list_calls).post(calls::post_call))
-        .protected("/calls/{id}", get(calls::get_call))
-        .protected("/calls/{id}/cancel", post(calls::cancel_call))
-        .protected("/intents/skill", post(calls::intent_skill))
-        .protected("/approvals", get(calls::list_approvals))
-        .protected("/approvals/{id}", post(calls::decide_approval))
-        .protected("/policy", get(calls::get_policy).put(calls::put_policy))
-        .protected("/ledger", get(ledger::get_ledger))
-        .protected("/ledger/verify", get(ledger::verify_ledger))
-        .protected("/sources", get(list_sources))
-        .protected_as(
-            "/sources/{*name}",
-            "/sources/{name}",
-            get(get_source)
-                .put(put_source)
-                .patch(patch_source)
-                .delete(delete_source),
-        )
-}
-
-/// The paths the router serves (for the OpenAPI agreement test).
-pub fn route_paths() -> Vec<RoutePath> {
-    book().paths
+    out
 }
 
 /// Routes a surface crate (MCP, A2A, the web dashboard) mounts beside the node's own, over the
@@ -322,20 +307,17 @@ pub fn router(state: AppState) -> Router {
 /// The full router over `state`, with the surfaces in `mounts`.
 pub fn router_with(state: AppState, mounts: Mounts) -> Router {
     let b = book();
-    let b = Book {
-        public: b.public.merge(mounts.public),
-        protected: b.protected.merge(mounts.operator),
-        ..b
-    };
+    let (public, _) = b.public.split_for_parts();
+    let (operator, _) = b.operator.split_for_parts();
+    let (tenant, _) = b.tenant.split_for_parts();
+    let public = public.merge(mounts.public);
+    let operator = operator.merge(mounts.operator);
     // Layers run outside in: the token is checked first, then (operator routes) its reach.
-    let protected = b
-        .protected
+    let protected = operator
         .route_layer(middleware::from_fn(require_operator))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let tenant = b
-        .tenant
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    b.public
+    let tenant = tenant.route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    public
         .merge(protected)
         .merge(tenant)
         .route_layer(middleware::from_fn(label_route))
@@ -473,6 +455,34 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 // ---- helpers
 
+impl Shared {
+    /// The metrics in the OpenMetrics text format, the store's and the network's gauges read
+    /// now (`GET /metrics`; the dashboard renders the same text).
+    pub async fn metrics_text(self: &Arc<Self>) -> Result<String, ApiError> {
+        let (skills, sources) = (self.skills.clone(), self.sources.clone());
+        let store = self.calls.get().map(|c| c.store().clone());
+        let mut gauges = blocking(move || {
+            let list = skills.list()?;
+            Ok(Gauges {
+                skills: list.len() as u64,
+                skills_offered: list.iter().filter(|s| s.offered).count() as u64,
+                sources: sources.count()?,
+                calls: match store {
+                    Some(store) => crate::calls::records::counts_by_state(&store)?,
+                    None => Vec::new(),
+                },
+                ..Gauges::default()
+            })
+        })
+        .await?;
+        if let Some(h) = self.peers.get() {
+            gauges.board = h.with_board(|b, now| b.row_count(now)) as u64;
+            gauges.peers = h.peers().await.map(|p| p.len() as u64).unwrap_or(0);
+        }
+        Ok(self.metrics.render(&gauges))
+    }
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> crate::Result<T> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -539,69 +549,81 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Byte
 
 // ---- public routes
 
-async fn healthz(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get, path = "/healthz",
+    summary = "Liveness: the API answers and the store is readable.",
+    responses((status = 200, description = "Healthy.", body = Health))
+)]
+async fn healthz(State(s): State<AppState>) -> Result<Json<Health>, ApiError> {
     let skills = s.skills.clone();
     blocking(move || skills.count()).await?;
-    Ok(Json(json!({ "status": "ok" })))
+    Ok(Json(Health { status: "ok" }))
 }
 
+#[utoipa::path(
+    get, path = "/.well-known/openwop",
+    summary = "OpenWOP discovery (a Capabilities document; `agents` at the root and under `capabilities`).",
+    responses((status = 200, description = "Capabilities.", body = Capabilities))
+)]
 async fn discovery(State(s): State<AppState>) -> Json<Value> {
     Json(crate::openwop::discovery(s.agents.department_nesting()))
 }
 
+#[utoipa::path(
+    get, path = "/openapi.json",
+    summary = "This document.",
+    responses((status = 200, description = "OpenAPI 3.1 document.", body = Object))
+)]
 async fn openapi() -> Json<Value> {
-    Json(crate::openapi::document())
+    Json(crate::openapi::document().clone())
 }
 
 fn schema_response(text: &'static str) -> Response {
     ([(header::CONTENT_TYPE, "application/schema+json")], text).into_response()
 }
 
+#[utoipa::path(
+    get, path = TASK_SCHEMA_PATH,
+    summary = "The skill handoff task schema (`{request, sources}`), JSON Schema 2020-12.",
+    responses((status = 200, description = "The task schema.", body = JsonSchema, content_type = "application/schema+json"))
+)]
 async fn task_schema() -> Response {
     schema_response(TASK_SCHEMA)
 }
 
+#[utoipa::path(
+    get, path = RETURN_SCHEMA_PATH,
+    summary = "The skill handoff return schema (`{answer, truncated}`), JSON Schema 2020-12.",
+    responses((status = 200, description = "The return schema.", body = JsonSchema, content_type = "application/schema+json"))
+)]
 async fn return_schema() -> Response {
     schema_response(RETURN_SCHEMA)
 }
 
 // ---- node
 
+#[utoipa::path(
+    get, path = "/metrics",
+    summary = "Metrics in the OpenMetrics text format (prometheus-client): HTTP requests, calls by side and state, call/box/run latency histograms, skills, sources, board and peer gauges.",
+    responses((status = 200, description = "Counters, histograms and gauges.", body = String, content_type = "application/openmetrics-text"))
+)]
 async fn metrics_text(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let (skills, sources) = (s.skills.clone(), s.sources.clone());
-    let store = s.calls.get().map(|c| c.store().clone());
-    let mut gauges = blocking(move || {
-        let list = skills.list()?;
-        Ok(Gauges {
-            skills: list.len() as u64,
-            skills_offered: list.iter().filter(|s| s.offered).count() as u64,
-            sources: sources.count()?,
-            calls: match store {
-                Some(store) => crate::calls::records::counts_by_state(&store)?,
-                None => Vec::new(),
-            },
-            ..Gauges::default()
-        })
-    })
-    .await?;
-    if let Some(h) = s.peers.get() {
-        gauges.board = h.with_board(|b, now| b.snapshot(now).len()) as u64;
-        gauges.peers = h.peers().await.map(|p| p.len() as u64).unwrap_or(0);
-    }
-    Ok((
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
-        s.metrics.render(&gauges),
-    )
-        .into_response())
+    let text = s.metrics_text().await?;
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
-async fn node_info(State(s): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "nodeId": s.node_id,
-        "publicKey": s.public_key,
-        "version": env!("CARGO_PKG_VERSION"),
-        "namespace": s.skills.namespace(),
-    }))
+#[utoipa::path(
+    get, path = "/node",
+    summary = "This node's identity.",
+    responses((status = 200, description = "Node identity.", body = NodeInfo))
+)]
+async fn node_info(State(s): State<AppState>) -> Json<NodeInfo> {
+    Json(NodeInfo {
+        node_id: s.node_id.clone(),
+        public_key: s.public_key.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        namespace: s.skills.namespace().to_owned(),
+    })
 }
 
 // ---- OpenWOP agents
@@ -629,6 +651,11 @@ fn entries(s: &Shared, owner: &skillbox_skill::agents::Owner) -> crate::Result<V
     Ok(out)
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents",
+    summary = "OpenWOP agent inventory: every declared skill and pack agent as an AgentInventoryEntry, agentId-sorted, each with the caller's `roster[]` instances of it.",
+    responses((status = 200, description = "AgentInventoryResponse.", body = AgentInventory))
+)]
 async fn list_agents(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -637,6 +664,15 @@ async fn list_agents(
     Ok(Json(crate::openwop::inventory(list)))
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents/{agentId}",
+    summary = "One agent's inventory entry.",
+    params(("agentId" = String, Path, description = "The OpenWOP agentId (`<namespace>.<skill>`).")),
+    responses(
+        (status = 200, description = "AgentInventoryEntry.", body = AgentInventoryEntry),
+        (status = 404, description = "No such agent (`not_found`)."),
+    )
+)]
 async fn get_agent(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -689,6 +725,14 @@ async fn json_body(s: &Shared, headers: &HeaderMap, body: Body) -> Result<Value,
         .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents/roster",
+    summary = "The caller's standing roster (RFC 0086): rosterId-sorted, `total == roster.length`.",
+    responses(
+        (status = 200, description = "AgentRosterResponse.", body = AgentRoster),
+        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+    )
+)]
 async fn list_roster(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -704,6 +748,15 @@ fn roster_not_found(id: &str) -> ApiError {
     ApiError::not_found(format!("roster entry {id:?} not found"))
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents/roster/{rosterId}",
+    summary = "One of the caller's roster entries.",
+    params(("rosterId" = String, Path, description = "A `host:<id>` roster id.")),
+    responses(
+        (status = 200, description = "AgentRosterEntry.", body = AgentRosterEntry),
+        (status = 404, description = "No such entry for this tenant (`not_found`) — another tenant's answers the same."),
+    )
+)]
 async fn get_roster_entry(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -717,6 +770,19 @@ async fn get_roster_entry(
     }
 }
 
+#[utoipa::path(
+    put, path = "/v1/host/skillbox/roster/{rosterId}",
+    summary = "Write one of the caller's roster entries: the schema, rosterId path = body, owner = the caller's, agentRef an installed manifest that is not a skill, version xor channel, unique workflows.",
+    params(("rosterId" = String, Path, description = "The `host:<id>` roster id; must equal the body's.")),
+    request_body = AgentRosterEntry,
+    responses(
+        (status = 201, description = "Created.", body = AgentRosterEntry),
+        (status = 200, description = "Replaced.", body = AgentRosterEntry),
+        (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
 async fn put_roster(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -735,6 +801,16 @@ async fn put_roster(
     Ok((status, Json(json!(entry))).into_response())
 }
 
+#[utoipa::path(
+    delete, path = "/v1/host/skillbox/roster/{rosterId}",
+    summary = "Remove one of the caller's roster entries.",
+    params(("rosterId" = String, Path, description = "The `host:<id>` roster id.")),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 404, description = "No such entry for this tenant (`not_found`)."),
+        (status = 409, description = "The entry is a member of the caller's org chart (`conflict`)."),
+    )
+)]
 async fn delete_roster(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -749,6 +825,14 @@ async fn delete_roster(
     }
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents/org-chart",
+    summary = "The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written.",
+    responses(
+        (status = 200, description = "AgentOrgChart.", body = AgentOrgChart),
+        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+    )
+)]
 async fn get_org_chart(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -759,6 +843,18 @@ async fn get_org_chart(
     Ok(Json(json!(chart)))
 }
 
+#[utoipa::path(
+    put, path = "/v1/host/skillbox/org-chart",
+    summary = "Write the caller's whole org chart: closed schema (no authority-bearing field), members are the caller's roster entries, departments and roles exist, reportsTo names a member and is acyclic, departments nest as a tree (refused when nesting is off).",
+    request_body = AgentOrgChart,
+    responses(
+        (status = 201, description = "Created.", body = AgentOrgChart),
+        (status = 200, description = "Replaced.", body = AgentOrgChart),
+        (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
 async fn put_org_chart(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -775,6 +871,19 @@ async fn put_org_chart(
     Ok((status, Json(json!(chart))).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/v1/agents/org-chart/{departmentId}",
+    summary = "The responsibility view: the department, its members (recursively by default) and the deduplicated union of their workflows.",
+    params(
+        ("departmentId" = String, Path, description = "A department of the caller's chart."),
+        ("recursive" = Option<bool>, Query, description = "Include nested departments' members (default true)."),
+    ),
+    responses(
+        (status = 200, description = "OrgChartResponsibilityView.", body = OrgChartResponsibilityView),
+        (status = 400, description = "Bad `recursive` or unknown query parameter (`validation_error`)."),
+        (status = 404, description = "No such department for this tenant (`not_found`)."),
+    )
+)]
 async fn get_department(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -802,11 +911,36 @@ async fn get_department(
 
 // ---- skills
 
-async fn list_skills(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let list = blocking(move || s.skills.list()).await?;
-    Ok(Json(json!({ "skills": list, "total": list.len() })))
+#[utoipa::path(
+    get, path = "/skills",
+    summary = "Every declared skill, with whether it is offered and why not.",
+    responses((status = 200, description = "Skills.", body = SkillList))
+)]
+async fn list_skills(State(s): State<AppState>) -> Result<Json<SkillList>, ApiError> {
+    let skills = blocking(move || s.skills.list()).await?;
+    let total = skills.len();
+    Ok(Json(SkillList { skills, total }))
 }
 
+#[utoipa::path(
+    post, path = "/skills",
+    summary = "Import a SKILL.md: the body becomes source `skill/<name>/body`, the declaration is stored (one transaction). Re-import replaces.",
+    description = "With `application/json`: an OpenWOP pack.json (agents[]) or a bare AgentManifest; each role:\"skill\" agent with an inline systemPrompt becomes a skill (all or nothing); other agents are stored as pack agents (listed in /v1/agents, never offered); one invalid agent refuses the whole pack.",
+    params(("name" = Option<String>, Query, description = "Fallback skill name when the front matter has none.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    request_body(content(
+        (String = "text/markdown"),
+        (String = "text/plain"),
+        (Object = "application/json"),
+    )),
+    responses(
+        (status = 201, description = "Imported (a pack: `{skills, agents}`).", body = SkillImported),
+        (status = 200, description = "Replaced an existing skill (a pack: replaced every one).", body = SkillImported),
+        (status = 400, description = "Invalid SKILL.md or malformed JSON (`validation_error`), or a manifest/pack that fails the OpenWOP schema (`pack_validation_failed`, details.errors = schema errors with paths)."),
+        (status = 409, description = "Another skill or pack agent already has this agentId (`conflict`)."),
+        (status = 413, description = "Body over the SKILL.md limit (`payload_too_large`)."),
+        (status = 415, description = "Not text/markdown, text/plain or application/json (`unsupported_media_type`)."),
+    )
+)]
 async fn post_skill(
     State(s): State<AppState>,
     uri: Uri,
@@ -839,7 +973,7 @@ async fn post_skill(
     } else {
         StatusCode::CREATED
     };
-    Ok((status, Json(imported)).into_response())
+    Ok((status, Json(SkillImported::Skill(imported))).into_response())
 }
 
 /// `POST /skills` with `application/json`: an OpenWOP pack.json (or a bare AgentManifest); its
@@ -874,11 +1008,23 @@ async fn post_pack(s: AppState, headers: &HeaderMap, body: Body) -> Result<Respo
     };
     Ok((
         status,
-        Json(json!({ "skills": imported, "agents": agents })),
+        Json(SkillImported::Pack(PackImported {
+            skills: imported,
+            agents,
+        })),
     )
         .into_response())
 }
 
+#[utoipa::path(
+    get, path = "/skills/{name}",
+    summary = "One skill: declaration, manifest, offer state, body source metadata — never the body.",
+    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    responses(
+        (status = 200, description = "Skill.", body = SkillDetail),
+        (status = 404, description = "No such skill (`not_found`)."),
+    )
+)]
 async fn get_skill(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -893,6 +1039,18 @@ async fn get_skill(
 
 /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;
 /// what the owner stakes, so a pack-imported skill can be offered.
+#[utoipa::path(
+    patch, path = "/skills/{name}",
+    summary = "Set what the owner stakes for a skill: provider, model, key (a source name), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present.",
+    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    request_body = SkillPatch,
+    responses(
+        (status = 200, description = "The skill after the change.", body = SkillDetail),
+        (status = 400, description = "Unknown field or bad value (`validation_error`)."),
+        (status = 404, description = "No such skill (`not_found`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
 async fn patch_skill(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -992,6 +1150,15 @@ async fn patch_skill(
     }
 }
 
+#[utoipa::path(
+    delete, path = "/skills/{name}",
+    summary = "Remove a skill: its declaration and its body source.",
+    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 404, description = "No such skill (`not_found`)."),
+    )
+)]
 async fn delete_skill(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -1009,11 +1176,27 @@ async fn delete_skill(
 
 // ---- sources
 
-async fn list_sources(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let list = blocking(move || s.sources.list()).await?;
-    Ok(Json(json!({ "sources": list, "total": list.len() })))
+#[utoipa::path(
+    get, path = "/sources",
+    summary = "Every source: name, kind, size, digest — never content.",
+    responses((status = 200, description = "Sources.", body = SourceList))
+)]
+async fn list_sources(State(s): State<AppState>) -> Result<Json<SourceList>, ApiError> {
+    let sources = blocking(move || s.sources.list()).await?;
+    let total = sources.len();
+    Ok(Json(SourceList { sources, total }))
 }
 
+#[utoipa::path(
+    get, path = "/sources/{*name}",
+    summary = "One source's metadata (never content).",
+    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    responses(
+        (status = 200, description = "Source metadata.", body = SourceMeta),
+        (status = 400, description = "Bad source name (`validation_error`)."),
+        (status = 404, description = "No such source (`not_found`)."),
+    )
+)]
 async fn get_source(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -1027,6 +1210,22 @@ async fn get_source(
     }
 }
 
+#[utoipa::path(
+    put, path = "/sources/{*name}",
+    summary = "Store or replace a source; the body is the content, encrypted at rest. Names under `skill/` are refused (skill import writes them).",
+    params(
+        ("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256),
+        ("kind" = Option<SourceKind>, Query, description = "text | secret | file (or header X-Source-Kind). Default: text when UTF-8, file otherwise."),
+        ("shareable" = Option<bool>, Query, description = "Mark the source as user data a call may stake (default false; never a secret)."),
+    ),
+    request_body(content = inline(Content), content_type = "*/*", description = "The content."),
+    responses(
+        (status = 201, description = "Created.", body = SourceMeta),
+        (status = 200, description = "Replaced.", body = SourceMeta),
+        (status = 400, description = "Bad name, kind or content (`validation_error`)."),
+        (status = 413, description = "Body over the source limit (`payload_too_large`)."),
+    )
+)]
 async fn put_source(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -1080,17 +1279,24 @@ async fn put_source(
 
 /// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or not),
 /// without sending its content again.
+#[utoipa::path(
+    patch, path = "/sources/{*name}",
+    summary = "Mark a source shareable (a call may stake it) or not, without its content.",
+    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    request_body = SourceChange,
+    responses(
+        (status = 200, description = "The source's metadata.", body = SourceMeta),
+        (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
+        (status = 404, description = "No such source (`not_found`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
 async fn patch_source(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Change {
-        shareable: bool,
-    }
+) -> Result<Json<SourceMeta>, ApiError> {
     let name = path_param(name)?;
     sources::check_name(&name)?;
     if media_type(&headers).as_deref() != Some("application/json") {
@@ -1100,7 +1306,7 @@ async fn patch_source(
         ));
     }
     let bytes = read_body(body, &headers, 4096).await?;
-    let change: Change = serde_json::from_slice(&bytes).map_err(|e| {
+    let change: SourceChange = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::validation("body", format!("expected {{\"shareable\": bool}}: {e}"))
     })?;
     let n = name.clone();
@@ -1108,12 +1314,22 @@ async fn patch_source(
     match blocking(move || s.sources.set_shareable(&n, change.shareable)).await? {
         Some(meta) => {
             notify.offer_changed.notify_one();
-            Ok(Json(json!(meta)))
+            Ok(Json(meta))
         }
         None => Err(ApiError::not_found(format!("source {name:?} not found"))),
     }
 }
 
+#[utoipa::path(
+    delete, path = "/sources/{*name}",
+    summary = "Remove a source.",
+    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 400, description = "Bad source name (`validation_error`)."),
+        (status = 404, description = "No such source (`not_found`)."),
+    )
+)]
 async fn delete_source(
     State(s): State<AppState>,
     name: Result<Path<String>, PathRejection>,
@@ -1142,6 +1358,15 @@ fn peers_unavailable() -> ApiError {
 
 /// `GET /board`: one row per offered skill of every peer on the board. The rows come
 /// pre-rendered from the board (no per-request serialization of 10,000 adverts).
+#[utoipa::path(
+    get, path = "/board",
+    summary = "What peers offer right now: one row per offered skill of every peer's newest unexpired advert.",
+    responses(
+        (status = 200, description = "The board.", body = Board),
+        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+        (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
+    )
+)]
 async fn board(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
     query(&uri, &[])?;
     let view = s.board.get().ok_or_else(peers_unavailable)?.clone();
@@ -1155,7 +1380,15 @@ async fn board(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-async fn list_peers(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get, path = "/peers",
+    summary = "This node's peer id and listen addresses, and the peers it is connected to.",
+    responses(
+        (status = 200, description = "Peers.", body = PeerList),
+        (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
+    )
+)]
+async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerList>, ApiError> {
     let handle = s.peers.get().ok_or_else(peers_unavailable)?;
     let peers = handle
         .peers()
@@ -1168,15 +1401,28 @@ async fn list_peers(State(s): State<AppState>) -> Result<Json<Value>, ApiError> 
         .iter()
         .map(ToString::to_string)
         .collect();
-    Ok(Json(json!({
-        "peerId": handle.local_peer_id().to_base58(),
-        "listenAddrs": addrs,
-        "peers": peers,
-        "total": peers.len(),
-    })))
+    Ok(Json(PeerList {
+        peer_id: handle.local_peer_id().to_base58(),
+        listen_addrs: addrs,
+        total: peers.len(),
+        peers,
+    }))
 }
 
 /// `POST /peers {"addr": MULTIADDR}`: dial a peer; answers its id once connected.
+#[utoipa::path(
+    post, path = "/peers",
+    summary = "Dial a peer by multiaddr (`/p2p/<peer id>` may be omitted); answers once connected.",
+    request_body = Dial,
+    responses(
+        (status = 200, description = "Connected.", body = Dialled),
+        (status = 400, description = "Missing or malformed addr (`validation_error`)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        (status = 502, description = "The peer could not be reached (`dial_failed`)."),
+        (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
+    )
+)]
 async fn add_peer(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -1201,9 +1447,11 @@ async fn add_peer(
         .map_err(|e| ApiError::validation("addr", format!("{addr:?} is not a multiaddr: {e}")))?;
     let handle = s.peers.get().ok_or_else(peers_unavailable)?;
     match handle.dial(addr.clone()).await {
-        Ok(peer) => {
-            Ok(Json(json!({ "peer": peer.to_base58(), "addr": addr.to_string() })).into_response())
-        }
+        Ok(peer) => Ok(Json(Dialled {
+            peer: peer.to_base58(),
+            addr: addr.to_string(),
+        })
+        .into_response()),
         Err(skillbox_peers::PeersError::Stopped) => Err(peers_unavailable()),
         Err(e) => Err(ApiError::new(
             StatusCode::BAD_GATEWAY,

@@ -22,6 +22,26 @@ use skillbox_skill::ProviderId;
 
 use crate::config::BoxPin;
 
+/// The last time this node asked an accepted box who it is, and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxCheck {
+    /// Unix milliseconds.
+    pub at_ms: u64,
+    /// `None`: it answered and is usable. Otherwise a stable code: the box's error code when it
+    /// did not answer (`box_unreachable`, …), or why its answer is not used
+    /// (`insecure_dev_not_allowed`, `pin_mismatch`, `key_changed`).
+    pub refusal: Option<&'static str>,
+}
+
+/// An accepted box (from config) as the node's human sees it: its identity when it answered,
+/// and the last check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxStatus {
+    pub url: String,
+    pub known: Option<KnownBox>,
+    pub last_check: Option<BoxCheck>,
+}
+
 /// One accepted box as last seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KnownBox {
@@ -132,6 +152,7 @@ pub struct Boxes {
     provider_hosts: Arc<ProviderHosts>,
     clients: BTreeMap<String, BoxClient>,
     known: RwLock<BTreeMap<String, KnownBox>>,
+    checks: RwLock<BTreeMap<String, BoxCheck>>,
     /// When every box was last asked.
     refreshed_at: RwLock<Option<std::time::Instant>>,
 }
@@ -197,6 +218,7 @@ impl Boxes {
             provider_hosts: Arc::new(ProviderHosts::new(provider_hosts)),
             clients,
             known: RwLock::new(BTreeMap::new()),
+            checks: RwLock::new(BTreeMap::new()),
             refreshed_at: RwLock::new(None),
         }
     }
@@ -206,63 +228,94 @@ impl Boxes {
     /// updated.
     pub async fn refresh(&self) {
         for (url, client) in &self.clients {
-            match client.health().await {
-                Ok(h) => {
-                    if h.platform == INSECURE_DEV && !self.allow_insecure_dev {
-                        tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
-                        continue;
-                    }
-                    let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-                    if let Some(pin) = self.pins.get(url) {
-                        let matches = h.platform == pin.platform
-                            && pin.measurements.contains(&h.measurement)
-                            && pin.key.as_ref().is_none_or(|k| {
-                                h.key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k))
-                            });
-                        if !matches {
-                            tracing::warn!(%url, "box does not show its pinned identity; not used");
-                            known.remove(url);
-                            continue;
-                        }
-                    } else if let Some(seen) = known.get(url)
-                        && seen.key.is_some()
-                        && seen.key != h.key
-                    {
-                        // Trusted on first contact: another key on the same URL is another box.
-                        tracing::warn!(%url, "box shows another key than it first did; not used");
-                        continue;
-                    }
-                    let providers = h
-                        .providers
-                        .into_iter()
-                        .map(|mut v| {
-                            let pinned = v.id.parse::<ProviderId>().is_ok_and(|id| {
-                                self.provider_hosts.allows(url, &id, v.host.as_deref())
-                            });
-                            if v.available && !pinned {
-                                v.available = false;
-                                v.reason = Some(
-                                    "this node does not pin that provider host (boxes.provider_hosts)"
-                                        .into(),
-                                );
-                            }
-                            v
-                        })
-                        .collect();
-                    let kb = KnownBox {
-                        url: url.clone(),
-                        platform: h.platform,
-                        measurement: h.measurement,
-                        key: self.pins.get(url).and_then(|p| p.key.clone()).or(h.key),
-                        providers,
-                    };
-                    known.insert(url.clone(), kb);
-                }
-                Err(e) => tracing::debug!(%url, code = e.code(), "box did not answer /healthz"),
-            }
+            let refusal = self.check(url, client).await;
+            let check = BoxCheck {
+                at_ms: skillbox_peers::now_ms(),
+                refusal,
+            };
+            self.checks
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(url.clone(), check);
         }
         *self.refreshed_at.write().unwrap_or_else(|p| p.into_inner()) =
             Some(std::time::Instant::now());
+    }
+
+    /// Ask one box; `None` when it answered and is known now, else why not.
+    async fn check(&self, url: &String, client: &BoxClient) -> Option<&'static str> {
+        match client.health().await {
+            Ok(h) => {
+                if h.platform == INSECURE_DEV && !self.allow_insecure_dev {
+                    tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
+                    return Some("insecure_dev_not_allowed");
+                }
+                let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
+                if let Some(pin) = self.pins.get(url) {
+                    let matches = h.platform == pin.platform
+                        && pin.measurements.contains(&h.measurement)
+                        && pin.key.as_ref().is_none_or(|k| {
+                            h.key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k))
+                        });
+                    if !matches {
+                        tracing::warn!(%url, "box does not show its pinned identity; not used");
+                        known.remove(url);
+                        return Some("pin_mismatch");
+                    }
+                } else if let Some(seen) = known.get(url)
+                    && seen.key.is_some()
+                    && seen.key != h.key
+                {
+                    // Trusted on first contact: another key on the same URL is another box.
+                    tracing::warn!(%url, "box shows another key than it first did; not used");
+                    return Some("key_changed");
+                }
+                let providers = h
+                    .providers
+                    .into_iter()
+                    .map(|mut v| {
+                        let pinned = v.id.parse::<ProviderId>().is_ok_and(|id| {
+                            self.provider_hosts.allows(url, &id, v.host.as_deref())
+                        });
+                        if v.available && !pinned {
+                            v.available = false;
+                            v.reason = Some(
+                                "this node does not pin that provider host (boxes.provider_hosts)"
+                                    .into(),
+                            );
+                        }
+                        v
+                    })
+                    .collect();
+                let kb = KnownBox {
+                    url: url.clone(),
+                    platform: h.platform,
+                    measurement: h.measurement,
+                    key: self.pins.get(url).and_then(|p| p.key.clone()).or(h.key),
+                    providers,
+                };
+                known.insert(url.clone(), kb);
+                None
+            }
+            Err(e) => {
+                tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
+                Some(e.code())
+            }
+        }
+    }
+
+    /// Every accepted box, answered or not, with its last check (the dashboard's health).
+    pub fn status(&self) -> Vec<BoxStatus> {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner());
+        let checks = self.checks.read().unwrap_or_else(|p| p.into_inner());
+        self.clients
+            .keys()
+            .map(|url| BoxStatus {
+                url: url.clone(),
+                known: known.get(url).cloned(),
+                last_check: checks.get(url).cloned(),
+            })
+            .collect()
     }
 
     /// Whether call start should ask the boxes again first: an accepted box whose identity is

@@ -15,7 +15,7 @@ use super::{CallError, CallView, Calls, blocking};
 use crate::ledger::{Entry, EntryKind, Item};
 
 /// What approving a parked call discloses, to whom and through what: the consent text's facts.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Disclosure {
     /// The sources this node would stake (caller side; none on the owner's).

@@ -183,7 +183,7 @@ pub struct StartCall {
 }
 
 /// A call as the API shows it. The answer only on the caller's side, only when asked for one.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CallView {
     pub id: String,
@@ -217,7 +217,7 @@ pub struct CallView {
 
 /// What this side verified of the call's box: the platform, the measurement it pinned, and
 /// whether the platform isolates the run from the box's operator.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Attested {
     pub platform: String,

@@ -78,11 +78,29 @@ impl TestNode {
             .bearer_auth(&self.token)
     }
 
-    /// Send and return status + JSON body (Null when empty).
+    /// Send and return status + JSON body (Null when empty). Every answer is checked against
+    /// the OpenAPI document: its route, status and body schema.
     pub async fn call(&self, rb: reqwest::RequestBuilder) -> (u16, Value, String) {
-        let resp = rb.send().await.expect("send");
+        let (client, req) = rb.build_split();
+        let req = req.expect("request");
+        let (method, path) = (req.method().to_string(), req.url().path().to_owned());
+        let resp = client.execute(req).await.expect("send");
         let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let text = resp.text().await.expect("body");
+        if let Err(e) = skillbox_node::openapi::check_response(
+            &method,
+            &path,
+            status,
+            ct.as_deref(),
+            text.as_bytes(),
+        ) {
+            panic!("the answer does not match /openapi.json: {e}\n{text}");
+        }
         let json = if text.is_empty() {
             Value::Null
         } else {

@@ -354,6 +354,7 @@ impl TestNode {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Answer {
+        let method_name = method.to_string();
         let mut r = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -363,7 +364,25 @@ impl TestNode {
         }
         let resp = r.send().await.expect("request");
         let status = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let bytes = resp.bytes().await.expect("body");
+        // Every answer a test sees matches what the OpenAPI document says of it.
+        if let Err(e) = skillbox_node::openapi::check_response(
+            method_name.as_str(),
+            path.split('?').next().unwrap_or(path),
+            status,
+            ct.as_deref(),
+            &bytes,
+        ) {
+            panic!(
+                "the answer does not match /openapi.json: {e}\n{}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
         let body = if bytes.is_empty() {
             Value::Null
         } else {
@@ -483,6 +502,7 @@ impl TestNode {
         loop {
             let a = self.get(&format!("/calls/{id}")).await;
             if a.status == 200 && states.contains(&a.body["state"].as_str().unwrap_or("")) {
+                self.assert_staked_once(&a.body).await;
                 return a.body;
             }
             assert!(
@@ -492,6 +512,38 @@ impl TestNode {
                 a.body
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A call that ended here left exactly one stake entry in this node's ledger when it ran
+    /// (`answered`, `ran`), at most one when it failed: every call test checks the ledger.
+    pub async fn assert_staked_once(&self, view: &Value) {
+        let state = view["state"].as_str().unwrap_or("");
+        if !["answered", "ran", "failed"].contains(&state) {
+            return;
+        }
+        let (id, role) = (
+            view["id"].as_str().unwrap_or(""),
+            view["role"].as_str().unwrap_or(""),
+        );
+        let a = self.get(&format!("/ledger?call={id}")).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        let stakes = a.body["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["kind"] == "stake" && e["role"] == role)
+            .count();
+        if state == "failed" {
+            assert!(
+                stakes <= 1,
+                "call {id} ({role}, {state}) staked {stakes} times"
+            );
+        } else {
+            assert_eq!(
+                stakes, 1,
+                "call {id} ({role}, {state}) staked {stakes} times"
+            );
         }
     }
 

@@ -1,0 +1,343 @@
+//! Calls on both sides (live), one call with its answer or receipt, and the approvals that
+//! wait for this node's human.
+
+use super::*;
+
+// ---- calls
+
+fn failure_cell(v: &CallView) -> Markup {
+    html! {
+        @if let Some(f) = &v.failure {
+            (failure_words(f.code.as_str())) " (" code { (f.code.as_str()) } ")"
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct StartQuery {
+    #[serde(default)]
+    peer: String,
+    #[serde(default)]
+    skill: String,
+}
+
+async fn calls_page(
+    s: &AppState,
+    session: &Session,
+    prefill: &StartQuery,
+    notice: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let Some(c) = calls_of(s) else {
+        return no_calls(session, "/ui/calls");
+    };
+    let list = c
+        .list(Filter {
+            limit: Some(200),
+            ..Filter::default()
+        })
+        .await;
+    let body = html! {
+        h2 { "Start a call" }
+        form method="post" action="/ui/calls" class="stack" {
+            (csrf_field(session))
+            label for="call-peer" { "Peer id" }
+            input id="call-peer" name="peer" type="text" value=(prefill.peer) required;
+            label for="call-skill" { "Skill" }
+            input id="call-skill" name="skill" type="text" value=(prefill.skill) required;
+            label for="call-request" { "Your request" }
+            textarea id="call-request" name="request" rows="4" required {}
+            p class="hint" { "The skill's required sources that you hold and marked shareable are applied; by default you are asked before any leaves." }
+            button type="submit" { "Start call" }
+        }
+        h2 { "Calls" }
+        @match &list {
+            Err(e) => p class="notice" { (e.to_string()) },
+            Ok(list) if list.is_empty() => p { "No calls yet." },
+            Ok(list) => table data-live="calls" {
+                thead { tr {
+                    th scope="col" { "Call" } th scope="col" { "Side" } th scope="col" { "Skill" }
+                    th scope="col" { "Peer" } th scope="col" { "State" } th scope="col" { "Failure" }
+                    th scope="col" { "Started" }
+                } }
+                tbody {
+                    @for v in list {
+                        tr {
+                            td { a href=(format!("/ui/calls/{}", enc(&v.id))) { code { (short(&v.id)) } } }
+                            td { (v.role) }
+                            td { (v.skill) }
+                            td { code title=(v.peer) { (short(&v.peer)) } }
+                            td data-call-state=(format!("{}:{}", v.id, v.role)) { (v.state) }
+                            td data-call-failure=(format!("{}:{}", v.id, v.role)) { (failure_cell(v)) }
+                            td { (when(v.created_at)) }
+                        }
+                    }
+                }
+            },
+        }
+    };
+    html_page(status, page("Calls", "/ui/calls", session, notice, body))
+}
+
+pub(crate) async fn calls(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Query(q): Query<StartQuery>,
+) -> Response {
+    calls_page(&s, &session, &q, None, StatusCode::OK).await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct StartForm {
+    #[serde(default)]
+    csrf: String,
+    peer: String,
+    skill: String,
+    request: String,
+}
+
+pub(crate) async fn start_call(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Form(f): Form<StartForm>,
+) -> Response {
+    if !session.csrf_ok(&f.csrf) {
+        return refused_csrf();
+    }
+    let Some(c) = calls_of(&s) else {
+        return no_calls(&session, "/ui/calls");
+    };
+    let request = Zeroizing::new(f.request);
+    let prefill = StartQuery {
+        peer: f.peer.trim().to_owned(),
+        skill: f.skill.trim().to_owned(),
+    };
+    if request.len() > s.calls_max_request {
+        return calls_page(
+            &s,
+            &session,
+            &prefill,
+            Some("That request is larger than this node sends."),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        )
+        .await;
+    }
+    match c
+        .start(StartCall {
+            peer: prefill.peer.clone(),
+            skill: prefill.skill.clone(),
+            request,
+            sources: None,
+        })
+        .await
+    {
+        Ok(v) => Redirect::to(&format!("/ui/calls/{}", enc(&v.id))).into_response(),
+        Err(e) => {
+            let msg = format!("Not started ({}): {e}", e.code());
+            calls_page(&s, &session, &prefill, Some(&msg), StatusCode::BAD_REQUEST).await
+        }
+    }
+}
+
+pub(crate) async fn call(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(c) = calls_of(&s) else {
+        return no_calls(&session, "/ui/calls");
+    };
+    let views = match c.get(&id).await {
+        Ok(v) => v,
+        Err(e) => {
+            let body = html! { p class="notice" { (e.to_string()) } };
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::NOT_FOUND);
+            return html_page(status, page("Call", "/ui/calls", &session, None, body));
+        }
+    };
+    let body = html! {
+        @for v in &views {
+            section aria-label=(format!("{} side", v.role)) {
+                h2 { "As " (v.role) }
+                dl class="facts" {
+                    dt { "Call" } dd { code { (v.id) } }
+                    dt { "Skill" } dd { (v.skill) }
+                    dt { "Peer" } dd { code { (v.peer) } }
+                    dt { "State" } dd data-call-state=(format!("{}:{}", v.id, v.role)) { (v.state) }
+                    @if v.failure.is_some() { dt { "Failure" } dd data-call-failure=(format!("{}:{}", v.id, v.role)) { (failure_cell(v)) } }
+                    @if !v.sources.is_empty() { dt { "Sources applied" } dd { (v.sources.join(", ")) } }
+                    @if let Some(b) = &v.box_url {
+                        dt { "Box" } dd {
+                            code { (b) }
+                            @if let Some(a) = &v.attested {
+                                " — " (a.platform) ", measurement " code title=(a.measurement) { (short(&a.measurement)) } ", "
+                                @if a.hardware_isolation { "hardware-isolated" } @else { strong { "no hardware isolation: its operator can read what is staked" } }
+                            } @else { " (not verified yet)" }
+                        }
+                    }
+                }
+                @if let Some(d) = &v.disclosure {
+                    p class="notice" { "Waiting for you: " (d.text) }
+                    (decision_forms(&session, &v.id))
+                }
+                @if let Some(r) = &v.receipt {
+                    h3 { "Receipt" }
+                    dl class="facts" {
+                        dt { "Run" } dd { code { (r["run_id"].as_str().unwrap_or("")) } }
+                        dt { "Status" } dd { (r["status"].as_str().unwrap_or("")) }
+                        dt { "Output bucket" } dd { (r["output_bucket"].as_u64().unwrap_or(0)) " B" }
+                        dt { "Guard acted" } dd { (if r["guard_acted"].as_bool() == Some(true) { "yes" } else { "no" }) }
+                    }
+                }
+                @if let Some(a) = &v.answer {
+                    h3 { "Answer" }
+                    pre class="answer" { (a) }
+                }
+            }
+        }
+        p { a href=(format!("/ui/ledger?call={}", enc(&id))) { "What this call disclosed (ledger)" } }
+    };
+    html_page(
+        StatusCode::OK,
+        page("Call", "/ui/calls", &session, None, body),
+    )
+}
+
+/// `GET /ui/live/calls`: each call's state and failure code, for the page script.
+pub(crate) async fn live_calls(State(s): State<AppState>) -> Response {
+    let Some(c) = calls_of(&s) else {
+        return Json(json!({ "calls": [] })).into_response();
+    };
+    let list = c
+        .list(Filter {
+            limit: Some(200),
+            ..Filter::default()
+        })
+        .await
+        .unwrap_or_default();
+    let calls: Vec<Value> = list
+        .iter()
+        .map(|v| {
+            let failure = v.failure.as_ref().map(
+                |f| json!({ "code": f.code.as_str(), "words": failure_words(f.code.as_str()) }),
+            );
+            json!({ "key": format!("{}:{}", v.id, v.role), "state": v.state, "failure": failure })
+        })
+        .collect();
+    Json(json!({ "calls": calls })).into_response()
+}
+
+// ---- approvals
+
+fn decision_forms(session: &Session, id: &str) -> Markup {
+    html! {
+        div class="decide" {
+            @for (decision, remember, label) in [("allow", false, "Approve"), ("allow", true, "Approve and remember"), ("deny", false, "Deny"), ("deny", true, "Deny and remember")] {
+                form method="post" action="/ui/approvals" {
+                    (csrf_field(session))
+                    input type="hidden" name="id" value=(id);
+                    input type="hidden" name="decision" value=(decision);
+                    @if remember { input type="hidden" name="remember" value="true"; }
+                    button type="submit" data-decision=(decision) { (label) }
+                }
+            }
+        }
+    }
+}
+
+async fn approvals_page(
+    s: &AppState,
+    session: &Session,
+    notice: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let Some(c) = calls_of(s) else {
+        return no_calls(session, "/ui/approvals");
+    };
+    let list = c.approvals().await;
+    let body = html! {
+        @match &list {
+            Err(e) => p class="notice" { (e.to_string()) },
+            Ok(list) if list.is_empty() => p { "Nothing is waiting for you." },
+            Ok(list) => @for v in list {
+                section class="approval" aria-label=(format!("Call {}", v.id)) {
+                    h2 { (v.skill) " — " (v.role) " side" }
+                    @if let Some(d) = &v.disclosure {
+                        p { (d.text) }
+                        dl class="facts" {
+                            dt { "Sources" } dd { @if d.sources.is_empty() { "none" } @else { (d.sources.join(", ")) } }
+                            dt { "Peer" } dd { code { (d.peer) } }
+                            dt { "Box" } dd { (d.box_url.clone().unwrap_or_default()) " " (d.platform.clone().unwrap_or_default()) }
+                            dt { "Hardware isolation" } dd { @if d.hardware_isolation { "yes" } @else { strong { "no" } } }
+                            dt { "Sees the plaintext" } dd { (d.provider.clone().unwrap_or_default()) " " (d.provider_host.clone().unwrap_or_default()) }
+                        }
+                    }
+                    p { a href=(format!("/ui/calls/{}", enc(&v.id))) { "The call" } }
+                    (decision_forms(session, &v.id))
+                }
+            },
+        }
+    };
+    html_page(
+        status,
+        page("Approvals", "/ui/approvals", session, notice, body),
+    )
+}
+
+pub(crate) async fn approvals(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    approvals_page(&s, &session, None, StatusCode::OK).await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    id: String,
+    decision: String,
+    #[serde(default)]
+    remember: Option<String>,
+}
+
+pub(crate) async fn decide(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Form(f): Form<DecideForm>,
+) -> Response {
+    if !session.csrf_ok(&f.csrf) {
+        return refused_csrf();
+    }
+    let Some(c) = calls_of(&s) else {
+        return no_calls(&session, "/ui/approvals");
+    };
+    let allow = match f.decision.as_str() {
+        "allow" => true,
+        "deny" => false,
+        _ => {
+            return approvals_page(
+                &s,
+                &session,
+                Some("The decision must be allow or deny."),
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        }
+    };
+    match c
+        .consent(&f.id, allow, f.remember.as_deref() == Some("true"))
+        .await
+    {
+        Ok(_) => Redirect::to(&format!("/ui/calls/{}", enc(&f.id))).into_response(),
+        Err(e) => {
+            approvals_page(
+                &s,
+                &session,
+                Some(&format!("Not decided ({}): {e}", e.code())),
+                StatusCode::CONFLICT,
+            )
+            .await
+        }
+    }
+}

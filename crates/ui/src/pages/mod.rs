@@ -1,0 +1,207 @@
+//! The dashboard's pages and form handlers. Each handler reads through the node's library API
+//! (skills, sources, calls, the board, the peer network), renders with `maud` (every value is
+//! escaped) and, after a form, redirects (303) so a reload never posts twice.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Extension, Form, Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use skillbox_calls::machine::FailureCode;
+use skillbox_node::SourceKind;
+use skillbox_node::api::{AppState, url_component as enc};
+use skillbox_node::calls::records::Filter;
+use skillbox_node::calls::{CallView, Calls, StartCall};
+use skillbox_node::ledger::Line;
+use zeroize::Zeroizing;
+
+use crate::{Session, cleared_cookie, is_operator, session_cookie};
+
+mod board;
+mod calls;
+mod ledger;
+mod overview;
+mod peers;
+mod session;
+mod skills;
+mod sources;
+
+pub(crate) use board::*;
+pub(crate) use calls::*;
+pub(crate) use ledger::*;
+pub(crate) use overview::*;
+pub(crate) use peers::*;
+pub(crate) use session::*;
+pub(crate) use skills::*;
+pub(crate) use sources::*;
+
+const NAV: &[(&str, &str)] = &[
+    ("/ui", "Overview"),
+    ("/ui/board", "Board"),
+    ("/ui/skills", "My skills"),
+    ("/ui/sources", "Sources"),
+    ("/ui/calls", "Calls"),
+    ("/ui/approvals", "Approvals"),
+    ("/ui/ledger", "Ledger"),
+    ("/ui/peers", "Peers"),
+    ("/ui/metrics", "Metrics"),
+];
+
+fn html_page(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+/// A page with the navigation, the sign-out form and an optional notice.
+fn page(title: &str, here: &str, session: &Session, notice: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · skillbox" }
+                link rel="stylesheet" href="/ui/static/app.css";
+                script src="/ui/static/app.js" defer {}
+            }
+            body {
+                a class="skip" href="#main" { "Skip to content" }
+                header {
+                    nav aria-label="Dashboard" {
+                        ul {
+                            @for (href, label) in NAV {
+                                li {
+                                    @if *href == here {
+                                        a href=(href) aria-current="page" { (label) }
+                                    } @else {
+                                        a href=(href) { (label) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    form method="post" action="/ui/logout" class="logout" {
+                        input type="hidden" name="csrf" value=(session.csrf);
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                main id="main" {
+                    h1 { (title) }
+                    @if let Some(n) = notice {
+                        p class="notice" role="alert" { (n) }
+                    }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// A page without a session (sign-in, signed out).
+pub(crate) fn plain_page(title: &str, text: &str) -> String {
+    bare(title, html! { p { (text) } }).into_string()
+}
+
+fn bare(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · skillbox" }
+                link rel="stylesheet" href="/ui/static/app.css";
+            }
+            body { main id="main" { h1 { (title) } (body) } }
+        }
+    }
+}
+
+/// A form that carries nothing but its CSRF token (remove, sign out, check now).
+#[derive(Deserialize)]
+pub(crate) struct CsrfOnly {
+    #[serde(default)]
+    pub(crate) csrf: String,
+}
+
+fn csrf_field(session: &Session) -> Markup {
+    html! { input type="hidden" name="csrf" value=(session.csrf); }
+}
+
+fn refused_csrf() -> Response {
+    html_page(
+        StatusCode::FORBIDDEN,
+        bare(
+            "Refused",
+            html! { p { "This form did not come from this dashboard (its CSRF token is missing or wrong). Reload the page and try again." } },
+        ),
+    )
+}
+
+/// The page a calls-driven page shows when the node runs without its peer network.
+fn no_calls(session: &Session, here: &str) -> Response {
+    let body = html! { p { "The calls driver is not running (no peer network)." } };
+    html_page(StatusCode::OK, page("Calls", here, session, None, body))
+}
+
+fn calls_of(s: &AppState) -> Option<Calls> {
+    s.calls.get().cloned()
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> skillbox_node::Result<T> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the node's worker failed".into()),
+    }
+}
+
+fn short(id: &str) -> String {
+    if id.chars().count() > 16 {
+        let head: String = id.chars().take(8).collect();
+        let tail: String = id
+            .chars()
+            .rev()
+            .take(6)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!("{head}…{tail}")
+    } else {
+        id.to_owned()
+    }
+}
+
+/// A peer's text, capped (it is escaped by the template; this only keeps pages readable).
+fn capped(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        let mut t: String = text.chars().take(max).collect();
+        t.push('…');
+        t
+    } else {
+        text.to_owned()
+    }
+}
+
+fn failure_words(code: &str) -> &'static str {
+    FailureCode::parse(code)
+        .map(FailureCode::fixed_message)
+        .unwrap_or("the call failed")
+}
+
+fn when(ms: u64) -> String {
+    skillbox_node::store::rfc3339(ms)
+        .replace('T', " ")
+        .replace('Z', " UTC")
+}

@@ -1,0 +1,199 @@
+//! My skills: offered or not and why, the OpenWOP manifest, add by upload or paste, remove.
+
+use super::*;
+
+// ---- my skills
+
+async fn skills_page(
+    s: &AppState,
+    session: &Session,
+    notice: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let list = {
+        let s = s.clone();
+        blocking(move || s.skills.list()).await
+    };
+    let body = html! {
+        @match &list {
+            Err(e) => p class="notice" { "Cannot list skills: " (e) },
+            Ok(list) if list.is_empty() => p { "No skills yet. Add a SKILL.md below." },
+            Ok(list) => table {
+                thead { tr {
+                    th scope="col" { "Skill" } th scope="col" { "Description" } th scope="col" { "Provider" }
+                    th scope="col" { "Offered" } th scope="col" { span class="sr" { "Remove" } }
+                } }
+                tbody {
+                    @for k in list {
+                        tr data-skill=(k.name) {
+                            td { a href=(format!("/ui/skills/{}", enc(&k.name))) { (k.name) } }
+                            td { (capped(&k.description, 200)) }
+                            td { (k.provider.clone().unwrap_or_default()) }
+                            td {
+                                @if k.offered { span class="ok" { "offered" } }
+                                @else { span class="off" { "not offered: " (k.reasons.join("; ")) } }
+                            }
+                            td {
+                                form method="post" action=(format!("/ui/skills/{}/delete", enc(&k.name))) {
+                                    (csrf_field(session))
+                                    button type="submit" aria-label=(format!("Remove {}", k.name)) { "Remove" }
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+        }
+        h2 { "Add a skill" }
+        form method="post" action="/ui/skills" class="stack" {
+            (csrf_field(session))
+            label for="skill-file" { "SKILL.md file (loaded into the text below)" }
+            input id="skill-file" type="file" accept=".md,text/markdown,text/plain" data-load-into="skill-doc";
+            label for="skill-doc" { "SKILL.md (front matter and body)" }
+            textarea id="skill-doc" name="doc" rows="14" required {}
+            label for="skill-name" { "Name, if the front matter has none (optional)" }
+            input id="skill-name" name="name" type="text";
+            button type="submit" { "Add skill" }
+        }
+    };
+    html_page(
+        status,
+        page("My skills", "/ui/skills", session, notice, body),
+    )
+}
+
+pub(crate) async fn skills(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+) -> Response {
+    skills_page(&s, &session, None, StatusCode::OK).await
+}
+
+#[derive(Deserialize)]
+pub(crate) struct AddSkill {
+    #[serde(default)]
+    csrf: String,
+    doc: String,
+    #[serde(default)]
+    name: String,
+}
+
+pub(crate) async fn add_skill(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Form(f): Form<AddSkill>,
+) -> Response {
+    if !session.csrf_ok(&f.csrf) {
+        return refused_csrf();
+    }
+    let doc = Zeroizing::new(f.doc.replace("\r\n", "\n").into_bytes());
+    if doc.len() > s.limits.max_skill_bytes {
+        return skills_page(
+            &s,
+            &session,
+            Some("That SKILL.md is larger than this node accepts."),
+            StatusCode::PAYLOAD_TOO_LARGE,
+        )
+        .await;
+    }
+    let fallback = (!f.name.trim().is_empty()).then(|| f.name.trim().to_owned());
+    let imported = {
+        let s = s.clone();
+        blocking(move || s.skills.import(&doc, fallback.as_deref())).await
+    };
+    match imported {
+        Ok(_) => {
+            s.offer_changed.notify_one();
+            Redirect::to("/ui/skills").into_response()
+        }
+        Err(e) => {
+            skills_page(
+                &s,
+                &session,
+                Some(&format!("Not imported: {e}")),
+                StatusCode::BAD_REQUEST,
+            )
+            .await
+        }
+    }
+}
+
+pub(crate) async fn skill(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Path(name): Path<String>,
+) -> Response {
+    let n = name.clone();
+    let detail = {
+        let s = s.clone();
+        blocking(move || s.skills.detail(&n)).await
+    };
+    let detail = match detail {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            let body = html! { p { "No skill of that name." } };
+            return html_page(
+                StatusCode::NOT_FOUND,
+                page("Skill", "/ui/skills", &session, None, body),
+            );
+        }
+        Err(e) => {
+            let body = html! { p class="notice" { (e) } };
+            return html_page(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                page("Skill", "/ui/skills", &session, None, body),
+            );
+        }
+    };
+    let state = serde_json::to_value(&detail.state).unwrap_or(Value::Null);
+    let decl = serde_json::to_value(&detail.declaration).unwrap_or(Value::Null);
+    let manifest = serde_json::to_string_pretty(&detail.manifest).unwrap_or_default();
+    let offered = state["offered"].as_bool() == Some(true);
+    let reasons: Vec<String> = state["reasons"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect();
+    let body = html! {
+        dl class="facts" {
+            dt { "Agent id" } dd { code { (detail.agent_id) } }
+            dt { "Digest" } dd { code { (detail.digest) } }
+            dt { "Provider" } dd { (decl["provider"].as_str().unwrap_or("none")) }
+            dt { "Key source" } dd { (decl["key"].as_str().unwrap_or("none")) }
+            dt { "Required sources" } dd { (decl["requiredSources"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+            dt { "Offered" } dd {
+                @if offered { span class="ok" { "yes" } } @else { span class="off" { "no: " (reasons.join("; ")) } }
+            }
+        }
+        p { "The body, model and key are staked into a box for each call; they are never shown here." }
+        h2 { "OpenWOP manifest" }
+        pre class="manifest" { (manifest) }
+    };
+    html_page(
+        StatusCode::OK,
+        page(&format!("Skill {name}"), "/ui/skills", &session, None, body),
+    )
+}
+
+pub(crate) async fn delete_skill(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Path(name): Path<String>,
+    Form(f): Form<CsrfOnly>,
+) -> Response {
+    if !session.csrf_ok(&f.csrf) {
+        return refused_csrf();
+    }
+    let removed = {
+        let s = s.clone();
+        blocking(move || s.skills.delete(&name)).await
+    };
+    match removed {
+        Ok(_) => {
+            s.offer_changed.notify_one();
+            Redirect::to("/ui/skills").into_response()
+        }
+        Err(e) => skills_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
+    }
+}
