@@ -16,8 +16,8 @@ use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_peers::{Payload, PayloadKind, PeerId};
 use zeroize::Zeroizing;
 
-use super::consent::ledger_entry;
 use super::driver::{Change, Outcome};
+use super::ledger::ledger_entry;
 use super::records::{self, CallRow, Patch};
 use super::{Calls, lock, now_ms};
 use crate::ledger::Item;

@@ -10,9 +10,9 @@ use skillbox_jc::dsse::Envelope;
 use skillbox_jc::program::Program;
 
 use super::driver::Change;
+use super::ledger::ledger_entry;
 use super::records::{CallRow, Filter};
 use super::{CallError, CallView, Calls, blocking};
-use crate::ledger::{Entry, EntryKind, Item};
 
 /// What approving a parked call discloses, to whom and through what: the consent text's facts.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -110,64 +110,7 @@ impl Disclosure {
     }
 }
 
-/// The disclosure-ledger entry for this call as it stands: the decision (`allow`/`deny`), who
-/// made it, and what was sealed (none for a decision). The box, platform, measurement and
-/// provider are the consent text's facts, so the ledger says what the human was told.
-pub(super) fn ledger_entry(
-    row: &CallRow,
-    decision: &str,
-    decided_by: &str,
-    items: Vec<Item>,
-) -> Entry {
-    let d = Disclosure::of(row);
-    Entry {
-        seq: 0,
-        at: super::now_ms(),
-        kind: if items.is_empty() {
-            EntryKind::Decision
-        } else {
-            EntryKind::Stake
-        },
-        call: row.call.id.clone(),
-        role: super::records::role_str(row.call.role).to_owned(),
-        peer: d.peer,
-        skill: d.skill,
-        box_url: d.box_url,
-        platform: d.platform,
-        measurement: d.measurement,
-        hardware_isolation: d.hardware_isolation,
-        provider: d.provider,
-        provider_host: d.provider_host,
-        decision: decision.to_owned(),
-        decided_by: decided_by.to_owned(),
-        sources: d.sources,
-        items,
-        prev: String::new(),
-    }
-}
-
 impl Calls {
-    /// The disclosure ledger, filtered (`GET /ledger`).
-    pub async fn ledger(
-        &self,
-        filter: crate::ledger::Filter,
-    ) -> Result<Vec<crate::ledger::Line>, CallError> {
-        let store = self.0.store.clone();
-        Ok(blocking(move || crate::ledger::list(&store, &filter)).await?)
-    }
-
-    /// The whole ledger checked against this node's key and its signed head.
-    pub async fn verify_ledger(&self) -> Result<crate::ledger::Verdict, CallError> {
-        let store = self.0.store.clone();
-        let key = self.0.signing.verifying_key();
-        Ok(blocking(move || crate::ledger::verify_store(&store, &key)).await?)
-    }
-
-    /// The node's public key (hex): what the ledger's signatures verify under.
-    pub fn node_key_hex(&self) -> &str {
-        &self.0.node_key_hex
-    }
-
     /// Calls parked on `ask` (`GET /approvals`), each with its [`Disclosure`].
     pub async fn approvals(&self) -> Result<Vec<CallView>, CallError> {
         self.list(Filter {

@@ -28,6 +28,7 @@ pub mod boxes;
 mod consent;
 mod driver;
 mod inbound;
+mod ledger;
 pub mod program;
 pub mod records;
 mod start;
