@@ -1,6 +1,7 @@
 //! `skillbox box`: run a box (joint compute) — its own process, its own keys, its own HTTP API.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -52,6 +53,22 @@ pub struct BoxArgs {
     /// Print what a node pins for this box (a `[[boxes.pins]]` entry for its config) and exit.
     #[arg(long)]
     pub show_identity: bool,
+    /// GGUF file of the `local` provider (another instruct model, e.g. a larger one). Default:
+    /// `SKILLBOX_MODEL`, else the SmolLM2 that `skillbox model fetch` installs in the data dir.
+    /// Its chat template comes from the file (or ChatML when it has none).
+    #[arg(long, value_name = "PATH")]
+    pub local_model: Option<PathBuf>,
+    /// Compute threads of the local model. Default: the machine's physical cores.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub local_threads: Option<u16>,
+    /// Local generations decoded together in one batch; further calls wait.
+    #[arg(long, value_name = "N", default_value_t = local::DEFAULT_PARALLEL as u16,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub local_parallel: u16,
+    /// Tokens per local generation, prompt and answer (each of `--local-parallel` holds this
+    /// much KV cache). Default: the model's training context, at most 4096.
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(16..))]
+    pub local_context: Option<u32>,
 }
 
 fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
@@ -148,7 +165,14 @@ fn serve(
     args: BoxArgs,
     attester: Arc<dyn Attester>,
 ) -> anyhow::Result<ExitCode> {
-    let mut settings = ProviderSettings::new(local::default_model_path(&global.data_dir()));
+    let model = args
+        .local_model
+        .clone()
+        .unwrap_or_else(|| local::default_model_path(&global.data_dir()));
+    let mut settings = ProviderSettings::new(model);
+    settings.local_threads = args.local_threads.map(usize::from);
+    settings.local_parallelism = usize::from(args.local_parallel);
+    settings.local_context = args.local_context.map(|n| n as usize);
     for (id, url) in args.provider_urls {
         settings = settings.with_base_url(id, url);
     }

@@ -59,10 +59,7 @@ impl ProviderRegistry {
     /// unavailable with the reason.
     pub fn from_settings(settings: &ProviderSettings) -> ProviderRegistry {
         let mut reg = ProviderRegistry::new();
-        reg.register_local(Arc::new(LocalProvider::with_parallelism(
-            settings.model_path.clone(),
-            settings.local_parallelism,
-        )));
+        reg.register_local(Arc::new(LocalProvider::from_settings(settings)));
         let mut ids = vec![
             ProviderId::OpenRouter,
             ProviderId::OpenAi,

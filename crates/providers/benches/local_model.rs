@@ -1,15 +1,105 @@
-//! The embedded model's speed: load time, prompt (prefill) tokens/s and decode tokens/s.
-//! `cargo bench -p skillbox-providers --bench local_model` (model from SKILLBOX_MODEL or the
-//! default data dir; run `skillbox model fetch` first).
+//! The embedded model's speed against llama.cpp's on the same GGUF, in the same run, printed as
+//! ratios: `cargo bench -p skillbox-providers --bench local_model` (model from SKILLBOX_MODEL or
+//! the default data dir; run `skillbox model fetch` first).
+//!
+//! 1. llama.cpp's `llama-bench -t 2 -p 93 -n 128` (built from the llama-cpp-python 0.3.36
+//!    source package on first use, cached under target/llama-bench/; see support/).
+//! 2. Our engine on the same file with 2 threads: a 93-token chat prompt (prefill) and up to 128
+//!    sampled tokens (decode: temperature, top-p, repeat penalty, as the box runs it), measured
+//!    twice around the llama-bench run so drift on a shared machine hits both.
+//! 3. Four generations at once, batched: their combined decode rate.
+//!
+//! `SKILLBOX_BENCH_THREADS` changes the thread count of both.
+
+#[path = "support/llama_bench.rs"]
+mod llama_bench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 use skillbox_providers::ChatRequest;
-use skillbox_providers::local::{LocalModel, MODEL_FILE};
+use skillbox_providers::local::{LocalModel, LocalOptions, MODEL_FILE};
+
+const PROMPT_TOKENS: usize = 93;
+const GEN_TOKENS: u32 = 128;
+const RUNS: u64 = 4;
+
+fn request(user: String, seed: u64) -> ChatRequest {
+    ChatRequest {
+        system: "You are a helpful assistant.".into(),
+        user,
+        model: String::new(),
+        max_tokens: GEN_TOKENS,
+        temperature: 0.7,
+        seed: Some(seed),
+    }
+}
+
+/// A story request padded with words until the chat prompt is `want` tokens (or just under).
+fn prompt_of(model: &LocalModel, want: usize) -> Result<(String, usize), String> {
+    let words = "the sea and a small boat with an old sailor who sings about stars wind rain \
+                 fish birds islands and the long road home"
+        .split(' ')
+        .cycle();
+    let mut user = String::from("Write a long story about the sea.");
+    let mut best = (user.clone(), 0);
+    for word in words.take(200) {
+        let len = model
+            .prompt_ids("You are a helpful assistant.", &user)
+            .map_err(|e| e.to_string())?
+            .len();
+        if len > want {
+            break;
+        }
+        best = (user.clone(), len);
+        if len == want {
+            break;
+        }
+        user.push(' ');
+        user.push_str(word);
+    }
+    Ok(best)
+}
+
+#[derive(Default)]
+struct Totals {
+    prompt_tokens: u64,
+    prompt: Duration,
+    decoded: usize,
+    decode: Duration,
+}
+
+fn ours(model: &LocalModel, user: &str, first_seed: u64, totals: &mut Totals) -> Result<(), String> {
+    for seed in first_seed..first_seed + RUNS {
+        let (completion, timing) = model
+            .generate_timed(&request(user.to_owned(), seed))
+            .map_err(|e| e.to_string())?;
+        totals.prompt_tokens += completion.usage.prompt_tokens;
+        totals.prompt += timing.prompt;
+        totals.decoded += timing.decoded_tokens;
+        totals.decode += timing.decode;
+    }
+    Ok(())
+}
 
 fn main() -> ExitCode {
+    // `cargo test --benches` runs bench targets with no work to do; only `cargo bench` measures.
+    if !std::env::args().any(|a| a == "--bench") {
+        return ExitCode::SUCCESS;
+    }
+    match bench() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench() -> Result<(), String> {
     let path = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
         Some(p) => PathBuf::from(p),
         None => std::env::var_os("HOME")
@@ -18,59 +108,79 @@ fn main() -> ExitCode {
             .join(".local/share/skillbox/models")
             .join(MODEL_FILE),
     };
-    let started = Instant::now();
-    let model = match LocalModel::load(&path) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let load = started.elapsed();
-    println!("local model: {}", path.display());
-    println!("load: {:.3} s", load.as_secs_f64());
+    let threads = std::env::var("SKILLBOX_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2usize);
+    // Built first, so its minutes of compiling do not fall between the measurements.
+    llama_bench::binary()?;
 
-    let request = ChatRequest {
-        system: "You are a helpful assistant.".into(),
-        user: "Explain in a few sentences why the sky is blue.".into(),
-        model: String::new(),
-        max_tokens: 128,
-        temperature: 0.7,
-        seed: Some(1),
+    let started = Instant::now();
+    let options = LocalOptions {
+        threads: Some(threads),
+        parallel: 4,
+        context: None,
     };
-    let runs = 3;
-    let (mut prompt_tokens, mut prompt_secs, mut decoded, mut decode_secs) =
-        (0u64, 0f64, 0usize, 0f64);
-    for run in 0..runs {
-        let mut r = request.clone();
-        r.seed = Some(run);
-        match model.generate_timed(&r) {
-            Ok((completion, timing)) => {
-                if run == 0 {
-                    // A look at the answer, to see the model and tokenizer are sane.
-                    let text: String = completion.text.chars().take(200).collect();
-                    println!("answer (seed 0): {text:?}");
-                }
-                prompt_tokens += completion.usage.prompt_tokens;
-                prompt_secs += timing.prompt.as_secs_f64();
-                decoded += timing.decoded_tokens;
-                decode_secs += timing.decode.as_secs_f64();
-            }
-            Err(e) => {
-                eprintln!("generation failed: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
+    let model = LocalModel::load_with(&path, &options).map_err(|e| e.to_string())?;
+    println!("local model: {}", path.display());
+    println!(
+        "load: {:.3} s ({} threads, {} sequences of {} tokens)",
+        started.elapsed().as_secs_f64(),
+        model.threads(),
+        model.parallel(),
+        model.context_tokens()
+    );
+    let (user, prompt_len) = prompt_of(&model, PROMPT_TOKENS)?;
+    // Warm-up (page cache, first allocations).
+    model
+        .generate(&request(user.clone(), 99))
+        .map_err(|e| e.to_string())?;
+    let sample = model
+        .generate(&request(user.clone(), 0))
+        .map_err(|e| e.to_string())?;
+    let text: String = sample.text.chars().take(160).collect();
+    println!("answer (seed 0): {text:?}");
+
+    let mut totals = Totals::default();
+    ours(&model, &user, 0, &mut totals)?;
+    let llama = llama_bench::measure(&path, threads, prompt_len, GEN_TOKENS as usize)?;
+    ours(&model, &user, RUNS, &mut totals)?;
+    let prefill = totals.prompt_tokens as f64 / totals.prompt.as_secs_f64();
+    let decode = totals.decoded as f64 / totals.decode.as_secs_f64();
+
+    println!();
+    println!(
+        "same file, {threads} threads, {prompt_len}-token prompt, up to {GEN_TOKENS} tokens decoded:"
+    );
+    println!(
+        "  llama.cpp  llama-bench -t {threads} -p {prompt_len} -n {GEN_TOKENS}: prefill {:7.1} tok/s  decode {:6.1} tok/s",
+        llama.prefill_tps, llama.decode_tps
+    );
+    println!(
+        "  skillbox   local provider engine ({} runs):   prefill {prefill:7.1} tok/s  decode {decode:6.1} tok/s ({} tokens)",
+        2 * RUNS,
+        totals.decoded
+    );
+    println!(
+        "  ratio (skillbox / llama.cpp):                prefill {:7.2}x       decode {:6.2}x",
+        prefill / llama.prefill_tps,
+        decode / llama.decode_tps
+    );
+
+    // Batched: four generations handed over together decode in shared steps.
+    let batch: Vec<ChatRequest> = (0..4).map(|s| request(user.clone(), 100 + s)).collect();
+    let started = Instant::now();
+    let answers = model.generate_many(&batch, &Arc::new(AtomicBool::new(false)));
+    let wall = started.elapsed().as_secs_f64();
+    let mut tokens = 0;
+    for answer in answers {
+        tokens += answer.map_err(|e| e.to_string())?.0.usage.completion_tokens;
     }
     println!(
-        "prefill: {:.1} tokens/s ({} prompt tokens over {runs} runs)",
-        prompt_tokens as f64 / prompt_secs,
-        prompt_tokens
+        "  4 generations batched: {tokens} tokens in {wall:.2} s = {:.1} tok/s combined ({:.2}x one stream's decode)",
+        tokens as f64 / wall,
+        tokens as f64 / wall / decode
     );
-    println!(
-        "decode: {:.1} tokens/s ({} tokens over {runs} runs, max 128 each)",
-        decoded as f64 / decode_secs,
-        decoded
-    );
-    ExitCode::SUCCESS
+    println!("  engine: {:?}", model.stats());
+    Ok(())
 }

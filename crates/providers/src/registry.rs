@@ -33,8 +33,12 @@ pub struct ProviderSettings {
     pub stream: bool,
     /// The GGUF file of the embedded model (see [`crate::local::default_model_path`]).
     pub model_path: PathBuf,
-    /// Local generations allowed at once.
+    /// Local generations decoded together (see [`crate::local::LocalOptions`]).
     pub local_parallelism: usize,
+    /// Compute threads of the local model; `None`: the machine's physical cores.
+    pub local_threads: Option<usize>,
+    /// Tokens per local generation; `None`: the model's training context, at most 4096.
+    pub local_context: Option<usize>,
 }
 
 impl ProviderSettings {
@@ -44,7 +48,18 @@ impl ProviderSettings {
             http: HttpOptions::default(),
             stream: true,
             model_path,
-            local_parallelism: 1,
+            local_parallelism: crate::local::DEFAULT_PARALLEL,
+            local_threads: None,
+            local_context: None,
+        }
+    }
+
+    /// How the embedded model runs.
+    pub fn local_options(&self) -> crate::local::LocalOptions {
+        crate::local::LocalOptions {
+            threads: self.local_threads,
+            parallel: self.local_parallelism,
+            context: self.local_context,
         }
     }
 
@@ -81,10 +96,7 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     pub fn new(settings: ProviderSettings) -> Self {
-        let local = Arc::new(LocalProvider::with_parallelism(
-            settings.model_path.clone(),
-            settings.local_parallelism,
-        ));
+        let local = Arc::new(LocalProvider::from_settings(&settings));
         Registry {
             settings,
             local,

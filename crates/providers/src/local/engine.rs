@@ -1,0 +1,481 @@
+//! The engine: one worker thread per loaded model owns the llama.cpp context and decodes every
+//! generation in flight together. Each generation is a llama.cpp sequence with its own part of
+//! one KV cache; every step is one `llama_decode` of a batch holding the next token of each
+//! generation that is decoding plus prompt chunks of those still reading their prompt, so several
+//! calls cost little more than one (decoding a small model is bound by memory bandwidth, not
+//! arithmetic). The async threads only hand jobs over and await the answer.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use super::{Inner, REPEAT_LAST_N, REPEAT_PENALTY, TOP_P, Timing, backend};
+use crate::{ChatRequest, Completion, FinishReason, ProviderError, Usage};
+
+/// Tokens in one decode step (llama.cpp's logical and physical batch).
+pub(crate) const BATCH_TOKENS: usize = 512;
+
+/// What a finished job hands back.
+pub(crate) type Outcome = Result<(Completion, Timing), ProviderError>;
+
+/// One generation to run. `reply` is called exactly once, from the worker thread, after the
+/// generation's KV cells are free again.
+pub(crate) struct Job {
+    pub request: ChatRequest,
+    pub cancel: Arc<AtomicBool>,
+    pub reply: Box<dyn FnOnce(Outcome) + Send>,
+}
+
+impl Job {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters, for tests and the bench: how the batching went.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    steps: AtomicU64,
+    shared_steps: AtomicU64,
+    max_sequences: AtomicUsize,
+}
+
+/// A snapshot of the engine's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// `llama_decode` calls so far.
+    pub steps: u64,
+    /// Of those, steps that carried more than one generation.
+    pub shared_steps: u64,
+    /// Most generations carried by one step.
+    pub max_sequences: usize,
+}
+
+/// How the engine runs (resolved: no defaults left open).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EngineConfig {
+    pub threads: usize,
+    pub parallel: usize,
+    /// Tokens per generation (prompt and answer).
+    pub context: usize,
+}
+
+pub(crate) struct Engine {
+    jobs: Mutex<Sender<Vec<Job>>>,
+    counters: Arc<Counters>,
+}
+
+/// llama.cpp's context constructor mutates the model (see llama-cpp-2's `new_context`), so
+/// contexts are made one at a time in the process.
+static CONTEXT_LOCK: Mutex<()> = Mutex::new(());
+
+impl Engine {
+    /// Starts the worker thread and waits until it has its context (KV cache allocated).
+    pub fn start(inner: Arc<Inner>, config: EngineConfig) -> Result<Engine, ProviderError> {
+        let (jobs, rx) = mpsc::channel::<Vec<Job>>();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let counters = Arc::new(Counters::default());
+        let worker_counters = counters.clone();
+        std::thread::Builder::new()
+            .name("skillbox-local-model".into())
+            .spawn(move || work(inner, config, rx, worker_counters, ready_tx))
+            .map_err(|e| unavailable(format!("cannot start its worker thread: {e}")))?;
+        ready_rx
+            .recv()
+            .map_err(|_| unavailable("its worker thread stopped while starting"))??;
+        Ok(Engine {
+            jobs: Mutex::new(jobs),
+            counters,
+        })
+    }
+
+    /// Hands jobs to the worker; jobs sent together are admitted together (as far as there are
+    /// free sequences), so they decode in the same steps.
+    pub fn submit(&self, jobs: Vec<Job>) -> Result<(), ProviderError> {
+        let sender = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        sender.send(jobs).map_err(|mpsc::SendError(jobs)| {
+            for job in jobs {
+                (job.reply)(Err(unavailable("its worker thread has stopped")));
+            }
+            unavailable("its worker thread has stopped")
+        })
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            steps: self.counters.steps.load(Ordering::Relaxed),
+            shared_steps: self.counters.shared_steps.load(Ordering::Relaxed),
+            max_sequences: self.counters.max_sequences.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn unavailable(what: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Unavailable(format!("local model: {what}"))
+}
+
+fn cancelled() -> ProviderError {
+    ProviderError::Unavailable("local model run cancelled".into())
+}
+
+/// One generation in flight.
+struct Slot {
+    seq: i32,
+    job: Job,
+    prompt: Vec<LlamaToken>,
+    /// Prompt tokens already decoded.
+    fed: usize,
+    budget: usize,
+    generated: Vec<LlamaToken>,
+    /// The last sampled token, to be decoded in the next step.
+    next: Option<LlamaToken>,
+    sampler: LlamaSampler,
+    admitted: Instant,
+    first_token: Option<Instant>,
+    decode_steps: usize,
+}
+
+enum Step {
+    Continue,
+    Done(FinishReason),
+}
+
+impl Slot {
+    /// Position of the next token this slot feeds.
+    fn position(&self) -> i32 {
+        let pos = if self.next.is_some() {
+            self.prompt.len() + self.generated.len() - 1
+        } else {
+            self.fed
+        };
+        i32::try_from(pos).unwrap_or(i32::MAX)
+    }
+
+    fn on_token(&mut self, inner: &Inner, token: LlamaToken) -> Step {
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+        if inner.is_stop(token) {
+            return Step::Done(FinishReason::Stop);
+        }
+        self.generated.push(token);
+        if self.generated.len() >= self.budget {
+            return Step::Done(FinishReason::Length);
+        }
+        self.next = Some(token);
+        Step::Continue
+    }
+
+    fn outcome(&self, inner: &Inner, finish: FinishReason) -> Outcome {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        let text = inner.tokenizer.decode_tokens(&self.generated, true);
+        Ok((
+            Completion {
+                text,
+                finish,
+                usage: Usage {
+                    prompt_tokens: self.prompt.len() as u64,
+                    completion_tokens: self.generated.len() as u64,
+                    cost: None,
+                },
+            },
+            Timing {
+                prompt: first - self.admitted,
+                decode: now - first,
+                decoded_tokens: self.decode_steps,
+            },
+        ))
+    }
+}
+
+fn sampler_for(request: &ChatRequest, n_vocab: i32) -> LlamaSampler {
+    let penalties = LlamaSampler::penalties(n_vocab, REPEAT_LAST_N as i32, REPEAT_PENALTY, 0.0, 0.0);
+    if request.temperature > 0.0 && request.temperature.is_finite() {
+        let seed = request.seed.unwrap_or_else(super::fresh_seed);
+        // llama.cpp reads u32::MAX as "pick a random seed".
+        let seed = match (seed ^ (seed >> 32)) as u32 {
+            u32::MAX => u32::MAX - 1,
+            s => s,
+        };
+        LlamaSampler::chain_simple([
+            penalties,
+            LlamaSampler::temp(request.temperature),
+            LlamaSampler::top_p(TOP_P, 1),
+            LlamaSampler::dist(seed),
+        ])
+    } else {
+        LlamaSampler::chain_simple([penalties, LlamaSampler::greedy()])
+    }
+}
+
+fn context_params(config: &EngineConfig) -> LlamaContextParams {
+    let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
+    let parallel = u32::try_from(config.parallel).unwrap_or(u32::MAX);
+    let cells = u32::try_from(config.context.saturating_mul(config.parallel)).unwrap_or(u32::MAX);
+    LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(cells))
+        .with_n_batch(BATCH_TOKENS as u32)
+        .with_n_ubatch(BATCH_TOKENS as u32)
+        .with_n_seq_max(parallel)
+        // One pool of cells for all sequences: a batch mixing any sequences is one ubatch (split
+        // KV streams would need equal-length runs of consecutive sequence ids).
+        // A KV stream of its own per sequence: a generation's attention never sees another's
+        // cells, so its answer is the same alone or batched.
+        .with_kv_unified(false)
+        .with_flash_attention_policy(std::env::var("XX_FA").ok().and_then(|v| v.parse().ok()).unwrap_or(-1))
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+}
+
+fn work(
+    inner: Arc<Inner>,
+    config: EngineConfig,
+    rx: Receiver<Vec<Job>>,
+    counters: Arc<Counters>,
+    ready: mpsc::SyncSender<Result<(), ProviderError>>,
+) {
+    let context = {
+        let _one_at_a_time = CONTEXT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        inner.model.new_context(backend(), context_params(&config))
+    };
+    let mut ctx = match context {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            let _ = ready.send(Err(unavailable(format!(
+                "cannot make its context ({} sequences of {} tokens): {e}",
+                config.parallel, config.context
+            ))));
+            return;
+        }
+    };
+    if ready.send(Ok(())).is_err() {
+        return;
+    }
+    drop(ready);
+    Worker {
+        inner: &inner,
+        config,
+        counters: &counters,
+        batch: LlamaBatch::new(BATCH_TOKENS, 1),
+        slots: (0..config.parallel).map(|_| None).collect(),
+        queue: VecDeque::new(),
+        n_vocab: inner.model.n_vocab(),
+    }
+    .run(&mut ctx, &rx);
+}
+
+struct Worker<'a> {
+    inner: &'a Inner,
+    config: EngineConfig,
+    counters: &'a Counters,
+    batch: LlamaBatch<'static>,
+    slots: Vec<Option<Slot>>,
+    queue: VecDeque<Job>,
+    n_vocab: i32,
+}
+
+impl Worker<'_> {
+    fn run(&mut self, ctx: &mut LlamaContext<'_>, rx: &Receiver<Vec<Job>>) {
+        let mut open = true;
+        loop {
+            let busy = self.slots.iter().any(Option::is_some) || !self.queue.is_empty();
+            if !busy {
+                if !open {
+                    return;
+                }
+                match rx.recv() {
+                    Ok(jobs) => self.queue.extend(jobs),
+                    Err(_) => return,
+                }
+            }
+            while open {
+                match rx.try_recv() {
+                    Ok(jobs) => self.queue.extend(jobs),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => open = false,
+                }
+            }
+            self.drop_cancelled(ctx);
+            self.admit();
+            self.step(ctx);
+        }
+    }
+
+    fn drop_cancelled(&mut self, ctx: &mut LlamaContext<'_>) {
+        let (gone, keep): (Vec<Job>, Vec<Job>) = self.queue.drain(..).partition(Job::cancelled);
+        self.queue.extend(keep);
+        for job in gone {
+            (job.reply)(Err(cancelled()));
+        }
+        // From the top: a finish moves a higher slot down, into a place already looked at.
+        for i in (0..self.slots.len()).rev() {
+            if self.slots[i].as_ref().is_some_and(|s| s.job.cancelled()) {
+                self.finish(ctx, i, Err(cancelled()));
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while let Some(free) = self.slots.iter().position(Option::is_none) {
+            let Some(job) = self.queue.pop_front() else {
+                return;
+            };
+            let admitted = Instant::now();
+            let prompt = match self.inner.prompt_tokens(&job.request) {
+                Ok(prompt) => prompt,
+                Err(e) => {
+                    (job.reply)(Err(e));
+                    continue;
+                }
+            };
+            if prompt.len() >= self.config.context {
+                (job.reply)(Err(ProviderError::InvalidRequest(format!(
+                    "prompt is {} tokens; the local model takes at most {} tokens",
+                    prompt.len(),
+                    self.config.context - 1
+                ))));
+                continue;
+            }
+            let budget = (job.request.max_tokens as usize).min(self.config.context - prompt.len());
+            if budget == 0 {
+                let usage = Usage {
+                    prompt_tokens: prompt.len() as u64,
+                    completion_tokens: 0,
+                    cost: None,
+                };
+                let completion = Completion {
+                    text: String::new(),
+                    finish: FinishReason::Length,
+                    usage,
+                };
+                (job.reply)(Ok((completion, Timing::default())));
+                continue;
+            }
+            let seq = i32::try_from(free).unwrap_or(i32::MAX);
+            self.slots[free] = Some(Slot {
+                seq,
+                sampler: sampler_for(&job.request, self.n_vocab),
+                job,
+                prompt,
+                fed: 0,
+                budget,
+                generated: Vec::with_capacity(budget.min(4096)),
+                next: None,
+                admitted,
+                first_token: None,
+                decode_steps: 0,
+            });
+        }
+    }
+
+    /// One decode, in slot order: the next token of every decoding slot, prompt chunks of those
+    /// still reading their prompt (as much as fits after the decode tokens).
+    fn step(&mut self, ctx: &mut LlamaContext<'_>) {
+        self.batch.clear();
+        let decoding = self.slots.iter().flatten().filter(|s| s.next.is_some()).count();
+        let mut prompt_room = BATCH_TOKENS.saturating_sub(decoding);
+        // (slot, batch index) of each slot that samples after this step.
+        let mut sampling: Vec<(usize, i32)> = Vec::new();
+        let mut sequences = 0;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot else { continue };
+            if let Some(token) = slot.next {
+                let at = self.batch.n_tokens();
+                if self.batch.add(token, slot.position(), &[slot.seq], true).is_ok() {
+                    slot.decode_steps += 1;
+                    sampling.push((i, at));
+                    sequences += 1;
+                }
+                continue;
+            }
+            let end = slot.fed + prompt_room.min(slot.prompt.len() - slot.fed);
+            if end == slot.fed {
+                continue;
+            }
+            while slot.fed < end {
+                let last = slot.fed + 1 == slot.prompt.len();
+                let at = self.batch.n_tokens();
+                let pos = i32::try_from(slot.fed).unwrap_or(i32::MAX);
+                if self
+                    .batch
+                    .add(slot.prompt[slot.fed], pos, &[slot.seq], last)
+                    .is_err()
+                {
+                    break;
+                }
+                slot.fed += 1;
+                prompt_room -= 1;
+                if last {
+                    sampling.push((i, at));
+                }
+            }
+            sequences += 1;
+        }
+        if self.batch.n_tokens() == 0 {
+            return;
+        }
+        self.counters.steps.fetch_add(1, Ordering::Relaxed);
+        if sequences > 1 {
+            self.counters.shared_steps.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters
+            .max_sequences
+            .fetch_max(sequences, Ordering::Relaxed);
+        if let Err(e) = ctx.decode(&mut self.batch) {
+            while let Some(i) = self.slots.iter().rposition(Option::is_some) {
+                let error = unavailable(format!("inference failed: {e}"));
+                self.finish(ctx, i, Err(error));
+            }
+            return;
+        }
+        let mut finished = Vec::new();
+        for (i, at) in sampling {
+            let Some(slot) = self.slots[i].as_mut() else {
+                continue;
+            };
+            let token = slot.sampler.sample(ctx, at);
+            if let Step::Done(finish) = slot.on_token(self.inner, token) {
+                finished.push((i, slot.outcome(self.inner, finish)));
+            }
+        }
+        // Highest first, so compaction never moves a slot that is about to finish.
+        for (i, outcome) in finished.into_iter().rev() {
+            self.finish(ctx, i, outcome);
+        }
+    }
+
+    /// Frees slot `i`'s cells, answers its job, and keeps the busy slots at the lowest
+    /// sequence ids: llama.cpp puts sequences with separate KV streams in one pass only when
+    /// their ids are consecutive, so the highest busy slot moves into the hole (its cells are
+    /// copied as they are, so its answer does not change).
+    fn finish(&mut self, ctx: &mut LlamaContext<'_>, i: usize, outcome: Outcome) {
+        let Some(slot) = self.slots[i].take() else {
+            return;
+        };
+        let _ = ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), None, None);
+        (slot.job.reply)(outcome);
+        let Some(last) = self.slots.iter().rposition(Option::is_some) else {
+            return;
+        };
+        if last < i {
+            return;
+        }
+        if let Some(mut moved) = self.slots[last].take() {
+            let hole = i32::try_from(i).unwrap_or(i32::MAX);
+            let _ = ctx.copy_kv_cache_seq(moved.seq, hole, None, None);
+            let _ = ctx.clear_kv_cache_seq(u32::try_from(moved.seq).ok(), None, None);
+            moved.seq = hole;
+            self.slots[i] = Some(moved);
+        }
+    }
+}
