@@ -121,7 +121,10 @@ fn main() {
         // Loaded before the clock starts: a box loads it once, at its first local call.
         let started = Instant::now();
         local.model().await.expect("the local model loads");
-        println!("local model loaded in {:.2} s", started.elapsed().as_secs_f64());
+        println!(
+            "local model loaded in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         let observed = Arc::new(Observed {
             local,
             last: Mutex::new(None),
@@ -131,7 +134,9 @@ fn main() {
         let mut providers = ProviderRegistry::new();
         providers.register(ProviderId::Local, None, observed.clone());
         let core = Arc::new(BoxCore::new(attester, providers, BoxConfig::default()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(skillbox_jc::server::serve(listener, core));
         let client = BoxClient::new(&url).expect("client");
@@ -151,19 +156,51 @@ fn main() {
             let approved = approved_program(&env).expect("approved");
             let t = Instant::now();
             let opened = client.open(&env).await.expect("open");
-            let c_run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
-            let o_run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
-            let cs = seal_stake(&c_run, Role::Caller, vec![StakeInput::bytes("request", &request)]).expect("seal");
-            let os = seal_stake(&o_run, Role::Owner, vec![StakeInput::bytes("body", &body)]).expect("seal");
-            client.stake(&c_run, Role::Caller, cs, &caller).await.expect("stake");
-            client.stake(&o_run, Role::Owner, os, &owner).await.expect("stake");
-            client.submit(&opened.run_id, &approved.hash, Role::Caller, &caller).await.expect("submit");
-            client.submit(&opened.run_id, &approved.hash, Role::Owner, &owner).await.expect("submit");
-            let view = client.wait_result(&opened.run_id, Duration::from_secs(600)).await.expect("result");
+            let c_run = client
+                .attest(&approved, &opened.run_id, &policy)
+                .await
+                .expect("attest");
+            let o_run = client
+                .attest(&approved, &opened.run_id, &policy)
+                .await
+                .expect("attest");
+            let cs = seal_stake(
+                &c_run,
+                Role::Caller,
+                vec![StakeInput::bytes("request", &request)],
+            )
+            .expect("seal");
+            let os = seal_stake(&o_run, Role::Owner, vec![StakeInput::bytes("body", &body)])
+                .expect("seal");
+            client
+                .stake(&c_run, Role::Caller, cs, &caller)
+                .await
+                .expect("stake");
+            client
+                .stake(&o_run, Role::Owner, os, &owner)
+                .await
+                .expect("stake");
+            client
+                .submit(&opened.run_id, &approved.hash, Role::Caller, &caller)
+                .await
+                .expect("submit");
+            client
+                .submit(&opened.run_id, &approved.hash, Role::Owner, &owner)
+                .await
+                .expect("submit");
+            let view = client
+                .wait_result(&opened.run_id, Duration::from_secs(600))
+                .await
+                .expect("result");
             let output = open_result(&view, &result_key, &c_run).expect("open result");
             verify_receipt(&view, &o_run).expect("receipt");
             let elapsed = t.elapsed();
-            let u = observed.last.lock().unwrap_or_else(|p| p.into_inner()).take().expect("the provider answered");
+            let u = observed
+                .last
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .expect("the provider answered");
             println!(
                 "call {i}: {:.3} s end to end, {} prompt + {} answer tokens, {} answer bytes",
                 elapsed.as_secs_f64(),
@@ -171,7 +208,10 @@ fn main() {
                 u.completion_tokens,
                 output.answer.len()
             );
-            client.delete(&opened.run_id, &approved.hash, Role::Caller, &caller).await.expect("delete");
+            client
+                .delete(&opened.run_id, &approved.hash, Role::Caller, &caller)
+                .await
+                .expect("delete");
             calls.push(elapsed);
             usage.push(u);
         }
@@ -182,17 +222,21 @@ fn main() {
     order.sort_by_key(|&i| calls[i]);
     let mid = order[order.len() / 2];
     let (prompt, answer) = (usage[mid].prompt_tokens, usage[mid].completion_tokens);
-    let speeds = match llama_bench::measure(&model, THREADS, prompt as usize, answer.max(1) as usize) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
-    };
+    let speeds =
+        match llama_bench::measure(&model, THREADS, prompt as usize, answer.max(1) as usize) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        };
     let llama_secs = prompt as f64 / speeds.prefill_tps + answer as f64 / speeds.decode_tps;
     let call_secs = calls[mid].as_secs_f64();
     println!();
-    println!("one call through the box, local provider, {THREADS} threads (median of {}):", calls.len());
+    println!(
+        "one call through the box, local provider, {THREADS} threads (median of {}):",
+        calls.len()
+    );
     println!(
         "  box call end to end: {call_secs:.3} s for {prompt} prompt + {answer} answer tokens ({:.1} answer tok/s overall)",
         answer as f64 / call_secs
@@ -201,5 +245,8 @@ fn main() {
         "  llama.cpp for the same work: {llama_secs:.3} s (llama-bench -t {THREADS} -p {prompt} -n {answer}: prefill {:.1} tok/s, decode {:.1} tok/s)",
         speeds.prefill_tps, speeds.decode_tps
     );
-    println!("  ratio (llama.cpp time / box call time): {:.2}x", llama_secs / call_secs);
+    println!(
+        "  ratio (llama.cpp time / box call time): {:.2}x",
+        llama_secs / call_secs
+    );
 }

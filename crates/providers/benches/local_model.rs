@@ -72,7 +72,12 @@ struct Totals {
     decode: Duration,
 }
 
-fn ours(model: &LocalModel, user: &str, first_seed: u64, totals: &mut Totals) -> Result<(), String> {
+fn ours(
+    model: &LocalModel,
+    user: &str,
+    first_seed: u64,
+    totals: &mut Totals,
+) -> Result<(), String> {
     for seed in first_seed..first_seed + RUNS {
         let (completion, timing) = model
             .generate_timed(&request(user.to_owned(), seed))

@@ -184,7 +184,10 @@ fn a_cancelled_generation_stops() {
     });
     let started = std::time::Instant::now();
     let err = model()
-        .generate_cancellable(&ask("Write a very long story about the sea.", 2000, 3), &flag)
+        .generate_cancellable(
+            &ask("Write a very long story about the sea.", 2000, 3),
+            &flag,
+        )
         .unwrap_err();
     timer.join().unwrap();
     assert!(err.to_string().contains("cancelled"), "{err}");
@@ -246,7 +249,10 @@ async fn concurrent_provider_calls_share_the_engine() {
         answers.push(call.await.unwrap().unwrap());
     }
     let stats = model.stats();
-    assert!(stats.max_sequences >= 2 && stats.max_sequences <= 3, "{stats:?}");
+    assert!(
+        stats.max_sequences >= 2 && stats.max_sequences <= 3,
+        "{stats:?}"
+    );
     for (seed, answer) in answers.into_iter().enumerate() {
         assert!(!answer.text.is_empty(), "call {seed}");
         assert!(answer.usage.completion_tokens <= 12);
@@ -273,12 +279,20 @@ fn threads_and_context_follow_the_options() {
     let err = m.generate(&ask(&long, 8, 1)).unwrap_err();
     assert!(matches!(err, ProviderError::InvalidRequest(_)), "{err:?}");
     // The answer is cut where prompt and answer fill the context.
-    let prompt = m.prompt_ids("You are a helpful assistant. Answer briefly.", "Write a long story.").unwrap();
+    let prompt = m
+        .prompt_ids(
+            "You are a helpful assistant. Answer briefly.",
+            "Write a long story.",
+        )
+        .unwrap();
     let c = m.generate(&ask("Write a long story.", 1000, 1)).unwrap();
     assert!(prompt.len() as u64 + c.usage.completion_tokens <= 256);
     assert!(m.threads() >= 1);
     // Defaults: the machine's physical cores.
-    assert_eq!(model().threads(), skillbox_providers::local::default_threads());
+    assert_eq!(
+        model().threads(),
+        skillbox_providers::local::default_threads()
+    );
 }
 
 #[test]
@@ -289,10 +303,15 @@ fn a_gguf_without_chat_template_falls_back_to_chatml() {
     let m = LocalModel::load(&path).unwrap();
     let ids = m.prompt_ids("sys", "hi").unwrap();
     assert_eq!(ids, model().prompt_ids("sys", "hi").unwrap());
-    let answer = m.generate(&ask("What is the capital of France?", 12, 42)).unwrap();
+    let answer = m
+        .generate(&ask("What is the capital of France?", 12, 42))
+        .unwrap();
     assert_eq!(
         answer.text,
-        model().generate(&ask("What is the capital of France?", 12, 42)).unwrap().text
+        model()
+            .generate(&ask("What is the capital of France?", 12, 42))
+            .unwrap()
+            .text
     );
 }
 

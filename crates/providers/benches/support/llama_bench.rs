@@ -108,7 +108,12 @@ pub fn binary() -> Result<PathBuf, String> {
 }
 
 /// `llama-bench -m MODEL -t THREADS -p PROMPT -n GEN -o json`.
-pub fn measure(model: &Path, threads: usize, prompt: usize, generate: usize) -> Result<Speeds, String> {
+pub fn measure(
+    model: &Path,
+    threads: usize,
+    prompt: usize,
+    generate: usize,
+) -> Result<Speeds, String> {
     let bin = binary()?;
     let out = Command::new(&bin)
         .arg("-m")

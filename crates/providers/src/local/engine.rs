@@ -199,7 +199,8 @@ impl Slot {
 }
 
 fn sampler_for(request: &ChatRequest, n_vocab: i32) -> LlamaSampler {
-    let penalties = LlamaSampler::penalties(n_vocab, REPEAT_LAST_N as i32, REPEAT_PENALTY, 0.0, 0.0);
+    let penalties =
+        LlamaSampler::penalties(n_vocab, REPEAT_LAST_N as i32, REPEAT_PENALTY, 0.0, 0.0);
     if request.temperature > 0.0 && request.temperature.is_finite() {
         let seed = request.seed.unwrap_or_else(super::fresh_seed);
         // llama.cpp reads u32::MAX as "pick a random seed".
@@ -232,7 +233,12 @@ fn context_params(config: &EngineConfig) -> LlamaContextParams {
         // A KV stream of its own per sequence: a generation's attention never sees another's
         // cells, so its answer is the same alone or batched.
         .with_kv_unified(false)
-        .with_flash_attention_policy(std::env::var("XX_FA").ok().and_then(|v| v.parse().ok()).unwrap_or(-1))
+        .with_flash_attention_policy(
+            std::env::var("XX_FA")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(-1),
+        )
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
 }
@@ -382,7 +388,12 @@ impl Worker<'_> {
     /// still reading their prompt (as much as fits after the decode tokens).
     fn step(&mut self, ctx: &mut LlamaContext<'_>) {
         self.batch.clear();
-        let decoding = self.slots.iter().flatten().filter(|s| s.next.is_some()).count();
+        let decoding = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|s| s.next.is_some())
+            .count();
         let mut prompt_room = BATCH_TOKENS.saturating_sub(decoding);
         // (slot, batch index) of each slot that samples after this step.
         let mut sampling: Vec<(usize, i32)> = Vec::new();
@@ -391,7 +402,11 @@ impl Worker<'_> {
             let Some(slot) = slot else { continue };
             if let Some(token) = slot.next {
                 let at = self.batch.n_tokens();
-                if self.batch.add(token, slot.position(), &[slot.seq], true).is_ok() {
+                if self
+                    .batch
+                    .add(token, slot.position(), &[slot.seq], true)
+                    .is_ok()
+                {
                     slot.decode_steps += 1;
                     sampling.push((i, at));
                     sequences += 1;

@@ -66,7 +66,11 @@ pub fn split_rendered(rendered: &str, with_system: bool) -> Result<Vec<Part<'_>>
     Ok(parts)
 }
 
-fn find_once(haystack: &str, marker: &str, what: &'static str) -> Result<Option<usize>, FrameError> {
+fn find_once(
+    haystack: &str,
+    marker: &str,
+    what: &'static str,
+) -> Result<Option<usize>, FrameError> {
     let mut found = haystack.match_indices(marker).map(|(at, _)| at);
     let first = found.next();
     if found.next().is_some() {

@@ -316,8 +316,8 @@ impl LocalModel {
             turn_tokens,
             context,
         });
-        let engine = Engine::start(inner.clone(), config)
-            .map_err(|e| unavailable(path, format!("{e}")))?;
+        let engine =
+            Engine::start(inner.clone(), config).map_err(|e| unavailable(path, format!("{e}")))?;
         Ok(LocalModel {
             inner,
             engine,

@@ -19,7 +19,9 @@ pub fn count_cores<'a>(sibling_lists: impl IntoIterator<Item = &'a str>) -> usiz
 /// process (affinity, cgroup quota); at least 1.
 pub fn default_threads() -> usize {
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    physical_cores().map_or(available, |cores| cores.min(available)).max(1)
+    physical_cores()
+        .map_or(available, |cores| cores.min(available))
+        .max(1)
 }
 
 fn physical_cores() -> Option<usize> {

@@ -122,12 +122,8 @@ impl GgufTokenizer {
 
     /// Is `id` a control token (the chat frame's kind)?
     pub fn is_special(&self, id: u32) -> bool {
-        self.token(id).is_ok_and(|t| {
-            self.model
-                .vocab()
-                .attr(t)
-                .contains(LlamaTokenAttr::Control)
-        })
+        self.token(id)
+            .is_ok_and(|t| self.model.vocab().attr(t).contains(LlamaTokenAttr::Control))
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -60,7 +60,9 @@ pub fn rewrite(src: &Path, dst: &Path, key: &str, value: Option<&str>) -> std::i
     for _ in 0..n_kv {
         let start = at;
         let key_len = u64_at(&bytes, &mut at) as usize;
-        let name = std::str::from_utf8(&bytes[at..at + key_len]).unwrap().to_owned();
+        let name = std::str::from_utf8(&bytes[at..at + key_len])
+            .unwrap()
+            .to_owned();
         at += key_len;
         let ty = u32_at(&bytes, &mut at);
         let value_at = at;
