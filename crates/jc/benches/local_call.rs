@@ -89,6 +89,7 @@ fn program(caller: &SigningKey, owner: &SigningKey, result: &HpkeKeyPair, i: usi
         output: OutputSpec::to_caller(OUTPUT_BYTES),
         receipt: ReceiptSpec::to_both(),
         prompt_template: PROMPT_TEMPLATE_V1.into(),
+        guard: None,
         expires_at: now_secs() + 3600,
     }
 }
