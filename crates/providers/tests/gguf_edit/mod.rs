@@ -100,7 +100,7 @@ pub fn rewrite(src: &Path, dst: &Path, key: &str, value: Option<&str>) -> std::i
     }
     out.extend(extra);
     out.extend(infos);
-    while out.len() as u64 % alignment != 0 {
+    while !(out.len() as u64).is_multiple_of(alignment) {
         out.push(0);
     }
     out.extend(&bytes[data_start..]);
