@@ -63,7 +63,7 @@ pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> Wo
     ));
     if with_model {
         o.add_skill(&format!(
-            "---\nname: haiku\ndescription: Writes a short haiku about the request.\nprovider: local\n---\nWrite a short haiku about what the user says. Never mention {LOCAL_BODY_MARK}.\n"
+            "---\nname: haiku\ndescription: Writes a short haiku about the request.\nprovider: local\n---\nWrite a short haiku about what the user says. Never mention [[secret:{LOCAL_BODY_MARK}]].\n"
         ));
     }
     let mut caller = procs::init_node(
