@@ -9,7 +9,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use crate::store::Tx;
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::{Value, json};
 use skillbox_skill::agents::{
@@ -88,7 +89,7 @@ fn bad_row(what: &'static str, name: &str, e: serde_json::Error) -> NodeError {
 
 /// Write pack agents inside the caller's transaction (a pack lands whole, skills included).
 pub(crate) fn put_pack_agents_in(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     key: &DataKey,
     agents: &[PackAgent],
 ) -> Result<Vec<StoredAgent>> {

@@ -38,6 +38,9 @@ pub enum NodeError {
     /// SQLite failure.
     #[error("store: {0}")]
     Store(#[from] rusqlite::Error),
+    /// The batch a write was committed with failed to reach the disk (the write did not land).
+    #[error("store: the write's batch could not be committed")]
+    CommitFailed,
     /// The store's schema is newer than this binary understands.
     #[error(
         "store schema version {found} is newer than this skillbox understands ({known}); upgrade skillbox"

@@ -18,8 +18,9 @@
 //! The pure part (entry encoding, hashing, signing, verifying a sequence of lines) does no I/O;
 //! [`append`], [`list`] and [`verify_store`] are the store's edge.
 
+use crate::store::Tx;
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -481,7 +482,7 @@ pub fn verify_export(text: &str, key_hex: &str) -> std::result::Result<Verdict, 
 
 /// Append `entry` (its `seq` and `prev` are set here) inside the caller's transaction, and move
 /// the signed head: the entry lands with the call transition it records, or not at all.
-pub fn append(tx: &Transaction<'_>, key: &SigningKey, mut entry: Entry) -> Result<Line> {
+pub fn append(tx: &Tx<'_>, key: &SigningKey, mut entry: Entry) -> Result<Line> {
     let last: Option<(i64, String)> = tx
         .query_row(
             "SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1",

@@ -60,6 +60,9 @@ pub struct Gauges {
     pub peers: u64,
     /// Calls in the store, by (role, state).
     pub calls: Vec<(String, String, u64)>,
+    /// Writes the store acknowledged since start, and the commits (fsyncs) they took.
+    pub store_writes: u64,
+    pub store_commits: u64,
 }
 
 pub struct Metrics {
@@ -77,6 +80,8 @@ pub struct Metrics {
     board: Gauge,
     peers: Gauge,
     uptime: Gauge,
+    store_writes: Gauge,
+    store_commits: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -147,6 +152,16 @@ impl Default for Metrics {
         let board = gauge(&mut r, "board_skills", "Peers' offered skills on the board");
         let peers = gauge(&mut r, "peers", "Connected peers");
         let uptime = gauge(&mut r, "uptime_seconds", "Seconds since the node started");
+        let store_writes = gauge(
+            &mut r,
+            "store_writes",
+            "Writes the store acknowledged since the node started",
+        );
+        let store_commits = gauge(
+            &mut r,
+            "store_commits",
+            "Commits (fsyncs) those writes took: group commit batches concurrent writes",
+        );
         Metrics {
             registry: Mutex::new(r),
             started: Instant::now(),
@@ -162,6 +177,8 @@ impl Default for Metrics {
             board,
             peers,
             uptime,
+            store_writes,
+            store_commits,
         }
     }
 }
@@ -222,6 +239,8 @@ impl Metrics {
         set(&self.sources, gauges.sources);
         set(&self.board, gauges.board);
         set(&self.peers, gauges.peers);
+        set(&self.store_writes, gauges.store_writes);
+        set(&self.store_commits, gauges.store_commits);
         set(&self.uptime, self.started.elapsed().as_secs());
         // States no call is in any more must not linger at their last count.
         self.calls.clear();
@@ -268,7 +287,11 @@ mod tests {
             board: 7,
             peers: 1,
             calls: vec![("caller".into(), "answered".into(), 4)],
+            store_writes: 9,
+            store_commits: 5,
         });
+        assert!(text.contains("\nskillbox_store_writes 9\n"), "{text}");
+        assert!(text.contains("\nskillbox_store_commits 5\n"), "{text}");
         assert!(
             text.contains(
                 "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 2"

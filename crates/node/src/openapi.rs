@@ -9,7 +9,8 @@
 //! token; a tenant route (`x-skillbox-tenant`) answers 401 and serves the caller's owner only.
 //! Every error response carries the one error envelope.
 
-use std::sync::LazyLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::{Map, Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -360,12 +361,8 @@ pub fn check_response(
     };
     let instance: Value =
         serde_json::from_slice(body).map_err(|e| body_error(format!("not JSON: {e}")))?;
-    // The schema with the document's components beside it, so `#/components/...` resolves.
-    let mut root = schema.clone();
-    if let Some(obj) = root.as_object_mut() {
-        obj.insert("components".into(), doc["components"].clone());
-    }
-    let validator = jsonschema::validator_for(&root).map_err(|e| body_error(e.to_string()))?;
+    let validator =
+        validator_for(&template, &method_lc, status, &media, schema, doc).map_err(body_error)?;
     let errors: Vec<String> = validator
         .iter_errors(&instance)
         .take(5)
@@ -376,6 +373,40 @@ pub fn check_response(
     } else {
         Err(body_error(errors.join("; ")))
     }
+}
+
+/// One compiled validator per (route, method, status, media type): compiling the schema with
+/// every component beside it costs far more than checking an answer, and tests check thousands.
+fn validator_for(
+    template: &str,
+    method: &str,
+    status: u16,
+    media: &str,
+    schema: &Value,
+    doc: &Value,
+) -> Result<Arc<jsonschema::Validator>, String> {
+    type Key = (String, String, u16, String);
+    static CACHE: LazyLock<Mutex<HashMap<Key, Arc<jsonschema::Validator>>>> =
+        LazyLock::new(Mutex::default);
+    let key = (
+        template.to_owned(),
+        method.to_owned(),
+        status,
+        media.to_owned(),
+    );
+    if let Some(v) = CACHE.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(v);
+    }
+    // The schema with the document's components beside it, so `#/components/...` resolves.
+    let mut root = schema.clone();
+    if let Some(obj) = root.as_object_mut() {
+        obj.insert("components".into(), doc["components"].clone());
+    }
+    let validator = Arc::new(jsonschema::validator_for(&root).map_err(|e| e.to_string())?);
+    if let Ok(mut c) = CACHE.lock() {
+        c.insert(key, validator.clone());
+    }
+    Ok(validator)
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use crate::store::Tx;
+use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use crate::crypto::{self, DataKey};
@@ -354,7 +355,7 @@ fn check_shareable(name: &str, kind: SourceKind) -> Result<()> {
     })
 }
 
-fn set_shareable_in(tx: &Transaction<'_>, name: &str, shareable: bool) -> Result<()> {
+fn set_shareable_in(tx: &Tx<'_>, name: &str, shareable: bool) -> Result<()> {
     tx.execute(
         "UPDATE sources SET shareable = ?2 WHERE name = ?1",
         params![name, shareable as i64],
@@ -365,7 +366,7 @@ fn set_shareable_in(tx: &Transaction<'_>, name: &str, shareable: bool) -> Result
 /// Encrypt and upsert a source inside a caller's transaction (so skill import can write the
 /// body with the declaration atomically).
 pub(crate) fn put_in(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     key: &DataKey,
     name: &str,
     kind: SourceKind,

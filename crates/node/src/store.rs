@@ -1,16 +1,43 @@
 //! The node's SQLite store: one file, WAL, versioned migrations embedded in the binary.
 //!
-//! One connection behind one mutex is the single writer path: every change goes through
-//! [`Store::write`], which runs the closure inside one `IMMEDIATE` transaction, so a multi-row
-//! change (a skill's declaration and its body source) lands whole or not at all. Reads share the
-//! same connection; the node's read load (a human and a few peers) does not need a pool.
+//! **Writes are group-committed.** One connection is the single writer. Every change goes through
+//! [`Store::write`], which runs the closure in a savepoint of the open *batch* transaction, so a
+//! multi-row change (a skill's declaration and its body source) lands whole or not at all, and a
+//! closure that fails rolls back only its own rows. Writers that arrive while a batch commits
+//! (its fsync) queue for the writer and form the next batch; the last writer of a batch (no one
+//! else queued, or the batch full) commits it, and every member returns only after that commit
+//! is on disk — a change is acknowledged only once it is durable, and N concurrent transitions
+//! cost one fsync instead of N.
+//!
+//! **Reads** run on a small pool of WAL reader connections (`query_only`), so they never wait for
+//! the writer and see only committed batches. An in-memory store (unit tests) has no readers and
+//! no batching: each write is its own transaction on the one connection, as reads are.
 
+use std::collections::BTreeSet;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::error::{NodeError, Result};
+
+/// Writers in one batch at most (bounds a batch's size under constant load).
+const MAX_BATCH: usize = 256;
+/// WAL reader connections of a file store.
+const READERS: usize = 4;
+
+/// The connection a write closure runs on: inside the batch transaction, in a savepoint of its
+/// own. (Functions that take a `Tx` say by their type that they must run inside a write.)
+pub struct Tx<'a>(&'a Connection);
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.0
+    }
+}
 
 /// Migrations in order; migration `i` moves the store to `user_version = i + 1`. Append only:
 /// a shipped migration is never edited (calls, approvals and the board get their own later).
@@ -136,7 +163,38 @@ const MIGRATIONS: &[&str] = &[
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub struct Store {
-    conn: Mutex<Connection>,
+    writer: Mutex<Writer>,
+    /// Signalled when a batch ends (committed or failed).
+    batch_done: Condvar,
+    /// Writers between "wants the writer" and "has it": the last writer of a batch commits only
+    /// when this is zero, so a queued writer always finds its batch still open or commits it.
+    queued: AtomicUsize,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+    /// Writes acknowledged and transactions committed (group commit's effect: commits ≤ writes).
+    writes: AtomicU64,
+    commits: AtomicU64,
+}
+
+/// How many writes the store acknowledged and in how many commits (fsyncs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteStats {
+    pub writes: u64,
+    pub commits: u64,
+}
+
+struct Writer {
+    conn: Connection,
+    /// Group commit on (file stores).
+    batching: bool,
+    /// The batch transaction is open.
+    open: bool,
+    /// The open (or last) batch's number, its member count, the last batch that ended.
+    batch: u64,
+    members: usize,
+    ended: u64,
+    /// Batches whose commit failed (their members' changes are not on disk), most recent few.
+    failed: BTreeSet<u64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -145,19 +203,35 @@ impl std::fmt::Debug for Store {
     }
 }
 
+fn relock<T>(r: std::sync::LockResult<T>) -> T {
+    // A panic while holding a lock cannot leave a savepoint open (it rolls back on drop) and the
+    // batch is ended before the panic resumes, so the state is consistent: carry on with it.
+    r.unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Store {
     /// Open (creating if needed) and migrate the store at `path`.
     pub fn open(path: &Path) -> Result<Store> {
         let conn = Connection::open(path)?;
-        Store::setup(conn)
+        let mut store = Store::setup(conn, true)?;
+        for _ in 0..READERS {
+            let r = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            r.busy_timeout(std::time::Duration::from_secs(5))?;
+            r.pragma_update(None, "query_only", "ON")?;
+            store.readers.push(Mutex::new(r));
+        }
+        Ok(store)
     }
 
     /// An in-memory store (unit tests).
     pub fn open_in_memory() -> Result<Store> {
-        Store::setup(Connection::open_in_memory()?)
+        Store::setup(Connection::open_in_memory()?, false)
     }
 
-    fn setup(mut conn: Connection) -> Result<Store> {
+    fn setup(mut conn: Connection, batching: bool) -> Result<Store> {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // WAL: readers never block the writer; FULL: a committed call survives power loss too.
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -167,31 +241,118 @@ impl Store {
         conn.pragma_update(None, "secure_delete", "ON")?;
         migrate(&mut conn)?;
         Ok(Store {
-            conn: Mutex::new(conn),
+            writer: Mutex::new(Writer {
+                conn,
+                batching,
+                open: false,
+                batch: 0,
+                members: 0,
+                ended: 0,
+                failed: BTreeSet::new(),
+            }),
+            batch_done: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            readers: Vec::new(),
+            next_reader: AtomicUsize::new(0),
+            writes: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave a transaction open (it rolls back on drop),
-        // so the connection is still consistent: carry on with it.
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Run `f` as one atomic change: it lands whole (committed with its batch) when it returns
+    /// `Ok` — and this returns only once it is on disk — and not at all otherwise.
+    pub fn write<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let mut w = relock(self.writer.lock());
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        if !w.batching {
+            let tx = w
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let out = f(&Tx(&tx))?;
+            tx.commit()?;
+            self.commits.fetch_add(1, Ordering::Relaxed);
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            return Ok(out);
+        }
+        if !w.open {
+            w.conn.execute_batch("BEGIN IMMEDIATE")?;
+            w.open = true;
+            w.batch += 1;
+            w.members = 0;
+        }
+        let batch = w.batch;
+        w.members += 1;
+        let out = catch_unwind(AssertUnwindSafe(|| -> Result<T> {
+            let sp = w.conn.savepoint()?;
+            let v = f(&Tx(&sp))?;
+            sp.commit()?;
+            Ok(v)
+        }));
+        if self.queued.load(Ordering::SeqCst) == 0 || w.members >= MAX_BATCH || out.is_err() {
+            let committed = w.conn.execute_batch("COMMIT");
+            if committed.is_err() {
+                // The batch is not on disk: no member may report success.
+                let _ = w.conn.execute_batch("ROLLBACK");
+                w.failed.insert(batch);
+                while w.failed.len() > 64 {
+                    w.failed.pop_first();
+                }
+            } else {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            w.open = false;
+            w.ended = batch;
+            self.batch_done.notify_all();
+            drop(w);
+            return match out {
+                Err(panic) => resume_unwind(panic),
+                Ok(Err(e)) => Err(e),
+                Ok(Ok(v)) => {
+                    committed?;
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    Ok(v)
+                }
+            };
+        }
+        let v = match out {
+            Ok(Ok(v)) => v,
+            // Its own rows are rolled back; the batch goes on without them.
+            Ok(Err(e)) => return Err(e),
+            Err(panic) => resume_unwind(panic),
+        };
+        while w.ended < batch {
+            w = relock(self.batch_done.wait(w));
+        }
+        if w.failed.contains(&batch) {
+            return Err(NodeError::CommitFailed);
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(v)
     }
 
-    /// Run `f` in one write transaction; commit when it returns `Ok`, roll back otherwise.
-    pub fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        Ok(out)
+    /// Writes acknowledged and commits made since the store was opened.
+    pub fn write_stats(&self) -> WriteStats {
+        WriteStats {
+            writes: self.writes.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+        }
     }
 
-    /// Run a read.
+    /// Run a read on a reader connection: it sees every acknowledged write.
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let conn = self.lock();
-        f(&conn)
+        if self.readers.is_empty() {
+            let w = relock(self.writer.lock());
+            return f(&w.conn);
+        }
+        let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        for i in 0..self.readers.len() {
+            if let Ok(r) = self.readers[(start + i) % self.readers.len()].try_lock() {
+                return f(&r);
+            }
+        }
+        let r: MutexGuard<'_, Connection> = relock(self.readers[start % self.readers.len()].lock());
+        f(&r)
     }
 
     /// The schema version of the open store.
@@ -260,6 +421,104 @@ mod tests {
         assert_eq!(rfc3339(1_735_689_600_000), "2025-01-01T00:00:00Z");
         assert_eq!(rfc3339(1_665_651_482_136), "2022-10-13T08:58:02Z");
         assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
+    }
+
+    fn meta_keys(store: &Store) -> Vec<String> {
+        store
+            .read(|c| {
+                let mut st = c.prepare("SELECT key FROM meta ORDER BY key")?;
+                let keys = st
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(keys)
+            })
+            .expect("read")
+    }
+
+    /// Writers racing on a file store: every acknowledged write is there, a failing one is not
+    /// (and does not take its batch peers with it), and the writes shared commits.
+    #[test]
+    fn concurrent_writes_are_group_committed_each_whole_or_not_at_all() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let threads = 16;
+        let per = 40;
+        let barrier = std::sync::Barrier::new(threads);
+        let acked = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (store, barrier, acked) = (&store, &barrier, &acked);
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..per {
+                        let key = format!("k{t:02}-{i:03}");
+                        let k = key.clone();
+                        // Every seventh write inserts two rows, then fails: neither may land.
+                        let fails = (t * per + i) % 7 == 0;
+                        let r = store.write(move |tx| {
+                            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [&k])?;
+                            tx.execute(
+                                "INSERT INTO meta (key, value) VALUES (?1, x'02')",
+                                [format!("{k}-b")],
+                            )?;
+                            if fails {
+                                return Err(NodeError::CommitFailed);
+                            }
+                            Ok(())
+                        });
+                        assert_eq!(r.is_err(), fails, "{key}");
+                        if r.is_ok() {
+                            relock(acked.lock()).extend([key.clone(), format!("{key}-b")]);
+                        }
+                    }
+                });
+            }
+        });
+        let mut want = relock(acked.into_inner());
+        want.sort();
+        assert_eq!(meta_keys(&store), want);
+        let stats = store.write_stats();
+        assert_eq!(stats.writes as usize, want.len() / 2);
+        assert!(
+            stats.commits < stats.writes,
+            "{} writes took {} commits",
+            stats.writes,
+            stats.commits
+        );
+    }
+
+    /// A write that panics rolls back its own rows and leaves the store usable.
+    #[test]
+    fn a_panicking_write_leaves_nothing_and_the_store_goes_on() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _: Result<()> = store.write(|tx| {
+                tx.execute("INSERT INTO meta (key, value) VALUES ('gone', x'01')", [])?;
+                panic!("a bug in a write");
+            });
+        }));
+        assert!(panicked.is_err());
+        store
+            .write(|tx| {
+                tx.execute("INSERT INTO meta (key, value) VALUES ('kept', x'01')", [])?;
+                Ok(())
+            })
+            .expect("write after the panic");
+        assert_eq!(meta_keys(&store), ["kept"]);
+    }
+
+    /// Readers are read-only: a write through `read` is refused, not silently outside a batch.
+    #[test]
+    fn reads_cannot_write() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let r = store.read(|c| {
+            c.execute("INSERT INTO meta (key, value) VALUES ('x', x'01')", [])?;
+            Ok(())
+        });
+        assert!(r.is_err());
+        assert!(meta_keys(&store).is_empty());
     }
 
     #[test]

@@ -23,16 +23,32 @@ pub struct ProviderLog(pub Arc<Mutex<Vec<(String, Value)>>>);
 /// A provider double on a thread of its own (std only: tests need no runtime), answering each
 /// chat completion after `delay`. Returns its base URL (`http://127.0.0.1:P/v1`).
 pub fn provider_double(delay: Duration) -> (String, ProviderLog) {
-    provider_double_answering(delay, false)
+    provider_double_answering(delay, Answering::Count)
 }
 
 /// A careless or hostile provider: every answer is an HTTP 400 whose error text quotes the
 /// whole request it was sent (system prompt, user text, the Authorization header).
 pub fn provider_double_echoing_errors() -> (String, ProviderLog) {
-    provider_double_answering(Duration::ZERO, true)
+    provider_double_answering(Duration::ZERO, Answering::EchoError)
 }
 
-fn provider_double_answering(delay: Duration, echo: bool) -> (String, ProviderLog) {
+/// A provider double whose every answer is `answer(system prompt, user turn)`: a stand-in for a
+/// model that behaves as the test says (an obedient one gives its system prompt away).
+pub fn provider_double_by(answer: fn(&str, &str) -> String) -> (String, ProviderLog) {
+    provider_double_answering(Duration::ZERO, Answering::By(answer))
+}
+
+#[derive(Clone, Copy)]
+enum Answering {
+    /// "The double read N bytes of prompt."
+    Count,
+    /// An HTTP 400 quoting the whole request.
+    EchoError,
+    /// A completion the function writes from (system, user).
+    By(fn(&str, &str) -> String),
+}
+
+fn provider_double_answering(delay: Duration, echo: Answering) -> (String, ProviderLog) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind provider");
     let addr = listener.local_addr().expect("addr");
     let log = ProviderLog::default();
@@ -47,7 +63,7 @@ fn provider_double_answering(delay: Duration, echo: bool) -> (String, ProviderLo
     (format!("http://{addr}/v1"), log)
 }
 
-fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: bool, log: ProviderLog) {
+fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: Answering, log: ProviderLog) {
     use std::io::{Read, Write};
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -91,9 +107,23 @@ fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: bool, log: Prov
             .map(|m| m["content"].as_str().map_or(0, str::len))
             .sum();
         let quoted = format!("invalid request (auth {auth}): {body}");
+        let turn = |role: &str| {
+            body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["role"] == role)
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let content = match echo {
+            Answering::By(f) => f(&turn("system"), &turn("user")),
+            _ => format!("The double read {prompt_len} bytes of prompt."),
+        };
         log.0.lock().expect("log").push((auth, body));
         std::thread::sleep(delay);
-        if echo {
+        if matches!(echo, Answering::EchoError) {
             let answer =
                 json!({ "error": { "code": "invalid_request", "message": quoted } }).to_string();
             let resp = format!(
@@ -108,7 +138,7 @@ fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: bool, log: Prov
         let answer = json!({
             "id": "chatcmpl-double", "object": "chat.completion",
             "choices": [{ "index": 0, "finish_reason": "stop",
-                "message": { "role": "assistant", "content": format!("The double read {prompt_len} bytes of prompt.") } }],
+                "message": { "role": "assistant", "content": content } }],
             "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 }
         })
         .to_string();
@@ -179,11 +209,23 @@ pub fn start_box(listen: &str, provider_url: &str, log: &Path) -> BoxProc {
 /// [`start_box`] with the embedded model at `model` (a path that does not exist: `local` is
 /// unavailable at this box).
 pub fn start_box_with(listen: &str, provider_url: &str, log: &Path, model: &str) -> BoxProc {
+    start_box_args(listen, provider_url, log, model, &[])
+}
+
+/// [`start_box_with`] and further `skillbox box` arguments.
+pub fn start_box_args(
+    listen: &str,
+    provider_url: &str,
+    log: &Path,
+    model: &str,
+    extra: &[&str],
+) -> BoxProc {
     let err = fs::File::create(log).expect("box log");
     let mut child = Command::new(BIN)
         .args(["box", "--insecure-dev", "--listen", listen])
         .arg("--provider-url")
         .arg(format!("openai={provider_url}"))
+        .args(extra)
         .env("SKILLBOX_MODEL", model)
         .stdout(Stdio::piped())
         .stderr(err)

@@ -79,3 +79,35 @@ pub fn every_kth_word_changed(s: &str, k: usize) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+const PW_WORDS: [&str; 8] = [
+    "HERON", "MAPLE", "ORCHID", "COBALT", "JUNIPER", "TUNDRA", "FALCON", "SAFFRON",
+];
+
+/// A password inserted into the body, in one of three shapes an owner writes.
+pub fn with_password(body: &str, i: usize) -> (String, String) {
+    let word = PW_WORDS[i % PW_WORDS.len()];
+    let (sentence, secret) = match i % 3 {
+        0 => {
+            let s = format!("{word}-{}", 10 + i * 37 % 90);
+            (format!("The password is {s}."), s)
+        }
+        1 => {
+            let s = format!("{}{}", word.to_lowercase(), 100 + i * 53 % 900);
+            (format!("The access code is {s}, never share it."), s)
+        }
+        _ => {
+            let s = format!("{}", 1000 + i * 7919 % 9000);
+            (format!("Your PIN is {s}."), s)
+        }
+    };
+    let mid = (body.len() / 2..=body.len())
+        .find(|&i| body.is_char_boundary(i))
+        .unwrap_or(body.len());
+    let cut = body[mid..].find(". ").map(|k| mid + k + 2);
+    let b = match cut {
+        Some(c) => format!("{}{sentence} {}", &body[..c], &body[c..]),
+        None => format!("{body}\n\n{sentence}"),
+    };
+    (b, secret)
+}

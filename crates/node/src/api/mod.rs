@@ -467,6 +467,8 @@ impl Shared {
                 skills: list.len() as u64,
                 skills_offered: list.iter().filter(|s| s.offered).count() as u64,
                 sources: sources.count()?,
+                store_writes: store.as_ref().map_or(0, |s| s.write_stats().writes),
+                store_commits: store.as_ref().map_or(0, |s| s.write_stats().commits),
                 calls: match store {
                     Some(store) => crate::calls::records::counts_by_state(&store)?,
                     None => Vec::new(),

@@ -3,7 +3,8 @@
 //! URL, the caller's chosen source *names*, the receipt. Material never lands here: the caller's
 //! request, result key and answer are sources (`call/<id>/...`), encrypted like every source.
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use crate::store::Tx;
+use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 use skillbox_calls::{Call, Role, State};
 
@@ -177,7 +178,7 @@ pub fn open_calls(store: &Store) -> Result<Vec<(String, Role)>> {
 }
 
 /// Insert a new row. Refuses an existing `(id, role)`: a call id is never reused.
-pub fn insert(tx: &Transaction<'_>, row: &CallRow) -> Result<()> {
+pub fn insert(tx: &Tx<'_>, row: &CallRow) -> Result<()> {
     let record = serde_json::to_string(&row.call)
         .map_err(|e| NodeError::invalid("call", format!("record does not serialize: {e}")))?;
     let sources = serde_json::to_string(&row.sources)
@@ -221,7 +222,7 @@ pub struct Patch {
 }
 
 /// Write the new record (and the patch) of an existing row.
-pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
+pub fn update(tx: &Tx<'_>, call: &Call, patch: &Patch) -> Result<()> {
     let record = serde_json::to_string(call)
         .map_err(|e| NodeError::invalid("call", format!("record does not serialize: {e}")))?;
     let receipt = patch
@@ -266,12 +267,7 @@ pub fn update(tx: &Transaction<'_>, call: &Call, patch: &Patch) -> Result<()> {
 
 /// The owner's calls of `skill` since `since` (unix seconds), by their charge: `(in total, from
 /// peer)`. Rows are written only after admission, so this counts admitted calls.
-pub fn charged_since(
-    tx: &Transaction<'_>,
-    skill: &str,
-    peer: &str,
-    since: i64,
-) -> Result<(u64, u64)> {
+pub fn charged_since(tx: &Tx<'_>, skill: &str, peer: &str, since: i64) -> Result<(u64, u64)> {
     let (total, mine): (i64, i64) = tx.query_row(
         "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
          FROM calls WHERE role = 'owner' AND skill = ?1 AND created_at >= ?3",
