@@ -170,11 +170,11 @@ fn word_separator(request: &str) -> Option<&str> {
 }
 
 /// An ordinary answer about the body's subject: a few of its longer words in sentences of
-/// their own.
+/// their own (words, not codes: an answer that quotes the access code is a leak, not benign).
 fn topical(body: &str) -> String {
     let words: Vec<&str> = body
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 6)
+        .filter(|w| w.chars().count() >= 6 && w.chars().all(char::is_alphabetic))
         .collect();
     let pick = |k: usize| {
         words

@@ -164,6 +164,9 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub struct Store {
     writer: Mutex<Writer>,
+    /// Which batches ended, apart from the writer's lock: members wait on it without holding
+    /// up the writers of the next batch.
+    ended: Mutex<Ended>,
     /// Signalled when a batch ends (committed or failed).
     batch_done: Condvar,
     /// Writers between "wants the writer" and "has it": the last writer of a batch commits only
@@ -189,10 +192,15 @@ struct Writer {
     batching: bool,
     /// The batch transaction is open.
     open: bool,
-    /// The open (or last) batch's number, its member count, the last batch that ended.
+    /// The open (or last) batch's number and its member count.
     batch: u64,
     members: usize,
-    ended: u64,
+}
+
+#[derive(Default)]
+struct Ended {
+    /// The last batch that ended.
+    last: u64,
     /// Batches whose commit failed (their members' changes are not on disk), most recent few.
     failed: BTreeSet<u64>,
 }
@@ -247,9 +255,8 @@ impl Store {
                 open: false,
                 batch: 0,
                 members: 0,
-                ended: 0,
-                failed: BTreeSet::new(),
             }),
+            ended: Mutex::default(),
             batch_done: Condvar::new(),
             queued: AtomicUsize::new(0),
             readers: Vec::new(),
@@ -292,19 +299,25 @@ impl Store {
         if self.queued.load(Ordering::SeqCst) == 0 || w.members >= MAX_BATCH || out.is_err() {
             let committed = w.conn.execute_batch("COMMIT");
             if committed.is_err() {
-                // The batch is not on disk: no member may report success.
                 let _ = w.conn.execute_batch("ROLLBACK");
-                w.failed.insert(batch);
-                while w.failed.len() > 64 {
-                    w.failed.pop_first();
-                }
             } else {
                 self.commits.fetch_add(1, Ordering::Relaxed);
             }
             w.open = false;
-            w.ended = batch;
-            self.batch_done.notify_all();
+            // Published before the writer lock is released, so batches end in order (lock
+            // order: writer, then ended; members take only ended).
+            let mut ended = relock(self.ended.lock());
+            if committed.is_err() {
+                // The batch is not on disk: no member may report success.
+                ended.failed.insert(batch);
+                while ended.failed.len() > 64 {
+                    ended.failed.pop_first();
+                }
+            }
+            ended.last = batch;
+            drop(ended);
             drop(w);
+            self.batch_done.notify_all();
             return match out {
                 Err(panic) => resume_unwind(panic),
                 Ok(Err(e)) => Err(e),
@@ -321,10 +334,12 @@ impl Store {
             Ok(Err(e)) => return Err(e),
             Err(panic) => resume_unwind(panic),
         };
-        while w.ended < batch {
-            w = relock(self.batch_done.wait(w));
+        drop(w);
+        let mut ended = relock(self.ended.lock());
+        while ended.last < batch {
+            ended = relock(self.batch_done.wait(ended));
         }
-        if w.failed.contains(&batch) {
+        if ended.failed.contains(&batch) {
             return Err(NodeError::CommitFailed);
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
