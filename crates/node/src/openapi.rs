@@ -153,13 +153,22 @@ fn finish(op: &mut Value, reach: Reach) {
     let Some(op) = op.as_object_mut() else {
         return;
     };
-    let responses = op
+    let mut responses = op
         .entry("responses")
         .or_insert_with(|| json!({}))
         .as_object_mut()
         .map(std::mem::take)
         .unwrap_or_default();
-    let mut responses = responses;
+    let has_path_params = op
+        .get("parameters")
+        .and_then(Value::as_array)
+        .is_some_and(|ps| ps.iter().any(|p| p["in"] == "path"));
+    if has_path_params {
+        // axum's path extractor refuses a segment that is not UTF-8 once percent-decoded.
+        responses.entry("400").or_insert_with(|| {
+            json!({ "description": "A path parameter that is not valid UTF-8 once percent-decoded (`validation_error`)." })
+        });
+    }
     match reach {
         Reach::Public => {
             op.insert("security".into(), json!([]));
@@ -415,6 +424,30 @@ mod tests {
 
     fn served_by(path: &str) -> Option<String> {
         route_for(path).map(|r| r.openapi)
+    }
+
+    /// A path parameter that does not decode is refused by the extractor with a 400 on every
+    /// route that has one, so every such operation documents it.
+    #[test]
+    fn every_operation_with_a_path_parameter_documents_its_refusal() {
+        let doc = document();
+        let mut checked = 0;
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            if !path.contains('{') {
+                continue;
+            }
+            for (method, op) in item.as_object().into_iter().flatten() {
+                assert!(
+                    op["responses"].get("400").is_some(),
+                    "{method} {path} does not document 400"
+                );
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 5,
+            "only {checked} operations with path parameters"
+        );
     }
 
     #[test]
