@@ -48,7 +48,7 @@ enum Answering {
     By(fn(&str, &str) -> String),
 }
 
-fn provider_double_answering(delay: Duration, echo: Answering) -> (String, ProviderLog) {
+fn provider_double_answering(delay: Duration, answering: Answering) -> (String, ProviderLog) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind provider");
     let addr = listener.local_addr().expect("addr");
     let log = ProviderLog::default();
@@ -57,13 +57,13 @@ fn provider_double_answering(delay: Duration, echo: Answering) -> (String, Provi
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
             let l = l.clone();
-            std::thread::spawn(move || serve_one(stream, delay, echo, l));
+            std::thread::spawn(move || serve_one(stream, delay, answering, l));
         }
     });
     (format!("http://{addr}/v1"), log)
 }
 
-fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: Answering, log: ProviderLog) {
+fn serve_one(stream: std::net::TcpStream, delay: Duration, answering: Answering, log: ProviderLog) {
     use std::io::{Read, Write};
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -117,13 +117,13 @@ fn serve_one(stream: std::net::TcpStream, delay: Duration, echo: Answering, log:
                 .unwrap_or("")
                 .to_owned()
         };
-        let content = match echo {
+        let content = match answering {
             Answering::By(f) => f(&turn("system"), &turn("user")),
             _ => format!("The double read {prompt_len} bytes of prompt."),
         };
         log.0.lock().expect("log").push((auth, body));
         std::thread::sleep(delay);
-        if matches!(echo, Answering::EchoError) {
+        if matches!(answering, Answering::EchoError) {
             let answer =
                 json!({ "error": { "code": "invalid_request", "message": quoted } }).to_string();
             let resp = format!(

@@ -463,12 +463,20 @@ impl Shared {
         let store = self.calls.get().map(|c| c.store().clone());
         let mut gauges = blocking(move || {
             let list = skills.list()?;
+            let written =
+                store
+                    .as_ref()
+                    .map(|s| s.write_stats())
+                    .unwrap_or(crate::store::WriteStats {
+                        writes: 0,
+                        commits: 0,
+                    });
             Ok(Gauges {
                 skills: list.len() as u64,
                 skills_offered: list.iter().filter(|s| s.offered).count() as u64,
                 sources: sources.count()?,
-                store_writes: store.as_ref().map_or(0, |s| s.write_stats().writes),
-                store_commits: store.as_ref().map_or(0, |s| s.write_stats().commits),
+                store_writes: written.writes,
+                store_commits: written.commits,
                 calls: match store {
                     Some(store) => crate::calls::records::counts_by_state(&store)?,
                     None => Vec::new(),
