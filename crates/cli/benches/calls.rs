@@ -3,14 +3,20 @@
 //!
 //! 1. Protocol overhead: sequential calls with a zero-delay double; per call, POST /calls until
 //!    the caller's record says `answered`, both as the record's own clock (progressedAt −
-//!    createdAt, no polling error) and as seen by a client polling every 1 ms. Bar: p50 ≤ 20 ms,
-//!    p99 ≤ 100 ms.
-//! 2. Load: 500 calls started at once against a 1 s double; all must end `answered`; wall time
-//!    and peak memory (VmHWM) of the box, the owner and the caller.
+//!    createdAt, no polling error) and as seen by a client polling every 1 ms. Bar (issue 15):
+//!    p50 ≤ 5 ms, p99 ≤ 20 ms.
+//! 2. Load: 500 calls (`SKILLBOX_BENCH_INFLIGHT`; the issue's figure is 5,000) started at once
+//!    against a 1 s double, the box sized for them; all must end `answered`, median ≤ 1.5 s and
+//!    p99 ≤ 3 s; wall time and peak memory (VmHWM) of the box, the owner and the caller.
 //!
-//! `SKILLBOX_BENCH_CALLS` (default 250) and `SKILLBOX_BENCH_INFLIGHT` (default 500) change the
-//! counts. Exits 1 when a bar is missed or a call of the load phase is not answered, after the
-//! summary.
+//! 3. Capacity: a burst through one box and through two, each box taking at most
+//!    `SKILLBOX_BENCH_MAX_RUNS` (50) runs at once: the caller spreads calls by load and moves a
+//!    call off a box that answers `busy`, so the second box should add its capacity.
+//!
+//! `SKILLBOX_BENCH_CALLS` (default 250), `SKILLBOX_BENCH_INFLIGHT` (default 500) and
+//! `SKILLBOX_BENCH_CAPACITY_CALLS` (default 400) change the counts; `SKILLBOX_BENCH_PHASES`
+//! (`protocol,capacity`) which phases run. Exits 1 when a bar is missed or a call is not
+//! answered, after the summary.
 
 #[path = "../tests/support/procs.rs"]
 mod procs;
@@ -20,11 +26,14 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use procs::{BoxProc, NodeDir, ProviderLog, init_node, provider_double, skill_doc, start_box};
+use procs::{BoxProc, NodeDir, ProviderLog, init_node, provider_double, skill_doc, start_box_args};
 use serde_json::{Value, json};
 
-const BAR_P50_MS: f64 = 20.0;
-const BAR_P99_MS: f64 = 100.0;
+/// Issue 15's bars: protocol overhead per call, and calls in flight against a 1 s provider.
+const BAR_P50_MS: f64 = 5.0;
+const BAR_P99_MS: f64 = 20.0;
+const BAR_LOAD_P50_MS: f64 = 1500.0;
+const BAR_LOAD_P99_MS: f64 = 3000.0;
 const WARMUP: usize = 5;
 const TERMINAL: [&str; 3] = ["answered", "ran", "failed"];
 
@@ -64,22 +73,42 @@ fn raise_limits(text: String) -> String {
 struct World {
     root: tempfile::TempDir,
     provider: ProviderLog,
-    boxp: BoxProc,
+    /// The boxes both nodes accept (the first is the one `init` wrote).
+    boxes: Vec<BoxProc>,
     owner: NodeDir,
     caller: NodeDir,
 }
 
 impl World {
     fn start(delay: Duration) -> World {
+        World::start_with(delay, 1, &[])
+    }
+
+    /// `boxes` boxes, each started with `box_args`, all accepted by both nodes.
+    fn start_with(delay: Duration, boxes: usize, box_args: &[&str]) -> World {
         let root = tempfile::Builder::new()
             .prefix("skillbox-bench-")
             .tempdir()
             .expect("tempdir");
         let (provider_url, provider) = provider_double(delay);
-        let boxp = start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+        let boxes: Vec<BoxProc> = (0..boxes.max(1))
+            .map(|i| {
+                start_box_args(
+                    "127.0.0.1:0",
+                    &provider_url,
+                    &root.path().join(format!("box{i}.log")),
+                    "/nonexistent/model.gguf",
+                    box_args,
+                )
+            })
+            .collect();
+        let first = boxes[0].url.clone();
+        let all: Vec<String> = boxes.iter().map(|b| format!("{:?}", b.url)).collect();
+        let accept_all =
+            |text: String| raise_limits(text.replacen(&format!("{first:?}"), &all.join(", "), 1));
         // Info, as a node runs by default (procs defaults to debug for test diagnostics).
         let env = [("SKILLBOX_LOG", "info")];
-        let mut owner = init_node(root.path(), "owner", &boxp.url, None, raise_limits);
+        let mut owner = init_node(root.path(), "owner", &first, None, accept_all);
         owner.start(&env);
         let oa = owner.api();
         oa.put_source("openai-key", "secret", "sk-bench-key");
@@ -87,9 +116,9 @@ impl World {
         let mut caller = init_node(
             root.path(),
             "caller",
-            &boxp.url,
+            &first,
             Some(&owner.p2p_addr()),
-            raise_limits,
+            accept_all,
         );
         caller.start(&env);
         caller
@@ -98,7 +127,7 @@ impl World {
         World {
             root,
             provider,
-            boxp,
+            boxes,
             owner,
             caller,
         }
@@ -106,7 +135,10 @@ impl World {
 
     fn hwm(&self) -> [Option<u64>; 3] {
         [
-            self.boxp.proc.peak_rss_kib(),
+            self.boxes
+                .iter()
+                .filter_map(|b| b.proc.peak_rss_kib())
+                .max(),
             self.owner.proc.as_ref().and_then(|p| p.peak_rss_kib()),
             self.caller.proc.as_ref().and_then(|p| p.peak_rss_kib()),
         ]
@@ -321,7 +353,23 @@ async fn side(c: &Client, role: &str) -> HashMap<String, Value> {
 }
 
 fn load(rt: &tokio::runtime::Runtime, n: usize, limit: Duration) -> Load {
-    let w = World::start(Duration::from_secs(1));
+    // A box sized for the burst (runs at once, and each run's reserved stake limits — about
+    // 1 MiB for the owner's side): this phase measures the nodes and the protocol, not the
+    // box's admission (phase 3 does).
+    let runs = n.max(1000).to_string();
+    let budget = (n as u64).max(1024).saturating_mul(2).to_string();
+    let w = World::start_with(
+        Duration::from_secs(1),
+        1,
+        &["--max-runs", &runs, "--stake-budget-mib", &budget],
+    );
+    let l = load_in(rt, &w, n, limit);
+    eprintln!("(load data dir {})", w.root.path().display());
+    l
+}
+
+/// `n` calls started at once in world `w`, followed until every one has ended.
+fn load_in(rt: &tokio::runtime::Runtime, w: &World, n: usize, limit: Duration) -> Load {
     let hwm_idle = w.hwm();
     let caller = Client::of(&w.caller);
     let owner = Client::of(&w.owner);
@@ -441,8 +489,37 @@ fn load(rt: &tokio::runtime::Runtime, n: usize, limit: Duration) -> Load {
     });
     l.provider_requests = w.provider.0.lock().map(|g| g.len()).unwrap_or(0);
     l.hwm = w.hwm();
-    eprintln!("(load data dir {})", w.root.path().display());
     l
+}
+
+/// One capacity run: `calls` at once over `boxes` boxes that each take at most `max_runs`.
+struct Capacity {
+    boxes: usize,
+    load: Load,
+    /// Answered calls per box URL (the caller's record names the box that ran it).
+    per_box: BTreeMap<String, usize>,
+}
+
+fn capacity(rt: &tokio::runtime::Runtime, boxes: usize, max_runs: usize, calls: usize) -> Capacity {
+    let runs = max_runs.to_string();
+    let w = World::start_with(Duration::from_secs(1), boxes, &["--max-runs", &runs]);
+    let load = load_in(rt, &w, calls, Duration::from_secs(600));
+    let caller = Client::of(&w.caller);
+    let mine = rt.block_on(side(&caller, "caller"));
+    let mut per_box = BTreeMap::new();
+    for r in mine.values() {
+        if r["state"] == "answered" {
+            *per_box
+                .entry(r["box"].as_str().unwrap_or("?").to_owned())
+                .or_default() += 1;
+        }
+    }
+    eprintln!("(capacity data dir {})", w.root.path().display());
+    Capacity {
+        boxes,
+        load,
+        per_box,
+    }
 }
 
 fn verdict(name: &str, got: f64, bar: f64) -> (String, bool) {
@@ -466,27 +543,50 @@ fn verdict(name: &str, got: f64, bar: f64) -> (String, bool) {
     }
 }
 
+fn profile() -> &'static str {
+    if procs::BIN.contains("/release/") {
+        "release (bench profile)"
+    } else {
+        "dev (debug)"
+    }
+}
+
 fn main() -> ExitCode {
-    let n = env_count("SKILLBOX_BENCH_CALLS", 250);
-    let inflight = env_count("SKILLBOX_BENCH_INFLIGHT", 500);
+    let phases =
+        std::env::var("SKILLBOX_BENCH_PHASES").unwrap_or_else(|_| "protocol,capacity".into());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()
         .expect("runtime");
-    let profile = if procs::BIN.contains("/release/") {
-        "release (bench profile)"
+    eprintln!("skillbox binary: {} — {}", procs::BIN, profile());
+    let mut ok = true;
+    for phase in phases.split(',').map(str::trim) {
+        ok &= match phase {
+            "protocol" => protocol(&rt),
+            "capacity" => capacity_report(&rt),
+            other => panic!("SKILLBOX_BENCH_PHASES: unknown phase {other:?} (protocol, capacity)"),
+        };
+    }
+    if ok {
+        ExitCode::SUCCESS
     } else {
-        "dev (debug)"
-    };
-    eprintln!("skillbox binary: {} — {profile}", procs::BIN);
+        ExitCode::FAILURE
+    }
+}
+
+/// Phases 1 and 2: overhead per call and calls in flight through one box.
+fn protocol(rt: &tokio::runtime::Runtime) -> bool {
+    let n = env_count("SKILLBOX_BENCH_CALLS", 250);
+    let inflight = env_count("SKILLBOX_BENCH_INFLIGHT", 500);
+    let profile = profile();
 
     eprintln!(
         "[1/2] overhead: {WARMUP} warm-up + {n} sequential calls, zero-delay provider double"
     );
-    let (o, o_hwm, o_provider) = overhead(&rt, n);
+    let (o, o_hwm, o_provider) = overhead(rt, n);
     eprintln!("[2/2] load: {inflight} calls at once, 1 s provider double");
-    let l = load(&rt, inflight, Duration::from_secs(600));
+    let l = load(rt, inflight, Duration::from_secs(600));
 
     let mut rec = o.record_ms.clone();
     rec.sort_by(f64::total_cmp);
@@ -498,7 +598,12 @@ fn main() -> ExitCode {
     let (p99p, ok99p) = verdict("p99", pct(&pol, 99.0), BAR_P99_MS);
     let overhead_ok = ok50 && ok99 && o.failures.is_empty() && rec.len() >= 200;
     let answered = l.caller_states.get("answered").copied().unwrap_or(0);
-    let load_ok = answered == inflight;
+    let mut load_rec = l.record_ms.clone();
+    load_rec.sort_by(f64::total_cmp);
+    let (l50, okl50) = verdict("p50", pct(&load_rec, 50.0), BAR_LOAD_P50_MS);
+    let (l99, okl99) = verdict("p99", pct(&load_rec, 99.0), BAR_LOAD_P99_MS);
+    let all_answered = answered == inflight;
+    let load_ok = all_answered && okl50 && okl99;
 
     println!();
     println!("==================== skillbox calls bench ====================");
@@ -589,9 +694,10 @@ fn main() -> ExitCode {
         kib(l.hwm[1]),
         kib(l.hwm[2])
     );
+    println!("   bar (record): {l50}; {l99}");
     println!(
         "   all answered: {}",
-        if load_ok {
+        if all_answered {
             "yes".to_owned()
         } else {
             format!("NO — {answered} of {inflight}")
@@ -604,9 +710,64 @@ fn main() -> ExitCode {
         if load_ok { "PASS" } else { "FAIL" }
     );
     println!("===============================================================");
-    if overhead_ok && load_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    overhead_ok && load_ok
+}
+
+/// Phase 3: the same burst through one box and through two, each box taking at most
+/// `SKILLBOX_BENCH_MAX_RUNS` runs at once (more are refused `busy`): a second box should carry
+/// about as much again. Bar: every call answered both times, and two boxes answer the burst at
+/// ≥ 1.5× the rate of one.
+fn capacity_report(rt: &tokio::runtime::Runtime) -> bool {
+    let max_runs = env_count("SKILLBOX_BENCH_MAX_RUNS", 50);
+    let calls = env_count("SKILLBOX_BENCH_CAPACITY_CALLS", 400);
+    eprintln!(
+        "[3] capacity: {calls} calls at once, boxes taking {max_runs} runs each, 1 s provider double"
+    );
+    let runs: Vec<Capacity> = [1, 2]
+        .iter()
+        .map(|&b| capacity(rt, b, max_runs, calls))
+        .collect();
+    println!();
+    println!("==================== skillbox calls bench: capacity ====================");
+    println!("binary: {} ({})", procs::BIN, profile());
+    println!(
+        "{calls} calls started at once; each box `--max-runs {max_runs}`; 1 s provider double"
+    );
+    let mut rates = Vec::new();
+    let mut all = true;
+    for c in &runs {
+        let answered = c.load.caller_states.get("answered").copied().unwrap_or(0);
+        all &= answered == calls;
+        let secs = c.load.last_answer_ms.unwrap_or(f64::NAN) / 1e3;
+        let rate = answered as f64 / secs;
+        rates.push(rate);
+        println!(
+            "   {} box(es): answered {answered}/{calls}, last answer at {secs:.1} s = {rate:.1} calls/s; failures {:?}; provider requests {}",
+            c.boxes, c.load.caller_failures, c.load.provider_requests
+        );
+        println!(
+            "      per box: {:?}",
+            c.per_box.values().collect::<Vec<_>>()
+        );
+        println!(
+            "      answered call duration (record): {}",
+            dist(&c.load.record_ms)
+        );
     }
+    let ratio = rates[1] / rates[0];
+    let scaled = ratio >= 1.5;
+    println!(
+        "   two boxes / one box: {ratio:.2}x ({})",
+        if scaled {
+            "bar >= 1.5x met"
+        } else {
+            "bar >= 1.5x MISSED"
+        }
+    );
+    println!(
+        "RESULT: capacity {}",
+        if all && scaled { "PASS" } else { "FAIL" }
+    );
+    println!("=========================================================================");
+    all && scaled
 }

@@ -46,6 +46,9 @@ pub struct BoxArgs {
     /// Memory set aside for opened stakes, in MiB: a run that would go over is refused `busy`.
     #[arg(long, default_value_t = 1024)]
     pub stake_budget_mib: u64,
+    /// Runs open at once; one more is refused `busy` (a caller with another box moves there).
+    #[arg(long, value_name = "N", default_value_t = BoxConfig::default().max_runs)]
+    pub max_runs: usize,
     /// The insecure-dev identity key (made on first start; default `<data dir>/box/insecure-dev.key`).
     /// The same key across restarts is what nodes pin.
     #[arg(long)]
@@ -178,14 +181,20 @@ fn serve(
     }
     let providers = ProviderRegistry::from_settings(&settings);
     let views = providers.views();
-    let core = Arc::new(BoxCore::new(
-        attester.clone(),
-        providers,
-        BoxConfig {
-            stake_budget_bytes: args.stake_budget_mib.saturating_mul(1 << 20),
-            ..BoxConfig::default()
-        },
-    ));
+    let spent = global.data_dir().join("box").join("spent-programs");
+    let core = Arc::new(
+        BoxCore::new(
+            attester.clone(),
+            providers,
+            BoxConfig {
+                stake_budget_bytes: args.stake_budget_mib.saturating_mul(1 << 20),
+                max_runs: args.max_runs,
+                ..BoxConfig::default()
+            },
+        )
+        .with_spent_log(&spent, skillbox_jc::run::now_secs())
+        .with_context(|| format!("the spent-program list {}", spent.display()))?,
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -140,6 +140,9 @@ fn show(c: &Value) {
             ),
             None => say!("  box {b} (not verified yet)"),
         }
+        if let Some(tcb) = c.pointer("/attested/tcbStatus").and_then(Value::as_str) {
+            say!("  box TCB: {tcb}");
+        }
     }
     if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
         say!("  awaiting your consent: {text}");

@@ -91,6 +91,9 @@ pub struct Vouched {
     pub measurement: String,
     /// The signing key of the evidence, for platforms whose identity is a key (insecure-dev).
     pub key: Option<String>,
+    /// The platform's TCB verdict (TDX's status, SEV-SNP's reported TCB), in the verifier's own
+    /// words — never text from the evidence; none for insecure-dev, Nitro, NVIDIA.
+    pub tcb_status: Option<String>,
 }
 
 /// Checks a platform's evidence over `report_data` and returns the measurement it vouches for.
@@ -265,6 +268,7 @@ impl Verifier for InsecureDevVerifier {
         Ok(Vouched {
             measurement: statement.measurement.clone(),
             key: Some(ev.key),
+            tcb_status: None,
         })
     }
 }
@@ -327,6 +331,8 @@ pub struct VerifiedRun {
     /// True when the run was accepted on an `insecure-dev` attestation: every surface that
     /// shows the call must say so.
     pub no_hardware_isolation: bool,
+    /// The TCB verdict of the evidence (see [`Vouched::tcb_status`]).
+    pub tcb_status: Option<String>,
 }
 
 /// The public facts of a verified run, as a party keeps them across a restart: no secret in it,
@@ -342,6 +348,8 @@ pub struct VerifiedRunRecord {
     pub receipt_key: String,
     pub expires_at: u64,
     pub no_hardware_isolation: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcb_status: Option<String>,
 }
 
 impl VerifiedRun {
@@ -355,6 +363,7 @@ impl VerifiedRun {
             receipt_key: hex::encode(self.receipt_key.to_bytes()),
             expires_at: self.expires_at,
             no_hardware_isolation: self.no_hardware_isolation,
+            tcb_status: self.tcb_status.clone(),
         }
     }
 
@@ -374,6 +383,7 @@ impl VerifiedRun {
             receipt_key: VerifyingKey::from_bytes(&receipt).map_err(|_| bad("receipt key"))?,
             expires_at: r.expires_at,
             no_hardware_isolation: r.no_hardware_isolation,
+            tcb_status: r.tcb_status.clone(),
         })
     }
 }
@@ -481,5 +491,6 @@ pub fn verify_attestation(
         receipt_key,
         expires_at: st.expires_at,
         no_hardware_isolation: st.platform == INSECURE_DEV,
+        tcb_status: vouched.tcb_status,
     })
 }

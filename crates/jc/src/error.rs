@@ -134,6 +134,9 @@ pub enum JcError {
     Remote { status: u16, code: String },
     #[error("box unreachable: {0}")]
     Transport(String),
+    /// The box's own storage (its spent-program list) failed or cannot be read.
+    #[error("box storage: {0}")]
+    Storage(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -196,6 +199,7 @@ impl JcError {
             BodyTooLarge { .. } => "body_too_large",
             Remote { .. } => "remote",
             Transport(_) => "transport",
+            Storage(_) => "storage_failed",
             Internal(_) => "internal",
         }
     }
@@ -220,7 +224,7 @@ impl JcError {
             HostNotAllowed => 421,
             OriginNotAllowed => 403,
             MediaType { .. } => 415,
-            Internal(_) | Transport(_) => 500,
+            Internal(_) | Transport(_) | Storage(_) => 500,
             Remote { status, .. } => *status,
             _ => 400,
         }
@@ -283,6 +287,7 @@ impl JcError {
             BodyTooLarge { .. } => "the request body is too large",
             Remote { .. } => "the box refused",
             Transport(_) => "the box is unreachable",
+            Storage(_) => "the box's storage failed",
             Internal(_) => "internal error",
         }
     }

@@ -149,6 +149,7 @@ impl Verifier for HardwareVerifier {
         Ok(Vouched {
             measurement: verified.measurement,
             key: None,
+            tcb_status: verified.tcb_status,
         })
     }
 }

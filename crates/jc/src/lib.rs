@@ -20,6 +20,7 @@ pub mod registry;
 pub mod run;
 pub mod seal;
 pub mod server;
+pub mod spent;
 pub mod tsm;
 
 /// The Ed25519 implementation programs and receipts are signed with (node keys are its

@@ -3,7 +3,8 @@
 //!
 //! Invariants: a run's X25519 and Ed25519 keys are made fresh at open and dropped (zeroized) when
 //! the run ends, is cancelled or expires; a run id is never reused and a spent one is refused; a
-//! program runs at most once per box; nothing runs before both parties staked and submitted;
+//! program runs at most once per box (across restarts too when the box keeps a spent-program
+//! list, [`BoxCore::with_spent_log`]: its only file I/O); nothing runs before both parties staked and submitted;
 //! opened stakes live in zeroizing buffers and are dropped as soon as the provider answered.
 
 use std::collections::HashMap;
@@ -205,6 +206,8 @@ struct Run {
     finished: Option<Finished>,
     /// When a finished run's result is dropped.
     keep_until: u64,
+    /// Its program's line in the spent-program list (0: no list).
+    logged: u64,
 }
 
 impl Run {
@@ -271,7 +274,12 @@ pub struct BoxCore {
     providers: ProviderRegistry,
     config: BoxConfig,
     state: Mutex<State>,
+    /// The opened programs on disk (a restarted box still refuses a replay); `None` in memory.
+    spent: Option<crate::spent::SpentLog>,
 }
+
+/// The run id a program opened before a restart is remembered under: no run has it.
+const OPENED_BEFORE_RESTART: &str = "";
 
 fn random_id() -> String {
     let mut b = [0u8; 16];
@@ -290,7 +298,24 @@ impl BoxCore {
             providers,
             config,
             state: Mutex::new(State::default()),
+            spent: None,
         }
+    }
+
+    /// Keep the opened programs at `path` (made if missing): the programs listed there are
+    /// refused as spent, and every program opened from now on is on disk before `open`
+    /// answers. An unreadable list is an error, never an empty one.
+    pub fn with_spent_log(mut self, path: &std::path::Path, now: u64) -> Result<BoxCore> {
+        let (log, live) = crate::spent::SpentLog::open(path, now)?;
+        {
+            let mut st = self.lock();
+            for (hash, exp) in live {
+                st.programs
+                    .insert(hash, (OPENED_BEFORE_RESTART.to_owned(), exp));
+            }
+        }
+        self.spent = Some(log);
+        Ok(self)
     }
 
     pub fn platform(&self) -> &str {
@@ -345,11 +370,18 @@ impl BoxCore {
             if let Some(run) = st.runs.get(run_id)
                 && run.phase == Phase::Open
             {
-                return Ok(Opened {
+                let opened = Opened {
                     run_id: run_id.clone(),
                     program_hash: approved.hash.to_hex(),
                     expires_at: run.expires_at,
-                });
+                };
+                let logged = run.logged;
+                drop(st);
+                // Not answered before the first open is durable.
+                if let Some(log) = &self.spent {
+                    log.sync_to(logged)?;
+                }
+                return Ok(opened);
             }
             return Err(JcError::ProgramSpent(approved.hash.to_hex()));
         }
@@ -376,6 +408,10 @@ impl BoxCore {
             .expires_at
             .min(now + self.config.run_ttl_secs);
         let hash = approved.hash;
+        let logged = match &self.spent {
+            Some(log) => log.append(&hash, approved.program.expires_at)?,
+            None => 0,
+        };
         st.programs
             .insert(hash, (run_id.clone(), approved.program.expires_at));
         st.runs.insert(
@@ -390,8 +426,18 @@ impl BoxCore {
                 phase: Phase::Open,
                 finished: None,
                 keep_until: expires_at + self.config.result_ttl_secs,
+                logged,
             },
         );
+        drop(st);
+        // Durable before it is answered (outside the state lock: concurrent opens share one
+        // sync). If it cannot be made durable the run is dropped; the program stays spent.
+        if let Some(log) = &self.spent
+            && let Err(e) = log.sync_to(logged)
+        {
+            self.lock().runs.remove(&run_id);
+            return Err(e);
+        }
         Ok(Opened {
             run_id,
             program_hash: hash.to_hex(),
@@ -834,6 +880,17 @@ impl BoxCore {
         }
         st.spent_runs.retain(|_, until| *until > now);
         st.programs.retain(|_, (_, exp)| *exp > now);
+        // Rewrite the list once most of it has expired (under the state lock: no open appends
+        // meanwhile, so `programs` is every entry that must stay).
+        if let Some(log) = &self.spent
+            && log.lines() > 2 * st.programs.len() + 64
+        {
+            let live: Vec<(ProgramHash, u64)> =
+                st.programs.iter().map(|(h, (_, exp))| (*h, *exp)).collect();
+            if let Err(e) = log.compact(&live) {
+                tracing::error!(code = e.code(), error = %e, "spent-program list not compacted");
+            }
+        }
     }
 }
 

@@ -521,3 +521,43 @@ async fn output_over_the_cap_is_truncated_and_flagged() {
     let receipt = verify_receipt(&view, &run).expect("receipt");
     assert_eq!(receipt.output_bucket, 8192);
 }
+
+/// A box that keeps its spent-program list refuses, after a restart, the programs it opened
+/// before, and still opens new ones; two boxes cannot share one list.
+#[tokio::test]
+async fn a_restarted_box_still_refuses_a_program_it_opened() {
+    let f = start(Some("ok")).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let list = dir.path().join("box").join("spent-programs");
+    let echo = || -> std::sync::Arc<dyn skillbox_providers::Provider> {
+        std::sync::Arc::new(EchoProvider { fixed: None })
+    };
+    let now = now_secs();
+    let (one, two) = (f.approve(&f.program()), f.approve(&f.program()));
+    let core = core_with(echo(), skillbox_jc::run::BoxConfig::default())
+        .with_spent_log(&list, now)
+        .expect("list");
+    core.open(&one, now).expect("first open");
+    core.open(&two, now).expect("first open");
+    let e = core_with(echo(), skillbox_jc::run::BoxConfig::default())
+        .with_spent_log(&list, now)
+        .err()
+        .expect("a second box on the same list is refused");
+    assert_eq!(e.code(), "storage_failed");
+    drop(core);
+    let restarted = core_with(echo(), skillbox_jc::run::BoxConfig::default())
+        .with_spent_log(&list, now)
+        .expect("list");
+    for env in [&one, &two] {
+        let e = restarted.open(env, now).expect_err("replay after restart");
+        assert!(matches!(e, JcError::ProgramSpent(_)), "{e}");
+    }
+    restarted
+        .open(&f.approve(&f.program()), now)
+        .expect("a new program opens");
+    // Without a list (in memory) the same replay is possible: the list is what refuses it.
+    let forgetful = core_with(echo(), skillbox_jc::run::BoxConfig::default());
+    forgetful
+        .open(&one, now)
+        .expect("an in-memory box has forgotten");
+}

@@ -112,6 +112,15 @@ async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_st
         .verify_evidence(&att, &statement, &rd, now_ms)
         .expect("genuine and pinned");
     assert_eq!(vouched.measurement, MEASUREMENT);
+    // The TCB verdict travels with it (what `call show` prints), in the verifier's words.
+    assert!(
+        vouched
+            .tcb_status
+            .as_deref()
+            .is_some_and(|t| t.starts_with("reported_tcb ")),
+        "{:?}",
+        vouched.tcb_status
+    );
     assert!(matches!(
         verifier(&"00".repeat(48)).verify_evidence(&att, &statement, &rd, now_ms),
         Err(JcError::HardwareRefused("measurement_not_allowed"))

@@ -80,8 +80,9 @@ pub struct Metrics {
     board: Gauge,
     peers: Gauge,
     uptime: Gauge,
-    store_writes: Gauge,
-    store_commits: Gauge,
+    /// Monotonic in the store; brought up to its count at each scrape.
+    store_writes: Counter,
+    store_commits: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -152,12 +153,17 @@ impl Default for Metrics {
         let board = gauge(&mut r, "board_skills", "Peers' offered skills on the board");
         let peers = gauge(&mut r, "peers", "Connected peers");
         let uptime = gauge(&mut r, "uptime_seconds", "Seconds since the node started");
-        let store_writes = gauge(
+        let counter = |r: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            r.register(name, help, c.clone());
+            c
+        };
+        let store_writes = counter(
             &mut r,
             "store_writes",
             "Writes the store acknowledged since the node started",
         );
-        let store_commits = gauge(
+        let store_commits = counter(
             &mut r,
             "store_commits",
             "Commits (fsyncs) those writes took: group commit batches concurrent writes",
@@ -185,6 +191,11 @@ impl Default for Metrics {
 
 fn set(g: &Gauge, v: u64) {
     g.set(i64::try_from(v).unwrap_or(i64::MAX));
+}
+
+/// Bring a counter up to `v`, a count kept elsewhere that only grows.
+fn raise(c: &Counter, v: u64) {
+    c.inc_by(v.saturating_sub(c.get()));
 }
 
 impl Metrics {
@@ -239,8 +250,8 @@ impl Metrics {
         set(&self.sources, gauges.sources);
         set(&self.board, gauges.board);
         set(&self.peers, gauges.peers);
-        set(&self.store_writes, gauges.store_writes);
-        set(&self.store_commits, gauges.store_commits);
+        raise(&self.store_writes, gauges.store_writes);
+        raise(&self.store_commits, gauges.store_commits);
         set(&self.uptime, self.started.elapsed().as_secs());
         // States no call is in any more must not linger at their last count.
         self.calls.clear();
@@ -267,6 +278,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn store_counters_follow_the_store_across_scrapes() {
+        let m = Metrics::default();
+        let at = |writes| Gauges {
+            store_writes: writes,
+            ..Gauges::default()
+        };
+        assert!(
+            m.render(&at(3))
+                .contains("\nskillbox_store_writes_total 3\n")
+        );
+        assert!(
+            m.render(&at(10))
+                .contains("\nskillbox_store_writes_total 10\n")
+        );
+        // Never down: a counter that went back would read as a reset to a scraper.
+        assert!(
+            m.render(&at(4))
+                .contains("\nskillbox_store_writes_total 10\n")
+        );
+    }
+
+    #[test]
     fn renders_counters_histograms_and_gauges() {
         let m = Metrics::default();
         m.record("/skills", "GET", 200);
@@ -290,8 +323,15 @@ mod tests {
             store_writes: 9,
             store_commits: 5,
         });
-        assert!(text.contains("\nskillbox_store_writes 9\n"), "{text}");
-        assert!(text.contains("\nskillbox_store_commits 5\n"), "{text}");
+        assert!(text.contains("\nskillbox_store_writes_total 9\n"), "{text}");
+        assert!(
+            text.contains("\nskillbox_store_commits_total 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE skillbox_store_writes counter"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 2"

@@ -221,11 +221,15 @@ pub fn start_box_args(
     extra: &[&str],
 ) -> BoxProc {
     let err = fs::File::create(log).expect("box log");
+    // Each box its own data dir beside its log (its key and spent-program list): one box per
+    // data dir, and a box restarted with the same log keeps both.
+    let data = log.with_extension("data");
     let mut child = Command::new(BIN)
         .args(["box", "--insecure-dev", "--listen", listen])
         .arg("--provider-url")
         .arg(format!("openai={provider_url}"))
         .args(extra)
+        .env("SKILLBOX_DATA_DIR", &data)
         .env("SKILLBOX_MODEL", model)
         .stdout(Stdio::piped())
         .stderr(err)

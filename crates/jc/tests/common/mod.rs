@@ -75,13 +75,18 @@ pub async fn start(answer: Option<&str>) -> Fixture {
     .await
 }
 
-/// Start a box whose `local` provider is `provider`, with `config`.
-pub async fn start_with(provider: Arc<dyn Provider>, config: BoxConfig) -> Fixture {
+/// A box core (no server) whose `local` provider is `provider`, with `config`.
+pub fn core_with(provider: Arc<dyn Provider>, config: BoxConfig) -> BoxCore {
     let attester: Arc<dyn Attester> =
         Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
     let mut providers = ProviderRegistry::new();
     providers.register(ProviderId::Local, None, provider);
-    let core = Arc::new(BoxCore::new(attester, providers, config));
+    BoxCore::new(attester, providers, config)
+}
+
+/// Start a box whose `local` provider is `provider`, with `config`.
+pub async fn start_with(provider: Arc<dyn Provider>, config: BoxConfig) -> Fixture {
+    let core = Arc::new(core_with(provider, config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");

@@ -110,6 +110,7 @@ pub struct PeerList {
 
 /// `POST /peers`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Dial {
     /// A multiaddr, e.g. `/ip4/127.0.0.1/tcp/4001` (`/p2p/<peer id>` may be omitted).
     pub addr: String,

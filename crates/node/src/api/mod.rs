@@ -1446,15 +1446,15 @@ async fn add_peer(
         ));
     }
     let bytes = read_body(body, &headers, 4096).await?;
-    let doc: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))?;
-    let addr = doc
-        .get("addr")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::validation("addr", "required: a multiaddr string"))?;
-    let addr: skillbox_peers::Multiaddr = addr
-        .parse()
-        .map_err(|e| ApiError::validation("addr", format!("{addr:?} is not a multiaddr: {e}")))?;
+    let dial: Dial = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::validation(
+            "body",
+            format!("not the expected JSON (addr: a multiaddr): {e}"),
+        )
+    })?;
+    let addr: skillbox_peers::Multiaddr = dial.addr.parse().map_err(|e| {
+        ApiError::validation("addr", format!("{:?} is not a multiaddr: {e}", dial.addr))
+    })?;
     let handle = s.peers.get().ok_or_else(peers_unavailable)?;
     match handle.dial(addr.clone()).await {
         Ok(peer) => Ok(Json(Dialled {

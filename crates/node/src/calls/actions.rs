@@ -16,7 +16,7 @@ use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_peers::{Payload, PayloadKind, PeerId};
 use zeroize::Zeroizing;
 
-use super::driver::{Change, Outcome};
+use super::driver::{self, Change, Outcome};
 use super::ledger::ledger_entry;
 use super::records::{self, CallRow, Patch};
 use super::{Calls, lock, now_ms};
@@ -135,16 +135,51 @@ impl Calls {
         }
     }
 
+    /// Open the run on the call's box — or, when that box is busy or does not answer, on the
+    /// next the program lists that this node accepts (least loaded first); the box that opened
+    /// it becomes the call's. Nothing has been staked yet, so moving costs nothing.
     pub(super) async fn open_run(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
         let client = self.client(row)?;
-        let opened = self.timed("open", client.open(&env)).await?;
-        let policy = self.attest_policy(row);
+        let first = row.box_url.clone().unwrap_or_default();
+        let (url, client, opened) = match self.timed("open", client.open(&env)).await {
+            Ok(opened) => (first.clone(), client, opened),
+            Err(e) if driver::transient(&e) => {
+                let mut last = e;
+                let mut moved = None;
+                for other in self.0.boxes.alternatives(&first, &approved.program) {
+                    let Some(c) = self.0.boxes.client(&other.url).cloned() else {
+                        continue;
+                    };
+                    match self.timed("open", c.open(&env)).await {
+                        Ok(opened) => {
+                            self.0.boxes.claim(&other.url);
+                            moved = Some((other.url, c, opened));
+                            break;
+                        }
+                        Err(e) if driver::transient(&e) => last = e,
+                        Err(e) => return Err(e),
+                    }
+                }
+                match moved {
+                    Some(m) => {
+                        tracing::info!(call = %row.call.id, from = %first, to = %m.0, code = last.code(), "box busy or unreachable; run opened on another");
+                        m
+                    }
+                    None => return Err(last),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let policy = self.0.boxes.verify_policy(&url);
         let verified = self
             .timed("attest", client.attest(&approved, &opened.run_id, &policy))
             .await?;
-        let change = self.remember(row, verified);
+        let mut change = self.remember(row, verified);
+        if url != first {
+            change.patch.box_url = Some(url);
+        }
         Ok(Some((
             Event::RunOpened {
                 run_id: opened.run_id,

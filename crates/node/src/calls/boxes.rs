@@ -9,9 +9,14 @@
 //! first contact: the key its `/healthz` first showed is the one its attestations must carry.
 //! Provider hosts are pinned too: a box may reach a provider only at its official endpoint, a
 //! host in `boxes.provider_hosts`, or a loopback host when the box itself is on loopback.
+//!
+//! Load: when several accepted boxes can run a call, the caller tries the least loaded first —
+//! the runs in flight the box reported at its last `/healthz`, plus the runs this node has sent
+//! it since (so a burst between two reports is spread, not piled on the box that looked idle).
+//! A box that answers `busy` or not at all hands the call to the next (see `actions::open_run`).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use skillbox_jc::attest::VerifyPolicy;
 use skillbox_jc::client::BoxClient;
@@ -51,6 +56,8 @@ pub struct KnownBox {
     /// The evidence key the box showed (insecure-dev): its attestations must carry it.
     pub key: Option<String>,
     pub providers: Vec<ProviderView>,
+    /// The runs the box said it had in flight when last asked.
+    pub runs_in_flight: usize,
 }
 
 impl KnownBox {
@@ -155,6 +162,8 @@ pub struct Boxes {
     checks: RwLock<BTreeMap<String, BoxCheck>>,
     /// When every box was last asked.
     refreshed_at: RwLock<Option<std::time::Instant>>,
+    /// Runs this node sent each box since the box last reported its load.
+    claimed: Mutex<BTreeMap<String, usize>>,
 }
 
 /// What a node knows of its boxes is refreshed on demand past this age (and on the advert
@@ -220,6 +229,7 @@ impl Boxes {
             known: RwLock::new(BTreeMap::new()),
             checks: RwLock::new(BTreeMap::new()),
             refreshed_at: RwLock::new(None),
+            claimed: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -293,8 +303,14 @@ impl Boxes {
                     measurement: h.measurement,
                     key: self.pins.get(url).and_then(|p| p.key.clone()).or(h.key),
                     providers,
+                    runs_in_flight: h.runs_in_flight,
                 };
                 known.insert(url.clone(), kb);
+                // The report counts what this node sent so far.
+                self.claimed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(url);
                 None
             }
             Err(e) => {
@@ -328,6 +344,48 @@ impl Boxes {
             .unwrap_or_else(|p| p.into_inner())
             .is_none_or(|t| t.elapsed() > STALE_AFTER);
         stale || self.clients.keys().any(|u| !known.contains_key(u))
+    }
+
+    /// `candidates` in the order a call should try them: least loaded first (see the module
+    /// docs), ties by URL.
+    pub fn by_load(&self, candidates: Vec<KnownBox>) -> Vec<KnownBox> {
+        let claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+        order_by_load(candidates, &claimed)
+    }
+
+    /// Count a run this node is sending to the box at `url`, until the box next reports.
+    pub fn claim(&self, url: &str) {
+        *self
+            .claimed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(normalize_url(url))
+            .or_default() += 1;
+    }
+
+    /// The known boxes a run of `program` may be opened on instead of `current` (it answered
+    /// `busy` or not at all): listed by identity in the program, offering its provider at the
+    /// very host the program names (the attestation binds it), least loaded first.
+    pub fn alternatives(
+        &self,
+        current: &str,
+        program: &skillbox_jc::program::Program,
+    ) -> Vec<KnownBox> {
+        let current = normalize_url(current);
+        let provider = program.provider.id.to_string();
+        let host = program.provider.host.as_deref().map(normalize_url);
+        let others = self
+            .known()
+            .into_iter()
+            .filter(|k| k.url != current)
+            .filter(|k| program.boxes.contains(&k.identity()))
+            .filter(|k| {
+                k.providers.iter().any(|p| {
+                    p.id == provider && p.available && p.host.as_deref().map(normalize_url) == host
+                })
+            })
+            .collect();
+        self.by_load(others)
     }
 
     pub fn known(&self) -> Vec<KnownBox> {
@@ -390,9 +448,70 @@ impl Boxes {
     }
 }
 
+/// Least loaded first: reported runs plus runs claimed since the report; ties by URL.
+fn order_by_load(mut boxes: Vec<KnownBox>, claimed: &BTreeMap<String, usize>) -> Vec<KnownBox> {
+    boxes.sort_by_cached_key(|k| {
+        let load = k
+            .runs_in_flight
+            .saturating_add(claimed.get(&k.url).copied().unwrap_or(0));
+        (load, k.url.clone())
+    });
+    boxes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn known(url: &str, runs: usize) -> KnownBox {
+        KnownBox {
+            url: url.into(),
+            platform: INSECURE_DEV.into(),
+            measurement: "ab".repeat(48),
+            key: None,
+            providers: vec![],
+            runs_in_flight: runs,
+        }
+    }
+
+    fn urls(v: &[KnownBox]) -> Vec<&str> {
+        v.iter().map(|k| k.url.as_str()).collect()
+    }
+
+    #[test]
+    fn boxes_are_tried_least_loaded_first_counting_runs_sent_since_the_report() {
+        let boxes = vec![
+            known("http://a", 5),
+            known("http://b", 2),
+            known("http://c", 2),
+        ];
+        let none = BTreeMap::new();
+        assert_eq!(
+            urls(&order_by_load(boxes.clone(), &none)),
+            ["http://b", "http://c", "http://a"]
+        );
+        // Four runs sent to b since it reported 2: it is now the busiest.
+        let claimed = BTreeMap::from([("http://b".to_owned(), 4)]);
+        assert_eq!(
+            urls(&order_by_load(boxes, &claimed)),
+            ["http://c", "http://a", "http://b"]
+        );
+    }
+
+    #[test]
+    fn a_burst_between_reports_alternates_over_equal_boxes() {
+        let urls_in = ["http://a".to_owned(), "http://b".to_owned()];
+        let boxes = Boxes::new(&urls_in, true, &[], &BTreeMap::new());
+        let both = vec![known("http://a", 0), known("http://b", 0)];
+        let mut sent = BTreeMap::<String, usize>::new();
+        for _ in 0..10 {
+            let first = boxes.by_load(both.clone())[0].url.clone();
+            boxes.claim(&first);
+            *sent.entry(first).or_default() += 1;
+        }
+        assert_eq!(sent.get("http://a"), Some(&5));
+        assert_eq!(sent.get("http://b"), Some(&5));
+    }
 
     fn pin(url: &str, platform: &str, key: Option<&str>) -> BoxPin {
         BoxPin {

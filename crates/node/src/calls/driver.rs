@@ -73,7 +73,7 @@ fn action_name(a: &Action) -> &'static str {
 }
 
 /// A box error that may pass (retry later) rather than one that ends the call.
-fn transient(e: &JcError) -> bool {
+pub(super) fn transient(e: &JcError) -> bool {
     match e {
         JcError::Transport(_) | JcError::NotReady(_) | JcError::Busy(_) => true,
         JcError::Remote { status, code } => {
@@ -179,7 +179,8 @@ impl Calls {
                     return Ok(None);
                 };
                 let t = machine::step(&row.call, event, now_ms(), &timing);
-                if t.changed || (!t.actions.is_empty() && change.has_patch()) {
+                let write = t.changed || (!t.actions.is_empty() && change.has_patch());
+                if write {
                     store.write(|tx| {
                         records::update(tx, &t.call, &change.patch)?;
                         if let Some(entry) = &change.ledger
@@ -213,11 +214,17 @@ impl Calls {
                         Ok(())
                     })?;
                 }
-                Ok(Some(t))
+                // What the actions act on: the row as just persisted.
+                let row = if write {
+                    row.updated(t.call.clone(), &change.patch)
+                } else {
+                    row
+                };
+                Ok(Some((t, Arc::new(row))))
             })
             .await?;
             drop(held);
-            let Some(t) = stepped else {
+            let Some((t, row)) = stepped else {
                 return Ok(None);
             };
             if t.changed {
@@ -248,21 +255,23 @@ impl Calls {
                 }
             }
             for action in t.actions {
-                this.dispatch(key.clone(), action);
+                this.dispatch(key.clone(), action, row.clone());
             }
             Ok(Some(t.call))
         })
     }
 
     /// Run an action as its own task, unless one of its kind is already running for this call.
-    pub(super) fn dispatch(&self, key: Key, action: Action) {
+    /// `row` is the call's row as the transition that owes the action persisted it (so the
+    /// action does not read it back).
+    pub(super) fn dispatch(&self, key: Key, action: Action, row: Arc<CallRow>) {
         let name = action_name(&action);
         if !lock(&self.0.inflight).insert((key.clone(), name)) {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let outcome = this.execute(&key, action).await;
+            let outcome = this.execute(action, row).await;
             lock(&this.0.inflight).remove(&(key.clone(), name));
             if let Some((event, change)) = outcome
                 && let Err(e) = this.apply(key.clone(), event, change).await
@@ -284,8 +293,7 @@ impl Calls {
         }
     }
 
-    async fn execute(&self, key: &Key, action: Action) -> Outcome {
-        let row = self.load(key).await?;
+    async fn execute(&self, action: Action, row: Arc<CallRow>) -> Outcome {
         if row.call.state.is_terminal()
             && !matches!(action, Action::CancelRun | Action::SendFailed { .. })
         {

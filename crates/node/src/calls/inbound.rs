@@ -285,6 +285,8 @@ impl Calls {
         );
         let skill = program.skill.name.clone();
         let peer = from.to_owned();
+        let row = std::sync::Arc::new(row);
+        let stored = row.clone();
         let inserted = blocking(move || {
             store.write(|tx| {
                 let since = crate::store::now_secs() - 86_400;
@@ -296,7 +298,7 @@ impl Calls {
                         format!("{skill} had {total} calls in 24 h (limit {per_day})")
                     }));
                 }
-                match records::insert(tx, &row) {
+                match records::insert(tx, &stored) {
                     Ok(()) => Ok(Ok(true)),
                     Err(NodeError::Conflict(_)) => Ok(Ok(false)),
                     Err(e) => Err(e),
@@ -314,7 +316,7 @@ impl Calls {
         let key = (id.to_owned(), Role::Owner);
         self.crash_point(Role::Owner, State::Accepted);
         for action in t.actions {
-            self.dispatch(key.clone(), action);
+            self.dispatch(key.clone(), action, row.clone());
         }
         Ok(Some(()))
     }

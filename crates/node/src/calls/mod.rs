@@ -224,6 +224,10 @@ pub struct Attested {
     pub platform: String,
     pub measurement: String,
     pub hardware_isolation: bool,
+    /// The platform's TCB verdict as this side's verifier put it (TDX status, SEV-SNP reported
+    /// TCB); absent where the platform has none (insecure-dev, Nitro).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcb_status: Option<String>,
 }
 
 impl CallView {
@@ -254,6 +258,7 @@ impl CallView {
                     platform: v.platform,
                     measurement: v.measurement,
                     hardware_isolation: !v.no_hardware_isolation,
+                    tcb_status: v.tcb_status,
                 }),
         }
     }

@@ -54,6 +54,27 @@ pub struct CallRow {
     pub receipt: Option<Value>,
 }
 
+impl CallRow {
+    /// The row as [`update`] with `call` and `patch` leaves it (what a transition hands its
+    /// actions, so they need not read it back).
+    pub fn updated(mut self, call: Call, patch: &Patch) -> CallRow {
+        self.call = call;
+        if let Some(p) = &patch.program {
+            self.program = Some(p.clone());
+        }
+        if let Some(b) = &patch.box_url {
+            self.box_url = Some(b.clone());
+        }
+        if let Some(r) = &patch.receipt {
+            self.receipt = Some(r.clone());
+        }
+        if let Some(v) = &patch.verified {
+            self.verified = Some(v.clone());
+        }
+        self
+    }
+}
+
 /// Filters of `GET /calls`.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -330,4 +351,76 @@ pub fn prune_finished(store: &Store, before: i64) -> Result<usize> {
         }
         Ok(n)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skillbox_calls::machine::{self, Event, NewCall, Timing};
+
+    fn same(a: &CallRow, b: &CallRow) -> bool {
+        a.call == b.call
+            && a.program == b.program
+            && a.box_url == b.box_url
+            && a.verified == b.verified
+            && a.sources == b.sources
+            && a.receipt == b.receipt
+    }
+
+    /// The row a transition hands its actions is the row a fresh read returns, for every
+    /// shape of patch (a field it leaves out keeps its stored value).
+    #[test]
+    fn the_row_handed_to_actions_is_the_row_persisted() {
+        let store = Store::open_in_memory().expect("store");
+        let timing = Timing::default();
+        let t = machine::start(
+            Role::Caller,
+            NewCall {
+                id: "c1".into(),
+                peer: "peer".into(),
+                skill: "taste".into(),
+                program_hash: format!("sha256:{}", "0".repeat(64)),
+                expires_at_ms: u64::MAX / 2,
+            },
+            1_000,
+            &timing,
+        );
+        let mut row = CallRow {
+            call: t.call,
+            program: Some("{\"payload\":1}".into()),
+            box_url: Some("http://127.0.0.1:1".into()),
+            verified: None,
+            sources: vec!["songs".into()],
+            receipt: None,
+        };
+        store.write(|tx| insert(tx, &row)).expect("insert");
+        let patches = [
+            Patch::default(),
+            Patch {
+                box_url: Some("http://127.0.0.1:2".into()),
+                ..Patch::default()
+            },
+            Patch {
+                verified: Some(serde_json::json!({"runId": "r"})),
+                ..Patch::default()
+            },
+            Patch {
+                program: Some("{\"payload\":2}".into()),
+                receipt: Some(serde_json::json!({"ran": true})),
+                charge: Some(2),
+                ..Patch::default()
+            },
+        ];
+        for (i, patch) in patches.iter().enumerate() {
+            let next = machine::step(&row.call, Event::Tick, 2_000 + i as u64, &timing).call;
+            store.write(|tx| update(tx, &next, patch)).expect("update");
+            row = row.updated(next, patch);
+            let read = load(&store, "c1", Role::Caller)
+                .expect("load")
+                .expect("row");
+            assert!(same(&row, &read), "patch {i}: {row:?} != {read:?}");
+        }
+        assert_eq!(row.box_url.as_deref(), Some("http://127.0.0.1:2"));
+        assert!(row.verified.is_some() && row.receipt.is_some());
+    }
 }

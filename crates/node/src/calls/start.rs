@@ -169,10 +169,12 @@ impl Calls {
         tracing::info!(call = %id, peer = %req.peer, skill = %req.skill, "call requested");
         self.crash_point(Role::Caller, State::Requested);
         let key = (id, Role::Caller);
+        let view = CallView::of(&row);
+        let row = std::sync::Arc::new(row);
         for action in t.actions {
-            self.dispatch(key.clone(), action);
+            self.dispatch(key.clone(), action, row.clone());
         }
-        Ok(CallView::of(&row))
+        Ok(view)
     }
 
     /// Design §7 selection over the sources this node may stake (shareable user data), with a
@@ -218,7 +220,8 @@ impl Calls {
     }
 
     /// The boxes both sides accept (ours by URL, theirs by identity from their advert) that
-    /// can run the skill's provider, and the one this call uses. An accepted box whose identity
+    /// can run the skill's provider, least loaded first, and the one this call uses (the
+    /// first). An accepted box whose identity
     /// this node has not learnt yet (it started after the node) is asked now, briefly.
     async fn choose_box(
         &self,
@@ -268,11 +271,13 @@ impl Calls {
                 ),
             });
         }
-        let able: Vec<KnownBox> = common
-            .iter()
-            .filter(|k| k.offers(provider))
-            .cloned()
-            .collect();
+        let able: Vec<KnownBox> = boxes.by_load(
+            common
+                .iter()
+                .filter(|k| k.offers(provider))
+                .cloned()
+                .collect(),
+        );
         let Some(first) = able.first().cloned() else {
             return Err(CallError::NoBoxForProvider {
                 provider: provider.to_owned(),
@@ -283,6 +288,7 @@ impl Calls {
                     .join(", "),
             });
         };
+        boxes.claim(&first.url);
         Ok((able, first))
     }
 

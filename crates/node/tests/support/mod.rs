@@ -134,16 +134,23 @@ pub async fn start_box(provider_url: &str) -> String {
 
 /// [`start_box`] on a given loopback port (0: any).
 pub async fn start_box_at(port: u16, provider_url: &str) -> String {
-    start_box_bound(port, provider_url).await.0
+    start_box_bound(port, provider_url, BoxConfig::default())
+        .await
+        .0
 }
 
 /// [`start_box`], also answering the box's identity key (what a node pins).
 pub async fn start_box_keyed(provider_url: &str) -> (String, String) {
-    start_box_bound(0, provider_url).await
+    start_box_bound(0, provider_url, BoxConfig::default()).await
+}
+
+/// [`start_box`] with its own limits.
+pub async fn start_box_configured(provider_url: &str, config: BoxConfig) -> String {
+    start_box_bound(0, provider_url, config).await.0
 }
 
 /// A box on `port` (0: any) with `openai` at `provider_url`: its URL and identity key.
-async fn start_box_bound(port: u16, provider_url: &str) -> (String, String) {
+async fn start_box_bound(port: u16, provider_url: &str, config: BoxConfig) -> (String, String) {
     let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
     let key = attester.public_key_hex();
     let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
@@ -151,7 +158,7 @@ async fn start_box_bound(port: u16, provider_url: &str) -> (String, String) {
     let core = Arc::new(BoxCore::new(
         attester,
         ProviderRegistry::from_settings(&settings),
-        BoxConfig::default(),
+        config,
     ));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await

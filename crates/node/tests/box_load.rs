@@ -1,0 +1,104 @@
+//! Spread over boxes: a caller that accepts several boxes able to run a call sends it to the
+//! least loaded, so a burst is shared, and a box that answers `busy` hands the call to another
+//! before anything is staked.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use skillbox_jc::run::BoxConfig;
+use support::{TestNode, skill_doc};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// An owner and a caller that both accept `boxes`, the owner offering `taste`.
+async fn pair(boxes: &[String]) -> (TestNode, TestNode) {
+    let accept = |c: &mut skillbox_node::Config| c.boxes.accept = boxes.to_vec();
+    let owner = TestNode::start(&boxes[0], vec![], accept).await;
+    owner.put_source("openai-key", "secret", "sk-LOAD-1").await;
+    owner
+        .add_skill(&skill_doc("taste", "BODY-LOAD-1", &[]))
+        .await;
+    let caller = TestNode::start(&boxes[0], vec![owner.p2p.clone()], accept).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    (owner, caller)
+}
+
+/// Start `n` calls at once and wait for all; each ended record of the caller and of the owner.
+async fn burst(owner: &TestNode, caller: &TestNode, n: usize) -> Vec<(Value, Value)> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            caller
+                .start_call(&owner.peer_id, "taste", &format!("REQ-LOAD-{i}"))
+                .await,
+        );
+    }
+    let mut ended = Vec::new();
+    for id in ids {
+        let c = caller.wait_call(&id, LIMIT).await;
+        let o = owner.wait_call(&id, LIMIT).await;
+        ended.push((c, o));
+    }
+    ended
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_calls_is_shared_by_the_boxes_both_sides_accept() {
+    let (provider_url, _provider) = support::provider_double(Duration::from_millis(400)).await;
+    let boxes = vec![
+        support::start_box(&provider_url).await,
+        support::start_box(&provider_url).await,
+    ];
+    let (owner, caller) = pair(&boxes).await;
+    let ended = burst(&owner, &caller, 8).await;
+    let mut per_box = BTreeMap::<String, usize>::new();
+    for (c, o) in &ended {
+        assert_eq!(c["state"], "answered", "{c}");
+        assert_eq!(c["box"], o["box"], "both sides name the same box: {c} {o}");
+        *per_box
+            .entry(c["box"].as_str().unwrap_or_default().to_owned())
+            .or_default() += 1;
+    }
+    for b in &boxes {
+        assert!(
+            per_box.get(b).copied().unwrap_or(0) >= 2,
+            "8 calls at once were not shared: {per_box:?}"
+        );
+    }
+    caller.stop().await;
+    owner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_box_hands_the_call_to_another_before_anything_is_staked() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    // A box that takes no run at all, beside an ordinary one: half of a burst picks the full
+    // box first (it reports no load), is refused `busy`, and must move.
+    let full = support::start_box_configured(
+        &provider_url,
+        BoxConfig {
+            max_runs: 0,
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    let open = support::start_box(&provider_url).await;
+    let (owner, caller) = pair(&[full.clone(), open.clone()]).await;
+    let ended = burst(&owner, &caller, 4).await;
+    for (c, o) in &ended {
+        assert_eq!(c["state"], "answered", "{c}");
+        assert_eq!(c["box"], open.as_str(), "{c}");
+        assert_eq!(
+            o["box"],
+            open.as_str(),
+            "the owner was told the box that ran: {o}"
+        );
+    }
+    let ran = provider.0.lock().expect("provider log").len();
+    assert_eq!(ran, 4, "each call ran exactly once");
+    caller.stop().await;
+    owner.stop().await;
+}
