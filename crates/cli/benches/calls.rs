@@ -10,7 +10,7 @@
 //!    p99 ≤ 3 s; wall time and peak memory (VmHWM) of the box, the owner and the caller.
 //!
 //! 3. Capacity: a burst through one box and through two, each box taking at most
-//!    `SKILLBOX_BENCH_MAX_RUNS` (50) runs at once: the caller spreads calls by load and moves a
+//!    `SKILLBOX_BENCH_MAX_RUNS` (20) runs at once: the caller spreads calls by load and moves a
 //!    call off a box that answers `busy`, so the second box should add its capacity.
 //!
 //! `SKILLBOX_BENCH_CALLS` (default 250), `SKILLBOX_BENCH_INFLIGHT` (default 500) and
@@ -41,8 +41,8 @@ const TERMINAL: [&str; 3] = ["answered", "ran", "failed"];
 /// so they are only raised when the rendered config already names them).
 static PAYLOAD_KEYS: AtomicBool = AtomicBool::new(false);
 
-/// Admission and the libp2p inbox rate are per peer and sized for humans; both would throttle a
-/// bench that is one peer calling as fast as it can.
+/// Admission, the owner's daily ceilings and the libp2p inbox rate are per peer and sized for
+/// humans; each would throttle a bench that is one peer calling as fast as it can.
 fn raise_limits(text: String) -> String {
     let mut admission = false;
     let mut out = String::with_capacity(text.len());
@@ -58,6 +58,9 @@ fn raise_limits(text: String) -> String {
                 "payload_rate_per_sec = 100000.0".to_owned()
             }
             "payload_burst" => "payload_burst = 100000".to_owned(),
+            // The owner's daily ceilings (100 per peer, 1,000 in all) would refuse a burst.
+            "calls_per_peer_per_day" => "calls_per_peer_per_day = 100000000".to_owned(),
+            "calls_per_day" => "calls_per_day = 100000000".to_owned(),
             _ => line.to_owned(),
         };
         out.push_str(&line);
@@ -507,6 +510,9 @@ fn capacity(rt: &tokio::runtime::Runtime, boxes: usize, max_runs: usize, calls: 
     let caller = Client::of(&w.caller);
     let mine = rt.block_on(side(&caller, "caller"));
     let mut per_box = BTreeMap::new();
+    if let Some(f) = mine.values().find(|r| r["state"] == "failed") {
+        eprintln!("(a failed call: {})", f["failure"]);
+    }
     for r in mine.values() {
         if r["state"] == "answered" {
             *per_box
@@ -619,7 +625,9 @@ fn protocol(rt: &tokio::runtime::Runtime) -> bool {
             "ABSENT in this binary: libp2p inbox stays at 20 payloads/s per peer, burst 100"
         }
     );
-    println!("admission: calls_per_minute raised to 1000000 on both nodes");
+    println!(
+        "admission: calls_per_minute raised to 1000000, daily ceilings to 100000000, on both nodes"
+    );
     println!();
     println!(
         "-- 1. protocol overhead, zero-delay provider double ({n} sequential calls after {WARMUP} warm-up)"
@@ -718,7 +726,7 @@ fn protocol(rt: &tokio::runtime::Runtime) -> bool {
 /// about as much again. Bar: every call answered both times, and two boxes answer the burst at
 /// ≥ 1.5× the rate of one.
 fn capacity_report(rt: &tokio::runtime::Runtime) -> bool {
-    let max_runs = env_count("SKILLBOX_BENCH_MAX_RUNS", 50);
+    let max_runs = env_count("SKILLBOX_BENCH_MAX_RUNS", 20);
     let calls = env_count("SKILLBOX_BENCH_CAPACITY_CALLS", 400);
     eprintln!(
         "[3] capacity: {calls} calls at once, boxes taking {max_runs} runs each, 1 s provider double"

@@ -22,6 +22,32 @@ use super::records::{self, CallRow, Patch};
 use super::{Calls, lock, now_ms};
 use crate::ledger::Item;
 
+/// How long an open waits, retrying, while every box it may use is busy (the machine's stall
+/// limit is 120 s).
+const BUSY_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A box at its run limit (or stake budget): it has room again as soon as a run ends.
+fn is_busy(e: &JcError) -> bool {
+    match e {
+        JcError::Busy(_) | JcError::OverBudget { .. } => true,
+        JcError::Remote { code, .. } => code == "busy",
+        _ => false,
+    }
+}
+
+/// The pause before the `attempt`th retry: 200 ms growing by half each time to 2 s, with up to
+/// as much again of jitter, so the calls waiting on a full box neither hammer it nor all come
+/// back in the same instant.
+fn busy_pause(attempt: u32) -> Duration {
+    let base = (200.0 * 1.5f64.powi(attempt.min(16) as i32)).min(2000.0) as u64;
+    let mut b = [0u8; 2];
+    let jitter = match getrandom::fill(&mut b) {
+        Ok(()) => u64::from(u16::from_le_bytes(b)) % base.max(1),
+        Err(_) => base / 2,
+    };
+    Duration::from_millis(base + jitter)
+}
+
 impl Calls {
     async fn send(&self, row: &CallRow, kind: PayloadKind, body: Value) -> bool {
         let Ok(peer) = row.call.peer.parse::<PeerId>() else {
@@ -141,37 +167,8 @@ impl Calls {
     pub(super) async fn open_run(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
-        let client = self.client(row)?;
         let first = row.box_url.clone().unwrap_or_default();
-        let (url, client, opened) = match self.timed("open", client.open(&env)).await {
-            Ok(opened) => (first.clone(), client, opened),
-            Err(e) if driver::transient(&e) => {
-                let mut last = e;
-                let mut moved = None;
-                for other in self.0.boxes.alternatives(&first, &approved.program) {
-                    let Some(c) = self.0.boxes.client(&other.url).cloned() else {
-                        continue;
-                    };
-                    match self.timed("open", c.open(&env)).await {
-                        Ok(opened) => {
-                            self.0.boxes.claim(&other.url);
-                            moved = Some((other.url, c, opened));
-                            break;
-                        }
-                        Err(e) if driver::transient(&e) => last = e,
-                        Err(e) => return Err(e),
-                    }
-                }
-                match moved {
-                    Some(m) => {
-                        tracing::info!(call = %row.call.id, from = %first, to = %m.0, code = last.code(), "box busy or unreachable; run opened on another");
-                        m
-                    }
-                    None => return Err(last),
-                }
-            }
-            Err(e) => return Err(e),
-        };
+        let (url, client, opened) = self.open_somewhere(row, &first, &env, &approved).await?;
         let policy = self.0.boxes.verify_policy(&url);
         let verified = self
             .timed("attest", client.attest(&approved, &opened.run_id, &policy))
@@ -186,6 +183,52 @@ impl Calls {
             },
             change,
         )))
+    }
+
+    /// Try the call's box, then the alternatives; while every one of them answers `busy` (a
+    /// box at its `--max-runs`: runs end every moment), try again after a short jittered pause
+    /// for up to [`BUSY_PATIENCE`] before leaving the retry to the machine's backoff — which
+    /// grows to 30 s and would leave a full box idle long after it has room.
+    async fn open_somewhere(
+        &self,
+        row: &CallRow,
+        first: &str,
+        env: &Envelope,
+        approved: &skillbox_jc::dsse::ApprovedProgram,
+    ) -> skillbox_jc::Result<(String, BoxClient, skillbox_jc::run::Opened)> {
+        let client = self.client(row)?;
+        let started = std::time::Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let mut last = match self.timed("open", client.open(env)).await {
+                Ok(opened) => return Ok((first.to_owned(), client, opened)),
+                Err(e) if driver::transient(&e) => e,
+                Err(e) => return Err(e),
+            };
+            let mut all_busy = is_busy(&last);
+            for other in self.0.boxes.alternatives(first, &approved.program) {
+                let Some(c) = self.0.boxes.client(&other.url).cloned() else {
+                    continue;
+                };
+                match self.timed("open", c.open(env)).await {
+                    Ok(opened) => {
+                        self.0.boxes.claim(&other.url);
+                        tracing::info!(call = %row.call.id, from = %first, to = %other.url, code = last.code(), "box busy or unreachable; run opened on another");
+                        return Ok((other.url, c, opened));
+                    }
+                    Err(e) if driver::transient(&e) => {
+                        all_busy &= is_busy(&e);
+                        last = e;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if !all_busy || started.elapsed() >= BUSY_PATIENCE {
+                return Err(last);
+            }
+            tokio::time::sleep(busy_pause(attempt)).await;
+            attempt = attempt.saturating_add(1);
+        }
     }
 
     pub(super) async fn verify_run(
@@ -525,4 +568,37 @@ impl Calls {
 /// The body of `call.failed`: a closed code and its fixed words.
 pub(super) fn failed_body(code: FailureCode) -> Value {
     json!({"code": code.as_str(), "message": code.fixed_message()})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_box_is_asked_again_soon_then_less_often_never_past_four_seconds() {
+        for attempt in 0..40 {
+            let p = busy_pause(attempt);
+            let base = (200.0 * 1.5f64.powi(attempt.min(16) as i32)).min(2000.0) as u64;
+            assert!(
+                p >= Duration::from_millis(base) && p < Duration::from_millis(2 * base),
+                "attempt {attempt}: {p:?}"
+            );
+        }
+        assert!(busy_pause(0) < Duration::from_millis(400));
+        assert!(busy_pause(u32::MAX) < Duration::from_secs(4));
+    }
+
+    #[test]
+    fn only_a_full_box_counts_as_busy() {
+        assert!(is_busy(&JcError::Busy(3)));
+        assert!(is_busy(&JcError::Remote {
+            status: 503,
+            code: "busy".into()
+        }));
+        assert!(!is_busy(&JcError::Transport("refused".into())));
+        assert!(!is_busy(&JcError::Remote {
+            status: 503,
+            code: "provider_unavailable".into()
+        }));
+    }
 }
