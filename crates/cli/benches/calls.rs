@@ -187,6 +187,19 @@ impl Client {
         Self::read(r).await
     }
 
+    async fn text(&self, path: &str) -> String {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await;
+        match r {
+            Ok(resp) => resp.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
     async fn read(r: reqwest::Result<reqwest::Response>) -> (u16, Value) {
         match r {
             Ok(resp) => {
@@ -200,6 +213,43 @@ impl Client {
             Err(e) => (0, json!({ "error": "transport", "message": e.to_string() })),
         }
     }
+}
+
+/// Mean seconds and count of each box operation and of the run, from an OpenMetrics text:
+/// `skillbox_box_request_duration_seconds_{sum,count}{op=…}` and `skillbox_run_duration_…`.
+fn means(text: &str) -> Vec<(String, f64, u64)> {
+    let mut sums: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (metric, labels) = name.split_once('{').unwrap_or((name, ""));
+        let what = match metric {
+            "skillbox_box_request_duration_seconds_sum"
+            | "skillbox_box_request_duration_seconds_count" => labels
+                .split("op=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .map(|op| format!("box {op}")),
+            "skillbox_run_duration_seconds_sum" | "skillbox_run_duration_seconds_count" => {
+                Some("run (submit to result)".to_owned())
+            }
+            _ => None,
+        };
+        let (Some(what), Ok(v)) = (what, value.parse::<f64>()) else {
+            continue;
+        };
+        let e = sums.entry(what).or_default();
+        if metric.ends_with("_sum") {
+            e.0 += v;
+        } else {
+            e.1 += v as u64;
+        }
+    }
+    sums.into_iter()
+        .filter(|(_, (_, n))| *n > 0)
+        .map(|(k, (sum, n))| (k, sum / n as f64, n))
+        .collect()
 }
 
 fn unix_ms() -> u64 {
@@ -341,6 +391,9 @@ struct Load {
     hwm_idle: [Option<u64>; 3],
     hwm: [Option<u64>; 3],
     all_terminal: bool,
+    /// Where the time went, from each node's /metrics: mean seconds per box operation and
+    /// run, by side.
+    time_per_op: Vec<(String, f64, u64)>,
 }
 
 /// Our calls' records on one side, by id (one list request: 500 GETs per round would be load
@@ -488,8 +541,17 @@ fn load_in(rt: &tokio::runtime::Runtime, w: &World, n: usize, limit: Duration) -
             hwm_idle,
             hwm: [None; 3],
             all_terminal,
+            time_per_op: Vec::new(),
         }
     });
+    for (side, c) in [("caller", &caller), ("owner", &owner)] {
+        let text = rt.block_on(c.text("/metrics"));
+        l.time_per_op.extend(
+            means(&text)
+                .into_iter()
+                .map(|(what, mean, n)| (format!("{side} {what}"), mean, n)),
+        );
+    }
     l.provider_requests = w.provider.0.lock().map(|g| g.len()).unwrap_or(0);
     l.hwm = w.hwm();
     l
@@ -686,6 +748,9 @@ fn protocol(rt: &tokio::runtime::Runtime) -> bool {
         l.owner_states, l.owner_failures
     );
     println!("   answered call duration (record): {}", dist(&l.record_ms));
+    for (what, mean, n) in &l.time_per_op {
+        println!("   mean {what}: {:.1} ms over {n}", mean * 1e3);
+    }
     println!(
         "   provider requests: {} (one per run; more would mean a run executed twice)",
         l.provider_requests

@@ -293,11 +293,30 @@ impl BoxClient {
         role: Role,
         node_key: &SigningKey,
     ) -> Result<bool> {
+        self.submit_waiting(run_id, program_hash, role, node_key, Duration::ZERO)
+            .await
+    }
+
+    /// [`Self::submit`], the box holding it up to `wait` for the other party's stake (at most
+    /// [`crate::server::MAX_WAIT_MS`]) instead of answering `stakes_missing` at once.
+    pub async fn submit_waiting(
+        &self,
+        run_id: &str,
+        program_hash: &ProgramHash,
+        role: Role,
+        node_key: &SigningKey,
+        wait: Duration,
+    ) -> Result<bool> {
         let env = Self::action("submit", run_id, program_hash, role, node_key)?;
+        let url = format!(
+            "{}?wait_ms={}",
+            self.run_url(run_id, "/submit")?,
+            wait.as_millis()
+        );
         let s: Submitted = self
             .send(
                 self.http
-                    .post(self.run_url(run_id, "/submit")?)
+                    .post(url)
                     .header("content-type", "application/json")
                     .body(env.to_json()),
             )
@@ -315,12 +334,26 @@ impl BoxClient {
             .await
     }
 
-    /// Poll until the run finished or `timeout` passed.
+    /// One result request, held by the box up to `wait` (at most
+    /// [`crate::server::MAX_WAIT_MS`]) while the run has not finished.
+    pub async fn send_result_once(&self, run_id: &str, wait: Duration) -> Result<ResultView> {
+        let url = format!(
+            "{}?wait_ms={}",
+            self.run_url(run_id, "/result")?,
+            wait.as_millis()
+        );
+        self.send(self.http.get(url)).await
+    }
+
+    /// Wait until the run finished or `timeout` passed: each request is held by the box until
+    /// the result is there (up to [`crate::server::MAX_WAIT_MS`]); the short pause between
+    /// requests only matters for a box that answers at once.
     pub async fn wait_result(&self, run_id: &str, timeout: Duration) -> Result<ResultView> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(2);
         loop {
-            match self.result(run_id).await {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.send_result_once(run_id, left).await {
                 Err(JcError::Remote { code, .. })
                     if code == "not_ready" && tokio::time::Instant::now() < deadline =>
                 {

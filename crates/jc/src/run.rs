@@ -208,6 +208,10 @@ struct Run {
     keep_until: u64,
     /// Its program's line in the spent-program list (0: no list).
     logged: u64,
+    /// Woken at every change a waiting request may be waiting for (a stake, a submit, the
+    /// result, the end): `result_within` and `submit_within` sleep on it instead of being
+    /// polled.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Run {
@@ -427,6 +431,7 @@ impl BoxCore {
                 finished: None,
                 keep_until: expires_at + self.config.result_ttl_secs,
                 logged,
+                changed: Arc::new(tokio::sync::Notify::new()),
             },
         );
         drop(st);
@@ -542,6 +547,7 @@ impl BoxCore {
             });
         }
         run.stakes.insert(role, entries);
+        run.changed.notify_waiters();
         Ok(role)
     }
 
@@ -563,6 +569,7 @@ impl BoxCore {
             });
         }
         run.submitted.insert(act.role, true);
+        run.changed.notify_waiters();
         if run.submitted.len() == 2 {
             run.phase = Phase::Running;
             return Ok(true);
@@ -627,8 +634,67 @@ impl BoxCore {
             };
             run.finished = Some(finished);
             run.keep_until = now + self.config.result_ttl_secs;
+            run.changed.notify_waiters();
         }
         Ok(())
+    }
+
+    /// The run's change signal, armed before its state is read (so no change between the
+    /// read and the wait is missed); `None` for a run not held here.
+    fn armed(&self, run_id: &str) -> Option<Arc<tokio::sync::Notify>> {
+        self.lock().runs.get(run_id).map(|r| r.changed.clone())
+    }
+
+    /// [`Self::result`], waiting up to `wait` for a run that has not finished (a long poll: a
+    /// node asks once per run instead of polling).
+    pub async fn result_within(
+        &self,
+        run_id: &str,
+        wait: std::time::Duration,
+    ) -> Result<ResultView> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let Some(changed) = self.armed(run_id) else {
+                return self.result(run_id);
+            };
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.result(run_id) {
+                Err(JcError::NotReady(_)) if tokio::time::Instant::now() < deadline => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return self.result(run_id);
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// [`Self::submit`], waiting up to `wait` for the other party's stake when it is missing.
+    pub async fn submit_within(
+        &self,
+        run_id: &str,
+        action: &Envelope,
+        wait: std::time::Duration,
+    ) -> Result<bool> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let Some(changed) = self.armed(run_id) else {
+                return self.submit(run_id, action, now_secs());
+            };
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.submit(run_id, action, now_secs()) {
+                Err(JcError::StakesMissing { .. }) if tokio::time::Instant::now() < deadline => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return self.submit(run_id, action, now_secs());
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn call_provider(
@@ -857,7 +923,9 @@ impl BoxCore {
                 action: "delete".into(),
             });
         }
-        st.runs.remove(run_id);
+        if let Some(run) = st.runs.remove(run_id) {
+            run.changed.notify_waiters();
+        }
         st.spent_runs.insert(run_id.into(), now + 86_400);
         Ok(())
     }
@@ -875,7 +943,9 @@ impl BoxCore {
             .map(|(id, _)| id.clone())
             .collect();
         for id in dead {
-            st.runs.remove(&id);
+            if let Some(run) = st.runs.remove(&id) {
+                run.changed.notify_waiters();
+            }
             st.spent_runs.insert(id, now + 86_400);
         }
         st.spent_runs.retain(|_, until| *until > now);

@@ -310,16 +310,34 @@ pub struct Submitted {
     pub started: bool,
 }
 
+/// `?wait_ms=N` on `submit` and `result`: hold the request until it can be answered (the other
+/// stake arrived, the run finished) or N ms passed, at most [`MAX_WAIT_MS`] — one request per
+/// step instead of a node polling.
+#[derive(Deserialize)]
+struct WaitQuery {
+    wait_ms: Option<u64>,
+}
+
+/// The longest a request is held (below any client's request timeout).
+pub const MAX_WAIT_MS: u64 = 25_000;
+
+impl WaitQuery {
+    fn wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.wait_ms.unwrap_or(0).min(MAX_WAIT_MS))
+    }
+}
+
 async fn submit(
     State(core): State<Arc<BoxCore>>,
     Path(id): Path<String>,
+    Query(q): Query<WaitQuery>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     let id = run_id(id)?;
     expect_media(&headers, "application/json")?;
     let env = envelope(&body)?;
-    let start = core.submit(&id, &env, now_secs())?;
+    let start = core.submit_within(&id, &env, q.wait()).await?;
     if start {
         let core2 = core.clone();
         tokio::spawn(async move {
@@ -336,9 +354,13 @@ async fn status(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> Api
     Ok(Json(core.status(&id)?).into_response())
 }
 
-async fn result(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> ApiResult<Response> {
+async fn result(
+    State(core): State<Arc<BoxCore>>,
+    Path(id): Path<String>,
+    Query(q): Query<WaitQuery>,
+) -> ApiResult<Response> {
     let id = run_id(id)?;
-    Ok(Json(core.result(&id)?).into_response())
+    Ok(Json(core.result_within(&id, q.wait()).await?).into_response())
 }
 
 async fn delete(

@@ -561,3 +561,67 @@ async fn a_restarted_box_still_refuses_a_program_it_opened() {
         .open(&one, now)
         .expect("an in-memory box has forgotten");
 }
+
+/// A node asks once per step: the box holds a submit until the other party's stake is there,
+/// and a result request until the run finished (each bounded by its `wait_ms`).
+#[tokio::test]
+async fn submit_and_result_wait_at_the_box_instead_of_being_polled() {
+    let f = std::sync::Arc::new(start(Some("held")).await);
+    let (_, run) = f.open(&f.program()).await;
+    f.client
+        .stake(
+            &run,
+            Role::Caller,
+            f.caller_stake(&run, "q", b"song a"),
+            &f.caller,
+        )
+        .await
+        .expect("caller stakes");
+    // Without a wait: refused at once, as before.
+    let e = f
+        .client
+        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+        .await
+        .expect_err("owner not staked");
+    assert_eq!(remote_code(&e), "stakes_missing");
+    // A result asked with a short wait comes back not ready once the wait is over.
+    let asked = std::time::Instant::now();
+    let e = f
+        .client
+        .send_result_once(&run.run_id, Duration::from_millis(150))
+        .await
+        .expect_err("not finished");
+    assert_eq!(remote_code(&e), "not_ready");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(150),
+        "held for its wait"
+    );
+    // The caller's submit and a result request wait at the box; the owner stakes and submits.
+    let (g, r) = (f.clone(), run.clone());
+    let submit = tokio::spawn(async move {
+        g.client
+            .submit_waiting(&r.run_id, &r.program_hash, Role::Caller, &g.caller, WAIT)
+            .await
+    });
+    let (g, r) = (f.clone(), run.clone());
+    let result = tokio::spawn(async move { g.client.send_result_once(&r.run_id, WAIT).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !submit.is_finished() && !result.is_finished(),
+        "both are held"
+    );
+    f.client
+        .stake(&run, Role::Owner, f.owner_stake(&run, "b"), &f.owner)
+        .await
+        .expect("owner stakes");
+    let started_by_caller = submit.await.expect("task").expect("held submit succeeds");
+    assert!(!started_by_caller, "the caller's submit was the first");
+    assert!(
+        f.client
+            .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
+            .await
+            .expect("owner submits")
+    );
+    let view = result.await.expect("task").expect("held result answers");
+    assert_eq!(view.status, RunStatus::Ok);
+}

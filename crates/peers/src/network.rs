@@ -1,7 +1,7 @@
 //! The libp2p side: one task owns the Swarm; a cloneable [`PeersHandle`] talks to it over a
 //! channel. Pure parts (board, inbox) live in their own modules; this file is the I/O around them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -269,6 +269,13 @@ enum Command {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// Payload requests in flight to one peer at a time; the rest wait, in order. libp2p's
+/// request-response handler drops an inbound stream past its `max_concurrent_streams` (100,
+/// inbound and outbound together, per connection): a burst of calls sent unwindowed had its
+/// tail dropped, retried with back-off (seconds of delay) and, after the last attempt, lost.
+/// Under half of 100 per direction leaves room for the peer's own requests and board syncs.
+const SEND_WINDOW: usize = 32;
+
 struct PendingSend {
     to: PeerId,
     signed: SignedPayload,
@@ -346,6 +353,8 @@ pub async fn start(
         publish_at: None,
         retry_tx,
         pending: HashMap::new(),
+        sending: HashMap::new(),
+        waiting: HashMap::new(),
         syncing: HashSet::new(),
         dialing: HashMap::new(),
         payload_tx,
@@ -538,6 +547,10 @@ struct Task {
     publish_at: Option<Instant>,
     retry_tx: mpsc::UnboundedSender<PendingSend>,
     pending: HashMap<OutboundRequestId, PendingSend>,
+    /// Payload requests in flight to each peer, and those waiting for a free slot (see
+    /// [`SEND_WINDOW`]).
+    sending: HashMap<PeerId, usize>,
+    waiting: HashMap<PeerId, VecDeque<PendingSend>>,
     syncing: HashSet<OutboundRequestId>,
     dialing: HashMap<ConnectionId, (Multiaddr, oneshot::Sender<Result<PeerId, PeersError>>)>,
     inbox: Inbox,
@@ -754,13 +767,23 @@ impl Task {
     }
 
     fn try_send(&mut self, mut pending: PendingSend) {
-        pending.attempt += 1;
         if pending.to == self.local {
             // To ourselves: same checks, no socket.
+            pending.attempt += 1;
             let ack = self.receive_payload(self.local, &pending.signed);
             self.finish_send(pending, ack);
             return;
         }
+        let in_flight = self.sending.entry(pending.to).or_default();
+        if *in_flight >= SEND_WINDOW {
+            self.waiting
+                .entry(pending.to)
+                .or_default()
+                .push_back(pending);
+            return;
+        }
+        *in_flight += 1;
+        pending.attempt += 1;
         let addrs = self.known_addrs(&pending.to);
         let id = self.swarm.behaviour_mut().rr.send_request_with_addresses(
             &pending.to,
@@ -768,6 +791,24 @@ impl Task {
             addrs,
         );
         self.pending.insert(id, pending);
+    }
+
+    /// A payload request to `peer` ended (answered or failed): its slot goes to the next one
+    /// waiting, in order.
+    fn slot_freed(&mut self, peer: PeerId) {
+        if let Some(n) = self.sending.get_mut(&peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.sending.remove(&peer);
+            }
+        }
+        let next = self.waiting.get_mut(&peer).and_then(VecDeque::pop_front);
+        if self.waiting.get(&peer).is_some_and(VecDeque::is_empty) {
+            self.waiting.remove(&peer);
+        }
+        if let Some(next) = next {
+            self.try_send(next);
+        }
     }
 
     fn known_addrs(&self, peer: &PeerId) -> Vec<Multiaddr> {
@@ -1074,6 +1115,7 @@ impl Task {
                             self.on_sync(peer, adverts);
                         }
                     } else if let Some(pending) = self.pending.remove(&request_id) {
+                        self.slot_freed(peer);
                         match response {
                             WireResponse::Ack(ack) => self.finish_send(pending, ack),
                             WireResponse::Adverts(_) => {
@@ -1095,6 +1137,7 @@ impl Task {
                 if self.syncing.remove(&request_id) {
                     tracing::debug!(%peer, %error, "board sync failed");
                 } else if let Some(pending) = self.pending.remove(&request_id) {
+                    self.slot_freed(peer);
                     if matches!(
                         error,
                         request_response::OutboundFailure::UnsupportedProtocols

@@ -615,3 +615,81 @@ async fn zero_connection_limits_and_board_cap_are_config_errors() {
         assert!(matches!(err, PeersError::InvalidConfig(_)), "{err}");
     }
 }
+
+/// A burst of payloads both ways at once, each given a single attempt: every one is delivered.
+/// libp2p drops inbound streams past 100 per connection; the sender's window keeps a burst
+/// under that instead of letting its tail be dropped (and, with one attempt, lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let burst = PeersConfig {
+            send_attempts: 1,
+            payload_rate_per_sec: 100_000.0,
+            payload_burst: 100_000,
+            ..config()
+        };
+        let (a, ra) = node(71, burst.clone()).await;
+        let (b, rb) = node(72, burst).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        a.dial(addr(&b).await).await.unwrap();
+        // Both sides hold the connection before the burst (else b would dial a's source port).
+        for (h, other) in [(&a, pb), (&b, pa)] {
+            let deadline = Instant::now() + WAIT;
+            while !h
+                .peers()
+                .await
+                .unwrap()
+                .iter()
+                .any(|p| p.peer == other.to_base58())
+            {
+                assert!(Instant::now() < deadline, "never connected");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        const N: usize = 400;
+        let drain = |mut rx: PayloadReceiver| {
+            tokio::spawn(async move {
+                let mut ids = std::collections::HashSet::new();
+                while ids.len() < N {
+                    match tokio::time::timeout(WAIT, rx.recv()).await {
+                        Ok(Some(p)) => {
+                            ids.insert(p.payload.call_id);
+                        }
+                        _ => break,
+                    }
+                }
+                ids.len()
+            })
+        };
+        let (got_a, got_b) = (drain(ra), drain(rb));
+        let mut sends = Vec::new();
+        for i in 0..N {
+            for (from, to) in [(a.clone(), pb), (b.clone(), pa)] {
+                sends.push(tokio::spawn(async move {
+                    from.send(to, request(&format!("burst-{i}"), json!({})))
+                        .await
+                }));
+            }
+        }
+        let mut failed = Vec::new();
+        for s in sends {
+            if let Err(e) = s.await.unwrap() {
+                failed.push(e.to_string());
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "{} of {} sends failed: {:?}",
+            failed.len(),
+            2 * N,
+            failed.first()
+        );
+        assert_eq!(got_a.await.unwrap(), N, "a received all of b's");
+        assert_eq!(got_b.await.unwrap(), N, "b received all of a's");
+        for h in [a, b] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}

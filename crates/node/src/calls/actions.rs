@@ -446,15 +446,17 @@ impl Calls {
             .ok_or_else(|| JcError::Internal("no run yet".into()))?;
         let hash = Self::program_hash(row)?;
         let client = self.client(row)?;
-        // The other side may not have staked yet: keep asking briefly rather than waiting for
-        // the next tick, so a healthy call never waits on the schedule.
+        // The other side may not have staked yet: the box holds the submit until it has (a
+        // long poll), and one that answers at once is asked again briefly, so a healthy call
+        // never waits on the schedule.
         let mut pause = Duration::from_millis(2);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match self
                 .timed(
                     "submit",
-                    client.submit(&run_id, &hash, Self::role(row), &self.0.signing),
+                    client.submit_waiting(&run_id, &hash, Self::role(row), &self.0.signing, left),
                 )
                 .await
             {
