@@ -166,14 +166,14 @@ impl Client {
         }
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self
-            .http
+    fn get_request(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http
             .get(format!("{}{path}", self.base))
             .bearer_auth(&self.token)
-            .send()
-            .await;
-        Self::read(r).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        Self::read(self.get_request(path).send().await).await
     }
 
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
@@ -188,13 +188,7 @@ impl Client {
     }
 
     async fn text(&self, path: &str) -> String {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await;
-        match r {
+        match self.get_request(path).send().await {
             Ok(resp) => resp.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         }
