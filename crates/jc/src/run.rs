@@ -639,10 +639,33 @@ impl BoxCore {
         Ok(())
     }
 
-    /// The run's change signal, armed before its state is read (so no change between the
-    /// read and the wait is missed); `None` for a run not held here.
-    fn armed(&self, run_id: &str) -> Option<Arc<tokio::sync::Notify>> {
-        self.lock().runs.get(run_id).map(|r| r.changed.clone())
+    /// Try `attempt` until it gives something other than an error `pending` accepts, or `wait`
+    /// passed: between tries, sleep on the run's change signal, armed before each try (so no
+    /// change between the try and the sleep is missed). A run not held here is tried once.
+    async fn when_ready<T>(
+        &self,
+        run_id: &str,
+        wait: std::time::Duration,
+        pending: impl Fn(&JcError) -> bool,
+        attempt: impl Fn() -> Result<T>,
+    ) -> Result<T> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let Some(changed) = self.lock().runs.get(run_id).map(|r| r.changed.clone()) else {
+                return attempt();
+            };
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match attempt() {
+                Err(e) if pending(&e) && tokio::time::Instant::now() < deadline => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return attempt();
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     /// [`Self::result`], waiting up to `wait` for a run that has not finished (a long poll: a
@@ -652,23 +675,9 @@ impl BoxCore {
         run_id: &str,
         wait: std::time::Duration,
     ) -> Result<ResultView> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let Some(changed) = self.armed(run_id) else {
-                return self.result(run_id);
-            };
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.result(run_id) {
-                Err(JcError::NotReady(_)) if tokio::time::Instant::now() < deadline => {
-                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        return self.result(run_id);
-                    }
-                }
-                other => return other,
-            }
-        }
+        let not_ready = |e: &JcError| matches!(e, JcError::NotReady(_));
+        self.when_ready(run_id, wait, not_ready, || self.result(run_id))
+            .await
     }
 
     /// [`Self::submit`], waiting up to `wait` for the other party's stake when it is missing.
@@ -678,23 +687,11 @@ impl BoxCore {
         action: &Envelope,
         wait: std::time::Duration,
     ) -> Result<bool> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let Some(changed) = self.armed(run_id) else {
-                return self.submit(run_id, action, now_secs());
-            };
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.submit(run_id, action, now_secs()) {
-                Err(JcError::StakesMissing { .. }) if tokio::time::Instant::now() < deadline => {
-                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        return self.submit(run_id, action, now_secs());
-                    }
-                }
-                other => return other,
-            }
-        }
+        let missing = |e: &JcError| matches!(e, JcError::StakesMissing { .. });
+        self.when_ready(run_id, wait, missing, || {
+            self.submit(run_id, action, now_secs())
+        })
+        .await
     }
 
     async fn call_provider(
