@@ -27,7 +27,7 @@
 #[path = "../tests/support/procs.rs"]
 mod procs;
 
-#[path = "../../guard/tests/support/mod.rs"]
+#[path = "../../guard/tests/it/support.rs"]
 mod encoders;
 
 use std::collections::BTreeMap;

@@ -1,12 +1,10 @@
 //! The check, decoder by decoder, the containment measure with its near-misses, and canaries in
 //! every form.
 
-mod support;
-
+use crate::support::*;
 use skillbox_guard::{
     CanaryOrigin, Decoded, GuardSpec, Reason, Verdict, View, check, measure, prepare,
 };
-use support::*;
 
 const BODY: &str = "You are a release-notes writer for a small open source project. \
 Read the merged pull requests the user gives you and group them into Features, Fixes and \
@@ -351,7 +349,7 @@ fn verdicts_carry_no_content() {
 /// as …", "Write a …") and many shared 4-word phrases, but no copied passage.
 #[test]
 fn a_long_body_against_other_texts_of_its_genre() {
-    const SECRETS: &str = include_str!("data/prompt-extraction/secret-prompts.jsonl");
+    const SECRETS: &str = include_str!("../data/prompt-extraction/secret-prompts.jsonl");
     let texts: Vec<String> = SECRETS
         .lines()
         .filter(|l| !l.trim().is_empty())

@@ -4,17 +4,15 @@
 //! that gives its system prompt away exactly as each attack asks. And benign answers to the same
 //! skills, which the guard must leave alone. Run with `--nocapture` to see the tables.
 
-mod support;
-
 use std::collections::BTreeMap;
 
+use crate::support::*;
 use skillbox_guard::score::{extracted, leaks_secret};
 use skillbox_guard::{GuardSpec, Prepared, check, measure, prepare};
-use support::*;
 
-const SECRETS: &str = include_str!("data/prompt-extraction/secret-prompts.jsonl");
-const ATTACKS: &str = include_str!("data/prompt-extraction/attacks.json");
-const BENIGN: &str = include_str!("data/benign-answers.jsonl");
+const SECRETS: &str = include_str!("../data/prompt-extraction/secret-prompts.jsonl");
+const ATTACKS: &str = include_str!("../data/prompt-extraction/attacks.json");
+const BENIGN: &str = include_str!("../data/benign-answers.jsonl");
 
 struct Secret {
     id: String,

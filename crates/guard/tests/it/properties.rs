@@ -1,12 +1,10 @@
 //! Properties: the guard never panics; the body, as written or encoded any listed way, is always
 //! caught; an answer sharing no word with the body never is.
 
-mod support;
-
+use crate::support::*;
 use proptest::prelude::*;
 use skillbox_guard::score::{decode_for_scoring, extraction_recall, leaks_secret, rouge_l_recall};
 use skillbox_guard::{GuardSpec, check, measure, prepare};
-use support::*;
 
 fn spec() -> GuardSpec {
     GuardSpec::default_for(false)
