@@ -1,13 +1,11 @@
 //! NVIDIA Hopper SPDM evidence on the real sample (trustee / nvtrust), and synthetic
 //! transcripts signed under a self-made root.
 
-mod support;
-
+use crate::support::*;
 use p384::ecdsa::signature::Signer as _;
 use proptest::prelude::*;
 use skillbox_attest::nvidia::{self, Expected, GoldenMeasurement, Policy};
 use skillbox_attest::{HexBytes, Platform, Refusal};
-use support::*;
 
 const BLOCK2: &str = "8048dfd18fe229bf16eb9d30cca0f11a24dafe6eb731de1462984645a0b189b77c4e4e17de727a5e19e3d07de51da338";
 

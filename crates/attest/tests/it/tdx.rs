@@ -1,11 +1,9 @@
 //! Intel TDX on the real dcap-qvl samples, with their collateral, at their times.
 
-mod support;
-
+use crate::support::*;
 use proptest::prelude::*;
 use skillbox_attest::tdx::{self, Expected, Policy, TcbStatus, TdMeasurements};
 use skillbox_attest::{Hex, HexBytes, Platform, Refusal};
-use support::*;
 
 const MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
 const RTMR0: &str = "44c0197b39157fdd7a4dcc44767f9d6b0bb3977c7a8e347b8492f827fe9d9e5c48aca29b220b80b6a540cf994b9bc9c0";

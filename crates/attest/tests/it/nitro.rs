@@ -1,14 +1,12 @@
 //! AWS Nitro on the real documents (evervault, dstack), each at its own timestamp, and on
 //! synthetic documents signed under a self-made root for the parser's edge cases.
 
-mod support;
-
+use crate::support::*;
 use coset::cbor::Value;
 use p384::ecdsa::signature::Signer as _;
 use proptest::prelude::*;
 use skillbox_attest::nitro::{self, Expected, PcrPins, Policy};
 use skillbox_attest::{Hex, Platform, Refusal};
-use support::*;
 
 const PCR0: &str = "f4d48b81a460c9916d1e685119074bf24660afd3e34fae9fca0a0d28d9d5599936332687e6f66fc890ac8cf150142d8b";
 const PCR1: &str = "bcdf05fefccaa8e55bf2c8d6dee9e79bbff31e34bf28a99aa19e6b29c37ee80b214a414b7607236edf26fcb78654e63f";

@@ -1,11 +1,9 @@
 //! The verdict table: every shared vector (and the negative cases made from them) → verdict →
 //! reason, computed here and kept exact in `tests/data/verdicts.md` (regenerate with
-//! `SKILLBOX_BLESS=1 cargo test -p skillbox-attest --test verdicts`).
+//! `SKILLBOX_BLESS=1 cargo test -p skillbox-attest --test it -- verdicts`).
 
-mod support;
-
+use crate::support::*;
 use skillbox_attest::{Refusal, Verified, nitro, nvidia, snp, tdx};
-use support::*;
 
 struct Row {
     platform: &'static str,
@@ -303,7 +301,7 @@ fn rows() -> Vec<Row> {
 fn render(rows: &[Row]) -> String {
     let mut out = String::from(
         "# Verdicts on the attestation vectors\n\n\
-         Produced by `crates/attest/tests/verdicts.rs` (kept exact by that test). Unpinned \
+         Produced by `crates/attest/tests/it/verdicts.rs` (kept exact by that test). Unpinned \
          policies: signature, chain to the pinned root, time, debug, VMPL, TCB status; \
          measurements shown, not compared.\n\n\
          | platform | vector | at (Unix ms) | verdict | reason | measurement |\n\

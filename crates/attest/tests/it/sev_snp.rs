@@ -1,11 +1,9 @@
 //! AMD SEV-SNP on the real vectors (virtee/sev, trustee, go-sev-guest), each at its time.
 
-mod support;
-
+use crate::support::*;
 use proptest::prelude::*;
 use skillbox_attest::snp::{self, Expected, MinTcb, Policy, Product};
 use skillbox_attest::{Hex, Platform, Refusal};
-use support::*;
 
 const VIRTEE_MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 const VIRTEE_REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4f6e2d53b71d7c645810b0f2cdfca0040433be063fc1a8293f0f3f8dae7b79fecb3d1cd82bd6a93ebfd";
