@@ -286,6 +286,11 @@ pub struct VerifyPolicy {
     pub box_keys: Vec<String>,
     /// The party's own pins of provider hosts; `None` accepts whatever the box attests.
     pub provider_hosts: Option<std::sync::Arc<ProviderHostCheck>>,
+    /// The one platform this party accepts from the box it asks (its pin's, or the one it
+    /// first showed); `None` accepts any platform a verifier is present for (tests, tools).
+    /// Without it the box chooses the verifier by the platform it claims: a hardware-pinned
+    /// box could answer with a software attestation for a key of its own (a downgrade).
+    pub platform: Option<String>,
 }
 
 impl VerifyPolicy {
@@ -296,7 +301,27 @@ impl VerifyPolicy {
             verifiers: vec![Box::new(InsecureDevVerifier)],
             box_keys: Vec::new(),
             provider_hosts: None,
+            platform: None,
         }
+    }
+
+    /// A policy that accepts no attestation at all (a box whose identity is not known).
+    pub fn refusing() -> VerifyPolicy {
+        VerifyPolicy {
+            allow_insecure_dev: false,
+            verifiers: Vec::new(),
+            box_keys: Vec::new(),
+            provider_hosts: None,
+            platform: Some(String::new()),
+        }
+    }
+
+    /// Accept `platform` only: every other verifier is dropped, and the verified platform is
+    /// compared with it again.
+    pub fn only_platform(mut self, platform: &str) -> VerifyPolicy {
+        self.verifiers.retain(|v| v.platform() == platform);
+        self.platform = Some(platform.to_owned());
+        self
     }
 
     /// Only a box whose evidence is signed by one of `keys`.
@@ -400,6 +425,13 @@ pub fn verify_attestation(
     if attestation.platform == INSECURE_DEV && !policy.allow_insecure_dev {
         return Err(JcError::DevAttestationNotAllowed);
     }
+    // The platform is this party's choice (the pin), never the box's claim.
+    let expected = |platform: &str| policy.platform.as_deref().is_none_or(|p| p == platform);
+    if !expected(&attestation.platform) {
+        return Err(JcError::PlatformNotAllowed(
+            attestation.platform.chars().take(32).collect(),
+        ));
+    }
     let verifier = policy
         .verifiers
         .iter()
@@ -416,6 +448,11 @@ pub fn verify_attestation(
     if st.platform != attestation.platform {
         return Err(JcError::Evidence(
             "statement platform differs from the attestation's".into(),
+        ));
+    }
+    if verifier.platform() != st.platform || !expected(&st.platform) {
+        return Err(JcError::PlatformNotAllowed(
+            st.platform.chars().take(32).collect(),
         ));
     }
     let rd = report_data(&bytes);

@@ -125,6 +125,35 @@ pub fn verify_receipt(view: &ResultView, run: &VerifiedRun) -> Result<Receipt> {
     receipt::verify(&view.receipt, run)
 }
 
+/// The most a box's answer may be, read before it is parsed: the largest honest one is a result
+/// (an answer of at most [`crate::program::MAX_OUTPUT_BYTES`], sealed and in base64, and its
+/// receipt), then an attestation with its certificate chains. A box that sends more is refused
+/// with [`JcError::ResponseTooLarge`] before the rest is read: a hostile box cannot make the
+/// node hold an unbounded answer in memory.
+pub const MAX_RESPONSE_BYTES: usize = 4 * crate::program::MAX_OUTPUT_BYTES as usize;
+/// A refusal's body: only its code is read.
+const MAX_ERROR_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// The body of `resp`, at most `limit` bytes (a longer one, announced or streamed, is refused
+/// as soon as it passes the limit).
+async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(JcError::ResponseTooLarge { limit });
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| JcError::Transport(e.to_string()))?
+    {
+        if out.len().saturating_add(chunk.len()) > limit {
+            return Err(JcError::ResponseTooLarge { limit });
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
 /// HTTP client of one box.
 #[derive(Clone)]
 pub struct BoxClient {
@@ -160,10 +189,12 @@ impl BoxClient {
 
     async fn parse<T: DeserializeOwned>(resp: reqwest::Response) -> Result<T> {
         let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| JcError::Transport(e.to_string()))?;
+        let limit = if status.is_success() {
+            MAX_RESPONSE_BYTES
+        } else {
+            MAX_ERROR_RESPONSE_BYTES
+        };
+        let bytes = read_capped(resp, limit).await?;
         if !status.is_success() {
             // Only a well-formed code crosses; the box's message is not read at all.
             let code = serde_json::from_slice::<ErrorBody>(&bytes)

@@ -145,6 +145,9 @@ impl JcError {
     /// Stable machine code for the `{error, message}` envelope.
     pub fn code(&self) -> &'static str {
         use JcError::*;
+    /// The box's answer is longer than the client reads (see `client::MAX_RESPONSE_BYTES`).
+    #[error("box answer is larger than {limit} bytes")]
+    ResponseTooLarge { limit: usize },
         match self {
             ProgramJson(_) => "program_json",
             DuplicateKey { .. } => "program_duplicate_key",
@@ -215,11 +218,12 @@ impl JcError {
             | StakesMissing { .. }
             | WrongState { .. }
             | NotReady(_) => 409,
+            ResponseTooLarge { .. } => "box_response_too_large",
             ProgramExpired { .. } | RunExpired(_) => 410,
             StakeTooLarge { .. } | BodyTooLarge { .. } => 413,
             SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
             ProviderUnavailable(_) | Busy(_) | OverBudget { .. } => 503,
-            ProviderFailed(_) => 502,
+            ProviderFailed(_) | ResponseTooLarge { .. } => 502,
             GuardBody => 422,
             HostNotAllowed => 421,
             OriginNotAllowed => 403,
@@ -303,3 +307,4 @@ pub fn is_run_id(id: &str) -> bool {
 }
 
 pub type Result<T> = std::result::Result<T, JcError>;
+            ResponseTooLarge { .. } => "the box's answer is too large",

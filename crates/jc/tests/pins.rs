@@ -109,3 +109,120 @@ fn the_box_key_file_keeps_one_identity_and_a_bad_one_is_a_clear_error() {
     };
     assert!(err.contains("64 hex digits"), "{err}");
 }
+
+/// Issue 30 item 2 at the verifier: a party that accepts insecure-dev boxes and pins one box as
+/// SEV-SNP. That box's operator answers with a software attestation for a key of its own (the
+/// program lists an insecure-dev box too); it verified while the box's claimed platform chose
+/// the verifier, and is refused now that the pin's platform does.
+#[tokio::test]
+async fn a_hardware_pinned_box_cannot_answer_with_a_software_attestation() {
+    use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
+    let f = start(None).await;
+    let env = f.approve(&f.program());
+    let approved = approved_program(&env).expect("approved");
+    let opened = f.client.open(&env).await.expect("open");
+    let hw = || {
+        let p = HardwarePolicy::from_value("sev-snp", None, &["7a".repeat(48)]).expect("policy");
+        Box::new(HardwareVerifier::new(p).expect("verifier"))
+    };
+    let pinned = VerifyPolicy::new(true)
+        .with_verifier(hw())
+        .only_platform("sev-snp");
+    let err = f
+        .client
+        .attest(&approved, &opened.run_id, &pinned)
+        .await
+        .expect_err("a software attestation on a hardware pin");
+    assert!(matches!(err, JcError::PlatformNotAllowed(_)), "{err}");
+    // A verifier added after the platform was chosen is still not taken.
+    let late = VerifyPolicy::new(false)
+        .only_platform("sev-snp")
+        .with_verifier(Box::new(skillbox_jc::attest::InsecureDevVerifier));
+    let late = VerifyPolicy {
+        allow_insecure_dev: true,
+        ..late
+    };
+    let err = f
+        .client
+        .attest(&approved, &opened.run_id, &late)
+        .await
+        .expect_err("still the pin's platform only");
+    assert!(matches!(err, JcError::PlatformNotAllowed(_)), "{err}");
+    // The same box pinned as what it is: verified.
+    f.client
+        .attest(
+            &approved,
+            &opened.run_id,
+            &VerifyPolicy::new(true).only_platform("insecure-dev"),
+        )
+        .await
+        .expect("an insecure-dev pin takes an insecure-dev box");
+}
+
+/// A box double that answers every request with `size` bytes of JSON-looking junk, its length
+/// announced or not (then streamed until the connection closes): raw HTTP/1.1 over loopback.
+async fn oversized_box(size: usize, announced: bool) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut req = [0u8; 4096];
+                let _ = sock.read(&mut req).await;
+                let head = if announced {
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+                    )
+                } else {
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+                        .to_owned()
+                };
+                if sock.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 64 * 1024];
+                let mut left = size;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if sock.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn an_oversized_box_answer_is_refused_not_read() {
+    use skillbox_jc::client::{BoxClient, MAX_RESPONSE_BYTES};
+    for announced in [true, false] {
+        let url = oversized_box(MAX_RESPONSE_BYTES + 64 * 1024, announced).await;
+        let client = BoxClient::new(&url).expect("client");
+        let err = client.health().await.expect_err("oversized");
+        assert!(
+            matches!(err, JcError::ResponseTooLarge { limit } if limit == MAX_RESPONSE_BYTES),
+            "announced {announced}: {err}"
+        );
+        assert_eq!(err.code(), "box_response_too_large");
+        let err = client
+            .result(&"a".repeat(32))
+            .await
+            .expect_err("oversized result");
+        assert!(matches!(err, JcError::ResponseTooLarge { .. }), "{err}");
+    }
+    // Under the cap, the same double is read (and refused only as not understood).
+    let url = oversized_box(1024, false).await;
+    let err = BoxClient::new(&url)
+        .expect("client")
+        .health()
+        .await
+        .expect_err("spaces are not a health answer");
+    assert!(matches!(err, JcError::Transport(_)), "{err}");
+}

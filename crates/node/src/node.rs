@@ -130,12 +130,15 @@ impl Node {
         let sources = Sources::new(store.clone(), data_key.clone());
         let agents = Agents::new(store.clone(), config.agents.department_nesting);
         let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());
-        let boxes = Arc::new(Boxes::new(
-            &config.boxes.accept,
-            config.boxes.allow_insecure_dev,
-            &config.boxes.pins,
-            &config.boxes.provider_hosts,
-        ));
+        let boxes = Arc::new(
+            Boxes::new(
+                &config.boxes.accept,
+                config.boxes.allow_insecure_dev,
+                &config.boxes.pins,
+                &config.boxes.provider_hosts,
+            )
+            .remembering(store.clone())?,
+        );
         let mut shared = Shared::new(
             sources.clone(),
             skills.clone(),

@@ -157,6 +157,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
         BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
     "#,
+    // 6: trust on first use of an unpinned (loopback) box survives a restart: the platform and
+    // evidence key each accepted box URL first showed (see `calls::boxes`). Never updated: a
+    // box that shows another is refused until its human removes the row or pins it.
+    r#"
+    CREATE TABLE box_identities (
+        url        TEXT PRIMARY KEY,
+        platform   TEXT NOT NULL,
+        key        TEXT,
+        first_seen INTEGER NOT NULL
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

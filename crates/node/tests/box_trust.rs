@@ -4,10 +4,14 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
+use skillbox_node::calls::boxes::Boxes;
 use skillbox_node::config::BoxPin;
+use skillbox_node::store::Store;
 use support::{TestNode, skill_doc};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -112,4 +116,208 @@ async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     owner.stop().await;
     caller.stop().await;
     pinned.stop().await;
+}
+
+type Rewrite = Arc<dyn Fn(&mut Value) + Send + Sync>;
+
+/// A box's operator (or a man in the middle) on a URL of its own: forwards every request to the
+/// box at `target` (which the test may switch), rewriting the `/healthz` answer with `rewrite`.
+/// Answers its URL, the paths it forwarded and the target.
+async fn disguise(
+    target: &str,
+    rewrite: impl Fn(&mut Value) + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<String>>>, Arc<Mutex<String>>) {
+    #[derive(Clone)]
+    struct Proxy {
+        target: Arc<Mutex<String>>,
+        rewrite: Rewrite,
+        http: reqwest::Client,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+    async fn forward(
+        axum::extract::State(p): axum::extract::State<Proxy>,
+        req: axum::extract::Request,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/".to_owned(), |pq| pq.as_str().to_owned());
+        p.seen.lock().expect("log").push(path.clone());
+        let target = p.target.lock().expect("target").clone();
+        let mut out = p
+            .http
+            .request(req.method().clone(), format!("{target}{path}"));
+        for (name, value) in req.headers() {
+            if name != "host" && name != "content-length" {
+                out = out.header(name, value);
+            }
+        }
+        let body = axum::body::to_bytes(req.into_body(), 1 << 26)
+            .await
+            .unwrap_or_default();
+        let Ok(answer) = out.body(body).send().await else {
+            return axum::http::StatusCode::BAD_GATEWAY.into_response();
+        };
+        let status = axum::http::StatusCode::from_u16(answer.status().as_u16())
+            .unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+        let mut bytes = answer.bytes().await.unwrap_or_default().to_vec();
+        if path == "/healthz"
+            && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
+        {
+            (p.rewrite)(&mut v);
+            bytes = serde_json::to_vec(&v).unwrap_or_default();
+        }
+        (status, [("content-type", "application/json")], bytes).into_response()
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let target = Arc::new(Mutex::new(target.to_owned()));
+    let proxy = Proxy {
+        target: target.clone(),
+        rewrite: Arc::new(rewrite),
+        http: reqwest::Client::new(),
+        seen: seen.clone(),
+    };
+    let app = axum::Router::new().fallback(forward).with_state(proxy);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), seen, target)
+}
+
+/// Issue 30 item 2: a box pinned as SEV-SNP whose operator answers with an insecure-dev
+/// attestation signed by a key of its own. Both nodes accept insecure-dev boxes (an honest one
+/// is in the program too), so the software evidence verified: the caller chose the verifier by
+/// the platform the box claimed, and staked the request. Now the pin's platform is the only one
+/// taken from that URL: the call fails before anything is staked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_stake() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let (operator_box, _) = support::start_box_keyed(&provider_url).await;
+    let snp = "7a".repeat(48);
+    let shown = snp.clone();
+    // Its /healthz shows exactly the pinned hardware identity; every other answer is the
+    // software box's.
+    let (pinned_url, seen, _) = disguise(&operator_box, move |h| {
+        h["platform"] = json!("sev-snp");
+        h["measurement"] = json!(shown);
+        h["no_hardware_isolation"] = json!(false);
+        if let Some(o) = h.as_object_mut() {
+            o.remove("key");
+        }
+    })
+    .await;
+    // The honest insecure-dev box, reached as `localhost` so that the pinned URL sorts first
+    // among boxes equally loaded (the caller tries it first).
+    let honest = support::start_box(&provider_url)
+        .await
+        .replace("127.0.0.1", "localhost");
+    assert!(pinned_url < honest);
+    let tune = |c: &mut skillbox_node::Config| {
+        c.boxes.accept = vec![pinned_url.clone(), honest.clone()];
+        c.boxes.pins = vec![BoxPin {
+            url: pinned_url.clone(),
+            platform: "sev-snp".into(),
+            measurements: vec![snp.clone()],
+            key: None,
+            policy: None,
+        }];
+    };
+    let owner = TestNode::start(&pinned_url, vec![], tune).await;
+    owner
+        .put_source("openai-key", "secret", "sk-DOWNGRADE-1")
+        .await;
+    owner
+        .add_skill(&skill_doc("taste", "BODY-DOWNGRADE-1", &[]))
+        .await;
+    let caller = TestNode::start(&pinned_url, vec![owner.p2p.clone()], tune).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    let a = caller
+        .post_json(
+            "/calls",
+            json!({"peer": owner.peer_id, "skill": "taste", "request": "REQ-DOWNGRADE-1"}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("platform_not_allowed")),
+        "{c}"
+    );
+    let paths = seen.lock().expect("log").clone();
+    assert!(
+        paths.iter().any(|p| p.contains("/attestation")),
+        "the caller did use the pinned box: {paths:?}"
+    );
+    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
+    assert!(provider.0.lock().expect("log").is_empty());
+    owner.stop().await;
+    caller.stop().await;
+}
+
+/// Issue 30 item 11: the key a loopback box showed first is kept in the node's store. The node
+/// stops; another box takes the URL; the node that starts again on the same store refuses it
+/// (it took the new key as a first contact before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
+    let (provider_url, _) = support::provider_double(Duration::ZERO).await;
+    let (first, first_key) = support::start_box_keyed(&provider_url).await;
+    let (second, second_key) = support::start_box_keyed(&provider_url).await;
+    assert_ne!(first_key, second_key);
+    let (url, _, target) = disguise(&first, |_| {}).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("store.db");
+    let start = || {
+        let store = Arc::new(Store::open(&db).expect("store"));
+        Boxes::new(std::slice::from_ref(&url), true, &[], &BTreeMap::new())
+            .remembering(store)
+            .expect("boxes")
+    };
+    let boxes = start();
+    boxes.refresh().await;
+    let status = boxes.status();
+    assert_eq!(status[0].last_check.as_ref().and_then(|c| c.refusal), None);
+    assert_eq!(
+        boxes.first_seen_of(&url).and_then(|s| s.key),
+        Some(first_key.clone())
+    );
+    drop(boxes);
+
+    *target.lock().expect("target") = second;
+    let boxes = start();
+    boxes.refresh().await;
+    let status = boxes.status();
+    assert_eq!(
+        status[0].last_check.as_ref().and_then(|c| c.refusal),
+        Some("key_changed")
+    );
+    assert!(status[0].known.is_none(), "a refused box is not offered");
+    // Its attestations would have to carry the first key: the new box cannot verify.
+    assert_eq!(boxes.verify_policy(&url).box_keys, [first_key]);
+
+    // An insecure-dev /healthz without a key is not trusted at all, even on first contact.
+    let (bare, _, _) = disguise(&first, |h| {
+        if let Some(o) = h.as_object_mut() {
+            o.remove("key");
+        }
+    })
+    .await;
+    let boxes = Boxes::new(std::slice::from_ref(&bare), true, &[], &BTreeMap::new());
+    boxes.refresh().await;
+    assert_eq!(
+        boxes.status()[0]
+            .last_check
+            .as_ref()
+            .and_then(|c| c.refusal),
+        Some("key_missing")
+    );
+    assert!(boxes.verify_policy(&bare).verifiers.is_empty());
 }

@@ -51,6 +51,30 @@ pub struct AcceptedBox {
     pub url: Option<String>,
 }
 
+impl AcceptedBox {
+    /// Whether the identity has the form a program allows for its boxes: a platform of 1-32
+    /// characters of `[a-z0-9-]`, and a measurement of lowercase hex, an even count of at most
+    /// 256 digits (SHA-384 and every hardware measurement fit). A box's identity is shown and
+    /// compared; no other shape of peer (or box) text gets that far.
+    pub fn is_well_formed(&self) -> bool {
+        is_box_identity(&self.platform, &self.measurement)
+    }
+}
+
+/// See [`AcceptedBox::is_well_formed`].
+pub fn is_box_identity(platform: &str, measurement: &str) -> bool {
+    let platform_ok = (1..=32).contains(&platform.len())
+        && platform
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+    let measurement_ok = (2..=256).contains(&measurement.len())
+        && measurement.len().is_multiple_of(2)
+        && measurement
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+    platform_ok && measurement_ok
+}
+
 /// What a node offers right now: its offered skills and the boxes it accepts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -256,6 +280,11 @@ pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, A
             skill: s.name.chars().take(64).collect(),
         });
     }
+    if !advert.boxes.iter().all(AcceptedBox::is_well_formed) {
+        return Err(AdvertRefusal::Malformed(
+            "a box's platform or measurement is malformed".into(),
+        ));
+    }
     if advert
         .skills
         .iter()
@@ -285,3 +314,41 @@ mod tests {
         assert_eq!(public_key_hex_of_peer(&PeerId::random()), None);
     }
 }
+
+    fn advert_with_box(measurement: &str) -> Result<VerifiedAdvert, AdvertRefusal> {
+        let kp = Keypair::generate_ed25519();
+        let offer = Offer {
+            skills: vec![],
+            boxes: vec![AcceptedBox {
+                platform: "insecure-dev".into(),
+                measurement: measurement.into(),
+                url: None,
+            }],
+        };
+        let bytes = sign_advert(&kp, 1_800_000_000_000, 1, &offer).expect("sign");
+        verify_advert(&bytes, DEFAULT_MAX_ADVERT_BYTES)
+    }
+
+    #[test]
+    fn a_box_measurement_that_is_not_lowercase_hex_is_refused() {
+        assert!(advert_with_box(&"ab".repeat(48)).is_ok());
+        // Signed by its node, still refused: a multibyte measurement was sliced by bytes when a
+        // caller listed the boxes it has in common (a panic in the handler).
+        let bad = [
+            "é".repeat(12),
+            "aé".into(),
+            "AB".into(),
+            "abc".into(),
+            String::new(),
+            "ab".repeat(129),
+            "ab\u{202e}cd".into(),
+        ];
+        for bad in &bad {
+            assert!(
+                matches!(advert_with_box(bad), Err(AdvertRefusal::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(!is_box_identity("Insecure-Dev", "ab"));
+        assert!(!is_box_identity(&"a".repeat(33), "ab"));
+    }

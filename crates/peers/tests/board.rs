@@ -25,7 +25,7 @@ fn offer(names: &[&str]) -> Offer {
         skills: names.iter().map(|n| skill(n)).collect(),
         boxes: vec![AcceptedBox {
             platform: "insecure-dev".into(),
-            measurement: "m1".into(),
+            measurement: "a1".into(),
             url: Some("http://127.0.0.1:7000".into()),
         }],
     }

@@ -48,7 +48,7 @@ fn offer(names: &[&str]) -> Offer {
             .collect(),
         boxes: vec![AcceptedBox {
             platform: "insecure-dev".into(),
-            measurement: "m".into(),
+            measurement: "ab".into(),
             url: None,
         }],
     }

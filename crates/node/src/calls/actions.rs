@@ -35,6 +35,18 @@ fn is_busy(e: &JcError) -> bool {
     }
 }
 
+/// The run remembered for this call, only if it is the call's run now: a run of the same call
+/// verified before (another box, another session) is never what a stake is sealed to.
+fn remembered(
+    verified: &std::collections::HashMap<super::Key, VerifiedRun>,
+    row: &CallRow,
+) -> Option<VerifiedRun> {
+    verified
+        .get(&(row.call.id.clone(), row.call.role))
+        .filter(|v| row.call.run_id.as_deref() == Some(v.run_id.as_str()))
+        .cloned()
+}
+
 /// The pause before the `attempt`th retry: 200 ms growing by half each time to 2 s, with up to
 /// as much again of jitter, so the calls waiting on a full box neither hammer it nor all come
 /// back in the same instant.
@@ -265,8 +277,8 @@ impl Calls {
 
     /// The verified run of this call: remembered, or attested again (after a restart).
     async fn verified(&self, row: &CallRow) -> skillbox_jc::Result<VerifiedRun> {
-        if let Some(v) = lock(&self.0.verified).get(&(row.call.id.clone(), row.call.role)) {
-            return Ok(v.clone());
+        if let Some(v) = remembered(&lock(&self.0.verified), row) {
+            return Ok(v);
         }
         // After a restart: the stored facts of the attestation this side checked.
         if let Some(stored) = &row.verified {
@@ -604,3 +616,51 @@ mod tests {
         }));
     }
 }
+
+    #[test]
+    fn a_remembered_run_is_used_only_while_it_is_the_calls_run() {
+        use skillbox_calls::machine::{self, NewCall, Timing};
+        let t = machine::start(
+            Role::Owner,
+            NewCall {
+                id: "c1".into(),
+                peer: "peer".into(),
+                skill: "taste".into(),
+                program_hash: format!("sha256:{}", "0".repeat(64)),
+                expires_at_ms: u64::MAX / 2,
+            },
+            1_000,
+            &Timing::default(),
+        );
+        let mut row = CallRow {
+            call: t.call,
+            program: None,
+            box_url: None,
+            verified: None,
+            sources: vec![],
+            receipt: None,
+        };
+        let run = |id: &str| VerifiedRun {
+            run_id: id.into(),
+            program_hash: ProgramHash([0; 32]),
+            platform: "insecure-dev".into(),
+            measurement: "ab".repeat(48),
+            hpke_public_key: [7; 32],
+            receipt_key: ed25519_dalek::SigningKey::from_bytes(&[1; 32]).verifying_key(),
+            expires_at: 1,
+            no_hardware_isolation: true,
+            tcb_status: None,
+        };
+        let mut map = std::collections::HashMap::new();
+        map.insert(("c1".to_owned(), Role::Owner), run(&"a".repeat(32)));
+        assert!(remembered(&map, &row).is_none(), "the call has no run yet");
+        row.call.run_id = Some("a".repeat(32));
+        assert_eq!(
+            remembered(&map, &row).map(|v| v.run_id),
+            Some("a".repeat(32))
+        );
+        // The call's run is another now (a second session, another box): the remembered one,
+        // whose keys the stake would be sealed to, is not used.
+        row.call.run_id = Some("b".repeat(32));
+        assert!(remembered(&map, &row).is_none());
+    }

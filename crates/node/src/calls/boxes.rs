@@ -6,7 +6,14 @@
 //! Pins, not claims: a box with a `[[boxes.pins]]` entry must show exactly that identity (its
 //! `/healthz` is compared, and every attestation must be signed by the pinned key); a box off
 //! loopback must have one (config refuses otherwise). A loopback box without a pin is trusted on
-//! first contact: the key its `/healthz` first showed is the one its attestations must carry.
+//! first contact: the platform and key its `/healthz` first showed are kept in the store
+//! (`box_identities`, so a restart does not forget them), and its attestations must carry that
+//! key. An insecure-dev box that shows no key is not used (nothing would tell it from another).
+//!
+//! The platform is this node's, never the box's: a pinned URL is verified only with its pin's
+//! platform (a hardware pin has no insecure-dev verifier, so a hardware box cannot answer with a
+//! software attestation for a key of its own), an unpinned URL only with the platform it first
+//! showed, and a URL that has shown nothing yet accepts no attestation at all.
 //! Provider hosts are pinned too: a box may reach a provider only at its official endpoint, a
 //! host in `boxes.provider_hosts`, or a loopback host when the box itself is on loopback.
 //!
@@ -26,6 +33,16 @@ use skillbox_peers::AcceptedBox;
 use skillbox_skill::ProviderId;
 
 use crate::config::BoxPin;
+use crate::store::Store;
+
+/// What an unpinned box URL showed the first time it answered (kept in the store): the
+/// platform and key every later answer and attestation of that URL must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstSeen {
+    pub platform: String,
+    /// The evidence key, lowercase hex (insecure-dev: always present).
+    pub key: Option<String>,
+}
 
 /// The last time this node asked an accepted box who it is, and what came of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,6 +181,10 @@ pub struct Boxes {
     refreshed_at: RwLock<Option<std::time::Instant>>,
     /// Runs this node sent each box since the box last reported its load.
     claimed: Mutex<BTreeMap<String, usize>>,
+    /// Trust on first use of the unpinned URLs, as loaded from and written to `store`.
+    first_seen: RwLock<BTreeMap<String, FirstSeen>>,
+    /// Where first-seen identities are kept; `None`: in memory only (unit tests).
+    store: Option<Arc<Store>>,
 }
 
 /// What a node knows of its boxes is refreshed on demand past this age (and on the advert
@@ -230,7 +251,97 @@ impl Boxes {
             checks: RwLock::new(BTreeMap::new()),
             refreshed_at: RwLock::new(None),
             claimed: Mutex::new(BTreeMap::new()),
+            first_seen: RwLock::new(BTreeMap::new()),
+            store: None,
         }
+    }
+
+    /// Keep the first-seen identities in `store`, starting from those it already holds.
+    pub fn remembering(mut self, store: Arc<Store>) -> crate::Result<Boxes> {
+        let rows = store.read(|c| {
+            let mut st = c.prepare("SELECT url, platform, key FROM box_identities")?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        FirstSeen {
+                            platform: r.get(1)?,
+                            key: r.get(2)?,
+                        },
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows)
+        })?;
+        self.first_seen = RwLock::new(rows.into_iter().collect());
+        self.store = Some(store);
+        Ok(self)
+    }
+
+    /// What `url` showed first: kept from before, or `shown` now (written to the store before
+    /// it counts; if two checks race, the row that landed first wins).
+    async fn first_seen(&self, url: &str, shown: FirstSeen) -> Result<FirstSeen, &'static str> {
+        if let Some(seen) = self
+            .first_seen
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(url)
+        {
+            return Ok(seen.clone());
+        }
+        let kept = match &self.store {
+            None => shown,
+            Some(store) => {
+                let (store, url, shown) = (store.clone(), url.to_owned(), shown.clone());
+                tokio::task::spawn_blocking(move || {
+                    store.write(|tx| {
+                        tx.execute(
+                            "INSERT OR IGNORE INTO box_identities (url, platform, key, first_seen) \
+                             VALUES (?1, ?2, ?3, ?4)",
+                            rusqlite::params![
+                                url,
+                                shown.platform,
+                                shown.key,
+                                crate::store::now_secs()
+                            ],
+                        )?;
+                        Ok(tx.query_row(
+                            "SELECT platform, key FROM box_identities WHERE url = ?1",
+                            [&url],
+                            |r| {
+                                Ok(FirstSeen {
+                                    platform: r.get(0)?,
+                                    key: r.get(1)?,
+                                })
+                            },
+                        )?)
+                    })
+                })
+                .await
+                .map_err(|_| "store_failed")?
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "cannot keep a box's first-seen identity");
+                    "store_failed"
+                })?
+            }
+        };
+        Ok(self
+            .first_seen
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(url.to_owned())
+            .or_insert(kept)
+            .clone())
+    }
+
+    /// What this node took `url` to be the first time it answered (`None`: pinned, or never
+    /// answered).
+    pub fn first_seen_of(&self, url: &str) -> Option<FirstSeen> {
+        self.first_seen
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&normalize_url(url))
+            .cloned()
     }
 
     /// Ask every accepted box who it is. A box that does not answer keeps its last identity
@@ -254,70 +365,106 @@ impl Boxes {
 
     /// Ask one box; `None` when it answered and is known now, else why not.
     async fn check(&self, url: &String, client: &BoxClient) -> Option<&'static str> {
-        match client.health().await {
-            Ok(h) => {
-                if h.platform == INSECURE_DEV && !self.allow_insecure_dev {
-                    tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
-                    return Some("insecure_dev_not_allowed");
-                }
-                let mut known = self.known.write().unwrap_or_else(|p| p.into_inner());
-                if let Some(pin) = self.pins.get(url) {
-                    let matches = h.platform == pin.platform
-                        && pin.measurements.contains(&h.measurement)
-                        && pin.key.as_ref().is_none_or(|k| {
-                            h.key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k))
-                        });
-                    if !matches {
-                        tracing::warn!(%url, "box does not show its pinned identity; not used");
-                        known.remove(url);
-                        return Some("pin_mismatch");
-                    }
-                } else if let Some(seen) = known.get(url)
-                    && seen.key.is_some()
-                    && seen.key != h.key
-                {
-                    // Trusted on first contact: another key on the same URL is another box.
-                    tracing::warn!(%url, "box shows another key than it first did; not used");
-                    return Some("key_changed");
-                }
-                let providers = h
-                    .providers
-                    .into_iter()
-                    .map(|mut v| {
-                        let pinned = v.id.parse::<ProviderId>().is_ok_and(|id| {
-                            self.provider_hosts.allows(url, &id, v.host.as_deref())
-                        });
-                        if v.available && !pinned {
-                            v.available = false;
-                            v.reason = Some(
-                                "this node does not pin that provider host (boxes.provider_hosts)"
-                                    .into(),
-                            );
-                        }
-                        v
-                    })
-                    .collect();
-                let kb = KnownBox {
-                    url: url.clone(),
-                    platform: h.platform,
-                    measurement: h.measurement,
-                    key: self.pins.get(url).and_then(|p| p.key.clone()).or(h.key),
-                    providers,
-                    runs_in_flight: h.runs_in_flight,
-                };
-                known.insert(url.clone(), kb);
-                // The report counts what this node sent so far.
-                self.claimed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(url);
-                None
-            }
+        let h = match client.health().await {
+            Ok(h) => h,
             Err(e) => {
                 tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
-                Some(e.code())
+                return Some(e.code());
             }
+        };
+        let refused = |code: &'static str| {
+            // A box that answers with an identity this node cannot use is not used at all.
+            self.known
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(url);
+            Some(code)
+        };
+        // Shown and compared (and advertised to peers): only the form a program allows.
+        if !skillbox_peers::advert::is_box_identity(&h.platform, &h.measurement) {
+            tracing::warn!(%url, "box shows a malformed platform or measurement; not used");
+            return refused("identity_malformed");
         }
+        if h.platform == INSECURE_DEV && !self.allow_insecure_dev {
+            tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
+            return Some("insecure_dev_not_allowed");
+        }
+        let key = h.key.as_deref().map(str::to_ascii_lowercase);
+        // An insecure-dev box's identity is its key: without one it cannot be told from another.
+        if h.platform == INSECURE_DEV
+            && key
+                .as_deref()
+                .is_none_or(|k| skillbox_jc::program::decode_hex32(k).is_none())
+        {
+            tracing::warn!(%url, "insecure-dev box shows no evidence key; not used");
+            return refused("key_missing");
+        }
+        let box_key = if let Some(pin) = self.pins.get(url) {
+            let matches = h.platform == pin.platform
+                && pin.measurements.contains(&h.measurement)
+                && pin
+                    .key
+                    .as_ref()
+                    .is_none_or(|k| key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k)));
+            if !matches {
+                tracing::warn!(%url, "box does not show its pinned identity; not used");
+                return refused("pin_mismatch");
+            }
+            pin.key.clone()
+        } else {
+            let shown = FirstSeen {
+                platform: h.platform.clone(),
+                key: key.clone(),
+            };
+            let seen = match self.first_seen(url, shown).await {
+                Ok(seen) => seen,
+                Err(code) => return refused(code),
+            };
+            // Trusted on first contact: another platform or key on the same URL is another box.
+            if seen.platform != h.platform {
+                tracing::warn!(%url, "box shows another platform than it first did; not used");
+                return refused("platform_changed");
+            }
+            if seen.key != key {
+                tracing::warn!(%url, "box shows another key than it first did; not used");
+                return refused("key_changed");
+            }
+            seen.key
+        };
+        let providers = h
+            .providers
+            .into_iter()
+            .map(|mut v| {
+                let pinned =
+                    v.id.parse::<ProviderId>()
+                        .is_ok_and(|id| self.provider_hosts.allows(url, &id, v.host.as_deref()));
+                if v.available && !pinned {
+                    v.available = false;
+                    v.reason = Some(
+                        "this node does not pin that provider host (boxes.provider_hosts)".into(),
+                    );
+                }
+                v
+            })
+            .collect();
+        let kb = KnownBox {
+            url: url.clone(),
+            platform: h.platform,
+            measurement: h.measurement,
+            key: box_key,
+            providers,
+            runs_in_flight: h.runs_in_flight,
+        };
+        self.known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(url.clone(), kb);
+        // The report counts what this node sent so far.
+        self.claimed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(url);
+        None
     }
 
     /// Every accepted box, answered or not, with its last check (the dashboard's health).
@@ -424,23 +571,29 @@ impl Boxes {
             .any(|url| self.provider_hosts.allows(url, provider, host))
     }
 
-    /// How this node verifies the attestations of the box at `url`: its pinned (or first
-    /// seen) key, and this node's provider-host pins for that box.
+    /// How this node verifies the attestations of the box at `url`: only the platform of its
+    /// pin (or the one it first showed), signed by its pinned (or first-seen) key, with this
+    /// node's provider-host pins for that box. A URL with neither accepts nothing.
     pub fn verify_policy(&self, url: &str) -> VerifyPolicy {
         let url = normalize_url(url);
-        let key = match self.pins.get(&url) {
-            Some(pin) => pin.key.clone(),
-            None => {
-                let known = self.known.read().unwrap_or_else(|p| p.into_inner());
-                known.get(&url).and_then(|k| k.key.clone())
-            }
+        let identity = match self.pins.get(&url) {
+            Some(pin) => Some((pin.platform.clone(), pin.key.clone())),
+            None => self.first_seen_of(&url).map(|s| (s.platform, s.key)),
         };
+        let Some((platform, key)) = identity else {
+            return VerifyPolicy::refusing();
+        };
+        // A software attestation is only ever checked against a key: no key, no box.
+        if platform == INSECURE_DEV && key.is_none() {
+            return VerifyPolicy::refusing();
+        }
         let hosts = self.provider_hosts.clone();
         let mut policy = VerifyPolicy::new(self.allow_insecure_dev);
         if let Some(v) = self.hardware.get(&url) {
             policy = policy.with_verifier(Box::new(Shared(v.clone())));
         }
         policy
+            .only_platform(&platform)
             .with_box_keys(key.into_iter().collect())
             .with_provider_hosts(Arc::new(move |id: &ProviderId, host: Option<&str>| {
                 hosts.allows(&url, id, host)
@@ -541,15 +694,28 @@ mod tests {
         );
         let snp = boxes.verify_policy("https://snp.example/");
         let platforms: Vec<&str> = snp.verifiers.iter().map(|v| v.platform()).collect();
-        assert_eq!(platforms, ["insecure-dev", "sev-snp"]);
+        // No insecure-dev verifier beside the hardware one: the box cannot pick a software
+        // attestation for a key of its own.
+        assert_eq!(platforms, ["sev-snp"]);
+        assert_eq!(snp.platform.as_deref(), Some("sev-snp"));
         assert!(snp.box_keys.is_empty());
         let dev = boxes.verify_policy("https://dev.example");
+        let platforms: Vec<&str> = dev.verifiers.iter().map(|v| v.platform()).collect();
         assert_eq!(
-            dev.verifiers.len(),
-            1,
+            platforms,
+            ["insecure-dev"],
             "no hardware verifier for the dev box"
         );
         assert_eq!(dev.box_keys, [key]);
+    }
+
+    #[test]
+    fn a_box_that_never_answered_is_verified_by_nothing() {
+        let urls = ["http://127.0.0.1:9".to_owned()];
+        let boxes = Boxes::new(&urls, true, &[], &BTreeMap::new());
+        let p = boxes.verify_policy("http://127.0.0.1:9");
+        assert!(p.verifiers.is_empty());
+        assert_eq!(p.platform.as_deref(), Some(""));
     }
 
     #[test]

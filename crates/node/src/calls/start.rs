@@ -247,7 +247,10 @@ impl Calls {
         }
         let common: Vec<KnownBox> = ours.iter().filter(|k| theirs(k)).cloned().collect();
         if common.is_empty() {
-            let show = |platform: &str, m: &str| format!("{platform} {}", &m[..m.len().min(12)]);
+            // By characters, never bytes: a measurement is the box's (or a peer's) text.
+            let show = |platform: &str, m: &str| {
+                format!("{platform} {}", m.chars().take(12).collect::<String>())
+            };
             let list = |v: Vec<String>| {
                 if v.is_empty() {
                     "none".to_owned()

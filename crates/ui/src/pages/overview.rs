@@ -108,6 +108,10 @@ fn reachability(b: &skillbox_node::calls::boxes::BoxStatus) -> Markup {
         }
         Some("pin_mismatch") => Some("does not show its pinned identity"),
         Some("key_changed") => Some("shows another key than it first did"),
+        Some("platform_changed") => Some("shows another platform than it first did"),
+        Some("key_missing") => Some("answers as insecure-dev without a key"),
+        Some("identity_malformed") => Some("shows a malformed identity"),
+        Some("store_failed") => Some("its first identity could not be kept"),
         Some(_) => Some("did not answer"),
     };
     html! {
