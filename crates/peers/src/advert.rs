@@ -313,7 +313,6 @@ mod tests {
         assert_eq!(public_key_hex_of_peer(&peer), Some(hex_key));
         assert_eq!(public_key_hex_of_peer(&PeerId::random()), None);
     }
-}
 
     fn advert_with_box(measurement: &str) -> Result<VerifiedAdvert, AdvertRefusal> {
         let kp = Keypair::generate_ed25519();
@@ -352,3 +351,4 @@ mod tests {
         assert!(!is_box_identity("Insecure-Dev", "ab"));
         assert!(!is_box_identity(&"a".repeat(33), "ab"));
     }
+}

@@ -615,7 +615,6 @@ mod tests {
             code: "provider_unavailable".into()
         }));
     }
-}
 
     #[test]
     fn a_remembered_run_is_used_only_while_it_is_the_calls_run() {
@@ -664,3 +663,4 @@ mod tests {
         row.call.run_id = Some("b".repeat(32));
         assert!(remembered(&map, &row).is_none());
     }
+}
