@@ -134,6 +134,9 @@ pub enum JcError {
     Remote { status: u16, code: String },
     #[error("box unreachable: {0}")]
     Transport(String),
+    /// The box's answer is longer than the client reads (see `client::MAX_RESPONSE_BYTES`).
+    #[error("box answer is larger than {limit} bytes")]
+    ResponseTooLarge { limit: usize },
     /// The box's own storage (its spent-program list) failed or cannot be read.
     #[error("box storage: {0}")]
     Storage(String),
@@ -145,9 +148,6 @@ impl JcError {
     /// Stable machine code for the `{error, message}` envelope.
     pub fn code(&self) -> &'static str {
         use JcError::*;
-    /// The box's answer is longer than the client reads (see `client::MAX_RESPONSE_BYTES`).
-    #[error("box answer is larger than {limit} bytes")]
-    ResponseTooLarge { limit: usize },
         match self {
             ProgramJson(_) => "program_json",
             DuplicateKey { .. } => "program_duplicate_key",
@@ -202,6 +202,7 @@ impl JcError {
             BodyTooLarge { .. } => "body_too_large",
             Remote { .. } => "remote",
             Transport(_) => "transport",
+            ResponseTooLarge { .. } => "box_response_too_large",
             Storage(_) => "storage_failed",
             Internal(_) => "internal",
         }
@@ -218,7 +219,6 @@ impl JcError {
             | StakesMissing { .. }
             | WrongState { .. }
             | NotReady(_) => 409,
-            ResponseTooLarge { .. } => "box_response_too_large",
             ProgramExpired { .. } | RunExpired(_) => 410,
             StakeTooLarge { .. } | BodyTooLarge { .. } => 413,
             SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
@@ -291,6 +291,7 @@ impl JcError {
             BodyTooLarge { .. } => "the request body is too large",
             Remote { .. } => "the box refused",
             Transport(_) => "the box is unreachable",
+            ResponseTooLarge { .. } => "the box's answer is too large",
             Storage(_) => "the box's storage failed",
             Internal(_) => "internal error",
         }
@@ -307,4 +308,3 @@ pub fn is_run_id(id: &str) -> bool {
 }
 
 pub type Result<T> = std::result::Result<T, JcError>;
-            ResponseTooLarge { .. } => "the box's answer is too large",
