@@ -41,7 +41,8 @@ pub struct LedgerArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum LedgerCommand {
-    /// Check the ledger's sequence, hashes, chain, signatures and signed head (exit 1 if broken).
+    /// Check the ledger's sequence, hashes, chain, signatures, signed head, the head kept
+    /// outside the database and its index (exit 1 if broken).
     Verify {
         /// Check an exported JSON Lines file instead of the running node's ledger (needs --key).
         #[arg(long, requires = "key")]
@@ -49,14 +50,28 @@ pub enum LedgerCommand {
         /// The node key (hex) the export's signatures must verify under (GET /ledger's nodeKey).
         #[arg(long)]
         key: Option<String>,
+        /// A head saved earlier with `skillbox ledger head`: the ledger must extend it (nothing
+        /// up to it removed or rewritten since), whoever holds the node key now.
+        #[arg(long)]
+        head: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
+    /// Print the ledger's signed head (JSON) once it verifies: keep it somewhere this machine
+    /// cannot rewrite, and check the ledger against it later with `ledger verify --head`.
+    Head,
 }
 
 pub fn run(global: &crate::Global, args: LedgerArgs) -> anyhow::Result<ExitCode> {
-    if let Some(LedgerCommand::Verify { file, key, json }) = args.command {
-        return verify(global, file, key, json);
+    match args.command {
+        Some(LedgerCommand::Verify {
+            file,
+            key,
+            head,
+            json,
+        }) => return verify(global, file, key, head, json),
+        Some(LedgerCommand::Head) => return head(global),
+        None => {}
     }
     let mut q: Vec<String> = Vec::new();
     for (k, v) in [
@@ -122,23 +137,63 @@ fn table(lines: &[Line]) {
     }
 }
 
+fn head(global: &crate::Global) -> anyhow::Result<ExitCode> {
+    let v = Client::from_data_dir(global)?
+        .send(Method::GET, "/ledger/verify", None)?
+        .body;
+    if v["ok"].as_bool() != Some(true) || v["signedHead"].is_null() {
+        say!(
+            "ledger BROKEN at entry {}: {} — no head to save (see `skillbox ledger verify`)",
+            v["brokenAt"],
+            v["reason"].as_str().unwrap_or("unknown")
+        );
+        return Ok(ExitCode::from(1));
+    }
+    say!("{}", serde_json::to_string(&v["signedHead"])?);
+    Ok(ExitCode::SUCCESS)
+}
+
 fn verify(
     global: &crate::Global,
     file: Option<PathBuf>,
     key: Option<String>,
+    head: Option<PathBuf>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    let anchor = match &head {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading the saved head {}", p.display()))?;
+            Some(ledger::parse_head(&text).map_err(anyhow::Error::msg)?)
+        }
+        None => None,
+    };
     let verdict: Value = match (file, key) {
         (Some(f), Some(k)) => {
             let text = std::fs::read_to_string(&f)
                 .with_context(|| format!("reading the ledger export {}", f.display()))?;
-            let v = ledger::verify_export(&text, &k).map_err(anyhow::Error::msg)?;
+            let v = ledger::verify_export_anchored(&text, &k, anchor.as_ref())
+                .map_err(anyhow::Error::msg)?;
             serde_json::to_value(v)?
         }
         _ => {
-            Client::from_data_dir(global)?
-                .send(Method::GET, "/ledger/verify", None)?
-                .body
+            let client = Client::from_data_dir(global)?;
+            let own = client.send(Method::GET, "/ledger/verify", None)?.body;
+            match &anchor {
+                // The node's own check, then the whole ledger read back and checked here
+                // against the saved head under the node's key.
+                Some(a) if own["ok"].as_bool() == Some(true) => {
+                    let page = client.send(Method::GET, "/ledger", None)?.body;
+                    let lines: Vec<Line> = serde_json::from_value(page["entries"].clone())
+                        .context("reading the node's ledger entries")?;
+                    let key = page["nodeKey"].as_str().unwrap_or_default();
+                    let text = ledger::to_jsonl(&lines)?;
+                    let v = ledger::verify_export_anchored(&text, key, Some(a))
+                        .map_err(anyhow::Error::msg)?;
+                    serde_json::to_value(v)?
+                }
+                _ => own,
+            }
         }
     };
     let ok = verdict["ok"].as_bool() == Some(true);

@@ -12,8 +12,17 @@
 //! also keeps the signed head (last sequence number and hash). So an edited entry (its hash),
 //! a removed or reordered one (the chain), a forged one (the signature) and a cut tail (the head)
 //! are each detected by [`verify`]. SQLite triggers refuse updates and deletes, and call
-//! retention never touches this table. What it cannot stop: someone holding the node key
-//! rewriting the whole ledger — the ledger is the human's record, not a witness against them.
+//! retention never touches this table.
+//!
+//! What the database alone cannot show is kept outside it: the ledger begins with a `genesis`
+//! entry written when the store is created (an emptied ledger is not a new one), and the signed
+//! head is also written, after every append, to `ledger.head` beside the store (atomically,
+//! never moved back): a database rolled back to an older copy, or wiped, is behind that file.
+//! The unsigned columns and the per-source index are only an index: views filter on the signed
+//! entry itself, and [`verify_store`] checks the index against the entries. What it cannot stop:
+//! someone holding the node key and write access to the data dir rewriting everything, file
+//! included — the ledger is the human's record, not a witness against them (a head saved
+//! elsewhere, `skillbox ledger head`, still pins everything up to it).
 //!
 //! The pure part (entry encoding, hashing, signing, verifying a sequence of lines) does no I/O;
 //! [`append`], [`list`] and [`verify_store`] are the store's edge.
@@ -31,6 +40,8 @@ const ENTRY_DOMAIN: &[u8] = b"skillbox-ledger-entry-v1\0";
 const SIG_DOMAIN: &[u8] = b"skillbox-ledger-sig-v1\0";
 const HEAD_DOMAIN: &[u8] = b"skillbox-ledger-head-v1\0";
 const HEAD_KEY: &str = "ledger_head";
+/// The head kept outside the database, beside it in the (0700) data dir.
+pub const HEAD_FILE: &str = "ledger.head";
 /// `prev` of the first entry.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -38,17 +49,29 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
+    /// The first entry of every ledger, written when the store was created: a ledger without
+    /// it was emptied, not new.
+    Genesis,
     /// A consent decision: allow (the stake may follow) or deny (nothing leaves).
     Decision,
-    /// Material this node sealed to a box.
+    /// Material this node sealed to a box, written *before* the bytes are sent (write-ahead):
+    /// the bytes may have left even if nothing follows it.
     Stake,
+    /// The box answered that it holds the stake of entry `answers`.
+    StakeTaken,
+    /// The box answered the stake of entry `answers` with a refusal (`boxCode`). Its word only:
+    /// the sealed bytes had been sent.
+    StakeRefused,
 }
 
 impl EntryKind {
     pub fn as_str(self) -> &'static str {
         match self {
+            EntryKind::Genesis => "genesis",
             EntryKind::Decision => "decision",
             EntryKind::Stake => "stake",
+            EntryKind::StakeTaken => "stake_taken",
+            EntryKind::StakeRefused => "stake_refused",
         }
     }
 }
@@ -108,6 +131,12 @@ pub struct Entry {
     /// What was sealed (stake entries only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub items: Vec<Item>,
+    /// The stake entry this one answers (`stake_taken`, `stake_refused`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<u64>,
+    /// The box's code: why it refused, or `already_staked` when a retry found the stake there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub box_code: Option<String>,
     /// The previous entry's hash ([`GENESIS`] for the first).
     pub prev: String,
 }
@@ -128,6 +157,16 @@ impl Entry {
                     .collect();
                 format!("staked {}", items.join(", "))
             }
+            EntryKind::Genesis => "the ledger begins".to_owned(),
+            EntryKind::StakeTaken => format!(
+                "the box took the stake of entry {}",
+                self.answers.unwrap_or(0)
+            ),
+            EntryKind::StakeRefused => format!(
+                "the box refused the stake of entry {} ({}): its word, the bytes had been sent",
+                self.answers.unwrap_or(0),
+                self.box_code.as_deref().unwrap_or("no code")
+            ),
             EntryKind::Decision => {
                 let verb = if self.decision == "allow" {
                     "allowed"
@@ -150,6 +189,7 @@ impl Entry {
             (Some(b), Some(p)) if self.hardware_isolation => format!("box {b} ({p})"),
             (Some(b), Some(p)) => format!("box {b} ({p}, no hardware isolation)"),
             (Some(b), None) => format!("box {b}"),
+            _ if self.kind == EntryKind::Genesis => format!("node {}", self.peer),
             _ => "no box yet".to_owned(),
         }
     }
@@ -167,7 +207,8 @@ pub struct Line {
 }
 
 /// The signed head: how long the ledger is and how it ends.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Head {
     pub seq: u64,
     pub hash: String,
@@ -192,6 +233,18 @@ pub enum Broken {
     Truncated,
     /// The head itself is not signed by the node key.
     BadHead,
+    /// No entry at all, not even the genesis every ledger begins with: it was emptied.
+    NoGenesis,
+    /// The database holds fewer entries than the head kept outside it (`ledger.head`, or a head
+    /// saved elsewhere): it was rolled back to an older copy, cut or wiped.
+    RolledBack,
+    /// The entry at the outside head's sequence is not the one it names: rewritten since.
+    Rewritten,
+    /// The head kept outside the database is gone while the ledger has entries.
+    HeadFileMissing,
+    /// An unsigned column (`at`, `call_id`, `role`, `peer`, `kind`) or the per-source index
+    /// does not say what the signed entry says: the database was edited under the ledger.
+    IndexMismatch,
 }
 
 impl Broken {
@@ -204,6 +257,11 @@ impl Broken {
             Broken::BadSignature => "bad_signature",
             Broken::Truncated => "truncated",
             Broken::BadHead => "bad_head",
+            Broken::NoGenesis => "no_genesis",
+            Broken::RolledBack => "rolled_back",
+            Broken::Rewritten => "rewritten",
+            Broken::HeadFileMissing => "head_file_missing",
+            Broken::IndexMismatch => "index_mismatch",
         }
     }
 }
@@ -221,6 +279,10 @@ pub struct Verdict {
     pub broken_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Broken>,
+    /// The signed head the ledger ends at (the node's own check): what `skillbox ledger head`
+    /// saves, so a later check can show nothing before it was rewritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_head: Option<Head>,
 }
 
 // ---- the pure part
@@ -284,13 +346,27 @@ pub fn verify(
     key: &VerifyingKey,
     head: Option<&Head>,
 ) -> Verdict {
+    verify_anchored(lines, key, head, None)
+}
+
+/// [`verify`], and (when given) that the ledger extends `anchor`: a signed head kept outside
+/// the database (`ledger.head`) or saved elsewhere. The ledger may have grown since; it may not
+/// be shorter (`rolled_back`) nor differ at the anchor (`rewritten`).
+pub fn verify_anchored(
+    lines: impl IntoIterator<Item = Option<Line>>,
+    key: &VerifyingKey,
+    head: Option<&Head>,
+    anchor: Option<&Head>,
+) -> Verdict {
     let broken = |at: u64, reason: Broken, entries: u64| Verdict {
         ok: false,
         entries,
         head: None,
         broken_at: Some(at),
         reason: Some(reason),
+        signed_head: None,
     };
+    let mut at_anchor: Option<String> = None;
     let mut prev = GENESIS.to_owned();
     let mut n = 0u64;
     for line in lines {
@@ -315,8 +391,29 @@ pub fn verify(
         ) {
             return broken(expected, Broken::BadSignature, n);
         }
+        if anchor.is_some_and(|a| a.seq == expected) {
+            at_anchor = Some(line.hash.clone());
+        }
         prev = line.hash;
         n = expected;
+    }
+    if n == 0 {
+        return broken(1, Broken::NoGenesis, 0);
+    }
+    if let Some(a) = anchor {
+        if !signature_ok(
+            key,
+            &sig_message(HEAD_DOMAIN, &[&a.seq.to_be_bytes(), a.hash.as_bytes()]),
+            &a.sig,
+        ) {
+            return broken(a.seq, Broken::BadHead, n);
+        }
+        if n < a.seq {
+            return broken(n + 1, Broken::RolledBack, n);
+        }
+        if at_anchor.as_deref() != Some(a.hash.as_str()) {
+            return broken(a.seq, Broken::Rewritten, n);
+        }
     }
     if let Some(h) = head {
         if !signature_ok(
@@ -336,6 +433,7 @@ pub fn verify(
         head: (n > 0).then_some(prev),
         broken_at: None,
         reason: None,
+        signed_head: None,
     }
 }
 
@@ -470,18 +568,49 @@ pub fn parse_since(text: &str, now_ms: u64) -> std::result::Result<u64, String> 
 /// --file`). Without the node's signed head, a cut tail of an export cannot be told from a
 /// shorter ledger: the node's own check ([`verify_store`]) has it.
 pub fn verify_export(text: &str, key_hex: &str) -> std::result::Result<Verdict, String> {
+    verify_export_anchored(text, key_hex, None)
+}
+
+/// [`verify_export`], and that the export extends a signed head saved earlier
+/// (`skillbox ledger head`, or the node's `ledger.head`): none of it was rewritten or cut since.
+pub fn verify_export_anchored(
+    text: &str,
+    key_hex: &str,
+    anchor: Option<&Head>,
+) -> std::result::Result<Verdict, String> {
+    let key = parse_key(key_hex)?;
+    Ok(verify_anchored(parse_jsonl(text), &key, None, anchor))
+}
+
+/// A node key given in hex.
+pub fn parse_key(key_hex: &str) -> std::result::Result<VerifyingKey, String> {
     let bytes = hex::decode(key_hex.trim())
         .map_err(|_| "the node key is not hex (see `skillbox peers` or GET /ledger's nodeKey)")?;
     let arr = <[u8; 32]>::try_from(bytes.as_slice())
         .map_err(|_| "the node key must be 32 bytes (64 hex digits)")?;
-    let key = VerifyingKey::from_bytes(&arr).map_err(|_| "the node key is not an Ed25519 key")?;
-    Ok(verify(parse_jsonl(text), &key, None))
+    Ok(VerifyingKey::from_bytes(&arr).map_err(|_| "the node key is not an Ed25519 key")?)
+}
+
+/// A saved head: the JSON `skillbox ledger head` prints (and `ledger.head` holds).
+pub fn parse_head(text: &str) -> std::result::Result<Head, String> {
+    serde_json::from_str(text.trim())
+        .map_err(|_| "not a saved ledger head (the JSON `skillbox ledger head` prints)".to_owned())
 }
 
 // ---- the store's edge
 
+/// The names an entry is listed under by `source`: the decision's sources and the staked items'.
+fn source_names(e: &Entry) -> Vec<&str> {
+    let mut names: Vec<&str> = e.sources.iter().map(String::as_str).collect();
+    names.extend(e.items.iter().filter_map(|i| i.source.as_deref()));
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 /// Append `entry` (its `seq` and `prev` are set here) inside the caller's transaction, and move
-/// the signed head: the entry lands with the call transition it records, or not at all.
+/// the signed head: the entry lands with the call transition it records, or not at all. The
+/// head outside the database follows with [`publish_head`] once the transaction committed.
 pub fn append(tx: &Tx<'_>, key: &SigningKey, mut entry: Entry) -> Result<Line> {
     let last: Option<(i64, String)> = tx
         .query_row(
@@ -514,11 +643,7 @@ pub fn append(tx: &Tx<'_>, key: &SigningKey, mut entry: Entry) -> Result<Line> {
             line.sig
         ],
     )?;
-    let mut names: Vec<&str> = line.entry.sources.iter().map(String::as_str).collect();
-    names.extend(line.entry.items.iter().filter_map(|i| i.source.as_deref()));
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
+    for name in source_names(&line.entry) {
         tx.execute(
             "INSERT INTO ledger_sources (name, seq) VALUES (?1, ?2)",
             params![name, seq as i64],
@@ -535,6 +660,148 @@ pub fn append(tx: &Tx<'_>, key: &SigningKey, mut entry: Entry) -> Result<Line> {
     Ok(line)
 }
 
+/// Append `entry` in a transaction of its own and publish the head outside the database: when
+/// this returns, the entry is on disk in both places (what a stake written ahead needs).
+pub fn append_now(store: &Store, key: &SigningKey, entry: Entry) -> Result<Line> {
+    let line = store.write(|tx| append(tx, key, entry))?;
+    publish_head(store)?;
+    Ok(line)
+}
+
+/// Where the head outside the database lives: beside the store file (none for an in-memory
+/// store).
+pub fn head_file(store: &Store) -> Option<std::path::PathBuf> {
+    store.path().map(|p| p.with_file_name(HEAD_FILE))
+}
+
+/// Serialises writers of the head file (a process may append from many tasks).
+static HEAD_FILE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The head file's content: `Ok(None)` when there is no file.
+fn read_head_file(path: &std::path::Path) -> std::result::Result<Option<Head>, ()> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|_| ()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(_) => Err(()),
+    }
+}
+
+/// Copy the database's signed head to the file beside it — only forward, and only when the
+/// database still holds the entry the file names (a rolled-back or rewritten database never
+/// overwrites the evidence). Written to a private temporary file, synced, renamed over, the dir
+/// synced: the file holds the old head or the new one, never half of either.
+pub fn publish_head(store: &Store) -> Result<()> {
+    let Some(path) = head_file(store) else {
+        return Ok(());
+    };
+    let _guard = HEAD_FILE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(db) = head(store)? else {
+        return Ok(());
+    };
+    match read_head_file(&path) {
+        Ok(Some(file)) if file.seq >= db.seq => return Ok(()),
+        Ok(Some(file)) => {
+            let at: Option<String> = store.read(|c| {
+                Ok(c.query_row(
+                    "SELECT hash FROM ledger WHERE seq = ?1",
+                    params![file.seq as i64],
+                    |r| r.get(0),
+                )
+                .optional()?)
+            })?;
+            if at.as_deref() != Some(file.hash.as_str()) {
+                tracing::error!(
+                    seq = file.seq,
+                    "the ledger in the database does not extend ledger.head: left as it is (see `skillbox ledger verify`)"
+                );
+                return Ok(());
+            }
+        }
+        Ok(None) => {}
+        Err(()) => {
+            tracing::error!(
+                "ledger.head is unreadable: left as it is (see `skillbox ledger verify`)"
+            );
+            return Ok(());
+        }
+    }
+    write_head_file(&path, &db)
+}
+
+fn write_head_file(path: &std::path::Path, head: &Head) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |what: &str, e: std::io::Error| NodeError::io(format!("{what} {}", path.display()), e);
+    let text = serde_json::to_vec(head).map_err(|e| NodeError::invalid("ledger", e.to_string()))?;
+    let tmp = path.with_extension("head.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| io("writing", e))?;
+    f.write_all(&text).map_err(|e| io("writing", e))?;
+    f.sync_all().map_err(|e| io("syncing", e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| io("renaming over", e))?;
+    if let Some(dir) = path.parent()
+        && let Ok(d) = std::fs::File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// At node start: write the genesis entry into a store created (or migrated to the genesis)
+/// just now, exactly once, and bring the head file up to the database (a node that kept a
+/// ledger before the head file existed gets one). `peer` is this node's id, named by the
+/// genesis.
+pub fn open(store: &Store, key: &SigningKey, peer: &str) -> Result<()> {
+    store.write(|tx| {
+        // The row the store migration that introduced the genesis left: written once per store.
+        let due: bool = tx.query_row("SELECT count(*) FROM ledger_genesis_due", [], |r| {
+            r.get::<_, i64>(0)
+        })? > 0;
+        if !due {
+            return Ok(());
+        }
+        let empty: bool =
+            tx.query_row("SELECT count(*) FROM ledger", [], |r| r.get::<_, i64>(0))? == 0;
+        if empty {
+            append(
+                tx,
+                key,
+                Entry {
+                    seq: 0,
+                    at: skillbox_peers::now_ms(),
+                    kind: EntryKind::Genesis,
+                    call: String::new(),
+                    role: "node".into(),
+                    peer: peer.to_owned(),
+                    skill: String::new(),
+                    box_url: None,
+                    platform: None,
+                    measurement: None,
+                    hardware_isolation: false,
+                    provider: None,
+                    provider_host: None,
+                    decision: String::new(),
+                    decided_by: String::new(),
+                    sources: vec![],
+                    items: vec![],
+                    answers: None,
+                    box_code: None,
+                    prev: String::new(),
+                },
+            )?;
+        }
+        tx.execute("DELETE FROM ledger_genesis_due", [])?;
+        Ok(())
+    })?;
+    publish_head(store)
+}
+
 /// Filters of `GET /ledger` and `skillbox ledger`.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -545,6 +812,18 @@ pub struct Filter {
     /// Entries at or after this time (unix ms).
     pub since_ms: Option<u64>,
     pub limit: Option<usize>,
+}
+
+impl Filter {
+    /// Whether the entry itself (its signed content, not the columns beside it) matches.
+    fn matches(&self, e: &Entry) -> bool {
+        self.source
+            .as_deref()
+            .is_none_or(|s| source_names(e).contains(&s))
+            && self.peer.as_deref().is_none_or(|p| e.peer == p)
+            && self.call.as_deref().is_none_or(|c| e.call == c)
+            && self.since_ms.is_none_or(|t| e.at >= t)
+    }
 }
 
 fn read_line(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, String)> {
@@ -559,33 +838,26 @@ fn to_line((entry, hash, sig): (String, String, String)) -> Option<Line> {
     })
 }
 
-/// Entries in order, filtered. An entry whose stored text does not parse is left out here
+/// Entries in order, filtered on what each entry itself says — never on the unsigned columns or
+/// the per-source index, which an edit of the database could falsify to hide entries (those are
+/// checked by [`verify_store`]). An entry whose stored text does not parse is left out here
 /// (and named by [`verify_store`]).
 pub fn list(store: &Store, f: &Filter) -> Result<Vec<Line>> {
     store.read(|c| {
-        let mut stmt = c.prepare(
-            "SELECT entry, hash, sig FROM ledger
-             WHERE (?1 IS NULL OR seq IN (SELECT seq FROM ledger_sources WHERE name = ?1))
-               AND (?2 IS NULL OR peer = ?2)
-               AND (?3 IS NULL OR call_id = ?3)
-               AND (?4 IS NULL OR at >= ?4)
-             ORDER BY seq
-             LIMIT ?5",
-        )?;
-        let limit = f.limit.map(|l| l as i64).unwrap_or(-1);
-        let rows = stmt
-            .query_map(
-                params![
-                    f.source,
-                    f.peer,
-                    f.call,
-                    f.since_ms.map(|s| s as i64),
-                    limit
-                ],
-                read_line,
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows.into_iter().filter_map(to_line).collect())
+        let mut stmt = c.prepare("SELECT entry, hash, sig FROM ledger ORDER BY seq")?;
+        let rows = stmt.query_map([], read_line)?;
+        let mut out = Vec::new();
+        for row in rows {
+            if f.limit.is_some_and(|l| out.len() >= l) {
+                break;
+            }
+            if let Some(line) = to_line(row?)
+                && f.matches(&line.entry)
+            {
+                out.push(line);
+            }
+        }
+        Ok(out)
     })
 }
 
@@ -603,36 +875,122 @@ pub fn head(store: &Store) -> Result<Option<Head>> {
     })
 }
 
-/// Verify the node's own ledger against the node key and the stored head. A head that exists but
-/// does not parse counts as a cut ledger.
-pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
-    let rows = store.read(|c| {
-        let mut stmt = c.prepare("SELECT entry, hash, sig FROM ledger ORDER BY seq")?;
-        let rows = stmt
-            .query_map([], read_line)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
-    })?;
-    let head_present: bool = store.read(|c| {
-        Ok(c.query_row(
-            "SELECT count(*) FROM meta WHERE key = ?1",
-            params![HEAD_KEY],
-            |r| r.get::<_, i64>(0),
-        )? > 0)
-    })?;
-    let head = head(store)?;
-    if head_present && head.is_none() {
-        return Ok(Verdict {
-            ok: false,
-            entries: rows.len() as u64,
-            head: None,
-            broken_at: Some(0),
-            reason: Some(Broken::BadHead),
-        });
+/// What a row says beside its entry: the unsigned columns and its per-source index rows.
+type RowFacts = (i64, i64, String, String, String, String);
+
+/// The first entry whose unsigned columns or per-source index rows do not say what the entry
+/// says (or an index row naming no entry).
+fn index_mismatch(c: &rusqlite::Connection, lines: &[(i64, Option<Line>)]) -> Result<Option<u64>> {
+    let mut cols =
+        c.prepare("SELECT seq, at, call_id, role, peer, kind FROM ledger ORDER BY seq")?;
+    let facts: Vec<RowFacts> = cols
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut idx = c.prepare("SELECT seq, name FROM ledger_sources ORDER BY seq, name")?;
+    let mut index: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+    for r in idx.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))? {
+        let (seq, name) = r?;
+        index.entry(seq).or_default().push(name);
     }
-    let v = verify(rows.into_iter().map(to_line), key, head.as_ref());
+    let mut first: Option<u64> = None;
+    let mut note = |seq: i64| {
+        let seq = seq.max(0) as u64;
+        if first.is_none_or(|f| seq < f) {
+            first = Some(seq);
+        }
+    };
+    for ((seq, line), (fseq, at, call, role, peer, kind)) in lines.iter().zip(&facts) {
+        let Some(line) = line else { continue };
+        let e = &line.entry;
+        let names: Vec<String> = source_names(e).into_iter().map(str::to_owned).collect();
+        let listed = index.remove(seq).unwrap_or_default();
+        if seq != fseq
+            || *at != e.at as i64
+            || *call != e.call
+            || *role != e.role
+            || *peer != e.peer
+            || kind != e.kind.as_str()
+            || listed != names
+        {
+            note(*seq);
+        }
+    }
+    // Index rows naming no entry.
+    if let Some((&seq, _)) = index.iter().next() {
+        note(seq);
+    }
+    Ok(first)
+}
+
+/// Verify the node's own ledger against the node key, the head in the database, the head kept
+/// outside it (`ledger.head`), and its index. A head that exists but does not parse counts as a
+/// cut ledger. The file is read first: an append between the two reads only makes the database
+/// longer than the file, which it may be.
+pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
+    let file = head_file(store).map(|p| read_head_file(&p));
+    let (rows, head_present, head, mismatch) = store.read(|c| {
+        // One read transaction: the rows, the head and the index as of one moment.
+        let tx = c.unchecked_transaction()?;
+        let mut stmt = tx.prepare("SELECT seq, entry, hash, sig FROM ledger ORDER BY seq")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, (r.get(1)?, r.get(2)?, r.get(3)?)))
+            })?
+            .collect::<rusqlite::Result<Vec<(i64, (String, String, String))>>>()?;
+        drop(stmt);
+        let raw: Option<Vec<u8>> = tx
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![HEAD_KEY],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let lines: Vec<(i64, Option<Line>)> =
+            rows.into_iter().map(|(s, r)| (s, to_line(r))).collect();
+        let mismatch = index_mismatch(&tx, &lines)?;
+        let head: Option<Head> = raw.as_ref().and_then(|b| serde_json::from_slice(b).ok());
+        Ok((lines, raw.is_some(), head, mismatch))
+    })?;
+    let entries = rows.len() as u64;
+    let broken = |at: u64, reason: Broken| Verdict {
+        ok: false,
+        entries,
+        head: None,
+        broken_at: Some(at),
+        reason: Some(reason),
+        signed_head: None,
+    };
+    if head_present && head.is_none() {
+        return Ok(broken(0, Broken::BadHead));
+    }
+    let anchor = match file {
+        None => None,
+        Some(Ok(Some(h))) => Some(h),
+        // A file store keeps the head file from its first entry on.
+        Some(Ok(None)) if entries > 0 => return Ok(broken(0, Broken::HeadFileMissing)),
+        Some(Ok(None)) => None,
+        Some(Err(())) => return Ok(broken(0, Broken::BadHead)),
+    };
+    let v = verify_anchored(
+        rows.into_iter().map(|(_, l)| l),
+        key,
+        head.as_ref(),
+        anchor.as_ref(),
+    );
+    if !v.ok {
+        return Ok(v);
+    }
     // The head is written with every entry: entries without one means it went with the tail.
-    if v.ok && head.is_none() && v.entries > 0 {
+    if head.is_none() {
         return Ok(Verdict {
             ok: false,
             head: None,
@@ -641,23 +999,69 @@ pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
             ..v
         });
     }
-    Ok(v)
+    if let Some(seq) = mismatch {
+        return Ok(broken(seq, Broken::IndexMismatch));
+    }
+    Ok(Verdict {
+        signed_head: head,
+        ..v
+    })
 }
 
 /// The last consent decision recorded for this call and side: (`allow`/`deny`, who decided).
+/// Read from the entries themselves (the columns only narrow the search).
 pub fn last_decision(store: &Store, call: &str, role: &str) -> Result<Option<(String, String)>> {
-    let text: Option<String> = store.read(|c| {
-        Ok(c.query_row(
-            "SELECT entry FROM ledger WHERE call_id = ?1 AND role = ?2 AND kind = 'decision'
-             ORDER BY seq DESC LIMIT 1",
-            params![call, role],
-            |r| r.get(0),
-        )
-        .optional()?)
-    })?;
-    Ok(text
-        .and_then(|t| serde_json::from_str::<Entry>(&t).ok())
+    Ok(of_call(store, call, role)?
+        .into_iter()
+        .rev()
+        .find(|e| e.kind == EntryKind::Decision)
         .map(|e| (e.decision, e.decided_by)))
+}
+
+/// This call's entries on this side, in order, checked against their own content.
+fn of_call(store: &Store, call: &str, role: &str) -> Result<Vec<Entry>> {
+    let texts: Vec<String> = store.read(|c| {
+        let mut stmt = c.prepare("SELECT entry FROM ledger WHERE call_id = ?1 ORDER BY seq")?;
+        let rows = stmt
+            .query_map(params![call], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(rows)
+    })?;
+    Ok(texts
+        .iter()
+        .filter_map(|t| serde_json::from_str::<Entry>(t).ok())
+        .filter(|e| e.call == call && e.role == role)
+        .collect())
+}
+
+/// Where this call's stake stands in the ledger on this side: the last stake entry written
+/// (ahead of its bytes) and the box's answer to it, if one was recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StakeState {
+    pub seq: u64,
+    pub items: Vec<Item>,
+    /// `stake_taken` or `stake_refused`, with the box's code.
+    pub answer: Option<(EntryKind, Option<String>)>,
+}
+
+/// See [`StakeState`]; `None` when nothing was staked for this call on this side.
+pub fn stake_state(store: &Store, call: &str, role: &str) -> Result<Option<StakeState>> {
+    let entries = of_call(store, call, role)?;
+    let Some(stake) = entries.iter().rev().find(|e| e.kind == EntryKind::Stake) else {
+        return Ok(None);
+    };
+    let answer = entries
+        .iter()
+        .find(|e| {
+            matches!(e.kind, EntryKind::StakeTaken | EntryKind::StakeRefused)
+                && e.answers == Some(stake.seq)
+        })
+        .map(|e| (e.kind, e.box_code.clone()));
+    Ok(Some(StakeState {
+        seq: stake.seq,
+        items: stake.items.clone(),
+        answer,
+    }))
 }
 
 #[cfg(test)]
@@ -689,8 +1093,10 @@ mod tests {
                     size_bucket: 1024,
                     digest: "hmac-sha256:00".into(),
                 }],
-                EntryKind::Decision => vec![],
+                _ => vec![],
             },
+            answers: None,
+            box_code: None,
             prev: String::new(),
         }
     }
@@ -738,7 +1144,10 @@ mod tests {
     fn raw(store: &Store, sql: &str) {
         store
             .write(|tx| {
-                tx.execute_batch("DROP TRIGGER ledger_no_update; DROP TRIGGER ledger_no_delete;")?;
+                tx.execute_batch(
+                    "DROP TRIGGER ledger_no_update; DROP TRIGGER ledger_no_delete;
+                     DROP TRIGGER ledger_sources_no_update; DROP TRIGGER ledger_sources_no_delete;",
+                )?;
                 tx.execute_batch(sql)?;
                 Ok(())
             })
@@ -845,6 +1254,76 @@ mod tests {
         text.push_str("{\"not\": \"an entry\"}\n");
         let v = verify(parse_jsonl(&text), &vk(&k), None);
         assert_eq!((v.broken_at, v.reason), (Some(3), Some(Broken::Unreadable)));
+    }
+
+    #[test]
+    fn an_empty_ledger_a_shorter_one_and_a_rewritten_one_are_named() {
+        let (s, k) = store_with(4);
+        let vk = k.verifying_key();
+        let lines = list(&s, &Filter::default()).expect("list");
+        // Nothing at all is not a new ledger: every ledger begins with its genesis.
+        let v = verify(Vec::new(), &vk, None);
+        assert_eq!((v.ok, v.reason), (false, Some(Broken::NoGenesis)));
+        // Against a head kept outside: longer is fine, shorter is rolled back, other is
+        // rewritten, an unsigned one is refused.
+        let anchor = sign_head(2, &lines[1].hash, &k);
+        let all = || lines.iter().cloned().map(Some);
+        assert!(verify_anchored(all(), &vk, None, Some(&anchor)).ok);
+        let v = verify_anchored(all().take(1), &vk, None, Some(&anchor));
+        assert_eq!((v.broken_at, v.reason), (Some(2), Some(Broken::RolledBack)));
+        let other = sign_head(2, &lines[2].hash, &k);
+        let v = verify_anchored(all(), &vk, None, Some(&other));
+        assert_eq!((v.broken_at, v.reason), (Some(2), Some(Broken::Rewritten)));
+        let forged = sign_head(2, &lines[1].hash, &SigningKey::from_bytes(&[9u8; 32]));
+        let v = verify_anchored(all(), &vk, None, Some(&forged));
+        assert_eq!(v.reason, Some(Broken::BadHead));
+    }
+
+    #[test]
+    fn the_index_and_the_columns_are_checked_and_never_trusted_by_a_view() {
+        let (s, k) = store_with(4);
+        let vk = k.verifying_key();
+        let songs = |s: &Store| {
+            list(
+                s,
+                &Filter {
+                    source: Some("songs".into()),
+                    ..Filter::default()
+                },
+            )
+            .expect("list")
+            .len()
+        };
+        assert_eq!(songs(&s), 4);
+        raw(&s, "DELETE FROM ledger_sources WHERE seq = 3");
+        assert_eq!(songs(&s), 4, "the view reads the entries, not the index");
+        let v = verify_store(&s, &vk).expect("verify");
+        assert_eq!(
+            (v.broken_at, v.reason),
+            (Some(3), Some(Broken::IndexMismatch))
+        );
+        // An index row naming no entry, and a column saying something else.
+        let (s, _) = store_with(2);
+        raw(
+            &s,
+            "INSERT INTO ledger_sources (name, seq) VALUES ('diary', 9)",
+        );
+        assert_eq!(
+            verify_store(&s, &vk).expect("verify").reason,
+            Some(Broken::IndexMismatch)
+        );
+        let (s, _) = store_with(2);
+        raw(&s, "UPDATE ledger SET call_id = 'other' WHERE seq = 2");
+        let only = |call: &str| Filter {
+            call: Some(call.into()),
+            ..Filter::default()
+        };
+        assert_eq!(list(&s, &only("c0")).expect("list").len(), 2);
+        assert!(list(&s, &only("other")).expect("list").is_empty());
+        assert_eq!(
+            verify_store(&s, &vk).expect("verify").reason,
+            Some(Broken::IndexMismatch)
+        );
     }
 
     #[test]

@@ -127,6 +127,12 @@ impl Node {
         if !sources::verify_data_key(&store, &data_key)? {
             return Err(NodeError::DataKeyMismatch(dir.data_key()));
         }
+        // The disclosure ledger's genesis (once per store) and its head outside the database.
+        crate::ledger::open(
+            &store,
+            &ed25519_dalek::SigningKey::from_bytes(node_key.seed()),
+            &node_key.peer_id(),
+        )?;
         let sources = Sources::new(store.clone(), data_key.clone());
         let agents = Agents::new(store.clone(), config.agents.department_nesting);
         let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());

@@ -168,12 +168,49 @@ const MIGRATIONS: &[&str] = &[
         first_seen INTEGER NOT NULL
     ) STRICT;
     "#,
+    // 7: the disclosure ledger writes a stake ahead of its bytes and then the box's answer to
+    // it, and begins with a genesis entry (see `ledger`): the kind check widened (the table
+    // rebuilt, its rows kept as they are), the per-source index append-only like the table,
+    // and the genesis due — `ledger::open` writes it (into an empty ledger) once.
+    r#"
+    CREATE TABLE ledger_v7 (
+        seq     INTEGER PRIMARY KEY,
+        at      INTEGER NOT NULL,
+        call_id TEXT NOT NULL,
+        role    TEXT NOT NULL,
+        peer    TEXT NOT NULL,
+        kind    TEXT NOT NULL
+            CHECK (kind IN ('genesis', 'decision', 'stake', 'stake_taken', 'stake_refused')),
+        entry   TEXT NOT NULL,
+        hash    TEXT NOT NULL,
+        sig     TEXT NOT NULL
+    ) STRICT;
+    INSERT INTO ledger_v7 (seq, at, call_id, role, peer, kind, entry, hash, sig)
+        SELECT seq, at, call_id, role, peer, kind, entry, hash, sig FROM ledger ORDER BY seq;
+    DROP TABLE ledger;
+    ALTER TABLE ledger_v7 RENAME TO ledger;
+    CREATE INDEX ledger_by_call ON ledger (call_id, role);
+    CREATE INDEX ledger_by_peer ON ledger (peer);
+    CREATE INDEX ledger_by_at ON ledger (at);
+    CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+        BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
+    CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+        BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
+    CREATE TRIGGER ledger_sources_no_update BEFORE UPDATE ON ledger_sources
+        BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
+    CREATE TRIGGER ledger_sources_no_delete BEFORE DELETE ON ledger_sources
+        BEGIN SELECT RAISE(ABORT, 'the disclosure ledger is append-only'); END;
+    CREATE TABLE ledger_genesis_due (due INTEGER NOT NULL) STRICT;
+    INSERT INTO ledger_genesis_due (due) VALUES (1);
+    "#,
 ];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub struct Store {
+    /// The database file (none in memory): the ledger keeps its outside head beside it.
+    path: Option<std::path::PathBuf>,
     writer: Mutex<Writer>,
     /// Which batches ended, apart from the writer's lock: members wait on it without holding
     /// up the writers of the next batch.
@@ -233,6 +270,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store> {
         let conn = Connection::open(path)?;
         let mut store = Store::setup(conn, true)?;
+        store.path = Some(path.to_owned());
         for _ in 0..READERS {
             let r = Connection::open_with_flags(
                 path,
@@ -260,6 +298,7 @@ impl Store {
         conn.pragma_update(None, "secure_delete", "ON")?;
         migrate(&mut conn)?;
         Ok(Store {
+            path: None,
             writer: Mutex::new(Writer {
                 conn,
                 batching,
@@ -379,6 +418,11 @@ impl Store {
         }
         let r: MutexGuard<'_, Connection> = relock(self.readers[start % self.readers.len()].lock());
         f(&r)
+    }
+
+    /// The database file, for a store opened from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// The schema version of the open store.

@@ -1,13 +1,16 @@
 //! The disclosure ledger through real nodes and a real box: every stake each side made and
 //! every consent decision, with who decided, the box and the provider; signed and chained;
-//! filtered and exported; and never a byte of what was staked.
+//! filtered and exported; and never a byte of what was staked. A stake is recorded before its
+//! bytes leave (a box that stalls or loses the run cannot make it vanish), and edits of the
+//! database under the ledger — its index, its columns, a rollback, a wipe — are seen.
 
 mod support;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{TestNode, world};
+use support::{TestNode, World, provider_double, skill_doc, world};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -44,8 +47,11 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     // Caller: the policy's default allowed, then the request and `songs` were sealed.
     let mine = ledger(&w.caller, "").await;
     let mine = of_call(&mine, &id);
-    assert_eq!(mine.len(), 2, "{mine:?}");
+    assert_eq!(mine.len(), 3, "{mine:?}");
     let (decision, stake) = (mine[0], mine[1]);
+    // The stake was written ahead of its bytes; the box's answer follows it.
+    assert_eq!(mine[2]["kind"], "stake_taken", "{mine:?}");
+    assert_eq!(mine[2]["answers"], stake["seq"], "{mine:?}");
     assert_eq!(decision["kind"], "decision");
     assert_eq!(decision["decision"], "allow");
     assert_eq!(decision["decidedBy"], "default");
@@ -81,7 +87,7 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     // decision on the submit. No caller source is named.
     let theirs = ledger(&w.owner, "").await;
     let theirs = of_call(&theirs, &id);
-    assert_eq!(theirs.len(), 2, "{theirs:?}");
+    assert_eq!(theirs.len(), 3, "{theirs:?}");
     assert_eq!(theirs[0]["role"], "owner");
     assert_eq!(theirs[0]["kind"], "stake");
     assert_eq!(theirs[0]["decidedBy"], "admission");
@@ -93,14 +99,19 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
         .filter_map(|i| i["stake"].as_str())
         .collect();
     assert_eq!(owner_kinds, ["body", "model", "key"], "{}", theirs[0]);
-    assert_eq!(theirs[1]["kind"], "decision");
-    assert_eq!(theirs[1]["decidedBy"], "default");
+    assert_eq!(theirs[1]["kind"], "stake_taken");
+    assert_eq!(theirs[2]["kind"], "decision");
+    assert_eq!(theirs[2]["decidedBy"], "default");
 
-    // Both verify, chained from the first entry.
+    // Both verify, chained from their genesis entry.
     for node in [&w.caller, &w.owner] {
         let v = node.get("/ledger/verify").await.body;
         assert_eq!(v["ok"], true, "{v}");
-        assert_eq!(v["entries"], 2, "{v}");
+        assert_eq!(v["entries"], 4, "{v}");
+        let all = ledger(node, "").await;
+        assert_eq!(all[0]["kind"], "genesis", "{all:?}");
+        assert_eq!(all[0]["peer"], node.peer_id.as_str());
+        assert_eq!(v["signedHead"]["seq"], 4, "{v}");
     }
 
     // Filters and exports.
@@ -110,14 +121,14 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
         ledger(&w.caller, &format!("?peer={}", w.owner.peer_id))
             .await
             .len(),
-        2
+        3
     );
-    assert!(ledger(&w.caller, "?since=1h").await.len() == 2);
+    assert!(ledger(&w.caller, "?since=1h").await.len() == 4);
     assert!(ledger(&w.caller, "?since=99999999999999").await.is_empty());
     let csv = w.caller.get("/ledger?format=csv").await.body;
     let csv = csv.as_str().expect("csv text");
     assert!(csv.starts_with("seq,at,kind,call,"), "{csv}");
-    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert_eq!(csv.lines().count(), 5, "{csv}");
     let jsonl = w.caller.get("/ledger?format=jsonl").await;
     assert_eq!(jsonl.status, 200);
     for (q, field) in [
@@ -198,7 +209,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(
         (d[0]["decision"].as_str(), d[0]["decidedBy"].as_str()),
-        (Some("deny"), Some("human"))
+        (Some("deny"), Some("human:api"))
     );
     assert_eq!(d[0]["sources"], json!(["songs"]));
     assert_eq!(d[0]["box"], w.box_url.as_str(), "the refused box is named");
@@ -216,10 +227,10 @@ async fn refusals_and_the_humans_answers_are_recorded() {
     assert_eq!(c["state"], "answered", "{c}");
     let all = ledger(&w.caller, "").await;
     let a = of_call(&all, &allowed);
-    assert_eq!(a.len(), 2, "{a:?}");
-    assert_eq!(a[0]["decidedBy"], "human+remember");
+    assert_eq!(a.len(), 3, "{a:?}");
+    assert_eq!(a[0]["decidedBy"], "human:api+remember");
     assert_eq!(a[1]["kind"], "stake");
-    assert_eq!(a[1]["decidedBy"], "human+remember");
+    assert_eq!(a[1]["decidedBy"], "human:api+remember");
 
     // The remembered rule now decides, and says so.
     let third = w
@@ -234,7 +245,502 @@ async fn refusals_and_the_humans_answers_are_recorded() {
     let v = w.caller.get("/ledger/verify").await.body;
     assert_eq!(
         (v["ok"].as_bool(), v["entries"].as_u64()),
-        (Some(true), Some(5)),
+        (Some(true), Some(8)),
         "{v}"
     );
+}
+
+// ---- a stake is written ahead of its bytes
+
+/// What the box proxy does with a stake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stalling {
+    /// Forward it (the box takes it); once both sides' stakes are at the box, hold the answers
+    /// `hold` more, then answer `run_not_found`: the box "lost" the run, and answers so to
+    /// everything about it from then on.
+    ThenLost { hold: Duration },
+    /// Forward the first two (both sides' first stakes), hold each answer until the test
+    /// releases them, then answer 503 (no answer the node can use); pass the rest through.
+    ThenUnavailable,
+}
+
+#[derive(Clone)]
+struct StallingProxy {
+    target: String,
+    mode: Stalling,
+    http: reqwest::Client,
+    /// Stake requests forwarded to the box, and runs the proxy says are lost.
+    forwarded: Arc<Mutex<usize>>,
+    lost: Arc<Mutex<Vec<String>>>,
+    release: Arc<tokio::sync::Notify>,
+    released: Arc<Mutex<bool>>,
+}
+
+fn run_id_of(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1/runs/")?;
+    Some(rest.split(['/', '?']).next()?.to_owned())
+}
+
+async fn stalling(
+    axum::extract::State(p): axum::extract::State<StallingProxy>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/".to_owned(), |pq| pq.as_str().to_owned());
+    let run = run_id_of(&path);
+    let lost = || {
+        (
+            axum::http::StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": "run_not_found", "message": "no such run"})),
+        )
+            .into_response()
+    };
+    if run
+        .as_ref()
+        .is_some_and(|r| p.lost.lock().expect("lost").contains(r))
+    {
+        return lost();
+    }
+    let is_stake = req.method() == axum::http::Method::POST && path.contains("/stakes");
+    let method = req.method().clone();
+    let mut out = p.http.request(method, format!("{}{path}", p.target));
+    for (name, value) in req.headers() {
+        if name != "host" && name != "content-length" {
+            out = out.header(name, value);
+        }
+    }
+    let body = axum::body::to_bytes(req.into_body(), 1 << 26)
+        .await
+        .unwrap_or_default();
+    let Ok(answer) = out.body(body).send().await else {
+        return axum::http::StatusCode::BAD_GATEWAY.into_response();
+    };
+    let status = answer.status().as_u16();
+    let bytes = answer.bytes().await.unwrap_or_default().to_vec();
+    if is_stake {
+        let n = {
+            let mut f = p.forwarded.lock().expect("count");
+            *f += 1;
+            *f
+        };
+        match p.mode {
+            Stalling::ThenLost { hold } => {
+                let both = Instant::now() + LIMIT;
+                while *p.forwarded.lock().expect("count") < 2 && Instant::now() < both {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(hold).await;
+                if let Some(r) = run {
+                    p.lost.lock().expect("lost").push(r);
+                }
+                return lost();
+            }
+            Stalling::ThenUnavailable if n <= 2 => {
+                while !*p.released.lock().expect("released") {
+                    let notified = p.release.notified();
+                    if *p.released.lock().expect("released") {
+                        break;
+                    }
+                    notified.await;
+                }
+                return (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(json!({"error": "unavailable", "message": "try later"})),
+                )
+                    .into_response();
+            }
+            Stalling::ThenUnavailable => {}
+        }
+    }
+    (
+        axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::BAD_GATEWAY),
+        [("content-type", "application/json")],
+        bytes,
+    )
+        .into_response()
+}
+
+/// A real loopback HTTP proxy in front of the real test box.
+async fn start_stalling_proxy(target: &str, mode: Stalling) -> (String, StallingProxy) {
+    let proxy = StallingProxy {
+        target: target.to_owned(),
+        mode,
+        http: reqwest::Client::new(),
+        forwarded: Arc::default(),
+        lost: Arc::default(),
+        release: Arc::default(),
+        released: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .fallback(stalling)
+        .with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind proxy");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}"), proxy)
+}
+
+/// Owner and caller whose one accepted box is the proxy in front of the real box.
+async fn world_behind(
+    mode: Stalling,
+    tune_caller: impl FnOnce(&mut skillbox_node::Config),
+) -> (World, StallingProxy) {
+    let (provider_url, provider) = provider_double(Duration::ZERO).await;
+    let real_box = support::start_box(&provider_url).await;
+    let (box_url, proxy) = start_stalling_proxy(&real_box, mode).await;
+    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
+    owner
+        .put_source("openai-key", "secret", "sk-test-STALL")
+        .await;
+    owner
+        .add_skill(&skill_doc("taste", "BODY-STALL", &["songs"]))
+        .await;
+    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], tune_caller).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    (
+        World {
+            owner,
+            caller,
+            provider,
+            box_url,
+        },
+        proxy,
+    )
+}
+
+async fn source_digest(node: &TestNode, name: &str) -> String {
+    let listed = node.get("/sources").await.body;
+    listed["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .find(|s| s["name"] == name)
+        .and_then(|s| s["digest"].as_str())
+        .expect("source listed")
+        .to_owned()
+}
+
+/// Wait until this call's ledger on `node` holds an entry of `kind`; its entries.
+async fn wait_entry(node: &TestNode, id: &str, kind: &str) -> Vec<Value> {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let all = ledger(node, &format!("?call={id}")).await;
+        if all.iter().any(|e| e["kind"] == kind) {
+            return all;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {kind} entry for {id}: {all:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stake_the_box_took_is_recorded_though_the_box_stalled_then_lost_the_run() {
+    // The box takes both stakes; the proxy holds its answer past the caller's stall limit,
+    // then says the run does not exist. The bytes left: each side's ledger must say so.
+    let (w, _proxy) = world_behind(
+        Stalling::ThenLost {
+            hold: Duration::from_secs(5),
+        },
+        |c| c.schedules.stall_limit_secs = 3,
+    )
+    .await;
+    w.caller
+        .put_source("songs", "text", "SOURCE-STALL-MARK\n")
+        .await;
+    let songs = source_digest(&w.caller, "songs").await;
+    let id = w.caller.start_call(&w.owner.peer_id, "taste", "r").await;
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert!(
+        ["stalled", "box_failed"].contains(&c["failure"]["code"].as_str().unwrap_or("")),
+        "{c}"
+    );
+    for (node, kinds) in [
+        (&w.caller, &["request", "source"][..]),
+        (&w.owner, &["body", "model", "key"][..]),
+    ] {
+        let all = wait_entry(node, &id, "stake_refused").await;
+        let stake = all
+            .iter()
+            .find(|e| e["kind"] == "stake")
+            .unwrap_or_else(|| panic!("no stake entry though the bytes left: {all:?}"));
+        let items: Vec<&str> = stake["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["stake"].as_str())
+            .collect();
+        assert_eq!(items, kinds, "{stake}");
+        let refused = all
+            .iter()
+            .find(|e| e["kind"] == "stake_refused")
+            .expect("refused");
+        assert_eq!(refused["answers"], stake["seq"], "{all:?}");
+        assert_eq!(refused["boxCode"], "run_not_found", "{all:?}");
+        assert!(!all.iter().any(|e| e["kind"] == "stake_taken"), "{all:?}");
+        let v = node.get("/ledger/verify").await.body;
+        assert_eq!(v["ok"], true, "{v}");
+    }
+    let mine = ledger(&w.caller, "?source=songs").await;
+    let stake = mine
+        .iter()
+        .find(|e| e["kind"] == "stake" && e["call"] == id.as_str())
+        .expect("songs' stake");
+    assert_eq!(stake["items"][1]["digest"], songs.as_str(), "{stake}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retried_stake_records_the_bytes_that_left_not_the_source_as_it_is_now() {
+    // The box takes the stake but the node hears nothing it can use; meanwhile the human edits
+    // the source. The retry must not record the new content as what left (nor send it).
+    let (w, proxy) = world_behind(Stalling::ThenUnavailable, |_| {}).await;
+    w.caller
+        .put_source("songs", "text", "Bonobo - Kerala\n")
+        .await;
+    let before = source_digest(&w.caller, "songs").await;
+    let id = w.caller.start_call(&w.owner.peer_id, "taste", "r").await;
+    let deadline = Instant::now() + LIMIT;
+    while *proxy.forwarded.lock().expect("count") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "both stakes never reached the box"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.caller
+        .put_source("songs", "text", "Aphex Twin - Avril 14th\n")
+        .await;
+    let after = source_digest(&w.caller, "songs").await;
+    assert_ne!(before, after);
+    *proxy.released.lock().expect("released") = true;
+    proxy.release.notify_waiters();
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    let all = ledger(&w.caller, &format!("?call={id}")).await;
+    let stakes: Vec<&Value> = all.iter().filter(|e| e["kind"] == "stake").collect();
+    assert_eq!(stakes.len(), 1, "{all:?}");
+    assert_eq!(
+        stakes[0]["items"][1]["digest"],
+        before.as_str(),
+        "the ledger must name the bytes that left: {all:?}"
+    );
+    let taken = all
+        .iter()
+        .find(|e| e["kind"] == "stake_taken")
+        .expect("taken");
+    assert_eq!(taken["answers"], stakes[0]["seq"]);
+    assert_eq!(taken["boxCode"], "already_staked", "{taken}");
+    // Nothing more was sent: the two first stakes only.
+    assert_eq!(*proxy.forwarded.lock().expect("count"), 2);
+}
+
+// ---- edits of the database under the ledger
+
+fn db(node: &TestNode) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(node.dir.path().join("node.db")).expect("open db");
+    c.busy_timeout(Duration::from_secs(5)).expect("timeout");
+    // An attacker with the file drops the append-only triggers first.
+    c.execute_batch(
+        "DROP TRIGGER IF EXISTS ledger_no_update; DROP TRIGGER IF EXISTS ledger_no_delete;
+         DROP TRIGGER IF EXISTS ledger_sources_no_update;
+         DROP TRIGGER IF EXISTS ledger_sources_no_delete;",
+    )
+    .expect("drop triggers");
+    c
+}
+
+async fn verdict(node: &TestNode) -> (bool, String) {
+    let v = node.get("/ledger/verify").await.body;
+    (
+        v["ok"].as_bool().unwrap_or(false),
+        v["reason"].as_str().unwrap_or("").to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn edits_of_the_database_under_the_ledger_are_seen() {
+    let w = world("BODY-EDIT", "sk-test-KEY-EDIT", &["songs"], |_| {}, |_| {}).await;
+    w.caller
+        .put_source("songs", "text", "Moderat - A New Error\n")
+        .await;
+    let first = w.caller.start_call(&w.owner.peer_id, "taste", "one").await;
+    assert_eq!(w.caller.wait_call(&first, LIMIT).await["state"], "answered");
+    // The database as it was after the first call (what a restored backup would hold).
+    let c = db(&w.caller);
+    let old_head: Vec<u8> = c
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'ledger_head'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("head");
+    let old_last: i64 = c
+        .query_row("SELECT max(seq) FROM ledger", [], |r| r.get(0))
+        .expect("seq");
+    let second = w.caller.start_call(&w.owner.peer_id, "taste", "two").await;
+    assert_eq!(
+        w.caller.wait_call(&second, LIMIT).await["state"],
+        "answered"
+    );
+    assert_eq!(verdict(&w.caller).await, (true, String::new()));
+    let songs = ledger(&w.caller, "?source=songs").await.len();
+    assert_eq!(songs, 4, "two decisions and two stakes name songs");
+
+    // 1. The per-source index: every `songs` row removed. The view still lists them (it reads
+    // the entries), and verify names the edit.
+    c.execute("DELETE FROM ledger_sources WHERE name = 'songs'", [])
+        .expect("edit index");
+    assert_eq!(ledger(&w.caller, "?source=songs").await.len(), songs);
+    assert_eq!(verdict(&w.caller).await, (false, "index_mismatch".into()));
+    c.execute(
+        "INSERT INTO ledger_sources (name, seq)
+         SELECT 'songs', seq FROM ledger WHERE entry LIKE '%\"songs\"%'",
+        [],
+    )
+    .expect("restore index");
+    assert_eq!(verdict(&w.caller).await, (true, String::new()));
+
+    // 2. The unsigned columns: peer, call id, time — each edit hides nothing from its filter
+    // and is named by verify.
+    let owner = w.owner.peer_id.clone();
+    for (edit, query, expect) in [
+        (
+            "UPDATE ledger SET peer = '12D3KooWSomeoneElse' WHERE kind = 'stake'",
+            format!("?peer={owner}"),
+            6,
+        ),
+        (
+            &*format!("UPDATE ledger SET call_id = 'elsewhere' WHERE call_id = '{first}'"),
+            format!("?call={first}"),
+            3,
+        ),
+        ("UPDATE ledger SET at = 0", "?since=1h".to_owned(), 7),
+    ] {
+        c.execute(edit, []).expect("edit column");
+        assert_eq!(ledger(&w.caller, &query).await.len(), expect, "{edit}");
+        assert_eq!(
+            verdict(&w.caller).await,
+            (false, "index_mismatch".into()),
+            "{edit}"
+        );
+        c.execute_batch(
+            "UPDATE ledger SET peer = json_extract(entry, '$.peer'),
+                 call_id = json_extract(entry, '$.call'), at = json_extract(entry, '$.at')",
+        )
+        .expect("restore columns");
+        assert_eq!(verdict(&w.caller).await, (true, String::new()), "{edit}");
+    }
+
+    // 3. Rolled back to the database as it was after the first call: its rows and its head
+    // agree with each other, but not with the head kept outside the database.
+    c.execute("DELETE FROM ledger WHERE seq > ?1", [old_last])
+        .expect("cut");
+    c.execute("DELETE FROM ledger_sources WHERE seq > ?1", [old_last])
+        .expect("cut index");
+    c.execute(
+        "UPDATE meta SET value = ?1 WHERE key = 'ledger_head'",
+        [&old_head],
+    )
+    .expect("old head");
+    assert_eq!(verdict(&w.caller).await, (false, "rolled_back".into()));
+
+    // 4. Wiped: every entry and the head.
+    c.execute_batch(
+        "DELETE FROM ledger; DELETE FROM ledger_sources; DELETE FROM meta WHERE key = 'ledger_head';",
+    )
+    .expect("wipe");
+    let (ok, reason) = verdict(&w.caller).await;
+    assert!(!ok, "a wiped ledger verified");
+    assert!(
+        ["no_genesis", "rolled_back"].contains(&reason.as_str()),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_database_restored_from_an_older_copy_does_not_verify_nor_is_covered_up() {
+    use skillbox_node::ledger::{self, Entry, EntryKind};
+    use skillbox_node::store::Store;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = skillbox_node::DataDir::new(dir.path());
+    data.init(&skillbox_node::Config::default()).expect("init");
+    drop(skillbox_node::Node::open(dir.path()).expect("open"));
+    let key = ed25519_dalek::SigningKey::from_bytes(data.load_node_key().expect("key").seed());
+    let vk = key.verifying_key();
+    let db = dir.path().join("node.db");
+    let entry = |call: &str| Entry {
+        seq: 0,
+        at: 1_700_000_000_000,
+        kind: EntryKind::Decision,
+        call: call.into(),
+        role: "caller".into(),
+        peer: "12D3KooWPeer".into(),
+        skill: "taste".into(),
+        box_url: None,
+        platform: None,
+        measurement: None,
+        hardware_isolation: false,
+        provider: None,
+        provider_host: None,
+        decision: "allow".into(),
+        decided_by: "rule:1".into(),
+        sources: vec!["songs".into()],
+        items: vec![],
+        answers: None,
+        box_code: None,
+        prev: String::new(),
+    };
+    let append = |calls: &[&str]| {
+        let store = Store::open(&db).expect("store");
+        for c in calls {
+            ledger::append_now(&store, &key, entry(c)).expect("append");
+        }
+        let v = ledger::verify_store(&store, &vk).expect("verify");
+        drop(store);
+        v
+    };
+    let v = append(&["c1"]);
+    assert!(v.ok, "{v:?}");
+    assert_eq!(v.entries, 2, "the genesis and one decision");
+    let copy = dir.path().join("older.db");
+    std::fs::copy(&db, &copy).expect("copy");
+    assert!(append(&["c2", "c3"]).ok);
+    // The older copy put back (as a backup restore or a sync tool would).
+    std::fs::copy(&copy, &db).expect("restore");
+    for side in ["node.db-wal", "node.db-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(side));
+    }
+    // The node still opens (its owner must be able to look), and says what happened.
+    drop(skillbox_node::Node::open(dir.path()).expect("open"));
+    let store = Store::open(&db).expect("store");
+    let v = ledger::verify_store(&store, &vk).expect("verify");
+    assert_eq!(
+        (v.ok, v.entries, v.reason.map(|r| r.as_str())),
+        (false, 2, Some("rolled_back")),
+        "{v:?}"
+    );
+    drop(store);
+    // New entries past the old length do not cover it up: the head file is never moved to a
+    // ledger that does not extend it.
+    let v = append(&["c4", "c5", "c6"]);
+    assert_eq!(v.reason.map(|r| r.as_str()), Some("rewritten"), "{v:?}");
+    // The whole database removed: a new genesis is not the old ledger either.
+    std::fs::remove_file(&db).expect("rm db");
+    for side in ["node.db-wal", "node.db-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(side));
+    }
+    drop(skillbox_node::Node::open(dir.path()).expect("open"));
+    let store = Store::open(&db).expect("store");
+    let v = ledger::verify_store(&store, &vk).expect("verify");
+    assert!(!v.ok, "{v:?}");
 }

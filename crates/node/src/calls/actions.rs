@@ -17,10 +17,10 @@ use skillbox_peers::{Payload, PayloadKind, PeerId};
 use zeroize::Zeroizing;
 
 use super::driver::{self, Change, Outcome};
-use super::ledger::ledger_entry;
+use super::ledger::{ledger_entry, stake_answer_entry};
 use super::records::{self, CallRow, Patch};
 use super::{Calls, lock, now_ms};
-use crate::ledger::Item;
+use crate::ledger::{EntryKind, Item};
 
 /// How long an open waits, retrying, while every box it may use is busy (the machine's stall
 /// limit is 120 s).
@@ -306,13 +306,51 @@ impl Calls {
         Ok(v)
     }
 
+    /// Stake this side's material. **Written ahead**: the ledger entry naming exactly the
+    /// buffers sealed (their keyed digests) is on disk — in the database and the head beside it
+    /// — before a byte is sent; the box's answer follows as its own entry (`stake_taken`,
+    /// `stake_refused`). A box that stalls, hangs up or loses the run, and a crash in between,
+    /// leave the stake entry standing unanswered: the bytes may have left, and the record says
+    /// so. A retry first asks the box whether it holds the stake already (then nothing is sent
+    /// again); bytes sent again are recorded again only if they differ from what the entry
+    /// names.
     pub(super) async fn stake(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
         let verified = self.verified(row).await?;
         let role = Self::role(row);
+        let client = self.client(row)?;
+        let prior = self.stake_state(row).await?;
+        if let Some(p) = &prior {
+            match &p.answer {
+                Some((EntryKind::StakeTaken, _)) => {
+                    return Ok(Some((Event::Staked, Change::none())));
+                }
+                Some((_, code)) => {
+                    return Err(JcError::Remote {
+                        status: 409,
+                        code: code.clone().unwrap_or_else(|| "http".into()),
+                    });
+                }
+                None => {}
+            }
+            // Written ahead, never answered (a stall, a crash): does the box hold it?
+            match self.timed("status", client.status(&verified.run_id)).await {
+                Ok(view) if view.staked.contains(&role) => {
+                    self.stake_answered(row, p.seq, Ok(Some("already_staked".into())))
+                        .await?;
+                    return Ok(Some((Event::Staked, Change::none())));
+                }
+                Ok(_) => {}
+                Err(e) if driver::transient(&e) => return Err(e),
+                Err(e) => {
+                    self.stake_answered(row, p.seq, Err(&e)).await?;
+                    return Err(e);
+                }
+            }
+        }
+        let v = verified.clone();
+        let r = row.clone();
         let srcs = self.0.sources.clone();
         let skills = self.0.skills.clone();
-        let r = row.clone();
-        let v = verified.clone();
         // Material goes from the source store into the sealer on this blocking thread, and
         // leaves it only as HPKE ciphertext for this run; the ledger keeps its keyed digests.
         let (sealed, items) =
@@ -391,18 +429,62 @@ impl Calls {
             })
             .await
             .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
-        let client = self.client(row)?;
-        match self
+        let (decision, decided_by) = self.decision_for_stake(row).await;
+        // Write ahead: the entry for exactly these bytes is on disk before they leave. The same
+        // bytes sent again to the same run are the entry already written.
+        let seq = match prior {
+            Some(p) if p.items == items => p.seq,
+            _ => {
+                let store = self.0.store.clone();
+                let signing = self.0.signing.clone();
+                let entry = ledger_entry(row, &decision, &decided_by, items);
+                super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
+                    .await
+                    .map_err(|e| JcError::Internal(format!("ledger: {e}")))?
+                    .entry
+                    .seq
+            }
+        };
+        let sent = self
             .timed(
                 "stake",
                 client.stake(&verified, role, sealed, &self.0.signing),
             )
-            .await
-        {
-            Ok(_) => {}
-            Err(JcError::Remote { code, .. }) if code == "already_staked" => {}
-            Err(e) => return Err(e),
+            .await;
+        let answer = match sent {
+            Ok(_) => Ok(None),
+            Err(JcError::Remote { code, .. }) if code == "already_staked" => Ok(Some(code)),
+            // No answer, or "later": the bytes may have left; the entry stands unanswered and
+            // the retry asks the box.
+            Err(e) if driver::transient(&e) => return Err(e),
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(code) => {
+                self.stake_answered(row, seq, Ok(code)).await?;
+                Ok(Some((Event::Staked, Change::none())))
+            }
+            Err(e) => {
+                self.stake_answered(row, seq, Err(&e)).await?;
+                Err(e)
+            }
         }
+    }
+
+    /// This call's stake as the ledger has it on this side.
+    async fn stake_state(
+        &self,
+        row: &CallRow,
+    ) -> skillbox_jc::Result<Option<crate::ledger::StakeState>> {
+        let store = self.0.store.clone();
+        let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
+        super::blocking(move || crate::ledger::stake_state(&store, &id, side))
+            .await
+            .map_err(|e| JcError::Internal(format!("ledger: {e}")))
+    }
+
+    /// The decision a stake follows, as the ledger recorded it.
+    async fn decision_for_stake(&self, row: &CallRow) -> (String, String) {
         let store = self.0.store.clone();
         let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
         let decided = super::blocking(move || crate::ledger::last_decision(&store, &id, side))
@@ -411,17 +493,41 @@ impl Calls {
             .flatten();
         // The owner stakes once it admitted the call (its admission policy, the skill offered)
         // and verified the box; its consent rules decide the submit, recorded after.
-        let (decision, decided_by) = decided.unwrap_or_else(|| {
+        decided.unwrap_or_else(|| {
             let by = match row.call.role {
                 Role::Owner => "admission",
                 Role::Caller => "unrecorded",
             };
             ("allow".to_owned(), by.to_owned())
-        });
-        Ok(Some((
-            Event::Staked,
-            Change::ledger(ledger_entry(row, &decision, &decided_by, items)),
-        )))
+        })
+    }
+
+    /// Record the box's answer to the stake of entry `seq`: taken (with `already_staked` when a
+    /// retry found it there) or refused with the box's code.
+    async fn stake_answered(
+        &self,
+        row: &CallRow,
+        seq: u64,
+        answer: Result<Option<String>, &JcError>,
+    ) -> skillbox_jc::Result<()> {
+        let (kind, code) = match answer {
+            Ok(code) => (EntryKind::StakeTaken, code),
+            Err(e) => (
+                EntryKind::StakeRefused,
+                Some(match e {
+                    JcError::Remote { code, .. } => code.clone(),
+                    other => other.code().to_owned(),
+                }),
+            ),
+        };
+        let (decision, decided_by) = self.decision_for_stake(row).await;
+        let entry = stake_answer_entry(row, seq, kind, code, &decision, &decided_by);
+        let store = self.0.store.clone();
+        let signing = self.0.signing.clone();
+        super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
+            .await
+            .map(|_| ())
+            .map_err(|e| JcError::Internal(format!("ledger: {e}")))
     }
 
     /// The policy's answer for this call, and (unless it asks the human) the ledger entry

@@ -180,6 +180,7 @@ impl Calls {
                 };
                 let t = machine::step(&row.call, event, now_ms(), &timing);
                 let write = t.changed || (!t.actions.is_empty() && change.has_patch());
+                let appended = write && t.changed && change.ledger.is_some();
                 if write {
                     store.write(|tx| {
                         records::update(tx, &t.call, &change.patch)?;
@@ -213,6 +214,12 @@ impl Calls {
                         }
                         Ok(())
                     })?;
+                }
+                // The head outside the database follows the committed entry. Failing to write
+                // it does not undo the transition (it is on disk); the next append or `ledger
+                // verify` (`head_file_missing`, `rolled_back`) shows it.
+                if appended && let Err(e) = crate::ledger::publish_head(&store) {
+                    tracing::warn!(error = %e, "ledger head file not written");
                 }
                 // What the actions act on: the row as just persisted.
                 let row = if write {

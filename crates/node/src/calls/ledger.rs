@@ -39,8 +39,30 @@ pub(super) fn ledger_entry(
         decided_by: decided_by.to_owned(),
         sources: d.sources,
         items,
+        answers: None,
+        box_code: None,
         prev: String::new(),
     }
+}
+
+/// The box's answer to the stake written ahead as entry `stake_seq`: `stake_taken` or
+/// `stake_refused` with the box's code. It names the call, the box and the decision like the
+/// stake, but no source: the stake entry it answers does, so a per-source view lists each time
+/// a source left once.
+pub(super) fn stake_answer_entry(
+    row: &CallRow,
+    stake_seq: u64,
+    kind: EntryKind,
+    box_code: Option<String>,
+    decision: &str,
+    decided_by: &str,
+) -> Entry {
+    let mut e = ledger_entry(row, decision, decided_by, vec![]);
+    e.kind = kind;
+    e.sources = Vec::new();
+    e.answers = Some(stake_seq);
+    e.box_code = box_code;
+    e
 }
 
 impl Calls {
