@@ -2,7 +2,7 @@
 //! `skillbox model fetch` installs. Needs the model file; without it these tests fail and say how
 //! to get it.
 
-mod gguf_edit;
+use crate::gguf_edit;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;

@@ -1,0 +1,8 @@
+//! skillbox-providers' integration tests, one binary (`cargo test --test it`; a module's tests
+//! with `-- <module>::`): the remote adapters against a loopback server, `model fetch` without
+//! the network, and the embedded model for real (`gguf_edit` rewrites a GGUF's metadata for it).
+
+mod adapters;
+mod fetch;
+mod gguf_edit;
+mod local_model;
