@@ -49,6 +49,32 @@ pub struct BoxArgs {
     /// Runs open at once; one more is refused `busy` (a caller with another box moves there).
     #[arg(long, value_name = "N", default_value_t = BoxConfig::default().max_runs)]
     pub max_runs: usize,
+    /// Runs not yet staked in that one client address (an IPv6 /64) may have opened; at most
+    /// half of `--max-runs`.
+    #[arg(long, value_name = "N", default_value_t = BoxConfig::default().max_unstaked_per_client)]
+    pub max_unstaked_per_client: usize,
+    /// The part of the stake budget one client address may hold, in MiB. Default: a quarter
+    /// of `--stake-budget-mib`.
+    #[arg(long)]
+    pub stake_budget_per_client_mib: Option<u64>,
+    /// Latest program expiry the box opens, in seconds from now (programs are remembered as
+    /// spent until they expire); later ones are refused `expires_too_far`.
+    #[arg(long, value_name = "SECS", default_value_t = BoxConfig::default().max_program_ttl_secs)]
+    pub max_program_ttl_secs: u64,
+    /// Open and stake requests per second one client address may make (bursts of 4x);
+    /// more are refused `rate_limited`.
+    #[arg(long, value_name = "N", default_value_t = BoxConfig::default().client_rate.per_sec)]
+    pub client_rate: f64,
+    /// Opens per second one program key may make (bursts of 4x).
+    #[arg(long, value_name = "N", default_value_t = BoxConfig::default().key_rate.per_sec)]
+    pub key_rate: f64,
+    /// Serve only programs one of whose parties has this node key (64 hex digits; repeatable).
+    /// Without any `--allow-key`/`--allow-keys-file`, anyone who reaches the box may use it.
+    #[arg(long = "allow-key", value_name = "HEX", value_parser = parse_node_key)]
+    pub allow_keys: Vec<String>,
+    /// A file of allowed node keys, one per line (`#` comments), read at start.
+    #[arg(long, value_name = "PATH")]
+    pub allow_keys_file: Option<PathBuf>,
     /// The insecure-dev identity key (made on first start; default `<data dir>/box/insecure-dev.key`).
     /// The same key across restarts is what nodes pin.
     #[arg(long)]
@@ -72,6 +98,48 @@ pub struct BoxArgs {
     /// much KV cache). Default: the model's training context, at most 4096.
     #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(16..))]
     pub local_context: Option<u32>,
+}
+
+fn parse_node_key(s: &str) -> Result<String, String> {
+    let k = s.trim().to_ascii_lowercase();
+    if k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(k)
+    } else {
+        Err("a node key is 64 hex digits".into())
+    }
+}
+
+/// The allow-list from the flags and the file; `None` when neither names a key.
+fn allowed_keys(args: &BoxArgs) -> anyhow::Result<Option<Vec<String>>> {
+    let mut keys = args.allow_keys.clone();
+    if let Some(path) = &args.allow_keys_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the allow-list {}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let key = parse_node_key(line)
+                .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), n + 1))?;
+            keys.push(key);
+        }
+        if keys.is_empty() {
+            // An empty file would silently mean "anyone": refuse it.
+            bail!("the allow-list {} names no key", path.display());
+        }
+    }
+    Ok((!keys.is_empty()).then_some(keys))
+}
+
+fn rate(per_sec: f64) -> anyhow::Result<skillbox_jc::run::Rate> {
+    if !(per_sec.is_finite() && per_sec > 0.0) {
+        bail!("a rate is a positive number of requests per second");
+    }
+    Ok(skillbox_jc::run::Rate {
+        burst: (per_sec * 4.0).max(1.0),
+        per_sec,
+    })
 }
 
 fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
@@ -176,19 +244,30 @@ fn serve(
     settings.local_threads = args.local_threads.map(usize::from);
     settings.local_parallelism = usize::from(args.local_parallel);
     settings.local_context = args.local_context.map(|n| n as usize);
+    let allowed_keys = allowed_keys(&args)?;
     for (id, url) in args.provider_urls {
         settings = settings.with_base_url(id, url);
     }
     let providers = ProviderRegistry::from_settings(&settings);
     let views = providers.views();
     let spent = global.data_dir().join("box").join("spent-programs");
+    let allowed_count = allowed_keys.as_ref().map(Vec::len);
     let core = Arc::new(
         BoxCore::new(
             attester.clone(),
             providers,
             BoxConfig {
                 stake_budget_bytes: args.stake_budget_mib.saturating_mul(1 << 20),
+                stake_budget_per_client_bytes: args
+                    .stake_budget_per_client_mib
+                    .unwrap_or(args.stake_budget_mib / 4)
+                    .saturating_mul(1 << 20),
                 max_runs: args.max_runs,
+                max_unstaked_per_client: args.max_unstaked_per_client,
+                max_program_ttl_secs: args.max_program_ttl_secs,
+                client_rate: rate(args.client_rate)?,
+                key_rate: rate(args.key_rate)?,
+                allowed_keys,
                 ..BoxConfig::default()
             },
         )
@@ -216,6 +295,9 @@ fn serve(
             attester.platform(),
             attester.measurement()
         );
+        if let Some(n) = allowed_count {
+            println!("serving only programs with a party among {n} allowed node key(s)");
+        }
         if let Some(key) = attester.identity_key() {
             println!("identity key {key} (pin it: skillbox box --show-identity)");
         }

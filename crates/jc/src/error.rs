@@ -112,6 +112,17 @@ pub enum JcError {
     Busy(usize),
     #[error("box is at its memory budget for opened stakes ({budget} bytes)")]
     OverBudget { budget: u64 },
+    /// Too many requests from this client address, or opens by this program key.
+    #[error("rate limited")]
+    RateLimited,
+    #[error("program expires later than this box allows (latest {latest})")]
+    ExpiresTooFar { latest: u64 },
+    #[error("no party of the program is on this box's allow-list")]
+    KeyNotAllowed,
+    #[error("a stake for the {role} is being uploaded")]
+    UploadInProgress { role: String },
+    #[error("the stake upload took too long")]
+    UploadTimedOut,
     #[error("run id is not 32 lowercase hex digits")]
     BadRunId,
     #[error("the Host header names no address this box answers on")]
@@ -193,6 +204,11 @@ impl JcError {
             GuardBody => "guard_body",
             ProviderHost { .. } => "provider_host_mismatch",
             Busy(_) | OverBudget { .. } => "busy",
+            RateLimited => "rate_limited",
+            ExpiresTooFar { .. } => "expires_too_far",
+            KeyNotAllowed => "key_not_allowed",
+            UploadInProgress { .. } => "upload_in_progress",
+            UploadTimedOut => "upload_timed_out",
             BadRunId => "bad_run_id",
             HostNotAllowed => "host_not_allowed",
             OriginNotAllowed => "origin_not_allowed",
@@ -218,7 +234,11 @@ impl JcError {
             | AlreadyStaked { .. }
             | StakesMissing { .. }
             | WrongState { .. }
+            | UploadInProgress { .. }
             | NotReady(_) => 409,
+            RateLimited => 429,
+            KeyNotAllowed => 403,
+            UploadTimedOut => 408,
             ProgramExpired { .. } | RunExpired(_) => 410,
             StakeTooLarge { .. } | BodyTooLarge { .. } => 413,
             SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
@@ -282,6 +302,11 @@ impl JcError {
             GuardBody => "the skill body cannot be guarded",
             ProviderHost { .. } => "the program's provider host is not this box's",
             Busy(_) | OverBudget { .. } => "the box is busy; try again later",
+            RateLimited => "too many requests; try again later",
+            ExpiresTooFar { .. } => "the program expires later than this box allows",
+            KeyNotAllowed => "no party of the program may use this box",
+            UploadInProgress { .. } => "a stake for this role is being uploaded",
+            UploadTimedOut => "the stake upload took too long",
             BadRunId => "run ids are 32 lowercase hex digits",
             HostNotAllowed => "the Host header names no address this box answers on",
             OriginNotAllowed => "cross-site requests are refused",

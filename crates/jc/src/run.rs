@@ -39,11 +39,109 @@ pub struct BoxConfig {
     /// How long a finished run's sealed result and receipt wait to be fetched.
     pub result_ttl_secs: u64,
     pub max_runs: usize,
-    /// Memory the box sets aside for opened stakes: each open run reserves its program's stake
-    /// limits (both parties); a run that would go over is refused `busy` rather than grown into.
+    /// Memory the box sets aside for stakes. Reserved when a stake is posted (three times its
+    /// declared size while it is read and opened, its size once held), not at open: opening is
+    /// free for anyone with two fresh keys, so a reservation there let eight opens with 64 MiB
+    /// limits hold the whole budget. `open` still answers `busy` when the program's limits do not
+    /// fit beside what is held, so a node moves before it stakes anything.
     pub stake_budget_bytes: u64,
+    /// The part of the budget one client address may hold (uploads and held stakes), so one
+    /// sender cannot take all of it: an upload past it is refused `busy`.
+    pub stake_budget_per_client_bytes: u64,
+    /// Runs one client address may have opened that no party has begun staking in yet (at
+    /// most half of `max_runs`): an open is free, so this is what keeps one sender from taking
+    /// every run slot. A node stakes right after it opens, so its own count stays low.
+    pub max_unstaked_per_client: usize,
+    /// Latest `expires_at` a program may carry, from now: a program is remembered as spent (in
+    /// memory and in the spent-program list) until it expires, so an unbounded expiry let
+    /// open-then-delete grow both forever. Beyond it, `open` answers `expires_too_far`.
+    pub max_program_ttl_secs: u64,
+    /// A run no party has begun staking in within this many seconds of its open is dropped
+    /// (its run id and program spent): an open costs the asker nothing, so an idle run must
+    /// not hold a run slot for the whole `run_ttl_secs`.
+    pub unstaked_ttl_secs: u64,
+    /// Longest a stake upload may take; a slower one is cut and its reservation released.
+    pub stake_upload_secs: u64,
+    /// Requests that cost the box (open, stake) per client address: a token bucket.
+    pub client_rate: Rate,
+    /// Opens per program key (either party's node key): a token bucket.
+    pub key_rate: Rate,
+    /// When set, a program is opened only if one of its parties' node keys (lowercase hex) is
+    /// listed: the box serves its operator's nodes, not anyone who finds its URL.
+    pub allowed_keys: Option<Vec<String>>,
     /// Sampling for the prompt; the seed is derived from the program hash (reproducible runs).
     pub temperature: f32,
+}
+
+/// A token bucket's shape: `burst` requests at once, refilled at `per_sec`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    pub burst: f64,
+    pub per_sec: f64,
+}
+
+/// Token buckets by key. A bucket that has refilled to its burst is the same as none, so
+/// [`Limiter::prune`] drops those (keys are free to make: the map must not grow with them).
+struct Limiter<K> {
+    rate: Rate,
+    buckets: HashMap<K, (f64, std::time::Instant)>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Limiter<K> {
+    fn new(rate: Rate) -> Self {
+        Limiter {
+            rate,
+            buckets: HashMap::new(),
+        }
+    }
+
+    fn level(&self, tokens: f64, since: std::time::Instant, now: std::time::Instant) -> f64 {
+        (tokens + now.duration_since(since).as_secs_f64() * self.rate.per_sec).min(self.rate.burst)
+    }
+
+    /// Whether every key in `keys` has a token; if so, take one from each.
+    fn take(&mut self, keys: &[K], now: std::time::Instant) -> bool {
+        let levels: Vec<f64> = keys
+            .iter()
+            .map(|k| {
+                self.buckets
+                    .get(k)
+                    .map_or(self.rate.burst, |(t, at)| self.level(*t, *at, now))
+            })
+            .collect();
+        if levels.iter().any(|l| *l < 1.0) {
+            return false;
+        }
+        for (k, l) in keys.iter().zip(levels) {
+            self.buckets.insert(k.clone(), (l - 1.0, now));
+        }
+        true
+    }
+
+    fn prune(&mut self, now: std::time::Instant) {
+        let (rate, burst) = (self.rate.per_sec, self.rate.burst);
+        self.buckets
+            .retain(|_, (t, at)| *t + now.duration_since(*at).as_secs_f64() * rate < burst);
+    }
+}
+
+/// The client a request came from, as rate limits and shares count it: an IPv4 address, or an
+/// IPv6 address's /64 (one host is given a whole /64). `None`: in-process, not counted.
+pub type Client = Option<std::net::IpAddr>;
+
+/// Normalize a peer address to the [`Client`] it counts as.
+pub fn client_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
 }
 
 impl Default for BoxConfig {
@@ -53,6 +151,22 @@ impl Default for BoxConfig {
             result_ttl_secs: 3600,
             max_runs: 1000,
             stake_budget_bytes: 1 << 30,
+            stake_budget_per_client_bytes: 1 << 28,
+            max_unstaked_per_client: 256,
+            max_program_ttl_secs: 3600,
+            unstaked_ttl_secs: 120,
+            stake_upload_secs: 120,
+            // Room for a node's burst of hundreds of calls at once (an open and two stakes
+            // each); an operator on a public address lowers them.
+            client_rate: Rate {
+                burst: 2048.0,
+                per_sec: 512.0,
+            },
+            key_rate: Rate {
+                burst: 1024.0,
+                per_sec: 256.0,
+            },
+            allowed_keys: None,
             temperature: 0.7,
         }
     }
@@ -194,10 +308,23 @@ struct Finished {
     error: Option<RunFailure>,
 }
 
+/// Stake memory held for one role of a run, and who sent it.
+#[derive(Clone, Copy)]
+struct Hold {
+    client: Client,
+    bytes: u64,
+}
+
 struct Run {
     program: Arc<ApprovedProgram>,
-    /// Stake bytes set aside for this run while it is open or running.
-    reserved: u64,
+    /// Stake memory held for this run, by role: an upload being read, then the opened stake.
+    /// Counted against the budget while the run is open or running.
+    held: HashMap<Role, Hold>,
+    /// Roles whose upload is being read now: one upload per (run, role) at a time.
+    uploading: Vec<Role>,
+    /// Who opened it (unstaked runs per client).
+    opened_by: Client,
+    opened_at: u64,
     keys: Option<Arc<RunKeys>>,
     expires_at: u64,
     stakes: HashMap<Role, Vec<Entry>>,
@@ -215,6 +342,15 @@ struct Run {
 }
 
 impl Run {
+    /// Whether the run holds memory and a run slot.
+    fn live(&self) -> bool {
+        matches!(self.phase, Phase::Open | Phase::Running)
+    }
+
+    fn held_bytes(&self) -> u64 {
+        self.held.values().map(|h| h.bytes).sum()
+    }
+
     /// Refuse an operation the run's phase does not allow.
     fn expect_phase(&self, phase: Phase, action: &str) -> Result<()> {
         if self.phase == phase {
@@ -234,6 +370,18 @@ struct State {
     spent_runs: HashMap<String, u64>,
     /// Programs opened here, with their run id; kept until the program expires.
     programs: HashMap<ProgramHash, (String, u64)>,
+}
+
+/// What the box holds in memory ([`BoxCore::memory`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Memory {
+    pub runs: usize,
+    pub spent_runs: usize,
+    pub programs: usize,
+    /// Stake bytes held (uploads being read and opened stakes) by open and running runs.
+    pub held_bytes: u64,
+    /// Lines of the spent-program list on disk (0 without one).
+    pub spent_list_lines: usize,
 }
 
 /// What `POST /v1/runs` answers.
@@ -278,9 +426,30 @@ pub struct BoxCore {
     providers: ProviderRegistry,
     config: BoxConfig,
     state: Mutex<State>,
+    limits: Mutex<Limits>,
     /// The opened programs on disk (a restarted box still refuses a replay); `None` in memory.
     spent: Option<crate::spent::SpentLog>,
 }
+
+struct Limits {
+    clients: Limiter<std::net::IpAddr>,
+    keys: Limiter<String>,
+}
+
+/// A stake being read: its role's slot and memory are held until [`BoxCore::commit_stake`]
+/// turns it into the run's stake or [`BoxCore::release_stake`] gives it back.
+#[derive(Debug)]
+pub struct StakeSlot {
+    run_id: String,
+    role: Role,
+    /// sha256 of the sealed bytes, as the verified action signs it.
+    digest: String,
+    /// The most the body may be (the declared length, else the role's sealed limit).
+    pub limit: usize,
+}
+
+/// Reserved while a stake is read and opened: the body, the opened plaintext, the entries.
+const READING_FACTOR: u64 = 3;
 
 /// The run id a program opened before a restart is remembered under: no run has it.
 const OPENED_BEFORE_RESTART: &str = "";
@@ -300,6 +469,10 @@ impl BoxCore {
         BoxCore {
             attester,
             providers,
+            limits: Mutex::new(Limits {
+                clients: Limiter::new(config.client_rate),
+                keys: Limiter::new(config.key_rate),
+            }),
             config,
             state: Mutex::new(State::default()),
             spent: None,
@@ -353,10 +526,83 @@ impl BoxCore {
             .count()
     }
 
-    /// jc.open: a twice-signed program in, a fresh run out.
+    pub fn config(&self) -> &BoxConfig {
+        &self.config
+    }
+
+    fn limits(&self) -> std::sync::MutexGuard<'_, Limits> {
+        self.limits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take a token from the client's bucket (every open and stake request, before its body is
+    /// looked at): `rate_limited` when it has none. In-process callers (`None`) are not counted.
+    pub fn charge_client(&self, client: Client) -> Result<()> {
+        let Some(ip) = client else {
+            return Ok(());
+        };
+        if self
+            .limits()
+            .clients
+            .take(&[client_of(ip)], std::time::Instant::now())
+        {
+            Ok(())
+        } else {
+            Err(JcError::RateLimited)
+        }
+    }
+
+    /// What the box remembers: runs, spent run ids and opened programs (each bounded by a
+    /// program's expiry, itself at most `max_program_ttl_secs` ahead), and stake bytes held.
+    pub fn memory(&self) -> Memory {
+        let st = self.lock();
+        Memory {
+            runs: st.runs.len(),
+            spent_runs: st.spent_runs.len(),
+            programs: st.programs.len(),
+            held_bytes: st
+                .runs
+                .values()
+                .filter(|r| r.live())
+                .map(Run::held_bytes)
+                .sum(),
+            spent_list_lines: self.spent.as_ref().map_or(0, |l| l.lines()),
+        }
+    }
+
+    /// Until when a spent run id is remembered (for `run_spent` rather than `run_not_found`).
+    fn spent_until(&self, now: u64) -> u64 {
+        now.saturating_add(
+            self.config
+                .max_program_ttl_secs
+                .max(self.config.run_ttl_secs),
+        )
+    }
+
+    /// jc.open: a twice-signed program in, a fresh run out (in-process: no client counted).
     pub fn open(&self, envelope: &Envelope, now: u64) -> Result<Opened> {
+        self.open_from(envelope, now, None)
+    }
+
+    /// jc.open for `client`. Opening reserves no stake memory (that is taken when a stake is
+    /// posted); it is refused `busy` when the program's limits do not fit beside what is held,
+    /// when the box or this client has its most runs, `rate_limited` when either party's key
+    /// has opened too often, `expires_too_far` past the box's horizon and `key_not_allowed`
+    /// when the box has an allow-list naming neither party.
+    pub fn open_from(&self, envelope: &Envelope, now: u64, client: Client) -> Result<Opened> {
+        let client = client.map(client_of);
         let approved = approved_program(envelope)?;
         approved.program.check_expiry(now)?;
+        let latest = now.saturating_add(self.config.max_program_ttl_secs);
+        if approved.program.expires_at > latest {
+            return Err(JcError::ExpiresTooFar { latest });
+        }
+        let parties = &approved.program.parties;
+        if let Some(allowed) = &self.config.allowed_keys {
+            let listed = |k: &str| allowed.iter().any(|a| a.eq_ignore_ascii_case(k));
+            if !listed(&parties.caller.node_key) && !listed(&parties.owner.node_key) {
+                return Err(JcError::KeyNotAllowed);
+            }
+        }
         let (platform, measurement) = (self.attester.platform(), self.attester.measurement());
         if !approved.program.lists_box(platform, measurement) {
             return Err(JcError::BoxNotListed {
@@ -368,6 +614,13 @@ impl BoxCore {
             &approved.program.provider.id,
             approved.program.provider.host.as_deref(),
         )?;
+        let keys = [
+            parties.caller.node_key.to_ascii_lowercase(),
+            parties.owner.node_key.to_ascii_lowercase(),
+        ];
+        if !self.limits().keys.take(&keys, std::time::Instant::now()) {
+            return Err(JcError::RateLimited);
+        }
         let mut st = self.lock();
         if let Some((run_id, _)) = st.programs.get(&approved.hash) {
             // Opening the same program again while its run is open is a retry: same run.
@@ -389,19 +642,33 @@ impl BoxCore {
             }
             return Err(JcError::ProgramSpent(approved.hash.to_hex()));
         }
-        let (live, reserved) = st
-            .runs
-            .values()
-            .filter(|r| matches!(r.phase, Phase::Open | Phase::Running))
-            .fold((0usize, 0u64), |(n, b), r| (n + 1, b + r.reserved));
+        let (mut live, mut held, mut mine) = (0usize, 0u64, 0usize);
+        for r in st.runs.values().filter(|r| r.live()) {
+            live += 1;
+            held += r.held_bytes();
+            if client.is_some()
+                && r.opened_by == client
+                && r.stakes.is_empty()
+                && r.uploading.is_empty()
+            {
+                mine += 1;
+            }
+        }
         if live >= self.config.max_runs {
             return Err(JcError::Busy(self.config.max_runs));
+        }
+        let unstaked_cap = self
+            .config
+            .max_unstaked_per_client
+            .min((self.config.max_runs / 2).max(1));
+        if mine >= unstaked_cap {
+            return Err(JcError::Busy(unstaked_cap));
         }
         let wants = [Role::Caller, Role::Owner]
             .into_iter()
             .map(|r| seal::sealed_limit(approved.program.stake_limit(r)))
             .sum::<u64>();
-        if reserved.saturating_add(wants) > self.config.stake_budget_bytes {
+        if held.saturating_add(wants) > self.config.stake_budget_bytes {
             return Err(JcError::OverBudget {
                 budget: self.config.stake_budget_bytes,
             });
@@ -422,7 +689,10 @@ impl BoxCore {
             run_id.clone(),
             Run {
                 program: Arc::new(approved),
-                reserved: wants,
+                held: HashMap::new(),
+                uploading: Vec::new(),
+                opened_by: client,
+                opened_at: now,
                 keys: Some(Arc::new(RunKeys::generate())),
                 expires_at,
                 stakes: HashMap::new(),
@@ -498,47 +768,55 @@ impl BoxCore {
         Ok(attestation)
     }
 
-    /// The largest sealed stake a role may post to this run (for the HTTP body limit).
-    pub fn stake_body_limit(&self, run_id: &str, role: Role, now: u64) -> Result<usize> {
-        let mut st = self.lock();
-        let run = self.live(&mut st, run_id, now)?;
-        Ok(seal::sealed_limit(run.program.program.stake_limit(role)) as usize)
-    }
-
-    /// jc.stake: a party's sealed material, authorized by its signed action over the sealed bytes.
-    pub fn stake(&self, run_id: &str, action: &Envelope, sealed: &[u8], now: u64) -> Result<Role> {
-        let (program, keys) = {
+    /// Begin a stake, before a byte of its body is read: the run is live and open, the action
+    /// is signed by the party of the role it names, for this run and program, with the digest
+    /// of the bytes to come; that role has neither staked nor an upload under way; the declared
+    /// length is within the role's limit; and the memory to read and open it fits the budget
+    /// and the client's share. The slot holds the role and the memory until it is committed or
+    /// released.
+    pub fn begin_stake(
+        &self,
+        run_id: &str,
+        action: &Envelope,
+        declared: Option<u64>,
+        client: Client,
+        now: u64,
+    ) -> Result<StakeSlot> {
+        let client = client.map(client_of);
+        let program = {
             let mut st = self.lock();
             let run = self.live(&mut st, run_id, now)?;
             run.expect_phase(Phase::Open, "stake")?;
-            let keys = run
-                .keys
-                .clone()
-                .ok_or_else(|| JcError::Internal("open run without keys".into()))?;
-            (run.program.clone(), keys)
+            run.program.clone()
         };
+        // The signature is checked outside the state lock.
         let act = verify_action(action, &program, run_id, "stake")?;
         let role = act.role;
-        if act.stake_sha256.as_deref() != Some(hex::encode(Sha256::digest(sealed)).as_str()) {
-            return Err(JcError::Envelope(
-                "stake signature covers other bytes".into(),
-            ));
-        }
-        let limit = seal::sealed_limit(program.program.stake_limit(role));
-        if sealed.len() as u64 > limit {
+        let digest = act
+            .stake_sha256
+            .ok_or_else(|| JcError::Envelope("a stake action names its bytes' digest".into()))?;
+        let max = seal::sealed_limit(program.program.stake_limit(role));
+        if let Some(size) = declared
+            && size > max
+        {
             return Err(JcError::StakeTooLarge {
                 role: role.as_str().into(),
-                size: sealed.len() as u64,
-                limit,
+                size,
+                limit: max,
             });
         }
-        let info = seal::info(Purpose::Stake(role), run_id, &program.hash);
-        let entries = seal::open(sealed, &keys.hpke, &info, || JcError::StakeWrongInfo {
-            role: role.as_str().into(),
-        })?;
-        drop(keys);
-        seal::check_stake(&program.program, role, &entries)?;
+        let limit = declared.unwrap_or(max);
+        let wants = limit.saturating_mul(READING_FACTOR);
         let mut st = self.lock();
+        let (mut held, mut mine) = (0u64, 0u64);
+        for r in st.runs.values().filter(|r| r.live()) {
+            for h in r.held.values() {
+                held += h.bytes;
+                if client.is_some() && h.client == client {
+                    mine += h.bytes;
+                }
+            }
+        }
         let run = self.live(&mut st, run_id, now)?;
         run.expect_phase(Phase::Open, "stake")?;
         if run.stakes.contains_key(&role) {
@@ -546,9 +824,106 @@ impl BoxCore {
                 role: role.as_str().into(),
             });
         }
+        if run.uploading.contains(&role) {
+            return Err(JcError::UploadInProgress {
+                role: role.as_str().into(),
+            });
+        }
+        let budget = self.config.stake_budget_bytes;
+        if held.saturating_add(wants) > budget
+            || (client.is_some()
+                && mine.saturating_add(wants) > self.config.stake_budget_per_client_bytes)
+        {
+            return Err(JcError::OverBudget { budget });
+        }
+        run.uploading.push(role);
+        run.held.insert(
+            role,
+            Hold {
+                client,
+                bytes: wants,
+            },
+        );
+        Ok(StakeSlot {
+            run_id: run_id.into(),
+            role,
+            digest,
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// Give back a slot whose stake was not committed (refused, cut, timed out).
+    pub fn release_stake(&self, slot: &StakeSlot) {
+        let mut st = self.lock();
+        if let Some(run) = st.runs.get_mut(&slot.run_id)
+            && run.uploading.contains(&slot.role)
+        {
+            run.uploading.retain(|r| *r != slot.role);
+            run.held.remove(&slot.role);
+            run.changed.notify_waiters();
+        }
+    }
+
+    /// Finish a stake begun with [`Self::begin_stake`]: the bytes are the ones the action
+    /// signed, they open with this run's key and info, and their entries are the program's.
+    /// On an error the caller releases the slot.
+    pub fn commit_stake(&self, slot: &StakeSlot, sealed: &[u8], now: u64) -> Result<Role> {
+        let role = slot.role;
+        if hex::encode(Sha256::digest(sealed)) != slot.digest {
+            return Err(JcError::Envelope(
+                "stake signature covers other bytes".into(),
+            ));
+        }
+        if sealed.len() > slot.limit {
+            return Err(JcError::StakeTooLarge {
+                role: role.as_str().into(),
+                size: sealed.len() as u64,
+                limit: slot.limit as u64,
+            });
+        }
+        let (program, keys) = {
+            let mut st = self.lock();
+            let run = self.live(&mut st, &slot.run_id, now)?;
+            run.expect_phase(Phase::Open, "stake")?;
+            let keys = run
+                .keys
+                .clone()
+                .ok_or_else(|| JcError::Internal("open run without keys".into()))?;
+            (run.program.clone(), keys)
+        };
+        let info = seal::info(Purpose::Stake(role), &slot.run_id, &program.hash);
+        let entries = seal::open(sealed, &keys.hpke, &info, || JcError::StakeWrongInfo {
+            role: role.as_str().into(),
+        })?;
+        drop(keys);
+        seal::check_stake(&program.program, role, &entries)?;
+        let mut st = self.lock();
+        let run = self.live(&mut st, &slot.run_id, now)?;
+        run.expect_phase(Phase::Open, "stake")?;
+        if run.stakes.contains_key(&role) || !run.uploading.contains(&role) {
+            return Err(JcError::AlreadyStaked {
+                role: role.as_str().into(),
+            });
+        }
+        let bytes: u64 = entries.iter().map(|e| e.data.len() as u64).sum();
         run.stakes.insert(role, entries);
+        run.uploading.retain(|r| *r != role);
+        if let Some(h) = run.held.get_mut(&role) {
+            // From what reading and opening needed to what is kept.
+            h.bytes = bytes;
+        }
         run.changed.notify_waiters();
         Ok(role)
+    }
+
+    /// jc.stake in one step (in-process): [`Self::begin_stake`] then [`Self::commit_stake`].
+    pub fn stake(&self, run_id: &str, action: &Envelope, sealed: &[u8], now: u64) -> Result<Role> {
+        let slot = self.begin_stake(run_id, action, Some(sealed.len() as u64), None, now)?;
+        let committed = self.commit_stake(&slot, sealed, now);
+        if committed.is_err() {
+            self.release_stake(&slot);
+        }
+        committed
     }
 
     /// jc.submit: a party's go. Refused before both stakes are in. Returns true when this submit
@@ -923,18 +1298,32 @@ impl BoxCore {
         if let Some(run) = st.runs.remove(run_id) {
             run.changed.notify_waiters();
         }
-        st.spent_runs.insert(run_id.into(), now + 86_400);
+        let until = self.spent_until(now);
+        st.spent_runs.insert(run_id.into(), until);
         Ok(())
     }
 
     /// Drop expired open runs and stale results; forget old spent ids and expired programs.
     pub fn sweep(&self, now: u64) {
+        {
+            let mut limits = self.limits();
+            let instant = std::time::Instant::now();
+            limits.clients.prune(instant);
+            limits.keys.prune(instant);
+        }
+        let idle = self.config.unstaked_ttl_secs;
+        let until = self.spent_until(now);
         let mut st = self.lock();
         let dead: Vec<String> = st
             .runs
             .iter()
             .filter(|(_, r)| {
                 (r.phase == Phase::Open && now >= r.expires_at)
+                    // Opened and never staked in: it only holds a run slot.
+                    || (r.phase == Phase::Open
+                        && r.stakes.is_empty()
+                        && r.uploading.is_empty()
+                        && now >= r.opened_at.saturating_add(idle))
                     || (matches!(r.phase, Phase::Done | Phase::Failed) && now >= r.keep_until)
             })
             .map(|(id, _)| id.clone())
@@ -943,7 +1332,7 @@ impl BoxCore {
             if let Some(run) = st.runs.remove(&id) {
                 run.changed.notify_waiters();
             }
-            st.spent_runs.insert(id, now + 86_400);
+            st.spent_runs.insert(id, until);
         }
         st.spent_runs.retain(|_, until| *until > now);
         st.programs.retain(|_, (_, exp)| *exp > now);

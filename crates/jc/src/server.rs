@@ -1,10 +1,17 @@
 //! The box's HTTP API (design §10), a thin axum layer over [`BoxCore`]. Errors are
 //! `{error, message, details?}`; bodies are size-limited per route (stakes by the program).
+//!
+//! A box's URL is public and opening a run needs only two fresh keys, so every request that
+//! costs the box (open, stake) is charged to its client address first, and a stake's signed
+//! action is checked in full (signature, run, role not yet staked nor uploading, declared
+//! length, memory) before a byte of its body is read; the body is then read up to the length
+//! the action was admitted for, within `stake_upload_secs`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -15,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::dsse::Envelope;
 use crate::error::JcError;
 use crate::registry::ProviderView;
-use crate::run::{BoxCore, now_secs};
+use crate::run::{BoxCore, Client, StakeSlot, now_secs};
 
 /// Header carrying the party's signed stake action (base64 of the DSSE envelope JSON).
 pub const STAKE_ACTION_HEADER: &str = "skillbox-stake-action";
@@ -206,13 +213,38 @@ pub async fn serve_named(
     let hosts = HostGuard::for_addr(listener.local_addr()?, names);
     let sweeper = core.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+        // Often enough that an idle run (`unstaked_ttl_secs`) is dropped near its time.
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
         loop {
             tick.tick().await;
             sweeper.sweep(now_secs());
         }
     });
-    axum::serve(listener, router_with(core, hosts)).await
+    // The peer's address is what rate limits and the per-client stake share count.
+    axum::serve(
+        listener,
+        router_with(core, hosts).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
+
+/// The client a request came from (`None` when served without connect info: in-process).
+struct Peer(Client);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
 }
 
 async fn health(State(core): State<Arc<BoxCore>>) -> Json<Health> {
@@ -233,12 +265,14 @@ fn envelope(body: &Bytes) -> Result<Envelope, ApiError> {
 
 async fn open(
     State(core): State<Arc<BoxCore>>,
+    Peer(client): Peer,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     expect_media(&headers, "application/json")?;
+    core.charge_client(client)?;
     let env = envelope(&body)?;
-    let opened = core.open(&env, now_secs())?;
+    let opened = core.open_from(&env, now_secs(), client)?;
     Ok((StatusCode::CREATED, Json(opened)).into_response())
 }
 
@@ -267,11 +301,13 @@ pub struct Staked {
 async fn stake(
     State(core): State<Arc<BoxCore>>,
     Path(id): Path<String>,
+    Peer(client): Peer,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
     let id = run_id(id)?;
     expect_media(&headers, "application/octet-stream")?;
+    core.charge_client(client)?;
     let raw = headers
         .get(STAKE_ACTION_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -280,29 +316,84 @@ async fn stake(
         .decode(raw)
         .map_err(|_| JcError::BadRequest(format!("header {STAKE_ACTION_HEADER} is not base64")))?;
     let env = Envelope::from_json(&env_json)?;
-    // The role decides the limit; the signature is checked in `stake` (over these very bytes).
-    let role = peek_role(&env)?;
+    let declared = match headers.get(axum::http::header::CONTENT_LENGTH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| JcError::BadRequest("Content-Length".into()))?,
+        ),
+    };
     let now = now_secs();
-    let limit = core.stake_body_limit(&id, role, now)?;
-    let bytes = axum::body::to_bytes(body, limit)
+    // Everything about the action is checked before the body is touched; the slot holds the
+    // role and the memory until the stake is committed, and is given back on any other way out
+    // (a refusal, a cut connection, a timeout).
+    let slot = Slot {
+        core: core.clone(),
+        slot: Some(core.begin_stake(&id, &env, declared, client, now)?),
+    };
+    let limit = slot.limit();
+    let within = std::time::Duration::from_secs(core.config().stake_upload_secs.max(1));
+    let bytes = tokio::time::timeout(within, read_capped(body, limit))
         .await
-        .map_err(|_| JcError::BodyTooLarge { limit })?;
+        .map_err(|_| JcError::UploadTimedOut)??;
     // Opening a large stake is CPU work: keep it off the async threads.
-    let core2 = core.clone();
-    let role = tokio::task::spawn_blocking(move || core2.stake(&id, &env, &bytes, now))
+    let role = tokio::task::spawn_blocking(move || slot.commit(&bytes, now))
         .await
         .map_err(|e| JcError::Internal(format!("stake task: {e}")))??;
     Ok(Json(Staked { role }).into_response())
 }
 
-fn peek_role(env: &Envelope) -> Result<crate::program::Role, JcError> {
-    let payload = env.payload_bytes()?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&payload).map_err(|e| JcError::Envelope(format!("action: {e}")))?;
-    v.get("role")
-        .and_then(|r| r.as_str())
-        .ok_or_else(|| JcError::Envelope("action has no role".into()))?
-        .parse()
+/// A stake slot given back when dropped uncommitted.
+struct Slot {
+    core: Arc<BoxCore>,
+    slot: Option<StakeSlot>,
+}
+
+impl Slot {
+    fn limit(&self) -> usize {
+        self.slot.as_ref().map_or(0, |s| s.limit)
+    }
+
+    fn commit(mut self, bytes: &[u8], now: u64) -> Result<crate::program::Role, JcError> {
+        let slot = self
+            .slot
+            .take()
+            .ok_or_else(|| JcError::Internal("stake slot used twice".into()))?;
+        let committed = self.core.commit_stake(&slot, bytes, now);
+        if committed.is_err() {
+            self.core.release_stake(&slot);
+        }
+        committed
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.core.release_stake(&slot);
+        }
+    }
+}
+
+/// Read a body of at most `limit` bytes into one buffer sized once (no doubling copies), and
+/// stop at the first byte past it.
+async fn read_capped(mut body: Body, limit: usize) -> Result<Vec<u8>, JcError> {
+    use axum::body::HttpBody as _;
+    let mut buf = Vec::with_capacity(limit);
+    while let Some(frame) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+    {
+        let frame = frame.map_err(|_| JcError::BadRequest("the stake body was cut".into()))?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > limit - buf.len() {
+                return Err(JcError::BodyTooLarge { limit });
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 #[derive(Serialize, Deserialize)]

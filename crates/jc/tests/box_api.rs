@@ -394,7 +394,8 @@ async fn stake_and_submit_refusals() {
         .stake(&run, Role::Caller, sealed, &f.caller)
         .await
         .expect_err("body too large");
-    assert_eq!(remote_code(&e), "body_too_large");
+    // Refused on its declared length, before the body is read.
+    assert_eq!(remote_code(&e), "stake_too_large");
     // A name the program does not list.
     let sealed = seal_stake(
         &run,

@@ -120,27 +120,65 @@ async fn a_program_whose_two_parties_are_one_key_is_refused() {
     assert_eq!(remote_code(&e), "program_invalid");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
     let f = start_with(
         Arc::new(EchoProvider { fixed: None }),
         BoxConfig {
-            // Room for one run of the fixture's program (a few KiB each side), not two.
+            // Room for the fixture program's limits (about 17 KiB) beside nothing held, and
+            // for one 7 KiB upload being read (3 x 7 KiB), not for that and anything more.
             stake_budget_bytes: 24 * 1024,
             ..BoxConfig::default()
         },
     )
     .await;
+    // Opens reserve nothing: two fit.
     let (_, first) = f.open(&f.program()).await;
-    let env = f.approve(&f.program());
-    let e = f.client.open(&env).await.expect_err("over budget");
-    assert_eq!(remote_code(&e), "busy");
-    // When the first run ends, its reservation is released.
-    f.client
-        .delete(&first.run_id, &first.program_hash, Role::Caller, &f.caller)
+    let (_, second) = f.open(&f.program()).await;
+    // An upload under way holds three times its declared length.
+    let action = stake_action(
+        &first.run_id,
+        &first.program_hash.to_hex(),
+        Role::Caller,
+        &[0; 32],
+        &f.caller,
+    );
+    let mut upload = RawStake::start(&f.url, &first.run_id, &action, 7 * 1024).await;
+    upload.wr.write_all(&[0; 10]).await.expect("part");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let e = f
+        .client
+        .stake(
+            &second,
+            Role::Caller,
+            f.caller_stake(&second, "hi", b"a"),
+            &f.caller,
+        )
         .await
-        .expect("delete");
-    f.client.open(&env).await.expect("room again");
+        .expect_err("over budget");
+    assert_eq!(remote_code(&e), "busy");
+    let e = f
+        .client
+        .open(&f.approve(&f.program()))
+        .await
+        .expect_err("its limits do not fit beside what is held");
+    assert_eq!(remote_code(&e), "busy");
+    // A cut upload gives its memory back.
+    drop(upload);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    f.client
+        .stake(
+            &second,
+            Role::Caller,
+            f.caller_stake(&second, "hi", b"a"),
+            &f.caller,
+        )
+        .await
+        .expect("room again");
+    f.client
+        .open(&f.approve(&f.program()))
+        .await
+        .expect("room again");
 }
 
 /// A provider whose error quotes its input.
@@ -202,4 +240,464 @@ proptest::proptest! {
             proptest::prop_assert_eq!(e.code(), "bad_run_id");
         }
     }
+}
+
+// --- Issue 30 item 3: a box's URL is public and an open needs only two fresh keys. ---
+
+use base64::Engine as _;
+use ed25519_dalek::SigningKey;
+use sha2::{Digest, Sha256};
+use skillbox_jc::dsse::{Envelope, PartyAction, sign_action};
+use skillbox_jc::program::{MAX_STAKE_BYTES, Program};
+use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_jc::server::STAKE_ACTION_HEADER;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A fresh node key, as an attacker makes one per open.
+fn fresh_key() -> SigningKey {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).expect("random");
+    SigningKey::from_bytes(&seed)
+}
+
+/// A program with the largest stake limits the format allows (64 MiB a side), between two
+/// fresh keys: what an attacker opens.
+fn max_program(f: &Fixture, caller: &SigningKey, owner: &SigningKey) -> Program {
+    let mut p = f.program();
+    p.parties.caller.node_key = skillbox_jc::dsse::key_hex(&caller.verifying_key());
+    p.parties.caller.result_key = HpkeKeyPair::generate().public_hex();
+    p.parties.owner.node_key = skillbox_jc::dsse::key_hex(&owner.verifying_key());
+    p.caller_inputs.sources.clear();
+    p.caller_inputs.request_max_bytes = MAX_STAKE_BYTES - 18;
+    p.owner_inputs.body_max_bytes = MAX_STAKE_BYTES - 43;
+    p.owner_inputs.model_max_bytes = 0;
+    p.validate().expect("the largest program is valid");
+    p
+}
+
+fn signed(p: &Program, caller: &SigningKey, owner: &SigningKey) -> Envelope {
+    let mut env = skillbox_jc::dsse::sign_program(p, caller).expect("caller signs");
+    env.sign(owner).expect("owner signs");
+    env
+}
+
+/// An HTTP client that connects from another loopback address than the honest client's
+/// 127.0.0.1: the attacker is another client as the box counts them.
+fn attacker_http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .expect("client")
+}
+
+fn stake_action(
+    run_id: &str,
+    program_hash: &str,
+    role: Role,
+    sealed_digest: &[u8],
+    key: &SigningKey,
+) -> String {
+    let env = sign_action(
+        &PartyAction {
+            action: "stake".into(),
+            role,
+            run_id: run_id.into(),
+            program_hash: program_hash.into(),
+            stake_sha256: Some(hex::encode(sealed_digest)),
+        },
+        key,
+    )
+    .expect("signs");
+    base64::engine::general_purpose::STANDARD.encode(env.to_json())
+}
+
+/// A stake request over a bare connection, so the test decides when each body byte is sent
+/// and can see how much the box took before it answered.
+struct RawStake {
+    rd: tokio::net::tcp::OwnedReadHalf,
+    wr: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl RawStake {
+    async fn start(url: &str, run_id: &str, action_b64: &str, len: usize) -> RawStake {
+        let addr = url.trim_start_matches("http://");
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (rd, mut wr) = stream.into_split();
+        let head = format!(
+            "POST /v1/runs/{run_id}/stakes HTTP/1.1\r\nhost: {addr}\r\n\
+             content-type: application/octet-stream\r\ncontent-length: {len}\r\n\
+             {STAKE_ACTION_HEADER}: {action_b64}\r\n\r\n"
+        );
+        wr.write_all(head.as_bytes()).await.expect("head");
+        RawStake { rd, wr }
+    }
+
+    /// The status and body of the answer.
+    async fn answer(rd: &mut tokio::net::tcp::OwnedReadHalf) -> (u16, String) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = rd.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "connection closed before an answer");
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let status: u16 = head[9..12].parse().expect("status");
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map_or(0, |v| v.trim().parse().expect("length"));
+        while buf.len() < head_end + len {
+            let n = rd.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "connection closed mid-answer");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        (
+            status,
+            String::from_utf8_lossy(&buf[head_end..head_end + len]).into_owned(),
+        )
+    }
+
+    /// Stream `len` filler bytes while waiting for the answer; returns the answer and how many
+    /// body bytes had been written when it came (the box's receive buffers included).
+    async fn flood(self, len: usize) -> ((u16, String), usize) {
+        let RawStake { mut rd, mut wr } = self;
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = written.clone();
+        let writer = tokio::spawn(async move {
+            let chunk = vec![0x5au8; 64 * 1024];
+            let mut sent = 0;
+            while sent < len {
+                let n = chunk.len().min(len - sent);
+                if wr.write_all(&chunk[..n]).await.is_err() {
+                    break;
+                }
+                sent += n;
+                counter.store(sent, std::sync::atomic::Ordering::SeqCst);
+            }
+            wr
+        });
+        let answer =
+            tokio::time::timeout(std::time::Duration::from_secs(60), Self::answer(&mut rd))
+                .await
+                .expect("answered within a minute");
+        let at = written.load(std::sync::atomic::Ordering::SeqCst);
+        writer.abort();
+        (answer, at)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_signed_opens_with_the_largest_limits_does_not_keep_an_honest_run_out() {
+    let f = start(Some("honest answer")).await;
+    let attacker = attacker_http();
+    // Each open names 2 x 64 MiB of stake limits: on 7f3543e eight of them reserved the box's
+    // whole 1 GiB budget for ten minutes and every other open was refused `busy`.
+    let mut opened = 0;
+    for _ in 0..24 {
+        let (c, o) = (fresh_key(), fresh_key());
+        let env = signed(&max_program(&f, &c, &o), &c, &o);
+        let r = attacker
+            .post(format!("{}/v1/runs", f.url))
+            .header("content-type", "application/json")
+            .body(env.to_json())
+            .send()
+            .await
+            .expect("send");
+        if r.status() == 201 {
+            opened += 1;
+        }
+    }
+    assert_eq!(opened, 24, "opening reserves nothing, so none is refused");
+    let (_, run) = f.open(&f.program()).await;
+    f.run_all(&run, "pick a song", "be brief").await;
+    let view = f
+        .client
+        .wait_result(&run.run_id, std::time::Duration::from_secs(20))
+        .await
+        .expect("the honest run finishes");
+    assert!(view.error.is_none(), "{view:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stake_is_refused_on_its_action_before_its_body_is_read() {
+    let f = start(None).await;
+    let (c, o) = (fresh_key(), fresh_key());
+    let f = Fixture {
+        caller: c,
+        owner: o,
+        ..f
+    };
+    let p = max_program(&f, &f.caller, &f.owner);
+    let (_, run) = f.open(&p).await;
+    let hash = run.program_hash.to_hex();
+    let huge = 64 << 20;
+    // Signed by a key that is not the caller's: on 7f3543e the box read all 64 MiB into memory
+    // and only then checked the signature.
+    let forged = stake_action(&run.run_id, &hash, Role::Caller, &[0; 32], &key(9));
+    let ((status, body), taken) = RawStake::start(&f.url, &run.run_id, &forged, huge)
+        .await
+        .flood(huge)
+        .await;
+    assert_eq!(status, 403, "{body}");
+    // Not the caller's signature (`signature_missing`: none by the key the role names).
+    assert!(body.contains("signature"), "{body}");
+    assert!(
+        taken < 16 << 20,
+        "{taken} bytes were sent before the refusal (of {huge})"
+    );
+    // A role that has staked already: refused before the body too.
+    // The largest program has no sources: a request alone.
+    let sealed = skillbox_jc::client::seal_stake(
+        &run,
+        Role::Caller,
+        vec![skillbox_jc::client::StakeInput::bytes("request", b"hello")],
+    )
+    .expect("seal");
+    f.client
+        .stake(&run, Role::Caller, sealed, &f.caller)
+        .await
+        .expect("caller stakes");
+    let again = stake_action(&run.run_id, &hash, Role::Caller, &[1; 32], &f.caller);
+    let ((status, body), taken) = RawStake::start(&f.url, &run.run_id, &again, huge)
+        .await
+        .flood(huge)
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("\"already_staked\""), "{body}");
+    assert!(taken < 16 << 20, "{taken} bytes sent before the refusal");
+    // A declared length over the role's limit: refused on the header.
+    let owner = stake_action(&run.run_id, &hash, Role::Owner, &[2; 32], &f.owner);
+    let over = 80 << 20;
+    let ((status, body), taken) = RawStake::start(&f.url, &run.run_id, &owner, over)
+        .await
+        .flood(over)
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert!(taken < 16 << 20, "{taken} bytes sent before the refusal");
+}
+
+#[tokio::test]
+async fn a_program_expiring_past_the_boxs_horizon_is_refused() {
+    let f = start(None).await;
+    let mut p = f.program();
+    p.expires_at = (1 << 53) - 1;
+    let e = f.client.open(&f.approve(&p)).await.expect_err("refused");
+    assert_eq!(remote_code(&e), "expires_too_far");
+    p.expires_at = skillbox_jc::run::now_secs() + 3600;
+    f.client
+        .open(&f.approve(&p))
+        .await
+        .expect("an hour is fine");
+}
+
+#[tokio::test]
+async fn open_then_delete_leaves_nothing_behind_once_the_horizon_passed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let list = dir.path().join("spent-programs");
+    let now = skillbox_jc::run::now_secs();
+    let unlimited = skillbox_jc::run::Rate {
+        burst: 1e9,
+        per_sec: 1e9,
+    };
+    let core = core_with(
+        Arc::new(EchoProvider { fixed: None }),
+        BoxConfig {
+            key_rate: unlimited,
+            ..BoxConfig::default()
+        },
+    )
+    .with_spent_log(&list, now)
+    .expect("list");
+    let f = start(None).await;
+    // What the attack used: the farthest expiry the format allows.
+    let mut far = f.program();
+    far.expires_at = (1 << 53) - 1;
+    let e = core.open(&f.approve(&far), now).expect_err("refused");
+    assert_eq!(e.code(), "expires_too_far");
+    for _ in 0..300 {
+        let mut p = f.program();
+        p.expires_at = now + 3600;
+        let opened = core.open(&f.approve(&p), now).expect("open");
+        let hash = skillbox_jc::ProgramHash::from_hex(&opened.program_hash).expect("hash");
+        let del = sign_action(
+            &PartyAction {
+                action: "delete".into(),
+                role: Role::Caller,
+                run_id: opened.run_id.clone(),
+                program_hash: hash.to_hex(),
+                stake_sha256: None,
+            },
+            &f.caller,
+        )
+        .expect("signs");
+        core.delete(&opened.run_id, &del, now).expect("delete");
+    }
+    let m = core.memory();
+    assert_eq!((m.runs, m.spent_runs, m.programs), (0, 300, 300));
+    assert_eq!(m.spent_list_lines, 300);
+    // Past the horizon everything is forgotten and the list compacted: what an attacker can
+    // make the box keep is bounded by its open rate times the horizon.
+    core.sweep(now + 3601);
+    let m = core.memory();
+    assert_eq!(
+        (m.runs, m.spent_runs, m.programs, m.spent_list_lines),
+        (0, 0, 0, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_uploads_for_one_run_and_role_at_once_one_is_refused() {
+    let f = start(Some("ok")).await;
+    let (_, run) = f.open(&f.program()).await;
+    let hash = run.program_hash.to_hex();
+    let first = f.caller_stake(&run, "first", b"a");
+    let action = stake_action(
+        &run.run_id,
+        &hash,
+        Role::Caller,
+        &Sha256::digest(&first),
+        &f.caller,
+    );
+    let mut upload = RawStake::start(&f.url, &run.run_id, &action, first.len()).await;
+    upload.wr.write_all(&first[..100]).await.expect("part");
+    upload.wr.flush().await.expect("flush");
+    // Let the box take the first upload's slot.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let second = f.caller_stake(&run, "second", b"b");
+    let e = f
+        .client
+        .stake(&run, Role::Caller, second, &f.caller)
+        .await
+        .expect_err("refused while the first is read");
+    assert_eq!(remote_code(&e), "upload_in_progress");
+    upload.wr.write_all(&first[100..]).await.expect("rest");
+    let (status, body) = RawStake::answer(&mut upload.rd).await;
+    assert_eq!(status, 200, "{body}");
+    // A cut upload gives its slot back: the owner's first try is dropped mid-body.
+    let owner = f.owner_stake(&run, "body");
+    let action = stake_action(
+        &run.run_id,
+        &hash,
+        Role::Owner,
+        &Sha256::digest(&owner),
+        &f.owner,
+    );
+    let mut cut = RawStake::start(&f.url, &run.run_id, &action, owner.len()).await;
+    cut.wr.write_all(&owner[..50]).await.expect("part");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    drop(cut);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    f.client
+        .stake(&run, Role::Owner, owner, &f.owner)
+        .await
+        .expect("the owner stakes after its cut upload");
+}
+
+#[tokio::test]
+async fn a_box_with_an_allow_list_opens_only_programs_of_its_listed_keys() {
+    let f = start(None).await;
+    let owner_hex = skillbox_jc::dsse::key_hex(&f.owner.verifying_key());
+    let g = start_with(
+        Arc::new(EchoProvider { fixed: None }),
+        BoxConfig {
+            allowed_keys: Some(vec![owner_hex]),
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    // Two fresh keys: refused.
+    let (c, o) = (fresh_key(), fresh_key());
+    let mut p = g.program();
+    p.parties.caller.node_key = skillbox_jc::dsse::key_hex(&c.verifying_key());
+    p.parties.owner.node_key = skillbox_jc::dsse::key_hex(&o.verifying_key());
+    let e = g
+        .client
+        .open(&signed(&p, &c, &o))
+        .await
+        .expect_err("refused");
+    assert_eq!(remote_code(&e), "key_not_allowed");
+    // The listed owner's program, with any caller: opened.
+    g.client.open(&g.approve(&g.program())).await.expect("open");
+}
+
+#[tokio::test]
+async fn opens_past_a_clients_rate_and_a_keys_rate_are_refused() {
+    use skillbox_jc::run::Rate;
+    let slow = Rate {
+        burst: 3.0,
+        per_sec: 0.001,
+    };
+    let f = start_with(
+        Arc::new(EchoProvider { fixed: None }),
+        BoxConfig {
+            client_rate: slow,
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        f.client.open(&f.approve(&f.program())).await.expect("open");
+    }
+    let e = f
+        .client
+        .open(&f.approve(&f.program()))
+        .await
+        .expect_err("a fourth from this address");
+    assert_eq!(remote_code(&e), "rate_limited");
+    // Another address still opens.
+    let r = attacker_http()
+        .post(format!("{}/v1/runs", f.url))
+        .header("content-type", "application/json")
+        .body(f.approve(&f.program()).to_json())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 201);
+    // Per key: the same two keys from any address.
+    let g = start_with(
+        Arc::new(EchoProvider { fixed: None }),
+        BoxConfig {
+            key_rate: slow,
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        g.client.open(&g.approve(&g.program())).await.expect("open");
+    }
+    let e = g
+        .client
+        .open(&g.approve(&g.program()))
+        .await
+        .expect_err("a fourth by these keys");
+    assert_eq!(remote_code(&e), "rate_limited");
+}
+
+#[tokio::test]
+async fn a_run_nobody_stakes_in_gives_its_slot_back() {
+    let core = core_with(
+        Arc::new(EchoProvider { fixed: None }),
+        BoxConfig {
+            max_runs: 1,
+            ..BoxConfig::default()
+        },
+    );
+    let f = start(None).await;
+    let now = skillbox_jc::run::now_secs();
+    let idle = core.open(&f.approve(&f.program()), now).expect("open");
+    let e = core
+        .open(&f.approve(&f.program()), now)
+        .expect_err("the one slot is taken");
+    assert_eq!(e.code(), "busy");
+    core.sweep(now + BoxConfig::default().unstaked_ttl_secs);
+    assert_eq!(
+        core.status(&idle.run_id).expect_err("dropped").code(),
+        "run_spent"
+    );
+    core.open(&f.approve(&f.program()), now + 121)
+        .expect("the slot is free again");
 }
