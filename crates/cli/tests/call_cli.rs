@@ -251,4 +251,38 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
         &["ledger", "verify", "--file", export.to_str().expect("path")],
     );
     assert_eq!(o.status.code(), Some(2), "--file needs --key");
+
+    // The signed head, saved off the node, pins everything up to it: the node's ledger and its
+    // export extend it; an export cut before it (or a rolled-back ledger) does not.
+    let o = cli(&dir, &["ledger", "head"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let head = json_of(&o);
+    assert!(head["seq"].as_u64().is_some_and(|n| n >= 4), "{head}");
+    let saved = root.path().join("head.json");
+    std::fs::write(&saved, &o.stdout).expect("save head");
+    let saved = saved.to_str().expect("path");
+    let o = cli(&dir, &["ledger", "verify", "--head", saved]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let with_head = |path: &std::path::Path| {
+        let path = path.to_str().expect("path");
+        cli(
+            &dir,
+            &[
+                "ledger", "verify", "--file", path, "--key", &key, "--head", saved,
+            ],
+        )
+    };
+    assert!(with_head(&export).status.success());
+    let cut = root.path().join("cut.jsonl");
+    let lines: Vec<&str> = original.lines().collect();
+    std::fs::write(&cut, lines[..lines.len() - 1].join("\n")).expect("write cut");
+    // Without the saved head a cut export reads as a shorter ledger; with it, it does not.
+    assert!(verify_file(&cut).status.success());
+    let o = with_head(&cut);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("rolled_back"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
