@@ -16,7 +16,7 @@ fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
 
 #[utoipa::path(
     get, path = "/ledger",
-    summary = "The disclosure ledger: every stake this node made into a box and every consent decision that allowed or refused one, in order, each hash-chained and signed with the node key. Names, size buckets and keyed digests only, never content. Never pruned with the calls.",
+    summary = "The disclosure ledger: every stake this node made into a box (written before its bytes were sent, then the box's answer) and every consent decision that allowed or refused one, in order from its genesis entry, each hash-chained and signed with the node key. Filters apply to each entry's signed content. Names, size buckets and keyed digests only, never content. Never pruned with the calls.",
     params(
         ("source" = Option<String>, Query, description = "Entries naming this source."),
         ("peer" = Option<String>, Query),
@@ -86,7 +86,7 @@ pub(super) async fn get_ledger(State(s): State<AppState>, uri: Uri) -> Result<Re
 
 #[utoipa::path(
     get, path = "/ledger/verify",
-    summary = "Check the whole ledger: sequence, hashes, chain, signatures and the signed head. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`).",
+    summary = "Check the whole ledger: sequence, hashes, chain, signatures, the signed head in the database and the one kept outside it (`ledger.head`), and the index. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`, `no_genesis`, `rolled_back`, `rewritten`, `head_file_missing`, `index_mismatch`); `ok: true` carries `signedHead`, the head to keep elsewhere.",
     responses(
         (status = 200, description = "The verdict.", body = Verdict),
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
