@@ -701,3 +701,41 @@ async fn a_run_nobody_stakes_in_gives_its_slot_back() {
     core.open(&f.approve(&f.program()), now + 121)
         .expect("the slot is free again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stake_upload_that_dawdles_is_cut_and_gives_its_slot_back() {
+    let f = start_with(
+        Arc::new(EchoProvider {
+            fixed: Some("ok".into()),
+        }),
+        BoxConfig {
+            stake_upload_secs: 1,
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    let (_, run) = f.open(&f.program()).await;
+    let sealed = f.caller_stake(&run, "slow", b"a");
+    let action = stake_action(
+        &run.run_id,
+        &run.program_hash.to_hex(),
+        Role::Caller,
+        &Sha256::digest(&sealed),
+        &f.caller,
+    );
+    // A slowloris: a few bytes, then nothing, holding the role's slot and its memory.
+    let mut slow = RawStake::start(&f.url, &run.run_id, &action, sealed.len()).await;
+    slow.wr.write_all(&sealed[..10]).await.expect("part");
+    let (status, body) = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        RawStake::answer(&mut slow.rd),
+    )
+    .await
+    .expect("cut within the upload time");
+    assert_eq!(status, 408, "{body}");
+    assert!(body.contains("\"upload_timed_out\""), "{body}");
+    f.client
+        .stake(&run, Role::Caller, sealed, &f.caller)
+        .await
+        .expect("the slot is free again");
+}
