@@ -1,6 +1,6 @@
 //! `skillbox call`, `calls`, `call show`, `call cancel`, `approve`, `deny`: the calls API from
 //! the command line. `call --wait` follows the call through its states and prints the answer;
-//! it exits 0 when answered, 1 when refused or failed.
+//! it exits 0 when answered, 1 when refused or failed. `approve` asks at a terminal.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -147,7 +147,7 @@ fn show(c: &Value) {
     if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
         say!("  awaiting your consent: {text}");
         say!(
-            "  decide: skillbox approve {id} [--remember] | skillbox deny {id}",
+            "  your human decides: on the dashboard, or at their terminal with skillbox approve {id} [--remember] | skillbox deny {id}",
             id = s("id")
         );
     }
@@ -191,7 +191,7 @@ fn follow(client: &Client, id: &str, quiet: bool) -> anyhow::Result<Value> {
                 if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
                     say!("          {text}");
                     say!(
-                        "          decide: skillbox approve {id} [--remember] | skillbox deny {id}"
+                        "          your human decides: on the dashboard, or at their terminal with skillbox approve {id} [--remember] | skillbox deny {id}"
                     );
                 }
             }
@@ -294,14 +294,29 @@ pub fn run_calls(global: &crate::Global, args: CallsArgs) -> anyhow::Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
+/// `skillbox approve ID` / `deny ID`. Approving discloses, so it is confirmed at a terminal:
+/// the disclosure is shown and the person types `yes`. Without a terminal on stdin and stderr
+/// (an agent's shell tool, a pipe) it is refused before anything is sent: a tool result or a
+/// peer's text that talks an agent into running it gets nowhere. Denying needs no confirmation
+/// (it discloses nothing). The decision is recorded as `human:cli`.
 pub fn run_decide(
     global: &crate::Global,
     args: DecideArgs,
     allow: bool,
 ) -> anyhow::Result<ExitCode> {
+    if allow {
+        require_terminal()?;
+    }
     let client = Client::from_data_dir(global)?;
-    let body =
-        json!({ "decision": if allow { "allow" } else { "deny" }, "remember": args.remember });
+    if allow && !confirm_at_terminal(&client, &args.id)? {
+        eprintln!("not approved: call {} still waits for a decision", args.id);
+        return Ok(ExitCode::from(1));
+    }
+    let body = json!({
+        "decision": if allow { "allow" } else { "deny" },
+        "remember": args.remember,
+        "via": "cli",
+    });
     let bytes = serde_json::to_vec(&body).context("encoding the decision")?;
     let ans = client.send(
         Method::POST,
@@ -318,6 +333,55 @@ pub fn run_decide(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The message an approval without a terminal gets (fixed; the tests look for `terminal`).
+pub const NO_TERMINAL: &str = "skillbox approve asks a person to confirm at a terminal, and stdin or stderr is not one: approve on the node's dashboard (Approvals), or run `skillbox approve` yourself in a terminal. An agent cannot approve a call";
+
+fn require_terminal() -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        Ok(())
+    } else {
+        anyhow::bail!(NO_TERMINAL)
+    }
+}
+
+/// Show what approving discloses (the node's own words, from `GET /approvals`) and read the
+/// person's answer: `yes` approves, anything else leaves the call parked.
+fn confirm_at_terminal(client: &Client, id: &str) -> anyhow::Result<bool> {
+    use std::io::{BufRead, Write};
+    let list = client.send(Method::GET, "/approvals", None)?.body;
+    let Some(c) = list["approvals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["id"].as_str() == Some(id))
+    else {
+        anyhow::bail!(
+            "call {id} is not awaiting consent (see `skillbox calls --state awaiting_consent`)"
+        );
+    };
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
+        "call {id}: {} side, peer {}, skill {}",
+        c["role"].as_str().unwrap_or(""),
+        c["peer"].as_str().unwrap_or(""),
+        c["skill"].as_str().unwrap_or("")
+    )?;
+    if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
+        writeln!(err, "  {text}")?;
+    }
+    write!(
+        err,
+        "Approve? Type yes to approve, anything else to leave it waiting: "
+    )?;
+    err.flush()?;
+    drop(err);
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(line.trim() == "yes")
 }
 
 #[derive(clap::Args, Debug)]

@@ -97,7 +97,8 @@ enum Command {
     Call(call_cmd::CallArgs),
     /// List this node's calls, both sides.
     Calls(call_cmd::CallsArgs),
-    /// Allow a call parked on policy `ask`.
+    /// Allow a call parked on policy `ask`: shows what it discloses and asks you to type `yes`
+    /// (needs a terminal; an agent cannot approve).
     Approve(call_cmd::DecideArgs),
     /// Deny a call parked on policy `ask`.
     Deny(call_cmd::DecideArgs),

@@ -22,6 +22,27 @@ fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
         .expect("run skillbox")
 }
 
+/// `skillbox approve ID` as a person runs it: in a terminal (a pseudo-terminal from util-linux
+/// `script`), answering the confirmation with `answer`.
+fn approve_at_terminal(dir: &std::path::Path, id: &str, answer: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{BIN} --data-dir '{}' approve {id}", dir.display()),
+            "/dev/null",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run script (util-linux)");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = writeln!(stdin, "{answer}");
+    }
+    child.wait_with_output().expect("script")
+}
+
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
@@ -137,8 +158,28 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
         .expect("parked for consent");
     let o = cli(&dir, &["calls", "--state", "awaiting_consent", "--json"]);
     assert_eq!(json_of(&o)["total"], 1);
+    // An agent's shell tool has no terminal: `approve` is refused before anything is sent.
     let o = cli(&dir, &["approve", &parked]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("terminal"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = cli(&dir, &["call", "show", &parked, "--json"]);
+    assert_eq!(json_of(&o)["state"], "awaiting_consent");
+    // At a terminal: the disclosure is shown; anything but `yes` leaves the call waiting.
+    let o = approve_at_terminal(&dir, &parked, "no");
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("songs") && shown.contains("Type yes"),
+        "{shown}"
+    );
+    let o = cli(&dir, &["call", "show", &parked, "--json"]);
+    assert_eq!(json_of(&o)["state"], "awaiting_consent");
+    let o = approve_at_terminal(&dir, &parked, "yes");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     let done = api
         .wait_state(&parked, &["answered", "failed"], Duration::from_secs(20))
         .expect("ends");
@@ -168,8 +209,13 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert_eq!(rec["state"], "failed");
     assert_eq!(rec["failure"]["code"], "consent_denied");
     // Deciding twice is refused.
-    let o = cli(&dir, &["approve", &asked]);
+    let o = approve_at_terminal(&dir, &asked, "yes");
     assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not awaiting consent"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     // An unrelated request picks nothing.
     let o = cli(&dir, &["ask", "what's the weather in Paris tomorrow"]);
     assert_eq!(o.status.code(), Some(1));
@@ -203,7 +249,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     let o = cli(&dir, &["ledger"]);
     let table = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
-        table.contains("refused by human for songs") && table.contains("staked request"),
+        table.contains("refused by human:cli for songs") && table.contains("staked request"),
         "{table}"
     );
     assert!(table.contains("no hardware isolation"), "{table}");
@@ -233,10 +279,13 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     let edited = root.path().join("edited.jsonl");
     let original = std::fs::read_to_string(&export).expect("read export");
-    assert!(original.contains("\"decidedBy\":\"human\""), "{original}");
+    assert!(
+        original.contains("\"decidedBy\":\"human:cli\""),
+        "{original}"
+    );
     std::fs::write(
         &edited,
-        original.replacen("\"decidedBy\":\"human\"", "\"decidedBy\":\"rule:1\"", 1),
+        original.replacen("\"decidedBy\":\"human:cli\"", "\"decidedBy\":\"rule:1\"", 1),
     )
     .expect("write edited");
     let o = verify_file(&edited);

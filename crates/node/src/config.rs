@@ -288,6 +288,14 @@ pub struct CallsConfig {
     /// records a human audits of what left the node are not pruned with them.
     #[serde(default = "default_retention_days")]
     pub retention_days: u64,
+    /// Whether an MCP client's elicitation may answer a consent question (recorded as
+    /// `agent:elicitation`). Off: parked calls wait for the dashboard or `skillbox approve`.
+    #[serde(default = "default_elicitation_consent")]
+    pub elicitation_consent: bool,
+}
+
+fn default_elicitation_consent() -> bool {
+    true
 }
 
 fn default_retention_days() -> u64 {
@@ -391,6 +399,7 @@ impl Default for CallsConfig {
             output_max_bytes: 4096,
             expiry_secs: 900,
             retention_days: default_retention_days(),
+            elicitation_consent: default_elicitation_consent(),
         }
     }
 }
@@ -859,6 +868,9 @@ output_max_bytes = {output_max}
 expiry_secs = {expiry}
 # Finished calls, and a caller's stored answer, are pruned after this many days.
 retention_days = {retention}
+# Whether an MCP client may answer a consent question through elicitation (the ledger records
+# it as agent:elicitation). false: parked calls wait for the dashboard or `skillbox approve`.
+elicitation_consent = true
 
 [ceilings]
 # The owner's ceilings for every skill this node offers (a skill's `limits:` front matter, or

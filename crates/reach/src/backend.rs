@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use skillbox_node::api::AppState;
-use skillbox_node::calls::{CallError, StartCall};
+use skillbox_node::calls::{CallError, DecidedBy, StartCall};
 use zeroize::Zeroizing;
 
 use crate::catalog::{self, BoxInfo, Catalog};
@@ -235,6 +235,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         text: Zeroizing<String>,
     ) -> impl Future<Output = Result<(Pick, CallSnapshot), BackendError>> + Send;
     fn call(&self, id: &str) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
+    /// An MCP client's elicitation answer for a parked call: recorded as `agent:elicitation`,
+    /// and refused by a node that turned `calls.elicitation_consent` off.
     fn consent(
         &self,
         id: &str,
@@ -344,7 +346,12 @@ impl Backend for InProcess {
             &held,
             &boxes,
         );
-        Ok(Catalog { skills, boxes })
+        let elicitation_consent = self.0.calls.get().is_some_and(|c| c.elicitation_consent());
+        Ok(Catalog {
+            skills,
+            boxes,
+            elicitation_consent,
+        })
     }
 
     async fn start(
@@ -384,7 +391,11 @@ impl Backend for InProcess {
     }
 
     async fn consent(&self, id: &str, allow: bool) -> Result<CallSnapshot, BackendError> {
-        caller_view(views(self.calls()?.consent(id, allow, false).await?))
+        caller_view(views(
+            self.calls()?
+                .consent_by(id, allow, false, DecidedBy::Elicitation)
+                .await?,
+        ))
     }
 
     async fn cancel(&self, id: &str) -> Result<CallSnapshot, BackendError> {
@@ -549,7 +560,7 @@ impl Backend for NodeHttp {
             .send(
                 reqwest::Method::POST,
                 &format!("/approvals/{}", seg(id)?),
-                Some(json!({ "decision": decision })),
+                Some(json!({ "decision": decision, "via": "elicitation" })),
             )
             .await?;
         caller_view(Self::one_or_sides(v))

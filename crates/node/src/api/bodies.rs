@@ -177,6 +177,12 @@ pub struct DecisionBody {
     /// Also record the decision as a policy rule for this peer, skill and source set.
     #[serde(default)]
     pub remember: bool,
+    /// The surface the decision comes through, for the ledger's `decidedBy`: `cli`
+    /// (`human:cli`), `elicitation` (`agent:elicitation`, refused when
+    /// `calls.elicitation_consent` is off); absent: `human:api`.
+    #[serde(default)]
+    #[schema(pattern = "^(cli|elicitation)$")]
+    pub via: Option<String>,
 }
 
 /// `POST /intents/skill`.

@@ -217,6 +217,7 @@ pub(super) async fn list_approvals(
         (status = 200, description = "The call.", body = OneCall),
         (status = 400, description = "Bad body (`validation_error`)."),
         (status = 404, description = "No such call (`not_found`)."),
+        (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
         (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
     )
@@ -241,7 +242,17 @@ pub(super) async fn decide_approval(
             ));
         }
     };
-    Ok(Json(OneCall::of(c.consent(&id, allow, b.remember).await?)))
+    let by = match b.via.as_deref() {
+        None => crate::calls::DecidedBy::Api,
+        Some("cli") => crate::calls::DecidedBy::Cli,
+        Some("elicitation") => crate::calls::DecidedBy::Elicitation,
+        Some(_) => {
+            return Err(ApiError::validation("via", "must be cli or elicitation"));
+        }
+    };
+    Ok(Json(OneCall::of(
+        c.consent_by(&id, allow, b.remember, by).await?,
+    )))
 }
 
 #[utoipa::path(

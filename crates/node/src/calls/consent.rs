@@ -110,7 +110,39 @@ impl Disclosure {
     }
 }
 
+/// Where a consent decision came from, as the ledger records it (`decidedBy`). The node can
+/// tell its surfaces apart, not the person behind them: `human:cli` is `skillbox approve` at a
+/// terminal, `human:api` a direct `POST /approvals` with the operator token (any process of the
+/// operator's user can make one; see ARCHITECTURE on what that leaves open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// `skillbox approve|deny` (which asks at a terminal before approving).
+    Cli,
+    /// The dashboard.
+    Ui,
+    /// `POST /approvals/{id}` naming no surface.
+    Api,
+    /// An MCP client's answer to the consent elicitation: the agent's host, not the node's.
+    Elicitation,
+}
+
+impl DecidedBy {
+    pub fn label(self) -> &'static str {
+        match self {
+            DecidedBy::Cli => "human:cli",
+            DecidedBy::Ui => "human:ui",
+            DecidedBy::Api => "human:api",
+            DecidedBy::Elicitation => "agent:elicitation",
+        }
+    }
+}
+
 impl Calls {
+    /// Whether an MCP client's elicitation may answer consent (`calls.elicitation_consent`).
+    pub fn elicitation_consent(&self) -> bool {
+        self.0.settings.elicitation_consent
+    }
+
     /// Calls parked on `ask` (`GET /approvals`), each with its [`Disclosure`].
     pub async fn approvals(&self) -> Result<Vec<CallView>, CallError> {
         self.list(Filter {
@@ -120,15 +152,30 @@ impl Calls {
         .await
     }
 
-    /// The human's answer to `ask` (`POST /approvals/{id}`). With `remember`, the decision is
-    /// also recorded (in the store's policy, ahead of every other rule) for this peer, skill
-    /// and source set, so the next such call is not asked again.
+    /// The human's answer to `ask` from the dashboard (recorded as `human:ui`); see
+    /// [`Calls::consent_by`].
     pub async fn consent(
         &self,
         id: &str,
         allow: bool,
         remember: bool,
     ) -> Result<Vec<CallView>, CallError> {
+        self.consent_by(id, allow, remember, DecidedBy::Ui).await
+    }
+
+    /// The answer to `ask`, from `by`. With `remember`, the decision is also recorded (in the
+    /// store's policy, ahead of every other rule) for this peer, skill and source set, so the
+    /// next such call is not asked again.
+    pub async fn consent_by(
+        &self,
+        id: &str,
+        allow: bool,
+        remember: bool,
+        by: DecidedBy,
+    ) -> Result<Vec<CallView>, CallError> {
+        if by == DecidedBy::Elicitation && !self.elicitation_consent() {
+            return Err(CallError::ElicitationOff);
+        }
         let rows = self.open_rows(id).await?;
         let Some(row) = rows.iter().find(|r| r.call.state == State::AwaitingConsent) else {
             return Err(CallError::NotAwaitingConsent {
@@ -156,12 +203,12 @@ impl Calls {
             self.set_policy(policy);
             tracing::info!(call = %id, allow, "consent remembered as a policy rule");
         }
-        let entry = ledger_entry(
-            row,
-            if allow { "allow" } else { "deny" },
-            if remember { "human+remember" } else { "human" },
-            vec![],
-        );
+        let by_label = if remember {
+            format!("{}+remember", by.label())
+        } else {
+            by.label().to_owned()
+        };
+        let entry = ledger_entry(row, if allow { "allow" } else { "deny" }, &by_label, vec![]);
         self.apply(
             (row.call.id.clone(), row.call.role),
             Event::Consent { allow },

@@ -54,7 +54,7 @@ use crate::skills::Skills;
 use crate::sources::Sources;
 use crate::store::Store;
 use boxes::Boxes;
-pub use consent::Disclosure;
+pub use consent::{DecidedBy, Disclosure};
 use records::{CallRow, Filter};
 
 /// A call on one side.
@@ -128,6 +128,11 @@ pub enum CallError {
     NotFound(String),
     #[error("call {id} is {state}, not awaiting consent")]
     NotAwaitingConsent { id: String, state: &'static str },
+    /// `calls.elicitation_consent = false`: an agent's client may not answer consent.
+    #[error(
+        "this node takes consent only from its human (dashboard or terminal), not from an agent's client"
+    )]
+    ElicitationOff,
     #[error("the program cannot be built: {0}")]
     Program(JcError),
     #[error("{0}")]
@@ -149,6 +154,7 @@ impl CallError {
             CallError::Invalid { .. } => "validation_error",
             CallError::NotFound(_) => "not_found",
             CallError::NotAwaitingConsent { .. } => "not_awaiting_consent",
+            CallError::ElicitationOff => "elicitation_consent_off",
             CallError::Program(_) => "program_invalid",
             CallError::NoPick(_) => "no_offered_skill",
             CallError::Node(_) => "internal",
@@ -168,6 +174,7 @@ impl CallError {
                 400
             }
             CallError::NotFound(_) => 404,
+            CallError::ElicitationOff => 403,
             CallError::Node(_) => 500,
         }
     }
