@@ -1,4 +1,4 @@
-//! `skillbox token add`, `skillbox skill set` and `skillbox skill add PACK.json`: tenants, what
+//! `skillbox token add` and `token rotate`, `skillbox skill set` and `skillbox skill add PACK.json`: tenants, what
 //! an owner stakes for a skill, and OpenWOP pack import.
 
 use std::io::Write;
@@ -23,6 +23,10 @@ pub enum TokenCommand {
         #[arg(long)]
         workspace: Option<String>,
     },
+    /// Replace the operator's token (`api.token`, 0600, in one rename). A running node takes
+    /// the new one from its next request: the old token is refused from then on and every
+    /// dashboard session ends. The token is not printed; read it from the file.
+    Rotate,
 }
 
 pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<ExitCode> {
@@ -40,6 +44,16 @@ pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<Ex
                     .map(|w| format!(", workspace {w:?}"))
                     .unwrap_or_default(),
                 dir.config().display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        TokenCommand::Rotate => {
+            let dir = DataDir::new(global.data_dir());
+            dir.rotate_api_token()?;
+            let _ = writeln!(
+                std::io::stderr(),
+                "{} replaced: the old operator token no longer works (a running node refuses it from its next request) and every dashboard session is signed out; give the new one to the MCP clients and `skillbox mcp` processes that held the old",
+                dir.api_token().display()
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -357,3 +357,148 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     assert_eq!(out.status, 303);
     assert!(header(&out, "set-cookie").contains("Max-Age=0"));
 }
+
+/// Issue 30, item 1. The dashboard's cookie was the operator token itself: a browser sends a
+/// `127.0.0.1` cookie to every port of that host (`SameSite` ignores ports), so any process on
+/// another loopback port got the node's full API; signing out left the token valid, and it never
+/// changed. Now the cookie is a session's random id, useless against the API, ended on the node
+/// by sign-out and by `skillbox token rotate`, which also ends the old token.
+#[test]
+fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
+    let root = tempfile::tempdir().expect("tempdir");
+    // No call is made: the box is never reached.
+    let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| t);
+    node.start(&[]);
+    let b = Browser::new(&node);
+    let cookie = b.sign_in(&node.token);
+    let (_, id) = cookie.split_once('=').expect("name=value");
+    assert!(
+        !id.contains(&node.token) && id.len() == 64 && id.bytes().all(|c| c.is_ascii_hexdigit()),
+        "the cookie carries the operator token or is not a session id: {cookie}"
+    );
+    // What another port's listener would receive, used as a bearer token: refused.
+    let stolen = procs::Api {
+        base: node.base.clone(),
+        token: id.to_owned(),
+    };
+    assert_eq!(stolen.get("/node").status, 401);
+    assert_eq!(stolen.get("/sources").status, 401);
+    assert_eq!(node.api().get("/node").status, 200);
+
+    // Sign-out ends the session on the node: a copy of the cookie is dead too; another stays.
+    let other = b.sign_in(&node.token);
+    assert_ne!(other, cookie, "every sign-in is a new session");
+    let csrf = csrf_of(&b.get("/ui/sources", Some(&cookie)).text);
+    let out = b.post("/ui/logout", Some(&cookie), &[("csrf", &csrf)]);
+    assert_eq!(out.status, 303);
+    assert!(header(&out, "set-cookie").contains("Max-Age=0"));
+    let after = b.get("/ui", Some(&cookie));
+    assert_eq!(after.status, 303, "the signed-out cookie still works");
+    assert_eq!(header(&after, "location"), "/ui/login");
+    let forged = b.post(
+        "/ui/sources",
+        Some(&cookie),
+        &[
+            ("csrf", &csrf),
+            ("name", "after-sign-out"),
+            ("kind", "text"),
+            ("content", "x"),
+        ],
+    );
+    assert_eq!(forged.status, 401);
+    assert_eq!(b.get("/ui", Some(&other)).status, 200);
+
+    // `skillbox token rotate` while the node runs: a new 0600 file, the old token refused, the
+    // new one taken, every session ended, and only the new token signs in.
+    let out = std::process::Command::new(procs::BIN)
+        .arg("--data-dir")
+        .arg(&node.dir)
+        .args(["token", "rotate"])
+        .output()
+        .expect("token rotate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = node.dir.join("api.token");
+    let new_token = std::fs::read_to_string(&path)
+        .expect("api.token")
+        .trim()
+        .to_owned();
+    assert!(new_token.starts_with("sbx_") && new_token != node.token);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(&new_token)
+            && !String::from_utf8_lossy(&out.stderr).contains(&new_token),
+        "the new token is printed"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let leftovers: Vec<_> = std::fs::read_dir(&node.dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("api.token") && n != "api.token")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert_eq!(
+        node.api().get("/node").status,
+        401,
+        "the old token still works"
+    );
+    let fresh = procs::Api {
+        base: node.base.clone(),
+        token: new_token.clone(),
+    };
+    assert_eq!(fresh.get("/node").status, 200);
+    let ended = b.get("/ui", Some(&other));
+    assert_eq!(ended.status, 303, "a session outlived the rotation");
+    assert_eq!(
+        b.post("/ui/login", None, &[("token", &node.token)]).status,
+        401
+    );
+    let signed = b.sign_in(&new_token);
+    assert_eq!(b.get("/ui", Some(&signed)).status, 200);
+    // A token file that changes into something unreadable leaves no operator token at all
+    // (the old one was meant to end); `token rotate` mends it.
+    std::fs::write(&path, "short").expect("damage api.token");
+    assert_eq!(
+        fresh.get("/node").status,
+        401,
+        "a damaged token file kept the old token"
+    );
+    assert_eq!(b.get("/ui", Some(&signed)).status, 303);
+    let out = std::process::Command::new(procs::BIN)
+        .arg("--data-dir")
+        .arg(&node.dir)
+        .args(["token", "rotate"])
+        .output()
+        .expect("token rotate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new_token = std::fs::read_to_string(&path)
+        .expect("api.token")
+        .trim()
+        .to_owned();
+    let fresh = procs::Api {
+        base: node.base.clone(),
+        token: new_token,
+    };
+    assert_eq!(fresh.get("/node").status, 200);
+    // The CLI reads the new token from the file.
+    let out = std::process::Command::new(procs::BIN)
+        .arg("--data-dir")
+        .arg(&node.dir)
+        .args(["source", "list", "--json"])
+        .output()
+        .expect("skillbox source list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

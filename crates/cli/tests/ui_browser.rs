@@ -280,3 +280,151 @@ fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
         );
     }
 }
+
+/// Another process on this machine: an HTTP listener on another loopback port that records the
+/// `Cookie` header of every request a browser sends it (empty when it sent none).
+fn cookie_catcher() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the catcher");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut line = String::new();
+            let mut cookie = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                if line.to_ascii_lowercase().starts_with("cookie:") {
+                    cookie = line[7..].trim().to_owned();
+                }
+                line.clear();
+            }
+            log.lock().expect("log").push(cookie);
+            let page = "<!doctype html><title>caught</title><p>caught</p>";
+            let _ = conn.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                    page.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    (port, seen)
+}
+
+/// Issue 30, item 1, the attack as it happens: the operator signs in to the dashboard in a real
+/// browser, then the browser visits a page served on another loopback port (any local process
+/// can listen there). Cookies are not isolated by port, so that listener receives the
+/// dashboard's cookie — which was the operator's API token. Now it holds a session id: no API
+/// token, refused as a bearer token, and dead once the operator signs out. And with a name of
+/// its own (`api.hosts = ["<random>.localhost"]`) the dashboard's cookie reaches no other port.
+#[test]
+fn a_listener_on_another_loopback_port_gets_no_api_token_from_the_browser() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let name = format!(
+        "sbx-{:016x}.localhost",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as u64
+    );
+    // No call is made: the box is never reached.
+    let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| {
+        t.replacen("\nhosts = []", &format!("\nhosts = [\"{name}\"]"), 1)
+    });
+    node.start(&[]);
+    let port = node.base.rsplit(':').next().expect("port").to_owned();
+    let (catcher_port, caught) = cookie_catcher();
+    let (_driver, webdriver) = start_driver();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let base = node.base.clone();
+    let token = node.token.clone();
+    let stolen = rt.block_on(async {
+        let mut caps = serde_json::Map::new();
+        caps.insert("browserName".into(), json!("chrome"));
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({ "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] }),
+        );
+        let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&webdriver)
+            .await
+            .expect("a WebDriver session with headless chromium");
+        c.goto(&format!("{base}/ui/login")).await.expect("goto");
+        fill(&c, "#token", &token).await;
+        click(&c, "form[action='/ui/login'] button").await;
+        wait_path(&c, "/ui").await;
+        // The other port, under the dashboard's path so a `Path=/ui` cookie applies.
+        c.goto(&format!("http://127.0.0.1:{catcher_port}/ui/overview"))
+            .await
+            .expect("goto the other port");
+        let cookies = caught.lock().expect("log").clone();
+        assert!(
+            !cookies.iter().any(|c| c.contains(&token)),
+            "a listener on another port received the operator token: {cookies:?}"
+        );
+        // What it did receive (if anything) is a session id.
+        let stolen: Option<String> = cookies.iter().find_map(|c| {
+            c.split(';')
+                .filter_map(|kv| kv.trim().split_once('='))
+                .find(|(k, _)| *k == "skillbox_ui")
+                .map(|(_, v)| v.to_owned())
+        });
+        // The operator signs out.
+        c.goto(&format!("{base}/ui")).await.expect("goto");
+        click(&c, "form.logout button").await;
+        wait_path(&c, "/ui/login").await;
+
+        // The dashboard under the node's own name: its cookie is host-only and goes to no other
+        // port, whichever loopback name the other port is visited by.
+        caught.lock().expect("log").clear();
+        c.goto(&format!("http://{name}:{port}/ui/login")).await.expect("goto the named host");
+        fill(&c, "#token", &token).await;
+        click(&c, "form[action='/ui/login'] button").await;
+        wait_path(&c, "/ui").await;
+        assert!(page_text(&c).await.contains("Waiting for you"));
+        for other in ["127.0.0.1", "localhost"] {
+            c.goto(&format!("http://{other}:{catcher_port}/ui/overview"))
+                .await
+                .expect("goto the other port");
+        }
+        let cookies = caught.lock().expect("log").clone();
+        assert!(cookies.len() >= 2, "the other port was not reached: {cookies:?}");
+        assert!(
+            !cookies.iter().any(|c| c.contains("skillbox_ui")),
+            "the named dashboard's cookie reached another port: {cookies:?}"
+        );
+        c.close().await.expect("close the session");
+        stolen
+    });
+    // Browsers do send it there: what stays open on a shared host (see the README).
+    let stolen = stolen.expect("the browser sent the dashboard's cookie to another port");
+    let as_bearer = procs::Api {
+        base: node.base.clone(),
+        token: stolen.clone(),
+    };
+    assert_eq!(
+        as_bearer.get("/node").status,
+        401,
+        "the cookie opens the API"
+    );
+    // After sign-out the caught cookie opens no dashboard page either.
+    let page = rt.block_on(async {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("client")
+            .get(format!("{}/ui", node.base))
+            .header("cookie", format!("skillbox_ui={stolen}"))
+            .send()
+            .await
+            .expect("request")
+            .status()
+            .as_u16()
+    });
+    assert_eq!(page, 303, "a signed-out session still opens the dashboard");
+}

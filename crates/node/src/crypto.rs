@@ -18,7 +18,7 @@ pub const NONCE_LEN: usize = 24;
 type HmacSha256 = Hmac<Sha256>;
 
 /// Fill a buffer from the OS random source.
-pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+pub fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
     let mut out = [0u8; N];
     getrandom::fill(&mut out)
         .map_err(|e| std::io::Error::other(format!("OS random source: {e}")))?;

@@ -120,24 +120,46 @@ impl DataDir {
 
     /// The API token (what clients send as `Authorization: Bearer <token>`).
     pub fn load_api_token(&self) -> Result<String> {
+        read_api_token(&self.api_token())
+    }
+
+    /// Replace `api.token` with a fresh one (`skillbox token rotate`): written to a private
+    /// temporary file (0600), synced, renamed over the old one, the dir synced — a reader sees
+    /// the old token or the new one, never half of either. A running node re-checks the file on
+    /// every request (`Shared::authorize`), so the old token stops working at once and every
+    /// dashboard session ends.
+    pub fn rotate_api_token(&self) -> Result<()> {
         let path = self.api_token();
-        let raw = read_secret_file(&path, "API token")?;
-        let token = std::str::from_utf8(&raw)
-            .map(str::trim)
-            .map_err(|_| NodeError::Corrupted {
-                what: "API token",
-                path: path.clone(),
-                problem: "not UTF-8".into(),
-            })?
-            .to_owned();
-        if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(NodeError::Corrupted {
-                what: "API token",
-                path,
-                problem: "expected at least 16 printable ASCII characters".into(),
+        // Only an initialised dir (a node key): rotating must not make a token where no node
+        // is. An unreadable or damaged token is replaced all the same — that is one way out.
+        if !self.node_key().exists() {
+            return Err(NodeError::Missing {
+                what: "node key (not an initialised data dir)",
+                path: self.node_key(),
             });
         }
-        Ok(token)
+        let raw = zeroize::Zeroizing::new(
+            crypto::random_bytes::<KEY_LEN>()
+                .map_err(|e| NodeError::io("generating an API token", e))?,
+        );
+        let token = zeroize::Zeroizing::new(format!("sbx_{}", hex::encode(raw.as_ref())));
+        let suffix =
+            crypto::random_bytes::<8>().map_err(|e| NodeError::io("generating an API token", e))?;
+        let tmp = self
+            .root
+            .join(format!(".{API_TOKEN}.{}.tmp", hex::encode(suffix)));
+        let mut written = Vec::new();
+        let result = write_new(&tmp, token.as_bytes(), &mut written).and_then(|()| {
+            fs::rename(&tmp, &path)
+                .map_err(|e| NodeError::io(format!("replacing {}", path.display()), e))
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+            return result;
+        }
+        fs::File::open(&self.root)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| NodeError::io(format!("syncing {}", self.root.display()), e))
     }
 
     /// The running node's API address, as it wrote it on start.
@@ -175,6 +197,27 @@ impl DataDir {
 pub struct InitReport {
     pub data_dir: PathBuf,
     pub peer_id: String,
+}
+
+/// The API token in the file at `path` (trimmed; at least 16 printable ASCII characters).
+pub fn read_api_token(path: &Path) -> Result<String> {
+    let raw = read_secret_file(path, "API token")?;
+    let token = std::str::from_utf8(&raw)
+        .map(str::trim)
+        .map_err(|_| NodeError::Corrupted {
+            what: "API token",
+            path: path.to_owned(),
+            problem: "not UTF-8".into(),
+        })?
+        .to_owned();
+    if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(NodeError::Corrupted {
+            what: "API token",
+            path: path.to_owned(),
+            problem: "expected at least 16 printable ASCII characters".into(),
+        });
+    }
+    Ok(token)
 }
 
 fn write_new(path: &Path, bytes: &[u8], written: &mut Vec<PathBuf>) -> Result<()> {

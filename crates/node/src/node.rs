@@ -156,6 +156,7 @@ impl Node {
                 operator_token: &token,
                 tenants: &config.tenants,
                 config_path: Some(dir.config()),
+                token_path: Some(dir.api_token()),
             },
         );
         shared.calls_max_request = config.calls.max_request_bytes;

@@ -33,7 +33,8 @@ pub fn token_digest(token: &str) -> String {
 /// The tokens a node accepts, as digests.
 #[derive(Debug, Clone)]
 pub struct Tokens {
-    operator: ([u8; 32], Owner),
+    /// `None`: no operator token is accepted (`api.token` changed and does not load).
+    operator: (Option<[u8; 32]>, Owner),
     tenants: Vec<([u8; 32], Owner)>,
 }
 
@@ -41,7 +42,7 @@ impl Tokens {
     pub fn new(operator_token: &str, tenants: &TenantsConfig) -> Tokens {
         Tokens {
             operator: (
-                Sha256::digest(operator_token.as_bytes()).into(),
+                Some(Sha256::digest(operator_token.as_bytes()).into()),
                 Owner {
                     tenant_id: tenants.operator.clone(),
                     workspace_id: None,
@@ -49,6 +50,11 @@ impl Tokens {
             ),
             tenants: Self::tenant_digests(tenants),
         }
+    }
+
+    /// Replace the operator's token (`api.token` rotated); `None` accepts none.
+    pub fn set_operator(&mut self, operator_token: Option<&str>) {
+        self.operator.0 = operator_token.map(|t| Sha256::digest(t.as_bytes()).into());
     }
 
     fn tenant_digests(tenants: &TenantsConfig) -> Vec<([u8; 32], Owner)> {
@@ -86,7 +92,7 @@ impl Tokens {
                 == 0
         };
         let mut found = None;
-        if eq(&self.operator.0) {
+        if self.operator.0.as_ref().is_some_and(eq) {
             found = Some(Principal {
                 owner: self.operator.1.clone(),
                 operator: true,

@@ -5,11 +5,15 @@
 //! enhancement (live call states, loading a SKILL.md file into the form); everything works without
 //! it. No asset comes from outside the node.
 //!
-//! Access: the operator's bearer token, entered once on `/ui/login` and kept in a cookie that is
-//! `HttpOnly` (no script reads it) and `SameSite=Strict` (no other site's page sends it). Every
-//! form carries a CSRF token derived from the session's token (HMAC), checked in constant time;
-//! the node's own guard in front of every route already refuses another site's `Origin` and a
-//! foreign `Host`. Every page is sent with a strict Content-Security-Policy (no inline script or
+//! Access: the operator's bearer token, entered once on `/ui/login`, opens a session; the cookie
+//! holds only the session's id (32 random bytes, never the token: a browser sends a `127.0.0.1`
+//! cookie to every port of that host, so whatever else listens there receives it). Sessions live
+//! in the node's memory ([`Sessions`]): they end on sign-out, after [`IDLE`] unused or
+//! [`LIFETIME`] in all, when the node restarts, and when `api.token` is replaced
+//! (`skillbox token rotate`). The cookie is `HttpOnly` (no script reads it), `SameSite=Strict`
+//! (no other site's page sends it) and `Path=/ui`. Every form carries a CSRF token derived from
+//! the session's id (HMAC), checked in constant time; the node's own guard in front of every
+//! route already refuses another site's `Origin` and a foreign `Host`. Every page is sent with a strict Content-Security-Policy (no inline script or
 //! style, nothing from elsewhere, no framing).
 //!
 //! What the dashboard never shows: a source's content (names, kinds, sizes, digests only), a
@@ -18,20 +22,30 @@
 
 mod pages;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 use skillbox_node::api::{AppState, Mounts};
 
 /// Where the dashboard lives.
 pub const PREFIX: &str = "/ui";
 const COOKIE: &str = "skillbox_ui";
 const CSRF_LABEL: &[u8] = b"skillbox-ui-csrf-v1";
+/// A session ends this long after it last served a page (the live page's polling counts).
+pub const IDLE: Duration = Duration::from_secs(2 * 3600);
+/// A session ends this long after sign-in, used or not (the cookie's `Max-Age` too).
+pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// Sessions held at once; signing in past it ends the least recently used.
+const MAX_SESSIONS: usize = 32;
 
 /// Every page's security headers.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
@@ -40,6 +54,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// The routes this crate mounts on the node's router (as `public`: they authenticate with the
 /// session cookie themselves, and send a login page rather than a JSON 401).
 pub fn mounts(state: AppState) -> Mounts {
+    let sessions = Arc::new(Sessions::default());
     let open = Router::new()
         .route("/ui/login", get(pages::login_page).post(pages::login))
         .route("/ui/static/app.css", get(pages::css))
@@ -65,6 +80,7 @@ pub fn mounts(state: AppState) -> Mounts {
     Mounts {
         public: open
             .merge(session)
+            .layer(Extension(sessions))
             .layer(middleware::map_response(security_headers)),
         operator: Router::new(),
         json_rpc: Vec::new(),
@@ -75,6 +91,86 @@ pub fn mounts(state: AppState) -> Mounts {
 #[derive(Clone)]
 pub(crate) struct Session {
     pub(crate) csrf: String,
+    /// The digest of the session's id (what sign-out ends).
+    pub(crate) key: [u8; 32],
+}
+
+/// The dashboard's sessions, in the node's memory only (a restart signs everyone out), keyed by
+/// the SHA-256 of the cookie's id so the map's own lookups say nothing about a guessed id.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<[u8; 32], Held>>,
+}
+
+struct Held {
+    /// The operator token's generation at sign-in ([`AppState::operator_epoch`]).
+    epoch: u64,
+    started: Instant,
+    used: Instant,
+}
+
+impl Sessions {
+    /// Open a session under the token generation `epoch`; the cookie's id (64 hex digits).
+    pub(crate) fn open(&self, epoch: u64) -> std::io::Result<zeroize::Zeroizing<String>> {
+        let raw = zeroize::Zeroizing::new(skillbox_node::crypto::random_bytes::<32>()?);
+        let id = zeroize::Zeroizing::new(hex::encode(raw.as_ref()));
+        let now = Instant::now();
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, h| h.live(now, epoch));
+        while map.len() >= MAX_SESSIONS {
+            let Some(oldest) = map.iter().min_by_key(|(_, h)| h.used).map(|(k, _)| *k) else {
+                break;
+            };
+            map.remove(&oldest);
+        }
+        map.insert(
+            key_of(&id),
+            Held {
+                epoch,
+                started: now,
+                used: now,
+            },
+        );
+        Ok(id)
+    }
+
+    /// The live session `id` names under the current token generation (and mark it used); an
+    /// ended one is forgotten.
+    pub(crate) fn find(&self, id: &str, epoch: u64) -> Option<Session> {
+        let key = key_of(id);
+        let now = Instant::now();
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let held = map.get_mut(&key)?;
+        if !held.live(now, epoch) {
+            map.remove(&key);
+            return None;
+        }
+        held.used = now;
+        Some(Session {
+            csrf: csrf_for(id),
+            key,
+        })
+    }
+
+    /// End a session (sign-out).
+    pub(crate) fn end(&self, key: &[u8; 32]) {
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+impl Held {
+    fn live(&self, now: Instant, epoch: u64) -> bool {
+        self.epoch == epoch
+            && now.duration_since(self.started) < LIFETIME
+            && now.duration_since(self.used) < IDLE
+    }
+}
+
+fn key_of(id: &str) -> [u8; 32] {
+    Sha256::digest(id.as_bytes()).into()
 }
 
 impl Session {
@@ -87,9 +183,9 @@ impl Session {
     }
 }
 
-/// The CSRF token of a session whose cookie holds `token`.
-fn csrf_for(token: &str) -> String {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(token.as_bytes())
+/// The CSRF token of the session whose cookie holds `id`.
+fn csrf_for(id: &str) -> String {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(id.as_bytes())
         .expect("HMAC takes a key of any length");
     mac.update(CSRF_LABEL);
     hex::encode(mac.finalize().into_bytes())
@@ -108,9 +204,13 @@ pub(crate) fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The cookie that signs the browser in (`HttpOnly`, `SameSite=Strict`, scoped to `/ui`).
-pub(crate) fn session_cookie(token: &str) -> String {
-    format!("{COOKIE}={token}; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age=604800")
+/// The cookie that signs the browser in (`HttpOnly`, `SameSite=Strict`, scoped to `/ui`): the
+/// session's id, never the operator's token.
+pub(crate) fn session_cookie(id: &str) -> String {
+    format!(
+        "{COOKIE}={id}; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age={}",
+        LIFETIME.as_secs()
+    )
 }
 
 /// The cookie that signs it out.
@@ -126,12 +226,17 @@ pub(crate) fn is_operator(state: &AppState, token: &str) -> bool {
         && state.authorize(token).is_some_and(|p| p.operator)
 }
 
-async fn require_session(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    match cookie_token(req.headers()) {
-        Some(token) if is_operator(&state, &token) => {
-            req.extensions_mut().insert(Session {
-                csrf: csrf_for(&token),
-            });
+async fn require_session(
+    State(state): State<AppState>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    // The token's generation first: a replaced `api.token` ends every session from here on.
+    let epoch = state.operator_epoch();
+    match cookie_token(req.headers()).and_then(|id| sessions.find(&id, epoch)) {
+        Some(session) => {
+            req.extensions_mut().insert(session);
             next.run(req).await
         }
         _ if req.method() == axum::http::Method::GET => Redirect::to("/ui/login").into_response(),
@@ -172,6 +277,7 @@ mod tests {
     fn csrf_tokens_are_per_token_and_checked_whole() {
         let s = Session {
             csrf: csrf_for("tok-a"),
+            key: key_of("tok-a"),
         };
         assert!(s.csrf_ok(&csrf_for("tok-a")));
         assert!(!s.csrf_ok(&csrf_for("tok-b")));
@@ -192,5 +298,32 @@ mod tests {
         assert_eq!(cookie_token(&h), None);
         let c = session_cookie("tok");
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/ui"));
+    }
+
+    #[test]
+    fn sessions_end_on_sign_out_and_when_the_token_changes() {
+        let s = Sessions::default();
+        let id = s.open(0).expect("open");
+        assert_eq!(id.len(), 64);
+        let session = s.find(&id, 0).expect("live");
+        assert_eq!(session.csrf, csrf_for(&id));
+        assert!(s.find("00", 0).is_none());
+        // Another token generation: ended, and forgotten.
+        assert!(s.find(&id, 1).is_none());
+        assert!(s.find(&id, 0).is_none());
+        let id = s.open(0).expect("open");
+        s.end(&key_of(&id));
+        assert!(s.find(&id, 0).is_none());
+        // Past the cap, the least recently used goes.
+        let first = s.open(0).expect("open");
+        let rest: Vec<_> = (1..MAX_SESSIONS)
+            .map(|_| s.open(0).expect("open"))
+            .collect();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(s.find(&first, 0).is_some());
+        let extra = s.open(0).expect("open");
+        assert!(s.find(&extra, 0).is_some() && s.find(&first, 0).is_some());
+        let ended = rest.iter().filter(|id| s.find(id, 0).is_none()).count();
+        assert_eq!(ended, 1, "one of the least recently used ended");
     }
 }

@@ -78,6 +78,14 @@ pub struct Shared {
     /// changed since (so `skillbox token add` works against a running node).
     config_path: Option<PathBuf>,
     config_stamp: Mutex<Option<(std::time::SystemTime, u64)>>,
+    /// `api.token`, whose identity (inode, size, times) is checked on every authorization:
+    /// `skillbox token rotate` renames a new file over it, and from the next request on only the
+    /// new token is the operator's (a stat per request; no API call carries the new token).
+    token_path: Option<PathBuf>,
+    /// The identity of `api.token` when last read (`None`: not read yet).
+    token_seen: Mutex<Option<Option<TokenStamp>>>,
+    /// Bumped each time the operator's token changes: what a dashboard session is bound to.
+    operator_epoch: std::sync::atomic::AtomicU64,
 }
 
 /// How [`Shared`] learns who may call: the operator's token and the config's tenants.
@@ -86,6 +94,9 @@ pub struct Access<'a> {
     pub tenants: &'a TenantsConfig,
     /// Where the tenants came from, to pick up tokens added while the node runs.
     pub config_path: Option<PathBuf>,
+    /// Where the operator's token lives, to follow `skillbox token rotate` while the node runs
+    /// (`None`: the token given is the operator's for good).
+    pub token_path: Option<PathBuf>,
 }
 
 impl Shared {
@@ -115,6 +126,52 @@ impl Shared {
             tokens: RwLock::new(Tokens::new(access.operator_token, access.tenants)),
             config_path: access.config_path,
             config_stamp: Mutex::new(stamp),
+            token_path: access.token_path,
+            token_seen: Mutex::new(None),
+            operator_epoch: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Which generation of the operator's token is current: a number that changes whenever
+    /// `api.token` is replaced (checked now). A dashboard session started under one generation
+    /// ends when it changes.
+    pub fn operator_epoch(&self) -> u64 {
+        self.follow_token_file();
+        self.operator_epoch
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Re-read `api.token` if it is not the file last read. A file that changed and does not
+    /// load leaves no operator token at all (fail closed: the old one was meant to end).
+    fn follow_token_file(&self) {
+        let Some(path) = self.token_path.as_deref() else {
+            return;
+        };
+        let now = token_stamp(path);
+        // Held across the reload, so a request racing a rotation waits for it rather than
+        // passing on the old token.
+        let mut seen = self.token_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen == Some(now) {
+            return;
+        }
+        let first = seen.is_none();
+        *seen = Some(now);
+        let loaded = crate::datadir::read_api_token(path);
+        let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+        match &loaded {
+            Ok(token) => tokens.set_operator(Some(token)),
+            Err(e) => {
+                tracing::warn!(error = %e, "api.token changed and does not load: no operator token is accepted until it does");
+                tokens.set_operator(None);
+            }
+        }
+        drop(tokens);
+        if !first {
+            tracing::info!(
+                "api.token replaced: the old operator token and every dashboard session end"
+            );
+            self.operator_epoch
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
@@ -127,6 +184,7 @@ impl Shared {
     /// Who a presented token stands for. An unknown token re-reads the config's tenants once
     /// the file has changed (a token added by `skillbox token add` while the node runs).
     fn principal(&self, presented: &str) -> Option<Principal> {
+        self.follow_token_file();
         let known = self
             .tokens
             .read()
@@ -160,6 +218,29 @@ impl Shared {
             }
         }
     }
+}
+
+/// What tells one `api.token` file from another: a rename gives a new inode, an edit in place
+/// new times or size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TokenStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+fn token_stamp(path: &std::path::Path) -> Option<TokenStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(TokenStamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
 }
 
 fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {

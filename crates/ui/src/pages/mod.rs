@@ -3,6 +3,7 @@
 //! escaped) and, after a form, redirects (303) so a reload never posts twice.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Extension, Form, Path, Query, State};
@@ -19,7 +20,7 @@ use skillbox_node::calls::{CallView, Calls, StartCall};
 use skillbox_node::ledger::Line;
 use zeroize::Zeroizing;
 
-use crate::{Session, cleared_cookie, is_operator, session_cookie};
+use crate::{Session, Sessions, cleared_cookie, is_operator, session_cookie};
 
 mod board;
 mod calls;

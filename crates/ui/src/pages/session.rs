@@ -26,7 +26,7 @@ fn login_form(error: Option<&str>) -> Markup {
     bare(
         "Sign in",
         html! {
-            p { "Paste this node's operator token (the file " code { "api.token" } " in its data dir). It is kept in a cookie only this dashboard can use." }
+            p { "Paste this node's operator token (the file " code { "api.token" } " in its data dir). It opens a session: the browser keeps only the session's id, never the token." }
             @if let Some(e) = error { p class="notice" role="alert" { (e) } }
             form method="post" action="/ui/login" {
                 label for="token" { "Operator token" }
@@ -46,32 +46,49 @@ pub(crate) struct LoginForm {
     token: String,
 }
 
-pub(crate) async fn login(State(s): State<AppState>, Form(f): Form<LoginForm>) -> Response {
+pub(crate) async fn login(
+    State(s): State<AppState>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    Form(f): Form<LoginForm>,
+) -> Response {
     let token = Zeroizing::new(f.token.trim().to_owned());
-    if is_operator(&s, &token) {
-        (
+    // The generation before the check: a rotation in between leaves a session already ended.
+    let epoch = s.operator_epoch();
+    if !is_operator(&s, &token) {
+        return html_page(
+            StatusCode::UNAUTHORIZED,
+            login_form(Some("That is not this node's operator token.")),
+        );
+    }
+    match sessions.open(epoch) {
+        Ok(id) => (
             StatusCode::SEE_OTHER,
             [
                 (header::LOCATION, "/ui".to_owned()),
-                (header::SET_COOKIE, session_cookie(&token)),
+                (header::SET_COOKIE, session_cookie(&id)),
             ],
         )
-            .into_response()
-    } else {
-        html_page(
-            StatusCode::UNAUTHORIZED,
-            login_form(Some("That is not this node's operator token.")),
-        )
+            .into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "no random bytes for a dashboard session");
+            html_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                login_form(Some("The node could not start a session; try again.")),
+            )
+        }
     }
 }
 
 pub(crate) async fn logout(
+    Extension(sessions): Extension<Arc<Sessions>>,
     Extension(session): Extension<Session>,
     Form(f): Form<CsrfOnly>,
 ) -> Response {
     if !session.csrf_ok(&f.csrf) {
         return refused_csrf();
     }
+    // Ended here, not only cleared in this browser: a copy of the cookie elsewhere is dead too.
+    sessions.end(&session.key);
     (
         StatusCode::SEE_OTHER,
         [
