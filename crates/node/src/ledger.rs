@@ -120,8 +120,11 @@ pub struct Entry {
     pub provider_host: Option<String>,
     /// `allow` or `deny`.
     pub decision: String,
-    /// `rule:N` (the N-th policy rule, from 1), `default`, `human`, `human+remember`,
-    /// `admission` (an owner's stake: it follows admitting the call; the owner's consent rules
+    /// `rule:N` (the N-th policy rule, from 1), `default`, where a human's or agent's answer
+    /// came from — `human:cli` (`skillbox approve` at a terminal), `human:ui` (the dashboard),
+    /// `human:api` (`POST /approvals` naming no surface), `agent:elicitation` (an MCP client) —
+    /// each with `+remember` when it became a rule (`human`, `human+remember`: entries written
+    /// before the surfaces were told apart), `admission` (an owner's stake: it follows admitting the call; the owner's consent rules
     /// decide the submit, recorded after it), or `unrecorded` (a call decided before this node
     /// kept a ledger).
     pub decided_by: String,
