@@ -109,7 +109,8 @@ enum Command {
     Ledger(ledger_cmd::LedgerArgs),
     /// A box and two nodes on loopback, one call end to end with the embedded model.
     Demo(demo_cmd::DemoArgs),
-    /// API tokens for tenants: `token add --tenant ID [--workspace ID]`.
+    /// API tokens: `token add --tenant ID [--workspace ID]` for a tenant, `token rotate` for the
+    /// operator's own (`api.token`).
     #[command(subcommand)]
     Token(agents_cmd::TokenCommand),
     /// Hardware attestation evidence, offline: `attestation verify --platform … --evidence …`.

@@ -43,6 +43,17 @@ pub fn run_init(global: &crate::Global, args: InitArgs) -> anyhow::Result<ExitCo
     config.p2p.bootstrap = args.bootstrap;
     config.boxes.accept = args.boxes;
     config.boxes.allow_insecure_dev = args.allow_insecure_dev;
+    // A name of the node's own for the dashboard: a browser sends a `127.0.0.1` cookie to every
+    // port of that host, but a `<random>.localhost` cookie only to that name (browsers resolve
+    // `*.localhost` to loopback themselves), and a process on another port does not know it.
+    if config.api.listen.ip().is_loopback() {
+        let raw = skillbox_node::crypto::random_bytes::<8>()
+            .context("generating the dashboard's host name")?;
+        config
+            .api
+            .hosts
+            .push(format!("sbx-{}.localhost", hex::encode(raw)));
+    }
     // Check the values the same way a node will read them back, before writing anything.
     let rendered = config.render();
     Config::parse(&rendered, Path::new("config.toml"))?;
@@ -59,6 +70,14 @@ pub fn run_init(global: &crate::Global, args: InitArgs) -> anyhow::Result<ExitCo
 }
 
 // ---- node
+
+/// The node's own `*.localhost` name among `api.hosts` (what `init` adds), if any.
+fn dashboard_name(hosts: &[String]) -> Option<&str> {
+    hosts
+        .iter()
+        .map(|h| h.trim())
+        .find(|h| h.ends_with(".localhost") && !h.contains(':'))
+}
 
 #[derive(clap::Args, Debug)]
 pub struct NodeArgs {
@@ -93,7 +112,15 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
             .context("cannot start the peer network")?;
         say!("skillbox node {}", node.node_id());
         say!("api: http://{addr}");
-        say!("dashboard: http://{addr}/ui");
+        match dashboard_name(&node.config().api.hosts).filter(|_| addr.ip().is_loopback()) {
+            Some(name) => {
+                say!("dashboard: http://{name}:{}/ui", addr.port());
+                say!(
+                    "dashboard by address: http://{addr}/ui (its cookie reaches every local port)"
+                );
+            }
+            None => say!("dashboard: http://{addr}/ui"),
+        }
         say!("peer id: {}", peers.peer_id);
         for a in &peers.listen_addrs {
             say!("listening on {a}/p2p/{}", peers.peer_id);

@@ -324,17 +324,17 @@ fn cookie_catcher() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
 #[test]
 fn a_listener_on_another_loopback_port_gets_no_api_token_from_the_browser() {
     let root = tempfile::tempdir().expect("tempdir");
-    let name = format!(
-        "sbx-{:016x}.localhost",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_nanos() as u64
-    );
     // No call is made: the box is never reached.
-    let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| {
-        t.replacen("\nhosts = []", &format!("\nhosts = [\"{name}\"]"), 1)
-    });
+    let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| t);
+    // `init` gave the node a name of its own; `skillbox node` prints the dashboard under it.
+    let config = std::fs::read_to_string(node.dir.join("config.toml")).expect("config");
+    let name = config
+        .lines()
+        .find_map(|l| l.strip_prefix("hosts = [\""))
+        .and_then(|l| l.split('"').next())
+        .filter(|n| n.starts_with("sbx-") && n.ends_with(".localhost"))
+        .unwrap_or_else(|| panic!("init named no dashboard host: {config}"))
+        .to_owned();
     node.start(&[]);
     let port = node.base.rsplit(':').next().expect("port").to_owned();
     let (catcher_port, caught) = cookie_catcher();
