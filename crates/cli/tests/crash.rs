@@ -60,6 +60,11 @@ const OWNER_STATES: [&str; 7] = [
     "ran",
 ];
 
+/// Inside the stake action, not a state: each side aborts after the box took its stake and
+/// before the answer is recorded (`<role>:stake_sent`). The stake entry, written ahead, must be
+/// there after the restart, exactly once, and the call must finish without sending it again.
+const STAKE_WINDOW: &str = "stake_sent";
+
 /// Tests in this file share the machine's two cores: one at a time, so stall limits hold.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -539,6 +544,42 @@ impl World {
                 outcome(&ro)
             ));
         }
+        if let Blow::Failpoint(role, STAKE_WINDOW) = blow {
+            if outcome(&rc) != "answered" || outcome(&ro) != "ran" {
+                problems.push(format!(
+                    "a crash in the {} stake window ended {} / {}",
+                    role.as_str(),
+                    outcome(&rc),
+                    outcome(&ro)
+                ));
+            }
+            let l = self
+                .node(role)
+                .api()
+                .get(&format!("/ledger?call={id_s}"))
+                .body;
+            let of = |kind: &str| -> Vec<Value> {
+                l["entries"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| e["kind"] == kind && e["role"] == role.as_str())
+                    .cloned()
+                    .collect()
+            };
+            let (stakes, taken) = (of("stake"), of("stake_taken"));
+            if stakes.len() != 1
+                || taken.len() != 1
+                || taken[0]["answers"] != stakes[0]["seq"]
+                || taken[0]["boxCode"] != "already_staked"
+            {
+                problems.push(format!(
+                    "after a crash in the {} stake window the ledger holds {stakes:?} answered by \
+                     {taken:?}",
+                    role.as_str()
+                ));
+            }
+        }
         for role in [Role::Caller, Role::Owner] {
             if !self.alive(role) {
                 problems.push(format!("the {} died outside its case", role.as_str()));
@@ -686,6 +727,8 @@ fn every_call_ends_with_a_reason_after_any_process_is_killed_at_any_state() {
     for state in OWNER_STATES {
         w.case(Blow::Failpoint(Role::Owner, state));
     }
+    w.case(Blow::Failpoint(Role::Caller, STAKE_WINDOW));
+    w.case(Blow::Failpoint(Role::Owner, STAKE_WINDOW));
     w.case(Blow::KillNode(Role::Caller));
     w.case(Blow::KillNode(Role::Owner));
     w.case(Blow::KillBox);

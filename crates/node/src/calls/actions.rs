@@ -451,6 +451,9 @@ impl Calls {
                 client.stake(&verified, role, sealed, &self.0.signing),
             )
             .await;
+        if sent.is_ok() {
+            crash_after_stake(row);
+        }
         let answer = match sent {
             Ok(_) => Ok(None),
             Err(JcError::Remote { code, .. }) if code == "already_staked" => Ok(Some(code)),
@@ -543,6 +546,7 @@ impl Calls {
                 Role::Caller => &row.sources,
                 Role::Owner => &no_sources,
             },
+            from_agent: row.call.role == Role::Caller && row.call.from_agent,
         });
         let decided_by = match rule {
             Some(i) => format!("rule:{}", i + 1),
@@ -682,6 +686,17 @@ impl Calls {
             tracing::debug!(call = %row.call.id, code = e.code(), "cancelling the run at the box");
         }
         Ok(None)
+    }
+}
+
+/// The crash tests' failpoint inside the stake window: `SKILLBOX_CRASH_AT=<role>:stake_sent`
+/// aborts (like kill -9) after the box took the stake and before its answer is recorded — the
+/// window a write-ahead entry must cover. Nothing sets it otherwise.
+fn crash_after_stake(row: &CallRow) {
+    let point = format!("{}:stake_sent", records::role_str(row.call.role));
+    if std::env::var("SKILLBOX_CRASH_AT").is_ok_and(|v| v == point) {
+        tracing::error!("SKILLBOX_CRASH_AT reached: aborting");
+        std::process::abort();
     }
 }
 
