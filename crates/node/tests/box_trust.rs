@@ -321,3 +321,43 @@ async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
     );
     assert!(boxes.verify_policy(&bare).verifiers.is_empty());
 }
+
+/// The same through a whole node: `Node::open` loads what its store kept, so the node that
+/// starts again (its peer network asks the boxes) refuses the box that took the URL meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
+    let (provider_url, _) = support::provider_double(Duration::ZERO).await;
+    let (first, first_key) = support::start_box_keyed(&provider_url).await;
+    let (second, _) = support::start_box_keyed(&provider_url).await;
+    let (url, _, target) = disguise(&first, |_| {}).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = skillbox_node::Config::default();
+    config.api.listen = "127.0.0.1:0".parse().expect("addr");
+    config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+    config.boxes.accept = vec![url.clone()];
+    config.boxes.allow_insecure_dev = true;
+    skillbox_node::DataDir::new(dir.path())
+        .init(&config)
+        .expect("init");
+    for (round, expected) in [(0, None), (1, Some("key_changed"))] {
+        if round == 1 {
+            *target.lock().expect("target") = second.clone();
+        }
+        let mut node = skillbox_node::Node::open(dir.path()).expect("open");
+        node.start_peers().await.expect("peers");
+        let calls = node.start_calls().expect("calls");
+        let status = calls.boxes().status();
+        assert_eq!(
+            status[0].last_check.as_ref().and_then(|c| c.refusal),
+            expected,
+            "round {round}"
+        );
+        assert_eq!(
+            calls.boxes().first_seen_of(&url).and_then(|s| s.key),
+            Some(first_key.clone()),
+            "round {round}"
+        );
+        drop(calls);
+        drop(node);
+    }
+}
