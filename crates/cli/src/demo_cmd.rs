@@ -27,6 +27,10 @@ pub struct DemoArgs {
     /// Keep the nodes' data dirs here instead of a temporary dir (to look at them afterwards).
     #[arg(long)]
     pub keep: Option<std::path::PathBuf>,
+    /// Run the box's `local` provider on this instruct GGUF instead of the embedded SmolLM2-135M
+    /// (any llama.cpp chat model: a 0.5-3B instruct model answers far better, and slower).
+    #[arg(long, value_name = "GGUF")]
+    pub model: Option<std::path::PathBuf>,
 }
 
 /// A node running in this process, and how to reach its API.
@@ -108,7 +112,15 @@ impl Api {
 }
 
 pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let model = local::default_model_path(&global.data_dir());
+    let model = match &args.model {
+        Some(path) => {
+            if !path.is_file() {
+                bail!("--model {}: no such file", path.display());
+            }
+            path.clone()
+        }
+        None => local::default_model_path(&global.data_dir()),
+    };
     if !model.is_file() {
         say!("fetching the embedded model (SmolLM2-135M-Instruct, ~90 MB) ...");
         local::fetch_model(&global.data_dir()).context("fetching the embedded model")?;
@@ -136,7 +148,12 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     let core = Arc::new(BoxCore::new(
         attester.clone(),
         ProviderRegistry::from_settings(&settings),
-        BoxConfig::default(),
+        BoxConfig {
+            // Greedy decoding: the same question gets the same answer each run, and a 135M
+            // model strays less from the skill's instructions than when sampling.
+            temperature: 0.0,
+            ..BoxConfig::default()
+        },
     ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
