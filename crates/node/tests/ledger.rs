@@ -449,9 +449,9 @@ async fn a_stake_the_box_took_is_recorded_though_the_box_stalled_then_lost_the_r
     // then says the run does not exist. The bytes left: each side's ledger must say so.
     let (w, _proxy) = world_behind(
         Stalling::ThenLost {
-            hold: Duration::from_secs(5),
+            hold: Duration::from_secs(7),
         },
-        |c| c.schedules.stall_limit_secs = 3,
+        |c| c.schedules.stall_limit_secs = 4,
     )
     .await;
     w.caller
