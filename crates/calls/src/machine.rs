@@ -261,6 +261,10 @@ pub struct Call {
     /// is asked now, after it the older rules (policy at `staked`) still apply to it.
     #[serde(default)]
     pub consented: bool,
+    /// Caller: started from an agent surface (MCP, A2A), so an agent wrote its request; policy
+    /// rules with `surface = "agent"` match it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_agent: bool,
     pub failure: Option<Failure>,
 }
 
@@ -395,6 +399,7 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
         attempts: 1,
         session_delivered: false,
         consented: false,
+        from_agent: false,
         failure: None,
     };
     let actions = owed(&call);

@@ -53,6 +53,16 @@ impl Side {
     }
 }
 
+/// Where a call was started: an agent surface (MCP, A2A: an agent wrote the request) or a
+/// human one (CLI, dashboard, API).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Surface {
+    Agent,
+    Human,
+}
+
 /// One rule. The first rule that matches decides. Unknown keys are refused: a misspelt
 /// condition silently matching everything would be worse than an error.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -73,6 +83,9 @@ pub struct Rule {
     /// `approve --remember` records for a (peer, skill, source set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources_within: Option<Vec<String>>,
+    /// Matches only calls started from this surface; absent matches every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<Surface>,
     pub decision: Decision,
 }
 
@@ -89,6 +102,9 @@ impl Rule {
             && self.sources_within.as_ref().is_none_or(|set| {
                 !q.sources.is_empty() && q.sources.iter().all(|s| set.contains(s))
             })
+            && self
+                .surface
+                .is_none_or(|s| (s == Surface::Agent) == q.from_agent)
     }
 
     /// The rule `approve --remember` records: this caller-side decision for this exact peer,
@@ -100,6 +116,7 @@ impl Rule {
             skill: Pattern(skill.to_owned()),
             sources: None,
             sources_within: (!sources.is_empty()).then(|| sources.to_vec()),
+            surface: None,
             decision,
         }
     }
@@ -113,6 +130,23 @@ impl Rule {
             skill: Pattern::any(),
             sources: Some(vec!["*".into()]),
             sources_within: None,
+            surface: None,
+            decision: Decision::Ask,
+        }
+    }
+
+    /// The shipped rule for agents: a call an agent started (MCP, A2A) asks this node's human,
+    /// showing the request, since the agent may send whatever is in its context. Approving with
+    /// `--remember` adds a rule for that peer and skill ahead of it, so only the first call to a
+    /// (peer, skill) from an agent is asked.
+    pub fn ask_from_agent() -> Rule {
+        Rule {
+            side: Side::Caller,
+            peer: Pattern::any(),
+            skill: Pattern::any(),
+            sources: None,
+            sources_within: None,
+            surface: Some(Surface::Agent),
             decision: Decision::Ask,
         }
     }
@@ -126,6 +160,8 @@ pub struct SubmitQuestion<'a> {
     pub skill: &'a str,
     /// The sources this side stakes (caller: the chosen sources; owner: none of the caller's).
     pub sources: &'a [String],
+    /// The call was started from an agent surface (MCP, A2A).
+    pub from_agent: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -97,6 +97,7 @@ fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> Su
         peer,
         skill,
         sources,
+        from_agent: false,
     }
 }
 
@@ -111,6 +112,7 @@ fn policy_first_matching_rule_decides() {
                 sources: Some(names(&["spotify_songs"])),
                 sources_within: None,
                 decision: Decision::Ask,
+                surface: None,
             },
             Rule {
                 side: Side::Owner,
@@ -119,6 +121,7 @@ fn policy_first_matching_rule_decides() {
                 sources: None,
                 sources_within: None,
                 decision: Decision::Deny,
+                surface: None,
             },
             Rule {
                 side: Side::Any,
@@ -127,6 +130,7 @@ fn policy_first_matching_rule_decides() {
                 sources: None,
                 sources_within: None,
                 decision: Decision::Allow,
+                surface: None,
             },
         ],
         default: Decision::Deny,
@@ -229,6 +233,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
             peer,
             skill,
             sources: &sources,
+            from_agent: false,
         })
     };
     let mut p = Policy {
@@ -246,6 +251,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
         peer: "P",
         skill: "taste",
         sources: &[],
+        from_agent: false,
     });
     assert_eq!(owner_side, Decision::Allow);
     p.rules.insert(
@@ -277,6 +283,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
         peer: "P",
         skill: "taste",
         sources: &names(&["songs"]),
+        from_agent: false,
     });
     assert_eq!((d, rule), (Decision::Allow, Some(0)));
     // Source patterns: a prefix matches by prefix.
@@ -288,9 +295,39 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
             sources: Some(names(&["health/*"])),
             sources_within: None,
             decision: Decision::Deny,
+            surface: None,
         }],
         default: Decision::Allow,
     };
     assert_eq!(ask(&p, q("P", "s", &["health/steps"])), Decision::Deny);
     assert_eq!(ask(&p, q("P", "s", &["healthy"])), Decision::Allow);
+}
+
+#[test]
+fn a_surface_rule_matches_only_the_calls_an_agent_started() {
+    let p = Policy {
+        rules: vec![Rule::ask_from_agent()],
+        default: Decision::Allow,
+    };
+    let q = |from_agent| SubmitQuestion {
+        role: Role::Caller,
+        peer: "12D3Peer",
+        skill: "brief",
+        sources: &[],
+        from_agent,
+    };
+    assert_eq!(p.decide_with_rule(&q(true)), (Decision::Ask, Some(0)));
+    assert_eq!(p.decide_with_rule(&q(false)), (Decision::Allow, None));
+    // Remembered for (peer, skill), ahead of it: the agent is not asked again.
+    let mut p = p;
+    p.rules.insert(
+        0,
+        Rule::remembered("12D3Peer", "brief", &[], Decision::Allow),
+    );
+    assert_eq!(p.decide_with_rule(&q(true)), (Decision::Allow, Some(0)));
+    // The config spelling.
+    let r: Rule =
+        serde_json::from_str(r#"{"side": "caller", "surface": "agent", "decision": "ask"}"#)
+            .expect("rule");
+    assert_eq!(r, Rule::ask_from_agent());
 }

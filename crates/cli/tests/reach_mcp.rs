@@ -583,14 +583,81 @@ fn a_node_with_elicitation_consent_off_never_asks_the_client() {
     assert!(!raw.contains("skillbox approve"), "{raw}");
 }
 
+#[test]
+fn an_agents_first_call_to_a_skill_asks_the_human_and_shows_the_request() {
+    let _g = serial();
+    // The shipped rule for agents (config.rs: `Rule::ask_from_agent`).
+    let agent = |t: String| {
+        t.replace(
+            "rules = []",
+            "\n[[policy.rules]]\nside = \"caller\"\nsurface = \"agent\"\ndecision = \"ask\"\n",
+        )
+    };
+    let w = reach::world(false, agent);
+    // The human's own call (the CLI) is not an agent's: no question.
+    let o = w.cli(&[
+        "call",
+        &w.owner.peer_id,
+        "brief",
+        "a human's request",
+        "--wait",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    // The agent's call stakes no source, and is still asked: its request is what leaves.
+    let (out, raw1) = mcp_python(&w, "http", "legacy", "brief", "none");
+    let sc = &out["apply"]["structuredContent"];
+    assert_eq!(sc["state"], "awaiting_consent", "{}", out["apply"]);
+    let id = sc["pendingApproval"]
+        .as_str()
+        .expect("pendingApproval")
+        .to_owned();
+    let approvals = w.caller.api().get("/approvals").body;
+    let d = &approvals["approvals"][0]["disclosure"];
+    assert_eq!(
+        d["request"], "Autumn leaves on a quiet river.",
+        "{approvals}"
+    );
+    assert!(
+        d["text"].as_str().is_some_and(
+            |t| t.contains("An agent") && t.contains("Autumn leaves on a quiet river.")
+        ),
+        "{approvals}"
+    );
+    // The human reads it at the terminal and approves, remembering (peer, skill).
+    let o = approve_at_terminal_with(&w, &id, "--remember");
+    let shown = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{shown}");
+    assert!(shown.contains("Autumn leaves on a quiet river."), "{shown}");
+    w.caller
+        .api()
+        .wait_state(&id, &["answered"], Duration::from_secs(60))
+        .expect("the approved call answered");
+    // The next call of that skill from the agent is not asked again.
+    let (out, raw2) = mcp_python(&w, "http", "legacy", "brief", "none");
+    assert_eq!(
+        out["apply"]["structuredContent"]["state"], "answered",
+        "{}",
+        out["apply"]
+    );
+    let seen = format!("{raw1}{raw2}");
+    assert_no_markers("MCP responses", &seen, &reach::markers());
+}
+
 /// `skillbox approve ID` at a terminal (a pseudo-terminal from util-linux `script`), answering
 /// `yes`: what the node's human does.
 fn approve_at_terminal(w: &World, id: &str) -> std::process::Output {
+    approve_at_terminal_with(w, id, "")
+}
+
+fn approve_at_terminal_with(w: &World, id: &str, flags: &str) -> std::process::Output {
     use std::io::Write;
     let mut child = Command::new("script")
         .args([
             "-qec",
-            &format!("{BIN} --data-dir '{}' approve {id}", w.caller.dir.display()),
+            &format!(
+                "{BIN} --data-dir '{}' approve {id} {flags}",
+                w.caller.dir.display()
+            ),
             "/dev/null",
         ])
         .stdin(std::process::Stdio::piped())

@@ -424,12 +424,16 @@ fn allow() -> skillbox_calls::Decision {
 
 impl Default for PolicyConfig {
     /// The shipped consent: a call that would disclose sources asks this node's human first
-    /// (`skillbox approve ID [--remember]`); a call with none is allowed.
+    /// (`skillbox approve ID [--remember]`), and so does a call an agent started (MCP, A2A),
+    /// showing its request; any other call is allowed.
     fn default() -> Self {
         PolicyConfig {
             default: allow(),
             admission: Default::default(),
-            rules: vec![skillbox_calls::policy::Rule::ask_before_disclosure()],
+            rules: vec![
+                skillbox_calls::policy::Rule::ask_before_disclosure(),
+                skillbox_calls::policy::Rule::ask_from_agent(),
+            ],
         }
     }
 }
@@ -1022,6 +1026,7 @@ mod tests {
             sources: Some(vec!["notes".into()]),
             sources_within: Some(vec!["notes".into(), "diary".into()]),
             decision: skillbox_calls::Decision::Ask,
+            surface: None,
         });
         c.policy.admission.deny_peers.push("12D3KooWbad".into());
         c.agents.department_nesting = false;

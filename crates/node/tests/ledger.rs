@@ -173,6 +173,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
                 sources: Some(vec!["songs".into()]),
                 sources_within: None,
                 decision: skillbox_calls::Decision::Ask,
+                surface: None,
             },
         )
     };

@@ -363,7 +363,7 @@ impl Backend for InProcess {
     ) -> Result<CallSnapshot, BackendError> {
         let view = self
             .calls()?
-            .start(StartCall {
+            .start_from_agent(StartCall {
                 peer,
                 skill,
                 request,
@@ -374,7 +374,7 @@ impl Backend for InProcess {
     }
 
     async fn intent(&self, text: Zeroizing<String>) -> Result<(Pick, CallSnapshot), BackendError> {
-        let (pick, view) = self.calls()?.intent(text).await?;
+        let (pick, view) = self.calls()?.intent_from_agent(text).await?;
         let snap = caller_view(views(vec![view]))?;
         Ok((
             Pick {
@@ -524,7 +524,7 @@ impl Backend for NodeHttp {
         request: Zeroizing<String>,
         sources: Option<Vec<String>>,
     ) -> Result<CallSnapshot, BackendError> {
-        let mut body = json!({ "peer": peer, "skill": skill, "request": request.as_str() });
+        let mut body = json!({ "peer": peer, "skill": skill, "request": request.as_str(), "surface": "agent" });
         if let Some(s) = sources {
             body["sources"] = json!(s);
         }
@@ -539,7 +539,7 @@ impl Backend for NodeHttp {
             .send(
                 reqwest::Method::POST,
                 "/intents/skill",
-                Some(json!({ "text": text.as_str() })),
+                Some(json!({ "text": text.as_str(), "surface": "agent" })),
             )
             .await?;
         let pick: Pick = serde_json::from_value(v.clone()).map_err(|_| internal("the intent"))?;

@@ -133,6 +133,11 @@ pub struct StartBody {
     /// Omitted: the skill's requiredSources this node holds as shareable; `[]`: none.
     #[serde(default)]
     pub sources: Option<Vec<String>>,
+    /// `agent`: an agent surface (`skillbox mcp`) starts the call for an agent, so rules with
+    /// `surface = "agent"` match it and its consent question shows the request.
+    #[serde(default)]
+    #[schema(pattern = "^agent$")]
+    pub surface: Option<String>,
 }
 
 /// `GET /calls`.
@@ -190,6 +195,10 @@ pub struct DecisionBody {
 #[serde(deny_unknown_fields)]
 pub struct IntentBody {
     pub text: String,
+    /// `agent`: as in `POST /calls`.
+    #[serde(default)]
+    #[schema(pattern = "^agent$")]
+    pub surface: Option<String>,
 }
 
 /// `POST /intents/skill`: the pick and the call it started.

@@ -88,14 +88,18 @@ pub(super) async fn post_call(
             "must not be empty",
         ));
     }
-    let view = c
-        .start(StartCall {
-            peer: b.peer,
-            skill: b.skill,
-            request: Zeroizing::new(b.request),
-            sources: b.sources,
-        })
-        .await?;
+    let from_agent = from_agent(b.surface.as_deref())?;
+    let req = StartCall {
+        peer: b.peer,
+        skill: b.skill,
+        request: Zeroizing::new(b.request),
+        sources: b.sources,
+    };
+    let view = if from_agent {
+        c.start_from_agent(req).await?
+    } else {
+        c.start(req).await?
+    };
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
@@ -314,11 +318,24 @@ pub(super) async fn intent_skill(
 ) -> Result<Response, ApiError> {
     let c = calls(&s)?;
     let b: IntentBody = request_body(&s, &headers, body).await?;
-    let (pick, call) = c.intent(Zeroizing::new(b.text)).await?;
+    let (pick, call) = if from_agent(b.surface.as_deref())? {
+        c.intent_from_agent(Zeroizing::new(b.text)).await?
+    } else {
+        c.intent(Zeroizing::new(b.text)).await?
+    };
     let body = IntentStarted {
         pick,
         call_id: call.id.clone(),
         call,
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// A start body's `surface`: `agent` or nothing.
+fn from_agent(surface: Option<&str>) -> Result<bool, ApiError> {
+    match surface {
+        None => Ok(false),
+        Some("agent") => Ok(true),
+        Some(_) => Err(ApiError::validation("surface", "must be agent or absent")),
+    }
 }

@@ -36,6 +36,10 @@ pub struct Disclosure {
     pub provider: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_host: Option<String>,
+    /// The request an agent wrote, when an agent surface (MCP, A2A) started the call: what the
+    /// human is asked to let leave along with the sources.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     /// The same, in words for the human.
     pub text: String,
 }
@@ -105,8 +109,40 @@ impl Disclosure {
             hardware_isolation,
             provider,
             provider_host,
+            request: None,
             text,
         }
+    }
+
+    /// Most characters of an agent's request the text quotes (the `request` field has it all).
+    const REQUEST_QUOTED: usize = 2000;
+
+    /// An agent's call: the question shows the request it wrote, one line, without control or
+    /// bidi characters (it is shown on a terminal and a page).
+    pub(super) fn with_agent_request(&mut self, request: &str) {
+        let clean: String = request
+            .chars()
+            .map(|c| {
+                if c.is_control()
+                    || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+                {
+                    ' '
+                } else {
+                    c
+                }
+            })
+            .collect();
+        let quoted: String = clean.chars().take(Self::REQUEST_QUOTED).collect();
+        let more = clean.chars().count() - quoted.chars().count();
+        self.text.push_str(&format!(
+            " An agent (MCP or A2A) started this call and wrote its request: \"{quoted}\"{}",
+            if more > 0 {
+                format!(" (and {more} more characters)")
+            } else {
+                String::new()
+            }
+        ));
+        self.request = Some(request.to_owned());
     }
 }
 

@@ -316,6 +316,26 @@ struct Inner {
     crash_at: Option<(Role, State)>,
 }
 
+/// A call an agent started and that waits for consent: its question shows the request the
+/// agent wrote (read from the call's request source).
+fn show_agent_request(v: &mut CallView, row: &CallRow, srcs: &Sources) -> Result<()> {
+    if !(row.call.from_agent && row.call.role == Role::Caller) {
+        return Ok(());
+    }
+    let Some(d) = v.disclosure.as_mut() else {
+        return Ok(());
+    };
+    let mut buf = Zeroizing::new(Vec::new());
+    match srcs.apply(&records::request_source(&row.call.id), &mut *buf) {
+        Ok(_) => {
+            d.with_agent_request(&String::from_utf8_lossy(&buf));
+            Ok(())
+        }
+        Err(NodeError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The calls driver. Cheap to clone.
 #[derive(Clone)]
 pub struct Calls(Arc<Inner>);
@@ -436,8 +456,19 @@ impl Calls {
 
     pub async fn list(&self, filter: Filter) -> std::result::Result<Vec<CallView>, CallError> {
         let store = self.0.store.clone();
-        let rows = blocking(move || records::list(&store, &filter)).await?;
-        Ok(rows.iter().map(CallView::of).collect())
+        let srcs = self.0.sources.clone();
+        blocking(move || {
+            let rows = records::list(&store, &filter)?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let mut v = CallView::of(row);
+                show_agent_request(&mut v, row, &srcs)?;
+                out.push(v);
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(CallError::from)
     }
 
     /// One call by id (both sides' rows when a node called itself), the answer included.
@@ -450,6 +481,7 @@ impl Calls {
             let mut out = Vec::new();
             for row in rows {
                 let mut v = CallView::of(&row);
+                show_agent_request(&mut v, &row, &srcs)?;
                 if row.call.state == State::Answered {
                     let mut buf = Zeroizing::new(Vec::new());
                     match srcs.apply(&records::answer_source(&row.call.id), &mut *buf) {

@@ -25,6 +25,23 @@ const BOX_REFRESH_TIMEOUT: Duration = Duration::from_secs(3);
 impl Calls {
     /// Start a call as caller (`POST /calls`).
     pub async fn start(&self, req: StartCall) -> std::result::Result<CallView, CallError> {
+        self.start_from(req, false).await
+    }
+
+    /// [`Calls::start`] for an agent surface (MCP, A2A): the call is marked `from_agent`, so
+    /// rules with `surface = "agent"` match it and its consent question shows the request.
+    pub async fn start_from_agent(
+        &self,
+        req: StartCall,
+    ) -> std::result::Result<CallView, CallError> {
+        self.start_from(req, true).await
+    }
+
+    async fn start_from(
+        &self,
+        req: StartCall,
+        from_agent: bool,
+    ) -> std::result::Result<CallView, CallError> {
         if req.request.len() > self.0.settings.max_request_bytes {
             return Err(CallError::Invalid {
                 field: "request".into(),
@@ -120,7 +137,7 @@ impl Calls {
         let env = skillbox_jc::dsse::sign_program(&program, &self.0.signing)
             .map_err(CallError::Program)?;
         let hash = ProgramHash::of(&env.payload_bytes().map_err(CallError::Program)?);
-        let t = machine::start(
+        let mut t = machine::start(
             Role::Caller,
             NewCall {
                 id: id.clone(),
@@ -132,6 +149,7 @@ impl Calls {
             now_ms(),
             &self.0.timing,
         );
+        t.call.from_agent = from_agent;
         let row = CallRow {
             call: t.call.clone(),
             program: Some(String::from_utf8_lossy(&env.to_json()).into_owned()),
@@ -303,6 +321,22 @@ impl Calls {
         &self,
         text: Zeroizing<String>,
     ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
+        self.intent_from(text, false).await
+    }
+
+    /// [`Calls::intent`] for an agent surface: the call it starts is marked `from_agent`.
+    pub async fn intent_from_agent(
+        &self,
+        text: Zeroizing<String>,
+    ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
+        self.intent_from(text, true).await
+    }
+
+    async fn intent_from(
+        &self,
+        text: Zeroizing<String>,
+        from_agent: bool,
+    ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
         let rows = self.0.directory.rows();
         let srcs = self.0.sources.clone();
         let held: HashSet<String> = blocking(move || {
@@ -336,12 +370,15 @@ impl Calls {
             .collect();
         let pick = skillbox_calls::intent::pick(&text, &candidates)?;
         let view = self
-            .start(StartCall {
-                peer: pick.peer.clone(),
-                skill: pick.skill.clone(),
-                request: text,
-                sources: None,
-            })
+            .start_from(
+                StartCall {
+                    peer: pick.peer.clone(),
+                    skill: pick.skill.clone(),
+                    request: text,
+                    sources: None,
+                },
+                from_agent,
+            )
             .await?;
         Ok((pick, view))
     }
