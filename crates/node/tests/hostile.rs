@@ -32,6 +32,18 @@ impl skillbox_node::calls::Directory for Forging {
                 ];
                 Some(forged)
             }
+            // A box measurement no board takes: multibyte, so a cut by bytes lands inside a
+            // character.
+            "wide" => {
+                let mut forged = real;
+                forged.skill.name = "wide".into();
+                forged.boxes = vec![skillbox_peers::AcceptedBox {
+                    platform: "insecure-dev".into(),
+                    measurement: format!("a{}", "é".repeat(12)),
+                    url: None,
+                }];
+                Some(forged)
+            }
             _ => skillbox_node::calls::Directory::offered(&self.0, peer, skill),
         }
     }
@@ -69,6 +81,36 @@ async fn a_forged_advert_naming_reserved_sources_is_refused_at_call_start() {
     }
     assert_eq!(caller.get("/calls").await.body["total"], 0);
     assert!(provider.0.lock().expect("log").is_empty());
+}
+
+/// Issue 30 item 13: call start lists the boxes both sides accept when there is none in common,
+/// cutting each measurement short — by bytes it panicked the handler on a multibyte one (the
+/// request got no answer). Adverts with such a measurement are refused at verification now;
+/// here one reaches call start anyway, and the caller answers `no_common_box`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_multibyte_box_measurement_is_answered_not_a_panic() {
+    let (provider_url, _) = support::provider_double(Duration::ZERO).await;
+    let box_url = support::start_box(&provider_url).await;
+    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
+    owner.put_source("openai-key", "secret", "sk-H13").await;
+    owner.add_skill(&skill_doc("taste", "BODY-H13", &[])).await;
+    let caller = TestNode::start_with_directory(
+        &box_url,
+        vec![owner.p2p.clone()],
+        |_| {},
+        |h| std::sync::Arc::new(Forging(h)),
+    )
+    .await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    let a = caller
+        .post_json(
+            "/calls",
+            json!({"peer": owner.peer_id, "skill": "wide", "request": "hi"}),
+        )
+        .await;
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert_eq!(a.body["error"], "no_common_box");
+    assert_eq!(caller.get("/calls").await.body["total"], 0);
 }
 
 const LIMIT: Duration = Duration::from_secs(30);
