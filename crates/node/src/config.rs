@@ -905,11 +905,14 @@ auto_canaries = {g_auto}
 
 # Consent (design §9): asked once at each side's jc.submit. Rules are tried in order; the first
 # whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact),
-# sources (the call stakes any source matching one of these patterns; "*" = any source) and
-# sources_within (every staked source is in this list) match decides "allow" | "deny" | "ask".
+# sources (the call stakes any source matching one of these patterns; "*" = any source),
+# sources_within (every staked source is in this list) and surface ("agent": an agent started the
+# call through MCP or A2A; "human": the CLI, dashboard or API) match decides "allow" | "deny" |
+# "ask".
 # `ask` parks the call until `skillbox approve|deny ID` (`approve --remember` adds an allow rule
-# for that peer, skill and source set). No rule matching: `default`. The shipped rule asks before
-# any call discloses this node's sources. Example:
+# for that peer, skill and source set). No rule matching: `default`. The shipped rules ask before
+# any call discloses this node's sources, and before any call an agent started (showing its
+# request). Example:
 # [[policy.rules]]
 # side = "owner"
 # peer = "*"
