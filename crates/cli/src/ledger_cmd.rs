@@ -89,9 +89,8 @@ pub fn run(global: &crate::Global, args: LedgerArgs) -> anyhow::Result<ExitCode>
     } else {
         format!("/ledger?{}", q.join("&"))
     };
-    let body = Client::from_data_dir(global)?
-        .send(Method::GET, &path, None)?
-        .body;
+    let client = Client::from_data_dir(global)?;
+    let body = client.send(Method::GET, &path, None)?.body;
     let format = if args.json {
         "json"
     } else {
@@ -106,7 +105,21 @@ pub fn run(global: &crate::Global, args: LedgerArgs) -> anyhow::Result<ExitCode>
     match format {
         "jsonl" => say!("{}", ledger::to_jsonl(&lines)?.trim_end()),
         "csv" => say!("{}", ledger::to_csv(&lines)?.trim_end()),
-        _ => table(&lines),
+        _ => {
+            table(&lines);
+            // What a human reads is checked as it is shown: a view filters the signed entries,
+            // and an edit of them (or of the database under them) is said here, not only by
+            // `ledger verify`.
+            let v = client.send(Method::GET, "/ledger/verify", None)?.body;
+            if v["ok"].as_bool() != Some(true) {
+                say!(
+                    "WARNING: the ledger does NOT verify (entry {}: {}): run `skillbox ledger verify`",
+                    v["brokenAt"],
+                    v["reason"].as_str().unwrap_or("unknown")
+                );
+                return Ok(ExitCode::from(1));
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

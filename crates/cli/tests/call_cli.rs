@@ -334,4 +334,38 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
+
+    // The issue's reproduction: the per-source index edited in the stopped node's database (its
+    // trigger dropped first) no longer hides `songs` from `ledger --source songs`, and `ledger
+    // verify` — and the table view itself — say the database was edited.
+    caller.kill();
+    {
+        let store = skillbox_node::store::Store::open(&dir.join("node.db")).expect("store");
+        store
+            .write(|tx| {
+                tx.execute_batch(
+                    "DROP TRIGGER IF EXISTS ledger_sources_no_delete;
+                     DELETE FROM ledger_sources WHERE name = 'songs';",
+                )?;
+                Ok(())
+            })
+            .expect("edit the index");
+    }
+    caller.start(&[]);
+    let o = cli(&dir, &["ledger", "--source", "songs", "--json"]);
+    assert_eq!(json_of(&o)["entries"].as_array().map(Vec::len), Some(3));
+    let o = cli(&dir, &["ledger", "verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        said.contains("BROKEN") && said.contains("index_mismatch"),
+        "{said}"
+    );
+    let o = cli(&dir, &["ledger", "--source", "songs"]);
+    assert_eq!(o.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        said.contains("staked request") && said.contains("does NOT verify"),
+        "{said}"
+    );
 }
