@@ -370,6 +370,19 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| t);
     node.start(&[]);
     let b = Browser::new(&node);
+    // By address, the login page says the cookie reaches every local port (and names no host).
+    let config = std::fs::read_to_string(node.dir.join("config.toml")).expect("config");
+    let name = config
+        .lines()
+        .find_map(|l| l.strip_prefix("hosts = [\""))
+        .and_then(|l| l.split('"').next())
+        .expect("init names the dashboard's host")
+        .to_owned();
+    let login = b.get("/ui/login", None).text;
+    assert!(
+        login.contains("data-by-address") && !login.contains(&name),
+        "{login}"
+    );
     let cookie = b.sign_in(&node.token);
     let (_, id) = cookie.split_once('=').expect("name=value");
     assert!(

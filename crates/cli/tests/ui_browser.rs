@@ -292,24 +292,35 @@ fn cookie_catcher() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
-            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
-            let mut line = String::new();
-            let mut cookie = String::new();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
-                if line.to_ascii_lowercase().starts_with("cookie:") {
-                    cookie = line[7..].trim().to_owned();
+            let log = log.clone();
+            // One thread per connection: a browser opens sockets it sends nothing on (preconnect),
+            // which must not hold up the one carrying the request.
+            std::thread::spawn(move || {
+                let Ok(read) = conn.try_clone() else { return };
+                let mut reader = BufReader::new(read);
+                let mut line = String::new();
+                let mut cookie = String::new();
+                let mut any = false;
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    any = true;
+                    if line.to_ascii_lowercase().starts_with("cookie:") {
+                        cookie = line[7..].trim().to_owned();
+                    }
+                    line.clear();
                 }
-                line.clear();
-            }
-            log.lock().expect("log").push(cookie);
-            let page = "<!doctype html><title>caught</title><p>caught</p>";
-            let _ = conn.write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
-                    page.len()
-                )
-                .as_bytes(),
-            );
+                if !any {
+                    return;
+                }
+                log.lock().expect("log").push(cookie);
+                let page = "<!doctype html><title>caught</title><p>caught</p>";
+                let _ = conn.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{page}",
+                        page.len()
+                    )
+                    .as_bytes(),
+                );
+            });
         }
     });
     (port, seen)
@@ -383,6 +394,10 @@ fn a_listener_on_another_loopback_port_gets_no_api_token_from_the_browser() {
         // port, whichever loopback name the other port is visited by.
         caught.lock().expect("log").clear();
         c.goto(&format!("http://{name}:{port}/ui/login")).await.expect("goto the named host");
+        assert!(
+            c.find(Locator::Css("[data-by-address]")).await.is_err(),
+            "the named host's login page warns as if opened by address"
+        );
         fill(&c, "#token", &token).await;
         click(&c, "form[action='/ui/login'] button").await;
         wait_path(&c, "/ui").await;

@@ -1,6 +1,7 @@
 //! Static assets, signing in and out.
 
 use super::*;
+use axum::http::HeaderMap;
 
 // ---- static
 
@@ -22,11 +23,24 @@ pub(crate) async fn js() -> Response {
 
 // ---- sign in and out
 
-fn login_form(error: Option<&str>) -> Markup {
+/// Whether the page was asked for by address (`127.0.0.1:PORT`) rather than under a
+/// `*.localhost` name: a browser sends the address's cookie to every port of it.
+fn by_address(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name))
+        .is_none_or(|name| !name.to_ascii_lowercase().ends_with(".localhost"))
+}
+
+fn login_form(error: Option<&str>, by_address: bool) -> Markup {
     bare(
         "Sign in",
         html! {
             p { "Paste this node's operator token (the file " code { "api.token" } " in its data dir). It opens a session: the browser keeps only the session's id, never the token." }
+            // The name is not shown here: this page answers anyone, and the name is what keeps
+            // the cookie from other local ports.
+            @if by_address { p class="notice" data-by-address="" { "You opened the dashboard by address: a browser sends its cookie to every program listening on this machine. Prefer the " code { "sbx-….localhost" } " address " code { "skillbox node" } " printed." } }
             @if let Some(e) = error { p class="notice" role="alert" { (e) } }
             form method="post" action="/ui/login" {
                 label for="token" { "Operator token" }
@@ -37,8 +51,8 @@ fn login_form(error: Option<&str>) -> Markup {
     )
 }
 
-pub(crate) async fn login_page() -> Response {
-    html_page(StatusCode::OK, login_form(None))
+pub(crate) async fn login_page(headers: HeaderMap) -> Response {
+    html_page(StatusCode::OK, login_form(None, by_address(&headers)))
 }
 
 #[derive(Deserialize)]
@@ -49,6 +63,7 @@ pub(crate) struct LoginForm {
 pub(crate) async fn login(
     State(s): State<AppState>,
     Extension(sessions): Extension<Arc<Sessions>>,
+    headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
     let token = Zeroizing::new(f.token.trim().to_owned());
@@ -57,7 +72,10 @@ pub(crate) async fn login(
     if !is_operator(&s, &token) {
         return html_page(
             StatusCode::UNAUTHORIZED,
-            login_form(Some("That is not this node's operator token.")),
+            login_form(
+                Some("That is not this node's operator token."),
+                by_address(&headers),
+            ),
         );
     }
     match sessions.open(epoch) {
@@ -73,7 +91,10 @@ pub(crate) async fn login(
             tracing::warn!(error = %e, "no random bytes for a dashboard session");
             html_page(
                 StatusCode::SERVICE_UNAVAILABLE,
-                login_form(Some("The node could not start a session; try again.")),
+                login_form(
+                    Some("The node could not start a session; try again."),
+                    by_address(&headers),
+                ),
             )
         }
     }
