@@ -326,4 +326,22 @@ mod tests {
         let ended = rest.iter().filter(|id| s.find(id, 0).is_none()).count();
         assert_eq!(ended, 1, "one of the least recently used ended");
     }
+
+    #[test]
+    fn sessions_end_when_idle_or_old() {
+        let now = Instant::now();
+        let ago = |d: Duration| now.checked_sub(d).expect("a monotonic clock this old");
+        let held = |started, used| Held {
+            epoch: 0,
+            started,
+            used,
+        };
+        assert!(held(now, now).live(now, 0));
+        assert!(!held(now, now).live(now, 1), "another token generation");
+        let minute = Duration::from_secs(60);
+        assert!(held(ago(IDLE - minute), ago(IDLE - minute)).live(now, 0));
+        assert!(!held(ago(IDLE), ago(IDLE)).live(now, 0), "idle");
+        assert!(held(ago(LIFETIME - minute), now).live(now, 0));
+        assert!(!held(ago(LIFETIME), now).live(now, 0), "used, but too old");
+    }
 }
