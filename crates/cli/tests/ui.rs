@@ -473,6 +473,10 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     );
     let signed = b.sign_in(&new_token);
     assert_eq!(b.get("/ui", Some(&signed)).status, 200);
+    // The file rewritten with the same token: nobody is signed out.
+    std::fs::write(&path, format!("{new_token}\n")).expect("rewrite api.token");
+    assert_eq!(b.get("/ui", Some(&signed)).status, 200);
+    assert_eq!(fresh.get("/node").status, 200);
     // A token file that changes into something unreadable leaves no operator token at all
     // (the old one was meant to end); `token rotate` mends it.
     std::fs::write(&path, "short").expect("damage api.token");

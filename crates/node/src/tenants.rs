@@ -52,9 +52,13 @@ impl Tokens {
         }
     }
 
-    /// Replace the operator's token (`api.token` rotated); `None` accepts none.
-    pub fn set_operator(&mut self, operator_token: Option<&str>) {
-        self.operator.0 = operator_token.map(|t| Sha256::digest(t.as_bytes()).into());
+    /// Replace the operator's token (`api.token` rotated); `None` accepts none. Whether the
+    /// accepted token changed.
+    pub fn set_operator(&mut self, operator_token: Option<&str>) -> bool {
+        let next: Option<[u8; 32]> = operator_token.map(|t| Sha256::digest(t.as_bytes()).into());
+        let changed = next != self.operator.0;
+        self.operator.0 = next;
+        changed
     }
 
     fn tenant_digests(tenants: &TenantsConfig) -> Vec<([u8; 32], Owner)> {

@@ -147,26 +147,26 @@ impl Shared {
         let Some(path) = self.token_path.as_deref() else {
             return;
         };
-        let now = token_stamp(path);
-        // Held across the reload, so a request racing a rotation waits for it rather than
-        // passing on the old token.
+        // Held across the stat and the reload, so a request racing a rotation waits for it
+        // rather than passing on the old token (or reloading from a stale stat).
         let mut seen = self.token_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = token_stamp(path);
         if *seen == Some(now) {
             return;
         }
-        let first = seen.is_none();
         *seen = Some(now);
         let loaded = crate::datadir::read_api_token(path);
         let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
-        match &loaded {
+        let changed = match &loaded {
             Ok(token) => tokens.set_operator(Some(token)),
             Err(e) => {
                 tracing::warn!(error = %e, "api.token changed and does not load: no operator token is accepted until it does");
-                tokens.set_operator(None);
+                tokens.set_operator(None)
             }
-        }
+        };
         drop(tokens);
-        if !first {
+        // A file touched or rewritten with the same token signs nobody out.
+        if changed {
             tracing::info!(
                 "api.token replaced: the old operator token and every dashboard session end"
             );
