@@ -7,14 +7,14 @@
 //!
 //! Access: the operator's bearer token, entered once on `/ui/login`, opens a session; the cookie
 //! holds only the session's id (32 random bytes, never the token: a browser sends a `127.0.0.1`
-//! cookie to every port of that host, so whatever else listens there receives it). Sessions live
-//! in the node's memory ([`Sessions`]): they end on sign-out, after [`IDLE`] unused or
-//! [`LIFETIME`] in all, when the node restarts, and when `api.token` is replaced
-//! (`skillbox token rotate`). The cookie is `HttpOnly` (no script reads it), `SameSite=Strict`
-//! (no other site's page sends it) and `Path=/ui`. Every form carries a CSRF token derived from
-//! the session's id (HMAC), checked in constant time; the node's own guard in front of every
-//! route already refuses another site's `Origin` and a foreign `Host`. Every page is sent with a strict Content-Security-Policy (no inline script or
-//! style, nothing from elsewhere, no framing).
+//! cookie to every port of that host, so whatever else listens there receives it). Sessions live in
+//! the node's memory (`Sessions`): they end on sign-out, after [`IDLE`] unused or [`LIFETIME`] in
+//! all, when the node restarts, and when `api.token` is replaced (`skillbox token rotate`). The
+//! cookie is `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it) and
+//! `Path=/ui`. Every form carries a CSRF token derived from the session's id (HMAC), checked in
+//! constant time; the node's own guard in front of every route already refuses another site's
+//! `Origin` and a foreign `Host`. Every page is sent with a strict Content-Security-Policy (no
+//! inline script or style, nothing from elsewhere, no framing).
 //!
 //! What the dashboard never shows: a source's content (names, kinds, sizes, digests only), a
 //! skill's body, model or key (the library gives declarations and manifests only), or a peer's
@@ -103,7 +103,7 @@ pub(crate) struct Sessions {
 }
 
 struct Held {
-    /// The operator token's generation at sign-in ([`AppState::operator_epoch`]).
+    /// The operator token's generation at sign-in (`Shared::operator_epoch`).
     epoch: u64,
     started: Instant,
     used: Instant,
