@@ -55,7 +55,7 @@ pub enum NoPick {
 
 /// Scores below this pick nothing. BM25 scores are sums over matched query terms of
 /// idf × tf-saturation, with idf against the background of real skills ([`BACKGROUND`]). Over
-/// a 32-skill board of real descriptions and 32 phrased requests (`tests/intent.rs` prints them)
+/// a 32-skill board of real descriptions and 32 phrased requests (`tests/it/intent.rs` prints them)
 /// right picks score 14 and up while the best *wrong* skill reaches 8.4, and unrelated requests
 /// stay under 4: 10 keeps a wrong skill from being picked when the right one is not offered.
 pub const MIN_SCORE: f64 = 10.0;
@@ -124,7 +124,7 @@ fn stem(word: &str) -> String {
 /// (name twice + description, through [`terms`]). The board alone is too small a collection
 /// for inverse document frequency — on a board of one skill every word would weigh almost
 /// nothing — so a term's rarity is judged against typical skill descriptions plus the board.
-/// First line `N <documents>`, then `term df` lines; `tests/intent_background.rs` rebuilds it.
+/// First line `N <documents>`, then `term df` lines; `tests/it/intent_background.rs` rebuilds it.
 pub const BACKGROUND: &str = include_str!("intent_background.txt");
 
 struct Background {

@@ -1,7 +1,7 @@
 //! The intent's background document frequencies (`src/intent_background.txt`) are exactly what
 //! the corpus gives through the ranking's own `terms`: rebuilt here and compared. To rebuild the
 //! file after changing the tokenizer: `SKILLBOX_REGENERATE=1 cargo test -p skillbox-calls --test
-//! intent_background`.
+//! it -- intent_background::`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
