@@ -133,6 +133,9 @@ pub enum FailureCode {
     OverOwnerLimit,
     /// The skill's calls-per-day ceiling (for this peer, or in total) is reached.
     DailyLimit,
+    /// The peer already holds as many admitted calls that have not reached their run as the
+    /// owner takes (`calls.max_unstarted_per_peer`).
+    PendingLimit,
 }
 
 impl FailureCode {
@@ -153,10 +156,11 @@ impl FailureCode {
             FailureCode::PeerFailed => "peer_failed",
             FailureCode::OverOwnerLimit => "over_owner_limit",
             FailureCode::DailyLimit => "daily_limit",
+            FailureCode::PendingLimit => "pending_limit",
         }
     }
 
-    pub const ALL: [FailureCode; 15] = [
+    pub const ALL: [FailureCode; 16] = [
         FailureCode::NotAdmitted,
         FailureCode::NotOffered,
         FailureCode::ProgramMismatch,
@@ -172,6 +176,7 @@ impl FailureCode {
         FailureCode::PeerFailed,
         FailureCode::OverOwnerLimit,
         FailureCode::DailyLimit,
+        FailureCode::PendingLimit,
     ];
 
     pub fn parse(s: &str) -> Option<FailureCode> {
@@ -197,6 +202,7 @@ impl FailureCode {
             FailureCode::PeerFailed => "the peer failed the call",
             FailureCode::OverOwnerLimit => "the call asks for more than the owner's limits",
             FailureCode::DailyLimit => "the skill's daily call limit is reached",
+            FailureCode::PendingLimit => "too many of this peer's calls wait to start",
         }
     }
 }

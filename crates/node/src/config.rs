@@ -292,6 +292,14 @@ pub struct CallsConfig {
     /// `agent:elicitation`). Off: parked calls wait for the dashboard or `skillbox approve`.
     #[serde(default = "default_elicitation_consent")]
     pub elicitation_consent: bool,
+    /// Owner: how many admitted calls of one peer may wait to reach their run at once (the
+    /// daily ceilings count only calls that reached it). One more is refused `pending_limit`.
+    #[serde(default = "default_max_unstarted_per_peer")]
+    pub max_unstarted_per_peer: u64,
+}
+
+fn default_max_unstarted_per_peer() -> u64 {
+    8
 }
 
 fn default_elicitation_consent() -> bool {
@@ -400,6 +408,7 @@ impl Default for CallsConfig {
             expiry_secs: 900,
             retention_days: default_retention_days(),
             elicitation_consent: default_elicitation_consent(),
+            max_unstarted_per_peer: default_max_unstarted_per_peer(),
         }
     }
 }
@@ -586,9 +595,13 @@ impl Config {
             ));
         }
         let c = &self.calls;
-        if c.max_request_bytes == 0 || c.expiry_secs == 0 || c.retention_days == 0 {
+        if c.max_request_bytes == 0
+            || c.expiry_secs == 0
+            || c.retention_days == 0
+            || c.max_unstarted_per_peer == 0
+        {
             return Err(
-                "calls.max_request_bytes, calls.expiry_secs and calls.retention_days must be at least 1"
+                "calls.max_request_bytes, calls.expiry_secs, calls.retention_days and calls.max_unstarted_per_peer must be at least 1"
                     .into(),
             );
         }
@@ -875,6 +888,9 @@ retention_days = {retention}
 # Whether an MCP client may answer a consent question through elicitation (the ledger records
 # it as agent:elicitation). false: parked calls wait for the dashboard or `skillbox approve`.
 elicitation_consent = true
+# Owner: admitted calls of one peer that may wait at once to reach their run (only calls that
+# reach it count against a skill's calls per day).
+max_unstarted_per_peer = {max_unstarted}
 
 [ceilings]
 # The owner's ceilings for every skill this node offers (a skill's `limits:` front matter, or
@@ -931,6 +947,7 @@ operator = {operator}
             api = s(&self.api.listen.to_string()),
             api_hosts = list(&self.api.hosts),
             retention = self.calls.retention_days,
+            max_unstarted = self.calls.max_unstarted_per_peer,
             c_request = self.ceilings.max_request_bytes,
             c_source = self.ceilings.max_source_bytes,
             c_output = self.ceilings.max_output_bytes,

@@ -721,3 +721,191 @@ async fn the_owners_guard_settings_travel_with_the_skill_and_are_applied() {
     assert_eq!(seen.len(), 2);
     assert!(!seen[1].1.to_string().contains("BODY-H10"));
 }
+
+/// A program for `taste` as a hostile caller holding `key` signs it itself: within the owner's
+/// ceilings and pins, so the owner admits it.
+fn admissible_program(
+    offered: &skillbox_peers::Advert,
+    key: &ed25519_dalek::SigningKey,
+    id: &str,
+) -> Program {
+    let skill = offered
+        .skills
+        .iter()
+        .find(|s| s.name == "taste")
+        .expect("taste");
+    Program {
+        version: PROGRAM_VERSION,
+        call_id: id.into(),
+        parties: Parties {
+            caller: CallerParty {
+                node_key: key_hex(&key.verifying_key()),
+                result_key: "11".repeat(32),
+            },
+            owner: OwnerParty {
+                node_key: offered.public_key.clone(),
+            },
+        },
+        boxes: offered
+            .boxes
+            .iter()
+            .map(|b| BoxIdentity {
+                platform: b.platform.clone(),
+                measurement: b.measurement.clone(),
+            })
+            .collect(),
+        skill: SkillRef {
+            name: "taste".into(),
+            declaration_digest: skill.declaration_digest.clone(),
+        },
+        provider: ProviderGrant {
+            id: "openai".parse().expect("provider"),
+            host: Some("http://127.0.0.1:1/v1".into()),
+        },
+        caller_inputs: CallerInputs {
+            request_max_bytes: 4096,
+            sources: vec![],
+        },
+        owner_inputs: OwnerInputs {
+            body_max_bytes: 1 << 20,
+            model_max_bytes: 1024,
+            key_max_bytes: 16 * 1024,
+        },
+        output: OutputSpec::to_caller(4096),
+        receipt: ReceiptSpec::for_guard(true),
+        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        expires_at: skillbox_jc::run::now_secs() + 600,
+        guard: Some(skillbox_guard::GuardSpec::default_for(false)),
+    }
+}
+
+/// Issue 30 item 9: Sybil peers get calls admitted and never open a run. Those calls do not
+/// spend the skill's daily ceiling (charged only once a run is verified), so the honest
+/// caller's call is still admitted and answered; and one peer cannot hold more admitted calls
+/// that have not started than `calls.max_unstarted_per_peer`. Before, every admitted row
+/// counted: the first Sybil request used the day of a `callsPerDay: 1` skill, and everyone
+/// after it (the honest caller too) got `daily_limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sybils_holding_unstarted_calls_neither_spend_the_ceiling_nor_exceed_their_cap() {
+    let w = world(
+        "BODY-H11",
+        "sk-H11",
+        &[],
+        |c| c.calls.max_unstarted_per_peer = 2,
+        |_| {},
+    )
+    .await;
+    let doc = skill_doc("taste", "BODY-H11", &[]).replace(
+        "key: openai-key\n",
+        "key: openai-key\nlimits:\n  callsPerDay: 1\n",
+    );
+    w.owner.add_skill(&doc).await;
+    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer");
+    let ceiling_shown = |b: &skillbox_peers::Board, now: u64| {
+        b.offered(&owner_peer, "taste", now)
+            .map(|s| s.limits.calls_per_day)
+            == Some(Some(1))
+    };
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !w.caller.peers.with_board(ceiling_shown) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "limits never advertised"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Two Sybils, three requests each, never going further than `call.accepted`.
+    let mut sybils = Vec::new();
+    for seed in [81u8, 82] {
+        let keypair = keypair_from_seed(&[seed; 32]).expect("key");
+        let config = PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            bootstrap: vec![w.owner.p2p.parse().expect("owner addr")],
+            ..PeersConfig::default()
+        };
+        let (sybil, mut inbox) = skillbox_peers::start(config, keypair).await.expect("peer");
+        let offered = loop {
+            let shown = sybil.with_board(ceiling_shown);
+            if let Some(o) = sybil
+                .with_board(|b, now| b.advert(&owner_peer, now).cloned())
+                .filter(|_| shown)
+            {
+                break o;
+            }
+            assert!(std::time::Instant::now() < deadline, "no advert");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+        for i in 0..3 {
+            let id = format!("{seed:02x}{i:030x}");
+            let env = sign_program(&admissible_program(&offered, &key, &id), &key).expect("sign");
+            let env: Value = serde_json::from_slice(&env.to_json()).expect("json");
+            sybil
+                .send(
+                    owner_peer,
+                    Payload {
+                        kind: PayloadKind::CallRequest,
+                        call_id: id.clone(),
+                        body: json!({"skill": "taste", "program": env}),
+                    },
+                )
+                .await
+                .expect("sent");
+            let got = tokio::time::timeout(LIMIT, inbox.recv())
+                .await
+                .expect("answer in time")
+                .expect("a payload");
+            assert_eq!(got.payload.call_id, id);
+            if i < 2 {
+                assert_eq!(
+                    got.payload.kind,
+                    PayloadKind::CallAccepted,
+                    "{}",
+                    got.payload.body
+                );
+            } else {
+                // The third waiting call of one peer: refused with its closed code.
+                assert_eq!(got.payload.kind, PayloadKind::CallFailed);
+                assert_eq!(
+                    got.payload.body["code"], "pending_limit",
+                    "{}",
+                    got.payload.body
+                );
+                assert_eq!(
+                    got.payload.body["message"],
+                    "too many of this peer's calls wait to start"
+                );
+            }
+        }
+        sybils.push(sybil);
+    }
+    // Four admitted calls stand, none started: more than the day's one.
+    let o = w.owner.get("/calls?role=owner").await;
+    assert_eq!(o.body["total"], 4, "{}", o.body);
+    let peer = w.owner.peer_id.clone();
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "honest", None))
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    // The call that ran is what the ceiling counts: the day's one is now spent.
+    let a = w
+        .caller
+        .post_json("/calls", start_body(&peer, "again", None))
+        .await;
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("daily_limit")),
+        "{c}"
+    );
+    for s in sybils {
+        s.shutdown().await;
+    }
+}

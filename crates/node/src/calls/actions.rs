@@ -255,6 +255,21 @@ impl Calls {
         let verified = self
             .timed("attest", client.attest(&approved, run_id, &policy))
             .await?;
+        // The call reached a verified run: only now does it count against the daily ceilings.
+        if row.call.role == Role::Owner
+            && !self
+                .charge_for_run(row)
+                .await
+                .map_err(|e| JcError::Internal(format!("charge: {e}")))?
+        {
+            return Ok(Some((
+                Event::BoxFailed {
+                    code: FailureCode::DailyLimit,
+                    message: "the skill's daily call limit was reached before this run".into(),
+                },
+                Change::none(),
+            )));
+        }
         let change = self.remember(row, verified);
         Ok(Some((
             Event::RunOpened {

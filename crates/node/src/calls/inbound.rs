@@ -283,20 +283,36 @@ impl Calls {
             limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
             limits.calls_per_day.unwrap_or(u64::MAX),
         );
+        let max_unstarted = self.0.settings.max_unstarted_per_peer;
         let skill = program.skill.name.clone();
         let peer = from.to_owned();
         let row = std::sync::Arc::new(row);
         let stored = row.clone();
         let inserted = blocking(move || {
             store.write(|tx| {
+                // The ceilings count calls that reached a run (charged when the owner verified
+                // it, `charge_for_run`): admitted calls that never go further cost nothing
+                // against them, and are bounded per peer by `max_unstarted_per_peer` instead.
                 let since = crate::store::now_secs() - 86_400;
                 let (total, mine) = records::charged_since(tx, &skill, &peer, since)?;
                 if mine >= per_peer || total >= per_day {
-                    return Ok(Err(if mine >= per_peer {
-                        format!("{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})")
-                    } else {
-                        format!("{skill} had {total} calls in 24 h (limit {per_day})")
-                    }));
+                    return Ok(Err((
+                        FailureCode::DailyLimit,
+                        if mine >= per_peer {
+                            format!(
+                                "{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})"
+                            )
+                        } else {
+                            format!("{skill} had {total} calls in 24 h (limit {per_day})")
+                        },
+                    )));
+                }
+                let waiting = records::unstarted_of(tx, &peer)?;
+                if waiting >= max_unstarted {
+                    return Ok(Err((
+                        FailureCode::PendingLimit,
+                        format!("{peer} has {waiting} calls not yet run (limit {max_unstarted})"),
+                    )));
                 }
                 match records::insert(tx, &stored) {
                     Ok(()) => Ok(Ok(true)),
@@ -309,7 +325,7 @@ impl Calls {
         match inserted {
             Ok(Ok(true)) => {}
             Ok(Ok(false)) => return Ok(None),
-            Ok(Err(detail)) => return Err(Refused::new(FailureCode::DailyLimit, detail)),
+            Ok(Err((code, detail))) => return Err(Refused::new(code, detail)),
             Err(e) => return Err(Refused::new(FailureCode::NotAdmitted, e.to_string())),
         }
         tracing::info!(call = %id, peer = %from, skill = %program.skill.name, "call admitted");
@@ -319,6 +335,33 @@ impl Calls {
             self.dispatch(key.clone(), action, row.clone());
         }
         Ok(Some(()))
+    }
+}
+
+impl Calls {
+    /// Owner: charge this call against its skill's daily ceilings — at the point its run is
+    /// verified, just before the owner stakes. Earlier (admission) let a peer that never goes
+    /// on spend the ceilings (issue 30 item 9); this is the last point where refusing costs the
+    /// owner nothing, and past it the caller alone decides whether the run happens, so the call
+    /// counts from here. `Ok(false)`: the ceilings are full (the call fails `daily_limit`).
+    pub(super) async fn charge_for_run(&self, row: &CallRow) -> Result<bool> {
+        let skills = self.0.skills.clone();
+        let store = self.0.store.clone();
+        let defaults = self.0.ceilings.limits();
+        let (id, skill) = (row.call.id.clone(), row.call.skill.clone());
+        blocking(move || {
+            let limits = match skills.record(&skill)? {
+                Some(rec) => rec.declaration.limits.or(&defaults),
+                None => defaults,
+            };
+            let caps = (
+                limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
+                limits.calls_per_day.unwrap_or(u64::MAX),
+            );
+            let since = crate::store::now_secs() - 86_400;
+            store.write(|tx| records::charge_run(tx, &id, caps, since))
+        })
+        .await
     }
 }
 

@@ -206,8 +206,8 @@ pub fn insert(tx: &Tx<'_>, row: &CallRow) -> Result<()> {
         .map_err(|e| NodeError::invalid("sources", e.to_string()))?;
     let now = now_secs();
     let n = tx.execute(
-        "INSERT OR IGNORE INTO calls (id, role, peer, skill, state, record, program, box_url, sources, receipt, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?10)",
+        "INSERT OR IGNORE INTO calls (id, role, peer, skill, state, record, program, box_url, sources, receipt, created_at, updated_at, charge)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, ?10, ?10, 0)",
         params![
             row.call.id,
             role_str(row.call.role),
@@ -287,7 +287,8 @@ pub fn update(tx: &Tx<'_>, call: &Call, patch: &Patch) -> Result<()> {
 }
 
 /// The owner's calls of `skill` since `since` (unix seconds), by their charge: `(in total, from
-/// peer)`. Rows are written only after admission, so this counts admitted calls.
+/// peer)`. A row is written with charge 0 and charged only when its run is verified (see
+/// [`charge_run`]), so this counts calls that reached a run, not every admitted one.
 pub fn charged_since(tx: &Tx<'_>, skill: &str, peer: &str, since: i64) -> Result<(u64, u64)> {
     let (total, mine): (i64, i64) = tx.query_row(
         "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
@@ -296,6 +297,54 @@ pub fn charged_since(tx: &Tx<'_>, skill: &str, peer: &str, since: i64) -> Result
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     Ok((total.max(0) as u64, mine.max(0) as u64))
+}
+
+/// The owner's admitted calls of `peer` (any skill) that have not reached their run and are not
+/// finished: what one peer holds without having been charged.
+pub fn unstarted_of(tx: &Tx<'_>, peer: &str) -> Result<u64> {
+    let n: i64 = tx.query_row(
+        "SELECT count(*) FROM calls WHERE role = 'owner' AND peer = ?1 AND charge = 0
+           AND state NOT IN ('answered', 'ran', 'failed')",
+        params![peer],
+        |r| r.get(0),
+    )?;
+    Ok(n.max(0) as u64)
+}
+
+/// Charge the owner's call `id` against its skill's daily ceilings, once: `Ok(true)` when it is
+/// (or already was) charged, `Ok(false)` when the ceilings are full — the count and the charge
+/// in one transaction, so concurrent runs cannot both take the last place.
+pub fn charge_run(
+    tx: &Tx<'_>,
+    id: &str,
+    (per_peer, per_day): (u64, u64),
+    since: i64,
+) -> Result<bool> {
+    let row: Option<(String, String, i64)> = tx
+        .query_row(
+            "SELECT skill, peer, charge FROM calls WHERE id = ?1 AND role = 'owner'",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    let Some((skill, peer, charge)) = row else {
+        return Err(NodeError::NotFound {
+            kind: "call",
+            name: id.to_owned(),
+        });
+    };
+    if charge > 0 {
+        return Ok(true);
+    }
+    let (total, mine) = charged_since(tx, &skill, &peer, since)?;
+    if mine >= per_peer || total >= per_day {
+        return Ok(false);
+    }
+    tx.execute(
+        "UPDATE calls SET charge = 1 WHERE id = ?1 AND role = 'owner'",
+        params![id],
+    )?;
+    Ok(true)
 }
 
 /// How many calls the store holds, by (role, state): the `skillbox_calls` gauge.
