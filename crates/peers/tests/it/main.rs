@@ -1,0 +1,8 @@
+//! skillbox-peers' integration tests, one binary (`cargo test --test it`; a module's tests with
+//! `-- <module>::`): the board as data, hostile input against adverts and payloads, real nodes on
+//! 127.0.0.1, and payload envelopes with the memory transport.
+
+mod board;
+mod hostile;
+mod network;
+mod payload;
