@@ -1,13 +1,11 @@
 //! The box through its HTTP API (a real axum server on loopback) with a provider double: the whole
 //! flow, and every refusal of the list, each with its own error.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::*;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{Attestation, VerifyPolicy, verify_attestation};
 use skillbox_jc::client::{StakeInput, new_nonce, open_result, seal_stake, verify_receipt};

@@ -2,11 +2,9 @@
 //! before use, a memory budget instead of growth, and only closed codes and fixed words out —
 //! never what a party, or the provider, wrote.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::support::*;
 use skillbox_jc::program::Role;
 use skillbox_jc::run::{BoxConfig, RunFailure};
 use skillbox_providers::{

@@ -2,11 +2,9 @@
 //! table the box attests against the program and its own provider-host pins — before it seals
 //! anything. Real box over loopback.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::support::*;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{
     IN_PROCESS, InsecureDevAttester, VerifyPolicy, provider_table_hash, verify_attestation,

@@ -3,11 +3,9 @@
 //! report's signature, chain, measurement pin and report-data binding, and each refusal keeps its
 //! own closed code.
 
-mod common;
-
+use crate::support::*;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::*;
 use skillbox_attest::snp;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{

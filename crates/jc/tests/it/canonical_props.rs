@@ -27,7 +27,7 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 fn sample_program() -> Program {
-    let bytes = include_bytes!("data/program.json");
+    let bytes = include_bytes!("../data/program.json");
     let v: Value = serde_json::from_slice(bytes).expect("test data is JSON");
     serde_json::from_value(v).expect("test data is a program")
 }

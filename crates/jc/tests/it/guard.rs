@@ -2,12 +2,10 @@
 //! regenerated before it is sealed, the receipt says (one bit) that the guard acted, and a
 //! benign answer goes through untouched. Real box over loopback, provider doubles.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use skillbox_guard::{Action, GuardSpec};
 use skillbox_jc::client::{open_result, verify_receipt};
 use skillbox_jc::program::{Program, ReceiptSpec};

@@ -1,8 +1,6 @@
 //! Shared fixture: a real box server on loopback (axum over TCP) with an in-process provider
 //! double, two parties with their own node keys, and a caller result key.
 
-#![allow(dead_code)]
-
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;

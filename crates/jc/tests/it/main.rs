@@ -1,0 +1,14 @@
+//! skillbox-jc's integration tests, one binary (`cargo test --test it`; a module's tests with
+//! `-- <module>::`): a real box on loopback through its HTTP API and client, canonical programs,
+//! the guard in the box, hardening against hostile parties, hardware attestation on real
+//! evidence, pinned boxes, and the configfs-tsm attester. `support` starts the box with a
+//! provider double and holds the two parties' keys.
+
+mod box_api;
+mod canonical_props;
+mod guard;
+mod hardening;
+mod hardware;
+mod pins;
+mod support;
+mod tsm;
