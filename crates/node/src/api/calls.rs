@@ -11,12 +11,12 @@ use zeroize::Zeroizing;
 use super::bodies::{
     ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
 };
-use super::{ApiError, AppState, path_param, query, read_body};
+use super::extract::{path_param, query, read_body};
+use super::{ApiError, AppState};
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallError, CallView, Calls, StartCall};
-use crate::config::PolicyConfig;
 
-const SMALL_BODY: usize = 64 * 1024;
+pub(super) const SMALL_BODY: usize = 64 * 1024;
 
 impl From<CallError> for ApiError {
     fn from(e: CallError) -> ApiError {
@@ -44,7 +44,7 @@ pub(super) fn calls(s: &AppState) -> Result<Calls, ApiError> {
     })
 }
 
-fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| {
         // serde's message names the field and what was expected; the position helps too.
         ApiError::validation("body", format!("not the expected JSON: {e}"))
@@ -257,44 +257,6 @@ pub(super) async fn decide_approval(
     Ok(Json(OneCall::of(
         c.consent_by(&id, allow, b.remember, by).await?,
     )))
-}
-
-#[utoipa::path(
-    get, path = "/policy",
-    summary = "The consent rules and admission in force.",
-    responses(
-        (status = 200, description = "Policy.", body = PolicyConfig),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
-    )
-)]
-pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<PolicyConfig>, ApiError> {
-    let c = calls(&s)?;
-    Ok(Json(c.policy()))
-}
-
-#[utoipa::path(
-    put, path = "/policy",
-    summary = "Replace the consent rules and admission (kept in the store; they win over config.toml).",
-    request_body = PolicyConfig,
-    responses(
-        (status = 200, description = "Policy.", body = PolicyConfig),
-        (status = 400, description = "Bad policy (`validation_error`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
-    )
-)]
-pub(super) async fn put_policy(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Json<PolicyConfig>, ApiError> {
-    let c = calls(&s)?;
-    let bytes = read_body(body, &headers, SMALL_BODY).await?;
-    let policy: PolicyConfig = json_body(&bytes)?;
-    let store = s.sources.store().clone();
-    let p = policy.clone();
-    super::blocking(move || crate::calls::save_policy(&store, &p)).await?;
-    c.set_policy(policy.clone());
-    Ok(Json(policy))
 }
 
 /// `POST /intents/skill {text}`: the pick (skill, peer, score, runner-up) and the call started.

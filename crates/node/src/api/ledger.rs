@@ -3,7 +3,8 @@
 
 use super::bodies::LedgerPage;
 use super::calls::calls;
-use super::{ApiError, AppState, query};
+use super::extract::query;
+use super::{ApiError, AppState};
 use crate::ledger::{self, Filter, Line, Verdict};
 use axum::Json;
 use axum::extract::State;

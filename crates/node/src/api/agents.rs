@@ -1,0 +1,282 @@
+//! The OpenWOP agent surfaces (tenant tokens reach them): the inventory, each caller's roster and
+//! org chart.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Extension, Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::bodies::*;
+use super::extract::{blocking, json_body, path_param, query};
+use super::{ApiError, AppState, Shared};
+use crate::tenants::Principal;
+
+/// Every installed manifest's inventory entry, each with the caller's `roster[]` projection.
+pub(super) fn entries(
+    s: &Shared,
+    owner: &skillbox_skill::agents::Owner,
+) -> crate::Result<Vec<Value>> {
+    let ns = s.skills.namespace().to_owned();
+    let mut roster = s.agents.roster_projection(owner)?;
+    let mut out: Vec<Value> = s
+        .skills
+        .manifests()?
+        .iter()
+        .map(|(manifest, digest)| crate::openwop::inventory_entry(manifest, &ns, digest))
+        .collect();
+    out.extend(
+        s.agents
+            .pack_agents()?
+            .iter()
+            .map(|a| crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)),
+    );
+    for e in &mut out {
+        let id = e["agentId"].as_str().unwrap_or_default().to_owned();
+        e["roster"] = Value::Array(roster.remove(&id).unwrap_or_default());
+    }
+    Ok(out)
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents",
+    summary = "OpenWOP agent inventory: every declared skill and pack agent as an AgentInventoryEntry, agentId-sorted, each with the caller's `roster[]` instances of it.",
+    responses((status = 200, description = "AgentInventoryResponse.", body = AgentInventory))
+)]
+pub(super) async fn list_agents(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<Value>, ApiError> {
+    let list = blocking(move || entries(&s, &p.owner)).await?;
+    Ok(Json(crate::openwop::inventory(list)))
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents/{agentId}",
+    summary = "One agent's inventory entry.",
+    params(("agentId" = String, Path, description = "The OpenWOP agentId (`<namespace>.<skill>`).")),
+    responses(
+        (status = 200, description = "AgentInventoryEntry.", body = AgentInventoryEntry),
+        (status = 404, description = "No such agent (`not_found`)."),
+    )
+)]
+pub(super) async fn get_agent(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_param(id)?;
+    let found = {
+        let id = id.clone();
+        blocking(move || {
+            let entry = match s.skills.record_by_agent_id(&id)? {
+                Some(r) => Some(crate::openwop::inventory_entry(
+                    &r.manifest,
+                    s.skills.namespace(),
+                    &r.digest,
+                )),
+                None => s.agents.pack_agent(&id)?.map(|a| {
+                    crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)
+                }),
+            };
+            Ok(match entry {
+                Some(mut e) => {
+                    let mine = s.agents.roster_projection(&p.owner)?.remove(&id);
+                    e["roster"] = Value::Array(mine.unwrap_or_default());
+                    Some(e)
+                }
+                None => None,
+            })
+        })
+        .await?
+    };
+    found
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("agent {id:?} not found")))
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents/roster",
+    summary = "The caller's standing roster (RFC 0086): rosterId-sorted, `total == roster.length`.",
+    responses(
+        (status = 200, description = "AgentRosterResponse.", body = AgentRoster),
+        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+    )
+)]
+pub(super) async fn list_roster(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    query(&uri, &[])?;
+    let roster = blocking(move || s.agents.roster(&p.owner)).await?;
+    let total = roster.len();
+    Ok(Json(json!({ "roster": roster, "total": total })))
+}
+
+pub(super) fn roster_not_found(id: &str) -> ApiError {
+    ApiError::not_found(format!("roster entry {id:?} not found"))
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents/roster/{rosterId}",
+    summary = "One of the caller's roster entries.",
+    params(("rosterId" = String, Path, description = "A `host:<id>` roster id.")),
+    responses(
+        (status = 200, description = "AgentRosterEntry.", body = AgentRosterEntry),
+        (status = 404, description = "No such entry for this tenant (`not_found`) — another tenant's answers the same."),
+    )
+)]
+pub(super) async fn get_roster_entry(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_param(id)?;
+    let i = id.clone();
+    match blocking(move || s.agents.roster_entry(&p.owner, &i)).await? {
+        Some(e) => Ok(Json(json!(e))),
+        None => Err(roster_not_found(&id)),
+    }
+}
+
+#[utoipa::path(
+    put, path = "/v1/host/skillbox/roster/{rosterId}",
+    summary = "Write one of the caller's roster entries: the schema, rosterId path = body, owner = the caller's, agentRef an installed manifest that is not a skill, version xor channel, unique workflows.",
+    params(("rosterId" = String, Path, description = "The `host:<id>` roster id; must equal the body's.")),
+    request_body = AgentRosterEntry,
+    responses(
+        (status = 201, description = "Created.", body = AgentRosterEntry),
+        (status = 200, description = "Replaced.", body = AgentRosterEntry),
+        (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
+pub(super) async fn put_roster(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let id = path_param(id)?;
+    let doc = json_body(&s, &headers, body).await?;
+    let (entry, created) = blocking(move || s.agents.put_roster(&p.owner, &id, &doc)).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!(entry))).into_response())
+}
+
+#[utoipa::path(
+    delete, path = "/v1/host/skillbox/roster/{rosterId}",
+    summary = "Remove one of the caller's roster entries.",
+    params(("rosterId" = String, Path, description = "The `host:<id>` roster id.")),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 404, description = "No such entry for this tenant (`not_found`)."),
+        (status = 409, description = "The entry is a member of the caller's org chart (`conflict`)."),
+    )
+)]
+pub(super) async fn delete_roster(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_param(id)?;
+    let i = id.clone();
+    if blocking(move || s.agents.delete_roster(&p.owner, &i)).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(roster_not_found(&id))
+    }
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents/org-chart",
+    summary = "The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written.",
+    responses(
+        (status = 200, description = "AgentOrgChart.", body = AgentOrgChart),
+        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+    )
+)]
+pub(super) async fn get_org_chart(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    query(&uri, &[])?;
+    let chart = blocking(move || s.agents.chart(&p.owner)).await?;
+    Ok(Json(json!(chart)))
+}
+
+#[utoipa::path(
+    put, path = "/v1/host/skillbox/org-chart",
+    summary = "Write the caller's whole org chart: closed schema (no authority-bearing field), members are the caller's roster entries, departments and roles exist, reportsTo names a member and is acyclic, departments nest as a tree (refused when nesting is off).",
+    request_body = AgentOrgChart,
+    responses(
+        (status = 201, description = "Created.", body = AgentOrgChart),
+        (status = 200, description = "Replaced.", body = AgentOrgChart),
+        (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
+        (status = 413, description = "Body too large (`payload_too_large`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
+pub(super) async fn put_org_chart(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let doc = json_body(&s, &headers, body).await?;
+    let (chart, created) = blocking(move || s.agents.put_chart(&p.owner, &doc)).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!(chart))).into_response())
+}
+
+#[utoipa::path(
+    get, path = "/v1/agents/org-chart/{departmentId}",
+    summary = "The responsibility view: the department, its members (recursively by default) and the deduplicated union of their workflows.",
+    params(
+        ("departmentId" = String, Path, description = "A department of the caller's chart."),
+        ("recursive" = Option<bool>, Query, description = "Include nested departments' members (default true)."),
+    ),
+    responses(
+        (status = 200, description = "OrgChartResponsibilityView.", body = OrgChartResponsibilityView),
+        (status = 400, description = "Bad `recursive` or unknown query parameter (`validation_error`)."),
+        (status = 404, description = "No such department for this tenant (`not_found`)."),
+    )
+)]
+pub(super) async fn get_department(
+    State(s): State<AppState>,
+    Extension(p): Extension<Principal>,
+    id: Result<Path<String>, PathRejection>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let id = path_param(id)?;
+    let q = query(&uri, &["recursive"])?;
+    let recursive = match q.get("recursive").map(String::as_str) {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(other) => {
+            return Err(ApiError::validation(
+                "query.recursive",
+                format!("{other:?} is not true or false"),
+            ));
+        }
+    };
+    let d = id.clone();
+    match blocking(move || s.agents.view(&p.owner, &d, recursive)).await? {
+        Some(view) => Ok(Json(view)),
+        None => Err(ApiError::not_found(format!("department {id:?} not found"))),
+    }
+}

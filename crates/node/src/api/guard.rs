@@ -1,0 +1,143 @@
+//! What stands in front of every route: the `Host`/`Origin` guard, the bearer token and the
+//! operator's reach, the per-route metrics, and the envelope's 404/405 fallbacks.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::{ApiError, AppState};
+use crate::tenants::Principal;
+
+/// Refuse a request whose `Host` is not this API's (421 `host_not_allowed`) or whose `Origin` is
+/// another site's (403 `origin_not_allowed`), before anything else looks at it.
+/// On a [`Mounts::json_rpc`] path the refusal is a JSON-RPC error (`-32600`, no id: the request
+/// was not read) carrying the same code.
+pub async fn host_guard(
+    State(g): State<Arc<HostGuardState>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Err(e) = g.hosts.check(req.headers()) else {
+        return next.run(req).await;
+    };
+    let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::FORBIDDEN);
+    if g.json_rpc.iter().any(|p| *p == req.uri().path()) {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": { "code": -32600, "message": e.fixed_message(), "data": { "code": e.code() } },
+        });
+        return (status, Json(body)).into_response();
+    }
+    ApiError::new(status, e.code(), e.fixed_message()).into_response()
+}
+
+/// What [`host_guard`] checks, and where it answers in JSON-RPC.
+pub struct HostGuardState {
+    pub hosts: skillbox_jc::server::HostGuard,
+    pub json_rpc: Vec<&'static str>,
+}
+
+#[derive(Clone)]
+struct RouteLabel(String);
+
+pub(super) async fn label_route(req: Request, next: Next) -> Response {
+    let label = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let mut resp = next.run(req).await;
+    if let Some(label) = label {
+        resp.extensions_mut().insert(RouteLabel(label));
+    }
+    resp
+}
+
+/// The token of an `Authorization: Bearer …` header, if there is one.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+}
+
+pub(super) async fn require_token(
+    State(s): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    match bearer_token(req.headers()).and_then(|t| s.principal(t)) {
+        Some(p) => {
+            req.extensions_mut().insert(p);
+            next.run(req).await
+        }
+        None => ApiError::unauthenticated().into_response(),
+    }
+}
+
+/// Operator routes: skills, sources, peers, the board, metrics. A tenant token reaches only
+/// the agent surfaces.
+pub(super) async fn require_operator(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Principal>() {
+        Some(p) if p.operator => next.run(req).await,
+        Some(p) => ApiError::forbidden(format!(
+            "this token belongs to tenant {:?} and reaches only the OpenWOP agent surfaces (/v1/agents…, /v1/host/skillbox/…); {} is the node operator's",
+            p.owner.tenant_id,
+            req.uri().path()
+        ))
+        .into_response(),
+        None => ApiError::unauthenticated().into_response(),
+    }
+}
+
+/// Count and log every request by route template; never the raw path, a body or a header.
+pub(super) async fn observe(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let method = match *req.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::HEAD
+        | Method::PATCH
+        | Method::OPTIONS => req.method().as_str().to_owned(),
+        _ => "OTHER".to_owned(),
+    };
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    let route = resp
+        .extensions()
+        .get::<RouteLabel>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(|| "unmatched".into());
+    let status = resp.status().as_u16();
+    s.metrics.record(&route, &method, status);
+    let micros = start.elapsed().as_micros() as u64;
+    if status >= 500 {
+        tracing::warn!(%method, %route, status, micros, "request");
+    } else {
+        tracing::debug!(%method, %route, status, micros, "request");
+    }
+    resp
+}
+
+pub(super) async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route for {method} {}", uri.path()))
+}
+
+pub(super) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}

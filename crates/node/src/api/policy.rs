@@ -1,0 +1,50 @@
+//! The consent rules and admission in force: read, and replaced (kept in the store; they win over
+//! `config.toml`).
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+
+use super::calls::{SMALL_BODY, calls, json_body};
+use super::extract::{blocking, read_body};
+use super::{ApiError, AppState};
+use crate::config::PolicyConfig;
+
+#[utoipa::path(
+    get, path = "/policy",
+    summary = "The consent rules and admission in force.",
+    responses(
+        (status = 200, description = "Policy.", body = PolicyConfig),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
+pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<PolicyConfig>, ApiError> {
+    let c = calls(&s)?;
+    Ok(Json(c.policy()))
+}
+
+#[utoipa::path(
+    put, path = "/policy",
+    summary = "Replace the consent rules and admission (kept in the store; they win over config.toml).",
+    request_body = PolicyConfig,
+    responses(
+        (status = 200, description = "Policy.", body = PolicyConfig),
+        (status = 400, description = "Bad policy (`validation_error`)."),
+        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+    )
+)]
+pub(super) async fn put_policy(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<PolicyConfig>, ApiError> {
+    let c = calls(&s)?;
+    let bytes = read_body(body, &headers, SMALL_BODY).await?;
+    let policy: PolicyConfig = json_body(&bytes)?;
+    let store = s.sources.store().clone();
+    let p = policy.clone();
+    blocking(move || crate::calls::save_policy(&store, &p)).await?;
+    c.set_policy(policy.clone());
+    Ok(Json(policy))
+}

@@ -1,0 +1,208 @@
+//! Who may call the API: the state every handler shares, the operator's token (followed across
+//! `skillbox token rotate`) and the tenants' tokens (re-read when `config.toml` changes).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use crate::agents::Agents;
+use crate::config::{Limits, TenantsConfig};
+use crate::metrics::Metrics;
+use crate::peering::SharedBoard;
+use crate::skills::Skills;
+use crate::sources::Sources;
+use crate::tenants::{Principal, Tokens};
+
+/// What every handler shares.
+pub struct Shared {
+    pub sources: Sources,
+    pub skills: Skills,
+    pub agents: Agents,
+    pub limits: Limits,
+    pub node_id: String,
+    pub public_key: String,
+    pub metrics: Arc<Metrics>,
+    /// The running peer network, once started (`GET /peers`, `POST /peers`).
+    pub peers: OnceLock<skillbox_peers::PeersHandle>,
+    /// What `GET /board` reads: the network's board, or one fed in-process (benches).
+    pub board: OnceLock<SharedBoard>,
+    /// Poked after anything that can change the offered set (skills, sources), so the advert
+    /// goes out at once rather than at the next interval.
+    pub offer_changed: tokio::sync::Notify,
+    /// The calls driver, once the peer network runs.
+    pub calls: OnceLock<crate::calls::Calls>,
+    /// `calls.max_request_bytes`, for the body limit of `POST /calls`.
+    pub calls_max_request: usize,
+    tokens: RwLock<Tokens>,
+    /// `config.toml`, re-read for tenant tokens when an unknown token arrives and the file
+    /// changed since (so `skillbox token add` works against a running node).
+    config_path: Option<PathBuf>,
+    config_stamp: Mutex<Option<(std::time::SystemTime, u64)>>,
+    /// `api.token`, whose identity (inode, size, times) is checked on every authorization:
+    /// `skillbox token rotate` renames a new file over it, and from the next request on only the
+    /// new token is the operator's (a stat per request; no API call carries the new token).
+    token_path: Option<PathBuf>,
+    /// The identity of `api.token` when last read (`None`: not read yet).
+    token_seen: Mutex<Option<Option<TokenStamp>>>,
+    /// Bumped each time the operator's token changes: what a dashboard session is bound to.
+    operator_epoch: std::sync::atomic::AtomicU64,
+}
+
+/// How [`Shared`] learns who may call: the operator's token and the config's tenants.
+pub struct Access<'a> {
+    pub operator_token: &'a str,
+    pub tenants: &'a TenantsConfig,
+    /// Where the tenants came from, to pick up tokens added while the node runs.
+    pub config_path: Option<PathBuf>,
+    /// Where the operator's token lives, to follow `skillbox token rotate` while the node runs
+    /// (`None`: the token given is the operator's for good).
+    pub token_path: Option<PathBuf>,
+}
+
+impl Shared {
+    pub fn new(
+        sources: Sources,
+        skills: Skills,
+        agents: Agents,
+        limits: Limits,
+        node_id: String,
+        public_key: String,
+        access: Access<'_>,
+    ) -> Self {
+        let stamp = access.config_path.as_deref().and_then(file_stamp);
+        Shared {
+            sources,
+            skills,
+            agents,
+            limits,
+            node_id,
+            public_key,
+            metrics: Arc::new(Metrics::default()),
+            peers: OnceLock::new(),
+            board: OnceLock::new(),
+            offer_changed: tokio::sync::Notify::new(),
+            calls: OnceLock::new(),
+            calls_max_request: 64 * 1024,
+            tokens: RwLock::new(Tokens::new(access.operator_token, access.tenants)),
+            config_path: access.config_path,
+            config_stamp: Mutex::new(stamp),
+            token_path: access.token_path,
+            token_seen: Mutex::new(None),
+            operator_epoch: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Which generation of the operator's token is current: a number that changes whenever
+    /// `api.token` is replaced (checked now). A dashboard session started under one generation
+    /// ends when it changes.
+    pub fn operator_epoch(&self) -> u64 {
+        self.follow_token_file();
+        self.operator_epoch
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Re-read `api.token` if it is not the file last read. A file that changed and does not
+    /// load leaves no operator token at all (fail closed: the old one was meant to end).
+    fn follow_token_file(&self) {
+        let Some(path) = self.token_path.as_deref() else {
+            return;
+        };
+        // Held across the stat and the reload, so a request racing a rotation waits for it
+        // rather than passing on the old token (or reloading from a stale stat).
+        let mut seen = self.token_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = token_stamp(path);
+        if *seen == Some(now) {
+            return;
+        }
+        *seen = Some(now);
+        let loaded = crate::datadir::read_api_token(path);
+        let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+        let changed = match &loaded {
+            Ok(token) => tokens.set_operator(Some(token)),
+            Err(e) => {
+                tracing::warn!(error = %e, "api.token changed and does not load: no operator token is accepted until it does");
+                tokens.set_operator(None)
+            }
+        };
+        drop(tokens);
+        // A file touched or rewritten with the same token signs nobody out.
+        if changed {
+            tracing::info!(
+                "api.token replaced: the old operator token and every dashboard session end"
+            );
+            self.operator_epoch
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Who a presented bearer token stands for (`None`: nobody). Surfaces that authenticate on
+    /// their own (a dashboard's cookie) call this with the token they hold.
+    pub fn authorize(&self, presented: &str) -> Option<Principal> {
+        self.principal(presented)
+    }
+
+    /// Who a presented token stands for. An unknown token re-reads the config's tenants once
+    /// the file has changed (a token added by `skillbox token add` while the node runs).
+    pub(super) fn principal(&self, presented: &str) -> Option<Principal> {
+        self.follow_token_file();
+        let known = self
+            .tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .principal(presented);
+        if known.is_some() {
+            return known;
+        }
+        let path = self.config_path.as_deref()?;
+        let now = file_stamp(path);
+        {
+            let mut stamp = self.config_stamp.lock().unwrap_or_else(|p| p.into_inner());
+            if now.is_none() || *stamp == now {
+                return None;
+            }
+            *stamp = now;
+        }
+        match crate::config::Config::load(path) {
+            Ok(config) => {
+                let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+                tokens.set_tenants(&config.tenants);
+                tracing::info!(
+                    tokens = config.tenants.tokens.len(),
+                    "tenant tokens reloaded"
+                );
+                tokens.principal(presented)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "config changed but does not load; tenant tokens kept");
+                None
+            }
+        }
+    }
+}
+
+/// What tells one `api.token` file from another: a rename gives a new inode, an edit in place
+/// new times or size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TokenStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+fn token_stamp(path: &std::path::Path) -> Option<TokenStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(TokenStamp {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
+}
+
+fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}

@@ -1,0 +1,291 @@
+//! Skills: import (a SKILL.md or a pack), list, read, set what the owner stakes, remove.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use super::bodies::*;
+use super::extract::{blocking, json_body, media_type, path_param, query, read_body};
+use super::{ApiError, AppState};
+use crate::skills::SkillDetail;
+
+/// Media types `POST /skills` accepts for a SKILL.md.
+pub const SKILL_MEDIA_TYPES: &[&str] = &["text/markdown", "text/plain", "text/x-markdown"];
+/// Everything `POST /skills` takes: a SKILL.md, or a pack.json / AgentManifest as JSON.
+const ACCEPTED_ON_POST_SKILLS: &[&str] = &[
+    "text/markdown",
+    "text/plain",
+    "text/x-markdown",
+    "application/json",
+];
+
+#[utoipa::path(
+    get, path = "/skills",
+    summary = "Every declared skill, with whether it is offered and why not.",
+    responses((status = 200, description = "Skills.", body = SkillList))
+)]
+pub(super) async fn list_skills(State(s): State<AppState>) -> Result<Json<SkillList>, ApiError> {
+    let skills = blocking(move || s.skills.list()).await?;
+    let total = skills.len();
+    Ok(Json(SkillList { skills, total }))
+}
+
+#[utoipa::path(
+    post, path = "/skills",
+    summary = "Import a SKILL.md: the body becomes source `skill/<name>/body`, the declaration is stored (one transaction). Re-import replaces.",
+    description = "With `application/json`: an OpenWOP pack.json (agents[]) or a bare AgentManifest; each role:\"skill\" agent with an inline systemPrompt becomes a skill (all or nothing); other agents are stored as pack agents (listed in /v1/agents, never offered); one invalid agent refuses the whole pack.",
+    params(("name" = Option<String>, Query, description = "Fallback skill name when the front matter has none.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    request_body(content(
+        (String = "text/markdown"),
+        (String = "text/plain"),
+        (Object = "application/json"),
+    )),
+    responses(
+        (status = 201, description = "Imported (a pack: `{skills, agents}`).", body = SkillImported),
+        (status = 200, description = "Replaced an existing skill (a pack: replaced every one).", body = SkillImported),
+        (status = 400, description = "Invalid SKILL.md or malformed JSON (`validation_error`), or a manifest/pack that fails the OpenWOP schema (`pack_validation_failed`, details.errors = schema errors with paths)."),
+        (status = 409, description = "Another skill or pack agent already has this agentId (`conflict`)."),
+        (status = 413, description = "Body over the SKILL.md limit (`payload_too_large`)."),
+        (status = 415, description = "Not text/markdown, text/plain or application/json (`unsupported_media_type`)."),
+    )
+)]
+pub(super) async fn post_skill(
+    State(s): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let q = query(&uri, &["name"])?;
+    let media = media_type(&headers);
+    if media.as_deref() == Some("application/json") {
+        return post_pack(s, &headers, body).await;
+    }
+    if !media
+        .as_deref()
+        .is_some_and(|m| SKILL_MEDIA_TYPES.contains(&m))
+    {
+        return Err(ApiError::unsupported_media_type(
+            media.as_deref(),
+            ACCEPTED_ON_POST_SKILLS,
+        ));
+    }
+    let bytes = read_body(body, &headers, s.limits.max_skill_bytes).await?;
+    let fallback = q.get("name").cloned();
+    let imported = {
+        let s = s.clone();
+        blocking(move || s.skills.import(&bytes, fallback.as_deref())).await?
+    };
+    s.offer_changed.notify_one();
+    let status = if imported.replaced {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(SkillImported::Skill(imported))).into_response())
+}
+
+/// `POST /skills` with `application/json`: an OpenWOP pack.json (or a bare AgentManifest); its
+/// `role:"skill"` agents are imported together, all or nothing.
+pub(super) async fn post_pack(
+    s: AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = read_body(body, headers, s.limits.max_skill_bytes).await?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))?;
+    if !doc.is_object() {
+        return Err(ApiError::validation(
+            "body",
+            "expected a JSON object: a pack.json or an AgentManifest",
+        ));
+    }
+    let plan = crate::pack::plan(&doc, s.skills.namespace())?;
+    let notify = s.clone();
+    let (imported, agents) = blocking(move || {
+        let docs: Vec<(&[u8], Option<&str>)> = plan
+            .skills
+            .iter()
+            .map(|(_, d)| (d.as_bytes(), None))
+            .collect();
+        s.skills.import_pack(&docs, &plan.agents)
+    })
+    .await?;
+    notify.offer_changed.notify_one();
+    // 201 when the import created a skill or agent; 200 when it only replaced.
+    let status = if imported.iter().any(|i| !i.replaced) || agents.iter().any(|a| !a.replaced) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(SkillImported::Pack(PackImported {
+            skills: imported,
+            agents,
+        })),
+    )
+        .into_response())
+}
+
+#[utoipa::path(
+    get, path = "/skills/{name}",
+    summary = "One skill: declaration, manifest, offer state, body source metadata — never the body.",
+    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    responses(
+        (status = 200, description = "Skill.", body = SkillDetail),
+        (status = 404, description = "No such skill (`not_found`)."),
+    )
+)]
+pub(super) async fn get_skill(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let name = path_param(name)?;
+    let n = name.clone();
+    match blocking(move || s.skills.detail(&n)).await? {
+        Some(detail) => Ok(Json(detail).into_response()),
+        None => Err(ApiError::not_found(format!("skill {name:?} not found"))),
+    }
+}
+
+/// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;
+/// what the owner stakes, so a pack-imported skill can be offered.
+#[utoipa::path(
+    patch, path = "/skills/{name}",
+    summary = "Set what the owner stakes for a skill: provider, model, key (a source name), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present.",
+    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    request_body = SkillPatch,
+    responses(
+        (status = 200, description = "The skill after the change.", body = SkillDetail),
+        (status = 400, description = "Unknown field or bad value (`validation_error`)."),
+        (status = 404, description = "No such skill (`not_found`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
+pub(super) async fn patch_skill(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let name = path_param(name)?;
+    let doc = json_body(&s, &headers, body).await?;
+    let Some(obj) = doc.as_object() else {
+        return Err(ApiError::validation(
+            "body",
+            "expected an object {provider?, model?, key?}",
+        ));
+    };
+    let mut change = crate::skills::SkillChange::default();
+    let mut limits: Vec<(String, Option<u64>)> = Vec::new();
+    for (k, v) in obj {
+        if k == "limits" {
+            // Each ceiling given is set (a whole number) or cleared (null); the rest stay.
+            let Some(fields) = v.as_object() else {
+                return Err(ApiError::validation(
+                    "limits",
+                    "expected an object of ceilings (maxRequestBytes, maxSourceBytes, maxOutputBytes, callsPerPeerPerDay, callsPerDay)",
+                ));
+            };
+            for (f, n) in fields {
+                let n = match n {
+                    Value::Null => None,
+                    v => Some(
+                        v.as_u64()
+                            .filter(|n| *n <= skillbox_skill::Limits::MAX)
+                            .ok_or_else(|| {
+                                ApiError::validation(
+                                    &format!("limits.{f}"),
+                                    "must be a whole number (or null to clear it)",
+                                )
+                            })?,
+                    ),
+                };
+                if !skillbox_skill::Limits::FIELDS.contains(&f.as_str()) {
+                    return Err(ApiError::validation(
+                        &format!("limits.{f}"),
+                        format!(
+                            "unknown ceiling (accepted: {})",
+                            skillbox_skill::Limits::FIELDS.join(", ")
+                        ),
+                    ));
+                }
+                limits.push((f.clone(), n));
+            }
+            continue;
+        }
+        let v = match v {
+            Value::Null => None,
+            Value::String(t) => Some(t.clone()),
+            _ => {
+                return Err(ApiError::validation(
+                    k,
+                    "must be a string, or null to clear it",
+                ));
+            }
+        };
+        match k.as_str() {
+            "provider" => change.provider = Some(v),
+            "model" => change.model = Some(v),
+            "key" => change.key = Some(v),
+            other => {
+                return Err(ApiError::validation(
+                    other,
+                    "unknown field (accepted: provider, model, key, limits)",
+                ));
+            }
+        }
+    }
+    let n = name.clone();
+    let notify = s.clone();
+    match blocking(move || {
+        if !limits.is_empty() {
+            let Some(rec) = s.skills.record(&n)? else {
+                return Ok(None);
+            };
+            let mut merged = rec.declaration.limits;
+            for (f, v) in &limits {
+                merged.set(f, *v);
+            }
+            change.limits = Some(merged);
+        }
+        s.skills.set(&n, &change)
+    })
+    .await?
+    {
+        Some(detail) => {
+            notify.offer_changed.notify_one();
+            Ok(Json(detail).into_response())
+        }
+        None => Err(ApiError::not_found(format!("skill {name:?} not found"))),
+    }
+}
+
+#[utoipa::path(
+    delete, path = "/skills/{name}",
+    summary = "Remove a skill: its declaration and its body source.",
+    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 404, description = "No such skill (`not_found`)."),
+    )
+)]
+pub(super) async fn delete_skill(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let name = path_param(name)?;
+    let n = name.clone();
+    let notify = s.clone();
+    if blocking(move || s.skills.delete(&n)).await? {
+        notify.offer_changed.notify_one();
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("skill {name:?} not found")))
+    }
+}

@@ -1,0 +1,183 @@
+//! Sources: list, metadata, store (encrypted at rest), mark shareable, remove. Never content out.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+
+use super::bodies::*;
+use super::extract::{blocking, media_type, path_param, query, read_body};
+use super::{ApiError, AppState};
+use crate::sources::{self, SourceKind, SourceMeta};
+
+#[utoipa::path(
+    get, path = "/sources",
+    summary = "Every source: name, kind, size, digest — never content.",
+    responses((status = 200, description = "Sources.", body = SourceList))
+)]
+pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<SourceList>, ApiError> {
+    let sources = blocking(move || s.sources.list()).await?;
+    let total = sources.len();
+    Ok(Json(SourceList { sources, total }))
+}
+
+#[utoipa::path(
+    get, path = "/sources/{*name}",
+    summary = "One source's metadata (never content).",
+    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    responses(
+        (status = 200, description = "Source metadata.", body = SourceMeta),
+        (status = 400, description = "Bad source name (`validation_error`)."),
+        (status = 404, description = "No such source (`not_found`)."),
+    )
+)]
+pub(super) async fn get_source(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let name = path_param(name)?;
+    sources::check_name(&name)?;
+    let n = name.clone();
+    match blocking(move || s.sources.meta(&n)).await? {
+        Some(meta) => Ok(Json(meta).into_response()),
+        None => Err(ApiError::not_found(format!("source {name:?} not found"))),
+    }
+}
+
+#[utoipa::path(
+    put, path = "/sources/{*name}",
+    summary = "Store or replace a source; the body is the content, encrypted at rest. Names under `skill/` are refused (skill import writes them).",
+    params(
+        ("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256),
+        ("kind" = Option<SourceKind>, Query, description = "text | secret | file (or header X-Source-Kind). Default: text when UTF-8, file otherwise."),
+        ("shareable" = Option<bool>, Query, description = "Mark the source as user data a call may stake (default false; never a secret)."),
+    ),
+    request_body(content = inline(Content), content_type = "*/*", description = "The content."),
+    responses(
+        (status = 201, description = "Created.", body = SourceMeta),
+        (status = 200, description = "Replaced.", body = SourceMeta),
+        (status = 400, description = "Bad name, kind or content (`validation_error`)."),
+        (status = 413, description = "Body over the source limit (`payload_too_large`)."),
+    )
+)]
+pub(super) async fn put_source(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let name = path_param(name)?;
+    sources::check_name(&name)?;
+    let q = query(&uri, &["kind", "shareable"])?;
+    let shareable = match q.get("shareable").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::validation(
+                "query.shareable",
+                format!("{other:?} is not true or false"),
+            ));
+        }
+    };
+    let header_kind = headers
+        .get("x-source-kind")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let kind = match q.get("kind").cloned().or(header_kind) {
+        Some(k) => Some(k.parse::<SourceKind>().map_err(|_| {
+            ApiError::validation("kind", format!("{k:?} is not one of text, secret, file"))
+        })?),
+        None => None,
+    };
+    let bytes = read_body(body, &headers, s.limits.max_source_bytes).await?;
+    // Without a kind: text when it is UTF-8, bytes otherwise.
+    let kind = kind.unwrap_or(if std::str::from_utf8(&bytes).is_ok() {
+        SourceKind::Text
+    } else {
+        SourceKind::File
+    });
+    let notify = s.clone();
+    let (meta, existed) = blocking(move || {
+        let existed = s.sources.meta(&name)?.is_some();
+        Ok((s.sources.put_with(&name, kind, &bytes, shareable)?, existed))
+    })
+    .await?;
+    notify.offer_changed.notify_one();
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(meta)).into_response())
+}
+
+/// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or not),
+/// without sending its content again.
+#[utoipa::path(
+    patch, path = "/sources/{*name}",
+    summary = "Mark a source shareable (a call may stake it) or not, without its content.",
+    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    request_body = SourceChange,
+    responses(
+        (status = 200, description = "The source's metadata.", body = SourceMeta),
+        (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
+        (status = 404, description = "No such source (`not_found`)."),
+        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+    )
+)]
+pub(super) async fn patch_source(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<SourceMeta>, ApiError> {
+    let name = path_param(name)?;
+    sources::check_name(&name)?;
+    if media_type(&headers).as_deref() != Some("application/json") {
+        return Err(ApiError::unsupported_media_type(
+            media_type(&headers).as_deref(),
+            &["application/json"],
+        ));
+    }
+    let bytes = read_body(body, &headers, 4096).await?;
+    let change: SourceChange = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::validation("body", format!("expected {{\"shareable\": bool}}: {e}"))
+    })?;
+    let n = name.clone();
+    let notify = s.clone();
+    match blocking(move || s.sources.set_shareable(&n, change.shareable)).await? {
+        Some(meta) => {
+            notify.offer_changed.notify_one();
+            Ok(Json(meta))
+        }
+        None => Err(ApiError::not_found(format!("source {name:?} not found"))),
+    }
+}
+
+#[utoipa::path(
+    delete, path = "/sources/{*name}",
+    summary = "Remove a source.",
+    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 400, description = "Bad source name (`validation_error`)."),
+        (status = 404, description = "No such source (`not_found`)."),
+    )
+)]
+pub(super) async fn delete_source(
+    State(s): State<AppState>,
+    name: Result<Path<String>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let name = path_param(name)?;
+    sources::check_name(&name)?;
+    let n = name.clone();
+    let notify = s.clone();
+    if blocking(move || s.sources.delete(&n)).await? {
+        notify.offer_changed.notify_one();
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("source {name:?} not found")))
+    }
+}
