@@ -37,6 +37,25 @@ impl Default for HttpOptions {
     }
 }
 
+/// The TLS roots of every provider client: Mozilla's, as compiled in (`webpki-root-certs`),
+/// plus the PEM certificates a test passes.
+fn roots(extra_pem: &[u8]) -> Result<Vec<reqwest::Certificate>, ProviderError> {
+    let mut out = Vec::with_capacity(webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() + 1);
+    for der in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+        out.push(
+            reqwest::Certificate::from_der(der.as_ref())
+                .map_err(|_| ProviderError::Config("a compiled-in TLS root is malformed".into()))?,
+        );
+    }
+    if !extra_pem.is_empty() {
+        out.extend(
+            reqwest::Certificate::from_pem_bundle(extra_pem)
+                .map_err(|_| ProviderError::Config("the extra TLS roots are not PEM".into()))?,
+        );
+    }
+    Ok(out)
+}
+
 /// A provider's base URL plus a client locked to it.
 #[derive(Clone, Debug)]
 pub(crate) struct Endpoint {
@@ -47,6 +66,16 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     pub(crate) fn new(base_url: &str, options: HttpOptions) -> Result<Self, ProviderError> {
+        Endpoint::trusting(base_url, options, &[])
+    }
+
+    /// [`Endpoint::new`] that also trusts `extra_roots_pem` (PEM certificates): only for tests
+    /// against an https double with its own root. The box never calls it.
+    pub(crate) fn trusting(
+        base_url: &str,
+        options: HttpOptions,
+        extra_roots_pem: &[u8],
+    ) -> Result<Self, ProviderError> {
         let mut base = Url::parse(base_url).map_err(|e| {
             ProviderError::Config(format!("base URL {base_url:?} is not a URL: {e}"))
         })?;
@@ -80,6 +109,10 @@ impl Endpoint {
             .redirect(reqwest::redirect::Policy::none())
             // A proxy from the environment would be egress to another host.
             .no_proxy()
+            // The roots compiled into this binary and nothing else: the OS store,
+            // `SSL_CERT_FILE` and `SSL_CERT_DIR` belong to the box's operator, who could add a
+            // root of their own and read the owner's key and the skill body on the way out.
+            .tls_certs_only(roots(extra_roots_pem)?)
             .timeout(options.timeout)
             .connect_timeout(options.connect_timeout)
             .user_agent(concat!("skillbox/", env!("CARGO_PKG_VERSION")))

@@ -62,6 +62,16 @@ impl OpenAiCompatible {
     /// `base_url` is the API root, e.g. `https://openrouter.ai/api/v1`; requests go to
     /// `{base_url}/chat/completions` and nowhere else.
     pub fn new(base_url: &str, options: OpenAiOptions) -> Result<Self, ProviderError> {
+        Self::trusting(base_url, options, &[])
+    }
+
+    /// [`OpenAiCompatible::new`] that also trusts the PEM roots `extra_roots_pem`: for tests
+    /// against an https double only. The box never calls it (its roots are compiled in).
+    pub fn trusting(
+        base_url: &str,
+        options: OpenAiOptions,
+        extra_roots_pem: &[u8],
+    ) -> Result<Self, ProviderError> {
         for value in [&options.referer, &options.title].into_iter().flatten() {
             if reqwest::header::HeaderValue::from_str(value).is_err() {
                 return Err(ProviderError::Config(format!(
@@ -70,7 +80,7 @@ impl OpenAiCompatible {
             }
         }
         Ok(OpenAiCompatible {
-            endpoint: Endpoint::new(base_url, options.http.clone())?,
+            endpoint: Endpoint::trusting(base_url, options.http.clone(), extra_roots_pem)?,
             options,
         })
     }

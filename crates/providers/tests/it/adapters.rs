@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use skillbox_providers::anthropic::Anthropic;
 use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
 use skillbox_providers::{
-    ChatRequest, FinishReason, HttpOptions, Provider, ProviderError, ProviderFailure,
+    ChatRequest, Completion, FinishReason, HttpOptions, Provider, ProviderError, ProviderFailure,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -705,4 +705,211 @@ async fn an_oversized_answer_is_refused() {
         matches!(&err, ProviderError::Protocol(m) if m.contains("MiB")),
         "{err:?}"
     );
+}
+
+/// An https double for issue 30 item 12: `openssl s_server` with a leaf certificate for
+/// 127.0.0.1 issued by a root of the test's own (the root a box operator would put in
+/// `SSL_CERT_FILE`). s_server prints what a client sends after the handshake and never answers.
+struct TlsDouble {
+    child: std::process::Child,
+    url: String,
+    seen: Arc<Mutex<String>>,
+    root_pem: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsDouble {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl (the https double needs the openssl command)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn tls_double() -> TlsDouble {
+    use std::io::Read;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::write(
+        d.join("ca.cnf"),
+        "[req]\ndistinguished_name = dn\nx509_extensions = v3_ca\nprompt = no\n[dn]\n\
+         CN = box operator root\n[v3_ca]\nbasicConstraints = critical, CA:TRUE\n\
+         keyUsage = critical, keyCertSign, cRLSign\nsubjectKeyIdentifier = hash\n",
+    )
+    .expect("ca.cnf");
+    std::fs::write(
+        d.join("leaf.ext"),
+        "subjectAltName = IP:127.0.0.1\nbasicConstraints = critical, CA:FALSE\n\
+         keyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n\
+         authorityKeyIdentifier = keyid\n",
+    )
+    .expect("leaf.ext");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut args = vec!["req", "-x509", "-config", "ca.cnf", "-days", "2"];
+    args.extend(ec);
+    args.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+    openssl(d, &args);
+    let mut args = vec!["req", "-new", "-subj", "/CN=127.0.0.1"];
+    args.extend(ec);
+    args.extend(["-keyout", "leaf.key", "-out", "leaf.csr"]);
+    openssl(d, &args);
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "leaf.ext",
+            "-out",
+            "leaf.pem",
+        ],
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let mut child = std::process::Command::new("openssl")
+        .current_dir(d)
+        .args(["s_server", "-accept"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["-cert", "leaf.pem", "-key", "leaf.key"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let seen = Arc::new(Mutex::new(String::new()));
+    let s = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                return;
+            }
+            s.lock()
+                .expect("seen")
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.lock().expect("seen").contains("ACCEPT") {
+        assert!(Instant::now() < deadline, "s_server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    TlsDouble {
+        child,
+        url: format!("https://127.0.0.1:{port}/v1"),
+        seen,
+        root_pem: d.join("ca.pem"),
+        _dir: dir,
+    }
+}
+
+/// One chat completion with `KEY` (the double never answers: an error either way).
+async fn chat_once(provider: OpenAiCompatible) -> Result<Completion, ProviderError> {
+    provider.complete(request(), Some(KEY)).await
+}
+
+fn tls_options() -> OpenAiOptions {
+    let mut options = OpenAiOptions::openrouter(HttpOptions {
+        timeout: Duration::from_secs(2),
+        max_retries: 0,
+        ..http()
+    });
+    options.stream = false;
+    options
+}
+
+/// Issue 30 item 12: the box's operator controls its environment. A root they place in
+/// `SSL_CERT_FILE` (or `SSL_CERT_DIR`, or the OS store) must not let them stand in for the
+/// provider and read the owner's key and the skill: provider clients trust only the roots
+/// compiled in. The test process re-runs itself with those variables set (the environment is
+/// read when the client is built); the double, trusted explicitly, shows it would have seen the
+/// key.
+#[test]
+fn provider_tls_ignores_roots_from_the_environment() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    if let Ok(url) = std::env::var("SKILLBOX_TEST_TLS_CHILD_URL") {
+        let provider = OpenAiCompatible::new(&url, tls_options()).expect("provider");
+        let result = rt.block_on(chat_once(provider));
+        let err = result.expect_err("the double never answers");
+        assert_no_key(&err);
+        println!("child: {err}");
+        return;
+    }
+    let double = tls_double();
+    // The operator's root in the environment, the client built as the box builds it (in a
+    // process of its own, which closes its connection when it exits: s_server serves one at a
+    // time).
+    let dir = double.root_pem.parent().expect("dir").to_owned();
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "adapters::provider_tls_ignores_roots_from_the_environment",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("SKILLBOX_TEST_TLS_CHILD_URL", &double.url)
+        .env("SSL_CERT_FILE", &double.root_pem)
+        .env("SSL_CERT_DIR", &dir)
+        .output()
+        .expect("re-run the test binary");
+    let child = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && child.contains("1 passed"),
+        "{child}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = double.seen.lock().expect("seen").clone();
+    assert!(
+        !seen.contains(KEY) && !seen.contains("chat/completions"),
+        "the operator's root let the double read the request ({child}): {seen}"
+    );
+    // Trusted explicitly (the test-only constructor), the same double does see the request and
+    // the key: what the environment's root would have given the operator.
+    let root = std::fs::read(&double.root_pem).expect("root");
+    let provider = OpenAiCompatible::trusting(&double.url, tls_options(), &root).expect("provider");
+    let _ = rt.block_on(chat_once(provider));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !double.seen.lock().expect("seen").contains(KEY) {
+        assert!(
+            Instant::now() < deadline,
+            "the double never saw the key when trusted: {}",
+            double.seen.lock().expect("seen")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
