@@ -302,6 +302,11 @@ fn default_max_unstarted_per_peer() -> u64 {
     8
 }
 
+/// The longest a program may stay valid: the box's default horizon (`max_program_ttl_secs`,
+/// 1 h; a later `expires_at` is refused `expires_too_far` at open) less 5 minutes for a node
+/// clock ahead of the box's.
+pub const MAX_CALL_EXPIRY_SECS: u64 = 3300;
+
 fn default_elicitation_consent() -> bool {
     true
 }
@@ -604,6 +609,11 @@ impl Config {
                 "calls.max_request_bytes, calls.expiry_secs, calls.retention_days and calls.max_unstarted_per_peer must be at least 1"
                     .into(),
             );
+        }
+        if c.expiry_secs > MAX_CALL_EXPIRY_SECS {
+            return Err(format!(
+                "calls.expiry_secs must be at most {MAX_CALL_EXPIRY_SECS} (a box refuses a program valid for longer than 1 h)"
+            ));
         }
         let cl = &self.ceilings;
         for (name, v, max) in [
@@ -1047,6 +1057,7 @@ mod tests {
             sources_within: Some(vec!["notes".into(), "diary".into()]),
             decision: skillbox_calls::Decision::Ask,
             surface: None,
+            told: None,
         });
         c.policy.admission.deny_peers.push("12D3KooWbad".into());
         c.agents.department_nesting = false;
@@ -1234,5 +1245,23 @@ mod tests {
             .replace("\"local.skillbox\"", "\"Local..x\"");
         let err = Config::parse(&text, Path::new("c.toml")).expect_err("bad namespace refused");
         assert!(err.to_string().contains("agents.namespace"), "{err}");
+    }
+
+    /// A program valid past the box's default horizon (1 h) is refused at open
+    /// (`expires_too_far`), so the node never builds one: and the rendered default parses.
+    #[test]
+    fn call_expiry_stays_within_the_boxs_horizon() {
+        let d = Config::default();
+        assert!(d.calls.expiry_secs <= MAX_CALL_EXPIRY_SECS);
+        assert!(MAX_CALL_EXPIRY_SECS < skillbox_jc::run::BoxConfig::default().max_program_ttl_secs);
+        let text = d
+            .render()
+            .replace("expiry_secs = 900", "expiry_secs = 3600");
+        let err = Config::parse(&text, Path::new("c.toml")).expect_err("past the horizon");
+        assert!(err.to_string().contains("calls.expiry_secs"), "{err}");
+        let text = d
+            .render()
+            .replace("expiry_secs = 900", "expiry_secs = 3300");
+        Config::parse(&text, Path::new("c.toml")).expect("within it");
     }
 }

@@ -102,3 +102,33 @@ async fn a_busy_box_hands_the_call_to_another_before_anything_is_staked() {
     caller.stop().await;
     owner.stop().await;
 }
+
+/// The box's per-client rate (`--client-rate`) set so low that opens and stakes from the two
+/// nodes (one loopback address) are refused `rate_limited` (429): the refusals pass, the calls
+/// retry with the machine's backoff and are all answered, each run exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limited_box_is_retried_until_the_calls_are_answered() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let slow = support::start_box_configured(
+        &provider_url,
+        BoxConfig {
+            client_rate: skillbox_jc::run::Rate {
+                burst: 2.0,
+                per_sec: 4.0,
+            },
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    let (owner, caller) = pair(std::slice::from_ref(&slow)).await;
+    // Three calls at once need nine tokens (an open and two stakes each) from a bucket of two.
+    let ended = burst(&owner, &caller, 3).await;
+    for (c, o) in &ended {
+        assert_eq!(c["state"], "answered", "{c}");
+        assert_eq!(o["state"], "ran", "{o}");
+    }
+    let ran = provider.0.lock().expect("provider log").len();
+    assert_eq!(ran, 3, "each call ran exactly once");
+    caller.stop().await;
+    owner.stop().await;
+}

@@ -72,14 +72,35 @@ fn action_name(a: &Action) -> &'static str {
     }
 }
 
-/// A box error that may pass (retry later) rather than one that ends the call.
+/// A box error that may pass (retry later, with the machine's backoff) rather than one that
+/// ends the call. Passing: the box full or out of stake memory (`busy`, at open and now also at
+/// stake), its per-client or per-key rate (`rate_limited`, 429), this side's own earlier upload
+/// of the stake still being read (`upload_in_progress`) or cut off by the box's upload deadline
+/// (`upload_timed_out`: the slot is free again, and the written-ahead stake entry stands
+/// unanswered until the retry asks the box), and any 5xx. Lasting, by their code:
+/// `expires_too_far` and `key_not_allowed` (the same program gets the same answer from that box
+/// however often it asks) and every other 4xx.
 pub(super) fn transient(e: &JcError) -> bool {
     match e {
-        JcError::Transport(_) | JcError::NotReady(_) | JcError::Busy(_) => true,
+        JcError::Transport(_)
+        | JcError::NotReady(_)
+        | JcError::Busy(_)
+        | JcError::OverBudget { .. }
+        | JcError::RateLimited
+        | JcError::UploadInProgress { .. }
+        | JcError::UploadTimedOut => true,
         JcError::Remote { status, code } => {
             *status >= 500
                 || *status == 429
-                || matches!(code.as_str(), "not_ready" | "busy" | "stakes_missing")
+                || matches!(
+                    code.as_str(),
+                    "not_ready"
+                        | "busy"
+                        | "stakes_missing"
+                        | "rate_limited"
+                        | "upload_in_progress"
+                        | "upload_timed_out"
+                )
         }
         _ => false,
     }
@@ -102,6 +123,12 @@ fn box_failure(e: &JcError) -> Event {
         | JcError::ProviderHostNotAttested
         | JcError::ProviderHostNotPinned
         | JcError::Evidence(_) => FailureCode::AttestationRejected,
+        // The box will not take this program at all (its allow-list, its expiry horizon).
+        JcError::Remote { code, .. }
+            if matches!(code.as_str(), "key_not_allowed" | "expires_too_far") =>
+        {
+            FailureCode::BoxUnavailable
+        }
         _ => FailureCode::BoxFailed,
     };
     let what = match e {
