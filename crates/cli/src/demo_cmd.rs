@@ -180,7 +180,9 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     ));
 
     let api = Api {
+        // Loopback nodes only: a proxy from the environment would get their tokens.
         http: reqwest::Client::builder()
+            .no_proxy()
             .timeout(Duration::from_secs(120))
             .build()
             .context("HTTP client")?,

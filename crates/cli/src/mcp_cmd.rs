@@ -1,9 +1,9 @@
 //! `skillbox mcp`: the MCP server on stdio, for a client that starts it as a subprocess.
 //!
 //! The node runs as its own process (it holds the data dir's lock), so this server acts through
-//! the running node's HTTP API with the operator token, both found in the data dir; the same
-//! rmcp handler serves `/mcp` on the node itself over its in-process state. stdout carries only
-//! MCP messages: logs go to stderr.
+//! the running node's HTTP API on its Unix socket with the operator token, both in the data
+//! dir; the same rmcp handler serves `/mcp` on the node itself over its in-process state. stdout
+//! carries only MCP messages: logs go to stderr.
 
 use std::process::ExitCode;
 
@@ -30,15 +30,11 @@ pub fn run(global: &crate::Global, args: McpArgs) -> anyhow::Result<ExitCode> {
         .try_init();
     let dir = DataDir::new(global.data_dir());
     let token = dir.load_api_token()?;
-    let addr = dir
-        .load_api_addr()
-        .context("the node's API address is not in the data dir: start `skillbox node` first")?;
     let max_request_bytes = dir
         .load_config()
         .map(|c| c.calls.max_request_bytes)
         .unwrap_or(64 * 1024);
-    let backend =
-        NodeHttp::new(format!("http://{addr}"), token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let backend = NodeHttp::new(dir.api_socket(), token).map_err(|e| anyhow::anyhow!("{e}"))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

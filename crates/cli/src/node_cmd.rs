@@ -171,6 +171,8 @@ pub(crate) struct Client {
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
     base: String,
+    /// The socket's path, for error messages.
+    socket: String,
     token: String,
 }
 
@@ -184,19 +186,25 @@ impl Client {
     pub(crate) fn from_data_dir(global: &crate::Global) -> anyhow::Result<Client> {
         let dir = DataDir::new(global.data_dir());
         let token = dir.load_api_token()?;
-        let addr = dir.load_api_addr()?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?;
+        // The token goes only to the node's Unix socket in the 0700 data dir, never to the TCP
+        // port in `api.addr`: after a crash another local user may hold that port. A socket
+        // also takes no proxy from the environment.
+        let socket = dir.api_socket();
         let http = reqwest::Client::builder()
+            .unix_socket(socket.as_path())
+            .no_proxy()
             .timeout(std::time::Duration::from_secs(60))
             .build()
             .context("building the HTTP client")?;
         Ok(Client {
             rt,
             http,
-            base: format!("http://{addr}"),
+            base: "http://localhost".into(),
+            socket: socket.display().to_string(),
             token,
         })
     }
@@ -221,7 +229,7 @@ impl Client {
             let resp = req.send().await.with_context(|| {
                 format!(
                     "cannot reach the node at {} (is `skillbox node` running?)",
-                    self.base
+                    self.socket
                 )
             })?;
             let status = resp.status();

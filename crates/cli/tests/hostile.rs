@@ -9,6 +9,10 @@
 //! - A caller asking for more than the owner's ceilings: refused with `over_owner_limit`.
 //! - A dictionary of model ids against the advertised digest: no match.
 //! - A box without the skill's provider: refused at once (`no_box_for_provider`).
+//! - Another local user (issue 30 item 10): a listener on the port a crashed node's stale
+//!   `api.addr` names never gets the operator token from the CLI or `skillbox mcp`; a proxy in
+//!   `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` sees none of the CLI's, the nodes' or the box's
+//!   loopback traffic while a whole call runs.
 
 mod support {
     pub mod procs;
@@ -507,4 +511,235 @@ fn a_box_without_the_skills_provider_is_refused_at_once() {
     // Refused where it starts (no call to stall for 120 s on either side).
     assert_eq!(caller.api().get("/calls").body["total"], 0);
     assert_eq!(owner.api().get("/calls").body["total"], 0);
+}
+
+/// A loopback listener standing in for another local user's process: it records every byte sent
+/// to it (each connection's request head), answers 502 and closes.
+struct Recorder {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Recorder {
+    fn on(listener: std::net::TcpListener) -> Recorder {
+        use std::io::{Read, Write};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (s, c) = (seen.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 1 << 16 {
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                s.lock().expect("recorder").extend_from_slice(&buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        Recorder { seen, connections }
+    }
+
+    fn seen(&self) -> Vec<u8> {
+        self.seen.lock().expect("recorder").clone()
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// `skillbox mcp` on `dir`, asked to call `list_sources` (which goes to the node with the
+/// token); its answer to that call.
+fn mcp_list_sources(dir: &std::path::Path, env: &[(&str, &str)]) -> String {
+    use std::io::{BufRead, Write};
+    let mut child = Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["mcp", "--wait", "5"])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn skillbox mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for m in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "item-10", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "list_sources", "arguments": {}}}),
+    ] {
+        writeln!(stdin, "{m}").expect("write to mcp");
+    }
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let is_answer = serde_json::from_str::<Value>(&line).is_ok_and(|v| v["id"] == 2);
+            if is_answer {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    let answer = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    answer
+}
+
+fn cli_env(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(BIN)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run skillbox")
+}
+
+#[test]
+fn a_stale_api_addr_never_gets_the_operator_token() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut node = procs::init_node(root.path(), "n", "http://127.0.0.1:9", None, |t| t);
+    node.start(&[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        if let Ok(a) = std::fs::read_to_string(node.dir.join("api.addr")) {
+            break a.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no api.addr");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // While the node runs, the CLI and `skillbox mcp` reach it.
+    let o = cli(&node.dir, &["skill", "list"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let answer = mcp_list_sources(&node.dir, &[]);
+    assert!(
+        answer.contains("\"result\"") && !answer.contains("\"isError\":true"),
+        "{answer}"
+    );
+    // The node crashes (kill -9: api.addr stays behind) and another local user takes its port.
+    node.kill();
+    assert!(node.dir.join("api.addr").exists(), "api.addr was removed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let listener = loop {
+        match std::net::TcpListener::bind(&addr) {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "cannot take {addr}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let thief = Recorder::on(listener);
+    let listed = cli(&node.dir, &["skill", "list"]);
+    let calls = cli(&node.dir, &["calls"]);
+    let answer = mcp_list_sources(&node.dir, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !contains(&thief.seen(), &node.token),
+        "the operator token went to the port in a stale api.addr"
+    );
+    assert_eq!(
+        thief.connections(),
+        0,
+        "something connected to the stale port"
+    );
+    // Each says the node is not running.
+    for o in [&listed, &calls] {
+        assert_eq!(o.status.code(), Some(1), "{}", text(o));
+        assert!(
+            text(o).contains("is `skillbox node` running?"),
+            "{}",
+            text(o)
+        );
+    }
+    assert!(answer.contains("\"isError\":true"), "{answer}");
+}
+
+#[test]
+fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    let proxy_url = format!("http://{}", proxy.local_addr().expect("proxy addr"));
+    let proxy = Recorder::on(proxy);
+    let env: Vec<(&str, &str)> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k, proxy_url.as_str()))
+    .chain([("NO_PROXY", ""), ("no_proxy", "")])
+    .collect();
+    let (provider_url, provider) = procs::provider_double(Duration::ZERO);
+    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
+    owner.start(&env);
+    owner
+        .api()
+        .put_source("openai-key", "secret", "sk-proxy-test");
+    owner
+        .api()
+        .add_skill(&procs::skill_doc("taste", "BODY", &["songs"]));
+    let mut caller = procs::init_node(
+        root.path(),
+        "caller",
+        &bx.url,
+        Some(&owner.p2p_addr()),
+        |t| t,
+    );
+    caller.start(&env);
+    caller
+        .api()
+        .put_source("songs", "text", "Bonobo - Kerala\n");
+    caller
+        .api()
+        .wait_board(&owner.peer_id, "taste", Duration::from_secs(30));
+    // The CLI, each node to the box and back, with every proxy variable set.
+    let o = cli_env(
+        &caller.dir,
+        &[
+            "call",
+            &owner.peer_id,
+            "taste",
+            "what do I like?",
+            "--wait",
+            "--json",
+        ],
+        &env,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let rec: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(rec["state"], "answered", "{rec}");
+    assert_eq!(provider.0.lock().expect("log").len(), 1);
+    let answer = mcp_list_sources(&caller.dir, &env);
+    assert!(
+        answer.contains("songs") && !answer.contains("\"isError\":true"),
+        "{answer}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        proxy.connections(),
+        0,
+        "the proxy saw: {}",
+        String::from_utf8_lossy(&proxy.seen())
+    );
 }

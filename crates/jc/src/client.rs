@@ -154,6 +154,22 @@ async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8
     Ok(out)
 }
 
+/// Whether `url` names this machine (`localhost`, `*.localhost`, 127/8, ::1).
+fn is_loopback_url(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let Some(host) = u.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
+}
+
 /// HTTP client of one box.
 #[derive(Clone)]
 pub struct BoxClient {
@@ -163,9 +179,15 @@ pub struct BoxClient {
 
 impl BoxClient {
     pub fn new(base_url: &str) -> Result<BoxClient> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(120))
+            .timeout(Duration::from_secs(120));
+        // A proxy from the environment would carry loopback traffic (this node's stakes, the
+        // box's answers) to whoever runs it; a remote box may sit behind the operator's proxy.
+        if is_loopback_url(base_url) {
+            builder = builder.no_proxy();
+        }
+        let http = builder
             .build()
             .map_err(|e| JcError::Transport(e.to_string()))?;
         Ok(BoxClient {

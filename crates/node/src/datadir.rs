@@ -7,6 +7,7 @@
 //! <data_dir>/config.toml  every setting, with comments
 //! <data_dir>/node.db      SQLite store (+ -wal, -shm)
 //! <data_dir>/api.addr     the API's bound address, written by `skillbox node` on start
+//! <data_dir>/api.sock     the API on a Unix socket, for the CLI and `skillbox mcp` (mode 0600)
 //! ```
 
 use std::fs::{self, OpenOptions};
@@ -24,6 +25,7 @@ pub const API_TOKEN: &str = "api.token";
 pub const CONFIG: &str = "config.toml";
 pub const STORE: &str = "node.db";
 pub const API_ADDR: &str = "api.addr";
+pub const API_SOCKET: &str = "api.sock";
 
 /// Paths inside one data dir.
 #[derive(Debug, Clone)]
@@ -55,6 +57,12 @@ impl DataDir {
     }
     pub fn api_addr(&self) -> PathBuf {
         self.root.join(API_ADDR)
+    }
+    /// The API's Unix socket: what the CLI and `skillbox mcp` send the token to. Only this user
+    /// can reach it (the dir is 0700), while a TCP port named in a stale `api.addr` may belong to
+    /// anyone after a crash.
+    pub fn api_socket(&self) -> PathBuf {
+        self.root.join(API_SOCKET)
     }
 
     /// Create the data dir with fresh keys, a token and the full config. Refuses a dir that

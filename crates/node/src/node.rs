@@ -78,9 +78,40 @@ pub struct Node {
     store: Arc<Store>,
     boxes: Arc<Boxes>,
     peers: Option<PeersRunning>,
+    /// `<data_dir>/api.sock`, bound by [`Node::bind`] beside the TCP listener so it accepts
+    /// (queues) connections from the moment the port does; [`Node::serve_with`] serves it.
+    api_socket: std::sync::Mutex<Option<std::os::unix::net::UnixListener>>,
     /// Held for the node's life: one node per data dir (two would both answer on api.addr and
     /// both write the store).
     _lock: std::fs::File,
+}
+
+/// Bind `<data_dir>/api.sock` for the CLI and `skillbox mcp`, which send the operator token:
+/// only this user can reach a socket in the 0700 data dir (and the file is 0600), where a TCP
+/// port named by a stale `api.addr` can be bound by any local user once this node is gone. A file
+/// left by a crash is removed first (this node holds the data dir's lock).
+fn bind_api_socket(dir: &DataDir) -> Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.api_socket();
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(NodeError::io(format!("removing {}", path.display()), e)),
+    }
+    let listener = std::os::unix::net::UnixListener::bind(&path).map_err(|e| {
+        NodeError::io(
+            format!(
+                "binding the API socket {} (a socket path is at most 107 bytes: a shorter \
+                 --data-dir helps if it is longer)",
+                path.display()
+            ),
+            e,
+        )
+    })?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| listener.set_nonblocking(true))
+        .map_err(|e| NodeError::io(format!("preparing {}", path.display()), e))?;
+    Ok(listener)
 }
 
 fn lock_data_dir(dir: &DataDir) -> Result<std::fs::File> {
@@ -171,6 +202,7 @@ impl Node {
             store,
             boxes,
             peers: None,
+            api_socket: std::sync::Mutex::new(None),
             _lock: lock,
         })
     }
@@ -347,9 +379,14 @@ impl Node {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the API listens beyond loopback: anyone who can reach it and holds the token controls this node");
         }
-        tokio::net::TcpListener::bind(addr)
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|e| NodeError::io(format!("binding the API to {addr}"), e))
+            .map_err(|e| NodeError::io(format!("binding the API to {addr}"), e))?;
+        let socket = bind_api_socket(&self.data_dir)?;
+        if let Ok(mut slot) = self.api_socket.lock() {
+            *slot = Some(socket);
+        }
+        Ok(listener)
     }
 
     /// Serve the API on `listener` until `shutdown` resolves. Writes the bound address to
@@ -373,6 +410,12 @@ impl Node {
         let addr = listener
             .local_addr()
             .map_err(|e| NodeError::io("reading the API's bound address", e))?;
+        let socket = match self.api_socket.lock().ok().and_then(|mut s| s.take()) {
+            Some(s) => s,
+            None => bind_api_socket(&self.data_dir)?,
+        };
+        let socket = tokio::net::UnixListener::from_std(socket)
+            .map_err(|e| NodeError::io("serving the API socket", e))?;
         self.data_dir.write_api_addr(addr)?;
         tracing::info!(%addr, node_id = %self.node_id(), "API listening");
         // Only requests naming this API (its address, `localhost` on loopback, `api.hosts`) and
@@ -381,13 +424,33 @@ impl Node {
             hosts: skillbox_jc::server::HostGuard::for_addr(addr, &self.config.api.hosts),
             json_rpc: mounts.json_rpc.clone(),
         });
-        let router = api::router_with(self.state.clone(), mounts)
-            .layer(axum::middleware::from_fn_with_state(hosts, api::host_guard));
-        axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(|e| NodeError::io("serving the API", e))?;
+        let router = api::router_with(self.state.clone(), mounts);
+        // No browser reaches a Unix socket (no DNS rebinding, no cross-site page), so the socket
+        // answers without the Host check; only this user can connect to it.
+        let on_socket = router.clone();
+        let router = router.layer(axum::middleware::from_fn_with_state(hosts, api::host_guard));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let on_tcp = axum::serve(listener, router).with_graceful_shutdown(stopped());
+        let on_unix = axum::serve(socket, on_socket).with_graceful_shutdown(stopped());
+        let signal = async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+            Ok::<(), std::io::Error>(())
+        };
+        let served = tokio::try_join!(
+            async move { on_tcp.await },
+            async move { on_unix.await },
+            signal
+        );
         let _ = std::fs::remove_file(self.data_dir.api_addr());
+        let _ = std::fs::remove_file(self.data_dir.api_socket());
+        served.map_err(|e| NodeError::io("serving the API", e))?;
         if let Some(p) = &self.peers {
             for t in &p.calls_tasks {
                 t.abort();

@@ -428,17 +428,22 @@ pub struct NodeHttp {
 pub const CATALOG_PATH: &str = "/v1/host/skillbox/reach/catalog";
 
 impl NodeHttp {
+    /// Over the node's Unix socket (`<data_dir>/api.sock`), never its TCP port: a stale
+    /// `api.addr` names a port any local user may hold after a crash, and a socket takes no
+    /// proxy from the environment.
     pub fn new(
-        base: impl Into<String>,
+        socket: impl Into<std::path::PathBuf>,
         token: impl Into<String>,
     ) -> Result<NodeHttp, BackendError> {
         let http = reqwest::Client::builder()
+            .unix_socket(socket.into())
+            .no_proxy()
             .timeout(Duration::from_secs(60))
             .build()
             .map_err(|_| BackendError::Unavailable("cannot build the HTTP client".into()))?;
         Ok(NodeHttp {
             http,
-            base: base.into().trim_end_matches('/').to_owned(),
+            base: "http://localhost".into(),
             token: token.into(),
         })
     }
