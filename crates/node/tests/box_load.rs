@@ -132,3 +132,30 @@ async fn a_rate_limited_box_is_retried_until_the_calls_are_answered() {
     caller.stop().await;
     owner.stop().await;
 }
+
+/// A box that serves only its operator's nodes (`--allow-key`) refuses this pair's programs
+/// `key_not_allowed`: lasting at that box, so the calls that picked it move to the next box
+/// the program lists instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_box_that_refuses_the_program_hands_the_call_to_another() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let closed = support::start_box_configured(
+        &provider_url,
+        BoxConfig {
+            allowed_keys: Some(vec!["00".repeat(32)]),
+            ..BoxConfig::default()
+        },
+    )
+    .await;
+    let open = support::start_box(&provider_url).await;
+    let (owner, caller) = pair(&[closed.clone(), open.clone()]).await;
+    let ended = burst(&owner, &caller, 4).await;
+    for (c, o) in &ended {
+        assert_eq!(c["state"], "answered", "{c}");
+        assert_eq!(c["box"], open.as_str(), "{c}");
+        assert_eq!(o["state"], "ran", "{o}");
+    }
+    assert_eq!(provider.0.lock().expect("provider log").len(), 4);
+    caller.stop().await;
+    owner.stop().await;
+}

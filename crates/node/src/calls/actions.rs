@@ -214,7 +214,7 @@ impl Calls {
         loop {
             let mut last = match self.timed("open", client.open(env)).await {
                 Ok(opened) => return Ok((first.to_owned(), client, opened)),
-                Err(e) if driver::transient(&e) => e,
+                Err(e) if driver::transient(&e) || driver::box_refuses(&e) => e,
                 Err(e) => return Err(e),
             };
             let mut all_busy = is_busy(&last);
@@ -228,9 +228,12 @@ impl Calls {
                         tracing::info!(call = %row.call.id, from = %first, to = %other.url, code = last.code(), "box busy or unreachable; run opened on another");
                         return Ok((other.url, c, opened));
                     }
-                    Err(e) if driver::transient(&e) => {
+                    Err(e) if driver::transient(&e) || driver::box_refuses(&e) => {
                         all_busy &= is_busy(&e);
-                        last = e;
+                        // A box that may take the call later outranks one that never will.
+                        if driver::transient(&e) || !driver::transient(&last) {
+                            last = e;
+                        }
                     }
                     Err(e) => return Err(e),
                 }

@@ -106,6 +106,13 @@ pub(super) fn transient(e: &JcError) -> bool {
     }
 }
 
+/// A box that will not take this program at all (its allow-list of node keys, its expiry
+/// horizon): lasting at that box, but another the program lists may take it, so an open moves
+/// on rather than failing the call.
+pub(super) fn box_refuses(e: &JcError) -> bool {
+    matches!(e, JcError::Remote { code, .. } if matches!(code.as_str(), "key_not_allowed" | "expires_too_far"))
+}
+
 /// A lasting box failure as an event. Its message is the error's code and fixed words: nothing
 /// the box (or anyone) sent is kept.
 fn box_failure(e: &JcError) -> Event {
@@ -124,11 +131,7 @@ fn box_failure(e: &JcError) -> Event {
         | JcError::ProviderHostNotPinned
         | JcError::Evidence(_) => FailureCode::AttestationRejected,
         // The box will not take this program at all (its allow-list, its expiry horizon).
-        JcError::Remote { code, .. }
-            if matches!(code.as_str(), "key_not_allowed" | "expires_too_far") =>
-        {
-            FailureCode::BoxUnavailable
-        }
+        e if box_refuses(e) => FailureCode::BoxUnavailable,
         _ => FailureCode::BoxFailed,
     };
     let what = match e {
