@@ -3,14 +3,13 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::bodies::*;
-use super::extract::{blocking, json_body, path_param, query};
+use super::extract::{Param, blocking, flag, found, json_doc, query, removed, written};
 use super::{ApiError, AppState, Shared};
 use crate::tenants::Principal;
 
@@ -65,10 +64,9 @@ pub(super) async fn list_agents(
 pub(super) async fn get_agent(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
-    id: Result<Path<String>, PathRejection>,
+    Param(id): Param,
 ) -> Result<Json<Value>, ApiError> {
-    let id = path_param(id)?;
-    let found = {
+    let entry = {
         let id = id.clone();
         blocking(move || {
             let entry = match s.skills.record_by_agent_id(&id)? {
@@ -92,9 +90,7 @@ pub(super) async fn get_agent(
         })
         .await?
     };
-    found
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("agent {id:?} not found")))
+    found(entry, "agent", &id)
 }
 
 #[utoipa::path(
@@ -116,10 +112,6 @@ pub(super) async fn list_roster(
     Ok(Json(json!({ "roster": roster, "total": total })))
 }
 
-pub(super) fn roster_not_found(id: &str) -> ApiError {
-    ApiError::not_found(format!("roster entry {id:?} not found"))
-}
-
 #[utoipa::path(
     get, path = "/v1/agents/roster/{rosterId}",
     summary = "One of the caller's roster entries.",
@@ -132,14 +124,11 @@ pub(super) fn roster_not_found(id: &str) -> ApiError {
 pub(super) async fn get_roster_entry(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
-    id: Result<Path<String>, PathRejection>,
+    Param(id): Param,
 ) -> Result<Json<Value>, ApiError> {
-    let id = path_param(id)?;
     let i = id.clone();
-    match blocking(move || s.agents.roster_entry(&p.owner, &i)).await? {
-        Some(e) => Ok(Json(json!(e))),
-        None => Err(roster_not_found(&id)),
-    }
+    let entry = blocking(move || s.agents.roster_entry(&p.owner, &i)).await?;
+    found(entry.map(|e| json!(e)), "roster entry", &id)
 }
 
 #[utoipa::path(
@@ -158,19 +147,13 @@ pub(super) async fn get_roster_entry(
 pub(super) async fn put_roster(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
-    id: Result<Path<String>, PathRejection>,
+    Param(id): Param,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let id = path_param(id)?;
-    let doc = json_body(&s, &headers, body).await?;
+    let doc = json_doc(&s, &headers, body).await?;
     let (entry, created) = blocking(move || s.agents.put_roster(&p.owner, &id, &doc)).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(json!(entry))).into_response())
+    Ok(written(created, json!(entry)))
 }
 
 #[utoipa::path(
@@ -186,15 +169,11 @@ pub(super) async fn put_roster(
 pub(super) async fn delete_roster(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
-    id: Result<Path<String>, PathRejection>,
+    Param(id): Param,
 ) -> Result<StatusCode, ApiError> {
-    let id = path_param(id)?;
     let i = id.clone();
-    if blocking(move || s.agents.delete_roster(&p.owner, &i)).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(roster_not_found(&id))
-    }
+    let done = blocking(move || s.agents.delete_roster(&p.owner, &i)).await?;
+    removed(done, "roster entry", &id)
 }
 
 #[utoipa::path(
@@ -233,14 +212,9 @@ pub(super) async fn put_org_chart(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let doc = json_body(&s, &headers, body).await?;
+    let doc = json_doc(&s, &headers, body).await?;
     let (chart, created) = blocking(move || s.agents.put_chart(&p.owner, &doc)).await?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(json!(chart))).into_response())
+    Ok(written(created, json!(chart)))
 }
 
 #[utoipa::path(
@@ -259,24 +233,12 @@ pub(super) async fn put_org_chart(
 pub(super) async fn get_department(
     State(s): State<AppState>,
     Extension(p): Extension<Principal>,
-    id: Result<Path<String>, PathRejection>,
+    Param(id): Param,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
-    let id = path_param(id)?;
     let q = query(&uri, &["recursive"])?;
-    let recursive = match q.get("recursive").map(String::as_str) {
-        None | Some("true") => true,
-        Some("false") => false,
-        Some(other) => {
-            return Err(ApiError::validation(
-                "query.recursive",
-                format!("{other:?} is not true or false"),
-            ));
-        }
-    };
+    let recursive = flag(&q, "recursive", true)?;
     let d = id.clone();
-    match blocking(move || s.agents.view(&p.owner, &d, recursive)).await? {
-        Some(view) => Ok(Json(view)),
-        None => Err(ApiError::not_found(format!("department {id:?} not found"))),
-    }
+    let view = blocking(move || s.agents.view(&p.owner, &d, recursive)).await?;
+    found(view, "department", &id)
 }

@@ -2,63 +2,41 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 use zeroize::Zeroizing;
 
 use super::bodies::{
     ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
 };
-use super::extract::{path_param, query, read_body};
+use super::extract::{Driver, Media, Param, json, query};
 use super::{ApiError, AppState};
 use crate::calls::records::{Filter, parse_role};
-use crate::calls::{CallError, CallView, Calls, StartCall};
+use crate::calls::{CallView, StartCall};
 
-pub(super) const SMALL_BODY: usize = 64 * 1024;
+const SMALL_BODY: usize = 64 * 1024;
 
-impl From<CallError> for ApiError {
-    fn from(e: CallError) -> ApiError {
-        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let details = match &e {
-            CallError::Selection(s) => serde_json::to_value(s).ok(),
-            CallError::NoPick(p) => serde_json::to_value(p).ok(),
-            _ => None,
-        };
-        let err = ApiError::new(status, e.code(), e.to_string());
-        match details {
-            Some(d) => err.with_details(d),
-            None => err,
-        }
-    }
-}
-
-pub(super) fn calls(s: &AppState) -> Result<Calls, ApiError> {
-    s.calls.get().cloned().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "calls_unavailable",
-            "calls need the peer network, which this node has not started",
-        )
-    })
-}
-
-pub(super) fn json_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        // serde's message names the field and what was expected; the position helps too.
-        ApiError::validation("body", format!("not the expected JSON: {e}"))
-    })
-}
+/// What the calls routes answer when a body does not parse (serde's message follows).
+const EXPECTED: &str = "not the expected JSON";
 
 /// A body that carries a request text: up to `calls.max_request_bytes` plus room for the rest.
-async fn request_body<T: serde::de::DeserializeOwned>(
+async fn request_body<T: DeserializeOwned>(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
     let limit = s.calls_max_request.saturating_add(SMALL_BODY);
-    json_body(&read_body(body, headers, limit).await?)
+    json(headers, body, Media::Any, limit, EXPECTED).await
+}
+
+/// A small body: a consent decision, a policy.
+pub(super) async fn small_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    json(headers, body, Media::Any, SMALL_BODY, EXPECTED).await
 }
 
 #[utoipa::path(
@@ -77,10 +55,10 @@ async fn request_body<T: serde::de::DeserializeOwned>(
 )]
 pub(super) async fn post_call(
     State(s): State<AppState>,
+    Driver(c): Driver,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let c = calls(&s)?;
     let b: StartBody = request_body(&s, &headers, body).await?;
     if b.peer.is_empty() || b.skill.is_empty() {
         return Err(ApiError::validation(
@@ -118,11 +96,7 @@ pub(super) async fn post_call(
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
     )
 )]
-pub(super) async fn list_calls(
-    State(s): State<AppState>,
-    uri: Uri,
-) -> Result<Json<CallList>, ApiError> {
-    let c = calls(&s)?;
+pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallList>, ApiError> {
     let q = query(&uri, &["state", "role", "peer", "limit"])?;
     let mut f = Filter::default();
     if let Some(v) = q.get("state") {
@@ -165,11 +139,9 @@ pub(super) async fn list_calls(
     )
 )]
 pub(super) async fn get_call(
-    State(s): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
+    Driver(c): Driver,
+    Param(id): Param,
 ) -> Result<Json<OneCall>, ApiError> {
-    let c = calls(&s)?;
-    let id = path_param(id)?;
     let views = c.get(&id).await?;
     Ok(Json(OneCall::of(views)))
 }
@@ -185,11 +157,9 @@ pub(super) async fn get_call(
     )
 )]
 pub(super) async fn cancel_call(
-    State(s): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
+    Driver(c): Driver,
+    Param(id): Param,
 ) -> Result<Json<OneCall>, ApiError> {
-    let c = calls(&s)?;
-    let id = path_param(id)?;
     Ok(Json(OneCall::of(c.cancel(&id).await?)))
 }
 
@@ -201,10 +171,7 @@ pub(super) async fn cancel_call(
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
     )
 )]
-pub(super) async fn list_approvals(
-    State(s): State<AppState>,
-) -> Result<Json<ApprovalList>, ApiError> {
-    let c = calls(&s)?;
+pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalList>, ApiError> {
     let list = c.approvals().await?;
     Ok(Json(ApprovalList {
         total: list.len(),
@@ -227,15 +194,12 @@ pub(super) async fn list_approvals(
     )
 )]
 pub(super) async fn decide_approval(
-    State(s): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
+    Driver(c): Driver,
+    Param(id): Param,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<OneCall>, ApiError> {
-    let c = calls(&s)?;
-    let id = path_param(id)?;
-    let bytes = read_body(body, &headers, SMALL_BODY).await?;
-    let b: DecisionBody = json_body(&bytes)?;
+    let b: DecisionBody = small_body(&headers, body).await?;
     let allow = match b.decision.as_str() {
         "allow" => true,
         "deny" => false,
@@ -275,10 +239,10 @@ pub(super) async fn decide_approval(
 )]
 pub(super) async fn intent_skill(
     State(s): State<AppState>,
+    Driver(c): Driver,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let c = calls(&s)?;
     let b: IntentBody = request_body(&s, &headers, body).await?;
     let (pick, call) = if from_agent(b.surface.as_deref())? {
         c.intent_from_agent(Zeroizing::new(b.text)).await?

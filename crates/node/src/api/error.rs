@@ -1,5 +1,6 @@
 //! The error envelope every route answers with: `{error, message, details?}` (OpenWOP's
-//! ErrorEnvelope). Messages come from [`NodeError`]'s Display, which never carries content.
+//! ErrorEnvelope). Messages come from [`NodeError`]'s and [`CallError`]'s Display, which never
+//! carries content; each domain error enum maps to the envelope here, once.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -7,6 +8,7 @@ use serde_json::{Value, json};
 use skillbox_skill::CheckError;
 use skillbox_skill::agents::AgentsError;
 
+use crate::calls::CallError;
 use crate::error::NodeError;
 
 #[derive(Debug, Clone)]
@@ -135,6 +137,24 @@ impl From<NodeError> for ApiError {
                 tracing::error!(error = %other, "request failed");
                 ApiError::internal(other.to_string())
             }
+        }
+    }
+}
+
+/// A call's refusal: its own status and closed code; a selection or pick failure carries its
+/// public facts as `details`.
+impl From<CallError> for ApiError {
+    fn from(e: CallError) -> ApiError {
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let details = match &e {
+            CallError::Selection(s) => serde_json::to_value(s).ok(),
+            CallError::NoPick(p) => serde_json::to_value(p).ok(),
+            _ => None,
+        };
+        let err = ApiError::new(status, e.code(), e.to_string());
+        match details {
+            Some(d) => err.with_details(d),
+            None => err,
         }
     }
 }

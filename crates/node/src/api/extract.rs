@@ -1,16 +1,174 @@
-//! What handlers share to read a request: the store on the blocking pool, the query string, the
-//! path parameter, the media type and a body under a limit.
+//! What handlers of one shape share, so each says only what is its own: the path parameter and
+//! the calls driver as extractors (their refusals are the envelope's, before the handler runs),
+//! a JSON body read one way (media type, limit, parse), the store on the blocking pool, and the
+//! answers (found or 404, created or replaced, removed or 404).
 
 use std::collections::BTreeMap;
 
+use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, Query};
+use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use super::{ApiError, Shared};
+use super::{ApiError, AppState, Shared};
+use crate::calls::Calls;
+
+/// The route's one path parameter (`{name}`, `{id}`, `{*name}`), percent-decoded. One that does
+/// not decode (not UTF-8) is a 400 `validation_error` on `path`. Listed after [`Driver`] where a
+/// handler takes both, so a node without calls answers 503 first, as it always has.
+pub(super) struct Param(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Param {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(v)| Param(v))
+            .map_err(|e| ApiError::validation("path", e.body_text()))
+    }
+}
+
+/// The calls driver, for the routes that need it (calls, approvals, intents, policy, ledger):
+/// without the peer network it is a 503 `calls_unavailable` before anything else is read.
+pub(super) struct Driver(pub Calls);
+
+impl FromRequestParts<AppState> for Driver {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, s: &AppState) -> Result<Self, ApiError> {
+        s.calls.get().cloned().map(Driver).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "calls_unavailable",
+                "calls need the peer network, which this node has not started",
+            )
+        })
+    }
+}
+
+/// Which media types a JSON body may come as. Every refusal names `application/json` only.
+#[derive(Clone, Copy)]
+pub(super) enum Media {
+    /// Not looked at (the calls routes, and `POST /skills` which chose by it already).
+    Any,
+    /// `application/json`.
+    Json,
+    /// `application/json` or `application/merge-patch+json` (the agent surfaces, skill changes).
+    JsonOrMergePatch,
+}
+
+/// A JSON body, read one way: the media type checked (415), the bytes up to `limit` (413), then
+/// parsed; what does not parse is a 400 `validation_error` on `body`: `expected`, then serde's
+/// message (which names the field and the position).
+pub(super) async fn json<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+    media: Media,
+    limit: usize,
+    expected: &str,
+) -> Result<T, ApiError> {
+    let found = media_type(headers);
+    let accepted = match media {
+        Media::Any => true,
+        Media::Json => found.as_deref() == Some("application/json"),
+        Media::JsonOrMergePatch => matches!(
+            found.as_deref(),
+            Some("application/json" | "application/merge-patch+json")
+        ),
+    };
+    if !accepted {
+        return Err(ApiError::unsupported_media_type(
+            found.as_deref(),
+            &["application/json"],
+        ));
+    }
+    let bytes = read_body(body, headers, limit).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::validation("body", format!("{expected}: {e}")))
+}
+
+/// A JSON body on the agent surfaces and skill changes: a document up to the SKILL.md limit.
+pub(super) async fn json_doc(
+    s: &Shared,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<serde_json::Value, ApiError> {
+    json(
+        headers,
+        body,
+        Media::JsonOrMergePatch,
+        s.limits.max_skill_bytes,
+        "malformed JSON",
+    )
+    .await
+}
+
+/// A store write that can change what this node offers (skills, sources), on the blocking pool;
+/// when `changed` says it did, the advert goes out now rather than at the next interval.
+pub(super) async fn offering<T: Send + 'static>(
+    s: &AppState,
+    changed: fn(&T) -> bool,
+    f: impl FnOnce(&Shared) -> crate::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let shared = s.clone();
+    let out = blocking(move || f(&shared)).await?;
+    if changed(&out) {
+        s.offer_changed.notify_one();
+    }
+    Ok(out)
+}
+
+/// A write's answer: 201 with the body when it created the thing, 200 when it replaced it.
+pub(super) fn written(created: bool, body: impl Serialize) -> Response {
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(body)).into_response()
+}
+
+/// The 404 `not_found` for a named thing that is not there (`skill "x" not found`).
+pub(super) fn missing(what: &str, name: &str) -> ApiError {
+    ApiError::not_found(format!("{what} {name:?} not found"))
+}
+
+/// A read of one named thing: the thing, or its 404.
+pub(super) fn found<T>(v: Option<T>, what: &str, name: &str) -> Result<Json<T>, ApiError> {
+    v.map(Json).ok_or_else(|| missing(what, name))
+}
+
+/// A removal: 204, or the 404 of what was not there.
+pub(super) fn removed(done: bool, what: &str, name: &str) -> Result<StatusCode, ApiError> {
+    if done {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(missing(what, name))
+    }
+}
+
+/// A `true`/`false` query parameter; absent is `default`, anything else a 400 on `query.<key>`.
+pub(super) fn flag(
+    q: &BTreeMap<String, String>,
+    key: &str,
+    default: bool,
+) -> Result<bool, ApiError> {
+    match q.get(key).map(String::as_str) {
+        None => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(ApiError::validation(
+            &format!("query.{key}"),
+            format!("{other:?} is not true or false"),
+        )),
+    }
+}
 
 pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> crate::Result<T> + Send + 'static,
@@ -37,11 +195,6 @@ pub(super) fn query(uri: &Uri, allowed: &[&str]) -> Result<BTreeMap<String, Stri
         ));
     }
     Ok(q)
-}
-
-pub(super) fn path_param(p: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
-    p.map(|Path(v)| v)
-        .map_err(|e| ApiError::validation("path", e.body_text()))
 }
 
 /// The media type of the request (`text/markdown; charset=utf-8` → `text/markdown`).
@@ -78,25 +231,4 @@ pub(super) async fn read_body(
             format!("reading the request body: {e}"),
         )),
     }
-}
-
-/// A JSON request body (roster entries, org charts, skill changes): `application/json` only.
-pub(super) async fn json_body(
-    s: &Shared,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Value, ApiError> {
-    let media = media_type(headers);
-    if !matches!(
-        media.as_deref(),
-        Some("application/json" | "application/merge-patch+json")
-    ) {
-        return Err(ApiError::unsupported_media_type(
-            media.as_deref(),
-            &["application/json"],
-        ));
-    }
-    let bytes = read_body(body, headers, s.limits.max_skill_bytes).await?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))
 }

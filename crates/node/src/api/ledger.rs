@@ -1,13 +1,11 @@
 //! `GET /ledger` and `GET /ledger/verify`: the disclosure ledger, filtered and exported (JSON,
 //! JSON Lines, CSV), and its check against the node key. Thin handlers over [`crate::ledger`].
 
+use super::ApiError;
 use super::bodies::LedgerPage;
-use super::calls::calls;
-use super::extract::query;
-use super::{ApiError, AppState};
+use super::extract::{Driver, query};
 use crate::ledger::{self, Filter, Line, Verdict};
 use axum::Json;
-use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
@@ -33,8 +31,7 @@ fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
     )
 )]
-pub(super) async fn get_ledger(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
-    let c = calls(&s)?;
+pub(super) async fn get_ledger(Driver(c): Driver, uri: Uri) -> Result<Response, ApiError> {
     let q = query(
         &uri,
         &["source", "peer", "call", "since", "limit", "format"],
@@ -93,7 +90,6 @@ pub(super) async fn get_ledger(State(s): State<AppState>, uri: Uri) -> Result<Re
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
     )
 )]
-pub(super) async fn verify_ledger(State(s): State<AppState>) -> Result<Json<Verdict>, ApiError> {
-    let c = calls(&s)?;
+pub(super) async fn verify_ledger(Driver(c): Driver) -> Result<Json<Verdict>, ApiError> {
     Ok(Json(c.verify_ledger().await?))
 }

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::bodies::*;
-use super::extract::{media_type, query, read_body};
+use super::extract::{Media, json, query};
 use super::{ApiError, AppState};
 
 pub(super) fn peers_unavailable() -> ApiError {
@@ -16,6 +16,11 @@ pub(super) fn peers_unavailable() -> ApiError {
         "peers_unavailable",
         "the peer network is not running on this node",
     )
+}
+
+/// The running network failed to answer (its task ended between the check and the question).
+fn network(e: skillbox_peers::PeersError) -> ApiError {
+    ApiError::internal(format!("peer network: {e}"))
 }
 
 /// `GET /board`: one row per offered skill of every peer on the board. The rows come
@@ -52,14 +57,11 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
 )]
 pub(super) async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerList>, ApiError> {
     let handle = s.peers.get().ok_or_else(peers_unavailable)?;
-    let peers = handle
-        .peers()
-        .await
-        .map_err(|e| ApiError::internal(format!("peer network: {e}")))?;
+    let peers = handle.peers().await.map_err(network)?;
     let addrs: Vec<String> = handle
         .listen_addrs()
         .await
-        .map_err(|e| ApiError::internal(format!("peer network: {e}")))?
+        .map_err(network)?
         .iter()
         .map(ToString::to_string)
         .collect();
@@ -90,20 +92,8 @@ pub(super) async fn add_peer(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let media = media_type(&headers);
-    if media.as_deref() != Some("application/json") {
-        return Err(ApiError::unsupported_media_type(
-            media.as_deref(),
-            &["application/json"],
-        ));
-    }
-    let bytes = read_body(body, &headers, 4096).await?;
-    let dial: Dial = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::validation(
-            "body",
-            format!("not the expected JSON (addr: a multiaddr): {e}"),
-        )
-    })?;
+    let expected = "not the expected JSON (addr: a multiaddr)";
+    let dial: Dial = json(&headers, body, Media::Json, 4096, expected).await?;
     let addr: skillbox_peers::Multiaddr = dial.addr.parse().map_err(|e| {
         ApiError::validation("addr", format!("{:?} is not a multiaddr: {e}", dial.addr))
     })?;

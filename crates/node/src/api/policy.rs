@@ -6,8 +6,8 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 
-use super::calls::{SMALL_BODY, calls, json_body};
-use super::extract::{blocking, read_body};
+use super::calls::small_body;
+use super::extract::{Driver, blocking};
 use super::{ApiError, AppState};
 use crate::config::PolicyConfig;
 
@@ -19,8 +19,7 @@ use crate::config::PolicyConfig;
         (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
     )
 )]
-pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<PolicyConfig>, ApiError> {
-    let c = calls(&s)?;
+pub(super) async fn get_policy(Driver(c): Driver) -> Result<Json<PolicyConfig>, ApiError> {
     Ok(Json(c.policy()))
 }
 
@@ -36,12 +35,11 @@ pub(super) async fn get_policy(State(s): State<AppState>) -> Result<Json<PolicyC
 )]
 pub(super) async fn put_policy(
     State(s): State<AppState>,
+    Driver(c): Driver,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<PolicyConfig>, ApiError> {
-    let c = calls(&s)?;
-    let bytes = read_body(body, &headers, SMALL_BODY).await?;
-    let policy: PolicyConfig = json_body(&bytes)?;
+    let policy: PolicyConfig = small_body(&headers, body).await?;
     let store = s.sources.store().clone();
     let p = policy.clone();
     blocking(move || crate::calls::save_policy(&store, &p)).await?;

@@ -2,14 +2,16 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::Value;
 
 use super::bodies::*;
-use super::extract::{blocking, json_body, media_type, path_param, query, read_body};
+use super::extract::{
+    Media, Param, blocking, found, json, json_doc, media_type, offering, query, read_body, removed,
+    written,
+};
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
 
@@ -75,17 +77,13 @@ pub(super) async fn post_skill(
     }
     let bytes = read_body(body, &headers, s.limits.max_skill_bytes).await?;
     let fallback = q.get("name").cloned();
-    let imported = {
-        let s = s.clone();
-        blocking(move || s.skills.import(&bytes, fallback.as_deref())).await?
-    };
-    s.offer_changed.notify_one();
-    let status = if imported.replaced {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok((status, Json(SkillImported::Skill(imported))).into_response())
+    let imported = offering(
+        &s,
+        |_| true,
+        move |s| s.skills.import(&bytes, fallback.as_deref()),
+    )
+    .await?;
+    Ok(written(!imported.replaced, SkillImported::Skill(imported)))
 }
 
 /// `POST /skills` with `application/json`: an OpenWOP pack.json (or a bare AgentManifest); its
@@ -95,9 +93,14 @@ pub(super) async fn post_pack(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(body, headers, s.limits.max_skill_bytes).await?;
-    let doc: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::validation("body", format!("malformed JSON: {e}")))?;
+    let doc: Value = json(
+        headers,
+        body,
+        Media::Any,
+        s.limits.max_skill_bytes,
+        "malformed JSON",
+    )
+    .await?;
     if !doc.is_object() {
         return Err(ApiError::validation(
             "body",
@@ -105,31 +108,28 @@ pub(super) async fn post_pack(
         ));
     }
     let plan = crate::pack::plan(&doc, s.skills.namespace())?;
-    let notify = s.clone();
-    let (imported, agents) = blocking(move || {
-        let docs: Vec<(&[u8], Option<&str>)> = plan
-            .skills
-            .iter()
-            .map(|(_, d)| (d.as_bytes(), None))
-            .collect();
-        s.skills.import_pack(&docs, &plan.agents)
-    })
+    let (imported, agents) = offering(
+        &s,
+        |_| true,
+        move |s| {
+            let docs: Vec<(&[u8], Option<&str>)> = plan
+                .skills
+                .iter()
+                .map(|(_, d)| (d.as_bytes(), None))
+                .collect();
+            s.skills.import_pack(&docs, &plan.agents)
+        },
+    )
     .await?;
-    notify.offer_changed.notify_one();
     // 201 when the import created a skill or agent; 200 when it only replaced.
-    let status = if imported.iter().any(|i| !i.replaced) || agents.iter().any(|a| !a.replaced) {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((
-        status,
-        Json(SkillImported::Pack(PackImported {
+    let created = imported.iter().any(|i| !i.replaced) || agents.iter().any(|a| !a.replaced);
+    Ok(written(
+        created,
+        SkillImported::Pack(PackImported {
             skills: imported,
             agents,
-        })),
-    )
-        .into_response())
+        }),
+    ))
 }
 
 #[utoipa::path(
@@ -143,14 +143,11 @@ pub(super) async fn post_pack(
 )]
 pub(super) async fn get_skill(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let name = path_param(name)?;
+    Param(name): Param,
+) -> Result<Json<SkillDetail>, ApiError> {
     let n = name.clone();
-    match blocking(move || s.skills.detail(&n)).await? {
-        Some(detail) => Ok(Json(detail).into_response()),
-        None => Err(ApiError::not_found(format!("skill {name:?} not found"))),
-    }
+    let detail = blocking(move || s.skills.detail(&n)).await?;
+    found(detail, "skill", &name)
 }
 
 /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;
@@ -169,12 +166,11 @@ pub(super) async fn get_skill(
 )]
 pub(super) async fn patch_skill(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
+    Param(name): Param,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
-    let name = path_param(name)?;
-    let doc = json_body(&s, &headers, body).await?;
+) -> Result<Json<SkillDetail>, ApiError> {
+    let doc = json_doc(&s, &headers, body).await?;
     let Some(obj) = doc.as_object() else {
         return Err(ApiError::validation(
             "body",
@@ -242,8 +238,7 @@ pub(super) async fn patch_skill(
         }
     }
     let n = name.clone();
-    let notify = s.clone();
-    match blocking(move || {
+    let detail = offering(&s, Option::is_some, move |s| {
         if !limits.is_empty() {
             let Some(rec) = s.skills.record(&n)? else {
                 return Ok(None);
@@ -256,14 +251,8 @@ pub(super) async fn patch_skill(
         }
         s.skills.set(&n, &change)
     })
-    .await?
-    {
-        Some(detail) => {
-            notify.offer_changed.notify_one();
-            Ok(Json(detail).into_response())
-        }
-        None => Err(ApiError::not_found(format!("skill {name:?} not found"))),
-    }
+    .await?;
+    found(detail, "skill", &name)
 }
 
 #[utoipa::path(
@@ -277,15 +266,9 @@ pub(super) async fn patch_skill(
 )]
 pub(super) async fn delete_skill(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
+    Param(name): Param,
 ) -> Result<StatusCode, ApiError> {
-    let name = path_param(name)?;
     let n = name.clone();
-    let notify = s.clone();
-    if blocking(move || s.skills.delete(&n)).await? {
-        notify.offer_changed.notify_one();
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found(format!("skill {name:?} not found")))
-    }
+    let done = offering(&s, |d| *d, move |s| s.skills.delete(&n)).await?;
+    removed(done, "skill", &name)
 }

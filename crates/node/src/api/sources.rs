@@ -2,15 +2,31 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use super::bodies::*;
-use super::extract::{blocking, media_type, path_param, query, read_body};
+use super::extract::{
+    Media, Param, blocking, flag, found, json, offering, query, read_body, removed, written,
+};
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
+
+/// The `{*name}` of a source route, checked as a source name (a 400 `validation_error` when it
+/// is not one) before anything else is read.
+pub(super) struct SourceName(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for SourceName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Param(name) = Param::from_request_parts(parts, state).await?;
+        sources::check_name(&name)?;
+        Ok(SourceName(name))
+    }
+}
 
 #[utoipa::path(
     get, path = "/sources",
@@ -35,15 +51,11 @@ pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<Sourc
 )]
 pub(super) async fn get_source(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let name = path_param(name)?;
-    sources::check_name(&name)?;
+    SourceName(name): SourceName,
+) -> Result<Json<SourceMeta>, ApiError> {
     let n = name.clone();
-    match blocking(move || s.sources.meta(&n)).await? {
-        Some(meta) => Ok(Json(meta).into_response()),
-        None => Err(ApiError::not_found(format!("source {name:?} not found"))),
-    }
+    let meta = blocking(move || s.sources.meta(&n)).await?;
+    found(meta, "source", &name)
 }
 
 #[utoipa::path(
@@ -64,24 +76,13 @@ pub(super) async fn get_source(
 )]
 pub(super) async fn put_source(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
+    SourceName(name): SourceName,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let name = path_param(name)?;
-    sources::check_name(&name)?;
     let q = query(&uri, &["kind", "shareable"])?;
-    let shareable = match q.get("shareable").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::validation(
-                "query.shareable",
-                format!("{other:?} is not true or false"),
-            ));
-        }
-    };
+    let shareable = flag(&q, "shareable", false)?;
     let header_kind = headers
         .get("x-source-kind")
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
@@ -98,19 +99,16 @@ pub(super) async fn put_source(
     } else {
         SourceKind::File
     });
-    let notify = s.clone();
-    let (meta, existed) = blocking(move || {
-        let existed = s.sources.meta(&name)?.is_some();
-        Ok((s.sources.put_with(&name, kind, &bytes, shareable)?, existed))
-    })
+    let (meta, existed) = offering(
+        &s,
+        |_| true,
+        move |s| {
+            let existed = s.sources.meta(&name)?.is_some();
+            Ok((s.sources.put_with(&name, kind, &bytes, shareable)?, existed))
+        },
+    )
     .await?;
-    notify.offer_changed.notify_one();
-    let status = if existed {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    Ok((status, Json(meta)).into_response())
+    Ok(written(!existed, meta))
 }
 
 /// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or not),
@@ -129,31 +127,18 @@ pub(super) async fn put_source(
 )]
 pub(super) async fn patch_source(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
+    SourceName(name): SourceName,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<SourceMeta>, ApiError> {
-    let name = path_param(name)?;
-    sources::check_name(&name)?;
-    if media_type(&headers).as_deref() != Some("application/json") {
-        return Err(ApiError::unsupported_media_type(
-            media_type(&headers).as_deref(),
-            &["application/json"],
-        ));
-    }
-    let bytes = read_body(body, &headers, 4096).await?;
-    let change: SourceChange = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::validation("body", format!("expected {{\"shareable\": bool}}: {e}"))
-    })?;
+    let expected = "expected {\"shareable\": bool}";
+    let change: SourceChange = json(&headers, body, Media::Json, 4096, expected).await?;
     let n = name.clone();
-    let notify = s.clone();
-    match blocking(move || s.sources.set_shareable(&n, change.shareable)).await? {
-        Some(meta) => {
-            notify.offer_changed.notify_one();
-            Ok(Json(meta))
-        }
-        None => Err(ApiError::not_found(format!("source {name:?} not found"))),
-    }
+    let meta = offering(&s, Option::is_some, move |s| {
+        s.sources.set_shareable(&n, change.shareable)
+    })
+    .await?;
+    found(meta, "source", &name)
 }
 
 #[utoipa::path(
@@ -168,16 +153,9 @@ pub(super) async fn patch_source(
 )]
 pub(super) async fn delete_source(
     State(s): State<AppState>,
-    name: Result<Path<String>, PathRejection>,
+    SourceName(name): SourceName,
 ) -> Result<StatusCode, ApiError> {
-    let name = path_param(name)?;
-    sources::check_name(&name)?;
     let n = name.clone();
-    let notify = s.clone();
-    if blocking(move || s.sources.delete(&n)).await? {
-        notify.offer_changed.notify_one();
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found(format!("source {name:?} not found")))
-    }
+    let done = offering(&s, |d| *d, move |s| s.sources.delete(&n)).await?;
+    removed(done, "source", &name)
 }
