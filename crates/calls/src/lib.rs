@@ -16,5 +16,7 @@ pub use machine::{
     Action, Call, Decision, Event, Failure, FailureCode, NewCall, Role, State, Timing, Transition,
     start, step,
 };
-pub use policy::{Admission, Pattern, Policy, RateBuckets, Refusal, Rule, Side, SubmitQuestion};
+pub use policy::{
+    Admission, Pattern, Policy, RateBuckets, Refusal, Rule, Side, SubmitQuestion, Told,
+};
 pub use selection::{SelectionError, select_sources};

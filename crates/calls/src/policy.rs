@@ -86,7 +86,33 @@ pub struct Rule {
     /// Matches only calls started from this surface; absent matches every call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surface: Option<Surface>,
+    /// What the human was told when `approve --remember` recorded this rule: it matches only a
+    /// call whose disclosure says the same, so a change nobody was told of (the owner switched
+    /// the skill's provider, the call landed on a box without hardware isolation) is asked
+    /// again. Absent (a rule written by hand): not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub told: Option<Told>,
     pub decision: Decision,
+}
+
+/// The facts of a consent question's disclosure that a remembered decision holds for: what
+/// runs (the skill's declaration), who sees the plaintext (the provider and where), and what
+/// keeps the box's operator out (its platform and whether it is hardware-isolated). The box's
+/// URL and measurement are not among them: a box updated in place, or another box of the same
+/// platform, does not change what the human agreed to.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Told {
+    /// `sha256:<hex>` of the skill's declaration the program pins.
+    pub declaration_digest: String,
+    pub provider: String,
+    /// Where the provider is reached; absent for one inside the box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_host: Option<String>,
+    /// The box platform this side verified (`insecure-dev`, `tdx`, ...).
+    pub platform: String,
+    pub hardware_isolation: bool,
 }
 
 impl Rule {
@@ -105,11 +131,18 @@ impl Rule {
             && self
                 .surface
                 .is_none_or(|s| (s == Surface::Agent) == q.from_agent)
+            && self.told.as_ref().is_none_or(|t| q.told == Some(t))
     }
 
     /// The rule `approve --remember` records: this caller-side decision for this exact peer,
-    /// skill and (a subset of) these sources.
-    pub fn remembered(peer: &str, skill: &str, sources: &[String], decision: Decision) -> Rule {
+    /// skill and (a subset of) these sources, while the disclosure says what it said (`told`).
+    pub fn remembered(
+        peer: &str,
+        skill: &str,
+        sources: &[String],
+        told: Told,
+        decision: Decision,
+    ) -> Rule {
         Rule {
             side: Side::Caller,
             peer: Pattern(peer.to_owned()),
@@ -117,8 +150,17 @@ impl Rule {
             sources: None,
             sources_within: (!sources.is_empty()).then(|| sources.to_vec()),
             surface: None,
+            told: Some(told),
             decision,
         }
+    }
+
+    /// Whether `other` is the same rule but for its decision (a newer answer replaces it).
+    pub fn same_but_decision(&self, other: &Rule) -> bool {
+        Rule {
+            decision: other.decision,
+            ..self.clone()
+        } == *other
     }
 
     /// The shipped consent rule: a call that would disclose this node's sources asks its human
@@ -131,6 +173,7 @@ impl Rule {
             sources: Some(vec!["*".into()]),
             sources_within: None,
             surface: None,
+            told: None,
             decision: Decision::Ask,
         }
     }
@@ -147,6 +190,7 @@ impl Rule {
             sources: None,
             sources_within: None,
             surface: Some(Surface::Agent),
+            told: None,
             decision: Decision::Ask,
         }
     }
@@ -162,6 +206,9 @@ pub struct SubmitQuestion<'a> {
     pub sources: &'a [String],
     /// The call was started from an agent surface (MCP, A2A).
     pub from_agent: bool,
+    /// What this side's disclosure says (from the signed program and this side's verified
+    /// attestation of the run); `None` when it cannot be told, which no remembered rule matches.
+    pub told: Option<&'a Told>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -283,5 +330,103 @@ impl Admission {
                 per_minute: self.calls_per_minute,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told() -> Told {
+        Told {
+            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+            provider: "openai".into(),
+            provider_host: Some("https://api.openai.com/v1".into()),
+            platform: "tdx".into(),
+            hardware_isolation: true,
+        }
+    }
+
+    /// Issue 30 item 8: a remembered yes holds for what the human was told, not for whatever
+    /// the (peer, skill, sources) call turns into later; a rule written by hand binds nothing.
+    #[test]
+    fn a_remembered_rule_matches_only_what_the_human_was_told() {
+        let sources = vec!["songs".to_owned()];
+        let p = Policy {
+            rules: vec![
+                Rule::remembered("P", "taste", &sources, told(), Decision::Allow),
+                Rule::ask_before_disclosure(),
+            ],
+            default: Decision::Allow,
+        };
+        let decide = |t: Option<&Told>| {
+            p.decide_with_rule(&SubmitQuestion {
+                role: Role::Caller,
+                peer: "P",
+                skill: "taste",
+                sources: &sources,
+                from_agent: false,
+                told: t,
+            })
+        };
+        assert_eq!(decide(Some(&told())), (Decision::Allow, Some(0)));
+        type Change = (&'static str, fn(&mut Told));
+        let changes: [Change; 5] = [
+            ("the declaration", |t| {
+                t.declaration_digest = format!("sha256:{}", "cd".repeat(32))
+            }),
+            ("the provider", |t| t.provider = "openrouter".into()),
+            ("the provider's host", |t| {
+                t.provider_host = Some("https://attacker.example/v1".into())
+            }),
+            ("the box platform", |t| t.platform = "insecure-dev".into()),
+            ("the box isolation", |t| t.hardware_isolation = false),
+        ];
+        for (what, change) in changes {
+            let mut now = told();
+            change(&mut now);
+            assert_eq!(
+                decide(Some(&now)),
+                (Decision::Ask, Some(1)),
+                "{what} changed: asked again"
+            );
+        }
+        assert_eq!(decide(None), (Decision::Ask, Some(1)), "facts unknown");
+        // Written by hand (no `told`): matches as before, whatever the disclosure says.
+        let by_hand: Rule =
+            serde_json::from_str(r#"{"peer": "P", "skill": "taste", "decision": "allow"}"#)
+                .expect("rule");
+        let p = Policy {
+            rules: vec![by_hand],
+            default: Decision::Ask,
+        };
+        for t in [None, Some(&told())] {
+            assert_eq!(
+                p.decide(&SubmitQuestion {
+                    role: Role::Caller,
+                    peer: "P",
+                    skill: "taste",
+                    sources: &sources,
+                    from_agent: false,
+                    told: t,
+                }),
+                Decision::Allow
+            );
+        }
+        // The remembered rule round-trips through the stored policy with its facts.
+        let r = Rule::remembered("P", "taste", &sources, told(), Decision::Allow);
+        let back: Rule =
+            serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
+        assert_eq!(back, r);
+        assert!(r.same_but_decision(&Rule {
+            decision: Decision::Deny,
+            ..r.clone()
+        }));
+        let mut other = r.clone();
+        other.told = Some(Told {
+            provider: "openrouter".into(),
+            ..told()
+        });
+        assert!(!r.same_but_decision(&other));
     }
 }

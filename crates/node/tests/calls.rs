@@ -246,6 +246,7 @@ async fn ask_parks_each_side_until_its_human_decides() {
             sources_within: None,
             decision: skillbox_calls::Decision::Ask,
             surface: None,
+            told: None,
         })
     };
     let w = world("BODY-3", "sk-test-KEY-3", &[], ask, ask).await;
@@ -409,6 +410,7 @@ async fn the_callers_stake_waits_for_its_human() {
                 sources_within: None,
                 decision: skillbox_calls::Decision::Ask,
                 surface: None,
+                told: None,
             },
         )
     };

@@ -909,3 +909,125 @@ async fn sybils_holding_unstarted_calls_neither_spend_the_ceiling_nor_exceed_the
         s.shutdown().await;
     }
 }
+
+/// The call's state once it parks for consent or ends, whichever comes first.
+async fn parked_or_ended(node: &TestNode, id: &str) -> Value {
+    node.wait_state(
+        id,
+        &["awaiting_consent", "answered", "ran", "failed"],
+        LIMIT,
+    )
+    .await
+}
+
+/// Issue 30 item 8: `approve --remember` holds for what the human was told — the skill's
+/// declaration, its provider and where, the box's platform and isolation — not for whatever a
+/// call to that (peer, skill, source set) turns into. The call landing on a box of another
+/// platform than the remembered one, or the owner switching the skill's provider, parks the
+/// next call for consent again instead of staking the caller's sources silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remembered_consent_is_asked_again_when_what_it_was_told_changes() {
+    let shipped = |c: &mut skillbox_node::Config| {
+        c.policy = skillbox_node::config::PolicyConfig::default();
+    };
+    let w = world("BODY-H8", "sk-H8", &["songs"], |_| {}, shipped).await;
+    w.caller.put_source("songs", "text", "Portishead").await;
+    let peer = w.owner.peer_id.clone();
+    let approve = |id: String| {
+        let w = &w;
+        async move {
+            let r = w
+                .caller
+                .post_json(
+                    &format!("/approvals/{id}"),
+                    json!({"decision": "allow", "remember": true}),
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
+        }
+    };
+    let id = w.caller.start_call(&peer, "taste", "first").await;
+    assert_eq!(
+        parked_or_ended(&w.caller, &id).await["state"],
+        "awaiting_consent"
+    );
+    approve(id).await;
+    let id = w.caller.start_call(&peer, "taste", "second").await;
+    assert_eq!(
+        parked_or_ended(&w.caller, &id).await["state"],
+        "answered",
+        "remembered: not asked again while nothing changed"
+    );
+    // The rule holds the disclosure's facts.
+    let mut policy = w.caller.get("/policy").await.body;
+    let told = policy["rules"][0]["told"].clone();
+    assert_eq!(told["provider"], "openai", "{policy}");
+    assert_eq!(told["platform"], "insecure-dev");
+    assert_eq!(told["hardware_isolation"], false);
+    assert!(
+        told["declaration_digest"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:"))
+    );
+
+    // The yes was given for a hardware-isolated box (there is no hardware here: the remembered
+    // facts say so); the call lands on an insecure-dev one: asked again.
+    policy["rules"][0]["told"]["platform"] = json!("tdx");
+    policy["rules"][0]["told"]["hardware_isolation"] = json!(true);
+    let r = w
+        .caller
+        .req(
+            reqwest::Method::PUT,
+            "/policy",
+            Some(("application/json", policy.to_string().into_bytes())),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = w.caller.start_call(&peer, "taste", "third").await;
+    let c = parked_or_ended(&w.caller, &id).await;
+    assert_eq!(c["state"], "awaiting_consent", "{c}");
+    assert_eq!(c["disclosure"]["hardwareIsolation"], false);
+    approve(id).await;
+
+    // The owner switches the skill's provider: the caller's remembered yes was for openai.
+    let r = w
+        .owner
+        .req(
+            reqwest::Method::PATCH,
+            "/skills/taste",
+            Some((
+                "application/json",
+                br#"{"provider": "openrouter"}"#.to_vec(),
+            )),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let owner_peer: skillbox_peers::PeerId = peer.parse().expect("peer");
+    let deadline = std::time::Instant::now() + LIMIT;
+    while w.caller.peers.with_board(|b, now| {
+        b.offered(&owner_peer, "taste", now)
+            .map(|s| s.provider.clone())
+    }) != Some("openrouter".to_owned())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new provider was never advertised"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let asked_before = w.provider.0.lock().expect("log").len();
+    let id = w.caller.start_call(&peer, "taste", "fourth").await;
+    let c = parked_or_ended(&w.caller, &id).await;
+    assert_eq!(c["state"], "awaiting_consent", "{c}");
+    assert_eq!(c["disclosure"]["provider"], "openrouter");
+    // Nothing was staked for it, and nothing left for any provider.
+    let staked = w.caller.get(&format!("/ledger?call={id}")).await.body;
+    assert!(
+        staked["entries"]
+            .as_array()
+            .is_some_and(|e| e.iter().all(|e| e["kind"] != "stake")),
+        "{staked}"
+    );
+    assert_eq!(w.provider.0.lock().expect("log").len(), asked_before);
+}

@@ -174,6 +174,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
                 sources_within: None,
                 decision: skillbox_calls::Decision::Ask,
                 surface: None,
+                told: None,
             },
         )
     };

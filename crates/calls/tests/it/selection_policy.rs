@@ -91,6 +91,17 @@ fn omitted_with_none_held_is_refused_where_it_starts() {
     assert_eq!(e.http_status(), 422);
 }
 
+/// A disclosure's facts as a remembered rule holds them.
+fn told() -> Told {
+    Told {
+        declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+        provider: "openai".into(),
+        provider_host: Some("https://api.openai.com/v1".into()),
+        platform: "tdx".into(),
+        hardware_isolation: true,
+    }
+}
+
 fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> SubmitQuestion<'a> {
     SubmitQuestion {
         role,
@@ -98,6 +109,7 @@ fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> Su
         skill,
         sources,
         from_agent: false,
+        told: None,
     }
 }
 
@@ -113,6 +125,7 @@ fn policy_first_matching_rule_decides() {
                 sources_within: None,
                 decision: Decision::Ask,
                 surface: None,
+                told: None,
             },
             Rule {
                 side: Side::Owner,
@@ -122,6 +135,7 @@ fn policy_first_matching_rule_decides() {
                 sources_within: None,
                 decision: Decision::Deny,
                 surface: None,
+                told: None,
             },
             Rule {
                 side: Side::Any,
@@ -131,6 +145,7 @@ fn policy_first_matching_rule_decides() {
                 sources_within: None,
                 decision: Decision::Allow,
                 surface: None,
+                told: None,
             },
         ],
         default: Decision::Deny,
@@ -227,6 +242,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
     let q = |peer: &'static str, skill: &'static str, sources: &'static [&'static str]| {
         (peer, skill, names(sources))
     };
+    let seen = told();
     let ask = |p: &Policy, (peer, skill, sources): (&str, &str, Vec<String>)| {
         p.decide(&SubmitQuestion {
             role: Role::Caller,
@@ -234,6 +250,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
             skill,
             sources: &sources,
             from_agent: false,
+            told: Some(&seen),
         })
     };
     let mut p = Policy {
@@ -252,11 +269,18 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
         skill: "taste",
         sources: &[],
         from_agent: false,
+        told: Some(&seen),
     });
     assert_eq!(owner_side, Decision::Allow);
     p.rules.insert(
         0,
-        Rule::remembered("P", "taste", &names(&["songs", "diary"]), Decision::Allow),
+        Rule::remembered(
+            "P",
+            "taste",
+            &names(&["songs", "diary"]),
+            told(),
+            Decision::Allow,
+        ),
     );
     assert_eq!(ask(&p, q("P", "taste", &["songs"])), Decision::Allow);
     assert_eq!(
@@ -284,6 +308,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
         skill: "taste",
         sources: &names(&["songs"]),
         from_agent: false,
+        told: Some(&seen),
     });
     assert_eq!((d, rule), (Decision::Allow, Some(0)));
     // Source patterns: a prefix matches by prefix.
@@ -296,6 +321,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
             sources_within: None,
             decision: Decision::Deny,
             surface: None,
+            told: None,
         }],
         default: Decision::Allow,
     };
@@ -309,12 +335,14 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
         rules: vec![Rule::ask_from_agent()],
         default: Decision::Allow,
     };
+    let seen = told();
     let q = |from_agent| SubmitQuestion {
         role: Role::Caller,
         peer: "12D3Peer",
         skill: "brief",
         sources: &[],
         from_agent,
+        told: Some(&seen),
     };
     assert_eq!(p.decide_with_rule(&q(true)), (Decision::Ask, Some(0)));
     assert_eq!(p.decide_with_rule(&q(false)), (Decision::Allow, None));
@@ -322,7 +350,7 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
     let mut p = p;
     p.rules.insert(
         0,
-        Rule::remembered("12D3Peer", "brief", &[], Decision::Allow),
+        Rule::remembered("12D3Peer", "brief", &[], told(), Decision::Allow),
     );
     assert_eq!(p.decide_with_rule(&q(true)), (Decision::Allow, Some(0)));
     // The config spelling.

@@ -556,6 +556,7 @@ impl Calls {
     pub(super) fn check_policy(&self, row: &CallRow) -> (Event, Change) {
         let policy = self.0.policy.read().unwrap_or_else(|p| p.into_inner());
         let no_sources: Vec<String> = Vec::new();
+        let told = super::consent::told_of(row);
         let (decision, rule) = policy.consent().decide_with_rule(&SubmitQuestion {
             role: row.call.role,
             peer: &row.call.peer,
@@ -565,6 +566,7 @@ impl Calls {
                 Role::Owner => &no_sources,
             },
             from_agent: row.call.role == Role::Caller && row.call.from_agent,
+            told: told.as_ref(),
         });
         let decided_by = match rule {
             Some(i) => format!("rule:{}", i + 1),

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use skillbox_calls::Decision;
 use skillbox_calls::machine::{Event, Role, State};
-use skillbox_calls::policy::Rule;
+use skillbox_calls::policy::{Rule, Told};
 use skillbox_jc::attest::VerifiedRunRecord;
 use skillbox_jc::dsse::Envelope;
 use skillbox_jc::program::Program;
@@ -44,18 +44,45 @@ pub struct Disclosure {
     pub text: String,
 }
 
+/// The call's signed program and this side's verified attestation of its run, as stored.
+fn program_and_run(row: &CallRow) -> (Option<Program>, Option<VerifiedRunRecord>) {
+    let program = row
+        .program
+        .as_deref()
+        .and_then(|t| Envelope::from_json(t.as_bytes()).ok())
+        .and_then(|e| e.payload_bytes().ok())
+        .and_then(|b| Program::from_canonical(&b).ok());
+    let verified: Option<VerifiedRunRecord> = row
+        .verified
+        .clone()
+        .and_then(|v| serde_json::from_value(v).ok());
+    (program, verified)
+}
+
+/// What this side's disclosure says of the call, from the same facts [`Disclosure::of`] shows:
+/// the facts a remembered decision is bound to. The policy decides once the run is opened and
+/// its attestation verified (caller: before staking; owner: before submitting), so the box is
+/// known then; `None` before that (or when a stored fact does not parse), which no remembered
+/// rule matches.
+pub(super) fn told_of(row: &CallRow) -> Option<Told> {
+    let (Some(program), Some(verified)) = program_and_run(row) else {
+        return None;
+    };
+    if row.call.run_id.as_deref() != Some(verified.run_id.as_str()) {
+        return None;
+    }
+    Some(Told {
+        declaration_digest: program.skill.declaration_digest,
+        provider: program.provider.id.to_string(),
+        provider_host: program.provider.host,
+        platform: verified.platform,
+        hardware_isolation: !verified.no_hardware_isolation,
+    })
+}
+
 impl Disclosure {
     pub(super) fn of(row: &CallRow) -> Disclosure {
-        let program = row
-            .program
-            .as_deref()
-            .and_then(|t| Envelope::from_json(t.as_bytes()).ok())
-            .and_then(|e| e.payload_bytes().ok())
-            .and_then(|b| Program::from_canonical(&b).ok());
-        let verified: Option<VerifiedRunRecord> = row
-            .verified
-            .clone()
-            .and_then(|v| serde_json::from_value(v).ok());
+        let (program, verified) = program_and_run(row);
         let provider = program.as_ref().map(|p| p.provider.id.to_string());
         let provider_host = program.as_ref().and_then(|p| p.provider.host.clone());
         let platform = verified.as_ref().map(|v| v.platform.clone());
@@ -219,19 +246,29 @@ impl Calls {
                 state: rows[0].call.state.as_str(),
             });
         };
-        if remember {
+        // A decision is remembered with what the question told (the declaration, the provider
+        // and its host, the box's platform and isolation): a later call where any differs is
+        // asked again. A parked call has its verified run, so the facts are there; were they
+        // not, nothing is remembered (the next call is asked) and the ledger does not say so.
+        let told = if remember { told_of(row) } else { None };
+        let remember = told.is_some();
+        if let Some(told) = told {
             let decision = if allow {
                 Decision::Allow
             } else {
                 Decision::Deny
             };
+            let sources = match row.call.role {
+                Role::Caller => row.sources.as_slice(),
+                Role::Owner => &[],
+            };
             let mut rule =
-                Rule::remembered(&row.call.peer, &row.call.skill, &row.sources, decision);
+                Rule::remembered(&row.call.peer, &row.call.skill, sources, told, decision);
             if row.call.role == Role::Owner {
                 rule.side = skillbox_calls::policy::Side::Owner;
             }
             let mut policy = self.policy();
-            policy.rules.retain(|r| *r != rule);
+            policy.rules.retain(|r| !r.same_but_decision(&rule));
             policy.rules.insert(0, rule);
             let store = self.0.store.clone();
             let p = policy.clone();
