@@ -346,10 +346,23 @@ impl Store {
             sp.commit()?;
             Ok(v)
         }));
-        if self.queued.load(Ordering::SeqCst) == 0 || w.members >= MAX_BATCH || out.is_err() {
-            let committed = w.conn.execute_batch("COMMIT");
+        // On some errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, an interrupt) SQLite rolls
+        // the whole transaction back, not just the member's savepoint; a member may also have
+        // ended it itself. The earlier members' rows are gone then, and the next member's
+        // savepoint would run in autocommit, outside any batch (committed alone, yet told the
+        // batch failed): the batch ends here, failed, and the next member begins a new one.
+        let lost = w.conn.is_autocommit();
+        if self.queued.load(Ordering::SeqCst) == 0 || w.members >= MAX_BATCH || out.is_err() || lost
+        {
+            let committed: Result<()> = if lost {
+                Err(NodeError::CommitFailed)
+            } else {
+                w.conn.execute_batch("COMMIT").map_err(NodeError::from)
+            };
             if committed.is_err() {
-                let _ = w.conn.execute_batch("ROLLBACK");
+                if !w.conn.is_autocommit() {
+                    let _ = w.conn.execute_batch("ROLLBACK");
+                }
             } else {
                 self.commits.fetch_add(1, Ordering::Relaxed);
             }
@@ -555,6 +568,76 @@ mod tests {
             stats.writes,
             stats.commits
         );
+    }
+
+    /// Issue 30 item 13: a member that makes SQLite roll back the whole batch transaction (here
+    /// it issues `ROLLBACK` itself, as SQLITE_FULL or SQLITE_IOERR would) ends its batch: the
+    /// members before it are told it failed, and the one after it runs in a batch of its own —
+    /// before, its savepoint ran in autocommit, landed alone, and it was told it failed.
+    #[test]
+    fn a_batch_rolled_back_under_its_members_fails_whole_and_the_next_write_is_atomic() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        // Each member holds its batch open until the next one queues for the writer.
+        let wait_for_next = |store: &Store| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while store.queued.load(Ordering::SeqCst) == 0 {
+                assert!(std::time::Instant::now() < deadline, "no writer queued");
+                std::thread::yield_now();
+            }
+        };
+        let insert = |tx: &Tx<'_>, key: &str| -> Result<()> {
+            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [key])?;
+            Ok(())
+        };
+        let (inside_tx, inside) = std::sync::mpsc::channel::<()>();
+        let (first, rolling, after) = std::thread::scope(|s| {
+            let store = &store;
+            let first = s.spawn({
+                let inside_tx = inside_tx.clone();
+                move || {
+                    store.write(|tx| {
+                        insert(tx, "first")?;
+                        let _ = inside_tx.send(());
+                        wait_for_next(store);
+                        Ok(())
+                    })
+                }
+            });
+            inside.recv().expect("first inside");
+            let rolling = s.spawn({
+                let inside_tx = inside_tx.clone();
+                move || {
+                    store.write(|tx| {
+                        insert(tx, "rolling")?;
+                        let _ = inside_tx.send(());
+                        wait_for_next(store);
+                        tx.execute_batch("ROLLBACK")?;
+                        Ok(())
+                    })
+                }
+            });
+            inside.recv().expect("rolling inside");
+            let after = s.spawn(move || {
+                store.write(|tx| {
+                    insert(tx, "after-a")?;
+                    insert(tx, "after-b")
+                })
+            });
+            (
+                first.join().expect("first"),
+                rolling.join().expect("rolling"),
+                after.join().expect("after"),
+            )
+        });
+        assert!(matches!(first, Err(NodeError::CommitFailed)), "{first:?}");
+        assert!(rolling.is_err());
+        assert!(after.is_ok(), "{after:?}");
+        // What each writer was told is what is on disk.
+        assert_eq!(meta_keys(&store), ["after-a", "after-b"]);
+        // And the store goes on batching.
+        store.write(|tx| insert(tx, "later")).expect("later");
+        assert_eq!(meta_keys(&store), ["after-a", "after-b", "later"]);
     }
 
     /// A write that panics rolls back its own rows and leaves the store usable.
