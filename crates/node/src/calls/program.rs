@@ -227,10 +227,16 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
             short(&b.measurement)
         ));
     }
+    // The caller chooses these limits: compared with the exact sizes, a caller trying one limit
+    // after another would learn the length of the owner's body, model id and key to the byte.
+    // Compared with their size buckets (what the sealed stake shows anyway), it learns no more
+    // than the bucket; the stake itself is never larger than its bucket.
+    // Nothing to stake (no key for a local provider) fits any limit.
+    let fits = |len: u64, max: u64| len == 0 || bucket(len) <= max;
     let o = &program.owner_inputs;
-    if f.body_len > o.body_max_bytes
-        || f.model_len > o.model_max_bytes
-        || f.key_len > o.key_max_bytes
+    if !fits(f.body_len, o.body_max_bytes)
+        || !fits(f.model_len, o.model_max_bytes)
+        || !fits(f.key_len, o.key_max_bytes)
     {
         return mismatch("the owner's stake limits are too small for this skill".into());
     }
@@ -394,6 +400,78 @@ mod tests {
         let mut p2 = p.clone();
         p2.caller_inputs.sources[0].name = "diary".into();
         assert!(check(&p2, &base()).expect_err("source").1.contains("diary"));
+    }
+
+    /// Issue 30 item 13: the caller chooses the owner's stake limits; the owner's answer to a
+    /// limit depends on the size bucket of its body, model id and key, never on their exact
+    /// length, so probing limits one after another learns no more than the sealed stake shows.
+    #[test]
+    fn the_owners_stake_sizes_cannot_be_probed_below_their_bucket() {
+        let p = build(facts(vec![("songs".into(), 10)])).expect("builds");
+        let d = decl("local");
+        let owner_key = "33".repeat(32);
+        let sender = "11".repeat(32);
+        let digest = format!("sha256:{}", "cd".repeat(32));
+        let yes = |_: &BoxIdentity| true;
+        let any_host = |_: &ProviderId, _: Option<&str>| true;
+        let answer = |body_len: u64, model_len: u64, key_len: u64, max: u64| {
+            let mut probe = p.clone();
+            probe.owner_inputs.body_max_bytes = max;
+            probe.owner_inputs.model_max_bytes = max.min(MODEL_MAX_BYTES);
+            probe.owner_inputs.key_max_bytes = max.min(KEY_MAX_BYTES);
+            check(
+                &probe,
+                &OwnerFacts {
+                    call_id: "c1",
+                    owner_key: &owner_key,
+                    sender_key: &sender,
+                    declaration: Some(&d),
+                    offered: true,
+                    digest: &digest,
+                    body_len,
+                    model_len,
+                    key_len,
+                    limits: Limits::default(),
+                    accepts_box: &yes,
+                    accepts_provider_host: &any_host,
+                    now_secs: p.expires_at - 100,
+                    max_expiry_secs: 3600,
+                    guard: guard_for(&p.provider.id),
+                },
+            )
+            .is_ok()
+        };
+        // Two bodies (and models, keys) of one bucket answer every limit alike.
+        for max in (1..=20_000)
+            .step_by(7)
+            .chain([1024, 2048, 4096, 8192, 16_384])
+        {
+            assert_eq!(
+                answer(5000, 5, 0, max),
+                answer(7000, 5, 0, max),
+                "body limit {max}"
+            );
+            assert_eq!(
+                answer(10, 3, 0, max),
+                answer(10, 900, 0, max),
+                "model limit {max}"
+            );
+            assert_eq!(
+                answer(10, 5, 1100, max),
+                answer(10, 5, 2000, max),
+                "key limit {max}"
+            );
+        }
+        // The bucket still counts: a body of 5000 needs 8 KiB of room, one of 9000 more.
+        assert!(answer(5000, 5, 0, 8192));
+        assert!(!answer(9000, 5, 0, 8192));
+        // The program a caller builds has room for any skill.
+        assert!(answer(
+            BODY_MAX_BYTES - 100,
+            MODEL_MAX_BYTES,
+            0,
+            BODY_MAX_BYTES
+        ));
     }
 
     /// Issue 12: the owner co-signs only what its ceilings allow.
