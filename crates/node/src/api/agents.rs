@@ -3,15 +3,16 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::bodies::*;
-use super::extract::{Param, blocking, flag, found, json_doc, query, removed, written};
+use super::extract::{
+    Caller, NotJson, Param, TooLarge, blocking, flag, found, json_doc, query, removed, written,
+};
 use super::{ApiError, AppState, Shared};
-use crate::tenants::Principal;
 
 /// Every installed manifest's inventory entry, each with the caller's `roster[]` projection.
 pub(super) fn entries(
@@ -46,9 +47,9 @@ pub(super) fn entries(
 )]
 pub(super) async fn list_agents(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
 ) -> Result<Json<Value>, ApiError> {
-    let list = blocking(move || entries(&s, &p.owner)).await?;
+    let list = blocking(move || entries(&s, &owner)).await?;
     Ok(Json(crate::openwop::inventory(list)))
 }
 
@@ -63,7 +64,7 @@ pub(super) async fn list_agents(
 )]
 pub(super) async fn get_agent(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     Param(id): Param,
 ) -> Result<Json<Value>, ApiError> {
     let entry = {
@@ -81,7 +82,7 @@ pub(super) async fn get_agent(
             };
             Ok(match entry {
                 Some(mut e) => {
-                    let mine = s.agents.roster_projection(&p.owner)?.remove(&id);
+                    let mine = s.agents.roster_projection(&owner)?.remove(&id);
                     e["roster"] = Value::Array(mine.unwrap_or_default());
                     Some(e)
                 }
@@ -103,11 +104,11 @@ pub(super) async fn get_agent(
 )]
 pub(super) async fn list_roster(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     query(&uri, &[])?;
-    let roster = blocking(move || s.agents.roster(&p.owner)).await?;
+    let roster = blocking(move || s.agents.roster(&owner)).await?;
     let total = roster.len();
     Ok(Json(json!({ "roster": roster, "total": total })))
 }
@@ -123,11 +124,11 @@ pub(super) async fn list_roster(
 )]
 pub(super) async fn get_roster_entry(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     Param(id): Param,
 ) -> Result<Json<Value>, ApiError> {
     let i = id.clone();
-    let entry = blocking(move || s.agents.roster_entry(&p.owner, &i)).await?;
+    let entry = blocking(move || s.agents.roster_entry(&owner, &i)).await?;
     found(entry.map(|e| json!(e)), "roster entry", &id)
 }
 
@@ -140,19 +141,19 @@ pub(super) async fn get_roster_entry(
         (status = 201, description = "Created.", body = AgentRosterEntry),
         (status = 200, description = "Replaced.", body = AgentRosterEntry),
         (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
-        (status = 413, description = "Body too large (`payload_too_large`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        TooLarge,
+        NotJson,
     )
 )]
 pub(super) async fn put_roster(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     Param(id): Param,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let doc = json_doc(&s, &headers, body).await?;
-    let (entry, created) = blocking(move || s.agents.put_roster(&p.owner, &id, &doc)).await?;
+    let (entry, created) = blocking(move || s.agents.put_roster(&owner, &id, &doc)).await?;
     Ok(written(created, json!(entry)))
 }
 
@@ -168,11 +169,11 @@ pub(super) async fn put_roster(
 )]
 pub(super) async fn delete_roster(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     Param(id): Param,
 ) -> Result<StatusCode, ApiError> {
     let i = id.clone();
-    let done = blocking(move || s.agents.delete_roster(&p.owner, &i)).await?;
+    let done = blocking(move || s.agents.delete_roster(&owner, &i)).await?;
     removed(done, "roster entry", &id)
 }
 
@@ -186,11 +187,11 @@ pub(super) async fn delete_roster(
 )]
 pub(super) async fn get_org_chart(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     query(&uri, &[])?;
-    let chart = blocking(move || s.agents.chart(&p.owner)).await?;
+    let chart = blocking(move || s.agents.chart(&owner)).await?;
     Ok(Json(json!(chart)))
 }
 
@@ -202,18 +203,18 @@ pub(super) async fn get_org_chart(
         (status = 201, description = "Created.", body = AgentOrgChart),
         (status = 200, description = "Replaced.", body = AgentOrgChart),
         (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
-        (status = 413, description = "Body too large (`payload_too_large`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        TooLarge,
+        NotJson,
     )
 )]
 pub(super) async fn put_org_chart(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let doc = json_doc(&s, &headers, body).await?;
-    let (chart, created) = blocking(move || s.agents.put_chart(&p.owner, &doc)).await?;
+    let (chart, created) = blocking(move || s.agents.put_chart(&owner, &doc)).await?;
     Ok(written(created, json!(chart)))
 }
 
@@ -232,13 +233,13 @@ pub(super) async fn put_org_chart(
 )]
 pub(super) async fn get_department(
     State(s): State<AppState>,
-    Extension(p): Extension<Principal>,
+    Caller(owner): Caller,
     Param(id): Param,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let q = query(&uri, &["recursive"])?;
     let recursive = flag(&q, "recursive", true)?;
     let d = id.clone();
-    let view = blocking(move || s.agents.view(&p.owner, &d, recursive)).await?;
+    let view = blocking(move || s.agents.view(&owner, &d, recursive)).await?;
     found(view, "department", &id)
 }

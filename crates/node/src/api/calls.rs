@@ -11,7 +11,7 @@ use zeroize::Zeroizing;
 use super::bodies::{
     ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
 };
-use super::extract::{Driver, Media, Param, json, query};
+use super::extract::{CallPath, Driver, Media, NoCalls, NotJson, Param, TooLarge, json, query};
 use super::{ApiError, AppState};
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
@@ -47,10 +47,10 @@ pub(super) async fn small_body<T: DeserializeOwned>(
         (status = 201, description = "The call, `requested`.", body = CallView),
         (status = 400, description = "Bad body (`validation_error`), a source outside requiredSources (`source_not_required`), one this node does not hold (`source_not_held`), named twice (`duplicate_source`)."),
         (status = 409, description = "The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`)."),
-        (status = 413, description = "Body too large (`payload_too_large`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        TooLarge,
+        NotJson,
         (status = 422, description = "The skill requires sources and this node holds none of them (`required_sources_not_held`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn post_call(
@@ -93,7 +93,7 @@ pub(super) async fn post_call(
     responses(
         (status = 200, description = "Calls.", body = CallList),
         (status = 400, description = "Unknown parameter or value (`validation_error`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallList>, ApiError> {
@@ -131,11 +131,11 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
 #[utoipa::path(
     get, path = "/calls/{id}",
     summary = "One call; on the caller's side with the answer once `answered`.",
-    params(("id" = String, Path, description = "The call id.")),
+    params(CallPath),
     responses(
         (status = 200, description = "The call (both sides when this node called itself).", body = OneCall),
         (status = 404, description = "No such call (`not_found`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn get_call(
@@ -149,11 +149,11 @@ pub(super) async fn get_call(
 #[utoipa::path(
     post, path = "/calls/{id}/cancel",
     summary = "Fail the call here (`cancelled`), cancel its run, tell the peer.",
-    params(("id" = String, Path, description = "The call id.")),
+    params(CallPath),
     responses(
         (status = 200, description = "The call.", body = OneCall),
         (status = 404, description = "No such call (`not_found`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn cancel_call(
@@ -168,7 +168,7 @@ pub(super) async fn cancel_call(
     summary = "Calls waiting for this node's human (policy said `ask`), each with exactly what approving it discloses.",
     responses(
         (status = 200, description = "Approvals.", body = ApprovalList),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalList>, ApiError> {
@@ -182,7 +182,7 @@ pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalLis
 #[utoipa::path(
     post, path = "/approvals/{id}",
     summary = "Decide a parked call: `allow` submits, `deny` fails it (`consent_denied`).",
-    params(("id" = String, Path, description = "The call id.")),
+    params(CallPath),
     request_body = DecisionBody,
     responses(
         (status = 200, description = "The call.", body = OneCall),
@@ -190,7 +190,7 @@ pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalLis
         (status = 404, description = "No such call (`not_found`)."),
         (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
         (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn decide_approval(
@@ -232,9 +232,9 @@ pub(super) async fn decide_approval(
         (status = 201, description = "The pick and the call it started.", body = IntentStarted),
         (status = 400, description = "Bad body (`validation_error`)."),
         (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
-        (status = 413, description = "Body too large (`payload_too_large`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        TooLarge,
+        NotJson,
+        NoCalls,
     )
 )]
 pub(super) async fn intent_skill(

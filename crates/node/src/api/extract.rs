@@ -17,6 +17,8 @@ use serde::de::DeserializeOwned;
 
 use super::{ApiError, AppState, Shared};
 use crate::calls::Calls;
+use crate::tenants::Principal;
+use skillbox_skill::agents::Owner;
 
 /// The route's one path parameter (`{name}`, `{id}`, `{*name}`), percent-decoded. One that does
 /// not decode (not UTF-8) is a 400 `validation_error` on `path`. Listed after [`Driver`] where a
@@ -31,6 +33,58 @@ impl<S: Send + Sync> FromRequestParts<S> for Param {
             .await
             .map(|Path(v)| Param(v))
             .map_err(|e| ApiError::validation("path", e.body_text()))
+    }
+}
+
+/// How the document names the `{name}` of the skill routes (read with [`Param`]): one
+/// declaration of its rule, not one a route.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // the document's parameter; the handler reads it with `Param`
+pub(super) struct SkillPath {
+    /// Skill name.
+    #[param(pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)]
+    name: String,
+}
+
+/// How the document names the `{*name}` of the source routes (read with
+/// [`super::sources::SourceName`]).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // the document's parameter; the handler reads it with `SourceName`
+pub(super) struct SourcePath {
+    /// Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.
+    #[param(
+        pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$",
+        min_length = 1,
+        max_length = 256
+    )]
+    name: String,
+}
+
+/// How the document names the `{id}` of the call and approval routes (read with [`Param`]).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // the document's parameter; the handler reads it with `Param`
+pub(super) struct CallPath {
+    /// The call id.
+    id: String,
+}
+
+/// Whom a tenant route (the OpenWOP agent surfaces) answers for: the owner of the token that
+/// `require_token` let through. Without one (a route mounted outside the token check) it is a
+/// 401, never an answer for nobody in particular.
+pub(super) struct Caller(pub Owner);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .map(|p| Caller(p.owner.clone()))
+            .ok_or_else(ApiError::unauthenticated)
     }
 }
 
@@ -51,6 +105,31 @@ impl FromRequestParts<AppState> for Driver {
         })
     }
 }
+
+/// The refusal [`Driver`] answers, declared once for the document: every route that takes a
+/// `Driver` lists it among its responses.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 503,
+    description = "The peer network is not running, so neither are calls (`calls_unavailable`)."
+)]
+#[allow(dead_code)] // the document's response; `Driver`'s rejection is the answer itself
+pub(super) struct NoCalls;
+
+/// The refusal of [`json`] for a body over the route's limit (`payload_too_large`), declared once.
+#[derive(utoipa::IntoResponses)]
+#[response(status = 413, description = "Body too large (`payload_too_large`).")]
+#[allow(dead_code)] // the document's response; `read_body` answers it
+pub(super) struct TooLarge;
+
+/// The refusal of [`json`] for a body that is not JSON (`unsupported_media_type`), declared once.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 415,
+    description = "Not application/json (`unsupported_media_type`)."
+)]
+#[allow(dead_code)] // the document's response; `json` answers it
+pub(super) struct NotJson;
 
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.
 #[derive(Clone, Copy)]

@@ -3,7 +3,7 @@
 
 use super::ApiError;
 use super::bodies::LedgerPage;
-use super::extract::{Driver, query};
+use super::extract::{Driver, NoCalls, query};
 use crate::ledger::{self, Filter, Line, Verdict};
 use axum::Json;
 use axum::http::{StatusCode, Uri, header};
@@ -28,7 +28,7 @@ fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
         (status = 200, description = "The entries (JSON: with the node key they verify under; JSON Lines: one signed entry per line; CSV: one row per entry).",
             content((LedgerPage = "application/json"), (Line = "application/jsonl"), (String = "text/csv"))),
         (status = 400, description = "Bad query (`validation_error`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn get_ledger(Driver(c): Driver, uri: Uri) -> Result<Response, ApiError> {
@@ -87,7 +87,7 @@ pub(super) async fn get_ledger(Driver(c): Driver, uri: Uri) -> Result<Response, 
     summary = "Check the whole ledger: sequence, hashes, chain, signatures, the signed head in the database and the one kept outside it (`ledger.head`), and the index. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`, `no_genesis`, `rolled_back`, `rewritten`, `head_file_missing`, `index_mismatch`); `ok: true` carries `signedHead`, the head to keep elsewhere.",
     responses(
         (status = 200, description = "The verdict.", body = Verdict),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn verify_ledger(Driver(c): Driver) -> Result<Json<Verdict>, ApiError> {

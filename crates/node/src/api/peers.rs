@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::bodies::*;
-use super::extract::{Media, json, query};
+use super::extract::{Media, NotJson, TooLarge, json, query};
 use super::{ApiError, AppState};
 
 pub(super) fn peers_unavailable() -> ApiError {
@@ -81,8 +81,8 @@ pub(super) async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerLis
     responses(
         (status = 200, description = "Connected.", body = Dialled),
         (status = 400, description = "Missing or malformed addr (`validation_error`)."),
-        (status = 413, description = "Body too large (`payload_too_large`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        TooLarge,
+        NotJson,
         (status = 502, description = "The peer could not be reached (`dial_failed`)."),
         (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
     )

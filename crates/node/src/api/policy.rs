@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 
 use super::calls::small_body;
-use super::extract::{Driver, blocking};
+use super::extract::{Driver, NoCalls, blocking};
 use super::{ApiError, AppState};
 use crate::config::PolicyConfig;
 
@@ -16,7 +16,7 @@ use crate::config::PolicyConfig;
     summary = "The consent rules and admission in force.",
     responses(
         (status = 200, description = "Policy.", body = PolicyConfig),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn get_policy(Driver(c): Driver) -> Result<Json<PolicyConfig>, ApiError> {
@@ -30,7 +30,7 @@ pub(super) async fn get_policy(Driver(c): Driver) -> Result<Json<PolicyConfig>, 
     responses(
         (status = 200, description = "Policy.", body = PolicyConfig),
         (status = 400, description = "Bad policy (`validation_error`)."),
-        (status = 503, description = "The peer network is not running, so neither are calls (`calls_unavailable`)."),
+        NoCalls,
     )
 )]
 pub(super) async fn put_policy(

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::bodies::*;
 use super::extract::{
-    Media, Param, blocking, found, json, json_doc, media_type, offering, query, read_body, removed,
-    written,
+    Media, NotJson, Param, SkillPath, blocking, found, json, json_doc, media_type, offering, query,
+    read_body, removed, written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -135,7 +135,7 @@ pub(super) async fn post_pack(
 #[utoipa::path(
     get, path = "/skills/{name}",
     summary = "One skill: declaration, manifest, offer state, body source metadata — never the body.",
-    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    params(SkillPath),
     responses(
         (status = 200, description = "Skill.", body = SkillDetail),
         (status = 404, description = "No such skill (`not_found`)."),
@@ -155,13 +155,13 @@ pub(super) async fn get_skill(
 #[utoipa::path(
     patch, path = "/skills/{name}",
     summary = "Set what the owner stakes for a skill: provider, model, key (a source name), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present.",
-    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    params(SkillPath),
     request_body = SkillPatch,
     responses(
         (status = 200, description = "The skill after the change.", body = SkillDetail),
         (status = 400, description = "Unknown field or bad value (`validation_error`)."),
         (status = 404, description = "No such skill (`not_found`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        NotJson,
     )
 )]
 pub(super) async fn patch_skill(
@@ -258,7 +258,7 @@ pub(super) async fn patch_skill(
 #[utoipa::path(
     delete, path = "/skills/{name}",
     summary = "Remove a skill: its declaration and its body source.",
-    params(("name" = String, Path, description = "Skill name.", pattern = r"^[a-z0-9]+(-[a-z0-9]+)*$", max_length = 64, min_length = 1)),
+    params(SkillPath),
     responses(
         (status = 204, description = "Removed."),
         (status = 404, description = "No such skill (`not_found`)."),

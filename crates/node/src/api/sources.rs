@@ -9,7 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, Param, blocking, flag, found, json, offering, query, read_body, removed, written,
+    Media, NotJson, Param, SourcePath, blocking, flag, found, json, offering, query, read_body,
+    removed, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -42,7 +43,7 @@ pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<Sourc
 #[utoipa::path(
     get, path = "/sources/{*name}",
     summary = "One source's metadata (never content).",
-    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    params(SourcePath),
     responses(
         (status = 200, description = "Source metadata.", body = SourceMeta),
         (status = 400, description = "Bad source name (`validation_error`)."),
@@ -62,7 +63,7 @@ pub(super) async fn get_source(
     put, path = "/sources/{*name}",
     summary = "Store or replace a source; the body is the content, encrypted at rest. Names under `skill/` are refused (skill import writes them).",
     params(
-        ("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256),
+        SourcePath,
         ("kind" = Option<SourceKind>, Query, description = "text | secret | file (or header X-Source-Kind). Default: text when UTF-8, file otherwise."),
         ("shareable" = Option<bool>, Query, description = "Mark the source as user data a call may stake (default false; never a secret)."),
     ),
@@ -116,13 +117,13 @@ pub(super) async fn put_source(
 #[utoipa::path(
     patch, path = "/sources/{*name}",
     summary = "Mark a source shareable (a call may stake it) or not, without its content.",
-    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    params(SourcePath),
     request_body = SourceChange,
     responses(
         (status = 200, description = "The source's metadata.", body = SourceMeta),
         (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
         (status = 404, description = "No such source (`not_found`)."),
-        (status = 415, description = "Not application/json (`unsupported_media_type`)."),
+        NotJson,
     )
 )]
 pub(super) async fn patch_source(
@@ -144,7 +145,7 @@ pub(super) async fn patch_source(
 #[utoipa::path(
     delete, path = "/sources/{*name}",
     summary = "Remove a source.",
-    params(("name" = String, Path, description = "Source name; may contain `/` (e.g. `skill/<name>/body`), sent as is or percent-encoded.", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$", min_length = 1, max_length = 256)),
+    params(SourcePath),
     responses(
         (status = 204, description = "Removed."),
         (status = 400, description = "Bad source name (`validation_error`)."),
