@@ -89,9 +89,12 @@ pub fn skill_id(peer: &str, skill: &str) -> String {
 
 /// The card for `cat`, served at `base` (`http://host:port`).
 pub fn agent_card(cat: &Catalog, base: &str, node_id: &str) -> Value {
+    // One page of the board at most: peers fill the board, and the card is fetched by anyone
+    // holding the token. A skill past it is still callable by metadata.skill.
     let skills: Vec<Value> = cat
         .skills
         .iter()
+        .take(crate::catalog::PAGE)
         .map(|s| {
             let mut tags = vec![format!("provider:{}", s.provider)];
             tags.extend(s.required_sources.iter().map(|r| format!("requires:{r}")));
@@ -577,6 +580,29 @@ mod tests {
         assert_eq!(
             c["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
             "Bearer"
+        );
+    }
+
+    /// Issue 30 item 13: a board a Sybil filled does not make the card unbounded.
+    #[test]
+    fn the_card_lists_one_page_of_skills_at_most() {
+        let skill = |i: usize| CallableSkill {
+            peer: format!("12D3KooWSybil{i}"),
+            skill: format!("aaa-{i:05}"),
+            description: "x".repeat(280),
+            provider: "local".into(),
+            required_sources: vec![],
+            box_platforms: vec!["insecure-dev".into()],
+        };
+        let cat = Catalog {
+            skills: (0..5000).map(skill).collect(),
+            boxes: vec![],
+            elicitation_consent: false,
+        };
+        let c = agent_card(&cat, "http://127.0.0.1:7420", "12D3KooWSelf");
+        assert_eq!(
+            c["skills"].as_array().map(Vec::len),
+            Some(crate::catalog::PAGE)
         );
     }
 }

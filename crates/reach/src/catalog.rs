@@ -17,6 +17,31 @@ pub const DESCRIPTION_CAP: usize = 280;
 /// Most characters of a peer's provider id a surface shows.
 pub const PROVIDER_CAP: usize = 64;
 
+/// Most entries one answer lists: a page of MCP `skills/list` and `resources/list`, the
+/// `list_skills` tool's text, the A2A card's skills. The board is bounded, but peers fill it
+/// (a Sybil with many keys most of all): a page keeps each answer, and the host's context,
+/// small whatever the board holds.
+pub const PAGE: usize = 50;
+
+/// The page of `items` at `cursor` (a cursor this function handed out: the offset, in decimal)
+/// and the cursor of the next page, if any. `None` for a cursor it cannot have handed out; one
+/// past the end (the board shrank since) is an empty last page.
+pub fn page<'a, T>(items: &'a [T], cursor: Option<&str>) -> Option<(&'a [T], Option<String>)> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => {
+            let at: usize = c.parse().ok()?;
+            if at == 0 || c != at.to_string() {
+                return None;
+            }
+            at.min(items.len())
+        }
+    };
+    let end = items.len().min(start + PAGE);
+    let next = (end < items.len()).then(|| end.to_string());
+    Some((&items[start..end], next))
+}
+
 /// One skill a peer offers right now that this node could call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -292,6 +317,30 @@ mod tests {
             measurement: "ab".into(),
             url: None,
         }]
+    }
+
+    /// Issue 30 item 13: a listing is paged, whatever the board holds; a cursor is one this
+    /// side handed out, or refused.
+    #[test]
+    fn listings_are_paged_and_cursors_checked() {
+        let items: Vec<usize> = (0..PAGE * 2 + 3).collect();
+        let (first, next) = page(&items, None).expect("first");
+        assert_eq!(first.len(), PAGE);
+        let (second, next) = page(&items, next.as_deref()).expect("second");
+        assert_eq!(second[0], PAGE);
+        let (last, next) = page(&items, next.as_deref()).expect("last");
+        assert_eq!((last.len(), next), (3, None));
+        let few = [1, 2, 3];
+        assert_eq!(page(&few, None), Some((&few[..], None)));
+        for bad in ["", "0", "-1", "x", "07", "+3", "99999999999999999999999"] {
+            assert!(page(&few, Some(bad)).is_none(), "{bad:?}");
+        }
+        assert_eq!(
+            page(&few, Some("3")),
+            Some((&[][..], None)),
+            "the board shrank"
+        );
+        assert_eq!(page::<u8>(&[], None), Some((&[][..], None)));
     }
 
     #[test]

@@ -158,7 +158,8 @@ impl<B: Backend> SkillboxMcp<B> {
             Tool::new(
                 "list_skills",
                 format!(
-                    "List the skills peers offer right now that this node can call: peer, skill, description, provider (the model service that sees the request inside the box), requiredSources (this node's sources the skill asks for) and the platforms of the boxes a call would run in. Deterministic order (skill, then peer). {notice}"
+                    "List the skills peers offer right now that this node can call: peer, skill, description, provider (the model service that sees the request inside the box), requiredSources (this node's sources the skill asks for) and the platforms of the boxes a call would run in. Deterministic order (skill, then peer); at most {page}, with the count of the rest. {notice}",
+                    page = catalog::PAGE
                 ),
                 schema(json!({ "type": "object", "properties": {}, "additionalProperties": false })),
             )
@@ -522,6 +523,15 @@ fn stub_skill(s: &catalog::CallableSkill) -> Skill {
     )
 }
 
+/// The page of the catalog a `*/list` request's cursor asks for, and the next cursor.
+fn paged<'a>(
+    skills: &'a [catalog::CallableSkill],
+    request: Option<&PaginatedRequestParams>,
+) -> Result<(&'a [catalog::CallableSkill], Option<String>), ErrorData> {
+    catalog::page(skills, request.and_then(|r| r.cursor.as_deref()))
+        .ok_or_else(|| ErrorData::invalid_params("invalid cursor", None))
+}
+
 fn internal(e: &BackendError) -> ErrorData {
     ErrorData::internal_error(format!("{e}"), None)
 }
@@ -581,11 +591,13 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                             // Everything a peer chose (name, provider, required sources,
                             // description) is inside the frame; outside it only the peer id (a
                             // key hash, checked) and the platforms of this node's own boxes.
+                            let more = cat.skills.len().saturating_sub(catalog::PAGE);
                             format!(
-                                "{}\n{}",
+                                "{}\n{}{}",
                                 untrusted_notice(),
                                 cat.skills
                                     .iter()
+                                    .take(catalog::PAGE)
                                     .map(|s| format!(
                                         "- peer {} (boxes {}): {}",
                                         s.peer,
@@ -603,11 +615,22 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                                         ))
                                     ))
                                     .collect::<Vec<_>>()
-                                    .join("\n")
+                                    .join("\n"),
+                                if more > 0 {
+                                    format!(
+                                        "\n({more} more not listed here: they are in the skill resources' later pages, or name one in apply_skill, or let ask pick.)"
+                                    )
+                                } else {
+                                    String::new()
+                                }
                             )
                         };
+                        let shown = &cat.skills[..cat.skills.len().min(catalog::PAGE)];
                         let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                        r.structured_content = Some(json!({ "skills": cat.skills }));
+                        r.structured_content = Some(json!({
+                            "skills": shown,
+                            "more": cat.skills.len() - shown.len(),
+                        }));
                         CallToolResponse::Complete(r)
                     }
                     Err(e) => backend_error(&e),
@@ -736,15 +759,16 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
 
     async fn list_skills(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListSkillsResult, ErrorData> {
         let cat = self.backend.catalog().await.unwrap_or_default();
-        Ok(
-            ListSkillsResult::with_all_items(cat.skills.iter().map(stub_skill).collect())
-                .with_ttl_ms(LIST_TTL_MS)
-                .with_cache_scope(CacheScope::Private),
-        )
+        let (skills, next) = paged(&cat.skills, request.as_ref())?;
+        let mut r = ListSkillsResult::with_all_items(skills.iter().map(stub_skill).collect())
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private);
+        r.next_cursor = next;
+        Ok(r)
     }
 
     async fn get_skill(
@@ -766,12 +790,12 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let cat = self.backend.catalog().await.unwrap_or_default();
-        let resources = cat
-            .skills
+        let (skills, next) = paged(&cat.skills, request.as_ref())?;
+        let resources = skills
             .iter()
             .map(|s| {
                 let md = stub::markdown(s);
@@ -788,9 +812,11 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 r
             })
             .collect();
-        Ok(ListResourcesResult::with_all_items(resources)
+        let mut r = ListResourcesResult::with_all_items(resources)
             .with_ttl_ms(LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
+            .with_cache_scope(CacheScope::Private);
+        r.next_cursor = next;
+        Ok(r)
     }
 
     async fn read_resource(

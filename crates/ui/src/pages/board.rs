@@ -12,6 +12,21 @@ pub(crate) struct BoardQuery {
     provider: String,
     #[serde(default)]
     platform: String,
+    /// Which page of the matching rows (from 0).
+    #[serde(default)]
+    page: usize,
+}
+
+/// Rows one board page shows: peers fill the board (a Sybil most of all), and the page is
+/// rendered whole for each request.
+const BOARD_PAGE: usize = 100;
+/// Most providers or platforms a filter's list offers (a peer chooses its provider ids).
+const FILTER_OPTIONS: usize = 64;
+
+/// The rows of page `page` among `len` matching ones (an empty range past the end).
+fn window(len: usize, page: usize) -> std::ops::Range<usize> {
+    let start = page.saturating_mul(BOARD_PAGE).min(len);
+    start..len.min(start + BOARD_PAGE)
 }
 
 pub(crate) async fn board(
@@ -66,6 +81,15 @@ pub(crate) async fn board(
                     .is_some_and(|p| p.contains(&q.platform))
         })
         .collect();
+    let range = window(shown.len(), q.page);
+    let page_link = |n: usize| {
+        format!(
+            "/ui/board?q={}&provider={}&platform={}&page={n}",
+            enc(&q.q),
+            enc(&q.provider),
+            enc(&q.platform)
+        )
+    };
     let body = html! {
         form method="get" action="/ui/board" class="filters" role="search" {
             label for="q" { "Search" }
@@ -73,16 +97,20 @@ pub(crate) async fn board(
             label for="provider" { "Provider" }
             select id="provider" name="provider" {
                 option value="" { "any" }
-                @for p in &all_providers { option value=(p) selected[*p == q.provider] { (p) } }
+                @for p in all_providers.iter().take(FILTER_OPTIONS) { option value=(p) selected[*p == q.provider] { (p) } }
             }
             label for="platform" { "Box platform" }
             select id="platform" name="platform" {
                 option value="" { "any" }
-                @for p in &all_platforms { option value=(p) selected[*p == q.platform] { (p) } }
+                @for p in all_platforms.iter().take(FILTER_OPTIONS) { option value=(p) selected[*p == q.platform] { (p) } }
             }
             button type="submit" { "Filter" }
         }
-        p { (shown.len()) " of " (rows.len()) " skills. Descriptions are the peers' own words." }
+        p {
+            (shown.len()) " of " (rows.len()) " skills"
+            @if shown.len() > BOARD_PAGE { ", " (range.start + 1) "–" (range.end) " shown" }
+            ". Descriptions are the peers' own words."
+        }
         table {
             thead { tr {
                 th scope="col" { "Skill" } th scope="col" { "Description (from the peer)" }
@@ -90,7 +118,7 @@ pub(crate) async fn board(
                 th scope="col" { "Peer" } th scope="col" { span class="sr" { "Call" } }
             } }
             tbody {
-                @for r in &shown {
+                @for r in &shown[range.clone()] {
                     tr {
                         td { (r.skill) }
                         td class="peer-text" { (capped(&r.description, 300)) }
@@ -103,9 +131,31 @@ pub(crate) async fn board(
                 }
             }
         }
+        @if q.page > 0 || range.end < shown.len() {
+            nav aria-label="Board pages" {
+                @if q.page > 0 { a href=(page_link(q.page - 1)) { "Previous" } " " }
+                @if range.end < shown.len() { a href=(page_link(q.page + 1)) { "Next" } }
+            }
+        }
     };
     html_page(
         StatusCode::OK,
         page("Board", "/ui/board", &session, None, body),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 30 item 13: however many rows match, a page renders at most BOARD_PAGE of them.
+    #[test]
+    fn a_board_page_holds_one_window_of_rows() {
+        assert_eq!(window(0, 0), 0..0);
+        assert_eq!(window(7, 0), 0..7);
+        assert_eq!(window(250, 0), 0..BOARD_PAGE);
+        assert_eq!(window(250, 2), 200..250);
+        assert_eq!(window(250, 3), 250..250);
+        assert_eq!(window(250, usize::MAX), 250..250);
+    }
 }
