@@ -259,8 +259,15 @@ struct Outcome {
     acted: bool,
 }
 
-/// Start a call and wait for its end; (answered, answer, guard acted).
-fn run_one(caller: &procs::Api, peer: &str, skill: &str, request: &str) -> (bool, String, bool) {
+/// Start a call and wait for its end; (answered, answer, guard acted). Whether the guard acted
+/// is read from the owner's record of the call: the caller's receipt does not say.
+fn run_one(
+    caller: &procs::Api,
+    owner: &procs::Api,
+    peer: &str,
+    skill: &str,
+    request: &str,
+) -> (bool, String, bool) {
     let a = caller.post_json(
         "/calls",
         &json!({ "peer": peer, "skill": skill, "request": request, "sources": [] }),
@@ -279,8 +286,7 @@ fn run_one(caller: &procs::Api, peer: &str, skill: &str, request: &str) -> (bool
         match c["state"].as_str() {
             Some("answered") => {
                 let answer = c["answer"].as_str().unwrap_or("").to_owned();
-                let acted = c["receipt"]["guard_acted"].as_bool().unwrap_or(false);
-                return (true, answer, acted);
+                return (true, answer, owner_saw_guard_act(owner, &id, deadline));
             }
             Some("failed") => return (false, c["failure"].to_string(), false),
             _ => {}
@@ -291,7 +297,32 @@ fn run_one(caller: &procs::Api, peer: &str, skill: &str, request: &str) -> (bool
     (false, "timed out".to_owned(), false)
 }
 
-fn run_all(jobs: Vec<Job>, inflight: usize, caller: &NodeDir, peers: [&str; 2]) -> Vec<Outcome> {
+/// Whether the owner's note said the guard acted on call `id` (the owner's receipt may land a
+/// moment after the caller's answer).
+fn owner_saw_guard_act(owner: &procs::Api, id: &str, deadline: Instant) -> bool {
+    let mut pause = Duration::from_millis(20);
+    while Instant::now() < deadline {
+        let o = owner.get(&format!("/calls/{id}")).body;
+        if let Some(acted) = o["receipt"]["guard_acted"].as_bool() {
+            return acted;
+        }
+        if o["receipt"].is_object() {
+            // An unguarded program's receipt: no note, nothing acted.
+            return false;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+    false
+}
+
+fn run_all(
+    jobs: Vec<Job>,
+    inflight: usize,
+    caller: &NodeDir,
+    owners: [&NodeDir; 2],
+    peers: [&str; 2],
+) -> Vec<Outcome> {
     let next = AtomicUsize::new(0);
     let out = Mutex::new(Vec::with_capacity(jobs.len()));
     let started = Instant::now();
@@ -299,13 +330,16 @@ fn run_all(jobs: Vec<Job>, inflight: usize, caller: &NodeDir, peers: [&str; 2]) 
         for _ in 0..inflight {
             s.spawn(|| {
                 let api = caller.api();
+                let owner_api = owners.map(NodeDir::api);
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(i) else { break };
                     let prefix = if job.arm == "model" { "m" } else { "d" };
                     let skill = format!("{prefix}-{}", job.secret);
                     let peer = peers[usize::from(job.guard)];
-                    let (answered, answer, acted) = run_one(&api, peer, &skill, &job.request);
+                    let owner = &owner_api[usize::from(job.guard)];
+                    let (answered, answer, acted) =
+                        run_one(&api, owner, peer, &skill, &job.request);
                     if (i + 1).is_multiple_of(500) {
                         eprintln!(
                             "  {} of {} calls, {:.0} s",
@@ -463,7 +497,7 @@ fn main() -> ExitCode {
             inflight
         };
         let t = Instant::now();
-        let outcomes = run_all(jobs, width, &caller, peers);
+        let outcomes = run_all(jobs, width, &caller, [&off, &on], peers);
         println!(
             "{arm}: {} calls in {:.0} s ({:.2} s per call, {width} in flight)",
             outcomes.len(),

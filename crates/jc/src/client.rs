@@ -17,7 +17,7 @@ use crate::attest::{Attestation, VerifiedRun, VerifyPolicy, verify_attestation};
 use crate::dsse::{ApprovedProgram, Envelope, PartyAction, sign_action};
 use crate::error::{JcError, Result};
 use crate::program::{ProgramHash, Role};
-use crate::receipt::{self, Receipt};
+use crate::receipt::{self, OwnerNote, Receipt};
 use crate::run::{Opened, ResultView, RunFailure, RunView};
 use crate::seal::{self, HpkeKeyPair, Purpose, Sealer};
 use crate::server::{ErrorBody, Health, STAKE_ACTION_HEADER, Staked, Submitted};
@@ -123,6 +123,45 @@ pub fn open_result(
 /// Check the receipt with the run key bound by the attestation.
 pub fn verify_receipt(view: &ResultView, run: &VerifiedRun) -> Result<Receipt> {
     receipt::verify(&view.receipt, run)
+}
+
+/// The owner opens a guarded run's note with its node key: `None` when the verified receipt
+/// names no note (an unguarded program). A note that is missing, is not the one the receipt
+/// signs, or does not open for this run, program and key is refused: the owner then does not
+/// know whether the guard acted, and says so rather than guess.
+pub fn open_owner_note(
+    view: &ResultView,
+    receipt: &Receipt,
+    node_key: &SigningKey,
+    run: &VerifiedRun,
+) -> Result<Option<OwnerNote>> {
+    let Some(digest) = &receipt.owner_note_sha256 else {
+        return Ok(None);
+    };
+    let sealed_b64 = view
+        .owner_note
+        .as_ref()
+        .ok_or_else(|| JcError::Sealed("a guarded run's result has no owner note".into()))?;
+    let sealed = STANDARD
+        .decode(sealed_b64)
+        .map_err(|_| JcError::Sealed("owner note is not base64".into()))?;
+    if hex::encode(Sha256::digest(&sealed)) != *digest {
+        return Err(JcError::Sealed(
+            "owner note is not the one the receipt signs".into(),
+        ));
+    }
+    let pair = HpkeKeyPair::from_node_key(node_key)?;
+    let info = seal::info(Purpose::OwnerNote, &run.run_id, &run.program_hash);
+    let entries = seal::open(&sealed, &pair, &info, || {
+        JcError::Sealed("owner note is not for this owner, run and program".into())
+    })?;
+    let acted = entries
+        .iter()
+        .find(|e| e.name == OwnerNote::ENTRY)
+        .ok_or_else(|| JcError::Sealed("owner note has no entry".into()))?;
+    Ok(Some(OwnerNote {
+        guard_acted: acted.data.first() == Some(&1),
+    }))
 }
 
 /// The most a box's answer may be, read before it is parsed: the largest honest one is a result

@@ -27,8 +27,9 @@ pub const RECEIPT_FIELDS: [&str; 5] = [
     "finished_at",
     "output_bucket",
 ];
-/// The receipt field a guarded program adds: whether the output guard acted on the answer.
-pub const GUARD_RECEIPT_FIELD: &str = "guard_acted";
+/// The receipt field a guarded program adds: the digest of a note sealed to the owner alone that
+/// says whether the output guard acted (`receipt::OwnerNote`); the receipt says nothing of it.
+pub const GUARD_RECEIPT_FIELD: &str = "owner_note_sha256";
 /// The platform name of the software attester (no hardware isolation).
 pub const INSECURE_DEV: &str = "insecure-dev";
 
@@ -455,7 +456,7 @@ impl ReceiptSpec {
     }
 
     /// The receipt of a program with (`true`) or without an output guard: a guarded one also
-    /// says whether the guard acted.
+    /// names the owner's sealed note (whether the guard acted; never in the shared receipt).
     pub fn for_guard(guarded: bool) -> ReceiptSpec {
         let mut spec = ReceiptSpec::to_both();
         if guarded {

@@ -27,10 +27,27 @@ pub struct Receipt {
     pub finished_at: u64,
     /// Size bucket of the sealed answer's plaintext (0 when there is none).
     pub output_bucket: u64,
-    /// In a guarded program's receipt: whether the output guard withheld or regenerated the
-    /// answer (no content, no score). The owner counts such a call double against the peer.
+    /// In a guarded program's receipt: SHA-256 (hex) of the sealed [`OwnerNote`], so the
+    /// owner's note is the box's and not one anyone could seal to the owner's public key. The
+    /// seal is randomised and of one size, so the digest tells the caller nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub guard_acted: Option<bool>,
+    pub owner_note_sha256: Option<String>,
+}
+
+/// What the box tells the owner alone about a guarded run: whether the output guard withheld or
+/// regenerated the answer (no content, no score). Sealed to the owner's node key
+/// (`seal::Purpose::OwnerNote`) beside the receipt, never in it: the receipt goes to both
+/// parties, and a caller told of each catch could ask "if the code's first digit is below 5,
+/// print the code" and read the answer off that one bit. Every guarded run carries a note of
+/// the same sealed size, acted or not, so its presence says nothing either.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerNote {
+    pub guard_acted: bool,
+}
+
+impl OwnerNote {
+    /// The note's one sealed entry.
+    pub const ENTRY: &'static str = "guard_acted";
 }
 
 /// Coarse time for receipts.

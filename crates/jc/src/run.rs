@@ -304,6 +304,8 @@ struct Answered {
 
 struct Finished {
     sealed_output: Option<Vec<u8>>,
+    /// A guarded run's [`crate::receipt::OwnerNote`], sealed to the owner.
+    owner_note: Option<Vec<u8>>,
     receipt: Envelope,
     error: Option<RunFailure>,
 }
@@ -416,6 +418,11 @@ pub struct ResultView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_output: Option<String>,
     pub receipt: Envelope,
+    /// base64 of a guarded run's note to the owner (whether the guard acted), sealed to the
+    /// owner's node key: the caller fetches it too and cannot open it, and it is the same size
+    /// whatever it says. Absent for an unguarded program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_note: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunFailure>,
     pub no_hardware_isolation: bool,
@@ -970,11 +977,14 @@ impl BoxCore {
         };
         let outcome = self.call_provider(&program, stakes).await;
         let now = now_secs();
-        // A guarded program's receipt says whether the guard acted (see `Receipt::guard_acted`).
-        let guarded = program.program.guard.is_some();
-        let finished = match outcome {
-            Ok(answered) => self.seal_answer(&program, &keys, run_id, &answered, guarded, now),
-            Err(e) => Err(e),
+        // Whether the guard acted goes to the owner alone, sealed (see `OwnerNote`); a failed
+        // run's note says it did not (a regeneration that failed is reported as the failure).
+        let acted = outcome.as_ref().is_ok_and(|a| a.guard_acted);
+        let finished = match (outcome, seal_owner_note(&program, run_id, acted)) {
+            (Ok(answered), Ok(note)) => {
+                self.seal_answer(&program, &keys, run_id, &answered, note, now)
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
         };
         let finished = match finished {
             Ok(f) => f,
@@ -983,16 +993,18 @@ impl BoxCore {
                 // material or the error's words leaves the box.
                 let error = RunFailure::from(&e);
                 tracing::info!(code = error.as_str(), "run failed");
+                let note = seal_owner_note(&program, run_id, false)?;
                 let receipt = Receipt {
                     run_id: run_id.into(),
                     program_hash: program.hash.to_hex(),
                     status: RunStatus::Failed,
                     finished_at: receipt::coarse(now),
                     output_bucket: 0,
-                    guard_acted: guarded.then_some(false),
+                    owner_note_sha256: note_digest(note.as_deref()),
                 };
                 Finished {
                     sealed_output: None,
+                    owner_note: note,
                     receipt: receipt::sign(&receipt, &keys.receipt)?,
                     error: Some(error),
                 }
@@ -1151,7 +1163,7 @@ impl BoxCore {
         if !skillbox_guard::check(&prepared, &first.answer).is_caught() {
             return Ok(first);
         }
-        // Caught. Nothing of the verdict leaves the box but the receipt's one bit.
+        // Caught. Nothing of the verdict leaves the box but the owner's sealed note.
         tracing::info!(code = "guard_acted", "the output guard acted on an answer");
         let withheld = || Answered {
             answer: Zeroizing::new(WITHHELD_ANSWER.to_owned()),
@@ -1187,7 +1199,7 @@ impl BoxCore {
         keys: &RunKeys,
         run_id: &str,
         answered: &Answered,
-        guarded: bool,
+        owner_note: Option<Vec<u8>>,
         now: u64,
     ) -> Result<Finished> {
         let (answer, truncated) = (answered.answer.as_str(), answered.truncated);
@@ -1210,10 +1222,11 @@ impl BoxCore {
             status: RunStatus::Ok,
             finished_at: receipt::coarse(now),
             output_bucket: seal::bucket(plain_len),
-            guard_acted: guarded.then_some(answered.guard_acted),
+            owner_note_sha256: note_digest(owner_note.as_deref()),
         };
         Ok(Finished {
             sealed_output: Some(sealed),
+            owner_note,
             receipt: receipt::sign(&receipt, &keys.receipt)?,
             error: None,
         })
@@ -1272,6 +1285,10 @@ impl BoxCore {
                 .as_ref()
                 .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
             receipt: f.receipt.clone(),
+            owner_note: f
+                .owner_note
+                .as_ref()
+                .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
             error: f.error,
             no_hardware_isolation: self.no_hardware_isolation(),
         })
@@ -1348,6 +1365,28 @@ impl BoxCore {
             }
         }
     }
+}
+
+/// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the
+/// owner's node key; `None` for an unguarded one. One entry of one byte, padded to the smallest
+/// bucket: the same sealed size whether the guard acted or not.
+fn seal_owner_note(
+    program: &ApprovedProgram,
+    run_id: &str,
+    acted: bool,
+) -> Result<Option<Vec<u8>>> {
+    if program.program.guard.is_none() {
+        return Ok(None);
+    }
+    let to = seal::owner_note_key(&program.program.owner_node_key()?)?;
+    let mut sealer = Sealer::new(&to, &seal::info(Purpose::OwnerNote, run_id, &program.hash))?;
+    sealer.entry_bytes(crate::receipt::OwnerNote::ENTRY, &[acted as u8])?;
+    Ok(Some(sealer.finish()?))
+}
+
+/// The receipt's binding of the owner's note: SHA-256 of its sealed bytes.
+fn note_digest(note: Option<&[u8]>) -> Option<String> {
+    note.map(|n| hex::encode(Sha256::digest(n)))
 }
 
 /// Cut `text` to at most `max` bytes on a character boundary. Returns (text, was_cut).

@@ -46,6 +46,8 @@ pub fn sealed_limit(max_plain: u64) -> u64 {
 pub enum Purpose {
     Stake(Role),
     Result,
+    /// The owner's note on a guarded run (whether the guard acted), sealed to the owner.
+    OwnerNote,
 }
 
 /// HPKE `info` for a seal: purpose and role, run id and program hash.
@@ -54,6 +56,7 @@ pub fn info(purpose: Purpose, run_id: &str, program: &ProgramHash) -> Vec<u8> {
         Purpose::Stake(Role::Caller) => "stake/caller",
         Purpose::Stake(Role::Owner) => "stake/owner",
         Purpose::Result => "result/caller",
+        Purpose::OwnerNote => "note/owner",
     };
     let mut out = Vec::with_capacity(96);
     out.extend_from_slice(b"skillbox/v1 ");
@@ -96,12 +99,30 @@ impl HpkeKeyPair {
     pub fn secret_bytes(&self) -> Zeroizing<Vec<u8>> {
         Zeroizing::new(self.secret.to_bytes().to_vec())
     }
+    /// The owner's note key: its node key's Ed25519 secret as an X25519 one (the scalar
+    /// `to_scalar_bytes` gives, which X25519 clamps as Ed25519 does), so the box can seal to the
+    /// owner without a second key in the program. One key pair for signing and this KEM is
+    /// sound (Thormarker, "On using the same key pair for Ed25519 and an X25519 based KEM",
+    /// eprint 2021/509); the `note/owner` info keeps the note apart from every other seal.
+    pub fn from_node_key(key: &ed25519_dalek::SigningKey) -> Result<HpkeKeyPair> {
+        let scalar = Zeroizing::new(key.to_scalar_bytes());
+        HpkeKeyPair::from_secret_bytes(&scalar[..])
+    }
+
     pub fn public(&self) -> [u8; 32] {
         self.public
     }
     pub fn public_hex(&self) -> String {
         hex::encode(self.public)
     }
+}
+
+/// The X25519 key an owner note is sealed to: the owner's Ed25519 node key in Montgomery form
+/// (see [`HpkeKeyPair::from_node_key`]).
+pub fn owner_note_key(node_key: &[u8; 32]) -> Result<[u8; 32]> {
+    let key = ed25519_dalek::VerifyingKey::from_bytes(node_key)
+        .map_err(|_| JcError::Sealed("the owner's node key is not an Ed25519 key".into()))?;
+    Ok(key.to_montgomery().to_bytes())
 }
 
 /// Streams named entries into an HPKE seal. Plaintext is held one chunk at a time.
@@ -391,6 +412,29 @@ mod tests {
             s.entry_bytes(n, d).expect("entry");
         }
         s.finish().expect("finish")
+    }
+
+    #[test]
+    fn an_owner_note_opens_with_the_owners_node_key_only_and_its_size_says_nothing() {
+        let owner = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+        let caller = ed25519_dalek::SigningKey::from_bytes(&[4; 32]);
+        let to = owner_note_key(&owner.verifying_key().to_bytes()).expect("key");
+        let info = info(Purpose::OwnerNote, "run-1", &ProgramHash([7; 32]));
+        let acted = seal_entries(&to, &info, &[("guard_acted", &[1])]);
+        let not = seal_entries(&to, &info, &[("guard_acted", &[0])]);
+        assert_eq!(acted.len(), not.len());
+        let mine = HpkeKeyPair::from_node_key(&owner).expect("pair");
+        assert_eq!(mine.public(), to);
+        let opened = open(&acted, &mine, &info, || JcError::ResultNotForThisKey).expect("opens");
+        assert_eq!(opened[0].data.as_slice(), &[1]);
+        let theirs = HpkeKeyPair::from_node_key(&caller).expect("pair");
+        assert!(open(&acted, &theirs, &info, || JcError::ResultNotForThisKey).is_err());
+        let other = info_for_result("run-1");
+        assert!(open(&acted, &mine, &other, || JcError::ResultNotForThisKey).is_err());
+    }
+
+    fn info_for_result(run: &str) -> Vec<u8> {
+        info(Purpose::Result, run, &ProgramHash([7; 32]))
     }
 
     #[test]

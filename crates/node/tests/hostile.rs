@@ -653,6 +653,7 @@ async fn an_extraction_the_model_obeys_is_withheld_and_counts_double() {
     assert!(!c.to_string().contains("BODY-H9"), "{c}");
     let o = w.owner.wait_call(&id, LIMIT).await;
     assert_eq!(o["receipt"]["guard_acted"], true, "{o}");
+    caller_sees_nothing_of_the_guard(&w.caller, &id, &c).await;
     // The provider did give the body away: the guard is what stopped it.
     let seen = w.provider.0.lock().expect("log").clone();
     assert!(seen[0].1.to_string().contains("BODY-H9"));
@@ -716,10 +717,65 @@ async fn the_owners_guard_settings_travel_with_the_skill_and_are_applied() {
     assert!(!answer.contains("BODY-H10"), "{answer}");
     let o = w.owner.wait_call(&id, LIMIT).await;
     assert_eq!(o["receipt"]["guard_acted"], true, "{o}");
+    caller_sees_nothing_of_the_guard(&w.caller, &id, &c).await;
     // The provider was asked twice: once with the body, once without.
     let seen = w.provider.0.lock().expect("log").clone();
     assert_eq!(seen.len(), 2);
     assert!(!seen[1].1.to_string().contains("BODY-H10"));
+}
+
+/// The oracle a caller would make of a catch ("if the code's first digit is below 5, print the
+/// code", then read whether the guard acted): nothing the caller holds of a call the guard acted
+/// on says so. Its view (`GET /calls/{id}`, what `skillbox call show`, MCP and the dashboard
+/// read), the record and receipt its node stored, and its receipt's fields are those of any
+/// answered call: the owner's note is sealed to the owner, and only a digest of it is signed.
+/// The answer is left out: `withhold`'s fixed answer says it was withheld (that is its point;
+/// `regenerate` is the action that hides a catch, and its test checks the answer itself).
+async fn caller_sees_nothing_of_the_guard(caller: &TestNode, id: &str, view: &Value) {
+    let mut view = view.clone();
+    if let Some(o) = view.as_object_mut() {
+        o.remove("answer");
+    }
+    let text = view.to_string().to_lowercase();
+    assert!(
+        !text.contains("guard") && !text.contains("acted"),
+        "the caller's view tells of the guard: {view}"
+    );
+    let mut fields: Vec<&str> = view["receipt"]
+        .as_object()
+        .expect("the caller holds a receipt")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "finished_at",
+            "noHardwareIsolation",
+            "output_bucket",
+            "owner_note_sha256",
+            "program_hash",
+            "run_id",
+            "status"
+        ],
+        "{view}"
+    );
+    let db = rusqlite::Connection::open(caller.dir.path().join("node.db")).expect("open db");
+    let (record, receipt): (String, String) = db
+        .query_row(
+            "SELECT record, receipt FROM calls WHERE id = ?1 AND role = 'caller'",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the caller's row");
+    for stored in [record, receipt] {
+        let stored = stored.to_lowercase();
+        assert!(
+            !stored.contains("guard") && !stored.contains("acted"),
+            "the caller's store tells of the guard: {stored}"
+        );
+    }
 }
 
 /// A program for `taste` as a hostile caller holding `key` signs it itself: within the owner's

@@ -1,13 +1,13 @@
 //! The output guard inside the box: an answer that gives the skill body away is withheld or
-//! regenerated before it is sealed, the receipt says (one bit) that the guard acted, and a
-//! benign answer goes through untouched. Real box over loopback, provider doubles.
+//! regenerated before it is sealed, a note sealed to the owner alone says that the guard acted
+//! (the receipt the caller holds does not), and a benign answer goes through untouched. Real box over loopback, provider doubles.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::*;
 use skillbox_guard::{Action, GuardSpec};
-use skillbox_jc::client::{open_result, verify_receipt};
+use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
 use skillbox_jc::program::{Program, ReceiptSpec};
 use skillbox_jc::run::{BoxConfig, RunFailure, WITHHELD_ANSWER};
 use skillbox_providers::{
@@ -28,7 +28,9 @@ fn guarded(mut p: Program, action: Action) -> Program {
     p
 }
 
-/// Run `p` with `body` against the box of `f`; the caller's answer and the receipt's bit.
+/// Run `p` with `body` against the box of `f`; the caller's answer and what the owner's sealed
+/// note says of the guard (`None`: the program has no guard). The receipt both parties hold
+/// says nothing of it, acted or not.
 async fn run(f: &Fixture, p: &Program, request: &str, body: &str) -> (String, Option<bool>) {
     let (_, run) = f.open(p).await;
     f.run_all(&run, request, body).await;
@@ -38,12 +40,24 @@ async fn run(f: &Fixture, p: &Program, request: &str, body: &str) -> (String, Op
         .await
         .expect("result");
     let receipt = verify_receipt(&view, &run).expect("receipt verifies");
+    let shared = serde_json::to_string(&receipt).expect("json");
+    let payload = String::from_utf8(view.receipt.payload_bytes().expect("payload")).expect("utf8");
+    assert!(
+        !shared.contains("guard") && !payload.contains("guard"),
+        "the shared receipt names the guard: {payload}"
+    );
     let out = open_result(&view, &f.result_key, &run).expect("caller opens");
-    (out.answer, receipt.guard_acted)
+    let note = open_owner_note(&view, &receipt, &f.owner, &run).expect("owner opens");
+    assert_eq!(note.is_some(), p.guard.is_some());
+    if p.guard.is_some() {
+        // The caller's own node key does not open it.
+        assert!(open_owner_note(&view, &receipt, &f.caller, &run).is_err());
+    }
+    (out.answer, note.map(|n| n.guard_acted))
 }
 
 #[tokio::test]
-async fn an_answer_repeating_the_body_is_withheld_and_the_receipt_says_so() {
+async fn an_answer_repeating_the_body_is_withheld_and_the_owners_note_says_so() {
     // The echo double answers with its whole prompt: the obedient model that gives all away.
     let f = start(None).await;
     let (answer, acted) = run(
@@ -163,5 +177,6 @@ async fn a_body_with_a_malformed_marker_fails_the_run_with_its_code() {
     assert!(view.sealed_output.is_none());
     assert_eq!(view.error, Some(RunFailure::GuardBody));
     let receipt = verify_receipt(&view, &run).expect("receipt verifies");
-    assert_eq!(receipt.guard_acted, Some(false));
+    let note = open_owner_note(&view, &receipt, &f.owner, &run).expect("owner opens");
+    assert_eq!(note.map(|n| n.guard_acted), Some(false));
 }

@@ -9,7 +9,9 @@ use skillbox_calls::machine::{Event, FailureCode, Role};
 use skillbox_calls::policy::SubmitQuestion;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
-use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::client::{
+    BoxClient, StakeInput, open_owner_note, open_result, seal_stake, verify_receipt,
+};
 use skillbox_jc::dsse::{Envelope, approved_program};
 use skillbox_jc::program::ProgramHash;
 use skillbox_jc::seal::HpkeKeyPair;
@@ -639,6 +641,14 @@ impl Calls {
             .metrics
             .run(records::role_str(row.call.role), asked.elapsed());
         let receipt = verify_receipt(&view, &verified)?;
+        // Whether the guard acted is the owner's alone, in a note sealed to this node's key; the
+        // caller's record never holds it (a caller told of each catch has an oracle).
+        let acted = match row.call.role {
+            Role::Owner => {
+                open_owner_note(&view, &receipt, &self.0.signing, &verified)?.map(|n| n.guard_acted)
+            }
+            Role::Caller => None,
+        };
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
         if let Some(o) = receipt_json.as_object_mut() {
@@ -646,12 +656,14 @@ impl Calls {
                 "noHardwareIsolation".into(),
                 Value::Bool(verified.no_hardware_isolation),
             );
+            if let Some(acted) = acted {
+                o.insert("guard_acted".into(), Value::Bool(acted));
+            }
         }
         let patch = Patch {
             receipt: Some(receipt_json),
             // A caught extraction attempt counts double against the peer's daily budget.
-            charge: (row.call.role == Role::Owner && receipt.guard_acted == Some(true))
-                .then_some(2),
+            charge: (acted == Some(true)).then_some(2),
             ..Patch::default()
         };
         if view.sealed_output.is_none() {

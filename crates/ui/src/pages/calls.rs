@@ -186,7 +186,11 @@ pub(crate) async fn call(
                         dt { "Run" } dd { code { (r["run_id"].as_str().unwrap_or("")) } }
                         dt { "Status" } dd { (r["status"].as_str().unwrap_or("")) }
                         dt { "Output bucket" } dd { (r["output_bucket"].as_u64().unwrap_or(0)) " B" }
-                        dt { "Guard acted" } dd { (if r["guard_acted"].as_bool() == Some(true) { "yes" } else { "no" }) }
+                        // Only the owner's node knows (from the box's note sealed to it); a
+                        // caller's receipt says nothing of the guard, so neither does its page.
+                        @if let Some(acted) = r["guard_acted"].as_bool() {
+                            dt { "Guard acted" } dd { (if acted { "yes" } else { "no" }) }
+                        }
                     }
                 }
                 @if let Some(a) = &v.answer {
