@@ -543,7 +543,181 @@ pub fn looks_generated(t: &str) -> bool {
     if (8..16).contains(&n) && upper >= 2 && lower >= 2 && digits >= 2 && transitions >= 5 {
         return true;
     }
+    // A random token in one case (`k3j9fhq2lz`, `x7v2pqm41t`): ten or more letters and digits,
+    // two digits at least, in two separate runs — a word with a number before or after it
+    // (`McDonald2024`, `iphone15promax`, `ubuntu2204lts`) has one run, and an identifier made of
+    // words (`utf8mb4_unicode_ci`) is cut at its separators first.
+    let digit_runs = |p: &str| {
+        p.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<Vec<_>>()
+            .split(|c| !c.is_ascii_digit())
+            .filter(|r| !r.is_empty())
+            .count()
+    };
+    if t.split(['-', '_']).any(|p| {
+        let digits = p.chars().filter(|c| c.is_ascii_digit()).count();
+        let letters = p.chars().filter(|c| c.is_ascii_alphabetic()).count();
+        alnum_count(p) >= 10 && letters >= 2 && digits >= 2 && digit_runs(p) >= 2
+    }) {
+        return true;
+    }
     shout_number(t)
+}
+
+/// Passwords inside URLs: `scheme://user:password@host` (`postgres://app:hunter2x9@db/prod`).
+/// A URL with a user and no password, or a port (`host:8080`, no `@`), gives nothing.
+fn url_passwords(body: &str, out: &mut Vec<Found>) {
+    let mut from = 0;
+    while let Some(k) = body[from..].find("://") {
+        let start = from + k + 3;
+        from = start;
+        let rest = &body[start..];
+        // The authority ends at the first `/`, `?`, `#` or whitespace; the user info at its
+        // last `@`.
+        let end = rest
+            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let authority = &rest[..end];
+        let Some(at) = authority.rfind('@') else {
+            continue;
+        };
+        let Some(colon) = authority[..at].find(':') else {
+            continue;
+        };
+        let password = &authority[colon + 1..at];
+        if alnum_count(password) >= 3 {
+            out.push(Found {
+                text: password.to_owned(),
+                at: start + colon + 1,
+                origin: CanaryOrigin::Keyword,
+            });
+        }
+    }
+}
+
+/// Groups of digits and capital letters written with single spaces or dashes between them
+/// (`DE89 3704 0044 0532 0130 00`, `4111-1111-1111-1111`): per run, the groups' byte ranges.
+fn grouped_runs(body: &str) -> Vec<Vec<(usize, usize)>> {
+    let b = body.as_bytes();
+    let code = |c: u8| c.is_ascii_digit() || c.is_ascii_uppercase();
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !code(b[i]) || (i > 0 && b[i - 1].is_ascii_alphanumeric()) {
+            i += 1;
+            continue;
+        }
+        let mut groups = Vec::new();
+        let mut j = i;
+        loop {
+            let g = j;
+            while j < b.len() && code(b[j]) {
+                j += 1;
+            }
+            if j < b.len() && b[j].is_ascii_alphanumeric() {
+                // The group runs into a lower-case letter: a word, not a number.
+                break;
+            }
+            groups.push((g, j));
+            if j + 1 < b.len() && (b[j] == b' ' || b[j] == b'-') && code(b[j + 1]) {
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        if !groups.is_empty() {
+            runs.push(groups);
+        }
+        i = j.max(i + 1);
+    }
+    runs
+}
+
+/// IBANs (country, two check digits, 11 to 30 letters and digits, mod 97 = 1) and card numbers
+/// (15 or 16 digits from an issuer's first digit 2 to 6, Luhn-valid), as any stretch of whole
+/// groups of a run (`IBAN DE89 …`, `VISA 4111 …`). The checksums keep ordinary long numbers out:
+/// a number that fails them is not a canary.
+fn account_numbers(body: &str, out: &mut Vec<Found>) {
+    for groups in grouped_runs(body) {
+        let mut a = 0;
+        while a < groups.len() {
+            let mut hit = None;
+            let mut chars = String::new();
+            for (k, &(_, e)) in groups.iter().enumerate().skip(a) {
+                let (s, _) = groups[k];
+                chars.push_str(&body[s..e]);
+                if chars.len() > 34 {
+                    break;
+                }
+                if is_iban(&chars) || is_card(&chars) {
+                    hit = Some(k);
+                }
+            }
+            match hit {
+                Some(k) => {
+                    let (start, end) = (groups[a].0, groups[k].1);
+                    out.push(Found {
+                        text: body[start..end].to_owned(),
+                        at: start,
+                        origin: CanaryOrigin::Entropy,
+                    });
+                    a = k + 1;
+                }
+                None => a += 1,
+            }
+        }
+    }
+}
+
+fn is_iban(s: &str) -> bool {
+    let b = s.as_bytes();
+    if !(15..=34).contains(&b.len())
+        || !b[..2].iter().all(u8::is_ascii_uppercase)
+        || !b[2..4].iter().all(u8::is_ascii_digit)
+    {
+        return false;
+    }
+    // Move the first four to the end, letters as 10..35, the number mod 97 must be 1.
+    let mut r: u32 = 0;
+    for &c in b[4..].iter().chain(&b[..4]) {
+        let v = match c {
+            b'0'..=b'9' => u32::from(c - b'0'),
+            b'A'..=b'Z' => u32::from(c - b'A') + 10,
+            _ => return false,
+        };
+        r = if v >= 10 {
+            (r * 100 + v) % 97
+        } else {
+            (r * 10 + v) % 97
+        };
+    }
+    r == 1
+}
+
+fn is_card(s: &str) -> bool {
+    let b = s.as_bytes();
+    if !(15..=16).contains(&b.len())
+        || !b.iter().all(u8::is_ascii_digit)
+        || !(b'2'..=b'6').contains(&b[0])
+    {
+        return false;
+    }
+    let sum: u32 = b
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, &c)| {
+            let d = u32::from(c - b'0');
+            if i % 2 == 1 {
+                let x = d * 2;
+                if x > 9 { x - 9 } else { x }
+            } else {
+                d
+            }
+        })
+        .sum();
+    sum.is_multiple_of(10)
 }
 
 /// `PELICAN-42`, `ORCHID_7731`, `TANGO42`: upper-case letter parts and digit parts, one of each at
@@ -752,6 +926,8 @@ pub fn find(body: &str) -> Vec<Found> {
     let toks = tokens(body);
     let mut out = Vec::new();
     keyword_values(body, &toks, &mut out);
+    url_passwords(body, &mut out);
+    account_numbers(body, &mut out);
     for t in &toks {
         if t.kind == Kind::Word && looks_generated(t.text) {
             out.push(Found {
@@ -847,6 +1023,81 @@ mod tests {
             "state-of-the-art models in 2023, x86_64, loop1000.py, #Qatar2022, 16ms, 3rd",
         ];
         for p in prose {
+            assert!(found(p).is_empty(), "{p:?} gave {:?}", found(p));
+        }
+    }
+
+    fn found_once(body: &str) -> Vec<String> {
+        let mut f = found(body);
+        f.dedup();
+        f
+    }
+
+    #[test]
+    fn passwords_inside_urls_are_found() {
+        assert_eq!(
+            found_once("Connect with postgres://app:hunter2x9@db/prod and read."),
+            ["hunter2x9"]
+        );
+        assert_eq!(
+            found_once("see https://deploy:S3cr3t-Pa55@git.example.com:8443/repo.git"),
+            ["S3cr3t-Pa55"]
+        );
+        // Near-misses: a user without a password, a port, a plain URL.
+        for p in [
+            "Connect to postgres://app@db/prod.",
+            "Open http://localhost:8080/admin or https://example.com:443/x?a=b@c",
+            "mailto:someone@example.com and ssh://git@github.com/org/repo",
+        ] {
+            assert!(found(p).is_empty(), "{p:?} gave {:?}", found(p));
+        }
+    }
+
+    #[test]
+    fn random_tokens_in_one_case_are_found() {
+        for t in ["k3j9fhq2lz", "X7V2PQM41T", "a8f3k2m9q1z7"] {
+            assert!(looks_generated(t), "{t}");
+        }
+        // Near-misses: one digit run (a word with a number), too short, an identifier of words.
+        // (A token that is also generated-looking by another rule is found once per rule; the
+        // guard keeps one canary per folded text.)
+        for t in [
+            "McDonald2024",
+            "iphone15promax",
+            "ubuntu2204lts",
+            "k3j9fhq2l",
+            "utf8mb4_unicode_ci",
+            "windows10pro",
+        ] {
+            assert!(!looks_generated(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn ibans_and_card_numbers_are_found() {
+        assert_eq!(
+            found_once("Wire it to IBAN DE89 3704 0044 0532 0130 00 today."),
+            ["DE89 3704 0044 0532 0130 00"]
+        );
+        assert_eq!(
+            found_once("IBAN: GB82WEST12345698765432."),
+            ["GB82WEST12345698765432"]
+        );
+        assert_eq!(
+            found_once("The card is VISA 4539 1488 0343 6467, exp 12/27"),
+            ["4539 1488 0343 6467"]
+        );
+        assert_eq!(
+            found_once("Amex 3782-822463-10005 on file"),
+            ["3782-822463-10005"]
+        );
+        // Near-misses: one digit off (fails mod 97 / Luhn), an order number, a phone number.
+        for p in [
+            "Wire it to DE89 3704 0044 0532 0130 01 today.",
+            "The card is 4539 1488 0343 6468.",
+            "Order 1234 5678 9012 3456 shipped; call +1 555 0100 2000.",
+            "ISBN 978-3-16-148410-0, ticket 4000 1234 5678 9010 (fails Luhn)",
+        ] {
             assert!(found(p).is_empty(), "{p:?} gave {:?}", found(p));
         }
     }

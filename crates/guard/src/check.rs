@@ -202,6 +202,32 @@ impl<'p> Scan<'p> {
                 }
             }
         }
+        if hit.is_none() && !self.p.fragment_keys.is_empty() {
+            // Fragments: a slice of a canary written as a token (forwards or backwards), one
+            // per answer — the halves of a code asked for over two calls.
+            let fragment = |w: &str| -> Option<(usize, Via)> {
+                if let Some(i) = self.p.fragment(w) {
+                    let view = View::Plain;
+                    return Some((i, Via { decoded, view }));
+                }
+                let rev: String = w.chars().rev().collect();
+                let view = View::Reversed;
+                self.p.fragment(&rev).map(|i| (i, Via { decoded, view }))
+            };
+            for w in text::words(text) {
+                hit = hit.or_else(|| fragment(&w));
+            }
+            for tok in text.split_whitespace() {
+                if hit.is_none() && tok.chars().any(|c| !c.is_alphanumeric()) {
+                    hit = fragment(&text::compact(tok));
+                }
+            }
+            if hit.is_none() {
+                for w in text::words(&decode::unspace(text)) {
+                    hit = hit.or_else(|| fragment(&w));
+                }
+            }
+        }
         if hit.is_some() {
             self.canary = hit;
         }

@@ -36,6 +36,10 @@ const _: () =
 /// The n-gram size never shrinks below this for short bodies.
 const MIN_NGRAM_SHORT_BODY: usize = 4;
 
+/// A slice of a canary this long or longer, written as a token of the answer, is a fragment of
+/// it (the two halves of an access code asked for over two calls). See [`Prepared::fragment`].
+pub const FRAGMENT_CHARS: usize = 4;
+
 const INLINE_OPEN: &str = "[[secret:";
 const INLINE_CLOSE: &str = "]]";
 
@@ -109,6 +113,9 @@ pub struct Prepared {
     /// Shift-canonical folded form of each canary, for whole-token matching.
     pub(crate) token_canaries: HashMap<String, usize>,
     pub(crate) token_lens: Vec<usize>,
+    /// The first [`FRAGMENT_CHARS`] characters of every slice of a canary that a fragment may be
+    /// (see [`Prepared::fragment`]) -> the canaries that hold it.
+    pub(crate) fragment_keys: HashMap<String, Vec<usize>>,
     pub(crate) index: Index,
 }
 
@@ -145,6 +152,64 @@ impl Prepared {
     pub fn word_count(&self) -> usize {
         self.word_count
     }
+
+    /// The canary `f` (a folded token of the answer) is a fragment of, if any: a slice of at
+    /// least [`FRAGMENT_CHARS`] characters, shorter than the canary, that carries enough of it to
+    /// be told from ordinary text (see [`fragment_counts`]). Marked and automatic canaries only:
+    /// a `secret` line's slices are words, and its n-grams are caught already.
+    pub(crate) fn fragment(&self, f: &str) -> Option<usize> {
+        let n = f.chars().count();
+        if n < FRAGMENT_CHARS {
+            return None;
+        }
+        let key_end = f
+            .char_indices()
+            .nth(FRAGMENT_CHARS)
+            .map_or(f.len(), |(i, _)| i);
+        let ids = self.fragment_keys.get(&f[..key_end])?;
+        ids.iter().copied().find(|&i| {
+            let c = &self.canaries[i].folded;
+            n < c.chars().count() && fragment_counts(f, c)
+        })
+    }
+}
+
+/// Whether `f`, a slice of the folded canary `c`, is a fragment the guard catches. A slice of a
+/// secret can also be a piece of ordinary text, so only slices that are not:
+/// - fewer than three distinct characters never count (`1111`, `0000`, `2020`, `aaaa`);
+/// - letters and digits mixed: always (`an42`, `k7pm`, `2qxz`, `ter2x`); a random token rarely
+///   holds a slice that is also a word of ordinary text (`utf8`, `ipv4` would be the cost);
+/// - digits only: four or more, not a year 1900-2099 (`4432` of `77194432`);
+/// - letters only: five or more (two distinct 4-character slices, never one English 4-letter
+///   word), of a canary that mixes letters and digits (a code, not a password word: the slices
+///   of `swordfish` are `sword` and `fish`), and cutting one of its letter runs (`pelic`,
+///   `elican`; the whole run `pelican` of `PELICAN-42` may be the bird).
+fn fragment_counts(f: &str, c: &str) -> bool {
+    let n = f.chars().count();
+    let digits = f.chars().filter(char::is_ascii_digit).count();
+    let letters = n - digits;
+    let mut distinct: Vec<char> = f.chars().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 3 {
+        return false;
+    }
+    if digits > 0 && letters > 0 {
+        return c.contains(f);
+    }
+    if letters == 0 {
+        let year = n == 4 && (f.starts_with("19") || f.starts_with("20"));
+        return !year && c.contains(f);
+    }
+    if n < 5 || !c.chars().any(|x| x.is_ascii_digit()) {
+        return false;
+    }
+    // Some occurrence in `c` has a letter just before or just after it.
+    c.match_indices(f).any(|(at, _)| {
+        let before = c[..at].chars().next_back();
+        let after = c[at + f.len()..].chars().next();
+        before.is_some_and(|x| !x.is_ascii_digit()) || after.is_some_and(|x| !x.is_ascii_digit())
+    })
 }
 
 /// Strip the markers from one line, returning the model's line and the inline canaries.
@@ -336,6 +401,19 @@ fn index(
             token_lens.push(n);
         }
     }
+    let mut fragment_keys: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, c) in canaries.iter().enumerate() {
+        let chars: Vec<char> = c.folded.chars().collect();
+        if c.origin == CanaryOrigin::SecretLine || chars.len() <= FRAGMENT_CHARS {
+            continue;
+        }
+        for w in chars.windows(FRAGMENT_CHARS) {
+            let ids = fragment_keys.entry(w.iter().collect()).or_default();
+            if ids.last() != Some(&i) {
+                ids.push(i);
+            }
+        }
+    }
     let index = Index::build(&patterns);
     Ok(Prepared {
         spec: *spec,
@@ -349,6 +427,7 @@ fn index(
         long_canary,
         token_canaries,
         token_lens,
+        fragment_keys,
         index,
     })
 }
@@ -457,5 +536,52 @@ mod tests {
         assert_eq!(p.ngram(), 4);
         assert_eq!(prepare("just two", &spec()).unwrap().ngram(), 2);
         assert_eq!(prepare("", &spec()).unwrap().word_count(), 0);
+    }
+
+    #[test]
+    fn fragments_are_slices_that_carry_the_secret() {
+        let p = prepare(
+            "The access code is pelican4821. Use [[secret:K7PM-2QXZ]]. The password is swordfish.",
+            &spec(),
+        )
+        .unwrap();
+        let frag = |f: &str| p.fragment(f).map(|i| p.canaries()[i].text().to_owned());
+        // The halves of a code, each four characters or more.
+        assert_eq!(frag("pelic").as_deref(), Some("pelican4821"));
+        assert_eq!(frag("an4821").as_deref(), Some("pelican4821"));
+        assert_eq!(frag("4821").as_deref(), Some("pelican4821"));
+        assert_eq!(frag("k7pm").as_deref(), Some("K7PM-2QXZ"));
+        assert_eq!(frag("2qxz").as_deref(), Some("K7PM-2QXZ"));
+        // Near-misses: a 4-letter word, the whole letter run (the bird), slices of a password
+        // word, the whole canary (matched as a token elsewhere), something not in any canary.
+        for f in [
+            "peli",
+            "pelican",
+            "sword",
+            "fish",
+            "pelican4821",
+            "pelicans",
+            "48210",
+        ] {
+            assert_eq!(frag(f), None, "{f}");
+        }
+    }
+
+    #[test]
+    fn fragment_rules_keep_ordinary_slices_out() {
+        assert!(fragment_counts("an42", "pelican42"));
+        assert!(fragment_counts("ter2x", "hunter2x9"));
+        assert!(fragment_counts("4432", "77194432"));
+        assert!(!fragment_counts("1944", "77194432"), "a year");
+        assert!(
+            !fragment_counts("1111", "4111111111111111"),
+            "two distinct digits"
+        );
+        assert!(fragment_counts("2qxz", "k7pm2qxz"));
+        assert!(!fragment_counts("2qxy", "k7pm2qxz"), "not a slice");
+        assert!(
+            !fragment_counts("hunter", "hunterhunter"),
+            "no digit in the canary"
+        );
     }
 }

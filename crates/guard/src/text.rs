@@ -1,14 +1,24 @@
 //! Text folding and the shift-invariant symbol stream both the body and the answer go through.
 //!
-//! Folding: lower case, full-width and common Cyrillic/Greek look-alike letters to ASCII, and
-//! everything that is not alphanumeric dropped (so case, punctuation, whitespace and separator
-//! characters between letters all disappear). The folded stream is then encoded so that a Caesar
-//! shift does not change it: an ASCII letter becomes its distance (mod 26) from the previous ASCII
-//! letter, a digit becomes `26 + digit`, any other alphanumeric keeps its UTF-8 bytes (all
-//! `>= 0x80`). A body n-gram is searched as its encoding *without* its first letter (whose symbol
-//! depends on what precedes it), so one pass over the answer finds it under every shift.
+//! Folding closes the alphabet a model can be asked to write in: ASCII letters lower-cased;
+//! every other character through one fold ([`fold`]) — decimal digits of any script to ASCII
+//! digits, compatibility decomposition (NFKD: mathematical alphanumerics, full-width forms,
+//! ligatures, circled and superscript letters, letter-like symbols) with combining marks dropped
+//! (precomposed accents), small capitals and common Cyrillic/Greek look-alikes by a small table,
+//! and what is left by its Unicode confusables skeleton (UTS #39); everything that is not then a
+//! letter or digit is dropped (so case, punctuation, whitespace and separator characters between
+//! letters all disappear). The body, the canaries and the answer all go through this one fold.
+//! The folded stream is then encoded so that a Caesar shift does not change it: an ASCII letter
+//! becomes its distance (mod 26) from the previous ASCII letter, a digit becomes `26 + digit`,
+//! any other alphanumeric keeps its UTF-8 bytes (all `>= 0x80`). A body n-gram is searched as its
+//! encoding *without* its first letter (whose symbol depends on what precedes it), so one pass over
+//! the answer finds it under every shift.
 
-/// Fold one character: emits nothing when it is not alphanumeric, else its folded form(s).
+use unicode_general_category::{GeneralCategory as Gc, get_general_category};
+use unicode_normalization::char::{decompose_compatible, is_combining_mark};
+
+/// Fold one character: emits nothing when it is not alphanumeric, else its folded form(s) (one
+/// character may fold to several: `ﬁ` to `fi`, `æ` to `ae`, `㎏` to `kg`).
 #[inline]
 pub fn fold(c: char, mut emit: impl FnMut(char)) {
     if c.is_ascii() {
@@ -17,14 +27,131 @@ pub fn fold(c: char, mut emit: impl FnMut(char)) {
         }
         return;
     }
+    fold_wide(c, &mut emit);
+}
+
+/// The fold of a non-ASCII character (kept out of line: the ASCII path is the hot one).
+#[inline(never)]
+fn fold_wide(c: char, emit: &mut dyn FnMut(char)) {
+    match get_general_category(c) {
+        Gc::DecimalNumber => {
+            if let Some(d) = decimal_value(c) {
+                emit(d);
+            }
+            return;
+        }
+        // Punctuation, spaces, controls and marks never fold to a letter: skip the tables (curly
+        // quotes and dashes are the common non-ASCII characters of an ordinary answer).
+        Gc::ConnectorPunctuation
+        | Gc::DashPunctuation
+        | Gc::OpenPunctuation
+        | Gc::ClosePunctuation
+        | Gc::InitialPunctuation
+        | Gc::FinalPunctuation
+        | Gc::OtherPunctuation
+        | Gc::SpaceSeparator
+        | Gc::LineSeparator
+        | Gc::ParagraphSeparator
+        | Gc::Control
+        | Gc::Format
+        | Gc::NonspacingMark
+        | Gc::SpacingMark
+        | Gc::EnclosingMark => return,
+        _ => {}
+    }
     if let Some(a) = lookalike(c) {
         emit(a);
         return;
     }
-    if c.is_alphanumeric() {
-        // One character in, at most one out (the first alphanumeric of its lower case), so a
-        // text's characters and its folded atoms line up one to one.
-        if let Some(l) = c.to_lowercase().find(|l| l.is_alphanumeric()) {
+    if ('\u{AC00}'..='\u{D7A3}').contains(&c) {
+        // A Hangul syllable decomposes into its jamo, letters rather than marks: kept whole, so
+        // a syllable stays one symbol and a reversed text reverses syllables, not jamo.
+        emit(c);
+        return;
+    }
+    decompose_compatible(c, |d| {
+        if is_combining_mark(d) {
+            return;
+        }
+        if d.is_ascii() {
+            if d.is_ascii_alphanumeric() {
+                emit(d.to_ascii_lowercase());
+            }
+            return;
+        }
+        if let Some(a) = lookalike(d) {
+            emit(a);
+            return;
+        }
+        if get_general_category(d) == Gc::DecimalNumber {
+            if let Some(v) = decimal_value(d) {
+                emit(v);
+            }
+            return;
+        }
+        confusable(d, emit);
+    });
+}
+
+/// The value of a decimal digit (`Nd`) of any script as an ASCII digit. Unicode encodes every
+/// `Nd` digit in a contiguous run from 0 to 9 (a stability policy), so the value is the distance
+/// from the start of the run, mod 10 (runs may abut: the mathematical digits are five in a row).
+fn decimal_value(c: char) -> Option<char> {
+    let mut u = c as u32;
+    let mut n = 0u32;
+    while n < 60
+        && let Some(p) = u.checked_sub(1).and_then(char::from_u32)
+        && get_general_category(p) == Gc::DecimalNumber
+    {
+        u -= 1;
+        n += 1;
+    }
+    char::from_digit(n % 10, 10)
+}
+
+/// A character NFKD left alone, by its UTS #39 confusables prototype (`ꜱ` to `s`, `ᴏ` to `o`, `×`
+/// to `x`, a capital-I look-alike to `i`): its prototype's letters, or the character itself lower-cased when it has none. A
+/// letter never becomes a digit this way (the skeleton of Cyrillic `б` is `6`, of `З` is `3`),
+/// so words of other scripts keep their letter/digit shape, which canary matching relies on.
+fn confusable(d: char, emit: &mut dyn FnMut(char)) {
+    let mut buf = [0u8; 4];
+    let mut proto = ['\0'; 8];
+    let mut n = 0;
+    let mut usable = true;
+    for p in unicode_security::skeleton(d.encode_utf8(&mut buf)) {
+        if is_combining_mark(p) {
+            continue;
+        }
+        if n == proto.len() || (p.is_ascii_digit() && !d.is_numeric()) {
+            usable = false;
+            break;
+        }
+        proto[n] = p;
+        n += 1;
+    }
+    // The prototype of every capital-I look-alike is `l` (UTS #39 folds `I` and `l` together);
+    // ASCII `I` folds to `i` here, so a look-alike that is not a lower-case letter must too.
+    if n == 1 && proto[0] == 'l' && !d.is_lowercase() {
+        proto[0] = 'i';
+    }
+    let changed = !(n == 1 && proto[0] == d);
+    if usable && changed && n > 0 {
+        for &p in &proto[..n] {
+            if p.is_ascii() {
+                if p.is_ascii_alphanumeric() {
+                    emit(p.to_ascii_lowercase());
+                }
+            } else if let Some(a) = lookalike(p) {
+                emit(a);
+            } else if let Some(l) = p.to_lowercase().find(|l| l.is_alphanumeric()) {
+                emit(l);
+            }
+        }
+        return;
+    }
+    if d.is_alphanumeric() {
+        // The first alphanumeric of its lower case.
+        if let Some(l) = d.to_lowercase().find(|l| l.is_alphanumeric()) {
             emit(l);
         }
     }
@@ -36,36 +163,41 @@ pub const DROP: u32 = 36;
 pub const SPACE: u32 = 37;
 const NON_ASCII: u32 = 0x100;
 
-/// A text folded one atom per character: `0..26` an ASCII letter, `26..36` a digit (already its
+/// A text folded into atoms, one per folded character (one or more per character of the text; a
+/// dropped character is one [`DROP`]): `0..26` an ASCII letter, `26..36` a digit (already its
 /// symbol), [`DROP`], [`SPACE`], or `0x100 + c` for another folded alphanumeric `c`. Views
 /// rearrange atoms; a [`Sink`] encodes them.
 pub fn atoms(s: &str) -> Vec<u32> {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii() {
-                let b = c as u8;
-                return match b {
-                    b'a'..=b'z' => u32::from(b - b'a'),
-                    b'A'..=b'Z' => u32::from(b - b'A'),
-                    b'0'..=b'9' => 26 + u32::from(b - b'0'),
-                    _ if c.is_ascii_whitespace() => SPACE,
-                    _ => DROP,
-                };
-            }
-            if c.is_whitespace() {
-                return SPACE;
-            }
-            let mut out = DROP;
-            fold(c, |f| {
-                out = match f {
-                    'a'..='z' => f as u32 - 'a' as u32,
-                    '0'..='9' => 26 + (f as u32 - '0' as u32),
-                    _ => NON_ASCII + f as u32,
-                }
+    let mut out = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii() {
+            let b = c as u8;
+            out.push(match b {
+                b'a'..=b'z' => u32::from(b - b'a'),
+                b'A'..=b'Z' => u32::from(b - b'A'),
+                b'0'..=b'9' => 26 + u32::from(b - b'0'),
+                _ if c.is_ascii_whitespace() => SPACE,
+                _ => DROP,
             });
-            out
-        })
-        .collect()
+            continue;
+        }
+        if c.is_whitespace() {
+            out.push(SPACE);
+            continue;
+        }
+        let before = out.len();
+        fold(c, |f| {
+            out.push(match f {
+                'a'..='z' => f as u32 - 'a' as u32,
+                '0'..='9' => 26 + (f as u32 - '0' as u32),
+                _ => NON_ASCII + f as u32,
+            })
+        });
+        if out.len() == before {
+            out.push(DROP);
+        }
+    }
+    out
 }
 
 /// Encodes atoms into shift-invariant symbols (the same symbols as [`Encoder`]).
@@ -98,7 +230,10 @@ impl<'a> Sink<'a> {
     }
 }
 
-/// Full-width forms and the Cyrillic/Greek letters that render like ASCII letters.
+/// Full-width forms, small capitals and the Cyrillic/Greek letters that render like ASCII
+/// letters. Neither NFKD nor the confusables skeleton maps most small capitals (`ᴀ`, `ʙ`, `ᴅ`,
+/// `ʀ`, `ᴛ` stay themselves), so they are listed; `ǫ` is the `q` of small-capital text (there is
+/// no small capital Q in common fonts), and folds to `q` rather than to `o` with its ogonek.
 fn lookalike(c: char) -> Option<char> {
     let u = c as u32;
     // Full-width digits and letters.
@@ -132,6 +267,32 @@ fn lookalike(c: char) -> Option<char> {
         'ν' => 'v',
         'х' | 'Х' | 'χ' | 'Χ' => 'x',
         'Ζ' => 'z',
+        // Small capitals (IPA and phonetic extensions, Latin extended-D).
+        'ᴀ' => 'a',
+        'ʙ' => 'b',
+        'ᴄ' => 'c',
+        'ᴅ' => 'd',
+        'ᴇ' => 'e',
+        'ꜰ' => 'f',
+        'ɢ' => 'g',
+        'ʜ' => 'h',
+        'ɪ' => 'i',
+        'ᴊ' => 'j',
+        'ᴋ' => 'k',
+        'ʟ' => 'l',
+        'ᴍ' => 'm',
+        'ɴ' => 'n',
+        'ᴏ' => 'o',
+        'ᴘ' => 'p',
+        'ꞯ' | 'ǫ' => 'q',
+        'ʀ' => 'r',
+        'ꜱ' => 's',
+        'ᴛ' => 't',
+        'ᴜ' => 'u',
+        'ᴠ' => 'v',
+        'ᴡ' => 'w',
+        'ʏ' => 'y',
+        'ᴢ' => 'z',
         _ => return None,
     })
 }
@@ -280,7 +441,7 @@ mod tests {
         assert_eq!(compact("ＰＥＬＩＣＡＮ４２"), "pelican42");
         // Cyrillic "р", "е", "о" that render like Latin letters.
         assert_eq!(compact("реliсаn"), "pelican");
-        assert_eq!(compact("Straße Ünïcode"), "straßeünïcode");
+        assert_eq!(compact("Straße Ünïcode"), "straßeunicode");
         assert_eq!(
             words("Write clear, commit-messages!"),
             ["write", "clear", "commit", "messages"]
@@ -332,7 +493,72 @@ mod sink_tests {
             let mut sink = Sink::new(&mut b, 0);
             atoms(s).into_iter().for_each(|x| sink.push(x));
             assert_eq!(a, b, "{s:?}");
-            assert_eq!(atoms(s).len(), s.chars().count());
         }
+        // One atom per character, except where a character folds to several.
+        assert_eq!(atoms("ab, c").len(), 5);
+        assert_eq!(atoms("ﬁx").len(), 3);
+    }
+}
+
+/// The fold that closes the alphabet: each family a model can be asked to write in folds to the
+/// ASCII the body is written in, and a near-miss beside each stays apart.
+#[cfg(test)]
+mod fold_tests {
+    use super::*;
+
+    #[test]
+    fn mathematical_alphanumerics_fold_to_ascii() {
+        assert_eq!(compact("𝐏𝐄𝐋𝐈𝐂𝐀𝐍 𝟒𝟐"), "pelican42");
+        assert_eq!(
+            compact("𝑝𝑒𝑙𝑖𝑐𝑎𝑛 𝓅ℯ𝓁𝒾𝒸𝒶𝓃 𝔭𝔢𝔩 𝕡𝕖𝕝 𝚙𝚎𝚕"),
+            "pelicanpelicanpelpelpel"
+        );
+        // Near-miss: a different word in bold stays different.
+        assert_ne!(compact("𝐏𝐄𝐋𝐈𝐂𝐀𝐒"), "pelican");
+    }
+
+    #[test]
+    fn small_capitals_fold_to_ascii() {
+        assert_eq!(
+            compact("ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘǫʀꜱᴛᴜᴠᴡxʏᴢ"),
+            "abcdefghijklmnopqrstuvwxyz"
+        );
+        assert_eq!(words("ᴡʀɪᴛᴇ ᴄʟᴇᴀʀ ᴄᴏᴍᴍɪᴛ"), ["write", "clear", "commit"]);
+        assert_ne!(compact("ᴡʀɪᴛᴇ"), compact("wrote"));
+    }
+
+    #[test]
+    fn precomposed_and_combining_accents_are_dropped() {
+        assert_eq!(compact("Crème brûlée, naïve café"), "cremebruleenaivecafe");
+        // The same with combining marks written separately.
+        assert_eq!(compact("Cre\u{300}me\u{301}"), "creme");
+        assert_eq!(compact("ＰＥＬＩＣＡＮ ⓟⓔⓛ ﬁ ㎏ ℌ"), "pelicanpelfikgh");
+        // Near-miss: accents go, letters stay; `ß` and `ø` are not `ss`/`o` under NFKD alone,
+        // but fold the same in body and answer.
+        assert_eq!(compact("résumé"), "resume");
+        assert_ne!(compact("résumé"), compact("resumes"));
+        assert_eq!(compact("Straße"), compact("STRAẞE"));
+    }
+
+    #[test]
+    fn decimal_digits_of_every_script_fold_to_ascii() {
+        assert_eq!(compact("٤٨٢١"), "4821"); // Arabic-Indic
+        assert_eq!(compact("۴۸۲۱"), "4821"); // Extended Arabic-Indic (Persian)
+        assert_eq!(compact("४८२१ ৪৮২১ ๔๘๒๑"), "482148214821"); // Devanagari, Bengali, Thai
+        assert_eq!(compact("٠١٢٣٤٥٦٧٨٩ 𝟎𝟗 𝟬𝟵"), "01234567890909");
+        assert_eq!(compact("①② ²"), "122");
+        // Near-miss: letters whose confusables prototype is a digit stay letters (`б` is not
+        // `6`, `З` is not `3`), so a word of another script does not turn into a code.
+        let russian = compact("Забыл был");
+        assert!(!russian.chars().any(|c| c.is_ascii_digit()), "{russian}");
+    }
+
+    #[test]
+    fn confusables_fold_to_their_prototype() {
+        // Latin look-alikes of other scripts the table does not list.
+        assert_eq!(compact("ꓑꓰꓡꓲꓚꓮꓠ"), "pelican"); // Lisu
+        assert_eq!(compact("℮ⅼ×"), "elx");
+        // Near-miss: punctuation stays punctuation.
+        assert_eq!(compact("“quoted” — dashes… ‘x’"), "quoteddashesx");
     }
 }
