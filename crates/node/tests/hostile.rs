@@ -976,48 +976,42 @@ async fn parked_or_ended(node: &TestNode, id: &str) -> Value {
     .await
 }
 
-/// Issue 30 item 8: `approve --remember` holds for what the human was told — the skill's
-/// declaration, its provider and where, the box's platform and isolation — not for whatever a
-/// call to that (peer, skill, source set) turns into. The call landing on a box of another
-/// platform than the remembered one, or the owner switching the skill's provider, parks the
-/// next call for consent again instead of staking the caller's sources silently.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_remembered_consent_is_asked_again_when_what_it_was_told_changes() {
+/// Approve the parked call `id` with `remember`, and wait for its answer.
+async fn approve_remembered(w: &support::World, id: &str) {
+    let r = w
+        .caller
+        .post_json(
+            &format!("/approvals/{id}"),
+            json!({"decision": "allow", "remember": true}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(w.caller.wait_call(id, LIMIT).await["state"], "answered");
+}
+
+/// The shipped consent, one call approved with `remember`, and a second one that is not asked:
+/// the remembered rule holds the disclosure's facts.
+async fn remembered(marker: &str) -> support::World {
     let shipped = |c: &mut skillbox_node::Config| {
         c.policy = skillbox_node::config::PolicyConfig::default();
     };
-    let w = world("BODY-H8", "sk-H8", &["songs"], |_| {}, shipped).await;
+    let w = world(marker, "sk-H8", &["songs"], |_| {}, shipped).await;
     w.caller.put_source("songs", "text", "Portishead").await;
     let peer = w.owner.peer_id.clone();
-    let approve = |id: String| {
-        let w = &w;
-        async move {
-            let r = w
-                .caller
-                .post_json(
-                    &format!("/approvals/{id}"),
-                    json!({"decision": "allow", "remember": true}),
-                )
-                .await;
-            assert_eq!(r.status, 200, "{}", r.body);
-            assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
-        }
-    };
     let id = w.caller.start_call(&peer, "taste", "first").await;
     assert_eq!(
         parked_or_ended(&w.caller, &id).await["state"],
         "awaiting_consent"
     );
-    approve(id).await;
+    approve_remembered(&w, &id).await;
     let id = w.caller.start_call(&peer, "taste", "second").await;
     assert_eq!(
         parked_or_ended(&w.caller, &id).await["state"],
         "answered",
         "remembered: not asked again while nothing changed"
     );
-    // The rule holds the disclosure's facts.
-    let mut policy = w.caller.get("/policy").await.body;
-    let told = policy["rules"][0]["told"].clone();
+    let policy = w.caller.get("/policy").await.body;
+    let told = &policy["rules"][0]["told"];
     assert_eq!(told["provider"], "openai", "{policy}");
     assert_eq!(told["platform"], "insecure-dev");
     assert_eq!(told["hardware_isolation"], false);
@@ -1026,27 +1020,17 @@ async fn a_remembered_consent_is_asked_again_when_what_it_was_told_changes() {
             .as_str()
             .is_some_and(|d| d.starts_with("sha256:"))
     );
+    w
+}
 
-    // The yes was given for a hardware-isolated box (there is no hardware here: the remembered
-    // facts say so); the call lands on an insecure-dev one: asked again.
-    policy["rules"][0]["told"]["platform"] = json!("tdx");
-    policy["rules"][0]["told"]["hardware_isolation"] = json!(true);
-    let r = w
-        .caller
-        .req(
-            reqwest::Method::PUT,
-            "/policy",
-            Some(("application/json", policy.to_string().into_bytes())),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", r.body);
-    let id = w.caller.start_call(&peer, "taste", "third").await;
-    let c = parked_or_ended(&w.caller, &id).await;
-    assert_eq!(c["state"], "awaiting_consent", "{c}");
-    assert_eq!(c["disclosure"]["hardwareIsolation"], false);
-    approve(id).await;
-
-    // The owner switches the skill's provider: the caller's remembered yes was for openai.
+/// Issue 30 item 8: `approve --remember` holds for what the human was told, not for whatever a
+/// call to that (peer, skill, source set) turns into. The owner switches the skill's provider
+/// after the caller's human said yes for `openai`: the next call is parked for consent again,
+/// and nothing of it is staked, instead of the sources going to the new provider silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remembered_consent_is_asked_again_when_the_owner_switches_the_provider() {
+    let w = remembered("BODY-H8P").await;
+    let peer = w.owner.peer_id.clone();
     let r = w
         .owner
         .req(
@@ -1073,7 +1057,7 @@ async fn a_remembered_consent_is_asked_again_when_what_it_was_told_changes() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let asked_before = w.provider.0.lock().expect("log").len();
-    let id = w.caller.start_call(&peer, "taste", "fourth").await;
+    let id = w.caller.start_call(&peer, "taste", "third").await;
     let c = parked_or_ended(&w.caller, &id).await;
     assert_eq!(c["state"], "awaiting_consent", "{c}");
     assert_eq!(c["disclosure"]["provider"], "openrouter");
@@ -1086,4 +1070,34 @@ async fn a_remembered_consent_is_asked_again_when_what_it_was_told_changes() {
         "{staked}"
     );
     assert_eq!(w.provider.0.lock().expect("log").len(), asked_before);
+}
+
+/// Issue 30 item 8, the box: the yes was given for a hardware-isolated box (there is no
+/// hardware here, so the remembered facts are set to say so, as a `tdx` box's would), and the
+/// call lands on an `insecure-dev` one: asked again, not staked where its operator reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remembered_consent_is_asked_again_when_the_call_lands_on_another_platform() {
+    let w = remembered("BODY-H8B").await;
+    let peer = w.owner.peer_id.clone();
+    let mut policy = w.caller.get("/policy").await.body;
+    policy["rules"][0]["told"]["platform"] = json!("tdx");
+    policy["rules"][0]["told"]["hardware_isolation"] = json!(true);
+    let r = w
+        .caller
+        .req(
+            reqwest::Method::PUT,
+            "/policy",
+            Some(("application/json", policy.to_string().into_bytes())),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let id = w.caller.start_call(&peer, "taste", "third").await;
+    let c = parked_or_ended(&w.caller, &id).await;
+    assert_eq!(c["state"], "awaiting_consent", "{c}");
+    assert_eq!(c["disclosure"]["platform"], "insecure-dev");
+    assert_eq!(c["disclosure"]["hardwareIsolation"], false);
+    // Approved again, for this box: remembered beside the other, and not asked after.
+    approve_remembered(&w, &id).await;
+    let id = w.caller.start_call(&peer, "taste", "fourth").await;
+    assert_eq!(parked_or_ended(&w.caller, &id).await["state"], "answered");
 }
