@@ -317,7 +317,11 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     say!("answer (only the caller can open it):");
     say!("{}", c["answer"].as_str().unwrap_or("").trim());
     say!();
-    say!("receipt (signed by the box's run key, verified by the owner):");
+    // The owner's copy: it alone has `guard_acted` (from the box's note sealed to the owner);
+    // the caller's copy of the same signed receipt says nothing of the guard.
+    say!(
+        "receipt as the owner holds it (signed by the box's run key; guard_acted is from a note the box sealed to the owner alone, absent from the caller's copy):"
+    );
     say!(
         "{}",
         serde_json::to_string_pretty(&o["receipt"]).unwrap_or_default()
