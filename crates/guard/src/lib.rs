@@ -12,7 +12,7 @@
 //! match check(&prepared, answer) {
 //!     Verdict::Clean => { /* seal the answer */ }
 //!     Verdict::Caught(_) => match spec.action {
-//!         Action::Withhold => { /* seal the fixed refusal; receipt says the guard acted */ }
+//!         Action::Withhold => { /* seal the fixed refusal; the owner's sealed note says it acted */ }
 //!         Action::Regenerate => {
 //!             // run again with NEUTRAL_INSTRUCTION as the system prompt, check that answer
 //!             // with the same `prepared`, withhold if it is caught too.
