@@ -91,6 +91,21 @@ fn bench(c: &mut Criterion) {
     assert!(check(&prepared, &leak).is_caught());
     let b64_leak = base64(&body.as_bytes()[2 << 10..5 << 10]);
     assert!(check(&prepared, &b64_leak).is_caught());
+    // The non-ASCII path of the fold (every letter a small capital, 3 bytes each): the worst
+    // case for its tables (issue 32).
+    const CAPS: &str = "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘǫʀꜱᴛᴜᴠᴡxʏᴢ";
+    let caps: Vec<char> = CAPS.chars().collect();
+    let mut small_caps = String::new();
+    for c in benign.chars() {
+        if small_caps.len() >= 4 << 10 {
+            break;
+        }
+        match c.to_ascii_lowercase() {
+            l @ 'a'..='z' => small_caps.push(caps[usize::from(l as u8 - b'a')]),
+            _ => small_caps.push(c),
+        }
+    }
+    assert!(!check(&prepared, &small_caps).is_caught());
 
     cpu_per_call("prepare 16 KiB body", 20, || {
         black_box(
@@ -104,6 +119,7 @@ fn bench(c: &mut Criterion) {
         ("check 4 KiB clean base64 answer", &b64_benign),
         ("check 4 KiB leak", &leak),
         ("check 4 KiB base64 leak", &b64_leak),
+        ("check 4 KiB clean answer in small capitals", &small_caps),
     ] {
         cpu_per_call(name, 200, || {
             black_box(check(&prepared, black_box(answer)));
