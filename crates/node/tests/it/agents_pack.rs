@@ -3,9 +3,7 @@
 //! its other agents are listed in the inventory, never offered; one invalid agent (a skill
 //! agent declaring `longTerm` memory) refuses the whole pack and stores nothing.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use skillbox_skill::Schema;

@@ -3,12 +3,12 @@
 //! Every source-selection and board rule refused with its own code; consent parks and resumes;
 //! admission refuses; cancel ends both sides.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{TestNode, world};
 use serde_json::{Value, json};
-use support::{TestNode, world};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -3,7 +3,7 @@
 //! attribution, cross-tenant 404s, acyclic graphs, deduplicated responsibilities, no
 //! authority-bearing field, and every refusal a 400 with `details.reason` that stores nothing.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};

@@ -5,15 +5,15 @@
 //! for a stranger it refuses; and the caller picks only a box that can run the skill, learning a
 //! box that started after it on demand.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
+use crate::support::{TestNode, skill_doc, world};
 use serde_json::{Value, json};
 use skillbox_jc::dsse::{key_hex, sign_program};
 use skillbox_jc::program::*;
 use skillbox_peers::{Payload, PayloadKind, PeersConfig, keypair_from_seed};
-use support::{TestNode, skill_doc, world};
 
 /// The board as a hostile network would serve it: the owner's real offer, plus a forged entry
 /// (no board takes such an advert) whose skill asks for the caller's own material.

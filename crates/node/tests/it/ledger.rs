@@ -4,13 +4,12 @@
 //! bytes leave (a box that stalls or loses the run cannot make it vanish), and edits of the
 //! database under the ledger — its index, its columns, a rollback, a wipe — are seen.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::{TestNode, World, provider_double, skill_doc, world};
 use serde_json::{Value, json};
-use support::{TestNode, World, provider_double, skill_doc, world};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -1,7 +1,7 @@
 //! The router itself, without sockets: it agrees with its OpenAPI document, and random requests
 //! never get a 5xx or a panic.
 
-mod common;
+use crate::common;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
@@ -196,7 +196,7 @@ async fn openapi_document_is_served_and_well_formed() {
 /// The document is an OpenAPI 3.1 document by the OpenAPI Initiative's own schema.
 #[test]
 fn openapi_document_validates_against_the_openapi_3_1_schema() {
-    let schema: Value = serde_json::from_str(include_str!("data/openapi-3.1/schema.json"))
+    let schema: Value = serde_json::from_str(include_str!("../data/openapi-3.1/schema.json"))
         .expect("the OpenAPI 3.1 schema");
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     let doc = skillbox_node::openapi::document();

@@ -2,14 +2,14 @@
 //! least loaded, so a burst is shared, and a box that answers `busy` hands the call to another
 //! before anything is staked.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::{TestNode, skill_doc};
 use serde_json::Value;
 use skillbox_jc::run::BoxConfig;
-use support::{TestNode, skill_doc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 

@@ -4,7 +4,7 @@
 //! adverts or the logs; no store holds any of them in plaintext. Logs are captured at debug
 //! level from every crate of this process (both nodes and the box run here).
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -2,17 +2,17 @@
 //! the pinned key is refused before anything is staked, and a box that would send plaintext to a
 //! provider host the nodes do not pin is refused by both.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{TestNode, skill_doc};
 use serde_json::{Value, json};
 use skillbox_node::calls::boxes::Boxes;
 use skillbox_node::config::BoxPin;
 use skillbox_node::store::Store;
-use support::{TestNode, skill_doc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 

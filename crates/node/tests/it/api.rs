@@ -1,8 +1,6 @@
 //! The HTTP API of a real node (in-process server on an ephemeral port, store on disk).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use skillbox_skill::openwop::{self, RETURN_SCHEMA_PATH, Schema, TASK_SCHEMA_PATH};

@@ -3,13 +3,12 @@
 //! real call. Prints the hit rate (must be ≥ 90%); an unrelated request picks nothing; a skill
 //! the caller could not call, or one that left the board, is not picked.
 
-mod support;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::{TestNode, provider_double, start_box};
 use serde_json::{Value, json};
-use support::{TestNode, provider_double, start_box};
 
 fn cases() -> Vec<(String, String)> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../calls/tests/data/intent_cases.tsv");

@@ -2,7 +2,7 @@
 //! with its store, HTTP API and peer network, bootstrapped in a line A <- B <- C so C hears of
 //! A only through B. Every wait has a deadline.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

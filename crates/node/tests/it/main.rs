@@ -1,0 +1,18 @@
+//! The node's integration tests, one binary (the layout rust-analyzer and cargo use): in-process
+//! nodes over the HTTP API (`common`: one node, no network) and nodes with a real box and a
+//! provider double on loopback (`support`).
+
+mod agents_pack;
+mod agents_roster;
+mod api;
+mod box_load;
+mod box_trust;
+mod calls;
+mod common;
+mod hostile;
+mod intents;
+mod leak;
+mod ledger;
+mod peers;
+mod router;
+mod support;
