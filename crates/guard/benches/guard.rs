@@ -106,6 +106,22 @@ fn bench(c: &mut Criterion) {
         }
     }
     assert!(!check(&prepared, &small_caps).is_caught());
+    // Letters of other scripts that no table lists (Cyrillic from U+0431, CJK from U+4E00): each
+    // goes through NFKD and the confusables skeleton.
+    let mut scripts = String::new();
+    for (i, c) in benign.chars().enumerate() {
+        if scripts.len() >= 4 << 10 {
+            break;
+        }
+        let base = if i % 2 == 0 { 0x0431 } else { 0x4E00 };
+        match c.to_ascii_lowercase() {
+            l @ 'a'..='z' => {
+                scripts.push(char::from_u32(base + u32::from(l as u8 - b'a')).unwrap_or(l))
+            }
+            _ => scripts.push(c),
+        }
+    }
+    assert!(!check(&prepared, &scripts).is_caught());
 
     cpu_per_call("prepare 16 KiB body", 20, || {
         black_box(
@@ -120,6 +136,7 @@ fn bench(c: &mut Criterion) {
         ("check 4 KiB leak", &leak),
         ("check 4 KiB base64 leak", &b64_leak),
         ("check 4 KiB clean answer in small capitals", &small_caps),
+        ("check 4 KiB clean answer in Cyrillic and CJK", &scripts),
     ] {
         cpu_per_call(name, 200, || {
             black_box(check(&prepared, black_box(answer)));
