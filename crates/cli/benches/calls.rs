@@ -18,7 +18,7 @@
 //! (`protocol,capacity`) which phases run. Exits 1 when a bar is missed or a call is not
 //! answered, after the summary.
 
-#[path = "../tests/support/procs.rs"]
+#[path = "../tests/it/support/procs.rs"]
 mod procs;
 
 use std::collections::{BTreeMap, HashMap};

@@ -24,7 +24,7 @@
 //! Exits 1 after the table when the guard-on run misses a bar of the issue: extracted ≤ 2 %,
 //! canary leaks 0, benign acted ≤ 2 %.
 
-#[path = "../tests/support/procs.rs"]
+#[path = "../tests/it/support/procs.rs"]
 mod procs;
 
 #[path = "../../guard/tests/it/support.rs"]

@@ -4,18 +4,14 @@
 //! reloading, and find its ledger entry. A screenshot of each main page is saved under
 //! `$CARGO_TARGET_TMPDIR/ui-screenshots/` (`scripts/browser` installs the browser).
 
-mod support {
-    pub mod procs;
-}
-
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::procs;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
-use support::procs;
 
 /// chromedriver, killed when the test ends however it ends.
 struct Driver(Child);

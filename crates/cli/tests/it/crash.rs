@@ -14,8 +14,7 @@
 //! when the call was answered. One trio serves every case, calls one after the other, so only
 //! the process a case kills is restarted.
 
-#[path = "support/procs.rs"]
-mod procs;
+use crate::support::procs;
 
 use std::fmt::Write as _;
 use std::path::Path;

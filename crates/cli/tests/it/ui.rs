@@ -3,15 +3,11 @@
 //! security headers on every page, a peer's hostile text shown as text, and a leak scan of every
 //! page on both nodes after a call (the browser test, `ui_browser.rs`, drives the same pages).
 
-mod support {
-    pub mod procs;
-}
-
 use std::time::Duration;
 
+use crate::support::procs::{self, NodeDir, assert_no_markers};
 use reqwest::header::{HeaderMap, HeaderValue};
 use skillbox_node::api::url_component as enc;
-use support::procs::{self, NodeDir, assert_no_markers};
 
 const PAGES: &[&str] = &[
     "/ui",

@@ -2,16 +2,11 @@
 //! processes: the card, a message that comes back answered as a task artifact, GetTask,
 //! CancelTask; and raw JSON-RPC for the refusals. Scans everything for the owner's material.
 
-mod support {
-    pub mod procs;
-    pub mod reach;
-}
-
 use std::sync::Mutex;
 
+use crate::support::procs::assert_no_markers;
+use crate::support::reach;
 use serde_json::{Value, json};
-use support::procs::assert_no_markers;
-use support::reach;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

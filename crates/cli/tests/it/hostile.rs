@@ -14,15 +14,11 @@
 //!   `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` sees none of the CLI's, the nodes' or the box's
 //!   loopback traffic while a whole call runs.
 
-mod support {
-    pub mod procs;
-}
-
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use crate::support::procs::{self, BIN};
 use serde_json::{Value, json};
-use support::procs::{self, BIN};
 
 fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(BIN)

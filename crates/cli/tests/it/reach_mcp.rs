@@ -4,19 +4,14 @@
 //! scans what it saw for the owner's body, model and key and the caller source's content.
 //! The clients come from `scripts/reach-clients` (`.ci/run` runs it); a missing one fails.
 
-mod support {
-    pub mod procs;
-    pub mod reach;
-}
-
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::support::procs::{self, BIN, assert_no_markers};
+use crate::support::reach::{self, World};
 use serde_json::{Value, json};
-use support::procs::{self, BIN, assert_no_markers};
-use support::reach::{self, World};
 
 /// The tests start processes and the model: one at a time keeps two cores usable.
 static SERIAL: Mutex<()> = Mutex::new(());

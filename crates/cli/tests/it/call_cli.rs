@@ -3,15 +3,11 @@
 //! `call --wait --json`, `calls --json`, `call show`, `ask`, `approve`, `deny`, and refusals
 //! with exit code 1.
 
-mod support {
-    pub mod procs;
-}
-
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::support::procs::{self, BIN};
 use serde_json::Value;
-use support::procs::{self, BIN};
 
 fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(BIN)
