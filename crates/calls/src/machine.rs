@@ -581,7 +581,14 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             }
             t
         }
-        (_, State::Staked, Event::Policy(Decision::Allow)) => to(State::Submitting, vec![]),
+        // A caller reaches `staked` unconsented only on the older path (a record from before
+        // consent was asked ahead of the stake): the policy's yes here is its consent, so the
+        // record says so — "submitting" is never unconsented.
+        (_, State::Staked, Event::Policy(Decision::Allow)) => to_with(
+            State::Submitting,
+            vec![],
+            call.consented || call.role == Caller,
+        ),
         (_, State::Staked, Event::Policy(Decision::Deny)) => fail(
             FailureCode::PolicyDenied,
             "this node's policy denied the submit".into(),
