@@ -16,6 +16,54 @@ use skillbox_node::store::Store;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// One call from a caller to an owner, both configured by `tune` and pointed at `box_url` (a
+/// box in the middle whose requests `seen` logs): it must fail with `code` after the box was
+/// asked for its attestation, with nothing staked through it and no prompt at any provider.
+/// `tag` marks this test's key, body and request.
+async fn refused_before_any_stake(
+    box_url: &str,
+    tune: impl Fn(&mut skillbox_node::Config) + Copy,
+    tag: &str,
+    code: &str,
+    seen: &Mutex<Vec<String>>,
+    provider: &support::ProviderLog,
+) {
+    let owner = TestNode::start(box_url, vec![], tune).await;
+    owner
+        .put_source("openai-key", "secret", &format!("sk-{tag}"))
+        .await;
+    owner
+        .add_skill(&skill_doc("taste", &format!("BODY-{tag}"), &[]))
+        .await;
+    let caller = TestNode::start(box_url, vec![owner.p2p.clone()], tune).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    let a = caller
+        .post_json(
+            "/calls",
+            json!({"peer": owner.peer_id, "skill": "taste", "request": format!("REQ-{tag}")}),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    let id = a.body["id"].as_str().expect("id").to_owned();
+    let c = caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(code)),
+        "{c}"
+    );
+    let paths = seen.lock().expect("log").clone();
+    assert!(
+        paths.iter().any(|p| p.contains("/attestation")),
+        "the caller did not use the box in the middle: {paths:?}"
+    );
+    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
+    assert!(provider.0.lock().expect("log").is_empty());
+    owner.stop().await;
+    caller.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() {
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
@@ -34,39 +82,15 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
             policy: None,
         }];
     };
-    let owner = TestNode::start(&proxy_url, vec![], pin).await;
-    owner.put_source("openai-key", "secret", "sk-TRUST-1").await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-TRUST-1", &[]))
-        .await;
-    let caller = TestNode::start(&proxy_url, vec![owner.p2p.clone()], pin).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
-    let a = caller
-        .post_json(
-            "/calls",
-            json!({"peer": owner.peer_id, "skill": "taste", "request": "REQ-TRUST-1"}),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let id = a.body["id"].as_str().expect("id").to_owned();
-    let c = caller.wait_call(&id, LIMIT).await;
-    assert_eq!(c["state"], "failed", "{c}");
-    assert!(
-        c["failure"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("box_key_not_pinned")),
-        "{c}"
-    );
-    // Nothing was staked through the man in the middle, and no provider saw a prompt.
-    let paths = seen.lock().expect("log").clone();
-    assert!(
-        paths.iter().any(|p| p.contains("/attestation")),
-        "{paths:?}"
-    );
-    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
-    assert!(provider.0.lock().expect("log").is_empty());
-    owner.stop().await;
-    caller.stop().await;
+    refused_before_any_stake(
+        &proxy_url,
+        pin,
+        "TRUST-1",
+        "box_key_not_pinned",
+        &seen,
+        &provider,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -227,40 +251,15 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
             policy: None,
         }];
     };
-    let owner = TestNode::start(&pinned_url, vec![], tune).await;
-    owner
-        .put_source("openai-key", "secret", "sk-DOWNGRADE-1")
-        .await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-DOWNGRADE-1", &[]))
-        .await;
-    let caller = TestNode::start(&pinned_url, vec![owner.p2p.clone()], tune).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
-    let a = caller
-        .post_json(
-            "/calls",
-            json!({"peer": owner.peer_id, "skill": "taste", "request": "REQ-DOWNGRADE-1"}),
-        )
-        .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let id = a.body["id"].as_str().expect("id").to_owned();
-    let c = caller.wait_call(&id, LIMIT).await;
-    assert_eq!(c["state"], "failed", "{c}");
-    assert!(
-        c["failure"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("platform_not_allowed")),
-        "{c}"
-    );
-    let paths = seen.lock().expect("log").clone();
-    assert!(
-        paths.iter().any(|p| p.contains("/attestation")),
-        "the caller did use the pinned box: {paths:?}"
-    );
-    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
-    assert!(provider.0.lock().expect("log").is_empty());
-    owner.stop().await;
-    caller.stop().await;
+    refused_before_any_stake(
+        &pinned_url,
+        tune,
+        "DOWNGRADE-1",
+        "platform_not_allowed",
+        &seen,
+        &provider,
+    )
+    .await;
 }
 
 /// Issue 30 item 11: the key a loopback box showed first is kept in the node's store. The node
