@@ -271,19 +271,11 @@ async fn the_owners_ceilings_are_met_at_the_caller_and_enforced_by_the_owner() {
         "key: openai-key\nlimits:\n  maxRequestBytes: 64\n  maxOutputBytes: 512\n  callsPerPeerPerDay: 1\n",
     );
     w.owner.add_skill(&doc).await;
-    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer");
-    let deadline = std::time::Instant::now() + LIMIT;
-    while w.caller.peers.with_board(|b, now| {
-        b.offered(&owner_peer, "taste", now)
-            .map(|s| s.limits.max_request_bytes)
-    }) != Some(Some(64))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "limits never advertised"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    w.caller
+        .wait_offer(&w.owner.peer_id, "taste", "limits", |s| {
+            s.limits.max_request_bytes == Some(64)
+        })
+        .await;
     let peer = w.owner.peer_id.clone();
     let a = w
         .caller
@@ -624,19 +616,11 @@ async fn an_extraction_the_model_obeys_is_withheld_and_counts_double() {
         "key: openai-key\nlimits:\n  callsPerPeerPerDay: 2\n",
     );
     w.owner.add_skill(&doc).await;
-    let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer");
-    let deadline = std::time::Instant::now() + LIMIT;
-    while w.caller.peers.with_board(|b, now| {
-        b.offered(&owner_peer, "taste", now)
-            .map(|s| s.limits.calls_per_peer_per_day)
-    }) != Some(Some(2))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "limits never advertised"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    w.caller
+        .wait_offer(&w.owner.peer_id, "taste", "limits", |s| {
+            s.limits.calls_per_peer_per_day == Some(2)
+        })
+        .await;
     let peer = w.owner.peer_id.clone();
     let a = w
         .caller
@@ -1043,19 +1027,11 @@ async fn a_remembered_consent_is_asked_again_when_the_owner_switches_the_provide
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let owner_peer: skillbox_peers::PeerId = peer.parse().expect("peer");
-    let deadline = std::time::Instant::now() + LIMIT;
-    while w.caller.peers.with_board(|b, now| {
-        b.offered(&owner_peer, "taste", now)
-            .map(|s| s.provider.clone())
-    }) != Some("openrouter".to_owned())
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new provider was never advertised"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    w.caller
+        .wait_offer(&peer, "taste", "the new provider", |s| {
+            s.provider == "openrouter"
+        })
+        .await;
     let asked_before = w.provider.0.lock().expect("log").len();
     let id = w.caller.start_call(&peer, "taste", "third").await;
     let c = parked_or_ended(&w.caller, &id).await;

@@ -486,6 +486,26 @@ impl TestNode {
         }
     }
 
+    /// Wait until this node's board shows `skill` of `peer` as `shown` wants it (an advert that
+    /// carries a changed ceiling or provider arrives on the next advertise interval).
+    pub async fn wait_offer(
+        &self,
+        peer: &str,
+        skill: &str,
+        what: &str,
+        shown: impl Fn(&skillbox_peers::OfferedSkill) -> bool,
+    ) {
+        let peer: skillbox_peers::PeerId = peer.parse().expect("peer id");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .peers
+            .with_board(|b, now| b.offered(&peer, skill, now).is_some_and(&shown))
+        {
+            assert!(Instant::now() < deadline, "{what} never advertised");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Start a call (`POST /calls`, sources omitted) and return its id.
     pub async fn start_call(&self, peer: &str, skill: &str, request: &str) -> String {
         let a = self
