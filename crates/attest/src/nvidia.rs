@@ -1,14 +1,28 @@
-//! NVIDIA Hopper GPU evidence: an SPDM 1.1 GET_MEASUREMENTS exchange.
+//! NVIDIA GPU evidence (Hopper, Blackwell): an SPDM 1.1 GET_MEASUREMENTS exchange, parsed as
+//! DSP0274 defines it.
 //!
-//! The evidence is the 37-byte request (`11 e0 01 ff`, the requester's 32-byte nonce, slot)
-//! followed by the response (measurement blocks, responder nonce, opaque data, a 96-byte ECDSA
-//! P-384 signature). Checked, in this order: the exact layout of both (every length agrees,
-//! blocks are DMTF-format, indices unique, nothing left over); the certificate chain from the
-//! leaf up to the NVIDIA Device Identity CA **pinned by fingerprint** (a chain ending in another
-//! self-signed root is `foreign_root`), valid at `now`; the signature over request ‖ response
-//! minus signature with the leaf's key; the requester nonce against what the caller expects;
-//! every measurement block the policy pins (golden values from NVIDIA's RIMs, configured
-//! offline — no online service is asked); the device id allow-list.
+//! The evidence is the 37-byte request (`GET_MEASUREMENTS`: version, code `E0`, param1 with the
+//! signature bit, param2 the operation, the requester's 32-byte nonce, the slot) followed by the
+//! `MEASUREMENTS` response: header, number of blocks, the 3-byte measurement record length and
+//! the record (DMTF measurement blocks), the responder nonce, the opaque data with its own
+//! 2-byte length, then the signature, whose size is the one of the algorithm the chain's leaf
+//! names (ECDSA P-384: 96 bytes, the only key NVIDIA GPUs use; another leaf key is
+//! `unsupported`). The driver may hand the report over in a larger buffer: zero bytes after the
+//! signature are accepted (outside the signed region), anything else is `malformed`. SPDM 1.2
+//! responses parse the same, but their signature covers the version/capabilities/algorithms
+//! negotiation, which GPU evidence does not carry: refused `unsupported`.
+//!
+//! Checked, in this order: the certificate chain from the leaf up to the NVIDIA Device Identity
+//! CA **pinned by fingerprint** (a chain ending in another self-signed root is `foreign_root`),
+//! valid at `now`; the exact layout of request and response (every length agrees, blocks are
+//! DMTF-format, indices unique, nothing left over but zero padding); the signature over request
+//! ‖ response up to the signature with the leaf's key; the requester nonce against what the
+//! caller expects; every measurement block the policy pins (golden values from NVIDIA's RIMs,
+//! configured offline — no online service is asked); the device id allow-list.
+//!
+//! Several GPUs: [`Evidence::list_from_sdk_json`] reads NVIDIA's serialized evidence (the
+//! attestation SDK's and nvtrust's JSON list, one entry per GPU) and
+//! [`Verifier::verify_all`] verifies every entry, refusing a list that names one device twice.
 //!
 //! Not checked: blocks the policy does not pin (reported); the opaque data beyond what is shown
 //! (driver and VBIOS version, FWID); revocation (NVIDIA's OCSP is online). A GPU is only half a
@@ -30,8 +44,12 @@ pub const NVIDIA_ROOT_FINGERPRINT: [u8; 32] =
     hex32("102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48");
 
 pub const REQUEST_LEN: usize = 37;
+/// ECDSA P-384 `r ‖ s`: the signature size of every NVIDIA GPU leaf key.
 const SIGNATURE_LEN: usize = 96;
 const SPDM_1_1: u8 = 0x11;
+const SPDM_1_2: u8 = 0x12;
+/// The most GPUs one evidence list may name (an 8-GPU host, with room).
+pub const MAX_GPUS: usize = 16;
 const GET_MEASUREMENTS: u8 = 0xE0;
 const MEASUREMENTS: u8 = 0x60;
 const MAX_CHAIN: usize = 8;
@@ -125,6 +143,8 @@ pub struct Block {
 /// A parsed GET_MEASUREMENTS exchange.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transcript {
+    /// SPDM version byte (`0x11` or `0x12`), the same in request and response.
+    pub version: u8,
     pub requester_nonce: [u8; 32],
     pub responder_nonce: [u8; 32],
     pub slot: u8,
@@ -132,24 +152,28 @@ pub struct Transcript {
     /// The measurement record bytes as signed (its SHA-384 is the primary measurement).
     pub record: Vec<u8>,
     pub opaque: Vec<u8>,
-    /// request ‖ response without the signature.
+    /// request ‖ response up to the signature.
     signed_len: usize,
-    pub signature: [u8; SIGNATURE_LEN],
+    pub signature: Vec<u8>,
 }
 
 impl Transcript {
+    /// Parse with the 96-byte ECDSA P-384 signature every NVIDIA GPU leaf key makes.
     pub fn parse(b: &[u8]) -> Result<Transcript, Refusal> {
+        Transcript::parse_with_signature_len(b, SIGNATURE_LEN)
+    }
+
+    /// Parse with the signature size of the algorithm the leaf certificate names.
+    pub fn parse_with_signature_len(b: &[u8], sig_len: usize) -> Result<Transcript, Refusal> {
         if b.len() > input::MAX_INPUT {
             return Err(Refusal::TooLarge("SPDM transcript"));
         }
         let short = Refusal::Malformed("SPDM transcript is truncated");
-        if b.len() < REQUEST_LEN + 8 + 32 + 2 + SIGNATURE_LEN {
-            return Err(short);
-        }
-        let req = &b[..REQUEST_LEN];
-        if req[0] != SPDM_1_1 || req[1] != GET_MEASUREMENTS {
+        let req = b.get(..REQUEST_LEN).ok_or(short)?;
+        let version = req[0];
+        if !matches!(version, SPDM_1_1 | SPDM_1_2) || req[1] != GET_MEASUREMENTS {
             return Err(Refusal::Unsupported(
-                "SPDM request (not 1.1 GET_MEASUREMENTS)",
+                "SPDM request (not 1.1/1.2 GET_MEASUREMENTS)",
             ));
         }
         if req[2] & 1 != 1 {
@@ -162,17 +186,21 @@ impl Transcript {
         let slot = req[36];
 
         let resp = &b[REQUEST_LEN..];
-        if resp[0] != SPDM_1_1 || resp[1] != MEASUREMENTS {
-            return Err(Refusal::Unsupported("SPDM response (not 1.1 MEASUREMENTS)"));
+        let head = resp.get(..8).ok_or(short)?;
+        if head[0] != version || head[1] != MEASUREMENTS {
+            return Err(Refusal::Unsupported(
+                "SPDM response (not MEASUREMENTS of the request's version)",
+            ));
         }
-        if resp[3] & 0x0f != slot & 0x0f {
+        // Param2 bits 3:0 are the slot (1.2 adds content-changed bits above them).
+        if head[3] & 0x0f != slot & 0x0f {
             return Err(Refusal::Malformed(
                 "SPDM response slot differs from the request",
             ));
         }
-        let count = usize::from(resp[4]);
+        let count = usize::from(head[4]);
         let record_len =
-            usize::from(resp[5]) | usize::from(resp[6]) << 8 | usize::from(resp[7]) << 16;
+            usize::from(head[5]) | usize::from(head[6]) << 8 | usize::from(head[7]) << 16;
         let record_end = 8 + record_len;
         let record = resp.get(8..record_end).ok_or(short)?;
         let nonce_end = record_end + 32;
@@ -184,16 +212,23 @@ impl Transcript {
         let opaque_at = nonce_end + 2;
         let opaque = resp.get(opaque_at..opaque_at + opaque_len).ok_or(short)?;
         let sig_at = opaque_at + opaque_len;
-        if resp.len() != sig_at + SIGNATURE_LEN {
+        let signature = resp
+            .get(sig_at..sig_at + sig_len)
+            .ok_or(Refusal::Malformed(
+                "SPDM response length disagrees with its fields",
+            ))?;
+        // The SPDM message ends with the signature. Drivers may return it in a larger buffer
+        // (a captured Hopper report on driver 580 carries one zero byte after it): zero padding
+        // is outside the signed region and accepted; any other byte is refused.
+        if resp[sig_at + sig_len..].iter().any(|&x| x != 0) {
             return Err(Refusal::Malformed(
                 "SPDM response length disagrees with its fields",
             ));
         }
-        let mut signature = [0u8; SIGNATURE_LEN];
-        signature.copy_from_slice(&resp[sig_at..]);
 
         let blocks = parse_record(record, count)?;
         Ok(Transcript {
+            version,
             requester_nonce,
             responder_nonce,
             slot,
@@ -201,7 +236,7 @@ impl Transcript {
             record: record.to_vec(),
             opaque: opaque.to_vec(),
             signed_len: REQUEST_LEN + sig_at,
-            signature,
+            signature: signature.to_vec(),
         })
     }
 
@@ -382,12 +417,21 @@ impl Verifier {
         now_ms: u64,
     ) -> Result<Verified, Refusal> {
         let policy = &self.policy;
-        let t = Transcript::parse(&evidence.transcript)?;
+        // The signature's size is the leaf key's: `verify_chain` accepts only an ECDSA P-384
+        // leaf (the key NVIDIA GPUs carry), so it is 96 bytes.
+        let t = Transcript::parse_with_signature_len(&evidence.transcript, SIGNATURE_LEN)?;
         let key = crate::chain_key(evidence.chain.iter().map(|c| &c[..]));
         let chain: Arc<VerifiedChain> = self
             .cache
             .get_or_verify(key, || verify_chain(&self.root, &evidence.chain))?;
         certs::check_validity(&chain.certs, now_ms)?;
+        if t.version != SPDM_1_1 {
+            // 1.2 signs the version/capabilities/algorithms messages too (DSP0274 1.2, L1/L2),
+            // and GPU evidence does not carry them: there is nothing to check the signature on.
+            return Err(Refusal::Unsupported(
+                "SPDM 1.2 measurement signature (covers a negotiation the evidence lacks)",
+            ));
+        }
         let sig = certs::p384_signature_raw(&t.signature)?;
         chain
             .leaf_key
@@ -447,6 +491,89 @@ impl Verifier {
             valid_until_ms,
             verified_at_ms: now_ms,
         })
+    }
+
+    /// Verify the evidence of every GPU of a box (all against the same expectations). Refused
+    /// unless each verifies, and if two entries are the same device (one GPU's evidence
+    /// repeated to look like several).
+    pub fn verify_all(
+        &self,
+        evidence: &[Evidence],
+        expected: &Expected,
+        now_ms: u64,
+    ) -> Result<Vec<Verified>, Refusal> {
+        if evidence.is_empty() {
+            return Err(Refusal::Malformed("no GPU evidence given"));
+        }
+        if evidence.len() > MAX_GPUS {
+            return Err(Refusal::TooLarge("GPU evidence list"));
+        }
+        let mut out: Vec<Verified> = Vec::with_capacity(evidence.len());
+        for ev in evidence {
+            let v = self.verify(ev, expected, now_ms)?;
+            if out.iter().any(|o| o.instance_id == v.instance_id) {
+                return Err(Refusal::Malformed("GPU evidence lists one device twice"));
+            }
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
+
+/// One entry of NVIDIA's serialized GPU evidence (what the attestation SDK and nvtrust write:
+/// a JSON list, one object per GPU).
+#[derive(Deserialize)]
+struct SdkEntry {
+    arch: String,
+    /// Base64 of the PEM chain, leaf first.
+    certificate: String,
+    /// Base64 of the raw SPDM request ‖ response.
+    evidence: String,
+    /// Hex: the requester nonce the collector asked with.
+    nonce: String,
+}
+
+impl Evidence {
+    /// Read NVIDIA's serialized evidence list (`[{"arch", "certificate", "evidence",
+    /// "nonce"}, …]`, one entry per GPU) into one [`Evidence`] each. An entry whose `nonce`
+    /// is not the requester nonce inside its own transcript is malformed (the field is only a
+    /// copy: the verifier checks the transcript's).
+    pub fn list_from_sdk_json(json: &[u8]) -> Result<Vec<Evidence>, Refusal> {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        if json.len() > input::MAX_INPUT {
+            return Err(Refusal::TooLarge("GPU evidence list"));
+        }
+        let entries: Vec<SdkEntry> = serde_json::from_slice(json)
+            .map_err(|_| Refusal::Malformed("GPU evidence list JSON"))?;
+        if entries.len() > MAX_GPUS {
+            return Err(Refusal::TooLarge("GPU evidence list"));
+        }
+        entries
+            .iter()
+            .map(|e| {
+                if !matches!(e.arch.as_str(), "HOPPER" | "BLACKWELL") {
+                    return Err(Refusal::Unsupported("GPU architecture"));
+                }
+                let pem = b64
+                    .decode(&e.certificate)
+                    .map_err(|_| Refusal::Malformed("GPU evidence certificate is not base64"))?;
+                let transcript = b64
+                    .decode(&e.evidence)
+                    .map_err(|_| Refusal::Malformed("GPU evidence is not base64"))?;
+                let ev = Evidence::from_files(&transcript, &[&pem])?;
+                let nonce = ev
+                    .transcript
+                    .get(4..36)
+                    .ok_or(Refusal::Malformed("SPDM transcript is truncated"))?;
+                if !e.nonce.eq_ignore_ascii_case(&hex::encode(nonce)) {
+                    return Err(Refusal::Malformed(
+                        "GPU evidence nonce differs from its transcript's",
+                    ));
+                }
+                Ok(ev)
+            })
+            .collect()
     }
 }
 

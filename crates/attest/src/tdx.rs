@@ -1,15 +1,19 @@
 //! Intel TDX quotes (v4 and v5) with supplied collateral.
 //!
-//! Checked, in this order: the quote's layout (our own bounded parse); its ECDSA P-256 signature
-//! over header ‖ body with the attestation key it carries (so a tampered byte in the signed
-//! region is `bad_signature` whatever else it breaks); then `dcap-qvl`, offline, against the
+//! Checked, in this order: the quote's layout, decoded by `dcap-qvl` (quote v4 with a TD 1.0
+//! body; v5 with a TD 1.0, TD 1.5 or TD 1.5 ex body — `TEE_TCB_SVN_2`, `MRSERVICETD`, the
+//! TD id), plus our check that every length field is exact; its ECDSA P-256 signature over
+//! header ‖ body with the attestation key it carries (so a tampered byte in the signed region
+//! is `bad_signature` whatever else it breaks); then `dcap-qvl`, offline, against the
 //! Intel SGX Root CA compiled in and pinned by fingerprint: the collateral's signatures, chains,
 //! CRLs and validity at `now`, the PCK chain, the QE report and its binding of the attestation
 //! key, the QE identity, the TCB level matching and the TD attributes (debug, profiling,
 //! migration, service TDs refused); then ours: the TCB status against the policy's allow-list
 //! (default `UpToDate` only), advisories, platform flags (SMT, dynamic platform, cached keys),
 //! MRTD / RTMR0–3 / MRCONFIGID against the pins, MRCONFIGID and REPORT_DATA against what the
-//! caller expects, the PPID allow-list.
+//! caller expects, the PPID allow-list. Those fields are read from the report dcap-qvl
+//! verified, for its body version; for a TD 1.5 dcap-qvl appraises the TCB the TD was launched
+//! on (`TEE_TCB_SVN`) and reports a relaunch advice from the current one (`TEE_TCB_SVN_2`).
 //!
 //! Not checked: MROWNER / MROWNERCONFIG / MRSEAM (shown, not pinned); the collateral's
 //! freshness beyond its own validity (the box operator fetches it; a node can demand a
@@ -28,9 +32,6 @@ const INTEL_ROOT: &[u8] = include_bytes!("../roots/intel-sgx-root-ca.der");
 pub const INTEL_ROOT_FINGERPRINT: [u8; 32] =
     hex32("44a0196b2b99f889b8e149e95b807a350e7424964399e885a7cbb8ccfab674d3");
 
-const HEADER_LEN: usize = 48;
-const TD10_LEN: usize = 584;
-const TD15_LEN: usize = 648;
 const TEE_TYPE_TDX: u32 = 0x81;
 const ATT_KEY_ECDSA_P256: u16 = 2;
 
@@ -212,10 +213,13 @@ impl Policy {
     }
 }
 
-/// The TD report fields, read from the quote body.
+/// The TD report fields, read from the quote body as dcap-qvl decoded it for its body version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TdReport {
     pub quote_version: u16,
+    /// Which TD report the quote carries: `TD 1.0` (v4, or v5 body type 2), `TD 1.5` (v5
+    /// body type 3) or `TD 1.5 ex` (v5 body type 4).
+    pub body: TdBody,
     pub tee_tcb_svn: [u8; 16],
     pub mr_seam: [u8; 48],
     pub mr_signer_seam: [u8; 48],
@@ -228,8 +232,65 @@ pub struct TdReport {
     pub mr_owner_config: [u8; 48],
     pub rtmr: [[u8; 48]; 4],
     pub report_data: [u8; 64],
-    /// TD 1.5 only.
+    /// TD 1.5 and later: the TCB the TD runs on now (after TD-preserving module updates);
+    /// `tee_tcb_svn` is the one it was launched on.
+    pub tee_tcb_svn_2: Option<[u8; 16]>,
+    /// TD 1.5 and later.
     pub mr_service_td: Option<[u8; 48]>,
+    /// TD 1.5 ex only: the TD instance id (regenerated on relaunch).
+    pub td_id: Option<[u8; 32]>,
+}
+
+/// The TD report body versions a quote can carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TdBody {
+    Td10,
+    Td15,
+    Td15Ex,
+}
+
+impl TdBody {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TdBody::Td10 => "TD 1.0",
+            TdBody::Td15 => "TD 1.5",
+            TdBody::Td15Ex => "TD 1.5 ex",
+        }
+    }
+}
+
+impl TdReport {
+    /// The fields of whichever TD report dcap-qvl decoded (an SGX enclave report is not a TD).
+    fn from_dcap(quote_version: u16, r: &dcap_qvl::quote::Report) -> Result<TdReport, Refusal> {
+        use dcap_qvl::quote::Report as R;
+        let b = r
+            .as_td10()
+            .ok_or(Refusal::Unsupported("TEE type (not TDX)"))?;
+        let body = match r {
+            R::TD15Ex(_) => TdBody::Td15Ex,
+            R::TD15(_) => TdBody::Td15,
+            _ => TdBody::Td10,
+        };
+        Ok(TdReport {
+            quote_version,
+            body,
+            tee_tcb_svn: b.tee_tcb_svn,
+            mr_seam: b.mr_seam,
+            mr_signer_seam: b.mr_signer_seam,
+            seam_attributes: b.seam_attributes,
+            td_attributes: b.td_attributes,
+            xfam: b.xfam,
+            mr_td: b.mr_td,
+            mr_config_id: b.mr_config_id,
+            mr_owner: b.mr_owner,
+            mr_owner_config: b.mr_owner_config,
+            rtmr: [b.rt_mr0, b.rt_mr1, b.rt_mr2, b.rt_mr3],
+            report_data: b.report_data,
+            tee_tcb_svn_2: r.as_td15().map(|t| t.tee_tcb_svn2),
+            mr_service_td: r.as_td15().map(|t| t.mr_service_td),
+            td_id: r.as_td15_ex().map(|t| t.td_id),
+        })
+    }
 }
 
 /// A parsed quote: the TD report, the signed byte range, the signature and attestation key.
@@ -243,101 +304,85 @@ pub struct Quote {
     pub attestation_key: [u8; 64],
 }
 
-fn arr<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], Refusal> {
-    let slice = b
-        .get(at..at + N)
-        .ok_or(Refusal::Malformed("TDX quote is truncated"))?;
-    let mut out = [0u8; N];
-    out.copy_from_slice(slice);
-    Ok(out)
-}
-
 fn u16le(b: &[u8], at: usize) -> Result<u16, Refusal> {
-    Ok(u16::from_le_bytes(arr(b, at)?))
+    let two = b
+        .get(at..at + 2)
+        .ok_or(Refusal::Malformed("TDX quote is truncated"))?;
+    Ok(u16::from_le_bytes([two[0], two[1]]))
 }
 
-fn u32le(b: &[u8], at: usize) -> Result<u32, Refusal> {
-    Ok(u32::from_le_bytes(arr(b, at)?))
+/// Sort dcap-qvl's quote decoding errors (text, version pinned) into our codes.
+fn classify_layout(text: &str) -> Refusal {
+    if text.contains("body type") {
+        Refusal::Unsupported("TDX v5 body type")
+    } else if text.contains("TEE type") {
+        Refusal::Unsupported("TEE type (not TDX)")
+    } else if text.contains("quote version") {
+        Refusal::Unsupported("TDX quote version")
+    } else if text.contains("body size") {
+        Refusal::Malformed("TDX v5 body size")
+    } else {
+        Refusal::Malformed("TDX quote layout")
+    }
 }
+
+/// QE report certification data: the QE report (384), its signature (64), then the QE
+/// authentication data and the PCK certification data, each length-prefixed.
+const QE_REPORT_CERT_TYPE: u16 = 6;
 
 impl Quote {
-    /// Parse the parts of a quote this module reads itself; dcap-qvl parses the rest.
+    /// Parse with dcap-qvl's decoder (quote v4 and v5, TD 1.0 / 1.5 / 1.5 ex bodies), then
+    /// require the framing to be exact: every length field accounts for exactly the bytes
+    /// after it, so no unsigned bytes hide behind a length that is off by some zeros.
     pub fn parse(raw: &[u8]) -> Result<Quote, Refusal> {
         if raw.len() > input::MAX_INPUT {
             return Err(Refusal::TooLarge("TDX quote"));
         }
+        // The version decides the layout: read it first so an SGX v3 quote is `unsupported`
+        // rather than whatever dcap-qvl's SGX decoder makes of it.
         let version = u16le(raw, 0)?;
-        let attestation_key_type = u16le(raw, 2)?;
-        let tee_type = u32le(raw, 4)?;
-        let (body_at, body_len) = match version {
-            4 => (HEADER_LEN, TD10_LEN),
-            5 => {
-                let body_type = u16le(raw, HEADER_LEN)?;
-                let size = u32le(raw, HEADER_LEN + 2)? as usize;
-                let len = match body_type {
-                    2 => TD10_LEN,
-                    3 => TD15_LEN,
-                    _ => return Err(Refusal::Unsupported("TDX v5 body type")),
-                };
-                if size != len {
-                    return Err(Refusal::Malformed("TDX v5 body size"));
-                }
-                (HEADER_LEN + 6, len)
-            }
-            _ => return Err(Refusal::Unsupported("TDX quote version")),
+        if version != 4 && version != 5 {
+            return Err(Refusal::Unsupported("TDX quote version"));
+        }
+        let q =
+            dcap_qvl::quote::Quote::parse(raw).map_err(|e| classify_layout(&format!("{e:#}")))?;
+        let report = TdReport::from_dcap(version, &q.report)?;
+        let dcap_qvl::quote::AuthData::V4(auth) = &q.auth_data else {
+            return Err(Refusal::Unsupported("TDX quote auth data version"));
         };
-        let b = raw
-            .get(body_at..body_at + body_len)
-            .ok_or(Refusal::Malformed("TDX quote is truncated"))?;
-        let signed_len = body_at + body_len;
-        let auth_len = u32le(raw, signed_len)? as usize;
-        let auth_at = signed_len + 4;
-        // The auth data is the ECDSA signature (64), the attestation key (64) and the QE
-        // certification data (type u16, size u32, data): its declared length must be exactly
-        // that, or a length field off by the size of some trailing zeros would still verify.
-        let cert_size = u32le(raw, auth_at + 130)? as usize;
-        if auth_len != 134 + cert_size {
+        if auth.certification_data.cert_type != QE_REPORT_CERT_TYPE {
+            return Err(Refusal::Unsupported("TDX certification data type"));
+        }
+        let qe = &auth.qe_report_data;
+        let qe_len =
+            384 + 64 + 2 + qe.qe_auth_data.data.len() + 6 + qe.certification_data.body.data.len();
+        if auth.certification_data.body.data.len() != qe_len {
             return Err(Refusal::Malformed(
-                "TDX quote length disagrees with its header",
+                "TDX QE certification data length disagrees with its fields",
             ));
         }
+        let signed_len = q.signed_length();
+        let declared = raw
+            .get(signed_len..signed_len + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or(Refusal::Malformed("TDX quote is truncated"))?;
+        // Signature (64), attestation key (64), certification data (type 2, size 4, data).
+        let auth_len = 134 + auth.certification_data.body.data.len();
+        let end = signed_len + 4 + auth_len;
         // Quotes read from configfs-tsm or a PCCS cache may be zero-padded; anything else
         // after the auth data is refused.
-        let end = auth_at + auth_len;
-        if raw.len() < end || raw[end..].iter().any(|&b| b != 0) {
+        if declared != auth_len || raw.len() < end || raw[end..].iter().any(|&b| b != 0) {
             return Err(Refusal::Malformed(
                 "TDX quote length disagrees with its header",
             ));
         }
-        let signature = arr(raw, auth_at)?;
-        let attestation_key = arr(raw, auth_at + 64)?;
-        let report = TdReport {
-            quote_version: version,
-            tee_tcb_svn: arr(b, 0)?,
-            mr_seam: arr(b, 16)?,
-            mr_signer_seam: arr(b, 64)?,
-            seam_attributes: arr(b, 112)?,
-            td_attributes: arr(b, 120)?,
-            xfam: arr(b, 128)?,
-            mr_td: arr(b, 136)?,
-            mr_config_id: arr(b, 184)?,
-            mr_owner: arr(b, 232)?,
-            mr_owner_config: arr(b, 280)?,
-            rtmr: [arr(b, 328)?, arr(b, 376)?, arr(b, 424)?, arr(b, 472)?],
-            report_data: arr(b, 520)?,
-            mr_service_td: if body_len == TD15_LEN {
-                Some(arr(b, 600)?)
-            } else {
-                None
-            },
-        };
         Ok(Quote {
             report,
-            attestation_key_type,
-            tee_type,
+            attestation_key_type: q.header.attestation_key_type,
+            tee_type: q.header.tee_type,
             signed_len,
-            signature,
-            attestation_key,
+            signature: auth.ecdsa_signature,
+            attestation_key: auth.ecdsa_attestation_key,
         })
     }
 
@@ -462,7 +507,10 @@ impl Verifier {
             return Err(Refusal::Unsupported("TEE type (not TDX)"));
         }
 
-        let r = &quote.report;
+        // Every field the policy checks is read from the report dcap-qvl verified, decoded
+        // for its body version (TD 1.0, 1.5, 1.5 ex).
+        let verified = TdReport::from_dcap(quote.report.quote_version, &claims.report)?;
+        let r = &verified;
         if r.td_attributes[0] & TD_ATTR_DEBUG != 0 {
             return Err(Refusal::DebugEnabled("TD attributes DEBUG bit"));
         }
@@ -563,11 +611,17 @@ impl Verifier {
             nonce_checked: false,
             attributes: vec![
                 Field::new("quote_version", r.quote_version.to_string()),
+                Field::new("td_body", r.body.as_str()),
                 Field::new("td_attributes", hex::encode(r.td_attributes)),
                 Field::new("debug", "false"),
                 Field::new("xfam", hex::encode(r.xfam)),
                 Field::new("seam_attributes", hex::encode(r.seam_attributes)),
                 Field::new("tee_tcb_svn", hex::encode(r.tee_tcb_svn)),
+                Field::new(
+                    "tee_tcb_svn_2",
+                    r.tee_tcb_svn_2.map(hex::encode).unwrap_or_default(),
+                ),
+                Field::new("td_id", r.td_id.map(hex::encode).unwrap_or_default()),
                 Field::new("fmspc", hex::encode(pck.fmspc)),
                 Field::new("advisories", advisories.join(",")),
                 Field::new(

@@ -20,6 +20,11 @@ fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
     }
 }
 
+/// The refusal code of unpinned verification at 2025-01-01.
+fn code(ev: &nvidia::Evidence, e: &Expected) -> &'static str {
+    refused(nvidia::verify(ev, e, &Policy::unpinned(), T_2025)).code()
+}
+
 fn golden(index: u8, value: &str) -> GoldenMeasurement {
     GoldenMeasurement {
         index,
@@ -229,10 +234,14 @@ fn a_transcript_under_another_root_is_refused() {
 fn layout_rules_are_enforced() {
     let good = forged_transcript([1; 32]);
     let err = |t: &[u8]| nvidia::Transcript::parse(t).unwrap_err();
-    // Trailing byte, a dropped byte.
+    // A non-zero byte after the signature, a dropped byte (zero padding is accepted: drivers
+    // hand the message over in a larger buffer).
     let mut long = good.clone();
-    long.push(0);
+    long.push(1);
     assert_eq!(err(&long).code(), "malformed");
+    long.pop();
+    long.push(0);
+    assert!(nvidia::Transcript::parse(&long).is_ok());
     assert_eq!(err(&good[..good.len() - 1]).code(), "malformed");
     // Not GET_MEASUREMENTS / no signature requested / another SPDM version.
     let mut t = good.clone();
@@ -263,17 +272,26 @@ static VERIFIER: std::sync::LazyLock<nvidia::Verifier> =
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// A flipped byte anywhere in the signed transcript or the signature is refused; in the
-    /// nonces and measurement values (where the layout cannot change) it is a bad signature.
+    /// A flipped bit anywhere in a transcript is refused, on every GPU sample (Hopper on drivers
+    /// 550, 580 with its trailing zero byte, and Blackwell); in the nonces and measurement
+    /// values (where the layout cannot change) and the signature it is a bad signature.
     #[test]
-    fn any_tampered_byte_is_refused(pick in any::<prop::sample::Index>(), bit in 0u8..8) {
-        let mut ev = nvidia_hopper();
+    fn any_tampered_byte_is_refused(
+        sample in 0usize..3,
+        pick in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let mut ev = [nvidia_hopper, nvidia_hopper_580, nvidia_blackwell][sample]();
+        let expected = requester_nonce(&ev);
+        // The 580 report has one zero byte after its signature (outside the signed region).
+        let trailer = usize::from(sample == 1);
         let at = pick.index(ev.transcript.len());
         ev.transcript[at] ^= 1 << bit;
-        let err = VERIFIER.verify(&ev, &Expected::default(), T_2025).unwrap_err();
+        let err = VERIFIER.verify(&ev, &expected, T_2025).unwrap_err();
         let in_request_nonce = (4..36).contains(&at);
         let block_value = (37 + 8..37 + 8 + 3520).contains(&at) && (at - 45) % 55 >= 7;
-        let in_signature = at >= ev.transcript.len() - 96;
+        let sig_end = ev.transcript.len() - trailer;
+        let in_signature = (sig_end - 96..sig_end).contains(&at);
         if in_request_nonce || block_value || in_signature {
             prop_assert_eq!(err.code(), "bad_signature");
         }
@@ -285,4 +303,131 @@ proptest! {
         ev.transcript = bytes;
         prop_assert!(VERIFIER.verify(&ev, &Expected::default(), T_2025).is_err());
     }
+}
+
+/// A Hopper report captured on another host (driver 580.95.05) ends with one zero byte after
+/// the signature, as the driver handed it over: it verifies, so would more zero padding; a
+/// non-zero byte there, or a signature cut short, is malformed.
+#[test]
+fn a_report_from_another_host_verifies_and_only_zero_padding_may_follow_the_signature() {
+    let ev = nvidia_hopper_580();
+    let e = requester_nonce(&ev);
+    let v = nvidia::verify(&ev, &e, &Policy::unpinned(), T_2025).expect("verifies");
+    assert_eq!(v.attribute("driver_version"), Some("580.95.05"));
+    assert_eq!(*ev.transcript.last().unwrap(), 0);
+
+    let mut padded = ev.clone();
+    padded.transcript.extend([0u8; 7]);
+    assert!(nvidia::verify(&padded, &e, &Policy::unpinned(), T_2025).is_ok());
+
+    let mut junk = ev.clone();
+    *junk.transcript.last_mut().unwrap() = 1;
+    assert_eq!(
+        refused(nvidia::verify(&junk, &e, &Policy::unpinned(), T_2025)),
+        Refusal::Malformed("SPDM response length disagrees with its fields")
+    );
+
+    let mut cut = ev.clone();
+    cut.transcript.truncate(cut.transcript.len() - 2);
+    assert_eq!(
+        refused(nvidia::verify(&cut, &e, &Policy::unpinned(), T_2025)),
+        Refusal::Malformed("SPDM response length disagrees with its fields")
+    );
+}
+
+/// The opaque data carries its own length: the signature starts where that length says, so
+/// a length off by one moves the signature and nothing verifies.
+#[test]
+fn the_opaque_length_decides_where_the_signature_is() {
+    let ev = nvidia_hopper_580();
+    let e = requester_nonce(&ev);
+    let t = nvidia::Transcript::parse(&ev.transcript).unwrap();
+    let at = 37 + 8 + t.record.len() + 32;
+    assert_eq!(
+        usize::from(u16::from_le_bytes([
+            ev.transcript[at],
+            ev.transcript[at + 1]
+        ])),
+        t.opaque.len()
+    );
+    let mut longer = ev.clone();
+    longer.transcript[at] += 1;
+    assert_eq!(code(&longer, &e), "bad_signature");
+    let mut shorter = ev;
+    shorter.transcript[at] -= 1;
+    assert!(nvidia::verify(&shorter, &e, &Policy::unpinned(), T_2025).is_err());
+}
+
+/// SPDM 1.2 responses parse, but their signature covers the version/capabilities/algorithms
+/// messages, which GPU evidence does not carry: unsupported, never checked over the wrong bytes.
+#[test]
+fn spdm_1_2_parses_and_is_refused_unsupported() {
+    let mut ev = nvidia_hopper();
+    ev.transcript[0] = 0x12;
+    ev.transcript[37] = 0x12;
+    let t = nvidia::Transcript::parse(&ev.transcript).expect("1.2 layout parses");
+    assert_eq!(t.version, 0x12);
+    assert_eq!(code(&ev, &Expected::default()), "unsupported");
+    // Request and response must speak the same version.
+    ev.transcript[37] = 0x11;
+    assert_eq!(code(&ev, &Expected::default()), "unsupported");
+}
+
+/// NVIDIA's serialized evidence for a 4-GPU host: every GPU verifies, each a different device;
+/// the same GPU listed twice, a nonce field that is not its transcript's, another expected
+/// nonce and an empty list are refused.
+#[test]
+fn multi_gpu_evidence_verifies_every_gpu_and_refuses_a_repeated_one() {
+    let json = data("nvidia/nvat-multi_gpu_hopper.json");
+    let list = nvidia::Evidence::list_from_sdk_json(&json).unwrap();
+    assert_eq!(list.len(), 4);
+    let e = requester_nonce(&list[0]);
+    let all = VERIFIER.verify_all(&list, &e, T_2025).unwrap();
+    let mut ids: Vec<_> = all.iter().map(|v| v.instance_id.clone().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 4);
+    assert!(all.iter().all(|v| v.nonce_checked));
+
+    let twice = vec![list[0].clone(), list[1].clone(), list[0].clone()];
+    assert_eq!(
+        VERIFIER.verify_all(&twice, &e, T_2025).unwrap_err(),
+        Refusal::Malformed("GPU evidence lists one device twice")
+    );
+    assert_eq!(
+        VERIFIER
+            .verify_all(
+                &list,
+                &Expected {
+                    nonce: Some([7; 32])
+                },
+                T_2025
+            )
+            .unwrap_err(),
+        Refusal::NonceMismatch
+    );
+    assert_eq!(
+        VERIFIER.verify_all(&[], &e, T_2025).unwrap_err(),
+        Refusal::Malformed("no GPU evidence given")
+    );
+
+    let mut entries: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    entries[2]["nonce"] = serde_json::Value::String("00".repeat(32));
+    assert_eq!(
+        nvidia::Evidence::list_from_sdk_json(&serde_json::to_vec(&entries).unwrap()).unwrap_err(),
+        Refusal::Malformed("GPU evidence nonce differs from its transcript's")
+    );
+    entries[2]["arch"] = serde_json::Value::String("AMPERE".into());
+    assert_eq!(
+        nvidia::Evidence::list_from_sdk_json(&serde_json::to_vec(&entries).unwrap())
+            .unwrap_err()
+            .code(),
+        "unsupported"
+    );
+    assert_eq!(
+        nvidia::Evidence::list_from_sdk_json(b"{}")
+            .unwrap_err()
+            .code(),
+        "malformed"
+    );
 }

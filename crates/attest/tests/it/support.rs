@@ -24,6 +24,10 @@ pub const T_2026: u64 = 1_767_225_600_000;
 pub const T_TDX: u64 = 1_751_000_000_000;
 /// Inside the outdated TDX sample's window (1771412331..1774003275 s).
 pub const T_TDX_OUTDATED: u64 = 1_772_000_000_000;
+/// 2026-10-20: inside the TD 1.5 ex sample's collateral window (2026-10-08..11-06).
+pub const T_TD15EX: u64 = 1_792_454_400_000;
+/// 2023-06-20: inside go-tdx-guest's collateral window for FMSPC 50806F (2023-06-18..07-08).
+pub const T_GOTDX_2023: u64 = 1_687_219_200_000;
 /// Nitro documents' own timestamps (their leaves live ~3 hours).
 pub const T_NITRO_EVERVAULT: u64 = 1_665_651_482_136;
 pub const T_NITRO_EVERVAULT_B64: u64 = 1_695_049_410_860;
@@ -94,6 +98,26 @@ pub fn tdx_outdated() -> tdx::Evidence {
     .expect("tdx outdated evidence")
 }
 
+/// Any TDX sample with the collateral stored beside it.
+pub fn tdx_ev(quote: &str, collateral: &str) -> tdx::Evidence {
+    tdx::Evidence::from_files(&data(quote), &data(collateral)).expect("tdx evidence")
+}
+
+pub fn tdx_td15ex() -> tdx::Evidence {
+    tdx_ev(
+        "tdx/dcapqvl-tdx_quote_td15ex",
+        "tdx/dcapqvl-tdx_quote_td15ex_collateral.json",
+    )
+}
+
+/// go-tdx-guest's quote v5 (TD 1.5 body), with dcap-qvl's collateral for the same FMSPC.
+pub fn tdx_v5_gotdx() -> tdx::Evidence {
+    tdx_ev(
+        "tdx/gotdx-quote_v5_sample.dat",
+        "tdx/dcapqvl-tdx_quote_outdated_collateral.json",
+    )
+}
+
 pub fn nitro_doc(rel: &str) -> nitro::Evidence {
     nitro::Evidence::from_file(&data(rel))
         .expect("nitro evidence")
@@ -106,6 +130,34 @@ pub fn nvidia_hopper() -> nvidia::Evidence {
         &[&data("nvidia/trustee-hopper_cert_chain_case1.pem")],
     )
     .expect("nvidia evidence")
+}
+
+/// Any NVIDIA sample: an SPDM transcript (hex) and its chain (PEM).
+pub fn nvidia_ev(report: &str, chain: &str) -> nvidia::Evidence {
+    nvidia::Evidence::from_files(&data(report), &[&data(chain)]).expect("nvidia evidence")
+}
+
+/// A Hopper report captured on another host (driver 580.95.05), with one zero byte after the
+/// signature as the driver returned it.
+pub fn nvidia_hopper_580() -> nvidia::Evidence {
+    nvidia_ev(
+        "nvidia/trustee-hopper_coco_report1.hex",
+        "nvidia/trustee-hopper_coco_certs1.pem",
+    )
+}
+
+pub fn nvidia_blackwell() -> nvidia::Evidence {
+    nvidia_ev(
+        "nvidia/nvat-sample-blackwellAttestationReport.hex",
+        "nvidia/nvat-sample-blackwellCertChain.pem",
+    )
+}
+
+/// The requester nonce inside a transcript (what its collector asked with).
+pub fn requester_nonce(ev: &nvidia::Evidence) -> nvidia::Expected {
+    nvidia::Expected {
+        nonce: Some(ev.transcript[4..36].try_into().expect("32 bytes")),
+    }
 }
 
 pub fn hex_arr<const N: usize>(s: &str) -> [u8; N] {

@@ -269,19 +269,39 @@ fn evidence_round_trips_as_json_and_malformed_input_is_an_error() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Every byte of the signed region past the version field, and the signature, flipped:
-    /// a bad signature. The version (bytes 0–1) decides the layout, so a flip there is refused
-    /// as unsupported or malformed.
+    /// Any flipped bit of the signed region (header ‖ body) or the signature is refused, on a
+    /// quote of each body version: v4 TD 1.0, v5 TD 1.5, v5 TD 1.5 ex. A bad signature, except
+    /// in the fields that may decide the layout (version, TEE type, the v5 body type and size),
+    /// which may be unsupported or malformed instead, and the auth data length, malformed.
     #[test]
-    fn any_tampered_byte_is_refused(at in 0usize..(632 + 4 + 64), bit in 0u8..8) {
-        let mut ev = tdx_valid();
+    fn any_tampered_bit_of_the_signed_region_is_refused(
+        sample in 0usize..3,
+        pick in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let (mut ev, at_ms) = [
+            (tdx_valid(), T_TDX),
+            (tdx_v5_gotdx(), T_TDX_OUTDATED),
+            (tdx_td15ex(), T_TD15EX),
+        ][sample].clone();
+        let signed = tdx::Quote::parse(&ev.quote).unwrap().signed_len;
+        let at = pick.index(signed + 4 + 64);
         ev.quote[at] ^= 1 << bit;
-        let r = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX);
+        let r = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), at_ms);
         let code = r.unwrap_err().code();
-        if (2..632).contains(&at) || at >= 636 {
-            prop_assert_eq!(code, "bad_signature");
+        let layout = at < 2 || (4..8).contains(&at) || (signed > 48 + 584 && (48..54).contains(&at));
+        if layout {
+            // (A v5 quote's TEE type does not decide its layout: there it is a bad signature.)
+            prop_assert!(
+                ["unsupported", "malformed", "bad_signature"].contains(&code),
+                "{} at {}",
+                code,
+                at
+            );
+        } else if (signed..signed + 4).contains(&at) {
+            prop_assert_eq!(code, "malformed");
         } else {
-            prop_assert!(["unsupported", "malformed", "bad_signature"].contains(&code), "{}", code);
+            prop_assert_eq!(code, "bad_signature", "at {}", at);
         }
     }
 
@@ -303,5 +323,79 @@ proptest! {
         let mut ev = tdx_valid();
         ev.quote = quote;
         prop_assert!(tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX).is_err());
+    }
+}
+
+/// A TD 1.5 body (quote v5, body type 3) and a TD 1.5 ex body (type 4) verify, and the fields
+/// only they carry are read from their places: TEE_TCB_SVN_2 and MRSERVICETD after the TD 1.0
+/// fields, the TD id after those (the offsets of Intel's `sgx_quote_5.h`).
+#[test]
+fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
+    let ev = tdx_v5_gotdx();
+    let q = tdx::Quote::parse(&ev.quote).unwrap();
+    assert_eq!(q.report.body, tdx::TdBody::Td15);
+    assert_eq!(q.signed_len, 48 + 6 + 648);
+    let body = &ev.quote[54..];
+    assert_eq!(q.report.tee_tcb_svn_2.unwrap(), body[584..600]);
+    assert_eq!(q.report.mr_service_td.unwrap(), body[600..648]);
+    assert_eq!(q.report.mr_td, body[136..184]);
+    assert_eq!(q.report.report_data, body[520..584]);
+    let v = tdx::verify(
+        &ev,
+        &Expected::default(),
+        &Policy::unpinned(),
+        T_TDX_OUTDATED,
+    )
+    .expect("a v5 TD 1.5 quote verifies");
+    assert_eq!(v.attribute("quote_version"), Some("5"));
+    assert_eq!(v.attribute("td_body"), Some("TD 1.5"));
+    assert_eq!(
+        v.attribute("tee_tcb_svn_2"),
+        Some(hex::encode(&body[584..600]).as_str())
+    );
+    assert_eq!(
+        v.measurement_named("mr_service_td"),
+        Some(hex::encode(&body[600..648]).as_str())
+    );
+    assert_eq!(v.measurement, hex::encode(&body[136..184]));
+
+    let ev = tdx_td15ex();
+    let q = tdx::Quote::parse(&ev.quote).unwrap();
+    assert_eq!(q.report.body, tdx::TdBody::Td15Ex);
+    assert_eq!(q.signed_len, 48 + 6 + 885);
+    let body = &ev.quote[54..];
+    assert_eq!(q.report.td_id.unwrap(), body[649..681]);
+    let v = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TD15EX)
+        .expect("a v5 TD 1.5 ex quote verifies");
+    assert_eq!(v.attribute("td_body"), Some("TD 1.5 ex"));
+    assert_eq!(
+        v.attribute("td_id"),
+        Some(hex::encode(&body[649..681]).as_str())
+    );
+    assert_eq!(v.tcb_status.as_deref(), Some("UpToDate"));
+
+    // A v4 quote has no TD 1.5 fields.
+    let q = tdx::Quote::parse(&tdx_valid().quote).unwrap();
+    assert_eq!(q.report.body, tdx::TdBody::Td10);
+    assert!(q.report.tee_tcb_svn_2.is_none() && q.report.mr_service_td.is_none());
+}
+
+/// The v5 body header must name a TD body, of exactly its size.
+#[test]
+fn v5_body_type_and_size_must_agree() {
+    let ev = tdx_v5_gotdx();
+    for (at, value, code) in [
+        (48, 9u8, "unsupported"),
+        (50, 0x89, "malformed"),
+        // An SGX body (type 1) is 384 bytes, not the 648 the size field says.
+        (48, 1, "malformed"),
+    ] {
+        let mut q = ev.quote.clone();
+        q[at] = value;
+        assert_eq!(
+            tdx::Quote::parse(&q).unwrap_err().code(),
+            code,
+            "byte {at} = {value}"
+        );
     }
 }

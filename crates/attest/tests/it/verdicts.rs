@@ -13,6 +13,16 @@ struct Row {
     got: Result<Verified, Refusal>,
 }
 
+/// A TDX row: vector, quote file, the collateral stored beside it, a time inside that
+/// collateral's window, the verdict.
+type Sample = (
+    &'static str,
+    &'static str,
+    &'static str,
+    u64,
+    Result<(), &'static str>,
+);
+
 fn flip(mut v: Vec<u8>, at: usize) -> Vec<u8> {
     v[at] ^= 0x01;
     v
@@ -170,6 +180,116 @@ fn rows() -> Vec<Row> {
         ),
     );
 
+    let outdated_col = "tdx/dcapqvl-tdx_quote_outdated_collateral.json";
+    let valid_col = "tdx/dcapqvl-tdx_quote_collateral.json";
+    let gotdx_col = "tdx/gotdx-collateral-50806f.json";
+    let samples: [Sample; 13] = [
+        (
+            "dcapqvl-tdx_quote_td15ex (v5, TD 1.5 ex body) + its collateral",
+            "tdx/dcapqvl-tdx_quote_td15ex",
+            "tdx/dcapqvl-tdx_quote_td15ex_collateral.json",
+            T_TD15EX,
+            Ok(()),
+        ),
+        (
+            "gotdx-quote_v5_sample.dat (v5, TD 1.5 body) + dcap-qvl's FMSPC 90C06F collateral",
+            "tdx/gotdx-quote_v5_sample.dat",
+            outdated_col,
+            T_TDX_OUTDATED,
+            Ok(()),
+        ),
+        (
+            "dstack quote-report.json quote (v4) + dcap-qvl's FMSPC 90C06F collateral",
+            "tdx/dstack-quote-report.quote.hex",
+            outdated_col,
+            T_TDX_OUTDATED,
+            Ok(()),
+        ),
+        (
+            "trustee-tdx_quote_5.dat (v5, TD 1.5 body) + dcap-qvl's FMSPC 90C06F collateral",
+            "tdx/trustee-tdx_quote_5.dat",
+            outdated_col,
+            T_TDX_OUTDATED,
+            Err("tcb_not_allowed"),
+        ),
+        (
+            "dcapqvl-tdx-quote.hex (v4) + dcapqvl-tdx_quote_collateral.json",
+            "tdx/dcapqvl-tdx-quote.hex",
+            valid_col,
+            T_TDX,
+            Err("tcb_not_allowed"),
+        ),
+        (
+            "dcapqvl-quote-from-tappd.hex (v4) + dcapqvl-tdx_quote_collateral.json",
+            "tdx/dcapqvl-quote-from-tappd.hex",
+            valid_col,
+            T_TDX,
+            Err("tcb_not_allowed"),
+        ),
+        (
+            "dstack tdx-lite-getquote.json quote (v4, PCK from 2026-04-15) + FMSPC 90C06F collateral of 2026-02",
+            "tdx/dstack-tdx-lite-getquote.quote.hex",
+            outdated_col,
+            T_TDX_OUTDATED,
+            Err("collateral_expired"),
+        ),
+        (
+            "trustee-tdx_quote_4.dat (v4, a debug TD) + go-tdx-guest's FMSPC 50806F collateral",
+            "tdx/trustee-tdx_quote_4.dat",
+            gotdx_col,
+            T_GOTDX_2023,
+            Err("debug_enabled"),
+        ),
+        (
+            "gotdx-tdx_prod_quote_SPR_E4.dat (v4, text appended on purpose) + go-tdx-guest's collateral",
+            "tdx/gotdx-tdx_prod_quote_SPR_E4.dat",
+            gotdx_col,
+            T_GOTDX_2023,
+            Err("malformed"),
+        ),
+        (
+            "gotdx-cos-113-tdx-quote.dat (v4, FMSPC 00806F05, no collateral published)",
+            "tdx/gotdx-cos-113-tdx-quote.dat",
+            valid_col,
+            T_TDX,
+            Err("collateral_invalid"),
+        ),
+        (
+            "trustee-az-tdx-vtpm-td-quote.bin (v4, FMSPC 00806F05, no collateral published)",
+            "tdx/trustee-az-tdx-vtpm-td-quote.bin",
+            valid_col,
+            T_TDX,
+            Err("collateral_invalid"),
+        ),
+        (
+            "trustee-tdx_quote_6.dat (v4, FMSPC 00A06D08, no collateral published)",
+            "tdx/trustee-tdx_quote_6.dat",
+            valid_col,
+            T_TDX,
+            Err("collateral_invalid"),
+        ),
+        (
+            "trustee-occlum_quote.dat (SGX quote v3)",
+            "tdx/trustee-occlum_quote.dat",
+            valid_col,
+            T_TDX,
+            Err("unsupported"),
+        ),
+    ];
+    for (vector, quote, collateral, at, expect) in samples {
+        let got = tdx::verify(&tdx_ev(quote, collateral), &te, &tp, at);
+        add("tdx", vector, at, expect, got);
+    }
+    let mut ev = tdx_ev("tdx/gotdx-tdx_prod_quote_SPR_E4.dat", gotdx_col);
+    ev.quote.truncate(4935);
+    add(
+        "tdx",
+        "gotdx-tdx_prod_quote_SPR_E4.dat, the appended text cut + go-tdx-guest's collateral",
+        T_GOTDX_2023,
+        Err("tcb_not_allowed"),
+        tdx::verify(&ev, &te, &tp, T_GOTDX_2023),
+    );
+
     // AWS Nitro
     let np = nitro::Policy::unpinned();
     let ne = nitro::Expected::default();
@@ -295,7 +415,118 @@ fn rows() -> Vec<Row> {
         Err("foreign_root"),
         nvidia::verify(&foreign, &nonce, &vp, T_2025),
     );
+    let nv_row = |vector: &'static str, report: &str, chain: &str, expect| {
+        let ev = nvidia_ev(report, chain);
+        let got = nvidia::verify(&ev, &requester_nonce(&ev), &vp, T_2025);
+        (vector, expect, got)
+    };
+    for (vector, expect, got) in [
+        nv_row(
+            "trustee-hopper_coco_report1.hex + trustee-hopper_coco_certs1.pem (Hopper, driver 580.95.05, another host; 1 zero byte after the signature)",
+            "nvidia/trustee-hopper_coco_report1.hex",
+            "nvidia/trustee-hopper_coco_certs1.pem",
+            Ok(()),
+        ),
+        nv_row(
+            "nvat-hopperAttestationReport.hex + nvat-hopperCertChain.pem (Hopper, driver 580.159.03)",
+            "nvidia/nvat-hopperAttestationReport.hex",
+            "nvidia/nvat-hopperCertChain.pem",
+            Ok(()),
+        ),
+        nv_row(
+            "nvat-sample-hopperAttestationReport.hex + nvat-sample-hopperCertChain.pem (Hopper, driver 535.86.09)",
+            "nvidia/nvat-sample-hopperAttestationReport.hex",
+            "nvidia/nvat-sample-hopperCertChain.pem",
+            Ok(()),
+        ),
+        nv_row(
+            "nvat-sample-blackwellAttestationReport.hex + nvat-sample-blackwellCertChain.pem (Blackwell, driver 575.32)",
+            "nvidia/nvat-sample-blackwellAttestationReport.hex",
+            "nvidia/nvat-sample-blackwellCertChain.pem",
+            Ok(()),
+        ),
+        nv_row(
+            "nvat-sample-hopperAttestationReportExpired.hex + …CertChainExpired.pem (driver 570.124.03; the SDK's expired driver RIM is online, not in the evidence)",
+            "nvidia/nvat-sample-hopperAttestationReportExpired.hex",
+            "nvidia/nvat-sample-hopperCertChainExpired.pem",
+            Ok(()),
+        ),
+        nv_row(
+            "nvat-sample-hopperAttestationReportInvalidSignature.hex + nvat-sample-hopperCertChain.pem",
+            "nvidia/nvat-sample-hopperAttestationReportInvalidSignature.hex",
+            "nvidia/nvat-sample-hopperCertChain.pem",
+            Err("bad_signature"),
+        ),
+        nv_row(
+            "trustee-hopperAttestationReport.hex + trustee-hopper_cert_chain_case2.pem (the root only)",
+            "nvidia/trustee-hopperAttestationReport.hex",
+            "nvidia/trustee-hopper_cert_chain_case2.pem",
+            Err("malformed"),
+        ),
+        nv_row(
+            "trustee-hopperAttestationReport.hex + trustee-hopper_cert_chain_case3.pem (an intermediate missing)",
+            "nvidia/trustee-hopperAttestationReport.hex",
+            "nvidia/trustee-hopper_cert_chain_case3.pem",
+            Err("foreign_root"),
+        ),
+        nv_row(
+            "trustee-hopperAttestationReport.hex + trustee-hopper_cert_chain_case4.pem (the leaf missing)",
+            "nvidia/trustee-hopperAttestationReport.hex",
+            "nvidia/trustee-hopper_cert_chain_case4.pem",
+            Err("bad_chain"),
+        ),
+    ] {
+        add("nvidia", vector, T_2025, expect, got);
+    }
+    let nv = nvidia::Verifier::new(vp.clone()).expect("pinned root");
+    for (vector, file, expect) in [
+        (
+            "nvat-multi_gpu_hopper.json (4 Hoppers, driver 590.12, the SDK's evidence list)",
+            "nvidia/nvat-multi_gpu_hopper.json",
+            Ok(()),
+        ),
+        (
+            "nvat-hopper_evidence.json (1 Hopper, driver 590.12)",
+            "nvidia/nvat-hopper_evidence.json",
+            Ok(()),
+        ),
+        (
+            "nvat-hopper_evidence_cert_hold.json (driver 570.86.10; the SDK's OCSP \"on hold\" is online)",
+            "nvidia/nvat-hopper_evidence_cert_hold.json",
+            Ok(()),
+        ),
+    ] {
+        let got = nvidia::Evidence::list_from_sdk_json(&data(file)).and_then(|list| {
+            let expected = requester_nonce(&list[0]);
+            nv.verify_all(&list, &expected, T_2025)
+                .map(|mut all| all.swap_remove(0))
+        });
+        add("nvidia", vector, T_2025, expect, got);
+    }
     rows
+}
+
+/// Where a vector comes from, by its file-name prefix (`tests/data/SOURCES.md` has the commits).
+fn source(vector: &str) -> &'static str {
+    const BY_PREFIX: [(&str, &str); 9] = [
+        ("virtee", "virtee/sev (Apache-2.0)"),
+        ("trustee", "confidential-containers/trustee (Apache-2.0)"),
+        ("gosevguest", "google/go-sev-guest (Apache-2.0)"),
+        ("gotdx", "google/go-tdx-guest (Apache-2.0)"),
+        ("dcapqvl", "Phala-Network/dcap-qvl (MIT)"),
+        ("dstack", "Dstack-TEE/dstack (Apache-2.0)"),
+        (
+            "evervault",
+            "evervault/attestation-doc-validation (Apache-2.0)",
+        ),
+        ("nvat", "NVIDIA/attestation-sdk (Apache-2.0)"),
+        ("hopper", "confidential-containers/trustee (Apache-2.0)"),
+    ];
+    BY_PREFIX
+        .iter()
+        .find(|(p, _)| vector.starts_with(p))
+        .map(|(_, s)| *s)
+        .unwrap_or("this project")
 }
 
 fn render(rows: &[Row]) -> String {
@@ -304,8 +535,8 @@ fn render(rows: &[Row]) -> String {
          Produced by `crates/attest/tests/it/verdicts.rs` (kept exact by that test). Unpinned \
          policies: signature, chain to the pinned root, time, debug, VMPL, TCB status; \
          measurements shown, not compared.\n\n\
-         | platform | vector | at (Unix ms) | verdict | reason | measurement |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+         | platform | vector | at (Unix ms) | verdict | reason | measurement | source (licence) |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in rows {
         let (verdict, reason, m) = match &r.got {
@@ -320,8 +551,14 @@ fn render(rows: &[Row]) -> String {
             Err(e) => ("refused", format!("`{}`", e.code()), String::new()),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
-            r.platform, r.vector, r.at_ms, verdict, reason, m
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r.platform,
+            r.vector,
+            r.at_ms,
+            verdict,
+            reason,
+            m,
+            source(r.vector)
         ));
     }
     out
