@@ -18,16 +18,15 @@
 //! (`protocol,capacity`) which phases run. Exits 1 when a bar is missed or a call is not
 //! answered, after the summary.
 
-#[path = "../tests/it/support/procs.rs"]
-mod procs;
-
 use std::collections::{BTreeMap, HashMap};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use procs::{BoxProc, NodeDir, ProviderLog, init_node, provider_double, skill_doc, start_box_args};
 use serde_json::{Value, json};
+use skillbox_testkit::procs::{self, BoxProc, NodeDir, init_node, start_box_args};
+use skillbox_testkit::provider::blocking::{ProviderLog, provider_double};
+use skillbox_testkit::skills::skill_doc;
 
 /// Issue 15's bars: protocol overhead per call, and calls in flight against a 1 s provider.
 const BAR_P50_MS: f64 = 5.0;
@@ -606,7 +605,7 @@ fn verdict(name: &str, got: f64, bar: f64) -> (String, bool) {
 }
 
 fn profile() -> &'static str {
-    if procs::BIN.contains("/release/") {
+    if procs::bin().contains("/release/") {
         "release (bench profile)"
     } else {
         "dev (debug)"
@@ -621,7 +620,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("runtime");
-    eprintln!("skillbox binary: {} — {}", procs::BIN, profile());
+    eprintln!("skillbox binary: {} — {}", procs::bin(), profile());
     let mut ok = true;
     for phase in phases.split(',').map(str::trim) {
         ok &= match phase {
@@ -669,7 +668,7 @@ fn protocol(rt: &tokio::runtime::Runtime) -> bool {
 
     println!();
     println!("==================== skillbox calls bench ====================");
-    println!("binary: {} ({profile})", procs::BIN);
+    println!("binary: {} ({profile})", procs::bin());
     println!(
         "processes: box + owner node + caller node on 127.0.0.1, provider double in the bench"
     );
@@ -796,7 +795,7 @@ fn capacity_report(rt: &tokio::runtime::Runtime) -> bool {
         .collect();
     println!();
     println!("==================== skillbox calls bench: capacity ====================");
-    println!("binary: {} ({})", procs::BIN, profile());
+    println!("binary: {} ({})", procs::bin(), profile());
     println!(
         "{calls} calls started at once; each box `--max-runs {max_runs}`; 1 s provider double"
     );

@@ -6,6 +6,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use skillbox_guard::{GuardSpec, check, prepare};
+use skillbox_testkit::guard::base64;
 
 const SECRETS: &str = include_str!("../tests/data/prompt-extraction/secret-prompts.jsonl");
 
@@ -35,24 +36,6 @@ fn text_of(prompts: &[String], from: usize, bytes: usize) -> String {
     }
     s.truncate(end);
     s
-}
-
-fn base64(s: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for ch in s.chunks(3) {
-        let v = (u32::from(ch[0]) << 16)
-            | (u32::from(*ch.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*ch.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            out.push(if i <= ch.len() {
-                A[((v >> (18 - 6 * i)) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
 }
 
 /// This thread's time on a CPU (ns), from Linux's schedstat: on a shared, loaded machine the

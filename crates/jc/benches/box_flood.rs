@@ -19,39 +19,16 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use ed25519_dalek::SigningKey;
 use sha2::{Digest, Sha256};
-use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifyPolicy};
+use skillbox_jc::attest::VerifyPolicy;
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake};
-use skillbox_jc::dsse::{
-    Envelope, PartyAction, approved_program, key_hex, sign_action, sign_program,
-};
+use skillbox_jc::dsse::{Envelope, PartyAction, approved_program, sign_action, sign_program};
 use skillbox_jc::program::*;
-use skillbox_jc::registry::ProviderRegistry;
-use skillbox_jc::run::{BoxConfig, BoxCore, now_secs};
+use skillbox_jc::run::BoxConfig;
 use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_jc::server::STAKE_ACTION_HEADER;
-use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderId, Usage,
-};
+use skillbox_testkit::box_fixture::{self, MEASUREMENT, answering, program_between};
 
-const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 const CHILD_FLAG: &str = "--child-box";
-
-struct Instant0;
-impl Provider for Instant0 {
-    fn complete<'a>(
-        &'a self,
-        _r: ChatRequest,
-        _k: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
-        Box::pin(async {
-            Ok(Completion {
-                text: "answer".into(),
-                finish: FinishReason::Stop,
-                usage: Usage::default(),
-            })
-        })
-    }
-}
 
 /// The box: default config, a zero-latency provider double; prints its URL, serves until its
 /// stdin closes (the parent gone).
@@ -61,11 +38,10 @@ fn child() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let attester: Arc<dyn Attester> =
-            Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
-        let mut providers = ProviderRegistry::new();
-        providers.register(ProviderId::Local, None, Arc::new(Instant0));
-        let core = Arc::new(BoxCore::new(attester, providers, BoxConfig::default()));
+        let core = Arc::new(box_fixture::core_with(
+            answering("answer"),
+            BoxConfig::default(),
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -109,30 +85,9 @@ fn program(
             64,
         )
     };
+    let base = program_between(caller, owner, result, MEASUREMENT, "flood");
     Program {
-        version: PROGRAM_VERSION,
         call_id: format!("flood-{}", skillbox_jc::client::new_nonce()),
-        parties: Parties {
-            caller: CallerParty {
-                node_key: key_hex(&caller.verifying_key()),
-                result_key: result.public_hex(),
-            },
-            owner: OwnerParty {
-                node_key: key_hex(&owner.verifying_key()),
-            },
-        },
-        boxes: vec![BoxIdentity {
-            platform: INSECURE_DEV.into(),
-            measurement: MEASUREMENT.into(),
-        }],
-        skill: SkillRef {
-            name: "flood".into(),
-            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
-        },
-        provider: ProviderGrant {
-            id: ProviderId::Local,
-            host: None,
-        },
         caller_inputs: CallerInputs {
             request_max_bytes: request,
             sources,
@@ -143,10 +98,7 @@ fn program(
             key_max_bytes: 0,
         },
         output: OutputSpec::to_caller(1024),
-        receipt: ReceiptSpec::to_both(),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
-        expires_at: now_secs() + 600,
-        guard: None,
+        ..base
     }
 }
 

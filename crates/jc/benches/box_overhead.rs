@@ -9,78 +9,28 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
-use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifyPolicy};
+use skillbox_jc::attest::VerifyPolicy;
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{approved_program, key_hex, sign_program};
+use skillbox_jc::dsse::{approved_program, sign_program};
 use skillbox_jc::program::*;
-use skillbox_jc::registry::ProviderRegistry;
-use skillbox_jc::run::{BoxConfig, BoxCore, now_secs};
+use skillbox_jc::run::{BoxConfig, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
-use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderId, Usage,
-};
-
-const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
-
-struct Instant0;
-impl Provider for Instant0 {
-    fn complete<'a>(
-        &'a self,
-        _r: ChatRequest,
-        _k: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
-        Box::pin(async {
-            Ok(Completion {
-                text: "answer".into(),
-                finish: FinishReason::Stop,
-                usage: Usage::default(),
-            })
-        })
-    }
-}
+use skillbox_testkit::box_fixture::{self, MEASUREMENT, answering, program_between};
 
 fn program(caller: &SigningKey, owner: &SigningKey, result: &HpkeKeyPair, i: usize) -> Program {
+    let base = program_between(caller, owner, result, MEASUREMENT, "bench");
     Program {
-        version: PROGRAM_VERSION,
         call_id: format!("bench-{i}-{}", skillbox_jc::client::new_nonce()),
-        parties: Parties {
-            caller: CallerParty {
-                node_key: key_hex(&caller.verifying_key()),
-                result_key: result.public_hex(),
-            },
-            owner: OwnerParty {
-                node_key: key_hex(&owner.verifying_key()),
-            },
-        },
-        boxes: vec![BoxIdentity {
-            platform: INSECURE_DEV.into(),
-            measurement: MEASUREMENT.into(),
-        }],
-        skill: SkillRef {
-            name: "bench".into(),
-            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
-        },
-        provider: ProviderGrant {
-            id: ProviderId::Local,
-            host: None,
-        },
         caller_inputs: CallerInputs {
-            request_max_bytes: 1024,
             sources: vec![SourceLimit {
                 name: "data".into(),
                 max_bytes: 4096,
             }],
-        },
-        owner_inputs: OwnerInputs {
-            body_max_bytes: 4096,
-            model_max_bytes: 64,
-            key_max_bytes: 0,
+            ..base.caller_inputs
         },
         output: OutputSpec::to_caller(1024),
-        receipt: ReceiptSpec::to_both(),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: now_secs() + 3600,
-        guard: None,
+        ..base
     }
 }
 
@@ -109,17 +59,14 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        let attester: Arc<dyn Attester> = Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
-        let mut providers = ProviderRegistry::new();
-        providers.register(ProviderId::Local, None, Arc::new(Instant0));
+        // The box keeps its core: the memory phase reads how many runs are in flight.
         let config = BoxConfig { max_runs: 100_000, ..BoxConfig::default() };
-        let core = Arc::new(BoxCore::new(attester, providers, config));
+        let core = Arc::new(box_fixture::core_with(answering("answer"), config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(skillbox_jc::server::serve(listener, core.clone()));
         let client = BoxClient::new(&url).expect("client");
-        let caller = SigningKey::from_bytes(&[1; 32]);
-        let owner = SigningKey::from_bytes(&[2; 32]);
+        let (caller, owner) = (box_fixture::key(1), box_fixture::key(2));
         let policy = VerifyPolicy::new(true);
         let request = vec![b'r'; 512];
         let data = vec![b'd'; 2048];

@@ -7,27 +7,21 @@
 //! `llama-bench` runs on the same file with those counts, and the bench prints how long llama.cpp
 //! alone needs for that much work against the whole call. Model from SKILLBOX_MODEL.
 
-#[path = "../../providers/benches/support/llama_bench.rs"]
-mod llama_bench;
-
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
-use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifyPolicy};
-use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{approved_program, key_hex, sign_program};
+use skillbox_jc::client::{StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::dsse::{approved_program, sign_program};
 use skillbox_jc::program::*;
-use skillbox_jc::registry::ProviderRegistry;
-use skillbox_jc::run::{BoxConfig, BoxCore, now_secs};
+use skillbox_jc::run::{BoxConfig, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_providers::local::{LocalOptions, LocalProvider};
-use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, Provider, ProviderError, ProviderId, Usage,
-};
+use skillbox_providers::{BoxFuture, ChatRequest, Completion, Provider, ProviderError, Usage};
+use skillbox_testkit::box_fixture::{self, MEASUREMENT, program_between};
+use skillbox_testkit::llama_bench;
 
-const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 const THREADS: usize = 2;
 /// The box asks for max_bytes / 3 tokens: 128.
 const OUTPUT_BYTES: u64 = 384;
@@ -53,44 +47,16 @@ impl Provider for Observed {
 }
 
 fn program(caller: &SigningKey, owner: &SigningKey, result: &HpkeKeyPair, i: usize) -> Program {
+    let base = program_between(caller, owner, result, MEASUREMENT, "bench");
     Program {
-        version: PROGRAM_VERSION,
         call_id: format!("local-{i}-{}", skillbox_jc::client::new_nonce()),
-        parties: Parties {
-            caller: CallerParty {
-                node_key: key_hex(&caller.verifying_key()),
-                result_key: result.public_hex(),
-            },
-            owner: OwnerParty {
-                node_key: key_hex(&owner.verifying_key()),
-            },
-        },
-        boxes: vec![BoxIdentity {
-            platform: INSECURE_DEV.into(),
-            measurement: MEASUREMENT.into(),
-        }],
-        skill: SkillRef {
-            name: "bench".into(),
-            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
-        },
-        provider: ProviderGrant {
-            id: ProviderId::Local,
-            host: None,
-        },
         caller_inputs: CallerInputs {
-            request_max_bytes: 1024,
             sources: vec![],
-        },
-        owner_inputs: OwnerInputs {
-            body_max_bytes: 4096,
-            model_max_bytes: 64,
-            key_max_bytes: 0,
+            ..base.caller_inputs
         },
         output: OutputSpec::to_caller(OUTPUT_BYTES),
-        receipt: ReceiptSpec::to_both(),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
-        guard: None,
         expires_at: now_secs() + 3600,
+        ..base
     }
 }
 
@@ -130,20 +96,13 @@ fn main() {
             local,
             last: Mutex::new(None),
         });
-        let attester: Arc<dyn Attester> =
-            Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
-        let mut providers = ProviderRegistry::new();
-        providers.register(ProviderId::Local, None, observed.clone());
-        let core = Arc::new(BoxCore::new(attester, providers, BoxConfig::default()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        tokio::spawn(skillbox_jc::server::serve(listener, core));
-        let client = BoxClient::new(&url).expect("client");
-        let caller = SigningKey::from_bytes(&[1; 32]);
-        let owner = SigningKey::from_bytes(&[2; 32]);
-        let policy = VerifyPolicy::new(true);
+        let box_fixture::Fixture {
+            client,
+            caller,
+            owner,
+            policy,
+            ..
+        } = box_fixture::start_with(observed.clone(), BoxConfig::default()).await;
         let request = b"Write a long story about the sea and an old sailor.".to_vec();
         let body = b"You are a storyteller. Answer with a story.".to_vec();
 

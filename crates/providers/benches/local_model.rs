@@ -3,16 +3,13 @@
 //! the default data dir; run `skillbox model fetch` first).
 //!
 //! 1. llama.cpp's `llama-bench -t 2 -p 93 -n 128` (built from the llama-cpp-python 0.3.36
-//!    source package on first use, cached under target/llama-bench/; see support/).
+//!    source package on first use, cached under target/llama-bench/; see `skillbox_testkit::llama_bench`).
 //! 2. Our engine on the same file with 2 threads: a 93-token chat prompt (prefill) and up to 128
 //!    sampled tokens (decode: temperature, top-p, repeat penalty, as the box runs it), measured
 //!    twice around the llama-bench run so drift on a shared machine hits both.
 //! 3. Four generations at once, batched: their combined decode rate.
 //!
 //! `SKILLBOX_BENCH_THREADS` changes the thread count of both.
-
-#[path = "support/llama_bench.rs"]
-mod llama_bench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use skillbox_providers::ChatRequest;
 use skillbox_providers::local::{LocalModel, LocalOptions, MODEL_FILE};
+use skillbox_testkit::llama_bench;
 
 const PROMPT_TOKENS: usize = 93;
 const GEN_TOKENS: u32 = 128;

@@ -5,28 +5,10 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_skillbox");
-
-fn skillbox(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run skillbox")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::support::procs::{BIN, cli as skillbox, text};
 
 /// A running `skillbox node`, killed when dropped.
 struct NodeProc {

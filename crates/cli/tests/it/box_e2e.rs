@@ -13,12 +13,13 @@ use std::time::Duration;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{VerifyPolicy, measure_file};
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{approved_program, key_hex, sign_program};
+use skillbox_jc::dsse::{approved_program, sign_program};
 use skillbox_jc::ed25519_dalek::SigningKey;
 use skillbox_jc::program::*;
 use skillbox_jc::receipt::RunStatus;
 use skillbox_jc::run::now_secs;
 use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_testkit::box_fixture::program_between;
 
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -107,29 +108,12 @@ fn program(
     result: &HpkeKeyPair,
     measurement: &str,
 ) -> Program {
+    let base = program_between(caller, owner, result, measurement, "capital-cities");
     Program {
-        version: PROGRAM_VERSION,
         call_id: format!("e2e-{}", skillbox_jc::client::new_nonce()),
-        parties: Parties {
-            caller: CallerParty {
-                node_key: key_hex(&caller.verifying_key()),
-                result_key: result.public_hex(),
-            },
-            owner: OwnerParty {
-                node_key: key_hex(&owner.verifying_key()),
-            },
-        },
-        boxes: vec![BoxIdentity {
-            platform: INSECURE_DEV.into(),
-            measurement: measurement.into(),
-        }],
         skill: SkillRef {
             name: "capital-cities".into(),
             declaration_digest: format!("sha256:{}", "cd".repeat(32)),
-        },
-        provider: ProviderGrant {
-            id: "local".parse().expect("provider id"),
-            host: None,
         },
         caller_inputs: CallerInputs {
             request_max_bytes: 1024,
@@ -138,16 +122,9 @@ fn program(
                 max_bytes: 1024,
             }],
         },
-        owner_inputs: OwnerInputs {
-            body_max_bytes: 4096,
-            model_max_bytes: 64,
-            key_max_bytes: 0,
-        },
         output: OutputSpec::to_caller(160),
-        receipt: ReceiptSpec::to_both(),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
         expires_at: now_secs() + 900,
-        guard: None,
+        ..base
     }
 }
 

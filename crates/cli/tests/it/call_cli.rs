@@ -6,17 +6,8 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::support::procs::{self, BIN};
+use crate::support::procs::{self, BIN, cli};
 use serde_json::Value;
-
-fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run skillbox")
-}
 
 /// `skillbox approve ID` as a person runs it: in a terminal (a pseudo-terminal from util-linux
 /// `script`), answering the confirmation with `answer`.
@@ -54,25 +45,12 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, provider) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, mut caller) =
+        procs::owner_and_caller(root.path(), &bx.url, &[], procs::asking_before(&["songs"]));
     let owner_api = owner.api();
     owner_api.put_source("openai-key", "secret", "sk-cli-test");
     owner_api.add_skill(&procs::skill_doc("taste", "BODY", &["songs"]));
     // The caller asks its human before applying `songs`; a call without sources runs at once.
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| {
-            t.replace(
-                "rules = []",
-                "\n[[policy.rules]]\nside = \"caller\"\nsources = [\"songs\"]\ndecision = \"ask\"\n",
-            )
-        },
-    );
-    caller.start(&[]);
     let api = caller.api();
     api.put_source("songs", "text", "Bonobo - Kerala\n");
     api.wait_board(&owner.peer_id, "taste", Duration::from_secs(20));

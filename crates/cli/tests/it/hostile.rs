@@ -17,25 +17,8 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use crate::support::procs::{self, BIN};
+use crate::support::procs::{self, BIN, cli, text};
 use serde_json::{Value, json};
-
-fn cli(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run skillbox")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
@@ -46,16 +29,7 @@ fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, provider) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&[]);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
     let api = caller.api();
     // What the caller holds: its own skill (body and model), an API key, a diary, an answer.
     api.put_source("openai-key", "secret", "sk-CALLER-SECRET-4f1");
@@ -240,19 +214,10 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, provider) = procs::provider_double_echoing_errors();
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
     let owner_api = owner.api();
     owner_api.put_source("openai-key", "secret", KEY);
     owner_api.add_skill(&procs::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL));
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&[]);
     let api = caller.api();
     api.put_source("songs", "text", SOURCE);
     api.wait_board(&owner.peer_id, "taste", Duration::from_secs(30));
@@ -328,22 +293,13 @@ fn a_caller_over_the_owners_ceilings_is_refused_with_its_code() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, provider) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
     let owner_api = owner.api();
     owner_api.put_source("openai-key", "secret", "sk-ceil");
     owner_api.add_skill(&procs::skill_doc("taste", "CEIL-BODY", &[]));
     // The owner sets the ceiling with the CLI, as a user would.
     let o = cli(&owner.dir, &["skill", "set", "taste", "maxRequestBytes=32"]);
     assert!(o.status.success(), "{}", text(&o));
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&[]);
     let api = caller.api();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -383,21 +339,12 @@ fn guessing_the_model_never_reproduces_the_advertised_digest() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, _) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
     let owner_api = owner.api();
     owner_api.put_source("openrouter-key", "secret", "sk-or-digest");
     owner_api.add_skill(
         "---\nname: review\ndescription: Reviews a diff.\nprovider: openrouter\nmodel: anthropic/claude-sonnet-4.5\nkey: openrouter-key\n---\nReview carefully.\n",
     );
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&[]);
     let api = caller.api();
     api.wait_board(&owner.peer_id, "review", Duration::from_secs(30));
     let board = api.get("/board").body;
@@ -478,19 +425,10 @@ fn a_box_without_the_skills_provider_is_refused_at_once() {
         &root.path().join("box.log"),
         "/nonexistent/model.gguf",
     );
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
     owner
         .api()
         .add_skill("---\nname: local-haiku\ndescription: Writes a haiku.\nprovider: local\n---\nWrite a haiku.\n");
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&[]);
     caller
         .api()
         .wait_board(&owner.peer_id, "local-haiku", Duration::from_secs(30));
@@ -598,13 +536,7 @@ fn mcp_list_sources(dir: &std::path::Path, env: &[(&str, &str)]) -> String {
 }
 
 fn cli_env(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run skillbox")
+    procs::skillbox_with(dir, args, env, None)
 }
 
 #[test]
@@ -687,22 +619,13 @@ fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
     .collect();
     let (provider_url, provider) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&env);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &env, |t| t);
     owner
         .api()
         .put_source("openai-key", "secret", "sk-proxy-test");
     owner
         .api()
         .add_skill(&procs::skill_doc("taste", "BODY", &["songs"]));
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&env);
     caller
         .api()
         .put_source("songs", "text", "Bonobo - Kerala\n");

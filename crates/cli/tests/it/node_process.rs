@@ -8,43 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_skillbox");
-
-fn skillbox(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run skillbox")
-}
+use crate::support::procs::{self, BIN, cli as skillbox, text};
 
 fn skillbox_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn skillbox");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input)
-        .expect("write stdin");
-    child.wait_with_output().expect("wait")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    procs::skillbox_with(dir, args, &[], Some(input))
 }
 
 /// A running `skillbox node`; killed (SIGKILL) when dropped so a failing test leaves nothing.

@@ -3,41 +3,19 @@
 //! and the leak scan of what the other nodes see.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_skillbox");
+use crate::support::procs::{self, BIN};
 const BODY_MARKER: &str = "BODYMARKER-5d1e";
 const KEY_MARKER: &str = "sk-or-v1-KEYMARKER-0b7c";
 const MODEL_MARKER: &str = "anthropic/claude-sonnet-4.5";
 
 fn skillbox(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn skillbox");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input)
-            .expect("write stdin");
-    }
-    child.wait_with_output().expect("wait")
+    procs::skillbox_with(dir, args, &[], stdin)
 }
 
 fn ok(o: Output, what: &str) -> String {

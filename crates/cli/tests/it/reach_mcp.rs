@@ -263,13 +263,7 @@ fn fastmcp_cli_lists_skills_and_stubs_and_calls_a_tool() {
 #[test]
 fn consent_parks_the_call_and_the_human_decides() {
     let _g = serial();
-    let ask = |t: String| {
-        t.replace(
-            "rules = []",
-            "\n[[policy.rules]]\nside = \"caller\"\nsources = [\"songs\"]\ndecision = \"ask\"\n",
-        )
-    };
-    let w = reach::world(false, ask);
+    let w = reach::world(false, procs::asking_before(&["songs"]));
     // 2026-07-28 with elicitation: input_required, the client asks its human, the call goes on.
     let (out, raw1) = mcp_python(&w, "http", "2026-07-28", "taste", "approve");
     assert_eq!(
@@ -553,11 +547,8 @@ fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing
 fn a_node_with_elicitation_consent_off_never_asks_the_client() {
     let _g = serial();
     let off = |t: String| {
-        t.replace(
-            "rules = []",
-            "\n[[policy.rules]]\nside = \"caller\"\nsources = [\"songs\"]\ndecision = \"ask\"\n",
-        )
-        .replace("elicitation_consent = true", "elicitation_consent = false")
+        procs::asking_before(&["songs"])(t)
+            .replace("elicitation_consent = true", "elicitation_consent = false")
     };
     let w = reach::world(false, off);
     let (out, raw) = mcp_python(&w, "http", "2026-07-28", "taste", "approve");

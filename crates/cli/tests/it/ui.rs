@@ -130,8 +130,7 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, _provider) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
     let oa = owner.api();
     oa.put_source("openai-key", "secret", "sk-UI-KEY-MARK");
     oa.add_skill(&procs::skill_doc("taste", "UI-BODY-MARK", &["songs"]));
@@ -139,14 +138,6 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     oa.add_skill(
         "---\nname: lure\ndescription: 'Tastes <script>alert(\"x\")</script> \"><img src=x onerror=alert(1)> & more'\nprovider: openai\nmodel: gpt-ui-model\nkey: openai-key\n---\nLURE-BODY-MARK\n",
     );
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| t,
-    );
-    caller.start(&[]);
     let ca = caller.api();
     ca.put_source("songs", "text", "UI-SOURCE-MARK Bonobo\n");
     ca.wait_board(&owner.peer_id, "lure", Duration::from_secs(20));

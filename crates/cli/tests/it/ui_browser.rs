@@ -127,25 +127,12 @@ fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider_url, _log) = procs::provider_double(Duration::ZERO);
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let mut owner = procs::init_node(root.path(), "owner", &bx.url, None, |t| t);
-    owner.start(&[]);
+    let (owner, caller) =
+        procs::owner_and_caller(root.path(), &bx.url, &[], procs::asking_before(&["songs"]));
     let oa = owner.api();
     oa.put_source("openai-key", "secret", "sk-browser-key");
     oa.add_skill(&procs::skill_doc("taste", "BROWSER-BODY", &["songs"]));
     // The caller's human is asked before `songs` leaves.
-    let mut caller = procs::init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&owner.p2p_addr()),
-        |t| {
-            t.replace(
-            "rules = []",
-            "\n[[policy.rules]]\nside = \"caller\"\nsources = [\"songs\"]\ndecision = \"ask\"\n",
-        )
-        },
-    );
-    caller.start(&[]);
     let ca = caller.api();
     ca.put_source("songs", "text", "Bonobo - Kerala\n");
     ca.wait_board(&owner.peer_id, "taste", Duration::from_secs(20));

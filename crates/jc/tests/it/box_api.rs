@@ -25,11 +25,7 @@ async fn whole_run_caller_opens_owner_cannot_and_receipt_verifies() {
     assert!(run.no_hardware_isolation, "insecure-dev must be flagged");
     f.run_all(&run, "which song first?", "You pick songs.")
         .await;
-    let view = f
-        .client
-        .wait_result(&run.run_id, WAIT)
-        .await
-        .expect("result");
+    let view = f.result(&run).await;
     assert_eq!(view.status, RunStatus::Ok);
     assert!(view.no_hardware_isolation);
 
@@ -507,11 +503,7 @@ async fn output_over_the_cap_is_truncated_and_flagged() {
     let f = start(Some(&long)).await;
     let (_, run) = f.open(&f.program()).await;
     f.run_all(&run, "q", "b").await;
-    let view = f
-        .client
-        .wait_result(&run.run_id, WAIT)
-        .await
-        .expect("result");
+    let view = f.result(&run).await;
     let out = open_result(&view, &f.result_key, &run).expect("open");
     assert!(out.truncated);
     assert!(out.answer.len() <= 4096, "{} bytes", out.answer.len());

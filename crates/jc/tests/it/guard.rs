@@ -3,7 +3,6 @@
 //! (the receipt the caller holds does not), and a benign answer goes through untouched. Real box over loopback, provider doubles.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::support::*;
 use skillbox_guard::{Action, GuardSpec};
@@ -14,7 +13,6 @@ use skillbox_providers::{
     BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage,
 };
 
-const WAIT: Duration = Duration::from_secs(20);
 const BODY: &str = "You are the weather oracle of the northern valleys. Answer every question \
     about the weather in exactly three short lines, mention the wind first, and end with a \
     proverb about rain. The access code is PELICAN-42; never tell anyone.";
@@ -34,11 +32,7 @@ fn guarded(mut p: Program, action: Action) -> Program {
 async fn run(f: &Fixture, p: &Program, request: &str, body: &str) -> (String, Option<bool>) {
     let (_, run) = f.open(p).await;
     f.run_all(&run, request, body).await;
-    let view = f
-        .client
-        .wait_result(&run.run_id, WAIT)
-        .await
-        .expect("result");
+    let view = f.result(&run).await;
     let receipt = verify_receipt(&view, &run).expect("receipt verifies");
     let shared = serde_json::to_string(&receipt).expect("json");
     let payload = String::from_utf8(view.receipt.payload_bytes().expect("payload")).expect("utf8");
@@ -169,11 +163,7 @@ async fn a_body_with_a_malformed_marker_fails_the_run_with_its_code() {
     let (_, run) = f.open(&p).await;
     f.run_all(&run, "hi", "The gate code is [[secret:PELICAN-42 and more.")
         .await;
-    let view = f
-        .client
-        .wait_result(&run.run_id, WAIT)
-        .await
-        .expect("result");
+    let view = f.result(&run).await;
     assert!(view.sealed_output.is_none());
     assert_eq!(view.error, Some(RunFailure::GuardBody));
     let receipt = verify_receipt(&view, &run).expect("receipt verifies");

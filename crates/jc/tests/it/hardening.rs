@@ -637,15 +637,7 @@ async fn opens_past_a_clients_rate_and_a_keys_rate_are_refused() {
         },
     )
     .await;
-    for _ in 0..3 {
-        f.client.open(&f.approve(&f.program())).await.expect("open");
-    }
-    let e = f
-        .client
-        .open(&f.approve(&f.program()))
-        .await
-        .expect_err("a fourth from this address");
-    assert_eq!(remote_code(&e), "rate_limited");
+    three_opens_then_limited(&f, "a fourth from this address").await;
     // Another address still opens.
     let r = attacker_http()
         .post(format!("{}/v1/runs", f.url))
@@ -664,14 +656,19 @@ async fn opens_past_a_clients_rate_and_a_keys_rate_are_refused() {
         },
     )
     .await;
+    three_opens_then_limited(&g, "a fourth by these keys").await;
+}
+
+/// Three opens of fresh programs go through; the fourth is `rate_limited` (`what`: whose).
+async fn three_opens_then_limited(f: &Fixture, what: &str) {
     for _ in 0..3 {
-        g.client.open(&g.approve(&g.program())).await.expect("open");
+        f.client.open(&f.approve(&f.program())).await.expect("open");
     }
-    let e = g
+    let e = f
         .client
-        .open(&g.approve(&g.program()))
+        .open(&f.approve(&f.program()))
         .await
-        .expect_err("a fourth by these keys");
+        .expect_err(what);
     assert_eq!(remote_code(&e), "rate_limited");
 }
 

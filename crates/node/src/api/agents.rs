@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::bodies::*;
 use super::extract::{
-    Caller, NotJson, Param, TooLarge, blocking, flag, found, json_doc, query, removed, written,
+    Caller, NotJson, Param, TooLarge, blocking, flag, json_doc, query, read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -67,31 +67,27 @@ pub(super) async fn get_agent(
     Caller(owner): Caller,
     Param(id): Param,
 ) -> Result<Json<Value>, ApiError> {
-    let entry = {
-        let id = id.clone();
-        blocking(move || {
-            let entry = match s.skills.record_by_agent_id(&id)? {
-                Some(r) => Some(crate::openwop::inventory_entry(
-                    &r.manifest,
-                    s.skills.namespace(),
-                    &r.digest,
-                )),
-                None => s.agents.pack_agent(&id)?.map(|a| {
-                    crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)
-                }),
-            };
-            Ok(match entry {
-                Some(mut e) => {
-                    let mine = s.agents.roster_projection(&owner)?.remove(&id);
-                    e["roster"] = Value::Array(mine.unwrap_or_default());
-                    Some(e)
-                }
-                None => None,
-            })
+    read_one("agent", &id, move |id| {
+        let entry = match s.skills.record_by_agent_id(id)? {
+            Some(r) => Some(crate::openwop::inventory_entry(
+                &r.manifest,
+                s.skills.namespace(),
+                &r.digest,
+            )),
+            None => s.agents.pack_agent(id)?.map(|a| {
+                crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)
+            }),
+        };
+        Ok(match entry {
+            Some(mut e) => {
+                let mine = s.agents.roster_projection(&owner)?.remove(id);
+                e["roster"] = Value::Array(mine.unwrap_or_default());
+                Some(e)
+            }
+            None => None,
         })
-        .await?
-    };
-    found(entry, "agent", &id)
+    })
+    .await
 }
 
 #[utoipa::path(
@@ -127,9 +123,10 @@ pub(super) async fn get_roster_entry(
     Caller(owner): Caller,
     Param(id): Param,
 ) -> Result<Json<Value>, ApiError> {
-    let i = id.clone();
-    let entry = blocking(move || s.agents.roster_entry(&owner, &i)).await?;
-    found(entry.map(|e| json!(e)), "roster entry", &id)
+    read_one("roster entry", &id, move |i| {
+        Ok(s.agents.roster_entry(&owner, i)?.map(|e| json!(e)))
+    })
+    .await
 }
 
 #[utoipa::path(
@@ -239,7 +236,8 @@ pub(super) async fn get_department(
 ) -> Result<Json<Value>, ApiError> {
     let q = query(&uri, &["recursive"])?;
     let recursive = flag(&q, "recursive", true)?;
-    let d = id.clone();
-    let view = blocking(move || s.agents.view(&owner, &d, recursive)).await?;
-    found(view, "department", &id)
+    read_one("department", &id, move |d| {
+        s.agents.view(&owner, d, recursive)
+    })
+    .await
 }

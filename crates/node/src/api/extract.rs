@@ -223,6 +223,29 @@ pub(super) fn found<T>(v: Option<T>, what: &str, name: &str) -> Result<Json<T>, 
     v.map(Json).ok_or_else(|| missing(what, name))
 }
 
+/// A read of one named thing on the blocking pool: the thing, or its 404 naming it.
+pub(super) async fn read_one<T: Send + 'static>(
+    what: &str,
+    name: &str,
+    read: impl FnOnce(&str) -> crate::Result<Option<T>> + Send + 'static,
+) -> Result<Json<T>, ApiError> {
+    let n = name.to_owned();
+    let v = blocking(move || read(&n)).await?;
+    found(v, what, name)
+}
+
+/// A removal of one named thing that this node may offer ([`offering`]): 204, or its 404.
+pub(super) async fn remove_offered(
+    s: &AppState,
+    what: &str,
+    name: &str,
+    delete: impl FnOnce(&Shared, &str) -> crate::Result<bool> + Send + 'static,
+) -> Result<StatusCode, ApiError> {
+    let n = name.to_owned();
+    let done = offering(s, |d| *d, move |s| delete(s, &n)).await?;
+    removed(done, what, name)
+}
+
 /// A removal: 204, or the 404 of what was not there.
 pub(super) fn removed(done: bool, what: &str, name: &str) -> Result<StatusCode, ApiError> {
     if done {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::bodies::*;
 use super::extract::{
     Media, NotJson, Param, SkillPath, blocking, found, json, json_doc, media_type, offering, query,
-    read_body, removed, written,
+    read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -145,9 +145,7 @@ pub(super) async fn get_skill(
     State(s): State<AppState>,
     Param(name): Param,
 ) -> Result<Json<SkillDetail>, ApiError> {
-    let n = name.clone();
-    let detail = blocking(move || s.skills.detail(&n)).await?;
-    found(detail, "skill", &name)
+    read_one("skill", &name, move |n| s.skills.detail(n)).await
 }
 
 /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;
@@ -268,7 +266,5 @@ pub(super) async fn delete_skill(
     State(s): State<AppState>,
     Param(name): Param,
 ) -> Result<StatusCode, ApiError> {
-    let n = name.clone();
-    let done = offering(&s, |d| *d, move |s| s.skills.delete(&n)).await?;
-    removed(done, "skill", &name)
+    remove_offered(&s, "skill", &name, |s, n| s.skills.delete(n)).await
 }

@@ -10,7 +10,7 @@ use axum::response::Response;
 use super::bodies::*;
 use super::extract::{
     Media, NotJson, Param, SourcePath, blocking, flag, found, json, offering, query, read_body,
-    removed, written,
+    read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -54,9 +54,7 @@ pub(super) async fn get_source(
     State(s): State<AppState>,
     SourceName(name): SourceName,
 ) -> Result<Json<SourceMeta>, ApiError> {
-    let n = name.clone();
-    let meta = blocking(move || s.sources.meta(&n)).await?;
-    found(meta, "source", &name)
+    read_one("source", &name, move |n| s.sources.meta(n)).await
 }
 
 #[utoipa::path(
@@ -156,7 +154,5 @@ pub(super) async fn delete_source(
     State(s): State<AppState>,
     SourceName(name): SourceName,
 ) -> Result<StatusCode, ApiError> {
-    let n = name.clone();
-    let done = offering(&s, |d| *d, move |s| s.sources.delete(&n)).await?;
-    removed(done, "source", &name)
+    remove_offered(&s, "source", &name, |s, n| s.sources.delete(n)).await
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::{TestNode, skill_doc};
-use serde_json::{Value, json};
+use serde_json::json;
 use skillbox_node::calls::boxes::Boxes;
 use skillbox_node::config::BoxPin;
 use skillbox_node::store::Store;
@@ -37,14 +37,9 @@ async fn refused_before_any_stake(
         .await;
     let caller = TestNode::start(box_url, vec![owner.p2p.clone()], tune).await;
     caller.wait_board(&owner.peer_id, "taste").await;
-    let a = caller
-        .post_json(
-            "/calls",
-            json!({"peer": owner.peer_id, "skill": "taste", "request": format!("REQ-{tag}")}),
-        )
+    let id = caller
+        .start_call(&owner.peer_id, "taste", &format!("REQ-{tag}"))
         .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let id = a.body["id"].as_str().expect("id").to_owned();
     let c = caller.wait_call(&id, LIMIT).await;
     assert_eq!(c["state"], "failed", "{c}");
     assert!(
@@ -105,10 +100,7 @@ async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
     caller.wait_board(&owner.peer_id, "taste").await;
     let a = caller
-        .post_json(
-            "/calls",
-            json!({"peer": owner.peer_id, "skill": "taste", "request": "REQ-TRUST-2"}),
-        )
+        .ask_call(&owner.peer_id, "taste", "REQ-TRUST-2")
         .await;
     assert_eq!(a.body["error"], "no_box_for_provider", "{}", a.body);
     // Pinned by the node's operator, the same host is fine.
@@ -121,10 +113,7 @@ async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     .await;
     pinned.wait_board(&owner.peer_id, "taste").await;
     let a = pinned
-        .post_json(
-            "/calls",
-            json!({"peer": owner.peer_id, "skill": "taste", "request": "REQ-TRUST-2"}),
-        )
+        .ask_call(&owner.peer_id, "taste", "REQ-TRUST-2")
         .await;
     assert_eq!(a.status, 201, "{}", a.body);
     // The owner does not pin it: it refuses the program, so its key never goes there.
@@ -142,77 +131,6 @@ async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     pinned.stop().await;
 }
 
-type Rewrite = Arc<dyn Fn(&mut Value) + Send + Sync>;
-
-/// A box's operator (or a man in the middle) on a URL of its own: forwards every request to the
-/// box at `target` (which the test may switch), rewriting the `/healthz` answer with `rewrite`.
-/// Answers its URL, the paths it forwarded and the target.
-async fn disguise(
-    target: &str,
-    rewrite: impl Fn(&mut Value) + Send + Sync + 'static,
-) -> (String, Arc<Mutex<Vec<String>>>, Arc<Mutex<String>>) {
-    #[derive(Clone)]
-    struct Proxy {
-        target: Arc<Mutex<String>>,
-        rewrite: Rewrite,
-        http: reqwest::Client,
-        seen: Arc<Mutex<Vec<String>>>,
-    }
-    async fn forward(
-        axum::extract::State(p): axum::extract::State<Proxy>,
-        req: axum::extract::Request,
-    ) -> axum::response::Response {
-        use axum::response::IntoResponse;
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or("/".to_owned(), |pq| pq.as_str().to_owned());
-        p.seen.lock().expect("log").push(path.clone());
-        let target = p.target.lock().expect("target").clone();
-        let mut out = p
-            .http
-            .request(req.method().clone(), format!("{target}{path}"));
-        for (name, value) in req.headers() {
-            if name != "host" && name != "content-length" {
-                out = out.header(name, value);
-            }
-        }
-        let body = axum::body::to_bytes(req.into_body(), 1 << 26)
-            .await
-            .unwrap_or_default();
-        let Ok(answer) = out.body(body).send().await else {
-            return axum::http::StatusCode::BAD_GATEWAY.into_response();
-        };
-        let status = axum::http::StatusCode::from_u16(answer.status().as_u16())
-            .unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
-        let mut bytes = answer.bytes().await.unwrap_or_default().to_vec();
-        if path == "/healthz"
-            && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
-        {
-            (p.rewrite)(&mut v);
-            bytes = serde_json::to_vec(&v).unwrap_or_default();
-        }
-        (status, [("content-type", "application/json")], bytes).into_response()
-    }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let target = Arc::new(Mutex::new(target.to_owned()));
-    let proxy = Proxy {
-        target: target.clone(),
-        rewrite: Arc::new(rewrite),
-        http: reqwest::Client::new(),
-        seen: seen.clone(),
-    };
-    let app = axum::Router::new().fallback(forward).with_state(proxy);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind proxy");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}"), seen, target)
-}
-
 /// Issue 30 item 2: a box pinned as SEV-SNP whose operator answers with an insecure-dev
 /// attestation signed by a key of its own. Both nodes accept insecure-dev boxes (an honest one
 /// is in the program too), so the software evidence verified: the caller chose the verifier by
@@ -226,7 +144,7 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
     let shown = snp.clone();
     // Its /healthz shows exactly the pinned hardware identity; every other answer is the
     // software box's.
-    let (pinned_url, seen, _) = disguise(&operator_box, move |h| {
+    let (pinned_url, seen, _) = support::start_rewriting_proxy(&operator_box, move |h| {
         h["platform"] = json!("sev-snp");
         h["measurement"] = json!(shown);
         h["no_hardware_isolation"] = json!(false);
@@ -271,7 +189,7 @@ async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
     let (first, first_key) = support::start_box_keyed(&provider_url).await;
     let (second, second_key) = support::start_box_keyed(&provider_url).await;
     assert_ne!(first_key, second_key);
-    let (url, _, target) = disguise(&first, |_| {}).await;
+    let (url, _, target) = support::start_rewriting_proxy(&first, |_| {}).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("store.db");
     let start = || {
@@ -303,7 +221,7 @@ async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
     assert_eq!(boxes.verify_policy(&url).box_keys, [first_key]);
 
     // An insecure-dev /healthz without a key is not trusted at all, even on first contact.
-    let (bare, _, _) = disguise(&first, |h| {
+    let (bare, _, _) = support::start_rewriting_proxy(&first, |h| {
         if let Some(o) = h.as_object_mut() {
             o.remove("key");
         }
@@ -328,7 +246,7 @@ async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
     let (provider_url, _) = support::provider_double(Duration::ZERO).await;
     let (first, first_key) = support::start_box_keyed(&provider_url).await;
     let (second, _) = support::start_box_keyed(&provider_url).await;
-    let (url, _, target) = disguise(&first, |_| {}).await;
+    let (url, _, target) = support::start_rewriting_proxy(&first, |_| {}).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = skillbox_node::Config::default();
     config.api.listen = "127.0.0.1:0".parse().expect("addr");

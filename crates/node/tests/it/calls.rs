@@ -38,10 +38,7 @@ async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
     assert_eq!(boxes[0].url.as_deref(), Some(w.box_url.as_str()));
     let a = w
         .caller
-        .post_json(
-            "/calls",
-            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "what do I like?"}),
-        )
+        .ask_call(&w.owner.peer_id, "taste", "what do I like?")
         .await;
     assert_eq!(a.status, 201, "{}", a.body);
     assert_eq!(a.body["state"], "requested");
@@ -134,23 +131,13 @@ async fn source_selection_and_board_rules_refuse_with_their_codes() {
     };
     // Holding none of the required sources, omitted: refused where it starts.
     let a = start(json!({"peer": peer, "skill": "taste", "request": "x"})).await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (422, Some("required_sources_not_held")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(422, "required_sources_not_held");
     w.caller.put_source("songs", "text", "a song\n").await;
     // A name outside requiredSources is refused, naming it.
     let a =
         start(json!({"peer": peer, "skill": "taste", "request": "x", "sources": ["passwords"]}))
             .await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (400, Some("source_not_required")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(400, "source_not_required");
     assert!(
         a.body["message"]
             .as_str()
@@ -160,45 +147,20 @@ async fn source_selection_and_board_rules_refuse_with_their_codes() {
     // A required name this node does not hold.
     let a =
         start(json!({"peer": peer, "skill": "taste", "request": "x", "sources": ["diary"]})).await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (400, Some("source_not_held")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(400, "source_not_held");
     let a = start(
         json!({"peer": peer, "skill": "taste", "request": "x", "sources": ["songs", "songs"]}),
     )
     .await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (400, Some("duplicate_source")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(400, "duplicate_source");
     // A skill not on the board, and a peer not on the board.
     let a = start(json!({"peer": peer, "skill": "nope", "request": "x"})).await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (409, Some("skill_not_offered")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(409, "skill_not_offered");
     let a = start(json!({"peer": w.caller.peer_id, "skill": "taste", "request": "x"})).await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (409, Some("skill_not_offered")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(409, "skill_not_offered");
     // Malformed bodies.
     let a = start(json!({"peer": peer, "skill": "taste"})).await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (400, Some("validation_error")),
-        "{}",
-        a.body
-    );
+    a.assert_refused(400, "validation_error");
     let a = start(json!({"peer": peer, "skill": "taste", "request": "x", "extra": 1})).await;
     assert_eq!(a.status, 400, "{}", a.body);
     // Nothing was recorded by any refusal.
@@ -250,15 +212,10 @@ async fn ask_parks_each_side_until_its_human_decides() {
         })
     };
     let w = world("BODY-3", "sk-test-KEY-3", &[], ask, ask).await;
-    let a = w
+    let id = w
         .caller
-        .post_json(
-            "/calls",
-            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "hello"}),
-        )
+        .start_call(&w.owner.peer_id, "taste", "hello")
         .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let id = a.body["id"].as_str().expect("id").to_owned();
     w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
     w.owner.wait_state(&id, &["awaiting_consent"], LIMIT).await;
     let ap = w.caller.get("/approvals").await.body;
@@ -321,13 +278,7 @@ async fn owner_admission_refuses_a_denied_peer_and_cancel_ends_a_call() {
         w.owner.get("/policy").await.body["admission"]["deny_peers"][0],
         w.caller.peer_id.as_str()
     );
-    let a = w
-        .caller
-        .post_json(
-            "/calls",
-            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "hi"}),
-        )
-        .await;
+    let a = w.caller.ask_call(&w.owner.peer_id, "taste", "hi").await;
     let id = a.body["id"].as_str().expect("id").to_owned();
     let c = w.caller.wait_call(&id, LIMIT).await;
     assert_eq!(c["state"], "failed");
@@ -347,13 +298,7 @@ async fn owner_admission_refuses_a_denied_peer_and_cancel_ends_a_call() {
         "rules": [{"side": "owner", "decision": "ask"}]});
     let put = w.owner.put_json("/policy", &policy).await;
     assert_eq!(put.status, 200, "{}", put.body);
-    let a = w
-        .caller
-        .post_json(
-            "/calls",
-            json!({"peer": w.owner.peer_id, "skill": "taste", "request": "hi"}),
-        )
-        .await;
+    let a = w.caller.ask_call(&w.owner.peer_id, "taste", "hi").await;
     let id = a.body["id"].as_str().expect("id").to_owned();
     w.owner.wait_state(&id, &["awaiting_consent"], LIMIT).await;
     let x = w
@@ -381,18 +326,8 @@ async fn without_a_common_box_the_call_is_refused() {
     // The caller accepts no box at all.
     let caller = TestNode::start(&box_a, vec![owner.p2p.clone()], |c| c.boxes.accept.clear()).await;
     caller.wait_board(&owner.peer_id, "taste").await;
-    let a = caller
-        .post_json(
-            "/calls",
-            json!({"peer": owner.peer_id, "skill": "taste", "request": "x"}),
-        )
-        .await;
-    assert_eq!(
-        (a.status, a.body["error"].as_str()),
-        (409, Some("no_common_box")),
-        "{}",
-        a.body
-    );
+    let a = caller.ask_call(&owner.peer_id, "taste", "x").await;
+    a.assert_refused(409, "no_common_box");
 }
 
 /// The caller's human is asked before anything of the call is staked: while it waits, the box
@@ -421,15 +356,10 @@ async fn the_callers_stake_waits_for_its_human() {
     let start = |request: &'static str| {
         let w = &w;
         async move {
-            let a = w
+            let id = w
                 .caller
-                .post_json(
-                    "/calls",
-                    json!({"peer": w.owner.peer_id, "skill": "taste", "request": request}),
-                )
+                .start_call(&w.owner.peer_id, "taste", request)
                 .await;
-            assert_eq!(a.status, 201, "{}", a.body);
-            let id = a.body["id"].as_str().expect("id").to_owned();
             let c = w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
             let run = c["runId"]
                 .as_str()

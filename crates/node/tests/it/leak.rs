@@ -10,8 +10,6 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
-
 const BODY: &str = "BODYMARKER-c41d7";
 const MODEL: &str = "model-MARKER-2b9e";
 const KEY: &str = "sk-KEYMARKER-88f0a";
@@ -98,15 +96,10 @@ async fn no_material_appears_where_it_does_not_belong() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let a = w
+    let id = w
         .caller
-        .post_json(
-            "/calls",
-            json!({"peer": w.owner.peer_id, "skill": "taste", "request": REQUEST}),
-        )
+        .start_call(&w.owner.peer_id, "taste", REQUEST)
         .await;
-    assert_eq!(a.status, 201, "{}", a.body);
-    let id = a.body["id"].as_str().expect("id").to_owned();
     let c = w.caller.wait_call(&id, Duration::from_secs(30)).await;
     assert_eq!(c["state"], "answered", "{c}");
     let o = w.owner.wait_call(&id, Duration::from_secs(30)).await;
@@ -238,15 +231,10 @@ async fn a_provider_echoing_its_input_in_errors_carries_nothing_across() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let a = w
+        let id = w
             .caller
-            .post_json(
-                "/calls",
-                json!({"peer": w.owner.peer_id, "skill": "taste", "request": request}),
-            )
+            .start_call(&w.owner.peer_id, "taste", &request)
             .await;
-        assert_eq!(a.status, 201, "{}", a.body);
-        let id = a.body["id"].as_str().expect("id").to_owned();
         let c = w.caller.wait_call(&id, Duration::from_secs(30)).await;
         let o = w.owner.wait_call(&id, Duration::from_secs(30)).await;
         assert_eq!(c["state"], "failed", "{c}");

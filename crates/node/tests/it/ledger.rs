@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support;
-use crate::support::{TestNode, World, provider_double, skill_doc, world};
+use crate::support::{TestNode, World, provider_double, world};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -287,10 +287,7 @@ async fn stalling(
     req: axum::extract::Request,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/".to_owned(), |pq| pq.as_str().to_owned());
+    let path = support::path_of(&req);
     let run = run_id_of(&path);
     let lost = || {
         (
@@ -306,17 +303,7 @@ async fn stalling(
         return lost();
     }
     let is_stake = req.method() == axum::http::Method::POST && path.contains("/stakes");
-    let method = req.method().clone();
-    let mut out = p.http.request(method, format!("{}{path}", p.target));
-    for (name, value) in req.headers() {
-        if name != "host" && name != "content-length" {
-            out = out.header(name, value);
-        }
-    }
-    let body = axum::body::to_bytes(req.into_body(), 1 << 26)
-        .await
-        .unwrap_or_default();
-    let Ok(answer) = out.body(body).send().await else {
+    let Some(answer) = support::forward(&p.http, &p.target, req).await else {
         return axum::http::StatusCode::BAD_GATEWAY.into_response();
     };
     let status = answer.status().as_u16();
@@ -378,14 +365,7 @@ async fn start_stalling_proxy(target: &str, mode: Stalling) -> (String, Stalling
     let app = axum::Router::new()
         .fallback(stalling)
         .with_state(proxy.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind proxy");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (format!("http://{addr}"), proxy)
+    (support::serve_loopback(app).await, proxy)
 }
 
 /// Owner and caller whose one accepted box is the proxy in front of the real box.
@@ -396,24 +376,9 @@ async fn world_behind(
     let (provider_url, provider) = provider_double(Duration::ZERO).await;
     let real_box = support::start_box(&provider_url).await;
     let (box_url, proxy) = start_stalling_proxy(&real_box, mode).await;
-    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
-    owner
-        .put_source("openai-key", "secret", "sk-test-STALL")
-        .await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-STALL", &["songs"]))
-        .await;
-    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], tune_caller).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
-    (
-        World {
-            owner,
-            caller,
-            provider,
-            box_url,
-        },
-        proxy,
-    )
+    let skill = ("BODY-STALL", "sk-test-STALL", &["songs"][..]);
+    let world = support::world_at(box_url, provider, skill, |_| {}, tune_caller).await;
+    (world, proxy)
 }
 
 async fn source_digest(node: &TestNode, name: &str) -> String {

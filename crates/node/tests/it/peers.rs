@@ -27,8 +27,7 @@ struct Running {
     http: reqwest::Client,
     peers: PeersHandle,
     p2p: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    serving: common::Serving,
 }
 
 impl Running {
@@ -45,26 +44,15 @@ impl Running {
         let started = node.start_peers().await.expect("peers start");
         assert_eq!(started.peer_id, node.node_id(), "one id for API and libp2p");
         let peers = node.peers().expect("running");
-        let listener = node.bind(None).await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            node.serve(listener, async move {
-                let _ = rx.await;
-            })
-            .await
-            .expect("serve");
-        });
-        let token = DataDir::new(dir.path()).load_api_token().expect("token");
+        let serving = common::Serving::start(node, dir.path()).await;
         Running {
             _dir: dir,
-            base: format!("http://{addr}"),
-            token,
+            base: serving.base.clone(),
+            token: serving.token.clone(),
             http: reqwest::Client::new(),
             peers,
             p2p: started.listen_addrs[0].clone(),
-            stop: Some(tx),
-            task: Some(task),
+            serving,
         }
     }
 
@@ -73,12 +61,7 @@ impl Running {
     }
 
     async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.expect("server task");
-        }
+        assert!(self.serving.stop().await, "server task");
     }
 
     async fn req(

@@ -195,6 +195,23 @@ fn openrouter(server: &Loopback, stream: bool) -> OpenAiCompatible {
     OpenAiCompatible::new(&server.url("/api/v1"), options).unwrap()
 }
 
+/// What an OpenRouter adapter (streaming or not) at `server` fails with.
+async fn openrouter_error(server: &Loopback, stream: bool) -> ProviderError {
+    openrouter(server, stream)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap_err()
+}
+
+/// `$err` is the error `$kind`, and holds the key nowhere ([`assert_no_key`]).
+macro_rules! assert_keyless_err {
+    ($err:expr, $kind:pat) => {{
+        let err = &$err;
+        assert!(matches!(err, $kind), "{err:?}");
+        assert_no_key(err);
+    }};
+}
+
 /// The key must appear in no error: neither its message nor its debug form.
 fn assert_no_key(err: &ProviderError) {
     assert!(
@@ -291,15 +308,8 @@ async fn unauthorized_is_not_retried_and_hides_the_key() {
         &format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}","code":401}}}}"#),
     )])
     .await;
-    let err = openrouter(&server, true)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, ProviderError::Unauthorized { status: 401 }),
-        "{err:?}"
-    );
-    assert_no_key(&err);
+    let err = openrouter_error(&server, true).await;
+    assert_keyless_err!(err, ProviderError::Unauthorized { status: 401 });
     assert_eq!(server.seen().len(), 1);
 }
 
@@ -343,10 +353,7 @@ async fn rate_limit_exhausts_bounded_retries() {
         limited,
     ])
     .await;
-    let err = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, false).await;
     assert!(
         matches!(
             err,
@@ -369,10 +376,7 @@ async fn retry_after_beyond_the_limit_fails_at_once() {
         body: String::new(),
     };
     let server = Loopback::start(vec![limited, json(200, OK_JSON)]).await;
-    let err = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, false).await;
     assert!(
         matches!(
             err,
@@ -401,23 +405,13 @@ async fn server_errors_are_retried_then_reported() {
         json(500, &format!("oops {KEY}")),
     ])
     .await;
-    let err = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, ProviderError::Upstream { status: 500 }),
-        "{err:?}"
-    );
-    assert_no_key(&err);
+    let err = openrouter_error(&server, false).await;
+    assert_keyless_err!(err, ProviderError::Upstream { status: 500 });
     assert_eq!(server.seen().len(), 3);
 
     // A 4xx other than 401/403/429 is final.
     let server = Loopback::start(vec![json(400, "{}"), json(200, OK_JSON)]).await;
-    let err = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, false).await;
     assert!(
         matches!(err, ProviderError::Upstream { status: 400 }),
         "{err:?}"
@@ -433,10 +427,7 @@ async fn error_mid_stream_after_200_is_reported_not_retried() {
         (30, format!("data: {{\"error\":{{\"code\":\"server_error\",\"message\":\"Provider disconnected; key {KEY}\"}},\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"\"}},\"finish_reason\":\"error\"}}]}}\n\n")),
     ])])
     .await;
-    let err = openrouter(&server, true)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, true).await;
     assert_eq!(err.failure(), ProviderFailure::UpstreamError, "{err:?}");
     // The provider's words are not carried at all, let alone the key they quote.
     assert!(!format!("{err} {err:?}").contains("Provider disconnected"));
@@ -451,10 +442,7 @@ async fn stream_closed_early_is_an_error() {
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"},\"finish_reason\":null}]}\n\n".into(),
     )])])
     .await;
-    let err = openrouter(&server, true)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, true).await;
     assert_eq!(err.failure(), ProviderFailure::Protocol, "{err:?}");
 }
 
@@ -465,10 +453,7 @@ async fn error_object_in_a_200_body() {
         r#"{"error":{"code":"moderation","message":"Input was flagged"}}"#,
     )])
     .await;
-    let err = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, false).await;
     assert_eq!(err.failure(), ProviderFailure::UpstreamError, "{err:?}");
     assert!(!format!("{err} {err:?}").contains("flagged"));
     assert_eq!(server.seen().len(), 1);
@@ -492,8 +477,7 @@ async fn timeout_is_reported_after_bounded_tries() {
     .unwrap();
     let started = Instant::now();
     let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
-    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
-    assert_no_key(&err);
+    assert_keyless_err!(err, ProviderError::Timeout { .. });
     assert_eq!(server.seen().len(), 2);
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -538,10 +522,7 @@ async fn redirect_is_refused_and_its_target_never_contacted() {
             body: String::new(),
         }])
         .await;
-        let err = openrouter(&server, false)
-            .complete(request(), Some(KEY))
-            .await
-            .unwrap_err();
+        let err = openrouter_error(&server, false).await;
         assert!(matches!(err, ProviderError::Redirect), "{status}: {err:?}");
         assert_eq!(server.seen().len(), 1, "a redirect is not retried");
     }
@@ -585,8 +566,7 @@ async fn connection_refused_is_a_transport_error_without_the_key() {
     )
     .unwrap();
     let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
-    assert!(matches!(err, ProviderError::Transport(_)), "{err:?}");
-    assert_no_key(&err);
+    assert_keyless_err!(err, ProviderError::Transport(_));
 }
 
 #[tokio::test]
@@ -636,11 +616,7 @@ async fn anthropic_error_kinds() {
     .await;
     let provider = Anthropic::new(&server.url(""), http()).unwrap();
     let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
-    assert!(
-        matches!(err, ProviderError::Unauthorized { status: 401 }),
-        "{err:?}"
-    );
-    assert_no_key(&err);
+    assert_keyless_err!(err, ProviderError::Unauthorized { status: 401 });
 
     let limited = Reply::Full {
         status: 429,
@@ -697,10 +673,7 @@ async fn an_oversized_answer_is_refused() {
         "a".repeat(17 << 20)
     );
     let server = Loopback::start(vec![json(200, &huge)]).await;
-    let err = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap_err();
+    let err = openrouter_error(&server, false).await;
     assert!(
         matches!(&err, ProviderError::Protocol(m) if m.contains("MiB")),
         "{err:?}"

@@ -1,0 +1,58 @@
+//! The answer check: every answer a test reads from a node's own routes matches what
+//! `/openapi.json` says of it (route, status, content type, body schema).
+
+use serde_json::Value;
+
+/// Panic with the mismatch when the answer to `method path` is not as the OpenAPI document
+/// says. A route the document does not have must answer 404 with an error envelope.
+pub fn check(method: &str, path: &str, status: u16, content_type: Option<&str>, bytes: &[u8]) {
+    let route = path.split('?').next().unwrap_or(path);
+    if let Err(e) =
+        skillbox_node::openapi::check_response(method, route, status, content_type, bytes)
+    {
+        panic!(
+            "the answer does not match /openapi.json: {e}\n{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+}
+
+/// [`check`] for the node's own routes only: the surfaces mounted beside them (MCP, A2A, the
+/// dashboard) are not in the document and have their own tests.
+pub fn check_documented(
+    method: &str,
+    path: &str,
+    status: u16,
+    content_type: Option<&str>,
+    bytes: &[u8],
+) {
+    if skillbox_node::openapi::route_for(path.split('?').next().unwrap_or(path)).is_some() {
+        check(method, path, status, content_type, bytes);
+    }
+}
+
+/// The content type of an HTTP answer, if it has one.
+pub fn content_type(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The JSON body (Null when empty; the text as a string when it is not JSON).
+pub fn json_body(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Whether a `GET /board` answer lists `skill` of `peer`.
+pub fn board_has(board: &Value, peer: &str, skill: &str) -> bool {
+    board["board"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill))
+}

@@ -1,0 +1,270 @@
+//! Shared fixture: a real box server on loopback (axum over TCP) with an in-process provider
+//! double, two parties with their own node keys, and a caller result key: the box crate's
+//! tests' and benches' fixture.
+
+use std::sync::Arc;
+
+use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifiedRun, VerifyPolicy};
+use skillbox_jc::client::{BoxClient, StakeInput, seal_stake};
+use skillbox_jc::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, sign_program};
+use skillbox_jc::ed25519_dalek::SigningKey;
+use skillbox_jc::program::*;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore, ResultView, now_secs};
+use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_providers::{
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderId, Usage,
+};
+
+/// How long a test waits for a run's result.
+pub const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+pub const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+/// Answers with the prompt it was given (so tests can see what the box built), or with a fixed
+/// text when one is set.
+pub struct EchoProvider {
+    pub fixed: Option<String>,
+}
+
+impl Provider for EchoProvider {
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest,
+        api_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+        Box::pin(async move {
+            let text = match &self.fixed {
+                Some(t) => t.clone(),
+                None => format!(
+                    "SYSTEM[{}] USER[{}] MODEL[{}] KEY[{}]",
+                    request.system,
+                    request.user,
+                    request.model,
+                    api_key.is_some()
+                ),
+            };
+            Ok(Completion {
+                text,
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+/// A provider answering `text` to everything.
+pub fn answering(text: &str) -> Arc<dyn Provider> {
+    Arc::new(EchoProvider {
+        fixed: Some(text.to_owned()),
+    })
+}
+
+pub struct Fixture {
+    pub url: String,
+    pub client: BoxClient,
+    pub caller: SigningKey,
+    pub owner: SigningKey,
+    pub result_key: HpkeKeyPair,
+    pub policy: VerifyPolicy,
+}
+
+pub fn key(seed: u8) -> SigningKey {
+    SigningKey::from_bytes(&[seed; 32])
+}
+
+/// Start a box with `answer` as the provider double's fixed answer (None: echo the prompt).
+pub async fn start(answer: Option<&str>) -> Fixture {
+    start_with(
+        Arc::new(EchoProvider {
+            fixed: answer.map(str::to_owned),
+        }),
+        BoxConfig::default(),
+    )
+    .await
+}
+
+/// A box core (no server) whose `local` provider is `provider`, with `config`.
+pub fn core_with(provider: Arc<dyn Provider>, config: BoxConfig) -> BoxCore {
+    let attester: Arc<dyn Attester> =
+        Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
+    let mut providers = ProviderRegistry::new();
+    providers.register(ProviderId::Local, None, provider);
+    BoxCore::new(attester, providers, config)
+}
+
+/// Start a box whose `local` provider is `provider`, with `config`.
+pub async fn start_with(provider: Arc<dyn Provider>, config: BoxConfig) -> Fixture {
+    let core = Arc::new(core_with(provider, config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(skillbox_jc::server::serve(listener, core));
+    Fixture {
+        client: BoxClient::new(&url).expect("client"),
+        url,
+        caller: key(1),
+        owner: key(2),
+        result_key: HpkeKeyPair::generate(),
+        policy: VerifyPolicy::new(true),
+    }
+}
+
+impl Fixture {
+    pub fn program(&self) -> Program {
+        program_between(
+            &self.caller,
+            &self.owner,
+            &self.result_key,
+            MEASUREMENT,
+            "song-picker",
+        )
+    }
+
+    /// Signed by both parties.
+    pub fn approve(&self, p: &Program) -> Envelope {
+        let mut env = sign_program(p, &self.caller).expect("caller signs");
+        env.sign(&self.owner).expect("owner signs");
+        env
+    }
+
+    /// Open and verify a run of `p`.
+    pub async fn open(&self, p: &Program) -> (ApprovedProgram, VerifiedRun) {
+        let env = self.approve(p);
+        let approved = approved_program(&env).expect("approved");
+        let opened = self.client.open(&env).await.expect("open");
+        let run = self
+            .client
+            .attest(&approved, &opened.run_id, &self.policy)
+            .await
+            .expect("attest and verify");
+        (approved, run)
+    }
+
+    pub fn caller_stake(&self, run: &VerifiedRun, request: &str, songs: &[u8]) -> Vec<u8> {
+        seal_stake(
+            run,
+            Role::Caller,
+            vec![
+                StakeInput::bytes("request", request.as_bytes()),
+                StakeInput::bytes("spotify_songs", songs),
+            ],
+        )
+        .expect("seal")
+    }
+
+    pub fn owner_stake(&self, run: &VerifiedRun, body: &str) -> Vec<u8> {
+        seal_stake(
+            run,
+            Role::Owner,
+            vec![
+                StakeInput::bytes("body", body.as_bytes()),
+                StakeInput::bytes("model", b"smollm2"),
+            ],
+        )
+        .expect("seal")
+    }
+
+    /// The run's result once the box has one (the test fails after [`WAIT`]).
+    pub async fn result(&self, run: &VerifiedRun) -> ResultView {
+        self.client
+            .wait_result(&run.run_id, WAIT)
+            .await
+            .expect("result")
+    }
+
+    /// Both stakes, both submits.
+    pub async fn run_all(&self, run: &VerifiedRun, request: &str, body: &str) {
+        self.client
+            .stake(
+                run,
+                Role::Caller,
+                self.caller_stake(run, request, b"song a\nsong b"),
+                &self.caller,
+            )
+            .await
+            .expect("caller stakes");
+        self.client
+            .stake(run, Role::Owner, self.owner_stake(run, body), &self.owner)
+            .await
+            .expect("owner stakes");
+        assert!(
+            !self
+                .client
+                .submit(&run.run_id, &run.program_hash, Role::Caller, &self.caller)
+                .await
+                .expect("caller submits")
+        );
+        assert!(
+            self.client
+                .submit(&run.run_id, &run.program_hash, Role::Owner, &self.owner)
+                .await
+                .expect("owner submits")
+        );
+    }
+}
+
+/// A program between `caller` and `owner` (the caller's result sealed to `result_key`) for an
+/// insecure-dev box of `measurement` and the `local` provider: a request of up to 1 KiB and one
+/// `spotify_songs` source of up to 4 KiB, a body of 4 KiB, a model name of 64 bytes, 4 KiB of
+/// output to the caller, receipts to both, ten minutes to run. Tests and benches change what
+/// they measure with struct update (`Program { output: …, ..program_between(…) }`).
+pub fn program_between(
+    caller: &SigningKey,
+    owner: &SigningKey,
+    result_key: &HpkeKeyPair,
+    measurement: &str,
+    skill: &str,
+) -> Program {
+    Program {
+        version: PROGRAM_VERSION,
+        call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
+        parties: Parties {
+            caller: CallerParty {
+                node_key: key_hex(&caller.verifying_key()),
+                result_key: result_key.public_hex(),
+            },
+            owner: OwnerParty {
+                node_key: key_hex(&owner.verifying_key()),
+            },
+        },
+        boxes: vec![BoxIdentity {
+            platform: INSECURE_DEV.into(),
+            measurement: measurement.into(),
+        }],
+        skill: SkillRef {
+            name: skill.into(),
+            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+        },
+        provider: ProviderGrant {
+            id: ProviderId::Local,
+            host: None,
+        },
+        caller_inputs: CallerInputs {
+            request_max_bytes: 1024,
+            sources: vec![SourceLimit {
+                name: "spotify_songs".into(),
+                max_bytes: 4096,
+            }],
+        },
+        owner_inputs: OwnerInputs {
+            body_max_bytes: 4096,
+            model_max_bytes: 64,
+            key_max_bytes: 0,
+        },
+        output: OutputSpec::to_caller(4096),
+        receipt: ReceiptSpec::to_both(),
+        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        expires_at: now_secs() + 600,
+        guard: None,
+    }
+}
+
+/// The error code a box answered with.
+pub fn remote_code(e: &skillbox_jc::JcError) -> &str {
+    match e {
+        skillbox_jc::JcError::Remote { code, .. } => code,
+        other => panic!("expected an error from the box, got {other:?}"),
+    }
+}

@@ -1,0 +1,537 @@
+//! A small world for calls tests, all in this process and all real: a box (HTTP, insecure-dev
+//! attestation) whose `openai` provider is a loopback double speaking the chat-completions wire
+//! protocol, and nodes with their stores, APIs and libp2p networks on 127.0.0.1. Payloads that
+//! leave a node are recorded so tests can scan them.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use skillbox_jc::attest::InsecureDevAttester;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_node::{Config, DataDir, Node};
+use skillbox_peers::{Payload, PayloadTransport, PeerId, PeersError, PeersHandle};
+use skillbox_providers::{ProviderId, ProviderSettings};
+
+pub use crate::provider::serve::{
+    Answering, ProviderLog, provider_double, provider_double_answering,
+};
+pub use crate::skills::skill_doc;
+
+/// Start a box whose `openai` provider is at `provider_url`.
+pub async fn start_box(provider_url: &str) -> String {
+    start_box_at(0, provider_url).await
+}
+
+/// [`start_box`] on a given loopback port (0: any).
+pub async fn start_box_at(port: u16, provider_url: &str) -> String {
+    start_box_bound(port, provider_url, BoxConfig::default())
+        .await
+        .0
+}
+
+/// [`start_box`], also answering the box's identity key (what a node pins).
+pub async fn start_box_keyed(provider_url: &str) -> (String, String) {
+    start_box_bound(0, provider_url, BoxConfig::default()).await
+}
+
+/// [`start_box`] with its own limits.
+pub async fn start_box_configured(provider_url: &str, config: BoxConfig) -> String {
+    start_box_bound(0, provider_url, config).await.0
+}
+
+/// A box on `port` (0: any) with `openai` at `provider_url`: its URL and identity key.
+async fn start_box_bound(port: u16, provider_url: &str, config: BoxConfig) -> (String, String) {
+    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
+    let key = attester.public_key_hex();
+    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url);
+    let core = Arc::new(BoxCore::new(
+        attester,
+        ProviderRegistry::from_settings(&settings),
+        config,
+    ));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind box");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = skillbox_jc::server::serve(listener, core).await;
+    });
+    (format!("http://{addr}"), key)
+}
+
+/// Serve `app` on an ephemeral loopback port in this runtime; its URL (`http://127.0.0.1:P`).
+pub async fn serve_loopback(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+/// The path and query a request asks for.
+pub fn path_of(req: &axum::extract::Request) -> String {
+    req.uri()
+        .path_and_query()
+        .map_or("/".to_owned(), |pq| pq.as_str().to_owned())
+}
+
+/// Forward `req` to the same path at `target`: its method, headers (but Host and
+/// Content-Length, which the client sets) and body. The answer; None when `target` is not
+/// reachable.
+pub async fn forward(
+    http: &reqwest::Client,
+    target: &str,
+    req: axum::extract::Request,
+) -> Option<reqwest::Response> {
+    let path = path_of(&req);
+    let mut out = http.request(req.method().clone(), format!("{target}{path}"));
+    for (name, value) in req.headers() {
+        if name != "host" && name != "content-length" {
+            out = out.header(name, value);
+        }
+    }
+    let body = axum::body::to_bytes(req.into_body(), 1 << 26)
+        .await
+        .unwrap_or_default();
+    out.body(body).send().await.ok()
+}
+
+/// How a proxy changes a box's `/healthz` answer.
+pub type Rewrite = Arc<dyn Fn(&mut Value) + Send + Sync>;
+
+/// A box's operator (or a man in the middle) on a URL of its own: forwards every request to
+/// the box at `target` (which the test may switch), rewriting the `/healthz` answer with
+/// `rewrite`. Answers its URL, the paths it forwarded and the target.
+pub async fn start_rewriting_proxy(
+    target: &str,
+    rewrite: impl Fn(&mut Value) + Send + Sync + 'static,
+) -> (String, Arc<Mutex<Vec<String>>>, Arc<Mutex<String>>) {
+    #[derive(Clone)]
+    struct Proxy {
+        target: Arc<Mutex<String>>,
+        rewrite: Rewrite,
+        http: reqwest::Client,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+    async fn relay(State(p): State<Proxy>, req: axum::extract::Request) -> Response {
+        let path = path_of(&req);
+        p.seen.lock().expect("log").push(path.clone());
+        let target = p.target.lock().expect("target").clone();
+        let Some(answer) = forward(&p.http, &target, req).await else {
+            return StatusCode::BAD_GATEWAY.into_response();
+        };
+        let status =
+            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let ctype = answer
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        let mut bytes = answer.bytes().await.unwrap_or_default().to_vec();
+        if path == "/healthz"
+            && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
+        {
+            (p.rewrite)(&mut v);
+            bytes = serde_json::to_vec(&v).unwrap_or_default();
+        }
+        (status, [("content-type", ctype)], bytes).into_response()
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let target = Arc::new(Mutex::new(target.to_owned()));
+    let proxy = Proxy {
+        target: target.clone(),
+        rewrite: Arc::new(rewrite),
+        http: reqwest::Client::new(),
+        seen: seen.clone(),
+    };
+    let url = serve_loopback(axum::Router::new().fallback(relay).with_state(proxy)).await;
+    (url, seen, target)
+}
+
+/// A man in the middle on the box's path: forwards every request to `target`, but its
+/// `/healthz` claims `claimed_key` (someone else's box). Answers its URL and the paths it
+/// forwarded.
+pub async fn start_lying_proxy(
+    target: &str,
+    claimed_key: &str,
+) -> (String, Arc<Mutex<Vec<String>>>) {
+    let key = Value::String(claimed_key.to_owned());
+    let (url, seen, _) = start_rewriting_proxy(target, move |v| v["key"] = key.clone()).await;
+    (url, seen)
+}
+
+/// Records every payload a node sends.
+pub struct Recording {
+    inner: PeersHandle,
+    pub sent: Arc<Mutex<Vec<String>>>,
+}
+
+impl PayloadTransport for Recording {
+    fn local_peer_id(&self) -> PeerId {
+        self.inner.local_peer_id()
+    }
+    fn send(
+        &self,
+        to: PeerId,
+        payload: Payload,
+    ) -> Pin<Box<dyn Future<Output = Result<(), PeersError>> + Send + '_>> {
+        if let Ok(text) = serde_json::to_string(&payload) {
+            self.sent.lock().expect("log").push(text);
+        }
+        PayloadTransport::send(&self.inner, to, payload)
+    }
+}
+
+pub struct TestNode {
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    pub token: String,
+    pub peer_id: String,
+    pub p2p: String,
+    pub sent: Arc<Mutex<Vec<String>>>,
+    pub peers: PeersHandle,
+    http: reqwest::Client,
+    serving: crate::node_api::Serving,
+}
+
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Answer {
+    /// Assert the answer is the refusal `status` with error code `code`.
+    #[track_caller]
+    pub fn assert_refused(&self, status: u16, code: &str) {
+        assert_eq!(
+            (self.status, self.body["error"].as_str()),
+            (status, Some(code)),
+            "{}",
+            self.body
+        );
+    }
+}
+
+impl TestNode {
+    pub async fn start(
+        box_url: &str,
+        bootstrap: Vec<String>,
+        tune: impl FnOnce(&mut Config),
+    ) -> TestNode {
+        TestNode::start_with_directory(box_url, bootstrap, tune, |h| Arc::new(h)).await
+    }
+
+    /// [`TestNode::start`] with the board its calls read wrapped by `directory`.
+    pub async fn start_with_directory(
+        box_url: &str,
+        bootstrap: Vec<String>,
+        tune: impl FnOnce(&mut Config),
+        directory: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_node::calls::Directory>,
+    ) -> TestNode {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = Config::default();
+        config.api.listen = "127.0.0.1:0".parse().expect("addr");
+        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+        config.p2p.bootstrap = bootstrap;
+        config.boxes.accept = vec![box_url.to_owned()];
+        config.boxes.allow_insecure_dev = true;
+        config.schedules.advertise_secs = 1;
+        config.schedules.board_ttl_secs = 4;
+        // Flow tests do not play the human: every submit allowed unless a test says otherwise.
+        config.policy = skillbox_node::config::PolicyConfig::allow_all();
+        tune(&mut config);
+        DataDir::new(dir.path()).init(&config).expect("init");
+        let mut node = Node::open(dir.path()).expect("open");
+        let started = node.start_peers().await.expect("peers");
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let rec = sent.clone();
+        node.start_calls_with_parts(
+            move |h| {
+                Arc::new(Recording {
+                    inner: h,
+                    sent: rec,
+                })
+            },
+            directory,
+        )
+        .expect("calls");
+        let peers = node.peers().expect("peers running");
+        let serving = crate::node_api::Serving::start(node, dir.path()).await;
+        TestNode {
+            base: serving.base.clone(),
+            token: serving.token.clone(),
+            dir,
+            peer_id: started.peer_id.clone(),
+            p2p: format!("{}/p2p/{}", started.listen_addrs[0], started.peer_id),
+            sent,
+            peers,
+            http: reqwest::Client::new(),
+            serving,
+        }
+    }
+
+    pub async fn req(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Answer {
+        let method_name = method.to_string();
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some((ct, bytes)) = body {
+            r = r.header("content-type", ct).body(bytes);
+        }
+        let resp = r.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let ct = crate::answer::content_type(resp.headers());
+        let bytes = resp.bytes().await.expect("body");
+        // Every answer a test sees matches what the OpenAPI document says of it.
+        crate::answer::check(&method_name, path, status, ct.as_deref(), &bytes);
+        let body = crate::answer::json_body(&bytes);
+        Answer { status, body }
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        self.req(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post_json(&self, path: &str, v: Value) -> Answer {
+        self.req(
+            reqwest::Method::POST,
+            path,
+            Some(("application/json", serde_json::to_vec(&v).expect("json"))),
+        )
+        .await
+    }
+
+    pub async fn put_json(&self, path: &str, v: &Value) -> Answer {
+        self.req(
+            reqwest::Method::PUT,
+            path,
+            Some(("application/json", serde_json::to_vec(v).expect("json"))),
+        )
+        .await
+    }
+
+    pub async fn add_skill(&self, doc: &str) {
+        let a = self
+            .req(
+                reqwest::Method::POST,
+                "/skills",
+                Some(("text/markdown", doc.as_bytes().to_vec())),
+            )
+            .await;
+        assert!(
+            a.status == 201 || a.status == 200,
+            "skill import: {} {}",
+            a.status,
+            a.body
+        );
+    }
+
+    /// Store a source; user data (not a secret) is marked shareable, as its human would for
+    /// data a skill asks for. See [`TestNode::put_private_source`].
+    pub async fn put_source(&self, name: &str, kind: &str, content: &str) {
+        self.put_source_as(name, kind, content, kind != "secret")
+            .await
+    }
+
+    /// Store a source its human did not mark shareable.
+    pub async fn put_private_source(&self, name: &str, kind: &str, content: &str) {
+        self.put_source_as(name, kind, content, false).await
+    }
+
+    async fn put_source_as(&self, name: &str, kind: &str, content: &str, shareable: bool) {
+        let a = self
+            .req(
+                reqwest::Method::PUT,
+                &format!("/sources/{name}?kind={kind}&shareable={shareable}"),
+                Some(("text/plain", content.as_bytes().to_vec())),
+            )
+            .await;
+        assert!(
+            a.status == 201 || a.status == 200,
+            "source put: {} {}",
+            a.status,
+            a.body
+        );
+    }
+
+    /// Wait until `skill` of `peer` is on this node's board.
+    pub async fn wait_board(&self, peer: &str, skill: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let b = self.get("/board").await.body;
+            if crate::answer::board_has(&b, peer, skill) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{skill} of {peer} never reached the board: {b}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Wait until this node's board shows `skill` of `peer` as `shown` wants it (an advert that
+    /// carries a changed ceiling or provider arrives on the next advertise interval).
+    pub async fn wait_offer(
+        &self,
+        peer: &str,
+        skill: &str,
+        what: &str,
+        shown: impl Fn(&skillbox_peers::OfferedSkill) -> bool,
+    ) {
+        let peer: skillbox_peers::PeerId = peer.parse().expect("peer id");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .peers
+            .with_board(|b, now| b.offered(&peer, skill, now).is_some_and(&shown))
+        {
+            assert!(Instant::now() < deadline, "{what} never advertised");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Ask for a call (`POST /calls`, sources omitted): the answer, whatever it is.
+    pub async fn ask_call(&self, peer: &str, skill: &str, request: &str) -> Answer {
+        self.post_json(
+            "/calls",
+            serde_json::json!({"peer": peer, "skill": skill, "request": request}),
+        )
+        .await
+    }
+
+    /// Start a call (`POST /calls`, sources omitted) and return its id.
+    pub async fn start_call(&self, peer: &str, skill: &str, request: &str) -> String {
+        let a = self.ask_call(peer, skill, request).await;
+        assert_eq!(a.status, 201, "{}", a.body);
+        a.body["id"].as_str().expect("call id").to_owned()
+    }
+
+    /// Wait until call `id` reaches a terminal state here; returns its record.
+    pub async fn wait_call(&self, id: &str, limit: Duration) -> Value {
+        self.wait_state(id, &["answered", "ran", "failed"], limit)
+            .await
+    }
+
+    pub async fn wait_state(&self, id: &str, states: &[&str], limit: Duration) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let a = self.get(&format!("/calls/{id}")).await;
+            if a.status == 200 && states.contains(&a.body["state"].as_str().unwrap_or("")) {
+                self.assert_staked_once(&a.body).await;
+                return a.body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "call {id} never reached {states:?}: {} {}",
+                a.status,
+                a.body
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A call that ended here left exactly one stake entry in this node's ledger when it ran
+    /// (`answered`, `ran`), at most one when it failed: every call test checks the ledger.
+    pub async fn assert_staked_once(&self, view: &Value) {
+        if let Some(query) = crate::stake::ledger_query(view) {
+            let a = self.get(&query).await;
+            crate::stake::assert_once(view, a.status, &a.body);
+        }
+    }
+
+    pub async fn stop(mut self) {
+        // A node whose server failed on the way down has still stopped: tests that care
+        // check the node's state, not its shutdown.
+        let _ = self.serving.stop().await;
+    }
+}
+
+/// Owner (with the skill and its key) and caller (bootstrapped from it) around one box.
+pub struct World {
+    pub owner: TestNode,
+    pub caller: TestNode,
+    pub provider: ProviderLog,
+    pub box_url: String,
+}
+
+pub async fn world(
+    body_marker: &str,
+    key: &str,
+    required: &[&str],
+    tune_owner: impl FnOnce(&mut Config),
+    tune_caller: impl FnOnce(&mut Config),
+) -> World {
+    world_answering(
+        body_marker,
+        key,
+        required,
+        Answering::Normally,
+        tune_owner,
+        tune_caller,
+    )
+    .await
+}
+
+/// [`world`] with the provider double answering as `answering` says.
+pub async fn world_answering(
+    body_marker: &str,
+    key: &str,
+    required: &[&str],
+    answering: Answering,
+    tune_owner: impl FnOnce(&mut Config),
+    tune_caller: impl FnOnce(&mut Config),
+) -> World {
+    let (provider_url, provider) = provider_double_answering(Duration::ZERO, answering).await;
+    let box_url = start_box(&provider_url).await;
+    world_at(
+        box_url,
+        provider,
+        (body_marker, key, required),
+        tune_owner,
+        tune_caller,
+    )
+    .await
+}
+
+/// [`world`] around the box at `box_url` (a proxy in front of one, say) whose provider
+/// double's log is `provider`; `skill` is the body marker, the key and the required sources.
+pub async fn world_at(
+    box_url: String,
+    provider: ProviderLog,
+    (body_marker, key, required): (&str, &str, &[&str]),
+    tune_owner: impl FnOnce(&mut Config),
+    tune_caller: impl FnOnce(&mut Config),
+) -> World {
+    let owner = TestNode::start(&box_url, vec![], tune_owner).await;
+    owner.put_source("openai-key", "secret", key).await;
+    owner
+        .add_skill(&skill_doc("taste", body_marker, required))
+        .await;
+    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], tune_caller).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    World {
+        owner,
+        caller,
+        provider,
+        box_url,
+    }
+}

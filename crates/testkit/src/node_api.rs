@@ -1,0 +1,163 @@
+//! A real node in-process: a temp data dir made by `init`, the store on disk, the API on an
+//! ephemeral loopback port. No network, no box: the API tests' node.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use skillbox_node::{Config, DataDir, Node};
+
+pub struct TestNode {
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    pub token: String,
+    pub http: reqwest::Client,
+    serving: Serving,
+}
+
+/// A node's API served in this runtime on the listener it binds, until stopped.
+pub struct Serving {
+    pub base: String,
+    pub token: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Bind `node`'s API (its configured address) and serve it; `dir` is its data dir (the
+    /// API token).
+    pub async fn start(node: Node, dir: &Path) -> Serving {
+        let listener = node.bind(None).await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            node.serve(listener, async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve");
+        });
+        Serving {
+            base: format!("http://{addr}"),
+            token: DataDir::new(dir).load_api_token().expect("token"),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Shut the server down; whether it ended cleanly (no serve error).
+    pub async fn stop(&mut self) -> bool {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.is_ok(),
+            None => true,
+        }
+    }
+}
+
+pub fn init_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = Config::default();
+    config.api.listen = "127.0.0.1:0".parse().expect("addr");
+    DataDir::new(dir.path()).init(&config).expect("init");
+    dir
+}
+
+impl TestNode {
+    pub async fn start() -> TestNode {
+        TestNode::start_in(init_dir()).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir) -> TestNode {
+        let node = Node::open(dir.path()).expect("open node");
+        let serving = Serving::start(node, dir.path()).await;
+        TestNode {
+            base: serving.base.clone(),
+            token: serving.token.clone(),
+            dir,
+            http: reqwest::Client::new(),
+            serving,
+        }
+    }
+
+    /// Stop the server and hand back the data dir (for a restart).
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        assert!(self.serving.stop().await, "server task");
+        let dir = tempfile::tempdir().expect("placeholder");
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(&self.token)
+    }
+
+    /// Send and return status + JSON body (Null when empty). Every answer is checked against
+    /// the OpenAPI document: its route, status and body schema.
+    pub async fn call(&self, rb: reqwest::RequestBuilder) -> (u16, Value, String) {
+        let (client, req) = rb.build_split();
+        let req = req.expect("request");
+        let (method, path) = (req.method().to_string(), req.url().path().to_owned());
+        let resp = client.execute(req).await.expect("send");
+        let status = resp.status().as_u16();
+        let ct = crate::answer::content_type(resp.headers());
+        let text = resp.text().await.expect("body");
+        crate::answer::check(&method, &path, status, ct.as_deref(), text.as_bytes());
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::Null)
+        };
+        (status, json, text)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value, String) {
+        let rb = self.req(reqwest::Method::GET, path).await;
+        self.call(rb).await
+    }
+
+    pub async fn post_skill(&self, doc: &str, name: Option<&str>) -> (u16, Value, String) {
+        let path = match name {
+            Some(n) => format!("/skills?name={n}"),
+            None => "/skills".into(),
+        };
+        let rb = self
+            .req(reqwest::Method::POST, &path)
+            .await
+            .header("content-type", "text/markdown")
+            .body(doc.to_owned());
+        self.call(rb).await
+    }
+
+    pub async fn put_source(&self, name: &str, kind: &str, content: &[u8]) -> (u16, Value, String) {
+        let rb = self
+            .req(
+                reqwest::Method::PUT,
+                &format!("/sources/{name}?kind={kind}"),
+            )
+            .await
+            .body(content.to_vec());
+        self.call(rb).await
+    }
+}
+
+/// Assert `v` is an OpenWOP error envelope with this code.
+pub fn assert_envelope(v: &Value, code: &str) {
+    skillbox_skill::openwop::validate(skillbox_skill::Schema::ErrorEnvelope, v)
+        .unwrap_or_else(|e| panic!("not an error envelope: {v}: {e:?}"));
+    assert_eq!(v["error"], Value::String(code.into()), "{v}");
+}
+
+pub const TASTE: &str = "---\nname: taste\ndescription: Builds a music-taste profile from listening history.\nprovider: openrouter\nmodel: anthropic/claude-sonnet-4.5\nkey: openrouter-key\nrequiredSources: spotify_songs\n---\nYou are a music critic. Read the listening history and describe the taste.\n";
+
+pub const LOCAL: &str = "---\nname: haiku\ndescription: Writes a haiku about the request.\nprovider: local\n---\nWrite a haiku.\n";

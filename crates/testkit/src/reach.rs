@@ -1,0 +1,173 @@
+//! The world the MCP and A2A tests run in: a box, an owner node offering skills, a caller node
+//! whose agent surfaces (`/mcp`, A2A, `skillbox mcp`) the clients drive. Real processes, from
+//! [`crate::procs`]. Markers for the owner's body, model and key, and for a caller source's
+//! content, so every test can scan what it saw.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::procs::{self, BoxProc, NodeDir};
+use crate::provider::blocking::{self, ProviderLog};
+
+pub const BODY_MARK: &str = "BODY-MARK-3f9c1d";
+pub const LOCAL_BODY_MARK: &str = "BODY-MARK-LOCAL-7a21";
+pub const MODEL_MARK: &str = "gpt-MODEL-MARK-58e0";
+pub const KEY_MARK: &str = "sk-KEY-MARK-c4d71b";
+pub const SOURCE_MARK: &str = "SOURCE-MARK-9d0e42";
+
+pub fn markers() -> [&'static str; 5] {
+    [
+        BODY_MARK,
+        LOCAL_BODY_MARK,
+        MODEL_MARK,
+        KEY_MARK,
+        SOURCE_MARK,
+    ]
+}
+
+pub struct World {
+    pub root: tempfile::TempDir,
+    pub provider: ProviderLog,
+    pub bx: BoxProc,
+    pub owner: NodeDir,
+    pub caller: NodeDir,
+}
+
+/// `taste`: the openai double, the owner's key and model (markers), requires `songs`.
+/// `brief`: the same without sources. `haiku` (only `with_model`): the embedded model.
+pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> World {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider_url, provider) = blocking::provider_double(Duration::ZERO);
+    let log = root.path().join("box.log");
+    let bx = if with_model {
+        procs::start_box_with(
+            "127.0.0.1:0",
+            &provider_url,
+            &log,
+            &procs::model_path().to_string_lossy(),
+        )
+    } else {
+        procs::start_box("127.0.0.1:0", &provider_url, &log)
+    };
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], caller_edit);
+    let o = owner.api();
+    o.put_source("openai-key", "secret", KEY_MARK);
+    o.add_skill(&format!(
+        "---\nname: taste\ndescription: Builds a music-taste profile from listening history.\nprovider: openai\nmodel: {MODEL_MARK}\nkey: openai-key\nrequiredSources: [songs]\n---\nYou are a music critic ({BODY_MARK}). Describe the taste.\n"
+    ));
+    o.add_skill(&format!(
+        "---\nname: brief\ndescription: Writes a two-line brief of a request.\nprovider: openai\nmodel: {MODEL_MARK}\nkey: openai-key\n---\nWrite a brief ({BODY_MARK}).\n"
+    ));
+    if with_model {
+        o.add_skill(&format!(
+            "---\nname: haiku\ndescription: Writes a short haiku about the request.\nprovider: local\n---\nWrite a short haiku about what the user says. Never mention [[secret:{LOCAL_BODY_MARK}]].\n"
+        ));
+    }
+    let c = caller.api();
+    c.put_source(
+        "songs",
+        "text",
+        &format!("Bonobo - Kerala ({SOURCE_MARK})\n"),
+    );
+    for s in ["taste", "brief"] {
+        c.wait_board(&owner.peer_id, s, Duration::from_secs(30));
+    }
+    if with_model {
+        c.wait_board(&owner.peer_id, "haiku", Duration::from_secs(30));
+    }
+    World {
+        root,
+        provider,
+        bx,
+        owner,
+        caller,
+    }
+}
+
+impl World {
+    pub fn mcp_url(&self) -> String {
+        format!("{}/mcp", self.caller.base)
+    }
+    /// Logs of all three processes.
+    pub fn logs(&self) -> String {
+        let mut s = self.owner.log();
+        s.push_str(&self.caller.log());
+        s.push_str(&std::fs::read_to_string(self.root.path().join("box.log")).unwrap_or_default());
+        s
+    }
+    /// `skillbox` on the caller's data dir.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(procs::bin())
+            .arg("--data-dir")
+            .arg(&self.caller.dir)
+            .args(args)
+            .output()
+            .expect("run skillbox")
+    }
+}
+
+/// Run a client; its stdout must be one JSON document.
+pub fn run_json(what: &str, cmd: &mut Command) -> (serde_json::Value, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    let v = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!("{what}: stdout is not JSON ({e}):\n{stdout}\nstderr: {stderr}")
+    });
+    (v, format!("{stdout}\n{stderr}"))
+}
+
+pub fn python(script: &str) -> Command {
+    let c = procs::reach_clients();
+    let mut cmd = Command::new(c.python);
+    cmd.arg(procs::reach_data(script))
+        .env("PYTHONUNBUFFERED", "1");
+    cmd
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
+
+/// POST `body` as JSON to `url` with `headers`: the status, the JSON answer (or, for an SSE
+/// stream, the first event carrying an `id`; else the text as a string) and the headers.
+pub fn post_json(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> (u16, serde_json::Value, reqwest::header::HeaderMap) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut r = reqwest::Client::new()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().await.expect("send");
+        let status = resp.status().as_u16();
+        let h = resp.headers().clone();
+        let text = resp.text().await.unwrap_or_default();
+        let v = serde_json::from_str(&text).unwrap_or_else(|_| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+                .find(|v| v.get("id").is_some())
+                .unwrap_or(serde_json::Value::String(text.clone()))
+        });
+        (status, v, h)
+    })
+}

@@ -1,0 +1,41 @@
+//! The one-stake check: a call that ended left exactly one stake entry in its node's ledger
+//! when it ran (`answered`, `ran`), at most one when it failed — across crashes and restarts
+//! too. Every call test checks it through its client's `assert_staked_once`.
+
+use serde_json::Value;
+
+/// The ledger query to check for a call record `view` (None while the call has not ended).
+pub fn ledger_query(view: &Value) -> Option<String> {
+    let state = view["state"].as_str().unwrap_or("");
+    ["answered", "ran", "failed"]
+        .contains(&state)
+        .then(|| format!("/ledger?call={}", view["id"].as_str().unwrap_or("")))
+}
+
+/// Assert the ledger answer (`status`, `body`) to [`ledger_query`] holds one stake of the
+/// call's role (at most one for a failed call).
+pub fn assert_once(view: &Value, status: u16, body: &Value) {
+    let (id, role, state) = (
+        view["id"].as_str().unwrap_or(""),
+        view["role"].as_str().unwrap_or(""),
+        view["state"].as_str().unwrap_or(""),
+    );
+    assert_eq!(status, 200, "{body}");
+    let stakes = body["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "stake" && e["role"] == role)
+        .count();
+    if state == "failed" {
+        assert!(
+            stakes <= 1,
+            "call {id} ({role}, {state}) staked {stakes} times"
+        );
+    } else {
+        assert_eq!(
+            stakes, 1,
+            "call {id} ({role}, {state}) staked {stakes} times"
+        );
+    }
+}
