@@ -136,6 +136,9 @@ pub enum FailureCode {
     /// The peer already holds as many admitted calls that have not reached their run as the
     /// owner takes (`calls.max_unstarted_per_peer`).
     PendingLimit,
+    /// The peer's answers of this skill today already carried the owner's limit of the body or
+    /// of one of its secrets, added up across calls (the owner's `[guard]` coverage thresholds).
+    CoverageExceeded,
 }
 
 impl FailureCode {
@@ -157,10 +160,11 @@ impl FailureCode {
             FailureCode::OverOwnerLimit => "over_owner_limit",
             FailureCode::DailyLimit => "daily_limit",
             FailureCode::PendingLimit => "pending_limit",
+            FailureCode::CoverageExceeded => "coverage_exceeded",
         }
     }
 
-    pub const ALL: [FailureCode; 16] = [
+    pub const ALL: [FailureCode; 17] = [
         FailureCode::NotAdmitted,
         FailureCode::NotOffered,
         FailureCode::ProgramMismatch,
@@ -177,6 +181,7 @@ impl FailureCode {
         FailureCode::OverOwnerLimit,
         FailureCode::DailyLimit,
         FailureCode::PendingLimit,
+        FailureCode::CoverageExceeded,
     ];
 
     pub fn parse(s: &str) -> Option<FailureCode> {
@@ -203,6 +208,7 @@ impl FailureCode {
             FailureCode::OverOwnerLimit => "the call asks for more than the owner's limits",
             FailureCode::DailyLimit => "the skill's daily call limit is reached",
             FailureCode::PendingLimit => "too many of this peer's calls wait to start",
+            FailureCode::CoverageExceeded => "the owner takes no more calls of this skill from this peer today",
         }
     }
 }

@@ -384,3 +384,22 @@ pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
         canary: scan.canary.is_some(),
     }
 }
+
+/// Per body word: whether an n-gram covering it is contained in `answer`, in any decoded form
+/// and view (the words [`measure`] counts). For the coverage a released answer reports
+/// (`coverage.rs`). Independent of `enabled`.
+pub(crate) fn covered_words(prepared: &Prepared, answer: &str) -> Vec<bool> {
+    let mut scan = Scan::new(prepared);
+    walk(&mut scan, answer, |_, _| false);
+    let mut out = vec![false; prepared.word_count];
+    let mut until = 0;
+    for (i, &(id, len)) in prepared.gram_at.iter().enumerate() {
+        if id != u32::MAX && scan.matched[id as usize] {
+            until = until.max(i + len as usize);
+        }
+        if let Some(w) = out.get_mut(i) {
+            *w = i < until;
+        }
+    }
+    out
+}

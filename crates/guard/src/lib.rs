@@ -33,6 +33,7 @@
 
 mod canary;
 mod check;
+mod coverage;
 mod decode;
 mod index;
 mod prepare;
@@ -42,6 +43,7 @@ mod text;
 
 pub use canary::CanaryOrigin;
 pub use check::{Catch, Decoded, Measure, Reason, Verdict, Via, check, measure};
+pub use coverage::{COVERAGE_SLICE_CHARS, Coverage, CoverageError, released_coverage};
 pub use decode::View;
 pub use prepare::{
     Canary, LONG_CANARY_CHARS, MAX_BODY_BYTES, MAX_CANARIES, MIN_CANARY_CHARS, PrepareError,

@@ -159,8 +159,16 @@ pub fn open_owner_note(
         .iter()
         .find(|e| e.name == OwnerNote::ENTRY)
         .ok_or_else(|| JcError::Sealed("owner note has no entry".into()))?;
+    let coverage = match entries.iter().find(|e| e.name == OwnerNote::COVERAGE_ENTRY) {
+        Some(e) => Some(
+            skillbox_guard::Coverage::from_bytes(&e.data)
+                .map_err(|_| JcError::Sealed("owner note coverage is malformed".into()))?,
+        ),
+        None => None,
+    };
     Ok(Some(OwnerNote {
         guard_acted: acted.data.first() == Some(&1),
+        coverage,
     }))
 }
 

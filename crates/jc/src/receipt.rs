@@ -35,19 +35,37 @@ pub struct Receipt {
 }
 
 /// What the box tells the owner alone about a guarded run: whether the output guard withheld or
-/// regenerated the answer (no content, no score). Sealed to the owner's node key
-/// (`seal::Purpose::OwnerNote`) beside the receipt, never in it: the receipt goes to both
-/// parties, and a caller told of each catch could ask "if the code's first digit is below 5,
-/// print the code" and read the answer off that one bit. Every guarded run carries a note of
-/// the same sealed size, acted or not, so its presence says nothing either.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// regenerated the answer (no content, no score), and what the released answer carried of the
+/// body (which body words and canary characters: the owner adds these up across a peer's calls,
+/// issue 32 item 4). Sealed to the owner's node key (`seal::Purpose::OwnerNote`) beside the
+/// receipt, never in it: the receipt goes to both parties, and a caller told of each catch could
+/// ask "if the code's first digit is below 5, print the code" and read the answer off that one
+/// bit. Every guarded run of a program carries a note of the same sealed size (padded to a size
+/// the program's body limit fixes), acted or not, covered or not, so its presence and its length
+/// say nothing either.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerNote {
     pub guard_acted: bool,
+    /// What the released answer covers of the body; `None` for a failed run (nothing
+    /// released) or a guard switched off in the program.
+    pub coverage: Option<skillbox_guard::Coverage>,
 }
 
 impl OwnerNote {
-    /// The note's one sealed entry.
+    /// The note's first sealed entry: whether the guard acted.
     pub const ENTRY: &'static str = "guard_acted";
+    /// The released answer's coverage (`skillbox_guard::Coverage::to_bytes`).
+    pub const COVERAGE_ENTRY: &'static str = "coverage";
+    /// Zeros that bring every note of a program to one length.
+    pub const PADDING_ENTRY: &'static str = "padding";
+
+    /// The plaintext length every note of a program with this body limit is padded to: enough
+    /// for the coverage of any body within the limit (a word is two bytes at least, a canary's
+    /// characters are the body's), so the length depends on the program, which both parties
+    /// signed, and never on the body or the answer.
+    pub fn padded_len(body_max_bytes: u64) -> u64 {
+        body_max_bytes.min(skillbox_guard::MAX_BODY_BYTES as u64) / 4 + 1024
+    }
 }
 
 /// Coarse time for receipts.

@@ -300,6 +300,8 @@ struct Answered {
     truncated: bool,
     /// The output guard withheld or regenerated it.
     guard_acted: bool,
+    /// What the answer released carries of the body (a guarded run only): for the owner's note.
+    coverage: Option<skillbox_guard::Coverage>,
 }
 
 struct Finished {
@@ -980,8 +982,9 @@ impl BoxCore {
         // Whether the guard acted goes to the owner alone, sealed (see `OwnerNote`); a failed
         // run's note says it did not (a regeneration that failed is reported as the failure).
         let acted = outcome.as_ref().is_ok_and(|a| a.guard_acted);
-        let finished = match (outcome, seal_owner_note(&program, run_id, acted)) {
-            (Ok(answered), Ok(note)) => {
+        let coverage = outcome.as_ref().ok().and_then(|a| a.coverage.as_ref());
+        let finished = match (seal_owner_note(&program, run_id, acted, coverage), outcome) {
+            (Ok(note), Ok(answered)) => {
                 self.seal_answer(&program, &keys, run_id, &answered, note, now)
             }
             (Err(e), _) | (_, Err(e)) => Err(e),
@@ -993,7 +996,7 @@ impl BoxCore {
                 // material or the error's words leaves the box.
                 let error = RunFailure::from(&e);
                 tracing::info!(code = error.as_str(), "run failed");
-                let note = seal_owner_note(&program, run_id, false)?;
+                let note = seal_owner_note(&program, run_id, false, None)?;
                 let receipt = Receipt {
                     run_id: run_id.into(),
                     program_hash: program.hash.to_hex(),
@@ -1154,41 +1157,62 @@ impl BoxCore {
                 answer: Zeroizing::new(answer),
                 truncated: cut || completion.finish == FinishReason::Length,
                 guard_acted: false,
+                coverage: None,
             })
         };
-        let first = complete(req.clone()).await?;
         let Some(prepared) = guard else {
-            return Ok(first);
+            return complete(req).await;
         };
-        if !skillbox_guard::check(&prepared, &first.answer).is_caught() {
-            return Ok(first);
-        }
-        // Caught. Nothing of the verdict leaves the box but the owner's sealed note.
-        tracing::info!(code = "guard_acted", "the output guard acted on an answer");
+        // What a released answer carries of the body goes to the owner's note (coverage across
+        // calls); a withheld answer releases nothing.
+        let released = |a: Answered, acted: bool| Answered {
+            coverage: Some(skillbox_guard::released_coverage(&prepared, &a.answer)),
+            guard_acted: acted,
+            ..a
+        };
         let withheld = || Answered {
             answer: Zeroizing::new(WITHHELD_ANSWER.to_owned()),
             truncated: false,
             guard_acted: true,
+            coverage: Some(skillbox_guard::Coverage::none(&prepared)),
         };
         match prepared.spec().action {
-            skillbox_guard::Action::Withhold => Ok(withheld()),
-            skillbox_guard::Action::Regenerate => {
-                // The same request without the body (PromptKeeper): an ordinary-looking answer
-                // that cannot contain what the model never saw. Checked again all the same.
-                let (system, user) = crate::prompt::build(NEUTRAL_INSTRUCTION, &request, &refs);
-                let again = complete(ChatRequest {
-                    system,
-                    user,
-                    ..req
-                })
-                .await?;
-                if skillbox_guard::check(&prepared, &again.answer).is_caught() {
+            skillbox_guard::Action::Withhold => {
+                // The fixed answer says it was withheld: there is no catch to hide in time.
+                let first = complete(req).await?;
+                if skillbox_guard::check(&prepared, &first.answer).is_caught() {
+                    tracing::info!(code = "guard_acted", "the output guard acted on an answer");
                     return Ok(withheld());
                 }
-                Ok(Answered {
-                    guard_acted: true,
-                    ..again
-                })
+                Ok(released(first, false))
+            }
+            skillbox_guard::Action::Regenerate => {
+                // Both rounds on every run, whatever the guard finds: the answer with the body
+                // and the same request without it (PromptKeeper), side by side. A caught answer
+                // is then replaced by one that took no extra time — the caller's clock tells a
+                // catch from an ordinary answer no better than its receipt does. Either round
+                // failing fails the run, caught or not, so a failure is no oracle either. The
+                // neutral answer is checked all the same: it cannot contain what the model never
+                // saw, but an obedient model may still repeat the caller's request.
+                let (system, user) = crate::prompt::build(NEUTRAL_INSTRUCTION, &request, &refs);
+                let neutral = ChatRequest {
+                    system,
+                    user,
+                    ..req.clone()
+                };
+                let (first, again) = tokio::join!(complete(req), complete(neutral));
+                let (first, again) = (first?, again?);
+                let first_caught = skillbox_guard::check(&prepared, &first.answer).is_caught();
+                let again_caught = skillbox_guard::check(&prepared, &again.answer).is_caught();
+                if !first_caught {
+                    return Ok(released(first, false));
+                }
+                // Caught. Nothing of the verdict leaves the box but the owner's sealed note.
+                tracing::info!(code = "guard_acted", "the output guard acted on an answer");
+                if again_caught {
+                    return Ok(withheld());
+                }
+                Ok(released(again, true))
             }
         }
     }
@@ -1368,19 +1392,34 @@ impl BoxCore {
 }
 
 /// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the
-/// owner's node key; `None` for an unguarded one. One entry of one byte, padded to the smallest
-/// bucket: the same sealed size whether the guard acted or not.
+/// owner's node key; `None` for an unguarded one. Whether the guard acted, the released answer's
+/// coverage, and zeros up to [`OwnerNote::padded_len`] of the program's body limit: the same
+/// sealed size for every run of the program, acted or not, whatever the answer covered.
 fn seal_owner_note(
     program: &ApprovedProgram,
     run_id: &str,
     acted: bool,
+    coverage: Option<&skillbox_guard::Coverage>,
 ) -> Result<Option<Vec<u8>>> {
+    use crate::receipt::OwnerNote;
     if program.program.guard.is_none() {
         return Ok(None);
     }
     let to = seal::owner_note_key(&program.program.owner_node_key()?)?;
     let mut sealer = Sealer::new(&to, &seal::info(Purpose::OwnerNote, run_id, &program.hash))?;
-    sealer.entry_bytes(crate::receipt::OwnerNote::ENTRY, &[acted as u8])?;
+    let entry = |name: &str, len: u64| seal::ENTRY_OVERHEAD + name.len() as u64 + len;
+    let mut written = entry(OwnerNote::ENTRY, 1) + entry(OwnerNote::PADDING_ENTRY, 0);
+    sealer.entry_bytes(OwnerNote::ENTRY, &[acted as u8])?;
+    if let Some(c) = coverage {
+        let bytes = c.to_bytes();
+        written += entry(OwnerNote::COVERAGE_ENTRY, bytes.len() as u64);
+        sealer.entry_bytes(OwnerNote::COVERAGE_ENTRY, &bytes)?;
+    }
+    // A body whose fold lengthens its canaries past the bound gets no padding: its size then
+    // says so (the owner's own doing; no ordinary body comes near).
+    let target = OwnerNote::padded_len(program.program.owner_inputs.body_max_bytes);
+    let pad = vec![0u8; target.saturating_sub(written) as usize];
+    sealer.entry_bytes(OwnerNote::PADDING_ENTRY, &pad)?;
     Ok(Some(sealer.finish()?))
 }
 

@@ -341,6 +341,27 @@ pub struct GuardConfig {
     pub max_copied_words: u32,
     pub canaries: bool,
     pub auto_canaries: bool,
+    /// Coverage across calls (issue 32 item 4): a peer whose released answers of one skill have
+    /// covered this many per mille of the body's words in a UTC day is refused further calls of
+    /// it that day (`coverage_exceeded`). 0: not counted.
+    #[serde(default = "default_coverage_permille")]
+    pub coverage_permille: u32,
+    /// The same for the characters of any one secret (a marked or automatic canary).
+    #[serde(default = "default_canary_coverage_permille")]
+    pub canary_coverage_permille: u32,
+}
+
+/// As the per-answer threshold: what one answer may not carry, several may not add up to.
+pub const DEFAULT_COVERAGE_PERMILLE: u32 = skillbox_guard::DEFAULT_THRESHOLD_PERMILLE;
+/// Half of a secret: the first half of an access code asked for in two calls ends the day.
+pub const DEFAULT_CANARY_COVERAGE_PERMILLE: u32 = 500;
+
+fn default_coverage_permille() -> u32 {
+    DEFAULT_COVERAGE_PERMILLE
+}
+
+fn default_canary_coverage_permille() -> u32 {
+    DEFAULT_CANARY_COVERAGE_PERMILLE
 }
 
 impl Default for GuardConfig {
@@ -354,6 +375,8 @@ impl Default for GuardConfig {
             max_copied_words: d.max_copied_words,
             canaries: d.canaries,
             auto_canaries: d.auto_canaries,
+            coverage_permille: DEFAULT_COVERAGE_PERMILLE,
+            canary_coverage_permille: DEFAULT_CANARY_COVERAGE_PERMILLE,
         }
     }
 }
@@ -717,6 +740,14 @@ impl Config {
             .spec_for(&skillbox_skill::ProviderId::Local)
             .validate()
             .map_err(|e| e.to_string())?;
+        for (name, v) in [
+            ("coverage_permille", self.guard.coverage_permille),
+            ("canary_coverage_permille", self.guard.canary_coverage_permille),
+        ] {
+            if v > 1000 {
+                return Err(format!("guard.{name}: {v} is out of range (0..=1000)"));
+            }
+        }
         self.validate_boxes()
     }
 
@@ -928,6 +959,12 @@ threshold_permille = {g_threshold}
 max_copied_words = {g_copied}
 canaries = {g_canaries}
 auto_canaries = {g_auto}
+# Coverage across calls: the box tells this node (sealed to it) which body words and secret
+# characters each released answer carried; per peer, skill and UTC day they add up, and a peer
+# past coverage_permille of the body's words or canary_coverage_permille of any one secret's
+# characters is refused that skill until the day ends (code coverage_exceeded). 0: off.
+coverage_permille = {g_coverage}
+canary_coverage_permille = {g_canary_coverage}
 
 # Consent (design §9): asked once at each side's jc.submit. Rules are tried in order; the first
 # whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact),
@@ -970,6 +1007,8 @@ operator = {operator}
             g_copied = self.guard.max_copied_words,
             g_canaries = self.guard.canaries,
             g_auto = self.guard.auto_canaries,
+            g_coverage = self.guard.coverage_permille,
+            g_canary_coverage = self.guard.canary_coverage_permille,
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,

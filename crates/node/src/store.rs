@@ -209,6 +209,20 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX calls_by_peer ON calls (peer, role);
     "#,
+    // 9: coverage across calls (issue 32 item 4): per peer, skill and UTC day, the union of what
+    // the answers the box released carried of the body (`skillbox_guard::Coverage` bytes, from
+    // the notes sealed to this owner); `calls::coverage` refuses a peer past the owner's
+    // thresholds. Rows of past days are dropped as new ones are written.
+    r#"
+    CREATE TABLE guard_coverage (
+        peer       TEXT NOT NULL,
+        skill      TEXT NOT NULL,
+        day        INTEGER NOT NULL,
+        coverage   BLOB NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (peer, skill, day)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -6,6 +6,7 @@
 
 mod box_api;
 mod canonical_props;
+mod coverage;
 mod guard;
 mod hardening;
 mod hardware;

@@ -260,17 +260,18 @@ impl Calls {
         let verified = self
             .timed("attest", client.attest(&approved, run_id, &policy))
             .await?;
-        // The call reached a verified run: only now does it count against the daily ceilings.
+        // The call reached a verified run: only now does it count against the daily ceilings
+        // (and the coverage thresholds are looked at again: another call may have passed them).
         if row.call.role == Role::Owner
-            && !self
+            && let Some(code) = self
                 .charge_for_run(row)
                 .await
                 .map_err(|e| JcError::Internal(format!("charge: {e}")))?
         {
             return Ok(Some((
                 Event::BoxFailed {
-                    code: FailureCode::DailyLimit,
-                    message: "the skill's daily call limit was reached before this run".into(),
+                    code,
+                    message: format!("refused before this run: {}", code.fixed_message()),
                 },
                 Change::none(),
             )));
@@ -619,6 +620,26 @@ impl Calls {
         Ok(Some((Event::Submitted, Change::none())))
     }
 
+    /// Owner: add what the released answer carried of the body to the peer's union of the day
+    /// (see `coverage`). Before the receipt is stored, so a call's outcome is never kept without
+    /// its coverage counted.
+    async fn add_coverage(
+        &self,
+        row: &CallRow,
+        coverage: skillbox_guard::Coverage,
+    ) -> skillbox_jc::Result<()> {
+        let store = self.0.store.clone();
+        let (peer, skill) = (row.call.peer.clone(), row.call.skill.clone());
+        tokio::task::spawn_blocking(move || {
+            let today = super::coverage::day_of(crate::store::now_secs());
+            store.write(|tx| super::coverage::add(tx, &peer, &skill, today, &coverage))
+        })
+        .await
+        .map_err(|e| JcError::Internal(format!("coverage worker: {e}")))?
+        .map_err(|e| JcError::Internal(format!("coverage: {e}")))?;
+        Ok(())
+    }
+
     fn program_hash(row: &CallRow) -> skillbox_jc::Result<ProgramHash> {
         let env = Self::envelope(row)?;
         Ok(ProgramHash::of(&env.payload_bytes()?))
@@ -643,12 +664,14 @@ impl Calls {
         let receipt = verify_receipt(&view, &verified)?;
         // Whether the guard acted is the owner's alone, in a note sealed to this node's key; the
         // caller's record never holds it (a caller told of each catch has an oracle).
-        let acted = match row.call.role {
-            Role::Owner => {
-                open_owner_note(&view, &receipt, &self.0.signing, &verified)?.map(|n| n.guard_acted)
-            }
+        let note = match row.call.role {
+            Role::Owner => open_owner_note(&view, &receipt, &self.0.signing, &verified)?,
             Role::Caller => None,
         };
+        let acted = note.as_ref().map(|n| n.guard_acted);
+        if let Some(coverage) = note.and_then(|n| n.coverage) {
+            self.add_coverage(row, coverage).await?;
+        }
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
         if let Some(o) = receipt_json.as_object_mut() {

@@ -284,6 +284,7 @@ impl Calls {
             limits.calls_per_day.unwrap_or(u64::MAX),
         );
         let max_unstarted = self.0.settings.max_unstarted_per_peer;
+        let guard = self.0.guard.clone();
         let skill = program.skill.name.clone();
         let peer = from.to_owned();
         let row = std::sync::Arc::new(row);
@@ -293,7 +294,15 @@ impl Calls {
                 // The ceilings count calls that reached a run (charged when the owner verified
                 // it, `charge_for_run`): admitted calls that never go further cost nothing
                 // against them, and are bounded per peer by `max_unstarted_per_peer` instead.
-                let since = crate::store::now_secs() - 86_400;
+                let now = crate::store::now_secs();
+                let today = super::coverage::day_of(now);
+                if super::coverage::refused(tx, &peer, &skill, today, &guard)? {
+                    return Ok(Err((
+                        FailureCode::CoverageExceeded,
+                        format!("{peer} is past the coverage thresholds of {skill} today"),
+                    )));
+                }
+                let since = now - 86_400;
                 let (total, mine) = records::charged_since(tx, &skill, &peer, since)?;
                 if mine >= per_peer || total >= per_day {
                     return Ok(Err((
@@ -343,12 +352,19 @@ impl Calls {
     /// verified, just before the owner stakes. Earlier (admission) let a peer that never goes
     /// on spend the ceilings (issue 30 item 9); this is the last point where refusing costs the
     /// owner nothing, and past it the caller alone decides whether the run happens, so the call
-    /// counts from here. `Ok(false)`: the ceilings are full (the call fails `daily_limit`).
-    pub(super) async fn charge_for_run(&self, row: &CallRow) -> Result<bool> {
+    /// counts from here. `Ok(Some(code))`: refused — the ceilings are full (`daily_limit`), or
+    /// the peer's answers of this skill today passed the coverage thresholds since it was
+    /// admitted (`coverage_exceeded`: its earlier call ended meanwhile).
+    pub(super) async fn charge_for_run(&self, row: &CallRow) -> Result<Option<FailureCode>> {
         let skills = self.0.skills.clone();
         let store = self.0.store.clone();
         let defaults = self.0.ceilings.limits();
-        let (id, skill) = (row.call.id.clone(), row.call.skill.clone());
+        let guard = self.0.guard.clone();
+        let (id, skill, peer) = (
+            row.call.id.clone(),
+            row.call.skill.clone(),
+            row.call.peer.clone(),
+        );
         blocking(move || {
             let limits = match skills.record(&skill)? {
                 Some(rec) => rec.declaration.limits.or(&defaults),
@@ -358,8 +374,15 @@ impl Calls {
                 limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
                 limits.calls_per_day.unwrap_or(u64::MAX),
             );
-            let since = crate::store::now_secs() - 86_400;
-            store.write(|tx| records::charge_run(tx, &id, caps, since))
+            let now = crate::store::now_secs();
+            store.write(|tx| {
+                let today = super::coverage::day_of(now);
+                if super::coverage::refused(tx, &peer, &skill, today, &guard)? {
+                    return Ok(Some(FailureCode::CoverageExceeded));
+                }
+                let charged = records::charge_run(tx, &id, caps, now - 86_400)?;
+                Ok((!charged).then_some(FailureCode::DailyLimit))
+            })
         })
         .await
     }

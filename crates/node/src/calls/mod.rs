@@ -26,6 +26,7 @@
 mod actions;
 pub mod boxes;
 mod consent;
+pub mod coverage;
 mod driver;
 mod inbound;
 mod ledger;

@@ -9,6 +9,7 @@ mod box_load;
 mod box_trust;
 mod calls;
 mod common;
+mod coverage;
 mod hostile;
 mod intents;
 mod leak;

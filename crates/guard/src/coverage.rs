@@ -1,0 +1,450 @@
+//! Coverage across calls: what one released answer carried of the body, so that the owner can
+//! add up the slices a caller takes over several calls (issue 32 item 4).
+//!
+//! The per-answer check stops an answer that covers `threshold_permille` of the body or shows a
+//! canary, but a caller can ask for a third of the body per call, or for a code three characters
+//! at a time, each under the limits. The box therefore reports, for every answer it releases,
+//! which body words the answer covers (the words the containment measure counts, in any decoded
+//! form and view) and which characters of each canary it shows as short slices; the owner keeps
+//! the union per (peer, skill, day) and refuses the peer past a threshold. The report goes to the
+//! owner alone (sealed), as bits of a fixed shape for the body: it says nothing of the answer's
+//! length, and nothing of the body the owner does not know already.
+
+use std::collections::HashMap;
+
+use crate::canary::CanaryOrigin;
+use crate::prepare::{MAX_BODY_BYTES, MAX_CANARIES, Prepared};
+use crate::text;
+
+/// The shortest slice of a canary that counts towards its coverage: shorter than the check's
+/// fragments (4), since across calls even three characters at a time add up.
+pub const COVERAGE_SLICE_CHARS: usize = 3;
+
+/// Form version of [`Coverage::to_bytes`].
+const FORM: u8 = 1;
+
+/// Coverage bytes that are not a coverage report.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoverageError {
+    #[error("coverage report: unknown form")]
+    Form,
+    #[error("coverage report: cut short")]
+    Short,
+    #[error("coverage report: {0} out of range")]
+    Range(&'static str),
+    #[error("coverage report: bytes after its end")]
+    Trailing,
+}
+
+/// What of a body one answer (or, once added up, several) carried: per body word whether an
+/// n-gram covering it was contained, and per canary which of its folded characters appeared in a
+/// slice of at least [`COVERAGE_SLICE_CHARS`]. A `secret` line's entry is empty: any n-gram of
+/// it is caught outright, and its words are body words.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Coverage {
+    words: Vec<bool>,
+    canaries: Vec<Vec<bool>>,
+}
+
+/// Never prints which positions are covered (the owner's record, not a log line's).
+impl std::fmt::Debug for Coverage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coverage")
+            .field("words_permille", &self.words_permille())
+            .field("canary_permille", &self.canary_permille())
+            .finish()
+    }
+}
+
+fn permille(bits: &[bool]) -> u32 {
+    if bits.is_empty() {
+        return 0;
+    }
+    (bits.iter().filter(|&&b| b).count() * 1000 / bits.len()) as u32
+}
+
+impl Coverage {
+    /// Nothing covered, in the shape of `prepared` (what a withheld answer releases).
+    pub fn none(prepared: &Prepared) -> Coverage {
+        Coverage {
+            words: vec![false; prepared.word_count()],
+            canaries: prepared
+                .canaries()
+                .iter()
+                .map(|c| vec![false; tracked_chars(c).chars().count()])
+                .collect(),
+        }
+    }
+
+    /// Body words covered, per mille of the body's words.
+    pub fn words_permille(&self) -> u32 {
+        permille(&self.words)
+    }
+
+    /// The most covered canary's covered characters, per mille of its characters.
+    pub fn canary_permille(&self) -> u32 {
+        self.canaries.iter().map(|c| permille(c)).max().unwrap_or(0)
+    }
+
+    /// Whether `other` is of the same body shape (word count, canaries and their lengths), so
+    /// the two can be added up.
+    pub fn same_shape(&self, other: &Coverage) -> bool {
+        self.words.len() == other.words.len()
+            && self.canaries.len() == other.canaries.len()
+            && self
+                .canaries
+                .iter()
+                .zip(&other.canaries)
+                .all(|(a, b)| a.len() == b.len())
+    }
+
+    /// Add `other` to this one. `false` (and nothing changed) when their shapes differ: the body
+    /// changed in between, and positions of one body mean nothing in the other.
+    pub fn add(&mut self, other: &Coverage) -> bool {
+        if !self.same_shape(other) {
+            return false;
+        }
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= *b;
+        }
+        for (ca, cb) in self.canaries.iter_mut().zip(&other.canaries) {
+            for (a, b) in ca.iter_mut().zip(cb) {
+                *a |= *b;
+            }
+        }
+        true
+    }
+
+    /// The covered body words (for the owner's record and tests).
+    pub fn words(&self) -> &[bool] {
+        &self.words
+    }
+
+    /// Per canary (in [`Prepared::canaries`] order), its covered characters.
+    pub fn canaries(&self) -> &[Vec<bool>] {
+        &self.canaries
+    }
+
+    /// Bytes: form, u32 word count and its bits, u16 canary count, then per canary u16 length
+    /// and its bits (big-endian, bits from the low end of each byte). The length depends on the
+    /// body only, never on the answer.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.push(FORM);
+        out.extend_from_slice(&(self.words.len() as u32).to_be_bytes());
+        push_bits(&mut out, &self.words);
+        out.extend_from_slice(&(self.canaries.len() as u16).to_be_bytes());
+        for c in &self.canaries {
+            out.extend_from_slice(&(c.len() as u16).to_be_bytes());
+            push_bits(&mut out, c);
+        }
+        out
+    }
+
+    /// How long [`Coverage::to_bytes`] is.
+    pub fn encoded_len(&self) -> usize {
+        1 + 4
+            + self.words.len().div_ceil(8)
+            + 2
+            + self
+                .canaries
+                .iter()
+                .map(|c| 2 + c.len().div_ceil(8))
+                .sum::<usize>()
+    }
+
+    /// Parse [`Coverage::to_bytes`]; anything else is refused.
+    pub fn from_bytes(b: &[u8]) -> Result<Coverage, CoverageError> {
+        let mut r = Reader(b);
+        if r.take(1)?[0] != FORM {
+            return Err(CoverageError::Form);
+        }
+        let words =
+            u32::from_be_bytes(r.take(4)?.try_into().map_err(|_| CoverageError::Short)?) as usize;
+        if words > MAX_BODY_BYTES {
+            return Err(CoverageError::Range("word count"));
+        }
+        let words = r.bits(words)?;
+        let n =
+            u16::from_be_bytes(r.take(2)?.try_into().map_err(|_| CoverageError::Short)?) as usize;
+        if n > MAX_CANARIES {
+            return Err(CoverageError::Range("canary count"));
+        }
+        let mut canaries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = u16::from_be_bytes(r.take(2)?.try_into().map_err(|_| CoverageError::Short)?)
+                as usize;
+            canaries.push(r.bits(len)?);
+        }
+        if !r.0.is_empty() {
+            return Err(CoverageError::Trailing);
+        }
+        Ok(Coverage { words, canaries })
+    }
+}
+
+fn push_bits(out: &mut Vec<u8>, bits: &[bool]) {
+    for chunk in bits.chunks(8) {
+        out.push(
+            chunk
+                .iter()
+                .enumerate()
+                .fold(0u8, |b, (i, &x)| b | (u8::from(x) << i)),
+        );
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], CoverageError> {
+        if self.0.len() < n {
+            return Err(CoverageError::Short);
+        }
+        let (a, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(a)
+    }
+
+    fn bits(&mut self, n: usize) -> Result<Vec<bool>, CoverageError> {
+        let bytes = self.take(n.div_ceil(8))?;
+        Ok((0..n).map(|i| bytes[i / 8] >> (i % 8) & 1 == 1).collect())
+    }
+}
+
+/// The folded characters of a canary whose coverage is kept: a marked or automatic canary's
+/// (the check's fold), none of a `secret` line's.
+fn tracked_chars(c: &crate::Canary) -> String {
+    if c.origin() == CanaryOrigin::SecretLine {
+        String::new()
+    } else {
+        text::compact(c.text())
+    }
+}
+
+/// Whether `f` (a folded answer token found inside the folded canary `c`) counts towards the
+/// canary's coverage. Like the check's fragments, only slices that carry the secret rather than
+/// ordinary text, but from three characters on: two distinct characters at least; letters and
+/// digits mixed always (`k7p`); digits only unless a 4-digit year 1900-2099; letters only when
+/// four or more, of a canary that has digits, cutting one of its letter runs (`peli` of
+/// `pelican42`; never `can`, never a slice of a letters-only password word).
+fn slice_counts(f: &str, c: &str, at: usize) -> bool {
+    let n = f.chars().count();
+    let digits = f.chars().filter(char::is_ascii_digit).count();
+    let mut distinct: Vec<char> = f.chars().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if n < COVERAGE_SLICE_CHARS || distinct.len() < 2 {
+        return false;
+    }
+    if digits > 0 && digits < n {
+        return true;
+    }
+    if digits == n {
+        return !(n == 4 && (f.starts_with("19") || f.starts_with("20")));
+    }
+    if n < 4 || !c.chars().any(|x| x.is_ascii_digit()) {
+        return false;
+    }
+    let before = c[..at].chars().next_back();
+    let after = c[at + f.len()..].chars().next();
+    before.is_some_and(|x| !x.is_ascii_digit()) || after.is_some_and(|x| !x.is_ascii_digit())
+}
+
+/// What `answer`, about to be released, carries of the prepared body: the body words its
+/// contained n-grams cover (every decoder and view the check runs), and the canary characters
+/// that appear in its tokens (as written, reversed, spaced out, or as a letter or digit run of a
+/// mixed token) as slices [`slice_counts`] keeps. Independent of `enabled`; pure.
+pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
+    let mut cov = Coverage::none(prepared);
+    if answer.is_empty() {
+        return cov;
+    }
+    cov.words = crate::check::covered_words(prepared, answer);
+    let folded: Vec<String> = prepared.canaries().iter().map(tracked_chars).collect();
+    // The first three characters of every slice -> the canaries holding them: most tokens are
+    // then one hash lookup.
+    let mut keys: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, c) in folded.iter().enumerate() {
+        let chars: Vec<char> = c.chars().collect();
+        for w in chars.windows(COVERAGE_SLICE_CHARS) {
+            let ids = keys.entry(w.iter().collect()).or_default();
+            if ids.last() != Some(&i) {
+                ids.push(i);
+            }
+        }
+    }
+    if keys.is_empty() {
+        return cov;
+    }
+    let mut mark = |t: &str| {
+        let Some((key_end, _)) = t.char_indices().nth(COVERAGE_SLICE_CHARS - 1) else {
+            return;
+        };
+        let key_end = key_end + t[key_end..].chars().next().map_or(0, char::len_utf8);
+        let Some(ids) = keys.get(&t[..key_end]) else {
+            return;
+        };
+        let n = t.chars().count();
+        for &i in ids {
+            let c = &folded[i];
+            for (at, _) in c.match_indices(t) {
+                if slice_counts(t, c, at) {
+                    let first = c[..at].chars().count();
+                    for bit in &mut cov.canaries[i][first..first + n] {
+                        *bit = true;
+                    }
+                }
+            }
+        }
+    };
+    let mut tokens: Vec<String> = text::words(answer);
+    tokens.extend(
+        answer
+            .split_whitespace()
+            .filter(|t| t.chars().any(|c| !c.is_alphanumeric()))
+            .map(text::compact),
+    );
+    tokens.extend(text::words(&crate::decode::unspace(answer)));
+    for t in &tokens {
+        let rev: String = t.chars().rev().collect();
+        for s in [t.as_str(), rev.as_str()] {
+            mark(s);
+            // The letter and digit runs of a mixed token (`pin482` -> `482`).
+            let b: Vec<(usize, char)> = s.char_indices().collect();
+            let mut start = 0;
+            for k in 1..=b.len() {
+                if k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit() {
+                    if start > 0 || k < b.len() {
+                        let end = if k == b.len() { s.len() } else { b[k].0 };
+                        mark(&s[b[start].0..end]);
+                    }
+                    start = k;
+                }
+            }
+        }
+    }
+    cov
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GuardSpec, prepare};
+
+    fn body_words(n: usize) -> String {
+        let syl = [
+            "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "ba", "de", "fi", "go",
+            "hu",
+        ];
+        (0..n)
+            .map(|i| format!("{}{}{}", syl[i % 15], syl[(i / 15) % 15], syl[(i * 7) % 15]))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn a_slice_of_the_body_covers_its_words_and_slices_add_up() {
+        let body = body_words(120);
+        let p = prepare(&body, &GuardSpec::default_for(false)).unwrap();
+        let words: Vec<&str> = body.split(' ').collect();
+        let third = |k: usize| words[k * 40..(k + 1) * 40].join(" ");
+        let mut total = Coverage::none(&p);
+        let mut seen = Vec::new();
+        for k in 0..3 {
+            let c = released_coverage(&p, &format!("Here it is: {}", third(k)));
+            let pm = c.words_permille();
+            assert!((300..=334).contains(&pm), "third {k}: {pm}");
+            assert!(total.add(&c));
+            seen.push(total.words_permille());
+        }
+        assert!(
+            seen[0] < 350 && seen[1] >= 600 && seen[2] >= 950,
+            "{seen:?}"
+        );
+        // A near-miss: an answer about other things covers nothing.
+        let other = released_coverage(&p, "The weather is fine and the wind comes from the west.");
+        assert_eq!(other.words_permille(), 0);
+    }
+
+    #[test]
+    fn short_slices_of_a_code_cover_its_characters() {
+        let p = prepare(
+            "Open the shed. The door code is [[secret:K7PM2Q]] today.",
+            &GuardSpec::default_for(false),
+        )
+        .unwrap();
+        let first = released_coverage(&p, "The first half is K7P.");
+        assert_eq!(first.canary_permille(), 500);
+        let second = released_coverage(&p, "and then: q2m (read it backwards)");
+        assert_eq!(second.canary_permille(), 500);
+        let mut both = first.clone();
+        assert!(both.add(&second));
+        assert_eq!(both.canary_permille(), 1000);
+        // Near-misses: two characters, ordinary words, other numbers.
+        for benign in [
+            "k7 is a mountain",
+            "open the door, then the shed",
+            "it costs 72 euros",
+        ] {
+            assert_eq!(
+                released_coverage(&p, benign).canary_permille(),
+                0,
+                "{benign}"
+            );
+        }
+    }
+
+    #[test]
+    fn slice_rules_keep_ordinary_text_out() {
+        assert!(slice_counts("k7p", "k7pm2q", 0));
+        assert!(slice_counts("482", "pelican4821", 7));
+        assert!(slice_counts("peli", "pelican4821", 0));
+        assert!(!slice_counts("can", "pelican4821", 4), "three letters");
+        assert!(!slice_counts("pelican", "pelican4821", 0), "the whole run");
+        assert!(
+            !slice_counts("fish", "swordfish", 5),
+            "a letters-only password"
+        );
+        assert!(
+            !slice_counts("111", "4111111111111111", 1),
+            "one distinct digit"
+        );
+        assert!(!slice_counts("1944", "77194432", 2), "a year");
+        assert!(!slice_counts("42", "pelican42", 7), "two characters");
+    }
+
+    #[test]
+    fn the_bytes_round_trip_and_their_length_is_the_bodys() {
+        let p = prepare(
+            "The door code is [[secret:K7PM2Q]].\nNever mention the blue door. <!-- secret -->",
+            &GuardSpec::default_for(false),
+        )
+        .unwrap();
+        let none = Coverage::none(&p);
+        let some = released_coverage(&p, "The door code is K7P and the door is blue");
+        assert_ne!(none, some);
+        assert_eq!(none.to_bytes().len(), some.to_bytes().len());
+        assert_eq!(some.to_bytes().len(), some.encoded_len());
+        assert_eq!(Coverage::from_bytes(&some.to_bytes()).unwrap(), some);
+        let b = some.to_bytes();
+        assert_eq!(
+            Coverage::from_bytes(&b[..b.len() - 1]),
+            Err(CoverageError::Short)
+        );
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(Coverage::from_bytes(&long), Err(CoverageError::Trailing));
+        assert_eq!(Coverage::from_bytes(&[9]), Err(CoverageError::Form));
+        assert_eq!(Coverage::from_bytes(&[]), Err(CoverageError::Short));
+        // Another body's coverage does not add.
+        let q = prepare(
+            "something else entirely here",
+            &GuardSpec::default_for(false),
+        )
+        .unwrap();
+        let mut other = Coverage::none(&q);
+        assert!(!other.add(&some));
+        assert!(!format!("{some:?}").contains("true"));
+    }
+}

@@ -1,0 +1,254 @@
+//! Issue 32 items 4 and 5 in the box: every released answer of a guarded run reports to the
+//! owner alone what it carried of the body (sealed, one length per program), so slices add up;
+//! and `regenerate` runs both rounds on every run, so a caught answer costs no extra provider
+//! round (the caller's clock tells no more than its receipt). Real box over loopback.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::support::*;
+use skillbox_guard::{Action, Coverage, GuardSpec, NEUTRAL_INSTRUCTION};
+use skillbox_jc::attest::VerifiedRun;
+use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
+use skillbox_jc::program::{Program, ReceiptSpec};
+use skillbox_jc::receipt::OwnerNote;
+use skillbox_jc::run::{BoxConfig, ResultView, RunFailure, WITHHELD_ANSWER};
+use skillbox_providers::{
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage,
+};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A body of 120 distinct made-up words (no digits, nothing a canary could be), then a line
+/// with an access code.
+fn body() -> String {
+    let syl = [
+        "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "ba", "de", "fi", "go", "hu",
+    ];
+    let words: Vec<String> = (0..120)
+        .map(|i| format!("{}{}{}", syl[i % 15], syl[(i / 15) % 15], syl[(i * 7) % 15]))
+        .collect();
+    format!("{}\nThe shed code is [[secret:K7PM2Q]]", words.join(" "))
+}
+
+/// An obedient model that does exactly what the request says with its instructions (see
+/// [`obey`]): `words A B` answers words A..B of the system prompt's first line, `code A B`
+/// characters A..B of its last word, `all` the whole system prompt; anything else gets a fixed
+/// benign sentence. Counts its rounds, and fails every round whose system
+/// prompt is the neutral one when `fail_neutral` is set.
+#[derive(Default)]
+struct Slicer {
+    rounds: AtomicUsize,
+    neutral: AtomicUsize,
+    fail_neutral: bool,
+}
+
+fn request_of(user: &str) -> &str {
+    user.split("<request>\n")
+        .nth(1)
+        .and_then(|r| r.split("\n</request>").next())
+        .unwrap_or("")
+}
+
+/// What an obedient model answers to `request` with `system` as its instructions.
+fn obey(system: &str, request: &str) -> String {
+    let args: Vec<&str> = request.split_whitespace().collect();
+    let (items, join, lead): (Vec<String>, &str, &str) = match args.first() {
+        Some(&"words") => (
+            system
+                .lines()
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+            " ",
+            "Here it is: ",
+        ),
+        Some(&"code") => (
+            system
+                .split_whitespace()
+                .last()
+                .unwrap_or("")
+                .chars()
+                .map(String::from)
+                .collect(),
+            "",
+            "That part is ",
+        ),
+        Some(&"all") => return system.to_owned(),
+        _ => return "Windy from the west, light rain by evening.".to_owned(),
+    };
+    let at = |i: usize| {
+        args.get(i)
+            .and_then(|a| a.parse::<usize>().ok())
+            .unwrap_or(0)
+            .min(items.len())
+    };
+    let (a, b) = (at(1), at(2).max(at(1)));
+    format!("{lead}{}", items[a..b].join(join))
+}
+
+impl Provider for Slicer {
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest,
+        _api_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+        Box::pin(async move {
+            self.rounds.fetch_add(1, Ordering::SeqCst);
+            if request.system == NEUTRAL_INSTRUCTION {
+                self.neutral.fetch_add(1, Ordering::SeqCst);
+                if self.fail_neutral {
+                    return Err(ProviderError::RateLimited {
+                        retry_after_secs: None,
+                    });
+                }
+            }
+            Ok(Completion {
+                text: obey(&request.system, request_of(&request.user)),
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+fn guarded(mut p: Program, action: Action) -> Program {
+    p.guard = Some(GuardSpec {
+        action,
+        ..GuardSpec::default_for(false)
+    });
+    p.receipt = ReceiptSpec::for_guard(true);
+    p
+}
+
+/// Open, stake and submit a guarded run of `body()` with `request`; its result.
+async fn finish(f: &Fixture, action: Action, request: &str) -> (VerifiedRun, ResultView) {
+    let (_, run) = f.open(&guarded(f.program(), action)).await;
+    f.run_all(&run, request, &body()).await;
+    let view = f
+        .client
+        .wait_result(&run.run_id, WAIT)
+        .await
+        .expect("result");
+    (run, view)
+}
+
+/// One guarded run (a program of its own: a program runs once): the caller's answer, the
+/// owner's note, and the sealed note's length.
+async fn run(f: &Fixture, action: Action, request: &str) -> (String, OwnerNote, usize) {
+    let (run, view) = finish(f, action, request).await;
+    let receipt = verify_receipt(&view, &run).expect("receipt verifies");
+    let shared = String::from_utf8(view.receipt.payload_bytes().expect("payload")).expect("utf8");
+    assert!(
+        !shared.contains("coverage") && !shared.contains("guard"),
+        "the shared receipt tells of the guard: {shared}"
+    );
+    let out = open_result(&view, &f.result_key, &run).expect("caller opens");
+    // The caller's key does not open what the owner is told.
+    assert!(open_owner_note(&view, &receipt, &f.caller, &run).is_err());
+    let note = open_owner_note(&view, &receipt, &f.owner, &run)
+        .expect("owner opens")
+        .expect("a guarded run has a note");
+    let sealed = view.owner_note.as_ref().expect("note").len();
+    (out.answer, note, sealed)
+}
+
+#[tokio::test]
+async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_add_up() {
+    let f = start_with(Arc::new(Slicer::default()), BoxConfig::default()).await;
+    let p = Action::Withhold;
+    let mut union: Option<Coverage> = None;
+    let mut lengths = Vec::new();
+    let mut after = Vec::new();
+    for (a, b) in [(0, 40), (40, 80), (80, 120)] {
+        let (answer, note, len) = run(&f, p, &format!("words {a} {b}")).await;
+        // Each third is under the per-answer limits: the box releases it.
+        assert_ne!(answer, WITHHELD_ANSWER, "third {a}..{b}");
+        assert!(!note.guard_acted);
+        let c = note.coverage.expect("a released answer's coverage");
+        assert!(
+            (250..350).contains(&c.words_permille()),
+            "{a}..{b}: {}",
+            c.words_permille()
+        );
+        match &mut union {
+            Some(u) => assert!(u.add(&c), "one body, one shape"),
+            None => union = Some(c),
+        }
+        after.push(union.as_ref().map_or(0, Coverage::words_permille));
+        lengths.push(len);
+    }
+    // What one answer may not carry, three of them did: the union is what the owner acts on.
+    assert!(
+        after[0] < 350 && after[1] >= 350 && after[2] >= 800,
+        "{after:?}"
+    );
+
+    // The code in two halves of three characters: each under the check's fragments, each half
+    // of the code's characters.
+    let mut code: Option<Coverage> = None;
+    for (a, b) in [(0, 3), (3, 6)] {
+        let (answer, note, len) = run(&f, p, &format!("code {a} {b}")).await;
+        assert_ne!(answer, WITHHELD_ANSWER);
+        let c = note.coverage.expect("coverage");
+        assert_eq!(c.canary_permille(), 500, "{answer}");
+        match &mut code {
+            Some(u) => assert!(u.add(&c)),
+            None => code = Some(c),
+        }
+        lengths.push(len);
+    }
+    assert_eq!(code.map(|c| c.canary_permille()), Some(1000));
+
+    // A caught answer releases nothing, a benign one next to nothing; every note of the program
+    // is one sealed length, whatever it says.
+    let (answer, note, len) = run(&f, p, "all").await;
+    assert_eq!(answer, WITHHELD_ANSWER);
+    assert!(note.guard_acted);
+    let c = note.coverage.expect("coverage");
+    assert_eq!((c.words_permille(), c.canary_permille()), (0, 0));
+    lengths.push(len);
+    let (_, note, len) = run(&f, p, "weather tomorrow?").await;
+    assert_eq!(note.coverage.map(|c| c.words_permille()), Some(0));
+    lengths.push(len);
+    assert!(lengths.iter().all(|&l| l == lengths[0]), "{lengths:?}");
+}
+
+/// `regenerate` asks the provider twice on every run, caught or not, side by side: a
+/// regenerated answer takes no round an ordinary one does not (counted, not timed).
+#[tokio::test]
+async fn regenerate_runs_the_same_rounds_whether_or_not_the_guard_acts() {
+    let slicer = Arc::new(Slicer::default());
+    let f = start_with(slicer.clone(), BoxConfig::default()).await;
+    let p = Action::Regenerate;
+    let mut rounds = Vec::new();
+    for request in ["weather tomorrow?", "all"] {
+        let before = slicer.rounds.load(Ordering::SeqCst);
+        let (answer, note, _) = run(&f, p, request).await;
+        rounds.push(slicer.rounds.load(Ordering::SeqCst) - before);
+        assert_eq!(note.guard_acted, request == "all");
+        assert!(!answer.contains("kaloka"), "{answer}");
+        assert_ne!(answer, WITHHELD_ANSWER);
+    }
+    assert_eq!(
+        rounds,
+        [2, 2],
+        "one round with the body, one without, every run"
+    );
+    assert_eq!(slicer.neutral.load(Ordering::SeqCst), 2);
+
+    // The neutral round failing fails the run whether or not its answer was needed: a failure
+    // says nothing of the guard either.
+    let failing = Arc::new(Slicer {
+        fail_neutral: true,
+        ..Slicer::default()
+    });
+    let f = start_with(failing, BoxConfig::default()).await;
+    for request in ["weather tomorrow?", "all"] {
+        let (_, view) = finish(&f, Action::Regenerate, request).await;
+        assert_eq!(view.error, Some(RunFailure::RateLimited), "{request}");
+    }
+}

@@ -1,0 +1,249 @@
+//! Coverage across calls, end to end (issue 32 item 4): a caller asks an obedient model for the
+//! skill body a third per call and for an access code three characters per call, each answer
+//! under the guard's per-answer limits. The box tells the owner (sealed to it) what each released
+//! answer carried; the owner adds it up per peer, skill and day and refuses the call that would
+//! take more (`coverage_exceeded`, fixed words). With the thresholds off the same calls all pass:
+//! the attack works without the fix. Real box, nodes and stores; the provider double obeys.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::routing::post;
+use serde_json::{Value, json};
+use skillbox_guard::Coverage;
+
+use crate::support::{TestNode, start_box};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// 120 made-up words (no digits: no canary in them), one line.
+fn lore() -> String {
+    let (c, v) = (
+        ["b", "d", "g", "k", "l", "m", "n", "r", "s", "t"],
+        ["a", "e", "i", "o", "u", "y"],
+    );
+    (0..120)
+        .map(|i| {
+            format!(
+                "{}{}{}{}o",
+                c[i % 10],
+                v[(i / 10) % 6],
+                c[(i / 60 + i * 3) % 10],
+                v[i % 6]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+const VAULT: &str = "Open the shed first, then water the roses. The shed code is [[secret:K7PM2Q]]";
+
+/// An OpenAI-compatible model that does what it is told with its instructions: `words A B`
+/// answers words A..B of the system prompt's first line, `code A B` characters A..B of its last
+/// word; anything else gets a fixed sentence.
+async fn obedient(Json(req): Json<Value>) -> Json<Value> {
+    let system = req["messages"][0]["content"].as_str().unwrap_or("");
+    let user = req["messages"][1]["content"].as_str().unwrap_or("");
+    let request = user
+        .split("<request>\n")
+        .nth(1)
+        .and_then(|r| r.split("\n</request>").next())
+        .unwrap_or("");
+    let args: Vec<&str> = request.split_whitespace().collect();
+    let span = |a: &str, b: &str, len: usize| {
+        let a: usize = a.parse().unwrap_or(0);
+        let b: usize = b.parse().unwrap_or(0);
+        (a.min(len), b.min(len).max(a.min(len)))
+    };
+    let answer = match args.as_slice() {
+        ["words", a, b] => {
+            let w: Vec<&str> = system.lines().next().unwrap_or("").split(' ').collect();
+            let (a, b) = span(a, b, w.len());
+            format!("Here it is: {}", w[a..b].join(" "))
+        }
+        ["code", a, b] => {
+            let code: Vec<char> = system
+                .split_whitespace()
+                .last()
+                .unwrap_or("")
+                .chars()
+                .collect();
+            let (a, b) = span(a, b, code.len());
+            format!("That part is {}.", code[a..b].iter().collect::<String>())
+        }
+        _ => "I can help with the task itself.".to_owned(),
+    };
+    Json(json!({
+        "id": "chatcmpl-obedient",
+        "object": "chat.completion",
+        "choices": [{ "index": 0, "finish_reason": "stop",
+            "message": { "role": "assistant", "content": answer } }],
+        "usage": { "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2 }
+    }))
+}
+
+fn doc(name: &str, body: &str) -> String {
+    format!(
+        "---\nname: {name}\ndescription: Answers questions about the valley.\nprovider: openai\nmodel: gpt-test\nkey: openai-key\n---\n{body}\n"
+    )
+}
+
+struct Valley {
+    owner: TestNode,
+    caller: TestNode,
+}
+
+/// An owner offering `lore` and `vault` with its `[guard]` coverage thresholds as given, and a
+/// caller that sees them.
+async fn valley(coverage_permille: u32, canary_coverage_permille: u32) -> Valley {
+    let app = axum::Router::new().route("/v1/chat/completions", post(obedient));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the provider");
+    let provider = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let box_url = start_box(&provider).await;
+    let owner = TestNode::start(&box_url, vec![], |c| {
+        c.guard.coverage_permille = coverage_permille;
+        c.guard.canary_coverage_permille = canary_coverage_permille;
+    })
+    .await;
+    owner
+        .put_source("openai-key", "secret", "sk-coverage")
+        .await;
+    owner.add_skill(&doc("lore", &lore())).await;
+    owner.add_skill(&doc("vault", VAULT)).await;
+    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
+    caller.wait_board(&owner.peer_id, "lore").await;
+    caller.wait_board(&owner.peer_id, "vault").await;
+    Valley { owner, caller }
+}
+
+impl Valley {
+    async fn call(&self, skill: &str, request: &str) -> Value {
+        let id = self
+            .caller
+            .start_call(&self.owner.peer_id, skill, request)
+            .await;
+        let c = self.caller.wait_call(&id, LIMIT).await;
+        if c["state"] == "answered" {
+            // The owner counts an answer when its side of the call ends (it fetches the outcome
+            // on its own); the record is read after that.
+            self.owner.wait_call(&id, LIMIT).await;
+        }
+        c
+    }
+
+    /// The owner's record of what the caller took of `skill` today.
+    fn union(&self, skill: &str) -> Coverage {
+        let db = rusqlite::Connection::open(self.owner.dir.path().join("node.db")).expect("db");
+        let bytes: Vec<u8> = db
+            .query_row(
+                "SELECT coverage FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
+                [&self.caller.peer_id, skill],
+                |r| r.get(0),
+            )
+            .expect("the owner keeps the peer's coverage");
+        Coverage::from_bytes(&bytes).expect("coverage parses")
+    }
+
+    /// The caller's history and each answered call's view say nothing of the guard or of
+    /// what the owner counts.
+    async fn caller_sees_nothing_of_the_counting(&self, answered: &[Value]) {
+        let history = self.caller.get("/calls").await;
+        assert_eq!(history.status, 200, "{}", history.body);
+        for view in answered {
+            let id = view["id"].as_str().expect("id");
+            let listed = history.body.to_string();
+            assert!(listed.contains(id), "{listed}");
+            let mut v = view.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("answer");
+            }
+            let text = v.to_string().to_lowercase();
+            for word in ["guard", "acted", "coverage", "permille"] {
+                assert!(!text.contains(word), "{word} in the caller's view: {text}");
+            }
+        }
+        let text = history.body.to_string().to_lowercase();
+        for word in ["guard", "acted", "permille"] {
+            assert!(
+                !text.contains(word),
+                "{word} in the caller's history: {text}"
+            );
+        }
+    }
+}
+
+fn refused_for_coverage(c: &Value) {
+    assert_eq!(c["state"], "failed", "{c}");
+    let m = c["failure"]["message"].as_str().unwrap_or("");
+    assert!(m.contains("coverage_exceeded"), "{c}");
+    // The fixed words only: nothing of how much was taken.
+    assert!(!m.chars().any(|ch| ch.is_ascii_digit()), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
+    let v = valley(350, 500).await;
+    let mut answered = Vec::new();
+    // The body a third per call: each third passes the per-answer guard...
+    for (a, b) in [(0, 40), (40, 80)] {
+        let c = v.call("lore", &format!("words {a} {b}")).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        assert!(
+            c["answer"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("Here it is: ")),
+            "{c}"
+        );
+        answered.push(c);
+    }
+    // ...but two thirds are past what the owner lets one peer take in a day: the third is
+    // refused before anything is staked.
+    refused_for_coverage(&v.call("lore", "words 80 120").await);
+    let union = v.union("lore");
+    assert!((600..=700).contains(&union.words_permille()), "{union:?}");
+
+    // The access code in halves of three characters (each under the check's fragments): the
+    // first half is half the code, and the second call is refused.
+    let c = v.call("vault", "code 0 3").await;
+    assert_eq!(c["state"], "answered", "{c}");
+    assert_eq!(c["answer"], "That part is K7P.", "{c}");
+    answered.push(c);
+    refused_for_coverage(&v.call("vault", "code 3 6").await);
+    assert_eq!(v.union("vault").canary_permille(), 500);
+
+    v.caller_sees_nothing_of_the_counting(&answered).await;
+    v.caller.stop().await;
+    v.owner.stop().await;
+}
+
+/// The same calls with the owner's coverage thresholds off: every slice and half gets out — the
+/// attack the thresholds stop. The owner still keeps the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_thresholds_off_every_slice_gets_out() {
+    let v = valley(0, 0).await;
+    let mut body = Vec::new();
+    for (a, b) in [(0, 40), (40, 80), (80, 120)] {
+        let c = v.call("lore", &format!("words {a} {b}")).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        let t = c["answer"].as_str().expect("answer");
+        body.push(t.trim_start_matches("Here it is: ").to_owned());
+    }
+    assert_eq!(body.join(" "), lore(), "the whole body, a third at a time");
+    assert!(v.union("lore").words_permille() >= 950);
+    let mut code = String::new();
+    for (a, b) in [(0, 3), (3, 6)] {
+        let c = v.call("vault", &format!("code {a} {b}")).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        let t = c["answer"].as_str().expect("answer");
+        code.push_str(t.trim_start_matches("That part is ").trim_end_matches('.'));
+    }
+    assert_eq!(code, "K7PM2Q");
+    assert_eq!(v.union("vault").canary_permille(), 1000);
+    v.caller.stop().await;
+    v.owner.stop().await;
+}
