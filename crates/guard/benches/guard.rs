@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use skillbox_guard::{GuardSpec, check, prepare};
-use skillbox_testkit::guard::base64;
+use skillbox_testkit::guard::base64_bytes as base64;
 
 const SECRETS: &str = include_str!("../tests/data/prompt-extraction/secret-prompts.jsonl");
 

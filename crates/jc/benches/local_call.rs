@@ -18,7 +18,7 @@ use skillbox_jc::program::*;
 use skillbox_jc::run::{BoxConfig, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_providers::local::{LocalOptions, LocalProvider};
-use skillbox_providers::{BoxFuture, ChatRequest, Completion, Provider, ProviderError, Usage};
+use skillbox_providers::{ChatRequest, Provider, Reply, Usage};
 use skillbox_testkit::box_fixture::{self, MEASUREMENT, program_between};
 use skillbox_testkit::llama_bench;
 
@@ -33,11 +33,7 @@ struct Observed {
 }
 
 impl Provider for Observed {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             let completion = self.local.complete(request, key).await?;
             *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(completion.usage.clone());

@@ -7,8 +7,7 @@ use crate::http::{
     Endpoint, HttpOptions, check_status, json_error, read_capped, secret_header, transport_error,
 };
 use crate::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
-    Usage,
+    ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure, Reply, Usage,
 };
 
 /// The Messages API version this adapter speaks.
@@ -123,11 +122,7 @@ pub fn parse_message(bytes: &[u8]) -> Result<Completion, ProviderError> {
 }
 
 impl Provider for Anthropic {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             let body = request_body(&request);
             self.endpoint

@@ -234,14 +234,13 @@ impl ProviderError {
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What [`Provider::complete`] returns: one completion or why not, later.
+pub type Reply<'a> = BoxFuture<'a, Result<Completion, ProviderError>>;
+
 /// A model back end. Object-safe so the box can hold `Arc<dyn Provider>`.
 pub trait Provider: Send + Sync {
     /// `api_key` is the owner's staked key; it goes only into the request header.
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>>;
+    fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a>;
 }
 
 #[cfg(test)]

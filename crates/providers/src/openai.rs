@@ -13,8 +13,7 @@ use crate::http::{
     transport_error,
 };
 use crate::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
-    Usage,
+    ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure, Reply, Usage,
 };
 
 /// How an OpenAI-compatible endpoint is called.
@@ -154,11 +153,7 @@ pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
 }
 
 impl Provider for OpenAiCompatible {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             let body = request_body(&request, self.options.stream);
             self.endpoint

@@ -56,3 +56,19 @@ pub fn board_has(board: &Value, peer: &str, skill: &str) -> bool {
         .flatten()
         .any(|r| r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill))
 }
+
+/// A call record failed by its provider's error carries only closed codes: `run_failed`
+/// naming `upstream_error` on the side that fetched the result first, `peer_failed` naming
+/// `run_failed` on the side it told — never the provider's own words.
+#[track_caller]
+pub fn assert_failed_upstream(call: &Value) {
+    let (code, message) = (
+        call["failure"]["code"].as_str().unwrap_or(""),
+        call["failure"]["message"].as_str().unwrap_or(""),
+    );
+    assert!(
+        (code == "run_failed" && message.contains("upstream_error"))
+            || (code == "peer_failed" && message.contains("run_failed")),
+        "the closed code, not the provider's words: {call}"
+    );
+}

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use skillbox_jc::attest::{Attester, InsecureDevAttester, VerifiedRun, VerifyPolicy};
+use skillbox_jc::attest::{Attestation, Attester, InsecureDevAttester, VerifiedRun, VerifyPolicy};
 use skillbox_jc::client::{BoxClient, StakeInput, seal_stake};
 use skillbox_jc::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, sign_program};
 use skillbox_jc::ed25519_dalek::SigningKey;
@@ -13,7 +13,7 @@ use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore, ResultView, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderId, Usage,
+    ChatRequest, Completion, FinishReason, Provider, ProviderId, Reply, Usage,
 };
 
 /// How long a test waits for a run's result.
@@ -28,11 +28,7 @@ pub struct EchoProvider {
 }
 
 impl Provider for EchoProvider {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             let text = match &self.fixed {
                 Some(t) => t.clone(),
@@ -58,6 +54,14 @@ pub fn answering(text: &str) -> Arc<dyn Provider> {
     Arc::new(EchoProvider {
         fixed: Some(text.to_owned()),
     })
+}
+
+/// An opened run's attestation with what it answers to ([`Fixture::open_attested`]).
+pub struct Attested {
+    pub approved: ApprovedProgram,
+    pub run_id: String,
+    pub nonce: String,
+    pub attestation: Attestation,
 }
 
 pub struct Fixture {
@@ -164,6 +168,26 @@ impl Fixture {
             ],
         )
         .expect("seal")
+    }
+
+    /// Open a run of `p` (not verified) and ask for its attestation under a fresh nonce: what a
+    /// client then checks.
+    pub async fn open_attested(&self, p: &Program) -> Attested {
+        let env = self.approve(p);
+        let approved = approved_program(&env).expect("approved");
+        let run_id = self.client.open(&env).await.expect("open").run_id;
+        let nonce = skillbox_jc::client::new_nonce();
+        let attestation = self
+            .client
+            .attestation(&run_id, &nonce)
+            .await
+            .expect("attestation");
+        Attested {
+            approved,
+            run_id,
+            nonce,
+            attestation,
+        }
     }
 
     /// The run's result once the box has one (the test fails after [`WAIT`]).

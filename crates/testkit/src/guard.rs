@@ -2,11 +2,16 @@
 //! guard's decoders (a test must not check the guard with the guard's own code). Used by the
 //! guard's tests and benches and the extraction bench.
 
-/// Standard base64 with padding, of text or of any bytes (a cut through a character).
-pub fn base64(s: impl AsRef<[u8]>) -> String {
+/// Standard base64 with padding.
+pub fn base64(s: &str) -> String {
+    base64_bytes(s.as_bytes())
+}
+
+/// [`base64`] of any bytes (a cut through a character, say).
+pub fn base64_bytes(s: &[u8]) -> String {
     const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
-    for ch in s.as_ref().chunks(3) {
+    for ch in s.chunks(3) {
         let v = (u32::from(ch[0]) << 16)
             | (u32::from(*ch.get(1).unwrap_or(&0)) << 8)
             | u32::from(*ch.get(2).unwrap_or(&0));

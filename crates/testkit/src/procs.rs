@@ -32,6 +32,15 @@ pub fn bin() -> &'static str {
     })
 }
 
+/// `skillbox init` with its API and p2p on loopback, any free port.
+pub const LOOPBACK_INIT: [&str; 5] = [
+    "init",
+    "--api",
+    "127.0.0.1:0",
+    "--p2p",
+    "/ip4/127.0.0.1/tcp/0",
+];
+
 /// `skillbox --data-dir DIR ARGS` as a user runs it, with `env` added and `input` on its stdin
 /// (None: stdin closed); its output.
 pub fn skillbox_with(
@@ -68,6 +77,30 @@ pub fn skillbox_with(
 /// `skillbox --data-dir DIR ARGS`, stdin closed; its output.
 pub fn cli(dir: &Path, args: &[&str]) -> Output {
     skillbox_with(dir, args, &[], None)
+}
+
+/// `skillbox --data-dir DIR approve ID FLAGS` as a person runs it: in a terminal (a
+/// pseudo-terminal from util-linux `script`), answering the confirmation with `answer`.
+pub fn approve_at_terminal(dir: &Path, id: &str, flags: &str, answer: &str) -> Output {
+    let mut child = Command::new("script")
+        .args([
+            "-qec",
+            &format!(
+                "{} --data-dir '{}' approve {id} {flags}",
+                bin(),
+                dir.display()
+            ),
+            "/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script (util-linux)");
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = writeln!(stdin, "{answer}");
+    }
+    child.wait_with_output().expect("script")
 }
 
 /// A command's stdout and stderr as one text, for assertions and their messages.

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::procs::{BIN, cli as skillbox, text};
+use crate::support::procs::{BIN, LOOPBACK_INIT, cli as skillbox, text};
 
 /// A running `skillbox node`, killed when dropped.
 struct NodeProc {
@@ -89,16 +89,7 @@ fn token_add(dir: &Path, args: &[&str]) -> String {
 fn tenant_tokens_and_pack_import_through_the_cli() {
     let root = tempfile::tempdir().expect("tempdir");
     let dir = root.path().join("node");
-    let o = skillbox(
-        &dir,
-        &[
-            "init",
-            "--api",
-            "127.0.0.1:0",
-            "--p2p",
-            "/ip4/127.0.0.1/tcp/0",
-        ],
-    );
+    let o = skillbox(&dir, &LOOPBACK_INIT);
     assert!(o.status.success(), "init: {}", text(&o));
 
     let acme = token_add(&dir, &["--tenant", "acme", "--workspace", "growth"]);

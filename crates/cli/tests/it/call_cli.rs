@@ -3,31 +3,15 @@
 //! `call --wait --json`, `calls --json`, `call show`, `ask`, `approve`, `deny`, and refusals
 //! with exit code 1.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
-use crate::support::procs::{self, BIN, cli};
+use crate::support::procs::{self, cli};
 use serde_json::Value;
 
-/// `skillbox approve ID` as a person runs it: in a terminal (a pseudo-terminal from util-linux
-/// `script`), answering the confirmation with `answer`.
+/// `skillbox approve ID` at a terminal, answering the confirmation with `answer`.
 fn approve_at_terminal(dir: &std::path::Path, id: &str, answer: &str) -> Output {
-    use std::io::Write;
-    let mut child = Command::new("script")
-        .args([
-            "-qec",
-            &format!("{BIN} --data-dir '{}' approve {id}", dir.display()),
-            "/dev/null",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run script (util-linux)");
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = writeln!(stdin, "{answer}");
-    }
-    child.wait_with_output().expect("script")
+    procs::approve_at_terminal(dir, id, "", answer)
 }
 
 fn json_of(o: &Output) -> Value {

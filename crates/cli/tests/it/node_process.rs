@@ -309,17 +309,16 @@ fn init_writes_private_files_and_refuses_to_overwrite() {
     let o = skillbox(
         &dir,
         &[
-            "init",
-            "--api",
-            "127.0.0.1:0",
-            "--p2p",
-            "/ip4/127.0.0.1/tcp/0",
-            "--bootstrap",
-            "/ip4/127.0.0.1/tcp/4001",
-            "--box",
-            "http://127.0.0.1:7430",
-            "--allow-insecure-dev",
-        ],
+            &procs::LOOPBACK_INIT[..],
+            &[
+                "--bootstrap",
+                "/ip4/127.0.0.1/tcp/4001",
+                "--box",
+                "http://127.0.0.1:7430",
+                "--allow-insecure-dev",
+            ],
+        ]
+        .concat(),
     );
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("node id: 12D3KooW"), "{}", text(&o));

@@ -40,13 +40,7 @@ struct NodeProc {
 impl NodeProc {
     fn start(root: &Path, name: &str, bootstrap: Option<&str>) -> NodeProc {
         let dir = root.join(name);
-        let mut args = vec![
-            "init",
-            "--api",
-            "127.0.0.1:0",
-            "--p2p",
-            "/ip4/127.0.0.1/tcp/0",
-        ];
+        let mut args = procs::LOOPBACK_INIT.to_vec();
         if let Some(b) = bootstrap {
             args.extend(["--bootstrap", b]);
         }

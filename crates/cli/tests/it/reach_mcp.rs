@@ -636,25 +636,7 @@ fn approve_at_terminal(w: &World, id: &str) -> std::process::Output {
 }
 
 fn approve_at_terminal_with(w: &World, id: &str, flags: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new("script")
-        .args([
-            "-qec",
-            &format!(
-                "{BIN} --data-dir '{}' approve {id} {flags}",
-                w.caller.dir.display()
-            ),
-            "/dev/null",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run script (util-linux)");
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = writeln!(stdin, "yes");
-    }
-    child.wait_with_output().expect("script")
+    procs::approve_at_terminal(&w.caller.dir, id, flags, "yes")
 }
 
 // ---- raw requests: refusals

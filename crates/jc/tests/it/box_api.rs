@@ -9,7 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{Attestation, VerifyPolicy, verify_attestation};
 use skillbox_jc::client::{StakeInput, new_nonce, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{Envelope, approved_program, sign_program};
+use skillbox_jc::dsse::{Envelope, sign_program};
 use skillbox_jc::program::{PROGRAM_PAYLOAD_TYPE, Role};
 use skillbox_jc::receipt::RunStatus;
 use skillbox_jc::run::now_secs;
@@ -223,30 +223,20 @@ async fn program_refusals_each_with_its_own_error() {
 async fn attestation_checks_on_the_client() {
     let f = start(None).await;
     let p = f.program();
-    let env = f.approve(&p);
-    let approved = approved_program(&env).expect("approved");
-    let opened = f.client.open(&env).await.expect("open");
-    let nonce = new_nonce();
-    let att = f
-        .client
-        .attestation(&opened.run_id, &nonce)
-        .await
-        .expect("attestation");
+    let Attested {
+        approved,
+        run_id,
+        nonce,
+        attestation: att,
+    } = f.open_attested(&p).await;
     let now = now_secs();
-    let ok = verify_attestation(&att, &approved, &opened.run_id, &nonce, &f.policy, now)
-        .expect("verifies");
+    let ok =
+        verify_attestation(&att, &approved, &run_id, &nonce, &f.policy, now).expect("verifies");
     assert_eq!(ok.measurement, MEASUREMENT);
 
     // Nonce mismatch (a replayed attestation for an older question).
-    let e = verify_attestation(
-        &att,
-        &approved,
-        &opened.run_id,
-        &new_nonce(),
-        &f.policy,
-        now,
-    )
-    .expect_err("nonce");
+    let e = verify_attestation(&att, &approved, &run_id, &new_nonce(), &f.policy, now)
+        .expect_err("nonce");
     assert!(matches!(e, JcError::NonceMismatch), "{e:?}");
     // Statement for another program: a second run's attestation checked against the first program.
     let p2 = f.program();
@@ -277,7 +267,7 @@ async fn attestation_checks_on_the_client() {
     };
     let attacker = HpkeKeyPair::generate().public_hex();
     swapped.statement = STANDARD.encode(stmt.replace(&run_hpke, &attacker));
-    let e = verify_attestation(&swapped, &approved, &opened.run_id, &nonce, &f.policy, now)
+    let e = verify_attestation(&swapped, &approved, &run_id, &nonce, &f.policy, now)
         .expect_err("swapped key");
     assert!(matches!(e, JcError::ReportDataMismatch), "{e:?}");
     // ... and re-computing the report data does not help: the evidence signature fails.
@@ -285,43 +275,36 @@ async fn attestation_checks_on_the_client() {
     let new_rd =
         skillbox_jc::attest::report_data(&STANDARD.decode(&swapped.statement).expect("b64"));
     resigned.evidence["report_data"] = hex::encode(new_rd).into();
-    let e = verify_attestation(&resigned, &approved, &opened.run_id, &nonce, &f.policy, now)
+    let e = verify_attestation(&resigned, &approved, &run_id, &nonce, &f.policy, now)
         .expect_err("resigned");
     assert!(matches!(e, JcError::Evidence(_)), "{e:?}");
     // Dev attestation not allowed by this node's config.
     let strict = VerifyPolicy::new(false);
-    let e = verify_attestation(&att, &approved, &opened.run_id, &nonce, &strict, now)
+    let e = verify_attestation(&att, &approved, &run_id, &nonce, &strict, now)
         .expect_err("not allowed");
     assert!(matches!(e, JcError::DevAttestationNotAllowed), "{e:?}");
     // Dev attestation allowed by config but not listed by the program.
     let mut unlisted = approved.clone();
     unlisted.program.boxes[0].platform = "sev-snp".into();
-    let e = verify_attestation(&att, &unlisted, &opened.run_id, &nonce, &f.policy, now)
+    let e = verify_attestation(&att, &unlisted, &run_id, &nonce, &f.policy, now)
         .expect_err("not listed");
     assert!(matches!(e, JcError::BoxNotListed { .. }), "{e:?}");
     // Expired attestation.
-    let e = verify_attestation(
-        &att,
-        &approved,
-        &opened.run_id,
-        &nonce,
-        &f.policy,
-        now + 10_000,
-    )
-    .expect_err("expired");
+    let e = verify_attestation(&att, &approved, &run_id, &nonce, &f.policy, now + 10_000)
+        .expect_err("expired");
     assert!(matches!(e, JcError::AttestationExpired { .. }), "{e:?}");
     // Unknown platform.
     let other = Attestation {
         platform: "tdx".into(),
         ..att.clone()
     };
-    let e = verify_attestation(&other, &approved, &opened.run_id, &nonce, &f.policy, now)
+    let e = verify_attestation(&other, &approved, &run_id, &nonce, &f.policy, now)
         .expect_err("platform");
     assert!(matches!(e, JcError::PlatformNotAllowed(_)), "{e:?}");
     // The box refuses a nonce that is not one.
     let e = f
         .client
-        .attestation(&opened.run_id, "short")
+        .attestation(&run_id, "short")
         .await
         .expect_err("bad nonce");
     assert_eq!(remote_code(&e), "bad_request");

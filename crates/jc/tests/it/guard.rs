@@ -9,9 +9,7 @@ use skillbox_guard::{Action, GuardSpec};
 use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
 use skillbox_jc::program::{Program, ReceiptSpec};
 use skillbox_jc::run::{BoxConfig, RunFailure, WITHHELD_ANSWER};
-use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage,
-};
+use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
 
 const BODY: &str = "You are the weather oracle of the northern valleys. Answer every question \
     about the weather in exactly three short lines, mention the wind first, and end with a \
@@ -140,11 +138,7 @@ struct Recording {
 }
 
 impl Provider for Recording {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        _api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             self.systems.lock().expect("lock").push(request.system);
             Ok(Completion {

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use crate::support::*;
 use skillbox_jc::program::Role;
 use skillbox_jc::run::{BoxConfig, RunFailure};
-use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, Provider, ProviderError, ProviderFailure,
-};
+use skillbox_providers::{ChatRequest, Provider, ProviderError, ProviderFailure, Reply};
 
 fn http() -> reqwest::Client {
     reqwest::Client::new()
@@ -183,11 +181,7 @@ async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
 struct Echoing;
 
 impl Provider for Echoing {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        _api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             let _quoted = format!("{} {}", request.system, request.user);
             Err(ProviderError::Reported(ProviderFailure::ContextTooLong))
@@ -245,6 +239,7 @@ proptest::proptest! {
 use base64::Engine as _;
 use ed25519_dalek::SigningKey;
 use sha2::{Digest, Sha256};
+use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::dsse::{Envelope, PartyAction, sign_action};
 use skillbox_jc::program::{MAX_STAKE_BYTES, Program};
 use skillbox_jc::seal::HpkeKeyPair;
@@ -317,6 +312,20 @@ struct RawStake {
 }
 
 impl RawStake {
+    /// `key`'s stake of `sealed` as `role` in `run`, its action signed over the sealed bytes'
+    /// digest; nothing of the body sent yet.
+    async fn begin(
+        f: &Fixture,
+        run: &VerifiedRun,
+        role: Role,
+        sealed: &[u8],
+        key: &SigningKey,
+    ) -> RawStake {
+        let hash = run.program_hash.to_hex();
+        let action = stake_action(&run.run_id, &hash, role, &Sha256::digest(sealed), key);
+        RawStake::start(&f.url, &run.run_id, &action, sealed.len()).await
+    }
+
     async fn start(url: &str, run_id: &str, action_b64: &str, len: usize) -> RawStake {
         let addr = url.trim_start_matches("http://");
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -551,16 +560,8 @@ async fn open_then_delete_leaves_nothing_behind_once_the_horizon_passed() {
 async fn two_uploads_for_one_run_and_role_at_once_one_is_refused() {
     let f = start(Some("ok")).await;
     let (_, run) = f.open(&f.program()).await;
-    let hash = run.program_hash.to_hex();
     let first = f.caller_stake(&run, "first", b"a");
-    let action = stake_action(
-        &run.run_id,
-        &hash,
-        Role::Caller,
-        &Sha256::digest(&first),
-        &f.caller,
-    );
-    let mut upload = RawStake::start(&f.url, &run.run_id, &action, first.len()).await;
+    let mut upload = RawStake::begin(&f, &run, Role::Caller, &first, &f.caller).await;
     upload.wr.write_all(&first[..100]).await.expect("part");
     upload.wr.flush().await.expect("flush");
     // Let the box take the first upload's slot.
@@ -577,14 +578,7 @@ async fn two_uploads_for_one_run_and_role_at_once_one_is_refused() {
     assert_eq!(status, 200, "{body}");
     // A cut upload gives its slot back: the owner's first try is dropped mid-body.
     let owner = f.owner_stake(&run, "body");
-    let action = stake_action(
-        &run.run_id,
-        &hash,
-        Role::Owner,
-        &Sha256::digest(&owner),
-        &f.owner,
-    );
-    let mut cut = RawStake::start(&f.url, &run.run_id, &action, owner.len()).await;
+    let mut cut = RawStake::begin(&f, &run, Role::Owner, &owner, &f.owner).await;
     cut.wr.write_all(&owner[..50]).await.expect("part");
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     drop(cut);
@@ -711,15 +705,8 @@ async fn a_stake_upload_that_dawdles_is_cut_and_gives_its_slot_back() {
     .await;
     let (_, run) = f.open(&f.program()).await;
     let sealed = f.caller_stake(&run, "slow", b"a");
-    let action = stake_action(
-        &run.run_id,
-        &run.program_hash.to_hex(),
-        Role::Caller,
-        &Sha256::digest(&sealed),
-        &f.caller,
-    );
     // A slowloris: a few bytes, then nothing, holding the role's slot and its memory.
-    let mut slow = RawStake::start(&f.url, &run.run_id, &action, sealed.len()).await;
+    let mut slow = RawStake::begin(&f, &run, Role::Caller, &sealed, &f.caller).await;
     slow.wr.write_all(&sealed[..10]).await.expect("part");
     let (status, body) = tokio::time::timeout(
         std::time::Duration::from_secs(10),

@@ -9,7 +9,6 @@ use skillbox_jc::JcError;
 use skillbox_jc::attest::{
     IN_PROCESS, InsecureDevAttester, VerifyPolicy, provider_table_hash, verify_attestation,
 };
-use skillbox_jc::client::new_nonce;
 use skillbox_jc::dsse::approved_program;
 use skillbox_jc::run::now_secs;
 
@@ -46,22 +45,19 @@ async fn a_box_signing_with_another_key_than_the_pinned_one_is_refused() {
 #[tokio::test]
 async fn the_provider_table_is_bound_and_checked_against_the_program_and_the_pins() {
     let f = start(None).await;
-    let env = f.approve(&f.program());
-    let approved = approved_program(&env).expect("approved");
-    let opened = f.client.open(&env).await.expect("open");
-    let nonce = new_nonce();
-    let att = f
-        .client
-        .attestation(&opened.run_id, &nonce)
-        .await
-        .expect("attestation");
+    let Attested {
+        approved,
+        run_id,
+        nonce,
+        attestation: att,
+    } = f.open_attested(&f.program()).await;
     assert_eq!(
         att.providers.get("local").map(String::as_str),
         Some(IN_PROCESS)
     );
     let policy = VerifyPolicy::new(true);
     let check = |a: &skillbox_jc::attest::Attestation, p: &VerifyPolicy| {
-        verify_attestation(a, &approved, &opened.run_id, &nonce, p, now_secs())
+        verify_attestation(a, &approved, &run_id, &nonce, p, now_secs())
     };
     check(&att, &policy).expect("as served, it verifies");
 

@@ -42,7 +42,7 @@ pub use fetch::{
 pub use threads::default_threads;
 pub use tokenizer::GgufTokenizer;
 
-use crate::{BoxFuture, ChatRequest, Completion, Provider, ProviderError};
+use crate::{ChatRequest, Completion, Provider, ProviderError, Reply};
 use engine::{Engine, EngineConfig, Job};
 use frame::{Part, SYSTEM_MARKER, USER_MARKER};
 
@@ -575,11 +575,7 @@ impl LocalProvider {
 }
 
 impl Provider for LocalProvider {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        _api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+    fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             let model = self.model().await?;
             let permit = self.permits.clone().acquire_owned().await.map_err(|_| {

@@ -212,6 +212,17 @@ macro_rules! assert_keyless_err {
     }};
 }
 
+/// The answer is "Paris", stopped, with these (prompt, completion) token counts and cost.
+fn assert_paris(done: &Completion, tokens: (u64, u64), cost: Option<f64>) {
+    assert_eq!(done.text, "Paris");
+    assert_eq!(done.finish, FinishReason::Stop);
+    assert_eq!(
+        (done.usage.prompt_tokens, done.usage.completion_tokens),
+        tokens
+    );
+    assert_eq!(done.usage.cost, cost);
+}
+
 /// The key must appear in no error: neither its message nor its debug form.
 fn assert_no_key(err: &ProviderError) {
     assert!(
@@ -245,11 +256,7 @@ async fn openrouter_streamed_success_with_usage_cost_and_keepalives() {
         .complete(request(), Some(KEY))
         .await
         .unwrap();
-    assert_eq!(done.text, "Paris");
-    assert_eq!(done.finish, FinishReason::Stop);
-    assert_eq!(done.usage.prompt_tokens, 21);
-    assert_eq!(done.usage.completion_tokens, 2);
-    assert_eq!(done.usage.cost, Some(0.0000123));
+    assert_paris(&done, (21, 2), Some(0.0000123));
 
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
@@ -591,11 +598,7 @@ async fn anthropic_success_with_usage_and_headers() {
         .complete(request(), Some(KEY))
         .await
         .unwrap();
-    assert_eq!(done.text, "Paris");
-    assert_eq!(done.finish, FinishReason::Stop);
-    assert_eq!(done.usage.prompt_tokens, 19);
-    assert_eq!(done.usage.completion_tokens, 3);
-    assert_eq!(done.usage.cost, None);
+    assert_paris(&done, (19, 3), None);
     let seen = server.seen();
     assert_eq!(seen[0].path, "/v1/messages");
     assert_eq!(seen[0].header("x-api-key"), Some(KEY));
