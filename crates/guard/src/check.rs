@@ -3,22 +3,14 @@
 use std::borrow::Cow;
 
 use crate::canary::CanaryOrigin;
-use crate::decode::{self, View};
+use crate::decode::{self, Decoded, View};
 use crate::prepare::Prepared;
 use crate::text;
 
-/// How deep decoders nest (base64 inside hex, base64 inside base64).
+/// How deep decoders nest (base64 inside hex, base64 inside base64, ROT47 of base32).
 const MAX_DEPTH: usize = 2;
 /// Uncovered words a copied passage may skip and still count as one passage.
 const PASSAGE_GAP: usize = 2;
-
-/// Which decoder produced the text a catch was found in (the outermost one when nested).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Decoded {
-    None,
-    Base64,
-    Hex,
-}
 
 /// Where a catch was found: the decoded text and the view of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +100,10 @@ impl<'p> Scan<'p> {
 
     fn stream(&mut self, syms: &[u8], via: Via) {
         let p = self.p;
+        // Every k-th word joins words an ordinary answer holds apart (`the pelican is 42` would
+        // be `pelican42`): that view is for body words with filler words between them, so it
+        // finds n-grams only, never a canary.
+        let canaries = !matches!(via.view, View::EveryKthWord { .. });
         p.index.scan(syms, |id| {
             let id = id as usize;
             if id < p.gram_patterns {
@@ -118,7 +114,7 @@ impl<'p> Scan<'p> {
                         self.secret = Some(via);
                     }
                 }
-            } else if self.canary.is_none() {
+            } else if canaries && self.canary.is_none() {
                 self.canary = Some((p.long_canary[id - p.gram_patterns], via));
             }
         });
@@ -333,18 +329,17 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
             return;
         }
         if depth < MAX_DEPTH {
-            let text = &queue[next].0;
-            let found = [
-                (decode::base64_runs(text), Decoded::Base64),
-                (decode::hex_runs(text), Decoded::Hex),
-            ];
-            for (t, d) in found {
-                if let Some(t) = t
+            for d in decode::DECODERS {
+                if let Some(t) = (d.decode)(&queue[next].0)
                     && t.len() <= budget
                 {
                     budget -= t.len();
-                    let d = if decoded == Decoded::None { d } else { decoded };
-                    queue.push((Cow::Owned(t), d, depth + 1));
+                    let kind = if decoded == Decoded::None {
+                        d.kind
+                    } else {
+                        decoded
+                    };
+                    queue.push((Cow::Owned(t), kind, depth + 1));
                 }
             }
         }

@@ -1,10 +1,101 @@
 //! Decoders for what an answer may hide the body in, and the views the check scans.
 //!
-//! Decoders that change the bytes (base64, hex) produce new texts; rearrangements (reversal,
-//! every k-th character) are views of a text streamed straight into the shift-invariant encoder
-//! (Caesar shifts and separators need no view: the encoding folds them away).
+//! Decoders that change the bytes (base64, hex, `%XX`, byte codes, base32, base85, ROT47,
+//! Atbash, spelled-out characters) produce new texts; they are one table, [`DECODERS`], that the
+//! check runs over the answer and over what they decode, nested. Rearrangements (reversal, every
+//! k-th character or word, digits dropped) are views of a text streamed straight into the
+//! shift-invariant encoder (Caesar shifts and separators need no view: the encoding folds them
+//! away).
+
+use std::sync::OnceLock;
 
 use crate::text;
+
+/// Which decoder produced the text a catch was found in (the outermost one when nested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decoded {
+    None,
+    Base64,
+    Hex,
+    /// `%XX` escapes (URL encoding).
+    Percent,
+    /// Byte values as decimal numbers (`80 69 76`, `&#80;`).
+    Decimal,
+    /// Byte values as octal numbers (`120 105 114`, `\120`, `0o120`).
+    Octal,
+    /// Byte values as binary numbers (`01010000 01000101`).
+    Binary,
+    /// RFC 4648 base32, either case.
+    Base32,
+    /// Ascii85, RFC 1924 (Python's `b85encode`) and Z85.
+    Base85,
+    /// Characters spelled one by one: NATO/phonetic letters, digit names and symbol names
+    /// (`Papa Echo Lima dash four two`).
+    Spelled,
+    /// ROT47 (the printable ASCII characters rotated by 47).
+    Rot47,
+    /// Atbash (`a` for `z`, `b` for `y`, ...).
+    Atbash,
+}
+
+/// One decoder of the table: what it is called in a [`crate::Via`], and the function. `decode`
+/// returns the text it decoded from `text` (only that), or `None` when nothing decodes to text;
+/// it never panics, and its output is at most twice its input (the check's budget bounds the
+/// sum, see `check::walk`).
+pub struct Decoder {
+    pub kind: Decoded,
+    pub decode: fn(&str) -> Option<String>,
+}
+
+/// Every decoder the check runs, in order. A new decoder is one entry here (and its [`Decoded`]
+/// name). The whole-line ciphers, whose output is as long as the lines they take, come last, so
+/// that the decoded-text budget goes to the specific decoders first.
+pub const DECODERS: &[Decoder] = &[
+    Decoder {
+        kind: Decoded::Base64,
+        decode: base64_runs,
+    },
+    Decoder {
+        kind: Decoded::Hex,
+        decode: hex_runs,
+    },
+    Decoder {
+        kind: Decoded::Percent,
+        decode: percent_lines,
+    },
+    Decoder {
+        kind: Decoded::Decimal,
+        decode: decimal_codes,
+    },
+    Decoder {
+        kind: Decoded::Octal,
+        decode: octal_codes,
+    },
+    Decoder {
+        kind: Decoded::Binary,
+        decode: binary_codes,
+    },
+    Decoder {
+        kind: Decoded::Base32,
+        decode: base32_runs,
+    },
+    Decoder {
+        kind: Decoded::Base85,
+        decode: base85_runs,
+    },
+    Decoder {
+        kind: Decoded::Spelled,
+        decode: spelled,
+    },
+    Decoder {
+        kind: Decoded::Rot47,
+        decode: rot47_lines,
+    },
+    Decoder {
+        kind: Decoded::Atbash,
+        decode: atbash_lines,
+    },
+];
 
 /// Text decoded from base64 runs anywhere in `text`, or `None` if none decodes to text.
 ///
@@ -12,23 +103,56 @@ use crate::text;
 /// least eight characters; runs split by whitespace (wrapped lines) are also tried joined, and
 /// each at the four alignments (a run glued to a preceding word is then still read).
 pub fn base64_runs(text: &str) -> Option<String> {
+    radix_runs(
+        text,
+        &Radix {
+            symbol: is_b64,
+            max_pad: 2,
+            block: 4,
+            min: 8,
+            alignments: 4,
+            decode: b64_decode,
+        },
+    )
+}
+
+/// A radix encoding as the run finder reads it.
+struct Radix {
+    /// A character of the alphabet (padding excluded).
+    symbol: fn(u8) -> bool,
+    /// How many `=` a run may end with.
+    max_pad: usize,
+    /// Characters per block: runs of whole blocks split by whitespace are lines of one text.
+    block: usize,
+    /// The shortest run tried.
+    min: usize,
+    /// Alignments tried for each run (a run glued to a preceding word).
+    alignments: usize,
+    /// Lenient decoding of a run (its padding included).
+    decode: fn(&[u8]) -> Vec<u8>,
+}
+
+/// Text decoded from the runs of `r`'s alphabet in `text`: each run (at each alignment until one
+/// reads as text), and chains of runs split only by whitespace, each but the last whole blocks
+/// without padding, joined (the line-wrapped form of one encoded text).
+fn radix_runs(text: &str, r: &Radix) -> Option<String> {
     let b = text.as_bytes();
     let mut runs: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
     while i < b.len() {
-        if !is_b64(b[i]) {
+        if !(r.symbol)(b[i]) {
             i += 1;
             continue;
         }
         let s = i;
-        while i < b.len() && is_b64(b[i]) {
+        while i < b.len() && (r.symbol)(b[i]) {
             i += 1;
         }
         let mut e = i;
-        while e < b.len() && b[e] == b'=' && e - i < 2 {
+        while e < b.len() && b[e] == b'=' && e - i < r.max_pad {
             e += 1;
         }
-        if e - s >= 8 {
+        if e - s >= r.min {
             runs.push((s, e));
         }
         i = e.max(s + 1);
@@ -36,13 +160,11 @@ pub fn base64_runs(text: &str) -> Option<String> {
     let mut out = String::new();
     let mut k = 0;
     while k < runs.len() {
-        // A chain of runs separated only by whitespace, each but the last a whole number of
-        // quads without padding: the line-wrapped form of one base64 text.
         let mut end = k;
         while end + 1 < runs.len() {
             let (s, e) = runs[end];
             let gap = &b[e..runs[end + 1].0];
-            let whole = (e - s) % 4 == 0 && b[e - 1] != b'=';
+            let whole = (e - s) % r.block == 0 && b[e - 1] != b'=';
             if whole && !gap.is_empty() && gap.iter().all(u8::is_ascii_whitespace) {
                 end += 1;
             } else {
@@ -54,14 +176,14 @@ pub fn base64_runs(text: &str) -> Option<String> {
                 .iter()
                 .flat_map(|&(s, e)| b[s..e].iter().copied())
                 .collect();
-            push_text(&mut out, &b64_decode(&joined));
+            push_text(&mut out, &(r.decode)(&joined));
         }
         for &(s, e) in &runs[k..=end] {
-            for skip in 0..4 {
-                if e - s < skip + 8 {
+            for skip in 0..r.alignments {
+                if e - s < skip + r.min {
                     break;
                 }
-                if push_text(&mut out, &b64_decode(&b[s + skip..e])) {
+                if push_text(&mut out, &(r.decode)(&b[s + skip..e])) {
                     break;
                 }
             }
@@ -157,26 +279,444 @@ fn hex_decode(s: &[u8]) -> Vec<u8> {
         .collect()
 }
 
-/// Append decoded bytes if they read as text; says whether it did. Text is valid UTF-8 without
-/// control characters, or at least 80 % printable ASCII (a slightly broken encoding): random
-/// bytes, which is what ordinary words decode to, are neither.
-fn push_text(out: &mut String, bytes: &[u8]) -> bool {
+/// Decoded bytes as text, if they read as text: three letters or digits at least, and valid
+/// UTF-8 without control characters, or at least 80 % printable ASCII (a slightly broken
+/// encoding). Random bytes, which is what ordinary words decode to, are neither.
+fn as_text(bytes: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
     if bytes.len() < 3 {
-        return false;
+        return None;
     }
     let printable = |b: &u8| b.is_ascii_graphic() || b.is_ascii_whitespace();
     let s = match std::str::from_utf8(bytes) {
-        Ok(s) if s.chars().all(|c| !c.is_control() || c.is_whitespace()) => s.to_owned(),
+        Ok(s) if s.chars().all(|c| !c.is_control() || c.is_whitespace()) => s.into(),
         _ if bytes.iter().filter(|b| printable(b)).count() * 5 >= bytes.len() * 4 => {
-            String::from_utf8_lossy(bytes).into_owned()
+            String::from_utf8_lossy(bytes)
         }
-        _ => return false,
+        _ => return None,
+    };
+    s.chars()
+        .filter(|c| c.is_alphanumeric())
+        .nth(2)
+        .is_some()
+        .then_some(s)
+}
+
+/// Append decoded bytes if they read as text ([`as_text`]); says whether it did.
+fn push_text(out: &mut String, bytes: &[u8]) -> bool {
+    let Some(s) = as_text(bytes) else {
+        return false;
     };
     if !out.is_empty() {
         out.push('\n');
     }
     out.push_str(&s);
     true
+}
+
+/// Text decoded from the lines of `text` that hold `%XX` escapes, when it holds at least three
+/// (a URL-encoded answer; a lone `100%` or `%20` in prose is not one).
+pub fn percent_lines(text: &str) -> Option<String> {
+    let escape = |w: &[u8]| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit();
+    text.as_bytes().windows(3).filter(|w| escape(w)).nth(2)?;
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.as_bytes().windows(3).any(escape) {
+            let bytes: Vec<u8> = percent_encoding::percent_decode_str(line).collect();
+            push_text(&mut out, &bytes);
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Byte values written as numbers, one a token (split by whitespace, `,` and `;`, and by the
+/// `\` and `&` of escapes such as `\120` and `&#80;`): runs of four or more that `parse`
+/// accepts, decoded where their bytes read as text. `parse` appends a token's bytes to the run,
+/// or says it is not one.
+fn code_runs(text: &str, parse: fn(&str, &mut Vec<u8>) -> bool) -> Option<String> {
+    let mut out = String::new();
+    let mut run: Vec<u8> = Vec::new();
+    let flush = |run: &mut Vec<u8>, out: &mut String| {
+        if run.len() >= 4 {
+            push_text(out, run);
+        }
+        run.clear();
+    };
+    for tok in text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '\\' | '&')) {
+        let tok = tok.trim_matches(|c: char| "[](){}\"'.:".contains(c));
+        if tok.is_empty() {
+            continue;
+        }
+        if !parse(tok, &mut run) {
+            flush(&mut run, &mut out);
+        }
+    }
+    flush(&mut run, &mut out);
+    (!out.is_empty()).then_some(out)
+}
+
+/// `digits` in `radix`, if all are its digits and the value is a byte.
+fn byte_of(digits: &str, radix: u32) -> Option<u8> {
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u8::from_str_radix(digits, radix).ok()
+}
+
+/// Append the byte `digits` (a number in `radix` of at most `max_len` digits) is; says whether
+/// it was one.
+fn push_code(digits: &str, radix: u32, max_len: usize, run: &mut Vec<u8>) -> bool {
+    match byte_of(digits, radix).filter(|_| digits.len() <= max_len) {
+        Some(v) => {
+            run.push(v);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Decimal byte codes: `80 69 76`, `80,69,76`, `&#80;&#69;`.
+pub fn decimal_codes(text: &str) -> Option<String> {
+    code_runs(text, |tok, run| {
+        push_code(tok.strip_prefix('#').unwrap_or(tok), 10, 3, run)
+    })
+}
+
+/// Octal byte codes: `120 105 114`, `\120\105`, `0o120`, `0120`.
+pub fn octal_codes(text: &str) -> Option<String> {
+    code_runs(text, |tok, run| {
+        push_code(tok.strip_prefix("0o").unwrap_or(tok), 8, 4, run)
+    })
+}
+
+/// Binary byte codes: `01010000 01000101`, 7-bit `1010000`, `0b01010000`, or one long string of
+/// whole bytes.
+pub fn binary_codes(text: &str) -> Option<String> {
+    code_runs(text, |tok, run| {
+        let d = tok.strip_prefix("0b").unwrap_or(tok);
+        let n = d.len();
+        if !(n == 7 || n % 8 == 0) || n == 0 || !d.bytes().all(|c| c == b'0' || c == b'1') {
+            return false;
+        }
+        if n == 7 {
+            run.extend(byte_of(d, 2));
+        } else {
+            run.extend(
+                d.as_bytes()
+                    .chunks(8)
+                    .filter_map(|c| std::str::from_utf8(c).ok().and_then(|c| byte_of(c, 2))),
+            );
+        }
+        true
+    })
+}
+
+/// Text decoded from base32 runs (RFC 4648 alphabet, `=`-padded or not): upper-case runs of 8+
+/// characters, lower-case ones of 16+ (an ordinary long word is a lower-case run), never mixed;
+/// wrapped lines joined as for base64.
+pub fn base32_runs(text: &str) -> Option<String> {
+    radix_runs(
+        text,
+        &Radix {
+            symbol: |c| c.is_ascii_alphabetic() || (b'2'..=b'7').contains(&c),
+            max_pad: 6,
+            block: 8,
+            min: 8,
+            alignments: 1,
+            decode: b32_decode,
+        },
+    )
+}
+
+/// Lenient base32 (data-encoding, trailing bits not checked): one case only, padding dropped,
+/// cut to the longest length that is whole bytes.
+fn b32_decode(run: &[u8]) -> Vec<u8> {
+    static BASE32: OnceLock<Option<data_encoding::Encoding>> = OnceLock::new();
+    let enc = BASE32.get_or_init(|| {
+        let mut spec = data_encoding::Specification::new();
+        spec.symbols.push_str("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567");
+        spec.translate.from.push_str("abcdefghijklmnopqrstuvwxyz");
+        spec.translate.to.push_str("ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        spec.check_trailing_bits = false;
+        spec.encoding().ok()
+    });
+    let run = run.strip_suffix(b"======").unwrap_or(run);
+    let run: &[u8] = &run[..run.iter().position(|&c| c == b'=').unwrap_or(run.len())];
+    let upper = run.iter().any(u8::is_ascii_uppercase);
+    let lower = run.iter().any(u8::is_ascii_lowercase);
+    if lower && (upper || run.len() < 16) {
+        return Vec::new();
+    }
+    // Lengths that are whole bytes: 0, 2, 4, 5 or 7 characters past the last full block.
+    let mut n = run.len();
+    while !matches!(n % 8, 0 | 2 | 4 | 5 | 7) {
+        n -= 1;
+    }
+    match enc {
+        Some(e) => e.decode(&run[..n]).unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+/// Text decoded from base85 runs: whitespace-free runs of 10+ printable characters (or wrapped
+/// lines of whole 5-character blocks), `<~ ~>` stripped, read in the first alphabet that gives
+/// text of Ascii85 (Adobe, Python's `a85encode`), RFC 1924 (Python's `b85encode`) and Z85.
+pub fn base85_runs(text: &str) -> Option<String> {
+    radix_runs(
+        text,
+        &Radix {
+            symbol: |c| c.is_ascii_graphic(),
+            max_pad: 0,
+            block: 5,
+            min: 10,
+            alignments: 1,
+            decode: b85_decode,
+        },
+    )
+}
+
+const B85_RFC1924: &[u8; 85] =
+    b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~";
+const B85_Z85: &[u8; 85] =
+    b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+
+/// The reverse of an alphabet: the value of each byte, or 255.
+const fn b85_values(alphabet: Option<&[u8; 85]>) -> [u8; 256] {
+    let mut t = [255u8; 256];
+    let mut i = 0;
+    while i < 85 {
+        let c = match alphabet {
+            Some(a) => a[i],
+            None => 33 + i as u8, // Ascii85: `!` to `u`
+        };
+        t[c as usize] = i as u8;
+        i += 1;
+    }
+    t
+}
+
+/// Hand-written: the crates checked (`ascii85` 0.2.1 overflows a `u32` on `uuuuu`, which panics
+/// in a debug build, and cannot read `z`; `base85` 2.0.0 has RFC 1924 only; `z85` Z85 only) each
+/// read one alphabet and refuse what a model writes slightly wrong.
+fn b85_decode(run: &[u8]) -> Vec<u8> {
+    const TABLES: [[u8; 256]; 3] = [
+        b85_values(None),
+        b85_values(Some(B85_RFC1924)),
+        b85_values(Some(B85_Z85)),
+    ];
+    let run = run.strip_prefix(b"<~").unwrap_or(run);
+    let run = run.strip_suffix(b"~>").unwrap_or(run);
+    for table in &TABLES {
+        let bytes = b85_with(run, table);
+        if as_text(&bytes).is_some() {
+            return bytes;
+        }
+    }
+    Vec::new()
+}
+
+/// Lenient base85 in one alphabet: stops at the first character outside it or the first block
+/// over 32 bits; a trailing partial block yields the bytes it holds.
+fn b85_with(run: &[u8], table: &[u8; 256]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(run.len() / 5 * 4 + 4);
+    let mut acc = 0u64;
+    let mut n = 0;
+    let block = |acc: u64, n: usize, out: &mut Vec<u8>| -> bool {
+        // A partial block of `n` digits is padded with the highest digit and yields n - 1 bytes.
+        let mut v = acc;
+        for _ in n..5 {
+            v = v * 85 + 84;
+        }
+        let Ok(v) = u32::try_from(v) else {
+            return false;
+        };
+        out.extend_from_slice(&v.to_be_bytes()[..n - 1]);
+        true
+    };
+    for &c in run {
+        let v = table[c as usize];
+        if v == 255 {
+            break;
+        }
+        acc = acc * 85 + u64::from(v);
+        n += 1;
+        if n == 5 {
+            if !block(acc, 5, &mut out) {
+                return out;
+            }
+            acc = 0;
+            n = 0;
+        }
+    }
+    if n >= 2 {
+        block(acc, n, &mut out);
+    }
+    out
+}
+
+/// A word that spells one character: a NATO/phonetic letter, a digit name, or a symbol name.
+fn spelled_char(w: &str) -> Option<(char, bool)> {
+    const LETTERS: [&str; 26] = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+        "juliett", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
+        "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
+    ];
+    const DIGITS: [&str; 10] = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    let lower = w.to_ascii_lowercase();
+    let l = lower.as_str();
+    if let Some(i) = LETTERS.iter().position(|&x| x == l) {
+        return Some(((b'A' + i as u8) as char, false));
+    }
+    if let Some(i) = DIGITS.iter().position(|&x| x == l) {
+        return Some(((b'0' + i as u8) as char, false));
+    }
+    let (c, symbol) = match l {
+        "alfa" => ('A', false),
+        "juliet" => ('J', false),
+        "whisky" => ('W', false),
+        "niner" => ('9', false),
+        "dash" | "hyphen" | "minus" => ('-', true),
+        "dot" => ('.', true),
+        "underscore" => ('_', true),
+        "slash" => ('/', true),
+        "colon" => (':', true),
+        _ => return None,
+    };
+    Some((c, symbol))
+}
+
+/// Characters spelled one by one, joined back: `Papa Echo Lima India Charlie Alpha November
+/// Four Two` is `PELICAN42`, `K 7 P M dash 2 Q X Z` is `K7PM-2QXZ`, `pelican dash four two` is
+/// `pelican-42` (a symbol name joins the words beside it). A run is words that each spell a
+/// character (single characters among them), with at least one name in it; only runs of four
+/// letters and digits or more are kept (a fragment's length), one a line. `capital`/`uppercase`/`lowercase` inside a run are
+/// skipped, and `X-ray` is `X`.
+pub fn spelled(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut run = String::new();
+    let mut named = false;
+    // The word before the run (a symbol name at the run's start joins it), and whether the run
+    // ends in a symbol name (the next word joins it).
+    let mut prev: Option<&str> = None;
+    let mut open_symbol = false;
+    let mut prev_x = false;
+    let end = |run: &mut String, named: &mut bool, out: &mut String| {
+        if *named && run.chars().filter(|c| c.is_alphanumeric()).count() >= 4 {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(run);
+        }
+        run.clear();
+        *named = false;
+    };
+    for w in text.split(|c: char| !c.is_alphanumeric()) {
+        if w.is_empty() {
+            continue;
+        }
+        if prev_x && w.eq_ignore_ascii_case("ray") {
+            prev_x = false;
+            continue;
+        }
+        prev_x = w.eq_ignore_ascii_case("x");
+        let piece = if w.chars().count() == 1 {
+            Some((w.chars().next().unwrap_or(' '), false))
+        } else {
+            spelled_char(w)
+        };
+        match piece {
+            Some((c, symbol)) => {
+                if symbol && run.is_empty() {
+                    run.push_str(prev.unwrap_or(""));
+                }
+                run.push(c);
+                named |= w.len() > 1;
+                open_symbol = symbol;
+            }
+            None if !run.is_empty()
+                && ["capital", "uppercase", "lowercase"]
+                    .iter()
+                    .any(|m| w.eq_ignore_ascii_case(m)) => {}
+            None => {
+                if open_symbol {
+                    run.push_str(w);
+                    open_symbol = false;
+                }
+                end(&mut run, &mut named, &mut out);
+                prev = Some(w);
+                continue;
+            }
+        }
+        prev = None;
+    }
+    end(&mut run, &mut named, &mut out);
+    (!out.is_empty()).then_some(out)
+}
+
+/// ROT47 of the lines that look like it: 8+ visible characters, a quarter or more of them ASCII
+/// digits and punctuation (ROT47 turns most lower-case letters into both; prose has a few
+/// percent). Other lines are left out.
+pub fn rot47_lines(text: &str) -> Option<String> {
+    let mut out = String::new();
+    for line in text.lines() {
+        let visible = line.chars().filter(|c| !c.is_whitespace()).count();
+        let marks = line
+            .bytes()
+            .filter(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
+            .count();
+        if visible < 8 || marks * 4 < visible {
+            continue;
+        }
+        let rotated: String = line
+            .chars()
+            .map(|c| match c {
+                '!'..='~' => (b'!' + (c as u8 - b'!' + 47) % 94) as char,
+                _ => c,
+            })
+            .collect();
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&rotated);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Atbash of the lines that look like it: 12+ ASCII letters, more of them among `z v r l f` (the
+/// Atbash of the vowels) than among `a e i o u`. Prose in a Latin-script language has about
+/// three times as many vowels; its Atbash, the other way round. Other lines are left out.
+pub fn atbash_lines(text: &str) -> Option<String> {
+    let mut out = String::new();
+    for line in text.lines() {
+        let (mut letters, mut vowels, mut mirrored) = (0, 0, 0);
+        for c in line.bytes() {
+            if c.is_ascii_alphabetic() {
+                letters += 1;
+                match c.to_ascii_lowercase() {
+                    b'a' | b'e' | b'i' | b'o' | b'u' => vowels += 1,
+                    b'z' | b'v' | b'r' | b'l' | b'f' => mirrored += 1,
+                    _ => {}
+                }
+            }
+        }
+        if letters < 12 || mirrored <= vowels {
+            continue;
+        }
+        let flipped: String = line
+            .chars()
+            .map(|c| match c {
+                'a'..='z' => (b'z' - (c as u8 - b'a')) as char,
+                'A'..='Z' => (b'Z' - (c as u8 - b'A')) as char,
+                _ => c,
+            })
+            .collect();
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&flipped);
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// Join spaced-out letters back into words: `P E L I C A N`, `P-E-L-I-C-A-N`, `p.e.l.i.c.a.n`,
@@ -267,6 +807,12 @@ pub enum View {
     /// Every `k`-th character from `offset` within each whitespace-separated token (a filler
     /// between the letters of each word).
     TokenInterleaved { k: u8, offset: u8 },
+    /// Digits and list markers (`a)`, `(iv)`, `ii.`) dropped: a numbered word list
+    /// (`1. Write 2. clear 3. commit`).
+    NoDigits,
+    /// Every `k`-th word from `offset` (a word is a whitespace-separated token with a letter or
+    /// digit in it): a filler word between the words of the text.
+    EveryKthWord { k: u8, offset: u8 },
 }
 
 /// Every view of a text (as [`text::atoms`]), encoded into `buf` and handed to `f`; `f` returns
@@ -345,6 +891,59 @@ pub fn views(atoms: &[u32], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) ->
             }
         }
     }
+    let digit = |a: &u32| (26..text::DROP).contains(a);
+    let marked = |&(a, b): &(usize, usize)| list_marker(&atoms[a..b]);
+    if (atoms.iter().any(digit) || tokens.iter().any(marked))
+        && !run(View::NoDigits, &mut |s| {
+            for t @ &(a, b) in &tokens {
+                if !marked(t) {
+                    atoms[a..b]
+                        .iter()
+                        .filter(|a| !digit(a))
+                        .for_each(|&x| s.push(x));
+                }
+            }
+        })
+    {
+        return;
+    }
+    let words: Vec<(usize, usize)> = tokens
+        .iter()
+        .copied()
+        .filter(|&(a, b)| atoms[a..b].iter().any(|&x| x != text::DROP))
+        .collect();
+    for k in 2..=3u8 {
+        for offset in 0..k {
+            // At least two words taken, or the view is one word of the text as it is.
+            if words.len() <= usize::from(offset + k) {
+                continue;
+            }
+            if !run(View::EveryKthWord { k, offset }, &mut |s| {
+                for &(a, b) in words[usize::from(offset)..].iter().step_by(usize::from(k)) {
+                    atoms[a..b].iter().for_each(|&x| s.push(x));
+                }
+            }) {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether the atoms of a whitespace token are a list marker: one letter or a roman numeral of
+/// up to four letters (`i`, `v`, `x`), closed by punctuation (`a)`, `iv.`, `(b)`); numbered
+/// markers go with the digits.
+fn list_marker(tok: &[u32]) -> bool {
+    let start = tok
+        .iter()
+        .position(|&a| a != text::DROP)
+        .unwrap_or(tok.len());
+    let core = tok[start..].iter().take_while(|&&a| a < 26).count();
+    let rest = &tok[start + core..];
+    let roman = |a: &u32| matches!(a, 8 | 21 | 23);
+    let core_atoms = &tok[start..start + core];
+    (core == 1 || (core <= 4 && core_atoms.iter().all(roman)))
+        && !rest.is_empty()
+        && rest.iter().all(|&a| a == text::DROP)
 }
 
 /// Runs of atoms that `keep` accepts.
@@ -510,6 +1109,320 @@ mod tests {
             assert_eq!(syms, &w, "{text:?} via {view:?}");
         }
         assert_eq!(collect("some text").len(), 2 + 1 + 1 + 9 + 5);
-        assert_eq!(collect("a[0] b").len(), 2 + 1 + 1 + 1 + 9 + 5);
+        // A digit adds the view without digits.
+        assert_eq!(collect("a[0] b").len(), 2 + 1 + 1 + 1 + 9 + 5 + 1);
+    }
+}
+
+/// The decoder table and the views of issue 32 item 2: each decoder and view undoes its
+/// encoding, written here from its specification (not with the guard's code), and a near-miss
+/// beside each, ordinary text that resembles the encoding, decodes to nothing.
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+    use crate::text::compact;
+
+    const SECRET: &str = "The password is PELICAN-42, never share it.";
+
+    fn decoded(f: fn(&str) -> Option<String>, text: &str) -> String {
+        f(text).unwrap_or_default()
+    }
+
+    fn has_secret(got: &str) -> bool {
+        compact(got).contains("passwordispelican42")
+    }
+
+    /// `SECRET` in base32 and base85, as Python's `base64` module writes it (`b32encode`,
+    /// `a85encode`, `b85encode`; Z85 by the ZeroMQ RFC 32 alphabet, partial block as `b85encode`).
+    const BASE32: &str = "KRUGKIDQMFZXG53POJSCA2LTEBIEKTCJINAU4LJUGIWCA3TFOZSXEIDTNBQXEZJANF2C4===";
+    const ASCII85: &str = r"<+ohcE+*g/GAhM4+DGm>:dn&L6U=I!1bpU)DIn!&EZfF:@<,p%Blks";
+    const RFC1924: &str = r"RA^-&aA9+EcW-iJAZc?TP(@5hLqSe0G%_q8Ze@05av*bPVRB_4X>=|";
+    const Z85: &str = r"ra]?=Aa9*eCw?IjazC)tp^[5HlQsE0g+{Q8zE[05AV/Bpvrb{4x(>%";
+
+    /// Everyday prose with numbers, percentages, long words and a URL: decodes to nothing.
+    const PROSE: &str = "Sales rose 5% in 2024 and 10% in 2025; see https://example.com/q?a=1 \
+        for the INTERNATIONAL STANDARDS ORGANIZATION report. Rooms 101, 102, 103 and 104 open \
+        at 9; internationalization matters. Scores were 98, 87, 92 and 75.";
+
+    #[test]
+    fn percent_escapes_are_decoded() {
+        let all: String = SECRET.bytes().map(|b| format!("%{b:02X}")).collect();
+        let spaces = SECRET.replace(' ', "%20").replace(',', "%2C");
+        for text in [all.clone(), spaces, format!("Here you go: {all}")] {
+            assert!(has_secret(&decoded(percent_lines, &text)), "{text}");
+        }
+        assert_eq!(percent_lines(PROSE), None);
+        assert_eq!(
+            percent_lines("Use %20 for a space, %d in printf, 50%."),
+            None
+        );
+    }
+
+    #[test]
+    fn byte_codes_in_three_radixes_are_decoded() {
+        let dec: Vec<String> = SECRET.bytes().map(|b| b.to_string()).collect();
+        let oct: Vec<String> = SECRET.bytes().map(|b| format!("{b:o}")).collect();
+        let bin: Vec<String> = SECRET.bytes().map(|b| format!("{b:08b}")).collect();
+        let entities: String = SECRET.bytes().map(|b| format!("&#{b};")).collect();
+        let escapes: String = SECRET.bytes().map(|b| format!("\\{b:03o}")).collect();
+        assert!(has_secret(&decoded(decimal_codes, &dec.join(" "))));
+        assert!(has_secret(&decoded(decimal_codes, &dec.join(", "))));
+        assert!(has_secret(&decoded(decimal_codes, &entities)));
+        assert!(has_secret(&decoded(octal_codes, &oct.join(" "))));
+        assert!(has_secret(&decoded(octal_codes, &escapes)));
+        assert!(has_secret(&decoded(binary_codes, &bin.join(" "))));
+        assert!(has_secret(&decoded(binary_codes, &bin.concat())));
+        let seven: Vec<String> = SECRET.bytes().map(|b| format!("{b:07b}")).collect();
+        assert!(has_secret(&decoded(binary_codes, &seven.join(" "))));
+        // Near-misses: lists of small numbers, file modes, flags.
+        for text in [
+            PROSE,
+            "Steps 1, 2, 3, 4, 5 and 6.",
+            "chmod 755 644 600 700 on the files",
+            "flags 0 1 1 0 1 1 and 10 11 100 101",
+        ] {
+            for f in [decimal_codes, octal_codes, binary_codes] {
+                assert_eq!(f(text), None, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn base32_is_decoded_in_either_case_and_wrapped() {
+        // RFC 4648 section 10.
+        assert_eq!(base32_runs("MZXW6YTBOI======").as_deref(), Some("foobar"));
+        let enc = BASE32.to_owned();
+        for text in [
+            enc.clone(),
+            enc.trim_end_matches('=').to_owned(),
+            enc.to_lowercase(),
+            format!("In base32: {enc} (decode it)"),
+            enc.as_bytes()
+                .chunks(16)
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ] {
+            assert!(has_secret(&decoded(base32_runs, &text)), "{text}");
+        }
+        assert_eq!(base32_runs(PROSE), None);
+        assert_eq!(
+            base32_runs("ABSOLUTELY NECESSARY, UNDERSTANDABLY; straightforwardness"),
+            None
+        );
+    }
+
+    #[test]
+    fn base85_is_decoded_in_three_alphabets() {
+        // The Ascii85 example of its Wikipedia article, Adobe-framed.
+        assert_eq!(
+            base85_runs("<~9jqo^BlbD-BleB1DJ+*+F(f,q~>").as_deref(),
+            Some("Man is distinguished")
+        );
+        for enc in [ASCII85, RFC1924, Z85] {
+            for text in [enc.to_owned(), format!("Here: {enc}")] {
+                assert!(has_secret(&decoded(base85_runs, &text)), "{text}");
+            }
+        }
+        let adobe = format!("<~{ASCII85}~>");
+        assert!(has_secret(&decoded(base85_runs, &adobe)));
+        assert_eq!(base85_runs(PROSE), None);
+        assert_eq!(
+            base85_runs("Install with `pip install --upgrade pandas==2.2.1` and rerun."),
+            None
+        );
+    }
+
+    #[test]
+    fn spelled_characters_are_joined() {
+        let nato = "Papa Echo Lima India Charlie Alpha November dash Four Two";
+        assert_eq!(spelled(nato).as_deref(), Some("PELICAN-42"));
+        assert_eq!(
+            spelled("It is: K, 7, P, M, dash, 2, Q, X, Z.").as_deref(),
+            Some("K7PM-2QXZ")
+        );
+        assert_eq!(
+            spelled("the code is pelican dash four two").as_deref(),
+            Some("pelican-42")
+        );
+        assert_eq!(
+            spelled("capital X-ray yankee zulu niner").as_deref(),
+            Some("XYZ9")
+        );
+        // Near-misses: a phonetic word or two in prose, single letters, a lone symbol name.
+        for text in [
+            "The Alpha and Bravo teams meet at the hotel.",
+            "I am a cat, see A B",
+            "One of the tango dancers took a dash to the golf course.",
+        ] {
+            assert_eq!(spelled(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn rot47_and_atbash_lines_are_decoded() {
+        let rot47: String = SECRET
+            .chars()
+            .map(|c| match c {
+                '!'..='~' => char::from(33 + (c as u8 - 33 + 47) % 94),
+                _ => c,
+            })
+            .collect();
+        let atbash: String = SECRET
+            .chars()
+            .map(|c| match c {
+                'a'..='z' => char::from(b'a' + b'z' - c as u8),
+                'A'..='Z' => char::from(b'A' + b'Z' - c as u8),
+                _ => c,
+            })
+            .collect();
+        let text = format!("Sure, here it is:\n{rot47}\nand\n{atbash}");
+        assert!(has_secret(&decoded(rot47_lines, &text)), "{rot47}");
+        assert!(has_secret(&decoded(atbash_lines, &text)), "{atbash}");
+        // Near-misses: prose is neither; a line of code or numbers may be ROT47-ed, but what
+        // comes out is not the prose.
+        assert_eq!(rot47_lines(SECRET), None);
+        assert_eq!(atbash_lines(SECRET), None);
+        assert_eq!(atbash_lines(PROSE), None);
+        assert_eq!(
+            atbash_lines("Rhythm and strength matter.\nPlease try it again tomorrow."),
+            None
+        );
+    }
+
+    fn view(text: &str, want: View) -> Option<Vec<u8>> {
+        let atoms = crate::text::atoms(text);
+        let mut got = None;
+        let mut buf = Vec::new();
+        views(&atoms, &mut buf, |v, s| {
+            if v == want {
+                got = Some(s.to_vec());
+            }
+            true
+        });
+        got
+    }
+
+    fn enc(s: &str) -> Vec<u8> {
+        let mut v = Vec::new();
+        let mut e = crate::text::Encoder::new(&mut v);
+        s.chars().for_each(|c| e.push(c));
+        v
+    }
+
+    #[test]
+    fn numbered_word_lists_lose_their_numbers() {
+        let want = enc("write clear commit messages");
+        for text in [
+            "1. write 2. clear 3. commit 4. messages",
+            "1) write\n2) clear\n3) commit\n4) messages",
+            "a) write b) clear c) commit d) messages",
+            "(i) write (ii) clear (iii) commit (iv) messages",
+            "write1 clear22 commit333 messages",
+        ] {
+            assert_eq!(view(text, View::NoDigits), Some(want.clone()), "{text}");
+        }
+        // Near-miss: nothing to drop, no view; words that end a sentence are no markers.
+        assert_eq!(view("write clear commit messages", View::NoDigits), None);
+        assert_eq!(view("Go to Rome. See it, then rest.", View::NoDigits), None);
+    }
+
+    #[test]
+    fn every_kth_word_undoes_a_filler_word() {
+        let want = enc("write clear commit messages");
+        let cases = [
+            ("write banana clear banana commit banana messages", 2, 0),
+            (
+                "banana write banana clear banana commit banana messages",
+                2,
+                1,
+            ),
+            ("write a b clear a b commit a b messages", 3, 0),
+            ("x y write x y clear x y commit x y messages", 3, 2),
+            ("write -- oh clear -- oh commit -- oh messages", 2, 0),
+        ];
+        for (text, k, offset) in cases {
+            assert_eq!(
+                view(text, View::EveryKthWord { k, offset }),
+                Some(want.clone()),
+                "{text}"
+            );
+        }
+        // Near-miss: ordinary prose gives other words.
+        let plain = view(
+            "write clear commit messages for your team",
+            View::EveryKthWord { k: 2, offset: 0 },
+        );
+        assert_ne!(plain, Some(want));
+        assert_eq!(
+            view("two words", View::EveryKthWord { k: 2, offset: 0 }),
+            None
+        );
+    }
+
+    #[test]
+    fn the_table_names_every_decoder_once() {
+        let mut kinds: Vec<Decoded> = DECODERS.iter().map(|d| d.kind).collect();
+        let n = kinds.len();
+        kinds.dedup();
+        assert_eq!(kinds.len(), n);
+        assert!(!kinds.contains(&Decoded::None));
+    }
+
+    use proptest::prelude::*;
+
+    /// Text made of the pieces the decoders look for, to reach their deep paths.
+    fn soup() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop_oneof![
+                Just("%4".to_owned()),
+                Just("%20".to_owned()),
+                Just("&#".to_owned()),
+                Just("\\1".to_owned()),
+                Just("<~".to_owned()),
+                Just("~>".to_owned()),
+                Just("0b".to_owned()),
+                Just("dash".to_owned()),
+                Just("Papa".to_owned()),
+                Just("x-ray".to_owned()),
+                Just("uuuuu".to_owned()),
+                Just("=".to_owned()),
+                "[0-9 ,;]{1,12}",
+                "[A-Z2-7=]{1,20}",
+                "[!-~]{1,20}",
+                "[a-z ]{1,12}",
+                any::<String>(),
+            ],
+            0..60,
+        )
+        .prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Any text: no decoder panics, and none writes more than twice what it read (the
+        /// check's budget relies on it).
+        #[test]
+        fn decoders_never_panic_and_stay_bounded(a in any::<String>(), b in soup()) {
+            for text in [&a, &b] {
+                for d in DECODERS {
+                    if let Some(out) = (d.decode)(text) {
+                        prop_assert!(
+                            out.len() <= 2 * text.len() + 8,
+                            "{:?}: {} bytes from {}", d.kind, out.len(), text.len()
+                        );
+                    }
+                }
+                let atoms = crate::text::atoms(text);
+                let mut buf = Vec::new();
+                let mut views_seen = 0;
+                views(&atoms, &mut buf, |_, s| {
+                    views_seen += 1;
+                    s.len() <= 4 * atoms.len() + 4
+                });
+                prop_assert!(views_seen <= 32);
+            }
+        }
     }
 }

@@ -24,10 +24,12 @@
 //! ```
 //!
 //! What it catches: the body's word n-grams (case, punctuation, whitespace and separators
-//! folded) covering a share of the body, in the answer as written or after undoing base64, hex,
-//! every Caesar shift, reversal (characters, words, letters within words), every k-th character
-//! and spaced-out letters; canaries (marked tokens, `secret` lines, and secrets found in the body)
-//! in any of those forms. What it cannot catch: a paraphrase, a translation, a summary, or a
+//! folded) covering a share of the body, in the answer as written or after undoing the decoders
+//! of one table (base64, hex, `%XX`, decimal/octal/binary byte codes, base32, base85, spelled
+//! characters, ROT47, Atbash; nested twice), every Caesar shift, reversal (characters, words,
+//! letters within words), every k-th character or word, digits and list markers, and spaced-out
+//! letters; canaries (marked tokens, `secret` lines, and secrets found in the body) in any of
+//! those forms. What it cannot catch: a paraphrase, a translation, a summary, or a
 //! cipher it does not know — a determined caller can always get the gist of a body out of a
 //! model that follows instructions. See ARCHITECTURE.md.
 
@@ -42,9 +44,9 @@ mod spec;
 mod text;
 
 pub use canary::CanaryOrigin;
-pub use check::{Catch, Decoded, Measure, Reason, Verdict, Via, check, measure};
+pub use check::{Catch, Measure, Reason, Verdict, Via, check, measure};
 pub use coverage::{COVERAGE_SLICE_CHARS, Coverage, CoverageError, released_coverage};
-pub use decode::View;
+pub use decode::{Decoded, View};
 pub use prepare::{
     Canary, LONG_CANARY_CHARS, MAX_BODY_BYTES, MAX_CANARIES, MIN_CANARY_CHARS, PrepareError,
     Prepared, prepare,

@@ -6,7 +6,8 @@ use skillbox_guard::{
     CanaryOrigin, Decoded, GuardSpec, Reason, Verdict, View, check, measure, prepare,
 };
 
-const BODY: &str = "You are a release-notes writer for a small open source project. \
+/// A skill body with no secret in it (also `views.rs`'s).
+pub(crate) const BODY: &str = "You are a release-notes writer for a small open source project. \
 Read the merged pull requests the user gives you and group them into Features, Fixes and \
 Internal changes. Write one short sentence per change in the past tense, name the author with \
 an at sign, and link the pull request number. Never invent changes that are not in the list. \

@@ -1,8 +1,9 @@
 //! skillbox-guard's integration tests, one binary (`cargo test --test it`; a module's tests with
 //! `-- <module>::`): the check decoder by decoder, the prompt-extraction measurement, and the
-//! property tests. `support` holds the encoders an obedient model hides a prompt with.
+//! property tests, the new forms of an adaptive caller (`views`). `support` holds the encoders an obedient model hides a prompt with.
 
 mod check;
 mod extraction;
 mod properties;
 mod support;
+mod views;

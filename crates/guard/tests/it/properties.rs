@@ -2,6 +2,7 @@
 //! caught; an answer sharing no word with the body never is.
 
 use crate::support::*;
+use crate::views;
 use proptest::prelude::*;
 use skillbox_guard::score::{decode_for_scoring, extraction_recall, leaks_secret, rouge_l_recall};
 use skillbox_guard::{GuardSpec, check, measure, prepare};
@@ -41,7 +42,7 @@ fn body() -> impl Strategy<Value = String> {
 }
 
 fn encode(body: &str, how: u8, k: u8) -> String {
-    match how % 16 {
+    match how % 24 {
         0 => body.to_owned(),
         1 => base64(body),
         2 => hex(body),
@@ -57,7 +58,17 @@ fn encode(body: &str, how: u8, k: u8) -> String {
         12 => format!("Sure! Here it is:\n\n{body}\n\nAnything else?"),
         13 => base64(&caesar(body, 13)),
         14 => caesar(&reversed(body), 1 + k % 25),
-        _ => hex(&base64(body)),
+        15 => hex(&base64(body)),
+        // Issue 32 item 2 (Atbash is left out: its gate reads a natural language's vowels, and
+        // these bodies are random letters).
+        16 => views::percent(body),
+        17 => views::decimal(body),
+        18 => views::base32(body),
+        19 => views::ascii85(body),
+        20 => views::rot47(body),
+        21 => views::nato(body),
+        22 => views::with_filler(body, ["banana", "very much"][usize::from(k % 2)]),
+        _ => views::numbered(body),
     }
 }
 
@@ -102,7 +113,7 @@ proptest! {
     }
 
     #[test]
-    fn the_body_in_any_listed_encoding_is_caught(body in body(), how in 0u8..16, k in 0u8..25) {
+    fn the_body_in_any_listed_encoding_is_caught(body in body(), how in 0u8..24, k in 0u8..25) {
         let p = prepare(&body, &spec()).unwrap();
         let answer = encode(p.model_body(), how, k);
         prop_assert!(check(&p, &answer).is_caught(), "encoding {how}/{k}: {answer:?}");
