@@ -7,7 +7,7 @@ use crate::decode::{self, Decoded, View};
 use crate::prepare::Prepared;
 use crate::text;
 
-/// How deep decoders nest (base64 inside hex, base64 inside base64, ROT47 of base32).
+/// How deep decoders nest (base64 inside hex, base64 inside base64, ROT47 inside base32).
 const MAX_DEPTH: usize = 2;
 /// Uncovered words a copied passage may skip and still count as one passage.
 const PASSAGE_GAP: usize = 2;

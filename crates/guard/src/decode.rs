@@ -654,8 +654,14 @@ pub fn spelled(text: &str) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
-/// ROT47 of the lines that look like it: 8+ visible characters, a quarter or more of them ASCII
-/// digits and punctuation (ROT47 turns most lower-case letters into both; prose has a few
+/// A line of three or more whitespace-separated words: ROT47 and Atbash keep the spaces of the
+/// text they encode, and a line that is one long token (base64, hex, a URL) is neither.
+fn worded(line: &str) -> bool {
+    line.split_whitespace().nth(2).is_some()
+}
+
+/// ROT47 of the lines that look like it: three words or more, 8+ visible characters, a quarter
+/// or more of them ASCII digits and punctuation (ROT47 turns most lower-case letters into both; prose has a few
 /// percent). Other lines are left out.
 pub fn rot47_lines(text: &str) -> Option<String> {
     let mut out = String::new();
@@ -665,7 +671,7 @@ pub fn rot47_lines(text: &str) -> Option<String> {
             .bytes()
             .filter(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
             .count();
-        if visible < 8 || marks * 4 < visible {
+        if visible < 8 || marks * 4 < visible || !worded(line) {
             continue;
         }
         let rotated: String = line
@@ -683,7 +689,7 @@ pub fn rot47_lines(text: &str) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
-/// Atbash of the lines that look like it: 12+ ASCII letters, more of them among `z v r l f` (the
+/// Atbash of the lines that look like it: three words or more, 12+ ASCII letters, more of them among `z v r l f` (the
 /// Atbash of the vowels) than among `a e i o u`. Prose in a Latin-script language has about
 /// three times as many vowels; its Atbash, the other way round. Other lines are left out.
 pub fn atbash_lines(text: &str) -> Option<String> {
@@ -700,7 +706,7 @@ pub fn atbash_lines(text: &str) -> Option<String> {
                 }
             }
         }
-        if letters < 12 || mirrored <= vowels {
+        if letters < 12 || mirrored <= vowels || !worded(line) {
             continue;
         }
         let flipped: String = line

@@ -204,9 +204,9 @@ fn the_body_in_each_new_form_is_withheld() {
             v == View::Plain
         }),
         (
-            "ROT47 of base32, nested",
-            rot47(&base32(BODY)),
-            Decoded::Rot47,
+            "base32 of ROT47, nested",
+            base32(&rot47(BODY)),
+            Decoded::Base32,
             |v| v == View::Plain,
         ),
     ];
