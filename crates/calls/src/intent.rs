@@ -151,6 +151,16 @@ fn background() -> &'static Background {
     })
 }
 
+/// How many background skills use `term` (0 when none does).
+pub fn background_df(term: &str) -> f64 {
+    background().df.get(term).copied().unwrap_or(0.0)
+}
+
+/// How many skills the background holds.
+pub fn background_documents() -> f64 {
+    background().n
+}
+
 /// Rank every candidate for `text`, best first (ties by skill then peer, for stable output).
 pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
     let docs: Vec<Vec<String>> = candidates

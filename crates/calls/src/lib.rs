@@ -4,6 +4,7 @@
 //! - [`selection`]: which of the caller's sources a call applies.
 //! - [`policy`]: the consent question at `jc.submit`, and the owner's admission.
 //! - [`intent`]: the `skill` intent, picking a board skill for a request (BM25), or none.
+//! - [`vocabulary`]: the terms a skill is indexed under and a search looks up (the skill index).
 //!
 //! The node drives these: it persists each new record, then executes the actions.
 
@@ -11,6 +12,7 @@ pub mod intent;
 pub mod machine;
 pub mod policy;
 pub mod selection;
+pub mod vocabulary;
 
 pub use machine::{
     Action, Call, Decision, Event, Failure, FailureCode, NewCall, Role, State, Timing, Transition,

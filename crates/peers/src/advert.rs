@@ -168,6 +168,12 @@ pub enum AdvertRefusal {
     /// names something that is not a source name: a hostile advert, refused whole.
     #[error("skill {skill:?} asks for a source that cannot be staked")]
     ForbiddenSource { skill: String },
+    /// The board is full, and an advert nobody searched for (gossip, board sync) does not evict.
+    #[error("the board is full; an advert this node did not ask for does not evict an entry")]
+    BoardFull,
+    /// The node publishes adverts faster than its rate: dropped, not forwarded.
+    #[error("the node publishes adverts faster than its rate")]
+    TooFrequent,
 }
 
 fn signing_bytes(advert: &Advert) -> Result<Vec<u8>, String> {

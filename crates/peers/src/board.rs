@@ -104,6 +104,17 @@ pub struct Board {
     rendered_rows: usize,
 }
 
+/// A board row as the intent ranks it.
+impl<'a> From<&'a BoardRow> for skillbox_calls::intent::Candidate<'a> {
+    fn from(r: &'a BoardRow) -> Self {
+        skillbox_calls::intent::Candidate {
+            peer: &r.peer,
+            skill: &r.skill,
+            description: &r.description,
+        }
+    }
+}
+
 impl Board {
     pub fn new(config: BoardConfig) -> Board {
         Board {
@@ -127,14 +138,60 @@ impl Board {
         gossip_source: Option<&PeerId>,
         now_ms: u64,
     ) -> Result<Ingested, AdvertRefusal> {
+        let verified = self.verify_from(bytes, gossip_source)?;
+        self.insert_verified(verified, now_ms)
+    }
+
+    /// Verify `bytes` and, when the sender is known, that it signed them.
+    fn verify_from(
+        &self,
+        bytes: &[u8],
+        source: Option<&PeerId>,
+    ) -> Result<VerifiedAdvert, AdvertRefusal> {
         let verified = verify_advert(bytes, self.config.max_advert_bytes)?;
-        if let Some(source) = gossip_source
+        if let Some(source) = source
             && *source != verified.peer
         {
             return Err(AdvertRefusal::SourceMismatch {
                 node: verified.advert.node,
                 source_peer: source.to_base58(),
             });
+        }
+        Ok(verified)
+    }
+
+    /// Verify and take an advert this node did not ask for (gossip on a live topic, board sync;
+    /// `source` as for [`Board::ingest`]). Two rules [`Board::ingest`] does not have: a newer
+    /// advert is taken only if `admit` allows its signer one more (the caller's rate; a repeat
+    /// of the advert held costs nothing), and it never evicts — on a full board an unasked
+    /// newcomer is refused, so a flood of fresh identities cannot push out the entries held.
+    /// Only what a search fetched (the board as a cache of what this node looked for) and the
+    /// node's own advert may evict the oldest entry.
+    pub fn ingest_unasked(
+        &mut self,
+        bytes: &[u8],
+        source: Option<&PeerId>,
+        now_ms: u64,
+        admit: impl FnOnce(&PeerId) -> bool,
+    ) -> Result<Ingested, AdvertRefusal> {
+        let verified = self.verify_from(bytes, source)?;
+        if let Some(existing) = self.entries.get(&verified.advert.node)
+            && verified.advert.seq <= existing.advert.seq
+        {
+            return Err(AdvertRefusal::Stale {
+                seq: verified.advert.seq,
+                newest: existing.advert.seq,
+            });
+        }
+        if !admit(&verified.peer) {
+            return Err(AdvertRefusal::TooFrequent);
+        }
+        let full = |b: &Board| b.entries.len() >= b.config.max_entries.max(1);
+        if !self.entries.contains_key(&verified.advert.node) && full(self) {
+            self.expire(now_ms);
+            if full(self) {
+                return Err(AdvertRefusal::BoardFull);
+            }
         }
         self.insert_verified(verified, now_ms)
     }

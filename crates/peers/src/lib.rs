@@ -6,21 +6,26 @@
 //!   recipient, window, replay, rate). Pure, no I/O.
 //! - [`transport`]: the [`PayloadTransport`] trait the calls logic uses, with an in-memory
 //!   network for tests without sockets.
+//! - [`index`]: the skill index's Kademlia keys and a DHT server's per-provider limits. Pure.
 //! - [`network`]: rust-libp2p (TCP + noise + yamux, gossipsub, request-response, identify,
 //!   Kademlia, opt-in mDNS) driving all of the above; [`start`] returns a [`PeersHandle`].
 
 pub mod advert;
 pub mod board;
 mod error;
+pub mod index;
 pub mod network;
 pub mod payload;
+mod rate;
 mod time;
 pub mod transport;
 
 pub use advert::{AcceptedBox, Advert, AdvertRefusal, Offer, OfferedSkill};
 pub use board::{Board, BoardConfig, BoardRow};
 pub use error::PeersError;
-pub use network::{Delivery, NetworkEvent, PeerInfo, PeersConfig, PeersHandle, start};
+pub use network::{
+    Delivery, NetworkEvent, PeerInfo, PeersConfig, PeersHandle, SearchOutcome, start,
+};
 pub use payload::{Ack, IncomingPayload, Payload, PayloadKind, SignedPayload};
 pub use transport::{MemoryNetwork, MemoryTransport, PayloadReceiver, PayloadTransport};
 

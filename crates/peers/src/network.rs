@@ -1,16 +1,17 @@
 //! The libp2p side: one task owns the Swarm; a cloneable [`PeersHandle`] talks to it over a
 //! channel. Pure parts (board, inbox) live in their own modules; this file is the I/O around them.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use libp2p::core::ConnectedPoint;
+use libp2p::kad::store::RecordStore;
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::behaviour::toggle::Toggle;
-use libp2p::swarm::dial_opts::DialOpts;
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, connection_limits, gossipsub, identify,
@@ -23,15 +24,35 @@ use tokio::time::Instant;
 use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES};
+use crate::index::{
+    MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, lookup_keys, offer_keys,
+};
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, Payload, Received,
     SeqClock, SignedPayload,
 };
+use crate::rate::Buckets;
 use crate::time::{unix_ms, unix_us};
 use crate::transport::{BoxFuture, PayloadReceiver, PayloadTransport};
 
-/// The gossipsub topic adverts travel on.
-pub const PRESENCE_TOPIC: &str = "skillbox/presence/1";
+/// The prefix of the per-category live topics adverts travel on (`<prefix>/<category>`).
+/// There is no global presence topic: a node publishes on the topics of its skills'
+/// categories and listens on the ones in [`PeersConfig::live_categories`].
+pub const PRESENCE_TOPIC_PREFIX: &str = "skillbox/presence/1";
+
+/// The live topic of one category (see [`skillbox_calls::vocabulary::CATEGORIES`]).
+pub fn presence_topic(category: &str) -> gossipsub::IdentTopic {
+    gossipsub::IdentTopic::new(format!("{PRESENCE_TOPIC_PREFIX}/{category}"))
+}
+
+/// Every category: the default of [`PeersConfig::live_categories`], right for a bounded
+/// federation; a node on a large network lists a few or none and finds skills by search.
+pub fn all_categories() -> Vec<String> {
+    skillbox_calls::vocabulary::CATEGORIES
+        .iter()
+        .map(|(c, _)| (*c).to_string())
+        .collect()
+}
 const PAYLOAD_PROTOCOL: &str = "/skillbox/payload/1";
 const KAD_PROTOCOL: &str = "/skillbox/kad/1.0.0";
 const IDENTIFY_PROTOCOL: &str = "/skillbox/id/1.0.0";
@@ -85,6 +106,31 @@ pub struct PeersConfig {
     pub max_pending_outgoing: u32,
     /// Peers the board holds at most; a newcomer beyond this evicts the oldest advert.
     pub board_max_entries: usize,
+    /// The skill index: how long a provider record lives on a DHT server, and how often this
+    /// node re-provides its keys (a node that leaves stops being found after the TTL).
+    pub index_ttl: Duration,
+    pub index_republish: Duration,
+    /// What a DHT server allows one provider: new records per second sustained, and burst.
+    pub index_rate_per_sec: f64,
+    pub index_burst: u32,
+    /// Index keys one provider may hold on this server (a node offering 16 skills uses ~112).
+    pub index_max_keys_per_provider: usize,
+    /// Providers a DHT server keeps records for at most.
+    pub index_max_providers: usize,
+    /// Categories whose live topic this node listens on (adverts of their skills reach the
+    /// board as they are published). Empty: the board holds only what searches fetched.
+    pub live_categories: Vec<String>,
+    /// Ask each newly connected peer for the adverts it holds (a bounded group's shortcut to a
+    /// full board; off on a large network, where the index is the way in).
+    pub board_sync: bool,
+    /// Adverts a search fetches point to point at most, and how long a search may take.
+    pub search_max_fetches: usize,
+    pub search_timeout: Duration,
+    /// Adverts taken from one node on the live topics: per second sustained, and burst. Past
+    /// it a node's adverts are dropped and not forwarded (an honest node publishes one an
+    /// interval, a few more when its offer changes or peers join).
+    pub advert_rate_per_sec: f64,
+    pub advert_burst: u32,
 }
 
 impl Default for PeersConfig {
@@ -117,6 +163,18 @@ impl Default for PeersConfig {
             max_pending_incoming: 64,
             max_pending_outgoing: 64,
             board_max_entries: DEFAULT_MAX_ENTRIES,
+            index_ttl: Duration::from_secs(3 * 3600),
+            index_republish: Duration::from_secs(3600),
+            index_rate_per_sec: 1.0,
+            index_burst: 256,
+            index_max_keys_per_provider: 256,
+            index_max_providers: 100_000,
+            live_categories: all_categories(),
+            board_sync: true,
+            search_max_fetches: 32,
+            search_timeout: Duration::from_secs(10),
+            advert_rate_per_sec: 0.5,
+            advert_burst: 20,
         }
     }
 }
@@ -155,6 +213,31 @@ impl PeersConfig {
         if self.board_max_entries == 0 {
             return bad("board_max_entries must be >= 1");
         }
+        if self.index_republish.is_zero() || self.index_ttl <= self.index_republish {
+            return bad("index_ttl must be longer than index_republish, which must be > 0");
+        }
+        if self.index_rate_per_sec <= 0.0
+            || self.index_burst == 0
+            || self.index_max_keys_per_provider == 0
+            || self.index_max_providers == 0
+        {
+            return bad("index rate, burst and limits must be > 0");
+        }
+        if let Some(c) = self.live_categories.iter().find(|c| {
+            !skillbox_calls::vocabulary::CATEGORIES
+                .iter()
+                .any(|(known, _)| known == c)
+        }) {
+            return Err(PeersError::InvalidConfig(format!(
+                "live_categories: unknown category {c:?}"
+            )));
+        }
+        if self.search_max_fetches == 0 || self.search_timeout.is_zero() {
+            return bad("search_max_fetches and search_timeout must be > 0");
+        }
+        if self.advert_rate_per_sec <= 0.0 || self.advert_burst == 0 {
+            return bad("advert rate and burst must be > 0");
+        }
         Ok(())
     }
 
@@ -165,6 +248,17 @@ impl PeersConfig {
             max_advert_bytes: self.max_advert_bytes,
             max_entries: self.board_max_entries,
         }
+    }
+
+    fn provider_gate(&self) -> ProviderGate {
+        ProviderGate::new(
+            ProviderLimits {
+                rate_per_sec: self.index_rate_per_sec,
+                burst: f64::from(self.index_burst),
+                max_keys_per_provider: self.index_max_keys_per_provider,
+            },
+            self.index_max_providers,
+        )
     }
 
     fn inbox_config(&self) -> InboxConfig {
@@ -221,6 +315,32 @@ pub enum NetworkEvent {
         from: PeerId,
         reason: String,
     },
+    /// Every index key of the offer set last has been announced to the servers closest to it
+    /// (`failed` of them reached none in time; Kademlia tries again at its republish).
+    Indexed {
+        keys: usize,
+        failed: usize,
+    },
+    /// This (DHT server) node did not keep a provider record a peer sent.
+    ProviderRecordRefused {
+        provider: PeerId,
+        reason: ProviderRefusal,
+    },
+}
+
+/// What a search of the skill index found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SearchOutcome {
+    /// Index keys looked up.
+    pub lookups: usize,
+    /// Distinct providers the index named (this node included if it offers a match), in the
+    /// order they were named.
+    pub named: Vec<PeerId>,
+    /// Adverts fetched point to point, and of those, refused by the board's checks.
+    pub fetched: usize,
+    pub refused: usize,
+    /// Providers whose verified advert is on the board now: the candidates to rank.
+    pub peers: Vec<PeerId>,
 }
 
 /// How a payload send ended.
@@ -236,12 +356,15 @@ enum WireRequest {
     Payload(SignedPayload),
     /// "Send me the adverts you hold": a joining node fills its board without waiting.
     BoardSync,
+    /// "Send me your own current advert": a search fetching a provider the index named.
+    Advert,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 enum WireResponse {
     Ack(Ack),
     Adverts(Vec<String>),
+    Advert(Option<String>),
 }
 
 #[derive(NetworkBehaviour)]
@@ -266,6 +389,8 @@ enum Command {
         reply: oneshot::Sender<Result<Delivery, PeersError>>,
     },
     PublishRaw(Vec<u8>, oneshot::Sender<Result<(), PeersError>>),
+    Search(String, oneshot::Sender<SearchOutcome>),
+    ProvideRaw(Vec<Vec<u8>>, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -275,6 +400,18 @@ enum Command {
 /// tail dropped, retried with back-off (seconds of delay) and, after the last attempt, lost.
 /// Under half of 100 per direction leaves room for the peer's own requests and board syncs.
 const SEND_WINDOW: usize = 32;
+
+/// A search of the skill index in progress: its key lookups, then its advert fetches.
+struct Search {
+    outcome: SearchOutcome,
+    lookups_left: usize,
+    fetches_left: usize,
+    /// The category's keys, looked up only if the keywords named nobody.
+    fallback: Vec<kad::RecordKey>,
+    seen: HashSet<PeerId>,
+    deadline: Instant,
+    reply: oneshot::Sender<SearchOutcome>,
+}
 
 struct PendingSend {
     to: PeerId,
@@ -315,12 +452,13 @@ pub async fn start(
     }
     let local = keypair.public().to_peer_id();
     let mut swarm = build_swarm(&config, keypair.clone())?;
-    let topic = gossipsub::IdentTopic::new(PRESENCE_TOPIC);
-    swarm
-        .behaviour_mut()
-        .gossipsub
-        .subscribe(&topic)
-        .map_err(|e| PeersError::InvalidConfig(format!("cannot subscribe to presence: {e}")))?;
+    for category in &config.live_categories {
+        swarm
+            .behaviour_mut()
+            .gossipsub
+            .subscribe(&presence_topic(category))
+            .map_err(|e| PeersError::InvalidConfig(format!("cannot subscribe to presence: {e}")))?;
+    }
     if config.kad_server {
         swarm.behaviour_mut().kad.set_mode(Some(kad::Mode::Server));
     }
@@ -346,7 +484,7 @@ pub async fn start(
         swarm,
         keypair,
         local,
-        topic,
+        topics: Vec::new(),
         board,
         offer: Offer::default(),
         advert_seq: 0,
@@ -363,6 +501,16 @@ pub async fn start(
         listen_addrs,
         last_kad_bootstrap: None,
         sync_answered: HashMap::new(),
+        provided: BTreeSet::new(),
+        announcing: HashSet::new(),
+        announce_failed: 0,
+        reprovided: false,
+        gate: config.provider_gate(),
+        advert_rate: Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst)),
+        searches: HashMap::new(),
+        next_search: 0,
+        lookups: HashMap::new(),
+        fetches: HashMap::new(),
         config,
     };
     for addr in task.config.bootstrap.clone() {
@@ -386,6 +534,8 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
     let mdns_on = config.mdns;
     let idle = config.idle_connection_timeout;
     let request_timeout = config.request_timeout;
+    let (index_ttl, index_republish) = (config.index_ttl, config.index_republish);
+    let search_timeout = config.search_timeout;
     let limits = connection_limits::ConnectionLimits::default()
         .with_max_established(Some(config.max_connections))
         .with_max_established_per_peer(Some(config.max_connections_per_peer))
@@ -399,6 +549,15 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
             yamux::Config::default,
         )
         .map_err(|e| PeersError::InvalidConfig(format!("tcp/noise: {e}")))?
+        // In-process `/memory/<n>` addresses, for tests of many nodes without sockets.
+        .with_other_transport(|key| {
+            use libp2p::Transport;
+            Ok(libp2p::core::transport::MemoryTransport::default()
+                .upgrade(libp2p::core::upgrade::Version::V1)
+                .authenticate(noise::Config::new(key)?)
+                .multiplex(yamux::Config::default()))
+        })
+        .map_err(|e| PeersError::InvalidConfig(format!("memory transport: {e}")))?
         .with_behaviour(|key| {
             let local = key.public().to_peer_id();
             let gossipsub = gossipsub::Behaviour::new(
@@ -417,11 +576,24 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
                 identify::Config::new(IDENTIFY_PROTOCOL.to_string(), key.public())
                     .with_agent_version(format!("skillbox/{}", env!("CARGO_PKG_VERSION"))),
             );
-            let kad = kad::Behaviour::with_config(
+            let mut kad_config = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
+            kad_config
+                // Provider records are judged by this node's gate before they are stored, and
+                // value records (which nothing here uses) are never stored.
+                .set_record_filtering(kad::StoreInserts::FilterBoth)
+                .set_provider_record_ttl(Some(index_ttl))
+                .set_provider_publication_interval(Some(index_republish))
+                .set_query_timeout(search_timeout);
+            let store = kad::store::MemoryStore::with_config(
                 local,
-                kad::store::MemoryStore::new(local),
-                kad::Config::new(StreamProtocol::new(KAD_PROTOCOL)),
+                kad::store::MemoryStoreConfig {
+                    max_records: 0,
+                    max_value_bytes: 0,
+                    max_providers_per_key: MAX_PROVIDERS_PER_KEY,
+                    max_provided_keys: 1 << 20,
+                },
             );
+            let kad = kad::Behaviour::with_config(local, store, kad_config);
             let mdns = if mdns_on {
                 Some(mdns::tokio::Behaviour::new(mdns::Config::default(), local)?)
             } else {
@@ -539,7 +711,8 @@ struct Task {
     config: PeersConfig,
     keypair: Keypair,
     local: PeerId,
-    topic: gossipsub::IdentTopic,
+    /// The live topics of the offered skills' categories: where the advert is published.
+    topics: Vec<gossipsub::IdentTopic>,
     board: Arc<Mutex<Board>>,
     offer: Offer,
     advert_seq: u64,
@@ -560,6 +733,20 @@ struct Task {
     listen_addrs: Vec<Multiaddr>,
     last_kad_bootstrap: Option<Instant>,
     sync_answered: HashMap<PeerId, Instant>,
+    /// The skill index: what this node provides, what it lets others provide on it (as a DHT
+    /// server), and the searches in flight with their lookups and fetches.
+    provided: BTreeSet<Vec<u8>>,
+    /// The announcements of the keys the offer set last added, still under way.
+    announcing: HashSet<kad::QueryId>,
+    announce_failed: usize,
+    reprovided: bool,
+    gate: ProviderGate,
+    /// Adverts taken per publisher on the live topics.
+    advert_rate: Buckets,
+    searches: HashMap<u64, Search>,
+    next_search: u64,
+    lookups: HashMap<kad::QueryId, u64>,
+    fetches: HashMap<OutboundRequestId, u64>,
 }
 
 impl Task {
@@ -644,6 +831,8 @@ impl Task {
                 let changed = offer != self.offer;
                 self.offer = offer;
                 let result = if changed {
+                    self.reindex();
+                    self.topics = offer_topics(&self.offer);
                     self.publish_advert()
                 } else {
                     Ok(())
@@ -661,12 +850,298 @@ impl Task {
                     .swarm
                     .behaviour_mut()
                     .gossipsub
-                    .publish(self.topic.clone(), bytes)
+                    .publish(presence_topic(skillbox_calls::vocabulary::GENERAL), bytes)
                     .map(|_| ())
                     .map_err(|e| PeersError::Publish(e.to_string()));
                 let _ = reply.send(result);
             }
+            Command::Search(text, reply) => self.search(&text, reply),
+            Command::ProvideRaw(keys, reply) => {
+                let kad = &mut self.swarm.behaviour_mut().kad;
+                for key in keys {
+                    let _ = kad.start_providing(kad::RecordKey::new(&key));
+                }
+                let _ = reply.send(());
+            }
             Command::Shutdown(_) => {}
+        }
+    }
+
+    /// Provide exactly the index keys of what this node offers now: stop the ones no longer
+    /// offered, start the new ones (Kademlia republishes them every `index_republish`).
+    fn reindex(&mut self) {
+        let keys = offer_keys(
+            &self.local,
+            self.offer
+                .skills
+                .iter()
+                .map(|s| (s.name.as_str(), s.description.as_str())),
+        );
+        let kad = &mut self.swarm.behaviour_mut().kad;
+        for gone in self.provided.difference(&keys) {
+            kad.stop_providing(&kad::RecordKey::new(gone));
+        }
+        for new in keys.difference(&self.provided) {
+            match kad.start_providing(kad::RecordKey::new(new)) {
+                Ok(query) => {
+                    self.announcing.insert(query);
+                }
+                Err(e) => tracing::warn!(error = ?e, "cannot provide an index key"),
+            }
+        }
+        self.provided = keys;
+        self.announce_failed = 0;
+        self.announced_done();
+    }
+
+    /// Once the last announcement of the offer's keys finished, say so.
+    fn announced_done(&mut self) {
+        if self.announcing.is_empty() {
+            self.emit(NetworkEvent::Indexed {
+                keys: self.provided.len(),
+                failed: self.announce_failed,
+            });
+        }
+    }
+
+    /// Announce every provided key again, e.g. once the routing table is filled: records sent
+    /// while this node knew only its bootstrap peer went to the wrong servers.
+    fn reprovide(&mut self) {
+        let kad = &mut self.swarm.behaviour_mut().kad;
+        for key in &self.provided {
+            if let Err(e) = kad.start_providing(kad::RecordKey::new(key)) {
+                tracing::warn!(error = ?e, "cannot provide an index key");
+            }
+        }
+    }
+
+    fn search(&mut self, text: &str, reply: oneshot::Sender<SearchOutcome>) {
+        let vocab = skillbox_calls::vocabulary::query_vocabulary(text);
+        let keys = lookup_keys(&vocab);
+        let (first, fallback) = if keys.keywords.is_empty() {
+            (keys.category, Vec::new())
+        } else {
+            (keys.keywords, keys.category)
+        };
+        let id = self.next_search;
+        self.next_search += 1;
+        let search = Search {
+            outcome: SearchOutcome::default(),
+            lookups_left: 0,
+            fetches_left: 0,
+            fallback,
+            seen: HashSet::new(),
+            deadline: Instant::now() + self.config.search_timeout,
+            reply,
+        };
+        self.searches.insert(id, search);
+        self.look_up(id, first);
+    }
+
+    /// Start search `id`'s lookups of `keys`, in parallel. Kademlia answers from our own store
+    /// first (this node may provide the key or serve it), then from the servers closest to it.
+    fn look_up(&mut self, id: u64, keys: Vec<kad::RecordKey>) {
+        let Some(search) = self.searches.get_mut(&id) else {
+            return;
+        };
+        search.outcome.lookups += keys.len();
+        search.lookups_left += keys.len();
+        for key in keys {
+            let query = self.swarm.behaviour_mut().kad.get_providers(key);
+            self.lookups.insert(query, id);
+        }
+    }
+
+    /// The index named `peer` for search `id`: use its cached advert, or fetch it.
+    fn search_found(&mut self, id: u64, peer: PeerId) {
+        let now = unix_ms();
+        let cached = peer == self.local || self.board().advert(&peer, now).is_some();
+        let max_fetches = self.config.search_max_fetches;
+        let Some(search) = self.searches.get_mut(&id) else {
+            return;
+        };
+        if !search.seen.insert(peer) {
+            return;
+        }
+        search.outcome.named.push(peer);
+        if cached {
+            search.outcome.peers.push(peer);
+            return;
+        }
+        if search.outcome.fetched >= max_fetches {
+            return;
+        }
+        search.outcome.fetched += 1;
+        search.fetches_left += 1;
+        // Dial now, while the lookup that named the provider still holds its addresses.
+        let _ = self.swarm.dial(
+            DialOpts::peer_id(peer)
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .build(),
+        );
+        let request = self
+            .swarm
+            .behaviour_mut()
+            .rr
+            .send_request(&peer, WireRequest::Advert);
+        self.fetches.insert(request, id);
+    }
+
+    /// A fetched advert (or its failure) for search `id`.
+    fn search_fetched(&mut self, id: u64, peer: PeerId, advert: Option<String>) {
+        let now = unix_ms();
+        let verdict = advert.map(|raw| self.board().ingest(raw.as_bytes(), Some(&peer), now));
+        let Some(search) = self.searches.get_mut(&id) else {
+            return;
+        };
+        search.fetches_left = search.fetches_left.saturating_sub(1);
+        match verdict {
+            Some(Ok(ingested)) => {
+                search.outcome.peers.push(peer);
+                self.emit(NetworkEvent::AdvertAccepted {
+                    peer: ingested.peer,
+                    seq: ingested.seq,
+                    new_peer: ingested.new_peer,
+                });
+            }
+            // We hold a newer one already: still a candidate.
+            Some(Err(crate::AdvertRefusal::Stale { .. })) => search.outcome.peers.push(peer),
+            Some(Err(reason)) => {
+                search.outcome.refused += 1;
+                self.emit(NetworkEvent::AdvertRefused {
+                    from: peer,
+                    reason: reason.to_string(),
+                });
+            }
+            None => {}
+        }
+        self.search_maybe_done(id);
+    }
+
+    fn search_maybe_done(&mut self, id: u64) {
+        let fall_back = self.searches.get_mut(&id).and_then(|s| {
+            (s.lookups_left == 0 && s.outcome.named.is_empty() && Instant::now() < s.deadline)
+                .then(|| std::mem::take(&mut s.fallback))
+                .filter(|keys| !keys.is_empty())
+        });
+        if let Some(keys) = fall_back {
+            self.look_up(id, keys);
+            return;
+        }
+        let done = self.searches.get(&id).is_some_and(|s| {
+            (s.lookups_left == 0 && s.fetches_left == 0) || Instant::now() >= s.deadline
+        });
+        if !done {
+            return;
+        }
+        if let Some(search) = self.searches.remove(&id) {
+            let mut outcome = search.outcome;
+            outcome.peers.sort();
+            outcome.peers.dedup();
+            let _ = search.reply.send(outcome);
+        }
+        let kad = &mut self.swarm.behaviour_mut().kad;
+        self.lookups.retain(|query, s| {
+            if *s == id {
+                if let Some(mut q) = kad.query_mut(query) {
+                    q.finish();
+                }
+                false
+            } else {
+                true
+            }
+        });
+        self.fetches.retain(|_, s| *s != id);
+    }
+
+    fn on_kad(&mut self, event: kad::Event) {
+        match event {
+            kad::Event::OutboundQueryProgressed {
+                id,
+                result: kad::QueryResult::GetProviders(result),
+                step,
+                ..
+            } => {
+                let Some(&search) = self.lookups.get(&id) else {
+                    return;
+                };
+                if let Ok(kad::GetProvidersOk::FoundProviders { providers, .. }) = result {
+                    for peer in providers {
+                        self.search_found(search, peer);
+                    }
+                }
+                if step.last {
+                    self.lookups.remove(&id);
+                    if let Some(s) = self.searches.get_mut(&search) {
+                        s.lookups_left = s.lookups_left.saturating_sub(1);
+                    }
+                    self.search_maybe_done(search);
+                }
+            }
+            kad::Event::OutboundQueryProgressed {
+                id,
+                result: kad::QueryResult::StartProviding(result),
+                step,
+                ..
+            } if step.last && self.announcing.remove(&id) => {
+                if result.is_err() {
+                    self.announce_failed += 1;
+                }
+                self.announced_done();
+            }
+            kad::Event::OutboundQueryProgressed {
+                result: kad::QueryResult::Bootstrap(Ok(_)),
+                step,
+                ..
+            } if step.last && !self.reprovided => {
+                self.reprovided = true;
+                self.reprovide();
+            }
+            kad::Event::InboundRequest {
+                request:
+                    kad::InboundRequest::AddProvider {
+                        record: Some(record),
+                    },
+            } => {
+                let now = unix_ms();
+                let expires = now.saturating_add(self.config.index_ttl.as_millis() as u64);
+                match self
+                    .gate
+                    .admit(record.provider, record.key.as_ref(), expires, now)
+                {
+                    Ok(()) => {
+                        if let Err(e) = self
+                            .swarm
+                            .behaviour_mut()
+                            .kad
+                            .store_mut()
+                            .add_provider(record)
+                        {
+                            tracing::debug!(error = ?e, "provider record not stored");
+                        }
+                    }
+                    Err(reason) => {
+                        tracing::debug!(provider = %record.provider, ?reason, "provider record refused");
+                        self.emit(NetworkEvent::ProviderRecordRefused {
+                            provider: record.provider,
+                            reason,
+                        });
+                    }
+                }
+            }
+            kad::Event::RoutingUpdated {
+                peer,
+                is_new_peer: true,
+                addresses,
+                ..
+            } if !self.swarm.is_connected(&peer) && self.connected_count() < DISCOVERY_TARGET => {
+                // Kademlia found a peer: connect, so it joins the presence mesh too.
+                let opts = DialOpts::peer_id(peer)
+                    .addresses(addresses.iter().cloned().collect())
+                    .build();
+                let _ = self.swarm.dial(opts);
+            }
+            _ => {}
         }
     }
 
@@ -727,6 +1202,15 @@ impl Task {
     }
 
     fn prune(&mut self) {
+        let late: Vec<u64> = self
+            .searches
+            .iter()
+            .filter(|(_, s)| Instant::now() >= s.deadline)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            self.search_maybe_done(id);
+        }
         let now = unix_ms();
         let gone = self.board().expire(now);
         for peer in gone {
@@ -743,21 +1227,26 @@ impl Task {
         if let Err(e) = self.board().ingest(&bytes, Some(&self.local), now) {
             return Err(PeersError::Publish(format!("own advert refused: {e}")));
         }
-        match self
-            .swarm
-            .behaviour_mut()
-            .gossipsub
-            .publish(self.topic.clone(), bytes)
-        {
-            Ok(_) => Ok(()),
-            // Nobody subscribed yet: they get the advert when they subscribe.
-            Err(gossipsub::PublishError::NoPeersSubscribedToTopic) => Ok(()),
-            Err(gossipsub::PublishError::AllQueuesFull(n)) => {
-                tracing::warn!(peers = n, "advert not sent: all peer queues full");
-                Ok(())
-            }
-            Err(e) => Err(PeersError::Publish(e.to_string())),
+        if self.topics.is_empty() {
+            self.topics = offer_topics(&self.offer);
         }
+        for topic in self.topics.clone() {
+            match self
+                .swarm
+                .behaviour_mut()
+                .gossipsub
+                .publish(topic, bytes.clone())
+            {
+                Ok(_) => {}
+                // Nobody subscribed yet: they get the advert when they subscribe.
+                Err(gossipsub::PublishError::NoPeersSubscribedToTopic) => {}
+                Err(gossipsub::PublishError::AllQueuesFull(n)) => {
+                    tracing::warn!(peers = n, "advert not sent: all peer queues full");
+                }
+                Err(e) => return Err(PeersError::Publish(e.to_string())),
+            }
+        }
+        Ok(())
     }
 
     fn schedule_publish(&mut self) {
@@ -893,7 +1382,15 @@ impl Task {
     ) {
         let now = unix_ms();
         let result = match message.source {
-            Some(source) => self.board().ingest(&message.data, Some(&source), now),
+            Some(source) => {
+                let rate = &mut self.advert_rate;
+                self.board
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .ingest_unasked(&message.data, Some(&source), now, |signer| {
+                        rate.take(signer, now)
+                    })
+            }
             None => Err(crate::AdvertRefusal::Malformed(
                 "unsigned gossip message".into(),
             )),
@@ -907,6 +1404,10 @@ impl Task {
                 });
                 gossipsub::MessageAcceptance::Accept
             }
+            // The same advert again (it went to several of our live topics): nothing to say.
+            Err(crate::AdvertRefusal::Stale { seq, newest }) if seq == newest => {
+                gossipsub::MessageAcceptance::Ignore
+            }
             Err(reason) => {
                 tracing::debug!(from = %propagation_source, %reason, "advert refused");
                 self.emit(NetworkEvent::AdvertRefused {
@@ -915,9 +1416,11 @@ impl Task {
                 });
                 match reason {
                     // Late or duplicate delivery of a genuine advert: not the forwarder's fault.
-                    crate::AdvertRefusal::Stale { .. } | crate::AdvertRefusal::Expired { .. } => {
-                        gossipsub::MessageAcceptance::Ignore
-                    }
+                    // Too many from its signer, or no room here: a forwarder is not to blame.
+                    crate::AdvertRefusal::Stale { .. }
+                    | crate::AdvertRefusal::Expired { .. }
+                    | crate::AdvertRefusal::TooFrequent
+                    | crate::AdvertRefusal::BoardFull => gossipsub::MessageAcceptance::Ignore,
                     _ => gossipsub::MessageAcceptance::Reject,
                 }
             }
@@ -953,18 +1456,7 @@ impl Task {
                 state.listen_addrs = info.listen_addrs;
                 state.agent_version = Some(info.agent_version);
             }
-            SwarmEvent::Behaviour(BehaviourEvent::Kad(kad::Event::RoutingUpdated {
-                peer,
-                is_new_peer: true,
-                addresses,
-                ..
-            })) if !self.swarm.is_connected(&peer) && self.connected_count() < DISCOVERY_TARGET => {
-                // Kademlia found a peer: connect, so it joins the presence mesh too.
-                let opts = DialOpts::peer_id(peer)
-                    .addresses(addresses.iter().cloned().collect())
-                    .build();
-                let _ = self.swarm.dial(opts);
-            }
+            SwarmEvent::Behaviour(BehaviourEvent::Kad(e)) => self.on_kad(e),
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
                 for (peer, addr) in found {
                     self.swarm.add_peer_address(peer, addr.clone());
@@ -996,17 +1488,25 @@ impl Task {
                 if let Some((_, reply)) = self.dialing.remove(&connection_id) {
                     let _ = reply.send(Ok(peer_id));
                 }
+                if self.last_kad_bootstrap.is_none() {
+                    // The first peer: fill the routing table now, not at the next tick (the
+                    // index keys are re-provided once that bootstrap completes).
+                    self.last_kad_bootstrap = Some(Instant::now());
+                    let _ = self.swarm.behaviour_mut().kad.bootstrap();
+                }
                 if num_established.get() == 1 {
                     self.emit(NetworkEvent::PeerConnected {
                         peer: peer_id,
                         address,
                     });
-                    let id = self
-                        .swarm
-                        .behaviour_mut()
-                        .rr
-                        .send_request(&peer_id, WireRequest::BoardSync);
-                    self.syncing.insert(id);
+                    if self.config.board_sync {
+                        let id = self
+                            .swarm
+                            .behaviour_mut()
+                            .rr
+                            .send_request(&peer_id, WireRequest::BoardSync);
+                        self.syncing.insert(id);
+                    }
                 }
             }
             SwarmEvent::ConnectionClosed {
@@ -1060,7 +1560,9 @@ impl Task {
                 message_id,
                 message,
             } => self.on_advert(propagation_source, message_id, message),
-            gossipsub::Event::Subscribed { topic, .. } if topic == self.topic.hash() => {
+            gossipsub::Event::Subscribed { topic, .. }
+                if self.topics.iter().any(|t| t.hash() == topic) =>
+            {
                 // Gossipsub keeps no history: a new subscriber has seen nothing, so it gets our
                 // advert now rather than at the next interval.
                 self.schedule_publish();
@@ -1079,6 +1581,11 @@ impl Task {
                         WireRequest::Payload(signed) => {
                             WireResponse::Ack(self.receive_payload(peer, &signed))
                         }
+                        WireRequest::Advert => WireResponse::Advert(
+                            self.board()
+                                .signed_advert(&self.local, unix_ms())
+                                .and_then(|raw| String::from_utf8(raw.to_vec()).ok()),
+                        ),
                         WireRequest::BoardSync => {
                             // One full answer per peer per interval: a sync is megabytes at scale.
                             let recent = self
@@ -1110,7 +1617,13 @@ impl Task {
                     request_id,
                     response,
                 } => {
-                    if self.syncing.remove(&request_id) {
+                    if let Some(search) = self.fetches.remove(&request_id) {
+                        let advert = match response {
+                            WireResponse::Advert(advert) => advert,
+                            _ => None,
+                        };
+                        self.search_fetched(search, peer, advert);
+                    } else if self.syncing.remove(&request_id) {
                         if let WireResponse::Adverts(adverts) = response {
                             self.on_sync(peer, adverts);
                         }
@@ -1118,7 +1631,7 @@ impl Task {
                         self.slot_freed(peer);
                         match response {
                             WireResponse::Ack(ack) => self.finish_send(pending, ack),
-                            WireResponse::Adverts(_) => {
+                            WireResponse::Adverts(_) | WireResponse::Advert(_) => {
                                 let _ = pending.reply.send(Err(PeersError::Refused {
                                     peer,
                                     reason: "peer answered a payload with adverts".into(),
@@ -1134,7 +1647,10 @@ impl Task {
                 error,
                 ..
             } => {
-                if self.syncing.remove(&request_id) {
+                if let Some(search) = self.fetches.remove(&request_id) {
+                    tracing::debug!(%peer, %error, "advert fetch failed");
+                    self.search_fetched(search, peer, None);
+                } else if self.syncing.remove(&request_id) {
                     tracing::debug!(%peer, %error, "board sync failed");
                 } else if let Some(pending) = self.pending.remove(&request_id) {
                     self.slot_freed(peer);
@@ -1164,8 +1680,10 @@ impl Task {
         {
             let mut board = self.board();
             for raw in &adverts {
-                // The relaying peer is not the signer: the signature alone vouches here.
-                if let Ok(ingested) = board.ingest(raw.as_bytes(), None, now) {
+                // The relaying peer is not the signer: the signature alone vouches here, and a
+                // relayed advert never evicts one (a flood of fresh identities cannot push the
+                // honest entries out). A sync is already one answer a peer per interval.
+                if let Ok(ingested) = board.ingest_unasked(raw.as_bytes(), None, now, |_| true) {
                     accepted.push(ingested);
                 }
             }
@@ -1179,6 +1697,22 @@ impl Task {
             });
         }
     }
+}
+
+/// The live topics an offer's advert goes to: its skills' categories (an offer without
+/// skills, e.g. a caller's with only its accepted boxes, goes to `general`).
+fn offer_topics(offer: &Offer) -> Vec<gossipsub::IdentTopic> {
+    let mut categories: Vec<&'static str> = offer
+        .skills
+        .iter()
+        .map(|s| skillbox_calls::vocabulary::skill_vocabulary(&s.name, &s.description).category)
+        .collect();
+    if categories.is_empty() {
+        categories.push(skillbox_calls::vocabulary::GENERAL);
+    }
+    categories.sort_unstable();
+    categories.dedup();
+    categories.into_iter().map(presence_topic).collect()
 }
 
 fn peer_of_addr(addr: &Multiaddr) -> Option<PeerId> {
@@ -1308,6 +1842,21 @@ impl PeersHandle {
         self.lock_board()
             .signed_advert(peer, unix_ms())
             .map(|raw| raw.to_vec())
+    }
+
+    /// Search the skill index for `text`: look up a few of its terms' keys in parallel, fetch
+    /// each named provider's signed advert point to point, verify it with the board's checks
+    /// and keep it on the board (the board is a cache of verified adverts). The outcome names
+    /// the providers now on the board; rank them with the intent's scoring.
+    pub async fn search(&self, text: &str) -> Result<SearchOutcome, PeersError> {
+        self.ask(|tx| Command::Search(text.to_owned(), tx)).await
+    }
+
+    /// Provide arbitrary index keys. Exists so tests can show that DHT servers rate-limit a
+    /// node flooding provider records; a node never needs it.
+    #[doc(hidden)]
+    pub async fn provide_raw_keys(&self, keys: Vec<Vec<u8>>) -> Result<(), PeersError> {
+        self.ask(|tx| Command::ProvideRaw(keys, tx)).await
     }
 
     /// Stop the network: connections close, `send` and the other calls answer `Stopped`.

@@ -1,6 +1,6 @@
 //! Point-to-point call payloads: signed envelopes, and the receiving side's checks (pure).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use libp2p::PeerId;
 use libp2p::identity::Keypair;
@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::PeersError;
 use crate::advert::{peer_of_public_key_hex, public_key_hex};
+use crate::rate::Buckets;
 
 pub const PAYLOAD_VERSION: u32 = 1;
 const PAYLOAD_DOMAIN: &[u8] = b"skillbox/payload/v1\n";
@@ -271,28 +272,24 @@ impl Received {
     }
 }
 
-struct Bucket {
-    tokens: f64,
-    at_ms: u64,
-}
-
 /// The receiving side's state: replay memory and rate buckets. Pure; `now` is passed in.
 pub struct Inbox {
     local: PeerId,
     config: InboxConfig,
     seen: HashSet<(PeerId, u64)>,
     seen_order: VecDeque<(u64, PeerId, u64)>,
-    buckets: HashMap<PeerId, Bucket>,
+    buckets: Buckets,
 }
 
 impl Inbox {
     pub fn new(local: PeerId, config: InboxConfig) -> Inbox {
+        let buckets = Buckets::new(config.rate_per_sec, config.burst);
         Inbox {
             local,
             config,
             seen: HashSet::new(),
             seen_order: VecDeque::new(),
-            buckets: HashMap::new(),
+            buckets,
         }
     }
 
@@ -361,20 +358,7 @@ impl Inbox {
     }
 
     fn take_token(&mut self, from: &PeerId, now_ms: u64) -> bool {
-        let (rate, burst) = (self.config.rate_per_sec, self.config.burst);
-        let b = self.buckets.entry(*from).or_insert(Bucket {
-            tokens: burst,
-            at_ms: now_ms,
-        });
-        let elapsed = now_ms.saturating_sub(b.at_ms) as f64 / 1000.0;
-        b.tokens = (b.tokens + elapsed * rate).min(burst);
-        b.at_ms = now_ms;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.buckets.take(from, now_ms)
     }
 
     fn forget_old(&mut self, now_ms: u64) {
@@ -386,14 +370,6 @@ impl Inbox {
             }
             self.seen_order.pop_front();
             self.seen.remove(&(peer, seq));
-        }
-        if self.buckets.len() > 4096 {
-            let burst = self.config.burst;
-            let rate = self.config.rate_per_sec;
-            // Full buckets carry no state worth keeping.
-            self.buckets.retain(|_, b| {
-                b.tokens + now_ms.saturating_sub(b.at_ms) as f64 / 1000.0 * rate < burst
-            });
         }
     }
 

@@ -23,20 +23,34 @@ fn network(e: skillbox_peers::PeersError) -> ApiError {
     ApiError::internal(format!("peer network: {e}"))
 }
 
-/// `GET /board`: one row per offered skill of every peer on the board. The rows come
-/// pre-rendered from the board (no per-request serialization of 10,000 adverts).
+/// A board search's text at most: a request, not a document (the index looks up a few terms).
+const MAX_SEARCH_BYTES: usize = 4096;
+
+/// `GET /board[?q=TEXT]`: one row per offered skill of every peer on the board. The rows come
+/// pre-rendered from the board (no per-request serialization of 10,000 adverts). With `q`, the
+/// skill index is searched first: the adverts of the providers it names are fetched, verified
+/// and cached on the board, so the answer holds what the network offers for `q`, not only what
+/// the live topics brought.
 #[utoipa::path(
     get, path = "/board",
     summary = "What peers offer right now: one row per offered skill of every peer's newest unexpired advert.",
+    params(("q" = Option<String>, Query, description = "Search the skill index for this request first; the providers it names join the board.")),
     responses(
         (status = 200, description = "The board.", body = Board),
-        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+        (status = 400, description = "Unknown query parameter, or `q` over 4096 bytes (`validation_error`)."),
         (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
     )
 )]
 pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
-    query(&uri, &[])?;
+    let q = query(&uri, &["q"])?;
     let view = s.board.get().ok_or_else(peers_unavailable)?.clone();
+    if let Some(text) = q.get("q") {
+        if text.len() > MAX_SEARCH_BYTES {
+            return Err(ApiError::validation("query.q", "longer than 4096 bytes"));
+        }
+        let handle = s.peers.get().ok_or_else(peers_unavailable)?;
+        handle.search(text).await.map_err(network)?;
+    }
     let (rows, peers) = view.board_json();
     let mut body = String::with_capacity(rows.len() + 32);
     body.push_str("{\"board\":");

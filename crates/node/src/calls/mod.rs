@@ -75,6 +75,14 @@ pub trait Directory: Send + Sync {
     fn offered(&self, peer: &str, skill: &str) -> Option<Offered>;
     /// Every offered skill on the board right now (the intent's candidates).
     fn rows(&self) -> Vec<skillbox_peers::BoardRow>;
+    /// Search the skill index for `text`, caching the verified adverts of the providers it
+    /// names on the board (a fixed board has nothing to search).
+    fn search<'a>(
+        &'a self,
+        _text: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl Directory for skillbox_peers::PeersHandle {
@@ -92,6 +100,17 @@ impl Directory for skillbox_peers::PeersHandle {
     }
     fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
         self.board()
+    }
+    fn search<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            // A failed search leaves the board as it was: the intent ranks what it holds.
+            if let Err(e) = skillbox_peers::PeersHandle::search(self, text).await {
+                tracing::debug!(error = %e, "skill index search failed");
+            }
+        })
     }
 }
 

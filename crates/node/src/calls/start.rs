@@ -337,6 +337,8 @@ impl Calls {
         text: Zeroizing<String>,
         from_agent: bool,
     ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
+        // The index first: the providers it names for the request join the board's cache.
+        self.0.directory.search(&text).await;
         let rows = self.0.directory.rows();
         let srcs = self.0.sources.clone();
         let held: HashSet<String> = blocking(move || {
@@ -360,14 +362,8 @@ impl Calls {
                 r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s))
             })
             .collect();
-        let candidates: Vec<skillbox_calls::intent::Candidate<'_>> = callable
-            .iter()
-            .map(|r| skillbox_calls::intent::Candidate {
-                peer: &r.peer,
-                skill: &r.skill,
-                description: &r.description,
-            })
-            .collect();
+        let candidates: Vec<skillbox_calls::intent::Candidate<'_>> =
+            callable.iter().map(|r| (*r).into()).collect();
         let pick = skillbox_calls::intent::pick(&text, &candidates)?;
         let view = self
             .start_from(

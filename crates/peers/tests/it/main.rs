@@ -4,5 +4,6 @@
 
 mod board;
 mod hostile;
+mod index;
 mod network;
 mod payload;

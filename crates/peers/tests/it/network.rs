@@ -6,8 +6,8 @@ use serde_json::json;
 use skillbox_peers::Protocol;
 use skillbox_peers::advert::{SignedAdvert, sign_advert};
 use skillbox_peers::{
-    AcceptedBox, Delivery, Multiaddr, NetworkEvent, Offer, OfferedSkill, Payload, PayloadKind,
-    PayloadReceiver, PeerId, PeersConfig, PeersError, PeersHandle, keypair_from_seed, start,
+    Delivery, Multiaddr, NetworkEvent, Offer, Payload, PayloadKind, PayloadReceiver, PeerId,
+    PeersConfig, PeersError, PeersHandle, keypair_from_seed, start,
 };
 use tokio::sync::broadcast;
 
@@ -33,25 +33,11 @@ async fn addr(h: &PeersHandle) -> Multiaddr {
 }
 
 fn offer(names: &[&str]) -> Offer {
-    Offer {
-        skills: names
-            .iter()
-            .map(|n| OfferedSkill {
-                name: n.to_string(),
-                description: format!("the {n} skill"),
-                provider: "local".into(),
-                required_sources: vec![],
-                limits: Default::default(),
-                declaration_digest: format!("sha256:{}", "cd".repeat(32)),
-                guard: None,
-            })
-            .collect(),
-        boxes: vec![AcceptedBox {
-            platform: "insecure-dev".into(),
-            measurement: "ab".into(),
-            url: None,
-        }],
-    }
+    let skills: Vec<(String, String)> = names
+        .iter()
+        .map(|n| (n.to_string(), format!("the {n} skill")))
+        .collect();
+    crate::index::offer(&skills)
 }
 
 fn skills_of(h: &PeersHandle, peer: &PeerId) -> Vec<String> {
