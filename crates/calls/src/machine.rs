@@ -208,7 +208,9 @@ impl FailureCode {
             FailureCode::OverOwnerLimit => "the call asks for more than the owner's limits",
             FailureCode::DailyLimit => "the skill's daily call limit is reached",
             FailureCode::PendingLimit => "too many of this peer's calls wait to start",
-            FailureCode::CoverageExceeded => "the owner takes no more calls of this skill from this peer today",
+            FailureCode::CoverageExceeded => {
+                "the owner takes no more calls of this skill from this peer today"
+            }
         }
     }
 }

@@ -742,7 +742,10 @@ impl Config {
             .map_err(|e| e.to_string())?;
         for (name, v) in [
             ("coverage_permille", self.guard.coverage_permille),
-            ("canary_coverage_permille", self.guard.canary_coverage_permille),
+            (
+                "canary_coverage_permille",
+                self.guard.canary_coverage_permille,
+            ),
         ] {
             if v > 1000 {
                 return Err(format!("guard.{name}: {v} is out of range (0..=1000)"));
