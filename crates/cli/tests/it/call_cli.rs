@@ -85,10 +85,18 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     let list = json_of(&o);
     assert_eq!(list["calls"][0]["id"], first.as_str());
     assert_eq!(list["calls"][0]["state"], "answered");
-    let o = cli(&owner.dir, &["calls", "--json"]);
-    let list = json_of(&o);
-    assert_eq!(list["calls"][0]["role"], "owner");
-    assert_eq!(list["calls"][0]["state"], "ran");
+    // The owner's record reaches `ran` when its receipt is written, which can trail the
+    // caller's answer by a moment: wait for it instead of racing it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let list = loop {
+        let list = json_of(&cli(&owner.dir, &["calls", "--json"]));
+        if list["calls"][0]["state"] == "ran" || std::time::Instant::now() > deadline {
+            break list;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(list["calls"][0]["role"], "owner", "{list}");
+    assert_eq!(list["calls"][0]["state"], "ran", "{list}");
 
     // Refusals: exit 1 with the reason.
     let o = cli(&dir, &["call", &peer, "nope", "x"]);
