@@ -48,6 +48,7 @@ pub mod input;
 pub mod nitro;
 pub mod nvidia;
 mod refusal;
+pub mod release_log;
 pub mod snp;
 pub mod tdx;
 

@@ -4,6 +4,7 @@
 
 mod nitro;
 mod nvidia;
+mod release_log;
 mod sev_snp;
 mod support;
 mod tdx;
