@@ -37,6 +37,12 @@ pub struct Statement {
     /// each provider id reaches from this box. Bound here, so a box cannot show one table and
     /// send plaintext to another host.
     pub providers: String,
+    /// sha256 (hex) of the DER SubjectPublicKeyInfo of the TLS key the box serves with, a key
+    /// made inside it at start: a node pins exactly that key for the run's connections, so no
+    /// TLS front or proxy can sit between. Absent for a box serving plain HTTP (loopback only);
+    /// left out of the canonical form then, so statements without TLS keep their bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_spki_sha256: Option<String>,
 }
 
 impl Statement {
@@ -82,7 +88,47 @@ pub trait Attester: Send + Sync {
     fn identity_key(&self) -> Option<String> {
         None
     }
+    /// The hash of the TLS key the box serves with, which the statement binds
+    /// ([`Statement::tls_spki_sha256`]); `None` for a box serving plain HTTP.
+    fn tls_spki_sha256(&self) -> Option<String> {
+        None
+    }
     fn attest(&self, statement: &Statement) -> Result<Attestation>;
+}
+
+/// An attester whose every statement binds the TLS key the box serves with: whatever the box
+/// core put in the statement, the key field is this one.
+pub struct TlsBound {
+    inner: std::sync::Arc<dyn Attester>,
+    spki_sha256: String,
+}
+
+impl TlsBound {
+    pub fn new(inner: std::sync::Arc<dyn Attester>, spki_sha256: String) -> TlsBound {
+        TlsBound { inner, spki_sha256 }
+    }
+}
+
+impl Attester for TlsBound {
+    fn platform(&self) -> &str {
+        self.inner.platform()
+    }
+    fn measurement(&self) -> &str {
+        self.inner.measurement()
+    }
+    fn identity_key(&self) -> Option<String> {
+        self.inner.identity_key()
+    }
+    fn tls_spki_sha256(&self) -> Option<String> {
+        Some(self.spki_sha256.clone())
+    }
+    fn attest(&self, statement: &Statement) -> Result<Attestation> {
+        let bound = Statement {
+            tls_spki_sha256: Some(self.spki_sha256.clone()),
+            ..statement.clone()
+        };
+        self.inner.attest(&bound)
+    }
 }
 
 /// What a platform's evidence vouches for.
@@ -358,6 +404,9 @@ pub struct VerifiedRun {
     pub no_hardware_isolation: bool,
     /// The TCB verdict of the evidence (see [`Vouched::tcb_status`]).
     pub tcb_status: Option<String>,
+    /// The TLS key the statement binds (see [`Statement::tls_spki_sha256`]): the only key the
+    /// run's connections accept.
+    pub tls_spki_sha256: Option<String>,
 }
 
 /// The public facts of a verified run, as a party keeps them across a restart: no secret in it,
@@ -375,6 +424,8 @@ pub struct VerifiedRunRecord {
     pub no_hardware_isolation: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcb_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_spki_sha256: Option<String>,
 }
 
 impl VerifiedRun {
@@ -389,6 +440,7 @@ impl VerifiedRun {
             expires_at: self.expires_at,
             no_hardware_isolation: self.no_hardware_isolation,
             tcb_status: self.tcb_status.clone(),
+            tls_spki_sha256: self.tls_spki_sha256.clone(),
         }
     }
 
@@ -409,6 +461,10 @@ impl VerifiedRun {
             expires_at: r.expires_at,
             no_hardware_isolation: r.no_hardware_isolation,
             tcb_status: r.tcb_status.clone(),
+            tls_spki_sha256: match &r.tls_spki_sha256 {
+                Some(k) => Some(tls_key_hex(k).ok_or_else(|| bad("tls key"))?),
+                None => None,
+            },
         })
     }
 }
@@ -516,6 +572,10 @@ pub fn verify_attestation(
     program.program.check_expiry(now)?;
     let hpke_public_key =
         decode_hex32(&st.hpke_public_key).ok_or_else(|| JcError::Evidence("hpke key".into()))?;
+    let tls_spki_sha256 = match &st.tls_spki_sha256 {
+        Some(k) => Some(tls_key_hex(k).ok_or_else(|| JcError::Evidence("tls key".into()))?),
+        None => None,
+    };
     let receipt_key = decode_hex32(&st.receipt_public_key)
         .and_then(|k| VerifyingKey::from_bytes(&k).ok())
         .ok_or_else(|| JcError::Evidence("receipt key".into()))?;
@@ -529,5 +589,11 @@ pub fn verify_attestation(
         expires_at: st.expires_at,
         no_hardware_isolation: st.platform == INSECURE_DEV,
         tcb_status: vouched.tcb_status,
+        tls_spki_sha256,
     })
+}
+
+/// A TLS key hash as the statement carries it: 64 hex digits, lowercased (`None` otherwise).
+fn tls_key_hex(k: &str) -> Option<String> {
+    decode_hex32(k).map(hex::encode)
 }

@@ -3,8 +3,14 @@
 //!
 //! Sealing and opening are plain functions ([`seal_stake`], [`open_result`]) so a node can run
 //! them on a blocking thread next to its source store; [`BoxClient`] only moves bytes.
+//!
+//! An https box is trusted by the TLS key its attestation binds, never by a CA
+//! ([`crate::tls`]): the attestation must come over a connection showing the key its verified
+//! report binds, and a run's stakes, submits and results go only over connections showing an
+//! attested key. `http://` is for a box on loopback only.
 
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -21,6 +27,7 @@ use crate::receipt::{self, OwnerNote, Receipt};
 use crate::run::{Opened, ResultView, RunFailure, RunView};
 use crate::seal::{self, HpkeKeyPair, Purpose, Sealer};
 use crate::server::{ErrorBody, Health, STAKE_ACTION_HEADER, Staked, Submitted};
+use crate::tls::{AttestedKeys, KeyVerifier};
 
 /// One named piece of material to stake, read as a stream of exactly `len` bytes.
 pub struct StakeInput<'a> {
@@ -221,26 +228,87 @@ fn is_loopback_url(url: &str) -> bool {
 #[derive(Clone)]
 pub struct BoxClient {
     base: String,
+    /// `/healthz`, open and the attestation: nothing secret. For an https box, any TLS key
+    /// (the attestation's is compared with its report's), and each answer says which it saw.
     http: reqwest::Client,
+    /// Everything of a run after its attestation: for an https box, only attested keys.
+    pinned: reqwest::Client,
+    /// The TLS keys attestations of this https box bound; `None` for plain HTTP (loopback).
+    tls: Option<Arc<AttestedKeys>>,
 }
 
 impl BoxClient {
+    /// A client of the box at `base_url`: `https://`, or `http://` on loopback only (a
+    /// `BadRequest` otherwise).
     pub fn new(base_url: &str) -> Result<BoxClient> {
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(120));
-        // A proxy from the environment would carry loopback traffic (this node's stakes, the
-        // box's answers) to whoever runs it; a remote box may sit behind the operator's proxy.
-        if is_loopback_url(base_url) {
-            builder = builder.no_proxy();
-        }
-        let http = builder
-            .build()
-            .map_err(|e| JcError::Transport(e.to_string()))?;
+        let loopback = is_loopback_url(base_url);
+        let builder = || {
+            let b = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(120));
+            // A proxy from the environment would carry loopback traffic (this node's stakes,
+            // the box's answers) to whoever runs it; a remote box may sit behind the
+            // operator's proxy (a CONNECT tunnel: the box's key still shows end to end).
+            if loopback { b.no_proxy() } else { b }
+        };
+        let built =
+            |b: reqwest::ClientBuilder| b.build().map_err(|e| JcError::Transport(e.to_string()));
+        let scheme = reqwest::Url::parse(base_url)
+            .map(|u| u.scheme().to_owned())
+            .map_err(|_| JcError::BadRequest("the box URL does not parse".into()))?;
+        let (http, pinned, tls) = match scheme.as_str() {
+            "https" => {
+                let keys = Arc::new(AttestedKeys::default());
+                let observing = builder()
+                    .tls_info(true)
+                    .tls_backend_preconfigured(KeyVerifier::observing().client_config()?);
+                let pinned = builder()
+                    .tls_backend_preconfigured(KeyVerifier::pinned(keys.clone()).client_config()?);
+                (built(observing)?, built(pinned)?, Some(keys))
+            }
+            "http" if loopback => {
+                let http = built(builder())?;
+                (http.clone(), http, None)
+            }
+            "http" => {
+                return Err(JcError::BadRequest(
+                    "a box off loopback is reached over https only".into(),
+                ));
+            }
+            _ => return Err(JcError::BadRequest("a box URL is http(s)".into())),
+        };
         Ok(BoxClient {
             base: base_url.trim_end_matches('/').to_owned(),
             http,
+            pinned,
+            tls,
         })
+    }
+
+    /// Whether this box is reached over TLS (and its key pinned by attestation).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Accept the TLS key `run` binds on this client's pinned connections: a run this node
+    /// verified before it restarted (its stored record), whose submit or result comes next.
+    pub fn admit_verified(&self, run: &VerifiedRun) {
+        if let (Some(keys), Some(bound)) = (&self.tls, &run.tls_spki_sha256) {
+            keys.admit(bound);
+        }
+    }
+
+    /// A failed request's error: `tls_key_not_attested` when a pinned handshake was refused
+    /// since `before` (this client's refusal count when the request started).
+    fn transport_error(&self, before: u64, e: reqwest::Error) -> JcError {
+        match &self.tls {
+            Some(keys) if keys.refusals() > before => JcError::TlsKeyNotAttested,
+            _ => JcError::Transport(e.to_string()),
+        }
+    }
+
+    fn refusals(&self) -> u64 {
+        self.tls.as_ref().map_or(0, |k| k.refusals())
     }
 
     pub fn base_url(&self) -> &str {
@@ -285,11 +353,13 @@ impl BoxClient {
             .map_err(|e| JcError::Transport(format!("box answer not understood: {e}")))
     }
 
+    /// Send a request built on [`Self::http`] or [`Self::pinned`] and read its answer.
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T> {
+        let before = self.refusals();
         let resp = req
             .send()
             .await
-            .map_err(|e| JcError::Transport(e.to_string()))?;
+            .map_err(|e| self.transport_error(before, e))?;
         Self::parse(resp).await
     }
 
@@ -315,8 +385,29 @@ impl BoxClient {
     }
 
     pub async fn attestation(&self, run_id: &str, nonce: &str) -> Result<Attestation> {
+        Ok(self.attestation_seen(run_id, nonce).await?.0)
+    }
+
+    /// The attestation, and the hash of the TLS key the connection it came over showed
+    /// (`None` over plain HTTP).
+    async fn attestation_seen(
+        &self,
+        run_id: &str,
+        nonce: &str,
+    ) -> Result<(Attestation, Option<String>)> {
         let url = self.run_url(run_id, &format!("/attestation?nonce={}", url_safe(nonce)))?;
-        self.send(self.http.get(url)).await
+        let resp = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| JcError::Transport(e.to_string()))?;
+        let seen = resp
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(|i| i.peer_certificate())
+            .and_then(|der| crate::tls::spki_sha256(&der.to_vec().into()));
+        Ok((Self::parse(resp).await?, seen))
     }
 
     /// jc.attest with a fresh nonce of our own, then every client-side check.
@@ -327,15 +418,24 @@ impl BoxClient {
         policy: &VerifyPolicy,
     ) -> Result<VerifiedRun> {
         let nonce = new_nonce();
-        let att = self.attestation(run_id, &nonce).await?;
-        verify_attestation(
+        let (att, seen) = self.attestation_seen(run_id, &nonce).await?;
+        let run = verify_attestation(
             &att,
             program,
             run_id,
             &nonce,
             policy,
             crate::run::now_secs(),
-        )
+        )?;
+        if let Some(keys) = &self.tls {
+            // The verified report binds a TLS key, and it is the key of the very connection
+            // its answer came over: a TLS front relaying a real box's report shows its own.
+            match (&run.tls_spki_sha256, &seen) {
+                (Some(bound), Some(seen)) if bound == seen => keys.admit(bound),
+                _ => return Err(JcError::TlsKeyNotAttested),
+            }
+        }
+        Ok(run)
     }
 
     /// jc.stake: post sealed bytes with this party's signature over them.
@@ -354,9 +454,18 @@ impl BoxClient {
             stake_sha256: Some(hex::encode(Sha256::digest(&sealed))),
         };
         let env = sign_action(&action, node_key)?;
+        if let Some(keys) = &self.tls {
+            // The run's key, as this node verified it (kept across its restarts): the stake
+            // goes over no connection showing another.
+            let bound = run
+                .tls_spki_sha256
+                .as_deref()
+                .ok_or(JcError::TlsKeyNotAttested)?;
+            keys.admit(bound);
+        }
         let staked: Staked = self
             .send(
-                self.http
+                self.pinned
                     .post(self.run_url(&run.run_id, "/stakes")?)
                     .header(STAKE_ACTION_HEADER, STANDARD.encode(env.to_json()))
                     .header("content-type", "application/octet-stream")
@@ -415,7 +524,7 @@ impl BoxClient {
         );
         let s: Submitted = self
             .send(
-                self.http
+                self.pinned
                     .post(url)
                     .header("content-type", "application/json")
                     .body(env.to_json()),
@@ -425,12 +534,12 @@ impl BoxClient {
     }
 
     pub async fn status(&self, run_id: &str) -> Result<RunView> {
-        self.send(self.http.get(self.run_url(run_id, "")?)).await
+        self.send(self.pinned.get(self.run_url(run_id, "")?)).await
     }
 
     /// jc.result as it stands (409 `not_ready` while running).
     pub async fn result(&self, run_id: &str) -> Result<ResultView> {
-        self.send(self.http.get(self.run_url(run_id, "/result")?))
+        self.send(self.pinned.get(self.run_url(run_id, "/result")?))
             .await
     }
 
@@ -442,7 +551,7 @@ impl BoxClient {
             self.run_url(run_id, "/result")?,
             wait.as_millis()
         );
-        self.send(self.http.get(url)).await
+        self.send(self.pinned.get(url)).await
     }
 
     /// Wait until the run finished or `timeout` passed: each request is held by the box until
@@ -474,14 +583,15 @@ impl BoxClient {
         node_key: &SigningKey,
     ) -> Result<()> {
         let env = Self::action("delete", run_id, program_hash, role, node_key)?;
+        let before = self.refusals();
         let resp = self
-            .http
+            .pinned
             .delete(self.run_url(run_id, "")?)
             .header("content-type", "application/json")
             .body(env.to_json())
             .send()
             .await
-            .map_err(|e| JcError::Transport(e.to_string()))?;
+            .map_err(|e| self.transport_error(before, e))?;
         if resp.status().is_success() {
             return Ok(());
         }

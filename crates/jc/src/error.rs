@@ -35,6 +35,10 @@ pub enum JcError {
     DevAttestationNotAllowed,
     #[error("the box's evidence is signed by a key this node has not pinned for it")]
     BoxKeyNotPinned,
+    /// The TLS key the box's connection showed is not the one its attestation binds (a TLS
+    /// front or proxy between the node and the box), or an https box attests no TLS key.
+    #[error("the box's TLS key is not the one its attestation binds")]
+    TlsKeyNotAttested,
     /// A hardware verifier refused the evidence: its closed code (`bad_signature`,
     /// `foreign_root`, `debug_enabled`, `report_data_mismatch`, ...).
     #[error("hardware evidence refused: {0}")]
@@ -173,6 +177,7 @@ impl JcError {
             PlatformNotAllowed(_) => "platform_not_allowed",
             DevAttestationNotAllowed => "dev_attestation_not_allowed",
             BoxKeyNotPinned => "box_key_not_pinned",
+            TlsKeyNotAttested => "tls_key_not_attested",
             HardwareRefused(_) => "hardware_evidence_refused",
             ProviderHostNotAttested => "provider_host_not_attested",
             ProviderHostNotPinned => "provider_host_not_pinned",
@@ -272,6 +277,7 @@ impl JcError {
             BadSignature { .. } => "a signature does not verify",
             PlatformNotAllowed(_) | DevAttestationNotAllowed => "attestation platform refused",
             BoxKeyNotPinned => "the box is not the one pinned",
+            TlsKeyNotAttested => "the box's TLS key is not the one it attests",
             HardwareRefused(_) => "the box's hardware evidence is refused",
             ProviderHostNotAttested => "the box does not attest the provider host",
             ProviderHostNotPinned => "the provider host is not pinned",

@@ -5,7 +5,8 @@
 //! - [`attest`]: the attestation statement, `Attester` / `Verifier`, the `insecure-dev` platform.
 //! - [`seal`]: HPKE stakes and the sealed answer, padded to size buckets.
 //! - [`run`]: the run logic (open, attest, stake, submit, execute, result), no HTTP.
-//! - [`server`]: the box's HTTP API; [`client`]: what nodes use to talk to a box.
+//! - [`server`]: the box's HTTP API; [`client`]: what nodes use to talk to a box; [`tls`]: the
+//!   box's own TLS key, bound into its attestation, and the node's pinning of it.
 
 pub mod attest;
 pub mod client;
@@ -21,6 +22,7 @@ pub mod run;
 pub mod seal;
 pub mod server;
 pub mod spent;
+pub mod tls;
 pub mod tsm;
 
 /// The Ed25519 implementation programs and receipts are signed with (node keys are its

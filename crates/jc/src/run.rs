@@ -770,6 +770,7 @@ impl BoxCore {
                 nonce: nonce.into(),
                 expires_at: run.expires_at,
                 providers: providers_hash,
+                tls_spki_sha256: self.attester.tls_spki_sha256(),
             }
         };
         let mut attestation = self.attester.attest(&statement)?;

@@ -6,6 +6,9 @@
 //! action is checked in full (signature, run, role not yet staked nor uploading, declared
 //! length, memory) before a byte of its body is read; the body is then read up to the length
 //! the action was admitted for, within `stake_upload_secs`.
+//!
+//! Off loopback a box serves HTTPS itself ([`serve_tls`]) with a key made inside it at start,
+//! which its attestations bind ([`crate::tls`]); plain HTTP ([`serve`]) is for loopback only.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -204,6 +207,17 @@ pub async fn serve(listener: tokio::net::TcpListener, core: Arc<BoxCore>) -> std
     serve_named(listener, core, &[]).await
 }
 
+fn sweep_every_5s(core: Arc<BoxCore>) {
+    tokio::spawn(async move {
+        // Often enough that an idle run (`unstaked_ttl_secs`) is dropped near its time.
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            core.sweep(now_secs());
+        }
+    });
+}
+
 /// [`serve`], also answering to the `Host` names in `names`.
 pub async fn serve_named(
     listener: tokio::net::TcpListener,
@@ -211,21 +225,110 @@ pub async fn serve_named(
     names: &[String],
 ) -> std::io::Result<()> {
     let hosts = HostGuard::for_addr(listener.local_addr()?, names);
-    let sweeper = core.clone();
-    tokio::spawn(async move {
-        // Often enough that an idle run (`unstaked_ttl_secs`) is dropped near its time.
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            sweeper.sweep(now_secs());
-        }
-    });
+    sweep_every_5s(core.clone());
     // The peer's address is what rate limits and the per-client stake share count.
     axum::serve(
         listener,
         router_with(core, hosts).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .await
+}
+
+/// [`serve_named`] over TLS with `tls`, the key the box made at start. `core`'s attester must
+/// be `tls.bind(..)`: a node refuses an https box whose attestation binds another key or none
+/// (`tls_key_not_attested`), so a box wired otherwise is refused, never trusted.
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    core: Arc<BoxCore>,
+    names: &[String],
+    tls: &crate::tls::BoxTls,
+) -> std::io::Result<()> {
+    let hosts = HostGuard::for_addr(listener.local_addr()?, names);
+    sweep_every_5s(core.clone());
+    axum::serve(
+        TlsListener::new(listener, tls.acceptor())?,
+        router_with(core, hosts).into_make_service_with_connect_info::<TlsPeer>(),
+    )
+    .await
+}
+
+/// How long a client has to finish its TLS handshake.
+const HANDSHAKE_SECS: u64 = 10;
+
+/// A TCP listener whose connections axum gets once their TLS handshake finished. Each
+/// handshake runs on its own task, at most [`HANDSHAKE_SECS`]: a client that connects and says
+/// nothing holds only its own task, never the accept loop.
+pub struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        SocketAddr,
+    )>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    pub fn new(
+        listener: tokio::net::TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+    ) -> std::io::Result<TlsListener> {
+        let local = listener.local_addr()?;
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    // Nobody serves this listener any more.
+                    _ = tx.closed() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let (tcp, addr) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors and the like: pause rather than spin.
+                        tracing::debug!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let (tx, acceptor) = (tx.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    let within = std::time::Duration::from_secs(HANDSHAKE_SECS);
+                    if let Ok(Ok(tls)) = tokio::time::timeout(within, acceptor.accept(tcp)).await {
+                        let _ = tx.send((tls, addr)).await;
+                    }
+                });
+            }
+        });
+        Ok(TlsListener { ready, local })
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accept task ended: nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// The client address of a connection served by [`TlsListener`] (axum's connect info).
+#[derive(Clone, Copy, Debug)]
+pub struct TlsPeer(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for TlsPeer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        TlsPeer(*stream.remote_addr())
+    }
 }
 
 /// The client a request came from (`None` when served without connect info: in-process).
@@ -238,11 +341,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
         parts: &mut axum::http::request::Parts,
         _state: &S,
     ) -> Result<Self, Self::Rejection> {
+        let plain = parts.extensions.get::<ConnectInfo<SocketAddr>>();
+        let tls = parts.extensions.get::<ConnectInfo<TlsPeer>>();
         Ok(Peer(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
+            plain.map(|c| c.0.ip()).or_else(|| tls.map(|c| c.0.0.ip())),
         ))
     }
 }

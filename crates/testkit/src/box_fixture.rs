@@ -12,6 +12,8 @@ use skillbox_jc::program::*;
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore, ResultView, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_jc::server::TlsListener;
+use skillbox_jc::tls::BoxTls;
 use skillbox_providers::{
     ChatRequest, Completion, FinishReason, Provider, ProviderId, Reply, Usage,
 };
@@ -90,11 +92,103 @@ pub async fn start(answer: Option<&str>) -> Fixture {
 
 /// A box core (no server) whose `local` provider is `provider`, with `config`.
 pub fn core_with(provider: Arc<dyn Provider>, config: BoxConfig) -> BoxCore {
-    let attester: Arc<dyn Attester> =
-        Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()));
+    core_attested_by(dev_attester(), provider, config)
+}
+
+/// The insecure-dev attester of [`MEASUREMENT`] with a fresh key.
+pub fn dev_attester() -> Arc<dyn Attester> {
+    Arc::new(InsecureDevAttester::with_measurement(MEASUREMENT.into()))
+}
+
+/// [`core_with`], attested by `attester`.
+pub fn core_attested_by(
+    attester: Arc<dyn Attester>,
+    provider: Arc<dyn Provider>,
+    config: BoxConfig,
+) -> BoxCore {
     let mut providers = ProviderRegistry::new();
     providers.register(ProviderId::Local, None, provider);
     BoxCore::new(attester, providers, config)
+}
+
+/// Serve `core` over TLS with `tls` on an ephemeral loopback port: its `https://` URL.
+pub async fn serve_tls_loopback(core: Arc<BoxCore>, tls: BoxTls) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let url = format!("https://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { skillbox_jc::server::serve_tls(listener, core, &[], &tls).await });
+    url
+}
+
+/// A box serving HTTPS with a key it made at start, answering `answer` (None: echo). With
+/// `bound`, its attestations bind that key (an honest box); without, they bind none. Also
+/// answers the key's hash.
+pub async fn start_tls(answer: Option<&str>, bound: bool) -> (Fixture, String) {
+    let tls = BoxTls::generate(&[]).expect("box TLS key");
+    let spki = tls.spki_sha256().to_owned();
+    let attester = if bound {
+        tls.bind(dev_attester())
+    } else {
+        dev_attester()
+    };
+    let provider = Arc::new(EchoProvider {
+        fixed: answer.map(str::to_owned),
+    });
+    let core = Arc::new(core_attested_by(attester, provider, BoxConfig::default()));
+    let url = serve_tls_loopback(core, tls).await;
+    (Fixture::at(&url), spki)
+}
+
+/// A TLS front (a TLS-terminating proxy) with a key of its own on loopback, relaying every
+/// request to the box at `target` (whatever key that shows): the man in the middle a pinned
+/// TLS key keeps out. Answers its `https://` URL and the paths it relayed.
+pub async fn start_tls_front(target: &str) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::extract::State;
+    use axum::response::IntoResponse;
+    #[derive(Clone)]
+    struct Front {
+        target: String,
+        http: reqwest::Client,
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+    async fn relay(
+        State(f): State<Front>,
+        req: axum::extract::Request,
+    ) -> axum::response::Response {
+        f.seen.lock().expect("log").push(crate::node::path_of(&req));
+        let Some(answer) = crate::node::forward(&f.http, &f.target, req).await else {
+            return axum::http::StatusCode::BAD_GATEWAY.into_response();
+        };
+        let status = axum::http::StatusCode::from_u16(answer.status().as_u16())
+            .unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+        let ctype = answer.headers().get("content-type").cloned();
+        let bytes = answer.bytes().await.unwrap_or_default();
+        let mut out = (status, bytes).into_response();
+        if let Some(c) = ctype {
+            out.headers_mut().insert("content-type", c);
+        }
+        out
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let front = Front {
+        target: target.to_owned(),
+        http: reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .no_proxy()
+            .build()
+            .expect("front's client"),
+        seen: seen.clone(),
+    };
+    let tls = BoxTls::generate(&[]).expect("front's own TLS key");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let url = format!("https://{}", listener.local_addr().expect("addr"));
+    let listener = TlsListener::new(listener, tls.acceptor()).expect("front listener");
+    let app = axum::Router::new().fallback(relay).with_state(front);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
 }
 
 /// Start a box whose `local` provider is `provider`, with `config`.
@@ -105,17 +199,22 @@ pub async fn start_with(provider: Arc<dyn Provider>, config: BoxConfig) -> Fixtu
         .expect("bind loopback");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(skillbox_jc::server::serve(listener, core));
-    Fixture {
-        client: BoxClient::new(&url).expect("client"),
-        url,
-        caller: key(1),
-        owner: key(2),
-        result_key: HpkeKeyPair::generate(),
-        policy: VerifyPolicy::new(true),
-    }
+    Fixture::at(&url)
 }
 
 impl Fixture {
+    /// The parties, their keys and a client of the box at `url`.
+    pub fn at(url: &str) -> Fixture {
+        Fixture {
+            client: BoxClient::new(url).expect("client"),
+            url: url.to_owned(),
+            caller: key(1),
+            owner: key(2),
+            result_key: HpkeKeyPair::generate(),
+            policy: VerifyPolicy::new(true),
+        }
+    }
+
     pub fn program(&self) -> Program {
         program_between(
             &self.caller,

@@ -68,6 +68,7 @@ async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_st
         nonce: "ab".repeat(16),
         expires_at: T_2025_SECS + 60,
         providers: provider_table_hash(&providers).expect("hash"),
+        tls_spki_sha256: None,
     };
     let att = Attestation {
         platform: "sev-snp".into(),

@@ -5,6 +5,7 @@
 //! provider double and holds the two parties' keys.
 
 mod box_api;
+mod box_tls;
 mod canonical_props;
 mod coverage;
 mod guard;

@@ -28,6 +28,7 @@ fn statement() -> Statement {
         nonce: "ab".repeat(16),
         expires_at: 1,
         providers: "33".repeat(32),
+        tls_spki_sha256: None,
     }
 }
 

@@ -825,6 +825,7 @@ mod tests {
             expires_at: 1,
             no_hardware_isolation: true,
             tcb_status: None,
+            tls_spki_sha256: None,
         };
         let mut map = std::collections::HashMap::new();
         map.insert(("c1".to_owned(), Role::Owner), run(&"a".repeat(32)));

@@ -17,6 +17,13 @@
 //! Provider hosts are pinned too: a box may reach a provider only at its official endpoint, a
 //! host in `boxes.provider_hosts`, or a loopback host when the box itself is on loopback.
 //!
+//! TLS: a box off loopback is reached over https only, and its key is the one its attestation
+//! binds, not one a CA vouches for (`skillbox_jc::tls`): [`BoxClient::attest`] refuses a box
+//! whose attestation came over a connection showing another key (`tls_key_not_attested`, a TLS
+//! front or proxy between), and a run's stakes, submits and results go over connections showing
+//! an attested key only. A restarted node admits again the keys of the runs it had verified and
+//! that have not expired ([`Boxes::remembering`]), so it can finish them.
+//!
 //! Load: when several accepted boxes can run a call, the caller tries the least loaded first —
 //! the runs in flight the box reported at its last `/healthz`, plus the runs this node has sent
 //! it since (so a burst between two reports is spread, not piled on the box that looked idle).
@@ -209,6 +216,9 @@ impl Boxes {
         pins: &[BoxPin],
         provider_hosts: &BTreeMap<String, Vec<String>>,
     ) -> Boxes {
+        // A release-log pin accepts the measurements its verified, logged releases name.
+        let resolved = crate::pins::resolve(pins);
+        let pins = resolved.as_slice();
         let mut clients = BTreeMap::new();
         for url in urls {
             let url = normalize_url(url);
@@ -274,8 +284,39 @@ impl Boxes {
             Ok(rows)
         })?;
         self.first_seen = RwLock::new(rows.into_iter().collect());
+        self.admit_stored_runs(&store)?;
         self.store = Some(store);
         Ok(self)
+    }
+
+    /// The TLS keys of the unexpired runs this node verified before it restarted (each call's
+    /// stored verified run): what their stakes, submits and results may go over again.
+    fn admit_stored_runs(&self, store: &Store) -> crate::Result<()> {
+        let rows = store.read(|c| {
+            let mut st = c.prepare(
+                "SELECT box_url, verified FROM calls \
+                 WHERE box_url IS NOT NULL AND verified IS NOT NULL",
+            )?;
+            let rows = st
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows)
+        })?;
+        let now = u64::try_from(crate::store::now_secs()).unwrap_or(0);
+        for (url, verified) in rows {
+            let Some(client) = self.client(&url) else {
+                continue;
+            };
+            // A record this node wrote; one it cannot read again is skipped (its call fails
+            // `tls_key_not_attested` rather than trusting a key nobody checked).
+            let run = serde_json::from_str::<skillbox_jc::attest::VerifiedRunRecord>(&verified)
+                .ok()
+                .and_then(|r| skillbox_jc::attest::VerifiedRun::from_record(&r).ok());
+            if let Some(run) = run.filter(|r| r.expires_at > now) {
+                client.admit_verified(&run);
+            }
+        }
+        Ok(())
     }
 
     /// What `url` showed first: kept from before, or `shown` now (written to the store before
@@ -673,6 +714,7 @@ mod tests {
             measurements: vec!["7a".repeat(48)],
             key: key.map(str::to_owned),
             policy: None,
+            release_log: None,
         }
     }
 

@@ -126,6 +126,7 @@ fn box_failure(e: &JcError) -> Event {
         | JcError::AttestationExpired { .. }
         | JcError::ReportDataMismatch
         | JcError::BoxKeyNotPinned
+        | JcError::TlsKeyNotAttested
         | JcError::HardwareRefused(_)
         | JcError::ProviderHostNotAttested
         | JcError::ProviderHostNotPinned

@@ -1,0 +1,233 @@
+//! The box's own TLS, bound into its attestation (issue 31 item 2).
+//!
+//! A box that serves HTTPS makes its TLS key inside itself at start ([`BoxTls::generate`], a
+//! self-signed certificate: no CA vouches for it, the attestation does). The hash of the key's
+//! SubjectPublicKeyInfo goes into every statement ([`crate::attest::TlsBound`]). A node talks to
+//! an https box through two verifiers of its own, never the system's trust store:
+//!
+//! - [`KeyVerifier::observing`] accepts any key whose handshake signature verifies, for the
+//!   requests that carry nothing secret (`/healthz`, open, the attestation); the key the
+//!   attestation's connection showed is compared with the key the verified report binds, so a
+//!   TLS front relaying a real box's report is refused before anything is staked;
+//! - [`KeyVerifier::pinned`] accepts only keys an attestation bound and this node verified
+//!   ([`AttestedKeys`]): stakes, submits and results go over no other connection.
+//!
+//! Session resumption is off on both sides: every connection shows its key.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use sha2::{Digest, Sha256};
+
+use crate::error::{JcError, Result};
+
+/// The one crypto provider the box and its clients use: the aws-lc-rs one reqwest already
+/// builds rustls with (no second TLS stack).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// sha256 (hex) of a certificate's SubjectPublicKeyInfo; `None` when it does not parse.
+pub fn spki_sha256(cert: &CertificateDer<'_>) -> Option<String> {
+    let ee = webpki::EndEntityCert::try_from(cert).ok()?;
+    Some(hex::encode(Sha256::digest(ee.subject_public_key_info())))
+}
+
+/// The TLS identity a box serves with, made at start and never written anywhere.
+pub struct BoxTls {
+    config: Arc<rustls::ServerConfig>,
+    spki_sha256: String,
+}
+
+impl std::fmt::Debug for BoxTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BoxTls({})", self.spki_sha256)
+    }
+}
+
+impl BoxTls {
+    /// A fresh ECDSA P-256 key and a self-signed certificate naming `names` (DNS names the box
+    /// is reached by, ports dropped) and `localhost`. The names are for other clients' sake: a
+    /// node checks the key, not the name.
+    pub fn generate(names: &[String]) -> Result<BoxTls> {
+        let mut sans = vec!["localhost".to_owned()];
+        for n in names {
+            let host = n.trim().trim_start_matches('[');
+            let host = match host.split_once(']') {
+                Some((v6, _)) => v6,
+                None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+            };
+            if !host.is_empty() && !sans.iter().any(|s| s.eq_ignore_ascii_case(host)) {
+                sans.push(host.to_ascii_lowercase());
+            }
+        }
+        let fail = |what: &str| JcError::Internal(format!("box TLS key: {what}"));
+        let made = rcgen::generate_simple_self_signed(sans).map_err(|_| fail("generating"))?;
+        let cert = made.cert.der().clone();
+        let spki_sha256 = spki_sha256(&cert).ok_or_else(|| fail("parsing its certificate"))?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.key_pair.serialize_der()));
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|_| fail("protocol versions"))?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .map_err(|_| fail("loading it"))?;
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        Ok(BoxTls {
+            config: Arc::new(config),
+            spki_sha256,
+        })
+    }
+
+    /// What the statement binds: sha256 (hex) of this key's SubjectPublicKeyInfo.
+    pub fn spki_sha256(&self) -> &str {
+        &self.spki_sha256
+    }
+
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.config.clone())
+    }
+
+    /// `attester`, each of whose statements binds this key.
+    pub fn bind(
+        &self,
+        attester: Arc<dyn crate::attest::Attester>,
+    ) -> Arc<dyn crate::attest::Attester> {
+        Arc::new(crate::attest::TlsBound::new(
+            attester,
+            self.spki_sha256.clone(),
+        ))
+    }
+}
+
+/// The TLS keys of one box URL that verified attestations bound: the only keys its pinned
+/// connections accept. Counts the handshakes it refused, so a failed request can say why.
+#[derive(Debug, Default)]
+pub struct AttestedKeys {
+    keys: RwLock<BTreeSet<String>>,
+    refused: AtomicU64,
+}
+
+impl AttestedKeys {
+    /// Accept `spki_sha256` (hex) from now on: a key a verified attestation bound.
+    pub fn admit(&self, spki_sha256: &str) {
+        self.keys
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(spki_sha256.to_ascii_lowercase());
+    }
+
+    pub fn contains(&self, spki_sha256: &str) -> bool {
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(spki_sha256)
+    }
+
+    /// How many handshakes were refused so far.
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// A node's verifier of a box's TLS key (see the module docs).
+#[derive(Debug)]
+pub struct KeyVerifier {
+    /// `None`: any key (observing); the key is checked against the attestation afterwards.
+    pinned: Option<Arc<AttestedKeys>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl KeyVerifier {
+    pub fn observing() -> KeyVerifier {
+        KeyVerifier {
+            pinned: None,
+            provider: provider(),
+        }
+    }
+
+    pub fn pinned(keys: Arc<AttestedKeys>) -> KeyVerifier {
+        KeyVerifier {
+            pinned: Some(keys),
+            provider: provider(),
+        }
+    }
+
+    /// A client config using this verifier, without session resumption.
+    pub fn client_config(self) -> Result<rustls::ClientConfig> {
+        let mut config = rustls::ClientConfig::builder_with_provider(self.provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|_| JcError::Internal("TLS protocol versions".into()))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(self))
+            .with_no_client_auth();
+        config.resumption = rustls::client::Resumption::disabled();
+        Ok(config)
+    }
+}
+
+impl ServerCertVerifier for KeyVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        let Some(keys) = &self.pinned else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match spki_sha256(end_entity) {
+            Some(k) if keys.contains(&k) => Ok(ServerCertVerified::assertion()),
+            _ => {
+                keys.refused.fetch_add(1, Ordering::Relaxed);
+                Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::ApplicationVerificationFailure,
+                ))
+            }
+        }
+    }
+
+    // The handshake must be signed by the key of the certificate shown: otherwise anyone could
+    // show the box's certificate without its key.
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
