@@ -185,6 +185,7 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
                 measurements: vec![dev.measurement().to_owned()],
                 key: Some(dev.public_key_hex()),
                 policy: None,
+                release_log: None,
             }
             .render()
         );
@@ -223,6 +224,7 @@ fn run_hardware(
                 measurements: vec![tsm.measurement().to_owned()],
                 key: None,
                 policy: None,
+                release_log: None,
             }
             .render()
         );

@@ -124,7 +124,8 @@ pub struct BoxPin {
     pub url: String,
     pub platform: String,
     /// Accepted measurements (any one of them): SEV-SNP MEASUREMENT, TDX MRTD, Nitro PCR0, or
-    /// the insecure-dev executable's SHA-384.
+    /// the insecure-dev executable's SHA-384. Empty with a `release_log`, which names them.
+    #[serde(default)]
     pub measurements: Vec<String>,
     /// The evidence key (insecure-dev: required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +135,73 @@ pub struct BoxPin {
     /// `accepted` PCR0–2 sets, freshness).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<toml::Value>,
+    /// Instead of `measurements`: the release log whose signed and logged release manifests
+    /// name the accepted measurements (`crate::pins` resolves them when the node starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_log: Option<ReleaseLogPin>,
+}
+
+/// A release-log identity a box pin may name (issue 31 item 3): who signs the box releases and
+/// which transparency log they are logged in. A manifest counts only when its Sigstore bundle
+/// verifies offline with an inclusion proof and a checkpoint signed by a pinned log key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseLogPin {
+    /// The directory of release manifests, each `<name>` beside its bundle
+    /// `<name>.sigstore.json` (what `cosign sign-blob --bundle` writes).
+    pub releases: String,
+    /// Keyless signer: the signing certificate's identity (its SAN: the release workflow's
+    /// URI, or an e-mail address), exactly, with `issuer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// The OIDC issuer that vouched for `identity`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Managed-key signer instead: the public key, base64 SubjectPublicKeyInfo DER (the body
+    /// of `cosign.pub` without its PEM lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A Sigstore `trusted_root.json` naming the log keys; by default the public-good root
+    /// compiled into the node (Rekor's key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_root: Option<String>,
+}
+
+impl ReleaseLogPin {
+    /// Exactly one signer: an identity with its issuer, or a key.
+    fn validate(&self) -> std::result::Result<(), String> {
+        if self.releases.is_empty() {
+            return Err("releases (a directory) is required".into());
+        }
+        match (&self.identity, &self.issuer, &self.key) {
+            (Some(i), Some(o), None) if !i.is_empty() && !o.is_empty() => Ok(()),
+            // Decoded (and refused if it is no key) when the node starts: `crate::pins`.
+            (None, None, Some(k))
+                if !k.is_empty()
+                    && k.bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'=')) =>
+            {
+                Ok(())
+            }
+            _ => Err("name the signer: identity and issuer, or key".into()),
+        }
+    }
+
+    fn render(&self) -> String {
+        use toml_text::s;
+        let mut fields = vec![format!("releases = {}", s(&self.releases))];
+        for (name, v) in [
+            ("identity", &self.identity),
+            ("issuer", &self.issuer),
+            ("key", &self.key),
+            ("trusted_root", &self.trusted_root),
+        ] {
+            if let Some(v) = v {
+                fields.push(format!("{name} = {}", s(v)));
+            }
+        }
+        format!("{{ {} }}", fields.join(", "))
+    }
 }
 
 impl BoxPin {
@@ -152,6 +220,9 @@ impl BoxPin {
         }
         if let Some(policy) = &self.policy {
             out.push_str(&format!("policy = {policy}\n"));
+        }
+        if let Some(log) = &self.release_log {
+            out.push_str(&format!("release_log = {}\n", log.render()));
         }
         out
     }
@@ -769,7 +840,16 @@ impl Config {
                     p.url
                 ));
             }
-            if p.platform.is_empty() || p.measurements.is_empty() {
+            if let Some(log) = &p.release_log {
+                if p.platform.is_empty() || !p.measurements.is_empty() {
+                    return Err(format!(
+                        "boxes.pins #{i}: a release_log pin names its platform and no \
+                         measurements (the log names them)"
+                    ));
+                }
+                log.validate()
+                    .map_err(|e| format!("boxes.pins #{i}: release_log: {e}"))?;
+            } else if p.platform.is_empty() || p.measurements.is_empty() {
                 return Err(format!(
                     "boxes.pins #{i}: platform and at least one measurement are required"
                 ));
@@ -781,7 +861,13 @@ impl Config {
                     "boxes.pins #{i}: an insecure-dev box is pinned by its key (64 hex digits)"
                 ));
             }
-            p.hardware_policy()
+            // A release-log pin's policy is checked as if its log named one measurement.
+            let mut probe = p.clone();
+            if probe.release_log.is_some() {
+                probe.measurements = vec!["0".repeat(96)];
+            }
+            probe
+                .hardware_policy()
                 .map_err(|e| format!("boxes.pins #{i} ({}): {e}", p.platform))?;
         }
         for url in &b.accept {
@@ -1139,6 +1225,7 @@ mod tests {
             measurements: vec!["ab".repeat(48)],
             key: None,
             policy: None,
+            release_log: None,
         }];
         let err = c.check().expect_err("dev pin without key");
         assert!(err.contains("key"), "{err}");
@@ -1160,6 +1247,7 @@ mod tests {
             measurements: vec!["7a".repeat(48)],
             key: None,
             policy: None,
+            release_log: None,
         });
         c.check().expect("snp pinned by measurement");
         c.boxes.pins[1].measurements = vec!["7a".into()];

@@ -29,6 +29,7 @@ pub mod openapi;
 pub mod openwop;
 pub mod pack;
 pub mod peering;
+pub mod pins;
 pub mod skills;
 pub mod sources;
 pub mod store;

@@ -75,6 +75,7 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
             measurements: vec!["ab".repeat(48)],
             key: Some(pinned_key.clone()),
             policy: None,
+            release_log: None,
         }];
     };
     refused_before_any_stake(
@@ -167,6 +168,7 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
             measurements: vec![snp.clone()],
             key: None,
             policy: None,
+            release_log: None,
         }];
     };
     refused_before_any_stake(

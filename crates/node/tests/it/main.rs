@@ -15,5 +15,6 @@ mod intents;
 mod leak;
 mod ledger;
 mod peers;
+mod release_log;
 mod router;
 mod support;
