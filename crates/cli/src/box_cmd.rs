@@ -79,6 +79,15 @@ pub struct BoxArgs {
     /// The same key across restarts is what nodes pin.
     #[arg(long)]
     pub key_file: Option<std::path::PathBuf>,
+    /// The key the box's run store is sealed under (insecure-dev: 32 random bytes made 0600 on
+    /// first start; default `<data dir>/box/store.key`). Open runs, their stakes and results are
+    /// kept in `<data dir>/box/runs.sqlite` under it, so a restarted box finishes its runs.
+    #[arg(long, value_name = "PATH")]
+    pub store_key_file: Option<PathBuf>,
+    /// The crash harness's failpoint: abort right after this step is on disk (`opened`,
+    /// `staked`, `at_provider`, `result`).
+    #[arg(long, hide = true, value_name = "STEP")]
+    pub crash_at: Option<String>,
     /// Print what a node pins for this box (a `[[boxes.pins]]` entry for its config) and exit.
     #[arg(long)]
     pub show_identity: bool,
@@ -253,6 +262,13 @@ fn serve(
     let providers = ProviderRegistry::from_settings(&settings);
     let views = providers.views();
     let spent = global.data_dir().join("box").join("spent-programs");
+    let runs = global.data_dir().join("box").join("runs.sqlite");
+    let store_key_file = args
+        .store_key_file
+        .clone()
+        .unwrap_or_else(|| global.data_dir().join("box").join("store.key"));
+    let store_key = skillbox_jc::run::store::KeyFile::load_or_create(&store_key_file)
+        .with_context(|| format!("the box storage key {}", store_key_file.display()))?;
     let allowed_count = allowed_keys.as_ref().map(Vec::len);
     let core = Arc::new(
         BoxCore::new(
@@ -274,7 +290,10 @@ fn serve(
             },
         )
         .with_spent_log(&spent, skillbox_jc::run::now_secs())
-        .with_context(|| format!("the spent-program list {}", spent.display()))?,
+        .with_context(|| format!("the spent-program list {}", spent.display()))?
+        .with_run_store(&runs, &store_key, skillbox_jc::run::now_secs())
+        .with_context(|| format!("the run store {}", runs.display()))?
+        .with_failpoint(args.crash_at.clone()),
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -317,6 +336,8 @@ fn serve(
                 ),
             }
         }
+        // The runs a restart found running go on (a task each).
+        core.resume();
         skillbox_jc::server::serve_named(listener, core, &args.names)
             .await
             .context("serving the box API")

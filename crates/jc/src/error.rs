@@ -152,6 +152,13 @@ pub enum JcError {
     /// The box's answer is longer than the client reads (see `client::MAX_RESPONSE_BYTES`).
     #[error("box answer is larger than {limit} bytes")]
     ResponseTooLarge { limit: usize },
+    /// A persisted run did not open under the box's storage key (flipped, cut, moved to
+    /// another run or role, or sealed under another key): that run is refused, never used.
+    #[error("a persisted run does not open under the box's storage key")]
+    StoreTampered,
+    /// The box died while the run was at the provider more often than it retries.
+    #[error("the box restarted during the run too often")]
+    RunInterrupted,
     /// The box's own storage (its spent-program list) failed or cannot be read.
     #[error("box storage: {0}")]
     Storage(String),
@@ -225,6 +232,8 @@ impl JcError {
             Transport(_) => "transport",
             ResponseTooLarge { .. } => "box_response_too_large",
             Storage(_) => "storage_failed",
+            StoreTampered => "store_tampered",
+            RunInterrupted => "run_interrupted",
             Internal(_) => "internal",
         }
     }
@@ -253,7 +262,7 @@ impl JcError {
             HostNotAllowed => 421,
             OriginNotAllowed => 403,
             MediaType { .. } => 415,
-            Internal(_) | Transport(_) | Storage(_) => 500,
+            Internal(_) | Transport(_) | Storage(_) | StoreTampered | RunInterrupted => 500,
             Remote { status, .. } => *status,
             _ => 400,
         }
@@ -324,6 +333,8 @@ impl JcError {
             Transport(_) => "the box is unreachable",
             ResponseTooLarge { .. } => "the box's answer is too large",
             Storage(_) => "the box's storage failed",
+            StoreTampered => "the box's persisted run is refused",
+            RunInterrupted => "the box restarted during the run too often",
             Internal(_) => "internal error",
         }
     }

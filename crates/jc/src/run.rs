@@ -4,8 +4,22 @@
 //! Invariants: a run's X25519 and Ed25519 keys are made fresh at open and dropped (zeroized) when
 //! the run ends, is cancelled or expires; a run id is never reused and a spent one is refused; a
 //! program runs at most once per box (across restarts too when the box keeps a spent-program
-//! list, [`BoxCore::with_spent_log`]: its only file I/O); nothing runs before both parties staked and submitted;
+//! list, [`BoxCore::with_spent_log`]); nothing runs before both parties staked and submitted;
 //! opened stakes live in zeroizing buffers and are dropped as soon as the provider answered.
+//!
+//! With a run store ([`BoxCore::with_run_store`], [`store`]) every run, its keys, its opened
+//! stakes and its result are also on disk, sealed under the box storage key, before the step
+//! that made them is answered; a restarted box reads them back and [`BoxCore::resume`] finishes
+//! the runs that were running. The run's keys then live on disk (sealed) until the run ends.
+//! Split by job: [`limits`] (token buckets), [`failure`] (closed run failures), [`store`].
+
+pub mod failure;
+pub mod limits;
+pub mod store;
+
+pub use failure::RunFailure;
+use limits::Limiter;
+pub use limits::{Client, Rate, client_of};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +28,8 @@ use ed25519_dalek::SigningKey;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use skillbox_providers::{ChatRequest, FinishReason, ProviderFailure};
+
+use store::RunStore;
 use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
@@ -71,77 +87,10 @@ pub struct BoxConfig {
     pub allowed_keys: Option<Vec<String>>,
     /// Sampling for the prompt; the seed is derived from the program hash (reproducible runs).
     pub temperature: f32,
-}
-
-/// A token bucket's shape: `burst` requests at once, refilled at `per_sec`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rate {
-    pub burst: f64,
-    pub per_sec: f64,
-}
-
-/// Token buckets by key. A bucket that has refilled to its burst is the same as none, so
-/// [`Limiter::prune`] drops those (keys are free to make: the map must not grow with them).
-struct Limiter<K> {
-    rate: Rate,
-    buckets: HashMap<K, (f64, std::time::Instant)>,
-}
-
-impl<K: std::hash::Hash + Eq + Clone> Limiter<K> {
-    fn new(rate: Rate) -> Self {
-        Limiter {
-            rate,
-            buckets: HashMap::new(),
-        }
-    }
-
-    fn level(&self, tokens: f64, since: std::time::Instant, now: std::time::Instant) -> f64 {
-        (tokens + now.duration_since(since).as_secs_f64() * self.rate.per_sec).min(self.rate.burst)
-    }
-
-    /// Whether every key in `keys` has a token; if so, take one from each.
-    fn take(&mut self, keys: &[K], now: std::time::Instant) -> bool {
-        let levels: Vec<f64> = keys
-            .iter()
-            .map(|k| {
-                self.buckets
-                    .get(k)
-                    .map_or(self.rate.burst, |(t, at)| self.level(*t, *at, now))
-            })
-            .collect();
-        if levels.iter().any(|l| *l < 1.0) {
-            return false;
-        }
-        for (k, l) in keys.iter().zip(levels) {
-            self.buckets.insert(k.clone(), (l - 1.0, now));
-        }
-        true
-    }
-
-    fn prune(&mut self, now: std::time::Instant) {
-        let (rate, burst) = (self.rate.per_sec, self.rate.burst);
-        self.buckets
-            .retain(|_, (t, at)| *t + now.duration_since(*at).as_secs_f64() * rate < burst);
-    }
-}
-
-/// The client a request came from, as rate limits and shares count it: an IPv4 address, or an
-/// IPv6 address's /64 (one host is given a whole /64). `None`: in-process, not counted.
-pub type Client = Option<std::net::IpAddr>;
-
-/// Normalize a peer address to the [`Client`] it counts as.
-pub fn client_of(ip: std::net::IpAddr) -> std::net::IpAddr {
-    use std::net::{IpAddr, Ipv6Addr};
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let s = v6.segments();
-                IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
-            }
-        },
-        v4 => v4,
-    }
+    /// Runs the box keeps at once, open, running or finished and waiting to be fetched (at
+    /// least twice `max_runs`): each is a row on disk with a run store, and memory without.
+    /// One more open is refused `busy`.
+    pub max_kept_runs: usize,
 }
 
 impl Default for BoxConfig {
@@ -168,6 +117,7 @@ impl Default for BoxConfig {
             },
             allowed_keys: None,
             temperature: 0.7,
+            max_kept_runs: 4000,
         }
     }
 }
@@ -179,6 +129,27 @@ struct RunKeys {
 }
 
 impl RunKeys {
+    /// The HPKE secret, then the receipt key's seed (for the run store, sealed).
+    fn to_bytes(&self) -> Zeroizing<[u8; 64]> {
+        let mut out = Zeroizing::new([0u8; 64]);
+        out[..32].copy_from_slice(&self.hpke.secret_bytes());
+        out[32..].copy_from_slice(&self.receipt.to_bytes());
+        out
+    }
+
+    fn from_bytes(b: &[u8]) -> Result<RunKeys> {
+        let seed: Zeroizing<[u8; 32]> = Zeroizing::new(
+            b.get(32..64)
+                .and_then(|s| s.try_into().ok())
+                .ok_or(JcError::StoreTampered)?,
+        );
+        Ok(RunKeys {
+            hpke: HpkeKeyPair::from_secret_bytes(b.get(..32).ok_or(JcError::StoreTampered)?)
+                .map_err(|_| JcError::StoreTampered)?,
+            receipt: SigningKey::from_bytes(&seed),
+        })
+    }
+
     fn generate() -> RunKeys {
         let mut seed = Zeroizing::new([0u8; 32]);
         getrandom::fill(&mut seed[..]).expect("the OS random source is available");
@@ -205,87 +176,6 @@ impl Phase {
             Phase::Running => "running",
             Phase::Done => "done",
             Phase::Failed => "failed",
-        }
-    }
-}
-
-/// Why a run failed, as both parties learn it: a closed code, never the provider's (or
-/// anyone's) words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunFailure {
-    Unauthorized,
-    RateLimited,
-    ModelRejected,
-    ContextTooLong,
-    UpstreamError,
-    Timeout,
-    Protocol,
-    Unavailable,
-    /// The skill body's secret markers are malformed: the box would not run it unguarded.
-    GuardBody,
-    /// The box itself failed (sealing, a lost stake): nothing the parties did.
-    Internal,
-}
-
-impl RunFailure {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunFailure::Internal => "internal",
-            RunFailure::GuardBody => "guard_body",
-            other => other.provider().map_or("internal", ProviderFailure::as_str),
-        }
-    }
-
-    /// The provider failure this is, if it is one.
-    pub fn provider(self) -> Option<ProviderFailure> {
-        Some(match self {
-            RunFailure::Unauthorized => ProviderFailure::Unauthorized,
-            RunFailure::RateLimited => ProviderFailure::RateLimited,
-            RunFailure::ModelRejected => ProviderFailure::ModelRejected,
-            RunFailure::ContextTooLong => ProviderFailure::ContextTooLong,
-            RunFailure::UpstreamError => ProviderFailure::UpstreamError,
-            RunFailure::Timeout => ProviderFailure::Timeout,
-            RunFailure::Protocol => ProviderFailure::Protocol,
-            RunFailure::Unavailable => ProviderFailure::Unavailable,
-            RunFailure::Internal | RunFailure::GuardBody => return None,
-        })
-    }
-
-    /// Words for people, fixed per code.
-    pub fn message(self) -> &'static str {
-        if self == RunFailure::GuardBody {
-            return "the skill body's secret markers are malformed, so the box did not run it";
-        }
-        self.provider()
-            .map_or("the box failed the run", ProviderFailure::message)
-    }
-}
-
-impl From<ProviderFailure> for RunFailure {
-    fn from(f: ProviderFailure) -> RunFailure {
-        match f {
-            ProviderFailure::Unauthorized => RunFailure::Unauthorized,
-            ProviderFailure::RateLimited => RunFailure::RateLimited,
-            ProviderFailure::ModelRejected => RunFailure::ModelRejected,
-            ProviderFailure::ContextTooLong => RunFailure::ContextTooLong,
-            ProviderFailure::UpstreamError => RunFailure::UpstreamError,
-            ProviderFailure::Timeout => RunFailure::Timeout,
-            ProviderFailure::Protocol => RunFailure::Protocol,
-            ProviderFailure::Unavailable => RunFailure::Unavailable,
-        }
-    }
-}
-
-impl From<&JcError> for RunFailure {
-    fn from(e: &JcError) -> RunFailure {
-        match e {
-            JcError::ProviderFailed(f) => (*f).into(),
-            JcError::ProviderUnavailable(_) | JcError::ProviderHost { .. } => {
-                RunFailure::Unavailable
-            }
-            JcError::GuardBody => RunFailure::GuardBody,
-            _ => RunFailure::Internal,
         }
     }
 }
@@ -321,6 +211,15 @@ struct Hold {
 
 struct Run {
     program: Arc<ApprovedProgram>,
+    /// The twice-signed program as opened: what the run store keeps (and checks again on load).
+    envelope: Arc<Envelope>,
+    /// Times the run went to the provider (counted before each request, on disk with a store):
+    /// a restarted box asks again only while this is below [`MAX_PROVIDER_ATTEMPTS`].
+    attempts: u32,
+    /// Bumped at every write to the run store, so an older snapshot never replaces a newer one.
+    version: u64,
+    /// [`BoxCore::execute`] has taken the run (in this process): it runs once.
+    taken: bool,
     /// Stake memory held for this run, by role: an upload being read, then the opened stake.
     /// Counted against the budget while the run is open or running.
     held: HashMap<Role, Hold>,
@@ -438,6 +337,160 @@ pub struct BoxCore {
     limits: Mutex<Limits>,
     /// The opened programs on disk (a restarted box still refuses a replay); `None` in memory.
     spent: Option<crate::spent::SpentLog>,
+    /// Runs on disk, sealed (a restarted box finishes them); `None` in memory.
+    store: Option<RunStore>,
+    /// A failpoint for the crash harness: abort (as kill -9 would) right after this step is on
+    /// disk. `opened`, `staked`, `at_provider`, `result`.
+    crash_at: Option<String>,
+}
+
+/// How often a run goes to the provider: a box killed while the run was there asks again on
+/// restart, up to this many requests in all; then the run fails `interrupted` (a run that kills
+/// the box every time must not keep it restarting).
+pub const MAX_PROVIDER_ATTEMPTS: u32 = 3;
+
+/// A run as the run store keeps it (sealed): the run's keys (while it has them) in front, then
+/// this as JSON. Stakes are rows of their own.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    envelope: Envelope,
+    phase: Phase,
+    submitted: Vec<Role>,
+    opened_at: u64,
+    expires_at: u64,
+    keep_until: u64,
+    attempts: u32,
+    version: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    finished: Option<StoredFinished>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredFinished {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed_output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner_note: Option<String>,
+    receipt: Envelope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<RunFailure>,
+}
+
+const RECORD_FORMAT: u8 = 1;
+
+/// What a record says that the run in memory does not (yet): a result is on disk before it is
+/// published.
+struct Ending<'a> {
+    phase: Phase,
+    keep_until: u64,
+    finished: &'a Finished,
+}
+
+impl Run {
+    /// The record the run store keeps for this run now, or as `ending` ends it (bumps the
+    /// version).
+    fn record(&mut self, ending: Option<Ending<'_>>) -> Result<(u64, Zeroizing<Vec<u8>>)> {
+        use base64::Engine as _;
+        let b64 = |b: &Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
+        self.version += 1;
+        let mut submitted: Vec<Role> = self.submitted.keys().copied().collect();
+        submitted.sort_by_key(|r| r.as_str());
+        let (phase, keep_until, finished, keys) = match &ending {
+            Some(e) => (e.phase, e.keep_until, Some(e.finished), None),
+            None => (
+                self.phase,
+                self.keep_until,
+                self.finished.as_ref(),
+                self.keys.as_deref(),
+            ),
+        };
+        let record = Record {
+            envelope: (*self.envelope).clone(),
+            phase,
+            submitted,
+            opened_at: self.opened_at,
+            expires_at: self.expires_at,
+            keep_until,
+            attempts: self.attempts,
+            version: self.version,
+            finished: finished.map(|f| StoredFinished {
+                sealed_output: f.sealed_output.as_ref().map(b64),
+                owner_note: f.owner_note.as_ref().map(b64),
+                receipt: f.receipt.clone(),
+                error: f.error,
+            }),
+        };
+        let json = serde_json::to_vec(&record)
+            .map_err(|e| JcError::Internal(format!("run record: {e}")))?;
+        let mut out = Zeroizing::new(Vec::with_capacity(2 + 64 + json.len()));
+        out.push(RECORD_FORMAT);
+        match keys {
+            Some(k) => {
+                out.push(1);
+                out.extend_from_slice(&k.to_bytes()[..]);
+            }
+            None => {
+                out.push(0);
+                out.extend_from_slice(&[0u8; 64]);
+            }
+        }
+        out.extend_from_slice(&json);
+        Ok((self.version, out))
+    }
+}
+
+/// A record read back: the program checked again (both signatures), the keys, the result.
+fn restore_run(bytes: &[u8]) -> Result<Run> {
+    use base64::Engine as _;
+    let unb64 = |s: &String| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|_| JcError::StoreTampered)
+    };
+    if bytes.len() < 66 || bytes[0] != RECORD_FORMAT {
+        return Err(JcError::StoreTampered);
+    }
+    let keys = match bytes[1] {
+        0 => None,
+        1 => Some(Arc::new(RunKeys::from_bytes(&bytes[2..66])?)),
+        _ => return Err(JcError::StoreTampered),
+    };
+    let r: Record = serde_json::from_slice(&bytes[66..]).map_err(|_| JcError::StoreTampered)?;
+    let program = approved_program(&r.envelope).map_err(|_| JcError::StoreTampered)?;
+    let finished = match r.finished {
+        Some(f) => Some(Finished {
+            sealed_output: f.sealed_output.as_ref().map(unb64).transpose()?,
+            owner_note: f.owner_note.as_ref().map(unb64).transpose()?,
+            receipt: f.receipt,
+            error: f.error,
+        }),
+        None => None,
+    };
+    // A run is finished exactly when it has a result, and has keys exactly while it has none.
+    let ended = matches!(r.phase, Phase::Done | Phase::Failed);
+    if ended != finished.is_some() || ended == keys.is_some() {
+        return Err(JcError::StoreTampered);
+    }
+    Ok(Run {
+        program: Arc::new(program),
+        envelope: Arc::new(r.envelope),
+        attempts: r.attempts,
+        version: r.version,
+        taken: false,
+        held: HashMap::new(),
+        uploading: Vec::new(),
+        opened_by: None,
+        opened_at: r.opened_at,
+        keys,
+        expires_at: r.expires_at,
+        stakes: HashMap::new(),
+        submitted: r.submitted.into_iter().map(|role| (role, true)).collect(),
+        phase: r.phase,
+        finished,
+        keep_until: r.keep_until,
+        logged: 0,
+        changed: Arc::new(tokio::sync::Notify::new()),
+    })
 }
 
 struct Limits {
@@ -485,6 +538,133 @@ impl BoxCore {
             config,
             state: Mutex::new(State::default()),
             spent: None,
+            store: None,
+            crash_at: None,
+        }
+    }
+
+    /// The crash harness's failpoint (see `crash_at`); production boxes never set it.
+    pub fn with_failpoint(mut self, point: Option<String>) -> BoxCore {
+        self.crash_at = point;
+        self
+    }
+
+    /// Abort the process here when the failpoint names this step: no unwinding, no cleanup,
+    /// as a kill -9 right after the step's write.
+    fn failpoint(&self, point: &str) {
+        if self.crash_at.as_deref() == Some(point) {
+            tracing::error!(point, "box failpoint reached: aborting");
+            std::process::abort();
+        }
+    }
+
+    /// Keep runs in the run store at `path`, sealed under `key`, and take back the runs it
+    /// holds: open ones wait for their stakes and submits again, running ones for
+    /// [`Self::resume`], finished ones for their fetch. A run whose rows do not open (tampered,
+    /// another key, cut) is refused: logged `store_tampered`, its run id spent, its rows
+    /// removed; a running run whose stakes do not open fails `interrupted`. Call after
+    /// [`Self::with_spent_log`] (its programs are the same list's).
+    pub fn with_run_store(
+        mut self,
+        path: &std::path::Path,
+        key: &dyn store::StorageKey,
+        now: u64,
+    ) -> Result<BoxCore> {
+        let store = RunStore::open(path, key)?;
+        let loaded = store.load()?;
+        let until = self.spent_until(now);
+        let mut refused = Vec::new();
+        {
+            let mut st = self.lock();
+            for l in loaded {
+                let mut run = match l.record.and_then(|b| restore_run(&b)) {
+                    Ok(run) => run,
+                    Err(e) => {
+                        tracing::error!(code = e.code(), "a persisted run is refused");
+                        st.spent_runs.insert(l.id.clone(), until);
+                        refused.push(l.id);
+                        continue;
+                    }
+                };
+                for (role, entries) in l.stakes {
+                    match entries.and_then(|b| store::decode_entries(&b)) {
+                        Ok(entries) if run.keys.is_some() => {
+                            let bytes: u64 = entries.iter().map(|e| e.data.len() as u64).sum();
+                            run.held.insert(
+                                role,
+                                Hold {
+                                    client: None,
+                                    bytes,
+                                },
+                            );
+                            run.stakes.insert(role, entries);
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            // The run cannot go on without it: fail it with a signed receipt.
+                            tracing::error!(code = e.code(), "a persisted stake is refused");
+                            run.attempts = u32::MAX;
+                            if run.phase == Phase::Open {
+                                run.phase = Phase::Running;
+                            }
+                        }
+                    }
+                }
+                st.programs.insert(
+                    run.program.hash,
+                    (l.id.clone(), run.program.program.expires_at),
+                );
+                st.runs.insert(l.id, run);
+            }
+        }
+        store.delete(&refused)?;
+        self.store = Some(store);
+        Ok(self)
+    }
+
+    /// Finish the runs a restart found running (both parties had submitted): each goes to the
+    /// provider again only if it had not come back from there ([`Self::execute`]).
+    pub fn resume(self: &Arc<Self>) {
+        let running: Vec<String> = self
+            .lock()
+            .runs
+            .iter()
+            .filter(|(_, r)| r.phase == Phase::Running)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in running {
+            let core = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = core.execute(&id).await {
+                    tracing::warn!(code = e.code(), "resumed run could not finish");
+                }
+            });
+        }
+    }
+
+    /// Write a run's record (outside the state lock; the version keeps the newest).
+    fn persist(&self, run_id: &str, snapshot: Option<(u64, Zeroizing<Vec<u8>>)>) -> Result<()> {
+        match (&self.store, snapshot) {
+            (Some(store), Some((version, record))) => store.put_run(run_id, version, &record),
+            _ => Ok(()),
+        }
+    }
+
+    /// A run's record to write, when the box has a store.
+    fn snapshot(&self, run: &mut Run) -> Result<Option<(u64, Zeroizing<Vec<u8>>)>> {
+        if self.store.is_none() {
+            return Ok(None);
+        }
+        run.record(None).map(Some)
+    }
+
+    /// Forget runs on disk; a failure is logged (the rows come back at restart and are
+    /// dropped then as expired).
+    fn forget(&self, ids: &[String]) {
+        if let Some(store) = &self.store
+            && let Err(e) = store.delete(ids)
+        {
+            tracing::error!(code = e.code(), "run store: runs not removed");
         }
     }
 
@@ -666,6 +846,14 @@ impl BoxCore {
         if live >= self.config.max_runs {
             return Err(JcError::Busy(self.config.max_runs));
         }
+        // Finished runs waiting to be fetched count too: each is a row on disk.
+        let kept = self
+            .config
+            .max_kept_runs
+            .max(self.config.max_runs.saturating_mul(2));
+        if st.runs.len() >= kept {
+            return Err(JcError::Busy(kept));
+        }
         let unstaked_cap = self
             .config
             .max_unstaked_per_client
@@ -694,34 +882,43 @@ impl BoxCore {
         };
         st.programs
             .insert(hash, (run_id.clone(), approved.program.expires_at));
-        st.runs.insert(
-            run_id.clone(),
-            Run {
-                program: Arc::new(approved),
-                held: HashMap::new(),
-                uploading: Vec::new(),
-                opened_by: client,
-                opened_at: now,
-                keys: Some(Arc::new(RunKeys::generate())),
-                expires_at,
-                stakes: HashMap::new(),
-                submitted: HashMap::new(),
-                phase: Phase::Open,
-                finished: None,
-                keep_until: expires_at + self.config.result_ttl_secs,
-                logged,
-                changed: Arc::new(tokio::sync::Notify::new()),
-            },
-        );
+        let mut run = Run {
+            program: Arc::new(approved),
+            envelope: Arc::new(envelope.clone()),
+            attempts: 0,
+            version: 0,
+            taken: false,
+            held: HashMap::new(),
+            uploading: Vec::new(),
+            opened_by: client,
+            opened_at: now,
+            keys: Some(Arc::new(RunKeys::generate())),
+            expires_at,
+            stakes: HashMap::new(),
+            submitted: HashMap::new(),
+            phase: Phase::Open,
+            finished: None,
+            keep_until: expires_at + self.config.result_ttl_secs,
+            logged,
+            changed: Arc::new(tokio::sync::Notify::new()),
+        };
+        // On an error the program stays spent (its line is in the list): a retry is refused.
+        let snapshot = self.snapshot(&mut run)?;
+        st.runs.insert(run_id.clone(), run);
         drop(st);
         // Durable before it is answered (outside the state lock: concurrent opens share one
         // sync). If it cannot be made durable the run is dropped; the program stays spent.
-        if let Some(log) = &self.spent
-            && let Err(e) = log.sync_to(logged)
-        {
+        let durable = match &self.spent {
+            Some(log) => log.sync_to(logged),
+            None => Ok(()),
+        }
+        .and_then(|()| self.persist(&run_id, snapshot));
+        if let Err(e) = durable {
             self.lock().runs.remove(&run_id);
+            self.forget(std::slice::from_ref(&run_id));
             return Err(e);
         }
+        self.failpoint("opened");
         Ok(Opened {
             run_id,
             program_hash: hash.to_hex(),
@@ -907,14 +1104,43 @@ impl BoxCore {
         })?;
         drop(keys);
         seal::check_stake(&program.program, role, &entries)?;
-        let mut st = self.lock();
-        let run = self.live(&mut st, &slot.run_id, now)?;
-        run.expect_phase(Phase::Open, "stake")?;
-        if run.stakes.contains_key(&role) || !run.uploading.contains(&role) {
-            return Err(JcError::AlreadyStaked {
-                role: role.as_str().into(),
-            });
+        // On disk before the run holds it (the slot keeps the role to this upload): a stake the
+        // box answered is one a restarted box still has.
+        if let Some(store) = &self.store {
+            store.put_stake(&slot.run_id, role, &store::encode_entries(&entries))?;
         }
+        let mut st = self.lock();
+        let run = match self.live(&mut st, &slot.run_id, now).and_then(|run| {
+            run.expect_phase(Phase::Open, "stake")?;
+            if run.stakes.contains_key(&role) || !run.uploading.contains(&role) {
+                return Err(JcError::AlreadyStaked {
+                    role: role.as_str().into(),
+                });
+            }
+            Ok(run)
+        }) {
+            Ok(run) => run,
+            Err(e) => {
+                // Not taken: its row goes, or is the stake the run does hold (a slot given
+                // back and taken again while this one was opening).
+                let kept = st
+                    .runs
+                    .get(&slot.run_id)
+                    .and_then(|r| r.stakes.get(&role))
+                    .map(|entries| store::encode_entries(entries));
+                drop(st);
+                if let Some(store) = &self.store {
+                    let fixed = match kept {
+                        Some(bytes) => store.put_stake(&slot.run_id, role, &bytes),
+                        None => store.delete_stake(&slot.run_id, role),
+                    };
+                    if let Err(d) = fixed {
+                        tracing::error!(code = d.code(), "run store: a refused stake not removed");
+                    }
+                }
+                return Err(e);
+            }
+        };
         let bytes: u64 = entries.iter().map(|e| e.data.len() as u64).sum();
         run.stakes.insert(role, entries);
         run.uploading.retain(|r| *r != role);
@@ -923,6 +1149,8 @@ impl BoxCore {
             h.bytes = bytes;
         }
         run.changed.notify_waiters();
+        drop(st);
+        self.failpoint("staked");
         Ok(role)
     }
 
@@ -954,31 +1182,64 @@ impl BoxCore {
             });
         }
         run.submitted.insert(act.role, true);
-        run.changed.notify_waiters();
-        if run.submitted.len() == 2 {
+        let start = run.submitted.len() == 2;
+        if start {
             run.phase = Phase::Running;
-            return Ok(true);
         }
-        Ok(false)
+        let snapshot = self.snapshot(run)?;
+        run.changed.notify_waiters();
+        drop(st);
+        // A submit the box answered is one a restarted box still has (and a second one starts
+        // the run there too).
+        self.persist(run_id, snapshot)?;
+        Ok(start)
     }
 
     /// The run itself: prompt, provider, cap, seal to the caller, receipt. Called once, after the
-    /// second submit.
+    /// second submit, or by [`Self::resume`] after a restart. With a run store, "at the provider"
+    /// (the attempt counted) is on disk before the request and the result before it can be
+    /// fetched, so a restarted box asks the provider again only when it died while the request
+    /// was out.
     pub async fn execute(&self, run_id: &str) -> Result<()> {
-        let (program, keys, stakes) = {
+        let (program, keys, stakes, give_up, snapshot) = {
             let mut st = self.lock();
             let run = st
                 .runs
                 .get_mut(run_id)
                 .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
             run.expect_phase(Phase::Running, "run")?;
+            if run.taken {
+                return Err(JcError::WrongState {
+                    state: run.phase.as_str().into(),
+                    action: "run".into(),
+                });
+            }
+            run.taken = true;
             let keys = run
                 .keys
-                .take()
+                .clone()
                 .ok_or_else(|| JcError::Internal("running run without keys".into()))?;
-            (run.program.clone(), keys, std::mem::take(&mut run.stakes))
+            let give_up = run.attempts >= MAX_PROVIDER_ATTEMPTS;
+            if !give_up {
+                run.attempts += 1;
+            }
+            let snapshot = self.snapshot(run);
+            (
+                run.program.clone(),
+                keys,
+                std::mem::take(&mut run.stakes),
+                give_up,
+                snapshot,
+            )
         };
-        let outcome = self.call_provider(&program, stakes).await;
+        let outcome = match snapshot.and_then(|s| self.persist(run_id, s)) {
+            Err(e) => Err(e),
+            Ok(()) if give_up => Err(JcError::RunInterrupted),
+            Ok(()) => {
+                self.failpoint("at_provider");
+                self.call_provider(&program, stakes).await
+            }
+        };
         let now = now_secs();
         // Whether the guard acted goes to the owner alone, sealed (see `OwnerNote`); a failed
         // run's note says it did not (a regeneration that failed is reported as the failure).
@@ -1014,19 +1275,44 @@ impl BoxCore {
                 }
             }
         };
-        // The run's keys go now: the last Arc drops here and the secrets are zeroized.
-        drop(keys);
+        let phase = if finished.error.is_none() {
+            Phase::Done
+        } else {
+            Phase::Failed
+        };
+        let keep_until = now + self.config.result_ttl_secs;
+        // On disk (without the keys, without the stakes) before anyone can fetch it.
+        let ending = match &self.store {
+            Some(_) => {
+                let mut st = self.lock();
+                st.runs.get_mut(run_id).map(|run| {
+                    run.record(Some(Ending {
+                        phase,
+                        keep_until,
+                        finished: &finished,
+                    }))
+                })
+            }
+            None => None,
+        };
+        if let (Some(store), Some(ending)) = (&self.store, ending) {
+            // Not on disk: served from memory all the same (a restart would run it again).
+            if let Err(e) = ending.and_then(|(v, record)| store.finish(run_id, v, &record)) {
+                tracing::error!(code = e.code(), "run store: a result not kept");
+            }
+            self.failpoint("result");
+        }
         let mut st = self.lock();
         if let Some(run) = st.runs.get_mut(run_id) {
-            run.phase = if finished.error.is_none() {
-                Phase::Done
-            } else {
-                Phase::Failed
-            };
+            run.phase = phase;
             run.finished = Some(finished);
-            run.keep_until = now + self.config.result_ttl_secs;
+            run.keep_until = keep_until;
+            run.keys = None;
             run.changed.notify_waiters();
         }
+        drop(st);
+        // The run's keys go now: the last Arc drops here and the secrets are zeroized.
+        drop(keys);
         Ok(())
     }
 
@@ -1342,6 +1628,8 @@ impl BoxCore {
         }
         let until = self.spent_until(now);
         st.spent_runs.insert(run_id.into(), until);
+        drop(st);
+        self.forget(&[run_id.to_owned()]);
         Ok(())
     }
 
@@ -1370,11 +1658,11 @@ impl BoxCore {
             })
             .map(|(id, _)| id.clone())
             .collect();
-        for id in dead {
-            if let Some(run) = st.runs.remove(&id) {
+        for id in &dead {
+            if let Some(run) = st.runs.remove(id) {
                 run.changed.notify_waiters();
             }
-            st.spent_runs.insert(id, until);
+            st.spent_runs.insert(id.clone(), until);
         }
         st.spent_runs.retain(|_, until| *until > now);
         st.programs.retain(|_, (_, exp)| *exp > now);
@@ -1389,6 +1677,8 @@ impl BoxCore {
                 tracing::error!(code = e.code(), error = %e, "spent-program list not compacted");
             }
         }
+        drop(st);
+        self.forget(&dead);
     }
 }
 

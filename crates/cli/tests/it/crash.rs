@@ -6,13 +6,19 @@
 //! - the failpoint `SKILLBOX_CRASH_AT=<role>:<state>` aborts a node right after it persisted a
 //!   transition into that state (kill -9 at a known state), for every state each role passes;
 //! - a real kill -9 of the caller, then of the owner, while the run is at the provider;
-//! - a real kill -9 of the box while the run is at the provider (the box keeps runs in memory).
+//! - the box's failpoint `--crash-at <step>` aborts the box right after it put that step of the
+//!   run on disk (its run store, issue 33): the run opened (no stake yet), the first stake
+//!   taken, the run at the provider (before the request), the result kept (before either party
+//!   fetched it); and a real kill -9 of the box while the request is out at the provider.
 //!
 //! After each restart both sides must end `answered`/`ran` or `failed` with a code and a message,
 //! within a bound (a call must never hang); both records must exist (no record is lost); the
 //! provider must have seen at most one run of the call (no run executes twice), exactly one
-//! when the call was answered. One trio serves every case, calls one after the other, so only
-//! the process a case kills is restarted.
+//! when the call was answered — but for the box killed while the request was out, which asks
+//! once more after its restart (two). Every box case must end `answered`/`ran`, and the box's
+//! data dir and log must never hold the skill body, the API key or the request. One trio
+//! serves every case, calls one after the other, so only the process a case kills is
+//! restarted.
 
 use crate::support::procs;
 
@@ -21,7 +27,9 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use procs::{Api, BoxProc, NodeDir, ProviderLog, init_node, provider_double, skill_doc, start_box};
+use procs::{
+    Api, BoxProc, NodeDir, ProviderLog, init_node, provider_double, skill_doc, start_box_args,
+};
 use serde_json::{Value, json};
 
 /// The provider double's answer delay: the window in which a real kill -9 lands while the run
@@ -64,6 +72,12 @@ const OWNER_STATES: [&str; 7] = [
 /// there after the restart, exactly once, and the call must finish without sending it again.
 const STAKE_WINDOW: &str = "stake_sent";
 
+/// The box's steps its failpoint stops at (`skillbox box --crash-at`), in run order.
+const BOX_STEPS: [&str; 4] = ["opened", "staked", "at_provider", "result"];
+
+/// What must never be on the box's disk nor in its log (the owner's body and key).
+const BOX_SECRETS: [&str; 2] = ["BODY-CRASH", "sk-test-CRASH-KEY"];
+
 /// Tests in this file share the machine's two cores: one at a time, so stall limits hold.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -91,6 +105,8 @@ enum Blow {
     KillNode(Role),
     /// kill -9 of the box while both sides are `submitted` and the run is at the provider.
     KillBox,
+    /// `skillbox box --crash-at <step>`: the box aborts right after that step is on disk.
+    BoxAt(&'static str),
     /// No crash: a healthy call (after the box came back).
     None,
 }
@@ -147,13 +163,24 @@ fn short_schedules(text: String) -> String {
 }
 
 fn start_box_at(listen: &str, provider_url: &str, log: &Path) -> BoxProc {
+    start_box_crashing(listen, provider_url, log, None)
+}
+
+/// [`start_box_at`], with the box's failpoint at `step` when one is given.
+fn start_box_crashing(listen: &str, provider_url: &str, log: &Path, step: Option<&str>) -> BoxProc {
     // The port was just freed by a kill -9: binding it again may take a moment.
     let deadline = Instant::now() + STEP_LIMIT;
     loop {
         let l = listen.to_owned();
         let p = provider_url.to_owned();
         let g = log.to_owned();
-        match std::panic::catch_unwind(move || start_box(&l, &p, &g)) {
+        let extra: Vec<String> = step
+            .map(|s| vec!["--crash-at".to_owned(), s.to_owned()])
+            .unwrap_or_default();
+        match std::panic::catch_unwind(move || {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            start_box_args(&l, &p, &g, "/nonexistent/model.gguf", &extra)
+        }) {
             Ok(b) => return b,
             Err(e) if Instant::now() > deadline => std::panic::resume_unwind(e),
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
@@ -388,6 +415,7 @@ impl World {
             Blow::Failpoint(r, s) => (format!("{}:{s}", r.as_str()), "failpoint"),
             Blow::KillNode(r) => (format!("{}:submitted", r.as_str()), "kill -9"),
             Blow::KillBox => ("box:submitted".to_owned(), "kill -9 box"),
+            Blow::BoxAt(step) => (format!("box:{step}"), "box failpoint"),
             Blow::None => ("box restarted".to_owned(), "none"),
         };
         let mut problems = Vec::new();
@@ -491,6 +519,20 @@ impl World {
                 let log = self.root.path().join("box.log");
                 self.boxp = start_box_at(&self.box_listen, &self.provider_url, &log);
             }
+            Blow::BoxAt(step) => {
+                let log = self.root.path().join("box.log");
+                self.boxp.proc.kill();
+                self.boxp =
+                    start_box_crashing(&self.box_listen, &self.provider_url, &log, Some(step));
+                id = self.start_call(&marker);
+                let exited = self.boxp.proc.wait_exit(FIRE_LIMIT);
+                fired = if exited { "yes" } else { "NO" }.to_owned();
+                if !exited {
+                    problems.push(format!("the box's failpoint {step} never fired"));
+                }
+                self.scan_box(&marker, &mut problems);
+                self.boxp = start_box_at(&self.box_listen, &self.provider_url, &log);
+            }
             Blow::None => {
                 id = self.start_call(&marker);
             }
@@ -523,25 +565,33 @@ impl World {
                 }
             }
         }
-        if runs > 1 {
+        // A box killed while the request was out asks once more after its restart; a box
+        // stopped at any other step never repeats it.
+        let expected = if matches!(blow, Blow::KillBox) { 2 } else { 1 };
+        if runs > expected {
             problems.push(format!("call {id_s} ran {runs} times at the provider"));
         }
         if let Some(r) = &rc
             && r["state"] == "answered"
         {
-            if runs != 1 {
+            if runs != expected {
                 problems.push(format!("call {id_s} answered with {runs} runs"));
             }
             if r["answer"].as_str().is_none_or(str::is_empty) {
                 problems.push(format!("call {id_s} answered without an answer: {r}"));
             }
         }
-        if matches!(blow, Blow::None) && (outcome(&rc) != "answered" || outcome(&ro) != "ran") {
+        if matches!(blow, Blow::None | Blow::KillBox | Blow::BoxAt(_))
+            && (outcome(&rc) != "answered" || outcome(&ro) != "ran")
+        {
             problems.push(format!(
-                "a healthy call after the box restart ended {} / {}",
+                "a call through a box restart ({name}) ended {} / {}",
                 outcome(&rc),
                 outcome(&ro)
             ));
+        }
+        if matches!(blow, Blow::KillBox | Blow::BoxAt(_)) {
+            self.scan_box(&marker, &mut problems);
         }
         if let Blow::Failpoint(role, STAKE_WINDOW) = blow {
             if outcome(&rc) != "answered" || outcome(&ro) != "ran" {
@@ -633,6 +683,28 @@ impl World {
         self.wait_linked();
     }
 
+    /// The box's data dir (its run store, WAL included) and its log hold neither the owner's
+    /// body and key nor the caller's request (`marker` is in it).
+    fn scan_box(&self, marker: &str, problems: &mut Vec<String>) {
+        let data = self.root.path().join("box.data").join("box");
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&data)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| !p.ends_with("store.key"))
+            .collect();
+        files.push(self.root.path().join("box.log"));
+        for f in files {
+            let bytes = std::fs::read(&f).unwrap_or_default();
+            for secret in BOX_SECRETS.iter().chain([&marker]) {
+                if skillbox_testkit::leak::contains(&bytes, secret) {
+                    problems.push(format!("{secret} in plaintext in {}", f.display()));
+                }
+            }
+        }
+    }
+
     fn table(&self) -> String {
         let mut t = String::new();
         let _ = writeln!(
@@ -712,26 +784,47 @@ impl World {
     }
 }
 
-/// Every state of each role (but the owner's first, below), then real kill -9 of caller, owner
-/// and box with the run at the provider.
+/// Every state of each role (but the owner's first, below), then real kill -9 of caller and
+/// owner with the run at the provider (the box's cases are the next test).
 #[test]
 fn every_call_ends_with_a_reason_after_any_process_is_killed_at_any_state() {
+    let mut cases: Vec<Blow> = CALLER_STATES
+        .into_iter()
+        .map(|s| Blow::Failpoint(Role::Caller, s))
+        .chain(
+            OWNER_STATES
+                .into_iter()
+                .map(|s| Blow::Failpoint(Role::Owner, s)),
+        )
+        .collect();
+    cases.extend([
+        Blow::Failpoint(Role::Caller, STAKE_WINDOW),
+        Blow::Failpoint(Role::Owner, STAKE_WINDOW),
+        Blow::KillNode(Role::Caller),
+        Blow::KillNode(Role::Owner),
+    ]);
+    run_cases(&cases);
+}
+
+/// The box stopped at each step of a run (its failpoint), then a real kill -9 of the box while
+/// the request is out at the provider, then a healthy call: every call answered through the
+/// restart, the provider asked again only for the request that was out.
+#[test]
+fn a_box_killed_at_any_step_of_a_run_comes_back_and_answers() {
+    let mut cases: Vec<Blow> = BOX_STEPS.into_iter().map(Blow::BoxAt).collect();
+    cases.extend([Blow::KillBox, Blow::None]);
+    run_cases(&cases);
+}
+
+/// One trio, the cases one after the other, then the checks over all of them.
+fn run_cases(cases: &[Blow]) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let mut w = World::new();
     println!("trio up in {:.1}s", started.elapsed().as_secs_f64());
-    for state in CALLER_STATES {
-        w.case(Blow::Failpoint(Role::Caller, state));
+    for blow in cases {
+        w.case(*blow);
     }
-    for state in OWNER_STATES {
-        w.case(Blow::Failpoint(Role::Owner, state));
-    }
-    w.case(Blow::Failpoint(Role::Caller, STAKE_WINDOW));
-    w.case(Blow::Failpoint(Role::Owner, STAKE_WINDOW));
-    w.case(Blow::KillNode(Role::Caller));
-    w.case(Blow::KillNode(Role::Owner));
-    w.case(Blow::KillBox);
-    w.case(Blow::None);
     println!("all cases in {:.1}s", started.elapsed().as_secs_f64());
     w.finish();
 }

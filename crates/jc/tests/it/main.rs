@@ -1,8 +1,8 @@
 //! skillbox-jc's integration tests, one binary (`cargo test --test it`; a module's tests with
 //! `-- <module>::`): a real box on loopback through its HTTP API and client, canonical programs,
 //! the guard in the box, hardening against hostile parties, hardware attestation on real
-//! evidence, pinned boxes, and the configfs-tsm attester. `support` starts the box with a
-//! provider double and holds the two parties' keys.
+//! evidence, pinned boxes, the configfs-tsm attester, and a box restarted on its run store.
+//! `support` starts the box with a provider double and holds the two parties' keys.
 
 mod box_api;
 mod box_tls;
@@ -12,5 +12,6 @@ mod guard;
 mod hardening;
 mod hardware;
 mod pins;
+mod restart;
 mod support;
 mod tsm;

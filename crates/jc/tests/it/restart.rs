@@ -1,0 +1,421 @@
+//! A box with a run store (issue 33 item 3), in process: a second `BoxCore` opened on the same
+//! data dir stands for the restarted box (the first one is abandoned mid-step, its provider
+//! request left hanging), and finishes every run the first had at any phase — with the same run
+//! keys, so the receipt verifies against the first box's attestation. The attack half: the
+//! store's files never hold a stake, a skill body or an API key in plaintext, and a tampered,
+//! moved or cut row is refused with a closed code, never used and never a panic.
+//! The same with real processes and kill -9 is the crash harness (`crates/cli/tests/it/crash.rs`).
+
+use crate::support::*;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use skillbox_jc::JcError;
+use skillbox_jc::attest::VerifiedRun;
+use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::program::{Program, Role};
+use skillbox_jc::run::store::KeyFile;
+use skillbox_jc::run::{BoxConfig, BoxCore, Phase, RunFailure, now_secs};
+use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
+
+const BODY: &str = "BODY-SECRET-7f3a91 answer in haiku";
+const REQUEST: &str = "REQUEST-SECRET-c04e22 what do I like?";
+const API_KEY: &str = "sk-KEY-SECRET-5b8d0e";
+
+/// Answers after `hold` is released (never, when it is not), counting every request.
+struct Gate {
+    asked: AtomicUsize,
+    open: bool,
+}
+
+impl Provider for Gate {
+    fn complete<'a>(&'a self, request: ChatRequest, _key: Option<&'a str>) -> Reply<'a> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            if !self.open {
+                std::future::pending::<()>().await;
+            }
+            Ok(Completion {
+                text: format!("answered {}", request.user.len()),
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+fn gate(open: bool) -> Arc<Gate> {
+    Arc::new(Gate {
+        asked: AtomicUsize::new(0),
+        open,
+    })
+}
+
+struct Dir {
+    _tmp: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        let tmp = tempfile::tempdir().expect("dir");
+        let path = tmp.path().join("box");
+        Dir { _tmp: tmp, path }
+    }
+
+    fn db(&self) -> PathBuf {
+        self.path.join("runs.sqlite")
+    }
+
+    /// A box on this data dir (the store key made on first use), served on loopback.
+    async fn start(&self, provider: Arc<Gate>) -> (Arc<BoxCore>, BoxClient) {
+        let key = KeyFile::load_or_create(&self.path.join("store.key")).expect("store key");
+        let core = Arc::new(
+            core_with(provider, BoxConfig::default())
+                .with_run_store(&self.db(), &key, now_secs())
+                .expect("run store"),
+        );
+        core.resume();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(skillbox_jc::server::serve(listener, core.clone()));
+        (core, BoxClient::new(&url).expect("client"))
+    }
+
+    /// Every byte under the data dir (the database, its WAL, the key file excepted).
+    fn scan(&self, secrets: &[&str]) -> Vec<String> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.path).expect("data dir").flatten() {
+            let p = entry.path();
+            if p.file_name().is_some_and(|n| n == "store.key") {
+                continue;
+            }
+            let bytes = std::fs::read(&p).expect("read");
+            for s in secrets {
+                if skillbox_testkit::leak::contains(&bytes, s) {
+                    found.push(format!("{s} in {}", p.display()));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// A program whose owner stakes a key too (an API key is the owner's secret beside the body).
+fn program(f: &Fixture) -> Program {
+    let mut p = f.program();
+    p.owner_inputs.key_max_bytes = 64;
+    p
+}
+
+/// A party's stake: the caller's request, the owner's body, model and key.
+fn sealed(run: &VerifiedRun, role: Role) -> Vec<u8> {
+    let inputs = match role {
+        Role::Caller => vec![
+            StakeInput::bytes("request", REQUEST.as_bytes()),
+            StakeInput::bytes("spotify_songs", b"song a"),
+        ],
+        Role::Owner => vec![
+            StakeInput::bytes("body", BODY.as_bytes()),
+            StakeInput::bytes("model", b"smollm2"),
+            StakeInput::bytes("key", API_KEY.as_bytes()),
+        ],
+    };
+    seal_stake(run, role, inputs).expect("seal")
+}
+
+/// Open and verify on `client`: the run the parties will follow through the restart.
+async fn open(f: &Fixture, client: &BoxClient, p: &Program) -> VerifiedRun {
+    let env = f.approve(p);
+    let approved = skillbox_jc::dsse::approved_program(&env).expect("approved");
+    let opened = client.open(&env).await.expect("open");
+    client
+        .attest(&approved, &opened.run_id, &f.policy)
+        .await
+        .expect("attest")
+}
+
+async fn stake(f: &Fixture, client: &BoxClient, run: &VerifiedRun, role: Role) {
+    let key = match role {
+        Role::Caller => &f.caller,
+        Role::Owner => &f.owner,
+    };
+    client
+        .stake(run, role, sealed(run, role), key)
+        .await
+        .expect("stake");
+}
+
+async fn submit(f: &Fixture, client: &BoxClient, run: &VerifiedRun, role: Role) -> bool {
+    let key = match role {
+        Role::Caller => &f.caller,
+        Role::Owner => &f.owner,
+    };
+    client
+        .submit(&run.run_id, &run.program_hash, role, key)
+        .await
+        .expect("submit")
+}
+
+/// The parties' view after the restart: the answer opens and the receipt verifies against the
+/// first box's attestation.
+async fn answered(f: &Fixture, client: &BoxClient, run: &VerifiedRun) -> String {
+    let view = client.wait_result(&run.run_id, WAIT).await.expect("result");
+    assert_eq!(view.error, None);
+    verify_receipt(&view, run).expect("the receipt verifies with the first box's run key");
+    open_result(&view, &f.result_key, run)
+        .expect("the answer opens")
+        .answer
+}
+
+#[derive(Clone, Copy, Debug)]
+enum At {
+    Opened,
+    OneStake,
+    Submitted,
+    Provider,
+    Finished,
+}
+
+/// The first box stops at `at`; the second, on the same data dir, finishes the run. Returns
+/// how often each box asked the provider.
+async fn restart_at(at: At) -> (usize, usize) {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let first = gate(matches!(at, At::Finished));
+    let (_core1, c1) = dir.start(first.clone()).await;
+    let run = open(&f, &c1, &program(&f)).await;
+    match at {
+        At::Opened => {}
+        At::OneStake => stake(&f, &c1, &run, Role::Owner).await,
+        At::Submitted | At::Provider | At::Finished => {
+            stake(&f, &c1, &run, Role::Owner).await;
+            stake(&f, &c1, &run, Role::Caller).await;
+            assert!(!submit(&f, &c1, &run, Role::Caller).await);
+            if !matches!(at, At::Submitted) {
+                assert!(submit(&f, &c1, &run, Role::Owner).await);
+            }
+        }
+    }
+    match at {
+        At::Provider => {
+            let deadline = std::time::Instant::now() + WAIT;
+            while first.asked.load(Ordering::SeqCst) == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never at the provider"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+        At::Finished => {
+            c1.wait_result(&run.run_id, WAIT)
+                .await
+                .expect("first box finished");
+        }
+        _ => {}
+    }
+    let found = dir.scan(&[BODY, REQUEST, API_KEY]);
+    assert!(found.is_empty(), "{at:?}: plaintext on disk: {found:?}");
+    // The restart: a new box on the same files; the first is never asked again.
+    let second = gate(true);
+    let (core2, c2) = dir.start(second.clone()).await;
+    match at {
+        At::Opened => {
+            stake(&f, &c2, &run, Role::Owner).await;
+            stake(&f, &c2, &run, Role::Caller).await;
+            assert!(!submit(&f, &c2, &run, Role::Caller).await);
+            assert!(submit(&f, &c2, &run, Role::Owner).await);
+        }
+        At::OneStake => {
+            // The stake the first box answered is still there: a repeat is `already_staked`.
+            let e = c2
+                .stake(&run, Role::Owner, sealed(&run, Role::Owner), &f.owner)
+                .await
+                .expect_err("staked before the restart");
+            assert_eq!(remote_code(&e), "already_staked");
+            stake(&f, &c2, &run, Role::Caller).await;
+            assert!(!submit(&f, &c2, &run, Role::Caller).await);
+            assert!(submit(&f, &c2, &run, Role::Owner).await);
+        }
+        At::Submitted => {
+            // The caller's submit survived: the owner's is the second one.
+            assert!(submit(&f, &c2, &run, Role::Owner).await);
+        }
+        At::Provider | At::Finished => {
+            // Both submitted: the run is underway or done; a repeated submit changes nothing.
+            let e = c2
+                .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
+                .await;
+            assert!(
+                e.as_ref().is_err_and(|e| remote_code(e) == "wrong_state"),
+                "{at:?}: {e:?}"
+            );
+        }
+    }
+    let answer = answered(&f, &c2, &run).await;
+    assert!(answer.starts_with("answered "), "{answer}");
+    let status = core2.status(&run.run_id).expect("status");
+    assert_eq!(status.state, Phase::Done);
+    let found = dir.scan(&[BODY, REQUEST, API_KEY]);
+    assert!(
+        found.is_empty(),
+        "{at:?}: plaintext on disk after: {found:?}"
+    );
+    (
+        first.asked.load(Ordering::SeqCst),
+        second.asked.load(Ordering::SeqCst),
+    )
+}
+
+/// A run goes to the provider again only when the box died while it was there.
+#[tokio::test]
+async fn a_restarted_box_finishes_its_runs_from_every_phase() {
+    for at in [At::Opened, At::OneStake, At::Submitted] {
+        assert_eq!(restart_at(at).await, (0, 1), "{at:?}");
+    }
+    assert_eq!(
+        restart_at(At::Provider).await,
+        (1, 1),
+        "in flight when the box died: asked once more"
+    );
+    assert_eq!(
+        restart_at(At::Finished).await,
+        (1, 0),
+        "the result was kept: never asked again"
+    );
+}
+
+fn rows(db: &Path, sql: &str) -> Vec<(String, Vec<u8>)> {
+    let conn = rusqlite::Connection::open(db).expect("db");
+    let mut q = conn.prepare(sql).expect("query");
+    q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect()
+}
+
+fn set(db: &Path, sql: &str, blob: &[u8], id: &str) {
+    let conn = rusqlite::Connection::open(db).expect("db");
+    conn.execute(sql, rusqlite::params![blob, id])
+        .expect("write");
+}
+
+/// Flipped, cut and swapped rows are refused with closed codes: a run whose record does not
+/// open is spent (`run_spent`) and its rows removed; a run whose stake does not open fails
+/// `interrupted` with a signed receipt. The box starts either way; a store under another
+/// key does not open at all.
+#[tokio::test]
+async fn a_tampered_persisted_run_is_refused_not_used() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let (core1, c1) = dir.start(gate(false)).await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let run = open(&f, &c1, &program(&f)).await;
+        stake(&f, &c1, &run, Role::Owner).await;
+        runs.push(run);
+    }
+    drop(core1);
+    let db = dir.db();
+    let records = rows(&db, "SELECT id, sealed FROM runs ORDER BY id");
+    let record = |id: &str| {
+        records
+            .iter()
+            .find(|(i, _)| i == id)
+            .expect("row")
+            .1
+            .clone()
+    };
+    // 0: a bit flipped in its record. 1: its record cut short. 2 and 3: records swapped.
+    let mut flipped = record(&runs[0].run_id);
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 1;
+    set(
+        &db,
+        "UPDATE runs SET sealed = ?1 WHERE id = ?2",
+        &flipped,
+        &runs[0].run_id,
+    );
+    set(
+        &db,
+        "UPDATE runs SET sealed = ?1 WHERE id = ?2",
+        &record(&runs[1].run_id)[..10],
+        &runs[1].run_id,
+    );
+    let (r2, r3) = (record(&runs[2].run_id), record(&runs[3].run_id));
+    set(
+        &db,
+        "UPDATE runs SET sealed = ?1 WHERE id = ?2",
+        &r3,
+        &runs[2].run_id,
+    );
+    set(
+        &db,
+        "UPDATE runs SET sealed = ?1 WHERE id = ?2",
+        &r2,
+        &runs[3].run_id,
+    );
+
+    // A fifth run: sound record, its owner stake flipped.
+    let (core2, c2) = dir.start(gate(true)).await;
+    for run in &runs {
+        let e = core2.status(&run.run_id).expect_err("refused");
+        assert!(matches!(e, JcError::RunSpent(_)), "{e}");
+    }
+    assert!(
+        rows(&db, "SELECT id, sealed FROM runs").is_empty(),
+        "refused rows stay"
+    );
+    let run = open(&f, &c2, &program(&f)).await;
+    stake(&f, &c2, &run, Role::Owner).await;
+    drop(core2);
+    let stakes = rows(&db, "SELECT run_id, sealed FROM stakes");
+    assert_eq!(stakes.len(), 1);
+    let mut bad = stakes[0].1.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 0x80;
+    set(
+        &db,
+        "UPDATE stakes SET sealed = ?1 WHERE run_id = ?2",
+        &bad,
+        &run.run_id,
+    );
+    let (_core3, c3) = dir.start(gate(true)).await;
+    let view = c3
+        .wait_result(&run.run_id, WAIT)
+        .await
+        .expect("a failed result");
+    assert_eq!(view.error, Some(RunFailure::Interrupted));
+    verify_receipt(&view, &run).expect("signed by the run's key all the same");
+
+    // Another storage key: the whole store is refused, the box does not start on it.
+    std::fs::remove_file(dir.path.join("store.key")).expect("remove key");
+    let key = KeyFile::load_or_create(&dir.path.join("store.key")).expect("a new key");
+    let e = core_with(gate(true), BoxConfig::default())
+        .with_run_store(&db, &key, now_secs())
+        .err()
+        .expect("refused");
+    assert_eq!(e.code(), "storage_failed");
+}
+
+/// The store key file is made 0600, and the box refuses one of the wrong length.
+#[test]
+fn the_store_key_file_is_private_and_checked() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("box").join("store.key");
+    KeyFile::load_or_create(&path).expect("made");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    KeyFile::load_or_create(&path).expect("read back");
+    std::fs::write(&path, b"short").expect("write");
+    assert!(KeyFile::load_or_create(&path).is_err());
+}
