@@ -1,0 +1,88 @@
+//! A box's TLS key bound into its attestation, with real nodes (issue 31 item 2): two nodes
+//! call through a box serving HTTPS with a key it made at start, and the same call through a
+//! TLS front with its own key in front of that box fails `tls_key_not_attested` before anything
+//! is staked and before any provider is asked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::{self, TestNode, skill_doc};
+use skillbox_jc::attest::InsecureDevAttester;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_jc::tls::BoxTls;
+use skillbox_providers::{ProviderId, ProviderSettings};
+use skillbox_testkit::box_fixture::{serve_tls_loopback, start_tls_front};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A box on loopback serving HTTPS with a key made now and bound into its attestations, its
+/// `openai` provider at `provider_url`: its `https://` URL.
+async fn start_tls_box(provider_url: &str) -> String {
+    let tls = BoxTls::generate(&[]).expect("box TLS key");
+    let attester = tls.bind(Arc::new(InsecureDevAttester::with_measurement(
+        "ab".repeat(48),
+    )));
+    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url);
+    let core = Arc::new(BoxCore::new(
+        attester,
+        ProviderRegistry::from_settings(&settings),
+        BoxConfig::default(),
+    ));
+    serve_tls_loopback(core, tls).await
+}
+
+/// One call from a caller to an owner, both pointed at `box_url`: the caller's record when it
+/// ended.
+async fn one_call(box_url: &str, tag: &str) -> serde_json::Value {
+    let owner = TestNode::start(box_url, vec![], |_| {}).await;
+    owner
+        .put_source("openai-key", "secret", &format!("sk-{tag}"))
+        .await;
+    owner
+        .add_skill(&skill_doc("taste", &format!("BODY-{tag}"), &[]))
+        .await;
+    let caller = TestNode::start(box_url, vec![owner.p2p.clone()], |_| {}).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    let id = caller
+        .start_call(&owner.peer_id, "taste", &format!("REQ-{tag}"))
+        .await;
+    let c = caller.wait_call(&id, LIMIT).await;
+    owner.stop().await;
+    caller.stop().await;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_through_an_https_box_is_answered() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let box_url = start_tls_box(&provider_url).await;
+    let c = one_call(&box_url, "TLS-1").await;
+    assert_eq!(c["state"], "answered", "{c}");
+    assert_eq!(c["box"], box_url.as_str(), "{c}");
+    assert_eq!(provider.0.lock().expect("log").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_front_before_a_real_box_is_refused_before_any_stake() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let box_url = start_tls_box(&provider_url).await;
+    let (front_url, seen) = start_tls_front(&box_url).await;
+    let c = one_call(&front_url, "TLS-2").await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert_eq!(c["failure"]["code"], "attestation_rejected", "{c}");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("tls_key_not_attested")),
+        "{c}"
+    );
+    let paths = seen.lock().expect("log").clone();
+    assert!(
+        paths.iter().any(|p| p.contains("/attestation")),
+        "the caller did not use the front: {paths:?}"
+    );
+    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
+    assert!(provider.0.lock().expect("log").is_empty());
+}
