@@ -225,18 +225,10 @@ fn run_hardware(
     let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
         .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
     if args.show_identity {
-        print!(
-            "{}",
-            BoxPin {
-                url: format!("https://<this box's name>:{}", args.listen.port()),
-                platform: platform.to_string(),
-                measurements: vec![tsm.measurement().to_owned()],
-                key: None,
-                policy: None,
-                release_log: None,
-            }
-            .render()
-        );
+        // Every platform's pin as the node's config takes it (a TDX pin with its policy table).
+        let url = format!("https://<this box's name>:{}", args.listen.port());
+        let pin = crate::pin_identity::hardware_pin(url, platform, &tsm)?;
+        print!("{}", pin.render());
         return Ok(ExitCode::SUCCESS);
     }
     serve(global, args.clone(), Arc::new(tsm))

@@ -19,5 +19,6 @@ mod node_process;
 mod peers_process;
 mod reach_a2a;
 mod reach_mcp;
+mod show_identity;
 mod ui;
 mod ui_browser;

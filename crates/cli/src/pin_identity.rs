@@ -1,0 +1,66 @@
+//! What `skillbox box --attester … --show-identity` prints (issue 31 item 6): a `[[boxes.pins]]`
+//! entry a node's config takes as it is, for every hardware platform. SEV-SNP is pinned by its
+//! MEASUREMENT alone; a TDX pin needs its `policy = { accepted = [...] }` table, so this one
+//! reads the TD's MRTD and RTMR0–3 from a quote the box makes now. The values are what the
+//! running guest reports — a claim until they match the operator's own computation from the
+//! image (ARCHITECTURE "What a node pins").
+
+use anyhow::Context as _;
+use serde_json::json;
+use skillbox_attest::{Platform, tdx};
+use skillbox_jc::attest::{Attester, Statement};
+use skillbox_node::config::BoxPin;
+
+/// The pin for a box at `url` attesting on `platform` through `attester`.
+pub fn hardware_pin(
+    url: String,
+    platform: Platform,
+    attester: &dyn Attester,
+) -> anyhow::Result<BoxPin> {
+    let measurement = attester.measurement().to_owned();
+    let policy = match platform {
+        Platform::Tdx => Some(tdx_policy(attester)?),
+        _ => None,
+    };
+    let pin = json!({
+        "url": url,
+        "platform": platform.as_str(),
+        "measurements": [measurement],
+        "policy": policy,
+    });
+    serde_json::from_value(pin).context("building the pin")
+}
+
+/// `{ accepted = [{ mr_td, rtmr0..3 }] }` from a fresh quote of this TD.
+fn tdx_policy(attester: &dyn Attester) -> anyhow::Result<serde_json::Value> {
+    // Any report data will do: only the measurement registers are read.
+    let zero = Statement {
+        platform: Platform::Tdx.as_str().into(),
+        measurement: attester.measurement().into(),
+        program_hash: "00".repeat(32),
+        run_id: "00".repeat(16),
+        hpke_public_key: "00".repeat(32),
+        receipt_public_key: "00".repeat(32),
+        nonce: "00".repeat(16),
+        expires_at: 0,
+        providers: "00".repeat(32),
+        tls_spki_sha256: None,
+    };
+    let attestation = attester
+        .attest(&zero)
+        .context("asking the TD for a quote")?;
+    let evidence: tdx::Evidence =
+        serde_json::from_value(attestation.evidence).context("reading the TD's evidence")?;
+    let quote = tdx::Quote::parse(&evidence.quote)
+        .map_err(|r| anyhow::anyhow!("the TD's quote is refused: {}", r.code()))?;
+    let r = &quote.report;
+    Ok(json!({
+        "accepted": [{
+            "mr_td": hex::encode(r.mr_td),
+            "rtmr0": hex::encode(r.rtmr[0]),
+            "rtmr1": hex::encode(r.rtmr[1]),
+            "rtmr2": hex::encode(r.rtmr[2]),
+            "rtmr3": hex::encode(r.rtmr[3]),
+        }]
+    }))
+}

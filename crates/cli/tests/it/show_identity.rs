@@ -1,0 +1,130 @@
+//! `skillbox box --attester … --show-identity` (issue 31 item 6) prints, on every hardware
+//! platform, a `[[boxes.pins]]` entry the node's config takes as it is: SEV-SNP by its
+//! MEASUREMENT, TDX with the `policy = { accepted = [...] }` table its pin needs (MRTD and
+//! RTMR0–3 of the TD). The box runs against a configfs-tsm directory double holding real evidence
+//! (the jc crate's vectors: virtee's Milan report, dcap-qvl's TDX sample quote).
+
+use std::path::Path;
+use std::process::Command;
+
+fn jc_data(name: &str) -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/../jc/tests/data/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("data")
+}
+
+/// A configfs-tsm double: the report entry with its provider and the blobs it "generates".
+fn double(root: &Path, provider: &str, outblob: &[u8], auxblob: Option<&[u8]>) {
+    let entry = root.join(skillbox_jc::tsm::ENTRY);
+    std::fs::create_dir_all(&entry).expect("entry");
+    std::fs::write(entry.join("provider"), format!("{provider}\n")).expect("provider");
+    std::fs::write(entry.join("outblob"), outblob).expect("outblob");
+    if let Some(aux) = auxblob {
+        std::fs::write(entry.join("auxblob"), aux).expect("auxblob");
+    }
+}
+
+/// Run `--show-identity` with `args`; the pin it printed, read back by the node's config parser
+/// with the box's placeholder name filled in.
+fn shown_pin(dir: &Path, args: &[&str]) -> skillbox_node::config::BoxPin {
+    let out = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("box")
+        .args(args)
+        .args(["--listen", "127.0.0.1:7480", "--show-identity"])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .replace("<this box's name>", "box.example");
+    let mut base = skillbox_node::Config::default();
+    base.boxes.accept = vec!["https://box.example:7480".to_owned()];
+    let text = format!("{}\n{printed}", base.render());
+    let config = skillbox_node::Config::parse(&text, Path::new("config.toml"))
+        .unwrap_or_else(|e| panic!("the printed pin is not valid config: {e}\n{printed}"));
+    let pin = config.boxes.pins[0].clone();
+    assert!(pin.hardware_policy().expect("policy").is_some());
+    pin
+}
+
+#[test]
+fn a_tdx_box_prints_a_pin_with_its_policy_table() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tsm = dir.path().join("tsm");
+    double(&tsm, "tdx_guest", &jc_data("tdx/dcapqvl-tdx_quote"), None);
+    let collateral = dir.path().join("collateral.json");
+    std::fs::write(
+        &collateral,
+        jc_data("tdx/dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("write");
+    let pin = shown_pin(
+        dir.path(),
+        &[
+            "--attester",
+            "tdx",
+            "--tsm-dir",
+            tsm.to_str().expect("path"),
+            "--tdx-collateral",
+            collateral.to_str().expect("path"),
+        ],
+    );
+    assert_eq!(pin.platform, "tdx");
+    assert!(
+        pin.measurements[0].starts_with("91eb2b44d141d4ec"),
+        "{pin:?}"
+    );
+    let accepted = &pin.policy.as_ref().expect("policy")["accepted"][0];
+    assert_eq!(
+        accepted["mr_td"].as_str(),
+        Some(pin.measurements[0].as_str())
+    );
+    for r in ["rtmr0", "rtmr1", "rtmr2", "rtmr3"] {
+        assert_eq!(accepted[r].as_str().map(str::len), Some(96), "{r}: {pin:?}");
+    }
+}
+
+#[test]
+fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tsm = dir.path().join("tsm");
+    let report = hex::decode(
+        String::from_utf8(jc_data("sev-snp/virtee-report_milan.hex"))
+            .expect("utf-8")
+            .trim(),
+    )
+    .expect("hex");
+    let vcek = jc_data("sev-snp/virtee-vcek_milan.der");
+    // The certificate table configfs-tsm gives: one entry (the VCEK), then the all-zero end.
+    let mut table = vec![0x8d; 16];
+    table.extend_from_slice(&48u32.to_le_bytes());
+    table.extend_from_slice(&(vcek.len() as u32).to_le_bytes());
+    table.extend_from_slice(&[0u8; 24]);
+    table.extend_from_slice(&vcek);
+    double(&tsm, "sev_guest", &report, Some(&table));
+    let chain = dir.path().join("chain.pem");
+    std::fs::write(&chain, jc_data("sev-snp/virtee-cert_chain_milan.pem")).expect("write");
+    let pin = shown_pin(
+        dir.path(),
+        &[
+            "--attester",
+            "sev-snp",
+            "--tsm-dir",
+            tsm.to_str().expect("path"),
+            "--snp-certs",
+            chain.to_str().expect("path"),
+        ],
+    );
+    assert_eq!(pin.platform, "sev-snp");
+    assert_eq!(pin.measurements.len(), 1);
+    assert_eq!(pin.measurements[0].len(), 96);
+    assert!(pin.policy.is_none());
+}
