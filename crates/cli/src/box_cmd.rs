@@ -43,6 +43,11 @@ pub struct BoxArgs {
     /// `Host` is its bound address, `localhost` on loopback, or one of these (DNS rebinding).
     #[arg(long = "name")]
     pub names: Vec<String>,
+    /// Serve HTTPS with a TLS key made at start and bound into every attestation: nodes pin
+    /// that key, so no TLS front or proxy can sit between (issue 31). Always on off loopback,
+    /// where nodes reach a box over https only.
+    #[arg(long)]
+    pub tls: bool,
     /// Memory set aside for opened stakes, in MiB: a run that would go over is refused `busy`.
     #[arg(long, default_value_t = 1024)]
     pub stake_budget_mib: u64,
@@ -262,6 +267,15 @@ fn serve(
     let store_key = skillbox_jc::run::store::KeyFile::load_or_create(&store_key_file)
         .with_context(|| format!("the box storage key {}", store_key_file.display()))?;
     let allowed_count = allowed_keys.as_ref().map(Vec::len);
+    // TLS (issue 31 item 2): the key is made before the core, so every statement binds it.
+    let tls = (args.tls || !args.listen.ip().is_loopback())
+        .then(|| skillbox_jc::tls::BoxTls::generate(&args.names))
+        .transpose()
+        .context("making the box's TLS key")?;
+    let attester = match &tls {
+        Some(t) => t.bind(attester),
+        None => attester,
+    };
     let core = Arc::new(
         BoxCore::new(
             attester.clone(),
@@ -297,7 +311,8 @@ fn serve(
             .with_context(|| format!("binding {}", args.listen))?;
         let addr = listener.local_addr().context("listener address")?;
         // First line: the URL (tests and scripts read it).
-        println!("box listening on http://{addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!("box listening on {scheme}://{addr}");
         let isolation = if attester.platform() == skillbox_jc::program::INSECURE_DEV {
             " (NO hardware isolation)"
         } else {
@@ -313,6 +328,12 @@ fn serve(
         }
         if let Some(key) = attester.identity_key() {
             println!("identity key {key} (pin it: skillbox box --show-identity)");
+        }
+        if let Some(t) = &tls {
+            println!(
+                "TLS key sha256 {} (bound into every attestation)",
+                t.spki_sha256()
+            );
         }
         for v in views {
             match (v.available, v.reason) {
@@ -330,9 +351,11 @@ fn serve(
         }
         // The runs a restart found running go on (a task each).
         core.resume();
-        skillbox_jc::server::serve_named(listener, core, &args.names)
-            .await
-            .context("serving the box API")
+        match &tls {
+            Some(tls) => skillbox_jc::server::serve_tls(listener, core, &args.names, tls).await,
+            None => skillbox_jc::server::serve_named(listener, core, &args.names).await,
+        }
+        .context("serving the box API")
     })?;
     Ok(ExitCode::SUCCESS)
 }
