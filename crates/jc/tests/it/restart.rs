@@ -71,9 +71,17 @@ impl Dir {
 
     /// A box on this data dir (the store key made on first use), served on loopback.
     async fn start(&self, provider: Arc<Gate>) -> (Arc<BoxCore>, BoxClient) {
+        self.start_with(provider, BoxConfig::default()).await
+    }
+
+    async fn start_with(
+        &self,
+        provider: Arc<Gate>,
+        config: BoxConfig,
+    ) -> (Arc<BoxCore>, BoxClient) {
         let key = KeyFile::load_or_create(&self.path.join("store.key")).expect("store key");
         let core = Arc::new(
-            core_with(provider, BoxConfig::default())
+            core_with(provider, config)
                 .with_run_store(&self.db(), &key, now_secs())
                 .expect("run store"),
         );
@@ -418,4 +426,34 @@ fn the_store_key_file_is_private_and_checked() {
     KeyFile::load_or_create(&path).expect("read back");
     std::fs::write(&path, b"short").expect("write");
     assert!(KeyFile::load_or_create(&path).is_err());
+}
+
+/// The box keeps at most `max_kept_runs` (at least twice `max_runs`) runs at once, finished and
+/// unfetched ones included, across a restart too: one more open is refused `busy`.
+#[tokio::test]
+async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let config = BoxConfig {
+        max_runs: 1,
+        max_kept_runs: 2,
+        ..BoxConfig::default()
+    };
+    let (_core1, c1) = dir.start_with(gate(true), config.clone()).await;
+    for _ in 0..2 {
+        let run = open(&f, &c1, &program(&f)).await;
+        stake(&f, &c1, &run, Role::Owner).await;
+        stake(&f, &c1, &run, Role::Caller).await;
+        submit(&f, &c1, &run, Role::Caller).await;
+        submit(&f, &c1, &run, Role::Owner).await;
+        answered(&f, &c1, &run).await;
+    }
+    let e = c1.open(&f.approve(&program(&f))).await.expect_err("busy");
+    assert_eq!(remote_code(&e), "busy");
+    let (_core2, c2) = dir.start_with(gate(true), config).await;
+    let e = c2
+        .open(&f.approve(&program(&f)))
+        .await
+        .expect_err("still busy after a restart");
+    assert_eq!(remote_code(&e), "busy");
 }
