@@ -56,6 +56,19 @@ fn roots(extra_pem: &[u8]) -> Result<Vec<reqwest::Certificate>, ProviderError> {
     Ok(out)
 }
 
+/// Whether `url` names this machine (`localhost`, `*.localhost`, 127/8, `::1`).
+fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return ip.is_loopback();
+    }
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost")
+}
+
 /// A provider's base URL plus a client locked to it.
 #[derive(Clone, Debug)]
 pub(crate) struct Endpoint {
@@ -87,6 +100,13 @@ impl Endpoint {
         if base.host_str().is_none_or(str::is_empty) {
             return Err(ProviderError::Config(format!(
                 "base URL {base_url:?} has no host"
+            )));
+        }
+        // Plain HTTP carries the owner's key and the prompt readable to every hop on the way:
+        // only to a provider on this machine (a local model server, a test double).
+        if base.scheme() == "http" && !is_loopback(&base) {
+            return Err(ProviderError::Config(format!(
+                "base URL {base_url:?}: plain http is for a provider on loopback only; use https"
             )));
         }
         // Credentials in a URL end up in logs and error messages; the key belongs in a header.
@@ -284,6 +304,31 @@ pub(crate) fn json_error(what: &str, err: &serde_json::Error) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_http_only_to_a_provider_on_loopback() {
+        let o = HttpOptions::default();
+        for url in [
+            "http://10.0.0.5:8000/v1",
+            "http://llm.example/v1",
+            "http://127.0.0.1.evil.example/v1",
+            "http://localhost.evil.example/v1",
+        ] {
+            assert!(
+                matches!(Endpoint::new(url, o.clone()), Err(ProviderError::Config(_))),
+                "{url}"
+            );
+        }
+        for url in [
+            "http://127.0.0.1:8000/v1",
+            "http://localhost:11434/v1",
+            "http://[::1]:9/v1",
+            "https://api.openai.com/v1",
+            "https://llm.example/v1",
+        ] {
+            Endpoint::new(url, o.clone()).expect(url);
+        }
+    }
 
     #[test]
     fn retry_after_forms() {
