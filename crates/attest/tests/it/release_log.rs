@@ -311,3 +311,61 @@ fn a_manifest_must_be_well_formed_even_when_signed() {
         "malformed_manifest"
     );
 }
+
+/// sigstore-python's staging samples (Sigstore's staging instance, its root compiled into
+/// `sigstore-trust-root` too): a Rekor v2 entry (hashedrekord 0.0.2, a checkpoint with no
+/// separate proof root) and a Rekor v1 one.
+fn staging(
+    artifact: &str,
+    bundle: &str,
+    identity: &str,
+) -> (ReleaseLog, ReleaseLog, Vec<u8>, Vec<u8>) {
+    let signer = Signer::Identity {
+        identity: identity.into(),
+        issuer: "https://github.com/login/oauth".into(),
+    };
+    let root = sigstore_verify::trust_root::SIGSTORE_STAGING_TRUSTED_ROOT;
+    (
+        ReleaseLog::new(signer.clone(), Some(root)).expect("log"),
+        ReleaseLog::new(signer, None).expect("production"),
+        read(artifact),
+        read(bundle),
+    )
+}
+
+#[test]
+fn real_staging_bundles_rekor_v1_and_v2_verify_and_refuse_an_altered_proof() {
+    for (log, production, artifact, bundle) in [
+        staging(
+            "sigstore-python-staging-rekor-v2.txt",
+            "sigstore-python-staging-rekor-v2.txt.sigstore.json",
+            "jku@goto.fi",
+        ),
+        staging(
+            "sigstore-python-bundle_v3.txt",
+            "sigstore-python-integration-bundle_v3.txt.sigstore",
+            "william@yossarian.net",
+        ),
+    ] {
+        log.verify(&artifact, &bundle).expect("verifies");
+        let bad = edit(&bundle, |v| {
+            let h = &mut entry(v)["inclusionProof"]["hashes"][0];
+            *h = flip_b64(h, 3);
+        });
+        assert_eq!(refused(log.verify(&artifact, &bad)), "bad_inclusion_proof");
+        // The same signer pinned with the production root, which knows neither the staging CA
+        // nor its logs.
+        let code = refused(production.verify(&artifact, &bundle));
+        assert!(
+            [
+                "bad_certificate",
+                "bad_checkpoint",
+                "bad_inclusion_promise",
+                "bad_timestamp",
+                "unknown_log",
+            ]
+            .contains(&code),
+            "{code}"
+        );
+    }
+}
