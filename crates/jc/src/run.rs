@@ -89,7 +89,8 @@ pub struct BoxConfig {
     pub temperature: f32,
     /// Runs the box keeps at once, open, running or finished and waiting to be fetched (at
     /// least twice `max_runs`): each is a row on disk with a run store, and memory without.
-    /// One more open is refused `busy`.
+    /// At the limit an open drops the oldest finished run already fetched twice; with none,
+    /// it is refused `busy`.
     pub max_kept_runs: usize,
 }
 
@@ -117,7 +118,7 @@ impl Default for BoxConfig {
             },
             allowed_keys: None,
             temperature: 0.7,
-            max_kept_runs: 4000,
+            max_kept_runs: 20_000,
         }
     }
 }
@@ -220,6 +221,9 @@ struct Run {
     version: u64,
     /// [`BoxCore::execute`] has taken the run (in this process): it runs once.
     taken: bool,
+    /// Times its result was served (in this process): a finished run served twice may make
+    /// room at the kept-run limit.
+    fetched: u32,
     /// Stake memory held for this run, by role: an upload being read, then the opened stake.
     /// Counted against the budget while the run is open or running.
     held: HashMap<Role, Hold>,
@@ -477,6 +481,7 @@ fn restore_run(bytes: &[u8]) -> Result<Run> {
         attempts: r.attempts,
         version: r.version,
         taken: false,
+        fetched: 0,
         held: HashMap::new(),
         uploading: Vec::new(),
         opened_by: None,
@@ -846,13 +851,28 @@ impl BoxCore {
         if live >= self.config.max_runs {
             return Err(JcError::Busy(self.config.max_runs));
         }
-        // Finished runs waiting to be fetched count too: each is a row on disk.
+        // Finished runs waiting to be fetched count too: each is a row on disk. At the limit the
+        // oldest finished run already fetched twice (both parties, as nodes do at once) makes
+        // room; with none, the open is refused.
         let kept = self
             .config
             .max_kept_runs
             .max(self.config.max_runs.saturating_mul(2));
         if st.runs.len() >= kept {
-            return Err(JcError::Busy(kept));
+            let picked_up = st
+                .runs
+                .iter()
+                .filter(|(_, r)| !r.live() && r.fetched >= 2)
+                .min_by_key(|(_, r)| r.keep_until)
+                .map(|(id, _)| id.clone());
+            let Some(id) = picked_up else {
+                return Err(JcError::Busy(kept));
+            };
+            st.runs.remove(&id);
+            let until = self.spent_until(now);
+            st.spent_runs.insert(id.clone(), until);
+            // Under the state lock, but only at the limit.
+            self.forget(&[id]);
         }
         let unstaked_cap = self
             .config
@@ -888,6 +908,7 @@ impl BoxCore {
             attempts: 0,
             version: 0,
             taken: false,
+            fetched: 0,
             held: HashMap::new(),
             uploading: Vec::new(),
             opened_by: client,
@@ -1572,14 +1593,17 @@ impl BoxCore {
     /// jc.result: the sealed answer and the receipt, once the run finished.
     pub fn result(&self, run_id: &str) -> Result<ResultView> {
         use base64::Engine as _;
-        let st = self.lock();
+        let mut st = self.lock();
         if st.spent_runs.contains_key(run_id) {
             return Err(JcError::RunSpent(short(run_id)));
         }
         let run = st
             .runs
-            .get(run_id)
+            .get_mut(run_id)
             .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        if run.finished.is_some() {
+            run.fetched = run.fetched.saturating_add(1);
+        }
         let f = run
             .finished
             .as_ref()

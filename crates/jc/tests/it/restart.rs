@@ -428,8 +428,9 @@ fn the_store_key_file_is_private_and_checked() {
     assert!(KeyFile::load_or_create(&path).is_err());
 }
 
-/// The box keeps at most `max_kept_runs` (at least twice `max_runs`) runs at once, finished and
-/// unfetched ones included, across a restart too: one more open is refused `busy`.
+/// The box keeps at most `max_kept_runs` (at least twice `max_runs`) runs at once, finished
+/// ones included, across a restart too: one more open is refused `busy`, unless a finished run
+/// was fetched twice (both parties), which then makes room.
 #[tokio::test]
 async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
     let f = start(None).await;
@@ -440,6 +441,7 @@ async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
         ..BoxConfig::default()
     };
     let (_core1, c1) = dir.start_with(gate(true), config.clone()).await;
+    let mut runs = Vec::new();
     for _ in 0..2 {
         let run = open(&f, &c1, &program(&f)).await;
         stake(&f, &c1, &run, Role::Owner).await;
@@ -447,7 +449,9 @@ async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
         submit(&f, &c1, &run, Role::Caller).await;
         submit(&f, &c1, &run, Role::Owner).await;
         answered(&f, &c1, &run).await;
+        runs.push(run);
     }
+    let (first, second) = (&runs[0], &runs[1]);
     let e = c1.open(&f.approve(&program(&f))).await.expect_err("busy");
     assert_eq!(remote_code(&e), "busy");
     let (_core2, c2) = dir.start_with(gate(true), config).await;
@@ -456,4 +460,13 @@ async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
         .await
         .expect_err("still busy after a restart");
     assert_eq!(remote_code(&e), "busy");
+    // Both parties fetched the first run's result: it makes room, the other is kept.
+    c2.result(&first.run_id).await.expect("caller fetches");
+    c2.result(&first.run_id).await.expect("owner fetches");
+    c2.open(&f.approve(&program(&f)))
+        .await
+        .expect("room made by a run fetched twice");
+    let e = c2.result(&first.run_id).await.expect_err("dropped");
+    assert_eq!(remote_code(&e), "run_spent");
+    c2.result(&second.run_id).await.expect("the other is kept");
 }
