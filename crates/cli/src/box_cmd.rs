@@ -267,9 +267,10 @@ fn serve(
     let store_key = skillbox_jc::run::store::KeyFile::load_or_create(&store_key_file)
         .with_context(|| format!("the box storage key {}", store_key_file.display()))?;
     let allowed_count = allowed_keys.as_ref().map(Vec::len);
-    // TLS (issue 31 item 2): the key is made before the core, so every statement binds it.
+    // TLS (issue 31 item 2): the key is made before the core, so every statement binds it, from
+    // the storage key, so a box restarted on its run store serves the key its runs bound.
     let tls = (args.tls || !args.listen.ip().is_loopback())
-        .then(|| skillbox_jc::tls::BoxTls::generate(&args.names))
+        .then(|| skillbox_jc::tls::BoxTls::derived(&store_key, &args.names))
         .transpose()
         .context("making the box's TLS key")?;
     let attester = match &tls {

@@ -1,7 +1,9 @@
 //! The box's own TLS, bound into its attestation (issue 31 item 2).
 //!
-//! A box that serves HTTPS makes its TLS key inside itself at start ([`BoxTls::generate`], a
-//! self-signed certificate: no CA vouches for it, the attestation does). The hash of the key's
+//! A box that serves HTTPS makes its TLS key inside itself at start (an Ed25519 key and a
+//! self-signed certificate: no CA vouches for it, the attestation does): derived from its
+//! storage key ([`BoxTls::derived`]), so a box restarted on its run store serves the same key and
+//! the runs nodes verified before go on; or fresh ([`BoxTls::generate`]). The hash of the key's
 //! SubjectPublicKeyInfo goes into every statement ([`crate::attest::TlsBound`]). A node talks to
 //! an https box through two verifiers of its own, never the system's trust store:
 //!
@@ -50,11 +52,38 @@ impl std::fmt::Debug for BoxTls {
     }
 }
 
+/// PKCS#8 v1 of an Ed25519 private key, up to its 32-byte seed (RFC 8410).
+const ED25519_PKCS8_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+
 impl BoxTls {
-    /// A fresh ECDSA P-256 key and a self-signed certificate naming `names` (DNS names the box
-    /// is reached by, ports dropped) and `localhost`. The names are for other clients' sake: a
-    /// node checks the key, not the name.
+    /// A fresh key (see [`Self::from_seed`]).
     pub fn generate(names: &[String]) -> Result<BoxTls> {
+        let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+        getrandom::fill(&mut seed[..])
+            .map_err(|_| JcError::Internal("box TLS key: no OS randomness".into()))?;
+        BoxTls::from_seed(&seed, names)
+    }
+
+    /// The key derived from the box's storage key: the same across restarts on one store, and
+    /// as secret as what that store seals.
+    pub fn derived(
+        storage: &dyn crate::run::store::StorageKey,
+        names: &[String],
+    ) -> Result<BoxTls> {
+        let key = storage.key_bytes()?;
+        let mut h = Sha256::new();
+        h.update(b"skillbox/box-tls-key/v1\0");
+        h.update(&key[..]);
+        let seed = zeroize::Zeroizing::new(<[u8; 32]>::from(h.finalize()));
+        BoxTls::from_seed(&seed, names)
+    }
+
+    /// The Ed25519 key of `seed` and a self-signed certificate naming `names` (DNS names the
+    /// box is reached by, ports dropped) and `localhost`. The names are for other clients'
+    /// sake: a node checks the key, not the name.
+    pub fn from_seed(seed: &[u8; 32], names: &[String]) -> Result<BoxTls> {
         let mut sans = vec!["localhost".to_owned()];
         for n in names {
             let host = n.trim().trim_start_matches('[');
@@ -67,10 +96,18 @@ impl BoxTls {
             }
         }
         let fail = |what: &str| JcError::Internal(format!("box TLS key: {what}"));
-        let made = rcgen::generate_simple_self_signed(sans).map_err(|_| fail("generating"))?;
-        let cert = made.cert.der().clone();
+        let mut der = ED25519_PKCS8_PREFIX.to_vec();
+        der.extend_from_slice(seed);
+        let pkcs8 = PrivatePkcs8KeyDer::from(der);
+        let pair = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&pkcs8, &rcgen::PKCS_ED25519)
+            .map_err(|_| fail("loading"))?;
+        let cert = rcgen::CertificateParams::new(sans)
+            .and_then(|p| p.self_signed(&pair))
+            .map_err(|_| fail("certifying"))?
+            .der()
+            .clone();
         let spki_sha256 = spki_sha256(&cert).ok_or_else(|| fail("parsing its certificate"))?;
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.key_pair.serialize_der()));
+        let key = PrivateKeyDer::Pkcs8(pkcs8);
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|_| fail("protocol versions"))?

@@ -127,3 +127,28 @@ fn plain_http_is_for_loopback_only() {
         BoxClient::new(url).expect(url);
     }
 }
+
+#[test]
+fn the_tls_key_follows_the_storage_key_across_restarts() {
+    use skillbox_jc::run::store::KeyFile;
+    use skillbox_jc::tls::BoxTls;
+    let dir = tempfile::tempdir().expect("dir");
+    let first = KeyFile::load_or_create(&dir.path().join("store.key")).expect("key");
+    let again = KeyFile::load_or_create(&dir.path().join("store.key")).expect("same key");
+    let other = KeyFile::load_or_create(&dir.path().join("other.key")).expect("other key");
+    let names = ["box.example:7480".to_owned()];
+    let a = BoxTls::derived(&first, &names).expect("tls");
+    // A restarted box on the same store serves the key its runs' attestations bound.
+    assert_eq!(
+        a.spki_sha256(),
+        BoxTls::derived(&again, &[]).expect("tls").spki_sha256()
+    );
+    assert_ne!(
+        a.spki_sha256(),
+        BoxTls::derived(&other, &names).expect("tls").spki_sha256()
+    );
+    assert_ne!(
+        BoxTls::generate(&[]).expect("fresh").spki_sha256(),
+        BoxTls::generate(&[]).expect("fresh").spki_sha256()
+    );
+}
