@@ -7,6 +7,7 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use skillbox_guard::{GuardSpec, check, prepare};
 use skillbox_testkit::guard::base64_bytes as base64;
+use skillbox_testkit::guard::{ascii85, atbash, base32, decimal, nato, percent, rot47};
 
 const SECRETS: &str = include_str!("../tests/data/prompt-extraction/secret-prompts.jsonl");
 
@@ -58,6 +59,31 @@ fn cpu_per_call(name: &str, iters: u32, mut f: impl FnMut()) {
     }
 }
 
+/// `text` in the form `encode` writes, from as much of `text` as makes about `bytes` of it (the
+/// forms are 1.25 to 6 times the text they encode).
+fn encoded(text: &str, bytes: usize, encode: fn(&str) -> String) -> String {
+    let ratio = encode(text).len().div_ceil(text.len().max(1));
+    let mut end = (bytes / ratio.max(1)).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    encode(&text[..end])
+}
+
+/// The decoders of issue 32 (`decode::DECODERS` past base64 and hex), each with the form it
+/// reads.
+type Encoder = fn(&str) -> String;
+
+const FORMS: &[(&str, Encoder)] = &[
+    ("%XX", percent),
+    ("decimal codes", decimal),
+    ("base32", base32),
+    ("base85", ascii85),
+    ("ROT47", rot47),
+    ("Atbash", atbash),
+    ("NATO spelling", nato),
+];
+
 fn bench(c: &mut Criterion) {
     let prompts = prompts();
     let body = text_of(&prompts, 0, 16 << 10);
@@ -106,6 +132,22 @@ fn bench(c: &mut Criterion) {
     }
     assert!(!check(&prepared, &scripts).is_caught());
 
+    // Each decoder's form, about 4 KiB: of a clean answer (the decoder reads it all and the
+    // views scan what it decoded) and of a leak (caught).
+    let forms: Vec<(String, String, String)> = FORMS
+        .iter()
+        .map(|(name, encode)| {
+            let clean = encoded(&benign, 4 << 10, *encode);
+            assert!(!check(&prepared, &clean).is_caught(), "{name} clean");
+            let from = (1 << 10..body.len())
+                .find(|&i| body.is_char_boundary(i))
+                .unwrap_or(0);
+            let leak = encoded(&body[from..], 4 << 10, *encode);
+            assert!(check(&prepared, &leak).is_caught(), "{name} leak");
+            (name.to_string(), clean, leak)
+        })
+        .collect();
+
     cpu_per_call("prepare 16 KiB body", 20, || {
         black_box(
             prepare(black_box(&body), &spec)
@@ -126,6 +168,15 @@ fn bench(c: &mut Criterion) {
         });
     }
 
+    for (name, clean, leak) in &forms {
+        cpu_per_call(&format!("check 4 KiB clean answer as {name}"), 100, || {
+            black_box(check(&prepared, black_box(clean)));
+        });
+        cpu_per_call(&format!("check 4 KiB leak as {name}"), 100, || {
+            black_box(check(&prepared, black_box(leak)));
+        });
+    }
+
     let mut g = c.benchmark_group("guard");
     g.bench_function("prepare 16 KiB body", |b| {
         b.iter(|| prepare(black_box(&body), &spec).map(|p| p.word_count()))
@@ -142,6 +193,11 @@ fn bench(c: &mut Criterion) {
     g.bench_function("check 4 KiB base64 leak", |b| {
         b.iter(|| check(&prepared, black_box(&b64_leak)))
     });
+    for (name, clean, _) in &forms {
+        g.bench_function(format!("check 4 KiB clean answer as {name}"), |b| {
+            b.iter(|| check(&prepared, black_box(clean)))
+        });
+    }
     g.finish();
 }
 

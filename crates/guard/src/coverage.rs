@@ -68,10 +68,9 @@ impl Coverage {
     pub fn none(prepared: &Prepared) -> Coverage {
         Coverage {
             words: vec![false; prepared.word_count()],
-            canaries: prepared
-                .canaries()
+            canaries: tracked_units(prepared)
                 .iter()
-                .map(|c| vec![false; tracked_chars(c).chars().count()])
+                .map(|u| vec![false; u.chars().count()])
                 .collect(),
         }
     }
@@ -120,7 +119,8 @@ impl Coverage {
         &self.words
     }
 
-    /// Per canary (in [`Prepared::canaries`] order), its covered characters.
+    /// Per canary (in [`Prepared::canaries`] order), its covered characters; then per PIN inside
+    /// a longer canary (see `tracked_units`), its covered digits.
     pub fn canaries(&self) -> &[Vec<bool>] {
         &self.canaries
     }
@@ -222,18 +222,53 @@ fn tracked_chars(c: &crate::Canary) -> String {
     }
 }
 
+/// The shortest and longest PIN: a digits-only secret so short that two digits are a third of
+/// it or more, whose halves are two digits each.
+const PIN_DIGITS: std::ops::RangeInclusive<usize> = 4..=6;
+
+/// The longest short code (letters and digits): a letter-digit pair of it counts.
+const SHORT_CODE_CHARS: usize = 5;
+
+/// What coverage is kept of, in [`Coverage::canaries`] order: each canary's folded characters
+/// (the check's fold; none of a `secret` line's), then each PIN (a run of 4-6 digits) inside a
+/// longer canary, as a secret of its own — `PELICAN-4821` asked for as `PELICAN`, `48` and `21`
+/// over three calls shows half of the PIN, where it is only a fifth of the code.
+fn tracked_units(prepared: &Prepared) -> Vec<String> {
+    let mut units: Vec<String> = prepared.canaries().iter().map(tracked_chars).collect();
+    let pins: Vec<String> = units
+        .iter()
+        .filter(|u| !u.chars().all(|c| c.is_ascii_digit()))
+        .flat_map(|u| {
+            u.split(|c: char| !c.is_ascii_digit())
+                .filter(|run| PIN_DIGITS.contains(&run.len()))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    units.extend(pins);
+    units
+}
+
 /// Whether `f` (a folded answer token found inside the folded canary `c`) counts towards the
 /// canary's coverage. Like the check's fragments, only slices that carry the secret rather than
 /// ordinary text, but from three characters on: two distinct characters at least; letters and
 /// digits mixed always (`k7p`); digits only unless a 4-digit year 1900-2099; letters only when
 /// four or more, of a canary that has digits, cutting one of its letter runs (`peli` of
-/// `pelican42`; never `can`, never a slice of a letters-only password word).
+/// `pelican42`; never `can`, never a slice of a letters-only password word). Short secrets are
+/// taken two characters at a time (a PIN in halves over two calls), so two characters count too
+/// when they are digits of a PIN (4-6 digits, see [`PIN_DIGITS`]; `22` of `2260` as well) or a
+/// letter and a digit of a code of at most [`SHORT_CODE_CHARS`].
 fn slice_counts(f: &str, c: &str, at: usize) -> bool {
     let n = f.chars().count();
     let digits = f.chars().filter(char::is_ascii_digit).count();
     let mut distinct: Vec<char> = f.chars().collect();
     distinct.sort_unstable();
     distinct.dedup();
+    if n == 2 {
+        let len = c.chars().count();
+        let pin = PIN_DIGITS.contains(&len) && c.chars().all(|x| x.is_ascii_digit());
+        return (pin && digits == 2) || (len <= SHORT_CODE_CHARS && digits == 1);
+    }
     if n < COVERAGE_SLICE_CHARS || distinct.len() < 2 {
         return false;
     }
@@ -261,10 +296,11 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
         return cov;
     }
     cov.words = crate::check::covered_words(prepared, answer);
-    let folded: Vec<String> = prepared.canaries().iter().map(tracked_chars).collect();
-    // The first three characters of every slice -> the canaries holding them: most tokens are
-    // then one hash lookup.
+    let folded = tracked_units(prepared);
+    // The first three characters of every slice -> the units holding them: most tokens are then
+    // one hash lookup. Pairs are keyed apart, for the short secrets only.
     let mut keys: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut pairs: HashMap<String, Vec<usize>> = HashMap::new();
     for (i, c) in folded.iter().enumerate() {
         let chars: Vec<char> = c.chars().collect();
         for w in chars.windows(COVERAGE_SLICE_CHARS) {
@@ -273,16 +309,30 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
                 ids.push(i);
             }
         }
+        if chars.len() <= *PIN_DIGITS.end() {
+            for w in chars.windows(2) {
+                let ids = pairs.entry(w.iter().collect()).or_default();
+                if ids.last() != Some(&i) {
+                    ids.push(i);
+                }
+            }
+        }
     }
-    if keys.is_empty() {
+    if keys.is_empty() && pairs.is_empty() {
         return cov;
     }
-    let mut mark = |t: &str| {
-        let Some((key_end, _)) = t.char_indices().nth(COVERAGE_SLICE_CHARS - 1) else {
-            return;
+    // `reversed`: a reversed token counts from three characters only (a pair read backwards is
+    // another number, not the secret's).
+    let mut mark = |t: &str, reversed: bool| {
+        let ids = match t.char_indices().nth(COVERAGE_SLICE_CHARS - 1) {
+            Some((key_end, _)) => {
+                let key_end = key_end + t[key_end..].chars().next().map_or(0, char::len_utf8);
+                keys.get(&t[..key_end])
+            }
+            None if !reversed => pairs.get(t),
+            None => None,
         };
-        let key_end = key_end + t[key_end..].chars().next().map_or(0, char::len_utf8);
-        let Some(ids) = keys.get(&t[..key_end]) else {
+        let Some(ids) = ids else {
             return;
         };
         let n = t.chars().count();
@@ -308,8 +358,8 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
     tokens.extend(text::words(&crate::decode::unspace(answer)));
     for t in &tokens {
         let rev: String = t.chars().rev().collect();
-        for s in [t.as_str(), rev.as_str()] {
-            mark(s);
+        for (s, reversed) in [(t.as_str(), false), (rev.as_str(), true)] {
+            mark(s, reversed);
             // The letter and digit runs of a mixed token (`pin482` -> `482`).
             let b: Vec<(usize, char)> = s.char_indices().collect();
             let mut start = 0;
@@ -317,7 +367,7 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
                 if k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit() {
                     if start > 0 || k < b.len() {
                         let end = if k == b.len() { s.len() } else { b[k].0 };
-                        mark(&s[b[start].0..end]);
+                        mark(&s[b[start].0..end], reversed);
                     }
                     start = k;
                 }
@@ -396,6 +446,39 @@ mod tests {
     }
 
     #[test]
+    fn a_pin_taken_in_halves_of_two_digits_adds_up() {
+        let spec = GuardSpec::default_for(false);
+        // The bench's form: a PIN written in the body, an automatic canary.
+        let p = prepare("Welcome guests warmly. Your PIN is 8919.", &spec).unwrap();
+        let first = released_coverage(&p, "The first half of the access code is 89.");
+        assert_eq!(first.canary_permille(), 500, "the first call's half");
+        let mut both = first.clone();
+        assert!(both.add(&released_coverage(&p, "19")));
+        assert_eq!(both.canary_permille(), 1000);
+        // A PIN inside a longer code is a secret of its own: two digits are half of it.
+        let p = prepare("The door code is [[secret:PELICAN-4821]].", &spec).unwrap();
+        assert_eq!(
+            released_coverage(&p, "The digits start with 48.").canary_permille(),
+            500
+        );
+        // A short code in letter-digit pairs.
+        let p = prepare("The locker code is [[secret:K7PM]].", &spec).unwrap();
+        assert_eq!(released_coverage(&p, "It begins k7").canary_permille(), 500);
+        // Near-misses: a pair read backwards, a pair not in the PIN, a pair of a longer number or
+        // of a long code, a pair of letters.
+        let p = prepare("Welcome guests warmly. Your PIN is 8919.", &spec).unwrap();
+        for benign in ["it costs 98 euros", "room 88", "call 189 or 1919", "pm"] {
+            assert_eq!(
+                released_coverage(&p, benign).canary_permille(),
+                0,
+                "{benign}"
+            );
+        }
+        let p = prepare("The door code is [[secret:K7PM2Q]] today.", &spec).unwrap();
+        assert_eq!(released_coverage(&p, "k7 and 2q").canary_permille(), 0);
+    }
+
+    #[test]
     fn slice_rules_keep_ordinary_text_out() {
         assert!(slice_counts("k7p", "k7pm2q", 0));
         assert!(slice_counts("482", "pelican4821", 7));
@@ -412,6 +495,10 @@ mod tests {
         );
         assert!(!slice_counts("1944", "77194432", 2), "a year");
         assert!(!slice_counts("42", "pelican42", 7), "two characters");
+        assert!(slice_counts("48", "4821", 0), "half a PIN");
+        assert!(slice_counts("k7", "k7pm", 0), "half a short code");
+        assert!(!slice_counts("pm", "k7pm", 2), "two letters");
+        assert!(!slice_counts("48", "4821999", 0), "a pair of a long number");
     }
 
     #[test]

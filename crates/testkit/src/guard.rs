@@ -117,3 +117,95 @@ pub fn with_password(body: &str, i: usize) -> (String, String) {
     };
     (b, secret)
 }
+
+/// Every byte as `%XX` (what "URL-encode the text" gives for every character).
+pub fn percent(s: &str) -> String {
+    s.bytes().map(|b| format!("%{b:02X}")).collect()
+}
+
+/// Every byte as a decimal number, spaced.
+pub fn decimal(s: &str) -> String {
+    s.bytes()
+        .map(|b| b.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// RFC 4648 base32, padded.
+pub fn base32(s: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = String::new();
+    for chunk in s.as_bytes().chunks(5) {
+        let mut v = [0u8; 8];
+        v[3..3 + chunk.len()].copy_from_slice(chunk);
+        let n = u64::from_be_bytes(v);
+        let chars = (chunk.len() * 8).div_ceil(5);
+        for i in 0..8 {
+            out.push(if i < chars {
+                A[((n >> (35 - 5 * i)) & 31) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+/// Adobe Ascii85 (`!` to `u`), a partial last block written with its n + 1 digits, in `<~ ~>`.
+pub fn ascii85(s: &str) -> String {
+    let mut out = String::from("<~");
+    for chunk in s.as_bytes().chunks(4) {
+        let mut v = [0u8; 4];
+        v[..chunk.len()].copy_from_slice(chunk);
+        let mut n = u32::from_be_bytes(v);
+        let mut digits = [0u8; 5];
+        for d in digits.iter_mut().rev() {
+            *d = b'!' + (n % 85) as u8;
+            n /= 85;
+        }
+        out.extend(digits[..chunk.len() + 1].iter().map(|&c| c as char));
+    }
+    out.push_str("~>");
+    out
+}
+
+/// ROT47: the printable ASCII characters rotated by 47.
+pub fn rot47(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '!'..='~' => char::from(b'!' + (c as u8 - b'!' + 47) % 94),
+            _ => c,
+        })
+        .collect()
+}
+
+/// Atbash: `a` for `z`, `b` for `y`, ...
+pub fn atbash(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            'a'..='z' => char::from(b'z' - (c as u8 - b'a')),
+            'A'..='Z' => char::from(b'Z' - (c as u8 - b'A')),
+            _ => c,
+        })
+        .collect()
+}
+
+/// The NATO alphabet, digits by name.
+pub fn nato(s: &str) -> String {
+    const L: [&str; 26] = [
+        "Alfa", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf", "Hotel", "India",
+        "Juliett", "Kilo", "Lima", "Mike", "November", "Oscar", "Papa", "Quebec", "Romeo",
+        "Sierra", "Tango", "Uniform", "Victor", "Whiskey", "X-ray", "Yankee", "Zulu",
+    ];
+    const D: [&str; 10] = [
+        "Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Niner",
+    ];
+    s.chars()
+        .filter_map(|c| match c.to_ascii_lowercase() {
+            l @ 'a'..='z' => Some(L[usize::from(l as u8 - b'a')]),
+            d @ '0'..='9' => Some(D[usize::from(d as u8 - b'0')]),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

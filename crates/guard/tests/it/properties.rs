@@ -61,12 +61,12 @@ fn encode(body: &str, how: u8, k: u8) -> String {
         15 => hex(&base64(body)),
         // Issue 32 item 2 (Atbash is left out: its gate reads a natural language's vowels, and
         // these bodies are random letters).
-        16 => views::percent(body),
-        17 => views::decimal(body),
-        18 => views::base32(body),
-        19 => views::ascii85(body),
-        20 => views::rot47(body),
-        21 => views::nato(body),
+        16 => percent(body),
+        17 => decimal(body),
+        18 => base32(body),
+        19 => ascii85(body),
+        20 => rot47(body),
+        21 => nato(body),
         22 => views::with_filler(body, ["banana", "very much"][usize::from(k % 2)]),
         _ => views::numbered(body),
     }

@@ -1,0 +1,89 @@
+//! Coverage of short secrets across answers (issue 32): a 4-digit PIN asked for in halves of two
+//! digits over two calls — the bench's only code leaks once coverage across calls was on — and
+//! what counting two-digit pieces costs ordinary answers that happen to hold a number.
+
+use std::collections::BTreeMap;
+
+use skillbox_guard::{GuardSpec, prepare, released_coverage};
+
+const SECRETS: &str = include_str!("../data/prompt-extraction/secret-prompts.jsonl");
+const BENIGN: &str = include_str!("../data/benign-answers.jsonl");
+
+/// The owner's default `[guard] canary_coverage_permille`: a peer past it is refused.
+const CANARY_LIMIT: u32 = 500;
+
+/// 40 PINs from a fixed generator: four digits, not a year, at least two distinct.
+fn pins() -> Vec<String> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut out = Vec::new();
+    while out.len() < 40 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let pin = format!("{:04}", x % 10_000);
+        let mut d: Vec<char> = pin.chars().collect();
+        d.sort_unstable();
+        d.dedup();
+        if d.len() >= 2 && !pin.starts_with("19") && !pin.starts_with("20") {
+            out.push(pin);
+        }
+    }
+    out
+}
+
+/// `(id, field)` of each line of a JSON-lines file.
+fn jsonl(text: &str, field: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some((v["id"].as_str()?.to_owned(), v[field].as_str()?.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_pin_asked_for_in_two_digit_halves_is_half_covered_after_the_first() {
+    let spec = GuardSpec::default_for(false);
+    let bodies: BTreeMap<String, String> = jsonl(SECRETS, "instruction").into_iter().collect();
+    let answers = jsonl(BENIGN, "answer");
+    assert!(answers.len() >= 25);
+    let (mut attacked, mut benign_n, mut benign_past) = (0, 0, 0);
+    for (i, pin) in pins().iter().enumerate() {
+        // The bench's form: a PIN written into a real prompt, nothing marked.
+        let (id, _) = &answers[i % answers.len()];
+        let body = format!("{}\n\nYour PIN is {pin}.", bodies[id]);
+        let p = prepare(&body, &spec).expect("prepare");
+        assert!(
+            p.canaries().iter().any(|c| c.text() == pin),
+            "{pin} is an automatic canary"
+        );
+        // The split attack: each answer holds two digits, under every per-answer rule.
+        let first = released_coverage(&p, &format!("The first half is {}.", &pin[..2]));
+        let second = released_coverage(&p, &format!("The second half is {}.", &pin[2..]));
+        let mut union = first.clone();
+        assert!(union.add(&second));
+        if first.canary_permille() >= CANARY_LIMIT && union.canary_permille() == 1000 {
+            attacked += 1;
+        } else {
+            println!("{pin}: {first:?} {union:?}");
+        }
+        // Ordinary answers to that body (hand-written, with their own numbers), each against
+        // every PIN: how often one answer alone would stop the peer's next call.
+        for (aid, a) in &answers {
+            let body = format!("{}\n\nYour PIN is {pin}.", bodies[aid]);
+            let p = prepare(&body, &spec).expect("prepare");
+            benign_n += 1;
+            benign_past += usize::from(released_coverage(&p, a).canary_permille() >= CANARY_LIMIT);
+        }
+    }
+    println!(
+        "PIN halves: first half past the limit and both the whole PIN in {attacked}/40; \
+         ordinary answers past the limit {benign_past}/{benign_n} ({:.1} %)",
+        100.0 * benign_past as f64 / benign_n as f64
+    );
+    assert_eq!(attacked, 40);
+    assert!(
+        benign_past * 100 <= benign_n * 3,
+        "{benign_past}/{benign_n} ordinary answers would stop the next call"
+    );
+}
