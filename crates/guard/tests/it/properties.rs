@@ -5,7 +5,7 @@ use crate::support::*;
 use crate::views;
 use proptest::prelude::*;
 use skillbox_guard::score::{decode_for_scoring, extraction_recall, leaks_secret, rouge_l_recall};
-use skillbox_guard::{GuardSpec, check, measure, prepare};
+use skillbox_guard::{GuardSpec, check, measure, prepare, released_coverage};
 
 fn spec() -> GuardSpec {
     GuardSpec::default_for(false)
@@ -81,6 +81,7 @@ proptest! {
             let _ = check(&p, &answer);
             let _ = measure(&p, &answer);
             let _ = check(&p, p.model_body());
+            let _ = released_coverage(&p, &answer);
         }
         let _ = rouge_l_recall(&body, &answer);
         let _ = decode_for_scoring(&answer);
@@ -109,6 +110,8 @@ proptest! {
         if let Ok(p) = prepare(&body, &spec()) {
             let _ = check(&p, &answer);
             let _ = check(&p, &base64(p.model_body()));
+            let _ = released_coverage(&p, &answer);
+            let _ = released_coverage(&p, p.model_body());
         }
     }
 

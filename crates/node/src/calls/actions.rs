@@ -593,11 +593,26 @@ impl Calls {
         let client = self.client(row)?;
         // The other side may not have staked yet: the box holds the submit until it has (a
         // long poll), and one that answers at once is asked again briefly, so a healthy call
-        // never waits on the schedule.
+        // never waits on the schedule. An owner submits one call of a peer and skill at a time
+        // while the coverage thresholds are on, holding the turn only while it asks and from an
+        // accepted submit on (see `coverage::Turns`).
+        let turns = row.call.role == Role::Owner && self.turns_on();
         let mut pause = Duration::from_millis(2);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if turns
+                && let Some(code) = self
+                    .take_turn(row)
+                    .await
+                    .map_err(|e| JcError::Internal(format!("turn: {e}")))?
+            {
+                let message = format!("refused before this run: {}", code.fixed_message());
+                return Ok(Some((Event::BoxFailed { code, message }, Change::none())));
+            }
+            let mut left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if turns {
+                left = left.min(super::coverage::TURN_ASK);
+            }
             match self
                 .timed(
                     "submit",
@@ -611,10 +626,14 @@ impl Calls {
                 Err(JcError::Remote { code, .. })
                     if code == "stakes_missing" && tokio::time::Instant::now() < deadline =>
                 {
+                    self.end_turn(row);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.end_turn(row);
+                    return Err(e);
+                }
             }
         }
         Ok(Some((Event::Submitted, Change::none())))
@@ -637,6 +656,7 @@ impl Calls {
         .await
         .map_err(|e| JcError::Internal(format!("coverage worker: {e}")))?
         .map_err(|e| JcError::Internal(format!("coverage: {e}")))?;
+        self.end_turn(row);
         Ok(())
     }
 

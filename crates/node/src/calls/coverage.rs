@@ -7,12 +7,17 @@
 //! its fixed words — never how much it took. So a body asked for a third per call, or an access
 //! code three characters at a time, adds up to what one answer may not carry.
 
+use std::collections::HashMap;
+
 use rusqlite::{OptionalExtension, params};
+use skillbox_calls::machine::FailureCode;
 use skillbox_guard::Coverage;
+
+use super::records::CallRow;
 
 use crate::config::GuardConfig;
 use crate::error::Result;
-use crate::store::Tx;
+use crate::store::{Tx, now_secs};
 
 /// The UTC day `secs` (unix seconds) falls in.
 pub fn day_of(secs: i64) -> i64 {
@@ -51,6 +56,108 @@ pub fn refused(
         return Ok(false);
     }
     Ok(union_of(tx, peer, skill, day)?.is_some_and(|c| exceeds(&c, guard)))
+}
+
+/// Which owner call of each (peer, skill) holds the turn: a call submitted and not yet counted.
+/// Every call is checked against the union from before it, so calls of one peer and skill run
+/// side by side would each pass against the same union and together take what none may alone;
+/// while the thresholds are on, the owner submits them one at a time instead, each checked
+/// against every answer before it. Taken just before the owner submits (its stake is in, and
+/// the box runs nothing until both sides submit) and kept once the box accepts the submit,
+/// given back when the submit is not accepted (the caller has not staked yet), when the answer
+/// is counted, or when the call ends. In memory: a restarted node starts with no holder.
+#[derive(Default)]
+pub struct Turns(std::sync::Mutex<HashMap<(String, String), String>>);
+
+impl Turns {
+    fn holder(&self, key: &(String, String)) -> Option<String> {
+        super::lock(&self.0).get(key).cloned()
+    }
+
+    /// Take the turn for `me` if `expected` still holds it.
+    fn swap(&self, key: &(String, String), expected: Option<&str>, me: &str) -> bool {
+        let mut map = super::lock(&self.0);
+        if map.get(key).map(String::as_str) != expected {
+            return false;
+        }
+        map.insert(key.clone(), me.to_owned());
+        true
+    }
+
+    fn give_back(&self, key: &(String, String), me: &str) {
+        let mut map = super::lock(&self.0);
+        if map.get(key).is_some_and(|h| h == me) {
+            map.remove(key);
+        }
+    }
+}
+
+/// The longest an owner asks the box to hold its submit while it holds the turn: a call whose
+/// caller has not staked (its human is asked first) gives the turn back between asks.
+pub const TURN_ASK: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl super::Calls {
+    /// Whether calls take turns: the coverage thresholds are on.
+    pub(super) fn turns_on(&self) -> bool {
+        self.0.guard.coverage_permille > 0 || self.0.guard.canary_coverage_permille > 0
+    }
+
+    /// Owner, before it submits: wait for this call's turn among the peer's calls of the skill
+    /// (see [`Turns`]) and check the union again once it has it. `Some(coverage_exceeded)`:
+    /// refused — the union passed the thresholds while it waited, or the call expired waiting.
+    pub(super) async fn take_turn(&self, row: &CallRow) -> Result<Option<FailureCode>> {
+        let guard = self.0.guard.clone();
+        if !self.turns_on() {
+            return Ok(None);
+        }
+        let key = (row.call.peer.clone(), row.call.skill.clone());
+        let me = row.call.id.clone();
+        let mut pause = std::time::Duration::from_millis(10);
+        loop {
+            let holder = self.0.turns.holder(&key);
+            let store = self.0.store.clone();
+            let (k, h, g) = (key.clone(), holder.clone(), guard.clone());
+            let me2 = me.clone();
+            let (free, refused_now) = super::blocking(move || {
+                store.write(|tx| {
+                    // A holder whose call ended (counted, or failed without an answer) holds
+                    // nothing.
+                    let free = match &h {
+                        None => true,
+                        Some(h) if *h == me2 => true,
+                        Some(h) => tx
+                            .query_row(
+                                "SELECT state FROM calls WHERE id = ?1 AND role = 'owner'",
+                                params![h],
+                                |r| r.get::<_, String>(0),
+                            )
+                            .optional()?
+                            .is_none_or(|s| ["answered", "ran", "failed"].contains(&s.as_str())),
+                    };
+                    let refused_now = free && refused(tx, &k.0, &k.1, day_of(now_secs()), &g)?;
+                    Ok((free, refused_now))
+                })
+            })
+            .await?;
+            if refused_now {
+                return Ok(Some(FailureCode::CoverageExceeded));
+            }
+            if free && self.0.turns.swap(&key, holder.as_deref(), &me) {
+                return Ok(None);
+            }
+            if !free && super::now_ms() >= row.call.expires_at_ms {
+                return Ok(Some(FailureCode::CoverageExceeded));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(200));
+        }
+    }
+
+    /// Owner: this call's answer is counted (or it has none); the next call may go.
+    pub(super) fn end_turn(&self, row: &CallRow) {
+        let key = (row.call.peer.clone(), row.call.skill.clone());
+        self.0.turns.give_back(&key, &row.call.id);
+    }
 }
 
 /// Add one released answer's coverage to the day's union for `peer` and `skill`; returns the

@@ -331,6 +331,8 @@ struct Inner {
     locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     inflight: Mutex<HashSet<(Key, &'static str)>>,
     verified: Mutex<HashMap<Key, VerifiedRun>>,
+    /// Owner: which call of each (peer, skill) may run now (see `coverage::Turns`).
+    turns: coverage::Turns,
     metrics: Arc<crate::metrics::Metrics>,
     /// Failpoint for the crash tests: abort the process right after persisting this state.
     crash_at: Option<(Role, State)>,
@@ -412,6 +414,7 @@ impl Calls {
             locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashSet::new()),
             verified: Mutex::new(HashMap::new()),
+            turns: coverage::Turns::default(),
             metrics: deps.metrics,
             crash_at: crash_point(),
         }))

@@ -2,8 +2,10 @@
 //! skill body a third per call and for an access code three characters per call, each answer
 //! under the guard's per-answer limits. The box tells the owner (sealed to it) what each released
 //! answer carried; the owner adds it up per peer, skill and day and refuses the call that would
-//! take more (`coverage_exceeded`, fixed words). With the thresholds off the same calls all pass:
-//! the attack works without the fix. Real box, nodes and stores; the provider double obeys.
+//! take more (`coverage_exceeded`, fixed words); a 4-digit PIN two digits per call likewise, and
+//! calls sent at the same time add up as calls one after the other do. With the thresholds off
+//! the same calls all pass: the attack works without the fix. Real box, nodes and stores; the
+//! provider double obeys.
 
 use std::time::Duration;
 
@@ -37,6 +39,9 @@ fn lore() -> String {
 }
 
 const VAULT: &str = "Open the shed first, then water the roses. The shed code is [[secret:K7PM2Q]]";
+
+/// A PIN written in, nothing marked (an automatic canary), as the extraction bench's bodies.
+const PIN: &str = "Greet the guests and show them the garden. Your PIN is 8919";
 
 /// An OpenAI-compatible model that does what it is told with its instructions: `words A B`
 /// answers words A..B of the system prompt's first line, `code A B` characters A..B of its last
@@ -115,9 +120,11 @@ async fn valley(coverage_permille: u32, canary_coverage_permille: u32) -> Valley
         .await;
     owner.add_skill(&doc("lore", &lore())).await;
     owner.add_skill(&doc("vault", VAULT)).await;
+    owner.add_skill(&doc("pin", PIN)).await;
     let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
     caller.wait_board(&owner.peer_id, "lore").await;
     caller.wait_board(&owner.peer_id, "vault").await;
+    caller.wait_board(&owner.peer_id, "pin").await;
     Valley { owner, caller }
 }
 
@@ -216,6 +223,60 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
     refused_for_coverage(&v.call("vault", "code 3 6").await);
     assert_eq!(v.union("vault").canary_permille(), 500);
 
+    // A 4-digit PIN in halves of two digits: half the PIN, and the second half is refused.
+    let c = v.call("pin", "code 0 2").await;
+    assert_eq!(c["answer"], "That part is 89.", "{c}");
+    answered.push(c);
+    refused_for_coverage(&v.call("pin", "code 2 4").await);
+    assert_eq!(v.union("pin").canary_permille(), 500);
+
+    v.caller_sees_nothing_of_the_counting(&answered).await;
+    v.caller.stop().await;
+    v.owner.stop().await;
+}
+
+/// Calls sent at the same time: four calls, each for another quarter of the body (250 permille,
+/// under the per-answer guard), started together. Each checked against the union from before
+/// them all, every one got out — the whole body. The owner runs one call of a peer and skill at a
+/// time, each checked against the answers before it, so the union stays where calls one after
+/// the other leave it (past 350 permille after the second quarter: the rest are refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_sent_at_the_same_time_add_up_as_one_after_the_other() {
+    let v = valley(350, 500).await;
+    let vr = &v;
+    let ask = |a: usize| async move {
+        let request = format!("words {a} {}", a + 30);
+        vr.caller
+            .start_call(&vr.owner.peer_id, "lore", &request)
+            .await
+    };
+    let (a, b, c, d) = tokio::join!(ask(0), ask(30), ask(60), ask(90));
+    let mut answered = Vec::new();
+    let mut refused = 0;
+    for id in [a, b, c, d] {
+        let c = v.caller.wait_call(&id, LIMIT).await;
+        if c["state"] == "answered" {
+            v.owner.wait_call(&id, LIMIT).await;
+            answered.push(c);
+        } else {
+            // The owner refuses it at its submit, when the caller may have submitted already:
+            // the caller learns it from the owner or from the box (the run ended), and the
+            // owner's record names the code.
+            assert_eq!(c["state"], "failed", "{c}");
+            let o = v.owner.wait_call(&id, LIMIT).await;
+            assert_eq!(o["failure"]["code"], "coverage_exceeded", "{o}");
+            refused += 1;
+        }
+    }
+    // The first call always runs; on a loaded machine a later one may be refused for waiting
+    // past its turn, never let through.
+    let union = v.union("lore");
+    assert!(
+        (1..=2).contains(&answered.len()) && refused == 4 - answered.len(),
+        "{} answered, {refused} refused, {union:?}",
+        answered.len()
+    );
+    assert!(union.words_permille() <= 520, "{union:?}");
     v.caller_sees_nothing_of_the_counting(&answered).await;
     v.caller.stop().await;
     v.owner.stop().await;
@@ -244,6 +305,14 @@ async fn with_the_thresholds_off_every_slice_gets_out() {
     }
     assert_eq!(code, "K7PM2Q");
     assert_eq!(v.union("vault").canary_permille(), 1000);
+    let mut pin = String::new();
+    for (a, b) in [(0, 2), (2, 4)] {
+        let c = v.call("pin", &format!("code {a} {b}")).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        let t = c["answer"].as_str().expect("answer");
+        pin.push_str(t.trim_start_matches("That part is ").trim_end_matches('.'));
+    }
+    assert_eq!(pin, "8919");
     v.caller.stop().await;
     v.owner.stop().await;
 }
