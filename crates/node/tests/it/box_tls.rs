@@ -86,3 +86,46 @@ async fn a_tls_front_before_a_real_box_is_refused_before_any_stake() {
     assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
     assert!(provider.0.lock().expect("log").is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_node_reaches_the_box_of_its_verified_runs_again() {
+    use skillbox_jc::JcError;
+    use skillbox_node::calls::boxes::Boxes;
+    use skillbox_node::store::Store;
+    let (f, spki) = skillbox_testkit::box_fixture::start_tls(None, true).await;
+    let (_, run) = f.open(&f.program()).await;
+    assert_eq!(run.tls_spki_sha256.as_deref(), Some(spki.as_str()));
+    // The node's store as it stood before the restart: a call whose run it verified.
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
+    let record = serde_json::to_string(&run.to_record()).expect("record");
+    store
+        .write(|tx| {
+            Ok(tx.execute(
+                "INSERT INTO calls (id, role, peer, skill, state, record, box_url, verified, \
+                 created_at, updated_at) VALUES ('c1', 'caller', 'p', 's', 'staked', '{}', ?1, \
+                 ?2, 0, 0)",
+                [f.url.as_str(), record.as_str()],
+            )?)
+        })
+        .expect("row");
+    let urls = [f.url.clone()];
+    let forgetful = Boxes::new(&urls, true, &[], &Default::default());
+    let err = forgetful
+        .client(&f.url)
+        .expect("client")
+        .status(&run.run_id)
+        .await
+        .expect_err("no key attested to a fresh client");
+    assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
+    let restarted = Boxes::new(&urls, true, &[], &Default::default())
+        .remembering(store)
+        .expect("remembering");
+    let view = restarted
+        .client(&f.url)
+        .expect("client")
+        .status(&run.run_id)
+        .await
+        .expect("the run's key, from the node's own record");
+    assert_eq!(view.run_id, run.run_id);
+}
