@@ -21,14 +21,16 @@ const SMALL_BODY: usize = 64 * 1024;
 /// What the calls routes answer when a body does not parse (serde's message follows).
 const EXPECTED: &str = "not the expected JSON";
 
-/// A body that carries a request text: up to `calls.max_request_bytes` plus room for the rest.
+/// A body that carries a request text (`POST /calls`, `POST /intents/skill`): `application/json`
+/// only, as every other JSON route (a body sent as a form or text starts nothing), up to
+/// `calls.max_request_bytes` plus room for the rest.
 async fn request_body<T: DeserializeOwned>(
     s: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
     let limit = s.calls_max_request.saturating_add(SMALL_BODY);
-    json(headers, body, Media::Any, limit, EXPECTED).await
+    json(headers, body, Media::Json, limit, EXPECTED).await
 }
 
 /// A small body: a consent decision, a policy.

@@ -134,7 +134,8 @@ pub(super) struct NotJson;
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.
 #[derive(Clone, Copy)]
 pub(super) enum Media {
-    /// Not looked at (the calls routes, and `POST /skills` which chose by it already).
+    /// Not looked at (consent decisions and the policy, and `POST /skills` which chose by it
+    /// already).
     Any,
     /// `application/json`.
     Json,

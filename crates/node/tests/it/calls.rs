@@ -197,6 +197,41 @@ async fn source_selection_and_board_rules_refuse_with_their_codes() {
     }
 }
 
+/// `POST /calls` and `POST /intents/skill` take `application/json` only: a body that would start
+/// a call, sent as text or a form (what a page's form or a careless client sends), is a 415 and
+/// starts nothing; the same bytes as JSON start the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_start_body_that_is_not_json_is_refused_and_starts_nothing() {
+    let w = world("BODY-MT", "sk-test-KEY-MT", &[], |_| {}, |_| {}).await;
+    let start = json!({"peer": w.owner.peer_id, "skill": "taste", "request": "x"}).to_string();
+    let intent = json!({"text": "taste"}).to_string();
+    for ct in ["text/plain", "application/x-www-form-urlencoded"] {
+        for (path, body) in [("/calls", &start), ("/intents/skill", &intent)] {
+            let a = w
+                .caller
+                .req(
+                    reqwest::Method::POST,
+                    path,
+                    Some((ct, body.as_bytes().to_vec())),
+                )
+                .await;
+            a.assert_refused(415, "unsupported_media_type");
+        }
+    }
+    assert_eq!(w.caller.get("/calls").await.body["total"], 0);
+    assert_eq!(w.owner.get("/calls").await.body["total"], 0);
+    // The refusal was the media type's: the same start body as JSON starts the call.
+    let a = w
+        .caller
+        .req(
+            reqwest::Method::POST,
+            "/calls",
+            Some(("application/json", start.into_bytes())),
+        )
+        .await;
+    assert_eq!(a.status, 201, "{}", a.body);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ask_parks_each_side_until_its_human_decides() {
     let ask = |c: &mut skillbox_node::Config| {
