@@ -627,7 +627,13 @@ impl Calls {
                     if code == "stakes_missing" && tokio::time::Instant::now() < deadline =>
                 {
                     self.end_turn(row);
-                    tokio::time::sleep(pause).await;
+                    // Long enough between asks for a waiting call to take the turn.
+                    let gap = if turns {
+                        super::coverage::TURN_GAP
+                    } else {
+                        pause
+                    };
+                    tokio::time::sleep(pause.max(gap)).await;
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
                 Err(e) => {

@@ -96,6 +96,10 @@ impl Turns {
 /// caller has not staked (its human is asked first) gives the turn back between asks.
 pub const TURN_ASK: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The pause before an owner whose submit was not accepted asks again: longer than a waiting
+/// call's pause between looks (200 ms), so a call parked at its caller leaves the turn free.
+pub const TURN_GAP: std::time::Duration = std::time::Duration::from_millis(250);
+
 impl super::Calls {
     /// Whether calls take turns: the coverage thresholds are on.
     pub(super) fn turns_on(&self) -> bool {
