@@ -117,6 +117,31 @@ pub struct LoadedRun {
 pub struct RunStore {
     conn: Mutex<Connection>,
     cipher: XChaCha20Poly1305,
+    /// Held while the store lives: its checkpointer thread stops when this is gone.
+    _alive: std::sync::Arc<()>,
+}
+
+/// How often the WAL is folded into the database, off the write path.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Checkpoint the WAL from a connection of its own, on a thread of its own: SQLite's automatic
+/// checkpoint runs inside the write that crosses 1,000 pages and syncs the database file there,
+/// under the store's lock (p99 31 ms, mean 1.1 ms a run in `benches/run_store.rs` with it). A
+/// passive checkpoint does not block the writer.
+fn spawn_checkpointer(path: &Path, alive: std::sync::Weak<()>) -> Result<()> {
+    let conn = Connection::open(path).map_err(db)?;
+    std::thread::Builder::new()
+        .name("run-store-checkpoint".into())
+        .spawn(move || {
+            while alive.upgrade().is_some() {
+                std::thread::sleep(CHECKPOINT_EVERY);
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                    tracing::warn!(code = "storage_failed", error = %e, "run store checkpoint");
+                }
+            }
+        })
+        .map_err(|e| JcError::Storage(format!("run store checkpointer: {e}")))?;
+    Ok(())
 }
 
 fn db(e: rusqlite::Error) -> JcError {
@@ -162,6 +187,7 @@ impl RunStore {
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
+             PRAGMA wal_autocheckpoint=0;
              CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS runs (
                  id TEXT PRIMARY KEY, version INTEGER NOT NULL, sealed BLOB NOT NULL);
@@ -170,9 +196,12 @@ impl RunStore {
                  PRIMARY KEY (run_id, role));",
         )
         .map_err(db)?;
+        let alive = std::sync::Arc::new(());
+        spawn_checkpointer(path, std::sync::Arc::downgrade(&alive))?;
         let store = RunStore {
             conn: Mutex::new(conn),
             cipher,
+            _alive: alive,
         };
         let check: Option<Vec<u8>> = store
             .conn()
