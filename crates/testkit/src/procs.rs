@@ -79,6 +79,18 @@ pub fn cli(dir: &Path, args: &[&str]) -> Output {
     skillbox_with(dir, args, &[], None)
 }
 
+/// [`cli`] that must succeed (else the test fails with what it printed); its stdout.
+pub fn cli_ok(dir: &Path, args: &[&str]) -> String {
+    let out = cli(dir, args);
+    assert!(
+        out.status.success(),
+        "skillbox {}: {}",
+        args.join(" "),
+        text(&out)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
 /// `skillbox --data-dir DIR approve ID FLAGS` as a person runs it: in a terminal (a
 /// pseudo-terminal from util-linux `script`), answering the confirmation with `answer`.
 pub fn approve_at_terminal(dir: &Path, id: &str, flags: &str, answer: &str) -> Output {
@@ -292,6 +304,32 @@ pub fn owner_and_caller(
     (owner, caller)
 }
 
+/// The flow tests' world as processes: a box on a free loopback port (its log `root/box.log`) in
+/// front of the provider double `provider` (its URL and log), and an owner and a caller on it
+/// ([`owner_and_caller`]); returned as (provider log, box, owner, caller). Bind each to a name
+/// (`_bx`, not `_`): what is not bound is dropped, and killed, at once.
+pub fn pair_with(
+    root: &Path,
+    (provider_url, provider): (String, crate::provider::ProviderLog),
+    env: &[(&str, &str)],
+    caller_edit: impl FnOnce(String) -> String,
+) -> (crate::provider::ProviderLog, BoxProc, NodeDir, NodeDir) {
+    let bx = start_box("127.0.0.1:0", &provider_url, &root.join("box.log"));
+    let (owner, caller) = owner_and_caller(root, &bx.url, env, caller_edit);
+    (provider, bx, owner, caller)
+}
+
+/// [`pair_with`] a provider double that answers at once, no extra environment and the
+/// caller's config as [`init_node`] makes it.
+pub fn pair(root: &Path) -> (crate::provider::ProviderLog, BoxProc, NodeDir, NodeDir) {
+    pair_with(
+        root,
+        crate::provider::blocking::provider_double(Duration::ZERO),
+        &[],
+        |t| t,
+    )
+}
+
 /// A config edit for [`init_node`]: the node asks its human before any of `sources` leaves
 /// (a caller-side consent rule).
 pub fn asking_before(sources: &[&str]) -> impl FnOnce(String) -> String {
@@ -432,6 +470,91 @@ impl NodeDir {
     pub fn store_bytes(&self) -> Vec<u8> {
         crate::leak::store_bytes(&self.dir)
     }
+}
+
+/// A `skillbox node` on a data dir made beforehand (any `init`), found by the address it writes
+/// to `api.addr`: for tests of the process itself (restarts, keys, tenants). Its output goes
+/// to `log_name` beside the data dir; killed (SIGKILL) when dropped.
+pub struct ServedNode {
+    pub proc: Proc,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl ServedNode {
+    /// Start it and wait until its API accepts connections (a node that exits first fails the
+    /// test with its log).
+    pub fn start(dir: &Path, log_name: &str) -> ServedNode {
+        // A stale address from the last run must not be mistaken for this one's.
+        let _ = fs::remove_file(dir.join("api.addr"));
+        let log = dir.parent().expect("parent").join(log_name);
+        let out = fs::File::create(&log).expect("log file");
+        let err = out.try_clone().expect("clone");
+        let child = Command::new(bin())
+            .arg("--data-dir")
+            .arg(dir)
+            .arg("node")
+            .env("SKILLBOX_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("spawn node");
+        let mut proc = Proc { child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = fs::read_to_string(dir.join("api.addr")) {
+                let addr = a.trim().to_owned();
+                if std::net::TcpStream::connect(&addr).is_ok() {
+                    return ServedNode { proc, addr, log };
+                }
+            }
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                panic!(
+                    "node exited early ({status}): {}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node did not start: {}",
+                fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// kill -9 (no graceful shutdown: the store must cope); its log.
+    pub fn kill(mut self) -> String {
+        self.proc.kill();
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// One HTTP/1.1 request over a plain socket, exactly as written (no client library in between
+/// to add or fix headers); its status and body.
+pub fn raw_http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .expect("write");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let status = raw.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
 
 /// A blocking client of one node's API.

@@ -2,77 +2,13 @@
 //! in config.toml, picked up by a running node), `skill add PACK.json` and `skill set`.
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::support::procs::{BIN, LOOPBACK_INIT, cli as skillbox, text};
-
-/// A running `skillbox node`, killed when dropped.
-struct NodeProc {
-    child: Child,
-    addr: String,
-}
-
-impl NodeProc {
-    fn start(dir: &Path) -> NodeProc {
-        let log = dir.parent().expect("parent").join("node.log");
-        let out = fs::File::create(&log).expect("log file");
-        let err = out.try_clone().expect("clone");
-        let mut child = Command::new(BIN)
-            .arg("--data-dir")
-            .arg(dir)
-            .arg("node")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn node");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(a) = fs::read_to_string(dir.join("api.addr")) {
-                let addr = a.trim().to_owned();
-                if TcpStream::connect(&addr).is_ok() {
-                    return NodeProc { child, addr };
-                }
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "node exited early ({status}): {}",
-                    fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "node did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for NodeProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::procs::{LOOPBACK_INIT, ServedNode, cli as skillbox, raw_http, text};
 
 /// One GET over a plain socket; returns the status.
 fn get_status(addr: &str, path: &str, token: &str) -> u16 {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    String::from_utf8_lossy(&raw)
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    raw_http(addr, "GET", path, Some(token)).0
 }
 
 fn token_add(dir: &Path, args: &[&str]) -> String {
@@ -108,7 +44,7 @@ fn tenant_tokens_and_pack_import_through_the_cli() {
         "a refused token add leaves config.toml as it was"
     );
 
-    let node = NodeProc::start(&dir);
+    let node = ServedNode::start(&dir, "node.log");
     assert_eq!(get_status(&node.addr, "/v1/agents/roster", &acme), 200);
     assert_eq!(get_status(&node.addr, "/skills", &acme), 403);
     // Added while the node runs: accepted without a restart.

@@ -329,24 +329,16 @@ fn box_without_insecure_dev_refuses_to_start() {
 fn show_identity_prints_a_pin_that_stays_the_same_across_starts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let show = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_skillbox"))
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args([
+        crate::support::procs::cli_ok(
+            dir.path(),
+            &[
                 "box",
                 "--insecure-dev",
                 "--listen",
                 "127.0.0.1:7499",
                 "--show-identity",
-            ])
-            .output()
-            .expect("run");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
+            ],
+        )
     };
     let first = show();
     assert_eq!(first, show(), "one identity across starts");
@@ -362,12 +354,7 @@ fn show_identity_prints_a_pin_that_stays_the_same_across_starts() {
     assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
     assert!(dir.path().join("box").join("insecure-dev.key").is_file());
     // What it prints is a pin the node reads back as is, appended to its config.
-    let mut base = skillbox_node::Config::default();
-    base.boxes.accept = vec!["http://127.0.0.1:7499".to_owned()];
-    let text = format!("{}\n{first}", base.render());
-    let config = skillbox_node::Config::parse(&text, std::path::Path::new("config.toml"))
-        .expect("the printed pin is valid config");
-    let pin = &config.boxes.pins[0];
+    let pin = crate::show_identity::pin_in_config(&first, "http://127.0.0.1:7499");
     assert_eq!(pin.key.as_deref(), Some(key));
     assert_eq!(pin.platform, "insecure-dev");
     assert_eq!(pin.url, "http://127.0.0.1:7499");

@@ -27,9 +27,7 @@ fn contains(hay: &[u8], needle: &str) -> bool {
 #[test]
 fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider_url, provider) = procs::provider_double(Duration::ZERO);
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
+    let (provider, bx, owner, caller) = procs::pair(root.path());
     let api = caller.api();
     // What the caller holds: its own skill (body and model), an API key, a diary, an answer.
     api.put_source("openai-key", "secret", "sk-CALLER-SECRET-4f1");
@@ -212,9 +210,12 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
     const REQUEST: &str = "ECHO-REQUEST-e44";
     const SOURCE: &str = "ECHO-SOURCE-b19";
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider_url, provider) = procs::provider_double_echoing_errors();
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
+    let (provider, _bx, owner, caller) = procs::pair_with(
+        root.path(),
+        procs::provider_double_echoing_errors(),
+        &[],
+        |t| t,
+    );
     let owner_api = owner.api();
     owner_api.put_source("openai-key", "secret", KEY);
     owner_api.add_skill(&procs::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL));
@@ -283,9 +284,7 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
 #[test]
 fn a_caller_over_the_owners_ceilings_is_refused_with_its_code() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider_url, provider) = procs::provider_double(Duration::ZERO);
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
+    let (provider, _bx, owner, caller) = procs::pair(root.path());
     let owner_api = owner.api();
     owner_api.put_source("openai-key", "secret", "sk-ceil");
     owner_api.add_skill(&procs::skill_doc("taste", "CEIL-BODY", &[]));
@@ -329,9 +328,7 @@ fn a_caller_over_the_owners_ceilings_is_refused_with_its_code() {
 #[test]
 fn guessing_the_model_never_reproduces_the_advertised_digest() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider_url, _) = procs::provider_double(Duration::ZERO);
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
+    let (_provider, _bx, owner, caller) = procs::pair(root.path());
     let owner_api = owner.api();
     owner_api.put_source("openrouter-key", "secret", "sk-or-digest");
     owner_api.add_skill(
@@ -609,9 +606,12 @@ fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
     .map(|k| (k, proxy_url.as_str()))
     .chain([("NO_PROXY", ""), ("no_proxy", "")])
     .collect();
-    let (provider_url, provider) = procs::provider_double(Duration::ZERO);
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &env, |t| t);
+    let (provider, _bx, owner, caller) = procs::pair_with(
+        root.path(),
+        procs::provider_double(Duration::ZERO),
+        &env,
+        |t| t,
+    );
     owner
         .api()
         .put_source("openai-key", "secret", "sk-proxy-test");

@@ -2,98 +2,13 @@
 //! leak scan, restart after kill -9, and clear errors for a missing or corrupted data key.
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 
-use crate::support::procs::{self, BIN, cli as skillbox, text};
+use crate::support::procs::{self, BIN, ServedNode, cli as skillbox, raw_http, text};
 
 fn skillbox_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
     procs::skillbox_with(dir, args, &[], Some(input))
-}
-
-/// A running `skillbox node`; killed (SIGKILL) when dropped so a failing test leaves nothing.
-struct NodeProc {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-}
-
-impl NodeProc {
-    fn start(dir: &Path, log_name: &str) -> NodeProc {
-        let _ = fs::remove_file(dir.join("api.addr"));
-        let log = dir.parent().expect("parent").join(log_name);
-        let out = fs::File::create(&log).expect("log file");
-        let err = out.try_clone().expect("clone");
-        let mut child = Command::new(BIN)
-            .arg("--data-dir")
-            .arg(dir)
-            .arg("node")
-            .env("SKILLBOX_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn node");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(a) = fs::read_to_string(dir.join("api.addr")) {
-                let addr = a.trim().to_owned();
-                if TcpStream::connect(&addr).is_ok() {
-                    return NodeProc { child, addr, log };
-                }
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "node exited early ({status}): {}",
-                    fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node did not start: {}",
-                fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// kill -9: no graceful shutdown, the store must cope.
-    fn kill(mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for NodeProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.1 request over a plain socket; returns (status, body).
-fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\nContent-Length: 0\r\n\r\n")
-        .expect("write");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let status = raw.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
 }
 
 fn init(root: &Path) -> PathBuf {
@@ -141,7 +56,7 @@ fn leak_scan_body_and_key_never_leave_the_store() {
     )
     .expect("write skill");
 
-    let node = NodeProc::start(&dir, "node1.log");
+    let node = ServedNode::start(&dir, "node1.log");
     let mut seen: Vec<(String, Vec<u8>)> = Vec::new();
     let mut cli = |args: &[&str], input: Option<&[u8]>| {
         let o = match input {
@@ -190,13 +105,13 @@ fn leak_scan_body_and_key_never_leave_the_store() {
     ];
     let scan_http = |addr: &str, seen: &mut Vec<(String, Vec<u8>)>| {
         for p in paths {
-            let (status, body) = http(addr, "GET", p, Some(&token));
+            let (status, body) = raw_http(addr, "GET", p, Some(&token));
             assert_eq!(status, 200, "GET {p}: {body}");
             seen.push((format!("GET {p}"), body.into_bytes()));
         }
         // Error answers too.
         for p in ["/skills/nope", "/v1/agents/nope", "/sources/nope"] {
-            let (status, body) = http(addr, "GET", p, Some(&token));
+            let (status, body) = raw_http(addr, "GET", p, Some(&token));
             assert_eq!(status, 404);
             seen.push((format!("GET {p}"), body.into_bytes()));
         }
@@ -209,8 +124,8 @@ fn leak_scan_body_and_key_never_leave_the_store() {
     );
 
     // Restart: everything is still there, and still nothing leaks.
-    let node = NodeProc::start(&dir, "node2.log");
-    let (status, body) = http(&node.addr, "GET", "/skills", Some(&token));
+    let node = ServedNode::start(&dir, "node2.log");
+    let (status, body) = raw_http(&node.addr, "GET", "/skills", Some(&token));
     assert_eq!(status, 200);
     assert!(body.contains("\"offered\":true"), "{body}");
     scan_http(&node.addr.clone(), &mut seen);
@@ -243,7 +158,7 @@ fn leak_scan_body_and_key_never_leave_the_store() {
 fn restart_keeps_everything_and_a_bad_data_key_is_a_clear_error() {
     let root = tempfile::tempdir().expect("tempdir");
     let dir = init(root.path());
-    let node = NodeProc::start(&dir, "a.log");
+    let node = ServedNode::start(&dir, "a.log");
     let skill = root.path().join("haiku.md");
     fs::write(
         &skill,
@@ -258,7 +173,7 @@ fn restart_keeps_everything_and_a_bad_data_key_is_a_clear_error() {
     let sources_before = skillbox(&dir, &["source", "list", "--json"]);
     node.kill();
 
-    let node = NodeProc::start(&dir, "b.log");
+    let node = ServedNode::start(&dir, "b.log");
     assert_eq!(
         skillbox(&dir, &["skill", "list", "--json"]).stdout,
         skills_before.stdout
@@ -294,7 +209,7 @@ fn restart_keeps_everything_and_a_bad_data_key_is_a_clear_error() {
     fs::remove_file(&key).expect("remove");
     start_fails("data key missing");
     fs::write(&key, &good).expect("restore");
-    let node = NodeProc::start(&dir, "c.log");
+    let node = ServedNode::start(&dir, "c.log");
     assert_eq!(
         skillbox(&dir, &["skill", "list", "--json"]).stdout,
         skills_before.stdout
@@ -375,7 +290,7 @@ fn cli_reports_a_rejected_skill_and_a_missing_node_clearly() {
         text(&o)
     );
 
-    let node = NodeProc::start(&dir, "n.log");
+    let node = ServedNode::start(&dir, "n.log");
     let o = skillbox(&dir, &["skill", "add", skill.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let t = text(&o);

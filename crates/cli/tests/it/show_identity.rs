@@ -5,7 +5,8 @@
 //! (the jc crate's vectors: virtee's Milan report, dcap-qvl's TDX sample quote).
 
 use std::path::Path;
-use std::process::Command;
+
+use crate::support::procs;
 
 fn jc_data(name: &str) -> Vec<u8> {
     std::fs::read(format!(
@@ -29,30 +30,27 @@ fn double(root: &Path, provider: &str, outblob: &[u8], auxblob: Option<&[u8]>) {
 /// Run `--show-identity` with `args`; the pin it printed, read back by the node's config parser
 /// with the box's placeholder name filled in.
 fn shown_pin(dir: &Path, args: &[&str]) -> skillbox_node::config::BoxPin {
-    let out = Command::new(env!("CARGO_BIN_EXE_skillbox"))
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("box")
-        .args(args)
-        .args(["--listen", "127.0.0.1:7480", "--show-identity"])
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .replace("<this box's name>", "box.example");
+    let all = [
+        &["box"],
+        args,
+        &["--listen", "127.0.0.1:7480", "--show-identity"],
+    ]
+    .concat();
+    let printed = procs::cli_ok(dir, &all).replace("<this box's name>", "box.example");
+    let pin = pin_in_config(&printed, "https://box.example:7480");
+    assert!(pin.hardware_policy().expect("policy").is_some());
+    pin
+}
+
+/// The pin `--show-identity` printed, read back by the node's config parser as is, appended to
+/// a config that accepts the box at `url`.
+pub(crate) fn pin_in_config(printed: &str, url: &str) -> skillbox_node::config::BoxPin {
     let mut base = skillbox_node::Config::default();
-    base.boxes.accept = vec!["https://box.example:7480".to_owned()];
+    base.boxes.accept = vec![url.to_owned()];
     let text = format!("{}\n{printed}", base.render());
     let config = skillbox_node::Config::parse(&text, Path::new("config.toml"))
         .unwrap_or_else(|e| panic!("the printed pin is not valid config: {e}\n{printed}"));
-    let pin = config.boxes.pins[0].clone();
-    assert!(pin.hardware_policy().expect("policy").is_some());
-    pin
+    config.boxes.pins[0].clone()
 }
 
 #[test]

@@ -128,9 +128,7 @@ fn header<'a>(p: &'a Page, name: &str) -> &'a str {
 #[test]
 fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider_url, _provider) = procs::provider_double(Duration::ZERO);
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
+    let (_provider, bx, owner, caller) = procs::pair(root.path());
     let oa = owner.api();
     oa.put_source("openai-key", "secret", "sk-UI-KEY-MARK");
     oa.add_skill(&procs::skill_doc("taste", "UI-BODY-MARK", &["songs"]));
@@ -410,17 +408,8 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
 
     // `skillbox token rotate` while the node runs: a new 0600 file, the old token refused, the
     // new one taken, every session ended, and only the new token signs in.
-    let out = std::process::Command::new(procs::BIN)
-        .arg("--data-dir")
-        .arg(&node.dir)
-        .args(["token", "rotate"])
-        .output()
-        .expect("token rotate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = procs::cli(&node.dir, &["token", "rotate"]);
+    assert!(out.status.success(), "{}", procs::text(&out));
     let path = node.dir.join("api.token");
     let new_token = std::fs::read_to_string(&path)
         .expect("api.token")
@@ -428,8 +417,7 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
         .to_owned();
     assert!(new_token.starts_with("sbx_") && new_token != node.token);
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains(&new_token)
-            && !String::from_utf8_lossy(&out.stderr).contains(&new_token),
+        !procs::text(&out).contains(&new_token),
         "the new token is printed"
     );
     use std::os::unix::fs::PermissionsExt;
@@ -473,17 +461,7 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
         "a damaged token file kept the old token"
     );
     assert_eq!(b.get("/ui", Some(&signed)).status, 303);
-    let out = std::process::Command::new(procs::BIN)
-        .arg("--data-dir")
-        .arg(&node.dir)
-        .args(["token", "rotate"])
-        .output()
-        .expect("token rotate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    procs::cli_ok(&node.dir, &["token", "rotate"]);
     let new_token = std::fs::read_to_string(&path)
         .expect("api.token")
         .trim()
@@ -494,15 +472,5 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     };
     assert_eq!(fresh.get("/node").status, 200);
     // The CLI reads the new token from the file.
-    let out = std::process::Command::new(procs::BIN)
-        .arg("--data-dir")
-        .arg(&node.dir)
-        .args(["source", "list", "--json"])
-        .output()
-        .expect("skillbox source list");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    procs::cli_ok(&node.dir, &["source", "list", "--json"]);
 }

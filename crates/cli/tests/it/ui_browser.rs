@@ -125,10 +125,12 @@ async fn wait_text(c: &Client, css: &str, want: &str, limit: Duration) {
 #[test]
 fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider_url, _log) = procs::provider_double(Duration::ZERO);
-    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
-    let (owner, caller) =
-        procs::owner_and_caller(root.path(), &bx.url, &[], procs::asking_before(&["songs"]));
+    let (_log, _bx, owner, caller) = procs::pair_with(
+        root.path(),
+        procs::provider_double(Duration::ZERO),
+        &[],
+        procs::asking_before(&["songs"]),
+    );
     let oa = owner.api();
     oa.put_source("openai-key", "secret", "sk-browser-key");
     oa.add_skill(&procs::skill_doc("taste", "BROWSER-BODY", &["songs"]));
