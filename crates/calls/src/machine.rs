@@ -280,6 +280,29 @@ pub struct Call {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_agent: bool,
     pub failure: Option<Failure>,
+    /// The call's history of box moves: each time its run was opened on another box than the
+    /// one chosen, before anything was staked. Written by the driver, never read by `step`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<BoxMove>,
+}
+
+/// A run moved off a box before anything was staked: the box it left, the box that opened it,
+/// and why, as a closed code ([`BoxMove::REASONS`]).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoxMove {
+    /// Unix milliseconds.
+    pub at_ms: u64,
+    pub from: String,
+    pub to: String,
+    pub reason: String,
+}
+
+impl BoxMove {
+    /// The box did not answer (refused, reset, timed out, or a 5xx); it was at its run limit;
+    /// it will not take this program (its allow-list, its expiry horizon).
+    pub const REASONS: [&'static str; 3] = ["box_unreachable", "box_busy", "box_refused"];
 }
 
 /// Something that happened to a call.
@@ -415,6 +438,7 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
         consented: false,
         from_agent: false,
         failure: None,
+        moves: Vec::new(),
     };
     let actions = owed(&call);
     Transition {

@@ -14,6 +14,8 @@ use crate::error::{NodeError, Result};
 pub const DEFAULT_API_ADDR: &str = "127.0.0.1:7420";
 /// Default libp2p listen address: every interface, an OS-chosen port.
 pub const DEFAULT_P2P_LISTEN: &str = "/ip4/0.0.0.0/tcp/0";
+/// QUIC beside TCP: the same, over UDP.
+pub const DEFAULT_P2P_LISTEN_QUIC: &str = "/ip4/0.0.0.0/udp/0/quic-v1";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,9 +58,26 @@ pub struct P2pConfig {
     pub bootstrap: Vec<String>,
     /// Local-network discovery by multicast; off by default (and in tests).
     pub mdns: bool,
-    /// Kademlia server mode: answer DHT queries (for a node with a public address).
+    /// Kademlia server mode forced on. Off (the default), the node becomes a DHT server once
+    /// AutoNAT v2 confirmed a direct address of it (or one is declared in external_addresses).
     #[serde(default)]
     pub kad_server: bool,
+    /// Addresses reachable from outside, declared: confirmed without AutoNAT.
+    #[serde(default)]
+    pub external_addresses: Vec<String>,
+    /// Relay nodes to hold a reservation on (`.../p2p/<relay peer id>`): reachable through them
+    /// behind any NAT; DCUtR then tries a direct connection, the relay carries the call if not.
+    #[serde(default)]
+    pub relays: Vec<String>,
+    /// Serve as a Circuit Relay v2 server while this node has a confirmed direct address.
+    #[serde(default)]
+    pub relay_server: bool,
+    /// Answer other nodes' AutoNAT v2 probes (dial back the address they ask about).
+    #[serde(default = "default_true")]
+    pub autonat_server: bool,
+    /// A connection no protocol uses is closed after this many seconds.
+    #[serde(default = "default_idle_timeout_secs")]
+    pub idle_timeout_secs: u64,
     /// Call payloads accepted from one peer: sustained per second, and burst.
     #[serde(default = "default_payload_rate")]
     pub payload_rate_per_sec: f64,
@@ -81,6 +100,12 @@ pub struct P2pConfig {
 
 fn default_max_connections() -> u32 {
     256
+}
+fn default_true() -> bool {
+    true
+}
+fn default_idle_timeout_secs() -> u64 {
+    300
 }
 fn default_max_connections_per_peer() -> u32 {
     3
@@ -572,10 +597,18 @@ impl Default for Config {
                 hosts: Vec::new(),
             },
             p2p: P2pConfig {
-                listen: vec![DEFAULT_P2P_LISTEN.to_owned()],
+                listen: vec![
+                    DEFAULT_P2P_LISTEN.to_owned(),
+                    DEFAULT_P2P_LISTEN_QUIC.to_owned(),
+                ],
                 bootstrap: Vec::new(),
                 mdns: false,
                 kad_server: false,
+                external_addresses: Vec::new(),
+                relays: Vec::new(),
+                relay_server: false,
+                autonat_server: true,
+                idle_timeout_secs: default_idle_timeout_secs(),
                 payload_rate_per_sec: default_payload_rate(),
                 payload_burst: default_payload_burst(),
                 max_connections: default_max_connections(),
@@ -675,6 +708,7 @@ impl Config {
                 self.p2p.max_pending_outgoing as usize,
             ),
             ("p2p.board_max_entries", self.p2p.board_max_entries),
+            ("p2p.idle_timeout_secs", self.p2p.idle_timeout_secs as usize),
         ] {
             if v == 0 {
                 return Err(format!("{name} must be at least 1"));
@@ -766,6 +800,8 @@ impl Config {
             .listen
             .iter()
             .chain(&self.p2p.bootstrap)
+            .chain(&self.p2p.external_addresses)
+            .chain(&self.p2p.relays)
             .enumerate()
         {
             if !addr.starts_with('/') {
@@ -950,8 +986,21 @@ listen = {p2p_listen}
 bootstrap = {bootstrap}
 # Local-network discovery by multicast DNS. Off unless you want it.
 mdns = {mdns}
-# Kademlia server mode: answer DHT queries. Turn on for a node others can reach directly.
+# Kademlia (DHT) server mode forced on. Off, the node turns DHT server by itself once AutoNAT
+# confirmed a direct address of it; until then it is a client and publishes no address.
 kad_server = {kad_server}
+# Addresses others reach this node at directly (e.g. a public IP's port forward): confirmed
+# without AutoNAT.
+external_addresses = {external_addresses}
+# Relays to hold a reservation on ("/ip4/.../tcp/4001/p2p/<relay peer id>"): a node behind NAT
+# is reachable through them; calls try a hole-punched direct connection and fall back to the relay.
+relays = {relays}
+# Relay for others (Circuit Relay v2) while this node has a confirmed direct address.
+relay_server = {relay_server}
+# Answer other nodes' reachability probes (AutoNAT v2: dial their address back).
+autonat_server = {autonat_server}
+# Close a connection no protocol has used for this many seconds.
+idle_timeout_secs = {idle_timeout_secs}
 # Call payloads accepted from one peer: sustained per second, and burst (more are refused and
 # the sender retries with back-off).
 payload_rate_per_sec = {payload_rate}
@@ -1102,6 +1151,11 @@ operator = {operator}
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,
             kad_server = self.p2p.kad_server,
+            external_addresses = list(&self.p2p.external_addresses),
+            relays = list(&self.p2p.relays),
+            relay_server = self.p2p.relay_server,
+            autonat_server = self.p2p.autonat_server,
+            idle_timeout_secs = self.p2p.idle_timeout_secs,
             payload_rate = toml::Value::Float(self.p2p.payload_rate_per_sec),
             payload_burst = self.p2p.payload_burst,
             max_conn = self.p2p.max_connections,

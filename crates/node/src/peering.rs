@@ -45,22 +45,21 @@ fn multiaddr(what: &str, i: usize, text: &str, path: &std::path::Path) -> Result
     })
 }
 
+fn multiaddrs(what: &str, texts: &[String], path: &std::path::Path) -> Result<Vec<Multiaddr>> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| multiaddr(what, i, a, path))
+        .collect()
+}
+
 /// The peer network's settings from the node's config (`path` only names the file in errors).
 pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConfig> {
-    let listen = config
-        .p2p
-        .listen
-        .iter()
-        .enumerate()
-        .map(|(i, a)| multiaddr("listen", i, a, path))
-        .collect::<Result<Vec<_>>>()?;
-    let bootstrap = config
-        .p2p
-        .bootstrap
-        .iter()
-        .enumerate()
-        .map(|(i, a)| multiaddr("bootstrap", i, a, path))
-        .collect::<Result<Vec<_>>>()?;
+    let listen = multiaddrs("listen", &config.p2p.listen, path)?;
+    let bootstrap = multiaddrs("bootstrap", &config.p2p.bootstrap, path)?;
+    let external_addresses =
+        multiaddrs("external_addresses", &config.p2p.external_addresses, path)?;
+    let relays = multiaddrs("relays", &config.p2p.relays, path)?;
     let advert_interval = Duration::from_secs(config.schedules.advertise_secs);
     let board_ttl = Duration::from_secs(config.schedules.board_ttl_secs);
     if board_ttl <= advert_interval {
@@ -78,7 +77,13 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         advert_interval,
         board_ttl,
         mdns: config.p2p.mdns,
-        kad_server: config.p2p.kad_server,
+        // On: forced server. Off: AutoNAT decides (never forced client from the node's config).
+        kad_server: config.p2p.kad_server.then_some(true),
+        external_addresses,
+        relays,
+        relay_server: config.p2p.relay_server,
+        autonat_server: config.p2p.autonat_server,
+        idle_connection_timeout: Duration::from_secs(config.p2p.idle_timeout_secs),
         payload_rate_per_sec: config.p2p.payload_rate_per_sec,
         payload_burst: config.p2p.payload_burst,
         max_connections: config.p2p.max_connections,
@@ -168,13 +173,14 @@ mod tests {
         assert_eq!(p.advert_interval, Duration::from_secs(2));
         assert_eq!(p.board_ttl, Duration::from_secs(6));
         assert!(!p.mdns);
-        assert!(!p.kad_server, "Kademlia client mode unless configured");
+        assert_eq!(p.kad_server, None, "AutoNAT decides unless configured");
+        assert!(p.autonat_server && !p.relay_server && p.relays.is_empty());
         assert_eq!(p.bootstrap.len(), 1);
         c.p2p.kad_server = true;
         c.p2p.payload_rate_per_sec = 500.0;
         c.p2p.payload_burst = 2000;
         let q = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
-        assert!(q.kad_server);
+        assert_eq!(q.kad_server, Some(true));
         assert_eq!((q.payload_rate_per_sec, q.payload_burst), (500.0, 2000));
         assert_eq!((q.max_connections, q.board_max_entries), (256, 100_000));
         c.p2p.max_connections = 7;

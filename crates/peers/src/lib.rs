@@ -7,8 +7,11 @@
 //! - [`transport`]: the [`PayloadTransport`] trait the calls logic uses, with an in-memory
 //!   network for tests without sockets.
 //! - [`index`]: the skill index's Kademlia keys and a DHT server's per-provider limits. Pure.
-//! - [`network`]: rust-libp2p (TCP + noise + yamux, gossipsub, request-response, identify,
-//!   Kademlia, opt-in mDNS) driving all of the above; [`start`] returns a [`PeersHandle`].
+//! - [`reach`]: reachability decisions (DHT server only with a confirmed direct address, relay
+//!   serving, which addresses are relayed). Pure.
+//! - [`network`]: rust-libp2p (TCP and QUIC, noise + yamux, gossipsub, request-response,
+//!   identify, Kademlia, AutoNAT v2, Circuit Relay v2, DCUtR, opt-in mDNS) driving all of the
+//!   above; [`start`] returns a [`PeersHandle`].
 
 pub mod advert;
 pub mod board;
@@ -17,6 +20,7 @@ pub mod index;
 pub mod network;
 pub mod payload;
 mod rate;
+pub mod reach;
 mod time;
 pub mod transport;
 
@@ -27,6 +31,7 @@ pub use network::{
     Delivery, NetworkEvent, PeerInfo, PeersConfig, PeersHandle, SearchOutcome, start,
 };
 pub use payload::{Ack, IncomingPayload, Payload, PayloadKind, SignedPayload};
+pub use reach::Reachability;
 pub use transport::{MemoryNetwork, MemoryTransport, PayloadReceiver, PayloadTransport};
 
 /// Re-exported so the node needs no direct libp2p dependency.

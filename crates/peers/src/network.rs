@@ -14,8 +14,8 @@ use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
 use libp2p::{
-    Multiaddr, PeerId, StreamProtocol, Swarm, connection_limits, gossipsub, identify,
-    identity::Keypair, kad, mdns, noise, tcp, yamux,
+    Multiaddr, PeerId, StreamProtocol, Swarm, autonat, connection_limits, dcutr, gossipsub,
+    identify, identity::Keypair, kad, mdns, noise, relay, tcp, yamux,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -32,6 +32,7 @@ use crate::payload::{
     SeqClock, SignedPayload,
 };
 use crate::rate::Buckets;
+use crate::reach::{self, Reachability};
 use crate::time::{unix_ms, unix_us};
 use crate::transport::{BoxFuture, PayloadReceiver, PayloadTransport};
 
@@ -80,9 +81,28 @@ pub struct PeersConfig {
     pub max_clock_skew: Duration,
     /// Multicast discovery on the local network; off unless asked for.
     pub mdns: bool,
-    /// Kademlia server mode (answer DHT queries); otherwise client until an external address.
-    pub kad_server: bool,
-    /// A quiet connection stays open this long.
+    /// Kademlia server mode (answer DHT queries, hold provider records). `None`, the default:
+    /// decided by reachability — server once a direct address is confirmed (AutoNAT v2, or
+    /// declared in `external_addresses`), client until then. `Some(true)` forces server (the
+    /// listen addresses then count as confirmed unless `external_addresses` names others);
+    /// `Some(false)` forces client.
+    pub kad_server: Option<bool>,
+    /// Addresses the operator declares reachable from outside: confirmed without AutoNAT.
+    pub external_addresses: Vec<Multiaddr>,
+    /// Relay nodes to hold a Circuit Relay v2 reservation on (`.../p2p/<relay id>`): this node
+    /// is reachable through them (`<relay>/p2p-circuit/p2p/<us>`) whatever its NAT does.
+    pub relays: Vec<Multiaddr>,
+    /// Be a Circuit Relay v2 server while this node has a confirmed direct address.
+    pub relay_server: bool,
+    /// The relay server's limits: reservations and circuits held, one circuit's life and bytes
+    /// (a relayed call carries its payloads; DCUtR usually replaces the circuit at once).
+    pub relay_max_reservations: usize,
+    pub relay_max_circuits: usize,
+    pub relay_max_circuit_duration: Duration,
+    pub relay_max_circuit_bytes: u64,
+    /// Answer other nodes' AutoNAT v2 probes: dial the address they ask about back.
+    pub autonat_server: bool,
+    /// A connection no protocol uses is closed after this long.
     pub idle_connection_timeout: Duration,
     pub gossip_heartbeat: Duration,
     pub max_advert_bytes: usize,
@@ -140,14 +160,25 @@ impl Default for PeersConfig {
                 "/ip4/0.0.0.0/tcp/0"
                     .parse()
                     .expect("a valid literal multiaddr"),
+                "/ip4/0.0.0.0/udp/0/quic-v1"
+                    .parse()
+                    .expect("a valid literal multiaddr"),
             ],
             bootstrap: Vec::new(),
             advert_interval: Duration::from_secs(60),
             board_ttl: Duration::from_secs(180),
             max_clock_skew: Duration::from_secs(30),
             mdns: false,
-            kad_server: false,
-            idle_connection_timeout: Duration::from_secs(3600),
+            kad_server: None,
+            external_addresses: Vec::new(),
+            relays: Vec::new(),
+            relay_server: false,
+            relay_max_reservations: 128,
+            relay_max_circuits: 64,
+            relay_max_circuit_duration: Duration::from_secs(600),
+            relay_max_circuit_bytes: 4 * DEFAULT_MAX_PAYLOAD_BYTES as u64,
+            autonat_server: true,
+            idle_connection_timeout: Duration::from_secs(300),
             gossip_heartbeat: Duration::from_secs(1),
             max_advert_bytes: DEFAULT_MAX_ADVERT_BYTES,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
@@ -238,6 +269,26 @@ impl PeersConfig {
         if self.advert_rate_per_sec <= 0.0 || self.advert_burst == 0 {
             return bad("advert rate and burst must be > 0");
         }
+        if self.idle_connection_timeout.is_zero() {
+            return bad("idle_connection_timeout must be > 0");
+        }
+        if self.relay_max_reservations == 0
+            || self.relay_max_circuits == 0
+            || self.relay_max_circuit_duration.is_zero()
+            || self.relay_max_circuit_bytes == 0
+        {
+            return bad("relay limits must be > 0");
+        }
+        for relay in &self.relays {
+            if let Some(problem) = reach::relay_addr_problem(relay) {
+                return Err(PeersError::InvalidConfig(format!(
+                    "relays: {relay}: {problem}"
+                )));
+            }
+        }
+        if self.external_addresses.iter().any(reach::is_relayed) {
+            return bad("external_addresses must be direct (a relay reservation adds its own)");
+        }
         Ok(())
     }
 
@@ -326,6 +377,27 @@ pub enum NetworkEvent {
         provider: PeerId,
         reason: ProviderRefusal,
     },
+    /// An address of this node is confirmed reachable (AutoNAT v2 dial-back, declared in the
+    /// config, or a relay's circuit): it goes into the DHT from now on.
+    AddressConfirmed {
+        address: Multiaddr,
+    },
+    /// An AutoNAT v2 server could not dial this address back: it stays out of the DHT.
+    AddressUnreachable {
+        address: Multiaddr,
+        server: PeerId,
+    },
+    /// Kademlia server mode switched on or off (see [`PeersConfig::kad_server`]).
+    DhtServer(bool),
+    /// A relay accepted this node's reservation: reachable through it.
+    RelayReservation {
+        relay: PeerId,
+    },
+    /// A DCUtR hole punch to `peer` ended: a direct connection, or the relayed one stays.
+    HolePunch {
+        peer: PeerId,
+        direct: bool,
+    },
 }
 
 /// What a search of the skill index found.
@@ -376,6 +448,14 @@ struct Behaviour {
     identify: identify::Behaviour,
     kad: kad::Behaviour<kad::store::MemoryStore>,
     mdns: Toggle<mdns::tokio::Behaviour>,
+    // Reachability (see `reach`): a relay client always, a relay server if configured (serving
+    // only while a direct address is confirmed), hole punching over relayed connections, and
+    // AutoNAT v2 both ways.
+    relay_client: relay::client::Behaviour,
+    relay: Toggle<relay::Behaviour>,
+    dcutr: dcutr::Behaviour,
+    autonat: autonat::v2::client::Behaviour,
+    autonat_server: Toggle<autonat::v2::server::Behaviour>,
 }
 
 enum Command {
@@ -391,6 +471,7 @@ enum Command {
     PublishRaw(Vec<u8>, oneshot::Sender<Result<(), PeersError>>),
     Search(String, oneshot::Sender<SearchOutcome>),
     ProvideRaw(Vec<Vec<u8>>, oneshot::Sender<()>),
+    Reachability(oneshot::Sender<Reachability>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -459,12 +540,40 @@ pub async fn start(
             .subscribe(&presence_topic(category))
             .map_err(|e| PeersError::InvalidConfig(format!("cannot subscribe to presence: {e}")))?;
     }
-    if config.kad_server {
-        swarm.behaviour_mut().kad.set_mode(Some(kad::Mode::Server));
+    // Client until reachability says otherwise (kad's own automatic mode would count a relay's
+    // circuit address as reachable).
+    let dht_server = config.kad_server == Some(true);
+    swarm.behaviour_mut().kad.set_mode(Some(if dht_server {
+        kad::Mode::Server
+    } else {
+        kad::Mode::Client
+    }));
+    if let Some(relay) = swarm.behaviour_mut().relay.as_mut() {
+        relay.set_status(Some(relay::Status::Disable));
     }
 
     let (events, _) = broadcast::channel(1024);
     let listen_addrs = bind(&mut swarm, &config.listen, &events).await?;
+    let declared = if config.external_addresses.is_empty() && dht_server {
+        // A forced server says its listen addresses are reachable.
+        listen_addrs.clone()
+    } else {
+        config.external_addresses.clone()
+    };
+    for addr in declared {
+        swarm.add_external_address(addr);
+    }
+    for relay in &config.relays {
+        // The reservation is made in the background; its circuit address arrives as a
+        // `Listening` event once the relay accepted.
+        let circuit = relay.clone().with(Protocol::P2pCircuit);
+        if let Err(e) = swarm.listen_on(circuit.clone()) {
+            return Err(PeersError::Listen {
+                addr: circuit,
+                reason: e.to_string(),
+            });
+        }
+    }
 
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let (payload_tx, payload_rx) = mpsc::channel(config.payload_queue);
@@ -511,8 +620,11 @@ pub async fn start(
         next_search: 0,
         lookups: HashMap::new(),
         fetches: HashMap::new(),
+        dht_server,
+        relay_serving: false,
         config,
     };
+    task.update_reachability();
     for addr in task.config.bootstrap.clone() {
         task.dial_bootstrap(&addr);
     }
@@ -536,6 +648,15 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
     let request_timeout = config.request_timeout;
     let (index_ttl, index_republish) = (config.index_ttl, config.index_republish);
     let search_timeout = config.search_timeout;
+    let relay_server = config.relay_server;
+    let relay_config = relay::Config {
+        max_reservations: config.relay_max_reservations,
+        max_circuits: config.relay_max_circuits,
+        max_circuit_duration: config.relay_max_circuit_duration,
+        max_circuit_bytes: config.relay_max_circuit_bytes,
+        ..relay::Config::default()
+    };
+    let autonat_server_on = config.autonat_server;
     let limits = connection_limits::ConnectionLimits::default()
         .with_max_established(Some(config.max_connections))
         .with_max_established_per_peer(Some(config.max_connections_per_peer))
@@ -549,6 +670,7 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
             yamux::Config::default,
         )
         .map_err(|e| PeersError::InvalidConfig(format!("tcp/noise: {e}")))?
+        .with_quic()
         // In-process `/memory/<n>` addresses, for tests of many nodes without sockets.
         .with_other_transport(|key| {
             use libp2p::Transport;
@@ -558,7 +680,9 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
                 .multiplex(yamux::Config::default()))
         })
         .map_err(|e| PeersError::InvalidConfig(format!("memory transport: {e}")))?
-        .with_behaviour(|key| {
+        .with_relay_client(noise::Config::new, yamux::Config::default)
+        .map_err(|e| PeersError::InvalidConfig(format!("relay client: {e}")))?
+        .with_behaviour(|key, relay_client| {
             let local = key.public().to_peer_id();
             let gossipsub = gossipsub::Behaviour::new(
                 gossipsub::MessageAuthenticity::Signed(key.clone()),
@@ -574,7 +698,11 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
             );
             let identify = identify::Behaviour::new(
                 identify::Config::new(IDENTIFY_PROTOCOL.to_string(), key.public())
-                    .with_agent_version(format!("skillbox/{}", env!("CARGO_PKG_VERSION"))),
+                    .with_agent_version(format!("skillbox/{}", env!("CARGO_PKG_VERSION")))
+                    // A connected peer learns our listen addresses (to redial us, e.g. after
+                    // a restart) and each newly confirmed one at once; what enters its DHT
+                    // routing table is filtered on its side (`reach::routable_for_dht`).
+                    .with_push_listen_addr_updates(true),
             );
             let mut kad_config = kad::Config::new(StreamProtocol::new(KAD_PROTOCOL));
             kad_config
@@ -599,6 +727,8 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
             } else {
                 None
             };
+            let relay = relay_server.then(|| relay::Behaviour::new(local, relay_config));
+            let autonat_server = autonat_server_on.then(autonat::v2::server::Behaviour::default);
             Ok(Behaviour {
                 limits: connection_limits::Behaviour::new(limits),
                 gossipsub,
@@ -606,6 +736,12 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
                 identify,
                 kad,
                 mdns: Toggle::from(mdns),
+                relay_client,
+                relay: Toggle::from(relay),
+                dcutr: dcutr::Behaviour::new(local),
+                // libp2p's defaults: a candidate tested every 5 s, up to 10 candidates.
+                autonat: autonat::v2::client::Behaviour::default(),
+                autonat_server: Toggle::from(autonat_server),
             })
         })
         .map_err(|e| PeersError::InvalidConfig(format!("behaviour: {e}")))?
@@ -747,6 +883,9 @@ struct Task {
     next_search: u64,
     lookups: HashMap<kad::QueryId, u64>,
     fetches: HashMap<OutboundRequestId, u64>,
+    /// Kademlia server mode and relay serving, as last set from the confirmed addresses.
+    dht_server: bool,
+    relay_serving: bool,
 }
 
 impl Task {
@@ -863,7 +1002,41 @@ impl Task {
                 }
                 let _ = reply.send(());
             }
+            Command::Reachability(reply) => {
+                let _ = reply.send(Reachability {
+                    dht_server: self.dht_server,
+                    relay_serving: self.relay_serving,
+                    confirmed: self.swarm.external_addresses().cloned().collect(),
+                });
+            }
             Command::Shutdown(_) => {}
+        }
+    }
+
+    /// Set the DHT mode and relay serving from the confirmed external addresses (see `reach`).
+    fn update_reachability(&mut self) {
+        let confirmed: Vec<Multiaddr> = self.swarm.external_addresses().cloned().collect();
+        let server = reach::dht_server(self.config.kad_server, &confirmed);
+        if server != self.dht_server {
+            self.dht_server = server;
+            self.swarm.behaviour_mut().kad.set_mode(Some(if server {
+                kad::Mode::Server
+            } else {
+                kad::Mode::Client
+            }));
+            tracing::info!(server, "DHT mode");
+            self.emit(NetworkEvent::DhtServer(server));
+        }
+        let serving = reach::relay_serves(self.config.relay_server, &confirmed);
+        if let Some(relay) = self.swarm.behaviour_mut().relay.as_mut()
+            && serving != self.relay_serving
+        {
+            relay.set_status(Some(if serving {
+                relay::Status::Enable
+            } else {
+                relay::Status::Disable
+            }));
+            self.relay_serving = serving;
         }
     }
 
@@ -1443,9 +1616,19 @@ impl Task {
                 let mut info = info;
                 info.listen_addrs.truncate(MAX_LISTEN_ADDRS);
                 let speaks_kad = info.protocols.iter().any(|p| p.as_ref() == KAD_PROTOCOL);
+                // Only a DHT server's addresses that mean something to other peers enter the
+                // routing table: public ones, or ones in the scope of our connection to it.
+                let via = self
+                    .peers
+                    .get(&peer_id)
+                    .and_then(|s| s.connections.values().next().cloned());
                 for addr in &info.listen_addrs {
                     self.swarm.add_peer_address(peer_id, addr.clone());
-                    if speaks_kad {
+                    if speaks_kad
+                        && via
+                            .as_ref()
+                            .is_some_and(|via| reach::routable_for_dht(addr, via))
+                    {
                         self.swarm
                             .behaviour_mut()
                             .kad
@@ -1468,7 +1651,51 @@ impl Task {
                     }
                 }
             }
+            SwarmEvent::Behaviour(BehaviourEvent::Autonat(autonat::v2::client::Event {
+                tested_addr,
+                server,
+                result,
+                ..
+            })) => match result {
+                // A success arrives as `ExternalAddrConfirmed` too.
+                Ok(()) => tracing::debug!(%tested_addr, %server, "AutoNAT confirmed"),
+                Err(e) => {
+                    tracing::debug!(%tested_addr, %server, error = %e, "AutoNAT: not reachable");
+                    self.emit(NetworkEvent::AddressUnreachable {
+                        address: tested_addr,
+                        server,
+                    });
+                }
+            },
+            SwarmEvent::Behaviour(BehaviourEvent::RelayClient(
+                relay::client::Event::ReservationReqAccepted {
+                    relay_peer_id,
+                    renewal: false,
+                    ..
+                },
+            )) => self.emit(NetworkEvent::RelayReservation {
+                relay: relay_peer_id,
+            }),
+            SwarmEvent::Behaviour(BehaviourEvent::Dcutr(dcutr::Event {
+                remote_peer_id,
+                result,
+            })) => {
+                tracing::debug!(peer = %remote_peer_id, ok = result.is_ok(), "hole punch");
+                self.emit(NetworkEvent::HolePunch {
+                    peer: remote_peer_id,
+                    direct: result.is_ok(),
+                });
+            }
             SwarmEvent::Behaviour(_) => {}
+            SwarmEvent::ExternalAddrConfirmed { address } => {
+                self.emit(NetworkEvent::AddressConfirmed { address });
+                self.update_reachability();
+                // Provider records carry the addresses confirmed when they are sent: announce
+                // again so searchers can reach this node by the new one (a relay's circuit
+                // usually arrives after the offer was first indexed).
+                self.reprovide();
+            }
+            SwarmEvent::ExternalAddrExpired { .. } => self.update_reachability(),
             SwarmEvent::ConnectionEstablished {
                 peer_id,
                 connection_id,
@@ -1499,7 +1726,8 @@ impl Task {
                         peer: peer_id,
                         address,
                     });
-                    if self.config.board_sync {
+                    // Not over a relay: a board is megabytes, a circuit's byte limit is small.
+                    if self.config.board_sync && !endpoint.is_relayed() {
                         let id = self
                             .swarm
                             .behaviour_mut()
@@ -1715,11 +1943,15 @@ fn offer_topics(offer: &Offer) -> Vec<gossipsub::IdentTopic> {
     categories.into_iter().map(presence_topic).collect()
 }
 
+/// The peer an address leads to: its last `/p2p/<id>` (a relayed address names the relay
+/// first, `<relay>/p2p/<relay id>/p2p-circuit/p2p/<peer id>`).
 fn peer_of_addr(addr: &Multiaddr) -> Option<PeerId> {
-    addr.iter().find_map(|p| match p {
-        Protocol::P2p(peer) => Some(peer),
-        _ => None,
-    })
+    addr.iter()
+        .filter_map(|p| match p {
+            Protocol::P2p(peer) => Some(peer),
+            _ => None,
+        })
+        .last()
 }
 
 fn dial_opts(addr: &Multiaddr) -> DialOpts {
@@ -1857,6 +2089,11 @@ impl PeersHandle {
     #[doc(hidden)]
     pub async fn provide_raw_keys(&self, keys: Vec<Vec<u8>>) -> Result<(), PeersError> {
         self.ask(|tx| Command::ProvideRaw(keys, tx)).await
+    }
+
+    /// Whether this node is a DHT server now, and its confirmed addresses.
+    pub async fn reachability(&self) -> Result<Reachability, PeersError> {
+        self.ask(Command::Reachability).await
     }
 
     /// Stop the network: connections close, `send` and the other calls answer `Stopped`.

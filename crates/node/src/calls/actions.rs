@@ -182,13 +182,14 @@ impl Calls {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
         let first = row.box_url.clone().unwrap_or_default();
-        let (url, client, opened) = self.open_somewhere(row, &first, &env, &approved).await?;
+        let (url, client, opened, left) = self.open_somewhere(row, &first, &env, &approved).await?;
         let policy = self.0.boxes.verify_policy(&url);
         let verified = self
             .timed("attest", client.attest(&approved, &opened.run_id, &policy))
             .await?;
         let mut change = self.remember(row, verified);
         if url != first {
+            change.patch.moved = left.map(|why| super::boxes::moved(&first, &url, why));
             change.patch.box_url = Some(url);
         }
         Ok(Some((
@@ -209,17 +210,23 @@ impl Calls {
         first: &str,
         env: &Envelope,
         approved: &skillbox_jc::dsse::ApprovedProgram,
-    ) -> skillbox_jc::Result<(String, BoxClient, skillbox_jc::run::Opened)> {
+    ) -> skillbox_jc::Result<(
+        String,
+        BoxClient,
+        skillbox_jc::run::Opened,
+        Option<&'static str>,
+    )> {
         let client = self.client(row)?;
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
             let mut last = match self.timed("open", client.open(env)).await {
-                Ok(opened) => return Ok((first.to_owned(), client, opened)),
+                Ok(opened) => return Ok((first.to_owned(), client, opened, None)),
                 Err(e) if driver::transient(&e) || driver::box_refuses(&e) => e,
                 Err(e) => return Err(e),
             };
             let mut all_busy = is_busy(&last);
+            let left = super::boxes::move_reason(&last);
             for other in self.0.boxes.alternatives(first, &approved.program) {
                 let Some(c) = self.0.boxes.client(&other.url).cloned() else {
                     continue;
@@ -228,7 +235,7 @@ impl Calls {
                     Ok(opened) => {
                         self.0.boxes.claim(&other.url);
                         tracing::info!(call = %row.call.id, from = %first, to = %other.url, code = last.code(), "box busy or unreachable; run opened on another");
-                        return Ok((other.url, c, opened));
+                        return Ok((other.url, c, opened, Some(left)));
                     }
                     Err(e) if driver::transient(&e) || driver::box_refuses(&e) => {
                         all_busy &= is_busy(&e);

@@ -28,10 +28,17 @@
 //! the runs in flight the box reported at its last `/healthz`, plus the runs this node has sent
 //! it since (so a burst between two reports is spread, not piled on the box that looked idle).
 //! A box that answers `busy` or not at all hands the call to the next (see `actions::open_run`).
+//!
+//! A move is the call's history: its record's `moves` names the box left, the box that opened
+//! the run and why ([`move_reason`]). Only an open moves: nothing is staked before the run is
+//! open, and a stake is sealed to that one run's key, so a box that dies after a stake is not
+//! left silently (the call retries it, and ends with its reason when it does not come back).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use skillbox_calls::machine::BoxMove;
+use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifyPolicy;
 use skillbox_jc::client::BoxClient;
 use skillbox_jc::program::{BoxIdentity, INSECURE_DEV};
@@ -642,6 +649,33 @@ impl Boxes {
     }
 }
 
+/// Why a run left the box that answered an open with `e`, as the call's history says it (one
+/// of [`BoxMove::REASONS`]): full (`busy`, its stake memory, its rate), refusing the program
+/// (its allow-list, its expiry horizon), or not answering (refused, reset, timed out, a 5xx).
+pub fn move_reason(e: &JcError) -> &'static str {
+    match e {
+        JcError::Busy(_) | JcError::OverBudget { .. } | JcError::RateLimited => "box_busy",
+        JcError::Remote { status: 429, .. } => "box_busy",
+        JcError::Remote { code, .. } => match code.as_str() {
+            "busy" | "rate_limited" => "box_busy",
+            "key_not_allowed" | "expires_too_far" => "box_refused",
+            _ => "box_unreachable",
+        },
+        _ => "box_unreachable",
+    }
+}
+
+/// The history entry of a run opened on `to` after `from` was left for `reason` (one of
+/// [`BoxMove::REASONS`], from [`move_reason`]).
+pub fn moved(from: &str, to: &str, reason: &'static str) -> BoxMove {
+    BoxMove {
+        at_ms: super::now_ms(),
+        from: normalize_url(from),
+        to: normalize_url(to),
+        reason: reason.to_owned(),
+    }
+}
+
 /// Least loaded first: reported runs plus runs claimed since the report; ties by URL.
 fn order_by_load(mut boxes: Vec<KnownBox>, claimed: &BTreeMap<String, usize>) -> Vec<KnownBox> {
     boxes.sort_by_cached_key(|k| {
@@ -670,6 +704,33 @@ mod tests {
 
     fn urls(v: &[KnownBox]) -> Vec<&str> {
         v.iter().map(|k| k.url.as_str()).collect()
+    }
+
+    #[test]
+    fn a_move_names_its_reason_by_a_closed_code() {
+        let remote = |status: u16, code: &str| JcError::Remote {
+            status,
+            code: code.into(),
+        };
+        let cases = [
+            (
+                JcError::Transport("connection refused".into()),
+                "box_unreachable",
+            ),
+            (remote(502, "http"), "box_unreachable"),
+            (remote(503, "busy"), "box_busy"),
+            (JcError::Busy(3), "box_busy"),
+            (JcError::RateLimited, "box_busy"),
+            (remote(403, "key_not_allowed"), "box_refused"),
+            (remote(400, "expires_too_far"), "box_refused"),
+        ];
+        for (e, want) in cases {
+            assert_eq!(move_reason(&e), want, "{e:?}");
+            assert!(BoxMove::REASONS.contains(&want));
+        }
+        let m = moved("http://a/", "http://b", "box_unreachable");
+        assert_eq!((m.from.as_str(), m.to.as_str()), ("http://a", "http://b"));
+        assert_eq!(m.reason, "box_unreachable");
     }
 
     #[test]

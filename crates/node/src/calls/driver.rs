@@ -209,7 +209,12 @@ impl Calls {
                 let Some(row) = records::load(&store, &k.0, k.1)? else {
                     return Ok(None);
                 };
-                let t = machine::step(&row.call, event, now_ms(), &timing);
+                let mut t = machine::step(&row.call, event, now_ms(), &timing);
+                if t.changed
+                    && let Some(m) = &change.patch.moved
+                {
+                    t.call.moves.push(m.clone());
+                }
                 let write = t.changed || (!t.actions.is_empty() && change.has_patch());
                 let appended = write && t.changed && change.ledger.is_some();
                 if write {

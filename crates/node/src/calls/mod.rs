@@ -241,6 +241,11 @@ pub struct CallView {
     /// The box as this side verified it (once the run's attestation passed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attested: Option<Attested>,
+    /// The call's history of box moves: each time its run went to another box than the one
+    /// chosen, before anything was staked, and why (`box_unreachable`, `box_busy`,
+    /// `box_refused`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<machine::BoxMove>,
 }
 
 /// What this side verified of the call's box: the platform, the measurement it pinned, and
@@ -276,6 +281,7 @@ impl CallView {
             failure: c.failure.clone(),
             receipt: row.receipt.clone(),
             answer: None,
+            moves: c.moves.clone(),
             disclosure: (c.state == State::AwaitingConsent).then(|| Disclosure::of(row)),
             attested: row
                 .verified

@@ -240,6 +240,9 @@ pub struct Patch {
     pub verified: Option<Value>,
     /// What the call counts against the owner's daily limits (2 when the guard acted).
     pub charge: Option<i64>,
+    /// A box move for the call's history (its record's `moves`), added by the driver when the
+    /// machine takes the event.
+    pub moved: Option<skillbox_calls::machine::BoxMove>,
 }
 
 /// Write the new record (and the patch) of an existing row.

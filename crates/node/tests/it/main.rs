@@ -6,6 +6,7 @@ mod agents_pack;
 mod agents_roster;
 mod api;
 mod box_load;
+mod box_moves;
 mod box_tls;
 mod box_trust;
 mod calls;

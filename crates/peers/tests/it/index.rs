@@ -427,7 +427,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
 fn config() -> PeersConfig {
     PeersConfig {
         listen: vec!["/memory/0".parse().expect("memory addr")],
-        kad_server: true,
+        kad_server: Some(true),
         live_categories: vec![],
         board_sync: false,
         index_ttl: TTL,

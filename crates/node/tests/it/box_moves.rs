@@ -1,0 +1,194 @@
+//! A box that dies (issue 33 item 4): a run whose box stopped answering before anything was
+//! staked moves to another box both sides accept, and the caller's history names the move; a
+//! box that dies after this side staked is not left silently — the stake is sealed to that
+//! run, so the call waits for it (the box may come back with its runs) and ends with the usual
+//! reason, its program's expiry, when it does not.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use skillbox_jc::attest::InsecureDevAttester;
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore};
+use skillbox_providers::{ProviderId, ProviderSettings};
+use std::path::PathBuf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::support::{self, TestNode, skill_doc};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A box reached through a TCP relay the test can cut, as when the box's process dies: the
+/// port then refuses new connections and the open ones are closed mid-request. The box answers
+/// to the relay's name (its `Host` guard).
+struct Relay {
+    url: String,
+    accept: JoinHandle<()>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Relay {
+    async fn boxed(provider_url: &str) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let name = listener.local_addr().expect("addr").to_string();
+        let target = start_box_named(provider_url, &name).await;
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let held = conns.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut out) = TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                held.lock().expect("relay").push(conn);
+            }
+        });
+        Relay {
+            url: format!("http://{name}"),
+            accept,
+            conns,
+        }
+    }
+
+    /// The box dies: nothing listens on its port any more, and every open connection ends.
+    async fn kill(self) {
+        self.accept.abort();
+        // Once the accept loop is gone no connection is added behind the drain.
+        let _ = self.accept.await;
+        for c in self.conns.lock().expect("relay").drain(..) {
+            c.abort();
+        }
+    }
+}
+
+/// A box (insecure-dev, `openai` at `provider_url`) that also answers to `name`; its address.
+async fn start_box_named(provider_url: &str, name: &str) -> String {
+    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
+    let settings = ProviderSettings::new(PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url);
+    let core = Arc::new(BoxCore::new(
+        attester,
+        ProviderRegistry::from_settings(&settings),
+        BoxConfig::default(),
+    ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind box");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let names = vec![name.to_owned()];
+    tokio::spawn(async move {
+        let _ = skillbox_jc::server::serve_named(listener, core, &names).await;
+    });
+    addr
+}
+
+/// An owner offering `taste` and a caller, both accepting `boxes`, the caller's programs valid
+/// for `expiry_secs`.
+async fn pair(boxes: &[String], expiry_secs: u64) -> (TestNode, TestNode) {
+    let tune = |c: &mut skillbox_node::Config| {
+        c.boxes.accept = boxes.to_vec();
+        c.calls.expiry_secs = expiry_secs;
+    };
+    let owner = TestNode::start(&boxes[0], vec![], tune).await;
+    owner.put_source("openai-key", "secret", "sk-MOVE-1").await;
+    owner
+        .add_skill(&skill_doc("taste", "BODY-MOVE-1", &[]))
+        .await;
+    let caller = TestNode::start(&boxes[0], vec![owner.p2p.clone()], tune).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    (owner, caller)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_box_that_died_before_any_stake_hands_the_run_to_another_and_the_history_says_so() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let dying = Relay::boxed(&provider_url).await;
+    let alive = support::start_box(&provider_url).await;
+    let dead = dying.url.clone();
+    // Both nodes know both boxes (and advertise them) before the first one dies.
+    let (owner, caller) = pair(&[dead.clone(), alive.clone()], 900).await;
+    dying.kill().await;
+    // Equal load: the calls alternate over the two boxes, so half of them pick the dead one.
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(
+            caller
+                .start_call(&owner.peer_id, "taste", &format!("REQ-MOVE-{i}"))
+                .await,
+        );
+    }
+    let mut moved = 0;
+    for id in &ids {
+        let c = caller.wait_call(id, LIMIT).await;
+        let o = owner.wait_call(id, LIMIT).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        assert_eq!(o["state"], "ran", "{o}");
+        assert_eq!(c["box"], alive.as_str(), "{c}");
+        assert_eq!(o["box"], alive.as_str(), "the owner followed the run: {o}");
+        // The owner never saw the dead box (the session names the box that opened the run).
+        assert!(o.get("moves").is_none(), "{o}");
+        if let Some(moves) = c.get("moves") {
+            let moves = moves.as_array().expect("moves");
+            assert_eq!(moves.len(), 1, "{c}");
+            assert_eq!(moves[0]["from"], dead.as_str(), "{c}");
+            assert_eq!(moves[0]["to"], alive.as_str(), "{c}");
+            assert_eq!(moves[0]["reason"], "box_unreachable", "{c}");
+            assert!(moves[0]["atMs"].as_u64().is_some_and(|t| t > 0), "{c}");
+            moved += 1;
+        }
+    }
+    assert!(moved >= 1, "no call had picked the dead box");
+    assert_eq!(
+        provider.0.lock().expect("provider log").len(),
+        4,
+        "each call ran exactly once"
+    );
+    caller.stop().await;
+    owner.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its_reason() {
+    // The provider takes its time, so the box dies while the run is on it.
+    let (provider_url, provider) = support::provider_double(Duration::from_secs(3)).await;
+    let a = Relay::boxed(&provider_url).await;
+    let b = Relay::boxed(&provider_url).await;
+    let urls = [a.url.clone(), b.url.clone()];
+    // A run whose box died is waited for (the box may come back with it) until its program
+    // expires: short here.
+    let (owner, caller) = pair(&urls, 15).await;
+    let id = caller
+        .start_call(&owner.peer_id, "taste", "REQ-MOVE-STAKED")
+        .await;
+    // Submitted: this side's stake is in (written ahead in the ledger, taken by the box).
+    let c = caller.wait_state(&id, &["submitted"], LIMIT).await;
+    let on = c["box"].as_str().expect("box").to_owned();
+    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
+    assert_eq!(victim.url, on);
+    victim.kill().await;
+    let c = caller.wait_call(&id, LIMIT).await;
+    let o = owner.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    let code = c["failure"]["code"].as_str().unwrap_or_default();
+    assert!(["expired", "peer_failed"].contains(&code), "{c}");
+    assert_eq!(c["box"], on.as_str(), "the call stayed on its box: {c}");
+    assert!(c.get("moves").is_none(), "no move after a stake: {c}");
+    assert_eq!(o["state"], "failed", "{o}");
+    assert_eq!(o["box"], on.as_str(), "{o}");
+    // Nothing went to the other box: at most the one run on the dead box reached the provider.
+    assert!(provider.0.lock().expect("provider log").len() <= 1);
+    let ledger = caller.get(&format!("/ledger?call={id}")).await;
+    let stakes: Vec<&Value> = ledger.body["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "stake")
+        .collect();
+    assert_eq!(stakes.len(), 1, "this side had staked: {}", ledger.body);
+    assert_eq!(stakes[0]["box"], on.as_str(), "{}", ledger.body);
+    other.kill().await;
+    caller.stop().await;
+    owner.stop().await;
+}

@@ -1,0 +1,187 @@
+//! Reachability (issue 18 item 2), on libp2p's own machinery: QUIC beside TCP, AutoNAT v2 to
+//! confirm a direct address, Circuit Relay v2 (client everywhere, server on public nodes),
+//! DCUtR hole punching. This module holds the pure decisions; `network` wires the behaviours.
+//!
+//! What decides what:
+//! - An address goes into the DHT (our provider records, what identify tells peers) only once
+//!   the swarm holds it as a *confirmed* external address: AutoNAT v2 confirmed it (a server
+//!   dialled it back on a fresh port), the operator declared it (`external_addresses`), or a
+//!   relay granted a reservation (a `/p2p-circuit` address, reachable through that relay).
+//! - The node is a Kademlia (DHT) server only with a confirmed *direct* address — a circuit
+//!   address does not count: a relayed node answering DHT queries would route all of them
+//!   through its relay. [`crate::PeersConfig::kad_server`] overrides either way.
+//! - The relay server (when configured) serves only while the node has a confirmed direct
+//!   address: a node behind NAT relaying for others would only add a hop.
+
+use libp2p::Multiaddr;
+use libp2p::multiaddr::Protocol;
+
+/// Whether `addr` goes through a relay (`.../p2p-circuit/...`).
+pub fn is_relayed(addr: &Multiaddr) -> bool {
+    addr.iter().any(|p| matches!(p, Protocol::P2pCircuit))
+}
+
+/// Whether the node answers DHT queries: the operator's override, else whether any confirmed
+/// external address is direct (not through a relay).
+pub fn dht_server<'a>(
+    forced: Option<bool>,
+    confirmed: impl IntoIterator<Item = &'a Multiaddr>,
+) -> bool {
+    forced.unwrap_or_else(|| has_direct(confirmed))
+}
+
+/// Whether a configured relay server serves: only with a confirmed direct address.
+pub fn relay_serves<'a>(
+    configured: bool,
+    confirmed: impl IntoIterator<Item = &'a Multiaddr>,
+) -> bool {
+    configured && has_direct(confirmed)
+}
+
+fn has_direct<'a>(confirmed: impl IntoIterator<Item = &'a Multiaddr>) -> bool {
+    confirmed.into_iter().any(|a| !is_relayed(a))
+}
+
+/// How far an address reaches: the internet, a private network (loopback, RFC 1918, link-local,
+/// CGNAT, documentation ranges), or neither (the in-process memory transport, DNS names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    Public,
+    Private,
+    Other,
+}
+
+fn scope(addr: &Multiaddr) -> Scope {
+    match addr.iter().next() {
+        Some(Protocol::Ip4(ip)) => {
+            let [a, b, ..] = ip.octets();
+            let private = ip.is_loopback()
+                || ip.is_private()
+                || ip.is_link_local()
+                || ip.is_unspecified()
+                || ip.is_documentation()
+                || (a == 100 && (64..128).contains(&b));
+            if private {
+                Scope::Private
+            } else {
+                Scope::Public
+            }
+        }
+        Some(Protocol::Ip6(ip)) => {
+            let seg = ip.segments()[0];
+            let private = ip.is_loopback()
+                || ip.is_unspecified()
+                || (seg & 0xfe00) == 0xfc00
+                || (seg & 0xffc0) == 0xfe80
+                || seg == 0x2001 && ip.segments()[1] == 0x0db8;
+            if private {
+                Scope::Private
+            } else {
+                Scope::Public
+            }
+        }
+        _ => Scope::Other,
+    }
+}
+
+/// Whether a DHT server's self-reported address may enter our routing table (from where peers
+/// learn it): a public address, or one in the scope of the connection it came over (a LAN or a
+/// single machine is its own network). A loopback or LAN address learned over the internet is
+/// meaningless to everyone else — go-libp2p's public DHT filters its routing table the same way.
+/// Relayed addresses never: a DHT server is reached directly.
+pub fn routable_for_dht(addr: &Multiaddr, via: &Multiaddr) -> bool {
+    if is_relayed(addr) {
+        return false;
+    }
+    match scope(addr) {
+        Scope::Public => true,
+        s => s == scope(via),
+    }
+}
+
+/// What this node knows of its own reachability (`PeersHandle::reachability`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reachability {
+    /// Kademlia server mode now (answers DHT queries, stores provider records).
+    pub dht_server: bool,
+    /// The relay server is serving reservations and circuits now.
+    pub relay_serving: bool,
+    /// Confirmed external addresses: what goes into the DHT and identify.
+    pub confirmed: Vec<Multiaddr>,
+}
+
+/// Why a relay address in the config is unusable, if it is.
+pub(crate) fn relay_addr_problem(addr: &Multiaddr) -> Option<&'static str> {
+    if is_relayed(addr) {
+        return Some("a relay address must be the relay's own, without /p2p-circuit");
+    }
+    if !matches!(addr.iter().last(), Some(Protocol::P2p(_))) {
+        return Some("a relay address must end with /p2p/<relay peer id>");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> Multiaddr {
+        s.parse().expect("test multiaddr")
+    }
+
+    fn relay() -> String {
+        format!("/ip4/192.0.2.1/tcp/4001/p2p/{}", libp2p::PeerId::random())
+    }
+
+    #[test]
+    fn only_a_direct_confirmed_address_makes_a_dht_server() {
+        let direct = addr("/ip4/198.51.100.7/udp/4001/quic-v1");
+        let circuit = addr(&format!("{}/p2p-circuit", relay()));
+        assert!(!dht_server(None, []), "nothing confirmed: client");
+        assert!(!dht_server(None, [&circuit]), "relayed only: client");
+        assert!(dht_server(None, [&circuit, &direct]));
+        assert!(dht_server(Some(true), []), "forced server");
+        assert!(!dht_server(Some(false), [&direct]), "forced client");
+        assert!(!relay_serves(true, [&circuit]));
+        assert!(relay_serves(true, [&direct]));
+        assert!(!relay_serves(false, [&direct]));
+    }
+
+    #[test]
+    fn only_public_or_same_network_addresses_enter_the_routing_table() {
+        let public_conn = addr("/ip4/198.18.0.9/tcp/4001");
+        let lan_conn = addr("/ip4/192.168.1.9/tcp/51000");
+        assert!(routable_for_dht(
+            &addr("/ip4/8.8.4.4/udp/4001/quic-v1"),
+            &public_conn
+        ));
+        assert!(!routable_for_dht(
+            &addr("/ip4/127.0.0.1/tcp/4001"),
+            &public_conn
+        ));
+        assert!(!routable_for_dht(
+            &addr("/ip4/10.0.0.5/tcp/4001"),
+            &public_conn
+        ));
+        assert!(!routable_for_dht(
+            &addr("/ip6/fe80::1/tcp/4001"),
+            &public_conn
+        ));
+        assert!(routable_for_dht(
+            &addr("/ip4/192.168.1.7/tcp/4001"),
+            &lan_conn
+        ));
+        assert!(routable_for_dht(&addr("/memory/7"), &addr("/memory/9")));
+        assert!(!routable_for_dht(&addr("/memory/7"), &public_conn));
+        let circuit = addr(&format!("{}/p2p-circuit", relay()));
+        assert!(!routable_for_dht(&circuit, &lan_conn));
+    }
+
+    #[test]
+    fn relay_addresses_must_name_the_relay_and_not_be_circuits() {
+        let relay = relay();
+        assert_eq!(relay_addr_problem(&addr(&relay)), None);
+        assert!(relay_addr_problem(&addr("/ip4/192.0.2.1/tcp/4001")).is_some());
+        assert!(relay_addr_problem(&addr(&format!("{relay}/p2p-circuit"))).is_some());
+    }
+}

@@ -1,0 +1,328 @@
+//! Reachability on real libp2p in one process (issue 18 item 2): a QUIC dial carries a call
+//! payload; a node that listens nowhere but on a relay's circuit gets adverts and payloads
+//! through it (hole punching has nothing to punch here, so the relay carries the call); AutoNAT
+//! v2 confirmation turns a node into a DHT server while an unconfirmed one stays a client; the
+//! per-peer and pending connection limits refuse the connection past them. Every wait has a
+//! deadline.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use skillbox_peers::reach::is_relayed;
+use skillbox_peers::{
+    Multiaddr, NetworkEvent, Payload, PayloadKind, PayloadReceiver, PeerId, PeersConfig,
+    PeersError, PeersHandle, Protocol, keypair_from_seed, start,
+};
+use tokio::sync::broadcast;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Evaluate `$get` (an `Option`, may `.await`) until it is `Some`, within [`WAIT`].
+macro_rules! wait_for {
+    ($what:expr, $get:expr) => {{
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = $get {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {}", $what);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }};
+}
+const TEST_LIMIT: Duration = Duration::from_secs(90);
+
+fn config(listen: &[&str]) -> PeersConfig {
+    PeersConfig {
+        listen: listen
+            .iter()
+            .map(|a| a.parse().expect("test multiaddr"))
+            .collect(),
+        gossip_heartbeat: Duration::from_millis(200),
+        ..PeersConfig::default()
+    }
+}
+
+async fn node(seed: u8, config: PeersConfig) -> (PeersHandle, PayloadReceiver) {
+    start(config, keypair_from_seed(&[seed; 32]).expect("key"))
+        .await
+        .expect("node starts")
+}
+
+async fn full_addr(h: &PeersHandle) -> Multiaddr {
+    let a = h.listen_addrs().await.expect("addrs")[0].clone();
+    a.with(Protocol::P2p(h.local_peer_id()))
+}
+
+fn call(id: &str) -> Payload {
+    Payload {
+        kind: PayloadKind::CallRequest,
+        call_id: id.into(),
+        body: json!({"skill": "haiku", "program": {"bytes": "e30="}}),
+    }
+}
+
+/// The remote addresses of `h`'s open connections to `peer`.
+async fn connection_addrs(h: &PeersHandle, peer: &PeerId) -> Vec<Multiaddr> {
+    h.peers()
+        .await
+        .expect("peers")
+        .into_iter()
+        .filter(|p| p.peer == peer.to_base58())
+        .flat_map(|p| p.addresses)
+        .map(|a| a.parse().expect("a connection address parses"))
+        .collect()
+}
+
+/// Wait for the first event `pick` accepts.
+async fn wait_event<T>(
+    events: &mut broadcast::Receiver<NetworkEvent>,
+    what: &str,
+    mut pick: impl FnMut(&NetworkEvent) -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(e)) => {
+                if let Some(t) = pick(&e) {
+                    return t;
+                }
+            }
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+            Ok(Err(e)) => panic!("event stream ended waiting for {what}: {e}"),
+            Err(_) => panic!("no {what} within {WAIT:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_dial_carries_a_call_payload() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let quic = "/ip4/127.0.0.1/udp/0/quic-v1";
+        let (a, mut ra) = node(101, config(&[quic])).await;
+        let (b, _rb) = node(102, config(&[quic])).await;
+        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
+        let target = full_addr(&a).await;
+        assert!(
+            target.iter().any(|p| matches!(p, Protocol::QuicV1)),
+            "{target}"
+        );
+        assert_eq!(b.dial(target).await.expect("QUIC dial"), pa);
+        b.send(pa, call("quic-1")).await.expect("delivered");
+        let got = tokio::time::timeout(WAIT, ra.recv())
+            .await
+            .expect("in time")
+            .expect("a payload");
+        assert_eq!((got.from, got.payload.call_id.as_str()), (pb, "quic-1"));
+        let over = connection_addrs(&a, &pb).await;
+        assert!(
+            !over.is_empty()
+                && over
+                    .iter()
+                    .all(|a| a.iter().any(|p| matches!(p, Protocol::QuicV1))),
+            "the call went over QUIC: {over:?}"
+        );
+        for h in [a, b] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reachable_only_through_a_relay_gets_adverts_and_payloads_through_it() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        // The relay: publicly reachable (forced, so its listen address counts as confirmed).
+        let (relay, _rr) = node(
+            111,
+            PeersConfig {
+                relay_server: true,
+                kad_server: Some(true),
+                ..config(&["/ip4/127.0.0.1/tcp/0"])
+            },
+        )
+        .await;
+        let relay_addr = full_addr(&relay).await;
+        wait_for!(
+            "the relay to serve",
+            relay
+                .reachability()
+                .await
+                .expect("reach")
+                .relay_serving
+                .then_some(())
+        );
+        // The private node listens nowhere: only a reservation on the relay reaches it.
+        let (private, mut rp) = node(
+            112,
+            PeersConfig {
+                relays: vec![relay_addr.clone()],
+                ..config(&[])
+            },
+        )
+        .await;
+        let pp = private.local_peer_id();
+        let circuit = wait_for!(
+            "the relay's reservation",
+            private
+                .listen_addrs()
+                .await
+                .expect("addrs")
+                .into_iter()
+                .find(is_relayed)
+        );
+        let circuit = match circuit.iter().last() {
+            Some(Protocol::P2p(p)) if p == pp => circuit,
+            _ => circuit.with(Protocol::P2p(pp)),
+        };
+        // A relayed address is confirmed (it goes into provider records) but is not direct:
+        // the private node stays a DHT client.
+        let seen = private.reachability().await.expect("reach");
+        assert!(
+            !seen.dht_server,
+            "a relayed node is no DHT server: {seen:?}"
+        );
+        // The caller listens nowhere either: no direct address on either side, so DCUtR has
+        // nothing to punch and the relay carries the call.
+        let (caller, _rc) = node(113, config(&[])).await;
+        let pc = caller.local_peer_id();
+        assert_eq!(caller.dial(circuit.clone()).await.expect("dial"), pp);
+        let over = connection_addrs(&caller, &pp).await;
+        assert!(
+            !over.is_empty() && over.iter().all(is_relayed),
+            "connected through the relay only: {over:?}"
+        );
+        // An advert: the private node's offer reaches the caller's board over the circuit.
+        let skills = vec![("haiku".to_string(), "writes a haiku".to_string())];
+        private
+            .set_offer(crate::index::offer(&skills))
+            .await
+            .expect("offer");
+        wait_for!(
+            "the private node's advert at the caller",
+            caller
+                .with_board(|b, now| b.advert(&pp, now).is_some())
+                .then_some(())
+        );
+        // A call payload, sealed end to end by the caller; the relay sees only bytes.
+        caller.send(pp, call("relayed-1")).await.expect("delivered");
+        let got = tokio::time::timeout(WAIT, rp.recv())
+            .await
+            .expect("in time")
+            .expect("a payload");
+        assert_eq!((got.from, got.payload.call_id.as_str()), (pc, "relayed-1"));
+        let still = connection_addrs(&caller, &pp).await;
+        assert!(
+            still.iter().all(is_relayed),
+            "no direct connection appeared: {still:?}"
+        );
+        for h in [caller, private, relay] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autonat_confirmation_makes_a_dht_server_and_an_unconfirmed_node_stays_a_client() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let tcp = "/ip4/127.0.0.1/tcp/0";
+        // The AutoNAT server every node runs by default.
+        let (server, _rs) = node(121, config(&[tcp])).await;
+        let target = full_addr(&server).await;
+        // Reachable: it listens on loopback TCP, so a dial-back gets through.
+        let (reachable, _rr) = node(122, config(&[tcp])).await;
+        let mut reachable_events = reachable.subscribe();
+        assert!(!reachable.reachability().await.expect("reach").dht_server);
+        // Unreachable: it listens nowhere, like a node behind NAT without a port forward; its
+        // only address candidate is the ephemeral port the server saw it dial from.
+        let (hidden, _rh) = node(123, config(&[])).await;
+        let mut hidden_events = hidden.subscribe();
+        reachable.dial(target.clone()).await.expect("dial");
+        hidden.dial(target).await.expect("dial");
+
+        let own = reachable.listen_addrs().await.expect("addrs")[0].clone();
+        let confirmed = wait_event(&mut reachable_events, "a confirmed address", |e| match e {
+            NetworkEvent::AddressConfirmed { address } => Some(address.clone()),
+            _ => None,
+        })
+        .await;
+        assert_eq!(confirmed, own, "AutoNAT confirmed the listen address");
+        wait_event(&mut reachable_events, "DHT server mode", |e| {
+            (*e == NetworkEvent::DhtServer(true)).then_some(())
+        })
+        .await;
+        let r = reachable.reachability().await.expect("reach");
+        assert!(r.dht_server && r.confirmed == vec![own], "{r:?}");
+
+        let refused = wait_event(&mut hidden_events, "a failed dial-back", |e| match e {
+            NetworkEvent::AddressUnreachable { address, .. } => Some(address.clone()),
+            _ => None,
+        })
+        .await;
+        let h = hidden.reachability().await.expect("reach");
+        assert!(
+            !h.dht_server && h.confirmed.is_empty(),
+            "{refused} was not reachable, so the node stays a client: {h:?}"
+        );
+        for n in [hidden, reachable, server] {
+            n.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_past_the_per_peer_and_pending_limits_is_refused() {
+    tokio::time::timeout(TEST_LIMIT, async {
+        let tcp = "/ip4/127.0.0.1/tcp/0";
+        let (a, _ra) = node(131, config(&[tcp])).await;
+        let (b, _rb) = node(
+            132,
+            PeersConfig {
+                max_connections_per_peer: 1,
+                max_pending_outgoing: 1,
+                ..config(&[tcp])
+            },
+        )
+        .await;
+        let pa = a.local_peer_id();
+        // Without /p2p/<id> `dial` cannot tell it is connected already and opens another.
+        let plain = a.listen_addrs().await.expect("addrs")[0].clone();
+        assert_eq!(b.dial(plain.clone()).await.expect("first connection"), pa);
+        let second = b.dial(plain).await;
+        assert!(
+            matches!(second, Err(PeersError::Dial { .. })),
+            "the second connection to one peer is refused: {second:?}"
+        );
+        assert_eq!(connection_addrs(&b, &pa).await.len(), 1);
+
+        // A peer that accepts TCP but never speaks: the dial to it stays pending (the noise
+        // handshake waits), so the next dial is one past the pending limit.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = silent.local_addr().expect("addr").port();
+        let hanging: Multiaddr = format!("/ip4/127.0.0.1/tcp/{port}").parse().expect("addr");
+        let pending = {
+            let b = b.clone();
+            tokio::spawn(async move { b.dial(hanging).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (c, _rc) = node(133, config(&[tcp])).await;
+        let over = b.dial(full_addr(&c).await).await;
+        assert!(
+            matches!(over, Err(PeersError::Dial { .. })),
+            "a dial past the pending limit is refused: {over:?}"
+        );
+        pending.abort();
+        drop(silent);
+        for h in [a, b, c] {
+            h.shutdown().await;
+        }
+    })
+    .await
+    .expect("test finished in time");
+}
