@@ -41,39 +41,33 @@ fn run(start: Transition, events: Vec<Event>) -> Transition {
 }
 
 fn caller_at(state: State) -> Transition {
+    // The happy path's events in order; a state is reached by a prefix of them (consent
+    // parks on `ask` instead of going on).
+    let opened = || {
+        vec![
+            Event::PeerAccepted,
+            Event::RunOpened {
+                run_id: "r1".into(),
+            },
+        ]
+    };
+    let allowed = |more: &[Event]| {
+        let mut path = opened();
+        path.extend([Event::Policy(Decision::Allow), Event::Staked]);
+        path.extend_from_slice(more);
+        path
+    };
     let path = match state {
         State::Requested => vec![],
         State::Accepted => vec![Event::PeerAccepted],
-        State::Opened => vec![
-            Event::PeerAccepted,
-            Event::RunOpened {
-                run_id: "r1".into(),
-            },
-        ],
-        State::AwaitingConsent => vec![
-            Event::PeerAccepted,
-            Event::RunOpened {
-                run_id: "r1".into(),
-            },
-            Event::Policy(Decision::Ask),
-        ],
-        State::Submitting => vec![
-            Event::PeerAccepted,
-            Event::RunOpened {
-                run_id: "r1".into(),
-            },
-            Event::Policy(Decision::Allow),
-            Event::Staked,
-        ],
-        State::Submitted => vec![
-            Event::PeerAccepted,
-            Event::RunOpened {
-                run_id: "r1".into(),
-            },
-            Event::Policy(Decision::Allow),
-            Event::Staked,
-            Event::Submitted,
-        ],
+        State::Opened => opened(),
+        State::AwaitingConsent => {
+            let mut path = opened();
+            path.push(Event::Policy(Decision::Ask));
+            path
+        }
+        State::Submitting => allowed(&[]),
+        State::Submitted => allowed(&[Event::Submitted]),
         other => panic!("no caller path to {other:?}"),
     };
     let t = run(caller(), path);

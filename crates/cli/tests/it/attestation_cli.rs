@@ -347,40 +347,15 @@ fn text_output_says_what_was_verified_and_what_was_not() {
 fn usage_errors_exit_2_and_unreadable_input_exits_1() {
     let report = data("sev-snp/virtee-report_milan.hex");
     let vcek = data("sev-snp/virtee-vcek_milan.der");
+    let snp = ["--platform", "sev-snp", "--evidence", &report];
+    let chained = |more: &[&'static str]| [&snp[..], &["--chain", &vcek], more].concat();
     for args in [
         // A nonce for SEV-SNP, a short report data, no chain.
-        vec![
-            "--platform",
-            "sev-snp",
-            "--evidence",
-            &report,
-            "--chain",
-            &vcek,
-            "--nonce",
-            "00",
-        ],
-        vec![
-            "--platform",
-            "sev-snp",
-            "--evidence",
-            &report,
-            "--chain",
-            &vcek,
-            "--report-data",
-            "00",
-        ],
-        vec!["--platform", "sev-snp", "--evidence", &report],
+        chained(&["--nonce", "00"]),
+        chained(&["--report-data", "00"]),
+        snp.to_vec(),
         // Not hex; both report data and nonce; an unknown platform; TDX without collateral.
-        vec![
-            "--platform",
-            "sev-snp",
-            "--evidence",
-            &report,
-            "--chain",
-            &vcek,
-            "--report-data",
-            "zz",
-        ],
+        chained(&["--report-data", "zz"]),
         vec![
             "--platform",
             "nitro",

@@ -18,6 +18,16 @@ fn skillbox(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     procs::skillbox_with(dir, args, &[], stdin)
 }
 
+/// The owner's provider key, added as a secret source from stdin as a user types it.
+fn add_key(dir: &Path) {
+    let o = skillbox(
+        dir,
+        &["source", "add", "openrouter-key", "--secret"],
+        Some(KEY_MARKER.as_bytes()),
+    );
+    ok(o, "source add");
+}
+
 fn ok(o: Output, what: &str) -> String {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
@@ -171,14 +181,7 @@ fn a_skill_imported_on_one_node_appears_on_the_others_boards_and_leaves_them() {
         format!("---\nname: taste\ndescription: Builds a music-taste profile.\nprovider: openrouter\nmodel: {MODEL_MARKER}\nkey: openrouter-key\nrequiredSources: spotify_songs\n---\nYou are a music critic ({BODY_MARKER}).\n"),
     )
     .expect("write skill");
-    ok(
-        skillbox(
-            &a.dir,
-            &["source", "add", "openrouter-key", "--secret"],
-            Some(KEY_MARKER.as_bytes()),
-        ),
-        "source add",
-    );
+    add_key(&a.dir);
     let added = Instant::now();
     a.cli(&["skill", "add", skill.to_str().expect("utf-8 path")]);
     for n in [&b, &c] {
@@ -226,14 +229,7 @@ fn a_skill_imported_on_one_node_appears_on_the_others_boards_and_leaves_them() {
     }
 
     // A stops (SIGKILL, no goodbye): it leaves the boards after the 3 s TTL.
-    ok(
-        skillbox(
-            &a.dir,
-            &["source", "add", "openrouter-key", "--secret"],
-            Some(KEY_MARKER.as_bytes()),
-        ),
-        "source add",
-    );
+    add_key(&a.dir);
     wait_for("taste back", Duration::from_secs(5), || {
         c.skills_of(&a.peer_id) == ["taste"]
     });

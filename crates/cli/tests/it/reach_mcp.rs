@@ -293,12 +293,7 @@ fn consent_parks_the_call_and_the_human_decides() {
     // 2025-11-25 (no input_required): a clear result naming the pending approval, no hang,
     // and no instruction the model could follow: the human decides, not the agent.
     let (out, raw3) = mcp_python(&w, "http", "legacy", "taste", "none");
-    let sc = &out["apply"]["structuredContent"];
-    assert_eq!(sc["state"], "awaiting_consent", "{}", out["apply"]);
-    let id = sc["pendingApproval"]
-        .as_str()
-        .expect("pendingApproval")
-        .to_owned();
+    let id = pending_approval(&out);
     assert!(
         out["apply"]["content"][0]["text"]
             .as_str()
@@ -556,9 +551,7 @@ fn a_node_with_elicitation_consent_off_never_asks_the_client() {
         out["elicitations"].as_array().is_some_and(Vec::is_empty),
         "the client was asked: {out}"
     );
-    let sc = &out["apply"]["structuredContent"];
-    assert_eq!(sc["state"], "awaiting_consent", "{}", out["apply"]);
-    let id = sc["pendingApproval"].as_str().expect("pendingApproval");
+    let id = &pending_approval(&out);
     // Nor does the node take an elicitation answer over its API (what `skillbox mcp` sends).
     let a = w.caller.api().post_json(
         &format!("/approvals/{id}"),
@@ -591,12 +584,7 @@ fn an_agents_first_call_to_a_skill_asks_the_human_and_shows_the_request() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     // The agent's call stakes no source, and is still asked: its request is what leaves.
     let (out, raw1) = mcp_python(&w, "http", "legacy", "brief", "none");
-    let sc = &out["apply"]["structuredContent"];
-    assert_eq!(sc["state"], "awaiting_consent", "{}", out["apply"]);
-    let id = sc["pendingApproval"]
-        .as_str()
-        .expect("pendingApproval")
-        .to_owned();
+    let id = pending_approval(&out);
     let approvals = w.caller.api().get("/approvals").body;
     let d = &approvals["approvals"][0]["disclosure"];
     assert_eq!(
@@ -641,6 +629,16 @@ fn approve_at_terminal_with(w: &World, id: &str, flags: &str) -> std::process::O
 
 // ---- raw requests: refusals
 
+/// An MCP `apply_skill` that parked for consent: its call's approval id.
+fn pending_approval(out: &Value) -> String {
+    let sc = &out["apply"]["structuredContent"];
+    assert_eq!(sc["state"], "awaiting_consent", "{}", out["apply"]);
+    sc["pendingApproval"]
+        .as_str()
+        .expect("pendingApproval")
+        .to_owned()
+}
+
 fn modern(method: &str, params: Value) -> Vec<u8> {
     let mut p = params;
     p["_meta"] = json!({
@@ -658,23 +656,26 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     let w = reach::world(false, |t| t);
     let url = w.mcp_url();
     let auth = format!("Bearer {}", w.caller.token);
-    let std_h = |method: &'static str| {
-        vec![
-            ("authorization", auth.clone()),
-            ("mcp-protocol-version", "2026-07-28".to_owned()),
-            ("mcp-method", method.to_owned()),
-        ]
+    // One request as a 2026-07-28 client sends it: the token and the protocol headers, and
+    // `extra` besides.
+    let send = |method: &str, extra: &[(&str, &str)], body: Vec<u8>| {
+        let mut hs = vec![
+            ("authorization", auth.as_str()),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+        ];
+        hs.extend_from_slice(extra);
+        reach::post_json(&url, &hs, body)
     };
-    let h = |v: &[(&'static str, String)]| -> Vec<(&'static str, String)> { v.to_vec() };
-    fn as_refs<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
-        v.iter().map(|(k, s)| (*k, s.as_str())).collect()
-    }
+    let rpc = |method: &str, extra: &[(&str, &str)], params: Value| {
+        send(method, extra, modern(method, params))
+    };
     let mut seen = String::new();
 
     // Missing token, wrong token: 401 with a challenge and a JSON-RPC error body.
-    for hdrs in [vec![], vec![("authorization", "Bearer nope".to_owned())]] {
+    for hdrs in [vec![], vec![("authorization", "Bearer nope")]] {
         let (status, body, headers) =
-            reach::post_json(&url, &as_refs(&hdrs), modern("server/discover", json!({})));
+            reach::post_json(&url, &hdrs, modern("server/discover", json!({})));
         assert_eq!(status, 401, "{body}");
         assert!(headers.get("www-authenticate").is_some());
         assert_eq!(body["error"]["code"], -32001, "{body}");
@@ -682,43 +683,27 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     }
     // A foreign Origin (403), a foreign Host (421): DNS rebinding, refused even with the token
     // by the node's guard in front of every route, in JSON-RPC on this path.
-    let mut foreign = std_h("server/discover");
-    foreign.push(("origin", "http://evil.example".to_owned()));
-    let (status, body, _) = reach::post_json(
-        &url,
-        &as_refs(&foreign),
-        modern("server/discover", json!({})),
-    );
+    let foreign = [("origin", "http://evil.example")];
+    let (status, body, _) = rpc("server/discover", &foreign, json!({}));
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["code"], -32600, "{body}");
-    let mut host = std_h("server/discover");
-    host.push(("host", "evil.example".to_owned()));
-    let (status, body, _) =
-        reach::post_json(&url, &as_refs(&host), modern("server/discover", json!({})));
+    let (status, body, _) = rpc("server/discover", &[("host", "evil.example")], json!({}));
     assert_eq!(status, 421, "{body}");
     assert_eq!(body["error"]["code"], -32600, "{body}");
     assert_eq!(body["error"]["data"]["code"], "host_not_allowed", "{body}");
     // An oversized request: 413 with a JSON-RPC error, before anything reads it.
     let big = "x".repeat(512 * 1024);
-    let (status, body, _) = reach::post_json(
-        &url,
-        &as_refs(&std_h("tools/call")),
-        modern(
-            "tools/call",
-            json!({ "name": "apply_skill", "arguments": { "skill": "brief", "request": big } }),
-        ),
+    let (status, body, _) = rpc(
+        "tools/call",
+        &[],
+        json!({ "name": "apply_skill", "arguments": { "skill": "brief", "request": big } }),
     );
     assert_eq!(status, 413, "{body}");
     // Not JSON: a parse error, not a crash.
-    let (status, body, _) =
-        reach::post_json(&url, &as_refs(&std_h("tools/call")), b"{not json".to_vec());
+    let (status, body, _) = send("tools/call", &[], b"{not json".to_vec());
     assert!((400..500).contains(&status), "{status} {body}");
     // server/discover works and names both revisions.
-    let (status, body, _) = reach::post_json(
-        &url,
-        &as_refs(&h(&std_h("server/discover"))),
-        modern("server/discover", json!({})),
-    );
+    let (status, body, _) = rpc("server/discover", &[], json!({}));
     assert_eq!(status, 200, "{body}");
     let versions = body["result"]["supportedVersions"].to_string();
     assert!(
@@ -727,81 +712,42 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     );
     assert_eq!(body["result"]["resultType"], "complete", "{body}");
     // tools/list carries ttlMs and cacheScope on 2026-07-28.
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&std_h("tools/list")),
-        modern("tools/list", json!({})),
-    );
+    let (_, body, _) = rpc("tools/list", &[], json!({}));
     assert!(body["result"]["ttlMs"].is_u64(), "{body}");
     assert_eq!(body["result"]["cacheScope"], "private", "{body}");
     seen.push_str(&body.to_string());
     // Unknown tool: -32602 naming it. Bad arguments: a tool error naming the field.
-    let mut call_h = std_h("tools/call");
-    call_h.push(("mcp-name", "no_such_tool".to_owned()));
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&call_h),
-        modern(
-            "tools/call",
-            json!({ "name": "no_such_tool", "arguments": {} }),
-        ),
-    );
+    let tool = |name: &str, arguments: Value| {
+        let params = json!({ "name": name, "arguments": arguments });
+        rpc("tools/call", &[("mcp-name", name)], params).1
+    };
+    let body = tool("no_such_tool", json!({}));
     assert_eq!(body["error"]["code"], -32602, "{body}");
     assert!(
         body["error"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("no_such_tool"))
     );
-    let mut call_h = std_h("tools/call");
-    call_h.push(("mcp-name", "apply_skill".to_owned()));
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&call_h),
-        modern(
-            "tools/call",
-            json!({ "name": "apply_skill", "arguments": { "skill": "brief", "request": 3, "extra": true } }),
-        ),
+    let body = tool(
+        "apply_skill",
+        json!({ "skill": "brief", "request": 3, "extra": true }),
     );
     assert_eq!(body["result"]["isError"], true, "{body}");
     // A skill nobody offers: a tool error, no call started.
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&call_h),
-        modern(
-            "tools/call",
-            json!({ "name": "apply_skill", "arguments": { "skill": "nope", "request": "hi" } }),
-        ),
-    );
+    let body = tool("apply_skill", json!({ "skill": "nope", "request": "hi" }));
     assert_eq!(body["result"]["isError"], true, "{body}");
     // call_status of an unknown id; a stub that does not exist.
-    let mut st = std_h("tools/call");
-    st.push(("mcp-name", "call_status".to_owned()));
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&st),
-        modern(
-            "tools/call",
-            json!({ "name": "call_status", "arguments": { "callId": "../../sources" } }),
-        ),
-    );
+    let body = tool("call_status", json!({ "callId": "../../sources" }));
     assert_eq!(body["result"]["isError"], true, "{body}");
-    let mut rr = std_h("resources/read");
-    rr.push(("mcp-name", "skill://nobody/none/SKILL.md".to_owned()));
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&rr),
-        modern(
-            "resources/read",
-            json!({ "uri": "skill://nobody/none/SKILL.md" }),
-        ),
+    let stub = "skill://nobody/none/SKILL.md";
+    let (_, body, _) = rpc(
+        "resources/read",
+        &[("mcp-name", stub)],
+        json!({ "uri": stub }),
     );
     assert_eq!(body["error"]["code"], -32602, "{body}");
     // skills/list (SEP-2640): stubs with digests of the stub bytes.
-    let (_, body, _) = reach::post_json(
-        &url,
-        &as_refs(&std_h("skills/list")),
-        modern("skills/list", json!({})),
-    );
+    let (_, body, _) = rpc("skills/list", &[], json!({}));
     let skills = body["result"]["skills"]
         .as_array()
         .unwrap_or_else(|| panic!("{body}"));

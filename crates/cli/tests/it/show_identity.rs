@@ -27,15 +27,29 @@ fn double(root: &Path, provider: &str, outblob: &[u8], auxblob: Option<&[u8]>) {
     }
 }
 
-/// Run `--show-identity` with `args`; the pin it printed, read back by the node's config parser
+/// Run a box with `attester` on the configfs-tsm double at `tsm` and its evidence flag, with
+/// `--show-identity`; the pin it printed, read back by the node's config parser
 /// with the box's placeholder name filled in.
-fn shown_pin(dir: &Path, args: &[&str]) -> skillbox_node::config::BoxPin {
+fn shown_pin(
+    dir: &Path,
+    attester: &str,
+    tsm: &Path,
+    (flag, file): (&str, &Path),
+) -> skillbox_node::config::BoxPin {
+    let path = |p: &Path| p.to_str().expect("path").to_owned();
+    let (tsm, file) = (path(tsm), path(file));
     let all = [
-        &["box"],
-        args,
-        &["--listen", "127.0.0.1:7480", "--show-identity"],
-    ]
-    .concat();
+        "box",
+        "--attester",
+        attester,
+        "--tsm-dir",
+        &tsm,
+        flag,
+        &file,
+        "--listen",
+        "127.0.0.1:7480",
+        "--show-identity",
+    ];
     let printed = procs::cli_ok(dir, &all).replace("<this box's name>", "box.example");
     let pin = pin_in_config(&printed, "https://box.example:7480");
     assert!(pin.hardware_policy().expect("policy").is_some());
@@ -64,17 +78,7 @@ fn a_tdx_box_prints_a_pin_with_its_policy_table() {
         jc_data("tdx/dcapqvl-tdx_quote_collateral.json"),
     )
     .expect("write");
-    let pin = shown_pin(
-        dir.path(),
-        &[
-            "--attester",
-            "tdx",
-            "--tsm-dir",
-            tsm.to_str().expect("path"),
-            "--tdx-collateral",
-            collateral.to_str().expect("path"),
-        ],
-    );
+    let pin = shown_pin(dir.path(), "tdx", &tsm, ("--tdx-collateral", &collateral));
     assert_eq!(pin.platform, "tdx");
     assert!(
         pin.measurements[0].starts_with("91eb2b44d141d4ec"),
@@ -110,17 +114,7 @@ fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     double(&tsm, "sev_guest", &report, Some(&table));
     let chain = dir.path().join("chain.pem");
     std::fs::write(&chain, jc_data("sev-snp/virtee-cert_chain_milan.pem")).expect("write");
-    let pin = shown_pin(
-        dir.path(),
-        &[
-            "--attester",
-            "sev-snp",
-            "--tsm-dir",
-            tsm.to_str().expect("path"),
-            "--snp-certs",
-            chain.to_str().expect("path"),
-        ],
-    );
+    let pin = shown_pin(dir.path(), "sev-snp", &tsm, ("--snp-certs", &chain));
     assert_eq!(pin.platform, "sev-snp");
     assert_eq!(pin.measurements.len(), 1);
     assert_eq!(pin.measurements[0].len(), 96);

@@ -195,6 +195,14 @@ fn openrouter(server: &Loopback, stream: bool) -> OpenAiCompatible {
     OpenAiCompatible::new(&server.url("/api/v1"), options).unwrap()
 }
 
+/// What an OpenRouter adapter (streaming or not) at `server` completes.
+async fn openrouter_done(server: &Loopback, stream: bool) -> Completion {
+    openrouter(server, stream)
+        .complete(request(), Some(KEY))
+        .await
+        .unwrap()
+}
+
 /// What an OpenRouter adapter (streaming or not) at `server` fails with.
 async fn openrouter_error(server: &Loopback, stream: bool) -> ProviderError {
     openrouter(server, stream)
@@ -252,10 +260,7 @@ async fn openrouter_streamed_success_with_usage_cost_and_keepalives() {
         (0, "data: [DONE]\n\n".into()),
     ])])
     .await;
-    let done = openrouter(&server, true)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap();
+    let done = openrouter_done(&server, true).await;
     assert_paris(&done, (21, 2), Some(0.0000123));
 
     let seen = server.seen();
@@ -332,10 +337,7 @@ async fn rate_limit_retry_after_is_honoured_then_succeeds() {
     };
     let server = Loopback::start(vec![limited, json(200, OK_JSON)]).await;
     let started = Instant::now();
-    let done = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap();
+    let done = openrouter_done(&server, false).await;
     assert_eq!(done.text, "Paris");
     assert_eq!(server.seen().len(), 2);
     // The retry waited for Retry-After (1 s), not the 10 ms backoff.
@@ -399,10 +401,7 @@ async fn retry_after_beyond_the_limit_fails_at_once() {
 #[tokio::test]
 async fn server_errors_are_retried_then_reported() {
     let server = Loopback::start(vec![json(503, "{}"), json(200, OK_JSON)]).await;
-    let done = openrouter(&server, false)
-        .complete(request(), Some(KEY))
-        .await
-        .unwrap();
+    let done = openrouter_done(&server, false).await;
     assert_eq!(done.text, "Paris");
     assert_eq!(server.seen().len(), 2);
 

@@ -141,69 +141,34 @@ fn a_good_chart_passes_and_validates_exactly() {
 
 #[test]
 fn chart_refusals_each_with_a_reason() {
-    let mutate = |f: &dyn Fn(&mut Value)| {
-        let mut c = chart();
-        f(&mut c);
-        c
-    };
-    let cases: Vec<(Value, &str)> = vec![
-        (
-            mutate(&|c| c["members"][0]["reportsTo"] = json!("host:dev1")),
-            "reports_to_cycle",
-        ),
-        (
-            mutate(&|c| c["members"][2]["reportsTo"] = json!("host:dev1")),
-            "self_report",
-        ),
-        (
-            mutate(&|c| c["members"][2]["rosterId"] = json!("host:spy")),
-            "unknown_roster_entry",
-        ),
-        (
-            mutate(&|c| c["members"][2]["rosterId"] = json!("host:ghost")),
-            "unknown_roster_entry",
-        ),
-        (
-            mutate(&|c| c["members"][2]["departmentId"] = json!("sales")),
-            "unknown_department",
-        ),
-        (
-            mutate(&|c| c["members"][2]["roleId"] = json!("chief")),
-            "unknown_role",
-        ),
-        (
-            mutate(&|c| c["members"][2]["reportsTo"] = json!("host:nobody")),
-            "unknown_manager",
-        ),
-        (
-            mutate(&|c| c["departments"][0]["parentDepartmentId"] = json!("ops")),
-            "department_cycle",
-        ),
-        (
-            mutate(&|c| c["departments"][1]["parentDepartmentId"] = json!("nowhere")),
-            "unknown_parent_department",
-        ),
-        (
-            mutate(&|c| c["departments"][2]["departmentId"] = json!("eng")),
-            "duplicate_department",
-        ),
-        (
-            mutate(&|c| c["members"][3]["rosterId"] = json!("host:dev1")),
-            "duplicate_member",
-        ),
-        (
-            mutate(&|c| c["members"][1]["permissions"] = json!(["approve"])),
-            "schema",
-        ),
-        (
-            mutate(&|c| c["departments"][0]["scopes"] = json!(["*"])),
-            "schema",
-        ),
-        (
-            mutate(&|c| c["owner"] = json!({"tenantId": "globex"})),
-            "tenant_mismatch",
-        ),
+    // Each case: the good chart with the field at one JSON pointer set (added where the chart
+    // has none), and the reason.
+    #[rustfmt::skip] // a table: one case a line
+    let cases = [
+        ("/members/0/reportsTo", json!("host:dev1"), "reports_to_cycle"),
+        ("/members/2/reportsTo", json!("host:dev1"), "self_report"),
+        ("/members/2/rosterId", json!("host:spy"), "unknown_roster_entry"),
+        ("/members/2/rosterId", json!("host:ghost"), "unknown_roster_entry"),
+        ("/members/2/departmentId", json!("sales"), "unknown_department"),
+        ("/members/2/roleId", json!("chief"), "unknown_role"),
+        ("/members/2/reportsTo", json!("host:nobody"), "unknown_manager"),
+        ("/departments/0/parentDepartmentId", json!("ops"), "department_cycle"),
+        ("/departments/1/parentDepartmentId", json!("nowhere"), "unknown_parent_department"),
+        ("/departments/2/departmentId", json!("eng"), "duplicate_department"),
+        ("/members/3/rosterId", json!("host:dev1"), "duplicate_member"),
+        ("/members/1/permissions", json!(["approve"]), "schema"),
+        ("/departments/0/scopes", json!(["*"]), "schema"),
+        ("/owner", json!({"tenantId": "globex"}), "tenant_mismatch"),
     ];
+    let cases = cases.map(|(pointer, value, reason)| {
+        let (parent, key) = pointer.rsplit_once('/').expect("a JSON pointer");
+        let mut c = chart();
+        c.pointer_mut(parent)
+            .and_then(Value::as_object_mut)
+            .expect("the pointer's parent is an object")
+            .insert(key.to_owned(), value);
+        (c, reason)
+    });
     for (doc, reason) in cases {
         let e = check_org_chart(&doc, &acme(), true, roster_owner).expect_err(reason);
         assert_eq!(e.reason(), reason, "{e}");

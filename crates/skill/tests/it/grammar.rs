@@ -22,6 +22,13 @@ fn problem_for<'a>(ps: &'a [Diagnostic], field: &str) -> &'a Diagnostic {
         .unwrap_or_else(|| panic!("no problem about {field}: {ps:?}"))
 }
 
+/// `text` is refused with a problem about `field` whose message says `needle`.
+fn assert_problem(text: &str, field: &str, needle: &str) {
+    let ps = problems(text);
+    let p = problem_for(&ps, field);
+    assert!(p.message.contains(needle), "{p:?}");
+}
+
 const SEED_EXAMPLE: &str = "---
 description: Builds a music-taste profile from someone's listening history.
 provider: openrouter
@@ -81,18 +88,11 @@ fn advertised_leaves_out_model_and_key() {
 #[test]
 fn digest_changes_with_any_field_and_the_salt() {
     let salt = [3u8; 32];
-    let a = parse("---\nname: s\ndescription: one\n---\n")
-        .expect("valid")
-        .declaration;
-    let b = parse("---\nname: s\ndescription: two\n---\n")
-        .expect("valid")
-        .declaration;
-    let c = parse("---\nname: s\ndescription: one\nmodel: m\n---\n")
-        .expect("valid")
-        .declaration;
-    let d = parse("---\nname: s\ndescription: one\nkey: k\n---\n")
-        .expect("valid")
-        .declaration;
+    let declared = |text: &str| parse(text).expect("valid").declaration;
+    let a = declared("---\nname: s\ndescription: one\n---\n");
+    let b = declared("---\nname: s\ndescription: two\n---\n");
+    let c = declared("---\nname: s\ndescription: one\nmodel: m\n---\n");
+    let d = declared("---\nname: s\ndescription: one\nkey: k\n---\n");
     let da = a.digest(&salt);
     assert!(da.starts_with("sha256:") && da.len() == 7 + 64);
     assert_ne!(da, b.digest(&salt));
@@ -291,8 +291,7 @@ fn name_falls_back_to_the_import_name_and_must_agree() {
 
 #[test]
 fn description_rules() {
-    let ps = problems("---\nname: s\n---\n");
-    assert!(problem_for(&ps, "description").message.contains("missing"));
+    assert_problem("---\nname: s\n---\n", "description", "missing");
     let long = "x".repeat(1025);
     let ps = problems(&format!(
         "---\nname: s\nlicense: MIT\ndescription: {long}\n---\n"
@@ -308,14 +307,16 @@ fn description_rules() {
         .is_ok(),
         "chars, not bytes"
     );
-    let ps = problems("---\nname: s\ndescription: 42\n---\n");
-    assert!(
-        problem_for(&ps, "description")
-            .message
-            .contains("must be text")
+    assert_problem(
+        "---\nname: s\ndescription: 42\n---\n",
+        "description",
+        "must be text",
     );
-    let ps = problems("---\nname: s\ndescription: \"  \"\n---\n");
-    assert!(problem_for(&ps, "description").message.contains("blank"));
+    assert_problem(
+        "---\nname: s\ndescription: \"  \"\n---\n",
+        "description",
+        "blank",
+    );
 }
 
 #[test]
@@ -363,11 +364,10 @@ fn required_sources_as_list_or_separated_string() {
     let dup = parse("---\nname: s\ndescription: d\nrequiredSources: [a, a]\n---\n").expect("v");
     assert_eq!(dup.declaration.required_sources, vec!["a"]);
     assert!(dup.warnings.iter().any(|w| w.message.contains("twice")));
-    let ps = problems("---\nname: s\ndescription: d\nrequiredSources: [\"../etc\"]\n---\n");
-    assert!(
-        problem_for(&ps, "requiredSources")
-            .message
-            .contains("not a source name")
+    assert_problem(
+        "---\nname: s\ndescription: d\nrequiredSources: [\"../etc\"]\n---\n",
+        "requiredSources",
+        "not a source name",
     );
     let ps = problems("---\nname: s\ndescription: d\nrequiredSources: {a: 1}\n---\n");
     assert_eq!(problem_for(&ps, "requiredSources").line, Some(4));
@@ -435,17 +435,15 @@ fn memory_flags() {
         Some(true),
         "metadata.memory is read too"
     );
-    let ps = problems("---\nname: s\ndescription: d\nmemory:\n  longTerm: yes please\n---\n");
-    assert!(
-        problem_for(&ps, "memory.longTerm")
-            .message
-            .contains("true or false")
+    assert_problem(
+        "---\nname: s\ndescription: d\nmemory:\n  longTerm: yes please\n---\n",
+        "memory.longTerm",
+        "true or false",
     );
-    let ps = problems("---\nname: s\ndescription: d\nmemory:\n  forever: true\n---\n");
-    assert!(
-        problem_for(&ps, "memory.forever")
-            .message
-            .contains("unknown memory flag")
+    assert_problem(
+        "---\nname: s\ndescription: d\nmemory:\n  forever: true\n---\n",
+        "memory.forever",
+        "unknown memory flag",
     );
 }
 
