@@ -215,6 +215,16 @@ pub struct Answer {
 impl Answer {
     /// Assert the answer is the refusal `status` with error code `code`.
     #[track_caller]
+    /// A write that took: 201 (created) or 200 (replaced).
+    pub fn assert_written(&self, what: &str) {
+        assert!(
+            self.status == 201 || self.status == 200,
+            "{what}: {} {}",
+            self.status,
+            self.body
+        );
+    }
+
     pub fn assert_refused(&self, status: u16, code: &str) {
         assert_eq!(
             (self.status, self.body["error"].as_str()),
@@ -337,12 +347,7 @@ impl TestNode {
                 Some(("text/markdown", doc.as_bytes().to_vec())),
             )
             .await;
-        assert!(
-            a.status == 201 || a.status == 200,
-            "skill import: {} {}",
-            a.status,
-            a.body
-        );
+        a.assert_written("skill import");
     }
 
     /// Store a source; user data (not a secret) is marked shareable, as its human would for
@@ -365,12 +370,7 @@ impl TestNode {
                 Some(("text/plain", content.as_bytes().to_vec())),
             )
             .await;
-        assert!(
-            a.status == 201 || a.status == 200,
-            "source put: {} {}",
-            a.status,
-            a.body
-        );
+        a.assert_written("source put");
     }
 
     /// Wait until `skill` of `peer` is on this node's board.

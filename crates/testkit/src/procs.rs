@@ -357,30 +357,20 @@ pub fn init_node_as_shipped(
     let p2p_port = free_port();
     let api = format!("127.0.0.1:{api_port}");
     let p2p = format!("/ip4/127.0.0.1/tcp/{p2p_port}");
-    let mut args: Vec<String> = vec![
-        "init".into(),
-        "--api".into(),
-        api.clone(),
-        "--p2p".into(),
-        p2p.clone(),
-        "--box".into(),
-        box_url.into(),
-        "--allow-insecure-dev".into(),
+    let mut args = vec![
+        "init",
+        "--api",
+        &api,
+        "--p2p",
+        &p2p,
+        "--box",
+        box_url,
+        "--allow-insecure-dev",
     ];
     if let Some(b) = bootstrap {
-        args.extend(["--bootstrap".into(), b.into()]);
+        args.extend(["--bootstrap", b]);
     }
-    let out = Command::new(bin())
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(&args)
-        .output()
-        .expect("init");
-    assert!(
-        out.status.success(),
-        "init: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cli_ok(&dir, &args);
     let config = dir.join("config.toml");
     let text = fs::read_to_string(&config).expect("config");
     let text = text
