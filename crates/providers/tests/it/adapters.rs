@@ -195,6 +195,23 @@ fn openrouter(server: &Loopback, stream: bool) -> OpenAiCompatible {
     OpenAiCompatible::new(&server.url("/api/v1"), options).unwrap()
 }
 
+/// The `Retry-After` a rate-limit refusal carried; None for any other error.
+fn retry_after(err: &ProviderError) -> Option<Option<u64>> {
+    match err {
+        ProviderError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+        _ => None,
+    }
+}
+
+/// A 429 with `Retry-After: secs` and no body.
+fn rate_limited(secs: &str) -> Reply {
+    Reply::Full {
+        status: 429,
+        headers: vec![("retry-after", secs.into())],
+        body: String::new(),
+    }
+}
+
 /// What an OpenRouter adapter (streaming or not) at `server` completes.
 async fn openrouter_done(server: &Loopback, stream: bool) -> Completion {
     openrouter(server, stream)
@@ -350,28 +367,9 @@ async fn rate_limit_retry_after_is_honoured_then_succeeds() {
 
 #[tokio::test]
 async fn rate_limit_exhausts_bounded_retries() {
-    let limited = Reply::Full {
-        status: 429,
-        headers: vec![("retry-after", "0".into())],
-        body: String::new(),
-    };
-    let server = Loopback::start(vec![
-        limited.clone(),
-        limited.clone(),
-        limited.clone(),
-        limited,
-    ])
-    .await;
+    let server = Loopback::start(vec![rate_limited("0"); 4]).await;
     let err = openrouter_error(&server, false).await;
-    assert!(
-        matches!(
-            err,
-            ProviderError::RateLimited {
-                retry_after_secs: Some(0)
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(retry_after(&err), Some(Some(0)), "{err:?}");
     assert_no_key(&err);
     // One try and max_retries (2) retries, then it gives up.
     assert_eq!(server.seen().len(), 3);
@@ -379,22 +377,10 @@ async fn rate_limit_exhausts_bounded_retries() {
 
 #[tokio::test]
 async fn retry_after_beyond_the_limit_fails_at_once() {
-    let limited = Reply::Full {
-        status: 429,
-        headers: vec![("retry-after", "3600".into())],
-        body: String::new(),
-    };
+    let limited = rate_limited("3600");
     let server = Loopback::start(vec![limited, json(200, OK_JSON)]).await;
     let err = openrouter_error(&server, false).await;
-    assert!(
-        matches!(
-            err,
-            ProviderError::RateLimited {
-                retry_after_secs: Some(3600)
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(retry_after(&err), Some(Some(3600)), "{err:?}");
     assert_eq!(server.seen().len(), 1);
 }
 
