@@ -564,14 +564,11 @@ pub async fn start(
         swarm.add_external_address(addr);
     }
     for relay in &config.relays {
-        // The reservation is made in the background; its circuit address arrives as a
-        // `Listening` event once the relay accepted.
-        let circuit = relay.clone().with(Protocol::P2pCircuit);
-        if let Err(e) = swarm.listen_on(circuit.clone()) {
-            return Err(PeersError::Listen {
-                addr: circuit,
-                reason: e.to_string(),
-            });
+        // Connect first; the reservation is asked for on that connection once it is up
+        // (`listen_on_relay`): a circuit listener that dials the relay itself lost the race
+        // with any other dial to it (bootstrap, Kademlia) and never listened.
+        if let Err(e) = swarm.dial(dial_opts(relay)) {
+            tracing::warn!(%relay, error = %e, "cannot dial relay");
         }
     }
 
@@ -622,6 +619,7 @@ pub async fn start(
         fetches: HashMap::new(),
         dht_server,
         relay_serving: false,
+        relay_listening: HashSet::new(),
         config,
     };
     task.update_reachability();
@@ -886,6 +884,8 @@ struct Task {
     /// Kademlia server mode and relay serving, as last set from the confirmed addresses.
     dht_server: bool,
     relay_serving: bool,
+    /// Configured relays a circuit reservation was asked of on the current connection.
+    relay_listening: HashSet<PeerId>,
 }
 
 impl Task {
@@ -1340,6 +1340,28 @@ impl Task {
         out
     }
 
+    /// Ask a configured relay for a reservation (listen on its circuit), once per connection.
+    fn listen_on_relay(&mut self, peer: PeerId) {
+        if self.relay_listening.contains(&peer) {
+            return;
+        }
+        let Some(relay) = self
+            .config
+            .relays
+            .iter()
+            .find(|r| peer_of_addr(r) == Some(peer))
+            .cloned()
+        else {
+            return;
+        };
+        match self.swarm.listen_on(relay.with(Protocol::P2pCircuit)) {
+            Ok(_) => {
+                self.relay_listening.insert(peer);
+            }
+            Err(e) => tracing::warn!(%peer, error = %e, "cannot listen on the relay's circuit"),
+        }
+    }
+
     fn dial_bootstrap(&mut self, addr: &Multiaddr) {
         if let Some(peer) = peer_of_addr(addr) {
             if peer == self.local {
@@ -1360,9 +1382,12 @@ impl Task {
             tracing::warn!(error = %e, "cannot publish advert");
         }
         if self.swarm.connected_peers().next().is_none() {
-            // Alone: the bootstrap peers may be back.
+            // Alone: the bootstrap peers and relays may be back.
             for addr in self.config.bootstrap.clone() {
                 self.dial_bootstrap(&addr);
+            }
+            for relay in self.config.relays.clone() {
+                let _ = self.swarm.dial(dial_opts(&relay));
             }
         }
         let due = self
@@ -1715,6 +1740,7 @@ impl Task {
                 if let Some((_, reply)) = self.dialing.remove(&connection_id) {
                     let _ = reply.send(Ok(peer_id));
                 }
+                self.listen_on_relay(peer_id);
                 if self.last_kad_bootstrap.is_none() {
                     // The first peer: fill the routing table now, not at the next tick (the
                     // index keys are re-provided once that bootstrap completes).
@@ -1747,6 +1773,8 @@ impl Task {
                     state.connections.remove(&connection_id);
                 }
                 if num_established == 0 {
+                    // The reservation went with the connection: ask again when reconnected.
+                    self.relay_listening.remove(&peer_id);
                     self.peers.remove(&peer_id);
                     self.sync_answered.remove(&peer_id);
                     self.emit(NetworkEvent::PeerDisconnected { peer: peer_id });

@@ -6,6 +6,7 @@
 mod board;
 mod hostile;
 mod index;
+mod nat;
 mod network;
 mod payload;
 mod reach;
