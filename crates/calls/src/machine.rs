@@ -650,6 +650,26 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
     }
 }
 
+/// The earliest time a [`Event::Tick`] can change `call` or owe an action: before it, [`step`]
+/// with `Tick` returns the call unchanged and no actions (the rule is [`tick`]'s, read the other
+/// way), so a driver may skip the tick until then. Expiry, the stall limit and the retry time
+/// are all in the record, so the answer holds until the call is stepped again.
+pub fn tick_due_ms(call: &Call, timing: &Timing) -> u64 {
+    let mut due = call.expires_at_ms;
+    if !matches!(call.state, State::AwaitingConsent | State::Submitted) {
+        // `tick` fails a call once `now - progressed_at > stall_limit`, i.e. one ms past it.
+        let stall = call
+            .progressed_at_ms
+            .saturating_add(timing.stall_limit_ms)
+            .saturating_add(1);
+        due = due.min(stall);
+    }
+    if call.state != State::AwaitingConsent {
+        due = due.min(call.retry_at_ms);
+    }
+    due
+}
+
 fn tick(
     call: &Call,
     now_ms: u64,

@@ -82,4 +82,38 @@ proptest! {
         }
         prop_assert!(terminal_transitions <= 1);
     }
+
+    /// A driver skips an open call's `Tick` until `tick_due_ms`: the skip must be exact — any
+    /// earlier tick changes nothing and owes nothing, and a tick at the due time does act
+    /// (retry, stall or expiry), so nothing waits longer than it did when every call was ticked.
+    #[test]
+    fn a_tick_before_its_due_time_does_nothing_and_one_at_it_acts(
+        owner in any::<bool>(),
+        events in proptest::collection::vec((event(), 0u64..200_000), 0..40),
+        early in 1u64..500_000,
+    ) {
+        let timing = Timing::default();
+        let role = if owner { Role::Owner } else { Role::Caller };
+        let new = NewCall { id: "c".into(), peer: "p".into(), skill: "s".into(), program_hash: "sha256:00".into(), expires_at_ms: 1_000_000 };
+        let mut t = start(role, new, 0, &timing);
+        let mut now = 0;
+        for (e, dt) in events {
+            now += dt;
+            t = step(&t.call, e, now, &timing);
+            if t.call.state.is_terminal() {
+                break;
+            }
+            let due = tick_due_ms(&t.call, &timing);
+            if due > now {
+                // The last ms before the due time, and one earlier at random.
+                for before in [due - 1, due.saturating_sub(early).max(now)] {
+                    let ticked = step(&t.call, Event::Tick, before, &timing);
+                    prop_assert!(!ticked.changed && ticked.actions.is_empty(), "ticked at {} before due {}: {:?}", before, due, t.call.state);
+                }
+            }
+            let at = due.max(now);
+            let ticked = step(&t.call, Event::Tick, at, &timing);
+            prop_assert!(ticked.changed, "a tick at the due time {} did nothing in {:?}", at, t.call.state);
+        }
+    }
 }

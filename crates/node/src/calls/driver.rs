@@ -151,11 +151,20 @@ impl Calls {
         blocking(move || records::open_calls(&store)).await
     }
 
-    /// Both schedules step every open call with `Tick`: the machine retries what is due and
-    /// fails what stalled or expired, in one pure rule.
-    pub(super) async fn tick_open_calls(&self) {
+    /// Both schedules step open calls with `Tick`: the machine retries what is due and fails
+    /// what stalled or expired, in one pure rule. The advance schedule (`all == false`) skips a
+    /// call whose record says its tick cannot act yet ([`machine::tick_due_ms`], exact by the
+    /// machine's property test); the sweep steps every open call.
+    pub(super) async fn tick_open_calls(&self, all: bool) {
         match self.open_keys().await {
             Ok(keys) => {
+                let now = now_ms();
+                let due = lock(&self.0.tick_due);
+                let keys: Vec<Key> = keys
+                    .into_iter()
+                    .filter(|k| all || due.get(k).is_none_or(|&at| at <= now))
+                    .collect();
+                drop(due);
                 for key in keys {
                     self.feed(key, Event::Tick, Change::none());
                 }
@@ -266,6 +275,17 @@ impl Calls {
                 Ok(Some((t, Arc::new(row))))
             })
             .await?;
+            // Under the call's lock, so a later step's due time is never overwritten by this
+            // one's.
+            match &stepped {
+                Some((t, _)) if !t.call.state.is_terminal() => {
+                    let at = machine::tick_due_ms(&t.call, &this.0.timing);
+                    lock(&this.0.tick_due).insert(key.clone(), at);
+                }
+                _ => {
+                    lock(&this.0.tick_due).remove(&key);
+                }
+            }
             drop(held);
             let Some((t, row)) = stepped else {
                 return Ok(None);

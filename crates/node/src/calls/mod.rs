@@ -337,6 +337,10 @@ struct Inner {
     locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     inflight: Mutex<HashSet<(Key, &'static str)>>,
     verified: Mutex<HashMap<Key, VerifiedRun>>,
+    /// When each open call's next `Tick` can act (`machine::tick_due_ms` of its record as last
+    /// stepped): the advance schedule skips calls not yet due, so its cost follows the calls
+    /// that owe something rather than every open call every 2 s. A call missing here is due.
+    tick_due: Mutex<HashMap<Key, u64>>,
     /// Owner: which call of each (peer, skill) may run now (see `coverage::Turns`).
     turns: coverage::Turns,
     metrics: Arc<crate::metrics::Metrics>,
@@ -420,6 +424,7 @@ impl Calls {
             locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashSet::new()),
             verified: Mutex::new(HashMap::new()),
+            tick_due: Mutex::new(HashMap::new()),
             turns: coverage::Turns::default(),
             metrics: deps.metrics,
             crash_at: crash_point(),
@@ -474,7 +479,9 @@ impl Calls {
                     _ = adv.tick() => false,
                     _ = swp.tick() => true,
                 };
-                this.tick_open_calls().await;
+                // The sweep ticks every open call (and re-learns what is due); the advance
+                // schedule only those whose tick can act now.
+                this.tick_open_calls(swept).await;
                 if swept {
                     this.prune().await;
                 }
