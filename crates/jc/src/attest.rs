@@ -230,7 +230,9 @@ impl InsecureDevAttester {
     }
 }
 
-fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Write `bytes` to `path` readable by this user only (0600 on Unix), synced: the box's key
+/// files (attestation key, run-store key).
+pub(crate) fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);

@@ -208,20 +208,9 @@ async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8
     Ok(out)
 }
 
-/// Whether `url` names this machine (`localhost`, `*.localhost`, 127/8, ::1).
+/// Whether `url` names this machine (the providers' rule, so a box and a provider agree).
 fn is_loopback_url(url: &str) -> bool {
-    let Ok(u) = reqwest::Url::parse(url) else {
-        return false;
-    };
-    let Some(host) = u.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-        return ip.is_loopback();
-    }
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    host == "localhost" || host.ends_with(".localhost")
+    reqwest::Url::parse(url).is_ok_and(|u| skillbox_providers::is_loopback(&u))
 }
 
 /// HTTP client of one box.

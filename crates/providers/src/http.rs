@@ -56,8 +56,9 @@ fn roots(extra_pem: &[u8]) -> Result<Vec<reqwest::Certificate>, ProviderError> {
     Ok(out)
 }
 
-/// Whether `url` names this machine (`localhost`, `*.localhost`, 127/8, `::1`).
-fn is_loopback(url: &Url) -> bool {
+/// Whether `url` names this machine (`localhost`, `*.localhost`, 127/8, `::1`): the one place
+/// plain `http://` is allowed, for a provider here and for a box in `skillbox-jc`.
+pub fn is_loopback(url: &Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };

@@ -12,6 +12,7 @@ pub use skillbox_skill::{ProviderId, UnknownProvider};
 
 pub mod anthropic;
 mod http;
+pub use http::is_loopback;
 pub mod local;
 pub mod openai;
 mod registry;

@@ -78,7 +78,7 @@ impl KeyFile {
                     std::fs::create_dir_all(dir).map_err(|e| fail("creating its folder", e))?;
                 }
                 let tmp = path.with_extension("tmp");
-                write_private(&tmp, &key[..]).map_err(|e| fail("writing", e))?;
+                crate::attest::write_private(&tmp, &key[..]).map_err(|e| fail("writing", e))?;
                 std::fs::rename(&tmp, path).map_err(|e| fail("renaming", e))?;
                 Ok(KeyFile { key })
             }
@@ -91,20 +91,6 @@ impl StorageKey for KeyFile {
     fn key_bytes(&self) -> Result<Zeroizing<[u8; 32]>> {
         Ok(self.key.clone())
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 /// A run's row as read back: its id and its opened content, or `store_tampered`.
