@@ -36,6 +36,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     #[serde(default)]
     pub tenants: TenantsConfig,
+    #[serde(default)]
+    pub index: IndexConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,6 +124,114 @@ fn default_payload_rate() -> f64 {
 }
 fn default_payload_burst() -> u32 {
     100
+}
+
+/// `[index]`: the skill index on Kademlia provider records (issue 18) and the bounded gossip
+/// groups beside it. Each default is `skillbox_peers::PeersConfig`'s, so a config without the
+/// table behaves as before it existed. The shard counts and the lookups per search are not
+/// here: every node must derive the same keys for a term, so they are the index's protocol
+/// (`skillbox_peers::index`), not one node's setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexConfig {
+    /// How long a provider record lives on a DHT server: a node that left stops being found
+    /// after this long.
+    pub ttl_secs: u64,
+    /// How often this node provides its keys again (shorter than `ttl_secs`).
+    pub republish_secs: u64,
+    /// As a DHT server: new provider records one provider may add, per second sustained, and
+    /// burst (a flooder is refused past it; honest records are kept).
+    pub rate_per_sec: f64,
+    pub burst: u32,
+    /// As a DHT server: index keys one provider may hold, and providers held at most.
+    pub max_keys_per_provider: usize,
+    pub max_providers: usize,
+    /// A search fetches at most this many providers' adverts, and takes at most this long.
+    pub search_max_fetches: usize,
+    pub search_timeout_secs: u64,
+    /// Categories whose live topic this node listens on (their adverts reach the board as they
+    /// are published). Empty: the board holds only what searches fetched.
+    pub live_categories: Vec<String>,
+    /// Ask each newly connected peer for the adverts it holds (a bounded group's shortcut to a
+    /// full board; off on a large network, where searches are the way in).
+    pub board_sync: bool,
+    /// Adverts taken from one node on the live topics: per second sustained, and burst.
+    pub advert_rate_per_sec: f64,
+    pub advert_burst: u32,
+}
+
+impl Default for IndexConfig {
+    fn default() -> Self {
+        let p = skillbox_peers::PeersConfig::default();
+        IndexConfig {
+            ttl_secs: p.index_ttl.as_secs(),
+            republish_secs: p.index_republish.as_secs(),
+            rate_per_sec: p.index_rate_per_sec,
+            burst: p.index_burst,
+            max_keys_per_provider: p.index_max_keys_per_provider,
+            max_providers: p.index_max_providers,
+            search_max_fetches: p.search_max_fetches,
+            search_timeout_secs: p.search_timeout.as_secs(),
+            live_categories: p.live_categories,
+            board_sync: p.board_sync,
+            advert_rate_per_sec: p.advert_rate_per_sec,
+            advert_burst: p.advert_burst,
+        }
+    }
+}
+
+impl IndexConfig {
+    /// The first bad value, named by its key.
+    fn check(&self) -> std::result::Result<(), String> {
+        for (name, v) in [
+            ("index.ttl_secs", self.ttl_secs as usize),
+            ("index.republish_secs", self.republish_secs as usize),
+            ("index.burst", self.burst as usize),
+            ("index.max_keys_per_provider", self.max_keys_per_provider),
+            ("index.max_providers", self.max_providers),
+            ("index.search_max_fetches", self.search_max_fetches),
+            (
+                "index.search_timeout_secs",
+                self.search_timeout_secs as usize,
+            ),
+            ("index.advert_burst", self.advert_burst as usize),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        for (name, v) in [
+            ("index.rate_per_sec", self.rate_per_sec),
+            ("index.advert_rate_per_sec", self.advert_rate_per_sec),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!("{name} must be a number above 0"));
+            }
+        }
+        if self.ttl_secs <= self.republish_secs {
+            return Err(format!(
+                "index.ttl_secs ({}) must be longer than index.republish_secs ({}): a record \
+                 would expire before it is provided again",
+                self.ttl_secs, self.republish_secs
+            ));
+        }
+        let known = |c: &String| {
+            skillbox_calls::vocabulary::CATEGORIES
+                .iter()
+                .any(|(k, _)| k == c)
+        };
+        if let Some(c) = self.live_categories.iter().find(|c| !known(c)) {
+            return Err(format!(
+                "index.live_categories: {c:?} is not a category (one of {})",
+                skillbox_calls::vocabulary::CATEGORIES
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -643,6 +753,7 @@ impl Default for Config {
             guard: GuardConfig::default(),
             policy: PolicyConfig::default(),
             tenants: TenantsConfig::default(),
+            index: IndexConfig::default(),
         }
     }
 }
@@ -714,6 +825,7 @@ impl Config {
                 return Err(format!("{name} must be at least 1"));
             }
         }
+        self.index.check()?;
         let ns = &self.agents.namespace;
         let ns_ok = !ns.is_empty()
             && ns.split('.').all(|seg| {
@@ -1014,6 +1126,31 @@ max_pending_outgoing = {max_pend_out}
 # Peers the board (verified adverts) holds at most; a newcomer evicts the oldest advert.
 board_max_entries = {board_max}
 
+[index]
+# The skill index on Kademlia (DHT) provider records: a node provides each offered skill under
+# a few of its words and its category; a search looks some of the request's words up and fetches
+# the providers' signed adverts. How long a provider record lives on a DHT server (a node that
+# left stops being found after it), and how often this node provides its keys again.
+ttl_secs = {ix_ttl}
+republish_secs = {ix_republish}
+# As a DHT server: new provider records one node may add, per second sustained and burst; index
+# keys one node may hold; nodes held at most. Past them a flooder is refused, not honest nodes.
+rate_per_sec = {ix_rate}
+burst = {ix_burst}
+max_keys_per_provider = {ix_keys}
+max_providers = {ix_providers}
+# A search fetches at most this many providers' adverts and takes at most this many seconds.
+search_max_fetches = {ix_fetches}
+search_timeout_secs = {ix_timeout}
+# Categories whose live gossip topic this node listens on (their adverts reach the board as
+# published). [] on a large network: the board then holds only what searches found.
+live_categories = {ix_live}
+# Ask each newly connected peer for the adverts it holds (a small federation's full board).
+board_sync = {ix_sync}
+# Adverts taken from one node on the live topics: per second sustained, and burst.
+advert_rate_per_sec = {ix_advert_rate}
+advert_burst = {ix_advert_burst}
+
 [boxes]
 # Base URLs of the boxes (joint-compute services) this node accepts for its calls.
 accept = {boxes}
@@ -1163,6 +1300,18 @@ operator = {operator}
             max_pend_in = self.p2p.max_pending_incoming,
             max_pend_out = self.p2p.max_pending_outgoing,
             board_max = self.p2p.board_max_entries,
+            ix_ttl = self.index.ttl_secs,
+            ix_republish = self.index.republish_secs,
+            ix_rate = toml::Value::Float(self.index.rate_per_sec),
+            ix_burst = self.index.burst,
+            ix_keys = self.index.max_keys_per_provider,
+            ix_providers = self.index.max_providers,
+            ix_fetches = self.index.search_max_fetches,
+            ix_timeout = self.index.search_timeout_secs,
+            ix_live = list(&self.index.live_categories),
+            ix_sync = self.index.board_sync,
+            ix_advert_rate = toml::Value::Float(self.index.advert_rate_per_sec),
+            ix_advert_burst = self.index.advert_burst,
             boxes = list(&self.boxes.accept),
             insecure = self.boxes.allow_insecure_dev,
             box_pins = self.render_box_pins(),
@@ -1377,6 +1526,83 @@ mod tests {
             .replace("board_max_entries = 100000", "board_max_entries = 0");
         let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero cap");
         assert!(err.to_string().contains("p2p.board_max_entries"), "{err}");
+    }
+
+    #[test]
+    fn index_settings_round_trip_and_bad_ones_are_refused_by_name() {
+        let shipped = Config::default().render();
+        assert!(
+            shipped.contains("\n[index]\n") && shipped.contains("\nttl_secs = 10800\n"),
+            "{shipped}"
+        );
+        let set = shipped
+            .replace("ttl_secs = 10800", "ttl_secs = 900")
+            .replace("republish_secs = 3600", "republish_secs = 300")
+            .replace("board_sync = true", "board_sync = false");
+        let c = Config::parse(&set, Path::new("c.toml")).expect("set values parse");
+        assert_eq!((c.index.ttl_secs, c.index.republish_secs), (900, 300));
+        assert!(!c.index.board_sync);
+        assert_eq!(
+            Config::parse(&c.render(), Path::new("c.toml")).expect("again"),
+            c
+        );
+        // A config written before the table existed still parses, to the peers defaults.
+        let start = shipped.find("\n[index]\n").expect("index table");
+        let end = shipped[start + 1..].find("\n[").expect("next table") + start + 1;
+        let old = format!("{}{}", &shipped[..start], &shipped[end..]);
+        let c = Config::parse(&old, Path::new("c.toml")).expect("no [index]");
+        assert_eq!(c.index, IndexConfig::default());
+        for (from, to, key) in [
+            ("ttl_secs = 10800", "ttl_secs = 0", "index.ttl_secs"),
+            ("ttl_secs = 10800", "ttl_secs = 3600", "index.ttl_secs"),
+            (
+                "republish_secs = 3600",
+                "republish_secs = 0",
+                "index.republish_secs",
+            ),
+            ("\nburst = 256", "\nburst = 0", "index.burst"),
+            (
+                "\nrate_per_sec = 1.0",
+                "\nrate_per_sec = -1.0",
+                "index.rate_per_sec",
+            ),
+            (
+                "\nrate_per_sec = 1.0",
+                "\nrate_per_sec = nan",
+                "index.rate_per_sec",
+            ),
+            (
+                "advert_rate_per_sec = 0.5",
+                "advert_rate_per_sec = 0.0",
+                "index.advert_rate_per_sec",
+            ),
+            (
+                "search_max_fetches = 32",
+                "search_max_fetches = 0",
+                "index.search_max_fetches",
+            ),
+            (
+                "search_timeout_secs = 10",
+                "search_timeout_secs = 0",
+                "index.search_timeout_secs",
+            ),
+            (
+                "live_categories = [\"",
+                "live_categories = [\"gossip\", \"",
+                "index.live_categories",
+            ),
+            ("board_sync = true", "board_sync = 1", "board_sync"),
+            (
+                "board_sync = true",
+                "board_sync = true\nshards = 4",
+                "shards",
+            ),
+        ] {
+            assert!(shipped.contains(from), "{from}");
+            let text = shipped.replacen(from, to, 1);
+            let err = Config::parse(&text, Path::new("c.toml")).expect_err(key);
+            assert!(err.to_string().contains(key), "{key}: {err}");
+        }
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
             ),
         });
     }
+    let ix = &config.index;
     Ok(PeersConfig {
         listen,
         bootstrap,
@@ -91,6 +92,18 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         max_pending_incoming: config.p2p.max_pending_incoming,
         max_pending_outgoing: config.p2p.max_pending_outgoing,
         board_max_entries: config.p2p.board_max_entries,
+        index_ttl: Duration::from_secs(ix.ttl_secs),
+        index_republish: Duration::from_secs(ix.republish_secs),
+        index_rate_per_sec: ix.rate_per_sec,
+        index_burst: ix.burst,
+        index_max_keys_per_provider: ix.max_keys_per_provider,
+        index_max_providers: ix.max_providers,
+        search_max_fetches: ix.search_max_fetches,
+        search_timeout: Duration::from_secs(ix.search_timeout_secs),
+        live_categories: ix.live_categories.clone(),
+        board_sync: ix.board_sync,
+        advert_rate_per_sec: ix.advert_rate_per_sec,
+        advert_burst: ix.advert_burst,
         ..PeersConfig::default()
     })
 }
@@ -196,6 +209,34 @@ mod tests {
             (7, 2, 50)
         );
         c.p2p.max_connections = 256;
+        let d = PeersConfig::default();
+        assert_eq!(
+            (r.index_ttl, r.index_republish, r.live_categories.len()),
+            (d.index_ttl, d.index_republish, d.live_categories.len()),
+            "no [index] table: the peers defaults"
+        );
+        c.index.ttl_secs = 600;
+        c.index.republish_secs = 120;
+        c.index.burst = 9;
+        c.index.search_timeout_secs = 3;
+        c.index.live_categories = vec![];
+        c.index.board_sync = false;
+        let ix = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
+        assert_eq!(
+            (
+                ix.index_ttl,
+                ix.index_republish,
+                ix.index_burst,
+                ix.search_timeout
+            ),
+            (
+                Duration::from_secs(600),
+                Duration::from_secs(120),
+                9,
+                Duration::from_secs(3)
+            )
+        );
+        assert!(ix.live_categories.is_empty() && !ix.board_sync);
         c.p2p.bootstrap = vec!["/ip4/nope/tcp/1".into()];
         let err = peers_config(&c, std::path::Path::new("config.toml")).expect_err("bad addr");
         assert!(err.to_string().contains("p2p.bootstrap entry #0"), "{err}");
