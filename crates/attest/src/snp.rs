@@ -164,6 +164,10 @@ pub struct Policy {
     /// another genuine chip is what this list stops.
     #[serde(default)]
     pub chip_ids: Vec<Hex<64>>,
+    /// Accepted HOST_DATA values (32 bytes, hex): for a skillbox box, the configuration hash
+    /// the host launched it with. Empty = any (the run's expected value is still compared).
+    #[serde(default)]
+    pub host_data: Vec<Hex<32>>,
     #[serde(default)]
     pub min_tcb: Option<MinTcb>,
     /// Accepted processor families (default: all pinned ones).
@@ -192,6 +196,7 @@ impl Policy {
         Policy {
             measurements: Vec::new(),
             chip_ids: Vec::new(),
+            host_data: Vec::new(),
             min_tcb: None,
             products: all_products(),
             allow_vlek: true,
@@ -674,6 +679,9 @@ pub fn verify_with_chain(
             .any(|m| m.0 == report.measurement)
     {
         return Err(Refusal::MeasurementNotAllowed("MEASUREMENT"));
+    }
+    if !policy.host_data.is_empty() && !policy.host_data.iter().any(|h| h.0 == report.host_data) {
+        return Err(Refusal::MeasurementNotAllowed("HOST_DATA"));
     }
     if !policy.chip_ids.is_empty() && !policy.chip_ids.iter().any(|c| c.0 == report.chip_id) {
         return Err(Refusal::InstanceNotAllowed);

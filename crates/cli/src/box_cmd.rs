@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use skillbox_jc::attest::{Attester, InsecureDevAttester, measure_file};
+use skillbox_jc::attest::{
+    Attester, BoxConfiguration, ConfigBound, InsecureDevAttester, measure_file,
+};
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use skillbox_node::config::BoxPin;
@@ -206,7 +208,8 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let attester: Arc<dyn Attester> = Arc::new(dev);
-    serve(global, args, attester)
+    let providers = provider_registry(global, &args);
+    serve(global, args, attester, providers)
 }
 
 /// A box attesting with configfs-tsm (SEV-SNP or TDX).
@@ -229,21 +232,29 @@ fn run_hardware(
         .transpose()?;
     let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
         .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
+    let providers = provider_registry(global, args);
+    let config = BoxConfiguration::new(providers.table(), allowed_keys(args)?.as_deref());
     if args.show_identity {
-        // Every platform's pin as the node's config takes it (a TDX pin with its policy table).
+        // Every platform's pin as the node's config takes it (a TDX pin with its policy table),
+        // naming the configuration hash the host must launch the guest with.
         let url = format!("https://<this box's name>:{}", args.listen.port());
-        let pin = crate::pin_identity::hardware_pin(url, platform, &tsm)?;
+        let hash = config.sha256()?;
+        let pin = crate::pin_identity::hardware_pin(url, platform, &tsm, &hash)?;
+        print!(
+            "{}",
+            crate::pin_identity::launch_note(platform, &tsm, &hash)
+        );
         print!("{}", pin.render());
         return Ok(ExitCode::SUCCESS);
     }
-    serve(global, args.clone(), Arc::new(tsm))
+    // HOST_DATA / MRCONFIGID must be this configuration's hash, or the box does not start.
+    let bound =
+        ConfigBound::new(Arc::new(tsm), config).context("the box's launch configuration")?;
+    serve(global, args.clone(), Arc::new(bound), providers)
 }
 
-fn serve(
-    global: &crate::Global,
-    args: BoxArgs,
-    attester: Arc<dyn Attester>,
-) -> anyhow::Result<ExitCode> {
+/// The providers this box reaches, from its flags.
+fn provider_registry(global: &crate::Global, args: &BoxArgs) -> ProviderRegistry {
     let model = args
         .local_model
         .clone()
@@ -252,11 +263,19 @@ fn serve(
     settings.local_threads = args.local_threads.map(usize::from);
     settings.local_parallelism = usize::from(args.local_parallel);
     settings.local_context = args.local_context.map(|n| n as usize);
-    let allowed_keys = allowed_keys(&args)?;
-    for (id, url) in args.provider_urls {
-        settings = settings.with_base_url(id, url);
+    for (id, url) in &args.provider_urls {
+        settings = settings.with_base_url(id.clone(), url.clone());
     }
-    let providers = ProviderRegistry::from_settings(&settings);
+    ProviderRegistry::from_settings(&settings)
+}
+
+fn serve(
+    global: &crate::Global,
+    args: BoxArgs,
+    attester: Arc<dyn Attester>,
+    providers: ProviderRegistry,
+) -> anyhow::Result<ExitCode> {
+    let allowed_keys = allowed_keys(&args)?;
     let views = providers.views();
     let spent = global.data_dir().join("box").join("spent-programs");
     let runs = global.data_dir().join("box").join("runs.sqlite");

@@ -1,6 +1,7 @@
 //! What `skillbox box --attester … --show-identity` prints (issue 31 item 6): a `[[boxes.pins]]`
-//! entry a node's config takes as it is, for every hardware platform. SEV-SNP is pinned by its
-//! MEASUREMENT alone; a TDX pin needs its `policy = { accepted = [...] }` table, so this one
+//! entry a node's config takes as it is, for every hardware platform, naming the box's
+//! configuration hash the host must launch it with (SEV-SNP `host_data`, TDX `mr_config_id`,
+//! issue 31 item 4). SEV-SNP is pinned by its MEASUREMENT; a TDX pin needs its `policy = { accepted = [...] }` table, so this one
 //! reads the TD's MRTD and RTMR0–3 from a quote the box makes now. The values are what the
 //! running guest reports — a claim until they match the operator's own computation from the
 //! image (ARCHITECTURE "What a node pins").
@@ -8,18 +9,25 @@
 use anyhow::Context as _;
 use serde_json::json;
 use skillbox_attest::{Platform, tdx};
-use skillbox_jc::attest::{Attester, Statement};
+use skillbox_jc::attest::{Attester, BoxConfiguration, Statement};
 use skillbox_node::config::BoxPin;
 
-/// The pin for a box at `url` attesting on `platform` through `attester`.
+/// The pin for a box at `url` attesting on `platform` through `attester`, whose host must
+/// launch it with the configuration hash `config` (HOST_DATA / MRCONFIGID): the pin names that
+/// hash, so a node refuses the box run with any other configuration.
 pub fn hardware_pin(
     url: String,
     platform: Platform,
     attester: &dyn Attester,
+    config: &[u8; 32],
 ) -> anyhow::Result<BoxPin> {
     let measurement = attester.measurement().to_owned();
     let policy = match platform {
-        Platform::Tdx => Some(tdx_policy(attester)?),
+        Platform::Tdx => Some(tdx_policy(attester, config)?),
+        Platform::SevSnp => Some(json!({
+            "measurements": [measurement],
+            "host_data": [hex::encode(config)],
+        })),
         _ => None,
     };
     let pin = json!({
@@ -31,8 +39,31 @@ pub fn hardware_pin(
     serde_json::from_value(pin).context("building the pin")
 }
 
+/// TOML comment lines telling the operator the value the host must launch the guest with, and
+/// whether this guest was launched with it (the box refuses to start otherwise).
+pub fn launch_note(platform: Platform, attester: &dyn Attester, config: &[u8; 32]) -> String {
+    let field = match platform {
+        Platform::Tdx => "MRCONFIGID",
+        _ => "HOST_DATA",
+    };
+    let want = BoxConfiguration::launch_value(config, platform.as_str());
+    let now = attester.launch_config().unwrap_or_default();
+    let state = if now == want {
+        "this guest was launched with it".to_owned()
+    } else {
+        format!(
+            "this guest was launched with {} and the box will not start",
+            hex::encode(now)
+        )
+    };
+    format!(
+        "# the box's configuration hash: launch the guest with {field} = {}\n# ({state})\n",
+        hex::encode(want)
+    )
+}
+
 /// `{ accepted = [{ mr_td, rtmr0..3 }] }` from a fresh quote of this TD.
-fn tdx_policy(attester: &dyn Attester) -> anyhow::Result<serde_json::Value> {
+fn tdx_policy(attester: &dyn Attester, config: &[u8; 32]) -> anyhow::Result<serde_json::Value> {
     // Any report data will do: only the measurement registers are read.
     let zero = Statement {
         platform: Platform::Tdx.as_str().into(),
@@ -44,7 +75,7 @@ fn tdx_policy(attester: &dyn Attester) -> anyhow::Result<serde_json::Value> {
         nonce: "00".repeat(16),
         expires_at: 0,
         providers: "00".repeat(32),
-        tls_spki_sha256: None,
+        ..Statement::default()
     };
     let attestation = attester
         .attest(&zero)
@@ -61,6 +92,7 @@ fn tdx_policy(attester: &dyn Attester) -> anyhow::Result<serde_json::Value> {
             "rtmr1": hex::encode(r.rtmr[1]),
             "rtmr2": hex::encode(r.rtmr[2]),
             "rtmr3": hex::encode(r.rtmr[3]),
+            "mr_config_id": hex::encode(BoxConfiguration::launch_value(config, "tdx")),
         }]
     }))
 }

@@ -1,10 +1,14 @@
 //! Attestation: what a box proves about a run, and how a party checks it (design §8).
 //!
 //! The statement is the JCS of {platform, measurement, program hash, run id, both run public
-//! keys, the asker's nonce, expiry}; its SHA-512 is the 64-byte report data a hardware attester
-//! signs (it fits SEV-SNP and TDX report data and Nitro user data). Platforms sit behind
-//! [`Attester`] / [`Verifier`]; only `insecure-dev` exists now, and it is accepted only when the
-//! verifying node's config allows it *and* the program lists it.
+//! keys, the asker's nonce, expiry, the provider table's hash, and — when the box has them — its
+//! TLS key's hash and its configuration hash}; its SHA-512 is the 64-byte report data a hardware
+//! attester signs (it fits SEV-SNP and TDX report data and Nitro user data). The configuration
+//! hash ([`BoxConfiguration`]) is also what the host set at launch as SEV-SNP HOST_DATA / TDX
+//! MRCONFIGID: the box checks that at start ([`ConfigBound`]) and a node checks the report's
+//! field against the statement's hash. Platforms sit behind [`Attester`] / [`Verifier`];
+//! `insecure-dev` is accepted only when the verifying node's config allows it *and* the program
+//! lists it.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -19,7 +23,7 @@ use crate::error::{JcError, Result};
 use crate::jcs;
 use crate::program::{INSECURE_DEV, decode_hex32};
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Statement {
     pub platform: String,
@@ -43,6 +47,12 @@ pub struct Statement {
     /// left out of the canonical form then, so statements without TLS keep their bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_spki_sha256: Option<String>,
+    /// sha256 (hex) of the box's configuration ([`BoxConfiguration`], provider table included),
+    /// the value the host set as HOST_DATA (SEV-SNP) / MRCONFIGID (TDX) when it launched the
+    /// guest, which the box checked at start. Absent for a box without a launch configuration
+    /// (insecure-dev); a node refuses an SEV-SNP or TDX statement without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_sha256: Option<String>,
 }
 
 impl Statement {
@@ -69,6 +79,145 @@ pub struct Attestation {
     /// the embedded model). Its hash is in the statement.
     #[serde(default)]
     pub providers: BTreeMap<String, String>,
+    /// The box's configuration, whose hash the statement binds ([`Statement::config_sha256`])
+    /// and the hardware reports as HOST_DATA / MRCONFIGID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<BoxConfiguration>,
+}
+
+/// What a box is configured to do that a party trusts it with: where each provider's plaintext
+/// goes and whose programs it serves. Its SHA-256 over the canonical (RFC 8785) bytes is the
+/// box's configuration hash, which the host sets at launch as SEV-SNP HOST_DATA (32 bytes) or
+/// TDX MRCONFIGID (the hash, then 16 zero bytes): the hardware then vouches that the box runs
+/// with this configuration, and a node's pin may name the hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxConfiguration {
+    /// The form's version: 1.
+    pub skillbox_box_config: u32,
+    /// Provider id → the exact base URL the box calls (`in-process` for the embedded model),
+    /// as the attestation's provider table.
+    pub providers: BTreeMap<String, String>,
+    /// The node keys one of which a program must name (`--allow-key`), sorted; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_keys: Option<Vec<String>>,
+}
+
+impl BoxConfiguration {
+    pub const VERSION: u32 = 1;
+
+    /// The configuration of a box with this provider table and allow-list (keys lowercased,
+    /// sorted and without repeats, so the same list always hashes the same).
+    pub fn new(
+        providers: BTreeMap<String, String>,
+        allowed_keys: Option<&[String]>,
+    ) -> BoxConfiguration {
+        let allowed_keys = allowed_keys.map(|keys| {
+            let mut keys: Vec<String> = keys.iter().map(|k| k.to_ascii_lowercase()).collect();
+            keys.sort();
+            keys.dedup();
+            keys
+        });
+        BoxConfiguration {
+            skillbox_box_config: Self::VERSION,
+            providers,
+            allowed_keys,
+        }
+    }
+
+    /// SHA-256 of the canonical bytes: the configuration hash.
+    pub fn sha256(&self) -> Result<[u8; 32]> {
+        Ok(Sha256::digest(jcs::to_canonical(self)?).into())
+    }
+
+    /// The value the host sets at launch for `platform`: SEV-SNP HOST_DATA is the hash; TDX
+    /// MRCONFIGID is the hash followed by 16 zero bytes (one hash to pin on both platforms).
+    pub fn launch_value(hash: &[u8; 32], platform: &str) -> Vec<u8> {
+        let mut v = hash.to_vec();
+        if platform == skillbox_attest::Platform::Tdx.as_str() {
+            v.resize(48, 0);
+        }
+        v
+    }
+}
+
+/// The [`Attester`] methods a wrapper that adds one binding to the statement passes to the
+/// attester it wraps (`self.inner`): the platform, measurement and identity stay the inner's.
+macro_rules! same_identity_as_inner {
+    () => {
+        fn platform(&self) -> &str {
+            self.inner.platform()
+        }
+        fn measurement(&self) -> &str {
+            self.inner.measurement()
+        }
+        fn identity_key(&self) -> Option<String> {
+            self.inner.identity_key()
+        }
+        fn launch_config(&self) -> Option<Vec<u8>> {
+            self.inner.launch_config()
+        }
+    };
+}
+
+/// An attester whose statements bind the box's configuration. Made only when the hardware's
+/// launch value (HOST_DATA / MRCONFIGID, read by the attester at start) is the configuration's
+/// hash: a box started with another configuration than its host launched it for does not start.
+pub struct ConfigBound {
+    inner: std::sync::Arc<dyn Attester>,
+    config: BoxConfiguration,
+    hash: String,
+}
+
+impl ConfigBound {
+    pub fn new(inner: std::sync::Arc<dyn Attester>, config: BoxConfiguration) -> Result<Self> {
+        let hash = config.sha256()?;
+        let want = BoxConfiguration::launch_value(&hash, inner.platform());
+        let field = match inner.platform() {
+            "tdx" => "MRCONFIGID",
+            _ => "HOST_DATA",
+        };
+        match inner.launch_config() {
+            Some(got) if got == want => {}
+            Some(got) => {
+                return Err(JcError::Internal(format!(
+                    "this {} guest was launched with {field} {}, but the box's configuration \
+                     hashes to {}: launch it with that value (skillbox box --show-identity \
+                     prints it), or start the box with the configuration it was launched for",
+                    inner.platform(),
+                    hex::encode(got),
+                    hex::encode(&want)
+                )));
+            }
+            None => {
+                return Err(JcError::Internal(format!(
+                    "the {} attester reports no launch configuration to bind",
+                    inner.platform()
+                )));
+            }
+        }
+        Ok(ConfigBound {
+            inner,
+            config,
+            hash: hex::encode(hash),
+        })
+    }
+}
+
+impl Attester for ConfigBound {
+    same_identity_as_inner!();
+    fn tls_spki_sha256(&self) -> Option<String> {
+        self.inner.tls_spki_sha256()
+    }
+    fn attest(&self, statement: &Statement) -> Result<Attestation> {
+        let bound = Statement {
+            config_sha256: Some(self.hash.clone()),
+            ..statement.clone()
+        };
+        let mut attestation = self.inner.attest(&bound)?;
+        attestation.config = Some(self.config.clone());
+        Ok(attestation)
+    }
 }
 
 /// What the provider table says of a provider that runs inside the box.
@@ -93,6 +242,12 @@ pub trait Attester: Send + Sync {
     fn tls_spki_sha256(&self) -> Option<String> {
         None
     }
+    /// What the hardware says the host set at launch for the box's configuration: SEV-SNP
+    /// HOST_DATA, TDX MRCONFIGID (read from a report at start); `None` where there is no such
+    /// field (insecure-dev, Nitro).
+    fn launch_config(&self) -> Option<Vec<u8>> {
+        None
+    }
     fn attest(&self, statement: &Statement) -> Result<Attestation>;
 }
 
@@ -110,15 +265,7 @@ impl TlsBound {
 }
 
 impl Attester for TlsBound {
-    fn platform(&self) -> &str {
-        self.inner.platform()
-    }
-    fn measurement(&self) -> &str {
-        self.inner.measurement()
-    }
-    fn identity_key(&self) -> Option<String> {
-        self.inner.identity_key()
-    }
+    same_identity_as_inner!();
     fn tls_spki_sha256(&self) -> Option<String> {
         Some(self.spki_sha256.clone())
     }
@@ -279,6 +426,7 @@ impl Attester for InsecureDevAttester {
             evidence: serde_json::to_value(evidence)
                 .map_err(|e| JcError::Internal(e.to_string()))?,
             providers: BTreeMap::new(),
+            config: None,
         })
     }
 }
@@ -536,6 +684,7 @@ pub fn verify_attestation(
             "provider table differs from the statement's".into(),
         ));
     }
+    check_config(attestation, &st)?;
     let grant = &program.program.provider;
     let attested = attestation.providers.get(&grant.id.to_string());
     if attested.map(String::as_str) != Some(grant.host.as_deref().unwrap_or(IN_PROCESS)) {
@@ -593,6 +742,28 @@ pub fn verify_attestation(
         tcb_status: vouched.tcb_status,
         tls_spki_sha256,
     })
+}
+
+/// The configuration the attestation carries is the one the statement binds (and so the one
+/// the hardware reported at launch, which the platform's verifier compared), and its provider
+/// table is the attested one.
+fn check_config(attestation: &Attestation, st: &Statement) -> Result<()> {
+    let differs = || JcError::Evidence("box configuration differs from the statement's".into());
+    match (&attestation.config, &st.config_sha256) {
+        (None, None) => Ok(()),
+        (Some(config), Some(hash)) => {
+            if !hash.eq_ignore_ascii_case(&hex::encode(config.sha256()?)) {
+                return Err(differs());
+            }
+            if config.providers != attestation.providers {
+                return Err(JcError::Evidence(
+                    "provider table differs from the box configuration's".into(),
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(differs()),
+    }
 }
 
 /// A TLS key hash as the statement carries it: 64 hex digits, lowercased (`None` otherwise).

@@ -2,7 +2,8 @@
 //! pinned box, holding that box's policy (its measurements and platform rules) and a cache of
 //! verified certificate chains. The report data (SEV-SNP, TDX) or user data (Nitro) must be the
 //! SHA-512 of the run's statement, so the evidence vouches for this run's keys, program, nonce and
-//! provider table. A refusal becomes [`JcError::HardwareRefused`] with the attest crate's closed
+//! provider table; an SEV-SNP report's HOST_DATA or a TDX quote's MRCONFIGID must carry the
+//! configuration hash the statement binds (`config_not_bound` when it binds none). A refusal becomes [`JcError::HardwareRefused`] with the attest crate's closed
 //! code: nothing from the evidence is passed on.
 
 use skillbox_attest::{Platform, nitro, snp, tdx};
@@ -102,6 +103,17 @@ impl HardwareVerifier {
     }
 }
 
+/// The configuration hash the statement binds, which the report's HOST_DATA / MRCONFIGID must
+/// carry: without it the host's launch value vouches for nothing, so an SEV-SNP or TDX
+/// statement that binds no configuration is refused.
+fn config_hash(statement: &Statement) -> Result<[u8; 32]> {
+    statement
+        .config_sha256
+        .as_deref()
+        .and_then(crate::program::decode_hex32)
+        .ok_or(JcError::HardwareRefused("config_not_bound"))
+}
+
 fn evidence<T: serde::de::DeserializeOwned>(a: &Attestation) -> Result<T> {
     serde_json::from_value(a.evidence.clone()).map_err(|_| JcError::HardwareRefused("malformed"))
 }
@@ -114,7 +126,7 @@ impl Verifier for HardwareVerifier {
     fn verify_evidence(
         &self,
         attestation: &Attestation,
-        _statement: &Statement,
+        statement: &Statement,
         report_data: &[u8; 64],
         now_ms: u64,
     ) -> Result<Vouched> {
@@ -124,15 +136,17 @@ impl Verifier for HardwareVerifier {
                 let ev: snp::Evidence = evidence(attestation)?;
                 let expected = snp::Expected {
                     report_data: Some(*report_data),
-                    host_data: None,
+                    host_data: Some(config_hash(statement)?),
                 };
                 v.verify(&ev, &expected, now_ms).map_err(refused)?
             }
             Inner::Tdx(v) => {
                 let ev: tdx::Evidence = evidence(attestation)?;
+                let mut mr_config_id = [0u8; 48];
+                mr_config_id[..32].copy_from_slice(&config_hash(statement)?);
                 let expected = tdx::Expected {
                     report_data: Some(*report_data),
-                    mr_config_id: None,
+                    mr_config_id: Some(mr_config_id),
                 };
                 v.verify(&ev, &expected, now_ms).map_err(refused)?
             }

@@ -989,6 +989,7 @@ impl BoxCore {
                 expires_at: run.expires_at,
                 providers: providers_hash,
                 tls_spki_sha256: self.attester.tls_spki_sha256(),
+                ..Statement::default()
             }
         };
         let mut attestation = self.attester.attest(&statement)?;

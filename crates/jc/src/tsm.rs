@@ -25,6 +25,8 @@ pub struct TsmAttester {
     entry: PathBuf,
     platform: Platform,
     measurement: String,
+    /// HOST_DATA (SEV-SNP) / MRCONFIGID (TDX) of the first report: what the host set at launch.
+    launch_config: Vec<u8>,
     /// SEV-SNP: certificates (PEM or DER files' contents) added to those in `auxblob`.
     snp_certs: Vec<Vec<u8>>,
     /// TDX: the collateral JSON for this platform's quotes.
@@ -77,23 +79,25 @@ impl TsmAttester {
             entry,
             platform,
             measurement: String::new(),
+            launch_config: Vec::new(),
             snp_certs,
             tdx_collateral,
             lock: Mutex::new(()),
         };
         let first = att.report(&[0u8; 64])?;
-        att.measurement = match platform {
-            Platform::SevSnp => hex::encode(
-                snp::Report::parse(&first.0)
-                    .map_err(|r| JcError::HardwareRefused(r.code()))?
-                    .measurement,
-            ),
-            _ => hex::encode(
-                tdx::Quote::parse(&first.0)
-                    .map_err(|r| JcError::HardwareRefused(r.code()))?
-                    .report
-                    .mr_td,
-            ),
+        let refused = |r: skillbox_attest::Refusal| JcError::HardwareRefused(r.code());
+        (att.measurement, att.launch_config) = match platform {
+            Platform::SevSnp => {
+                let report = snp::Report::parse(&first.0).map_err(refused)?;
+                (hex::encode(report.measurement), report.host_data.to_vec())
+            }
+            _ => {
+                let quote = tdx::Quote::parse(&first.0).map_err(refused)?;
+                (
+                    hex::encode(quote.report.mr_td),
+                    quote.report.mr_config_id.to_vec(),
+                )
+            }
         };
         Ok(att)
     }
@@ -154,6 +158,9 @@ impl Attester for TsmAttester {
     fn measurement(&self) -> &str {
         &self.measurement
     }
+    fn launch_config(&self) -> Option<Vec<u8>> {
+        Some(self.launch_config.clone())
+    }
     fn attest(&self, statement: &Statement) -> Result<Attestation> {
         let bytes = statement.to_canonical()?;
         let (out, aux) = self.report(&report_data(&bytes))?;
@@ -162,6 +169,7 @@ impl Attester for TsmAttester {
             statement: STANDARD.encode(&bytes),
             evidence: self.evidence(out, aux)?,
             providers: Default::default(),
+            config: None,
         })
     }
 }

@@ -1,7 +1,9 @@
 //! `skillbox box --attester … --show-identity` (issue 31 item 6) prints, on every hardware
 //! platform, a `[[boxes.pins]]` entry the node's config takes as it is: SEV-SNP by its
 //! MEASUREMENT, TDX with the `policy = { accepted = [...] }` table its pin needs (MRTD and
-//! RTMR0–3 of the TD). The box runs against a configfs-tsm directory double holding real evidence
+//! RTMR0–3 of the TD), each naming the configuration hash the host must launch the guest with
+//! (SEV-SNP `host_data`, TDX `mr_config_id`), which a box launched otherwise refuses to start
+//! on (issue 31 item 4). The box runs against a configfs-tsm directory double holding real evidence
 //! (the jc crate's vectors: virtee's Milan report, dcap-qvl's TDX sample quote).
 
 use std::path::Path;
@@ -35,7 +37,7 @@ fn shown_pin(
     attester: &str,
     tsm: &Path,
     (flag, file): (&str, &Path),
-) -> skillbox_node::config::BoxPin {
+) -> (skillbox_node::config::BoxPin, String) {
     let path = |p: &Path| p.to_str().expect("path").to_owned();
     let (tsm, file) = (path(tsm), path(file));
     let all = [
@@ -53,7 +55,23 @@ fn shown_pin(
     let printed = procs::cli_ok(dir, &all).replace("<this box's name>", "box.example");
     let pin = pin_in_config(&printed, "https://box.example:7480");
     assert!(pin.hardware_policy().expect("policy").is_some());
-    pin
+    // The launch value the host must set, named above the pin; the double's genuine report
+    // was launched with zeros, so this box would not start.
+    let launch = printed
+        .lines()
+        .find_map(|l| l.split_once(" = ").filter(|_| l.starts_with("# the box's")))
+        .map(|(_, v)| v.to_owned())
+        .unwrap_or_else(|| panic!("no launch value: {printed}"));
+    assert!(printed.contains("the box will not start"), "{printed}");
+    // Without --show-identity the box refuses to start, naming the value.
+    let serve = procs::cli(dir, &all[..all.len() - 1]);
+    assert!(!serve.status.success());
+    assert!(
+        procs::text(&serve).contains(&launch),
+        "{}",
+        procs::text(&serve)
+    );
+    (pin, launch)
 }
 
 /// The pin `--show-identity` printed, read back by the node's config parser as is, appended to
@@ -78,7 +96,7 @@ fn a_tdx_box_prints_a_pin_with_its_policy_table() {
         jc_data("tdx/dcapqvl-tdx_quote_collateral.json"),
     )
     .expect("write");
-    let pin = shown_pin(dir.path(), "tdx", &tsm, ("--tdx-collateral", &collateral));
+    let (pin, launch) = shown_pin(dir.path(), "tdx", &tsm, ("--tdx-collateral", &collateral));
     assert_eq!(pin.platform, "tdx");
     assert!(
         pin.measurements[0].starts_with("91eb2b44d141d4ec"),
@@ -92,6 +110,12 @@ fn a_tdx_box_prints_a_pin_with_its_policy_table() {
     for r in ["rtmr0", "rtmr1", "rtmr2", "rtmr3"] {
         assert_eq!(accepted[r].as_str().map(str::len), Some(96), "{r}: {pin:?}");
     }
+    // MRCONFIGID: the configuration hash, then 16 zero bytes.
+    assert_eq!(accepted["mr_config_id"].as_str(), Some(launch.as_str()));
+    assert!(
+        launch.len() == 96 && launch.ends_with(&"00".repeat(16)),
+        "{launch}"
+    );
 }
 
 #[test]
@@ -114,9 +138,16 @@ fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     double(&tsm, "sev_guest", &report, Some(&table));
     let chain = dir.path().join("chain.pem");
     std::fs::write(&chain, jc_data("sev-snp/virtee-cert_chain_milan.pem")).expect("write");
-    let pin = shown_pin(dir.path(), "sev-snp", &tsm, ("--snp-certs", &chain));
+    let (pin, launch) = shown_pin(dir.path(), "sev-snp", &tsm, ("--snp-certs", &chain));
     assert_eq!(pin.platform, "sev-snp");
     assert_eq!(pin.measurements.len(), 1);
     assert_eq!(pin.measurements[0].len(), 96);
-    assert!(pin.policy.is_none());
+    let policy = pin.policy.as_ref().expect("policy");
+    assert_eq!(
+        policy["measurements"][0].as_str(),
+        Some(pin.measurements[0].as_str())
+    );
+    // HOST_DATA: the configuration hash.
+    assert_eq!(policy["host_data"][0].as_str(), Some(launch.as_str()));
+    assert_eq!(launch.len(), 64);
 }

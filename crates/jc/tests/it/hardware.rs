@@ -68,13 +68,16 @@ async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_st
         nonce: "ab".repeat(16),
         expires_at: T_2025_SECS + 60,
         providers: provider_table_hash(&providers).expect("hash"),
-        tls_spki_sha256: None,
+        // The configuration hash this genuine report's HOST_DATA carries (its host set zeros).
+        config_sha256: Some("00".repeat(32)),
+        ..Statement::default()
     };
     let att = Attestation {
         platform: "sev-snp".into(),
         statement: STANDARD.encode(statement.to_canonical().expect("canonical")),
         evidence: evidence(),
         providers,
+        config: None,
     };
     let check = |a: &Attestation, pol: &VerifyPolicy| {
         verify_attestation(
@@ -168,3 +171,117 @@ fn hardware_pins_name_what_is_wrong() {
     .expect_err("empty pins");
     assert!(err.contains("policy"), "{err}");
 }
+
+/// A box that claims a configuration its host did not launch it with: genuine reports (the
+/// virtee Milan report, HOST_DATA zero; dcap-qvl's TDX sample, MRCONFIGID zero), each given the
+/// report data it does carry, under statements that bind another configuration hash. The
+/// adapter compares the launch value with the statement's hash and refuses; a statement that
+/// binds none is refused too, and a pin may name the hash itself.
+#[test]
+fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refused() {
+    let config = skillbox_jc::attest::BoxConfiguration::new(
+        std::collections::BTreeMap::from([("local".to_owned(), "in-process".to_owned())]),
+        None,
+    );
+    let claimed = hex::encode(config.sha256().expect("hash"));
+    let with_config = |platform: &str, config: Option<String>| Statement {
+        platform: platform.into(),
+        config_sha256: config,
+        ..Statement::default()
+    };
+    let rd = |h: &str| -> [u8; 64] { hex::decode(h).expect("hex").try_into().expect("64") };
+    let zero = Some("00".repeat(32));
+
+    // SEV-SNP.
+    let att = Attestation {
+        platform: "sev-snp".into(),
+        statement: String::new(),
+        evidence: evidence(),
+        providers: Default::default(),
+        config: None,
+    };
+    let snp = |pol: Option<serde_json::Value>| {
+        HardwareVerifier::new(
+            HardwarePolicy::from_value("sev-snp", pol, &[MEASUREMENT.into()]).expect("policy"),
+        )
+        .expect("verifier")
+    };
+    let check = |v: &HardwareVerifier, config: Option<String>| {
+        v.verify_evidence(
+            &att,
+            &with_config("sev-snp", config),
+            &rd(REPORT_DATA),
+            T_2025_SECS * 1000,
+        )
+    };
+    let got = check(&snp(None), Some(claimed.clone()));
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("host_data_mismatch"))),
+        "{got:?}"
+    );
+    assert!(matches!(
+        check(&snp(None), None),
+        Err(JcError::HardwareRefused("config_not_bound"))
+    ));
+    check(&snp(None), zero.clone()).expect("the configuration it was launched with");
+    // A pin naming the configuration hash: another launch value is refused even when the
+    // statement agrees with the report.
+    let pinned =
+        |h: &str| Some(serde_json::json!({"measurements": [MEASUREMENT], "host_data": [h]}));
+    assert!(matches!(
+        check(&snp(pinned(&claimed)), zero.clone()),
+        Err(JcError::HardwareRefused("measurement_not_allowed"))
+    ));
+    check(&snp(pinned(&"00".repeat(32))), zero.clone()).expect("pinned and launched");
+
+    // TDX.
+    let jc_data = |name: &str| {
+        std::fs::read(format!(
+            "{}/tests/data/tdx/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("data")
+    };
+    let ev = skillbox_attest::tdx::Evidence::from_files(
+        &jc_data("dcapqvl-tdx_quote"),
+        &jc_data("dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("the sample parses");
+    let att = Attestation {
+        platform: "tdx".into(),
+        evidence: serde_json::to_value(ev).expect("json"),
+        ..att
+    };
+    let tdx = HardwareVerifier::new(
+        HardwarePolicy::from_value(
+            "tdx",
+            Some(serde_json::json!({"accepted": [{"mr_td": TDX_MR_TD}]})),
+            &[],
+        )
+        .expect("policy"),
+    )
+    .expect("verifier");
+    let check = |config: Option<String>| {
+        tdx.verify_evidence(
+            &att,
+            &with_config("tdx", config),
+            &rd(TDX_REPORT_DATA),
+            T_TDX_MS,
+        )
+    };
+    let got = check(Some(claimed));
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("config_id_mismatch"))),
+        "{got:?}"
+    );
+    assert!(matches!(
+        check(None),
+        Err(JcError::HardwareRefused("config_not_bound"))
+    ));
+    check(zero).expect("the configuration it was launched with");
+}
+
+const TDX_MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
+const TDX_REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
+/// Inside the TDX sample's collateral window.
+const T_TDX_MS: u64 = 1_751_000_000_000;

@@ -83,6 +83,71 @@ async fn the_provider_table_is_bound_and_checked_against_the_program_and_the_pin
     ));
 }
 
+/// The configuration an attestation carries is the one its statement binds (the hash the
+/// hardware's HOST_DATA / MRCONFIGID is compared with), and its provider table is the attested
+/// one: a box cannot bind one configuration and show another.
+#[tokio::test]
+async fn the_configuration_shown_is_the_one_the_statement_binds() {
+    use base64::Engine as _;
+    use skillbox_jc::attest::{Attester as _, BoxConfiguration, Statement};
+    let f = start(None).await;
+    let Attested {
+        approved,
+        run_id,
+        nonce,
+        attestation: att,
+    } = f.open_attested(&f.program()).await;
+    let served: Statement = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(&att.statement)
+            .expect("base64"),
+    )
+    .expect("statement");
+    let dev = InsecureDevAttester::with_measurement(served.measurement.clone());
+    // Signed afresh (a software key: this party pins none) with `bound` in the statement and
+    // `shown` in the attestation.
+    let attest = |bound: Option<&BoxConfiguration>, shown: Option<&BoxConfiguration>| {
+        let st = Statement {
+            config_sha256: bound.map(|c| hex::encode(c.sha256().expect("hash"))),
+            ..served.clone()
+        };
+        let mut a = dev.attest(&st).expect("attests");
+        a.providers = att.providers.clone();
+        a.config = shown.cloned();
+        verify_attestation(
+            &a,
+            &approved,
+            &run_id,
+            &nonce,
+            &VerifyPolicy::new(true),
+            now_secs(),
+        )
+    };
+    let config = BoxConfiguration::new(att.providers.clone(), None);
+    attest(Some(&config), Some(&config)).expect("bound and shown");
+    let restricted = BoxConfiguration::new(att.providers.clone(), Some(&["ab".repeat(32)]));
+    let mut elsewhere = config.clone();
+    elsewhere
+        .providers
+        .insert("openai".into(), "https://api.openai.com/v1".into());
+    for (bound, shown, what) in [
+        (
+            Some(&config),
+            Some(&restricted),
+            "box configuration differs",
+        ),
+        (Some(&config), None, "box configuration differs"),
+        (None, Some(&config), "box configuration differs"),
+        (Some(&elsewhere), Some(&elsewhere), "box configuration's"),
+    ] {
+        let got = attest(bound, shown);
+        assert!(
+            matches!(&got, Err(JcError::Evidence(m)) if m.contains(what)),
+            "{what}: {got:?}"
+        );
+    }
+}
+
 #[test]
 fn the_box_key_file_keeps_one_identity_and_a_bad_one_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");

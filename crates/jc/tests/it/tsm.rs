@@ -28,6 +28,8 @@ fn statement() -> Statement {
         nonce: "ab".repeat(16),
         expires_at: 1,
         providers: "33".repeat(32),
+        // The genuine report's HOST_DATA (zero), so the check reaches the report data.
+        config_sha256: Some("00".repeat(32)),
         tls_spki_sha256: None,
     }
 }
@@ -137,4 +139,80 @@ fn tdx_quote_with_its_collateral_and_the_wrong_guest_kind_refused() {
     .err()
     .expect("absent");
     assert!(err.to_string().contains("/nonexistent/tsm/report"), "{err}");
+}
+
+/// The box checks at start that the host launched it for the configuration it runs: the
+/// double's report carries HOST_DATA (SEV-SNP) / MRCONFIGID (TDX) as the host set it. Launched
+/// for another configuration (the genuine reports' zeros), the box does not start; launched for
+/// its own (the double's report with the field set to the hash: the box reads, it does not
+/// verify, its own report), every statement binds the hash and the attestation carries the
+/// configuration.
+#[test]
+fn a_box_starts_only_when_launched_for_its_configuration() {
+    use skillbox_jc::attest::{BoxConfiguration, ConfigBound};
+    use std::sync::Arc;
+    let config = BoxConfiguration::new(
+        std::collections::BTreeMap::from([("local".to_owned(), "in-process".to_owned())]),
+        Some(&["AB".repeat(32)]),
+    );
+    let hash = config.sha256().expect("hash");
+    let snp_report = hex::decode(
+        String::from_utf8(data("sev-snp/virtee-report_milan.hex"))
+            .expect("utf-8")
+            .trim(),
+    )
+    .expect("hex");
+    let quote = data("tdx/dcapqvl-tdx_quote");
+    let collateral = data("tdx/dcapqvl-tdx_quote_collateral.json");
+    // MRCONFIGID follows MRTD in the TD report body.
+    let mr_td = tdx::Quote::parse(&quote).expect("quote").report.mr_td;
+    let at = quote
+        .windows(48)
+        .position(|w| w == mr_td)
+        .expect("MRTD in the quote")
+        + 48;
+    let open = |platform: Platform, out: &[u8]| {
+        let (provider, certs, collateral) = match platform {
+            Platform::Tdx => ("tdx_guest", vec![], Some(collateral.clone())),
+            _ => (
+                "sev_guest",
+                vec![
+                    data("sev-snp/virtee-vcek_milan.der"),
+                    data("sev-snp/virtee-cert_chain_milan.pem"),
+                ],
+                None,
+            ),
+        };
+        let root = double(provider, out, None);
+        let tsm = TsmAttester::open(root.path(), platform, certs, collateral).expect("opens");
+        (root, ConfigBound::new(Arc::new(tsm), config.clone()))
+    };
+    for (platform, report, offset, field) in [
+        (Platform::SevSnp, snp_report, 0xC0, "HOST_DATA"),
+        (Platform::Tdx, quote.clone(), at, "MRCONFIGID"),
+    ] {
+        let (_root, refused) = open(platform, &report);
+        let err = refused.err().expect("launched for another configuration");
+        assert!(err.to_string().contains(field), "{err}");
+        assert!(err.to_string().contains(&hex::encode(hash)), "{err}");
+
+        let mut launched = report.clone();
+        launched[offset..offset + 32].copy_from_slice(&hash);
+        let (_root, bound) = open(platform, &launched);
+        let bound = bound.expect("launched for its configuration");
+        let a = bound
+            .attest(&Statement {
+                platform: platform.as_str().into(),
+                config_sha256: None,
+                ..statement()
+            })
+            .expect("attests");
+        let st: Statement = serde_json::from_slice(
+            &base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &a.statement)
+                .expect("base64"),
+        )
+        .expect("statement");
+        assert_eq!(st.config_sha256, Some(hex::encode(hash)), "{platform}");
+        assert_eq!(a.config.as_ref(), Some(&config));
+    }
 }
