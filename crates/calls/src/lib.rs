@@ -15,8 +15,8 @@ pub mod selection;
 pub mod vocabulary;
 
 pub use machine::{
-    Action, Call, Decision, Event, Failure, FailureCode, NewCall, Role, State, Timing, Transition,
-    start, step, tick_due_ms,
+    Action, Call, Decision, Event, Failure, FailureCode, MAX_MOVES, NewCall, Role, State, Timing,
+    Transition, start, step, tick_due_ms,
 };
 pub use policy::{
     Admission, Pattern, Policy, RateBuckets, Refusal, Rule, Side, SubmitQuestion, Told,

@@ -133,6 +133,9 @@ pub enum FailureCode {
     OverOwnerLimit,
     /// The skill's calls-per-day ceiling (for this peer, or in total) is reached.
     DailyLimit,
+    /// The call's run moved off a lost box more than [`MAX_MOVES`] times: the owner stakes its
+    /// body into at most `MAX_MOVES + 1` runs of one call, and the caller gives up as well.
+    TooManyMoves,
     /// The peer already holds as many admitted calls that have not reached their run as the
     /// owner takes (`calls.max_unstarted_per_peer`).
     PendingLimit,
@@ -159,12 +162,13 @@ impl FailureCode {
             FailureCode::PeerFailed => "peer_failed",
             FailureCode::OverOwnerLimit => "over_owner_limit",
             FailureCode::DailyLimit => "daily_limit",
+            FailureCode::TooManyMoves => "too_many_moves",
             FailureCode::PendingLimit => "pending_limit",
             FailureCode::CoverageExceeded => "coverage_exceeded",
         }
     }
 
-    pub const ALL: [FailureCode; 17] = [
+    pub const ALL: [FailureCode; 18] = [
         FailureCode::NotAdmitted,
         FailureCode::NotOffered,
         FailureCode::ProgramMismatch,
@@ -180,6 +184,7 @@ impl FailureCode {
         FailureCode::PeerFailed,
         FailureCode::OverOwnerLimit,
         FailureCode::DailyLimit,
+        FailureCode::TooManyMoves,
         FailureCode::PendingLimit,
         FailureCode::CoverageExceeded,
     ];
@@ -207,6 +212,7 @@ impl FailureCode {
             FailureCode::PeerFailed => "the peer failed the call",
             FailureCode::OverOwnerLimit => "the call asks for more than the owner's limits",
             FailureCode::DailyLimit => "the skill's daily call limit is reached",
+            FailureCode::TooManyMoves => "the run moved to another box too often",
             FailureCode::PendingLimit => "too many of this peer's calls wait to start",
             FailureCode::CoverageExceeded => {
                 "the owner takes no more calls of this skill from this peer today"
@@ -284,7 +290,17 @@ pub struct Call {
     /// one chosen, before anything was staked. Written by the driver, never read by `step`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moves: Vec<BoxMove>,
+    /// The runs this call left, oldest first: a box lost after the open and before this side's
+    /// (caller) or the caller's (owner) stake was taken. A left run is never entered again, and
+    /// at most [`MAX_MOVES`] are left; each run is staked into at most once per side.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_runs: Vec<String>,
 }
+
+/// How many runs one call may leave for a new one (see [`Call::left_runs`]): a lost box is
+/// rare, and each move costs the owner a stake of its body into one more run, so a caller
+/// cannot use moves to spread the body over many boxes.
+pub const MAX_MOVES: usize = 3;
 
 /// A run moved off a box before anything was staked: the box it left, the box that opened it,
 /// and why, as a closed code ([`BoxMove::REASONS`]).
@@ -297,12 +313,20 @@ pub struct BoxMove {
     pub from: String,
     pub to: String,
     pub reason: String,
+    /// The run left behind, when the box was lost after it opened one (`None`: the open
+    /// itself failed there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 impl BoxMove {
-    /// The box did not answer (refused, reset, timed out, or a 5xx); it was at its run limit;
-    /// it will not take this program (its allow-list, its expiry horizon).
-    pub const REASONS: [&'static str; 3] = ["box_unreachable", "box_busy", "box_refused"];
+    /// The box did not answer (refused, reset, timed out, or a 5xx) — at the open, or after
+    /// it opened the run and before this side's stake was taken; it was at its run limit; it
+    /// will not take this program (its allow-list, its expiry horizon).
+    /// And on the owner's side, `caller_moved`: the caller named a new run on another box
+    /// (by its word, its box was lost); the owner cannot tell why, only that it may follow.
+    pub const REASONS: [&'static str; 4] =
+        ["box_unreachable", "box_busy", "box_refused", "caller_moved"];
 }
 
 /// Something that happened to a call.
@@ -315,9 +339,11 @@ pub enum Event {
     // --- payloads from the peer
     /// Caller: the owner co-signed the program.
     PeerAccepted,
-    /// Owner: the caller opened the run and says where.
+    /// Owner: the caller opened the run and says where (`box_url`: one this node accepts,
+    /// checked by the driver). A session naming another run than the call's is a move.
     PeerSession {
         run_id: String,
+        box_url: String,
     },
     /// Either: the peer failed the call. Terminal on both sides. Only its code is taken (an
     /// unknown one is `None`); the peer's words never are.
@@ -338,6 +364,9 @@ pub enum Event {
     RunOpened {
         run_id: String,
     },
+    /// Caller: the box of the call's run stopped answering after the open and before this
+    /// side's stake was taken (the driver's bounded retries): the run is left for a new one.
+    BoxLost,
     /// A box operation failed for good (after the driver's own bounded retries).
     BoxFailed {
         code: FailureCode,
@@ -373,9 +402,11 @@ pub enum Action {
     SendAccepted,
     /// Caller: open the run at the box, attest with a fresh nonce, verify; then `RunOpened`.
     OpenRun,
-    /// Owner: attest the run the caller named with its own nonce, verify; then `RunOpened`.
+    /// Owner: attest the run the caller named at `box_url` with its own nonce, verify; then
+    /// `RunOpened` (which records that box as the call's).
     VerifyRun {
         run_id: String,
+        box_url: String,
     },
     /// Caller: send `call.session {callId, box, runId}`.
     SendSession,
@@ -439,6 +470,7 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
         from_agent: false,
         failure: None,
         moves: Vec::new(),
+        left_runs: Vec::new(),
     };
     let actions = owed(&call);
     Transition {
@@ -556,20 +588,63 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
         (Caller, State::Requested, Event::PeerAccepted) => to(State::Accepted, vec![]),
         (Owner, State::Received, Event::Admitted) => to(State::Accepted, vec![]),
         (Owner, State::Received, Event::NotAdmitted { code, message }) => fail(code, message, true),
-        (Caller, State::Accepted, Event::RunOpened { run_id }) => {
+        // A fresh run: never one this call left (a box's run ids are random; a replayed
+        // answer of the left run's open is not the new run).
+        (Caller, State::Accepted, Event::RunOpened { run_id })
+            if !call.left_runs.contains(&run_id) =>
+        {
             let mut t = to(State::Opened, vec![]);
             t.call.run_id = Some(run_id);
             t
         }
-        (Owner, State::Accepted, Event::PeerSession { run_id }) => {
+        (Owner, State::Accepted, Event::PeerSession { run_id, box_url })
+            if !call.left_runs.contains(&run_id) =>
+        {
             // Verify before recording: the run is the caller's claim until our own attestation.
             Transition {
                 call: call.clone(),
-                actions: vec![Action::VerifyRun { run_id }],
+                actions: vec![Action::VerifyRun { run_id, box_url }],
                 changed: false,
             }
         }
-        (Owner, State::Accepted, Event::RunOpened { run_id }) => {
+        // The caller moved the run (its box was lost before the caller's stake was taken): a
+        // run this call never had, verified like the first. Never once this side submitted —
+        // the box took that submit only with both stakes in, so the run may be running — and
+        // never past the bound: a caller cannot spread the owner's body over many boxes.
+        (Owner, s, Event::PeerSession { run_id, box_url })
+            if owner_may_move(s) && is_new_run(call, &run_id) =>
+        {
+            if call.left_runs.len() >= MAX_MOVES {
+                return too_many_moves(fail);
+            }
+            Transition {
+                call: call.clone(),
+                actions: vec![Action::VerifyRun { run_id, box_url }],
+                changed: false,
+            }
+        }
+        (Owner, s, Event::RunOpened { run_id })
+            if owner_may_move(s) && is_new_run(call, &run_id) =>
+        {
+            if call.left_runs.len() >= MAX_MOVES {
+                return too_many_moves(fail);
+            }
+            moved_to(call, Some(run_id), to_with)
+        }
+        // Caller: the run's box stopped answering before this side's stake was taken: open a
+        // new run (fresh keys) on another box; the owner follows the new `call.session`. The
+        // policy is asked again, so the question names the box the stake will go to.
+        (Caller, State::Opened | State::AwaitingConsent, Event::BoxLost)
+            if call.run_id.is_some() =>
+        {
+            if call.left_runs.len() >= MAX_MOVES {
+                return too_many_moves(fail);
+            }
+            moved_to(call, None, to_with)
+        }
+        (Owner, State::Accepted, Event::RunOpened { run_id })
+            if !call.left_runs.contains(&run_id) =>
+        {
             let mut t = to(State::Opened, vec![]);
             t.call.run_id = Some(run_id);
             t
@@ -648,6 +723,51 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
         }
         _ => unchanged(),
     }
+}
+
+/// The owner's states from which it follows the caller to a new run: it holds a run and has
+/// not submitted it.
+fn owner_may_move(s: State) -> bool {
+    matches!(
+        s,
+        State::Opened | State::Staked | State::AwaitingConsent | State::Submitting
+    )
+}
+
+/// A run id the call has neither now nor left before.
+fn is_new_run(call: &Call, run_id: &str) -> bool {
+    call.run_id.as_deref() != Some(run_id) && !call.left_runs.iter().any(|r| r == run_id)
+}
+
+fn too_many_moves(fail: impl Fn(FailureCode, String, bool) -> Transition) -> Transition {
+    fail(
+        FailureCode::TooManyMoves,
+        format!("the run moved more than {MAX_MOVES} times"),
+        true,
+    )
+}
+
+/// Leave the call's run for `next` (owner: the verified new run, `opened`; caller: none yet,
+/// back to `accepted` to open one). Consent is asked again for the new box, and the caller's
+/// new session is owed to the owner.
+fn moved_to(
+    call: &Call,
+    next: Option<String>,
+    to_with: impl Fn(State, Vec<Action>, bool) -> Transition,
+) -> Transition {
+    let state = if next.is_some() {
+        State::Opened
+    } else {
+        State::Accepted
+    };
+    let mut t = to_with(state, vec![], false);
+    if let Some(left) = call.run_id.clone() {
+        t.call.left_runs.push(left);
+    }
+    t.call.run_id = next;
+    t.call.session_delivered = false;
+    t.actions = owed(&t.call);
+    t
 }
 
 /// The earliest time a [`Event::Tick`] can change `call` or owe an action: before it, [`step`]

@@ -25,6 +25,7 @@ fn entry(i: u64) -> Entry {
         peer: "12D3KooWBenchPeerIdBenchPeerIdBenchPeerIdBench".into(),
         skill: "taste".into(),
         box_url: Some("https://box.example:7443".into()),
+        run: None,
         platform: Some("sev-snp".into()),
         measurement: Some("ab".repeat(48)),
         hardware_isolation: true,

@@ -107,6 +107,11 @@ pub struct Entry {
     pub skill: String,
     #[serde(rename = "box", default, skip_serializing_if = "Option::is_none")]
     pub box_url: Option<String>,
+    /// The box run the entry is about, once the call has one: a call whose box was lost moves
+    /// to a new run, and each run is staked into at most once ([`stake_state`] is per run).
+    /// Absent in entries written before it existed (and then hashed without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -784,6 +789,7 @@ pub fn open(store: &Store, key: &SigningKey, peer: &str) -> Result<()> {
                     peer: peer.to_owned(),
                     skill: String::new(),
                     box_url: None,
+                    run: None,
                     platform: None,
                     measurement: None,
                     hardware_isolation: false,
@@ -1047,9 +1053,12 @@ pub struct StakeState {
     pub answer: Option<(EntryKind, Option<String>)>,
 }
 
-/// See [`StakeState`]; `None` when nothing was staked for this call on this side.
-pub fn stake_state(store: &Store, call: &str, role: &str) -> Result<Option<StakeState>> {
-    let entries = of_call(store, call, role)?;
+/// See [`StakeState`]; `None` when nothing was staked for this call on this side into `run`.
+/// Only that run's entries count (and those written before entries named their run): a stake
+/// into a run the call left is never taken for the run it has now.
+pub fn stake_state(store: &Store, call: &str, role: &str, run: &str) -> Result<Option<StakeState>> {
+    let mut entries = of_call(store, call, role)?;
+    entries.retain(|e| e.run.as_deref().is_none_or(|r| r == run));
     let Some(stake) = entries.iter().rev().find(|e| e.kind == EntryKind::Stake) else {
         return Ok(None);
     };
@@ -1081,6 +1090,7 @@ mod tests {
             peer: "12D3KooWPeer".into(),
             skill: "taste".into(),
             box_url: Some("http://127.0.0.1:7000".into()),
+            run: None,
             platform: Some("insecure-dev".into()),
             measurement: Some("ab".repeat(32)),
             hardware_isolation: false,

@@ -139,6 +139,7 @@ fn owner_happy_path() {
         &t.call,
         Event::PeerSession {
             run_id: "r1".into(),
+            box_url: "http://box".into(),
         },
         T0 + 2,
         &timing(),
@@ -147,7 +148,8 @@ fn owner_happy_path() {
     assert_eq!(
         t.actions,
         vec![Action::VerifyRun {
-            run_id: "r1".into()
+            run_id: "r1".into(),
+            box_url: "http://box".into(),
         }]
     );
     let t = step(

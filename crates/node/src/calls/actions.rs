@@ -188,8 +188,20 @@ impl Calls {
             .timed("attest", client.attest(&approved, &opened.run_id, &policy))
             .await?;
         let mut change = self.remember(row, verified);
+        // A run the call left for this open (its box lost after it opened) is a move even when
+        // the same box, back again, opened the new run.
+        let lost = row
+            .call
+            .left_runs
+            .last()
+            .filter(|r| !row.call.moves.iter().any(|m| m.run.as_ref() == Some(*r)));
+        if let Some(run) = lost {
+            let why = left.unwrap_or("box_unreachable");
+            change.patch.moved = Some(super::boxes::moved(&first, &url, why, Some(run)));
+        } else if url != first {
+            change.patch.moved = left.map(|why| super::boxes::moved(&first, &url, why, None));
+        }
         if url != first {
-            change.patch.moved = left.map(|why| super::boxes::moved(&first, &url, why));
             change.patch.box_url = Some(url);
         }
         Ok(Some((
@@ -221,10 +233,14 @@ impl Calls {
         let mut attempt = 0u32;
         loop {
             let mut last = match self.timed("open", client.open(env)).await {
-                Ok(opened) => return Ok((first.to_owned(), client, opened, None)),
+                Ok(opened) => {
+                    self.0.boxes.answered(first);
+                    return Ok((first.to_owned(), client, opened, None));
+                }
                 Err(e) if driver::transient(&e) || driver::box_refuses(&e) => e,
                 Err(e) => return Err(e),
             };
+            self.0.boxes.failed(first, super::boxes::move_reason(&last));
             let mut all_busy = is_busy(&last);
             let left = super::boxes::move_reason(&last);
             for other in self.0.boxes.alternatives(first, &approved.program) {
@@ -234,10 +250,14 @@ impl Calls {
                 match self.timed("open", c.open(env)).await {
                     Ok(opened) => {
                         self.0.boxes.claim(&other.url);
+                        self.0.boxes.answered(&other.url);
                         tracing::info!(call = %row.call.id, from = %first, to = %other.url, code = last.code(), "box busy or unreachable; run opened on another");
                         return Ok((other.url, c, opened, Some(left)));
                     }
                     Err(e) if driver::transient(&e) || driver::box_refuses(&e) => {
+                        self.0
+                            .boxes
+                            .failed(&other.url, super::boxes::move_reason(&e));
                         all_busy &= is_busy(&e);
                         // A box that may take the call later outranks one that never will.
                         if driver::transient(&e) || !driver::transient(&last) {
@@ -255,15 +275,22 @@ impl Calls {
         }
     }
 
+    /// Owner: attest the run the caller named at `box_url` (one this node accepts, checked
+    /// when the session arrived) and, verified, make it the call's run and box — the first, or
+    /// the one the caller moved to (the machine decides whether it may).
     pub(super) async fn verify_run(
         &self,
         row: &CallRow,
         run_id: &str,
+        box_url: &str,
     ) -> skillbox_jc::Result<Outcome> {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
-        let client = self.client(row)?;
-        let policy = self.attest_policy(row);
+        let box_url = super::boxes::normalize_url(box_url);
+        let client = self.0.boxes.client(&box_url).cloned().ok_or_else(|| {
+            JcError::BadRequest(format!("box {box_url} is not one this node accepts"))
+        })?;
+        let policy = self.0.boxes.verify_policy(&box_url);
         let verified = self
             .timed("attest", client.attest(&approved, run_id, &policy))
             .await?;
@@ -283,7 +310,19 @@ impl Calls {
                 Change::none(),
             )));
         }
-        let change = self.remember(row, verified);
+        let mut change = self.remember(row, verified);
+        // A second run of the call: the caller moved it. The owner's history says so (from the
+        // box of the run it leaves), applied only if the machine takes the move.
+        if row.call.run_id.is_some() {
+            let from = row.box_url.clone().unwrap_or_default();
+            change.patch.moved = Some(super::boxes::moved(
+                &from,
+                &box_url,
+                "caller_moved",
+                row.call.run_id.as_ref(),
+            ));
+        }
+        change.patch.box_url = Some(box_url);
         Ok(Some((
             Event::RunOpened {
                 run_id: run_id.to_owned(),
@@ -502,14 +541,20 @@ impl Calls {
         }
     }
 
-    /// This call's stake as the ledger has it on this side.
+    /// This call's stake into its run now as the ledger has it on this side (a run the call
+    /// left is another run: its stake is not this one's).
     async fn stake_state(
         &self,
         row: &CallRow,
     ) -> skillbox_jc::Result<Option<crate::ledger::StakeState>> {
         let store = self.0.store.clone();
         let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
-        super::blocking(move || crate::ledger::stake_state(&store, &id, side))
+        let run = row
+            .call
+            .run_id
+            .clone()
+            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        super::blocking(move || crate::ledger::stake_state(&store, &id, side, &run))
             .await
             .map_err(|e| JcError::Internal(format!("ledger: {e}")))
     }

@@ -195,11 +195,27 @@ pub struct Boxes {
     refreshed_at: RwLock<Option<std::time::Instant>>,
     /// Runs this node sent each box since the box last reported its load.
     claimed: Mutex<BTreeMap<String, usize>>,
+    /// Boxes that just failed a call (see [`Benched`]): tried after every other for a while.
+    benched: Mutex<BTreeMap<String, Benched>>,
     /// Trust on first use of the unpinned URLs, as loaded from and written to `store`.
     first_seen: RwLock<BTreeMap<String, FirstSeen>>,
     /// Where first-seen identities are kept; `None`: in memory only (unit tests).
     store: Option<Arc<Store>>,
 }
+
+/// A box that failed a call — it did not answer an open or a stake (`box_unreachable`), or
+/// refused the program (`box_refused`) — goes behind every other box for new calls until
+/// `until`, so they do not try the dead box first. The wait starts at [`BENCH_FIRST`] and
+/// doubles with each failure in a row to [`BENCH_MOST`]; an open it answers ends it. Only the
+/// order changes: a benched box is still tried when nothing else can run the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Benched {
+    until: std::time::Instant,
+    wait: std::time::Duration,
+}
+
+const BENCH_FIRST: std::time::Duration = std::time::Duration::from_secs(30);
+const BENCH_MOST: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// What a node knows of its boxes is refreshed on demand past this age (and on the advert
 /// schedule).
@@ -268,6 +284,7 @@ impl Boxes {
             checks: RwLock::new(BTreeMap::new()),
             refreshed_at: RwLock::new(None),
             claimed: Mutex::new(BTreeMap::new()),
+            benched: Mutex::new(BTreeMap::new()),
             first_seen: RwLock::new(BTreeMap::new()),
             store: None,
         }
@@ -541,11 +558,57 @@ impl Boxes {
         stale || self.clients.keys().any(|u| !known.contains_key(u))
     }
 
-    /// `candidates` in the order a call should try them: least loaded first (see the module
-    /// docs), ties by URL.
+    /// `candidates` in the order a call should try them: a box that just failed last (see
+    /// [`Benched`]), else least loaded first (see the module docs), ties by URL.
     pub fn by_load(&self, candidates: Vec<KnownBox>) -> Vec<KnownBox> {
+        self.by_load_at(candidates, std::time::Instant::now())
+    }
+
+    fn by_load_at(&self, candidates: Vec<KnownBox>, now: std::time::Instant) -> Vec<KnownBox> {
         let claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
-        order_by_load(candidates, &claimed)
+        let benched: std::collections::BTreeSet<String> = self
+            .benched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, b)| b.until > now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        let (last, first): (Vec<KnownBox>, Vec<KnownBox>) = order_by_load(candidates, &claimed)
+            .into_iter()
+            .partition(|k| benched.contains(&k.url));
+        first.into_iter().chain(last).collect()
+    }
+
+    /// The box at `url` failed a call for `reason` (one of [`BoxMove::REASONS`]): a box that
+    /// did not answer or refused the program is benched (see [`Benched`]); a full one is not
+    /// (it has room the moment a run ends).
+    pub fn failed(&self, url: &str, reason: &str) {
+        if matches!(reason, "box_unreachable" | "box_refused") {
+            self.failed_at(url, std::time::Instant::now());
+        }
+    }
+
+    fn failed_at(&self, url: &str, now: std::time::Instant) {
+        let mut benched = self.benched.lock().unwrap_or_else(|p| p.into_inner());
+        let b = benched.entry(normalize_url(url)).or_insert(Benched {
+            until: now,
+            wait: std::time::Duration::ZERO,
+        });
+        // A failure while benched (calls already under way) does not lengthen the wait;
+        // one after it ran out doubles it.
+        if b.until <= now {
+            b.wait = (b.wait * 2).clamp(BENCH_FIRST, BENCH_MOST);
+            b.until = now + b.wait;
+        }
+    }
+
+    /// The box at `url` opened a run: it is not benched any more.
+    pub fn answered(&self, url: &str) {
+        self.benched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&normalize_url(url));
     }
 
     /// Count a run this node is sending to the box at `url`, until the box next reports.
@@ -666,13 +729,15 @@ pub fn move_reason(e: &JcError) -> &'static str {
 }
 
 /// The history entry of a run opened on `to` after `from` was left for `reason` (one of
-/// [`BoxMove::REASONS`], from [`move_reason`]).
-pub fn moved(from: &str, to: &str, reason: &'static str) -> BoxMove {
+/// [`BoxMove::REASONS`], from [`move_reason`]); `run`: the run left there, when the box was lost
+/// after it opened one.
+pub fn moved(from: &str, to: &str, reason: &'static str, run: Option<&String>) -> BoxMove {
     BoxMove {
         at_ms: super::now_ms(),
         from: normalize_url(from),
         to: normalize_url(to),
         reason: reason.to_owned(),
+        run: run.cloned(),
     }
 }
 
@@ -728,7 +793,7 @@ mod tests {
             assert_eq!(move_reason(&e), want, "{e:?}");
             assert!(BoxMove::REASONS.contains(&want));
         }
-        let m = moved("http://a/", "http://b", "box_unreachable");
+        let m = moved("http://a/", "http://b", "box_unreachable", None);
         assert_eq!((m.from.as_str(), m.to.as_str()), ("http://a", "http://b"));
         assert_eq!(m.reason, "box_unreachable");
     }
@@ -750,6 +815,51 @@ mod tests {
         assert_eq!(
             urls(&order_by_load(boxes, &claimed)),
             ["http://c", "http://a", "http://b"]
+        );
+    }
+
+    #[test]
+    fn a_box_that_failed_goes_last_for_a_while_growing_to_ten_minutes_until_it_answers() {
+        let urls_in = ["http://a".to_owned(), "http://b".to_owned()];
+        let boxes = Boxes::new(&urls_in, true, &[], &BTreeMap::new());
+        // a is the least loaded: first, until it fails.
+        let both = vec![known("http://a", 0), known("http://b", 3)];
+        let t0 = std::time::Instant::now();
+        let order =
+            |at: std::time::Duration| urls(&boxes.by_load_at(both.clone(), t0 + at)).join(" ");
+        assert_eq!(order(std::time::Duration::ZERO), "http://a http://b");
+        boxes.failed_at("http://a/", t0);
+        let s = std::time::Duration::from_secs;
+        assert_eq!(order(s(0)), "http://b http://a");
+        assert_eq!(order(s(29)), "http://b http://a");
+        assert_eq!(
+            order(s(30)),
+            "http://a http://b",
+            "30 s, then tried first again"
+        );
+        // Failing again while benched does not lengthen it; after, the wait doubles.
+        boxes.failed_at("http://a", t0 + s(10));
+        assert_eq!(order(s(30)), "http://a http://b");
+        let mut at = s(30);
+        for wait in [60, 120, 240, 480, 600, 600] {
+            boxes.failed_at("http://a", t0 + at);
+            assert_eq!(order(at + s(wait - 1)), "http://b http://a", "wait {wait}");
+            at += s(wait);
+            assert_eq!(order(at), "http://a http://b", "wait {wait}");
+        }
+        // An open it answers resets it: the next failure benches it for 30 s again.
+        boxes.answered("http://a");
+        boxes.failed_at("http://a", t0 + at);
+        assert_eq!(order(at + s(29)), "http://b http://a");
+        assert_eq!(order(at + s(30)), "http://a http://b");
+        // A full box is not benched.
+        boxes.failed("http://b", "box_busy");
+        assert!(
+            !boxes
+                .benched
+                .lock()
+                .expect("benched")
+                .contains_key("http://b")
         );
     }
 

@@ -113,6 +113,24 @@ pub(super) fn box_refuses(e: &JcError) -> bool {
     matches!(e, JcError::Remote { code, .. } if matches!(code.as_str(), "key_not_allowed" | "expires_too_far"))
 }
 
+/// How many times in a row a caller's stake finds its box not answering before the run is left
+/// for another (the machine's retries: about 2 + 4 s apart). A box that blinks is not left;
+/// one that stays away is, well inside the 120 s stall limit.
+const LOST_AFTER_ATTEMPTS: u32 = 3;
+
+/// Whether the caller's stake failed because the run's box is lost: it does not answer
+/// (refused, reset, timed out, a 5xx other than a full box), for the
+/// [`LOST_AFTER_ATTEMPTS`]th time, with this side's stake into the run not taken (a taken
+/// stake ends the stake action with `Staked`, never with an error). The owner never moves on
+/// its own: it follows the caller's next `call.session`.
+fn stake_lost(row: &CallRow, e: &JcError) -> bool {
+    row.call.role == Role::Caller
+        && row.call.state == State::Opened
+        && row.call.attempts >= LOST_AFTER_ATTEMPTS
+        && transient(e)
+        && super::boxes::move_reason(e) == "box_unreachable"
+}
+
 /// A lasting box failure as an event. Its message is the error's code and fixed words: nothing
 /// the box (or anyone) sent is kept.
 fn box_failure(e: &JcError) -> Event {
@@ -205,6 +223,20 @@ impl Calls {
         event: Event,
         change: Change,
     ) -> BoxFuture<Result<Option<Call>>> {
+        self.apply_to_run(key, event, change, None)
+    }
+
+    /// [`Calls::apply`] for the outcome of an action executed for the run `for_run` (`Some`):
+    /// taken only while that is still the call's run. A box lost after the open moves the call
+    /// to a new run, and what an action of the run it left reports — a stake taken, a session
+    /// delivered, a policy's answer about that box — is not about the new one.
+    fn apply_to_run(
+        &self,
+        key: Key,
+        event: Event,
+        change: Change,
+        for_run: Option<Option<String>>,
+    ) -> BoxFuture<Result<Option<Call>>> {
         let this = self.clone();
         Box::pin(async move {
             let guard = this.call_lock(&key);
@@ -218,7 +250,17 @@ impl Calls {
                 let Some(row) = records::load(&store, &k.0, k.1)? else {
                     return Ok(None);
                 };
-                let mut t = machine::step(&row.call, event, now_ms(), &timing);
+                let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
+                let mut t = if stale {
+                    tracing::debug!(call = %k.0, "outcome of a run the call left; dropped");
+                    machine::Transition {
+                        call: row.call.clone(),
+                        actions: Vec::new(),
+                        changed: false,
+                    }
+                } else {
+                    machine::step(&row.call, event, now_ms(), &timing)
+                };
                 if t.changed
                     && let Some(m) = &change.patch.moved
                 {
@@ -329,15 +371,18 @@ impl Calls {
     /// action does not read it back).
     pub(super) fn dispatch(&self, key: Key, action: Action, row: Arc<CallRow>) {
         let name = action_name(&action);
-        if !lock(&self.0.inflight).insert((key.clone(), name)) {
+        let run = row.call.run_id.clone();
+        if !lock(&self.0.inflight).insert((key.clone(), name, run.clone())) {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
             let outcome = this.execute(action, row).await;
-            lock(&this.0.inflight).remove(&(key.clone(), name));
+            lock(&this.0.inflight).remove(&(key.clone(), name, run.clone()));
             if let Some((event, change)) = outcome
-                && let Err(e) = this.apply(key.clone(), event, change).await
+                && let Err(e) = this
+                    .apply_to_run(key.clone(), event, change, Some(run))
+                    .await
             {
                 tracing::warn!(call = %key.0, error = %e, "call event not applied");
             }
@@ -362,6 +407,7 @@ impl Calls {
         {
             return None;
         }
+        let staking = action == Action::Stake;
         let result = match action {
             Action::SendRequest => self.send_request(&row).await,
             // Admission runs before an owner row exists (inbound.rs); a row stored `received` by
@@ -375,7 +421,7 @@ impl Calls {
             ))),
             Action::SendAccepted => self.send_accepted(&row).await,
             Action::OpenRun => self.open_run(&row).await,
-            Action::VerifyRun { run_id } => self.verify_run(&row, &run_id).await,
+            Action::VerifyRun { run_id, box_url } => self.verify_run(&row, &run_id, &box_url).await,
             Action::SendSession => self.send_session(&row).await,
             Action::Stake => self.stake(&row).await,
             Action::CheckPolicy => Ok(Some(self.check_policy(&row))),
@@ -393,6 +439,13 @@ impl Calls {
         };
         match result {
             Ok(outcome) => outcome,
+            Err(e) if staking && stake_lost(&row, &e) => {
+                tracing::info!(call = %row.call.id, code = e.code(), "box lost before this side's stake was taken; moving the run");
+                if let Some(url) = &row.box_url {
+                    self.0.boxes.failed(url, "box_unreachable");
+                }
+                Some((Event::BoxLost, Change::none()))
+            }
             Err(e) if transient(&e) => {
                 tracing::debug!(call = %row.call.id, code = e.code(), "box busy or unreachable; retrying later");
                 None

@@ -86,14 +86,14 @@ impl Calls {
                     let _ = self.apply(key, event, Change::none()).await;
                     return;
                 }
-                let change = Change::patch(Patch {
-                    box_url: Some(url),
-                    ..Patch::default()
-                });
+                // The box becomes the call's only with its verified run (`verify_run`): a
+                // session naming a new run while the call holds one is a move, and the run it
+                // holds stays on its own box until then.
                 let event = Event::PeerSession {
                     run_id: run_id.to_owned(),
+                    box_url: url,
                 };
-                let _ = self.apply(key, event, change).await;
+                let _ = self.apply(key, event, Change::none()).await;
             }
             PayloadKind::CallFailed => {
                 // The code only, and only one of ours: the peer's words are never taken.

@@ -30,6 +30,7 @@ pub(super) fn ledger_entry(
         peer: d.peer,
         skill: d.skill,
         box_url: d.box_url,
+        run: row.call.run_id.clone(),
         platform: d.platform,
         measurement: d.measurement,
         hardware_isolation: d.hardware_isolation,

@@ -242,8 +242,9 @@ pub struct CallView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attested: Option<Attested>,
     /// The call's history of box moves: each time its run went to another box than the one
-    /// chosen, before anything was staked, and why (`box_unreachable`, `box_busy`,
-    /// `box_refused`).
+    /// chosen, or to a new run after its box was lost before the caller's stake was taken
+    /// (`run`: the run left), and why (`box_unreachable`, `box_busy`, `box_refused`; the
+    /// owner's `caller_moved`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub moves: Vec<machine::BoxMove>,
 }
@@ -335,7 +336,9 @@ struct Inner {
     policy: RwLock<PolicyConfig>,
     buckets: Mutex<RateBuckets>,
     locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
-    inflight: Mutex<HashSet<(Key, &'static str)>>,
+    /// The actions running now, by call, kind and the run they act on (an action for a run the
+    /// call left does not hold up the same action for its new run).
+    inflight: Mutex<HashSet<(Key, &'static str, Option<String>)>>,
     verified: Mutex<HashMap<Key, VerifiedRun>>,
     /// When each open call's next `Tick` can act (`machine::tick_due_ms` of its record as last
     /// stepped): the advance schedule skips calls not yet due, so its cost follows the calls

@@ -87,9 +87,19 @@ async fn start_box_named(provider_url: &str, name: &str) -> String {
 /// An owner offering `taste` and a caller, both accepting `boxes`, the caller's programs valid
 /// for `expiry_secs`.
 async fn pair(boxes: &[String], expiry_secs: u64) -> (TestNode, TestNode) {
-    let tune = |c: &mut skillbox_node::Config| {
+    pair_tuned(boxes, expiry_secs, |_| {}).await
+}
+
+/// [`pair`], with `more` applied to both nodes' config.
+async fn pair_tuned(
+    boxes: &[String],
+    expiry_secs: u64,
+    more: impl Fn(&mut skillbox_node::Config) + Copy,
+) -> (TestNode, TestNode) {
+    let tune = move |c: &mut skillbox_node::Config| {
         c.boxes.accept = boxes.to_vec();
         c.calls.expiry_secs = expiry_secs;
+        more(c);
     };
     let owner = TestNode::start(&boxes[0], vec![], tune).await;
     owner.put_source("openai-key", "secret", "sk-MOVE-1").await;
@@ -179,15 +189,162 @@ async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its
     assert_eq!(o["box"], on.as_str(), "{o}");
     // Nothing went to the other box: at most the one run on the dead box reached the provider.
     assert!(provider.0.lock().expect("provider log").len() <= 1);
-    let ledger = caller.get(&format!("/ledger?call={id}")).await;
-    let stakes: Vec<&Value> = ledger.body["entries"]
+    let stakes = entries(&caller, &id, "stake").await;
+    assert_eq!(stakes.len(), 1, "this side had staked: {stakes:?}");
+    assert_eq!(stakes[0]["box"], on.as_str(), "{stakes:?}");
+    other.kill().await;
+    caller.stop().await;
+    owner.stop().await;
+}
+
+/// The caller's human is asked before every stake (the owner's side allows).
+fn caller_asks(c: &mut skillbox_node::Config) {
+    // The shipped rule, for every call (not only those with sources).
+    c.policy.rules.push(skillbox_calls::Rule {
+        sources: None,
+        ..skillbox_calls::Rule::ask_before_disclosure()
+    })
+}
+
+/// The call's record once it waits for its human with its run on `box_url`.
+async fn asked_on(node: &TestNode, id: &str, box_url: &str) -> Value {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let c = node.get(&format!("/calls/{id}")).await.body;
+        if c["state"] == "awaiting_consent" && c["box"] == box_url {
+            return c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never asked on {box_url}: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn approve(node: &TestNode, id: &str) {
+    let a = node
+        .post_json(
+            &format!("/approvals/{id}"),
+            serde_json::json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+}
+
+/// A node's ledger entries of `kind` for call `id`.
+async fn entries(node: &TestNode, id: &str, kind: &str) -> Vec<Value> {
+    let ledger = node.get(&format!("/ledger?call={id}")).await;
+    assert_eq!(ledger.status, 200, "{}", ledger.body);
+    ledger.body["entries"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| e["kind"] == "stake")
+        .filter(|e| e["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// Issue 33 item 4, the rest: the box dies after it opened the run and before the caller's
+/// stake (its human had not said yes yet; the owner had staked its body already). The caller's
+/// stake finds the box gone, leaves the run for a new one on the other box (fresh run, fresh
+/// keys), asks its human again naming that box, and the owner follows the new `call.session`
+/// and stakes afresh. Each side staked once per run, the owner's body never into the dead box
+/// after it died; both histories name the move, and the call is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to_another() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let a = Relay::boxed(&provider_url).await;
+    let b = Relay::boxed(&provider_url).await;
+    let urls = [a.url.clone(), b.url.clone()];
+    let (owner, caller) = pair_tuned(&urls, 900, caller_asks).await;
+    let id = caller
+        .start_call(&owner.peer_id, "taste", "REQ-MOVE-OPENED")
+        .await;
+    let c = caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    let on = c["box"].as_str().expect("box").to_owned();
+    let first_run = c["runId"].as_str().expect("run").to_owned();
+    // The owner verified that run and staked its body into it; its submit waits for the
+    // caller's stake.
+    owner.wait_state(&id, &["submitting"], LIMIT).await;
+    let before = entries(&owner, &id, "stake").await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    assert_eq!(before[0]["run"], first_run.as_str());
+    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
+    victim.kill().await;
+    approve(&caller, &id).await;
+    // A new run on the other box: the question names it, and is asked again.
+    let c = asked_on(&caller, &id, &other.url).await;
+    let second_run = c["runId"].as_str().expect("run").to_owned();
+    assert_ne!(second_run, first_run);
+    approve(&caller, &id).await;
+    let c = caller.wait_call(&id, LIMIT).await;
+    let o = owner.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    assert_eq!(o["state"], "ran", "{o}");
+    for view in [&c, &o] {
+        assert_eq!(view["box"], other.url.as_str(), "{view}");
+        assert_eq!(view["runId"], second_run.as_str(), "{view}");
+    }
+    // The history: the caller knows why it left; the owner only that the caller moved.
+    for (view, reason) in [(&c, "box_unreachable"), (&o, "caller_moved")] {
+        let moves = view["moves"].as_array().expect("moves");
+        assert_eq!(moves.len(), 1, "{view}");
+        assert_eq!(moves[0]["from"], on.as_str(), "{view}");
+        assert_eq!(moves[0]["to"], other.url.as_str(), "{view}");
+        assert_eq!(moves[0]["reason"], reason, "{view}");
+        assert_eq!(moves[0]["run"], first_run.as_str(), "{view}");
+    }
+    // The owner's body: once into each run, into the dead box only before it died.
+    let stakes = entries(&owner, &id, "stake").await;
+    let runs: Vec<(&str, &str)> = stakes
+        .iter()
+        .map(|e| {
+            (
+                e["run"].as_str().unwrap_or(""),
+                e["box"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
-    assert_eq!(stakes.len(), 1, "this side had staked: {}", ledger.body);
-    assert_eq!(stakes[0]["box"], on.as_str(), "{}", ledger.body);
+    assert_eq!(
+        runs,
+        [
+            (first_run.as_str(), on.as_str()),
+            (second_run.as_str(), other.url.as_str())
+        ],
+        "{stakes:?}"
+    );
+    assert_eq!(
+        stakes[0]["seq"], before[0]["seq"],
+        "no stake at the dead box after it died"
+    );
+    // The caller's request: at most an unanswered attempt at the dead box (it refused the
+    // connection), never one it took; taken once at the new run.
+    let stakes = entries(&caller, &id, "stake").await;
+    let taken = entries(&caller, &id, "stake_taken").await;
+    assert!(
+        stakes
+            .iter()
+            .filter(|e| e["run"] == first_run.as_str())
+            .count()
+            <= 1,
+        "{stakes:?}"
+    );
+    assert_eq!(
+        stakes
+            .iter()
+            .filter(|e| e["run"] == second_run.as_str())
+            .count(),
+        1,
+        "{stakes:?}"
+    );
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0]["run"], second_run.as_str(), "{taken:?}");
+    assert_eq!(
+        provider.0.lock().expect("provider log").len(),
+        1,
+        "one run ran"
+    );
     other.kill().await;
     caller.stop().await;
     owner.stop().await;

@@ -653,6 +653,7 @@ fn a_database_restored_from_an_older_copy_does_not_verify_nor_is_covered_up() {
         peer: "12D3KooWPeer".into(),
         skill: "taste".into(),
         box_url: None,
+        run: None,
         platform: None,
         measurement: None,
         hardware_isolation: false,
