@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use p384::ecdsa::signature::Verifier as _;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha384};
+use sha2::{Digest, Sha256, Sha384};
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{HexBytes, b64};
@@ -92,6 +92,19 @@ impl Evidence {
         }
         h.finalize().into()
     }
+}
+
+/// SHA-256 over the [`Evidence::binding_hash`] of every GPU of a box, in order, after a
+/// domain label and the count: what a box binds into its CPU statement for all its GPUs (one
+/// value whatever their number; another GPU's report, a dropped or an added one changes it).
+pub fn list_binding_sha256(evidence: &[Evidence]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"skillbox/nvidia-evidence-list/1");
+    h.update((evidence.len() as u64).to_be_bytes());
+    for ev in evidence {
+        h.update(ev.binding_hash());
+    }
+    h.finalize().into()
 }
 
 /// What the verifier expects.

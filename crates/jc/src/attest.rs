@@ -22,6 +22,7 @@ use crate::dsse::{ApprovedProgram, key_hex};
 use crate::error::{JcError, Result};
 use crate::jcs;
 use crate::program::{INSECURE_DEV, decode_hex32};
+use skillbox_attest::nvidia;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +54,11 @@ pub struct Statement {
     /// (insecure-dev); a node refuses an SEV-SNP or TDX statement without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_sha256: Option<String>,
+    /// For a box whose model runs on GPUs: [`nvidia::list_binding_sha256`] (hex) of the GPU
+    /// evidence the attestation carries, made for [`gpu_nonce`] of the asker's nonce. Bound here,
+    /// so the CPU report vouches for exactly those GPU reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_evidence_sha256: Option<String>,
 }
 
 impl Statement {
@@ -67,7 +73,7 @@ pub fn report_data(statement_bytes: &[u8]) -> [u8; 64] {
 }
 
 /// What a box answers to `GET /v1/runs/{id}/attestation`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Attestation {
     pub platform: String,
@@ -83,6 +89,9 @@ pub struct Attestation {
     /// and the hardware reports as HOST_DATA / MRCONFIGID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<BoxConfiguration>,
+    /// The evidence of the box's GPUs (NVIDIA SPDM reports), whose hash the statement binds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<nvidia::Evidence>,
 }
 
 /// What a box is configured to do that a party trusts it with: where each provider's plaintext
@@ -101,6 +110,13 @@ pub struct BoxConfiguration {
     /// The node keys one of which a program must name (`--allow-key`), sorted; absent: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_keys: Option<Vec<String>>,
+    /// GPUs whose evidence every attestation carries (the model runs on them); absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl BoxConfiguration {
@@ -122,7 +138,13 @@ impl BoxConfiguration {
             skillbox_box_config: Self::VERSION,
             providers,
             allowed_keys,
+            gpus: 0,
         }
+    }
+
+    /// The same configuration for a box whose model runs on `gpus` GPUs.
+    pub fn with_gpus(self, gpus: u32) -> BoxConfiguration {
+        BoxConfiguration { gpus, ..self }
     }
 
     /// SHA-256 of the canonical bytes: the configuration hash.
@@ -278,6 +300,65 @@ impl Attester for TlsBound {
     }
 }
 
+/// The requester nonce a box asks its GPUs to sign for an attestation: the asker's nonce when
+/// it is 32 bytes (what NVIDIA's own flow passes a GPU), else SHA-256 of a label and it. Fresh
+/// for the asker either way; the CPU statement binds the GPU reports made with it.
+pub fn gpu_nonce(asker_nonce_hex: &str) -> [u8; 32] {
+    let bytes =
+        hex::decode(asker_nonce_hex).unwrap_or_else(|_| asker_nonce_hex.as_bytes().to_vec());
+    match <[u8; 32]>::try_from(bytes.as_slice()) {
+        Ok(n) => n,
+        Err(_) => {
+            let mut h = Sha256::new();
+            h.update(b"skillbox/gpu-nonce/1");
+            h.update(&bytes);
+            h.finalize().into()
+        }
+    }
+}
+
+/// The box's GPUs: evidence from each for a requester nonce (NVIDIA SPDM GET_MEASUREMENTS
+/// with its certificate chain).
+pub trait GpuAttester: Send + Sync {
+    fn evidence(&self, nonce: &[u8; 32]) -> Result<Vec<nvidia::Evidence>>;
+}
+
+/// An attester for a box whose model runs on GPUs: every statement binds the hash of the GPU
+/// evidence made for the asker's nonce, and the attestation carries that evidence.
+pub struct GpuBound {
+    inner: std::sync::Arc<dyn Attester>,
+    gpus: std::sync::Arc<dyn GpuAttester>,
+}
+
+impl GpuBound {
+    pub fn new(
+        inner: std::sync::Arc<dyn Attester>,
+        gpus: std::sync::Arc<dyn GpuAttester>,
+    ) -> GpuBound {
+        GpuBound { inner, gpus }
+    }
+}
+
+impl Attester for GpuBound {
+    same_identity_as_inner!();
+    fn tls_spki_sha256(&self) -> Option<String> {
+        self.inner.tls_spki_sha256()
+    }
+    fn attest(&self, statement: &Statement) -> Result<Attestation> {
+        let gpus = self.gpus.evidence(&gpu_nonce(&statement.nonce))?;
+        if gpus.is_empty() {
+            return Err(JcError::Internal("the GPUs gave no evidence".into()));
+        }
+        let bound = Statement {
+            gpu_evidence_sha256: Some(hex::encode(nvidia::list_binding_sha256(&gpus))),
+            ..statement.clone()
+        };
+        let mut attestation = self.inner.attest(&bound)?;
+        attestation.gpus = gpus;
+        Ok(attestation)
+    }
+}
+
 /// What a platform's evidence vouches for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Vouched {
@@ -427,6 +508,7 @@ impl Attester for InsecureDevAttester {
                 .map_err(|e| JcError::Internal(e.to_string()))?,
             providers: BTreeMap::new(),
             config: None,
+            gpus: Vec::new(),
         })
     }
 }
@@ -487,6 +569,9 @@ pub struct VerifyPolicy {
     /// Without it the box chooses the verifier by the platform it claims: a hardware-pinned
     /// box could answer with a software attestation for a key of its own (a downgrade).
     pub platform: Option<String>,
+    /// The GPU golden values this party pins for a box's GPUs; `None`: each GPU's report is
+    /// verified (NVIDIA root, signature, nonce, binding) with no measurement compared.
+    pub gpu: Option<std::sync::Arc<nvidia::Verifier>>,
 }
 
 impl VerifyPolicy {
@@ -498,6 +583,7 @@ impl VerifyPolicy {
             box_keys: Vec::new(),
             provider_hosts: None,
             platform: None,
+            gpu: None,
         }
     }
 
@@ -509,6 +595,7 @@ impl VerifyPolicy {
             box_keys: Vec::new(),
             provider_hosts: None,
             platform: Some(String::new()),
+            gpu: None,
         }
     }
 
@@ -529,6 +616,12 @@ impl VerifyPolicy {
     /// Also accept the hardware platform `verifier` vouches for (a pinned box's policy).
     pub fn with_verifier(mut self, verifier: Box<dyn Verifier>) -> VerifyPolicy {
         self.verifiers.push(verifier);
+        self
+    }
+
+    /// Verify a box's GPUs against `verifier`'s pinned golden values.
+    pub fn with_gpu_verifier(mut self, verifier: std::sync::Arc<nvidia::Verifier>) -> Self {
+        self.gpu = Some(verifier);
         self
     }
 
@@ -685,6 +778,7 @@ pub fn verify_attestation(
         ));
     }
     check_config(attestation, &st)?;
+    check_gpus(attestation, &st, policy, now.saturating_mul(1000))?;
     let grant = &program.program.provider;
     let attested = attestation.providers.get(&grant.id.to_string());
     if attested.map(String::as_str) != Some(grant.host.as_deref().unwrap_or(IN_PROCESS)) {
@@ -764,6 +858,49 @@ fn check_config(attestation: &Attestation, st: &Statement) -> Result<()> {
         }
         _ => Err(differs()),
     }
+}
+
+/// The GPU evidence the attestation carries is exactly what the statement (and so the CPU
+/// report) binds, as many GPUs as the bound configuration names, and each GPU's report verifies
+/// for the asker's nonce: another GPU's genuine report swapped in, one dropped or added, or one
+/// made for another asker is refused.
+fn check_gpus(
+    attestation: &Attestation,
+    st: &Statement,
+    policy: &VerifyPolicy,
+    now_ms: u64,
+) -> Result<()> {
+    let mismatch = JcError::HardwareRefused("gpu_evidence_mismatch");
+    let wanted = attestation.config.as_ref().map_or(0, |c| c.gpus) as usize;
+    let bound = match &st.gpu_evidence_sha256 {
+        None if attestation.gpus.is_empty() && wanted == 0 => return Ok(()),
+        None => return Err(mismatch),
+        Some(h) => h,
+    };
+    if attestation.gpus.is_empty()
+        || !bound.eq_ignore_ascii_case(&hex::encode(nvidia::list_binding_sha256(&attestation.gpus)))
+    {
+        return Err(mismatch);
+    }
+    if wanted != 0 && attestation.gpus.len() != wanted {
+        return Err(mismatch);
+    }
+    let refused = |r: skillbox_attest::Refusal| JcError::HardwareRefused(r.code());
+    let expected = nvidia::Expected {
+        nonce: Some(gpu_nonce(&st.nonce)),
+    };
+    let unpinned;
+    let verifier = match &policy.gpu {
+        Some(v) => v.as_ref(),
+        None => {
+            unpinned = nvidia::Verifier::new(nvidia::Policy::unpinned()).map_err(refused)?;
+            &unpinned
+        }
+    };
+    verifier
+        .verify_all(&attestation.gpus, &expected, now_ms)
+        .map_err(refused)?;
+    Ok(())
 }
 
 /// A TLS key hash as the statement carries it: 64 hex digits, lowercased (`None` otherwise).

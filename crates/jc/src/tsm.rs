@@ -170,6 +170,7 @@ impl Attester for TsmAttester {
             evidence: self.evidence(out, aux)?,
             providers: Default::default(),
             config: None,
+            gpus: Vec::new(),
         })
     }
 }

@@ -77,7 +77,7 @@ async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_st
         statement: STANDARD.encode(statement.to_canonical().expect("canonical")),
         evidence: evidence(),
         providers,
-        config: None,
+        ..Attestation::default()
     };
     let check = |a: &Attestation, pol: &VerifyPolicy| {
         verify_attestation(
@@ -197,8 +197,7 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
         platform: "sev-snp".into(),
         statement: String::new(),
         evidence: evidence(),
-        providers: Default::default(),
-        config: None,
+        ..Attestation::default()
     };
     let snp = |pol: Option<serde_json::Value>| {
         HardwareVerifier::new(

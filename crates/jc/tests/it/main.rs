@@ -1,13 +1,14 @@
 //! skillbox-jc's integration tests, one binary (`cargo test --test it`; a module's tests with
 //! `-- <module>::`): a real box on loopback through its HTTP API and client, canonical programs,
 //! the guard in the box, hardening against hostile parties, hardware attestation on real
-//! evidence, pinned boxes, the configfs-tsm attester, and a box restarted on its run store.
+//! evidence, GPU evidence bound into the CPU statement, pinned boxes, the configfs-tsm attester, and a box restarted on its run store.
 //! `support` starts the box with a provider double and holds the two parties' keys.
 
 mod box_api;
 mod box_tls;
 mod canonical_props;
 mod coverage;
+mod gpu;
 mod guard;
 mod hardening;
 mod hardware;

@@ -30,7 +30,7 @@ fn statement() -> Statement {
         providers: "33".repeat(32),
         // The genuine report's HOST_DATA (zero), so the check reaches the report data.
         config_sha256: Some("00".repeat(32)),
-        tls_spki_sha256: None,
+        ..Statement::default()
     }
 }
 

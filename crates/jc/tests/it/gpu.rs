@@ -1,0 +1,135 @@
+//! A box whose model runs on GPUs binds its GPU evidence into its CPU statement (issue 31 item
+//! 4): the statement carries the hash of the GPU reports the attestation carries, made for the
+//! asker's nonce. The GPUs here are NVIDIA's serialized evidence of a 4-Hopper host (the attest
+//! crate's `nvat-multi_gpu_hopper.json`, Apache-2.0: every GPU signed the same requester nonce),
+//! served by a GPU double; the CPU side is the insecure-dev attester re-signing a real box's
+//! statement, so the whole node-side check runs on genuine GPU signatures.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use skillbox_attest::nvidia;
+use skillbox_jc::JcError;
+use skillbox_jc::attest::{
+    Attester as _, BoxConfiguration, GpuAttester, GpuBound, InsecureDevAttester, Statement,
+    VerifyPolicy, verify_attestation,
+};
+use skillbox_jc::run::now_secs;
+
+use crate::support::*;
+
+/// The nonce every GPU of the sample signed.
+const GPU_NONCE: &str = "e97b23a1718095a0e9e35edca810768c70a6a5a389b705e753b197912bc11576";
+
+fn sample_gpus() -> Vec<nvidia::Evidence> {
+    let json = std::fs::read(format!(
+        "{}/../attest/tests/data/nvidia/nvat-multi_gpu_hopper.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("data");
+    nvidia::Evidence::list_from_sdk_json(&json).expect("the sample parses")
+}
+
+/// GPUs that answer with recorded reports (a real GPU signs the nonce it is given; these were
+/// signed for [`GPU_NONCE`]).
+struct RecordedGpus(Vec<nvidia::Evidence>);
+
+impl GpuAttester for RecordedGpus {
+    fn evidence(&self, _nonce: &[u8; 32]) -> skillbox_jc::Result<Vec<nvidia::Evidence>> {
+        Ok(self.0.clone())
+    }
+}
+
+#[tokio::test]
+async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is_refused() {
+    let f = start(None).await;
+    let Attested {
+        approved,
+        run_id,
+        attestation: served,
+        ..
+    } = f.open_attested(&f.program()).await;
+    let table = served.providers.clone();
+    let served: Statement = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(&served.statement)
+            .expect("base64"),
+    )
+    .expect("statement");
+    let gpus = sample_gpus();
+    let cpu = Arc::new(InsecureDevAttester::with_measurement(
+        served.measurement.clone(),
+    ));
+    // A box on GPU 0 and GPU 1, asked with the nonce the recorded GPUs signed.
+    let on = |gpus: &[nvidia::Evidence]| {
+        GpuBound::new(cpu.clone(), Arc::new(RecordedGpus(gpus.to_vec())))
+            .attest(&Statement {
+                nonce: GPU_NONCE.into(),
+                ..served.clone()
+            })
+            .expect("attests")
+    };
+    let check = |a: &skillbox_jc::attest::Attestation, nonce: &str| {
+        let mut a = a.clone();
+        a.providers = table.clone();
+        verify_attestation(
+            &a,
+            &approved,
+            &run_id,
+            nonce,
+            &VerifyPolicy::new(true),
+            now_secs(),
+        )
+    };
+    let honest = on(&gpus[..2]);
+    assert_eq!(honest.gpus.len(), 2);
+    check(&honest, GPU_NONCE).expect("bound, genuine, for this nonce");
+
+    // The attack: another genuine GPU report (GPU 2, the same nonce, a valid chain) in place of
+    // the one the CPU report bound.
+    let mut swapped = honest.clone();
+    swapped.gpus[1] = gpus[2].clone();
+    let got = check(&swapped, GPU_NONCE);
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("gpu_evidence_mismatch"))),
+        "{got:?}"
+    );
+    // One dropped, one added, all removed: the same.
+    for gpus in [vec![gpus[0].clone()], gpus.clone(), vec![]] {
+        let mut changed = honest.clone();
+        changed.gpus = gpus;
+        let got = check(&changed, GPU_NONCE);
+        assert!(
+            matches!(got, Err(JcError::HardwareRefused("gpu_evidence_mismatch"))),
+            "{got:?}"
+        );
+    }
+    // GPU reports made for another asker (recorded ones replayed): bound, but not fresh.
+    let replayed = GpuBound::new(cpu.clone(), Arc::new(RecordedGpus(gpus[..2].to_vec())))
+        .attest(&Statement {
+            nonce: "ab".repeat(32),
+            ..served.clone()
+        })
+        .expect("attests");
+    let got = check(&replayed, &"ab".repeat(32));
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("nonce_mismatch"))),
+        "{got:?}"
+    );
+
+    // A box whose bound configuration names its GPUs cannot drop their evidence.
+    let config = BoxConfiguration::new(table.clone(), None).with_gpus(2);
+    let mut without = cpu
+        .attest(&Statement {
+            nonce: GPU_NONCE.into(),
+            config_sha256: Some(hex::encode(config.sha256().expect("hash"))),
+            ..served.clone()
+        })
+        .expect("attests");
+    without.config = Some(config);
+    let got = check(&without, GPU_NONCE);
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("gpu_evidence_mismatch"))),
+        "{got:?}"
+    );
+}
