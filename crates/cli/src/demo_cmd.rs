@@ -14,13 +14,29 @@ use skillbox_jc::attest::{Attester, InsecureDevAttester};
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use skillbox_node::{Config, DataDir, Node};
-use skillbox_providers::{ProviderSettings, local};
+use skillbox_providers::local::{self, LocalOptions, LocalProvider};
 
-const SKILL: &str = include_str!("../../../examples/skills/music-taste/SKILL.md");
+/// The demo's skill, tuned for the embedded 135M model: it answers a short, concrete question
+/// well (a one-sentence description), while longer instructions, worked examples and open
+/// questions ("what do I like, who next?") made it fill templates ("I enjoy [genre]"), echo the
+/// prompt's tags or invent artists. Measured candidates and their answers: issue 29's note.
+const SKILL: &str = "---
+name: song-mood
+description: Describes in one sentence the mood of someone's listening history. Use when asked what mood or feel a person's music has.
+provider: local
+requiredSources: spotify_songs
+license: Apache-2.0
+---
+You are a helpful assistant who knows music. The user's songs are in the source block. Answer briefly.
+";
+const SKILL_NAME: &str = "song-mood";
 const SOURCE_NAME: &str = "spotify_songs";
 const SOURCE: &str = "Radiohead - Weird Fishes\nBonobo - Kerala\nMassive Attack - Teardrop\n\
 Portishead - Roads\nThom Yorke - Dawn Chorus\nBoards of Canada - Roygbiv\n";
-const REQUEST: &str = "What kind of music do I like, and who should I listen to next?";
+const REQUEST: &str = "Describe the mood of these songs in one sentence.";
+/// The answer's cap (bytes; about a third as many tokens): room for a few sentences from a larger
+/// model, and a short stop for a small one that rambles.
+const ANSWER_MAX_BYTES: u64 = 768;
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -28,7 +44,9 @@ pub struct DemoArgs {
     #[arg(long)]
     pub keep: Option<std::path::PathBuf>,
     /// Run the box's `local` provider on this instruct GGUF instead of the embedded SmolLM2-135M
-    /// (any llama.cpp chat model: a 0.5-3B instruct model answers far better, and slower).
+    /// (any llama.cpp chat model with a chat template: a 0.5-3B instruct model answers far
+    /// better, and slower). Never fetched or replaced; a missing or unreadable file stops the
+    /// demo before anything starts.
     #[arg(long, value_name = "GGUF")]
     pub model: Option<std::path::PathBuf>,
 }
@@ -55,7 +73,7 @@ async fn start_node(
     config.schedules.advertise_secs = 2;
     config.schedules.board_ttl_secs = 6;
     // A short answer: the embedded model runs on the CPU.
-    config.calls.output_max_bytes = 1024;
+    config.calls.output_max_bytes = ANSWER_MAX_BYTES;
     let dd = DataDir::new(dir);
     dd.init(&config)
         .with_context(|| format!("initialising {}", dir.display()))?;
@@ -113,18 +131,22 @@ impl Api {
 
 pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     let model = match &args.model {
-        Some(path) => {
+        // The user's own model: never fetched or replaced; a wrong path is said before anything
+        // starts (a file that is no GGUF is said when the box loads it, below).
+        Some(path) => match std::fs::metadata(path) {
+            Ok(meta) if meta.is_file() => path.clone(),
+            Ok(_) => bail!("--model {}: not a file (give a .gguf file)", path.display()),
+            Err(_) => bail!("--model {}: no such file", path.display()),
+        },
+        None => {
+            let path = local::default_model_path(&global.data_dir());
             if !path.is_file() {
-                bail!("--model {}: no such file", path.display());
+                say!("fetching the embedded model (SmolLM2-135M-Instruct, ~100 MB) ...");
+                local::fetch_model(&global.data_dir()).context("fetching the embedded model")?;
             }
-            path.clone()
+            path
         }
-        None => local::default_model_path(&global.data_dir()),
     };
-    if !model.is_file() {
-        say!("fetching the embedded model (SmolLM2-135M-Instruct, ~90 MB) ...");
-        local::fetch_model(&global.data_dir()).context("fetching the embedded model")?;
-    }
     let tmp = tempfile::tempdir().context("temporary dir")?;
     let root = args.keep.clone().unwrap_or_else(|| tmp.path().to_owned());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -141,16 +163,38 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     let t0 = Instant::now();
     let step = |what: &str| say!("[{:>6.2}s] {what}", t0.elapsed().as_secs_f64());
 
-    // 1. The box.
+    // 1. The model, then the box. One generation at a time is all the demo needs; the model is
+    // loaded before anything starts, so a file that is no usable chat model stops the demo at
+    // once, saying why.
+    let local = Arc::new(LocalProvider::with_options(
+        model.to_owned(),
+        LocalOptions {
+            parallel: 1,
+            ..LocalOptions::default()
+        },
+    ));
+    let loaded = local
+        .model()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("loading the model (an instruct GGUF with a chat template)")?;
+    step(&format!(
+        "model {} loaded ({} threads, {} tokens of context)",
+        model.display(),
+        loaded.threads(),
+        loaded.context_tokens()
+    ));
     let attester: Arc<dyn Attester> =
         Arc::new(InsecureDevAttester::for_current_exe().context("measuring this executable")?);
-    let settings = ProviderSettings::new(model.to_owned());
+    let mut providers = ProviderRegistry::new();
+    providers.register_local(local);
     let core = Arc::new(BoxCore::new(
         attester.clone(),
-        ProviderRegistry::from_settings(&settings),
+        providers,
         BoxConfig {
-            // Greedy decoding: the same question gets the same answer each run, and a 135M
-            // model strays less from the skill's instructions than when sampling.
+            // Greedy decoding: the same question gets the same answer each run, and the 135M
+            // model stays on the question (sampling at 0.2 gave the same sentence or a near one;
+            // higher temperatures wandered off it).
             temperature: 0.0,
             ..BoxConfig::default()
         },
@@ -200,7 +244,7 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     let skill = imported["name"]
         .as_str()
         .or_else(|| imported.pointer("/imported/0/name").and_then(Value::as_str))
-        .unwrap_or("music-taste")
+        .unwrap_or(SKILL_NAME)
         .to_owned();
     step(&format!(
         "owner installed skill {skill:?} (provider local); body in its encrypted source store"
