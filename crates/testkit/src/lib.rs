@@ -14,12 +14,14 @@
 //!   call that ended staked once; [`leak`]: the marker scans.
 //! - [`skills`]: skill documents; [`guard`]: the encoders an obedient model hides a prompt
 //!   with; [`llama_bench`]: llama.cpp's own benchmark, the embedded model's yardstick.
+//! - [`nat`]: the NAT tests' network namespaces and the processes started in them.
 
 pub mod answer;
 pub mod box_fixture;
 pub mod guard;
 pub mod leak;
 pub mod llama_bench;
+pub mod nat;
 pub mod node;
 pub mod node_api;
 pub mod procs;

@@ -15,6 +15,7 @@ mod check_cli;
 mod crash;
 mod demo;
 mod hostile;
+mod nat_call;
 mod node_process;
 mod peers_process;
 mod reach_a2a;

@@ -8,10 +8,6 @@
 //! Each node is a child process of this test binary, started inside its namespace with
 //! `ip netns exec` and told its part by `SKILLBOX_NAT_ROLE` (see [`nat_role_process`]).
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -20,12 +16,15 @@ use skillbox_peers::{
     Multiaddr, NetworkEvent, Payload, PayloadKind, PeerId, PeersConfig, PeersHandle,
     keypair_from_seed, start,
 };
+use skillbox_testkit::nat::{
+    NAT1_PUBLIC_IP, Namespaces, NsProc, PUBLIC_IP, exit_with_parent, missing_capability, skipped,
+};
 use tokio::sync::broadcast::error::RecvError;
 
 const ROLE_ENV: &str = "SKILLBOX_NAT_ROLE";
-const RELAY_IP: &str = "203.0.113.1";
+const RELAY_IP: &str = PUBLIC_IP;
 /// The callee's NAT's public address: a direct connection to the callee comes from here.
-const CALLEE_NAT_IP: &str = "203.0.113.11";
+const CALLEE_NAT_IP: &str = NAT1_PUBLIC_IP;
 const SKILL: &str = "nat-haiku";
 const DESCRIPTION: &str = "writes a haiku about network address translation and relays";
 const CHILD_LIMIT: Duration = Duration::from_secs(150);
@@ -53,137 +52,21 @@ fn relay_addr() -> Multiaddr {
         .expect("relay multiaddr")
 }
 
-/// What this machine lacks for the test, if anything.
-fn missing_capability() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in ["ip", "nft"] {
-        let found = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !found {
-            return Some(format!("`{tool}` is not installed (iproute2 / nftables)"));
-        }
-    }
-    let probe = "sbx-probe";
-    let made = Command::new("ip")
-        .args(["netns", "add", probe])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let _ = Command::new("ip").args(["netns", "del", probe]).status();
-    if !made {
-        return Some("cannot create a network namespace".into());
-    }
-    None
-}
-
-fn script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nat-netns")
-}
-
-/// The namespaces while the test runs; removed when dropped, also on a failed assertion.
-struct Namespaces;
-
-impl Namespaces {
-    fn up() -> Namespaces {
-        // A run killed earlier may have left them.
-        let _ = Command::new(script()).arg("down").status();
-        let status = Command::new(script())
-            .arg("up")
-            .status()
-            .expect("run scripts/nat-netns");
-        assert!(status.success(), "scripts/nat-netns up failed");
-        Namespaces
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        let _ = Command::new(script()).arg("down").status();
-    }
-}
-
-/// A node process in a namespace, killed when dropped; its stdout lines arrive on `lines`.
-struct Node {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Node {
-    fn spawn(namespace: &str, role: &str) -> Node {
-        let exe = std::env::current_exe().expect("test binary path");
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", namespace])
-            .arg(exe)
-            .args(["--exact", "nat::nat_role_process", "--nocapture"])
-            .args(["--test-threads", "1"])
-            .env(ROLE_ENV, role)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a node process");
-        let out = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        let role = role.to_owned();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                println!("[{role}] {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Node { child, lines }
-    }
-
-    /// What follows `prefix` on the first line holding it, within `within`.
-    fn wait_line(&self, prefix: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    // libtest prints "test <name> ... " before the first line of output.
-                    if let Some(at) = line.find(prefix) {
-                        return line[at + prefix.len()..].trim().to_owned();
-                    }
-                }
-                Err(_) => panic!("no `{prefix}` line within {within:?}"),
-            }
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn two_nodes_behind_their_own_nats_find_each_other_and_call_directly_or_through_the_relay() {
     if let Some(missing) = missing_capability() {
-        eprintln!(
-            "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-             !!! SKIPPED: the NAT test (network namespaces) cannot run here: {missing}.\n\
-             !!! It needs root, iproute2 and nftables (apt-get install iproute2 nftables).\n\
-             !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-        );
+        skipped("the NAT test", &missing);
         return;
     }
-    let _namespaces = Namespaces::up();
-    let relay = Node::spawn("sbx-pub", "relay");
+    let ns = Namespaces::up("sbx");
+    let node = |namespace: String, role: &str| {
+        NsProc::role(&namespace, "nat::nat_role_process", ROLE_ENV, role)
+    };
+    let relay = node(ns.public(), "relay");
     relay.wait_line("READY", Duration::from_secs(60));
-    let callee = Node::spawn("sbx-h1", "callee");
+    let callee = node(ns.host(1), "callee");
     callee.wait_line("READY", Duration::from_secs(60));
-    let caller = Node::spawn("sbx-h2", "caller");
+    let caller = node(ns.host(2), "caller");
     let path = caller.wait_line("PATH", CHILD_LIMIT);
     let received = callee.wait_line("RECEIVED", Duration::from_secs(30));
     assert_eq!(received, "nat-call-1");
@@ -207,6 +90,7 @@ fn nat_role_process() {
     let Ok(role) = std::env::var(ROLE_ENV) else {
         return;
     };
+    exit_with_parent();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
