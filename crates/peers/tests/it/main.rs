@@ -10,3 +10,4 @@ mod nat;
 mod network;
 mod payload;
 mod reach;
+mod support;

@@ -6,30 +6,18 @@ use serde_json::json;
 use skillbox_peers::Protocol;
 use skillbox_peers::advert::{SignedAdvert, sign_advert};
 use skillbox_peers::{
-    Delivery, Multiaddr, NetworkEvent, Offer, Payload, PayloadKind, PayloadReceiver, PeerId,
-    PeersConfig, PeersError, PeersHandle, keypair_from_seed, start,
+    Delivery, NetworkEvent, Offer, Payload, PayloadKind, PayloadReceiver, PeerId, PeersConfig,
+    PeersError, PeersHandle, keypair_from_seed, start,
 };
 use tokio::sync::broadcast;
 
-const WAIT: Duration = Duration::from_secs(20);
+use crate::support::{
+    WAIT, addr, node, received, request, shutdown, tcp, wait_connected, wait_event, within,
+};
 
+/// This module's nodes listen on loopback TCP.
 fn config() -> PeersConfig {
-    PeersConfig {
-        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()],
-        gossip_heartbeat: Duration::from_millis(200),
-        ..PeersConfig::default()
-    }
-}
-
-async fn node(seed: u8, config: PeersConfig) -> (PeersHandle, PayloadReceiver) {
-    start(config, keypair_from_seed(&[seed; 32]).unwrap())
-        .await
-        .expect("node starts")
-}
-
-/// The node's first listen address, without `/p2p/<id>` (a bootstrap address may omit it).
-async fn addr(h: &PeersHandle) -> Multiaddr {
-    h.listen_addrs().await.unwrap()[0].clone()
+    tcp()
 }
 
 fn offer(names: &[&str]) -> Offer {
@@ -64,29 +52,16 @@ async fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool
 }
 
 async fn next_refusal(events: &mut broadcast::Receiver<NetworkEvent>, what: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, events.recv()).await {
-            Ok(Ok(NetworkEvent::AdvertRefused { reason, .. })) => return reason,
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => panic!("event stream failed while waiting for {what}: {e}"),
-            Err(_) => panic!("no advert refusal within {WAIT:?} for {what}"),
-        }
-    }
-}
-
-fn request(call: &str, body: serde_json::Value) -> Payload {
-    Payload {
-        kind: PayloadKind::CallRequest,
-        call_id: call.into(),
-        body,
-    }
+    wait_event(events, what, |e| match e {
+        NetworkEvent::AdvertRefused { reason, .. } => Some(reason.clone()),
+        _ => None,
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_advert_reaches_a_node_through_an_intermediate_peer() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let (a, _ra) = node(11, config()).await;
         let (b, _rb) = node(12, config()).await;
         let (c, _rc) = node(13, config()).await;
@@ -105,17 +80,14 @@ async fn an_advert_reaches_a_node_through_an_intermediate_peer() {
         assert_eq!(c_peers.len(), 1);
         assert!(!c_peers[0].addresses.is_empty());
         // The advert interval is the default 60 s: only the immediate publish explains this.
-        for h in [a, b, c] {
-            h.shutdown().await;
-        }
+        shutdown([a, b, c]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_node_sees_the_board_within_5_seconds_of_connecting() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let (a, _ra) = node(21, config()).await;
         let (b, _rb) = node(22, config()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
@@ -142,17 +114,14 @@ async fn a_new_node_sees_the_board_within_5_seconds_of_connecting() {
         assert!(took < Duration::from_secs(5), "took {took:?}");
         let rows = c.board();
         assert!(rows.iter().all(|r| r.age < 60), "{rows:?}");
-        for h in [a, b, c] {
-            h.shutdown().await;
-        }
+        shutdown([a, b, c]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_peer_leaves_the_board_after_its_ttl() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let short = || PeersConfig {
             advert_interval: Duration::from_millis(300),
             board_ttl: Duration::from_millis(1500),
@@ -190,17 +159,14 @@ async fn a_stopped_peer_leaves_the_board_after_its_ttl() {
                 };
         }
         assert!(left, "C reported A leaving the board");
-        for h in [b, c] {
-            h.shutdown().await;
-        }
+        shutdown([b, c]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let (a, _ra) = node(41, config()).await;
         let (b, _rb) = node(42, config()).await;
         let (c, _rc) = node(43, config()).await;
@@ -219,17 +185,14 @@ async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
             skills_of(&b, &pa) == ["summarize"] && skills_of(&c, &pa) == ["summarize"]
         })
         .await;
-        for h in [a, b, c] {
-            h.shutdown().await;
-        }
+        shutdown([a, b, c]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
-    tokio::time::timeout(Duration::from_secs(90), async {
+    within(Duration::from_secs(90), async {
         let (a, _ra) = node(51, config()).await;
         let (b, _rb) = node(52, config()).await;
         let (m, _rm) = node(53, config()).await; // mallory
@@ -297,17 +260,14 @@ async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
                 .all(|r| r.skill != "trap" && r.skill != "big")
         );
         assert!(b.board().iter().all(|r| !r.description.contains("keys")));
-        for h in [a, b, m] {
-            h.shutdown().await;
-        }
+        shutdown([a, b, m]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_round_trips_between_two_nodes() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let (a, mut ra) = node(61, config()).await;
         let (b, mut rb) = node(62, config()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
@@ -317,10 +277,7 @@ async fn a_payload_round_trips_between_two_nodes() {
         assert_eq!(a.dial(full).await.unwrap(), pb);
         let body = json!({"skill": "haiku", "program": {"bytes": "e30="}});
         a.send(pb, request("call-1", body.clone())).await.unwrap();
-        let got = tokio::time::timeout(WAIT, rb.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        let got = received(&mut rb).await;
         assert_eq!(got.from, pa);
         assert_eq!(got.payload.kind, PayloadKind::CallRequest);
         assert_eq!(got.payload.call_id, "call-1");
@@ -331,30 +288,21 @@ async fn a_payload_round_trips_between_two_nodes() {
             body: json!({"signature": "ab"}),
         };
         b.send(pa, answer.clone()).await.unwrap();
-        let back = tokio::time::timeout(WAIT, ra.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        let back = received(&mut ra).await;
         assert_eq!(back.from, pb);
         assert_eq!(back.payload, answer);
         // A node calling its own skill sends to itself: same checks, no socket.
         a.send(pa, request("call-2", json!({}))).await.unwrap();
-        let own = tokio::time::timeout(WAIT, ra.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        let own = received(&mut ra).await;
         assert_eq!((own.from, own.payload.call_id.as_str()), (pa, "call-2"));
-        for h in [a, b] {
-            h.shutdown().await;
-        }
+        shutdown([a, b]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_and_replayed_payloads_are_refused_on_the_wire() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         // A allows itself 4 MiB, so the 1 MiB limit that refuses is B's own.
         let (a, _ra) = node(
             71,
@@ -378,17 +326,12 @@ async fn oversized_and_replayed_payloads_are_refused_on_the_wire() {
             }
             other => panic!("expected a refusal, got {other}"),
         }
-        let refused = loop {
-            match tokio::time::timeout(WAIT, events.recv())
-                .await
-                .unwrap()
-                .unwrap()
-            {
-                NetworkEvent::PayloadRefused { from, reason } => break (from, reason),
-                _ => continue,
-            }
-        };
-        assert_eq!(refused.0, pa);
+        let refused = wait_event(&mut events, "the payload refusal", |e| match e {
+            NetworkEvent::PayloadRefused { from, .. } => Some(*from),
+            _ => None,
+        })
+        .await;
+        assert_eq!(refused, pa);
         // The sender's own limit refuses before anything is sent.
         let err = b.send(pa, big).await.unwrap_err();
         assert!(matches!(err, PeersError::PayloadTooLarge { .. }), "{err}");
@@ -402,26 +345,20 @@ async fn oversized_and_replayed_payloads_are_refused_on_the_wire() {
             a.send_signed(pb, signed).await.unwrap(),
             Delivery::Duplicate
         );
-        let got = tokio::time::timeout(WAIT, rb.recv())
-            .await
-            .unwrap()
-            .unwrap();
+        let got = received(&mut rb).await;
         assert_eq!(got.payload.call_id, "call-3");
         assert!(
             rb.try_recv().is_err(),
             "the replay was handed on, or the oversized one was"
         );
-        for h in [a, b] {
-            h.shutdown().await;
-        }
+        shutdown([a, b]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_reported() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let (a, _ra) = node(
             81,
             PeersConfig {
@@ -448,10 +385,7 @@ async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_r
                 .unwrap();
         }
         for i in 0..4 {
-            let got = tokio::time::timeout(WAIT, rb.recv())
-                .await
-                .unwrap()
-                .unwrap();
+            let got = received(&mut rb).await;
             assert_eq!(got.payload.call_id, format!("call-{i}"));
         }
 
@@ -476,12 +410,9 @@ async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_r
             }
             other => panic!("expected unreachable, got {other}"),
         }
-        for h in [a, b, c] {
-            h.shutdown().await;
-        }
+        shutdown([a, b, c]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -525,7 +456,7 @@ async fn bad_config_and_unusable_addresses_are_clear_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_limit_are_denied() {
-    tokio::time::timeout(Duration::from_secs(60), async {
+    within(Duration::from_secs(60), async {
         let (a, _ra) = node(
             81,
             PeersConfig {
@@ -540,17 +471,7 @@ async fn connections_past_the_limit_are_denied() {
         let pb = b.local_peer_id();
         assert_eq!(b.dial(addr(&a).await).await.unwrap(), pa);
         // a holds b's connection before the second peer tries.
-        let deadline = Instant::now() + WAIT;
-        while !a
-            .peers()
-            .await
-            .unwrap()
-            .iter()
-            .any(|p| p.peer == pb.to_base58())
-        {
-            assert!(Instant::now() < deadline, "a never saw b");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_connected(&a, &pb).await;
         // The second peer is over a's limit: its dial fails, or its connection is closed at once.
         let _ = c.dial(addr(&a).await).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -574,8 +495,7 @@ async fn connections_past_the_limit_are_denied() {
             "c is not connected to a: {c_peers:?}"
         );
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -607,7 +527,7 @@ async fn zero_connection_limits_and_board_cap_are_config_errors() {
 /// under that instead of letting its tail be dropped (and, with one attempt, lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
-    tokio::time::timeout(Duration::from_secs(120), async {
+    within(Duration::from_secs(120), async {
         let burst = PeersConfig {
             send_attempts: 1,
             payload_rate_per_sec: 100_000.0,
@@ -619,19 +539,8 @@ async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.dial(addr(&b).await).await.unwrap();
         // Both sides hold the connection before the burst (else b would dial a's source port).
-        for (h, other) in [(&a, pb), (&b, pa)] {
-            let deadline = Instant::now() + WAIT;
-            while !h
-                .peers()
-                .await
-                .unwrap()
-                .iter()
-                .any(|p| p.peer == other.to_base58())
-            {
-                assert!(Instant::now() < deadline, "never connected");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        wait_connected(&a, &pb).await;
+        wait_connected(&b, &pa).await;
         const N: usize = 400;
         let drain = |mut rx: PayloadReceiver| {
             tokio::spawn(async move {
@@ -672,10 +581,7 @@ async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
         );
         assert_eq!(got_a.await.unwrap(), N, "a received all of b's");
         assert_eq!(got_b.await.unwrap(), N, "b received all of a's");
-        for h in [a, b] {
-            h.shutdown().await;
-        }
+        shutdown([a, b]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }

@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use skillbox_peers::reach::is_relayed;
-use skillbox_peers::{
-    Multiaddr, NetworkEvent, Payload, PayloadKind, PayloadReceiver, PeerId, PeersConfig,
-    PeersError, PeersHandle, Protocol, keypair_from_seed, start,
-};
-use tokio::sync::broadcast;
+use skillbox_peers::{Multiaddr, NetworkEvent, Payload, PeersConfig, PeersError, Protocol};
 
-const WAIT: Duration = Duration::from_secs(30);
+use crate::support::{
+    WAIT, config, connection_addrs, full_addr, node, received, request, shutdown, wait_event,
+    within,
+};
 
 /// Evaluate `$get` (an `Option`, may `.await`) until it is `Some`, within [`WAIT`].
 macro_rules! wait_for {
@@ -32,73 +31,13 @@ macro_rules! wait_for {
 }
 const TEST_LIMIT: Duration = Duration::from_secs(90);
 
-fn config(listen: &[&str]) -> PeersConfig {
-    PeersConfig {
-        listen: listen
-            .iter()
-            .map(|a| a.parse().expect("test multiaddr"))
-            .collect(),
-        gossip_heartbeat: Duration::from_millis(200),
-        ..PeersConfig::default()
-    }
-}
-
-async fn node(seed: u8, config: PeersConfig) -> (PeersHandle, PayloadReceiver) {
-    start(config, keypair_from_seed(&[seed; 32]).expect("key"))
-        .await
-        .expect("node starts")
-}
-
-async fn full_addr(h: &PeersHandle) -> Multiaddr {
-    let a = h.listen_addrs().await.expect("addrs")[0].clone();
-    a.with(Protocol::P2p(h.local_peer_id()))
-}
-
 fn call(id: &str) -> Payload {
-    Payload {
-        kind: PayloadKind::CallRequest,
-        call_id: id.into(),
-        body: json!({"skill": "haiku", "program": {"bytes": "e30="}}),
-    }
-}
-
-/// The remote addresses of `h`'s open connections to `peer`.
-async fn connection_addrs(h: &PeersHandle, peer: &PeerId) -> Vec<Multiaddr> {
-    h.peers()
-        .await
-        .expect("peers")
-        .into_iter()
-        .filter(|p| p.peer == peer.to_base58())
-        .flat_map(|p| p.addresses)
-        .map(|a| a.parse().expect("a connection address parses"))
-        .collect()
-}
-
-/// Wait for the first event `pick` accepts.
-async fn wait_event<T>(
-    events: &mut broadcast::Receiver<NetworkEvent>,
-    what: &str,
-    mut pick: impl FnMut(&NetworkEvent) -> Option<T>,
-) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, events.recv()).await {
-            Ok(Ok(e)) => {
-                if let Some(t) = pick(&e) {
-                    return t;
-                }
-            }
-            Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
-            Ok(Err(e)) => panic!("event stream ended waiting for {what}: {e}"),
-            Err(_) => panic!("no {what} within {WAIT:?}"),
-        }
-    }
+    request(id, json!({"skill": "haiku", "program": {"bytes": "e30="}}))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quic_dial_carries_a_call_payload() {
-    tokio::time::timeout(TEST_LIMIT, async {
+    within(TEST_LIMIT, async {
         let quic = "/ip4/127.0.0.1/udp/0/quic-v1";
         let (a, mut ra) = node(101, config(&[quic])).await;
         let (b, _rb) = node(102, config(&[quic])).await;
@@ -110,10 +49,7 @@ async fn a_quic_dial_carries_a_call_payload() {
         );
         assert_eq!(b.dial(target).await.expect("QUIC dial"), pa);
         b.send(pa, call("quic-1")).await.expect("delivered");
-        let got = tokio::time::timeout(WAIT, ra.recv())
-            .await
-            .expect("in time")
-            .expect("a payload");
+        let got = received(&mut ra).await;
         assert_eq!((got.from, got.payload.call_id.as_str()), (pb, "quic-1"));
         let over = connection_addrs(&a, &pb).await;
         assert!(
@@ -123,17 +59,14 @@ async fn a_quic_dial_carries_a_call_payload() {
                     .all(|a| a.iter().any(|p| matches!(p, Protocol::QuicV1))),
             "the call went over QUIC: {over:?}"
         );
-        for h in [a, b] {
-            h.shutdown().await;
-        }
+        shutdown([a, b]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_reachable_only_through_a_relay_gets_adverts_and_payloads_through_it() {
-    tokio::time::timeout(TEST_LIMIT, async {
+    within(TEST_LIMIT, async {
         // The relay: publicly reachable (forced, so its listen address counts as confirmed).
         let (relay, _rr) = node(
             111,
@@ -208,27 +141,21 @@ async fn a_node_reachable_only_through_a_relay_gets_adverts_and_payloads_through
         );
         // A call payload, sealed end to end by the caller; the relay sees only bytes.
         caller.send(pp, call("relayed-1")).await.expect("delivered");
-        let got = tokio::time::timeout(WAIT, rp.recv())
-            .await
-            .expect("in time")
-            .expect("a payload");
+        let got = received(&mut rp).await;
         assert_eq!((got.from, got.payload.call_id.as_str()), (pc, "relayed-1"));
         let still = connection_addrs(&caller, &pp).await;
         assert!(
             still.iter().all(is_relayed),
             "no direct connection appeared: {still:?}"
         );
-        for h in [caller, private, relay] {
-            h.shutdown().await;
-        }
+        shutdown([caller, private, relay]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn autonat_confirmation_makes_a_dht_server_and_an_unconfirmed_node_stays_a_client() {
-    tokio::time::timeout(TEST_LIMIT, async {
+    within(TEST_LIMIT, async {
         let tcp = "/ip4/127.0.0.1/tcp/0";
         // The AutoNAT server every node runs by default.
         let (server, _rs) = node(121, config(&[tcp])).await;
@@ -268,17 +195,14 @@ async fn autonat_confirmation_makes_a_dht_server_and_an_unconfirmed_node_stays_a
             !h.dht_server && h.confirmed.is_empty(),
             "{refused} was not reachable, so the node stays a client: {h:?}"
         );
-        for n in [hidden, reachable, server] {
-            n.shutdown().await;
-        }
+        shutdown([hidden, reachable, server]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_past_the_per_peer_and_pending_limits_is_refused() {
-    tokio::time::timeout(TEST_LIMIT, async {
+    within(TEST_LIMIT, async {
         let tcp = "/ip4/127.0.0.1/tcp/0";
         let (a, _ra) = node(131, config(&[tcp])).await;
         let (b, _rb) = node(
@@ -319,10 +243,7 @@ async fn the_connection_past_the_per_peer_and_pending_limits_is_refused() {
         );
         pending.abort();
         drop(silent);
-        for h in [a, b, c] {
-            h.shutdown().await;
-        }
+        shutdown([a, b, c]).await;
     })
-    .await
-    .expect("test finished in time");
+    .await;
 }
