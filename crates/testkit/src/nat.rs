@@ -43,14 +43,22 @@ pub fn missing_capability() -> Option<String> {
         }
     }
     let probe = format!("sbx-probe-{}", std::process::id());
-    let made = Command::new("ip")
-        .args(["netns", "add", &probe])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = |c: &mut Command| {
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let made = ok(Command::new("ip").args(["netns", "add", &probe]));
+    // The routers' masquerade needs nf_tables inside a namespace (a container may allow the
+    // namespace but not the table).
+    let tables = made && ok(in_namespace(&probe, "nft").args(["add", "table", "ip", "probe"]));
     let _ = Command::new("ip").args(["netns", "del", &probe]).status();
     if !made {
         return Some("cannot create a network namespace".into());
+    }
+    if !tables {
+        return Some("nftables cannot make a table in a network namespace".into());
     }
     None
 }
