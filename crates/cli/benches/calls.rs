@@ -17,8 +17,11 @@
 //! `SKILLBOX_BENCH_CALLS` (default 250), `SKILLBOX_BENCH_INFLIGHT` (default 500; a comma list
 //! runs phase 2 once per count: `2000,5000` for issue 33's bars) and
 //! `SKILLBOX_BENCH_CAPACITY_CALLS` (default 400) change the counts; `SKILLBOX_BENCH_PHASES`
-//! (`protocol,capacity`; `load` is phase 2 alone) which phases run; `SKILLBOX_BENCH_PERF=<dir>`
-//! records a `perf` profile of each process during phase 2 (see PROFILE.md).
+//! (`protocol,capacity`; `load` is phase 2 alone, `overhead` phase 1 alone) which phases run;
+//! `SKILLBOX_BENCH_PERF=<dir>` records a `perf` profile of each process during phase 2
+//! (`<role>-<in flight>.data`) and the measured calls of phase 1 (`<role>-0.data`; see
+//! PROFILE.md). Phase 1 prints each process's CPU per call too: with a zero-delay provider, its
+//! fixed cost.
 //!
 //! Every load run prints each process's CPU seconds (utime + stime from /proc/<pid>/stat) per
 //! answered call, the bench's own included (the provider double and the clients), its peak RSS
@@ -184,6 +187,15 @@ impl World {
             .collect()
     }
 
+    /// CPU seconds each process used since `before` (a [`Self::cpu`] taken earlier).
+    fn cpu_since(&self, before: Vec<(String, f64)>) -> Vec<(String, f64)> {
+        self.cpu()
+            .into_iter()
+            .zip(before)
+            .map(|((role, after), (_, before))| (role, after - before))
+            .collect()
+    }
+
     fn hwm(&self) -> [Option<u64>; 3] {
         [
             self.boxes
@@ -276,6 +288,9 @@ fn means(text: &str) -> Vec<(String, f64, u64)> {
             "skillbox_run_duration_seconds_sum" | "skillbox_run_duration_seconds_count" => {
                 Some("run (submit to result)".to_owned())
             }
+            // Every step a node persists (an attempt of an owed action that failed and is
+            // retried persists one too): a count, its "mean" not a time.
+            "skillbox_store_writes_total" => Some("store writes".to_owned()),
             _ => None,
         };
         let (Some(what), Ok(v)) = (what, value.parse::<f64>()) else {
@@ -285,6 +300,7 @@ fn means(text: &str) -> Vec<(String, f64, u64)> {
         if metric.ends_with("_sum") {
             e.0 += v;
         } else {
+            // A `_count`, or a plain counter (no time: its mean is 0).
             e.1 += v as u64;
         }
     }
@@ -409,6 +425,9 @@ struct Overhead {
     post_ms: Vec<f64>,
     warmup_ms: Vec<f64>,
     failures: BTreeMap<String, usize>,
+    /// CPU seconds each process used over the measured calls (after the warm-up), by role:
+    /// with a zero-delay provider this is each process's fixed cost per call.
+    cpu: Vec<(String, f64)>,
 }
 
 /// One call start to finish, timed: (record ms, polled ms, POST ms) or its failure code.
@@ -455,9 +474,14 @@ fn overhead(rt: &tokio::runtime::Runtime, n: usize) -> (Overhead, [Option<u64>; 
         post_ms: Vec::new(),
         warmup_ms: Vec::new(),
         failures: BTreeMap::new(),
+        cpu: Vec::new(),
     };
+    let mut measured = None;
     rt.block_on(async {
         for i in 0..WARMUP + n {
+            if i == WARMUP {
+                measured = Some((w.cpu(), perf_start(&w, 0)));
+            }
             match timed_call(&c, &peer, i).await {
                 Ok((_, polled, _)) if i < WARMUP => o.warmup_ms.push(polled),
                 Ok((rec, polled, post)) => {
@@ -469,6 +493,10 @@ fn overhead(rt: &tokio::runtime::Runtime, n: usize) -> (Overhead, [Option<u64>; 
             }
         }
     });
+    if let Some((cpu0, perf)) = measured {
+        perf_stop(perf);
+        o.cpu = w.cpu_since(cpu0);
+    }
     let provider_requests = w.provider.0.lock().map(|l| l.len()).unwrap_or(0);
     let hwm = w.hwm();
     eprintln!("(overhead data dir {})", w.root.path().display());
@@ -654,12 +682,7 @@ fn load_in(rt: &tokio::runtime::Runtime, w: &World, n: usize, limit: Duration) -
     });
     l.load_avg.1 = loadavg();
     perf_stop(perf);
-    l.cpu = w
-        .cpu()
-        .into_iter()
-        .zip(cpu0)
-        .map(|((role, after), (_, before))| (role, after - before))
-        .collect();
+    l.cpu = w.cpu_since(cpu0);
     for (side, c) in [("caller", &caller), ("owner", &owner)] {
         let text = rt.block_on(c.text("/metrics"));
         l.time_per_op.extend(
@@ -748,10 +771,13 @@ fn main() -> ExitCode {
     for phase in phases.split(',').map(str::trim) {
         ok &= match phase {
             "protocol" => protocol(&rt),
+            "overhead" => overhead_phase(&rt),
             "load" => loads(&rt),
             "capacity" => capacity_report(&rt),
             other => {
-                panic!("SKILLBOX_BENCH_PHASES: unknown phase {other:?} (protocol, load, capacity)")
+                panic!(
+                    "SKILLBOX_BENCH_PHASES: unknown phase {other:?} (protocol, overhead, load, capacity)"
+                )
             }
         };
     }
@@ -765,6 +791,13 @@ fn main() -> ExitCode {
 /// Phases 1 and 2: overhead per call, then calls in flight through one box at each count of
 /// `SKILLBOX_BENCH_INFLIGHT` (a comma list: `2000,5000`).
 fn protocol(rt: &tokio::runtime::Runtime) -> bool {
+    let overhead_ok = overhead_phase(rt);
+    let load_ok = loads(rt);
+    overhead_ok && load_ok
+}
+
+/// Phase 1 alone: overhead per call, sequential, zero-delay provider.
+fn overhead_phase(rt: &tokio::runtime::Runtime) -> bool {
     let n = env_count("SKILLBOX_BENCH_CALLS", 250);
     eprintln!(
         "[1/2] overhead: {WARMUP} warm-up + {n} sequential calls, zero-delay provider double"
@@ -772,12 +805,11 @@ fn protocol(rt: &tokio::runtime::Runtime) -> bool {
     let load0 = loadavg();
     let (o, o_hwm, o_provider) = overhead(rt, n);
     let overhead_ok = report_overhead(n, &o, o_hwm, o_provider, (load0, loadavg()));
-    let load_ok = loads(rt);
     println!(
         "RESULT: overhead {}",
         if overhead_ok { "PASS" } else { "FAIL" }
     );
-    overhead_ok && load_ok
+    overhead_ok
 }
 
 /// Phase 2 alone, at each count of `SKILLBOX_BENCH_INFLIGHT`.
@@ -877,6 +909,11 @@ fn report_overhead(
     );
     println!("   not answered: {:?}", o.failures);
     println!(
+        "   CPU per call (utime+stime over the {} measured calls; the bench polls every 1 ms): {}",
+        o.record_ms.len(),
+        cpu_per_call(&o.cpu, o.record_ms.len())
+    );
+    println!(
         "   provider requests: {o_provider} (calls answered incl. warm-up: {})",
         o.record_ms.len() + o.warmup_ms.len()
     );
@@ -892,6 +929,20 @@ fn report_overhead(
         println!("   note: the record and the polled measure disagree on the bar");
     }
     overhead_ok
+}
+
+/// Each process's CPU ms per call, then all of them: `box0 8.10 ms, ... ; all 21.00 ms`.
+fn cpu_per_call(cpu: &[(String, f64)], calls: usize) -> String {
+    let per = |s: f64| s * 1e3 / calls.max(1) as f64;
+    let total: f64 = cpu.iter().map(|(_, s)| s).sum();
+    format!(
+        "{} ; all {:.2} ms",
+        cpu.iter()
+            .map(|(role, s)| format!("{role} {:.2} ms", per(*s)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        per(total)
+    )
 }
 
 /// The figures of one load run and whether it met its bars.
@@ -949,18 +1000,24 @@ fn report_load(inflight: usize, l: &Load) -> bool {
             format!(" (bar >= {BAR_THROUGHPUT} MISSED)")
         }
     );
+    // The counts are attempts: every request to a box (refused, failed or timed out too), per
+    // answered call, shows how often owed actions were tried again.
+    let per = |n: u64| n as f64 / answered.max(1) as f64;
     for (what, mean, n) in &l.time_per_op {
-        println!("   mean {what}: {:.1} ms over {n}", mean * 1e3);
+        if what.ends_with("store writes") {
+            println!("   {what}: {n} ({:.2} per answered call)", per(*n));
+        } else {
+            println!(
+                "   mean {what}: {:.1} ms over {n} ({:.2} per answered call)",
+                mean * 1e3,
+                per(*n)
+            );
+        }
     }
     let total: f64 = l.cpu.iter().map(|(_, s)| s).sum();
     println!(
-        "   CPU per answered call (utime+stime over the phase / {answered}): {} ; all {:.2} ms ({:.1} s of CPU in {:.1} s wall)",
-        l.cpu
-            .iter()
-            .map(|(role, s)| format!("{role} {:.2} ms", s * 1e3 / answered.max(1) as f64))
-            .collect::<Vec<_>>()
-            .join(", "),
-        total * 1e3 / answered.max(1) as f64,
+        "   CPU per answered call (utime+stime over the phase / {answered}): {} ({:.1} s of CPU in {:.1} s wall)",
+        cpu_per_call(&l.cpu, answered),
         total,
         l.wall_ms / 1e3
     );

@@ -195,6 +195,60 @@ struct Answered {
     coverage: Option<skillbox_guard::Coverage>,
 }
 
+/// A finished run's result as both parties fetch it: the `ResultView` JSON, made once when the
+/// run ends (the sealed answer and a guarded run's owner note — 257 KiB for a 1 MiB body limit
+/// — were base64-encoded and JSON-escaped again on every fetch), and the failure for `status`.
+struct Served {
+    json: axum::body::Bytes,
+    error: Option<RunFailure>,
+}
+
+/// The result's JSON: the sealed blobs' base64 written straight into the buffer (it needs no
+/// escaping), then the small fields as serde writes them.
+fn served(run_id: &str, f: &Finished, no_hardware_isolation: bool) -> Result<Served> {
+    use base64::Engine as _;
+    let small = ResultView {
+        run_id: run_id.into(),
+        status: if f.error.is_none() {
+            RunStatus::Ok
+        } else {
+            RunStatus::Failed
+        },
+        sealed_output: None,
+        receipt: f.receipt.clone(),
+        owner_note: None,
+        error: f.error,
+        no_hardware_isolation,
+    };
+    let small = serde_json::to_string(&small)
+        .map_err(|e| JcError::Internal(format!("result view: {e}")))?;
+    let blobs = [
+        ("sealed_output", f.sealed_output.as_deref()),
+        ("owner_note", f.owner_note.as_deref()),
+    ];
+    let room: usize = blobs
+        .iter()
+        .map(|(_, b)| b.map_or(0, |b| b.len().div_ceil(3) * 4 + 32))
+        .sum();
+    let mut json = String::with_capacity(room + small.len());
+    json.push('{');
+    for (name, blob) in blobs {
+        if let Some(blob) = blob {
+            json.push('"');
+            json.push_str(name);
+            json.push_str("\":\"");
+            base64::engine::general_purpose::STANDARD.encode_string(blob, &mut json);
+            json.push_str("\",");
+        }
+    }
+    // `small` is an object with at least `run_id`: its members follow the blobs.
+    json.push_str(small.strip_prefix('{').unwrap_or(&small));
+    Ok(Served {
+        json: axum::body::Bytes::from(json),
+        error: f.error,
+    })
+}
+
 struct Finished {
     sealed_output: Option<Vec<u8>>,
     /// A guarded run's [`crate::receipt::OwnerNote`], sealed to the owner.
@@ -237,7 +291,8 @@ struct Run {
     stakes: HashMap<Role, Vec<Entry>>,
     submitted: HashMap<Role, bool>,
     phase: Phase,
-    finished: Option<Finished>,
+    /// The result once the run ended (only its served form is kept in memory).
+    finished: Option<Served>,
     /// When a finished run's result is dropped.
     keep_until: u64,
     /// Its program's line in the spent-program list (0: no list).
@@ -380,7 +435,38 @@ struct StoredFinished {
     error: Option<RunFailure>,
 }
 
-const RECORD_FORMAT: u8 = 1;
+/// Form 2: the keys' 66 bytes, the JSON's u32 length, the JSON, then the sealed answer and the
+/// owner note raw (each a presence byte, a u64 length and the bytes). Form 1 (still read) had
+/// them in base64 inside the JSON: a guarded run's 257 KiB note cost an encode, a JSON escape
+/// and a third more bytes to seal and write.
+const RECORD_FORMAT: u8 = 2;
+const RECORD_FORMAT_BASE64: u8 = 1;
+
+/// Form 2's two blobs after the JSON; anything else is `store_tampered`.
+fn record_blobs(mut rest: &[u8]) -> Result<[Option<Vec<u8>>; 2]> {
+    let mut blob = || -> Result<Option<Vec<u8>>> {
+        let (&present, tail) = rest.split_first().ok_or(JcError::StoreTampered)?;
+        let len: [u8; 8] = tail
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .ok_or(JcError::StoreTampered)?;
+        let len = usize::try_from(u64::from_be_bytes(len)).map_err(|_| JcError::StoreTampered)?;
+        let bytes = tail
+            .get(8..8usize.saturating_add(len))
+            .ok_or(JcError::StoreTampered)?;
+        rest = &tail[8 + len..];
+        match (present, len) {
+            (1, _) => Ok(Some(bytes.to_vec())),
+            (0, 0) => Ok(None),
+            _ => Err(JcError::StoreTampered),
+        }
+    };
+    let blobs = [blob()?, blob()?];
+    if !rest.is_empty() {
+        return Err(JcError::StoreTampered);
+    }
+    Ok(blobs)
+}
 
 /// What a record says that the run in memory does not (yet): a result is on disk before it is
 /// published.
@@ -394,19 +480,14 @@ impl Run {
     /// The record the run store keeps for this run now, or as `ending` ends it (bumps the
     /// version).
     fn record(&mut self, ending: Option<Ending<'_>>) -> Result<(u64, Zeroizing<Vec<u8>>)> {
-        use base64::Engine as _;
-        let b64 = |b: &Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
         self.version += 1;
         let mut submitted: Vec<Role> = self.submitted.keys().copied().collect();
         submitted.sort_by_key(|r| r.as_str());
+        // A run is written while it is open or running, and once as it ends (`ending`): a
+        // finished run's record is never rewritten.
         let (phase, keep_until, finished, keys) = match &ending {
             Some(e) => (e.phase, e.keep_until, Some(e.finished), None),
-            None => (
-                self.phase,
-                self.keep_until,
-                self.finished.as_ref(),
-                self.keys.as_deref(),
-            ),
+            None => (self.phase, self.keep_until, None, self.keys.as_deref()),
         };
         let record = Record {
             envelope: (*self.envelope).clone(),
@@ -418,15 +499,20 @@ impl Run {
             attempts: self.attempts,
             version: self.version,
             finished: finished.map(|f| StoredFinished {
-                sealed_output: f.sealed_output.as_ref().map(b64),
-                owner_note: f.owner_note.as_ref().map(b64),
+                sealed_output: None,
+                owner_note: None,
                 receipt: f.receipt.clone(),
                 error: f.error,
             }),
         };
         let json = serde_json::to_vec(&record)
             .map_err(|e| JcError::Internal(format!("run record: {e}")))?;
-        let mut out = Zeroizing::new(Vec::with_capacity(2 + 64 + json.len()));
+        let blobs = [
+            finished.and_then(|f| f.sealed_output.as_deref()),
+            finished.and_then(|f| f.owner_note.as_deref()),
+        ];
+        let blob_len: usize = blobs.iter().map(|b| 9 + b.map_or(0, <[u8]>::len)).sum();
+        let mut out = Zeroizing::new(Vec::with_capacity(2 + 64 + 4 + json.len() + blob_len));
         out.push(RECORD_FORMAT);
         match keys {
             Some(k) => {
@@ -438,20 +524,36 @@ impl Run {
                 out.extend_from_slice(&[0u8; 64]);
             }
         }
+        let json_len = u32::try_from(json.len())
+            .map_err(|_| JcError::Internal("run record too large".into()))?;
+        out.extend_from_slice(&json_len.to_be_bytes());
         out.extend_from_slice(&json);
+        for blob in blobs {
+            match blob {
+                Some(b) => {
+                    out.push(1);
+                    out.extend_from_slice(&(b.len() as u64).to_be_bytes());
+                    out.extend_from_slice(b);
+                }
+                None => {
+                    out.push(0);
+                    out.extend_from_slice(&0u64.to_be_bytes());
+                }
+            }
+        }
         Ok((self.version, out))
     }
 }
 
 /// A record read back: the program checked again (both signatures), the keys, the result.
-fn restore_run(bytes: &[u8]) -> Result<Run> {
+fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Result<Run> {
     use base64::Engine as _;
     let unb64 = |s: &String| {
         base64::engine::general_purpose::STANDARD
             .decode(s)
             .map_err(|_| JcError::StoreTampered)
     };
-    if bytes.len() < 66 || bytes[0] != RECORD_FORMAT {
+    if bytes.len() < 66 || ![RECORD_FORMAT, RECORD_FORMAT_BASE64].contains(&bytes[0]) {
         return Err(JcError::StoreTampered);
     }
     let keys = match bytes[1] {
@@ -459,15 +561,30 @@ fn restore_run(bytes: &[u8]) -> Result<Run> {
         1 => Some(Arc::new(RunKeys::from_bytes(&bytes[2..66])?)),
         _ => return Err(JcError::StoreTampered),
     };
-    let r: Record = serde_json::from_slice(&bytes[66..]).map_err(|_| JcError::StoreTampered)?;
+    let (json, [output, note]) = if bytes[0] == RECORD_FORMAT_BASE64 {
+        (&bytes[66..], [None, None])
+    } else {
+        let len: [u8; 4] = bytes
+            .get(66..70)
+            .and_then(|b| b.try_into().ok())
+            .ok_or(JcError::StoreTampered)?;
+        let end = 70usize.saturating_add(u32::from_be_bytes(len) as usize);
+        let json = bytes.get(70..end).ok_or(JcError::StoreTampered)?;
+        (json, record_blobs(&bytes[end..])?)
+    };
+    let r: Record = serde_json::from_slice(json).map_err(|_| JcError::StoreTampered)?;
     let program = approved_program(&r.envelope).map_err(|_| JcError::StoreTampered)?;
     let finished = match r.finished {
-        Some(f) => Some(Finished {
-            sealed_output: f.sealed_output.as_ref().map(unb64).transpose()?,
-            owner_note: f.owner_note.as_ref().map(unb64).transpose()?,
-            receipt: f.receipt,
-            error: f.error,
-        }),
+        Some(f) => {
+            let f = Finished {
+                sealed_output: f.sealed_output.as_ref().map(unb64).transpose()?.or(output),
+                owner_note: f.owner_note.as_ref().map(unb64).transpose()?.or(note),
+                receipt: f.receipt,
+                error: f.error,
+            };
+            Some(served(run_id, &f, no_hardware_isolation)?)
+        }
+        None if output.is_some() || note.is_some() => return Err(JcError::StoreTampered),
         None => None,
     };
     // A run is finished exactly when it has a result, and has keys exactly while it has none.
@@ -582,7 +699,8 @@ impl BoxCore {
         {
             let mut st = self.lock();
             for l in loaded {
-                let mut run = match l.record.and_then(|b| restore_run(&b)) {
+                let no_hw = self.no_hardware_isolation();
+                let mut run = match l.record.and_then(|b| restore_run(&l.id, &b, no_hw)) {
                     Ok(run) => run,
                     Err(e) => {
                         tracing::error!(code = e.code(), "a persisted run is refused");
@@ -1324,10 +1442,12 @@ impl BoxCore {
             }
             self.failpoint("result");
         }
+        let served = served(run_id, &finished, self.no_hardware_isolation())?;
+        drop(finished);
         let mut st = self.lock();
         if let Some(run) = st.runs.get_mut(run_id) {
             run.phase = phase;
-            run.finished = Some(finished);
+            run.finished = Some(served);
             run.keep_until = keep_until;
             run.keys = None;
             run.changed.notify_waiters();
@@ -1374,8 +1494,17 @@ impl BoxCore {
         run_id: &str,
         wait: std::time::Duration,
     ) -> Result<ResultView> {
+        parse_result(&self.result_json_within(run_id, wait).await?)
+    }
+
+    /// [`Self::result_within`] as the JSON the box serves: the same bytes for every fetch.
+    pub async fn result_json_within(
+        &self,
+        run_id: &str,
+        wait: std::time::Duration,
+    ) -> Result<axum::body::Bytes> {
         let not_ready = |e: &JcError| matches!(e, JcError::NotReady(_));
-        self.when_ready(run_id, wait, not_ready, || self.result(run_id))
+        self.when_ready(run_id, wait, not_ready, || self.result_json(run_id))
             .await
     }
 
@@ -1541,14 +1670,15 @@ impl BoxCore {
             &result_key,
             &seal::info(Purpose::Result, run_id, &program.hash),
         )?;
-        sealer.entry_bytes("answer", answer.as_bytes())?;
-        sealer.entry_bytes("truncated", &[truncated as u8])?;
-        let sealed = sealer.finish()?;
         let plain_len = answer.len() as u64
             + 2 * seal::ENTRY_OVERHEAD
             + "answer".len() as u64
             + "truncated".len() as u64
             + 2;
+        sealer.reserve(seal::bucket(plain_len));
+        sealer.entry_bytes("answer", answer.as_bytes())?;
+        sealer.entry_bytes("truncated", &[truncated as u8])?;
+        let sealed = sealer.finish()?;
         let receipt = Receipt {
             run_id: run_id.into(),
             program_hash: program.hash.to_hex(),
@@ -1593,7 +1723,11 @@ impl BoxCore {
 
     /// jc.result: the sealed answer and the receipt, once the run finished.
     pub fn result(&self, run_id: &str) -> Result<ResultView> {
-        use base64::Engine as _;
+        parse_result(&self.result_json(run_id)?)
+    }
+
+    /// [`Self::result`] as the JSON the box serves (made once, when the run ended).
+    pub fn result_json(&self, run_id: &str) -> Result<axum::body::Bytes> {
         let mut st = self.lock();
         if st.spent_runs.contains_key(run_id) {
             return Err(JcError::RunSpent(short(run_id)));
@@ -1609,25 +1743,7 @@ impl BoxCore {
             .finished
             .as_ref()
             .ok_or_else(|| JcError::NotReady(run.phase.as_str().into()))?;
-        Ok(ResultView {
-            run_id: run_id.into(),
-            status: if f.error.is_none() {
-                RunStatus::Ok
-            } else {
-                RunStatus::Failed
-            },
-            sealed_output: f
-                .sealed_output
-                .as_ref()
-                .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
-            receipt: f.receipt.clone(),
-            owner_note: f
-                .owner_note
-                .as_ref()
-                .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
-            error: f.error,
-            no_hardware_isolation: self.no_hardware_isolation(),
-        })
+        Ok(f.json.clone())
     }
 
     /// DELETE: a party ends the run (cancel, or done with its result). Keys and stakes are
@@ -1735,8 +1851,15 @@ fn seal_owner_note(
     // says so (the owner's own doing; no ordinary body comes near).
     let target = OwnerNote::padded_len(program.program.owner_inputs.body_max_bytes);
     let pad = vec![0u8; target.saturating_sub(written) as usize];
+    sealer.reserve(target.max(written) + 1);
     sealer.entry_bytes(OwnerNote::PADDING_ENTRY, &pad)?;
-    Ok(Some(sealer.finish()?))
+    // The padding entry already brings every note of the program to `target`: no bucket on top.
+    Ok(Some(sealer.finish_unpadded()?))
+}
+
+/// A served result's JSON read back (in-process callers; the box's own bytes).
+fn parse_result(json: &[u8]) -> Result<ResultView> {
+    serde_json::from_slice(json).map_err(|e| JcError::Internal(format!("result view: {e}")))
 }
 
 /// The receipt's binding of the owner's note: SHA-256 of its sealed bytes.

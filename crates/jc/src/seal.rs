@@ -36,9 +36,13 @@ pub fn bucket(n: u64) -> u64 {
 
 /// Largest sealed size for a plaintext of at most `max_plain` bytes (framing included).
 pub fn sealed_limit(max_plain: u64) -> u64 {
-    let padded = bucket(max_plain);
-    let chunks = padded.div_ceil(CHUNK as u64);
-    MAGIC.len() as u64 + 32 + padded + chunks * (4 + TAG_LEN as u64)
+    sealed_len(bucket(max_plain))
+}
+
+/// The sealed size of exactly `plain` bytes of framed, padded plaintext.
+pub fn sealed_len(plain: u64) -> u64 {
+    let chunks = plain.div_ceil(CHUNK as u64);
+    MAGIC.len() as u64 + 32 + plain + chunks * (4 + TAG_LEN as u64)
 }
 
 /// What a seal is for; part of `info`.
@@ -217,10 +221,30 @@ impl Sealer {
         self.entry(name, data.len() as u64, &mut &data[..])
     }
 
+    /// Make room for the sealed form of `plain` more bytes (entries and padding to come), so
+    /// a large seal is one allocation rather than a doubling series of copies.
+    pub fn reserve(&mut self, plain: u64) {
+        let more = sealed_len(plain) + 4 + TAG_LEN as u64;
+        self.out.reserve(usize::try_from(more).unwrap_or(0));
+    }
+
     /// End marker, zero padding to the size bucket, last chunk. Returns the sealed bytes.
-    pub fn finish(mut self) -> Result<Vec<u8>> {
+    pub fn finish(self) -> Result<Vec<u8>> {
+        let total = bucket(self.written + 1);
+        self.finish_at(total)
+    }
+
+    /// End marker and last chunk, no padding: for a seal whose entries already bring it to a
+    /// length its recipient's program fixes (the owner's note). A power-of-two bucket on top
+    /// would only double it (a 1 MiB body limit's note: 257 KiB padded to 512 KiB).
+    pub fn finish_unpadded(self) -> Result<Vec<u8>> {
+        let total = self.written + 1;
+        self.finish_at(total)
+    }
+
+    fn finish_at(mut self, total: u64) -> Result<Vec<u8>> {
         self.write(&[0])?;
-        let pad = bucket(self.written) - self.written;
+        let pad = total.saturating_sub(self.written);
         let zeros = [0u8; 1024];
         let mut left = pad;
         while left > 0 {

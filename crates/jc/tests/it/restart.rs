@@ -16,7 +16,7 @@ use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
 use skillbox_jc::program::{Program, Role};
-use skillbox_jc::run::store::KeyFile;
+use skillbox_jc::run::store::{KeyFile, RunStore};
 use skillbox_jc::run::{BoxConfig, BoxCore, Phase, RunFailure, now_secs};
 use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
 
@@ -469,4 +469,56 @@ async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
     let e = c2.result(&first.run_id).await.expect_err("dropped");
     assert_eq!(remote_code(&e), "run_spent");
     c2.result(&second.run_id).await.expect("the other is kept");
+}
+
+/// A run store written before the record's form 2 (the sealed answer in base64 inside the
+/// record's JSON, where form 2 keeps it raw after it) is still read: a finished run written in
+/// form 1 is served the very bytes it was served before the restart.
+#[tokio::test]
+async fn a_finished_run_in_the_older_record_form_is_still_served() {
+    use base64::Engine as _;
+    let f = start(None).await;
+    let dir = Dir::new();
+    let (core1, c1) = dir.start(gate(true)).await;
+    let run = open(&f, &c1, &program(&f)).await;
+    stake(&f, &c1, &run, Role::Owner).await;
+    stake(&f, &c1, &run, Role::Caller).await;
+    assert!(!submit(&f, &c1, &run, Role::Caller).await);
+    assert!(submit(&f, &c1, &run, Role::Owner).await);
+    answered(&f, &c1, &run).await;
+    let served = core1.result_json(&run.run_id).expect("served");
+
+    // The same record in form 1, written as a newer version of the row.
+    let key = KeyFile::load_or_create(&dir.path.join("store.key")).expect("store key");
+    let store = RunStore::open(&dir.db(), &key).expect("store");
+    let loaded = store.load().expect("load");
+    let record = loaded[0].record.as_ref().expect("the record opens");
+    assert_eq!(record[0], 2, "written in form 2");
+    let json_len = u32::from_be_bytes(record[66..70].try_into().expect("4 bytes")) as usize;
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&record[70..70 + json_len]).expect("record JSON");
+    let blobs = &record[70 + json_len..];
+    assert_eq!(blobs[0], 1, "the sealed answer is there");
+    let len = u64::from_be_bytes(blobs[1..9].try_into().expect("8 bytes")) as usize;
+    assert_eq!(
+        &blobs[9 + len..],
+        &[0u8; 9][..],
+        "no owner note: an unguarded program"
+    );
+    json["finished"]["sealed_output"] = base64::engine::general_purpose::STANDARD
+        .encode(&blobs[9..9 + len])
+        .into();
+    let version = json["version"].as_u64().expect("version") + 1;
+    json["version"] = version.into();
+    let mut old = vec![1u8];
+    old.extend_from_slice(&record[1..66]);
+    old.extend_from_slice(&serde_json::to_vec(&json).expect("json"));
+    store
+        .put_run(&run.run_id, version, &old)
+        .expect("form 1 written");
+    drop(store);
+
+    let (core2, c2) = dir.start(gate(true)).await;
+    assert_eq!(core2.result_json(&run.run_id).expect("served"), served);
+    assert!(answered(&f, &c2, &run).await.starts_with("answered "));
 }
