@@ -232,7 +232,15 @@ impl Calls {
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
+            // A box holds one run per program: one that was lost and came back with the run this
+            // call left answers with that run, which the call does not enter again.
+            let is_left = |o: &skillbox_jc::run::Opened| row.call.left_runs.contains(&o.run_id);
+            let run_left = || JcError::Remote {
+                status: 409,
+                code: "run_left".into(),
+            };
             let mut last = match self.timed("open", client.open(env)).await {
+                Ok(opened) if is_left(&opened) => run_left(),
                 Ok(opened) => {
                     self.0.boxes.answered(first);
                     return Ok((first.to_owned(), client, opened, None));
@@ -248,6 +256,12 @@ impl Calls {
                     continue;
                 };
                 match self.timed("open", c.open(env)).await {
+                    Ok(opened) if is_left(&opened) => {
+                        all_busy = false;
+                        if !driver::transient(&last) {
+                            last = run_left();
+                        }
+                    }
                     Ok(opened) => {
                         self.0.boxes.claim(&other.url);
                         self.0.boxes.answered(&other.url);

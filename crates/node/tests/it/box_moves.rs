@@ -349,3 +349,149 @@ async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to
     caller.stop().await;
     owner.stop().await;
 }
+
+/// A hostile caller speaking the protocol itself: admitted, it opens a run of the program on
+/// each accepted box in turn and names each in a `call.session`, as if every box died — to
+/// have the owner stake its body into many boxes. The owner follows at most `MAX_MOVES` moves
+/// (one stake into each of `MAX_MOVES + 1` runs, none twice), ignores a session naming a run it
+/// left, and fails the call `too_many_moves` at the next, telling the caller that code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
+    use skillbox_calls::MAX_MOVES;
+    use skillbox_peers::{Payload, PayloadKind, PeersConfig, keypair_from_seed};
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let mut urls = Vec::new();
+    for _ in 0..MAX_MOVES + 2 {
+        urls.push(support::start_box(&provider_url).await);
+    }
+    let accept = urls.clone();
+    let owner = TestNode::start(&urls[0], vec![], move |c| c.boxes.accept = accept).await;
+    owner.put_source("openai-key", "secret", "sk-MOVE-H").await;
+    owner
+        .add_skill(&skill_doc("taste", "BODY-MOVE-H", &[]))
+        .await;
+    let config = PeersConfig {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+        bootstrap: vec![owner.p2p.parse().expect("owner addr")],
+        ..PeersConfig::default()
+    };
+    let keypair = keypair_from_seed(&[78; 32]).expect("key");
+    let (hostile, mut inbox) = skillbox_peers::start(config, keypair).await.expect("peer");
+    let owner_peer: skillbox_peers::PeerId = owner.peer_id.parse().expect("peer");
+    let deadline = std::time::Instant::now() + LIMIT;
+    // The owner's advert, once it lists every box.
+    let offered = loop {
+        if let Some(o) = hostile.with_board(|b, now| b.advert(&owner_peer, now).cloned())
+            && o.boxes.len() == urls.len()
+        {
+            break o;
+        }
+        assert!(std::time::Instant::now() < deadline, "no advert");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let key = ed25519_dalek::SigningKey::from_bytes(&[78; 32]);
+    let id = "00112233445566778899aabbccddee01";
+    let mut program = crate::hostile::admissible_program(&offered, &key, id);
+    program.provider.host = Some(provider_url.clone());
+    let mut env = skillbox_jc::dsse::sign_program(&program, &key).expect("sign");
+    let send = |kind: PayloadKind, body: Value| {
+        let hostile = &hostile;
+        async move {
+            let payload = Payload {
+                kind,
+                call_id: id.into(),
+                body,
+            };
+            hostile.send(owner_peer, payload).await.expect("sent");
+        }
+    };
+    let wire: Value = serde_json::from_slice(&env.to_json()).expect("json");
+    send(
+        PayloadKind::CallRequest,
+        serde_json::json!({"skill": "taste", "program": wire}),
+    )
+    .await;
+    let accepted = tokio::time::timeout(LIMIT, inbox.recv())
+        .await
+        .expect("answer in time")
+        .expect("a payload");
+    assert_eq!(
+        accepted.payload.kind,
+        PayloadKind::CallAccepted,
+        "{:?}",
+        accepted.payload.body
+    );
+    env.signatures.push(
+        serde_json::from_value(accepted.payload.body["signature"].clone()).expect("signature"),
+    );
+    let staked_into = |run: String| {
+        let owner = &owner;
+        async move {
+            let deadline = std::time::Instant::now() + LIMIT;
+            loop {
+                let stakes = entries(owner, id, "stake").await;
+                if stakes.iter().any(|e| e["run"] == run.as_str()) {
+                    return stakes;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no stake into {run}: {stakes:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let mut runs = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        let client = skillbox_jc::client::BoxClient::new(url).expect("client");
+        let run = client.open(&env).await.expect("open").run_id;
+        send(
+            PayloadKind::CallSession,
+            serde_json::json!({"box": url, "runId": run}),
+        )
+        .await;
+        runs.push(run.clone());
+        if i > MAX_MOVES {
+            break;
+        }
+        staked_into(run).await;
+        if i == 1 {
+            // Back to the run the owner left: ignored, nothing staked there again.
+            send(
+                PayloadKind::CallSession,
+                serde_json::json!({"box": urls[0], "runId": runs[0]}),
+            )
+            .await;
+        }
+    }
+    let o = owner.wait_call(id, LIMIT).await;
+    assert_eq!(o["state"], "failed", "{o}");
+    assert_eq!(o["failure"]["code"], "too_many_moves", "{o}");
+    assert_eq!(o["moves"].as_array().map(Vec::len), Some(MAX_MOVES), "{o}");
+    // Told to the caller by its code and fixed words.
+    let told = loop {
+        let got = tokio::time::timeout(LIMIT, inbox.recv())
+            .await
+            .expect("call.failed in time")
+            .expect("a payload");
+        if got.payload.kind == PayloadKind::CallFailed {
+            break got.payload.body;
+        }
+    };
+    assert_eq!(told["code"], "too_many_moves", "{told}");
+    assert_eq!(told["message"], "the run moved to another box too often");
+    // The body went into the first MAX_MOVES + 1 runs, once each, and never into the last.
+    let stakes = entries(&owner, id, "stake").await;
+    let into: Vec<&str> = stakes
+        .iter()
+        .map(|e| e["run"].as_str().unwrap_or(""))
+        .collect();
+    let expected: Vec<&str> = runs[..=MAX_MOVES].iter().map(String::as_str).collect();
+    assert_eq!(into, expected, "{stakes:?}");
+    assert!(
+        provider.0.lock().expect("provider log").is_empty(),
+        "nothing ran"
+    );
+    hostile.shutdown().await;
+    owner.stop().await;
+}

@@ -715,7 +715,7 @@ async fn caller_sees_nothing_of_the_guard(caller: &TestNode, id: &str, view: &Va
 
 /// A program for `taste` as a hostile caller holding `key` signs it itself: within the owner's
 /// ceilings and pins, so the owner admits it.
-fn admissible_program(
+pub(crate) fn admissible_program(
     offered: &skillbox_peers::Advert,
     key: &ed25519_dalek::SigningKey,
     id: &str,
