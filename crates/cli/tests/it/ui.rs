@@ -216,6 +216,31 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
             "csrf {bad:?}"
         );
     }
+    // Every form the dashboard posts, each complete but for its token: one check for all of them,
+    // so a route cannot be added without it.
+    for (path, fields) in [
+        ("/ui/skills", vec![("doc", "---\nname: forged\n---\nx\n")]),
+        ("/ui/skills/taste/delete", vec![]),
+        ("/ui/sources/delete", vec![("name", "spotify_songs")]),
+        (
+            "/ui/calls",
+            vec![("peer", "12D3KooW"), ("skill", "taste"), ("request", "x")],
+        ),
+        ("/ui/approvals", vec![("id", "c1"), ("decision", "allow")]),
+        ("/ui/peers", vec![("addr", "/ip4/127.0.0.1/tcp/1")]),
+        ("/ui/boxes/check", vec![]),
+        ("/ui/logout", vec![]),
+    ] {
+        for bad in ["", "00"] {
+            let mut f = fields.clone();
+            f.push(("csrf", bad));
+            let refused = b.post(path, Some(&cookie), &f);
+            assert_eq!(refused.status, 403, "{path} csrf {bad:?}: {}", refused.text);
+        }
+    }
+    let skills = b.get("/ui/skills", Some(&cookie));
+    assert_eq!(skills.status, 200, "the forged sign-out ended nothing");
+    assert!(!skills.text.contains("forged"), "{}", skills.text);
     let f = form(&csrf);
     let f: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let cross = b.send(

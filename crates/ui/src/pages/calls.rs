@@ -89,8 +89,6 @@ pub(crate) async fn calls(
 
 #[derive(Deserialize)]
 pub(crate) struct StartForm {
-    #[serde(default)]
-    csrf: String,
     peer: String,
     skill: String,
     request: String,
@@ -98,12 +96,8 @@ pub(crate) struct StartForm {
 
 pub(crate) async fn start_call(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<StartForm>,
+    Posted { session, form: f }: Posted<StartForm>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let Some(c) = calls_of(&s) else {
         return no_calls(&session, "/ui/calls");
     };
@@ -288,17 +282,10 @@ async fn approvals_page(
     )
 }
 
-pub(crate) async fn approvals(
-    State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-) -> Response {
-    approvals_page(&s, &session, None, StatusCode::OK).await
-}
+page_route!(approvals => approvals_page);
 
 #[derive(Deserialize)]
 pub(crate) struct DecideForm {
-    #[serde(default)]
-    csrf: String,
     id: String,
     decision: String,
     #[serde(default)]
@@ -307,12 +294,8 @@ pub(crate) struct DecideForm {
 
 pub(crate) async fn decide(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<DecideForm>,
+    Posted { session, form: f }: Posted<DecideForm>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let Some(c) = calls_of(&s) else {
         return no_calls(&session, "/ui/approvals");
     };

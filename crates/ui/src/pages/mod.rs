@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Extension, Form, Path, Query, State};
+use axum::extract::{Extension, Form, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
@@ -128,10 +128,59 @@ fn bare(title: &str, body: Markup) -> Markup {
 
 /// A form that carries nothing but its CSRF token (remove, sign out, check now).
 #[derive(Deserialize)]
-pub(crate) struct CsrfOnly {
-    #[serde(default)]
-    pub(crate) csrf: String,
+pub(crate) struct CsrfOnly {}
+
+/// A form posted from a dashboard page, with the session that posted it: extracted only once
+/// the form's CSRF token is that session's, so no handler can forget the check (a wrong or
+/// missing token gets the refusal page before the handler runs).
+pub(crate) struct Posted<T> {
+    pub(crate) session: Session,
+    pub(crate) form: T,
 }
+
+#[derive(Deserialize)]
+struct WithCsrf<T> {
+    #[serde(default)]
+    csrf: String,
+    #[serde(flatten)]
+    form: T,
+}
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequest<S> for Posted<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let (mut parts, body) = req.into_parts();
+        let Extension(session) = Extension::<Session>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Form(f) = Form::<WithCsrf<T>>::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if !session.csrf_ok(&f.csrf) {
+            return Err(refused_csrf());
+        }
+        Ok(Posted {
+            session,
+            form: f.form,
+        })
+    }
+}
+
+/// `GET` of a page that [`$page`] renders from the node's state: the same page a form shows
+/// again, without a notice.
+macro_rules! page_route {
+    ($(#[$doc:meta])* $name:ident => $page:ident) => {
+        $(#[$doc])*
+        pub(crate) async fn $name(
+            State(s): State<AppState>,
+            Extension(session): Extension<Session>,
+        ) -> Response {
+            $page(&s, &session, None, StatusCode::OK).await
+        }
+    };
+}
+use page_route;
 
 fn csrf_field(session: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(session.csrf); }

@@ -124,14 +124,7 @@ fn reachability(b: &skillbox_node::calls::boxes::BoxStatus) -> Markup {
 }
 
 /// `POST /ui/boxes/check`: ask every accepted box who it is now.
-pub(crate) async fn check_boxes(
-    State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<CsrfOnly>,
-) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
+pub(crate) async fn check_boxes(State(s): State<AppState>, _: Posted<CsrfOnly>) -> Response {
     if let Some(c) = calls_of(&s) {
         c.boxes().refresh().await;
     }

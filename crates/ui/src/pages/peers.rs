@@ -57,28 +57,17 @@ async fn peers_page(
     html_page(status, page("Peers", "/ui/peers", session, notice, body))
 }
 
-pub(crate) async fn peers(
-    State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-) -> Response {
-    peers_page(&s, &session, None, StatusCode::OK).await
-}
+page_route!(peers => peers_page);
 
 #[derive(Deserialize)]
 pub(crate) struct PeerForm {
-    #[serde(default)]
-    csrf: String,
     addr: String,
 }
 
 pub(crate) async fn add_peer(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<PeerForm>,
+    Posted { session, form: f }: Posted<PeerForm>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let addr: skillbox_peers::Multiaddr = match f.addr.trim().parse() {
         Ok(a) => a,
         Err(_) => {

@@ -102,12 +102,8 @@ pub(crate) async fn login(
 
 pub(crate) async fn logout(
     Extension(sessions): Extension<Arc<Sessions>>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<CsrfOnly>,
+    Posted { session, form: _ }: Posted<CsrfOnly>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     // Ended here, not only cleared in this browser: a copy of the cookie elsewhere is dead too.
     sessions.end(&session.key);
     (

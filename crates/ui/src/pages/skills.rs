@@ -62,17 +62,10 @@ async fn skills_page(
     )
 }
 
-pub(crate) async fn skills(
-    State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-) -> Response {
-    skills_page(&s, &session, None, StatusCode::OK).await
-}
+page_route!(skills => skills_page);
 
 #[derive(Deserialize)]
 pub(crate) struct AddSkill {
-    #[serde(default)]
-    csrf: String,
     doc: String,
     #[serde(default)]
     name: String,
@@ -80,12 +73,8 @@ pub(crate) struct AddSkill {
 
 pub(crate) async fn add_skill(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<AddSkill>,
+    Posted { session, form: f }: Posted<AddSkill>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let doc = Zeroizing::new(f.doc.replace("\r\n", "\n").into_bytes());
     if doc.len() > s.limits.max_skill_bytes {
         return skills_page(
@@ -178,13 +167,9 @@ pub(crate) async fn skill(
 
 pub(crate) async fn delete_skill(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
     Path(name): Path<String>,
-    Form(f): Form<CsrfOnly>,
+    Posted { session, form: _ }: Posted<CsrfOnly>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let removed = {
         let s = s.clone();
         blocking(move || s.skills.delete(&name)).await

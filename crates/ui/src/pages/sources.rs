@@ -68,17 +68,10 @@ async fn sources_page(
     )
 }
 
-pub(crate) async fn sources(
-    State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-) -> Response {
-    sources_page(&s, &session, None, StatusCode::OK).await
-}
+page_route!(sources => sources_page);
 
 #[derive(Deserialize)]
 pub(crate) struct AddSource {
-    #[serde(default)]
-    csrf: String,
     name: String,
     kind: String,
     content: String,
@@ -88,12 +81,8 @@ pub(crate) struct AddSource {
 
 pub(crate) async fn add_source(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<AddSource>,
+    Posted { session, form: f }: Posted<AddSource>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let content = Zeroizing::new(f.content.into_bytes());
     let name = f.name.trim().to_owned();
     let checked = skillbox_node::sources::check_name(&name)
@@ -128,19 +117,13 @@ pub(crate) async fn add_source(
 
 #[derive(Deserialize)]
 pub(crate) struct NameForm {
-    #[serde(default)]
-    csrf: String,
     name: String,
 }
 
 pub(crate) async fn delete_source(
     State(s): State<AppState>,
-    Extension(session): Extension<Session>,
-    Form(f): Form<NameForm>,
+    Posted { session, form: f }: Posted<NameForm>,
 ) -> Response {
-    if !session.csrf_ok(&f.csrf) {
-        return refused_csrf();
-    }
     let name = f.name;
     if let Err(e) = skillbox_node::sources::check_name(&name) {
         return sources_page(&s, &session, Some(&e.to_string()), StatusCode::BAD_REQUEST).await;
