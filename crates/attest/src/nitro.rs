@@ -339,7 +339,10 @@ fn parse_pcrs(v: Value) -> Result<Vec<(u8, Vec<u8>)>, Refusal> {
 }
 
 /// The pinned AWS root, parsed and checked against its fingerprint.
-pub struct Root(Parsed);
+pub struct Root {
+    parsed: Parsed,
+    fingerprint: [u8; 32],
+}
 
 impl Root {
     pub fn load() -> Result<Root, Refusal> {
@@ -350,7 +353,10 @@ impl Root {
         if crate::fingerprint(&der) != AWS_ROOT_FINGERPRINT {
             return Err(Refusal::ForeignRoot);
         }
-        Ok(Root(Parsed::from_der(&der, "pinned AWS root")?))
+        Ok(Root {
+            parsed: Parsed::from_der(&der, "pinned AWS root")?,
+            fingerprint: AWS_ROOT_FINGERPRINT,
+        })
     }
 }
 
@@ -362,7 +368,7 @@ pub struct VerifiedChain {
 }
 
 fn verify_chain(root: &Root, doc: &Document) -> Result<VerifiedChain, Refusal> {
-    if crate::fingerprint(&doc.cabundle[0]) != AWS_ROOT_FINGERPRINT {
+    if crate::fingerprint(&doc.cabundle[0]) != root.fingerprint {
         return Err(Refusal::ForeignRoot);
     }
     let leaf = Parsed::from_der(&doc.certificate, "Nitro leaf certificate")?;
@@ -374,14 +380,14 @@ fn verify_chain(root: &Root, doc: &Document) -> Result<VerifiedChain, Refusal> {
     // valid; the caller then checks the document's own timestamp against every window.
     let mut all = vec![leaf.clone()];
     all.extend(inter.iter().cloned());
-    all.push(root.0.clone());
+    all.push(root.parsed.clone());
     let (from, until) = certs::window(&all);
     if from > until {
         return Err(Refusal::BadChain(
             "certificate validity windows do not overlap",
         ));
     }
-    certs::verify_path(&leaf, &inter, &root.0, from)?;
+    certs::verify_path(&leaf, &inter, &root.parsed, from)?;
     let leaf_key = certs::p384_key(&leaf)?;
     Ok(VerifiedChain {
         leaf_key,
@@ -425,6 +431,20 @@ impl Verifier {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// A verifier that pins `root_der` (a self-signed CA) instead of the AWS root: for a test
+    /// whose NSM double signs with a CA of its own. Compiled only with the `test-roots` feature.
+    #[cfg(feature = "test-roots")]
+    pub fn with_test_root(policy: Policy, root_der: &[u8]) -> Result<Verifier, Refusal> {
+        Ok(Verifier {
+            policy,
+            root: Root {
+                parsed: Parsed::from_der(root_der, "test root")?,
+                fingerprint: crate::fingerprint(root_der),
+            },
+            cache: ChainCache::new(),
+        })
     }
 
     pub fn verify(

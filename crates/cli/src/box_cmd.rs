@@ -24,8 +24,9 @@ pub struct BoxArgs {
     #[arg(long)]
     pub insecure_dev: bool,
     /// A hardware attester instead: `sev-snp` or `tdx` through Linux configfs-tsm (inside a
-    /// confidential VM). Untested on hardware so far.
-    #[arg(long, value_parser = ["sev-snp", "tdx"])]
+    /// confidential VM), `nitro` through the Nitro Secure Module (`/dev/nsm`, inside an AWS
+    /// Nitro Enclave). Untested on hardware so far.
+    #[arg(long, value_parser = ["sev-snp", "tdx", "nitro"])]
     pub attester: Option<String>,
     /// The configfs-tsm report directory.
     #[arg(long, default_value = "/sys/kernel/config/tsm/report")]
@@ -180,7 +181,8 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     }
     if !args.insecure_dev {
         bail!(
-            "choose an attester: --attester sev-snp|tdx inside a confidential VM, or \
+            "choose an attester: --attester sev-snp|tdx inside a confidential VM, \
+             --attester nitro inside a Nitro Enclave, or \
              --insecure-dev for development — that box has no hardware isolation"
         );
     }
@@ -221,6 +223,9 @@ fn run_hardware(
     let platform: skillbox_attest::Platform = platform
         .parse()
         .map_err(|_| anyhow::anyhow!("unknown attester {platform:?}"))?;
+    if platform == skillbox_attest::Platform::Nitro {
+        return run_nitro(global, args);
+    }
     let mut certs = Vec::new();
     for f in &args.snp_certs {
         certs.push(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?);
@@ -251,6 +256,21 @@ fn run_hardware(
     let bound =
         ConfigBound::new(Arc::new(tsm), config).context("the box's launch configuration")?;
     serve(global, args.clone(), Arc::new(bound), providers)
+}
+
+/// A box attesting with the Nitro Secure Module. Its configuration is in the enclave image
+/// (PCR2), which the pin names: there is no host-set field to bind at launch.
+fn run_nitro(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<ExitCode> {
+    use skillbox_jc::nsm::{NitroAttester, NsmDevice};
+    let device = NsmDevice::open().context("the nitro attester")?;
+    let nitro = NitroAttester::open(Box::new(device)).context("the nitro attester")?;
+    if args.show_identity {
+        let url = format!("https://<this box's name>:{}", args.listen.port());
+        print!("{}", crate::pin_identity::nitro_pin(url, &nitro)?.render());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let providers = provider_registry(global, args);
+    serve(global, args.clone(), Arc::new(nitro), providers)
 }
 
 /// The providers this box reaches, from its flags.

@@ -39,6 +39,29 @@ pub fn hardware_pin(
     serde_json::from_value(pin).context("building the pin")
 }
 
+/// The pin for a Nitro box at `url`: its PCR0 and the policy table of PCR0–2 (and PCR8 when the
+/// image is signed) the enclave reported at start. A Nitro enclave has no host-set
+/// configuration field: its configuration is in the image (PCR2).
+pub fn nitro_pin(
+    url: String,
+    attester: &skillbox_jc::nsm::NitroAttester,
+) -> anyhow::Result<BoxPin> {
+    let mut accepted = serde_json::Map::new();
+    for (i, v) in attester.pcrs() {
+        // PCR8 (the signing certificate) is all zero for an unsigned image: not pinned then.
+        if *i != 8 || v.iter().any(|&b| b != 0) {
+            accepted.insert(format!("pcr{i}"), hex::encode(v).into());
+        }
+    }
+    let pin = json!({
+        "url": url,
+        "platform": Platform::Nitro.as_str(),
+        "measurements": [attester.measurement()],
+        "policy": { "accepted": [accepted] },
+    });
+    serde_json::from_value(pin).context("building the pin")
+}
+
 /// TOML comment lines telling the operator the value the host must launch the guest with, and
 /// whether this guest was launched with it (the box refuses to start otherwise).
 pub fn launch_note(platform: Platform, attester: &dyn Attester, config: &[u8; 32]) -> String {

@@ -101,6 +101,14 @@ impl HardwareVerifier {
         };
         Ok(HardwareVerifier { platform, inner })
     }
+
+    /// A Nitro verifier built elsewhere (a test's, pinning its NSM double's root).
+    pub fn from_nitro(verifier: nitro::Verifier) -> HardwareVerifier {
+        HardwareVerifier {
+            platform: Platform::Nitro,
+            inner: Inner::Nitro(Box::new(verifier)),
+        }
+    }
 }
 
 /// The configuration hash the statement binds, which the report's HOST_DATA / MRCONFIGID must

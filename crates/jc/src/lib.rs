@@ -14,6 +14,7 @@ pub mod dsse;
 pub mod error;
 pub mod hardware;
 pub mod jcs;
+pub mod nsm;
 pub mod program;
 pub mod prompt;
 pub mod receipt;

@@ -151,3 +151,26 @@ fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     assert_eq!(policy["host_data"][0].as_str(), Some(launch.as_str()));
     assert_eq!(launch.len(), 64);
 }
+
+/// Outside a Nitro Enclave there is no `/dev/nsm`: the Nitro box says so and does not start
+/// (its document path is tested against an NSM double in jc it `nitro`).
+#[test]
+fn a_nitro_box_outside_an_enclave_is_a_clear_error() {
+    if Path::new("/dev/nsm").exists() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    for show in [true, false] {
+        let mut args = vec!["box", "--attester", "nitro", "--listen", "127.0.0.1:0"];
+        if show {
+            args.push("--show-identity");
+        }
+        let out = procs::cli(dir.path(), &args);
+        assert!(!out.status.success());
+        assert!(
+            procs::text(&out).contains("/dev/nsm"),
+            "{}",
+            procs::text(&out)
+        );
+    }
+}
