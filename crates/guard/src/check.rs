@@ -358,7 +358,18 @@ pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
         caught = s.verdict(via);
         caught.is_some()
     });
-    match caught {
+    // A secret in pieces each shorter than a fragment (`K7P ... M2Q`, a PIN's halves): caught
+    // as the canary it is.
+    let pieces = || {
+        crate::coverage::pieces_of_one_secret(prepared, answer).map(|origin| Catch {
+            reason: Reason::Canary(origin),
+            via: Via {
+                decoded: Decoded::None,
+                view: View::Plain,
+            },
+        })
+    };
+    match caught.or_else(pieces) {
         Some(c) => Verdict::Caught(c),
         None => Verdict::Clean,
     }

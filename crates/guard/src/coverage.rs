@@ -234,14 +234,24 @@ const SHORT_CODE_CHARS: usize = 5;
 /// longer canary, as a secret of its own — `PELICAN-4821` asked for as `PELICAN`, `48` and `21`
 /// over three calls shows half of the PIN, where it is only a fifth of the code.
 fn tracked_units(prepared: &Prepared) -> Vec<String> {
-    let mut units: Vec<String> = prepared.canaries().iter().map(tracked_chars).collect();
-    let pins: Vec<String> = units
+    units_of(prepared).into_iter().map(|(u, _)| u).collect()
+}
+
+/// [`tracked_units`] with the kind of canary each comes from (a PIN inside a longer canary, that
+/// canary's).
+fn units_of(prepared: &Prepared) -> Vec<(String, CanaryOrigin)> {
+    let mut units: Vec<(String, CanaryOrigin)> = prepared
+        .canaries()
         .iter()
-        .filter(|u| !u.chars().all(|c| c.is_ascii_digit()))
-        .flat_map(|u| {
+        .map(|c| (tracked_chars(c), c.origin()))
+        .collect();
+    let pins: Vec<(String, CanaryOrigin)> = units
+        .iter()
+        .filter(|(u, _)| !u.chars().all(|c| c.is_ascii_digit()))
+        .flat_map(|(u, origin)| {
             u.split(|c: char| !c.is_ascii_digit())
                 .filter(|run| PIN_DIGITS.contains(&run.len()))
-                .map(str::to_owned)
+                .map(|run| (run.to_owned(), *origin))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -296,7 +306,48 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
         return cov;
     }
     cov.words = crate::check::covered_words(prepared, answer);
-    let folded = tracked_units(prepared);
+    let units = tracked_units(prepared);
+    cov.canaries = shown_slices(&units, answer)
+        .into_iter()
+        .zip(&units)
+        .map(|(slices, u)| covered_by(u, &slices))
+        .collect();
+    cov
+}
+
+/// The characters of `unit` that `slices` (first character, characters) cover.
+fn covered_by(unit: &str, slices: &[(usize, usize)]) -> Vec<bool> {
+    let mut bits = vec![false; unit.chars().count()];
+    for &(first, n) in slices {
+        for bit in bits.iter_mut().skip(first).take(n) {
+            *bit = true;
+        }
+    }
+    bits
+}
+
+/// A secret `answer` gives in pieces, each too short to be a fragment of the check: at least two
+/// slices of one tracked secret (as [`released_coverage`] counts them: `K7P` and `M2Q` of
+/// `K7PM2Q`, the halves `78` and `38` of the PIN `7838`) that together show more than half of
+/// it — one answer that holds what coverage across calls refuses a second call for. The kind of
+/// canary the secret is (or is inside).
+pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<CanaryOrigin> {
+    if prepared.canaries().is_empty() || answer.is_empty() {
+        return None;
+    }
+    let units = units_of(prepared);
+    let folded: Vec<String> = units.iter().map(|(u, _)| u.clone()).collect();
+    shown_slices(&folded, answer)
+        .into_iter()
+        .zip(&units)
+        .find(|(slices, (u, _))| slices.len() >= 2 && permille(&covered_by(u, slices)) > 500)
+        .map(|(_, (_, origin))| *origin)
+}
+
+/// Per unit of `folded` (see [`tracked_units`]), the slices of it `answer`'s tokens show and
+/// [`slice_counts`] keeps: (first character, characters), each once.
+fn shown_slices(folded: &[String], answer: &str) -> Vec<Vec<(usize, usize)>> {
+    let mut shown: Vec<Vec<(usize, usize)>> = vec![Vec::new(); folded.len()];
     // The first three characters of every slice -> the units holding them: most tokens are then
     // one hash lookup. Pairs are keyed apart, for the short secrets only.
     let mut keys: HashMap<String, Vec<usize>> = HashMap::new();
@@ -319,7 +370,7 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
         }
     }
     if keys.is_empty() && pairs.is_empty() {
-        return cov;
+        return shown;
     }
     // `reversed`: a reversed token counts from three characters only (a pair read backwards is
     // another number, not the secret's).
@@ -339,11 +390,9 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
         for &i in ids {
             let c = &folded[i];
             for (at, _) in c.match_indices(t) {
-                if slice_counts(t, c, at) {
-                    let first = c[..at].chars().count();
-                    for bit in &mut cov.canaries[i][first..first + n] {
-                        *bit = true;
-                    }
+                let slice = (c[..at].chars().count(), n);
+                if slice_counts(t, c, at) && !shown[i].contains(&slice) {
+                    shown[i].push(slice);
                 }
             }
         }
@@ -374,7 +423,7 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
             }
         }
     }
-    cov
+    shown
 }
 
 #[cfg(test)]

@@ -116,10 +116,11 @@ pub fn base64_runs(text: &str) -> Option<String> {
     )
 }
 
-/// A radix encoding as the run finder reads it.
-struct Radix {
+/// A radix encoding as the run finder reads it (generic over its alphabet test, which is then
+/// inlined: the finder asks it of every byte of the text).
+struct Radix<S: Fn(u8) -> bool> {
     /// A character of the alphabet (padding excluded).
-    symbol: fn(u8) -> bool,
+    symbol: S,
     /// How many `=` a run may end with.
     max_pad: usize,
     /// Characters per block: runs of whole blocks split by whitespace are lines of one text.
@@ -135,7 +136,7 @@ struct Radix {
 /// Text decoded from the runs of `r`'s alphabet in `text`: each run (at each alignment until one
 /// reads as text), and chains of runs split only by whitespace, each but the last whole blocks
 /// without padding, joined (the line-wrapped form of one encoded text).
-fn radix_runs(text: &str, r: &Radix) -> Option<String> {
+fn radix_runs<S: Fn(u8) -> bool>(text: &str, r: &Radix<S>) -> Option<String> {
     let b = text.as_bytes();
     let mut runs: Vec<(usize, usize)> = Vec::new();
     let mut i = 0;
@@ -232,6 +233,67 @@ pub fn b64_decode(s: &[u8]) -> Vec<u8> {
     out
 }
 
+/// ASCII whitespace as `char::is_whitespace` has it (tab to carriage return, space) and the
+/// bytes of `extra`: the separators of [`pieces`], as a table (a lookup, not a branch, per byte).
+const fn separators(extra: &[u8]) -> [bool; 128] {
+    let mut t = [false; 128];
+    let mut c = 9;
+    while c <= 13 {
+        t[c] = true;
+        c += 1;
+    }
+    t[32] = true;
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize & 127] = true;
+        i += 1;
+    }
+    t
+}
+
+/// `each` of the pieces of `text` between separators — any Unicode white space, or an ASCII
+/// byte `sep` marks ([`separators`]) —, as `text.split` gives them, read a byte at a time and
+/// inlined (the byte-code and hex decoders cut every text they are given into tokens).
+#[inline(always)]
+fn pieces<'a>(text: &'a str, sep: &[bool; 128], mut each: impl FnMut(&'a str)) {
+    let b = text.as_bytes();
+    let (mut start, mut i) = (0, 0);
+    while let Some(&c) = b.get(i) {
+        let width = if c.is_ascii() {
+            if !sep[usize::from(c)] {
+                i += 1;
+                continue;
+            }
+            1
+        } else {
+            match text.get(i..).and_then(|rest| rest.chars().next()) {
+                Some(ch) if ch.is_whitespace() => ch.len_utf8(),
+                Some(ch) => {
+                    i += ch.len_utf8();
+                    continue;
+                }
+                None => {
+                    i += 1;
+                    continue;
+                }
+            }
+        };
+        each(text.get(start..i).unwrap_or(""));
+        i += width;
+        start = i;
+    }
+    each(text.get(start..).unwrap_or(""));
+}
+
+/// `s` without the ASCII bytes `trim` accepts at either end.
+fn trim_ascii(s: &str, trim: impl Fn(u8) -> bool) -> &str {
+    let b = s.as_bytes();
+    let cut = |c: &u8| c.is_ascii() && trim(*c);
+    let start = b.iter().position(|c| !cut(c)).unwrap_or(b.len());
+    let end = b.iter().rposition(|c| !cut(c)).map_or(start, |e| e + 1);
+    s.get(start..end).unwrap_or("")
+}
+
 /// Text decoded from hex runs: tokens of hex digits (optionally `0x`/`\x`-prefixed) separated by
 /// whitespace, commas, colons or semicolons, at least eight digits together.
 pub fn hex_runs(text: &str) -> Option<String> {
@@ -248,10 +310,11 @@ pub fn hex_runs(text: &str) -> Option<String> {
         }
         run.clear();
     };
-    for tok in text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ':')) {
-        let tok = tok.trim_matches(|c: char| c.is_ascii_punctuation() && c != '\\');
+    const SEPARATORS: [bool; 128] = separators(b",;:");
+    pieces(text, &SEPARATORS, |tok| {
+        let tok = trim_ascii(tok, |c| c.is_ascii_punctuation() && c != b'\\');
         if tok.is_empty() {
-            continue;
+            return;
         }
         // Most prose tokens have a letter past `f`: no allocation for them.
         if !tok
@@ -259,7 +322,12 @@ pub fn hex_runs(text: &str) -> Option<String> {
             .all(|c| c.is_ascii_hexdigit() || matches!(c, b'x' | b'X' | b'\\'))
         {
             flush(&mut run, &mut out);
-            continue;
+            return;
+        }
+        if tok.bytes().all(|c| c.is_ascii_hexdigit()) {
+            // No prefix to strip (a run of numbers is all tokens like this): no allocation.
+            run.push_str(tok);
+            return;
         }
         let t = tok.replace("\\x", "").replace("0x", "").replace("0X", "");
         if !t.is_empty() && t.bytes().all(|c| c.is_ascii_hexdigit()) {
@@ -267,7 +335,7 @@ pub fn hex_runs(text: &str) -> Option<String> {
         } else {
             flush(&mut run, &mut out);
         }
-    }
+    });
     flush(&mut run, &mut out);
     (!out.is_empty()).then_some(out)
 }
@@ -314,15 +382,35 @@ fn push_text(out: &mut String, bytes: &[u8]) -> bool {
 }
 
 /// Text decoded from the lines of `text` that hold `%XX` escapes, when it holds at least three
-/// (a URL-encoded answer; a lone `100%` or `%20` in prose is not one).
+/// (a URL-encoded answer; a lone `100%` or `%20` in prose is not one). A line holding a
+/// character that URL encoding always escapes (`"`, `<`, `>`, `\`, `^`, a backtick, `{`, `|`,
+/// `}`) is not URL-encoded as a whole: only its pieces that could be (runs between such
+/// characters and whitespace) with an escape in them are decoded — so a quoted
+/// `"PELICAN%2D42"` is read, and the `%XX` that ROT47 or base85 text holds by chance does not
+/// make a second copy of that whole text for every view to scan.
 pub fn percent_lines(text: &str) -> Option<String> {
     let escape = |w: &[u8]| w[0] == b'%' && w[1].is_ascii_hexdigit() && w[2].is_ascii_hexdigit();
+    let escaped = |s: &str| s.as_bytes().windows(3).any(escape);
     text.as_bytes().windows(3).filter(|w| escape(w)).nth(2)?;
+    const NEVER_PLAIN: &[u8] = b"\"<>\\^`{|}";
+    let never = |c: char| c.is_ascii() && NEVER_PLAIN.contains(&(c as u8));
     let mut out = String::new();
+    let mut decode = |s: &str| {
+        let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
+        push_text(&mut out, &bytes);
+    };
     for line in text.lines() {
-        if line.as_bytes().windows(3).any(escape) {
-            let bytes: Vec<u8> = percent_encoding::percent_decode_str(line).collect();
-            push_text(&mut out, &bytes);
+        if !escaped(line) {
+            continue;
+        }
+        if !line.contains(never) {
+            decode(line);
+            continue;
+        }
+        for piece in line.split(|c: char| c.is_whitespace() || never(c)) {
+            if escaped(piece) {
+                decode(piece);
+            }
         }
     }
     (!out.is_empty()).then_some(out)
@@ -341,15 +429,22 @@ fn code_runs(text: &str, parse: fn(&str, &mut Vec<u8>) -> bool) -> Option<String
         }
         run.clear();
     };
-    for tok in text.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '\\' | '&')) {
-        let tok = tok.trim_matches(|c: char| "[](){}\"'.:".contains(c));
-        if tok.is_empty() {
-            continue;
+    const SEPARATORS: [bool; 128] = separators(b",;\\&");
+    const TRIMMED: &[u8] = b"[](){}\"'.:";
+    pieces(text, &SEPARATORS, |tok| {
+        // Every code has a digit: a word without one (most of a text) ends the run at once,
+        // and punctuation alone is passed over, as trimmed to nothing.
+        if !tok.bytes().any(|c| c.is_ascii_digit()) {
+            if !tok.bytes().all(|c| TRIMMED.contains(&c)) {
+                flush(&mut run, &mut out);
+            }
+            return;
         }
-        if !parse(tok, &mut run) {
+        let tok = trim_ascii(tok, |c| TRIMMED.contains(&c));
+        if !tok.is_empty() && !parse(tok, &mut run) {
             flush(&mut run, &mut out);
         }
-    }
+    });
     flush(&mut run, &mut out);
     (!out.is_empty()).then_some(out)
 }
@@ -555,35 +650,64 @@ fn b85_with(run: &[u8], table: &[u8; 256]) -> Vec<u8> {
 
 /// A word that spells one character: a NATO/phonetic letter, a digit name, or a symbol name.
 fn spelled_char(w: &str) -> Option<(char, bool)> {
-    const LETTERS: [&str; 26] = [
-        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-        "juliett", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
-        "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu",
-    ];
-    const DIGITS: [&str; 10] = [
-        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-    ];
-    let lower = w.to_ascii_lowercase();
-    let l = lower.as_str();
-    if let Some(i) = LETTERS.iter().position(|&x| x == l) {
-        return Some(((b'A' + i as u8) as char, false));
+    // Every name is 3 to 10 ASCII letters: other words (most of a text) are refused before
+    // anything is compared, and the rest lower-cased on the stack.
+    let b = w.as_bytes();
+    if !(3..=10).contains(&b.len()) {
+        return None;
     }
-    if let Some(i) = DIGITS.iter().position(|&x| x == l) {
-        return Some(((b'0' + i as u8) as char, false));
+    let mut lower = [0u8; 10];
+    for (l, c) in lower.iter_mut().zip(b) {
+        if !c.is_ascii_alphabetic() {
+            return None;
+        }
+        *l = c.to_ascii_lowercase();
     }
-    let (c, symbol) = match l {
-        "alfa" => ('A', false),
-        "juliet" => ('J', false),
-        "whisky" => ('W', false),
-        "niner" => ('9', false),
-        "dash" | "hyphen" | "minus" => ('-', true),
-        "dot" => ('.', true),
-        "underscore" => ('_', true),
-        "slash" => ('/', true),
-        "colon" => (':', true),
-        _ => return None,
-    };
-    Some((c, symbol))
+    let letter = |c: u8| Some((char::from(c), false));
+    match &lower[..b.len()] {
+        b"alpha" | b"alfa" => letter(b'A'),
+        b"bravo" => letter(b'B'),
+        b"charlie" => letter(b'C'),
+        b"delta" => letter(b'D'),
+        b"echo" => letter(b'E'),
+        b"foxtrot" => letter(b'F'),
+        b"golf" => letter(b'G'),
+        b"hotel" => letter(b'H'),
+        b"india" => letter(b'I'),
+        b"juliett" | b"juliet" => letter(b'J'),
+        b"kilo" => letter(b'K'),
+        b"lima" => letter(b'L'),
+        b"mike" => letter(b'M'),
+        b"november" => letter(b'N'),
+        b"oscar" => letter(b'O'),
+        b"papa" => letter(b'P'),
+        b"quebec" => letter(b'Q'),
+        b"romeo" => letter(b'R'),
+        b"sierra" => letter(b'S'),
+        b"tango" => letter(b'T'),
+        b"uniform" => letter(b'U'),
+        b"victor" => letter(b'V'),
+        b"whiskey" | b"whisky" => letter(b'W'),
+        b"xray" => letter(b'X'),
+        b"yankee" => letter(b'Y'),
+        b"zulu" => letter(b'Z'),
+        b"zero" => letter(b'0'),
+        b"one" => letter(b'1'),
+        b"two" => letter(b'2'),
+        b"three" => letter(b'3'),
+        b"four" => letter(b'4'),
+        b"five" => letter(b'5'),
+        b"six" => letter(b'6'),
+        b"seven" => letter(b'7'),
+        b"eight" => letter(b'8'),
+        b"nine" | b"niner" => letter(b'9'),
+        b"dash" | b"hyphen" | b"minus" => Some(('-', true)),
+        b"dot" => Some(('.', true)),
+        b"underscore" => Some(('_', true)),
+        b"slash" => Some(('/', true)),
+        b"colon" => Some((':', true)),
+        _ => None,
+    }
 }
 
 /// Characters spelled one by one, joined back: `Papa Echo Lima India Charlie Alpha November
@@ -620,8 +744,10 @@ pub fn spelled(text: &str) -> Option<String> {
             continue;
         }
         prev_x = w.eq_ignore_ascii_case("x");
-        let piece = if w.chars().count() == 1 {
-            Some((w.chars().next().unwrap_or(' '), false))
+        let mut chars = w.chars();
+        let first = chars.next();
+        let piece = if let (Some(c), None) = (first, chars.next()) {
+            Some((c, false))
         } else {
             spelled_char(w)
         };
@@ -826,92 +952,101 @@ pub enum View {
 pub fn views(atoms: &[u32], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) -> bool) {
     let tokens = spans(atoms, |a| a != text::SPACE);
     let spans = spans(atoms, |a| a < text::DROP);
-    let mut run = |view: View, fill: &mut dyn FnMut(&mut text::Sink<'_>)| -> bool {
-        let mut sink = text::Sink::new(buf, atoms.len());
-        fill(&mut sink);
-        f(view, buf)
-    };
-    if !run(View::Plain, &mut |s| atoms.iter().for_each(|&a| s.push(a))) {
-        return;
+    let room = text::Sink::room(atoms);
+    if buf.len() < room {
+        buf.resize(room, 0);
     }
-    if !run(View::Reversed, &mut |s| {
-        atoms.iter().rev().for_each(|&a| s.push(a))
-    }) {
-        return;
-    }
-    if spans.len() > 1
-        && !run(View::ReversedWords, &mut |s| {
-            for &(a, b) in spans.iter().rev() {
-                atoms[a..b].iter().for_each(|&x| s.push(x));
+    // Each view is encoded by a loop written out in place (a macro, not a closure behind a
+    // `dyn` call per view), so the encoder's state stays in registers: the views are most of
+    // the check's work.
+    macro_rules! run {
+        ($view:expr, |$s:ident| $fill:block) => {{
+            let n = {
+                let mut $s = text::Sink::new(&mut buf[..room]);
+                $fill
+                $s.len()
+            };
+            if !f($view, &buf[..n]) {
+                return;
             }
-        })
-    {
-        return;
+        }};
     }
-    if tokens.len() > 1
-        && tokens.len() != spans.len()
-        && !run(View::ReversedTokens, &mut |s| {
-            for &(a, b) in tokens.iter().rev() {
-                atoms[a..b].iter().for_each(|&x| s.push(x));
-            }
-        })
-    {
-        return;
-    }
-    if !run(View::ReversedLetters, &mut |s| {
-        for &(a, b) in &spans {
-            atoms[a..b].iter().rev().for_each(|&x| s.push(x));
+    run!(View::Plain, |s| {
+        for &a in atoms {
+            s.push(a);
         }
-    }) {
-        return;
+    });
+    run!(View::Reversed, |s| {
+        for &a in atoms.iter().rev() {
+            s.push(a);
+        }
+    });
+    if spans.len() > 1 {
+        run!(View::ReversedWords, |s| {
+            for &(a, b) in spans.iter().rev() {
+                for &x in &atoms[a..b] {
+                    s.push(x);
+                }
+            }
+        });
     }
+    if tokens.len() > 1 && tokens.len() != spans.len() {
+        run!(View::ReversedTokens, |s| {
+            for &(a, b) in tokens.iter().rev() {
+                for &x in &atoms[a..b] {
+                    s.push(x);
+                }
+            }
+        });
+    }
+    run!(View::ReversedLetters, |s| {
+        for &(a, b) in &spans {
+            for &x in atoms[a..b].iter().rev() {
+                s.push(x);
+            }
+        }
+    });
     for k in 2..=4u8 {
         for offset in 0..k {
             let o = usize::from(offset);
-            if atoms.len() > o
-                && !run(View::Interleaved { k, offset }, &mut |s| {
-                    atoms[o..]
-                        .iter()
-                        .step_by(usize::from(k))
-                        .for_each(|&a| s.push(a))
-                })
-            {
-                return;
+            if atoms.len() > o {
+                run!(View::Interleaved { k, offset }, |s| {
+                    for &a in atoms[o..].iter().step_by(usize::from(k)) {
+                        s.push(a);
+                    }
+                });
             }
         }
     }
     for k in 2..=3u8 {
         for offset in 0..k {
             let o = usize::from(offset);
-            if !run(View::TokenInterleaved { k, offset }, &mut |s| {
+            run!(View::TokenInterleaved { k, offset }, |s| {
                 for &(a, b) in &tokens {
                     if a + o < b {
-                        atoms[a + o..b]
-                            .iter()
-                            .step_by(usize::from(k))
-                            .for_each(|&x| s.push(x));
+                        for &x in atoms[a + o..b].iter().step_by(usize::from(k)) {
+                            s.push(x);
+                        }
                     }
                 }
-            }) {
-                return;
-            }
+            });
+        }
+    }
+    // Whether each atom is in a list marker (`a)`, `(iv)`): the numbered-list view drops them
+    // with the digits, in one pass.
+    let mut in_marker = vec![false; atoms.len()];
+    for &(a, b) in &tokens {
+        if list_marker(&atoms[a..b]) {
+            in_marker[a..b].fill(true);
         }
     }
     let digit = |a: &u32| (26..text::DROP).contains(a);
-    let marked = |&(a, b): &(usize, usize)| list_marker(&atoms[a..b]);
-    if (atoms.iter().any(digit) || tokens.iter().any(marked))
-        && !run(View::NoDigits, &mut |s| {
-            for t @ &(a, b) in &tokens {
-                if !marked(t) {
-                    atoms[a..b]
-                        .iter()
-                        .filter(|a| !digit(a))
-                        .for_each(|&x| s.push(x));
-                }
+    if atoms.iter().any(digit) || in_marker.iter().any(|&m| m) {
+        run!(View::NoDigits, |s| {
+            for (&a, &m) in atoms.iter().zip(&in_marker) {
+                s.push_if(a, a != text::SPACE && !m && !digit(&a));
             }
-        })
-    {
-        return;
+        });
     }
     let words: Vec<(usize, usize)> = tokens
         .iter()
@@ -924,13 +1059,13 @@ pub fn views(atoms: &[u32], buf: &mut Vec<u8>, mut f: impl FnMut(View, &[u8]) ->
             if words.len() <= usize::from(offset + k) {
                 continue;
             }
-            if !run(View::EveryKthWord { k, offset }, &mut |s| {
+            run!(View::EveryKthWord { k, offset }, |s| {
                 for &(a, b) in words[usize::from(offset)..].iter().step_by(usize::from(k)) {
-                    atoms[a..b].iter().for_each(|&x| s.push(x));
+                    for &x in &atoms[a..b] {
+                        s.push(x);
+                    }
                 }
-            }) {
-                return;
-            }
+            });
         }
     }
 }
@@ -954,22 +1089,31 @@ fn list_marker(tok: &[u32]) -> bool {
 
 /// Runs of atoms that `keep` accepts.
 fn spans(atoms: &[u32], keep: impl Fn(u32) -> bool) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut start = None;
+    // Every place `keep` changes, found without a branch per atom (where a run starts and ends
+    // in ROT47 or byte codes follows no pattern a predictor learns), then paired up.
+    let mut edges = vec![0usize; atoms.len() + 2];
+    let mut n = 0;
+    let mut inside = false;
     for (i, &a) in atoms.iter().enumerate() {
-        match (keep(a), start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                out.push((s, i));
-                start = None;
-            }
-            _ => {}
+        let k = keep(a);
+        if let Some(slot) = edges.get_mut(n) {
+            *slot = i;
         }
+        n += usize::from(k != inside);
+        inside = k;
     }
-    if let Some(s) = start {
-        out.push((s, atoms.len()));
+    if inside {
+        if let Some(slot) = edges.get_mut(n) {
+            *slot = atoms.len();
+        }
+        n += 1;
     }
-    out
+    edges
+        .get(..n)
+        .unwrap_or(&[])
+        .chunks_exact(2)
+        .map(|e| (e[0], e[1]))
+        .collect()
 }
 
 #[cfg(test)]
@@ -1161,6 +1305,29 @@ mod table_tests {
         assert_eq!(
             percent_lines("Use %20 for a space, %d in printf, 50%."),
             None
+        );
+        // A URL-encoded code in a line that is not URL-encoded (quotes and angle brackets stay
+        // as written): its piece is read.
+        let quoted = "He wrote \"PELICAN%2D42\" <done> and \"%50ELICAN%2D42%2C\" again.";
+        let got = decoded(percent_lines, quoted);
+        assert!(got.contains("PELICAN-42"), "{got}");
+        // Near-miss: ROT47 text holding `%XX` by chance (`Tab` is `%23`, `Tea` is `%62`)
+        // yields only the pieces around those, not a second copy of the text.
+        let rot47: String = format!("{PROSE} Tab, Tea or Tub? ")
+            .repeat(8)
+            .chars()
+            .map(|c| match c {
+                '!'..='~' => char::from(33 + (c as u8 - 33 + 47) % 94),
+                _ => c,
+            })
+            .collect();
+        assert!(rot47.contains("%23") && rot47.contains("%62"), "{rot47}");
+        let got = decoded(percent_lines, &rot47);
+        assert!(
+            got.len() * 10 < rot47.len(),
+            "{} of {} bytes: {got}",
+            got.len(),
+            rot47.len()
         );
     }
 
@@ -1435,5 +1602,150 @@ mod table_tests {
                 prop_assert!(views_seen <= 32);
             }
         }
+
+        /// The byte-at-a-time tokenizer and trim of the code decoders give what `str::split`
+        /// and `trim_matches` give.
+        #[test]
+        fn pieces_and_trim_are_split_and_trim_matches(a in any::<String>(), b in soup()) {
+            const SEP: [bool; 128] = separators(b",;\\&");
+            const TRIMMED: &[u8] = b"[](){}\"'.:";
+            for text in [&a, &b] {
+                let mut got = Vec::new();
+                pieces(text, &SEP, |p| got.push(p));
+                let want: Vec<&str> = text
+                    .split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '\\' | '&'))
+                    .collect();
+                prop_assert_eq!(&got, &want);
+                for p in want {
+                    prop_assert_eq!(
+                        trim_ascii(p, |c| TRIMMED.contains(&c)),
+                        p.trim_matches(|c: char| c.is_ascii() && TRIMMED.contains(&(c as u8)))
+                    );
+                }
+            }
+        }
+
+        /// Every view, as the branch-free encoder writes it, is the view written out the plain
+        /// way: its atoms listed, then encoded one by one (the check finds what it found before
+        /// it was made faster).
+        #[test]
+        fn views_are_their_plain_definitions(a in any::<String>(), b in soup()) {
+            for text in [&a, &b] {
+                let atoms = crate::text::atoms(text);
+                let mut got = Vec::new();
+                let mut buf = Vec::new();
+                views(&atoms, &mut buf, |v, s| {
+                    got.push((v, s.to_vec()));
+                    true
+                });
+                prop_assert_eq!(got, plain_views(&atoms));
+            }
+        }
+    }
+
+    /// Each view of `atoms` by its definition ([`View`]), encoded as the body is.
+    fn plain_views(atoms: &[u32]) -> Vec<(View, Vec<u8>)> {
+        use crate::text::{DROP, SPACE};
+        let runs = |keep: &dyn Fn(u32) -> bool| {
+            let mut out: Vec<Vec<usize>> = Vec::new();
+            let mut open = false;
+            for (i, &a) in atoms.iter().enumerate() {
+                if keep(a) {
+                    if !open {
+                        out.push(Vec::new());
+                    }
+                    out.last_mut().into_iter().for_each(|r| r.push(i));
+                }
+                open = keep(a);
+            }
+            out
+        };
+        let tokens = runs(&|a| a != SPACE);
+        let spans = runs(&|a| a < DROP);
+        let all: Vec<usize> = (0..atoms.len()).collect();
+        let mut out: Vec<(View, Vec<usize>)> = vec![
+            (View::Plain, all.clone()),
+            (View::Reversed, all.iter().rev().copied().collect()),
+        ];
+        if spans.len() > 1 {
+            out.push((
+                View::ReversedWords,
+                spans.iter().rev().flatten().copied().collect(),
+            ));
+        }
+        if tokens.len() > 1 && tokens.len() != spans.len() {
+            out.push((
+                View::ReversedTokens,
+                tokens.iter().rev().flatten().copied().collect(),
+            ));
+        }
+        let letters = spans.iter().flat_map(|s| s.iter().rev()).copied().collect();
+        out.push((View::ReversedLetters, letters));
+        for k in 2..=4u8 {
+            for offset in 0..k {
+                if atoms.len() > usize::from(offset) {
+                    let take = all.iter().copied().skip(offset.into()).step_by(k.into());
+                    out.push((View::Interleaved { k, offset }, take.collect()));
+                }
+            }
+        }
+        for k in 2..=3u8 {
+            for offset in 0..k {
+                let take = tokens
+                    .iter()
+                    .flat_map(|t| t.iter().skip(offset.into()).step_by(k.into()))
+                    .copied();
+                out.push((View::TokenInterleaved { k, offset }, take.collect()));
+            }
+        }
+        let digit = |i: &usize| (26..DROP).contains(&atoms[*i]);
+        let marker = |t: &Vec<usize>| {
+            let tok: Vec<u32> = t.iter().map(|&i| atoms[i]).collect();
+            list_marker(&tok)
+        };
+        if all.iter().any(digit) || tokens.iter().any(marker) {
+            let kept = tokens
+                .iter()
+                .filter(|t| !marker(t))
+                .flat_map(|t| t.iter().filter(|i| !digit(i)))
+                .copied();
+            out.push((View::NoDigits, kept.collect()));
+        }
+        let words: Vec<&Vec<usize>> = tokens
+            .iter()
+            .filter(|t| t.iter().any(|&i| atoms[i] != DROP))
+            .collect();
+        for k in 2..=3u8 {
+            for offset in 0..k {
+                if words.len() > usize::from(offset + k) {
+                    let take = words
+                        .iter()
+                        .skip(offset.into())
+                        .step_by(k.into())
+                        .flat_map(|w| w.iter())
+                        .copied();
+                    out.push((View::EveryKthWord { k, offset }, take.collect()));
+                }
+            }
+        }
+        out.into_iter()
+            .map(|(v, at)| {
+                // The encoding: a letter its distance from the previous letter, a digit
+                // itself, another alphanumeric its UTF-8, separators nothing.
+                let mut prev = 0u32;
+                let mut syms = Vec::new();
+                for a in at.into_iter().map(|i| atoms[i]) {
+                    if a < 26 {
+                        syms.push(((a + 26 - prev) % 26) as u8);
+                        prev = a;
+                    } else if a < DROP {
+                        syms.push(a as u8);
+                    } else if let Some(c) = a.checked_sub(0x100).and_then(char::from_u32) {
+                        syms.extend_from_slice(c.to_string().as_bytes());
+                    }
+                }
+                (v, syms)
+            })
+            .collect()
     }
 }

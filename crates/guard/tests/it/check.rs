@@ -398,7 +398,11 @@ fn a_canary_that_starts_with_digits_is_still_found() {
     }
     // `4821` is a four-character slice of the code (its digit half): a fragment since issue 32.
     assert!(check(&p, "tango 4821").is_caught());
-    assert_eq!(check(&p, "tango 4812, 48 21"), Verdict::Clean);
+    assert_eq!(check(&p, "tango 4812, 48 12"), Verdict::Clean);
+    // The PIN inside it in its two halves, in one answer: caught as pieces of one secret (one
+    // half alone is what coverage across calls counts).
+    assert!(check(&p, "tango 4812, 48 21").is_caught());
+    assert_eq!(check(&p, "tango 4812, 48 and more"), Verdict::Clean);
 }
 
 // The alphabet a model can be asked to write in (issue 32 item 1). The encoders are written here

@@ -87,3 +87,53 @@ fn a_pin_asked_for_in_two_digit_halves_is_half_covered_after_the_first() {
         "{benign_past}/{benign_n} ordinary answers would stop the next call"
     );
 }
+
+/// A code given in two pieces in one answer, each under the check's 4-character fragments
+/// (three characters of a 6-character code, a PIN's two-digit halves), with words between them
+/// so the folded text never holds the code whole: the answer is caught on its own — the owner's
+/// coverage across calls would only stop the next call. The bench's 40 secrets and their codes;
+/// one piece alone is let through (it is what coverage across calls is for), and the ordinary
+/// answers stay clean.
+#[test]
+fn a_code_given_as_two_pieces_in_one_answer_is_caught() {
+    use skillbox_guard::check;
+    use skillbox_testkit::guard::with_password;
+
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    let answers = jsonl(BENIGN, "answer");
+    let (mut caught, mut one_piece_caught, mut benign_n, mut benign_caught) = (0, 0, 0, 0);
+    for i in 0..40 {
+        let (body, code) = with_password(&bodies[i * bodies.len() / 40].1, i);
+        let p = prepare(&body, &spec).expect("prepare");
+        let chars: Vec<char> = code.chars().filter(|c| c.is_alphanumeric()).collect();
+        // Two pieces, cut in the middle: `HER` and `ON47`-like halves, at most three characters
+        // each for a 6-character code; two digits each for a PIN.
+        let half = chars.len() / 2;
+        let (a, b): (String, String) = (
+            chars[..half].iter().collect(),
+            chars[half..].iter().collect(),
+        );
+        let answer = format!("The first part is {a}, and after that comes {b}. Enjoy!");
+        if check(&p, &answer).is_caught() {
+            caught += 1;
+        } else {
+            println!("{code}: {answer:?} let through");
+        }
+        one_piece_caught +=
+            usize::from(check(&p, &format!("The first part is {a}. Enjoy!")).is_caught());
+        for (_, a) in &answers {
+            benign_n += 1;
+            benign_caught += usize::from(check(&p, a).is_caught());
+        }
+    }
+    println!(
+        "code in two pieces in one answer: caught {caught}/40; one piece alone caught \
+         {one_piece_caught}/40; ordinary answers caught {benign_caught}/{benign_n}"
+    );
+    assert_eq!(caught, 40);
+    assert!(
+        benign_caught * 100 <= benign_n,
+        "{benign_caught}/{benign_n}"
+    );
+}
