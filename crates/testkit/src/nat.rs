@@ -17,8 +17,14 @@ pub const PUBLIC_IP: &str = "203.0.113.1";
 /// from here.
 pub const NAT1_PUBLIC_IP: &str = "203.0.113.11";
 
-/// What this machine lacks for the namespace tests, if anything.
+/// What this machine lacks for the namespace tests, if anything (probed once a process: the
+/// tests of one binary run at once and would share the probe's namespace name).
 pub fn missing_capability() -> Option<String> {
+    static PROBED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    PROBED.get_or_init(probe).clone()
+}
+
+fn probe() -> Option<String> {
     // Root, by the real uid the kernel shows (no libc call needed).
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -84,15 +90,36 @@ pub struct Namespaces {
     prefix: String,
 }
 
+/// What the routers' NAT does with a host's source port (`scripts/nat-netns` KIND).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatKind {
+    /// Keeps it where it can (most home routers): a hole punch can work.
+    Cone,
+    /// A random public port per connection: no hole punch can work, calls take the relay.
+    Symmetric,
+}
+
 impl Namespaces {
+    /// Cone NATs.
     pub fn up(prefix: &str) -> Namespaces {
+        Namespaces::up_as(prefix, NatKind::Cone)
+    }
+
+    pub fn up_as(prefix: &str, kind: NatKind) -> Namespaces {
+        let kind = match kind {
+            NatKind::Cone => "cone",
+            NatKind::Symmetric => "symmetric",
+        };
         // A run killed earlier may have left them.
         let _ = Command::new(script()).args(["down", prefix]).status();
         let status = Command::new(script())
-            .args(["up", prefix])
+            .args(["up", prefix, kind])
             .status()
             .expect("run scripts/nat-netns");
-        assert!(status.success(), "scripts/nat-netns up {prefix} failed");
+        assert!(
+            status.success(),
+            "scripts/nat-netns up {prefix} {kind} failed"
+        );
         Namespaces {
             prefix: prefix.to_owned(),
         }
