@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use skillbox_jc::attest::{
-    Attester, BoxConfiguration, ConfigBound, InsecureDevAttester, measure_file,
+    Attester, BoxConfiguration, ConfigBound, GpuAttester, GpuBound, InsecureDevAttester,
+    measure_file,
 };
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
@@ -38,6 +39,11 @@ pub struct BoxArgs {
     /// TDX: the collateral JSON (fetched by the operator; the box never reaches Intel).
     #[arg(long)]
     pub tdx_collateral: Option<std::path::PathBuf>,
+    /// A box whose model runs on NVIDIA GPUs: the program that collects their evidence (run with
+    /// the requester nonce as hex, it prints NVIDIA's serialized evidence list). Every
+    /// attestation then binds the GPU reports' hash, and the configuration names the GPU count.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_evidence_cmd: Option<PathBuf>,
     /// Base URL for a provider, `ID=URL` (repeatable), e.g. `openai-compatible:vllm=http://127.0.0.1:8000/v1`.
     /// Programs must name this URL as the provider's host.
     #[arg(long = "provider-url", value_parser = parse_provider_url)]
@@ -238,23 +244,32 @@ fn run_hardware(
     let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
         .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
     let providers = provider_registry(global, args);
-    let config = BoxConfiguration::new(providers.table(), allowed_keys(args)?.as_deref());
+    let mut config = BoxConfiguration::new(providers.table(), allowed_keys(args)?.as_deref());
+    let mut attester: Arc<dyn Attester> = Arc::new(tsm);
+    if let Some(program) = &args.gpu_evidence_cmd {
+        // Asked once now: the GPU count goes into the configuration the host launched with.
+        let gpus = skillbox_jc::tsm::CommandGpus::new(program.clone());
+        let count = GpuAttester::evidence(&gpus, &[0u8; 32])
+            .context("the box's GPU evidence")?
+            .len();
+        config = config.with_gpus(u32::try_from(count).context("GPU count")?);
+        attester = Arc::new(GpuBound::new(attester, Arc::new(gpus)));
+    }
     if args.show_identity {
         // Every platform's pin as the node's config takes it (a TDX pin with its policy table),
         // naming the configuration hash the host must launch the guest with.
         let url = format!("https://<this box's name>:{}", args.listen.port());
         let hash = config.sha256()?;
-        let pin = crate::pin_identity::hardware_pin(url, platform, &tsm, &hash)?;
+        let pin = crate::pin_identity::hardware_pin(url, platform, attester.as_ref(), &hash)?;
         print!(
             "{}",
-            crate::pin_identity::launch_note(platform, &tsm, &hash)
+            crate::pin_identity::launch_note(platform, attester.as_ref(), &hash)
         );
         print!("{}", pin.render());
         return Ok(ExitCode::SUCCESS);
     }
     // HOST_DATA / MRCONFIGID must be this configuration's hash, or the box does not start.
-    let bound =
-        ConfigBound::new(Arc::new(tsm), config).context("the box's launch configuration")?;
+    let bound = ConfigBound::new(attester, config).context("the box's launch configuration")?;
     serve(global, args.clone(), Arc::new(bound), providers)
 }
 

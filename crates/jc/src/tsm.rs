@@ -5,6 +5,9 @@
 //! gives, TDX's collateral from a file the operator fetched (the box never reaches Intel's
 //! services). The evidence is what `skillbox-attest` verifies on the node.
 //!
+//! [`CommandGpus`] gets a box's GPU evidence from a collector program (see
+//! [`crate::attest::GpuBound`]).
+//!
 //! Tested against a directory double (no hardware here); untested on hardware so far.
 
 use std::path::{Path, PathBuf};
@@ -172,5 +175,49 @@ impl Attester for TsmAttester {
             config: None,
             gpus: Vec::new(),
         })
+    }
+}
+
+/// The box's GPUs through a collector program the operator installs in the image (one built on
+/// NVIDIA's attestation SDK or nvtrust): run with the requester nonce as its one argument (64
+/// hex digits), it prints NVIDIA's serialized evidence list (`[{"arch", "certificate",
+/// "evidence", "nonce"}, …]`, one entry per GPU) on stdout. No NVML binding is compiled in.
+pub struct CommandGpus {
+    program: PathBuf,
+}
+
+/// At most this much of the collector's output is read (four GPUs' evidence is ~40 KiB).
+const MAX_GPU_OUTPUT: usize = 4 << 20;
+
+impl CommandGpus {
+    pub fn new(program: PathBuf) -> CommandGpus {
+        CommandGpus { program }
+    }
+}
+
+impl crate::attest::GpuAttester for CommandGpus {
+    fn evidence(&self, nonce: &[u8; 32]) -> Result<Vec<skillbox_attest::nvidia::Evidence>> {
+        let out = std::process::Command::new(&self.program)
+            .arg(hex::encode(nonce))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| {
+                JcError::Internal(format!(
+                    "the GPU evidence program {}: {e}",
+                    self.program.display()
+                ))
+            })?;
+        if !out.status.success() {
+            return Err(JcError::Internal(format!(
+                "the GPU evidence program {} failed ({})",
+                self.program.display(),
+                out.status
+            )));
+        }
+        if out.stdout.len() > MAX_GPU_OUTPUT {
+            return Err(JcError::HardwareRefused("too_large"));
+        }
+        skillbox_attest::nvidia::Evidence::list_from_sdk_json(&out.stdout)
+            .map_err(|r| JcError::HardwareRefused(r.code()))
     }
 }

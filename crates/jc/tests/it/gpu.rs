@@ -133,3 +133,61 @@ async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is
         "{got:?}"
     );
 }
+
+/// The collector program a box runs for its GPUs' evidence: given the requester nonce (64 hex
+/// digits), it prints NVIDIA's serialized list; a program that fails or prints something else is
+/// a clear error, never evidence.
+#[cfg(unix)]
+#[test]
+fn the_gpu_collector_program_gives_the_evidence_list_or_a_clear_error() {
+    use skillbox_jc::tsm::CommandGpus;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sample = format!(
+        "{}/../attest/tests/data/nvidia/nvat-multi_gpu_hopper.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let script = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        CommandGpus::new(path)
+    };
+    let nonce = [7u8; 32];
+    let collector = script(
+        "collect",
+        &format!(
+            "[ \"$1\" = \"{}\" ] || exit 3\ncat '{sample}'",
+            hex::encode(nonce)
+        ),
+    );
+    assert_eq!(collector.evidence(&nonce).expect("evidence"), sample_gpus());
+    let err = collector
+        .evidence(&[8u8; 32])
+        .expect_err("another nonce: exit 3");
+    assert!(err.to_string().contains("failed"), "{err}");
+    let junk = script("junk", "echo not json");
+    assert!(matches!(
+        junk.evidence(&nonce),
+        Err(JcError::HardwareRefused("malformed"))
+    ));
+    // Through the box's attester: the statement binds the list's hash.
+    let cpu = Arc::new(InsecureDevAttester::with_measurement("5a".repeat(48)));
+    let a = GpuBound::new(cpu, Arc::new(collector))
+        .attest(&Statement {
+            nonce: hex::encode(nonce),
+            ..Statement::default()
+        })
+        .expect("attests");
+    assert_eq!(a.gpus.len(), 4);
+    let st: Statement = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(&a.statement)
+            .expect("base64"),
+    )
+    .expect("statement");
+    assert_eq!(
+        st.gpu_evidence_sha256,
+        Some(hex::encode(nvidia::list_binding_sha256(&a.gpus)))
+    );
+}
