@@ -125,6 +125,16 @@ pub fn run_json(what: &str, cmd: &mut Command) -> (serde_json::Value, String) {
     (v, format!("{stdout}\n{stderr}"))
 }
 
+/// The string at `pointer` in a client's JSON output holds every one of `needles` (a missing or
+/// non-string value fails too); the failure shows the JSON it looked in.
+pub fn assert_text(v: &serde_json::Value, pointer: &str, needles: &[&str]) {
+    let text = v.pointer(pointer).and_then(serde_json::Value::as_str);
+    assert!(
+        text.is_some_and(|t| needles.iter().all(|n| t.contains(n))),
+        "{pointer} lacks {needles:?}: {v}"
+    );
+}
+
 pub fn python(script: &str) -> Command {
     let c = procs::reach_clients();
     let mut cmd = Command::new(c.python);

@@ -56,20 +56,8 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
     assert_eq!(out["get"]["id"], task["id"]);
     assert_eq!(out["get"]["status"]["state"], "TASK_STATE_COMPLETED");
     // A finished task cannot be cancelled; an unknown one is not found.
-    assert!(
-        out["cancel"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("nothing to cancel")),
-        "{}",
-        out["cancel"]
-    );
-    assert!(
-        out["missing"]["type"]
-            .as_str()
-            .is_some_and(|t| t.contains("NotFound")),
-        "{}",
-        out["missing"]
-    );
+    reach::assert_text(&out, "/cancel/text", &["nothing to cancel"]);
+    reach::assert_text(&out, "/missing/type", &["NotFound"]);
     assert_no_markers("A2A responses", &raw, &reach::markers());
     assert_no_markers("the processes' logs", &w.logs(), &reach::markers());
 }

@@ -152,20 +152,12 @@ fn check_common(out: &Value, mode: &str, skill: &str) {
     );
     // Bad arguments: a tool error naming the problem; an unknown tool: -32602.
     assert_eq!(out["bad_args"]["isError"], true, "{}", out["bad_args"]);
-    assert!(
-        out["bad_args"]["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("bad arguments for apply_skill")),
-        "{}",
-        out["bad_args"]
+    reach::assert_text(
+        out,
+        "/bad_args/content/0/text",
+        &["bad arguments for apply_skill"],
     );
-    assert!(
-        out["unknown_tool"]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("unknown tool")),
-        "{}",
-        out["unknown_tool"]
-    );
+    reach::assert_text(out, "/unknown_tool/text", &["unknown tool"]);
 }
 
 #[test]
@@ -294,12 +286,10 @@ fn consent_parks_the_call_and_the_human_decides() {
     // and no instruction the model could follow: the human decides, not the agent.
     let (out, raw3) = mcp_python(&w, "http", "legacy", "taste", "none");
     let id = pending_approval(&out);
-    assert!(
-        out["apply"]["content"][0]["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("dashboard") && t.contains("NO hardware isolation")),
-        "{}",
-        out["apply"]
+    reach::assert_text(
+        &out,
+        "/apply/content/0/text",
+        &["dashboard", "NO hardware isolation"],
     );
     for (what, raw) in [("approve", &raw1), ("deny", &raw2), ("legacy", &raw3)] {
         assert!(
