@@ -76,7 +76,7 @@ enum Command {
     #[command(subcommand)]
     Manifest(skill_cmd::ManifestCommand),
     /// Run a box: the joint-compute service calls run in (its own process and keys).
-    Box(box_cmd::BoxArgs),
+    Box(Box<box_cmd::BoxArgs>),
     /// The embedded model: fetch it into the data dir, show where it is.
     #[command(subcommand)]
     Model(model_cmd::ModelCommand),
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Skill(cmd) => skill_cmd::run_skill(&cli.global, cmd),
         Command::Manifest(cmd) => skill_cmd::run_manifest(&cli.global, cmd),
-        Command::Box(args) => box_cmd::run(&cli.global, args),
+        Command::Box(args) => box_cmd::run(&cli.global, *args),
         Command::Model(cmd) => model_cmd::run(&cli.global, cmd),
         Command::Init(args) => node_cmd::run_init(&cli.global, args),
         Command::Node(args) => node_cmd::run_node(&cli.global, args),
