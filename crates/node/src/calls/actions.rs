@@ -820,6 +820,23 @@ impl Calls {
         }
     }
 
+    /// Ask the box of a run the call left to delete it, once, best effort: it may hold this
+    /// side's stake, and neither side will submit it. The box was not answering; one that comes
+    /// back with the run (or never really died — the owner cannot tell) drops it now rather
+    /// than at its expiry.
+    pub(super) async fn cancel_left(&self, row: &CallRow, box_url: &str, run_id: &str) {
+        let (Some(client), Ok(hash)) = (self.0.boxes.client(box_url), Self::program_hash(row))
+        else {
+            return;
+        };
+        if let Err(e) = client
+            .delete(run_id, &hash, Self::role(row), &self.0.signing)
+            .await
+        {
+            tracing::debug!(call = %row.call.id, code = e.code(), "deleting the run left at its box");
+        }
+    }
+
     pub(super) async fn cancel_run(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
         let Some(run_id) = row.call.run_id.clone() else {
             return Ok(None);

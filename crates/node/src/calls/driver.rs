@@ -308,19 +308,22 @@ impl Calls {
                 if appended && let Err(e) = crate::ledger::publish_head(&store) {
                     tracing::warn!(error = %e, "ledger head file not written");
                 }
+                // The run (and its box) the call just left, if this step moved it.
+                let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
+                    .then(|| (row.box_url.clone(), row.call.run_id.clone()));
                 // What the actions act on: the row as just persisted.
                 let row = if write {
                     row.updated(t.call.clone(), &change.patch)
                 } else {
                     row
                 };
-                Ok(Some((t, Arc::new(row))))
+                Ok(Some((t, Arc::new(row), left)))
             })
             .await?;
             // Under the call's lock, so a later step's due time is never overwritten by this
             // one's.
             match &stepped {
-                Some((t, _)) if !t.call.state.is_terminal() => {
+                Some((t, _, _)) if !t.call.state.is_terminal() => {
                     let at = machine::tick_due_ms(&t.call, &this.0.timing);
                     lock(&this.0.tick_due).insert(key.clone(), at);
                 }
@@ -329,9 +332,13 @@ impl Calls {
                 }
             }
             drop(held);
-            let Some((t, row)) = stepped else {
+            let Some((t, row, left)) = stepped else {
                 return Ok(None);
             };
+            if let Some((Some(box_url), Some(run_id))) = left {
+                let (this, row) = (this.clone(), row.clone());
+                tokio::spawn(async move { this.cancel_left(&row, &box_url, &run_id).await });
+            }
             if t.changed {
                 tracing::debug!(call = %key.0, role = records::role_str(key.1), state = t.call.state.as_str(), "call stepped");
                 this.crash_point(key.1, t.call.state);

@@ -492,6 +492,16 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
         provider.0.lock().expect("provider log").is_empty(),
         "nothing ran"
     );
+    // Each run the owner left, and the one it failed in, is deleted at its box: the body
+    // does not stay there until the program expires.
+    for (url, run) in urls.iter().zip(&runs).take(MAX_MOVES + 1) {
+        let client = skillbox_jc::client::BoxClient::new(url).expect("client");
+        let deadline = std::time::Instant::now() + LIMIT;
+        while client.status(run).await.is_ok() {
+            assert!(std::time::Instant::now() < deadline, "{run} still at {url}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     hostile.shutdown().await;
     owner.stop().await;
 }
