@@ -36,10 +36,7 @@ pub(crate) async fn board(
 ) -> Response {
     let Some(h) = s.peers.get() else {
         let body = html! { p { "The peer network is not running on this node." } };
-        return html_page(
-            StatusCode::OK,
-            page("Board", "/ui/board", &session, None, body),
-        );
+        return page(StatusCode::OK, "Board", "/ui/board", &session, None, body);
     };
     let (rows, platforms) = h.with_board(|b, now| {
         let rows = b.snapshot(now);
@@ -138,10 +135,7 @@ pub(crate) async fn board(
             }
         }
     };
-    html_page(
-        StatusCode::OK,
-        page("Board", "/ui/board", &session, None, body),
-    )
+    page(StatusCode::OK, "Board", "/ui/board", &session, None, body)
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ async fn calls_page(
             },
         }
     };
-    html_page(status, page("Calls", "/ui/calls", session, notice, body))
+    page(status, "Calls", "/ui/calls", session, notice, body)
 }
 
 pub(crate) async fn calls(
@@ -146,7 +146,7 @@ pub(crate) async fn call(
         Err(e) => {
             let body = html! { p class="notice" { (e.to_string()) } };
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::NOT_FOUND);
-            return html_page(status, page("Call", "/ui/calls", &session, None, body));
+            return page(status, "Call", "/ui/calls", &session, None, body);
         }
     };
     let body = html! {
@@ -195,10 +195,7 @@ pub(crate) async fn call(
         }
         p { a href=(format!("/ui/ledger?call={}", enc(&id))) { "What this call disclosed (ledger)" } }
     };
-    html_page(
-        StatusCode::OK,
-        page("Call", "/ui/calls", &session, None, body),
-    )
+    page(StatusCode::OK, "Call", "/ui/calls", &session, None, body)
 }
 
 /// `GET /ui/live/calls`: each call's state and failure code, for the page script.
@@ -276,10 +273,7 @@ async fn approvals_page(
             },
         }
     };
-    html_page(
-        status,
-        page("Approvals", "/ui/approvals", session, notice, body),
-    )
+    page(status, "Approvals", "/ui/approvals", session, notice, body)
 }
 
 page_route!(approvals => approvals_page);

@@ -96,8 +96,5 @@ pub(crate) async fn ledger(
             }
         }
     };
-    html_page(
-        StatusCode::OK,
-        page("Ledger", "/ui/ledger", &session, None, body),
-    )
+    page(StatusCode::OK, "Ledger", "/ui/ledger", &session, None, body)
 }

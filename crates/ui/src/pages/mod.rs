@@ -61,18 +61,44 @@ fn html_page(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-/// A page with the navigation, the sign-out form and an optional notice.
-fn page(title: &str, here: &str, session: &Session, notice: Option<&str>, body: Markup) -> Markup {
+/// A signed-in page with `status`: the navigation, the sign-out form and an optional notice.
+fn page(
+    status: StatusCode,
+    title: &str,
+    here: &str,
+    session: &Session,
+    notice: Option<&str>,
+    body: Markup,
+) -> Response {
+    html_page(status, framed(title, here, session, notice, body))
+}
+
+/// Every page's head; the signed-in pages load the dashboard's script too.
+fn head(title: &str, script: bool) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · skillbox" }
+            link rel="stylesheet" href="/ui/static/app.css";
+            @if script {
+                script src="/ui/static/app.js" defer {}
+            }
+        }
+    }
+}
+
+fn framed(
+    title: &str,
+    here: &str,
+    session: &Session,
+    notice: Option<&str>,
+    body: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · skillbox" }
-                link rel="stylesheet" href="/ui/static/app.css";
-                script src="/ui/static/app.js" defer {}
-            }
+            (head(title, true))
             body {
                 a class="skip" href="#main" { "Skip to content" }
                 header {
@@ -115,12 +141,7 @@ fn bare(title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · skillbox" }
-                link rel="stylesheet" href="/ui/static/app.css";
-            }
+            (head(title, false))
             body { main id="main" { h1 { (title) } (body) } }
         }
     }
@@ -199,7 +220,7 @@ fn refused_csrf() -> Response {
 /// The page a calls-driven page shows when the node runs without its peer network.
 fn no_calls(session: &Session, here: &str) -> Response {
     let body = html! { p { "The calls driver is not running (no peer network)." } };
-    html_page(StatusCode::OK, page("Calls", here, session, None, body))
+    page(StatusCode::OK, "Calls", here, session, None, body)
 }
 
 fn calls_of(s: &AppState) -> Option<Calls> {

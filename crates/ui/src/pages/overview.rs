@@ -90,10 +90,7 @@ pub(crate) async fn overview(
             }
         }
     };
-    html_page(
-        StatusCode::OK,
-        page("Overview", "/ui", &session, None, body),
-    )
+    page(StatusCode::OK, "Overview", "/ui", &session, None, body)
 }
 
 /// When the box was last asked, and whether it answered usably (stable codes, in words).
@@ -195,9 +192,13 @@ pub(crate) async fn metrics(
             }
         }
     };
-    html_page(
+    page(
         StatusCode::OK,
-        page("Metrics", "/ui/metrics", &session, None, body),
+        "Metrics",
+        "/ui/metrics",
+        &session,
+        None,
+        body,
     )
 }
 

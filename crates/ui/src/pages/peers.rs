@@ -12,10 +12,7 @@ async fn peers_page(
 ) -> Response {
     let Some(h) = s.peers.get() else {
         let body = html! { p { "The peer network is not running on this node." } };
-        return html_page(
-            StatusCode::OK,
-            page("Peers", "/ui/peers", session, notice, body),
-        );
+        return page(StatusCode::OK, "Peers", "/ui/peers", session, notice, body);
     };
     let peers = h.peers().await.unwrap_or_default();
     let listen: Vec<String> = h
@@ -54,7 +51,7 @@ async fn peers_page(
             button type="submit" { "Connect" }
         }
     };
-    html_page(status, page("Peers", "/ui/peers", session, notice, body))
+    page(status, "Peers", "/ui/peers", session, notice, body)
 }
 
 page_route!(peers => peers_page);

@@ -56,10 +56,7 @@ async fn skills_page(
             button type="submit" { "Add skill" }
         }
     };
-    html_page(
-        status,
-        page("My skills", "/ui/skills", session, notice, body),
-    )
+    page(status, "My skills", "/ui/skills", session, notice, body)
 }
 
 page_route!(skills => skills_page);
@@ -121,16 +118,24 @@ pub(crate) async fn skill(
         Ok(Some(d)) => d,
         Ok(None) => {
             let body = html! { p { "No skill of that name." } };
-            return html_page(
+            return page(
                 StatusCode::NOT_FOUND,
-                page("Skill", "/ui/skills", &session, None, body),
+                "Skill",
+                "/ui/skills",
+                &session,
+                None,
+                body,
             );
         }
         Err(e) => {
             let body = html! { p class="notice" { (e) } };
-            return html_page(
+            return page(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                page("Skill", "/ui/skills", &session, None, body),
+                "Skill",
+                "/ui/skills",
+                &session,
+                None,
+                body,
             );
         }
     };
@@ -159,9 +164,13 @@ pub(crate) async fn skill(
         h2 { "OpenWOP manifest" }
         pre class="manifest" { (manifest) }
     };
-    html_page(
+    page(
         StatusCode::OK,
-        page(&format!("Skill {name}"), "/ui/skills", &session, None, body),
+        &format!("Skill {name}"),
+        "/ui/skills",
+        &session,
+        None,
+        body,
     )
 }
 

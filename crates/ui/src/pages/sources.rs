@@ -62,10 +62,7 @@ async fn sources_page(
             button type="submit" { "Save source" }
         }
     };
-    html_page(
-        status,
-        page("Sources", "/ui/sources", session, notice, body),
-    )
+    page(status, "Sources", "/ui/sources", session, notice, body)
 }
 
 page_route!(sources => sources_page);
