@@ -223,6 +223,19 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (peer, skill, day)
     ) STRICT;
     "#,
+    // 10: the owner's coverage turns (`calls::coverage`): which call of a (peer, skill) holds
+    // the turn to submit, kept across a restart (a call submitted before it still runs at the
+    // box, and its answer is counted after it); `token` tells one take from the next.
+    r#"
+    CREATE TABLE guard_turns (
+        peer     TEXT NOT NULL,
+        skill    TEXT NOT NULL,
+        call_id  TEXT NOT NULL,
+        token    INTEGER NOT NULL,
+        taken_at INTEGER NOT NULL,
+        PRIMARY KEY (peer, skill)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

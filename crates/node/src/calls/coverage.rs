@@ -8,10 +8,12 @@
 //! code three characters at a time, adds up to what one answer may not carry.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, params};
 use skillbox_calls::machine::FailureCode;
 use skillbox_guard::Coverage;
+use tokio::sync::Notify;
 
 use super::records::CallRow;
 
@@ -65,40 +67,116 @@ pub fn refused(
 /// against every answer before it. Taken just before the owner submits (its stake is in, and
 /// the box runs nothing until both sides submit) and kept once the box accepts the submit,
 /// given back when the submit is not accepted (the caller has not staked yet), when the answer
-/// is counted, or when the call ends. In memory: a restarted node starts with no holder.
+/// is counted, or when the call ends.
+///
+/// The holder is a row of the store (`guard_turns`), taken in the same transaction that checks
+/// the union, so it outlives a restart: a call submitted before the restart still runs at the
+/// box, and the next call waits for its answer to be counted. Only a call submitting or
+/// submitted holds it: a row naming a call that ended, moved back to another run or is gone
+/// (the restart lost it) holds nothing, and the next call takes the turn. Waiting calls sleep
+/// on a [`Notify`] per (peer, skill) that a call giving the turn back wakes, with a fallback
+/// look every [`TURN_LOOK`] (a holder that ends without giving the turn back, or another
+/// process's store).
 #[derive(Default)]
-pub struct Turns(std::sync::Mutex<HashMap<(String, String), String>>);
+pub struct Turns {
+    wake: std::sync::Mutex<HashMap<(String, String), Arc<Notify>>>,
+    /// The token of each turn this process took, by call id: a give-back deletes the row of its
+    /// own take only, never a newer take by the same call.
+    taken: std::sync::Mutex<HashMap<String, i64>>,
+    next_token: std::sync::atomic::AtomicI64,
+}
 
 impl Turns {
-    fn holder(&self, key: &(String, String)) -> Option<String> {
-        super::lock(&self.0).get(key).cloned()
+    fn notifier(&self, key: &(String, String)) -> Arc<Notify> {
+        super::lock(&self.wake)
+            .entry(key.clone())
+            .or_default()
+            .clone()
     }
 
-    /// Take the turn for `me` if `expected` still holds it.
-    fn swap(&self, key: &(String, String), expected: Option<&str>, me: &str) -> bool {
-        let mut map = super::lock(&self.0);
-        if map.get(key).map(String::as_str) != expected {
-            return false;
-        }
-        map.insert(key.clone(), me.to_owned());
-        true
+    fn token(&self) -> i64 {
+        self.next_token
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
+}
 
-    fn give_back(&self, key: &(String, String), me: &str) {
-        let mut map = super::lock(&self.0);
-        if map.get(key).is_some_and(|h| h == me) {
-            map.remove(key);
-        }
+/// How a call's try for the turn went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// Taken (or held already): the call may submit.
+    Taken,
+    /// Another call submitting or submitted holds it.
+    Held,
+    /// Free, but the union is past the thresholds: refused.
+    Refused,
+}
+
+/// In one transaction: take the turn for `me` (with `token`) unless a live call holds it, and
+/// check the union once it is free. A holder is live while its owner call is submitting or
+/// submitted.
+pub fn try_take(
+    tx: &Tx<'_>,
+    key: &(String, String),
+    me: &str,
+    token: i64,
+    guard: &GuardConfig,
+) -> Result<Turn> {
+    let holder: Option<String> = tx
+        .query_row(
+            "SELECT call_id FROM guard_turns WHERE peer = ?1 AND skill = ?2",
+            params![key.0, key.1],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let held = match holder.as_deref() {
+        None => false,
+        Some(h) if h == me => false,
+        Some(h) => tx
+            .query_row(
+                "SELECT state FROM calls WHERE id = ?1 AND role = 'owner'",
+                params![h],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()?
+            .is_some_and(|s| s == "submitting" || s == "submitted"),
+    };
+    if held {
+        return Ok(Turn::Held);
     }
+    if refused(tx, &key.0, &key.1, day_of(now_secs()), guard)? {
+        return Ok(Turn::Refused);
+    }
+    tx.execute(
+        "INSERT INTO guard_turns (peer, skill, call_id, token, taken_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (peer, skill) DO UPDATE SET call_id = ?3, token = ?4, taken_at = ?5",
+        params![key.0, key.1, me, token, now_secs()],
+    )?;
+    Ok(Turn::Taken)
+}
+
+/// Give back `me`'s turn: its row, if it is still `me`'s (and of `token`, when this process
+/// took it).
+pub fn give_back(tx: &Tx<'_>, key: &(String, String), me: &str, token: Option<i64>) -> Result<()> {
+    tx.execute(
+        "DELETE FROM guard_turns WHERE peer = ?1 AND skill = ?2 AND call_id = ?3
+         AND (?4 IS NULL OR token = ?4)",
+        params![key.0, key.1, me, token],
+    )?;
+    Ok(())
 }
 
 /// The longest an owner asks the box to hold its submit while it holds the turn: a call whose
 /// caller has not staked (its human is asked first) gives the turn back between asks.
 pub const TURN_ASK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The pause before an owner whose submit was not accepted asks again: longer than a waiting
-/// call's pause between looks (200 ms), so a call parked at its caller leaves the turn free.
+/// The pause before an owner whose submit was not accepted asks again: long enough for a
+/// waiting call, woken when the turn is given back, to take it; so a call parked at its caller
+/// leaves the turn free.
 pub const TURN_GAP: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A waiting call looks at the turn again after this long even if nothing woke it.
+pub const TURN_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl super::Calls {
     /// Whether calls take turns: the coverage thresholds are on.
@@ -110,57 +188,58 @@ impl super::Calls {
     /// (see [`Turns`]) and check the union again once it has it. `Some(coverage_exceeded)`:
     /// refused — the union passed the thresholds while it waited, or the call expired waiting.
     pub(super) async fn take_turn(&self, row: &CallRow) -> Result<Option<FailureCode>> {
-        let guard = self.0.guard.clone();
         if !self.turns_on() {
             return Ok(None);
         }
         let key = (row.call.peer.clone(), row.call.skill.clone());
         let me = row.call.id.clone();
-        let mut pause = std::time::Duration::from_millis(10);
+        let notify = self.0.turns.notifier(&key);
         loop {
-            let holder = self.0.turns.holder(&key);
+            // Registered before the look, so a give-back between the look and the wait is not
+            // missed.
+            let woken = notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let token = self.0.turns.token();
             let store = self.0.store.clone();
-            let (k, h, g) = (key.clone(), holder.clone(), guard.clone());
-            let me2 = me.clone();
-            let (free, refused_now) = super::blocking(move || {
-                store.write(|tx| {
-                    // A holder whose call ended (counted, or failed without an answer) holds
-                    // nothing.
-                    let free = match &h {
-                        None => true,
-                        Some(h) if *h == me2 => true,
-                        Some(h) => tx
-                            .query_row(
-                                "SELECT state FROM calls WHERE id = ?1 AND role = 'owner'",
-                                params![h],
-                                |r| r.get::<_, String>(0),
-                            )
-                            .optional()?
-                            .is_none_or(|s| ["answered", "ran", "failed"].contains(&s.as_str())),
-                    };
-                    let refused_now = free && refused(tx, &k.0, &k.1, day_of(now_secs()), &g)?;
-                    Ok((free, refused_now))
-                })
-            })
-            .await?;
-            if refused_now {
-                return Ok(Some(FailureCode::CoverageExceeded));
+            let (k, m, g) = (key.clone(), me.clone(), self.0.guard.clone());
+            let turn =
+                super::blocking(move || store.write(|tx| try_take(tx, &k, &m, token, &g))).await?;
+            match turn {
+                Turn::Taken => {
+                    super::lock(&self.0.turns.taken).insert(me, token);
+                    return Ok(None);
+                }
+                Turn::Refused => return Ok(Some(FailureCode::CoverageExceeded)),
+                Turn::Held if super::now_ms() >= row.call.expires_at_ms => {
+                    return Ok(Some(FailureCode::CoverageExceeded));
+                }
+                Turn::Held => {
+                    let _ = tokio::time::timeout(TURN_LOOK, woken).await;
+                }
             }
-            if free && self.0.turns.swap(&key, holder.as_deref(), &me) {
-                return Ok(None);
-            }
-            if !free && super::now_ms() >= row.call.expires_at_ms {
-                return Ok(Some(FailureCode::CoverageExceeded));
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_millis(200));
         }
     }
 
-    /// Owner: this call's answer is counted (or it has none); the next call may go.
+    /// Owner: this call's answer is counted (or it has none); the next call may go. The row
+    /// goes in the background and the waiting calls are woken once it has: a later take by
+    /// this same call has another token and stays.
     pub(super) fn end_turn(&self, row: &CallRow) {
+        if !self.turns_on() {
+            return;
+        }
         let key = (row.call.peer.clone(), row.call.skill.clone());
-        self.0.turns.give_back(&key, &row.call.id);
+        let me = row.call.id.clone();
+        let token = super::lock(&self.0.turns.taken).remove(&me);
+        let notify = self.0.turns.notifier(&key);
+        let store = self.0.store.clone();
+        tokio::spawn(async move {
+            let gone = super::blocking(move || store.write(|tx| give_back(tx, &key, &me, token)));
+            if let Err(e) = gone.await {
+                tracing::warn!(error = %e, "giving back a coverage turn");
+            }
+            notify.notify_waiters();
+        });
     }
 }
 
@@ -194,6 +273,97 @@ mod tests {
     use super::*;
     use crate::store::Store;
     use skillbox_guard::{GuardSpec, prepare, released_coverage};
+
+    /// An owner call row in `state` (what the turns read of it).
+    fn owner_call(store: &Store, id: &str, state: &str) {
+        store
+            .write(|tx| {
+                tx.execute(
+                    "INSERT INTO calls (id, role, peer, skill, state, record, created_at, updated_at)
+                     VALUES (?1, 'owner', 'peer-a', 'taste', ?2, '{}', 0, 0)
+                     ON CONFLICT (id, role) DO UPDATE SET state = ?2",
+                    params![id, state],
+                )?;
+                Ok(())
+            })
+            .expect("call row");
+    }
+
+    fn take(store: &Store, me: &str, token: i64) -> Turn {
+        let key = ("peer-a".to_owned(), "taste".to_owned());
+        store
+            .write(|tx| try_take(tx, &key, me, token, &GuardConfig::default()))
+            .expect("take")
+    }
+
+    /// The turn is a row of the store: a call submitted before a restart still holds it after
+    /// (its run goes on at the box and its answer is counted later), and a row naming a call
+    /// that is gone, ended or back before its submit holds nothing — the next call takes it
+    /// instead of waiting out its expiry.
+    #[test]
+    fn a_turn_outlives_a_restart_and_a_holder_gone_since_holds_nothing() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("node.db");
+        {
+            let store = Store::open(&path).expect("store");
+            owner_call(&store, "call-a", "submitting");
+            owner_call(&store, "call-b", "submitting");
+            assert_eq!(take(&store, "call-a", 1), Turn::Taken);
+            assert_eq!(take(&store, "call-b", 1), Turn::Held);
+            owner_call(&store, "call-a", "submitted");
+        }
+        // The node starts again: nothing in memory, the store as it was.
+        let store = Store::open(&path).expect("store again");
+        assert_eq!(take(&store, "call-b", 7), Turn::Held, "call-a still runs");
+        assert_eq!(take(&store, "call-a", 7), Turn::Taken, "its own turn");
+        // A give-back of an older take leaves the newer one.
+        let key = ("peer-a".to_owned(), "taste".to_owned());
+        store
+            .write(|tx| give_back(tx, &key, "call-a", Some(1)))
+            .expect("stale give-back");
+        assert_eq!(take(&store, "call-b", 8), Turn::Held);
+        // call-a ended while the node was down (failed, answered): the turn is free.
+        for state in ["failed", "answered", "opened"] {
+            owner_call(&store, "call-a", state);
+            assert_eq!(take(&store, "call-b", 9), Turn::Taken, "{state}");
+            store
+                .write(|tx| {
+                    give_back(tx, &key, "call-b", None)?;
+                    try_take(tx, &key, "call-a", 10, &GuardConfig::default())
+                })
+                .expect("back to call-a");
+        }
+        // A holder the store no longer knows at all.
+        store
+            .write(|tx| {
+                tx.execute("DELETE FROM calls WHERE id = 'call-a'", [])?;
+                Ok(())
+            })
+            .expect("gone");
+        assert_eq!(take(&store, "call-b", 11), Turn::Taken);
+        // Free but the union is past the thresholds: refused, and the turn not taken.
+        store
+            .write(|tx| give_back(tx, &key, "call-b", None))
+            .expect("given back");
+        let p = prepare(
+            "The shed code is [[secret:K7PM2Q]].",
+            &GuardSpec::default_for(false),
+        )
+        .expect("prepare");
+        store
+            .write(|tx| {
+                add(
+                    tx,
+                    "peer-a",
+                    "taste",
+                    day_of(now_secs()),
+                    &released_coverage(&p, "K7PM"),
+                )?;
+                Ok(())
+            })
+            .expect("coverage");
+        assert_eq!(take(&store, "call-b", 12), Turn::Refused);
+    }
 
     #[test]
     fn unions_add_up_per_peer_skill_and_day_and_pass_the_thresholds() {

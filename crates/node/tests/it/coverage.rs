@@ -316,3 +316,35 @@ async fn with_the_thresholds_off_every_slice_gets_out() {
     v.caller.stop().await;
     v.owner.stop().await;
 }
+
+/// The owner's turns are rows of its store, so they outlive a restart; a row left by a call the
+/// restarted node no longer has (gone from its store) holds nothing: the next call of that peer
+/// and skill takes the turn and is answered, instead of waiting until it expires. (A turn held
+/// by a call still submitted across a restart is kept: `calls::coverage` unit tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_left_by_a_call_gone_after_a_restart_holds_nothing() {
+    let v = valley(350, 500).await;
+    {
+        let db = rusqlite::Connection::open(v.owner.dir.path().join("node.db")).expect("db");
+        db.execute(
+            "INSERT INTO guard_turns (peer, skill, call_id, token, taken_at)
+             VALUES (?1, 'lore', 'a-call-before-the-restart', 0, 0)",
+            [&v.caller.peer_id],
+        )
+        .expect("a turn left behind");
+    }
+    let c = v.call("lore", "words 0 30").await;
+    assert_eq!(c["state"], "answered", "{c}");
+    // The turn was taken and given back: no row names the call that is gone.
+    let db = rusqlite::Connection::open(v.owner.dir.path().join("node.db")).expect("db");
+    let left: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM guard_turns WHERE call_id = 'a-call-before-the-restart'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(left, 0);
+    v.caller.stop().await;
+    v.owner.stop().await;
+}
