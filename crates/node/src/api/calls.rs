@@ -11,7 +11,9 @@ use zeroize::Zeroizing;
 use super::bodies::{
     ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
 };
-use super::extract::{CallPath, Driver, Media, NoCalls, NotJson, Param, TooLarge, json, query};
+use super::extract::{
+    CallPath, Driver, Media, NoCalls, NoSuchCall, NotJson, Param, TooLarge, json, query,
+};
 use super::{ApiError, AppState};
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
@@ -136,7 +138,7 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
     params(CallPath),
     responses(
         (status = 200, description = "The call (both sides when this node called itself).", body = OneCall),
-        (status = 404, description = "No such call (`not_found`)."),
+        NoSuchCall,
         NoCalls,
     )
 )]
@@ -154,7 +156,7 @@ pub(super) async fn get_call(
     params(CallPath),
     responses(
         (status = 200, description = "The call.", body = OneCall),
-        (status = 404, description = "No such call (`not_found`)."),
+        NoSuchCall,
         NoCalls,
     )
 )]
@@ -189,7 +191,7 @@ pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalLis
     responses(
         (status = 200, description = "The call.", body = OneCall),
         (status = 400, description = "Bad body (`validation_error`)."),
-        (status = 404, description = "No such call (`not_found`)."),
+        NoSuchCall,
         (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
         (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
         NoCalls,

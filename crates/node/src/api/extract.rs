@@ -116,6 +116,31 @@ impl FromRequestParts<AppState> for Driver {
 #[allow(dead_code)] // the document's response; `Driver`'s rejection is the answer itself
 pub(super) struct NoCalls;
 
+/// The answers several routes share, declared once for the document (the handlers answer them
+/// through [`ApiError`]).
+#[derive(utoipa::IntoResponses)]
+#[response(status = 404, description = "No such call (`not_found`).")]
+#[allow(dead_code)] // the document's response
+pub(super) struct NoSuchCall;
+
+#[derive(utoipa::IntoResponses)]
+#[response(status = 404, description = "No such skill (`not_found`).")]
+#[allow(dead_code)] // the document's response
+pub(super) struct NoSuchSkill;
+
+#[derive(utoipa::IntoResponses)]
+#[response(status = 404, description = "No such source (`not_found`).")]
+#[allow(dead_code)] // the document's response
+pub(super) struct NoSuchSource;
+
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 503,
+    description = "The peer network is not running (`peers_unavailable`)."
+)]
+#[allow(dead_code)] // the document's response
+pub(super) struct NoPeers;
+
 /// The refusal of [`json`] for a body over the route's limit (`payload_too_large`), declared once.
 #[derive(utoipa::IntoResponses)]
 #[response(status = 413, description = "Body too large (`payload_too_large`).")]

@@ -7,7 +7,7 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::bodies::*;
-use super::extract::{Media, NotJson, TooLarge, json, query};
+use super::extract::{Media, NoPeers, NotJson, TooLarge, json, query};
 use super::{ApiError, AppState};
 
 pub(super) fn peers_unavailable() -> ApiError {
@@ -38,7 +38,7 @@ const MAX_SEARCH_BYTES: usize = 4096;
     responses(
         (status = 200, description = "The board.", body = Board),
         (status = 400, description = "Unknown query parameter, or `q` over 4096 bytes (`validation_error`)."),
-        (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
+        NoPeers,
     )
 )]
 pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Response, ApiError> {
@@ -66,7 +66,7 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
     summary = "This node's peer id and listen addresses, and the peers it is connected to.",
     responses(
         (status = 200, description = "Peers.", body = PeerList),
-        (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
+        NoPeers,
     )
 )]
 pub(super) async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerList>, ApiError> {
@@ -98,7 +98,7 @@ pub(super) async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerLis
         TooLarge,
         NotJson,
         (status = 502, description = "The peer could not be reached (`dial_failed`)."),
-        (status = 503, description = "The peer network is not running (`peers_unavailable`)."),
+        NoPeers,
     )
 )]
 pub(super) async fn add_peer(

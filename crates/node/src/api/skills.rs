@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NotJson, Param, SkillPath, blocking, found, json, json_doc, media_type, offering, query,
-    read_body, read_one, remove_offered, written,
+    Media, NoSuchSkill, NotJson, Param, SkillPath, blocking, found, json, json_doc, media_type,
+    offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -138,7 +138,7 @@ pub(super) async fn post_pack(
     params(SkillPath),
     responses(
         (status = 200, description = "Skill.", body = SkillDetail),
-        (status = 404, description = "No such skill (`not_found`)."),
+        NoSuchSkill,
     )
 )]
 pub(super) async fn get_skill(
@@ -158,7 +158,7 @@ pub(super) async fn get_skill(
     responses(
         (status = 200, description = "The skill after the change.", body = SkillDetail),
         (status = 400, description = "Unknown field or bad value (`validation_error`)."),
-        (status = 404, description = "No such skill (`not_found`)."),
+        NoSuchSkill,
         NotJson,
     )
 )]
@@ -259,7 +259,7 @@ pub(super) async fn patch_skill(
     params(SkillPath),
     responses(
         (status = 204, description = "Removed."),
-        (status = 404, description = "No such skill (`not_found`)."),
+        NoSuchSkill,
     )
 )]
 pub(super) async fn delete_skill(

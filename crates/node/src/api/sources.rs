@@ -9,8 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NotJson, Param, SourcePath, blocking, flag, found, json, offering, query, read_body,
-    read_one, remove_offered, written,
+    Media, NoSuchSource, NotJson, Param, SourcePath, blocking, flag, found, json, offering, query,
+    read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -47,7 +47,7 @@ pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<Sourc
     responses(
         (status = 200, description = "Source metadata.", body = SourceMeta),
         (status = 400, description = "Bad source name (`validation_error`)."),
-        (status = 404, description = "No such source (`not_found`)."),
+        NoSuchSource,
     )
 )]
 pub(super) async fn get_source(
@@ -120,7 +120,7 @@ pub(super) async fn put_source(
     responses(
         (status = 200, description = "The source's metadata.", body = SourceMeta),
         (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
-        (status = 404, description = "No such source (`not_found`)."),
+        NoSuchSource,
         NotJson,
     )
 )]
@@ -147,7 +147,7 @@ pub(super) async fn patch_source(
     responses(
         (status = 204, description = "Removed."),
         (status = 400, description = "Bad source name (`validation_error`)."),
-        (status = 404, description = "No such source (`not_found`)."),
+        NoSuchSource,
     )
 )]
 pub(super) async fn delete_source(
