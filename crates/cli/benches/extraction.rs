@@ -427,13 +427,44 @@ fn run_one(
                 let answer = c["answer"].as_str().unwrap_or("").to_owned();
                 return (true, answer, owner_saw_guard_act(owner, &id, deadline));
             }
-            Some("failed") => return (false, c["failure"].to_string(), false),
+            Some("failed") => {
+                let failure = c["failure"].to_string();
+                // An owner that refuses at its submit (its turn came and the peer's coverage
+                // was past the limit) cancels the run, and the caller may learn that from the
+                // box (`run_spent`) before the owner's message: the owner's record names why.
+                if owner_refused_for_coverage(owner, &id) {
+                    return (
+                        false,
+                        format!("coverage_exceeded (caller: {failure})"),
+                        false,
+                    );
+                }
+                return (false, failure, false);
+            }
             _ => {}
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(250));
     }
     (false, "timed out".to_owned(), false)
+}
+
+/// Whether the owner's record of call `id` ended in `coverage_exceeded` (it ends before the
+/// caller's: the owner refused and then cancelled the run).
+fn owner_refused_for_coverage(owner: &procs::Api, id: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut pause = Duration::from_millis(20);
+    while Instant::now() < deadline {
+        let o = owner.get(&format!("/calls/{id}")).body;
+        match o["state"].as_str() {
+            Some("failed") => return o["failure"]["code"] == "coverage_exceeded",
+            Some("answered" | "ran") => return false,
+            _ => {}
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+    false
 }
 
 /// Whether the owner's note said the guard acted on call `id` (the owner's receipt may land a
