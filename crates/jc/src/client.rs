@@ -535,8 +535,15 @@ impl BoxClient {
     /// One result request, held by the box up to `wait` (at most
     /// [`crate::server::MAX_WAIT_MS`]) while the run has not finished.
     pub async fn send_result_once(&self, run_id: &str, wait: Duration) -> Result<ResultView> {
+        self.send_result_as(run_id, wait, Role::Owner).await
+    }
+
+    /// [`Self::send_result_once`] as `role` fetches it: a caller leaves out the owner note it
+    /// cannot open (a guarded run's note is padded to the program's size).
+    async fn send_result_as(&self, run_id: &str, wait: Duration, role: Role) -> Result<ResultView> {
+        let omit_note = matches!(role, Role::Caller);
         let url = format!(
-            "{}?wait_ms={}",
+            "{}?wait_ms={}&omit_note={omit_note}",
             self.run_url(run_id, "/result")?,
             wait.as_millis()
         );
@@ -547,11 +554,21 @@ impl BoxClient {
     /// the result is there (up to [`crate::server::MAX_WAIT_MS`]); the short pause between
     /// requests only matters for a box that answers at once.
     pub async fn wait_result(&self, run_id: &str, timeout: Duration) -> Result<ResultView> {
+        self.wait_result_as(run_id, timeout, Role::Owner).await
+    }
+
+    /// [`Self::wait_result`] as `role` fetches it (see [`Self::send_result_as`]).
+    pub async fn wait_result_as(
+        &self,
+        run_id: &str,
+        timeout: Duration,
+        role: Role,
+    ) -> Result<ResultView> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(2);
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.send_result_once(run_id, left).await {
+            match self.send_result_as(run_id, left, role).await {
                 Err(JcError::Remote { code, .. })
                     if code == "not_ready" && tokio::time::Instant::now() < deadline =>
                 {

@@ -200,7 +200,26 @@ struct Answered {
 /// — were base64-encoded and JSON-escaped again on every fetch), and the failure for `status`.
 struct Served {
     json: axum::body::Bytes,
+    /// Where the owner note's member (with its comma) sits in `json`: a caller, who cannot open
+    /// the note, fetches the result without it (a guarded run's note is most of the bytes).
+    note: Option<std::ops::Range<usize>>,
     error: Option<RunFailure>,
+}
+
+impl Served {
+    /// The JSON served, without the owner note when `omit_note` (the small parts are copied;
+    /// the blob left out is the large one).
+    fn json(&self, omit_note: bool) -> axum::body::Bytes {
+        match &self.note {
+            Some(r) if omit_note => {
+                let mut out = Vec::with_capacity(self.json.len() - r.len());
+                out.extend_from_slice(&self.json[..r.start]);
+                out.extend_from_slice(&self.json[r.end..]);
+                axum::body::Bytes::from(out)
+            }
+            _ => self.json.clone(),
+        }
+    }
 }
 
 /// The result's JSON: the sealed blobs' base64 written straight into the buffer (it needs no
@@ -232,19 +251,25 @@ fn served(run_id: &str, f: &Finished, no_hardware_isolation: bool) -> Result<Ser
         .sum();
     let mut json = String::with_capacity(room + small.len());
     json.push('{');
+    let mut note = None;
     for (name, blob) in blobs {
         if let Some(blob) = blob {
+            let start = json.len();
             json.push('"');
             json.push_str(name);
             json.push_str("\":\"");
             base64::engine::general_purpose::STANDARD.encode_string(blob, &mut json);
             json.push_str("\",");
+            if name == "owner_note" {
+                note = Some(start..json.len());
+            }
         }
     }
     // `small` is an object with at least `run_id`: its members follow the blobs.
     json.push_str(small.strip_prefix('{').unwrap_or(&small));
     Ok(Served {
         json: axum::body::Bytes::from(json),
+        note,
         error: f.error,
     })
 }
@@ -1494,18 +1519,22 @@ impl BoxCore {
         run_id: &str,
         wait: std::time::Duration,
     ) -> Result<ResultView> {
-        parse_result(&self.result_json_within(run_id, wait).await?)
+        parse_result(&self.result_json_within(run_id, wait, false).await?)
     }
 
-    /// [`Self::result_within`] as the JSON the box serves: the same bytes for every fetch.
+    /// [`Self::result_within`] as the JSON the box serves: the same bytes for every fetch
+    /// (without the owner note when `omit_note`).
     pub async fn result_json_within(
         &self,
         run_id: &str,
         wait: std::time::Duration,
+        omit_note: bool,
     ) -> Result<axum::body::Bytes> {
         let not_ready = |e: &JcError| matches!(e, JcError::NotReady(_));
-        self.when_ready(run_id, wait, not_ready, || self.result_json(run_id))
-            .await
+        self.when_ready(run_id, wait, not_ready, || {
+            self.result_json_served(run_id, omit_note)
+        })
+        .await
     }
 
     /// [`Self::submit`], waiting up to `wait` for the other party's stake when it is missing.
@@ -1728,6 +1757,11 @@ impl BoxCore {
 
     /// [`Self::result`] as the JSON the box serves (made once, when the run ended).
     pub fn result_json(&self, run_id: &str) -> Result<axum::body::Bytes> {
+        self.result_json_served(run_id, false)
+    }
+
+    /// [`Self::result_json`], without the owner note when `omit_note` (what a caller fetches).
+    fn result_json_served(&self, run_id: &str, omit_note: bool) -> Result<axum::body::Bytes> {
         let mut st = self.lock();
         if st.spent_runs.contains_key(run_id) {
             return Err(JcError::RunSpent(short(run_id)));
@@ -1743,7 +1777,14 @@ impl BoxCore {
             .finished
             .as_ref()
             .ok_or_else(|| JcError::NotReady(run.phase.as_str().into()))?;
-        Ok(f.json.clone())
+        // Bytes and a range: the copy without the note is made after the lock is let go.
+        let served = Served {
+            json: f.json.clone(),
+            note: f.note.clone(),
+            error: f.error,
+        };
+        drop(st);
+        Ok(served.json(omit_note))
     }
 
     /// DELETE: a party ends the run (cancel, or done with its result). Keys and stakes are

@@ -509,6 +509,10 @@ pub struct Submitted {
 #[derive(Deserialize)]
 struct WaitQuery {
     wait_ms: Option<u64>,
+    /// `result` only: leave out the owner note, which only the owner can open (a caller's
+    /// fetch of a guarded run is then the answer and receipt, not the note's padded bytes).
+    #[serde(default)]
+    omit_note: bool,
 }
 
 /// The longest a request is held (below any client's request timeout).
@@ -554,7 +558,7 @@ async fn result(
 ) -> ApiResult<Response> {
     let id = run_id(id)?;
     // The bytes made when the run ended: every fetch serves them as they are.
-    let json = core.result_json_within(&id, q.wait()).await?;
+    let json = core.result_json_within(&id, q.wait(), q.omit_note).await?;
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         json,

@@ -11,7 +11,7 @@ use crate::support::*;
 use skillbox_guard::{Action, Coverage, GuardSpec, NEUTRAL_INSTRUCTION};
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
-use skillbox_jc::program::{Program, ReceiptSpec};
+use skillbox_jc::program::{Program, ReceiptSpec, Role};
 use skillbox_jc::receipt::OwnerNote;
 use skillbox_jc::run::{BoxConfig, ResultView, RunFailure, WITHHELD_ANSWER};
 use skillbox_providers::{
@@ -261,4 +261,38 @@ async fn regenerate_runs_the_same_rounds_whether_or_not_the_guard_acts() {
         let (_, view) = finish(&f, Action::Regenerate, request).await;
         assert_eq!(view.error, Some(RunFailure::RateLimited), "{request}");
     }
+}
+
+/// A caller cannot open the owner note, so its fetch leaves the note out (a guarded run's note
+/// is padded to the program's size: most of the result's bytes); the caller's answer and receipt
+/// are the same bytes as in the whole result, and the owner's fetch still carries the note.
+#[tokio::test]
+async fn a_callers_fetch_leaves_out_the_owner_note_and_still_verifies() {
+    let f = start_with(Arc::new(Slicer::default()), BoxConfig::default()).await;
+    let (run, whole) = finish(&f, Action::Withhold, "words 0 10").await;
+    let as_caller = f
+        .client
+        .wait_result_as(&run.run_id, WAIT, Role::Caller)
+        .await
+        .expect("caller's result");
+    assert!(
+        as_caller.owner_note.is_none(),
+        "the caller was sent the note"
+    );
+    assert!(
+        whole.owner_note.is_some(),
+        "the owner's fetch lost the note"
+    );
+    assert_eq!(as_caller.sealed_output, whole.sealed_output);
+    let receipt = verify_receipt(&as_caller, &run).expect("the caller's receipt verifies");
+    let answer = open_result(&as_caller, &f.result_key, &run).expect("caller opens");
+    assert_ne!(answer.answer, WITHHELD_ANSWER);
+    // The owner's fetch after the caller's: the note is still there and opens.
+    let as_owner = f
+        .client
+        .wait_result_as(&run.run_id, WAIT, Role::Owner)
+        .await
+        .expect("owner's result");
+    let note = open_owner_note(&as_owner, &receipt, &f.owner, &run).expect("owner opens");
+    assert!(note.is_some(), "a guarded run's note");
 }

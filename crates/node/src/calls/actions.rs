@@ -748,7 +748,11 @@ impl Calls {
         let client = self.client(row)?;
         let asked = std::time::Instant::now();
         let view = client
-            .wait_result(&run_id, until_expiry.max(Duration::from_secs(1)))
+            .wait_result_as(
+                &run_id,
+                until_expiry.max(Duration::from_secs(1)),
+                Self::role(row),
+            )
             .await?;
         self.0
             .metrics
