@@ -210,6 +210,7 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
                 key: Some(dev.public_key_hex()),
                 policy: None,
                 release_log: None,
+                gpu: None,
             }
             .render()
         );

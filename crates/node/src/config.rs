@@ -274,6 +274,12 @@ pub struct BoxPin {
     /// name the accepted measurements (`crate::pins` resolves them when the node starts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_log: Option<ReleaseLogPin>,
+    /// The golden values this node pins for the box's GPUs (a box whose model runs on a GPU binds
+    /// their evidence into its statement): `measurements = [{ index, values }]` from NVIDIA's
+    /// RIMs, optional `devices`. Absent: each GPU's report is verified (NVIDIA's root, signature,
+    /// nonce, binding) and its measurements only shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<toml::Value>,
 }
 
 /// A release-log identity a box pin may name (issue 31 item 3): who signs the box releases and
@@ -359,7 +365,23 @@ impl BoxPin {
         if let Some(log) = &self.release_log {
             out.push_str(&format!("release_log = {}\n", log.render()));
         }
+        if let Some(gpu) = &self.gpu {
+            out.push_str(&format!("gpu = {gpu}\n"));
+        }
         out
+    }
+
+    /// The GPU policy of this pin, as `skillbox-attest` reads it (`None`: GPUs unpinned).
+    pub fn gpu_policy(
+        &self,
+    ) -> std::result::Result<Option<skillbox_attest::nvidia::Policy>, String> {
+        let Some(gpu) = &self.gpu else {
+            return Ok(None);
+        };
+        let value = serde_json::to_value(gpu).map_err(|e| format!("gpu: {e}"))?;
+        serde_json::from_value(value)
+            .map(Some)
+            .map_err(|e| format!("gpu: {e}"))
     }
 
     /// The hardware policy of this pin (`None` for insecure-dev).
@@ -1017,6 +1039,8 @@ impl Config {
             probe
                 .hardware_policy()
                 .map_err(|e| format!("boxes.pins #{i} ({}): {e}", p.platform))?;
+            p.gpu_policy()
+                .map_err(|e| format!("boxes.pins #{i} ({}): {e}", p.platform))?;
         }
         for url in &b.accept {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -1429,6 +1453,7 @@ mod tests {
             key: None,
             policy: None,
             release_log: None,
+            gpu: None,
         }];
         let err = c.check().expect_err("dev pin without key");
         assert!(err.contains("key"), "{err}");
@@ -1451,8 +1476,35 @@ mod tests {
             key: None,
             policy: None,
             release_log: None,
+            gpu: None,
         });
         c.check().expect("snp pinned by measurement");
+        // GPU golden values: read by the attest crate; a table pinning nothing, or an unknown
+        // key, is refused naming the pin and `gpu`, and the pin renders back as it was read.
+        c.boxes.pins[1].gpu = Some(
+            toml::from_str(&format!(
+                "measurements = [{{ index = 2, values = [\"{}\"] }}]",
+                "5e".repeat(48)
+            ))
+            .expect("toml"),
+        );
+        c.check().expect("gpu pinned");
+        assert!(c.boxes.pins[1].render().contains("gpu = "));
+        let again = Config::parse(&c.render(), Path::new("config.toml")).expect("round trip");
+        assert_eq!(again.boxes.pins[1].gpu, c.boxes.pins[1].gpu);
+        for bad in [
+            "measurements = []",
+            "measurements = [{ index = 2, values = [\"zz\"] }]",
+            "golden = 1",
+        ] {
+            c.boxes.pins[1].gpu = Some(toml::from_str(bad).expect("toml"));
+            let err = c.check().expect_err(bad);
+            assert!(
+                err.contains("boxes.pins #1 (sev-snp): gpu:"),
+                "{bad}: {err}"
+            );
+        }
+        c.boxes.pins[1].gpu = None;
         c.boxes.pins[1].measurements = vec!["7a".into()];
         let err = c.check().expect_err("short measurement");
         assert!(err.contains("boxes.pins #1 (sev-snp)"), "{err}");

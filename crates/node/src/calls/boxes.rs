@@ -187,6 +187,9 @@ pub struct Boxes {
     allow_insecure_dev: bool,
     pins: BTreeMap<String, BoxPin>,
     hardware: BTreeMap<String, Arc<skillbox_jc::hardware::HardwareVerifier>>,
+    /// Per normalized URL: the GPU golden values its pin names (`[[boxes.pins]] gpu`); `None`
+    /// for a pin whose table cannot be used (the box is then refused, never left unpinned).
+    gpus: BTreeMap<String, Option<Arc<skillbox_attest::nvidia::Verifier>>>,
     provider_hosts: Arc<ProviderHosts>,
     clients: BTreeMap<String, BoxClient>,
     known: RwLock<BTreeMap<String, KnownBox>>,
@@ -271,9 +274,24 @@ impl Boxes {
                 }
             }
         }
+        let mut gpus = BTreeMap::new();
+        for pin in pins {
+            // The config check refuses a bad table before a node starts; one that still
+            // cannot be used refuses the box rather than leaving its GPUs unpinned.
+            let built = match pin.gpu_policy() {
+                Ok(None) => continue,
+                Ok(Some(p)) => skillbox_attest::nvidia::Verifier::new(p).ok().map(Arc::new),
+                Err(_) => None,
+            };
+            if built.is_none() {
+                tracing::warn!(url = %pin.url, "box pin gpu policy unusable: box refused");
+            }
+            gpus.insert(normalize_url(&pin.url), built);
+        }
         Boxes {
             allow_insecure_dev,
             hardware,
+            gpus,
             pins: pins
                 .iter()
                 .map(|p| (normalize_url(&p.url), p.clone()))
@@ -703,6 +721,11 @@ impl Boxes {
         if let Some(v) = self.hardware.get(&url) {
             policy = policy.with_verifier(Box::new(Shared(v.clone())));
         }
+        match self.gpus.get(&url) {
+            Some(Some(g)) => policy = policy.with_gpu_verifier(g.clone()),
+            Some(None) => return VerifyPolicy::refusing(),
+            None => {}
+        }
         policy
             .only_platform(&platform)
             .with_box_keys(key.into_iter().collect())
@@ -886,6 +909,7 @@ mod tests {
             key: key.map(str::to_owned),
             policy: None,
             release_log: None,
+            gpu: None,
         }
     }
 
@@ -920,6 +944,43 @@ mod tests {
             "no hardware verifier for the dev box"
         );
         assert_eq!(dev.box_keys, [key]);
+    }
+
+    /// `[[boxes.pins]] gpu`: the golden values reach that box's verification (and no other's);
+    /// a table that cannot be used refuses the box instead of leaving its GPUs unpinned.
+    #[test]
+    fn a_pins_gpu_golden_values_verify_that_boxs_gpus() {
+        let urls = [
+            "https://gpu.example".to_owned(),
+            "https://cpu.example".to_owned(),
+            "https://bad.example".to_owned(),
+        ];
+        let golden: toml::Value = toml::from_str(&format!(
+            "measurements = [{{ index = 2, values = [\"{}\"] }}]\ndevices = [\"01ab\"]",
+            "5e".repeat(48)
+        ))
+        .expect("toml");
+        let mut gpu = pin("https://gpu.example", "sev-snp", None);
+        gpu.gpu = Some(golden);
+        let mut bad = pin("https://bad.example", "sev-snp", None);
+        bad.gpu = Some(toml::from_str("measurements = []").expect("toml"));
+        let boxes = Boxes::new(
+            &urls,
+            false,
+            &[gpu, pin("https://cpu.example", "sev-snp", None), bad],
+            &BTreeMap::new(),
+        );
+        let pinned = boxes.verify_policy("https://gpu.example/");
+        let policy = pinned.gpu.as_ref().expect("the pin's GPU values").policy();
+        assert_eq!(policy.measurements.len(), 1);
+        assert_eq!(policy.measurements[0].index, 2);
+        assert_eq!(policy.devices, ["01ab"]);
+        assert!(boxes.verify_policy("https://cpu.example").gpu.is_none());
+        let refused = boxes.verify_policy("https://bad.example");
+        assert!(
+            refused.verifiers.is_empty(),
+            "an unusable GPU pin accepts nothing"
+        );
     }
 
     #[test]

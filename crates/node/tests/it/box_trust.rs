@@ -76,6 +76,7 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
             key: Some(pinned_key.clone()),
             policy: None,
             release_log: None,
+            gpu: None,
         }];
     };
     refused_before_any_stake(
@@ -169,6 +170,7 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
             key: None,
             policy: None,
             release_log: None,
+            gpu: None,
         }];
     };
     refused_before_any_stake(

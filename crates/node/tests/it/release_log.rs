@@ -76,6 +76,7 @@ fn pin(box_url: &str, key: &str, dir: &Path, signer: &ReleaseSigner, root: &Path
             key: Some(B64.encode(signer.spki_der())),
             trusted_root: Some(root.display().to_string()),
         }),
+        gpu: None,
     }
 }
 
