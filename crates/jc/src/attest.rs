@@ -94,6 +94,20 @@ pub struct Attestation {
     pub gpus: Vec<nvidia::Evidence>,
 }
 
+impl Attestation {
+    /// The statement as signed — its bytes (what the report data is the hash of) and its
+    /// fields — read as a verifier reads it: base64 of canonical JSON, nothing else.
+    pub fn statement(&self) -> Result<(Vec<u8>, Statement)> {
+        let bytes = STANDARD
+            .decode(&self.statement)
+            .map_err(|_| JcError::Evidence("statement is not base64".into()))?;
+        let value = jcs::parse_canonical(&bytes)?;
+        let st = serde_json::from_value(value)
+            .map_err(|e| JcError::Evidence(format!("statement: {e}")))?;
+        Ok((bytes, st))
+    }
+}
+
 /// What a box is configured to do that a party trusts it with: where each provider's plaintext
 /// goes and whose programs it serves. Its SHA-256 over the canonical (RFC 8785) bytes is the
 /// box's configuration hash, which the host sets at launch as SEV-SNP HOST_DATA (32 bytes) or
@@ -738,12 +752,7 @@ pub fn verify_attestation(
         .ok_or_else(|| {
             JcError::PlatformNotAllowed(attestation.platform.chars().take(32).collect())
         })?;
-    let bytes = STANDARD
-        .decode(&attestation.statement)
-        .map_err(|_| JcError::Evidence("statement is not base64".into()))?;
-    let value = jcs::parse_canonical(&bytes)?;
-    let st: Statement =
-        serde_json::from_value(value).map_err(|e| JcError::Evidence(format!("statement: {e}")))?;
+    let (bytes, st) = attestation.statement()?;
     if st.platform != attestation.platform {
         return Err(JcError::Evidence(
             "statement platform differs from the attestation's".into(),

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use skillbox_attest::nvidia;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{
@@ -50,12 +49,7 @@ async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is
         ..
     } = f.open_attested(&f.program()).await;
     let table = served.providers.clone();
-    let served: Statement = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(&served.statement)
-            .expect("base64"),
-    )
-    .expect("statement");
+    let served: Statement = served.statement().expect("statement").1;
     let gpus = sample_gpus();
     let cpu = Arc::new(InsecureDevAttester::with_measurement(
         served.measurement.clone(),
@@ -180,12 +174,7 @@ fn the_gpu_collector_program_gives_the_evidence_list_or_a_clear_error() {
         })
         .expect("attests");
     assert_eq!(a.gpus.len(), 4);
-    let st: Statement = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(&a.statement)
-            .expect("base64"),
-    )
-    .expect("statement");
+    let st: Statement = a.statement().expect("statement").1;
     assert_eq!(
         st.gpu_evidence_sha256,
         Some(hex::encode(nvidia::list_binding_sha256(&a.gpus)))

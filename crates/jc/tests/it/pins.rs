@@ -88,7 +88,6 @@ async fn the_provider_table_is_bound_and_checked_against_the_program_and_the_pin
 /// one: a box cannot bind one configuration and show another.
 #[tokio::test]
 async fn the_configuration_shown_is_the_one_the_statement_binds() {
-    use base64::Engine as _;
     use skillbox_jc::attest::{Attester as _, BoxConfiguration, Statement};
     let f = start(None).await;
     let Attested {
@@ -97,12 +96,7 @@ async fn the_configuration_shown_is_the_one_the_statement_binds() {
         nonce,
         attestation: att,
     } = f.open_attested(&f.program()).await;
-    let served: Statement = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(&att.statement)
-            .expect("base64"),
-    )
-    .expect("statement");
+    let served: Statement = att.statement().expect("statement").1;
     let dev = InsecureDevAttester::with_measurement(served.measurement.clone());
     // Signed afresh (a software key: this party pins none) with `bound` in the statement and
     // `shown` in the attestation.
