@@ -94,6 +94,16 @@ impl Turns {
             .clone()
     }
 
+    /// Let go of a (peer, skill)'s notifier: the entry goes once nobody holds it, so the map
+    /// keeps only pairs with a call at its turn (peer ids cost a peer nothing to make).
+    fn forget(&self, key: &(String, String), notify: Arc<Notify>) {
+        drop(notify);
+        let mut wake = super::lock(&self.wake);
+        if wake.get(key).is_some_and(|n| Arc::strong_count(n) == 1) {
+            wake.remove(key);
+        }
+    }
+
     fn token(&self) -> i64 {
         self.next_token
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -194,31 +204,37 @@ impl super::Calls {
         let key = (row.call.peer.clone(), row.call.skill.clone());
         let me = row.call.id.clone();
         let notify = self.0.turns.notifier(&key);
-        loop {
-            // Registered before the look, so a give-back between the look and the wait is not
-            // missed.
-            let woken = notify.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let token = self.0.turns.token();
-            let store = self.0.store.clone();
-            let (k, m, g) = (key.clone(), me.clone(), self.0.guard.clone());
-            let turn =
-                super::blocking(move || store.write(|tx| try_take(tx, &k, &m, token, &g))).await?;
-            match turn {
-                Turn::Taken => {
-                    super::lock(&self.0.turns.taken).insert(me, token);
-                    return Ok(None);
-                }
-                Turn::Refused => return Ok(Some(FailureCode::CoverageExceeded)),
-                Turn::Held if super::now_ms() >= row.call.expires_at_ms => {
-                    return Ok(Some(FailureCode::CoverageExceeded));
-                }
-                Turn::Held => {
-                    let _ = tokio::time::timeout(TURN_LOOK, woken).await;
+        let taken = async {
+            loop {
+                // Registered before the look, so a give-back between the look and the wait is
+                // not missed.
+                let woken = notify.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let token = self.0.turns.token();
+                let store = self.0.store.clone();
+                let (k, m, g) = (key.clone(), me.clone(), self.0.guard.clone());
+                let turn =
+                    super::blocking(move || store.write(|tx| try_take(tx, &k, &m, token, &g)))
+                        .await?;
+                match turn {
+                    Turn::Taken => {
+                        super::lock(&self.0.turns.taken).insert(me.clone(), token);
+                        return Ok(None);
+                    }
+                    Turn::Refused => return Ok(Some(FailureCode::CoverageExceeded)),
+                    Turn::Held if super::now_ms() >= row.call.expires_at_ms => {
+                        return Ok(Some(FailureCode::CoverageExceeded));
+                    }
+                    Turn::Held => {
+                        let _ = tokio::time::timeout(TURN_LOOK, woken).await;
+                    }
                 }
             }
         }
+        .await;
+        self.0.turns.forget(&key, notify);
+        taken
     }
 
     /// Owner: this call's answer is counted (or it has none); the next call may go. The row
@@ -233,12 +249,15 @@ impl super::Calls {
         let token = super::lock(&self.0.turns.taken).remove(&me);
         let notify = self.0.turns.notifier(&key);
         let store = self.0.store.clone();
+        let this = self.clone();
         tokio::spawn(async move {
-            let gone = super::blocking(move || store.write(|tx| give_back(tx, &key, &me, token)));
+            let k = key.clone();
+            let gone = super::blocking(move || store.write(|tx| give_back(tx, &k, &me, token)));
             if let Err(e) = gone.await {
                 tracing::warn!(error = %e, "giving back a coverage turn");
             }
             notify.notify_waiters();
+            this.0.turns.forget(&key, notify);
         });
     }
 }
@@ -300,6 +319,19 @@ mod tests {
     /// (its run goes on at the box and its answer is counted later), and a row naming a call
     /// that is gone, ended or back before its submit holds nothing — the next call takes it
     /// instead of waiting out its expiry.
+    /// The notifier map keeps only pairs someone holds: a peer making up ids cannot grow it.
+    #[test]
+    fn a_notifier_nobody_holds_is_forgotten() {
+        let turns = Turns::default();
+        let key = ("peer".to_owned(), "skill".to_owned());
+        let (a, b) = (turns.notifier(&key), turns.notifier(&key));
+        assert!(Arc::ptr_eq(&a, &b), "one notifier per pair");
+        turns.forget(&key, a);
+        assert_eq!(crate::calls::lock(&turns.wake).len(), 1, "still held");
+        turns.forget(&key, b);
+        assert!(crate::calls::lock(&turns.wake).is_empty());
+    }
+
     #[test]
     fn a_turn_outlives_a_restart_and_a_holder_gone_since_holds_nothing() {
         let dir = tempfile::tempdir().expect("dir");
