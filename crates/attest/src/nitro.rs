@@ -123,6 +123,14 @@ impl Policy {
             module_ids: Vec::new(),
         }
     }
+
+    /// Accept exactly these PCR sets; age, skew and module ids at their defaults.
+    pub fn pinned(accepted: Vec<PcrPins>) -> Policy {
+        Policy {
+            accepted,
+            ..Policy::unpinned()
+        }
+    }
 }
 
 /// The attestation document's payload.

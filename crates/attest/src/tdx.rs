@@ -211,6 +211,14 @@ impl Policy {
             ppids: Vec::new(),
         }
     }
+
+    /// Accept exactly these measurement sets; every other check at its strict default.
+    pub fn pinned(accepted: Vec<TdMeasurements>) -> Policy {
+        Policy {
+            accepted,
+            ..Policy::unpinned()
+        }
+    }
 }
 
 /// The TD report fields, read from the quote body as dcap-qvl decoded it for its body version.

@@ -26,29 +26,11 @@ fn pins() -> PcrPins {
     }
 }
 
-fn pinned(accepted: Vec<PcrPins>) -> Policy {
-    Policy {
-        accepted,
-        ..Policy::unpinned()
-    }
-}
-
-fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
-    match r {
-        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
-        Err(e) => e,
-    }
-}
-
 #[test]
 fn evervault_document_verifies_at_its_timestamp() {
-    let v = nitro::verify(
-        &evervault(),
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_NITRO_EVERVAULT,
-    )
-    .expect("verifies");
+    let v = evervault()
+        .verify_unpinned(T_NITRO_EVERVAULT)
+        .expect("verifies");
     assert_eq!(v.platform, Platform::Nitro);
     assert_eq!(v.measurement, PCR0);
     assert_eq!(v.measurement_named("pcr1"), Some(PCR1));
@@ -72,12 +54,17 @@ fn evervault_document_verifies_at_its_timestamp() {
 fn pinned_pcrs_are_compared() {
     let ev = evervault();
     let e = Expected::default();
-    let v = nitro::verify(&ev, &e, &pinned(vec![pins()]), T_NITRO_EVERVAULT).unwrap();
+    let v = nitro::verify(&ev, &e, &Policy::pinned(vec![pins()]), T_NITRO_EVERVAULT).unwrap();
     assert!(v.measurements_pinned);
     let mut p = pins();
     p.pcr2 = Hex([0; 48]);
     assert_eq!(
-        refused(nitro::verify(&ev, &e, &pinned(vec![p]), T_NITRO_EVERVAULT)),
+        refused(nitro::verify(
+            &ev,
+            &e,
+            &Policy::pinned(vec![p]),
+            T_NITRO_EVERVAULT
+        )),
         Refusal::MeasurementNotAllowed("PCR2")
     );
     let mut p = pins();
@@ -86,14 +73,14 @@ fn pinned_pcrs_are_compared() {
         refused(nitro::verify(
             &ev,
             &e,
-            &pinned(vec![p.clone()]),
+            &Policy::pinned(vec![p.clone()]),
             T_NITRO_EVERVAULT
         )),
         Refusal::MeasurementNotAllowed("PCR8")
     );
     // PCR8 is compared only when pinned.
     p.pcr8 = None;
-    assert!(nitro::verify(&ev, &e, &pinned(vec![p]), T_NITRO_EVERVAULT).is_ok());
+    assert!(nitro::verify(&ev, &e, &Policy::pinned(vec![p]), T_NITRO_EVERVAULT).is_ok());
 }
 
 #[test]
@@ -118,16 +105,7 @@ fn dstack_indefinite_length_document_verifies() {
     // The wire form is strict: trailing bytes are refused there.
     let mut strict = ev.clone();
     strict.document.push(0);
-    assert_eq!(
-        refused(nitro::verify(
-            &strict,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_NITRO_DSTACK
-        ))
-        .code(),
-        "malformed"
-    );
+    assert_eq!(strict.refusal_at(T_NITRO_DSTACK).code(), "malformed");
 }
 
 #[test]
@@ -143,12 +121,7 @@ fn debug_enclaves_are_refused() {
         ),
     ] {
         assert_eq!(
-            refused(nitro::verify(
-                &nitro_doc(file),
-                &Expected::default(),
-                &Policy::unpinned(),
-                at
-            )),
+            nitro_doc(file).refusal_at(at),
             Refusal::DebugEnabled("all-zero PCR0 (a debug-mode enclave)"),
             "{file}"
         );
@@ -236,13 +209,7 @@ fn expectations_freshness_and_module_ids() {
 #[test]
 fn the_cached_verifier_agrees_with_the_cold_path() {
     let verifier = nitro::Verifier::new(Policy::unpinned()).unwrap();
-    let cold = nitro::verify(
-        &evervault(),
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_NITRO_EVERVAULT,
-    )
-    .unwrap();
+    let cold = evervault().verify_unpinned(T_NITRO_EVERVAULT).unwrap();
     for _ in 0..3 {
         assert_eq!(
             verifier
@@ -273,11 +240,6 @@ fn policy_loads_from_toml() {
 }
 
 // ---- synthetic documents under a self-made root ----
-
-fn forged_key() -> p384::ecdsa::SigningKey {
-    let hex_key = String::from_utf8(data("forged/p384-leaf.key.hex")).unwrap();
-    p384::ecdsa::SigningKey::from_slice(&hex::decode(hex_key.trim()).unwrap()).unwrap()
-}
 
 fn cbor(v: &Value) -> Vec<u8> {
     let mut out = Vec::new();
@@ -340,7 +302,7 @@ fn cose(protected: &[u8], unprotected: Value, payload: &[u8]) -> Vec<u8> {
         Value::Bytes(vec![]),
         Value::Bytes(payload.to_vec()),
     ]));
-    let sig: p384::ecdsa::Signature = forged_key().sign(&tbs);
+    let sig: p384::ecdsa::Signature = forged_p384_key().sign(&tbs);
     cbor(&Value::Array(vec![
         Value::Bytes(protected.to_vec()),
         unprotected,
@@ -360,12 +322,7 @@ fn aws_root() -> Vec<u8> {
 }
 
 fn verify_doc(doc: Vec<u8>) -> Result<skillbox_attest::Verified, Refusal> {
-    nitro::verify(
-        &nitro::Evidence { document: doc },
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_NITRO_EVERVAULT,
-    )
+    nitro::Evidence { document: doc }.verify_unpinned(T_NITRO_EVERVAULT)
 }
 
 #[test]

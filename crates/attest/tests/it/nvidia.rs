@@ -13,13 +13,6 @@ fn nonce() -> [u8; 32] {
     hex_arr(NVIDIA_NONCE)
 }
 
-fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
-    match r {
-        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
-        Err(e) => e,
-    }
-}
-
 /// The refusal code of unpinned verification at 2025-01-01.
 fn code(ev: &nvidia::Evidence, e: &Expected) -> &'static str {
     refused(nvidia::verify(ev, e, &Policy::unpinned(), T_2025)).code()
@@ -187,9 +180,7 @@ fn forged_transcript(nonce: [u8; 32]) -> Vec<u8> {
     t.extend(&record);
     t.extend([7u8; 32]);
     t.extend(0u16.to_le_bytes());
-    let key_hex = String::from_utf8(data("forged/p384-leaf.key.hex")).unwrap();
-    let key = p384::ecdsa::SigningKey::from_slice(&hex::decode(key_hex.trim()).unwrap()).unwrap();
-    let sig: p384::ecdsa::Signature = key.sign(&t);
+    let sig: p384::ecdsa::Signature = forged_p384_key().sign(&t);
     t.extend(sig.to_bytes());
     t
 }
@@ -203,15 +194,7 @@ fn a_transcript_under_another_root_is_refused() {
         transcript: t.clone(),
         chain: vec![data("forged/p384-leaf.der"), data("forged/p384-root.der")],
     };
-    assert_eq!(
-        refused(nvidia::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_2025
-        )),
-        Refusal::ForeignRoot
-    );
+    assert_eq!(ev.refusal_at(T_2025), Refusal::ForeignRoot);
     // The forged leaf hung under the real chain's intermediates does not chain either.
     let mut real = nvidia_hopper().chain;
     real[0] = data("forged/p384-leaf.der");
@@ -219,15 +202,7 @@ fn a_transcript_under_another_root_is_refused() {
         transcript: t,
         chain: real,
     };
-    assert_eq!(
-        refused(nvidia::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_2025
-        )),
-        Refusal::ForeignRoot
-    );
+    assert_eq!(ev.refusal_at(T_2025), Refusal::ForeignRoot);
 }
 
 #[test]

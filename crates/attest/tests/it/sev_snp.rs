@@ -10,22 +10,11 @@ const VIRTEE_REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4
 const VIRTEE_CHIP_ID: &str = "d49554ec717f4e5b0fe6b143bcf0405bd7ae304727edf46603f2a76aef6a3abc15d7af38db757039029f0efacfd08e244324884738c72b082e2f87a44d541eb6";
 const TRUSTEE_MEASUREMENT: &str = "a1f3930413247bb38cfc171579ea3c12d5fe4901f0c792f63fd75d98f1ef827c23500644e0e692e6be917f9050d3d38c";
 
-fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
-    match r {
-        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
-        Err(e) => e,
-    }
-}
-
 #[test]
 fn virtee_report_verifies_at_its_time() {
-    let v = snp::verify(
-        &snp_virtee(),
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_2025,
-    )
-    .expect("virtee report verifies");
+    let v = snp_virtee()
+        .verify_unpinned(T_2025)
+        .expect("virtee report verifies");
     assert_eq!(v.platform, Platform::SevSnp);
     assert_eq!(v.measurement, VIRTEE_MEASUREMENT);
     assert_eq!(v.report_data.as_deref(), Some(VIRTEE_REPORT_DATA));
@@ -50,13 +39,9 @@ fn virtee_report_verifies_at_its_time() {
 
 #[test]
 fn trustee_report_verifies_at_its_time() {
-    let v = snp::verify(
-        &snp_trustee(),
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_2025,
-    )
-    .expect("trustee report verifies");
+    let v = snp_trustee()
+        .verify_unpinned(T_2025)
+        .expect("trustee report verifies");
     assert_eq!(v.measurement, TRUSTEE_MEASUREMENT);
     assert_eq!(v.attribute("policy"), Some("0x3001f"));
     let rd = v.report_data.unwrap();
@@ -177,12 +162,7 @@ fn vlek_report_is_refused_for_vmpl_1_and_its_expired_vlek() {
 #[test]
 fn debug_policy_is_refused() {
     assert_eq!(
-        refused(snp::verify(
-            &snp_debug(),
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_2025
-        )),
+        snp_debug().refusal_at(T_2025),
         Refusal::DebugEnabled("guest policy DEBUG bit")
     );
 }
@@ -191,12 +171,7 @@ fn debug_policy_is_refused() {
 fn expired_vcek_is_refused() {
     // virtee's VCEK ends 2030-04-03.
     assert_eq!(
-        refused(snp::verify(
-            &snp_virtee(),
-            &Expected::default(),
-            &Policy::unpinned(),
-            1_900_000_000_000 + 10_000_000_000
-        )),
+        snp_virtee().refusal_at(1_900_000_000_000 + 10_000_000_000),
         Refusal::CertificateExpired
     );
 }
@@ -212,12 +187,7 @@ fn invalid_vcek_is_refused_with_a_clear_reason() {
     )
     .expect("it parses as a certificate");
     assert_eq!(
-        refused(snp::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_2025
-        )),
+        ev.refusal_at(T_2025),
         Refusal::BadChain("ASK signature over the VCEK/VLEK")
     );
 }
@@ -232,15 +202,7 @@ fn a_self_made_amd_chain_is_a_foreign_root() {
         ],
     )
     .unwrap();
-    assert_eq!(
-        refused(snp::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_2025
-        )),
-        Refusal::ForeignRoot
-    );
+    assert_eq!(ev.refusal_at(T_2025), Refusal::ForeignRoot);
 }
 
 #[test]
@@ -251,7 +213,7 @@ fn a_vcek_alone_chains_through_the_builtin_ask_and_ark() {
     )
     .unwrap();
     assert!(ev.chain.is_empty());
-    let v = snp::verify(&ev, &Expected::default(), &Policy::unpinned(), T_2025).unwrap();
+    let v = ev.verify_unpinned(T_2025).unwrap();
     assert_eq!(v.measurement, VIRTEE_MEASUREMENT);
 }
 
@@ -267,12 +229,7 @@ fn another_vcek_does_not_verify_the_report() {
     )
     .unwrap();
     assert_eq!(
-        refused(snp::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_2025
-        )),
+        ev.refusal_at(T_2025),
         Refusal::BadSignature("report signature")
     );
 }
@@ -281,7 +238,7 @@ fn another_vcek_does_not_verify_the_report() {
 fn the_cached_verifier_agrees_and_still_checks_time() {
     let ev = snp_virtee();
     let verifier = snp::Verifier::new(Policy::unpinned());
-    let cold = snp::verify(&ev, &Expected::default(), &Policy::unpinned(), T_2025).unwrap();
+    let cold = ev.verify_unpinned(T_2025).unwrap();
     for _ in 0..3 {
         assert_eq!(
             verifier.verify(&ev, &Expected::default(), T_2025).unwrap(),
@@ -346,12 +303,7 @@ fn malformed_inputs_are_errors() {
     // Wire-form evidence with a short report.
     let mut ev = snp_virtee();
     ev.report.truncate(1000);
-    assert_eq!(
-        snp::verify(&ev, &Expected::default(), &Policy::unpinned(), T_2025)
-            .unwrap_err()
-            .code(),
-        "malformed"
-    );
+    assert_eq!(ev.verify_unpinned(T_2025).unwrap_err().code(), "malformed");
 }
 
 /// One verifier for the property tests: the chain is verified once, each case checks the rest.
@@ -382,6 +334,6 @@ proptest! {
                                  cert in proptest::collection::vec(any::<u8>(), 0..1500)) {
         let _ = snp::Evidence::from_files(&report, &[&cert]);
         let ev = snp::Evidence { report, vek: cert.clone(), chain: vec![cert] };
-        prop_assert!(snp::verify(&ev, &Expected::default(), &Policy::unpinned(), T_2025).is_err());
+        prop_assert!(ev.verify_unpinned(T_2025).is_err());
     }
 }

@@ -36,7 +36,50 @@ pub const T_NITRO_DSTACK: u64 = 1_766_668_537_578;
 
 pub const NVIDIA_NONCE: &str = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb";
 
-use skillbox_attest::{nitro, nvidia, snp, tdx};
+use skillbox_attest::{Refusal, Verified, nitro, nvidia, snp, tdx};
+
+/// The refusal of a verification the test expects refused (its measurement in the panic if not).
+pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
+    match r {
+        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
+        Err(e) => e,
+    }
+}
+
+/// Evidence checked the way most vector tests check it: the default expectations and a policy
+/// that pins nothing, at one time.
+pub trait Unpinned {
+    fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal>;
+
+    /// Why the evidence is refused at `at_ms` (panics if it verifies).
+    fn refusal_at(&self, at_ms: u64) -> Refusal {
+        refused(self.verify_unpinned(at_ms))
+    }
+}
+
+macro_rules! unpinned {
+    ($($platform:ident),*) => {$(
+        impl Unpinned for $platform::Evidence {
+            fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal> {
+                $platform::verify(
+                    self,
+                    &$platform::Expected::default(),
+                    &$platform::Policy::unpinned(),
+                    at_ms,
+                )
+            }
+        }
+    )*};
+}
+unpinned!(snp, tdx, nitro, nvidia);
+
+/// The self-made P-384 leaf key the synthetic Nitro documents and NVIDIA transcripts are
+/// signed with (its certificate chains to `forged/p384-root.der`, not to a vendor's root).
+pub fn forged_p384_key() -> p384::ecdsa::SigningKey {
+    let key_hex = String::from_utf8(data("forged/p384-leaf.key.hex")).expect("utf-8 key");
+    p384::ecdsa::SigningKey::from_slice(&hex::decode(key_hex.trim()).expect("hex key"))
+        .expect("P-384 key")
+}
 
 pub fn snp_virtee() -> snp::Evidence {
     snp::Evidence::from_files(

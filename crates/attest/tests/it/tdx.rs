@@ -22,29 +22,11 @@ fn pin(mr_td: &str) -> TdMeasurements {
     }
 }
 
-fn pinned(accepted: Vec<TdMeasurements>) -> Policy {
-    Policy {
-        accepted,
-        ..Policy::unpinned()
-    }
-}
-
-fn refused(r: Result<skillbox_attest::Verified, Refusal>) -> Refusal {
-    match r {
-        Ok(v) => panic!("expected a refusal, verified {}", v.measurement),
-        Err(e) => e,
-    }
-}
-
 #[test]
 fn sample_quote_verifies_up_to_date_in_its_window() {
-    let v = tdx::verify(
-        &tdx_valid(),
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_TDX,
-    )
-    .expect("the sample verifies");
+    let v = tdx_valid()
+        .verify_unpinned(T_TDX)
+        .expect("the sample verifies");
     assert_eq!(v.platform, Platform::Tdx);
     assert_eq!(v.tcb_status.as_deref(), Some("UpToDate"));
     assert_eq!(v.measurement, MR_TD);
@@ -61,16 +43,7 @@ fn sample_quote_verifies_up_to_date_in_its_window() {
 fn outside_its_window_the_collateral_has_expired() {
     let ev = tdx_valid();
     for at in [1_750_329_146_000, 1_752_919_236_000, T_2026] {
-        assert_eq!(
-            refused(tdx::verify(
-                &ev,
-                &Expected::default(),
-                &Policy::unpinned(),
-                at
-            )),
-            Refusal::CollateralExpired,
-            "at {at}"
-        );
+        assert_eq!(ev.refusal_at(at), Refusal::CollateralExpired, "at {at}");
     }
 }
 
@@ -78,12 +51,7 @@ fn outside_its_window_the_collateral_has_expired() {
 fn outdated_sample_matches_no_tcb_level_whatever_the_allow_list() {
     let ev = tdx_outdated();
     assert_eq!(
-        refused(tdx::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_TDX_OUTDATED
-        )),
+        ev.refusal_at(T_TDX_OUTDATED),
         Refusal::TcbNotAllowed("no TCB level matches the platform")
     );
     let mut lax = Policy::unpinned();
@@ -115,27 +83,37 @@ fn a_status_outside_the_allow_list_is_refused() {
 fn measurements_are_compared_with_the_pins() {
     let ev = tdx_valid();
     let e = Expected::default();
-    let v = tdx::verify(&ev, &e, &pinned(vec![pin(MR_TD)]), T_TDX).unwrap();
+    let v = tdx::verify(&ev, &e, &Policy::pinned(vec![pin(MR_TD)]), T_TDX).unwrap();
     assert!(v.measurements_pinned);
 
     let mut wrong_td = MR_TD.to_owned();
     wrong_td.replace_range(0..2, "00");
     assert_eq!(
-        refused(tdx::verify(&ev, &e, &pinned(vec![pin(&wrong_td)]), T_TDX)),
+        refused(tdx::verify(
+            &ev,
+            &e,
+            &Policy::pinned(vec![pin(&wrong_td)]),
+            T_TDX
+        )),
         Refusal::MeasurementNotAllowed("MRTD")
     );
     let mut p = pin(MR_TD);
     p.rtmr1 = Some(Hex([1; 48]));
     assert_eq!(
-        refused(tdx::verify(&ev, &e, &pinned(vec![p.clone()]), T_TDX)),
+        refused(tdx::verify(
+            &ev,
+            &e,
+            &Policy::pinned(vec![p.clone()]),
+            T_TDX
+        )),
         Refusal::MeasurementNotAllowed("RTMR1")
     );
     // A second entry that matches wins.
-    assert!(tdx::verify(&ev, &e, &pinned(vec![p, pin(MR_TD)]), T_TDX).is_ok());
+    assert!(tdx::verify(&ev, &e, &Policy::pinned(vec![p, pin(MR_TD)]), T_TDX).is_ok());
     let mut p = pin(MR_TD);
     p.mr_config_id = Some(Hex([2; 48]));
     assert_eq!(
-        refused(tdx::verify(&ev, &e, &pinned(vec![p]), T_TDX)),
+        refused(tdx::verify(&ev, &e, &Policy::pinned(vec![p]), T_TDX)),
         Refusal::MeasurementNotAllowed("MRCONFIGID")
     );
 }
@@ -198,31 +176,17 @@ fn collateral_that_is_altered_or_for_another_platform_is_refused() {
         "\"tcbEvaluationDataNumber\":18",
     );
     assert_eq!(
-        refused(tdx::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_TDX
-        )),
+        ev.refusal_at(T_TDX),
         Refusal::CollateralInvalid("collateral signature")
     );
     let mut ev = tdx_valid();
     ev.collateral.tcb_info = ev.collateral.tcb_info.replace("UpToDate", "UpToDatf");
-    assert_eq!(
-        refused(tdx::verify(
-            &ev,
-            &Expected::default(),
-            &Policy::unpinned(),
-            T_TDX
-        ))
-        .code(),
-        "collateral_invalid"
-    );
+    assert_eq!(ev.refusal_at(T_TDX).code(), "collateral_invalid");
     // The outdated sample's collateral (another FMSPC) with this quote, at a time both are valid
     // is impossible (their windows do not overlap), so at the quote's time it has not started.
     let mut ev = tdx_valid();
     ev.collateral = tdx_outdated().collateral;
-    assert!(tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX).is_err());
+    assert!(ev.verify_unpinned(T_TDX).is_err());
 }
 
 #[test]
@@ -251,9 +215,7 @@ fn evidence_round_trips_as_json_and_malformed_input_is_an_error() {
     let mut short = ev.clone();
     short.quote.truncate(700);
     assert_eq!(
-        tdx::verify(&short, &Expected::default(), &Policy::unpinned(), T_TDX)
-            .unwrap_err()
-            .code(),
+        short.verify_unpinned(T_TDX).unwrap_err().code(),
         "malformed"
     );
     // Hex text of the quote is accepted too.
@@ -287,7 +249,7 @@ proptest! {
         let signed = tdx::Quote::parse(&ev.quote).unwrap().signed_len;
         let at = pick.index(signed + 4 + 64);
         ev.quote[at] ^= 1 << bit;
-        let r = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), at_ms);
+        let r = ev.verify_unpinned(at_ms);
         let code = r.unwrap_err().code();
         let layout = at < 2 || (4..8).contains(&at) || (signed > 48 + 584 && (48..54).contains(&at));
         if layout {
@@ -314,7 +276,7 @@ proptest! {
         let len = u32::from_le_bytes(ev.quote[632..636].try_into().unwrap()) as i64;
         ev.quote[632..636].copy_from_slice(&((len + delta) as u32).to_le_bytes());
         ev.quote.extend(std::iter::repeat_n(0u8, pad));
-        let r = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX);
+        let r = ev.verify_unpinned(T_TDX);
         prop_assert_eq!(r.unwrap_err().code(), "malformed");
     }
 
@@ -322,7 +284,7 @@ proptest! {
     fn random_quotes_never_panic(quote in proptest::collection::vec(any::<u8>(), 0..2000)) {
         let mut ev = tdx_valid();
         ev.quote = quote;
-        prop_assert!(tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TDX).is_err());
+        prop_assert!(ev.verify_unpinned(T_TDX).is_err());
     }
 }
 
@@ -340,13 +302,9 @@ fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
     assert_eq!(q.report.mr_service_td.unwrap(), body[600..648]);
     assert_eq!(q.report.mr_td, body[136..184]);
     assert_eq!(q.report.report_data, body[520..584]);
-    let v = tdx::verify(
-        &ev,
-        &Expected::default(),
-        &Policy::unpinned(),
-        T_TDX_OUTDATED,
-    )
-    .expect("a v5 TD 1.5 quote verifies");
+    let v = ev
+        .verify_unpinned(T_TDX_OUTDATED)
+        .expect("a v5 TD 1.5 quote verifies");
     assert_eq!(v.attribute("quote_version"), Some("5"));
     assert_eq!(v.attribute("td_body"), Some("TD 1.5"));
     assert_eq!(
@@ -365,7 +323,8 @@ fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
     assert_eq!(q.signed_len, 48 + 6 + 885);
     let body = &ev.quote[54..];
     assert_eq!(q.report.td_id.unwrap(), body[649..681]);
-    let v = tdx::verify(&ev, &Expected::default(), &Policy::unpinned(), T_TD15EX)
+    let v = ev
+        .verify_unpinned(T_TD15EX)
         .expect("a v5 TD 1.5 ex quote verifies");
     assert_eq!(v.attribute("td_body"), Some("TD 1.5 ex"));
     assert_eq!(
