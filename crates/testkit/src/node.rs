@@ -14,10 +14,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use skillbox_jc::attest::InsecureDevAttester;
+use skillbox_jc::ed25519_dalek::SigningKey;
+use skillbox_jc::program::Program;
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use skillbox_node::{Config, DataDir, Node};
-use skillbox_peers::{Payload, PayloadTransport, PeerId, PeersError, PeersHandle};
+use skillbox_peers::{
+    Advert, Payload, PayloadKind, PayloadReceiver, PayloadTransport, PeerId, PeersConfig,
+    PeersError, PeersHandle,
+};
 use skillbox_providers::{ProviderId, ProviderSettings};
 
 pub use crate::provider::serve::{
@@ -49,15 +54,9 @@ pub async fn start_box_configured(provider_url: &str, config: BoxConfig) -> Stri
 
 /// A box on `port` (0: any) with `openai` at `provider_url`: its URL and identity key.
 async fn start_box_bound(port: u16, provider_url: &str, config: BoxConfig) -> (String, String) {
-    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
+    let attester = dev_attester();
     let key = attester.public_key_hex();
-    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
-        .with_base_url(ProviderId::OpenAi, provider_url);
-    let core = Arc::new(BoxCore::new(
-        attester,
-        ProviderRegistry::from_settings(&settings),
-        config,
-    ));
+    let core = openai_box_core(attester, provider_url, config);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .expect("bind box");
@@ -66,6 +65,52 @@ async fn start_box_bound(port: u16, provider_url: &str, config: BoxConfig) -> (S
         let _ = skillbox_jc::server::serve(listener, core).await;
     });
     (format!("http://{addr}"), key)
+}
+
+/// [`start_box`] answering also to the `Host` name `name` (its guard), as a box reached through
+/// a relay of that name is: its address (`127.0.0.1:P`, no scheme).
+pub async fn start_box_named(provider_url: &str, name: &str) -> String {
+    let core = openai_box_core(dev_attester(), provider_url, BoxConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind box");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let names = vec![name.to_owned()];
+    tokio::spawn(async move {
+        let _ = skillbox_jc::server::serve_named(listener, core, &names).await;
+    });
+    addr
+}
+
+/// [`start_box`] serving HTTPS with a key made now and bound into its attestations: its
+/// `https://` URL.
+pub async fn start_tls_box(provider_url: &str) -> String {
+    let tls = skillbox_jc::tls::BoxTls::generate(&[]).expect("box TLS key");
+    let attester = tls.bind(dev_attester());
+    let core = openai_box_core(attester, provider_url, BoxConfig::default());
+    crate::box_fixture::serve_tls_loopback(core, tls).await
+}
+
+/// The attester of the node tests' boxes: insecure-dev, measurement `ab`×48 (what the nodes'
+/// pins name), a fresh key.
+fn dev_attester() -> Arc<InsecureDevAttester> {
+    Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)))
+}
+
+/// The core of the node tests' boxes: `attester`'s evidence, `openai` at `provider_url` (the
+/// local model a file that is not there), `config`'s limits.
+fn openai_box_core(
+    attester: Arc<dyn skillbox_jc::attest::Attester>,
+    provider_url: &str,
+    config: BoxConfig,
+) -> Arc<BoxCore> {
+    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url);
+    Arc::new(BoxCore::new(
+        attester,
+        ProviderRegistry::from_settings(&settings),
+        config,
+    ))
 }
 
 /// Serve `app` on an ephemeral loopback port in this runtime; its URL (`http://127.0.0.1:P`).
@@ -213,9 +258,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// Assert the answer is the refusal `status` with error code `code`.
-    #[track_caller]
     /// A write that took: 201 (created) or 200 (replaced).
+    #[track_caller]
     pub fn assert_written(&self, what: &str) {
         assert!(
             self.status == 201 || self.status == 200,
@@ -225,6 +269,8 @@ impl Answer {
         );
     }
 
+    /// Assert the answer is the refusal `status` with error code `code`.
+    #[track_caller]
     pub fn assert_refused(&self, status: u16, code: &str) {
         assert_eq!(
             (self.status, self.body["error"].as_str()),
@@ -398,15 +444,16 @@ impl TestNode {
         what: &str,
         shown: impl Fn(&skillbox_peers::OfferedSkill) -> bool,
     ) {
-        let peer: skillbox_peers::PeerId = peer.parse().expect("peer id");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self
-            .peers
-            .with_board(|b, now| b.offered(&peer, skill, now).is_some_and(&shown))
-        {
-            assert!(Instant::now() < deadline, "{what} never advertised");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let peer: PeerId = peer.parse().expect("peer id");
+        let skill_shown = |a: &Advert| a.skills.iter().any(|s| s.name == skill && shown(s));
+        advert_until(
+            &self.peers,
+            &peer,
+            what,
+            Duration::from_secs(30),
+            skill_shown,
+        )
+        .await;
     }
 
     /// Ask for a call (`POST /calls`, sources omitted): the answer, whatever it is.
@@ -465,6 +512,106 @@ impl TestNode {
     }
 }
 
+/// The call record `c` ended `failed`, its failure's message naming `code` (the closed code of
+/// the side that refused it).
+#[track_caller]
+pub fn assert_failed_naming(c: &Value, code: &str) {
+    assert_eq!(c["state"], "failed", "{c}");
+    assert!(
+        c["failure"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(code)),
+        "{c}"
+    );
+}
+
+/// Wait until `peers`' board holds an advert of `peer` that `ready` takes (within `limit`): it.
+pub async fn advert_until(
+    peers: &PeersHandle,
+    peer: &PeerId,
+    what: &str,
+    limit: Duration,
+    ready: impl Fn(&Advert) -> bool,
+) -> Advert {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(a) =
+            peers.with_board(|b, now| b.advert(peer, now).filter(|a| ready(a)).cloned())
+        {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "{what} never advertised");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A peer that is not a node: a hostile caller speaking the protocol itself (no UI, no policy,
+/// programs it builds and signs as it likes) to the one node it bootstrapped from.
+pub struct RawPeer {
+    pub handle: PeersHandle,
+    pub inbox: PayloadReceiver,
+    /// Its signing key (the node key a program names), from the same seed as its peer id.
+    pub key: SigningKey,
+    /// The node it speaks to.
+    pub node: PeerId,
+}
+
+impl RawPeer {
+    /// A peer whose keys come from `seed`, bootstrapped from `node`.
+    pub async fn start(seed: u8, node: &TestNode) -> RawPeer {
+        let keypair = skillbox_peers::keypair_from_seed(&[seed; 32]).expect("key");
+        let config = PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            bootstrap: vec![node.p2p.parse().expect("node addr")],
+            ..PeersConfig::default()
+        };
+        let (handle, inbox) = skillbox_peers::start(config, keypair).await.expect("peer");
+        RawPeer {
+            handle,
+            inbox,
+            key: SigningKey::from_bytes(&[seed; 32]),
+            node: node.peer_id.parse().expect("peer id"),
+        }
+    }
+
+    /// The node's advert once `ready` takes it (within `limit`).
+    pub async fn advert(&self, limit: Duration, ready: impl Fn(&Advert) -> bool) -> Advert {
+        advert_until(&self.handle, &self.node, "the node's advert", limit, ready).await
+    }
+
+    /// `program` signed by this peer, as a call request carries it.
+    pub fn signed(&self, program: &Program) -> Value {
+        let env = skillbox_jc::dsse::sign_program(program, &self.key).expect("sign");
+        serde_json::from_slice(&env.to_json()).expect("json")
+    }
+
+    /// Send `body` as a `kind` payload of call `id` to the node.
+    pub async fn send(&self, kind: PayloadKind, id: &str, body: Value) {
+        let payload = Payload {
+            kind,
+            call_id: id.into(),
+            body,
+        };
+        self.handle.send(self.node, payload).await.expect("sent");
+    }
+
+    /// The next payload the node sends this peer (within `limit`).
+    pub async fn next(&mut self, limit: Duration) -> Payload {
+        tokio::time::timeout(limit, self.inbox.recv())
+            .await
+            .expect("an answer in time")
+            .expect("a payload")
+            .payload
+    }
+
+    /// Ask the node to admit call `id` (`body`: the skill and the signed program, or whatever a
+    /// hostile caller sends instead), and its first answer.
+    pub async fn request(&mut self, id: &str, body: Value, limit: Duration) -> Payload {
+        self.send(PayloadKind::CallRequest, id, body).await;
+        self.next(limit).await
+    }
+}
+
 /// Owner (with the skill and its key) and caller (bootstrapped from it) around one box.
 pub struct World {
     pub owner: TestNode,
@@ -517,21 +664,45 @@ pub async fn world_answering(
 pub async fn world_at(
     box_url: String,
     provider: ProviderLog,
-    (body_marker, key, required): (&str, &str, &[&str]),
+    skill: (&str, &str, &[&str]),
     tune_owner: impl FnOnce(&mut Config),
     tune_caller: impl FnOnce(&mut Config),
 ) -> World {
-    let owner = TestNode::start(&box_url, vec![], tune_owner).await;
-    owner.put_source("openai-key", "secret", key).await;
-    owner
-        .add_skill(&skill_doc("taste", body_marker, required))
-        .await;
-    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], tune_caller).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
+    let (owner, caller) = pair_at(&box_url, skill, tune_owner, tune_caller).await;
     World {
         owner,
         caller,
         provider,
         box_url,
     }
+}
+
+/// An owner offering `taste` (`body_marker` its body, `key` its provider key, `required` the
+/// caller's sources it asks for) and a caller bootstrapped from it that has the offer on its
+/// board, both pointed at `box_url`.
+pub async fn pair_at(
+    box_url: &str,
+    (body_marker, key, required): (&str, &str, &[&str]),
+    tune_owner: impl FnOnce(&mut Config),
+    tune_caller: impl FnOnce(&mut Config),
+) -> (TestNode, TestNode) {
+    let owner = TestNode::start(box_url, vec![], tune_owner).await;
+    owner.put_source("openai-key", "secret", key).await;
+    owner
+        .add_skill(&skill_doc("taste", body_marker, required))
+        .await;
+    let caller = TestNode::start(box_url, vec![owner.p2p.clone()], tune_caller).await;
+    caller.wait_board(&owner.peer_id, "taste").await;
+    (owner, caller)
+}
+
+/// [`pair_at`] for a test tagged `tag` (body `BODY-{tag}`, key `sk-{tag}`, no sources asked
+/// for), both nodes tuned by `tune`.
+pub async fn tagged_pair(
+    box_url: &str,
+    tag: &str,
+    tune: impl Fn(&mut Config) + Copy,
+) -> (TestNode, TestNode) {
+    let (body, key) = (format!("BODY-{tag}"), format!("sk-{tag}"));
+    pair_at(box_url, (&body, &key, &[]), tune, tune).await
 }

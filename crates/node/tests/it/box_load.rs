@@ -7,7 +7,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::{TestNode, skill_doc};
+use crate::support::{TestNode, tagged_pair};
 use serde_json::Value;
 use skillbox_jc::run::BoxConfig;
 
@@ -16,14 +16,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// An owner and a caller that both accept `boxes`, the owner offering `taste`.
 async fn pair(boxes: &[String]) -> (TestNode, TestNode) {
     let accept = |c: &mut skillbox_node::Config| c.boxes.accept = boxes.to_vec();
-    let owner = TestNode::start(&boxes[0], vec![], accept).await;
-    owner.put_source("openai-key", "secret", "sk-LOAD-1").await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-LOAD-1", &[]))
-        .await;
-    let caller = TestNode::start(&boxes[0], vec![owner.p2p.clone()], accept).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
-    (owner, caller)
+    tagged_pair(&boxes[0], "LOAD-1", accept).await
 }
 
 /// Start `n` calls at once and wait for all; each ended record of the caller and of the owner.

@@ -8,15 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use skillbox_jc::attest::InsecureDevAttester;
-use skillbox_jc::registry::ProviderRegistry;
-use skillbox_jc::run::{BoxConfig, BoxCore};
-use skillbox_providers::{ProviderId, ProviderSettings};
-use std::path::PathBuf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::support::{self, TestNode, skill_doc};
+use crate::support::{self, RawPeer, TestNode, skill_doc, start_box_named, tagged_pair};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -65,25 +60,6 @@ impl Relay {
     }
 }
 
-/// A box (insecure-dev, `openai` at `provider_url`) that also answers to `name`; its address.
-async fn start_box_named(provider_url: &str, name: &str) -> String {
-    let attester = Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)));
-    let settings = ProviderSettings::new(PathBuf::from("/nonexistent/model.gguf"))
-        .with_base_url(ProviderId::OpenAi, provider_url);
-    let core = Arc::new(BoxCore::new(
-        attester,
-        ProviderRegistry::from_settings(&settings),
-        BoxConfig::default(),
-    ));
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind box");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let names = vec![name.to_owned()];
-    tokio::spawn(async move {
-        let _ = skillbox_jc::server::serve_named(listener, core, &names).await;
-    });
-    addr
-}
-
 /// An owner offering `taste` and a caller, both accepting `boxes`, the caller's programs valid
 /// for `expiry_secs`.
 async fn pair(boxes: &[String], expiry_secs: u64) -> (TestNode, TestNode) {
@@ -101,14 +77,7 @@ async fn pair_tuned(
         c.calls.expiry_secs = expiry_secs;
         more(c);
     };
-    let owner = TestNode::start(&boxes[0], vec![], tune).await;
-    owner.put_source("openai-key", "secret", "sk-MOVE-1").await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-MOVE-1", &[]))
-        .await;
-    let caller = TestNode::start(&boxes[0], vec![owner.p2p.clone()], tune).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
-    (owner, caller)
+    tagged_pair(&boxes[0], "MOVE-1", tune).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -358,7 +327,7 @@ async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
     use skillbox_calls::MAX_MOVES;
-    use skillbox_peers::{Payload, PayloadKind, PeersConfig, keypair_from_seed};
+    use skillbox_peers::PayloadKind;
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
     let mut urls = Vec::new();
     for _ in 0..MAX_MOVES + 2 {
@@ -370,60 +339,29 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
     owner
         .add_skill(&skill_doc("taste", "BODY-MOVE-H", &[]))
         .await;
-    let config = PeersConfig {
-        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-        bootstrap: vec![owner.p2p.parse().expect("owner addr")],
-        ..PeersConfig::default()
-    };
-    let keypair = keypair_from_seed(&[78; 32]).expect("key");
-    let (hostile, mut inbox) = skillbox_peers::start(config, keypair).await.expect("peer");
-    let owner_peer: skillbox_peers::PeerId = owner.peer_id.parse().expect("peer");
-    let deadline = std::time::Instant::now() + LIMIT;
+    let mut hostile = RawPeer::start(78, &owner).await;
     // The owner's advert, once it lists every box.
-    let offered = loop {
-        if let Some(o) = hostile.with_board(|b, now| b.advert(&owner_peer, now).cloned())
-            && o.boxes.len() == urls.len()
-        {
-            break o;
-        }
-        assert!(std::time::Instant::now() < deadline, "no advert");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let key = ed25519_dalek::SigningKey::from_bytes(&[78; 32]);
+    let offered = hostile.advert(LIMIT, |o| o.boxes.len() == urls.len()).await;
     let id = "00112233445566778899aabbccddee01";
-    let mut program = crate::hostile::admissible_program(&offered, &key, id);
+    let mut program = crate::hostile::admissible_program(&offered, &hostile.key, id);
     program.provider.host = Some(provider_url.clone());
-    let mut env = skillbox_jc::dsse::sign_program(&program, &key).expect("sign");
-    let send = |kind: PayloadKind, body: Value| {
-        let hostile = &hostile;
-        async move {
-            let payload = Payload {
-                kind,
-                call_id: id.into(),
-                body,
-            };
-            hostile.send(owner_peer, payload).await.expect("sent");
-        }
-    };
+    let mut env = skillbox_jc::dsse::sign_program(&program, &hostile.key).expect("sign");
     let wire: Value = serde_json::from_slice(&env.to_json()).expect("json");
-    send(
-        PayloadKind::CallRequest,
-        serde_json::json!({"skill": "taste", "program": wire}),
-    )
-    .await;
-    let accepted = tokio::time::timeout(LIMIT, inbox.recv())
-        .await
-        .expect("answer in time")
-        .expect("a payload");
+    let accepted = hostile
+        .request(
+            id,
+            serde_json::json!({"skill": "taste", "program": wire}),
+            LIMIT,
+        )
+        .await;
     assert_eq!(
-        accepted.payload.kind,
+        accepted.kind,
         PayloadKind::CallAccepted,
         "{:?}",
-        accepted.payload.body
+        accepted.body
     );
-    env.signatures.push(
-        serde_json::from_value(accepted.payload.body["signature"].clone()).expect("signature"),
-    );
+    env.signatures
+        .push(serde_json::from_value(accepted.body["signature"].clone()).expect("signature"));
     let staked_into = |run: String| {
         let owner = &owner;
         async move {
@@ -445,11 +383,13 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
     for (i, url) in urls.iter().enumerate() {
         let client = skillbox_jc::client::BoxClient::new(url).expect("client");
         let run = client.open(&env).await.expect("open").run_id;
-        send(
-            PayloadKind::CallSession,
-            serde_json::json!({"box": url, "runId": run}),
-        )
-        .await;
+        hostile
+            .send(
+                PayloadKind::CallSession,
+                id,
+                serde_json::json!({"box": url, "runId": run}),
+            )
+            .await;
         runs.push(run.clone());
         if i > MAX_MOVES {
             break;
@@ -457,11 +397,13 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
         staked_into(run).await;
         if i == 1 {
             // Back to the run the owner left: ignored, nothing staked there again.
-            send(
-                PayloadKind::CallSession,
-                serde_json::json!({"box": urls[0], "runId": runs[0]}),
-            )
-            .await;
+            hostile
+                .send(
+                    PayloadKind::CallSession,
+                    id,
+                    serde_json::json!({"box": urls[0], "runId": runs[0]}),
+                )
+                .await;
         }
     }
     let o = owner.wait_call(id, LIMIT).await;
@@ -470,12 +412,9 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
     assert_eq!(o["moves"].as_array().map(Vec::len), Some(MAX_MOVES), "{o}");
     // Told to the caller by its code and fixed words.
     let told = loop {
-        let got = tokio::time::timeout(LIMIT, inbox.recv())
-            .await
-            .expect("call.failed in time")
-            .expect("a payload");
-        if got.payload.kind == PayloadKind::CallFailed {
-            break got.payload.body;
+        let got = hostile.next(LIMIT).await;
+        if got.kind == PayloadKind::CallFailed {
+            break got.body;
         }
     };
     assert_eq!(told["code"], "too_many_moves", "{told}");
@@ -502,6 +441,6 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    hostile.shutdown().await;
+    hostile.handle.shutdown().await;
     owner.stop().await;
 }

@@ -6,45 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{self, TestNode, skill_doc};
-use skillbox_jc::attest::InsecureDevAttester;
-use skillbox_jc::registry::ProviderRegistry;
-use skillbox_jc::run::{BoxConfig, BoxCore};
-use skillbox_jc::tls::BoxTls;
-use skillbox_providers::{ProviderId, ProviderSettings};
-use skillbox_testkit::box_fixture::{serve_tls_loopback, start_tls_front};
+use crate::support::{self, start_tls_box, tagged_pair};
+use skillbox_testkit::box_fixture::start_tls_front;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// A box on loopback serving HTTPS with a key made now and bound into its attestations, its
-/// `openai` provider at `provider_url`: its `https://` URL.
-async fn start_tls_box(provider_url: &str) -> String {
-    let tls = BoxTls::generate(&[]).expect("box TLS key");
-    let attester = tls.bind(Arc::new(InsecureDevAttester::with_measurement(
-        "ab".repeat(48),
-    )));
-    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
-        .with_base_url(ProviderId::OpenAi, provider_url);
-    let core = Arc::new(BoxCore::new(
-        attester,
-        ProviderRegistry::from_settings(&settings),
-        BoxConfig::default(),
-    ));
-    serve_tls_loopback(core, tls).await
-}
 
 /// One call from a caller to an owner, both pointed at `box_url`: the caller's record when it
 /// ended.
 async fn one_call(box_url: &str, tag: &str) -> serde_json::Value {
-    let owner = TestNode::start(box_url, vec![], |_| {}).await;
-    owner
-        .put_source("openai-key", "secret", &format!("sk-{tag}"))
-        .await;
-    owner
-        .add_skill(&skill_doc("taste", &format!("BODY-{tag}"), &[]))
-        .await;
-    let caller = TestNode::start(box_url, vec![owner.p2p.clone()], |_| {}).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
+    let (owner, caller) = tagged_pair(box_url, tag, |_| {}).await;
     let id = caller
         .start_call(&owner.peer_id, "taste", &format!("REQ-{tag}"))
         .await;
@@ -70,14 +40,8 @@ async fn a_tls_front_before_a_real_box_is_refused_before_any_stake() {
     let box_url = start_tls_box(&provider_url).await;
     let (front_url, seen) = start_tls_front(&box_url).await;
     let c = one_call(&front_url, "TLS-2").await;
-    assert_eq!(c["state"], "failed", "{c}");
     assert_eq!(c["failure"]["code"], "attestation_rejected", "{c}");
-    assert!(
-        c["failure"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("tls_key_not_attested")),
-        "{c}"
-    );
+    support::assert_failed_naming(&c, "tls_key_not_attested");
     let paths = seen.lock().expect("log").clone();
     assert!(
         paths.iter().any(|p| p.contains("/attestation")),

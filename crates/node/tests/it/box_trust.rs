@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::{TestNode, skill_doc};
+use crate::support::{TestNode, tagged_pair};
 use serde_json::json;
 use skillbox_node::calls::boxes::Boxes;
 use skillbox_node::config::BoxPin;
@@ -28,26 +28,12 @@ async fn refused_before_any_stake(
     seen: &Mutex<Vec<String>>,
     provider: &support::ProviderLog,
 ) {
-    let owner = TestNode::start(box_url, vec![], tune).await;
-    owner
-        .put_source("openai-key", "secret", &format!("sk-{tag}"))
-        .await;
-    owner
-        .add_skill(&skill_doc("taste", &format!("BODY-{tag}"), &[]))
-        .await;
-    let caller = TestNode::start(box_url, vec![owner.p2p.clone()], tune).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
+    let (owner, caller) = tagged_pair(box_url, tag, tune).await;
     let id = caller
         .start_call(&owner.peer_id, "taste", &format!("REQ-{tag}"))
         .await;
     let c = caller.wait_call(&id, LIMIT).await;
-    assert_eq!(c["state"], "failed", "{c}");
-    assert!(
-        c["failure"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains(code)),
-        "{c}"
-    );
+    support::assert_failed_naming(&c, code);
     let paths = seen.lock().expect("log").clone();
     assert!(
         paths.iter().any(|p| p.contains("/attestation")),
@@ -94,13 +80,7 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
 async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     // The box's operator points `openai` at a host of its own (never contacted here).
     let box_url = support::start_box("https://llm.attacker.example/v1").await;
-    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
-    owner.put_source("openai-key", "secret", "sk-TRUST-2").await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-TRUST-2", &[]))
-        .await;
-    let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
+    let (owner, caller) = tagged_pair(&box_url, "TRUST-2", |_| {}).await;
     let a = caller
         .ask_call(&owner.peer_id, "taste", "REQ-TRUST-2")
         .await;
@@ -121,13 +101,7 @@ async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     // The owner does not pin it: it refuses the program, so its key never goes there.
     let id = a.body["id"].as_str().expect("id").to_owned();
     let c = pinned.wait_call(&id, LIMIT).await;
-    assert_eq!(c["state"], "failed", "{c}");
-    assert!(
-        c["failure"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("program_mismatch")),
-        "{c}"
-    );
+    support::assert_failed_naming(&c, "program_mismatch");
     owner.stop().await;
     caller.stop().await;
     pinned.stop().await;
