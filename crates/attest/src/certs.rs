@@ -212,6 +212,26 @@ pub fn verify_path(
         .map_err(map_webpki)
 }
 
+/// Verify the path leaf → intermediates → `root` as [`verify_path`] does, at a time every
+/// certificate of it (`all`: the leaf, the intermediates and the root) is valid — webpki checks
+/// validity while it builds the path; the caller checks its own time against every window
+/// afterwards — and return the leaf's P-384 key.
+pub fn verify_p384_path_in_window(
+    leaf: &Parsed,
+    intermediates: &[Parsed],
+    root: &Parsed,
+    all: &[Parsed],
+) -> Result<p384::ecdsa::VerifyingKey, Refusal> {
+    let (from, until) = window(all);
+    if from > until {
+        return Err(Refusal::BadChain(
+            "certificate validity windows do not overlap",
+        ));
+    }
+    verify_path(leaf, intermediates, root, from)?;
+    p384_key(leaf)
+}
+
 fn map_webpki(e: webpki::Error) -> Refusal {
     use webpki::Error as E;
     match e {

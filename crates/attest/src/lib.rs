@@ -243,6 +243,22 @@ impl<T> ChainCache<T> {
     }
 }
 
+/// A field the caller expects of the evidence (`None`: not checked).
+pub(crate) trait ExpectedField<T> {
+    /// Refused with `refusal` unless the evidence's value (`got`; `None` where the evidence has
+    /// no such field, which no expectation matches) is the expected one.
+    fn check(&self, got: Option<&T>, refusal: Refusal) -> Result<(), Refusal>;
+}
+
+impl<T: PartialEq> ExpectedField<T> for Option<T> {
+    fn check(&self, got: Option<&T>, refusal: Refusal) -> Result<(), Refusal> {
+        match self {
+            Some(want) if got != Some(want) => Err(refusal),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The cache key of a list of DER blobs: SHA-256 over their lengths and bytes.
 pub(crate) fn chain_key<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 32] {
     use sha2::{Digest, Sha256};

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{Hex, b64};
-use crate::{ChainCache, Field, Platform, Refusal, Verified, hex32, input};
+use crate::{ChainCache, ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 const AWS_ROOT_PEM: &[u8] = include_bytes!("../roots/aws-nitro-root-g1.pem");
 /// SHA-256 of the AWS Nitro Enclaves root G1 certificate (DER).
@@ -384,19 +384,11 @@ fn verify_chain(root: &Root, doc: &Document) -> Result<VerifiedChain, Refusal> {
         .iter()
         .map(|d| Parsed::from_der(d, "Nitro cabundle certificate"))
         .collect::<Result<_, _>>()?;
-    // webpki checks validity while it builds the path, so build it at a time all of them are
-    // valid; the caller then checks the document's own timestamp against every window.
+    // The caller then checks the document's own timestamp against every window.
     let mut all = vec![leaf.clone()];
     all.extend(inter.iter().cloned());
     all.push(root.parsed.clone());
-    let (from, until) = certs::window(&all);
-    if from > until {
-        return Err(Refusal::BadChain(
-            "certificate validity windows do not overlap",
-        ));
-    }
-    certs::verify_path(&leaf, &inter, &root.parsed, from)?;
-    let leaf_key = certs::p384_key(&leaf)?;
+    let leaf_key = certs::verify_p384_path_in_window(&leaf, &inter, &root.parsed, &all)?;
     Ok(VerifiedChain {
         leaf_key,
         certs: all,
@@ -498,21 +490,15 @@ impl Verifier {
         if pinned {
             check_pcrs(doc, &policy.accepted)?;
         }
-        if let Some(want) = &expected.user_data
-            && doc.user_data.as_ref() != Some(want)
-        {
-            return Err(Refusal::ReportDataMismatch);
-        }
-        if let Some(want) = &expected.nonce
-            && doc.nonce.as_ref() != Some(want)
-        {
-            return Err(Refusal::NonceMismatch);
-        }
-        if let Some(want) = &expected.public_key
-            && doc.public_key.as_ref() != Some(want)
-        {
-            return Err(Refusal::PublicKeyMismatch);
-        }
+        expected
+            .user_data
+            .check(doc.user_data.as_ref(), Refusal::ReportDataMismatch)?;
+        expected
+            .nonce
+            .check(doc.nonce.as_ref(), Refusal::NonceMismatch)?;
+        expected
+            .public_key
+            .check(doc.public_key.as_ref(), Refusal::PublicKeyMismatch)?;
         if !policy.module_ids.is_empty() && !policy.module_ids.contains(&doc.module_id) {
             return Err(Refusal::InstanceNotAllowed);
         }

@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256, Sha384};
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{HexBytes, b64};
-use crate::{ChainCache, Field, Platform, Refusal, Verified, hex32, input};
+use crate::{ChainCache, ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 const NVIDIA_ROOT_PEM: &[u8] = include_bytes!("../roots/nvidia_device_root.pem");
 /// SHA-256 of the NVIDIA Device Identity CA certificate (DER).
@@ -369,14 +369,7 @@ fn verify_chain(root: &Root, chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal
     let inter: Vec<Parsed> = below[1..].iter().map(|c| (*c).clone()).collect();
     let mut all: Vec<Parsed> = below.iter().map(|c| (*c).clone()).collect();
     all.push(root.0.clone());
-    let (from, until) = certs::window(&all);
-    if from > until {
-        return Err(Refusal::BadChain(
-            "certificate validity windows do not overlap",
-        ));
-    }
-    certs::verify_path(leaf, &inter, &root.0, from)?;
-    let leaf_key = certs::p384_key(leaf)?;
+    let leaf_key = certs::verify_p384_path_in_window(leaf, &inter, &root.0, &all)?;
     // The device: the certificate that issued the leaf (the GPU's BROM identity).
     let leaf_issuer = &leaf.cert.tbs_certificate.issuer;
     let device_id = inter
@@ -451,11 +444,9 @@ impl Verifier {
             .verify(&evidence.transcript[..t.signed_len], &sig)
             .map_err(|_| Refusal::BadSignature("SPDM measurements signature"))?;
 
-        if let Some(want) = &expected.nonce
-            && want != &t.requester_nonce
-        {
-            return Err(Refusal::NonceMismatch);
-        }
+        expected
+            .nonce
+            .check(Some(&t.requester_nonce), Refusal::NonceMismatch)?;
         let pinned = !policy.measurements.is_empty();
         for golden in &policy.measurements {
             let ok = t

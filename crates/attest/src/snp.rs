@@ -24,7 +24,7 @@ use sev::certs::snp::Verifiable as _;
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{Hex, b64};
-use crate::{ChainCache, Field, Platform, Refusal, Verified, hex32, input};
+use crate::{ChainCache, ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 /// An attestation report is exactly this long.
 pub const REPORT_LEN: usize = 1184;
@@ -355,6 +355,20 @@ fn builtin(pem: &'static [u8]) -> Result<Parsed, Refusal> {
     Parsed::from_der(&der, "built-in AMD certificate")
 }
 
+/// The built-in certificate (`which`: each product's ASK or ARK) whose subject is `name`.
+fn builtin_named(
+    name: &x509_cert::name::Name,
+    which: fn(&Product) -> &'static [u8],
+) -> Result<Option<Parsed>, Refusal> {
+    for p in Product::ALL {
+        let cert = builtin(which(&p))?;
+        if &cert.cert.tbs_certificate.subject == name {
+            return Ok(Some(cert));
+        }
+    }
+    Ok(None)
+}
+
 /// Verify the VEK ← ASK/ASVK ← ARK signatures and pin the ARK. Time is checked per call.
 pub fn verify_chain(vek_der: &[u8], chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal> {
     let vek = Parsed::from_der(vek_der, "VCEK/VLEK certificate")?;
@@ -373,17 +387,8 @@ pub fn verify_chain(vek_der: &[u8], chain: &[Vec<u8>]) -> Result<VerifiedChain, 
         .find(|c| !c.is_self_issued() && &c.cert.tbs_certificate.subject == vek_issuer)
     {
         Some(c) => c.clone(),
-        None => {
-            let mut found = None;
-            for p in Product::ALL {
-                let ask = builtin(p.builtin_ask())?;
-                if &ask.cert.tbs_certificate.subject == vek_issuer {
-                    found = Some(ask);
-                    break;
-                }
-            }
-            found.ok_or(Refusal::BadChain("no ASK/ASVK issued the VCEK/VLEK"))?
-        }
+        None => builtin_named(vek_issuer, Product::builtin_ask)?
+            .ok_or(Refusal::BadChain("no ASK/ASVK issued the VCEK/VLEK"))?,
     };
     let inter_cn = inter.subject_common_name().unwrap_or_default();
     let inter_is_vlek_ca = inter_cn.starts_with("SEV-VLEK-");
@@ -404,17 +409,7 @@ pub fn verify_chain(vek_der: &[u8], chain: &[Vec<u8>]) -> Result<VerifiedChain, 
         .or(candidates.first())
     {
         Some(c) => (*c).clone(),
-        None => {
-            let mut found = None;
-            for p in Product::ALL {
-                let ark = builtin(p.builtin_ark())?;
-                if &ark.cert.tbs_certificate.subject == inter_issuer {
-                    found = Some(ark);
-                    break;
-                }
-            }
-            found.ok_or(Refusal::ForeignRoot)?
-        }
+        None => builtin_named(inter_issuer, Product::builtin_ark)?.ok_or(Refusal::ForeignRoot)?,
     };
     let product = product_for_ark(&ark.fingerprint()).ok_or(Refusal::ForeignRoot)?;
 
@@ -661,16 +656,12 @@ pub fn verify_with_chain(
     {
         return Err(Refusal::TcbTooLow);
     }
-    if let Some(want) = &expected.report_data
-        && want != &report.report_data
-    {
-        return Err(Refusal::ReportDataMismatch);
-    }
-    if let Some(want) = &expected.host_data
-        && want != &report.host_data
-    {
-        return Err(Refusal::HostDataMismatch);
-    }
+    expected
+        .report_data
+        .check(Some(&report.report_data), Refusal::ReportDataMismatch)?;
+    expected
+        .host_data
+        .check(Some(&report.host_data), Refusal::HostDataMismatch)?;
     let pinned = !policy.measurements.is_empty();
     if pinned
         && !policy

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use p256::ecdsa::signature::Verifier as _;
 
 use crate::hexval::{Hex, HexBytes, b64};
-use crate::{Field, Platform, Refusal, Verified, hex32, input};
+use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 /// Intel SGX Root CA (DER), compiled in; its fingerprint is checked before use.
 const INTEL_ROOT: &[u8] = include_bytes!("../roots/intel-sgx-root-ca.der");
@@ -564,16 +564,12 @@ impl Verifier {
             Refusal::TcbNotAllowed("advisory, TCB date or evaluation number refused by policy")
         })?;
 
-        if let Some(want) = &expected.report_data
-            && want != &r.report_data
-        {
-            return Err(Refusal::ReportDataMismatch);
-        }
-        if let Some(want) = &expected.mr_config_id
-            && want != &r.mr_config_id
-        {
-            return Err(Refusal::ConfigIdMismatch);
-        }
+        expected
+            .report_data
+            .check(Some(&r.report_data), Refusal::ReportDataMismatch)?;
+        expected
+            .mr_config_id
+            .check(Some(&r.mr_config_id), Refusal::ConfigIdMismatch)?;
         let pinned = !policy.accepted.is_empty();
         if pinned {
             check_measurements(r, &policy.accepted)?;
