@@ -1,23 +1,17 @@
 //! Why a run failed, as both parties learn it ([`RunFailure`]): closed codes only.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use skillbox_providers::ProviderFailure;
 
 use crate::error::JcError;
 
 /// Why a run failed, as both parties learn it: a closed code, never the provider's (or
-/// anyone's) words.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// anyone's) words. On the wire and on disk it is the bare code (`"rate_limited"`,
+/// `"guard_body"`): a provider failure's code is the provider crate's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RunFailure {
-    Unauthorized,
-    RateLimited,
-    ModelRejected,
-    ContextTooLong,
-    UpstreamError,
-    Timeout,
-    Protocol,
-    Unavailable,
+    /// The provider failed, in the provider crate's closed set.
+    Provider(ProviderFailure),
     /// The skill body's secret markers are malformed: the box would not run it unguarded.
     GuardBody,
     /// The box itself failed (sealing, a lost stake): nothing the parties did.
@@ -28,60 +22,66 @@ pub enum RunFailure {
 }
 
 impl RunFailure {
+    /// The failures that are the box's own (not a provider's).
+    const OWN: [RunFailure; 3] = [
+        RunFailure::GuardBody,
+        RunFailure::Internal,
+        RunFailure::Interrupted,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
+            RunFailure::Provider(f) => f.as_str(),
             RunFailure::Internal => "internal",
             RunFailure::GuardBody => "guard_body",
             RunFailure::Interrupted => "interrupted",
-            other => other.provider().map_or("internal", ProviderFailure::as_str),
         }
+    }
+
+    /// The failure a code names, if it names one.
+    pub fn parse(code: &str) -> Option<RunFailure> {
+        ProviderFailure::parse(code)
+            .map(RunFailure::Provider)
+            .or_else(|| Self::OWN.into_iter().find(|f| f.as_str() == code))
     }
 
     /// The provider failure this is, if it is one.
     pub fn provider(self) -> Option<ProviderFailure> {
-        Some(match self {
-            RunFailure::Unauthorized => ProviderFailure::Unauthorized,
-            RunFailure::RateLimited => ProviderFailure::RateLimited,
-            RunFailure::ModelRejected => ProviderFailure::ModelRejected,
-            RunFailure::ContextTooLong => ProviderFailure::ContextTooLong,
-            RunFailure::UpstreamError => ProviderFailure::UpstreamError,
-            RunFailure::Timeout => ProviderFailure::Timeout,
-            RunFailure::Protocol => ProviderFailure::Protocol,
-            RunFailure::Unavailable => ProviderFailure::Unavailable,
-            RunFailure::Internal | RunFailure::GuardBody | RunFailure::Interrupted => {
-                return None;
-            }
-        })
+        match self {
+            RunFailure::Provider(f) => Some(f),
+            RunFailure::Internal | RunFailure::GuardBody | RunFailure::Interrupted => None,
+        }
     }
 
     /// Words for people, fixed per code.
     pub fn message(self) -> &'static str {
         match self {
+            RunFailure::Provider(f) => f.message(),
             RunFailure::GuardBody => {
-                return "the skill body's secret markers are malformed, so the box did not run it";
+                "the skill body's secret markers are malformed, so the box did not run it"
             }
-            RunFailure::Interrupted => {
-                return "the box restarted and could not continue the run";
-            }
-            _ => {}
+            RunFailure::Interrupted => "the box restarted and could not continue the run",
+            RunFailure::Internal => "the box failed the run",
         }
-        self.provider()
-            .map_or("the box failed the run", ProviderFailure::message)
+    }
+}
+
+impl Serialize for RunFailure {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RunFailure {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RunFailure, D::Error> {
+        let code = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        RunFailure::parse(&code).ok_or_else(|| serde::de::Error::custom("unknown run failure code"))
     }
 }
 
 impl From<ProviderFailure> for RunFailure {
     fn from(f: ProviderFailure) -> RunFailure {
-        match f {
-            ProviderFailure::Unauthorized => RunFailure::Unauthorized,
-            ProviderFailure::RateLimited => RunFailure::RateLimited,
-            ProviderFailure::ModelRejected => RunFailure::ModelRejected,
-            ProviderFailure::ContextTooLong => RunFailure::ContextTooLong,
-            ProviderFailure::UpstreamError => RunFailure::UpstreamError,
-            ProviderFailure::Timeout => RunFailure::Timeout,
-            ProviderFailure::Protocol => RunFailure::Protocol,
-            ProviderFailure::Unavailable => RunFailure::Unavailable,
-        }
+        RunFailure::Provider(f)
     }
 }
 
@@ -90,11 +90,53 @@ impl From<&JcError> for RunFailure {
         match e {
             JcError::ProviderFailed(f) => (*f).into(),
             JcError::ProviderUnavailable(_) | JcError::ProviderHost { .. } => {
-                RunFailure::Unavailable
+                RunFailure::Provider(ProviderFailure::Unavailable)
             }
             JcError::GuardBody => RunFailure::GuardBody,
             JcError::StoreTampered | JcError::RunInterrupted => RunFailure::Interrupted,
             _ => RunFailure::Internal,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every failure travels as its bare code and comes back the same; the codes are the ones
+    /// the enum had before provider failures were folded into one variant (`rename_all =
+    /// "snake_case"` of the same names), so runs stored before read back.
+    #[test]
+    fn codes_round_trip_as_bare_strings() {
+        let all: Vec<RunFailure> = ProviderFailure::ALL
+            .into_iter()
+            .map(RunFailure::from)
+            .chain(RunFailure::OWN)
+            .collect();
+        let codes: Vec<&str> = all.iter().map(|f| f.as_str()).collect();
+        assert_eq!(
+            codes,
+            [
+                "unauthorized",
+                "rate_limited",
+                "model_rejected",
+                "context_too_long",
+                "upstream_error",
+                "timeout",
+                "protocol",
+                "unavailable",
+                "guard_body",
+                "internal",
+                "interrupted",
+            ]
+        );
+        for f in all {
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(json, format!("\"{}\"", f.as_str()));
+            assert_eq!(serde_json::from_str::<RunFailure>(&json).unwrap(), f);
+            assert!(!f.message().is_empty());
+        }
+        assert!(serde_json::from_str::<RunFailure>("\"stolen\"").is_err());
+        assert!(serde_json::from_str::<RunFailure>("3").is_err());
     }
 }

@@ -15,7 +15,8 @@ use skillbox_jc::program::{Program, ReceiptSpec, Role};
 use skillbox_jc::receipt::OwnerNote;
 use skillbox_jc::run::{BoxConfig, ResultView, RunFailure, WITHHELD_ANSWER};
 use skillbox_providers::{
-    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, Usage,
+    BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
+    Usage,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -259,7 +260,11 @@ async fn regenerate_runs_the_same_rounds_whether_or_not_the_guard_acts() {
     let f = start_with(failing, BoxConfig::default()).await;
     for request in ["weather tomorrow?", "all"] {
         let (_, view) = finish(&f, Action::Regenerate, request).await;
-        assert_eq!(view.error, Some(RunFailure::RateLimited), "{request}");
+        assert_eq!(
+            view.error,
+            Some(RunFailure::Provider(ProviderFailure::RateLimited)),
+            "{request}"
+        );
     }
 }
 

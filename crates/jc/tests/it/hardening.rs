@@ -201,7 +201,10 @@ async fn a_failed_run_reports_a_closed_code_and_nothing_of_the_prompt() {
         .await
         .expect("result");
     assert!(view.sealed_output.is_none());
-    assert_eq!(view.error, Some(RunFailure::ContextTooLong));
+    assert_eq!(
+        view.error,
+        Some(RunFailure::Provider(ProviderFailure::ContextTooLong))
+    );
     let raw = http()
         .get(format!("{}/v1/runs/{}/result", f.url, run.run_id))
         .send()
