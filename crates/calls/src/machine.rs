@@ -73,22 +73,11 @@ impl State {
         }
     }
 
+    /// The state a stored or queried name stands for: serde's own names (those [`State::as_str`]
+    /// gives), so the wire and the store cannot drift apart through a second list.
     pub fn parse(s: &str) -> Option<State> {
-        [
-            State::Requested,
-            State::Received,
-            State::Accepted,
-            State::Opened,
-            State::Staked,
-            State::AwaitingConsent,
-            State::Submitting,
-            State::Submitted,
-            State::Answered,
-            State::Ran,
-            State::Failed,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        use serde::de::value::{Error, StrDeserializer};
+        State::deserialize(StrDeserializer::<Error>::new(s)).ok()
     }
 }
 

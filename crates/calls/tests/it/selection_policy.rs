@@ -113,6 +113,81 @@ fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> Su
     }
 }
 
+/// Issue 30 item 8: a remembered yes holds for what the human was told, not for whatever
+/// the (peer, skill, sources) call turns into later; a rule written by hand binds nothing.
+#[test]
+fn a_remembered_rule_matches_only_what_the_human_was_told() {
+    let sources = vec!["songs".to_owned()];
+    let p = Policy {
+        rules: vec![
+            Rule::remembered("P", "taste", &sources, told(), Decision::Allow),
+            Rule::ask_before_disclosure(),
+        ],
+        default: Decision::Allow,
+    };
+    let decide = |t: Option<&Told>| {
+        p.decide_with_rule(&SubmitQuestion {
+            told: t,
+            ..q(Role::Caller, "P", "taste", &sources)
+        })
+    };
+    assert_eq!(decide(Some(&told())), (Decision::Allow, Some(0)));
+    type Change = (&'static str, fn(&mut Told));
+    let changes: [Change; 5] = [
+        ("the declaration", |t| {
+            t.declaration_digest = format!("sha256:{}", "cd".repeat(32))
+        }),
+        ("the provider", |t| t.provider = "openrouter".into()),
+        ("the provider's host", |t| {
+            t.provider_host = Some("https://attacker.example/v1".into())
+        }),
+        ("the box platform", |t| t.platform = "insecure-dev".into()),
+        ("the box isolation", |t| t.hardware_isolation = false),
+    ];
+    for (what, change) in changes {
+        let mut now = told();
+        change(&mut now);
+        assert_eq!(
+            decide(Some(&now)),
+            (Decision::Ask, Some(1)),
+            "{what} changed: asked again"
+        );
+    }
+    assert_eq!(decide(None), (Decision::Ask, Some(1)), "facts unknown");
+    // Written by hand (no `told`): matches as before, whatever the disclosure says.
+    let by_hand: Rule =
+        serde_json::from_str(r#"{"peer": "P", "skill": "taste", "decision": "allow"}"#)
+            .expect("rule");
+    let p = Policy {
+        rules: vec![by_hand],
+        default: Decision::Ask,
+    };
+    for t in [None, Some(&told())] {
+        assert_eq!(
+            p.decide(&SubmitQuestion {
+                told: t,
+                ..q(Role::Caller, "P", "taste", &sources)
+            }),
+            Decision::Allow
+        );
+    }
+    // The remembered rule round-trips through the stored policy with its facts.
+    let r = Rule::remembered("P", "taste", &sources, told(), Decision::Allow);
+    let back: Rule =
+        serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
+    assert_eq!(back, r);
+    assert!(r.same_but_decision(&Rule {
+        decision: Decision::Deny,
+        ..r.clone()
+    }));
+    let mut other = r.clone();
+    other.told = Some(Told {
+        provider: "openrouter".into(),
+        ..told()
+    });
+    assert!(!r.same_but_decision(&other));
+}
+
 #[test]
 fn policy_first_matching_rule_decides() {
     let policy = Policy {
