@@ -33,7 +33,7 @@ use crate::payload::{
 };
 use crate::rate::Buckets;
 use crate::reach::{self, Reachability};
-use crate::time::{unix_ms, unix_us};
+use crate::time::unix_ms;
 use crate::transport::{BoxFuture, PayloadReceiver, PayloadTransport};
 
 /// The prefix of the per-category live topics adverts travel on (`<prefix>/<category>`).
@@ -2058,12 +2058,7 @@ impl PeersHandle {
 
     /// Sign a payload for `to` with the node key, as [`PeersHandle::send`] does.
     pub fn sign(&self, to: &PeerId, payload: &Payload) -> Result<SignedPayload, PeersError> {
-        let seq = self
-            .seq
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next(unix_us());
-        SignedPayload::sign(&self.keypair, to, payload, seq, unix_ms())
+        SeqClock::sign_next(&self.seq, &self.keypair, to, payload)
     }
 
     /// Deliver a signed payload as it is, with retry and back-off. Sending the same signed

@@ -104,6 +104,21 @@ impl SeqClock {
         self.last = now_us.max(self.last + 1).min(MAX_SAFE_INTEGER);
         self.last
     }
+
+    /// Sign `payload` for `recipient` with this sender's next sequence number and the time now:
+    /// how every transport signs what it sends.
+    pub fn sign_next(
+        clock: &std::sync::Mutex<SeqClock>,
+        keypair: &Keypair,
+        recipient: &PeerId,
+        payload: &Payload,
+    ) -> Result<SignedPayload, PeersError> {
+        let seq = clock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next(crate::time::unix_us());
+        SignedPayload::sign(keypair, recipient, payload, seq, crate::time::unix_ms())
+    }
 }
 
 impl SignedPayload {

@@ -15,7 +15,7 @@ use crate::PeersError;
 use crate::payload::{
     Inbox, InboxConfig, IncomingPayload, Payload, Received, SeqClock, SignedPayload,
 };
-use crate::time::{unix_ms, unix_us};
+use crate::time::unix_ms;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -133,12 +133,7 @@ impl MemoryTransport {
 
     /// Sign a payload for `to` without sending it.
     pub fn sign(&self, to: &PeerId, payload: &Payload) -> Result<SignedPayload, PeersError> {
-        let seq = self
-            .seq
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next(unix_us());
-        SignedPayload::sign(&self.keypair, to, payload, seq, unix_ms())
+        SeqClock::sign_next(&self.seq, &self.keypair, to, payload)
     }
 }
 
