@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 use skillbox_node::DataDir;
 
-use crate::node_cmd::{Client, print_json, print_state};
+use crate::node_cmd::{ask, print_state};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum TokenCommand {
@@ -115,17 +115,16 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
         change.insert("limits".into(), Value::Object(limits));
     }
     let body = serde_json::to_vec(&Value::Object(change)).context("encoding the change")?;
-    let client = Client::from_data_dir(global)?;
-    let ans = client.send(
+    let Some(b) = ask(
+        global,
         reqwest::Method::PATCH,
         &format!("/skills/{}", args.name),
         Some(("application/json", body)),
-    )?;
-    if args.json {
-        print_json(&ans.body)?;
+        args.json,
+    )?
+    else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let b = &ans.body;
+    };
     say!(
         "skill {} ({}) now {}",
         b["name"].as_str().unwrap_or(""),
@@ -142,17 +141,17 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
 /// `skill add PACK.json`: an OpenWOP pack.json or AgentManifest, posted as JSON.
 pub fn pack_add(global: &crate::Global, path: &PathBuf, json: bool) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let client = Client::from_data_dir(global)?;
-    let ans = client.send(
+    let Some(body) = ask(
+        global,
         reqwest::Method::POST,
         "/skills",
         Some(("application/json", bytes)),
-    )?;
-    if json {
-        print_json(&ans.body)?;
+        json,
+    )?
+    else {
         return Ok(ExitCode::SUCCESS);
-    }
-    for s in ans.body["skills"].as_array().into_iter().flatten() {
+    };
+    for s in body["skills"].as_array().into_iter().flatten() {
         let verb = if s["replaced"] == Value::Bool(true) {
             "replaced"
         } else {
@@ -165,7 +164,7 @@ pub fn pack_add(global: &crate::Global, path: &PathBuf, json: bool) -> anyhow::R
         );
         print_state(&s["state"]);
     }
-    for a in ans.body["agents"].as_array().into_iter().flatten() {
+    for a in body["agents"].as_array().into_iter().flatten() {
         say!(
             "{} agent {} (role {}, pack {} {}): listed, not a skill",
             if a["replaced"] == Value::Bool(true) {

@@ -208,20 +208,16 @@ pub fn run_call(global: &crate::Global, args: CallArgs) -> anyhow::Result<ExitCo
     let client = Client::from_data_dir(global)?;
     match args.command {
         Some(CallCommand::Show { id, json }) => {
-            let ans = client.send(Method::GET, &format!("/calls/{}", enc(&id)), None)?;
-            if json {
-                print_json(&ans.body)?;
-            } else {
-                show(&ans.body);
+            let path = format!("/calls/{}", enc(&id));
+            if let Some(c) = client.ask(Method::GET, &path, None, json)? {
+                show(&c);
             }
             return Ok(ExitCode::SUCCESS);
         }
         Some(CallCommand::Cancel { id, json }) => {
-            let ans = client.send(Method::POST, &format!("/calls/{}/cancel", enc(&id)), None)?;
-            if json {
-                print_json(&ans.body)?;
-            } else {
-                show(&ans.body);
+            let path = format!("/calls/{}/cancel", enc(&id));
+            if let Some(c) = client.ask(Method::POST, &path, None, json)? {
+                show(&c);
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -279,12 +275,10 @@ pub fn run_calls(global: &crate::Global, args: CallsArgs) -> anyhow::Result<Exit
     } else {
         format!("/calls?{}", q.join("&"))
     };
-    let ans = client.send(Method::GET, &path, None)?;
-    if args.json {
-        print_json(&ans.body)?;
+    let Some(body) = client.ask(Method::GET, &path, None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let calls = ans.body["calls"].as_array().cloned().unwrap_or_default();
+    };
+    let calls = body["calls"].as_array().cloned().unwrap_or_default();
     if calls.is_empty() {
         say!("no calls");
     }
@@ -318,19 +312,10 @@ pub fn run_decide(
         "via": "cli",
     });
     let bytes = serde_json::to_vec(&body).context("encoding the decision")?;
-    let ans = client.send(
-        Method::POST,
-        &format!("/approvals/{}", enc(&args.id)),
-        Some(("application/json", bytes)),
-    )?;
-    if args.json {
-        print_json(&ans.body)?;
-    } else {
-        say!(
-            "call {} {}",
-            args.id,
-            ans.body["state"].as_str().unwrap_or("")
-        );
+    let path = format!("/approvals/{}", enc(&args.id));
+    let body = Some(("application/json", bytes));
+    if let Some(b) = client.ask(Method::POST, &path, body, args.json)? {
+        say!("call {} {}", args.id, b["state"].as_str().unwrap_or(""));
     }
     Ok(ExitCode::SUCCESS)
 }

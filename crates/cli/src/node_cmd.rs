@@ -280,6 +280,36 @@ fn envelope_text(body: &Value, status: reqwest::StatusCode) -> String {
     out
 }
 
+impl Client {
+    /// One request whose answer a command prints: with `--json` as the node gave it (and `None`,
+    /// nothing left to print), otherwise returned for the command to put in words.
+    pub(crate) fn ask(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        json: bool,
+    ) -> anyhow::Result<Option<Value>> {
+        let ans = self.send(method, path, body)?;
+        if json {
+            print_json(&ans.body)?;
+            return Ok(None);
+        }
+        Ok(Some(ans.body))
+    }
+}
+
+/// [`Client::ask`] of the node whose data dir the command names.
+pub(crate) fn ask(
+    global: &crate::Global,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<(&str, Vec<u8>)>,
+    json: bool,
+) -> anyhow::Result<Option<Value>> {
+    Client::from_data_dir(global)?.ask(method, path, body, json)
+}
+
 pub(crate) fn print_json(v: &Value) -> anyhow::Result<()> {
     say!(
         "{}",
@@ -391,11 +421,8 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
             }
         }
         SourceCommand::List { json } => {
-            let ans = client.send(reqwest::Method::GET, "/sources", None)?;
-            if json {
-                print_json(&ans.body)?;
-            } else {
-                let list = ans.body["sources"].as_array().cloned().unwrap_or_default();
+            if let Some(body) = client.ask(reqwest::Method::GET, "/sources", None, json)? {
+                let list = body["sources"].as_array().cloned().unwrap_or_default();
                 if list.is_empty() {
                     say!("no sources");
                 }
@@ -477,12 +504,10 @@ pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<E
         }
         _ => "/skills".to_owned(),
     };
-    let ans = client.send(reqwest::Method::POST, &path, Some(("text/markdown", bytes)))?;
-    if args.json {
-        print_json(&ans.body)?;
+    let body = Some(("text/markdown", bytes));
+    let Some(b) = client.ask(reqwest::Method::POST, &path, body, args.json)? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let b = &ans.body;
+    };
     let verb = if b["replaced"] == Value::Bool(true) {
         "replaced"
     } else {
@@ -520,13 +545,10 @@ pub(crate) fn print_state(state: &Value) {
 }
 
 pub fn skill_list(global: &crate::Global, args: SkillListArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::from_data_dir(global)?;
-    let ans = client.send(reqwest::Method::GET, "/skills", None)?;
-    if args.json {
-        print_json(&ans.body)?;
+    let Some(body) = ask(global, reqwest::Method::GET, "/skills", None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let list = ans.body["skills"].as_array().cloned().unwrap_or_default();
+    };
+    let list = body["skills"].as_array().cloned().unwrap_or_default();
     if list.is_empty() {
         say!("no skills");
     }
@@ -547,17 +569,16 @@ pub fn skill_list(global: &crate::Global, args: SkillListArgs) -> anyhow::Result
 }
 
 pub fn skill_show(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::from_data_dir(global)?;
-    let ans = client.send(
+    let Some(b) = ask(
+        global,
         reqwest::Method::GET,
         &format!("/skills/{}", args.name),
         None,
-    )?;
-    if args.json {
-        print_json(&ans.body)?;
+        args.json,
+    )?
+    else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let b = &ans.body;
+    };
     say!(
         "skill {} ({})",
         b["name"].as_str().unwrap_or(""),
@@ -615,13 +636,10 @@ pub enum PeerCommand {
 
 /// `skillbox board`: what peers offer right now, one line per skill.
 pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::from_data_dir(global)?;
-    let ans = client.send(reqwest::Method::GET, "/board", None)?;
-    if args.json {
-        print_json(&ans.body)?;
+    let Some(body) = ask(global, reqwest::Method::GET, "/board", None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    let rows = ans.body["board"].as_array().cloned().unwrap_or_default();
+    };
+    let rows = body["board"].as_array().cloned().unwrap_or_default();
     if rows.is_empty() {
         say!("the board is empty (no peer offers a skill right now)");
     }
@@ -646,17 +664,14 @@ pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<Exit
 
 /// `skillbox peers`: this node's peer id and the peers it is connected to.
 pub fn run_peers(global: &crate::Global, args: PeersArgs) -> anyhow::Result<ExitCode> {
-    let client = Client::from_data_dir(global)?;
-    let ans = client.send(reqwest::Method::GET, "/peers", None)?;
-    if args.json {
-        print_json(&ans.body)?;
+    let Some(body) = ask(global, reqwest::Method::GET, "/peers", None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
-    }
-    say!("peer id: {}", ans.body["peerId"].as_str().unwrap_or(""));
-    for a in ans.body["listenAddrs"].as_array().into_iter().flatten() {
+    };
+    say!("peer id: {}", body["peerId"].as_str().unwrap_or(""));
+    for a in body["listenAddrs"].as_array().into_iter().flatten() {
         say!("listening on {}", a.as_str().unwrap_or(""));
     }
-    let peers = ans.body["peers"].as_array().cloned().unwrap_or_default();
+    let peers = body["peers"].as_array().cloned().unwrap_or_default();
     if peers.is_empty() {
         say!("no connected peers");
     }
@@ -677,17 +692,11 @@ pub fn run_peer(global: &crate::Global, cmd: PeerCommand) -> anyhow::Result<Exit
     let client = Client::from_data_dir(global)?;
     let body = serde_json::to_vec(&serde_json::json!({ "addr": multiaddr }))
         .context("encoding the request")?;
-    let ans = client.send(
-        reqwest::Method::POST,
-        "/peers",
-        Some(("application/json", body)),
-    )?;
-    if json {
-        print_json(&ans.body)?;
-    } else {
+    let body = Some(("application/json", body));
+    if let Some(b) = client.ask(reqwest::Method::POST, "/peers", body, json)? {
         say!(
             "connected to {} at {multiaddr}",
-            ans.body["peer"].as_str().unwrap_or("")
+            b["peer"].as_str().unwrap_or("")
         );
     }
     Ok(ExitCode::SUCCESS)
