@@ -110,30 +110,24 @@ pub(crate) fn put_pack_agents_in(
         }
         let now = now_secs();
         let manifest = a.manifest.to_string();
+        let row = params![
+            a.agent_id,
+            a.role,
+            manifest,
+            a.pack_name,
+            a.pack_version,
+            now
+        ];
         let replaced = tx.execute(
             "UPDATE pack_agents SET role = ?2, manifest = ?3, pack_name = ?4, pack_version = ?5,
                  updated_at = ?6 WHERE agent_id = ?1",
-            params![
-                a.agent_id,
-                a.role,
-                manifest,
-                a.pack_name,
-                a.pack_version,
-                now
-            ],
+            row,
         )? > 0;
         if !replaced {
             tx.execute(
                 "INSERT INTO pack_agents (agent_id, role, manifest, pack_name, pack_version,
                      created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
-                params![
-                    a.agent_id,
-                    a.role,
-                    manifest,
-                    a.pack_name,
-                    a.pack_version,
-                    now
-                ],
+                row,
             )?;
         }
         let prompt_name = prompt_source_name(&a.agent_id);
@@ -238,14 +232,8 @@ impl Agents {
 
     fn pack_agent_rows(&self, id: Option<&str>) -> Result<Vec<PackAgentRecord>> {
         self.store.read(|c| {
-            let map = |r: &rusqlite::Row<'_>| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ))
-            };
+            type Cols = (String, String, String, String);
+            let map = |r: &rusqlite::Row<'_>| Cols::try_from(r);
             let base = "SELECT agent_id, manifest, pack_name, pack_version FROM pack_agents";
             let rows: Vec<(String, String, String, String)> = match id {
                 Some(id) => c

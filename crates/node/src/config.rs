@@ -796,17 +796,7 @@ impl Config {
 
     /// Read `config.toml`.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                NodeError::Missing {
-                    what: "config.toml",
-                    path: path.to_owned(),
-                }
-            } else {
-                NodeError::io(format!("reading {}", path.display()), e)
-            }
-        })?;
-        Config::parse(&text, path)
+        Config::parse(&crate::datadir::read_text(path, "config.toml")?, path)
     }
 
     fn check(&self) -> std::result::Result<(), String> {

@@ -173,16 +173,7 @@ impl DataDir {
     /// The running node's API address, as it wrote it on start.
     pub fn load_api_addr(&self) -> Result<std::net::SocketAddr> {
         let path = self.api_addr();
-        let text = fs::read_to_string(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                NodeError::Missing {
-                    what: "api.addr (is `skillbox node` running?)",
-                    path: path.clone(),
-                }
-            } else {
-                NodeError::io(format!("reading {}", path.display()), e)
-            }
-        })?;
+        let text = read_text(&path, "api.addr (is `skillbox node` running?)")?;
         text.trim().parse().map_err(|_| NodeError::Corrupted {
             what: "api.addr",
             path,
@@ -239,6 +230,21 @@ fn write_new(path: &Path, bytes: &[u8], written: &mut Vec<PathBuf>) -> Result<()
     file.write_all(bytes)
         .and_then(|_| file.sync_all())
         .map_err(|e| NodeError::io(format!("writing {}", path.display()), e))
+}
+
+/// The text of the file at `path`; one that is not there is `Missing` `what` (a data dir never
+/// initialised, a node not running), any other failure the I/O error.
+pub(crate) fn read_text(path: &Path, what: &'static str) -> Result<String> {
+    fs::read_to_string(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            NodeError::Missing {
+                what,
+                path: path.to_owned(),
+            }
+        } else {
+            NodeError::io(format!("reading {}", path.display()), e)
+        }
+    })
 }
 
 fn read_secret_file(path: &Path, what: &'static str) -> Result<zeroize::Zeroizing<Vec<u8>>> {

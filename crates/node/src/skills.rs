@@ -13,7 +13,7 @@ use skillbox_skill::{Declaration, Limits, check_skill};
 use crate::crypto::DataKey;
 use crate::error::{NodeError, Result};
 use crate::sources::{self, SourceKind, SourceMeta};
-use crate::store::{Store, now_secs};
+use crate::store::{Store, Tx, now_secs};
 
 /// Whether a skill is offered, and every reason it is not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -268,16 +268,18 @@ impl Skills {
                     )));
                 }
                 let now = now_secs();
+                let warnings = warnings.to_string();
+                let row = params![name, agent_id, decl_json, manifest_json, digest, warnings, now];
                 let was = tx.execute(
                     "UPDATE skills SET agent_id = ?2, declaration = ?3, manifest = ?4, digest = ?5,
                          warnings = ?6, updated_at = ?7 WHERE name = ?1",
-                    params![name, agent_id, decl_json, manifest_json, digest, warnings.to_string(), now],
+                    row,
                 )? > 0;
                 if !was {
                     tx.execute(
                         "INSERT INTO skills (name, agent_id, declaration, manifest, digest, warnings,
                              created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-                        params![name, agent_id, decl_json, manifest_json, digest, warnings.to_string(), now],
+                        row,
                     )?;
                 }
                 sources::put_in(
@@ -287,13 +289,7 @@ impl Skills {
                     SourceKind::Text,
                     c.body.as_str().as_bytes(),
                 )?;
-                sources::put_in(
-                    tx,
-                    &self.key,
-                    &skillbox_skill::salt_source_name(name),
-                    SourceKind::Secret,
-                    &salt[..],
-                )?;
+                self.put_salt(tx, name, salt)?;
                 let model_source = c.declaration.model_source_name();
                 match c.declaration.model.as_deref().filter(|m| !m.is_empty()) {
                     Some(model) => {
@@ -408,13 +404,7 @@ impl Skills {
             decl.model = current_model.clone();
             let salt = new_salt();
             let digest = decl.digest(&salt);
-            sources::put_in(
-                tx,
-                &self.key,
-                &skillbox_skill::salt_source_name(name),
-                SourceKind::Secret,
-                &salt[..],
-            )?;
+            self.put_salt(tx, name, &salt)?;
             let model_source = decl.model_source_name();
             if change.model.is_some() {
                 match decl.model.as_deref() {
@@ -457,6 +447,13 @@ impl Skills {
             "skill declaration changed"
         );
         self.detail(name)
+    }
+
+    /// Keep `salt`, the one the digest of skill `name` was made with, as its secret source:
+    /// only this node can open the commitment.
+    fn put_salt(&self, tx: &Tx<'_>, name: &str, salt: &[u8]) -> Result<()> {
+        let source = skillbox_skill::salt_source_name(name);
+        sources::put_in(tx, &self.key, &source, SourceKind::Secret, salt).map(|_| ())
     }
 
     /// Whether a declared skill is offered: its declaration is complete (provider, a key named
@@ -527,18 +524,8 @@ impl Skills {
                 None => (format!("{base} ORDER BY name"), None),
             };
             let mut stmt = c.prepare(&sql)?;
-            let map = |r: &rusqlite::Row<'_>| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, i64>(6)?,
-                    r.get::<_, i64>(7)?,
-                ))
-            };
+            type Cols = (String, String, String, String, String, String, i64, i64);
+            let map = |r: &rusqlite::Row<'_>| Cols::try_from(r);
             let rows: Vec<_> = match arg {
                 Some(v) => stmt.query_map(params![v], map)?.collect::<rusqlite::Result<_>>()?,
                 None => stmt.query_map([], map)?.collect::<rusqlite::Result<_>>()?,

@@ -132,16 +132,7 @@ pub fn add_token(path: &Path, tenant: &str, workspace: Option<&str>) -> Result<S
     if let Some(p) = workspace.and_then(owner_id_problem) {
         return Err(NodeError::invalid("workspace", p));
     }
-    let text = fs::read_to_string(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            NodeError::Missing {
-                what: "config.toml",
-                path: path.to_owned(),
-            }
-        } else {
-            NodeError::io(format!("reading {}", path.display()), e)
-        }
-    })?;
+    let text = crate::datadir::read_text(path, "config.toml")?;
     Config::parse(&text, path)?;
     let token = new_token()?;
     let entry = TenantToken {

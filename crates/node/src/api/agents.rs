@@ -2,15 +2,15 @@
 //! org chart.
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::bodies::*;
 use super::extract::{
-    Caller, NotJson, Param, TooLarge, blocking, flag, json_doc, query, read_one, removed, written,
+    Caller, Doc, JsonBody, NotJson, Param, TooLarge, blocking, flag, query, read_one, removed,
+    written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -146,10 +146,8 @@ pub(super) async fn put_roster(
     State(s): State<AppState>,
     Caller(owner): Caller,
     Param(id): Param,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(doc, _): Doc,
 ) -> Result<Response, ApiError> {
-    let doc = json_doc(&s, &headers, body).await?;
     let (entry, created) = blocking(move || s.agents.put_roster(&owner, &id, &doc)).await?;
     Ok(written(created, json!(entry)))
 }
@@ -207,10 +205,8 @@ pub(super) async fn get_org_chart(
 pub(super) async fn put_org_chart(
     State(s): State<AppState>,
     Caller(owner): Caller,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(doc, _): Doc,
 ) -> Result<Response, ApiError> {
-    let doc = json_doc(&s, &headers, body).await?;
     let (chart, created) = blocking(move || s.agents.put_chart(&owner, &doc)).await?;
     Ok(written(created, json!(chart)))
 }

@@ -1,47 +1,20 @@
 //! Calls, approvals and policy routes (§7, §9): thin handlers over [`crate::calls::Calls`].
 
 use axum::Json;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
-use serde::de::DeserializeOwned;
+use axum::http::Uri;
+use axum::response::Response;
 use zeroize::Zeroizing;
 
+use super::ApiError;
 use super::bodies::{
     ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
 };
 use super::extract::{
-    CallPath, Driver, Media, NoCalls, NoSuchCall, NotJson, Param, TooLarge, json, query,
+    CallBody, CallPath, Driver, JsonBody, NoCalls, NoSuchCall, NotJson, Param, Small, TooLarge,
+    query, written,
 };
-use super::{ApiError, AppState};
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
-
-const SMALL_BODY: usize = 64 * 1024;
-
-/// What the calls routes answer when a body does not parse (serde's message follows).
-const EXPECTED: &str = "not the expected JSON";
-
-/// A body that carries a request text (`POST /calls`, `POST /intents/skill`): `application/json`
-/// only, as every other JSON route (a body sent as a form or text starts nothing), up to
-/// `calls.max_request_bytes` plus room for the rest.
-async fn request_body<T: DeserializeOwned>(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<T, ApiError> {
-    let limit = s.calls_max_request.saturating_add(SMALL_BODY);
-    json(headers, body, Media::Json, limit, EXPECTED).await
-}
-
-/// A small body: a consent decision, a policy.
-pub(super) async fn small_body<T: DeserializeOwned>(
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<T, ApiError> {
-    json(headers, body, Media::Any, SMALL_BODY, EXPECTED).await
-}
 
 #[utoipa::path(
     post, path = "/calls",
@@ -58,12 +31,9 @@ pub(super) async fn small_body<T: DeserializeOwned>(
     )
 )]
 pub(super) async fn post_call(
-    State(s): State<AppState>,
     Driver(c): Driver,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(b, _): CallBody<StartBody>,
 ) -> Result<Response, ApiError> {
-    let b: StartBody = request_body(&s, &headers, body).await?;
     if b.peer.is_empty() || b.skill.is_empty() {
         return Err(ApiError::validation(
             if b.peer.is_empty() { "peer" } else { "skill" },
@@ -82,7 +52,7 @@ pub(super) async fn post_call(
     } else {
         c.start(req).await?
     };
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    Ok(written(true, view))
 }
 
 #[utoipa::path(
@@ -200,10 +170,8 @@ pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalLis
 pub(super) async fn decide_approval(
     Driver(c): Driver,
     Param(id): Param,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(b, _): Small<DecisionBody>,
 ) -> Result<Json<OneCall>, ApiError> {
-    let b: DecisionBody = small_body(&headers, body).await?;
     let allow = match b.decision.as_str() {
         "allow" => true,
         "deny" => false,
@@ -242,12 +210,9 @@ pub(super) async fn decide_approval(
     )
 )]
 pub(super) async fn intent_skill(
-    State(s): State<AppState>,
     Driver(c): Driver,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(b, _): CallBody<IntentBody>,
 ) -> Result<Response, ApiError> {
-    let b: IntentBody = request_body(&s, &headers, body).await?;
     let (pick, call) = if from_agent(b.surface.as_deref())? {
         c.intent_from_agent(Zeroizing::new(b.text)).await?
     } else {
@@ -258,7 +223,7 @@ pub(super) async fn intent_skill(
         call_id: call.id.clone(),
         call,
     };
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    Ok(written(true, body))
 }
 
 /// A start body's `surface`: `agent` or nothing.

@@ -4,10 +4,11 @@
 //! answers (found or 404, created or replaced, removed or 404).
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, Path, Query};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -198,21 +199,68 @@ pub(super) async fn json<T: DeserializeOwned>(
         .map_err(|e| ApiError::validation("body", format!("{expected}: {e}")))
 }
 
-/// A JSON body on the agent surfaces and skill changes: a document up to the SKILL.md limit.
-pub(super) async fn json_doc(
-    s: &Shared,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<serde_json::Value, ApiError> {
-    json(
-        headers,
-        body,
-        Media::JsonOrMergePatch,
-        s.limits.max_skill_bytes,
-        "malformed JSON",
-    )
-    .await
+/// How a route reads its JSON body with [`json`]: the media types it takes, its size limit and
+/// what a body that does not parse is told. One rule a kind of body, so that handlers of one
+/// shape take their body as an extractor ([`JsonBody`]) instead of reading it themselves.
+pub(super) trait BodyRule {
+    fn rule(s: &Shared) -> (Media, usize, &'static str);
 }
+
+/// A JSON body read by rule `R`, the handler's last argument: it is read after the path, the
+/// caller and the driver, so their refusals (a node without calls: 503) come first.
+pub(super) struct JsonBody<T, R>(pub T, pub PhantomData<R>);
+
+impl<T: DeserializeOwned, R: BodyRule> FromRequest<AppState> for JsonBody<T, R> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, ApiError> {
+        let (media, limit, expected) = R::rule(s);
+        let (parts, body) = req.into_parts();
+        let v = json(&parts.headers, body, media, limit, expected).await?;
+        Ok(JsonBody(v, PhantomData))
+    }
+}
+
+/// The limit of a small body, and the room a request text's body has for the rest.
+const SMALL_BODY: usize = 64 * 1024;
+
+/// What the calls routes answer when a body does not parse (serde's message follows).
+const EXPECTED: &str = "not the expected JSON";
+
+/// A document on the agent surfaces and skill changes: JSON or a merge patch, up to the
+/// SKILL.md limit.
+pub(super) enum DocRule {}
+impl BodyRule for DocRule {
+    fn rule(s: &Shared) -> (Media, usize, &'static str) {
+        (
+            Media::JsonOrMergePatch,
+            s.limits.max_skill_bytes,
+            "malformed JSON",
+        )
+    }
+}
+pub(super) type Doc = JsonBody<serde_json::Value, DocRule>;
+
+/// A small body (a consent decision, a policy), whatever its media type says.
+pub(super) enum SmallRule {}
+impl BodyRule for SmallRule {
+    fn rule(_: &Shared) -> (Media, usize, &'static str) {
+        (Media::Any, SMALL_BODY, EXPECTED)
+    }
+}
+pub(super) type Small<T> = JsonBody<T, SmallRule>;
+
+/// A body that carries a request text (`POST /calls`, `POST /intents/skill`): `application/json`
+/// only, as every other JSON route (a body sent as a form or text starts nothing), up to
+/// `calls.max_request_bytes` plus room for the rest.
+pub(super) enum CallRule {}
+impl BodyRule for CallRule {
+    fn rule(s: &Shared) -> (Media, usize, &'static str) {
+        let limit = s.calls_max_request.saturating_add(SMALL_BODY);
+        (Media::Json, limit, EXPECTED)
+    }
+}
+pub(super) type CallBody<T> = JsonBody<T, CallRule>;
 
 /// A store write that can change what this node offers (skills, sources), on the blocking pool;
 /// when `changed` says it did, the advert goes out now rather than at the next interval.

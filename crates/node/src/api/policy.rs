@@ -2,12 +2,9 @@
 //! `config.toml`).
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 
-use super::calls::small_body;
-use super::extract::{Driver, NoCalls, blocking};
+use super::extract::{Driver, JsonBody, NoCalls, Small, blocking};
 use super::{ApiError, AppState};
 use crate::config::PolicyConfig;
 
@@ -36,10 +33,8 @@ pub(super) async fn get_policy(Driver(c): Driver) -> Result<Json<PolicyConfig>, 
 pub(super) async fn put_policy(
     State(s): State<AppState>,
     Driver(c): Driver,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(policy, _): Small<PolicyConfig>,
 ) -> Result<Json<PolicyConfig>, ApiError> {
-    let policy: PolicyConfig = small_body(&headers, body).await?;
     let store = s.sources.store().clone();
     let p = policy.clone();
     blocking(move || crate::calls::save_policy(&store, &p)).await?;

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NoSuchSkill, NotJson, Param, SkillPath, blocking, found, json, json_doc, media_type,
-    offering, query, read_body, read_one, remove_offered, written,
+    Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, SkillPath, blocking, found, json,
+    media_type, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -165,10 +165,8 @@ pub(super) async fn get_skill(
 pub(super) async fn patch_skill(
     State(s): State<AppState>,
     Param(name): Param,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(doc, _): Doc,
 ) -> Result<Json<SkillDetail>, ApiError> {
-    let doc = json_doc(&s, &headers, body).await?;
     let Some(obj) = doc.as_object() else {
         return Err(ApiError::validation(
             "body",
