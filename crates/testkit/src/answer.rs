@@ -17,6 +17,20 @@ pub fn check(method: &str, path: &str, status: u16, content_type: Option<&str>, 
     }
 }
 
+/// Send `rb` to a node's own route and read its answer, status and text, [`check`]ed: the one
+/// way every test client of a node's API reads an answer.
+pub async fn send_checked(rb: reqwest::RequestBuilder) -> (u16, String) {
+    let (client, req) = rb.build_split();
+    let req = req.expect("request");
+    let (method, path) = (req.method().to_string(), req.url().path().to_owned());
+    let resp = client.execute(req).await.expect("send");
+    let status = resp.status().as_u16();
+    let ct = content_type(resp.headers());
+    let text = resp.text().await.expect("body");
+    check(&method, &path, status, ct.as_deref(), text.as_bytes());
+    (status, text)
+}
+
 /// [`check`] for the node's own routes only: the surfaces mounted beside them (MCP, A2A, the
 /// dashboard) are not in the document and have their own tests.
 pub fn check_documented(
@@ -46,6 +60,17 @@ pub fn json_body(bytes: &[u8]) -> Value {
     }
     serde_json::from_slice(bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// The `name` of each entry of the list `key` in an answer (`{"skills": [{"name": …}, …]}`), in
+/// its order.
+pub fn names<'a>(answer: &'a Value, key: &str) -> Vec<&'a str> {
+    answer[key]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|e| e["name"].as_str().expect("name"))
+        .collect()
 }
 
 /// Whether a `GET /board` answer lists `skill` of `peer`.

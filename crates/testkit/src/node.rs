@@ -345,7 +345,6 @@ impl TestNode {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Answer {
-        let method_name = method.to_string();
         let mut r = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -353,13 +352,9 @@ impl TestNode {
         if let Some((ct, bytes)) = body {
             r = r.header("content-type", ct).body(bytes);
         }
-        let resp = r.send().await.expect("request");
-        let status = resp.status().as_u16();
-        let ct = crate::answer::content_type(resp.headers());
-        let bytes = resp.bytes().await.expect("body");
         // Every answer a test sees matches what the OpenAPI document says of it.
-        crate::answer::check(&method_name, path, status, ct.as_deref(), &bytes);
-        let body = crate::answer::json_body(&bytes);
+        let (status, text) = crate::answer::send_checked(r).await;
+        let body = crate::answer::json_body(text.as_bytes());
         Answer { status, body }
     }
 

@@ -105,14 +105,7 @@ impl TestNode {
     /// Send and return status + JSON body (Null when empty). Every answer is checked against
     /// the OpenAPI document: its route, status and body schema.
     pub async fn call(&self, rb: reqwest::RequestBuilder) -> (u16, Value, String) {
-        let (client, req) = rb.build_split();
-        let req = req.expect("request");
-        let (method, path) = (req.method().to_string(), req.url().path().to_owned());
-        let resp = client.execute(req).await.expect("send");
-        let status = resp.status().as_u16();
-        let ct = crate::answer::content_type(resp.headers());
-        let text = resp.text().await.expect("body");
-        crate::answer::check(&method, &path, status, ct.as_deref(), text.as_bytes());
+        let (status, text) = crate::answer::send_checked(rb).await;
         let json = if text.is_empty() {
             Value::Null
         } else {

@@ -68,12 +68,7 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
     );
     let (status, body, _) = post_json(&node, &pack).await;
     assert_eq!(status, 201, "{body}");
-    let skills: Vec<&str> = body["skills"]
-        .as_array()
-        .expect("skills")
-        .iter()
-        .map(|s| s["name"].as_str().expect("name"))
-        .collect();
+    let skills: Vec<&str> = skillbox_testkit::answer::names(&body, "skills");
     assert_eq!(skills, vec!["default", "summarizer"]);
     assert_eq!(
         body["agents"][0]["agentId"],
@@ -96,12 +91,7 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
     }
     // Every prompt went to the source store; the listings never carry one.
     let (_, sources, _) = node.get("/sources").await;
-    let names: Vec<&str> = sources["sources"]
-        .as_array()
-        .expect("sources")
-        .iter()
-        .map(|s| s["name"].as_str().expect("name"))
-        .collect();
+    let names: Vec<&str> = skillbox_testkit::answer::names(&sources, "sources");
     assert_eq!(
         names,
         vec![

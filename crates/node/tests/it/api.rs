@@ -299,12 +299,7 @@ async fn import_reimport_offer_state_and_delete() {
 
     // The body and the model id are sources, listed with metadata only.
     let (_, sources, text) = node.get("/sources").await;
-    let names: Vec<&str> = sources["sources"]
-        .as_array()
-        .expect("list")
-        .iter()
-        .map(|s| s["name"].as_str().expect("name"))
-        .collect();
+    let names: Vec<&str> = skillbox_testkit::answer::names(&sources, "sources");
     assert_eq!(
         names,
         vec![

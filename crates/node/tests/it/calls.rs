@@ -237,13 +237,8 @@ async fn ask_parks_each_side_until_its_human_decides() {
     let ask = |c: &mut skillbox_node::Config| {
         c.policy.rules.push(skillbox_calls::Rule {
             side: skillbox_calls::Side::Any,
-            peer: skillbox_calls::Pattern::any(),
-            skill: skillbox_calls::Pattern::any(),
             sources: None,
-            sources_within: None,
-            decision: skillbox_calls::Decision::Ask,
-            surface: None,
-            told: None,
+            ..skillbox_calls::Rule::ask_before_disclosure()
         })
     };
     let w = world("BODY-3", "sk-test-KEY-3", &[], ask, ask).await;
@@ -374,13 +369,8 @@ async fn the_callers_stake_waits_for_its_human() {
             0,
             skillbox_calls::Rule {
                 side: skillbox_calls::Side::Caller,
-                peer: skillbox_calls::Pattern::any(),
-                skill: skillbox_calls::Pattern::any(),
                 sources: None,
-                sources_within: None,
-                decision: skillbox_calls::Decision::Ask,
-                surface: None,
-                told: None,
+                ..skillbox_calls::Rule::ask_before_disclosure()
             },
         )
     };

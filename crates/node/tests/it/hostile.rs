@@ -52,13 +52,18 @@ impl skillbox_node::calls::Directory for Forging {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_forged_advert_naming_reserved_sources_is_refused_at_call_start() {
+/// An owner offering `taste` (marked `tag`) and a caller whose board is [`Forging`]'s, around one
+/// box: both nodes and the provider double's log.
+async fn forged_board(tag: &str) -> (TestNode, TestNode, support::ProviderLog) {
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
     let box_url = support::start_box(&provider_url).await;
     let owner = TestNode::start(&box_url, vec![], |_| {}).await;
-    owner.put_source("openai-key", "secret", "sk-H0").await;
-    owner.add_skill(&skill_doc("taste", "BODY-H0", &[])).await;
+    owner
+        .put_source("openai-key", "secret", &format!("sk-{tag}"))
+        .await;
+    owner
+        .add_skill(&skill_doc("taste", &format!("BODY-{tag}"), &[]))
+        .await;
     let caller = TestNode::start_with_directory(
         &box_url,
         vec![owner.p2p.clone()],
@@ -67,6 +72,12 @@ async fn a_forged_advert_naming_reserved_sources_is_refused_at_call_start() {
     )
     .await;
     caller.wait_board(&owner.peer_id, "taste").await;
+    (owner, caller, provider)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forged_advert_naming_reserved_sources_is_refused_at_call_start() {
+    let (owner, caller, provider) = forged_board("H0").await;
     caller
         .add_skill("---\nname: mine\ndescription: Mine.\nprovider: local\n---\nMINE-BODY-H0\n")
         .await;
@@ -89,19 +100,7 @@ async fn a_forged_advert_naming_reserved_sources_is_refused_at_call_start() {
 /// here one reaches call start anyway, and the caller answers `no_common_box`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_multibyte_box_measurement_is_answered_not_a_panic() {
-    let (provider_url, _) = support::provider_double(Duration::ZERO).await;
-    let box_url = support::start_box(&provider_url).await;
-    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
-    owner.put_source("openai-key", "secret", "sk-H13").await;
-    owner.add_skill(&skill_doc("taste", "BODY-H13", &[])).await;
-    let caller = TestNode::start_with_directory(
-        &box_url,
-        vec![owner.p2p.clone()],
-        |_| {},
-        |h| std::sync::Arc::new(Forging(h)),
-    )
-    .await;
-    caller.wait_board(&owner.peer_id, "taste").await;
+    let (owner, caller, _) = forged_board("H13").await;
     let a = caller.ask_call(&owner.peer_id, "wide", "hi").await;
     assert_eq!(a.status, 409, "{}", a.body);
     assert_eq!(a.body["error"], "no_common_box");

@@ -79,22 +79,12 @@ async fn no_material_appears_where_it_does_not_belong() {
         .as_str()
         .expect("digest")
         .to_owned();
+    w.caller
+        .wait_offer(&w.owner.peer_id, "taste", "the new digest", |s| {
+            s.declaration_digest == digest
+        })
+        .await;
     let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let seen = w.caller.peers.with_board(|b, now| {
-            b.offered(&owner_peer, "taste", now)
-                .map(|s| s.declaration_digest.clone())
-        });
-        if seen.as_deref() == Some(digest.as_str()) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "new digest never advertised"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 
     let id = w
         .caller
@@ -218,19 +208,11 @@ async fn a_provider_echoing_its_input_in_errors_carries_nothing_across() {
             .as_str()
             .expect("digest")
             .to_owned();
-        let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while w.caller.peers.with_board(|b, now| {
-            b.offered(&owner_peer, "taste", now)
-                .map(|s| s.declaration_digest.clone())
-        }) != Some(digest.clone())
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "digest never advertised"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        w.caller
+            .wait_offer(&w.owner.peer_id, "taste", "the digest", |s| {
+                s.declaration_digest == digest
+            })
+            .await;
         let id = w
             .caller
             .start_call(&w.owner.peer_id, "taste", &request)

@@ -167,13 +167,8 @@ async fn refusals_and_the_humans_answers_are_recorded() {
             0,
             skillbox_calls::Rule {
                 side: skillbox_calls::Side::Caller,
-                peer: skillbox_calls::Pattern::any(),
-                skill: skillbox_calls::Pattern::any(),
                 sources: Some(vec!["songs".into()]),
-                sources_within: None,
-                decision: skillbox_calls::Decision::Ask,
-                surface: None,
-                told: None,
+                ..skillbox_calls::Rule::ask_before_disclosure()
             },
         )
     };

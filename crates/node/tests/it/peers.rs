@@ -77,9 +77,27 @@ impl Running {
         if let Some((ct, b)) = body {
             r = r.header("content-type", ct).body(b);
         }
-        let resp = r.send().await.expect("request");
-        let status = resp.status().as_u16();
-        (status, resp.text().await.expect("text"))
+        // Checked against the OpenAPI document, as every answer a test reads.
+        skillbox_testkit::answer::send_checked(r).await
+    }
+
+    /// Store the provider key (`KEY_MARKER`) as a secret: what makes A's skill offered.
+    async fn put_key(&self) {
+        let key = Some(("application/octet-stream", KEY_MARKER.as_bytes().to_vec()));
+        let (status, t) = self
+            .req(
+                reqwest::Method::PUT,
+                "/sources/openrouter-key?kind=secret",
+                key,
+            )
+            .await;
+        assert_eq!(status, 201, "{t}");
+    }
+
+    /// `POST /peers` with `body`.
+    async fn post_peers(&self, body: Vec<u8>) -> (u16, String) {
+        let json = Some(("application/json", body));
+        self.req(reqwest::Method::POST, "/peers", json).await
     }
 
     /// `GET /board` as text and parsed.
@@ -166,14 +184,7 @@ async fn an_offered_skill_reaches_peers_boards_and_leaves_them() {
         );
 
         // The key makes it offered: it reaches B, and C through B, within 5 s.
-        let (status, t) = a
-            .req(
-                reqwest::Method::PUT,
-                "/sources/openrouter-key?kind=secret",
-                Some(("application/octet-stream", KEY_MARKER.as_bytes().to_vec())),
-            )
-            .await;
-        assert_eq!(status, 201, "{t}");
+        a.put_key().await;
         for (name, n) in [("B", &b), ("C", &c)] {
             let took = wait_for(
                 &format!("{name} sees A's taste"),
@@ -231,14 +242,7 @@ async fn an_offered_skill_reaches_peers_boards_and_leaves_them() {
         );
 
         // Offered again, then A stops: it leaves the boards after the 3 s TTL.
-        let (status, _) = a
-            .req(
-                reqwest::Method::PUT,
-                "/sources/openrouter-key?kind=secret",
-                Some(("application/octet-stream", KEY_MARKER.as_bytes().to_vec())),
-            )
-            .await;
-        assert_eq!(status, 201);
+        a.put_key().await;
         wait_for(
             "taste back on C's board",
             Duration::from_secs(5),
@@ -274,13 +278,7 @@ async fn post_peers_dials_and_bad_addresses_are_refused() {
         let a = Running::start(vec![]).await;
         let b = Running::start(vec![]).await;
         let body = serde_json::to_vec(&json!({ "addr": a.p2p })).expect("json");
-        let (status, t) = b
-            .req(
-                reqwest::Method::POST,
-                "/peers",
-                Some(("application/json", body)),
-            )
-            .await;
+        let (status, t) = b.post_peers(body).await;
         assert_eq!(status, 200, "{t}");
         let v: Value = serde_json::from_str(&t).expect("json");
         assert_eq!(v["peer"], json!(a.id().to_base58()));
@@ -294,39 +292,21 @@ async fn post_peers_dials_and_bad_addresses_are_refused() {
         )
         .await;
 
-        let (status, t) = b
-            .req(
-                reqwest::Method::POST,
-                "/peers",
-                Some((
-                    "application/json",
-                    br#"{"addr":"not-a-multiaddr"}"#.to_vec(),
-                )),
-            )
-            .await;
-        assert_eq!(status, 400, "{t}");
-        assert!(t.contains("addr") && t.contains("not a multiaddr"), "{t}");
-        let (status, t) = b
-            .req(
-                reqwest::Method::POST,
-                "/peers",
-                Some(("application/json", b"{}".to_vec())),
-            )
-            .await;
-        assert_eq!(status, 400, "{t}");
-        // Nobody listens there: a clear dial failure, not a hang.
-        let (status, t) = b
-            .req(
-                reqwest::Method::POST,
-                "/peers",
-                Some((
-                    "application/json",
-                    br#"{"addr":"/ip4/127.0.0.1/tcp/1"}"#.to_vec(),
-                )),
-            )
-            .await;
-        assert_eq!(status, 502, "{t}");
-        assert!(t.contains("dial_failed"), "{t}");
+        let refused: [(&[u8], u16, &[&str]); 3] = [
+            (
+                br#"{"addr":"not-a-multiaddr"}"#,
+                400,
+                &["addr", "not a multiaddr"],
+            ),
+            (b"{}", 400, &[]),
+            // Nobody listens there: a clear dial failure, not a hang.
+            (br#"{"addr":"/ip4/127.0.0.1/tcp/1"}"#, 502, &["dial_failed"]),
+        ];
+        for (body, status, says) in refused {
+            let (got, t) = b.post_peers(body.to_vec()).await;
+            assert_eq!(got, status, "{t}");
+            assert!(says.iter().all(|s| t.contains(s)), "{t}");
+        }
         a.stop().await;
         b.stop().await;
     })
