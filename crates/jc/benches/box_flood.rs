@@ -126,40 +126,28 @@ async fn honest_call(
         .attest(&approved, &opened.run_id, &VerifyPolicy::new(true))
         .await
         .map_err(code)?;
-    let cs = seal_stake(
-        &run,
-        Role::Caller,
-        vec![
-            StakeInput::bytes("request", b"pick one"),
-            StakeInput::bytes("data", b"a\nb"),
-        ],
-    )
-    .map_err(code)?;
-    client
-        .stake(&run, Role::Caller, cs, caller)
-        .await
-        .map_err(code)?;
-    let os = seal_stake(
-        &run,
-        Role::Owner,
-        vec![
-            StakeInput::bytes("body", b"be brief"),
-            StakeInput::bytes("model", b"m"),
-        ],
-    )
-    .map_err(code)?;
-    client
-        .stake(&run, Role::Owner, os, owner)
-        .await
-        .map_err(code)?;
-    client
-        .submit(&opened.run_id, &approved.hash, Role::Caller, caller)
-        .await
-        .map_err(code)?;
-    client
-        .submit(&opened.run_id, &approved.hash, Role::Owner, owner)
-        .await
-        .map_err(code)?;
+    let parties = [
+        (
+            Role::Caller,
+            caller,
+            [("request", &b"pick one"[..]), ("data", b"a\nb")],
+        ),
+        (Role::Owner, owner, [("body", b"be brief"), ("model", b"m")]),
+    ];
+    for (role, key, inputs) in &parties {
+        let inputs = inputs
+            .iter()
+            .map(|(name, value)| StakeInput::bytes(name, value))
+            .collect();
+        let sealed = seal_stake(&run, *role, inputs).map_err(code)?;
+        client.stake(&run, *role, sealed, key).await.map_err(code)?;
+    }
+    for (role, key, _) in &parties {
+        client
+            .submit(&opened.run_id, &approved.hash, *role, key)
+            .await
+            .map_err(code)?;
+    }
     let view = client
         .wait_result(&opened.run_id, Duration::from_secs(30))
         .await

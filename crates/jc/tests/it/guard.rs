@@ -152,7 +152,7 @@ impl Provider for Recording {
 
 #[tokio::test]
 async fn a_body_with_a_malformed_marker_fails_the_run_with_its_code() {
-    let f = start_with(Arc::new(EchoProvider { fixed: None }), BoxConfig::default()).await;
+    let f = start(None).await;
     let p = guarded(f.program(), Action::Withhold);
     let (_, run) = f.open(&p).await;
     f.run_all(&run, "hi", "The gate code is [[secret:PELICAN-42 and more.")

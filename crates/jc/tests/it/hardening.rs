@@ -118,15 +118,12 @@ async fn a_program_whose_two_parties_are_one_key_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
-    let f = start_with(
-        Arc::new(EchoProvider { fixed: None }),
-        BoxConfig {
-            // Room for the fixture program's limits (about 17 KiB) beside nothing held, and
-            // for one 7 KiB upload being read (3 x 7 KiB), not for that and anything more.
-            stake_budget_bytes: 24 * 1024,
-            ..BoxConfig::default()
-        },
-    )
+    let f = start_echo(BoxConfig {
+        // Room for the fixture program's limits (about 17 KiB) beside nothing held, and
+        // for one 7 KiB upload being read (3 x 7 KiB), not for that and anything more.
+        stake_budget_bytes: 24 * 1024,
+        ..BoxConfig::default()
+    })
     .await;
     // Opens reserve nothing: two fit.
     let (_, first) = f.open(&f.program()).await;
@@ -142,39 +139,26 @@ async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
     let mut upload = RawStake::start(&f.url, &first.run_id, &action, 7 * 1024).await;
     upload.wr.write_all(&[0; 10]).await.expect("part");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let e = f
-        .client
-        .stake(
-            &second,
-            Role::Caller,
-            f.caller_stake(&second, "hi", b"a"),
-            &f.caller,
-        )
-        .await
-        .expect_err("over budget");
+    // The second run's caller stake and a fresh program's open: asked while the upload holds
+    // its memory, and again after.
+    let stake_second = async || {
+        let stake = f.caller_stake(&second, "hi", b"a");
+        f.client
+            .stake(&second, Role::Caller, stake, &f.caller)
+            .await
+    };
+    let open_fresh = async || f.client.open(&f.approve(&f.program())).await;
+    let e = stake_second().await.expect_err("over budget");
     assert_eq!(remote_code(&e), "busy");
-    let e = f
-        .client
-        .open(&f.approve(&f.program()))
+    let e = open_fresh()
         .await
         .expect_err("its limits do not fit beside what is held");
     assert_eq!(remote_code(&e), "busy");
     // A cut upload gives its memory back.
     drop(upload);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    f.client
-        .stake(
-            &second,
-            Role::Caller,
-            f.caller_stake(&second, "hi", b"a"),
-            &f.caller,
-        )
-        .await
-        .expect("room again");
-    f.client
-        .open(&f.approve(&f.program()))
-        .await
-        .expect("room again");
+    stake_second().await.expect("room again");
+    open_fresh().await.expect("room again");
 }
 
 /// A provider whose error quotes its input.
@@ -513,13 +497,10 @@ async fn open_then_delete_leaves_nothing_behind_once_the_horizon_passed() {
         burst: 1e9,
         per_sec: 1e9,
     };
-    let core = core_with(
-        Arc::new(EchoProvider { fixed: None }),
-        BoxConfig {
-            key_rate: unlimited,
-            ..BoxConfig::default()
-        },
-    )
+    let core = echo_core(BoxConfig {
+        key_rate: unlimited,
+        ..BoxConfig::default()
+    })
     .with_spent_log(&list, now)
     .expect("list");
     let f = start(None).await;
@@ -596,13 +577,10 @@ async fn two_uploads_for_one_run_and_role_at_once_one_is_refused() {
 async fn a_box_with_an_allow_list_opens_only_programs_of_its_listed_keys() {
     let f = start(None).await;
     let owner_hex = skillbox_jc::dsse::key_hex(&f.owner.verifying_key());
-    let g = start_with(
-        Arc::new(EchoProvider { fixed: None }),
-        BoxConfig {
-            allowed_keys: Some(vec![owner_hex]),
-            ..BoxConfig::default()
-        },
-    )
+    let g = start_echo(BoxConfig {
+        allowed_keys: Some(vec![owner_hex]),
+        ..BoxConfig::default()
+    })
     .await;
     // Two fresh keys: refused.
     let (c, o) = (fresh_key(), fresh_key());
@@ -626,13 +604,10 @@ async fn opens_past_a_clients_rate_and_a_keys_rate_are_refused() {
         burst: 3.0,
         per_sec: 0.001,
     };
-    let f = start_with(
-        Arc::new(EchoProvider { fixed: None }),
-        BoxConfig {
-            client_rate: slow,
-            ..BoxConfig::default()
-        },
-    )
+    let f = start_echo(BoxConfig {
+        client_rate: slow,
+        ..BoxConfig::default()
+    })
     .await;
     three_opens_then_limited(&f, "a fourth from this address").await;
     // Another address still opens.
@@ -645,13 +620,10 @@ async fn opens_past_a_clients_rate_and_a_keys_rate_are_refused() {
         .expect("send");
     assert_eq!(r.status(), 201);
     // Per key: the same two keys from any address.
-    let g = start_with(
-        Arc::new(EchoProvider { fixed: None }),
-        BoxConfig {
-            key_rate: slow,
-            ..BoxConfig::default()
-        },
-    )
+    let g = start_echo(BoxConfig {
+        key_rate: slow,
+        ..BoxConfig::default()
+    })
     .await;
     three_opens_then_limited(&g, "a fourth by these keys").await;
 }
@@ -671,13 +643,10 @@ async fn three_opens_then_limited(f: &Fixture, what: &str) {
 
 #[tokio::test]
 async fn a_run_nobody_stakes_in_gives_its_slot_back() {
-    let core = core_with(
-        Arc::new(EchoProvider { fixed: None }),
-        BoxConfig {
-            max_runs: 1,
-            ..BoxConfig::default()
-        },
-    );
+    let core = echo_core(BoxConfig {
+        max_runs: 1,
+        ..BoxConfig::default()
+    });
     let f = start(None).await;
     let now = skillbox_jc::run::now_secs();
     let idle = core.open(&f.approve(&f.program()), now).expect("open");

@@ -45,21 +45,18 @@ async fn a_box_signing_with_another_key_than_the_pinned_one_is_refused() {
 #[tokio::test]
 async fn the_provider_table_is_bound_and_checked_against_the_program_and_the_pins() {
     let f = start(None).await;
-    let Attested {
-        approved,
-        run_id,
-        nonce,
-        attestation: att,
-    } = f.open_attested(&f.program()).await;
+    let opened = f.open_attested(&f.program()).await;
+    let att = &opened.attestation;
     assert_eq!(
         att.providers.get("local").map(String::as_str),
         Some(IN_PROCESS)
     );
     let policy = VerifyPolicy::new(true);
     let check = |a: &skillbox_jc::attest::Attestation, p: &VerifyPolicy| {
-        verify_attestation(a, &approved, &run_id, &nonce, p, now_secs())
+        let o = &opened;
+        verify_attestation(a, &o.approved, &o.run_id, &o.nonce, p, now_secs())
     };
-    check(&att, &policy).expect("as served, it verifies");
+    check(att, &policy).expect("as served, it verifies");
 
     // A table other than the one the statement binds.
     let mut shown = att.clone();
@@ -78,7 +75,7 @@ async fn the_provider_table_is_bound_and_checked_against_the_program_and_the_pin
     // This party pins no such host for the provider: refused.
     let strict = VerifyPolicy::new(true).with_provider_hosts(Arc::new(|_, _| false));
     assert!(matches!(
-        check(&att, &strict),
+        check(att, &strict),
         Err(JcError::ProviderHostNotPinned)
     ));
 }
@@ -90,12 +87,8 @@ async fn the_provider_table_is_bound_and_checked_against_the_program_and_the_pin
 async fn the_configuration_shown_is_the_one_the_statement_binds() {
     use skillbox_jc::attest::{Attester as _, BoxConfiguration, Statement};
     let f = start(None).await;
-    let Attested {
-        approved,
-        run_id,
-        nonce,
-        attestation: att,
-    } = f.open_attested(&f.program()).await;
+    let opened = f.open_attested(&f.program()).await;
+    let att = &opened.attestation;
     let served: Statement = att.statement().expect("statement").1;
     let dev = InsecureDevAttester::with_measurement(served.measurement.clone());
     // Signed afresh (a software key: this party pins none) with `bound` in the statement and
@@ -108,14 +101,9 @@ async fn the_configuration_shown_is_the_one_the_statement_binds() {
         let mut a = dev.attest(&st).expect("attests");
         a.providers = att.providers.clone();
         a.config = shown.cloned();
-        verify_attestation(
-            &a,
-            &approved,
-            &run_id,
-            &nonce,
-            &VerifyPolicy::new(true),
-            now_secs(),
-        )
+        let o = &opened;
+        let policy = VerifyPolicy::new(true);
+        verify_attestation(&a, &o.approved, &o.run_id, &o.nonce, &policy, now_secs())
     };
     let config = BoxConfiguration::new(att.providers.clone(), None);
     attest(Some(&config), Some(&config)).expect("bound and shown");
