@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use skillbox_jc::client::{StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{approved_program, sign_program};
+use skillbox_jc::dsse::approved_program;
 use skillbox_jc::program::*;
 use skillbox_jc::run::{BoxConfig, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
@@ -92,13 +92,14 @@ fn main() {
             local,
             last: Mutex::new(None),
         });
+        let f = box_fixture::start_with(observed.clone(), BoxConfig::default()).await;
         let box_fixture::Fixture {
             client,
             caller,
             owner,
             policy,
             ..
-        } = box_fixture::start_with(observed.clone(), BoxConfig::default()).await;
+        } = &f;
         let request = b"Write a long story about the sea and an old sailor.".to_vec();
         let body = b"You are a storyteller. Answer with a story.".to_vec();
 
@@ -106,44 +107,32 @@ fn main() {
         let mut usage = Vec::new();
         for i in 0..3 {
             let result_key = HpkeKeyPair::generate();
-            let p = program(&caller, &owner, &result_key, i);
-            let mut env = sign_program(&p, &caller).expect("sign");
-            env.sign(&owner).expect("sign");
+            let env = f.approve(&program(caller, owner, &result_key, i));
             let approved = approved_program(&env).expect("approved");
             let t = Instant::now();
             let opened = client.open(&env).await.expect("open");
-            let c_run = client
-                .attest(&approved, &opened.run_id, &policy)
-                .await
-                .expect("attest");
-            let o_run = client
-                .attest(&approved, &opened.run_id, &policy)
-                .await
-                .expect("attest");
-            let cs = seal_stake(
-                &c_run,
-                Role::Caller,
-                vec![StakeInput::bytes("request", &request)],
-            )
-            .expect("seal");
-            let os = seal_stake(&o_run, Role::Owner, vec![StakeInput::bytes("body", &body)])
-                .expect("seal");
-            client
-                .stake(&c_run, Role::Caller, cs, &caller)
-                .await
-                .expect("stake");
-            client
-                .stake(&o_run, Role::Owner, os, &owner)
-                .await
-                .expect("stake");
-            client
-                .submit(&opened.run_id, &approved.hash, Role::Caller, &caller)
-                .await
-                .expect("submit");
-            client
-                .submit(&opened.run_id, &approved.hash, Role::Owner, &owner)
-                .await
-                .expect("submit");
+            // Each party attests the run for itself, then seals its stake to it and submits.
+            let attest = async || {
+                client
+                    .attest(&approved, &opened.run_id, policy)
+                    .await
+                    .expect("attest")
+            };
+            let (c_run, o_run) = (attest().await, attest().await);
+            for (run, role, key, name, value) in [
+                (&c_run, Role::Caller, caller, "request", &request),
+                (&o_run, Role::Owner, owner, "body", &body),
+            ] {
+                let sealed =
+                    seal_stake(run, role, vec![StakeInput::bytes(name, value)]).expect("seal");
+                client.stake(run, role, sealed, key).await.expect("stake");
+            }
+            for (role, key) in [(Role::Caller, caller), (Role::Owner, owner)] {
+                client
+                    .submit(&opened.run_id, &approved.hash, role, key)
+                    .await
+                    .expect("submit");
+            }
             let view = client
                 .wait_result(&opened.run_id, Duration::from_secs(600))
                 .await
@@ -165,7 +154,7 @@ fn main() {
                 output.answer.len()
             );
             client
-                .delete(&opened.run_id, &approved.hash, Role::Caller, &caller)
+                .delete(&opened.run_id, &approved.hash, Role::Caller, caller)
                 .await
                 .expect("delete");
             calls.push(elapsed);
