@@ -712,17 +712,14 @@ fn main() -> ExitCode {
         &["--local-parallel", &parallel],
     );
     eprintln!("box at {}", bx.url);
-    let env = [("SKILLBOX_LOG", "warn")];
-    let mut on = init_node(root.path(), "owner-on", &bx.url, None, unlimited(true));
-    on.start(&env);
-    let mut off = init_node(
-        root.path(),
-        "owner-off",
-        &bx.url,
-        Some(&on.p2p_addr()),
-        unlimited(false),
-    );
-    off.start(&env);
+    // A node started beside the box, its guard on or off, bootstrapped from `boot`.
+    let started = |name: &str, boot: Option<&str>, guard: bool| {
+        let mut node = init_node(root.path(), name, &bx.url, boot, unlimited(guard));
+        node.start(&[("SKILLBOX_LOG", "warn")]);
+        node
+    };
+    let on = started("owner-on", None, true);
+    let off = started("owner-off", Some(&on.p2p_addr()), false);
     eprintln!("owners up: {} {}", on.base, off.base);
     for owner in [&on, &off] {
         let api = owner.api();
@@ -732,14 +729,7 @@ fn main() -> ExitCode {
             api.add_skill(&skill_doc(&name, &secrets[k], local, model_bytes));
         }
     }
-    let mut caller = init_node(
-        root.path(),
-        "caller",
-        &bx.url,
-        Some(&on.p2p_addr()),
-        unlimited(true),
-    );
-    caller.start(&env);
+    let caller = started("caller", Some(&on.p2p_addr()), true);
     eprintln!("skills added, caller up at {}", caller.base);
     let capi = caller.api();
     // Calls go point to point: the caller dials the second owner too (the board reaches it

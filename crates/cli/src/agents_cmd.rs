@@ -115,14 +115,8 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
         change.insert("limits".into(), Value::Object(limits));
     }
     let body = serde_json::to_vec(&Value::Object(change)).context("encoding the change")?;
-    let Some(b) = ask(
-        global,
-        reqwest::Method::PATCH,
-        &format!("/skills/{}", args.name),
-        Some(("application/json", body)),
-        args.json,
-    )?
-    else {
+    let (path, body) = (format!("/skills/{}", args.name), ("application/json", body));
+    let Some(b) = ask(global, reqwest::Method::PATCH, &path, Some(body), args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
     say!(

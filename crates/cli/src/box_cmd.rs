@@ -175,13 +175,7 @@ fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
 }
 
 pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::init_logs("info", None);
     if let Some(platform) = &args.attester {
         return run_hardware(global, &args, platform);
     }

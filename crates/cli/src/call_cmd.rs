@@ -9,7 +9,7 @@ use anyhow::Context;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::node_cmd::{Client, print_json};
+use crate::node_cmd::{Client, listed, print_json};
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -84,6 +84,19 @@ pub struct DecideArgs {
 
 /// A path segment or query value, percent-encoded.
 pub(crate) use skillbox_node::api::url_component as enc;
+
+/// `base`, with `?k=v&…` for the filters given (values percent-encoded).
+pub(crate) fn query_path(base: &str, filters: &[(&str, &Option<String>)]) -> String {
+    let q: Vec<String> = filters
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", enc(v))))
+        .collect();
+    if q.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", q.join("&"))
+    }
+}
 
 fn terminal(state: &str) -> bool {
     matches!(state, "answered" | "ran" | "failed")
@@ -260,28 +273,16 @@ pub fn run_call(global: &crate::Global, args: CallArgs) -> anyhow::Result<ExitCo
 
 pub fn run_calls(global: &crate::Global, args: CallsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::from_data_dir(global)?;
-    let mut q: Vec<String> = Vec::new();
-    for (k, v) in [
+    let filters = [
         ("state", &args.state),
         ("role", &args.role),
         ("peer", &args.peer),
-    ] {
-        if let Some(v) = v {
-            q.push(format!("{k}={}", enc(v)));
-        }
-    }
-    let path = if q.is_empty() {
-        "/calls".to_owned()
-    } else {
-        format!("/calls?{}", q.join("&"))
-    };
+    ];
+    let path = query_path("/calls", &filters);
     let Some(body) = client.ask(Method::GET, &path, None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let calls = body["calls"].as_array().cloned().unwrap_or_default();
-    if calls.is_empty() {
-        say!("no calls");
-    }
+    let calls = listed(&body["calls"], "no calls");
     for c in &calls {
         say!("{}", line(c));
     }

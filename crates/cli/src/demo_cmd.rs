@@ -347,15 +347,9 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     };
     say!();
     if c["state"] != "answered" {
-        say!(
-            "call failed: {} ({})",
-            c.pointer("/failure/message")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-            c.pointer("/failure/code")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        );
+        let failure = &c["failure"];
+        let text = |k: &str| failure[k].as_str().unwrap_or("").to_owned();
+        say!("call failed: {} ({})", text("message"), text("code"));
         return Ok(ExitCode::from(1));
     }
     say!("answer (only the caller can open it):");

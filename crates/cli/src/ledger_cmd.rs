@@ -10,7 +10,7 @@ use reqwest::Method;
 use serde_json::Value;
 use skillbox_node::ledger::{self, Line};
 
-use crate::call_cmd::enc;
+use crate::call_cmd::query_path;
 use crate::node_cmd::{Client, print_json};
 use skillbox_node::store::rfc3339;
 
@@ -73,22 +73,13 @@ pub fn run(global: &crate::Global, args: LedgerArgs) -> anyhow::Result<ExitCode>
         Some(LedgerCommand::Head) => return head(global),
         None => {}
     }
-    let mut q: Vec<String> = Vec::new();
-    for (k, v) in [
+    let filters = [
         ("source", &args.source),
         ("peer", &args.peer),
         ("call", &args.call),
         ("since", &args.since),
-    ] {
-        if let Some(v) = v {
-            q.push(format!("{k}={}", enc(v)));
-        }
-    }
-    let path = if q.is_empty() {
-        "/ledger".to_owned()
-    } else {
-        format!("/ledger?{}", q.join("&"))
-    };
+    ];
+    let path = query_path("/ledger", &filters);
     let client = Client::from_data_dir(global)?;
     let body = client.send(Method::GET, &path, None)?.body;
     let format = if args.json {

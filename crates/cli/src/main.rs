@@ -122,6 +122,21 @@ enum Command {
     Mcp(mcp_cmd::McpArgs),
 }
 
+/// Logs to stderr at `SKILLBOX_LOG`'s level (else `default`); `ansi` colours them when given
+/// (the MCP server's stderr is an agent tool's log, never coloured), else the library decides.
+fn init_logs(default: &str, ansi: Option<bool>) {
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .with_writer(std::io::stderr);
+    let _ = match ansi {
+        Some(ansi) => logs.with_ansi(ansi).try_init(),
+        None => logs.try_init(),
+    };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -20,14 +20,7 @@ pub struct McpArgs {
 }
 
 pub fn run(global: &crate::Global, args: McpArgs) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .try_init();
+    crate::init_logs("warn", Some(false));
     let dir = DataDir::new(global.data_dir());
     let token = dir.load_api_token()?;
     let max_request_bytes = dir

@@ -87,14 +87,7 @@ pub struct NodeArgs {
 }
 
 pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCode> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+    crate::init_logs("info", Some(std::io::stderr().is_terminal()));
     let data_dir = global.data_dir();
     let node = Node::open(&data_dir)
         .with_context(|| format!("cannot start the node in {}", data_dir.display()))?;
@@ -422,11 +415,7 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
         }
         SourceCommand::List { json } => {
             if let Some(body) = client.ask(reqwest::Method::GET, "/sources", None, json)? {
-                let list = body["sources"].as_array().cloned().unwrap_or_default();
-                if list.is_empty() {
-                    say!("no sources");
-                }
-                for s in list {
+                for s in listed(&body["sources"], "no sources") {
                     say!(
                         "{:<32} {:<6} {:>10} bytes  {:<9}  {}",
                         s["name"].as_str().unwrap_or(""),
@@ -526,6 +515,15 @@ pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
+/// The items of a JSON array the node listed, after saying `empty` when there are none.
+pub(crate) fn listed(v: &Value, empty: &str) -> Vec<Value> {
+    let items = v.as_array().cloned().unwrap_or_default();
+    if items.is_empty() {
+        say!("{empty}");
+    }
+    items
+}
+
 /// The strings of a JSON array (absent or non-string items are skipped).
 fn str_list(v: &Value) -> Vec<&str> {
     v.as_array()
@@ -548,11 +546,7 @@ pub fn skill_list(global: &crate::Global, args: SkillListArgs) -> anyhow::Result
     let Some(body) = ask(global, reqwest::Method::GET, "/skills", None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let list = body["skills"].as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
-        say!("no skills");
-    }
-    for s in list {
+    for s in listed(&body["skills"], "no skills") {
         let state = if s["offered"] == Value::Bool(true) {
             "offered".to_owned()
         } else {
@@ -569,14 +563,8 @@ pub fn skill_list(global: &crate::Global, args: SkillListArgs) -> anyhow::Result
 }
 
 pub fn skill_show(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result<ExitCode> {
-    let Some(b) = ask(
-        global,
-        reqwest::Method::GET,
-        &format!("/skills/{}", args.name),
-        None,
-        args.json,
-    )?
-    else {
+    let path = format!("/skills/{}", args.name);
+    let Some(b) = ask(global, reqwest::Method::GET, &path, None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
     say!(
@@ -639,11 +627,8 @@ pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<Exit
     let Some(body) = ask(global, reqwest::Method::GET, "/board", None, args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let rows = body["board"].as_array().cloned().unwrap_or_default();
-    if rows.is_empty() {
-        say!("the board is empty (no peer offers a skill right now)");
-    }
-    for r in rows {
+    let empty = "the board is empty (no peer offers a skill right now)";
+    for r in listed(&body["board"], empty) {
         let sources: Vec<&str> = str_list(&r["requiredSources"]);
         say!(
             "{:<52} {:<24} {:<12} {:>4}s  {}{}",
@@ -671,11 +656,7 @@ pub fn run_peers(global: &crate::Global, args: PeersArgs) -> anyhow::Result<Exit
     for a in body["listenAddrs"].as_array().into_iter().flatten() {
         say!("listening on {}", a.as_str().unwrap_or(""));
     }
-    let peers = body["peers"].as_array().cloned().unwrap_or_default();
-    if peers.is_empty() {
-        say!("no connected peers");
-    }
-    for p in peers {
+    for p in listed(&body["peers"], "no connected peers") {
         let addrs: Vec<&str> = str_list(&p["addresses"]);
         say!(
             "{:<52} {}",
