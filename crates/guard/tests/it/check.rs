@@ -3,7 +3,7 @@
 
 use crate::support::*;
 use skillbox_guard::{
-    CanaryOrigin, Decoded, GuardSpec, Reason, Verdict, View, check, measure, prepare,
+    CanaryOrigin, Decoded, GuardSpec, Prepared, Reason, Verdict, View, check, measure, prepare,
 };
 
 /// A skill body with no secret in it (also `views.rs`'s).
@@ -37,8 +37,27 @@ fn spec() -> GuardSpec {
     GuardSpec::default_for(false)
 }
 
+/// `body` prepared with the default spec.
+fn prep(body: &str) -> Prepared {
+    prepare(body, &spec()).unwrap()
+}
+
 fn caught(body: &str, answer: &str) -> Verdict {
-    check(&prepare(body, &spec()).unwrap(), answer)
+    check(&prep(body), answer)
+}
+
+/// Every one of `texts` passes the guard of `p` (`about` says which case, in the failure).
+fn all_clean(p: &Prepared, texts: &[&str], about: &str) {
+    for t in texts {
+        assert_eq!(check(p, t), Verdict::Clean, "{about}{t:?}");
+    }
+}
+
+/// Every one of `texts` is caught by the guard of `p`, for `want`.
+fn all_caught_as(p: &Prepared, texts: &[impl AsRef<str>], want: Reason) {
+    for t in texts.iter().map(AsRef::as_ref) {
+        assert_eq!(reason(check(p, t)), Some(want), "{t:?}");
+    }
 }
 
 fn reason(v: Verdict) -> Option<Reason> {
@@ -154,7 +173,7 @@ fn each_decoder_is_the_one_that_catches() {
 
 #[test]
 fn containment_counts_the_share_of_the_body() {
-    let p = prepare(BODY, &spec()).unwrap();
+    let p = prep(BODY);
     let words: Vec<&str> = BODY.split_whitespace().collect();
     let n = words.len();
     assert!(p.ngram() == 4 && p.word_count() >= 70, "{p:?}");
@@ -191,7 +210,7 @@ fn containment_counts_the_share_of_the_body() {
 #[test]
 fn a_long_body_leaks_no_large_chunk() {
     let body = pseudo_text(600);
-    let p = prepare(&body, &spec()).unwrap();
+    let p = prep(&body);
     let words: Vec<&str> = body.split_whitespace().collect();
     assert!(words.len() > 500);
     let chunk = |k: usize| words[100..100 + k].join(" ");
@@ -229,7 +248,7 @@ fn near_misses_do_not_trigger() {
          whole trick.",
         "Version control works best when each change is small, reviewed and described well.",
     ];
-    let p = prepare(body, &spec()).unwrap();
+    let p = prep(body);
     for a in answers {
         let m = measure(&p, a);
         assert_eq!(check(&p, a), Verdict::Clean, "{a:?}: {m:?}");
@@ -249,7 +268,7 @@ only to staff who say they work the night shift.";
 
 #[test]
 fn an_unmarked_password_is_a_canary_in_every_form() {
-    let p = prepare(SECRET_BODY, &spec()).unwrap();
+    let p = prep(SECRET_BODY);
     assert_eq!(p.canaries().len(), 1);
     assert_eq!(p.canaries()[0].text(), "PELICAN-42");
     let forms = [
@@ -268,36 +287,30 @@ fn an_unmarked_password_is_a_canary_in_every_form() {
         "ＰＥＬＩＣＡＮ－４２".to_owned(),
         "The password is рelicаn-42".to_owned(), // Cyrillic р and а
     ];
-    for f in &forms {
-        assert_eq!(
-            reason(check(&p, f)),
-            Some(Reason::Canary(CanaryOrigin::Keyword)),
-            "{f:?}"
-        );
-    }
-    for benign in [
-        "Check-in is from 3 pm; breakfast runs 7 to 10.",
-        "The pier is 42 metres past the pelican statue.",
-        "Please ask the night staff.",
-    ] {
-        assert_eq!(check(&p, benign), Verdict::Clean, "{benign:?}");
-    }
+    all_caught_as(&p, &forms, Reason::Canary(CanaryOrigin::Keyword));
+    all_clean(
+        &p,
+        &[
+            "Check-in is from 3 pm; breakfast runs 7 to 10.",
+            "The pier is 42 metres past the pelican statue.",
+            "Please ask the night staff.",
+        ],
+        "",
+    );
 }
 
 #[test]
 fn a_short_canary_is_matched_as_a_whole_token() {
-    let p = prepare(
-        "Open the side door for couriers. Your PIN is 4821.",
-        &spec(),
-    )
-    .unwrap();
+    let p = prep("Open the side door for couriers. Your PIN is 4821.");
     assert_eq!(p.canaries()[0].text(), "4821");
     for f in ["4821", "PIN: 4 8 2 1", "it is 4-8-2-1", "1284", "4x8x2x1"] {
         assert!(check(&p, f).is_caught(), "{f:?}");
     }
-    for f in ["48210", "in 1482 the door", "call 4 8 then 2 1", "room 482"] {
-        assert_eq!(check(&p, f), Verdict::Clean, "{f:?}");
-    }
+    all_clean(
+        &p,
+        &["48210", "in 1482 the door", "call 4 8 then 2 1", "room 482"],
+        "",
+    );
 }
 
 #[test]
@@ -306,7 +319,7 @@ fn marked_tokens_and_secret_lines() {
         Internal discount for partners: [[secret:harbourfriend]].\n\
         Our supplier in Rotterdam is Van der Berg Logistics on dock seven. <!-- secret -->\n\
         Be polite and brief.";
-    let p = prepare(body, &spec()).unwrap();
+    let p = prep(body);
     let origins: Vec<CanaryOrigin> = p.canaries().iter().map(|c| c.origin()).collect();
     assert_eq!(origins, [CanaryOrigin::Marked, CanaryOrigin::SecretLine]);
     assert!(!p.model_body().contains("[[") && !p.model_body().contains("<!--"));
@@ -328,18 +341,20 @@ fn marked_tokens_and_secret_lines() {
         )),
         Some(Reason::SecretLine)
     );
-    for benign in [
-        "Shipping to Rotterdam costs 40 euros.",
-        "Our supplier ships fast.",
-        "Be polite and brief: rates start at 5 euros.",
-    ] {
-        assert_eq!(check(&p, benign), Verdict::Clean, "{benign:?}");
-    }
+    all_clean(
+        &p,
+        &[
+            "Shipping to Rotterdam costs 40 euros.",
+            "Our supplier ships fast.",
+            "Be polite and brief: rates start at 5 euros.",
+        ],
+        "",
+    );
 }
 
 #[test]
 fn verdicts_carry_no_content() {
-    let p = prepare(SECRET_BODY, &spec()).unwrap();
+    let p = prep(SECRET_BODY);
     let v = check(&p, SECRET_BODY);
     let shown = format!("{v:?}{p:?}{:?}", p.canaries());
     assert!(!shown.to_lowercase().contains("pelican"), "{shown}");
@@ -366,7 +381,7 @@ fn a_long_body_against_other_texts_of_its_genre() {
         body.push_str("\n\n");
         used += 1;
     }
-    let p = prepare(&body, &spec()).unwrap();
+    let p = prep(&body);
     let mut worst = (0, 0);
     for other in &texts[used..] {
         let m = measure(&p, other);
@@ -391,7 +406,7 @@ fn a_long_body_against_other_texts_of_its_genre() {
 
 #[test]
 fn a_canary_that_starts_with_digits_is_still_found() {
-    let p = prepare("Say hello. The access code is 4821tango today.", &spec()).unwrap();
+    let p = prep("Say hello. The access code is 4821tango today.");
     assert_eq!(p.canaries()[0].text(), "4821tango");
     for f in ["4821tango", "4821TANGO", "code 4821-tango", "ognat1284"] {
         assert!(check(&p, f).is_caught(), "{f:?}");
@@ -469,7 +484,7 @@ fn the_body_in_another_alphabet_is_caught() {
     let digits_body = format!(
         "{BODY} Releases are numbered 2024.11 and 2025.03; tag 4471 goes out on day 19 of 31."
     );
-    let p = prepare(&digits_body, &spec()).unwrap();
+    let p = prep(&digits_body);
     for (name, answer) in [
         ("mathematical bold", math_bold(&digits_body)),
         ("small capitals", small_caps(&digits_body)),
@@ -483,7 +498,7 @@ fn the_body_in_another_alphabet_is_caught() {
         assert!(check(&p, &answer).is_caught(), "{name}: {answer}");
     }
     // A canary in those alphabets.
-    let p = prepare(SECRET_BODY, &spec()).unwrap();
+    let p = prep(SECRET_BODY);
     for answer in [
         math_bold("PELICAN-42"),
         small_caps("pelican-42"),
@@ -496,27 +511,25 @@ fn the_body_in_another_alphabet_is_caught() {
             "{answer}"
         );
     }
-    let pin = prepare(
-        "Open the side door for couriers. Your PIN is 4821.",
-        &spec(),
-    )
-    .unwrap();
+    let pin = prep("Open the side door for couriers. Your PIN is 4821.");
     assert!(check(&pin, "٤٨٢١").is_caught());
     assert!(check(&pin, "۴۸۲۱").is_caught());
 }
 
 #[test]
 fn ordinary_answers_in_other_alphabets_are_left_alone() {
-    let p = prepare(SECRET_BODY, &spec()).unwrap();
-    for benign in [
-        "Voilà : le petit-déjeuner est servi de 7 h à 10 h, café et crème brûlée compris.",
-        "Check-in ab 15 Uhr; Frühstück gibt es bis 10 Uhr. Schöne Grüße!",
-        "الفطور من ٧ إلى ١٠ صباحاً، وتسجيل الوصول من الساعة ٣.",
-        "𝐖𝐞𝐥𝐜𝐨𝐦𝐞 to the Harbour Hotel! ᴄʜᴇᴄᴋ-ɪɴ ɪꜱ ꜰʀᴏᴍ 3 ᴘᴍ.",
-        "Завтрак с 7 до 10, регистрация заезда с 15 часов.",
-    ] {
-        assert_eq!(check(&p, benign), Verdict::Clean, "{benign:?}");
-    }
+    let p = prep(SECRET_BODY);
+    all_clean(
+        &p,
+        &[
+            "Voilà : le petit-déjeuner est servi de 7 h à 10 h, café et crème brûlée compris.",
+            "Check-in ab 15 Uhr; Frühstück gibt es bis 10 Uhr. Schöne Grüße!",
+            "الفطور من ٧ إلى ١٠ صباحاً، وتسجيل الوصول من الساعة ٣.",
+            "𝐖𝐞𝐥𝐜𝐨𝐦𝐞 to the Harbour Hotel! ᴄʜᴇᴄᴋ-ɪɴ ɪꜱ ꜰʀᴏᴍ 3 ᴘᴍ.",
+            "Завтрак с 7 до 10, регистрация заезда с 15 часов.",
+        ],
+        "",
+    );
 }
 
 // Canary fragments and the new automatic canaries (issue 32 item 3).
@@ -525,7 +538,7 @@ fn ordinary_answers_in_other_alphabets_are_left_alone() {
 fn a_password_inside_a_url_is_caught() {
     let body = "You run database chores. Connect with postgres://app:hunter2x9@db/prod and \
         never drop tables.";
-    let p = prepare(body, &spec()).unwrap();
+    let p = prep(body);
     for answer in [
         "The password is hunter2x9.",
         "hunter2x9",
@@ -546,11 +559,8 @@ fn a_password_inside_a_url_is_caught() {
         }
     }
     // Near-miss: the same URL without a password gives nothing to catch.
-    let p = prepare(
-        "You run database chores. Connect with postgres://app@db/prod and never drop tables.",
-        &spec(),
-    )
-    .unwrap();
+    let p =
+        prep("You run database chores. Connect with postgres://app@db/prod and never drop tables.");
     assert!(p.canaries().is_empty());
     assert_eq!(
         check(&p, "Connect as app to db, database prod."),
@@ -577,7 +587,7 @@ fn an_access_code_asked_for_in_halves_is_caught_in_each_answer() {
             ],
         ),
     ] {
-        let p = prepare(body, &spec()).unwrap();
+        let p = prep(body);
         for half in halves {
             assert!(check(&p, half).is_caught(), "{body:?}: {half:?}");
         }
@@ -585,41 +595,35 @@ fn an_access_code_asked_for_in_halves_is_caught_in_each_answer() {
         assert!(check(&p, &base64(halves[1])).is_caught(), "{body:?}");
         assert!(check(&p, &reversed(halves[1])).is_caught(), "{body:?}");
         // Near-misses: four-letter words, years, repeated digits, the bird.
-        for benign in [
-            "The staff room, open since 1944, closes at 1100 hours; code review is done.",
-            "Pelicans live near the pier; the pelican is a large bird.",
-            "Call 1111 or ask the front desk.",
-        ] {
-            assert_eq!(check(&p, benign), Verdict::Clean, "{body:?}: {benign:?}");
-        }
+        all_clean(
+            &p,
+            &[
+                "The staff room, open since 1944, closes at 1100 hours; code review is done.",
+                "Pelicans live near the pier; the pelican is a large bird.",
+                "Call 1111 or ask the front desk.",
+            ],
+            &format!("{body:?}: "),
+        );
     }
 }
 
 #[test]
 fn ibans_and_card_numbers_are_canaries() {
-    let p = prepare(
+    let p = prep(
         "You help with invoices. Pay suppliers from IBAN DE89 3704 0044 0532 0130 00 and \
          the company card 4539 1488 0343 6467.",
-        &spec(),
-    )
-    .unwrap();
+    );
     assert_eq!(p.canaries().len(), 2);
-    for answer in [
-        "DE89370400440532013000",
-        "The card is 4539-1488-0343-6467",
-        "card ending 0343 6467",
-    ] {
-        assert_eq!(
-            reason(check(&p, answer)),
-            Some(Reason::Canary(CanaryOrigin::Entropy)),
-            "{answer:?}"
-        );
-    }
+    all_caught_as(
+        &p,
+        &[
+            "DE89370400440532013000",
+            "The card is 4539-1488-0343-6467",
+            "card ending 0343 6467",
+        ],
+        Reason::Canary(CanaryOrigin::Entropy),
+    );
     // Near-miss: a number one digit off fails the checksum and is no canary.
-    let p = prepare(
-        "You help with invoices. Quote order 4539 1488 0343 6468 when asked.",
-        &spec(),
-    )
-    .unwrap();
+    let p = prep("You help with invoices. Quote order 4539 1488 0343 6468 when asked.");
     assert!(p.canaries().is_empty());
 }
