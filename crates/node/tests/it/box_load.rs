@@ -7,20 +7,18 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::{TestNode, tagged_pair};
+use crate::support::{ProviderLog, tagged_pair};
 use serde_json::Value;
 use skillbox_jc::run::BoxConfig;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// An owner and a caller that both accept `boxes`, the owner offering `taste`.
-async fn pair(boxes: &[String]) -> (TestNode, TestNode) {
+/// `n` calls at once from a caller to an owner offering `taste`, both accepting `boxes`: each
+/// call's ended record of the caller and of the owner, once both nodes stopped. Every call was
+/// answered and ran exactly once at the provider.
+async fn answered_burst(provider: &ProviderLog, boxes: &[String], n: usize) -> Vec<(Value, Value)> {
     let accept = |c: &mut skillbox_node::Config| c.boxes.accept = boxes.to_vec();
-    tagged_pair(&boxes[0], "LOAD-1", accept).await
-}
-
-/// Start `n` calls at once and wait for all; each ended record of the caller and of the owner.
-async fn burst(owner: &TestNode, caller: &TestNode, n: usize) -> Vec<(Value, Value)> {
+    let (owner, caller) = tagged_pair(&boxes[0], "LOAD-1", accept).await;
     let mut ids = Vec::new();
     for i in 0..n {
         ids.push(
@@ -32,24 +30,27 @@ async fn burst(owner: &TestNode, caller: &TestNode, n: usize) -> Vec<(Value, Val
     let mut ended = Vec::new();
     for id in ids {
         let c = caller.wait_call(&id, LIMIT).await;
+        assert_eq!(c["state"], "answered", "{c}");
         let o = owner.wait_call(&id, LIMIT).await;
         ended.push((c, o));
     }
+    let ran = provider.0.lock().expect("provider log").len();
+    assert_eq!(ran, n, "each call ran exactly once");
+    caller.stop().await;
+    owner.stop().await;
     ended
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_calls_is_shared_by_the_boxes_both_sides_accept() {
-    let (provider_url, _provider) = support::provider_double(Duration::from_millis(400)).await;
+    let (provider_url, provider) = support::provider_double(Duration::from_millis(400)).await;
     let boxes = vec![
         support::start_box(&provider_url).await,
         support::start_box(&provider_url).await,
     ];
-    let (owner, caller) = pair(&boxes).await;
-    let ended = burst(&owner, &caller, 8).await;
+    let ended = answered_burst(&provider, &boxes, 8).await;
     let mut per_box = BTreeMap::<String, usize>::new();
     for (c, o) in &ended {
-        assert_eq!(c["state"], "answered", "{c}");
         assert_eq!(c["box"], o["box"], "both sides name the same box: {c} {o}");
         *per_box
             .entry(c["box"].as_str().unwrap_or_default().to_owned())
@@ -61,8 +62,6 @@ async fn a_burst_of_calls_is_shared_by_the_boxes_both_sides_accept() {
             "8 calls at once were not shared: {per_box:?}"
         );
     }
-    caller.stop().await;
-    owner.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -79,10 +78,8 @@ async fn a_busy_box_hands_the_call_to_another_before_anything_is_staked() {
     )
     .await;
     let open = support::start_box(&provider_url).await;
-    let (owner, caller) = pair(&[full.clone(), open.clone()]).await;
-    let ended = burst(&owner, &caller, 4).await;
+    let ended = answered_burst(&provider, &[full, open.clone()], 4).await;
     for (c, o) in &ended {
-        assert_eq!(c["state"], "answered", "{c}");
         assert_eq!(c["box"], open.as_str(), "{c}");
         assert_eq!(
             o["box"],
@@ -90,10 +87,6 @@ async fn a_busy_box_hands_the_call_to_another_before_anything_is_staked() {
             "the owner was told the box that ran: {o}"
         );
     }
-    let ran = provider.0.lock().expect("provider log").len();
-    assert_eq!(ran, 4, "each call ran exactly once");
-    caller.stop().await;
-    owner.stop().await;
 }
 
 /// The box's per-client rate (`--client-rate`) set so low that opens and stakes from the two
@@ -113,17 +106,11 @@ async fn a_rate_limited_box_is_retried_until_the_calls_are_answered() {
         },
     )
     .await;
-    let (owner, caller) = pair(std::slice::from_ref(&slow)).await;
     // Three calls at once need nine tokens (an open and two stakes each) from a bucket of two.
-    let ended = burst(&owner, &caller, 3).await;
-    for (c, o) in &ended {
-        assert_eq!(c["state"], "answered", "{c}");
+    let ended = answered_burst(&provider, &[slow], 3).await;
+    for (_, o) in &ended {
         assert_eq!(o["state"], "ran", "{o}");
     }
-    let ran = provider.0.lock().expect("provider log").len();
-    assert_eq!(ran, 3, "each call ran exactly once");
-    caller.stop().await;
-    owner.stop().await;
 }
 
 /// A box that serves only its operator's nodes (`--allow-key`) refuses this pair's programs
@@ -141,14 +128,9 @@ async fn a_box_that_refuses_the_program_hands_the_call_to_another() {
     )
     .await;
     let open = support::start_box(&provider_url).await;
-    let (owner, caller) = pair(&[closed.clone(), open.clone()]).await;
-    let ended = burst(&owner, &caller, 4).await;
+    let ended = answered_burst(&provider, &[closed, open.clone()], 4).await;
     for (c, o) in &ended {
-        assert_eq!(c["state"], "answered", "{c}");
         assert_eq!(c["box"], open.as_str(), "{c}");
         assert_eq!(o["state"], "ran", "{o}");
     }
-    assert_eq!(provider.0.lock().expect("provider log").len(), 4);
-    caller.stop().await;
-    owner.stop().await;
 }

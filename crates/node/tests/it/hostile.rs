@@ -109,6 +109,24 @@ async fn a_multibyte_box_measurement_is_answered_not_a_panic() {
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// The owner offers `taste` (its body `body`) again with the ceilings `limits` (SKILL.md lines
+/// under `limits:`), and the caller waits until its board shows them (`shown`).
+async fn reoffered_with(
+    w: &support::World,
+    body: &str,
+    limits: &str,
+    shown: impl Fn(&skillbox_skill::Limits) -> bool,
+) {
+    let doc = skill_doc("taste", body, &[]).replace(
+        "key: openai-key\n",
+        &format!("key: openai-key\nlimits:\n  {limits}\n"),
+    );
+    w.owner.add_skill(&doc).await;
+    w.caller
+        .wait_offer(&w.owner.peer_id, "taste", "limits", |s| shown(&s.limits))
+        .await;
+}
+
 fn start_body(peer: &str, request: &str, sources: Option<Value>) -> Value {
     let mut b = json!({"peer": peer, "skill": "taste", "request": request});
     if let Some(s) = sources {
@@ -247,16 +265,8 @@ async fn the_shipped_consent_asks_before_disclosure_and_remembers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_owners_ceilings_are_met_at_the_caller_and_enforced_by_the_owner() {
     let w = world("BODY-H3", "sk-H3", &[], |_| {}, |_| {}).await;
-    let doc = skill_doc("taste", "BODY-H3", &[]).replace(
-        "key: openai-key\n",
-        "key: openai-key\nlimits:\n  maxRequestBytes: 64\n  maxOutputBytes: 512\n  callsPerPeerPerDay: 1\n",
-    );
-    w.owner.add_skill(&doc).await;
-    w.caller
-        .wait_offer(&w.owner.peer_id, "taste", "limits", |s| {
-            s.limits.max_request_bytes == Some(64)
-        })
-        .await;
+    let limits = "maxRequestBytes: 64\n  maxOutputBytes: 512\n  callsPerPeerPerDay: 1";
+    reoffered_with(&w, "BODY-H3", limits, |l| l.max_request_bytes == Some(64)).await;
     let peer = w.owner.peer_id.clone();
     let a = w
         .caller
@@ -443,12 +453,14 @@ async fn finished_calls_are_pruned_with_their_answer() {
     assert!(!names(&w.caller.get("/sources").await.body).contains(&answer));
 }
 
+const H9: &str = "BODY-H9 the critic listens for minor keys, slow tempos and long codas";
+
 /// A caller asks for the skill body and the provider obeys: the box withholds the answer, the
 /// owner's receipt says the guard acted, and the catch counts double against the peer's budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_extraction_the_model_obeys_is_withheld_and_counts_double() {
     let w = support::world_answering(
-        "BODY-H9 the critic listens for minor keys, slow tempos and long codas",
+        H9,
         "sk-H9",
         &[],
         support::Answering::Obedient,
@@ -456,21 +468,10 @@ async fn an_extraction_the_model_obeys_is_withheld_and_counts_double() {
         |_| {},
     )
     .await;
-    let doc = skill_doc(
-        "taste",
-        "BODY-H9 the critic listens for minor keys, slow tempos and long codas",
-        &[],
-    )
-    .replace(
-        "key: openai-key\n",
-        "key: openai-key\nlimits:\n  callsPerPeerPerDay: 2\n",
-    );
-    w.owner.add_skill(&doc).await;
-    w.caller
-        .wait_offer(&w.owner.peer_id, "taste", "limits", |s| {
-            s.limits.calls_per_peer_per_day == Some(2)
-        })
-        .await;
+    reoffered_with(&w, H9, "callsPerPeerPerDay: 2", |l| {
+        l.calls_per_peer_per_day == Some(2)
+    })
+    .await;
     let peer = w.owner.peer_id.clone();
     let id = w
         .caller
@@ -666,21 +667,15 @@ async fn sybils_holding_unstarted_calls_neither_spend_the_ceiling_nor_exceed_the
         |_| {},
     )
     .await;
-    let doc = skill_doc("taste", "BODY-H11", &[]).replace(
-        "key: openai-key\n",
-        "key: openai-key\nlimits:\n  callsPerDay: 1\n",
-    );
-    w.owner.add_skill(&doc).await;
+    reoffered_with(&w, "BODY-H11", "callsPerDay: 1", |l| {
+        l.calls_per_day == Some(1)
+    })
+    .await;
     let ceiling_shown = |a: &skillbox_peers::Advert| {
         a.skills
             .iter()
             .any(|s| s.name == "taste" && s.limits.calls_per_day == Some(1))
     };
-    w.caller
-        .wait_offer(&w.owner.peer_id, "taste", "limits", |s| {
-            s.limits.calls_per_day == Some(1)
-        })
-        .await;
     // Two Sybils, three requests each, never going further than `call.accepted`.
     let mut sybils = Vec::new();
     for seed in [81u8, 82] {
