@@ -168,23 +168,7 @@ impl<'p> Scan<'p> {
                 hit
             })
         };
-        let mut hit = None;
-        for w in text::words(text) {
-            hit = hit.or_else(|| check_runs(&w));
-        }
-        if hit.is_none() {
-            // Whitespace tokens with their separators folded away (`4821-tango`).
-            for tok in text.split_whitespace() {
-                if hit.is_none() && tok.chars().any(|c| !c.is_alphanumeric()) {
-                    hit = check_runs(&text::compact(tok));
-                }
-            }
-        }
-        if hit.is_none() {
-            for w in text::words(&decode::unspace(text)) {
-                hit = hit.or_else(|| check_runs(&w));
-            }
-        }
+        let mut hit = first_token(text, &check_runs);
         if hit.is_none() {
             for tok in text.split_whitespace() {
                 for offset in 0..2 {
@@ -210,19 +194,7 @@ impl<'p> Scan<'p> {
                 let view = View::Reversed;
                 self.p.fragment(&rev).map(|i| (i, Via { decoded, view }))
             };
-            for w in text::words(text) {
-                hit = hit.or_else(|| fragment(&w));
-            }
-            for tok in text.split_whitespace() {
-                if hit.is_none() && tok.chars().any(|c| !c.is_alphanumeric()) {
-                    hit = fragment(&text::compact(tok));
-                }
-            }
-            if hit.is_none() {
-                for w in text::words(&decode::unspace(text)) {
-                    hit = hit.or_else(|| fragment(&w));
-                }
-            }
+            hit = first_token(text, fragment);
         }
         if hit.is_some() {
             self.canary = hit;
@@ -408,4 +380,22 @@ pub(crate) fn covered_words(prepared: &Prepared, answer: &str) -> Vec<bool> {
         }
     }
     out
+}
+
+/// The first hit of `f` where an answer writes a token: its words, its whitespace tokens with
+/// their separators folded away (`4821-tango`), then the words of its spaced-out letters.
+fn first_token<T>(text: &str, f: impl Fn(&str) -> Option<T>) -> Option<T> {
+    text::words(text)
+        .iter()
+        .find_map(|w| f(w))
+        .or_else(|| {
+            text.split_whitespace()
+                .filter(|tok| tok.chars().any(|c| !c.is_alphanumeric()))
+                .find_map(|tok| f(&text::compact(tok)))
+        })
+        .or_else(|| {
+            text::words(&decode::unspace(text))
+                .iter()
+                .find_map(|w| f(w))
+        })
 }

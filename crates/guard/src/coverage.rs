@@ -431,6 +431,11 @@ mod tests {
     use super::*;
     use crate::{GuardSpec, prepare};
 
+    /// `body` prepared as an owner's default spec prepares it.
+    fn prep(body: &str) -> Prepared {
+        prepare(body, &GuardSpec::default_for(false)).unwrap()
+    }
+
     fn body_words(n: usize) -> String {
         let syl = [
             "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "ba", "de", "fi", "go",
@@ -445,7 +450,7 @@ mod tests {
     #[test]
     fn a_slice_of_the_body_covers_its_words_and_slices_add_up() {
         let body = body_words(120);
-        let p = prepare(&body, &GuardSpec::default_for(false)).unwrap();
+        let p = prep(&body);
         let words: Vec<&str> = body.split(' ').collect();
         let third = |k: usize| words[k * 40..(k + 1) * 40].join(" ");
         let mut total = Coverage::none(&p);
@@ -468,11 +473,7 @@ mod tests {
 
     #[test]
     fn short_slices_of_a_code_cover_its_characters() {
-        let p = prepare(
-            "Open the shed. The door code is [[secret:K7PM2Q]] today.",
-            &GuardSpec::default_for(false),
-        )
-        .unwrap();
+        let p = prep("Open the shed. The door code is [[secret:K7PM2Q]] today.");
         let first = released_coverage(&p, "The first half is K7P.");
         assert_eq!(first.canary_permille(), 500);
         let second = released_coverage(&p, "and then: q2m (read it backwards)");
@@ -552,11 +553,9 @@ mod tests {
 
     #[test]
     fn the_bytes_round_trip_and_their_length_is_the_bodys() {
-        let p = prepare(
+        let p = prep(
             "The door code is [[secret:K7PM2Q]].\nNever mention the blue door. <!-- secret -->",
-            &GuardSpec::default_for(false),
-        )
-        .unwrap();
+        );
         let none = Coverage::none(&p);
         let some = released_coverage(&p, "The door code is K7P and the door is blue");
         assert_ne!(none, some);
@@ -574,11 +573,7 @@ mod tests {
         assert_eq!(Coverage::from_bytes(&[9]), Err(CoverageError::Form));
         assert_eq!(Coverage::from_bytes(&[]), Err(CoverageError::Short));
         // Another body's coverage does not add.
-        let q = prepare(
-            "something else entirely here",
-            &GuardSpec::default_for(false),
-        )
-        .unwrap();
+        let q = prep("something else entirely here");
         let mut other = Coverage::none(&q);
         assert!(!other.add(&some));
         assert!(!format!("{some:?}").contains("true"));

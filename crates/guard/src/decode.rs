@@ -1224,12 +1224,7 @@ mod tests {
         out
     }
 
-    fn enc(s: &str) -> Vec<u8> {
-        let mut v = Vec::new();
-        let mut e = crate::text::Encoder::new(&mut v);
-        s.chars().for_each(|c| e.push(c));
-        v
-    }
+    use crate::text::enc;
 
     #[test]
     fn every_view_undoes_its_rearrangement() {
@@ -1476,12 +1471,7 @@ mod table_tests {
         got
     }
 
-    fn enc(s: &str) -> Vec<u8> {
-        let mut v = Vec::new();
-        let mut e = crate::text::Encoder::new(&mut v);
-        s.chars().for_each(|c| e.push(c));
-        v
-    }
+    use crate::text::enc;
 
     #[test]
     fn numbered_word_lists_lose_their_numbers() {

@@ -508,18 +508,19 @@ pub fn unshift(s: &str, shift: u8) -> String {
         .collect()
 }
 
+/// `s` through the [`Encoder`], as the views hand text to the matcher (the decoders' tests'
+/// expected bytes).
+#[cfg(test)]
+pub(crate) fn enc(s: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    let mut e = Encoder::new(&mut v);
+    s.chars().for_each(|c| e.push(c));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn enc(s: &str) -> Vec<u8> {
-        let mut v = Vec::new();
-        let mut e = Encoder::new(&mut v);
-        for c in s.chars() {
-            e.push(c);
-        }
-        v
-    }
 
     #[test]
     fn folding_drops_case_punctuation_and_lookalikes() {
