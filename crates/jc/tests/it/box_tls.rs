@@ -6,7 +6,7 @@
 use crate::support::*;
 use skillbox_jc::JcError;
 use skillbox_jc::client::{BoxClient, open_result};
-use skillbox_jc::dsse::approved_program;
+use skillbox_jc::dsse::ApprovedProgram;
 
 #[tokio::test]
 async fn an_https_box_binds_its_tls_key_and_a_run_goes_end_to_end() {
@@ -31,21 +31,12 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
     let (real, _) = start_tls(None, true).await;
     let (front_url, seen) = start_tls_front(&real.url).await;
     let f = Fixture::at(&front_url);
-    let env = f.approve(&f.program());
-    let approved = approved_program(&env).expect("approved");
     // Nothing secret goes before the attestation: the front relays open and the report.
-    let opened = f.client.open(&env).await.expect("open through the front");
-    let err = f
-        .client
-        .attest(&approved, &opened.run_id, &f.policy)
-        .await
-        .expect_err("the front shows its own key");
-    assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
-    assert_eq!(err.code(), "tls_key_not_attested");
+    let (approved, run_id) = opened_with_tls_key_refused(&f, "the front shows its own key").await;
     // The report itself was genuine: straight from the box it verifies.
     let direct = real
         .client
-        .attest(&approved, &opened.run_id, &real.policy)
+        .attest(&approved, &run_id, &real.policy)
         .await
         .expect("the real box verifies directly");
     // Even with a run verified elsewhere, nothing is staked through the front: its key was
@@ -67,7 +58,7 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
         "{paths:?}"
     );
     assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
-    let status = real.client.status(&opened.run_id).await;
+    let status = real.client.status(&run_id).await;
     assert!(
         status.is_err() || status.is_ok_and(|s| s.staked.is_empty()),
         "nothing staked at the box"
@@ -77,15 +68,21 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
 #[tokio::test]
 async fn an_https_box_whose_attestation_binds_no_tls_key_is_refused() {
     let (f, _) = start_tls(None, false).await;
-    let env = f.approve(&f.program());
-    let approved = approved_program(&env).expect("approved");
-    let opened = f.client.open(&env).await.expect("open");
+    opened_with_tls_key_refused(&f, "no key bound").await;
+}
+
+/// The fixture's program opened at `f`'s box, whose attestation the client refuses (`why`) as
+/// coming over a TLS key the report does not bind: the approval and the run id.
+async fn opened_with_tls_key_refused(f: &Fixture, why: &str) -> (ApprovedProgram, String) {
+    let (approved, run_id) = open_unattested(f).await;
     let err = f
         .client
-        .attest(&approved, &opened.run_id, &f.policy)
+        .attest(&approved, &run_id, &f.policy)
         .await
-        .expect_err("no key bound");
+        .expect_err(why);
     assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
+    assert_eq!(err.code(), "tls_key_not_attested");
+    (approved, run_id)
 }
 
 #[tokio::test]

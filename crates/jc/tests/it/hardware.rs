@@ -20,20 +20,12 @@ const REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4f6e2d53
 /// 2025-01-01, inside the vector's certificate window.
 const T_2025_SECS: u64 = 1_735_689_600;
 
-fn data(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/tests/data/sev-snp/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("test data")
-}
-
 fn evidence() -> serde_json::Value {
     let ev = snp::Evidence::from_files(
-        &data("virtee-report_milan.hex"),
+        &data("sev-snp/virtee-report_milan.hex"),
         &[
-            &data("virtee-vcek_milan.der"),
-            &data("virtee-cert_chain_milan.pem"),
+            &data("sev-snp/virtee-vcek_milan.der"),
+            &data("sev-snp/virtee-cert_chain_milan.pem"),
         ],
     )
     .expect("the vector parses");
@@ -234,16 +226,9 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
     check(&snp(pinned(&"00".repeat(32))), zero.clone()).expect("pinned and launched");
 
     // TDX.
-    let jc_data = |name: &str| {
-        std::fs::read(format!(
-            "{}/tests/data/tdx/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("data")
-    };
     let ev = skillbox_attest::tdx::Evidence::from_files(
-        &jc_data("dcapqvl-tdx_quote"),
-        &jc_data("dcapqvl-tdx_quote_collateral.json"),
+        &data("tdx/dcapqvl-tdx_quote"),
+        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
     )
     .expect("the sample parses");
     let att = Attestation {

@@ -24,14 +24,6 @@ use skillbox_jc::run::now_secs;
 
 use crate::support::*;
 
-fn forged(name: &str) -> Vec<u8> {
-    std::fs::read(format!(
-        "{}/../attest/tests/data/forged/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("data")
-}
-
 const PCR: [u8; 3] = [0x11, 0x22, 0x33];
 
 /// An NSM that signs with the test CA's leaf; it remembers the user data it was last asked for.
@@ -42,7 +34,7 @@ struct NsmDouble {
 
 impl NsmDouble {
     fn new() -> (NsmDouble, Arc<Mutex<Option<Vec<u8>>>>) {
-        let hex_key = String::from_utf8(forged("p384-leaf.key.hex")).expect("utf-8");
+        let hex_key = String::from_utf8(attest_data("forged/p384-leaf.key.hex")).expect("utf-8");
         let key = p384::ecdsa::SigningKey::from_slice(&hex::decode(hex_key.trim()).expect("hex"))
             .expect("key");
         let asked = Arc::new(Mutex::new(None));
@@ -84,8 +76,8 @@ impl Nsm for NsmDouble {
             Digest::SHA384,
             now_ms,
             pcrs,
-            forged("p384-leaf.der"),
-            vec![forged("p384-root.der")],
+            attest_data("forged/p384-leaf.der"),
+            vec![attest_data("forged/p384-root.der")],
             user_data,
             nonce.map(|b| b.into_vec()),
             public_key.map(|b| b.into_vec()),
@@ -121,7 +113,8 @@ fn pins() -> nitro::Policy {
 
 fn test_root_verifier() -> HardwareVerifier {
     HardwareVerifier::from_nitro(
-        nitro::Verifier::with_test_root(pins(), &forged("p384-root.der")).expect("verifier"),
+        nitro::Verifier::with_test_root(pins(), &attest_data("forged/p384-root.der"))
+            .expect("verifier"),
     )
 }
 
@@ -203,7 +196,8 @@ async fn a_nitro_box_attests_through_the_nsm_and_the_node_verifies_its_document(
         ..pins()
     };
     let v = HardwareVerifier::from_nitro(
-        nitro::Verifier::with_test_root(other_pins, &forged("p384-root.der")).expect("verifier"),
+        nitro::Verifier::with_test_root(other_pins, &attest_data("forged/p384-root.der"))
+            .expect("verifier"),
     );
     let got = v.verify_evidence(&att, &st, &rd, now_secs() * 1000);
     assert!(

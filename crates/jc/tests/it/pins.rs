@@ -9,15 +9,12 @@ use skillbox_jc::JcError;
 use skillbox_jc::attest::{
     IN_PROCESS, InsecureDevAttester, VerifyPolicy, provider_table_hash, verify_attestation,
 };
-use skillbox_jc::dsse::approved_program;
 use skillbox_jc::run::now_secs;
 
 #[tokio::test]
 async fn a_box_signing_with_another_key_than_the_pinned_one_is_refused() {
     let f = start(None).await;
-    let env = f.approve(&f.program());
-    let approved = approved_program(&env).expect("approved");
-    let opened = f.client.open(&env).await.expect("open");
+    let (approved, run_id) = open_unattested(&f).await;
     let own = f.client.health().await.expect("health").key.expect("key");
     let other = InsecureDevAttester::with_measurement(MEASUREMENT.into()).public_key_hex();
     assert_ne!(own, other);
@@ -25,7 +22,7 @@ async fn a_box_signing_with_another_key_than_the_pinned_one_is_refused() {
         .client
         .attest(
             &approved,
-            &opened.run_id,
+            &run_id,
             &VerifyPolicy::new(true).with_box_keys(vec![other]),
         )
         .await
@@ -35,7 +32,7 @@ async fn a_box_signing_with_another_key_than_the_pinned_one_is_refused() {
     f.client
         .attest(
             &approved,
-            &opened.run_id,
+            &run_id,
             &VerifyPolicy::new(true).with_box_keys(vec![own.to_uppercase()]),
         )
         .await
@@ -159,19 +156,16 @@ fn the_box_key_file_keeps_one_identity_and_a_bad_one_is_a_clear_error() {
 async fn a_hardware_pinned_box_cannot_answer_with_a_software_attestation() {
     use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
     let f = start(None).await;
-    let env = f.approve(&f.program());
-    let approved = approved_program(&env).expect("approved");
-    let opened = f.client.open(&env).await.expect("open");
+    let (approved, run_id) = open_unattested(&f).await;
     let hw = || {
         let p = HardwarePolicy::from_value("sev-snp", None, &["7a".repeat(48)]).expect("policy");
         Box::new(HardwareVerifier::new(p).expect("verifier"))
     };
+    let attest = async |policy: &VerifyPolicy| f.client.attest(&approved, &run_id, policy).await;
     let pinned = VerifyPolicy::new(true)
         .with_verifier(hw())
         .only_platform("sev-snp");
-    let err = f
-        .client
-        .attest(&approved, &opened.run_id, &pinned)
+    let err = attest(&pinned)
         .await
         .expect_err("a software attestation on a hardware pin");
     assert!(matches!(err, JcError::PlatformNotAllowed(_)), "{err}");
@@ -183,19 +177,12 @@ async fn a_hardware_pinned_box_cannot_answer_with_a_software_attestation() {
         allow_insecure_dev: true,
         ..late
     };
-    let err = f
-        .client
-        .attest(&approved, &opened.run_id, &late)
+    let err = attest(&late)
         .await
         .expect_err("still the pin's platform only");
     assert!(matches!(err, JcError::PlatformNotAllowed(_)), "{err}");
     // The same box pinned as what it is: verified.
-    f.client
-        .attest(
-            &approved,
-            &opened.run_id,
-            &VerifyPolicy::new(true).only_platform("insecure-dev"),
-        )
+    attest(&VerifyPolicy::new(true).only_platform("insecure-dev"))
         .await
         .expect("an insecure-dev pin takes an insecure-dev box");
 }

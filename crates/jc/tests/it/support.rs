@@ -4,6 +4,7 @@
 
 pub use skillbox_testkit::box_fixture::*;
 
+use skillbox_jc::dsse::{ApprovedProgram, approved_program};
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use std::sync::Arc;
 
@@ -15,4 +16,30 @@ pub async fn start_echo(config: BoxConfig) -> Fixture {
 /// A box core (no server) whose provider double echoes the prompt, with `config`.
 pub fn echo_core(config: BoxConfig) -> BoxCore {
     core_with(Arc::new(EchoProvider { fixed: None }), config)
+}
+
+/// The fixture's program approved by both parties and opened at its box, not yet attested (for
+/// tests of what attestation refuses): the approval and the run id.
+pub async fn open_unattested(f: &Fixture) -> (ApprovedProgram, String) {
+    let env = f.approve(&f.program());
+    let approved = approved_program(&env).expect("approved");
+    let opened = f.client.open(&env).await.expect("open");
+    (approved, opened.run_id)
+}
+
+/// A file of this crate's test data (`tests/data/`, copied from the attestation vectors).
+pub fn data(rel: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/data/{rel}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("test data {rel}: {e}"))
+}
+
+/// A hex-text file of this crate's test data, decoded.
+pub fn hex_data(rel: &str) -> Vec<u8> {
+    let text = String::from_utf8(data(rel)).expect("utf-8");
+    hex::decode(text.trim()).expect("hex")
+}
+
+/// A file of the attestation crate's test data (its self-made `forged/` certificates and keys).
+pub fn attest_data(rel: &str) -> Vec<u8> {
+    data(&format!("../../../attest/tests/data/{rel}"))
 }

@@ -10,12 +10,10 @@ use skillbox_jc::attest::{Attester as _, Statement, Verifier as _, report_data};
 use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
 use skillbox_jc::tsm::{ENTRY, TsmAttester, cert_table};
 
+use crate::support::{data, hex_data};
+
 const SNP_MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 const T_2025_MS: u64 = 1_735_689_600_000;
-
-fn data(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))).expect("test data")
-}
 
 fn statement() -> Statement {
     Statement {
@@ -59,12 +57,7 @@ fn table(der: &[u8]) -> Vec<u8> {
 
 #[test]
 fn snp_report_and_certificates_become_the_evidence_the_node_verifies() {
-    let report = hex::decode(
-        String::from_utf8(data("sev-snp/virtee-report_milan.hex"))
-            .expect("utf-8")
-            .trim(),
-    )
-    .expect("hex");
+    let report = hex_data("sev-snp/virtee-report_milan.hex");
     let vcek = data("sev-snp/virtee-vcek_milan.der");
     assert_eq!(cert_table(&table(&vcek)), vec![vcek.clone()]);
     let root = double("sev_guest", &report, Some(&table(&vcek)));
@@ -156,12 +149,7 @@ fn a_box_starts_only_when_launched_for_its_configuration() {
         Some(&["AB".repeat(32)]),
     );
     let hash = config.sha256().expect("hash");
-    let snp_report = hex::decode(
-        String::from_utf8(data("sev-snp/virtee-report_milan.hex"))
-            .expect("utf-8")
-            .trim(),
-    )
-    .expect("hex");
+    let snp_report = hex_data("sev-snp/virtee-report_milan.hex");
     let quote = data("tdx/dcapqvl-tdx_quote");
     let collateral = data("tdx/dcapqvl-tdx_quote_collateral.json");
     // MRCONFIGID follows MRTD in the TD report body.
