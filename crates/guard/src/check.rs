@@ -168,7 +168,7 @@ impl<'p> Scan<'p> {
                 hit
             })
         };
-        let mut hit = first_token(text, &check_runs);
+        let mut hit = first_token(text, check_runs);
         if hit.is_none() {
             for tok in text.split_whitespace() {
                 for offset in 0..2 {
