@@ -362,22 +362,23 @@ impl TestNode {
         self.req(reqwest::Method::GET, path, None).await
     }
 
+    /// `method path` with `v` as its `application/json` body.
+    pub async fn send_json(&self, method: reqwest::Method, path: &str, v: &Value) -> Answer {
+        let body = serde_json::to_vec(v).expect("json");
+        self.req(method, path, Some(("application/json", body)))
+            .await
+    }
+
     pub async fn post_json(&self, path: &str, v: Value) -> Answer {
-        self.req(
-            reqwest::Method::POST,
-            path,
-            Some(("application/json", serde_json::to_vec(&v).expect("json"))),
-        )
-        .await
+        self.send_json(reqwest::Method::POST, path, &v).await
     }
 
     pub async fn put_json(&self, path: &str, v: &Value) -> Answer {
-        self.req(
-            reqwest::Method::PUT,
-            path,
-            Some(("application/json", serde_json::to_vec(v).expect("json"))),
-        )
-        .await
+        self.send_json(reqwest::Method::PUT, path, v).await
+    }
+
+    pub async fn patch_json(&self, path: &str, v: Value) -> Answer {
+        self.send_json(reqwest::Method::PATCH, path, &v).await
     }
 
     pub async fn add_skill(&self, doc: &str) {
@@ -465,6 +466,14 @@ impl TestNode {
         let a = self.ask_call(peer, skill, request).await;
         assert_eq!(a.status, 201, "{}", a.body);
         a.body["id"].as_str().expect("call id").to_owned()
+    }
+
+    /// Decide the parked call `id` as its human (`POST /approvals/{id}` with `decision`, e.g.
+    /// `{"decision": "allow", "remember": true}`), which must be taken: the call's view.
+    pub async fn decide(&self, id: &str, decision: Value) -> Value {
+        let a = self.post_json(&format!("/approvals/{id}"), decision).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.body
     }
 
     /// Wait until call `id` reaches a terminal state here; returns its record.

@@ -192,13 +192,8 @@ async fn asked_on(node: &TestNode, id: &str, box_url: &str) -> Value {
 }
 
 async fn approve(node: &TestNode, id: &str) {
-    let a = node
-        .post_json(
-            &format!("/approvals/{id}"),
-            serde_json::json!({"decision": "allow"}),
-        )
+    node.decide(id, serde_json::json!({"decision": "allow"}))
         .await;
-    assert_eq!(a.status, 200, "{}", a.body);
 }
 
 /// A node's ledger entries of `kind` for call `id`.

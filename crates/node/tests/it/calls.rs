@@ -221,14 +221,8 @@ async fn a_start_body_that_is_not_json_is_refused_and_starts_nothing() {
     assert_eq!(w.caller.get("/calls").await.body["total"], 0);
     assert_eq!(w.owner.get("/calls").await.body["total"], 0);
     // The refusal was the media type's: the same start body as JSON starts the call.
-    let a = w
-        .caller
-        .req(
-            reqwest::Method::POST,
-            "/calls",
-            Some(("application/json", start.into_bytes())),
-        )
-        .await;
+    let start: serde_json::Value = serde_json::from_str(&start).expect("json");
+    let a = w.caller.post_json("/calls", start).await;
     assert_eq!(a.status, 201, "{}", a.body);
 }
 
@@ -258,11 +252,7 @@ async fn ask_parks_each_side_until_its_human_decides() {
         .post_json(&format!("/approvals/{id}"), json!({"decision": "maybe"}))
         .await;
     assert_eq!(bad.status, 400);
-    let ok = w
-        .caller
-        .post_json(&format!("/approvals/{id}"), json!({"decision": "allow"}))
-        .await;
-    assert_eq!(ok.status, 200, "{}", ok.body);
+    w.caller.decide(&id, json!({"decision": "allow"})).await;
     // Deciding again: it is no longer waiting.
     let again = w
         .caller
@@ -273,11 +263,7 @@ async fn ask_parks_each_side_until_its_human_decides() {
         (409, Some("not_awaiting_consent"))
     );
     // The owner's human denies: both sides fail, with a reason.
-    let no = w
-        .owner
-        .post_json(&format!("/approvals/{id}"), json!({"decision": "deny"}))
-        .await;
-    assert_eq!(no.status, 200, "{}", no.body);
+    w.owner.decide(&id, json!({"decision": "deny"})).await;
     let o = w.owner.wait_call(&id, LIMIT).await;
     assert_eq!(o["failure"]["code"], "consent_denied", "{o}");
     let c = w.caller.wait_call(&id, LIMIT).await;
@@ -415,11 +401,7 @@ async fn the_callers_stake_waits_for_its_human() {
     );
     let ap = w.caller.get("/approvals").await.body;
     assert_eq!(ap["approvals"][0]["id"], id.as_str(), "{ap}");
-    let no = w
-        .caller
-        .post_json(&format!("/approvals/{id}"), json!({"decision": "deny"}))
-        .await;
-    assert_eq!(no.status, 200, "{}", no.body);
+    w.caller.decide(&id, json!({"decision": "deny"})).await;
     let c = w.caller.wait_call(&id, LIMIT).await;
     assert_eq!(c["failure"]["code"], "consent_denied", "{c}");
     assert!(w.provider.0.lock().expect("log").is_empty(), "no run");
@@ -428,11 +410,7 @@ async fn the_callers_stake_waits_for_its_human() {
     let (id, run) = start("REQUEST-MARK-ALLOWED").await;
     let before = run_status(run.clone()).await;
     assert!(!before["staked"].to_string().contains("caller"), "{before}");
-    let ok = w
-        .caller
-        .post_json(&format!("/approvals/{id}"), json!({"decision": "allow"}))
-        .await;
-    assert_eq!(ok.status, 200, "{}", ok.body);
+    w.caller.decide(&id, json!({"decision": "allow"})).await;
     let c = w.caller.wait_call(&id, LIMIT).await;
     assert_eq!(c["state"], "answered", "{c}");
     let seen: String = w

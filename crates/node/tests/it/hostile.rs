@@ -167,23 +167,13 @@ async fn only_shareable_user_data_is_ever_selected_or_staked() {
     assert_eq!(w.caller.get("/calls").await.body["total"], 0);
     assert!(w.provider.0.lock().expect("log").is_empty());
     // Marked shareable, the data set is staked; the secret never can be marked.
+    let shareable = || json!({"shareable": true});
     let r = w
         .caller
-        .req(
-            reqwest::Method::PATCH,
-            "/sources/openai-key",
-            Some(("application/json", br#"{"shareable": true}"#.to_vec())),
-        )
+        .patch_json("/sources/openai-key", shareable())
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
-    let r = w
-        .caller
-        .req(
-            reqwest::Method::PATCH,
-            "/sources/diary",
-            Some(("application/json", br#"{"shareable": true}"#.to_vec())),
-        )
-        .await;
+    let r = w.caller.patch_json("/sources/diary", shareable()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["shareable"], true);
     let a = w
@@ -233,14 +223,9 @@ async fn the_shipped_consent_asks_before_disclosure_and_remembers() {
     assert_eq!(approvals["total"], 1);
     // Nothing reached the provider before the human said yes.
     assert!(w.provider.0.lock().expect("log").is_empty());
-    let r = w
-        .caller
-        .post_json(
-            &format!("/approvals/{id}"),
-            json!({"decision": "allow", "remember": true}),
-        )
+    w.caller
+        .decide(&id, json!({"decision": "allow", "remember": true}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
     // Remembered: the same peer, skill and sources are not asked again.
     let id2 = w.caller.start_call(&peer, "taste", "again").await;
@@ -729,14 +714,9 @@ async fn parked_or_ended(node: &TestNode, id: &str) -> Value {
 
 /// Approve the parked call `id` with `remember`, and wait for its answer.
 async fn approve_remembered(w: &support::World, id: &str) {
-    let r = w
-        .caller
-        .post_json(
-            &format!("/approvals/{id}"),
-            json!({"decision": "allow", "remember": true}),
-        )
+    w.caller
+        .decide(id, json!({"decision": "allow", "remember": true}))
         .await;
-    assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(w.caller.wait_call(id, LIMIT).await["state"], "answered");
 }
 
@@ -782,17 +762,8 @@ async fn remembered(marker: &str) -> support::World {
 async fn a_remembered_consent_is_asked_again_when_the_owner_switches_the_provider() {
     let w = remembered("BODY-H8P").await;
     let peer = w.owner.peer_id.clone();
-    let r = w
-        .owner
-        .req(
-            reqwest::Method::PATCH,
-            "/skills/taste",
-            Some((
-                "application/json",
-                br#"{"provider": "openrouter"}"#.to_vec(),
-            )),
-        )
-        .await;
+    let to_openrouter = json!({"provider": "openrouter"});
+    let r = w.owner.patch_json("/skills/taste", to_openrouter).await;
     assert_eq!(r.status, 200, "{}", r.body);
     w.caller
         .wait_offer(&peer, "taste", "the new provider", |s| {
@@ -825,14 +796,7 @@ async fn a_remembered_consent_is_asked_again_when_the_call_lands_on_another_plat
     let mut policy = w.caller.get("/policy").await.body;
     policy["rules"][0]["told"]["platform"] = json!("tdx");
     policy["rules"][0]["told"]["hardware_isolation"] = json!(true);
-    let r = w
-        .caller
-        .req(
-            reqwest::Method::PUT,
-            "/policy",
-            Some(("application/json", policy.to_string().into_bytes())),
-        )
-        .await;
+    let r = w.caller.put_json("/policy", &policy).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let id = w.caller.start_call(&peer, "taste", "third").await;
     let c = parked_or_ended(&w.caller, &id).await;
