@@ -165,21 +165,14 @@ pub fn clean_untrusted_lines(text: &str) -> String {
         .collect()
 }
 
-/// This process's frame nonce: 64 random bits (the standard library's per-process SipHash
-/// keys come from the OS's randomness), fixed for the process's life so a host sees one marker.
+/// This process's frame nonce: 64 bits from the OS's random source, fixed for the process's
+/// life so a host sees one marker. (The node that serves these surfaces draws its API token and
+/// salts from the same source: without it nothing here runs.)
 pub fn nonce() -> &'static str {
     static NONCE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NONCE.get_or_init(|| {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        h.write_u32(std::process::id());
-        format!("{:016x}", h.finish())
+        let n = getrandom::u64().expect("the OS random source is available");
+        format!("{n:016x}")
     })
 }
 
