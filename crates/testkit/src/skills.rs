@@ -1,4 +1,6 @@
-//! Skill documents the tests import.
+//! Skill documents the tests import, and the skill intent's cases over the SKILL.md corpus.
+
+use std::path::{Path, PathBuf};
 
 /// A skill spending the owner's key through the `openai` provider double; `body_marker` goes
 /// in its body (for leak scans), `required` are its required sources.
@@ -11,4 +13,38 @@ pub fn skill_doc(name: &str, body_marker: &str, required: &[&str]) -> String {
     format!(
         "---\nname: {name}\ndescription: Builds a music-taste profile from listening history.\nprovider: openai\nmodel: gpt-test\nkey: openai-key\n{req}---\nYou are a music critic ({body_marker}). Describe the taste.\n"
     )
+}
+
+/// The skill intent's cases: (corpus folder, a request a person would phrase for it), from
+/// `crates/calls/tests/data/intent_cases.tsv`, read by the calls crate's ranking test and the
+/// node's route test alike.
+pub fn intent_cases() -> Vec<(String, String)> {
+    let path = workspace().join("crates/calls/tests/data/intent_cases.tsv");
+    std::fs::read_to_string(path)
+        .expect("intent cases")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (folder, request) = l.split_once('\t').expect("folder<TAB>request");
+            (folder.to_owned(), request.to_owned())
+        })
+        .collect()
+}
+
+/// The declaration of the corpus skill in `folder` (under
+/// `crates/skill/tests/data/skills-corpus/awesome-copilot`).
+pub fn corpus_declaration(folder: &str) -> skillbox_skill::Declaration {
+    let path = workspace()
+        .join("crates/skill/tests/data/skills-corpus/awesome-copilot")
+        .join(folder)
+        .join("SKILL.md");
+    let bytes = std::fs::read(path).expect("corpus skill");
+    skillbox_skill::document::parse(&bytes, Some(folder))
+        .expect("corpus skill parses")
+        .declaration
+}
+
+/// The workspace root (this crate is `crates/testkit` in it).
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -1,35 +1,16 @@
 //! The `skill` intent over a board of 32 real skills (descriptions from the SKILL.md corpus in
 //! `crates/skill/tests/data`) and 32 phrased requests: prints the hit rate, which must be ≥ 90%.
 
-use std::path::Path;
-
 use skillbox_calls::intent::{Candidate, NoPick, pick};
+use skillbox_testkit::skills::{corpus_declaration, intent_cases};
 
-/// (corpus folder, a request a person would phrase for it), from `tests/data/intent_cases.tsv`
-/// (the node's route test reads the same file).
-fn cases() -> Vec<(String, String)> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/intent_cases.tsv");
-    std::fs::read_to_string(path)
-        .expect("intent cases")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let (folder, request) = l.split_once('\t').expect("folder<TAB>request");
-            (folder.to_owned(), request.to_owned())
-        })
-        .collect()
-}
-
+/// The 32 corpus skills the cases name: each one's name and description.
 fn board() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../skill/tests/data/skills-corpus/awesome-copilot");
-    cases()
+    intent_cases()
         .iter()
         .map(|(folder, _)| {
-            let bytes = std::fs::read(root.join(folder).join("SKILL.md")).expect("corpus skill");
-            let parsed =
-                skillbox_skill::document::parse(&bytes, Some(folder)).expect("corpus skill parses");
-            (parsed.declaration.name, parsed.declaration.description)
+            let d = corpus_declaration(folder);
+            (d.name, d.description)
         })
         .collect()
 }
@@ -52,7 +33,7 @@ fn hit_rate_over_phrased_requests_is_at_least_90_percent() {
     assert!(board.len() >= 30);
     let cands = candidates(&board);
     let mut hits = 0;
-    let cases = cases();
+    let cases = intent_cases();
     for (want, request) in &cases {
         match pick(request, &cands) {
             Ok(p) if p.skill == *want => {
@@ -159,7 +140,7 @@ fn without_the_right_skill_a_related_one_is_not_picked() {
     // and must stay under the threshold.
     let board = board();
     let mut wrong = 0;
-    for (want, request) in cases() {
+    for (want, request) in intent_cases() {
         let cands: Vec<Candidate<'_>> = candidates(&board)
             .into_iter()
             .filter(|c| c.skill != want)

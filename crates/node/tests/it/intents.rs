@@ -3,36 +3,16 @@
 //! real call. Prints the hit rate (must be ≥ 90%); an unrelated request picks nothing; a skill
 //! the caller could not call, or one that left the board, is not picked.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support;
 use crate::support::{TestNode, provider_double, start_box};
 use serde_json::{Value, json};
-
-fn cases() -> Vec<(String, String)> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../calls/tests/data/intent_cases.tsv");
-    std::fs::read_to_string(path)
-        .expect("intent cases")
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let (folder, request) = l.split_once('\t').expect("folder<TAB>request");
-            (folder.to_owned(), request.to_owned())
-        })
-        .collect()
-}
+use skillbox_testkit::skills::{corpus_declaration, intent_cases};
 
 /// A corpus skill's name and description as an offered `provider: openai` skill.
 fn offered_doc(folder: &str) -> (String, String) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../skill/tests/data/skills-corpus/awesome-copilot")
-        .join(folder)
-        .join("SKILL.md");
-    let bytes = std::fs::read(path).expect("corpus skill");
-    let d = skillbox_skill::document::parse(&bytes, Some(folder))
-        .expect("corpus skill parses")
-        .declaration;
+    let d = corpus_declaration(folder);
     // A JSON string is a YAML double-quoted scalar: any description survives.
     let doc = format!(
         "---\nname: {}\ndescription: {}\nprovider: openai\nmodel: gpt-test\nkey: openai-key\n---\nDo the task well.\n",
@@ -68,7 +48,7 @@ async fn the_intent_routes_requests_to_the_board_s_skills() {
     })
     .await;
     owner.put_source("openai-key", "secret", "sk-test").await;
-    let cases = cases();
+    let cases = intent_cases();
     assert!(cases.len() >= 30);
     for (folder, _) in &cases {
         let (_, doc) = offered_doc(folder);
