@@ -21,7 +21,8 @@ pub use failure::RunFailure;
 use limits::Limiter;
 pub use limits::{Client, Rate, client_of};
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use ed25519_dalek::SigningKey;
@@ -326,6 +327,8 @@ struct Run {
     /// result, the end): `result_within` and `submit_within` sleep on it instead of being
     /// polled.
     changed: Arc<tokio::sync::Notify>,
+    /// What this run counts for in [`Tally`], as last counted ([`State::retally`]).
+    counted: Share,
 }
 
 impl Run {
@@ -334,8 +337,26 @@ impl Run {
         matches!(self.phase, Phase::Open | Phase::Running)
     }
 
-    fn held_bytes(&self) -> u64 {
-        self.held.values().map(|h| h.bytes).sum()
+    /// What the run counts for now (see [`Share`]).
+    fn share(&self) -> Share {
+        let live = self.live();
+        let hold = |role| match self.held.get(&role) {
+            Some(h) if live => (h.client, h.bytes),
+            _ => (None, 0),
+        };
+        Share {
+            live,
+            holds: [hold(Role::Caller), hold(Role::Owner)],
+            unstaked: if self.phase == Phase::Open
+                && self.stakes.is_empty()
+                && self.uploading.is_empty()
+            {
+                self.opened_by
+            } else {
+                None
+            },
+            evictable: (!live && self.fetched >= 2).then_some(self.keep_until),
+        }
     }
 
     /// Refuse an operation the run's phase does not allow.
@@ -352,11 +373,119 @@ impl Run {
 
 #[derive(Default)]
 struct State {
+    /// Every run the box keeps; changed only through [`State::insert_run`],
+    /// [`State::remove_run`] and, after a change of a run in place, [`State::retally`].
     runs: HashMap<String, Run>,
     /// Spent run ids and when they may be forgotten (random 128-bit ids never come back).
     spent_runs: HashMap<String, u64>,
     /// Programs opened here, with their run id; kept until the program expires.
     programs: HashMap<ProgramHash, (String, u64)>,
+    tally: Tally,
+}
+
+/// What one run counts for in the [`Tally`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Share {
+    /// Open or running: it holds a run slot.
+    live: bool,
+    /// Stake bytes it holds (caller, owner) and the client each came from, while live.
+    holds: [(Client, u64); 2],
+    /// The client that opened it, while it is open and nobody has begun staking in it.
+    unstaked: Client,
+    /// Its `keep_until`, once it is finished and was fetched twice: it may make room at the
+    /// kept-run limit.
+    evictable: Option<u64>,
+}
+
+/// What `open`, `begin_stake` and `/healthz` ask of all runs, kept up to date as runs change:
+/// the box keeps up to `max_kept_runs` (20,000) runs, and counting them on every request under
+/// the state lock made each run's cost grow with the runs kept.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tally {
+    live: u64,
+    held: u64,
+    held_by: HashMap<IpAddr, u64>,
+    unstaked_by: HashMap<IpAddr, u64>,
+    /// (keep_until, run id) of the evictable runs, oldest first.
+    evictable: BTreeSet<(u64, String)>,
+}
+
+impl Tally {
+    /// Count `s` in (`add`) or out.
+    fn count(&mut self, id: &str, s: &Share, add: bool) {
+        fn adjust(v: u64, by: u64, add: bool) -> u64 {
+            if add { v + by } else { v.saturating_sub(by) }
+        }
+        fn step(m: &mut HashMap<IpAddr, u64>, ip: IpAddr, by: u64, add: bool) {
+            let v = m.entry(ip).or_default();
+            *v = adjust(*v, by, add);
+            if *v == 0 {
+                m.remove(&ip);
+            }
+        }
+        self.live = adjust(self.live, s.live as u64, add);
+        for (client, bytes) in s.holds {
+            self.held = adjust(self.held, bytes, add);
+            if let Some(ip) = client
+                && bytes > 0
+            {
+                step(&mut self.held_by, ip, bytes, add);
+            }
+        }
+        if let Some(ip) = s.unstaked {
+            step(&mut self.unstaked_by, ip, 1, add);
+        }
+        if let Some(until) = s.evictable {
+            if add {
+                self.evictable.insert((until, id.to_owned()));
+            } else {
+                self.evictable.remove(&(until, id.to_owned()));
+            }
+        }
+    }
+}
+
+impl State {
+    /// Count a run's change in place: what it counted for before out, what it counts for now in.
+    fn retally(&mut self, id: &str) {
+        let Some(run) = self.runs.get_mut(id) else {
+            return;
+        };
+        let now = run.share();
+        if now != run.counted {
+            let before = std::mem::replace(&mut run.counted, now);
+            self.tally.count(id, &before, false);
+            self.tally.count(id, &run.counted, true);
+        }
+        self.check_tally();
+    }
+
+    fn insert_run(&mut self, id: String, mut run: Run) {
+        run.counted = Share::default();
+        if let Some(old) = self.runs.insert(id.clone(), run) {
+            self.tally.count(&id, &old.counted, false);
+        }
+        self.retally(&id);
+    }
+
+    fn remove_run(&mut self, id: &str) -> Option<Run> {
+        let run = self.runs.remove(id)?;
+        self.tally.count(id, &run.counted, false);
+        self.check_tally();
+        Some(run)
+    }
+
+    /// Tests (debug builds): the tally is what counting every run gives.
+    fn check_tally(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let mut scratch = Tally::default();
+            for (id, run) in &self.runs {
+                scratch.count(id, &run.share(), true);
+            }
+            debug_assert_eq!(scratch, self.tally, "the run tally drifted");
+        }
+    }
 }
 
 /// What the box holds in memory ([`BoxCore::memory`]).
@@ -637,6 +766,7 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
         keep_until: r.keep_until,
         logged: 0,
         changed: Arc::new(tokio::sync::Notify::new()),
+        counted: Share::default(),
     })
 }
 
@@ -762,7 +892,7 @@ impl BoxCore {
                     run.program.hash,
                     (l.id.clone(), run.program.program.expires_at),
                 );
-                st.runs.insert(l.id, run);
+                st.insert_run(l.id, run);
             }
         }
         store.delete(&refused)?;
@@ -856,11 +986,7 @@ impl BoxCore {
 
     /// Runs open or running (what memory is spent on).
     pub fn in_flight(&self) -> usize {
-        self.lock()
-            .runs
-            .values()
-            .filter(|r| matches!(r.phase, Phase::Open | Phase::Running))
-            .count()
+        usize::try_from(self.lock().tally.live).unwrap_or(usize::MAX)
     }
 
     pub fn config(&self) -> &BoxConfig {
@@ -896,12 +1022,7 @@ impl BoxCore {
             runs: st.runs.len(),
             spent_runs: st.spent_runs.len(),
             programs: st.programs.len(),
-            held_bytes: st
-                .runs
-                .values()
-                .filter(|r| r.live())
-                .map(Run::held_bytes)
-                .sum(),
+            held_bytes: st.tally.held,
             spent_list_lines: self.spent.as_ref().map_or(0, |l| l.lines()),
         }
     }
@@ -979,19 +1100,9 @@ impl BoxCore {
             }
             return Err(JcError::ProgramSpent(approved.hash.to_hex()));
         }
-        let (mut live, mut held, mut mine) = (0usize, 0u64, 0usize);
-        for r in st.runs.values().filter(|r| r.live()) {
-            live += 1;
-            held += r.held_bytes();
-            if client.is_some()
-                && r.opened_by == client
-                && r.stakes.is_empty()
-                && r.uploading.is_empty()
-            {
-                mine += 1;
-            }
-        }
-        if live >= self.config.max_runs {
+        let (live, held) = (st.tally.live, st.tally.held);
+        let mine = client.map_or(0, |ip| st.tally.unstaked_by.get(&ip).copied().unwrap_or(0));
+        if live >= self.config.max_runs as u64 {
             return Err(JcError::Busy(self.config.max_runs));
         }
         // Finished runs waiting to be fetched count too: each is a row on disk. At the limit the
@@ -1002,16 +1113,11 @@ impl BoxCore {
             .max_kept_runs
             .max(self.config.max_runs.saturating_mul(2));
         if st.runs.len() >= kept {
-            let picked_up = st
-                .runs
-                .iter()
-                .filter(|(_, r)| !r.live() && r.fetched >= 2)
-                .min_by_key(|(_, r)| r.keep_until)
-                .map(|(id, _)| id.clone());
+            let picked_up = st.tally.evictable.first().map(|(_, id)| id.clone());
             let Some(id) = picked_up else {
                 return Err(JcError::Busy(kept));
             };
-            st.runs.remove(&id);
+            st.remove_run(&id);
             let until = self.spent_until(now);
             st.spent_runs.insert(id.clone(), until);
             // Under the state lock, but only at the limit.
@@ -1021,7 +1127,7 @@ impl BoxCore {
             .config
             .max_unstaked_per_client
             .min((self.config.max_runs / 2).max(1));
-        if mine >= unstaked_cap {
+        if mine >= unstaked_cap as u64 {
             return Err(JcError::Busy(unstaked_cap));
         }
         let wants = [Role::Caller, Role::Owner]
@@ -1065,10 +1171,11 @@ impl BoxCore {
             keep_until: expires_at + self.config.result_ttl_secs,
             logged,
             changed: Arc::new(tokio::sync::Notify::new()),
+            counted: Share::default(),
         };
         // On an error the program stays spent (its line is in the list): a retry is refused.
         let snapshot = self.snapshot(&mut run)?;
-        st.runs.insert(run_id.clone(), run);
+        st.insert_run(run_id.clone(), run);
         drop(st);
         // Durable before it is answered (outside the state lock: concurrent opens share one
         // sync). If it cannot be made durable the run is dropped; the program stays spent.
@@ -1078,7 +1185,7 @@ impl BoxCore {
         }
         .and_then(|()| self.persist(&run_id, snapshot));
         if let Err(e) = durable {
-            self.lock().runs.remove(&run_id);
+            self.lock().remove_run(&run_id);
             self.forget(std::slice::from_ref(&run_id));
             return Err(e);
         }
@@ -1180,15 +1287,8 @@ impl BoxCore {
         let limit = declared.unwrap_or(max);
         let wants = limit.saturating_mul(READING_FACTOR);
         let mut st = self.lock();
-        let (mut held, mut mine) = (0u64, 0u64);
-        for r in st.runs.values().filter(|r| r.live()) {
-            for h in r.held.values() {
-                held += h.bytes;
-                if client.is_some() && h.client == client {
-                    mine += h.bytes;
-                }
-            }
-        }
+        let held = st.tally.held;
+        let mine = client.map_or(0, |ip| st.tally.held_by.get(&ip).copied().unwrap_or(0));
         let run = self.live(&mut st, run_id, now)?;
         run.expect_phase(Phase::Open, "stake")?;
         if run.stakes.contains_key(&role) {
@@ -1216,6 +1316,7 @@ impl BoxCore {
                 bytes: wants,
             },
         );
+        st.retally(run_id);
         Ok(StakeSlot {
             run_id: run_id.into(),
             role,
@@ -1233,6 +1334,7 @@ impl BoxCore {
             run.uploading.retain(|r| *r != slot.role);
             run.held.remove(&slot.role);
             run.changed.notify_waiters();
+            st.retally(&slot.run_id);
         }
     }
 
@@ -1314,6 +1416,7 @@ impl BoxCore {
             h.bytes = bytes;
         }
         run.changed.notify_waiters();
+        st.retally(&slot.run_id);
         drop(st);
         self.failpoint("staked");
         Ok(role)
@@ -1353,6 +1456,7 @@ impl BoxCore {
         }
         let snapshot = self.snapshot(run)?;
         run.changed.notify_waiters();
+        st.retally(run_id);
         drop(st);
         // A submit the box answered is one a restarted box still has (and a second one starts
         // the run there too).
@@ -1477,6 +1581,7 @@ impl BoxCore {
             run.keys = None;
             run.changed.notify_waiters();
         }
+        st.retally(run_id);
         drop(st);
         // The run's keys go now: the last Arc drops here and the secrets are zeroized.
         drop(keys);
@@ -1783,6 +1888,7 @@ impl BoxCore {
             note: f.note.clone(),
             error: f.error,
         };
+        st.retally(run_id);
         drop(st);
         Ok(served.json(omit_note))
     }
@@ -1805,7 +1911,7 @@ impl BoxCore {
                 action: "delete".into(),
             });
         }
-        if let Some(run) = st.runs.remove(run_id) {
+        if let Some(run) = st.remove_run(run_id) {
             run.changed.notify_waiters();
         }
         let until = self.spent_until(now);
@@ -1841,7 +1947,7 @@ impl BoxCore {
             .map(|(id, _)| id.clone())
             .collect();
         for id in &dead {
-            if let Some(run) = st.runs.remove(id) {
+            if let Some(run) = st.remove_run(id) {
                 run.changed.notify_waiters();
             }
             st.spent_runs.insert(id.clone(), until);
