@@ -250,37 +250,28 @@ mod tests {
 
     #[test]
     fn reported_errors_map_to_closed_codes_by_their_code_first() {
-        let c = |code: Option<&str>, m: &str| ProviderFailure::classify(code, m);
-        assert_eq!(
-            c(Some("context_length_exceeded"), ""),
-            ProviderFailure::ContextTooLong
-        );
-        assert_eq!(
-            c(Some("model_not_found"), ""),
-            ProviderFailure::ModelRejected
-        );
-        assert_eq!(c(Some("invalid_model"), ""), ProviderFailure::ModelRejected);
-        assert_eq!(
-            c(Some("rate_limit_exceeded"), ""),
-            ProviderFailure::RateLimited
-        );
-        assert_eq!(
-            c(Some("invalid_api_key"), ""),
-            ProviderFailure::Unauthorized
-        );
-        // A code wins over words that quote the prompt (which the caller wrote).
-        assert_eq!(
-            c(
+        use ProviderFailure::*;
+        for (code, message, want) in [
+            (Some("context_length_exceeded"), "", ContextTooLong),
+            (Some("model_not_found"), "", ModelRejected),
+            (Some("invalid_model"), "", ModelRejected),
+            (Some("rate_limit_exceeded"), "", RateLimited),
+            (Some("invalid_api_key"), "", Unauthorized),
+            // A code wins over words that quote the prompt (which the caller wrote).
+            (
                 Some("moderation"),
-                "the context is too long for model gpt-x: <prompt>"
+                "the context is too long for model gpt-x: <prompt>",
+                UpstreamError,
             ),
-            ProviderFailure::UpstreamError
-        );
-        assert_eq!(
-            c(None, "prompt is too long: 210000 tokens"),
-            ProviderFailure::ContextTooLong
-        );
-        assert_eq!(c(None, "something broke"), ProviderFailure::UpstreamError);
+            (None, "prompt is too long: 210000 tokens", ContextTooLong),
+            (None, "something broke", UpstreamError),
+        ] {
+            assert_eq!(
+                ProviderFailure::classify(code, message),
+                want,
+                "{code:?} {message:?}"
+            );
+        }
         for f in ProviderFailure::ALL {
             assert_eq!(ProviderFailure::parse(f.as_str()), Some(f));
             assert!(!f.message().is_empty());
@@ -290,24 +281,19 @@ mod tests {
 
     #[test]
     fn every_error_kind_has_a_closed_code_and_none_carries_provider_words() {
-        let e = ProviderError::Reported(ProviderFailure::ContextTooLong);
-        assert_eq!(e.failure(), ProviderFailure::ContextTooLong);
-        assert_eq!(
-            ProviderError::Upstream { status: 404 }.failure(),
-            ProviderFailure::ModelRejected
-        );
-        assert_eq!(
-            ProviderError::Upstream { status: 502 }.failure(),
-            ProviderFailure::UpstreamError
-        );
-        assert_eq!(
-            ProviderError::Timeout { secs: 3 }.failure(),
-            ProviderFailure::Timeout
-        );
-        assert_eq!(ProviderError::Redirect.failure(), ProviderFailure::Protocol);
-        assert_eq!(
-            ProviderError::Unavailable("no model file".into()).failure(),
-            ProviderFailure::Unavailable
-        );
+        use ProviderFailure::*;
+        for (e, want) in [
+            (ProviderError::Reported(ContextTooLong), ContextTooLong),
+            (ProviderError::Upstream { status: 404 }, ModelRejected),
+            (ProviderError::Upstream { status: 502 }, UpstreamError),
+            (ProviderError::Timeout { secs: 3 }, Timeout),
+            (ProviderError::Redirect, Protocol),
+            (
+                ProviderError::Unavailable("no model file".into()),
+                Unavailable,
+            ),
+        ] {
+            assert_eq!(e.failure(), want, "{e}");
+        }
     }
 }

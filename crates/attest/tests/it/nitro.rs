@@ -158,30 +158,35 @@ fn expectations_freshness_and_module_ids() {
             .unwrap()
             .nonce_checked
     );
-    let wrong = Expected {
-        nonce: Some(vec![1; 32]),
-        ..Expected::default()
-    };
-    assert_eq!(
-        refused(nitro::verify(&ev, &wrong, &p, T_NITRO_EVERVAULT)),
-        Refusal::NonceMismatch
-    );
-    let wrong = Expected {
-        user_data: Some(vec![0; 64]),
-        ..Expected::default()
-    };
-    assert_eq!(
-        refused(nitro::verify(&ev, &wrong, &p, T_NITRO_EVERVAULT)),
-        Refusal::ReportDataMismatch
-    );
-    let wrong = Expected {
-        public_key: Some(b"key".to_vec()),
-        ..Expected::default()
-    };
-    assert_eq!(
-        refused(nitro::verify(&ev, &wrong, &p, T_NITRO_EVERVAULT)),
-        Refusal::PublicKeyMismatch
-    );
+    let none = Expected::default;
+    for (wrong, why) in [
+        (
+            Expected {
+                nonce: Some(vec![1; 32]),
+                ..none()
+            },
+            Refusal::NonceMismatch,
+        ),
+        (
+            Expected {
+                user_data: Some(vec![0; 64]),
+                ..none()
+            },
+            Refusal::ReportDataMismatch,
+        ),
+        (
+            Expected {
+                public_key: Some(b"key".to_vec()),
+                ..none()
+            },
+            Refusal::PublicKeyMismatch,
+        ),
+    ] {
+        assert_eq!(
+            refused(nitro::verify(&ev, &wrong, &p, T_NITRO_EVERVAULT)),
+            why
+        );
+    }
 
     // Fresh within five minutes, not from the future beyond a minute.
     let e = Expected::default();

@@ -123,34 +123,22 @@ fn golden_measurements_and_devices_are_compared() {
 #[test]
 fn chain_time_and_shape() {
     let ev = nvidia_hopper();
-    let e = Expected::default();
     // The Provisioner ICA starts 2022-03-01.
     assert_eq!(
-        refused(nvidia::verify(
-            &ev,
-            &e,
-            &Policy::unpinned(),
-            1_640_995_200_000
-        )),
+        ev.refusal_at(1_640_995_200_000),
         Refusal::CertificateNotYetValid
     );
     // Without the root in the file the pinned one is used.
     let mut no_root = ev.clone();
     no_root.chain.pop();
-    assert!(nvidia::verify(&no_root, &e, &Policy::unpinned(), T_2025).is_ok());
+    assert!(no_root.verify_unpinned(T_2025).is_ok());
     // Without intermediates the leaf cannot reach the root.
     let mut leaf_only = ev.clone();
     leaf_only.chain.truncate(1);
-    assert_eq!(
-        refused(nvidia::verify(&leaf_only, &e, &Policy::unpinned(), T_2025)),
-        Refusal::ForeignRoot
-    );
+    assert_eq!(leaf_only.refusal_at(T_2025), Refusal::ForeignRoot);
     let mut none = ev.clone();
     none.chain.clear();
-    assert_eq!(
-        refused(nvidia::verify(&none, &e, &Policy::unpinned(), T_2025)).code(),
-        "malformed"
-    );
+    assert_eq!(none.refusal_at(T_2025).code(), "malformed");
 }
 
 #[test]

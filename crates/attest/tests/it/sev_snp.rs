@@ -141,20 +141,12 @@ fn chip_allow_list_tcb_minimum_and_products() {
 #[test]
 fn vlek_report_is_refused_for_vmpl_1_and_its_expired_vlek() {
     let ev = snp_vlek();
-    let e = Expected::default();
-    let p = Policy::unpinned();
     // Inside the VLEK's year: signature and chain verify, VMPL 1 is the reason.
-    assert_eq!(
-        refused(snp::verify(&ev, &e, &p, T_VLEK)),
-        Refusal::VmplNotZero
-    );
+    assert_eq!(ev.refusal_at(T_VLEK), Refusal::VmplNotZero);
     // After 2025-12-10 the VLEK has expired; before 2024-12-10 it was not valid yet.
+    assert_eq!(ev.refusal_at(T_2026), Refusal::CertificateExpired);
     assert_eq!(
-        refused(snp::verify(&ev, &e, &p, T_2026)),
-        Refusal::CertificateExpired
-    );
-    assert_eq!(
-        refused(snp::verify(&ev, &e, &p, 1_717_200_000_000)),
+        ev.refusal_at(1_717_200_000_000),
         Refusal::CertificateNotYetValid
     );
 }

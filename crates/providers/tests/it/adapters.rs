@@ -189,6 +189,16 @@ fn request() -> ChatRequest {
     }
 }
 
+/// A plain OpenAI-compatible client of `url` with `http`, streaming or not.
+fn openai_at(url: &str, http: HttpOptions, stream: bool) -> OpenAiCompatible {
+    let options = OpenAiOptions {
+        http,
+        stream,
+        ..OpenAiOptions::default()
+    };
+    OpenAiCompatible::new(url, options).unwrap()
+}
+
 fn openrouter(server: &Loopback, stream: bool) -> OpenAiCompatible {
     let mut options = OpenAiOptions::openrouter(http());
     options.stream = stream;
@@ -308,15 +318,7 @@ async fn openrouter_streamed_success_with_usage_cost_and_keepalives() {
 #[tokio::test]
 async fn openai_whole_answer_with_usage_and_no_key_for_keyless_servers() {
     let server = Loopback::start(vec![json(200, OK_JSON)]).await;
-    let provider = OpenAiCompatible::new(
-        &server.url("/v1"),
-        OpenAiOptions {
-            http: http(),
-            stream: false,
-            ..OpenAiOptions::default()
-        },
-    )
-    .unwrap();
+    let provider = openai_at(&server.url("/v1"), http(), false);
     let done = provider.complete(request(), None).await.unwrap();
     assert_eq!(done.text, "Paris");
     assert_eq!(done.usage.completion_tokens, 2);
@@ -454,19 +456,12 @@ async fn error_object_in_a_200_body() {
 #[tokio::test]
 async fn timeout_is_reported_after_bounded_tries() {
     let server = Loopback::start(vec![Reply::Hang, Reply::Hang]).await;
-    let provider = OpenAiCompatible::new(
-        &server.url("/v1"),
-        OpenAiOptions {
-            http: HttpOptions {
-                timeout: Duration::from_millis(300),
-                max_retries: 1,
-                ..http()
-            },
-            stream: true,
-            ..OpenAiOptions::default()
-        },
-    )
-    .unwrap();
+    let tight = HttpOptions {
+        timeout: Duration::from_millis(300),
+        max_retries: 1,
+        ..http()
+    };
+    let provider = openai_at(&server.url("/v1"), tight, true);
     let started = Instant::now();
     let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
     assert_keyless_err!(err, ProviderError::Timeout { .. });
@@ -488,18 +483,12 @@ async fn timeout_while_streaming() {
         (10_000, "data: [DONE]\n\n".into()),
     ])])
     .await;
-    let provider = OpenAiCompatible::new(
-        &server.url("/v1"),
-        OpenAiOptions {
-            http: HttpOptions {
-                timeout: Duration::from_millis(400),
-                max_retries: 0,
-                ..http()
-            },
-            ..OpenAiOptions::default()
-        },
-    )
-    .unwrap();
+    let tight = HttpOptions {
+        timeout: Duration::from_millis(400),
+        max_retries: 0,
+        ..http()
+    };
+    let provider = openai_at(&server.url("/v1"), tight, true);
     let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
     assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
 }
@@ -546,17 +535,11 @@ async fn connection_refused_is_a_transport_error_without_the_key() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let provider = OpenAiCompatible::new(
-        &format!("http://{addr}/v1"),
-        OpenAiOptions {
-            http: HttpOptions {
-                max_retries: 1,
-                ..http()
-            },
-            ..OpenAiOptions::default()
-        },
-    )
-    .unwrap();
+    let tight = HttpOptions {
+        max_retries: 1,
+        ..http()
+    };
+    let provider = openai_at(&format!("http://{addr}/v1"), tight, true);
     let err = provider.complete(request(), Some(KEY)).await.unwrap_err();
     assert_keyless_err!(err, ProviderError::Transport(_));
 }
