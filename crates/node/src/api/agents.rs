@@ -14,6 +14,34 @@ use super::extract::{
 };
 use super::{ApiError, AppState, Shared};
 
+/// The `{rosterId}` of the roster routes (read with [`Param`]), declared once for the document.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path, rename_all = "camelCase")]
+#[allow(dead_code)] // the document's parameter; the handler reads it with `Param`
+struct RosterPath {
+    /// A `host:<id>` roster id.
+    roster_id: String,
+}
+
+/// A roster entry the caller does not hold, declared once for the document.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 404,
+    description = "No such entry for this tenant (`not_found`) — another tenant's answers the same."
+)]
+#[allow(dead_code)] // the document's response
+struct NoSuchEntry;
+
+/// What the roster and org-chart writes refuse (every rule they check), declared once for the
+/// document.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 400,
+    description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."
+)]
+#[allow(dead_code)] // the document's response
+struct Refused;
+
 /// Every installed manifest's inventory entry, each with the caller's `roster[]` projection.
 pub(super) fn entries(
     s: &Shared,
@@ -112,10 +140,10 @@ pub(super) async fn list_roster(
 #[utoipa::path(
     get, path = "/v1/agents/roster/{rosterId}",
     summary = "One of the caller's roster entries.",
-    params(("rosterId" = String, Path, description = "A `host:<id>` roster id.")),
+    params(RosterPath),
     responses(
         (status = 200, description = "AgentRosterEntry.", body = AgentRosterEntry),
-        (status = 404, description = "No such entry for this tenant (`not_found`) — another tenant's answers the same."),
+        NoSuchEntry,
     )
 )]
 pub(super) async fn get_roster_entry(
@@ -137,7 +165,7 @@ pub(super) async fn get_roster_entry(
     responses(
         (status = 201, description = "Created.", body = AgentRosterEntry),
         (status = 200, description = "Replaced.", body = AgentRosterEntry),
-        (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
+        Refused,
         TooLarge,
         NotJson,
     )
@@ -155,10 +183,10 @@ pub(super) async fn put_roster(
 #[utoipa::path(
     delete, path = "/v1/host/skillbox/roster/{rosterId}",
     summary = "Remove one of the caller's roster entries.",
-    params(("rosterId" = String, Path, description = "The `host:<id>` roster id.")),
+    params(RosterPath),
     responses(
         (status = 204, description = "Removed."),
-        (status = 404, description = "No such entry for this tenant (`not_found`)."),
+        NoSuchEntry,
         (status = 409, description = "The entry is a member of the caller's org chart (`conflict`)."),
     )
 )]
@@ -197,7 +225,7 @@ pub(super) async fn get_org_chart(
     responses(
         (status = 201, description = "Created.", body = AgentOrgChart),
         (status = 200, description = "Replaced.", body = AgentOrgChart),
-        (status = 400, description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."),
+        Refused,
         TooLarge,
         NotJson,
     )
