@@ -159,6 +159,14 @@ impl TestLog {
         spki(&self.key)
     }
 
+    /// A release log pinning `signer` and this log's key (what a test verifies its bundles with).
+    pub fn release_log(
+        &self,
+        signer: super::Signer,
+    ) -> Result<super::ReleaseLog, super::ReleaseLogError> {
+        super::ReleaseLog::new(signer, Some(&self.trusted_root_json()))
+    }
+
     /// A Sigstore `trusted_root.json` naming this log's key (and no CA, CT log or TSA: enough
     /// for managed-key bundles).
     pub fn trusted_root_json(&self) -> String {

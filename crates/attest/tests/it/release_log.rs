@@ -198,11 +198,9 @@ fn a_manifest_this_project_signs_and_logs_verifies_and_names_its_measurements() 
     let m = manifest(&"AB".repeat(48));
     let index = logged(&mut tlog, &signer, &m);
     let bundle = tlog.bundle(index).expect("bundle");
-    let pinned = ReleaseLog::new(
-        Signer::key_from_pem(&signer.public_pem()).expect("key"),
-        Some(&tlog.trusted_root_json()),
-    )
-    .expect("log");
+    let pinned = tlog
+        .release_log(Signer::key_from_pem(&signer.public_pem()).expect("key"))
+        .expect("log");
     let verified = pinned
         .verify_manifest(&m, bundle.as_bytes())
         .expect("verifies");
@@ -212,11 +210,9 @@ fn a_manifest_this_project_signs_and_logs_verifies_and_names_its_measurements() 
     assert!(verified.on("tdx").is_empty());
     // Every entry of the log verifies, whatever its place in the tree.
     for i in 0..12 {
-        let other = ReleaseLog::new(
-            Signer::Key(ReleaseSigner::new(200).spki_der()),
-            Some(&tlog.trusted_root_json()),
-        )
-        .expect("log");
+        let other = tlog
+            .release_log(Signer::Key(ReleaseSigner::new(200).spki_der()))
+            .expect("log");
         if i != index {
             let artifact = [if i < index { i as u8 } else { i as u8 - 1 }; 10];
             other
@@ -234,7 +230,7 @@ fn a_manifest_this_project_logs_is_refused_when_tampered_or_from_a_foreign_log()
     let index = logged(&mut tlog, &signer, &m);
     let bundle = tlog.bundle(index).expect("bundle").into_bytes();
     let key = Signer::Key(signer.spki_der());
-    let pinned = ReleaseLog::new(key.clone(), Some(&tlog.trusted_root_json())).expect("log");
+    let pinned = tlog.release_log(key.clone()).expect("log");
     pinned
         .verify_manifest(&m, &bundle)
         .expect("honest one verifies");
@@ -294,11 +290,9 @@ fn a_manifest_must_be_well_formed_even_when_signed() {
     let mut tlog = TestLog::new(3);
     let body = br#"{"skillbox_box_release":1,"release":"v1","measurements":{"tdx":["00"]}}"#;
     let i = tlog.append(&signer, body);
-    let pinned = ReleaseLog::new(
-        Signer::Key(signer.spki_der()),
-        Some(&tlog.trusted_root_json()),
-    )
-    .expect("log");
+    let pinned = tlog
+        .release_log(Signer::Key(signer.spki_der()))
+        .expect("log");
     let bundle = tlog.bundle(i).expect("bundle");
     pinned
         .verify(body, bundle.as_bytes())

@@ -423,13 +423,18 @@ async fn a_stake_is_refused_on_its_action_before_its_body_is_read() {
     let (_, run) = f.open(&p).await;
     let hash = run.program_hash.to_hex();
     let huge = 64 << 20;
+    // A stake upload under `action` declaring `len` bytes and sending them until refused: the
+    // answer and how many bytes went.
+    let flood = async |action: &str, len: usize| {
+        RawStake::start(&f.url, &run.run_id, action, len)
+            .await
+            .flood(len)
+            .await
+    };
     // Signed by a key that is not the caller's: on 7f3543e the box read all 64 MiB into memory
     // and only then checked the signature.
     let forged = stake_action(&run.run_id, &hash, Role::Caller, &[0; 32], &key(9));
-    let ((status, body), taken) = RawStake::start(&f.url, &run.run_id, &forged, huge)
-        .await
-        .flood(huge)
-        .await;
+    let ((status, body), taken) = flood(&forged, huge).await;
     assert_eq!(status, 403, "{body}");
     // Not the caller's signature (`signature_missing`: none by the key the role names).
     assert!(body.contains("signature"), "{body}");
@@ -450,20 +455,14 @@ async fn a_stake_is_refused_on_its_action_before_its_body_is_read() {
         .await
         .expect("caller stakes");
     let again = stake_action(&run.run_id, &hash, Role::Caller, &[1; 32], &f.caller);
-    let ((status, body), taken) = RawStake::start(&f.url, &run.run_id, &again, huge)
-        .await
-        .flood(huge)
-        .await;
+    let ((status, body), taken) = flood(&again, huge).await;
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("\"already_staked\""), "{body}");
     assert!(taken < 16 << 20, "{taken} bytes sent before the refusal");
     // A declared length over the role's limit: refused on the header.
     let owner = stake_action(&run.run_id, &hash, Role::Owner, &[2; 32], &f.owner);
     let over = 80 << 20;
-    let ((status, body), taken) = RawStake::start(&f.url, &run.run_id, &owner, over)
-        .await
-        .flood(over)
-        .await;
+    let ((status, body), taken) = flood(&owner, over).await;
     assert_eq!(status, 413, "{body}");
     assert!(taken < 16 << 20, "{taken} bytes sent before the refusal");
 }
