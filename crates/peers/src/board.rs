@@ -345,6 +345,16 @@ impl Board {
             .map(|e| &e.advert)
     }
 
+    /// The boxes a peer's unexpired advert accepts, the peer named as [`BoardRow::peer`] names
+    /// it (none once the advert expired).
+    pub fn boxes_of(&self, peer: &str, now_ms: u64) -> Vec<crate::AcceptedBox> {
+        self.entries
+            .get(peer)
+            .filter(|e| e.expires_at > now_ms)
+            .map(|e| e.advert.boxes.clone())
+            .unwrap_or_default()
+    }
+
     /// The signed bytes of a peer's unexpired advert, as received.
     pub fn signed_advert(&self, peer: &PeerId, now_ms: u64) -> Option<Arc<[u8]>> {
         self.entries

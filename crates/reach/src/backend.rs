@@ -326,16 +326,9 @@ impl Backend for InProcess {
             let rows = b.snapshot(now);
             let mut adverts = HashMap::new();
             for r in &rows {
-                if adverts.contains_key(&r.peer) {
-                    continue;
-                }
-                let boxes = r
-                    .peer
-                    .parse::<skillbox_peers::PeerId>()
-                    .ok()
-                    .and_then(|p| b.advert(&p, now).map(|a| a.boxes.clone()))
-                    .unwrap_or_default();
-                adverts.insert(r.peer.clone(), boxes);
+                adverts
+                    .entry(r.peer.clone())
+                    .or_insert_with(|| b.boxes_of(&r.peer, now));
             }
             (rows, adverts)
         });

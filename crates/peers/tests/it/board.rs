@@ -190,6 +190,11 @@ fn an_entry_expires_after_the_ttl_and_an_old_advert_cannot_revive_it() {
     let bytes = sign_advert(&key, T0, 1, &offer(&["haiku"])).unwrap();
     b.ingest(&bytes, Some(&peer), T0).unwrap();
     assert_eq!(b.snapshot(T0 + 179_999).len(), 1);
+    // The boxes it accepts, by the id a row names, until it expires with the rest.
+    let row_peer = &b.snapshot(T0)[0].peer;
+    assert_eq!(b.boxes_of(row_peer, T0 + 179_999), offer(&[]).boxes);
+    assert!(b.boxes_of(row_peer, T0 + 180_000).is_empty());
+    assert!(b.boxes_of("not-a-peer", T0).is_empty());
     assert!(b.snapshot(T0 + 180_000).is_empty());
     assert!(b.advert(&peer, T0 + 180_000).is_none());
     assert_eq!(b.expire(T0 + 180_000), vec![peer.to_base58()]);

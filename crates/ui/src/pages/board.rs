@@ -42,19 +42,10 @@ pub(crate) async fn board(
         let rows = b.snapshot(now);
         let mut platforms: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for r in &rows {
-            if platforms.contains_key(&r.peer) {
-                continue;
-            }
-            let p = r
-                .peer
-                .parse::<skillbox_peers::PeerId>()
-                .ok()
-                .and_then(|p| b.advert(&p, now).map(|a| a.boxes.clone()))
-                .unwrap_or_default()
-                .into_iter()
-                .map(|b| b.platform)
-                .collect();
-            platforms.insert(r.peer.clone(), p);
+            platforms.entry(r.peer.clone()).or_insert_with(|| {
+                let boxes = b.boxes_of(&r.peer, now);
+                boxes.into_iter().map(|b| b.platform).collect()
+            });
         }
         (rows, platforms)
     });
