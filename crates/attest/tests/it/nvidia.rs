@@ -106,7 +106,7 @@ fn golden_measurements_and_devices_are_compared() {
             devices: vec![],
         };
         assert_eq!(
-            refused(nvidia::verify(&ev, &e, &p, T_2025)),
+            ev.refusal_under(&p, T_2025),
             Refusal::MeasurementNotAllowed("GPU measurement block")
         );
     }
@@ -114,10 +114,7 @@ fn golden_measurements_and_devices_are_compared() {
         measurements: vec![],
         devices: vec!["OTHER".into()],
     };
-    assert_eq!(
-        refused(nvidia::verify(&ev, &e, &p, T_2025)),
-        Refusal::InstanceNotAllowed
-    );
+    assert_eq!(ev.refusal_under(&p, T_2025), Refusal::InstanceNotAllowed);
 }
 
 #[test]

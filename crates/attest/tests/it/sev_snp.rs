@@ -104,10 +104,7 @@ fn chip_allow_list_tcb_minimum_and_products() {
     p.chip_ids = vec![Hex(hex_arr(VIRTEE_CHIP_ID))];
     assert!(snp::verify(&ev, &e, &p, T_2025).is_ok());
     p.chip_ids = vec![Hex([7; 64])];
-    assert_eq!(
-        refused(snp::verify(&ev, &e, &p, T_2025)),
-        Refusal::InstanceNotAllowed
-    );
+    assert_eq!(ev.refusal_under(&p, T_2025), Refusal::InstanceNotAllowed);
 
     let mut p = Policy::unpinned();
     p.min_tcb = Some(MinTcb {
@@ -125,17 +122,11 @@ fn chip_allow_list_tcb_minimum_and_products() {
         microcode: 0,
         fmc: None,
     });
-    assert_eq!(
-        refused(snp::verify(&ev, &e, &p, T_2025)),
-        Refusal::TcbTooLow
-    );
+    assert_eq!(ev.refusal_under(&p, T_2025), Refusal::TcbTooLow);
 
     let mut p = Policy::unpinned();
     p.products = vec![Product::Genoa, Product::Turin];
-    assert_eq!(
-        refused(snp::verify(&ev, &e, &p, T_2025)),
-        Refusal::ProductNotAllowed
-    );
+    assert_eq!(ev.refusal_under(&p, T_2025), Refusal::ProductNotAllowed);
 }
 
 #[test]

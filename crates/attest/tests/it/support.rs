@@ -47,19 +47,27 @@ pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
 }
 
 /// Evidence checked the way most vector tests check it: the default expectations and a policy
-/// that pins nothing, at one time.
+/// that pins nothing (or one policy), at one time.
 pub trait Unpinned {
+    /// The platform's policy type.
+    type Policy;
+
     fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal>;
 
     /// Why the evidence is refused at `at_ms` (panics if it verifies).
     fn refusal_at(&self, at_ms: u64) -> Refusal {
         refused(self.verify_unpinned(at_ms))
     }
+
+    /// Why the evidence is refused under `policy` (default expectations) at `at_ms`.
+    fn refusal_under(&self, policy: &Self::Policy, at_ms: u64) -> Refusal;
 }
 
 macro_rules! unpinned {
     ($($platform:ident),*) => {$(
         impl Unpinned for $platform::Evidence {
+            type Policy = $platform::Policy;
+
             fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal> {
                 $platform::verify(
                     self,
@@ -67,6 +75,15 @@ macro_rules! unpinned {
                     &$platform::Policy::unpinned(),
                     at_ms,
                 )
+            }
+
+            fn refusal_under(&self, policy: &$platform::Policy, at_ms: u64) -> Refusal {
+                refused($platform::verify(
+                    self,
+                    &$platform::Expected::default(),
+                    policy,
+                    at_ms,
+                ))
             }
         }
     )*};

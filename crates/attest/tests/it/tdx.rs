@@ -152,20 +152,14 @@ fn platform_flags_and_the_ppid_allow_list() {
     let e = Expected::default();
     let mut p = Policy::unpinned();
     p.allow_smt = false;
-    assert_eq!(
-        refused(tdx::verify(&ev, &e, &p, T_TDX)).code(),
-        "attributes_not_allowed"
-    );
+    assert_eq!(ev.refusal_under(&p, T_TDX).code(), "attributes_not_allowed");
     let v = tdx::verify(&ev, &e, &Policy::unpinned(), T_TDX).unwrap();
     let ppid = hex::decode(v.instance_id.unwrap()).unwrap();
     let mut p = Policy::unpinned();
     p.ppids = vec![HexBytes(ppid)];
     assert!(tdx::verify(&ev, &e, &p, T_TDX).is_ok());
     p.ppids = vec![HexBytes(vec![0; 16])];
-    assert_eq!(
-        refused(tdx::verify(&ev, &e, &p, T_TDX)),
-        Refusal::InstanceNotAllowed
-    );
+    assert_eq!(ev.refusal_under(&p, T_TDX), Refusal::InstanceNotAllowed);
 }
 
 #[test]
