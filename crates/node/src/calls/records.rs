@@ -293,24 +293,29 @@ pub fn update(tx: &Tx<'_>, call: &Call, patch: &Patch) -> Result<()> {
 /// peer)`. A row is written with charge 0 and charged only when its run is verified (see
 /// [`charge_run`]), so this counts calls that reached a run, not every admitted one.
 pub fn charged_since(tx: &Tx<'_>, skill: &str, peer: &str, since: i64) -> Result<(u64, u64)> {
-    let (total, mine): (i64, i64) = tx.query_row(
-        "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
-         FROM calls WHERE role = 'owner' AND skill = ?1 AND created_at >= ?3",
-        params![skill, peer, since],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let (total, mine): (i64, i64) =
+        tx.query_row(CHARGED_SINCE, params![skill, peer, since], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
     Ok((total.max(0) as u64, mine.max(0) as u64))
 }
+
+/// Read from the partial index `calls_charged` alone (migration 11): a row charged 0 adds
+/// nothing to a sum, and the index holds only charged rows.
+const CHARGED_SINCE: &str =
+    "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
+     FROM calls WHERE role = 'owner' AND skill = ?1 AND created_at >= ?3 AND charge > 0";
+
+/// Read from the partial index `calls_unstarted` alone (migration 11); its terms are the
+/// index's own, so SQLite can use it.
+const UNSTARTED_OF: &str =
+    "SELECT count(*) FROM calls WHERE role = 'owner' AND peer = ?1 AND charge = 0
+       AND state NOT IN ('answered', 'ran', 'failed')";
 
 /// The owner's admitted calls of `peer` (any skill) that have not reached their run and are not
 /// finished: what one peer holds without having been charged.
 pub fn unstarted_of(tx: &Tx<'_>, peer: &str) -> Result<u64> {
-    let n: i64 = tx.query_row(
-        "SELECT count(*) FROM calls WHERE role = 'owner' AND peer = ?1 AND charge = 0
-           AND state NOT IN ('answered', 'ran', 'failed')",
-        params![peer],
-        |r| r.get(0),
-    )?;
+    let n: i64 = tx.query_row(UNSTARTED_OF, params![peer], |r| r.get(0))?;
     Ok(n.max(0) as u64)
 }
 
@@ -417,6 +422,30 @@ mod tests {
             && a.verified == b.verified
             && a.sources == b.sources
             && a.receipt == b.receipt
+    }
+
+    /// The owner's counts in every call's write transaction read an index, never the call rows
+    /// (issue 33: by the older indexes they read every row of the skill's day and of the peer,
+    /// thousands per call under load, under the writer's lock).
+    #[test]
+    fn the_owners_counts_read_only_an_index() {
+        let store = Store::open_in_memory().expect("store");
+        for (sql, args) in [(CHARGED_SINCE, 3), (UNSTARTED_OF, 1)] {
+            let plan: Vec<String> = store
+                .read(|c| {
+                    let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                    let params = vec![rusqlite::types::Value::Null; args];
+                    let rows = stmt
+                        .query_map(rusqlite::params_from_iter(params), |r| r.get(3))?
+                        .collect::<rusqlite::Result<_>>()?;
+                    Ok(rows)
+                })
+                .expect("plan");
+            assert!(
+                plan.len() == 1 && plan[0].contains("USING COVERING INDEX"),
+                "{sql}: {plan:?}"
+            );
+        }
     }
 
     /// The row a transition hands its actions is the row a fresh read returns, for every
