@@ -196,36 +196,48 @@ struct Answered {
     coverage: Option<skillbox_guard::Coverage>,
 }
 
-/// A finished run's result as both parties fetch it: the `ResultView` JSON, made once when the
-/// run ends (the sealed answer and a guarded run's owner note — 257 KiB for a 1 MiB body limit
-/// — were base64-encoded and JSON-escaped again on every fetch), and the failure for `status`.
+/// A finished run's result as both parties fetch it: the `ResultView` JSON without the owner
+/// note, made once when the run ends (the sealed answer's base64 written straight in), the
+/// note, and the failure for `status`.
 struct Served {
     json: axum::body::Bytes,
-    /// Where the owner note's member (with its comma) sits in `json`: a caller, who cannot open
-    /// the note, fetches the result without it (a guarded run's note is most of the bytes).
-    note: Option<std::ops::Range<usize>>,
+    /// A guarded run's owner note: its sealed bytes until the first fetch that takes it (the
+    /// owner's), then only what makes it again (a caller, who cannot open it, fetches without
+    /// it; a note is 257 KiB for a 1 MiB body limit, and a finished run is kept an hour).
+    note: Option<NoteSlot>,
     error: Option<RunFailure>,
 }
 
-impl Served {
-    /// The JSON served, without the owner note when `omit_note` (the small parts are copied;
-    /// the blob left out is the large one).
-    fn json(&self, omit_note: bool) -> axum::body::Bytes {
-        match &self.note {
-            Some(r) if omit_note => {
-                let mut out = Vec::with_capacity(self.json.len() - r.len());
-                out.extend_from_slice(&self.json[..r.start]);
-                out.extend_from_slice(&self.json[r.end..]);
-                axum::body::Bytes::from(out)
-            }
-            _ => self.json.clone(),
-        }
-    }
+#[derive(Clone)]
+enum NoteSlot {
+    /// A record of the older forms has no [`NoteSpec`]: its bytes stay.
+    Sealed {
+        bytes: Arc<Vec<u8>>,
+        spec: Option<Arc<NoteSpec>>,
+    },
+    Spec(Arc<NoteSpec>),
 }
 
-/// The result's JSON: the sealed blobs' base64 written straight into the buffer (it needs no
-/// escaping), then the small fields as serde writes them.
-fn served(run_id: &str, f: &Finished, no_hardware_isolation: bool) -> Result<Served> {
+/// `json` (an object) with the owner note's member in front.
+fn with_note(json: &[u8], note: &[u8]) -> axum::body::Bytes {
+    use base64::Engine as _;
+    let mut out = String::with_capacity(json.len() + note.len().div_ceil(3) * 4 + 32);
+    out.push_str("{\"owner_note\":\"");
+    base64::engine::general_purpose::STANDARD.encode_string(note, &mut out);
+    out.push_str("\",");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(json.get(1..).unwrap_or_default());
+    axum::body::Bytes::from(out)
+}
+
+/// The result's JSON without the owner note: the sealed answer's base64 written straight into
+/// the buffer (it needs no escaping), then the small fields as serde writes them.
+fn served(
+    run_id: &str,
+    f: &Finished,
+    note: Option<NoteSlot>,
+    no_hardware_isolation: bool,
+) -> Result<Served> {
     use base64::Engine as _;
     let small = ResultView {
         run_id: run_id.into(),
@@ -242,31 +254,18 @@ fn served(run_id: &str, f: &Finished, no_hardware_isolation: bool) -> Result<Ser
     };
     let small = serde_json::to_string(&small)
         .map_err(|e| JcError::Internal(format!("result view: {e}")))?;
-    let blobs = [
-        ("sealed_output", f.sealed_output.as_deref()),
-        ("owner_note", f.owner_note.as_deref()),
-    ];
-    let room: usize = blobs
-        .iter()
-        .map(|(_, b)| b.map_or(0, |b| b.len().div_ceil(3) * 4 + 32))
-        .sum();
+    let room = f
+        .sealed_output
+        .as_ref()
+        .map_or(0, |b| b.len().div_ceil(3) * 4 + 32);
     let mut json = String::with_capacity(room + small.len());
     json.push('{');
-    let mut note = None;
-    for (name, blob) in blobs {
-        if let Some(blob) = blob {
-            let start = json.len();
-            json.push('"');
-            json.push_str(name);
-            json.push_str("\":\"");
-            base64::engine::general_purpose::STANDARD.encode_string(blob, &mut json);
-            json.push_str("\",");
-            if name == "owner_note" {
-                note = Some(start..json.len());
-            }
-        }
+    if let Some(blob) = &f.sealed_output {
+        json.push_str("\"sealed_output\":\"");
+        base64::engine::general_purpose::STANDARD.encode_string(blob, &mut json);
+        json.push_str("\",");
     }
-    // `small` is an object with at least `run_id`: its members follow the blobs.
+    // `small` is an object with at least `run_id`: its members follow the blob.
     json.push_str(small.strip_prefix('{').unwrap_or(&small));
     Ok(Served {
         json: axum::body::Bytes::from(json),
@@ -278,9 +277,82 @@ fn served(run_id: &str, f: &Finished, no_hardware_isolation: bool) -> Result<Ser
 struct Finished {
     sealed_output: Option<Vec<u8>>,
     /// A guarded run's [`crate::receipt::OwnerNote`], sealed to the owner.
-    owner_note: Option<Vec<u8>>,
+    owner_note: Option<SealedNote>,
     receipt: Envelope,
     error: Option<RunFailure>,
+}
+
+/// A sealed owner note and what makes it again.
+struct SealedNote {
+    sealed: Vec<u8>,
+    spec: NoteSpec,
+}
+
+/// What makes a guarded run's sealed owner note again byte for byte ([`Sealer::seeded`]): the
+/// seed of its seal and what it says; the run store keeps this (~70 bytes with a small
+/// coverage) instead of the note. `sha256` is the digest the receipt signs, checked whenever
+/// the note is made again.
+struct NoteSpec {
+    seed: Zeroizing<[u8; 32]>,
+    acted: bool,
+    coverage: Option<Vec<u8>>,
+    sha256: [u8; 32],
+}
+
+impl NoteSpec {
+    /// seed, sha256, acted, whether a coverage follows, the coverage.
+    fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
+        let cov = self.coverage.as_deref();
+        let mut out = Zeroizing::new(Vec::with_capacity(66 + cov.map_or(0, <[u8]>::len)));
+        out.extend_from_slice(&self.seed[..]);
+        out.extend_from_slice(&self.sha256);
+        out.push(self.acted as u8);
+        out.push(cov.is_some() as u8);
+        out.extend_from_slice(cov.unwrap_or_default());
+        out
+    }
+
+    fn from_bytes(b: &[u8]) -> Result<NoteSpec> {
+        let seed: [u8; 32] = b
+            .get(..32)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(JcError::StoreTampered)?;
+        let sha256: [u8; 32] = b
+            .get(32..64)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(JcError::StoreTampered)?;
+        let flag = |i: usize| match b.get(i) {
+            Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            _ => Err(JcError::StoreTampered),
+        };
+        let (acted, has_coverage) = (flag(64)?, flag(65)?);
+        let rest = &b[66..];
+        if !has_coverage && !rest.is_empty() {
+            return Err(JcError::StoreTampered);
+        }
+        Ok(NoteSpec {
+            seed: Zeroizing::new(seed),
+            acted,
+            coverage: has_coverage.then(|| rest.to_vec()),
+            sha256,
+        })
+    }
+
+    /// The note again, exactly as first sealed (its digest checked against the receipt's).
+    fn reseal(&self, program: &ApprovedProgram, run_id: &str) -> Result<Vec<u8>> {
+        let sealed = seal_note(
+            program,
+            run_id,
+            &self.seed,
+            self.acted,
+            self.coverage.as_deref(),
+        )?;
+        if <[u8; 32]>::from(Sha256::digest(&sealed)) != self.sha256 {
+            return Err(JcError::Internal("owner note not made again".into()));
+        }
+        Ok(sealed)
+    }
 }
 
 /// Stake memory held for one role of a run, and who sent it.
@@ -589,14 +661,16 @@ struct StoredFinished {
     error: Option<RunFailure>,
 }
 
-/// Form 2: the keys' 66 bytes, the JSON's u32 length, the JSON, then the sealed answer and the
-/// owner note raw (each a presence byte, a u64 length and the bytes). Form 1 (still read) had
-/// them in base64 inside the JSON: a guarded run's 257 KiB note cost an encode, a JSON escape
-/// and a third more bytes to seal and write.
-const RECORD_FORMAT: u8 = 2;
+/// Form 3: the keys' 66 bytes, the JSON's u32 length, the JSON, then the sealed answer raw and
+/// the owner note's [`NoteSpec`] (each a presence byte, a u64 length and the bytes). Form 2
+/// (still read) had the sealed note itself where the spec is: a guarded run's 257 KiB, sealed
+/// again under the storage key, copied into SQLite's pages and WAL and checkpointed, per run.
+/// Form 1 (still read) had both in base64 inside the JSON.
+const RECORD_FORMAT: u8 = 3;
+const RECORD_FORMAT_RAW_NOTE: u8 = 2;
 const RECORD_FORMAT_BASE64: u8 = 1;
 
-/// Form 2's two blobs after the JSON; anything else is `store_tampered`.
+/// The two blobs after the JSON (forms 2 and 3); anything else is `store_tampered`.
 fn record_blobs(mut rest: &[u8]) -> Result<[Option<Vec<u8>>; 2]> {
     let mut blob = || -> Result<Option<Vec<u8>>> {
         let (&present, tail) = rest.split_first().ok_or(JcError::StoreTampered)?;
@@ -661,9 +735,12 @@ impl Run {
         };
         let json = serde_json::to_vec(&record)
             .map_err(|e| JcError::Internal(format!("run record: {e}")))?;
+        let spec = finished
+            .and_then(|f| f.owner_note.as_ref())
+            .map(|n| n.spec.to_bytes());
         let blobs = [
             finished.and_then(|f| f.sealed_output.as_deref()),
-            finished.and_then(|f| f.owner_note.as_deref()),
+            spec.as_ref().map(|s| s.as_slice()),
         ];
         let blob_len: usize = blobs.iter().map(|b| 9 + b.map_or(0, <[u8]>::len)).sum();
         let mut out = Zeroizing::new(Vec::with_capacity(2 + 64 + 4 + json.len() + blob_len));
@@ -707,7 +784,8 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
             .decode(s)
             .map_err(|_| JcError::StoreTampered)
     };
-    if bytes.len() < 66 || ![RECORD_FORMAT, RECORD_FORMAT_BASE64].contains(&bytes[0]) {
+    let forms = [RECORD_FORMAT, RECORD_FORMAT_RAW_NOTE, RECORD_FORMAT_BASE64];
+    if bytes.len() < 66 || !forms.contains(&bytes[0]) {
         return Err(JcError::StoreTampered);
     }
     let keys = match bytes[1] {
@@ -730,13 +808,28 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
     let program = approved_program(&r.envelope).map_err(|_| JcError::StoreTampered)?;
     let finished = match r.finished {
         Some(f) => {
+            let note = match (bytes[0], note) {
+                (RECORD_FORMAT, Some(spec)) => {
+                    Some(NoteSlot::Spec(Arc::new(NoteSpec::from_bytes(&spec)?)))
+                }
+                (_, note) => f
+                    .owner_note
+                    .as_ref()
+                    .map(unb64)
+                    .transpose()?
+                    .or(note)
+                    .map(|bytes| NoteSlot::Sealed {
+                        bytes: Arc::new(bytes),
+                        spec: None,
+                    }),
+            };
             let f = Finished {
                 sealed_output: f.sealed_output.as_ref().map(unb64).transpose()?.or(output),
-                owner_note: f.owner_note.as_ref().map(unb64).transpose()?.or(note),
+                owner_note: None,
                 receipt: f.receipt,
                 error: f.error,
             };
-            Some(served(run_id, &f, no_hardware_isolation)?)
+            Some(served(run_id, &f, note, no_hardware_isolation)?)
         }
         None if output.is_some() || note.is_some() => return Err(JcError::StoreTampered),
         None => None,
@@ -1520,7 +1613,7 @@ impl BoxCore {
             }
             (Err(e), _) | (_, Err(e)) => Err(e),
         };
-        let finished = match finished {
+        let mut finished = match finished {
             Ok(f) => f,
             Err(e) => {
                 // Only the closed code is kept: nothing of the provider's answer, the run's
@@ -1534,7 +1627,7 @@ impl BoxCore {
                     status: RunStatus::Failed,
                     finished_at: receipt::coarse(now),
                     output_bucket: 0,
-                    owner_note_sha256: note_digest(note.as_deref()),
+                    owner_note_sha256: note_digest(note.as_ref()),
                 };
                 Finished {
                     sealed_output: None,
@@ -1571,7 +1664,11 @@ impl BoxCore {
             }
             self.failpoint("result");
         }
-        let served = served(run_id, &finished, self.no_hardware_isolation())?;
+        let note = finished.owner_note.take().map(|n| NoteSlot::Sealed {
+            bytes: Arc::new(n.sealed),
+            spec: Some(Arc::new(n.spec)),
+        });
+        let served = served(run_id, &finished, note, self.no_hardware_isolation())?;
         drop(finished);
         let mut st = self.lock();
         if let Some(run) = st.runs.get_mut(run_id) {
@@ -1795,7 +1892,7 @@ impl BoxCore {
         keys: &RunKeys,
         run_id: &str,
         answered: &Answered,
-        owner_note: Option<Vec<u8>>,
+        owner_note: Option<SealedNote>,
         now: u64,
     ) -> Result<Finished> {
         let (answer, truncated) = (answered.answer.as_str(), answered.truncated);
@@ -1819,7 +1916,7 @@ impl BoxCore {
             status: RunStatus::Ok,
             finished_at: receipt::coarse(now),
             output_bucket: seal::bucket(plain_len),
-            owner_note_sha256: note_digest(owner_note.as_deref()),
+            owner_note_sha256: note_digest(owner_note.as_ref()),
         };
         Ok(Finished {
             sealed_output: Some(sealed),
@@ -1878,19 +1975,35 @@ impl BoxCore {
         if run.finished.is_some() {
             run.fetched = run.fetched.saturating_add(1);
         }
+        let program = run.program.clone();
+        let phase = run.phase;
         let f = run
             .finished
-            .as_ref()
-            .ok_or_else(|| JcError::NotReady(run.phase.as_str().into()))?;
-        // Bytes and a range: the copy without the note is made after the lock is let go.
-        let served = Served {
-            json: f.json.clone(),
-            note: f.note.clone(),
-            error: f.error,
+            .as_mut()
+            .ok_or_else(|| JcError::NotReady(phase.as_str().into()))?;
+        let json = f.json.clone();
+        let note = match &f.note {
+            _ if omit_note => None,
+            Some(NoteSlot::Sealed { bytes, spec }) => {
+                let bytes = bytes.clone();
+                // The first fetch with the note takes it (the owner's); later ones make it
+                // again.
+                if let Some(spec) = spec {
+                    f.note = Some(NoteSlot::Spec(spec.clone()));
+                }
+                Some(Ok(bytes))
+            }
+            Some(NoteSlot::Spec(spec)) => Some(Err(spec.clone())),
+            None => None,
         };
         st.retally(run_id);
         drop(st);
-        Ok(served.json(omit_note))
+        // The note's copy (or its seal) is made after the lock is let go.
+        Ok(match note {
+            None => json,
+            Some(Ok(bytes)) => with_note(&json, &bytes),
+            Some(Err(spec)) => with_note(&json, &spec.reseal(&program, run_id)?),
+        })
     }
 
     /// DELETE: a party ends the run (cancel, or done with its result). Keys and stakes are
@@ -1971,28 +2084,52 @@ impl BoxCore {
 }
 
 /// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the
-/// owner's node key; `None` for an unguarded one. Whether the guard acted, the released answer's
-/// coverage, and zeros up to [`OwnerNote::padded_len`] of the program's body limit: the same
-/// sealed size for every run of the program, acted or not, whatever the answer covered.
+/// owner's node key from a fresh seed; `None` for an unguarded one.
 fn seal_owner_note(
     program: &ApprovedProgram,
     run_id: &str,
     acted: bool,
     coverage: Option<&skillbox_guard::Coverage>,
-) -> Result<Option<Vec<u8>>> {
-    use crate::receipt::OwnerNote;
+) -> Result<Option<SealedNote>> {
     if program.program.guard.is_none() {
         return Ok(None);
     }
+    let mut seed = Zeroizing::new([0u8; 32]);
+    getrandom::fill(&mut seed[..]).map_err(|e| JcError::Internal(format!("randomness: {e}")))?;
+    let coverage = coverage.map(skillbox_guard::Coverage::to_bytes);
+    let sealed = seal_note(program, run_id, &seed, acted, coverage.as_deref())?;
+    let sha256 = Sha256::digest(&sealed).into();
+    Ok(Some(SealedNote {
+        sealed,
+        spec: NoteSpec {
+            seed,
+            acted,
+            coverage,
+            sha256,
+        },
+    }))
+}
+
+/// The sealed note: whether the guard acted, the released answer's coverage, and zeros up to
+/// [`OwnerNote::padded_len`] of the program's body limit — the same sealed size for every run
+/// of the program, acted or not, whatever the answer covered — sealed from `seed`.
+fn seal_note(
+    program: &ApprovedProgram,
+    run_id: &str,
+    seed: &[u8; 32],
+    acted: bool,
+    coverage: Option<&[u8]>,
+) -> Result<Vec<u8>> {
+    use crate::receipt::OwnerNote;
     let to = seal::owner_note_key(&program.program.owner_node_key()?)?;
-    let mut sealer = Sealer::new(&to, &seal::info(Purpose::OwnerNote, run_id, &program.hash))?;
+    let info = seal::info(Purpose::OwnerNote, run_id, &program.hash);
+    let mut sealer = Sealer::seeded(&to, &info, seed)?;
     let entry = |name: &str, len: u64| seal::ENTRY_OVERHEAD + name.len() as u64 + len;
     let mut written = entry(OwnerNote::ENTRY, 1) + entry(OwnerNote::PADDING_ENTRY, 0);
     sealer.entry_bytes(OwnerNote::ENTRY, &[acted as u8])?;
-    if let Some(c) = coverage {
-        let bytes = c.to_bytes();
+    if let Some(bytes) = coverage {
         written += entry(OwnerNote::COVERAGE_ENTRY, bytes.len() as u64);
-        sealer.entry_bytes(OwnerNote::COVERAGE_ENTRY, &bytes)?;
+        sealer.entry_bytes(OwnerNote::COVERAGE_ENTRY, bytes)?;
     }
     // A body whose fold lengthens its canaries past the bound gets no padding: its size then
     // says so (the owner's own doing; no ordinary body comes near).
@@ -2001,7 +2138,7 @@ fn seal_owner_note(
     sealer.reserve(target.max(written) + 1);
     sealer.entry_bytes(OwnerNote::PADDING_ENTRY, &pad)?;
     // The padding entry already brings every note of the program to `target`: no bucket on top.
-    Ok(Some(sealer.finish_unpadded()?))
+    sealer.finish_unpadded()
 }
 
 /// A served result's JSON read back (in-process callers; the box's own bytes).
@@ -2010,8 +2147,8 @@ fn parse_result(json: &[u8]) -> Result<ResultView> {
 }
 
 /// The receipt's binding of the owner's note: SHA-256 of its sealed bytes.
-fn note_digest(note: Option<&[u8]>) -> Option<String> {
-    note.map(|n| hex::encode(Sha256::digest(n)))
+fn note_digest(note: Option<&SealedNote>) -> Option<String> {
+    note.map(|n| hex::encode(n.spec.sha256))
 }
 
 /// Cut `text` to at most `max` bytes on a character boundary. Returns (text, was_cut).

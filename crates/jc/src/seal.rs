@@ -129,6 +129,64 @@ pub fn owner_note_key(node_key: &[u8; 32]) -> Result<[u8; 32]> {
     Ok(key.to_montgomery().to_bytes())
 }
 
+/// What HPKE's sender setup gives: the encapsulated key and the sealing context.
+type SenderSetup = (
+    <Kem as hpke::Kem>::EncappedKey,
+    hpke::aead::AeadCtxS<Aead, Kdf, Kem>,
+);
+
+fn recipient_key(recipient: &[u8; 32]) -> Result<<Kem as hpke::Kem>::PublicKey> {
+    <Kem as hpke::Kem>::PublicKey::from_bytes(recipient)
+        .map_err(|_| JcError::Sealed("recipient is not an X25519 public key".into()))
+}
+
+/// [`Sealer::seeded`]'s random source: SHA-256 of a label, the seed and a block counter.
+struct SeedRng {
+    seed: Zeroizing<[u8; 32]>,
+    block: u64,
+}
+
+impl SeedRng {
+    fn new(seed: &[u8; 32]) -> SeedRng {
+        SeedRng {
+            seed: Zeroizing::new(*seed),
+            block: 0,
+        }
+    }
+}
+
+impl hpke::rand_core::TryRng for SeedRng {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> std::result::Result<u32, Self::Error> {
+        let mut b = [0u8; 4];
+        self.try_fill_bytes(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn try_next_u64(&mut self) -> std::result::Result<u64, Self::Error> {
+        let mut b = [0u8; 8];
+        self.try_fill_bytes(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> std::result::Result<(), Self::Error> {
+        use sha2::Digest as _;
+        for out in dst.chunks_mut(32) {
+            let mut h = sha2::Sha256::new();
+            h.update(b"skillbox/seal-seed/v1\0");
+            h.update(&self.seed[..]);
+            h.update(self.block.to_be_bytes());
+            self.block += 1;
+            let block = Zeroizing::new(<[u8; 32]>::from(h.finalize()));
+            out.copy_from_slice(&block[..out.len()]);
+        }
+        Ok(())
+    }
+}
+
+impl hpke::rand_core::TryCryptoRng for SeedRng {}
+
 /// Streams named entries into an HPKE seal. Plaintext is held one chunk at a time.
 pub struct Sealer {
     ctx: hpke::aead::AeadCtxS<Aead, Kdf, Kem>,
@@ -139,10 +197,31 @@ pub struct Sealer {
 
 impl Sealer {
     pub fn new(recipient: &[u8; 32], info: &[u8]) -> Result<Sealer> {
-        let pk = <Kem as hpke::Kem>::PublicKey::from_bytes(recipient)
-            .map_err(|_| JcError::Sealed("recipient is not an X25519 public key".into()))?;
-        let (enc, ctx) = hpke::setup_sender::<Aead, Kdf, Kem>(&OpModeS::Base, &pk, info)
-            .map_err(|e| JcError::Sealed(format!("hpke setup: {e}")))?;
+        let pk = recipient_key(recipient)?;
+        Sealer::started(hpke::setup_sender::<Aead, Kdf, Kem>(
+            &OpModeS::Base,
+            &pk,
+            info,
+        ))
+    }
+
+    /// A seal whose one random input (the HPKE ephemeral key) comes from `seed`: the same
+    /// seed, recipient, info and entries give the same sealed bytes, so the box can make a
+    /// sealed owner note again from what it kept rather than keep the note (257 KiB for a 1 MiB
+    /// body limit) on disk and in memory. A seed is fresh from the OS for each note, secret as
+    /// the run's keys are (it opens the note), and seals that one plaintext only.
+    pub fn seeded(recipient: &[u8; 32], info: &[u8], seed: &[u8; 32]) -> Result<Sealer> {
+        let pk = recipient_key(recipient)?;
+        Sealer::started(hpke::setup_sender_with_rng::<Aead, Kdf, Kem>(
+            &OpModeS::Base,
+            &pk,
+            info,
+            &mut SeedRng::new(seed),
+        ))
+    }
+
+    fn started(setup: std::result::Result<SenderSetup, hpke::HpkeError>) -> Result<Sealer> {
+        let (enc, ctx) = setup.map_err(|e| JcError::Sealed(format!("hpke setup: {e}")))?;
         let mut out = Vec::with_capacity(4096);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&enc.to_bytes());
@@ -552,6 +631,23 @@ mod tests {
             s.entry("a", 2, &mut &b"longer"[..]),
             Err(JcError::Read(_))
         ));
+    }
+
+    #[test]
+    fn a_seeded_seal_is_made_again_byte_for_byte_and_opens() {
+        let kp = HpkeKeyPair::generate();
+        let i = info(Purpose::OwnerNote, "run-1", &ProgramHash([2; 32]));
+        let seal = |seed: &[u8; 32]| {
+            let mut s = Sealer::seeded(&kp.public(), &i, seed).expect("sealer");
+            s.entry_bytes("guard_acted", &[1]).expect("entry");
+            s.entry_bytes("padding", &[0; 40_000]).expect("entry");
+            s.finish_unpadded().expect("finish")
+        };
+        let once = seal(&[9; 32]);
+        assert_eq!(once, seal(&[9; 32]), "the same seed seals the same bytes");
+        assert_ne!(once, seal(&[8; 32]), "another seed, another ephemeral key");
+        let opened = open(&once, &kp, &i, || JcError::ResultNotForThisKey).expect("opens");
+        assert_eq!(opened[0].data.as_slice(), &[1]);
     }
 
     #[test]

@@ -493,7 +493,7 @@ async fn a_finished_run_in_the_older_record_form_is_still_served() {
     let store = RunStore::open(&dir.db(), &key).expect("store");
     let loaded = store.load().expect("load");
     let record = loaded[0].record.as_ref().expect("the record opens");
-    assert_eq!(record[0], 2, "written in form 2");
+    assert_eq!(record[0], 3, "written in form 3");
     let json_len = u32::from_be_bytes(record[66..70].try_into().expect("4 bytes")) as usize;
     let mut json: serde_json::Value =
         serde_json::from_slice(&record[70..70 + json_len]).expect("record JSON");
@@ -521,4 +521,95 @@ async fn a_finished_run_in_the_older_record_form_is_still_served() {
     let (core2, c2) = dir.start(gate(true)).await;
     assert_eq!(core2.result_json(&run.run_id).expect("served"), served);
     assert!(answered(&f, &c2, &run).await.starts_with("answered "));
+}
+
+/// A guarded run's owner note is padded to its program's body limit (257 KiB for 1 MiB) and
+/// kept for an hour: the run store keeps what makes it again (its seal's seed, what it says)
+/// instead of its bytes, and the box lets go of the bytes once the owner fetched them. Before the
+/// restart, fetched again, and after the restart, the note is the same sealed bytes, which the
+/// receipt binds and the owner opens; a record of the older form with the note itself is still
+/// served.
+#[tokio::test]
+async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
+    use skillbox_jc::client::open_owner_note;
+    let f = start(None).await;
+    let dir = Dir::new();
+    let (core1, c1) = dir.start(gate(true)).await;
+    let mut p = program(&f);
+    p.owner_inputs.body_max_bytes = 1 << 20;
+    p.guard = Some(skillbox_guard::GuardSpec {
+        action: skillbox_guard::Action::Withhold,
+        ..skillbox_guard::GuardSpec::default_for(false)
+    });
+    p.receipt = skillbox_jc::program::ReceiptSpec::for_guard(true);
+    let run = open(&f, &c1, &p).await;
+    stake(&f, &c1, &run, Role::Owner).await;
+    stake(&f, &c1, &run, Role::Caller).await;
+    assert!(!submit(&f, &c1, &run, Role::Caller).await);
+    assert!(submit(&f, &c1, &run, Role::Owner).await);
+    let first = c1.wait_result(&run.run_id, WAIT).await.expect("result");
+    let receipt = verify_receipt(&first, &run).expect("the receipt verifies");
+    let note = first.owner_note.clone().expect("a guarded run's note");
+    assert!(note.len() > 256 * 1024 * 4 / 3, "padded to the body limit");
+    // The same note and answer, and the owner opens the note.
+    let same = |view: &skillbox_jc::run::ResultView, when: &str| {
+        assert_eq!(view.owner_note.as_ref(), Some(&note), "{when}");
+        assert_eq!(view.sealed_output, first.sealed_output, "{when}");
+        assert_eq!(view.receipt, first.receipt, "{when}");
+        let opened = open_owner_note(view, &receipt, &f.owner, &run).expect("the owner opens it");
+        assert!(opened.is_some(), "{when}");
+    };
+    same(&first, "first fetch");
+    // Its bytes were let go at the first fetch: this one makes them again.
+    let again = c1.wait_result(&run.run_id, WAIT).await.expect("result");
+    same(&again, "made again");
+    drop(core1);
+
+    let records = rows(&dir.db(), "SELECT id, sealed FROM runs");
+    assert_eq!(records.len(), 1);
+    assert!(
+        records[0].1.len() < 32 * 1024,
+        "the finished record holds the note: {} bytes",
+        records[0].1.len()
+    );
+    let (core2, c2) = dir.start(gate(true)).await;
+    let after = c2.wait_result(&run.run_id, WAIT).await.expect("result");
+    same(&after, "after the restart");
+    drop(core2);
+
+    // Form 2: the sealed note itself after the sealed answer.
+    let key = KeyFile::load_or_create(&dir.path.join("store.key")).expect("store key");
+    let store = RunStore::open(&dir.db(), &key).expect("store");
+    let loaded = store.load().expect("load");
+    let record = loaded[0].record.as_ref().expect("the record opens");
+    assert_eq!(record[0], 3);
+    let json_len = u32::from_be_bytes(record[66..70].try_into().expect("4 bytes")) as usize;
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&record[70..70 + json_len]).expect("record JSON");
+    let blobs = &record[70 + json_len..];
+    let len = u64::from_be_bytes(blobs[1..9].try_into().expect("8 bytes")) as usize;
+    let sealed_note = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(&note)
+            .expect("base64")
+    };
+    let version = json["version"].as_u64().expect("version") + 1;
+    json["version"] = version.into();
+    let json = serde_json::to_vec(&json).expect("json");
+    let mut old = vec![2u8];
+    old.extend_from_slice(&record[1..66]);
+    old.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    old.extend_from_slice(&json);
+    old.extend_from_slice(&blobs[..9 + len]);
+    old.push(1);
+    old.extend_from_slice(&(sealed_note.len() as u64).to_be_bytes());
+    old.extend_from_slice(&sealed_note);
+    store
+        .put_run(&run.run_id, version, &old)
+        .expect("form 2 written");
+    drop(store);
+    let (_core3, c3) = dir.start(gate(true)).await;
+    let form2 = c3.wait_result(&run.run_id, WAIT).await.expect("result");
+    same(&form2, "from a form 2 record");
 }
