@@ -218,6 +218,20 @@ pub async fn start_lying_proxy(
     (url, seen)
 }
 
+/// What a call refused at a box in the middle leaves: the caller asked that box for its
+/// attestation (`seen`, the paths it forwarded), staked nothing through it, and no prompt
+/// reached the provider double (`provider`).
+#[track_caller]
+pub fn assert_refused_before_any_stake(seen: &Mutex<Vec<String>>, provider: &ProviderLog) {
+    let paths = seen.lock().expect("log").clone();
+    assert!(
+        paths.iter().any(|p| p.contains("/attestation")),
+        "the caller did not use the box in the middle: {paths:?}"
+    );
+    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
+    assert!(provider.0.lock().expect("log").is_empty());
+}
+
 /// Records every payload a node sends.
 pub struct Recording {
     inner: PeersHandle,

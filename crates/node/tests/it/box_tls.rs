@@ -42,13 +42,7 @@ async fn a_tls_front_before_a_real_box_is_refused_before_any_stake() {
     let c = one_call(&front_url, "TLS-2").await;
     assert_eq!(c["failure"]["code"], "attestation_rejected", "{c}");
     support::assert_failed_naming(&c, "tls_key_not_attested");
-    let paths = seen.lock().expect("log").clone();
-    assert!(
-        paths.iter().any(|p| p.contains("/attestation")),
-        "the caller did not use the front: {paths:?}"
-    );
-    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
-    assert!(provider.0.lock().expect("log").is_empty());
+    support::assert_refused_before_any_stake(&seen, &provider);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

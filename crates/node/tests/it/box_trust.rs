@@ -34,13 +34,7 @@ async fn refused_before_any_stake(
         .await;
     let c = caller.wait_call(&id, LIMIT).await;
     support::assert_failed_naming(&c, code);
-    let paths = seen.lock().expect("log").clone();
-    assert!(
-        paths.iter().any(|p| p.contains("/attestation")),
-        "the caller did not use the box in the middle: {paths:?}"
-    );
-    assert!(!paths.iter().any(|p| p.contains("/stakes")), "{paths:?}");
-    assert!(provider.0.lock().expect("log").is_empty());
+    support::assert_refused_before_any_stake(seen, provider);
     owner.stop().await;
     caller.stop().await;
 }
