@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 use skillbox_node::DataDir;
 
-use crate::node_cmd::{ask, print_state};
+use crate::node_cmd::{ask, print_state, said};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum TokenCommand {
@@ -146,11 +146,7 @@ pub fn pack_add(global: &crate::Global, path: &PathBuf, json: bool) -> anyhow::R
         return Ok(ExitCode::SUCCESS);
     };
     for s in body["skills"].as_array().into_iter().flatten() {
-        let verb = if s["replaced"] == Value::Bool(true) {
-            "replaced"
-        } else {
-            "added"
-        };
+        let verb = said(&s["replaced"], "replaced", "added");
         say!(
             "{verb} skill {} ({})",
             s["name"].as_str().unwrap_or(""),
@@ -161,11 +157,7 @@ pub fn pack_add(global: &crate::Global, path: &PathBuf, json: bool) -> anyhow::R
     for a in body["agents"].as_array().into_iter().flatten() {
         say!(
             "{} agent {} (role {}, pack {} {}): listed, not a skill",
-            if a["replaced"] == Value::Bool(true) {
-                "replaced"
-            } else {
-                "added"
-            },
+            said(&a["replaced"], "replaced", "added"),
             a["agentId"].as_str().unwrap_or(""),
             a["role"].as_str().unwrap_or("unset"),
             a["packName"].as_str().unwrap_or(""),

@@ -9,7 +9,7 @@ use anyhow::Context;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::node_cmd::{Client, listed, print_json};
+use crate::node_cmd::{Client, listed, print_json, said};
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -145,11 +145,11 @@ fn show(c: &Value) {
                 "  box {b}: {} (measurement {}), {}",
                 a["platform"].as_str().unwrap_or(""),
                 a["measurement"].as_str().unwrap_or(""),
-                if a["hardwareIsolation"].as_bool() == Some(true) {
-                    "hardware-isolated"
-                } else {
+                said(
+                    &a["hardwareIsolation"],
+                    "hardware-isolated",
                     "NO hardware isolation: its operator can read what is staked"
-                }
+                )
             ),
             None => say!("  box {b} (not verified yet)"),
         }
@@ -170,11 +170,11 @@ fn show(c: &Value) {
             r["run_id"].as_str().unwrap_or(""),
             r["status"].as_str().unwrap_or(""),
             r["output_bucket"].as_u64().unwrap_or(0),
-            if r["noHardwareIsolation"].as_bool() == Some(true) {
-                ", NO hardware isolation (insecure-dev box)"
-            } else {
+            said(
+                &r["noHardwareIsolation"],
+                ", NO hardware isolation (insecure-dev box)",
                 ""
-            }
+            )
         );
     }
     if let Some(a) = c["answer"].as_str() {

@@ -421,11 +421,7 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
                         s["name"].as_str().unwrap_or(""),
                         s["kind"].as_str().unwrap_or(""),
                         s["size"].as_u64().unwrap_or(0),
-                        if s["shareable"].as_bool() == Some(true) {
-                            "shareable"
-                        } else {
-                            "private"
-                        },
+                        said(&s["shareable"], "shareable", "private"),
                         s["digest"].as_str().unwrap_or("")
                     );
                 }
@@ -497,11 +493,7 @@ pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<E
     let Some(b) = client.ask(reqwest::Method::POST, &path, body, args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    let verb = if b["replaced"] == Value::Bool(true) {
-        "replaced"
-    } else {
-        "added"
-    };
+    let verb = said(&b["replaced"], "replaced", "added");
     say!(
         "{verb} skill {} ({}, {})",
         b["name"].as_str().unwrap_or(""),
@@ -522,6 +514,11 @@ pub(crate) fn listed(v: &Value, empty: &str) -> Vec<Value> {
         say!("{empty}");
     }
     items
+}
+
+/// `yes` where the node's answer says `true`, else `no` (absent counts as not).
+pub(crate) fn said<'a>(v: &Value, yes: &'a str, no: &'a str) -> &'a str {
+    if v.as_bool() == Some(true) { yes } else { no }
 }
 
 /// The strings of a JSON array (absent or non-string items are skipped).

@@ -8,6 +8,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use skillbox_skill::{CheckError, Diagnostic, check_manifest_document, check_skill, openwop};
 
+use crate::node_cmd::said;
+
 #[derive(clap::Subcommand, Debug)]
 pub enum SkillCommand {
     /// Check SKILL.md documents: a file, or a skill folder holding SKILL.md. Exit 1 on any error.
@@ -202,11 +204,7 @@ fn check_manifest_path(path: &Path) -> Value {
 
 fn print_manifest_report(report: &Value) {
     let path = report["path"].as_str().unwrap_or("?");
-    let verdict = if report["valid"] == Value::Bool(true) {
-        "ok"
-    } else {
-        "INVALID"
-    };
+    let verdict = said(&report["valid"], "ok", "INVALID");
     if let Some(err) = report.get("error").and_then(Value::as_str) {
         println!("{path}: {verdict}");
         println!("  error: {err}");
@@ -226,11 +224,7 @@ fn print_manifest_report(report: &Value) {
     for agent in report["agents"].as_array().into_iter().flatten() {
         let id = agent["agentId"].as_str().unwrap_or("<no agentId>");
         let role = agent["role"].as_str().unwrap_or("no role");
-        let v = if agent["valid"] == Value::Bool(true) {
-            "ok"
-        } else {
-            "INVALID"
-        };
+        let v = said(&agent["valid"], "ok", "INVALID");
         println!("  agent {id} ({role}): {v}");
         for e in agent["errors"].as_array().into_iter().flatten() {
             let p = e["path"].as_str().filter(|p| !p.is_empty()).unwrap_or("/");
