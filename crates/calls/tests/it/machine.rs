@@ -75,6 +75,12 @@ fn caller_at(state: State) -> Transition {
     t
 }
 
+/// The run is cancelled at the box first, then the peer is told the call failed with `code`.
+fn cancels_then_fails(actions: &[Action], code: FailureCode) {
+    assert_eq!(actions[0], Action::CancelRun, "{actions:?}");
+    assert_eq!(actions[1], Action::SendFailed { code }, "{actions:?}");
+}
+
 #[test]
 fn caller_happy_path_emits_each_owed_action() {
     let t = caller();
@@ -322,13 +328,7 @@ fn cancel_fails_cancels_the_run_and_tells_the_peer() {
         t.call.failure.as_ref().map(|f| f.code),
         Some(FailureCode::Cancelled)
     );
-    assert_eq!(t.actions[0], Action::CancelRun);
-    assert!(matches!(
-        t.actions[1],
-        Action::SendFailed {
-            code: FailureCode::Cancelled,
-        }
-    ));
+    cancels_then_fails(&t.actions, FailureCode::Cancelled);
 }
 
 #[test]
@@ -520,13 +520,7 @@ fn tick_fails_a_stalled_call_and_cancels_its_run() {
             .as_ref()
             .is_some_and(|f| f.message.contains("submitting"))
     );
-    assert_eq!(stalled.actions[0], Action::CancelRun);
-    assert!(matches!(
-        stalled.actions[1],
-        Action::SendFailed {
-            code: FailureCode::Stalled,
-        }
-    ));
+    cancels_then_fails(&stalled.actions, FailureCode::Stalled);
 }
 
 #[test]
