@@ -1528,9 +1528,25 @@ impl BoxCore {
     /// jc.submit: a party's go. Refused before both stakes are in. Returns true when this submit
     /// was the second one, i.e. the run should start now.
     pub fn submit(&self, run_id: &str, action: &Envelope, now: u64) -> Result<bool> {
+        let role = self.verify_submit(run_id, action, now)?;
+        self.submit_verified(run_id, role, now)
+    }
+
+    /// A submit's signed action checked against the run's program, outside the state lock (an
+    /// Ed25519 verification every other request would wait on), and once per request: a held
+    /// submit ([`Self::submit_within`]) tries again at every change of its run.
+    fn verify_submit(&self, run_id: &str, action: &Envelope, now: u64) -> Result<Role> {
+        let program = {
+            let mut st = self.lock();
+            self.live(&mut st, run_id, now)?.program.clone()
+        };
+        Ok(verify_action(action, &program, run_id, "submit")?.role)
+    }
+
+    /// [`Self::submit`] of a verified action by `role`.
+    fn submit_verified(&self, run_id: &str, role: Role, now: u64) -> Result<bool> {
         let mut st = self.lock();
         let run = self.live(&mut st, run_id, now)?;
-        let act = verify_action(action, &run.program, run_id, "submit")?;
         run.expect_phase(Phase::Open, "submit")?;
         let missing: Vec<&str> = [Role::Caller, Role::Owner]
             .into_iter()
@@ -1542,7 +1558,7 @@ impl BoxCore {
                 missing: missing.join(" and "),
             });
         }
-        run.submitted.insert(act.role, true);
+        run.submitted.insert(role, true);
         let start = run.submitted.len() == 2;
         if start {
             run.phase = Phase::Running;
@@ -1746,9 +1762,10 @@ impl BoxCore {
         action: &Envelope,
         wait: std::time::Duration,
     ) -> Result<bool> {
+        let role = self.verify_submit(run_id, action, now_secs())?;
         let missing = |e: &JcError| matches!(e, JcError::StakesMissing { .. });
         self.when_ready(run_id, wait, missing, || {
-            self.submit(run_id, action, now_secs())
+            self.submit_verified(run_id, role, now_secs())
         })
         .await
     }
