@@ -14,6 +14,13 @@ fn approve_at_terminal(dir: &std::path::Path, id: &str, answer: &str) -> Output 
     procs::approve_at_terminal(dir, id, "", answer)
 }
 
+/// `skillbox ARGS` that must succeed, its output read as JSON.
+fn cli_json(dir: &std::path::Path, args: &[&str]) -> Value {
+    let o = cli(dir, args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    json_of(&o)
+}
+
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
         panic!(
@@ -42,7 +49,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     let peer = owner.peer_id.clone();
 
     // No sources: straight through, the answer in the JSON record.
-    let o = cli(
+    let rec = cli_json(
         &dir,
         &[
             "call",
@@ -54,8 +61,6 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
             "--json",
         ],
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let rec = json_of(&o);
     assert_eq!(rec["state"], "answered", "{rec}");
     assert_eq!(rec["role"], "caller");
     assert!(
@@ -117,9 +122,10 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert_eq!(o.status.code(), Some(2));
 
     // `songs` is applied (omitted sources = the required ones held): policy parks it.
-    let o = cli(&dir, &["call", &peer, "taste", "what do I like?", "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let parked = json_of(&o)["id"].as_str().expect("id").to_owned();
+    let parked = cli_json(&dir, &["call", &peer, "taste", "what do I like?", "--json"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
     api.wait_state(&parked, &["awaiting_consent"], Duration::from_secs(20))
         .expect("parked for consent");
     let o = cli(&dir, &["calls", "--state", "awaiting_consent", "--json"]);
@@ -152,7 +158,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert_eq!(done["state"], "answered", "{done}");
 
     // `ask` routes by the board's descriptions, then the human denies the source.
-    let o = cli(
+    let pick = cli_json(
         &dir,
         &[
             "ask",
@@ -160,8 +166,6 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
             "--json",
         ],
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let pick = json_of(&o);
     assert_eq!(pick["skill"], "taste", "{pick}");
     assert_eq!(pick["peer"], peer.as_str());
     assert!(pick["score"].as_f64().unwrap_or(0.0) > 0.0);
@@ -191,9 +195,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert_eq!(provider.0.lock().expect("log").len(), 2);
 
     // The ledger: `songs` left once (the human's yes), and was refused once (the human's no).
-    let o = cli(&dir, &["ledger", "--source", "songs", "--json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let l = json_of(&o);
+    let l = cli_json(&dir, &["ledger", "--source", "songs", "--json"]);
     let entries = l["entries"].as_array().expect("entries");
     let summary: Vec<(String, String, String)> = entries
         .iter()
