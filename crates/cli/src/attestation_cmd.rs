@@ -75,19 +75,30 @@ struct Outcome {
     notes: Vec<String>,
 }
 
-fn hex_arg<const N: usize>(flag: &str, value: &str, platform: Platform) -> Result<[u8; N], Usage> {
-    let bytes =
-        hex::decode(value.trim()).map_err(|_| Usage(format!("{flag} is not hex digits")))?;
-    bytes.try_into().map_err(|_| {
-        Usage(format!(
-            "{flag} must be {N} bytes ({} hex digits) for {platform}",
-            2 * N
-        ))
-    })
+/// An optional hex flag of exactly `N` bytes for `platform` (absent stays `None`).
+fn hex_arg<const N: usize>(
+    flag: &str,
+    value: &Option<String>,
+    platform: Platform,
+) -> Result<Option<[u8; N]>, Usage> {
+    hex_vec(flag, value)?
+        .map(|bytes| {
+            bytes.try_into().map_err(|_| {
+                Usage(format!(
+                    "{flag} must be {N} bytes ({} hex digits) for {platform}",
+                    2 * N
+                ))
+            })
+        })
+        .transpose()
 }
 
-fn hex_vec(flag: &str, value: &str) -> Result<Vec<u8>, Usage> {
-    hex::decode(value.trim()).map_err(|_| Usage(format!("{flag} is not hex digits")))
+/// An optional hex flag of any length (absent stays `None`).
+fn hex_vec(flag: &str, value: &Option<String>) -> Result<Option<Vec<u8>>, Usage> {
+    value
+        .as_deref()
+        .map(|v| hex::decode(v.trim()).map_err(|_| Usage(format!("{flag} is not hex digits"))))
+        .transpose()
 }
 
 fn read(path: &PathBuf) -> anyhow::Result<Vec<u8>> {
@@ -154,11 +165,7 @@ fn check(
                 return usage("sev-snp needs --chain with the VCEK or VLEK (and the ASK/ARK)");
             }
             let expected = snp::Expected {
-                report_data: args
-                    .report_data
-                    .as_deref()
-                    .map(|v| hex_arg::<64>("--report-data", v, p))
-                    .transpose()?,
+                report_data: hex_arg::<64>("--report-data", &args.report_data, p)?,
                 host_data: None,
             };
             snp::Evidence::from_files(evidence, &chain_refs)
@@ -177,11 +184,7 @@ fn check(
                 return usage("tdx needs --collateral (the collateral JSON)");
             };
             let expected = tdx::Expected {
-                report_data: args
-                    .report_data
-                    .as_deref()
-                    .map(|v| hex_arg::<64>("--report-data", v, p))
-                    .transpose()?,
+                report_data: hex_arg::<64>("--report-data", &args.report_data, p)?,
                 mr_config_id: None,
             };
             tdx::Evidence::from_files(evidence, collateral)
@@ -192,16 +195,8 @@ fn check(
                 return usage("nitro carries its chain in the document, not --chain");
             }
             let expected = nitro::Expected {
-                user_data: args
-                    .report_data
-                    .as_deref()
-                    .map(|v| hex_vec("--report-data", v))
-                    .transpose()?,
-                nonce: args
-                    .nonce
-                    .as_deref()
-                    .map(|v| hex_vec("--nonce", v))
-                    .transpose()?,
+                user_data: hex_vec("--report-data", &args.report_data)?,
+                nonce: hex_vec("--nonce", &args.nonce)?,
                 public_key: None,
             };
             nitro::Evidence::from_file(evidence).and_then(|(ev, trailing)| {
@@ -221,11 +216,7 @@ fn check(
                 return usage("nvidia needs --chain with the device certificate chain");
             }
             let expected = nvidia::Expected {
-                nonce: args
-                    .nonce
-                    .as_deref()
-                    .map(|v| hex_arg::<32>("--nonce", v, p))
-                    .transpose()?,
+                nonce: hex_arg::<32>("--nonce", &args.nonce, p)?,
             };
             nvidia::Evidence::from_files(evidence, &chain_refs)
                 .and_then(|ev| nvidia::verify(&ev, &expected, &nvidia::Policy::unpinned(), at))
