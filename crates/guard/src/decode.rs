@@ -790,37 +790,25 @@ fn worded(line: &str) -> bool {
 /// or more of them ASCII digits and punctuation (ROT47 turns most lower-case letters into both; prose has a few
 /// percent). Other lines are left out.
 pub fn rot47_lines(text: &str) -> Option<String> {
-    let mut out = String::new();
-    for line in text.lines() {
+    let looks_rotated = |line: &str| {
         let visible = line.chars().filter(|c| !c.is_whitespace()).count();
         let marks = line
             .bytes()
             .filter(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
             .count();
-        if visible < 8 || marks * 4 < visible || !worded(line) {
-            continue;
-        }
-        let rotated: String = line
-            .chars()
-            .map(|c| match c {
-                '!'..='~' => (b'!' + (c as u8 - b'!' + 47) % 94) as char,
-                _ => c,
-            })
-            .collect();
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&rotated);
-    }
-    (!out.is_empty()).then_some(out)
+        visible >= 8 && marks * 4 >= visible
+    };
+    lines_undone(text, looks_rotated, |c| match c {
+        '!'..='~' => (b'!' + (c as u8 - b'!' + 47) % 94) as char,
+        _ => c,
+    })
 }
 
 /// Atbash of the lines that look like it: three words or more, 12+ ASCII letters, more of them among `z v r l f` (the
 /// Atbash of the vowels) than among `a e i o u`. Prose in a Latin-script language has about
 /// three times as many vowels; its Atbash, the other way round. Other lines are left out.
 pub fn atbash_lines(text: &str) -> Option<String> {
-    let mut out = String::new();
-    for line in text.lines() {
+    let looks_mirrored = |line: &str| {
         let (mut letters, mut vowels, mut mirrored) = (0, 0, 0);
         for c in line.bytes() {
             if c.is_ascii_alphabetic() {
@@ -832,23 +820,28 @@ pub fn atbash_lines(text: &str) -> Option<String> {
                 }
             }
         }
-        if letters < 12 || mirrored <= vowels || !worded(line) {
-            continue;
-        }
-        let flipped: String = line
-            .chars()
-            .map(|c| match c {
-                'a'..='z' => (b'z' - (c as u8 - b'a')) as char,
-                'A'..='Z' => (b'Z' - (c as u8 - b'A')) as char,
-                _ => c,
-            })
-            .collect();
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&flipped);
-    }
-    (!out.is_empty()).then_some(out)
+        letters >= 12 && mirrored > vowels
+    };
+    lines_undone(text, looks_mirrored, |c| match c {
+        'a'..='z' => (b'z' - (c as u8 - b'a')) as char,
+        'A'..='Z' => (b'Z' - (c as u8 - b'A')) as char,
+        _ => c,
+    })
+}
+
+/// The [`worded`] lines of `text` that `looks` picks, each character through `undo`, one line
+/// each; `None` when no line is picked.
+fn lines_undone(
+    text: &str,
+    looks: impl Fn(&str) -> bool,
+    undo: impl Fn(char) -> char,
+) -> Option<String> {
+    let picked: Vec<String> = text
+        .lines()
+        .filter(|line| looks(line) && worded(line))
+        .map(|line| line.chars().map(&undo).collect())
+        .collect();
+    (!picked.is_empty()).then(|| picked.join("\n"))
 }
 
 /// Join spaced-out letters back into words: `P E L I C A N`, `P-E-L-I-C-A-N`, `p.e.l.i.c.a.n`,
