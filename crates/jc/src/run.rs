@@ -517,7 +517,31 @@ impl Tally {
     }
 }
 
+fn not_found(run_id: &str) -> JcError {
+    JcError::RunNotFound(short(run_id))
+}
+
 impl State {
+    /// A kept run by id: a spent id and an unknown one refused with their own errors (what
+    /// every route that names a run answers first).
+    fn kept(&self, run_id: &str) -> Result<&Run> {
+        self.unspent(run_id)?;
+        self.runs.get(run_id).ok_or_else(|| not_found(run_id))
+    }
+
+    /// [`Self::kept`], to change the run.
+    fn kept_mut(&mut self, run_id: &str) -> Result<&mut Run> {
+        self.unspent(run_id)?;
+        self.runs.get_mut(run_id).ok_or_else(|| not_found(run_id))
+    }
+
+    fn unspent(&self, run_id: &str) -> Result<()> {
+        match self.spent_runs.contains_key(run_id) {
+            true => Err(JcError::RunSpent(short(run_id))),
+            false => Ok(()),
+        }
+    }
+
     /// Count a run's change in place: what it counted for before out, what it counts for now in.
     fn retally(&mut self, id: &str) {
         let Some(run) = self.runs.get_mut(id) else {
@@ -1292,13 +1316,7 @@ impl BoxCore {
 
     /// Look up a live run, refusing spent and expired ones with their own errors.
     fn live<'a>(&self, st: &'a mut State, run_id: &str, now: u64) -> Result<&'a mut Run> {
-        if st.spent_runs.contains_key(run_id) {
-            return Err(JcError::RunSpent(short(run_id)));
-        }
-        let run = st
-            .runs
-            .get_mut(run_id)
-            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        let run = st.kept_mut(run_id)?;
         if run.phase == Phase::Open && now >= run.expires_at {
             return Err(JcError::RunExpired(run.expires_at));
         }
@@ -1581,10 +1599,7 @@ impl BoxCore {
     pub async fn execute(&self, run_id: &str) -> Result<()> {
         let (program, keys, stakes, give_up, snapshot) = {
             let mut st = self.lock();
-            let run = st
-                .runs
-                .get_mut(run_id)
-                .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+            let run = st.runs.get_mut(run_id).ok_or_else(|| not_found(run_id))?;
             run.expect_phase(Phase::Running, "run")?;
             if run.taken {
                 return Err(JcError::WrongState {
@@ -1945,13 +1960,7 @@ impl BoxCore {
 
     pub fn status(&self, run_id: &str) -> Result<RunView> {
         let st = self.lock();
-        if st.spent_runs.contains_key(run_id) {
-            return Err(JcError::RunSpent(short(run_id)));
-        }
-        let run = st
-            .runs
-            .get(run_id)
-            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        let run = st.kept(run_id)?;
         let mut staked: Vec<Role> = run.stakes.keys().copied().collect();
         staked.sort_by_key(|r| r.as_str());
         let mut submitted: Vec<Role> = run.submitted.keys().copied().collect();
@@ -1982,13 +1991,7 @@ impl BoxCore {
     /// [`Self::result_json`], without the owner note when `omit_note` (what a caller fetches).
     fn result_json_served(&self, run_id: &str, omit_note: bool) -> Result<axum::body::Bytes> {
         let mut st = self.lock();
-        if st.spent_runs.contains_key(run_id) {
-            return Err(JcError::RunSpent(short(run_id)));
-        }
-        let run = st
-            .runs
-            .get_mut(run_id)
-            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        let run = st.kept_mut(run_id)?;
         if run.finished.is_some() {
             run.fetched = run.fetched.saturating_add(1);
         }
@@ -2027,13 +2030,7 @@ impl BoxCore {
     /// dropped and the run id is spent.
     pub fn delete(&self, run_id: &str, action: &Envelope, now: u64) -> Result<()> {
         let mut st = self.lock();
-        if st.spent_runs.contains_key(run_id) {
-            return Err(JcError::RunSpent(short(run_id)));
-        }
-        let run = st
-            .runs
-            .get(run_id)
-            .ok_or_else(|| JcError::RunNotFound(short(run_id)))?;
+        let run = st.kept(run_id)?;
         verify_action(action, &run.program, run_id, "delete")?;
         if run.phase == Phase::Running {
             return Err(JcError::WrongState {
