@@ -527,6 +527,24 @@ struct Load {
     load_avg: (f64, f64),
 }
 
+/// How many calls one side holds in a terminal state, from its `/metrics` (`skillbox_calls`,
+/// counted by state in the store): the load phase waits on this, not on listing every call —
+/// a list of 5,000 calls twice a second was ~100 rows rendered per call, load of the bench's
+/// own making counted in the caller's CPU.
+async fn terminal_count(c: &Client, role: &str) -> u64 {
+    let text = c.text("/metrics").await;
+    let mine = format!("role=\"{role}\"");
+    text.lines()
+        .filter(|l| l.starts_with("skillbox_calls{") && l.contains(&mine))
+        .filter(|l| {
+            TERMINAL
+                .iter()
+                .any(|s| l.contains(&format!("state=\"{s}\"")))
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
 /// Our calls' records on one side, by id (one list request: 500 GETs per round would be load
 /// of the bench's own making).
 async fn side(c: &Client, role: &str) -> HashMap<String, Value> {
@@ -564,6 +582,13 @@ fn load_in(rt: &tokio::runtime::Runtime, w: &World, n: usize, limit: Duration) -
     let caller = Client::of(&w.caller);
     let owner = Client::of(&w.owner);
     let peer = w.owner.peer_id.clone();
+    // Calls a world already ended before this phase (the capacity phase reuses one).
+    let (caller_ended0, owner_ended0) = rt.block_on(async {
+        (
+            terminal_count(&caller, "caller").await,
+            terminal_count(&owner, "owner").await,
+        )
+    });
     let t0 = Instant::now();
     let t0_unix = unix_ms();
     let mut l = rt.block_on(async {
@@ -596,40 +621,31 @@ fn load_in(rt: &tokio::runtime::Runtime, w: &World, n: usize, limit: Duration) -
         }
         let start_all_ms = t0.elapsed().as_secs_f64() * 1e3;
         let deadline = t0 + limit;
-        let mut all_terminal = false;
-        let mut mine = HashMap::new();
+        let started = ids.len() as u64;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            mine = side(&caller, "caller").await;
-            let done = ids
-                .iter()
-                .filter(|id| {
-                    mine.get(*id)
-                        .and_then(|r| r["state"].as_str())
-                        .is_some_and(|s| TERMINAL.contains(&s))
-                })
-                .count();
-            if done == ids.len() {
-                all_terminal = true;
+            if terminal_count(&caller, "caller").await >= caller_ended0 + started {
                 break;
             }
         }
         let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
         // The owner finishes (fetches its receipt) just after the caller: give it a moment.
-        let mut theirs = HashMap::new();
         let owner_deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < owner_deadline {
-            theirs = side(&owner, "owner").await;
-            if ids.iter().all(|id| {
-                theirs
-                    .get(id)
-                    .and_then(|r| r["state"].as_str())
-                    .is_some_and(|s| TERMINAL.contains(&s))
-            }) {
-                break;
-            }
+        while Instant::now() < owner_deadline
+            && terminal_count(&owner, "owner").await < owner_ended0 + started
+        {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        // The CPU the calls took, before the bench's own one listing of them.
+        let cpu = w.cpu_since(cpu0);
+        // The records themselves, once: what the counts said is checked call by call here.
+        let mine = side(&caller, "caller").await;
+        let theirs = side(&owner, "owner").await;
+        let all_terminal = ids.iter().all(|id| {
+            mine.get(id)
+                .and_then(|r| r["state"].as_str())
+                .is_some_and(|s| TERMINAL.contains(&s))
+        });
         let mut caller_states = BTreeMap::new();
         let mut caller_failures = BTreeMap::new();
         let mut record_ms = Vec::new();
@@ -676,13 +692,12 @@ fn load_in(rt: &tokio::runtime::Runtime, w: &World, n: usize, limit: Duration) -
             hwm: [None; 3],
             all_terminal,
             time_per_op: Vec::new(),
-            cpu: Vec::new(),
+            cpu,
             load_avg: (load0, f64::NAN),
         }
     });
     l.load_avg.1 = loadavg();
     perf_stop(perf);
-    l.cpu = w.cpu_since(cpu0);
     for (side, c) in [("caller", &caller), ("owner", &owner)] {
         let text = rt.block_on(c.text("/metrics"));
         l.time_per_op.extend(
@@ -750,8 +765,10 @@ fn verdict(name: &str, got: f64, bar: f64) -> (String, bool) {
     }
 }
 
+/// The build the figures come from: the bench's own (the `skillbox` it starts sits beside it,
+/// built in the same profile), not its path — a copy for a before/after run lives elsewhere.
 fn profile() -> &'static str {
-    if procs::bin().contains("/release/") {
+    if !cfg!(debug_assertions) {
         "release (bench profile)"
     } else {
         "dev (debug)"
