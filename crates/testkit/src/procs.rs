@@ -243,9 +243,43 @@ pub fn init_node(
     bootstrap: Option<&str>,
     edit: impl FnOnce(String) -> String,
 ) -> NodeDir {
-    init_node_as_shipped(root, name, box_url, bootstrap, |t| {
-        edit(without_consent_rules(&t))
-    })
+    let dir = root.join(name);
+    let api_port = free_port();
+    let p2p_port = free_port();
+    let api = format!("127.0.0.1:{api_port}");
+    let p2p = format!("/ip4/127.0.0.1/tcp/{p2p_port}");
+    let mut args = vec![
+        "init",
+        "--api",
+        &api,
+        "--p2p",
+        &p2p,
+        "--box",
+        box_url,
+        "--allow-insecure-dev",
+    ];
+    if let Some(b) = bootstrap {
+        args.extend(["--bootstrap", b]);
+    }
+    cli_ok(&dir, &args);
+    let config = dir.join("config.toml");
+    let text = fs::read_to_string(&config).expect("config");
+    let text = text
+        .replace("advertise_secs = 60", "advertise_secs = 1")
+        .replace("board_ttl_secs = 180", "board_ttl_secs = 4");
+    fs::write(&config, edit(without_consent_rules(&text))).expect("write config");
+    let token = fs::read_to_string(dir.join("api.token"))
+        .expect("token")
+        .trim()
+        .to_owned();
+    NodeDir {
+        dir,
+        peer_id: String::new(),
+        p2p,
+        base: format!("http://{api}"),
+        token,
+        proc: None,
+    }
 }
 
 /// The config text without its `[[policy.rules]]` blocks (the shipped ask-before-disclosure),
@@ -342,53 +376,6 @@ pub fn asking_before(sources: &[&str]) -> impl FnOnce(String) -> String {
             .join(", ")
     );
     move |t| t.replace("rules = []", &rule)
-}
-
-/// [`init_node`] with the shipped policy kept (consent asked before any disclosure).
-pub fn init_node_as_shipped(
-    root: &Path,
-    name: &str,
-    box_url: &str,
-    bootstrap: Option<&str>,
-    edit: impl FnOnce(String) -> String,
-) -> NodeDir {
-    let dir = root.join(name);
-    let api_port = free_port();
-    let p2p_port = free_port();
-    let api = format!("127.0.0.1:{api_port}");
-    let p2p = format!("/ip4/127.0.0.1/tcp/{p2p_port}");
-    let mut args = vec![
-        "init",
-        "--api",
-        &api,
-        "--p2p",
-        &p2p,
-        "--box",
-        box_url,
-        "--allow-insecure-dev",
-    ];
-    if let Some(b) = bootstrap {
-        args.extend(["--bootstrap", b]);
-    }
-    cli_ok(&dir, &args);
-    let config = dir.join("config.toml");
-    let text = fs::read_to_string(&config).expect("config");
-    let text = text
-        .replace("advertise_secs = 60", "advertise_secs = 1")
-        .replace("board_ttl_secs = 180", "board_ttl_secs = 4");
-    fs::write(&config, edit(text)).expect("write config");
-    let token = fs::read_to_string(dir.join("api.token"))
-        .expect("token")
-        .trim()
-        .to_owned();
-    NodeDir {
-        dir,
-        peer_id: String::new(),
-        p2p,
-        base: format!("http://{api}"),
-        token,
-        proc: None,
-    }
 }
 
 fn free_port() -> u16 {

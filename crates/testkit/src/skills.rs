@@ -31,6 +31,14 @@ pub fn intent_cases() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The intent's hit rate over [`intent_cases`], printed (`what` names where it was measured)
+/// and held to the bar both the ranking test and the route test keep: at least 90 %.
+pub fn assert_hit_rate(what: &str, hits: usize, cases: usize) {
+    let rate = hits as f64 / cases as f64;
+    println!("{what}: {hits}/{cases} = {:.1}%", rate * 100.0);
+    assert!(rate >= 0.9, "hit rate {rate:.3} below 0.9");
+}
+
 /// The declaration of the corpus skill in `folder` (under
 /// `crates/skill/tests/data/skills-corpus/awesome-copilot`).
 pub fn corpus_declaration(folder: &str) -> skillbox_skill::Declaration {

@@ -2,7 +2,7 @@
 //! `crates/skill/tests/data`) and 32 phrased requests: prints the hit rate, which must be ≥ 90%.
 
 use skillbox_calls::intent::{Candidate, NoPick, pick};
-use skillbox_testkit::skills::{corpus_declaration, intent_cases};
+use skillbox_testkit::skills::{assert_hit_rate, corpus_declaration, intent_cases};
 
 /// The 32 corpus skills the cases name: each one's name and description.
 fn board() -> Vec<(String, String)> {
@@ -51,13 +51,7 @@ fn hit_rate_over_phrased_requests_is_at_least_90_percent() {
             Err(e) => println!("MISS {request:?}: {e}"),
         }
     }
-    let rate = hits as f64 / cases.len() as f64;
-    println!(
-        "intent hit rate: {hits}/{} = {:.1}%",
-        cases.len(),
-        rate * 100.0
-    );
-    assert!(rate >= 0.9, "hit rate {rate:.3} below 0.9");
+    assert_hit_rate("intent hit rate", hits, cases.len());
 }
 
 #[test]

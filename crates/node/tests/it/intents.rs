@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::support;
 use crate::support::{TestNode, provider_double, start_box};
 use serde_json::{Value, json};
-use skillbox_testkit::skills::{corpus_declaration, intent_cases};
+use skillbox_testkit::skills::{assert_hit_rate, corpus_declaration, intent_cases};
 
 /// A corpus skill's name and description as an offered `provider: openai` skill.
 fn offered_doc(folder: &str) -> (String, String) {
@@ -87,13 +87,7 @@ async fn the_intent_routes_requests_to_the_board_s_skills() {
             _ => println!("MISS {request:?}: {status} {b}"),
         }
     }
-    let rate = hits as f64 / cases.len() as f64;
-    println!(
-        "intent hit rate over the route: {hits}/{} = {:.1}%",
-        cases.len(),
-        rate * 100.0
-    );
-    assert!(rate >= 0.9, "hit rate {rate:.3} below 0.9");
+    assert_hit_rate("intent hit rate over the route", hits, cases.len());
     // Each pick started a real call: they all end answered.
     let calls = caller.get("/calls?role=caller").await.body;
     assert_eq!(calls["total"].as_u64(), Some(hits as u64), "{calls}");

@@ -12,12 +12,20 @@ use skillbox_peers::{
 use tokio::sync::broadcast;
 
 use crate::support::{
-    WAIT, addr, node, received, request, shutdown, tcp, wait_connected, wait_event, within,
+    WAIT, addr, node, nodes, peer_ids, received, request, shutdown, tcp, wait_connected,
+    wait_event, within,
 };
 
 /// This module's nodes listen on loopback TCP.
 fn config() -> PeersConfig {
     tcp()
+}
+
+/// [`config`] with the few settings a test is about changed by `tune`.
+fn config_with(tune: impl FnOnce(&mut PeersConfig)) -> PeersConfig {
+    let mut c = config();
+    tune(&mut c);
+    c
 }
 
 fn offer(names: &[&str]) -> Offer {
@@ -51,6 +59,15 @@ async fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool
     }
 }
 
+/// Each node dials the one before it (the ends are not connected: what reaches the last from
+/// the first is gossip through the middle), and each dial reaches the peer it was meant for.
+async fn line_up(nodes: &[&PeersHandle]) {
+    for w in nodes.windows(2) {
+        let before = w[0].local_peer_id();
+        assert_eq!(w[1].dial(addr(w[0]).await).await.unwrap(), before);
+    }
+}
+
 async fn next_refusal(events: &mut broadcast::Receiver<NetworkEvent>, what: &str) -> String {
     wait_event(events, what, |e| match e {
         NetworkEvent::AdvertRefused { reason, .. } => Some(reason.clone()),
@@ -62,12 +79,9 @@ async fn next_refusal(events: &mut broadcast::Receiver<NetworkEvent>, what: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_advert_reaches_a_node_through_an_intermediate_peer() {
     within(Duration::from_secs(60), async {
-        let (a, _ra) = node(11, config()).await;
-        let (b, _rb) = node(12, config()).await;
-        let (c, _rc) = node(13, config()).await;
-        let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
-        assert_eq!(b.dial(addr(&a).await).await.unwrap(), pa);
-        assert_eq!(c.dial(addr(&b).await).await.unwrap(), pb);
+        let [(a, _ra), (b, _rb), (c, _rc)] = nodes([11, 12, 13], config()).await;
+        let pa = a.local_peer_id();
+        line_up(&[&a, &b, &c]).await;
         // C learns of A (its empty advert) before A offers anything: what follows is gossip.
         wait_until("C has A's first advert", WAIT, || on_board(&c, &pa)).await;
         a.set_offer(offer(&["haiku"])).await.unwrap();
@@ -88,8 +102,7 @@ async fn an_advert_reaches_a_node_through_an_intermediate_peer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_node_sees_the_board_within_5_seconds_of_connecting() {
     within(Duration::from_secs(60), async {
-        let (a, _ra) = node(21, config()).await;
-        let (b, _rb) = node(22, config()).await;
+        let [(a, _ra), (b, _rb)] = nodes([21, 22], config()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.set_offer(offer(&["haiku"])).await.unwrap();
         b.set_offer(offer(&["summarize"])).await.unwrap();
@@ -97,15 +110,9 @@ async fn a_new_node_sees_the_board_within_5_seconds_of_connecting() {
         wait_until("B sees A's haiku", WAIT, || skills_of(&b, &pa) == ["haiku"]).await;
 
         // C joins through its bootstrap config (no /p2p/ in the address).
+        let boot = addr(&b).await;
         let joined = Instant::now();
-        let (c, _rc) = node(
-            23,
-            PeersConfig {
-                bootstrap: vec![addr(&b).await],
-                ..config()
-            },
-        )
-        .await;
+        let (c, _rc) = node(23, config_with(|c| c.bootstrap = vec![boot])).await;
         wait_until("C sees A's and B's skills", Duration::from_secs(5), || {
             skills_of(&c, &pa) == ["haiku"] && skills_of(&c, &pb) == ["summarize"]
         })
@@ -127,14 +134,11 @@ async fn a_stopped_peer_leaves_the_board_after_its_ttl() {
             board_ttl: Duration::from_millis(1500),
             ..config()
         };
-        let (a, _ra) = node(31, short()).await;
-        let (b, _rb) = node(32, short()).await;
-        let (c, _rc) = node(33, short()).await;
+        let [(a, _ra), (b, _rb), (c, _rc)] = nodes([31, 32, 33], short()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.set_offer(offer(&["haiku"])).await.unwrap();
         b.set_offer(offer(&["summarize"])).await.unwrap();
-        b.dial(addr(&a).await).await.unwrap();
-        c.dial(addr(&b).await).await.unwrap();
+        line_up(&[&a, &b, &c]).await;
         wait_until("C sees A and B", WAIT, || {
             skills_of(&c, &pa) == ["haiku"] && skills_of(&c, &pb) == ["summarize"]
         })
@@ -167,12 +171,9 @@ async fn a_stopped_peer_leaves_the_board_after_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
     within(Duration::from_secs(60), async {
-        let (a, _ra) = node(41, config()).await;
-        let (b, _rb) = node(42, config()).await;
-        let (c, _rc) = node(43, config()).await;
+        let [(a, _ra), (b, _rb), (c, _rc)] = nodes([41, 42, 43], config()).await;
         let pa = a.local_peer_id();
-        b.dial(addr(&a).await).await.unwrap();
-        c.dial(addr(&b).await).await.unwrap();
+        line_up(&[&a, &b, &c]).await;
         a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
         wait_until("B and C see both skills", WAIT, || {
             skills_of(&b, &pa) == ["haiku", "summarize"]
@@ -193,12 +194,10 @@ async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
     within(Duration::from_secs(90), async {
-        let (a, _ra) = node(51, config()).await;
-        let (b, _rb) = node(52, config()).await;
-        let (m, _rm) = node(53, config()).await; // mallory
+        // m: mallory
+        let [(a, _ra), (b, _rb), (m, _rm)] = nodes([51, 52, 53], config()).await;
         let pa = a.local_peer_id();
-        b.dial(addr(&a).await).await.unwrap();
-        m.dial(addr(&b).await).await.unwrap();
+        line_up(&[&a, &b, &m]).await;
         a.set_offer(offer(&["haiku"])).await.unwrap();
         wait_until("B and M see A's haiku", WAIT, || {
             skills_of(&b, &pa) == ["haiku"] && skills_of(&m, &pa) == ["haiku"]
@@ -268,8 +267,7 @@ async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_round_trips_between_two_nodes() {
     within(Duration::from_secs(60), async {
-        let (a, mut ra) = node(61, config()).await;
-        let (b, mut rb) = node(62, config()).await;
+        let [(a, mut ra), (b, mut rb)] = nodes([61, 62], config()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.dial(addr(&b).await).await.unwrap();
         // `peer add` of a peer already connected, with its /p2p/ id, is not an error.
@@ -304,14 +302,7 @@ async fn a_payload_round_trips_between_two_nodes() {
 async fn oversized_and_replayed_payloads_are_refused_on_the_wire() {
     within(Duration::from_secs(60), async {
         // A allows itself 4 MiB, so the 1 MiB limit that refuses is B's own.
-        let (a, _ra) = node(
-            71,
-            PeersConfig {
-                max_payload_bytes: 4 * 1024 * 1024,
-                ..config()
-            },
-        )
-        .await;
+        let (a, _ra) = node(71, config_with(|c| c.max_payload_bytes = 4 * 1024 * 1024)).await;
         let (b, mut rb) = node(72, config()).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.dial(addr(&b).await).await.unwrap();
@@ -361,20 +352,18 @@ async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_r
     within(Duration::from_secs(60), async {
         let (a, _ra) = node(
             81,
-            PeersConfig {
-                send_attempts: 8,
-                send_backoff: Duration::from_millis(100),
-                ..config()
-            },
+            config_with(|c| {
+                c.send_attempts = 8;
+                c.send_backoff = Duration::from_millis(100);
+            }),
         )
         .await;
         let (b, mut rb) = node(
             82,
-            PeersConfig {
-                payload_rate_per_sec: 4.0,
-                payload_burst: 1,
-                ..config()
-            },
+            config_with(|c| {
+                c.payload_rate_per_sec = 4.0;
+                c.payload_burst = 1;
+            }),
         )
         .await;
         let pb = b.local_peer_id();
@@ -391,11 +380,10 @@ async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_r
 
         let (c, _rc) = node(
             83,
-            PeersConfig {
-                send_attempts: 3,
-                send_backoff: Duration::from_millis(50),
-                ..config()
-            },
+            config_with(|c| {
+                c.send_attempts = 3;
+                c.send_backoff = Duration::from_millis(50);
+            }),
         )
         .await;
         let nobody = keypair_from_seed(&[99; 32]).unwrap().public().to_peer_id();
@@ -457,16 +445,8 @@ async fn bad_config_and_unusable_addresses_are_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_limit_are_denied() {
     within(Duration::from_secs(60), async {
-        let (a, _ra) = node(
-            81,
-            PeersConfig {
-                max_connections: 1,
-                ..config()
-            },
-        )
-        .await;
-        let (b, _rb) = node(82, config()).await;
-        let (c, _rc) = node(83, config()).await;
+        let (a, _ra) = node(81, config_with(|c| c.max_connections = 1)).await;
+        let [(b, _rb), (c, _rc)] = nodes([82, 83], config()).await;
         let pa = a.local_peer_id();
         let pb = b.local_peer_id();
         assert_eq!(b.dial(addr(&a).await).await.unwrap(), pa);
@@ -475,21 +455,9 @@ async fn connections_past_the_limit_are_denied() {
         // The second peer is over a's limit: its dial fails, or its connection is closed at once.
         let _ = c.dial(addr(&a).await).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        let held: Vec<String> = a
-            .peers()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|p| p.peer)
-            .collect();
+        let held = peer_ids(&a).await;
         assert_eq!(held, vec![pb.to_base58()], "a holds only its first peer");
-        let c_peers: Vec<String> = c
-            .peers()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|p| p.peer)
-            .collect();
+        let c_peers = peer_ids(&c).await;
         assert!(
             !c_peers.contains(&pa.to_base58()),
             "c is not connected to a: {c_peers:?}"
@@ -534,8 +502,7 @@ async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
             payload_burst: 100_000,
             ..config()
         };
-        let (a, ra) = node(71, burst.clone()).await;
-        let (b, rb) = node(72, burst).await;
+        let [(a, ra), (b, rb)] = nodes([71, 72], burst).await;
         let (pa, pb) = (a.local_peer_id(), b.local_peer_id());
         a.dial(addr(&b).await).await.unwrap();
         // Both sides hold the connection before the burst (else b would dial a's source port).

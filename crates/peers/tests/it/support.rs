@@ -37,6 +37,21 @@ pub async fn node(seed: u8, config: PeersConfig) -> (PeersHandle, PayloadReceive
         .expect("node starts")
 }
 
+/// A node for each of `seeds`, all on `config`: the usual start of a test of several peers.
+pub async fn nodes<const N: usize>(
+    seeds: [u8; N],
+    config: PeersConfig,
+) -> [(PeersHandle, PayloadReceiver); N] {
+    let mut started = Vec::with_capacity(N);
+    for seed in seeds {
+        started.push(node(seed, config.clone()).await);
+    }
+    match started.try_into() {
+        Ok(all) => all,
+        Err(_) => unreachable!("one node per seed"),
+    }
+}
+
 /// The node's first listen address, without `/p2p/<id>` (a bootstrap address may omit it).
 pub async fn addr(h: &PeersHandle) -> Multiaddr {
     h.listen_addrs().await.expect("addrs")[0].clone()
@@ -85,6 +100,16 @@ pub async fn connection_addrs(h: &PeersHandle, peer: &PeerId) -> Vec<Multiaddr> 
         .filter(|p| p.peer == peer.to_base58())
         .flat_map(|p| p.addresses)
         .map(|a| a.parse().expect("a connection address parses"))
+        .collect()
+}
+
+/// The peer ids `h` holds connections to.
+pub async fn peer_ids(h: &PeersHandle) -> Vec<String> {
+    h.peers()
+        .await
+        .expect("peers")
+        .into_iter()
+        .map(|p| p.peer)
         .collect()
 }
 
