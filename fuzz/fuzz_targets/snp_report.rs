@@ -13,7 +13,8 @@ const CHAIN: &[u8] =
     include_bytes!("../../crates/attest/tests/data/sev-snp/virtee-cert_chain_milan.pem");
 const NOW: u64 = 1_735_689_600_000;
 
-static VERIFIER: LazyLock<snp::Verifier> = LazyLock::new(|| snp::Verifier::new(snp::Policy::unpinned()));
+static VERIFIER: LazyLock<snp::Verifier> =
+    LazyLock::new(|| snp::Verifier::new(snp::Policy::unpinned()).expect("pinned roots"));
 
 fuzz_target!(|data: &[u8]| {
     let _ = snp::Report::parse(data);

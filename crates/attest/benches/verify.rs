@@ -63,7 +63,7 @@ fn inputs() -> Inputs {
 type Case<'a> = (&'static str, Box<dyn Fn() + 'a>, Box<dyn Fn() + 'a>);
 
 fn cases(i: &Inputs) -> Vec<Case<'_>> {
-    let snp_v = snp::Verifier::new(snp::Policy::unpinned());
+    let snp_v = snp::Verifier::new(snp::Policy::unpinned()).unwrap();
     let tdx_v = tdx::Verifier::new(tdx::Policy::unpinned()).unwrap();
     let nitro_v = nitro::Verifier::new(nitro::Policy::unpinned()).unwrap();
     let nvidia_v = nvidia::Verifier::new(nvidia::Policy::unpinned()).unwrap();

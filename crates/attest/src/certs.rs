@@ -19,6 +19,23 @@ pub fn fingerprint(der: &[u8]) -> [u8; 32] {
     Sha256::digest(der).into()
 }
 
+/// The first certificate of a compiled-in PEM file, which must be the root pinned by
+/// `fingerprint`: compared before it is parsed, so a swapped file is `foreign_root`.
+pub fn pinned_root(
+    pem: &[u8],
+    fingerprint: [u8; 32],
+    what: &'static str,
+) -> Result<Parsed, Refusal> {
+    let der = crate::input::certificates(pem)?
+        .into_iter()
+        .next()
+        .ok_or(Refusal::Malformed(what))?;
+    if crate::fingerprint(&der) != fingerprint {
+        return Err(Refusal::ForeignRoot);
+    }
+    Parsed::from_der(&der, what)
+}
+
 /// A certificate parsed once, with what the verifiers ask of it.
 #[derive(Clone, Debug)]
 pub struct Parsed {

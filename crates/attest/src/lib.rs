@@ -20,6 +20,10 @@
 //!   now_ms)` caches verified certificate chains (bounded, keyed by the chain's bytes; validity
 //!   at `now` is still checked on every call).
 //!
+//! Both are written once, here: [`verify`] and [`Verifier`], generic over the platform's
+//! `Evidence`, which implements [`PlatformEvidence`] (its pinned root and its checks); a module's
+//! `Verifier` is `Verifier<Evidence>` and its `verify` this crate's.
+//!
 //! Every refusal is a [`Refusal`] with a stable [`Refusal::code`] and a fixed message: nothing
 //! from the evidence is echoed except short hex identifiers in [`Verified`].
 //!
@@ -198,6 +202,86 @@ const fn nibble(c: u8) -> u8 {
         b'A'..=b'F' => c - b'A' + 10,
         _ => panic!("not a hex digit"),
     }
+}
+
+/// One platform's evidence and how it is checked: what [`Verifier`] needs of each platform
+/// module. `Pinned` is what the verifier trusts (the vendor root), loaded and checked against its
+/// fingerprint once per verifier; `Chain` is what a certificate chain verified under it leaves,
+/// cached by [`Verifier::chain`].
+pub trait PlatformEvidence: Sized {
+    type Expected;
+    type Policy: Clone;
+    type Pinned;
+    type Chain;
+
+    /// The pinned root, or `foreign_root` when the compiled-in copy is not the pinned one.
+    fn pinned() -> Result<Self::Pinned, Refusal>;
+
+    /// Every check of this evidence, under the verifier's policy, root and chain cache.
+    fn check(
+        &self,
+        on: &Verifier<Self>,
+        expected: &Self::Expected,
+        now_ms: u64,
+    ) -> Result<Verified, Refusal>;
+}
+
+/// A verifier for one policy: the pinned root loaded once, verified certificate chains cached.
+/// Each platform module names its own (`nitro::Verifier` is `Verifier<nitro::Evidence>`).
+pub struct Verifier<E: PlatformEvidence> {
+    policy: E::Policy,
+    root: E::Pinned,
+    cache: ChainCache<E::Chain>,
+}
+
+impl<E: PlatformEvidence> Verifier<E> {
+    pub fn new(policy: E::Policy) -> Result<Verifier<E>, Refusal> {
+        Ok(Verifier::with_root(policy, E::pinned()?))
+    }
+
+    /// A verifier trusting `root` (the pinned one, or a test's: `nitro::Verifier::with_test_root`).
+    pub(crate) fn with_root(policy: E::Policy, root: E::Pinned) -> Verifier<E> {
+        Verifier {
+            policy,
+            root,
+            cache: ChainCache::new(),
+        }
+    }
+
+    pub fn policy(&self) -> &E::Policy {
+        &self.policy
+    }
+
+    pub fn verify(
+        &self,
+        evidence: &E,
+        expected: &E::Expected,
+        now_ms: u64,
+    ) -> Result<Verified, Refusal> {
+        evidence.check(self, expected, now_ms)
+    }
+
+    /// The chain whose DER `parts` (in order) are given, verified under the pinned root by
+    /// `verify` unless an earlier call already did (validity in time is the caller's to check).
+    pub(crate) fn chain<'a>(
+        &self,
+        parts: impl IntoIterator<Item = &'a [u8]>,
+        verify: impl FnOnce(&E::Pinned) -> Result<E::Chain, Refusal>,
+    ) -> Result<std::sync::Arc<E::Chain>, Refusal> {
+        self.cache
+            .get_or_verify(chain_key(parts), || verify(&self.root))
+    }
+}
+
+/// Verify with a fresh verifier (loads the root, verifies the chain): the cold path, which each
+/// platform module re-exports as its `verify`.
+pub fn verify<E: PlatformEvidence>(
+    evidence: &E,
+    expected: &E::Expected,
+    policy: &E::Policy,
+    now_ms: u64,
+) -> Result<Verified, Refusal> {
+    Verifier::new(policy.clone())?.verify(evidence, expected, now_ms)
 }
 
 /// A small bounded cache of verified chains, keyed by a hash of the chain's bytes. When full it

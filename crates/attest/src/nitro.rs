@@ -14,8 +14,6 @@
 //! Not checked: PCR3/4 (IAM role, instance id) and PCRs above 8 are reported, not pinned. Low-S
 //! is not enforced (AWS does not produce normalized signatures).
 
-use std::sync::Arc;
-
 use coset::cbor::Value;
 use coset::{CborSerializable as _, TaggedCborSerializable as _};
 use p384::ecdsa::signature::Verifier as _;
@@ -23,7 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{Hex, b64};
-use crate::{ChainCache, ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
+pub use crate::verify;
+use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 const AWS_ROOT_PEM: &[u8] = include_bytes!("../roots/aws-nitro-root-g1.pem");
 /// SHA-256 of the AWS Nitro Enclaves root G1 certificate (DER).
@@ -354,15 +353,8 @@ pub struct Root {
 
 impl Root {
     pub fn load() -> Result<Root, Refusal> {
-        let der = input::certificates(AWS_ROOT_PEM)?
-            .into_iter()
-            .next()
-            .ok_or(Refusal::Malformed("pinned AWS root"))?;
-        if crate::fingerprint(&der) != AWS_ROOT_FINGERPRINT {
-            return Err(Refusal::ForeignRoot);
-        }
         Ok(Root {
-            parsed: Parsed::from_der(&der, "pinned AWS root")?,
+            parsed: certs::pinned_root(AWS_ROOT_PEM, AWS_ROOT_FINGERPRINT, "pinned AWS root")?,
             fingerprint: AWS_ROOT_FINGERPRINT,
         })
     }
@@ -395,23 +387,9 @@ fn verify_chain(root: &Root, doc: &Document) -> Result<VerifiedChain, Refusal> {
     })
 }
 
-/// Verify with a fresh verifier (loads the root, verifies the chain).
-pub fn verify(
-    evidence: &Evidence,
-    expected: &Expected,
-    policy: &Policy,
-    now_ms: u64,
-) -> Result<Verified, Refusal> {
-    Verifier::new(policy.clone())?.verify(evidence, expected, now_ms)
-}
-
 /// A verifier for one policy: the root parsed once, verified chains cached (an enclave's leaf
 /// lives a few hours and signs every document it makes meanwhile).
-pub struct Verifier {
-    policy: Policy,
-    root: Root,
-    cache: ChainCache<VerifiedChain>,
-}
+pub type Verifier = crate::Verifier<Evidence>;
 
 const PCR_NAMES: [&str; 32] = [
     "pcr0", "pcr1", "pcr2", "pcr3", "pcr4", "pcr5", "pcr6", "pcr7", "pcr8", "pcr9", "pcr10",
@@ -421,48 +399,36 @@ const PCR_NAMES: [&str; 32] = [
 ];
 
 impl Verifier {
-    pub fn new(policy: Policy) -> Result<Verifier, Refusal> {
-        Ok(Verifier {
-            policy,
-            root: Root::load()?,
-            cache: ChainCache::new(),
-        })
-    }
-
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
     /// A verifier that pins `root_der` (a self-signed CA) instead of the AWS root: for a test
     /// whose NSM double signs with a CA of its own. Compiled only with the `test-roots` feature.
     #[cfg(feature = "test-roots")]
     pub fn with_test_root(policy: Policy, root_der: &[u8]) -> Result<Verifier, Refusal> {
-        Ok(Verifier {
-            policy,
-            root: Root {
-                parsed: Parsed::from_der(root_der, "test root")?,
-                fingerprint: crate::fingerprint(root_der),
-            },
-            cache: ChainCache::new(),
-        })
+        let root = Root {
+            parsed: Parsed::from_der(root_der, "test root")?,
+            fingerprint: crate::fingerprint(root_der),
+        };
+        Ok(Verifier::with_root(policy, root))
+    }
+}
+
+impl crate::PlatformEvidence for Evidence {
+    type Expected = Expected;
+    type Policy = Policy;
+    type Pinned = Root;
+    type Chain = VerifiedChain;
+
+    fn pinned() -> Result<Root, Refusal> {
+        Root::load()
     }
 
-    pub fn verify(
-        &self,
-        evidence: &Evidence,
-        expected: &Expected,
-        now_ms: u64,
-    ) -> Result<Verified, Refusal> {
-        let policy = &self.policy;
-        let signed = parse(&evidence.document)?;
+    fn check(&self, on: &Verifier, expected: &Expected, now_ms: u64) -> Result<Verified, Refusal> {
+        let policy = on.policy();
+        let signed = parse(&self.document)?;
         let doc = &signed.document;
 
-        let key = crate::chain_key(
-            std::iter::once(doc.certificate.as_slice()).chain(doc.cabundle.iter().map(|c| &c[..])),
-        );
-        let chain: Arc<VerifiedChain> = self
-            .cache
-            .get_or_verify(key, || verify_chain(&self.root, doc))?;
+        let parts =
+            std::iter::once(doc.certificate.as_slice()).chain(doc.cabundle.iter().map(|c| &c[..]));
+        let chain = on.chain(parts, |root| verify_chain(root, doc))?;
         // The leaf lives hours: it must have been valid when the document was made, and the
         // document must be recent.
         certs::check_validity(&chain.certs, doc.timestamp_ms)?;

@@ -28,15 +28,14 @@
 //! (driver and VBIOS version, FWID); revocation (NVIDIA's OCSP is online). A GPU is only half a
 //! box: the CPU's attestation must bind this evidence's hash (the lead's statement does).
 
-use std::sync::Arc;
-
 use p384::ecdsa::signature::Verifier as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha384};
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{HexBytes, b64};
-use crate::{ChainCache, ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
+pub use crate::verify;
+use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 const NVIDIA_ROOT_PEM: &[u8] = include_bytes!("../roots/nvidia_device_root.pem");
 /// SHA-256 of the NVIDIA Device Identity CA certificate (DER).
@@ -325,14 +324,12 @@ pub struct Root(Parsed);
 
 impl Root {
     pub fn load() -> Result<Root, Refusal> {
-        let der = input::certificates(NVIDIA_ROOT_PEM)?
-            .into_iter()
-            .next()
-            .ok_or(Refusal::Malformed("pinned NVIDIA root"))?;
-        if crate::fingerprint(&der) != NVIDIA_ROOT_FINGERPRINT {
-            return Err(Refusal::ForeignRoot);
-        }
-        Ok(Root(Parsed::from_der(&der, "pinned NVIDIA root")?))
+        certs::pinned_root(
+            NVIDIA_ROOT_PEM,
+            NVIDIA_ROOT_FINGERPRINT,
+            "pinned NVIDIA root",
+        )
+        .map(Root)
     }
 }
 
@@ -383,53 +380,29 @@ fn verify_chain(root: &Root, chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal
     })
 }
 
-/// Verify with a fresh verifier.
-pub fn verify(
-    evidence: &Evidence,
-    expected: &Expected,
-    policy: &Policy,
-    now_ms: u64,
-) -> Result<Verified, Refusal> {
-    Verifier::new(policy.clone())?.verify(evidence, expected, now_ms)
-}
-
 /// A verifier for one policy: root parsed once, device chains cached.
-pub struct Verifier {
-    policy: Policy,
-    root: Root,
-    cache: ChainCache<VerifiedChain>,
-}
+pub type Verifier = crate::Verifier<Evidence>;
 
 /// "block<N>" for every index, so result names stay `&'static str`.
 const BLOCK_NAMES: [&str; 256] = include!("nvidia_block_names.in");
 
-impl Verifier {
-    pub fn new(policy: Policy) -> Result<Verifier, Refusal> {
-        Ok(Verifier {
-            policy,
-            root: Root::load()?,
-            cache: ChainCache::new(),
-        })
+impl crate::PlatformEvidence for Evidence {
+    type Expected = Expected;
+    type Policy = Policy;
+    type Pinned = Root;
+    type Chain = VerifiedChain;
+
+    fn pinned() -> Result<Root, Refusal> {
+        Root::load()
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    pub fn verify(
-        &self,
-        evidence: &Evidence,
-        expected: &Expected,
-        now_ms: u64,
-    ) -> Result<Verified, Refusal> {
-        let policy = &self.policy;
+    fn check(&self, on: &Verifier, expected: &Expected, now_ms: u64) -> Result<Verified, Refusal> {
+        let policy = on.policy();
         // The signature's size is the leaf key's: `verify_chain` accepts only an ECDSA P-384
         // leaf (the key NVIDIA GPUs carry), so it is 96 bytes.
-        let t = Transcript::parse_with_signature_len(&evidence.transcript, SIGNATURE_LEN)?;
-        let key = crate::chain_key(evidence.chain.iter().map(|c| &c[..]));
-        let chain: Arc<VerifiedChain> = self
-            .cache
-            .get_or_verify(key, || verify_chain(&self.root, &evidence.chain))?;
+        let t = Transcript::parse_with_signature_len(&self.transcript, SIGNATURE_LEN)?;
+        let parts = self.chain.iter().map(|c| &c[..]);
+        let chain = on.chain(parts, |root| verify_chain(root, &self.chain))?;
         certs::check_validity(&chain.certs, now_ms)?;
         if t.version != SPDM_1_1 {
             // 1.2 signs the version/capabilities/algorithms messages too (DSP0274 1.2, L1/L2),
@@ -441,7 +414,7 @@ impl Verifier {
         let sig = certs::p384_signature_raw(&t.signature)?;
         chain
             .leaf_key
-            .verify(&evidence.transcript[..t.signed_len], &sig)
+            .verify(&self.transcript[..t.signed_len], &sig)
             .map_err(|_| Refusal::BadSignature("SPDM measurements signature"))?;
 
         expected
@@ -496,7 +469,9 @@ impl Verifier {
             verified_at_ms: now_ms,
         })
     }
+}
 
+impl Verifier {
     /// Verify the evidence of every GPU of a box (all against the same expectations). Refused
     /// unless each verifies, and if two entries are the same device (one GPU's evidence
     /// repeated to look like several).

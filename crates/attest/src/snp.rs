@@ -15,8 +15,6 @@
 //! the CRL supplied), and that MEASUREMENT covers the workload — on cloud paravisors it covers
 //! the provider's firmware.
 
-use std::sync::Arc;
-
 use der::Decode;
 use p384::ecdsa::signature::Verifier as _;
 use serde::{Deserialize, Serialize};
@@ -24,7 +22,8 @@ use sev::certs::snp::Verifiable as _;
 
 use crate::certs::{self, Parsed};
 use crate::hexval::{Hex, b64};
-use crate::{ChainCache, ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
+pub use crate::verify;
+use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 /// An attestation report is exactly this long.
 pub const REPORT_LEN: usize = 1184;
@@ -558,48 +557,24 @@ fn check_signature(raw: &[u8], key: &p384::ecdsa::VerifyingKey) -> Result<(), Re
         .map_err(|_| Refusal::BadSignature("report signature"))
 }
 
-/// Verify with a fresh verifier (parses and verifies the chain).
-pub fn verify(
-    evidence: &Evidence,
-    expected: &Expected,
-    policy: &Policy,
-    now_ms: u64,
-) -> Result<Verified, Refusal> {
-    let chain = verify_chain(&evidence.vek, &evidence.chain)?;
-    verify_with_chain(&chain, &evidence.report, expected, policy, now_ms)
-}
-
 /// A verifier for one policy, caching verified chains (a box's VCEK changes only with its TCB).
-pub struct Verifier {
-    policy: Policy,
-    cache: ChainCache<VerifiedChain>,
-}
+pub type Verifier = crate::Verifier<Evidence>;
 
-impl Verifier {
-    pub fn new(policy: Policy) -> Verifier {
-        Verifier {
-            policy,
-            cache: ChainCache::new(),
-        }
+impl crate::PlatformEvidence for Evidence {
+    type Expected = Expected;
+    type Policy = Policy;
+    /// Nothing: the ARK is pinned per product inside [`verify_chain`].
+    type Pinned = ();
+    type Chain = VerifiedChain;
+
+    fn pinned() -> Result<(), Refusal> {
+        Ok(())
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    pub fn verify(
-        &self,
-        evidence: &Evidence,
-        expected: &Expected,
-        now_ms: u64,
-    ) -> Result<Verified, Refusal> {
-        let key = crate::chain_key(
-            std::iter::once(evidence.vek.as_slice()).chain(evidence.chain.iter().map(|c| &c[..])),
-        );
-        let chain: Arc<VerifiedChain> = self
-            .cache
-            .get_or_verify(key, || verify_chain(&evidence.vek, &evidence.chain))?;
-        verify_with_chain(&chain, &evidence.report, expected, &self.policy, now_ms)
+    fn check(&self, on: &Verifier, expected: &Expected, now_ms: u64) -> Result<Verified, Refusal> {
+        let parts = std::iter::once(self.vek.as_slice()).chain(self.chain.iter().map(|c| &c[..]));
+        let chain = on.chain(parts, |()| verify_chain(&self.vek, &self.chain))?;
+        verify_with_chain(&chain, &self.report, expected, on.policy(), now_ms)
     }
 }
 

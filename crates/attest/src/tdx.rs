@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use p256::ecdsa::signature::Verifier as _;
 
 use crate::hexval::{Hex, HexBytes, b64};
+pub use crate::verify;
 use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
 
 /// Intel SGX Root CA (DER), compiled in; its fingerprint is checked before use.
@@ -457,41 +458,28 @@ fn classify(text: &str) -> Refusal {
     }
 }
 
-/// Verify with a fresh verifier (every call re-verifies the collateral: dcap-qvl has no cache).
-pub fn verify(
-    evidence: &Evidence,
-    expected: &Expected,
-    policy: &Policy,
-    now_ms: u64,
-) -> Result<Verified, Refusal> {
-    Verifier::new(policy.clone())?.verify(evidence, expected, now_ms)
-}
+/// A verifier for one policy: the pinned root checked once (every call re-verifies the
+/// collateral: dcap-qvl has no cache).
+pub type Verifier = crate::Verifier<Evidence>;
 
-/// A verifier for one policy: the pinned root checked once.
-pub struct Verifier {
-    policy: Policy,
-}
+impl crate::PlatformEvidence for Evidence {
+    type Expected = Expected;
+    type Policy = Policy;
+    /// Nothing to keep: dcap-qvl takes the root's bytes, checked here against the pin.
+    type Pinned = ();
+    /// Nothing cached: dcap-qvl verifies the PCK chain with the collateral on every call.
+    type Chain = ();
 
-impl Verifier {
-    pub fn new(policy: Policy) -> Result<Verifier, Refusal> {
+    fn pinned() -> Result<(), Refusal> {
         if crate::fingerprint(INTEL_ROOT) != INTEL_ROOT_FINGERPRINT {
             return Err(Refusal::ForeignRoot);
         }
-        Ok(Verifier { policy })
+        Ok(())
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    pub fn verify(
-        &self,
-        evidence: &Evidence,
-        expected: &Expected,
-        now_ms: u64,
-    ) -> Result<Verified, Refusal> {
-        let policy = &self.policy;
-        let raw = &evidence.quote;
+    fn check(&self, on: &Verifier, expected: &Expected, now_ms: u64) -> Result<Verified, Refusal> {
+        let policy = on.policy();
+        let raw = &self.quote;
         let quote = Quote::parse(raw)?;
         quote.check_signature(raw)?;
         // Header fields that do not decide the layout are read once they are authenticated.
@@ -506,7 +494,7 @@ impl Verifier {
         let claims = dcap_qvl::verify::QuoteVerifier::new(INTEL_ROOT.to_vec())
             .verify_with_policy(
                 raw,
-                &evidence.collateral,
+                &self.collateral,
                 now_secs,
                 &dcap_qvl::QuotePolicy::claims_only(now_secs),
             )

@@ -93,7 +93,7 @@ impl HardwareVerifier {
         let platform = policy.platform();
         let refused = |r: skillbox_attest::Refusal| JcError::HardwareRefused(r.code());
         let inner = match policy {
-            HardwarePolicy::SevSnp(p) => Inner::SevSnp(snp::Verifier::new(p)),
+            HardwarePolicy::SevSnp(p) => Inner::SevSnp(snp::Verifier::new(p).map_err(refused)?),
             HardwarePolicy::Tdx(p) => Inner::Tdx(tdx::Verifier::new(p).map_err(refused)?),
             HardwarePolicy::Nitro(p) => {
                 Inner::Nitro(Box::new(nitro::Verifier::new(p).map_err(refused)?))

@@ -220,7 +220,7 @@ fn another_vcek_does_not_verify_the_report() {
 #[test]
 fn the_cached_verifier_agrees_and_still_checks_time() {
     let ev = snp_virtee();
-    let verifier = snp::Verifier::new(Policy::unpinned());
+    let verifier = snp::Verifier::new(Policy::unpinned()).unwrap();
     let cold = ev.verify_unpinned(T_2025).unwrap();
     for _ in 0..3 {
         assert_eq!(
@@ -291,7 +291,7 @@ fn malformed_inputs_are_errors() {
 
 /// One verifier for the property tests: the chain is verified once, each case checks the rest.
 static VERIFIER: std::sync::LazyLock<snp::Verifier> =
-    std::sync::LazyLock::new(|| snp::Verifier::new(Policy::unpinned()));
+    std::sync::LazyLock::new(|| snp::Verifier::new(Policy::unpinned()).unwrap());
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
