@@ -452,34 +452,24 @@ mod tests {
 
     #[test]
     fn a_request_path_finds_its_route() {
-        assert_eq!(served_by("/skills").as_deref(), Some("/skills"));
-        assert_eq!(
-            served_by("/skills/haiku").as_deref(),
-            Some("/skills/{name}")
-        );
-        assert_eq!(
-            served_by("/skills/haiku?x=1").as_deref(),
-            Some("/skills/{name}")
-        );
-        // A literal segment wins over a parameter.
-        assert_eq!(
-            served_by("/v1/agents/roster").as_deref(),
-            Some("/v1/agents/roster")
-        );
-        assert_eq!(
-            served_by("/v1/agents/local.x").as_deref(),
-            Some("/v1/agents/{agentId}")
-        );
-        // A wildcard takes the rest, but only after its literal prefix matched.
-        assert_eq!(
-            served_by("/sources/skill/x/body").as_deref(),
-            Some("/sources/{name}")
-        );
-        assert_eq!(served_by("/../.well-known"), None);
-        assert_eq!(served_by("/sources"), Some("/sources".into()));
-        assert_eq!(served_by("/sources/"), None);
-        assert_eq!(served_by("/skills/a/b"), None);
-        assert_eq!(served_by("/nothing"), None);
+        // (the request's path, the route that serves it)
+        for (path, route) in [
+            ("/skills", Some("/skills")),
+            ("/skills/haiku", Some("/skills/{name}")),
+            ("/skills/haiku?x=1", Some("/skills/{name}")),
+            // A literal segment wins over a parameter.
+            ("/v1/agents/roster", Some("/v1/agents/roster")),
+            ("/v1/agents/local.x", Some("/v1/agents/{agentId}")),
+            // A wildcard takes the rest, but only after its literal prefix matched.
+            ("/sources/skill/x/body", Some("/sources/{name}")),
+            ("/../.well-known", None),
+            ("/sources", Some("/sources")),
+            ("/sources/", None),
+            ("/skills/a/b", None),
+            ("/nothing", None),
+        ] {
+            assert_eq!(served_by(path).as_deref(), route, "{path}");
+        }
     }
 
     #[test]

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::bodies::*;
 use super::extract::{
-    Caller, Doc, JsonBody, NotJson, Param, TooLarge, blocking, flag, query, read_one, removed,
-    written,
+    Caller, Doc, JsonBody, NoQuery, NotJson, Param, TooLarge, UnknownQuery, blocking, flag, query,
+    read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -123,15 +123,14 @@ pub(super) async fn get_agent(
     summary = "The caller's standing roster (RFC 0086): rosterId-sorted, `total == roster.length`.",
     responses(
         (status = 200, description = "AgentRosterResponse.", body = AgentRoster),
-        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+        UnknownQuery,
     )
 )]
 pub(super) async fn list_roster(
     State(s): State<AppState>,
     Caller(owner): Caller,
-    uri: Uri,
+    _: NoQuery,
 ) -> Result<Json<Value>, ApiError> {
-    query(&uri, &[])?;
     let roster = blocking(move || s.agents.roster(&owner)).await?;
     let total = roster.len();
     Ok(Json(json!({ "roster": roster, "total": total })))
@@ -205,15 +204,14 @@ pub(super) async fn delete_roster(
     summary = "The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written.",
     responses(
         (status = 200, description = "AgentOrgChart.", body = AgentOrgChart),
-        (status = 400, description = "Unknown query parameter (`validation_error`)."),
+        UnknownQuery,
     )
 )]
 pub(super) async fn get_org_chart(
     State(s): State<AppState>,
     Caller(owner): Caller,
-    uri: Uri,
+    _: NoQuery,
 ) -> Result<Json<Value>, ApiError> {
-    query(&uri, &[])?;
     let chart = blocking(move || s.agents.chart(&owner)).await?;
     Ok(Json(json!(chart)))
 }

@@ -10,8 +10,8 @@ use super::bodies::{
     ApprovalList, CallList, DecisionBody, IntentBody, IntentStarted, OneCall, StartBody,
 };
 use super::extract::{
-    CallBody, CallPath, Driver, JsonBody, NoCalls, NoSuchCall, NotJson, Param, Small, TooLarge,
-    query, written,
+    BadBody, CallBody, CallPath, Driver, JsonBody, NoCalls, NoSuchCall, NotJson, Param, Small,
+    TooLarge, query, written,
 };
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
@@ -160,7 +160,7 @@ pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalLis
     request_body = DecisionBody,
     responses(
         (status = 200, description = "The call.", body = OneCall),
-        (status = 400, description = "Bad body (`validation_error`)."),
+        BadBody,
         NoSuchCall,
         (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
         (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
@@ -202,7 +202,7 @@ pub(super) async fn decide_approval(
     request_body = IntentBody,
     responses(
         (status = 201, description = "The pick and the call it started.", body = IntentStarted),
-        (status = 400, description = "Bad body (`validation_error`)."),
+        BadBody,
         (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
         TooLarge,
         NotJson,

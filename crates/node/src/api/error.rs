@@ -107,38 +107,30 @@ impl From<NodeError> for ApiError {
                 format!("invalid SKILL.md: {doc}"),
             )
             .with_details(json!({ "errors": doc.problems })),
-            NodeError::Skill(CheckError::Manifest { issues, located }) => ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "pack_validation_failed",
-                format!(
-                    "the skill's OpenWOP AgentManifest fails the schema: {}",
-                    issues
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
+            NodeError::Skill(CheckError::Manifest { issues, located }) => schema_failure(
+                "the skill's OpenWOP AgentManifest fails the schema",
+                &issues,
             )
             .with_details(json!({ "errors": issues, "located": located })),
-            NodeError::Pack(issues) => ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "pack_validation_failed",
-                format!(
-                    "the pack fails the OpenWOP schema: {}",
-                    issues
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            )
-            .with_details(json!({ "errors": issues })),
+            NodeError::Pack(issues) => schema_failure("the pack fails the OpenWOP schema", &issues)
+                .with_details(json!({ "errors": issues })),
             other => {
                 tracing::error!(error = %other, "request failed");
                 ApiError::internal(other.to_string())
             }
         }
     }
+}
+
+/// A manifest or pack the OpenWOP schema refuses (`pack_validation_failed`): `what` and every
+/// issue, one message for both.
+fn schema_failure(what: &str, issues: &[skillbox_skill::SchemaIssue]) -> ApiError {
+    let issues: Vec<String> = issues.iter().map(ToString::to_string).collect();
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "pack_validation_failed",
+        format!("{what}: {}", issues.join("; ")),
+    )
 }
 
 /// A call's refusal: its own status and closed code; a selection or pick failure carries its

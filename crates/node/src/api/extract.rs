@@ -72,6 +72,27 @@ pub(super) struct CallPath {
     id: String,
 }
 
+/// A route that takes no query parameter: any key is refused by name (400 `validation_error` on
+/// `query.<key>`) before the handler runs, so the whole-document reads answer one way.
+pub(super) struct NoQuery;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        query(&parts.uri, &[]).map(|_| NoQuery)
+    }
+}
+
+/// The refusal [`NoQuery`] answers, declared once for the document.
+#[derive(utoipa::IntoResponses)]
+#[response(
+    status = 400,
+    description = "Unknown query parameter (`validation_error`)."
+)]
+#[allow(dead_code)] // the document's response; `NoQuery`'s rejection is the answer itself
+pub(super) struct UnknownQuery;
+
 /// Whom a tenant route (the OpenWOP agent surfaces) answers for: the owner of the token that
 /// `require_token` let through. Without one (a route mounted outside the token check) it is a
 /// 401, never an answer for nobody in particular.
@@ -141,6 +162,12 @@ pub(super) struct NoSuchSource;
 )]
 #[allow(dead_code)] // the document's response
 pub(super) struct NoPeers;
+
+/// The refusal of a JSON body that parses but is not what the route takes, declared once.
+#[derive(utoipa::IntoResponses)]
+#[response(status = 400, description = "Bad body (`validation_error`).")]
+#[allow(dead_code)] // the document's response
+pub(super) struct BadBody;
 
 /// The refusal of [`json`] for a body over the route's limit (`payload_too_large`), declared once.
 #[derive(utoipa::IntoResponses)]

@@ -29,6 +29,12 @@ impl<S: Send + Sync> FromRequestParts<S> for SourceName {
     }
 }
 
+/// The refusal [`SourceName`] answers, declared once for the document.
+#[derive(utoipa::IntoResponses)]
+#[response(status = 400, description = "Bad source name (`validation_error`).")]
+#[allow(dead_code)] // the document's response; `SourceName`'s rejection is the answer itself
+struct BadName;
+
 #[utoipa::path(
     get, path = "/sources",
     summary = "Every source: name, kind, size, digest — never content.",
@@ -46,7 +52,7 @@ pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<Sourc
     params(SourcePath),
     responses(
         (status = 200, description = "Source metadata.", body = SourceMeta),
-        (status = 400, description = "Bad source name (`validation_error`)."),
+        BadName,
         NoSuchSource,
     )
 )]
@@ -146,7 +152,7 @@ pub(super) async fn patch_source(
     params(SourcePath),
     responses(
         (status = 204, description = "Removed."),
-        (status = 400, description = "Bad source name (`validation_error`)."),
+        BadName,
         NoSuchSource,
     )
 )]
