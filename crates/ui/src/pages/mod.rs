@@ -227,13 +227,36 @@ fn calls_of(s: &AppState) -> Option<Calls> {
     s.calls.get().cloned()
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> skillbox_node::Result<T> + Send + 'static,
+/// `f` over the node's state on the blocking pool (the store is synchronous SQLite): its value,
+/// or the error's words for the page.
+async fn store<T: Send + 'static>(
+    s: &AppState,
+    f: impl FnOnce(&AppState) -> skillbox_node::Result<T> + Send + 'static,
 ) -> Result<T, String> {
-    match tokio::task::spawn_blocking(f).await {
+    let s = s.clone();
+    match tokio::task::spawn_blocking(move || f(&s)).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("the node's worker failed".into()),
+    }
+}
+
+/// A form's change to what this node may offer (a skill or source added or removed) is done: the
+/// advert goes out now rather than at the next interval, and the browser goes back to `to`.
+fn offer_changed(s: &AppState, to: &str) -> Response {
+    s.offer_changed.notify_one();
+    Redirect::to(to).into_response()
+}
+
+/// A table row's remove control: a CSRF-guarded post to `action` carrying `fields`, its button
+/// labelled with what it removes.
+fn remove_form(session: &Session, action: &str, what: &str, fields: Markup) -> Markup {
+    html! {
+        form method="post" action=(action) {
+            (csrf_field(session))
+            (fields)
+            button type="submit" aria-label=(format!("Remove {what}")) { "Remove" }
+        }
     }
 }
 

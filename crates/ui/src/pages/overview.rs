@@ -9,14 +9,8 @@ pub(crate) async fn overview(
     State(s): State<AppState>,
     Extension(session): Extension<Session>,
 ) -> Response {
-    let skills = {
-        let s = s.clone();
-        blocking(move || s.skills.list()).await.unwrap_or_default()
-    };
-    let sources = {
-        let s = s.clone();
-        blocking(move || s.sources.list()).await.unwrap_or_default()
-    };
+    let skills = store(&s, |s| s.skills.list()).await.unwrap_or_default();
+    let sources = store(&s, |s| s.sources.list()).await.unwrap_or_default();
     let board = s
         .peers
         .get()

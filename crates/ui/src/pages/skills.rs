@@ -10,10 +10,7 @@ async fn skills_page(
     notice: Option<&str>,
     status: StatusCode,
 ) -> Response {
-    let list = {
-        let s = s.clone();
-        blocking(move || s.skills.list()).await
-    };
+    let list = store(s, |s| s.skills.list()).await;
     let body = html! {
         @match &list {
             Err(e) => p class="notice" { "Cannot list skills: " (e) },
@@ -33,12 +30,7 @@ async fn skills_page(
                                 @if k.offered { span class="ok" { "offered" } }
                                 @else { span class="off" { "not offered: " (k.reasons.join("; ")) } }
                             }
-                            td {
-                                form method="post" action=(format!("/ui/skills/{}/delete", enc(&k.name))) {
-                                    (csrf_field(session))
-                                    button type="submit" aria-label=(format!("Remove {}", k.name)) { "Remove" }
-                                }
-                            }
+                            td { (remove_form(session, &format!("/ui/skills/{}/delete", enc(&k.name)), &k.name, html! {})) }
                         }
                     }
                 }
@@ -83,15 +75,8 @@ pub(crate) async fn add_skill(
         .await;
     }
     let fallback = (!f.name.trim().is_empty()).then(|| f.name.trim().to_owned());
-    let imported = {
-        let s = s.clone();
-        blocking(move || s.skills.import(&doc, fallback.as_deref())).await
-    };
-    match imported {
-        Ok(_) => {
-            s.offer_changed.notify_one();
-            Redirect::to("/ui/skills").into_response()
-        }
+    match store(&s, move |s| s.skills.import(&doc, fallback.as_deref())).await {
+        Ok(_) => offer_changed(&s, "/ui/skills"),
         Err(e) => {
             skills_page(
                 &s,
@@ -110,33 +95,20 @@ pub(crate) async fn skill(
     Path(name): Path<String>,
 ) -> Response {
     let n = name.clone();
-    let detail = {
-        let s = s.clone();
-        blocking(move || s.skills.detail(&n)).await
-    };
-    let detail = match detail {
+    let detail = match store(&s, move |s| s.skills.detail(&n)).await {
         Ok(Some(d)) => d,
-        Ok(None) => {
-            let body = html! { p { "No skill of that name." } };
-            return page(
-                StatusCode::NOT_FOUND,
-                "Skill",
-                "/ui/skills",
-                &session,
-                None,
-                body,
-            );
-        }
-        Err(e) => {
-            let body = html! { p class="notice" { (e) } };
-            return page(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Skill",
-                "/ui/skills",
-                &session,
-                None,
-                body,
-            );
+        refused => {
+            let (status, body) = match refused {
+                Err(e) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    html! { p class="notice" { (e) } },
+                ),
+                _ => (
+                    StatusCode::NOT_FOUND,
+                    html! { p { "No skill of that name." } },
+                ),
+            };
+            return page(status, "Skill", "/ui/skills", &session, None, body);
         }
     };
     let state = serde_json::to_value(&detail.state).unwrap_or(Value::Null);
@@ -179,15 +151,8 @@ pub(crate) async fn delete_skill(
     Path(name): Path<String>,
     Posted { session, form: _ }: Posted<CsrfOnly>,
 ) -> Response {
-    let removed = {
-        let s = s.clone();
-        blocking(move || s.skills.delete(&name)).await
-    };
-    match removed {
-        Ok(_) => {
-            s.offer_changed.notify_one();
-            Redirect::to("/ui/skills").into_response()
-        }
+    match store(&s, move |s| s.skills.delete(&name)).await {
+        Ok(_) => offer_changed(&s, "/ui/skills"),
         Err(e) => skills_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
     }
 }

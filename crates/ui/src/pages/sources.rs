@@ -10,10 +10,7 @@ async fn sources_page(
     notice: Option<&str>,
     status: StatusCode,
 ) -> Response {
-    let list = {
-        let s = s.clone();
-        blocking(move || s.sources.list()).await
-    };
+    let list = store(s, |s| s.sources.list()).await;
     let body = html! {
         p { "Content is never shown back: names, kinds, sizes and a keyed digest only. Only sources marked shareable can be staked into a call, and a secret never is." }
         @match &list {
@@ -31,13 +28,7 @@ async fn sources_page(
                             td { (m.size) " B" }
                             td { @if m.shareable { "yes" } @else { "no" } }
                             td { code title=(m.digest) { (short(&m.digest)) } }
-                            td {
-                                form method="post" action="/ui/sources/delete" {
-                                    (csrf_field(session))
-                                    input type="hidden" name="name" value=(m.name);
-                                    button type="submit" aria-label=(format!("Remove {}", m.name)) { "Remove" }
-                                }
-                            }
+                            td { (remove_form(session, "/ui/sources/delete", &m.name, html! { input type="hidden" name="name" value=(m.name); })) }
                         }
                     }
                 }
@@ -98,16 +89,15 @@ pub(crate) async fn add_source(
     let put = match checked {
         Ok(kind) => {
             let shareable = f.shareable.as_deref() == Some("true");
-            let s = s.clone();
-            blocking(move || s.sources.put_with(&name, kind, &content, shareable)).await
+            store(&s, move |s| {
+                s.sources.put_with(&name, kind, &content, shareable)
+            })
+            .await
         }
         Err(e) => Err(e),
     };
     match put {
-        Ok(_) => {
-            s.offer_changed.notify_one();
-            Redirect::to("/ui/sources").into_response()
-        }
+        Ok(_) => offer_changed(&s, "/ui/sources"),
         Err(e) => sources_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
     }
 }
@@ -125,15 +115,8 @@ pub(crate) async fn delete_source(
     if let Err(e) = skillbox_node::sources::check_name(&name) {
         return sources_page(&s, &session, Some(&e.to_string()), StatusCode::BAD_REQUEST).await;
     }
-    let removed = {
-        let s = s.clone();
-        blocking(move || s.sources.delete(&name)).await
-    };
-    match removed {
-        Ok(_) => {
-            s.offer_changed.notify_one();
-            Redirect::to("/ui/sources").into_response()
-        }
+    match store(&s, move |s| s.sources.delete(&name)).await {
+        Ok(_) => offer_changed(&s, "/ui/sources"),
         Err(e) => sources_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
     }
 }
