@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use skillbox_attest::{nitro, nvidia, snp, tdx};
+use skillbox_attest::{PlatformEvidence, Verifier, nitro, nvidia, snp, tdx};
 
 fn data(rel: &str) -> Vec<u8> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -62,80 +62,35 @@ fn inputs() -> Inputs {
 /// One (name, cold, warm) closure set per platform; each closure must succeed.
 type Case<'a> = (&'static str, Box<dyn Fn() + 'a>, Box<dyn Fn() + 'a>);
 
+/// A platform's closures: the free `verify` (cold) and a long-lived verifier (warm), both with
+/// the default expectations under `policy` at `at_ms`.
+fn case<'a, E>(name: &'static str, evidence: &'a E, policy: E::Policy, at_ms: u64) -> Case<'a>
+where
+    E: PlatformEvidence,
+    E::Expected: Default,
+    E::Policy: 'a,
+{
+    let verifier = Verifier::<E>::new(policy.clone()).unwrap();
+    (
+        name,
+        Box::new(move || {
+            skillbox_attest::verify(black_box(evidence), &E::Expected::default(), &policy, at_ms)
+                .unwrap();
+        }),
+        Box::new(move || {
+            verifier
+                .verify(black_box(evidence), &E::Expected::default(), at_ms)
+                .unwrap();
+        }),
+    )
+}
+
 fn cases(i: &Inputs) -> Vec<Case<'_>> {
-    let snp_v = snp::Verifier::new(snp::Policy::unpinned()).unwrap();
-    let tdx_v = tdx::Verifier::new(tdx::Policy::unpinned()).unwrap();
-    let nitro_v = nitro::Verifier::new(nitro::Policy::unpinned()).unwrap();
-    let nvidia_v = nvidia::Verifier::new(nvidia::Policy::unpinned()).unwrap();
     vec![
-        (
-            "sev-snp",
-            Box::new(|| {
-                snp::verify(
-                    black_box(&i.snp),
-                    &snp::Expected::default(),
-                    &snp::Policy::unpinned(),
-                    T_2025,
-                )
-                .unwrap();
-            }),
-            Box::new(move || {
-                snp_v
-                    .verify(black_box(&i.snp), &snp::Expected::default(), T_2025)
-                    .unwrap();
-            }),
-        ),
-        (
-            "tdx",
-            Box::new(|| {
-                tdx::verify(
-                    black_box(&i.tdx),
-                    &tdx::Expected::default(),
-                    &tdx::Policy::unpinned(),
-                    T_TDX,
-                )
-                .unwrap();
-            }),
-            Box::new(move || {
-                tdx_v
-                    .verify(black_box(&i.tdx), &tdx::Expected::default(), T_TDX)
-                    .unwrap();
-            }),
-        ),
-        (
-            "nitro",
-            Box::new(|| {
-                nitro::verify(
-                    black_box(&i.nitro),
-                    &nitro::Expected::default(),
-                    &nitro::Policy::unpinned(),
-                    T_NITRO,
-                )
-                .unwrap();
-            }),
-            Box::new(move || {
-                nitro_v
-                    .verify(black_box(&i.nitro), &nitro::Expected::default(), T_NITRO)
-                    .unwrap();
-            }),
-        ),
-        (
-            "nvidia",
-            Box::new(|| {
-                nvidia::verify(
-                    black_box(&i.nvidia),
-                    &nvidia::Expected::default(),
-                    &nvidia::Policy::unpinned(),
-                    T_2025,
-                )
-                .unwrap();
-            }),
-            Box::new(move || {
-                nvidia_v
-                    .verify(black_box(&i.nvidia), &nvidia::Expected::default(), T_2025)
-                    .unwrap();
-            }),
-        ),
+        case("sev-snp", &i.snp, snp::Policy::unpinned(), T_2025),
+        case("tdx", &i.tdx, tdx::Policy::unpinned(), T_TDX),
+        case("nitro", &i.nitro, nitro::Policy::unpinned(), T_NITRO),
+        case("nvidia", &i.nvidia, nvidia::Policy::unpinned(), T_2025),
     ]
 }
 

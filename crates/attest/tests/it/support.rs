@@ -36,7 +36,7 @@ pub const T_NITRO_DSTACK: u64 = 1_766_668_537_578;
 
 pub const NVIDIA_NONCE: &str = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb";
 
-use skillbox_attest::{Refusal, Verified, nitro, nvidia, snp, tdx};
+use skillbox_attest::{PlatformEvidence, Refusal, Verified, nitro, nvidia, snp, tdx};
 
 /// The refusal of a verification the test expects refused (its measurement in the panic if not).
 pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
@@ -48,11 +48,13 @@ pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
 
 /// Evidence checked the way most vector tests check it: the default expectations and a policy
 /// that pins nothing (or one policy), at one time.
-pub trait Unpinned {
-    /// The platform's policy type.
-    type Policy;
+pub trait Unpinned: PlatformEvidence<Expected: Default> {
+    /// The platform's `Policy::unpinned()`.
+    fn unpinned() -> Self::Policy;
 
-    fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal>;
+    fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal> {
+        skillbox_attest::verify(self, &Default::default(), &Self::unpinned(), at_ms)
+    }
 
     /// Why the evidence is refused at `at_ms` (panics if it verifies).
     fn refusal_at(&self, at_ms: u64) -> Refusal {
@@ -60,30 +62,22 @@ pub trait Unpinned {
     }
 
     /// Why the evidence is refused under `policy` (default expectations) at `at_ms`.
-    fn refusal_under(&self, policy: &Self::Policy, at_ms: u64) -> Refusal;
+    fn refusal_under(&self, policy: &Self::Policy, at_ms: u64) -> Refusal {
+        refused(skillbox_attest::verify(
+            self,
+            &Default::default(),
+            policy,
+            at_ms,
+        ))
+    }
 }
 
+/// Each platform's `Policy::unpinned()` (a table of impls: a function cannot write them).
 macro_rules! unpinned {
     ($($platform:ident),*) => {$(
         impl Unpinned for $platform::Evidence {
-            type Policy = $platform::Policy;
-
-            fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal> {
-                $platform::verify(
-                    self,
-                    &$platform::Expected::default(),
-                    &$platform::Policy::unpinned(),
-                    at_ms,
-                )
-            }
-
-            fn refusal_under(&self, policy: &$platform::Policy, at_ms: u64) -> Refusal {
-                refused($platform::verify(
-                    self,
-                    &$platform::Expected::default(),
-                    policy,
-                    at_ms,
-                ))
+            fn unpinned() -> $platform::Policy {
+                $platform::Policy::unpinned()
             }
         }
     )*};
