@@ -450,6 +450,30 @@ mod tests {
         );
     }
 
+    /// Every body is read up to a limit (the JSON reader's or the route's own), and one over it
+    /// is a 413, so every operation that takes a body documents it.
+    #[test]
+    fn every_operation_with_a_body_documents_its_limit() {
+        let doc = document();
+        let (mut checked, mut undocumented) = (0, Vec::new());
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                if op.get("requestBody").is_none() {
+                    continue;
+                }
+                checked += 1;
+                if op["responses"].get("413").is_none() {
+                    undocumented.push(format!("{method} {path}"));
+                }
+            }
+        }
+        assert!(
+            undocumented.is_empty(),
+            "no 413 documented: {undocumented:?}"
+        );
+        assert!(checked >= 10, "only {checked} operations with a body");
+    }
+
     #[test]
     fn a_request_path_finds_its_route() {
         // (the request's path, the route that serves it)

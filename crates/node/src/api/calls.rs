@@ -164,6 +164,7 @@ pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalLis
         NoSuchCall,
         (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
         (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
+        TooLarge,
         NoCalls,
     )
 )]

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 
-use super::extract::{Driver, JsonBody, NoCalls, Small, blocking};
+use super::extract::{Driver, JsonBody, NoCalls, Small, TooLarge, blocking};
 use super::{ApiError, AppState};
 use crate::config::PolicyConfig;
 
@@ -27,6 +27,7 @@ pub(super) async fn get_policy(Driver(c): Driver) -> Result<Json<PolicyConfig>, 
     responses(
         (status = 200, description = "Policy.", body = PolicyConfig),
         (status = 400, description = "Bad policy (`validation_error`)."),
+        TooLarge,
         NoCalls,
     )
 )]

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::bodies::*;
 use super::extract::{
-    Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, SkillPath, blocking, found, json,
+    Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, SkillPath, TooLarge, blocking, found, json,
     media_type, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
@@ -159,6 +159,7 @@ pub(super) async fn get_skill(
         (status = 200, description = "The skill after the change.", body = SkillDetail),
         (status = 400, description = "Unknown field or bad value (`validation_error`)."),
         NoSuchSkill,
+        TooLarge,
         NotJson,
     )
 )]

@@ -9,8 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NoSuchSource, NotJson, Param, SourcePath, blocking, flag, found, json, offering, query,
-    read_body, read_one, remove_offered, written,
+    Media, NoSuchSource, NotJson, Param, SourcePath, TooLarge, blocking, flag, found, json,
+    offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -127,6 +127,7 @@ pub(super) async fn put_source(
         (status = 200, description = "The source's metadata.", body = SourceMeta),
         (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
         NoSuchSource,
+        TooLarge,
         NotJson,
     )
 )]
