@@ -3,24 +3,20 @@
 //! panic.
 #![no_main]
 
-use std::sync::LazyLock;
-
 use libfuzzer_sys::fuzz_target;
 use skillbox_attest::snp;
+use skillbox_fuzz::Unpinned;
 
 const VCEK: &[u8] = include_bytes!("../../crates/attest/tests/data/sev-snp/virtee-vcek_milan.der");
 const CHAIN: &[u8] =
     include_bytes!("../../crates/attest/tests/data/sev-snp/virtee-cert_chain_milan.pem");
 const NOW: u64 = 1_735_689_600_000;
 
-static VERIFIER: LazyLock<snp::Verifier> =
-    LazyLock::new(|| snp::Verifier::new(snp::Policy::unpinned()).expect("pinned roots"));
+static VERIFIER: Unpinned<snp::Evidence> = Unpinned::new(snp::Policy::unpinned);
 
 fuzz_target!(|data: &[u8]| {
     let _ = snp::Report::parse(data);
     let _ = snp::Evidence::from_files(data, &[data]);
-    if let Ok(ev) = snp::Evidence::from_files(data, &[VCEK, CHAIN]) {
-        let _ = VERIFIER.verify(&ev, &snp::Expected::default(), NOW);
-    }
+    VERIFIER.verify(snp::Evidence::from_files(data, &[VCEK, CHAIN]), NOW);
     let _ = snp::verify_chain(data, &[data.to_vec()]);
 });
