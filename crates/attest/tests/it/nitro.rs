@@ -459,10 +459,6 @@ fn structure_rules_are_enforced() {
     }
 }
 
-/// One verifier for the property tests: the chain is verified once, each case checks the rest.
-static VERIFIER: std::sync::LazyLock<nitro::Verifier> =
-    std::sync::LazyLock::new(|| nitro::Verifier::new(Policy::unpinned()).unwrap());
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -480,7 +476,7 @@ proptest! {
         ][sample].clone();
         let at = pick.index(ev.document.len());
         ev.document[at] ^= 1 << bit;
-        let r = VERIFIER.verify(&ev, &Expected::default(), at_ms);
+        let r = nitro::Evidence::verifier().verify(&ev, &Expected::default(), at_ms);
         let err = r.unwrap_err();
         if at >= ev.document.len() - 96 {
             prop_assert_eq!(err.code(), "bad_signature");
@@ -490,7 +486,7 @@ proptest! {
     #[test]
     fn random_documents_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
         if let Ok((ev, _)) = nitro::Evidence::from_file(&bytes) {
-            prop_assert!(VERIFIER.verify(&ev, &Expected::default(), T_NITRO_EVERVAULT).is_err());
+            prop_assert!(nitro::Evidence::verifier().verify(&ev, &Expected::default(), T_NITRO_EVERVAULT).is_err());
         }
         prop_assert!(nitro::parse(&bytes).is_err());
     }

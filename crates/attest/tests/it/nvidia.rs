@@ -225,10 +225,6 @@ fn layout_rules_are_enforced() {
     );
 }
 
-/// One verifier for the property tests: the chain is verified once, each case checks the rest.
-static VERIFIER: std::sync::LazyLock<nvidia::Verifier> =
-    std::sync::LazyLock::new(|| nvidia::Verifier::new(Policy::unpinned()).unwrap());
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -247,7 +243,7 @@ proptest! {
         let trailer = usize::from(sample == 1);
         let at = pick.index(ev.transcript.len());
         ev.transcript[at] ^= 1 << bit;
-        let err = VERIFIER.verify(&ev, &expected, T_2025).unwrap_err();
+        let err = nvidia::Evidence::verifier().verify(&ev, &expected, T_2025).unwrap_err();
         let in_request_nonce = (4..36).contains(&at);
         let block_value = (37 + 8..37 + 8 + 3520).contains(&at) && (at - 45) % 55 >= 7;
         let sig_end = ev.transcript.len() - trailer;
@@ -261,7 +257,7 @@ proptest! {
     fn random_transcripts_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
         let mut ev = nvidia_hopper();
         ev.transcript = bytes;
-        prop_assert!(VERIFIER.verify(&ev, &Expected::default(), T_2025).is_err());
+        prop_assert!(nvidia::Evidence::verifier().verify(&ev, &Expected::default(), T_2025).is_err());
     }
 }
 
@@ -342,7 +338,9 @@ fn multi_gpu_evidence_verifies_every_gpu_and_refuses_a_repeated_one() {
     let list = nvidia::Evidence::list_from_sdk_json(&json).unwrap();
     assert_eq!(list.len(), 4);
     let e = requester_nonce(&list[0]);
-    let all = VERIFIER.verify_all(&list, &e, T_2025).unwrap();
+    let all = nvidia::Evidence::verifier()
+        .verify_all(&list, &e, T_2025)
+        .unwrap();
     let mut ids: Vec<_> = all.iter().map(|v| v.instance_id.clone().unwrap()).collect();
     ids.sort();
     ids.dedup();
@@ -351,11 +349,13 @@ fn multi_gpu_evidence_verifies_every_gpu_and_refuses_a_repeated_one() {
 
     let twice = vec![list[0].clone(), list[1].clone(), list[0].clone()];
     assert_eq!(
-        VERIFIER.verify_all(&twice, &e, T_2025).unwrap_err(),
+        nvidia::Evidence::verifier()
+            .verify_all(&twice, &e, T_2025)
+            .unwrap_err(),
         Refusal::Malformed("GPU evidence lists one device twice")
     );
     assert_eq!(
-        VERIFIER
+        nvidia::Evidence::verifier()
             .verify_all(
                 &list,
                 &Expected {
@@ -367,7 +367,9 @@ fn multi_gpu_evidence_verifies_every_gpu_and_refuses_a_repeated_one() {
         Refusal::NonceMismatch
     );
     assert_eq!(
-        VERIFIER.verify_all(&[], &e, T_2025).unwrap_err(),
+        nvidia::Evidence::verifier()
+            .verify_all(&[], &e, T_2025)
+            .unwrap_err(),
         Refusal::Malformed("no GPU evidence given")
     );
 

@@ -289,10 +289,6 @@ fn malformed_inputs_are_errors() {
     assert_eq!(ev.verify_unpinned(T_2025).unwrap_err().code(), "malformed");
 }
 
-/// One verifier for the property tests: the chain is verified once, each case checks the rest.
-static VERIFIER: std::sync::LazyLock<snp::Verifier> =
-    std::sync::LazyLock::new(|| snp::Verifier::new(Policy::unpinned()).unwrap());
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -307,7 +303,7 @@ proptest! {
     ) {
         let mut ev = [snp_virtee, snp_trustee][sample]();
         ev.report[at] ^= 1 << bit;
-        let r = VERIFIER.verify(&ev, &Expected::default(), T_2025);
+        let r = snp::Evidence::verifier().verify(&ev, &Expected::default(), T_2025);
         prop_assert_eq!(r.unwrap_err().code(), "bad_signature");
     }
 

@@ -36,7 +36,7 @@ pub const T_NITRO_DSTACK: u64 = 1_766_668_537_578;
 
 pub const NVIDIA_NONCE: &str = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb";
 
-use skillbox_attest::{PlatformEvidence, Refusal, Verified, nitro, nvidia, snp, tdx};
+use skillbox_attest::{PlatformEvidence, Refusal, Verified, Verifier, nitro, nvidia, snp, tdx};
 
 /// The refusal of a verification the test expects refused (its measurement in the panic if not).
 pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
@@ -51,6 +51,10 @@ pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
 pub trait Unpinned: PlatformEvidence<Expected: Default> {
     /// The platform's `Policy::unpinned()`.
     fn unpinned() -> Self::Policy;
+
+    /// One verifier under that policy for the property tests: the chain is verified once, each
+    /// case checks the rest.
+    fn verifier() -> &'static Verifier<Self>;
 
     fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal> {
         skillbox_attest::verify(self, &Default::default(), &Self::unpinned(), at_ms)
@@ -72,12 +76,21 @@ pub trait Unpinned: PlatformEvidence<Expected: Default> {
     }
 }
 
-/// Each platform's `Policy::unpinned()` (a table of impls: a function cannot write them).
+/// Each platform's `Policy::unpinned()` and verifier (a table of impls: a function cannot write
+/// them, nor a generic one a static per platform).
 macro_rules! unpinned {
     ($($platform:ident),*) => {$(
         impl Unpinned for $platform::Evidence {
             fn unpinned() -> $platform::Policy {
                 $platform::Policy::unpinned()
+            }
+
+            fn verifier() -> &'static Verifier<Self> {
+                static VERIFIER: std::sync::LazyLock<$platform::Verifier> =
+                    std::sync::LazyLock::new(|| {
+                        $platform::Verifier::new($platform::Policy::unpinned()).unwrap()
+                    });
+                &VERIFIER
             }
         }
     )*};
