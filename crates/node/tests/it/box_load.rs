@@ -41,6 +41,23 @@ async fn answered_burst(provider: &ProviderLog, boxes: &[String], n: usize) -> V
     ended
 }
 
+/// A burst of 4 calls to a pair accepting a box on `refusing` (listed first) and an ordinary
+/// one: every call ends answered, each caller's record naming the ordinary box. Its URL and the
+/// [`answered_burst`] records.
+async fn burst_beside(
+    provider_url: &str,
+    provider: &ProviderLog,
+    refusing: BoxConfig,
+) -> (String, Vec<(Value, Value)>) {
+    let refusing = support::start_box_configured(provider_url, refusing).await;
+    let open = support::start_box(provider_url).await;
+    let ended = answered_burst(provider, &[refusing, open.clone()], 4).await;
+    for (c, _) in &ended {
+        assert_eq!(c["box"], open.as_str(), "{c}");
+    }
+    (open, ended)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_calls_is_shared_by_the_boxes_both_sides_accept() {
     let (provider_url, provider) = support::provider_double(Duration::from_millis(400)).await;
@@ -69,18 +86,12 @@ async fn a_busy_box_hands_the_call_to_another_before_anything_is_staked() {
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
     // A box that takes no run at all, beside an ordinary one: half of a burst picks the full
     // box first (it reports no load), is refused `busy`, and must move.
-    let full = support::start_box_configured(
-        &provider_url,
-        BoxConfig {
-            max_runs: 0,
-            ..BoxConfig::default()
-        },
-    )
-    .await;
-    let open = support::start_box(&provider_url).await;
-    let ended = answered_burst(&provider, &[full, open.clone()], 4).await;
-    for (c, o) in &ended {
-        assert_eq!(c["box"], open.as_str(), "{c}");
+    let full = BoxConfig {
+        max_runs: 0,
+        ..BoxConfig::default()
+    };
+    let (open, ended) = burst_beside(&provider_url, &provider, full).await;
+    for (_, o) in &ended {
         assert_eq!(
             o["box"],
             open.as_str(),
@@ -119,18 +130,12 @@ async fn a_rate_limited_box_is_retried_until_the_calls_are_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_that_refuses_the_program_hands_the_call_to_another() {
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
-    let closed = support::start_box_configured(
-        &provider_url,
-        BoxConfig {
-            allowed_keys: Some(vec!["00".repeat(32)]),
-            ..BoxConfig::default()
-        },
-    )
-    .await;
-    let open = support::start_box(&provider_url).await;
-    let ended = answered_burst(&provider, &[closed, open.clone()], 4).await;
-    for (c, o) in &ended {
-        assert_eq!(c["box"], open.as_str(), "{c}");
+    let closed = BoxConfig {
+        allowed_keys: Some(vec!["00".repeat(32)]),
+        ..BoxConfig::default()
+    };
+    let (_, ended) = burst_beside(&provider_url, &provider, closed).await;
+    for (_, o) in &ended {
         assert_eq!(o["state"], "ran", "{o}");
     }
 }

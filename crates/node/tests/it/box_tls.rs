@@ -68,21 +68,20 @@ async fn a_restarted_node_reaches_the_box_of_its_verified_runs_again() {
         })
         .expect("row");
     let urls = [f.url.clone()];
+    // The run's status asked of the box by the node's client for it.
+    let status = async |boxes: Boxes| {
+        let client = boxes.client(&f.url).expect("client");
+        client.status(&run.run_id).await
+    };
     let forgetful = Boxes::new(&urls, true, &[], &Default::default());
-    let err = forgetful
-        .client(&f.url)
-        .expect("client")
-        .status(&run.run_id)
+    let err = status(forgetful)
         .await
         .expect_err("no key attested to a fresh client");
     assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
     let restarted = Boxes::new(&urls, true, &[], &Default::default())
         .remembering(store)
         .expect("remembering");
-    let view = restarted
-        .client(&f.url)
-        .expect("client")
-        .status(&run.run_id)
+    let view = status(restarted)
         .await
         .expect("the run's key, from the node's own record");
     assert_eq!(view.run_id, run.run_id);

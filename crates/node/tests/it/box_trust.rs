@@ -16,6 +16,20 @@ use skillbox_node::store::Store;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// A pin of the box at `url` to `platform`, one `measurement` and, if given, its `key` (no
+/// policy, release log or GPU).
+fn pin(url: &str, platform: &str, measurement: String, key: Option<String>) -> BoxPin {
+    BoxPin {
+        url: url.to_owned(),
+        platform: platform.into(),
+        measurements: vec![measurement],
+        key,
+        policy: None,
+        release_log: None,
+        gpu: None,
+    }
+}
+
 /// One call from a caller to an owner, both configured by `tune` and pointed at `box_url` (a
 /// box in the middle whose requests `seen` logs): it must fail with `code` after the box was
 /// asked for its attestation, with nothing staked through it and no prompt at any provider.
@@ -49,15 +63,12 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
     assert_ne!(pinned_key, other_key);
     let (proxy_url, seen) = support::start_lying_proxy(&other_url, &pinned_key).await;
     let pin = |c: &mut skillbox_node::Config| {
-        c.boxes.pins = vec![BoxPin {
-            url: proxy_url.clone(),
-            platform: "insecure-dev".into(),
-            measurements: vec!["ab".repeat(48)],
-            key: Some(pinned_key.clone()),
-            policy: None,
-            release_log: None,
-            gpu: None,
-        }];
+        c.boxes.pins = vec![pin(
+            &proxy_url,
+            "insecure-dev",
+            "ab".repeat(48),
+            Some(pinned_key.clone()),
+        )];
     };
     refused_before_any_stake(
         &proxy_url,
@@ -131,15 +142,7 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
     assert!(pinned_url < honest);
     let tune = |c: &mut skillbox_node::Config| {
         c.boxes.accept = vec![pinned_url.clone(), honest.clone()];
-        c.boxes.pins = vec![BoxPin {
-            url: pinned_url.clone(),
-            platform: "sev-snp".into(),
-            measurements: vec![snp.clone()],
-            key: None,
-            policy: None,
-            release_log: None,
-            gpu: None,
-        }];
+        c.boxes.pins = vec![pin(&pinned_url, "sev-snp", snp.clone(), None)];
     };
     refused_before_any_stake(
         &pinned_url,

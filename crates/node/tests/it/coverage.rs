@@ -156,6 +156,25 @@ impl Valley {
         Coverage::from_bytes(&bytes).expect("coverage parses")
     }
 
+    /// The code of `skill` asked for a part (`code A B`) at a time: each call answered, the
+    /// parts joined.
+    async fn code_in_parts(&self, skill: &str, parts: &[(usize, usize)]) -> String {
+        let mut code = String::new();
+        for (a, b) in parts {
+            let c = self.call(skill, &format!("code {a} {b}")).await;
+            assert_eq!(c["state"], "answered", "{c}");
+            let t = c["answer"].as_str().expect("answer");
+            code.push_str(t.trim_start_matches("That part is ").trim_end_matches('.'));
+        }
+        code
+    }
+
+    /// Both nodes stopped, the caller first.
+    async fn stop(self) {
+        self.caller.stop().await;
+        self.owner.stop().await;
+    }
+
     /// The caller's history and each answered call's view say nothing of the guard or of
     /// what the owner counts.
     async fn caller_sees_nothing_of_the_counting(&self, answered: &[Value]) {
@@ -231,8 +250,7 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
     assert_eq!(v.union("pin").canary_permille(), 500);
 
     v.caller_sees_nothing_of_the_counting(&answered).await;
-    v.caller.stop().await;
-    v.owner.stop().await;
+    v.stop().await;
 }
 
 /// Calls sent at the same time: four calls, each for another quarter of the body (250 permille,
@@ -278,8 +296,7 @@ async fn calls_sent_at_the_same_time_add_up_as_one_after_the_other() {
     );
     assert!(union.words_permille() <= 520, "{union:?}");
     v.caller_sees_nothing_of_the_counting(&answered).await;
-    v.caller.stop().await;
-    v.owner.stop().await;
+    v.stop().await;
 }
 
 /// The same calls with the owner's coverage thresholds off: every slice and half gets out — the
@@ -296,25 +313,10 @@ async fn with_the_thresholds_off_every_slice_gets_out() {
     }
     assert_eq!(body.join(" "), lore(), "the whole body, a third at a time");
     assert!(v.union("lore").words_permille() >= 950);
-    let mut code = String::new();
-    for (a, b) in [(0, 3), (3, 6)] {
-        let c = v.call("vault", &format!("code {a} {b}")).await;
-        assert_eq!(c["state"], "answered", "{c}");
-        let t = c["answer"].as_str().expect("answer");
-        code.push_str(t.trim_start_matches("That part is ").trim_end_matches('.'));
-    }
-    assert_eq!(code, "K7PM2Q");
+    assert_eq!(v.code_in_parts("vault", &[(0, 3), (3, 6)]).await, "K7PM2Q");
     assert_eq!(v.union("vault").canary_permille(), 1000);
-    let mut pin = String::new();
-    for (a, b) in [(0, 2), (2, 4)] {
-        let c = v.call("pin", &format!("code {a} {b}")).await;
-        assert_eq!(c["state"], "answered", "{c}");
-        let t = c["answer"].as_str().expect("answer");
-        pin.push_str(t.trim_start_matches("That part is ").trim_end_matches('.'));
-    }
-    assert_eq!(pin, "8919");
-    v.caller.stop().await;
-    v.owner.stop().await;
+    assert_eq!(v.code_in_parts("pin", &[(0, 2), (2, 4)]).await, "8919");
+    v.stop().await;
 }
 
 /// The owner's turns are rows of its store, so they outlive a restart; a row left by a call the
@@ -345,6 +347,5 @@ async fn a_turn_left_by_a_call_gone_after_a_restart_holds_nothing() {
         )
         .expect("count");
     assert_eq!(left, 0);
-    v.caller.stop().await;
-    v.owner.stop().await;
+    v.stop().await;
 }

@@ -50,6 +50,17 @@ fn marker(m: &str) -> &str {
 }
 
 /// Every log line of this process at debug level, from the first test that asks on.
+/// None of the other side's `markers` in `whose` call record (`view`) nor in its store.
+fn holds_none_of(markers: &[&String], whose: &str, view: &str, store: &[u8]) {
+    for m in markers {
+        assert!(
+            !view.contains(marker(m)),
+            "{m} in the {whose}'s record: {view}"
+        );
+        assert!(!contains(store, marker(m)), "{m} in the {whose}'s store");
+    }
+}
+
 fn captured_logs() -> Captured {
     static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
@@ -65,16 +76,13 @@ fn captured_logs() -> Captured {
     .clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn no_material_appears_where_it_does_not_belong() {
-    let logs = captured_logs();
-
-    let w = support::world(BODY, KEY, &["songs"], |_| {}, |_| {}).await;
-    // The world's skill names model gpt-test: replace it with one carrying a marker.
-    let doc = support::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL);
+/// The owner's `taste` declared again with `body` and `model` (markers of its own), the
+/// caller's `songs` source set to `source`, and the caller's board showing the new declaration
+/// (the model changed its digest; it arrives with the next advert).
+async fn redeclared(w: &support::World, body: &str, model: &str, source: &str) {
+    let doc = support::skill_doc("taste", body, &["songs"]).replace("gpt-test", model);
     w.owner.add_skill(&doc).await;
-    w.caller.put_source("songs", "text", SOURCE).await;
-    // Wait for the re-advertised digest (the model changed the declaration).
+    w.caller.put_source("songs", "text", source).await;
     let digest = w.owner.get("/skills/taste").await.body["digest"]
         .as_str()
         .expect("digest")
@@ -84,6 +92,15 @@ async fn no_material_appears_where_it_does_not_belong() {
             s.declaration_digest == digest
         })
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_material_appears_where_it_does_not_belong() {
+    let logs = captured_logs();
+
+    let w = support::world(BODY, KEY, &["songs"], |_| {}, |_| {}).await;
+    // The world's skill names model gpt-test: replace it with one carrying a marker.
+    redeclared(&w, BODY, MODEL, SOURCE).await;
     let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
 
     let id = w
@@ -201,18 +218,7 @@ async fn a_provider_echoing_its_input_in_errors_carries_nothing_across() {
         let request = format!("ECHOREQ{i}-a83 what do I like?");
         let source = format!("ECHOSRC{i}-0c2 Portishead - Roads");
         let w = support::world_answering(&body, &key, &["songs"], answering, |_| {}, |_| {}).await;
-        let doc = support::skill_doc("taste", &body, &["songs"]).replace("gpt-test", &model);
-        w.owner.add_skill(&doc).await;
-        w.caller.put_source("songs", "text", &source).await;
-        let digest = w.owner.get("/skills/taste").await.body["digest"]
-            .as_str()
-            .expect("digest")
-            .to_owned();
-        w.caller
-            .wait_offer(&w.owner.peer_id, "taste", "the digest", |s| {
-                s.declaration_digest == digest
-            })
-            .await;
+        redeclared(&w, &body, &model, &source).await;
         let id = w
             .caller
             .start_call(&w.owner.peer_id, "taste", &request)
@@ -239,26 +245,8 @@ async fn a_provider_echoing_its_input_in_errors_carries_nothing_across() {
         let owner_view = w.owner.get(&format!("/calls/{id}")).await.body.to_string();
         let caller_store = store_bytes(w.caller.dir.path());
         let owner_store = store_bytes(w.owner.dir.path());
-        for m in owner_side {
-            assert!(
-                !caller_view.contains(marker(m)),
-                "{m} in the caller's record: {caller_view}"
-            );
-            assert!(
-                !contains(&caller_store, marker(m)),
-                "{m} in the caller's store"
-            );
-        }
-        for m in caller_side {
-            assert!(
-                !owner_view.contains(marker(m)),
-                "{m} in the owner's record: {owner_view}"
-            );
-            assert!(
-                !contains(&owner_store, marker(m)),
-                "{m} in the owner's store"
-            );
-        }
+        holds_none_of(&owner_side, "caller", &caller_view, &caller_store);
+        holds_none_of(&caller_side, "owner", &owner_view, &owner_store);
         let mut payloads = w.caller.sent.lock().expect("sent").clone();
         payloads.extend(w.owner.sent.lock().expect("sent").iter().cloned());
         assert!(

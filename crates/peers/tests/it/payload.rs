@@ -9,6 +9,11 @@ use skillbox_peers::{
 
 const T0: u64 = 1_800_000_000_000;
 
+/// Whether the payload was taken as new (handed on), whatever it carried.
+fn is_new(r: Received) -> bool {
+    matches!(r, Received::New(_))
+}
+
 fn request(call: &str) -> Payload {
     Payload {
         kind: PayloadKind::CallRequest,
@@ -34,10 +39,7 @@ fn a_payload_is_delivered_once_and_its_replay_changes_nothing() {
     assert_eq!(inbox.remembered(), 1);
     // A second payload with a new sequence number is new.
     let next = SignedPayload::sign(&a, &pb, &request("c1"), 8, T0).unwrap();
-    assert!(matches!(
-        inbox.receive(&pa, &next, T0 + 10),
-        Received::New(_)
-    ));
+    assert!(is_new(inbox.receive(&pa, &next, T0 + 10)));
 }
 
 #[test]
@@ -123,18 +125,12 @@ fn a_sender_over_its_rate_is_told_to_retry_and_recovers() {
     );
     let sign = |seq| SignedPayload::sign(&a, &pb, &request("c4"), seq, T0).unwrap();
     for seq in 1..=3 {
-        assert!(matches!(
-            inbox.receive(&pa, &sign(seq), T0),
-            Received::New(_)
-        ));
+        assert!(is_new(inbox.receive(&pa, &sign(seq), T0)));
     }
     let fourth = sign(4);
     assert_eq!(inbox.receive(&pa, &fourth, T0), Received::RateLimited);
     // Not remembered while refused for rate: the retry half a second later is delivered.
-    assert!(matches!(
-        inbox.receive(&pa, &fourth, T0 + 500),
-        Received::New(_)
-    ));
+    assert!(is_new(inbox.receive(&pa, &fourth, T0 + 500)));
 }
 
 #[test]
@@ -170,10 +166,7 @@ async fn the_memory_transport_delivers_signed_payloads_once() {
     assert!(got.sent_at <= now_ms());
 
     let signed = ta.sign(&pb, &request("m2")).unwrap();
-    assert!(matches!(
-        ta.send_signed(pb, &signed).unwrap(),
-        Received::New(_)
-    ));
+    assert!(is_new(ta.send_signed(pb, &signed).unwrap()));
     assert_eq!(ta.send_signed(pb, &signed).unwrap(), Received::Duplicate);
     assert_eq!(rb.try_recv().unwrap().payload.call_id, "m2");
     assert!(rb.try_recv().is_err(), "a replay must not be handed on");

@@ -12,7 +12,7 @@ use skillbox_peers::reach::is_relayed;
 use skillbox_peers::{Multiaddr, NetworkEvent, Payload, PeersConfig, PeersError, Protocol};
 
 use crate::support::{
-    WAIT, config, connection_addrs, full_addr, node, received, request, shutdown, wait_event,
+    WAIT, config, connection_addrs, full_addr, node, received, request, shutdown, tcp, wait_event,
     within,
 };
 
@@ -73,7 +73,7 @@ async fn a_node_reachable_only_through_a_relay_gets_adverts_and_payloads_through
             PeersConfig {
                 relay_server: true,
                 kad_server: Some(true),
-                ..config(&["/ip4/127.0.0.1/tcp/0"])
+                ..tcp()
             },
         )
         .await;
@@ -156,12 +156,11 @@ async fn a_node_reachable_only_through_a_relay_gets_adverts_and_payloads_through
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn autonat_confirmation_makes_a_dht_server_and_an_unconfirmed_node_stays_a_client() {
     within(TEST_LIMIT, async {
-        let tcp = "/ip4/127.0.0.1/tcp/0";
         // The AutoNAT server every node runs by default.
-        let (server, _rs) = node(121, config(&[tcp])).await;
+        let (server, _rs) = node(121, tcp()).await;
         let target = full_addr(&server).await;
         // Reachable: it listens on loopback TCP, so a dial-back gets through.
-        let (reachable, _rr) = node(122, config(&[tcp])).await;
+        let (reachable, _rr) = node(122, tcp()).await;
         let mut reachable_events = reachable.subscribe();
         assert!(!reachable.reachability().await.expect("reach").dht_server);
         // Unreachable: it listens nowhere, like a node behind NAT without a port forward; its
@@ -203,14 +202,13 @@ async fn autonat_confirmation_makes_a_dht_server_and_an_unconfirmed_node_stays_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_past_the_per_peer_and_pending_limits_is_refused() {
     within(TEST_LIMIT, async {
-        let tcp = "/ip4/127.0.0.1/tcp/0";
-        let (a, _ra) = node(131, config(&[tcp])).await;
+        let (a, _ra) = node(131, tcp()).await;
         let (b, _rb) = node(
             132,
             PeersConfig {
                 max_connections_per_peer: 1,
                 max_pending_outgoing: 1,
-                ..config(&[tcp])
+                ..tcp()
             },
         )
         .await;
@@ -235,7 +233,7 @@ async fn the_connection_past_the_per_peer_and_pending_limits_is_refused() {
             tokio::spawn(async move { b.dial(hanging).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let (c, _rc) = node(133, config(&[tcp])).await;
+        let (c, _rc) = node(133, tcp()).await;
         let over = b.dial(full_addr(&c).await).await;
         assert!(
             matches!(over, Err(PeersError::Dial { .. })),
