@@ -154,6 +154,31 @@ pub struct ApprovalList {
     pub total: usize,
 }
 
+/// The lists' one rule: `total` is the length of the list it comes with, so each list body is
+/// made by `of` and no handler counts.
+macro_rules! counted {
+    ($($list:ident { $field:ident: $item:ty }),* $(,)?) => {$(
+        impl $list {
+            pub fn of($field: Vec<$item>) -> $list {
+                $list { total: $field.len(), $field }
+            }
+        }
+    )*};
+}
+
+counted!(
+    SkillList {
+        skills: SkillSummary
+    },
+    SourceList {
+        sources: SourceMeta
+    },
+    CallList { calls: CallView },
+    ApprovalList {
+        approvals: CallView
+    },
+);
+
 /// One call; both sides (caller first) when a node called itself.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]

@@ -95,11 +95,7 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
                 .ok_or_else(|| ApiError::validation("query.limit", "a positive integer"))?,
         );
     }
-    let list = c.list(f).await?;
-    Ok(Json(CallList {
-        total: list.len(),
-        calls: list,
-    }))
+    Ok(Json(CallList::of(c.list(f).await?)))
 }
 
 #[utoipa::path(
@@ -146,11 +142,7 @@ pub(super) async fn cancel_call(
     )
 )]
 pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalList>, ApiError> {
-    let list = c.approvals().await?;
-    Ok(Json(ApprovalList {
-        total: list.len(),
-        approvals: list,
-    }))
+    Ok(Json(ApprovalList::of(c.approvals().await?)))
 }
 
 #[utoipa::path(

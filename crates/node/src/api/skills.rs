@@ -31,9 +31,9 @@ const ACCEPTED_ON_POST_SKILLS: &[&str] = &[
     responses((status = 200, description = "Skills.", body = SkillList))
 )]
 pub(super) async fn list_skills(State(s): State<AppState>) -> Result<Json<SkillList>, ApiError> {
-    let skills = blocking(move || s.skills.list()).await?;
-    let total = skills.len();
-    Ok(Json(SkillList { skills, total }))
+    Ok(Json(SkillList::of(
+        blocking(move || s.skills.list()).await?,
+    )))
 }
 
 #[utoipa::path(

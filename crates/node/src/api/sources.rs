@@ -41,9 +41,9 @@ struct BadName;
     responses((status = 200, description = "Sources.", body = SourceList))
 )]
 pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<SourceList>, ApiError> {
-    let sources = blocking(move || s.sources.list()).await?;
-    let total = sources.len();
-    Ok(Json(SourceList { sources, total }))
+    Ok(Json(SourceList::of(
+        blocking(move || s.sources.list()).await?,
+    )))
 }
 
 #[utoipa::path(
