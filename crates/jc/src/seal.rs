@@ -187,12 +187,29 @@ impl hpke::rand_core::TryRng for SeedRng {
 
 impl hpke::rand_core::TryCryptoRng for SeedRng {}
 
-/// Streams named entries into an HPKE seal. Plaintext is held one chunk at a time.
+/// Streams named entries into an HPKE seal. Plaintext is held one chunk at a time, in place:
+/// a chunk's plaintext is written straight into the sealed output behind its length field and
+/// encrypted there, so a byte is copied once on its way in (a guarded run's owner note is
+/// 257 KiB of it, sealed at the end of every run).
 pub struct Sealer {
     ctx: hpke::aead::AeadCtxS<Aead, Kdf, Kem>,
-    buf: Zeroizing<Vec<u8>>,
+    /// The sealed bytes so far, then the open chunk's length field and plaintext.
     out: Vec<u8>,
+    /// Where the open chunk's plaintext starts in `out`. `out` has room for the whole chunk
+    /// (length, plaintext, tag) from the moment it is opened, so plaintext is never left
+    /// behind in a buffer a reallocation freed; what is still plaintext is wiped on drop.
+    chunk: usize,
     written: u64,
+}
+
+impl Drop for Sealer {
+    fn drop(&mut self) {
+        use zeroize::Zeroize as _;
+        // Only an unfinished seal holds plaintext (the open chunk); `finish` took `out`.
+        if let Some(open) = self.out.get_mut(self.chunk..) {
+            open.zeroize();
+        }
+    }
 }
 
 impl Sealer {
@@ -225,68 +242,108 @@ impl Sealer {
         let mut out = Vec::with_capacity(4096);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&enc.to_bytes());
-        Ok(Sealer {
+        let mut sealer = Sealer {
             ctx,
-            buf: Zeroizing::new(Vec::with_capacity(CHUNK + 64)),
             out,
+            chunk: 0,
             written: 0,
-        })
+        };
+        sealer.open_chunk();
+        Ok(sealer)
+    }
+
+    /// Start the next chunk: its length field (filled in when it is sealed), and room for all
+    /// of it before a byte of its plaintext goes in.
+    fn open_chunk(&mut self) {
+        self.out.reserve(4 + CHUNK + TAG_LEN);
+        self.out.extend_from_slice(&[0; 4]);
+        self.chunk = self.out.len();
+    }
+
+    /// Room left in the open chunk, sealing it first when it is full. A full chunk is sealed
+    /// only when more comes, so `finish` always has a last chunk to mark.
+    fn room(&mut self) -> Result<usize> {
+        if self.out.len() - self.chunk == CHUNK {
+            self.flush_chunk(false)?;
+            self.open_chunk();
+        }
+        Ok(CHUNK - (self.out.len() - self.chunk))
     }
 
     fn write(&mut self, mut data: &[u8]) -> Result<()> {
         self.written += data.len() as u64;
         while !data.is_empty() {
-            // Keep at least one byte back so `finish` always has a last chunk to mark.
-            if self.buf.len() == CHUNK {
-                self.flush_chunk(false)?;
-            }
-            let take = (CHUNK - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..take]);
+            let take = self.room()?.min(data.len());
+            self.out.extend_from_slice(&data[..take]);
             data = &data[take..];
         }
         Ok(())
     }
 
-    fn flush_chunk(&mut self, last: bool) -> Result<()> {
-        let ct = self
-            .ctx
-            .seal(&self.buf, &chunk_aad(last))
-            .map_err(|e| JcError::Sealed(format!("seal: {e}")))?;
-        self.out.extend_from_slice(&(ct.len() as u32).to_be_bytes());
-        self.out.extend_from_slice(&ct);
-        self.buf.clear();
+    fn write_zeros(&mut self, mut len: u64) -> Result<()> {
+        self.written += len;
+        while len > 0 {
+            let take = (self.room()? as u64).min(len) as usize;
+            self.out.resize(self.out.len() + take, 0);
+            len -= take as u64;
+        }
         Ok(())
     }
 
-    /// Add one entry of exactly `len` bytes read from `reader`.
-    pub fn entry(&mut self, name: &str, len: u64, reader: &mut dyn Read) -> Result<()> {
+    /// Seal the open chunk where it lies and fill in its length field.
+    fn flush_chunk(&mut self, last: bool) -> Result<()> {
+        let tag = self
+            .ctx
+            .seal_inout_detached(
+                hpke::inout::InOutBuf::from(&mut self.out[self.chunk..]),
+                &chunk_aad(last),
+            )
+            .map_err(|e| JcError::Sealed(format!("seal: {e}")))?;
+        self.out.extend_from_slice(&tag.to_bytes());
+        let len = (self.out.len() - self.chunk) as u32;
+        self.out[self.chunk - 4..self.chunk].copy_from_slice(&len.to_be_bytes());
+        // Nothing past here is plaintext any more.
+        self.chunk = self.out.len();
+        Ok(())
+    }
+
+    fn entry_header(&mut self, name: &str, len: u64) -> Result<()> {
         if name.is_empty() || name.len() > 255 {
             return Err(JcError::Sealed("entry name must be 1-255 bytes".into()));
         }
-        let mut header = Vec::with_capacity(10 + name.len());
-        header.push(1);
-        header.push(name.len() as u8);
-        header.extend_from_slice(name.as_bytes());
-        header.extend_from_slice(&len.to_be_bytes());
-        self.write(&header)?;
+        let mut header = [0u8; 2 + 255 + 8];
+        header[0] = 1;
+        header[1] = name.len() as u8;
+        header[2..2 + name.len()].copy_from_slice(name.as_bytes());
+        header[2 + name.len()..10 + name.len()].copy_from_slice(&len.to_be_bytes());
+        self.write(&header[..10 + name.len()])
+    }
+
+    /// Add one entry of exactly `len` bytes read from `reader` (read straight into the open
+    /// chunk).
+    pub fn entry(&mut self, name: &str, len: u64, reader: &mut dyn Read) -> Result<()> {
+        self.entry_header(name, len)?;
         let mut remaining = len;
-        let mut tmp = Zeroizing::new(vec![0u8; CHUNK]);
         while remaining > 0 {
-            let want = (remaining.min(CHUNK as u64)) as usize;
-            let n = reader
-                .read(&mut tmp[..want])
-                .map_err(|e| JcError::Read(format!("{name}: {e}")))?;
+            let want = (self.room()? as u64).min(remaining) as usize;
+            let at = self.out.len();
+            self.out.resize(at + want, 0);
+            let read = reader.read(&mut self.out[at..]);
+            let n = *read.as_ref().unwrap_or(&0);
+            self.out.truncate(at + n);
+            let n = read.map_err(|e| JcError::Read(format!("{name}: {e}")))?;
             if n == 0 {
                 return Err(JcError::Read(format!(
                     "{name}: ended {remaining} bytes early"
                 )));
             }
-            self.write(&tmp[..n])?;
+            self.written += n as u64;
             remaining -= n as u64;
         }
         // The stream must hold exactly `len` bytes: more would mean the size we framed is wrong.
+        let mut one = Zeroizing::new([0u8; 1]);
         let n = reader
-            .read(&mut tmp[..1])
+            .read(&mut one[..])
             .map_err(|e| JcError::Read(format!("{name}: {e}")))?;
         if n != 0 {
             return Err(JcError::Read(format!(
@@ -297,7 +354,14 @@ impl Sealer {
     }
 
     pub fn entry_bytes(&mut self, name: &str, data: &[u8]) -> Result<()> {
-        self.entry(name, data.len() as u64, &mut &data[..])
+        self.entry_header(name, data.len() as u64)?;
+        self.write(data)
+    }
+
+    /// An entry of `len` zero bytes (an owner note's padding), without a buffer of them.
+    pub fn entry_zeros(&mut self, name: &str, len: u64) -> Result<()> {
+        self.entry_header(name, len)?;
+        self.write_zeros(len)
     }
 
     /// Make room for the sealed form of `plain` more bytes (entries and padding to come), so
@@ -323,16 +387,9 @@ impl Sealer {
 
     fn finish_at(mut self, total: u64) -> Result<Vec<u8>> {
         self.write(&[0])?;
-        let pad = total.saturating_sub(self.written);
-        let zeros = [0u8; 1024];
-        let mut left = pad;
-        while left > 0 {
-            let n = left.min(zeros.len() as u64) as usize;
-            self.write(&zeros[..n])?;
-            left -= n as u64;
-        }
+        self.write_zeros(total.saturating_sub(self.written))?;
         self.flush_chunk(true)?;
-        Ok(self.out)
+        Ok(std::mem::take(&mut self.out))
     }
 }
 
@@ -366,7 +423,9 @@ pub fn open(
         hpke::setup_receiver::<Aead, Kdf, Kem>(&OpModeR::Base, &secret.secret, &enc, info)
             .map_err(|_| wrong_info())?;
     let mut rest = &sealed[MAGIC.len() + 32..];
-    let mut plain = Zeroizing::new(Vec::new());
+    // Each chunk is opened in place in the one buffer, sized once: the plaintext is never
+    // copied again, and no reallocation leaves a copy of it behind unwiped.
+    let mut plain = Zeroizing::new(Vec::with_capacity(rest.len()));
     let mut first = true;
     loop {
         if rest.len() < 4 {
@@ -376,15 +435,27 @@ pub fn open(
         if !(TAG_LEN..=CHUNK + TAG_LEN).contains(&len) || rest.len() < 4 + len {
             return Err(JcError::Sealed("bad chunk length".into()));
         }
-        let ct = &rest[4..4 + len];
+        let (ct, tag) = rest[4..4 + len].split_at(len - TAG_LEN);
         rest = &rest[4 + len..];
         let last = rest.is_empty();
-        let pt = match ctx.open(ct, &chunk_aad(last)) {
-            Ok(pt) => Zeroizing::new(pt),
+        let tag = hpke::aead::AeadTag::<Aead>::from_bytes(tag)
+            .map_err(|_| JcError::Sealed("bad chunk tag".into()))?;
+        let at = plain.len();
+        let mut open_with = |plain: &mut Vec<u8>, last: bool| {
+            plain.truncate(at);
+            plain.extend_from_slice(ct);
+            ctx.open_inout_detached(
+                hpke::inout::InOutBuf::from(&mut plain[at..]),
+                &chunk_aad(last),
+                &tag,
+            )
+        };
+        match open_with(&mut plain, last) {
+            Ok(()) => {}
             Err(_) if first => {
                 // Opens with the other end-of-stream flag: right key and info, stream cut or
                 // extended. Otherwise the info (or key) is not this one.
-                if ctx.open(ct, &chunk_aad(!last)).is_ok() {
+                if open_with(&mut plain, !last).is_ok() {
                     return Err(JcError::Sealed("stream truncated or extended".into()));
                 }
                 return Err(wrong_info());
@@ -394,9 +465,8 @@ pub fn open(
                     "a chunk does not open (tampered, reordered or truncated)".into(),
                 ));
             }
-        };
+        }
         first = false;
-        plain.extend_from_slice(&pt);
         if last {
             break;
         }

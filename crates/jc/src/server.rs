@@ -365,6 +365,18 @@ fn envelope(body: &Bytes) -> Result<Envelope, ApiError> {
     Ok(Envelope::from_json(body)?)
 }
 
+/// A party's signed action on a run (submit, delete): the run id from the path, a JSON body,
+/// the envelope in it. Its signature is checked by the run, against the program's keys.
+fn signed_action(
+    id: String,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(String, Envelope), ApiError> {
+    let id = run_id(id)?;
+    expect_media(headers, "application/json")?;
+    Ok((id, envelope(body)?))
+}
+
 async fn open(
     State(core): State<Arc<BoxCore>>,
     Peer(client): Peer,
@@ -531,9 +543,7 @@ async fn submit(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let id = run_id(id)?;
-    expect_media(&headers, "application/json")?;
-    let env = envelope(&body)?;
+    let (id, env) = signed_action(id, &headers, &body)?;
     let start = core.submit_within(&id, &env, q.wait()).await?;
     if start {
         let core2 = core.clone();
@@ -572,9 +582,7 @@ async fn delete(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let id = run_id(id)?;
-    expect_media(&headers, "application/json")?;
-    let env = envelope(&body)?;
+    let (id, env) = signed_action(id, &headers, &body)?;
     core.delete(&id, &env, now_secs())?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
