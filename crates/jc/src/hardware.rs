@@ -122,8 +122,23 @@ fn config_hash(statement: &Statement) -> Result<[u8; 32]> {
         .ok_or(JcError::HardwareRefused("config_not_bound"))
 }
 
-fn evidence<T: serde::de::DeserializeOwned>(a: &Attestation) -> Result<T> {
-    serde_json::from_value(a.evidence.clone()).map_err(|_| JcError::HardwareRefused("malformed"))
+/// The attestation's evidence, decoded as `verifier`'s platform's (undecodable: `malformed`), and
+/// checked against what `expected` builds (after the decoding, so a malformed evidence is
+/// `malformed` whatever the statement binds) at `now_ms`; a refusal keeps only its closed code.
+fn check<E>(
+    verifier: &skillbox_attest::Verifier<E>,
+    attestation: &Attestation,
+    now_ms: u64,
+    expected: impl FnOnce() -> Result<E::Expected>,
+) -> Result<skillbox_attest::Verified>
+where
+    E: skillbox_attest::PlatformEvidence + serde::de::DeserializeOwned,
+{
+    let ev: E = serde_json::from_value(attestation.evidence.clone())
+        .map_err(|_| JcError::HardwareRefused("malformed"))?;
+    verifier
+        .verify(&ev, &expected()?, now_ms)
+        .map_err(|r| JcError::HardwareRefused(r.code()))
 }
 
 impl Verifier for HardwareVerifier {
@@ -138,35 +153,28 @@ impl Verifier for HardwareVerifier {
         report_data: &[u8; 64],
         now_ms: u64,
     ) -> Result<Vouched> {
-        let refused = |r: skillbox_attest::Refusal| JcError::HardwareRefused(r.code());
         let verified = match &self.inner {
-            Inner::SevSnp(v) => {
-                let ev: snp::Evidence = evidence(attestation)?;
-                let expected = snp::Expected {
+            Inner::SevSnp(v) => check(v, attestation, now_ms, || {
+                Ok(snp::Expected {
                     report_data: Some(*report_data),
                     host_data: Some(config_hash(statement)?),
-                };
-                v.verify(&ev, &expected, now_ms).map_err(refused)?
-            }
-            Inner::Tdx(v) => {
-                let ev: tdx::Evidence = evidence(attestation)?;
+                })
+            })?,
+            Inner::Tdx(v) => check(v, attestation, now_ms, || {
                 let mut mr_config_id = [0u8; 48];
                 mr_config_id[..32].copy_from_slice(&config_hash(statement)?);
-                let expected = tdx::Expected {
+                Ok(tdx::Expected {
                     report_data: Some(*report_data),
                     mr_config_id: Some(mr_config_id),
-                };
-                v.verify(&ev, &expected, now_ms).map_err(refused)?
-            }
-            Inner::Nitro(v) => {
-                let ev: nitro::Evidence = evidence(attestation)?;
-                let expected = nitro::Expected {
+                })
+            })?,
+            Inner::Nitro(v) => check(v, attestation, now_ms, || {
+                Ok(nitro::Expected {
                     user_data: Some(report_data.to_vec()),
                     nonce: None,
                     public_key: None,
-                };
-                v.verify(&ev, &expected, now_ms).map_err(refused)?
-            }
+                })
+            })?,
         };
         Ok(Vouched {
             measurement: verified.measurement,

@@ -265,6 +265,37 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
     check(zero).expect("the configuration it was launched with");
 }
 
+/// Evidence that is not the platform's is `malformed` before anything else is looked at: a
+/// statement that binds no configuration does not turn it into `config_not_bound`.
+#[test]
+fn evidence_of_another_shape_is_malformed_whatever_the_statement_binds() {
+    let junk = Attestation {
+        evidence: serde_json::json!({"quote": 1}),
+        ..Attestation::default()
+    };
+    let pins = [
+        ("sev-snp", None),
+        (
+            "tdx",
+            Some(serde_json::json!({"accepted": [{"mr_td": TDX_MR_TD}]})),
+        ),
+    ];
+    for (platform, pol) in pins {
+        let policy =
+            HardwarePolicy::from_value(platform, pol, &[MEASUREMENT.into()]).expect("policy");
+        let v = HardwareVerifier::new(policy).expect("verifier");
+        let unbound = Statement {
+            platform: platform.into(),
+            ..Statement::default()
+        };
+        let got = v.verify_evidence(&junk, &unbound, &[0; 64], T_TDX_MS);
+        assert!(
+            matches!(got, Err(JcError::HardwareRefused("malformed"))),
+            "{platform}: {got:?}"
+        );
+    }
+}
+
 const TDX_MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
 const TDX_REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
 /// Inside the TDX sample's collateral window.
