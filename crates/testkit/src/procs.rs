@@ -364,6 +364,17 @@ pub fn pair(root: &Path) -> (crate::provider::ProviderLog, BoxProc, NodeDir, Nod
     )
 }
 
+/// The flow tests' offer: `owner` holds the `openai-key` `key` and offers `doc` (a skill named
+/// `taste` needing `songs`), `caller` holds `songs` and sees `taste` of the owner on its board.
+pub fn offer_taste(owner: &NodeDir, caller: &NodeDir, key: &str, doc: &str, songs: &str) {
+    let o = owner.api();
+    o.put_source("openai-key", "secret", key);
+    o.add_skill(doc);
+    let c = caller.api();
+    c.put_source("songs", "text", songs);
+    c.wait_board(&owner.peer_id, "taste", Duration::from_secs(30));
+}
+
 /// A config edit for [`init_node`]: the node asks its human before any of `sources` leaves
 /// (a caller-side consent rule).
 pub fn asking_before(sources: &[&str]) -> impl FnOnce(String) -> String {
@@ -602,28 +613,21 @@ impl Api {
     }
 
     fn put_source_as(&self, name: &str, kind: &str, content: &str, shareable: bool) {
-        let a = self.req(
-            "PUT",
-            &format!("/sources/{name}?kind={kind}&shareable={shareable}"),
-            Some(("text/plain", content.as_bytes().to_vec())),
-        );
-        assert!(
-            a.status == 200 || a.status == 201,
-            "source: {} {}",
-            a.status,
-            a.body
-        );
+        let path = format!("/sources/{name}?kind={kind}&shareable={shareable}");
+        self.stored("source", "PUT", &path, ("text/plain", content));
     }
 
     pub fn add_skill(&self, doc: &str) {
-        let a = self.req(
-            "POST",
-            "/skills",
-            Some(("text/markdown", doc.as_bytes().to_vec())),
-        );
+        self.stored("skill", "POST", "/skills", ("text/markdown", doc));
+    }
+
+    /// A write of `body` (content type, text) that must be taken: 200 or 201, else the test
+    /// fails naming `what`.
+    fn stored(&self, what: &str, method: &str, path: &str, (ct, text): (&str, &str)) {
+        let a = self.req(method, path, Some((ct, text.as_bytes().to_vec())));
         assert!(
             a.status == 200 || a.status == 201,
-            "skill: {} {}",
+            "{what}: {} {}",
             a.status,
             a.body
         );

@@ -38,13 +38,10 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
     let (owner, mut caller) =
         procs::owner_and_caller(root.path(), &bx.url, &[], procs::asking_before(&["songs"]));
-    let owner_api = owner.api();
-    owner_api.put_source("openai-key", "secret", "sk-cli-test");
-    owner_api.add_skill(&procs::skill_doc("taste", "BODY", &["songs"]));
+    let doc = procs::skill_doc("taste", "BODY", &["songs"]);
     // The caller asks its human before applying `songs`; a call without sources runs at once.
+    procs::offer_taste(&owner, &caller, "sk-cli-test", &doc, "Bonobo - Kerala\n");
     let api = caller.api();
-    api.put_source("songs", "text", "Bonobo - Kerala\n");
-    api.wait_board(&owner.peer_id, "taste", Duration::from_secs(20));
     let dir = caller.dir.clone();
     let peer = owner.peer_id.clone();
 

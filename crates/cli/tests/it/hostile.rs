@@ -216,12 +216,9 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
         &[],
         |t| t,
     );
-    let owner_api = owner.api();
-    owner_api.put_source("openai-key", "secret", KEY);
-    owner_api.add_skill(&procs::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL));
-    let api = caller.api();
-    api.put_source("songs", "text", SOURCE);
-    api.wait_board(&owner.peer_id, "taste", Duration::from_secs(30));
+    let doc = procs::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL);
+    procs::offer_taste(&owner, &caller, KEY, &doc, SOURCE);
+    let (owner_api, api) = (owner.api(), caller.api());
     let o = cli(
         &caller.dir,
         &["call", &owner.peer_id, "taste", REQUEST, "--wait", "--json"],
@@ -612,18 +609,8 @@ fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
         &env,
         |t| t,
     );
-    owner
-        .api()
-        .put_source("openai-key", "secret", "sk-proxy-test");
-    owner
-        .api()
-        .add_skill(&procs::skill_doc("taste", "BODY", &["songs"]));
-    caller
-        .api()
-        .put_source("songs", "text", "Bonobo - Kerala\n");
-    caller
-        .api()
-        .wait_board(&owner.peer_id, "taste", Duration::from_secs(30));
+    let doc = procs::skill_doc("taste", "BODY", &["songs"]);
+    procs::offer_taste(&owner, &caller, "sk-proxy-test", &doc, "Bonobo - Kerala\n");
     // The CLI, each node to the box and back, with every proxy variable set.
     let o = cli_env(
         &caller.dir,

@@ -131,13 +131,9 @@ fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
         &[],
         procs::asking_before(&["songs"]),
     );
-    let oa = owner.api();
-    oa.put_source("openai-key", "secret", "sk-browser-key");
-    oa.add_skill(&procs::skill_doc("taste", "BROWSER-BODY", &["songs"]));
+    let doc = procs::skill_doc("taste", "BROWSER-BODY", &["songs"]);
     // The caller's human is asked before `songs` leaves.
-    let ca = caller.api();
-    ca.put_source("songs", "text", "Bonobo - Kerala\n");
-    ca.wait_board(&owner.peer_id, "taste", Duration::from_secs(20));
+    procs::offer_taste(&owner, &caller, "sk-browser-key", &doc, "Bonobo - Kerala\n");
 
     let (_driver, webdriver) = start_driver();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
