@@ -119,6 +119,18 @@ impl TestNode {
         self.call(rb).await
     }
 
+    /// Each of `paths` answers 200 and shows none of `hidden` (prompts, bodies: what a skill's
+    /// or an agent's listing and detail never carry).
+    pub async fn assert_routes_hide(&self, paths: &[&str], hidden: &[&str]) {
+        for path in paths {
+            let (status, _, text) = self.get(path).await;
+            assert_eq!(status, 200, "{path}");
+            for h in hidden {
+                assert!(!text.contains(h), "{path} leaks {h}: {text}");
+            }
+        }
+    }
+
     pub async fn post_skill(&self, doc: &str, name: Option<&str>) -> (u16, Value, String) {
         let path = match name {
             Some(n) => format!("/skills?name={n}"),

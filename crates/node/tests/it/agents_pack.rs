@@ -124,17 +124,13 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
     assert_eq!(status, 200);
     skillbox_node::openwop::validate_entry(&demo).expect("entry validates");
     assert_eq!(demo["packName"], json!("core.openwop.agents"));
-    for path in [
+    let routes = [
         "/skills",
         "/skills/default",
         "/v1/agents",
         "/v1/agents/core.openwop.agents.demo",
-    ] {
-        let (_, _, t) = node.get(path).await;
-        for p in PROMPTS {
-            assert!(!t.contains(p), "{path} leaks {p}");
-        }
-    }
+    ];
+    node.assert_routes_hide(&routes, PROMPTS).await;
     assert!(!text.contains("systemPrompt"), "{text}");
 
     // `skill set default provider=local` offers it (local needs no key); others stay declared.

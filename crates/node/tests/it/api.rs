@@ -615,19 +615,13 @@ async fn pack_json_import_and_malformed_json() {
     assert_eq!(body["skills"][0]["name"], json!("code-reviewer"));
     let (status, _, _) = node.get("/sources/skill/code-reviewer/body").await;
     assert_eq!(status, 200);
-    for path in [
+    let routes = [
         "/skills",
         "/skills/code-reviewer",
         "/v1/agents",
         "/v1/agents/local.skillbox.code-reviewer",
-    ] {
-        let (status, _, text) = node.get(path).await;
-        assert_eq!(status, 200, "{path}");
-        assert!(
-            !text.contains("PACKPROMPT"),
-            "{path} leaks the prompt: {text}"
-        );
-    }
+    ];
+    node.assert_routes_hide(&routes, &["PACKPROMPT"]).await;
     // An assistant agent is validated and listed as a pack agent, not imported as a skill.
     let mixed = pack(vec![agent("vendor.acme.tools.helper", "assistant", true)]);
     let (status, body, _) = post_json(mixed.to_string()).await;
