@@ -31,6 +31,24 @@ pub async fn send_checked(rb: reqwest::RequestBuilder) -> (u16, String) {
     (status, text)
 }
 
+/// `method path` to the node at `base` as its operator (`token`), with `body` (content type,
+/// bytes) if any, through [`send_checked`].
+pub async fn request_checked(
+    http: &reqwest::Client,
+    (base, token): (&str, &str),
+    method: reqwest::Method,
+    path: &str,
+    body: Option<(&str, Vec<u8>)>,
+) -> (u16, String) {
+    let mut rb = http
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(token);
+    if let Some((ct, bytes)) = body {
+        rb = rb.header("content-type", ct).body(bytes);
+    }
+    send_checked(rb).await
+}
+
 /// [`check`] for the node's own routes only: the surfaces mounted beside them (MCP, A2A, the
 /// dashboard) are not in the document and have their own tests.
 pub fn check_documented(

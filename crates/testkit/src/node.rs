@@ -312,12 +312,7 @@ impl TestNode {
         directory: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_node::calls::Directory>,
     ) -> TestNode {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut config = Config::default();
-        config.api.listen = "127.0.0.1:0".parse().expect("addr");
-        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
-        config.p2p.bootstrap = bootstrap;
-        config.boxes.accept = vec![box_url.to_owned()];
-        config.boxes.allow_insecure_dev = true;
+        let mut config = Config::on_loopback(box_url, bootstrap);
         config.schedules.advertise_secs = 1;
         config.schedules.board_ttl_secs = 4;
         // Flow tests do not play the human: every submit allowed unless a test says otherwise.
@@ -359,15 +354,10 @@ impl TestNode {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Answer {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some((ct, bytes)) = body {
-            r = r.header("content-type", ct).body(bytes);
-        }
         // Every answer a test sees matches what the OpenAPI document says of it.
-        let (status, text) = crate::answer::send_checked(r).await;
+        let node = (self.base.as_str(), self.token.as_str());
+        let (status, text) =
+            crate::answer::request_checked(&self.http, node, method, path, body).await;
         let body = crate::answer::json_body(text.as_bytes());
         Answer { status, body }
     }

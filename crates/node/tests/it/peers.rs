@@ -70,15 +70,9 @@ impl Running {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> (u16, String) {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some((ct, b)) = body {
-            r = r.header("content-type", ct).body(b);
-        }
         // Checked against the OpenAPI document, as every answer a test reads.
-        skillbox_testkit::answer::send_checked(r).await
+        let node = (self.base.as_str(), self.token.as_str());
+        skillbox_testkit::answer::request_checked(&self.http, node, method, path, body).await
     }
 
     /// Store the provider key (`KEY_MARKER`) as a secret: what makes A's skill offered.
