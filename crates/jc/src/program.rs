@@ -183,7 +183,21 @@ pub struct ReceiptSpec {
 
 impl Program {
     /// Parse canonical program bytes, refusing anything that is not exactly canonical and valid.
+    ///
+    /// A node reads the same signed program on several steps of a call (consent, the ledger's
+    /// entry, each stake); a program these exact bytes already gave is taken from a small
+    /// bounded cache keyed by the bytes themselves (issue 33: the parse was ~9 % of the owner's
+    /// CPU per call). Different bytes never hit: the whole key is compared.
     pub fn from_canonical(bytes: &[u8]) -> Result<Program> {
+        if let Some(program) = parsed::get(bytes) {
+            return Ok(program);
+        }
+        let program = Program::parse_canonical(bytes)?;
+        parsed::keep(bytes, &program);
+        Ok(program)
+    }
+
+    fn parse_canonical(bytes: &[u8]) -> Result<Program> {
         if bytes.len() > MAX_PROGRAM_BYTES {
             return Err(invalid(
                 "(document)",
@@ -598,6 +612,60 @@ fn check_host(h: &str) -> Result<()> {
     }
 }
 
+/// The programs parsed last, by their canonical bytes: at most [`parsed::BUDGET`] bytes of keys
+/// (a parsed program takes about as much again), the oldest let go first. Only a program that
+/// passed every check is kept, so a hit returns what parsing the same bytes would.
+mod parsed {
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+    use super::Program;
+
+    /// Enough for the programs of a few thousand calls in flight (~3 KiB each).
+    pub(super) const BUDGET: usize = 8 << 20;
+
+    #[derive(Default)]
+    struct Parsed {
+        programs: HashMap<Arc<[u8]>, Program>,
+        order: VecDeque<Arc<[u8]>>,
+        bytes: usize,
+    }
+
+    fn cache() -> MutexGuard<'static, Parsed> {
+        static CACHE: LazyLock<Mutex<Parsed>> = LazyLock::new(Mutex::default);
+        // Every change below keeps the map, the order and the count together before anything
+        // can panic, so a poisoned cache is still a consistent one.
+        CACHE.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn get(bytes: &[u8]) -> Option<Program> {
+        cache().programs.get(bytes).cloned()
+    }
+
+    pub(super) fn keep(bytes: &[u8], program: &Program) {
+        let mut c = cache();
+        if c.programs.contains_key(bytes) {
+            return;
+        }
+        let key: Arc<[u8]> = Arc::from(bytes);
+        c.bytes += key.len();
+        c.order.push_back(key.clone());
+        c.programs.insert(key, program.clone());
+        while c.bytes > BUDGET {
+            let Some(old) = c.order.pop_front() else {
+                break;
+            };
+            c.bytes -= old.len();
+            c.programs.remove(&old);
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn held(bytes: &[u8]) -> bool {
+        cache().programs.contains_key(bytes)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -657,6 +725,38 @@ pub(crate) mod tests {
 
     pub(crate) fn sample_default() -> Program {
         sample(&key_hex(1), &key_hex(2), &"11".repeat(32))
+    }
+
+    /// A program parsed once is kept by its exact bytes; bytes that differ anywhere, even by
+    /// whitespace only, are parsed (and refused) on their own.
+    #[test]
+    fn a_parsed_program_is_kept_by_its_exact_bytes() {
+        let mut p = sample_default();
+        p.expires_at = 4_000_000_001;
+        let bytes = p.to_canonical().expect("canonical");
+        assert_eq!(Program::from_canonical(&bytes).expect("parses"), p);
+        assert!(parsed::held(&bytes), "kept after the first parse");
+        assert_eq!(Program::from_canonical(&bytes).expect("again"), p);
+
+        let mut later = p.clone();
+        later.expires_at = 4_000_000_002;
+        let later_bytes = later.to_canonical().expect("canonical");
+        assert_eq!(bytes.len(), later_bytes.len());
+        assert_eq!(
+            Program::from_canonical(&later_bytes).expect("parses"),
+            later
+        );
+
+        let text = String::from_utf8(bytes).expect("utf-8");
+        let spaced = text.replacen("{\"boxes\"", "{ \"boxes\"", 1);
+        assert!(matches!(
+            Program::from_canonical(spaced.as_bytes()),
+            Err(JcError::NonCanonical { offset: 1 })
+        ));
+        assert!(
+            !parsed::held(spaced.as_bytes()),
+            "a refused program is not kept"
+        );
     }
 
     #[test]
