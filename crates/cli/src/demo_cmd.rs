@@ -64,12 +64,7 @@ async fn start_node(
     box_url: &str,
     bootstrap: Vec<String>,
 ) -> anyhow::Result<RunningNode> {
-    let mut config = Config::default();
-    config.api.listen = "127.0.0.1:0".parse().context("loopback address")?;
-    config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
-    config.p2p.bootstrap = bootstrap;
-    config.boxes.accept = vec![box_url.to_owned()];
-    config.boxes.allow_insecure_dev = true;
+    let mut config = Config::on_loopback(box_url, bootstrap);
     config.schedules.advertise_secs = 2;
     config.schedules.board_ttl_secs = 6;
     // A short answer: the embedded model runs on the CPU.

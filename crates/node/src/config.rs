@@ -781,6 +781,19 @@ impl Default for Config {
 }
 
 impl Config {
+    /// A node on this machine only: its API and p2p on loopback (any free port), calling
+    /// through `box_url`, a development box without hardware attestation — what the demo and
+    /// the tests run. Never a shipped default: `allow_insecure_dev` is set here on purpose.
+    pub fn on_loopback(box_url: &str, bootstrap: Vec<String>) -> Config {
+        let mut config = Config::default();
+        config.api.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+        config.p2p.bootstrap = bootstrap;
+        config.boxes.accept = vec![box_url.to_owned()];
+        config.boxes.allow_insecure_dev = true;
+        config
+    }
+
     /// Parse and check a config text; `path` only names the file in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Config> {
         let config: Config = toml::from_str(text).map_err(|e| NodeError::Config {
