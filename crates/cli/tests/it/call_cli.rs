@@ -31,6 +31,13 @@ fn json_of(o: &Output) -> Value {
     })
 }
 
+/// The command failed (exit 1) and `out`, its stdout or stderr, says `word`.
+fn failed_saying(o: &std::process::Output, out: &[u8], word: &str) {
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(out);
+    assert!(text.contains(word), "{text}");
+}
+
 #[test]
 fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -102,8 +109,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
 
     // Refusals: exit 1 with the reason.
     let o = cli(&dir, &["call", &peer, "nope", "x"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("skill_not_offered"));
+    failed_saying(&o, &o.stderr, "skill_not_offered");
     let o = cli(
         &dir,
         &["call", &peer, "taste", "x", "--source", "passwords"],
@@ -129,12 +135,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert_eq!(json_of(&o)["total"], 1);
     // An agent's shell tool has no terminal: `approve` is refused before anything is sent.
     let o = cli(&dir, &["approve", &parked]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("terminal"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    failed_saying(&o, &o.stderr, "terminal");
     let o = cli(&dir, &["call", "show", &parked, "--json"]);
     assert_eq!(json_of(&o)["state"], "awaiting_consent");
     // At a terminal: the disclosure is shown; anything but `yes` leaves the call waiting.
@@ -177,16 +178,10 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert_eq!(rec["failure"]["code"], "consent_denied");
     // Deciding twice is refused.
     let o = approve_at_terminal(&dir, &asked, "yes");
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("not awaiting consent"),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    failed_saying(&o, &o.stdout, "not awaiting consent");
     // An unrelated request picks nothing.
     let o = cli(&dir, &["ask", "what's the weather in Paris tomorrow"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no_offered_skill"));
+    failed_saying(&o, &o.stderr, "no_offered_skill");
 
     // Two runs happened in all (the first call and the approved one).
     assert_eq!(provider.0.lock().expect("log").len(), 2);
@@ -254,12 +249,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     )
     .expect("write edited");
     let o = verify_file(&edited);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("BROKEN"),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    failed_saying(&o, &o.stdout, "BROKEN");
     let o = cli(
         &dir,
         &["ledger", "verify", "--file", export.to_str().expect("path")],
@@ -293,12 +283,7 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     // Without the saved head a cut export reads as a shorter ledger; with it, it does not.
     assert!(verify_file(&cut).status.success());
     let o = with_head(&cut);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("rolled_back"),
-        "{}",
-        String::from_utf8_lossy(&o.stdout)
-    );
+    failed_saying(&o, &o.stdout, "rolled_back");
 
     // The reproduction: the per-source index edited in the stopped node's database (its
     // trigger dropped first) no longer hides `songs` from `ledger --source songs`, and `ledger

@@ -186,18 +186,13 @@ fn fastmcp_cli_lists_skills_and_stubs_and_calls_a_tool() {
     let w = reach::world(false, |t| t);
     let c = procs::reach_clients();
     let url = w.mcp_url();
-    let (list, raw_list) = reach::run_json(
-        "fastmcp list",
-        Command::new(&c.fastmcp).args([
-            "list",
-            &url,
-            "--auth",
-            &w.caller.token,
-            "--json",
-            "--resources",
-            "--skills",
-        ]),
-    );
+    // fastmcp at the node's MCP URL as the caller (its token), JSON out.
+    let over_http = |what: &str, args: &[&str]| {
+        let auth = ["--auth", w.caller.token.as_str(), "--json"];
+        reach::run_json(what, Command::new(&c.fastmcp).args(args).args(auth))
+    };
+    let list_args = ["list", &url, "--resources", "--skills"];
+    let (list, raw_list) = over_http("fastmcp list", &list_args);
     let text = list.to_string();
     for t in TOOLS {
         assert!(
@@ -209,19 +204,14 @@ fn fastmcp_cli_lists_skills_and_stubs_and_calls_a_tool() {
         text.contains("skill://"),
         "no skill stubs in fastmcp list: {list}"
     );
-    let (call, raw_call) = reach::run_json(
-        "fastmcp call",
-        Command::new(&c.fastmcp).args([
-            "call",
-            &url,
-            "apply_skill",
-            "skill=brief",
-            "request=two lines please",
-            "--auth",
-            &w.caller.token,
-            "--json",
-        ]),
-    );
+    let call_args = [
+        "call",
+        &url,
+        "apply_skill",
+        "skill=brief",
+        "request=two lines please",
+    ];
+    let (call, raw_call) = over_http("fastmcp call", &call_args);
     let call_text = call.to_string();
     assert!(
         call_text.contains("The double read") && call_text.contains("answered"),
