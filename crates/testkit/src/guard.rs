@@ -209,3 +209,17 @@ pub fn nato(s: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Letters to small capitals, as "small caps" text generators write them (`x` has none).
+pub fn small_caps(s: &str) -> String {
+    const CAPS: [char; 26] = [
+        'ᴀ', 'ʙ', 'ᴄ', 'ᴅ', 'ᴇ', 'ꜰ', 'ɢ', 'ʜ', 'ɪ', 'ᴊ', 'ᴋ', 'ʟ', 'ᴍ', 'ɴ', 'ᴏ', 'ᴘ', 'ǫ', 'ʀ',
+        'ꜱ', 'ᴛ', 'ᴜ', 'ᴠ', 'ᴡ', 'x', 'ʏ', 'ᴢ',
+    ];
+    s.chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            l @ 'a'..='z' => CAPS[usize::from(l as u8 - b'a')],
+            _ => c,
+        })
+        .collect()
+}

@@ -438,18 +438,6 @@ fn math_bold(s: &str) -> String {
         .collect()
 }
 
-/// Letters to small capitals, as "small caps" text generators write them (`x` has none).
-fn small_caps(s: &str) -> String {
-    const CAPS: &str = "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘǫʀꜱᴛᴜᴠᴡxʏᴢ";
-    let caps: Vec<char> = CAPS.chars().collect();
-    s.chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            l @ 'a'..='z' => caps[(l as u8 - b'a') as usize],
-            _ => c,
-        })
-        .collect()
-}
-
 /// Every vowel and some consonants with a precomposed accent (`é`, `ñ`, `ç`, ...).
 fn accented(s: &str) -> String {
     s.chars()
