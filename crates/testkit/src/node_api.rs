@@ -163,6 +163,15 @@ pub fn assert_envelope(v: &Value, code: &str) {
     assert_eq!(v["error"], Value::String(code.into()), "{v}");
 }
 
+/// An answer (status, body, text) refused with `status` and an OpenWOP error envelope of
+/// `code`; its body.
+pub fn assert_refused(answer: (u16, Value, String), status: u16, code: &str) -> Value {
+    let (got, body, _) = answer;
+    assert_eq!(got, status, "{body}");
+    assert_envelope(&body, code);
+    body
+}
+
 pub const TASTE: &str = "---\nname: taste\ndescription: Builds a music-taste profile from listening history.\nprovider: openrouter\nmodel: anthropic/claude-sonnet-4.5\nkey: openrouter-key\nrequiredSources: spotify_songs\n---\nYou are a music critic. Read the listening history and describe the taste.\n";
 
 pub const LOCAL: &str = "---\nname: haiku\ndescription: Writes a haiku about the request.\nprovider: local\n---\nWrite a haiku.\n";

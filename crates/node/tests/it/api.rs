@@ -192,19 +192,23 @@ async fn unknown_agent_skill_source_and_route_are_404_envelopes() {
         assert_eq!(status, 404, "{path}");
         assert_envelope(&body, "not_found");
     }
-    let (status, body, _) = node
-        .call(node.req(Method::DELETE, "/sources/nope").await)
-        .await;
-    assert_eq!(status, 404);
-    assert_envelope(&body, "not_found");
-    let (status, body, _) = node
-        .call(node.req(Method::DELETE, "/skills/nope").await)
-        .await;
-    assert_eq!(status, 404);
-    assert_envelope(&body, "not_found");
-    let (status, body, _) = node.call(node.req(Method::PATCH, "/skills").await).await;
-    assert_eq!(status, 405);
-    assert_envelope(&body, "method_not_allowed");
+    assert_refused(
+        node.call(node.req(Method::DELETE, "/sources/nope").await)
+            .await,
+        404,
+        "not_found",
+    );
+    assert_refused(
+        node.call(node.req(Method::DELETE, "/skills/nope").await)
+            .await,
+        404,
+        "not_found",
+    );
+    assert_refused(
+        node.call(node.req(Method::PATCH, "/skills").await).await,
+        405,
+        "method_not_allowed",
+    );
     node.stop().await;
 }
 
@@ -241,11 +245,12 @@ async fn skill_profile_violation_is_rejected_and_leaves_nothing() {
     assert_eq!(status, 404);
 
     // A document error is a validation_error naming the field and line, and leaves nothing.
-    let (status, body, _) = node
-        .post_skill("---\nname: Bad_Name\ndescription: x\n---\nbody\n", None)
-        .await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    let body = assert_refused(
+        node.post_skill("---\nname: Bad_Name\ndescription: x\n---\nbody\n", None)
+            .await,
+        400,
+        "validation_error",
+    );
     let first = &body["details"]["errors"][0];
     assert_eq!(first["field"], json!("name"), "{body}");
     assert_eq!(first["line"], json!(2), "{body}");
@@ -406,48 +411,46 @@ async fn bad_input_gets_the_right_status_and_envelope() {
         "---\nname: big\ndescription: x\nprovider: local\n---\n{}",
         "a".repeat(2 * 1024 * 1024)
     );
-    let (status, body, _) = node.post_skill(&big, None).await;
-    assert_eq!(status, 413);
-    assert_envelope(&body, "payload_too_large");
+    assert_refused(node.post_skill(&big, None).await, 413, "payload_too_large");
     // Not UTF-8.
     let rb = node
         .req(Method::POST, "/skills")
         .await
         .header("content-type", "text/plain")
         .body(vec![0xffu8, 0xfe, 0x00]);
-    let (status, body, _) = node.call(rb).await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    assert_refused(node.call(rb).await, 400, "validation_error");
     // Unknown query parameter, bad kind, bad source names, reserved names.
     let rb = node
         .req(Method::POST, "/skills?nmae=x")
         .await
         .header("content-type", "text/markdown")
         .body(LOCAL);
-    let (status, body, _) = node.call(rb).await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    let body = assert_refused(node.call(rb).await, 400, "validation_error");
     assert!(body["message"].as_str().expect("message").contains("nmae"));
-    let (status, body, _) = node.put_source("x", "password", b"v").await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    assert_refused(
+        node.put_source("x", "password", b"v").await,
+        400,
+        "validation_error",
+    );
     for bad in ["a%20b", ".hidden", "a%2F..%2Fb", "skill/taste/body"] {
         let (status, body, _) = node.put_source(bad, "text", b"v").await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert_envelope(&body, "validation_error");
     }
     // A text source must be UTF-8.
-    let (status, body, _) = node.put_source("t", "text", &[0xff, 0xfe]).await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    assert_refused(
+        node.put_source("t", "text", &[0xff, 0xfe]).await,
+        400,
+        "validation_error",
+    );
     // An empty source.
-    let (status, body, _) = node.put_source("empty", "file", b"").await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    assert_refused(
+        node.put_source("empty", "file", b"").await,
+        400,
+        "validation_error",
+    );
     // Unknown source.
-    let (status, body, _) = node.get("/sources/never-added").await;
-    assert_eq!(status, 404);
-    assert_envelope(&body, "not_found");
+    assert_refused(node.get("/sources/never-added").await, 404, "not_found");
     // Nothing of the above was stored.
     let (_, list, _) = node.get("/sources").await;
     assert_eq!(list["total"], json!(0), "{list}");
@@ -526,20 +529,16 @@ async fn metrics_and_health() {
     assert_eq!(status, 200);
     let (status, _, text) = node.get("/metrics").await;
     assert_eq!(status, 200);
-    assert!(
-        text.contains(
-            "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 1"
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains("route=\"/skills\",method=\"POST\",status=\"201\"} 1"),
-        "{text}"
-    );
-    assert!(text.contains("\nskillbox_skills 1\n"), "{text}");
-    assert!(text.contains("\nskillbox_skills_offered 1\n"), "{text}");
-    // The body and the skill's commitment salt.
-    assert!(text.contains("\nskillbox_sources 2\n"), "{text}");
+    for line in [
+        "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 1",
+        "route=\"/skills\",method=\"POST\",status=\"201\"} 1",
+        "\nskillbox_skills 1\n",
+        "\nskillbox_skills_offered 1\n",
+        // The body and the skill's commitment salt.
+        "\nskillbox_sources 2\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
     node.stop().await;
 }
 
@@ -555,9 +554,11 @@ async fn pack_json_import_and_malformed_json() {
         node.call(rb).await
     };
     // Malformed JSON.
-    let (status, body, _) = post_json("{\"agents\": [".into()).await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    let body = assert_refused(
+        post_json("{\"agents\": [".into()).await,
+        400,
+        "validation_error",
+    );
     assert!(
         body["message"]
             .as_str()
@@ -565,9 +566,7 @@ async fn pack_json_import_and_malformed_json() {
             .contains("malformed JSON"),
         "{body}"
     );
-    let (status, body, _) = post_json("[1, 2]".into()).await;
-    assert_eq!(status, 400);
-    assert_envelope(&body, "validation_error");
+    assert_refused(post_json("[1, 2]".into()).await, 400, "validation_error");
 
     let agent = |id: &str, role: &str, long_term: bool| {
         json!({
