@@ -520,6 +520,13 @@ impl TestNode {
     }
 }
 
+/// Each of `nodes` stopped, in order.
+pub async fn stop_all<const N: usize>(nodes: [TestNode; N]) {
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
 /// The call record `c` ended `failed`, its failure's message naming `code` (the closed code of
 /// the side that refused it).
 #[track_caller]

@@ -124,8 +124,7 @@ async fn a_box_that_died_before_any_stake_hands_the_run_to_another_and_the_histo
         4,
         "each call ran exactly once"
     );
-    caller.stop().await;
-    owner.stop().await;
+    support::stop_all([caller, owner]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -162,8 +161,7 @@ async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its
     assert_eq!(stakes.len(), 1, "this side had staked: {stakes:?}");
     assert_eq!(stakes[0]["box"], on.as_str(), "{stakes:?}");
     other.kill().await;
-    caller.stop().await;
-    owner.stop().await;
+    support::stop_all([caller, owner]).await;
 }
 
 /// The caller's human is asked before every stake (the owner's side allows).
@@ -310,8 +308,7 @@ async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to
         "one run ran"
     );
     other.kill().await;
-    caller.stop().await;
-    owner.stop().await;
+    support::stop_all([caller, owner]).await;
 }
 
 /// A hostile caller speaking the protocol itself: admitted, it opens a run of the program on

@@ -19,8 +19,7 @@ async fn one_call(box_url: &str, tag: &str) -> serde_json::Value {
         .start_call(&owner.peer_id, "taste", &format!("REQ-{tag}"))
         .await;
     let c = caller.wait_call(&id, LIMIT).await;
-    owner.stop().await;
-    caller.stop().await;
+    support::stop_all([owner, caller]).await;
     c
 }
 

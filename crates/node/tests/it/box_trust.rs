@@ -49,8 +49,7 @@ async fn refused_before_any_stake(
     let c = caller.wait_call(&id, LIMIT).await;
     support::assert_failed_naming(&c, code);
     support::assert_refused_before_any_stake(seen, provider);
-    owner.stop().await;
-    caller.stop().await;
+    support::stop_all([owner, caller]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -107,9 +106,7 @@ async fn a_box_whose_provider_points_elsewhere_is_not_used() {
     let id = a.body["id"].as_str().expect("id").to_owned();
     let c = pinned.wait_call(&id, LIMIT).await;
     support::assert_failed_naming(&c, "program_mismatch");
-    owner.stop().await;
-    caller.stop().await;
-    pinned.stop().await;
+    support::stop_all([owner, caller, pinned]).await;
 }
 
 /// Issue 30 item 2: a box pinned as SEV-SNP whose operator answers with an insecure-dev
