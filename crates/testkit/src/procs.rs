@@ -364,12 +364,17 @@ pub fn pair(root: &Path) -> (crate::provider::ProviderLog, BoxProc, NodeDir, Nod
     )
 }
 
-/// The flow tests' offer: `owner` holds the `openai-key` `key` and offers `doc` (a skill named
-/// `taste` needing `songs`), `caller` holds `songs` and sees `taste` of the owner on its board.
-pub fn offer_taste(owner: &NodeDir, caller: &NodeDir, key: &str, doc: &str, songs: &str) {
+/// `owner` holds the `openai-key` `key` and offers the skill `doc` (spending it).
+pub fn offers(owner: &NodeDir, key: &str, doc: &str) {
     let o = owner.api();
     o.put_source("openai-key", "secret", key);
     o.add_skill(doc);
+}
+
+/// The flow tests' offer: `owner` holds the `openai-key` `key` and offers `doc` (a skill named
+/// `taste` needing `songs`), `caller` holds `songs` and sees `taste` of the owner on its board.
+pub fn offer_taste(owner: &NodeDir, caller: &NodeDir, key: &str, doc: &str, songs: &str) {
+    offers(owner, key, doc);
     let c = caller.api();
     c.put_source("songs", "text", songs);
     c.wait_board(&owner.peer_id, "taste", Duration::from_secs(30));

@@ -282,9 +282,11 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
 fn a_caller_over_the_owners_ceilings_is_refused_with_its_code() {
     let root = tempfile::tempdir().expect("tempdir");
     let (provider, _bx, owner, caller) = procs::pair(root.path());
-    let owner_api = owner.api();
-    owner_api.put_source("openai-key", "secret", "sk-ceil");
-    owner_api.add_skill(&procs::skill_doc("taste", "CEIL-BODY", &[]));
+    procs::offers(
+        &owner,
+        "sk-ceil",
+        &procs::skill_doc("taste", "CEIL-BODY", &[]),
+    );
     // The owner sets the ceiling with the CLI, as a user would.
     let o = cli(&owner.dir, &["skill", "set", "taste", "maxRequestBytes=32"]);
     assert!(o.status.success(), "{}", text(&o));

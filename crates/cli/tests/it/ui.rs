@@ -129,15 +129,19 @@ fn header<'a>(p: &'a Page, name: &str) -> &'a str {
 fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() {
     let root = tempfile::tempdir().expect("tempdir");
     let (_provider, bx, owner, caller) = procs::pair(root.path());
-    let oa = owner.api();
-    oa.put_source("openai-key", "secret", "sk-UI-KEY-MARK");
-    oa.add_skill(&procs::skill_doc("taste", "UI-BODY-MARK", &["songs"]));
+    let doc = procs::skill_doc("taste", "UI-BODY-MARK", &["songs"]);
+    procs::offer_taste(
+        &owner,
+        &caller,
+        "sk-UI-KEY-MARK",
+        &doc,
+        "UI-SOURCE-MARK Bonobo\n",
+    );
+    let (oa, ca) = (owner.api(), caller.api());
     // A hostile owner's description: markup and an attribute breakout, shown as text only.
     oa.add_skill(
         "---\nname: lure\ndescription: 'Tastes <script>alert(\"x\")</script> \"><img src=x onerror=alert(1)> & more'\nprovider: openai\nmodel: gpt-ui-model\nkey: openai-key\n---\nLURE-BODY-MARK\n",
     );
-    let ca = caller.api();
-    ca.put_source("songs", "text", "UI-SOURCE-MARK Bonobo\n");
     ca.wait_board(&owner.peer_id, "lure", Duration::from_secs(20));
     let b = Browser::new(&caller);
 
