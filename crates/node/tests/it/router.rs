@@ -212,17 +212,13 @@ fn openapi_document_validates_against_the_openapi_3_1_schema() {
     assert!(!validator.is_valid(&broken));
 }
 
+/// The methods the routes know, and one no router does (`BREW`), equally likely.
 fn method_strategy() -> impl Strategy<Value = Method> {
-    prop_oneof![
-        Just(Method::GET),
-        Just(Method::POST),
-        Just(Method::PUT),
-        Just(Method::DELETE),
-        Just(Method::PATCH),
-        Just(Method::HEAD),
-        Just(Method::OPTIONS),
-        Just(Method::from_bytes(b"BREW").expect("method")),
-    ]
+    let names = [
+        "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW",
+    ];
+    let methods = names.map(|m| Method::from_bytes(m.as_bytes()).expect("method"));
+    prop::sample::select(methods.to_vec())
 }
 
 fn path_strategy() -> impl Strategy<Value = String> {
