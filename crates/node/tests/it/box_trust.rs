@@ -30,6 +30,15 @@ fn pin(url: &str, platform: &str, measurement: String, key: Option<String>) -> B
     }
 }
 
+/// Two boxes in front of `provider_url`, each with an identity key of its own: each one's URL
+/// and key.
+async fn two_keyed_boxes(provider_url: &str) -> [(String, String); 2] {
+    let first = support::start_box_keyed(provider_url).await;
+    let second = support::start_box_keyed(provider_url).await;
+    assert_ne!(first.1, second.1, "two boxes, two keys");
+    [first, second]
+}
+
 /// One call from a caller to an owner, both configured by `tune` and pointed at `box_url` (a
 /// box in the middle whose requests `seen` logs): it must fail with `code` after the box was
 /// asked for its attestation, with nothing staked through it and no prompt at any provider.
@@ -57,9 +66,7 @@ async fn a_box_on_the_pinned_url_with_another_key_is_refused_before_any_stake() 
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
     // The box both nodes pinned, and another one a man in the middle puts on the pinned URL,
     // whose /healthz claims the pinned box's key.
-    let (_pinned_url, pinned_key) = support::start_box_keyed(&provider_url).await;
-    let (other_url, other_key) = support::start_box_keyed(&provider_url).await;
-    assert_ne!(pinned_key, other_key);
+    let [(_, pinned_key), (other_url, _)] = two_keyed_boxes(&provider_url).await;
     let (proxy_url, seen) = support::start_lying_proxy(&other_url, &pinned_key).await;
     let pin = |c: &mut skillbox_node::Config| {
         c.boxes.pins = vec![pin(
@@ -158,9 +165,7 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
     let (provider_url, _) = support::provider_double(Duration::ZERO).await;
-    let (first, first_key) = support::start_box_keyed(&provider_url).await;
-    let (second, second_key) = support::start_box_keyed(&provider_url).await;
-    assert_ne!(first_key, second_key);
+    let [(first, first_key), (second, _)] = two_keyed_boxes(&provider_url).await;
     let (url, _, target) = support::start_rewriting_proxy(&first, |_| {}).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("store.db");
@@ -216,8 +221,7 @@ async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
     let (provider_url, _) = support::provider_double(Duration::ZERO).await;
-    let (first, first_key) = support::start_box_keyed(&provider_url).await;
-    let (second, _) = support::start_box_keyed(&provider_url).await;
+    let [(first, first_key), (second, _)] = two_keyed_boxes(&provider_url).await;
     let (url, _, target) = support::start_rewriting_proxy(&first, |_| {}).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = skillbox_node::Config::default();
