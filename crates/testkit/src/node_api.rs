@@ -119,6 +119,13 @@ impl TestNode {
         self.call(rb).await
     }
 
+    /// `GET /sources` lists exactly the sources named `names`, in that order; the listing's text.
+    pub async fn assert_sources_listed(&self, names: &[&str]) -> String {
+        let (_, sources, text) = self.get("/sources").await;
+        assert_eq!(crate::answer::names(&sources, "sources"), names, "{text}");
+        text
+    }
+
     /// Each of `paths` answers 200 and shows none of `hidden` (prompts, bodies: what a skill's
     /// or an agent's listing and detail never carry).
     pub async fn assert_routes_hide(&self, paths: &[&str], hidden: &[&str]) {

@@ -90,18 +90,14 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
         );
     }
     // Every prompt went to the source store; the listings never carry one.
-    let (_, sources, _) = node.get("/sources").await;
-    let names: Vec<&str> = skillbox_testkit::answer::names(&sources, "sources");
-    assert_eq!(
-        names,
-        vec![
-            "agent/core.openwop.agents.demo/prompt",
-            "skill/default/body",
-            "skill/default/salt",
-            "skill/summarizer/body",
-            "skill/summarizer/salt"
-        ]
-    );
+    node.assert_sources_listed(&[
+        "agent/core.openwop.agents.demo/prompt",
+        "skill/default/body",
+        "skill/default/salt",
+        "skill/summarizer/body",
+        "skill/summarizer/salt",
+    ])
+    .await;
     let (status, inv, text) = node.get("/v1/agents").await;
     assert_eq!(status, 200);
     validate(Schema::AgentInventoryResponse, &inv).expect("inventory validates");

@@ -303,17 +303,14 @@ async fn import_reimport_offer_state_and_delete() {
     assert!(list["skills"][0].get("reason").is_none());
 
     // The body and the model id are sources, listed with metadata only.
-    let (_, sources, text) = node.get("/sources").await;
-    let names: Vec<&str> = skillbox_testkit::answer::names(&sources, "sources");
-    assert_eq!(
-        names,
-        vec![
+    let text = node
+        .assert_sources_listed(&[
             "openrouter-key",
             "skill/taste/body",
             "skill/taste/model",
-            "skill/taste/salt"
-        ]
-    );
+            "skill/taste/salt",
+        ])
+        .await;
     assert!(
         !text.contains("music critic") && !text.contains("sk-or-v1-test"),
         "{text}"
