@@ -224,11 +224,7 @@ async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
     let [(first, first_key), (second, _)] = two_keyed_boxes(&provider_url).await;
     let (url, _, target) = support::start_rewriting_proxy(&first, |_| {}).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = skillbox_node::Config::default();
-    config.api.listen = "127.0.0.1:0".parse().expect("addr");
-    config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
-    config.boxes.accept = vec![url.clone()];
-    config.boxes.allow_insecure_dev = true;
+    let config = skillbox_node::Config::on_loopback(&url, vec![]);
     skillbox_node::DataDir::new(dir.path())
         .init(&config)
         .expect("init");
