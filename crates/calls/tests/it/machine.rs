@@ -19,6 +19,16 @@ fn new_call(peer: &str) -> NewCall {
     }
 }
 
+/// Where `t` left the call: its state and the actions it owes.
+fn owed(t: &Transition) -> (State, Vec<Action>) {
+    (t.call.state, t.actions.clone())
+}
+
+/// The code the call failed with, if it failed.
+fn failure_code(t: &Transition) -> Option<FailureCode> {
+    t.call.failure.as_ref().map(|f| f.code)
+}
+
 fn caller() -> Transition {
     start(Role::Caller, new_call("peerO"), T0, &timing())
 }
@@ -87,10 +97,7 @@ fn caller_happy_path_emits_each_owed_action() {
     assert_eq!(t.call.state, State::Requested);
     assert_eq!(t.actions, vec![Action::SendRequest]);
     let t = step(&t.call, Event::PeerAccepted, T0 + 1, &timing());
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Accepted, vec![Action::OpenRun])
-    );
+    assert_eq!(owed(&t), (State::Accepted, vec![Action::OpenRun]));
     let t = step(
         &t.call,
         Event::RunOpened {
@@ -107,21 +114,12 @@ fn caller_happy_path_emits_each_owed_action() {
     let t = step(&t.call, Event::SessionDelivered, T0 + 3, &timing());
     assert!(t.call.session_delivered && t.actions.is_empty());
     let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 4, &timing());
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Opened, vec![Action::Stake])
-    );
+    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
     assert!(t.call.consented);
     let t = step(&t.call, Event::Staked, T0 + 5, &timing());
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Submitting, vec![Action::Submit])
-    );
+    assert_eq!(owed(&t), (State::Submitting, vec![Action::Submit]));
     let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Submitted, vec![Action::FetchOutcome])
-    );
+    assert_eq!(owed(&t), (State::Submitted, vec![Action::FetchOutcome]));
     let t = step(&t.call, Event::Answered, T0 + 7, &timing());
     assert_eq!(t.call.state, State::Answered);
     assert!(t.actions.is_empty());
@@ -131,15 +129,9 @@ fn caller_happy_path_emits_each_owed_action() {
 #[test]
 fn owner_happy_path() {
     let t = owner();
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Received, vec![Action::Admit])
-    );
+    assert_eq!(owed(&t), (State::Received, vec![Action::Admit]));
     let t = step(&t.call, Event::Admitted, T0 + 1, &timing());
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Accepted, vec![Action::SendAccepted])
-    );
+    assert_eq!(owed(&t), (State::Accepted, vec![Action::SendAccepted]));
     // call.session: verify first, record after.
     let t = step(
         &t.call,
@@ -166,10 +158,7 @@ fn owner_happy_path() {
         T0 + 3,
         &timing(),
     );
-    assert_eq!(
-        (t.call.state, t.actions.clone()),
-        (State::Opened, vec![Action::Stake])
-    );
+    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
     let t = step(&t.call, Event::Staked, T0 + 4, &timing());
     let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 5, &timing());
     let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
@@ -202,10 +191,7 @@ fn owner_refusal_tells_the_caller() {
         &timing(),
     );
     assert_eq!(t.call.state, State::Failed);
-    assert_eq!(
-        t.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::NotOffered)
-    );
+    assert_eq!(failure_code(&t), Some(FailureCode::NotOffered));
     assert_eq!(
         t.actions,
         vec![Action::SendFailed {
@@ -239,10 +225,7 @@ fn consent_ask_parks_then_allow_or_deny() {
         &timing(),
     );
     assert_eq!(denied.call.state, State::Failed);
-    assert_eq!(
-        denied.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::ConsentDenied)
-    );
+    assert_eq!(failure_code(&denied), Some(FailureCode::ConsentDenied));
     assert!(
         denied.actions.contains(&Action::CancelRun),
         "the run was opened: cancel it"
@@ -263,10 +246,7 @@ fn policy_deny_fails_and_tells_the_peer() {
         T0 + 100,
         &timing(),
     );
-    assert_eq!(
-        t.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::PolicyDenied)
-    );
+    assert_eq!(failure_code(&t), Some(FailureCode::PolicyDenied));
     assert_eq!(t.actions[0], Action::CancelRun);
 }
 
@@ -324,10 +304,7 @@ fn cancel_fails_cancels_the_run_and_tells_the_peer() {
         T0 + 100,
         &timing(),
     );
-    assert_eq!(
-        t.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::Cancelled)
-    );
+    assert_eq!(failure_code(&t), Some(FailureCode::Cancelled));
     cancels_then_fails(&t.actions, FailureCode::Cancelled);
 }
 
@@ -341,10 +318,7 @@ fn run_failed_and_box_failed() {
         T0 + 100,
         &timing(),
     );
-    assert_eq!(
-        t.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::RunFailed)
-    );
+    assert_eq!(failure_code(&t), Some(FailureCode::RunFailed));
     let t = step(
         &caller_at(State::Accepted).call,
         Event::BoxFailed {
@@ -354,10 +328,7 @@ fn run_failed_and_box_failed() {
         T0 + 100,
         &timing(),
     );
-    assert_eq!(
-        t.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::AttestationRejected)
-    );
+    assert_eq!(failure_code(&t), Some(FailureCode::AttestationRejected));
     assert!(
         !t.actions.contains(&Action::CancelRun),
         "no run id recorded yet"
@@ -471,10 +442,7 @@ fn a_run_at_the_box_is_not_stalled_and_a_finished_one_is_not_cancelled() {
     );
     assert_ne!(later.call.state, State::Failed, "a long run is not a stall");
     let expired = step(&t.call, Event::Tick, EXPIRES + 1, &timing());
-    assert_eq!(
-        expired.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::Expired)
-    );
+    assert_eq!(failure_code(&expired), Some(FailureCode::Expired));
     // Both submitted: the run ran or runs; deleting it would take the peer's result away.
     let failed = step(
         &t.call,
@@ -509,10 +477,7 @@ fn tick_fails_a_stalled_call_and_cancels_its_run() {
         t.call.progressed_at_ms + limit + 1,
         &timing(),
     );
-    assert_eq!(
-        stalled.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::Stalled)
-    );
+    assert_eq!(failure_code(&stalled), Some(FailureCode::Stalled));
     assert!(
         stalled
             .call
@@ -531,10 +496,7 @@ fn awaiting_consent_does_not_stall_nor_renag_but_expires() {
     let n = step(&t.call, Event::Tick, later, &timing());
     assert!(!n.changed && n.actions.is_empty());
     let expired = step(&t.call, Event::Tick, EXPIRES, &timing());
-    assert_eq!(
-        expired.call.failure.as_ref().map(|f| f.code),
-        Some(FailureCode::Expired)
-    );
+    assert_eq!(failure_code(&expired), Some(FailureCode::Expired));
 }
 
 #[test]
