@@ -414,6 +414,19 @@ pub fn open(
     info: &[u8],
     wrong_info: impl Fn() -> JcError,
 ) -> Result<Vec<Entry>> {
+    open_named(sealed, secret, info, wrong_info, |_| true)
+}
+
+/// [`open`], returning only the entries `wanted` names: every entry's framing is still checked,
+/// but one not wanted is not copied out (an owner note's 257 KiB of padding zeros is neither
+/// copied nor wiped twice).
+pub fn open_named(
+    sealed: &[u8],
+    secret: &HpkeKeyPair,
+    info: &[u8],
+    wrong_info: impl Fn() -> JcError,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<Entry>> {
     if sealed.len() < MAGIC.len() + 32 || &sealed[..MAGIC.len()] != MAGIC {
         return Err(JcError::Sealed("not a skillbox seal (bad magic)".into()));
     }
@@ -425,7 +438,7 @@ pub fn open(
     let mut rest = &sealed[MAGIC.len() + 32..];
     // Each chunk is opened in place in the one buffer, sized once: the plaintext is never
     // copied again, and no reallocation leaves a copy of it behind unwiped.
-    let mut plain = Zeroizing::new(Vec::with_capacity(rest.len()));
+    let mut plain = Plain(Vec::with_capacity(rest.len()));
     let mut first = true;
     loop {
         if rest.len() < 4 {
@@ -440,7 +453,7 @@ pub fn open(
         let last = rest.is_empty();
         let tag = hpke::aead::AeadTag::<Aead>::from_bytes(tag)
             .map_err(|_| JcError::Sealed("bad chunk tag".into()))?;
-        let at = plain.len();
+        let at = plain.0.len();
         let mut open_with = |plain: &mut Vec<u8>, last: bool| {
             plain.truncate(at);
             plain.extend_from_slice(ct);
@@ -450,12 +463,12 @@ pub fn open(
                 &tag,
             )
         };
-        match open_with(&mut plain, last) {
+        match open_with(&mut plain.0, last) {
             Ok(()) => {}
             Err(_) if first => {
                 // Opens with the other end-of-stream flag: right key and info, stream cut or
                 // extended. Otherwise the info (or key) is not this one.
-                if open_with(&mut plain, !last).is_ok() {
+                if open_with(&mut plain.0, !last).is_ok() {
                     return Err(JcError::Sealed("stream truncated or extended".into()));
                 }
                 return Err(wrong_info());
@@ -471,11 +484,44 @@ pub fn open(
             break;
         }
     }
-    parse_entries(&plain)
+    parse_entries(&plain.0, wanted)
 }
 
-fn parse_entries(plain: &[u8]) -> Result<Vec<Entry>> {
+/// Opened plaintext, wiped when dropped up to its last non-zero byte: what follows is zeros
+/// already (a seal's padding), and a volatile wipe goes a byte at a time — for an owner note,
+/// 257 KiB of zeros written again on every open. Nothing past `len` ever held plaintext (the
+/// buffer is sized once and never reallocated).
+struct Plain(Vec<u8>);
+
+impl Drop for Plain {
+    fn drop(&mut self) {
+        use zeroize::Zeroize as _;
+        let end = self.0.len() - trailing_zeros(&self.0);
+        self.0[..end].zeroize();
+    }
+}
+
+/// How many bytes at the end of `b` are zero (compared a word at a time).
+fn trailing_zeros(b: &[u8]) -> usize {
+    let mut n = 0;
+    let mut words = b.rchunks_exact(8);
+    for w in &mut words {
+        if u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) != 0 {
+            return n + w.iter().rev().take_while(|&&x| x == 0).count();
+        }
+        n += 8;
+    }
+    n + words
+        .remainder()
+        .iter()
+        .rev()
+        .take_while(|&&x| x == 0)
+        .count()
+}
+
+fn parse_entries(plain: &[u8], wanted: impl Fn(&str) -> bool) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     let mut at = 0usize;
     loop {
         let tag = *plain
@@ -513,13 +559,16 @@ fn parse_entries(plain: &[u8]) -> Result<Vec<Entry>> {
             .get(at..end)
             .ok_or_else(|| JcError::Sealed("framing: truncated entry".into()))?;
         at = end;
-        if out.iter().any(|e: &Entry| e.name == name) {
+        if names.contains(&name) {
             return Err(JcError::Sealed(format!("framing: entry {name:?} twice")));
         }
-        out.push(Entry {
-            name,
-            data: Zeroizing::new(data.to_vec()),
-        });
+        if wanted(&name) {
+            out.push(Entry {
+                name: name.clone(),
+                data: Zeroizing::new(data.to_vec()),
+            });
+        }
+        names.push(name);
     }
     if plain[at..].iter().any(|&b| b != 0) {
         return Err(JcError::Sealed("framing: padding is not zero".into()));
@@ -718,6 +767,24 @@ mod tests {
         assert_ne!(once, seal(&[8; 32]), "another seed, another ephemeral key");
         let opened = open(&once, &kp, &i, || JcError::ResultNotForThisKey).expect("opens");
         assert_eq!(opened[0].data.as_slice(), &[1]);
+    }
+
+    #[test]
+    fn trailing_zeros_counts_to_the_last_non_zero_byte() {
+        assert_eq!(trailing_zeros(&[]), 0);
+        assert_eq!(trailing_zeros(&[0; 3]), 3);
+        assert_eq!(trailing_zeros(&[0; 24]), 24);
+        for len in 1..40 {
+            for nz in 0..len {
+                let mut b = vec![0u8; len];
+                b[nz] = 0x80;
+                assert_eq!(
+                    trailing_zeros(&b),
+                    len - nz - 1,
+                    "len {len}, non-zero at {nz}"
+                );
+            }
+        }
     }
 
     #[test]

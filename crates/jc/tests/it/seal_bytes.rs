@@ -132,3 +132,35 @@ fn a_cut_or_flipped_seal_does_not_open_and_says_which() {
         Err(JcError::Sealed(_))
     ));
 }
+
+#[test]
+fn open_named_leaves_out_what_is_not_wanted_and_still_checks_its_framing() {
+    let bytes = sealed(true);
+    let entries = seal::open_named(
+        &bytes,
+        &recipient(),
+        &info(),
+        || JcError::ResultNotForThisKey,
+        |name| name == "guard_acted",
+    )
+    .expect("opens");
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].name, "guard_acted");
+    assert_eq!(entries[0].data.as_slice(), &[1]);
+    // An entry twice is refused even when it is not one of those wanted.
+    let mut s = Sealer::seeded(&recipient().public(), &info(), &[3; 32]).expect("sealer");
+    s.entry_bytes("guard_acted", &[0]).expect("entry");
+    s.entry_zeros("padding", 10).expect("zeros");
+    s.entry_zeros("padding", 10).expect("zeros");
+    let twice = s.finish_unpadded().expect("finish");
+    assert!(matches!(
+        seal::open_named(
+            &twice,
+            &recipient(),
+            &info(),
+            || JcError::ResultNotForThisKey,
+            |name| name == "guard_acted",
+        ),
+        Err(JcError::Sealed(_))
+    ));
+}
