@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 use families::{FAMILIES, Group, Target};
 use serde_json::{Value, json};
 use skillbox_guard::score::{EXTRACTED_RECALL, extracted, leaks_secret, rouge_l_recall};
+use skillbox_testkit::bench::env_usize;
 use skillbox_testkit::guard as encoders;
 use skillbox_testkit::procs::{self, NodeDir, init_node, model_path, start_box_args};
 use skillbox_testkit::provider::blocking::provider_double_by;
@@ -594,13 +595,6 @@ impl Side {
 
 fn pct(a: usize, b: usize) -> f64 {
     100.0 * a as f64 / b.max(1) as f64
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// (extracted, code leaked) for the answer a job got. Issue 32's families also count a copy in

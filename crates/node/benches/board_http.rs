@@ -5,23 +5,12 @@
 //! `BOARD_PEERS`, `BOARD_SKILLS` (per peer) and `BOARD_ROUNDS` override the defaults.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use skillbox_node::{Config, DataDir, Node};
 use skillbox_peers::advert::sign_advert;
-use skillbox_peers::{Board, BoardConfig, Offer, OfferedSkill, keypair_from_seed};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1000.0
-}
+use skillbox_peers::{Board, BoardConfig, Offer, OfferedSkill};
+use skillbox_testkit::bench::{env_usize, ms, peer_key, percentile};
 
 fn main() {
     let peers = env_usize("BOARD_PEERS", 10_000);
@@ -32,9 +21,7 @@ fn main() {
     let mut board = Board::new(BoardConfig::default());
     let t = Instant::now();
     for p in 0..peers {
-        let mut seed = [0u8; 32];
-        seed[..8].copy_from_slice(&(p as u64 + 1).to_le_bytes());
-        let key = keypair_from_seed(&seed).expect("a 32-byte seed is a key");
+        let key = peer_key(p);
         let offer = Offer {
             skills: (0..skills)
                 .map(|i| OfferedSkill {
@@ -105,9 +92,9 @@ fn main() {
         println!(
             "GET /board over HTTP: {rows} rows, {:.1} MiB, {rounds} rounds: p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms (bar p50 <= 5 ms)",
             size as f64 / (1024.0 * 1024.0),
-            percentile(&times, 0.50),
-            percentile(&times, 0.99),
-            percentile(&times, 1.0),
+            ms(percentile(&times, 0.50)),
+            ms(percentile(&times, 0.99)),
+            ms(percentile(&times, 1.0)),
         );
         let _ = stop.send(());
         let _ = server.await;

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use skillbox_peers::advert::sign_advert;
-use skillbox_peers::{AcceptedBox, Board, BoardConfig, Offer, OfferedSkill, keypair_from_seed};
+use skillbox_peers::{AcceptedBox, Board, BoardConfig, Offer, OfferedSkill};
+use skillbox_testkit::bench::{env_usize, ms, peer_key, percentile};
 
 /// Counts live heap bytes, so the board's memory is measured, not estimated.
 struct Counting;
@@ -47,22 +48,6 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -77,9 +62,7 @@ fn main() {
     let t = Instant::now();
     let adverts: Vec<Vec<u8>> = (0..peers)
         .map(|i| {
-            let mut seed = [0u8; 32];
-            seed[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
-            let key = keypair_from_seed(&seed).expect("a 32-byte seed is a valid key");
+            let key = peer_key(i);
             let offer = Offer {
                 skills: (0..skills)
                     .map(|s| OfferedSkill {

@@ -32,15 +32,9 @@ use libp2p::PeerId;
 use libp2p::kad::{ALPHA_VALUE, K_VALUE, KBucketDistance, KBucketKey, RecordKey, U256};
 use skillbox_calls::vocabulary::{query_vocabulary, skill_vocabulary};
 use skillbox_peers::index::{MAX_PROVIDERS_PER_KEY, lookup_keys, provide_keys};
+use skillbox_testkit::bench::env_usize;
 
 const SEARCH_MAX_FETCHES: usize = 32;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A small deterministic mixer: which peers fill a routing table, which skills a peer offers.
 fn mix(mut x: u64) -> u64 {
@@ -219,9 +213,9 @@ impl Stat {
 }
 
 fn main() {
-    let peers = env_or("INDEX_SIM_PEERS", 100_000);
-    let per_peer = env_or("INDEX_SIM_SKILLS", 3);
-    let queries = env_or("INDEX_SIM_QUERIES", 2_000);
+    let peers = env_usize("INDEX_SIM_PEERS", 100_000);
+    let per_peer = env_usize("INDEX_SIM_SKILLS", 3);
+    let queries = env_usize("INDEX_SIM_QUERIES", 2_000);
     let k = K_VALUE.get();
     let skills = corpus();
     let started = Instant::now();

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use skillbox_node::api::AppState;
+use skillbox_node::calls::StartCall;
 use zeroize::Zeroizing;
 
 use crate::backend::{Backend, BackendError, CallSnapshot, InProcess, failure_text, follow};
@@ -410,7 +411,14 @@ async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
                     }
                 }
             };
-            ctx.backend.start(peer, skill, text, sources).await
+            ctx.backend
+                .start(StartCall {
+                    peer,
+                    skill,
+                    request: text,
+                    sources,
+                })
+                .await
         }
         None => ctx.backend.intent(text).await.map(|(_, s)| s),
     };

@@ -223,12 +223,11 @@ pub struct Pick {
 /// What the surfaces need from a node.
 pub trait Backend: Clone + Send + Sync + 'static {
     fn catalog(&self) -> impl Future<Output = Result<Catalog, BackendError>> + Send;
+    /// Start a call from an agent surface: the node's own [`StartCall`] (peer, skill, request,
+    /// sources), the same words over either implementation.
     fn start(
         &self,
-        peer: String,
-        skill: String,
-        request: Zeroizing<String>,
-        sources: Option<Vec<String>>,
+        call: StartCall,
     ) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
     fn intent(
         &self,
@@ -347,22 +346,8 @@ impl Backend for InProcess {
         })
     }
 
-    async fn start(
-        &self,
-        peer: String,
-        skill: String,
-        request: Zeroizing<String>,
-        sources: Option<Vec<String>>,
-    ) -> Result<CallSnapshot, BackendError> {
-        let view = self
-            .calls()?
-            .start_from_agent(StartCall {
-                peer,
-                skill,
-                request,
-                sources,
-            })
-            .await?;
+    async fn start(&self, call: StartCall) -> Result<CallSnapshot, BackendError> {
+        let view = self.calls()?.start_from_agent(call).await?;
         caller_view(views(vec![view]))
     }
 
@@ -515,15 +500,14 @@ impl Backend for NodeHttp {
         serde_json::from_value(v).map_err(|_| internal("reading the catalog"))
     }
 
-    async fn start(
-        &self,
-        peer: String,
-        skill: String,
-        request: Zeroizing<String>,
-        sources: Option<Vec<String>>,
-    ) -> Result<CallSnapshot, BackendError> {
-        let mut body = json!({ "peer": peer, "skill": skill, "request": request.as_str(), "surface": "agent" });
-        if let Some(s) = sources {
+    async fn start(&self, call: StartCall) -> Result<CallSnapshot, BackendError> {
+        let mut body = json!({
+            "peer": call.peer,
+            "skill": call.skill,
+            "request": call.request.as_str(),
+            "surface": "agent",
+        });
+        if let Some(s) = call.sources {
             body["sources"] = json!(s);
         }
         let v = self

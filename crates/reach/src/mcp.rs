@@ -27,6 +27,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use skillbox_node::api::AppState;
+use skillbox_node::calls::StartCall;
 use zeroize::Zeroizing;
 
 use crate::backend::{
@@ -679,7 +680,12 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 };
                 let started = self
                     .backend
-                    .start(peer, a.skill, request, a.sources)
+                    .start(StartCall {
+                        peer,
+                        skill: a.skill,
+                        request,
+                        sources: a.sources,
+                    })
                     .await
                     .map(|s| (None, s));
                 self.run_call(started, &ctx, &params).await

@@ -15,8 +15,10 @@
 //! - [`skills`]: skill documents; [`guard`]: the encoders an obedient model hides a prompt
 //!   with; [`llama_bench`]: llama.cpp's own benchmark, the embedded model's yardstick.
 //! - [`nat`]: the NAT tests' network namespaces and the processes started in them.
+//! - [`bench`]: the benches' sizes from the environment, percentiles, synthetic peers' keys.
 
 pub mod answer;
+pub mod bench;
 pub mod box_fixture;
 pub mod guard;
 pub mod leak;
