@@ -19,21 +19,33 @@ pub fn fingerprint(der: &[u8]) -> [u8; 32] {
     Sha256::digest(der).into()
 }
 
-/// The first certificate of a compiled-in PEM file, which must be the root pinned by
-/// `fingerprint`: compared before it is parsed, so a swapped file is `foreign_root`.
-pub fn pinned_root(
-    pem: &[u8],
-    fingerprint: [u8; 32],
-    what: &'static str,
-) -> Result<Parsed, Refusal> {
-    let der = crate::input::certificates(pem)?
-        .into_iter()
-        .next()
-        .ok_or(Refusal::Malformed(what))?;
-    if crate::fingerprint(&der) != fingerprint {
-        return Err(Refusal::ForeignRoot);
+/// A vendor root that a verifier trusts, parsed once, with the fingerprint that pins it (AWS's
+/// for Nitro, NVIDIA's for GPUs: the `Pinned` of both platforms).
+pub struct PinnedRoot {
+    pub parsed: Parsed,
+    pub fingerprint: [u8; 32],
+}
+
+impl PinnedRoot {
+    /// The first certificate of a compiled-in PEM file, which must be the root pinned by
+    /// `fingerprint`: compared before it is parsed, so a swapped file is `foreign_root`.
+    pub fn load(
+        pem: &[u8],
+        fingerprint: [u8; 32],
+        what: &'static str,
+    ) -> Result<PinnedRoot, Refusal> {
+        let der = crate::input::certificates(pem)?
+            .into_iter()
+            .next()
+            .ok_or(Refusal::Malformed(what))?;
+        if crate::fingerprint(&der) != fingerprint {
+            return Err(Refusal::ForeignRoot);
+        }
+        Ok(PinnedRoot {
+            parsed: Parsed::from_der(&der, what)?,
+            fingerprint,
+        })
     }
-    Parsed::from_der(&der, what)
 }
 
 /// A certificate parsed once, with what the verifiers ask of it.
@@ -273,11 +285,26 @@ fn map_webpki(e: webpki::Error) -> Refusal {
 }
 
 /// Raw big-endian `r ‖ s` (as COSE and SPDM carry ECDSA signatures) to a P-384 signature.
-pub fn p384_signature_raw(raw: &[u8]) -> Result<p384::ecdsa::Signature, Refusal> {
+fn p384_signature_raw(raw: &[u8]) -> Result<p384::ecdsa::Signature, Refusal> {
     if raw.len() != 96 {
         return Err(Refusal::Malformed("ECDSA P-384 signature length"));
     }
     p384::ecdsa::Signature::from_slice(raw).map_err(|_| Refusal::BadSignature("signature scalars"))
+}
+
+/// The evidence's own signature (raw `r ‖ s`) over `signed`, checked with the leaf key of its
+/// verified chain: `bad_signature` naming `what` (the COSE_Sign1 or SPDM signature) when it
+/// does not verify.
+pub fn verify_p384_raw(
+    leaf_key: &p384::ecdsa::VerifyingKey,
+    signed: &[u8],
+    signature: &[u8],
+    what: &'static str,
+) -> Result<(), Refusal> {
+    let sig = p384_signature_raw(signature)?;
+    leaf_key
+        .verify(signed, &sig)
+        .map_err(|_| Refusal::BadSignature(what))
 }
 
 /// The P-384 key of a certificate, refused unless it is an EC P-384 key.
@@ -300,4 +327,21 @@ pub fn p384_key(cert: &Parsed) -> Result<p384::ecdsa::VerifyingKey, Refusal> {
     }
     p384::ecdsa::VerifyingKey::from_sec1_bytes(cert.public_key_bits())
         .map_err(|_| Refusal::Malformed("endorsement public key"))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::PlatformEvidence;
+
+    // The compiled-in PEM files are the roots the fingerprints pin (a swapped file would make
+    // every verifier of the platform refuse with `foreign_root`).
+    #[test]
+    fn the_compiled_aws_root_is_the_pinned_one() {
+        assert!(crate::nitro::Evidence::pinned().is_ok());
+    }
+
+    #[test]
+    fn the_compiled_nvidia_root_is_the_pinned_one() {
+        assert!(crate::nvidia::Evidence::pinned().is_ok());
+    }
 }

@@ -16,10 +16,9 @@
 
 use coset::cbor::Value;
 use coset::{CborSerializable as _, TaggedCborSerializable as _};
-use p384::ecdsa::signature::Verifier as _;
 use serde::{Deserialize, Serialize};
 
-use crate::certs::{self, Parsed};
+use crate::certs::{self, Parsed, PinnedRoot};
 use crate::hexval::{Hex, b64};
 pub use crate::verify;
 use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
@@ -345,21 +344,6 @@ fn parse_pcrs(v: Value) -> Result<Vec<(u8, Vec<u8>)>, Refusal> {
     Ok(out)
 }
 
-/// The pinned AWS root, parsed and checked against its fingerprint.
-pub struct Root {
-    parsed: Parsed,
-    fingerprint: [u8; 32],
-}
-
-impl Root {
-    pub fn load() -> Result<Root, Refusal> {
-        Ok(Root {
-            parsed: certs::pinned_root(AWS_ROOT_PEM, AWS_ROOT_FINGERPRINT, "pinned AWS root")?,
-            fingerprint: AWS_ROOT_FINGERPRINT,
-        })
-    }
-}
-
 /// A leaf and its path to the pinned root, signatures verified (validity is per call, at the
 /// document's timestamp).
 pub struct VerifiedChain {
@@ -367,7 +351,7 @@ pub struct VerifiedChain {
     certs: Vec<Parsed>,
 }
 
-fn verify_chain(root: &Root, doc: &Document) -> Result<VerifiedChain, Refusal> {
+fn verify_chain(root: &PinnedRoot, doc: &Document) -> Result<VerifiedChain, Refusal> {
     if crate::fingerprint(&doc.cabundle[0]) != root.fingerprint {
         return Err(Refusal::ForeignRoot);
     }
@@ -403,7 +387,7 @@ impl Verifier {
     /// whose NSM double signs with a CA of its own. Compiled only with the `test-roots` feature.
     #[cfg(feature = "test-roots")]
     pub fn with_test_root(policy: Policy, root_der: &[u8]) -> Result<Verifier, Refusal> {
-        let root = Root {
+        let root = PinnedRoot {
             parsed: Parsed::from_der(root_der, "test root")?,
             fingerprint: crate::fingerprint(root_der),
         };
@@ -414,11 +398,12 @@ impl Verifier {
 impl crate::PlatformEvidence for Evidence {
     type Expected = Expected;
     type Policy = Policy;
-    type Pinned = Root;
+    type Pinned = PinnedRoot;
     type Chain = VerifiedChain;
 
-    fn pinned() -> Result<Root, Refusal> {
-        Root::load()
+    /// The AWS Nitro Enclaves root.
+    fn pinned() -> Result<PinnedRoot, Refusal> {
+        PinnedRoot::load(AWS_ROOT_PEM, AWS_ROOT_FINGERPRINT, "pinned AWS root")
     }
 
     fn check(&self, on: &Verifier, expected: &Expected, now_ms: u64) -> Result<Verified, Refusal> {
@@ -438,11 +423,12 @@ impl crate::PlatformEvidence for Evidence {
         if now_ms.saturating_sub(doc.timestamp_ms) > policy.max_age_ms {
             return Err(Refusal::Stale);
         }
-        let sig = certs::p384_signature_raw(&signed.signature)?;
-        chain
-            .leaf_key
-            .verify(&signed.tbs, &sig)
-            .map_err(|_| Refusal::BadSignature("COSE_Sign1 signature"))?;
+        certs::verify_p384_raw(
+            &chain.leaf_key,
+            &signed.tbs,
+            &signed.signature,
+            "COSE_Sign1 signature",
+        )?;
 
         // Authenticated from here.
         let pcr0 = doc.pcr(0).ok_or(Refusal::Malformed("PCR0 missing"))?;
@@ -544,11 +530,6 @@ fn check_pcrs(doc: &Document, accepted: &[PcrPins]) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_compiled_root_is_the_pinned_one() {
-        assert!(Root::load().is_ok());
-    }
 
     #[test]
     fn duplicate_keys_are_refused() {

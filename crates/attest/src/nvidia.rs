@@ -28,11 +28,10 @@
 //! (driver and VBIOS version, FWID); revocation (NVIDIA's OCSP is online). A GPU is only half a
 //! box: the CPU's attestation must bind this evidence's hash (the lead's statement does).
 
-use p384::ecdsa::signature::Verifier as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha384};
 
-use crate::certs::{self, Parsed};
+use crate::certs::{self, Parsed, PinnedRoot};
 use crate::hexval::{HexBytes, b64};
 pub use crate::verify;
 use crate::{ExpectedField as _, Field, Platform, Refusal, Verified, hex32, input};
@@ -319,20 +318,6 @@ fn parse_record(mut rec: &[u8], count: usize) -> Result<Vec<Block>, Refusal> {
     Ok(blocks)
 }
 
-/// The pinned NVIDIA root, parsed and checked against its fingerprint.
-pub struct Root(Parsed);
-
-impl Root {
-    pub fn load() -> Result<Root, Refusal> {
-        certs::pinned_root(
-            NVIDIA_ROOT_PEM,
-            NVIDIA_ROOT_FINGERPRINT,
-            "pinned NVIDIA root",
-        )
-        .map(Root)
-    }
-}
-
 /// A device chain verified to the pinned root (validity is checked per call).
 pub struct VerifiedChain {
     leaf_key: p384::ecdsa::VerifyingKey,
@@ -340,7 +325,7 @@ pub struct VerifiedChain {
     certs: Vec<Parsed>,
 }
 
-fn verify_chain(root: &Root, chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal> {
+fn verify_chain(root: &PinnedRoot, chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal> {
     if chain.is_empty() {
         return Err(Refusal::Malformed("no GPU certificate chain given"));
     }
@@ -365,8 +350,8 @@ fn verify_chain(root: &Root, chain: &[Vec<u8>]) -> Result<VerifiedChain, Refusal
         .ok_or(Refusal::Malformed("GPU chain has no leaf certificate"))?;
     let inter: Vec<Parsed> = below[1..].iter().map(|c| (*c).clone()).collect();
     let mut all: Vec<Parsed> = below.iter().map(|c| (*c).clone()).collect();
-    all.push(root.0.clone());
-    let leaf_key = certs::verify_p384_path_in_window(leaf, &inter, &root.0, &all)?;
+    all.push(root.parsed.clone());
+    let leaf_key = certs::verify_p384_path_in_window(leaf, &inter, &root.parsed, &all)?;
     // The device: the certificate that issued the leaf (the GPU's BROM identity).
     let leaf_issuer = &leaf.cert.tbs_certificate.issuer;
     let device_id = inter
@@ -389,11 +374,16 @@ const BLOCK_NAMES: [&str; 256] = include!("nvidia_block_names.in");
 impl crate::PlatformEvidence for Evidence {
     type Expected = Expected;
     type Policy = Policy;
-    type Pinned = Root;
+    type Pinned = PinnedRoot;
     type Chain = VerifiedChain;
 
-    fn pinned() -> Result<Root, Refusal> {
-        Root::load()
+    /// NVIDIA's device identity root.
+    fn pinned() -> Result<PinnedRoot, Refusal> {
+        PinnedRoot::load(
+            NVIDIA_ROOT_PEM,
+            NVIDIA_ROOT_FINGERPRINT,
+            "pinned NVIDIA root",
+        )
     }
 
     fn check(&self, on: &Verifier, expected: &Expected, now_ms: u64) -> Result<Verified, Refusal> {
@@ -411,11 +401,12 @@ impl crate::PlatformEvidence for Evidence {
                 "SPDM 1.2 measurement signature (covers a negotiation the evidence lacks)",
             ));
         }
-        let sig = certs::p384_signature_raw(&t.signature)?;
-        chain
-            .leaf_key
-            .verify(&self.transcript[..t.signed_len], &sig)
-            .map_err(|_| Refusal::BadSignature("SPDM measurements signature"))?;
+        certs::verify_p384_raw(
+            &chain.leaf_key,
+            &self.transcript[..t.signed_len],
+            &t.signature,
+            "SPDM measurements signature",
+        )?;
 
         expected
             .nonce
@@ -559,11 +550,6 @@ impl Evidence {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_compiled_root_is_the_pinned_one() {
-        assert!(Root::load().is_ok());
-    }
 
     #[test]
     fn block_names() {

@@ -148,8 +148,10 @@ async fn guard(
     next.run(req).await
 }
 
-/// The media type of a request body, without parameters.
-fn media_type(headers: &HeaderMap) -> Option<String> {
+/// The media type of a request body, without parameters and lowercased
+/// (`text/markdown; charset=utf-8` → `text/markdown`). Public so the node's API reads the
+/// header the same way the box does.
+pub fn media_type(headers: &HeaderMap) -> Option<String> {
     headers.get(axum::http::header::CONTENT_TYPE).map(|v| {
         String::from_utf8_lossy(v.as_bytes())
             .split(';')
