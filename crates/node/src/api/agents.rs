@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::bodies::*;
 use super::extract::{
-    Caller, Doc, JsonBody, NoQuery, NotJson, Param, TooLarge, UnknownQuery, blocking, flag, query,
-    read_one, removed, written,
+    Caller, Doc, JsonBody, NoQuery, NotJson, Param, TooLarge, UnknownQuery, answers, blocking,
+    flag, query, read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -23,24 +23,12 @@ struct RosterPath {
     roster_id: String,
 }
 
-/// A roster entry the caller does not hold, declared once for the document.
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 404,
-    description = "No such entry for this tenant (`not_found`) — another tenant's answers the same."
-)]
-#[allow(dead_code)] // the document's response
-struct NoSuchEntry;
-
-/// What the roster and org-chart writes refuse (every rule they check), declared once for the
-/// document.
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 400,
-    description = "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors)."
-)]
-#[allow(dead_code)] // the document's response
-struct Refused;
+answers! {
+    /// A roster entry the caller does not hold.
+    NoSuchEntry = 404, "No such entry for this tenant (`not_found`) — another tenant's answers the same.";
+    /// What the roster and org-chart writes refuse (every rule they check).
+    Refused = 400, "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors).";
+}
 
 /// Every installed manifest's inventory entry, each with the caller's `roster[]` projection.
 pub(super) fn entries(

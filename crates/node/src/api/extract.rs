@@ -84,15 +84,6 @@ impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
     }
 }
 
-/// The refusal [`NoQuery`] answers, declared once for the document.
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 400,
-    description = "Unknown query parameter (`validation_error`)."
-)]
-#[allow(dead_code)] // the document's response; `NoQuery`'s rejection is the answer itself
-pub(super) struct UnknownQuery;
-
 /// Whom a tenant route (the OpenWOP agent surfaces) answers for: the owner of the token that
 /// `require_token` let through. Without one (a route mounted outside the token check) it is a
 /// 401, never an answer for nobody in particular.
@@ -128,61 +119,36 @@ impl FromRequestParts<AppState> for Driver {
     }
 }
 
-/// The refusal [`Driver`] answers, declared once for the document: every route that takes a
-/// `Driver` lists it among its responses.
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 503,
-    description = "The peer network is not running, so neither are calls (`calls_unavailable`)."
-)]
-#[allow(dead_code)] // the document's response; `Driver`'s rejection is the answer itself
-pub(super) struct NoCalls;
+/// The answers routes name among their `responses(...)`, each declared once for the document: a
+/// name, its status and what the document says of it. The handlers answer them through
+/// [`ApiError`] or an extractor's rejection, so the types are never built (`dead_code`).
+macro_rules! answers {
+    ($($(#[$doc:meta])* $vis:vis $name:ident = $status:tt, $description:tt;)*) => {$(
+        $(#[$doc])*
+        #[derive(utoipa::IntoResponses)]
+        #[response(status = $status, description = $description)]
+        #[allow(dead_code)]
+        $vis struct $name;
+    )*};
+}
+pub(super) use answers;
 
-/// The answers several routes share, declared once for the document (the handlers answer them
-/// through [`ApiError`]).
-#[derive(utoipa::IntoResponses)]
-#[response(status = 404, description = "No such call (`not_found`).")]
-#[allow(dead_code)] // the document's response
-pub(super) struct NoSuchCall;
-
-#[derive(utoipa::IntoResponses)]
-#[response(status = 404, description = "No such skill (`not_found`).")]
-#[allow(dead_code)] // the document's response
-pub(super) struct NoSuchSkill;
-
-#[derive(utoipa::IntoResponses)]
-#[response(status = 404, description = "No such source (`not_found`).")]
-#[allow(dead_code)] // the document's response
-pub(super) struct NoSuchSource;
-
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 503,
-    description = "The peer network is not running (`peers_unavailable`)."
-)]
-#[allow(dead_code)] // the document's response
-pub(super) struct NoPeers;
-
-/// The refusal of a JSON body that parses but is not what the route takes, declared once.
-#[derive(utoipa::IntoResponses)]
-#[response(status = 400, description = "Bad body (`validation_error`).")]
-#[allow(dead_code)] // the document's response
-pub(super) struct BadBody;
-
-/// The refusal of [`json`] for a body over the route's limit (`payload_too_large`), declared once.
-#[derive(utoipa::IntoResponses)]
-#[response(status = 413, description = "Body too large (`payload_too_large`).")]
-#[allow(dead_code)] // the document's response; `read_body` answers it
-pub(super) struct TooLarge;
-
-/// The refusal of [`json`] for a body that is not JSON (`unsupported_media_type`), declared once.
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 415,
-    description = "Not application/json (`unsupported_media_type`)."
-)]
-#[allow(dead_code)] // the document's response; `json` answers it
-pub(super) struct NotJson;
+answers! {
+    /// What [`NoQuery`] refuses.
+    pub(super) UnknownQuery = 400, "Unknown query parameter (`validation_error`).";
+    /// What [`Driver`] refuses: every route that takes a `Driver` lists it.
+    pub(super) NoCalls = 503, "The peer network is not running, so neither are calls (`calls_unavailable`).";
+    pub(super) NoSuchCall = 404, "No such call (`not_found`).";
+    pub(super) NoSuchSkill = 404, "No such skill (`not_found`).";
+    pub(super) NoSuchSource = 404, "No such source (`not_found`).";
+    pub(super) NoPeers = 503, "The peer network is not running (`peers_unavailable`).";
+    /// A JSON body that parses but is not what the route takes.
+    pub(super) BadBody = 400, "Bad body (`validation_error`).";
+    /// What [`json`] refuses for a body over the route's limit.
+    pub(super) TooLarge = 413, "Body too large (`payload_too_large`).";
+    /// What [`json`] refuses for a body that is not JSON.
+    pub(super) NotJson = 415, "Not application/json (`unsupported_media_type`).";
+}
 
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.
 #[derive(Clone, Copy)]

@@ -9,8 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NoSuchSource, NotJson, Param, SourcePath, TooLarge, blocking, flag, found, json,
-    offering, query, read_body, read_one, remove_offered, written,
+    Media, NoSuchSource, NotJson, Param, SourcePath, TooLarge, answers, blocking, flag, found,
+    json, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -29,11 +29,10 @@ impl<S: Send + Sync> FromRequestParts<S> for SourceName {
     }
 }
 
-/// The refusal [`SourceName`] answers, declared once for the document.
-#[derive(utoipa::IntoResponses)]
-#[response(status = 400, description = "Bad source name (`validation_error`).")]
-#[allow(dead_code)] // the document's response; `SourceName`'s rejection is the answer itself
-struct BadName;
+answers! {
+    /// What [`SourceName`] refuses.
+    BadName = 400, "Bad source name (`validation_error`).";
+}
 
 #[utoipa::path(
     get, path = "/sources",
