@@ -292,6 +292,56 @@ mod tests {
         }
     }
 
+    /// What the owner holds in these tests: the skill as declared here, and the keys and digest
+    /// the programs [`facts`] builds name.
+    struct Held {
+        decl: Declaration,
+        owner_key: String,
+        sender: String,
+        digest: String,
+    }
+
+    fn held() -> Held {
+        Held {
+            decl: decl("local"),
+            owner_key: "33".repeat(32),
+            sender: "11".repeat(32),
+            digest: format!("sha256:{}", "cd".repeat(32)),
+        }
+    }
+
+    fn any_box(_: &BoxIdentity) -> bool {
+        true
+    }
+
+    fn any_host(_: &ProviderId, _: Option<&str>) -> bool {
+        true
+    }
+
+    impl Held {
+        /// The owner's facts under which `p` passes: a small skill, the default ceilings, any
+        /// box and provider host, before the program expires.
+        fn facts(&self, p: &Program) -> OwnerFacts<'_> {
+            OwnerFacts {
+                call_id: "c1",
+                owner_key: &self.owner_key,
+                sender_key: &self.sender,
+                declaration: Some(&self.decl),
+                offered: true,
+                digest: &self.digest,
+                body_len: 10,
+                model_len: 5,
+                key_len: 0,
+                limits: Limits::default(),
+                accepts_box: &any_box,
+                accepts_provider_host: &any_host,
+                now_secs: p.expires_at - 100,
+                max_expiry_secs: 3600,
+                guard: guard_for(&p.provider.id),
+            }
+        }
+    }
+
     #[test]
     fn built_program_validates_and_buckets_sizes() {
         let p = build(facts(vec![("songs".into(), 3000)])).expect("builds");
@@ -303,32 +353,11 @@ mod tests {
     #[test]
     fn owner_refuses_each_mismatch_by_name() {
         let p = build(facts(vec![("songs".into(), 10)])).expect("builds");
-        let d = decl("local");
         let other = decl("openrouter");
-        let owner_key = "33".repeat(32);
-        let sender = "11".repeat(32);
-        let digest = format!("sha256:{}", "cd".repeat(32));
-        let yes = |_: &BoxIdentity| true;
         let no = |_: &BoxIdentity| false;
-        let any_host = |_: &ProviderId, _: Option<&str>| true;
         let no_host = |_: &ProviderId, _: Option<&str>| false;
-        let base = || OwnerFacts {
-            call_id: "c1",
-            owner_key: &owner_key,
-            sender_key: &sender,
-            declaration: Some(&d),
-            offered: true,
-            digest: &digest,
-            body_len: 10,
-            model_len: 5,
-            key_len: 0,
-            limits: Limits::default(),
-            accepts_box: &yes,
-            accepts_provider_host: &any_host,
-            now_secs: p.expires_at - 100,
-            max_expiry_secs: 3600,
-            guard: guard_for(&p.provider.id),
-        };
+        let h = held();
+        let base = || h.facts(&p);
         assert_eq!(check(&p, &base()), Ok(()));
         let f = OwnerFacts {
             call_id: "other",
@@ -408,38 +437,19 @@ mod tests {
     #[test]
     fn the_owners_stake_sizes_cannot_be_probed_below_their_bucket() {
         let p = build(facts(vec![("songs".into(), 10)])).expect("builds");
-        let d = decl("local");
-        let owner_key = "33".repeat(32);
-        let sender = "11".repeat(32);
-        let digest = format!("sha256:{}", "cd".repeat(32));
-        let yes = |_: &BoxIdentity| true;
-        let any_host = |_: &ProviderId, _: Option<&str>| true;
+        let h = held();
         let answer = |body_len: u64, model_len: u64, key_len: u64, max: u64| {
             let mut probe = p.clone();
             probe.owner_inputs.body_max_bytes = max;
             probe.owner_inputs.model_max_bytes = max.min(MODEL_MAX_BYTES);
             probe.owner_inputs.key_max_bytes = max.min(KEY_MAX_BYTES);
-            check(
-                &probe,
-                &OwnerFacts {
-                    call_id: "c1",
-                    owner_key: &owner_key,
-                    sender_key: &sender,
-                    declaration: Some(&d),
-                    offered: true,
-                    digest: &digest,
-                    body_len,
-                    model_len,
-                    key_len,
-                    limits: Limits::default(),
-                    accepts_box: &yes,
-                    accepts_provider_host: &any_host,
-                    now_secs: p.expires_at - 100,
-                    max_expiry_secs: 3600,
-                    guard: guard_for(&p.provider.id),
-                },
-            )
-            .is_ok()
+            let sizes = OwnerFacts {
+                body_len,
+                model_len,
+                key_len,
+                ..h.facts(&p)
+            };
+            check(&probe, &sizes).is_ok()
         };
         // Two bodies (and models, keys) of one bucket answer every limit alike.
         for max in (1..=20_000)
@@ -478,28 +488,10 @@ mod tests {
     #[test]
     fn owner_refuses_a_program_above_its_ceilings() {
         let p = build(facts(vec![("songs".into(), 3000)])).expect("builds");
-        let d = decl("local");
-        let owner_key = "33".repeat(32);
-        let sender = "11".repeat(32);
-        let digest = format!("sha256:{}", "cd".repeat(32));
-        let yes = |_: &BoxIdentity| true;
-        let any_host = |_: &ProviderId, _: Option<&str>| true;
+        let h = held();
         let with = |limits: Limits| OwnerFacts {
-            call_id: "c1",
-            owner_key: &owner_key,
-            sender_key: &sender,
-            declaration: Some(&d),
-            offered: true,
-            digest: &digest,
-            body_len: 10,
-            model_len: 5,
-            key_len: 0,
             limits,
-            accepts_box: &yes,
-            accepts_provider_host: &any_host,
-            now_secs: p.expires_at - 100,
-            max_expiry_secs: 3600,
-            guard: guard_for(&p.provider.id),
+            ..h.facts(&p)
         };
         let roomy = Limits {
             max_request_bytes: Some(1 << 20),
