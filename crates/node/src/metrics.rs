@@ -13,7 +13,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// The OpenMetrics content type `GET /metrics` answers with.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -96,77 +96,75 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 18))
 }
 
+/// Durations in seconds, one histogram a label set.
+fn seconds_family<L: Clone + std::hash::Hash + Eq>() -> Family<L, Histogram> {
+    Family::new_with_constructor(seconds_histogram as fn() -> _)
+}
+
+/// `metric`, registered under `name`: the registry encodes its own handle, the node updates this
+/// one (they share the value).
+fn registered<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    r.register(name, help, metric.clone());
+    metric
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut r = Registry::with_prefix("skillbox");
-        let http = Family::<HttpLabels, Counter>::default();
-        r.register(
+        let http = registered(
+            &mut r,
             "http_requests",
             "HTTP requests served, by route template, method and status",
-            http.clone(),
+            Family::default(),
         );
-        let finished = Family::<EndLabels, Counter>::default();
-        r.register(
+        let finished = registered(
+            &mut r,
             "calls_finished",
             "Calls that reached a final state, by side, state and failure code",
-            finished.clone(),
+            Family::default(),
         );
-        let call_seconds =
-            Family::<RoleLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
-        r.register(
+        let call_seconds = registered(
+            &mut r,
             "call_duration_seconds",
             "From a call's start to its final state, by side",
-            call_seconds.clone(),
+            seconds_family(),
         );
-        let box_seconds =
-            Family::<BoxLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
-        r.register(
+        let box_seconds = registered(
+            &mut r,
             "box_request_duration_seconds",
             "Latency of each request to a box, by operation (open, attest, stake, submit)",
-            box_seconds.clone(),
+            seconds_family(),
         );
-        let run_seconds =
-            Family::<RoleLabels, Histogram>::new_with_constructor(seconds_histogram as fn() -> _);
-        r.register(
+        let run_seconds = registered(
+            &mut r,
             "run_duration_seconds",
             "From submitting to a box to its result: the provider's time plus the box's, by side",
-            run_seconds.clone(),
+            seconds_family(),
         );
-        let calls = Family::<CallLabels, Gauge>::default();
-        r.register(
+        let calls = registered(
+            &mut r,
             "calls",
             "Calls in the store, by side and state",
-            calls.clone(),
+            Family::default(),
         );
-        let gauge = |r: &mut Registry, name: &str, help: &str| {
-            let g = Gauge::default();
-            r.register(name, help, g.clone());
-            g
-        };
-        let skills = gauge(&mut r, "skills", "Declared skills");
-        let skills_offered = gauge(&mut r, "skills_offered", "Declared skills that are offered");
-        let sources = gauge(
-            &mut r,
-            "sources",
-            "Sources in the store (skill bodies included)",
-        );
-        let board = gauge(&mut r, "board_skills", "Peers' offered skills on the board");
-        let peers = gauge(&mut r, "peers", "Connected peers");
-        let uptime = gauge(&mut r, "uptime_seconds", "Seconds since the node started");
-        let counter = |r: &mut Registry, name: &str, help: &str| {
-            let c = Counter::default();
-            r.register(name, help, c.clone());
-            c
-        };
-        let store_writes = counter(
+        let mut gauge = |name: &str, help: &str| registered(&mut r, name, help, Gauge::default());
+        let skills = gauge("skills", "Declared skills");
+        let skills_offered = gauge("skills_offered", "Declared skills that are offered");
+        let sources = gauge("sources", "Sources in the store (skill bodies included)");
+        let board = gauge("board_skills", "Peers' offered skills on the board");
+        let peers = gauge("peers", "Connected peers");
+        let uptime = gauge("uptime_seconds", "Seconds since the node started");
+        let store_writes = registered(
             &mut r,
             "store_writes",
             "Writes the store acknowledged since the node started",
+            Counter::default(),
         );
-        let store_commits = counter(
+        let store_commits = registered(
             &mut r,
             "store_commits",
             "Commits (fsyncs) those writes took: group commit batches concurrent writes",
+            Counter::default(),
         );
         Metrics {
             registry: Mutex::new(r),
