@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use skillbox_node::{Config, DataDir, Node};
 use skillbox_peers::advert::sign_advert;
-use skillbox_peers::{Board, BoardConfig, Offer, OfferedSkill};
+use skillbox_peers::{Board, BoardConfig, Offer};
 use skillbox_testkit::bench::{env_usize, ms, peer_key, percentile};
+use skillbox_testkit::skills::offered_skill;
 
 fn main() {
     let peers = env_usize("BOARD_PEERS", 10_000);
@@ -24,14 +25,13 @@ fn main() {
         let key = peer_key(p);
         let offer = Offer {
             skills: (0..skills)
-                .map(|i| OfferedSkill {
-                    name: format!("skill-{i}"),
-                    description: format!("Synthetic skill {i} of peer {p}, for the board bench."),
-                    provider: "openrouter".into(),
-                    required_sources: vec!["spotify_songs".into()],
-                    limits: Default::default(),
-                    declaration_digest: format!("sha256:{}", "ab".repeat(32)),
-                    guard: None,
+                .map(|i| {
+                    offered_skill(
+                        &format!("skill-{i}"),
+                        &format!("Synthetic skill {i} of peer {p}, for the board bench."),
+                        "openrouter",
+                        &["spotify_songs"],
+                    )
                 })
                 .collect(),
             boxes: vec![],

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use skillbox_peers::advert::sign_advert;
 use skillbox_peers::{AcceptedBox, Board, BoardConfig, Offer, OfferedSkill};
 use skillbox_testkit::bench::{env_usize, ms, peer_key, percentile};
+use skillbox_testkit::skills::offered_skill;
 
 /// Counts live heap bytes, so the board's memory is measured, not estimated.
 struct Counting;
@@ -66,16 +67,17 @@ fn main() {
             let offer = Offer {
                 skills: (0..skills)
                     .map(|s| OfferedSkill {
-                        name: format!("skill-{s}-of-{i}"),
-                        description: format!(
-                            "Skill {s} of peer {i}: summarizes listening history into a short \
-                             report with highlights, trends and three recommendations."
-                        ),
-                        provider: "openrouter".into(),
-                        required_sources: vec!["spotify_songs".into(), "calendar".into()],
-                        limits: Default::default(),
+                        // Each its own digest, as real declarations have.
                         declaration_digest: format!("sha256:{:064x}", i * 31 + s),
-                        guard: None,
+                        ..offered_skill(
+                            &format!("skill-{s}-of-{i}"),
+                            &format!(
+                                "Skill {s} of peer {i}: summarizes listening history into a \
+                                 short report with highlights, trends and three recommendations."
+                            ),
+                            "openrouter",
+                            &["spotify_songs", "calendar"],
+                        )
                     })
                     .collect(),
                 boxes: vec![AcceptedBox {

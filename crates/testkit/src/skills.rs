@@ -15,6 +15,26 @@ pub fn skill_doc(name: &str, body_marker: &str, required: &[&str]) -> String {
     )
 }
 
+/// A skill as a peer's advert offers it: its name, description, provider and required sources,
+/// no limits, no guard, a fixed declaration digest (the board checks the signature, not what
+/// the digest names).
+pub fn offered_skill(
+    name: &str,
+    description: &str,
+    provider: &str,
+    required_sources: &[&str],
+) -> skillbox_peers::OfferedSkill {
+    skillbox_peers::OfferedSkill {
+        name: name.into(),
+        description: description.into(),
+        provider: provider.into(),
+        required_sources: required_sources.iter().map(|s| (*s).to_owned()).collect(),
+        limits: Default::default(),
+        declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+        guard: None,
+    }
+}
+
 /// The skill intent's cases: (corpus folder, a request a person would phrase for it), from
 /// `crates/calls/tests/data/intent_cases.tsv`, read by the calls crate's ranking test and the
 /// node's route test alike.

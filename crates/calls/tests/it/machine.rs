@@ -19,6 +19,11 @@ fn new_call(peer: &str) -> NewCall {
     }
 }
 
+/// The clock's tick reaching `call` at `now`: stalls, retries and expiry are decided on it.
+fn tick(call: &Call, now: u64) -> Transition {
+    step(call, Event::Tick, now, &timing())
+}
+
 /// Where `t` left the call: its state and the actions it owes.
 fn owed(t: &Transition) -> (State, Vec<Action>) {
     (t.call.state, t.actions.clone())
@@ -404,9 +409,9 @@ fn resume_re_emits_what_each_state_owes() {
 fn tick_retries_with_backoff_and_no_progress() {
     let t = caller_at(State::Accepted);
     let progressed = t.call.progressed_at_ms;
-    let early = step(&t.call, Event::Tick, t.call.retry_at_ms - 1, &timing());
+    let early = tick(&t.call, t.call.retry_at_ms - 1);
     assert!(!early.changed && early.actions.is_empty());
-    let due = step(&t.call, Event::Tick, t.call.retry_at_ms, &timing());
+    let due = tick(&t.call, t.call.retry_at_ms);
     assert_eq!(due.actions, vec![Action::OpenRun]);
     assert_eq!(
         due.call.progressed_at_ms, progressed,
@@ -414,19 +419,16 @@ fn tick_retries_with_backoff_and_no_progress() {
     );
     assert_eq!(due.call.attempts, 2);
     let gap1 = due.call.retry_at_ms - t.call.retry_at_ms;
-    let again = step(&due.call, Event::Tick, due.call.retry_at_ms, &timing());
+    let again = tick(&due.call, due.call.retry_at_ms);
     let gap2 = again.call.retry_at_ms - due.call.retry_at_ms;
     assert!(gap2 > gap1, "backoff grows: {gap1} then {gap2}");
     // and is capped
     let mut c = again.call;
     for _ in 0..8 {
         c.progressed_at_ms = c.retry_at_ms; // keep the stall clock away
-        c = step(&c, Event::Tick, c.retry_at_ms, &timing()).call;
+        c = tick(&c, c.retry_at_ms).call;
     }
-    let last_gap = step(&c, Event::Tick, c.retry_at_ms, &timing())
-        .call
-        .retry_at_ms
-        - c.retry_at_ms;
+    let last_gap = tick(&c, c.retry_at_ms).call.retry_at_ms - c.retry_at_ms;
     assert_eq!(last_gap, timing().max_backoff_ms);
 }
 
@@ -434,14 +436,9 @@ fn tick_retries_with_backoff_and_no_progress() {
 fn a_run_at_the_box_is_not_stalled_and_a_finished_one_is_not_cancelled() {
     let t = caller_at(State::Submitted);
     let limit = timing().stall_limit_ms;
-    let later = step(
-        &t.call,
-        Event::Tick,
-        t.call.progressed_at_ms + limit * 3,
-        &timing(),
-    );
+    let later = tick(&t.call, t.call.progressed_at_ms + limit * 3);
     assert_ne!(later.call.state, State::Failed, "a long run is not a stall");
-    let expired = step(&t.call, Event::Tick, EXPIRES + 1, &timing());
+    let expired = tick(&t.call, EXPIRES + 1);
     assert_eq!(failure_code(&expired), Some(FailureCode::Expired));
     // Both submitted: the run ran or runs; deleting it would take the peer's result away.
     let failed = step(
@@ -464,19 +461,9 @@ fn a_run_at_the_box_is_not_stalled_and_a_finished_one_is_not_cancelled() {
 fn tick_fails_a_stalled_call_and_cancels_its_run() {
     let t = caller_at(State::Submitting);
     let limit = timing().stall_limit_ms;
-    let ok = step(
-        &t.call,
-        Event::Tick,
-        t.call.progressed_at_ms + limit,
-        &timing(),
-    );
+    let ok = tick(&t.call, t.call.progressed_at_ms + limit);
     assert_ne!(ok.call.state, State::Failed);
-    let stalled = step(
-        &t.call,
-        Event::Tick,
-        t.call.progressed_at_ms + limit + 1,
-        &timing(),
-    );
+    let stalled = tick(&t.call, t.call.progressed_at_ms + limit + 1);
     assert_eq!(failure_code(&stalled), Some(FailureCode::Stalled));
     assert!(
         stalled
@@ -493,9 +480,9 @@ fn awaiting_consent_does_not_stall_nor_renag_but_expires() {
     let t = caller_at(State::AwaitingConsent);
     let later = t.call.progressed_at_ms + timing().stall_limit_ms * 3;
     assert!(later < EXPIRES);
-    let n = step(&t.call, Event::Tick, later, &timing());
+    let n = tick(&t.call, later);
     assert!(!n.changed && n.actions.is_empty());
-    let expired = step(&t.call, Event::Tick, EXPIRES, &timing());
+    let expired = tick(&t.call, EXPIRES);
     assert_eq!(failure_code(&expired), Some(FailureCode::Expired));
 }
 

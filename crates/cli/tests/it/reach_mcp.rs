@@ -430,14 +430,8 @@ fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing
             .expect("hostile peer");
         h
     });
-    let skill = |name: &str, provider: &str, description: &str| skillbox_peers::OfferedSkill {
-        name: name.into(),
-        description: description.into(),
-        provider: provider.into(),
-        required_sources: vec![],
-        limits: Default::default(),
-        declaration_digest: format!("sha256:{}", "ab".repeat(32)),
-        guard: None,
+    let skill = |name: &str, provider: &str, description: &str| {
+        skillbox_testkit::skills::offered_skill(name, description, provider, &[])
     };
     let boxes = vec![skillbox_peers::AcceptedBox {
         platform: "insecure-dev".into(),

@@ -5,19 +5,17 @@ use skillbox_peers::{
     AcceptedBox, AdvertRefusal, Board, BoardConfig, BoardRow, Offer, OfferedSkill,
     keypair_from_seed,
 };
+use skillbox_testkit::skills::offered_skill;
 
 const T0: u64 = 1_800_000_000_000;
 
 fn skill(name: &str) -> OfferedSkill {
-    OfferedSkill {
-        name: name.into(),
-        description: format!("{name} does things \"quoted\" \u{e9}"),
-        provider: "local".into(),
-        required_sources: vec!["spotify_songs".into()],
-        limits: Default::default(),
-        declaration_digest: format!("sha256:{}", "ab".repeat(32)),
-        guard: None,
-    }
+    offered_skill(
+        name,
+        &format!("{name} does things \"quoted\" \u{e9}"),
+        "local",
+        &["spotify_songs"],
+    )
 }
 
 fn offer(names: &[&str]) -> Offer {
