@@ -167,176 +167,94 @@ pub enum JcError {
 }
 
 impl JcError {
-    /// Stable machine code for the `{error, message}` envelope.
-    pub fn code(&self) -> &'static str {
+    /// What the box's HTTP API answers with this error, in one row per variant: the stable
+    /// machine code for the `{error, message}` envelope, the HTTP status, and the words sent
+    /// with the code — fixed per code, so nothing a party sent (nor anything of the run) is
+    /// echoed across the boundary.
+    #[rustfmt::skip] // a table: one variant a line
+    fn answer(&self) -> (&'static str, u16, &'static str) {
         use JcError::*;
         match self {
-            ProgramJson(_) => "program_json",
-            DuplicateKey { .. } => "program_duplicate_key",
-            NonCanonical { .. } => "program_not_canonical",
-            ProgramInvalid { .. } => "program_invalid",
-            ProgramExpired { .. } => "program_expired",
-            Envelope(_) => "envelope_invalid",
-            PayloadType { .. } => "payload_type",
-            SignatureMissing { .. } => "signature_missing",
-            SignerNotInProgram { .. } => "signer_not_in_program",
-            BadSignature { .. } => "bad_signature",
-            PlatformNotAllowed(_) => "platform_not_allowed",
-            DevAttestationNotAllowed => "dev_attestation_not_allowed",
-            BoxKeyNotPinned => "box_key_not_pinned",
-            TlsKeyNotAttested => "tls_key_not_attested",
-            HardwareRefused(_) => "hardware_evidence_refused",
-            ProviderHostNotAttested => "provider_host_not_attested",
-            ProviderHostNotPinned => "provider_host_not_pinned",
-            BoxNotListed { .. } => "box_not_listed",
-            NonceMismatch => "nonce_mismatch",
-            StatementProgramMismatch { .. } => "statement_program_mismatch",
-            StatementRunMismatch { .. } => "statement_run_mismatch",
-            AttestationExpired { .. } => "attestation_expired",
-            ReportDataMismatch => "report_data_mismatch",
-            Evidence(_) => "evidence_invalid",
-            Sealed(_) => "sealed_invalid",
-            StakeWrongInfo { .. } => "stake_wrong_info",
-            StakeTooLarge { .. } => "stake_too_large",
-            EntryTooLarge { .. } => "stake_entry_too_large",
-            EntryNotInProgram { .. } => "stake_entry_not_in_program",
-            EntryMissing { .. } => "stake_entry_missing",
-            ResultNotForThisKey => "result_not_for_this_key",
-            Read(_) => "read_failed",
-            RunNotFound(_) => "run_not_found",
-            RunSpent(_) => "run_spent",
-            ProgramSpent(_) => "program_spent",
-            RunExpired(_) => "run_expired",
-            AlreadyStaked { .. } => "already_staked",
-            StakesMissing { .. } => "stakes_missing",
-            WrongState { .. } => "wrong_state",
-            NotReady(_) => "not_ready",
-            ProviderUnavailable(_) => "provider_unavailable",
-            ProviderFailed(_) => "provider_failed",
-            GuardBody => "guard_body",
-            ProviderHost { .. } => "provider_host_mismatch",
-            Busy(_) | OverBudget { .. } => "busy",
-            RateLimited => "rate_limited",
-            ExpiresTooFar { .. } => "expires_too_far",
-            KeyNotAllowed => "key_not_allowed",
-            UploadInProgress { .. } => "upload_in_progress",
-            UploadTimedOut => "upload_timed_out",
-            BadRunId => "bad_run_id",
-            HostNotAllowed => "host_not_allowed",
-            OriginNotAllowed => "origin_not_allowed",
-            MediaType { .. } => "unsupported_media_type",
-            UnknownRole(_) => "unknown_role",
-            BadRequest(_) => "bad_request",
-            BodyTooLarge { .. } => "body_too_large",
-            Remote { .. } => "remote",
-            Transport(_) => "transport",
-            ResponseTooLarge { .. } => "box_response_too_large",
-            Storage(_) => "storage_failed",
-            StoreTampered => "store_tampered",
-            RunInterrupted => "run_interrupted",
-            Internal(_) => "internal",
+            ProgramJson(_) => ("program_json", 400, "the program is not canonical JSON (RFC 8785)"),
+            DuplicateKey { .. } => ("program_duplicate_key", 400, "the program is not canonical JSON (RFC 8785)"),
+            NonCanonical { .. } => ("program_not_canonical", 400, "the program is not canonical JSON (RFC 8785)"),
+            ProgramInvalid { .. } => ("program_invalid", 400, "the program breaks a field rule"),
+            ProgramExpired { .. } => ("program_expired", 410, "the program expired"),
+            Envelope(_) => ("envelope_invalid", 400, "the signed envelope is invalid"),
+            PayloadType { .. } => ("payload_type", 400, "the signed envelope is invalid"),
+            SignatureMissing { .. } => ("signature_missing", 403, "a party's signature is missing"),
+            SignerNotInProgram { .. } => ("signer_not_in_program", 403, "a signature is not from a party of the program"),
+            BadSignature { .. } => ("bad_signature", 403, "a signature does not verify"),
+            PlatformNotAllowed(_) => ("platform_not_allowed", 400, "attestation platform refused"),
+            DevAttestationNotAllowed => ("dev_attestation_not_allowed", 400, "attestation platform refused"),
+            BoxKeyNotPinned => ("box_key_not_pinned", 400, "the box is not the one pinned"),
+            TlsKeyNotAttested => ("tls_key_not_attested", 400, "the box's TLS key is not the one it attests"),
+            HardwareRefused(_) => ("hardware_evidence_refused", 400, "the box's hardware evidence is refused"),
+            ProviderHostNotAttested => ("provider_host_not_attested", 400, "the box does not attest the provider host"),
+            ProviderHostNotPinned => ("provider_host_not_pinned", 400, "the provider host is not pinned"),
+            BoxNotListed { .. } => ("box_not_listed", 400, "this box is not listed in the program"),
+            NonceMismatch => ("nonce_mismatch", 400, "attestation refused"),
+            StatementProgramMismatch { .. } => ("statement_program_mismatch", 400, "attestation refused"),
+            StatementRunMismatch { .. } => ("statement_run_mismatch", 400, "attestation refused"),
+            AttestationExpired { .. } => ("attestation_expired", 400, "attestation refused"),
+            ReportDataMismatch => ("report_data_mismatch", 400, "attestation refused"),
+            Evidence(_) => ("evidence_invalid", 400, "attestation refused"),
+            Sealed(_) => ("sealed_invalid", 400, "the sealed stake does not open for this run"),
+            StakeWrongInfo { .. } => ("stake_wrong_info", 400, "the sealed stake does not open for this run"),
+            StakeTooLarge { .. } => ("stake_too_large", 413, "the stake is over the program's limits"),
+            EntryTooLarge { .. } => ("stake_entry_too_large", 400, "the stake is over the program's limits"),
+            EntryNotInProgram { .. } => ("stake_entry_not_in_program", 400, "the stake's entries are not the program's"),
+            EntryMissing { .. } => ("stake_entry_missing", 400, "the stake's entries are not the program's"),
+            ResultNotForThisKey => ("result_not_for_this_key", 400, "the result is not sealed to this key"),
+            Read(_) => ("read_failed", 400, "reading the material failed"),
+            RunNotFound(_) => ("run_not_found", 404, "no such run"),
+            RunSpent(_) => ("run_spent", 409, "the run id is spent"),
+            ProgramSpent(_) => ("program_spent", 409, "the program already ran at this box"),
+            RunExpired(_) => ("run_expired", 410, "the run expired"),
+            AlreadyStaked { .. } => ("already_staked", 409, "this party has already staked"),
+            StakesMissing { .. } => ("stakes_missing", 409, "waiting for both parties' stakes"),
+            WrongState { .. } => ("wrong_state", 409, "not possible in the run's state"),
+            NotReady(_) => ("not_ready", 409, "the run has not finished"),
+            ProviderUnavailable(_) => ("provider_unavailable", 503, "the program's provider is not available at this box"),
+            ProviderFailed(f) => ("provider_failed", 502, f.message()),
+            GuardBody => ("guard_body", 422, "the skill body cannot be guarded"),
+            ProviderHost { .. } => ("provider_host_mismatch", 400, "the program's provider host is not this box's"),
+            Busy(_) | OverBudget { .. } => ("busy", 503, "the box is busy; try again later"),
+            RateLimited => ("rate_limited", 429, "too many requests; try again later"),
+            ExpiresTooFar { .. } => ("expires_too_far", 400, "the program expires later than this box allows"),
+            KeyNotAllowed => ("key_not_allowed", 403, "no party of the program may use this box"),
+            UploadInProgress { .. } => ("upload_in_progress", 409, "a stake for this role is being uploaded"),
+            UploadTimedOut => ("upload_timed_out", 408, "the stake upload took too long"),
+            BadRunId => ("bad_run_id", 400, "run ids are 32 lowercase hex digits"),
+            HostNotAllowed => ("host_not_allowed", 421, "the Host header names no address this box answers on"),
+            OriginNotAllowed => ("origin_not_allowed", 403, "cross-site requests are refused"),
+            MediaType { .. } => ("unsupported_media_type", 415, "unsupported media type"),
+            UnknownRole(_) => ("unknown_role", 400, "unknown role"),
+            BadRequest(_) => ("bad_request", 400, "the request is invalid"),
+            BodyTooLarge { .. } => ("body_too_large", 413, "the request body is too large"),
+            Remote { status, .. } => ("remote", *status, "the box refused"),
+            Transport(_) => ("transport", 500, "the box is unreachable"),
+            ResponseTooLarge { .. } => ("box_response_too_large", 502, "the box's answer is too large"),
+            StoreTampered => ("store_tampered", 500, "the box's persisted run is refused"),
+            RunInterrupted => ("run_interrupted", 500, "the box restarted during the run too often"),
+            Storage(_) => ("storage_failed", 500, "the box's storage failed"),
+            Internal(_) => ("internal", 500, "internal error"),
         }
+    }
+
+    /// Stable machine code for the `{error, message}` envelope.
+    pub fn code(&self) -> &'static str {
+        self.answer().0
     }
 
     /// The HTTP status the box answers this error with.
     pub fn http_status(&self) -> u16 {
-        use JcError::*;
-        match self {
-            RunNotFound(_) => 404,
-            RunSpent(_)
-            | ProgramSpent(_)
-            | AlreadyStaked { .. }
-            | StakesMissing { .. }
-            | WrongState { .. }
-            | UploadInProgress { .. }
-            | NotReady(_) => 409,
-            RateLimited => 429,
-            KeyNotAllowed => 403,
-            UploadTimedOut => 408,
-            ProgramExpired { .. } | RunExpired(_) => 410,
-            StakeTooLarge { .. } | BodyTooLarge { .. } => 413,
-            SignatureMissing { .. } | SignerNotInProgram { .. } | BadSignature { .. } => 403,
-            ProviderUnavailable(_) | Busy(_) | OverBudget { .. } => 503,
-            ProviderFailed(_) | ResponseTooLarge { .. } => 502,
-            GuardBody => 422,
-            HostNotAllowed => 421,
-            OriginNotAllowed => 403,
-            MediaType { .. } => 415,
-            Internal(_) | Transport(_) | Storage(_) | StoreTampered | RunInterrupted => 500,
-            Remote { status, .. } => *status,
-            _ => 400,
-        }
+        self.answer().1
     }
-}
 
-impl JcError {
-    /// The words the box's HTTP API sends with [`Self::code`]: fixed per code, so nothing a
-    /// party sent (nor anything of the run) is echoed across the boundary.
+    /// The words the box's HTTP API sends with [`Self::code`] (see [`Self::answer`]).
     pub fn fixed_message(&self) -> &'static str {
-        use JcError::*;
-        match self {
-            ProgramJson(_) | DuplicateKey { .. } | NonCanonical { .. } => {
-                "the program is not canonical JSON (RFC 8785)"
-            }
-            ProgramInvalid { .. } => "the program breaks a field rule",
-            ProgramExpired { .. } => "the program expired",
-            Envelope(_) | PayloadType { .. } => "the signed envelope is invalid",
-            SignatureMissing { .. } => "a party's signature is missing",
-            SignerNotInProgram { .. } => "a signature is not from a party of the program",
-            BadSignature { .. } => "a signature does not verify",
-            PlatformNotAllowed(_) | DevAttestationNotAllowed => "attestation platform refused",
-            BoxKeyNotPinned => "the box is not the one pinned",
-            TlsKeyNotAttested => "the box's TLS key is not the one it attests",
-            HardwareRefused(_) => "the box's hardware evidence is refused",
-            ProviderHostNotAttested => "the box does not attest the provider host",
-            ProviderHostNotPinned => "the provider host is not pinned",
-            BoxNotListed { .. } => "this box is not listed in the program",
-            NonceMismatch
-            | StatementProgramMismatch { .. }
-            | StatementRunMismatch { .. }
-            | AttestationExpired { .. }
-            | ReportDataMismatch
-            | Evidence(_) => "attestation refused",
-            Sealed(_) | StakeWrongInfo { .. } => "the sealed stake does not open for this run",
-            StakeTooLarge { .. } | EntryTooLarge { .. } => "the stake is over the program's limits",
-            EntryNotInProgram { .. } | EntryMissing { .. } => {
-                "the stake's entries are not the program's"
-            }
-            ResultNotForThisKey => "the result is not sealed to this key",
-            Read(_) => "reading the material failed",
-            RunNotFound(_) => "no such run",
-            RunSpent(_) => "the run id is spent",
-            ProgramSpent(_) => "the program already ran at this box",
-            RunExpired(_) => "the run expired",
-            AlreadyStaked { .. } => "this party has already staked",
-            StakesMissing { .. } => "waiting for both parties' stakes",
-            WrongState { .. } => "not possible in the run's state",
-            NotReady(_) => "the run has not finished",
-            ProviderUnavailable(_) => "the program's provider is not available at this box",
-            ProviderFailed(f) => f.message(),
-            GuardBody => "the skill body cannot be guarded",
-            ProviderHost { .. } => "the program's provider host is not this box's",
-            Busy(_) | OverBudget { .. } => "the box is busy; try again later",
-            RateLimited => "too many requests; try again later",
-            ExpiresTooFar { .. } => "the program expires later than this box allows",
-            KeyNotAllowed => "no party of the program may use this box",
-            UploadInProgress { .. } => "a stake for this role is being uploaded",
-            UploadTimedOut => "the stake upload took too long",
-            BadRunId => "run ids are 32 lowercase hex digits",
-            HostNotAllowed => "the Host header names no address this box answers on",
-            OriginNotAllowed => "cross-site requests are refused",
-            MediaType { .. } => "unsupported media type",
-            UnknownRole(_) => "unknown role",
-            BadRequest(_) => "the request is invalid",
-            BodyTooLarge { .. } => "the request body is too large",
-            Remote { .. } => "the box refused",
-            Transport(_) => "the box is unreachable",
-            ResponseTooLarge { .. } => "the box's answer is too large",
-            Storage(_) => "the box's storage failed",
-            StoreTampered => "the box's persisted run is refused",
-            RunInterrupted => "the box restarted during the run too often",
-            Internal(_) => "internal error",
-        }
+        self.answer().2
     }
 }
 
