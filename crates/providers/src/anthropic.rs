@@ -3,9 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::http::{
-    Endpoint, HttpOptions, check_status, json_error, read_capped, secret_header, transport_error,
-};
+use crate::http::{Endpoint, HttpOptions, json_error, read_capped, secret_header};
 use crate::{
     ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure, Reply, Usage,
 };
@@ -33,19 +31,16 @@ impl Anthropic {
         body: &Value,
         api_key: Option<&str>,
     ) -> Result<Completion, ProviderError> {
-        let url = self.endpoint.url("v1/messages")?;
         let mut request = self
             .endpoint
-            .post(url)
+            .post("v1/messages")?
             .header("anthropic-version", ANTHROPIC_VERSION)
             .json(body);
         if let Some(key) = api_key {
             request = request.header("x-api-key", secret_header("", key)?);
         }
-        let secs = self.endpoint.timeout_secs();
-        let response = request.send().await.map_err(|e| transport_error(e, secs))?;
-        check_status(response.status(), response.headers())?;
-        let bytes = read_capped(response, secs).await?;
+        let response = self.endpoint.send(request).await?;
+        let bytes = read_capped(response, self.endpoint.timeout_secs()).await?;
         parse_message(&bytes)
     }
 }

@@ -160,8 +160,23 @@ impl Endpoint {
         Ok(url)
     }
 
-    pub(crate) fn post(&self, url: Url) -> reqwest::RequestBuilder {
-        self.client.post(url)
+    /// A POST to `path` under the base URL (see [`Self::url`]).
+    pub(crate) fn post(&self, path: &str) -> Result<reqwest::RequestBuilder, ProviderError> {
+        Ok(self.client.post(self.url(path)?))
+    }
+
+    /// Sends `request`: a transport failure or a status other than 2xx is its error kind, so
+    /// every adapter reads only a successful answer.
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| transport_error(e, self.timeout_secs()))?;
+        check_status(response.status(), response.headers())?;
+        Ok(response)
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the retries are spent.

@@ -9,7 +9,7 @@
 use serde_json::{Value, json};
 
 use crate::http::{
-    Endpoint, HttpOptions, MAX_ANSWER_BYTES, check_status, json_error, read_capped, secret_header,
+    Endpoint, HttpOptions, MAX_ANSWER_BYTES, json_error, read_capped, secret_header,
     transport_error,
 };
 use crate::{
@@ -89,8 +89,7 @@ impl OpenAiCompatible {
         body: &Value,
         api_key: Option<&str>,
     ) -> Result<Completion, ProviderError> {
-        let url = self.endpoint.url("chat/completions")?;
-        let mut request = self.endpoint.post(url).json(body);
+        let mut request = self.endpoint.post("chat/completions")?.json(body);
         if let Some(key) = api_key {
             request = request.header(
                 reqwest::header::AUTHORIZATION,
@@ -104,8 +103,7 @@ impl OpenAiCompatible {
             request = request.header("X-OpenRouter-Title", title);
         }
         let secs = self.endpoint.timeout_secs();
-        let mut response = request.send().await.map_err(|e| transport_error(e, secs))?;
-        check_status(response.status(), response.headers())?;
+        let mut response = self.endpoint.send(request).await?;
         let is_event_stream = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
