@@ -180,10 +180,18 @@ impl Default for IndexConfig {
     }
 }
 
+/// The first of `values` that is 0, named by its key: each must be at least 1.
+fn at_least_one<T: Default + PartialEq>(values: &[(&str, T)]) -> std::result::Result<(), String> {
+    match values.iter().find(|(_, v)| *v == T::default()) {
+        Some((name, _)) => Err(format!("{name} must be at least 1")),
+        None => Ok(()),
+    }
+}
+
 impl IndexConfig {
     /// The first bad value, named by its key.
     fn check(&self) -> std::result::Result<(), String> {
-        for (name, v) in [
+        at_least_one(&[
             ("index.ttl_secs", self.ttl_secs as usize),
             ("index.republish_secs", self.republish_secs as usize),
             ("index.burst", self.burst as usize),
@@ -195,11 +203,7 @@ impl IndexConfig {
                 self.search_timeout_secs as usize,
             ),
             ("index.advert_burst", self.advert_burst as usize),
-        ] {
-            if v == 0 {
-                return Err(format!("{name} must be at least 1"));
-            }
-        }
+        ])?;
         for (name, v) in [
             ("index.rate_per_sec", self.rate_per_sec),
             ("index.advert_rate_per_sec", self.advert_rate_per_sec),
@@ -814,22 +818,18 @@ impl Config {
 
     fn check(&self) -> std::result::Result<(), String> {
         let s = &self.schedules;
-        for (name, v) in [
+        at_least_one(&[
             ("schedules.advertise_secs", s.advertise_secs),
             ("schedules.advance_secs", s.advance_secs),
             ("schedules.sweep_secs", s.sweep_secs),
             ("schedules.stall_limit_secs", s.stall_limit_secs),
             ("schedules.board_ttl_secs", s.board_ttl_secs),
-        ] {
-            if v == 0 {
-                return Err(format!("{name} must be at least 1"));
-            }
-        }
+        ])?;
         let rate = self.p2p.payload_rate_per_sec;
         if rate.is_nan() || rate <= 0.0 || self.p2p.payload_burst == 0 {
             return Err("p2p.payload_rate_per_sec and p2p.payload_burst must be above 0".into());
         }
-        for (name, v) in [
+        at_least_one(&[
             ("p2p.max_connections", self.p2p.max_connections as usize),
             (
                 "p2p.max_connections_per_peer",
@@ -845,11 +845,7 @@ impl Config {
             ),
             ("p2p.board_max_entries", self.p2p.board_max_entries),
             ("p2p.idle_timeout_secs", self.p2p.idle_timeout_secs as usize),
-        ] {
-            if v == 0 {
-                return Err(format!("{name} must be at least 1"));
-            }
-        }
+        ])?;
         self.index.check()?;
         let ns = &self.agents.namespace;
         let ns_ok = !ns.is_empty()
