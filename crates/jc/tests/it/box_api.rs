@@ -80,15 +80,7 @@ async fn material_never_shows_outside_the_sealed_answer() {
         "SECRET-SONG-LIST",
         "SECRET-SKILL-BODY",
     ];
-    f.client
-        .stake(
-            &run,
-            Role::Caller,
-            f.caller_stake(&run, secrets[0], secrets[1].as_bytes()),
-            &f.caller,
-        )
-        .await
-        .expect("stake");
+    caller_stakes(&f, &run, secrets[0], secrets[1].as_bytes()).await;
     f.client
         .stake(&run, Role::Owner, f.owner_stake(&run, secrets[2]), &f.owner)
         .await
@@ -164,46 +156,38 @@ async fn program_refusals_each_with_its_own_error() {
         env
     };
     // Non-canonical: a space after the first brace.
-    let e = f
-        .client
-        .open(&post(bytes.replacen('{', "{ ", 1), true))
-        .await
-        .expect_err("non-canonical");
-    assert_eq!(remote_code(&e), "program_not_canonical");
+    assert_refused(
+        f.client
+            .open(&post(bytes.replacen('{', "{ ", 1), true))
+            .await,
+        "program_not_canonical",
+    );
     // Duplicate key, same value.
     let dup = bytes.replacen("\"version\":1", "\"version\":1,\"version\":1", 1);
-    let e = f
-        .client
-        .open(&post(dup, true))
-        .await
-        .expect_err("duplicate");
-    assert_eq!(remote_code(&e), "program_duplicate_key");
+    assert_refused(
+        f.client.open(&post(dup, true)).await,
+        "program_duplicate_key",
+    );
     // One signature missing.
-    let e = f
-        .client
-        .open(&post(bytes.clone(), false))
-        .await
-        .expect_err("one signature");
-    assert_eq!(remote_code(&e), "signature_missing");
+    assert_refused(
+        f.client.open(&post(bytes.clone(), false)).await,
+        "signature_missing",
+    );
     // A signature from a key not in the program (instead of the owner's).
     let mut env = sign_program(&p, &f.caller).expect("sign");
     env.sign(&key(9)).expect("sign");
-    let e = f.client.open(&env).await.expect_err("stranger");
-    assert_eq!(remote_code(&e), "signer_not_in_program");
+    assert_refused(f.client.open(&env).await, "signer_not_in_program");
     // Expired.
     let mut old = f.program();
     old.expires_at = now_secs() - 1;
-    let e = f.client.open(&f.approve(&old)).await.expect_err("expired");
-    assert_eq!(remote_code(&e), "program_expired");
+    assert_refused(f.client.open(&f.approve(&old)).await, "program_expired");
     // This box not listed.
     let mut elsewhere = f.program();
     elsewhere.boxes[0].measurement = "00".repeat(48);
-    let e = f
-        .client
-        .open(&f.approve(&elsewhere))
-        .await
-        .expect_err("not listed");
-    assert_eq!(remote_code(&e), "box_not_listed");
+    assert_refused(
+        f.client.open(&f.approve(&elsewhere)).await,
+        "box_not_listed",
+    );
     // A provider this box does not have.
     let mut remote = f.program();
     remote.provider = skillbox_jc::program::ProviderGrant {
@@ -211,12 +195,10 @@ async fn program_refusals_each_with_its_own_error() {
         host: Some("https://openrouter.ai/api/v1".into()),
     };
     remote.owner_inputs.key_max_bytes = 256;
-    let e = f
-        .client
-        .open(&f.approve(&remote))
-        .await
-        .expect_err("provider");
-    assert_eq!(remote_code(&e), "provider_unavailable");
+    assert_refused(
+        f.client.open(&f.approve(&remote)).await,
+        "provider_unavailable",
+    );
 }
 
 #[tokio::test]
@@ -302,12 +284,7 @@ async fn attestation_checks_on_the_client() {
         .expect_err("platform");
     assert!(matches!(e, JcError::PlatformNotAllowed(_)), "{e:?}");
     // The box refuses a nonce that is not one.
-    let e = f
-        .client
-        .attestation(&run_id, "short")
-        .await
-        .expect_err("bad nonce");
-    assert_eq!(remote_code(&e), "bad_request");
+    assert_refused(f.client.attestation(&run_id, "short").await, "bad_request");
 }
 
 #[tokio::test]
@@ -316,48 +293,44 @@ async fn stake_and_submit_refusals() {
     let (_, run) = f.open(&f.program()).await;
 
     // Submit before any stake, then before the second.
-    let e = f
-        .client
-        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-        .await
-        .expect_err("early submit");
-    assert_eq!(remote_code(&e), "stakes_missing");
+    assert_refused(
+        f.client
+            .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+            .await,
+        "stakes_missing",
+    );
 
     // Sealed with the wrong info: the owner's info, posted as the caller's stake.
     let wrong =
         seal_stake(&run, Role::Owner, vec![StakeInput::bytes("request", b"hi")]).expect("seal");
-    let e = f
-        .client
-        .stake(&run, Role::Caller, wrong, &f.caller)
-        .await
-        .expect_err("wrong info");
-    assert_eq!(remote_code(&e), "stake_wrong_info");
+    assert_refused(
+        f.client.stake(&run, Role::Caller, wrong, &f.caller).await,
+        "stake_wrong_info",
+    );
 
     // Sealed to another run's key (e.g. a swapped key): does not open either.
     let (_, run2) = f.open(&f.program()).await;
     let mut elsewhere = run.clone();
     elsewhere.hpke_public_key = run2.hpke_public_key;
     let sealed = f.caller_stake(&elsewhere, "hi", b"x");
-    let e = f
-        .client
-        .stake(&run, Role::Caller, sealed, &f.caller)
-        .await
-        .expect_err("other key");
-    assert_eq!(remote_code(&e), "stake_wrong_info");
+    assert_refused(
+        f.client.stake(&run, Role::Caller, sealed, &f.caller).await,
+        "stake_wrong_info",
+    );
 
     // Oversize: an entry past its program limit (4096 for spotify_songs).
     let big = vec![b'x'; 5000];
-    let e = f
-        .client
-        .stake(
-            &run,
-            Role::Caller,
-            f.caller_stake(&run, "hi", &big),
-            &f.caller,
-        )
-        .await
-        .expect_err("entry too large");
-    assert_eq!(remote_code(&e), "stake_entry_too_large");
+    assert_refused(
+        f.client
+            .stake(
+                &run,
+                Role::Caller,
+                f.caller_stake(&run, "hi", &big),
+                &f.caller,
+            )
+            .await,
+        "stake_entry_too_large",
+    );
     // Oversize: a sealed body past the role's limit.
     let huge = vec![b'x'; 30_000];
     let sealed = seal_stake(
@@ -366,13 +339,11 @@ async fn stake_and_submit_refusals() {
         vec![StakeInput::bytes("request", &huge)],
     )
     .expect("seal");
-    let e = f
-        .client
-        .stake(&run, Role::Caller, sealed, &f.caller)
-        .await
-        .expect_err("body too large");
     // Refused on its declared length, before the body is read.
-    assert_eq!(remote_code(&e), "stake_too_large");
+    assert_refused(
+        f.client.stake(&run, Role::Caller, sealed, &f.caller).await,
+        "stake_too_large",
+    );
     // A name the program does not list.
     let sealed = seal_stake(
         &run,
@@ -383,42 +354,31 @@ async fn stake_and_submit_refusals() {
         ],
     )
     .expect("seal");
-    let e = f
-        .client
-        .stake(&run, Role::Caller, sealed, &f.caller)
-        .await
-        .expect_err("unlisted");
-    assert_eq!(remote_code(&e), "stake_entry_not_in_program");
+    assert_refused(
+        f.client.stake(&run, Role::Caller, sealed, &f.caller).await,
+        "stake_entry_not_in_program",
+    );
     // A stake signed by the wrong party.
-    let e = f
-        .client
-        .stake(
-            &run,
-            Role::Caller,
-            f.caller_stake(&run, "hi", b"x"),
-            &f.owner,
-        )
-        .await
-        .expect_err("wrong signer");
-    assert_eq!(remote_code(&e), "signature_missing");
+    assert_refused(
+        f.client
+            .stake(
+                &run,
+                Role::Caller,
+                f.caller_stake(&run, "hi", b"x"),
+                &f.owner,
+            )
+            .await,
+        "signature_missing",
+    );
 
-    f.client
-        .stake(
-            &run,
-            Role::Caller,
-            f.caller_stake(&run, "hi", b"x"),
-            &f.caller,
-        )
-        .await
-        .expect("caller stakes");
-    let e = f
-        .client
-        .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
-        .await
-        .expect_err("owner not staked");
-    assert_eq!(remote_code(&e), "stakes_missing");
-    let e = f.client.result(&run.run_id).await.expect_err("not ready");
-    assert_eq!(remote_code(&e), "not_ready");
+    caller_stakes(&f, &run, "hi", b"x").await;
+    assert_refused(
+        f.client
+            .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
+            .await,
+        "stakes_missing",
+    );
+    assert_refused(f.client.result(&run.run_id).await, "not_ready");
 }
 
 #[tokio::test]
@@ -436,45 +396,36 @@ async fn run_ids_and_programs_are_single_use() {
         .await
         .expect("result");
     // Replaying the program after its run: refused.
-    let e = f.client.open(&env).await.expect_err("program replay");
-    assert_eq!(remote_code(&e), "program_spent");
+    assert_refused(f.client.open(&env).await, "program_spent");
     // Submitting again to the finished run.
-    let e = f
-        .client
-        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-        .await
-        .expect_err("resubmit");
-    assert_eq!(remote_code(&e), "wrong_state");
+    assert_refused(
+        f.client
+            .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+            .await,
+        "wrong_state",
+    );
     f.client
         .delete(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
         .await
         .expect("delete");
     // The replayed run id: every route refuses it as spent.
-    let e = f
-        .client
-        .stake(
-            &run,
-            Role::Caller,
-            f.caller_stake(&run, "q", b"x"),
-            &f.caller,
-        )
-        .await
-        .expect_err("spent");
-    assert_eq!(remote_code(&e), "run_spent");
-    let e = f
-        .client
-        .attestation(&run.run_id, &new_nonce())
-        .await
-        .expect_err("spent");
-    assert_eq!(remote_code(&e), "run_spent");
-    let e = f.client.result(&run.run_id).await.expect_err("spent");
-    assert_eq!(remote_code(&e), "run_spent");
-    let e = f
-        .client
-        .status(&"0123".repeat(8))
-        .await
-        .expect_err("unknown");
-    assert_eq!(remote_code(&e), "run_not_found");
+    assert_refused(
+        f.client
+            .stake(
+                &run,
+                Role::Caller,
+                f.caller_stake(&run, "q", b"x"),
+                &f.caller,
+            )
+            .await,
+        "run_spent",
+    );
+    assert_refused(
+        f.client.attestation(&run.run_id, &new_nonce()).await,
+        "run_spent",
+    );
+    assert_refused(f.client.result(&run.run_id).await, "run_spent");
+    assert_refused(f.client.status(&"0123".repeat(8)).await, "run_not_found");
     // A malformed id never leaves the client.
     let e = f.client.status("0123").await.expect_err("malformed");
     assert_eq!(e.code(), "bad_run_id");
@@ -542,30 +493,22 @@ async fn a_restarted_box_still_refuses_a_program_it_opened() {
 async fn submit_and_result_wait_at_the_box_instead_of_being_polled() {
     let f = std::sync::Arc::new(start(Some("held")).await);
     let (_, run) = f.open(&f.program()).await;
-    f.client
-        .stake(
-            &run,
-            Role::Caller,
-            f.caller_stake(&run, "q", b"song a"),
-            &f.caller,
-        )
-        .await
-        .expect("caller stakes");
+    caller_stakes(&f, &run, "q", b"song a").await;
     // Without a wait: refused at once, as before.
-    let e = f
-        .client
-        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-        .await
-        .expect_err("owner not staked");
-    assert_eq!(remote_code(&e), "stakes_missing");
+    assert_refused(
+        f.client
+            .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
+            .await,
+        "stakes_missing",
+    );
     // A result asked with a short wait comes back not ready once the wait is over.
     let asked = std::time::Instant::now();
-    let e = f
-        .client
-        .send_result_once(&run.run_id, Duration::from_millis(150))
-        .await
-        .expect_err("not finished");
-    assert_eq!(remote_code(&e), "not_ready");
+    assert_refused(
+        f.client
+            .send_result_once(&run.run_id, Duration::from_millis(150))
+            .await,
+        "not_ready",
+    );
     assert!(
         asked.elapsed() >= Duration::from_millis(150),
         "held for its wait"

@@ -106,8 +106,7 @@ async fn a_program_whose_two_parties_are_one_key_is_refused() {
     p.parties.owner.node_key = p.parties.caller.node_key.clone();
     // One key "approves" as both parties.
     let env = skillbox_jc::dsse::sign_program(&p, &f.caller).expect("signs");
-    let e = f.client.open(&env).await.expect_err("refused");
-    assert_eq!(remote_code(&e), "program_invalid");
+    assert_refused(f.client.open(&env).await, "program_invalid");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,12 +141,8 @@ async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
             .await
     };
     let open_fresh = async || f.client.open(&f.approve(&f.program())).await;
-    let e = stake_second().await.expect_err("over budget");
-    assert_eq!(remote_code(&e), "busy");
-    let e = open_fresh()
-        .await
-        .expect_err("its limits do not fit beside what is held");
-    assert_eq!(remote_code(&e), "busy");
+    assert_refused(stake_second().await, "busy");
+    assert_refused(open_fresh().await, "busy");
     // A cut upload gives its memory back.
     drop(upload);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -472,8 +467,7 @@ async fn a_program_expiring_past_the_boxs_horizon_is_refused() {
     let f = start(None).await;
     let mut p = f.program();
     p.expires_at = (1 << 53) - 1;
-    let e = f.client.open(&f.approve(&p)).await.expect_err("refused");
-    assert_eq!(remote_code(&e), "expires_too_far");
+    assert_refused(f.client.open(&f.approve(&p)).await, "expires_too_far");
     p.expires_at = skillbox_jc::run::now_secs() + 3600;
     f.client
         .open(&f.approve(&p))
@@ -544,12 +538,10 @@ async fn two_uploads_for_one_run_and_role_at_once_one_is_refused() {
     // Let the box take the first upload's slot.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let second = f.caller_stake(&run, "second", b"b");
-    let e = f
-        .client
-        .stake(&run, Role::Caller, second, &f.caller)
-        .await
-        .expect_err("refused while the first is read");
-    assert_eq!(remote_code(&e), "upload_in_progress");
+    assert_refused(
+        f.client.stake(&run, Role::Caller, second, &f.caller).await,
+        "upload_in_progress",
+    );
     upload.wr.write_all(&first[100..]).await.expect("rest");
     let (status, body) = RawStake::answer(&mut upload.rd).await;
     assert_eq!(status, 200, "{body}");
@@ -580,12 +572,7 @@ async fn a_box_with_an_allow_list_opens_only_programs_of_its_listed_keys() {
     let mut p = g.program();
     p.parties.caller.node_key = skillbox_jc::dsse::key_hex(&c.verifying_key());
     p.parties.owner.node_key = skillbox_jc::dsse::key_hex(&o.verifying_key());
-    let e = g
-        .client
-        .open(&signed(&p, &c, &o))
-        .await
-        .expect_err("refused");
-    assert_eq!(remote_code(&e), "key_not_allowed");
+    assert_refused(g.client.open(&signed(&p, &c, &o)).await, "key_not_allowed");
     // The listed owner's program, with any caller: opened.
     g.client.open(&g.approve(&g.program())).await.expect("open");
 }

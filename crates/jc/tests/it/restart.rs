@@ -241,11 +241,11 @@ async fn restart_at(at: At) -> (usize, usize) {
         }
         At::OneStake => {
             // The stake the first box answered is still there: a repeat is `already_staked`.
-            let e = c2
-                .stake(&run, Role::Owner, sealed(&run, Role::Owner), &f.owner)
-                .await
-                .expect_err("staked before the restart");
-            assert_eq!(remote_code(&e), "already_staked");
+            assert_refused(
+                c2.stake(&run, Role::Owner, sealed(&run, Role::Owner), &f.owner)
+                    .await,
+                "already_staked",
+            );
             stake(&f, &c2, &run, Role::Caller).await;
             assert!(!submit(&f, &c2, &run, Role::Caller).await);
             assert!(submit(&f, &c2, &run, Role::Owner).await);
@@ -452,22 +452,16 @@ async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
         runs.push(run);
     }
     let (first, second) = (&runs[0], &runs[1]);
-    let e = c1.open(&f.approve(&program(&f))).await.expect_err("busy");
-    assert_eq!(remote_code(&e), "busy");
+    assert_refused(c1.open(&f.approve(&program(&f))).await, "busy");
     let (_core2, c2) = dir.start_with(gate(true), config).await;
-    let e = c2
-        .open(&f.approve(&program(&f)))
-        .await
-        .expect_err("still busy after a restart");
-    assert_eq!(remote_code(&e), "busy");
+    assert_refused(c2.open(&f.approve(&program(&f))).await, "busy");
     // Both parties fetched the first run's result: it makes room, the other is kept.
     c2.result(&first.run_id).await.expect("caller fetches");
     c2.result(&first.run_id).await.expect("owner fetches");
     c2.open(&f.approve(&program(&f)))
         .await
         .expect("room made by a run fetched twice");
-    let e = c2.result(&first.run_id).await.expect_err("dropped");
-    assert_eq!(remote_code(&e), "run_spent");
+    assert_refused(c2.result(&first.run_id).await, "run_spent");
     c2.result(&second.run_id).await.expect("the other is kept");
 }
 

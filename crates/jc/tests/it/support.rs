@@ -4,7 +4,9 @@
 
 pub use skillbox_testkit::box_fixture::*;
 
+use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::dsse::{ApprovedProgram, approved_program};
+use skillbox_jc::program::Role;
 use skillbox_jc::run::{BoxConfig, BoxCore};
 use std::sync::Arc;
 
@@ -25,6 +27,29 @@ pub async fn open_unattested(f: &Fixture) -> (ApprovedProgram, String) {
     let approved = approved_program(&env).expect("approved");
     let opened = f.client.open(&env).await.expect("open");
     (approved, opened.run_id)
+}
+
+/// The caller stakes `request` and `songs` in `run` (the test fails if the box refuses).
+pub async fn caller_stakes(f: &Fixture, run: &VerifiedRun, request: &str, songs: &[u8]) {
+    f.client
+        .stake(
+            run,
+            Role::Caller,
+            f.caller_stake(run, request, songs),
+            &f.caller,
+        )
+        .await
+        .expect("caller stakes");
+}
+
+/// Fails the test unless the box refused `answer` with `code` (an error of the client's own, or
+/// an answer the box accepted, fails it too).
+#[track_caller]
+pub fn assert_refused<T: std::fmt::Debug>(answer: skillbox_jc::Result<T>, code: &str) {
+    match answer {
+        Ok(v) => panic!("the box accepted ({v:?}); expected {code}"),
+        Err(e) => assert_eq!(remote_code(&e), code),
+    }
 }
 
 /// A file of this crate's test data (`tests/data/`, copied from the attestation vectors).
