@@ -366,17 +366,9 @@ pub(super) fn query(uri: &Uri, allowed: &[&str]) -> Result<BTreeMap<String, Stri
     Ok(q)
 }
 
-/// The media type of the request (`text/markdown; charset=utf-8` → `text/markdown`).
-pub(super) fn media_type(headers: &HeaderMap) -> Option<String> {
-    headers.get(header::CONTENT_TYPE).map(|v| {
-        String::from_utf8_lossy(v.as_bytes())
-            .split(';')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase()
-    })
-}
+/// The media type of the request (`text/markdown; charset=utf-8` → `text/markdown`), read the
+/// way the box reads it.
+pub(super) use skillbox_jc::server::media_type;
 
 /// Read a body up to `limit` bytes; more is a 413 envelope, whether announced or streamed.
 pub(super) async fn read_body(
