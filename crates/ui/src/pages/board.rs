@@ -100,11 +100,7 @@ pub(crate) async fn board(
             ". Descriptions are the peers' own words."
         }
         table {
-            thead { tr {
-                th scope="col" { "Skill" } th scope="col" { "Description (from the peer)" }
-                th scope="col" { "Provider" } th scope="col" { "Boxes" } th scope="col" { "Needs" }
-                th scope="col" { "Peer" } th scope="col" { span class="sr" { "Call" } }
-            } }
+            (columns(&["Skill", "Description (from the peer)", "Provider", "Boxes", "Needs", "Peer"], Some("Call")))
             tbody {
                 @for r in &shown[range.clone()] {
                     tr {

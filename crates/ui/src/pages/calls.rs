@@ -55,11 +55,7 @@ async fn calls_page(
             Err(e) => p class="notice" { (e.to_string()) },
             Ok(list) if list.is_empty() => p { "No calls yet." },
             Ok(list) => table data-live="calls" {
-                thead { tr {
-                    th scope="col" { "Call" } th scope="col" { "Side" } th scope="col" { "Skill" }
-                    th scope="col" { "Peer" } th scope="col" { "State" } th scope="col" { "Failure" }
-                    th scope="col" { "Started" }
-                } }
+                (columns(&["Call", "Side", "Skill", "Peer", "State", "Failure", "Started"], None))
                 tbody {
                     @for v in list {
                         tr {

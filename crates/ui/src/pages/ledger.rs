@@ -71,11 +71,7 @@ pub(crate) async fn ledger(
         h2 { "All entries" }
         @if lines.is_empty() { p { "Nothing has been staked or decided yet." } } @else {
             table {
-                thead { tr {
-                    th scope="col" { "#" } th scope="col" { "When" } th scope="col" { "What" }
-                    th scope="col" { "Call" } th scope="col" { "Skill" } th scope="col" { "Box" }
-                    th scope="col" { "Sees plaintext" }
-                } }
+                (columns(&["#", "When", "What", "Call", "Skill", "Box", "Sees plaintext"], None))
                 tbody {
                     @for l in lines.iter().rev() {
                         tr data-ledger-seq=(l.entry.seq) {

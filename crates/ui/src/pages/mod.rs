@@ -260,6 +260,17 @@ fn remove_form(session: &Session, action: &str, what: &str, fields: Markup) -> M
     }
 }
 
+/// A table's header row: a column per name, and the row actions' column (a form's button) last,
+/// named for screen readers only.
+fn columns(names: &[&str], actions: Option<&str>) -> Markup {
+    html! {
+        thead { tr {
+            @for n in names { th scope="col" { (n) } }
+            @if let Some(a) = actions { th scope="col" { span class="sr" { (a) } } }
+        } }
+    }
+}
+
 fn short(id: &str) -> String {
     if id.chars().count() > 16 {
         let head: String = id.chars().take(8).collect();
@@ -298,4 +309,29 @@ fn when(ms: u64) -> String {
     skillbox_node::store::rfc3339(ms)
         .replace('T', " ")
         .replace('Z', " UTC")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The header rows the pages wrote out by hand before [`columns`]: the same bytes.
+    #[test]
+    fn a_header_row_is_the_markup_the_pages_wrote_by_hand() {
+        let by_hand = html! { thead { tr {
+            th scope="col" { "Name" } th scope="col" { "Kind" }
+            th scope="col" { span class="sr" { "Remove" } }
+        } } };
+        assert_eq!(
+            columns(&["Name", "Kind"], Some("Remove")).into_string(),
+            by_hand.into_string()
+        );
+        let by_hand = html! { thead { tr {
+            th scope="col" { "#" } th scope="col" { "Description (from the peer)" }
+        } } };
+        assert_eq!(
+            columns(&["#", "Description (from the peer)"], None).into_string(),
+            by_hand.into_string()
+        );
+    }
 }

@@ -44,7 +44,7 @@ pub(crate) async fn overview(
         h2 { "Calls by state" }
         @if by_state.is_empty() { p { "No calls yet." } } @else {
             table {
-                thead { tr { th scope="col" { "State" } th scope="col" { "Calls" } } }
+                (columns(&["State", "Calls"], None))
                 tbody { @for (st, n) in &by_state { tr { td { (st) } td { (n) } } } }
             }
         }
@@ -52,10 +52,7 @@ pub(crate) async fn overview(
         @if calls.is_none() { p { "The calls driver is not running (no peer network)." } }
         @else if boxes.is_empty() { p { "No box is accepted (boxes.accept in config.toml)." } } @else {
             table {
-                thead { tr {
-                    th scope="col" { "Box" } th scope="col" { "Reachable" } th scope="col" { "Platform" }
-                    th scope="col" { "Isolation" } th scope="col" { "Providers (models)" }
-                } }
+                (columns(&["Box", "Reachable", "Platform", "Isolation", "Providers (models)"], None))
                 tbody {
                     @for b in &boxes {
                         tr data-box=(b.url) {
@@ -175,7 +172,7 @@ pub(crate) async fn metrics(
                 p { (f.help) }
                 @if f.samples.is_empty() { p { "No samples yet." } } @else {
                     table {
-                        thead { tr { th scope="col" { "Sample" } th scope="col" { "Value" } } }
+                        (columns(&["Sample", "Value"], None))
                         tbody {
                             @for (sample, value) in &f.samples {
                                 tr { td { code { (sample) } } td { (value) } }

@@ -31,7 +31,7 @@ async fn peers_page(
         h2 { "Connected" }
         @if peers.is_empty() { p { "No peer is connected." } } @else {
             table {
-                thead { tr { th scope="col" { "Peer" } th scope="col" { "Addresses" } th scope="col" { "Agent" } } }
+                (columns(&["Peer", "Addresses", "Agent"], None))
                 tbody {
                     @for p in &peers {
                         tr {

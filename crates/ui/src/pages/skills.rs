@@ -16,10 +16,7 @@ async fn skills_page(
             Err(e) => p class="notice" { "Cannot list skills: " (e) },
             Ok(list) if list.is_empty() => p { "No skills yet. Add a SKILL.md below." },
             Ok(list) => table {
-                thead { tr {
-                    th scope="col" { "Skill" } th scope="col" { "Description" } th scope="col" { "Provider" }
-                    th scope="col" { "Offered" } th scope="col" { span class="sr" { "Remove" } }
-                } }
+                (columns(&["Skill", "Description", "Provider", "Offered"], Some("Remove")))
                 tbody {
                     @for k in list {
                         tr data-skill=(k.name) {

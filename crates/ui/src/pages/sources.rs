@@ -16,10 +16,7 @@ async fn sources_page(
         @match &list {
             Err(e) => p class="notice" { (e) },
             Ok(list) => table {
-                thead { tr {
-                    th scope="col" { "Name" } th scope="col" { "Kind" } th scope="col" { "Size" }
-                    th scope="col" { "Shareable" } th scope="col" { "Digest" } th scope="col" { span class="sr" { "Remove" } }
-                } }
+                (columns(&["Name", "Kind", "Size", "Shareable", "Digest"], Some("Remove")))
                 tbody {
                     @for m in list {
                         tr data-source=(m.name) {
