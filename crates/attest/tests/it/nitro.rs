@@ -467,15 +467,14 @@ proptest! {
     #[test]
     fn any_tampered_byte_is_refused(
         sample in 0usize..2,
-        pick in any::<prop::sample::Index>(),
-        bit in 0u8..8,
+        flip in bit_flip(),
     ) {
         let (mut ev, at_ms) = [
             (evervault(), T_NITRO_EVERVAULT),
             (nitro_doc("nitro/dstack-nitro_attestation-indefinite-cbor.cose"), T_NITRO_DSTACK),
         ][sample].clone();
-        let at = pick.index(ev.document.len());
-        ev.document[at] ^= 1 << bit;
+        let within = ev.document.len();
+        let at = flip.apply(&mut ev.document, within);
         let r = nitro::Evidence::verifier().verify(&ev, &Expected::default(), at_ms);
         let err = r.unwrap_err();
         if at >= ev.document.len() - 96 {

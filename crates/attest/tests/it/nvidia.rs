@@ -234,15 +234,14 @@ proptest! {
     #[test]
     fn any_tampered_byte_is_refused(
         sample in 0usize..3,
-        pick in any::<prop::sample::Index>(),
-        bit in 0u8..8,
+        flip in bit_flip(),
     ) {
         let mut ev = [nvidia_hopper, nvidia_hopper_580, nvidia_blackwell][sample]();
         let expected = requester_nonce(&ev);
         // The 580 report has one zero byte after its signature (outside the signed region).
         let trailer = usize::from(sample == 1);
-        let at = pick.index(ev.transcript.len());
-        ev.transcript[at] ^= 1 << bit;
+        let within = ev.transcript.len();
+        let at = flip.apply(&mut ev.transcript, within);
         let err = nvidia::Evidence::verifier().verify(&ev, &expected, T_2025).unwrap_err();
         let in_request_nonce = (4..36).contains(&at);
         let block_value = (37 + 8..37 + 8 + 3520).contains(&at) && (at - 45) % 55 >= 7;

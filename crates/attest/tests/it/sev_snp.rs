@@ -298,11 +298,10 @@ proptest! {
     #[test]
     fn any_tampered_byte_is_a_bad_signature(
         sample in 0usize..2,
-        at in 0usize..(0x2A0 + 144),
-        bit in 0u8..8,
+        flip in bit_flip(),
     ) {
         let mut ev = [snp_virtee, snp_trustee][sample]();
-        ev.report[at] ^= 1 << bit;
+        flip.apply(&mut ev.report, 0x2A0 + 144);
         let r = snp::Evidence::verifier().verify(&ev, &Expected::default(), T_2025);
         prop_assert_eq!(r.unwrap_err().code(), "bad_signature");
     }

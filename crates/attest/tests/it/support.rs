@@ -38,6 +38,28 @@ pub const NVIDIA_NONCE: &str = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b876
 
 use skillbox_attest::{PlatformEvidence, Refusal, Verified, Verifier, nitro, nvidia, snp, tdx};
 
+/// One bit to flip, for the tamper properties: a place among however many bytes the test
+/// tampers with, and which bit of that byte.
+#[derive(Clone, Debug)]
+pub struct BitFlip {
+    pick: proptest::sample::Index,
+    bit: u8,
+}
+
+pub fn bit_flip() -> impl proptest::strategy::Strategy<Value = BitFlip> {
+    use proptest::prelude::*;
+    (any::<proptest::sample::Index>(), 0u8..8).prop_map(|(pick, bit)| BitFlip { pick, bit })
+}
+
+impl BitFlip {
+    /// Flip the bit in one of the first `within` bytes of `bytes`; the place flipped.
+    pub fn apply(&self, bytes: &mut [u8], within: usize) -> usize {
+        let at = self.pick.index(within);
+        bytes[at] ^= 1 << self.bit;
+        at
+    }
+}
+
 /// The refusal of a verification the test expects refused (its measurement in the panic if not).
 pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
     match r {
