@@ -39,27 +39,14 @@ async fn two_keyed_boxes(provider_url: &str) -> [(String, String); 2] {
     [first, second]
 }
 
-/// A loopback box whose key changes: `url` is a proxy in front of the first of two keyed boxes
-/// (its key `first_key`); setting `target` to `second` puts the other box behind the same URL.
-struct KeyChange {
-    url: String,
-    first: String,
-    first_key: String,
-    second: String,
-    target: Arc<Mutex<String>>,
-}
-
-async fn key_change() -> KeyChange {
+/// A loopback box whose key changes: (`url`, `first`, `first_key`, `second`, `target`) - `url`
+/// is a proxy in front of `first`, the first of two keyed boxes (its key `first_key`); setting
+/// `target` to `second` puts the other box behind the same URL.
+async fn key_change() -> (String, String, String, String, Arc<Mutex<String>>) {
     let (provider_url, _) = support::provider_double(Duration::ZERO).await;
     let [(first, first_key), (second, _)] = two_keyed_boxes(&provider_url).await;
     let (url, _, target) = support::start_rewriting_proxy(&first, |_| {}).await;
-    KeyChange {
-        url,
-        first,
-        first_key,
-        second,
-        target,
-    }
+    (url, first, first_key, second, target)
 }
 
 /// One call from a caller to an owner, both configured by `tune` and pointed at `box_url` (a
@@ -187,13 +174,7 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
 /// (it took the new key as a first contact before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
-    let KeyChange {
-        url,
-        first,
-        first_key,
-        second,
-        target,
-    } = key_change().await;
+    let (url, first, first_key, second, target) = key_change().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("store.db");
     let start = || {
@@ -247,13 +228,7 @@ async fn a_loopback_box_showing_another_key_after_a_restart_is_refused() {
 /// starts again (its peer network asks the boxes) refuses the box that took the URL meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
-    let KeyChange {
-        url,
-        first_key,
-        second,
-        target,
-        ..
-    } = key_change().await;
+    let (url, _, first_key, second, target) = key_change().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = skillbox_node::Config::on_loopback(&url, vec![]);
     skillbox_node::DataDir::new(dir.path())
