@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
-use skillbox_jc::attest::VerifyPolicy;
+use skillbox_jc::attest::{VerifiedRun, VerifyPolicy};
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{approved_program, sign_program};
+use skillbox_jc::dsse::{ApprovedProgram, Envelope, approved_program, sign_program};
 use skillbox_jc::program::*;
 use skillbox_jc::run::{BoxConfig, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
@@ -32,6 +32,41 @@ fn program(caller: &SigningKey, owner: &SigningKey, result: &HpkeKeyPair, i: usi
         expires_at: now_secs() + 3600,
         ..base
     }
+}
+
+/// A fresh program between `caller` and `owner` (`i` in its call id), signed by both: the
+/// caller's result key, the envelope and its approval.
+fn signed_program(
+    caller: &SigningKey,
+    owner: &SigningKey,
+    i: usize,
+) -> (HpkeKeyPair, Envelope, ApprovedProgram) {
+    let result_key = HpkeKeyPair::generate();
+    let p = program(caller, owner, &result_key, i);
+    let mut env = sign_program(&p, caller).expect("sign");
+    env.sign(owner).expect("sign");
+    let approved = approved_program(&env).expect("approved");
+    (result_key, env, approved)
+}
+
+/// Both stakes: the caller's request and source sealed to its verified run, the owner's body
+/// to its own.
+fn stakes(
+    caller_run: &VerifiedRun,
+    owner_run: &VerifiedRun,
+    request: &[u8],
+    data: &[u8],
+    body: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
+    let caller = vec![
+        StakeInput::bytes("request", request),
+        StakeInput::bytes("data", data),
+    ];
+    let owner = vec![StakeInput::bytes("body", body)];
+    (
+        seal_stake(caller_run, Role::Caller, caller).expect("seal"),
+        seal_stake(owner_run, Role::Owner, owner).expect("seal"),
+    )
 }
 
 fn rss_kib() -> u64 {
@@ -75,17 +110,12 @@ fn main() {
         let n = 300;
         let mut times = Vec::with_capacity(n);
         for i in 0..n {
-            let result_key = HpkeKeyPair::generate();
-            let p = program(&caller, &owner, &result_key, i);
-            let mut env = sign_program(&p, &caller).expect("sign");
-            env.sign(&owner).expect("sign");
-            let approved = approved_program(&env).expect("approved");
+            let (result_key, env, approved) = signed_program(&caller, &owner, i);
             let t = Instant::now();
             let opened = client.open(&env).await.expect("open");
             let c_run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
             let o_run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
-            let cs = seal_stake(&c_run, Role::Caller, vec![StakeInput::bytes("request", &request), StakeInput::bytes("data", &data)]).expect("seal");
-            let os = seal_stake(&o_run, Role::Owner, vec![StakeInput::bytes("body", &body)]).expect("seal");
+            let (cs, os) = stakes(&c_run, &o_run, &request, &data, &body);
             client.stake(&c_run, Role::Caller, cs, &caller).await.expect("stake");
             client.stake(&o_run, Role::Owner, os, &owner).await.expect("stake");
             client.submit(&opened.run_id, &approved.hash, Role::Caller, &caller).await.expect("submit");
@@ -105,15 +135,10 @@ fn main() {
         let before = rss_kib();
         let mut keep = Vec::with_capacity(m);
         for i in 0..m {
-            let result_key = HpkeKeyPair::generate();
-            let p = program(&caller, &owner, &result_key, i);
-            let mut env = sign_program(&p, &caller).expect("sign");
-            env.sign(&owner).expect("sign");
-            let approved = approved_program(&env).expect("approved");
+            let (_, env, approved) = signed_program(&caller, &owner, i);
             let opened = client.open(&env).await.expect("open");
             let run = client.attest(&approved, &opened.run_id, &policy).await.expect("attest");
-            let cs = seal_stake(&run, Role::Caller, vec![StakeInput::bytes("request", &request), StakeInput::bytes("data", &data)]).expect("seal");
-            let os = seal_stake(&run, Role::Owner, vec![StakeInput::bytes("body", &body)]).expect("seal");
+            let (cs, os) = stakes(&run, &run, &request, &data, &body);
             client.stake(&run, Role::Caller, cs, &caller).await.expect("stake");
             client.stake(&run, Role::Owner, os, &owner).await.expect("stake");
             keep.push(opened.run_id);
