@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::bodies::*;
 use super::extract::{
-    Caller, Doc, JsonBody, NoQuery, NotJson, Param, TooLarge, UnknownQuery, answers, blocking,
-    flag, query, read_one, removed, written,
+    Caller, Doc, JsonBody, NoQuery, NotJson, Param, Removed, TooLarge, UnknownQuery, answers,
+    blocking, flag, query, read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -172,7 +172,7 @@ pub(super) async fn put_roster(
     summary = "Remove one of the caller's roster entries.",
     params(RosterPath),
     responses(
-        (status = 204, description = "Removed."),
+        Removed,
         NoSuchEntry,
         (status = 409, description = "The entry is a member of the caller's org chart (`conflict`)."),
     )

@@ -148,6 +148,8 @@ answers! {
     pub(super) TooLarge = 413, "Body too large (`payload_too_large`).";
     /// What [`json`] refuses for a body that is not JSON.
     pub(super) NotJson = 415, "Not application/json (`unsupported_media_type`).";
+    /// What [`removed`] answers when the thing was there.
+    pub(super) Removed = 204, "Removed.";
 }
 
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::bodies::*;
 use super::extract::{
-    Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, SkillPath, TooLarge, blocking, found, json,
-    media_type, offering, query, read_body, read_one, remove_offered, written,
+    Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, Removed, SkillPath, TooLarge, blocking,
+    found, json, media_type, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -253,13 +253,11 @@ pub(super) async fn patch_skill(
 }
 
 #[utoipa::path(
-    delete, path = "/skills/{name}",
+    delete,
+    path = "/skills/{name}",
     summary = "Remove a skill: its declaration and its body source.",
     params(SkillPath),
-    responses(
-        (status = 204, description = "Removed."),
-        NoSuchSkill,
-    )
+    responses(Removed, NoSuchSkill,)
 )]
 pub(super) async fn delete_skill(
     State(s): State<AppState>,

@@ -9,8 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NoSuchSource, NotJson, Param, SourcePath, TooLarge, answers, blocking, flag, found,
-    json, offering, query, read_body, read_one, remove_offered, written,
+    Media, NoSuchSource, NotJson, Param, Removed, SourcePath, TooLarge, answers, blocking, flag,
+    found, json, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -147,14 +147,11 @@ pub(super) async fn patch_source(
 }
 
 #[utoipa::path(
-    delete, path = "/sources/{*name}",
+    delete,
+    path = "/sources/{*name}",
     summary = "Remove a source.",
     params(SourcePath),
-    responses(
-        (status = 204, description = "Removed."),
-        BadName,
-        NoSuchSource,
-    )
+    responses(Removed, BadName, NoSuchSource,)
 )]
 pub(super) async fn delete_source(
     State(s): State<AppState>,
