@@ -122,26 +122,22 @@ mod tests {
 
     #[test]
     fn chatml_splits_into_frame_and_slots() {
-        let rendered = chatml(Some(SYSTEM_MARKER), USER_MARKER);
-        assert_eq!(
-            split_rendered(&rendered, true).unwrap(),
-            vec![
-                Part::Frame("<|im_start|>system\n"),
-                Part::System,
-                Part::Frame("<|im_end|>\n<|im_start|>user\n"),
-                Part::User,
-                Part::Frame("<|im_end|>\n<|im_start|>assistant\n"),
-            ]
-        );
-        let rendered = chatml(None, USER_MARKER);
-        assert_eq!(
-            split_rendered(&rendered, false).unwrap(),
-            vec![
-                Part::Frame("<|im_start|>user\n"),
-                Part::User,
-                Part::Frame("<|im_end|>\n<|im_start|>assistant\n"),
-            ]
-        );
+        let end = Part::Frame("<|im_end|>\n<|im_start|>assistant\n");
+        let with_system = [
+            Part::Frame("<|im_start|>system\n"),
+            Part::System,
+            Part::Frame("<|im_end|>\n<|im_start|>user\n"),
+            Part::User,
+            end,
+        ];
+        let without = [Part::Frame("<|im_start|>user\n"), Part::User, end];
+        for (system, want) in [
+            (Some(SYSTEM_MARKER), &with_system[..]),
+            (None, &without[..]),
+        ] {
+            let rendered = chatml(system, USER_MARKER);
+            assert_eq!(split_rendered(&rendered, system.is_some()).unwrap(), want);
+        }
     }
 
     #[test]
