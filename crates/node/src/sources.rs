@@ -42,6 +42,9 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// Every kind: the one spelling of each is [`SourceKind::as_str`], parsing reads it back.
+    const ALL: [SourceKind; 3] = [SourceKind::Text, SourceKind::Secret, SourceKind::File];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SourceKind::Text => "text",
@@ -54,15 +57,12 @@ impl SourceKind {
 impl std::str::FromStr for SourceKind {
     type Err = NodeError;
     fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "text" => Ok(SourceKind::Text),
-            "secret" => Ok(SourceKind::Secret),
-            "file" => Ok(SourceKind::File),
-            other => Err(NodeError::invalid(
-                "kind",
-                format!("{other:?} is not one of text, secret, file"),
-            )),
-        }
+        SourceKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                NodeError::invalid("kind", format!("{s:?} is not one of text, secret, file"))
+            })
     }
 }
 
@@ -449,6 +449,23 @@ mod tests {
     fn sources() -> Sources {
         let store = Arc::new(Store::open_in_memory().expect("store"));
         Sources::new(store, Arc::new(DataKey::from_bytes(&[9u8; 32])))
+    }
+
+    #[test]
+    fn each_kind_parses_back_from_its_spelling_and_no_other() {
+        for kind in SourceKind::ALL {
+            assert_eq!(kind.as_str().parse::<SourceKind>().ok(), Some(kind));
+            let json = serde_json::to_value(kind).expect("kind serializes");
+            assert_eq!(
+                json,
+                serde_json::json!(kind.as_str()),
+                "serde spells it alike"
+            );
+        }
+        for bad in ["", "Text", "secrets", "bytes"] {
+            let err = bad.parse::<SourceKind>().expect_err("not a kind");
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
     }
 
     #[test]
