@@ -60,6 +60,14 @@ impl BitFlip {
     }
 }
 
+/// Every one of `texts` is refused as a `P` policy file (TOML): what a node's config cannot say.
+#[track_caller]
+pub fn policies_refused<P: serde::de::DeserializeOwned>(texts: &[&str]) {
+    for text in texts {
+        assert!(toml::from_str::<P>(text).is_err(), "{text:?} loads");
+    }
+}
+
 /// The refusal of a verification the test expects refused (its measurement in the panic if not).
 pub fn refused(r: Result<Verified, Refusal>) -> Refusal {
     match r {
