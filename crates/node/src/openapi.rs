@@ -450,6 +450,37 @@ mod tests {
         );
     }
 
+    /// A response declared by an `IntoResponses` type (`Written<T>`) registers no schema, so a
+    /// `$ref` can point at nothing unless the document names the type elsewhere: every one names
+    /// a component.
+    #[test]
+    fn every_reference_names_a_component() {
+        fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+                        out.push(r);
+                    }
+                    m.values().for_each(|v| refs(v, out));
+                }
+                Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+                _ => {}
+            }
+        }
+        let doc = document();
+        let mut found = Vec::new();
+        refs(doc, &mut found);
+        assert!(found.len() >= 50, "only {} references", found.len());
+        for r in found {
+            let name = r.strip_prefix("#/components/schemas/");
+            let name = name.unwrap_or_else(|| panic!("{r} is not a component schema"));
+            assert!(
+                doc["components"]["schemas"].get(name).is_some(),
+                "{r} names no component"
+            );
+        }
+    }
+
     /// Every body is read up to a limit (the JSON reader's or the route's own), and one over it
     /// is a 413, so every operation that takes a body documents it.
     #[test]

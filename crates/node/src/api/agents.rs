@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::bodies::*;
 use super::extract::{
-    Caller, Doc, JsonBody, NoQuery, NotJson, Param, Removed, TooLarge, UnknownQuery, answers,
-    blocking, flag, query, read_one, removed, written,
+    Caller, Doc, JsonBody, NoQuery, NotJson, Param, Removed, TooLarge, UnknownQuery, Written,
+    answers, blocking, flag, query, read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -150,8 +150,7 @@ pub(super) async fn get_roster_entry(
     params(("rosterId" = String, Path, description = "The `host:<id>` roster id; must equal the body's.")),
     request_body = AgentRosterEntry,
     responses(
-        (status = 201, description = "Created.", body = AgentRosterEntry),
-        (status = 200, description = "Replaced.", body = AgentRosterEntry),
+        Written<AgentRosterEntry>,
         Refused,
         TooLarge,
         NotJson,
@@ -209,8 +208,7 @@ pub(super) async fn get_org_chart(
     summary = "Write the caller's whole org chart: closed schema (no authority-bearing field), members are the caller's roster entries, departments and roles exist, reportsTo names a member and is acyclic, departments nest as a tree (refused when nesting is off).",
     request_body = AgentOrgChart,
     responses(
-        (status = 201, description = "Created.", body = AgentOrgChart),
-        (status = 200, description = "Replaced.", body = AgentOrgChart),
+        Written<AgentOrgChart>,
         Refused,
         TooLarge,
         NotJson,

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use utoipa::openapi::{Content, Ref, RefOr, ResponseBuilder};
 
 use super::{ApiError, AppState, Shared};
 use crate::calls::Calls;
@@ -280,6 +281,29 @@ pub(super) fn written(created: bool, body: impl Serialize) -> Response {
         StatusCode::OK
     };
     (status, Json(body)).into_response()
+}
+
+/// What [`written`] answers, declared once for the document: 201 Created or 200 Replaced, each
+/// with `T` as its JSON body. An `IntoResponses` type registers no schema, so `T` is one the
+/// document names elsewhere (the route's request body, another route's answer); the openapi test
+/// `every_reference_names_a_component` holds that.
+pub(super) struct Written<T>(PhantomData<T>);
+
+impl<T: utoipa::ToSchema> utoipa::IntoResponses for Written<T> {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        let answer = |description: &str| {
+            let schema = Ref::from_schema_name(T::name());
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", Content::new(Some(schema)))
+                .build()
+                .into()
+        };
+        BTreeMap::from([
+            ("201".to_owned(), answer("Created.")),
+            ("200".to_owned(), answer("Replaced.")),
+        ])
+    }
 }
 
 /// The 404 `not_found` for a named thing that is not there (`skill "x" not found`).

@@ -9,8 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NoSuchSource, NotJson, Param, Removed, SourcePath, TooLarge, answers, blocking, flag,
-    found, json, offering, query, read_body, read_one, remove_offered, written,
+    Media, NoSuchSource, NotJson, Param, Removed, SourcePath, TooLarge, Written, answers, blocking,
+    flag, found, json, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -72,8 +72,7 @@ pub(super) async fn get_source(
     ),
     request_body(content = inline(Content), content_type = "*/*", description = "The content."),
     responses(
-        (status = 201, description = "Created.", body = SourceMeta),
-        (status = 200, description = "Replaced.", body = SourceMeta),
+        Written<SourceMeta>,
         (status = 400, description = "Bad name, kind or content (`validation_error`)."),
         (status = 413, description = "Body over the source limit (`payload_too_large`)."),
     )
