@@ -672,7 +672,7 @@ pub fn append(tx: &Tx<'_>, key: &SigningKey, mut entry: Entry) -> Result<Line> {
 /// this returns, the entry is on disk in both places (what a stake written ahead needs).
 pub fn append_now(store: &Store, key: &SigningKey, entry: Entry) -> Result<Line> {
     let line = store.write(|tx| append(tx, key, entry))?;
-    publish_head(store)?;
+    publish_head_through(store, line.entry.seq)?;
     Ok(line)
 }
 
@@ -699,14 +699,28 @@ fn read_head_file(path: &std::path::Path) -> std::result::Result<Option<Head>, (
 /// overwrites the evidence). Written to a private temporary file, synced, renamed over, the dir
 /// synced: the file holds the old head or the new one, never half of either.
 pub fn publish_head(store: &Store) -> Result<()> {
+    publish_head_through(store, u64::MAX)
+}
+
+/// [`publish_head`] for an appender whose entry `seq` committed: nothing to do when the file
+/// already names `seq` or a later entry. Appenders of one group-committed batch return from the
+/// commit together; the first to take the lock publishes the database's head, which covers the
+/// whole batch, and the others find it there — one head file write (two fsyncs) per batch, not
+/// per entry (issue 33). The file is still only moved forward, by the checks below; a head it
+/// holds was checked against the database when it was written.
+pub fn publish_head_through(store: &Store, seq: u64) -> Result<()> {
     let Some(path) = head_file(store) else {
         return Ok(());
     };
     let _guard = HEAD_FILE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let file = read_head_file(&path);
+    if matches!(&file, Ok(Some(f)) if f.seq >= seq) {
+        return Ok(());
+    }
     let Some(db) = head(store)? else {
         return Ok(());
     };
-    match read_head_file(&path) {
+    match file {
         Ok(Some(file)) if file.seq >= db.seq => return Ok(()),
         Ok(Some(file)) => {
             let at: Option<String> = store.read(|c| {
@@ -1183,6 +1197,58 @@ mod tests {
         let text = to_jsonl(&lines).expect("jsonl");
         let head = head(&store).expect("head");
         assert!(verify(parse_jsonl(&text), &key.verifying_key(), head.as_ref()).ok);
+    }
+
+    /// Issue 33: appenders of one group-committed batch share one head file write. An appender
+    /// whose entry the file already names (or passed) writes nothing, even when the database
+    /// moved on meanwhile (under load it always has): that later entry's own appender
+    /// publishes it. The file only moves forward and names only committed entries.
+    #[test]
+    fn an_entry_the_head_file_already_covers_is_not_published_again() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("store.db")).expect("store");
+        let key = SigningKey::from_bytes(&[7u8; 32]);
+        let add =
+            |n: usize| {
+                store
+                    .write(|tx| {
+                        (0..n)
+                            .map(|i| {
+                                Ok(append(
+                                    tx,
+                                    &key,
+                                    entry(EntryKind::Decision, &format!("c{i}"), &[]),
+                                )?
+                                .entry
+                                .seq)
+                            })
+                            .collect::<Result<Vec<u64>>>()
+                    })
+                    .expect("append")
+            };
+        let file = head_file(&store).expect("a file store has a head file");
+        let written = || std::fs::metadata(&file).expect("head file").ino();
+        let named = || read_head_file(&file).expect("readable").expect("there").seq;
+        // One batch of two entries; its last appender publishes first.
+        let batch = add(2);
+        publish_head_through(&store, batch[1]).expect("publish");
+        assert_eq!(named(), batch[1]);
+        let first = written();
+        // The next batch commits before the first batch's other appender publishes.
+        let next = add(1);
+        publish_head_through(&store, batch[0]).expect("publish");
+        assert_eq!(
+            written(),
+            first,
+            "the head file was written again for a covered entry"
+        );
+        assert_eq!(named(), batch[1]);
+        publish_head_through(&store, next[0]).expect("publish");
+        assert_eq!(named(), next[0]);
+        assert_ne!(written(), first);
+        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        assert!(v.ok, "{v:?}");
     }
 
     #[test]

@@ -27,6 +27,8 @@ use crate::ledger::{EntryKind, Item};
 /// How long an open waits, retrying, while every box it may use is busy (the machine's stall
 /// limit is 120 s).
 const BUSY_PATIENCE: Duration = Duration::from_secs(60);
+/// How long one submit waits for the other side's stake: the longest the box holds a submit.
+const SUBMIT_HOLD: Duration = Duration::from_millis(skillbox_jc::server::MAX_WAIT_MS);
 
 /// A box at its run limit (or stake budget): it has room again as soon as a run ends.
 fn is_busy(e: &JcError) -> bool {
@@ -416,9 +418,7 @@ impl Calls {
             // Written ahead, never answered (a stall, a crash): does the box hold it?
             match self.timed("status", client.status(&verified.run_id)).await {
                 Ok(view) if view.staked.contains(&role) => {
-                    self.stake_answered(row, p.seq, Ok(Some("already_staked".into())))
-                        .await?;
-                    return Ok(Some((Event::Staked, Change::none())));
+                    return Ok(self.staked(row, p.seq, Some("already_staked".into())).await);
                 }
                 Ok(_) => {}
                 Err(e) if driver::transient(&e) => return Err(e),
@@ -544,10 +544,7 @@ impl Calls {
             Err(e) => Err(e),
         };
         match answer {
-            Ok(code) => {
-                self.stake_answered(row, seq, Ok(code)).await?;
-                Ok(Some((Event::Staked, Change::none())))
-            }
+            Ok(code) => Ok(self.staked(row, seq, code).await),
             Err(e) => {
                 self.stake_answered(row, seq, Err(&e)).await?;
                 Err(e)
@@ -600,6 +597,35 @@ impl Calls {
         seq: u64,
         answer: Result<Option<String>, &JcError>,
     ) -> skillbox_jc::Result<()> {
+        let entry = self.stake_answer(row, seq, answer).await;
+        let store = self.0.store.clone();
+        let signing = self.0.signing.clone();
+        super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
+            .await
+            .map(|_| ())
+            .map_err(|e| JcError::Internal(format!("ledger: {e}")))
+    }
+
+    /// The box took the stake of entry `seq`: its answer is recorded with the `Staked` step, in
+    /// that step's transaction.
+    async fn staked(&self, row: &CallRow, seq: u64, code: Option<String>) -> Outcome {
+        let entry = self.stake_answer(row, seq, Ok(code)).await;
+        Some((
+            Event::Staked,
+            Change {
+                recorded: Some(entry),
+                ..Change::none()
+            },
+        ))
+    }
+
+    /// The ledger entry of the box's answer to the stake of entry `seq`.
+    async fn stake_answer(
+        &self,
+        row: &CallRow,
+        seq: u64,
+        answer: Result<Option<String>, &JcError>,
+    ) -> crate::ledger::Entry {
         let (kind, code) = match answer {
             Ok(code) => (EntryKind::StakeTaken, code),
             Err(e) => (
@@ -611,13 +637,7 @@ impl Calls {
             ),
         };
         let (decision, decided_by) = self.decision_for_stake(row).await;
-        let entry = stake_answer_entry(row, seq, kind, code, &decision, &decided_by);
-        let store = self.0.store.clone();
-        let signing = self.0.signing.clone();
-        super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
-            .await
-            .map(|_| ())
-            .map_err(|e| JcError::Internal(format!("ledger: {e}")))
+        stake_answer_entry(row, seq, kind, code, &decision, &decided_by)
     }
 
     /// The policy's answer for this call, and (unless it asks the human) the ledger entry
@@ -664,7 +684,9 @@ impl Calls {
         // accepted submit on (see `coverage::Turns`).
         let turns = row.call.role == Role::Owner && self.turns_on();
         let mut pause = Duration::from_millis(2);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        // As long as the box holds one submit: a shorter deadline ended a held submit early and
+        // the call's retry asked again (issue 33: 1.72 submits per call at 5,000 in flight).
+        let deadline = tokio::time::Instant::now() + SUBMIT_HOLD;
         loop {
             if turns
                 && let Some(code) = self
@@ -817,7 +839,7 @@ impl Calls {
                     Change {
                         patch,
                         answer: Some(answer),
-                        ledger: None,
+                        ..Change::none()
                     },
                 )))
             }

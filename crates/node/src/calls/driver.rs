@@ -24,6 +24,11 @@ pub(super) struct Change {
     /// The disclosure-ledger entry this transition records (a decision, a stake): appended in
     /// the transition's own transaction, only when the machine took the event.
     pub(super) ledger: Option<crate::ledger::Entry>,
+    /// A ledger entry that stands whether or not the machine takes the event: the box's answer
+    /// to a stake written ahead (the bytes left either way). Appended in this step's transaction
+    /// — one commit and one head file write for the answer and the transition it brings, not
+    /// two (issue 33) — and written even when the step changes nothing else.
+    pub(super) recorded: Option<crate::ledger::Entry>,
 }
 
 impl Change {
@@ -248,6 +253,9 @@ impl Calls {
             let k = key.clone();
             let stepped = blocking(move || {
                 let Some(row) = records::load(&store, &k.0, k.1)? else {
+                    if let Some(entry) = change.recorded {
+                        crate::ledger::append_now(&store, &signing, entry)?;
+                    }
                     return Ok(None);
                 };
                 let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
@@ -267,14 +275,29 @@ impl Calls {
                     t.call.moves.push(m.clone());
                 }
                 let write = t.changed || (!t.actions.is_empty() && change.has_patch());
-                let appended = write && t.changed && change.ledger.is_some();
-                if write {
-                    store.write(|tx| {
+                let mut appended = None;
+                if write || change.recorded.is_some() {
+                    appended = store.write(|tx| {
+                        let mut seq = None;
+                        if let Some(entry) = &change.recorded {
+                            seq = Some(
+                                crate::ledger::append(tx, &signing, entry.clone())?
+                                    .entry
+                                    .seq,
+                            );
+                        }
+                        if !write {
+                            return Ok(seq);
+                        }
                         records::update(tx, &t.call, &change.patch)?;
                         if let Some(entry) = &change.ledger
                             && t.changed
                         {
-                            crate::ledger::append(tx, &signing, entry.clone())?;
+                            seq = Some(
+                                crate::ledger::append(tx, &signing, entry.clone())?
+                                    .entry
+                                    .seq,
+                            );
                         }
                         if let Some(answer) = &change.answer
                             && t.call.state == State::Answered
@@ -299,13 +322,15 @@ impl Calls {
                                 )?;
                             }
                         }
-                        Ok(())
+                        Ok(seq)
                     })?;
                 }
                 // The head outside the database follows the committed entry. Failing to write
                 // it does not undo the transition (it is on disk); the next append or `ledger
                 // verify` (`head_file_missing`, `rolled_back`) shows it.
-                if appended && let Err(e) = crate::ledger::publish_head(&store) {
+                if let Some(seq) = appended
+                    && let Err(e) = crate::ledger::publish_head_through(&store, seq)
+                {
                     tracing::warn!(error = %e, "ledger head file not written");
                 }
                 // The run (and its box) the call just left, if this step moved it.

@@ -431,3 +431,61 @@ async fn the_callers_stake_waits_for_its_human() {
         "the denied one never did"
     );
 }
+
+/// The store's acknowledged writes so far (`GET /metrics`).
+async fn store_writes(node: &TestNode) -> u64 {
+    let answer = node.get("/metrics").await;
+    let text = answer.body.as_str().unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("skillbox_store_writes_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no store_writes in {text}"))
+}
+
+/// Issue 33: on a call's critical path every commit is an fsync (and a ledger entry's a head
+/// file write besides). The box's answer to a stake is recorded in the transaction of the
+/// `Staked` step it brings, not in one of its own: one durable write fewer on each side, with
+/// the entry still there, after the stake it answers. The fewest writes of three calls: a step
+/// that sometimes comes in between (an event that crossed another) does not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stakes_answer_is_committed_with_the_staked_step() {
+    let w = support::world("BODY-COMMITS", "sk-test-KEY-COMMITS", &[], |_| {}, |_| {}).await;
+    let (mut caller, mut owner) = (u64::MAX, u64::MAX);
+    for _ in 0..3 {
+        let before = (store_writes(&w.caller).await, store_writes(&w.owner).await);
+        let id = w
+            .caller
+            .start_call(&w.owner.peer_id, "taste", "how many commits?")
+            .await;
+        assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
+        assert_eq!(w.owner.wait_call(&id, LIMIT).await["state"], "ran");
+        let after = (store_writes(&w.caller).await, store_writes(&w.owner).await);
+        caller = caller.min(after.0 - before.0);
+        owner = owner.min(after.1 - before.1);
+        for node in [&w.caller, &w.owner] {
+            let all = node.get(&format!("/ledger?call={id}")).await.body;
+            let kinds: Vec<&str> = all["entries"]
+                .as_array()
+                .expect("entries")
+                .iter()
+                .filter_map(|e| e["kind"].as_str())
+                .collect();
+            let at = |k: &str| kinds.iter().position(|x| *x == k);
+            assert!(
+                at("stake").is_some() && at("stake") < at("stake_taken"),
+                "{kinds:?}"
+            );
+        }
+    }
+    eprintln!("store writes for one call (fewest of three): caller {caller}, owner {owner}");
+    assert!(caller <= CALLER_WRITES, "caller: {caller} writes");
+    assert!(owner <= OWNER_WRITES, "owner: {owner} writes");
+    for node in [&w.caller, &w.owner] {
+        assert_eq!(node.get("/ledger/verify").await.body["ok"], true);
+    }
+}
+
+/// A call's store writes on each side: the request, the policy's decision, the run opened and
+/// verified, the stake written ahead, the box's answer with `Staked`, the submit, the outcome.
+const CALLER_WRITES: u64 = 9;
+const OWNER_WRITES: u64 = 11;
