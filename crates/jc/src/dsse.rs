@@ -143,10 +143,73 @@ fn verify_sig(key: &VerifyingKey, message: &[u8], sig_b64: &str, role: &str) -> 
     let sig = EdSignature::from_slice(&raw).map_err(|_| JcError::BadSignature {
         role: role.to_owned(),
     })?;
+    let seen = verified::digest(key, &sig, message);
+    if verified::holds(&seen) {
+        return Ok(());
+    }
     key.verify_strict(message, &sig)
         .map_err(|_| JcError::BadSignature {
             role: role.to_owned(),
-        })
+        })?;
+    verified::keep(seen);
+    Ok(())
+}
+
+/// Signatures that verified lately, by the SHA-256 of the key, the signature and the message:
+/// one call's program envelope is checked on several steps of each node (the caller's cosign
+/// and open, the owner's admission and run check), and the same key, signature and bytes verify
+/// the same way every time (issue 33: the repeats were ~3 % of a node's CPU). Only a signature
+/// that verified is kept; anything else — another byte anywhere — is verified in full. At
+/// most [`verified::KEPT`] digests, the oldest let go first.
+mod verified {
+    use std::collections::{HashSet, VecDeque};
+    use std::sync::{LazyLock, Mutex, MutexGuard};
+
+    use ed25519_dalek::{Signature, VerifyingKey};
+    use sha2::{Digest, Sha256};
+
+    /// A few thousand calls in flight, several signatures each; 32 bytes a digest.
+    pub(super) const KEPT: usize = 16_384;
+
+    #[derive(Default)]
+    struct Seen {
+        set: HashSet<[u8; 32]>,
+        order: VecDeque<[u8; 32]>,
+    }
+
+    fn seen() -> MutexGuard<'static, Seen> {
+        static SEEN: LazyLock<Mutex<Seen>> = LazyLock::new(Mutex::default);
+        // The set and the order change together before anything can panic.
+        SEEN.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The key and the signature have fixed lengths (32 and 64 bytes): the three cannot run
+    /// into each other.
+    pub(super) fn digest(key: &VerifyingKey, sig: &Signature, message: &[u8]) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"skillbox-verified-sig-v1\0");
+        h.update(key.as_bytes());
+        h.update(sig.to_bytes());
+        h.update(message);
+        h.finalize().into()
+    }
+
+    pub(super) fn holds(d: &[u8; 32]) -> bool {
+        seen().set.contains(d)
+    }
+
+    pub(super) fn keep(d: [u8; 32]) {
+        let mut s = seen();
+        if !s.set.insert(d) {
+            return;
+        }
+        s.order.push_back(d);
+        while s.order.len() > KEPT {
+            if let Some(old) = s.order.pop_front() {
+                s.set.remove(&old);
+            }
+        }
+    }
 }
 
 fn verifying_key(hex32: &str, field: &str) -> Result<VerifyingKey> {
@@ -373,5 +436,45 @@ mod tests {
             approved_program(&env),
             Err(JcError::BadSignature { .. })
         ));
+    }
+
+    /// Issue 33: a signature that verified is not verified again for the same key and bytes;
+    /// right after it did, another signature, other bytes or another key still fail.
+    #[test]
+    fn a_verified_signature_is_kept_and_nothing_else_rides_on_it() {
+        let (c, o, _) = keys();
+        let p = program(&c, &o);
+        let mut env = sign_program(&p, &c).expect("sign");
+        env.sign(&o).expect("sign");
+        let bytes = env.payload_bytes().expect("payload");
+        let message = pae(&env.payload_type, &bytes);
+        let sig = EdSignature::from_slice(&b64_decode("sig", &env.signatures[0].sig).expect("b64"))
+            .expect("sig");
+        let kept = verified::digest(&c.verifying_key(), &sig, &message);
+        approved_program(&env).expect("approved");
+        assert!(verified::holds(&kept), "the verified signature is kept");
+
+        let mut forged = env.clone();
+        let mut raw = b64_decode("sig", &forged.signatures[0].sig).expect("b64");
+        raw[0] ^= 1;
+        forged.signatures[0].sig = STANDARD.encode(&raw);
+        assert!(matches!(
+            approved_program(&forged),
+            Err(JcError::BadSignature { .. })
+        ));
+        let mut other = p.clone();
+        other.output.max_bytes += 1;
+        let mut moved = env.clone();
+        moved.payload = STANDARD.encode(other.to_canonical().expect("canonical"));
+        assert!(matches!(
+            approved_program(&moved),
+            Err(JcError::BadSignature { .. })
+        ));
+        // The caller's signature offered as the owner's: its key differs.
+        let owner = o.verifying_key();
+        assert!(
+            verify_sig(&owner, &message, &env.signatures[0].sig, "owner").is_err(),
+            "a kept signature is kept for its key only"
+        );
     }
 }
