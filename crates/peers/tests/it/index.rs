@@ -3,6 +3,7 @@
 //! honest entry, and a provider that left is forgotten after its records' TTL. Real skills from
 //! the corpus; every wait has a deadline.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,9 +11,10 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use skillbox_peers::index::{ProviderRefusal, lookup_keys};
 use skillbox_peers::{
-    AcceptedBox, Multiaddr, NetworkEvent, Offer, OfferedSkill, PayloadReceiver, PeerId,
-    PeersConfig, PeersHandle, Protocol, keypair_from_seed, start,
+    AcceptedBox, Multiaddr, NetworkEvent, Offer, PayloadReceiver, PeerId, PeersConfig, PeersHandle,
+    Protocol, keypair_from_seed, start,
 };
+use skillbox_testkit::skills::offered_skill;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 const NODES: usize = 52;
@@ -60,15 +62,7 @@ pub(crate) fn offer(skills: &[(String, String)]) -> Offer {
     Offer {
         skills: skills
             .iter()
-            .map(|(name, description)| OfferedSkill {
-                name: name.clone(),
-                description: description.clone(),
-                provider: "local".into(),
-                required_sources: vec![],
-                limits: Default::default(),
-                declaration_digest: format!("sha256:{}", "cd".repeat(32)),
-                guard: None,
-            })
+            .map(|(name, description)| offered_skill(name, description, "local", &[]))
             .collect(),
         boxes: vec![AcceptedBox {
             platform: "insecure-dev".into(),
@@ -271,12 +265,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
     let mut top = 0;
     let mut missed = Vec::new();
     for chunk in asks.chunks(4) {
-        let results = join_all(
-            chunk
-                .iter()
-                .map(|(s, p, _, d)| finds(&nodes[*s], d, &nodes[*p])),
-        )
-        .await;
+        let results = finds_together(&nodes, chunk).await;
         for ((s, p, name, description), ok) in chunk.iter().zip(results) {
             if ok {
                 found += 1;
@@ -376,12 +365,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
     let mut after = 0;
     let checks: Vec<&(usize, usize, String, String)> = asks.iter().step_by(4).collect();
     for chunk in checks.chunks(4) {
-        let results = join_all(
-            chunk
-                .iter()
-                .map(|(s, p, _, d)| finds(&nodes[*s], d, &nodes[*p])),
-        )
-        .await;
+        let results = finds_together(&nodes, chunk).await;
         after += results.into_iter().filter(|ok| *ok).count();
     }
     let after_rate = after as f64 / checks.len() as f64;
@@ -446,6 +430,19 @@ fn config() -> PeersConfig {
         search_timeout: Duration::from_secs(30),
         ..PeersConfig::default()
     }
+}
+
+/// The asks `(searcher, provider, name, description)` searched at once; for each, in order,
+/// whether [`finds`] found its provider.
+async fn finds_together<A: Borrow<(usize, usize, String, String)>>(
+    nodes: &[PeersHandle],
+    asks: &[A],
+) -> Vec<bool> {
+    join_all(asks.iter().map(|a| {
+        let (s, p, _, d) = a.borrow();
+        finds(&nodes[*s], d, &nodes[*p])
+    }))
+    .await
 }
 
 /// Search `text` from `searcher`; whether `provider`'s verified advert came back.
