@@ -184,19 +184,14 @@ impl Client {
             .build()
             .context("starting the async runtime")?;
         // The token goes only to the node's Unix socket in the 0700 data dir, never to the TCP
-        // port in `api.addr`: after a crash another local user may hold that port. A socket
-        // also takes no proxy from the environment.
+        // port in `api.addr` (see `socket_client`).
         let socket = dir.api_socket();
-        let http = reqwest::Client::builder()
-            .unix_socket(socket.as_path())
-            .no_proxy()
-            .timeout(std::time::Duration::from_secs(60))
-            .build()
-            .context("building the HTTP client")?;
+        let http =
+            skillbox_reach::backend::socket_client(&socket).context("building the HTTP client")?;
         Ok(Client {
             rt,
             http,
-            base: "http://localhost".into(),
+            base: skillbox_reach::backend::SOCKET_BASE.into(),
             socket: socket.display().to_string(),
             token,
         })

@@ -405,23 +405,32 @@ pub struct NodeHttp {
 /// Where the catalog is served for [`NodeHttp`] (an operator route this crate mounts).
 pub const CATALOG_PATH: &str = "/v1/host/skillbox/reach/catalog";
 
+/// The URL base of requests sent over the node's socket (the socket, not the host, is dialled).
+pub const SOCKET_BASE: &str = "http://localhost";
+
+/// An HTTP client to the node's API over its Unix socket (`<data_dir>/api.sock`), never its
+/// TCP port: a stale `api.addr` names a port any local user may hold after a crash, and a socket
+/// takes no proxy from the environment. Send requests to [`SOCKET_BASE`]; what `skillbox mcp`
+/// and the CLI's node commands both use.
+pub fn socket_client(socket: &std::path::Path) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .unix_socket(socket)
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+}
+
 impl NodeHttp {
-    /// Over the node's Unix socket (`<data_dir>/api.sock`), never its TCP port: a stale
-    /// `api.addr` names a port any local user may hold after a crash, and a socket takes no
-    /// proxy from the environment.
+    /// Over the node's Unix socket (`<data_dir>/api.sock`): see [`socket_client`].
     pub fn new(
         socket: impl Into<std::path::PathBuf>,
         token: impl Into<String>,
     ) -> Result<NodeHttp, BackendError> {
-        let http = reqwest::Client::builder()
-            .unix_socket(socket.into())
-            .no_proxy()
-            .timeout(Duration::from_secs(60))
-            .build()
+        let http = socket_client(&socket.into())
             .map_err(|_| BackendError::Unavailable("cannot build the HTTP client".into()))?;
         Ok(NodeHttp {
             http,
-            base: "http://localhost".into(),
+            base: SOCKET_BASE.into(),
             token: token.into(),
         })
     }
