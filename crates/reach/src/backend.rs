@@ -461,16 +461,11 @@ impl NodeHttp {
             .map_err(|_| BackendError::Unavailable("the node's answer was cut off".into()))?;
         let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if !(200..300).contains(&status) {
-            let code = v
-                .get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("refused")
-                .to_owned();
-            let message = v
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("the node refused the request")
-                .to_owned();
+            // The node's error envelope, `{"error": code, "message": text}`, either field missing.
+            let field =
+                |k: &str, or: &str| v.get(k).and_then(Value::as_str).unwrap_or(or).to_owned();
+            let code = field("error", "refused");
+            let message = field("message", "the node refused the request");
             if status == 503 {
                 return Err(BackendError::Unavailable(catalog::clean_untrusted(
                     &message, 600,
