@@ -256,14 +256,20 @@ mod tests {
         assert!(used.len() > 2, "{}", used.len());
     }
 
-    #[test]
-    fn the_gate_rate_limits_and_caps_one_provider_without_touching_another() {
+    /// A gate taking `rate_per_sec` records a second (bursts of `burst`) from each of at most
+    /// `providers` providers, five keys each.
+    fn gate(rate_per_sec: f64, burst: f64, providers: usize) -> ProviderGate {
         let limits = ProviderLimits {
-            rate_per_sec: 1.0,
-            burst: 10.0,
+            rate_per_sec,
+            burst,
             max_keys_per_provider: 5,
         };
-        let mut gate = ProviderGate::new(limits, 100);
+        ProviderGate::new(limits, providers)
+    }
+
+    #[test]
+    fn the_gate_rate_limits_and_caps_one_provider_without_touching_another() {
+        let mut gate = gate(1.0, 10.0, 100);
         let flooder = PeerId::random();
         let honest = PeerId::random();
         let now = 1_000_000;
@@ -300,12 +306,7 @@ mod tests {
 
     #[test]
     fn the_gate_tracks_a_bounded_number_of_providers() {
-        let limits = ProviderLimits {
-            rate_per_sec: 100.0,
-            burst: 100.0,
-            max_keys_per_provider: 5,
-        };
-        let mut gate = ProviderGate::new(limits, 3);
+        let mut gate = gate(100.0, 100.0, 3);
         for _ in 0..3 {
             assert_eq!(gate.admit(PeerId::random(), b"k", 2_000, 1_000), Ok(()));
         }
