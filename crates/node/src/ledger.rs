@@ -150,6 +150,34 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry of `kind` naming only its call, side and peer (`seq` and `prev` are set by
+    /// [`append`]); the caller fills in what else it records.
+    pub fn naming(kind: EntryKind, call: &str, role: &str, peer: &str) -> Entry {
+        Entry {
+            seq: 0,
+            at: 0,
+            kind,
+            call: call.to_owned(),
+            role: role.to_owned(),
+            peer: peer.to_owned(),
+            skill: String::new(),
+            box_url: None,
+            run: None,
+            platform: None,
+            measurement: None,
+            hardware_isolation: false,
+            provider: None,
+            provider_host: None,
+            decision: String::new(),
+            decided_by: String::new(),
+            sources: vec![],
+            items: vec![],
+            answers: None,
+            box_code: None,
+            prev: String::new(),
+        }
+    }
+
     /// What the entry records, in words for its human: `staked request (≤1024 B), source songs
     /// (≤1024 B)`, `allowed by rule:1 for songs`. Names and buckets only, like the entry.
     pub fn summary(&self) -> String {
@@ -795,27 +823,8 @@ pub fn open(store: &Store, key: &SigningKey, peer: &str) -> Result<()> {
                 tx,
                 key,
                 Entry {
-                    seq: 0,
                     at: skillbox_peers::now_ms(),
-                    kind: EntryKind::Genesis,
-                    call: String::new(),
-                    role: "node".into(),
-                    peer: peer.to_owned(),
-                    skill: String::new(),
-                    box_url: None,
-                    run: None,
-                    platform: None,
-                    measurement: None,
-                    hardware_isolation: false,
-                    provider: None,
-                    provider_host: None,
-                    decision: String::new(),
-                    decided_by: String::new(),
-                    sources: vec![],
-                    items: vec![],
-                    answers: None,
-                    box_code: None,
-                    prev: String::new(),
+                    ..Entry::naming(EntryKind::Genesis, "", "node", peer)
                 },
             )?;
         }
@@ -1426,41 +1435,22 @@ mod tests {
                 .map(|l| l.entry.call)
                 .collect()
         };
-        assert_eq!(
-            names(Filter {
-                source: Some("diary".into()),
-                ..Filter::default()
-            }),
-            ["c2"]
-        );
-        assert_eq!(
-            names(Filter {
-                peer: Some("12D3KooWPeer".into()),
-                ..Filter::default()
-            }),
-            ["c1"]
-        );
-        assert_eq!(
-            names(Filter {
-                since_ms: Some(1500),
-                ..Filter::default()
-            }),
-            ["c2"]
-        );
-        assert_eq!(
-            names(Filter {
-                call: Some("c1".into()),
-                ..Filter::default()
-            }),
-            ["c1"]
-        );
-        assert!(
-            names(Filter {
-                source: Some("nothing".into()),
-                ..Filter::default()
-            })
-            .is_empty()
-        );
+        // Each filter alone, and the entries (by call) it lists.
+        let with = |set: fn(&mut Filter)| {
+            let mut f = Filter::default();
+            set(&mut f);
+            f
+        };
+        let cases: [(Filter, &[&str]); 5] = [
+            (with(|f| f.source = Some("diary".into())), &["c2"]),
+            (with(|f| f.peer = Some("12D3KooWPeer".into())), &["c1"]),
+            (with(|f| f.since_ms = Some(1500)), &["c2"]),
+            (with(|f| f.call = Some("c1".into())), &["c1"]),
+            (with(|f| f.source = Some("nothing".into())), &[]),
+        ];
+        for (f, want) in cases {
+            assert_eq!(names(f.clone()), want, "{f:?}");
+        }
     }
 
     #[test]

@@ -640,27 +640,12 @@ fn a_database_restored_from_an_older_copy_does_not_verify_nor_is_covered_up() {
     let vk = key.verifying_key();
     let db = dir.path().join("node.db");
     let entry = |call: &str| Entry {
-        seq: 0,
         at: 1_700_000_000_000,
-        kind: EntryKind::Decision,
-        call: call.into(),
-        role: "caller".into(),
-        peer: "12D3KooWPeer".into(),
         skill: "taste".into(),
-        box_url: None,
-        run: None,
-        platform: None,
-        measurement: None,
-        hardware_isolation: false,
-        provider: None,
-        provider_host: None,
         decision: "allow".into(),
         decided_by: "rule:1".into(),
         sources: vec!["songs".into()],
-        items: vec![],
-        answers: None,
-        box_code: None,
-        prev: String::new(),
+        ..Entry::naming(EntryKind::Decision, call, "caller", "12D3KooWPeer")
     };
     let append = |calls: &[&str]| {
         let store = Store::open(&db).expect("store");
