@@ -418,12 +418,13 @@ impl Calls {
             // Written ahead, never answered (a stall, a crash): does the box hold it?
             match self.timed("status", client.status(&verified.run_id)).await {
                 Ok(view) if view.staked.contains(&role) => {
-                    return Ok(self.staked(row, p.seq, Some("already_staked".into())).await);
+                    let code = Some("already_staked".into());
+                    return Ok(self.staked(row, p.seq, code, None).await);
                 }
                 Ok(_) => {}
                 Err(e) if driver::transient(&e) => return Err(e),
                 Err(e) => {
-                    self.stake_answered(row, p.seq, Err(&e)).await?;
+                    self.stake_answered(row, p.seq, Err(&e), None).await?;
                     return Err(e);
                 }
             }
@@ -544,9 +545,13 @@ impl Calls {
             Err(e) => Err(e),
         };
         match answer {
-            Ok(code) => Ok(self.staked(row, seq, code).await),
+            // The answer repeats the decision the stake followed (read above, not again).
+            Ok(code) => Ok(self
+                .staked(row, seq, code, Some((decision, decided_by)))
+                .await),
             Err(e) => {
-                self.stake_answered(row, seq, Err(&e)).await?;
+                self.stake_answered(row, seq, Err(&e), Some((decision, decided_by)))
+                    .await?;
                 Err(e)
             }
         }
@@ -596,8 +601,9 @@ impl Calls {
         row: &CallRow,
         seq: u64,
         answer: Result<Option<String>, &JcError>,
+        decided: Option<(String, String)>,
     ) -> skillbox_jc::Result<()> {
-        let entry = self.stake_answer(row, seq, answer).await;
+        let entry = self.stake_answer(row, seq, answer, decided).await;
         let store = self.0.store.clone();
         let signing = self.0.signing.clone();
         super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
@@ -608,8 +614,14 @@ impl Calls {
 
     /// The box took the stake of entry `seq`: its answer is recorded with the `Staked` step, in
     /// that step's transaction.
-    async fn staked(&self, row: &CallRow, seq: u64, code: Option<String>) -> Outcome {
-        let entry = self.stake_answer(row, seq, Ok(code)).await;
+    async fn staked(
+        &self,
+        row: &CallRow,
+        seq: u64,
+        code: Option<String>,
+        decided: Option<(String, String)>,
+    ) -> Outcome {
+        let entry = self.stake_answer(row, seq, Ok(code), decided).await;
         Some((
             Event::Staked,
             Change {
@@ -619,12 +631,14 @@ impl Calls {
         ))
     }
 
-    /// The ledger entry of the box's answer to the stake of entry `seq`.
+    /// The ledger entry of the box's answer to the stake of entry `seq`; it repeats the
+    /// decision the stake followed (`decided`, or as the ledger has it).
     async fn stake_answer(
         &self,
         row: &CallRow,
         seq: u64,
         answer: Result<Option<String>, &JcError>,
+        decided: Option<(String, String)>,
     ) -> crate::ledger::Entry {
         let (kind, code) = match answer {
             Ok(code) => (EntryKind::StakeTaken, code),
@@ -636,7 +650,10 @@ impl Calls {
                 }),
             ),
         };
-        let (decision, decided_by) = self.decision_for_stake(row).await;
+        let (decision, decided_by) = match decided {
+            Some(d) => d,
+            None => self.decision_for_stake(row).await,
+        };
         stake_answer_entry(row, seq, kind, code, &decision, &decided_by)
     }
 

@@ -464,17 +464,16 @@ async fn a_stakes_answer_is_committed_with_the_staked_step() {
         owner = owner.min(after.1 - before.1);
         for node in [&w.caller, &w.owner] {
             let all = node.get(&format!("/ledger?call={id}")).await.body;
-            let kinds: Vec<&str> = all["entries"]
-                .as_array()
-                .expect("entries")
-                .iter()
-                .filter_map(|e| e["kind"].as_str())
-                .collect();
+            let entries = all["entries"].as_array().expect("entries");
+            let kinds: Vec<&str> = entries.iter().filter_map(|e| e["kind"].as_str()).collect();
             let at = |k: &str| kinds.iter().position(|x| *x == k);
-            assert!(
-                at("stake").is_some() && at("stake") < at("stake_taken"),
-                "{kinds:?}"
-            );
+            let (Some(stake), Some(taken)) = (at("stake"), at("stake_taken")) else {
+                panic!("{kinds:?}");
+            };
+            assert!(stake < taken, "{kinds:?}");
+            // The answer repeats the decision the stake followed.
+            assert_eq!(entries[taken]["decidedBy"], entries[stake]["decidedBy"]);
+            assert_eq!(entries[taken]["answers"], entries[stake]["seq"]);
         }
     }
     eprintln!("store writes for one call (fewest of three): caller {caller}, owner {owner}");
