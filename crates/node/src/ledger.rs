@@ -1042,12 +1042,32 @@ pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
 
 /// The last consent decision recorded for this call and side: (`allow`/`deny`, who decided).
 /// Read from the entries themselves (the columns only narrow the search).
-pub fn last_decision(store: &Store, call: &str, role: &str) -> Result<Option<(String, String)>> {
-    Ok(of_call(store, call, role)?
-        .into_iter()
+pub fn last_decision(store: &Store, call: &str, role: &str) -> Result<Option<Decided>> {
+    Ok(last_decision_in(&of_call(store, call, role)?))
+}
+
+/// A consent decision as an entry records it: `allow`/`deny`, and who decided.
+pub type Decided = (String, String);
+
+fn last_decision_in(entries: &[Entry]) -> Option<Decided> {
+    entries
+        .iter()
         .rev()
         .find(|e| e.kind == EntryKind::Decision)
-        .map(|e| (e.decision, e.decided_by)))
+        .map(|e| (e.decision.clone(), e.decided_by.clone()))
+}
+
+/// [`stake_state`] and [`last_decision`] from one read of the call's entries: a stake action
+/// needs both (issue 33: each read parses every entry of the call).
+pub fn stake_facts(
+    store: &Store,
+    call: &str,
+    role: &str,
+    run: &str,
+) -> Result<(Option<StakeState>, Option<Decided>)> {
+    let entries = of_call(store, call, role)?;
+    let decided = last_decision_in(&entries);
+    Ok((stake_state_in(entries, run), decided))
 }
 
 /// This call's entries on this side, in order, checked against their own content.
@@ -1080,11 +1100,12 @@ pub struct StakeState {
 /// Only that run's entries count (and those written before entries named their run): a stake
 /// into a run the call left is never taken for the run it has now.
 pub fn stake_state(store: &Store, call: &str, role: &str, run: &str) -> Result<Option<StakeState>> {
-    let mut entries = of_call(store, call, role)?;
+    Ok(stake_state_in(of_call(store, call, role)?, run))
+}
+
+fn stake_state_in(mut entries: Vec<Entry>, run: &str) -> Option<StakeState> {
     entries.retain(|e| e.run.as_deref().is_none_or(|r| r == run));
-    let Some(stake) = entries.iter().rev().find(|e| e.kind == EntryKind::Stake) else {
-        return Ok(None);
-    };
+    let stake = entries.iter().rev().find(|e| e.kind == EntryKind::Stake)?;
     let answer = entries
         .iter()
         .find(|e| {
@@ -1092,11 +1113,11 @@ pub fn stake_state(store: &Store, call: &str, role: &str, run: &str) -> Result<O
                 && e.answers == Some(stake.seq)
         })
         .map(|e| (e.kind, e.box_code.clone()));
-    Ok(Some(StakeState {
+    Some(StakeState {
         seq: stake.seq,
         items: stake.items.clone(),
         answer,
-    }))
+    })
 }
 
 #[cfg(test)]

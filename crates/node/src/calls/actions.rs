@@ -401,7 +401,7 @@ impl Calls {
         let verified = self.verified(row).await?;
         let role = Self::role(row);
         let client = self.client(row)?;
-        let prior = self.stake_state(row).await?;
+        let (prior, (decision, decided_by)) = self.stake_facts(row).await?;
         if let Some(p) = &prior {
             match &p.answer {
                 Some((EntryKind::StakeTaken, _)) => {
@@ -419,12 +419,14 @@ impl Calls {
             match self.timed("status", client.status(&verified.run_id)).await {
                 Ok(view) if view.staked.contains(&role) => {
                     let code = Some("already_staked".into());
-                    return Ok(self.staked(row, p.seq, code, None).await);
+                    let decided = (decision, decided_by);
+                    return Ok(self.staked(row, p.seq, code, decided));
                 }
                 Ok(_) => {}
                 Err(e) if driver::transient(&e) => return Err(e),
                 Err(e) => {
-                    self.stake_answered(row, p.seq, Err(&e), None).await?;
+                    self.stake_answered(row, p.seq, Err(&e), (decision, decided_by))
+                        .await?;
                     return Err(e);
                 }
             }
@@ -511,7 +513,6 @@ impl Calls {
             })
             .await
             .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
-        let (decision, decided_by) = self.decision_for_stake(row).await;
         // Write ahead: the entry for exactly these bytes is on disk before they leave. The same
         // bytes sent again to the same run are the entry already written.
         let seq = match prior {
@@ -546,11 +547,9 @@ impl Calls {
         };
         match answer {
             // The answer repeats the decision the stake followed (read above, not again).
-            Ok(code) => Ok(self
-                .staked(row, seq, code, Some((decision, decided_by)))
-                .await),
+            Ok(code) => Ok(self.staked(row, seq, code, (decision, decided_by))),
             Err(e) => {
-                self.stake_answered(row, seq, Err(&e), Some((decision, decided_by)))
+                self.stake_answered(row, seq, Err(&e), (decision, decided_by))
                     .await?;
                 Err(e)
             }
@@ -558,11 +557,12 @@ impl Calls {
     }
 
     /// This call's stake into its run now as the ledger has it on this side (a run the call
-    /// left is another run: its stake is not this one's).
-    async fn stake_state(
+    /// left is another run: its stake is not this one's), and the decision the stake follows —
+    /// from one read of the call's entries.
+    async fn stake_facts(
         &self,
         row: &CallRow,
-    ) -> skillbox_jc::Result<Option<crate::ledger::StakeState>> {
+    ) -> skillbox_jc::Result<(Option<crate::ledger::StakeState>, (String, String))> {
         let store = self.0.store.clone();
         let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
         let run = row
@@ -570,28 +570,11 @@ impl Calls {
             .run_id
             .clone()
             .ok_or_else(|| JcError::Internal("no run yet".into()))?;
-        super::blocking(move || crate::ledger::stake_state(&store, &id, side, &run))
-            .await
-            .map_err(|e| JcError::Internal(format!("ledger: {e}")))
-    }
-
-    /// The decision a stake follows, as the ledger recorded it.
-    async fn decision_for_stake(&self, row: &CallRow) -> (String, String) {
-        let store = self.0.store.clone();
-        let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
-        let decided = super::blocking(move || crate::ledger::last_decision(&store, &id, side))
-            .await
-            .ok()
-            .flatten();
-        // The owner stakes once it admitted the call (its admission policy, the skill offered)
-        // and verified the box; its consent rules decide the submit, recorded after.
-        decided.unwrap_or_else(|| {
-            let by = match row.call.role {
-                Role::Owner => "admission",
-                Role::Caller => "unrecorded",
-            };
-            ("allow".to_owned(), by.to_owned())
-        })
+        let (state, decided) =
+            super::blocking(move || crate::ledger::stake_facts(&store, &id, side, &run))
+                .await
+                .map_err(|e| JcError::Internal(format!("ledger: {e}")))?;
+        Ok((state, decided_or_default(row, decided)))
     }
 
     /// Record the box's answer to the stake of entry `seq`: taken (with `already_staked` when a
@@ -601,9 +584,9 @@ impl Calls {
         row: &CallRow,
         seq: u64,
         answer: Result<Option<String>, &JcError>,
-        decided: Option<(String, String)>,
+        decided: (String, String),
     ) -> skillbox_jc::Result<()> {
-        let entry = self.stake_answer(row, seq, answer, decided).await;
+        let entry = self.stake_answer(row, seq, answer, decided);
         let store = self.0.store.clone();
         let signing = self.0.signing.clone();
         super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
@@ -614,14 +597,14 @@ impl Calls {
 
     /// The box took the stake of entry `seq`: its answer is recorded with the `Staked` step, in
     /// that step's transaction.
-    async fn staked(
+    fn staked(
         &self,
         row: &CallRow,
         seq: u64,
         code: Option<String>,
-        decided: Option<(String, String)>,
+        decided: (String, String),
     ) -> Outcome {
-        let entry = self.stake_answer(row, seq, Ok(code), decided).await;
+        let entry = self.stake_answer(row, seq, Ok(code), decided);
         Some((
             Event::Staked,
             Change {
@@ -632,13 +615,13 @@ impl Calls {
     }
 
     /// The ledger entry of the box's answer to the stake of entry `seq`; it repeats the
-    /// decision the stake followed (`decided`, or as the ledger has it).
-    async fn stake_answer(
+    /// decision the stake followed (`decided`, read with the stake's state).
+    fn stake_answer(
         &self,
         row: &CallRow,
         seq: u64,
         answer: Result<Option<String>, &JcError>,
-        decided: Option<(String, String)>,
+        (decision, decided_by): (String, String),
     ) -> crate::ledger::Entry {
         let (kind, code) = match answer {
             Ok(code) => (EntryKind::StakeTaken, code),
@@ -649,10 +632,6 @@ impl Calls {
                     other => other.code().to_owned(),
                 }),
             ),
-        };
-        let (decision, decided_by) = match decided {
-            Some(d) => d,
-            None => self.decision_for_stake(row).await,
         };
         stake_answer_entry(row, seq, kind, code, &decision, &decided_by)
     }
@@ -899,6 +878,19 @@ impl Calls {
 /// The crash tests' failpoint inside the stake window: `SKILLBOX_CRASH_AT=<role>:stake_sent`
 /// aborts (like kill -9) after the box took the stake and before its answer is recorded — the
 /// window a write-ahead entry must cover. Nothing sets it otherwise.
+/// The decision recorded, or the one a stake without one follows: the owner stakes once it
+/// admitted the call (its admission policy, the skill offered) and verified the box; its consent
+/// rules decide the submit, recorded after.
+fn decided_or_default(row: &CallRow, decided: Option<(String, String)>) -> (String, String) {
+    decided.unwrap_or_else(|| {
+        let by = match row.call.role {
+            Role::Owner => "admission",
+            Role::Caller => "unrecorded",
+        };
+        ("allow".to_owned(), by.to_owned())
+    })
+}
+
 fn crash_after_stake(row: &CallRow) {
     let point = format!("{}:stake_sent", records::role_str(row.call.role));
     if std::env::var("SKILLBOX_CRASH_AT").is_ok_and(|v| v == point) {
