@@ -938,21 +938,8 @@ mod tests {
 
     #[test]
     fn a_remembered_run_is_used_only_while_it_is_the_calls_run() {
-        use skillbox_calls::machine::{self, NewCall, Timing};
-        let t = machine::start(
-            Role::Owner,
-            NewCall {
-                id: "c1".into(),
-                peer: "peer".into(),
-                skill: "taste".into(),
-                program_hash: format!("sha256:{}", "0".repeat(64)),
-                expires_at_ms: u64::MAX / 2,
-            },
-            1_000,
-            &Timing::default(),
-        );
         let mut row = CallRow {
-            call: t.call,
+            call: records::tests::started(Role::Owner),
             program: None,
             box_url: None,
             verified: None,

@@ -411,9 +411,21 @@ pub fn prune_finished(store: &Store, before: i64) -> Result<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use skillbox_calls::machine::{self, Event, NewCall, Timing};
+    use skillbox_calls::machine::{self, Call, Event, NewCall, Timing};
+
+    /// The tests' one call: `c1` of `peer` for `taste`, just started on `role`'s side.
+    pub(in crate::calls) fn started(role: Role) -> Call {
+        let call = NewCall {
+            id: "c1".into(),
+            peer: "peer".into(),
+            skill: "taste".into(),
+            program_hash: format!("sha256:{}", "0".repeat(64)),
+            expires_at_ms: u64::MAX / 2,
+        };
+        machine::start(role, call, 1_000, &Timing::default()).call
+    }
 
     fn same(a: &CallRow, b: &CallRow) -> bool {
         a.call == b.call
@@ -454,20 +466,8 @@ mod tests {
     fn the_row_handed_to_actions_is_the_row_persisted() {
         let store = Store::open_in_memory().expect("store");
         let timing = Timing::default();
-        let t = machine::start(
-            Role::Caller,
-            NewCall {
-                id: "c1".into(),
-                peer: "peer".into(),
-                skill: "taste".into(),
-                program_hash: format!("sha256:{}", "0".repeat(64)),
-                expires_at_ms: u64::MAX / 2,
-            },
-            1_000,
-            &timing,
-        );
         let mut row = CallRow {
-            call: t.call,
+            call: started(Role::Caller),
             program: Some("{\"payload\":1}".into()),
             box_url: Some("http://127.0.0.1:1".into()),
             verified: None,
