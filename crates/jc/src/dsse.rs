@@ -162,24 +162,19 @@ fn verify_sig(key: &VerifyingKey, message: &[u8], sig_b64: &str, role: &str) -> 
 /// that verified is kept; anything else — another byte anywhere — is verified in full. At
 /// most [`verified::KEPT`] digests, the oldest let go first.
 mod verified {
-    use std::collections::{HashSet, VecDeque};
     use std::sync::{LazyLock, Mutex, MutexGuard};
 
     use ed25519_dalek::{Signature, VerifyingKey};
     use sha2::{Digest, Sha256};
 
+    use crate::kept::Kept;
+
     /// A few thousand calls in flight, several signatures each; 32 bytes a digest.
     pub(super) const KEPT: usize = 16_384;
 
-    #[derive(Default)]
-    struct Seen {
-        set: HashSet<[u8; 32]>,
-        order: VecDeque<[u8; 32]>,
-    }
-
-    fn seen() -> MutexGuard<'static, Seen> {
-        static SEEN: LazyLock<Mutex<Seen>> = LazyLock::new(Mutex::default);
-        // The set and the order change together before anything can panic.
+    fn seen() -> MutexGuard<'static, Kept<[u8; 32], ()>> {
+        static SEEN: LazyLock<Mutex<Kept<[u8; 32], ()>>> =
+            LazyLock::new(|| Mutex::new(Kept::new(KEPT, |_| 1)));
         SEEN.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -195,20 +190,11 @@ mod verified {
     }
 
     pub(super) fn holds(d: &[u8; 32]) -> bool {
-        seen().set.contains(d)
+        seen().get(d).is_some()
     }
 
     pub(super) fn keep(d: [u8; 32]) {
-        let mut s = seen();
-        if !s.set.insert(d) {
-            return;
-        }
-        s.order.push_back(d);
-        while s.order.len() > KEPT {
-            if let Some(old) = s.order.pop_front() {
-                s.set.remove(&old);
-            }
-        }
+        seen().keep(d, ());
     }
 }
 

@@ -14,6 +14,7 @@ pub mod dsse;
 pub mod error;
 pub mod hardware;
 pub mod jcs;
+mod kept;
 pub mod nsm;
 pub mod program;
 pub mod prompt;

@@ -616,53 +616,34 @@ fn check_host(h: &str) -> Result<()> {
 /// (a parsed program takes about as much again), the oldest let go first. Only a program that
 /// passed every check is kept, so a hit returns what parsing the same bytes would.
 mod parsed {
-    use std::collections::{HashMap, VecDeque};
     use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
     use super::Program;
+    use crate::kept::Kept;
 
     /// Enough for the programs of a few thousand calls in flight (~3 KiB each).
     pub(super) const BUDGET: usize = 8 << 20;
 
-    #[derive(Default)]
-    struct Parsed {
-        programs: HashMap<Arc<[u8]>, Program>,
-        order: VecDeque<Arc<[u8]>>,
-        bytes: usize,
-    }
-
-    fn cache() -> MutexGuard<'static, Parsed> {
-        static CACHE: LazyLock<Mutex<Parsed>> = LazyLock::new(Mutex::default);
-        // Every change below keeps the map, the order and the count together before anything
-        // can panic, so a poisoned cache is still a consistent one.
+    fn cache() -> MutexGuard<'static, Kept<Arc<[u8]>, Program>> {
+        static CACHE: LazyLock<Mutex<Kept<Arc<[u8]>, Program>>> =
+            LazyLock::new(|| Mutex::new(Kept::new(BUDGET, |key| key.len())));
         CACHE.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(super) fn get(bytes: &[u8]) -> Option<Program> {
-        cache().programs.get(bytes).cloned()
+        cache().get(bytes).cloned()
     }
 
     pub(super) fn keep(bytes: &[u8], program: &Program) {
         let mut c = cache();
-        if c.programs.contains_key(bytes) {
-            return;
-        }
-        let key: Arc<[u8]> = Arc::from(bytes);
-        c.bytes += key.len();
-        c.order.push_back(key.clone());
-        c.programs.insert(key, program.clone());
-        while c.bytes > BUDGET {
-            let Some(old) = c.order.pop_front() else {
-                break;
-            };
-            c.bytes -= old.len();
-            c.programs.remove(&old);
+        if c.get(bytes).is_none() {
+            c.keep(Arc::from(bytes), program.clone());
         }
     }
 
     #[cfg(test)]
     pub(super) fn held(bytes: &[u8]) -> bool {
-        cache().programs.contains_key(bytes)
+        cache().get(bytes).is_some()
     }
 }
 
