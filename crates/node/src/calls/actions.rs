@@ -22,7 +22,7 @@ use super::driver::{self, Change, Outcome};
 use super::ledger::{ledger_entry, stake_answer_entry};
 use super::records::{self, CallRow, Patch};
 use super::{Calls, lock, now_ms};
-use crate::ledger::{EntryKind, Item};
+use crate::ledger::{Decided, EntryKind, Item};
 
 /// How long an open waits, retrying, while every box it may use is busy (the machine's stall
 /// limit is 120 s).
@@ -562,7 +562,7 @@ impl Calls {
     async fn stake_facts(
         &self,
         row: &CallRow,
-    ) -> skillbox_jc::Result<(Option<crate::ledger::StakeState>, (String, String))> {
+    ) -> skillbox_jc::Result<(Option<crate::ledger::StakeState>, Decided)> {
         let store = self.0.store.clone();
         let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
         let run = row
@@ -584,7 +584,7 @@ impl Calls {
         row: &CallRow,
         seq: u64,
         answer: Result<Option<String>, &JcError>,
-        decided: (String, String),
+        decided: Decided,
     ) -> skillbox_jc::Result<()> {
         let entry = self.stake_answer(row, seq, answer, decided);
         let store = self.0.store.clone();
@@ -597,13 +597,7 @@ impl Calls {
 
     /// The box took the stake of entry `seq`: its answer is recorded with the `Staked` step, in
     /// that step's transaction.
-    fn staked(
-        &self,
-        row: &CallRow,
-        seq: u64,
-        code: Option<String>,
-        decided: (String, String),
-    ) -> Outcome {
+    fn staked(&self, row: &CallRow, seq: u64, code: Option<String>, decided: Decided) -> Outcome {
         let entry = self.stake_answer(row, seq, Ok(code), decided);
         Some((
             Event::Staked,
@@ -621,7 +615,7 @@ impl Calls {
         row: &CallRow,
         seq: u64,
         answer: Result<Option<String>, &JcError>,
-        (decision, decided_by): (String, String),
+        (decision, decided_by): Decided,
     ) -> crate::ledger::Entry {
         let (kind, code) = match answer {
             Ok(code) => (EntryKind::StakeTaken, code),
@@ -875,13 +869,10 @@ impl Calls {
     }
 }
 
-/// The crash tests' failpoint inside the stake window: `SKILLBOX_CRASH_AT=<role>:stake_sent`
-/// aborts (like kill -9) after the box took the stake and before its answer is recorded — the
-/// window a write-ahead entry must cover. Nothing sets it otherwise.
 /// The decision recorded, or the one a stake without one follows: the owner stakes once it
 /// admitted the call (its admission policy, the skill offered) and verified the box; its consent
 /// rules decide the submit, recorded after.
-fn decided_or_default(row: &CallRow, decided: Option<(String, String)>) -> (String, String) {
+fn decided_or_default(row: &CallRow, decided: Option<Decided>) -> Decided {
     decided.unwrap_or_else(|| {
         let by = match row.call.role {
             Role::Owner => "admission",
@@ -891,6 +882,9 @@ fn decided_or_default(row: &CallRow, decided: Option<(String, String)>) -> (Stri
     })
 }
 
+/// The crash tests' failpoint inside the stake window: `SKILLBOX_CRASH_AT=<role>:stake_sent`
+/// aborts (like kill -9) after the box took the stake and before its answer is recorded — the
+/// window a write-ahead entry must cover. Nothing sets it otherwise.
 fn crash_after_stake(row: &CallRow) {
     let point = format!("{}:stake_sent", records::role_str(row.call.role));
     if std::env::var("SKILLBOX_CRASH_AT").is_ok_and(|v| v == point) {
