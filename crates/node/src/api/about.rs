@@ -82,26 +82,26 @@ pub(super) async fn openapi() -> Json<Value> {
     Json(crate::openapi::document().clone())
 }
 
-pub(super) fn schema_response(text: &'static str) -> Response {
-    ([(header::CONTENT_TYPE, "application/schema+json")], text).into_response()
+/// The handoff schemas, each served as published (`application/schema+json`). A row names the
+/// route, its path and text, and what the document says of it.
+macro_rules! schema_routes {
+    ($($name:ident = $path:ident, $text:ident, $summary:literal, $ok:literal;)*) => {$(
+        #[utoipa::path(
+            get, path = $path,
+            summary = $summary,
+            responses((status = 200, description = $ok, body = JsonSchema, content_type = "application/schema+json"))
+        )]
+        pub(super) async fn $name() -> Response {
+            ([(header::CONTENT_TYPE, "application/schema+json")], $text).into_response()
+        }
+    )*};
 }
 
-#[utoipa::path(
-    get, path = TASK_SCHEMA_PATH,
-    summary = "The skill handoff task schema (`{request, sources}`), JSON Schema 2020-12.",
-    responses((status = 200, description = "The task schema.", body = JsonSchema, content_type = "application/schema+json"))
-)]
-pub(super) async fn task_schema() -> Response {
-    schema_response(TASK_SCHEMA)
-}
-
-#[utoipa::path(
-    get, path = RETURN_SCHEMA_PATH,
-    summary = "The skill handoff return schema (`{answer, truncated}`), JSON Schema 2020-12.",
-    responses((status = 200, description = "The return schema.", body = JsonSchema, content_type = "application/schema+json"))
-)]
-pub(super) async fn return_schema() -> Response {
-    schema_response(RETURN_SCHEMA)
+schema_routes! {
+    task_schema = TASK_SCHEMA_PATH, TASK_SCHEMA,
+        "The skill handoff task schema (`{request, sources}`), JSON Schema 2020-12.", "The task schema.";
+    return_schema = RETURN_SCHEMA_PATH, RETURN_SCHEMA,
+        "The skill handoff return schema (`{answer, truncated}`), JSON Schema 2020-12.", "The return schema.";
 }
 
 // ---- node

@@ -106,22 +106,41 @@ pub(super) async fn get_agent(
     .await
 }
 
-#[utoipa::path(
-    get, path = "/v1/agents/roster",
-    summary = "The caller's standing roster (RFC 0086): rosterId-sorted, `total == roster.length`.",
-    responses(
-        (status = 200, description = "AgentRosterResponse.", body = AgentRoster),
-        UnknownQuery,
-    )
-)]
-pub(super) async fn list_roster(
-    State(s): State<AppState>,
-    Caller(owner): Caller,
-    _: NoQuery,
-) -> Result<Json<Value>, ApiError> {
-    let roster = blocking(move || s.agents.roster(&owner)).await?;
-    let total = roster.len();
-    Ok(Json(json!({ "roster": roster, "total": total })))
+/// The caller's whole documents (its roster, its org chart): [`Caller`] and [`NoQuery`] (whose
+/// refusal, `UnknownQuery`, the table lists), read on the blocking pool for the caller's owner
+/// and answered as JSON. A row says its path, name, summary, answer and read.
+macro_rules! caller_documents {
+    ($(
+        get $path:literal => $name:ident
+            $summary:literal
+            ok($body:ident, $ok:literal) = |$s:ident, $owner:ident| $read:expr;
+    )*) => {$(
+        #[utoipa::path(
+            get, path = $path,
+            summary = $summary,
+            responses((status = 200, description = $ok, body = $body), UnknownQuery)
+        )]
+        pub(super) async fn $name(
+            State($s): State<AppState>,
+            Caller($owner): Caller,
+            _: NoQuery,
+        ) -> Result<Json<Value>, ApiError> {
+            Ok(Json(blocking(move || $read).await?))
+        }
+    )*};
+}
+
+caller_documents! {
+    get "/v1/agents/roster" => list_roster
+        "The caller's standing roster (RFC 0086): rosterId-sorted, `total == roster.length`."
+        ok(AgentRoster, "AgentRosterResponse.") = |s, owner| {
+            let roster = s.agents.roster(&owner)?;
+            let total = roster.len();
+            Ok(json!({ "roster": roster, "total": total }))
+        };
+    get "/v1/agents/org-chart" => get_org_chart
+        "The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written."
+        ok(AgentOrgChart, "AgentOrgChart.") = |s, owner| Ok(json!(s.agents.chart(&owner)?));
 }
 
 #[utoipa::path(
@@ -184,23 +203,6 @@ pub(super) async fn delete_roster(
     let i = id.clone();
     let done = blocking(move || s.agents.delete_roster(&owner, &i)).await?;
     removed(done, "roster entry", &id)
-}
-
-#[utoipa::path(
-    get, path = "/v1/agents/org-chart",
-    summary = "The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written.",
-    responses(
-        (status = 200, description = "AgentOrgChart.", body = AgentOrgChart),
-        UnknownQuery,
-    )
-)]
-pub(super) async fn get_org_chart(
-    State(s): State<AppState>,
-    Caller(owner): Caller,
-    _: NoQuery,
-) -> Result<Json<Value>, ApiError> {
-    let chart = blocking(move || s.agents.chart(&owner)).await?;
-    Ok(Json(json!(chart)))
 }
 
 #[utoipa::path(

@@ -11,7 +11,7 @@ use super::bodies::{
 };
 use super::extract::{
     BadBody, CallBody, CallPath, Driver, JsonBody, NoCalls, NoSuchCall, NotJson, Param, Small,
-    TooLarge, query, written,
+    TooLarge, driver_reads, query, written,
 };
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
@@ -98,51 +98,17 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
     Ok(Json(CallList::of(c.list(f).await?)))
 }
 
-#[utoipa::path(
-    get, path = "/calls/{id}",
-    summary = "One call; on the caller's side with the answer once `answered`.",
-    params(CallPath),
-    responses(
-        (status = 200, description = "The call (both sides when this node called itself).", body = OneCall),
-        NoSuchCall,
-        NoCalls,
-    )
-)]
-pub(super) async fn get_call(
-    Driver(c): Driver,
-    Param(id): Param,
-) -> Result<Json<OneCall>, ApiError> {
-    let views = c.get(&id).await?;
-    Ok(Json(OneCall::of(views)))
-}
-
-#[utoipa::path(
-    post, path = "/calls/{id}/cancel",
-    summary = "Fail the call here (`cancelled`), cancel its run, tell the peer.",
-    params(CallPath),
-    responses(
-        (status = 200, description = "The call.", body = OneCall),
-        NoSuchCall,
-        NoCalls,
-    )
-)]
-pub(super) async fn cancel_call(
-    Driver(c): Driver,
-    Param(id): Param,
-) -> Result<Json<OneCall>, ApiError> {
-    Ok(Json(OneCall::of(c.cancel(&id).await?)))
-}
-
-#[utoipa::path(
-    get, path = "/approvals",
-    summary = "Calls waiting for this node's human (policy said `ask`), each with exactly what approving it discloses.",
-    responses(
-        (status = 200, description = "Approvals.", body = ApprovalList),
-        NoCalls,
-    )
-)]
-pub(super) async fn list_approvals(Driver(c): Driver) -> Result<Json<ApprovalList>, ApiError> {
-    Ok(Json(ApprovalList::of(c.approvals().await?)))
+driver_reads! {
+    get "/calls/{id}" => get_call(c, id)
+        "One call; on the caller's side with the answer once `answered`."
+        ok(OneCall, "The call (both sides when this node called itself).")
+        = OneCall::of(c.get(&id).await?);
+    post "/calls/{id}/cancel" => cancel_call(c, id)
+        "Fail the call here (`cancelled`), cancel its run, tell the peer."
+        ok(OneCall, "The call.") = OneCall::of(c.cancel(&id).await?);
+    get "/approvals" => list_approvals(c)
+        "Calls waiting for this node's human (policy said `ask`), each with exactly what approving it discloses."
+        ok(ApprovalList, "Approvals.") = ApprovalList::of(c.approvals().await?);
 }
 
 #[utoipa::path(

@@ -153,6 +153,42 @@ answers! {
     pub(super) Removed = 204, "Removed.";
 }
 
+/// The calls driver's routes that take no body (a call, its cancel, the approvals, the policy,
+/// the ledger's check): [`Driver`], for a call's route its id ([`Param`]), and the driver's
+/// answer as JSON. A row says its method, path, name (with the names it binds the driver and the
+/// id to), summary, answer and how the driver gives it; the table writes what every such route
+/// declares alike: `NoCalls` (the `Driver`'s 503) and, with a call id, `CallPath` and
+/// `NoSuchCall`. A macro because the document's part is an attribute, which a fn cannot write;
+/// the rows' modules import what it names.
+macro_rules! driver_reads {
+    () => {};
+    // A call's route: its id, and with it the call's path parameter and 404.
+    ($method:ident $path:literal => $name:ident($c:ident, $id:ident) $($row:tt)*) => {
+        driver_reads!(@row $method $path $name $c [, Param($id): Param] [params(CallPath),] [NoSuchCall,] $($row)*);
+    };
+    ($method:ident $path:literal => $name:ident($c:ident) $($row:tt)*) => {
+        driver_reads!(@row $method $path $name $c [] [] [] $($row)*);
+    };
+    (
+        @row $method:ident $path:literal $name:ident $c:ident
+        [$($arg:tt)*] [$($params:tt)*] [$($missing:tt)*]
+        $summary:literal ok($body:ident, $ok:literal) = $answer:expr;
+        $($rest:tt)*
+    ) => {
+        #[utoipa::path(
+            $method, path = $path,
+            summary = $summary,
+            $($params)*
+            responses((status = 200, description = $ok, body = $body), $($missing)* NoCalls)
+        )]
+        pub(super) async fn $name(Driver($c): Driver $($arg)*) -> Result<Json<$body>, ApiError> {
+            Ok(Json($answer))
+        }
+        driver_reads!($($rest)*);
+    };
+}
+pub(super) use driver_reads;
+
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.
 #[derive(Clone, Copy)]
 pub(super) enum Media {
@@ -257,6 +293,21 @@ impl BodyRule for CallRule {
     }
 }
 pub(super) type CallBody<T> = JsonBody<T, CallRule>;
+
+/// What a [`Tiny`] body's route tells a body that does not parse (serde's message follows).
+pub(super) trait Expected {
+    const EXPECTED: &'static str;
+}
+
+/// A few fields (a peer to dial, a source's change): `application/json` only, up to 4 KiB, the
+/// refusal in the body type's own words ([`Expected`]).
+pub(super) struct TinyRule<T>(PhantomData<T>);
+impl<T: Expected> BodyRule for TinyRule<T> {
+    fn rule(_: &Shared) -> (Media, usize, &'static str) {
+        (Media::Json, 4096, T::EXPECTED)
+    }
+}
+pub(super) type Tiny<T> = JsonBody<T, TinyRule<T>>;
 
 /// A store write that can change what this node offers (skills, sources), on the blocking pool;
 /// when `changed` says it did, the advert goes out now rather than at the next interval.

@@ -3,7 +3,7 @@
 
 use super::ApiError;
 use super::bodies::LedgerPage;
-use super::extract::{Driver, NoCalls, query};
+use super::extract::{Driver, NoCalls, driver_reads, query};
 use crate::ledger::{self, Filter, Line, Verdict};
 use axum::Json;
 use axum::http::{StatusCode, Uri, header};
@@ -82,14 +82,8 @@ pub(super) async fn get_ledger(Driver(c): Driver, uri: Uri) -> Result<Response, 
     }
 }
 
-#[utoipa::path(
-    get, path = "/ledger/verify",
-    summary = "Check the whole ledger: sequence, hashes, chain, signatures, the signed head in the database and the one kept outside it (`ledger.head`), and the index. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`, `no_genesis`, `rolled_back`, `rewritten`, `head_file_missing`, `index_mismatch`); `ok: true` carries `signedHead`, the head to keep elsewhere.",
-    responses(
-        (status = 200, description = "The verdict.", body = Verdict),
-        NoCalls,
-    )
-)]
-pub(super) async fn verify_ledger(Driver(c): Driver) -> Result<Json<Verdict>, ApiError> {
-    Ok(Json(c.verify_ledger().await?))
+driver_reads! {
+    get "/ledger/verify" => verify_ledger(c)
+        "Check the whole ledger: sequence, hashes, chain, signatures, the signed head in the database and the one kept outside it (`ledger.head`), and the index. `ok: false` names the first entry that fails and why (`sequence_gap`, `hash_mismatch`, `broken_chain`, `bad_signature`, `truncated`, `bad_head`, `unreadable`, `no_genesis`, `rolled_back`, `rewritten`, `head_file_missing`, `index_mismatch`); `ok: true` carries `signedHead`, the head to keep elsewhere."
+        ok(Verdict, "The verdict.") = c.verify_ledger().await?;
 }

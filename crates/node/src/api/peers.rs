@@ -1,13 +1,12 @@
 //! The peer network: the board of what peers offer, the connected peers, dialling one.
 
 use axum::Json;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::bodies::*;
-use super::extract::{Media, NoPeers, NotJson, TooLarge, json, query};
+use super::extract::{Expected, JsonBody, NoPeers, NotJson, Tiny, TooLarge, query};
 use super::{ApiError, AppState};
 
 pub(super) fn peers_unavailable() -> ApiError {
@@ -87,6 +86,10 @@ pub(super) async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerLis
     }))
 }
 
+impl Expected for Dial {
+    const EXPECTED: &'static str = "not the expected JSON (addr: a multiaddr)";
+}
+
 /// `POST /peers {"addr": MULTIADDR}`: dial a peer; answers its id once connected.
 #[utoipa::path(
     post, path = "/peers",
@@ -103,11 +106,8 @@ pub(super) async fn list_peers(State(s): State<AppState>) -> Result<Json<PeerLis
 )]
 pub(super) async fn add_peer(
     State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(dial, _): Tiny<Dial>,
 ) -> Result<Response, ApiError> {
-    let expected = "not the expected JSON (addr: a multiaddr)";
-    let dial: Dial = json(&headers, body, Media::Json, 4096, expected).await?;
     let addr: skillbox_peers::Multiaddr = dial.addr.parse().map_err(|e| {
         ApiError::validation("addr", format!("{:?} is not a multiaddr: {e}", dial.addr))
     })?;

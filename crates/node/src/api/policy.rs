@@ -4,20 +4,14 @@
 use axum::Json;
 use axum::extract::State;
 
-use super::extract::{Driver, JsonBody, NoCalls, Small, TooLarge, blocking};
+use super::extract::{Driver, JsonBody, NoCalls, Small, TooLarge, blocking, driver_reads};
 use super::{ApiError, AppState};
 use crate::config::PolicyConfig;
 
-#[utoipa::path(
-    get, path = "/policy",
-    summary = "The consent rules and admission in force.",
-    responses(
-        (status = 200, description = "Policy.", body = PolicyConfig),
-        NoCalls,
-    )
-)]
-pub(super) async fn get_policy(Driver(c): Driver) -> Result<Json<PolicyConfig>, ApiError> {
-    Ok(Json(c.policy()))
+driver_reads! {
+    get "/policy" => get_policy(c)
+        "The consent rules and admission in force."
+        ok(PolicyConfig, "Policy.") = c.policy();
 }
 
 #[utoipa::path(

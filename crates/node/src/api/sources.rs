@@ -9,8 +9,8 @@ use axum::response::Response;
 
 use super::bodies::*;
 use super::extract::{
-    Media, NoSuchSource, NotJson, Param, Removed, SourcePath, TooLarge, Written, answers, blocking,
-    flag, found, json, offering, query, read_body, read_one, remove_offered, written,
+    Expected, JsonBody, NoSuchSource, NotJson, Param, Removed, SourcePath, Tiny, TooLarge, Written,
+    answers, blocking, flag, found, offering, query, read_body, read_one, remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -114,6 +114,10 @@ pub(super) async fn put_source(
     Ok(written(!existed, meta))
 }
 
+impl Expected for SourceChange {
+    const EXPECTED: &'static str = "expected {\"shareable\": bool}";
+}
+
 /// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or not),
 /// without sending its content again.
 #[utoipa::path(
@@ -132,11 +136,8 @@ pub(super) async fn put_source(
 pub(super) async fn patch_source(
     State(s): State<AppState>,
     SourceName(name): SourceName,
-    headers: HeaderMap,
-    body: Body,
+    JsonBody(change, _): Tiny<SourceChange>,
 ) -> Result<Json<SourceMeta>, ApiError> {
-    let expected = "expected {\"shareable\": bool}";
-    let change: SourceChange = json(&headers, body, Media::Json, 4096, expected).await?;
     let n = name.clone();
     let meta = offering(&s, Option::is_some, move |s| {
         s.sources.set_shareable(&n, change.shareable)
