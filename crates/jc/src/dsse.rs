@@ -361,6 +361,23 @@ mod tests {
         )
     }
 
+    /// The sample program and its envelope, signed by both parties.
+    fn signed_by_both(c: &SigningKey, o: &SigningKey) -> (Program, Envelope) {
+        let p = program(c, o);
+        let mut env = sign_program(&p, c).expect("sign");
+        env.sign(o).expect("sign");
+        (p, env)
+    }
+
+    /// `env` carrying another program's bytes (one more output byte) under its signatures.
+    fn with_other_bytes(p: &Program, env: &Envelope) -> Envelope {
+        let mut other = p.clone();
+        other.output.max_bytes += 1;
+        let mut moved = env.clone();
+        moved.payload = STANDARD.encode(other.to_canonical().expect("canonical"));
+        moved
+    }
+
     #[test]
     fn approval_needs_both_parties_and_only_them() {
         let (c, o, stranger) = keys();
@@ -412,14 +429,9 @@ mod tests {
     #[test]
     fn signature_covers_exact_bytes() {
         let (c, o, _) = keys();
-        let p = program(&c, &o);
-        let mut env = sign_program(&p, &c).expect("sign");
-        env.sign(&o).expect("sign");
-        let mut other = p.clone();
-        other.output.max_bytes += 1;
-        env.payload = STANDARD.encode(other.to_canonical().expect("canonical"));
+        let (p, env) = signed_by_both(&c, &o);
         assert!(matches!(
-            approved_program(&env),
+            approved_program(&with_other_bytes(&p, &env)),
             Err(JcError::BadSignature { .. })
         ));
     }
@@ -429,9 +441,7 @@ mod tests {
     #[test]
     fn a_verified_signature_is_kept_and_nothing_else_rides_on_it() {
         let (c, o, _) = keys();
-        let p = program(&c, &o);
-        let mut env = sign_program(&p, &c).expect("sign");
-        env.sign(&o).expect("sign");
+        let (p, env) = signed_by_both(&c, &o);
         let bytes = env.payload_bytes().expect("payload");
         let message = pae(&env.payload_type, &bytes);
         let sig = EdSignature::from_slice(&b64_decode("sig", &env.signatures[0].sig).expect("b64"))
@@ -448,12 +458,8 @@ mod tests {
             approved_program(&forged),
             Err(JcError::BadSignature { .. })
         ));
-        let mut other = p.clone();
-        other.output.max_bytes += 1;
-        let mut moved = env.clone();
-        moved.payload = STANDARD.encode(other.to_canonical().expect("canonical"));
         assert!(matches!(
-            approved_program(&moved),
+            approved_program(&with_other_bytes(&p, &env)),
             Err(JcError::BadSignature { .. })
         ));
         // The caller's signature offered as the owner's: its key differs.

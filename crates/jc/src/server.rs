@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::extract::{
+    ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State,
+};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -172,11 +174,25 @@ fn expect_media(headers: &HeaderMap, expected: &'static str) -> Result<(), JcErr
     }
 }
 
-fn run_id(id: String) -> Result<String, JcError> {
-    if crate::error::is_run_id(&id) {
-        Ok(id)
-    } else {
-        Err(JcError::BadRunId)
+/// The `{id}` of a run's routes, checked as a run id (`bad_run_id`) before anything else of the
+/// request is read; a path that does not decode is axum's own refusal, as it was.
+struct RunId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RunId {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        if crate::error::is_run_id(&id) {
+            Ok(RunId(id))
+        } else {
+            Err(ApiError(JcError::BadRunId).into_response())
+        }
     }
 }
 
@@ -367,16 +383,36 @@ fn envelope(body: &Bytes) -> Result<Envelope, ApiError> {
     Ok(Envelope::from_json(body)?)
 }
 
-/// A party's signed action on a run (submit, delete): the run id from the path, a JSON body,
-/// the envelope in it. Its signature is checked by the run, against the program's keys.
-fn signed_action(
-    id: String,
+/// A party's signed action on a run (submit, delete): the envelope in a JSON body, read as the
+/// handlers read it (the body within its limit, then its media type, then the envelope). Its
+/// signature is checked by the run, against the program's keys.
+struct SignedAction(Envelope);
+
+impl<S: Send + Sync> FromRequest<S> for SignedAction {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let headers = req.headers().clone();
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        expect_media(&headers, "application/json").map_err(|e| ApiError(e).into_response())?;
+        envelope(&body)
+            .map(SignedAction)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+/// What the routes that cost the box work (open, stake) check before anything else: the media
+/// type, then the client's budget.
+fn charged(
+    core: &BoxCore,
+    client: Client,
     headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<(String, Envelope), ApiError> {
-    let id = run_id(id)?;
-    expect_media(headers, "application/json")?;
-    Ok((id, envelope(body)?))
+    media: &'static str,
+) -> Result<(), JcError> {
+    expect_media(headers, media)?;
+    core.charge_client(client)
 }
 
 async fn open(
@@ -385,8 +421,7 @@ async fn open(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    expect_media(&headers, "application/json")?;
-    core.charge_client(client)?;
+    charged(&core, client, &headers, "application/json")?;
     let env = envelope(&body)?;
     let opened = core.open_from(&env, now_secs(), client)?;
     Ok((StatusCode::CREATED, Json(opened)).into_response())
@@ -399,10 +434,9 @@ struct NonceQuery {
 
 async fn attestation(
     State(core): State<Arc<BoxCore>>,
-    Path(id): Path<String>,
+    RunId(id): RunId,
     Query(q): Query<NonceQuery>,
 ) -> ApiResult<Response> {
-    let id = run_id(id)?;
     let nonce = q
         .nonce
         .ok_or_else(|| JcError::BadRequest("query parameter nonce is required".into()))?;
@@ -416,14 +450,12 @@ pub struct Staked {
 
 async fn stake(
     State(core): State<Arc<BoxCore>>,
-    Path(id): Path<String>,
+    RunId(id): RunId,
     Peer(client): Peer,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let id = run_id(id)?;
-    expect_media(&headers, "application/octet-stream")?;
-    core.charge_client(client)?;
+    charged(&core, client, &headers, "application/octet-stream")?;
     let raw = headers
         .get(STAKE_ACTION_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -540,12 +572,10 @@ impl WaitQuery {
 
 async fn submit(
     State(core): State<Arc<BoxCore>>,
-    Path(id): Path<String>,
+    RunId(id): RunId,
     Query(q): Query<WaitQuery>,
-    headers: HeaderMap,
-    body: Bytes,
+    SignedAction(env): SignedAction,
 ) -> ApiResult<Response> {
-    let (id, env) = signed_action(id, &headers, &body)?;
     let start = core.submit_within(&id, &env, q.wait()).await?;
     if start {
         let core2 = core.clone();
@@ -558,17 +588,15 @@ async fn submit(
     Ok((StatusCode::ACCEPTED, Json(Submitted { started: start })).into_response())
 }
 
-async fn status(State(core): State<Arc<BoxCore>>, Path(id): Path<String>) -> ApiResult<Response> {
-    let id = run_id(id)?;
+async fn status(State(core): State<Arc<BoxCore>>, RunId(id): RunId) -> ApiResult<Response> {
     Ok(Json(core.status(&id)?).into_response())
 }
 
 async fn result(
     State(core): State<Arc<BoxCore>>,
-    Path(id): Path<String>,
+    RunId(id): RunId,
     Query(q): Query<WaitQuery>,
 ) -> ApiResult<Response> {
-    let id = run_id(id)?;
     // The bytes made when the run ended: every fetch serves them as they are.
     let json = core.result_json_within(&id, q.wait(), q.omit_note).await?;
     Ok((
@@ -580,11 +608,9 @@ async fn result(
 
 async fn delete(
     State(core): State<Arc<BoxCore>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    RunId(id): RunId,
+    SignedAction(env): SignedAction,
 ) -> ApiResult<Response> {
-    let (id, env) = signed_action(id, &headers, &body)?;
     core.delete(&id, &env, now_secs())?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
