@@ -158,12 +158,8 @@ fn check(
     }
     let result = match p {
         Platform::SevSnp => {
-            if args.nonce.is_some() {
-                return usage("sev-snp has no nonce: use --report-data");
-            }
-            if chain.is_empty() {
-                return usage("sev-snp needs --chain with the VCEK or VLEK (and the ASK/ARK)");
-            }
+            unused(p, &args.nonce, "nonce", "--report-data")?;
+            chain_needed(p, chain, "the VCEK or VLEK (and the ASK/ARK)")?;
             let expected = snp::Expected {
                 report_data: hex_arg::<64>("--report-data", &args.report_data, p)?,
                 host_data: None,
@@ -172,9 +168,7 @@ fn check(
                 .and_then(|ev| snp::verify(&ev, &expected, &snp::Policy::unpinned(), at))
         }
         Platform::Tdx => {
-            if args.nonce.is_some() {
-                return usage("tdx has no nonce: use --report-data");
-            }
+            unused(p, &args.nonce, "nonce", "--report-data")?;
             if !chain.is_empty() {
                 return usage(
                     "tdx takes its certificates from the quote and --collateral, not --chain",
@@ -209,12 +203,8 @@ fn check(
             })
         }
         Platform::Nvidia => {
-            if args.report_data.is_some() {
-                return usage("nvidia has no report data: use --nonce");
-            }
-            if chain.is_empty() {
-                return usage("nvidia needs --chain with the device certificate chain");
-            }
+            unused(p, &args.report_data, "report data", "--nonce")?;
+            chain_needed(p, chain, "the device certificate chain")?;
             let expected = nvidia::Expected {
                 nonce: hex_arg::<32>("--nonce", &args.nonce, p)?,
             };
@@ -223,6 +213,25 @@ fn check(
         }
     };
     Ok(Outcome { result, notes })
+}
+
+/// A flag whose value the platform's evidence has no place for is refused, naming the flag it
+/// takes instead (`sev-snp has no nonce: use --report-data`).
+fn unused(p: Platform, given: &Option<String>, what: &str, instead: &str) -> Result<(), Usage> {
+    match given {
+        Some(_) => Err(Usage(format!("{p} has no {what}: use {instead}"))),
+        None => Ok(()),
+    }
+}
+
+/// A platform whose certificates come from files (SEV-SNP, NVIDIA) needs `--chain`; `what`
+/// names the certificates.
+fn chain_needed(p: Platform, chain: &[Vec<u8>], what: &str) -> Result<(), Usage> {
+    if chain.is_empty() {
+        Err(Usage(format!("{p} needs --chain with {what}")))
+    } else {
+        Ok(())
+    }
 }
 
 fn platform_title(p: Platform) -> &'static str {

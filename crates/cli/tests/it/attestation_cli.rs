@@ -377,6 +377,20 @@ fn usage_errors_exit_2_and_unreadable_input_exits_1() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // The refusals name the flag the platform takes instead, and the certificates it needs.
+    for (args, said) in [
+        (
+            chained(&["--nonce", "00"]),
+            "sev-snp has no nonce: use --report-data",
+        ),
+        (
+            snp.to_vec(),
+            "sev-snp needs --chain with the VCEK or VLEK (and the ASK/ARK)",
+        ),
+    ] {
+        let err = String::from_utf8_lossy(&verify(&args).stderr).into_owned();
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
     let out = verify(&["--platform", "nitro", "--evidence", "/nonexistent/evidence"]);
     assert_eq!(out.status.code(), Some(1));
     // A file that is not evidence at all: refused as malformed, exit 1.
