@@ -178,6 +178,16 @@ fn manifest(measurement: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Our manifest (`measurement` on insecure-dev) signed by release signer 1 and logged among
+/// others in test log 1: the signer, the log, the manifest and its index there.
+fn logged_manifest(measurement: &str) -> (ReleaseSigner, TestLog, Vec<u8>, usize) {
+    let signer = ReleaseSigner::new(1);
+    let mut tlog = TestLog::new(1);
+    let m = manifest(measurement);
+    let index = logged(&mut tlog, &signer, &m);
+    (signer, tlog, m, index)
+}
+
 /// A log with other entries around ours, so the proof has several levels.
 fn logged(log: &mut TestLog, signer: &ReleaseSigner, artifact: &[u8]) -> usize {
     let other = ReleaseSigner::new(200);
@@ -193,10 +203,7 @@ fn logged(log: &mut TestLog, signer: &ReleaseSigner, artifact: &[u8]) -> usize {
 
 #[test]
 fn a_manifest_this_project_signs_and_logs_verifies_and_names_its_measurements() {
-    let signer = ReleaseSigner::new(1);
-    let mut tlog = TestLog::new(1);
-    let m = manifest(&"AB".repeat(48));
-    let index = logged(&mut tlog, &signer, &m);
+    let (signer, tlog, m, index) = logged_manifest(&"AB".repeat(48));
     let bundle = tlog.bundle(index).expect("bundle");
     let pinned = tlog
         .release_log(Signer::key_from_pem(&signer.public_pem()).expect("key"))
@@ -224,10 +231,7 @@ fn a_manifest_this_project_signs_and_logs_verifies_and_names_its_measurements() 
 
 #[test]
 fn a_manifest_this_project_logs_is_refused_when_tampered_or_from_a_foreign_log() {
-    let signer = ReleaseSigner::new(1);
-    let mut tlog = TestLog::new(1);
-    let m = manifest(&"ab".repeat(48));
-    let index = logged(&mut tlog, &signer, &m);
+    let (signer, tlog, m, index) = logged_manifest(&"ab".repeat(48));
     let bundle = tlog.bundle(index).expect("bundle").into_bytes();
     let key = Signer::Key(signer.spki_der());
     let pinned = tlog.release_log(key.clone()).expect("log");
