@@ -21,7 +21,9 @@
 //! `SKILLBOX_BENCH_PERF=<dir>` records a `perf` profile of each process during phase 2
 //! (`<role>-<in flight>.data`) and the measured calls of phase 1 (`<role>-0.data`; see
 //! PROFILE.md). Phase 1 prints each process's CPU per call too: with a zero-delay provider, its
-//! fixed cost.
+//! fixed cost. `SKILLBOX_BENCH_LOG` sets the nodes' log level (default `info`; `debug` logs each
+//! step of a call, a timeline), and `SKILLBOX_BENCH_KEEP=1` keeps the data dirs (and so the
+//! logs, `/tmp/skillbox-bench-*/{caller,owner}/node.log`) after the run.
 //!
 //! Every load run prints each process's CPU seconds (utime + stime from /proc/<pid>/stat) per
 //! answered call, the bench's own included (the provider double and the clients), its peak RSS
@@ -121,6 +123,7 @@ impl World {
     fn start_with(delay: Duration, boxes: usize, box_args: &[&str]) -> World {
         let root = tempfile::Builder::new()
             .prefix("skillbox-bench-")
+            .disable_cleanup(std::env::var_os("SKILLBOX_BENCH_KEEP").is_some())
             .tempdir()
             .expect("tempdir");
         let (provider_url, provider) = provider_double(delay);
@@ -139,8 +142,11 @@ impl World {
         let all: Vec<String> = boxes.iter().map(|b| format!("{:?}", b.url)).collect();
         let accept_all =
             |text: String| raise_limits(text.replacen(&format!("{first:?}"), &all.join(", "), 1));
-        // Info, as a node runs by default (procs defaults to debug for test diagnostics).
-        let env = [("SKILLBOX_LOG", "info")];
+        // Info, as a node runs by default (procs defaults to debug for test diagnostics);
+        // `SKILLBOX_BENCH_LOG` for a timeline of each step (`debug`, with
+        // `SKILLBOX_BENCH_KEEP=1` to keep the logs in the data dirs).
+        let level = std::env::var("SKILLBOX_BENCH_LOG").unwrap_or_else(|_| "info".into());
+        let env = [("SKILLBOX_LOG", level.as_str())];
         let mut owner = init_node(root.path(), "owner", &first, None, accept_all);
         owner.start(&env);
         let oa = owner.api();
