@@ -41,8 +41,9 @@ pub struct Receipt {
 /// receipt, never in it: the receipt goes to both parties, and a caller told of each catch could
 /// ask "if the code's first digit is below 5, print the code" and read the answer off that one
 /// bit. Every guarded run of a program carries a note of the same sealed size (padded to a size
-/// the program's body limit fixes), acted or not, covered or not, so its presence and its length
-/// say nothing either.
+/// the size bucket of the owner's body fixes, within the program's body limit: see
+/// [`OwnerNote::padded_len_for`]), acted or not, covered or not, failed or not, so its presence
+/// and its length say nothing of the run either.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerNote {
     pub guard_acted: bool,
@@ -65,6 +66,19 @@ impl OwnerNote {
     /// signed, and never on the body or the answer.
     pub fn padded_len(body_max_bytes: u64) -> u64 {
         body_max_bytes.min(skillbox_guard::MAX_BODY_BYTES as u64) / 4 + 1024
+    }
+
+    /// The plaintext length a note is padded to when the owner's body is `body_len` bytes:
+    /// [`Self::padded_len`] of the body's size bucket (the next power of two, at least 1 KiB),
+    /// never past the program's limit's. Enough for the coverage of any body of that bucket, so
+    /// every run of the program pads to it whatever the answer covered, acted or failed; and
+    /// the bucket is what the owner's sealed stake already shows the box operator and the path,
+    /// and what a caller may learn by probing limits (the owner compares buckets, never exact
+    /// lengths). Padding to the limit's size instead cost a 4 KiB skill 257 KiB of zeros per
+    /// run — sealed, hashed, base64-encoded and sent by the box, decoded and opened by the
+    /// owner: about a tenth of all the CPU a call took (issue 33).
+    pub fn padded_len_for(body_len: u64, body_max_bytes: u64) -> u64 {
+        Self::padded_len(crate::seal::bucket(body_len).min(body_max_bytes))
     }
 }
 

@@ -203,7 +203,8 @@ struct Served {
     json: axum::body::Bytes,
     /// A guarded run's owner note: its sealed bytes until the first fetch that takes it (the
     /// owner's), then only what makes it again (a caller, who cannot open it, fetches without
-    /// it; a note is 257 KiB for a 1 MiB body limit, and a finished run is kept an hour).
+    /// it; a note is up to 257 KiB, for a body near a 1 MiB limit, and a finished run is kept
+    /// an hour).
     note: Option<NoteSlot>,
     error: Option<RunFailure>,
 }
@@ -307,17 +308,39 @@ struct NoteSpec {
     acted: bool,
     coverage: Option<Vec<u8>>,
     sha256: [u8; 32],
+    /// The plaintext length the note was padded to ([`OwnerNote::padded_len_for`] of the
+    /// body); `None` in a record written before it was kept, whose note was padded to the
+    /// program's body limit ([`OwnerNote::padded_len`]).
+    ///
+    /// [`OwnerNote::padded_len_for`]: crate::receipt::OwnerNote::padded_len_for
+    /// [`OwnerNote::padded_len`]: crate::receipt::OwnerNote::padded_len
+    padded: Option<u64>,
 }
 
+/// In [`NoteSpec`]'s form byte: a coverage follows.
+const NOTE_HAS_COVERAGE: u8 = 1;
+/// In [`NoteSpec`]'s form byte: the padded length follows (8 bytes, big-endian) before any
+/// coverage. Records written before it have 0 or 1 there.
+const NOTE_HAS_PADDED: u8 = 2;
+
 impl NoteSpec {
-    /// seed, sha256, acted, whether a coverage follows, the coverage.
+    /// seed, sha256, acted, the form byte, the padded length, the coverage.
     fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
         let cov = self.coverage.as_deref();
-        let mut out = Zeroizing::new(Vec::with_capacity(66 + cov.map_or(0, <[u8]>::len)));
+        let mut out = Zeroizing::new(Vec::with_capacity(74 + cov.map_or(0, <[u8]>::len)));
         out.extend_from_slice(&self.seed[..]);
         out.extend_from_slice(&self.sha256);
         out.push(self.acted as u8);
-        out.push(cov.is_some() as u8);
+        let form = if cov.is_some() { NOTE_HAS_COVERAGE } else { 0 }
+            | if self.padded.is_some() {
+                NOTE_HAS_PADDED
+            } else {
+                0
+            };
+        out.push(form);
+        if let Some(padded) = self.padded {
+            out.extend_from_slice(&padded.to_be_bytes());
+        }
         out.extend_from_slice(cov.unwrap_or_default());
         out
     }
@@ -336,8 +359,21 @@ impl NoteSpec {
             Some(1) => Ok(true),
             _ => Err(JcError::StoreTampered),
         };
-        let (acted, has_coverage) = (flag(64)?, flag(65)?);
-        let rest = &b[66..];
+        let acted = flag(64)?;
+        let form = *b.get(65).ok_or(JcError::StoreTampered)?;
+        if form & !(NOTE_HAS_COVERAGE | NOTE_HAS_PADDED) != 0 {
+            return Err(JcError::StoreTampered);
+        }
+        let has_coverage = form & NOTE_HAS_COVERAGE != 0;
+        let (padded, rest) = if form & NOTE_HAS_PADDED != 0 {
+            let len: [u8; 8] = b
+                .get(66..74)
+                .and_then(|s| s.try_into().ok())
+                .ok_or(JcError::StoreTampered)?;
+            (Some(u64::from_be_bytes(len)), &b[74..])
+        } else {
+            (None, &b[66..])
+        };
         if !has_coverage && !rest.is_empty() {
             return Err(JcError::StoreTampered);
         }
@@ -346,17 +382,22 @@ impl NoteSpec {
             acted,
             coverage: has_coverage.then(|| rest.to_vec()),
             sha256,
+            padded,
         })
     }
 
     /// The note again, exactly as first sealed (its digest checked against the receipt's).
     fn reseal(&self, program: &ApprovedProgram, run_id: &str) -> Result<Vec<u8>> {
+        let padded = self.padded.unwrap_or_else(|| {
+            crate::receipt::OwnerNote::padded_len(program.program.owner_inputs.body_max_bytes)
+        });
         let sealed = seal_note(
             program,
             run_id,
             &self.seed,
             self.acted,
             self.coverage.as_deref(),
+            padded,
         )?;
         if <[u8; 32]>::from(Sha256::digest(&sealed)) != self.sha256 {
             return Err(JcError::Internal("owner note not made again".into()));
@@ -1635,6 +1676,12 @@ impl BoxCore {
                 snapshot,
             )
         };
+        // What the owner note's padding is sized by, known before the stakes go to the
+        // provider: a failed run's note pads to the same length as an answered one's.
+        let body_len = stakes
+            .get(&Role::Owner)
+            .and_then(|entries| entries.iter().find(|e| e.name == "body"))
+            .map_or(0, |e| e.data.len() as u64);
         let outcome = match snapshot.and_then(|s| self.persist(run_id, s)) {
             Err(e) => Err(e),
             Ok(()) if give_up => Err(JcError::RunInterrupted),
@@ -1648,7 +1695,10 @@ impl BoxCore {
         // run's note says it did not (a regeneration that failed is reported as the failure).
         let acted = outcome.as_ref().is_ok_and(|a| a.guard_acted);
         let coverage = outcome.as_ref().ok().and_then(|a| a.coverage.as_ref());
-        let finished = match (seal_owner_note(&program, run_id, acted, coverage), outcome) {
+        let finished = match (
+            seal_owner_note(&program, run_id, acted, coverage, body_len),
+            outcome,
+        ) {
             (Ok(note), Ok(answered)) => {
                 self.seal_answer(&program, &keys, run_id, &answered, note, now)
             }
@@ -1661,7 +1711,7 @@ impl BoxCore {
                 // material or the error's words leaves the box.
                 let error = RunFailure::from(&e);
                 tracing::info!(code = error.as_str(), "run failed");
-                let note = seal_owner_note(&program, run_id, false, None)?;
+                let note = seal_owner_note(&program, run_id, false, None, body_len)?;
                 let receipt = Receipt {
                     run_id: run_id.into(),
                     program_hash: program.hash.to_hex(),
@@ -2109,11 +2159,13 @@ impl BoxCore {
 
 /// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the
 /// owner's node key from a fresh seed; `None` for an unguarded one.
+/// `body_len` is the length of the body the owner staked (what the padding is sized by).
 fn seal_owner_note(
     program: &ApprovedProgram,
     run_id: &str,
     acted: bool,
     coverage: Option<&skillbox_guard::Coverage>,
+    body_len: u64,
 ) -> Result<Option<SealedNote>> {
     if program.program.guard.is_none() {
         return Ok(None);
@@ -2121,7 +2173,11 @@ fn seal_owner_note(
     let mut seed = Zeroizing::new([0u8; 32]);
     getrandom::fill(&mut seed[..]).map_err(|e| JcError::Internal(format!("randomness: {e}")))?;
     let coverage = coverage.map(skillbox_guard::Coverage::to_bytes);
-    let sealed = seal_note(program, run_id, &seed, acted, coverage.as_deref())?;
+    let padded = crate::receipt::OwnerNote::padded_len_for(
+        body_len,
+        program.program.owner_inputs.body_max_bytes,
+    );
+    let sealed = seal_note(program, run_id, &seed, acted, coverage.as_deref(), padded)?;
     let sha256 = Sha256::digest(&sealed).into();
     Ok(Some(SealedNote {
         sealed,
@@ -2130,19 +2186,24 @@ fn seal_owner_note(
             acted,
             coverage,
             sha256,
+            padded: Some(padded),
         },
     }))
 }
 
 /// The sealed note: whether the guard acted, the released answer's coverage, and zeros up to
-/// [`OwnerNote::padded_len`] of the program's body limit — the same sealed size for every run
-/// of the program, acted or not, whatever the answer covered — sealed from `seed`.
+/// `padded` ([`OwnerNote::padded_len_for`] of the body's bucket) — the same sealed size for
+/// every run of the program, acted or not, failed or not, whatever the answer covered — sealed
+/// from `seed`.
+///
+/// [`OwnerNote::padded_len_for`]: crate::receipt::OwnerNote::padded_len_for
 fn seal_note(
     program: &ApprovedProgram,
     run_id: &str,
     seed: &[u8; 32],
     acted: bool,
     coverage: Option<&[u8]>,
+    padded: u64,
 ) -> Result<Vec<u8>> {
     use crate::receipt::OwnerNote;
     let to = seal::owner_note_key(&program.program.owner_node_key()?)?;
@@ -2157,7 +2218,7 @@ fn seal_note(
     }
     // A body whose fold lengthens its canaries past the bound gets no padding: its size then
     // says so (the owner's own doing; no ordinary body comes near).
-    let target = OwnerNote::padded_len(program.program.owner_inputs.body_max_bytes);
+    let target = padded;
     sealer.reserve(target.max(written) + 1);
     sealer.entry_zeros(OwnerNote::PADDING_ENTRY, target.saturating_sub(written))?;
     // The padding entry already brings every note of the program to `target`: no bucket on top.
@@ -2194,6 +2255,57 @@ fn short(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A note's spec reads back as written, its padded length with it; a spec written before
+    /// the padded length was kept (form byte 0 or 1) reads with none (the note was padded to
+    /// the program's body limit); any other form, or a padded length cut short, is tampering.
+    #[test]
+    fn a_note_spec_reads_back_with_its_padded_length_and_the_older_form_without() {
+        let spec = |coverage: Option<Vec<u8>>, padded: Option<u64>| NoteSpec {
+            seed: Zeroizing::new([7; 32]),
+            acted: true,
+            coverage,
+            sha256: [9; 32],
+            padded,
+        };
+        for (coverage, padded) in [
+            (Some(vec![1, 2, 3]), Some(1280)),
+            (None, Some(1280)),
+            (Some(vec![4]), None),
+            (None, None),
+        ] {
+            let bytes = spec(coverage.clone(), padded).to_bytes();
+            let back = NoteSpec::from_bytes(&bytes).expect("reads back");
+            assert_eq!(
+                (
+                    back.coverage,
+                    back.padded,
+                    back.acted,
+                    back.sha256,
+                    *back.seed
+                ),
+                (coverage, padded, true, [9; 32], [7; 32])
+            );
+        }
+        // The older form: byte 65 says only whether a coverage follows.
+        let mut old = vec![7u8; 32];
+        old.extend_from_slice(&[9; 32]);
+        old.extend_from_slice(&[1, 1, 0xAB]);
+        let back = NoteSpec::from_bytes(&old).expect("the older form reads");
+        assert_eq!((back.coverage, back.padded), (Some(vec![0xAB]), None));
+        // An unknown form bit, and a padded length cut short.
+        let mut bad = old.clone();
+        bad[65] = 4;
+        assert!(matches!(
+            NoteSpec::from_bytes(&bad),
+            Err(JcError::StoreTampered)
+        ));
+        let written = spec(None, Some(1280)).to_bytes();
+        assert!(matches!(
+            NoteSpec::from_bytes(&written[..70]),
+            Err(JcError::StoreTampered)
+        ));
+    }
 
     #[test]
     fn cap_never_exceeds_and_keeps_utf8() {

@@ -216,16 +216,21 @@ async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_a
     assert_eq!(note.coverage.map(|c| c.words_permille()), Some(0));
     lengths.push(len);
     assert!(lengths.iter().all(|&l| l == lengths[0]), "{lengths:?}");
-    // Exactly the length the program fixes (its body limit's padded note and the end marker),
-    // with no power-of-two bucket on top: a 1 MiB body limit's note was 512 KiB sealed, twice
-    // the 257 KiB that hides any coverage (issue 33: the box's largest cost per run).
-    let plain = OwnerNote::padded_len(f.program().owner_inputs.body_max_bytes) + 1;
+    // Exactly the length the body's bucket fixes within the program's limit, with no
+    // power-of-two bucket on top (a 1 MiB body limit's note was 512 KiB sealed, then 257 KiB
+    // for every body, however small: issue 33, the box's largest cost per run).
+    assert_eq!(lengths[0], note_len(&f));
+}
+
+/// The base64 length of every owner note of a run of `f`'s program with [`body`]: its padded
+/// plaintext and the end marker, sealed.
+fn note_len(f: &Fixture) -> usize {
+    let limit = f.program().owner_inputs.body_max_bytes;
+    assert!(limit > 1024, "the limit is not what sizes the note here");
+    let plain = OwnerNote::padded_len_for(body().len() as u64, limit) + 1;
+    assert_eq!(plain, OwnerNote::padded_len(1024) + 1, "a body under 1 KiB");
     let sealed = skillbox_jc::seal::sealed_len(plain);
-    assert_eq!(
-        lengths[0] as u64,
-        sealed.div_ceil(3) * 4,
-        "{sealed} sealed bytes"
-    );
+    (sealed.div_ceil(3) * 4) as usize
 }
 
 /// `regenerate` asks the provider twice on every run, caught or not, side by side: a
@@ -265,11 +270,18 @@ async fn regenerate_runs_the_same_rounds_whether_or_not_the_guard_acts() {
             Some(RunFailure::Provider(ProviderFailure::RateLimited)),
             "{request}"
         );
+        // A failed run's note is as long as an answered one's: the padding is sized by the
+        // body staked, known before the provider is asked.
+        let note = view
+            .owner_note
+            .as_ref()
+            .expect("a failed guarded run's note");
+        assert_eq!(note.len(), note_len(&f), "{request}");
     }
 }
 
 /// A caller cannot open the owner note, so its fetch leaves the note out (a guarded run's note
-/// is padded to the program's size: most of the result's bytes); the caller's answer and receipt
+/// is padded to the body's bucket, and can be most of the result's bytes); the caller's answer and receipt
 /// are the same bytes as in the whole result, and the owner's fetch still carries the note.
 #[tokio::test]
 async fn a_callers_fetch_leaves_out_the_owner_note_and_still_verifies() {

@@ -16,6 +16,7 @@ use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
 use skillbox_jc::program::{Program, Role};
+use skillbox_jc::receipt::OwnerNote;
 use skillbox_jc::run::store::{KeyFile, RunStore};
 use skillbox_jc::run::{BoxConfig, BoxCore, Phase, RunFailure, now_secs};
 use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
@@ -517,8 +518,8 @@ async fn a_finished_run_in_the_older_record_form_is_still_served() {
     assert!(answered(&f, &c2, &run).await.starts_with("answered "));
 }
 
-/// A guarded run's owner note is padded to its program's body limit (257 KiB for 1 MiB) and
-/// kept for an hour: the run store keeps what makes it again (its seal's seed, what it says)
+/// A guarded run's owner note is padded to its body's size bucket (within the program's body
+/// limit, here 1 MiB) and kept for an hour: the run store keeps what makes it again (its seal's seed, what it says)
 /// instead of its bytes, and the box lets go of the bytes once the owner fetched them. Before the
 /// restart, fetched again, and after the restart, the note is the same sealed bytes, which the
 /// receipt binds and the owner opens; a record of the older form with the note itself is still
@@ -544,7 +545,14 @@ async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
     let first = c1.wait_result(&run.run_id, WAIT).await.expect("result");
     let receipt = verify_receipt(&first, &run).expect("the receipt verifies");
     let note = first.owner_note.clone().expect("a guarded run's note");
-    assert!(note.len() > 256 * 1024 * 4 / 3, "padded to the body limit");
+    // Padded to the bucket of the body staked (1 KiB), not to the 1 MiB limit (257 KiB).
+    let plain = OwnerNote::padded_len_for(BODY.len() as u64, 1 << 20) + 1;
+    assert_eq!(plain, OwnerNote::padded_len(1024) + 1);
+    assert_eq!(
+        note.len() as u64,
+        skillbox_jc::seal::sealed_len(plain).div_ceil(3) * 4,
+        "padded to the body's bucket"
+    );
     // The same note and answer, and the owner opens the note.
     let same = |view: &skillbox_jc::run::ResultView, when: &str| {
         assert_eq!(view.owner_note.as_ref(), Some(&note), "{when}");
