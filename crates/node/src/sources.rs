@@ -232,10 +232,23 @@ impl Sources {
     }
 
     pub fn list(&self) -> Result<Vec<SourceMeta>> {
+        self.list_where("")
+    }
+
+    /// The sources a caller's stake may carry ([`Self::is_stakeable`]): those marked shareable,
+    /// read by their own index. A call's start needs only these, and every source besides
+    /// includes two per call in flight (`call/<id>/…`), which [`Self::list`] would read each
+    /// time (issue 33).
+    pub fn shareable(&self) -> Result<Vec<SourceMeta>> {
+        let all = self.list_where("WHERE shareable = 1")?;
+        Ok(all.into_iter().filter(Sources::is_stakeable).collect())
+    }
+
+    fn list_where(&self, filter: &str) -> Result<Vec<SourceMeta>> {
         self.store.read(|c| {
-            let mut stmt = c.prepare(
-                "SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources ORDER BY name",
-            )?;
+            let mut stmt = c.prepare(&format!(
+                "SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources {filter} ORDER BY name"
+            ))?;
             let rows = stmt.query_map([], meta_from_row)?;
             let mut out = Vec::new();
             for r in rows {
@@ -529,6 +542,55 @@ mod tests {
                 && !skillbox_skill::is_reserved_source_name(&name);
             proptest::prop_assert_eq!(stakeable(&name, kind, shareable).is_ok(), expected);
         }
+    }
+
+    /// A call's start reads only what a stake may carry, by the partial index: not the call's
+    /// own sources (two per call in flight), skill bodies, secrets or unshared data — even
+    /// with their flags forged — and not by a scan of every row (issue 33).
+    #[test]
+    fn a_start_reads_the_shareable_sources_by_their_own_index() {
+        let s = sources();
+        s.put("openrouter-key", SourceKind::Secret, b"sk-secret")
+            .expect("key");
+        s.put("diary", SourceKind::Text, b"private").expect("diary");
+        s.put_with("songs", SourceKind::Text, b"a,b,c", true)
+            .expect("songs");
+        s.store
+            .write(|tx| {
+                put_in(tx, &s.key, "skill/x/body", SourceKind::Text, b"BODY")?;
+                put_in(tx, &s.key, "call/1/request", SourceKind::Text, b"REQ")?;
+                Ok(())
+            })
+            .expect("node material");
+        let names = |s: &Sources| -> Vec<String> {
+            s.shareable()
+                .expect("shareable")
+                .into_iter()
+                .map(|m| m.name)
+                .collect()
+        };
+        assert_eq!(names(&s), ["songs"]);
+        s.store
+            .write(|tx| {
+                tx.execute("UPDATE sources SET shareable = 1", [])?;
+                Ok(())
+            })
+            .expect("forge flags");
+        assert_eq!(names(&s), ["diary", "songs"]);
+        let plan: Vec<String> = s
+            .store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "EXPLAIN QUERY PLAN SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources WHERE shareable = 1 ORDER BY name",
+                )?;
+                let rows = stmt.query_map([], |r| r.get::<_, String>(3))?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .expect("plan");
+        assert!(
+            plan.iter().any(|d| d.contains("sources_shareable")),
+            "{plan:?}"
+        );
     }
 
     /// Issue 12: whatever a peer names, a caller stake carries only shareable user data.

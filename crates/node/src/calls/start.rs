@@ -17,7 +17,7 @@ use zeroize::Zeroizing;
 use super::boxes::KnownBox;
 use super::records::{self, CallRow};
 use super::{CallError, CallView, Calls, Offered, StartCall, blocking, now_ms, program};
-use crate::sources::{self, SourceKind, SourceMeta, Sources};
+use crate::sources::{self, SourceKind, SourceMeta};
 
 /// How long call start waits for an accepted box whose identity is unknown or stale.
 const BOX_REFRESH_TIMEOUT: Duration = Duration::from_secs(3);
@@ -204,23 +204,28 @@ impl Calls {
     ) -> std::result::Result<Vec<(String, u64)>, CallError> {
         let srcs = self.0.sources.clone();
         let required = offered.skill.required_sources.clone();
-        let all: Vec<SourceMeta> = blocking(move || srcs.list()).await?;
-        let stakeable: HashMap<String, u64> = all
-            .iter()
-            .filter(|m| Sources::is_stakeable(m))
-            .map(|m| (m.name.clone(), m.size))
-            .collect();
-        if let Some(list) = &requested {
-            for name in list {
-                if let Some(m) = all.iter().find(|m| &m.name == name)
-                    && let Err(crate::NodeError::NotStakeable { why, .. }) =
-                        sources::stakeable(&m.name, m.kind, m.shareable)
-                {
-                    return Err(CallError::NotShareable {
-                        name: name.clone(),
-                        why,
-                    });
-                }
+        let names = requested.clone().unwrap_or_default();
+        // The shareable sources, and each one the request names that is held but may not be
+        // staked (why, for the refusal): never a list of every source.
+        let (shareable, held): (Vec<SourceMeta>, Vec<SourceMeta>) = blocking(move || {
+            let held = names
+                .iter()
+                .map(|n| srcs.meta(n))
+                .filter_map(Result::transpose)
+                .collect::<crate::error::Result<Vec<_>>>()?;
+            Ok((srcs.shareable()?, held))
+        })
+        .await?;
+        let stakeable: HashMap<String, u64> =
+            shareable.iter().map(|m| (m.name.clone(), m.size)).collect();
+        for m in &held {
+            if let Err(crate::NodeError::NotStakeable { why, .. }) =
+                sources::stakeable(&m.name, m.kind, m.shareable)
+            {
+                return Err(CallError::NotShareable {
+                    name: m.name.clone(),
+                    why,
+                });
             }
         }
         let chosen = select_sources(
@@ -341,15 +346,8 @@ impl Calls {
         self.0.directory.search(&text).await;
         let rows = self.0.directory.rows();
         let srcs = self.0.sources.clone();
-        let held: HashSet<String> = blocking(move || {
-            Ok(srcs
-                .list()?
-                .into_iter()
-                .filter(Sources::is_stakeable)
-                .map(|m| m.name)
-                .collect())
-        })
-        .await?;
+        let held: HashSet<String> =
+            blocking(move || Ok(srcs.shareable()?.into_iter().map(|m| m.name).collect())).await?;
         let callable: Vec<&skillbox_peers::BoardRow> = rows
             .iter()
             .filter(|r| r.peer != self.0.node_id)
