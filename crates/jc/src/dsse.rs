@@ -80,7 +80,13 @@ impl Envelope {
     /// Add a signature by `key` over PAE(payloadType, payload).
     pub fn sign(&mut self, key: &SigningKey) -> Result<()> {
         let payload = self.payload_bytes()?;
-        let sig = key.sign(&pae(&self.payload_type, &payload));
+        let message = pae(&self.payload_type, &payload);
+        let sig = key.sign(&message);
+        // A signature this key just made over these bytes verifies (a signing key's public key
+        // is never of small order, its signatures are canonical): the signer's own checks of
+        // it later — the caller's at the cosign, the owner's on each step — need not verify it
+        // in full again (issue 33).
+        verified::keep(verified::digest(&key.verifying_key(), &sig, &message));
         self.signatures.push(EnvelopeSignature {
             keyid: key_hex(&key.verifying_key()),
             sig: STANDARD.encode(sig.to_bytes()),
@@ -220,6 +226,9 @@ pub struct ApprovedProgram {
 /// Sign a program as one party: a new envelope, or a second signature on the same bytes.
 pub fn sign_program(program: &Program, key: &SigningKey) -> Result<Envelope> {
     let bytes = program.to_canonical()?;
+    // What parsing these bytes back would give, when it would parse at all: the signer's
+    // first parse of its own program (the caller's, at the cosign) is not one (issue 33).
+    program.keep_as_parsed(&bytes);
     let mut env = Envelope::new(PROGRAM_PAYLOAD_TYPE, &bytes);
     env.sign(key)?;
     Ok(env)
@@ -467,6 +476,49 @@ mod tests {
         assert!(
             verify_sig(&owner, &message, &env.signatures[0].sig, "owner").is_err(),
             "a kept signature is kept for its key only"
+        );
+    }
+
+    /// A signer's own signature is kept as it is made (it verifies: the signer checks it again
+    /// at the cosign without an Ed25519 verification); the same signature over other bytes, or
+    /// as another key's, is not.
+    #[test]
+    fn a_signature_just_made_is_kept_for_its_key_and_bytes_only() {
+        let (c, o, _) = keys();
+        let mut p = program(&c, &o);
+        p.expires_at = 4_000_000_007;
+        let env = sign_program(&p, &c).expect("signed");
+        let message = pae(&env.payload_type, &env.payload_bytes().expect("payload"));
+        let sig = EdSignature::from_slice(&b64_decode("sig", &env.signatures[0].sig).expect("b64"))
+            .expect("sig");
+        assert!(verified::holds(&verified::digest(
+            &c.verifying_key(),
+            &sig,
+            &message
+        )));
+        assert!(!verified::holds(&verified::digest(
+            &o.verifying_key(),
+            &sig,
+            &message
+        )));
+        let other = with_other_bytes(&p, &env);
+        let other_message = pae(
+            &other.payload_type,
+            &other.payload_bytes().expect("payload"),
+        );
+        assert!(!verified::holds(&verified::digest(
+            &c.verifying_key(),
+            &sig,
+            &other_message
+        )));
+        assert!(
+            verify_sig(
+                &c.verifying_key(),
+                &other_message,
+                &env.signatures[0].sig,
+                "caller"
+            )
+            .is_err()
         );
     }
 }

@@ -197,6 +197,17 @@ impl Program {
         Ok(program)
     }
 
+    /// Keep `self` as what [`Self::from_canonical`] of `bytes` — its own canonical form, which
+    /// the signer just made — gives, when those bytes would parse at all (within the size
+    /// limit, valid): parsing them back checks exactly that and yields an equal program (the
+    /// typed form gives back the same bytes; `round_trip_is_exact`). Anything else is left to
+    /// a full parse, which refuses it.
+    pub(crate) fn keep_as_parsed(&self, bytes: &[u8]) {
+        if bytes.len() <= MAX_PROGRAM_BYTES && self.validate().is_ok() {
+            parsed::keep(bytes, self);
+        }
+    }
+
     fn parse_canonical(bytes: &[u8]) -> Result<Program> {
         if bytes.len() > MAX_PROGRAM_BYTES {
             return Err(invalid(
@@ -738,6 +749,29 @@ pub(crate) mod tests {
             !parsed::held(spaced.as_bytes()),
             "a refused program is not kept"
         );
+    }
+
+    /// A program signed here is kept as its parse (the caller's cosign does not parse its own
+    /// program again), equal to what a full parse of its bytes gives; an invalid one signed
+    /// is not kept, and its bytes are still refused.
+    #[test]
+    fn a_signed_program_is_kept_as_its_parse_and_an_invalid_one_is_not() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[5; 32]);
+        let mut p = sample_default();
+        p.expires_at = 4_000_000_011;
+        let env = crate::dsse::sign_program(&p, &key).expect("signed");
+        let bytes = env.payload_bytes().expect("payload");
+        assert!(parsed::held(&bytes), "kept as it was signed");
+        assert_eq!(Program::parse_canonical(&bytes).expect("parses"), p);
+
+        let mut bad = p.clone();
+        bad.expires_at = 4_000_000_012;
+        bad.skill.name = String::new();
+        assert!(bad.validate().is_err());
+        let env = crate::dsse::sign_program(&bad, &key).expect("signing does not check");
+        let bytes = env.payload_bytes().expect("payload");
+        assert!(!parsed::held(&bytes), "an invalid program is not kept");
+        assert!(Program::from_canonical(&bytes).is_err());
     }
 
     #[test]
