@@ -544,11 +544,9 @@ mod tests {
         }
     }
 
-    /// A call's start reads only what a stake may carry, by the partial index: not the call's
-    /// own sources (two per call in flight), skill bodies, secrets or unshared data — even
-    /// with their flags forged — and not by a scan of every row (issue 33).
-    #[test]
-    fn a_start_reads_the_shareable_sources_by_their_own_index() {
+    /// A key, unshared and shared user data (`diary`, `songs`: 5 bytes), a skill body and a
+    /// call's request.
+    fn held() -> Sources {
         let s = sources();
         s.put("openrouter-key", SourceKind::Secret, b"sk-secret")
             .expect("key");
@@ -562,6 +560,15 @@ mod tests {
                 Ok(())
             })
             .expect("node material");
+        s
+    }
+
+    /// A call's start reads only what a stake may carry, by the partial index: not the call's
+    /// own sources (two per call in flight), skill bodies, secrets or unshared data — even
+    /// with their flags forged — and not by a scan of every row (issue 33).
+    #[test]
+    fn a_start_reads_the_shareable_sources_by_their_own_index() {
+        let s = held();
         let names = |s: &Sources| -> Vec<String> {
             s.shareable()
                 .expect("shareable")
@@ -596,19 +603,7 @@ mod tests {
     /// Issue 12: whatever a peer names, a caller stake carries only shareable user data.
     #[test]
     fn only_shareable_user_data_applies_for_a_stake() {
-        let s = sources();
-        s.put("openrouter-key", SourceKind::Secret, b"sk-secret")
-            .expect("key");
-        s.put("diary", SourceKind::Text, b"private").expect("diary");
-        s.put_with("songs", SourceKind::Text, b"a,b,c", true)
-            .expect("songs");
-        s.store
-            .write(|tx| {
-                put_in(tx, &s.key, "skill/x/body", SourceKind::Text, b"BODY")?;
-                put_in(tx, &s.key, "call/1/request", SourceKind::Text, b"REQ")?;
-                Ok(())
-            })
-            .expect("node material");
+        let s = held();
         let mut out = Vec::new();
         assert_eq!(s.apply_for_stake("songs", &mut out).expect("songs"), 5);
         for refused in ["openrouter-key", "diary", "skill/x/body", "call/1/request"] {
