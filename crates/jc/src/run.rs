@@ -331,13 +331,10 @@ impl NoteSpec {
         out.extend_from_slice(&self.seed[..]);
         out.extend_from_slice(&self.sha256);
         out.push(self.acted as u8);
-        let form = if cov.is_some() { NOTE_HAS_COVERAGE } else { 0 }
-            | if self.padded.is_some() {
-                NOTE_HAS_PADDED
-            } else {
-                0
-            };
-        out.push(form);
+        out.push(
+            (cov.is_some() as u8 * NOTE_HAS_COVERAGE)
+                | (self.padded.is_some() as u8 * NOTE_HAS_PADDED),
+        );
         if let Some(padded) = self.padded {
             out.extend_from_slice(&padded.to_be_bytes());
         }
@@ -2218,10 +2215,9 @@ fn seal_note(
     }
     // A body whose fold lengthens its canaries past the bound gets no padding: its size then
     // says so (the owner's own doing; no ordinary body comes near).
-    let target = padded;
-    sealer.reserve(target.max(written) + 1);
-    sealer.entry_zeros(OwnerNote::PADDING_ENTRY, target.saturating_sub(written))?;
-    // The padding entry already brings every note of the program to `target`: no bucket on top.
+    sealer.reserve(padded.max(written) + 1);
+    sealer.entry_zeros(OwnerNote::PADDING_ENTRY, padded.saturating_sub(written))?;
+    // The padding entry already brings every note of the run to `padded`: no bucket on top.
     sealer.finish_unpadded()
 }
 

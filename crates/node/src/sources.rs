@@ -246,9 +246,7 @@ impl Sources {
 
     fn list_where(&self, filter: &str) -> Result<Vec<SourceMeta>> {
         self.store.read(|c| {
-            let mut stmt = c.prepare(&format!(
-                "SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources {filter} ORDER BY name"
-            ))?;
+            let mut stmt = c.prepare(&listing(filter))?;
             let rows = stmt.query_map([], meta_from_row)?;
             let mut out = Vec::new();
             for r in rows {
@@ -455,6 +453,14 @@ fn meta_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SourceMeta>> 
     }))
 }
 
+/// The listing's query: every source's metadata, by name, that `filter` (a `WHERE` clause or
+/// nothing) keeps.
+fn listing(filter: &str) -> String {
+    format!(
+        "SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources {filter} ORDER BY name"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,9 +593,10 @@ mod tests {
         let plan: Vec<String> = s
             .store
             .read(|c| {
-                let mut stmt = c.prepare(
-                    "EXPLAIN QUERY PLAN SELECT name, kind, size, digest, created_at, updated_at, shareable FROM sources WHERE shareable = 1 ORDER BY name",
-                )?;
+                let mut stmt = c.prepare(&format!(
+                    "EXPLAIN QUERY PLAN {}",
+                    listing("WHERE shareable = 1")
+                ))?;
                 let rows = stmt.query_map([], |r| r.get::<_, String>(3))?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
             })
