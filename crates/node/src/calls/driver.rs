@@ -59,6 +59,17 @@ impl Change {
 /// The result of executing one action: feed this event (with its change), or nothing.
 pub(super) type Outcome = Option<(Event, Change)>;
 
+/// An action whose outcome is being stepped: its kind and the run it acted on. It is marked
+/// running (`inflight`) until that step is on disk, not only until it returns: a tick in
+/// between would find the action owed and not running, and start it again on the record
+/// before the outcome — a second stake that reads no answer to the first in the ledger and is
+/// sent to a run that has moved on (`wrong_state`: the call failed, 1 to 2 calls in 2,000
+/// under load, issue 33).
+pub(super) struct Finished {
+    action: &'static str,
+    run: Option<String>,
+}
+
 fn action_name(a: &Action) -> &'static str {
     match a {
         Action::SendRequest => "send_request",
@@ -231,21 +242,25 @@ impl Calls {
         self.apply_to_run(key, event, change, None)
     }
 
-    /// [`Calls::apply`] for the outcome of an action executed for the run `for_run` (`Some`):
-    /// taken only while that is still the call's run. A box lost after the open moves the call
-    /// to a new run, and what an action of the run it left reports — a stake taken, a session
+    /// [`Calls::apply`] for the outcome of an action `finished` (`Some`) for its run: taken
+    /// only while that is still the call's run. A box lost after the open moves the call to a
+    /// new run, and what an action of the run it left reports — a stake taken, a session
     /// delivered, a policy's answer about that box — is not about the new one.
+    ///
+    /// The action stays marked running until its outcome is stepped and on disk (see
+    /// [`Finished`]).
     fn apply_to_run(
         &self,
         key: Key,
         event: Event,
         change: Change,
-        for_run: Option<Option<String>>,
+        finished: Option<Finished>,
     ) -> BoxFuture<Result<Option<Call>>> {
         let this = self.clone();
         Box::pin(async move {
             let guard = this.call_lock(&key);
             let held = guard.lock().await;
+            let for_run = finished.as_ref().map(|f| f.run.clone());
             let store = this.0.store.clone();
             let data_key = this.0.sources.key().clone();
             let timing = this.0.timing;
@@ -344,7 +359,14 @@ impl Calls {
                 };
                 Ok(Some((t, Arc::new(row), left)))
             })
-            .await?;
+            .await;
+            // The outcome is stepped (or failed to be): the action is no longer running. Still
+            // under the call's lock, so a tick's step sees either the action running or its
+            // outcome on disk, never neither.
+            if let Some(f) = &finished {
+                lock(&this.0.inflight).remove(&(key.clone(), f.action, f.run.clone()));
+            }
+            let stepped = stepped?;
             // Under the call's lock, so a later step's due time is never overwritten by this
             // one's.
             match &stepped {
@@ -409,12 +431,14 @@ impl Calls {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let outcome = this.execute(action, row).await;
-            lock(&this.0.inflight).remove(&(key.clone(), name, run.clone()));
-            if let Some((event, change)) = outcome
-                && let Err(e) = this
-                    .apply_to_run(key.clone(), event, change, Some(run))
-                    .await
+            let Some((event, change)) = this.execute(action, row).await else {
+                lock(&this.0.inflight).remove(&(key, name, run));
+                return;
+            };
+            let finished = Finished { action: name, run };
+            if let Err(e) = this
+                .apply_to_run(key.clone(), event, change, Some(finished))
+                .await
             {
                 tracing::warn!(call = %key.0, error = %e, "call event not applied");
             }
@@ -484,5 +508,122 @@ impl Calls {
             }
             Err(e) => Some((box_failure(&e), Change::none())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use skillbox_peers::{Payload, PayloadTransport, PeerId, PeersError};
+
+    use super::*;
+    use crate::calls::{CallsDeps, Directory, Offered};
+    use crate::crypto::DataKey;
+    use crate::store::Store;
+
+    struct Quiet(PeerId);
+    impl PayloadTransport for Quiet {
+        fn local_peer_id(&self) -> PeerId {
+            self.0
+        }
+        fn send(
+            &self,
+            _to: PeerId,
+            _payload: Payload,
+        ) -> skillbox_peers::transport::BoxFuture<'_, std::result::Result<(), PeersError>> {
+            Box::pin(std::future::ready(Ok(())))
+        }
+    }
+    struct Empty;
+    impl Directory for Empty {
+        fn offered(&self, _peer: &str, _skill: &str) -> Option<Offered> {
+            None
+        }
+        fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
+            Vec::new()
+        }
+    }
+
+    fn calls(store: Arc<Store>) -> Calls {
+        let key = Arc::new(DataKey::from_bytes(&[9u8; 32]));
+        Calls::new(CallsDeps {
+            store: store.clone(),
+            sources: crate::sources::Sources::new(store.clone(), key.clone()),
+            skills: crate::skills::Skills::new(store, key, "test"),
+            node_seed: [7u8; 32],
+            node_id: "node".into(),
+            transport: Arc::new(Quiet(PeerId::random())),
+            directory: Arc::new(Empty),
+            boxes: Arc::new(super::super::boxes::Boxes::new(
+                &[],
+                true,
+                &[],
+                &BTreeMap::new(),
+            )),
+            timing: machine::Timing::default(),
+            settings: Default::default(),
+            ceilings: Default::default(),
+            guard: Default::default(),
+            policy: Default::default(),
+            metrics: Arc::default(),
+        })
+    }
+
+    /// The window a loaded node opened (issue 33): an action returned, its outcome waiting for
+    /// the call's lock, and the action no longer marked running — a tick then started it again
+    /// on the record before the outcome. It stays marked until its outcome is stepped.
+    #[tokio::test]
+    async fn an_action_is_running_until_its_outcome_is_stepped() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let calls = calls(store.clone());
+        let mut call = records::tests::started(Role::Owner);
+        call.state = State::Staked;
+        call.run_id = Some("r".repeat(32));
+        let row = CallRow {
+            call,
+            program: None,
+            box_url: None,
+            verified: None,
+            sources: vec![],
+            receipt: None,
+        };
+        store.write(|tx| records::insert(tx, &row)).expect("insert");
+        let key: Key = ("c1".to_owned(), Role::Owner);
+        let running = || {
+            lock(&calls.0.inflight).contains(&(key.clone(), "check_policy", Some("r".repeat(32))))
+        };
+
+        let call_lock = calls.call_lock(&key);
+        let held = call_lock.lock().await;
+        calls.dispatch(key.clone(), Action::CheckPolicy, Arc::new(row));
+        // The policy answers at once; its outcome then waits for the lock held here.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            running(),
+            "an action whose outcome is not stepped yet is no longer marked running"
+        );
+        drop(held);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let state = records::load(&store, "c1", Role::Owner)
+                .expect("load")
+                .expect("row")
+                .call
+                .state;
+            if state != State::Staked {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the outcome was never stepped"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            !running(),
+            "the action is still marked running after its outcome"
+        );
     }
 }
