@@ -132,14 +132,15 @@ pub fn verify_receipt(view: &ResultView, run: &VerifiedRun) -> Result<Receipt> {
     receipt::verify(&view.receipt, run)
 }
 
-/// The owner opens a guarded run's note with its node key: `None` when the verified receipt
-/// names no note (an unguarded program). A note that is missing, is not the one the receipt
+/// The owner opens a guarded run's note with its node key as an X25519 pair (`note_key`:
+/// [`HpkeKeyPair::from_node_key`], derived once, not for every note): `None` when the verified
+/// receipt names no note (an unguarded program). A note that is missing, is not the one the receipt
 /// signs, or does not open for this run, program and key is refused: the owner then does not
 /// know whether the guard acted, and says so rather than guess.
 pub fn open_owner_note(
     view: &ResultView,
     receipt: &Receipt,
-    node_key: &SigningKey,
+    note_key: &HpkeKeyPair,
     run: &VerifiedRun,
 ) -> Result<Option<OwnerNote>> {
     let Some(digest) = &receipt.owner_note_sha256 else {
@@ -157,12 +158,11 @@ pub fn open_owner_note(
             "owner note is not the one the receipt signs".into(),
         ));
     }
-    let pair = HpkeKeyPair::from_node_key(node_key)?;
     let info = seal::info(Purpose::OwnerNote, &run.run_id, &run.program_hash);
     // Its padding is framed and checked like any entry, but not copied out.
     let entries = seal::open_named(
         &sealed,
-        &pair,
+        note_key,
         &info,
         || JcError::Sealed("owner note is not for this owner, run and program".into()),
         |name| name == OwnerNote::ENTRY || name == OwnerNote::COVERAGE_ENTRY,

@@ -149,8 +149,8 @@ async fn run(f: &Fixture, action: Action, request: &str) -> (String, OwnerNote, 
     );
     let out = open_result(&view, &f.result_key, &run).expect("caller opens");
     // The caller's key does not open what the owner is told.
-    assert!(open_owner_note(&view, &receipt, &f.caller, &run).is_err());
-    let note = open_owner_note(&view, &receipt, &f.owner, &run)
+    assert!(open_owner_note(&view, &receipt, &note_key(&f.caller), &run).is_err());
+    let note = open_owner_note(&view, &receipt, &note_key(&f.owner), &run)
         .expect("owner opens")
         .expect("a guarded run has a note");
     let sealed = view.owner_note.as_ref().expect("note").len();
@@ -310,6 +310,7 @@ async fn a_callers_fetch_leaves_out_the_owner_note_and_still_verifies() {
         .wait_result_as(&run.run_id, WAIT, Role::Owner)
         .await
         .expect("owner's result");
-    let note = open_owner_note(&as_owner, &receipt, &f.owner, &run).expect("owner opens");
+    let note =
+        open_owner_note(&as_owner, &receipt, &note_key(&f.owner), &run).expect("owner opens");
     assert!(note.is_some(), "a guarded run's note");
 }

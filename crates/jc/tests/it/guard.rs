@@ -39,11 +39,11 @@ async fn run(f: &Fixture, p: &Program, request: &str, body: &str) -> (String, Op
         "the shared receipt names the guard: {payload}"
     );
     let out = open_result(&view, &f.result_key, &run).expect("caller opens");
-    let note = open_owner_note(&view, &receipt, &f.owner, &run).expect("owner opens");
+    let note = open_owner_note(&view, &receipt, &note_key(&f.owner), &run).expect("owner opens");
     assert_eq!(note.is_some(), p.guard.is_some());
     if p.guard.is_some() {
         // The caller's own node key does not open it.
-        assert!(open_owner_note(&view, &receipt, &f.caller, &run).is_err());
+        assert!(open_owner_note(&view, &receipt, &note_key(&f.caller), &run).is_err());
     }
     (out.answer, note.map(|n| n.guard_acted))
 }
@@ -148,6 +148,6 @@ async fn a_body_with_a_malformed_marker_fails_the_run_with_its_code() {
     assert!(view.sealed_output.is_none());
     assert_eq!(view.error, Some(RunFailure::GuardBody));
     let receipt = verify_receipt(&view, &run).expect("receipt verifies");
-    let note = open_owner_note(&view, &receipt, &f.owner, &run).expect("owner opens");
+    let note = open_owner_note(&view, &receipt, &note_key(&f.owner), &run).expect("owner opens");
     assert_eq!(note.map(|n| n.guard_acted), Some(false));
 }

@@ -558,7 +558,8 @@ async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
         assert_eq!(view.owner_note.as_ref(), Some(&note), "{when}");
         assert_eq!(view.sealed_output, first.sealed_output, "{when}");
         assert_eq!(view.receipt, first.receipt, "{when}");
-        let opened = open_owner_note(view, &receipt, &f.owner, &run).expect("the owner opens it");
+        let opened =
+            open_owner_note(view, &receipt, &note_key(&f.owner), &run).expect("the owner opens it");
         assert!(opened.is_some(), "{when}");
     };
     same(&first, "first fetch");

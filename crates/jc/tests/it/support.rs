@@ -68,3 +68,8 @@ pub fn hex_data(rel: &str) -> Vec<u8> {
 pub fn attest_data(rel: &str) -> Vec<u8> {
     data(&format!("../../../attest/tests/data/{rel}"))
 }
+
+/// A node key as the X25519 pair its owner notes are sealed to.
+pub fn note_key(node_key: &ed25519_dalek::SigningKey) -> skillbox_jc::seal::HpkeKeyPair {
+    skillbox_jc::seal::HpkeKeyPair::from_node_key(node_key).expect("a node key's X25519 pair")
+}

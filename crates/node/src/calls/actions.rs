@@ -142,6 +142,14 @@ impl Calls {
 
     // ---- the box
 
+    /// The X25519 pair this owner's notes are sealed to (see `Inner::note_key`).
+    fn note_key(&self) -> skillbox_jc::Result<&HpkeKeyPair> {
+        self.0
+            .note_key
+            .as_ref()
+            .ok_or_else(|| JcError::Internal("the node key has no X25519 pair".into()))
+    }
+
     fn client(&self, row: &CallRow) -> skillbox_jc::Result<BoxClient> {
         let url = row
             .box_url
@@ -773,7 +781,7 @@ impl Calls {
         // Whether the guard acted is the owner's alone, in a note sealed to this node's key; the
         // caller's record never holds it (a caller told of each catch has an oracle).
         let note = match row.call.role {
-            Role::Owner => open_owner_note(&view, &receipt, &self.0.signing, &verified)?,
+            Role::Owner => open_owner_note(&view, &receipt, self.note_key()?, &verified)?,
             Role::Caller => None,
         };
         let acted = note.as_ref().map(|n| n.guard_acted);

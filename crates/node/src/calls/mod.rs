@@ -324,6 +324,10 @@ struct Inner {
     sources: Sources,
     skills: Skills,
     signing: SigningKey,
+    /// The node key as the X25519 pair a box seals this owner's notes to, derived once rather
+    /// than for every note opened (a scalar multiplication each). `None` only if the key's
+    /// scalar were not an X25519 secret, which every 32 bytes are.
+    note_key: Option<skillbox_jc::seal::HpkeKeyPair>,
     node_key_hex: String,
     node_id: String,
     transport: Arc<dyn PayloadTransport>,
@@ -412,6 +416,7 @@ impl Calls {
             store: deps.store,
             sources: deps.sources,
             skills: deps.skills,
+            note_key: skillbox_jc::seal::HpkeKeyPair::from_node_key(&signing).ok(),
             signing,
             node_key_hex,
             node_id: deps.node_id,
