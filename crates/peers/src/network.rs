@@ -610,6 +610,7 @@ pub async fn start(
         provided: BTreeSet::new(),
         announcing: HashSet::new(),
         announce_failed: 0,
+        announced_early: false,
         reprovided: false,
         gate: config.provider_gate(),
         advert_rate: Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst)),
@@ -873,6 +874,9 @@ struct Task {
     /// The announcements of the keys the offer set last added, still under way.
     announcing: HashSet<kad::QueryId>,
     announce_failed: usize,
+    /// Keys were announced while the routing table held fewer than K peers (e.g. an offer set
+    /// before the first connection): they are announced again when the first bootstrap ends.
+    announced_early: bool,
     reprovided: bool,
     gate: ProviderGate,
     /// Adverts taken per publisher on the live topics.
@@ -1054,6 +1058,10 @@ impl Task {
         for gone in self.provided.difference(&keys) {
             kad.stop_providing(&kad::RecordKey::new(gone));
         }
+        let known: usize = kad.kbuckets().map(|b| b.num_entries()).sum();
+        if known < kad::K_VALUE.get() && keys.difference(&self.provided).next().is_some() {
+            self.announced_early = true;
+        }
         for new in keys.difference(&self.provided) {
             match kad.start_providing(kad::RecordKey::new(new)) {
                 Ok(query) => {
@@ -1077,9 +1085,15 @@ impl Task {
         }
     }
 
-    /// Announce every provided key again, e.g. once the routing table is filled: records sent
-    /// while this node knew only its bootstrap peer went to the wrong servers.
+    /// Announce every provided key again once the routing table is filled, if some went out
+    /// before: records sent while this node knew only its bootstrap peer went to the wrong
+    /// servers. Keys announced with a filled table are not sent twice (on a network starting at
+    /// once, most nodes' first bootstrap ends after their offer's announcement: re-announcing
+    /// then doubled the start's lookups, 18 a node in the index test).
     fn reprovide(&mut self) {
+        if !self.announced_early {
+            return;
+        }
         let kad = &mut self.swarm.behaviour_mut().kad;
         for key in &self.provided {
             if let Err(e) = kad.start_providing(kad::RecordKey::new(key)) {

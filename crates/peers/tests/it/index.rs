@@ -30,6 +30,25 @@ struct FloodCount {
 const NODES: usize = 52;
 const SKILLS_PER_NODE: usize = 2;
 const TTL: Duration = Duration::from_secs(60);
+/// How often a node announces its keys again. Each round is a lookup per key, 936 for the 52
+/// nodes, 20-30 s of CPU here. Every 15 s (as before) the rounds piled up and the nodes never
+/// caught up: searches timed out and the test took 5 minutes and more. At 45 s a run sees one
+/// or two rounds, and a round has 15 s to renew the records before their TTL ends.
+const REPUBLISH: Duration = Duration::from_secs(45);
+/// A server's burst of new records per provider, and Kademlia's replication factor: a provider
+/// record goes to the 20 servers closest to its key.
+const BURST: u32 = 64;
+const REPLICATION: usize = 20;
+/// The servers' refusals of the flood the test waits for.
+const REFUSED_BAR: u64 = 1000;
+/// The flooder's made-up keys (the ~60 of ten honest skills come on top): 400 x 20 = 8,000
+/// records, of which the servers' bursts take 52 x 64 = 3,328 at once (and 1 a second more
+/// each); the rest is refused for the rate, several times the bar. (It was 1,000 keys: the
+/// flooder's lookups are CPU the rest of the test waits on.)
+const FLOOD_KEYS: u32 = 400;
+// The flood outruns the servers' bursts by twice the bar, or meeting it would not show the gate.
+const _: () =
+    assert!(FLOOD_KEYS as usize * REPLICATION >= NODES * BURST as usize + 2 * REFUSED_BAR as usize);
 
 fn corpus_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../skill/tests/data/skills-corpus/awesome-copilot")
@@ -220,7 +239,8 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
     let boot = full_addr(&first).await;
     nodes.push(first);
     _inboxes.push(inbox);
-    for i in 1..NODES {
+    // One node more than the searched ones: it announces, then leaves (below).
+    for i in 1..=NODES {
         let (h, inbox) = node(
             i as u8,
             PeersConfig {
@@ -238,23 +258,50 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
     // Let every routing table fill (each node bootstraps on its first connection).
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    let mut announced: Vec<_> = nodes.iter().map(PeersHandle::subscribe).collect();
-    for (i, h) in nodes.iter().enumerate() {
+    // A provider that leaves is no longer named once its records' TTL has passed, while one that
+    // stays is still found. Both announce first and one leaves, so that the TTL runs out while
+    // the others announce and are searched and flooded: the wait at the end is what is left.
+    let leaver = nodes.pop().expect("the leaving node");
+    let leaver_skills = &skills[NODES * SKILLS_PER_NODE..(NODES + 1) * SKILLS_PER_NODE];
+    let stay = 2;
+    let stay_skills = &skills[stay * SKILLS_PER_NODE..(stay + 1) * SKILLS_PER_NODE];
+    let mut early = Vec::new();
+    for (h, mine) in [(&leaver, leaver_skills), (&nodes[stay], stay_skills)] {
+        early.push(h.subscribe());
+        h.set_offer(offer(mine)).await.expect("offer");
+    }
+    for rx in &mut early {
+        indexed(rx, Duration::from_secs(60)).await;
+    }
+    leaver.shutdown().await;
+    let left_at = Instant::now();
+    let gone = leaver.local_peer_id();
+    let leaver_description = &leaver_skills[0].1;
+    let leave_searcher = 3;
+    // Its records outlive it until their TTL: the index still names it now (so the check at the
+    // end shows the TTL at work, not a failed fetch).
+    let outcome = nodes[leave_searcher]
+        .search(leaver_description)
+        .await
+        .expect("search");
+    assert!(
+        outcome.named.contains(&gone),
+        "a provider gone for only {:?} is no longer named",
+        left_at.elapsed()
+    );
+
+    // The others announce (the staying node did already).
+    let mut announced = Vec::new();
+    for (i, h) in nodes.iter().enumerate().filter(|(i, _)| *i != stay) {
         let mine = &skills[i * SKILLS_PER_NODE..(i + 1) * SKILLS_PER_NODE];
+        announced.push(h.subscribe());
         h.set_offer(offer(mine)).await.expect("offer");
     }
     // Every node's provider records have reached the servers closest to each key (on a loaded
     // machine this takes a while: the wait is for the announcements, not a fixed time).
     let deadline = Instant::now() + Duration::from_secs(240);
     for rx in &mut announced {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, rx.recv()).await {
-                Ok(Ok(NetworkEvent::Indexed { .. })) => break,
-                Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => {}
-                Ok(Err(RecvError::Closed)) | Err(_) => panic!("a node never finished announcing"),
-            }
-        }
+        indexed(rx, deadline.saturating_duration_since(Instant::now())).await;
     }
 
     // Every skill is searched from two other nodes by its description.
@@ -316,7 +363,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
         200,
         PeersConfig {
             bootstrap: vec![boot.clone()],
-            // The flooder starts 1,000+ providing queries at once; Kademlia sends no
+            // The flooder starts hundreds of providing queries at once; Kademlia sends no
             // ADD_PROVIDER for a query whose closest-peers walk timed out, and on a loaded
             // machine 30 s was not enough (CI saw 0 records arrive). The attacker gets all the
             // time it needs: the servers' gate is what is under test.
@@ -331,7 +378,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut keys: Vec<Vec<u8>> = (0..1000u32)
+    let mut keys: Vec<Vec<u8>> = (0..FLOOD_KEYS)
         .map(|i| skillbox_peers::index::term_key(&format!("flood{i}"), 0).to_vec())
         .collect();
     for (_, description) in &skills[..10] {
@@ -339,7 +386,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
         keys.extend(lookup_keys(&vocab).all().map(|k| k.to_vec()));
     }
     flooder.provide_raw_keys(keys).await.expect("flood");
-    // The flood's ADD_PROVIDER messages arrive once the flooder's lookups for 1,000+ keys end:
+    // The flood's ADD_PROVIDER messages arrive once the flooder's lookups for its keys end:
     // count the servers' refusals until the bar is met or the deadline passes. Each server's
     // events are read as they come by a task of its own: read in turns every half second, a
     // busy machine let a server's 1,024-event queue overflow and the refusals in it went
@@ -373,7 +420,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(180);
-    while count.refused.load(Ordering::Relaxed) <= 1000 && Instant::now() < deadline {
+    while count.refused.load(Ordering::Relaxed) <= REFUSED_BAR && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     counters.iter().for_each(tokio::task::JoinHandle::abort);
@@ -383,7 +430,7 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
     println!("flood: {other} refused for the flooder's share of keys");
     println!("flood: servers refused {refused} of the flooder's provider records for its rate");
     assert!(
-        refused > 1000,
+        refused > REFUSED_BAR,
         "the flood was not limited: {refused} refused ({lost} events not read in time)"
     );
     // Honest skills are still found, the flooded ones included.
@@ -394,46 +441,31 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
         after += results.into_iter().filter(|ok| *ok).count();
     }
     let after_rate = after as f64 / checks.len() as f64;
+    // Its records stay on the servers until their TTL; its republishing them would only load
+    // the machine.
+    flooder.shutdown().await;
     println!("after the flood: {after}/{} found", checks.len());
     assert!(
         after_rate >= 0.99,
         "after the flood only {after_rate:.3} found"
     );
 
-    // A provider that leaves is no longer named once its records' TTL has passed.
-    let leaving = 1;
-    let (_, description) = &skills[leaving * SKILLS_PER_NODE];
-    nodes[leaving].shutdown().await;
-    let left_at = Instant::now();
-    let searcher = &nodes[(leaving + 3) % NODES];
-    let gone = nodes[leaving].local_peer_id();
-    // Its records outlive it until their TTL: the index still names it now (so what follows
-    // shows the TTL at work, not a failed fetch).
-    let outcome = searcher.search(description).await.expect("search");
-    assert!(
-        outcome.named.contains(&gone),
-        "a provider gone for only {:?} is no longer named",
-        left_at.elapsed()
-    );
-    tokio::time::sleep(TTL + Duration::from_secs(3)).await;
-    let outcome = searcher.search(description).await.expect("search");
+    tokio::time::sleep_until((left_at + TTL + Duration::from_secs(3)).into()).await;
+    let outcome = nodes[leave_searcher]
+        .search(leaver_description)
+        .await
+        .expect("search");
     assert!(
         !outcome.named.contains(&gone) && !outcome.peers.contains(&gone),
         "a provider gone for {:?} is still found",
         left_at.elapsed()
     );
-    // While a staying provider of another skill is still found: its node republished.
-    let stay = 2;
+    // While a staying provider of another skill is still found: its records were first stored
+    // before the leaver left, over a TTL ago, so only its node's republishing kept them.
     assert!(
-        finds(
-            &nodes[(stay + 5) % NODES],
-            &skills[stay * SKILLS_PER_NODE].1,
-            &nodes[stay]
-        )
-        .await,
+        finds(&nodes[(stay + 5) % NODES], &stay_skills[0].1, &nodes[stay]).await,
         "a staying provider was forgotten past the TTL"
     );
-    let _ = flooder;
     let live: HashSet<_> = nodes.iter().map(PeersHandle::local_peer_id).collect();
     assert_eq!(live.len(), NODES);
 }
@@ -445,15 +477,28 @@ fn config() -> PeersConfig {
         live_categories: vec![],
         board_sync: false,
         index_ttl: TTL,
-        index_republish: Duration::from_secs(15),
-        // An honest node here provides 18 keys; the flooder's ~400 a server run past both.
+        index_republish: REPUBLISH,
+        // An honest node here provides 18 keys; the flooder's ~180 a server run past both.
         index_rate_per_sec: 1.0,
-        index_burst: 64,
+        index_burst: BURST,
         index_max_keys_per_provider: 128,
         // A loaded 2-core machine runs 52 nodes in debug builds: generous, as the wait for
         // announcements above.
         search_timeout: Duration::from_secs(30),
         ..PeersConfig::default()
+    }
+}
+
+/// Wait up to `within` for the node to say its offer's keys are announced.
+async fn indexed(events: &mut tokio::sync::broadcast::Receiver<NetworkEvent>, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Ok(NetworkEvent::Indexed { .. })) => return,
+            Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => {}
+            Ok(Err(RecvError::Closed)) | Err(_) => panic!("a node never finished announcing"),
+        }
     }
 }
 
