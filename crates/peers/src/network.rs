@@ -1085,15 +1085,10 @@ impl Task {
         }
     }
 
-    /// Announce every provided key again once the routing table is filled, if some went out
-    /// before: records sent while this node knew only its bootstrap peer went to the wrong
-    /// servers. Keys announced with a filled table are not sent twice (on a network starting at
-    /// once, most nodes' first bootstrap ends after their offer's announcement: re-announcing
-    /// then doubled the start's lookups, 18 a node in the index test).
+    /// Announce every provided key again: once the routing table is filled, if some went out
+    /// before (records sent while this node knew only its bootstrap peer went to the wrong
+    /// servers), and whenever an external address is confirmed (records carry the addresses).
     fn reprovide(&mut self) {
-        if !self.announced_early {
-            return;
-        }
         let kad = &mut self.swarm.behaviour_mut().kad;
         for key in &self.provided {
             if let Err(e) = kad.start_providing(kad::RecordKey::new(key)) {
@@ -1282,7 +1277,13 @@ impl Task {
                 ..
             } if step.last && !self.reprovided => {
                 self.reprovided = true;
-                self.reprovide();
+                // Keys announced with a filled table went to the right servers: not sent twice
+                // (on a network starting at once, most nodes' first bootstrap ends after their
+                // offer's announcement: re-announcing then doubled the start's lookups, 18 a
+                // node in the index test).
+                if self.announced_early {
+                    self.reprovide();
+                }
             }
             kad::Event::InboundRequest {
                 request:

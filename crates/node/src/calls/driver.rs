@@ -65,7 +65,7 @@ pub(super) type Outcome = Option<(Event, Change)>;
 /// before the outcome — a second stake that reads no answer to the first in the ledger and is
 /// sent to a run that has moved on (`wrong_state`: the call failed, 1 to 2 calls in 2,000
 /// under load, issue 33).
-pub(super) struct Finished {
+struct Finished {
     action: &'static str,
     run: Option<String>,
 }
