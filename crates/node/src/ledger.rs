@@ -321,6 +321,21 @@ pub struct Verdict {
     pub signed_head: Option<Head>,
 }
 
+impl Verdict {
+    /// A ledger that does not verify: the first entry that fails (`at`), why, and how many
+    /// entries were read before it.
+    fn broken(at: u64, reason: Broken, entries: u64) -> Verdict {
+        Verdict {
+            ok: false,
+            entries,
+            head: None,
+            broken_at: Some(at),
+            reason: Some(reason),
+            signed_head: None,
+        }
+    }
+}
+
 // ---- the pure part
 
 /// The hash of an entry (hex).
@@ -353,11 +368,13 @@ pub fn seal(entry: Entry, key: &SigningKey) -> Result<Line> {
     })
 }
 
+/// What a head's signature covers: its sequence number and hash, under the head domain.
+fn head_message(seq: u64, hash: &str) -> Vec<u8> {
+    sig_message(HEAD_DOMAIN, &[&seq.to_be_bytes(), hash.as_bytes()])
+}
+
 fn sign_head(seq: u64, hash: &str, key: &SigningKey) -> Head {
-    let sig = key.sign(&sig_message(
-        HEAD_DOMAIN,
-        &[&seq.to_be_bytes(), hash.as_bytes()],
-    ));
+    let sig = key.sign(&head_message(seq, hash));
     Head {
         seq,
         hash: hash.to_owned(),
@@ -373,6 +390,12 @@ fn signature_ok(key: &VerifyingKey, message: &[u8], sig_hex: &str) -> bool {
         return false;
     };
     key.verify(message, &Signature::from_bytes(&arr)).is_ok()
+}
+
+/// Whether `head` carries `key`'s signature over what it says (the anchor and the database's
+/// head are checked alike).
+fn head_signed(head: &Head, key: &VerifyingKey) -> bool {
+    signature_ok(key, &head_message(head.seq, &head.hash), &head.sig)
 }
 
 /// Check a whole ledger in order: sequence, hashes, chain, signatures, and (when given) that it
@@ -394,14 +417,7 @@ pub fn verify_anchored(
     head: Option<&Head>,
     anchor: Option<&Head>,
 ) -> Verdict {
-    let broken = |at: u64, reason: Broken, entries: u64| Verdict {
-        ok: false,
-        entries,
-        head: None,
-        broken_at: Some(at),
-        reason: Some(reason),
-        signed_head: None,
-    };
+    let broken = Verdict::broken;
     let mut at_anchor: Option<String> = None;
     let mut prev = GENESIS.to_owned();
     let mut n = 0u64;
@@ -437,11 +453,7 @@ pub fn verify_anchored(
         return broken(1, Broken::NoGenesis, 0);
     }
     if let Some(a) = anchor {
-        if !signature_ok(
-            key,
-            &sig_message(HEAD_DOMAIN, &[&a.seq.to_be_bytes(), a.hash.as_bytes()]),
-            &a.sig,
-        ) {
+        if !head_signed(a, key) {
             return broken(a.seq, Broken::BadHead, n);
         }
         if n < a.seq {
@@ -452,11 +464,7 @@ pub fn verify_anchored(
         }
     }
     if let Some(h) = head {
-        if !signature_ok(
-            key,
-            &sig_message(HEAD_DOMAIN, &[&h.seq.to_be_bytes(), h.hash.as_bytes()]),
-            &h.sig,
-        ) {
+        if !head_signed(h, key) {
             return broken(h.seq, Broken::BadHead, n);
         }
         if h.seq != n || h.hash != prev {
@@ -895,16 +903,14 @@ pub fn list(store: &Store, f: &Filter) -> Result<Vec<Line>> {
 
 /// The signed head, if any entry was ever written.
 pub fn head(store: &Store) -> Result<Option<Head>> {
-    store.read(|c| {
-        let v: Option<Vec<u8>> = c
-            .query_row(
-                "SELECT value FROM meta WHERE key = ?1",
-                params![HEAD_KEY],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(v.and_then(|b| serde_json::from_slice(&b).ok()))
-    })
+    store.read(|c| Ok(stored_head(c)?.and_then(|b| serde_json::from_slice(&b).ok())))
+}
+
+/// The signed head's text as the database keeps it (`meta.ledger_head`), if any.
+fn stored_head(c: &rusqlite::Connection) -> rusqlite::Result<Option<Vec<u8>>> {
+    c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row(params![HEAD_KEY], |r| r.get(0))
+        .optional()
 }
 
 /// What a row says beside its entry: the unsigned columns and its per-source index rows.
@@ -979,13 +985,7 @@ pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
             })?
             .collect::<rusqlite::Result<Vec<(i64, (String, String, String))>>>()?;
         drop(stmt);
-        let raw: Option<Vec<u8>> = tx
-            .query_row(
-                "SELECT value FROM meta WHERE key = ?1",
-                params![HEAD_KEY],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let raw = stored_head(&tx)?;
         let lines: Vec<(i64, Option<Line>)> =
             rows.into_iter().map(|(s, r)| (s, to_line(r))).collect();
         let mismatch = index_mismatch(&tx, &lines)?;
@@ -993,14 +993,7 @@ pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
         Ok((lines, raw.is_some(), head, mismatch))
     })?;
     let entries = rows.len() as u64;
-    let broken = |at: u64, reason: Broken| Verdict {
-        ok: false,
-        entries,
-        head: None,
-        broken_at: Some(at),
-        reason: Some(reason),
-        signed_head: None,
-    };
+    let broken = |at: u64, reason: Broken| Verdict::broken(at, reason, entries);
     if head_present && head.is_none() {
         return Ok(broken(0, Broken::BadHead));
     }
@@ -1211,6 +1204,13 @@ mod tests {
             .expect("raw edit");
     }
 
+    /// What the check says of a ledger of `n` entries after `sql` edited it under its triggers.
+    fn tampered(n: usize, sql: &str) -> Verdict {
+        let (s, k) = store_with(n);
+        raw(&s, sql);
+        verify_store(&s, &k.verifying_key()).expect("verify")
+    }
+
     #[test]
     fn an_untouched_ledger_verifies_and_chains() {
         let (store, key) = store_with(6);
@@ -1295,51 +1295,39 @@ mod tests {
     fn each_kind_of_tampering_is_named() {
         let vk = |k: &SigningKey| k.verifying_key();
         // An edited entry (the peer changed in the stored JSON).
-        let (s, k) = store_with(4);
-        raw(
-            &s,
+        let v = tampered(
+            4,
             "UPDATE ledger SET entry = replace(entry, '12D3KooWPeer', '12D3KooWOther') WHERE seq = 2",
         );
-        let v = verify_store(&s, &vk(&k)).expect("verify");
         assert_eq!(
             (v.ok, v.broken_at, v.reason),
             (false, Some(2), Some(Broken::HashMismatch))
         );
         // A removed middle entry.
-        let (s, k) = store_with(4);
-        raw(&s, "DELETE FROM ledger WHERE seq = 2");
-        let v = verify_store(&s, &vk(&k)).expect("verify");
+        let v = tampered(4, "DELETE FROM ledger WHERE seq = 2");
         assert_eq!(
             (v.broken_at, v.reason),
             (Some(2), Some(Broken::SequenceGap))
         );
         // Two entries swapped in place (each row keeps its text, the order changes).
-        let (s, k) = store_with(4);
-        raw(
-            &s,
+        let v = tampered(
+            4,
             "UPDATE ledger SET seq = 100 WHERE seq = 2; UPDATE ledger SET seq = 2 WHERE seq = 3;
              UPDATE ledger SET seq = 3 WHERE seq = 100;",
         );
-        let v = verify_store(&s, &vk(&k)).expect("verify");
         assert_eq!(
             (v.broken_at, v.reason),
             (Some(2), Some(Broken::SequenceGap))
         );
         // A cut tail (the head still says 4).
-        let (s, k) = store_with(4);
-        raw(&s, "DELETE FROM ledger WHERE seq >= 3");
-        let v = verify_store(&s, &vk(&k)).expect("verify");
+        let v = tampered(4, "DELETE FROM ledger WHERE seq >= 3");
         assert_eq!((v.entries, v.reason), (2, Some(Broken::Truncated)));
         // The tail and the head removed together.
-        let (s, k) = store_with(4);
-        raw(
-            &s,
+        let v = tampered(
+            4,
             "DELETE FROM ledger WHERE seq >= 3; DELETE FROM meta WHERE key = 'ledger_head'",
         );
-        assert_eq!(
-            verify_store(&s, &vk(&k)).expect("verify").reason,
-            Some(Broken::Truncated)
-        );
+        assert_eq!(v.reason, Some(Broken::Truncated));
         // Signed by another key (a forged ledger), or checked against another node's key.
         let (s, _) = store_with(2);
         let other = SigningKey::from_bytes(&[9u8; 32]);
@@ -1412,15 +1400,11 @@ mod tests {
             (Some(3), Some(Broken::IndexMismatch))
         );
         // An index row naming no entry, and a column saying something else.
-        let (s, _) = store_with(2);
-        raw(
-            &s,
+        let v = tampered(
+            2,
             "INSERT INTO ledger_sources (name, seq) VALUES ('diary', 9)",
         );
-        assert_eq!(
-            verify_store(&s, &vk).expect("verify").reason,
-            Some(Broken::IndexMismatch)
-        );
+        assert_eq!(v.reason, Some(Broken::IndexMismatch));
         let (s, _) = store_with(2);
         raw(&s, "UPDATE ledger SET call_id = 'other' WHERE seq = 2");
         let only = |call: &str| Filter {
