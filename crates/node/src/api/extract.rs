@@ -363,7 +363,7 @@ pub(super) fn missing(what: &str, name: &str) -> ApiError {
 }
 
 /// A read of one named thing: the thing, or its 404.
-pub(super) fn found<T>(v: Option<T>, what: &str, name: &str) -> Result<Json<T>, ApiError> {
+fn found<T>(v: Option<T>, what: &str, name: &str) -> Result<Json<T>, ApiError> {
     v.map(Json).ok_or_else(|| missing(what, name))
 }
 
@@ -376,6 +376,19 @@ pub(super) async fn read_one<T: Send + 'static>(
     let n = name.to_owned();
     let v = blocking(move || read(&n)).await?;
     found(v, what, name)
+}
+
+/// A change to one named thing that this node may offer ([`offering`]): the thing as it is
+/// after, or its 404. The advert goes out when the thing was there to change.
+pub(super) async fn change_offered<T: Send + 'static>(
+    s: &AppState,
+    what: &str,
+    name: &str,
+    change: impl FnOnce(&Shared, &str) -> crate::Result<Option<T>> + Send + 'static,
+) -> Result<Json<T>, ApiError> {
+    let n = name.to_owned();
+    let after = offering(s, Option::is_some, move |s| change(s, &n)).await?;
+    found(after, what, name)
 }
 
 /// A removal of one named thing that this node may offer ([`offering`]): 204, or its 404.

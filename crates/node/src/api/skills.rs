@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::bodies::*;
 use super::extract::{
     Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, Removed, SkillPath, TooLarge, blocking,
-    found, json, media_type, offering, query, read_body, read_one, remove_offered, written,
+    change_offered, json, media_type, offering, query, read_body, read_one, remove_offered,
+    written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -234,10 +235,9 @@ pub(super) async fn patch_skill(
             }
         }
     }
-    let n = name.clone();
-    let detail = offering(&s, Option::is_some, move |s| {
+    change_offered(&s, "skill", &name, move |s, n| {
         if !limits.is_empty() {
-            let Some(rec) = s.skills.record(&n)? else {
+            let Some(rec) = s.skills.record(n)? else {
                 return Ok(None);
             };
             let mut merged = rec.declaration.limits;
@@ -246,10 +246,9 @@ pub(super) async fn patch_skill(
             }
             change.limits = Some(merged);
         }
-        s.skills.set(&n, &change)
+        s.skills.set(n, &change)
     })
-    .await?;
-    found(detail, "skill", &name)
+    .await
 }
 
 #[utoipa::path(

@@ -10,7 +10,8 @@ use axum::response::Response;
 use super::bodies::*;
 use super::extract::{
     Expected, JsonBody, NoSuchSource, NotJson, Param, Removed, SourcePath, Tiny, TooLarge, Written,
-    answers, blocking, flag, found, offering, query, read_body, read_one, remove_offered, written,
+    answers, blocking, change_offered, flag, offering, query, read_body, read_one, remove_offered,
+    written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -138,12 +139,10 @@ pub(super) async fn patch_source(
     SourceName(name): SourceName,
     JsonBody(change, _): Tiny<SourceChange>,
 ) -> Result<Json<SourceMeta>, ApiError> {
-    let n = name.clone();
-    let meta = offering(&s, Option::is_some, move |s| {
-        s.sources.set_shareable(&n, change.shareable)
+    change_offered(&s, "source", &name, move |s, n| {
+        s.sources.set_shareable(n, change.shareable)
     })
-    .await?;
-    found(meta, "source", &name)
+    .await
 }
 
 #[utoipa::path(
