@@ -1119,20 +1119,12 @@ mod tests {
 
     fn entry(kind: EntryKind, call: &str, sources: &[&str]) -> Entry {
         Entry {
-            seq: 0,
             at: 1_700_000_000_000,
-            kind,
-            call: call.into(),
-            role: "caller".into(),
-            peer: "12D3KooWPeer".into(),
             skill: "taste".into(),
             box_url: Some("http://127.0.0.1:7000".into()),
-            run: None,
             platform: Some("insecure-dev".into()),
             measurement: Some("ab".repeat(32)),
-            hardware_isolation: false,
             provider: Some("local".into()),
-            provider_host: None,
             decision: "allow".into(),
             decided_by: "rule:1".into(),
             sources: sources.iter().map(|s| s.to_string()).collect(),
@@ -1145,9 +1137,7 @@ mod tests {
                 }],
                 _ => vec![],
             },
-            answers: None,
-            box_code: None,
-            prev: String::new(),
+            ..Entry::naming(kind, call, "caller", "12D3KooWPeer")
         }
     }
 
