@@ -19,8 +19,10 @@ async fn ledger(node: &TestNode, query: &str) -> Vec<Value> {
     a.body["entries"].as_array().expect("entries").clone()
 }
 
-fn of_call<'a>(entries: &'a [Value], id: &str) -> Vec<&'a Value> {
-    entries.iter().filter(|e| e["call"] == id).collect()
+/// The entries a node's ledger holds for one call, oldest first.
+async fn of_call(node: &TestNode, id: &str) -> Vec<Value> {
+    let all = ledger(node, "").await;
+    all.into_iter().filter(|e| e["call"] == id).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -44,10 +46,9 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     assert_eq!(w.owner.wait_call(&id, LIMIT).await["state"], "ran");
 
     // Caller: the policy's default allowed, then the request and `songs` were sealed.
-    let mine = ledger(&w.caller, "").await;
-    let mine = of_call(&mine, &id);
+    let mine = of_call(&w.caller, &id).await;
     assert_eq!(mine.len(), 3, "{mine:?}");
-    let (decision, stake) = (mine[0], mine[1]);
+    let (decision, stake) = (&mine[0], &mine[1]);
     // The stake was written ahead of its bytes; the box's answer follows it.
     assert_eq!(mine[2]["kind"], "stake_taken", "{mine:?}");
     assert_eq!(mine[2]["answers"], stake["seq"], "{mine:?}");
@@ -84,8 +85,7 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
 
     // Owner: body, model and key, staked once it admitted the call; then its consent rules'
     // decision on the submit. No caller source is named.
-    let theirs = ledger(&w.owner, "").await;
-    let theirs = of_call(&theirs, &id);
+    let theirs = of_call(&w.owner, &id).await;
     assert_eq!(theirs.len(), 3, "{theirs:?}");
     assert_eq!(theirs[0]["role"], "owner");
     assert_eq!(theirs[0]["kind"], "stake");
@@ -200,8 +200,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
         .await;
     let c = decide(denied.clone(), json!({"decision": "deny"})).await;
     assert_eq!(c["failure"]["code"], "consent_denied");
-    let all = ledger(&w.caller, "").await;
-    let d = of_call(&all, &denied);
+    let d = of_call(&w.caller, &denied).await;
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(
         (d[0]["decision"].as_str(), d[0]["decidedBy"].as_str()),
@@ -221,8 +220,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
     )
     .await;
     assert_eq!(c["state"], "answered", "{c}");
-    let all = ledger(&w.caller, "").await;
-    let a = of_call(&all, &allowed);
+    let a = of_call(&w.caller, &allowed).await;
     assert_eq!(a.len(), 3, "{a:?}");
     assert_eq!(a[0]["decidedBy"], "human:api+remember");
     assert_eq!(a[1]["kind"], "stake");
@@ -234,8 +232,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
         .start_call(&w.owner.peer_id, "taste", "third")
         .await;
     assert_eq!(w.caller.wait_call(&third, LIMIT).await["state"], "answered");
-    let all = ledger(&w.caller, "").await;
-    let t = of_call(&all, &third);
+    let t = of_call(&w.caller, &third).await;
     assert_eq!(t[0]["decidedBy"], "rule:1", "{t:?}");
     assert_eq!(t[1]["decidedBy"], "rule:1", "{t:?}");
     let v = w.caller.get("/ledger/verify").await.body;
