@@ -44,6 +44,14 @@ fn skills_of(h: &PeersHandle, peer: &PeerId) -> Vec<String> {
         .collect()
 }
 
+/// Waits until every one of `boards` lists exactly `skills` as `peer`'s offer.
+async fn until_offered(what: &str, boards: &[&PeersHandle], peer: &PeerId, skills: &[&str]) {
+    wait_until(what, WAIT, || {
+        boards.iter().all(|h| skills_of(h, peer) == skills)
+    })
+    .await;
+}
+
 fn on_board(h: &PeersHandle, peer: &PeerId) -> bool {
     h.with_board(|b, now| b.advert(peer, now).is_some())
 }
@@ -85,7 +93,7 @@ async fn an_advert_reaches_a_node_through_an_intermediate_peer() {
         // C learns of A (its empty advert) before A offers anything: what follows is gossip.
         wait_until("C has A's first advert", WAIT, || on_board(&c, &pa)).await;
         a.set_offer(offer(&["haiku"])).await.unwrap();
-        wait_until("C sees A's haiku", WAIT, || skills_of(&c, &pa) == ["haiku"]).await;
+        until_offered("C sees A's haiku", &[&c], &pa, &["haiku"]).await;
         let c_peers = c.peers().await.unwrap();
         assert!(
             c_peers.iter().all(|p| p.peer != pa.to_base58()),
@@ -107,7 +115,7 @@ async fn a_new_node_sees_the_board_within_5_seconds_of_connecting() {
         a.set_offer(offer(&["haiku"])).await.unwrap();
         b.set_offer(offer(&["summarize"])).await.unwrap();
         b.dial(addr(&a).await).await.unwrap();
-        wait_until("B sees A's haiku", WAIT, || skills_of(&b, &pa) == ["haiku"]).await;
+        until_offered("B sees A's haiku", &[&b], &pa, &["haiku"]).await;
 
         // C joins through its bootstrap config (no /p2p/ in the address).
         let boot = addr(&b).await;
@@ -175,16 +183,21 @@ async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
         let pa = a.local_peer_id();
         line_up(&[&a, &b, &c]).await;
         a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
-        wait_until("B and C see both skills", WAIT, || {
-            skills_of(&b, &pa) == ["haiku", "summarize"]
-                && skills_of(&c, &pa) == ["haiku", "summarize"]
-        })
+        until_offered(
+            "B and C see both skills",
+            &[&b, &c],
+            &pa,
+            &["haiku", "summarize"],
+        )
         .await;
         // The node drops "haiku" from its offer (e.g. its key source was removed).
         a.set_offer(offer(&["summarize"])).await.unwrap();
-        wait_until("haiku leaves B's and C's boards", WAIT, || {
-            skills_of(&b, &pa) == ["summarize"] && skills_of(&c, &pa) == ["summarize"]
-        })
+        until_offered(
+            "haiku leaves B's and C's boards",
+            &[&b, &c],
+            &pa,
+            &["summarize"],
+        )
         .await;
         shutdown([a, b, c]).await;
     })
@@ -199,16 +212,10 @@ async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
         let pa = a.local_peer_id();
         line_up(&[&a, &b, &m]).await;
         a.set_offer(offer(&["haiku"])).await.unwrap();
-        wait_until("B and M see A's haiku", WAIT, || {
-            skills_of(&b, &pa) == ["haiku"] && skills_of(&m, &pa) == ["haiku"]
-        })
-        .await;
+        until_offered("B and M see A's haiku", &[&b, &m], &pa, &["haiku"]).await;
         let old = a.signed_advert(&pa).expect("A's own advert");
         a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
-        wait_until("B sees A's new offer", WAIT, || {
-            skills_of(&b, &pa) == ["haiku", "summarize"]
-        })
-        .await;
+        until_offered("B sees A's new offer", &[&b], &pa, &["haiku", "summarize"]).await;
         let mut events = b.subscribe();
 
         // 1. A replays its own older advert: the sequence number is not newer.
