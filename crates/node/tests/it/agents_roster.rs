@@ -150,14 +150,20 @@ fn acme_owner() -> Value {
     json!({"tenantId": "acme", "workspaceId": "growth"})
 }
 
+/// Where acme writes (and removes) Sally's roster entry.
+const SALLY: &str = "/v1/host/skillbox/roster/host:sally-marketing";
+
+/// Sally's roster entry as the fixture has it, naming the pack's brief-writer (an assistant).
+fn sally() -> Value {
+    let mut sally = fixture("roster-entry.good.json");
+    sally["agentRef"]["agentId"] = json!("core.openwop.agents.brief-writer");
+    sally
+}
+
 /// The fixtures' two members, as acme/growth roster entries.
 async fn sally_and_morgan(e: &Env) {
     let (status, body) = e
-        .put(
-            "/v1/host/skillbox/roster/host:sally-marketing",
-            &e.acme,
-            &fixture("roster-entry.good.json"),
-        )
+        .put(SALLY, &e.acme, &fixture("roster-entry.good.json"))
         .await;
     assert_eq!(
         status,
@@ -166,15 +172,8 @@ async fn sally_and_morgan(e: &Env) {
     );
     assert_eq!(body["details"]["reason"], json!("unknown_agent"), "{body}");
     e.import_pack().await;
-    let mut sally = fixture("roster-entry.good.json");
-    sally["agentRef"]["agentId"] = json!("core.openwop.agents.brief-writer");
-    let (status, body) = e
-        .put(
-            "/v1/host/skillbox/roster/host:sally-marketing",
-            &e.acme,
-            &sally,
-        )
-        .await;
+    let sally = sally();
+    let (status, body) = e.put(SALLY, &e.acme, &sally).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body, sally, "the stored entry is served as written");
     let (status, _) = e
@@ -232,15 +231,7 @@ async fn roster_shape_and_attribution() {
     let e = env();
     sally_and_morgan(&e).await;
     // Replacing answers 200 and keeps one entry.
-    let mut sally = fixture("roster-entry.good.json");
-    sally["agentRef"]["agentId"] = json!("core.openwop.agents.brief-writer");
-    let (status, _) = e
-        .put(
-            "/v1/host/skillbox/roster/host:sally-marketing",
-            &e.acme,
-            &sally,
-        )
-        .await;
+    let (status, _) = e.put(SALLY, &e.acme, &sally()).await;
     assert_eq!(status, StatusCode::OK);
 
     let (status, roster) = e.get("/v1/agents/roster", &e.acme).await;
@@ -333,14 +324,7 @@ async fn another_tenants_entry_and_department_are_404_like_missing_ones() {
         assert_eq!(e.get(path, &e.acme).await.0, StatusCode::OK, "{path}");
     }
     // Their DELETE is a 404 too and removes nothing.
-    let (status, _) = e
-        .call(
-            "DELETE",
-            "/v1/host/skillbox/roster/host:sally-marketing",
-            Some(&e.globex),
-            None,
-        )
-        .await;
+    let (status, _) = e.call("DELETE", SALLY, Some(&e.globex), None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(
         e.get("/v1/agents/roster", &e.acme).await.1["total"],
@@ -358,7 +342,7 @@ async fn another_tenants_entry_and_department_are_404_like_missing_ones() {
     // The same rosterId in another tenant is another entry: no conflict, nothing disclosed.
     let (status, body) = e
         .put(
-            "/v1/host/skillbox/roster/host:sally-marketing",
+            SALLY,
             &e.globex,
             &entry(
                 "host:sally-marketing",
@@ -374,14 +358,7 @@ async fn another_tenants_entry_and_department_are_404_like_missing_ones() {
         .await;
     assert_eq!(mine["persona"], json!("Sally"), "acme's entry is untouched");
     // A member of a chart cannot be removed from under it.
-    let (status, body) = e
-        .call(
-            "DELETE",
-            "/v1/host/skillbox/roster/host:sally-marketing",
-            Some(&e.acme),
-            None,
-        )
-        .await;
+    let (status, body) = e.call("DELETE", SALLY, Some(&e.acme), None).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     // Writing as another owner than the caller is refused.
     let (status, body) = e
