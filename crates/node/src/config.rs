@@ -1397,6 +1397,15 @@ mod toml_text {
 mod tests {
     use super::*;
 
+    /// The default config with `from` replaced by `to`, which must be refused: the refusal's words.
+    fn refusal(from: &str, to: &str) -> String {
+        let text = Config::default().render().replace(from, to);
+        match Config::parse(&text, Path::new("c.toml")) {
+            Ok(_) => panic!("{to:?} in place of {from:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    }
+
     #[test]
     fn rendered_default_parses_back_to_itself() {
         let mut c = Config::default();
@@ -1563,20 +1572,13 @@ mod tests {
 
     #[test]
     fn zero_connection_limits_are_refused_by_name() {
-        let text = Config::default().render().replace(
+        let err = refusal(
             "max_connections_per_peer = 3",
             "max_connections_per_peer = 0",
         );
-        let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero limit");
-        assert!(
-            err.to_string().contains("p2p.max_connections_per_peer"),
-            "{err}"
-        );
-        let text = Config::default()
-            .render()
-            .replace("board_max_entries = 100000", "board_max_entries = 0");
-        let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero cap");
-        assert!(err.to_string().contains("p2p.board_max_entries"), "{err}");
+        assert!(err.contains("p2p.max_connections_per_peer"), "{err}");
+        let err = refusal("board_max_entries = 100000", "board_max_entries = 0");
+        assert!(err.contains("p2p.board_max_entries"), "{err}");
     }
 
     #[test]
@@ -1687,25 +1689,16 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let text = Config::default()
-            .render()
-            .replace("mdns = false", "mdns = false\nmdsn = true");
-        let err = Config::parse(&text, Path::new("c.toml")).expect_err("unknown key refused");
-        assert!(err.to_string().contains("mdsn"), "{err}");
+        let err = refusal("mdns = false", "mdns = false\nmdsn = true");
+        assert!(err.contains("mdsn"), "{err}");
     }
 
     #[test]
     fn zero_interval_and_bad_namespace_refused() {
-        let text = Config::default()
-            .render()
-            .replace("sweep_secs = 30", "sweep_secs = 0");
-        let err = Config::parse(&text, Path::new("c.toml")).expect_err("zero refused");
-        assert!(err.to_string().contains("schedules.sweep_secs"), "{err}");
-        let text = Config::default()
-            .render()
-            .replace("\"local.skillbox\"", "\"Local..x\"");
-        let err = Config::parse(&text, Path::new("c.toml")).expect_err("bad namespace refused");
-        assert!(err.to_string().contains("agents.namespace"), "{err}");
+        let err = refusal("sweep_secs = 30", "sweep_secs = 0");
+        assert!(err.contains("schedules.sweep_secs"), "{err}");
+        let err = refusal("\"local.skillbox\"", "\"Local..x\"");
+        assert!(err.contains("agents.namespace"), "{err}");
     }
 
     /// A program valid past the box's default horizon (1 h) is refused at open
@@ -1715,11 +1708,8 @@ mod tests {
         let d = Config::default();
         assert!(d.calls.expiry_secs <= MAX_CALL_EXPIRY_SECS);
         assert!(MAX_CALL_EXPIRY_SECS < skillbox_jc::run::BoxConfig::default().max_program_ttl_secs);
-        let text = d
-            .render()
-            .replace("expiry_secs = 900", "expiry_secs = 3600");
-        let err = Config::parse(&text, Path::new("c.toml")).expect_err("past the horizon");
-        assert!(err.to_string().contains("calls.expiry_secs"), "{err}");
+        let err = refusal("expiry_secs = 900", "expiry_secs = 3600");
+        assert!(err.contains("calls.expiry_secs"), "{err}");
         let text = d
             .render()
             .replace("expiry_secs = 900", "expiry_secs = 3300");
