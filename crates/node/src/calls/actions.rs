@@ -526,10 +526,8 @@ impl Calls {
         let seq = match prior {
             Some(p) if p.items == items => p.seq,
             _ => {
-                let store = self.0.store.clone();
-                let signing = self.0.signing.clone();
                 let entry = ledger_entry(row, &decision, &decided_by, items);
-                super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
+                self.append_ledger(entry)
                     .await
                     .map_err(|e| JcError::Internal(format!("ledger: {e}")))?
                     .entry
@@ -595,9 +593,7 @@ impl Calls {
         decided: Decided,
     ) -> skillbox_jc::Result<()> {
         let entry = self.stake_answer(row, seq, answer, decided);
-        let store = self.0.store.clone();
-        let signing = self.0.signing.clone();
-        super::blocking(move || crate::ledger::append_now(&store, &signing, entry))
+        self.append_ledger(entry)
             .await
             .map(|_| ())
             .map_err(|e| JcError::Internal(format!("ledger: {e}")))

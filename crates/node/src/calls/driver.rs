@@ -59,6 +59,14 @@ impl Change {
 /// The result of executing one action: feed this event (with its change), or nothing.
 pub(super) type Outcome = Option<(Event, Change)>;
 
+/// A step taken: the transition, the row it leaves (what its actions act on), and the run and
+/// box the call left, if it moved.
+type Stepped = (
+    machine::Transition,
+    Arc<CallRow>,
+    Option<(Option<String>, Option<String>)>,
+);
+
 /// An action whose outcome is being stepped: its kind and the run it acted on. It is marked
 /// running (`inflight`) until that step is on disk, not only until it returns: a tick in
 /// between would find the action owed and not running, and start it again on the record
@@ -261,112 +269,21 @@ impl Calls {
             let guard = this.call_lock(&key);
             let held = guard.lock().await;
             let for_run = finished.as_ref().map(|f| f.run.clone());
-            let store = this.0.store.clone();
-            let data_key = this.0.sources.key().clone();
-            let timing = this.0.timing;
-            let signing = this.0.signing.clone();
-            let k = key.clone();
-            let stepped = blocking(move || {
-                let Some(row) = records::load(&store, &k.0, k.1)? else {
-                    if let Some(entry) = change.recorded {
-                        crate::ledger::append_now(&store, &signing, entry)?;
-                    }
-                    return Ok(None);
-                };
-                let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
-                let mut t = if stale {
-                    tracing::debug!(call = %k.0, "outcome of a run the call left; dropped");
-                    machine::Transition {
-                        call: row.call.clone(),
-                        actions: Vec::new(),
-                        changed: false,
-                    }
-                } else {
-                    machine::step(&row.call, event, now_ms(), &timing)
-                };
-                if t.changed
-                    && let Some(m) = &change.patch.moved
-                {
-                    t.call.moves.push(m.clone());
-                }
-                let write = t.changed || (!t.actions.is_empty() && change.has_patch());
-                let mut appended = None;
-                if write || change.recorded.is_some() {
-                    appended = store.write(|tx| {
-                        let mut seq = None;
-                        if let Some(entry) = &change.recorded {
-                            seq = Some(
-                                crate::ledger::append(tx, &signing, entry.clone())?
-                                    .entry
-                                    .seq,
-                            );
-                        }
-                        if !write {
-                            return Ok(seq);
-                        }
-                        records::update(tx, &t.call, &change.patch)?;
-                        if let Some(entry) = &change.ledger
-                            && t.changed
-                        {
-                            seq = Some(
-                                crate::ledger::append(tx, &signing, entry.clone())?
-                                    .entry
-                                    .seq,
-                            );
-                        }
-                        if let Some(answer) = &change.answer
-                            && t.call.state == State::Answered
-                        {
-                            sources::put_in(
-                                tx,
-                                &data_key,
-                                &records::answer_source(&k.0),
-                                SourceKind::Text,
-                                answer,
-                            )?;
-                        }
-                        if t.call.state.is_terminal() && k.1 == Role::Caller {
-                            // The request and the result key served their one call.
-                            for name in [
-                                records::request_source(&k.0),
-                                records::result_key_source(&k.0),
-                            ] {
-                                tx.execute(
-                                    "DELETE FROM sources WHERE name = ?1",
-                                    rusqlite::params![name],
-                                )?;
-                            }
-                        }
-                        Ok(seq)
-                    })?;
-                }
-                // The head outside the database follows the committed entry. Failing to write
-                // it does not undo the transition (it is on disk); the next append or `ledger
-                // verify` (`head_file_missing`, `rolled_back`) shows it.
-                if let Some(seq) = appended
-                    && let Err(e) = crate::ledger::publish_head_through(&store, seq)
-                {
-                    tracing::warn!(error = %e, "ledger head file not written");
-                }
-                // The run (and its box) the call just left, if this step moved it.
-                let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
-                    .then(|| (row.box_url.clone(), row.call.run_id.clone()));
-                // What the actions act on: the row as just persisted.
-                let row = if write {
-                    row.updated(t.call.clone(), &change.patch)
-                } else {
-                    row
-                };
-                Ok(Some((t, Arc::new(row), left)))
-            })
-            .await;
+            let stepped = this.step(&key, event, change, for_run).await;
             // The outcome is stepped (or failed to be): the action is no longer running. Still
             // under the call's lock, so a tick's step sees either the action running or its
             // outcome on disk, never neither.
             if let Some(f) = &finished {
                 lock(&this.0.inflight).remove(&(key.clone(), f.action, f.run.clone()));
             }
-            let stepped = stepped?;
+            let stepped = match stepped {
+                Ok(stepped) => stepped,
+                Err(e) => {
+                    // What the store holds of the call is not known here: read it again.
+                    lock(&this.0.rows).remove(&key);
+                    return Err(e);
+                }
+            };
             // Under the call's lock, so a later step's due time is never overwritten by this
             // one's.
             match &stepped {
@@ -398,9 +315,11 @@ impl Calls {
                             now_ms().saturating_sub(t.call.created_at_ms),
                         ),
                     );
-                    // A finished call needs neither its lock nor its verified run any more.
+                    // A finished call needs neither its lock, its verified run nor its row any
+                    // more.
                     lock(&this.0.locks).remove(&key);
                     lock(&this.0.verified).remove(&key);
+                    lock(&this.0.rows).remove(&key);
                     // Codes only at INFO: a failure's message may hold local detail.
                     match &t.call.failure {
                         Some(f) if t.call.state == State::Failed => {
@@ -418,6 +337,160 @@ impl Calls {
             }
             Ok(Some(t.call))
         })
+    }
+
+    /// One step of the call under its lock (held by the caller): its row (as the last step
+    /// left it, or loaded), the machine's transition, and — when it changes anything — the
+    /// write, committed before this returns. `None`: no such call.
+    async fn step(
+        &self,
+        key: &Key,
+        event: Event,
+        change: Change,
+        for_run: Option<Option<String>>,
+    ) -> Result<Option<Stepped>> {
+        let Some(row) = self.row(key).await? else {
+            if let Some(entry) = change.recorded {
+                self.append_ledger(entry).await?;
+            }
+            return Ok(None);
+        };
+        let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
+        let mut t = if stale {
+            tracing::debug!(call = %key.0, "outcome of a run the call left; dropped");
+            machine::Transition {
+                call: row.call.clone(),
+                actions: Vec::new(),
+                changed: false,
+            }
+        } else {
+            machine::step(&row.call, event, now_ms(), &self.0.timing)
+        };
+        if t.changed
+            && let Some(m) = &change.patch.moved
+        {
+            t.call.moves.push(m.clone());
+        }
+        let write = t.changed || (!t.actions.is_empty() && change.has_patch());
+        // The run (and its box) the call just left, if this step moved it.
+        let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
+            .then(|| (row.box_url.clone(), row.call.run_id.clone()));
+        if !write && change.recorded.is_none() {
+            return Ok(Some((t, row, left)));
+        }
+        // Out of the cache until the write is known to have committed: a step whose future is
+        // dropped while its write is queued (an API request cancelled) must not leave the row
+        // from before that write for the next step.
+        lock(&self.0.rows).remove(key);
+        let data_key = self.0.sources.key().clone();
+        let signing = self.0.signing.clone();
+        let (k, call, changed) = (key.clone(), t.call, t.changed);
+        let (call, patch, appended) = self
+            .0
+            .store
+            .write_owned(move |tx| {
+                let mut seq = None;
+                if let Some(entry) = change.recorded {
+                    seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
+                }
+                if !write {
+                    return Ok((call, change.patch, seq));
+                }
+                records::update(tx, &call, &change.patch)?;
+                if let Some(entry) = change.ledger
+                    && changed
+                {
+                    seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
+                }
+                if let Some(answer) = &change.answer
+                    && call.state == State::Answered
+                {
+                    sources::put_in(
+                        tx,
+                        &data_key,
+                        &records::answer_source(&k.0),
+                        SourceKind::Text,
+                        answer,
+                    )?;
+                }
+                if call.state.is_terminal() && k.1 == Role::Caller {
+                    // The request and the result key served their one call.
+                    for name in [
+                        records::request_source(&k.0),
+                        records::result_key_source(&k.0),
+                    ] {
+                        tx.execute(
+                            "DELETE FROM sources WHERE name = ?1",
+                            rusqlite::params![name],
+                        )?;
+                    }
+                }
+                Ok((call, change.patch, seq))
+            })
+            .await?;
+        t.call = call;
+        // The head outside the database follows the committed entry. Failing to write it does
+        // not undo the transition (it is on disk); the next append or `ledger verify`
+        // (`head_file_missing`, `rolled_back`) shows it.
+        if let Some(seq) = appended {
+            self.publish_head(seq).await;
+        }
+        // What the actions act on, and the next step starts from: the row as just persisted.
+        let row = if write {
+            Arc::new((*row).clone().updated(t.call.clone(), &patch))
+        } else {
+            row
+        };
+        if !t.call.state.is_terminal() {
+            lock(&self.0.rows).insert(key.clone(), row.clone());
+        }
+        Ok(Some((t, row, left)))
+    }
+
+    /// The call's row as its last step left it, or as the store has it (then kept, while the
+    /// call is open).
+    async fn row(&self, key: &Key) -> Result<Option<Arc<CallRow>>> {
+        if let Some(row) = lock(&self.0.rows).get(key) {
+            return Ok(Some(row.clone()));
+        }
+        let store = self.0.store.clone();
+        let k = key.clone();
+        let Some(row) = blocking(move || records::load(&store, &k.0, k.1)).await? else {
+            return Ok(None);
+        };
+        let row = Arc::new(row);
+        if !row.call.state.is_terminal() {
+            lock(&self.0.rows).insert(key.clone(), row.clone());
+        }
+        Ok(Some(row))
+    }
+
+    /// Append `entry` to the disclosure ledger: on disk, in the database and the head file
+    /// beside it, when this returns (`ledger::append_now`, without a blocking thread for the
+    /// write).
+    pub(super) async fn append_ledger(
+        &self,
+        entry: crate::ledger::Entry,
+    ) -> Result<crate::ledger::Line> {
+        let signing = self.0.signing.clone();
+        let line = self
+            .0
+            .store
+            .write_owned(move |tx| crate::ledger::append(tx, &signing, entry))
+            .await?;
+        let store = self.0.store.clone();
+        let seq = line.entry.seq;
+        blocking(move || crate::ledger::publish_head_through(&store, seq)).await?;
+        Ok(line)
+    }
+
+    /// Write the ledger's head file through entry `seq` (see `ledger::publish_head_through`).
+    async fn publish_head(&self, seq: u64) {
+        let store = self.0.store.clone();
+        let published = blocking(move || crate::ledger::publish_head_through(&store, seq)).await;
+        if let Err(e) = published {
+            tracing::warn!(error = %e, "ledger head file not written");
+        }
     }
 
     /// Run an action as its own task, unless one of its kind is already running for this call.

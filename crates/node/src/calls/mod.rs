@@ -344,6 +344,12 @@ struct Inner {
     /// call left does not hold up the same action for its new run).
     inflight: Mutex<HashSet<(Key, &'static str, Option<String>)>>,
     verified: Mutex<HashMap<Key, VerifiedRun>>,
+    /// The rows of open calls as their last step committed them: a step reads its call from
+    /// here, not from the store (parsing the stored record was ~5 % of a node's CPU per call,
+    /// issue 33). Only the driver changes a call's row, under the call's lock, and it replaces
+    /// the entry after each commit; a terminal call's row leaves, as does any row whose step
+    /// failed (the next step loads it again).
+    rows: Mutex<HashMap<Key, Arc<CallRow>>>,
     /// When each open call's next `Tick` can act (`machine::tick_due_ms` of its record as last
     /// stepped): the advance schedule skips calls not yet due, so its cost follows the calls
     /// that owe something rather than every open call every 2 s. A call missing here is due.
@@ -431,6 +437,7 @@ impl Calls {
             buckets: Mutex::new(RateBuckets::default()),
             locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashSet::new()),
+            rows: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             tick_due: Mutex::new(HashMap::new()),
             turns: coverage::Turns::default(),
