@@ -289,8 +289,8 @@ impl Calls {
         let peer = from.to_owned();
         let row = std::sync::Arc::new(row);
         let stored = row.clone();
-        let inserted = blocking(move || {
-            store.write(|tx| {
+        let inserted = store
+            .write_owned(move |tx| {
                 // The ceilings count calls that reached a run (charged when the owner verified
                 // it, `charge_for_run`): admitted calls that never go further cost nothing
                 // against them, and are bounded per peer by `max_unstarted_per_peer` instead.
@@ -329,8 +329,7 @@ impl Calls {
                     Err(e) => Err(e),
                 }
             })
-        })
-        .await;
+            .await;
         match inserted {
             Ok(Ok(true)) => {}
             Ok(Ok(false)) => return Ok(None),

@@ -158,13 +158,13 @@ impl Calls {
             sources: chosen.into_iter().map(|(n, _)| n).collect(),
             receipt: None,
         };
-        let store = self.0.store.clone();
         let data_key = self.0.sources.key().clone();
         let request = req.request.clone();
         let secret = result_key.secret_bytes();
         let r = row.clone();
-        blocking(move || {
-            store.write(|tx| {
+        self.0
+            .store
+            .write_owned(move |tx| {
                 records::insert(tx, &r)?;
                 sources::put_in(
                     tx,
@@ -182,8 +182,7 @@ impl Calls {
                 )?;
                 Ok(())
             })
-        })
-        .await?;
+            .await?;
         tracing::info!(call = %id, peer = %req.peer, skill = %req.skill, "call requested");
         self.crash_point(Role::Caller, State::Requested);
         let key = (id, Role::Caller);
