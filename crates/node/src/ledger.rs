@@ -735,7 +735,7 @@ fn read_head_file(path: &std::path::Path) -> std::result::Result<Option<Head>, (
 /// overwrites the evidence). Written to a private temporary file, synced, renamed over, the dir
 /// synced: the file holds the old head or the new one, never half of either.
 pub fn publish_head(store: &Store) -> Result<()> {
-    publish_head_through(store, u64::MAX)
+    publish_head_through(store, u64::MAX).map(|_| ())
 }
 
 /// [`publish_head`] for an appender whose entry `seq` committed: nothing to do when the file
@@ -744,20 +744,26 @@ pub fn publish_head(store: &Store) -> Result<()> {
 /// whole batch, and the others find it there — one head file write (two fsyncs) per batch, not
 /// per entry (issue 33). The file is still only moved forward, by the checks below; a head it
 /// holds was checked against the database when it was written.
-pub fn publish_head_through(store: &Store, seq: u64) -> Result<()> {
+///
+/// `Ok(n)`: the head file now names entry `n` (at least `seq`) — `u64::MAX` for a store with
+/// no file (in memory), 0 when nothing was published (no head yet, or a file left as it is
+/// after an error logged here) — so a caller can skip asking again for entries up to `n`.
+pub fn publish_head_through(store: &Store, seq: u64) -> Result<u64> {
     let Some(path) = head_file(store) else {
-        return Ok(());
+        return Ok(u64::MAX);
     };
     let _guard = HEAD_FILE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let file = read_head_file(&path);
-    if matches!(&file, Ok(Some(f)) if f.seq >= seq) {
-        return Ok(());
+    if let Ok(Some(f)) = &file
+        && f.seq >= seq
+    {
+        return Ok(f.seq);
     }
     let Some(db) = head(store)? else {
-        return Ok(());
+        return Ok(0);
     };
     match file {
-        Ok(Some(file)) if file.seq >= db.seq => return Ok(()),
+        Ok(Some(file)) if file.seq >= db.seq => return Ok(file.seq),
         Ok(Some(file)) => {
             let at: Option<String> = store.read(|c| {
                 Ok(c.query_row(
@@ -772,7 +778,7 @@ pub fn publish_head_through(store: &Store, seq: u64) -> Result<()> {
                     seq = file.seq,
                     "the ledger in the database does not extend ledger.head: left as it is (see `skillbox ledger verify`)"
                 );
-                return Ok(());
+                return Ok(0);
             }
         }
         Ok(None) => {}
@@ -780,10 +786,11 @@ pub fn publish_head_through(store: &Store, seq: u64) -> Result<()> {
             tracing::error!(
                 "ledger.head is unreadable: left as it is (see `skillbox ledger verify`)"
             );
-            return Ok(());
+            return Ok(0);
         }
     }
-    write_head_file(&path, &db)
+    write_head_file(&path, &db)?;
+    Ok(db.seq)
 }
 
 fn write_head_file(path: &std::path::Path, head: &Head) -> Result<()> {
@@ -1252,12 +1259,20 @@ mod tests {
         let named = || read_head_file(&file).expect("readable").expect("there").seq;
         // One batch of two entries; its last appender publishes first.
         let batch = add(2);
-        publish_head_through(&store, batch[1]).expect("publish");
+        // What it answers is what the file names: an appender may skip asking for entries up
+        // to there.
+        assert_eq!(
+            publish_head_through(&store, batch[0]).expect("publish"),
+            batch[1]
+        );
         assert_eq!(named(), batch[1]);
         let first = written();
         // The next batch commits before the first batch's other appender publishes.
         let next = add(1);
-        publish_head_through(&store, batch[0]).expect("publish");
+        assert_eq!(
+            publish_head_through(&store, batch[1]).expect("publish"),
+            batch[1]
+        );
         assert_eq!(
             written(),
             first,

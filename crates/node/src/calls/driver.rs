@@ -478,17 +478,30 @@ impl Calls {
             .store
             .write_owned(move |tx| crate::ledger::append(tx, &signing, entry))
             .await?;
-        let store = self.0.store.clone();
-        let seq = line.entry.seq;
-        blocking(move || crate::ledger::publish_head_through(&store, seq)).await?;
+        self.publish_head_through(line.entry.seq).await?;
         Ok(line)
     }
 
-    /// Write the ledger's head file through entry `seq` (see `ledger::publish_head_through`).
-    async fn publish_head(&self, seq: u64) {
+    /// Bring the ledger's head file to entry `seq` at least (`ledger::publish_head_through`).
+    /// The appenders of one batch are answered together, and the first to publish writes the
+    /// database's head, which covers the batch: an appender that finds its entry published
+    /// already costs no blocking thread and no read of the file (issue 33).
+    async fn publish_head_through(&self, seq: u64) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.0.head_published.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
         let store = self.0.store.clone();
-        let published = blocking(move || crate::ledger::publish_head_through(&store, seq)).await;
-        if let Err(e) = published {
+        let through = blocking(move || crate::ledger::publish_head_through(&store, seq)).await?;
+        self.0.head_published.fetch_max(through, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// [`Calls::publish_head_through`] after a step: failing to write the head does not undo
+    /// the transition (it is on disk); the next append or `ledger verify`
+    /// (`head_file_missing`, `rolled_back`) shows it.
+    async fn publish_head(&self, seq: u64) {
+        if let Err(e) = self.publish_head_through(seq).await {
             tracing::warn!(error = %e, "ledger head file not written");
         }
     }

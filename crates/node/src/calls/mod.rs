@@ -350,6 +350,9 @@ struct Inner {
     /// the entry after each commit; a terminal call's row leaves, as does any row whose step
     /// failed (the next step loads it again).
     rows: Mutex<HashMap<Key, Arc<CallRow>>>,
+    /// The ledger entry the head file is known to name at least (see
+    /// `Calls::publish_head_through`).
+    head_published: std::sync::atomic::AtomicU64,
     /// When each open call's next `Tick` can act (`machine::tick_due_ms` of its record as last
     /// stepped): the advance schedule skips calls not yet due, so its cost follows the calls
     /// that owe something rather than every open call every 2 s. A call missing here is due.
@@ -438,6 +441,7 @@ impl Calls {
             locks: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashSet::new()),
             rows: Mutex::new(HashMap::new()),
+            head_published: std::sync::atomic::AtomicU64::new(0),
             verified: Mutex::new(HashMap::new()),
             tick_due: Mutex::new(HashMap::new()),
             turns: coverage::Turns::default(),
