@@ -574,10 +574,14 @@ fn load(rt: &tokio::runtime::Runtime, n: usize, limit: Duration) -> Load {
     // box's admission (phase 3 does). Every call here comes from one address, where a real
     // box meets its callers from many: its cap on one client's unstaked runs (at most half the
     // box) is raised to the burst too, or the caller's opens are refused and asked again
-    // (4.3 opens per call at 5,000) while the owner's stakes catch up.
+    // (4.3 opens per call at 5,000) while the owner's stakes catch up. So are its request rates
+    // per client address and per program key: both nodes reach the box from 127.0.0.1, three
+    // open and stake requests a call, and past ~170 calls/s the default 512 a second refused
+    // them `rate_limited` (0.25 stakes a call asked again, a 44 s p99 at 5,000).
     let runs = n.max(1000).saturating_mul(2).to_string();
     let unstaked = n.max(1000).to_string();
     let budget = (n as u64).max(1024).saturating_mul(2).to_string();
+    let rate = (n.max(1000) * 4).to_string();
     let w = World::start_with(
         Duration::from_secs(1),
         1,
@@ -588,6 +592,10 @@ fn load(rt: &tokio::runtime::Runtime, n: usize, limit: Duration) -> Load {
             &unstaked,
             "--stake-budget-mib",
             &budget,
+            "--client-rate",
+            &rate,
+            "--key-rate",
+            &rate,
         ],
     );
     let l = load_in(rt, &w, n, limit);

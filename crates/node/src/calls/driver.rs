@@ -589,7 +589,12 @@ impl Calls {
                 Some((Event::BoxLost, Change::none()))
             }
             Err(e) if transient(&e) => {
-                tracing::debug!(call = %row.call.id, code = e.code(), "box busy or unreachable; retrying later");
+                // The box's own code for a refusal it answered (`busy`, `rate_limited`, ...).
+                let answered = match &e {
+                    JcError::Remote { code, .. } => code.as_str(),
+                    _ => "",
+                };
+                tracing::debug!(call = %row.call.id, code = e.code(), answered, "box busy or unreachable; retrying later");
                 None
             }
             Err(e) => Some((box_failure(&e), Change::none())),
