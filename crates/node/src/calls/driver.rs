@@ -662,6 +662,64 @@ mod tests {
         })
     }
 
+    /// A step whose future is dropped while its write is queued (an API request cancelled):
+    /// the write still lands, and the next step must start from it, not from the row the
+    /// dropped step read — the cache gives that row up before it writes.
+    #[tokio::test]
+    async fn a_step_dropped_while_its_write_is_queued_leaves_no_stale_row() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let calls = calls(store.clone());
+        let mut call = records::tests::started(Role::Owner);
+        call.state = State::Staked;
+        call.run_id = Some("r".repeat(32));
+        let row = CallRow {
+            call,
+            program: None,
+            box_url: None,
+            verified: None,
+            sources: vec![],
+            receipt: None,
+        };
+        store.write(|tx| records::insert(tx, &row)).expect("insert");
+        let key: Key = ("c1".to_owned(), Role::Owner);
+        // The row is cached, as any step leaves it.
+        let cached = calls.row(&key).await.expect("row").expect("there");
+        assert_eq!(cached.call.state, State::Staked);
+        // One poll: the step reads the cached row, steps and queues its write; then it is
+        // dropped before the write is answered.
+        let mut step = calls.apply(
+            key.clone(),
+            Event::Policy(skillbox_calls::machine::Decision::Allow),
+            Change::none(),
+        );
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            step.as_mut().poll(&mut cx).is_pending(),
+            "the step finished in one poll"
+        );
+        drop(step);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while records::load(&store, "c1", Role::Owner)
+            .expect("load")
+            .expect("row")
+            .call
+            .state
+            == State::Staked
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the queued write never landed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let next = calls.row(&key).await.expect("row").expect("there");
+        assert_eq!(
+            next.call.state,
+            State::Submitting,
+            "the next step starts from the row before the write that landed"
+        );
+    }
+
     /// The window a loaded node opened (issue 33): an action returned, its outcome waiting for
     /// the call's lock, and the action no longer marked running — a tick then started it again
     /// on the record before the outcome. It stays marked until its outcome is stepped.
