@@ -653,6 +653,17 @@ impl Store {
 
     /// Run the queued owned writes until none is left.
     fn drain(&self) {
+        // Should the drainer itself panic (a bug: its writes' own panics are caught), the next
+        // owned write starts another instead of queueing behind none.
+        struct Gone<'a>(&'a Store);
+        impl Drop for Gone<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    relock(self.0.owned.lock()).draining = false;
+                }
+            }
+        }
+        let _gone = Gone(self);
         loop {
             let jobs: Vec<Box<dyn Job>> = {
                 let mut q = relock(self.owned.lock());

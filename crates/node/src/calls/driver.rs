@@ -662,13 +662,8 @@ mod tests {
         })
     }
 
-    /// A step whose future is dropped while its write is queued (an API request cancelled):
-    /// the write still lands, and the next step must start from it, not from the row the
-    /// dropped step read — the cache gives that row up before it writes.
-    #[tokio::test]
-    async fn a_step_dropped_while_its_write_is_queued_leaves_no_stale_row() {
-        let store = Arc::new(Store::open_in_memory().expect("store"));
-        let calls = calls(store.clone());
+    /// An owner's call `c1`, staked into run `rrr…`, stored: its row and key.
+    fn staked_owner_call(store: &Store) -> (CallRow, Key) {
         let mut call = records::tests::started(Role::Owner);
         call.state = State::Staked;
         call.run_id = Some("r".repeat(32));
@@ -681,7 +676,17 @@ mod tests {
             receipt: None,
         };
         store.write(|tx| records::insert(tx, &row)).expect("insert");
-        let key: Key = ("c1".to_owned(), Role::Owner);
+        (row, ("c1".to_owned(), Role::Owner))
+    }
+
+    /// A step whose future is dropped while its write is queued (an API request cancelled):
+    /// the write still lands, and the next step must start from it, not from the row the
+    /// dropped step read — the cache gives that row up before it writes.
+    #[tokio::test]
+    async fn a_step_dropped_while_its_write_is_queued_leaves_no_stale_row() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let calls = calls(store.clone());
+        let (_, key) = staked_owner_call(&store);
         // The row is cached, as any step leaves it.
         let cached = calls.row(&key).await.expect("row").expect("there");
         assert_eq!(cached.call.state, State::Staked);
@@ -727,19 +732,7 @@ mod tests {
     async fn an_action_is_running_until_its_outcome_is_stepped() {
         let store = Arc::new(Store::open_in_memory().expect("store"));
         let calls = calls(store.clone());
-        let mut call = records::tests::started(Role::Owner);
-        call.state = State::Staked;
-        call.run_id = Some("r".repeat(32));
-        let row = CallRow {
-            call,
-            program: None,
-            box_url: None,
-            verified: None,
-            sources: vec![],
-            receipt: None,
-        };
-        store.write(|tx| records::insert(tx, &row)).expect("insert");
-        let key: Key = ("c1".to_owned(), Role::Owner);
+        let (row, key) = staked_owner_call(&store);
         let running = || {
             lock(&calls.0.inflight).contains(&(key.clone(), "check_policy", Some("r".repeat(32))))
         };
