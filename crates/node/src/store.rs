@@ -12,8 +12,9 @@
 //! **Owned writes** ([`Store::write_owned`], for async tasks: the call driver's steps and the
 //! ledger's appends) join the same batches without a blocking thread each: they queue, and one
 //! drainer thread (its own, started when writes come and ended when none came for a moment)
-//! runs every queued write as a member of one batch, commits, then answers each. Under load the drainer stays on its thread, so a step costs no thread hand-over
-//! and no turn in the writer lock's queue of its own.
+//! runs every queued write as a member of one batch, commits, then answers each. Under load the
+//! drainer stays on its thread, so a step costs no thread hand-over and no turn in the writer
+//! lock's queue of its own.
 //!
 //! **Reads** run on a small pool of WAL reader connections (`query_only`), so they never wait for
 //! the writer and see only committed batches. An in-memory store (unit tests) has no readers and
@@ -88,6 +89,23 @@ cached_statements!(Rx);
 /// Run one statement that returns no rows (transaction control) from the statement cache.
 fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Run `f` as a member of the open transaction, in its own savepoint (by cached statements:
+/// rusqlite's `savepoint()` parses its SAVEPOINT and RELEASE anew each time). A member that
+/// fails or panics takes back its own rows: ROLLBACK TO then RELEASE, as rusqlite's savepoint
+/// does on drop.
+fn as_member<T>(conn: &Connection, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Answer<T> {
+    let out = catch_unwind(AssertUnwindSafe(|| -> Result<T> {
+        run(conn, "SAVEPOINT member")?;
+        let v = f(&Tx(conn))?;
+        run(conn, "RELEASE member")?;
+        Ok(v)
+    }));
+    if !matches!(out, Ok(Ok(_))) && !conn.is_autocommit() {
+        let _ = run(conn, "ROLLBACK TO member").and_then(|()| run(conn, "RELEASE member"));
+    }
+    out
 }
 
 /// Migrations in order; migration `i` moves the store to `user_version = i + 1`. Append only:
@@ -346,9 +364,9 @@ struct Owned {
 /// One write of [`Store::write_owned`]: run by the drainer inside a batch, answered when that
 /// batch has ended.
 trait Job: Send {
-    /// Run in the open transaction (the caller wraps it in its savepoint); `true` when it
-    /// succeeded, so its rows stay and its answer waits for the commit.
-    fn run(&mut self, tx: &Tx<'_>) -> bool;
+    /// Run as a member of the open transaction ([`as_member`]); `true` when it succeeded, so
+    /// its rows stay and its answer waits for the commit.
+    fn run(&mut self, conn: &Connection) -> bool;
     /// Send the answer: its value if it succeeded and its batch is on disk (`committed`), else
     /// its own error (or panic), or `CommitFailed`.
     fn answer(self: Box<Self>, committed: bool);
@@ -367,11 +385,11 @@ where
     T: Send,
     F: FnOnce(&Tx<'_>) -> Result<T> + Send,
 {
-    fn run(&mut self, tx: &Tx<'_>) -> bool {
+    fn run(&mut self, conn: &Connection) -> bool {
         let Some(f) = self.f.take() else {
             return false;
         };
-        let out = catch_unwind(AssertUnwindSafe(|| f(tx)));
+        let out = as_member(conn, f);
         let ok = matches!(out, Ok(Ok(_)));
         self.out = Some(out);
         ok
@@ -521,19 +539,7 @@ impl Store {
             return Ok(out);
         }
         let batch = w.join()?;
-        // The member's savepoint, by cached statements (rusqlite's `savepoint()` parses its
-        // SAVEPOINT and RELEASE anew each time). A member that fails or panics takes back its
-        // own rows: ROLLBACK TO then RELEASE, as rusqlite's savepoint does on drop.
-        let out = catch_unwind(AssertUnwindSafe(|| -> Result<T> {
-            run(&w.conn, "SAVEPOINT member")?;
-            let v = f(&Tx(&w.conn))?;
-            run(&w.conn, "RELEASE member")?;
-            Ok(v)
-        }));
-        if !matches!(out, Ok(Ok(_))) && !w.conn.is_autocommit() {
-            let _ =
-                run(&w.conn, "ROLLBACK TO member").and_then(|()| run(&w.conn, "RELEASE member"));
-        }
+        let out = as_member(&w.conn, f);
         // On some errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, an interrupt) SQLite rolls
         // the whole transaction back, not just the member's savepoint; a member may also have
         // ended it itself. The earlier members' rows are gone then, and the next member's
@@ -692,7 +698,7 @@ impl Store {
         let mut answered: Vec<(Box<dyn Job>, bool)> = Vec::new();
         for mut job in jobs {
             if !w.batching {
-                let ok = run(&w.conn, "BEGIN IMMEDIATE").is_ok() && job.run(&Tx(&w.conn));
+                let ok = run(&w.conn, "BEGIN IMMEDIATE").is_ok() && job.run(&w.conn);
                 let committed = if ok {
                     run(&w.conn, "COMMIT").is_ok()
                 } else {
@@ -711,13 +717,7 @@ impl Store {
                 answered.push((job, false));
                 continue;
             }
-            let ok = run(&w.conn, "SAVEPOINT member").is_ok()
-                && job.run(&Tx(&w.conn))
-                && run(&w.conn, "RELEASE member").is_ok();
-            if !ok && !w.conn.is_autocommit() {
-                let _ = run(&w.conn, "ROLLBACK TO member")
-                    .and_then(|()| run(&w.conn, "RELEASE member"));
-            }
+            let ok = job.run(&w.conn);
             // As in `write`: a batch SQLite rolled back under its members ends here, failed;
             // the next write begins a new one.
             let lost = w.conn.is_autocommit();

@@ -276,14 +276,9 @@ impl Calls {
             if let Some(f) = &finished {
                 lock(&this.0.inflight).remove(&(key.clone(), f.action, f.run.clone()));
             }
-            let stepped = match stepped {
-                Ok(stepped) => stepped,
-                Err(e) => {
-                    // What the store holds of the call is not known here: read it again.
-                    lock(&this.0.rows).remove(&key);
-                    return Err(e);
-                }
-            };
+            // A failed step left the row out of the cache (`step` takes it out before it
+            // writes): the next step loads it as the store has it.
+            let stepped = stepped?;
             // Under the call's lock, so a later step's due time is never overwritten by this
             // one's.
             match &stepped {
