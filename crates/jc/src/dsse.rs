@@ -209,7 +209,7 @@ fn verifying_key(hex32: &str, field: &str) -> Result<VerifyingKey> {
         field: field.into(),
         reason: "not hex".into(),
     })?;
-    VerifyingKey::from_bytes(&bytes).map_err(|_| JcError::ProgramInvalid {
+    crate::program::ed25519_key(&bytes).ok_or_else(|| JcError::ProgramInvalid {
         field: field.into(),
         reason: "not an Ed25519 key".into(),
     })

@@ -544,9 +544,34 @@ pub fn decode_hex32(s: &str) -> Option<[u8; 32]> {
 fn check_ed25519(field: &str, s: &str) -> Result<()> {
     let bytes = decode_hex32(s)
         .ok_or_else(|| invalid(field, "not 64 lowercase hex digits (Ed25519 public key)"))?;
-    ed25519_dalek::VerifyingKey::from_bytes(&bytes)
-        .map_err(|_| invalid(field, "not a valid Ed25519 public key"))?;
+    ed25519_key(&bytes).ok_or_else(|| invalid(field, "not a valid Ed25519 public key"))?;
     Ok(())
+}
+
+/// The Ed25519 public key these 32 bytes encode, or `None` when they encode none.
+/// Decompressing a point costs a field inversion (~10 µs), and the box and the nodes meet the
+/// same few keys (the parties', the box's) on every program, action and envelope they check: a
+/// key decoded once is kept (issue 33). Only keys that decoded are kept, under their exact
+/// bytes, so the answer is the one `VerifyingKey::from_bytes` gives.
+pub fn ed25519_key(bytes: &[u8; 32]) -> Option<ed25519_dalek::VerifyingKey> {
+    use std::sync::{LazyLock, Mutex};
+    /// Far more than the parties a node or a box deals with at once; 32 bytes a key.
+    const KEYS: usize = 4_096;
+    static KEYS_SEEN: LazyLock<Mutex<crate::kept::Kept<[u8; 32], ed25519_dalek::VerifyingKey>>> =
+        LazyLock::new(|| Mutex::new(crate::kept::Kept::new(KEYS, |_| 1)));
+    if let Some(k) = KEYS_SEEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(bytes)
+    {
+        return Some(*k);
+    }
+    let key = ed25519_dalek::VerifyingKey::from_bytes(bytes).ok()?;
+    KEYS_SEEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keep(*bytes, key);
+    Some(key)
 }
 
 fn check_limit(field: &str, v: u64, nonzero: bool) -> Result<()> {
@@ -661,6 +686,23 @@ mod parsed {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// The kept keys answer as `VerifyingKey::from_bytes` does, the second time as the first,
+    /// and bytes that encode no key are refused every time (never kept).
+    #[test]
+    fn a_kept_key_decodes_as_from_bytes_does() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[5u8; 32]).verifying_key();
+        for _ in 0..2 {
+            assert_eq!(ed25519_key(key.as_bytes()), Some(key));
+        }
+        let not_a_key = (0u8..=255)
+            .map(|b| [b; 32])
+            .find(|b| ed25519_dalek::VerifyingKey::from_bytes(b).is_err())
+            .expect("some 32 equal bytes encode no point");
+        for _ in 0..2 {
+            assert_eq!(ed25519_key(&not_a_key), None);
+        }
+    }
 
     pub(crate) fn sample(caller_key: &str, owner_key: &str, result_key: &str) -> Program {
         Program {

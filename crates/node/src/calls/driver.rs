@@ -236,8 +236,39 @@ impl Calls {
         }
     }
 
-    fn call_lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn call_lock(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
         lock(&self.0.locks).entry(key.clone()).or_default().clone()
+    }
+
+    /// Insert a new call's row (`write`: its transaction, which inserts `row` and answers
+    /// whether it did) and put the row in the cache, so the call's first step does not read back
+    /// what was just written: a blocking thread and a parse fewer per call on each side
+    /// (issue 33). The call's lock is taken before the insert and held until the row is
+    /// cached, so no step can change the row in between and be overwritten by the one inserted.
+    /// Only what [`records::insert`] stores is cached: a row with a verified run or a receipt
+    /// (never one at insert) is left for the first step to load.
+    pub(super) async fn insert_row<T, F>(&self, key: &Key, row: Arc<CallRow>, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&crate::store::Tx<'_>) -> Result<(T, bool)> + Send + 'static,
+    {
+        let guard = self.call_lock(key);
+        let held = guard.lock().await;
+        let written = self.0.store.write_owned(write).await;
+        let cacheable =
+            row.verified.is_none() && row.receipt.is_none() && !row.call.state.is_terminal();
+        let out = match written {
+            Ok((out, true)) => {
+                if cacheable {
+                    lock(&self.0.rows).insert(key.clone(), row);
+                }
+                Ok(out)
+            }
+            Ok((out, false)) => Ok(out),
+            Err(e) => Err(e),
+        };
+        drop(held);
+        out
     }
 
     /// Step the call with `event`, persist, then execute the actions.
@@ -672,6 +703,56 @@ mod tests {
         };
         store.write(|tx| records::insert(tx, &row)).expect("insert");
         (row, ("c1".to_owned(), Role::Owner))
+    }
+
+    /// A new call's row is cached as its insert stored it, so its first step reads nothing
+    /// back; an insert that finds the call there already (a repeated request) caches nothing.
+    #[tokio::test]
+    async fn a_row_inserted_is_cached_as_the_store_has_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
+        let calls = calls(store.clone());
+        let mut call = records::tests::started(Role::Caller);
+        call.state = State::Requested;
+        let row = Arc::new(CallRow {
+            call,
+            program: Some("{}".into()),
+            box_url: Some("https://box.example".into()),
+            verified: None,
+            sources: vec!["history".into()],
+            receipt: None,
+        });
+        let key = ("c1".to_owned(), Role::Caller);
+        let r = row.clone();
+        calls
+            .insert_row(&key, row.clone(), move |tx| {
+                records::insert(tx, &r)?;
+                Ok(((), true))
+            })
+            .await
+            .expect("inserted");
+        let cached = lock(&calls.0.rows).get(&key).cloned().expect("cached");
+        let stored = records::load(&store, "c1", Role::Caller)
+            .expect("load")
+            .expect("row");
+        assert!(
+            records::tests::same(&cached, &stored),
+            "the cached row differs from the stored one: {cached:?} against {stored:?}"
+        );
+
+        // Found there already: nothing is cached, whatever the row says.
+        lock(&calls.0.rows).remove(&key);
+        let again = row.clone();
+        let inserted = calls
+            .insert_row(&key, row.clone(), move |tx| {
+                Ok(((), records::insert(tx, &again).is_ok()))
+            })
+            .await;
+        assert!(inserted.is_ok());
+        assert!(
+            lock(&calls.0.rows).get(&key).is_none(),
+            "a row not inserted was cached"
+        );
     }
 
     /// A step whose future is dropped while its write is queued (an API request cancelled):

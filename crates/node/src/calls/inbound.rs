@@ -278,7 +278,6 @@ impl Calls {
             sources: Vec::new(),
             receipt: None,
         };
-        let store = self.0.store.clone();
         let (per_peer, per_day) = (
             limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
             limits.calls_per_day.unwrap_or(u64::MAX),
@@ -289,45 +288,53 @@ impl Calls {
         let peer = from.to_owned();
         let row = std::sync::Arc::new(row);
         let stored = row.clone();
-        let inserted = store
-            .write_owned(move |tx| {
-                // The ceilings count calls that reached a run (charged when the owner verified
-                // it, `charge_for_run`): admitted calls that never go further cost nothing
-                // against them, and are bounded per peer by `max_unstarted_per_peer` instead.
-                let now = crate::store::now_secs();
-                let today = super::coverage::day_of(now);
-                if super::coverage::refused(tx, &peer, &skill, today, &guard)? {
-                    return Ok(Err((
-                        FailureCode::CoverageExceeded,
-                        format!("{peer} is past the coverage thresholds of {skill} today"),
-                    )));
-                }
-                let since = now - 86_400;
-                let (total, mine) = records::charged_since(tx, &skill, &peer, since)?;
-                if mine >= per_peer || total >= per_day {
-                    return Ok(Err((
-                        FailureCode::DailyLimit,
-                        if mine >= per_peer {
+        let key = (id.to_owned(), Role::Owner);
+        let inserted = self
+            .insert_row(&key, row.clone(), move |tx| {
+                type Admitted = std::result::Result<bool, (FailureCode, String)>;
+                let admitted = (|| -> Result<Admitted> {
+                    // The ceilings count calls that reached a run (charged when the owner verified
+                    // it, `charge_for_run`): admitted calls that never go further cost nothing
+                    // against them, and are bounded per peer by `max_unstarted_per_peer` instead.
+                    let now = crate::store::now_secs();
+                    let today = super::coverage::day_of(now);
+                    if super::coverage::refused(tx, &peer, &skill, today, &guard)? {
+                        return Ok(Err((
+                            FailureCode::CoverageExceeded,
+                            format!("{peer} is past the coverage thresholds of {skill} today"),
+                        )));
+                    }
+                    let since = now - 86_400;
+                    let (total, mine) = records::charged_since(tx, &skill, &peer, since)?;
+                    if mine >= per_peer || total >= per_day {
+                        return Ok(Err((
+                            FailureCode::DailyLimit,
+                            if mine >= per_peer {
+                                format!(
+                                    "{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})"
+                                )
+                            } else {
+                                format!("{skill} had {total} calls in 24 h (limit {per_day})")
+                            },
+                        )));
+                    }
+                    let waiting = records::unstarted_of(tx, &peer)?;
+                    if waiting >= max_unstarted {
+                        return Ok(Err((
+                            FailureCode::PendingLimit,
                             format!(
-                                "{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})"
-                            )
-                        } else {
-                            format!("{skill} had {total} calls in 24 h (limit {per_day})")
-                        },
-                    )));
-                }
-                let waiting = records::unstarted_of(tx, &peer)?;
-                if waiting >= max_unstarted {
-                    return Ok(Err((
-                        FailureCode::PendingLimit,
-                        format!("{peer} has {waiting} calls not yet run (limit {max_unstarted})"),
-                    )));
-                }
-                match records::insert(tx, &stored) {
-                    Ok(()) => Ok(Ok(true)),
-                    Err(NodeError::Conflict(_)) => Ok(Ok(false)),
-                    Err(e) => Err(e),
-                }
+                                "{peer} has {waiting} calls not yet run (limit {max_unstarted})"
+                            ),
+                        )));
+                    }
+                    match records::insert(tx, &stored) {
+                        Ok(()) => Ok(Ok(true)),
+                        Err(NodeError::Conflict(_)) => Ok(Ok(false)),
+                        Err(e) => Err(e),
+                    }
+                })()?;
+                let inserted = matches!(admitted, Ok(true));
+                Ok((admitted, inserted))
             })
             .await;
         match inserted {
@@ -337,7 +344,6 @@ impl Calls {
             Err(e) => return Err(Refused::new(FailureCode::NotAdmitted, e.to_string())),
         }
         tracing::info!(call = %id, peer = %from, skill = %program.skill.name, "call admitted");
-        let key = (id.to_owned(), Role::Owner);
         self.crash_point(Role::Owner, State::Accepted);
         for action in t.actions {
             self.dispatch(key.clone(), action, row.clone());

@@ -427,7 +427,7 @@ pub(super) mod tests {
         machine::start(role, call, 1_000, &Timing::default()).call
     }
 
-    fn same(a: &CallRow, b: &CallRow) -> bool {
+    pub(in crate::calls) fn same(a: &CallRow, b: &CallRow) -> bool {
         a.call == b.call
             && a.program == b.program
             && a.box_url == b.box_url

@@ -162,32 +162,30 @@ impl Calls {
         let request = req.request.clone();
         let secret = result_key.secret_bytes();
         let r = row.clone();
-        self.0
-            .store
-            .write_owned(move |tx| {
-                records::insert(tx, &r)?;
-                sources::put_in(
-                    tx,
-                    &data_key,
-                    &records::request_source(&r.call.id),
-                    SourceKind::Text,
-                    request.as_bytes(),
-                )?;
-                sources::put_in(
-                    tx,
-                    &data_key,
-                    &records::result_key_source(&r.call.id),
-                    SourceKind::Secret,
-                    &secret,
-                )?;
-                Ok(())
-            })
-            .await?;
+        let key = (id.clone(), Role::Caller);
+        let row = std::sync::Arc::new(row);
+        self.insert_row(&key, row.clone(), move |tx| {
+            records::insert(tx, &r)?;
+            sources::put_in(
+                tx,
+                &data_key,
+                &records::request_source(&r.call.id),
+                SourceKind::Text,
+                request.as_bytes(),
+            )?;
+            sources::put_in(
+                tx,
+                &data_key,
+                &records::result_key_source(&r.call.id),
+                SourceKind::Secret,
+                &secret,
+            )?;
+            Ok(((), true))
+        })
+        .await?;
         tracing::info!(call = %id, peer = %req.peer, skill = %req.skill, "call requested");
         self.crash_point(Role::Caller, State::Requested);
-        let key = (id, Role::Caller);
         let view = CallView::of(&row);
-        let row = std::sync::Arc::new(row);
         for action in t.actions {
             self.dispatch(key.clone(), action, row.clone());
         }
