@@ -727,27 +727,6 @@ impl Calls {
         Ok(Some((Event::Submitted, Change::none())))
     }
 
-    /// Owner: add what the released answer carried of the body to the peer's union of the day
-    /// (see `coverage`). Before the receipt is stored, so a call's outcome is never kept without
-    /// its coverage counted.
-    async fn add_coverage(
-        &self,
-        row: &CallRow,
-        coverage: skillbox_guard::Coverage,
-    ) -> skillbox_jc::Result<()> {
-        let store = self.0.store.clone();
-        let (peer, skill) = (row.call.peer.clone(), row.call.skill.clone());
-        tokio::task::spawn_blocking(move || {
-            let today = super::coverage::day_of(crate::store::now_secs());
-            store.write(|tx| super::coverage::add(tx, &peer, &skill, today, &coverage))
-        })
-        .await
-        .map_err(|e| JcError::Internal(format!("coverage worker: {e}")))?
-        .map_err(|e| JcError::Internal(format!("coverage: {e}")))?;
-        self.end_turn(row);
-        Ok(())
-    }
-
     fn program_hash(row: &CallRow) -> skillbox_jc::Result<ProgramHash> {
         let env = Self::envelope(row)?;
         Ok(ProgramHash::of(&env.payload_bytes()?))
@@ -781,9 +760,8 @@ impl Calls {
             Role::Caller => None,
         };
         let acted = note.as_ref().map(|n| n.guard_acted);
-        if let Some(coverage) = note.and_then(|n| n.coverage) {
-            self.add_coverage(row, coverage).await?;
-        }
+        // Counted in the step that stores the receipt (`driver::Change::counted`).
+        let counted = note.and_then(|n| n.coverage);
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
         if let Some(o) = receipt_json.as_object_mut() {
@@ -811,10 +789,24 @@ impl Calls {
                 ),
                 None => "the run failed at the box".into(),
             };
-            return Ok(Some((Event::RunFailed { message }, Change::patch(patch))));
+            return Ok(Some((
+                Event::RunFailed { message },
+                Change {
+                    patch,
+                    counted,
+                    ..Change::none()
+                },
+            )));
         }
         match row.call.role {
-            Role::Owner => Ok(Some((Event::ReceiptStored, Change::patch(patch)))),
+            Role::Owner => Ok(Some((
+                Event::ReceiptStored,
+                Change {
+                    patch,
+                    counted,
+                    ..Change::none()
+                },
+            ))),
             Role::Caller => {
                 let srcs = self.0.sources.clone();
                 let name = records::result_key_source(&row.call.id);

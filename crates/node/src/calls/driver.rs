@@ -29,6 +29,13 @@ pub(super) struct Change {
     /// — one commit and one head file write for the answer and the transition it brings, not
     /// two (issue 33) — and written even when the step changes nothing else.
     pub(super) recorded: Option<crate::ledger::Entry>,
+    /// Owner: what the released answer carried of the body, added to the peer's union of the
+    /// day (`coverage::add`) in this step's transaction — with the receipt it comes with, so an
+    /// outcome is never kept without its coverage counted, and one commit fewer per call than a
+    /// write of its own (issue 33). Like `recorded`, it stands whether or not the machine takes
+    /// the event: the box released the answer either way. The call's coverage turn is given
+    /// back once it is on disk.
+    pub(super) counted: Option<skillbox_guard::Coverage>,
 }
 
 impl Change {
@@ -401,9 +408,11 @@ impl Calls {
         // The run (and its box) the call just left, if this step moved it.
         let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
             .then(|| (row.box_url.clone(), row.call.run_id.clone()));
-        if !write && change.recorded.is_none() {
+        if !write && change.recorded.is_none() && change.counted.is_none() {
             return Ok(Some((t, row, left)));
         }
+        let counted = change.counted.is_some();
+        let (peer, skill) = (row.call.peer.clone(), row.call.skill.clone());
         // Out of the cache until the write is known to have committed: a step whose future is
         // dropped while its write is queued (an API request cancelled) must not leave the row
         // from before that write for the next step.
@@ -418,6 +427,10 @@ impl Calls {
                 let mut seq = None;
                 if let Some(entry) = change.recorded {
                     seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
+                }
+                if let Some(coverage) = &change.counted {
+                    let today = super::coverage::day_of(crate::store::now_secs());
+                    super::coverage::add(tx, &peer, &skill, today, coverage)?;
                 }
                 if !write {
                     return Ok((call, change.patch, seq));
@@ -455,6 +468,9 @@ impl Calls {
             })
             .await?;
         t.call = call;
+        if counted {
+            self.end_turn(&row);
+        }
         // The head outside the database follows the committed entry. Failing to write it does
         // not undo the transition (it is on disk); the next append or `ledger verify`
         // (`head_file_missing`, `rolled_back`) shows it.
@@ -753,6 +769,51 @@ mod tests {
             lock(&calls.0.rows).get(&key).is_none(),
             "a row not inserted was cached"
         );
+    }
+
+    /// The coverage an outcome brings is counted in the step's own transaction, also when the
+    /// machine does not take the event (the box released the answer either way): here an
+    /// outcome for a run the call already left.
+    #[tokio::test]
+    async fn an_outcomes_coverage_is_counted_with_its_step_taken_or_not() {
+        use skillbox_guard::{GuardSpec, prepare, released_coverage};
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let calls = calls(store.clone());
+        let (row, key) = staked_owner_call(&store);
+        let body = "The access code is K7PM and the river runs north past the mill.";
+        let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
+        let coverage = released_coverage(&p, "It starts with K7P.");
+        let union = || {
+            store
+                .write(|tx| {
+                    let today = super::super::coverage::day_of(crate::store::now_secs());
+                    super::super::coverage::union_of(tx, &row.call.peer, &row.call.skill, today)
+                })
+                .expect("union")
+        };
+        assert!(union().is_none());
+        let stepped = calls
+            .apply_to_run(
+                key.clone(),
+                Event::ReceiptStored,
+                Change {
+                    counted: Some(coverage.clone()),
+                    ..Change::none()
+                },
+                Some(Finished {
+                    action: "fetch_outcome",
+                    run: Some("another run".into()),
+                }),
+            )
+            .await
+            .expect("stepped")
+            .expect("the call");
+        assert_eq!(
+            stepped.state,
+            State::Staked,
+            "the stale outcome changed the call"
+        );
+        assert_eq!(union(), Some(coverage), "the coverage was not counted");
     }
 
     /// A step whose future is dropped while its write is queued (an API request cancelled):
