@@ -475,7 +475,7 @@ impl Calls {
         // not undo the transition (it is on disk); the next append or `ledger verify`
         // (`head_file_missing`, `rolled_back`) shows it.
         if let Some(seq) = appended {
-            self.publish_head(seq).await;
+            self.publish_head(seq);
         }
         // What the actions act on, and the next step starts from: the row as just persisted.
         let row = if write {
@@ -539,13 +539,47 @@ impl Calls {
         Ok(())
     }
 
-    /// [`Calls::publish_head_through`] after a step: failing to write the head does not undo
-    /// the transition (it is on disk); the next append or `ledger verify`
-    /// (`head_file_missing`, `rolled_back`) shows it.
-    async fn publish_head(&self, seq: u64) {
-        if let Err(e) = self.publish_head_through(seq).await {
-            tracing::warn!(error = %e, "ledger head file not written");
+    /// After a step that appended entry `seq` (a decision, a stake's answer): the head file is
+    /// brought there soon, not before the step returns. Nothing waits on it — the file only has
+    /// to be ahead of the database before bytes leave, and every stake's own entry is published
+    /// before its bytes are sent ([`Calls::append_ledger`]), which covers each entry before it
+    /// (issue 33: a head-file write is a create, two fsyncs and a rename, on a blocking thread;
+    /// a sequential call paid three per side). One publisher at a time writes the newest entry
+    /// asked for, so the asks of many steps cost one write. A file left behind by a crash in
+    /// between is only behind (never `rolled_back`), and the node's start brings it up. Failing
+    /// to write it does not undo the transition (it is on disk); the next append or `ledger
+    /// verify` (`head_file_missing`, `rolled_back`) shows it.
+    fn publish_head(&self, seq: u64) {
+        use std::sync::atomic::Ordering;
+        self.0.head_wanted.fetch_max(seq, Ordering::AcqRel);
+        if self.0.head_published.load(Ordering::Acquire) >= seq
+            || self.0.head_publishing.swap(true, Ordering::AcqRel)
+        {
+            return;
         }
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let want = this.0.head_wanted.load(Ordering::Acquire);
+                if this.0.head_published.load(Ordering::Acquire) >= want {
+                    this.0.head_publishing.store(false, Ordering::Release);
+                    // An ask between the look and the store found a publisher running and left
+                    // its entry to it: look again, unless another publisher took over.
+                    if this.0.head_wanted.load(Ordering::Acquire)
+                        > this.0.head_published.load(Ordering::Acquire)
+                        && !this.0.head_publishing.swap(true, Ordering::AcqRel)
+                    {
+                        continue;
+                    }
+                    return;
+                }
+                if let Err(e) = this.publish_head_through(want).await {
+                    tracing::warn!(error = %e, "ledger head file not written");
+                    this.0.head_publishing.store(false, Ordering::Release);
+                    return;
+                }
+            }
+        });
     }
 
     /// Run an action as its own task, unless one of its kind is already running for this call.
@@ -814,6 +848,58 @@ mod tests {
             "the stale outcome changed the call"
         );
         assert_eq!(union(), Some(coverage), "the coverage was not counted");
+    }
+
+    /// A step's ledger entry reaches the head file outside the database soon after the step,
+    /// without the step waiting for it; entries asked for while a write of the file is under
+    /// way are covered by the next one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_steps_entries_reach_the_head_file_after_it() {
+        use crate::ledger::{self, Entry, EntryKind};
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
+        let calls = calls(store.clone());
+        let (_, key) = staked_owner_call(&store);
+        let file_seq = || {
+            std::fs::read(ledger::head_file(&store).expect("a file-backed store"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<ledger::Head>(&b).ok())
+                .map_or(0, |h| h.seq)
+        };
+        assert_eq!(file_seq(), 0, "no head file before any entry");
+        let mut steps = tokio::task::JoinSet::new();
+        for _ in 0..20 {
+            let (calls, key) = (calls.clone(), key.clone());
+            steps.spawn(async move {
+                calls
+                    .apply(
+                        key,
+                        Event::Tick,
+                        Change {
+                            recorded: Some(Entry {
+                                at: 1,
+                                ..Entry::naming(EntryKind::StakeTaken, "c1", "owner", "peer")
+                            }),
+                            ..Change::none()
+                        },
+                    )
+                    .await
+            });
+        }
+        while let Some(stepped) = steps.join_next().await {
+            stepped.expect("joined").expect("stepped");
+        }
+        let last = ledger::head(&store).expect("head").expect("entries").seq;
+        assert_eq!(last, 20);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while file_seq() < last {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the head file stayed at {} of {last}",
+                file_seq()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// A step whose future is dropped while its write is queued (an API request cancelled):

@@ -353,6 +353,10 @@ struct Inner {
     /// The ledger entry the head file is known to name at least (see
     /// `Calls::publish_head_through`).
     head_published: std::sync::atomic::AtomicU64,
+    /// The newest entry a step asked to have in the head file, and whether a publisher is
+    /// bringing the file there (see `Calls::publish_head`).
+    head_wanted: std::sync::atomic::AtomicU64,
+    head_publishing: std::sync::atomic::AtomicBool,
     /// When each open call's next `Tick` can act (`machine::tick_due_ms` of its record as last
     /// stepped): the advance schedule skips calls not yet due, so its cost follows the calls
     /// that owe something rather than every open call every 2 s. A call missing here is due.
@@ -442,6 +446,8 @@ impl Calls {
             inflight: Mutex::new(HashSet::new()),
             rows: Mutex::new(HashMap::new()),
             head_published: std::sync::atomic::AtomicU64::new(0),
+            head_wanted: std::sync::atomic::AtomicU64::new(0),
+            head_publishing: std::sync::atomic::AtomicBool::new(false),
             verified: Mutex::new(HashMap::new()),
             tick_due: Mutex::new(HashMap::new()),
             turns: coverage::Turns::default(),
