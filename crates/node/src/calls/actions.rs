@@ -409,7 +409,30 @@ impl Calls {
         let verified = self.verified(row).await?;
         let role = Self::role(row);
         let client = self.client(row)?;
-        let (prior, (decision, decided_by)) = self.stake_facts(row).await?;
+        let run = row
+            .call
+            .run_id
+            .clone()
+            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
+        let store = self.0.store.clone();
+        let v = verified.clone();
+        let r = row.clone();
+        let srcs = self.0.sources.clone();
+        let skills = self.0.skills.clone();
+        // One blocking thread reads this call's stake into its run as the ledger has it on
+        // this side (a run the call left is another run) with the decision the stake follows,
+        // and seals the material: one hand-over rather than two (issue 33). The sealed bytes
+        // are used only when the ledger shows no answer from the box yet; a sealing error, too,
+        // counts only then.
+        let (facts, sealing) = tokio::task::spawn_blocking(move || {
+            let facts = crate::ledger::stake_facts(&store, &id, side, &run);
+            (facts, seal_for_stake(&v, role, &r, &srcs, &skills))
+        })
+        .await
+        .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))?;
+        let (prior, decided) = facts.map_err(|e| JcError::Internal(format!("ledger: {e}")))?;
+        let (decision, decided_by) = decided_or_default(row, decided);
         if let Some(p) = &prior {
             match &p.answer {
                 Some((EntryKind::StakeTaken, _)) => {
@@ -439,88 +462,7 @@ impl Calls {
                 }
             }
         }
-        let v = verified.clone();
-        let r = row.clone();
-        let srcs = self.0.sources.clone();
-        let skills = self.0.skills.clone();
-        // Material goes from the source store into the sealer on this blocking thread, and
-        // leaves it only as HPKE ciphertext for this run; the ledger keeps its keyed digests.
-        let (sealed, items) =
-            tokio::task::spawn_blocking(move || -> skillbox_jc::Result<(Vec<u8>, Vec<Item>)> {
-                let apply = |name: &str, stake: bool| -> skillbox_jc::Result<Zeroizing<Vec<u8>>> {
-                    let mut buf = Zeroizing::new(Vec::new());
-                    let applied = if stake {
-                        srcs.apply_for_stake(name, &mut *buf)
-                    } else {
-                        srcs.apply(name, &mut *buf)
-                    };
-                    applied.map_err(|e| JcError::Read(e.to_string()))?;
-                    Ok(buf)
-                };
-                let mut held: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
-                match r.call.role {
-                    Role::Caller => {
-                        held.push((
-                            "request".into(),
-                            apply(&records::request_source(&r.call.id), false)?,
-                        ));
-                        // The caller's data: only what its human marked shareable, checked by the
-                        // source layer itself whatever the program names.
-                        for s in &r.sources {
-                            held.push((s.clone(), apply(s, true)?));
-                        }
-                    }
-                    Role::Owner => {
-                        let rec = skills
-                            .record(&r.call.skill)
-                            .map_err(|e| JcError::Internal(e.to_string()))?
-                            .ok_or_else(|| {
-                                JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
-                            })?;
-                        let d = &rec.declaration;
-                        held.push(("body".into(), apply(&d.body_source_name(), false)?));
-                        // The model id from the source store (imports put it there); a declaration
-                        // row that still carries one (written before) is used as it is.
-                        match srcs.meta(&d.model_source_name()) {
-                            Ok(Some(_)) => {
-                                held.push(("model".into(), apply(&d.model_source_name(), false)?))
-                            }
-                            _ => {
-                                if let Some(m) = &d.model {
-                                    held.push((
-                                        "model".into(),
-                                        Zeroizing::new(m.as_bytes().to_vec()),
-                                    ));
-                                }
-                            }
-                        }
-                        if d.provider.as_ref().is_some_and(|p| p.needs_key())
-                            && let Some(k) = &d.key
-                        {
-                            held.push(("key".into(), apply(k, false)?));
-                        }
-                    }
-                }
-                let items = held
-                    .iter()
-                    .map(|(n, d)| {
-                        let (stake, source) = match n.as_str() {
-                            "request" | "body" | "model" | "key" => (n.clone(), None),
-                            _ => ("source".to_owned(), Some(n.clone())),
-                        };
-                        Item {
-                            stake,
-                            source,
-                            size_bucket: skillbox_jc::seal::bucket(d.len() as u64),
-                            digest: srcs.key().digest(d),
-                        }
-                    })
-                    .collect();
-                let inputs = held.iter().map(|(n, d)| StakeInput::bytes(n, d)).collect();
-                Ok((seal_stake(&v, role, inputs)?, items))
-            })
-            .await
-            .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))??;
+        let (sealed, items) = sealing?;
         // Write ahead: the entry for exactly these bytes is on disk before they leave. The same
         // bytes sent again to the same run are the entry already written.
         let seq = match prior {
@@ -560,27 +502,6 @@ impl Calls {
                 Err(e)
             }
         }
-    }
-
-    /// This call's stake into its run now as the ledger has it on this side (a run the call
-    /// left is another run: its stake is not this one's), and the decision the stake follows —
-    /// from one read of the call's entries.
-    async fn stake_facts(
-        &self,
-        row: &CallRow,
-    ) -> skillbox_jc::Result<(Option<crate::ledger::StakeState>, Decided)> {
-        let store = self.0.store.clone();
-        let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
-        let run = row
-            .call
-            .run_id
-            .clone()
-            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
-        let (state, decided) =
-            super::blocking(move || crate::ledger::stake_facts(&store, &id, side, &run))
-                .await
-                .map_err(|e| JcError::Internal(format!("ledger: {e}")))?;
-        Ok((state, decided_or_default(row, decided)))
     }
 
     /// Record the box's answer to the stake of entry `seq`: taken (with `already_staked` when a
@@ -892,6 +813,84 @@ fn crash_after_stake(row: &CallRow) {
 /// The body of `call.failed`: a closed code and its fixed words.
 pub(super) fn failed_body(code: FailureCode) -> Value {
     json!({"code": code.as_str(), "message": code.fixed_message()})
+}
+
+/// This side's material for its stake into the run `v`, read from the source store and sealed
+/// to the run on the calling (blocking) thread: it leaves the store only as HPKE ciphertext for
+/// this run; the ledger keeps the keyed digests (`items`).
+fn seal_for_stake(
+    v: &VerifiedRun,
+    role: skillbox_jc::Role,
+    r: &CallRow,
+    srcs: &crate::sources::Sources,
+    skills: &crate::skills::Skills,
+) -> skillbox_jc::Result<(Vec<u8>, Vec<Item>)> {
+    let apply = |name: &str, stake: bool| -> skillbox_jc::Result<Zeroizing<Vec<u8>>> {
+        let mut buf = Zeroizing::new(Vec::new());
+        let applied = if stake {
+            srcs.apply_for_stake(name, &mut *buf)
+        } else {
+            srcs.apply(name, &mut *buf)
+        };
+        applied.map_err(|e| JcError::Read(e.to_string()))?;
+        Ok(buf)
+    };
+    let mut held: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
+    match r.call.role {
+        Role::Caller => {
+            held.push((
+                "request".into(),
+                apply(&records::request_source(&r.call.id), false)?,
+            ));
+            // The caller's data: only what its human marked shareable, checked by the
+            // source layer itself whatever the program names.
+            for s in &r.sources {
+                held.push((s.clone(), apply(s, true)?));
+            }
+        }
+        Role::Owner => {
+            let rec = skills
+                .record(&r.call.skill)
+                .map_err(|e| JcError::Internal(e.to_string()))?
+                .ok_or_else(|| {
+                    JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
+                })?;
+            let d = &rec.declaration;
+            held.push(("body".into(), apply(&d.body_source_name(), false)?));
+            // The model id from the source store (imports put it there); a declaration
+            // row that still carries one (written before) is used as it is.
+            match srcs.meta(&d.model_source_name()) {
+                Ok(Some(_)) => held.push(("model".into(), apply(&d.model_source_name(), false)?)),
+                _ => {
+                    if let Some(m) = &d.model {
+                        held.push(("model".into(), Zeroizing::new(m.as_bytes().to_vec())));
+                    }
+                }
+            }
+            if d.provider.as_ref().is_some_and(|p| p.needs_key())
+                && let Some(k) = &d.key
+            {
+                held.push(("key".into(), apply(k, false)?));
+            }
+        }
+    }
+    let items = held
+        .iter()
+        .map(|(n, d)| {
+            let (stake, source) = match n.as_str() {
+                "request" | "body" | "model" | "key" => (n.clone(), None),
+                _ => ("source".to_owned(), Some(n.clone())),
+            };
+            Item {
+                stake,
+                source,
+                size_bucket: skillbox_jc::seal::bucket(d.len() as u64),
+                digest: srcs.key().digest(d),
+            }
+        })
+        .collect();
+    let inputs = held.iter().map(|(n, d)| StakeInput::bytes(n, d)).collect();
+    Ok((seal_stake(v, role, inputs)?, items))
 }
 
 #[cfg(test)]
