@@ -268,17 +268,28 @@ impl Calls {
         let written = self.0.store.write_owned(write).await;
         let cacheable =
             row.verified.is_none() && row.receipt.is_none() && !row.call.state.is_terminal();
-        let out = match written {
+        let (out, inserted) = match written {
             Ok((out, true)) => {
                 if cacheable {
                     lock(&self.0.rows).insert(key.clone(), row);
                 }
-                Ok(out)
+                (Ok(out), true)
             }
-            Ok((out, false)) => Ok(out),
-            Err(e) => Err(e),
+            Ok((out, false)) => (Ok(out), false),
+            Err(e) => (Err(e), false),
         };
         drop(held);
+        if !inserted {
+            // A request refused or repeated must not leave a lock behind for a call that was
+            // never made: a peer sending refused requests would grow the map without end. Only
+            // when nobody else holds it (the map's and this one are the only handles).
+            let mut locks = lock(&self.0.locks);
+            if locks.get(key).is_some_and(|l| Arc::ptr_eq(l, &guard))
+                && Arc::strong_count(&guard) == 2
+            {
+                locks.remove(key);
+            }
+        }
         out
     }
 
@@ -813,6 +824,25 @@ mod tests {
             lock(&calls.0.rows).get(&key).is_none(),
             "a row not inserted was cached"
         );
+
+        // Refused (or failed): no lock is left behind for a call that was never made.
+        let never = ("c2".to_owned(), Role::Owner);
+        for refused in [true, false] {
+            let done = calls
+                .insert_row(&never, row.clone(), move |_tx| {
+                    if refused {
+                        Ok(((), false))
+                    } else {
+                        Err(crate::error::NodeError::invalid("call", "refused"))
+                    }
+                })
+                .await;
+            assert_eq!(done.is_ok(), refused);
+            assert!(
+                !lock(&calls.0.locks).contains_key(&never),
+                "a lock was left for a call never made"
+            );
+        }
     }
 
     /// The coverage an outcome brings is counted in the step's own transaction, also when the

@@ -291,48 +291,15 @@ impl Calls {
         let key = (id.to_owned(), Role::Owner);
         let inserted = self
             .insert_row(&key, row.clone(), move |tx| {
-                type Admitted = std::result::Result<bool, (FailureCode, String)>;
-                let admitted = (|| -> Result<Admitted> {
-                    // The ceilings count calls that reached a run (charged when the owner verified
-                    // it, `charge_for_run`): admitted calls that never go further cost nothing
-                    // against them, and are bounded per peer by `max_unstarted_per_peer` instead.
-                    let now = crate::store::now_secs();
-                    let today = super::coverage::day_of(now);
-                    if super::coverage::refused(tx, &peer, &skill, today, &guard)? {
-                        return Ok(Err((
-                            FailureCode::CoverageExceeded,
-                            format!("{peer} is past the coverage thresholds of {skill} today"),
-                        )));
-                    }
-                    let since = now - 86_400;
-                    let (total, mine) = records::charged_since(tx, &skill, &peer, since)?;
-                    if mine >= per_peer || total >= per_day {
-                        return Ok(Err((
-                            FailureCode::DailyLimit,
-                            if mine >= per_peer {
-                                format!(
-                                    "{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})"
-                                )
-                            } else {
-                                format!("{skill} had {total} calls in 24 h (limit {per_day})")
-                            },
-                        )));
-                    }
-                    let waiting = records::unstarted_of(tx, &peer)?;
-                    if waiting >= max_unstarted {
-                        return Ok(Err((
-                            FailureCode::PendingLimit,
-                            format!(
-                                "{peer} has {waiting} calls not yet run (limit {max_unstarted})"
-                            ),
-                        )));
-                    }
-                    match records::insert(tx, &stored) {
-                        Ok(()) => Ok(Ok(true)),
-                        Err(NodeError::Conflict(_)) => Ok(Ok(false)),
-                        Err(e) => Err(e),
-                    }
-                })()?;
+                let admitted = admitted_in(
+                    tx,
+                    &peer,
+                    &skill,
+                    &guard,
+                    (per_peer, per_day),
+                    max_unstarted,
+                    &stored,
+                )?;
                 let inserted = matches!(admitted, Ok(true));
                 Ok((admitted, inserted))
             })
@@ -390,6 +357,54 @@ impl Calls {
             })
         })
         .await
+    }
+}
+
+/// Whether the owner takes `row`'s call from `peer` now, in the transaction that inserts it:
+/// `Ok(false)` when the call is there already (a repeated request), `Err` with the closed code
+/// and the detail when a limit refuses it. The ceilings count calls that reached a run (charged
+/// when the owner verified it, `charge_for_run`): admitted calls that never go further cost
+/// nothing against them, and are bounded per peer by `max_unstarted_per_peer` instead.
+fn admitted_in(
+    tx: &crate::store::Tx<'_>,
+    peer: &str,
+    skill: &str,
+    guard: &crate::config::GuardConfig,
+    (per_peer, per_day): (u64, u64),
+    max_unstarted: u64,
+    row: &CallRow,
+) -> Result<std::result::Result<bool, (FailureCode, String)>> {
+    let now = crate::store::now_secs();
+    let today = super::coverage::day_of(now);
+    if super::coverage::refused(tx, peer, skill, today, guard)? {
+        return Ok(Err((
+            FailureCode::CoverageExceeded,
+            format!("{peer} is past the coverage thresholds of {skill} today"),
+        )));
+    }
+    let since = now - 86_400;
+    let (total, mine) = records::charged_since(tx, skill, peer, since)?;
+    if mine >= per_peer || total >= per_day {
+        return Ok(Err((
+            FailureCode::DailyLimit,
+            if mine >= per_peer {
+                format!("{peer} made {mine} calls of {skill} in 24 h (limit {per_peer})")
+            } else {
+                format!("{skill} had {total} calls in 24 h (limit {per_day})")
+            },
+        )));
+    }
+    let waiting = records::unstarted_of(tx, peer)?;
+    if waiting >= max_unstarted {
+        return Ok(Err((
+            FailureCode::PendingLimit,
+            format!("{peer} has {waiting} calls not yet run (limit {max_unstarted})"),
+        )));
+    }
+    match records::insert(tx, row) {
+        Ok(()) => Ok(Ok(true)),
+        Err(NodeError::Conflict(_)) => Ok(Ok(false)),
+        Err(e) => Err(e),
     }
 }
 
