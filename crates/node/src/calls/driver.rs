@@ -426,8 +426,12 @@ impl Calls {
         if !write && change.recorded.is_none() && change.counted.is_none() {
             return Ok(Some((t, row, left)));
         }
-        let counted = change.counted.is_some();
-        let (peer, skill) = (row.call.peer.clone(), row.call.skill.clone());
+        // Whose union the coverage adds to, only when there is coverage to count.
+        let counted_for = change
+            .counted
+            .is_some()
+            .then(|| (row.call.peer.clone(), row.call.skill.clone()));
+        let counted = counted_for.is_some();
         // Out of the cache until the write is known to have committed: a step whose future is
         // dropped while its write is queued (an API request cancelled) must not leave the row
         // from before that write for the next step.
@@ -443,9 +447,9 @@ impl Calls {
                 if let Some(entry) = change.recorded {
                     seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
                 }
-                if let Some(coverage) = &change.counted {
+                if let (Some(coverage), Some((peer, skill))) = (&change.counted, &counted_for) {
                     let today = super::coverage::day_of(crate::store::now_secs());
-                    super::coverage::add(tx, &peer, &skill, today, coverage)?;
+                    super::coverage::add(tx, peer, skill, today, coverage)?;
                 }
                 if !write {
                     return Ok((call, change.patch, seq));
@@ -776,6 +780,24 @@ mod tests {
         (row, ("c1".to_owned(), Role::Owner))
     }
 
+    /// Wait (10 s at most) until `done` holds; `what` names what never happened.
+    async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The stored state of the staked owner call `c1`.
+    fn stored_state(store: &Store) -> State {
+        records::load(store, "c1", Role::Owner)
+            .expect("load")
+            .expect("row")
+            .call
+            .state
+    }
+
     /// A new call's row is cached as its insert stored it, so its first step reads nothing
     /// back; an insert that finds the call there already (a repeated request) caches nothing.
     #[tokio::test]
@@ -931,15 +953,10 @@ mod tests {
         }
         let last = ledger::head(&store).expect("head").expect("entries").seq;
         assert_eq!(last, 20);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while file_seq() < last {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the head file stayed at {} of {last}",
-                file_seq()
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually("the head file never reached the last entry", || {
+            file_seq() >= last
+        })
+        .await;
     }
 
     /// A step whose future is dropped while its write is queued (an API request cancelled):
@@ -966,20 +983,10 @@ mod tests {
             "the step finished in one poll"
         );
         drop(step);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while records::load(&store, "c1", Role::Owner)
-            .expect("load")
-            .expect("row")
-            .call
-            .state
-            == State::Staked
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the queued write never landed"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually("the queued write never landed", || {
+            stored_state(&store) != State::Staked
+        })
+        .await;
         let next = calls.row(&key).await.expect("row").expect("there");
         assert_eq!(
             next.call.state,
@@ -1010,22 +1017,10 @@ mod tests {
             "an action whose outcome is not stepped yet is no longer marked running"
         );
         drop(held);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let state = records::load(&store, "c1", Role::Owner)
-                .expect("load")
-                .expect("row")
-                .call
-                .state;
-            if state != State::Staked {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the outcome was never stepped"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually("the outcome was never stepped", || {
+            stored_state(&store) != State::Staked
+        })
+        .await;
         assert!(
             !running(),
             "the action is still marked running after its outcome"
