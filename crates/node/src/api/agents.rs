@@ -10,9 +10,18 @@ use serde_json::{Value, json};
 use super::bodies::*;
 use super::extract::{
     Caller, Doc, JsonBody, NoQuery, NotJson, Param, Removed, TooLarge, UnknownQuery, Written,
-    answers, blocking, flag, query, read_one, removed, written,
+    answers, blocking, flag, named_reads, query, read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
+
+/// The `{agentId}` of `GET /v1/agents/{agentId}` (read with [`Param`]), declared for the document.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path, rename_all = "camelCase")]
+#[allow(dead_code)] // the document's parameter; the handler reads it with `Param`
+struct AgentPath {
+    /// The OpenWOP agentId (`<namespace>.<skill>`).
+    agent_id: String,
+}
 
 /// The `{rosterId}` of the roster routes (read with [`Param`]), declared once for the document.
 #[derive(utoipa::IntoParams)]
@@ -24,6 +33,7 @@ struct RosterPath {
 }
 
 answers! {
+    NoSuchAgent = 404, "No such agent (`not_found`).";
     /// A roster entry the caller does not hold.
     NoSuchEntry = 404, "No such entry for this tenant (`not_found`) — another tenant's answers the same.";
     /// What the roster and org-chart writes refuse (every rule they check).
@@ -69,41 +79,34 @@ pub(super) async fn list_agents(
     Ok(Json(crate::openwop::inventory(list)))
 }
 
-#[utoipa::path(
-    get, path = "/v1/agents/{agentId}",
-    summary = "One agent's inventory entry.",
-    params(("agentId" = String, Path, description = "The OpenWOP agentId (`<namespace>.<skill>`).")),
-    responses(
-        (status = 200, description = "AgentInventoryEntry.", body = AgentInventoryEntry),
-        (status = 404, description = "No such agent (`not_found`)."),
-    )
-)]
-pub(super) async fn get_agent(
-    State(s): State<AppState>,
-    Caller(owner): Caller,
-    Param(id): Param,
-) -> Result<Json<Value>, ApiError> {
-    read_one("agent", &id, move |id| {
-        let entry = match s.skills.record_by_agent_id(id)? {
-            Some(r) => Some(crate::openwop::inventory_entry(
-                &r.manifest,
-                s.skills.namespace(),
-                &r.digest,
-            )),
-            None => s.agents.pack_agent(id)?.map(|a| {
-                crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)
-            }),
+named_reads! {
+    get "/v1/agents/{agentId}" => get_agent(s, Caller(owner), Param(id))
+        "One agent's inventory entry."
+        params(AgentPath) ok(AgentInventoryEntry as Value, "AgentInventoryEntry.") [NoSuchAgent]
+        = "agent"(id) |id| {
+            let entry = match s.skills.record_by_agent_id(id)? {
+                Some(r) => Some(crate::openwop::inventory_entry(
+                    &r.manifest,
+                    s.skills.namespace(),
+                    &r.digest,
+                )),
+                None => s.agents.pack_agent(id)?.map(|a| {
+                    crate::openwop::inventory_entry(&a.manifest, &a.pack_name, &a.pack_version)
+                }),
+            };
+            Ok(match entry {
+                Some(mut e) => {
+                    let mine = s.agents.roster_projection(&owner)?.remove(id);
+                    e["roster"] = Value::Array(mine.unwrap_or_default());
+                    Some(e)
+                }
+                None => None,
+            })
         };
-        Ok(match entry {
-            Some(mut e) => {
-                let mine = s.agents.roster_projection(&owner)?.remove(id);
-                e["roster"] = Value::Array(mine.unwrap_or_default());
-                Some(e)
-            }
-            None => None,
-        })
-    })
-    .await
+    get "/v1/agents/roster/{rosterId}" => get_roster_entry(s, Caller(owner), Param(id))
+        "One of the caller's roster entries."
+        params(RosterPath) ok(AgentRosterEntry as Value, "AgentRosterEntry.") [NoSuchEntry]
+        = "roster entry"(id) |i| Ok(s.agents.roster_entry(&owner, i)?.map(|e| json!(e)));
 }
 
 /// The caller's whole documents (its roster, its org chart): [`Caller`] and [`NoQuery`] (whose
@@ -141,26 +144,6 @@ caller_documents! {
     get "/v1/agents/org-chart" => get_org_chart
         "The caller's org chart (RFC 0087), exactly the AgentOrgChart shape; empty until one is written."
         ok(AgentOrgChart, "AgentOrgChart.") = |s, owner| Ok(json!(s.agents.chart(&owner)?));
-}
-
-#[utoipa::path(
-    get, path = "/v1/agents/roster/{rosterId}",
-    summary = "One of the caller's roster entries.",
-    params(RosterPath),
-    responses(
-        (status = 200, description = "AgentRosterEntry.", body = AgentRosterEntry),
-        NoSuchEntry,
-    )
-)]
-pub(super) async fn get_roster_entry(
-    State(s): State<AppState>,
-    Caller(owner): Caller,
-    Param(id): Param,
-) -> Result<Json<Value>, ApiError> {
-    read_one("roster entry", &id, move |i| {
-        Ok(s.agents.roster_entry(&owner, i)?.map(|e| json!(e)))
-    })
-    .await
 }
 
 #[utoipa::path(

@@ -189,6 +189,39 @@ macro_rules! driver_reads {
 }
 pub(super) use driver_reads;
 
+/// The routes that read one named thing from the node's state (an agent, a skill, a source, a
+/// roster entry): the state, the extractors the route takes (the last one reads the name), and
+/// the thing as JSON or its 404 ([`read_one`]). A row says its path, name (with the names it
+/// binds the state and each extractor to), summary, the document's path parameter, answer (the
+/// document's body, and `as` the type the read gives where that is not it: the agent surfaces
+/// answer JSON values), the refusals it names beside the 200, and the read (what is read, the
+/// name, and how). A macro for the same reason as [`driver_reads`]; the rows' modules import
+/// what it names.
+macro_rules! named_reads {
+    (@answer $body:ident) => { $body };
+    (@answer $body:ident $read:ident) => { $read };
+    ($(
+        get $path:literal => $name:ident($s:ident $(, $ext:ident($arg:ident))+)
+            $summary:literal params($params:ident)
+            ok($body:ident $(as $given:ident)?, $ok:literal) [$($refused:ident),*]
+            = $what:literal($id:ident) |$n:ident| $read:expr;
+    )*) => {$(
+        #[utoipa::path(
+            get, path = $path,
+            summary = $summary,
+            params($params),
+            responses((status = 200, description = $ok, body = $body), $($refused),*)
+        )]
+        pub(super) async fn $name(
+            State($s): State<AppState>,
+            $($ext($arg): $ext,)+
+        ) -> Result<Json<named_reads!(@answer $body $($given)?)>, ApiError> {
+            read_one($what, &$id, move |$n| $read).await
+        }
+    )*};
+}
+pub(super) use named_reads;
+
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.
 #[derive(Clone, Copy)]
 pub(super) enum Media {

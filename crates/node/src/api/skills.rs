@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::bodies::*;
 use super::extract::{
     Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, Removed, SkillPath, TooLarge, blocking,
-    change_offered, json, media_type, offering, query, read_body, read_one, remove_offered,
-    written,
+    change_offered, json, media_type, named_reads, offering, query, read_body, read_one,
+    remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::skills::SkillDetail;
@@ -133,20 +133,11 @@ pub(super) async fn post_pack(
     ))
 }
 
-#[utoipa::path(
-    get, path = "/skills/{name}",
-    summary = "One skill: declaration, manifest, offer state, body source metadata — never the body.",
-    params(SkillPath),
-    responses(
-        (status = 200, description = "Skill.", body = SkillDetail),
-        NoSuchSkill,
-    )
-)]
-pub(super) async fn get_skill(
-    State(s): State<AppState>,
-    Param(name): Param,
-) -> Result<Json<SkillDetail>, ApiError> {
-    read_one("skill", &name, move |n| s.skills.detail(n)).await
+named_reads! {
+    get "/skills/{name}" => get_skill(s, Param(name))
+        "One skill: declaration, manifest, offer state, body source metadata — never the body."
+        params(SkillPath) ok(SkillDetail, "Skill.") [NoSuchSkill]
+        = "skill"(name) |n| s.skills.detail(n);
 }
 
 /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;

@@ -10,8 +10,8 @@ use axum::response::Response;
 use super::bodies::*;
 use super::extract::{
     Expected, JsonBody, NoSuchSource, NotJson, Param, Removed, SourcePath, Tiny, TooLarge, Written,
-    answers, blocking, change_offered, flag, offering, query, read_body, read_one, remove_offered,
-    written,
+    answers, blocking, change_offered, flag, named_reads, offering, query, read_body, read_one,
+    remove_offered, written,
 };
 use super::{ApiError, AppState};
 use crate::sources::{self, SourceKind, SourceMeta};
@@ -46,21 +46,11 @@ pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<Sourc
     )))
 }
 
-#[utoipa::path(
-    get, path = "/sources/{*name}",
-    summary = "One source's metadata (never content).",
-    params(SourcePath),
-    responses(
-        (status = 200, description = "Source metadata.", body = SourceMeta),
-        BadName,
-        NoSuchSource,
-    )
-)]
-pub(super) async fn get_source(
-    State(s): State<AppState>,
-    SourceName(name): SourceName,
-) -> Result<Json<SourceMeta>, ApiError> {
-    read_one("source", &name, move |n| s.sources.meta(n)).await
+named_reads! {
+    get "/sources/{*name}" => get_source(s, SourceName(name))
+        "One source's metadata (never content)."
+        params(SourcePath) ok(SourceMeta, "Source metadata.") [BadName, NoSuchSource]
+        = "source"(name) |n| s.sources.meta(n);
 }
 
 #[utoipa::path(
