@@ -639,3 +639,63 @@ impl Skills {
         })
     }
 }
+
+/// A skill's own ceilings as stored (the `limits:` of its declaration), read in the caller's
+/// transaction: `None` when there is no such skill. Only that member is read and parsed, not
+/// the whole record: the owner charges each call's run against them in the write that opens it
+/// (issue 33).
+pub(crate) fn limits_in(tx: &Tx<'_>, name: &str) -> Result<Option<Limits>> {
+    let stored: Option<Option<String>> = tx
+        .query_row(
+            "SELECT json_extract(declaration, '$.limits') FROM skills WHERE name = ?1",
+            params![name],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match stored {
+        None => Ok(None),
+        Some(None) => Ok(Some(Limits::default())),
+        Some(Some(text)) => {
+            serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| NodeError::StoredRow {
+                    what: "declaration",
+                    name: name.to_owned(),
+                    problem: e.to_string(),
+                })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the charge reads of a skill's ceilings is what its whole record says, with limits
+    /// and without; no skill reads as none.
+    #[test]
+    fn the_limits_read_in_a_transaction_are_the_records() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let skills = Skills::new(
+            store.clone(),
+            Arc::new(DataKey::from_bytes(&[3u8; 32])),
+            "local.test",
+        );
+        let with = b"---\nname: capped\ndescription: d\nlimits:\n  callsPerDay: 3\n  maxOutputBytes: 900\n---\nbody\n";
+        let without = b"---\nname: open\ndescription: d\n---\nbody\n";
+        skills
+            .import_all(&[(with, None), (without, None)])
+            .expect("import");
+        for name in ["capped", "open"] {
+            let whole = skills.record(name).expect("record").expect("there");
+            let read = store.write(|tx| limits_in(tx, name)).expect("read");
+            assert_eq!(read, Some(whole.declaration.limits), "{name}");
+        }
+        let capped = store.write(|tx| limits_in(tx, "capped")).expect("read");
+        assert_eq!(capped.and_then(|l| l.calls_per_day), Some(3));
+        assert_eq!(
+            store.write(|tx| limits_in(tx, "absent")).expect("read"),
+            None
+        );
+    }
+}

@@ -318,23 +318,11 @@ impl Calls {
         let verified = self
             .timed("attest", client.attest(&approved, run_id, &policy))
             .await?;
-        // The call reached a verified run: only now does it count against the daily ceilings
-        // (and the coverage thresholds are looked at again: another call may have passed them).
-        if row.call.role == Role::Owner
-            && let Some(code) = self
-                .charge_for_run(row)
-                .await
-                .map_err(|e| JcError::Internal(format!("charge: {e}")))?
-        {
-            return Ok(Some((
-                Event::BoxFailed {
-                    code,
-                    message: format!("refused before this run: {}", code.fixed_message()),
-                },
-                Change::none(),
-            )));
-        }
         let mut change = self.remember(row, verified);
+        // The call reached a verified run: only now does it count against the daily ceilings
+        // (and the coverage thresholds are looked at again: another call may have passed them),
+        // in the step that takes the run (`inbound::charged_in`).
+        change.charge = row.call.role == Role::Owner;
         // A second run of the call: the caller moved it. The owner's history says so (from the
         // box of the run it leaves), applied only if the machine takes the move.
         if row.call.run_id.is_some() {

@@ -36,6 +36,12 @@ pub(super) struct Change {
     /// the event: the box released the answer either way. The call's coverage turn is given
     /// back once it is on disk.
     pub(super) counted: Option<skillbox_guard::Coverage>,
+    /// Owner: the event is its verified run — charge the call against the skill's daily
+    /// ceilings in this step's transaction, first, when the machine takes it
+    /// (`inbound::charged_in`): the check, the charge and the run in one commit (issue 33: it
+    /// was a commit of its own on a blocking thread, with a whole skill record read, before
+    /// this one). Refused, the step writes nothing and the call fails with the code instead.
+    pub(super) charge: bool,
 }
 
 impl Change {
@@ -389,7 +395,8 @@ impl Calls {
 
     /// One step of the call under its lock (held by the caller): its row (as the last step
     /// left it, or loaded), the machine's transition, and — when it changes anything — the
-    /// write, committed before this returns. `None`: no such call.
+    /// write, committed before this returns. `None`: no such call. A run whose charge is
+    /// refused ([`Change::charge`]) fails the call with the code instead, in a step of its own.
     async fn step(
         &self,
         key: &Key,
@@ -397,11 +404,36 @@ impl Calls {
         change: Change,
         for_run: Option<Option<String>>,
     ) -> Result<Option<Stepped>> {
+        let (mut event, mut change) = (event, change);
+        loop {
+            match self.step_once(key, event, change, for_run.clone()).await? {
+                Ok(stepped) => return Ok(stepped),
+                // Once at most: the failure's step charges nothing.
+                Err(code) => {
+                    event = Event::BoxFailed {
+                        code,
+                        message: format!("refused before this run: {}", code.fixed_message()),
+                    };
+                    change = Change::none();
+                }
+            }
+        }
+    }
+
+    /// [`Calls::step`] once: `Err(code)` when the step's charge was refused (nothing written;
+    /// the row stays as it was).
+    async fn step_once(
+        &self,
+        key: &Key,
+        event: Event,
+        change: Change,
+        for_run: Option<Option<String>>,
+    ) -> Result<std::result::Result<Option<Stepped>, FailureCode>> {
         let Some(row) = self.row(key).await? else {
             if let Some(entry) = change.recorded {
                 self.append_ledger(entry).await?;
             }
-            return Ok(None);
+            return Ok(Ok(None));
         };
         let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
         let mut t = if stale {
@@ -424,8 +456,16 @@ impl Calls {
         let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
             .then(|| (row.box_url.clone(), row.call.run_id.clone()));
         if !write && change.recorded.is_none() && change.counted.is_none() {
-            return Ok(Some((t, row, left)));
+            return Ok(Ok(Some((t, row, left))));
         }
+        // The owner's charge, only for a run the machine takes.
+        let charging = (change.charge && t.changed && key.1 == Role::Owner).then(|| {
+            (
+                (row.call.peer.clone(), row.call.skill.clone()),
+                self.0.ceilings.limits(),
+                self.0.guard.clone(),
+            )
+        });
         // Whose union the coverage adds to, only when there is coverage to count.
         let counted_for = change
             .counted
@@ -439,10 +479,16 @@ impl Calls {
         let data_key = self.0.sources.key().clone();
         let signing = self.0.signing.clone();
         let (k, call, changed) = (key.clone(), t.call, t.changed);
-        let (call, patch, appended) = self
+        let written = self
             .0
             .store
             .write_owned(move |tx| {
+                if let Some(((peer, skill), defaults, guard)) = &charging
+                    && let Some(code) =
+                        super::inbound::charged_in(tx, (&k.0, peer, skill), *defaults, guard)?
+                {
+                    return Ok(Err(code));
+                }
                 let mut seq = None;
                 if let Some(entry) = change.recorded {
                     seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
@@ -452,7 +498,7 @@ impl Calls {
                     super::coverage::add(tx, peer, skill, today, coverage)?;
                 }
                 if !write {
-                    return Ok((call, change.patch, seq));
+                    return Ok(Ok((call, change.patch, seq)));
                 }
                 records::update(tx, &call, &change.patch)?;
                 if let Some(entry) = change.ledger
@@ -483,9 +529,17 @@ impl Calls {
                         )?;
                     }
                 }
-                Ok((call, change.patch, seq))
+                Ok(Ok((call, change.patch, seq)))
             })
             .await?;
+        let (call, patch, appended) = match written {
+            Ok(written) => written,
+            Err(code) => {
+                // Nothing was written: the row is still as it was.
+                lock(&self.0.rows).insert(key.clone(), row);
+                return Ok(Err(code));
+            }
+        };
         t.call = call;
         if counted {
             self.end_turn(&row);
@@ -505,7 +559,7 @@ impl Calls {
         if !t.call.state.is_terminal() {
             lock(&self.0.rows).insert(key.clone(), row.clone());
         }
-        Ok(Some((t, row, left)))
+        Ok(Ok(Some((t, row, left))))
     }
 
     /// The call's row as its last step left it, or as the store has it (then kept, while the
@@ -739,6 +793,10 @@ mod tests {
     }
 
     fn calls(store: Arc<Store>) -> Calls {
+        calls_with(store, Default::default())
+    }
+
+    fn calls_with(store: Arc<Store>, ceilings: crate::config::CeilingsConfig) -> Calls {
         let key = Arc::new(DataKey::from_bytes(&[9u8; 32]));
         Calls::new(CallsDeps {
             store: store.clone(),
@@ -756,18 +814,19 @@ mod tests {
             )),
             timing: machine::Timing::default(),
             settings: Default::default(),
-            ceilings: Default::default(),
+            ceilings,
             guard: Default::default(),
             policy: Default::default(),
             metrics: Arc::default(),
         })
     }
 
-    /// An owner's call `c1`, staked into run `rrr…`, stored: its row and key.
-    fn staked_owner_call(store: &Store) -> (CallRow, Key) {
+    /// An owner's call as `shape` leaves `c1` (made today), stored: its row and key.
+    fn owner_call(store: &Store, shape: impl FnOnce(&mut Call)) -> (CallRow, Key) {
         let mut call = records::tests::started(Role::Owner);
-        call.state = State::Staked;
-        call.run_id = Some("r".repeat(32));
+        call.created_at_ms = now_ms();
+        shape(&mut call);
+        let key = (call.id.clone(), Role::Owner);
         let row = CallRow {
             call,
             program: None,
@@ -777,7 +836,102 @@ mod tests {
             receipt: None,
         };
         store.write(|tx| records::insert(tx, &row)).expect("insert");
-        (row, ("c1".to_owned(), Role::Owner))
+        (row, key)
+    }
+
+    /// An owner's call `c1`, staked into run `rrr…`, stored: its row and key.
+    fn staked_owner_call(store: &Store) -> (CallRow, Key) {
+        owner_call(store, |call| {
+            call.state = State::Staked;
+            call.run_id = Some("r".repeat(32));
+        })
+    }
+
+    /// An owner's call `id` of peer `peer`, accepted (not yet charged), stored.
+    fn accepted_owner_call(store: &Store, id: &str, peer: &str) -> Key {
+        owner_call(store, |call| {
+            call.id = id.into();
+            call.peer = peer.into();
+            call.state = State::Accepted;
+        })
+        .1
+    }
+
+    fn charge_of(store: &Store, id: &str) -> i64 {
+        store
+            .read(|c| {
+                Ok(c.query_row(
+                    "SELECT charge FROM calls WHERE id = ?1 AND role = 'owner'",
+                    [id],
+                    |r| r.get(0),
+                )?)
+            })
+            .expect("charge")
+    }
+
+    /// The owner's verified run `run` of call `key`, stepped with its charge: the call after.
+    async fn opened(calls: &Calls, key: &Key, run: &str) -> Call {
+        let change = Change {
+            charge: true,
+            ..Change::default()
+        };
+        let event = Event::RunOpened {
+            run_id: run.to_owned(),
+        };
+        calls
+            .apply(key.clone(), event, change)
+            .await
+            .expect("step")
+            .expect("call")
+    }
+
+    /// Issue 33: the owner's verified run is charged in the one commit that takes it — the
+    /// charge and the run together, no write of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_is_charged_in_the_commit_that_takes_it() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
+        let calls = calls(store.clone());
+        let key = accepted_owner_call(&store, "c1", "peer");
+        let before = store.write_stats().commits;
+        let call = opened(&calls, &key, &"r".repeat(32)).await;
+        assert_eq!(call.state, State::Opened);
+        assert_eq!(store.write_stats().commits - before, 1, "one commit");
+        assert_eq!(charge_of(&store, "c1"), 1);
+        assert_eq!(stored(&store).call.run_id, Some("r".repeat(32)));
+    }
+
+    /// A run past the skill's daily ceiling (another call of the day charged first) is
+    /// refused in that step: nothing of the run is written, the call is not charged, and it
+    /// fails with `daily_limit`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_past_the_ceiling_is_refused_with_nothing_of_it_written() {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
+        let ceilings = crate::config::CeilingsConfig {
+            calls_per_day: 1,
+            ..Default::default()
+        };
+        let calls = calls_with(store.clone(), ceilings);
+        let first = accepted_owner_call(&store, "c0", "other");
+        let key = accepted_owner_call(&store, "c1", "peer");
+        let call = opened(&calls, &first, &"q".repeat(32)).await;
+        assert_eq!(call.state, State::Opened);
+        let call = opened(&calls, &key, &"r".repeat(32)).await;
+        assert_eq!(call.state, State::Failed);
+        let failure = call.failure.expect("failure");
+        assert_eq!(failure.code, FailureCode::DailyLimit);
+        assert_eq!(charge_of(&store, "c1"), 0);
+        let stored = stored(&store);
+        assert_eq!(stored.call.state, State::Failed);
+        assert_eq!(stored.call.run_id, None, "the refused run was written");
+    }
+
+    /// Call `c1`'s row as the store has it.
+    fn stored(store: &Store) -> CallRow {
+        records::load(store, "c1", Role::Owner)
+            .expect("load")
+            .expect("row")
     }
 
     /// Wait (10 s at most) until `done` holds; `what` names what never happened.
@@ -791,11 +945,7 @@ mod tests {
 
     /// The stored state of the staked owner call `c1`.
     fn stored_state(store: &Store) -> State {
-        records::load(store, "c1", Role::Owner)
-            .expect("load")
-            .expect("row")
-            .call
-            .state
+        stored(store).call.state
     }
 
     /// A new call's row is cached as its insert stored it, so its first step reads nothing

@@ -319,51 +319,38 @@ impl Calls {
     }
 }
 
-impl Calls {
-    /// Owner: charge this call against its skill's daily ceilings — at the point its run is
-    /// verified, just before the owner stakes. Earlier (admission) let a peer that never goes
-    /// on spend the ceilings (issue 30 item 9); this is the last point where refusing costs the
-    /// owner nothing, and past it the caller alone decides whether the run happens, so the call
-    /// counts from here. `Ok(Some(code))`: refused — the ceilings are full (`daily_limit`), or
-    /// the peer's answers of this skill today passed the coverage thresholds since it was
-    /// admitted (`coverage_exceeded`: its earlier call ended meanwhile).
-    pub(super) async fn charge_for_run(&self, row: &CallRow) -> Result<Option<FailureCode>> {
-        let skills = self.0.skills.clone();
-        let store = self.0.store.clone();
-        let defaults = self.0.ceilings.limits();
-        let guard = self.0.guard.clone();
-        let (id, skill, peer) = (
-            row.call.id.clone(),
-            row.call.skill.clone(),
-            row.call.peer.clone(),
-        );
-        blocking(move || {
-            let limits = match skills.record(&skill)? {
-                Some(rec) => rec.declaration.limits.or(&defaults),
-                None => defaults,
-            };
-            let caps = (
-                limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
-                limits.calls_per_day.unwrap_or(u64::MAX),
-            );
-            let now = crate::store::now_secs();
-            store.write(|tx| {
-                let today = super::coverage::day_of(now);
-                if super::coverage::refused(tx, &peer, &skill, today, &guard)? {
-                    return Ok(Some(FailureCode::CoverageExceeded));
-                }
-                let charged = records::charge_run(tx, &id, caps, now - 86_400)?;
-                Ok((!charged).then_some(FailureCode::DailyLimit))
-            })
-        })
-        .await
+/// Owner: charge call `id` of `peer` against `skill`'s daily ceilings (its own, else the node's
+/// `defaults`), in the transaction of the step that takes its verified run (`Change::charge`):
+/// the count, the charge and the run in one commit. This is the point its run is verified, just
+/// before the owner stakes. Earlier (admission) let a peer that never goes on spend the
+/// ceilings (issue 30 item 9); this is the last point where refusing costs the owner nothing,
+/// and past it the caller alone decides whether the run happens, so the call counts from here.
+/// `Ok(Some(code))`: refused, and nothing written — the ceilings are full (`daily_limit`), or
+/// the peer's answers of this skill today passed the coverage thresholds since it was admitted
+/// (`coverage_exceeded`: its earlier call ended meanwhile).
+pub(super) fn charged_in(
+    tx: &crate::store::Tx<'_>,
+    (id, peer, skill): (&str, &str, &str),
+    defaults: skillbox_skill::Limits,
+    guard: &crate::config::GuardConfig,
+) -> Result<Option<FailureCode>> {
+    let now = crate::store::now_secs();
+    if super::coverage::refused(tx, peer, skill, super::coverage::day_of(now), guard)? {
+        return Ok(Some(FailureCode::CoverageExceeded));
     }
+    let limits = crate::skills::limits_in(tx, skill)?.map_or(defaults, |l| l.or(&defaults));
+    let caps = (
+        limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
+        limits.calls_per_day.unwrap_or(u64::MAX),
+    );
+    let charged = records::charge_run(tx, id, caps, now - 86_400)?;
+    Ok((!charged).then_some(FailureCode::DailyLimit))
 }
 
 /// Whether the owner takes `row`'s call from `peer` now, in the transaction that inserts it:
 /// `Ok(false)` when the call is there already (a repeated request), `Err` with the closed code
 /// and the detail when a limit refuses it. The ceilings count calls that reached a run (charged
-/// when the owner verified it, `charge_for_run`): admitted calls that never go further cost
+/// when the owner verified it, `charged_in`): admitted calls that never go further cost
 /// nothing against them, and are bounded per peer by `max_unstarted_per_peer` instead.
 fn admitted_in(
     tx: &crate::store::Tx<'_>,
