@@ -257,6 +257,19 @@ impl Fixture {
         .expect("seal")
     }
 
+    /// The caller's stake of `request` and `songs` in `run`, signed with `key` (the caller's own,
+    /// or another party's to see the box refuse it): the box's answer.
+    pub async fn stake_as_caller(
+        &self,
+        run: &VerifiedRun,
+        request: &str,
+        songs: &[u8],
+        key: &SigningKey,
+    ) -> skillbox_jc::Result<Role> {
+        let sealed = self.caller_stake(run, request, songs);
+        self.client.stake(run, Role::Caller, sealed, key).await
+    }
+
     pub fn owner_stake(&self, run: &VerifiedRun, body: &str) -> Vec<u8> {
         seal_stake(
             run,
@@ -299,13 +312,7 @@ impl Fixture {
 
     /// Both stakes, both submits.
     pub async fn run_all(&self, run: &VerifiedRun, request: &str, body: &str) {
-        self.client
-            .stake(
-                run,
-                Role::Caller,
-                self.caller_stake(run, request, b"song a\nsong b"),
-                &self.caller,
-            )
+        self.stake_as_caller(run, request, b"song a\nsong b", &self.caller)
             .await
             .expect("caller stakes");
         self.client

@@ -321,14 +321,7 @@ async fn stake_and_submit_refusals() {
     // Oversize: an entry past its program limit (4096 for spotify_songs).
     let big = vec![b'x'; 5000];
     assert_refused(
-        f.client
-            .stake(
-                &run,
-                Role::Caller,
-                f.caller_stake(&run, "hi", &big),
-                &f.caller,
-            )
-            .await,
+        f.stake_as_caller(&run, "hi", &big, &f.caller).await,
         "stake_entry_too_large",
     );
     // Oversize: a sealed body past the role's limit.
@@ -360,14 +353,7 @@ async fn stake_and_submit_refusals() {
     );
     // A stake signed by the wrong party.
     assert_refused(
-        f.client
-            .stake(
-                &run,
-                Role::Caller,
-                f.caller_stake(&run, "hi", b"x"),
-                &f.owner,
-            )
-            .await,
+        f.stake_as_caller(&run, "hi", b"x", &f.owner).await,
         "signature_missing",
     );
 
@@ -410,14 +396,7 @@ async fn run_ids_and_programs_are_single_use() {
         .expect("delete");
     // The replayed run id: every route refuses it as spent.
     assert_refused(
-        f.client
-            .stake(
-                &run,
-                Role::Caller,
-                f.caller_stake(&run, "q", b"x"),
-                &f.caller,
-            )
-            .await,
+        f.stake_as_caller(&run, "q", b"x", &f.caller).await,
         "run_spent",
     );
     assert_refused(

@@ -42,13 +42,7 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
     // Even with a run verified elsewhere, nothing is staked through the front: its key was
     // never attested, so the handshake is refused before a byte of the stake leaves.
     let err = f
-        .client
-        .stake(
-            &direct,
-            skillbox_jc::Role::Caller,
-            f.caller_stake(&direct, "q", b"s"),
-            &f.caller,
-        )
+        .stake_as_caller(&direct, "q", b"s", &f.caller)
         .await
         .expect_err("stake through the front");
     assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");

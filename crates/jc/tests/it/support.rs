@@ -31,13 +31,7 @@ pub async fn open_unattested(f: &Fixture) -> (ApprovedProgram, String) {
 
 /// The caller stakes `request` and `songs` in `run` (the test fails if the box refuses).
 pub async fn caller_stakes(f: &Fixture, run: &VerifiedRun, request: &str, songs: &[u8]) {
-    f.client
-        .stake(
-            run,
-            Role::Caller,
-            f.caller_stake(run, request, songs),
-            &f.caller,
-        )
+    f.stake_as_caller(run, request, songs, &f.caller)
         .await
         .expect("caller stakes");
 }
