@@ -721,13 +721,71 @@ pub fn head_file(store: &Store) -> Option<std::path::PathBuf> {
 /// Serialises writers of the head file (a process may append from many tasks).
 static HEAD_FILE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// The head file's content: `Ok(None)` when there is no file.
-fn read_head_file(path: &std::path::Path) -> std::result::Result<Option<Head>, ()> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|_| ()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(_) => Err(()),
+/// The head file (issue 33: written in place, not a new file renamed over each time — on this
+/// project's 2-core machine 0.07 ms against 0.36 ms, twice on each call's path). A header
+/// sector naming the format, then two slots of one sector each, written in turn: each holds
+/// the length of a head's JSON, its SHA-256, and the JSON. A write lands only in the slot that
+/// does not hold the newest head, and is synced before it is relied on, so a write torn by a
+/// crash leaves the other slot's head — the file is only behind, which a node's start brings
+/// up, never ahead or unreadable. The file is made (and a head file of the older format, one
+/// JSON head, replaced) by a temporary file renamed over, as before.
+const HEAD_FILE_MAGIC: &[u8] = b"skillbox ledger head, two slots, v2\n";
+/// One slot, and the header: a sector each, so a torn write of one touches no other.
+const HEAD_SLOT: usize = 512;
+const HEAD_SLOT_FIXED: usize = 4 + 32;
+
+/// What the head file holds: its newest head, and the slot the next head goes to (`None`:
+/// the file is of the older format, rewritten whole).
+struct StoredHead {
+    head: Head,
+    next_slot: Option<usize>,
+}
+
+/// The head in one slot, when the slot holds a whole one.
+fn head_in_slot(slot: &[u8]) -> Option<Head> {
+    let len = u32::from_le_bytes(slot.get(..4)?.try_into().ok()?) as usize;
+    let text = slot.get(HEAD_SLOT_FIXED..HEAD_SLOT_FIXED.checked_add(len)?)?;
+    if Sha256::digest(text).as_slice() != slot.get(4..HEAD_SLOT_FIXED)? {
+        return None;
     }
+    serde_json::from_slice(text).ok()
+}
+
+/// The head file's content: `Ok(None)` when there is no file, `Err` when it holds no head.
+fn load_head_file(path: &std::path::Path) -> std::result::Result<Option<StoredHead>, ()> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(_) => return Err(()),
+    };
+    if !bytes.starts_with(HEAD_FILE_MAGIC) {
+        // The older format: one JSON head.
+        let head = serde_json::from_slice(&bytes).map_err(|_| ())?;
+        return Ok(Some(StoredHead {
+            head,
+            next_slot: None,
+        }));
+    }
+    let slot = |i: usize| {
+        bytes
+            .get(HEAD_SLOT * (i + 1)..HEAD_SLOT * (i + 2))
+            .and_then(head_in_slot)
+    };
+    let newest = match (slot(0), slot(1)) {
+        (Some(a), Some(b)) if b.seq > a.seq => (b, 1),
+        (Some(a), _) => (a, 0),
+        (None, Some(b)) => (b, 1),
+        (None, None) => return Err(()),
+    };
+    Ok(Some(StoredHead {
+        head: newest.0,
+        next_slot: Some(1 - newest.1),
+    }))
+}
+
+/// The head the file names: `Ok(None)` when there is no file, `Err` when it holds no head.
+pub(crate) fn read_head_file(path: &std::path::Path) -> std::result::Result<Option<Head>, ()> {
+    load_head_file(path).map(|h| h.map(|h| h.head))
 }
 
 /// Copy the database's signed head to the file beside it — only forward, and only when the
@@ -753,16 +811,20 @@ pub fn publish_head_through(store: &Store, seq: u64) -> Result<u64> {
         return Ok(u64::MAX);
     };
     let _guard = HEAD_FILE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let file = read_head_file(&path);
-    if let Ok(Some(f)) = &file
-        && f.seq >= seq
+    let stored = load_head_file(&path);
+    if let Ok(Some(f)) = &stored
+        && f.head.seq >= seq
     {
-        return Ok(f.seq);
+        return Ok(f.head.seq);
     }
     let Some(db) = head(store)? else {
         return Ok(0);
     };
-    match file {
+    let next_slot = match &stored {
+        Ok(Some(f)) => f.next_slot,
+        _ => None,
+    };
+    match stored.map(|f| f.map(|f| f.head)) {
         Ok(Some(file)) if file.seq >= db.seq => return Ok(file.seq),
         Ok(Some(file)) => {
             let at: Option<String> = store.read(|c| {
@@ -789,15 +851,41 @@ pub fn publish_head_through(store: &Store, seq: u64) -> Result<u64> {
             return Ok(0);
         }
     }
-    write_head_file(&path, &db)?;
+    write_head_file(&path, &db, next_slot)?;
     Ok(db.seq)
 }
 
-fn write_head_file(path: &std::path::Path, head: &Head) -> Result<()> {
+/// Write `head` into slot `slot` of the head file in place, synced; `None`: make the file
+/// anew with `head` in its first slot (a private temporary file, synced, renamed over, the dir
+/// synced: the file holds the old head or the new one, never half of either).
+fn write_head_file(path: &std::path::Path, head: &Head, slot: Option<usize>) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let io = |what: &str, e: std::io::Error| NodeError::io(format!("{what} {}", path.display()), e);
     let text = serde_json::to_vec(head).map_err(|e| NodeError::invalid("ledger", e.to_string()))?;
+    if text.len() > HEAD_SLOT - HEAD_SLOT_FIXED {
+        return Err(NodeError::invalid(
+            "ledger",
+            "the signed head is too long for its slot",
+        ));
+    }
+    let mut filled = vec![0u8; HEAD_SLOT];
+    filled[..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
+    filled[4..HEAD_SLOT_FIXED].copy_from_slice(&Sha256::digest(&text));
+    filled[HEAD_SLOT_FIXED..HEAD_SLOT_FIXED + text.len()].copy_from_slice(&text);
+    if let Some(slot) = slot {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| io("writing", e))?;
+        f.write_all_at(&filled, (HEAD_SLOT * (slot + 1)) as u64)
+            .map_err(|e| io("writing", e))?;
+        // The file's length and place do not change: its data is all there is to sync.
+        return f.sync_data().map_err(|e| io("syncing", e));
+    }
+    let mut whole = vec![0u8; HEAD_SLOT * 3];
+    whole[..HEAD_FILE_MAGIC.len()].copy_from_slice(HEAD_FILE_MAGIC);
+    whole[HEAD_SLOT..HEAD_SLOT * 2].copy_from_slice(&filled);
     let tmp = path.with_extension("head.tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -806,7 +894,7 @@ fn write_head_file(path: &std::path::Path, head: &Head) -> Result<()> {
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| io("writing", e))?;
-    f.write_all(&text).map_err(|e| io("writing", e))?;
+    f.write_all(&whole).map_err(|e| io("writing", e))?;
     f.sync_all().map_err(|e| io("syncing", e))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| io("renaming over", e))?;
@@ -1226,13 +1314,115 @@ mod tests {
         assert!(verify(parse_jsonl(&text), &key.verifying_key(), head.as_ref()).ok);
     }
 
+    /// A file-backed store, its key and its head file.
+    fn file_store(dir: &std::path::Path) -> (Store, SigningKey, std::path::PathBuf) {
+        let store = Store::open(&dir.join("store.db")).expect("store");
+        let key = SigningKey::from_bytes(&[7u8; 32]);
+        let file = head_file(&store).expect("a file store has a head file");
+        (store, key, file)
+    }
+
+    /// Append one entry and publish it: its seq.
+    fn appended(store: &Store, key: &SigningKey, call: &str) -> u64 {
+        append_now(store, key, entry(EntryKind::Decision, call, &[]))
+            .expect("append")
+            .entry
+            .seq
+    }
+
+    /// Issue 33: the head file is two slots written in turn, in place. A write torn by a crash
+    /// (its slot's bytes half new) leaves the head the other slot holds: the file is behind,
+    /// which the ledger's check allows, never unreadable; the next publish writes that slot
+    /// again. Both slots torn is a file with no head (`bad_head`).
+    #[test]
+    fn a_torn_slot_leaves_the_head_before_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (store, key, file) = file_store(tmp.path());
+        let first = appended(&store, &key, "c1");
+        let second = appended(&store, &key, "c2");
+        assert_eq!(read_head_file(&file), Ok(head(&store).expect("head")));
+        let bytes = std::fs::read(&file).expect("read");
+        assert!(bytes.starts_with(HEAD_FILE_MAGIC));
+        // The newest head's slot: the one whose bytes name `second`.
+        let newest = (0..2)
+            .find(|i| {
+                head_in_slot(&bytes[HEAD_SLOT * (i + 1)..HEAD_SLOT * (i + 2)])
+                    .is_some_and(|h| h.seq == second)
+            })
+            .expect("a slot holds the newest head");
+        let mut torn = bytes.clone();
+        torn[HEAD_SLOT * (newest + 1) + HEAD_SLOT_FIXED + 3] ^= 0x20;
+        std::fs::write(&file, &torn).expect("tear");
+        assert_eq!(
+            read_head_file(&file).map(|h| h.map(|h| h.seq)),
+            Ok(Some(first))
+        );
+        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        assert!(
+            v.ok,
+            "a file behind the database is not a broken ledger: {v:?}"
+        );
+        // Brought up by the next publish, into the torn slot.
+        assert_eq!(
+            publish_head_through(&store, second).expect("publish"),
+            second
+        );
+        let mended = std::fs::read(&file).expect("read");
+        assert_eq!(mended, bytes, "the torn slot was not the one written");
+        // Both slots torn: no head in the file.
+        let mut both = bytes;
+        for i in 0..2 {
+            both[HEAD_SLOT * (i + 1) + HEAD_SLOT_FIXED + 3] ^= 0x20;
+        }
+        std::fs::write(&file, &both).expect("tear");
+        assert_eq!(read_head_file(&file), Err(()));
+        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        assert_eq!(v.reason, Some(Broken::BadHead), "{v:?}");
+    }
+
+    /// A head file of the older format (one JSON head, renamed over each time) is read as it
+    /// is, checked against the database as before, and replaced by the two-slot file at the
+    /// next publish.
+    #[test]
+    fn a_head_file_of_the_older_format_is_read_and_replaced() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (store, key, file) = file_store(tmp.path());
+        appended(&store, &key, "c1");
+        let old = head(&store).expect("head").expect("one");
+        std::fs::write(&file, serde_json::to_vec(&old).expect("json")).expect("write");
+        assert_eq!(read_head_file(&file), Ok(Some(old.clone())));
+        assert!(
+            verify_store(&store, &key.verifying_key())
+                .expect("verify")
+                .ok
+        );
+        let next = appended(&store, &key, "c2");
+        assert!(
+            std::fs::read(&file)
+                .expect("read")
+                .starts_with(HEAD_FILE_MAGIC)
+        );
+        assert_eq!(
+            read_head_file(&file).map(|h| h.map(|h| h.seq)),
+            Ok(Some(next))
+        );
+        // A head file of the older format naming a ledger the database does not extend is
+        // left as it is, as before.
+        let forged = Head {
+            hash: format!("sha256:{}", "0".repeat(64)),
+            ..old
+        };
+        std::fs::write(&file, serde_json::to_vec(&forged).expect("json")).expect("write");
+        appended(&store, &key, "c3");
+        assert_eq!(read_head_file(&file), Ok(Some(forged)));
+    }
+
     /// Issue 33: appenders of one group-committed batch share one head file write. An appender
     /// whose entry the file already names (or passed) writes nothing, even when the database
     /// moved on meanwhile (under load it always has): that later entry's own appender
     /// publishes it. The file only moves forward and names only committed entries.
     #[test]
     fn an_entry_the_head_file_already_covers_is_not_published_again() {
-        use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&tmp.path().join("store.db")).expect("store");
         let key = SigningKey::from_bytes(&[7u8; 32]);
@@ -1255,7 +1445,8 @@ mod tests {
                     .expect("append")
             };
         let file = head_file(&store).expect("a file store has a head file");
-        let written = || std::fs::metadata(&file).expect("head file").ino();
+        // Written in place: what changes is the bytes.
+        let written = || std::fs::read(&file).expect("head file");
         let named = || read_head_file(&file).expect("readable").expect("there").seq;
         // One batch of two entries; its last appender publishes first.
         let batch = add(2);

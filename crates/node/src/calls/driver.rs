@@ -1073,9 +1073,9 @@ mod tests {
         let calls = calls(store.clone());
         let (_, key) = staked_owner_call(&store);
         let file_seq = || {
-            std::fs::read(ledger::head_file(&store).expect("a file-backed store"))
+            ledger::read_head_file(&ledger::head_file(&store).expect("a file-backed store"))
                 .ok()
-                .and_then(|b| serde_json::from_slice::<ledger::Head>(&b).ok())
+                .flatten()
                 .map_or(0, |h| h.seq)
         };
         assert_eq!(file_seq(), 0, "no head file before any entry");
