@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::bodies::*;
 use super::extract::{
     Caller, Doc, JsonBody, NoQuery, NotJson, Param, Removed, TooLarge, UnknownQuery, Written,
-    answers, blocking, flag, named_reads, query, read_one, removed, written,
+    answers, blocking, flag, named_routes, query, read_one, removed, written,
 };
 use super::{ApiError, AppState, Shared};
 
@@ -79,10 +79,10 @@ pub(super) async fn list_agents(
     Ok(Json(crate::openwop::inventory(list)))
 }
 
-named_reads! {
+named_routes! {
     get "/v1/agents/{agentId}" => get_agent(s, Caller(owner), Param(id))
         "One agent's inventory entry."
-        params(AgentPath) ok(AgentInventoryEntry as Value, "AgentInventoryEntry.") [NoSuchAgent]
+        params(AgentPath) ok(AgentInventoryEntry, "AgentInventoryEntry.") as Value [NoSuchAgent]
         = "agent"(id) |id| {
             let entry = match s.skills.record_by_agent_id(id)? {
                 Some(r) => Some(crate::openwop::inventory_entry(
@@ -105,7 +105,7 @@ named_reads! {
         };
     get "/v1/agents/roster/{rosterId}" => get_roster_entry(s, Caller(owner), Param(id))
         "One of the caller's roster entries."
-        params(RosterPath) ok(AgentRosterEntry as Value, "AgentRosterEntry.") [NoSuchEntry]
+        params(RosterPath) ok(AgentRosterEntry, "AgentRosterEntry.") as Value [NoSuchEntry]
         = "roster entry"(id) |i| Ok(s.agents.roster_entry(&owner, i)?.map(|e| json!(e)));
 }
 

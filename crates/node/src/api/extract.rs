@@ -189,38 +189,102 @@ macro_rules! driver_reads {
 }
 pub(super) use driver_reads;
 
-/// The routes that read one named thing from the node's state (an agent, a skill, a source, a
-/// roster entry): the state, the extractors the route takes (the last one reads the name), and
-/// the thing as JSON or its 404 ([`read_one`]). A row says its path, name (with the names it
-/// binds the state and each extractor to), summary, the document's path parameter, answer (the
-/// document's body, and `as` the type the read gives where that is not it: the agent surfaces
-/// answer JSON values), the refusals it names beside the 200, and the read (what is read, the
-/// name, and how). A macro for the same reason as [`driver_reads`]; the rows' modules import
-/// what it names.
-macro_rules! named_reads {
-    (@answer $body:ident) => { $body };
-    (@answer $body:ident $read:ident) => { $read };
-    ($(
+/// The routes over the named things of the node's state (agents, skills, sources, roster
+/// entries), one table a module, a row a route, by what the route does:
+///
+/// - `list`: every one, on the blocking pool, as the body type's `of` the list.
+/// - `get`: one, or its 404 ([`read_one`]). The extractors the route takes follow the state (the
+///   last one reads the name); `as` after the answer names the type the read gives where that
+///   is not the document's body (the agent surfaces answer JSON values).
+/// - `patch`: a JSON change to one this node may offer, the thing after or its 404
+///   ([`change_offered`]). The body is the handler's last argument, read by its rule; `let`s
+///   (the change read from the body, its refusals the route's own 400) come before the change.
+/// - `delete`: the removal of one this node may offer, 204 or its 404 ([`remove_offered`]).
+///
+/// A row says its method, path, name (with the names it binds the state and each extractor to),
+/// summary, the document's path parameter, answer, the refusals it names, and what it reads or
+/// changes (what the thing is called, the name, and how); a row's doc comment is its handler's.
+/// The table writes what every such route declares alike (a change's `TooLarge` and `NotJson`,
+/// a removal's `Removed`). A macro for the same reason as [`driver_reads`]; the rows' modules
+/// import what it names.
+macro_rules! named_routes {
+    () => {};
+    // What every row writes: its doc comment, the document's part, and the handler over the
+    // state and the route's extractors.
+    (
+        @route [$($doc:tt)*] $name:ident($s:ident $($args:tt)*) -> $answer:ty
+            [$($document:tt)*] $handler:block
+    ) => {
+        $($doc)*
+        #[utoipa::path($($document)*)]
+        pub(super) async fn $name(State($s): State<AppState> $($args)*) -> Result<$answer, ApiError>
+            $handler
+    };
+    // What a `get` row's read gives: the document's body, or the type after `as`.
+    (@read $body:ident) => { $body };
+    (@read $body:ident $given:ty) => { $given };
+    (
+        $(#[$doc:meta])*
+        list $path:literal => $name:ident($s:ident)
+            $summary:literal ok($body:ident, $ok:literal) = $read:expr;
+        $($rest:tt)*
+    ) => {
+        named_routes!(@route [$(#[$doc])*] $name($s) -> Json<$body>
+            [get, path = $path, summary = $summary,
+                responses((status = 200, description = $ok, body = $body))]
+            { Ok(Json($body::of(blocking(move || $read).await?))) });
+        named_routes!($($rest)*);
+    };
+    (
+        $(#[$doc:meta])*
         get $path:literal => $name:ident($s:ident $(, $ext:ident($arg:ident))+)
             $summary:literal params($params:ident)
-            ok($body:ident $(as $given:ident)?, $ok:literal) [$($refused:ident),*]
+            ok($body:ident, $ok:literal) $(as $given:ty)? [$($refused:ident),*]
             = $what:literal($id:ident) |$n:ident| $read:expr;
-    )*) => {$(
-        #[utoipa::path(
-            get, path = $path,
-            summary = $summary,
-            params($params),
-            responses((status = 200, description = $ok, body = $body), $($refused),*)
-        )]
-        pub(super) async fn $name(
-            State($s): State<AppState>,
-            $($ext($arg): $ext,)+
-        ) -> Result<Json<named_reads!(@answer $body $($given)?)>, ApiError> {
-            read_one($what, &$id, move |$n| $read).await
-        }
-    )*};
+        $($rest:tt)*
+    ) => {
+        named_routes!(@route [$(#[$doc])*] $name($s $(, $ext($arg): $ext)+)
+            -> Json<named_routes!(@read $body $($given)?)>
+            [get, path = $path, summary = $summary, params($params),
+                responses((status = 200, description = $ok, body = $body), $($refused),*)]
+            { read_one($what, &$id, move |$n| $read).await });
+        named_routes!($($rest)*);
+    };
+    (
+        $(#[$doc:meta])*
+        patch $path:literal => $name:ident($s:ident, $ext:ident($arg:ident), $change:ident: $rule:ty)
+            $summary:literal params($params:ident) request_body = $request:ident
+            ok($body:ident, $ok:literal) bad($bad:literal) [$($refused:ident),*]
+            $(let $p:pat = $init:expr;)*
+            = $what:literal($id:ident) |$sh:ident, $n:ident| $apply:expr;
+        $($rest:tt)*
+    ) => {
+        named_routes!(@route [$(#[$doc])*] $name($s, $ext($arg): $ext, JsonBody($change, _): $rule)
+            -> Json<$body>
+            [patch, path = $path, summary = $summary, params($params), request_body = $request,
+                responses((status = 200, description = $ok, body = $body),
+                    (status = 400, description = $bad), $($refused,)* TooLarge, NotJson)]
+            {
+                $(let $p = $init;)*
+                change_offered(&$s, $what, &$id, move |$sh, $n| $apply).await
+            });
+        named_routes!($($rest)*);
+    };
+    (
+        $(#[$doc:meta])*
+        delete $path:literal => $name:ident($s:ident, $ext:ident($arg:ident))
+            $summary:literal params($params:ident) [$($refused:ident),*]
+            = $what:literal($id:ident) |$sh:ident, $n:ident| $delete:expr;
+        $($rest:tt)*
+    ) => {
+        named_routes!(@route [$(#[$doc])*] $name($s, $ext($arg): $ext) -> StatusCode
+            [delete, path = $path, summary = $summary, params($params),
+                responses(Removed, $($refused),*)]
+            { remove_offered(&$s, $what, &$id, |$sh, $n| $delete).await });
+        named_routes!($($rest)*);
+    };
 }
-pub(super) use named_reads;
+pub(super) use named_routes;
 
 /// Which media types a JSON body may come as. Every refusal names `application/json` only.
 #[derive(Clone, Copy)]

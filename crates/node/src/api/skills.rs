@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::bodies::*;
 use super::extract::{
     Doc, JsonBody, Media, NoSuchSkill, NotJson, Param, Removed, SkillPath, TooLarge, blocking,
-    change_offered, json, media_type, named_reads, offering, query, read_body, read_one,
+    change_offered, json, media_type, named_routes, offering, query, read_body, read_one,
     remove_offered, written,
 };
 use super::{ApiError, AppState};
@@ -26,15 +26,10 @@ const ACCEPTED_ON_POST_SKILLS: &[&str] = &[
     "application/json",
 ];
 
-#[utoipa::path(
-    get, path = "/skills",
-    summary = "Every declared skill, with whether it is offered and why not.",
-    responses((status = 200, description = "Skills.", body = SkillList))
-)]
-pub(super) async fn list_skills(State(s): State<AppState>) -> Result<Json<SkillList>, ApiError> {
-    Ok(Json(SkillList::of(
-        blocking(move || s.skills.list()).await?,
-    )))
+named_routes! {
+    list "/skills" => list_skills(s)
+        "Every declared skill, with whether it is offered and why not."
+        ok(SkillList, "Skills.") = s.skills.list();
 }
 
 #[utoipa::path(
@@ -133,33 +128,44 @@ pub(super) async fn post_pack(
     ))
 }
 
-named_reads! {
+named_routes! {
     get "/skills/{name}" => get_skill(s, Param(name))
         "One skill: declaration, manifest, offer state, body source metadata — never the body."
         params(SkillPath) ok(SkillDetail, "Skill.") [NoSuchSkill]
         = "skill"(name) |n| s.skills.detail(n);
+    /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to
+    /// clear; what the owner stakes, so a pack-imported skill can be offered.
+    patch "/skills/{name}" => patch_skill(s, Param(name), doc: Doc)
+        "Set what the owner stakes for a skill: provider, model, key (a source name), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present."
+        params(SkillPath) request_body = SkillPatch
+        ok(SkillDetail, "The skill after the change.")
+        bad("Unknown field or bad value (`validation_error`).") [NoSuchSkill]
+        let (mut change, limits) = skill_change(&doc)?;
+        = "skill"(name) |s, n| {
+            if !limits.is_empty() {
+                let Some(rec) = s.skills.record(n)? else {
+                    return Ok(None);
+                };
+                let mut merged = rec.declaration.limits;
+                for (f, v) in &limits {
+                    merged.set(f, *v);
+                }
+                change.limits = Some(merged);
+            }
+            s.skills.set(n, &change)
+        };
+    delete "/skills/{name}" => delete_skill(s, Param(name))
+        "Remove a skill: its declaration and its body source."
+        params(SkillPath) [NoSuchSkill]
+        = "skill"(name) |s, n| s.skills.delete(n);
 }
 
-/// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to clear;
-/// what the owner stakes, so a pack-imported skill can be offered.
-#[utoipa::path(
-    patch, path = "/skills/{name}",
-    summary = "Set what the owner stakes for a skill: provider, model, key (a source name), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present.",
-    params(SkillPath),
-    request_body = SkillPatch,
-    responses(
-        (status = 200, description = "The skill after the change.", body = SkillDetail),
-        (status = 400, description = "Unknown field or bad value (`validation_error`)."),
-        NoSuchSkill,
-        TooLarge,
-        NotJson,
-    )
-)]
-pub(super) async fn patch_skill(
-    State(s): State<AppState>,
-    Param(name): Param,
-    JsonBody(doc, _): Doc,
-) -> Result<Json<SkillDetail>, ApiError> {
+/// The ceilings a skill change sets (a whole number) or clears (`None`), by name.
+type Ceilings = Vec<(String, Option<u64>)>;
+
+/// A `PATCH /skills/{name}` body read: the fields it sets or clears, and the [`Ceilings`]; a
+/// field or value it does not take is a 400.
+fn skill_change(doc: &Value) -> Result<(crate::skills::SkillChange, Ceilings), ApiError> {
     let Some(obj) = doc.as_object() else {
         return Err(ApiError::validation(
             "body",
@@ -167,7 +173,7 @@ pub(super) async fn patch_skill(
         ));
     };
     let mut change = crate::skills::SkillChange::default();
-    let mut limits: Vec<(String, Option<u64>)> = Vec::new();
+    let mut limits = Ceilings::new();
     for (k, v) in obj {
         if k == "limits" {
             // Each ceiling given is set (a whole number) or cleared (null); the rest stay.
@@ -226,32 +232,5 @@ pub(super) async fn patch_skill(
             }
         }
     }
-    change_offered(&s, "skill", &name, move |s, n| {
-        if !limits.is_empty() {
-            let Some(rec) = s.skills.record(n)? else {
-                return Ok(None);
-            };
-            let mut merged = rec.declaration.limits;
-            for (f, v) in &limits {
-                merged.set(f, *v);
-            }
-            change.limits = Some(merged);
-        }
-        s.skills.set(n, &change)
-    })
-    .await
-}
-
-#[utoipa::path(
-    delete,
-    path = "/skills/{name}",
-    summary = "Remove a skill: its declaration and its body source.",
-    params(SkillPath),
-    responses(Removed, NoSuchSkill,)
-)]
-pub(super) async fn delete_skill(
-    State(s): State<AppState>,
-    Param(name): Param,
-) -> Result<StatusCode, ApiError> {
-    remove_offered(&s, "skill", &name, |s, n| s.skills.delete(n)).await
+    Ok((change, limits))
 }

@@ -10,7 +10,7 @@ use axum::response::Response;
 use super::bodies::*;
 use super::extract::{
     Expected, JsonBody, NoSuchSource, NotJson, Param, Removed, SourcePath, Tiny, TooLarge, Written,
-    answers, blocking, change_offered, flag, named_reads, offering, query, read_body, read_one,
+    answers, blocking, change_offered, flag, named_routes, offering, query, read_body, read_one,
     remove_offered, written,
 };
 use super::{ApiError, AppState};
@@ -35,18 +35,10 @@ answers! {
     BadName = 400, "Bad source name (`validation_error`).";
 }
 
-#[utoipa::path(
-    get, path = "/sources",
-    summary = "Every source: name, kind, size, digest — never content.",
-    responses((status = 200, description = "Sources.", body = SourceList))
-)]
-pub(super) async fn list_sources(State(s): State<AppState>) -> Result<Json<SourceList>, ApiError> {
-    Ok(Json(SourceList::of(
-        blocking(move || s.sources.list()).await?,
-    )))
-}
-
-named_reads! {
+named_routes! {
+    list "/sources" => list_sources(s)
+        "Every source: name, kind, size, digest — never content."
+        ok(SourceList, "Sources.") = s.sources.list();
     get "/sources/{*name}" => get_source(s, SourceName(name))
         "One source's metadata (never content)."
         params(SourcePath) ok(SourceMeta, "Source metadata.") [BadName, NoSuchSource]
@@ -109,42 +101,17 @@ impl Expected for SourceChange {
     const EXPECTED: &'static str = "expected {\"shareable\": bool}";
 }
 
-/// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or not),
-/// without sending its content again.
-#[utoipa::path(
-    patch, path = "/sources/{*name}",
-    summary = "Mark a source shareable (a call may stake it) or not, without its content.",
-    params(SourcePath),
-    request_body = SourceChange,
-    responses(
-        (status = 200, description = "The source's metadata.", body = SourceMeta),
-        (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
-        NoSuchSource,
-        TooLarge,
-        NotJson,
-    )
-)]
-pub(super) async fn patch_source(
-    State(s): State<AppState>,
-    SourceName(name): SourceName,
-    JsonBody(change, _): Tiny<SourceChange>,
-) -> Result<Json<SourceMeta>, ApiError> {
-    change_offered(&s, "source", &name, move |s, n| {
-        s.sources.set_shareable(n, change.shareable)
-    })
-    .await
-}
-
-#[utoipa::path(
-    delete,
-    path = "/sources/{*name}",
-    summary = "Remove a source.",
-    params(SourcePath),
-    responses(Removed, BadName, NoSuchSource,)
-)]
-pub(super) async fn delete_source(
-    State(s): State<AppState>,
-    SourceName(name): SourceName,
-) -> Result<StatusCode, ApiError> {
-    remove_offered(&s, "source", &name, |s, n| s.sources.delete(n)).await
+named_routes! {
+    /// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or
+    /// not), without sending its content again.
+    patch "/sources/{*name}" => patch_source(s, SourceName(name), change: Tiny<SourceChange>)
+        "Mark a source shareable (a call may stake it) or not, without its content."
+        params(SourcePath) request_body = SourceChange
+        ok(SourceMeta, "The source's metadata.")
+        bad("A secret or reserved source cannot be shareable (`validation_error`).") [NoSuchSource]
+        = "source"(name) |s, n| s.sources.set_shareable(n, change.shareable);
+    delete "/sources/{*name}" => delete_source(s, SourceName(name))
+        "Remove a source."
+        params(SourcePath) [BadName, NoSuchSource]
+        = "source"(name) |s, n| s.sources.delete(n);
 }
