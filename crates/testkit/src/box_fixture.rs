@@ -257,6 +257,23 @@ impl Fixture {
         .expect("seal")
     }
 
+    /// The node key of the party in `role`.
+    pub fn key(&self, role: Role) -> &SigningKey {
+        match role {
+            Role::Caller => &self.caller,
+            Role::Owner => &self.owner,
+        }
+    }
+
+    /// The party in `role` submits `run`, signed with its own key: the box's answer (whether
+    /// this submit started the run).
+    pub async fn submit_as(&self, run: &VerifiedRun, role: Role) -> skillbox_jc::Result<bool> {
+        let key = self.key(role);
+        self.client
+            .submit(&run.run_id, &run.program_hash, role, key)
+            .await
+    }
+
     /// The caller's stake of `request` and `songs` in `run`, signed with `key` (the caller's own,
     /// or another party's to see the box refuse it): the box's answer.
     pub async fn stake_as_caller(
@@ -280,6 +297,14 @@ impl Fixture {
             ],
         )
         .expect("seal")
+    }
+
+    /// The owner's stake of `body` in `run`, signed with its own key: the box's answer.
+    pub async fn stake_as_owner(&self, run: &VerifiedRun, body: &str) -> skillbox_jc::Result<Role> {
+        let sealed = self.owner_stake(run, body);
+        self.client
+            .stake(run, Role::Owner, sealed, &self.owner)
+            .await
     }
 
     /// Open a run of `p` (not verified) and ask for its attestation under a fresh nonce: what a
@@ -315,20 +340,15 @@ impl Fixture {
         self.stake_as_caller(run, request, b"song a\nsong b", &self.caller)
             .await
             .expect("caller stakes");
-        self.client
-            .stake(run, Role::Owner, self.owner_stake(run, body), &self.owner)
-            .await
-            .expect("owner stakes");
+        self.stake_as_owner(run, body).await.expect("owner stakes");
         assert!(
             !self
-                .client
-                .submit(&run.run_id, &run.program_hash, Role::Caller, &self.caller)
+                .submit_as(run, Role::Caller)
                 .await
                 .expect("caller submits")
         );
         assert!(
-            self.client
-                .submit(&run.run_id, &run.program_hash, Role::Owner, &self.owner)
+            self.submit_as(run, Role::Owner)
                 .await
                 .expect("owner submits")
         );

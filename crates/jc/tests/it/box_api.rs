@@ -81,25 +81,12 @@ async fn material_never_shows_outside_the_sealed_answer() {
         "SECRET-SKILL-BODY",
     ];
     caller_stakes(&f, &run, secrets[0], secrets[1].as_bytes()).await;
-    f.client
-        .stake(&run, Role::Owner, f.owner_stake(&run, secrets[2]), &f.owner)
-        .await
-        .expect("stake");
+    f.stake_as_owner(&run, secrets[2]).await.expect("stake");
     // Refusals must not echo material either.
-    let again = f
-        .client
-        .stake(&run, Role::Owner, f.owner_stake(&run, secrets[2]), &f.owner)
-        .await
-        .expect_err("twice");
+    let again = f.stake_as_owner(&run, secrets[2]).await.expect_err("twice");
     assert_eq!(remote_code(&again), "already_staked");
-    f.client
-        .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-        .await
-        .expect("submit");
-    f.client
-        .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
-        .await
-        .expect("submit");
+    f.submit_as(&run, Role::Caller).await.expect("submit");
+    f.submit_as(&run, Role::Owner).await.expect("submit");
     f.client
         .wait_result(&run.run_id, WAIT)
         .await
@@ -293,12 +280,7 @@ async fn stake_and_submit_refusals() {
     let (_, run) = f.open(&f.program()).await;
 
     // Submit before any stake, then before the second.
-    assert_refused(
-        f.client
-            .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-            .await,
-        "stakes_missing",
-    );
+    assert_refused(f.submit_as(&run, Role::Caller).await, "stakes_missing");
 
     // Sealed with the wrong info: the owner's info, posted as the caller's stake.
     let wrong =
@@ -358,12 +340,7 @@ async fn stake_and_submit_refusals() {
     );
 
     caller_stakes(&f, &run, "hi", b"x").await;
-    assert_refused(
-        f.client
-            .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
-            .await,
-        "stakes_missing",
-    );
+    assert_refused(f.submit_as(&run, Role::Owner).await, "stakes_missing");
     assert_refused(f.client.result(&run.run_id).await, "not_ready");
 }
 
@@ -384,12 +361,7 @@ async fn run_ids_and_programs_are_single_use() {
     // Replaying the program after its run: refused.
     assert_refused(f.client.open(&env).await, "program_spent");
     // Submitting again to the finished run.
-    assert_refused(
-        f.client
-            .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-            .await,
-        "wrong_state",
-    );
+    assert_refused(f.submit_as(&run, Role::Caller).await, "wrong_state");
     f.client
         .delete(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
         .await
@@ -474,12 +446,7 @@ async fn submit_and_result_wait_at_the_box_instead_of_being_polled() {
     let (_, run) = f.open(&f.program()).await;
     caller_stakes(&f, &run, "q", b"song a").await;
     // Without a wait: refused at once, as before.
-    assert_refused(
-        f.client
-            .submit(&run.run_id, &run.program_hash, Role::Caller, &f.caller)
-            .await,
-        "stakes_missing",
-    );
+    assert_refused(f.submit_as(&run, Role::Caller).await, "stakes_missing");
     // A result asked with a short wait comes back not ready once the wait is over.
     let asked = std::time::Instant::now();
     assert_refused(
@@ -506,18 +473,10 @@ async fn submit_and_result_wait_at_the_box_instead_of_being_polled() {
         !submit.is_finished() && !result.is_finished(),
         "both are held"
     );
-    f.client
-        .stake(&run, Role::Owner, f.owner_stake(&run, "b"), &f.owner)
-        .await
-        .expect("owner stakes");
+    f.stake_as_owner(&run, "b").await.expect("owner stakes");
     let started_by_caller = submit.await.expect("task").expect("held submit succeeds");
     assert!(!started_by_caller, "the caller's submit was the first");
-    assert!(
-        f.client
-            .submit(&run.run_id, &run.program_hash, Role::Owner, &f.owner)
-            .await
-            .expect("owner submits")
-    );
+    assert!(f.submit_as(&run, Role::Owner).await.expect("owner submits"));
     let view = result.await.expect("task").expect("held result answers");
     assert_eq!(view.status, RunStatus::Ok);
 }

@@ -149,23 +149,15 @@ async fn open(f: &Fixture, client: &BoxClient, p: &Program) -> VerifiedRun {
 }
 
 async fn stake(f: &Fixture, client: &BoxClient, run: &VerifiedRun, role: Role) {
-    let key = match role {
-        Role::Caller => &f.caller,
-        Role::Owner => &f.owner,
-    };
     client
-        .stake(run, role, sealed(run, role), key)
+        .stake(run, role, sealed(run, role), f.key(role))
         .await
         .expect("stake");
 }
 
 async fn submit(f: &Fixture, client: &BoxClient, run: &VerifiedRun, role: Role) -> bool {
-    let key = match role {
-        Role::Caller => &f.caller,
-        Role::Owner => &f.owner,
-    };
     client
-        .submit(&run.run_id, &run.program_hash, role, key)
+        .submit(&run.run_id, &run.program_hash, role, f.key(role))
         .await
         .expect("submit")
 }
