@@ -56,11 +56,11 @@ const CALLER_STATES: [&str; 7] = [
     "answered",
 ];
 /// The owner records a call only once admitted (issue 12: a refused stranger leaves no row),
-/// so its first persisted state is `accepted`; `received` lives in memory only.
-const OWNER_STATES: [&str; 7] = [
+/// so its first persisted state is `accepted`; `received` lives in memory only. It asks its
+/// policy in the step that takes its stake (issue 33), so it never rests in `staked` either.
+const OWNER_STATES: [&str; 6] = [
     "accepted",
     "opened",
-    "staked",
     "awaiting_consent",
     "submitting",
     "submitted",

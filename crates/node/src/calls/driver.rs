@@ -451,6 +451,8 @@ impl Calls {
         {
             t.call.moves.push(m.clone());
         }
+        // The policy the new state asks first is answered in this step, not in one of its own.
+        let decided = self.decided_in_step(&row, &mut t, &change.patch);
         let write = t.changed || (!t.actions.is_empty() && change.has_patch());
         // The run (and its box) the call just left, if this step moved it.
         let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
@@ -504,6 +506,9 @@ impl Calls {
                 if let Some(entry) = change.ledger
                     && changed
                 {
+                    seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
+                }
+                if let Some(entry) = decided {
                     seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
                 }
                 if let Some(answer) = &change.answer
@@ -560,6 +565,44 @@ impl Calls {
             lock(&self.0.rows).insert(key.clone(), row.clone());
         }
         Ok(Ok(Some((t, row, left))))
+    }
+
+    /// When transition `t` (from `row`, with `patch`) owes the policy's answer
+    /// (`Action::CheckPolicy`: the caller's run opened, the owner's stake taken), ask it now and
+    /// take its event in the same step: `t` becomes the two transitions' end, with the actions
+    /// of both (each is safe to do again, and the first's were dispatched with the second's
+    /// before), and the decision's ledger entry is returned, to be appended in this step's
+    /// transaction. The policy is pure and local (no I/O): asking it as its own action cost
+    /// each side a step and a commit per call, on the call's path (issue 33). An `ask` is still
+    /// a step to `awaiting_consent`, where the human decides; nothing is staked before that.
+    fn decided_in_step(
+        &self,
+        row: &CallRow,
+        t: &mut machine::Transition,
+        patch: &Patch,
+    ) -> Option<crate::ledger::Entry> {
+        if !t.changed || !t.actions.contains(&Action::CheckPolicy) {
+            return None;
+        }
+        // What the policy sees, and its ledger entry names: the row as this step leaves it.
+        let seen = row.clone().updated(t.call.clone(), patch);
+        let (event, decision) = self.check_policy(&seen);
+        let then = machine::step(&t.call, event, now_ms(), &self.0.timing);
+        if !then.changed {
+            return None;
+        }
+        let mut actions: Vec<Action> = std::mem::take(&mut t.actions)
+            .into_iter()
+            .filter(|a| *a != Action::CheckPolicy)
+            .collect();
+        for a in then.actions {
+            if !actions.contains(&a) {
+                actions.push(a);
+            }
+        }
+        t.call = then.call;
+        t.actions = actions;
+        decision.ledger
     }
 
     /// The call's row as its last step left it, or as the store has it (then kept, while the
@@ -797,8 +840,13 @@ mod tests {
     }
 
     fn calls_with(store: Arc<Store>, ceilings: crate::config::CeilingsConfig) -> Calls {
+        calls_of(store, |deps| deps.ceilings = ceilings)
+    }
+
+    /// The calls of a test node, its deps as `edit` leaves them.
+    fn calls_of(store: Arc<Store>, edit: impl FnOnce(&mut CallsDeps)) -> Calls {
         let key = Arc::new(DataKey::from_bytes(&[9u8; 32]));
-        Calls::new(CallsDeps {
+        let mut deps = CallsDeps {
             store: store.clone(),
             sources: crate::sources::Sources::new(store.clone(), key.clone()),
             skills: crate::skills::Skills::new(store, key, "test"),
@@ -814,19 +862,26 @@ mod tests {
             )),
             timing: machine::Timing::default(),
             settings: Default::default(),
-            ceilings,
+            ceilings: Default::default(),
             guard: Default::default(),
             policy: Default::default(),
             metrics: Arc::default(),
-        })
+        };
+        edit(&mut deps);
+        Calls::new(deps)
     }
 
     /// An owner's call as `shape` leaves `c1` (made today), stored: its row and key.
     fn owner_call(store: &Store, shape: impl FnOnce(&mut Call)) -> (CallRow, Key) {
-        let mut call = records::tests::started(Role::Owner);
+        stored_call(store, Role::Owner, shape)
+    }
+
+    /// A call of `role` as `shape` leaves `c1` (made today), stored: its row and key.
+    fn stored_call(store: &Store, role: Role, shape: impl FnOnce(&mut Call)) -> (CallRow, Key) {
+        let mut call = records::tests::started(role);
         call.created_at_ms = now_ms();
         shape(&mut call);
-        let key = (call.id.clone(), Role::Owner);
+        let key = (call.id.clone(), role);
         let row = CallRow {
             call,
             program: None,
@@ -925,6 +980,79 @@ mod tests {
         let stored = stored(&store);
         assert_eq!(stored.call.state, State::Failed);
         assert_eq!(stored.call.run_id, None, "the refused run was written");
+    }
+
+    /// The decisions the ledger holds for call `c1`.
+    fn decisions(store: &Store) -> Vec<String> {
+        let filter = crate::ledger::Filter {
+            call: Some("c1".into()),
+            ..Default::default()
+        };
+        crate::ledger::list(store, &filter)
+            .expect("ledger")
+            .into_iter()
+            .filter(|l| l.entry.kind == crate::ledger::EntryKind::Decision)
+            .map(|l| l.entry.decision)
+            .collect()
+    }
+
+    /// Issue 33: the policy a new state asks first is answered in the step that reaches it —
+    /// the owner's stake taken and its submit allowed, the caller's run opened and its stake
+    /// allowed — each with its decision in the ledger, in one step. On a current-thread
+    /// runtime nothing dispatched has run when `apply` returns: before, the step ended in
+    /// `staked` (the caller's unconsented) with no decision yet.
+    #[tokio::test]
+    async fn the_policy_a_step_owes_is_answered_in_that_step() {
+        let (_dir, store, node) = policy_world(|_| {});
+        let (_, key) = owner_call(&store, |call| {
+            call.state = State::Opened;
+            call.run_id = Some("r".repeat(32));
+        });
+        let call = stepped(&node, key, Event::Staked).await;
+        assert_eq!(call.state, State::Submitting);
+        assert_eq!(stored_state(&store), State::Submitting);
+        assert_eq!(decisions(&store), ["allow"]);
+
+        let (_dir, store, node) = policy_world(|_| {});
+        let (_, key) = stored_call(&store, Role::Caller, |call| call.state = State::Accepted);
+        let event = Event::RunOpened {
+            run_id: "r".repeat(32),
+        };
+        let call = stepped(&node, key, event).await;
+        assert_eq!((call.state, call.consented), (State::Opened, true));
+        assert_eq!(decisions(&store), ["allow"]);
+    }
+
+    /// A policy that asks still stops at `awaiting_consent`, in the same step, with no decision
+    /// in the ledger: the human decides.
+    #[tokio::test]
+    async fn a_policy_that_asks_leaves_the_call_to_the_human() {
+        let (_dir, store, node) = policy_world(|deps| {
+            deps.policy.default = skillbox_calls::Decision::Ask;
+        });
+        let (_, key) = owner_call(&store, |call| {
+            call.state = State::Opened;
+            call.run_id = Some("r".repeat(32));
+        });
+        let call = stepped(&node, key, Event::Staked).await;
+        assert_eq!(call.state, State::AwaitingConsent);
+        assert!(decisions(&store).is_empty());
+    }
+
+    /// A file-backed node for the policy tests, its deps as `edit` leaves them.
+    fn policy_world(edit: impl FnOnce(&mut CallsDeps)) -> (tempfile::TempDir, Arc<Store>, Calls) {
+        let dir = tempfile::tempdir().expect("dir");
+        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
+        let node = calls_of(store.clone(), edit);
+        (dir, store, node)
+    }
+
+    /// Step call `key` with `event` and nothing beside it: the call after.
+    async fn stepped(node: &Calls, key: Key, event: Event) -> Call {
+        node.apply(key, event, Change::none())
+            .await
+            .expect("step")
+            .expect("call")
     }
 
     /// Call `c1`'s row as the store has it.
