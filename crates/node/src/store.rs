@@ -322,6 +322,43 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX sources_shareable ON sources (name) WHERE shareable = 1;
     "#,
+    // 13: the owner's charged calls of a skill, tallied per (skill, hour made, peer), kept by
+    // triggers on every insert, change of charge and delete of an owner's row — so the day's
+    // count (`records::charged_since`, at admission and at each run's charge) sums at most 25
+    // hours' tallies and scans the index only for the one hour the window cuts, not every
+    // charged call of the day (issue 33: O(calls of the day) per call; 4.5 % of the owner's CPU
+    // at 2,000 in flight, growing with the day's calls).
+    r#"
+    CREATE TABLE charge_tally (
+        skill  TEXT NOT NULL,
+        hour   INTEGER NOT NULL,
+        peer   TEXT NOT NULL,
+        charge INTEGER NOT NULL,
+        PRIMARY KEY (skill, hour, peer)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO charge_tally (skill, hour, peer, charge)
+        SELECT skill, created_at / 3600, peer, SUM(charge) FROM calls
+        WHERE role = 'owner' AND charge > 0 GROUP BY skill, created_at / 3600, peer;
+    CREATE TRIGGER charge_tally_insert AFTER INSERT ON calls
+        WHEN NEW.role = 'owner' AND NEW.charge != 0 BEGIN
+        INSERT OR IGNORE INTO charge_tally (skill, hour, peer, charge)
+            VALUES (NEW.skill, NEW.created_at / 3600, NEW.peer, 0);
+        UPDATE charge_tally SET charge = charge + NEW.charge
+            WHERE skill = NEW.skill AND hour = NEW.created_at / 3600 AND peer = NEW.peer;
+    END;
+    CREATE TRIGGER charge_tally_charge AFTER UPDATE OF charge ON calls
+        WHEN NEW.role = 'owner' AND NEW.charge != OLD.charge BEGIN
+        INSERT OR IGNORE INTO charge_tally (skill, hour, peer, charge)
+            VALUES (NEW.skill, NEW.created_at / 3600, NEW.peer, 0);
+        UPDATE charge_tally SET charge = charge + NEW.charge - OLD.charge
+            WHERE skill = NEW.skill AND hour = NEW.created_at / 3600 AND peer = NEW.peer;
+    END;
+    CREATE TRIGGER charge_tally_delete AFTER DELETE ON calls
+        WHEN OLD.role = 'owner' AND OLD.charge != 0 BEGIN
+        UPDATE charge_tally SET charge = charge - OLD.charge
+            WHERE skill = OLD.skill AND hour = OLD.created_at / 3600 AND peer = OLD.peer;
+    END;
+    "#,
 ];
 
 /// The schema version this binary writes.
@@ -1160,6 +1197,53 @@ mod tests {
             .read(|c| Ok(c.query_row("SELECT count(*) FROM meta", [], |r| r.get(0))?))
             .expect("read");
         assert_eq!(n, 0);
+    }
+
+    /// Migration 13 tallies the charged calls a store already holds: the day's count after it
+    /// is what the rows say, and the triggers keep it from there.
+    #[test]
+    fn the_charge_tally_starts_from_the_rows_a_store_holds() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("node.db");
+        let now = now_secs();
+        {
+            let mut c = Connection::open(&path).expect("open");
+            for (i, sql) in MIGRATIONS.iter().enumerate().take(12) {
+                let tx = c.transaction().expect("tx");
+                tx.execute_batch(sql).expect("migration");
+                tx.pragma_update(None, "user_version", (i + 1) as i64)
+                    .expect("version");
+                tx.commit().expect("commit");
+            }
+            for (id, peer, charge, ago) in [
+                ("a", "p1", 1, 60),
+                ("b", "p1", 2, 7_200),
+                ("c", "p2", 1, 90_000),
+                ("d", "p2", 0, 60),
+                ("e", "p2", 1, 3_000),
+            ] {
+                c.execute(
+                    "INSERT INTO calls (id, role, peer, skill, state, record, created_at,
+                       updated_at, charge)
+                     VALUES (?1, 'owner', ?2, 'taste', 'ran', '{}', ?3, ?3, ?4)",
+                    rusqlite::params![id, peer, now - ago, charge],
+                )
+                .expect("row");
+            }
+        }
+        let store = Store::open(&path).expect("migrated");
+        let count = |peer: &str| {
+            store
+                .write(|tx| crate::calls::records::charged_since(tx, "taste", peer, now - 86_400))
+                .expect("count")
+        };
+        // `c` is older than a day, `d` was never charged.
+        assert_eq!(count("p1"), (4, 3));
+        assert_eq!(count("p2"), (4, 1));
+        store
+            .write(|tx| Ok(tx.execute("DELETE FROM calls WHERE id = 'b'", [])?))
+            .expect("prune");
+        assert_eq!(count("p1"), (2, 1));
     }
 
     #[test]

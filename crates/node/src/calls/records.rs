@@ -291,20 +291,34 @@ pub fn update(tx: &Tx<'_>, call: &Call, patch: &Patch) -> Result<()> {
 
 /// The owner's calls of `skill` since `since` (unix seconds), by their charge: `(in total, from
 /// peer)`. A row is written with charge 0 and charged only when its run is verified (see
-/// [`charge_run`]), so this counts calls that reached a run, not every admitted one.
+/// [`charge_run`]), so this counts calls that reached a run, not every admitted one. Exact:
+/// the hours after `since`'s own from their tallies (`charge_tally`, migration 13), that one
+/// hour from the index, by the second — a sum of at most 25 hours' tallies and one hour's
+/// calls, not every call of the day.
 pub fn charged_since(tx: &Tx<'_>, skill: &str, peer: &str, since: i64) -> Result<(u64, u64)> {
-    let (total, mine): (i64, i64) =
-        tx.query_row(CHARGED_SINCE, params![skill, peer, since], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    Ok((total.max(0) as u64, mine.max(0) as u64))
+    let hour = since.div_euclid(3600);
+    let both = |r: &rusqlite::Row<'_>| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?));
+    let (whole, whole_mine) = tx.query_row(CHARGED_HOURS, params![skill, peer, hour], both)?;
+    let end = (hour + 1) * 3600;
+    let (cut, cut_mine) = tx.query_row(CHARGED_SINCE, params![skill, peer, since, end], both)?;
+    Ok((
+        (whole + cut).max(0) as u64,
+        (whole_mine + cut_mine).max(0) as u64,
+    ))
 }
 
+/// The tallies of the hours after `?3` (a `WITHOUT ROWID` table: its key is its only index).
+const CHARGED_HOURS: &str =
+    "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
+     FROM charge_tally WHERE skill = ?1 AND hour > ?3";
+
 /// Read from the partial index `calls_charged` alone (migration 11): a row charged 0 adds
-/// nothing to a sum, and the index holds only charged rows.
+/// nothing to a sum, and the index holds only charged rows. Bounded above by `?4`: the end of
+/// the hour `since` falls in (later hours come from their tallies).
 const CHARGED_SINCE: &str =
     "SELECT COALESCE(SUM(charge), 0), COALESCE(SUM(CASE WHEN peer = ?2 THEN charge ELSE 0 END), 0)
-     FROM calls WHERE role = 'owner' AND skill = ?1 AND created_at >= ?3 AND charge > 0";
+     FROM calls WHERE role = 'owner' AND skill = ?1 AND created_at >= ?3 AND created_at < ?4
+       AND charge > 0";
 
 /// Read from the partial index `calls_unstarted` alone (migration 11); its terms are the
 /// index's own, so SQLite can use it.
@@ -406,6 +420,11 @@ pub fn prune_finished(store: &Store, before: i64) -> Result<usize> {
                 params![id, before],
             )?;
         }
+        // The tallies of hours no day's count reaches any more (`charged_since` reads 25).
+        tx.execute(
+            "DELETE FROM charge_tally WHERE hour < ?1",
+            params![(now_secs() - 2 * 86_400).div_euclid(3600)],
+        )?;
         Ok(n)
     })
 }
@@ -442,7 +461,7 @@ pub(super) mod tests {
     #[test]
     fn the_owners_counts_read_only_an_index() {
         let store = Store::open_in_memory().expect("store");
-        for (sql, args) in [(CHARGED_SINCE, 3), (UNSTARTED_OF, 1)] {
+        for (sql, args) in [(CHARGED_SINCE, 4), (CHARGED_HOURS, 3), (UNSTARTED_OF, 1)] {
             let plan: Vec<String> = store
                 .read(|c| {
                     let mut stmt = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
@@ -454,10 +473,105 @@ pub(super) mod tests {
                 })
                 .expect("plan");
             assert!(
-                plan.len() == 1 && plan[0].contains("USING COVERING INDEX"),
+                plan.len() == 1
+                    && (plan[0].contains("USING COVERING INDEX")
+                        || plan[0].contains("charge_tally USING PRIMARY KEY")),
                 "{sql}: {plan:?}"
             );
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// The day's count read from the hourly tallies (kept by triggers) is the count of the
+        /// charged rows themselves, by the second, whatever rows were made, charged, charged
+        /// again (the guard acted) or pruned, and wherever the window's start falls.
+        #[test]
+        fn the_days_count_from_tallies_is_the_rows_own(
+            ops in proptest::collection::vec(
+                (0u8..4, 0usize..10, 0i64..40 * 3600, 0usize..2, 0usize..2),
+                1..60,
+            ),
+            sinces in proptest::collection::vec(0i64..42 * 3600, 1..6),
+        ) {
+            let store = Store::open_in_memory().expect("store");
+            let base = 1_700_000_000 - 1_700_000_000 % 3600 + 1234;
+            store
+                .write(|tx| {
+                    for &(op, i, at, peer, skill) in &ops {
+                        let id = format!("c{i}");
+                        match op {
+                            0 => {
+                                tx.execute(
+                                    "INSERT OR IGNORE INTO calls (id, role, peer, skill, state,
+                                       record, created_at, updated_at, charge)
+                                     VALUES (?1, 'owner', ?2, ?3, 'accepted', '{}', ?4, ?4, 0)",
+                                    params![id, format!("p{peer}"), format!("s{skill}"), base + at],
+                                )?;
+                            }
+                            1 | 2 => {
+                                tx.execute(
+                                    "UPDATE calls SET charge = ?2 WHERE id = ?1",
+                                    params![id, op as i64],
+                                )?;
+                            }
+                            _ => {
+                                tx.execute("DELETE FROM calls WHERE id = ?1", params![id])?;
+                            }
+                        }
+                    }
+                    for since in &sinces {
+                        let since = base + since;
+                        for (skill, peer) in [("s0", "p0"), ("s0", "p1"), ("s1", "p0")] {
+                            let rows: (i64, i64) = tx.query_row(
+                                "SELECT COALESCE(SUM(charge), 0),
+                                        COALESCE(SUM(CASE WHEN peer = ?2 THEN charge END), 0)
+                                 FROM calls WHERE skill = ?1 AND created_at >= ?3",
+                                params![skill, peer, since],
+                                |r| Ok((r.get(0)?, r.get(1)?)),
+                            )?;
+                            let counted = charged_since(tx, skill, peer, since)?;
+                            assert_eq!(
+                                counted,
+                                (rows.0 as u64, rows.1 as u64),
+                                "{skill} {peer} since {since}"
+                            );
+                        }
+                    }
+                    Ok(())
+                })
+                .expect("ops");
+        }
+    }
+
+    /// Pruning drops the tallies of hours no day's count reads, and keeps the rest.
+    #[test]
+    fn pruning_drops_the_tallies_no_count_reads() {
+        let store = Store::open_in_memory().expect("store");
+        let hour = now_secs().div_euclid(3600);
+        let tallies = || -> Vec<i64> {
+            store
+                .read(|c| {
+                    let mut stmt = c.prepare("SELECT hour FROM charge_tally ORDER BY hour")?;
+                    let rows = stmt.query_map([], |r| r.get(0))?;
+                    Ok(rows.collect::<rusqlite::Result<_>>()?)
+                })
+                .expect("tallies")
+        };
+        store
+            .write(|tx| {
+                for h in [hour - 60, hour - 30, hour] {
+                    tx.execute(
+                        "INSERT INTO charge_tally (skill, hour, peer, charge) VALUES ('s', ?1, 'p', 1)",
+                        params![h],
+                    )?;
+                }
+                Ok(())
+            })
+            .expect("tallies");
+        prune_finished(&store, 0).expect("prune");
+        assert_eq!(tallies(), [hour - 30, hour]);
     }
 
     /// The row a transition hands its actions is the row a fresh read returns, for every
