@@ -436,6 +436,7 @@ impl Calls {
             return Ok(Ok(None));
         };
         let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
+        let tick = matches!(event, Event::Tick);
         let mut t = if stale {
             tracing::debug!(call = %key.0, "outcome of a run the call left; dropped");
             machine::Transition {
@@ -450,6 +451,12 @@ impl Calls {
             && let Some(m) = &change.patch.moved
         {
             t.call.moves.push(m.clone());
+        }
+        if tick && self.only_retries_running(key, &row.call, &t) {
+            // Nothing to write or do: the schedule moves on in memory (`tick_due`, from `t`).
+            t.actions.clear();
+            t.changed = false;
+            return Ok(Ok(Some((t, row, None))));
         }
         // The policy the new state asks first is answered in this step, not in one of its own.
         let decided = self.decided_in_step(&row, &mut t, &change.patch);
@@ -565,6 +572,28 @@ impl Calls {
             lock(&self.0.rows).insert(key.clone(), row.clone());
         }
         Ok(Ok(Some((t, row, left))))
+    }
+
+    /// Whether tick transition `t` from `before` is only a retry of owed actions that are all
+    /// still running for its run: then dispatching them again does nothing (one of a kind runs
+    /// at a time), and persisting the retry's count and next time would be the step's only
+    /// effect — a commit per call per retry while a loaded node's actions wait their turn
+    /// (issue 33: at 5,000 in flight, calls sit for seconds in states whose action is under
+    /// way). A stall or an expiry changes the state and is never skipped; the retry's schedule
+    /// still moves on, in memory (`tick_due` is taken from `t`). An action that ends without
+    /// an outcome leaves `inflight`, and the next tick retries it as before.
+    fn only_retries_running(&self, key: &Key, before: &Call, t: &machine::Transition) -> bool {
+        if !t.changed
+            || t.actions.is_empty()
+            || t.call.state != before.state
+            || t.call.run_id != before.run_id
+        {
+            return false;
+        }
+        let inflight = lock(&self.0.inflight);
+        t.actions
+            .iter()
+            .all(|a| inflight.contains(&(key.clone(), action_name(a), t.call.run_id.clone())))
     }
 
     /// When transition `t` (from `row`, with `patch`) owes the policy's answer
@@ -1053,6 +1082,42 @@ mod tests {
             .await
             .expect("step")
             .expect("call")
+    }
+
+    /// Issue 33: a retry due while every owed action is still running writes nothing — the
+    /// schedule moves on in memory — and one due while an owed action is not running is
+    /// persisted and dispatched as before.
+    #[tokio::test]
+    async fn a_retry_of_actions_still_running_writes_nothing() {
+        let (_dir, store, node) = policy_world(|_| {});
+        let run = "r".repeat(32);
+        let (_, key) = owner_call(&store, |call| {
+            call.state = State::Opened;
+            call.run_id = Some(run.clone());
+            call.retry_at_ms = 0;
+            call.progressed_at_ms = now_ms();
+        });
+        let running = (key.clone(), "stake", Some(run.clone()));
+        lock(&node.0.inflight).insert(running.clone());
+        let before = store.write_stats().commits;
+        let call = stepped(&node, key.clone(), Event::Tick).await;
+        assert_eq!(
+            store.write_stats().commits,
+            before,
+            "a retry of a running stake was written"
+        );
+        assert!(
+            call.retry_at_ms > now_ms(),
+            "the retry's schedule did not move on"
+        );
+        let due = lock(&node.0.tick_due).get(&key).copied();
+        assert_eq!(due, Some(machine::tick_due_ms(&call, &node.0.timing)));
+        assert_eq!(stored(&store).call.attempts, 1);
+        // The stake ended without an outcome: the next retry is persisted as before.
+        lock(&node.0.inflight).remove(&running);
+        stepped(&node, key, Event::Tick).await;
+        assert_eq!(store.write_stats().commits, before + 1);
+        assert_eq!(stored(&store).call.attempts, 2);
     }
 
     /// Call `c1`'s row as the store has it.
