@@ -855,13 +855,8 @@ pub fn publish_head_through(store: &Store, seq: u64) -> Result<u64> {
     Ok(db.seq)
 }
 
-/// Write `head` into slot `slot` of the head file in place, synced; `None`: make the file
-/// anew with `head` in its first slot (a private temporary file, synced, renamed over, the dir
-/// synced: the file holds the old head or the new one, never half of either).
-fn write_head_file(path: &std::path::Path, head: &Head, slot: Option<usize>) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
-    let io = |what: &str, e: std::io::Error| NodeError::io(format!("{what} {}", path.display()), e);
+/// One slot holding `head`: its JSON's length, the JSON's SHA-256, the JSON, zeros.
+fn slot_bytes(head: &Head) -> Result<Vec<u8>> {
     let text = serde_json::to_vec(head).map_err(|e| NodeError::invalid("ledger", e.to_string()))?;
     if text.len() > HEAD_SLOT - HEAD_SLOT_FIXED {
         return Err(NodeError::invalid(
@@ -873,6 +868,17 @@ fn write_head_file(path: &std::path::Path, head: &Head, slot: Option<usize>) -> 
     filled[..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
     filled[4..HEAD_SLOT_FIXED].copy_from_slice(&Sha256::digest(&text));
     filled[HEAD_SLOT_FIXED..HEAD_SLOT_FIXED + text.len()].copy_from_slice(&text);
+    Ok(filled)
+}
+
+/// Write `head` into slot `slot` of the head file in place, synced; `None`: make the file
+/// anew with `head` in its first slot (a private temporary file, synced, renamed over, the dir
+/// synced: the file holds the old head or the new one, never half of either).
+fn write_head_file(path: &std::path::Path, head: &Head, slot: Option<usize>) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let io = |what: &str, e: std::io::Error| NodeError::io(format!("{what} {}", path.display()), e);
+    let filled = slot_bytes(head)?;
     if let Some(slot) = slot {
         let f = std::fs::OpenOptions::new()
             .write(true)
@@ -1378,6 +1384,39 @@ mod tests {
         assert_eq!(read_head_file(&file), Err(()));
         let v = verify_store(&store, &key.verifying_key()).expect("verify");
         assert_eq!(v.reason, Some(Broken::BadHead), "{v:?}");
+    }
+
+    proptest::proptest! {
+        /// The head file's reader, on any bytes after the header or in place of the file: a
+        /// head or `Err`, never a panic; and a slot written is read back as the head it holds,
+        /// and read as nothing once any byte of its length, checksum or JSON changes.
+        #[test]
+        fn the_head_files_reader_takes_any_bytes(
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..1600),
+            bare in proptest::bool::ANY,
+            seq in 0u64..u64::MAX,
+            hash in "[a-z0-9:]{0,80}",
+            sig in "[0-9a-f]{0,140}",
+            flip in 0usize..HEAD_SLOT,
+        ) {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let path = tmp.path().join(HEAD_FILE);
+            let mut bytes = if bare { Vec::new() } else { HEAD_FILE_MAGIC.to_vec() };
+            bytes.extend_from_slice(&tail);
+            std::fs::write(&path, &bytes).expect("write");
+            let _ = read_head_file(&path);
+            let head = Head { seq, hash, sig };
+            let slot = slot_bytes(&head).expect("a head fits its slot");
+            proptest::prop_assert_eq!(head_in_slot(&slot), Some(head.clone()));
+            let text_end = HEAD_SLOT_FIXED + serde_json::to_vec(&head).expect("json").len();
+            let mut torn = slot;
+            torn[flip] ^= 0x01;
+            if flip < text_end {
+                proptest::prop_assert_eq!(head_in_slot(&torn), None);
+            } else {
+                proptest::prop_assert_eq!(head_in_slot(&torn), Some(head));
+            }
+        }
     }
 
     /// A head file of the older format (one JSON head, renamed over each time) is read as it
