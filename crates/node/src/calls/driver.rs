@@ -576,8 +576,10 @@ impl Calls {
     /// effect — a commit per call per retry while a loaded node's actions wait their turn
     /// (issue 33: at 5,000 in flight, calls sit for seconds in states whose action is under
     /// way). A stall or an expiry changes the state and is never skipped; the retry's schedule
-    /// still moves on, in memory (`tick_due` is taken from `t`). An action that ends without
-    /// an outcome leaves `inflight`, and the next tick retries it as before.
+    /// still moves on, in memory (`tick_due` is taken from `t`), at the spacing of the last
+    /// retry written (the skipped ones do not double it: a look every few seconds, no write).
+    /// An action that ends without an outcome leaves `inflight`, and the next tick retries it
+    /// as before.
     fn only_retries_running(&self, key: &Key, before: &Call, t: &machine::Transition) -> bool {
         if !t.changed
             || t.actions.is_empty()
