@@ -556,6 +556,28 @@ impl Skills {
         self.records(None)
     }
 
+    /// A skill's declaration and digest alone — what a call's admission and the owner's stake
+    /// read, once a call each: not its manifest and warnings, which a whole record also parses.
+    pub fn declared(&self, name: &str) -> Result<Option<(Declaration, String)>> {
+        let row: Option<(String, String)> = self.store.read(|c| {
+            Ok(c.query_row(
+                "SELECT declaration, digest FROM skills WHERE name = ?1",
+                params![name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?)
+        })?;
+        row.map(|(decl, digest)| {
+            let declaration = serde_json::from_str(&decl).map_err(|e| NodeError::StoredRow {
+                what: "declaration",
+                name: name.to_owned(),
+                problem: e.to_string(),
+            })?;
+            Ok((declaration, digest))
+        })
+        .transpose()
+    }
+
     pub fn record(&self, name: &str) -> Result<Option<SkillRecord>> {
         Ok(self.records(Some(("name", name)))?.pop())
     }
@@ -671,10 +693,11 @@ pub(crate) fn limits_in(tx: &Tx<'_>, name: &str) -> Result<Option<Limits>> {
 mod tests {
     use super::*;
 
-    /// What the charge reads of a skill's ceilings is what its whole record says, with limits
-    /// and without; no skill reads as none.
+    /// What the charge reads of a skill's ceilings, and what admission and a stake read of its
+    /// declaration and digest, is what its whole record says, with limits and without; no
+    /// skill reads as none.
     #[test]
-    fn the_limits_read_in_a_transaction_are_the_records() {
+    fn the_parts_read_alone_are_the_records() {
         let store = Arc::new(Store::open_in_memory().expect("store"));
         let skills = Skills::new(
             store.clone(),
@@ -690,7 +713,10 @@ mod tests {
             let whole = skills.record(name).expect("record").expect("there");
             let read = store.write(|tx| limits_in(tx, name)).expect("read");
             assert_eq!(read, Some(whole.declaration.limits), "{name}");
+            let declared = skills.declared(name).expect("declared");
+            assert_eq!(declared, Some((whole.declaration, whole.digest)), "{name}");
         }
+        assert_eq!(skills.declared("absent").expect("declared"), None);
         let capped = store.write(|tx| limits_in(tx, "capped")).expect("read");
         assert_eq!(capped.and_then(|l| l.calls_per_day), Some(3));
         assert_eq!(

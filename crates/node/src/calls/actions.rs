@@ -837,13 +837,13 @@ fn seal_for_stake(
             }
         }
         Role::Owner => {
-            let rec = skills
-                .record(&r.call.skill)
+            let (declaration, _) = skills
+                .declared(&r.call.skill)
                 .map_err(|e| JcError::Internal(e.to_string()))?
                 .ok_or_else(|| {
                     JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
                 })?;
-            let d = &rec.declaration;
+            let d = &declaration;
             held.push(("body".into(), apply(&d.body_source_name(), false)?));
             // The model id from the source store (imports put it there); a declaration
             // row that still carries one (written before) is used as it is.

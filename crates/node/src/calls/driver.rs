@@ -455,7 +455,10 @@ impl Calls {
             return Ok(Ok(Some((t, row, None))));
         }
         // The policy the new state asks first is answered in this step, not in one of its own.
-        let decided = self.decided_in_step(&row, &mut t, &change.patch);
+        let (decided, seen) = match self.decided_in_step(&row, &mut t, &change.patch) {
+            Some((entry, seen)) => (entry, Some(seen)),
+            None => (None, None),
+        };
         let write = t.changed || (!t.actions.is_empty() && change.has_patch());
         // The run (and its box) the call just left, if this step moved it.
         let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
@@ -560,7 +563,10 @@ impl Calls {
         }
         // What the actions act on, and the next step starts from: the row as just persisted.
         let row = if write {
-            Arc::new((*row).clone().updated(t.call.clone(), &patch))
+            // A step that asked the policy built the row it showed it (the patch applied, the
+            // same again here): only its call moves on.
+            let before = seen.unwrap_or_else(|| (*row).clone());
+            Arc::new(before.updated(t.call.clone(), &patch))
         } else {
             row
         };
@@ -598,8 +604,8 @@ impl Calls {
     /// (`Action::CheckPolicy`: the caller's run opened, the owner's stake taken), ask it now and
     /// take its event in the same step: `t` becomes the two transitions' end, with the actions
     /// of both (each is safe to do again, and the first's were dispatched with the second's
-    /// before), and the decision's ledger entry is returned, to be appended in this step's
-    /// transaction. The policy is pure and local (no I/O): asking it as its own action cost
+    /// before); returned are the decision's ledger entry, to be appended in this step's
+    /// transaction, and the row the policy was shown (the step's new row but for its call). The policy is pure and local (no I/O): asking it as its own action cost
     /// each side a step and a commit per call, on the call's path (issue 33). An `ask` is still
     /// a step to `awaiting_consent`, where the human decides; nothing is staked before that.
     fn decided_in_step(
@@ -607,7 +613,7 @@ impl Calls {
         row: &CallRow,
         t: &mut machine::Transition,
         patch: &Patch,
-    ) -> Option<crate::ledger::Entry> {
+    ) -> Option<(Option<crate::ledger::Entry>, CallRow)> {
         if !t.changed || !t.actions.contains(&Action::CheckPolicy) {
             return None;
         }
@@ -629,7 +635,7 @@ impl Calls {
         }
         t.call = then.call;
         t.actions = actions;
-        decision.ledger
+        Some((decision.ledger, seen))
     }
 
     /// The call's row as its last step left it, or as the store has it (then kept, while the
@@ -782,11 +788,7 @@ mod tests {
     }
 
     fn calls(store: Arc<Store>) -> Calls {
-        calls_with(store, Default::default())
-    }
-
-    fn calls_with(store: Arc<Store>, ceilings: crate::config::CeilingsConfig) -> Calls {
-        calls_of(store, |deps| deps.ceilings = ceilings)
+        calls_of(store, |_| {})
     }
 
     /// The calls of a test node, its deps as `edit` leaves them.
@@ -890,9 +892,7 @@ mod tests {
     /// charge and the run together, no write of its own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_is_charged_in_the_commit_that_takes_it() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
-        let calls = calls(store.clone());
+        let (_dir, store, calls) = file_node(|_| {});
         let key = accepted_owner_call(&store, "c1", "peer");
         let before = store.write_stats().commits;
         let call = opened(&calls, &key, &"r".repeat(32)).await;
@@ -907,13 +907,7 @@ mod tests {
     /// fails with `daily_limit`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_past_the_ceiling_is_refused_with_nothing_of_it_written() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
-        let ceilings = crate::config::CeilingsConfig {
-            calls_per_day: 1,
-            ..Default::default()
-        };
-        let calls = calls_with(store.clone(), ceilings);
+        let (_dir, store, calls) = file_node(|deps| deps.ceilings.calls_per_day = 1);
         let first = accepted_owner_call(&store, "c0", "other");
         let key = accepted_owner_call(&store, "c1", "peer");
         let call = opened(&calls, &first, &"q".repeat(32)).await;
@@ -949,17 +943,20 @@ mod tests {
     /// `staked` (the caller's unconsented) with no decision yet.
     #[tokio::test]
     async fn the_policy_a_step_owes_is_answered_in_that_step() {
-        let (_dir, store, node) = policy_world(|_| {});
+        let (_dir, store, node) = file_node(|_| {});
         let (_, key) = owner_call(&store, |call| {
             call.state = State::Opened;
             call.run_id = Some("r".repeat(32));
         });
-        let call = stepped(&node, key, Event::Staked).await;
+        let call = stepped(&node, key.clone(), Event::Staked).await;
         assert_eq!(call.state, State::Submitting);
         assert_eq!(stored_state(&store), State::Submitting);
         assert_eq!(decisions(&store), ["allow"]);
+        // The row the next step starts from is the row the store has.
+        let cached = lock(&node.0.rows).get(&key).cloned().expect("cached");
+        assert!(records::tests::same(&cached, &stored(&store)), "{cached:?}");
 
-        let (_dir, store, node) = policy_world(|_| {});
+        let (_dir, store, node) = file_node(|_| {});
         let (_, key) = stored_call(&store, Role::Caller, |call| call.state = State::Accepted);
         let event = Event::RunOpened {
             run_id: "r".repeat(32),
@@ -973,7 +970,7 @@ mod tests {
     /// in the ledger: the human decides.
     #[tokio::test]
     async fn a_policy_that_asks_leaves_the_call_to_the_human() {
-        let (_dir, store, node) = policy_world(|deps| {
+        let (_dir, store, node) = file_node(|deps| {
             deps.policy.default = skillbox_calls::Decision::Ask;
         });
         let (_, key) = owner_call(&store, |call| {
@@ -985,12 +982,22 @@ mod tests {
         assert!(decisions(&store).is_empty());
     }
 
-    /// A file-backed node for the policy tests, its deps as `edit` leaves them.
-    fn policy_world(edit: impl FnOnce(&mut CallsDeps)) -> (tempfile::TempDir, Arc<Store>, Calls) {
+    /// A file-backed node, its deps as `edit` leaves them: its dir (kept while it lives), its
+    /// store, its calls.
+    fn file_node(edit: impl FnOnce(&mut CallsDeps)) -> (tempfile::TempDir, Arc<Store>, Calls) {
         let dir = tempfile::tempdir().expect("dir");
         let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
         let node = calls_of(store.clone(), edit);
         (dir, store, node)
+    }
+
+    /// A node on an in-memory store holding the staked owner call `c1`: the store, the
+    /// calls, the call's row and key.
+    fn staked_node() -> (Arc<Store>, Calls, CallRow, Key) {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let node = calls(store.clone());
+        let (row, key) = staked_owner_call(&store);
+        (store, node, row, key)
     }
 
     /// Step call `key` with `event` and nothing beside it: the call after.
@@ -1006,7 +1013,7 @@ mod tests {
     /// persisted and dispatched as before.
     #[tokio::test]
     async fn a_retry_of_actions_still_running_writes_nothing() {
-        let (_dir, store, node) = policy_world(|_| {});
+        let (_dir, store, node) = file_node(|_| {});
         let run = "r".repeat(32);
         let (_, key) = owner_call(&store, |call| {
             call.state = State::Opened;
@@ -1062,9 +1069,7 @@ mod tests {
     /// back; an insert that finds the call there already (a repeated request) caches nothing.
     #[tokio::test]
     async fn a_row_inserted_is_cached_as_the_store_has_it() {
-        let dir = tempfile::tempdir().expect("dir");
-        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
-        let calls = calls(store.clone());
+        let (_dir, store, calls) = file_node(|_| {});
         let mut call = records::tests::started(Role::Caller);
         call.state = State::Requested;
         let row = Arc::new(CallRow {
@@ -1133,9 +1138,7 @@ mod tests {
     #[tokio::test]
     async fn an_outcomes_coverage_is_counted_with_its_step_taken_or_not() {
         use skillbox_guard::{GuardSpec, prepare, released_coverage};
-        let store = Arc::new(Store::open_in_memory().expect("store"));
-        let calls = calls(store.clone());
-        let (row, key) = staked_owner_call(&store);
+        let (store, calls, row, key) = staked_node();
         let body = "The access code is K7PM and the river runs north past the mill.";
         let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
         let coverage = released_coverage(&p, "It starts with K7P.");
@@ -1178,9 +1181,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_steps_entries_reach_the_head_file_after_it() {
         use crate::ledger::{self, Entry, EntryKind};
-        let dir = tempfile::tempdir().expect("dir");
-        let store = Arc::new(Store::open(&dir.path().join("node.db")).expect("store"));
-        let calls = calls(store.clone());
+        let (_dir, store, calls) = file_node(|_| {});
         let (_, key) = staked_owner_call(&store);
         let file_seq = || {
             ledger::read_head_file(&ledger::head_file(&store).expect("a file-backed store"))
@@ -1224,9 +1225,7 @@ mod tests {
     /// dropped step read — the cache gives that row up before it writes.
     #[tokio::test]
     async fn a_step_dropped_while_its_write_is_queued_leaves_no_stale_row() {
-        let store = Arc::new(Store::open_in_memory().expect("store"));
-        let calls = calls(store.clone());
-        let (_, key) = staked_owner_call(&store);
+        let (store, calls, _, key) = staked_node();
         // The row is cached, as any step leaves it.
         let cached = calls.row(&key).await.expect("row").expect("there");
         assert_eq!(cached.call.state, State::Staked);
@@ -1260,9 +1259,7 @@ mod tests {
     /// on the record before the outcome. It stays marked until its outcome is stepped.
     #[tokio::test]
     async fn an_action_is_running_until_its_outcome_is_stepped() {
-        let store = Arc::new(Store::open_in_memory().expect("store"));
-        let calls = calls(store.clone());
-        let (row, key) = staked_owner_call(&store);
+        let (store, calls, row, key) = staked_node();
         let running = || {
             lock(&calls.0.inflight).contains(&(key.clone(), "check_policy", Some("r".repeat(32))))
         };

@@ -182,17 +182,18 @@ impl Calls {
         let srcs = self.0.sources.clone();
         let name = program.skill.name.clone();
         let found = blocking(move || {
-            let Some(rec) = skills.record(&name)? else {
+            let Some(rec) = skills.declared(&name)? else {
                 return Ok(None);
             };
-            let state = skills.offer_state(&rec.declaration)?;
+            let d = &rec.0;
+            let state = skills.offer_state(d)?;
             let size = |n: &str| -> Result<u64> { Ok(srcs.meta(n)?.map_or(0, |m| m.size)) };
-            let body_len = size(&rec.declaration.body_source_name())?;
-            let model_len = match size(&rec.declaration.model_source_name())? {
-                0 => rec.declaration.model.as_ref().map_or(0, |m| m.len() as u64),
+            let body_len = size(&d.body_source_name())?;
+            let model_len = match size(&d.model_source_name())? {
+                0 => d.model.as_ref().map_or(0, |m| m.len() as u64),
                 n => n,
             };
-            let key_len = match &rec.declaration.key {
+            let key_len = match &d.key {
                 Some(k) => size(k)?,
                 None => 0,
             };
@@ -213,14 +214,9 @@ impl Calls {
         };
         let defaults = self.0.ceilings.limits();
         let (decl, offered, digest, body_len, model_len, key_len) = match &found {
-            Some((rec, offered, b, m, k)) => (
-                Some(&rec.declaration),
-                *offered,
-                rec.digest.as_str(),
-                *b,
-                *m,
-                *k,
-            ),
+            Some(((declaration, digest), offered, b, m, k)) => {
+                (Some(declaration), *offered, digest.as_str(), *b, *m, *k)
+            }
             None => (None, false, "", 0, 0, 0),
         };
         let limits = decl.map_or(defaults, |d| d.limits.or(&defaults));
