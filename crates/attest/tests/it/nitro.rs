@@ -98,7 +98,7 @@ fn dstack_indefinite_length_document_verifies() {
         user_data: Some(vec![0; 64]),
         ..Expected::default()
     };
-    let v = nitro::verify(&ev, &expected, &Policy::unpinned(), T_NITRO_DSTACK).unwrap();
+    let v = ev.verify_expecting(&expected, T_NITRO_DSTACK).unwrap();
     assert!(v.measurement.starts_with("5cb702954321826d"));
     assert!(v.report_data_checked);
     assert_eq!(v.report_data, Some("00".repeat(64)));
@@ -147,14 +147,13 @@ fn base64_document_binds_the_certificate_key_in_user_data() {
 #[test]
 fn expectations_freshness_and_module_ids() {
     let ev = evervault();
-    let p = Policy::unpinned();
     let doc = nitro::parse(&ev.document).unwrap().document;
     let right = Expected {
         nonce: doc.nonce.clone(),
         ..Expected::default()
     };
     assert!(
-        nitro::verify(&ev, &right, &p, T_NITRO_EVERVAULT)
+        ev.verify_expecting(&right, T_NITRO_EVERVAULT)
             .unwrap()
             .nonce_checked
     );
@@ -182,33 +181,26 @@ fn expectations_freshness_and_module_ids() {
             Refusal::PublicKeyMismatch,
         ),
     ] {
-        assert_eq!(
-            refused(nitro::verify(&ev, &wrong, &p, T_NITRO_EVERVAULT)),
-            why
-        );
+        assert_eq!(refused(ev.verify_expecting(&wrong, T_NITRO_EVERVAULT)), why);
     }
 
     // Fresh within five minutes, not from the future beyond a minute.
-    let e = Expected::default();
-    assert!(nitro::verify(&ev, &e, &p, T_NITRO_EVERVAULT + 299_000).is_ok());
+    assert!(ev.verify_unpinned(T_NITRO_EVERVAULT + 299_000).is_ok());
+    assert_eq!(ev.refusal_at(T_NITRO_EVERVAULT + 301_000), Refusal::Stale);
+    assert_eq!(ev.refusal_at(T_2026), Refusal::Stale);
     assert_eq!(
-        refused(nitro::verify(&ev, &e, &p, T_NITRO_EVERVAULT + 301_000)),
-        Refusal::Stale
-    );
-    assert_eq!(refused(nitro::verify(&ev, &e, &p, T_2026)), Refusal::Stale);
-    assert_eq!(
-        refused(nitro::verify(&ev, &e, &p, T_NITRO_EVERVAULT - 61_000)),
+        ev.refusal_at(T_NITRO_EVERVAULT - 61_000),
         Refusal::FromFuture
     );
 
     let mut p = Policy::unpinned();
     p.module_ids = vec!["i-0000-enc0".into()];
     assert_eq!(
-        refused(nitro::verify(&ev, &e, &p, T_NITRO_EVERVAULT)),
+        ev.refusal_under(&p, T_NITRO_EVERVAULT),
         Refusal::InstanceNotAllowed
     );
     p.module_ids = vec!["i-020b6af9246d90e92-enc0183d09086c24190".into()];
-    assert!(nitro::verify(&ev, &e, &p, T_NITRO_EVERVAULT).is_ok());
+    assert!(nitro::verify(&ev, &Expected::default(), &p, T_NITRO_EVERVAULT).is_ok());
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn nonce() -> [u8; 32] {
 
 /// The refusal code of unpinned verification at 2025-01-01.
 fn code(ev: &nvidia::Evidence, e: &Expected) -> &'static str {
-    refused(nvidia::verify(ev, e, &Policy::unpinned(), T_2025)).code()
+    refused(ev.verify_expecting(e, T_2025)).code()
 }
 
 fn golden(index: u8, value: &str) -> GoldenMeasurement {
@@ -30,7 +30,7 @@ fn hopper_sample_verifies_with_its_nonce() {
     let e = Expected {
         nonce: Some(nonce()),
     };
-    let v = nvidia::verify(&nvidia_hopper(), &e, &Policy::unpinned(), T_2025).unwrap();
+    let v = nvidia_hopper().verify_expecting(&e, T_2025).unwrap();
     assert_eq!(v.platform, Platform::Nvidia);
     assert_eq!(v.nonce.as_deref(), Some(NVIDIA_NONCE));
     assert!(v.nonce_checked);
@@ -65,12 +65,7 @@ fn any_other_nonce_is_refused() {
     other[31] ^= 1;
     let e = Expected { nonce: Some(other) };
     assert_eq!(
-        refused(nvidia::verify(
-            &nvidia_hopper(),
-            &e,
-            &Policy::unpinned(),
-            T_2025
-        )),
+        refused(nvidia_hopper().verify_expecting(&e, T_2025)),
         Refusal::NonceMismatch
     );
 }
@@ -269,25 +264,25 @@ proptest! {
 fn a_report_from_another_host_verifies_and_only_zero_padding_may_follow_the_signature() {
     let ev = nvidia_hopper_580();
     let e = requester_nonce(&ev);
-    let v = nvidia::verify(&ev, &e, &Policy::unpinned(), T_2025).expect("verifies");
+    let v = ev.verify_expecting(&e, T_2025).expect("verifies");
     assert_eq!(v.attribute("driver_version"), Some("580.95.05"));
     assert_eq!(*ev.transcript.last().unwrap(), 0);
 
     let mut padded = ev.clone();
     padded.transcript.extend([0u8; 7]);
-    assert!(nvidia::verify(&padded, &e, &Policy::unpinned(), T_2025).is_ok());
+    assert!(padded.verify_expecting(&e, T_2025).is_ok());
 
     let mut junk = ev.clone();
     *junk.transcript.last_mut().unwrap() = 1;
     assert_eq!(
-        refused(nvidia::verify(&junk, &e, &Policy::unpinned(), T_2025)),
+        refused(junk.verify_expecting(&e, T_2025)),
         Refusal::Malformed("SPDM response length disagrees with its fields")
     );
 
     let mut cut = ev.clone();
     cut.transcript.truncate(cut.transcript.len() - 2);
     assert_eq!(
-        refused(nvidia::verify(&cut, &e, &Policy::unpinned(), T_2025)),
+        refused(cut.verify_expecting(&e, T_2025)),
         Refusal::Malformed("SPDM response length disagrees with its fields")
     );
 }
@@ -312,7 +307,7 @@ fn the_opaque_length_decides_where_the_signature_is() {
     assert_eq!(code(&longer, &e), "bad_signature");
     let mut shorter = ev;
     shorter.transcript[at] -= 1;
-    assert!(nvidia::verify(&shorter, &e, &Policy::unpinned(), T_2025).is_err());
+    assert!(shorter.verify_expecting(&e, T_2025).is_err());
 }
 
 /// SPDM 1.2 responses parse, but their signature covers the version/capabilities/algorithms

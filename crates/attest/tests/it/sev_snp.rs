@@ -83,7 +83,7 @@ fn pins_and_expectations_are_compared() {
         host_data: None,
     };
     assert_eq!(
-        refused(snp::verify(&ev, &wrong, &Policy::unpinned(), T_2025)).code(),
+        refused(ev.verify_expecting(&wrong, T_2025)).code(),
         "report_data_mismatch"
     );
     let wrong_host = Expected {
@@ -91,7 +91,7 @@ fn pins_and_expectations_are_compared() {
         host_data: Some([1; 32]),
     };
     assert_eq!(
-        refused(snp::verify(&ev, &wrong_host, &Policy::unpinned(), T_2025)).code(),
+        refused(ev.verify_expecting(&wrong_host, T_2025)).code(),
         "host_data_mismatch"
     );
 }

@@ -87,7 +87,12 @@ pub trait Unpinned: PlatformEvidence<Expected: Default> {
     fn verifier() -> &'static Verifier<Self>;
 
     fn verify_unpinned(&self, at_ms: u64) -> Result<Verified, Refusal> {
-        skillbox_attest::verify(self, &Default::default(), &Self::unpinned(), at_ms)
+        self.verify_expecting(&Default::default(), at_ms)
+    }
+
+    /// [`Self::verify_unpinned`] with `expected` (a nonce, report data) instead of nothing.
+    fn verify_expecting(&self, expected: &Self::Expected, at_ms: u64) -> Result<Verified, Refusal> {
+        skillbox_attest::verify(self, expected, &Self::unpinned(), at_ms)
     }
 
     /// Why the evidence is refused at `at_ms` (panics if it verifies).

@@ -121,19 +121,18 @@ fn measurements_are_compared_with_the_pins() {
 #[test]
 fn report_data_and_mr_config_id_are_compared_with_expectations() {
     let ev = tdx_valid();
-    let p = Policy::unpinned();
     let right = Expected {
         report_data: Some(hex_arr(REPORT_DATA)),
         mr_config_id: Some([0; 48]),
     };
-    let v = tdx::verify(&ev, &right, &p, T_TDX).unwrap();
+    let v = ev.verify_expecting(&right, T_TDX).unwrap();
     assert!(v.report_data_checked);
     let wrong = Expected {
         report_data: Some([0; 64]),
         mr_config_id: None,
     };
     assert_eq!(
-        refused(tdx::verify(&ev, &wrong, &p, T_TDX)),
+        refused(ev.verify_expecting(&wrong, T_TDX)),
         Refusal::ReportDataMismatch
     );
     let wrong = Expected {
@@ -141,7 +140,7 @@ fn report_data_and_mr_config_id_are_compared_with_expectations() {
         mr_config_id: Some([9; 48]),
     };
     assert_eq!(
-        refused(tdx::verify(&ev, &wrong, &p, T_TDX)),
+        refused(ev.verify_expecting(&wrong, T_TDX)),
         Refusal::ConfigIdMismatch
     );
 }
@@ -153,7 +152,7 @@ fn platform_flags_and_the_ppid_allow_list() {
     let mut p = Policy::unpinned();
     p.allow_smt = false;
     assert_eq!(ev.refusal_under(&p, T_TDX).code(), "attributes_not_allowed");
-    let v = tdx::verify(&ev, &e, &Policy::unpinned(), T_TDX).unwrap();
+    let v = ev.verify_unpinned(T_TDX).unwrap();
     let ppid = hex::decode(v.instance_id.unwrap()).unwrap();
     let mut p = Policy::unpinned();
     p.ppids = vec![HexBytes(ppid)];

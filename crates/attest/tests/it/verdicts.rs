@@ -41,42 +41,40 @@ fn rows() -> Vec<Row> {
     };
 
     // AMD SEV-SNP
-    let sp = snp::Policy::unpinned();
-    let se = snp::Expected::default();
     add(
         "sev-snp",
         "virtee-report_milan.hex + virtee-vcek_milan.der + virtee-cert_chain_milan.pem",
         T_2025,
         Ok(()),
-        snp::verify(&snp_virtee(), &se, &sp, T_2025),
+        snp_virtee().verify_unpinned(T_2025),
     );
     add(
         "sev-snp",
         "trustee-test-report.bin + trustee-test-vcek.der + trustee-milan_ask_ark_asvk.pem",
         T_2025,
         Ok(()),
-        snp::verify(&snp_trustee(), &se, &sp, T_2025),
+        snp_trustee().verify_unpinned(T_2025),
     );
     add(
         "sev-snp",
         "trustee-test-vlek-report.bin + trustee-test-vlek.der (VLEK valid)",
         T_VLEK,
         Err("vmpl_not_zero"),
-        snp::verify(&snp_vlek(), &se, &sp, T_VLEK),
+        snp_vlek().verify_unpinned(T_VLEK),
     );
     add(
         "sev-snp",
         "trustee-test-vlek-report.bin + trustee-test-vlek.der (after 2025-12-10)",
         T_2026,
         Err("certificate_expired"),
-        snp::verify(&snp_vlek(), &se, &sp, T_2026),
+        snp_vlek().verify_unpinned(T_2026),
     );
     add(
         "sev-snp",
         "gosevguest-attestation-debug.bin + gosevguest-vcek.der",
         T_2025,
         Err("debug_enabled"),
-        snp::verify(&snp_debug(), &se, &sp, T_2025),
+        snp_debug().verify_unpinned(T_2025),
     );
     let invalid = snp::Evidence::from_files(
         &data("sev-snp/trustee-test-report.bin"),
@@ -90,7 +88,7 @@ fn rows() -> Vec<Row> {
         "trustee-test-report.bin + trustee-test-vcek-invalid-new.der",
         T_2025,
         Err("bad_chain"),
-        invalid.and_then(|ev| snp::verify(&ev, &se, &sp, T_2025)),
+        invalid.and_then(|ev| ev.verify_unpinned(T_2025)),
     );
     let mut tampered = snp_virtee();
     tampered.report = flip(tampered.report, 0x90);
@@ -99,20 +97,18 @@ fn rows() -> Vec<Row> {
         "virtee report, one MEASUREMENT bit flipped",
         T_2025,
         Err("bad_signature"),
-        snp::verify(&tampered, &se, &sp, T_2025),
+        tampered.verify_unpinned(T_2025),
     );
     add(
         "sev-snp",
         "virtee report, another REPORT_DATA expected",
         T_2025,
         Err("report_data_mismatch"),
-        snp::verify(
-            &snp_virtee(),
+        snp_virtee().verify_expecting(
             &snp::Expected {
                 report_data: Some([0; 64]),
                 host_data: None,
             },
-            &sp,
             T_2025,
         ),
     );
@@ -128,32 +124,30 @@ fn rows() -> Vec<Row> {
         "virtee report under a self-made ARK-Milan chain",
         T_2025,
         Err("foreign_root"),
-        forged.and_then(|ev| snp::verify(&ev, &se, &sp, T_2025)),
+        forged.and_then(|ev| ev.verify_unpinned(T_2025)),
     );
 
     // Intel TDX
-    let tp = tdx::Policy::unpinned();
-    let te = tdx::Expected::default();
     add(
         "tdx",
         "dcapqvl-tdx_quote + dcapqvl-tdx_quote_collateral.json",
         T_TDX,
         Ok(()),
-        tdx::verify(&tdx_valid(), &te, &tp, T_TDX),
+        tdx_valid().verify_unpinned(T_TDX),
     );
     add(
         "tdx",
         "dcapqvl-tdx_quote + collateral, after its window",
         1_753_000_000_000,
         Err("collateral_expired"),
-        tdx::verify(&tdx_valid(), &te, &tp, 1_753_000_000_000),
+        tdx_valid().verify_unpinned(1_753_000_000_000),
     );
     add(
         "tdx",
         "dcapqvl-tdx_quote_outdated + its collateral",
         T_TDX_OUTDATED,
         Err("tcb_not_allowed"),
-        tdx::verify(&tdx_outdated(), &te, &tp, T_TDX_OUTDATED),
+        tdx_outdated().verify_unpinned(T_TDX_OUTDATED),
     );
     let mut tampered = tdx_valid();
     tampered.quote = flip(tampered.quote, 48 + 136);
@@ -162,20 +156,18 @@ fn rows() -> Vec<Row> {
         "dcapqvl-tdx_quote, one MRTD bit flipped",
         T_TDX,
         Err("bad_signature"),
-        tdx::verify(&tampered, &te, &tp, T_TDX),
+        tampered.verify_unpinned(T_TDX),
     );
     add(
         "tdx",
         "dcapqvl-tdx_quote, another REPORT_DATA expected",
         T_TDX,
         Err("report_data_mismatch"),
-        tdx::verify(
-            &tdx_valid(),
+        tdx_valid().verify_expecting(
             &tdx::Expected {
                 report_data: Some([0; 64]),
                 mr_config_id: None,
             },
-            &tp,
             T_TDX,
         ),
     );
@@ -277,7 +269,7 @@ fn rows() -> Vec<Row> {
         ),
     ];
     for (vector, quote, collateral, at, expect) in samples {
-        let got = tdx::verify(&tdx_ev(quote, collateral), &te, &tp, at);
+        let got = tdx_ev(quote, collateral).verify_unpinned(at);
         add("tdx", vector, at, expect, got);
     }
     let mut ev = tdx_ev("tdx/gotdx-tdx_prod_quote_SPR_E4.dat", gotdx_col);
@@ -287,68 +279,52 @@ fn rows() -> Vec<Row> {
         "gotdx-tdx_prod_quote_SPR_E4.dat, the appended text cut + go-tdx-guest's collateral",
         T_GOTDX_2023,
         Err("tcb_not_allowed"),
-        tdx::verify(&ev, &te, &tp, T_GOTDX_2023),
+        ev.verify_unpinned(T_GOTDX_2023),
     );
 
     // AWS Nitro
-    let np = nitro::Policy::unpinned();
-    let ne = nitro::Expected::default();
     let ever = || nitro_doc("nitro/evervault-valid-attestation-doc-bytes");
     add(
         "nitro",
         "evervault-valid-attestation-doc-bytes",
         T_NITRO_EVERVAULT,
         Ok(()),
-        nitro::verify(&ever(), &ne, &np, T_NITRO_EVERVAULT),
+        ever().verify_unpinned(T_NITRO_EVERVAULT),
     );
     add(
         "nitro",
         "dstack-nitro_attestation-indefinite-cbor.cose (indefinite-length map)",
         T_NITRO_DSTACK,
         Ok(()),
-        nitro::verify(
-            &nitro_doc("nitro/dstack-nitro_attestation-indefinite-cbor.cose"),
-            &ne,
-            &np,
-            T_NITRO_DSTACK,
-        ),
+        nitro_doc("nitro/dstack-nitro_attestation-indefinite-cbor.cose")
+            .verify_unpinned(T_NITRO_DSTACK),
     );
     add(
         "nitro",
         "evervault-valid-attestation-doc-base64 (PCR0–2 zero)",
         T_NITRO_EVERVAULT_B64,
         Err("debug_enabled"),
-        nitro::verify(
-            &nitro_doc("nitro/evervault-valid-attestation-doc-base64"),
-            &ne,
-            &np,
-            T_NITRO_EVERVAULT_B64,
-        ),
+        nitro_doc("nitro/evervault-valid-attestation-doc-base64")
+            .verify_unpinned(T_NITRO_EVERVAULT_B64),
     );
     add(
         "nitro",
         "evervault-debug-mode-attestation-doc-bytes",
         T_NITRO_DEBUG,
         Err("debug_enabled"),
-        nitro::verify(
-            &nitro_doc("nitro/evervault-debug-mode-attestation-doc-bytes"),
-            &ne,
-            &np,
-            T_NITRO_DEBUG,
-        ),
+        nitro_doc("nitro/evervault-debug-mode-attestation-doc-bytes")
+            .verify_unpinned(T_NITRO_DEBUG),
     );
     add(
         "nitro",
         "evervault document, another nonce expected",
         T_NITRO_EVERVAULT,
         Err("nonce_mismatch"),
-        nitro::verify(
-            &ever(),
+        ever().verify_expecting(
             &nitro::Expected {
                 nonce: Some(vec![0; 32]),
                 ..Default::default()
             },
-            &np,
             T_NITRO_EVERVAULT,
         ),
     );
@@ -360,18 +336,17 @@ fn rows() -> Vec<Row> {
         "evervault document, one signature bit flipped",
         T_NITRO_EVERVAULT,
         Err("bad_signature"),
-        nitro::verify(&tampered, &ne, &np, T_NITRO_EVERVAULT),
+        tampered.verify_unpinned(T_NITRO_EVERVAULT),
     );
     add(
         "nitro",
         "evervault document, an hour later",
         T_NITRO_EVERVAULT + 3_600_000,
         Err("evidence_stale"),
-        nitro::verify(&ever(), &ne, &np, T_NITRO_EVERVAULT + 3_600_000),
+        ever().verify_unpinned(T_NITRO_EVERVAULT + 3_600_000),
     );
 
     // NVIDIA Hopper
-    let vp = nvidia::Policy::unpinned();
     let nonce = nvidia::Expected {
         nonce: Some(hex_arr(NVIDIA_NONCE)),
     };
@@ -380,19 +355,17 @@ fn rows() -> Vec<Row> {
         "trustee-hopperAttestationReport.hex + trustee-hopper_cert_chain_case1.pem",
         T_2025,
         Ok(()),
-        nvidia::verify(&nvidia_hopper(), &nonce, &vp, T_2025),
+        nvidia_hopper().verify_expecting(&nonce, T_2025),
     );
     add(
         "nvidia",
         "hopper report, another nonce expected",
         T_2025,
         Err("nonce_mismatch"),
-        nvidia::verify(
-            &nvidia_hopper(),
+        nvidia_hopper().verify_expecting(
             &nvidia::Expected {
                 nonce: Some([0; 32]),
             },
-            &vp,
             T_2025,
         ),
     );
@@ -403,7 +376,7 @@ fn rows() -> Vec<Row> {
         "hopper report, one measurement bit flipped",
         T_2025,
         Err("bad_signature"),
-        nvidia::verify(&tampered, &nonce, &vp, T_2025),
+        tampered.verify_expecting(&nonce, T_2025),
     );
     let mut foreign = nvidia_hopper();
     let last = foreign.chain.len() - 1;
@@ -413,11 +386,11 @@ fn rows() -> Vec<Row> {
         "hopper chain ending in a self-made root",
         T_2025,
         Err("foreign_root"),
-        nvidia::verify(&foreign, &nonce, &vp, T_2025),
+        foreign.verify_expecting(&nonce, T_2025),
     );
     let nv_row = |vector: &'static str, report: &str, chain: &str, expect| {
         let ev = nvidia_ev(report, chain);
-        let got = nvidia::verify(&ev, &requester_nonce(&ev), &vp, T_2025);
+        let got = ev.verify_expecting(&requester_nonce(&ev), T_2025);
         (vector, expect, got)
     };
     for (vector, expect, got) in [
@@ -478,7 +451,7 @@ fn rows() -> Vec<Row> {
     ] {
         add("nvidia", vector, T_2025, expect, got);
     }
-    let nv = nvidia::Verifier::new(vp.clone()).expect("pinned root");
+    let nv = nvidia::Verifier::new(nvidia::Policy::unpinned()).expect("pinned root");
     for (vector, file, expect) in [
         (
             "nvat-multi_gpu_hopper.json (4 Hoppers, driver 590.12, the SDK's evidence list)",
