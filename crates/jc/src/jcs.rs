@@ -13,8 +13,12 @@ use crate::error::{JcError, Result};
 
 /// Canonical JSON bytes of any serializable value.
 pub fn to_canonical<T: Serialize>(value: &T) -> Result<Vec<u8>> {
-    serde_json_canonicalizer::to_vec(value)
-        .map_err(|e| JcError::Internal(format!("canonicalize: {e}")))
+    skillbox_jcs::to_vec(value).map_err(|e| JcError::Internal(format!("canonicalize: {e}")))
+}
+
+/// Canonical JSON bytes of a parsed value (no detour through serde).
+pub fn value_canonical(value: &Value) -> Vec<u8> {
+    skillbox_jcs::value_to_vec(value)
 }
 
 /// Parse JSON refusing duplicate keys (anywhere in the tree).
@@ -45,8 +49,7 @@ pub fn parse_strict(bytes: &[u8]) -> Result<Value> {
 /// re-canonicalized form are refused. Returns the parsed value.
 pub fn parse_canonical(bytes: &[u8]) -> Result<Value> {
     let value = parse_strict(bytes)?;
-    let canonical = to_canonical(&value)?;
-    check_same(bytes, &canonical)?;
+    check_same(bytes, &value_canonical(&value))?;
     Ok(value)
 }
 

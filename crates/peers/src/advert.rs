@@ -177,7 +177,7 @@ pub enum AdvertRefusal {
 }
 
 fn signing_bytes(advert: &Advert) -> Result<Vec<u8>, String> {
-    let canonical = serde_json_canonicalizer::to_vec(advert).map_err(|e| e.to_string())?;
+    let canonical = skillbox_jcs::to_vec(advert).map_err(|e| e.to_string())?;
     let mut msg = Vec::with_capacity(ADVERT_DOMAIN.len() + canonical.len());
     msg.extend_from_slice(ADVERT_DOMAIN);
     msg.extend_from_slice(&canonical);

@@ -145,7 +145,7 @@ impl SignedPayload {
             time: time_ms,
             body: payload.body.clone(),
         };
-        let text = serde_json_canonicalizer::to_string(&envelope).map_err(|e| {
+        let text = skillbox_jcs::to_string(&envelope).map_err(|e| {
             PeersError::InvalidPayload(format!("body cannot be canonicalized: {e}"))
         })?;
         let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + text.len());
