@@ -635,6 +635,22 @@ pub struct World {
     pub box_url: String,
 }
 
+impl World {
+    /// A call of the owner's `taste` on `request`, run to its end on both sides within `limit`:
+    /// answered for the caller, ran for the owner. Its id.
+    pub async fn call_answered(&self, request: &str, limit: Duration) -> String {
+        let id = self
+            .caller
+            .start_call(&self.owner.peer_id, "taste", request)
+            .await;
+        let c = self.caller.wait_call(&id, limit).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        let o = self.owner.wait_call(&id, limit).await;
+        assert_eq!(o["state"], "ran", "{o}");
+        id
+    }
+}
+
 pub async fn world(
     body_marker: &str,
     key: &str,

@@ -350,17 +350,14 @@ async fn without_a_common_box_the_call_is_refused() {
 /// holds no caller stake; a "no" ends the call with the request and the source never sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_callers_stake_waits_for_its_human() {
-    let ask_caller = |c: &mut skillbox_node::Config| {
-        c.policy.rules.insert(
-            0,
-            skillbox_calls::Rule {
-                side: skillbox_calls::Side::Caller,
-                sources: None,
-                ..skillbox_calls::Rule::ask_before_disclosure()
-            },
-        )
-    };
-    let w = world("BODY-9", "sk-test-KEY-9", &["songs"], |_| {}, ask_caller).await;
+    let w = world(
+        "BODY-9",
+        "sk-test-KEY-9",
+        &["songs"],
+        |_| {},
+        support::caller_asks(None),
+    )
+    .await;
     w.caller
         .put_source("songs", "text", "SOURCE-MARK-UNSTAKED\n")
         .await;
@@ -453,12 +450,7 @@ async fn a_stakes_answer_is_committed_with_the_staked_step() {
     let (mut caller, mut owner) = (u64::MAX, u64::MAX);
     for _ in 0..3 {
         let before = (store_writes(&w.caller).await, store_writes(&w.owner).await);
-        let id = w
-            .caller
-            .start_call(&w.owner.peer_id, "taste", "how many commits?")
-            .await;
-        assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
-        assert_eq!(w.owner.wait_call(&id, LIMIT).await["state"], "ran");
+        let id = w.call_answered("how many commits?", LIMIT).await;
         let after = (store_writes(&w.caller).await, store_writes(&w.owner).await);
         caller = caller.min(after.0 - before.0);
         owner = owner.min(after.1 - before.1);

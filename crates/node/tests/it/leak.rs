@@ -103,14 +103,7 @@ async fn no_material_appears_where_it_does_not_belong() {
     redeclared(&w, BODY, MODEL, SOURCE).await;
     let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
 
-    let id = w
-        .caller
-        .start_call(&w.owner.peer_id, "taste", REQUEST)
-        .await;
-    let c = w.caller.wait_call(&id, Duration::from_secs(30)).await;
-    assert_eq!(c["state"], "answered", "{c}");
-    let o = w.owner.wait_call(&id, Duration::from_secs(30)).await;
-    assert_eq!(o["state"], "ran", "{o}");
+    let id = w.call_answered(REQUEST, Duration::from_secs(30)).await;
     // The material did reach the provider inside the box (so the scan is not vacuous).
     let seen = w.provider.0.lock().expect("log").clone();
     let prompt = serde_json::to_string(&seen).expect("json");

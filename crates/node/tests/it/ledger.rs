@@ -38,12 +38,7 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     w.caller
         .put_source("songs", "text", "SOURCE-LEDGER-MARK\n")
         .await;
-    let id = w
-        .caller
-        .start_call(&w.owner.peer_id, "taste", "REQUEST-LEDGER-MARK")
-        .await;
-    assert_eq!(w.caller.wait_call(&id, LIMIT).await["state"], "answered");
-    assert_eq!(w.owner.wait_call(&id, LIMIT).await["state"], "ran");
+    let id = w.call_answered("REQUEST-LEDGER-MARK", LIMIT).await;
 
     // Caller: the policy's default allowed, then the request and `songs` were sealed.
     let mine = of_call(&w.caller, &id).await;
@@ -162,22 +157,12 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn refusals_and_the_humans_answers_are_recorded() {
-    let ask = |c: &mut skillbox_node::Config| {
-        c.policy.rules.insert(
-            0,
-            skillbox_calls::Rule {
-                side: skillbox_calls::Side::Caller,
-                sources: Some(vec!["songs".into()]),
-                ..skillbox_calls::Rule::ask_before_disclosure()
-            },
-        )
-    };
     let w = world(
         "BODY-LEDGER-8",
         "sk-test-KEY-LEDGER-8",
         &["songs"],
         |_| {},
-        ask,
+        support::caller_asks(Some(&["songs"])),
     )
     .await;
     w.caller
@@ -187,8 +172,7 @@ async fn refusals_and_the_humans_answers_are_recorded() {
         let w = &w;
         async move {
             w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
-            let a = w.caller.post_json(&format!("/approvals/{id}"), body).await;
-            assert_eq!(a.status, 200, "{}", a.body);
+            w.caller.decide(&id, body).await;
             w.caller.wait_call(&id, LIMIT).await
         }
     };
