@@ -354,6 +354,12 @@ pub(crate) fn chain_key<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> [u8; 3
     h.finalize().into()
 }
 
+/// Whether a policy's optional allow-list (chip ids, HOST_DATA, PPIDs, module ids, devices)
+/// admits what the evidence shows: an empty list admits anything, else one entry must match.
+pub(crate) fn admits<T>(list: &[T], matches: impl Fn(&T) -> bool) -> bool {
+    list.is_empty() || list.iter().any(matches)
+}
+
 /// Deserialize a list that must not be empty (a pin list in a config file).
 pub(crate) fn nonempty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where

@@ -451,7 +451,7 @@ impl crate::PlatformEvidence for Evidence {
         expected
             .public_key
             .check(doc.public_key.as_ref(), Refusal::PublicKeyMismatch)?;
-        if !policy.module_ids.is_empty() && !policy.module_ids.contains(&doc.module_id) {
+        if !crate::admits(&policy.module_ids, |m| *m == doc.module_id) {
             return Err(Refusal::InstanceNotAllowed);
         }
 

@@ -422,12 +422,7 @@ impl crate::PlatformEvidence for Evidence {
                 return Err(Refusal::MeasurementNotAllowed("GPU measurement block"));
             }
         }
-        if !policy.devices.is_empty()
-            && !chain
-                .device_id
-                .as_ref()
-                .is_some_and(|d| policy.devices.contains(d))
-        {
+        if !crate::admits(&policy.devices, |d| chain.device_id.as_ref() == Some(d)) {
             return Err(Refusal::InstanceNotAllowed);
         }
 

@@ -646,10 +646,10 @@ pub fn verify_with_chain(
     {
         return Err(Refusal::MeasurementNotAllowed("MEASUREMENT"));
     }
-    if !policy.host_data.is_empty() && !policy.host_data.iter().any(|h| h.0 == report.host_data) {
+    if !crate::admits(&policy.host_data, |h| h.0 == report.host_data) {
         return Err(Refusal::MeasurementNotAllowed("HOST_DATA"));
     }
-    if !policy.chip_ids.is_empty() && !policy.chip_ids.iter().any(|c| c.0 == report.chip_id) {
+    if !crate::admits(&policy.chip_ids, |c| c.0 == report.chip_id) {
         return Err(Refusal::InstanceNotAllowed);
     }
 

@@ -563,7 +563,7 @@ impl crate::PlatformEvidence for Evidence {
             check_measurements(r, &policy.accepted)?;
         }
         let ppid = &claims.platform.pck.ppid;
-        if !policy.ppids.is_empty() && !policy.ppids.iter().any(|p| &p.0 == ppid) {
+        if !crate::admits(&policy.ppids, |p| &p.0 == ppid) {
             return Err(Refusal::InstanceNotAllowed);
         }
 
