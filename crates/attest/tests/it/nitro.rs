@@ -53,34 +53,28 @@ fn evervault_document_verifies_at_its_timestamp() {
 #[test]
 fn pinned_pcrs_are_compared() {
     let ev = evervault();
-    let e = Expected::default();
-    let v = nitro::verify(&ev, &e, &Policy::pinned(vec![pins()]), T_NITRO_EVERVAULT).unwrap();
+    let v = ev
+        .verify_under(&Policy::pinned(vec![pins()]), T_NITRO_EVERVAULT)
+        .unwrap();
     assert!(v.measurements_pinned);
     let mut p = pins();
     p.pcr2 = Hex([0; 48]);
     assert_eq!(
-        refused(nitro::verify(
-            &ev,
-            &e,
-            &Policy::pinned(vec![p]),
-            T_NITRO_EVERVAULT
-        )),
+        ev.refusal_under(&Policy::pinned(vec![p]), T_NITRO_EVERVAULT),
         Refusal::MeasurementNotAllowed("PCR2")
     );
     let mut p = pins();
     p.pcr8 = Some(Hex([8; 48]));
     assert_eq!(
-        refused(nitro::verify(
-            &ev,
-            &e,
-            &Policy::pinned(vec![p.clone()]),
-            T_NITRO_EVERVAULT
-        )),
+        ev.refusal_under(&Policy::pinned(vec![p.clone()]), T_NITRO_EVERVAULT),
         Refusal::MeasurementNotAllowed("PCR8")
     );
     // PCR8 is compared only when pinned.
     p.pcr8 = None;
-    assert!(nitro::verify(&ev, &e, &Policy::pinned(vec![p]), T_NITRO_EVERVAULT).is_ok());
+    assert!(
+        ev.verify_under(&Policy::pinned(vec![p]), T_NITRO_EVERVAULT)
+            .is_ok()
+    );
 }
 
 #[test]
@@ -200,7 +194,7 @@ fn expectations_freshness_and_module_ids() {
         Refusal::InstanceNotAllowed
     );
     p.module_ids = vec!["i-020b6af9246d90e92-enc0183d09086c24190".into()];
-    assert!(nitro::verify(&ev, &Expected::default(), &p, T_NITRO_EVERVAULT).is_ok());
+    assert!(ev.verify_under(&p, T_NITRO_EVERVAULT).is_ok());
 }
 
 #[test]
@@ -230,7 +224,7 @@ fn policy_loads_from_toml() {
     );
     let p: Policy = toml::from_str(&text).unwrap();
     assert_eq!(p.max_clock_skew_ms, 60_000);
-    assert!(nitro::verify(&evervault(), &Expected::default(), &p, T_NITRO_EVERVAULT).is_ok());
+    assert!(evervault().verify_under(&p, T_NITRO_EVERVAULT).is_ok());
     let no_pcr2 = format!("[[accepted]]\npcr0 = \"{PCR0}\"\npcr1 = \"{PCR1}\"\n");
     policies_refused::<Policy>(&["accepted = []", &no_pcr2]);
 }

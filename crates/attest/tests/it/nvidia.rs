@@ -73,16 +73,11 @@ fn any_other_nonce_is_refused() {
 #[test]
 fn golden_measurements_and_devices_are_compared() {
     let ev = nvidia_hopper();
-    let e = Expected::default();
     let p = Policy {
         measurements: vec![golden(2, BLOCK2)],
         devices: vec!["41431D480FE5E87274".into()],
     };
-    assert!(
-        nvidia::verify(&ev, &e, &p, T_2025)
-            .unwrap()
-            .measurements_pinned
-    );
+    assert!(ev.verify_under(&p, T_2025).unwrap().measurements_pinned);
     // An alternative list: any listed value passes.
     let p = Policy {
         measurements: vec![GoldenMeasurement {
@@ -94,7 +89,7 @@ fn golden_measurements_and_devices_are_compared() {
         }],
         devices: vec![],
     };
-    assert!(nvidia::verify(&ev, &e, &p, T_2025).is_ok());
+    assert!(ev.verify_under(&p, T_2025).is_ok());
     for bad in [golden(2, &"00".repeat(48)), golden(200, BLOCK2)] {
         let p = Policy {
             measurements: vec![bad],
@@ -139,7 +134,7 @@ fn policy_loads_from_toml() {
         "devices = [\"41431D480FE5E87274\"]\n[[measurements]]\nindex = 2\nvalues = [\"{BLOCK2}\"]\n"
     );
     let p: Policy = toml::from_str(&text).unwrap();
-    assert!(nvidia::verify(&nvidia_hopper(), &Expected::default(), &p, T_2025).is_ok());
+    assert!(nvidia_hopper().verify_under(&p, T_2025).is_ok());
     policies_refused::<Policy>(&[
         "measurements = []",
         "[[measurements]]\nindex = 2\nvalues = []\n",

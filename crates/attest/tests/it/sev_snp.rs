@@ -99,10 +99,9 @@ fn pins_and_expectations_are_compared() {
 #[test]
 fn chip_allow_list_tcb_minimum_and_products() {
     let ev = snp_virtee();
-    let e = Expected::default();
     let mut p = Policy::unpinned();
     p.chip_ids = vec![Hex(hex_arr(VIRTEE_CHIP_ID))];
-    assert!(snp::verify(&ev, &e, &p, T_2025).is_ok());
+    assert!(ev.verify_under(&p, T_2025).is_ok());
     p.chip_ids = vec![Hex([7; 64])];
     assert_eq!(ev.refusal_under(&p, T_2025), Refusal::InstanceNotAllowed);
 
@@ -114,7 +113,7 @@ fn chip_allow_list_tcb_minimum_and_products() {
         microcode: 0x73,
         fmc: None,
     });
-    assert!(snp::verify(&ev, &e, &p, T_2025).is_ok());
+    assert!(ev.verify_under(&p, T_2025).is_ok());
     p.min_tcb = Some(MinTcb {
         bootloader: 3,
         tee: 0,
@@ -258,7 +257,7 @@ fn evidence_travels_as_json_and_policy_loads_from_toml() {
          products = [\"milan\"]\n[min_tcb]\nbootloader = 3\ntee = 0\nsnp = 8\nmicrocode = 115\n"
     );
     let p: Policy = toml::from_str(&toml_text).expect("policy loads");
-    assert!(snp::verify(&ev, &Expected::default(), &p, T_2025).is_ok());
+    assert!(ev.verify_under(&p, T_2025).is_ok());
     assert!(!p.allow_migration_agent && p.allow_vlek);
 
     // A policy that pins nothing, a short pin or an unknown key does not load.

@@ -100,14 +100,14 @@ pub trait Unpinned: PlatformEvidence<Expected: Default> {
         refused(self.verify_unpinned(at_ms))
     }
 
+    /// The evidence checked under `policy` (default expectations) at `at_ms`.
+    fn verify_under(&self, policy: &Self::Policy, at_ms: u64) -> Result<Verified, Refusal> {
+        skillbox_attest::verify(self, &Default::default(), policy, at_ms)
+    }
+
     /// Why the evidence is refused under `policy` (default expectations) at `at_ms`.
     fn refusal_under(&self, policy: &Self::Policy, at_ms: u64) -> Refusal {
-        refused(skillbox_attest::verify(
-            self,
-            &Default::default(),
-            policy,
-            at_ms,
-        ))
+        refused(self.verify_under(policy, at_ms))
     }
 }
 

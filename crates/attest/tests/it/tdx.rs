@@ -64,7 +64,7 @@ fn outdated_sample_matches_no_tcb_level_whatever_the_allow_list() {
         TcbStatus::OutOfDateConfigurationNeeded,
     ];
     assert_eq!(
-        refused(tdx::verify(&ev, &Expected::default(), &lax, T_TDX_OUTDATED)).code(),
+        ev.refusal_under(&lax, T_TDX_OUTDATED).code(),
         "tcb_not_allowed"
     );
 }
@@ -74,7 +74,7 @@ fn a_status_outside_the_allow_list_is_refused() {
     let mut p = Policy::unpinned();
     p.tcb_statuses = vec![TcbStatus::OutOfDate];
     assert_eq!(
-        refused(tdx::verify(&tdx_valid(), &Expected::default(), &p, T_TDX)),
+        tdx_valid().refusal_under(&p, T_TDX),
         Refusal::TcbNotAllowed("UpToDate")
     );
 }
@@ -82,38 +82,32 @@ fn a_status_outside_the_allow_list_is_refused() {
 #[test]
 fn measurements_are_compared_with_the_pins() {
     let ev = tdx_valid();
-    let e = Expected::default();
-    let v = tdx::verify(&ev, &e, &Policy::pinned(vec![pin(MR_TD)]), T_TDX).unwrap();
+    let v = ev
+        .verify_under(&Policy::pinned(vec![pin(MR_TD)]), T_TDX)
+        .unwrap();
     assert!(v.measurements_pinned);
 
     let mut wrong_td = MR_TD.to_owned();
     wrong_td.replace_range(0..2, "00");
     assert_eq!(
-        refused(tdx::verify(
-            &ev,
-            &e,
-            &Policy::pinned(vec![pin(&wrong_td)]),
-            T_TDX
-        )),
+        ev.refusal_under(&Policy::pinned(vec![pin(&wrong_td)]), T_TDX),
         Refusal::MeasurementNotAllowed("MRTD")
     );
     let mut p = pin(MR_TD);
     p.rtmr1 = Some(Hex([1; 48]));
     assert_eq!(
-        refused(tdx::verify(
-            &ev,
-            &e,
-            &Policy::pinned(vec![p.clone()]),
-            T_TDX
-        )),
+        ev.refusal_under(&Policy::pinned(vec![p.clone()]), T_TDX),
         Refusal::MeasurementNotAllowed("RTMR1")
     );
     // A second entry that matches wins.
-    assert!(tdx::verify(&ev, &e, &Policy::pinned(vec![p, pin(MR_TD)]), T_TDX).is_ok());
+    assert!(
+        ev.verify_under(&Policy::pinned(vec![p, pin(MR_TD)]), T_TDX)
+            .is_ok()
+    );
     let mut p = pin(MR_TD);
     p.mr_config_id = Some(Hex([2; 48]));
     assert_eq!(
-        refused(tdx::verify(&ev, &e, &Policy::pinned(vec![p]), T_TDX)),
+        ev.refusal_under(&Policy::pinned(vec![p]), T_TDX),
         Refusal::MeasurementNotAllowed("MRCONFIGID")
     );
 }
@@ -148,7 +142,6 @@ fn report_data_and_mr_config_id_are_compared_with_expectations() {
 #[test]
 fn platform_flags_and_the_ppid_allow_list() {
     let ev = tdx_valid();
-    let e = Expected::default();
     let mut p = Policy::unpinned();
     p.allow_smt = false;
     assert_eq!(ev.refusal_under(&p, T_TDX).code(), "attributes_not_allowed");
@@ -156,7 +149,7 @@ fn platform_flags_and_the_ppid_allow_list() {
     let ppid = hex::decode(v.instance_id.unwrap()).unwrap();
     let mut p = Policy::unpinned();
     p.ppids = vec![HexBytes(ppid)];
-    assert!(tdx::verify(&ev, &e, &p, T_TDX).is_ok());
+    assert!(ev.verify_under(&p, T_TDX).is_ok());
     p.ppids = vec![HexBytes(vec![0; 16])];
     assert_eq!(ev.refusal_under(&p, T_TDX), Refusal::InstanceNotAllowed);
 }
@@ -189,7 +182,7 @@ fn policy_loads_from_toml_and_pins_are_required() {
          [[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\n"
     );
     let p: Policy = toml::from_str(&text).expect("loads");
-    assert!(tdx::verify(&tdx_valid(), &Expected::default(), &p, T_TDX).is_ok());
+    assert!(tdx_valid().verify_under(&p, T_TDX).is_ok());
     let bad_status = format!("tcb_statuses = [\"Fine\"]\n[[accepted]]\nmr_td = \"{MR_TD}\"\n");
     policies_refused::<Policy>(&[
         "accepted = []",
