@@ -195,13 +195,52 @@ pub fn public_key_hex(keypair: &Keypair) -> Result<String, PeersError> {
 
 /// The PeerId of a hex Ed25519 public key.
 pub fn peer_of_public_key_hex(hex_key: &str) -> Result<(PeerId, PublicKey), String> {
+    key_of_peer(hex_key).map(|k| (k.peer, k.public))
+}
+
+/// A peer's Ed25519 key as every payload and advert from it names it: the key, its peer id and
+/// that id's base58 text.
+#[derive(Clone)]
+pub(crate) struct KeyOfPeer {
+    pub(crate) peer: PeerId,
+    pub(crate) peer_text: Arc<str>,
+    pub(crate) public: PublicKey,
+}
+
+/// [`peer_of_public_key_hex`] with the id's text. Decoding a key (a point decompression) and
+/// deriving its id cost tens of µs, and a node meets the same few peers' keys on every payload:
+/// a key decoded once is kept (issue 33). Only keys that decoded are kept, under their exact
+/// bytes, so the answer is the one decoding them again would give.
+pub(crate) fn key_of_peer(hex_key: &str) -> Result<KeyOfPeer, String> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    /// Far more peers than a node deals with at once; when full, it starts again.
+    const KEPT: usize = 4_096;
+    static KEYS: LazyLock<Mutex<HashMap<[u8; 32], KeyOfPeer>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
     let bytes = hex::decode(hex_key).map_err(|e| format!("not hex: {e}"))?;
-    if bytes.len() != 32 {
-        return Err(format!("{} bytes, expected 32", bytes.len()));
+    let bytes: [u8; 32] = bytes
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("{} bytes, expected 32", bytes.len()))?;
+    let kept = || KEYS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = kept().get(&bytes) {
+        return Ok(k.clone());
     }
     let ed = ed25519::PublicKey::try_from_bytes(&bytes).map_err(|e| e.to_string())?;
     let public = PublicKey::from(ed);
-    Ok((public.to_peer_id(), public))
+    let peer = public.to_peer_id();
+    let key = KeyOfPeer {
+        peer,
+        peer_text: peer.to_base58().into(),
+        public,
+    };
+    let mut keys = kept();
+    if keys.len() >= KEPT {
+        keys.clear();
+    }
+    keys.insert(bytes, key.clone());
+    Ok(key)
 }
 
 /// The hex Ed25519 key inlined in an Ed25519 peer id (identity multihash); `None` for any other
@@ -320,6 +359,33 @@ pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, A
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_decoded_again_is_the_same_peer_and_a_bad_key_is_refused_every_time() {
+        let kp = Keypair::generate_ed25519();
+        let hex_key = public_key_hex(&kp).expect("an ed25519 key");
+        for _ in 0..2 {
+            // The first decodes, the second is the kept one: both are the key's own.
+            let k = key_of_peer(&hex_key).expect("decodes");
+            assert_eq!(k.peer, kp.public().to_peer_id());
+            assert_eq!(&*k.peer_text, kp.public().to_peer_id().to_base58());
+            assert_eq!(k.public, kp.public());
+        }
+        for _ in 0..2 {
+            assert_eq!(
+                key_of_peer("zz").err().as_deref(),
+                Some("not hex: Invalid character 'z' at position 0")
+            );
+            assert_eq!(
+                key_of_peer(&"ab".repeat(31)).err().as_deref(),
+                Some("31 bytes, expected 32")
+            );
+            // Not a point on the curve (y = 2 has no x): refused, and not kept as anything.
+            let mut off_curve = [0u8; 32];
+            off_curve[0] = 2;
+            assert!(key_of_peer(&hex::encode(off_curve)).is_err());
+        }
+    }
 
     #[test]
     fn a_name_or_provider_outside_the_grammar_is_refused() {

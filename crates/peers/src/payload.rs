@@ -7,7 +7,7 @@ use libp2p::identity::Keypair;
 use serde::{Deserialize, Serialize};
 
 use crate::PeersError;
-use crate::advert::{peer_of_public_key_hex, public_key_hex};
+use crate::advert::{key_of_peer, public_key_hex};
 use crate::rate::Buckets;
 
 pub const PAYLOAD_VERSION: u32 = 1;
@@ -176,14 +176,14 @@ impl SignedPayload {
             )));
         }
         check_call_id(&envelope.call_id).map_err(PayloadRefusal::Malformed)?;
-        let (key_peer, public) =
-            peer_of_public_key_hex(&envelope.sender_key).map_err(PayloadRefusal::Malformed)?;
-        if key_peer.to_base58() != envelope.sender {
+        let key = key_of_peer(&envelope.sender_key).map_err(PayloadRefusal::Malformed)?;
+        if *key.peer_text != envelope.sender {
             return Err(PayloadRefusal::SenderMismatch(format!(
-                "key belongs to {key_peer}, envelope names {}",
-                envelope.sender
+                "key belongs to {}, envelope names {}",
+                key.peer, envelope.sender
             )));
         }
+        let public = key.public;
         let signature = hex::decode(&self.signature).map_err(|_| PayloadRefusal::BadSignature)?;
         let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + self.envelope.len());
         msg.extend_from_slice(PAYLOAD_DOMAIN);
