@@ -42,7 +42,59 @@ const STATEMENT_CACHE: usize = 128;
 
 /// The connection a write closure runs on: inside the batch transaction, in a savepoint of its
 /// own. (Functions that take a `Tx` say by their type that they must run inside a write.)
-pub struct Tx<'a>(&'a Connection);
+pub struct Tx<'a>(&'a Connection, &'a AtCommit);
+
+/// Work a write leaves for the end of its transaction (see [`Tx::at_commit`]), by name.
+#[derive(Default)]
+struct AtCommit(std::cell::RefCell<Vec<(&'static str, CommitWork)>>);
+
+type CommitWork = Box<dyn FnOnce(&Tx<'_>) -> Result<()> + Send>;
+
+impl AtCommit {
+    /// Keep `work` under `name`, in place of any work kept under that name before.
+    fn keep(&self, name: &'static str, work: CommitWork) {
+        let mut kept = self.0.borrow_mut();
+        kept.retain(|(n, _)| *n != name);
+        kept.push((name, work));
+    }
+
+    /// Take `other`'s work into this (a member's, once its savepoint is released).
+    fn absorb(&self, other: AtCommit) {
+        for (name, work) in other.0.into_inner() {
+            self.keep(name, work);
+        }
+    }
+
+    fn clear(&self) {
+        self.0.borrow_mut().clear();
+    }
+
+    /// Run the kept work inside the transaction, just before it commits: the first failure
+    /// fails the commit (the caller rolls the whole transaction back).
+    fn run(&self, conn: &Connection) -> Result<()> {
+        let work = std::mem::take(&mut *self.0.borrow_mut());
+        let none = AtCommit::default();
+        for (_, w) in work {
+            w(&Tx(conn, &none))?;
+        }
+        Ok(())
+    }
+}
+
+impl Tx<'_> {
+    /// Leave `work` for the end of this write's transaction: it runs once, after every member
+    /// of the batch, just before the commit, and fails the commit if it fails. Work kept under
+    /// one name by several writes of a batch runs once, the last write's (issue 33: the
+    /// ledger's head is signed once per commit, not once per entry). Work left by a write that
+    /// fails goes with its rows.
+    pub fn at_commit(
+        &self,
+        name: &'static str,
+        work: impl FnOnce(&Tx<'_>) -> Result<()> + Send + 'static,
+    ) {
+        self.1.keep(name, Box::new(work));
+    }
+}
 
 /// The connection a read closure runs on: a WAL reader (or, in memory, the one connection).
 pub struct Rx<'a>(&'a Connection);
@@ -95,11 +147,17 @@ fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 /// rusqlite's `savepoint()` parses its SAVEPOINT and RELEASE anew each time). A member that
 /// fails or panics takes back its own rows: ROLLBACK TO then RELEASE, as rusqlite's savepoint
 /// does on drop.
-fn as_member<T>(conn: &Connection, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Answer<T> {
+fn as_member<T>(
+    conn: &Connection,
+    batch: &AtCommit,
+    f: impl FnOnce(&Tx<'_>) -> Result<T>,
+) -> Answer<T> {
     let out = catch_unwind(AssertUnwindSafe(|| -> Result<T> {
         run(conn, "SAVEPOINT member")?;
-        let v = f(&Tx(conn))?;
+        let mine = AtCommit::default();
+        let v = f(&Tx(conn, &mine))?;
         run(conn, "RELEASE member")?;
+        batch.absorb(mine);
         Ok(v)
     }));
     if !matches!(out, Ok(Ok(_))) && !conn.is_autocommit() {
@@ -403,7 +461,7 @@ struct Owned {
 trait Job: Send {
     /// Run as a member of the open transaction ([`as_member`]); `true` when it succeeded, so
     /// its rows stay and its answer waits for the commit.
-    fn run(&mut self, conn: &Connection) -> bool;
+    fn run(&mut self, conn: &Connection, at_commit: &AtCommit) -> bool;
     /// Send the answer: its value if it succeeded and its batch is on disk (`committed`), else
     /// its own error (or panic), or `CommitFailed`.
     fn answer(self: Box<Self>, committed: bool);
@@ -422,11 +480,11 @@ where
     T: Send,
     F: FnOnce(&Tx<'_>) -> Result<T> + Send,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, conn: &Connection, at_commit: &AtCommit) -> bool {
         let Some(f) = self.f.take() else {
             return false;
         };
-        let out = as_member(conn, f);
+        let out = as_member(conn, at_commit, f);
         let ok = matches!(out, Ok(Ok(_)));
         self.out = Some(out);
         ok
@@ -459,12 +517,15 @@ struct Writer {
     /// The open (or last) batch's number and its member count.
     batch: u64,
     members: usize,
+    /// What the open batch's members left for its commit.
+    at_commit: AtCommit,
 }
 
 impl Writer {
     /// Join the open batch as a member, beginning one if none is open; its number.
     fn join(&mut self) -> Result<u64> {
         if !self.open {
+            self.at_commit.clear();
             run(&self.conn, "BEGIN IMMEDIATE")?;
             self.open = true;
             self.batch += 1;
@@ -546,6 +607,7 @@ impl Store {
                 open: false,
                 batch: 0,
                 members: 0,
+                at_commit: AtCommit::default(),
             }),
             ended: Mutex::default(),
             batch_done: Condvar::new(),
@@ -569,14 +631,16 @@ impl Store {
             let tx = w
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&Tx(&tx))?;
+            let at_commit = AtCommit::default();
+            let out = f(&Tx(&tx, &at_commit))?;
+            at_commit.run(&tx)?;
             tx.commit()?;
             self.commits.fetch_add(1, Ordering::Relaxed);
             self.writes.fetch_add(1, Ordering::Relaxed);
             return Ok(out);
         }
         let batch = w.join()?;
-        let out = as_member(&w.conn, f);
+        let out = as_member(&w.conn, &w.at_commit, f);
         // On some errors (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, an interrupt) SQLite rolls
         // the whole transaction back, not just the member's savepoint; a member may also have
         // ended it itself. The earlier members' rows are gone then, and the next member's
@@ -621,9 +685,12 @@ impl Store {
     /// ended).
     fn end_batch(&self, w: &mut Writer, lost: bool) -> Result<()> {
         let committed: Result<()> = if lost {
+            w.at_commit.clear();
             Err(NodeError::CommitFailed)
         } else {
-            run(&w.conn, "COMMIT").map_err(NodeError::from)
+            w.at_commit
+                .run(&w.conn)
+                .and_then(|()| run(&w.conn, "COMMIT").map_err(NodeError::from))
         };
         if committed.is_err() {
             if !w.conn.is_autocommit() {
@@ -735,9 +802,10 @@ impl Store {
         let mut answered: Vec<(Box<dyn Job>, bool)> = Vec::new();
         for mut job in jobs {
             if !w.batching {
-                let ok = run(&w.conn, "BEGIN IMMEDIATE").is_ok() && job.run(&w.conn);
+                w.at_commit.clear();
+                let ok = run(&w.conn, "BEGIN IMMEDIATE").is_ok() && job.run(&w.conn, &w.at_commit);
                 let committed = if ok {
-                    run(&w.conn, "COMMIT").is_ok()
+                    w.at_commit.run(&w.conn).is_ok() && run(&w.conn, "COMMIT").is_ok()
                 } else {
                     false
                 };
@@ -754,7 +822,7 @@ impl Store {
                 answered.push((job, false));
                 continue;
             }
-            let ok = job.run(&w.conn);
+            let ok = job.run(&w.conn, &w.at_commit);
             // As in `write`: a batch SQLite rolled back under its members ends here, failed;
             // the next write begins a new one.
             let lost = w.conn.is_autocommit();
@@ -940,6 +1008,126 @@ mod tests {
             stats.writes,
             stats.commits
         );
+    }
+
+    /// Work left for the commit runs once per commit, after every member, under one name the
+    /// last member's; a failing member's work goes with its rows.
+    #[test]
+    fn work_left_for_the_commit_runs_once_per_commit_after_its_members() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let runs = Arc::new(AtomicUsize::new(0));
+        let failed_work_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (threads, per) = (8, 30);
+        let barrier = std::sync::Barrier::new(threads);
+        let acked = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let (store, barrier, runs, failed_work_ran, acked) =
+                    (&store, &barrier, &runs, &failed_work_ran, &acked);
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..per {
+                        let fails = (t * per + i) % 5 == 0;
+                        let key = format!("k{t}-{i}");
+                        let r = store.write(|tx| {
+                            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [&key])?;
+                            // Counts the rows as the commit will hold them.
+                            let runs = runs.clone();
+                            tx.at_commit("count", move |tx| {
+                                runs.fetch_add(1, Ordering::SeqCst);
+                                let n: i64 = tx.query_row(
+                                    "SELECT count(*) FROM meta WHERE key LIKE 'k%'",
+                                    [],
+                                    |r| r.get(0),
+                                )?;
+                                tx.execute(
+                                    "INSERT INTO meta (key, value) VALUES ('rows', ?1)
+                                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                                    [n.to_string().into_bytes()],
+                                )?;
+                                Ok(())
+                            });
+                            if fails {
+                                let flag = failed_work_ran.clone();
+                                tx.at_commit("failed", move |_| {
+                                    flag.store(true, Ordering::SeqCst);
+                                    Ok(())
+                                });
+                                return Err(NodeError::CommitFailed);
+                            }
+                            Ok(())
+                        });
+                        assert_eq!(r.is_err(), fails);
+                        if r.is_ok() {
+                            acked.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        let acked = acked.load(Ordering::SeqCst);
+        let rows: Vec<u8> = store
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT value FROM meta WHERE key = 'rows'", [], |r| {
+                        r.get(0)
+                    })?,
+                )
+            })
+            .expect("rows");
+        assert_eq!(
+            String::from_utf8_lossy(&rows),
+            acked.to_string(),
+            "the work ran after the last member"
+        );
+        assert!(!failed_work_ran.load(Ordering::SeqCst));
+        let runs = runs.load(Ordering::SeqCst);
+        let stats = store.write_stats();
+        assert!(
+            runs as u64 <= stats.commits,
+            "{runs} runs, {} commits",
+            stats.commits
+        );
+        assert!(
+            runs < acked,
+            "{runs} runs for {acked} writes: once per commit"
+        );
+    }
+
+    /// Work left for the commit that fails fails the commit: nothing of the write lands, on
+    /// either kind of write.
+    #[test]
+    fn failing_work_at_commit_fails_the_commit() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::open(&tmp.path().join("node.db")).expect("open"));
+        let r = store.write(|tx| {
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES ('blocking', x'01')",
+                [],
+            )?;
+            tx.at_commit("refuse", |_| Err(NodeError::CommitFailed));
+            Ok(())
+        });
+        assert!(r.is_err());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let owned = rt.block_on(store.write_owned(|tx| {
+            tx.execute("INSERT INTO meta (key, value) VALUES ('owned', x'01')", [])?;
+            tx.at_commit("refuse", |_| Err(NodeError::CommitFailed));
+            Ok(())
+        }));
+        assert!(owned.is_err());
+        assert!(meta_keys(&store).is_empty(), "{:?}", meta_keys(&store));
+        // And the next write is whole.
+        store
+            .write(|tx| {
+                tx.execute("INSERT INTO meta (key, value) VALUES ('next', x'01')", [])?;
+                Ok(())
+            })
+            .expect("next");
+        assert_eq!(meta_keys(&store), ["next"]);
     }
 
     /// Issue 30 item 13: a member that makes SQLite roll back the whole batch transaction (here
