@@ -946,6 +946,14 @@ mod tests {
         assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
     }
 
+    /// One meta row, `key`, in a write of its own.
+    fn put(store: &Store, key: &str) -> Result<()> {
+        store.write(|tx| {
+            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [key])?;
+            Ok(())
+        })
+    }
+
     fn meta_keys(store: &Store) -> Vec<String> {
         store
             .read(|c| {
@@ -1121,12 +1129,7 @@ mod tests {
         assert!(owned.is_err());
         assert!(meta_keys(&store).is_empty(), "{:?}", meta_keys(&store));
         // And the next write is whole.
-        store
-            .write(|tx| {
-                tx.execute("INSERT INTO meta (key, value) VALUES ('next', x'01')", [])?;
-                Ok(())
-            })
-            .expect("next");
+        put(&store, "next").expect("next");
         assert_eq!(meta_keys(&store), ["next"]);
     }
 
@@ -1331,12 +1334,7 @@ mod tests {
             });
         }));
         assert!(panicked.is_err());
-        store
-            .write(|tx| {
-                tx.execute("INSERT INTO meta (key, value) VALUES ('kept', x'01')", [])?;
-                Ok(())
-            })
-            .expect("write after the panic");
+        put(&store, "kept").expect("write after the panic");
         assert_eq!(meta_keys(&store), ["kept"]);
     }
 
