@@ -26,7 +26,7 @@ use crate::program::{ProgramHash, Role};
 use crate::receipt::{self, OwnerNote, Receipt};
 use crate::run::{Opened, ResultView, RunFailure, RunView};
 use crate::seal::{self, HpkeKeyPair, Purpose, Sealer};
-use crate::server::{ErrorBody, Health, STAKE_ACTION_HEADER, Staked, Submitted};
+use crate::server::{ErrorBody, Health, OpenedReply, STAKE_ACTION_HEADER, Staked, Submitted};
 use crate::tls::{AttestedKeys, KeyVerifier};
 
 /// One named piece of material to stake, read as a stream of exactly `len` bytes.
@@ -221,6 +221,29 @@ fn is_loopback_url(url: &str) -> bool {
     reqwest::Url::parse(url).is_ok_and(|u| skillbox_providers::is_loopback(&u))
 }
 
+/// A run [`BoxClient::open_attesting`] opened: what the box answered, and the attestation it
+/// answered with, for the nonce this node sent, over a connection that showed that TLS key.
+pub struct OpenedRun {
+    pub opened: Opened,
+    attestation: Option<(Attestation, String, Option<String>)>,
+}
+
+impl OpenedRun {
+    /// Whether the box answered the open with the run's attestation (a box of an older
+    /// version does not: [`BoxClient::attest_opened`] then asks for it).
+    pub fn attested(&self) -> bool {
+        self.attestation.is_some()
+    }
+}
+
+/// The hash of the TLS key the connection `resp` came over showed (`None` over plain HTTP).
+fn seen_key(resp: &reqwest::Response) -> Option<String> {
+    resp.extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|i| i.peer_certificate())
+        .and_then(|der| crate::tls::spki_sha256(&der.to_vec().into()))
+}
+
 /// HTTP client of one box.
 #[derive(Clone)]
 pub struct BoxClient {
@@ -381,6 +404,48 @@ impl BoxClient {
         Ok(opened)
     }
 
+    /// jc.open with a fresh nonce of this node's own, asking for the new run's attestation in
+    /// the same answer; [`BoxClient::attest_opened`] checks it (or, from a box that sent none,
+    /// asks for one).
+    pub async fn open_attesting(&self, program: &Envelope) -> Result<OpenedRun> {
+        let nonce = new_nonce();
+        let before = self.refusals();
+        let resp = self
+            .http
+            .post(format!("{}/v1/runs?nonce={}", self.base, url_safe(&nonce)))
+            .header("content-type", "application/json")
+            .body(program.to_json())
+            .send()
+            .await
+            .map_err(|e| self.transport_error(before, e))?;
+        let seen = seen_key(&resp);
+        let reply: OpenedReply = Self::parse(resp).await?;
+        if !crate::error::is_run_id(&reply.opened.run_id) {
+            return Err(JcError::BadRunId);
+        }
+        Ok(OpenedRun {
+            opened: reply.opened,
+            attestation: reply.attestation.map(|a| (a, nonce, seen)),
+        })
+    }
+
+    /// The attestation of a run [`BoxClient::open_attesting`] opened, with every client-side
+    /// check [`BoxClient::attest`] makes: the one its open answered with, or, when it came
+    /// without one, a fresh one asked for.
+    pub async fn attest_opened(
+        &self,
+        program: &ApprovedProgram,
+        run: OpenedRun,
+        policy: &VerifyPolicy,
+    ) -> Result<VerifiedRun> {
+        match run.attestation {
+            Some((att, nonce, seen)) => {
+                self.check_attestation(&att, seen, program, &run.opened.run_id, &nonce, policy)
+            }
+            None => self.attest(program, &run.opened.run_id, policy).await,
+        }
+    }
+
     pub async fn attestation(&self, run_id: &str, nonce: &str) -> Result<Attestation> {
         Ok(self.attestation_seen(run_id, nonce).await?.0)
     }
@@ -399,11 +464,7 @@ impl BoxClient {
             .send()
             .await
             .map_err(|e| JcError::Transport(e.to_string()))?;
-        let seen = resp
-            .extensions()
-            .get::<reqwest::tls::TlsInfo>()
-            .and_then(|i| i.peer_certificate())
-            .and_then(|der| crate::tls::spki_sha256(&der.to_vec().into()));
+        let seen = seen_key(&resp);
         Ok((Self::parse(resp).await?, seen))
     }
 
@@ -416,14 +477,21 @@ impl BoxClient {
     ) -> Result<VerifiedRun> {
         let nonce = new_nonce();
         let (att, seen) = self.attestation_seen(run_id, &nonce).await?;
-        let run = verify_attestation(
-            &att,
-            program,
-            run_id,
-            &nonce,
-            policy,
-            crate::run::now_secs(),
-        )?;
+        self.check_attestation(&att, seen, program, run_id, &nonce, policy)
+    }
+
+    /// Every client-side check of an attestation answered for `nonce`, over a connection that
+    /// showed the TLS key `seen`.
+    fn check_attestation(
+        &self,
+        att: &Attestation,
+        seen: Option<String>,
+        program: &ApprovedProgram,
+        run_id: &str,
+        nonce: &str,
+        policy: &VerifyPolicy,
+    ) -> Result<VerifiedRun> {
+        let run = verify_attestation(att, program, run_id, nonce, policy, crate::run::now_secs())?;
         if let Some(keys) = &self.tls {
             // The verified report binds a TLS key, and it is the key of the very connection
             // its answer came over: a TLS front relaying a real box's report shows its own.

@@ -415,16 +415,37 @@ fn charged(
     core.charge_client(client)
 }
 
+/// What `POST /v1/runs` answers: the run opened and, when the opener sent a nonce
+/// (`?nonce=`), the run's attestation for it — what `GET .../attestation?nonce=` would answer,
+/// one round trip sooner (issue 33). A box that cannot attest the run still answers the open,
+/// without one: the opener then asks for it, and is told why.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OpenedReply {
+    #[serde(flatten)]
+    pub opened: crate::run::Opened,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<crate::attest::Attestation>,
+}
+
 async fn open(
     State(core): State<Arc<BoxCore>>,
     Peer(client): Peer,
+    Query(q): Query<NonceQuery>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     charged(&core, client, &headers, "application/json")?;
     let env = envelope(&body)?;
-    let opened = core.open_from(&env, now_secs(), client)?;
-    Ok((StatusCode::CREATED, Json(opened)).into_response())
+    let now = now_secs();
+    let opened = core.open_from(&env, now, client)?;
+    let attestation = q
+        .nonce
+        .and_then(|nonce| core.attest(&opened.run_id, &nonce, now).ok());
+    let reply = OpenedReply {
+        opened,
+        attestation,
+    };
+    Ok((StatusCode::CREATED, Json(reply)).into_response())
 }
 
 #[derive(Deserialize)]

@@ -188,6 +188,64 @@ async fn program_refusals_each_with_its_own_error() {
     );
 }
 
+/// An open that sends a nonce is answered with the run's attestation for that nonce, one round
+/// trip sooner (issue 33), checked as a fetched one is; an open without one is answered as
+/// before, with the open alone.
+#[tokio::test]
+async fn an_open_with_a_nonce_is_answered_with_the_runs_attestation_for_it() {
+    let f = start(None).await;
+    let env = f.approve(&f.program());
+    let approved = skillbox_jc::dsse::approved_program(&env).expect("approved");
+    let run = f.client.open_attesting(&env).await.expect("open");
+    assert!(run.attested(), "the box answered without the attestation");
+    let run_id = run.opened.run_id.clone();
+    let verified = f
+        .client
+        .attest_opened(&approved, run, &f.policy)
+        .await
+        .expect("verifies");
+    assert_eq!(verified.run_id, run_id);
+
+    // On the wire: the attestation answers that nonce and no other.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let post = |env: &Envelope, query: &str| {
+        http.post(format!("{}/v1/runs{query}", f.url))
+            .header("content-type", "application/json")
+            .body(env.to_json())
+            .send()
+    };
+    let env2 = f.approve(&f.program());
+    let approved2 = skillbox_jc::dsse::approved_program(&env2).expect("approved");
+    let nonce = new_nonce();
+    let reply: serde_json::Value = post(&env2, &format!("?nonce={nonce}"))
+        .await
+        .expect("open")
+        .json()
+        .await
+        .expect("json");
+    let run2 = reply["run_id"].as_str().expect("run id").to_owned();
+    let att: Attestation =
+        serde_json::from_value(reply["attestation"].clone()).expect("an attestation");
+    let now = now_secs();
+    verify_attestation(&att, &approved2, &run2, &nonce, &f.policy, now).expect("verifies");
+    let e = verify_attestation(&att, &approved2, &run2, &new_nonce(), &f.policy, now)
+        .expect_err("another nonce");
+    assert!(matches!(e, JcError::NonceMismatch), "{e:?}");
+
+    let env3 = f.approve(&f.program());
+    let plain: serde_json::Value = post(&env3, "")
+        .await
+        .expect("open")
+        .json()
+        .await
+        .expect("json");
+    assert!(plain["run_id"].is_string(), "{plain}");
+    assert!(plain.get("attestation").is_none(), "{plain}");
+}
+
 #[tokio::test]
 async fn attestation_checks_on_the_client() {
     let f = start(None).await;

@@ -10,7 +10,7 @@ use skillbox_calls::policy::SubmitQuestion;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{
-    BoxClient, StakeInput, open_owner_note, open_result, seal_stake, verify_receipt,
+    BoxClient, OpenedRun, StakeInput, open_owner_note, open_result, seal_stake, verify_receipt,
 };
 use skillbox_jc::dsse::{Envelope, approved_program};
 use skillbox_jc::program::ProgramHash;
@@ -194,9 +194,15 @@ impl Calls {
         let first = row.box_url.clone().unwrap_or_default();
         let (url, client, opened, left) = self.open_somewhere(row, &first, &env, &approved).await?;
         let policy = self.0.boxes.verify_policy(&url);
-        let verified = self
-            .timed("attest", client.attest(&approved, &opened.run_id, &policy))
-            .await?;
+        let run_id = opened.opened.run_id.clone();
+        // The box answered the open with the run's attestation for this node's nonce (one
+        // round trip less, issue 33); from a box that did not, it is asked for.
+        let verified = if opened.attested() {
+            client.attest_opened(&approved, opened, &policy).await?
+        } else {
+            self.timed("attest", client.attest_opened(&approved, opened, &policy))
+                .await?
+        };
         let mut change = self.remember(row, verified);
         // A run the call left for this open (its box lost after it opened) is a move even when
         // the same box, back again, opened the new run.
@@ -214,12 +220,7 @@ impl Calls {
         if url != first {
             change.patch.box_url = Some(url);
         }
-        Ok(Some((
-            Event::RunOpened {
-                run_id: opened.run_id,
-            },
-            change,
-        )))
+        Ok(Some((Event::RunOpened { run_id }, change)))
     }
 
     /// Try the call's box, then the alternatives; while every one of them answers `busy` (a
@@ -232,24 +233,19 @@ impl Calls {
         first: &str,
         env: &Envelope,
         approved: &skillbox_jc::dsse::ApprovedProgram,
-    ) -> skillbox_jc::Result<(
-        String,
-        BoxClient,
-        skillbox_jc::run::Opened,
-        Option<&'static str>,
-    )> {
+    ) -> skillbox_jc::Result<(String, BoxClient, OpenedRun, Option<&'static str>)> {
         let client = self.client(row)?;
         let started = std::time::Instant::now();
         let mut attempt = 0u32;
         loop {
             // A box holds one run per program: one that was lost and came back with the run this
             // call left answers with that run, which the call does not enter again.
-            let is_left = |o: &skillbox_jc::run::Opened| row.call.left_runs.contains(&o.run_id);
+            let is_left = |o: &OpenedRun| row.call.left_runs.contains(&o.opened.run_id);
             let run_left = || JcError::Remote {
                 status: 409,
                 code: "run_left".into(),
             };
-            let mut last = match self.timed("open", client.open(env)).await {
+            let mut last = match self.timed("open", client.open_attesting(env)).await {
                 Ok(opened) if is_left(&opened) => run_left(),
                 Ok(opened) => {
                     self.0.boxes.answered(first);
@@ -265,7 +261,7 @@ impl Calls {
                 let Some(c) = self.0.boxes.client(&other.url).cloned() else {
                     continue;
                 };
-                match self.timed("open", c.open(env)).await {
+                match self.timed("open", c.open_attesting(env)).await {
                     Ok(opened) if is_left(&opened) => {
                         all_busy = false;
                         if !driver::transient(&last) {

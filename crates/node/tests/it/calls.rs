@@ -90,13 +90,18 @@ async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
         let finished =
             format!(r#"skillbox_calls_finished_total{{role="{side}",state="{end}",code=""}} 1"#);
         assert!(m.contains(&finished), "{finished} in {m}");
-        let ops: &[&str] = match side {
-            // The caller opens the run; the owner attests the one it is told of.
-            "caller" => &["open", "attest", "stake", "submit"],
-            _ => &["attest", "stake", "submit"],
+        let (ops, not): (&[&str], &[&str]) = match side {
+            // The caller opens the run, and the box answers the open with the run's
+            // attestation: the caller asks for none of its own (issue 33). The owner attests
+            // the run it is told of.
+            "caller" => (&["open", "stake", "submit"], &["attest"]),
+            _ => (&["attest", "stake", "submit"], &["open"]),
         };
         for op in ops {
             assert!(m.contains(&format!(r#"op="{op}""#)), "{side} {op}: {m}");
+        }
+        for op in not {
+            assert!(!m.contains(&format!(r#"op="{op}""#)), "{side} {op}: {m}");
         }
         let run = format!(r#"skillbox_run_duration_seconds_count{{role="{side}"}} 1"#);
         assert!(m.contains(&run), "{run} in {m}");
