@@ -640,7 +640,7 @@ impl Calls {
 
     /// The call's row as its last step left it, or as the store has it (then kept, while the
     /// call is open).
-    async fn row(&self, key: &Key) -> Result<Option<Arc<CallRow>>> {
+    pub(super) async fn row(&self, key: &Key) -> Result<Option<Arc<CallRow>>> {
         if let Some(row) = lock(&self.0.rows).get(key) {
             return Ok(Some(row.clone()));
         }

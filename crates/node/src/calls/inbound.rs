@@ -17,7 +17,7 @@ use skillbox_peers::{IncomingPayload, Payload, PayloadKind, PeerId};
 use super::actions::failed_body;
 use super::driver::Change;
 use super::records::{self, CallRow, Patch};
-use super::{Calls, blocking, boxes, lock, now_ms, program};
+use super::{Calls, Key, blocking, boxes, lock, now_ms, program};
 use crate::error::{NodeError, Result};
 
 /// Why the owner did not admit a request: a closed code for the peer, detail for this node.
@@ -44,7 +44,9 @@ impl Calls {
             PayloadKind::CallRequest => self.on_request(&from, &id, body).await,
             PayloadKind::CallAccepted => {
                 let key = (id, Role::Caller);
-                let Some(row) = self.load(&key).await.filter(|r| r.call.peer == from) else {
+                // The row its last step left (kept in memory while the call is open): no read
+                // of the store on a blocking thread per payload (issue 33).
+                let Some(row) = self.known_row(&key, &from).await else {
                     return;
                 };
                 match Self::cosigned(&row, &body) {
@@ -62,7 +64,7 @@ impl Calls {
             }
             PayloadKind::CallSession => {
                 let key = (id, Role::Owner);
-                let Some(row) = self.load(&key).await.filter(|r| r.call.peer == from) else {
+                let Some(row) = self.known_row(&key, &from).await else {
                     return;
                 };
                 let url = body
@@ -103,11 +105,22 @@ impl Calls {
                     .and_then(FailureCode::parse);
                 for role in [Role::Caller, Role::Owner] {
                     let key = (id.clone(), role);
-                    if self.load(&key).await.is_some_and(|r| r.call.peer == from) {
+                    if self.known_row(&key, &from).await.is_some() {
                         let event = Event::PeerFailed { code };
                         let _ = self.apply(key, event, Change::none()).await;
                     }
                 }
+            }
+        }
+    }
+
+    /// The call `key` if `from` is its peer: the row its last step left, or the store's.
+    async fn known_row(&self, key: &Key, from: &str) -> Option<std::sync::Arc<CallRow>> {
+        match self.row(key).await {
+            Ok(row) => row.filter(|r| r.call.peer == from),
+            Err(e) => {
+                tracing::warn!(call = %key.0, error = %e, "cannot load call");
+                None
             }
         }
     }
