@@ -6,7 +6,6 @@
 //! lists, rate, the program against the offered skill and the owner's ceilings, the daily call
 //! counts) — a stranger's refused request leaves nothing behind.
 
-use ed25519_dalek::VerifyingKey;
 use serde_json::Value;
 use skillbox_calls::machine::{self, Event, FailureCode, NewCall, Role, State};
 use skillbox_jc::JcError;
@@ -415,7 +414,7 @@ fn parse_request(body: &Value, id: &str) -> std::result::Result<(Envelope, Progr
         let bytes = env.payload_bytes()?;
         let program = Program::from_canonical(&bytes)?;
         let caller = decode_hex32(&program.parties.caller.node_key)
-            .and_then(|b| VerifyingKey::from_bytes(&b).ok())
+            .and_then(|b| skillbox_jc::program::ed25519_key(&b))
             .ok_or_else(|| JcError::BadRequest("caller key".into()))?;
         env.verified_payload(PROGRAM_PAYLOAD_TYPE, &caller, "caller")?;
         Ok((env, program))
