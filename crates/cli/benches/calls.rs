@@ -302,6 +302,8 @@ fn means(text: &str) -> Vec<(String, f64, u64)> {
             // Every step a node persists (an attempt of an owed action that failed and is
             // retried persists one too): a count, its "mean" not a time.
             "skillbox_store_writes_total" => Some("store writes".to_owned()),
+            // The commits (fsyncs) those writes took, group commit's effect.
+            "skillbox_store_commits_total" => Some("store commits".to_owned()),
             _ => None,
         };
         let (Some(what), Ok(v)) = (what, value.parse::<f64>()) else {
@@ -1051,7 +1053,7 @@ fn report_load(inflight: usize, l: &Load) -> bool {
     // answered call, shows how often owed actions were tried again.
     let per = |n: u64| n as f64 / answered.max(1) as f64;
     for (what, mean, n) in &l.time_per_op {
-        if what.ends_with("store writes") {
+        if what.ends_with("store writes") || what.ends_with("store commits") {
             println!("   {what}: {n} ({:.2} per answered call)", per(*n));
         } else {
             println!(
