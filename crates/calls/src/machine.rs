@@ -284,6 +284,20 @@ pub struct Call {
     /// at most [`MAX_MOVES`] are left; each run is staked into at most once per side.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_runs: Vec<String>,
+    /// Owner: the run and box the caller's `call.session` named, not verified yet — a claim,
+    /// not the call's run. Kept so that a verification that failed for a moment (its box
+    /// restarting) is tried again at the next retry: the caller sends a session once it is
+    /// delivered, and a lost claim left the call waiting for one until it stalled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_claim: Option<SessionClaim>,
+}
+
+/// What a `call.session` claims: the run the caller opened and the box it is on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionClaim {
+    pub run_id: String,
+    pub box_url: String,
 }
 
 /// How many runs one call may leave for a new one (see [`Call::left_runs`]): a lost box is
@@ -460,6 +474,7 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
         failure: None,
         moves: Vec::new(),
         left_runs: Vec::new(),
+        session_claim: None,
     };
     let actions = owed(&call);
     Transition {
@@ -471,11 +486,27 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
 
 /// The actions a state owes until the event that moves it on arrives.
 fn owed(call: &Call) -> Vec<Action> {
-    match (call.role, call.state) {
+    // The owner's check of a run a `call.session` named (the first, or one the caller moved
+    // to) is owed until it succeeds: the caller sends a session only once.
+    let verify = call
+        .session_claim
+        .as_ref()
+        .filter(|c| {
+            call.role == Role::Owner
+                && (call.state == State::Accepted || owner_may_move(call.state))
+                && is_new_run(call, &c.run_id)
+        })
+        .map(|c| Action::VerifyRun {
+            run_id: c.run_id.clone(),
+            box_url: c.box_url.clone(),
+        });
+    let mut owed = match (call.role, call.state) {
         (Role::Caller, State::Requested) => vec![Action::SendRequest],
         (Role::Owner, State::Received) => vec![Action::Admit],
         (Role::Caller, State::Accepted) => vec![Action::OpenRun],
         // The owner waits for call.session; re-sending call.accepted covers a lost payload.
+        // Once a session came, there is nothing to re-send: its run is verified (below).
+        (Role::Owner, State::Accepted) if verify.is_some() => Vec::new(),
         (Role::Owner, State::Accepted) => vec![Action::SendAccepted],
         // The caller asks its policy (and its human) once the box is attested, so the question
         // names the verified box, and before staking, so a "no" leaves nothing anywhere.
@@ -497,7 +528,11 @@ fn owed(call: &Call) -> Vec<Action> {
         (_, State::Submitted) => vec![Action::FetchOutcome],
         // The caller keeps re-sending call.session while the owner has not acknowledged it.
         _ => Vec::new(),
+    };
+    if let Some(v) = verify {
+        owed.insert(0, v);
     }
+    owed
 }
 
 /// One step of the machine. Pure: the same inputs give the same outputs.
@@ -590,11 +625,7 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             if !call.left_runs.contains(&run_id) =>
         {
             // Verify before recording: the run is the caller's claim until our own attestation.
-            Transition {
-                call: call.clone(),
-                actions: vec![Action::VerifyRun { run_id, box_url }],
-                changed: false,
-            }
+            claimed(call, run_id, box_url)
         }
         // The caller moved the run (its box was lost before the caller's stake was taken): a
         // run this call never had, verified like the first. Never once this side submitted —
@@ -606,11 +637,7 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             if call.left_runs.len() >= MAX_MOVES {
                 return too_many_moves(fail);
             }
-            Transition {
-                call: call.clone(),
-                actions: vec![Action::VerifyRun { run_id, box_url }],
-                changed: false,
-            }
+            claimed(call, run_id, box_url)
         }
         (Owner, s, Event::RunOpened { run_id })
             if owner_may_move(s) && is_new_run(call, &run_id) =>
@@ -636,6 +663,8 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
         {
             let mut t = to(State::Opened, vec![]);
             t.call.run_id = Some(run_id);
+            t.call.session_claim = None;
+            t.actions = owed(&t.call);
             t
         }
         (Caller, State::Opened, Event::SessionDelivered) if !call.session_delivered => {
@@ -728,6 +757,22 @@ fn is_new_run(call: &Call, run_id: &str) -> bool {
     call.run_id.as_deref() != Some(run_id) && !call.left_runs.iter().any(|r| r == run_id)
 }
 
+/// The owner keeps the run a `call.session` named as a claim (not as the call's run) and owes
+/// its verification: one that fails for a moment is owed again at the next retry.
+fn claimed(call: &Call, run_id: String, box_url: String) -> Transition {
+    let mut next = call.clone();
+    next.session_claim = Some(SessionClaim {
+        run_id: run_id.clone(),
+        box_url: box_url.clone(),
+    });
+    let changed = next != *call;
+    Transition {
+        call: next,
+        actions: vec![Action::VerifyRun { run_id, box_url }],
+        changed,
+    }
+}
+
 fn too_many_moves(fail: impl Fn(FailureCode, String, bool) -> Transition) -> Transition {
     fail(
         FailureCode::TooManyMoves,
@@ -754,6 +799,7 @@ fn moved_to(
         t.call.left_runs.push(left);
     }
     t.call.run_id = next;
+    t.call.session_claim = None;
     t.call.session_delivered = false;
     t.actions = owed(&t.call);
     t

@@ -153,6 +153,67 @@ pub async fn forward(
     out.body(body).send().await.ok()
 }
 
+/// A forwarded answer's status, content type and body, to answer with again.
+async fn parts_of(answer: reqwest::Response) -> (StatusCode, String, Vec<u8>) {
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let ctype = answer
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    (
+        status,
+        ctype,
+        answer.bytes().await.unwrap_or_default().to_vec(),
+    )
+}
+
+/// A box that falters for a moment (restarting behind its address): forwards every request to
+/// `target`, but answers the first `times` requests whose path holds `part` with 503. Answers
+/// its URL and the paths it saw.
+pub async fn start_faltering_proxy(
+    target: &str,
+    part: &'static str,
+    times: usize,
+) -> (String, Arc<Mutex<Vec<String>>>) {
+    #[derive(Clone)]
+    struct Proxy {
+        target: String,
+        part: &'static str,
+        left: Arc<std::sync::atomic::AtomicUsize>,
+        http: reqwest::Client,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+    async fn relay(State(p): State<Proxy>, req: axum::extract::Request) -> Response {
+        use std::sync::atomic::Ordering::SeqCst;
+        let path = path_of(&req);
+        p.seen.lock().expect("log").push(path.clone());
+        if path.contains(p.part)
+            && p.left
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+        let Some(answer) = forward(&p.http, &p.target, req).await else {
+            return StatusCode::BAD_GATEWAY.into_response();
+        };
+        let (status, ctype, bytes) = parts_of(answer).await;
+        (status, [("content-type", ctype)], bytes).into_response()
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let proxy = Proxy {
+        target: target.to_owned(),
+        part,
+        left: Arc::new(times.into()),
+        http: reqwest::Client::new(),
+        seen: seen.clone(),
+    };
+    let url = serve_loopback(axum::Router::new().fallback(relay).with_state(proxy)).await;
+    (url, seen)
+}
+
 /// How a proxy changes a box's `/healthz` answer.
 pub type Rewrite = Arc<dyn Fn(&mut Value) + Send + Sync>;
 
@@ -177,15 +238,7 @@ pub async fn start_rewriting_proxy(
         let Some(answer) = forward(&p.http, &target, req).await else {
             return StatusCode::BAD_GATEWAY.into_response();
         };
-        let status =
-            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let ctype = answer
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json")
-            .to_owned();
-        let mut bytes = answer.bytes().await.unwrap_or_default().to_vec();
+        let (status, ctype, mut bytes) = parts_of(answer).await;
         if path == "/healthz"
             && let Ok(mut v) = serde_json::from_slice::<Value>(&bytes)
         {

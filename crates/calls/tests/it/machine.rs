@@ -43,6 +43,11 @@ fn owner() -> Transition {
 }
 
 /// Feed events in order, checking each applies; returns the last transition.
+/// The run a side opened (caller) or verified (owner).
+fn run_opened(id: &str) -> Event {
+    Event::RunOpened { run_id: id.into() }
+}
+
 fn run(start: Transition, events: Vec<Event>) -> Transition {
     let mut t = start;
     let mut now = T0;
@@ -58,14 +63,7 @@ fn run(start: Transition, events: Vec<Event>) -> Transition {
 fn caller_at(state: State) -> Transition {
     // The happy path's events in order; a state is reached by a prefix of them (consent
     // parks on `ask` instead of going on).
-    let opened = || {
-        vec![
-            Event::PeerAccepted,
-            Event::RunOpened {
-                run_id: "r1".into(),
-            },
-        ]
-    };
+    let opened = || vec![Event::PeerAccepted, run_opened("r1")];
     let allowed = |more: &[Event]| {
         let mut path = opened();
         path.extend([Event::Policy(Decision::Allow), Event::Staked]);
@@ -103,14 +101,7 @@ fn caller_happy_path_emits_each_owed_action() {
     assert_eq!(t.actions, vec![Action::SendRequest]);
     let t = step(&t.call, Event::PeerAccepted, T0 + 1, &timing());
     assert_eq!(owed(&t), (State::Accepted, vec![Action::OpenRun]));
-    let t = step(
-        &t.call,
-        Event::RunOpened {
-            run_id: "r1".into(),
-        },
-        T0 + 2,
-        &timing(),
-    );
+    let t = step(&t.call, run_opened("r1"), T0 + 2, &timing());
     assert_eq!(t.call.state, State::Opened);
     assert_eq!(t.call.run_id.as_deref(), Some("r1"));
     // Policy first, with the box verified; the stake only after it said yes.
@@ -137,7 +128,7 @@ fn owner_happy_path() {
     assert_eq!(owed(&t), (State::Received, vec![Action::Admit]));
     let t = step(&t.call, Event::Admitted, T0 + 1, &timing());
     assert_eq!(owed(&t), (State::Accepted, vec![Action::SendAccepted]));
-    // call.session: verify first, record after.
+    // call.session: verify first, record the run after; the claim alone is kept meanwhile.
     let t = step(
         &t.call,
         Event::PeerSession {
@@ -147,7 +138,9 @@ fn owner_happy_path() {
         T0 + 2,
         &timing(),
     );
-    assert!(!t.changed);
+    assert!(t.changed);
+    assert_eq!(t.call.run_id, None, "a claim is not the call's run");
+    assert_eq!(t.call.state, State::Accepted);
     assert_eq!(
         t.actions,
         vec![Action::VerifyRun {
@@ -155,15 +148,9 @@ fn owner_happy_path() {
             box_url: "http://box".into(),
         }]
     );
-    let t = step(
-        &t.call,
-        Event::RunOpened {
-            run_id: "r1".into(),
-        },
-        T0 + 3,
-        &timing(),
-    );
+    let t = step(&t.call, run_opened("r1"), T0 + 3, &timing());
     assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
+    assert_eq!(t.call.session_claim, None);
     let t = step(&t.call, Event::Staked, T0 + 4, &timing());
     let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 5, &timing());
     let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
@@ -175,13 +162,94 @@ fn owner_happy_path() {
         owner(),
         vec![
             Event::Admitted,
-            Event::RunOpened { run_id: "r".into() },
+            run_opened("r"),
             Event::Staked,
             Event::Policy(Decision::Allow),
             Event::Submitted,
         ],
     );
     assert!(!step(&o.call, Event::Answered, T0 + 100, &timing()).changed);
+}
+
+/// A verification of the caller's run that fails for a moment (its box restarting) is tried
+/// again at the next retry: the caller sends its session once, and without the claim the owner
+/// waited for another until the call stalled (found by the crash harness, box killed at
+/// `staked`).
+#[test]
+fn the_owners_verification_of_a_session_is_retried_until_it_succeeds() {
+    let t = run(owner(), vec![Event::Admitted]);
+    let verify = Action::VerifyRun {
+        run_id: "r1".into(),
+        box_url: "http://box".into(),
+    };
+    let session = || Event::PeerSession {
+        run_id: "r1".into(),
+        box_url: "http://box".into(),
+    };
+    let t = step(&t.call, session(), T0 + 20, &timing());
+    assert_eq!(t.actions, vec![verify.clone()]);
+    // The verification failed (no event). At the retry the run is verified again, not
+    // call.accepted sent again — and again at the next one.
+    let due = tick(&t.call, t.call.retry_at_ms);
+    assert_eq!(owed(&due), (State::Accepted, vec![verify.clone()]));
+    let again = tick(&due.call, due.call.retry_at_ms);
+    assert_eq!(again.actions, vec![verify.clone()]);
+    // The same session again changes nothing to keep.
+    let dup = step(&again.call, session(), T0 + 30, &timing());
+    assert!(!dup.changed);
+    assert_eq!(dup.actions, vec![verify]);
+    // Resumed after a restart: the claim is still owed its verification.
+    let resumed = step(&again.call, Event::Resume, T0 + 40, &timing());
+    assert!(
+        resumed
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::VerifyRun { .. }))
+    );
+    // Verified at last: the call's run, and the claim goes.
+    let t = step(&again.call, run_opened("r1"), T0 + 50, &timing());
+    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
+    assert_eq!(t.call.run_id.as_deref(), Some("r1"));
+    assert_eq!(t.call.session_claim, None);
+    // Before any session the owner still re-sends call.accepted.
+    let plain = run(owner(), vec![Event::Admitted]);
+    let due = tick(&plain.call, plain.call.retry_at_ms);
+    assert_eq!(due.actions, vec![Action::SendAccepted]);
+}
+
+/// The same for a run the caller moved to: a check of the new run that failed for a moment is
+/// owed again at each retry, ahead of what the state owes for the run it leaves.
+#[test]
+fn the_owners_verification_of_a_moved_run_is_retried_until_it_succeeds() {
+    let opened = run(owner(), vec![Event::Admitted, run_opened("r1")]);
+    assert_eq!(owed(&opened), (State::Opened, vec![Action::Stake]));
+    let verify = Action::VerifyRun {
+        run_id: "r2".into(),
+        box_url: "http://box-2".into(),
+    };
+    let t = step(
+        &opened.call,
+        Event::PeerSession {
+            run_id: "r2".into(),
+            box_url: "http://box-2".into(),
+        },
+        T0 + 20,
+        &timing(),
+    );
+    assert!(t.changed, "the claim is kept");
+    assert_eq!(t.actions, vec![verify.clone()]);
+    assert_eq!(
+        t.call.run_id.as_deref(),
+        Some("r1"),
+        "a claim is not the call's run"
+    );
+    let due = tick(&t.call, t.call.retry_at_ms);
+    assert_eq!(owed(&due), (State::Opened, vec![verify, Action::Stake]));
+    let moved = step(&due.call, run_opened("r2"), T0 + 50, &timing());
+    assert_eq!(owed(&moved), (State::Opened, vec![Action::Stake]));
+    assert_eq!(moved.call.run_id.as_deref(), Some("r2"));
+    assert_eq!(moved.call.left_runs, vec!["r1".to_owned()]);
+    assert_eq!(moved.call.session_claim, None);
 }
 
 #[test]
@@ -362,9 +430,7 @@ fn replays_and_out_of_order_events_change_nothing() {
     let t = caller_at(State::Opened);
     for e in [
         Event::PeerAccepted,
-        Event::RunOpened {
-            run_id: "other".into(),
-        },
+        run_opened("other"),
         Event::Submitted,
         Event::Answered,
         Event::Admitted,

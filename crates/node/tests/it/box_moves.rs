@@ -127,6 +127,40 @@ async fn a_box_that_died_before_any_stake_hands_the_run_to_another_and_the_histo
     support::stop_all([caller, owner]).await;
 }
 
+/// The owner's attestation of the caller's run fails for a moment (the box restarting behind
+/// its address): the owner verifies the run again at its next retry and the call is answered.
+/// It used to wait for another `call.session`, which the caller does not send once one was
+/// delivered, until the call stalled (the crash harness, box killed at `staked`, found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owner_whose_attestation_failed_for_a_moment_verifies_again_and_the_call_is_answered() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let box_url = support::start_box(&provider_url).await;
+    // The caller's attestation comes with its open: the only attestation asked for on its own
+    // is the owner's.
+    let (proxy_url, seen) = support::start_faltering_proxy(&box_url, "/attestation", 1).await;
+    let stall_soon = |c: &mut skillbox_node::Config| {
+        c.schedules.stall_limit_secs = 10;
+        c.schedules.sweep_secs = 1;
+    };
+    let (owner, caller) = tagged_pair(&proxy_url, "FALTER-1", stall_soon).await;
+    let id = caller
+        .start_call(&owner.peer_id, "taste", "REQ-FALTER-1")
+        .await;
+    let c = caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    let o = owner.wait_call(&id, LIMIT).await;
+    assert_eq!(o["state"], "ran", "{o}");
+    let asked = seen
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|p| p.contains("/attestation"))
+        .count();
+    assert_eq!(asked, 2, "one refused, one verified");
+    assert_eq!(provider.0.lock().expect("log").len(), 1);
+    support::stop_all([owner, caller]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its_reason() {
     // The provider takes its time, so the box dies while the run is on it.
