@@ -274,16 +274,22 @@ proptest! {
     }
 }
 
+/// `ev`'s v5 quote parsed, after checking that its body is `kind`, `len` bytes signed after the
+/// 48-byte header and the 6-byte body descriptor; the quote and the body's bytes.
+fn v5_body(ev: &tdx::Evidence, kind: tdx::TdBody, len: usize) -> (tdx::Quote, &[u8]) {
+    let q = tdx::Quote::parse(&ev.quote).unwrap();
+    assert_eq!(q.report.body, kind);
+    assert_eq!(q.signed_len, 48 + 6 + len);
+    (q, &ev.quote[54..])
+}
+
 /// A TD 1.5 body (quote v5, body type 3) and a TD 1.5 ex body (type 4) verify, and the fields
 /// only they carry are read from their places: TEE_TCB_SVN_2 and MRSERVICETD after the TD 1.0
 /// fields, the TD id after those (the offsets of Intel's `sgx_quote_5.h`).
 #[test]
 fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
     let ev = tdx_v5_gotdx();
-    let q = tdx::Quote::parse(&ev.quote).unwrap();
-    assert_eq!(q.report.body, tdx::TdBody::Td15);
-    assert_eq!(q.signed_len, 48 + 6 + 648);
-    let body = &ev.quote[54..];
+    let (q, body) = v5_body(&ev, tdx::TdBody::Td15, 648);
     assert_eq!(q.report.tee_tcb_svn_2.unwrap(), body[584..600]);
     assert_eq!(q.report.mr_service_td.unwrap(), body[600..648]);
     assert_eq!(q.report.mr_td, body[136..184]);
@@ -304,10 +310,7 @@ fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
     assert_eq!(v.measurement, hex::encode(&body[136..184]));
 
     let ev = tdx_td15ex();
-    let q = tdx::Quote::parse(&ev.quote).unwrap();
-    assert_eq!(q.report.body, tdx::TdBody::Td15Ex);
-    assert_eq!(q.signed_len, 48 + 6 + 885);
-    let body = &ev.quote[54..];
+    let (q, body) = v5_body(&ev, tdx::TdBody::Td15Ex, 885);
     assert_eq!(q.report.td_id.unwrap(), body[649..681]);
     let v = ev
         .verify_unpinned(T_TD15EX)
