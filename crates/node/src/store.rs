@@ -1525,6 +1525,19 @@ mod tests {
         assert_eq!(count("p1"), (2, 1));
     }
 
+    /// The bundled SQLite is built to sync its WAL with fdatasync() (`.cargo/config.toml`), as
+    /// distribution builds are: the flag reaches libsqlite3-sys's build through the same
+    /// environment as this crate's compilation. Losing it costs every commit an inode flush.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_bundled_sqlite_syncs_with_fdatasync() {
+        let flags = option_env!("LIBSQLITE3_FLAGS").unwrap_or_default();
+        assert!(
+            flags.split_whitespace().any(|f| f == "-DHAVE_FDATASYNC=1"),
+            "LIBSQLITE3_FLAGS is {flags:?}: SQLite would sync with fsync()"
+        );
+    }
+
     #[test]
     fn newer_schema_is_refused() {
         let tmp = tempfile::tempdir().expect("tempdir");
