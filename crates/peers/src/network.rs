@@ -744,7 +744,15 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
             })
         })
         .map_err(|e| PeersError::InvalidConfig(format!("behaviour: {e}")))?
-        .with_swarm_config(|c| c.with_idle_connection_timeout(idle))
+        .with_swarm_config(|c| {
+            // 0-RTT protocol negotiation on the substreams this node opens: a stream that
+            // proposes one protocol (a payload, a kad or identify query) carries its data with
+            // the proposal instead of waiting a round trip for the confirmation (issue 33: each
+            // payload opens a stream, so each cost a round trip more). The wire is multistream
+            // V1 as before; a listener that refuses the protocol refuses the stream as before.
+            c.with_idle_connection_timeout(idle)
+                .with_substream_upgrade_protocol_override(libp2p::core::upgrade::Version::V1Lazy)
+        })
         .build();
     Ok(swarm)
 }
