@@ -752,6 +752,19 @@ fn owner_may_move(s: State) -> bool {
     )
 }
 
+/// Whether the owner's call would take `run_id` as its run once verified (a `call.session`
+/// for it is acted on, and its `RunOpened` moves the call): in `accepted`, any run it never
+/// left; in a state it may move from, a new one. The same conditions as the arms of [`step`];
+/// a driver asks before verifying a run the caller vouches for, so a session repeated for the
+/// run it holds costs no verification.
+pub fn owner_takes_run(call: &Call, run_id: &str) -> bool {
+    call.role == Role::Owner
+        && match call.state {
+            State::Accepted => !call.left_runs.iter().any(|r| r == run_id),
+            s => owner_may_move(s) && is_new_run(call, run_id),
+        }
+}
+
 /// A run id the call has neither now nor left before.
 fn is_new_run(call: &Call, run_id: &str) -> bool {
     call.run_id.as_deref() != Some(run_id) && !call.left_runs.iter().any(|r| r == run_id)

@@ -72,6 +72,28 @@ pub fn new_nonce() -> String {
     hex::encode(b)
 }
 
+/// Whether `s` has the form of a [`new_nonce`]: 32 lowercase hex digits. A peer's half of a
+/// [`joint_nonce`] is taken only in this form.
+pub fn is_nonce_half(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The nonce both parties of a call ask a run's attestation for, from a fresh half of each: the
+/// caller opens the run asking for it and forwards the attestation with its half in
+/// `call.session`; the owner, holding its own half (sent in `call.accepted`), checks the
+/// attestation against this without asking the box again. Fresh for either side: neither half
+/// was known before its side chose it, so no attestation made before that can carry the hash.
+/// Domain-separated and length-framed, so no other pair of halves gives the same nonce.
+pub fn joint_nonce(caller_half: &str, owner_half: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"skillbox joint attestation nonce v1\0");
+    for half in [caller_half, owner_half] {
+        h.update((half.len() as u64).to_be_bytes());
+        h.update(half.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
 /// The caller's answer, opened.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Output {
@@ -234,6 +256,11 @@ impl OpenedRun {
     pub fn attested(&self) -> bool {
         self.attestation.is_some()
     }
+
+    /// The attestation the box answered the open with, and the nonce it was asked for.
+    pub fn attestation(&self) -> Option<(&Attestation, &str)> {
+        self.attestation.as_ref().map(|(a, n, _)| (a, n.as_str()))
+    }
 }
 
 /// The hash of the TLS key the connection `resp` came over showed (`None` over plain HTTP).
@@ -242,6 +269,13 @@ fn seen_key(resp: &reqwest::Response) -> Option<String> {
         .get::<reqwest::tls::TlsInfo>()
         .and_then(|i| i.peer_certificate())
         .and_then(|der| crate::tls::spki_sha256(&der.to_vec().into()))
+}
+
+/// How an attestation reached this node: over a connection of its own to the box (the hash of
+/// the TLS key it showed; `None` over plain HTTP), or forwarded by another party.
+enum Came {
+    Over(Option<String>),
+    Forwarded,
 }
 
 /// HTTP client of one box.
@@ -408,7 +442,12 @@ impl BoxClient {
     /// the same answer; [`BoxClient::attest_opened`] checks it (or, from a box that sent none,
     /// asks for one).
     pub async fn open_attesting(&self, program: &Envelope) -> Result<OpenedRun> {
-        let nonce = new_nonce();
+        self.open_attesting_for(program, new_nonce()).await
+    }
+
+    /// [`BoxClient::open_attesting`] asking for the attestation for `nonce` (a [`joint_nonce`]
+    /// whose caller half is this node's fresh one).
+    pub async fn open_attesting_for(&self, program: &Envelope, nonce: String) -> Result<OpenedRun> {
         let before = self.refusals();
         let resp = self
             .http
@@ -439,9 +478,14 @@ impl BoxClient {
         policy: &VerifyPolicy,
     ) -> Result<VerifiedRun> {
         match run.attestation {
-            Some((att, nonce, seen)) => {
-                self.check_attestation(&att, seen, program, &run.opened.run_id, &nonce, policy)
-            }
+            Some((att, nonce, seen)) => self.check_attestation(
+                &att,
+                Came::Over(seen),
+                program,
+                &run.opened.run_id,
+                &nonce,
+                policy,
+            ),
             None => self.attest(program, &run.opened.run_id, policy).await,
         }
     }
@@ -477,15 +521,15 @@ impl BoxClient {
     ) -> Result<VerifiedRun> {
         let nonce = new_nonce();
         let (att, seen) = self.attestation_seen(run_id, &nonce).await?;
-        self.check_attestation(&att, seen, program, run_id, &nonce, policy)
+        self.check_attestation(&att, Came::Over(seen), program, run_id, &nonce, policy)
     }
 
-    /// Every client-side check of an attestation answered for `nonce`, over a connection that
-    /// showed the TLS key `seen`.
+    /// Every client-side check of an attestation answered for `nonce`, as it came: over a
+    /// connection that showed the TLS key `seen`, or forwarded by another party.
     fn check_attestation(
         &self,
         att: &Attestation,
-        seen: Option<String>,
+        came: Came,
         program: &ApprovedProgram,
         run_id: &str,
         nonce: &str,
@@ -493,14 +537,39 @@ impl BoxClient {
     ) -> Result<VerifiedRun> {
         let run = verify_attestation(att, program, run_id, nonce, policy, crate::run::now_secs())?;
         if let Some(keys) = &self.tls {
+            let bound = run
+                .tls_spki_sha256
+                .as_deref()
+                .ok_or(JcError::TlsKeyNotAttested)?;
             // The verified report binds a TLS key, and it is the key of the very connection
             // its answer came over: a TLS front relaying a real box's report shows its own.
-            match (&run.tls_spki_sha256, &seen) {
-                (Some(bound), Some(seen)) if bound == seen => keys.admit(bound),
-                _ => return Err(JcError::TlsKeyNotAttested),
+            // A forwarded report came over no connection of ours: its key is admitted, and the
+            // stake goes over no connection showing another.
+            if let Came::Over(seen) = came
+                && seen.as_deref() != Some(bound)
+            {
+                return Err(JcError::TlsKeyNotAttested);
             }
+            keys.admit(bound);
         }
         Ok(run)
+    }
+
+    /// Every check of an attestation another party forwarded (the caller's, from its open),
+    /// asked for `nonce` (the [`joint_nonce`] with this node's half): the report, the statement,
+    /// the pin, the program, the run and the nonce, as [`BoxClient::attest`] checks them. For an
+    /// https box the connection it came over is not this node's to see; its bound TLS key is
+    /// admitted, and this node's stake goes over no connection showing another (as after any
+    /// attestation), so a front relaying a real box's report still receives nothing.
+    pub fn check_forwarded(
+        &self,
+        att: &Attestation,
+        program: &ApprovedProgram,
+        run_id: &str,
+        nonce: &str,
+        policy: &VerifyPolicy,
+    ) -> Result<VerifiedRun> {
+        self.check_attestation(att, Came::Forwarded, program, run_id, nonce, policy)
     }
 
     /// jc.stake: post sealed bytes with this party's signature over them.
@@ -678,5 +747,45 @@ impl BoxClient {
             return Ok(());
         }
         Self::parse::<serde_json::Value>(resp).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_joint_nonce_changes_with_either_half_and_is_one_a_box_takes() {
+        let (c, o) = (new_nonce(), new_nonce());
+        assert!(is_nonce_half(&c) && is_nonce_half(&o));
+        let j = joint_nonce(&c, &o);
+        // What the box asks of a nonce: 16 to 128 hex digits.
+        assert_eq!(j.len(), 64);
+        assert!(j.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(j, joint_nonce(&c, &o));
+        assert_ne!(j, joint_nonce(&o, &c), "the halves are not interchangeable");
+        assert_ne!(j, joint_nonce(&c, &new_nonce()), "the owner's half counts");
+        assert_ne!(j, joint_nonce(&new_nonce(), &o), "the caller's half counts");
+        // Framed: moving a digit from one half to the other is another nonce.
+        assert_ne!(joint_nonce("ab", "cd"), joint_nonce("abc", "d"));
+        // Neither half alone, nor the caller's own nonce, is the joint one.
+        assert_ne!(j, c);
+        assert_ne!(j, o);
+    }
+
+    #[test]
+    fn a_peers_half_is_taken_only_in_the_form_of_a_fresh_one() {
+        assert!(is_nonce_half(&new_nonce()));
+        for bad in [
+            "",
+            "00",
+            &"0".repeat(31),
+            &"0".repeat(33),
+            &"A".repeat(32),
+            &"g".repeat(32),
+            "0123456789abcdef0123456789abcde\u{e9}",
+        ] {
+            assert!(!is_nonce_half(bad), "{bad:?}");
+        }
     }
 }

@@ -528,6 +528,17 @@ pub struct CallsConfig {
     /// daily ceilings count only calls that reached it). One more is refused `pending_limit`.
     #[serde(default = "default_max_unstarted_per_peer")]
     pub max_unstarted_per_peer: u64,
+    /// Owner: check the run attestation the caller forwards in `call.session` (the one its
+    /// open got for both sides' joint nonce) instead of asking the box for another: a round
+    /// trip and a step fewer per call. Off: always ask the box — for an https box the stricter
+    /// check, the report's TLS key compared with the very connection it came over (on, the
+    /// stake's connection must show that key, so nothing of the owner reaches a front).
+    #[serde(default = "default_forwarded_attestations")]
+    pub forwarded_attestations: bool,
+}
+
+fn default_forwarded_attestations() -> bool {
+    true
 }
 
 fn default_max_unstarted_per_peer() -> u64 {
@@ -669,6 +680,7 @@ impl Default for CallsConfig {
             retention_days: default_retention_days(),
             elicitation_consent: default_elicitation_consent(),
             max_unstarted_per_peer: default_max_unstarted_per_peer(),
+            forwarded_attestations: default_forwarded_attestations(),
         }
     }
 }
@@ -1230,6 +1242,10 @@ elicitation_consent = true
 # Owner: admitted calls of one peer that may wait at once to reach their run (only calls that
 # reach it count against a skill's calls per day).
 max_unstarted_per_peer = {max_unstarted}
+# Owner: check the run attestation the caller forwards (its open's, for a nonce both sides
+# chose) instead of asking the box again. false: always ask the box (for an https box, the
+# report's TLS key is then compared with the connection it came over).
+forwarded_attestations = {forwarded}
 
 [ceilings]
 # The owner's ceilings for every skill this node offers (a skill's `limits:` front matter, or
@@ -1293,6 +1309,7 @@ operator = {operator}
             api_hosts = list(&self.api.hosts),
             retention = self.calls.retention_days,
             max_unstarted = self.calls.max_unstarted_per_peer,
+            forwarded = self.calls.forwarded_attestations,
             c_request = self.ceilings.max_request_bytes,
             c_source = self.ceilings.max_source_bytes,
             c_output = self.ceilings.max_output_bytes,

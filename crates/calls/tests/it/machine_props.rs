@@ -209,4 +209,30 @@ proptest! {
             prop_assert!(ticked.changed, "a tick at the due time {} did nothing in {:?}", at, t.call.state);
         }
     }
+
+    /// `owner_takes_run`, which a driver asks before checking a run the caller vouches for, says
+    /// what the machine does: the owner enters a run it says yes to (or fails the call, past
+    /// the bound on moves), and never one it says no to.
+    #[test]
+    fn owner_takes_run_is_what_the_machine_does(
+        events in proptest::collection::vec((move_event(), 0u64..20_000), 0..60),
+        offered in run(),
+    ) {
+        let timing = Timing::default();
+        let new = NewCall { id: "c".into(), peer: "p".into(), skill: "s".into(), program_hash: "sha256:00".into(), expires_at_ms: 10_000_000 };
+        let mut t = start(Role::Owner, new, 0, &timing);
+        let mut now = 0;
+        for (e, dt) in events {
+            now += dt;
+            t = step(&t.call, e, now, &timing);
+            let opened = step(&t.call, Event::RunOpened { run_id: offered.clone() }, now, &timing);
+            let entered = opened.call.run_id.as_deref() == Some(offered.as_str())
+                && t.call.run_id.as_deref() != Some(offered.as_str());
+            if owner_takes_run(&t.call, &offered) {
+                prop_assert!(entered || opened.call.state == State::Failed, "{:?} took no {}", t.call.state, offered);
+            } else {
+                prop_assert!(!entered, "{:?} entered {} it does not take", t.call.state, offered);
+            }
+        }
+    }
 }

@@ -188,6 +188,52 @@ async fn program_refusals_each_with_its_own_error() {
     );
 }
 
+/// The owner checks the attestation the caller's open got for their joint nonce, forwarded,
+/// without asking the box (issue 33): it holds for the nonce made of both halves, and an
+/// attestation replayed from another open (the caller's own nonce, another owner half, another
+/// run) is refused — the owner's fresh half is what makes a forwarded report fresh for it.
+#[tokio::test]
+async fn a_forwarded_attestation_holds_only_for_the_joint_nonce_of_its_run() {
+    let f = start(None).await;
+    let env = f.approve(&f.program());
+    let approved = skillbox_jc::dsse::approved_program(&env).expect("approved");
+    let (caller_half, owner_half) = (new_nonce(), new_nonce());
+    let joint = skillbox_jc::client::joint_nonce(&caller_half, &owner_half);
+    let run = f
+        .client
+        .open_attesting_for(&env, joint.clone())
+        .await
+        .expect("open");
+    let (att, asked) = run.attestation().expect("attested");
+    assert_eq!(asked, joint);
+    let att = att.clone();
+    let run_id = run.opened.run_id.clone();
+    let verified = f
+        .client
+        .check_forwarded(&att, &approved, &run_id, &joint, &f.policy)
+        .expect("the owner verifies the forwarded report");
+    assert_eq!(verified.run_id, run_id);
+
+    let refused = |nonce: &str, run: &str| {
+        f.client
+            .check_forwarded(&att, &approved, run, nonce, &f.policy)
+            .expect_err("refused")
+    };
+    // Replayed for another owner half, or passed off as the caller's own nonce.
+    for nonce in [
+        skillbox_jc::client::joint_nonce(&caller_half, &new_nonce()),
+        caller_half.clone(),
+        owner_half.clone(),
+    ] {
+        let e = refused(&nonce, &run_id);
+        assert!(matches!(e, JcError::NonceMismatch), "{e:?}");
+    }
+    // Another run's report is not this run's.
+    let other = f.client.open(&f.approve(&f.program())).await.expect("open");
+    let e = refused(&joint, &other.run_id);
+    assert!(matches!(e, JcError::StatementRunMismatch { .. }), "{e:?}");
+}
+
 /// An open that sends a nonce is answered with the run's attestation for that nonce, one round
 /// trip sooner (issue 33), checked as a fetched one is; an open without one is answered as
 /// before, with the open alone.

@@ -21,7 +21,7 @@ use zeroize::Zeroizing;
 use super::driver::{self, Change, Outcome};
 use super::ledger::{ledger_entry, stake_answer_entry};
 use super::records::{self, CallRow, Patch};
-use super::{Calls, lock, now_ms};
+use super::{Calls, Forward, lock, now_ms};
 use crate::ledger::{Decided, EntryKind, Item};
 
 /// How long an open waits, retrying, while every box it may use is busy (the machine's stall
@@ -111,12 +111,18 @@ impl Calls {
             .iter()
             .find(|s| s.keyid == self.0.node_key_hex)
             .ok_or_else(|| JcError::Internal("accepted program lacks our signature".into()))?;
-        self.send(
-            row,
-            PayloadKind::CallAccepted,
-            json!({"signature": {"keyid": ours.keyid, "sig": ours.sig}}),
-        )
-        .await;
+        // This side's half of the nonce the caller's open will ask the box's attestation for
+        // (the same half when `call.accepted` is sent again).
+        let mut body = json!({"signature": {"keyid": ours.keyid, "sig": ours.sig}});
+        if self.0.settings.forwarded_attestations {
+            body["nonce"] = json!(
+                lock(&self.0.nonce_halves)
+                    .entry((row.call.id.clone(), row.call.role))
+                    .or_insert_with(skillbox_jc::client::new_nonce)
+                    .clone()
+            );
+        }
+        self.send(row, PayloadKind::CallAccepted, body).await;
         Ok(None)
     }
 
@@ -124,13 +130,21 @@ impl Calls {
         let (Some(url), Some(run_id)) = (&row.box_url, &row.call.run_id) else {
             return Ok(None);
         };
-        let sent = self
-            .send(
-                row,
-                PayloadKind::CallSession,
-                json!({"box": url, "runId": run_id}),
-            )
-            .await;
+        let key = (row.call.id.clone(), row.call.role);
+        let mut body = json!({"box": url, "runId": run_id});
+        // The run's attestation for the joint nonce, with this side's half: the owner checks it
+        // without asking the box (public: what the box answers anyone who asks).
+        if let Some(f) = lock(&self.0.forwards)
+            .get(&key)
+            .filter(|f| &f.run_id == run_id)
+        {
+            body["attestation"] = json!(f.attestation);
+            body["nonce"] = json!(f.caller_half);
+        }
+        let sent = self.send(row, PayloadKind::CallSession, body).await;
+        if sent {
+            lock(&self.0.forwards).remove(&key);
+        }
         Ok(sent.then(|| (Event::SessionDelivered, Change::none())))
     }
 
@@ -192,9 +206,29 @@ impl Calls {
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
         let first = row.box_url.clone().unwrap_or_default();
-        let (url, client, opened, left) = self.open_somewhere(row, &first, &env, &approved).await?;
+        let key = (row.call.id.clone(), row.call.role);
+        // With the owner's half of the nonce (from `call.accepted`), the open asks for the joint
+        // nonce's attestation, which the owner can check when it is forwarded; without it, for a
+        // nonce of this side's own, as before.
+        let owner_half = lock(&self.0.nonce_halves).get(&key).cloned();
+        let caller_half = skillbox_jc::client::new_nonce();
+        let nonce = match &owner_half {
+            Some(o) => skillbox_jc::client::joint_nonce(&caller_half, o),
+            None => caller_half.clone(),
+        };
+        let (url, client, opened, left) = self
+            .open_somewhere(row, &first, &env, &approved, &nonce)
+            .await?;
         let policy = self.0.boxes.verify_policy(&url);
         let run_id = opened.opened.run_id.clone();
+        let forward = opened
+            .attestation()
+            .filter(|(_, asked)| owner_half.is_some() && *asked == nonce)
+            .map(|(att, _)| Forward {
+                run_id: run_id.clone(),
+                caller_half: caller_half.clone(),
+                attestation: att.clone(),
+            });
         // The box answered the open with the run's attestation for this node's nonce (one
         // round trip less, issue 33); from a box that did not, it is asked for.
         let verified = if opened.attested() {
@@ -203,6 +237,9 @@ impl Calls {
             self.timed("attest", client.attest_opened(&approved, opened, &policy))
                 .await?
         };
+        if let Some(f) = forward {
+            lock(&self.0.forwards).insert(key, f);
+        }
         let mut change = self.remember(row, verified);
         // A run the call left for this open (its box lost after it opened) is a move even when
         // the same box, back again, opened the new run.
@@ -233,6 +270,7 @@ impl Calls {
         first: &str,
         env: &Envelope,
         approved: &skillbox_jc::dsse::ApprovedProgram,
+        nonce: &str,
     ) -> skillbox_jc::Result<(String, BoxClient, OpenedRun, Option<&'static str>)> {
         let client = self.client(row)?;
         let started = std::time::Instant::now();
@@ -245,7 +283,10 @@ impl Calls {
                 status: 409,
                 code: "run_left".into(),
             };
-            let mut last = match self.timed("open", client.open_attesting(env)).await {
+            let mut last = match self
+                .timed("open", client.open_attesting_for(env, nonce.to_owned()))
+                .await
+            {
                 Ok(opened) if is_left(&opened) => run_left(),
                 Ok(opened) => {
                     self.0.boxes.answered(first);
@@ -261,7 +302,10 @@ impl Calls {
                 let Some(c) = self.0.boxes.client(&other.url).cloned() else {
                     continue;
                 };
-                match self.timed("open", c.open_attesting(env)).await {
+                match self
+                    .timed("open", c.open_attesting_for(env, nonce.to_owned()))
+                    .await
+                {
                     Ok(opened) if is_left(&opened) => {
                         all_busy = false;
                         if !driver::transient(&last) {
@@ -314,6 +358,57 @@ impl Calls {
         let verified = self
             .timed("attest", client.attest(&approved, run_id, &policy))
             .await?;
+        Ok(Some(self.run_verified(row, verified, box_url)))
+    }
+
+    /// The owner's check of the run a `call.session` named, from the attestation the caller
+    /// forwarded (the one its open got for their joint nonce): every check [`Self::verify_run`]
+    /// makes, without asking the box (issue 33: a round trip and a commit fewer on the call's
+    /// path). `None` when there is nothing to check it against (no forward, no half of this
+    /// node's: a restart lost it) or it does not verify: the caller's word is then worth
+    /// nothing, and the owner asks the box itself.
+    pub(super) fn verify_forwarded(
+        &self,
+        row: &CallRow,
+        run_id: &str,
+        box_url: &str,
+        forwarded: (&skillbox_jc::attest::Attestation, &str),
+    ) -> Option<(Event, Change)> {
+        if !self.0.settings.forwarded_attestations {
+            return None;
+        }
+        let key = (row.call.id.clone(), row.call.role);
+        let own_half = lock(&self.0.nonce_halves).get(&key).cloned()?;
+        let (att, caller_half) = forwarded;
+        let nonce = skillbox_jc::client::joint_nonce(caller_half, &own_half);
+        let checked = Self::envelope(row)
+            .and_then(|env| approved_program(&env))
+            .and_then(|approved| {
+                let client = self
+                    .0
+                    .boxes
+                    .client(box_url)
+                    .ok_or(JcError::BoxKeyNotPinned)?;
+                let policy = self.0.boxes.verify_policy(box_url);
+                client.check_forwarded(att, &approved, run_id, &nonce, &policy)
+            });
+        match checked {
+            Ok(verified) => Some(self.run_verified(row, verified, box_url.to_owned())),
+            Err(e) => {
+                tracing::debug!(call = %row.call.id, code = e.code(), "forwarded attestation refused; asking the box");
+                None
+            }
+        }
+    }
+
+    /// The owner's `RunOpened` for a run it verified at `box_url`, with what its step stores.
+    fn run_verified(
+        &self,
+        row: &CallRow,
+        verified: VerifiedRun,
+        box_url: String,
+    ) -> (Event, Change) {
+        let run_id = verified.run_id.clone();
         let mut change = self.remember(row, verified);
         // The call reached a verified run: only now does it count against the daily ceilings
         // (and the coverage thresholds are looked at again: another call may have passed them),
@@ -331,12 +426,7 @@ impl Calls {
             ));
         }
         change.patch.box_url = Some(box_url);
-        Ok(Some((
-            Event::RunOpened {
-                run_id: run_id.to_owned(),
-            },
-            change,
-        )))
+        (Event::RunOpened { run_id }, change)
     }
 
     /// Keep the verified run in memory, and return the change that stores its public facts

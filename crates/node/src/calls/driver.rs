@@ -370,6 +370,8 @@ impl Calls {
                     lock(&this.0.locks).remove(&key);
                     lock(&this.0.verified).remove(&key);
                     lock(&this.0.rows).remove(&key);
+                    lock(&this.0.nonce_halves).remove(&key);
+                    lock(&this.0.forwards).remove(&key);
                     // Codes only at INFO: a failure's message may hold local detail.
                     match &t.call.failure {
                         Some(f) if t.call.state == State::Failed => {

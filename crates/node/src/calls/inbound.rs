@@ -9,6 +9,7 @@
 use serde_json::Value;
 use skillbox_calls::machine::{self, Event, FailureCode, NewCall, Role, State};
 use skillbox_jc::JcError;
+use skillbox_jc::attest::Attestation;
 use skillbox_jc::dsse::{Envelope, EnvelopeSignature, approved_program};
 use skillbox_jc::program::{BoxIdentity, PROGRAM_PAYLOAD_TYPE, Program, ProgramHash, decode_hex32};
 use skillbox_peers::{IncomingPayload, Payload, PayloadKind, PeerId};
@@ -50,6 +51,15 @@ impl Calls {
                 };
                 match Self::cosigned(&row, &body) {
                     Ok(text) => {
+                        // The owner's half of the nonce the open will ask the attestation for
+                        // (taken only in the form of a fresh one).
+                        if let Some(half) = body
+                            .get("nonce")
+                            .and_then(Value::as_str)
+                            .filter(|h| skillbox_jc::client::is_nonce_half(h))
+                        {
+                            lock(&self.0.nonce_halves).insert(key.clone(), half.to_owned());
+                        }
                         let change = Change::patch(Patch {
                             program: Some(text),
                             ..Patch::default()
@@ -85,6 +95,24 @@ impl Calls {
                         message: "the caller's box is not one this node accepts".into(),
                     };
                     let _ = self.apply(key, event, Change::none()).await;
+                    return;
+                }
+                // The attestation the caller's open got for the joint nonce, forwarded: checked
+                // here, it is the verified run at once (one step, no round trip to the box).
+                // Anything wrong with it and the session is taken as a claim, checked at the
+                // box as before.
+                let forwarded = body.get("nonce").and_then(Value::as_str).zip(
+                    body.get("attestation")
+                        .and_then(|a| serde_json::from_value::<Attestation>(a.clone()).ok()),
+                );
+                if let Some((half, att)) = &forwarded
+                    && skillbox_jc::client::is_nonce_half(half)
+                    && machine::owner_takes_run(&row.call, run_id)
+                    && let Some((event, change)) =
+                        self.verify_forwarded(&row, run_id, &url, (att, half))
+                {
+                    lock(&self.0.nonce_halves).remove(&key);
+                    let _ = self.apply(key, event, change).await;
                     return;
                 }
                 // The box becomes the call's only with its verified run (`verify_run`): a

@@ -319,6 +319,14 @@ pub struct CallsDeps {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
+/// A run attestation the caller holds for `call.session`: the run, the caller's half of the
+/// joint nonce the box attested, and the attestation (public: what any asker of the box gets).
+struct Forward {
+    run_id: String,
+    caller_half: String,
+    attestation: skillbox_jc::attest::Attestation,
+}
+
 struct Inner {
     store: Arc<Store>,
     sources: Sources,
@@ -344,6 +352,14 @@ struct Inner {
     /// call left does not hold up the same action for its new run).
     inflight: Mutex<HashSet<(Key, &'static str, Option<String>)>>,
     verified: Mutex<HashMap<Key, VerifiedRun>>,
+    /// Halves of the joint attestation nonce (`jc::client::joint_nonce`), in memory only: the
+    /// owner's own half of each call it accepted (sent in `call.accepted`), and on the caller's
+    /// side the owner's half it received. Lost in a restart, the optimisation is lost with it:
+    /// the caller opens with a nonce of its own and the owner asks the box itself, as before.
+    nonce_halves: Mutex<HashMap<Key, String>>,
+    /// The caller's run attestation for the joint nonce, with its half, kept for `call.session`
+    /// so the owner can check it without asking the box again (issue 33).
+    forwards: Mutex<HashMap<Key, Forward>>,
     /// The rows of open calls as their last step committed them: a step reads its call from
     /// here, not from the store (parsing the stored record was ~5 % of a node's CPU per call,
     /// issue 33). Only the driver changes a call's row, under the call's lock, and it replaces
@@ -449,6 +465,8 @@ impl Calls {
             head_wanted: std::sync::atomic::AtomicU64::new(0),
             head_publishing: std::sync::atomic::AtomicBool::new(false),
             verified: Mutex::new(HashMap::new()),
+            nonce_halves: Mutex::new(HashMap::new()),
+            forwards: Mutex::new(HashMap::new()),
             tick_due: Mutex::new(HashMap::new()),
             turns: coverage::Turns::default(),
             metrics: deps.metrics,

@@ -133,32 +133,117 @@ async fn a_box_that_died_before_any_stake_hands_the_run_to_another_and_the_histo
 /// delivered, until the call stalled (the crash harness, box killed at `staked`, found it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_owner_whose_attestation_failed_for_a_moment_verifies_again_and_the_call_is_answered() {
+    // The owner asks the box itself (it does not take the caller's forwarded attestation); the
+    // caller's attestation comes with its open: the only one asked for on its own is the
+    // owner's.
+    let asked = answered_with_attestations_refused("FALTER-1", 1, false).await;
+    assert_eq!(asked, 2, "one refused, one verified");
+}
+
+/// The owner checks the attestation the caller's open got for their joint nonce, forwarded in
+/// `call.session`, and asks the box for none (issue 33: a round trip and a step fewer): with
+/// every attestation asked on its own refused by the box, the call is still answered. The
+/// caller's own comes with its open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_owner_checks_the_forwarded_attestation_and_asks_the_box_for_none() {
+    let asked = answered_with_attestations_refused("FORWARD-1", usize::MAX, true).await;
+    assert_eq!(asked, 0, "attestations asked on their own");
+}
+
+/// A call through a box whose first `refused` attestations asked on their own (`GET
+/// .../attestation`) answer 503, the owner taking forwarded attestations or not: answered on
+/// both sides, one provider request. Answers how many attestations were asked for.
+async fn answered_with_attestations_refused(tag: &str, refused: usize, forwarded: bool) -> usize {
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
     let box_url = support::start_box(&provider_url).await;
-    // The caller's attestation comes with its open: the only attestation asked for on its own
-    // is the owner's.
-    let (proxy_url, seen) = support::start_faltering_proxy(&box_url, "/attestation", 1).await;
-    let stall_soon = |c: &mut skillbox_node::Config| {
+    let (proxy_url, seen) = support::start_faltering_proxy(&box_url, "/attestation", refused).await;
+    let tune = move |c: &mut skillbox_node::Config| {
         c.schedules.stall_limit_secs = 10;
         c.schedules.sweep_secs = 1;
+        c.calls.forwarded_attestations = forwarded;
     };
-    let (owner, caller) = tagged_pair(&proxy_url, "FALTER-1", stall_soon).await;
+    let (owner, caller) = tagged_pair(&proxy_url, tag, tune).await;
     let id = caller
-        .start_call(&owner.peer_id, "taste", "REQ-FALTER-1")
+        .start_call(&owner.peer_id, "taste", &format!("REQ-{tag}"))
         .await;
     let c = caller.wait_call(&id, LIMIT).await;
     assert_eq!(c["state"], "answered", "{c}");
     let o = owner.wait_call(&id, LIMIT).await;
     assert_eq!(o["state"], "ran", "{o}");
-    let asked = seen
-        .lock()
-        .expect("log")
-        .iter()
-        .filter(|p| p.contains("/attestation"))
-        .count();
-    assert_eq!(asked, 2, "one refused, one verified");
+    let asked = attestations_asked(&seen);
     assert_eq!(provider.0.lock().expect("log").len(), 1);
     support::stop_all([owner, caller]).await;
+    asked
+}
+
+/// How many attestations a proxy's log shows asked for on their own.
+fn attestations_asked(seen: &Mutex<Vec<String>>) -> usize {
+    let log = seen.lock().expect("log");
+    log.iter().filter(|p| p.contains("/attestation")).count()
+}
+
+/// A hostile caller forwards a genuine attestation of its run, but one its open asked for its
+/// own nonce, not the joint one with the owner's half (a replay of a report the owner's nonce
+/// had no part in): the owner does not take it, asks the box itself, and stakes only after its
+/// own check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forwarded_attestation_without_the_owners_half_is_not_taken() {
+    use skillbox_peers::PayloadKind;
+    let (provider_url, _provider) = support::provider_double(Duration::ZERO).await;
+    let box_url = support::start_box(&provider_url).await;
+    let (proxy_url, seen) = support::start_faltering_proxy(&box_url, "/attestation", 0).await;
+    let accept = vec![proxy_url.clone()];
+    let owner = TestNode::start(&proxy_url, vec![], move |c| c.boxes.accept = accept).await;
+    owner.put_source("openai-key", "secret", "sk-FWD-H").await;
+    owner
+        .add_skill(&skill_doc("taste", "BODY-FWD-H", &[]))
+        .await;
+    let mut hostile = RawPeer::start(79, &owner).await;
+    let offered = hostile.advert(LIMIT, |o| !o.boxes.is_empty()).await;
+    let id = "00112233445566778899aabbccddee02";
+    let (mut env, accepted) = hostile_request(&mut hostile, &offered, id, &provider_url).await;
+    let owner_half = accepted.body["nonce"].as_str().unwrap_or_default();
+    assert!(
+        skillbox_jc::client::is_nonce_half(owner_half),
+        "the owner's half: {:?}",
+        accepted.body
+    );
+    env.signatures
+        .push(serde_json::from_value(accepted.body["signature"].clone()).expect("signature"));
+    // The open asks for the caller's own nonce: the report is genuine, the owner's half absent.
+    let client = skillbox_jc::client::BoxClient::new(&proxy_url).expect("client");
+    let own = skillbox_jc::client::new_nonce();
+    let opened = client
+        .open_attesting_for(&env, own.clone())
+        .await
+        .expect("open");
+    let (att, _) = opened.attestation().expect("attested");
+    let run = opened.opened.run_id.clone();
+    let asked_before = attestations_asked(&seen);
+    hostile
+        .send(
+            PayloadKind::CallSession,
+            id,
+            serde_json::json!({"box": proxy_url, "runId": run, "attestation": att, "nonce": own}),
+        )
+        .await;
+    // The owner stakes into the run only once it checked it itself.
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let stakes = entries(&owner, id, "stake").await;
+        if stakes.iter().any(|e| e["run"] == run.as_str()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no stake: {stakes:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let asked = attestations_asked(&seen);
+    assert_eq!(
+        asked - asked_before,
+        1,
+        "the owner asked the box for its own"
+    );
+    owner.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -199,6 +284,34 @@ async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its
 }
 
 /// The caller's human is asked before every stake (the owner's side allows).
+/// A hostile caller's admissible request for the owner's `taste` (provider at `provider_url`),
+/// accepted: its program, signed by the caller alone, and the owner's `call.accepted`.
+async fn hostile_request(
+    hostile: &mut RawPeer,
+    offered: &skillbox_peers::Advert,
+    id: &str,
+    provider_url: &str,
+) -> (skillbox_jc::dsse::Envelope, skillbox_peers::Payload) {
+    let mut program = crate::hostile::admissible_program(offered, &hostile.key, id);
+    program.provider.host = Some(provider_url.to_owned());
+    let env = skillbox_jc::dsse::sign_program(&program, &hostile.key).expect("sign");
+    let wire: Value = serde_json::from_slice(&env.to_json()).expect("json");
+    let accepted = hostile
+        .request(
+            id,
+            serde_json::json!({"skill": "taste", "program": wire}),
+            LIMIT,
+        )
+        .await;
+    assert_eq!(
+        accepted.kind,
+        skillbox_peers::PayloadKind::CallAccepted,
+        "{:?}",
+        accepted.body
+    );
+    (env, accepted)
+}
+
 fn caller_asks(c: &mut skillbox_node::Config) {
     // The shipped rule, for every call (not only those with sources).
     c.policy.rules.push(skillbox_calls::Rule {
@@ -369,23 +482,7 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
     // The owner's advert, once it lists every box.
     let offered = hostile.advert(LIMIT, |o| o.boxes.len() == urls.len()).await;
     let id = "00112233445566778899aabbccddee01";
-    let mut program = crate::hostile::admissible_program(&offered, &hostile.key, id);
-    program.provider.host = Some(provider_url.clone());
-    let mut env = skillbox_jc::dsse::sign_program(&program, &hostile.key).expect("sign");
-    let wire: Value = serde_json::from_slice(&env.to_json()).expect("json");
-    let accepted = hostile
-        .request(
-            id,
-            serde_json::json!({"skill": "taste", "program": wire}),
-            LIMIT,
-        )
-        .await;
-    assert_eq!(
-        accepted.kind,
-        PayloadKind::CallAccepted,
-        "{:?}",
-        accepted.body
-    );
+    let (mut env, accepted) = hostile_request(&mut hostile, &offered, id, &provider_url).await;
     env.signatures
         .push(serde_json::from_value(accepted.body["signature"].clone()).expect("signature"));
     let staked_into = |run: String| {
