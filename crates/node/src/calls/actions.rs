@@ -384,11 +384,9 @@ impl Calls {
         let checked = Self::envelope(row)
             .and_then(|env| approved_program(&env))
             .and_then(|approved| {
-                let client = self
-                    .0
-                    .boxes
-                    .client(box_url)
-                    .ok_or(JcError::BoxKeyNotPinned)?;
+                let client = self.0.boxes.client(box_url).ok_or_else(|| {
+                    JcError::BadRequest(format!("box {box_url} is not one this node accepts"))
+                })?;
                 let policy = self.0.boxes.verify_policy(box_url);
                 client.check_forwarded(att, &approved, run_id, &nonce, &policy)
             });

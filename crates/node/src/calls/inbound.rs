@@ -6,6 +6,7 @@
 //! lists, rate, the program against the offered skill and the owner's ceilings, the daily call
 //! counts) — a stranger's refused request leaves nothing behind.
 
+use serde::Deserialize as _;
 use serde_json::Value;
 use skillbox_calls::machine::{self, Event, FailureCode, NewCall, Role, State};
 use skillbox_jc::JcError;
@@ -101,13 +102,16 @@ impl Calls {
                 // here, it is the verified run at once (one step, no round trip to the box).
                 // Anything wrong with it and the session is taken as a claim, checked at the
                 // box as before.
-                let forwarded = body.get("nonce").and_then(Value::as_str).zip(
-                    body.get("attestation")
-                        .and_then(|a| serde_json::from_value::<Attestation>(a.clone()).ok()),
-                );
+                // The cheap checks first: the evidence is parsed only for a run the call would
+                // take, from a half of the right form.
+                let forwarded = body
+                    .get("nonce")
+                    .and_then(Value::as_str)
+                    .filter(|h| skillbox_jc::client::is_nonce_half(h))
+                    .filter(|_| machine::owner_takes_run(&row.call, run_id))
+                    .zip(body.get("attestation"))
+                    .and_then(|(half, a)| Some((half, Attestation::deserialize(a).ok()?)));
                 if let Some((half, att)) = &forwarded
-                    && skillbox_jc::client::is_nonce_half(half)
-                    && machine::owner_takes_run(&row.call, run_id)
                     && let Some((event, change)) =
                         self.verify_forwarded(&row, run_id, &url, (att, half))
                 {
