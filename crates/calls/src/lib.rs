@@ -16,7 +16,7 @@ pub mod vocabulary;
 
 pub use machine::{
     Action, Call, Decision, Event, Failure, FailureCode, MAX_MOVES, NewCall, Role, State, Timing,
-    Transition, owner_takes_run, start, step, tick_due_ms,
+    Transition, owner_takes_run, start, step, submits_with_stake, tick_due_ms,
 };
 pub use policy::{
     Admission, Pattern, Policy, RateBuckets, Refusal, Rule, Side, SubmitQuestion, Told,

@@ -698,6 +698,15 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             }
             t
         }
+        // The box took the caller's submit with its stake (`submits_with_stake`): its go went
+        // with its material, so `submitting` is passed by.
+        (Caller, State::Opened, Event::Submitted) if submits_with_stake(call) => {
+            let mut t = to(State::Submitted, vec![]);
+            if !call.session_delivered {
+                t.actions.insert(0, Action::SendSession);
+            }
+            t
+        }
         (_, State::Opened, Event::Staked) => {
             let mut t = to(State::Staked, vec![]);
             // The caller still owes the session payload if it was never acknowledged.
@@ -741,6 +750,15 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
         }
         _ => unchanged(),
     }
+}
+
+/// Whether this side's `Stake` may carry its submit: a caller whose policy (or human) allowed
+/// the call before it staked — nothing is left to decide between its stake and its submit, so
+/// its go goes with its material in one request, and the box's word that it took both
+/// (`Event::Submitted` in `opened`) moves the call to `submitted`. The owner asks its policy
+/// after its stake, so it submits on its own.
+pub fn submits_with_stake(call: &Call) -> bool {
+    call.role == Role::Caller && call.state == State::Opened && call.consented
 }
 
 /// The owner's states from which it follows the caller to a new run: it holds a run and has

@@ -26,7 +26,9 @@ use crate::program::{ProgramHash, Role};
 use crate::receipt::{self, OwnerNote, Receipt};
 use crate::run::{Opened, ResultView, RunFailure, RunView};
 use crate::seal::{self, HpkeKeyPair, Purpose, Sealer};
-use crate::server::{ErrorBody, Health, OpenedReply, STAKE_ACTION_HEADER, Staked, Submitted};
+use crate::server::{
+    ErrorBody, Health, OpenedReply, STAKE_ACTION_HEADER, SUBMIT_ACTION_HEADER, Staked, Submitted,
+};
 use crate::tls::{AttestedKeys, KeyVerifier};
 
 /// One named piece of material to stake, read as a stream of exactly `len` bytes.
@@ -580,6 +582,34 @@ impl BoxClient {
         sealed: Vec<u8>,
         node_key: &SigningKey,
     ) -> Result<Role> {
+        Ok(self
+            .stake_with(run, role, sealed, node_key, false)
+            .await?
+            .role)
+    }
+
+    /// jc.stake with this party's jc.submit in the same request, for a party that has nothing
+    /// left to decide between the two (its policy was asked before the stake). `submitted` in
+    /// the answer says whether the box took the submit: a box that does not take one with a
+    /// stake answers the stake alone, and the party then submits on its own.
+    pub async fn stake_and_submit(
+        &self,
+        run: &VerifiedRun,
+        role: Role,
+        sealed: Vec<u8>,
+        node_key: &SigningKey,
+    ) -> Result<Staked> {
+        self.stake_with(run, role, sealed, node_key, true).await
+    }
+
+    async fn stake_with(
+        &self,
+        run: &VerifiedRun,
+        role: Role,
+        sealed: Vec<u8>,
+        node_key: &SigningKey,
+        submit: bool,
+    ) -> Result<Staked> {
         let action = PartyAction {
             action: "stake".into(),
             role,
@@ -597,16 +627,22 @@ impl BoxClient {
                 .ok_or(JcError::TlsKeyNotAttested)?;
             keys.admit(bound);
         }
+        let mut request = self
+            .pinned
+            .post(self.run_url(&run.run_id, "/stakes")?)
+            .header(STAKE_ACTION_HEADER, STANDARD.encode(env.to_json()));
+        if submit {
+            let go = Self::action("submit", &run.run_id, &run.program_hash, role, node_key)?;
+            request = request.header(SUBMIT_ACTION_HEADER, STANDARD.encode(go.to_json()));
+        }
         let staked: Staked = self
             .send(
-                self.pinned
-                    .post(self.run_url(&run.run_id, "/stakes")?)
-                    .header(STAKE_ACTION_HEADER, STANDARD.encode(env.to_json()))
+                request
                     .header("content-type", "application/octet-stream")
                     .body(sealed),
             )
             .await?;
-        Ok(staked.role)
+        Ok(staked)
     }
 
     fn action(

@@ -950,6 +950,18 @@ pub struct StakeSlot {
     digest: String,
     /// The most the body may be (the declared length, else the role's sealed limit).
     pub limit: usize,
+    /// The party's submit came with its stake (verified with the stake's action): its go,
+    /// taken with the stake, for the run to start once both stakes are in.
+    submit: bool,
+}
+
+/// What a committed stake did: the role it was, whether its party's submit was taken with it,
+/// and whether that made the run start (both stakes in, both submitted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StakeTaken {
+    pub role: Role,
+    pub submitted: bool,
+    pub started: bool,
 }
 
 /// Reserved while a stake is read and opened: the body, the opened plaintext, the entries.
@@ -1411,11 +1423,13 @@ impl BoxCore {
     /// of the bytes to come; that role has neither staked nor an upload under way; the declared
     /// length is within the role's limit; and the memory to read and open it fits the budget
     /// and the client's share. The slot holds the role and the memory until it is committed or
-    /// released.
+    /// released. A `submit` sent with the stake (the party's go, signed apart, by the same
+    /// role for the same run) is checked here too, and taken when the stake is committed.
     pub fn begin_stake(
         &self,
         run_id: &str,
         action: &Envelope,
+        submit: Option<&Envelope>,
         declared: Option<u64>,
         client: Client,
         now: u64,
@@ -1430,6 +1444,13 @@ impl BoxCore {
         // The signature is checked outside the state lock.
         let act = verify_action(action, &program, run_id, "stake")?;
         let role = act.role;
+        if let Some(go) = submit
+            && verify_action(go, &program, run_id, "submit")?.role != role
+        {
+            return Err(JcError::Envelope(
+                "the submit sent with a stake is signed for another role".into(),
+            ));
+        }
         let digest = act
             .stake_sha256
             .ok_or_else(|| JcError::Envelope("a stake action names its bytes' digest".into()))?;
@@ -1481,6 +1502,7 @@ impl BoxCore {
             role,
             digest,
             limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            submit: submit.is_some(),
         })
     }
 
@@ -1499,8 +1521,10 @@ impl BoxCore {
 
     /// Finish a stake begun with [`Self::begin_stake`]: the bytes are the ones the action
     /// signed, they open with this run's key and info, and their entries are the program's.
-    /// On an error the caller releases the slot.
-    pub fn commit_stake(&self, slot: &StakeSlot, sealed: &[u8], now: u64) -> Result<Role> {
+    /// On an error the caller releases the slot. A submit begun with the stake is taken in the
+    /// same step, and is on disk before the answer: the run starts when both stakes are in and
+    /// both parties submitted (the returned `started`: the caller of this runs it).
+    pub fn commit_stake(&self, slot: &StakeSlot, sealed: &[u8], now: u64) -> Result<StakeTaken> {
         let role = slot.role;
         if hex::encode(Sha256::digest(sealed)) != slot.digest {
             return Err(JcError::Envelope(
@@ -1574,21 +1598,39 @@ impl BoxCore {
             // From what reading and opening needed to what is kept.
             h.bytes = bytes;
         }
+        // The go sent with the stake: the party's submit, held by the run until the other
+        // stake is in (a submit of its own is refused until then, and waits for it).
+        let mut started = false;
+        let snapshot = if slot.submit {
+            run.submitted.insert(role, true);
+            started = run.stakes.len() == 2 && run.submitted.len() == 2;
+            if started {
+                run.phase = Phase::Running;
+            }
+            self.snapshot(run)?
+        } else {
+            None
+        };
         run.changed.notify_waiters();
         st.retally(&slot.run_id);
         drop(st);
+        self.persist(&slot.run_id, snapshot)?;
         self.failpoint("staked");
-        Ok(role)
+        Ok(StakeTaken {
+            role,
+            submitted: slot.submit,
+            started,
+        })
     }
 
     /// jc.stake in one step (in-process): [`Self::begin_stake`] then [`Self::commit_stake`].
     pub fn stake(&self, run_id: &str, action: &Envelope, sealed: &[u8], now: u64) -> Result<Role> {
-        let slot = self.begin_stake(run_id, action, Some(sealed.len() as u64), None, now)?;
+        let slot = self.begin_stake(run_id, action, None, Some(sealed.len() as u64), None, now)?;
         let committed = self.commit_stake(&slot, sealed, now);
         if committed.is_err() {
             self.release_stake(&slot);
         }
-        committed
+        committed.map(|t| t.role)
     }
 
     /// jc.submit: a party's go. Refused before both stakes are in. Returns true when this submit

@@ -27,10 +27,15 @@ use serde::{Deserialize, Serialize};
 use crate::dsse::Envelope;
 use crate::error::JcError;
 use crate::registry::ProviderView;
-use crate::run::{BoxCore, Client, StakeSlot, now_secs};
+use crate::run::{BoxCore, Client, StakeSlot, StakeTaken, now_secs};
 
 /// Header carrying the party's signed stake action (base64 of the DSSE envelope JSON).
 pub const STAKE_ACTION_HEADER: &str = "skillbox-stake-action";
+/// Optional header on a stake: the same party's signed submit action (base64 of the DSSE
+/// envelope JSON), its go taken with the stake — one request where a party has nothing left to
+/// decide between its stake and its submit (issue 33). A box that does not know it answers the
+/// stake alone (`submitted` false), and the party submits as before.
+pub const SUBMIT_ACTION_HEADER: &str = "skillbox-submit-action";
 /// Programs and action envelopes are small.
 const SMALL_BODY: usize = 256 * 1024;
 
@@ -467,6 +472,33 @@ async fn attestation(
 #[derive(Serialize, Deserialize)]
 pub struct Staked {
     pub role: crate::program::Role,
+    /// The party's submit sent with the stake was taken too (absent from a box that does not
+    /// take one: false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub submitted: bool,
+}
+
+/// A signed action from a header: base64 of the envelope's JSON.
+fn header_action(headers: &HeaderMap, name: &str) -> Result<Option<Envelope>, JcError> {
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    let raw = value
+        .to_str()
+        .map_err(|_| JcError::BadRequest(format!("header {name} is not base64")))?;
+    let json = base64::engine::general_purpose::STANDARD
+        .decode(raw)
+        .map_err(|_| JcError::BadRequest(format!("header {name} is not base64")))?;
+    Envelope::from_json(&json).map(Some)
+}
+
+/// Run a run whose last submit just came in, off the request.
+fn start_run(core: Arc<BoxCore>, id: String) {
+    tokio::spawn(async move {
+        if let Err(e) = core.execute(&id).await {
+            tracing::warn!(error = %e, "run could not finish");
+        }
+    });
 }
 
 async fn stake(
@@ -477,14 +509,9 @@ async fn stake(
     body: Body,
 ) -> ApiResult<Response> {
     charged(&core, client, &headers, "application/octet-stream")?;
-    let raw = headers
-        .get(STAKE_ACTION_HEADER)
-        .and_then(|v| v.to_str().ok())
+    let env = header_action(&headers, STAKE_ACTION_HEADER)?
         .ok_or_else(|| JcError::BadRequest(format!("header {STAKE_ACTION_HEADER} is required")))?;
-    let env_json = base64::engine::general_purpose::STANDARD
-        .decode(raw)
-        .map_err(|_| JcError::BadRequest(format!("header {STAKE_ACTION_HEADER} is not base64")))?;
-    let env = Envelope::from_json(&env_json)?;
+    let submit = header_action(&headers, SUBMIT_ACTION_HEADER)?;
     let declared = match headers.get(axum::http::header::CONTENT_LENGTH) {
         None => None,
         Some(v) => Some(
@@ -500,7 +527,7 @@ async fn stake(
     // (a refusal, a cut connection, a timeout).
     let slot = Slot {
         core: core.clone(),
-        slot: Some(core.begin_stake(&id, &env, declared, client, now)?),
+        slot: Some(core.begin_stake(&id, &env, submit.as_ref(), declared, client, now)?),
     };
     let limit = slot.limit();
     let within = std::time::Duration::from_secs(core.config().stake_upload_secs.max(1));
@@ -508,10 +535,17 @@ async fn stake(
         .await
         .map_err(|_| JcError::UploadTimedOut)??;
     // Opening a large stake is CPU work: keep it off the async threads.
-    let role = tokio::task::spawn_blocking(move || slot.commit(&bytes, now))
+    let taken = tokio::task::spawn_blocking(move || slot.commit(&bytes, now))
         .await
         .map_err(|e| JcError::Internal(format!("stake task: {e}")))??;
-    Ok(Json(Staked { role }).into_response())
+    if taken.started {
+        start_run(core, id);
+    }
+    Ok(Json(Staked {
+        role: taken.role,
+        submitted: taken.submitted,
+    })
+    .into_response())
 }
 
 /// A stake slot given back when dropped uncommitted.
@@ -525,7 +559,7 @@ impl Slot {
         self.slot.as_ref().map_or(0, |s| s.limit)
     }
 
-    fn commit(mut self, bytes: &[u8], now: u64) -> Result<crate::program::Role, JcError> {
+    fn commit(mut self, bytes: &[u8], now: u64) -> Result<StakeTaken, JcError> {
         let slot = self
             .slot
             .take()
@@ -599,12 +633,7 @@ async fn submit(
 ) -> ApiResult<Response> {
     let start = core.submit_within(&id, &env, q.wait()).await?;
     if start {
-        let core2 = core.clone();
-        tokio::spawn(async move {
-            if let Err(e) = core2.execute(&id).await {
-                tracing::warn!(error = %e, "run could not finish");
-            }
-        });
+        start_run(core, id);
     }
     Ok((StatusCode::ACCEPTED, Json(Submitted { started: start })).into_response())
 }

@@ -620,3 +620,48 @@ fn a_record_from_before_consent_moved_keeps_the_old_order() {
     );
     assert_eq!(on.call.state, State::Submitting);
 }
+
+#[test]
+fn a_caller_whose_submit_went_with_its_stake_passes_submitting_by() {
+    let t = caller_at(State::Opened);
+    // Not consented yet: its stake (and so its submit) is not owed, and the box's word that it
+    // took one changes nothing.
+    assert!(!submits_with_stake(&t.call));
+    let early = step(&t.call, Event::Submitted, T0 + 50, &timing());
+    assert!(!early.changed && early.actions.is_empty());
+    let allowed = step(&t.call, Event::Policy(Decision::Allow), T0 + 100, &timing());
+    assert!(submits_with_stake(&allowed.call));
+    let t = step(&allowed.call, Event::Submitted, T0 + 101, &timing());
+    // The session is still owed until the owner acknowledged it; then the answer.
+    assert_eq!(
+        owed(&t),
+        (
+            State::Submitted,
+            vec![Action::SendSession, Action::FetchOutcome]
+        )
+    );
+    assert!(!submits_with_stake(&t.call));
+    let delivered = step(&allowed.call, Event::SessionDelivered, T0 + 101, &timing());
+    let t = step(&delivered.call, Event::Submitted, T0 + 102, &timing());
+    assert_eq!(owed(&t), (State::Submitted, vec![Action::FetchOutcome]));
+}
+
+#[test]
+fn an_owner_never_submits_with_its_stake() {
+    let t = run(
+        owner(),
+        vec![
+            Event::Admitted,
+            Event::PeerSession {
+                run_id: "r1".into(),
+                box_url: "http://b".into(),
+            },
+            run_opened("r1"),
+        ],
+    );
+    assert_eq!(t.call.state, State::Opened);
+    assert!(!submits_with_stake(&t.call));
+    // Its policy is asked after its stake: a `Submitted` before it is not taken.
+    let early = step(&t.call, Event::Submitted, T0 + 100, &timing());
+    assert!(!early.changed && early.actions.is_empty());
+}

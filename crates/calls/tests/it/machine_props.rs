@@ -133,7 +133,10 @@ proptest! {
         for (e, dt) in events {
             now += dt;
             let before = t.call.clone();
-            let took_stake = e == Event::Staked;
+            // A caller's `Submitted` in `opened` is its stake's outcome too: the box took its
+            // submit with the stake.
+            let took_stake = e == Event::Staked
+                || (e == Event::Submitted && before.state == State::Opened);
             // `Staked` is the outcome of a `Stake` the state owes: the driver feeds it no other
             // way (an unconsented caller's `staked` is a record from before consent moved).
             if took_stake && !step(&before, Event::Resume, now, &timing).actions.contains(&Action::Stake) {

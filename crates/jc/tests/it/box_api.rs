@@ -584,3 +584,132 @@ async fn submit_and_result_wait_at_the_box_instead_of_being_polled() {
     let view = result.await.expect("task").expect("held result answers");
     assert_eq!(view.status, RunStatus::Ok);
 }
+
+/// A party's submit sent with its stake (`skillbox-submit-action`): taken with the stake, it
+/// is that party's go, and the run starts once both stakes are in and both parties went —
+/// never earlier, and a submit of the other party's own is still refused before its stake.
+#[tokio::test]
+async fn a_submit_sent_with_a_stake_is_the_partys_go_once_both_stakes_are_in() {
+    use skillbox_jc::run::Phase;
+    let f = start(Some("ok")).await;
+    let (_, run) = f.open(&f.program()).await;
+    let sealed = f.caller_stake(&run, "hi", b"x");
+    let staked = f
+        .client
+        .stake_and_submit(&run, Role::Caller, sealed, &f.caller)
+        .await
+        .expect("stake with submit");
+    assert!(staked.submitted, "the box took the caller's submit");
+    let view = f.client.status(&run.run_id).await.expect("status");
+    assert_eq!(
+        (view.state, view.staked, view.submitted),
+        (Phase::Open, vec![Role::Caller], vec![Role::Caller])
+    );
+    assert_refused(f.submit_as(&run, Role::Owner).await, "stakes_missing");
+    f.stake_as_owner(&run, "BODY").await.expect("owner stakes");
+    let view = f.client.status(&run.run_id).await.expect("status");
+    assert_eq!(view.state, Phase::Open, "the owner has not gone yet");
+    assert!(
+        f.submit_as(&run, Role::Owner).await.expect("owner submits"),
+        "the owner's submit is the second: it starts the run"
+    );
+    assert_eq!(f.result(&run).await.status, RunStatus::Ok);
+
+    // Both with their stakes: the second stake starts the run, no submit request at all.
+    let (_, run) = f.open(&f.program()).await;
+    let owner = f.owner_stake(&run, "BODY");
+    let first = f
+        .client
+        .stake_and_submit(&run, Role::Owner, owner, &f.owner)
+        .await
+        .expect("owner");
+    assert!(first.submitted);
+    let caller = f.caller_stake(&run, "hi", b"x");
+    f.client
+        .stake_and_submit(&run, Role::Caller, caller, &f.caller)
+        .await
+        .expect("caller");
+    assert_eq!(f.result(&run).await.status, RunStatus::Ok);
+}
+
+/// The go sent with a stake is the staking party's own, for this run: another party's submit
+/// (captured on the path, say) or one for another run is refused, and with it the stake —
+/// nothing of either is taken.
+#[tokio::test]
+async fn a_stake_carries_only_its_own_partys_submit_for_its_run() {
+    use sha2::{Digest, Sha256};
+    use skillbox_jc::dsse::{PartyAction, sign_action};
+    use skillbox_jc::server::{STAKE_ACTION_HEADER, SUBMIT_ACTION_HEADER};
+    let f = start(Some("ok")).await;
+    let (_, run) = f.open(&f.program()).await;
+    let (_, other_run) = f.open(&f.program()).await;
+    let action = |kind: &str, run_id: &str, role: Role, digest: Option<String>, key| {
+        let env = sign_action(
+            &PartyAction {
+                action: kind.into(),
+                role,
+                run_id: run_id.into(),
+                program_hash: run.program_hash.to_hex(),
+                stake_sha256: digest,
+            },
+            key,
+        )
+        .expect("signs");
+        STANDARD.encode(env.to_json())
+    };
+    let http = reqwest::Client::new();
+    let stake_with = |go: String| {
+        let sealed = f.caller_stake(&run, "hi", b"x");
+        let digest = hex::encode(Sha256::digest(&sealed));
+        let stake = action("stake", &run.run_id, Role::Caller, Some(digest), &f.caller);
+        http.post(format!("{}/v1/runs/{}/stakes", f.url, run.run_id))
+            .header("content-type", "application/octet-stream")
+            .header(STAKE_ACTION_HEADER, stake)
+            .header(SUBMIT_ACTION_HEADER, go)
+            .body(sealed)
+            .send()
+    };
+    let refusals = [
+        // The owner's go, as the path saw it, on the caller's stake.
+        (
+            action("submit", &run.run_id, Role::Owner, None, &f.owner),
+            "envelope_invalid",
+        ),
+        // The caller's go for another run.
+        (
+            action("submit", &other_run.run_id, Role::Caller, None, &f.caller),
+            "envelope_invalid",
+        ),
+        // A stake action where the submit goes.
+        (
+            action("stake", &run.run_id, Role::Caller, None, &f.caller),
+            "envelope_invalid",
+        ),
+        // Signed as the caller by the owner's key.
+        (
+            action("submit", &run.run_id, Role::Caller, None, &f.owner),
+            "signature_missing",
+        ),
+        ("not base64!".to_owned(), "bad_request"),
+    ];
+    for (go, code) in refusals {
+        let answer = stake_with(go).await.expect("answered");
+        assert!(answer.status().is_client_error(), "{code}: {answer:?}");
+        let body: serde_json::Value = answer.json().await.expect("json");
+        assert_eq!(body["error"], code, "{body}");
+        let view = f.client.status(&run.run_id).await.expect("status");
+        assert!(
+            view.staked.is_empty() && view.submitted.is_empty(),
+            "{code}: something was taken: {view:?}"
+        );
+    }
+    // Its own go for its run is taken.
+    let go = action("submit", &run.run_id, Role::Caller, None, &f.caller);
+    let answer = stake_with(go).await.expect("answered");
+    assert!(answer.status().is_success(), "{answer:?}");
+    let view = f.client.status(&run.run_id).await.expect("status");
+    assert_eq!(
+        (view.staked, view.submitted),
+        (vec![Role::Caller], vec![Role::Caller])
+    );
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use skillbox_calls::Decision;
-use skillbox_calls::machine::{Event, FailureCode, Role};
+use skillbox_calls::machine::{Event, FailureCode, Role, submits_with_stake};
 use skillbox_calls::policy::SubmitQuestion;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
@@ -477,9 +477,15 @@ impl Calls {
     /// so. A retry first asks the box whether it holds the stake already (then nothing is sent
     /// again); bytes sent again are recorded again only if they differ from what the entry
     /// names.
+    ///
+    /// A caller's submit goes with its stake (its policy and human were asked before it, so
+    /// nothing is left to decide between them): one request to the box and one step fewer
+    /// (`submitting`). A box that does not take the submit with the stake leaves the call in
+    /// `submitting`, as before.
     pub(super) async fn stake(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
         let verified = self.verified(row).await?;
         let role = Self::role(row);
+        let with_submit = submits_with_stake(&row.call);
         let client = self.client(row)?;
         let run = row
             .call
@@ -520,10 +526,14 @@ impl Calls {
             }
             // Written ahead, never answered (a stall, a crash): does the box hold it?
             match self.timed("status", client.status(&verified.run_id)).await {
-                Ok(view) if view.staked.contains(&role) => {
+                // A party's submit is taken only with its stake in, and the run gives its
+                // stakes to the provider as it starts: a run that ran with this side's submit
+                // (one that went with the stake) no longer lists the stake, and still took it.
+                Ok(view) if view.staked.contains(&role) || view.submitted.contains(&role) => {
                     let code = Some("already_staked".into());
                     let decided = (decision, decided_by);
-                    return Ok(self.staked(row, p.seq, code, decided));
+                    let submitted = with_submit && view.submitted.contains(&role);
+                    return Ok(self.staked(row, p.seq, code, decided, submitted));
                 }
                 Ok(_) => {}
                 Err(e) if driver::transient(&e) => return Err(e),
@@ -548,17 +558,22 @@ impl Calls {
                     .seq
             }
         };
-        let sent = self
-            .timed(
-                "stake",
-                client.stake(&verified, role, sealed, &self.0.signing),
-            )
-            .await;
+        let sent = if with_submit {
+            let staked = client.stake_and_submit(&verified, role, sealed, &self.0.signing);
+            self.timed("stake", staked).await.map(|s| s.submitted)
+        } else {
+            let staked = client.stake(&verified, role, sealed, &self.0.signing);
+            self.timed("stake", staked).await.map(|_| false)
+        };
         if sent.is_ok() {
             crash_after_stake(row);
         }
+        let mut submitted = false;
         let answer = match sent {
-            Ok(_) => Ok(None),
+            Ok(taken) => {
+                submitted = taken;
+                Ok(None)
+            }
             Err(JcError::Remote { code, .. }) if code == "already_staked" => Ok(Some(code)),
             // No answer, or "later": the bytes may have left; the entry stands unanswered and
             // the retry asks the box.
@@ -567,7 +582,7 @@ impl Calls {
         };
         match answer {
             // The answer repeats the decision the stake followed (read above, not again).
-            Ok(code) => Ok(self.staked(row, seq, code, (decision, decided_by))),
+            Ok(code) => Ok(self.staked(row, seq, code, (decision, decided_by), submitted)),
             Err(e) => {
                 self.stake_answered(row, seq, Err(&e), (decision, decided_by))
                     .await?;
@@ -593,11 +608,22 @@ impl Calls {
     }
 
     /// The box took the stake of entry `seq`: its answer is recorded with the `Staked` step, in
-    /// that step's transaction.
-    fn staked(&self, row: &CallRow, seq: u64, code: Option<String>, decided: Decided) -> Outcome {
+    /// that step's transaction (the `Submitted` step when the box took the submit with it).
+    fn staked(
+        &self,
+        row: &CallRow,
+        seq: u64,
+        code: Option<String>,
+        decided: Decided,
+        submitted: bool,
+    ) -> Outcome {
         let entry = self.stake_answer(row, seq, Ok(code), decided);
         Some((
-            Event::Staked,
+            if submitted {
+                Event::Submitted
+            } else {
+                Event::Staked
+            },
             Change {
                 recorded: Some(entry),
                 ..Change::none()

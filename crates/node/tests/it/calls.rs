@@ -94,8 +94,9 @@ async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
             // The caller opens the run, and the box answers the open with the run's
             // attestation: the caller asks for none of its own (issue 33). The owner checks
             // that attestation, forwarded in `call.session` (it was asked for both sides'
-            // joint nonce), and asks the box for none either.
-            "caller" => (&["open", "stake", "submit"], &["attest"]),
+            // joint nonce), and asks the box for none either. The caller's submit goes with
+            // its stake: it makes no submit request of its own.
+            "caller" => (&["open", "stake"], &["attest", "submit"]),
             _ => (&["stake", "submit"], &["open", "attest"]),
         };
         for op in ops {
