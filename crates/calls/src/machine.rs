@@ -21,7 +21,9 @@ pub enum Role {
 /// Where a call is. Caller path: requested → accepted → opened → (awaiting_consent → opened) →
 /// submitting → submitted → answered: its policy is asked between the verified box and the
 /// stake, so nothing of the request or the sources leaves before it says yes. Owner path: received → accepted → opened → staked →
-/// (awaiting_consent) → submitting → submitted → ran. Either may end `failed`, with a [`Failure`].
+/// (awaiting_consent) → submitting → submitted → ran. A caller whose submit went with its stake
+/// ([`submits_with_stake`]) goes from `opened` to `submitted`. Either may end `failed`, with a
+/// [`Failure`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
