@@ -593,6 +593,21 @@ async fn a_submit_sent_with_a_stake_is_the_partys_go_once_both_stakes_are_in() {
     use skillbox_jc::run::Phase;
     let f = start(Some("ok")).await;
     let (_, run) = f.open(&f.program()).await;
+    // A stake the box refuses takes its submit with it: the go counts only with the stake.
+    let wrong =
+        seal_stake(&run, Role::Owner, vec![StakeInput::bytes("request", b"hi")]).expect("seal");
+    assert_refused(
+        f.client
+            .stake_and_submit(&run, Role::Caller, wrong, &f.caller)
+            .await
+            .map(|s| s.submitted),
+        "stake_wrong_info",
+    );
+    let view = f.client.status(&run.run_id).await.expect("status");
+    assert!(
+        view.staked.is_empty() && view.submitted.is_empty(),
+        "{view:?}"
+    );
     let sealed = f.caller_stake(&run, "hi", b"x");
     let staked = f
         .client

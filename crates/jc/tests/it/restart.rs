@@ -177,6 +177,8 @@ async fn answered(f: &Fixture, client: &BoxClient, run: &VerifiedRun) -> String 
 enum At {
     Opened,
     OneStake,
+    /// The caller's stake with its submit (`stake_and_submit`), nothing of the owner's yet.
+    GoWithStake,
     Submitted,
     Provider,
     Finished,
@@ -193,6 +195,13 @@ async fn restart_at(at: At) -> (usize, usize) {
     match at {
         At::Opened => {}
         At::OneStake => stake(&f, &c1, &run, Role::Owner).await,
+        At::GoWithStake => {
+            let taken = c1
+                .stake_and_submit(&run, Role::Caller, sealed(&run, Role::Caller), &f.caller)
+                .await
+                .expect("stake with submit");
+            assert!(taken.submitted);
+        }
         At::Submitted | At::Provider | At::Finished => {
             stake(&f, &c1, &run, Role::Owner).await;
             stake(&f, &c1, &run, Role::Caller).await;
@@ -247,6 +256,17 @@ async fn restart_at(at: At) -> (usize, usize) {
             // The caller's submit survived: the owner's is the second one.
             assert!(submit(&f, &c2, &run, Role::Owner).await);
         }
+        At::GoWithStake => {
+            // The go taken with the stake was on disk before the box answered: after the
+            // restart the owner's stake and submit are all the run waits for.
+            let view = c2.status(&run.run_id).await.expect("status");
+            assert_eq!(
+                (view.staked, view.submitted),
+                (vec![Role::Caller], vec![Role::Caller])
+            );
+            stake(&f, &c2, &run, Role::Owner).await;
+            assert!(submit(&f, &c2, &run, Role::Owner).await);
+        }
         At::Provider | At::Finished => {
             // Both submitted: the run is underway or done; a repeated submit changes nothing.
             let e = c2
@@ -276,7 +296,7 @@ async fn restart_at(at: At) -> (usize, usize) {
 /// A run goes to the provider again only when the box died while it was there.
 #[tokio::test]
 async fn a_restarted_box_finishes_its_runs_from_every_phase() {
-    for at in [At::Opened, At::OneStake, At::Submitted] {
+    for at in [At::Opened, At::OneStake, At::GoWithStake, At::Submitted] {
         assert_eq!(restart_at(at).await, (0, 1), "{at:?}");
     }
     assert_eq!(
