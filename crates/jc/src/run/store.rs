@@ -101,10 +101,10 @@ pub struct LoadedRun {
 }
 
 pub struct RunStore {
-    conn: Mutex<Connection>,
+    /// The writing connection; its checkpointer thread holds it weakly, and stops once it is
+    /// gone.
+    conn: std::sync::Arc<Mutex<Connection>>,
     cipher: XChaCha20Poly1305,
-    /// Held while the store lives: its checkpointer thread stops when this is gone.
-    _alive: std::sync::Arc<()>,
 }
 
 /// A run's row, written only over an older version. Statements on the write path are prepared
@@ -121,17 +121,32 @@ const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(5
 /// Checkpoint the WAL from a connection of its own, on a thread of its own: SQLite's automatic
 /// checkpoint runs inside the write that crosses 1,000 pages and syncs the database file there,
 /// under the store's lock (p99 31 ms, mean 1.1 ms a run in `benches/run_store.rs` with it). A
-/// passive checkpoint does not block the writer.
-fn spawn_checkpointer(path: &Path, alive: std::sync::Weak<()>) -> Result<()> {
+/// passive checkpoint does not block the writer — and so, under writes that never pause, it
+/// never catches up with the last frame, and a WAL is started over only when one did: the WAL
+/// grew by every byte written (150 MB after 2,000 calls in flight, `crates/cli/benches`; a box
+/// under steady load would fill its disk), and each write into a new part of the file had the
+/// kernel zero its pages first (a tenth of the box's CPU). So each round has a second pass
+/// with the writer held off: only the frames written during the first pass are left, and once
+/// they are in the database the next write starts the WAL over, in the file's pages as they
+/// are.
+fn spawn_checkpointer(path: &Path, writer: std::sync::Weak<Mutex<Connection>>) -> Result<()> {
     let conn = Connection::open(path).map_err(db)?;
+    let checkpoint = move || {
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(code = "storage_failed", error = %e, "run store checkpoint");
+        }
+    };
     std::thread::Builder::new()
         .name("run-store-checkpoint".into())
         .spawn(move || {
-            while alive.upgrade().is_some() {
+            loop {
                 std::thread::sleep(CHECKPOINT_EVERY);
-                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                    tracing::warn!(code = "storage_failed", error = %e, "run store checkpoint");
-                }
+                let Some(writer) = writer.upgrade() else {
+                    break;
+                };
+                checkpoint();
+                let _held = writer.lock().unwrap_or_else(|p| p.into_inner());
+                checkpoint();
             }
         })
         .map_err(|e| JcError::Storage(format!("run store checkpointer: {e}")))?;
@@ -190,13 +205,9 @@ impl RunStore {
                  PRIMARY KEY (run_id, role));",
         )
         .map_err(db)?;
-        let alive = std::sync::Arc::new(());
-        spawn_checkpointer(path, std::sync::Arc::downgrade(&alive))?;
-        let store = RunStore {
-            conn: Mutex::new(conn),
-            cipher,
-            _alive: alive,
-        };
+        let conn = std::sync::Arc::new(Mutex::new(conn));
+        spawn_checkpointer(path, std::sync::Arc::downgrade(&conn))?;
+        let store = RunStore { conn, cipher };
         let check: Option<Vec<u8>> = store
             .conn()
             .query_row("SELECT v FROM meta WHERE k = 'key_check'", [], |r| r.get(0))
@@ -430,6 +441,57 @@ pub fn decode_entries(mut bytes: &[u8]) -> Result<Vec<crate::seal::Entry>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct TestKey;
+
+    impl StorageKey for TestKey {
+        fn key_bytes(&self) -> Result<Zeroizing<[u8; 32]>> {
+            Ok(Zeroizing::new([7; 32]))
+        }
+    }
+
+    /// Two writers that never leave the store alone for long (a box under load): a passive
+    /// checkpoint alone never caught up with them, so the WAL was never started over and grew
+    /// by every frame written. With the second pass, each round starts it over: after six
+    /// rounds it is as large as after the first, not six times.
+    #[test]
+    fn the_wal_starts_over_under_writes_that_never_pause() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("runs.sqlite");
+        let wal_path = path.with_extension("sqlite-wal");
+        let store = std::sync::Arc::new(RunStore::open(&path, &TestKey).expect("store"));
+        let wal = || std::fs::metadata(&wal_path).map(|m| m.len()).unwrap_or(0);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (store, stop) = (store.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let record = vec![0x5a; 2 * 1024];
+                    let mut n = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        store
+                            .put_run(&format!("run-{w}-{n}"), 1, &record)
+                            .expect("write");
+                        n += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(CHECKPOINT_EVERY + CHECKPOINT_EVERY / 2);
+        let early = wal();
+        std::thread::sleep(CHECKPOINT_EVERY * 5);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in writers {
+            w.join().expect("writer");
+        }
+        let late = wal();
+        assert!(early > 0, "nothing was written");
+        assert!(
+            late < early * 5 / 2,
+            "the WAL grew from {early} to {late} bytes: never started over"
+        );
+    }
 
     #[test]
     fn entries_round_trip_and_a_cut_frame_is_tampered() {
