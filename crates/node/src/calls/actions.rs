@@ -568,13 +568,13 @@ impl Calls {
         if sent.is_ok() {
             crash_after_stake(row);
         }
-        let mut submitted = false;
+        // The box's code (`already_staked` when a retry found it there) and whether it took the
+        // submit with the stake.
         let answer = match sent {
-            Ok(taken) => {
-                submitted = taken;
-                Ok(None)
+            Ok(submitted) => Ok((None, submitted)),
+            Err(JcError::Remote { code, .. }) if code == "already_staked" => {
+                Ok((Some(code), false))
             }
-            Err(JcError::Remote { code, .. }) if code == "already_staked" => Ok(Some(code)),
             // No answer, or "later": the bytes may have left; the entry stands unanswered and
             // the retry asks the box.
             Err(e) if driver::transient(&e) => return Err(e),
@@ -582,7 +582,9 @@ impl Calls {
         };
         match answer {
             // The answer repeats the decision the stake followed (read above, not again).
-            Ok(code) => Ok(self.staked(row, seq, code, (decision, decided_by), submitted)),
+            Ok((code, submitted)) => {
+                Ok(self.staked(row, seq, code, (decision, decided_by), submitted))
+            }
             Err(e) => {
                 self.stake_answered(row, seq, Err(&e), (decision, decided_by))
                     .await?;
