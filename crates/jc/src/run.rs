@@ -1614,7 +1614,12 @@ impl BoxCore {
         run.changed.notify_waiters();
         st.retally(&slot.run_id);
         drop(st);
-        self.persist(&slot.run_id, snapshot)?;
+        if let Err(e) = self.persist(&slot.run_id, snapshot) {
+            // The stake's row is on disk and the run keeps it; the go is not, so the run
+            // does not hold it either (the party hears an error and sends it again).
+            self.take_back_go(&slot.run_id, role, started);
+            return Err(e);
+        }
         self.failpoint("staked");
         Ok(StakeTaken {
             role,
@@ -1677,8 +1682,31 @@ impl BoxCore {
         drop(st);
         // A submit the box answered is one a restarted box still has (and a second one starts
         // the run there too).
-        self.persist(run_id, snapshot)?;
+        if let Err(e) = self.persist(run_id, snapshot) {
+            self.take_back_go(run_id, role, start);
+            return Err(e);
+        }
         Ok(start)
+    }
+
+    /// Undo a go whose record did not reach the disk, so the run holds only what a restarted
+    /// box would: a run this go started goes back to open (nothing else runs it: only the
+    /// request that starts a run executes it, and this one fails), and the go is dropped while
+    /// the run is still open. A run another party's go started since (its record, with this
+    /// go in it, written or about to be) is left as it is.
+    fn take_back_go(&self, run_id: &str, role: Role, started: bool) {
+        let mut st = self.lock();
+        let Some(run) = st.runs.get_mut(run_id) else {
+            return;
+        };
+        if started && run.phase == Phase::Running && !run.taken {
+            run.phase = Phase::Open;
+        }
+        if run.phase == Phase::Open {
+            run.submitted.remove(&role);
+            run.changed.notify_waiters();
+            st.retally(run_id);
+        }
     }
 
     /// The run itself: prompt, provider, cap, seal to the caller, receipt. Called once, after the

@@ -469,7 +469,7 @@ async fn attestation(
     Ok(Json(core.attest(&id, &nonce, now_secs())?).into_response())
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Staked {
     pub role: crate::program::Role,
     /// The party's submit sent with the stake was taken too (absent from a box that does not

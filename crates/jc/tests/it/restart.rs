@@ -311,6 +311,84 @@ async fn a_restarted_box_finishes_its_runs_from_every_phase() {
     );
 }
 
+/// The disk refuses every write of a run's record (a real SQLite failure: a trigger that aborts
+/// the statement, as a full disk or an I/O error would) while `on`.
+fn records_refused(db: &Path, on: bool) {
+    let conn = rusqlite::Connection::open(db).expect("db");
+    let sql = if on {
+        "CREATE TRIGGER refuse_insert BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;
+         CREATE TRIGGER refuse_update BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'disk full'); END;"
+    } else {
+        "DROP TRIGGER refuse_insert; DROP TRIGGER refuse_update;"
+    };
+    conn.execute_batch(sql).expect("triggers");
+}
+
+/// A go whose record the disk refused is answered `storage_failed` and not held: the run stays
+/// open (the go that would have started it does not leave it running with nobody to run it),
+/// and the same gos sent again once the disk takes writes start it. The same for a go sent
+/// with its stake: the stake, on disk, is kept; the go is not.
+#[tokio::test]
+async fn a_go_the_disk_did_not_take_is_not_held_and_goes_again() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let provider = gate(true);
+    let (core, c) = dir.start(provider.clone()).await;
+
+    // Separate submits: the first go, then the one that would start the run, each refused
+    // by the disk once.
+    let run = open(&f, &c, &program(&f)).await;
+    stake(&f, &c, &run, Role::Owner).await;
+    stake(&f, &c, &run, Role::Caller).await;
+    let refused_go = |role: Role, held: Vec<Role>| {
+        let (f, c, dir, run) = (&f, &c, &dir, &run);
+        async move {
+            records_refused(&dir.db(), true);
+            assert_refused(
+                c.submit(&run.run_id, &run.program_hash, role, f.key(role))
+                    .await,
+                "storage_failed",
+            );
+            let view = c.status(&run.run_id).await.expect("status");
+            assert_eq!(
+                (view.state, view.submitted),
+                (Phase::Open, held),
+                "{role:?}"
+            );
+            records_refused(&dir.db(), false);
+        }
+    };
+    refused_go(Role::Caller, vec![]).await;
+    assert!(!submit(&f, &c, &run, Role::Caller).await);
+    refused_go(Role::Owner, vec![Role::Caller]).await;
+    assert!(submit(&f, &c, &run, Role::Owner).await);
+    assert!(answered(&f, &c, &run).await.starts_with("answered "));
+
+    // The go sent with the stake that would start the run: the stake is kept, the go is not.
+    let run = open(&f, &c, &program(&f)).await;
+    let owner = c
+        .stake_and_submit(&run, Role::Owner, sealed(&run, Role::Owner), &f.owner)
+        .await
+        .expect("owner's stake and go");
+    assert!(owner.submitted);
+    records_refused(&dir.db(), true);
+    assert_refused(
+        c.stake_and_submit(&run, Role::Caller, sealed(&run, Role::Caller), &f.caller)
+            .await,
+        "storage_failed",
+    );
+    let view = c.status(&run.run_id).await.expect("status");
+    assert_eq!(
+        (view.state, view.staked.len(), view.submitted),
+        (Phase::Open, 2, vec![Role::Owner])
+    );
+    records_refused(&dir.db(), false);
+    assert!(submit(&f, &c, &run, Role::Caller).await);
+    assert!(answered(&f, &c, &run).await.starts_with("answered "));
+    assert_eq!(provider.asked.load(Ordering::SeqCst), 2);
+    drop(core);
+}
+
 fn rows(db: &Path, sql: &str) -> Vec<(String, Vec<u8>)> {
     let conn = rusqlite::Connection::open(db).expect("db");
     let mut q = conn.prepare(sql).expect("query");
