@@ -543,9 +543,16 @@ fn trailing_zeros(b: &[u8]) -> usize {
         .count()
 }
 
+/// The most entries a sealed message may frame. A program names at most 64 sources beside the
+/// request, and the owner stakes three inputs; a result and a note fewer. The framing is the
+/// sender's, so the count is checked as it is read: a stake of millions of one-byte entries
+/// is refused at the 257th, not parsed whole.
+pub const MAX_ENTRIES: usize = 256;
+
 fn parse_entries(plain: &[u8], wanted: impl Fn(&str) -> bool) -> Result<Vec<Entry>> {
     let mut out = Vec::new();
-    let mut names: Vec<String> = Vec::new();
+    // A set: a linear search per entry made a stake's parse quadratic in its entries.
+    let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut at = 0usize;
     loop {
         let tag = *plain
@@ -586,13 +593,18 @@ fn parse_entries(plain: &[u8], wanted: impl Fn(&str) -> bool) -> Result<Vec<Entr
         if names.contains(&name) {
             return Err(JcError::Sealed(format!("framing: entry {name:?} twice")));
         }
+        if names.len() == MAX_ENTRIES {
+            return Err(JcError::Sealed(format!(
+                "framing: more than {MAX_ENTRIES} entries"
+            )));
+        }
         if wanted(&name) {
             out.push(Entry {
                 name: name.clone(),
                 data: Zeroizing::new(data.to_vec()),
             });
         }
-        names.push(name);
+        names.insert(name);
     }
     if plain[at..].iter().any(|&b| b != 0) {
         return Err(JcError::Sealed("framing: padding is not zero".into()));
@@ -678,6 +690,27 @@ mod tests {
         for _ in 0..2 {
             assert!(owner_note_key(&off_curve).is_err());
         }
+    }
+
+    /// The sender frames its own entries: a message of a hundred thousand one-byte entries
+    /// with distinct names (each checked against all before it, it took minutes a stake) is
+    /// refused at the first entry past [`MAX_ENTRIES`]; that many open.
+    #[test]
+    fn a_message_of_more_entries_than_any_program_names_is_refused_as_it_is_read() {
+        let kp = HpkeKeyPair::generate();
+        let info = info_for_result("run-1");
+        let names: Vec<String> = (0..100_000).map(|i| format!("e{i}")).collect();
+        let many: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"x"[..])).collect();
+        let sealed = seal_entries(&kp.public(), &info, &many);
+        let refused = open(&sealed, &kp, &info, || JcError::ResultNotForThisKey);
+        assert!(
+            matches!(&refused, Err(JcError::Sealed(m)) if m.contains("more than 256 entries")),
+            "{:?}",
+            refused.map(|e| e.len())
+        );
+        let sealed = seal_entries(&kp.public(), &info, &many[..MAX_ENTRIES]);
+        let opened = open(&sealed, &kp, &info, || JcError::ResultNotForThisKey).expect("opens");
+        assert_eq!(opened.len(), MAX_ENTRIES);
     }
 
     #[test]
