@@ -534,13 +534,18 @@ async fn stake(
     let bytes = tokio::time::timeout(within, read_capped(body, limit))
         .await
         .map_err(|_| JcError::UploadTimedOut)??;
-    // Opening a large stake is CPU work: keep it off the async threads.
-    let taken = tokio::task::spawn_blocking(move || slot.commit(&bytes, now))
-        .await
-        .map_err(|e| JcError::Internal(format!("stake task: {e}")))??;
-    if taken.started {
-        start_run(core, id);
-    }
+    // Opening a large stake is CPU work: keep it off the async threads. The run this stake's
+    // go starts is started by the same task: a handler dropped while it waits (the client
+    // hung up) would otherwise leave a run that is `running` with nobody to run it.
+    let taken = tokio::task::spawn_blocking(move || {
+        let taken = slot.commit(&bytes, now)?;
+        if taken.started {
+            start_run(core, id);
+        }
+        Ok::<_, JcError>(taken)
+    })
+    .await
+    .map_err(|e| JcError::Internal(format!("stake task: {e}")))??;
     Ok(Json(Staked {
         role: taken.role,
         submitted: taken.submitted,

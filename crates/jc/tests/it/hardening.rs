@@ -303,13 +303,24 @@ impl RawStake {
     }
 
     async fn start(url: &str, run_id: &str, action_b64: &str, len: usize) -> RawStake {
+        RawStake::start_with(url, run_id, action_b64, "", len).await
+    }
+
+    /// [`Self::start`] with more header lines (`name: value\r\n` each).
+    async fn start_with(
+        url: &str,
+        run_id: &str,
+        action_b64: &str,
+        more: &str,
+        len: usize,
+    ) -> RawStake {
         let addr = url.trim_start_matches("http://");
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let (rd, mut wr) = stream.into_split();
         let head = format!(
             "POST /v1/runs/{run_id}/stakes HTTP/1.1\r\nhost: {addr}\r\n\
              content-type: application/octet-stream\r\ncontent-length: {len}\r\n\
-             {STAKE_ACTION_HEADER}: {action_b64}\r\n\r\n"
+             {more}{STAKE_ACTION_HEADER}: {action_b64}\r\n\r\n"
         );
         wr.write_all(head.as_bytes()).await.expect("head");
         RawStake { rd, wr }
@@ -672,4 +683,91 @@ async fn a_stake_upload_that_dawdles_is_cut_and_gives_its_slot_back() {
         .stake(&run, Role::Caller, sealed, &f.caller)
         .await
         .expect("the slot is free again");
+}
+
+/// The stake that starts its run (the caller's go sent with it, the owner's already in), its
+/// connection closed while the box opens it: the box drops the request's handler, but the run
+/// still runs — its start is part of the task that takes the stake, not of the answer nobody
+/// waits for. Before, the run stayed `running` with nobody to run it until the box restarted,
+/// its slot and stake bytes held all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_started_by_a_stake_whose_client_hung_up_still_runs() {
+    let f = start(Some("ran anyway")).await;
+    // A hang-up before the box has the whole body takes nothing (the stake is not taken, and
+    // that is not this test): then again, later.
+    for after_ms in [300, 1000, 3000] {
+        let run = hang_up_on_the_last_stake(&f, after_ms).await;
+        let deadline = std::time::Instant::now() + WAIT;
+        let taken = loop {
+            let view = f.client.status(&run.run_id).await.expect("status");
+            if view.state != skillbox_jc::run::Phase::Open || view.staked.contains(&Role::Caller) {
+                break true;
+            }
+            if std::time::Instant::now() > deadline {
+                break false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        if !taken {
+            continue;
+        }
+        let view = f.client.wait_result(&run.run_id, WAIT).await;
+        let status = f.client.status(&run.run_id).await.map(|v| v.state);
+        let view = view.unwrap_or_else(|e| panic!("the run never ended: {e:?}, {status:?}"));
+        assert_eq!(view.error, None);
+        return;
+    }
+    panic!("the box never took the stake");
+}
+
+/// A run whose owner staked and sent its go, and whose caller's stake with its go is sent
+/// whole, its connection closed `after_ms` later, the box's answer unread.
+async fn hang_up_on_the_last_stake(f: &Fixture, after_ms: u64) -> VerifiedRun {
+    let mut p = f.program();
+    p.caller_inputs.sources.clear();
+    p.caller_inputs.request_max_bytes = MAX_STAKE_BYTES - 18;
+    p.validate().expect("valid");
+    let (_, run) = f.open(&p).await;
+    let owner = skillbox_jc::client::seal_stake(
+        &run,
+        Role::Owner,
+        vec![skillbox_jc::client::StakeInput::bytes("body", b"answer")],
+    )
+    .expect("seal");
+    let taken = f
+        .client
+        .stake_and_submit(&run, Role::Owner, owner, &f.owner)
+        .await
+        .expect("the owner's stake and go");
+    assert!(taken.submitted);
+    // A large request, so that opening it keeps the stake's task busy after the hang-up.
+    let request = vec![b'r'; 48 << 20];
+    let sealed = skillbox_jc::client::seal_stake(
+        &run,
+        Role::Caller,
+        vec![skillbox_jc::client::StakeInput::bytes("request", &request)],
+    )
+    .expect("seal");
+    let hash = run.program_hash.to_hex();
+    let digest = Sha256::digest(&sealed);
+    let action = stake_action(&run.run_id, &hash, Role::Caller, &digest, &f.caller);
+    let go = sign_action(
+        &PartyAction {
+            action: "submit".into(),
+            role: Role::Caller,
+            run_id: run.run_id.clone(),
+            program_hash: hash.clone(),
+            stake_sha256: None,
+        },
+        &f.caller,
+    )
+    .expect("signs");
+    let go = base64::engine::general_purpose::STANDARD.encode(go.to_json());
+    let more = format!("{}: {go}\r\n", skillbox_jc::server::SUBMIT_ACTION_HEADER);
+    let RawStake { rd, mut wr } =
+        RawStake::start_with(&f.url, &run.run_id, &action, &more, sealed.len()).await;
+    wr.write_all(&sealed).await.expect("body");
+    tokio::time::sleep(std::time::Duration::from_millis(after_ms)).await;
+    drop((rd, wr));
+    run
 }
