@@ -460,8 +460,10 @@ impl Run {
     /// What the run counts for now (see [`Share`]).
     fn share(&self) -> Share {
         let live = self.live();
+        // An upload being read counts until its slot is given back, whatever became of the
+        // run meanwhile: its buffer keeps filling.
         let hold = |role| match self.held.get(&role) {
-            Some(h) if live => (h.client, h.bytes),
+            Some(h) if live || self.uploading.contains(&role) => (h.client, h.bytes),
             _ => (None, 0),
         };
         Share {
@@ -500,6 +502,10 @@ struct State {
     spent_runs: HashMap<String, u64>,
     /// Programs opened here, with their run id; kept until the program expires.
     programs: HashMap<ProgramHash, (String, u64)>,
+    /// Uploads still being read whose run was removed (deleted, swept): their reservation
+    /// stays in the tally until their slot is given back ([`BoxCore::release_stake`]), so a
+    /// run deleted mid-upload does not free memory the upload goes on filling.
+    orphaned: HashMap<(String, Role), Hold>,
     tally: Tally,
 }
 
@@ -515,6 +521,16 @@ struct Share {
     /// Its `keep_until`, once it is finished and was fetched twice: it may make room at the
     /// kept-run limit.
     evictable: Option<u64>,
+}
+
+impl Share {
+    /// What an upload whose run is gone counts for: its bytes, nothing else.
+    fn orphan(h: Hold) -> Share {
+        Share {
+            holds: [(h.client, h.bytes), (None, 0)],
+            ..Share::default()
+        }
+    }
 }
 
 /// What `open`, `begin_stake` and `/healthz` ask of all runs, kept up to date as runs change:
@@ -615,8 +631,22 @@ impl State {
     fn remove_run(&mut self, id: &str) -> Option<Run> {
         let run = self.runs.remove(id)?;
         self.tally.count(id, &run.counted, false);
+        for role in &run.uploading {
+            if let Some(h) = run.held.get(role) {
+                self.orphaned.insert((id.to_owned(), *role), *h);
+                self.tally.count(id, &Share::orphan(*h), true);
+            }
+        }
         self.check_tally();
         Some(run)
+    }
+
+    /// Give back the reservation of an upload whose run was removed while it was read.
+    fn release_orphan(&mut self, id: &str, role: Role) {
+        if let Some(h) = self.orphaned.remove(&(id.to_owned(), role)) {
+            self.tally.count(id, &Share::orphan(h), false);
+            self.check_tally();
+        }
     }
 
     /// Tests (debug builds): the tally is what counting every run gives.
@@ -626,6 +656,9 @@ impl State {
             let mut scratch = Tally::default();
             for (id, run) in &self.runs {
                 scratch.count(id, &run.share(), true);
+            }
+            for ((id, _), h) in &self.orphaned {
+                scratch.count(id, &Share::orphan(*h), true);
             }
             debug_assert_eq!(scratch, self.tally, "the run tally drifted");
         }
@@ -1516,6 +1549,8 @@ impl BoxCore {
             run.held.remove(&slot.role);
             run.changed.notify_waiters();
             st.retally(&slot.run_id);
+        } else {
+            st.release_orphan(&slot.run_id, slot.role);
         }
     }
 

@@ -150,6 +150,49 @@ async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
     open_fresh().await.expect("room again");
 }
 
+/// A run deleted while a stake upload for it is being read: the upload's reservation stays
+/// counted until its slot is given back (the upload goes on filling its buffer; freed at the
+/// delete, the budget would not bound what deleted runs' uploads hold).
+#[tokio::test]
+async fn a_run_deleted_mid_upload_keeps_the_uploads_memory_counted_until_it_ends() {
+    let f = start_echo(BoxConfig {
+        // As above: room for one 7 KiB upload being read, not for that and anything more.
+        stake_budget_bytes: 24 * 1024,
+        ..BoxConfig::default()
+    })
+    .await;
+    let (_, first) = f.open(&f.program()).await;
+    let (_, second) = f.open(&f.program()).await;
+    let action = stake_action(
+        &first.run_id,
+        &first.program_hash.to_hex(),
+        Role::Caller,
+        &[0; 32],
+        &f.caller,
+    );
+    let mut upload = RawStake::start(&f.url, &first.run_id, &action, 7 * 1024).await;
+    upload.wr.write_all(&[0; 10]).await.expect("part");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let stake_second = async || {
+        let stake = f.caller_stake(&second, "hi", b"a");
+        f.client
+            .stake(&second, Role::Caller, stake, &f.caller)
+            .await
+    };
+    assert_refused(stake_second().await, "busy");
+    // The attacker deletes the run its upload is for, and goes on sending.
+    f.client
+        .delete(&first.run_id, &first.program_hash, Role::Caller, &f.caller)
+        .await
+        .expect("deleted");
+    upload.wr.write_all(&[0; 10]).await.expect("more");
+    assert_refused(stake_second().await, "busy");
+    // Its upload cut, its memory is given back.
+    drop(upload);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    stake_second().await.expect("room again");
+}
+
 /// A provider whose error quotes its input.
 struct Echoing;
 
