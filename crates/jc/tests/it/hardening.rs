@@ -109,44 +109,49 @@ async fn a_program_whose_two_parties_are_one_key_is_refused() {
     assert_refused(f.client.open(&env).await, "program_invalid");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
-    let f = start_echo(BoxConfig {
-        // Room for the fixture program's limits (about 17 KiB) beside nothing held, and
-        // for one 7 KiB upload being read (3 x 7 KiB), not for that and anything more.
+/// Room for the fixture program's limits (about 17 KiB) beside nothing held, and for one 7 KiB
+/// upload being read (3 x 7 KiB), not for that and anything more.
+async fn start_with_room_for_one_upload() -> Fixture {
+    start_echo(BoxConfig {
         stake_budget_bytes: 24 * 1024,
         ..BoxConfig::default()
     })
-    .await;
+    .await
+}
+
+/// A caller's stake upload of 7 KiB for `run`, under way: its first bytes sent and read.
+async fn upload_under_way(f: &Fixture, run: &VerifiedRun) -> RawStake {
+    let hash = run.program_hash.to_hex();
+    let action = stake_action(&run.run_id, &hash, Role::Caller, &[0; 32], &f.caller);
+    let mut upload = RawStake::start(&f.url, &run.run_id, &action, 7 * 1024).await;
+    upload.wr.write_all(&[0; 10]).await.expect("part");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    upload
+}
+
+/// The caller's stake in `run` (a small one).
+async fn stake_small(f: &Fixture, run: &VerifiedRun) -> skillbox_jc::Result<Role> {
+    let stake = f.caller_stake(run, "hi", b"a");
+    f.client.stake(run, Role::Caller, stake, &f.caller).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
+    let f = start_with_room_for_one_upload().await;
     // Opens reserve nothing: two fit.
     let (_, first) = f.open(&f.program()).await;
     let (_, second) = f.open(&f.program()).await;
     // An upload under way holds three times its declared length.
-    let action = stake_action(
-        &first.run_id,
-        &first.program_hash.to_hex(),
-        Role::Caller,
-        &[0; 32],
-        &f.caller,
-    );
-    let mut upload = RawStake::start(&f.url, &first.run_id, &action, 7 * 1024).await;
-    upload.wr.write_all(&[0; 10]).await.expect("part");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let upload = upload_under_way(&f, &first).await;
     // The second run's caller stake and a fresh program's open: asked while the upload holds
     // its memory, and again after.
-    let stake_second = async || {
-        let stake = f.caller_stake(&second, "hi", b"a");
-        f.client
-            .stake(&second, Role::Caller, stake, &f.caller)
-            .await
-    };
     let open_fresh = async || f.client.open(&f.approve(&f.program())).await;
-    assert_refused(stake_second().await, "busy");
+    assert_refused(stake_small(&f, &second).await, "busy");
     assert_refused(open_fresh().await, "busy");
     // A cut upload gives its memory back.
     drop(upload);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    stake_second().await.expect("room again");
+    stake_small(&f, &second).await.expect("room again");
     open_fresh().await.expect("room again");
 }
 
@@ -155,42 +160,22 @@ async fn the_box_stays_within_its_stake_budget_and_answers_busy() {
 /// delete, the budget would not bound what deleted runs' uploads hold).
 #[tokio::test]
 async fn a_run_deleted_mid_upload_keeps_the_uploads_memory_counted_until_it_ends() {
-    let f = start_echo(BoxConfig {
-        // As above: room for one 7 KiB upload being read, not for that and anything more.
-        stake_budget_bytes: 24 * 1024,
-        ..BoxConfig::default()
-    })
-    .await;
+    let f = start_with_room_for_one_upload().await;
     let (_, first) = f.open(&f.program()).await;
     let (_, second) = f.open(&f.program()).await;
-    let action = stake_action(
-        &first.run_id,
-        &first.program_hash.to_hex(),
-        Role::Caller,
-        &[0; 32],
-        &f.caller,
-    );
-    let mut upload = RawStake::start(&f.url, &first.run_id, &action, 7 * 1024).await;
-    upload.wr.write_all(&[0; 10]).await.expect("part");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let stake_second = async || {
-        let stake = f.caller_stake(&second, "hi", b"a");
-        f.client
-            .stake(&second, Role::Caller, stake, &f.caller)
-            .await
-    };
-    assert_refused(stake_second().await, "busy");
+    let mut upload = upload_under_way(&f, &first).await;
+    assert_refused(stake_small(&f, &second).await, "busy");
     // The attacker deletes the run its upload is for, and goes on sending.
     f.client
         .delete(&first.run_id, &first.program_hash, Role::Caller, &f.caller)
         .await
         .expect("deleted");
     upload.wr.write_all(&[0; 10]).await.expect("more");
-    assert_refused(stake_second().await, "busy");
+    assert_refused(stake_small(&f, &second).await, "busy");
     // Its upload cut, its memory is given back.
     drop(upload);
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    stake_second().await.expect("room again");
+    stake_small(&f, &second).await.expect("room again");
 }
 
 /// A provider whose error quotes its input.
