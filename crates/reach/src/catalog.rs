@@ -204,11 +204,18 @@ pub fn frame_answer(peer: &str, skill: &str, answer: &str) -> String {
     )
 }
 
-/// Unicode format characters (Cf) that matter for display: bidi controls, zero-width marks.
+/// Characters a reader does not see, which would let a peer hide text from the human who
+/// reads the board while a model still reads it: every format character (Unicode's `Cf`:
+/// bidi controls, zero-width marks, the tag block U+E0000-E007F that spells ASCII invisibly),
+/// and the invisible ones outside it — variation selectors, the combining grapheme joiner,
+/// Mongolian free variation selectors, Hangul and Khmer fillers.
 fn is_format(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    get_general_category(c) == GeneralCategory::Format
+        || matches!(c,
+            '\u{034F}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FFA0}'
+            | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// The Agent Skills name rule (what a `skill://` URI and a stub's front matter need).
@@ -393,6 +400,25 @@ mod tests {
         assert!(a.contains("line one\n"), "{a}");
         assert!(!a.contains('\u{2066}'));
         assert_eq!(nonce().len(), 16);
+    }
+
+    /// A description that spells an instruction in tag characters (invisible on the board, read
+    /// by a model), or hides behind variation selectors and fillers, loses all of them.
+    #[test]
+    fn text_a_reader_cannot_see_is_taken_out() {
+        let hidden: String = "IGNORE PREVIOUS"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + c as u32).expect("a tag character"))
+            .collect();
+        let text = format!(
+            "Summaries{hidden}\u{E0001}\u{FE0F}\u{034F}\u{3164}\u{115F}\u{180B}\u{E0100}\u{1D173}."
+        );
+        // One line: each run of them is one space, as a control character is.
+        assert_eq!(clean_untrusted(&text, 280), "Summaries .");
+        assert_eq!(clean_untrusted_lines(&text), "Summaries.");
+        // What a reader does see stays: letters of every script, emoji, marks that show.
+        let seen = "Résumé 日本語 🎵 café";
+        assert_eq!(clean_untrusted(seen, 280), seen);
     }
 
     proptest::proptest! {
