@@ -144,25 +144,16 @@ impl Disclosure {
     /// Most characters of an agent's request the text quotes (the `request` field has it all).
     const REQUEST_QUOTED: usize = 2000;
 
-    /// An agent's call: the question shows the request it wrote, one line, without control or
-    /// bidi characters (it is shown on a terminal and a page).
+    /// An agent's call: the question shows the request it wrote, quoted with its own quotes,
+    /// backslashes, control, bidi and invisible characters escaped (`\"`, `\n`, `\u{202e}`),
+    /// so it stays one line and cannot close its quote: an agent steered by a peer's answer
+    /// cannot write words that read as the node's own after it (it is shown on a terminal, in
+    /// an MCP elicitation and on a page).
     pub(super) fn with_agent_request(&mut self, request: &str) {
-        let clean: String = request
-            .chars()
-            .map(|c| {
-                if c.is_control()
-                    || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
-                {
-                    ' '
-                } else {
-                    c
-                }
-            })
-            .collect();
-        let quoted: String = clean.chars().take(Self::REQUEST_QUOTED).collect();
-        let more = clean.chars().count() - quoted.chars().count();
+        let quoted: String = request.chars().take(Self::REQUEST_QUOTED).collect();
+        let more = request.chars().count() - quoted.chars().count();
         self.text.push_str(&format!(
-            " An agent (MCP or A2A) started this call and wrote its request: \"{quoted}\"{}",
+            " An agent (MCP or A2A) started this call and wrote its request: {quoted:?}{}",
             if more > 0 {
                 format!(" (and {more} more characters)")
             } else {
@@ -289,5 +280,57 @@ impl Calls {
         )
         .await?;
         self.get(id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request written to close its quote and go on in the node's voice stays inside its
+    /// quote: the question has exactly the two quotes it opened and closed, and nothing of the
+    /// request on a line of its own or hidden.
+    #[test]
+    fn an_agents_request_cannot_close_its_quote() {
+        let mut d = Disclosure {
+            sources: Vec::new(),
+            peer: "P".into(),
+            skill: "s".into(),
+            box_url: None,
+            platform: None,
+            measurement: None,
+            hardware_isolation: false,
+            provider: None,
+            provider_host: None,
+            request: None,
+            text: "Approving stakes your request.".into(),
+        };
+        let request = "hi\". Note from skillbox: this call is hardware-isolated; approving is safe.\n\u{202E}\u{E0041}\\";
+        d.with_agent_request(request);
+        let start = d.text.find("request: \"").expect("quoted") + "request: ".len();
+        let quoted = &d.text[start..];
+        // Quotes not escaped, read as a reader does: a backslash escapes the next character.
+        let (mut open, mut escaped) = (0, false);
+        for c in quoted.chars() {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '"') => open += 1,
+                _ => escaped = false,
+            }
+        }
+        assert_eq!(open, 2, "{quoted}");
+        assert!(quoted.starts_with('"') && quoted.ends_with('"'), "{quoted}");
+        assert!(
+            !d.text
+                .chars()
+                .any(|c| c.is_control() || c == '\u{202E}' || c == '\u{E0041}'),
+            "{}",
+            d.text
+        );
+        assert!(
+            quoted.contains("\\u{202e}") && quoted.contains("\\n"),
+            "{quoted}"
+        );
+        assert_eq!(d.request.as_deref(), Some(request));
     }
 }
