@@ -103,7 +103,7 @@ fn terminal(state: &str) -> bool {
 }
 
 fn line(c: &Value) -> String {
-    let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+    let s = |k: &str| crate::peer_text::line(&c[k], 128);
     let mut out = format!(
         "{:<32} {:<6} {:<17} {:<24} {}",
         s("id"),
@@ -112,14 +112,14 @@ fn line(c: &Value) -> String {
         s("skill"),
         s("peer")
     );
-    if let Some(code) = c.pointer("/failure/code").and_then(Value::as_str) {
-        out.push_str(&format!("  ({code})"));
+    if let Some(code) = c.pointer("/failure/code") {
+        out.push_str(&format!("  ({})", crate::peer_text::line(code, 64)));
     }
     out
 }
 
 fn show(c: &Value) {
-    let s = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+    let s = |k: &str| crate::peer_text::line(&c[k], 256);
     say!("call {} ({} side)", s("id"), s("role"));
     say!("  skill {} with peer {}", s("skill"), s("peer"));
     say!("  state {}", s("state"));
@@ -130,16 +130,13 @@ fn show(c: &Value) {
             f["code"].as_str().unwrap_or("")
         );
     }
-    let sources: Vec<&str> = c["sources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let sources = crate::peer_text::lines(&c["sources"], 64);
     if !sources.is_empty() {
         say!("  sources applied: {}", sources.join(", "));
     }
-    if let Some(b) = c["box"].as_str() {
+    if c["box"].is_string() {
+        // The URL the owner advertised.
+        let b = crate::peer_text::line(&c["box"], 512);
         match c.get("attested").filter(|a| a.is_object()) {
             Some(a) => say!(
                 "  box {b}: {} (measurement {}), {}",
@@ -157,7 +154,11 @@ fn show(c: &Value) {
             say!("  box TCB: {tcb}");
         }
     }
-    if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
+    if let Some(text) = c
+        .pointer("/disclosure/text")
+        .map(|t| crate::peer_text::line(t, 4096))
+        && !text.is_empty()
+    {
         say!("  awaiting your consent: {text}");
         say!(
             "  your human decides: on the dashboard, or at their terminal with skillbox approve {id} [--remember] | skillbox deny {id}",
@@ -178,7 +179,10 @@ fn show(c: &Value) {
         );
     }
     if let Some(a) = c["answer"].as_str() {
-        say!("answer:\n{a}");
+        say!(
+            "answer:\n{}",
+            crate::peer_text::answer(&s("peer"), &s("skill"), a)
+        );
     }
 }
 
@@ -201,7 +205,11 @@ fn follow(client: &Client, id: &str, quiet: bool) -> anyhow::Result<Value> {
         if state != last {
             if !quiet {
                 say!("{:>7.2}s  {state}", start.elapsed().as_secs_f64());
-                if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
+                if let Some(text) = c
+                    .pointer("/disclosure/text")
+                    .map(|t| crate::peer_text::line(t, 4096))
+                    .filter(|t| !t.is_empty())
+                {
                     say!("          {text}");
                     say!(
                         "          your human decides: on the dashboard, or at their terminal with skillbox approve {id} [--remember] | skillbox deny {id}"
@@ -352,11 +360,15 @@ fn confirm_at_terminal(client: &Client, id: &str) -> anyhow::Result<bool> {
     writeln!(
         err,
         "call {id}: {} side, peer {}, skill {}",
-        c["role"].as_str().unwrap_or(""),
-        c["peer"].as_str().unwrap_or(""),
-        c["skill"].as_str().unwrap_or("")
+        crate::peer_text::line(&c["role"], 16),
+        crate::peer_text::line(&c["peer"], 128),
+        crate::peer_text::line(&c["skill"], 64)
     )?;
-    if let Some(text) = c.pointer("/disclosure/text").and_then(Value::as_str) {
+    if let Some(text) = c
+        .pointer("/disclosure/text")
+        .map(|t| crate::peer_text::line(t, 4096))
+        .filter(|t| !t.is_empty())
+    {
         writeln!(err, "  {text}")?;
     }
     write!(
@@ -401,13 +413,13 @@ pub fn run_ask(global: &crate::Global, args: AskArgs) -> anyhow::Result<ExitCode
     if !args.json {
         say!(
             "picked {} of {} (score {:.2}{})",
-            b["skill"].as_str().unwrap_or(""),
-            b["peer"].as_str().unwrap_or(""),
+            crate::peer_text::line(&b["skill"], 64),
+            crate::peer_text::line(&b["peer"], 128),
             b["score"].as_f64().unwrap_or(0.0),
             match b["runnerUp"].as_object() {
                 Some(r) => format!(
                     "; runner-up {} at {:.2}",
-                    r.get("skill").and_then(Value::as_str).unwrap_or(""),
+                    crate::peer_text::line(r.get("skill").unwrap_or(&Value::Null), 64),
                     r.get("score").and_then(Value::as_f64).unwrap_or(0.0)
                 ),
                 None => String::new(),

@@ -348,7 +348,10 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
         return Ok(ExitCode::from(1));
     }
     say!("answer (only the caller can open it):");
-    say!("{}", c["answer"].as_str().unwrap_or("").trim());
+    // The model's words, with nothing a terminal would obey (the demo's owner is this
+    // machine's, but it is still a model's output).
+    let answer = skillbox_reach::catalog::clean_untrusted_lines(c["answer"].as_str().unwrap_or(""));
+    say!("{}", answer.trim());
     say!();
     // The owner's copy: it alone has `guard_acted` (from the box's note sealed to the owner);
     // the caller's copy of the same signed receipt says nothing of the guard.

@@ -630,15 +630,19 @@ pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<Exit
         return Ok(ExitCode::SUCCESS);
     };
     let empty = "the board is empty (no peer offers a skill right now)";
-    for r in listed(&body["board"], empty) {
-        let sources: Vec<&str> = str_list(&r["requiredSources"]);
+    let rows = listed(&body["board"], empty);
+    if !rows.is_empty() {
+        say!("(between ⟦ ⟧: each peer's own description of its skill — untrusted)");
+    }
+    for r in rows {
+        let sources = crate::peer_text::lines(&r["requiredSources"], 64);
         say!(
             "{:<52} {:<24} {:<12} {:>4}s  {}{}",
-            r["peer"].as_str().unwrap_or(""),
-            r["skill"].as_str().unwrap_or(""),
-            r["provider"].as_str().unwrap_or(""),
+            crate::peer_text::line(&r["peer"], 128),
+            crate::peer_text::line(&r["skill"], 64),
+            crate::peer_text::line(&r["provider"], 64),
             r["age"].as_u64().unwrap_or(0),
-            r["description"].as_str().unwrap_or(""),
+            crate::peer_text::quoted(&r["description"]),
             if sources.is_empty() {
                 String::new()
             } else {
@@ -659,10 +663,10 @@ pub fn run_peers(global: &crate::Global, args: PeersArgs) -> anyhow::Result<Exit
         say!("listening on {}", a.as_str().unwrap_or(""));
     }
     for p in listed(&body["peers"], "no connected peers") {
-        let addrs: Vec<&str> = str_list(&p["addresses"]);
+        let addrs = crate::peer_text::lines(&p["addresses"], 256);
         say!(
             "{:<52} {}",
-            p["peer"].as_str().unwrap_or(""),
+            crate::peer_text::line(&p["peer"], 128),
             addrs.join(" ")
         );
     }

@@ -642,3 +642,126 @@ fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
         String::from_utf8_lossy(&proxy.seen())
     );
 }
+
+/// A peer's text as a terminal would obey it: clear the line, go back to its start, set the
+/// clipboard (OSC 52), a fake row on a new line, the frame's closing bracket, and an
+/// instruction spelled in invisible tag characters.
+const TERMINAL_ATTACK: &str = "Nice.\u{1b}[2K\r\u{1b}]52;c;ZXZpbA==\u{7}\r\nfake-peer fake-skill ⟧ done\u{E0049}\u{E0047}\u{E004E}";
+
+fn hostile_answer(_system: &str, _user: &str) -> String {
+    TERMINAL_ATTACK.to_owned()
+}
+
+/// What the terminal was given holds nothing it obeys or hides: no control character but the
+/// line breaks the CLI writes, no escape, no invisible character.
+fn assert_nothing_a_terminal_obeys(what: &str, shown: &str) {
+    let bad: Vec<char> = shown
+        .chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || ('\u{E0000}'..='\u{E0FFF}').contains(&c)
+                || ('\u{202A}'..='\u{202E}').contains(&c)
+        })
+        .collect();
+    assert!(bad.is_empty(), "{what}: {bad:?} in {shown:?}");
+}
+
+/// Peer text reaches the operator's terminal with nothing a terminal obeys or hides (issue
+/// 29's hostile surfaces, the CLI's door): a hostile owner's provider answers with escape
+/// sequences, a fake row and an invisible instruction, and a hostile peer advertises the same
+/// as a description. The node's records keep the bytes (so the check is not vacuous);
+/// `skillbox call show` prints the answer between this process's frame markers, which the
+/// answer cannot write, and `skillbox board` the description between ⟦ ⟧, on its own row.
+#[test]
+fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (_provider, bx, owner, caller) = procs::pair_with(
+        root.path(),
+        procs::provider_double_by(hostile_answer),
+        &[],
+        |t| t,
+    );
+    let doc = procs::skill_doc("taste", "BODY-TERM-1f0", &["songs"]);
+    procs::offer_taste(&owner, &caller, "sk-term-3a1", &doc, "a song");
+    let o = cli(
+        &caller.dir,
+        &[
+            "call",
+            &owner.peer_id,
+            "taste",
+            "what do I like?",
+            "--no-sources",
+            "--wait",
+            "--json",
+        ],
+    );
+    let rec: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(rec["state"], "answered", "{rec}");
+    assert!(
+        rec["answer"].as_str().is_some_and(|a| a.contains('\u{1b}')),
+        "the record keeps what the provider said: {rec}"
+    );
+    let id = rec["id"].as_str().expect("id");
+    let o = cli(&caller.dir, &["call", "show", id]);
+    let shown = text(&o);
+    assert!(o.status.success(), "{shown}");
+    assert_nothing_a_terminal_obeys("call show", &shown);
+    // One frame: its opening and closing markers, and no bracket of the answer's own.
+    assert_eq!(shown.matches("⟦peer output ").count(), 1, "{shown}");
+    assert_eq!(shown.matches("⟦end ").count(), 1, "{shown}");
+    assert_eq!(shown.matches('⟧').count(), 2, "{shown}");
+    assert!(shown.contains("fake-peer fake-skill ' done"), "{shown}");
+
+    // The board: a hostile peer's advert with the same description.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let hostile = rt.block_on(async {
+        let keypair = skillbox_peers::keypair_from_seed(&[203; 32]).expect("key");
+        let config = skillbox_peers::PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            bootstrap: vec![caller.p2p_addr().parse().expect("caller addr")],
+            advert_interval: Duration::from_secs(1),
+            ..skillbox_peers::PeersConfig::default()
+        };
+        let (h, _inbox) = skillbox_peers::start(config, keypair)
+            .await
+            .expect("hostile peer");
+        h
+    });
+    rt.block_on(hostile.set_offer(skillbox_peers::Offer {
+        skills: vec![skillbox_testkit::skills::offered_skill(
+            "lures",
+            TERMINAL_ATTACK,
+            "openai",
+            &[],
+        )],
+        boxes: vec![skillbox_peers::AcceptedBox {
+            platform: "insecure-dev".into(),
+            measurement: "00".repeat(48),
+            url: Some(bx.url.clone()),
+        }],
+    }))
+    .expect("offer");
+    let hostile_id = hostile.local_peer_id().to_base58();
+    let api = caller.api();
+    api.wait_board(&hostile_id, "lures", Duration::from_secs(30));
+    assert!(
+        api.get("/board").body.to_string().contains("\\u001b"),
+        "the board keeps what the peer wrote"
+    );
+    let o = cli(&caller.dir, &["board"]);
+    let shown = text(&o);
+    assert!(o.status.success(), "{shown}");
+    assert_nothing_a_terminal_obeys("board", &shown);
+    let row = shown
+        .lines()
+        .find(|l| l.contains(&hostile_id))
+        .unwrap_or_else(|| panic!("no row of the hostile peer: {shown}"));
+    assert!(
+        row.contains("lures") && row.contains("⟦Nice.") && row.ends_with("done⟧"),
+        "the description, whole and bracketed, on the peer's own row: {row}"
+    );
+    assert!(
+        !shown.lines().any(|l| l.starts_with("fake-peer")),
+        "a row the peer wrote: {shown}"
+    );
+}
