@@ -24,6 +24,37 @@ fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
+/// A peer on the real network that runs no skillbox node, only the transport: it signs what
+/// the test says. Bootstrapped to `caller`, advertising every second.
+fn hostile_peer(
+    rt: &tokio::runtime::Runtime,
+    caller: &procs::NodeDir,
+    seed: u8,
+) -> skillbox_peers::PeersHandle {
+    rt.block_on(async {
+        let keypair = skillbox_peers::keypair_from_seed(&[seed; 32]).expect("key");
+        let config = skillbox_peers::PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            bootstrap: vec![caller.p2p_addr().parse().expect("caller addr")],
+            advert_interval: Duration::from_secs(1),
+            ..skillbox_peers::PeersConfig::default()
+        };
+        let (h, _inbox) = skillbox_peers::start(config, keypair)
+            .await
+            .expect("hostile peer");
+        h
+    })
+}
+
+/// The box at `url`, accepted as insecure-dev (what the test nodes accept).
+fn insecure_box(url: &str) -> Vec<skillbox_peers::AcceptedBox> {
+    vec![skillbox_peers::AcceptedBox {
+        platform: "insecure-dev".into(),
+        measurement: "00".repeat(48),
+        url: Some(url.to_owned()),
+    }]
+}
+
 #[test]
 fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -77,19 +108,7 @@ fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
 
     // 2. A forged advert, signed by a real peer on the network, asking for the caller's body.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let hostile = rt.block_on(async {
-        let keypair = skillbox_peers::keypair_from_seed(&[201; 32]).expect("key");
-        let config = skillbox_peers::PeersConfig {
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-            bootstrap: vec![caller.p2p_addr().parse().expect("caller addr")],
-            advert_interval: Duration::from_secs(1),
-            ..skillbox_peers::PeersConfig::default()
-        };
-        let (h, _inbox) = skillbox_peers::start(config, keypair)
-            .await
-            .expect("hostile peer");
-        h
-    });
+    let hostile = hostile_peer(&rt, &caller, 201);
     let skill = |name: &str, required: &[&str]| {
         skillbox_testkit::skills::offered_skill(
             name,
@@ -98,11 +117,7 @@ fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
             required,
         )
     };
-    let boxes = vec![skillbox_peers::AcceptedBox {
-        platform: "insecure-dev".into(),
-        measurement: "00".repeat(48),
-        url: Some(bx.url.clone()),
-    }];
+    let boxes = insecure_box(&bx.url);
     // First a benign advert, which does reach the board: the channel works.
     rt.block_on(hostile.set_offer(skillbox_peers::Offer {
         skills: vec![skill("benign", &[])],
@@ -714,19 +729,7 @@ fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
 
     // The board: a hostile peer's advert with the same description.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let hostile = rt.block_on(async {
-        let keypair = skillbox_peers::keypair_from_seed(&[203; 32]).expect("key");
-        let config = skillbox_peers::PeersConfig {
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-            bootstrap: vec![caller.p2p_addr().parse().expect("caller addr")],
-            advert_interval: Duration::from_secs(1),
-            ..skillbox_peers::PeersConfig::default()
-        };
-        let (h, _inbox) = skillbox_peers::start(config, keypair)
-            .await
-            .expect("hostile peer");
-        h
-    });
+    let hostile = hostile_peer(&rt, &caller, 203);
     rt.block_on(hostile.set_offer(skillbox_peers::Offer {
         skills: vec![skillbox_testkit::skills::offered_skill(
             "lures",
@@ -734,11 +737,7 @@ fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
             "openai",
             &[],
         )],
-        boxes: vec![skillbox_peers::AcceptedBox {
-            platform: "insecure-dev".into(),
-            measurement: "00".repeat(48),
-            url: Some(bx.url.clone()),
-        }],
+        boxes: insecure_box(&bx.url),
     }))
     .expect("offer");
     let hostile_id = hostile.local_peer_id().to_base58();
