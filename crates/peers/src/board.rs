@@ -21,10 +21,18 @@ pub struct BoardConfig {
     /// Peers held at most; a new one beyond this evicts the entry that expires first (the
     /// oldest advert), so the board is a bounded cache whoever sends what.
     pub max_entries: usize,
+    /// Bytes the entries may hold in all ([`Board::held_bytes`]: each advert as received,
+    /// parsed, and its rows rendered), under the same rules as `max_entries`. The count alone
+    /// let 100,000 adverts of 128 KiB each, signed by keys that cost nothing, hold tens of GB.
+    pub max_total_bytes: usize,
 }
 
 /// Default cap of the board: peers held at once.
 pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+
+/// Default byte budget of the board: 256 MiB, about 100,000 typical adverts (a few skills
+/// each), or 680 of the largest.
+pub const DEFAULT_MAX_TOTAL_BYTES: usize = 256 << 20;
 
 impl Default for BoardConfig {
     fn default() -> Self {
@@ -33,6 +41,7 @@ impl Default for BoardConfig {
             max_skew_ms: 30_000,
             max_advert_bytes: DEFAULT_MAX_ADVERT_BYTES,
             max_entries: DEFAULT_MAX_ENTRIES,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
         }
     }
 }
@@ -79,6 +88,18 @@ struct Entry {
     row_ends: Vec<usize>,
 }
 
+impl Entry {
+    /// What the entry counts for against [`BoardConfig::max_total_bytes`].
+    fn cost(&self) -> usize {
+        entry_cost(self.raw.len(), self.rendered.len())
+    }
+}
+
+/// An entry's bytes: the advert as received, about as much again parsed, and its rows.
+fn entry_cost(raw: usize, rendered: usize) -> usize {
+    raw.saturating_mul(2).saturating_add(rendered)
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct RowPrefix<'a> {
@@ -102,6 +123,8 @@ pub struct Board {
     /// Sum of the rendered rows' lengths, so a snapshot allocates its buffer once.
     rendered_bytes: usize,
     rendered_rows: usize,
+    /// Sum of the entries' [`Entry::cost`].
+    held_bytes: usize,
 }
 
 /// A board row as the intent ranks it.
@@ -123,6 +146,7 @@ impl Board {
             by_expiry: BTreeSet::new(),
             rendered_bytes: 0,
             rendered_rows: 0,
+            held_bytes: 0,
         }
     }
 
@@ -193,14 +217,26 @@ impl Board {
                 return Err(AdvertRefusal::BoardFull);
             }
         }
-        self.insert_verified(verified, now_ms)
+        self.insert(verified, now_ms, false)
     }
 
-    /// Take an advert whose signature has been checked; apply freshness rules.
+    /// Take an advert whose signature has been checked; apply freshness rules. On a full board
+    /// (entries or bytes) the oldest entries make room.
     pub fn insert_verified(
         &mut self,
         verified: VerifiedAdvert,
         now_ms: u64,
+    ) -> Result<Ingested, AdvertRefusal> {
+        self.insert(verified, now_ms, true)
+    }
+
+    /// [`Self::insert_verified`]; without `may_evict`, an advert that does not fit the byte
+    /// budget once expired entries are gone is refused `BoardFull`.
+    fn insert(
+        &mut self,
+        verified: VerifiedAdvert,
+        now_ms: u64,
+        may_evict: bool,
     ) -> Result<Ingested, AdvertRefusal> {
         let VerifiedAdvert { peer, advert, raw } = verified;
         if advert.time > now_ms.saturating_add(self.config.max_skew_ms) {
@@ -241,14 +277,44 @@ impl Board {
             row_ends.push(rendered.len());
         }
         let seq = advert.seq;
+        let cost = entry_cost(raw.len(), rendered.len());
+        let budget = self.config.max_total_bytes;
+        if cost > budget {
+            return Err(AdvertRefusal::BoardFull);
+        }
+        // What the board would hold with this entry in place of the peer's present one.
+        let after = |b: &Board| b.held_bytes - b.entries.get(&key).map_or(0, Entry::cost) + cost;
         let mut evicted = None;
+        if after(self) > budget {
+            if may_evict {
+                while after(self) > budget {
+                    let Some(oldest) = self
+                        .by_expiry
+                        .iter()
+                        .map(|(_, k)| k)
+                        .find(|k| **k != key)
+                        .cloned()
+                    else {
+                        break;
+                    };
+                    self.remove_key(&oldest);
+                    evicted.get_or_insert(oldest);
+                }
+            } else {
+                self.expire(now_ms);
+                if after(self) > budget {
+                    return Err(AdvertRefusal::BoardFull);
+                }
+            }
+        }
         if !self.entries.contains_key(&key)
             && self.entries.len() >= self.config.max_entries.max(1)
             && let Some((_, oldest)) = self.by_expiry.first().cloned()
         {
             self.remove_key(&oldest);
-            evicted = Some(oldest);
+            evicted.get_or_insert(oldest);
         }
+        self.held_bytes += cost;
         self.rendered_bytes += rendered.len();
         self.rendered_rows += row_ends.len();
         self.by_expiry.insert((expires_at, key.clone()));
@@ -287,6 +353,11 @@ impl Board {
         }
     }
 
+    /// Bytes the entries hold, expired or not (at most `max_total_bytes`).
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
     /// Number of entries held, expired or not (at most `max_entries`).
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -316,6 +387,7 @@ impl Board {
     }
 
     fn forget_rendered(&mut self, old: &Entry) {
+        self.held_bytes -= old.cost();
         self.rendered_bytes -= old.rendered.len();
         self.rendered_rows -= old.row_ends.len();
     }

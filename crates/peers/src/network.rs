@@ -298,6 +298,7 @@ impl PeersConfig {
             max_skew_ms: self.max_clock_skew.as_millis() as u64,
             max_advert_bytes: self.max_advert_bytes,
             max_entries: self.board_max_entries,
+            ..BoardConfig::default()
         }
     }
 

@@ -37,6 +37,7 @@ fn board() -> Board {
         max_skew_ms: 30_000,
         max_advert_bytes: 64 * 1024,
         max_entries: 100_000,
+        ..BoardConfig::default()
     })
 }
 
@@ -285,6 +286,68 @@ fn an_offer_naming_a_skill_twice_is_refused() {
     .normalized()
     .unwrap_err();
     assert!(err.to_string().contains("haiku"), "{err}");
+}
+
+/// The board's bytes are bounded, not only its entries: adverts of the largest size, each
+/// signed by a fresh key (keys cost nothing), fill the byte budget; past it an advert nobody
+/// asked for is refused `BoardFull` and holds nothing, and one this node fetched makes room
+/// by evicting the oldest. Before, 100,000 entries of 128 KiB each were allowed.
+#[test]
+fn a_board_of_large_adverts_stays_within_its_bytes() {
+    let budget = 600 * 1024;
+    let mut b = Board::new(BoardConfig {
+        max_total_bytes: budget,
+        ..BoardConfig::default()
+    });
+    // One skill with the longest description the grammar lets through, many times: about
+    // 60 KiB an advert.
+    let large = |i: u8| {
+        let skills: Vec<OfferedSkill> = (0..40)
+            .map(|n| OfferedSkill {
+                description: "d".repeat(1024),
+                ..skill(&format!("skill-{n}"))
+            })
+            .collect();
+        let k = keypair_from_seed(&[i; 32]).unwrap();
+        let t = T0 + u64::from(i);
+        let offer = Offer {
+            skills,
+            boxes: vec![],
+        }
+        .normalized()
+        .expect("a valid offer");
+        (
+            k.public().to_peer_id(),
+            sign_advert(&k, t, t, &offer).unwrap(),
+        )
+    };
+    let now = T0 + 1000;
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for i in 1..=40u8 {
+        let (peer, bytes) = large(i);
+        match b.ingest_unasked(&bytes, None, now, |_| true) {
+            Ok(_) => held.push(peer),
+            Err(AdvertRefusal::BoardFull) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(b.held_bytes() <= budget, "{} > {budget}", b.held_bytes());
+    }
+    assert!(
+        held.len() >= 3 && refused > 0,
+        "held {}, refused {refused}",
+        held.len()
+    );
+    // Those held first are still held: unasked adverts never push them out.
+    assert!(held.iter().all(|p| b.advert(p, now).is_some()));
+    // An advert this node fetched evicts the oldest to fit.
+    let (peer, bytes) = large(41);
+    let got = b.ingest(&bytes, None, now).expect("fetched: room is made");
+    assert_eq!(got.evicted, Some(held[0].to_base58()));
+    assert!(b.advert(&peer, now).is_some() && b.held_bytes() <= budget);
+    // Entries that leave give their bytes back.
+    b.expire(now + 10_000_000);
+    assert_eq!((b.len(), b.held_bytes()), (0, 0));
 }
 
 #[test]
