@@ -80,6 +80,7 @@ pub struct Metrics {
     board: Gauge,
     peers: Gauge,
     uptime: Gauge,
+    inbound: Gauge,
     /// Monotonic in the store; brought up to its count at each scrape.
     store_writes: Counter,
     store_commits: Counter,
@@ -154,6 +155,10 @@ impl Default for Metrics {
         let board = gauge("board_skills", "Peers' offered skills on the board");
         let peers = gauge("peers", "Connected peers");
         let uptime = gauge("uptime_seconds", "Seconds since the node started");
+        let inbound = gauge(
+            "inbound_payloads",
+            "Peers' payloads being handled now (a refusal's delivery included)",
+        );
         let store_writes = registered(
             &mut r,
             "store_writes",
@@ -181,6 +186,7 @@ impl Default for Metrics {
             board,
             peers,
             uptime,
+            inbound,
             store_writes,
             store_commits,
         }
@@ -197,6 +203,15 @@ fn raise(c: &Counter, v: u64) {
 }
 
 impl Metrics {
+    /// A peer's payload taken up (`true`) or done with (`false`).
+    pub fn inbound(&self, taken: bool) {
+        if taken {
+            self.inbound.inc();
+        } else {
+            self.inbound.dec();
+        }
+    }
+
     /// One HTTP request served (`route` is the matched template, or `unmatched`).
     pub fn record(&self, route: &str, method: &str, status: u16) {
         self.http

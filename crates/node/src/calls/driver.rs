@@ -759,7 +759,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use skillbox_peers::{Payload, PayloadTransport, PeerId, PeersError};
+    use skillbox_peers::{IncomingPayload, Payload, PayloadTransport, PeerId, PeersError};
 
     use super::*;
     use crate::calls::{CallsDeps, Directory, Offered};
@@ -982,6 +982,49 @@ mod tests {
         let call = stepped(&node, key, Event::Staked).await;
         assert_eq!(call.state, State::AwaitingConsent);
         assert!(decisions(&store).is_empty());
+    }
+
+    /// A transport whose sends are never acknowledged: a peer that took its requests' stream
+    /// and never answers, or one gone while the retries go on.
+    struct Deaf(PeerId);
+    impl PayloadTransport for Deaf {
+        fn local_peer_id(&self) -> PeerId {
+            self.0
+        }
+        fn send(
+            &self,
+            _to: PeerId,
+            _payload: Payload,
+        ) -> skillbox_peers::transport::BoxFuture<'_, std::result::Result<(), PeersError>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// A request the owner refuses, from a peer that never takes the refusal: handling it ends
+    /// once the refusal's delivery is given up (`REFUSAL_DELIVERY`), not when the transport's
+    /// retries end (about a minute for a peer that takes the stream and never answers) — a
+    /// task, and the request it held, per request at the peer's rate, for that long.
+    #[tokio::test]
+    async fn a_refusal_nobody_takes_is_given_up() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let node = calls_of(store, |d| d.transport = Arc::new(Deaf(PeerId::random())));
+        let junk = IncomingPayload {
+            from: PeerId::random(),
+            payload: Payload {
+                kind: skillbox_peers::PayloadKind::CallRequest,
+                call_id: "c1".into(),
+                body: serde_json::json!({"skill": "taste", "program": "x".repeat(4096)}),
+            },
+            seq: 1,
+            sent_at: now_ms(),
+            signed: skillbox_peers::SignedPayload {
+                envelope: String::new(),
+                signature: String::new(),
+            },
+        };
+        tokio::time::timeout(Duration::from_secs(30), node.on_payload(junk))
+            .await
+            .expect("the refusal's delivery was given up");
     }
 
     /// A file-backed node, its deps as `edit` leaves them: its dir (kept while it lives), its

@@ -36,12 +36,24 @@ impl Refused {
     }
 }
 
+/// How long a refusal's delivery may take before it is given up.
+const REFUSAL_DELIVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Calls {
     pub(super) async fn on_payload(&self, p: IncomingPayload) {
-        let from = p.from.to_base58();
-        let id = p.payload.call_id.clone();
-        let body = p.payload.body;
-        match p.payload.kind {
+        // The signed copy is not kept by anything here: dropped now, not when the payload's
+        // handling (a refusal's delivery, say) is done.
+        let IncomingPayload {
+            from,
+            payload,
+            signed,
+            ..
+        } = p;
+        drop(signed);
+        let from = from.to_base58();
+        let id = payload.call_id;
+        let body = payload.body;
+        match payload.kind {
             PayloadKind::CallRequest => self.on_request(&from, &id, body).await,
             PayloadKind::CallAccepted => {
                 let key = (id, Role::Caller);
@@ -180,8 +192,14 @@ impl Calls {
             call_id: id.to_owned(),
             body: failed_body(refused.code),
         };
-        if let Err(e) = self.0.transport.send(peer, payload).await {
-            tracing::debug!(call = %id, error = %e, "call.failed not delivered");
+        // Best effort, and bounded: a peer that sends requests and never takes the refusals
+        // (a full inbox, gone) must not keep a task per request for the transport's whole
+        // retry schedule (6 attempts, about a minute), at its request rate.
+        let send = self.0.transport.send(peer, payload);
+        match tokio::time::timeout(REFUSAL_DELIVERY, send).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(call = %id, error = %e, "call.failed not delivered"),
+            Err(_) => tracing::debug!(call = %id, "call.failed not delivered in time"),
         }
     }
 
@@ -194,7 +212,10 @@ impl Calls {
             }
             return;
         }
-        match self.admit(from, id, &body).await {
+        let admitted = self.admit(from, id, &body).await;
+        // The request (up to a payload's size) is not held while its refusal is delivered.
+        drop(body);
+        match admitted {
             Ok(Some(())) => {}
             Ok(None) => {} // a concurrent duplicate won the race; it carries on
             Err(refused) => self.refuse(from, id, &refused).await,

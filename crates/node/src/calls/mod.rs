@@ -508,7 +508,11 @@ impl Calls {
         let inbound = tokio::spawn(async move {
             while let Some(p) = payloads.recv().await {
                 let this = this.clone();
-                tokio::spawn(async move { this.on_payload(p).await });
+                this.0.metrics.inbound(true);
+                tokio::spawn(async move {
+                    this.on_payload(p).await;
+                    this.0.metrics.inbound(false);
+                });
             }
         });
         let this = self.clone();

@@ -527,6 +527,8 @@ async fn metrics_and_health() {
         "route=\"/skills\",method=\"POST\",status=\"201\"} 1",
         "\nskillbox_skills 1\n",
         "\nskillbox_skills_offered 1\n",
+        // No peer's payload being handled.
+        "\nskillbox_inbound_payloads 0\n",
         // The body and the skill's commitment salt.
         "\nskillbox_sources 2\n",
     ] {
