@@ -766,7 +766,10 @@ mod tests {
     use crate::crypto::DataKey;
     use crate::store::Store;
 
-    struct Quiet(PeerId);
+    /// A transport that sends nothing: each send is acknowledged at once (`Quiet(_, true)`), or
+    /// never (`false`: a peer that took its requests' stream and never answers, or one gone
+    /// while the retries go on).
+    struct Quiet(PeerId, bool);
     impl PayloadTransport for Quiet {
         fn local_peer_id(&self) -> PeerId {
             self.0
@@ -776,7 +779,11 @@ mod tests {
             _to: PeerId,
             _payload: Payload,
         ) -> skillbox_peers::transport::BoxFuture<'_, std::result::Result<(), PeersError>> {
-            Box::pin(std::future::ready(Ok(())))
+            if self.1 {
+                Box::pin(std::future::ready(Ok(())))
+            } else {
+                Box::pin(std::future::pending())
+            }
         }
     }
     struct Empty;
@@ -802,7 +809,7 @@ mod tests {
             skills: crate::skills::Skills::new(store, key, "test"),
             node_seed: [7u8; 32],
             node_id: "node".into(),
-            transport: Arc::new(Quiet(PeerId::random())),
+            transport: Arc::new(Quiet(PeerId::random(), true)),
             directory: Arc::new(Empty),
             boxes: Arc::new(super::super::boxes::Boxes::new(
                 &[],
@@ -984,22 +991,6 @@ mod tests {
         assert!(decisions(&store).is_empty());
     }
 
-    /// A transport whose sends are never acknowledged: a peer that took its requests' stream
-    /// and never answers, or one gone while the retries go on.
-    struct Deaf(PeerId);
-    impl PayloadTransport for Deaf {
-        fn local_peer_id(&self) -> PeerId {
-            self.0
-        }
-        fn send(
-            &self,
-            _to: PeerId,
-            _payload: Payload,
-        ) -> skillbox_peers::transport::BoxFuture<'_, std::result::Result<(), PeersError>> {
-            Box::pin(std::future::pending())
-        }
-    }
-
     /// A request the owner refuses, from a peer that never takes the refusal: handling it ends
     /// once the refusal's delivery is given up (`REFUSAL_DELIVERY`), not when the transport's
     /// retries end (about a minute for a peer that takes the stream and never answers) — a
@@ -1007,7 +998,9 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_nobody_takes_is_given_up() {
         let store = Arc::new(Store::open_in_memory().expect("store"));
-        let node = calls_of(store, |d| d.transport = Arc::new(Deaf(PeerId::random())));
+        let node = calls_of(store, |d| {
+            d.transport = Arc::new(Quiet(PeerId::random(), false))
+        });
         let junk = IncomingPayload {
             from: PeerId::random(),
             payload: Payload {
