@@ -1543,7 +1543,7 @@ impl Task {
             Ack::Refused { reason } => {
                 let _ = pending.reply.send(Err(PeersError::Refused {
                     peer: pending.to,
-                    reason,
+                    reason: crate::payload::refusal_code(&reason).to_owned(),
                 }));
             }
             Ack::RateLimited => self.retry_later(pending, "rate limited".into()),

@@ -225,6 +225,41 @@ pub enum PayloadRefusal {
     OutOfWindow { time: u64, now: u64 },
 }
 
+impl PayloadRefusal {
+    /// The closed code a sender is told: the refusal's details (a parser's message quoting the
+    /// payload, the node's clock, the addressee) stay with the receiver.
+    pub fn code(&self) -> &'static str {
+        match self {
+            PayloadRefusal::TooLarge { .. } => "too_large",
+            PayloadRefusal::Malformed(_) => "malformed",
+            PayloadRefusal::BadSignature => "bad_signature",
+            PayloadRefusal::SenderMismatch(_) => "sender_mismatch",
+            PayloadRefusal::WrongRecipient { .. } => "wrong_recipient",
+            PayloadRefusal::OutOfWindow { .. } => "out_of_window",
+        }
+    }
+}
+
+/// The codes [`Ack::Refused`] may carry.
+pub const REFUSAL_CODES: [&str; 6] = [
+    "too_large",
+    "malformed",
+    "bad_signature",
+    "sender_mismatch",
+    "wrong_recipient",
+    "out_of_window",
+];
+
+/// A receiver's refusal reason as this node takes it: one of [`REFUSAL_CODES`], or `other`
+/// for anything else a peer wrote there (it reaches this node's logs and errors, and a hostile
+/// receiver writes what it likes).
+pub fn refusal_code(reason: &str) -> &'static str {
+    REFUSAL_CODES
+        .into_iter()
+        .find(|c| *c == reason)
+        .unwrap_or("other")
+}
+
 /// The answer a receiver gives a sender.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "ack", rename_all = "camelCase")]
@@ -233,7 +268,8 @@ pub enum Ack {
     Delivered,
     /// Seen before: acknowledged, changes nothing, not handed on again.
     Duplicate,
-    /// Refused for good: retrying the same bytes cannot help.
+    /// Refused for good: retrying the same bytes cannot help. `reason`: a closed code
+    /// ([`PayloadRefusal::code`]).
     Refused { reason: String },
     /// Over this sender's rate: retry later.
     RateLimited,
@@ -280,7 +316,7 @@ impl Received {
             Received::New(_) => Ack::Delivered,
             Received::Duplicate => Ack::Duplicate,
             Received::Refused(r) => Ack::Refused {
-                reason: r.to_string(),
+                reason: r.code().to_owned(),
             },
             Received::RateLimited => Ack::RateLimited,
         }

@@ -1,7 +1,9 @@
 //! Payload envelopes and the receiving side's checks, without sockets; and the memory transport.
 
 use serde_json::json;
-use skillbox_peers::payload::{Inbox, InboxConfig, PayloadRefusal, Received};
+use skillbox_peers::payload::{
+    Inbox, InboxConfig, PayloadRefusal, REFUSAL_CODES, Received, refusal_code,
+};
 use skillbox_peers::{
     MemoryNetwork, Payload, PayloadKind, PayloadTransport, PeersError, SignedPayload,
     keypair_from_seed, now_ms,
@@ -174,4 +176,31 @@ async fn the_memory_transport_delivers_signed_payloads_once() {
     net.leave(&pb);
     let err = ta.send(pb, request("m3")).await.unwrap_err();
     assert!(matches!(err, PeersError::Unreachable { .. }), "{err}");
+}
+
+/// Only closed codes cross in a refusal: what the receiver tells the sender names the kind of
+/// refusal, never its details (a parser's message quoting the payload, the receiver's clock);
+/// and whatever a receiver writes there, the sender takes one of the codes or `other` — a
+/// hostile receiver's text does not reach the sender's logs and errors.
+#[test]
+fn a_refusal_carries_a_closed_code_both_ways() {
+    let quoting = PayloadRefusal::Malformed("expected `,` near \"PEER-TEXT-9d1\"".into());
+    let ack = Received::Refused(quoting).ack();
+    assert_eq!(
+        ack,
+        skillbox_peers::Ack::Refused {
+            reason: "malformed".into()
+        }
+    );
+    for code in REFUSAL_CODES {
+        assert_eq!(refusal_code(code), code);
+    }
+    for written in [
+        "payload of 2 bytes exceeds the limit of 1 bytes",
+        "malformed\n2026-12-06 INFO forged line",
+        "\u{1b}]52;c;ZXZpbA==\u{7}",
+        "",
+    ] {
+        assert_eq!(refusal_code(written), "other", "{written:?}");
+    }
 }
