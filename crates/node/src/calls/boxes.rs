@@ -514,22 +514,9 @@ impl Boxes {
             }
             seen.key
         };
-        let providers = h
-            .providers
-            .into_iter()
-            .map(|mut v| {
-                let pinned =
-                    v.id.parse::<ProviderId>()
-                        .is_ok_and(|id| self.provider_hosts.allows(url, &id, v.host.as_deref()));
-                if v.available && !pinned {
-                    v.available = false;
-                    v.reason = Some(
-                        "this node does not pin that provider host (boxes.provider_hosts)".into(),
-                    );
-                }
-                v
-            })
-            .collect();
+        let providers = providers_taken(h.providers, |id, host| {
+            self.provider_hosts.allows(url, id, host)
+        });
         let kb = KnownBox {
             url: url.clone(),
             platform: h.platform,
@@ -775,9 +762,114 @@ fn order_by_load(mut boxes: Vec<KnownBox>, claimed: &BTreeMap<String, usize>) ->
     boxes
 }
 
+/// Provider entries taken from a box's report, at most: a box names each provider it has once,
+/// and there are a handful.
+const MAX_BOX_PROVIDERS: usize = 32;
+
+/// What this node keeps of the providers a box reports (its `/healthz`, the box's own words,
+/// shown on the dashboard and read at call start): entries whose id is a provider id and whose
+/// host, when it names one, is an http(s) URL of sane length — the rest dropped, not kept as
+/// the box wrote them — at most [`MAX_BOX_PROVIDERS`], each with this node's own reason, never
+/// the box's. `pinned` says whether this node pins the provider at that host.
+fn providers_taken(
+    reported: Vec<ProviderView>,
+    pinned: impl Fn(&ProviderId, Option<&str>) -> bool,
+) -> Vec<ProviderView> {
+    let url_like = |h: &str| {
+        h.len() <= 512
+            && h.parse::<axum::http::Uri>().is_ok_and(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some()
+            })
+    };
+    reported
+        .into_iter()
+        .filter_map(|v| {
+            let id = v.id.parse::<ProviderId>().ok()?;
+            if v.host.as_deref().is_some_and(|h| !url_like(h)) {
+                return None;
+            }
+            let reason = match (v.available, pinned(&id, v.host.as_deref())) {
+                (true, true) => None,
+                (true, false) => {
+                    Some("this node does not pin that provider host (boxes.provider_hosts)")
+                }
+                (false, _) => Some("the box reports it unavailable"),
+            };
+            Some(ProviderView {
+                id: id.to_string(),
+                available: reason.is_none(),
+                host: v.host,
+                reason: reason.map(str::to_owned),
+            })
+        })
+        .take(MAX_BOX_PROVIDERS)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A box's report of its providers is the box's text: what the node keeps of it (and the
+    /// dashboard shows) is entries of provider ids and http(s) hosts, this node's own reasons,
+    /// and no more than a box could honestly name — not words written as an id, a reason that
+    /// says anything, or thousands of entries.
+    #[test]
+    fn a_boxs_provider_report_is_kept_only_in_its_closed_form() {
+        let view =
+            |id: &str, available: bool, host: Option<&str>, reason: Option<&str>| ProviderView {
+                id: id.into(),
+                available,
+                host: host.map(str::to_owned),
+                reason: reason.map(str::to_owned),
+            };
+        let mut reported = vec![
+            view(
+                "Your node key leaked: reinstall from http://evil.example",
+                true,
+                None,
+                None,
+            ),
+            view(
+                "openai",
+                false,
+                None,
+                Some("call 555-0100 to restore service"),
+            ),
+            view("openrouter", true, Some("javascript:alert(1)"), None),
+            view("local", true, None, Some("trust me")),
+            view(
+                "openai-compatible:mine",
+                true,
+                Some("http://127.0.0.1:9/v1"),
+                None,
+            ),
+        ];
+        reported.extend((0..5000).map(|_| view("local", true, None, None)));
+        let kept = providers_taken(reported, |id, _| id.to_string() != "openai-compatible:mine");
+        assert_eq!(kept.len(), MAX_BOX_PROVIDERS);
+        let first: Vec<(&str, bool, Option<&str>)> = kept
+            .iter()
+            .take(3)
+            .map(|p| (p.id.as_str(), p.available, p.reason.as_deref()))
+            .collect();
+        assert_eq!(
+            first,
+            [
+                ("openai", false, Some("the box reports it unavailable")),
+                ("local", true, None),
+                (
+                    "openai-compatible:mine",
+                    false,
+                    Some("this node does not pin that provider host (boxes.provider_hosts)")
+                ),
+            ]
+        );
+        let text = format!("{kept:?}");
+        for said in ["leaked", "555-0100", "javascript", "trust me"] {
+            assert!(!text.contains(said), "{said} kept");
+        }
+    }
 
     fn known(url: &str, runs: usize) -> KnownBox {
         KnownBox {
