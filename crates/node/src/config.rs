@@ -180,6 +180,22 @@ impl Default for IndexConfig {
     }
 }
 
+/// The longest duration a setting may name: ten years. Beyond it a timer's deadline can
+/// overflow the clock (`Instant + Duration` panics), in this node or in libp2p's Kademlia jobs,
+/// which would take the node down at its first search or a peer's provider record instead of
+/// refusing the file.
+const MAX_SETTING_SECS: u64 = 10 * 365 * 24 * 3600;
+
+/// The first of `values` (seconds) longer than [`MAX_SETTING_SECS`], named by its key.
+fn at_most_ten_years(values: &[(&str, u64)]) -> std::result::Result<(), String> {
+    match values.iter().find(|(_, v)| *v > MAX_SETTING_SECS) {
+        Some((name, v)) => Err(format!(
+            "{name} ({v}) must be at most {MAX_SETTING_SECS} seconds (ten years)"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The first of `values` that is 0, named by its key: each must be at least 1.
 fn at_least_one<T: Default + PartialEq>(values: &[(&str, T)]) -> std::result::Result<(), String> {
     match values.iter().find(|(_, v)| *v == T::default()) {
@@ -212,6 +228,11 @@ impl IndexConfig {
                 return Err(format!("{name} must be a number above 0"));
             }
         }
+        at_most_ten_years(&[
+            ("index.ttl_secs", self.ttl_secs),
+            ("index.republish_secs", self.republish_secs),
+            ("index.search_timeout_secs", self.search_timeout_secs),
+        ])?;
         if self.ttl_secs <= self.republish_secs {
             return Err(format!(
                 "index.ttl_secs ({}) must be longer than index.republish_secs ({}): a record \
@@ -857,6 +878,14 @@ impl Config {
             ),
             ("p2p.board_max_entries", self.p2p.board_max_entries),
             ("p2p.idle_timeout_secs", self.p2p.idle_timeout_secs as usize),
+        ])?;
+        at_most_ten_years(&[
+            ("schedules.advertise_secs", s.advertise_secs),
+            ("schedules.advance_secs", s.advance_secs),
+            ("schedules.sweep_secs", s.sweep_secs),
+            ("schedules.stall_limit_secs", s.stall_limit_secs),
+            ("schedules.board_ttl_secs", s.board_ttl_secs),
+            ("p2p.idle_timeout_secs", self.p2p.idle_timeout_secs),
         ])?;
         self.index.check()?;
         let ns = &self.agents.namespace;
@@ -1585,6 +1614,29 @@ mod tests {
         c.guard.action = "auto".into();
         c.guard.ngram = 99;
         assert!(c.check().expect_err("ngram").contains("guard.ngram"));
+    }
+
+    /// A duration long enough to overflow a timer's deadline is refused by name when the
+    /// file is read, not met as a panic at the first search (`index.search_timeout_secs`), a
+    /// peer's provider record (`index.ttl_secs`) or start (`index.republish_secs`).
+    #[test]
+    fn durations_past_ten_years_are_refused_by_name() {
+        let huge = "9223372036854775807";
+        for (shipped, key) in [
+            ("search_timeout_secs = 10", "index.search_timeout_secs"),
+            ("ttl_secs = 10800", "index.ttl_secs"),
+            ("idle_timeout_secs = 300", "p2p.idle_timeout_secs"),
+            ("board_ttl_secs = 180", "schedules.board_ttl_secs"),
+        ] {
+            let name = shipped.split(" = ").next().expect("name");
+            let err = refusal(shipped, &format!("{name} = {huge}"));
+            assert!(err.contains(key) && err.contains("ten years"), "{err}");
+        }
+        let republish = refusal(
+            "republish_secs = 3600",
+            &format!("republish_secs = {}", MAX_SETTING_SECS + 1),
+        );
+        assert!(republish.contains("index.republish_secs"), "{republish}");
     }
 
     #[test]

@@ -352,6 +352,15 @@ impl Skills {
             ));
         }
         if let Some(Some(k)) = &change.key
+            && skillbox_skill::is_reserved_source_name(k)
+        {
+            // As the import refuses it: another skill's body or a pack's prompt is not a key.
+            return Err(NodeError::invalid(
+                "key",
+                "is under a reserved prefix: the key must be a secret source of the owner's own",
+            ));
+        }
+        if let Some(Some(k)) = &change.key
             && !skillbox_skill::is_valid_source_name(k)
         {
             return Err(NodeError::invalid(
