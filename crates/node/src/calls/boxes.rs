@@ -430,9 +430,22 @@ impl Boxes {
     /// Ask every accepted box who it is. A box that does not answer keeps its last identity
     /// (a restarting box is still the same box); one that answers with another identity is
     /// updated.
+    ///
+    /// All at once, each within [`HEALTH_WAIT`]: a box that takes the request and never
+    /// answers (a hostile one, or one hung) is counted `transport` after that, and does not
+    /// hold up the check of the boxes after it, the node's start or a call's start (which
+    /// waits for a refresh a few seconds).
     pub async fn refresh(&self) {
-        for (url, client) in &self.clients {
-            let refusal = self.check(url, client).await;
+        let checks = self.clients.iter().map(|(url, client)| async move {
+            let refusal = tokio::time::timeout(HEALTH_WAIT, self.check(url, client))
+                .await
+                .unwrap_or_else(|_| {
+                    tracing::debug!(%url, "box did not answer /healthz in time");
+                    Some(JcError::Transport(String::new()).code())
+                });
+            (url, refusal)
+        });
+        for (url, refusal) in futures_util::future::join_all(checks).await {
             let check = BoxCheck {
                 at_ms: skillbox_peers::now_ms(),
                 refusal,
@@ -761,6 +774,9 @@ fn order_by_load(mut boxes: Vec<KnownBox>, claimed: &BTreeMap<String, usize>) ->
     });
     boxes
 }
+
+/// How long one box's `/healthz` may take within a refresh.
+const HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Provider entries taken from a box's report, at most: a box names each provider it has once,
 /// and there are a handful.

@@ -168,7 +168,10 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
         (json!({"key": "../etc"}), "key"),
         // Another skill's body or a pack's prompt as the key: refused as the import does.
         (json!({"key": "skill/default/body"}), "reserved prefix"),
-        (json!({"key": "agent/local.skillbox.x/prompt"}), "reserved prefix"),
+        (
+            json!({"key": "agent/local.skillbox.x/prompt"}),
+            "reserved prefix",
+        ),
         (json!({"model": " "}), "model"),
         (json!({"temperature": "1"}), "temperature"),
         (json!({"model": 7}), "model"),

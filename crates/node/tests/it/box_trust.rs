@@ -256,3 +256,45 @@ async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
         drop(node);
     }
 }
+
+/// A box that takes its requests and never answers (hung, or hostile) is given up after a few
+/// seconds in each refresh, asked beside the other boxes, not before them: a call through the
+/// honest box is answered. Before, the boxes were asked one after another, each for up to the
+/// client's 120 s: the node's start waited on it, and a call's start (which waits a few seconds
+/// for a refresh) never got to the honest box after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_box_that_never_answers_does_not_hold_up_the_others() {
+    let (provider_url, _provider) = support::provider_double(Duration::ZERO).await;
+    let honest = support::start_box(&provider_url)
+        .await
+        .replace("127.0.0.1", "localhost");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let hung = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    // The hung box sorts first: it is asked first.
+    assert!(hung < honest);
+    let (hung_url, honest_url) = (&hung, &honest);
+    let tune = move |c: &mut skillbox_node::Config| {
+        c.boxes.accept = vec![hung_url.clone(), honest_url.clone()];
+    };
+    // Two nodes started and a call answered, within what a hang is told apart by (the hung
+    // box held each node's start for the client's 120 s before).
+    tokio::time::timeout(LIMIT * 3, async {
+        let (owner, caller) = support::tagged_pair(&honest, "HUNG-1", tune).await;
+        let id = caller
+            .start_call(&owner.peer_id, "taste", "REQ-HUNG-1")
+            .await;
+        let c = caller.wait_call(&id, LIMIT).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        support::stop_all([owner, caller]).await;
+    })
+    .await
+    .expect("a box that never answers held the nodes up");
+}
