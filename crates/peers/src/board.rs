@@ -331,7 +331,7 @@ impl Board {
         if let Some(old) = old {
             self.by_expiry
                 .remove(&(old.expires_at, old.advert.node.clone()));
-            self.forget_rendered(&old);
+            self.uncount(&old);
         }
         Ok(Ingested {
             peer,
@@ -346,7 +346,7 @@ impl Board {
             Some(old) => {
                 self.by_expiry
                     .remove(&(old.expires_at, old.advert.node.clone()));
-                self.forget_rendered(&old);
+                self.uncount(&old);
                 true
             }
             None => false,
@@ -386,7 +386,8 @@ impl Board {
         self.remove_key(&peer.to_base58())
     }
 
-    fn forget_rendered(&mut self, old: &Entry) {
+    /// Take an entry that left out of the board's sums (its bytes, its rendered rows).
+    fn uncount(&mut self, old: &Entry) {
         self.held_bytes -= old.cost();
         self.rendered_bytes -= old.rendered.len();
         self.rendered_rows -= old.row_ends.len();
