@@ -98,6 +98,11 @@ pub struct P2pConfig {
     /// Peers the board holds at most; a newcomer beyond this evicts the oldest advert.
     #[serde(default = "default_board_max_entries")]
     pub board_max_entries: usize,
+    /// MiB the board's entries hold at most (adverts as received, parsed and rendered), under
+    /// the same rules as `board_max_entries`: the count alone let adverts of 128 KiB, signed by
+    /// keys that cost nothing, hold tens of GB.
+    #[serde(default = "default_board_max_mib")]
+    pub board_max_mib: u64,
 }
 
 fn default_max_connections() -> u32 {
@@ -118,6 +123,11 @@ fn default_max_pending() -> u32 {
 fn default_board_max_entries() -> usize {
     100_000
 }
+fn default_board_max_mib() -> u64 {
+    (skillbox_peers::board::DEFAULT_MAX_TOTAL_BYTES >> 20) as u64
+}
+/// The board's budget at most: 1 TiB, far past any machine's memory, so the bytes always fit.
+const MAX_BOARD_MIB: u64 = 1 << 20;
 
 fn default_payload_rate() -> f64 {
     20.0
@@ -785,6 +795,7 @@ impl Default for Config {
                 max_pending_incoming: default_max_pending(),
                 max_pending_outgoing: default_max_pending(),
                 board_max_entries: default_board_max_entries(),
+                board_max_mib: default_board_max_mib(),
             },
             boxes: BoxesConfig {
                 accept: Vec::new(),
@@ -877,8 +888,15 @@ impl Config {
                 self.p2p.max_pending_outgoing as usize,
             ),
             ("p2p.board_max_entries", self.p2p.board_max_entries),
+            ("p2p.board_max_mib", self.p2p.board_max_mib as usize),
             ("p2p.idle_timeout_secs", self.p2p.idle_timeout_secs as usize),
         ])?;
+        if self.p2p.board_max_mib > MAX_BOARD_MIB {
+            return Err(format!(
+                "p2p.board_max_mib ({}) must be at most {MAX_BOARD_MIB}",
+                self.p2p.board_max_mib
+            ));
+        }
         at_most_ten_years(&[
             ("schedules.advertise_secs", s.advertise_secs),
             ("schedules.advance_secs", s.advance_secs),
@@ -1187,8 +1205,10 @@ max_connections = {max_conn}
 max_connections_per_peer = {max_conn_peer}
 max_pending_incoming = {max_pend_in}
 max_pending_outgoing = {max_pend_out}
-# Peers the board (verified adverts) holds at most; a newcomer evicts the oldest advert.
+# Peers the board (verified adverts) holds at most, and the memory their adverts take (MiB);
+# past either a newcomer evicts the oldest advert.
 board_max_entries = {board_max}
+board_max_mib = {board_max_mib}
 
 [index]
 # The skill index on Kademlia (DHT) provider records: a node provides each offered skill under
@@ -1369,6 +1389,7 @@ operator = {operator}
             max_pend_in = self.p2p.max_pending_incoming,
             max_pend_out = self.p2p.max_pending_outgoing,
             board_max = self.p2p.board_max_entries,
+            board_max_mib = self.p2p.board_max_mib,
             ix_ttl = self.index.ttl_secs,
             ix_republish = self.index.republish_secs,
             ix_rate = toml::Value::Float(self.index.rate_per_sec),
@@ -1472,6 +1493,7 @@ mod tests {
         c.agents.department_nesting = false;
         c.p2p.max_connections = 9;
         c.p2p.board_max_entries = 1234;
+        c.p2p.board_max_mib = 99;
         c.tenants.operator = "ops \"team\"".into();
         c.tenants.tokens = vec![
             TenantToken {
@@ -1648,6 +1670,13 @@ mod tests {
         assert!(err.contains("p2p.max_connections_per_peer"), "{err}");
         let err = refusal("board_max_entries = 100000", "board_max_entries = 0");
         assert!(err.contains("p2p.board_max_entries"), "{err}");
+        let err = refusal("board_max_mib = 256", "board_max_mib = 0");
+        assert!(err.contains("p2p.board_max_mib"), "{err}");
+        let err = refusal(
+            "board_max_mib = 256",
+            "board_max_mib = 18446744073709551615",
+        );
+        assert!(err.contains("p2p.board_max_mib"), "{err}");
     }
 
     #[test]

@@ -92,6 +92,8 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         max_pending_incoming: config.p2p.max_pending_incoming,
         max_pending_outgoing: config.p2p.max_pending_outgoing,
         board_max_entries: config.p2p.board_max_entries,
+        // At most 1 TiB (the config's check), so the shift neither overflows nor truncates.
+        board_max_bytes: usize::try_from(config.p2p.board_max_mib << 20).unwrap_or(usize::MAX),
         index_ttl: Duration::from_secs(ix.ttl_secs),
         index_republish: Duration::from_secs(ix.republish_secs),
         index_rate_per_sec: ix.rate_per_sec,
@@ -196,17 +198,20 @@ mod tests {
         assert_eq!(q.kad_server, Some(true));
         assert_eq!((q.payload_rate_per_sec, q.payload_burst), (500.0, 2000));
         assert_eq!((q.max_connections, q.board_max_entries), (256, 100_000));
+        assert_eq!(q.board_max_bytes, 256 << 20);
         c.p2p.max_connections = 7;
         c.p2p.max_connections_per_peer = 2;
         c.p2p.board_max_entries = 50;
+        c.p2p.board_max_mib = 3;
         let r = peers_config(&c, std::path::Path::new("config.toml")).expect("maps");
         assert_eq!(
             (
                 r.max_connections,
                 r.max_connections_per_peer,
-                r.board_max_entries
+                r.board_max_entries,
+                r.board_max_bytes,
             ),
-            (7, 2, 50)
+            (7, 2, 50, 3 << 20)
         );
         c.p2p.max_connections = 256;
         let d = PeersConfig::default();

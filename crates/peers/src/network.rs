@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
-use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES};
+use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::index::{
     MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, lookup_keys, offer_keys,
 };
@@ -126,6 +126,8 @@ pub struct PeersConfig {
     pub max_pending_outgoing: u32,
     /// Peers the board holds at most; a newcomer beyond this evicts the oldest advert.
     pub board_max_entries: usize,
+    /// Bytes the board's entries hold at most, under the same rules as `board_max_entries`.
+    pub board_max_bytes: usize,
     /// The skill index: how long a provider record lives on a DHT server, and how often this
     /// node re-provides its keys (a node that leaves stops being found after the TTL).
     pub index_ttl: Duration,
@@ -194,6 +196,7 @@ impl Default for PeersConfig {
             max_pending_incoming: 64,
             max_pending_outgoing: 64,
             board_max_entries: DEFAULT_MAX_ENTRIES,
+            board_max_bytes: DEFAULT_MAX_TOTAL_BYTES,
             index_ttl: Duration::from_secs(3 * 3600),
             index_republish: Duration::from_secs(3600),
             index_rate_per_sec: 1.0,
@@ -243,6 +246,9 @@ impl PeersConfig {
         }
         if self.board_max_entries == 0 {
             return bad("board_max_entries must be >= 1");
+        }
+        if self.board_max_bytes < self.max_advert_bytes {
+            return bad("board_max_bytes must hold at least one advert (max_advert_bytes)");
         }
         if self.index_republish.is_zero() || self.index_ttl <= self.index_republish {
             return bad("index_ttl must be longer than index_republish, which must be > 0");
@@ -298,7 +304,7 @@ impl PeersConfig {
             max_skew_ms: self.max_clock_skew.as_millis() as u64,
             max_advert_bytes: self.max_advert_bytes,
             max_entries: self.board_max_entries,
-            ..BoardConfig::default()
+            max_total_bytes: self.board_max_bytes,
         }
     }
 
