@@ -1001,23 +1001,66 @@ mod tests {
         let node = calls_of(store, |d| {
             d.transport = Arc::new(Quiet(PeerId::random(), false))
         });
-        let junk = IncomingPayload {
+        tokio::time::timeout(Duration::from_secs(30), node.on_payload(refused_request(1)))
+            .await
+            .expect("the refusal's delivery was given up");
+    }
+
+    /// A `call.request` the owner refuses (no such skill, a program that is not one).
+    fn refused_request(n: u64) -> IncomingPayload {
+        IncomingPayload {
             from: PeerId::random(),
             payload: Payload {
                 kind: skillbox_peers::PayloadKind::CallRequest,
-                call_id: "c1".into(),
+                call_id: format!("c{n}"),
                 body: serde_json::json!({"skill": "taste", "program": "x".repeat(4096)}),
             },
-            seq: 1,
+            seq: n,
             sent_at: now_ms(),
             signed: skillbox_peers::SignedPayload {
                 envelope: String::new(),
                 signature: String::new(),
             },
-        };
-        tokio::time::timeout(Duration::from_secs(30), node.on_payload(junk))
+        }
+    }
+
+    /// Payloads handled at once are bounded: at the limit none is taken from the queue, which
+    /// fills, and the transport answers the next sender `busy`. Without the limit the queue
+    /// was drained into a task per payload however many were held (here by refusals nobody
+    /// takes, each for up to 5 s).
+    #[tokio::test]
+    async fn payloads_past_the_limit_wait_in_the_queue() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let node = calls_of(store, |d| {
+            d.transport = Arc::new(Quiet(PeerId::random(), false))
+        });
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let serving = tokio::spawn(node.clone().serve_inbound(rx, 2));
+        for n in 1..=3 {
+            // Each waits for room: the third finds it once the second is taken.
+            tokio::time::timeout(Duration::from_secs(3), tx.send(refused_request(n)))
+                .await
+                .expect("room in the queue")
+                .expect("queue open");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            matches!(
+                tx.try_send(refused_request(4)),
+                Err(tokio::sync::mpsc::error::TrySendError::Full(_))
+            ),
+            "a payload past the limit was taken from the queue"
+        );
+        // The refusals given up (5 s), the held payloads go on.
+        tokio::time::timeout(Duration::from_secs(20), tx.send(refused_request(5)))
             .await
-            .expect("the refusal's delivery was given up");
+            .expect("the queue moves again once handling ends")
+            .expect("queue open");
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(30), serving)
+            .await
+            .expect("serving ends with its sender")
+            .expect("no panic");
     }
 
     /// A file-backed node, its deps as `edit` leaves them: its dir (kept while it lives), its

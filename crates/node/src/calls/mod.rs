@@ -483,10 +483,33 @@ impl Calls {
         &self.0.boxes
     }
 
+    /// Handle `payloads` until their sender goes, at most `at_once` at a time. At the limit
+    /// no payload is taken from the queue: it fills, and the transport answers the senders
+    /// `busy` (they retry with back-off), so what peers send waits in bounded places only.
+    async fn serve_inbound(self, mut payloads: PayloadReceiver, at_once: usize) {
+        let permits = Arc::new(tokio::sync::Semaphore::new(at_once));
+        loop {
+            // The permit first: a payload is taken only when it can be handled now.
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let Some(p) = payloads.recv().await else {
+                return;
+            };
+            let this = self.clone();
+            this.0.metrics.inbound(true);
+            tokio::spawn(async move {
+                this.on_payload(p).await;
+                this.0.metrics.inbound(false);
+                drop(permit);
+            });
+        }
+    }
+
     /// Resume every open call, then serve payloads and the two schedules until aborted.
     pub fn spawn(
         &self,
-        mut payloads: PayloadReceiver,
+        payloads: PayloadReceiver,
         advance: Duration,
         sweep: Duration,
     ) -> Vec<tokio::task::JoinHandle<()>> {
@@ -504,17 +527,7 @@ impl Calls {
                 Err(e) => tracing::error!(error = %e, "cannot list open calls to resume"),
             }
         });
-        let this = self.clone();
-        let inbound = tokio::spawn(async move {
-            while let Some(p) = payloads.recv().await {
-                let this = this.clone();
-                this.0.metrics.inbound(true);
-                tokio::spawn(async move {
-                    this.on_payload(p).await;
-                    this.0.metrics.inbound(false);
-                });
-            }
-        });
+        let inbound = tokio::spawn(self.clone().serve_inbound(payloads, MAX_INBOUND_AT_ONCE));
         let this = self.clone();
         let schedules = tokio::spawn(async move {
             let mut adv = tokio::time::interval(advance);
@@ -641,6 +654,12 @@ impl From<NodeError> for JcError {
 }
 
 const POLICY_KEY: &str = "policy";
+
+/// Peer payloads handled at once. The transport already bounds them (256 connections, each
+/// peer's rate, a refusal's delivery given up after 5 s: about 25,600), a number too large to
+/// be a limit; 4,096 is far above what an honest load keeps in handling (a payload's handling
+/// is a step of a few milliseconds) and bounds the tasks and their memory on its own.
+const MAX_INBOUND_AT_ONCE: usize = 4_096;
 
 /// The policy set through the API, if any (it wins over config.toml).
 pub fn load_policy(store: &Store) -> Result<Option<PolicyConfig>> {
