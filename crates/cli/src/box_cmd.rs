@@ -96,6 +96,8 @@ pub struct BoxArgs {
     /// The key the box's run store is sealed under (insecure-dev: 32 random bytes made 0600 on
     /// first start; default `<data dir>/box/store.key`). Open runs, their stakes and results are
     /// kept in `<data dir>/box/runs.sqlite` under it, so a restarted box finishes its runs.
+    /// Insecure-dev only: a box with hardware isolation keeps its runs in memory, since a key
+    /// file on its host's disk would give the host every stake.
     #[arg(long, value_name = "PATH")]
     pub store_key_file: Option<PathBuf>,
     /// The crash harness's failpoint: abort right after this step is on disk (`opened`,
@@ -309,48 +311,71 @@ fn serve(
     let views = providers.views();
     let spent = global.data_dir().join("box").join("spent-programs");
     let runs = global.data_dir().join("box").join("runs.sqlite");
-    let store_key_file = args
-        .store_key_file
-        .clone()
-        .unwrap_or_else(|| global.data_dir().join("box").join("store.key"));
-    let store_key = skillbox_jc::run::store::KeyFile::load_or_create(&store_key_file)
-        .with_context(|| format!("the box storage key {}", store_key_file.display()))?;
+    // A run store only where its key is no secret kept from the host: insecure-dev. A box with
+    // hardware isolation would keep its opened stakes and run keys under a key file on its
+    // host's disk; it keeps its runs in memory (no platform sealing key is built).
+    let insecure = attester.platform() == skillbox_jc::program::INSECURE_DEV;
+    if !insecure && args.store_key_file.is_some() {
+        anyhow::bail!(
+            "--store-key-file: a {} box keeps no run store (its host could read the key); \
+             its runs live in memory",
+            attester.platform()
+        );
+    }
+    let store_key = if insecure {
+        let store_key_file = args
+            .store_key_file
+            .clone()
+            .unwrap_or_else(|| global.data_dir().join("box").join("store.key"));
+        Some(
+            skillbox_jc::run::store::KeyFile::load_or_create(&store_key_file)
+                .with_context(|| format!("the box storage key {}", store_key_file.display()))?,
+        )
+    } else {
+        None
+    };
     let allowed_count = allowed_keys.as_ref().map(Vec::len);
-    // TLS (issue 31 item 2): the key is made before the core, so every statement binds it, from
-    // the storage key, so a box restarted on its run store serves the key its runs bound.
+    // TLS (issue 31 item 2): the key is made before the core, so every statement binds it; from
+    // the storage key where there is one, so a box restarted on its run store serves the key
+    // its runs bound, fresh otherwise.
     let tls = (args.tls || !args.listen.ip().is_loopback())
-        .then(|| skillbox_jc::tls::BoxTls::derived(&store_key, &args.names))
+        .then(|| match &store_key {
+            Some(key) => skillbox_jc::tls::BoxTls::derived(key, &args.names),
+            None => skillbox_jc::tls::BoxTls::generate(&args.names),
+        })
         .transpose()
         .context("making the box's TLS key")?;
     let attester = match &tls {
         Some(t) => t.bind(attester),
         None => attester,
     };
-    let core = Arc::new(
-        BoxCore::new(
-            attester.clone(),
-            providers,
-            BoxConfig {
-                stake_budget_bytes: args.stake_budget_mib.saturating_mul(1 << 20),
-                stake_budget_per_client_bytes: args
-                    .stake_budget_per_client_mib
-                    .unwrap_or(args.stake_budget_mib / 4)
-                    .saturating_mul(1 << 20),
-                max_runs: args.max_runs,
-                max_unstaked_per_client: args.max_unstaked_per_client,
-                max_program_ttl_secs: args.max_program_ttl_secs,
-                client_rate: rate(args.client_rate)?,
-                key_rate: rate(args.key_rate)?,
-                allowed_keys,
-                ..BoxConfig::default()
-            },
-        )
-        .with_spent_log(&spent, skillbox_jc::run::now_secs())
-        .with_context(|| format!("the spent-program list {}", spent.display()))?
-        .with_run_store(&runs, &store_key, skillbox_jc::run::now_secs())
-        .with_context(|| format!("the run store {}", runs.display()))?
-        .with_failpoint(args.crash_at.clone()),
-    );
+    let core = BoxCore::new(
+        attester.clone(),
+        providers,
+        BoxConfig {
+            stake_budget_bytes: args.stake_budget_mib.saturating_mul(1 << 20),
+            stake_budget_per_client_bytes: args
+                .stake_budget_per_client_mib
+                .unwrap_or(args.stake_budget_mib / 4)
+                .saturating_mul(1 << 20),
+            max_runs: args.max_runs,
+            max_unstaked_per_client: args.max_unstaked_per_client,
+            max_program_ttl_secs: args.max_program_ttl_secs,
+            client_rate: rate(args.client_rate)?,
+            key_rate: rate(args.key_rate)?,
+            allowed_keys,
+            ..BoxConfig::default()
+        },
+    )
+    .with_spent_log(&spent, skillbox_jc::run::now_secs())
+    .with_context(|| format!("the spent-program list {}", spent.display()))?;
+    let core = match &store_key {
+        Some(key) => core
+            .with_run_store(&runs, key, skillbox_jc::run::now_secs())
+            .with_context(|| format!("the run store {}", runs.display()))?,
+        None => core,
+    };
+    let core = Arc::new(core.with_failpoint(args.crash_at.clone()));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1051,12 +1051,23 @@ impl BoxCore {
     /// another key, cut) is refused: logged `store_tampered`, its run id spent, its rows
     /// removed; a running run whose stakes do not open fails `interrupted`. Call after
     /// [`Self::with_spent_log`] (its programs are the same list's).
+    ///
+    /// A box with hardware isolation takes only a key its platform seals
+    /// ([`store::StorageKey::sealed_by_platform`]): the store holds opened stakes and run keys,
+    /// and a key its host can read (a [`store::KeyFile`] on the host's disk) would give the
+    /// host every stake — the one party the hardware keeps out.
     pub fn with_run_store(
         mut self,
         path: &std::path::Path,
         key: &dyn store::StorageKey,
         now: u64,
     ) -> Result<BoxCore> {
+        if !self.no_hardware_isolation() && !key.sealed_by_platform() {
+            return Err(JcError::Storage(format!(
+                "a {} box keeps no run store under a key its host can read",
+                self.attester.platform()
+            )));
+        }
         let store = RunStore::open(path, key)?;
         let loaded = store.load()?;
         let until = self.spent_until(now);

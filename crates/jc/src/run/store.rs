@@ -15,10 +15,12 @@
 //! The storage key comes through [`StorageKey`]: [`KeyFile`] (insecure-dev, 32 random bytes in
 //! a 0600 file beside the database) is the one built. A platform sealing key (SEV-SNP's
 //! `MSG_KEY_REQ` derived key bound to the launch measurement, a Nitro KMS key released to the
-//! enclave's attestation) would be another implementation of the same trait; none is built, so
-//! a hardware box today keeps its storage key in the same file — readable by its host. Not built
-//! either: rollback protection (a host that can write the data dir can put back an older sealed
-//! row of the same run, e.g. make a finished run run again).
+//! enclave's attestation) would be another implementation of the same trait
+//! ([`StorageKey::sealed_by_platform`]); none is built, so a box with hardware isolation keeps
+//! its runs in memory only ([`crate::run::BoxCore::with_run_store`] refuses a key its host can
+//! read): a key file on the host's disk would give the host every stake. Not built either:
+//! rollback protection (a host that can write the data dir can put back an older sealed row of
+//! the same run, e.g. make a finished run run again).
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -40,6 +42,11 @@ const KEY_CHECK_AAD: &[u8] = b"skillbox/box-store/key-check/v1";
 pub trait StorageKey: Send + Sync {
     /// The 32 key bytes (derived further before use, so the same bytes seal nothing else).
     fn key_bytes(&self) -> Result<Zeroizing<[u8; 32]>>;
+    /// Whether only the measured box can have these bytes (a key the platform derives from its
+    /// launch measurement), not its host: what a box with hardware isolation requires.
+    fn sealed_by_platform(&self) -> bool {
+        false
+    }
 }
 
 /// The insecure-dev storage key: 32 random bytes in a file made 0600 on first start. Whoever

@@ -706,3 +706,62 @@ async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
     let form2 = c3.wait_result(&run.run_id, WAIT).await.expect("result");
     same(&form2, "from a form 2 record");
 }
+
+/// An attester that says it is a platform with hardware isolation (the evidence is insecure-dev's;
+/// only the platform matters to what the run store takes).
+struct SaysHardware(Arc<dyn skillbox_jc::attest::Attester>);
+impl skillbox_jc::attest::Attester for SaysHardware {
+    fn platform(&self) -> &str {
+        "sev-snp"
+    }
+    fn measurement(&self) -> &str {
+        self.0.measurement()
+    }
+    fn attest(
+        &self,
+        statement: &skillbox_jc::attest::Statement,
+    ) -> skillbox_jc::Result<skillbox_jc::attest::Attestation> {
+        self.0.attest(statement)
+    }
+}
+
+/// A storage key only the measured box could have (what a platform sealing key would be).
+struct PlatformSealed;
+impl skillbox_jc::run::store::StorageKey for PlatformSealed {
+    fn key_bytes(&self) -> skillbox_jc::Result<zeroize::Zeroizing<[u8; 32]>> {
+        Ok(zeroize::Zeroizing::new([5u8; 32]))
+    }
+    fn sealed_by_platform(&self) -> bool {
+        true
+    }
+}
+
+/// The host of a box with hardware isolation reads its data dir: a run store there under a key
+/// file beside it would hand the host every opened stake and run key. Such a box is refused a
+/// run store under a key its host can read — nothing is written — and takes one only under a
+/// key its platform seals.
+#[test]
+fn a_box_with_hardware_isolation_keeps_no_run_store_its_host_can_read() {
+    let dir = Dir::new();
+    let key = KeyFile::load_or_create(&dir.path.join("store.key")).expect("store key");
+    let hardware = || {
+        skillbox_testkit::box_fixture::core_attested_by(
+            Arc::new(SaysHardware(skillbox_testkit::box_fixture::dev_attester())),
+            gate(true),
+            BoxConfig::default(),
+        )
+    };
+    let e = hardware()
+        .with_run_store(&dir.db(), &key, now_secs())
+        .err()
+        .expect("a key file refused on a hardware box");
+    assert_eq!(e.code(), "storage_failed");
+    assert!(!dir.db().exists(), "a run store was made before the refusal");
+    hardware()
+        .with_run_store(&dir.db(), &PlatformSealed, now_secs())
+        .expect("a platform-sealed key is taken");
+    // Insecure-dev (no secret kept from anyone) keeps its key file store, as before.
+    core_with(gate(true), BoxConfig::default())
+        .with_run_store(&dir.path.join("dev.sqlite"), &key, now_secs())
+        .expect("insecure-dev keeps a run store");
+}
