@@ -882,7 +882,12 @@ fn check_gpus(
     let mismatch = JcError::HardwareRefused("gpu_evidence_mismatch");
     let wanted = attestation.config.as_ref().map_or(0, |c| c.gpus) as usize;
     let bound = match &st.gpu_evidence_sha256 {
-        None if attestation.gpus.is_empty() && wanted == 0 => return Ok(()),
+        // No GPU at all is fine only for a party that pins none: one that pins its box's GPUs
+        // does not take a box whose operator left their evidence out (a GPU build offloads the
+        // model, the request and the body with it, to GPUs nobody attested).
+        None if attestation.gpus.is_empty() && wanted == 0 && policy.gpu.is_none() => {
+            return Ok(());
+        }
         None => return Err(mismatch),
         Some(h) => h,
     };

@@ -128,6 +128,43 @@ async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is
     );
 }
 
+/// A party that pins its box's GPUs does not take the box's attestation without GPU evidence:
+/// an operator who starts the box without its GPU collector (the configuration then names no
+/// GPU) would otherwise run the model on GPUs nobody attested. A party that pins no GPU takes
+/// it, as before.
+#[tokio::test]
+async fn a_party_pinning_gpus_refuses_a_box_that_shows_none() {
+    let f = start(None).await;
+    let Attested {
+        approved,
+        run_id,
+        attestation: served,
+        ..
+    } = f.open_attested(&f.program()).await;
+    let table = served.providers.clone();
+    let statement: Statement = served.statement().expect("statement").1;
+    let cpu = InsecureDevAttester::with_measurement(statement.measurement.clone());
+    let mut without = cpu
+        .attest(&Statement {
+            nonce: GPU_NONCE.into(),
+            ..statement.clone()
+        })
+        .expect("attests");
+    without.providers = table;
+    let check = |policy: &VerifyPolicy| {
+        verify_attestation(&without, &approved, &run_id, GPU_NONCE, policy, now_secs())
+    };
+    check(&VerifyPolicy::new(true)).expect("no GPU pinned: a box without GPUs is taken");
+    let pinned = VerifyPolicy::new(true).with_gpu_verifier(Arc::new(
+        nvidia::Verifier::new(nvidia::Policy::unpinned()).expect("verifier"),
+    ));
+    let got = check(&pinned);
+    assert!(
+        matches!(got, Err(JcError::HardwareRefused("gpu_evidence_mismatch"))),
+        "{got:?}"
+    );
+}
+
 /// The collector program a box runs for its GPUs' evidence: given the requester nonce (64 hex
 /// digits), it prints NVIDIA's serialized list; a program that fails or prints something else is
 /// a clear error, never evidence.

@@ -15,7 +15,9 @@
 //! software attestation for a key of its own), an unpinned URL only with the platform it first
 //! showed, and a URL that has shown nothing yet accepts no attestation at all.
 //! Provider hosts are pinned too: a box may reach a provider only at its official endpoint, a
-//! host in `boxes.provider_hosts`, or a loopback host when the box itself is on loopback.
+//! host in `boxes.provider_hosts`, or a loopback host when the box itself is on loopback — an
+//! official endpoint that is loopback (Ollama's) included: beside a remote box it is whatever
+//! the box's operator runs or forwards on that machine.
 //!
 //! TLS: a box off loopback is reached over https only, and its key is the one its attestation
 //! binds, not one a CA vouches for (`skillbox_jc::tls`): [`BoxClient::attest`] refuses a box
@@ -154,12 +156,17 @@ impl ProviderHosts {
             return *provider == ProviderId::Local;
         };
         let host = normalize_url(host);
-        skillbox_providers::default_base_url(provider) == Some(host.as_str())
+        // A loopback host is the box's own machine: beside a loopback box that is this one,
+        // elsewhere whatever the box's operator runs (or forwards) there. So a default that is
+        // loopback (Ollama's) counts only beside a loopback box, like any other loopback host.
+        let beside = is_loopback_url(box_url);
+        (skillbox_providers::default_base_url(provider) == Some(host.as_str())
+            && (beside || !is_loopback_url(&host)))
             || self
                 .extra
                 .get(&provider.to_string())
                 .is_some_and(|hs| hs.contains(&host))
-            || (is_loopback_url(&host) && is_loopback_url(box_url))
+            || (is_loopback_url(&host) && beside)
     }
 }
 
@@ -1120,6 +1127,18 @@ mod tests {
             "only the embedded model runs in the box"
         );
         assert!(h.allows(remote, &ProviderId::Local, None));
+        // Ollama's default is loopback: the remote box's own machine, not this node's.
+        let ollama: ProviderId = "ollama".parse().expect("id");
+        assert!(!h.allows(remote, &ollama, Some("http://127.0.0.1:11434/v1")));
+        assert!(h.allows(local, &ollama, Some("http://127.0.0.1:11434/v1")));
+        let listed = ProviderHosts::new(&BTreeMap::from([(
+            "ollama".to_owned(),
+            vec!["http://127.0.0.1:11434/v1".to_owned()],
+        )]));
+        assert!(
+            listed.allows(remote, &ollama, Some("http://127.0.0.1:11434/v1")),
+            "the node's human may list it"
+        );
         assert!(!is_loopback_url("http://127.0.0.1@evil.example/"));
         assert!(is_loopback_url("http://[::1]:80/x"));
         assert!(is_loopback_url("https://localhost"));
