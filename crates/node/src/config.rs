@@ -1104,6 +1104,16 @@ impl Config {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!("boxes.accept entry {url:?} is not an http(s) URL"));
             }
+            // `localhost` resolves to `::1` first, a port another user of the machine may hold
+            // while the box listens on 127.0.0.1: an unpinned box is trusted on first contact.
+            if crate::calls::boxes::url_host(url)
+                .is_some_and(|h| h.trim_end_matches('.').eq_ignore_ascii_case("localhost"))
+            {
+                return Err(format!(
+                    "boxes.accept entry {url:?}: name the loopback address (127.0.0.1 or [::1]), \
+                     not localhost, which may reach another user's port first"
+                ));
+            }
             if is_loopback_url(url) {
                 continue;
             }
@@ -1516,6 +1526,11 @@ mod tests {
     fn boxes_off_loopback_need_https_and_a_pin() {
         let key = "cd".repeat(32);
         let mut c = Config::default();
+        for by_name in ["http://localhost:7480", "http://LocalHost.:7480/"] {
+            c.boxes.accept = vec![by_name.into()];
+            let err = c.check().expect_err("a box named localhost");
+            assert!(err.contains("not localhost"), "{err}");
+        }
         c.boxes.accept = vec!["http://10.0.0.5:7480".into()];
         let err = c.check().expect_err("http off loopback");
         assert!(err.contains("https"), "{err}");

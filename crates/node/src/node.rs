@@ -81,9 +81,48 @@ pub struct Node {
     /// `<data_dir>/api.sock`, bound by [`Node::bind`] beside the TCP listener so it accepts
     /// (queues) connections from the moment the port does; [`Node::serve_with`] serves it.
     api_socket: std::sync::Mutex<Option<std::os::unix::net::UnixListener>>,
+    /// The other loopback family's address on the API's port, bound by [`Node::bind`] when the
+    /// API is on loopback ([`bind_loopback_twin`]); served like the API's own.
+    api_twin: std::sync::Mutex<Option<std::net::TcpListener>>,
     /// Held for the node's life: one node per data dir (two would both answer on api.addr and
     /// both write the store).
     _lock: std::fs::File,
+}
+
+/// On loopback, the API's port in the other family too (`[::1]` beside `127.0.0.1`, and back).
+/// A browser resolves the dashboard's name (`sbx-….localhost`, `localhost`) to both and tries
+/// `::1` first: left free, another user of the machine binds `[::1]:port` while this node runs,
+/// and the human's browser shows that user's login page (the token typed in, the session cookie
+/// sent). Taken by someone already, the node does not start. A machine with no address of that
+/// family (IPv6 off) has nothing to squat: `None`.
+fn bind_loopback_twin(addr: SocketAddr) -> Result<Option<std::net::TcpListener>> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let twin_ip: IpAddr = match addr.ip() {
+        IpAddr::V4(v4) if v4.is_loopback() => Ipv6Addr::LOCALHOST.into(),
+        IpAddr::V6(v6) if v6.is_loopback() => Ipv4Addr::LOCALHOST.into(),
+        _ => return Ok(None),
+    };
+    let twin = SocketAddr::new(twin_ip, addr.port());
+    match std::net::TcpListener::bind(twin) {
+        Ok(listener) => {
+            listener
+                .set_nonblocking(true)
+                .map_err(|e| NodeError::io(format!("serving the API on {twin}"), e))?;
+            Ok(Some(listener))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(NodeError::io(
+            format!(
+                "binding the API's other loopback address {twin}: something else holds it, and a \
+                 browser opening this node's dashboard may reach it first; stop it or choose \
+                 another port (api.listen)"
+            ),
+            e,
+        )),
+        Err(e) => {
+            tracing::debug!(%twin, error = %e, "no loopback address of the other family");
+            Ok(None)
+        }
+    }
 }
 
 /// Bind `<data_dir>/api.sock` for the CLI and `skillbox mcp`, which send the operator token:
@@ -203,6 +242,7 @@ impl Node {
             boxes,
             peers: None,
             api_socket: std::sync::Mutex::new(None),
+            api_twin: std::sync::Mutex::new(None),
             _lock: lock,
         })
     }
@@ -382,6 +422,13 @@ impl Node {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| NodeError::io(format!("binding the API to {addr}"), e))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| NodeError::io("reading the API's bound address", e))?;
+        let twin = bind_loopback_twin(bound)?;
+        if let Ok(mut slot) = self.api_twin.lock() {
+            *slot = twin;
+        }
         let socket = bind_api_socket(&self.data_dir)?;
         if let Ok(mut slot) = self.api_socket.lock() {
             *slot = Some(socket);
@@ -436,6 +483,15 @@ impl Node {
                 let _ = rx.wait_for(|s| *s).await;
             }
         };
+        let twin = match self.api_twin.lock().ok().and_then(|mut t| t.take()) {
+            Some(t) => Some(
+                tokio::net::TcpListener::from_std(t)
+                    .map_err(|e| NodeError::io("serving the API's other loopback address", e))?,
+            ),
+            None => None,
+        };
+        let on_twin =
+            twin.map(|t| axum::serve(t, router.clone()).with_graceful_shutdown(stopped()));
         let on_tcp = axum::serve(listener, router).with_graceful_shutdown(stopped());
         let on_unix = axum::serve(socket, on_socket).with_graceful_shutdown(stopped());
         let signal = async move {
@@ -446,6 +502,12 @@ impl Node {
         let served = tokio::try_join!(
             async move { on_tcp.await },
             async move { on_unix.await },
+            async move {
+                match on_twin {
+                    Some(t) => t.await,
+                    None => Ok(()),
+                }
+            },
             signal
         );
         let _ = std::fs::remove_file(self.data_dir.api_addr());

@@ -113,25 +113,31 @@ pub fn normalize_url(url: &str) -> String {
     url.trim_end_matches('/').to_owned()
 }
 
-/// Whether an http(s) URL names a loopback host (`localhost`, 127.0.0.0/8, `[::1]`).
-pub fn is_loopback_url(url: &str) -> bool {
+/// The host an http(s) URL names (an IPv6 address without its brackets); `None` for one with
+/// userinfo (`http://127.0.0.1@evil.example` is evil.example).
+pub fn url_host(url: &str) -> Option<&str> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
         .unwrap_or(url);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    // No userinfo: `http://127.0.0.1@evil.example` is evil.example.
     if authority.contains('@') {
-        return false;
+        return None;
     }
-    let host = match authority.strip_prefix('[') {
+    Some(match authority.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+/// Whether an http(s) URL names a loopback host (`localhost`, 127.0.0.0/8, `[::1]`).
+pub fn is_loopback_url(url: &str) -> bool {
+    url_host(url).is_some_and(|host| {
+        host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
 }
 
 /// Where this node lets a box reach a provider (see the module docs).

@@ -628,6 +628,43 @@ async fn pack_json_import_and_malformed_json() {
     node.stop().await;
 }
 
+/// A browser opens the dashboard's `localhost` name on `::1` first. The node holds the API's
+/// port on both loopback families, so no other user of the machine can answer there while it
+/// runs; and when another program already holds the other family's port, the node does not
+/// start (before the fix it started, and the squatter got the human's browser).
+#[tokio::test]
+async fn the_apis_port_on_the_other_loopback_family_is_the_nodes() {
+    let node = TestNode::start().await;
+    let port = node.base.rsplit(':').next().expect("port").to_owned();
+    let r = node
+        .http
+        .get(format!("http://[::1]:{port}/skills"))
+        .header("host", format!("localhost:{port}"))
+        .header("authorization", format!("Bearer {}", node.token))
+        .send()
+        .await
+        .expect("the node answers on [::1] too");
+    assert_eq!(r.status().as_u16(), 200);
+    node.stop().await;
+
+    // The squatter binds [::1] first; the node configured for 127.0.0.1 on that port refuses.
+    let squatter = std::net::TcpListener::bind("[::1]:0").expect("bind [::1]");
+    let taken = squatter.local_addr().expect("addr").port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = skillbox_node::Config::default();
+    config.api.listen = format!("127.0.0.1:{taken}").parse().expect("addr");
+    skillbox_node::DataDir::new(dir.path())
+        .init(&config)
+        .expect("init");
+    let node = skillbox_node::Node::open(dir.path()).expect("open");
+    let err = node
+        .bind(None)
+        .await
+        .expect_err("a node whose other loopback address is held does not start");
+    let text = err.to_string();
+    assert!(text.contains(&format!("[::1]:{taken}")), "{text}");
+}
+
 #[tokio::test]
 async fn one_node_per_data_dir() {
     let node = TestNode::start().await;
