@@ -287,6 +287,12 @@ pub fn sign_advert(
 
 /// Check an advert's size, form, node id and signature. Freshness is the board's job.
 pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, AdvertRefusal> {
+    verify_parsed(parse_advert(bytes, max_bytes)?, bytes)
+}
+
+/// The first half of [`verify_advert`]: size and form, no key or signature yet (what the board
+/// checks before paying for a signature: whether the claimed node and sequence are news).
+pub(crate) fn parse_advert(bytes: &[u8], max_bytes: usize) -> Result<SignedAdvert, AdvertRefusal> {
     if bytes.len() > max_bytes {
         return Err(AdvertRefusal::TooLarge {
             size: bytes.len(),
@@ -295,13 +301,22 @@ pub fn verify_advert(bytes: &[u8], max_bytes: usize) -> Result<VerifiedAdvert, A
     }
     let signed: SignedAdvert =
         serde_json::from_slice(bytes).map_err(|e| AdvertRefusal::Malformed(e.to_string()))?;
-    let advert = signed.advert;
-    if advert.v != ADVERT_VERSION {
-        return Err(AdvertRefusal::Version(advert.v));
+    if signed.advert.v != ADVERT_VERSION {
+        return Err(AdvertRefusal::Version(signed.advert.v));
     }
-    if advert.time > MAX_SAFE_INTEGER || advert.seq > MAX_SAFE_INTEGER {
+    if signed.advert.time > MAX_SAFE_INTEGER || signed.advert.seq > MAX_SAFE_INTEGER {
         return Err(AdvertRefusal::Malformed("time or seq beyond 2^53".into()));
     }
+    Ok(signed)
+}
+
+/// The second half of [`verify_advert`]: node id, signature and content rules of an advert
+/// [`parse_advert`] read from `bytes`.
+pub(crate) fn verify_parsed(
+    signed: SignedAdvert,
+    bytes: &[u8],
+) -> Result<VerifiedAdvert, AdvertRefusal> {
+    let advert = signed.advert;
     let (key_peer, public) =
         peer_of_public_key_hex(&advert.public_key).map_err(AdvertRefusal::BadPublicKey)?;
     if key_peer.to_base58() != advert.node {

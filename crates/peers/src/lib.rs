@@ -23,6 +23,7 @@ mod rate;
 pub mod reach;
 mod time;
 pub mod transport;
+mod wire;
 
 pub use advert::{AcceptedBox, Advert, AdvertRefusal, Offer, OfferedSkill};
 pub use board::{Board, BoardConfig, BoardRow};

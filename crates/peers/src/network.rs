@@ -35,6 +35,9 @@ use crate::rate::Buckets;
 use crate::reach::{self, Reachability};
 use crate::time::unix_ms;
 use crate::transport::{BoxFuture, PayloadReceiver, PayloadTransport};
+use crate::wire::{
+    SYNC_MAX_ADVERTS, SYNC_MAX_BYTES, SyncAdverts, WireCodec, WireRequest, WireResponse,
+};
 
 /// The prefix of the per-category live topics adverts travel on (`<prefix>/<category>`).
 /// There is no global presence topic: a node publishes on the topics of its skills'
@@ -57,9 +60,6 @@ pub fn all_categories() -> Vec<String> {
 const PAYLOAD_PROTOCOL: &str = "/skillbox/payload/1";
 const KAD_PROTOCOL: &str = "/skillbox/kad/1.0.0";
 const IDENTIFY_PROTOCOL: &str = "/skillbox/id/1.0.0";
-/// A board sync answer stays well under the codec's response limit.
-const SYNC_MAX_BYTES: usize = 6 * 1024 * 1024;
-const SYNC_RESPONSE_LIMIT: u64 = 8 * 1024 * 1024;
 const SYNC_MIN_INTERVAL: Duration = Duration::from_secs(10);
 /// A peer's self-reported listen addresses kept (identify input is the peer's to choose).
 const MAX_LISTEN_ADDRS: usize = 16;
@@ -430,28 +430,12 @@ pub enum Delivery {
     Duplicate,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum WireRequest {
-    Payload(SignedPayload),
-    /// "Send me the adverts you hold": a joining node fills its board without waiting.
-    BoardSync,
-    /// "Send me your own current advert": a search fetching a provider the index named.
-    Advert,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-enum WireResponse {
-    Ack(Ack),
-    Adverts(Vec<String>),
-    Advert(Option<String>),
-}
-
 #[derive(NetworkBehaviour)]
 struct Behaviour {
     // First, so a connection over the limits is denied before any other behaviour sees it.
     limits: connection_limits::Behaviour,
     gossipsub: gossipsub::Behaviour,
-    rr: request_response::cbor::Behaviour<WireRequest, WireResponse>,
+    rr: request_response::Behaviour<WireCodec>,
     identify: identify::Behaviour,
     kad: kad::Behaviour<kad::store::MemoryStore>,
     mdns: Toggle<mdns::tokio::Behaviour>,
@@ -649,6 +633,7 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
         .build()
         .map_err(|e| PeersError::InvalidConfig(format!("gossipsub: {e}")))?;
     let request_limit = (config.max_payload_bytes as u64) * 2 + 64 * 1024;
+    let max_advert_bytes = config.max_advert_bytes;
     let mdns_on = config.mdns;
     let idle = config.idle_connection_timeout;
     let request_timeout = config.request_timeout;
@@ -694,9 +679,9 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
                 gossipsub::MessageAuthenticity::Signed(key.clone()),
                 gossip_config,
             )?;
-            let codec = request_response::cbor::codec::Codec::default()
-                .set_request_size_maximum(request_limit)
-                .set_response_size_maximum(SYNC_RESPONSE_LIMIT);
+            // Each answer is read under its own limit: an ack 4 KiB, an advert fetch one
+            // advert's, a board sync 8 MiB and 2,000 adverts (`wire`).
+            let codec = WireCodec::new(request_limit, max_advert_bytes);
             let rr = request_response::Behaviour::with_codec(
                 codec,
                 [(StreamProtocol::new(PAYLOAD_PROTOCOL), ProtocolSupport::Full)],
@@ -1783,7 +1768,9 @@ impl Task {
                         address,
                     });
                     // Not over a relay: a board is megabytes, a circuit's byte limit is small.
-                    if self.config.board_sync && !endpoint.is_relayed() {
+                    // Only of a peer this node dialed (a bootstrap peer, one it chose): a
+                    // stranger connecting in is not asked, so it cannot answer with its list.
+                    if self.config.board_sync && endpoint.is_dialer() && !endpoint.is_relayed() {
                         let id = self
                             .swarm
                             .behaviour_mut()
@@ -1882,14 +1869,18 @@ impl Task {
                                 Vec::new()
                             } else {
                                 self.sync_answered.insert(peer, Instant::now());
-                                self.board().signed_adverts(unix_ms(), SYNC_MAX_BYTES)
+                                self.board().signed_adverts(
+                                    unix_ms(),
+                                    SYNC_MAX_BYTES,
+                                    SYNC_MAX_ADVERTS,
+                                )
                             };
-                            WireResponse::Adverts(
+                            WireResponse::Adverts(SyncAdverts(
                                 adverts
                                     .iter()
                                     .filter_map(|raw| String::from_utf8(raw.to_vec()).ok())
                                     .collect(),
-                            )
+                            ))
                         }
                     };
                     // The channel is gone only if the peer went away: nothing to do then.
@@ -1910,7 +1901,7 @@ impl Task {
                         };
                         self.search_fetched(search, peer, advert);
                     } else if self.syncing.remove(&request_id) {
-                        if let WireResponse::Adverts(adverts) = response {
+                        if let WireResponse::Adverts(SyncAdverts(adverts)) = response {
                             self.on_sync(peer, adverts);
                         }
                     } else if let Some(pending) = self.pending.remove(&request_id) {
@@ -1962,18 +1953,12 @@ impl Task {
 
     fn on_sync(&mut self, from: PeerId, adverts: Vec<String>) {
         let now = unix_ms();
-        let mut accepted = Vec::new();
-        {
-            let mut board = self.board();
-            for raw in &adverts {
-                // The relaying peer is not the signer: the signature alone vouches here, and a
-                // relayed advert never evicts one (a flood of fresh identities cannot push the
-                // honest entries out). A sync is already one answer a peer per interval.
-                if let Ok(ingested) = board.ingest_unasked(raw.as_bytes(), None, now, |_| true) {
-                    accepted.push(ingested);
-                }
-            }
-        }
+        let accepted = ingest_sync(
+            &mut self.board.lock().unwrap_or_else(|p| p.into_inner()),
+            &mut self.advert_rate,
+            &adverts,
+            now,
+        );
         tracing::debug!(%from, received = adverts.len(), accepted = accepted.len(), "board sync");
         for i in accepted {
             self.emit(NetworkEvent::AdvertAccepted {
@@ -1983,6 +1968,29 @@ impl Task {
             });
         }
     }
+}
+
+/// Take a board sync's adverts (at most [`SYNC_MAX_ADVERTS`], the codec saw to that). The
+/// relaying peer is not the signer: the signature alone vouches, and a relayed advert never
+/// evicts one (a flood of fresh identities cannot push the honest entries out). Each signer is
+/// held to the advert rate gossip has (`rate`, shared with it), and an advert not newer than the
+/// one held is refused before its signature is checked: 25,000 copies of one valid advert cost
+/// one signature check, not 25,000 on the network task.
+fn ingest_sync(
+    board: &mut Board,
+    rate: &mut Buckets,
+    adverts: &[String],
+    now: u64,
+) -> Vec<crate::board::Ingested> {
+    adverts
+        .iter()
+        .take(SYNC_MAX_ADVERTS)
+        .filter_map(|raw| {
+            board
+                .ingest_unasked(raw.as_bytes(), None, now, |signer| rate.take(signer, now))
+                .ok()
+        })
+        .collect()
 }
 
 /// The live topics an offer's advert goes to: its skills' categories (an offer without
@@ -2165,5 +2173,45 @@ impl PayloadTransport for PeersHandle {
 
     fn send(&self, to: PeerId, payload: Payload) -> BoxFuture<'_, Result<(), PeersError>> {
         Box::pin(PeersHandle::send(self, to, payload))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A board sync answer is one signer's adverts at rising sequence numbers (each newer than
+    /// the last, so each would be taken and its signature checked): the signer's advert rate
+    /// holds, as on gossip; the sync used to take them all.
+    #[test]
+    fn a_board_sync_holds_each_signer_to_the_advert_rate() {
+        let config = PeersConfig::default();
+        let mut board = Board::new(config.board_config());
+        let mut rate = Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst));
+        let key = crate::keypair_from_seed(&[71; 32]).expect("key");
+        let now = unix_ms();
+        let adverts: Vec<String> = (1..=200u64)
+            .map(|seq| {
+                let raw = sign_advert(&key, now, seq, &Offer::default()).expect("signs");
+                String::from_utf8(raw).expect("json")
+            })
+            .collect();
+        let taken = ingest_sync(&mut board, &mut rate, &adverts, now);
+        assert_eq!(
+            taken.len(),
+            config.advert_burst as usize,
+            "took {} of 200",
+            taken.len()
+        );
+        // Another signer in the same answer is untouched by the first one's rate.
+        let other = crate::keypair_from_seed(&[72; 32]).expect("key");
+        let raw = sign_advert(&other, now, 1, &Offer::default()).expect("signs");
+        let taken = ingest_sync(
+            &mut board,
+            &mut rate,
+            &[String::from_utf8(raw).expect("json")],
+            now,
+        );
+        assert_eq!(taken.len(), 1);
     }
 }

@@ -406,3 +406,50 @@ fn a_full_board_evicts_the_oldest_entry_and_keeps_its_cap() {
     assert!(b.is_empty());
     assert_eq!(b.row_count(t1 + 180_000), 0);
 }
+
+/// A board sync or gossip that repeats an advert held (25,000 copies in one sync answer, say)
+/// costs a parse each, not a signature check each: its (node, seq) is judged first. A copy with
+/// its signature broken shows the order: refused as stale, never reaching the signature.
+#[test]
+fn a_copy_of_a_held_advert_is_refused_before_its_signature_is_checked() {
+    let k = keypair_from_seed(&[61; 32]).unwrap();
+    let bytes = sign_advert(&k, T0, 5, &offer(&["haiku"])).unwrap();
+    let mut b = board();
+    b.ingest_unasked(&bytes, None, T0, |_| true)
+        .expect("first copy taken");
+    let mut forged: SignedAdvert = serde_json::from_slice(&bytes).unwrap();
+    forged.signature = "00".repeat(64);
+    let forged = serde_json::to_vec(&forged).unwrap();
+    let mut admitted = 0;
+    for _ in 0..3 {
+        let err = b
+            .ingest_unasked(&forged, None, T0, |_| {
+                admitted += 1;
+                true
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, AdvertRefusal::Stale { seq: 5, newest: 5 }),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        admitted, 0,
+        "a stale copy took a token of its signer's rate"
+    );
+    // A newer advert with a broken signature still meets the signature check.
+    let newer = sign_advert(&k, T0 + 1, 6, &offer(&["haiku"])).unwrap();
+    let mut newer: SignedAdvert = serde_json::from_slice(&newer).unwrap();
+    newer.signature = "00".repeat(64);
+    let newer = serde_json::to_vec(&newer).unwrap();
+    // Gossip from a publisher that is not the claimed node: refused for that alone.
+    let other = keypair_from_seed(&[62; 32]).unwrap().public().to_peer_id();
+    let err = b
+        .ingest_unasked(&newer, Some(&other), T0 + 1, |_| true)
+        .unwrap_err();
+    assert!(matches!(err, AdvertRefusal::SourceMismatch { .. }), "{err}");
+    let err = b
+        .ingest_unasked(&newer, None, T0 + 1, |_| true)
+        .unwrap_err();
+    assert_eq!(err, AdvertRefusal::BadSignature);
+}
