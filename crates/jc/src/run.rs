@@ -2200,14 +2200,26 @@ impl BoxCore {
     }
 
     /// DELETE: a party ends the run (cancel, or done with its result). Keys and stakes are
-    /// dropped and the run id is spent.
+    /// dropped and the run id is spent. Not while the run is running, and not the caller's once
+    /// a guarded run has finished: its owner note is the owner's count of what the answer
+    /// carried of the body, and a caller that deleted its answered run before the owner fetched
+    /// the note (the fetch is anyone's, so "fetched" proves nothing) kept that answer out of
+    /// the count — the owner's fetch met `run_spent`. The run goes at its `keep_until` as any
+    /// finished run; an honest caller's node deletes only runs it cancels.
     pub fn delete(&self, run_id: &str, action: &Envelope, now: u64) -> Result<()> {
         let mut st = self.lock();
         let run = st.kept(run_id)?;
-        verify_action(action, &run.program, run_id, "delete")?;
+        let by = verify_action(action, &run.program, run_id, "delete")?.role;
         if run.phase == Phase::Running {
             return Err(JcError::WrongState {
                 state: "running".into(),
+                action: "delete".into(),
+            });
+        }
+        let noted = run.finished.as_ref().is_some_and(|f| f.note.is_some());
+        if by == Role::Caller && noted {
+            return Err(JcError::WrongState {
+                state: run.phase.as_str().into(),
                 action: "delete".into(),
             });
         }

@@ -151,3 +151,41 @@ async fn a_body_with_a_malformed_marker_fails_the_run_with_its_code() {
     let note = open_owner_note(&view, &receipt, &note_key(&f.owner), &run).expect("owner opens");
     assert_eq!(note.map(|n| n.guard_acted), Some(false));
 }
+
+/// The owner counts what each released answer carried of the body from the note it fetches
+/// after the run. A caller that deleted its finished run first kept that answer out of the
+/// count (the owner's fetch met `run_spent`): the box refuses a caller's delete of a finished
+/// guarded run; the owner, once it has its note, may end it.
+#[tokio::test]
+async fn a_caller_cannot_delete_a_finished_guarded_run_before_the_owner_counts_it() {
+    let f = start_echo(BoxConfig::default()).await;
+    let p = guarded(f.program(), Action::Withhold);
+    let (_, run) = f.open(&p).await;
+    f.run_all(&run, "what is the weather like", BODY).await;
+    let view = f.result(&run).await;
+    assert_refused(
+        f.client
+            .delete(
+                &run.run_id,
+                &run.program_hash,
+                skillbox_jc::program::Role::Caller,
+                &f.caller,
+            )
+            .await,
+        "wrong_state",
+    );
+    let receipt = verify_receipt(&view, &run).expect("receipt");
+    let again = f.result(&run).await;
+    open_owner_note(&again, &receipt, &note_key(&f.owner), &run)
+        .expect("the note is still there")
+        .expect("a guarded run's note");
+    f.client
+        .delete(
+            &run.run_id,
+            &run.program_hash,
+            skillbox_jc::program::Role::Owner,
+            &f.owner,
+        )
+        .await
+        .expect("the owner ends it");
+}
