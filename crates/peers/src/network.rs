@@ -124,6 +124,11 @@ pub struct PeersConfig {
     pub max_connections_per_peer: u32,
     pub max_pending_incoming: u32,
     pub max_pending_outgoing: u32,
+    /// Of `max_connections`, how many inbound ones are established at most; `None`: three
+    /// quarters ([`PeersConfig::incoming_limit`]). The rest is this node's own room: with one
+    /// total, strangers connecting in (peer ids cost nothing, 3 connections each) took every
+    /// slot and the node could dial nobody — no payload out, no search, no bootstrap.
+    pub max_connections_incoming: Option<u32>,
     /// Peers the board holds at most; a newcomer beyond this evicts the oldest advert.
     pub board_max_entries: usize,
     /// Bytes the board's entries hold at most, under the same rules as `board_max_entries`.
@@ -195,6 +200,7 @@ impl Default for PeersConfig {
             max_connections_per_peer: 3,
             max_pending_incoming: 64,
             max_pending_outgoing: 64,
+            max_connections_incoming: None,
             board_max_entries: DEFAULT_MAX_ENTRIES,
             board_max_bytes: DEFAULT_MAX_TOTAL_BYTES,
             index_ttl: Duration::from_secs(3 * 3600),
@@ -243,6 +249,9 @@ impl PeersConfig {
             || self.max_pending_outgoing == 0
         {
             return bad("connection limits must be >= 1");
+        }
+        if self.max_connections_incoming == Some(0) {
+            return bad("max_connections_incoming must be >= 1");
         }
         if self.board_max_entries == 0 {
             return bad("board_max_entries must be >= 1");
@@ -296,6 +305,15 @@ impl PeersConfig {
             return bad("external_addresses must be direct (a relay reservation adds its own)");
         }
         Ok(())
+    }
+
+    /// Inbound connections established at most: `max_connections_incoming`, else three
+    /// quarters of `max_connections`; never more than `max_connections`, at least 1.
+    pub fn incoming_limit(&self) -> u32 {
+        self.max_connections_incoming
+            .unwrap_or((u64::from(self.max_connections) * 3 / 4) as u32)
+            .min(self.max_connections)
+            .max(1)
     }
 
     fn board_config(&self) -> BoardConfig {
@@ -650,6 +668,8 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
     let autonat_server_on = config.autonat_server;
     let limits = connection_limits::ConnectionLimits::default()
         .with_max_established(Some(config.max_connections))
+        // Inbound ones have a lower limit of their own, so outbound room remains.
+        .with_max_established_incoming(Some(config.incoming_limit()))
         .with_max_established_per_peer(Some(config.max_connections_per_peer))
         .with_max_pending_incoming(Some(config.max_pending_incoming))
         .with_max_pending_outgoing(Some(config.max_pending_outgoing));

@@ -245,3 +245,41 @@ async fn the_connection_past_the_per_peer_and_pending_limits_is_refused() {
     })
     .await;
 }
+
+/// Strangers connecting in (peer ids cost nothing) take at most the inbound share of the
+/// connection limit: the node can still dial out. With one limit for both directions, as many
+/// inbound connections as `max_connections` locked it out of every outbound one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbound_connections_cannot_take_the_room_for_outbound_ones() {
+    within(TEST_LIMIT, async {
+        let limited = PeersConfig {
+            max_connections: 4,
+            ..tcp()
+        };
+        assert_eq!(limited.incoming_limit(), 3);
+        let (t, _rt) = node(141, limited).await;
+        let target = full_addr(&t).await;
+        let mut strangers = Vec::new();
+        for seed in 142..146u8 {
+            let (s, rs) = node(seed, tcp()).await;
+            // The fourth is past the inbound limit: its dial fails (or the connection is
+            // closed at once); the first three connect.
+            let _ = s.dial(target.clone()).await;
+            strangers.push((s, rs));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let inbound = t.peers().await.expect("peers").len();
+        assert!(inbound <= 3, "{inbound} strangers connected in");
+        let (h, _rh) = node(146, tcp()).await;
+        let dialed = t.dial(full_addr(&h).await).await;
+        assert_eq!(
+            dialed.expect("the node dials out past the strangers"),
+            h.local_peer_id()
+        );
+        for (s, _) in strangers {
+            s.shutdown().await;
+        }
+        shutdown([t, h]).await;
+    })
+    .await;
+}
