@@ -65,23 +65,21 @@ pub fn parse_message(bytes: &[u8]) -> Result<Completion, ProviderError> {
     if value.get("type").and_then(Value::as_str) == Some("error")
         || value.get("error").is_some_and(|e| !e.is_null())
     {
+        // Its kind from its `type` only, never its message (which may quote the prompt; see
+        // `ProviderFailure::classify`).
         let error = value.get("error").unwrap_or(&Value::Null);
-        let kind = error.get("type").and_then(Value::as_str).unwrap_or("error");
-        let message = error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("no message");
+        let kind = error.get("type").and_then(Value::as_str).unwrap_or("");
         return Err(match kind {
             "overloaded_error" | "api_error" => ProviderError::Upstream { status: 529 },
             "rate_limit_error" => ProviderError::RateLimited {
                 retry_after_secs: None,
             },
             "authentication_error" => ProviderError::Unauthorized { status: 401 },
-            _ => {
-                // Anthropic's generic kind says nothing; its words then pick the kind.
-                let code = (kind != "invalid_request_error").then_some(kind);
-                ProviderError::Reported(ProviderFailure::classify(code, message))
-            }
+            "permission_error" => ProviderError::Unauthorized { status: 403 },
+            "not_found_error" => ProviderError::Reported(ProviderFailure::ModelRejected),
+            "request_too_large" => ProviderError::Reported(ProviderFailure::ContextTooLong),
+            // `invalid_request_error` says nothing more; neither does anything else.
+            _ => ProviderError::Reported(ProviderFailure::UpstreamError),
         });
     }
     let blocks = value
@@ -158,6 +156,12 @@ mod tests {
         assert!(!format!("{e} {e:?}").contains("bad key"), "{e}");
         let e = parse_message(
             br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+        )
+        .unwrap_err();
+        // Its words quote the prompt: they pick no kind.
+        assert_eq!(e.failure(), ProviderFailure::UpstreamError);
+        let e = parse_message(
+            br#"{"type":"error","error":{"type":"request_too_large","message":"x"}}"#,
         )
         .unwrap_err();
         assert_eq!(e.failure(), ProviderFailure::ContextTooLong);

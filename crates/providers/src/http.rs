@@ -265,15 +265,17 @@ pub(crate) fn check_status(status: StatusCode, headers: &HeaderMap) -> Result<()
     if status.is_redirection() {
         return Err(ProviderError::Redirect);
     }
-    Err(match status.as_u16() {
-        401 | 403 => ProviderError::Unauthorized {
-            status: status.as_u16(),
-        },
-        429 => ProviderError::RateLimited {
-            retry_after_secs: retry_after(headers),
-        },
+    Err(status_error(status.as_u16(), retry_after(headers)))
+}
+
+/// The error kind of a non-success, non-redirect HTTP status (also a provider's numeric error
+/// code in an answer's body).
+pub(crate) fn status_error(status: u16, retry_after_secs: Option<u64>) -> ProviderError {
+    match status {
+        401 | 403 => ProviderError::Unauthorized { status },
+        429 => ProviderError::RateLimited { retry_after_secs },
         other => ProviderError::Upstream { status: other },
-    })
+    }
 }
 
 /// `Retry-After` in seconds (the delta form; an HTTP date falls back to our own backoff).

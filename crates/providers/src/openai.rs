@@ -184,42 +184,28 @@ fn usage(value: &Value) -> Option<Usage> {
     })
 }
 
-/// An `error` object the provider put in a 200 answer. A numeric code that is an HTTP status
-/// keeps its kind (so an upstream 502 is retried); anything else is reported as is.
+/// An `error` object the provider put in a 200 answer. Its kind comes from its structured
+/// fields only: a numeric `code` that is an HTTP status is that status's kind (so an upstream
+/// 502 is retried, unless the answer had started), a string `code` — else `type` — is
+/// [`ProviderFailure::classify`]'d; anything else is `upstream_error`. The `message` is never
+/// read: it may quote the prompt (see `classify`).
 fn reported_error(value: &Value, started: bool) -> Option<ProviderError> {
     let error = value.get("error").filter(|e| !e.is_null())?;
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("no message");
-    let code = error.get("code");
-    if !started && let Some(status) = code.and_then(Value::as_u64) {
-        match status {
-            401 | 403 => {
-                return Some(ProviderError::Unauthorized {
-                    status: status as u16,
-                });
+    let field = |name: &str| error.get(name).and_then(Value::as_str);
+    Some(match error.get("code") {
+        Some(Value::Number(n)) => match n.as_u64().filter(|s| (400..=599).contains(s)) {
+            Some(status) => {
+                let kind = crate::http::status_error(status as u16, None);
+                if started {
+                    ProviderError::Reported(kind.failure())
+                } else {
+                    kind
+                }
             }
-            429 => {
-                return Some(ProviderError::RateLimited {
-                    retry_after_secs: None,
-                });
-            }
-            500..=599 => {
-                return Some(ProviderError::Upstream {
-                    status: status as u16,
-                });
-            }
-            _ => {}
-        }
-    }
-    let code = match code {
-        Some(Value::String(s)) => Some(s.as_str()),
-        _ => None,
-    };
-    Some(ProviderError::Reported(ProviderFailure::classify(
-        code, message,
-    )))
+            None => ProviderError::Reported(ProviderFailure::UpstreamError),
+        },
+        _ => ProviderError::Reported(ProviderFailure::classify(field("code").or(field("type")))),
+    })
 }
 
 /// A whole (non-streamed) answer.

@@ -637,6 +637,122 @@ async fn anthropic_error_kinds() {
     assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
 }
 
+/// A provider that echoes its prompt into `error.message` (the skill body is the system prompt)
+/// must not let the prompt's words pick the failure code the caller sees: the caller chooses
+/// which word its request makes the provider quote, and would read off whether the body holds
+/// it. Each error shape, with a message full of trigger words and with a neutral one: one code.
+#[tokio::test]
+async fn provider_error_words_never_pick_the_failure_code() {
+    const TRIGGERS: [&str; 6] = [
+        "SECRET BODY: the context is too long",
+        "SECRET BODY: maximum of 4096 tokens",
+        "SECRET BODY: model invalid, model not found",
+        "SECRET BODY: rate limit and quota",
+        "SECRET BODY: api key auth permission",
+        "SECRET BODY: too many tokens",
+    ];
+    const NEUTRAL: &str = "SECRET BODY: nothing of note";
+    /// The JSON string form of `s`, quotes included.
+    fn quoted(s: &str) -> String {
+        serde_json::to_string(s).unwrap()
+    }
+    // (shape, the reply with the message in it)
+    type Shape = (&'static str, fn(&str) -> Reply);
+    let shapes: [Shape; 7] = [
+        ("openai 200, numeric code", |m| {
+            json(
+                200,
+                &format!(r#"{{"error":{{"code":400,"message":{}}}}}"#, quoted(m)),
+            )
+        }),
+        ("openai 200, no code", |m| {
+            json(200, &format!(r#"{{"error":{{"message":{}}}}}"#, quoted(m)))
+        }),
+        ("openai 200, null code", |m| {
+            json(
+                200,
+                &format!(r#"{{"error":{{"code":null,"message":{}}}}}"#, quoted(m)),
+            )
+        }),
+        ("openai stream, error event", |m| {
+            Reply::Events(vec![(
+                0,
+                format!(
+                    "data: {{\"error\":{{\"code\":400,\"message\":{}}}}}\n\n",
+                    quoted(m)
+                ),
+            )])
+        }),
+        ("openai stream, error after text", |m| {
+            Reply::Events(vec![
+                (0, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"},\"finish_reason\":null}]}\n\n".into()),
+                (0, format!("data: {{\"error\":{{\"message\":{}}}}}\n\n", quoted(m))),
+            ])
+        }),
+        ("anthropic 200, invalid_request_error", |m| {
+            json(
+                200,
+                &format!(
+                    r#"{{"type":"error","error":{{"type":"invalid_request_error","message":{}}}}}"#,
+                    quoted(m)
+                ),
+            )
+        }),
+        ("anthropic 400, invalid_request_error", |m| {
+            json(
+                400,
+                &format!(
+                    r#"{{"type":"error","error":{{"type":"invalid_request_error","message":{}}}}}"#,
+                    quoted(m)
+                ),
+            )
+        }),
+    ];
+    let no_retries = HttpOptions {
+        max_retries: 0,
+        ..http()
+    };
+    for (shape, reply) in shapes {
+        let mut codes = Vec::new();
+        for message in std::iter::once(NEUTRAL).chain(TRIGGERS) {
+            let server = Loopback::start(vec![reply(message)]).await;
+            let err = if shape.starts_with("anthropic") {
+                Anthropic::new(&server.url(""), no_retries.clone())
+                    .unwrap()
+                    .complete(request(), Some(KEY))
+                    .await
+                    .unwrap_err()
+            } else {
+                openai_at(
+                    &server.url("/v1"),
+                    no_retries.clone(),
+                    shape.contains("stream"),
+                )
+                .complete(request(), Some(KEY))
+                .await
+                .unwrap_err()
+            };
+            assert!(
+                !format!("{err} {err:?}").contains("SECRET"),
+                "{shape}: {err:?}"
+            );
+            codes.push((message, err.failure()));
+        }
+        let neutral = codes[0].1;
+        assert_eq!(
+            neutral,
+            ProviderFailure::UpstreamError,
+            "{shape}: a message-only error is upstream_error"
+        );
+        for (message, code) in &codes {
+            assert_eq!(
+                *code, neutral,
+                "{shape}: the message {message:?} steered the code to {code} (neutral: {neutral})"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_oversized_answer_is_refused() {
     let huge = format!(
