@@ -11,6 +11,13 @@ use skillbox_providers::{Provider, ProviderId, ProviderSettings, build_remote};
 
 use crate::error::{JcError, Result};
 
+/// The provider-table entry naming the embedded model's weights: `local.sha256` → the SHA-256
+/// (lowercase hex) of the GGUF file the box's `local` provider runs. Not a provider id, so no
+/// program can name it as its provider; a node reads it beside `local` → `in-process` to see,
+/// and pin, which weights answer. Absent while the box knows no digest yet (another file than
+/// the shipped model's, not there when the box started, until its first load).
+pub const LOCAL_WEIGHTS: &str = "local.sha256";
+
 enum Slot {
     Ready {
         provider: Arc<dyn Provider>,
@@ -48,8 +55,12 @@ impl ProviderRegistry {
             .insert(id.to_string(), Slot::Ready { provider, host });
     }
 
-    /// The embedded model, checked for its file whenever a program names it.
+    /// The embedded model, checked for its file whenever a program names it. Its weights are
+    /// fixed now ([`LocalProvider::measure`]: the shipped model's digest for its file name, else
+    /// the file read once), so the table the box attests from its start names them and no other
+    /// file is loaded later.
     pub fn register_local(&mut self, local: Arc<LocalProvider>) {
+        local.measure();
         self.slots
             .insert(ProviderId::Local.to_string(), Slot::Local(local));
     }
@@ -123,21 +134,26 @@ impl ProviderRegistry {
     }
 
     /// The provider table the box attests: each provider id it can call → the exact base URL
-    /// it calls ([`crate::attest::IN_PROCESS`] for one inside the box).
+    /// it calls ([`crate::attest::IN_PROCESS`] for one inside the box), and, for the embedded
+    /// model, [`LOCAL_WEIGHTS`] → the SHA-256 of the weights it runs (the only file it loads).
     pub fn table(&self) -> BTreeMap<String, String> {
-        self.slots
-            .iter()
-            .filter_map(|(id, slot)| {
-                let host = match slot {
-                    Slot::Ready { host, .. } => host
-                        .clone()
-                        .unwrap_or_else(|| crate::attest::IN_PROCESS.into()),
-                    Slot::Local(_) => crate::attest::IN_PROCESS.into(),
-                    Slot::Unavailable(_) => return None,
-                };
-                Some((id.clone(), host))
-            })
-            .collect()
+        let mut table = BTreeMap::new();
+        for (id, slot) in &self.slots {
+            let host = match slot {
+                Slot::Ready { host, .. } => host
+                    .clone()
+                    .unwrap_or_else(|| crate::attest::IN_PROCESS.into()),
+                Slot::Local(local) => {
+                    if let Some(sha256) = local.weights_sha256() {
+                        table.insert(LOCAL_WEIGHTS.to_owned(), sha256);
+                    }
+                    crate::attest::IN_PROCESS.into()
+                }
+                Slot::Unavailable(_) => continue,
+            };
+            table.insert(id.clone(), host);
+        }
+        table
     }
 
     pub fn views(&self) -> Vec<ProviderView> {
@@ -172,5 +188,78 @@ impl ProviderRegistry {
                 },
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::Digest;
+    use skillbox_providers::local::{MODEL_SHA256, model_path_in};
+
+    fn sha256(bytes: &[u8]) -> String {
+        hex::encode(sha2::Sha256::digest(bytes))
+    }
+
+    /// A registry whose only provider is `local` at `path`, and that provider.
+    fn local_at(path: std::path::PathBuf) -> (ProviderRegistry, Arc<LocalProvider>) {
+        let local = Arc::new(LocalProvider::new(path));
+        let mut reg = ProviderRegistry::new();
+        reg.register_local(local.clone());
+        (reg, local)
+    }
+
+    /// The attested table names the weights the embedded model runs, and those are the only
+    /// ones it loads: a file swapped in after the box measured its own is refused before
+    /// llama.cpp reads it (so the files here need not be models).
+    #[tokio::test]
+    async fn the_attested_table_names_the_weights_the_local_model_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+
+        // The shipped model's path: its digest, whether or not the file is there yet (no
+        // other file loads there).
+        let reg =
+            ProviderRegistry::from_settings(&ProviderSettings::new(model_path_in(dir.path())));
+        let table = reg.table();
+        assert_eq!(
+            table.get("local").map(String::as_str),
+            Some(crate::attest::IN_PROCESS)
+        );
+        assert_eq!(
+            table.get(LOCAL_WEIGHTS).map(String::as_str),
+            Some(MODEL_SHA256)
+        );
+        assert!(
+            LOCAL_WEIGHTS.parse::<ProviderId>().is_err(),
+            "no program can name it"
+        );
+
+        // A file the operator chose: measured when the box registers it.
+        let custom = dir.path().join("operator.gguf");
+        let first = b"the operator's model, version one".repeat(1000);
+        std::fs::write(&custom, &first).expect("write");
+        let (reg, local) = local_at(custom.clone());
+        assert_eq!(reg.table().get(LOCAL_WEIGHTS), Some(&sha256(&first)));
+
+        // Swapped after the box attested it: refused at load, naming both digests; the table
+        // still names the only weights this box will run.
+        let second = b"a backdoored model, swapped in".repeat(1000);
+        std::fs::write(&custom, &second).expect("write");
+        let err = local.model().await.expect_err("a swapped file is refused");
+        let said = err.to_string();
+        assert!(said.contains("sha256 mismatch"), "{said}");
+        assert!(
+            said.contains(&sha256(&first)) && said.contains(&sha256(&second)),
+            "{said}"
+        );
+        assert_eq!(reg.table().get(LOCAL_WEIGHTS), Some(&sha256(&first)));
+
+        // No file when the box started: no digest to attest yet.
+        let (reg, _) = local_at(dir.path().join("absent.gguf"));
+        assert_eq!(reg.table().get(LOCAL_WEIGHTS), None);
+        assert_eq!(
+            reg.table().get("local").map(String::as_str),
+            Some(crate::attest::IN_PROCESS)
+        );
     }
 }

