@@ -1010,6 +1010,14 @@ impl Config {
             if let Some(p) = owner_id_problem(&t.tenant) {
                 return Err(format!("tenants.tokens #{i}: tenant {:?} {p}", t.tenant));
             }
+            // The operator's roster and org chart are kept under its tenant id: a tenant token
+            // of that id would read and rewrite them.
+            if t.tenant == self.tenants.operator {
+                return Err(format!(
+                    "tenants.tokens #{i}: tenant {:?} is the operator's own (tenants.operator)",
+                    t.tenant
+                ));
+            }
             if let Some(p) = t.workspace.as_deref().and_then(owner_id_problem) {
                 return Err(format!("tenants.tokens #{i}: workspace {p}"));
             }
@@ -1792,6 +1800,12 @@ mod tests {
             (
                 format!("[[tenants.tokens]]\ntenant = \"a\"\ntoken = \"x\"\ndigest = \"{good}\"\n"),
                 "token",
+            ),
+            // The operator's tenant id (default `local`): its token would own the operator's
+            // roster and org chart.
+            (
+                format!("[[tenants.tokens]]\ntenant = \"local\"\ndigest = \"{good}\"\n"),
+                "operator's own",
             ),
         ] {
             let text = format!("{}\n{block}", Config::default().render());

@@ -36,7 +36,7 @@ pub struct Shared {
     /// `config.toml`, re-read for tenant tokens when an unknown token arrives and the file
     /// changed since (so `skillbox token add` works against a running node).
     config_path: Option<PathBuf>,
-    config_stamp: Mutex<Option<(std::time::SystemTime, u64)>>,
+    config_stamp: Mutex<Option<TokenStamp>>,
     /// `api.token`, whose identity (inode, size, times) is checked on every authorization:
     /// `skillbox token rotate` renames a new file over it, and from the next request on only the
     /// new token is the operator's (a stat per request; no API call carries the new token).
@@ -68,7 +68,7 @@ impl Shared {
         public_key: String,
         access: Access<'_>,
     ) -> Self {
-        let stamp = access.config_path.as_deref().and_then(file_stamp);
+        let stamp = access.config_path.as_deref().and_then(token_stamp);
         Shared {
             sources,
             skills,
@@ -140,24 +140,30 @@ impl Shared {
         self.principal(presented)
     }
 
-    /// Who a presented token stands for. An unknown token re-reads the config's tenants once
-    /// the file has changed (a token added by `skillbox token add` while the node runs).
+    /// Who a presented token stands for. The config's tenants are followed on every request,
+    /// as `api.token` is: a token added by `skillbox token add` works at once, and one removed
+    /// from `config.toml` (or moved to another tenant) stops at once — it used to stay in force
+    /// until the node restarted or someone presented an unknown token.
     pub(super) fn principal(&self, presented: &str) -> Option<Principal> {
         self.follow_token_file();
-        let known = self
-            .tokens
+        self.follow_config();
+        self.tokens
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .principal(presented);
-        if known.is_some() {
-            return known;
-        }
-        let path = self.config_path.as_deref()?;
-        let now = file_stamp(path);
+            .principal(presented)
+    }
+
+    /// Re-read the config's tenant tokens once `config.toml` has changed (one `stat` a
+    /// request). A config that does not load keeps the tokens in force, and says so.
+    fn follow_config(&self) {
+        let Some(path) = self.config_path.as_deref() else {
+            return;
+        };
+        let now = token_stamp(path);
         {
             let mut stamp = self.config_stamp.lock().unwrap_or_else(|p| p.into_inner());
             if now.is_none() || *stamp == now {
-                return None;
+                return;
             }
             *stamp = now;
         }
@@ -169,17 +175,16 @@ impl Shared {
                     tokens = config.tenants.tokens.len(),
                     "tenant tokens reloaded"
                 );
-                tokens.principal(presented)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "config changed but does not load; tenant tokens kept");
-                None
             }
         }
     }
 }
 
-/// What tells one `api.token` file from another: a rename gives a new inode, an edit in place
+/// What tells one version of a file (`api.token`, `config.toml`) from another: a rename gives a
+/// new inode, an edit in place
 /// new times or size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TokenStamp {
@@ -200,9 +205,4 @@ fn token_stamp(path: &std::path::Path) -> Option<TokenStamp> {
         mtime: (m.mtime(), m.mtime_nsec()),
         ctime: (m.ctime(), m.ctime_nsec()),
     })
-}
-
-fn file_stamp(path: &std::path::Path) -> Option<(std::time::SystemTime, u64)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
 }

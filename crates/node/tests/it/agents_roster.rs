@@ -832,7 +832,24 @@ async fn tokens_reach_what_they_should() {
     // Bad tenant ids are refused and leave config as it was.
     let err = skillbox_node::tenants::add_token(&config, "", None).expect_err("empty tenant");
     assert!(err.to_string().contains("tenant"), "{err}");
+    // The operator's own tenant id: its token would read and rewrite the operator's roster.
+    let err = skillbox_node::tenants::add_token(&config, "local", None).expect_err("operator's id");
+    assert!(err.to_string().contains("operator"), "{err}");
     assert_eq!(std::fs::read_to_string(&config).expect("config"), text);
+    // A token taken out of config.toml while the node runs stops at once (it stayed in force
+    // until a restart, or until someone presented an unknown token).
+    let digest = skillbox_node::tenants::token_digest(&late);
+    let at = text.find(&digest).expect("the token's entry");
+    let start = text[..at].rfind("[[tenants.tokens]]").expect("its table");
+    let end = at + text[at..].find('\n').unwrap_or(text.len() - at);
+    let revoked = format!("{}{}", &text[..start], &text[end..]);
+    std::fs::write(&config, &revoked).expect("write config");
+    let (status, body) = e.get("/v1/agents/org-chart", &late).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(
+        e.get("/v1/agents/org-chart", &e.acme).await.0,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
