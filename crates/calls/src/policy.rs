@@ -79,8 +79,10 @@ pub struct Rule {
     /// source: "the call stakes sources"); absent matches every call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<String>>,
-    /// Matches when the call applies at least one source and every one is in this list: what
-    /// `approve --remember` records for a (peer, skill, source set).
+    /// Matches when every source the call applies is in this list and it applies at least one;
+    /// an empty list matches only a call that applies none. What `approve --remember` records
+    /// for a (peer, skill, source set): remembered over no sources, it never covers a call that
+    /// stakes some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sources_within: Option<Vec<String>>,
     /// Matches only calls started from this surface; absent matches every call.
@@ -126,7 +128,7 @@ impl Rule {
                     .any(|s| list.iter().any(|p| Pattern(p.clone()).matches(s)))
             })
             && self.sources_within.as_ref().is_none_or(|set| {
-                !q.sources.is_empty() && q.sources.iter().all(|s| set.contains(s))
+                q.sources.is_empty() == set.is_empty() && q.sources.iter().all(|s| set.contains(s))
             })
             && self
                 .surface
@@ -135,11 +137,15 @@ impl Rule {
     }
 
     /// The rule `approve --remember` records: this caller-side decision for this exact peer,
-    /// skill and (a subset of) these sources, while the disclosure says what it said (`told`).
+    /// skill and (a subset of) these sources — none, if the call staked none — for calls
+    /// started from the same surface, while the disclosure says what it said (`told`). So a
+    /// yes to a call without sources never lets a later one stake any, and a yes given to a
+    /// human's call never answers an agent's first call (nor the other way round).
     pub fn remembered(
         peer: &str,
         skill: &str,
         sources: &[String],
+        surface: Surface,
         told: Told,
         decision: Decision,
     ) -> Rule {
@@ -148,8 +154,8 @@ impl Rule {
             peer: Pattern(peer.to_owned()),
             skill: Pattern(skill.to_owned()),
             sources: None,
-            sources_within: (!sources.is_empty()).then(|| sources.to_vec()),
-            surface: None,
+            sources_within: Some(sources.to_vec()),
+            surface: Some(surface),
             told: Some(told),
             decision,
         }

@@ -1,5 +1,6 @@
 //! Source selection (design §7) and policy (§9): every rule and refusal.
 
+use skillbox_calls::policy::Surface;
 use skillbox_calls::*;
 
 fn names(v: &[&str]) -> Vec<String> {
@@ -120,7 +121,14 @@ fn a_remembered_rule_matches_only_what_the_human_was_told() {
     let sources = vec!["songs".to_owned()];
     let p = Policy {
         rules: vec![
-            Rule::remembered("P", "taste", &sources, told(), Decision::Allow),
+            Rule::remembered(
+                "P",
+                "taste",
+                &sources,
+                Surface::Human,
+                told(),
+                Decision::Allow,
+            ),
             Rule::ask_before_disclosure(),
         ],
         default: Decision::Allow,
@@ -172,7 +180,14 @@ fn a_remembered_rule_matches_only_what_the_human_was_told() {
         );
     }
     // The remembered rule round-trips through the stored policy with its facts.
-    let r = Rule::remembered("P", "taste", &sources, told(), Decision::Allow);
+    let r = Rule::remembered(
+        "P",
+        "taste",
+        &sources,
+        Surface::Human,
+        told(),
+        Decision::Allow,
+    );
     let back: Rule =
         serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
     assert_eq!(back, r);
@@ -353,6 +368,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
             "P",
             "taste",
             &names(&["songs", "diary"]),
+            Surface::Human,
             told(),
             Decision::Allow,
         ),
@@ -425,7 +441,14 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
     let mut p = p;
     p.rules.insert(
         0,
-        Rule::remembered("12D3Peer", "brief", &[], told(), Decision::Allow),
+        Rule::remembered(
+            "12D3Peer",
+            "brief",
+            &[],
+            Surface::Agent,
+            told(),
+            Decision::Allow,
+        ),
     );
     assert_eq!(p.decide_with_rule(&q(true)), (Decision::Allow, Some(0)));
     // The config spelling.
@@ -433,4 +456,92 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
         serde_json::from_str(r#"{"side": "caller", "surface": "agent", "decision": "ask"}"#)
             .expect("rule");
     assert_eq!(r, Rule::ask_from_agent());
+}
+
+/// A yes remembered for a call that staked no source covers only calls that stake none, and
+/// only from the surface it was given on: before, the rule it recorded named no sources at all
+/// (so it matched every later source set, ahead of the shipped rules) and no surface (so a
+/// human's yes answered an agent's first call).
+#[test]
+fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
+    let seen = told();
+    let shipped = |remembered: Rule| Policy {
+        rules: vec![
+            remembered,
+            Rule::ask_before_disclosure(),
+            Rule::ask_from_agent(),
+        ],
+        default: Decision::Allow,
+    };
+    let decide = |p: &Policy, sources: &[&str], from_agent: bool| {
+        p.decide_with_rule(&SubmitQuestion {
+            role: Role::Caller,
+            peer: "P",
+            skill: "taste",
+            sources: &names(sources),
+            from_agent,
+            told: Some(&seen),
+        })
+    };
+    // An agent's "hi" without sources, approved with --remember.
+    let p = shipped(Rule::remembered(
+        "P",
+        "taste",
+        &[],
+        Surface::Agent,
+        told(),
+        Decision::Allow,
+    ));
+    assert_eq!(decide(&p, &[], true), (Decision::Allow, Some(0)));
+    assert_eq!(
+        decide(&p, &["songs"], true),
+        (Decision::Ask, Some(1)),
+        "a remembered yes over no sources let a later call stake one"
+    );
+    assert_eq!(
+        decide(&p, &["songs", "diary"], false),
+        (Decision::Ask, Some(1))
+    );
+    // A human's call without sources, approved with --remember (its policy asked everything).
+    let mut p = shipped(Rule::remembered(
+        "P",
+        "taste",
+        &[],
+        Surface::Human,
+        told(),
+        Decision::Allow,
+    ));
+    p.default = Decision::Ask;
+    assert_eq!(decide(&p, &[], false), (Decision::Allow, Some(0)));
+    assert_eq!(
+        decide(&p, &[], true),
+        (Decision::Ask, Some(2)),
+        "a human's remembered yes answered an agent's first call"
+    );
+    // With sources, as before: that set (or a subset), never none, from the same surface.
+    let p = shipped(Rule::remembered(
+        "P",
+        "taste",
+        &names(&["songs", "diary"]),
+        Surface::Human,
+        told(),
+        Decision::Allow,
+    ));
+    assert_eq!(decide(&p, &["songs"], false), (Decision::Allow, Some(0)));
+    assert_eq!(
+        decide(&p, &["diary", "songs"], false),
+        (Decision::Allow, Some(0))
+    );
+    assert_eq!(
+        decide(&p, &["songs", "bank"], false),
+        (Decision::Ask, Some(1))
+    );
+    assert_eq!(decide(&p, &[], false), (Decision::Allow, None));
+    assert_eq!(decide(&p, &["songs"], true), (Decision::Ask, Some(1)));
+    // The empty set survives the stored policy: it is not read back as "any sources".
+    let r = Rule::remembered("P", "taste", &[], Surface::Agent, told(), Decision::Allow);
+    let json = serde_json::to_value(&r).expect("json");
+    assert_eq!(json["sources_within"], serde_json::json!([]));
+    assert_eq!(json["surface"], "agent");
+    assert_eq!(serde_json::from_value::<Rule>(json).expect("parse"), r);
 }

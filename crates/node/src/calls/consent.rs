@@ -4,7 +4,7 @@
 use serde::Serialize;
 use skillbox_calls::Decision;
 use skillbox_calls::machine::{Event, Role, State};
-use skillbox_calls::policy::{Rule, Told};
+use skillbox_calls::policy::{Rule, Surface, Told};
 use skillbox_jc::attest::VerifiedRunRecord;
 use skillbox_jc::dsse::Envelope;
 use skillbox_jc::program::Program;
@@ -218,8 +218,9 @@ impl Calls {
     }
 
     /// The answer to `ask`, from `by`. With `remember`, the decision is also recorded (in the
-    /// store's policy, ahead of every other rule) for this peer, skill and source set, so the
-    /// next such call is not asked again.
+    /// store's policy, ahead of every other rule) for this peer, skill and source set (none: only
+    /// calls that stake none) and the surface the call was started from, so the next such call
+    /// is not asked again.
     pub async fn consent_by(
         &self,
         id: &str,
@@ -253,8 +254,21 @@ impl Calls {
                 Role::Caller => row.sources.as_slice(),
                 Role::Owner => &[],
             };
-            let mut rule =
-                Rule::remembered(&row.call.peer, &row.call.skill, sources, told, decision);
+            // The surface as the policy saw it (`check_policy`): an agent's call is remembered
+            // for agents' calls only, a human's for humans' only.
+            let surface = if row.call.role == Role::Caller && row.call.from_agent {
+                Surface::Agent
+            } else {
+                Surface::Human
+            };
+            let mut rule = Rule::remembered(
+                &row.call.peer,
+                &row.call.skill,
+                sources,
+                surface,
+                told,
+                decision,
+            );
             if row.call.role == Role::Owner {
                 rule.side = skillbox_calls::policy::Side::Owner;
             }

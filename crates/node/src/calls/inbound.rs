@@ -204,6 +204,27 @@ impl Calls {
     }
 
     async fn on_request(&self, from: &str, id: &str, body: Value) {
+        // An id this node already calls with (the peer learnt it from our own call.request):
+        // an owner row beside our caller row would let the human's "let P use my skill" answer,
+        // a cancel, a call.failed or retention reach our own call, which stakes our sources.
+        // Refused, and nothing is written; a node does not call itself, so no honest request
+        // carries one. A row that cannot be read refuses nothing but admits nothing either.
+        match self.row(&(id.to_owned(), Role::Caller)).await {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                drop(body);
+                let refused = Refused::new(
+                    FailureCode::NotAdmitted,
+                    "the call id is one of this node's own calls",
+                );
+                self.refuse(from, id, &refused).await;
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(call = %id, error = %e, "cannot load call");
+                return;
+            }
+        }
         let key = (id.to_owned(), Role::Owner);
         if let Some(row) = self.load(&key).await {
             // A retried request: re-send what the call owes (call.accepted), nothing new.

@@ -815,3 +815,161 @@ async fn a_remembered_consent_is_asked_again_when_the_call_lands_on_another_plat
     let id = w.caller.start_call(&peer, "taste", "fourth").await;
     assert_eq!(parked_or_ended(&w.caller, &id).await["state"], "answered");
 }
+
+/// Start an agent's call (`surface: agent`, as MCP and A2A do) of the owner's `taste`, with
+/// `sources` (omitted: the skill's required ones this node holds); its id.
+async fn start_agent_call(w: &support::World, request: &str, sources: Option<Value>) -> String {
+    let mut body = start_body(&w.owner.peer_id, request, sources);
+    body["surface"] = json!("agent");
+    let a = w.caller.post_json("/calls", body).await;
+    assert_eq!(a.status, 201, "{}", a.body);
+    a.body["id"].as_str().expect("id").to_owned()
+}
+
+/// Nothing of call `id` was staked here: no stake entry in the caller's ledger.
+async fn nothing_staked(w: &support::World, id: &str) {
+    let staked = w.caller.get(&format!("/ledger?call={id}")).await.body;
+    assert!(
+        staked["entries"]
+            .as_array()
+            .is_some_and(|e| e.iter().all(|e| e["kind"] != "stake")),
+        "{staked}"
+    );
+}
+
+/// A remembered yes holds for the source set and the surface it was given for. Before, a yes
+/// remembered over a call without sources named no sources at all, so the rule (first in the
+/// policy) let every later call to that peer's skill stake any shareable source unasked; and no
+/// surface, so a yes to a human's call answered an agent's first call to that (peer, skill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remembered_consent_covers_only_its_source_set_and_its_surface() {
+    let shipped = |c: &mut skillbox_node::Config| {
+        c.policy = skillbox_node::config::PolicyConfig::default();
+    };
+    let w = world("BODY-H14", "sk-H14", &["songs"], |_| {}, shipped).await;
+    w.caller.put_source("songs", "text", "SONGS-MARK-H14").await;
+    // How many prompts the provider saw with `songs` in them.
+    let songs_seen = || {
+        let log = w.provider.0.lock().expect("log").clone();
+        log.iter()
+            .filter(|p| {
+                serde_json::to_string(p)
+                    .expect("json")
+                    .contains("SONGS-MARK-H14")
+            })
+            .count()
+    };
+    // A human's call staking `songs`, approved with remember.
+    let id = w
+        .caller
+        .start_call(&w.owner.peer_id, "taste", "human")
+        .await;
+    assert_eq!(
+        parked_or_ended(&w.caller, &id).await["state"],
+        "awaiting_consent"
+    );
+    approve_remembered(&w, &id).await;
+    // An agent's first call to the same (peer, skill, sources) is still asked.
+    let id = start_agent_call(&w, "agent with songs", None).await;
+    let c = parked_or_ended(&w.caller, &id).await;
+    assert_eq!(
+        c["state"], "awaiting_consent",
+        "a human's remembered yes answered an agent's call: {c}"
+    );
+    assert_eq!(c["disclosure"]["request"], "agent with songs");
+    nothing_staked(&w, &id).await;
+    w.caller.decide(&id, json!({"decision": "deny"})).await;
+    // An agent's "hi" without sources, approved with remember.
+    let id = start_agent_call(&w, "hi", Some(json!([]))).await;
+    let c = parked_or_ended(&w.caller, &id).await;
+    assert_eq!(c["state"], "awaiting_consent", "{c}");
+    assert_eq!(c["disclosure"]["sources"], json!([]));
+    approve_remembered(&w, &id).await;
+    let seen = songs_seen();
+    assert_eq!(seen, 1, "the human's call only");
+    // The agent's next call stakes `songs`: asked, not covered by the yes over no sources.
+    let id = start_agent_call(&w, "now with songs", None).await;
+    let c = parked_or_ended(&w.caller, &id).await;
+    assert_eq!(
+        c["state"], "awaiting_consent",
+        "a remembered yes over no sources let a call stake one: {c}"
+    );
+    assert_eq!(c["disclosure"]["sources"], json!(["songs"]));
+    nothing_staked(&w, &id).await;
+    assert_eq!(songs_seen(), seen, "songs reached the provider unasked");
+    // What was remembered still holds: the agent's call without sources, the human's with.
+    let id = start_agent_call(&w, "hi again", Some(json!([]))).await;
+    assert_eq!(parked_or_ended(&w.caller, &id).await["state"], "answered");
+    let id = w
+        .caller
+        .start_call(&w.owner.peer_id, "taste", "human 2")
+        .await;
+    assert_eq!(parked_or_ended(&w.caller, &id).await["state"], "answered");
+    // The rule the yes over no sources became: no sources, the agent surface.
+    let policy = w.caller.get("/policy").await.body;
+    let rule = &policy["rules"][0];
+    assert_eq!(rule["sources_within"], json!([]), "{policy}");
+    assert_eq!(rule["surface"], "agent", "{policy}");
+}
+
+/// A peer that learnt one of this node's own call ids (from its `call.request`) sends a
+/// `call.request` with that id. Before, the node admitted it and wrote an owner row beside its
+/// caller row: consent and `POST /approvals/{id}` pick a row by id (the caller's first), so the
+/// human answering "let the peer use my skill" decided this node's own call, staking its
+/// sources; a cancel, `call.failed` and retention reached both. Refused now, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_request_reusing_one_of_this_nodes_own_call_ids_is_refused() {
+    let shipped = |c: &mut skillbox_node::Config| {
+        c.policy = skillbox_node::config::PolicyConfig::default();
+    };
+    let w = world("BODY-H15", "sk-H15", &["songs"], |_| {}, shipped).await;
+    // The caller offers a `taste` of its own, so a request for it is otherwise admissible.
+    w.caller
+        .put_source("openai-key", "secret", "sk-C-H15")
+        .await;
+    w.caller
+        .add_skill(&skill_doc("taste", "BODY-C-H15", &[]))
+        .await;
+    w.caller.put_source("songs", "text", "SONGS-MARK-H15").await;
+    // Its own call X, parked for its human's consent to stake `songs`.
+    let x = w.caller.start_call(&w.owner.peer_id, "taste", "mine").await;
+    assert_eq!(
+        parked_or_ended(&w.caller, &x).await["state"],
+        "awaiting_consent"
+    );
+    // A peer asks it to run its `taste` under the id X.
+    let mut hostile = RawPeer::start(85, &w.caller).await;
+    let offered = hostile
+        .advert(LIMIT, |a| a.skills.iter().any(|s| s.name == "taste"))
+        .await;
+    let program = hostile.signed(&admissible_program(&offered, &hostile.key, &x));
+    let got = hostile
+        .request(&x, json!({"skill": "taste", "program": program}), LIMIT)
+        .await;
+    assert_eq!(got.call_id, x);
+    assert_eq!(
+        got.kind,
+        PayloadKind::CallFailed,
+        "admitted under this node's own call id: {}",
+        got.body
+    );
+    assert_eq!(got.body["code"], "not_admitted", "{}", got.body);
+    // No owner row: the id names one call here, still the caller's own and still parked.
+    assert_eq!(w.caller.get("/calls?role=owner").await.body["total"], 0);
+    let db = rusqlite::Connection::open(w.caller.dir.path().join("node.db")).expect("open db");
+    let rows: i64 = db
+        .query_row("SELECT COUNT(*) FROM calls WHERE id = ?1", [&x], |r| {
+            r.get(0)
+        })
+        .expect("count");
+    assert_eq!(rows, 1);
+    let c = w.caller.get(&format!("/calls/{x}")).await.body;
+    assert_eq!(c["state"], "awaiting_consent", "{c}");
+    assert_eq!(c["role"], "caller", "{c}");
+    assert!(!w.provider.0.lock().expect("log").iter().any(|p| {
+        serde_json::to_string(p)
+            .expect("json")
+            .contains("SONGS-MARK-H15")
+    }));
+    hostile.handle.shutdown().await;
+}
