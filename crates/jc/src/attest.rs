@@ -450,11 +450,8 @@ impl InsecureDevAttester {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir).map_err(|e| fail("creating its folder", e))?;
                 }
-                // Written to a temporary name and renamed: a crash leaves no half key.
-                let tmp = path.with_extension("tmp");
-                write_private(&tmp, hex::encode(seed).as_bytes())
+                write_private(path, hex::encode(seed).as_bytes())
                     .map_err(|e| fail("writing", e))?;
-                std::fs::rename(&tmp, path).map_err(|e| fail("renaming", e))?;
                 seed
             }
             Err(e) => return Err(fail("reading", e)),
@@ -472,20 +469,34 @@ impl InsecureDevAttester {
     }
 }
 
-/// Write `bytes` to `path` readable by this user only (0600 on Unix), synced: the box's key
-/// files (attestation key, run-store key).
+/// Put `bytes` at `path` readable by this user only (0600 on Unix), synced: the box's key files
+/// (attestation key, run-store key). Written to a new file of a random name beside it (made
+/// with `O_EXCL`: never a file or link someone else put there — a key file's folder may be
+/// shared, and a predictable temporary name opened for truncation handed the key to whoever
+/// made that name first), then renamed over `path`, so a crash leaves no half key.
 pub(crate) fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.tmp", hex::encode(suffix)));
+    let tmp = path.with_file_name(name);
     let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
+    opts.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt as _;
         opts.mode(0o600);
     }
-    let mut f = opts.open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
+    let written = opts.open(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[derive(Serialize, Deserialize)]

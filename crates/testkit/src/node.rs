@@ -42,6 +42,15 @@ pub async fn start_box_at(port: u16, provider_url: &str) -> String {
         .0
 }
 
+/// [`start_box`] on `127.0.0.2` (loopback too): its URL sorts after every box on `127.0.0.1`,
+/// for tests that need a box tried after the others (a node tries boxes equally loaded in the
+/// order of their URLs).
+pub async fn start_box_sorting_last(provider_url: &str) -> String {
+    start_box_on([127, 0, 0, 2], 0, provider_url, BoxConfig::default())
+        .await
+        .0
+}
+
 /// [`start_box`], also answering the box's identity key (what a node pins).
 pub async fn start_box_keyed(provider_url: &str) -> (String, String) {
     start_box_bound(0, provider_url, BoxConfig::default()).await
@@ -54,10 +63,20 @@ pub async fn start_box_configured(provider_url: &str, config: BoxConfig) -> Stri
 
 /// A box on `port` (0: any) with `openai` at `provider_url`: its URL and identity key.
 async fn start_box_bound(port: u16, provider_url: &str, config: BoxConfig) -> (String, String) {
+    start_box_on([127, 0, 0, 1], port, provider_url, config).await
+}
+
+/// A box on `ip`:`port` (0: any) with `openai` at `provider_url`: its URL and identity key.
+async fn start_box_on(
+    ip: [u8; 4],
+    port: u16,
+    provider_url: &str,
+    config: BoxConfig,
+) -> (String, String) {
     let attester = dev_attester();
     let key = attester.public_key_hex();
     let core = openai_box_core(attester, provider_url, config);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::from(ip), port))
         .await
         .expect("bind box");
     let addr: SocketAddr = listener.local_addr().expect("addr");

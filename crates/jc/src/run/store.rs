@@ -57,8 +57,8 @@ pub struct KeyFile {
 }
 
 impl KeyFile {
-    /// Read the key at `path`, or make it (random, written 0600 to a temporary name and
-    /// renamed, so a crash leaves no half key). A file of another length is an error, never
+    /// Read the key at `path`, or make it (random, written 0600 to a new file of a random name
+    /// and renamed, so a crash leaves no half key: `attest::write_private`). A file of another length is an error, never
     /// replaced: the runs sealed under it would be lost.
     pub fn load_or_create(path: &Path) -> Result<KeyFile> {
         let fail = |what: &str, e: std::io::Error| {
@@ -84,9 +84,7 @@ impl KeyFile {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir).map_err(|e| fail("creating its folder", e))?;
                 }
-                let tmp = path.with_extension("tmp");
-                crate::attest::write_private(&tmp, &key[..]).map_err(|e| fail("writing", e))?;
-                std::fs::rename(&tmp, path).map_err(|e| fail("renaming", e))?;
+                crate::attest::write_private(path, &key[..]).map_err(|e| fail("writing", e))?;
                 Ok(KeyFile { key })
             }
             Err(e) => Err(fail("reading", e)),

@@ -517,6 +517,36 @@ fn the_store_key_file_is_private_and_checked() {
     KeyFile::load_or_create(&path).expect("read back");
     std::fs::write(&path, b"short").expect("write");
     assert!(KeyFile::load_or_create(&path).is_err());
+
+    // In a folder others may write (a `--store-key-file` there), someone made the old
+    // predictable temporary names first, one a file they can read, one a link to another
+    // file: neither receives a key.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir_all(&shared).expect("dir");
+    let planted = shared.join("store.tmp");
+    std::fs::write(&planted, b"theirs").expect("plant");
+    let elsewhere = shared.join("elsewhere");
+    std::fs::write(&elsewhere, b"theirs").expect("plant");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&elsewhere, shared.join("store.key.tmp")).expect("link");
+    KeyFile::load_or_create(&shared.join("store.key")).expect("made beside them");
+    for file in [&planted, &elsewhere] {
+        assert_eq!(
+            std::fs::read(file).expect("read"),
+            b"theirs",
+            "{}",
+            file.display()
+        );
+    }
+    let key = std::fs::read(shared.join("store.key")).expect("the key");
+    assert_eq!(key.len(), 32);
+    let left: Vec<_> = std::fs::read_dir(&shared)
+        .expect("list")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") && n != "store.tmp" && n != "store.key.tmp")
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
 }
 
 /// The box keeps at most `max_kept_runs` (at least twice `max_runs`) runs at once, finished
@@ -756,7 +786,10 @@ fn a_box_with_hardware_isolation_keeps_no_run_store_its_host_can_read() {
         .err()
         .expect("a key file refused on a hardware box");
     assert_eq!(e.code(), "storage_failed");
-    assert!(!dir.db().exists(), "a run store was made before the refusal");
+    assert!(
+        !dir.db().exists(),
+        "a run store was made before the refusal"
+    );
     hardware()
         .with_run_store(&dir.db(), &PlatformSealed, now_secs())
         .expect("a platform-sealed key is taken");

@@ -148,11 +148,9 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
         }
     })
     .await;
-    // The honest insecure-dev box, reached as `localhost` so that the pinned URL sorts first
-    // among boxes equally loaded (the caller tries it first).
-    let honest = support::start_box(&provider_url)
-        .await
-        .replace("127.0.0.1", "localhost");
+    // The honest insecure-dev box, on 127.0.0.2 so that the pinned URL sorts first among boxes
+    // equally loaded (the caller tries it first).
+    let honest = support::start_box_sorting_last(&provider_url).await;
     assert!(pinned_url < honest);
     let tune = |c: &mut skillbox_node::Config| {
         c.boxes.accept = vec![pinned_url.clone(), honest.clone()];
@@ -265,9 +263,7 @@ async fn a_restarted_node_refuses_a_loopback_box_that_changed_its_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_that_never_answers_does_not_hold_up_the_others() {
     let (provider_url, _provider) = support::provider_double(Duration::ZERO).await;
-    let honest = support::start_box(&provider_url)
-        .await
-        .replace("127.0.0.1", "localhost");
+    let honest = support::start_box_sorting_last(&provider_url).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
