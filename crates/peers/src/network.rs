@@ -118,6 +118,12 @@ pub struct PeersConfig {
     pub request_timeout: Duration,
     /// Payloads waiting for the calls logic; when full, senders are told to retry.
     pub payload_queue: usize,
+    /// Payloads to one peer waiting for a slot of its send window at most; past this a send
+    /// is answered at once (`Unreachable`, "send queue full": its caller backs off as from a
+    /// peer that does not answer). A peer that took its window's requests and never answered
+    /// held every later payload to it without bound, and each send its caller had given up on
+    /// went out in turn (now dropped unsent).
+    pub send_queue_per_peer: usize,
     /// Connections established in total and per peer, and pending in each direction: past
     /// these a new connection is denied at once, so a peer cannot exhaust this node's sockets.
     pub max_connections: u32,
@@ -201,6 +207,7 @@ impl Default for PeersConfig {
             max_pending_incoming: 64,
             max_pending_outgoing: 64,
             max_connections_incoming: None,
+            send_queue_per_peer: DEFAULT_SEND_QUEUE_PER_PEER,
             board_max_entries: DEFAULT_MAX_ENTRIES,
             board_max_bytes: DEFAULT_MAX_TOTAL_BYTES,
             index_ttl: Duration::from_secs(3 * 3600),
@@ -249,6 +256,9 @@ impl PeersConfig {
             || self.max_pending_outgoing == 0
         {
             return bad("connection limits must be >= 1");
+        }
+        if self.send_queue_per_peer == 0 {
+            return bad("send_queue_per_peer must be >= 1");
         }
         if self.max_connections_incoming == Some(0) {
             return bad("max_connections_incoming must be >= 1");
@@ -490,6 +500,11 @@ enum Command {
 /// tail dropped, retried with back-off (seconds of delay) and, after the last attempt, lost.
 /// Under half of 100 per direction leaves room for the peer's own requests and board syncs.
 const SEND_WINDOW: usize = 32;
+
+/// Default of [`PeersConfig::send_queue_per_peer`]: as many as the calls logic handles at once
+/// (`calls::MAX_INBOUND_AT_ONCE`), so an honest burst to one peer (a test sends 400 each way)
+/// never meets it.
+pub const DEFAULT_SEND_QUEUE_PER_PEER: usize = 4_096;
 
 /// A search of the skill index in progress: its key lookups, then its advert fetches.
 struct Search {
@@ -1489,6 +1504,10 @@ impl Task {
     }
 
     fn try_send(&mut self, mut pending: PendingSend) {
+        if pending.reply.is_closed() {
+            // Its caller gave up (timed out, cancelled): nobody would hear how it ended.
+            return;
+        }
         if pending.to == self.local {
             // To ourselves: same checks, no socket.
             pending.attempt += 1;
@@ -1498,10 +1517,20 @@ impl Task {
         }
         let in_flight = self.sending.entry(pending.to).or_default();
         if *in_flight >= SEND_WINDOW {
-            self.waiting
-                .entry(pending.to)
-                .or_default()
-                .push_back(pending);
+            let cap = self.config.send_queue_per_peer;
+            let waiting = self.waiting.entry(pending.to).or_default();
+            if waiting.len() >= cap {
+                waiting.retain(|w| !w.reply.is_closed());
+            }
+            if waiting.len() >= cap {
+                let _ = pending.reply.send(Err(PeersError::Unreachable {
+                    peer: pending.to,
+                    attempts: pending.attempt,
+                    last_error: format!("send queue full ({cap} waiting)"),
+                }));
+                return;
+            }
+            waiting.push_back(pending);
             return;
         }
         *in_flight += 1;
@@ -1524,7 +1553,10 @@ impl Task {
                 self.sending.remove(&peer);
             }
         }
-        let next = self.waiting.get_mut(&peer).and_then(VecDeque::pop_front);
+        // The first whose caller still waits; those given up on are dropped unsent.
+        let next = self.waiting.get_mut(&peer).and_then(|waiting| {
+            std::iter::from_fn(|| waiting.pop_front()).find(|w| !w.reply.is_closed())
+        });
         if self.waiting.get(&peer).is_some_and(VecDeque::is_empty) {
             self.waiting.remove(&peer);
         }
@@ -2199,6 +2231,113 @@ impl PayloadTransport for PeersHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A node speaking `/skillbox/payload/1` that takes every request and never answers it.
+    fn silent_peer() -> Swarm<request_response::Behaviour<WireCodec>> {
+        libp2p::SwarmBuilder::with_new_identity()
+            .with_tokio()
+            .with_tcp(
+                tcp::Config::default(),
+                noise::Config::new,
+                yamux::Config::default,
+            )
+            .expect("tcp")
+            .with_behaviour(|_| {
+                request_response::Behaviour::with_codec(
+                    WireCodec::new(1 << 20, DEFAULT_MAX_ADVERT_BYTES),
+                    [(StreamProtocol::new(PAYLOAD_PROTOCOL), ProtocolSupport::Full)],
+                    request_response::Config::default()
+                        .with_request_timeout(Duration::from_secs(60)),
+                )
+            })
+            .expect("behaviour")
+            .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+            .build()
+    }
+
+    /// A peer that takes its window of payload requests and never answers: past the window, at
+    /// most `send_queue_per_peer` sends wait (the rest are answered at once), and a send whose
+    /// caller gave up is never sent when a slot frees. Before, every send waited, without bound,
+    /// and each went out in turn, callers gone or not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_never_answers_holds_a_bounded_queue_and_no_abandoned_send() {
+        let config = PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            request_timeout: Duration::from_secs(3),
+            send_attempts: 1,
+            send_queue_per_peer: 256,
+            ..PeersConfig::default()
+        };
+        let key = crate::keypair_from_seed(&[81; 32]).expect("key");
+        let (a, _rx) = start(config, key).await.expect("starts");
+        let mut silent = silent_peer();
+        let sp = *silent.local_peer_id();
+        let target = a.listen_addrs().await.expect("addrs")[0].clone();
+        silent.dial(target).expect("dial");
+        let received = Arc::new(AtomicUsize::new(0));
+        let runner = {
+            let received = received.clone();
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                loop {
+                    if let SwarmEvent::Behaviour(request_response::Event::Message {
+                        message: request_response::Message::Request { channel, .. },
+                        ..
+                    }) = silent.select_next_some().await
+                    {
+                        received.fetch_add(1, Ordering::SeqCst);
+                        held.push(channel);
+                    }
+                }
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !a
+            .peers()
+            .await
+            .expect("peers")
+            .iter()
+            .any(|p| p.peer == sp.to_base58())
+        {
+            assert!(Instant::now() < deadline, "the silent peer never connected");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let total = 400;
+        let sends: Vec<_> = (0..total)
+            .map(|i| {
+                let a = a.clone();
+                tokio::spawn(async move {
+                    let payload = crate::Payload {
+                        kind: crate::PayloadKind::CallFailed,
+                        call_id: format!("c-{i}"),
+                        body: serde_json::json!({}),
+                    };
+                    a.send(sp, payload).await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let answered = sends.iter().filter(|h| h.is_finished()).count();
+        assert_eq!(received.load(Ordering::SeqCst), SEND_WINDOW);
+        assert_eq!(
+            answered,
+            total - SEND_WINDOW - 256,
+            "sends answered at once past the queue"
+        );
+        // Every caller gives up; when the window's requests time out, nothing more is sent.
+        for h in &sends {
+            h.abort();
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(
+            received.load(Ordering::SeqCst),
+            SEND_WINDOW,
+            "sends their callers gave up on went out"
+        );
+        runner.abort();
+        a.shutdown().await;
+    }
 
     /// A board sync answer is one signer's adverts at rising sequence numbers (each newer than
     /// the last, so each would be taken and its signature checked): the signer's advert rate
