@@ -167,6 +167,13 @@ impl SignedPayload {
 
     /// Verify the signature and the sender's key; returns the envelope. No freshness checks.
     pub fn open(&self) -> Result<Envelope, PayloadRefusal> {
+        let envelope = self.parse()?;
+        self.verify(&envelope)?;
+        Ok(envelope)
+    }
+
+    /// The first half of [`Self::open`]: the envelope's form, nothing decoded or verified.
+    fn parse(&self) -> Result<Envelope, PayloadRefusal> {
         let envelope: Envelope = serde_json::from_str(&self.envelope)
             .map_err(|e| PayloadRefusal::Malformed(e.to_string()))?;
         if envelope.v != PAYLOAD_VERSION {
@@ -176,6 +183,12 @@ impl SignedPayload {
             )));
         }
         check_call_id(&envelope.call_id).map_err(PayloadRefusal::Malformed)?;
+        Ok(envelope)
+    }
+
+    /// The second half of [`Self::open`]: the sender's key (a point decompression) and the
+    /// signature (an Ed25519 verification) of the envelope [`Self::parse`] read.
+    fn verify(&self, envelope: &Envelope) -> Result<(), PayloadRefusal> {
         let key = key_of_peer(&envelope.sender_key).map_err(PayloadRefusal::Malformed)?;
         if *key.peer_text != envelope.sender {
             return Err(PayloadRefusal::SenderMismatch(format!(
@@ -191,7 +204,7 @@ impl SignedPayload {
         if !public.verify(&msg, &signature) {
             return Err(PayloadRefusal::BadSignature);
         }
-        Ok(envelope)
+        Ok(())
     }
 }
 
@@ -358,15 +371,26 @@ impl Inbox {
                 max: self.config.max_payload_bytes,
             });
         }
-        let envelope = match signed.open() {
+        // The transport-authenticated peer pays for every payload it sends, refused or not,
+        // before anything is parsed, decoded or verified: a peer sending garbage, other nodes'
+        // envelopes or bad signatures gets its rate's worth of work out of this node and then
+        // `RateLimited`, as one sending good payloads does. (A duplicate costs a token too.)
+        if !self.take_token(from, now_ms) {
+            return Received::RateLimited;
+        }
+        let envelope = match signed.parse() {
             Ok(e) => e,
             Err(r) => return Received::Refused(r),
         };
+        // Text against text before the key is decoded and the signature checked.
         if envelope.sender != from.to_base58() {
             return Received::Refused(PayloadRefusal::SenderMismatch(format!(
                 "signed by {}, sent by {from}",
                 envelope.sender
             )));
+        }
+        if let Err(r) = signed.verify(&envelope) {
+            return Received::Refused(r);
         }
         if envelope.recipient != self.local.to_base58() {
             return Received::Refused(PayloadRefusal::WrongRecipient {
@@ -385,9 +409,6 @@ impl Inbox {
         let key = (*from, envelope.seq);
         if self.seen.contains(&key) {
             return Received::Duplicate;
-        }
-        if !self.take_token(from, now_ms) {
-            return Received::RateLimited;
         }
         self.seen.insert(key);
         self.seen_order.push_back((

@@ -204,3 +204,70 @@ fn a_refusal_carries_a_closed_code_both_ways() {
         assert_eq!(refusal_code(written), "other", "{written:?}");
     }
 }
+
+/// A peer sending payloads that are refused (garbage, another node's envelopes, bad
+/// signatures) pays its rate for each before any is parsed or verified: past its burst it gets
+/// `RateLimited` and nothing more is checked. Refusals used to take no token, so a peer had this
+/// node decode keys and verify Ed25519 signatures for it as fast as it could send.
+#[test]
+fn refused_payloads_cost_the_sender_its_rate_before_they_are_checked() {
+    let a = keypair_from_seed(&[31; 32]).unwrap();
+    let b = keypair_from_seed(&[32; 32]).unwrap();
+    let m = keypair_from_seed(&[33; 32]).unwrap();
+    let (pa, pb, pm) = (
+        a.public().to_peer_id(),
+        b.public().to_peer_id(),
+        m.public().to_peer_id(),
+    );
+    let mut inbox = Inbox::new(
+        pb,
+        InboxConfig {
+            rate_per_sec: 1.0,
+            burst: 5.0,
+            ..InboxConfig::default()
+        },
+    );
+    // Mallory sends A's genuine envelope (a relay of someone else's signature) and envelopes
+    // with a broken signature, as fast as it likes.
+    let relayed = SignedPayload::sign(&a, &pb, &request("c9"), 1, T0).unwrap();
+    let mut forged = SignedPayload::sign(&m, &pb, &request("c9"), 2, T0).unwrap();
+    forged.signature = "00".repeat(64);
+    let garbage = SignedPayload {
+        envelope: "{\"not\": \"an envelope\"}".into(),
+        signature: String::new(),
+    };
+    let mut refused = 0;
+    let mut limited = 0;
+    for i in 0..300 {
+        let signed = [&relayed, &forged, &garbage][i % 3];
+        match inbox.receive(&pm, signed, T0) {
+            Received::Refused(_) => refused += 1,
+            Received::RateLimited => limited += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((refused, limited), (5, 295));
+    // Its own good payload waits for its rate like any other; A is untouched.
+    let own = SignedPayload::sign(&m, &pb, &request("c9"), 3, T0).unwrap();
+    assert_eq!(inbox.receive(&pm, &own, T0), Received::RateLimited);
+    assert!(is_new(inbox.receive(&pm, &own, T0 + 1_000)));
+    assert!(is_new(inbox.receive(&pa, &relayed, T0)));
+}
+
+/// The envelope's sender is compared with the transport peer as text, before the key is
+/// decoded: another node's envelope relayed is refused as a sender mismatch even with a
+/// signature that would not verify.
+#[test]
+fn a_relayed_envelope_is_refused_by_its_sender_before_its_signature() {
+    let a = keypair_from_seed(&[34; 32]).unwrap();
+    let b = keypair_from_seed(&[35; 32]).unwrap();
+    let m = keypair_from_seed(&[36; 32]).unwrap();
+    let pb = b.public().to_peer_id();
+    let mut relayed = SignedPayload::sign(&a, &pb, &request("c10"), 1, T0).unwrap();
+    relayed.signature = "00".repeat(64);
+    let mut inbox = Inbox::new(pb, InboxConfig::default());
+    assert!(matches!(
+        inbox.receive(&m.public().to_peer_id(), &relayed, T0),
+        Received::Refused(PayloadRefusal::SenderMismatch(_))
+    ));
+}
