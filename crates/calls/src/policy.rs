@@ -161,6 +161,28 @@ impl Rule {
         }
     }
 
+    /// A remembered rule (one with `told`) of the form recorded before a remembered answer was
+    /// held to its source set and its surface, made as narrow as the answer was: over no
+    /// sources when it names none (it matched any set, so a yes given to a call that staked
+    /// nothing covered calls that stake everything), and for a human's calls when it names no
+    /// surface (an agent's call is asked again). A rule without `told` (written by hand) is
+    /// left as written. Whether the rule changed.
+    pub fn narrow_as_remembered(&mut self) -> bool {
+        if self.told.is_none() {
+            return false;
+        }
+        let mut changed = false;
+        if self.sources.is_none() && self.sources_within.is_none() {
+            self.sources_within = Some(Vec::new());
+            changed = true;
+        }
+        if self.surface.is_none() {
+            self.surface = Some(Surface::Human);
+            changed = true;
+        }
+        changed
+    }
+
     /// Whether `other` is the same rule but for its decision (a newer answer replaces it).
     pub fn same_but_decision(&self, other: &Rule) -> bool {
         Rule {

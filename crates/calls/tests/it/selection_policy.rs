@@ -544,4 +544,28 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
     assert_eq!(json["sources_within"], serde_json::json!([]));
     assert_eq!(json["surface"], "agent");
     assert_eq!(serde_json::from_value::<Rule>(json).expect("parse"), r);
+
+    // A rule remembered in the older form (no source set, no surface) is read as narrow as
+    // the answer it recorded: over no sources, for a human's calls.
+    let mut old = serde_json::to_value(&r).expect("json");
+    let o = old.as_object_mut().expect("object");
+    o.remove("sources_within");
+    o.remove("surface");
+    let mut old: Rule = serde_json::from_value(old).expect("the older form parses");
+    let p = shipped(old.clone());
+    assert_eq!(
+        decide(&p, &["songs"], false),
+        (Decision::Allow, Some(0)),
+        "the older form, as stored, covers any sources"
+    );
+    assert!(old.narrow_as_remembered());
+    let p = shipped(old.clone());
+    assert_eq!(decide(&p, &[], false), (Decision::Allow, Some(0)));
+    assert_eq!(decide(&p, &["songs"], false), (Decision::Ask, Some(1)));
+    assert_eq!(decide(&p, &[], true), (Decision::Ask, Some(2)));
+    assert!(!old.narrow_as_remembered(), "narrowed once");
+    // A rule written by hand (no `told`) is left as written.
+    let mut by_hand = Rule::ask_before_disclosure();
+    assert!(!by_hand.narrow_as_remembered());
+    assert_eq!(by_hand, Rule::ask_before_disclosure());
 }

@@ -1063,6 +1063,35 @@ mod tests {
             .expect("no panic");
     }
 
+    /// A consent rule remembered in the older form (no source set, no surface) is read from the
+    /// store as narrow as the answer it recorded (`Rule::narrow_as_remembered`).
+    #[test]
+    fn a_stored_remembered_rule_of_the_older_form_is_read_narrow() {
+        let store = Store::open_in_memory().expect("store");
+        let rule: skillbox_calls::policy::Rule = serde_json::from_value(serde_json::json!({
+            "side": "caller", "peer": "P", "skill": "taste", "decision": "allow",
+            "told": {
+                "declaration_digest": format!("sha256:{}", "ab".repeat(32)),
+                "provider": "openai", "provider_host": null,
+                "platform": "tdx", "hardware_isolation": true
+            }
+        }))
+        .expect("the older form parses");
+        let policy = crate::config::PolicyConfig {
+            rules: vec![rule],
+            ..crate::config::PolicyConfig::default()
+        };
+        super::super::save_policy(&store, &policy).expect("saved");
+        let read = super::super::load_policy(&store)
+            .expect("read")
+            .expect("a policy");
+        assert_eq!(read.rules[0].sources_within, Some(Vec::new()));
+        assert_eq!(
+            read.rules[0].surface,
+            Some(skillbox_calls::policy::Surface::Human)
+        );
+    }
+
     /// A file-backed node, its deps as `edit` leaves them: its dir (kept while it lives), its
     /// store, its calls.
     fn file_node(edit: impl FnOnce(&mut CallsDeps)) -> (tempfile::TempDir, Arc<Store>, Calls) {

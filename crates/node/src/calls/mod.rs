@@ -671,11 +671,27 @@ pub fn load_policy(store: &Store) -> Result<Option<PolicyConfig>> {
         ))?)
     })?;
     raw.map(|b| {
-        serde_json::from_slice(&b).map_err(|e| NodeError::StoredRow {
-            what: "policy",
-            name: POLICY_KEY.into(),
-            problem: e.to_string(),
-        })
+        let mut policy: PolicyConfig =
+            serde_json::from_slice(&b).map_err(|e| NodeError::StoredRow {
+                what: "policy",
+                name: POLICY_KEY.into(),
+                problem: e.to_string(),
+            })?;
+        // Rules remembered before a remembered answer was held to its source set and surface
+        // are read as narrow as the answers were (`Rule::narrow_as_remembered`).
+        let narrowed = policy
+            .rules
+            .iter_mut()
+            .map(skillbox_calls::policy::Rule::narrow_as_remembered)
+            .filter(|changed| *changed)
+            .count();
+        if narrowed > 0 {
+            tracing::info!(
+                rules = narrowed,
+                "remembered consent rules narrowed to their answers"
+            );
+        }
+        Ok(policy)
     })
     .transpose()
 }
