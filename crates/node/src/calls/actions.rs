@@ -795,9 +795,12 @@ impl Calls {
             }
         }
         let patch = Patch {
+            // A caught extraction attempt counts once, as any call: counted double, the day's
+            // ceiling told the caller whether the guard acted (one probe, then calls until
+            // `daily_limit`: refused one call earlier if it was caught), which a `regenerate`
+            // answer is made not to tell. What answers carry of the body is counted apart
+            // (`counted`, the coverage thresholds).
             receipt: Some(receipt_json),
-            // A caught extraction attempt counts double against the peer's daily budget.
-            charge: (acted == Some(true)).then_some(2),
             ..Patch::default()
         };
         if view.sealed_output.is_none() {

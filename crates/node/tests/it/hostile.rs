@@ -457,9 +457,11 @@ async fn asked_for_the_body(w: &support::World) -> (String, Value) {
 const H9: &str = "BODY-H9 the critic listens for minor keys, slow tempos and long codas";
 
 /// A caller asks for the skill body and the provider obeys: the box withholds the answer, the
-/// owner's receipt says the guard acted, and the catch counts double against the peer's budget.
+/// owner's receipt says the guard acted, and the catch counts once against the peer's budget,
+/// as any call: counted double, the day's ceiling was an oracle of whether the guard acted
+/// (the caller probes once, then calls until `daily_limit`), which `regenerate` hides.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_extraction_the_model_obeys_is_withheld_and_counts_double() {
+async fn an_extraction_the_model_obeys_is_withheld_and_counts_once() {
     let w = support::world_answering(
         H9,
         "sk-H9",
@@ -482,7 +484,17 @@ async fn an_extraction_the_model_obeys_is_withheld_and_counts_double() {
     // The provider did give the body away: the guard is what stopped it.
     let seen = w.provider.0.lock().expect("log").clone();
     assert!(seen[0].1.to_string().contains("BODY-H9"));
-    // One caught call used the day's budget of two.
+    // One caught call used one of the day's two calls, as an answered one does: the next is
+    // answered, the one after refused.
+    let id = w
+        .caller
+        .start_call(&w.owner.peer_id, "taste", "hello")
+        .await;
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(
+        c["state"], "answered",
+        "the caught call counted double: {c}"
+    );
     let id = w
         .caller
         .start_call(&w.owner.peer_id, "taste", "hello")
