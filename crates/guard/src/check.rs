@@ -84,6 +84,7 @@ struct Scan<'p> {
     secret: Option<Via>,
     canary: Option<(usize, Via)>,
     buf: Vec<u8>,
+    counts: Vec<u16>,
 }
 
 impl<'p> Scan<'p> {
@@ -95,6 +96,7 @@ impl<'p> Scan<'p> {
             secret: None,
             canary: None,
             buf: Vec::new(),
+            counts: Vec::new(),
         }
     }
 
@@ -107,17 +109,39 @@ impl<'p> Scan<'p> {
         p.index.scan(syms, |id| {
             let id = id as usize;
             if id < p.gram_patterns {
-                if !self.matched[id] {
-                    self.matched[id] = true;
-                    self.new_matches = true;
-                    if p.secret_gram[id] && self.secret.is_none() {
-                        self.secret = Some(via);
-                    }
-                }
+                self.gram(id, via);
             } else if canaries && self.canary.is_none() {
                 self.canary = Some((p.long_canary[id - p.gram_patterns], via));
             }
         });
+    }
+
+    /// The body n-gram pattern `id` was found.
+    fn gram(&mut self, id: usize, via: Via) {
+        if !self.matched[id] {
+            self.matched[id] = true;
+            self.new_matches = true;
+            if self.p.secret_gram[id] && self.secret.is_none() {
+                self.secret = Some(via);
+            }
+        }
+    }
+
+    /// Body n-grams whose words all occur within a short window of the text's words.
+    fn windows(&mut self, text: &str, decoded: Decoded) {
+        let p = self.p;
+        if p.windows.is_empty() {
+            return;
+        }
+        let words = text::words(text);
+        let via = Via {
+            decoded,
+            view: View::WordWindow,
+        };
+        let mut counts = std::mem::take(&mut self.counts);
+        p.windows
+            .scan(&words, &mut counts, |id| self.gram(id as usize, via));
+        self.counts = counts;
     }
 
     /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside).
@@ -296,6 +320,16 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
             Via {
                 decoded,
                 view: View::Plain,
+            },
+        ) {
+            return;
+        }
+        scan.windows(&queue[next].0, decoded);
+        if step(
+            scan,
+            Via {
+                decoded,
+                view: View::WordWindow,
             },
         ) {
             return;

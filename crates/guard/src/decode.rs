@@ -36,6 +36,12 @@ pub enum Decoded {
     Rot47,
     /// Atbash (`a` for `z`, `b` for `y`, ...).
     Atbash,
+    /// Per-character escapes: `&#x54;`, `\u0054`, `\u{54}`, `U+0054` (`escapes.rs`).
+    Escaped,
+    /// Hex or decimal byte codes joined by one repeated separator (`54-68-65`, `84.104.101`).
+    JoinedCodes,
+    /// Base64 cut into groups of one size split by white space (`SGVsb G8gd2`).
+    Base64Groups,
 }
 
 /// One decoder of the table: what it is called in a [`crate::Via`], and the function. `decode`
@@ -74,6 +80,18 @@ pub const DECODERS: &[Decoder] = &[
     Decoder {
         kind: Decoded::Binary,
         decode: binary_codes,
+    },
+    Decoder {
+        kind: Decoded::Escaped,
+        decode: crate::escapes::char_escapes,
+    },
+    Decoder {
+        kind: Decoded::JoinedCodes,
+        decode: crate::escapes::joined_codes,
+    },
+    Decoder {
+        kind: Decoded::Base64Groups,
+        decode: crate::escapes::base64_groups,
     },
     Decoder {
         kind: Decoded::Base32,
@@ -370,7 +388,7 @@ fn as_text(bytes: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
 }
 
 /// Append decoded bytes if they read as text ([`as_text`]); says whether it did.
-fn push_text(out: &mut String, bytes: &[u8]) -> bool {
+pub(crate) fn push_text(out: &mut String, bytes: &[u8]) -> bool {
     let Some(s) = as_text(bytes) else {
         return false;
     };
@@ -938,6 +956,9 @@ pub enum View {
     /// Every `k`-th word from `offset` (a word is a whitespace-separated token with a letter or
     /// digit in it): a filler word between the words of the text.
     EveryKthWord { k: u8, offset: u8 },
+    /// The words of a body n-gram within a short window of the text's words, in any order
+    /// (filler words at any period, words swapped locally; `window.rs`).
+    WordWindow,
 }
 
 /// Every view of a text (as [`text::atoms`]), encoded into `buf` and handed to `f`; `f` returns
@@ -1529,8 +1550,9 @@ mod table_tests {
     use proptest::prelude::*;
 
     /// The pieces the decoders look for.
-    const PIECES: [&str; 12] = [
-        "%4", "%20", "&#", "\\1", "<~", "~>", "0b", "dash", "Papa", "x-ray", "uuuuu", "=",
+    const PIECES: [&str; 20] = [
+        "%4", "%20", "&#", "\\1", "<~", "~>", "0b", "dash", "Papa", "x-ray", "uuuuu", "=", "&#x",
+        "\\u", "\\u{", "}", "U+", "\\ud83d", "-4", "SGVs ",
     ];
 
     /// Text made of the pieces the decoders look for, to reach their deep paths (a piece as

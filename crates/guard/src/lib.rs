@@ -37,11 +37,13 @@ mod canary;
 mod check;
 mod coverage;
 mod decode;
+mod escapes;
 mod index;
 mod prepare;
 pub mod score;
 mod spec;
 mod text;
+mod window;
 
 pub use canary::CanaryOrigin;
 pub use check::{Catch, Measure, Reason, Verdict, Via, check, measure};

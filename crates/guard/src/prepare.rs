@@ -17,6 +17,7 @@ use crate::canary::{self, CanaryOrigin};
 use crate::index::Index;
 use crate::spec::{GuardSpec, SpecError};
 use crate::text;
+use crate::window::{self, Windows};
 
 /// Largest body the guard prepares (a SKILL.md body is far smaller; this bounds the index).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -117,6 +118,8 @@ pub struct Prepared {
     /// (see [`Prepared::fragment`]) -> the canaries that hold it.
     pub(crate) fragment_keys: HashMap<String, Vec<usize>>,
     pub(crate) index: Index,
+    /// The n-grams again, by words, for a window of the answer's words (gaps, local order).
+    pub(crate) windows: Windows,
 }
 
 /// Never prints the body or a secret.
@@ -415,6 +418,7 @@ fn index(
         }
     }
     let index = Index::build(&patterns);
+    let windows = Windows::build(&words, &gram_at, window::common_only);
     Ok(Prepared {
         spec: *spec,
         model_body,
@@ -429,6 +433,7 @@ fn index(
         token_lens,
         fragment_keys,
         index,
+        windows,
     })
 }
 

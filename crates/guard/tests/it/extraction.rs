@@ -14,12 +14,12 @@ const SECRETS: &str = include_str!("../data/prompt-extraction/secret-prompts.jso
 const ATTACKS: &str = include_str!("../data/prompt-extraction/attacks.json");
 const BENIGN: &str = include_str!("../data/benign-answers.jsonl");
 
-struct Secret {
-    id: String,
-    body: String,
+pub struct Secret {
+    pub id: String,
+    pub body: String,
 }
 
-fn secrets() -> Vec<Secret> {
+pub fn secrets() -> Vec<Secret> {
     SECRETS
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -73,16 +73,16 @@ fn obedient(body: &str, enc: &Enc) -> String {
 }
 
 /// A small deterministic generator (the test must give the same figures every run).
-struct Rng(u64);
+pub struct Rng(pub u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
         &xs[self.next() as usize % xs.len()]
     }
 }
@@ -265,7 +265,7 @@ const STOP: [&str; 24] = [
 /// Benign answers about the same subject: the body's own vocabulary (its numbers, names and
 /// technical terms too) in sentences of their own, some quoting a short phrase of the request or
 /// restating a fifth of it, as helpful answers do.
-fn benign_answers(body: &str, rng: &mut Rng) -> Vec<(&'static str, String)> {
+pub fn benign_answers(body: &str, rng: &mut Rng) -> Vec<(&'static str, String)> {
     let raw: Vec<&str> = body.split_whitespace().collect();
     let mut vocab: Vec<String> = Vec::new();
     // Words as an answer would use them: `java.util.logging` is three words, not one.

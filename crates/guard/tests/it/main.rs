@@ -4,7 +4,9 @@
 
 mod check;
 mod coverage;
+mod escapes;
 mod extraction;
+mod gaps;
 mod properties;
 mod support;
 mod views;

@@ -1,0 +1,300 @@
+//! Body n-grams with gaps and local reordering: a body n-gram counts as contained when its words
+//! all occur within a short window of the answer's words, in any order.
+//!
+//! The symbol scan (`index.rs`) finds an n-gram only where its words are adjacent in some view,
+//! and the views take every k-th word for k = 2, 3 only. A filler word after every third word,
+//! adjacent words swapped pairwise (`w2 w1 w4 w3`), a filler letter inside every few words, or a
+//! filler at no fixed period leave no four body words adjacent in any view. Here the answer is
+//! read word by word instead: a body n-gram of `len` words is present when every one of its words
+//! (as often as the n-gram holds it) is among [`window`]`(len)` consecutive answer words. A word
+//! is a body word as written, or, for a word of [`MIN_FILLED`]+ characters that is none, with
+//! one character taken out (a filler letter inside it; two from [`MIN_FILLED_TWICE`]). And a
+//! copy with one word in every few changed: `len` consecutive answer words equal to a body
+//! n-gram's but at one inner position, when the words left hold two or more that are not
+//! common function words (at an end, a changed word would stretch every honest quote by one).
+//!
+//! Honest answers about the same subject use the body's words, but seldom all four words of one
+//! of its n-grams within six words of each other, except in its common phrases: an n-gram made
+//! of common function words only (`to the end of`) is not looked for here (its contiguous copy
+//! is still found by the scan), see [`crate::prepare`].
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiply-rotate hasher (the words are short; SipHash was most of the window's cost).
+#[derive(Default)]
+pub struct Fast(u64);
+
+impl Hasher for Fast {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w))
+                .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+}
+
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<Fast>>;
+
+/// The answer words a body n-gram of `len` words is looked for among: one and a half times
+/// `len` (six for four: a filler after every second word, pairs swapped). Twice `len` flagged
+/// 0.7 % of the extraction test's benign answers, against 0.5 % (see `tests/it/gaps.rs`).
+fn window(len: usize) -> usize {
+    len + len / 2
+}
+/// Answer words of at least this many characters that are no body word are also read with one
+/// character taken out.
+pub const MIN_FILLED: usize = 3;
+/// ... and with two characters taken out from this many on.
+pub const MIN_FILLED_TWICE: usize = 6;
+
+/// The windowed form of a body's n-grams (built by `prepare`).
+#[derive(Default)]
+pub struct Windows {
+    /// Folded body word -> its id.
+    vocab: Map<String, u32>,
+    /// Per body n-gram start indexed here: its word ids (`len` of them, see `gram_at`).
+    grams: Vec<(u32, Vec<u32>)>,
+    /// Per word id: the indices in `grams` of the n-grams that hold it (each once).
+    with_word: Vec<Vec<u32>>,
+    /// The longest body word, in characters.
+    max_word: usize,
+    /// Body n-grams of up to [`SUB_MAX`] words with one word replaced by [`WILD`] -> their
+    /// pattern ids: a copy with one word in every few changed.
+    subs: Map<[u32; SUB_MAX], Vec<u32>>,
+    /// The lengths of the n-grams in `subs`.
+    sub_lens: Vec<usize>,
+}
+
+/// The longest n-gram matched with one word changed.
+const SUB_MAX: usize = 8;
+/// The changed word of a key in `subs`, and the padding past an n-gram's end.
+const WILD: u32 = u32::MAX - 1;
+const PAD: u32 = u32::MAX - 2;
+
+impl Windows {
+    /// `words`: the body's folded words; `gram_at`: per word, the pattern id of the n-gram
+    /// starting there and its length (`u32::MAX` when not indexed); `skip(ids)`: an n-gram not
+    /// to look for here.
+    pub fn build(
+        words: &[String],
+        gram_at: &[(u32, u32)],
+        mut skip: impl FnMut(&[String]) -> bool,
+    ) -> Windows {
+        let mut subs: Map<[u32; SUB_MAX], Vec<u32>> = Map::default();
+        let mut sub_lens = Vec::new();
+        let mut vocab: Map<String, u32> = Map::default();
+        let ids: Vec<u32> = words
+            .iter()
+            .map(|w| {
+                let next = vocab.len() as u32;
+                *vocab.entry(w.clone()).or_insert(next)
+            })
+            .collect();
+        let mut with_word = vec![Vec::new(); vocab.len()];
+        let mut freq = vec![0u32; vocab.len()];
+        let mut words_of = vec![String::new(); vocab.len()];
+        for (&id, w) in ids.iter().zip(words) {
+            freq[id as usize] += 1;
+            words_of[id as usize].clone_from(w);
+        }
+        let mut grams = Vec::new();
+        for (start, &(pat, len)) in gram_at.iter().enumerate() {
+            let len = len as usize;
+            if pat == u32::MAX || start + len > words.len() || skip(&words[start..start + len]) {
+                continue;
+            }
+            let g = grams.len() as u32;
+            let gram: Vec<u32> = ids[start..start + len].to_vec();
+            // Looked for where the answer holds its rarest word (in the body), not at every
+            // `the` of the answer.
+            let anchor = gram
+                .iter()
+                .copied()
+                .min_by_key(|&w| {
+                    (
+                        COMMON.contains(&words_of[w as usize].as_str()),
+                        freq[w as usize],
+                    )
+                })
+                .unwrap_or(gram[0]);
+            with_word[anchor as usize].push(g);
+            if (4..=SUB_MAX).contains(&len) {
+                for m in 1..len - 1 {
+                    // The words left must be more than a common phrase.
+                    let rest: Vec<String> = (0..len)
+                        .filter(|&k| k != m)
+                        .map(|k| words[start + k].clone())
+                        .collect();
+                    if skip_sub(&rest) {
+                        continue;
+                    }
+                    let mut key = [PAD; SUB_MAX];
+                    key[..len].copy_from_slice(&gram);
+                    key[m] = WILD;
+                    let e = subs.entry(key).or_default();
+                    if !e.contains(&pat) {
+                        e.push(pat);
+                    }
+                    if !sub_lens.contains(&len) {
+                        sub_lens.push(len);
+                    }
+                }
+            }
+            grams.push((pat, gram));
+        }
+        Windows {
+            vocab,
+            grams,
+            with_word,
+            max_word: words.iter().map(|w| w.chars().count()).max().unwrap_or(0),
+            subs,
+            sub_lens,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grams.is_empty()
+    }
+
+    /// The body word id of an answer word: as written, or with one character taken out (two,
+    /// from [`MIN_FILLED_TWICE`] characters on).
+    fn id_of(&self, w: &str, buf: &mut String) -> Option<u32> {
+        if let Some(&id) = self.vocab.get(w) {
+            return Some(id);
+        }
+        let n = w.chars().count();
+        // Longer than any body word with two fillers in it: no deletion can find one.
+        if n < MIN_FILLED || n > self.max_word + 2 {
+            return None;
+        }
+        let cuts: Vec<(usize, usize)> = w
+            .char_indices()
+            .map(|(i, c)| (i, i + c.len_utf8()))
+            .collect();
+        for &(a, b) in &cuts {
+            buf.clear();
+            buf.push_str(&w[..a]);
+            buf.push_str(&w[b..]);
+            if let Some(&id) = self.vocab.get(buf.as_str()) {
+                return Some(id);
+            }
+        }
+        if n < MIN_FILLED_TWICE {
+            return None;
+        }
+        for (k, &(a, b)) in cuts.iter().enumerate() {
+            for &(c, d) in &cuts[k + 1..] {
+                buf.clear();
+                buf.push_str(&w[..a]);
+                buf.push_str(&w[b..c]);
+                buf.push_str(&w[d..]);
+                if let Some(&id) = self.vocab.get(buf.as_str()) {
+                    return Some(id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Call `found` with the pattern id of every body n-gram whose words all occur within a
+    /// window of the answer words `words` (folded). `counts` is scratch space (any contents).
+    pub fn scan(&self, words: &[String], counts: &mut Vec<u16>, mut found: impl FnMut(u32)) {
+        if self.grams.is_empty() || words.is_empty() {
+            return;
+        }
+        let mut buf = String::new();
+        let ids: Vec<u32> = words
+            .iter()
+            .map(|w| self.id_of(w, &mut buf).unwrap_or(u32::MAX))
+            .collect();
+        self.substituted(&ids, &mut found);
+        let _ = counts;
+        let mut done = vec![false; self.grams.len()];
+        for (j, &id) in ids.iter().enumerate() {
+            let Some(anchored) = self.with_word.get(id as usize) else {
+                continue;
+            };
+            for &g in anchored {
+                let g = g as usize;
+                if done[g] {
+                    continue;
+                }
+                let (pat, gram) = &self.grams[g];
+                let width = window(gram.len());
+                // Some window of `width` words holding the anchor at `j` holds the whole gram.
+                let first = (j + 1).saturating_sub(width);
+                if (first..=j).any(|s| within(&ids, (s + width).min(ids.len()) - 1, width, gram)) {
+                    done[g] = true;
+                    found(*pat);
+                }
+            }
+        }
+    }
+}
+
+impl Windows {
+    /// Body n-grams copied with one word changed: `len` consecutive answer words equal to the
+    /// n-gram's but at one position.
+    fn substituted(&self, ids: &[u32], found: &mut impl FnMut(u32)) {
+        for &len in &self.sub_lens {
+            for win in ids.windows(len) {
+                // At most one word that is no body word.
+                if win.iter().filter(|&&x| x == u32::MAX).count() > 1 {
+                    continue;
+                }
+                let mut key = [PAD; SUB_MAX];
+                key[..len].copy_from_slice(win);
+                for m in 1..len - 1 {
+                    key[m - 1] = win[m - 1];
+                    key[m] = WILD;
+                    if let Some(pats) = self.subs.get(&key) {
+                        pats.iter().for_each(|&p| found(p));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether every word of `gram` (as often as it holds it) is among the `width` answer words
+/// ending at `j`.
+fn within(ids: &[u32], j: usize, width: usize, gram: &[u32]) -> bool {
+    let window = &ids[(j + 1).saturating_sub(width)..=j];
+    gram.iter().all(|&w| {
+        let need = gram.iter().filter(|&&x| x == w).count();
+        window.iter().filter(|&&x| x == w).count() >= need
+    })
+}
+
+/// Common English function words: an n-gram of these only is an ordinary phrase, found in a
+/// window of any English answer.
+const COMMON: &[&str] = &[
+    "a", "about", "after", "all", "also", "an", "and", "any", "are", "as", "at", "be", "been",
+    "but", "by", "can", "could", "do", "does", "each", "for", "from", "has", "have", "he", "her",
+    "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "may", "me", "more", "most",
+    "must", "my", "no", "not", "of", "on", "one", "only", "or", "other", "our", "out", "over",
+    "she", "should", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there",
+    "these", "they", "this", "those", "to", "up", "us", "use", "very", "was", "we", "were", "what",
+    "when", "where", "which", "who", "will", "with", "would", "you", "your",
+];
+
+/// Whether an n-gram (folded words) is not looked for in a window: all its words are common
+/// function words.
+pub fn common_only(gram: &[String]) -> bool {
+    gram.iter().all(|w| COMMON.contains(&w.as_str()))
+}
+
+/// Whether the words left of an n-gram with one changed are too common to mean a copy: fewer
+/// than two are not common function words.
+fn skip_sub(rest: &[String]) -> bool {
+    rest.iter()
+        .filter(|w| !COMMON.contains(&w.as_str()))
+        .count()
+        < 2
+}
