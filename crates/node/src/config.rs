@@ -103,6 +103,15 @@ pub struct P2pConfig {
     /// keys that cost nothing, hold tens of GB.
     #[serde(default = "default_board_max_mib")]
     pub board_max_mib: u64,
+    /// Of `max_connections`, those other peers may open at most: the rest stay for this node's
+    /// own dials (payload delivery, search, bootstrap), which strangers connecting in would
+    /// otherwise lock out.
+    #[serde(default = "default_max_connections_incoming")]
+    pub max_connections_incoming: u32,
+    /// Payloads waiting to be sent to one peer at most (past its window of requests in
+    /// flight); one more is refused at once.
+    #[serde(default = "default_send_queue_per_peer")]
+    pub send_queue_per_peer: usize,
 }
 
 fn default_max_connections() -> u32 {
@@ -122,6 +131,12 @@ fn default_max_pending() -> u32 {
 }
 fn default_board_max_entries() -> usize {
     100_000
+}
+fn default_max_connections_incoming() -> u32 {
+    default_max_connections() / 4 * 3
+}
+fn default_send_queue_per_peer() -> usize {
+    skillbox_peers::network::DEFAULT_SEND_QUEUE_PER_PEER
 }
 fn default_board_max_mib() -> u64 {
     (skillbox_peers::board::DEFAULT_MAX_TOTAL_BYTES >> 20) as u64
@@ -796,6 +811,8 @@ impl Default for Config {
                 max_pending_outgoing: default_max_pending(),
                 board_max_entries: default_board_max_entries(),
                 board_max_mib: default_board_max_mib(),
+                max_connections_incoming: default_max_connections_incoming(),
+                send_queue_per_peer: default_send_queue_per_peer(),
             },
             boxes: BoxesConfig {
                 accept: Vec::new(),
@@ -889,8 +906,19 @@ impl Config {
             ),
             ("p2p.board_max_entries", self.p2p.board_max_entries),
             ("p2p.board_max_mib", self.p2p.board_max_mib as usize),
+            (
+                "p2p.max_connections_incoming",
+                self.p2p.max_connections_incoming as usize,
+            ),
+            ("p2p.send_queue_per_peer", self.p2p.send_queue_per_peer),
             ("p2p.idle_timeout_secs", self.p2p.idle_timeout_secs as usize),
         ])?;
+        if self.p2p.max_connections_incoming > self.p2p.max_connections {
+            return Err(format!(
+                "p2p.max_connections_incoming ({}) must be at most p2p.max_connections ({})",
+                self.p2p.max_connections_incoming, self.p2p.max_connections
+            ));
+        }
         if self.p2p.board_max_mib > MAX_BOARD_MIB {
             return Err(format!(
                 "p2p.board_max_mib ({}) must be at most {MAX_BOARD_MIB}",
@@ -1223,6 +1251,10 @@ max_connections = {max_conn}
 max_connections_per_peer = {max_conn_peer}
 max_pending_incoming = {max_pend_in}
 max_pending_outgoing = {max_pend_out}
+# Of max_connections, those other peers may open at most (the rest stay for this node's own
+# dials: delivering payloads, searching); and payloads waiting to be sent to one peer at most.
+max_connections_incoming = {max_conn_in}
+send_queue_per_peer = {send_queue}
 # Peers the board (verified adverts) holds at most, and the memory their adverts take (MiB);
 # past either a newcomer evicts the oldest advert.
 board_max_entries = {board_max}
@@ -1408,6 +1440,8 @@ operator = {operator}
             max_pend_out = self.p2p.max_pending_outgoing,
             board_max = self.p2p.board_max_entries,
             board_max_mib = self.p2p.board_max_mib,
+            max_conn_in = self.p2p.max_connections_incoming,
+            send_queue = self.p2p.send_queue_per_peer,
             ix_ttl = self.index.ttl_secs,
             ix_republish = self.index.republish_secs,
             ix_rate = toml::Value::Float(self.index.rate_per_sec),
@@ -1512,6 +1546,8 @@ mod tests {
         c.p2p.max_connections = 9;
         c.p2p.board_max_entries = 1234;
         c.p2p.board_max_mib = 99;
+        c.p2p.max_connections_incoming = 5;
+        c.p2p.send_queue_per_peer = 77;
         c.tenants.operator = "ops \"team\"".into();
         c.tenants.tokens = vec![
             TenantToken {
@@ -1693,6 +1729,13 @@ mod tests {
         assert!(err.contains("p2p.max_connections_per_peer"), "{err}");
         let err = refusal("board_max_entries = 100000", "board_max_entries = 0");
         assert!(err.contains("p2p.board_max_entries"), "{err}");
+        let err = refusal(
+            "max_connections_incoming = 192",
+            "max_connections_incoming = 257",
+        );
+        assert!(err.contains("p2p.max_connections_incoming"), "{err}");
+        let err = refusal("send_queue_per_peer = 4096", "send_queue_per_peer = 0");
+        assert!(err.contains("p2p.send_queue_per_peer"), "{err}");
         let err = refusal("board_max_mib = 256", "board_max_mib = 0");
         assert!(err.contains("p2p.board_max_mib"), "{err}");
         let err = refusal(

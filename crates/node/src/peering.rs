@@ -94,6 +94,8 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         board_max_entries: config.p2p.board_max_entries,
         // At most 1 TiB (the config's check), so the shift neither overflows nor truncates.
         board_max_bytes: usize::try_from(config.p2p.board_max_mib << 20).unwrap_or(usize::MAX),
+        max_connections_incoming: Some(config.p2p.max_connections_incoming),
+        send_queue_per_peer: config.p2p.send_queue_per_peer,
         index_ttl: Duration::from_secs(ix.ttl_secs),
         index_republish: Duration::from_secs(ix.republish_secs),
         index_rate_per_sec: ix.rate_per_sec,
@@ -199,6 +201,10 @@ mod tests {
         assert_eq!((q.payload_rate_per_sec, q.payload_burst), (500.0, 2000));
         assert_eq!((q.max_connections, q.board_max_entries), (256, 100_000));
         assert_eq!(q.board_max_bytes, 256 << 20);
+        assert_eq!(
+            (q.max_connections_incoming, q.send_queue_per_peer),
+            (Some(192), 4_096)
+        );
         c.p2p.max_connections = 7;
         c.p2p.max_connections_per_peer = 2;
         c.p2p.board_max_entries = 50;
