@@ -364,6 +364,14 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
     let client = Client::from_data_dir(global)?;
     match cmd {
         SourceCommand::Add(a) => {
+            // A secret on the command line is in /proc/<pid>/cmdline (every local user reads
+            // it) and in shell history: it comes from standard input or a file.
+            if a.text.is_some() && a.kind.as_deref() == Some("secret") {
+                bail!(
+                    "a secret is not taken on the command line (other users of this machine see \
+                     it): use --secret (standard input) or --file PATH"
+                );
+            }
             let (content, default_kind) = if let Some(path) = &a.file {
                 (
                     std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,

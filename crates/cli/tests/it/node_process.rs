@@ -88,6 +88,21 @@ fn leak_scan_body_and_key_never_leave_the_store() {
         "{sources}"
     );
     cli(&["source", "list"], None);
+    // A secret given on the command line (readable by every local user in /proc) is refused
+    // before anything is sent, and no source is made.
+    let argv_secret = skillbox(
+        &dir,
+        &[
+            "source", "add", "argv-key", "--text", "sk-ARGV", "--kind", "secret",
+        ],
+    );
+    assert!(!argv_secret.status.success(), "{}", text(&argv_secret));
+    assert!(
+        text(&argv_secret).contains("--secret"),
+        "{}",
+        text(&argv_secret)
+    );
+    assert!(!cli(&["source", "list", "--json"], None).contains("argv-key"));
 
     let paths = [
         "/skills",
