@@ -123,19 +123,57 @@ enum Command {
     Mcp(mcp_cmd::McpArgs),
 }
 
-/// Logs to stderr at `SKILLBOX_LOG`'s level (else `default`); `ansi` colours them when given
-/// (the MCP server's stderr is an agent tool's log, never coloured), else the library decides.
+/// Dependencies whose events below info carry what passes through them: rmcp logs every request
+/// and result it handles at debug (`rmcp::service`: an agent's `apply_skill` request and the
+/// answer) and every message at trace (`rmcp::transport::streamable_http_server`); reqwest can
+/// log the bytes of a connection at trace; hyper, hyper-util, h2, axum (its rejections) and
+/// tower-http sit on the same bodies; llama.cpp's own log (turned off in the provider) would
+/// see the prompt. Capped at info whatever `SKILLBOX_LOG` says.
+const CAPPED_AT_INFO: &[&str] = &[
+    "rmcp",
+    "hyper",
+    "hyper_util",
+    "h2",
+    "reqwest",
+    "axum",
+    "tower_http",
+    "llama_cpp_2",
+];
+
+/// The one log filter of every entry point (the node, `skillbox mcp`, the box): `SKILLBOX_LOG`
+/// (else `default`), and with it a fixed one that holds [`CAPPED_AT_INFO`] at info. Both must
+/// let an event through, so no directive of `SKILLBOX_LOG` (`trace`, `rmcp=trace`,
+/// `rmcp::service=trace`, a span filter) turns the capped targets on: an `EnvFilter` directive
+/// added after the environment's would lose to a more specific one of the environment's.
+fn log_filter<S>(default: &str) -> impl tracing_subscriber::layer::Filter<S> + use<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
+    let chosen = tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let caps = CAPPED_AT_INFO
+        .iter()
+        .fold(Targets::new().with_default(LevelFilter::TRACE), |t, c| {
+            t.with_target(*c, LevelFilter::INFO)
+        });
+    chosen.and(caps)
+}
+
+/// Logs to stderr through [`log_filter`]; `ansi` colours them when given (the MCP server's
+/// stderr is an agent tool's log, never coloured), else the library decides.
 fn init_logs(default: &str, ansi: Option<bool>) {
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SKILLBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
-        )
-        .with_writer(std::io::stderr);
-    let _ = match ansi {
-        Some(ansi) => logs.with_ansi(ansi).try_init(),
-        None => logs.try_init(),
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match ansi {
+        Some(ansi) => layer.with_ansi(ansi),
+        None => layer,
     };
+    let _ = tracing_subscriber::registry()
+        .with(layer.with_filter(log_filter(default)))
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -165,8 +203,28 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            let text = format!("{err:#}");
+            eprintln!("error: {text}");
+            if let Some(hint) = hint(&text) {
+                eprintln!("hint: {hint}");
+            }
             ExitCode::from(1)
         }
+    }
+}
+
+/// The human's next step after a refusal, by its code. The node's message names no command: an
+/// agent's model reads the same message through MCP and A2A, and marking a source shareable is
+/// the human's act. Here, at the human's own terminal, the command is the help.
+fn hint(error: &str) -> Option<&'static str> {
+    if error.contains("(required_sources_not_held)") {
+        Some(
+            "if one of the skill's required sources is your own data, mark it shareable: `skillbox source share NAME` (a secret never can be; `skillbox board` lists what each skill requires)",
+        )
+    } else if error.contains("(source_not_shareable)") && error.contains("not marked it shareable")
+    {
+        Some("mark it shareable first: `skillbox source share NAME`")
+    } else {
+        None
     }
 }

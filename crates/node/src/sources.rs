@@ -345,7 +345,9 @@ pub fn stakeable(name: &str, kind: SourceKind, shareable: bool) -> Result<()> {
     } else if kind == SourceKind::Secret {
         "it is a secret"
     } else if !shareable {
-        "its human has not marked it shareable (skillbox source share NAME)"
+        // Fixed words, no command: this reaches an agent's model too (a call it started),
+        // and only the human may mark a source shareable. The CLI adds its command.
+        "its human has not marked it shareable; only the node's human can"
     } else {
         return Ok(());
     };
@@ -604,6 +606,19 @@ mod tests {
         assert!(
             plan.iter().any(|d| d.contains("sources_shareable")),
             "{plan:?}"
+        );
+    }
+
+    /// The refusal reaches an agent's model (a call it started names the source): it names no
+    /// command an agent with a shell could run.
+    #[test]
+    fn a_refusal_to_stake_names_no_command() {
+        let e = stakeable("diary", SourceKind::Text, false).expect_err("not shareable");
+        let text = e.to_string();
+        assert!(text.contains("only the node's human"), "{text}");
+        assert!(
+            !text.contains("skillbox") && !text.contains("share NAME"),
+            "{text}"
         );
     }
 

@@ -1,7 +1,8 @@
 //! The world the MCP and A2A tests run in: a box, an owner node offering skills, a caller node
 //! whose agent surfaces (`/mcp`, A2A, `skillbox mcp`) the clients drive. Real processes, from
 //! [`crate::procs`]. Markers for the owner's body, model and key, and for a caller source's
-//! content, so every test can scan what it saw.
+//! content, so every test can scan what it saw; and one for the agent's request, which the
+//! responses may carry back (an answer, the consent question) but no process may log.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -15,7 +16,10 @@ pub const LOCAL_BODY_MARK: &str = "BODY-MARK-LOCAL-7a21";
 pub const MODEL_MARK: &str = "gpt-MODEL-MARK-58e0";
 pub const KEY_MARK: &str = "sk-KEY-MARK-c4d71b";
 pub const SOURCE_MARK: &str = "SOURCE-MARK-9d0e42";
+/// In every request the tests' agents send (`apply_skill`, `ask`, A2A messages).
+pub const REQUEST_MARK: &str = "REQUEST-MARK-61e5a8";
 
+/// What no response may carry: the owner's material and the caller source's content.
 pub fn markers() -> [&'static str; 5] {
     [
         BODY_MARK,
@@ -25,6 +29,35 @@ pub fn markers() -> [&'static str; 5] {
         SOURCE_MARK,
     ]
 }
+
+/// What no process's log may carry: [`markers`] and the agent's request (rmcp logs every
+/// request it receives at debug, its messages at trace).
+pub fn log_markers() -> [&'static str; 6] {
+    [
+        BODY_MARK,
+        LOCAL_BODY_MARK,
+        MODEL_MARK,
+        KEY_MARK,
+        SOURCE_MARK,
+        REQUEST_MARK,
+    ]
+}
+
+/// An agent's request carrying [`REQUEST_MARK`].
+pub fn request(text: &str) -> String {
+    format!("{text} ({REQUEST_MARK})")
+}
+
+/// `SKILLBOX_LOG` for the world's nodes and for `skillbox mcp`: the most verbose a filter can
+/// ask for, naming the dependencies that log message contents too. The binary's own filter
+/// (`init_logs` in `crates/cli/src/main.rs`, what every entry point uses) must keep them quiet
+/// whatever this says.
+pub const MOST_VERBOSE: &str = "trace,rmcp=trace,rmcp::service=trace,\
+rmcp::transport::streamable_http_server=trace,hyper=trace,hyper_util=trace,h2=trace,\
+reqwest=trace,axum=trace,tower_http=trace";
+
+/// Where `skillbox mcp` on stdio logs in a world (the Python client sends its stderr there).
+pub const STDIO_LOG: &str = "mcp-stdio.log";
 
 pub struct World {
     pub root: tempfile::TempDir,
@@ -50,7 +83,12 @@ pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> Wo
     } else {
         procs::start_box("127.0.0.1:0", &provider_url, &log)
     };
-    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], caller_edit);
+    let (owner, caller) = procs::owner_and_caller(
+        root.path(),
+        &bx.url,
+        &[("SKILLBOX_LOG", MOST_VERBOSE)],
+        caller_edit,
+    );
     let o = owner.api();
     o.put_source("openai-key", "secret", KEY_MARK);
     o.add_skill(&format!(
@@ -89,12 +127,38 @@ impl World {
     pub fn mcp_url(&self) -> String {
         format!("{}/mcp", self.caller.base)
     }
-    /// Logs of all three processes.
+    /// Logs of all three processes, and of `skillbox mcp` on stdio if it ran.
     pub fn logs(&self) -> String {
         let mut s = self.owner.log();
         s.push_str(&self.caller.log());
         s.push_str(&std::fs::read_to_string(self.root.path().join("box.log")).unwrap_or_default());
+        s.push_str(&std::fs::read_to_string(self.stdio_log()).unwrap_or_default());
         s
+    }
+    /// Where `skillbox mcp` on stdio writes its stderr.
+    pub fn stdio_log(&self) -> std::path::PathBuf {
+        self.root.path().join(STDIO_LOG)
+    }
+    /// No log holds any of [`log_markers`], and the nodes logged at trace: a scan of logs the
+    /// filter kept quiet proves nothing.
+    pub fn assert_logs_clean(&self) {
+        for (who, log) in [("owner", self.owner.log()), ("caller", self.caller.log())] {
+            assert!(
+                log.contains(" TRACE "),
+                "the {who} node did not log at trace (SKILLBOX_LOG={MOST_VERBOSE})"
+            );
+        }
+        crate::leak::assert_no_markers("the processes' logs", &self.logs(), &log_markers());
+    }
+    /// The owner offers `journal`, which requires the caller's `diary`; the caller holds one,
+    /// its human has not marked it shareable. Waits until the caller's board shows it.
+    pub fn offer_a_skill_needing_a_private_source(&self) {
+        self.owner.api().add_skill(&format!(
+            "---\nname: journal\ndescription: Reads a diary.\nprovider: openai\nmodel: {MODEL_MARK}\nkey: openai-key\nrequiredSources: [diary]\n---\nSummarise the diary ({BODY_MARK}).\n"
+        ));
+        let c = self.caller.api();
+        c.put_private_source("diary", "text", &format!("Dear diary ({SOURCE_MARK})\n"));
+        c.wait_board(&self.owner.peer_id, "journal", Duration::from_secs(30));
     }
     /// `skillbox` on the caller's data dir.
     pub fn cli(&self, args: &[&str]) -> Output {
@@ -104,6 +168,16 @@ impl World {
             .args(args)
             .output()
             .expect("run skillbox")
+    }
+}
+
+/// A refusal an agent's model reads: it names no command (marking a source shareable is the
+/// human's act, and an agent with a shell runs what it is shown) and quotes none of the
+/// skill's `requiredSources` (`diary`: the peer's advert wrote it).
+pub fn assert_refusal_for_an_agent(what: &str, text: &str) {
+    assert!(!text.is_empty(), "{what}: no refusal text");
+    for bad in ["skillbox", "share NAME", "diary"] {
+        assert!(!text.contains(bad), "{what}: {bad:?} in {text:?}");
     }
 }
 

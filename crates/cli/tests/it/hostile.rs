@@ -192,6 +192,13 @@ fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
         "{}",
         text(&o)
     );
+    // The node's words name no command (an agent reads them too); at the human's terminal the
+    // CLI adds it as a hint.
+    assert!(
+        text(&o).contains("hint: ") && text(&o).contains("`skillbox source share NAME`"),
+        "{}",
+        text(&o)
+    );
     let o = cli(
         &caller.dir,
         &[

@@ -21,7 +21,7 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
             &w.caller.base,
             &w.caller.token,
             &skill_id,
-            "Summarize: the river runs.",
+            &reach::request("Summarize: the river runs."),
         ]),
     );
     let card = &out["card"];
@@ -59,7 +59,7 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
     reach::assert_text(&out, "/cancel/text", &["nothing to cancel"]);
     reach::assert_text(&out, "/missing/type", &["NotFound"]);
     assert_no_markers("A2A responses", &raw, &reach::markers());
-    assert_no_markers("the processes' logs", &w.logs(), &reach::markers());
+    w.assert_logs_clean();
 }
 
 /// The status, the JSON answer and the `A2A-Version` the server answered with.
@@ -141,12 +141,51 @@ fn a2a_bad_input_gets_a2a_errors() {
         ),
     );
     assert_eq!(body["error"]["code"], -32005, "{body}");
+    // A skill requiring a source this node holds but its human has not marked shareable: the
+    // error names no command for the agent to run and quotes no name of the peer's.
+    w.offer_a_skill_needing_a_private_source();
+    let (_, body, _) = rpc(
+        &url,
+        &ok,
+        call("SendMessage", msg(&reach::request("read it"), "journal")),
+    );
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let text = body["error"]["message"].as_str().unwrap_or("");
+    assert!(text.contains("required_sources_not_held"), "{body}");
+    reach::assert_refusal_for_an_agent("SendMessage, sources omitted", text);
+    seen.push_str(&body.to_string());
+    // metadata.sources without metadata.skill: refused, not dropped (the intent would stake
+    // every source its pick requires); no call starts.
+    let calls = w.caller.api().get("/calls").body["total"].clone();
+    for sources in [json!([]), json!(["songs"])] {
+        let (_, body, _) = rpc(
+            &url,
+            &ok,
+            call(
+                "SendMessage",
+                json!({ "message": { "messageId": "m2", "role": "ROLE_USER",
+                                     "parts": [{ "text": reach::request("my music taste") }],
+                                     "metadata": { "sources": sources } } }),
+            ),
+        );
+        assert_eq!(body["error"]["code"], -32602, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("metadata.sources needs metadata.skill")),
+            "{body}"
+        );
+    }
+    assert_eq!(w.caller.api().get("/calls").body["total"], calls);
     // Oversized: 413 before anything reads it.
     let big = "x".repeat(512 * 1024);
     let (status, _, _) = rpc(&url, &ok, call("SendMessage", msg(&big, "brief")));
     assert_eq!(status, 413);
     // returnImmediately: the task comes back at once, then GetTask finds it answered.
-    let mut p = msg("two lines", &format!("{}/brief", w.owner.peer_id));
+    let mut p = msg(
+        &reach::request("two lines"),
+        &format!("{}/brief", w.owner.peer_id),
+    );
     p["configuration"] = json!({ "returnImmediately": true });
     let (_, body, _) = rpc(&url, &ok, call("SendMessage", p));
     let id = body["result"]["task"]["id"]
@@ -176,5 +215,5 @@ fn a2a_bad_input_gets_a2a_errors() {
     assert_eq!(status, 401);
     assert_eq!(w.caller.api().get("/healthz").status, 200);
     assert_no_markers("A2A responses", &seen, &reach::markers());
-    assert_no_markers("the processes' logs", &w.logs(), &reach::markers());
+    w.assert_logs_clean();
 }

@@ -5,15 +5,19 @@ MODE: "legacy" (initialize, 2025-11-25) or "2026-07-28" (stateless: the SDK prob
 `server/discover` and must settle on 2026-07-28; pinning the version would skip the probe and
 leave the server's capabilities unknown).
 Prints one JSON object: everything the server sent back, for the Rust test to check and scan.
+On stdio, `skillbox mcp` gets the test's SKILLBOX_LOG and writes its stderr to the file
+SKILLBOX_MCP_STDERR names (the test scans it with the nodes' logs).
 """
 
 import asyncio
 import json
+import os
 import sys
 
 import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -33,7 +37,11 @@ async def main():
     else:
         binary, data_dir = args[1], args[2]
         rest = args[3:]
-        server = StdioServerParameters(command=binary, args=["--data-dir", data_dir, "mcp"])
+        env = {k: os.environ[k] for k in ["SKILLBOX_LOG"] if k in os.environ}
+        stderr_path = os.environ.get("SKILLBOX_MCP_STDERR")
+        errlog = open(stderr_path, "a") if stderr_path else sys.stderr
+        params = StdioServerParameters(command=binary, args=["--data-dir", data_dir, "mcp"], env=env)
+        server = stdio_client(params, errlog=errlog)
     mode, skill, peer, request = rest[0], rest[1], rest[2], rest[3]
     consent = rest[4] if len(rest) > 4 else "none"
     out = {"progress": [], "elicitations": []}
