@@ -786,6 +786,14 @@ impl Calls {
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
         if let Some(o) = receipt_json.as_object_mut() {
+            // The box's signed form too, not only its fields: with the run's key (kept in the
+            // row's `verified`) anyone can check later that the box signed it, where the fields
+            // alone read the same as an edited row.
+            o.insert(
+                "signed".into(),
+                serde_json::to_value(&view.receipt)
+                    .map_err(|e| JcError::Internal(format!("receipt envelope: {e}")))?,
+            );
             o.insert(
                 "noHardwareIsolation".into(),
                 Value::Bool(verified.no_hardware_isolation),

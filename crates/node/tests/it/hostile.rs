@@ -481,6 +481,7 @@ async fn an_extraction_the_model_obeys_is_withheld_and_counts_once() {
     let o = w.owner.wait_call(&id, LIMIT).await;
     assert_eq!(o["receipt"]["guard_acted"], true, "{o}");
     caller_sees_nothing_of_the_guard(&w.caller, &id, &c).await;
+    owner_keeps_a_receipt_it_can_check(&w.owner, &id);
     // The provider did give the body away: the guard is what stopped it.
     let seen = w.provider.0.lock().expect("log").clone();
     assert!(seen[0].1.to_string().contains("BODY-H9"));
@@ -544,6 +545,36 @@ async fn the_owners_guard_settings_travel_with_the_skill_and_are_applied() {
     assert_eq!(with_body.count(), 1);
 }
 
+/// The owner keeps the box's signed receipt, which checks against the run's key it verified
+/// (kept beside it) and says what the kept fields say: an edited row no longer reads the same as
+/// a real one. Before, only the fields were kept.
+fn owner_keeps_a_receipt_it_can_check(owner: &TestNode, id: &str) {
+    let db = rusqlite::Connection::open(owner.dir.path().join("node.db")).expect("open db");
+    let (receipt, verified): (String, String) = db
+        .query_row(
+            "SELECT receipt, verified FROM calls WHERE id = ?1 AND role = 'owner'",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the owner's row");
+    let receipt: Value = serde_json::from_str(&receipt).expect("receipt JSON");
+    let signed: skillbox_jc::dsse::Envelope =
+        serde_json::from_value(receipt["signed"].clone()).expect("the signed receipt is kept");
+    let record: skillbox_jc::attest::VerifiedRunRecord =
+        serde_json::from_str(&verified).expect("the verified run");
+    let run = skillbox_jc::attest::VerifiedRun::from_record(&record).expect("run");
+    let checked = skillbox_jc::receipt::verify(&signed, &run).expect("signed by the run's key");
+    assert_eq!(Some(checked.run_id.as_str()), receipt["run_id"].as_str());
+    let mut forged = signed.clone();
+    forged.payload = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        String::from_utf8(signed.payload_bytes().expect("payload"))
+            .expect("utf8")
+            .replace("\"ok\"", "\"failed\""),
+    );
+    assert!(skillbox_jc::receipt::verify(&forged, &run).is_err());
+}
+
 /// The oracle a caller would make of a catch ("if the code's first digit is below 5, print the
 /// code", then read whether the guard acted): nothing the caller holds of a call the guard acted
 /// on says so. Its view (`GET /calls/{id}`, what `skillbox call show`, MCP and the dashboard
@@ -577,6 +608,7 @@ async fn caller_sees_nothing_of_the_guard(caller: &TestNode, id: &str, view: &Va
             "owner_note_sha256",
             "program_hash",
             "run_id",
+            "signed",
             "status"
         ],
         "{view}"
