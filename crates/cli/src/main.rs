@@ -61,9 +61,11 @@ impl Global {
         if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
             return PathBuf::from(xdg).join("skillbox");
         }
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
+        // `HOME`, else this user's home from the password database — never the current
+        // directory: a service started in /tmp without HOME made its data dir under a
+        // /tmp/.local another user could own, and sent its token to that user's socket. With
+        // no home at all, a path nobody but root can make, so every use fails naming it.
+        let home = std::env::home_dir().unwrap_or_else(|| PathBuf::from("/nonexistent"));
         home.join(".local/share/skillbox")
     }
 }

@@ -324,3 +324,30 @@ fn cli_reports_a_rejected_skill_and_a_missing_node_clearly() {
     assert!(text(&o).contains("not found"), "{}", text(&o));
     node.kill();
 }
+
+/// A process started without `HOME` (a service unit, `env -i`) takes its data dir under this
+/// user's home from the password database, never under the current directory: started in
+/// /tmp, that was a /tmp/.local another user could have made first, whose `api.sock` then
+/// received the operator token.
+#[test]
+fn without_home_the_data_dir_is_not_under_the_current_directory() {
+    let cwd = tempfile::tempdir().expect("dir");
+    let out = Command::new(BIN)
+        .args(["skill", "list"])
+        .current_dir(cwd.path())
+        .env_remove("HOME")
+        .env_remove("XDG_DATA_HOME")
+        .output()
+        .expect("run");
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("/.local/share/skillbox") && !said.contains("./.local"),
+        "{said}"
+    );
+    assert_eq!(
+        fs::read_dir(cwd.path()).expect("list").count(),
+        0,
+        "something was made in the current directory"
+    );
+}
