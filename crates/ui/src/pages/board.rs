@@ -108,7 +108,7 @@ pub(crate) async fn board(
                         td class="peer-text" { (capped(&r.description, 300)) }
                         td { (r.provider) }
                         td { (platforms.get(&r.peer).map(|p| p.join(", ")).unwrap_or_default()) }
-                        td { (r.required_sources.join(", ")) }
+                        td class="peer-text" { (needs(&r.required_sources)) }
                         td { code title=(r.peer) { (short(&r.peer)) } }
                         td { a href=(format!("/ui/calls?peer={}&skill={}", enc(&r.peer), enc(&r.skill))) { "Call…" } }
                     }
@@ -125,9 +125,38 @@ pub(crate) async fn board(
     page(StatusCode::OK, "Board", "/ui/board", &session, None, body)
 }
 
+/// Names shown of a row's required sources: the first [`NEEDS_SHOWN`], each capped at 64
+/// characters, then how many more (a peer's list is as long as its advert allows).
+const NEEDS_SHOWN: usize = 8;
+
+fn needs(required: &[String]) -> String {
+    let mut shown: Vec<String> = required
+        .iter()
+        .take(NEEDS_SHOWN)
+        .map(|n| capped(n, 64))
+        .collect();
+    if required.len() > NEEDS_SHOWN {
+        shown.push(format!("(+{} more)", required.len() - NEEDS_SHOWN));
+    }
+    shown.join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer's list of required sources is its own text, as long as its advert allows (tens
+    /// of thousands of names): the cell shows a few, each capped, and how many more.
+    #[test]
+    fn a_hostile_list_of_required_sources_is_shown_capped() {
+        assert_eq!(needs(&["songs".into(), "diary".into()]), "songs, diary");
+        let many: Vec<String> = (0..500)
+            .map(|i| format!("s{i:03}{}", "x".repeat(200)))
+            .collect();
+        let shown = needs(&many);
+        assert!(shown.ends_with("(+492 more)"), "{shown}");
+        assert!(shown.chars().count() < 8 * 70 + 20, "{}", shown.len());
+    }
 
     /// Issue 30 item 13: however many rows match, a page renders at most BOARD_PAGE of them.
     #[test]
