@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use libp2p::PeerId;
 use libp2p::kad::RecordKey;
+use libp2p::{Multiaddr, PeerId};
 use sha2::{Digest, Sha256};
 use skillbox_calls::vocabulary::{CATEGORY_SHARDS, Vocabulary, shards};
 
@@ -26,6 +26,19 @@ pub const MAX_LOOKUPS: usize = 16;
 pub const MAX_PROVIDERS_PER_KEY: usize = libp2p::kad::K_VALUE.get();
 
 const DOMAIN: &[u8] = b"skillbox/index/1";
+
+/// The length of every index key: a SHA-256 digest ([`term_key`]). A DHT server refuses a
+/// provider record under a key of any other length: no node of ours provides one.
+pub const KEY_LEN: usize = 32;
+/// Addresses a DHT server keeps with a provider record at most ([`record_addresses`]).
+pub const MAX_RECORD_ADDRESSES: usize = 4;
+/// Bytes of addresses a DHT server keeps with a provider record at most, all of them together.
+/// Kademlia takes a record's addresses from the sender's ADD_PROVIDER as they come, up to its
+/// 16 KiB message: kept whole, one identity held 16 KiB per key (256 keys a server), and a
+/// GET_PROVIDERS answer naming such a record passed the 16 KiB a searcher reads, so every
+/// searcher dropped every answer for the key and its honest providers were never found. 20
+/// providers of 256 bytes each leave most of an answer to the closer peers.
+pub const MAX_RECORD_ADDRESS_BYTES: usize = 256;
 
 /// The index key of `term`'s shard `shard`.
 pub fn term_key(term: &str, shard: u32) -> RecordKey {
@@ -122,9 +135,36 @@ pub fn offer_keys<'a>(
         .collect()
 }
 
+/// The addresses a DHT server keeps with a provider record: in the sender's order, the first
+/// [`MAX_RECORD_ADDRESSES`] that fit in [`MAX_RECORD_ADDRESS_BYTES`] together (one longer than
+/// what is left is skipped, a later shorter one may still fit). A record left without any is
+/// answered with what the server's routing table holds for the provider (Kademlia's own rule).
+pub fn record_addresses(addresses: Vec<Multiaddr>) -> Vec<Multiaddr> {
+    let mut left = MAX_RECORD_ADDRESS_BYTES;
+    let mut kept = Vec::new();
+    for addr in addresses {
+        if kept.len() == MAX_RECORD_ADDRESSES {
+            break;
+        }
+        let len = addr.as_ref().len();
+        if len <= left && !kept.contains(&addr) {
+            left -= len;
+            kept.push(addr);
+        }
+    }
+    kept
+}
+
 /// Why a DHT server did not keep a provider record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProviderRefusal {
+    /// The key is not [`KEY_LEN`] bytes: no index key. Refused before the gate is charged.
+    MalformedKey,
+    /// The key already names its [`MAX_PROVIDERS_PER_KEY`] providers (first come: a newcomer
+    /// is not kept). The gate is not charged.
+    KeyFull,
+    /// The server's store refused the record; the gate forgot the key again.
+    StoreFull,
     /// The provider sent records faster than its rate.
     RateLimited,
     /// The provider already has its share of keys on this server.
@@ -195,6 +235,17 @@ impl ProviderGate {
         }
         keys.insert(key.to_vec(), expires_ms);
         Ok(())
+    }
+
+    /// Forget `provider`'s `key` again: the record [`admit`](Self::admit) took was not stored,
+    /// so it takes no room in the provider's share.
+    pub fn forget(&mut self, provider: &PeerId, key: &[u8]) {
+        if let Some(keys) = self.shares.get_mut(provider) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.shares.remove(provider);
+            }
+        }
     }
 
     /// Keys currently held for `provider`.
@@ -281,6 +332,7 @@ mod tests {
                 Ok(()) => kept += 1,
                 Err(ProviderRefusal::TooManyKeys) => too_many += 1,
                 Err(ProviderRefusal::RateLimited) => limited += 1,
+                Err(other) => panic!("{other:?}"),
             }
         }
         assert_eq!(kept, 5);
@@ -302,6 +354,52 @@ mod tests {
             gate.admit(flooder, b"later", now + 200_000, now + 61_000),
             Ok(())
         );
+    }
+
+    #[test]
+    fn index_keys_are_key_len_bytes() {
+        assert_eq!(term_key("review", 0).to_vec().len(), KEY_LEN);
+    }
+
+    #[test]
+    fn a_record_keeps_a_few_short_addresses() {
+        let short: Multiaddr = "/ip4/203.0.113.7/tcp/4001".parse().expect("addr");
+        let long: Multiaddr = format!("/dns4/{}/tcp/1", "a".repeat(300))
+            .parse()
+            .expect("addr");
+        // A long one is skipped, short ones after it still fit; repeats are kept once.
+        let mut sent = vec![long.clone(), short.clone(), short.clone()];
+        sent.extend((0..100u16).map(|p| format!("/ip4/10.0.0.1/tcp/{p}").parse().expect("addr")));
+        let kept = record_addresses(sent);
+        assert_eq!(kept.len(), MAX_RECORD_ADDRESSES);
+        assert_eq!(kept[0], short);
+        assert!(!kept.contains(&long));
+        assert!(kept.iter().map(|a| a.as_ref().len()).sum::<usize>() <= MAX_RECORD_ADDRESS_BYTES);
+        // A relay's circuit address over IPv6 and QUIC (over 100 bytes) is kept whole.
+        let id = || {
+            libp2p::identity::Keypair::generate_ed25519()
+                .public()
+                .to_peer_id()
+        };
+        let circuit: Multiaddr = format!(
+            "/ip6/2001:db8::1/udp/4001/quic-v1/p2p/{}/p2p-circuit/p2p/{}",
+            id(),
+            id()
+        )
+        .parse()
+        .expect("addr");
+        assert!(circuit.as_ref().len() > 100, "{}", circuit.as_ref().len());
+        assert_eq!(record_addresses(vec![circuit.clone()]), vec![circuit]);
+        assert!(record_addresses(vec![long]).is_empty());
+    }
+
+    #[test]
+    fn a_forgotten_key_takes_no_room() {
+        let mut gate = gate(100.0, 100.0, 3);
+        let p = PeerId::random();
+        assert_eq!(gate.admit(p, b"k", 2_000, 1_000), Ok(()));
+        gate.forget(&p, b"k");
+        assert_eq!(gate.held(&p, 1_000), 0);
     }
 
     #[test]

@@ -25,7 +25,8 @@ use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::index::{
-    MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, lookup_keys, offer_keys,
+    KEY_LEN, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, lookup_keys,
+    offer_keys, record_addresses,
 };
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, Payload, Received,
@@ -1325,33 +1326,7 @@ impl Task {
                     kad::InboundRequest::AddProvider {
                         record: Some(record),
                     },
-            } => {
-                let now = unix_ms();
-                let expires = now.saturating_add(self.config.index_ttl.as_millis() as u64);
-                match self
-                    .gate
-                    .admit(record.provider, record.key.as_ref(), expires, now)
-                {
-                    Ok(()) => {
-                        if let Err(e) = self
-                            .swarm
-                            .behaviour_mut()
-                            .kad
-                            .store_mut()
-                            .add_provider(record)
-                        {
-                            tracing::debug!(error = ?e, "provider record not stored");
-                        }
-                    }
-                    Err(reason) => {
-                        tracing::debug!(provider = %record.provider, ?reason, "provider record refused");
-                        self.emit(NetworkEvent::ProviderRecordRefused {
-                            provider: record.provider,
-                            reason,
-                        });
-                    }
-                }
-            }
+            } => self.provider_record(record),
             kad::Event::RoutingUpdated {
                 peer,
                 is_new_peer: true,
@@ -1365,6 +1340,48 @@ impl Task {
                 let _ = self.swarm.dial(opts);
             }
             _ => {}
+        }
+    }
+
+    /// A provider record a peer sent (Kademlia checked that the provider is the sender). Kept
+    /// only under an index key's length, with a few of its addresses, and charged to the
+    /// provider's share in the gate only when the store takes it: a record the store ignores
+    /// (its key names its providers already) or refuses costs the sender nothing held.
+    fn provider_record(&mut self, mut record: kad::ProviderRecord) {
+        let refused = |this: &mut Self, provider: PeerId, reason: ProviderRefusal| {
+            tracing::debug!(%provider, ?reason, "provider record refused");
+            this.emit(NetworkEvent::ProviderRecordRefused { provider, reason });
+        };
+        if record.key.as_ref().len() != KEY_LEN {
+            return refused(self, record.provider, ProviderRefusal::MalformedKey);
+        }
+        record.addresses = record_addresses(std::mem::take(&mut record.addresses));
+        let store = self.swarm.behaviour_mut().kad.store_mut();
+        // The store keeps the first MAX_PROVIDERS_PER_KEY providers of a key and ignores a
+        // newcomer past them without saying so; expired ones first make room.
+        let instant = std::time::Instant::now();
+        let held = store.providers(&record.key);
+        for p in held.iter().filter(|p| p.is_expired(instant)) {
+            store.remove_provider(&record.key, &p.provider);
+        }
+        let live: Vec<&kad::ProviderRecord> =
+            held.iter().filter(|p| !p.is_expired(instant)).collect();
+        if live.len() >= MAX_PROVIDERS_PER_KEY
+            && !live.iter().any(|p| p.provider == record.provider)
+        {
+            return refused(self, record.provider, ProviderRefusal::KeyFull);
+        }
+        let now = unix_ms();
+        let expires = now.saturating_add(self.config.index_ttl.as_millis() as u64);
+        let (provider, key) = (record.provider, record.key.clone());
+        if let Err(reason) = self.gate.admit(provider, key.as_ref(), expires, now) {
+            return refused(self, provider, reason);
+        }
+        let store = self.swarm.behaviour_mut().kad.store_mut();
+        if let Err(e) = store.add_provider(record) {
+            tracing::debug!(error = ?e, "provider record not stored");
+            self.gate.forget(&provider, key.as_ref());
+            refused(self, provider, ProviderRefusal::StoreFull);
         }
     }
 

@@ -535,3 +535,203 @@ async fn finds(searcher: &PeersHandle, text: &str, provider: &PeersHandle) -> bo
     }
     ok
 }
+
+/// One identity attacks the index's provider records: under every key a search for an honest
+/// skill reads, it registers itself with ~15 KiB of addresses (Kademlia takes a record's
+/// addresses from the sender's ADD_PROVIDER), and it registers keys of lengths no index key
+/// has. Kept whole, each such record made every GET_PROVIDERS answer for its key pass the
+/// 16 KiB a searcher reads: the searcher dropped the answers, and the honest provider under the
+/// same keys was never found. The servers keep a few short addresses and refuse the odd keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_record_with_huge_addresses_or_an_odd_key_censors_no_honest_provider() {
+    let skills = corpus_skills();
+    let (description, mine) = (&skills[0].1, &skills[0..1]);
+    let (first, _i0) = node(150, config()).await;
+    let boot = full_addr(&first).await;
+    let joined = |kad_server| PeersConfig {
+        bootstrap: vec![boot.clone()],
+        kad_server,
+        search_timeout: Duration::from_secs(20),
+        ..config()
+    };
+    let mut servers = vec![first];
+    let mut keep = Vec::new();
+    for seed in 151u8..154 {
+        let (h, inbox) = node(seed, joined(Some(true))).await;
+        servers.push(h);
+        keep.push(inbox);
+    }
+    let (provider, _p) = node(154, joined(Some(true))).await;
+    let (searcher, _s) = node(155, joined(Some(false))).await;
+    // ~15 KiB of distinct addresses, each ~250 bytes (no transport here dials `/dns4`).
+    // (libp2p's swarm keeps 20 external addresses at most.)
+    let mut huge: Vec<Multiaddr> = vec!["/dns4/attacker.invalid/tcp/4001".parse().expect("addr")];
+    huge.extend((0..19).map(|i| {
+        format!("/dns4/{i:02}{}/tcp/4001", "a".repeat(790))
+            .parse::<Multiaddr>()
+            .expect("addr")
+    }));
+    let huge_bytes: usize = huge.iter().map(|a| a.as_ref().len()).sum();
+    assert!(huge_bytes > 14 * 1024, "{huge_bytes}");
+    let (attacker, _a) = node(
+        156,
+        PeersConfig {
+            external_addresses: huge,
+            ..joined(Some(false))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let mut announced = provider.subscribe();
+    provider.set_offer(offer(mine)).await.expect("offer");
+    indexed(&mut announced, Duration::from_secs(60)).await;
+    assert!(
+        finds(&searcher, description, &provider).await,
+        "the honest provider is not found before the attack"
+    );
+
+    let mut events: Vec<_> = servers
+        .iter()
+        .chain([&provider])
+        .map(PeersHandle::subscribe)
+        .collect();
+    let vocab = skillbox_calls::vocabulary::query_vocabulary(description);
+    let mut keys: Vec<Vec<u8>> = lookup_keys(&vocab).all().map(|k| k.to_vec()).collect();
+    let honest_keys = keys.len();
+    let odd = [vec![7u8; 3], vec![7u8; 33], vec![7u8; 1000]];
+    keys.extend(odd.iter().cloned());
+    attacker.provide_raw_keys(keys).await.expect("attack");
+
+    // The attack has landed once a search names the attacker (its record answered with the one
+    // address kept); from then on the honest provider must still be found.
+    let attacker_id = attacker.local_peer_id();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut searches = 0;
+    let outcome = loop {
+        let outcome = searcher.search(description).await.expect("search runs");
+        searches += 1;
+        if outcome.named.contains(&attacker_id) {
+            break outcome;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no search answered with a provider of the attacked keys in 60 s ({searches} \
+             searches, {} lookups each; last named {:?}): the answers naming the attacker's \
+             records were too large to read, the honest provider was censored",
+            outcome.lookups,
+            outcome.named
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    println!(
+        "huge addresses: {} named, {} fetched after {searches} searches",
+        outcome.named.len(),
+        outcome.fetched
+    );
+    assert!(
+        outcome.named.contains(&provider.local_peer_id())
+            && outcome.peers.contains(&provider.local_peer_id()),
+        "the honest provider is censored by the attacker's records: {outcome:?}"
+    );
+
+    // Every server the odd keys reached refused each (none is an index key's length); the
+    // attacker's honest-length keys were under its burst, so nothing else was refused.
+    let mut refused = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && refused < odd.len() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for rx in &mut events {
+            loop {
+                match rx.try_recv() {
+                    Ok(NetworkEvent::ProviderRecordRefused { provider, reason })
+                        if provider == attacker_id =>
+                    {
+                        println!("odd key: refused {reason:?}");
+                        refused += 1;
+                    }
+                    Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    assert!(
+        refused >= odd.len(),
+        "{refused} of the attacker's records refused: its {} odd keys were kept ({honest_keys} \
+         honest-length ones)",
+        odd.len()
+    );
+    for h in servers.iter().chain([&provider, &searcher, &attacker]) {
+        h.shutdown().await;
+    }
+}
+
+/// A record the server's store does not keep takes nothing of its provider's share: a key
+/// already naming its 20 providers ignores a 21st (first come), and the gate used to count the
+/// key for it all the same, so with one key a provider allowed here, its next key was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_store_does_not_keep_takes_no_room_in_the_providers_share() {
+    let (server, _s) = node(
+        170,
+        PeersConfig {
+            index_max_keys_per_provider: 1,
+            ..config()
+        },
+    )
+    .await;
+    let boot = full_addr(&server).await;
+    let client = || PeersConfig {
+        bootstrap: vec![boot.clone()],
+        kad_server: Some(false),
+        ..config()
+    };
+    let full = skillbox_peers::index::term_key("full", 0).to_vec();
+    let mut events = server.subscribe();
+    let mut keep = Vec::new();
+    for seed in 171u8..171 + skillbox_peers::index::MAX_PROVIDERS_PER_KEY as u8 {
+        let (h, inbox) = node(seed, client()).await;
+        keep.push((h, inbox));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (h, _) in &keep {
+        h.provide_raw_keys(vec![full.clone()])
+            .await
+            .expect("provide");
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (late, _l) = node(199, client()).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    late.provide_raw_keys(vec![full]).await.expect("provide");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let other = skillbox_peers::index::term_key("other", 0).to_vec();
+    late.provide_raw_keys(vec![other]).await.expect("provide");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut refused = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(NetworkEvent::ProviderRecordRefused { provider, reason }) => {
+                refused.push((provider == late.local_peer_id(), reason));
+            }
+            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
+    println!("refused (late?, reason): {refused:?}");
+    let late_refused: Vec<ProviderRefusal> = refused.iter().filter(|r| r.0).map(|r| r.1).collect();
+    assert!(
+        !late_refused.contains(&ProviderRefusal::TooManyKeys),
+        "the ignored record took the late provider's one key: {late_refused:?}"
+    );
+    assert_eq!(
+        late_refused.len(),
+        1,
+        "the record under the full key is refused, the other kept: {late_refused:?}"
+    );
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    for (h, _) in &keep {
+        h.shutdown().await;
+    }
+    late.shutdown().await;
+    server.shutdown().await;
+}
