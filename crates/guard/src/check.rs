@@ -84,7 +84,7 @@ struct Scan<'p> {
     secret: Option<Via>,
     canary: Option<(usize, Via)>,
     buf: Vec<u8>,
-    counts: Vec<u16>,
+    window: crate::window::Scratch,
 }
 
 impl<'p> Scan<'p> {
@@ -96,7 +96,7 @@ impl<'p> Scan<'p> {
             secret: None,
             canary: None,
             buf: Vec::new(),
-            counts: Vec::new(),
+            window: Default::default(),
         }
     }
 
@@ -133,15 +133,14 @@ impl<'p> Scan<'p> {
         if p.windows.is_empty() {
             return;
         }
-        let words = text::words(text);
         let via = Via {
             decoded,
             view: View::WordWindow,
         };
-        let mut counts = std::mem::take(&mut self.counts);
+        let mut scratch = std::mem::take(&mut self.window);
         p.windows
-            .scan(&words, &mut counts, |id| self.gram(id as usize, via));
-        self.counts = counts;
+            .scan(text, &mut scratch, |id| self.gram(id as usize, via));
+        self.window = scratch;
     }
 
     /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside).
@@ -419,17 +418,21 @@ pub(crate) fn covered_words(prepared: &Prepared, answer: &str) -> Vec<bool> {
 /// The first hit of `f` where an answer writes a token: its words, its whitespace tokens with
 /// their separators folded away (`4821-tango`), then the words of its spaced-out letters.
 fn first_token<T>(text: &str, f: impl Fn(&str) -> Option<T>) -> Option<T> {
-    text::words(text)
-        .iter()
-        .find_map(|w| f(w))
+    let (mut words, mut ends) = (String::new(), Vec::new());
+    let mut in_words = |t: &str| {
+        text::words_into(t, &mut words, &mut ends);
+        let mut from = 0;
+        ends.iter().find_map(|&end| {
+            let w = &words[from..end];
+            from = end;
+            f(w)
+        })
+    };
+    in_words(text)
         .or_else(|| {
             text.split_whitespace()
                 .filter(|tok| tok.chars().any(|c| !c.is_alphanumeric()))
                 .find_map(|tok| f(&text::compact(tok)))
         })
-        .or_else(|| {
-            text::words(&decode::unspace(text))
-                .iter()
-                .find_map(|w| f(w))
-        })
+        .or_else(|| in_words(&decode::unspace(text)))
 }

@@ -409,6 +409,25 @@ pub fn words(s: &str) -> Vec<String> {
     out
 }
 
+/// The folded words of `s` (as [`words`]) written one after another into `out`, the end of each
+/// in `ends` (both cleared first): no allocation per word, for the per-text scans.
+pub fn words_into(s: &str, out: &mut String, ends: &mut Vec<usize>) {
+    out.clear();
+    ends.clear();
+    let mut last = 0;
+    for c in s.chars() {
+        let before = out.len();
+        fold(c, |f| out.push(f));
+        if out.len() == before && before > last {
+            ends.push(before);
+            last = before;
+        }
+    }
+    if out.len() > last {
+        ends.push(out.len());
+    }
+}
+
 /// Streams folded characters into shift-invariant symbols.
 pub struct Encoder<'a> {
     prev: u8,

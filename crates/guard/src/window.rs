@@ -21,6 +21,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::text;
+
 /// A multiply-rotate hasher (the words are short; SipHash was most of the window's cost).
 #[derive(Default)]
 pub struct Fast(u64);
@@ -69,6 +71,16 @@ pub struct Windows {
     subs: Map<[u32; SUB_MAX], Vec<u32>>,
     /// The lengths of the n-grams in `subs`.
     sub_lens: Vec<usize>,
+    /// The widest window of any n-gram here.
+    widest: usize,
+    /// A bit filter on (length, first word, last word) of the keys of `subs`.
+    sub_ends: Vec<u64>,
+    /// Per length in characters: whether a body word has it.
+    lens: Vec<bool>,
+    /// The rolling hashes of the body words ([`hash_word`]).
+    hashes: Map<u64, ()>,
+    /// `BASE` to the power of the index, up to the longest word looked up.
+    pow: Vec<u64>,
 }
 
 /// The longest n-gram matched with one word changed.
@@ -88,6 +100,7 @@ impl Windows {
     ) -> Windows {
         let mut subs: Map<[u32; SUB_MAX], Vec<u32>> = Map::default();
         let mut sub_lens = Vec::new();
+        let mut sub_ends = vec![0u64; (1 << SUB_ENDS_BITS) / 64];
         let mut vocab: Map<String, u32> = Map::default();
         let ids: Vec<u32> = words
             .iter()
@@ -137,6 +150,8 @@ impl Windows {
                     let mut key = [PAD; SUB_MAX];
                     key[..len].copy_from_slice(&gram);
                     key[m] = WILD;
+                    let b = Windows::ends_bit(len, gram[0], gram[len - 1]);
+                    sub_ends[b / 64] |= 1 << (b % 64);
                     let e = subs.entry(key).or_default();
                     if !e.contains(&pat) {
                         e.push(pat);
@@ -148,13 +163,33 @@ impl Windows {
             }
             grams.push((pat, gram));
         }
+        let widest = grams
+            .iter()
+            .map(|(_, g)| window(g.len()))
+            .max()
+            .unwrap_or(0);
+        let max_word = words.iter().map(|w| w.chars().count()).max().unwrap_or(0);
+        let mut lens = vec![false; max_word + 1];
+        for w in vocab.keys() {
+            lens[w.chars().count()] = true;
+        }
+        let hashes = vocab.keys().map(|w| (hash_word(w), ())).collect();
+        let mut pow = vec![1u64; max_word + 3];
+        for k in 1..pow.len() {
+            pow[k] = pow[k - 1].wrapping_mul(BASE);
+        }
         Windows {
             vocab,
             grams,
             with_word,
-            max_word: words.iter().map(|w| w.chars().count()).max().unwrap_or(0),
+            max_word,
             subs,
             sub_lens,
+            sub_ends,
+            widest,
+            lens,
+            hashes,
+            pow,
         }
     }
 
@@ -162,40 +197,69 @@ impl Windows {
         self.grams.is_empty()
     }
 
-    /// The body word id of an answer word: as written, or with one character taken out (two,
-    /// from [`MIN_FILLED_TWICE`] characters on).
-    fn id_of(&self, w: &str, buf: &mut String) -> Option<u32> {
-        if let Some(&id) = self.vocab.get(w) {
-            return Some(id);
-        }
+    /// The body word id of an answer word that is none as written: one character taken out (two,
+    /// from [`MIN_FILLED_TWICE`] characters on). A removal is looked up by a rolling hash of the
+    /// word without that character (no string built unless a body word has that hash), and only
+    /// for lengths some body word has.
+    fn id_of(&self, w: &str, s: &mut Scratch) -> Option<u32> {
+        let has_len = |k: usize| self.lens.get(k).copied().unwrap_or(false);
         let n = w.chars().count();
         // Longer than any body word with two fillers in it: no deletion can find one.
         if n < MIN_FILLED || n > self.max_word + 2 {
             return None;
         }
-        let cuts: Vec<(usize, usize)> = w
-            .char_indices()
-            .map(|(i, c)| (i, i + c.len_utf8()))
-            .collect();
-        for &(a, b) in &cuts {
-            buf.clear();
-            buf.push_str(&w[..a]);
-            buf.push_str(&w[b..]);
-            if let Some(&id) = self.vocab.get(buf.as_str()) {
-                return Some(id);
-            }
-        }
-        if n < MIN_FILLED_TWICE {
+        let once = has_len(n - 1);
+        let twice = n >= MIN_FILLED_TWICE && has_len(n - 2);
+        if !once && !twice {
             return None;
         }
-        for (k, &(a, b)) in cuts.iter().enumerate() {
-            for &(c, d) in &cuts[k + 1..] {
-                buf.clear();
-                buf.push_str(&w[..a]);
-                buf.push_str(&w[b..c]);
-                buf.push_str(&w[d..]);
-                if let Some(&id) = self.vocab.get(buf.as_str()) {
-                    return Some(id);
+        s.cuts.clear();
+        s.cuts
+            .extend(w.char_indices().map(|(i, c)| (i, i + c.len_utf8())));
+        s.pre.clear();
+        s.pre.push(0);
+        let mut h = 0u64;
+        for c in w.chars() {
+            h = step(h, c);
+            s.pre.push(h);
+        }
+        let (pre, pw) = (&s.pre, &self.pow);
+        // The hash of characters `a..b`.
+        let part = |a: usize, b: usize| pre[b].wrapping_sub(pre[a].wrapping_mul(pw[b - a]));
+        let buf = &mut s.buf;
+        if once {
+            for (i, &(a, b)) in s.cuts.iter().enumerate() {
+                let h = pre[i]
+                    .wrapping_mul(pw[n - 1 - i])
+                    .wrapping_add(part(i + 1, n));
+                if self.hashes.contains_key(&h) {
+                    buf.clear();
+                    buf.push_str(&w[..a]);
+                    buf.push_str(&w[b..]);
+                    if let Some(&id) = self.vocab.get(buf.as_str()) {
+                        return Some(id);
+                    }
+                }
+            }
+        }
+        if !twice {
+            return None;
+        }
+        for (i, &(a, b)) in s.cuts.iter().enumerate() {
+            for (j, &(c, d)) in s.cuts.iter().enumerate().skip(i + 1) {
+                let h = pre[i]
+                    .wrapping_mul(pw[j - i - 1])
+                    .wrapping_add(part(i + 1, j))
+                    .wrapping_mul(pw[n - 1 - j])
+                    .wrapping_add(part(j + 1, n));
+                if self.hashes.contains_key(&h) {
+                    buf.clear();
+                    buf.push_str(&w[..a]);
+                    buf.push_str(&w[b..c]);
+                    buf.push_str(&w[d..]);
+                    if let Some(&id) = self.vocab.get(buf.as_str()) {
+                        return Some(id);
+                    }
                 }
             }
         }
@@ -203,39 +267,113 @@ impl Windows {
     }
 
     /// Call `found` with the pattern id of every body n-gram whose words all occur within a
-    /// window of the answer words `words` (folded). `counts` is scratch space (any contents).
-    pub fn scan(&self, words: &[String], counts: &mut Vec<u16>, mut found: impl FnMut(u32)) {
-        if self.grams.is_empty() || words.is_empty() {
+    /// window of the folded words of `text`. `s` is scratch space (any contents).
+    pub fn scan(&self, text: &str, s: &mut Scratch, mut found: impl FnMut(u32)) {
+        if self.grams.is_empty() {
             return;
         }
-        let mut buf = String::new();
-        let ids: Vec<u32> = words
-            .iter()
-            .map(|w| self.id_of(w, &mut buf).unwrap_or(u32::MAX))
-            .collect();
-        self.substituted(&ids, &mut found);
-        let _ = counts;
-        let mut done = vec![false; self.grams.len()];
-        for (j, &id) in ids.iter().enumerate() {
-            let Some(anchored) = self.with_word.get(id as usize) else {
-                continue;
-            };
-            for &g in anchored {
-                let g = g as usize;
-                if done[g] {
-                    continue;
-                }
-                let (pat, gram) = &self.grams[g];
-                let width = window(gram.len());
-                // Some window of `width` words holding the anchor at `j` holds the whole gram.
-                let first = (j + 1).saturating_sub(width);
-                if (first..=j).any(|s| within(&ids, (s + width).min(ids.len()) - 1, width, gram)) {
-                    done[g] = true;
-                    found(*pat);
-                }
+        let mut words = std::mem::take(&mut s.words);
+        let mut ends = std::mem::take(&mut s.ends);
+        let mut ids = std::mem::take(&mut s.ids);
+        let mut done = std::mem::take(&mut s.done);
+        text::words_into(text, &mut words, &mut ends);
+        ids.clear();
+        {
+            // Answer words that are no body word as written, looked up once each.
+            let mut misses: Map<&str, u32> = Map::default();
+            let mut from = 0;
+            for &end in &ends {
+                let w = &words[from..end];
+                from = end;
+                let id = match self.vocab.get(w) {
+                    Some(&id) => id,
+                    None => match misses.get(w) {
+                        Some(&id) => id,
+                        None => {
+                            let id = self.id_of(w, s).unwrap_or(u32::MAX);
+                            misses.insert(w, id);
+                            id
+                        }
+                    },
+                };
+                ids.push(id);
             }
         }
+        if !ids.is_empty() {
+            self.substituted(&ids, &mut found);
+            done.clear();
+            done.resize(self.grams.len(), false);
+            // Per body word: one past the last answer position up to `ahead` that holds it (0:
+            // none), so an n-gram with a word nowhere near its anchor is passed over at once.
+            let mut near = std::mem::take(&mut s.near);
+            near.clear();
+            near.resize(self.vocab.len(), 0);
+            let mut ahead = 0;
+            for (j, &id) in ids.iter().enumerate() {
+                let reach = (j + self.widest).min(ids.len());
+                while ahead < reach {
+                    if let Some(n) = near.get_mut(ids[ahead] as usize) {
+                        *n = ahead as u32 + 1;
+                    }
+                    ahead += 1;
+                }
+                let Some(anchored) = self.with_word.get(id as usize) else {
+                    continue;
+                };
+                for &g in anchored {
+                    let g = g as usize;
+                    if done[g] {
+                        continue;
+                    }
+                    let (pat, gram) = &self.grams[g];
+                    let width = window(gram.len());
+                    // Every word's last occurrence up to `ahead` is at or past the first
+                    // position a window holding `j` can start at.
+                    let from = (j + 1).saturating_sub(width) as u32 + 1;
+                    if gram.iter().any(|&w| near[w as usize] < from) {
+                        continue;
+                    }
+                    // Some window of `width` words holding the anchor at `j` holds the whole gram.
+                    let first = (j + 1).saturating_sub(width);
+                    if (first..=j)
+                        .any(|s| within(&ids, (s + width).min(ids.len()) - 1, width, gram))
+                    {
+                        done[g] = true;
+                        found(*pat);
+                    }
+                }
+            }
+            s.near = near;
+        }
+        s.words = words;
+        s.ends = ends;
+        s.ids = ids;
+        s.done = done;
     }
+}
+
+/// Scratch space of [`Windows::scan`], kept across texts so a scan allocates little.
+#[derive(Default)]
+pub struct Scratch {
+    words: String,
+    ends: Vec<usize>,
+    ids: Vec<u32>,
+    done: Vec<bool>,
+    near: Vec<u32>,
+    cuts: Vec<(usize, usize)>,
+    pre: Vec<u64>,
+    buf: String,
+}
+
+/// The rolling hash of a word, one character at a time (the removals of `id_of`).
+fn step(h: u64, c: char) -> u64 {
+    h.wrapping_mul(BASE).wrapping_add(u64::from(c) + 1)
+}
+const BASE: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The rolling hash of a whole word.
+fn hash_word(w: &str) -> u64 {
+    w.chars().fold(0, step)
 }
 
 impl Windows {
@@ -244,23 +382,57 @@ impl Windows {
     fn substituted(&self, ids: &[u32], found: &mut impl FnMut(u32)) {
         for &len in &self.sub_lens {
             for win in ids.windows(len) {
-                // At most one word that is no body word.
-                if win.iter().filter(|&&x| x == u32::MAX).count() > 1 {
+                // The changed word is an inner one: both ends are body words of an n-gram with
+                // those ends (a bit filter, most windows stop here).
+                let (first, last) = (win[0], win[len - 1]);
+                if first == u32::MAX || last == u32::MAX || !self.ends_may_be(len, first, last) {
+                    continue;
+                }
+                // At most one word that is no body word, and then it is the changed one.
+                let mut unknown = None;
+                let mut several = false;
+                for (m, &x) in win.iter().enumerate() {
+                    if x == u32::MAX {
+                        several |= unknown.is_some();
+                        unknown = Some(m);
+                    }
+                }
+                if several {
                     continue;
                 }
                 let mut key = [PAD; SUB_MAX];
                 key[..len].copy_from_slice(win);
                 for m in 1..len - 1 {
-                    key[m - 1] = win[m - 1];
+                    if unknown.is_some_and(|u| u != m) {
+                        continue;
+                    }
                     key[m] = WILD;
                     if let Some(pats) = self.subs.get(&key) {
                         pats.iter().for_each(|&p| found(p));
                     }
+                    key[m] = win[m];
                 }
             }
         }
     }
+
+    /// The bit of [`Windows::sub_ends`] for an n-gram of `len` words from `first` to `last`.
+    fn ends_bit(len: usize, first: u32, last: u32) -> usize {
+        let h = (u64::from(first) << 32 | u64::from(last))
+            .wrapping_add(len as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - SUB_ENDS_BITS)) as usize
+    }
+
+    /// Whether some key of `subs` of `len` words may start with `first` and end with `last`.
+    fn ends_may_be(&self, len: usize, first: u32, last: u32) -> bool {
+        let b = Self::ends_bit(len, first, last);
+        self.sub_ends[b / 64] >> (b % 64) & 1 == 1
+    }
 }
+
+/// The bits of the filter on the ends of the n-grams matched with one word changed.
+const SUB_ENDS_BITS: u32 = 16;
 
 /// Whether every word of `gram` (as often as it holds it) is among the `width` answer words
 /// ending at `j`.
