@@ -43,43 +43,66 @@ fn has_direct<'a>(confirmed: impl IntoIterator<Item = &'a Multiaddr>) -> bool {
 }
 
 /// How far an address reaches: the internet, a private network (loopback, RFC 1918, link-local,
-/// CGNAT, documentation ranges), or neither (the in-process memory transport, DNS names).
+/// CGNAT, documentation and benchmarking ranges, unique-local), nowhere a peer should be sent
+/// (multicast, broadcast, reserved, the IPv4 "this network" block, IPv4-mapped and translated
+/// IPv6, 6to4, discard), or none of these (the in-process memory transport, DNS names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scope {
     Public,
     Private,
+    Never,
     Other,
+}
+
+fn scope_v4(ip: std::net::Ipv4Addr) -> Scope {
+    let [a, b, c, _] = ip.octets();
+    if a == 0 || ip.is_multicast() || a >= 240 {
+        // "This network", multicast, reserved and the limited broadcast address.
+        return Scope::Never;
+    }
+    let private = ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_documentation()
+        || (a == 100 && (64..128).contains(&b))
+        || (a == 198 && (18..20).contains(&b))
+        || (a == 192 && b == 0 && c == 0);
+    if private {
+        Scope::Private
+    } else {
+        Scope::Public
+    }
+}
+
+fn scope_v6(ip: std::net::Ipv6Addr) -> Scope {
+    let seg = ip.segments();
+    if ip.is_multicast()
+        || ip.to_ipv4_mapped().is_some()
+        || (seg[0] == 0x0064 && seg[1] == 0xff9b)
+        || seg[0] == 0x2002
+        || (seg[0] == 0x0100 && seg[1..4] == [0, 0, 0])
+    {
+        // Mapped or translated IPv4 (judged, if at all, as IPv4), 6to4, discard: no peer is
+        // sent there.
+        return Scope::Never;
+    }
+    let private = ip.is_loopback()
+        || ip.is_unspecified()
+        || (seg[0] & 0xfe00) == 0xfc00
+        || (seg[0] & 0xffc0) == 0xfe80
+        || (seg[0] == 0x2001 && seg[1] == 0x0db8)
+        || (seg[0] == 0x3fff && seg[1] < 0x1000);
+    if private {
+        Scope::Private
+    } else {
+        Scope::Public
+    }
 }
 
 fn scope(addr: &Multiaddr) -> Scope {
     match addr.iter().next() {
-        Some(Protocol::Ip4(ip)) => {
-            let [a, b, ..] = ip.octets();
-            let private = ip.is_loopback()
-                || ip.is_private()
-                || ip.is_link_local()
-                || ip.is_unspecified()
-                || ip.is_documentation()
-                || (a == 100 && (64..128).contains(&b));
-            if private {
-                Scope::Private
-            } else {
-                Scope::Public
-            }
-        }
-        Some(Protocol::Ip6(ip)) => {
-            let seg = ip.segments()[0];
-            let private = ip.is_loopback()
-                || ip.is_unspecified()
-                || (seg & 0xfe00) == 0xfc00
-                || (seg & 0xffc0) == 0xfe80
-                || seg == 0x2001 && ip.segments()[1] == 0x0db8;
-            if private {
-                Scope::Private
-            } else {
-                Scope::Public
-            }
-        }
+        Some(Protocol::Ip4(ip)) => scope_v4(ip),
+        Some(Protocol::Ip6(ip)) => scope_v6(ip),
         _ => Scope::Other,
     }
 }
@@ -95,6 +118,7 @@ pub fn routable_for_dht(addr: &Multiaddr, via: &Multiaddr) -> bool {
     }
     match scope(addr) {
         Scope::Public => true,
+        Scope::Never => false,
         s => s == scope(via),
     }
 }
@@ -149,7 +173,7 @@ mod tests {
 
     #[test]
     fn only_public_or_same_network_addresses_enter_the_routing_table() {
-        let public_conn = addr("/ip4/198.18.0.9/tcp/4001");
+        let public_conn = addr("/ip4/1.1.1.9/tcp/4001");
         let lan_conn = addr("/ip4/192.168.1.9/tcp/51000");
         assert!(routable_for_dht(
             &addr("/ip4/8.8.4.4/udp/4001/quic-v1"),
@@ -175,6 +199,27 @@ mod tests {
         assert!(!routable_for_dht(&addr("/memory/7"), &public_conn));
         let circuit = addr(&format!("{}/p2p-circuit", relay()));
         assert!(!routable_for_dht(&circuit, &lan_conn));
+        // Addresses that looked public and are not: none enters over the internet, and those
+        // no peer should be sent to enter over no connection at all.
+        for never in [
+            "/ip6/::ffff:10.0.0.1/tcp/4001",
+            "/ip6/::ffff:127.0.0.1/tcp/4001",
+            "/ip6/64:ff9b::a00:1/tcp/4001",
+            "/ip6/2002:a00:1::1/tcp/4001",
+            "/ip6/ff02::1/tcp/4001",
+            "/ip4/0.1.2.3/tcp/4001",
+            "/ip4/224.0.0.1/tcp/4001",
+            "/ip4/255.255.255.255/tcp/4001",
+            "/ip4/240.0.0.1/tcp/4001",
+        ] {
+            assert!(!routable_for_dht(&addr(never), &public_conn), "{never}");
+            assert!(!routable_for_dht(&addr(never), &lan_conn), "{never}");
+            assert!(!routable_for_dht(&addr(never), &addr(never)), "{never}");
+        }
+        for private in ["/ip4/198.18.0.1/tcp/4001", "/ip4/192.0.0.8/tcp/4001"] {
+            assert!(!routable_for_dht(&addr(private), &public_conn), "{private}");
+            assert!(routable_for_dht(&addr(private), &lan_conn), "{private}");
+        }
     }
 
     #[test]
