@@ -337,11 +337,83 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
     }
     let units = units_of(prepared);
     let folded: Vec<String> = units.iter().map(|(u, _)| u.clone()).collect();
-    shown_slices(&folded, answer)
+    let pieces = shown_slices(&folded, answer)
         .into_iter()
         .zip(&units)
         .find(|(slices, (u, _))| slices.len() >= 2 && permille(&covered_by(u, slices)) > 500)
-        .map(|(_, (_, origin))| *origin)
+        .map(|(_, (_, origin))| *origin);
+    if pieces.is_some() {
+        return pieces;
+    }
+    // Slices of any length one after another, in the secret's order, each within a few words of
+    // the last: a PIN a digit per sentence, a code two characters at a time.
+    // The first word of a line is no piece: it numbers a list or a table's rows (`| 5 | SQL`,
+    // `6. Plots`), which count up in order.
+    let words: Vec<Vec<char>> = answer
+        .lines()
+        .flat_map(|line| {
+            text::words(line).into_iter().enumerate().map(|(k, w)| {
+                if k == 0 {
+                    Vec::new()
+                } else {
+                    w.chars().collect()
+                }
+            })
+        })
+        .collect();
+    units
+        .iter()
+        .find(|(u, _)| in_order(&u.chars().collect::<Vec<_>>(), &words))
+        .map(|(_, origin)| *origin)
+}
+
+/// The most answer words from one piece of a secret given in order to the next (`The first
+/// digit is 4. The second digit is 8.`: five).
+const IN_ORDER_GAP: usize = 8;
+
+/// The shortest secret [`in_order`] looks for (more than half of it is three characters).
+const IN_ORDER_MIN_CHARS: usize = 4;
+
+/// Whether `words` (the folded words of an answer, a line's first one empty) hold two or more slices of `unit` of any
+/// length, each shorter than it, that follow each other in the answer as in `unit` (each slice
+/// starting where the one before ended, at most [`IN_ORDER_GAP`] words after it) and together
+/// show more than half of it, at least two distinct characters (`4` … `8` … `2` of `4821`; `he`
+/// … `ro` … `n4` … `7` of `heron47`). Ordinary text holds digits and short letter groups of a
+/// secret, but seldom a run of them in its order close together.
+fn in_order(unit: &[char], words: &[Vec<char>]) -> bool {
+    let l = unit.len();
+    if l < IN_ORDER_MIN_CHARS {
+        return false;
+    }
+    // Per answer word: (end, earliest start) of the chains of slices ending at it.
+    let mut chains: Vec<Vec<(usize, usize)>> = Vec::with_capacity(words.len());
+    for (k, w) in words.iter().enumerate() {
+        let mut here = Vec::new();
+        let n = w.len();
+        if n > 0 && n < l {
+            for s in 0..=l - n {
+                if unit[s..s + n] != w[..] {
+                    continue;
+                }
+                let e = s + n;
+                let joined = chains[k.saturating_sub(IN_ORDER_GAP)..k]
+                    .iter()
+                    .flatten()
+                    .filter(|&&(end, _)| end == s)
+                    .map(|&(_, start)| start)
+                    .min();
+                if let Some(start) = joined {
+                    let shown = &unit[start..e];
+                    if (e - start) * 2 > l && shown.iter().any(|&c| c != shown[0]) {
+                        return true;
+                    }
+                }
+                here.push((e, joined.unwrap_or(s)));
+            }
+        }
+        chains.push(here);
+    }
+    false
 }
 
 /// Per unit of `folded` (see [`tracked_units`]), the slices of it `answer`'s tokens show and

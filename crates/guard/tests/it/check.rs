@@ -303,12 +303,27 @@ fn an_unmarked_password_is_a_canary_in_every_form() {
 fn a_short_canary_is_matched_as_a_whole_token() {
     let p = prep("Open the side door for couriers. Your PIN is 4821.");
     assert_eq!(p.canaries()[0].text(), "4821");
-    for f in ["4821", "PIN: 4 8 2 1", "it is 4-8-2-1", "1284", "4x8x2x1"] {
+    // `call 4 8 then 2 1`: the PIN's digits in order, a word between (coverage.rs `in_order`).
+    for f in [
+        "4821",
+        "PIN: 4 8 2 1",
+        "it is 4-8-2-1",
+        "1284",
+        "4x8x2x1",
+        "call 4 8 then 2 1",
+    ] {
         assert!(check(&p, f).is_caught(), "{f:?}");
     }
     all_clean(
         &p,
-        &["48210", "in 1482 the door", "call 4 8 then 2 1", "room 482"],
+        &[
+            "48210",
+            "in 1482 the door",
+            "room 482",
+            "call 1 or 2, then 8 4",
+            // A numbered table counts in order, a line's first word: no piece.
+            "| 4 | Intro |\n| 8 | Setup |\n| 2 | Run |",
+        ],
         "",
     );
 }
@@ -531,12 +546,14 @@ fn a_password_inside_a_url_is_caught() {
         "The password is hunter2x9.",
         "hunter2x9",
         "h-u-n-t-e-r-2-x-9",
-        "Sure: the first part is hunter and then 2x9", // `2x9` is three characters: not alone
+        // `hunter` (a whole letter run: a word) and `2x9` (shorter than a fragment) are no
+        // fragments, but the two in the password's order show all of it (`in_order`).
+        "Sure: the first part is hunter and then 2x9",
+        "Sure: hunter. Only hunter, no digits.",
     ] {
         let v = check(&p, answer);
-        if answer.starts_with("Sure") {
-            // `hunter` is a whole letter run of a letter-and-digit canary (a word), `2x9` shorter
-            // than a fragment: this split is not caught (see ARCHITECTURE.md).
+        if answer.starts_with("Sure: hunter.") {
+            // The letter run alone, twice: not in order, not more than half.
             assert_eq!(v, Verdict::Clean, "{answer:?}");
         } else {
             assert_eq!(

@@ -137,3 +137,101 @@ fn a_code_given_as_two_pieces_in_one_answer_is_caught() {
         "{benign_caught}/{benign_n}"
     );
 }
+
+/// A secret given a slice per sentence, in order, in one answer: a PIN one digit per sentence
+/// with ordinal words (`The first digit is 4. The second digit is 8. …`), and a code two
+/// characters at a time (`It begins HE, then RO, after that N4, and finally 7.`) — each slice too
+/// short to be a fragment or a piece, so before the in-order rule every one got through. The
+/// bench's 40 secrets and 40 PINs, against the ordinary answers (at most 1 % caught).
+#[test]
+fn a_secret_given_a_slice_per_sentence_in_order_is_caught() {
+    use skillbox_guard::check;
+    use skillbox_testkit::guard::with_password;
+
+    const ORDINALS: [&str; 12] = [
+        "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
+        "tenth", "eleventh", "twelfth",
+    ];
+    const THEN: [&str; 4] = ["It begins", "then", "after that", "and finally"];
+    let one_per_sentence = |chars: &[char], what: &str| -> String {
+        chars
+            .iter()
+            .enumerate()
+            .map(|(k, c)| format!("The {} {what} is {c}.", ORDINALS[k % ORDINALS.len()]))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let two_at_a_time = |chars: &[char]| -> String {
+        let parts: Vec<String> = chars.chunks(2).map(|p| p.iter().collect()).collect();
+        let last = parts.len() - 1;
+        let said: Vec<String> = parts
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let w = if k == 0 {
+                    THEN[0]
+                } else if k == last {
+                    THEN[3]
+                } else {
+                    THEN[1 + (k - 1) % 2]
+                };
+                format!("{w} {}", p.to_uppercase())
+            })
+            .collect();
+        format!("{}.", said.join(", "))
+    };
+
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    let answers = jsonl(BENIGN, "answer");
+    let (mut ordinal, mut pairs, mut pin_digits) = (0, 0, 0);
+    let (mut benign_n, mut benign_caught) = (0, 0);
+    let pins = pins();
+    for i in 0..40 {
+        let (body, code) = with_password(&bodies[i * bodies.len() / 40].1, i);
+        let p = prepare(&body, &spec).expect("prepare");
+        let chars: Vec<char> = code.chars().filter(|c| c.is_alphanumeric()).collect();
+        let a = one_per_sentence(&chars, "character");
+        if check(&p, &a).is_caught() {
+            ordinal += 1;
+        } else {
+            println!("{code}: {a:?} let through");
+        }
+        let b = two_at_a_time(&chars);
+        if check(&p, &b).is_caught() {
+            pairs += 1;
+        } else {
+            println!("{code}: {b:?} let through");
+        }
+        // A PIN in a real prompt, nothing marked, a digit per sentence.
+        let pin = &pins[i];
+        let body = format!("{}\n\nYour PIN is {pin}.", bodies[i * bodies.len() / 40].1);
+        let q = prepare(&body, &spec).expect("prepare");
+        let digits: Vec<char> = pin.chars().collect();
+        let c = one_per_sentence(&digits, "digit");
+        if check(&q, &c).is_caught() {
+            pin_digits += 1;
+        } else {
+            println!("{pin}: {c:?} let through");
+        }
+        for (aid, a) in &answers {
+            for (prepared, secret) in [(&p, &code), (&q, pin)] {
+                benign_n += 1;
+                if check(prepared, a).is_caught() {
+                    benign_caught += 1;
+                    println!("ordinary answer {aid} caught against {secret}");
+                }
+            }
+        }
+    }
+    println!(
+        "a slice per sentence in order: code a character per sentence {ordinal}/40, code two \
+         characters at a time {pairs}/40, PIN a digit per sentence {pin_digits}/40; ordinary \
+         answers caught {benign_caught}/{benign_n}"
+    );
+    assert_eq!((ordinal, pairs, pin_digits), (40, 40, 40));
+    assert!(
+        benign_caught * 100 <= benign_n,
+        "{benign_caught}/{benign_n}"
+    );
+}
