@@ -39,9 +39,16 @@ impl GpuAttester for RecordedGpus {
     }
 }
 
-#[tokio::test]
-async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is_refused() {
-    let f = start(None).await;
+/// The fixture's program opened and attested at its box: the approval, the run id, the box's
+/// provider table and its statement (what a GPU box's attestation is made over again here).
+async fn opened(
+    f: &Fixture,
+) -> (
+    skillbox_jc::dsse::ApprovedProgram,
+    String,
+    std::collections::BTreeMap<String, String>,
+    Statement,
+) {
     let Attested {
         approved,
         run_id,
@@ -49,7 +56,14 @@ async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is
         ..
     } = f.open_attested(&f.program()).await;
     let table = served.providers.clone();
-    let served: Statement = served.statement().expect("statement").1;
+    let statement: Statement = served.statement().expect("statement").1;
+    (approved, run_id, table, statement)
+}
+
+#[tokio::test]
+async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is_refused() {
+    let f = start(None).await;
+    let (approved, run_id, table, served) = opened(&f).await;
     let gpus = sample_gpus();
     let cpu = Arc::new(InsecureDevAttester::with_measurement(
         served.measurement.clone(),
@@ -135,14 +149,7 @@ async fn gpu_evidence_is_bound_into_the_cpu_statement_and_another_gpus_report_is
 #[tokio::test]
 async fn a_party_pinning_gpus_refuses_a_box_that_shows_none() {
     let f = start(None).await;
-    let Attested {
-        approved,
-        run_id,
-        attestation: served,
-        ..
-    } = f.open_attested(&f.program()).await;
-    let table = served.providers.clone();
-    let statement: Statement = served.statement().expect("statement").1;
+    let (approved, run_id, table, statement) = opened(&f).await;
     let cpu = InsecureDevAttester::with_measurement(statement.measurement.clone());
     let mut without = cpu
         .attest(&Statement {

@@ -545,18 +545,23 @@ async fn the_owners_guard_settings_travel_with_the_skill_and_are_applied() {
     assert_eq!(with_body.count(), 1);
 }
 
+/// Two text columns (`columns`, as SQL names them) of call `id`'s `role` row in `node`'s store,
+/// read as they are on disk.
+fn stored_row(node: &TestNode, id: &str, role: &str, columns: &str) -> (String, String) {
+    let db = rusqlite::Connection::open(node.dir.path().join("node.db")).expect("open db");
+    db.query_row(
+        &format!("SELECT {columns} FROM calls WHERE id = ?1 AND role = ?2"),
+        [id, role],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .expect("the call's row")
+}
+
 /// The owner keeps the box's signed receipt, which checks against the run's key it verified
 /// (kept beside it) and says what the kept fields say: an edited row no longer reads the same as
 /// a real one. Before, only the fields were kept.
 fn owner_keeps_a_receipt_it_can_check(owner: &TestNode, id: &str) {
-    let db = rusqlite::Connection::open(owner.dir.path().join("node.db")).expect("open db");
-    let (receipt, verified): (String, String) = db
-        .query_row(
-            "SELECT receipt, verified FROM calls WHERE id = ?1 AND role = 'owner'",
-            [id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the owner's row");
+    let (receipt, verified) = stored_row(owner, id, "owner", "receipt, verified");
     let receipt: Value = serde_json::from_str(&receipt).expect("receipt JSON");
     let signed: skillbox_jc::dsse::Envelope =
         serde_json::from_value(receipt["signed"].clone()).expect("the signed receipt is kept");
@@ -613,14 +618,7 @@ async fn caller_sees_nothing_of_the_guard(caller: &TestNode, id: &str, view: &Va
         ],
         "{view}"
     );
-    let db = rusqlite::Connection::open(caller.dir.path().join("node.db")).expect("open db");
-    let (record, receipt): (String, String) = db
-        .query_row(
-            "SELECT record, receipt FROM calls WHERE id = ?1 AND role = 'caller'",
-            [id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the caller's row");
+    let (record, receipt) = stored_row(caller, id, "caller", "record, receipt");
     for stored in [record, receipt] {
         let stored = stored.to_lowercase();
         assert!(
