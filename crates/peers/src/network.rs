@@ -62,6 +62,43 @@ const PAYLOAD_PROTOCOL: &str = "/skillbox/payload/1";
 const KAD_PROTOCOL: &str = "/skillbox/kad/1.0.0";
 const IDENTIFY_PROTOCOL: &str = "/skillbox/id/1.0.0";
 const SYNC_MIN_INTERVAL: Duration = Duration::from_secs(10);
+/// Full board-sync answers given in one `SYNC_MIN_INTERVAL`, to all peers together.
+const SYNC_ANSWERS_PER_INTERVAL: u32 = 16;
+
+/// Which board-sync requests get a full answer (up to 8 MiB for a request of a few bytes): one
+/// per peer per interval — remembered across its reconnections, which used to start it over —
+/// and [`SYNC_ANSWERS_PER_INTERVAL`] in all, so fresh peer ids (they cost nothing) cannot make
+/// this node build and hold answers without bound. Others get an empty list; the board also
+/// spreads by gossip and the index. Pure: `now` is passed in.
+#[derive(Default)]
+struct SyncAnswers {
+    last: HashMap<PeerId, Instant>,
+    window: Option<(Instant, u32)>,
+}
+
+impl SyncAnswers {
+    /// Whether `peer` gets a full answer now (and it is counted).
+    fn take(&mut self, peer: PeerId, now: Instant) -> bool {
+        let fresh = |t: &Instant| now.saturating_duration_since(*t) < SYNC_MIN_INTERVAL;
+        if self.last.get(&peer).is_some_and(fresh) {
+            return false;
+        }
+        let (start, given) = match self.window {
+            Some((start, given)) if fresh(&start) => (start, given),
+            _ => (now, 0),
+        };
+        if given >= SYNC_ANSWERS_PER_INTERVAL {
+            self.window = Some((start, given));
+            return false;
+        }
+        self.window = Some((start, given + 1));
+        // Entries past the interval say nothing: dropped as new ones come, so the map holds at
+        // most the peers answered in the last interval.
+        self.last.retain(|_, t| fresh(t));
+        self.last.insert(peer, now);
+        true
+    }
+}
 /// A peer's self-reported listen addresses kept (identify input is the peer's to choose).
 const MAX_LISTEN_ADDRS: usize = 16;
 /// How many connected peers kad/mDNS discovery tries to keep.
@@ -631,7 +668,7 @@ pub async fn start(
         peers: HashMap::new(),
         listen_addrs,
         last_kad_bootstrap: None,
-        sync_answered: HashMap::new(),
+        sync_answered: SyncAnswers::default(),
         provided: BTreeSet::new(),
         announcing: HashSet::new(),
         announce_failed: 0,
@@ -903,7 +940,7 @@ struct Task {
     peers: HashMap<PeerId, PeerState>,
     listen_addrs: Vec<Multiaddr>,
     last_kad_bootstrap: Option<Instant>,
-    sync_answered: HashMap<PeerId, Instant>,
+    sync_answered: SyncAnswers,
     /// The skill index: what this node provides, what it lets others provide on it (as a DHT
     /// server), and the searches in flight with their lookups and fetches.
     provided: BTreeSet<Vec<u8>>,
@@ -1862,7 +1899,6 @@ impl Task {
                     // The reservation went with the connection: ask again when reconnected.
                     self.relay_listening.remove(&peer_id);
                     self.peers.remove(&peer_id);
-                    self.sync_answered.remove(&peer_id);
                     self.emit(NetworkEvent::PeerDisconnected { peer: peer_id });
                 }
             }
@@ -1929,15 +1965,10 @@ impl Task {
                                 .and_then(|raw| String::from_utf8(raw.to_vec()).ok()),
                         ),
                         WireRequest::BoardSync => {
-                            // One full answer per peer per interval: a sync is megabytes at scale.
-                            let recent = self
-                                .sync_answered
-                                .get(&peer)
-                                .is_some_and(|t| t.elapsed() < SYNC_MIN_INTERVAL);
-                            let adverts = if recent {
+                            // A sync is megabytes at scale: full answers are budgeted.
+                            let adverts = if !self.sync_answered.take(peer, Instant::now()) {
                                 Vec::new()
                             } else {
-                                self.sync_answered.insert(peer, Instant::now());
                                 self.board().signed_adverts(
                                     unix_ms(),
                                     SYNC_MAX_BYTES,
@@ -2249,6 +2280,29 @@ impl PayloadTransport for PeersHandle {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A peer that reconnects asks again at once, and fresh peer ids ask one each: before, a
+    /// reconnection started a peer's interval over and any number of ids got full answers (a
+    /// request of a few bytes, an answer of up to 8 MiB built on the network task each).
+    #[test]
+    fn board_sync_answers_are_budgeted_per_peer_and_in_all() {
+        let mut answers = SyncAnswers::default();
+        let t0 = Instant::now();
+        let one = PeerId::random();
+        assert!(answers.take(one, t0));
+        // The same peer, reconnected: nothing new within the interval.
+        assert!(!answers.take(one, t0 + Duration::from_secs(1)));
+        // Fresh ids: the interval's budget, then empty answers.
+        let given = (0..100)
+            .filter(|_| answers.take(PeerId::random(), t0 + Duration::from_secs(2)))
+            .count();
+        assert_eq!(given as u32, SYNC_ANSWERS_PER_INTERVAL - 1);
+        // The next interval: the peer and new ones are answered again; old entries are gone.
+        let later = t0 + SYNC_MIN_INTERVAL + Duration::from_secs(3);
+        assert!(answers.take(one, later));
+        assert!(answers.take(PeerId::random(), later));
+        assert_eq!(answers.last.len(), 2);
+    }
 
     /// A node speaking `/skillbox/payload/1` that takes every request and never answers it.
     fn silent_peer() -> Swarm<request_response::Behaviour<WireCodec>> {
