@@ -238,8 +238,6 @@ pub struct Patch {
     pub box_url: Option<String>,
     pub receipt: Option<Value>,
     pub verified: Option<Value>,
-    /// What the call counts against the owner's daily limits (2 when the guard acted).
-    pub charge: Option<i64>,
     /// A box move for the call's history (its record's `moves`), added by the driver when the
     /// machine takes the event.
     pub moved: Option<skillbox_calls::machine::BoxMove>,
@@ -265,7 +263,7 @@ pub fn update(tx: &Tx<'_>, call: &Call, patch: &Patch) -> Result<()> {
         "UPDATE calls SET state = ?3, record = ?4,
             program = COALESCE(?5, program), box_url = COALESCE(?6, box_url),
             receipt = COALESCE(?7, receipt), updated_at = ?8,
-            verified = COALESCE(?9, verified), charge = COALESCE(?10, charge)
+            verified = COALESCE(?9, verified)
          WHERE id = ?1 AND role = ?2",
         params![
             call.id,
@@ -277,7 +275,6 @@ pub fn update(tx: &Tx<'_>, call: &Call, patch: &Patch) -> Result<()> {
             receipt,
             now_secs(),
             verified,
-            patch.charge,
         ],
     )?;
     if n == 0 {
@@ -681,7 +678,6 @@ pub(super) mod tests {
             Patch {
                 program: Some("{\"payload\":2}".into()),
                 receipt: Some(serde_json::json!({"ran": true})),
-                charge: Some(2),
                 ..Patch::default()
             },
         ];

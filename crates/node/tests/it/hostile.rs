@@ -825,13 +825,7 @@ async fn a_remembered_consent_is_asked_again_when_the_owner_switches_the_provide
     assert_eq!(c["state"], "awaiting_consent", "{c}");
     assert_eq!(c["disclosure"]["provider"], "openrouter");
     // Nothing was staked for it, and nothing left for any provider.
-    let staked = w.caller.get(&format!("/ledger?call={id}")).await.body;
-    assert!(
-        staked["entries"]
-            .as_array()
-            .is_some_and(|e| e.iter().all(|e| e["kind"] != "stake")),
-        "{staked}"
-    );
+    nothing_staked(&w, &id).await;
     assert_eq!(w.provider.0.lock().expect("log").len(), asked_before);
 }
 
