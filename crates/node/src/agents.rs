@@ -206,13 +206,16 @@ fn chart_in(c: &Connection, owner: &Owner) -> Result<Option<OrgChart>> {
 pub struct Agents {
     store: Arc<Store>,
     nesting: bool,
+    max_roster_entries: usize,
 }
 
 impl Agents {
-    pub fn new(store: Arc<Store>, department_nesting: bool) -> Agents {
+    /// `max_roster_entries`: config `agents.max_roster_entries`, counted per tenant.
+    pub fn new(store: Arc<Store>, department_nesting: bool, max_roster_entries: usize) -> Agents {
         Agents {
             store,
             nesting: department_nesting,
+            max_roster_entries,
         }
     }
 
@@ -279,6 +282,20 @@ impl Agents {
                 params![t, w, entry.roster_id, entry.agent_ref.agent_id, text, now],
             )? > 0;
             if !replaced {
+                // Counted in the transaction that inserts, so concurrent writes of one tenant
+                // cannot each see room for one more. Per tenant, not per workspace: a tenant
+                // names its workspaces itself.
+                let held: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM roster WHERE tenant_id = ?1",
+                    params![t],
+                    |r| r.get(0),
+                )?;
+                if usize::try_from(held).unwrap_or(usize::MAX) >= self.max_roster_entries {
+                    return Err(NodeError::Conflict(format!(
+                        "the tenant's roster holds its limit of {} entries (agents.max_roster_entries); remove one first",
+                        self.max_roster_entries
+                    )));
+                }
                 tx.execute(
                     "INSERT INTO roster (tenant_id, workspace_id, roster_id, agent_id, entry,
                          created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",

@@ -475,6 +475,17 @@ pub struct AgentsConfig {
     /// `agents.orgChart.departmentNesting`, and a parent is refused when off.
     #[serde(default = "yes")]
     pub department_nesting: bool,
+    /// Roster entries one tenant may hold, across all its workspaces: a tenant token writes
+    /// rows into the operator's store, and without a ceiling one tenant fills its disk.
+    #[serde(default = "default_max_roster_entries")]
+    pub max_roster_entries: usize,
+}
+
+/// The default of `agents.max_roster_entries`.
+pub const DEFAULT_MAX_ROSTER_ENTRIES: usize = 1_000;
+
+fn default_max_roster_entries() -> usize {
+    DEFAULT_MAX_ROSTER_ENTRIES
 }
 
 fn yes() -> bool {
@@ -830,6 +841,7 @@ impl Default for Config {
             agents: AgentsConfig {
                 namespace: skillbox_skill::openwop::DEFAULT_NAMESPACE.to_owned(),
                 department_nesting: true,
+                max_roster_entries: DEFAULT_MAX_ROSTER_ENTRIES,
             },
             limits: Limits {
                 max_skill_bytes: skillbox_skill::document::MAX_DOCUMENT,
@@ -946,6 +958,9 @@ impl Config {
             return Err(format!(
                 "agents.namespace {ns:?} must be dot-separated segments of [a-z0-9-] (like \"local.skillbox\")"
             ));
+        }
+        if self.agents.max_roster_entries == 0 {
+            return Err("agents.max_roster_entries must be at least 1".to_owned());
         }
         let c = &self.calls;
         if c.max_request_bytes == 0
@@ -1319,6 +1334,9 @@ board_ttl_secs = {ttl}
 namespace = {namespace}
 # Org charts may nest departments (parentDepartmentId). When false, a parent is refused.
 department_nesting = {nesting}
+# Roster entries one tenant may hold across its workspaces (a tenant's writes land in this
+# node's store; this is their ceiling).
+max_roster_entries = {max_roster}
 
 [limits]
 # Largest SKILL.md accepted (bytes).
@@ -1470,6 +1488,7 @@ operator = {operator}
             expiry = self.calls.expiry_secs,
             policy = self.render_policy(),
             nesting = self.agents.department_nesting,
+            max_roster = self.agents.max_roster_entries,
             operator = s(&self.tenants.operator),
             tokens = self
                 .tenants

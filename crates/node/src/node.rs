@@ -204,7 +204,11 @@ impl Node {
             &node_key.peer_id(),
         )?;
         let sources = Sources::new(store.clone(), data_key.clone());
-        let agents = Agents::new(store.clone(), config.agents.department_nesting);
+        let agents = Agents::new(
+            store.clone(),
+            config.agents.department_nesting,
+            config.agents.max_roster_entries,
+        );
         let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());
         let boxes = Arc::new(
             Boxes::new(

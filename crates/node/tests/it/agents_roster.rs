@@ -873,3 +873,80 @@ async fn routes_and_openapi_agree_on_who_reaches_them() {
         }
     }
 }
+
+/// One tenant cannot fill the operator's store: its roster entries, across every workspace it
+/// holds a token for, stop at `agents.max_roster_entries`; replacing one still works, removing
+/// one frees room, and another tenant's room is its own.
+#[tokio::test]
+async fn a_tenants_roster_stops_at_its_quota_across_workspaces() {
+    let e = env_with(|t| t.replace("max_roster_entries = 1000", "max_roster_entries = 3"));
+    e.import_pack().await;
+    // A second workspace of acme's, its token issued while the node runs.
+    let config = DataDir::new(e._dir.path()).config();
+    let other = skillbox_node::tenants::add_token(&config, "acme", Some("other")).expect("token");
+    let e = &e;
+    let put = |i: usize, token: &str, ws: &'static str| {
+        let id = format!("host:flood-{i}");
+        let body = entry(
+            &id,
+            "core.openwop.agents.cmo",
+            &[],
+            json!({"tenantId": "acme", "workspaceId": ws}),
+        );
+        let token = token.to_owned();
+        async move {
+            e.put(&format!("/v1/host/skillbox/roster/{id}"), &token, &body)
+                .await
+        }
+    };
+    for (i, token, ws) in [
+        (0, &e.acme, "growth"),
+        (1, &e.acme, "growth"),
+        (2, &other, "other"),
+    ] {
+        let (status, body) = put(i, token, ws).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    for (token, ws) in [(&e.acme, "growth"), (&other, "other")] {
+        let (status, body) = put(3, token, ws).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{ws}: {body}");
+        common::assert_envelope(&body, "conflict");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("agents.max_roster_entries")),
+            "{body}"
+        );
+        let (status, _) = e.get("/v1/agents/roster/host:flood-3", token).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "nothing was stored in {ws}");
+    }
+    // A replacement at the ceiling is no new row.
+    let (status, body) = put(2, &other, "other").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // Another tenant's room is its own.
+    let (status, body) = e
+        .put(
+            "/v1/host/skillbox/roster/host:globex-1",
+            &e.globex,
+            &entry(
+                "host:globex-1",
+                "core.openwop.agents.cmo",
+                &[],
+                json!({"tenantId": "globex"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Removing one frees room for one.
+    let (status, _) = e
+        .call(
+            "DELETE",
+            "/v1/host/skillbox/roster/host:flood-0",
+            Some(&e.acme),
+            None,
+        )
+        .await;
+    assert!(status.is_success(), "{status}");
+    let (status, body) = put(3, &other, "other").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
