@@ -297,19 +297,13 @@ mod tests {
             store_writes: writes,
             ..Gauges::default()
         };
-        assert!(
-            m.render(&at(3))
-                .contains("\nskillbox_store_writes_total 3\n")
-        );
-        assert!(
-            m.render(&at(10))
-                .contains("\nskillbox_store_writes_total 10\n")
-        );
-        // Never down: a counter that went back would read as a reset to a scraper.
-        assert!(
-            m.render(&at(4))
-                .contains("\nskillbox_store_writes_total 10\n")
-        );
+        // Never down (the last scrape): a counter that went back would read as a reset to a
+        // scraper.
+        for (writes, shown) in [(3, 3), (10, 10), (4, 10)] {
+            let text = m.render(&at(writes));
+            let want = format!("\nskillbox_store_writes_total {shown}\n");
+            assert!(text.contains(&want), "{want:?} not in {text}");
+        }
     }
 
     #[test]
@@ -336,47 +330,23 @@ mod tests {
             store_writes: 9,
             store_commits: 5,
         });
-        assert!(text.contains("\nskillbox_store_writes_total 9\n"), "{text}");
-        assert!(
-            text.contains("\nskillbox_store_commits_total 5\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("# TYPE skillbox_store_writes counter"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 2"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("status=\"404\"} 1"), "{text}");
-        assert!(text.contains("\nskillbox_skills 2\n"), "{text}");
-        assert!(text.contains("\nskillbox_sources 3\n"), "{text}");
-        assert!(text.contains("\nskillbox_board_skills 7\n"), "{text}");
-        assert!(
-            text.contains("skillbox_calls{role=\"caller\",state=\"answered\"} 4"),
-            "{text}"
-        );
-        assert!(
-            text.contains("skillbox_calls_finished_total{role=\"caller\",state=\"failed\",code=\"box_failed\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains("skillbox_call_duration_seconds_count{role=\"caller\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "skillbox_box_request_duration_seconds_bucket{le=\"0.005\",op=\"stake\"} 1"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("skillbox_run_duration_seconds_sum{role=\"owner\"} 2.0"),
-            "{text}"
-        );
+        for want in [
+            "\nskillbox_store_writes_total 9\n",
+            "\nskillbox_store_commits_total 5\n",
+            "# TYPE skillbox_store_writes counter",
+            "skillbox_http_requests_total{route=\"/skills\",method=\"GET\",status=\"200\"} 2",
+            "status=\"404\"} 1",
+            "\nskillbox_skills 2\n",
+            "\nskillbox_sources 3\n",
+            "\nskillbox_board_skills 7\n",
+            "skillbox_calls{role=\"caller\",state=\"answered\"} 4",
+            "skillbox_calls_finished_total{role=\"caller\",state=\"failed\",code=\"box_failed\"} 1",
+            "skillbox_call_duration_seconds_count{role=\"caller\"} 1",
+            "skillbox_box_request_duration_seconds_bucket{le=\"0.005\",op=\"stake\"} 1",
+            "skillbox_run_duration_seconds_sum{role=\"owner\"} 2.0",
+        ] {
+            assert!(text.contains(want), "{want:?} not in {text}");
+        }
         assert!(text.ends_with("# EOF\n"), "{text}");
         // A state no call is in any more is gone at the next scrape.
         let text = m.render(&Gauges::default());

@@ -993,12 +993,39 @@ mod tests {
         assert_eq!(rfc3339(253_402_300_799_000), "9999-12-31T23:59:59Z");
     }
 
+    /// A store on a file in a fresh temp dir (a file store batches its writes; an in-memory one
+    /// does not), with the dir that must outlive it.
+    fn on_disk() -> (tempfile::TempDir, Store) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        (tmp, store)
+    }
+
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+    }
+
+    /// One meta row, `key`.
+    fn insert(c: &Connection, key: &str) -> Result<()> {
+        c.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [key])?;
+        Ok(())
+    }
+
+    /// Two meta rows, `key` and `key-b`: a write that is whole only if both land.
+    fn insert_pair(c: &Connection, key: &str) -> Result<()> {
+        insert(c, key)?;
+        c.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, x'02')",
+            [format!("{key}-b")],
+        )?;
+        Ok(())
+    }
+
     /// One meta row, `key`, in a write of its own.
     fn put(store: &Store, key: &str) -> Result<()> {
-        store.write(|tx| {
-            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [key])?;
-            Ok(())
-        })
+        store.write(|tx| insert(tx, key))
     }
 
     fn meta_keys(store: &Store) -> Vec<String> {
@@ -1017,8 +1044,7 @@ mod tests {
     /// (and does not take its batch peers with it), and the writes shared commits.
     #[test]
     fn concurrent_writes_are_group_committed_each_whole_or_not_at_all() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let (_tmp, store) = on_disk();
         let threads = 16;
         let per = 40;
         let barrier = std::sync::Barrier::new(threads);
@@ -1030,15 +1056,10 @@ mod tests {
                     barrier.wait();
                     for i in 0..per {
                         let key = format!("k{t:02}-{i:03}");
-                        let k = key.clone();
                         // Every seventh write inserts two rows, then fails: neither may land.
                         let fails = (t * per + i) % 7 == 0;
-                        let r = store.write(move |tx| {
-                            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [&k])?;
-                            tx.execute(
-                                "INSERT INTO meta (key, value) VALUES (?1, x'02')",
-                                [format!("{k}-b")],
-                            )?;
+                        let r = store.write(|tx| {
+                            insert_pair(tx, &key)?;
                             if fails {
                                 return Err(NodeError::CommitFailed);
                             }
@@ -1069,8 +1090,7 @@ mod tests {
     /// last member's; a failing member's work goes with its rows.
     #[test]
     fn work_left_for_the_commit_runs_once_per_commit_after_its_members() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let (_tmp, store) = on_disk();
         let runs = Arc::new(AtomicUsize::new(0));
         let failed_work_ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (threads, per) = (8, 30);
@@ -1086,7 +1106,7 @@ mod tests {
                         let fails = (t * per + i) % 5 == 0;
                         let key = format!("k{t}-{i}");
                         let r = store.write(|tx| {
-                            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [&key])?;
+                            insert(tx, &key)?;
                             // Counts the rows as the commit will hold them.
                             let runs = runs.clone();
                             tx.at_commit("count", move |tx| {
@@ -1154,22 +1174,17 @@ mod tests {
     /// either kind of write.
     #[test]
     fn failing_work_at_commit_fails_the_commit() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(Store::open(&tmp.path().join("node.db")).expect("open"));
+        let (_tmp, store) = on_disk();
+        let store = Arc::new(store);
         let r = store.write(|tx| {
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('blocking', x'01')",
-                [],
-            )?;
+            insert(tx, "blocking")?;
             tx.at_commit("refuse", |_| Err(NodeError::CommitFailed));
             Ok(())
         });
         assert!(r.is_err());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+        let rt = current_thread();
         let owned = rt.block_on(store.write_owned(|tx| {
-            tx.execute("INSERT INTO meta (key, value) VALUES ('owned', x'01')", [])?;
+            insert(tx, "owned")?;
             tx.at_commit("refuse", |_| Err(NodeError::CommitFailed));
             Ok(())
         }));
@@ -1186,8 +1201,7 @@ mod tests {
     /// before, its savepoint ran in autocommit, landed alone, and it was told it failed.
     #[test]
     fn a_batch_rolled_back_under_its_members_fails_whole_and_the_next_write_is_atomic() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let (_tmp, store) = on_disk();
         // Each member holds its batch open until the next one queues for the writer.
         let wait_for_next = |store: &Store| {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -1195,10 +1209,6 @@ mod tests {
                 assert!(std::time::Instant::now() < deadline, "no writer queued");
                 std::thread::yield_now();
             }
-        };
-        let insert = |tx: &Tx<'_>, key: &str| -> Result<()> {
-            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [key])?;
-            Ok(())
         };
         let (inside_tx, inside) = std::sync::mpsc::channel::<()>();
         let (first, rolling, after) = std::thread::scope(|s| {
@@ -1256,20 +1266,12 @@ mod tests {
     /// owned writes share commits with each other and with the blocking ones.
     #[test]
     fn owned_writes_are_group_committed_each_whole_or_not_at_all() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(Store::open(&tmp.path().join("node.db")).expect("open"));
+        let (_tmp, store) = on_disk();
+        let store = Arc::new(store);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()
             .expect("runtime");
-        let insert_pair = |tx: &Tx<'_>, k: &str| -> Result<()> {
-            tx.execute("INSERT INTO meta (key, value) VALUES (?1, x'01')", [k])?;
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES (?1, x'02')",
-                [format!("{k}-b")],
-            )?;
-            Ok(())
-        };
         let mut want: Vec<String> = Vec::new();
         let (tasks, blocking) = std::thread::scope(|s| {
             // Blocking writers beside the owned ones, in the same batches.
@@ -1347,20 +1349,18 @@ mod tests {
     #[test]
     fn owned_writes_on_an_in_memory_store_are_each_atomic() {
         let store = Arc::new(Store::open_in_memory().expect("open"));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
+        let rt = current_thread();
         rt.block_on(async {
             let ok = store
                 .write_owned(|tx| {
-                    tx.execute("INSERT INTO meta (key, value) VALUES ('kept', x'01')", [])?;
+                    insert(tx, "kept")?;
                     Ok(7)
                 })
                 .await;
             assert!(matches!(ok, Ok(7)), "{ok:?}");
             let failed: Result<()> = store
                 .write_owned(|tx| {
-                    tx.execute("INSERT INTO meta (key, value) VALUES ('gone', x'01')", [])?;
+                    insert(tx, "gone")?;
                     Err(NodeError::CommitFailed)
                 })
                 .await;
@@ -1372,11 +1372,10 @@ mod tests {
     /// A write that panics rolls back its own rows and leaves the store usable.
     #[test]
     fn a_panicking_write_leaves_nothing_and_the_store_goes_on() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let (_tmp, store) = on_disk();
         let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let _: Result<()> = store.write(|tx| {
-                tx.execute("INSERT INTO meta (key, value) VALUES ('gone', x'01')", [])?;
+                insert(tx, "gone")?;
                 panic!("a bug in a write");
             });
         }));
@@ -1388,10 +1387,9 @@ mod tests {
     /// Readers are read-only: a write through `read` is refused, not silently outside a batch.
     #[test]
     fn reads_cannot_write() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let (_tmp, store) = on_disk();
         let r = store.read(|c| {
-            c.execute("INSERT INTO meta (key, value) VALUES ('x', x'01')", [])?;
+            insert(c, "x")?;
             Ok(())
         });
         assert!(r.is_err());
@@ -1404,12 +1402,7 @@ mod tests {
         let path = tmp.path().join("node.db");
         let store = Store::open(&path).expect("open");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        store
-            .write(|tx| {
-                tx.execute("INSERT INTO meta (key, value) VALUES ('k', x'01')", [])?;
-                Ok(())
-            })
-            .expect("write");
+        put(&store, "k").expect("write");
         drop(store);
         let store = Store::open(&path).expect("reopen");
         let n: i64 = store
@@ -1422,7 +1415,7 @@ mod tests {
     fn failed_write_rolls_back_every_row() {
         let store = Store::open_in_memory().expect("open");
         let err = store.write(|tx| {
-            tx.execute("INSERT INTO meta (key, value) VALUES ('a', x'01')", [])?;
+            insert(tx, "a")?;
             Err::<(), _>(NodeError::invalid("x", "boom"))
         });
         assert!(err.is_err());
@@ -1559,8 +1552,7 @@ mod tests {
     #[test]
     fn cached_statements_are_not_prepared_again_when_rebound() {
         use rusqlite::StatementStatus;
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&tmp.path().join("node.db")).expect("open");
+        let (_tmp, store) = on_disk();
         let hot = [
             "SELECT record, program FROM calls WHERE id = ?1 ORDER BY role",
             "SELECT entry FROM ledger WHERE call_id = ?1 ORDER BY seq",
