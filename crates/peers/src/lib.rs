@@ -7,6 +7,8 @@
 //! - [`transport`]: the [`PayloadTransport`] trait the calls logic uses, with an in-memory
 //!   network for tests without sockets.
 //! - [`index`]: the skill index's Kademlia keys and a DHT server's per-provider limits. Pure.
+//! - `dial`: the dial gate every outbound connection passes (peers' addresses only when
+//!   globally routable; the operator's whatever they are).
 //! - [`reach`]: reachability decisions (DHT server only with a confirmed direct address, relay
 //!   serving, which addresses are relayed). Pure.
 //! - [`network`]: rust-libp2p (TCP and QUIC, noise + yamux, gossipsub, request-response,
@@ -15,6 +17,7 @@
 
 pub mod advert;
 pub mod board;
+mod dial;
 mod error;
 pub mod index;
 pub mod network;

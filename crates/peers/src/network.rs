@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
+use crate::dial::{DialGate, DialPolicy};
 use crate::index::{
     KEY_LEN, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, lookup_keys,
     offer_keys, record_addresses,
@@ -117,8 +118,15 @@ pub struct PeersConfig {
     pub board_ttl: Duration,
     /// How far in the future an advert or payload time may be.
     pub max_clock_skew: Duration,
-    /// Multicast discovery on the local network; off unless asked for.
+    /// Multicast discovery on the local network; off unless asked for. On, LAN addresses
+    /// peers give are dialed too (mDNS discovers only the LAN), loopback ones still not.
     pub mdns: bool,
+    /// Dial LAN and loopback addresses that peers give (identify, Kademlia, AutoNAT v2
+    /// dial-backs, DCUtR, relayed addresses' relays): for a LAN or test deployment. Off, the
+    /// default, only globally routable ones are dialed, and the operator's own (bootstrap,
+    /// relays, explicit dials) whatever they are: a hostile peer cannot make this node connect
+    /// to services on its machine or LAN (see `dial`).
+    pub dial_private_addresses: bool,
     /// Kademlia server mode (answer DHT queries, hold provider records). `None`, the default:
     /// decided by reachability — server once a direct address is confirmed (AutoNAT v2, or
     /// declared in `external_addresses`), client until then. `Some(true)` forces server (the
@@ -150,6 +158,9 @@ pub struct PeersConfig {
     pub payload_burst: u32,
     /// How long an envelope is valid, and remembered for de-duplication.
     pub replay_window: Duration,
+    /// Envelopes remembered for de-duplication at most, all senders together; when full, new
+    /// payloads are answered `busy` (see [`crate::payload::InboxConfig::max_remembered`]).
+    pub replay_memory_max: usize,
     /// Delivery attempts of one payload before `send` gives up, and the first back-off.
     pub send_attempts: u32,
     pub send_backoff: Duration,
@@ -220,6 +231,7 @@ impl Default for PeersConfig {
             board_ttl: Duration::from_secs(180),
             max_clock_skew: Duration::from_secs(30),
             mdns: false,
+            dial_private_addresses: false,
             kad_server: None,
             external_addresses: Vec::new(),
             relays: Vec::new(),
@@ -236,6 +248,7 @@ impl Default for PeersConfig {
             payload_rate_per_sec: 20.0,
             payload_burst: 100,
             replay_window: Duration::from_secs(600),
+            replay_memory_max: crate::payload::DEFAULT_MAX_REMEMBERED,
             send_attempts: 6,
             send_backoff: Duration::from_millis(250),
             request_timeout: Duration::from_secs(10),
@@ -287,6 +300,9 @@ impl PeersConfig {
         }
         if self.payload_queue == 0 {
             return bad("payload_queue must be >= 1");
+        }
+        if self.replay_memory_max == 0 {
+            return bad("replay_memory_max must be >= 1");
         }
         if self.max_connections == 0
             || self.max_connections_per_peer == 0
@@ -389,6 +405,7 @@ impl PeersConfig {
         InboxConfig {
             max_payload_bytes: self.max_payload_bytes,
             replay_window_ms: self.replay_window.as_millis() as u64,
+            max_remembered: self.replay_memory_max,
             max_skew_ms: self.max_clock_skew.as_millis() as u64,
             rate_per_sec: self.payload_rate_per_sec,
             burst: f64::from(self.payload_burst),
@@ -594,7 +611,12 @@ pub async fn start(
         ));
     }
     let local = keypair.public().to_peer_id();
-    let mut swarm = build_swarm(&config, keypair.clone())?;
+    let dial_policy = Arc::new(DialPolicy::new(
+        config.dial_private_addresses,
+        config.mdns,
+        config.bootstrap.iter().chain(&config.relays).cloned(),
+    ));
+    let mut swarm = build_swarm(&config, keypair.clone(), dial_policy.clone())?;
     for category in &config.live_categories {
         swarm
             .behaviour_mut()
@@ -683,6 +705,7 @@ pub async fn start(
         dht_server,
         relay_serving: false,
         relay_listening: HashSet::new(),
+        dial_policy,
         config,
     };
     task.update_reachability();
@@ -693,7 +716,11 @@ pub async fn start(
     Ok((handle, payload_rx))
 }
 
-fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour>, PeersError> {
+fn build_swarm(
+    config: &PeersConfig,
+    keypair: Keypair,
+    dial_policy: Arc<DialPolicy>,
+) -> Result<Swarm<Behaviour>, PeersError> {
     let gossip_config = gossipsub::ConfigBuilder::default()
         .heartbeat_interval(config.gossip_heartbeat)
         .validation_mode(gossipsub::ValidationMode::Strict)
@@ -728,22 +755,31 @@ fn build_swarm(config: &PeersConfig, keypair: Keypair) -> Result<Swarm<Behaviour
         .with_max_pending_outgoing(Some(config.max_pending_outgoing));
     let swarm = libp2p::SwarmBuilder::with_existing_identity(keypair)
         .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
-        )
-        .map_err(|e| PeersError::InvalidConfig(format!("tcp/noise: {e}")))?
-        .with_quic()
-        // In-process `/memory/<n>` addresses, for tests of many nodes without sockets.
+        // TCP, QUIC and in-process `/memory/<n>` addresses (tests of many nodes without
+        // sockets), behind one dial gate: every dial of every behaviour passes it (`dial`).
         .with_other_transport(|key| {
             use libp2p::Transport;
-            Ok(libp2p::core::transport::MemoryTransport::default()
+            use libp2p::core::muxing::StreamMuxerBox;
+            let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true))
                 .upgrade(libp2p::core::upgrade::Version::V1)
                 .authenticate(noise::Config::new(key)?)
-                .multiplex(yamux::Config::default()))
+                .multiplex(yamux::Config::default())
+                .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)));
+            let quic = libp2p::quic::tokio::Transport::new(libp2p::quic::Config::new(key))
+                .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)));
+            let memory = libp2p::core::transport::MemoryTransport::default()
+                .upgrade(libp2p::core::upgrade::Version::V1)
+                .authenticate(noise::Config::new(key)?)
+                .multiplex(yamux::Config::default())
+                .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)));
+            let all = tcp
+                .or_transport(quic)
+                .map(|either, _| either.into_inner())
+                .or_transport(memory)
+                .map(|either, _| either.into_inner());
+            Ok(DialGate::new(all, dial_policy))
         })
-        .map_err(|e| PeersError::InvalidConfig(format!("memory transport: {e}")))?
+        .map_err(|e| PeersError::InvalidConfig(format!("transport: {e}")))?
         .with_relay_client(noise::Config::new, yamux::Config::default)
         .map_err(|e| PeersError::InvalidConfig(format!("relay client: {e}")))?
         .with_behaviour(|key, relay_client| {
@@ -963,6 +999,8 @@ struct Task {
     relay_serving: bool,
     /// Configured relays a circuit reservation was asked of on the current connection.
     relay_listening: HashSet<PeerId>,
+    /// What the transport dials; the operator's explicit dials are added to it.
+    dial_policy: Arc<DialPolicy>,
 }
 
 impl Task {
@@ -1026,6 +1064,8 @@ impl Task {
                     let _ = reply.send(Ok(peer));
                     return;
                 }
+                // The operator asked for this address: dialed whatever it is (`dial`).
+                self.dial_policy.allow_operator(&addr);
                 let opts = dial_opts(&addr);
                 let id = opts.connection_id();
                 match self.swarm.dial(opts) {
@@ -1688,6 +1728,9 @@ impl Task {
                     reason: reason.to_string(),
                 });
             }
+            Received::MemoryFull => {
+                tracing::debug!(%from, "payload not taken: the replay memory is full");
+            }
             Received::Duplicate | Received::RateLimited => {}
         }
         ack
@@ -2336,6 +2379,7 @@ mod tests {
         let config = PeersConfig {
             listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
             request_timeout: Duration::from_secs(3),
+            dial_private_addresses: true,
             send_attempts: 1,
             send_queue_per_peer: 256,
             ..PeersConfig::default()

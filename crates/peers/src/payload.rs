@@ -290,12 +290,22 @@ pub enum Ack {
     Busy,
 }
 
+/// Default of [`InboxConfig::max_remembered`]: about 64 MiB of `(sender, seq)` entries, room for
+/// ~430 payloads a second, every second of a 10-minute window, from all peers together.
+pub const DEFAULT_MAX_REMEMBERED: usize = 262_144;
+
 /// Receiving-side limits.
 #[derive(Clone, Debug)]
 pub struct InboxConfig {
     pub max_payload_bytes: usize,
     /// How old an envelope may be; de-duplication remembers envelopes this long.
     pub replay_window_ms: u64,
+    /// Envelopes the de-duplication memory holds at most, from all senders together. The rate
+    /// bounds each sender, but sender ids cost nothing: without this, a flood of fresh ids
+    /// grew the memory without bound. When it is full a new payload is not taken
+    /// ([`Received::MemoryFull`], the sender told `busy` and backing off) until entries pass
+    /// their window: forgetting one early would let its replay through.
+    pub max_remembered: usize,
     pub max_skew_ms: u64,
     /// Token bucket per sender: sustained payloads per second and burst.
     pub rate_per_sec: f64,
@@ -307,6 +317,7 @@ impl Default for InboxConfig {
         InboxConfig {
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             replay_window_ms: 10 * 60 * 1000,
+            max_remembered: DEFAULT_MAX_REMEMBERED,
             max_skew_ms: 30_000,
             rate_per_sec: 20.0,
             burst: 100.0,
@@ -321,6 +332,9 @@ pub enum Received {
     Duplicate,
     Refused(PayloadRefusal),
     RateLimited,
+    /// The de-duplication memory is full ([`InboxConfig::max_remembered`]): not taken, the
+    /// sender is told `busy` and retries later.
+    MemoryFull,
 }
 
 impl Received {
@@ -332,6 +346,7 @@ impl Received {
                 reason: r.code().to_owned(),
             },
             Received::RateLimited => Ack::RateLimited,
+            Received::MemoryFull => Ack::Busy,
         }
     }
 }
@@ -409,6 +424,9 @@ impl Inbox {
         let key = (*from, envelope.seq);
         if self.seen.contains(&key) {
             return Received::Duplicate;
+        }
+        if self.seen.len() >= self.config.max_remembered {
+            return Received::MemoryFull;
         }
         self.seen.insert(key);
         self.seen_order.push_back((

@@ -107,6 +107,33 @@ fn scope(addr: &Multiaddr) -> Scope {
     }
 }
 
+/// How far a dial to an address reaches, for the dial policy (`dial`): the internet, the LAN,
+/// this machine (loopback, the unspecified address, which connects to it, and the in-process
+/// memory transport), or nowhere a peer should send this node (multicast, broadcast, reserved,
+/// mapped or translated IPv6, DNS names, which no transport here resolves, anything else).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DialScope {
+    Public,
+    Lan,
+    Local,
+    Never,
+}
+
+pub(crate) fn dial_scope(addr: &Multiaddr) -> DialScope {
+    let (scope, local) = match addr.iter().next() {
+        Some(Protocol::Ip4(ip)) => (scope_v4(ip), ip.is_loopback()),
+        Some(Protocol::Ip6(ip)) => (scope_v6(ip), ip.is_loopback() || ip.is_unspecified()),
+        Some(Protocol::Memory(_)) => return DialScope::Local,
+        _ => return DialScope::Never,
+    };
+    match scope {
+        Scope::Public => DialScope::Public,
+        Scope::Private if local => DialScope::Local,
+        Scope::Private => DialScope::Lan,
+        Scope::Never | Scope::Other => DialScope::Never,
+    }
+}
+
 /// Whether a DHT server's self-reported address may enter our routing table (from where peers
 /// learn it): a public address, or one in the scope of the connection it came over (a LAN or a
 /// single machine is its own network). A loopback or LAN address learned over the internet is

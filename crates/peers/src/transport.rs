@@ -156,6 +156,11 @@ impl PayloadTransport for MemoryTransport {
                     attempts: 1,
                     last_error: "rate limited".into(),
                 }),
+                Received::MemoryFull => Err(PeersError::Unreachable {
+                    peer: to,
+                    attempts: 1,
+                    last_error: "receiver busy".into(),
+                }),
             }
         })
     }

@@ -118,6 +118,8 @@ async fn full_addr(h: &PeersHandle) -> Multiaddr {
 fn live_config(board_max_entries: usize) -> PeersConfig {
     PeersConfig {
         listen: vec!["/memory/0".parse().expect("memory addr")],
+        // In-process peers: the memory transport is this machine, dialed only when allowed.
+        dial_private_addresses: true,
         board_sync: false,
         board_max_entries,
         advert_rate_per_sec: 0.5,
@@ -473,6 +475,8 @@ async fn the_index_finds_skills_by_their_words_survives_a_flood_and_forgets_who_
 fn config() -> PeersConfig {
     PeersConfig {
         listen: vec!["/memory/0".parse().expect("memory addr")],
+        // In-process peers: the memory transport is this machine, dialed only when allowed.
+        dial_private_addresses: true,
         kad_server: Some(true),
         live_categories: vec![],
         board_sync: false,

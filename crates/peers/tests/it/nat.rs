@@ -120,6 +120,9 @@ async fn run_role(role: &str) {
             listen: listen(RELAY_IP),
             relay_server: true,
             kad_server: Some(true),
+            // The namespaces' "public" addresses are documentation ranges: private to the dial
+            // policy, so this test deployment allows them.
+            dial_private_addresses: true,
             ..PeersConfig::default()
         },
         _ => PeersConfig {
@@ -128,6 +131,7 @@ async fn run_role(role: &str) {
             // reservation before `dial_bootstrap` left relays to the relay client).
             bootstrap: vec![relay_addr()],
             relays: vec![relay_addr()],
+            dial_private_addresses: true,
             ..PeersConfig::default()
         },
     };

@@ -271,3 +271,54 @@ fn a_relayed_envelope_is_refused_by_its_sender_before_its_signature() {
         Received::Refused(PayloadRefusal::SenderMismatch(_))
     ));
 }
+
+/// Sender ids cost nothing and the rate is per sender: a flood of fresh ids, each signing
+/// payloads within its own rate, grew the de-duplication memory without bound (10 minutes of
+/// every id's payloads). The memory stops at its cap: past it a new payload is not taken (the
+/// sender is told `busy`) while every remembered one stays a duplicate, and room returns as
+/// entries pass their window.
+#[test]
+fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap() {
+    let me = keypair_from_seed(&[40; 32]).unwrap();
+    let pm = me.public().to_peer_id();
+    let config = InboxConfig {
+        max_remembered: 64,
+        ..InboxConfig::default()
+    };
+    let window = config.replay_window_ms;
+    let mut inbox = Inbox::new(pm, config);
+    let mut first = None;
+    let mut full = 0;
+    for i in 0..500u32 {
+        let mut seed = [41u8; 32];
+        seed[..4].copy_from_slice(&i.to_be_bytes());
+        let sender = keypair_from_seed(&seed).unwrap();
+        let signed = SignedPayload::sign(&sender, &pm, &request("flood"), 1, T0).unwrap();
+        let from = sender.public().to_peer_id();
+        match inbox.receive(&from, &signed, T0 + 1) {
+            Received::New(_) => {}
+            Received::MemoryFull => full += 1,
+            other => panic!("payload {i}: {other:?}"),
+        }
+        first.get_or_insert((from, signed));
+    }
+    assert_eq!(
+        inbox.remembered(),
+        64,
+        "the replay memory grew past its cap"
+    );
+    assert_eq!(full, 500 - 64);
+    assert_eq!(
+        Received::MemoryFull.ack(),
+        skillbox_peers::Ack::Busy,
+        "a full memory is a closed, retryable answer"
+    );
+    // A remembered payload's replay is still refused as a duplicate: nothing was forgotten.
+    let (from, signed) = first.expect("one sent");
+    assert_eq!(inbox.receive(&from, &signed, T0 + 2), Received::Duplicate);
+    // Past the window the entries go and new payloads are taken again.
+    let later = T0 + window + 10;
+    let signed = SignedPayload::sign(&me, &pm, &request("after"), 2, later).unwrap();
+    assert!(is_new(inbox.receive(&pm, &signed, later)));
+    assert_eq!(inbox.remembered(), 1);
+}

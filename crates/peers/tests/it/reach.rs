@@ -283,3 +283,185 @@ async fn inbound_connections_cannot_take_the_room_for_outbound_ones() {
     })
     .await;
 }
+
+/// A TCP listener on loopback standing for a service on the node's machine (a database, an
+/// admin port): the address a hostile peer hands the node, and a count of connections to it.
+async fn service_on_this_machine() -> (
+    Multiaddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((_conn, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let addr = format!("/ip4/127.0.0.1/tcp/{port}")
+        .parse()
+        .expect("multiaddr");
+    (addr, seen, task)
+}
+
+fn dialing_private(on: bool) -> PeersConfig {
+    PeersConfig {
+        dial_private_addresses: on,
+        send_attempts: 2,
+        ..tcp()
+    }
+}
+
+/// A peer's identify says it listens on a loopback service of ours; once it has gone, a payload
+/// to it makes the node dial what identify's and request-response's address books hold.
+/// Returns the connections the service saw.
+async fn identify_attack(seed: u8, dial_private: bool) -> usize {
+    let (service, seen, task) = service_on_this_machine().await;
+    let (victim, _rv) = node(seed, dialing_private(dial_private)).await;
+    let (hostile, _rh) = node(
+        seed + 1,
+        PeersConfig {
+            external_addresses: vec![service.clone()],
+            ..tcp()
+        },
+    )
+    .await;
+    let ph = hostile.local_peer_id();
+    hostile.dial(full_addr(&victim).await).await.expect("dial");
+    wait_for!("identify's listen addresses", {
+        victim
+            .peers()
+            .await
+            .expect("peers")
+            .iter()
+            .any(|p| p.peer == ph.to_base58() && p.listen_addrs.contains(&service.to_string()))
+            .then_some(())
+    });
+    hostile.shutdown().await;
+    wait_for!("the hostile peer gone", {
+        (!crate::support::peer_ids(&victim)
+            .await
+            .contains(&ph.to_base58()))
+        .then_some(())
+    });
+    let sent = victim.send(ph, call("lure-1")).await;
+    assert!(sent.is_err(), "the hostile peer is gone: {sent:?}");
+    // A dial the swarm started still connecting: give it a moment to land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = seen.load(std::sync::atomic::Ordering::SeqCst);
+    task.abort();
+    victim.shutdown().await;
+    n
+}
+
+/// The attack: a peer's identify hands the node the address of a service on its own machine,
+/// and the node connects there (SSRF-like probing; the outcome tells the peer the port is
+/// open). With `dial_private_addresses` off the service sees no connection; on (a LAN or test
+/// deployment) it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_address_from_identify_is_not_dialed_unless_private_dials_are_on() {
+    within(TEST_LIMIT, async {
+        assert_eq!(
+            identify_attack(150, false).await,
+            0,
+            "the node dialed a loopback service a peer named"
+        );
+        assert!(
+            identify_attack(152, true).await > 0,
+            "the switch on dials it"
+        );
+    })
+    .await;
+}
+
+/// Kademlia's closer peers: a DHT server answers the node's bootstrap query with a peer whose
+/// address is a service on the node's machine; the node's query dials the peers it is given.
+async fn kad_attack(seed: u8, dial_private: bool) -> usize {
+    let (service, seen, task) = service_on_this_machine().await;
+    // The DHT server dials nothing private itself: any connection to the service is the
+    // victim's.
+    let (server, _rs) = node(
+        seed,
+        PeersConfig {
+            kad_server: Some(true),
+            ..dialing_private(false)
+        },
+    )
+    .await;
+    let (lure, _rl) = node(
+        seed + 1,
+        PeersConfig {
+            kad_server: Some(true),
+            external_addresses: vec![service.clone()],
+            ..tcp()
+        },
+    )
+    .await;
+    lure.dial(full_addr(&server).await).await.expect("dial");
+    // The server's routing table holds the lure under the service's address (identify, then
+    // `routable_for_dht`: loopback over loopback) before the victim asks.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (victim, _rv) = node(
+        seed + 2,
+        PeersConfig {
+            bootstrap: vec![full_addr(&server).await],
+            ..dialing_private(dial_private)
+        },
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < deadline && seen.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let n = seen.load(std::sync::atomic::Ordering::SeqCst);
+    task.abort();
+    shutdown([victim, lure, server]).await;
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_address_among_kademlias_closer_peers_is_not_dialed_unless_private_dials_are_on()
+{
+    within(TEST_LIMIT, async {
+        assert_eq!(
+            kad_attack(155, false).await,
+            0,
+            "the node dialed a loopback service a DHT server named"
+        );
+        assert!(kad_attack(158, true).await > 0, "the switch on dials it");
+    })
+    .await;
+}
+
+/// AutoNAT v2: a client asks the node's AutoNAT server to dial back an address of its choice
+/// (here its own loopback listener: a service on the node's machine). With private dials off
+/// the server does not dial it, and the client hears its address is unreachable; on, the dial
+/// goes out and the address is confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autonat_client_cannot_make_the_server_dial_a_loopback_address() {
+    within(TEST_LIMIT, async {
+        for (seed, dial_private) in [(161u8, false), (163, true)] {
+            let (server, _rs) = node(seed, dialing_private(dial_private)).await;
+            let (client, _rc) = node(seed + 1, tcp()).await;
+            let mut events = client.subscribe();
+            let own = client.listen_addrs().await.expect("addrs")[0].clone();
+            client.dial(full_addr(&server).await).await.expect("dial");
+            let confirmed = wait_event(&mut events, "the dial-back's outcome", |e| match e {
+                NetworkEvent::AddressConfirmed { address } if *address == own => Some(true),
+                NetworkEvent::AddressUnreachable { address, .. } if *address == own => Some(false),
+                _ => None,
+            })
+            .await;
+            assert_eq!(
+                confirmed, dial_private,
+                "the server dialed a loopback address back: {confirmed}"
+            );
+            shutdown([client, server]).await;
+        }
+    })
+    .await;
+}

@@ -14,7 +14,8 @@ use tokio::sync::broadcast;
 pub const WAIT: Duration = Duration::from_secs(30);
 
 /// Listening on each of `listen` (none: a node reachable only by what it dials or a relay), with
-/// gossip quick enough for a test.
+/// gossip quick enough for a test, and dialing the loopback addresses its peers give (every
+/// node here is on 127.0.0.1: a test deployment).
 pub fn config(listen: &[&str]) -> PeersConfig {
     PeersConfig {
         listen: listen
@@ -22,6 +23,7 @@ pub fn config(listen: &[&str]) -> PeersConfig {
             .map(|a| a.parse().expect("test multiaddr"))
             .collect(),
         gossip_heartbeat: Duration::from_millis(200),
+        dial_private_addresses: true,
         ..PeersConfig::default()
     }
 }

@@ -1,0 +1,225 @@
+//! Which addresses this node dials: the door every outbound connection passes.
+//!
+//! Peers hand a node addresses in many ways — Kademlia's closer peers and provider records,
+//! identify's listen addresses (kept in identify's and request-response's address books), an
+//! AutoNAT v2 client's "dial me back here", DCUtR's hole-punch candidates, a relayed address's
+//! relay. Each ends in one call: the transport's `dial`. [`DialGate`] wraps the whole transport
+//! (TCP, QUIC, the in-process memory one; the relay client's circuits dial their relay through
+//! it too), so one check covers every path, present and future, where a check in each
+//! behaviour would miss the addresses the others add to a dial.
+//!
+//! The rule ([`DialPolicy::allows`]): a globally routable address is dialed; an address the
+//! operator gave (bootstrap peers, relays, an explicit dial) is dialed whatever it is; a LAN
+//! address only with `dial_private_addresses` or mDNS on (mDNS discovers only the LAN, so a
+//! node that asked for it asked for LAN peers); a loopback address (this machine) and the
+//! in-process memory transport only with `dial_private_addresses`; multicast, broadcast,
+//! reserved, IPv4-mapped or translated IPv6 and DNS names never (a name is judged only after it
+//! resolves, and this node's transports resolve none: a name a peer gives is not dialed).
+//! Without this, a hostile peer made the node connect to services on its own machine or LAN
+//! and learned from the outcome which ports were open.
+
+use std::collections::HashSet;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use libp2p::Multiaddr;
+use libp2p::core::transport::{DialOpts, ListenerId, Transport, TransportError, TransportEvent};
+use libp2p::multiaddr::Protocol;
+
+use crate::reach::{DialScope, dial_scope};
+
+/// Explicitly dialed addresses remembered at most (the operator alone adds them; the bound only
+/// keeps a long-running node's set from growing for ever).
+const MAX_OPERATOR_ADDRESSES: usize = 4_096;
+
+/// What [`DialGate`] lets through (shared with the network task, which adds the operator's
+/// explicit dials).
+#[derive(Debug)]
+pub(crate) struct DialPolicy {
+    /// LAN ranges (RFC 1918, link-local, CGNAT, unique-local, documentation, benchmarking).
+    lan: bool,
+    /// Loopback, the unspecified address and the in-process memory transport.
+    local: bool,
+    /// Addresses the operator configured (bootstrap peers, relays) and dialed explicitly,
+    /// without their `/p2p/<id>` (what a transport dials).
+    configured: HashSet<Multiaddr>,
+    explicit: Mutex<HashSet<Multiaddr>>,
+}
+
+impl DialPolicy {
+    /// `private`: `dial_private_addresses`; `mdns`: multicast discovery on (LAN allowed).
+    pub(crate) fn new(
+        private: bool,
+        mdns: bool,
+        operator: impl IntoIterator<Item = Multiaddr>,
+    ) -> DialPolicy {
+        DialPolicy {
+            lan: private || mdns,
+            local: private,
+            configured: operator.into_iter().map(|a| dial_key(&a)).collect(),
+            explicit: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The operator dialed `addr` explicitly (`skillbox peer add`): dialed whatever it is.
+    pub(crate) fn allow_operator(&self, addr: &Multiaddr) {
+        let mut set = self.explicit.lock().unwrap_or_else(|p| p.into_inner());
+        if set.len() >= MAX_OPERATOR_ADDRESSES {
+            // Only the operator's own dials got here: start over rather than grow for ever.
+            set.clear();
+        }
+        set.insert(dial_key(addr));
+    }
+
+    /// Whether the transport may dial `addr`.
+    pub(crate) fn allows(&self, addr: &Multiaddr) -> bool {
+        let allowed = match dial_scope(addr) {
+            DialScope::Public => true,
+            DialScope::Lan => self.lan,
+            DialScope::Local => self.local,
+            DialScope::Never => false,
+        };
+        if allowed {
+            return true;
+        }
+        let key = dial_key(addr);
+        self.configured.contains(&key)
+            || self
+                .explicit
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&key)
+    }
+}
+
+/// `addr` without its trailing `/p2p/<id>`s: the swarm appends the peer id to what it dials,
+/// the operator may or may not have written one.
+fn dial_key(addr: &Multiaddr) -> Multiaddr {
+    let mut key = addr.clone();
+    while matches!(key.iter().last(), Some(Protocol::P2p(_))) {
+        key.pop();
+    }
+    key
+}
+
+/// A transport that dials only what [`DialPolicy`] allows; listening is untouched.
+pub(crate) struct DialGate<T> {
+    inner: T,
+    policy: Arc<DialPolicy>,
+}
+
+impl<T> DialGate<T> {
+    pub(crate) fn new(inner: T, policy: Arc<DialPolicy>) -> DialGate<T> {
+        DialGate { inner, policy }
+    }
+}
+
+impl<T: Transport + Unpin> Transport for DialGate<T> {
+    type Output = T::Output;
+    type Error = T::Error;
+    type ListenerUpgrade = T::ListenerUpgrade;
+    type Dial = T::Dial;
+
+    fn listen_on(
+        &mut self,
+        id: ListenerId,
+        addr: Multiaddr,
+    ) -> Result<(), TransportError<Self::Error>> {
+        self.inner.listen_on(id, addr)
+    }
+
+    fn remove_listener(&mut self, id: ListenerId) -> bool {
+        self.inner.remove_listener(id)
+    }
+
+    fn dial(
+        &mut self,
+        addr: Multiaddr,
+        opts: DialOpts,
+    ) -> Result<Self::Dial, TransportError<Self::Error>> {
+        if !self.policy.allows(&addr) {
+            tracing::debug!(%addr, "not dialing an address outside the dial policy");
+            // "Not supported": the swarm tries the peer's other addresses, none of which the
+            // refused one's owner learns about.
+            return Err(TransportError::MultiaddrNotSupported(addr));
+        }
+        self.inner.dial(addr, opts)
+    }
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<TransportEvent<Self::ListenerUpgrade, Self::Error>> {
+        Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> Multiaddr {
+        s.parse().expect("test multiaddr")
+    }
+
+    #[test]
+    fn peers_addresses_are_dialed_only_when_global_unless_the_operator_named_them() {
+        let id = libp2p::PeerId::random();
+        let off = DialPolicy::new(
+            false,
+            false,
+            [addr(&format!("/ip4/10.1.2.3/tcp/4001/p2p/{id}"))],
+        );
+        let mdns = DialPolicy::new(false, true, []);
+        let on = DialPolicy::new(true, false, []);
+        for public in [
+            "/ip4/8.8.8.8/tcp/4001",
+            "/ip6/2606:4700::1/udp/4001/quic-v1",
+        ] {
+            assert!(off.allows(&addr(public)), "{public}");
+        }
+        for lan in [
+            "/ip4/192.168.1.7/tcp/22",
+            "/ip4/10.0.0.1/tcp/80",
+            "/ip4/169.254.169.254/tcp/80",
+            "/ip4/100.64.0.1/tcp/80",
+            "/ip6/fd00::1/tcp/80",
+            "/ip6/fe80::1/tcp/80",
+        ] {
+            assert!(!off.allows(&addr(lan)), "{lan}");
+            assert!(mdns.allows(&addr(lan)), "{lan}");
+            assert!(on.allows(&addr(lan)), "{lan}");
+        }
+        for local in [
+            "/ip4/127.0.0.1/tcp/6379",
+            "/ip6/::1/tcp/6379",
+            "/ip6/::/tcp/6379",
+            "/memory/7",
+        ] {
+            assert!(!off.allows(&addr(local)), "{local}");
+            assert!(
+                !mdns.allows(&addr(local)),
+                "mDNS is the LAN, not this machine: {local}"
+            );
+            assert!(on.allows(&addr(local)), "{local}");
+        }
+        for never in [
+            "/ip4/0.0.0.0/tcp/6379",
+            "/ip6/::ffff:127.0.0.1/tcp/6379",
+            "/ip4/224.0.0.1/tcp/80",
+            "/ip4/255.255.255.255/tcp/80",
+            "/dns4/localhost/tcp/6379",
+            "/dns/internal.example/tcp/80",
+        ] {
+            assert!(!on.allows(&addr(never)), "{never}");
+        }
+        // The operator's bootstrap peer, with or without its id, and nothing else at that host.
+        assert!(off.allows(&addr("/ip4/10.1.2.3/tcp/4001")));
+        assert!(off.allows(&addr(&format!("/ip4/10.1.2.3/tcp/4001/p2p/{id}"))));
+        assert!(!off.allows(&addr("/ip4/10.1.2.3/tcp/22")));
+        assert!(!off.allows(&addr("/ip4/10.1.2.3/udp/4001/quic-v1")));
+        off.allow_operator(&addr("/ip4/127.0.0.1/tcp/4002"));
+        assert!(off.allows(&addr("/ip4/127.0.0.1/tcp/4002")));
+    }
+}
