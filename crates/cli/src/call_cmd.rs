@@ -2,6 +2,7 @@
 //! the command line. `call --wait` follows the call through its states and prints the answer;
 //! it exits 0 when answered, 1 when refused or failed. `approve` asks at a terminal.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use crate::node_cmd::{Client, listed, print_json, said};
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(group(clap::ArgGroup::new("request_from").required(true).multiple(false)))]
 pub struct CallArgs {
     /// The owner's peer id (from `skillbox board`).
     #[arg(required = true)]
@@ -20,9 +22,14 @@ pub struct CallArgs {
     /// The skill's name.
     #[arg(required = true)]
     pub skill: Option<String>,
-    /// The request text.
-    #[arg(required = true)]
+    /// The request text, for convenience: every user of this machine sees a command line (`ps`,
+    /// /proc/PID/cmdline) and shell history keeps it. For anything private use --request-file.
+    #[arg(group = "request_from")]
     pub request: Option<String>,
+    /// Read the request from this file, or from standard input with `-`: it never enters the
+    /// command line, which other local users can read.
+    #[arg(long, value_name = "PATH", group = "request_from")]
+    pub request_file: Option<PathBuf>,
     /// Apply exactly these sources (repeatable; each must be in the skill's requiredSources).
     #[arg(long = "source", value_name = "NAME", conflicts_with = "no_sources")]
     pub sources: Vec<String>,
@@ -244,8 +251,13 @@ pub fn run_call(global: &crate::Global, args: CallArgs) -> anyhow::Result<ExitCo
         }
         None => {}
     }
-    let (Some(peer), Some(skill), Some(request)) = (args.peer, args.skill, args.request) else {
-        anyhow::bail!("usage: skillbox call PEER SKILL REQUEST");
+    let request = match (args.request, &args.request_file) {
+        (Some(text), None) => text,
+        (None, Some(path)) => read_request(path)?,
+        _ => anyhow::bail!(CALL_USAGE),
+    };
+    let (Some(peer), Some(skill)) = (args.peer, args.skill) else {
+        anyhow::bail!(CALL_USAGE);
     };
     let mut body = json!({ "peer": peer, "skill": skill, "request": request });
     if args.no_sources {
@@ -277,6 +289,46 @@ pub fn run_call(global: &crate::Global, args: CallArgs) -> anyhow::Result<ExitCo
         show(&last);
     }
     Ok(exit_for(last["state"].as_str().unwrap_or("")))
+}
+
+const CALL_USAGE: &str =
+    "usage: skillbox call PEER SKILL (REQUEST | --request-file PATH | --request-file -)";
+
+/// The most a request file or standard input is read for: a bound on this process's memory, not
+/// the rule (the node refuses anything over its own `calls.max_request_bytes`, far below).
+const REQUEST_READ_CAP: u64 = 16 << 20;
+
+/// The request text from `path`, or from standard input when `path` is `-`: the way to pass a
+/// request that no other user of this machine reads off the command line.
+pub(crate) fn read_request(path: &Path) -> anyhow::Result<String> {
+    use std::io::{IsTerminal, Read};
+    let from_stdin = path == Path::new("-");
+    let what = if from_stdin {
+        "standard input".to_owned()
+    } else {
+        path.display().to_string()
+    };
+    let reader: Box<dyn Read> = if from_stdin {
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            eprintln!("request (end it with Ctrl-D on a line of its own):");
+        }
+        Box::new(stdin)
+    } else {
+        Box::new(std::fs::File::open(path).with_context(|| format!("opening {what}"))?)
+    };
+    let mut buf = Vec::new();
+    reader
+        .take(REQUEST_READ_CAP + 1)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading the request from {what}"))?;
+    if buf.len() as u64 > REQUEST_READ_CAP {
+        anyhow::bail!("the request in {what} is over 16 MiB");
+    }
+    if buf.is_empty() {
+        anyhow::bail!("the request in {what} is empty");
+    }
+    String::from_utf8(buf).map_err(|_| anyhow::anyhow!("the request in {what} is not UTF-8 text"))
 }
 
 pub fn run_calls(global: &crate::Global, args: CallsArgs) -> anyhow::Result<ExitCode> {
@@ -383,9 +435,16 @@ fn confirm_at_terminal(client: &Client, id: &str) -> anyhow::Result<bool> {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("text_from").required(true).multiple(false)))]
 pub struct AskArgs {
-    /// What you want done, in words: matched against the skills the board offers right now.
-    pub text: String,
+    /// What you want done, in words: matched against the skills the board offers right now, and
+    /// the request of the call it starts. Every user of this machine sees a command line: for
+    /// anything private use --text-file.
+    #[arg(group = "text_from")]
+    pub text: Option<String>,
+    /// Read the text from this file, or from standard input with `-` (off the command line).
+    #[arg(long, value_name = "PATH", group = "text_from")]
+    pub text_file: Option<PathBuf>,
     /// Follow the call to its end and print the answer.
     #[arg(long)]
     pub wait: bool,
@@ -398,7 +457,12 @@ pub struct AskArgs {
 /// `skillbox ask TEXT`: the skill intent.
 pub fn run_ask(global: &crate::Global, args: AskArgs) -> anyhow::Result<ExitCode> {
     let client = Client::from_data_dir(global)?;
-    let bytes = serde_json::to_vec(&json!({ "text": args.text })).context("encoding")?;
+    let text = match (args.text, &args.text_file) {
+        (Some(text), None) => text,
+        (None, Some(path)) => read_request(path)?,
+        _ => anyhow::bail!("usage: skillbox ask (TEXT | --text-file PATH | --text-file -)"),
+    };
+    let bytes = serde_json::to_vec(&json!({ "text": text })).context("encoding")?;
     let ans = client.send(
         Method::POST,
         "/intents/skill",

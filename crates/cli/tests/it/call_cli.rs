@@ -1,9 +1,11 @@
 //! The calls verbs of the CLI against real processes: a box, an owner node and a caller node
 //! (`skillbox box`, `skillbox node`), a loopback OpenAI-compatible double as the box's provider.
 //! `call --wait --json`, `calls --json`, `call show`, `ask`, `approve`, `deny`, and refusals
-//! with exit code 1.
+//! with exit code 1. A request from a file or standard input (`--request-file`), off the command
+//! line other local users read.
 
-use std::process::Output;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::support::procs::{self, cli};
@@ -317,5 +319,150 @@ fn call_calls_show_ask_approve_and_deny_from_the_command_line() {
     assert!(
         said.contains("staked request") && said.contains("does NOT verify"),
         "{said}"
+    );
+}
+
+/// Whether any prompt the provider double was sent holds `text`: the request reached the box.
+fn provider_saw(provider: &procs::ProviderLog, text: &str) -> bool {
+    let log = provider.0.lock().expect("log");
+    log.iter().any(|(_, body)| body.to_string().contains(text))
+}
+
+/// /proc/PID/cmdline, as any local user reads it (arguments joined by spaces). The parent can
+/// wake from `spawn` while the kernel is still between closing the exec pipe and setting up the
+/// new arguments: an empty read is retried.
+fn command_line(pid: u32) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).expect("read cmdline");
+        if !raw.is_empty() || std::time::Instant::now() > deadline {
+            return String::from_utf8_lossy(&raw).replace('\0', " ");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The same-machine door: every user of the machine reads /proc/PID/cmdline, so a request given
+/// as an argument is theirs to read. `--request-file -` (stdin) and `--request-file PATH` carry
+/// it to the answer while the process's command line, read while it runs, holds none of it.
+#[test]
+fn a_request_from_stdin_or_a_file_reaches_the_answer_and_never_the_command_line() {
+    const ON_STDIN: &str = "my diagnosis, read from stdin: PRIVATE-REQUEST-7f3a";
+    const IN_FILE: &str = "my diagnosis, read from a file: PRIVATE-REQUEST-c91e";
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider_url, provider) = procs::provider_double(Duration::ZERO);
+    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+    let (owner, caller) = procs::owner_and_caller(root.path(), &bx.url, &[], |t| t);
+    let doc = procs::skill_doc("taste", "BODY", &["songs"]);
+    procs::offer_taste(&owner, &caller, "sk-cli-test", &doc, "Bonobo - Kerala\n");
+    let dir = caller.dir.clone();
+    let peer = owner.peer_id.clone();
+    let answered = |o: &Output| {
+        assert!(o.status.success(), "{}", procs::text(o));
+        let rec = json_of(o);
+        assert_eq!(rec["state"], "answered", "{rec}");
+        assert!(
+            rec["answer"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("The double read")),
+            "{rec}"
+        );
+    };
+
+    // Standard input: the command line is read from /proc while the process waits for it.
+    let mut child = Command::new(procs::BIN)
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["call", &peer, "taste", "--request-file", "-"])
+        .args(["--no-sources", "--wait", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox call");
+    let cmdline = command_line(child.id());
+    assert!(cmdline.contains("--request-file -"), "{cmdline}");
+    assert!(!cmdline.contains("PRIVATE-REQUEST"), "{cmdline}");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(ON_STDIN.as_bytes())
+        .expect("write the request");
+    let o = child.wait_with_output().expect("skillbox call");
+    answered(&o);
+    assert!(
+        provider_saw(&provider, ON_STDIN),
+        "the request never reached the box"
+    );
+
+    // A file: only its path is on the command line.
+    let file = root.path().join("request.txt");
+    std::fs::write(&file, IN_FILE).expect("write the request file");
+    let path = file.to_str().expect("path");
+    let args = ["call", &peer, "taste", "--request-file", path];
+    let o = cli(
+        &dir,
+        &[&args[..], &["--no-sources", "--wait", "--json"]].concat(),
+    );
+    answered(&o);
+    assert!(
+        provider_saw(&provider, IN_FILE),
+        "the request never reached the box"
+    );
+
+    // `ask` takes its text (the request of the call it starts) the same way.
+    let text = b"build a music taste profile from my listening history";
+    let o = procs::skillbox_with(
+        &dir,
+        &["ask", "--text-file", "-", "--wait", "--json"],
+        &[],
+        Some(text),
+    );
+    assert!(o.status.success(), "{}", procs::text(&o));
+    let pick = json_of(&o);
+    assert_eq!(pick["skill"], "taste", "{pick}");
+    assert_eq!(pick["call"]["state"], "answered", "{pick}");
+    assert!(provider_saw(&provider, "listening history"));
+
+    // Bad input: a clear refusal naming what is wrong, nothing sent.
+    let runs = provider.0.lock().expect("log").len();
+    let missing = root.path().join("missing.txt");
+    let o = cli(
+        &dir,
+        &[
+            "call",
+            &peer,
+            "taste",
+            "--request-file",
+            missing.to_str().expect("path"),
+        ],
+    );
+    failed_saying(&o, &o.stderr, "missing.txt");
+    std::fs::write(&file, [0xff, 0xfe, b'x']).expect("write");
+    let o = cli(&dir, &["call", &peer, "taste", "--request-file", path]);
+    failed_saying(&o, &o.stderr, "not UTF-8");
+    let o = procs::skillbox_with(
+        &dir,
+        &["call", &peer, "taste", "--request-file", "-"],
+        &[],
+        Some(b""),
+    );
+    failed_saying(&o, &o.stderr, "empty");
+    // Both, or neither: a usage error (exit 2).
+    let o = cli(
+        &dir,
+        &["call", &peer, "taste", "inline", "--request-file", path],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", procs::text(&o));
+    let o = cli(&dir, &["call", &peer, "taste"]);
+    assert_eq!(o.status.code(), Some(2), "{}", procs::text(&o));
+    assert_eq!(provider.0.lock().expect("log").len(), runs);
+
+    // The help says the argument is visible and where to put a private request instead.
+    let help = procs::cli_ok(&dir, &["call", "--help"]);
+    assert!(
+        help.contains("every user of this machine sees") && help.contains("--request-file"),
+        "{help}"
     );
 }
