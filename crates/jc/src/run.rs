@@ -424,6 +424,8 @@ struct Run {
     /// Times its result was served (in this process): a finished run served twice may make
     /// room at the kept-run limit.
     fetched: u32,
+    /// Attestations made for it (in this process), at most [`MAX_ATTESTATIONS_PER_RUN`].
+    attested: u32,
     /// Stake memory held for this run, by role: an upload being read, then the opened stake.
     /// Counted against the budget while the run is open or running.
     held: HashMap<Role, Hold>,
@@ -739,6 +741,12 @@ pub struct BoxCore {
 /// the box every time must not keep it restarting).
 pub const MAX_PROVIDER_ATTEMPTS: u32 = 3;
 
+/// Attestations one run is made: the caller's (with its open, or asked after), the owner's
+/// when it asks for its own, and retries. A hardware report is made by the platform one at a
+/// time, so without a ceiling whoever opened one run could keep every other run's attestation
+/// waiting behind a flood of its own.
+pub const MAX_ATTESTATIONS_PER_RUN: u32 = 8;
+
 /// A run as the run store keeps it (sealed): the run's keys (while it has them) in front, then
 /// this as JSON. Stakes are rows of their own.
 #[derive(Serialize, Deserialize)]
@@ -951,6 +959,7 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
         version: r.version,
         taken: false,
         fetched: 0,
+        attested: 0,
         held: HashMap::new(),
         uploading: Vec::new(),
         opened_by: None,
@@ -1379,6 +1388,7 @@ impl BoxCore {
             version: 0,
             taken: false,
             fetched: 0,
+            attested: 0,
             held: HashMap::new(),
             uploading: Vec::new(),
             opened_by: client,
@@ -1443,6 +1453,10 @@ impl BoxCore {
                 state: run.phase.as_str().into(),
                 action: "attest".into(),
             })?;
+            if run.attested >= MAX_ATTESTATIONS_PER_RUN {
+                return Err(JcError::RateLimited);
+            }
+            run.attested += 1;
             Statement {
                 platform: self.attester.platform().into(),
                 measurement: self.attester.measurement().into(),

@@ -799,3 +799,30 @@ async fn hang_up_on_the_last_stake(f: &Fixture, after_ms: u64) -> VerifiedRun {
     drop((rd, wr));
     run
 }
+
+/// Whoever opened a run cannot keep the platform's report maker busy with it: a run is
+/// attested at most `MAX_ATTESTATIONS_PER_RUN` times, then `rate_limited`, and another run's
+/// attestation is still made.
+#[tokio::test]
+async fn a_run_is_attested_a_bounded_number_of_times() {
+    let f = start(None).await;
+    let flooded = f.client.open(&f.approve(&f.program())).await.expect("open");
+    let nonce = |i: u32| format!("{i:032x}");
+    for i in 0..skillbox_jc::run::MAX_ATTESTATIONS_PER_RUN {
+        f.client
+            .attestation(&flooded.run_id, &nonce(i))
+            .await
+            .expect("within the ceiling");
+    }
+    let e = f
+        .client
+        .attestation(&flooded.run_id, &nonce(99))
+        .await
+        .expect_err("past the ceiling");
+    assert_eq!(remote_code(&e), "rate_limited");
+    let other = f.client.open(&f.approve(&f.program())).await.expect("open");
+    f.client
+        .attestation(&other.run_id, &nonce(1))
+        .await
+        .expect("another run is attested");
+}
