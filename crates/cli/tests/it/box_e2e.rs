@@ -12,14 +12,15 @@ use std::time::Duration;
 
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{VerifyPolicy, measure_file};
-use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::dsse::{approved_program, sign_program};
-use skillbox_jc::ed25519_dalek::SigningKey;
+use skillbox_jc::client::{StakeInput, open_result, seal_stake, verify_receipt};
+use skillbox_jc::dsse::approved_program;
 use skillbox_jc::program::*;
 use skillbox_jc::receipt::RunStatus;
+use skillbox_jc::registry::ProviderView;
 use skillbox_jc::run::now_secs;
 use skillbox_jc::seal::HpkeKeyPair;
-use skillbox_testkit::box_fixture::program_between;
+use skillbox_jc::server::Health;
+use skillbox_testkit::box_fixture::{Fixture, program_between, remote_code};
 
 const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -81,34 +82,25 @@ fn spawn_box(model: &std::path::Path) -> BoxProcess {
     }
 }
 
-fn party_key() -> SigningKey {
-    let mut seed = [0u8; 32];
-    getrandom_seed(&mut seed);
-    SigningKey::from_bytes(&seed)
+/// What the box says of its `local` provider (the embedded model).
+fn local_provider(health: &Health) -> &ProviderView {
+    health
+        .providers
+        .iter()
+        .find(|p| p.id == "local")
+        .expect("local listed")
 }
 
-fn getrandom_seed(buf: &mut [u8; 32]) {
-    // The jc crate's nonces are random: two of them make a fresh 32-byte seed.
-    let a = skillbox_jc::client::new_nonce();
-    let b = skillbox_jc::client::new_nonce();
-    let bytes = hex_decode(&(a + &b));
-    buf.copy_from_slice(&bytes);
-}
-
-fn hex_decode(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-fn program(
-    caller: &SigningKey,
-    owner: &SigningKey,
-    result: &HpkeKeyPair,
-    measurement: &str,
-) -> Program {
-    let base = program_between(caller, owner, result, measurement, "capital-cities");
+/// A program between the fixture's parties (the caller's result sealed to its result key) for
+/// the box of `measurement`: a request and one `travel_notes` source, 160 bytes of answer.
+fn program(fx: &Fixture, measurement: &str) -> Program {
+    let base = program_between(
+        &fx.caller,
+        &fx.owner,
+        &fx.result_key,
+        measurement,
+        "capital-cities",
+    );
     Program {
         call_id: format!("e2e-{}", skillbox_jc::client::new_nonce()),
         skill: SkillRef {
@@ -132,38 +124,32 @@ fn program(
 async fn box_process_runs_a_call_with_the_local_model() {
     let model = model_path();
     let bx = spawn_box(&model);
-    let client = BoxClient::new(&bx.url).expect("client");
+    // Two parties, their own keys; the caller also has a result key for this call.
+    let fx = Fixture::at(&bx.url);
+    let (client, caller, owner) = (&fx.client, &fx.caller, &fx.owner);
     let health = client.health().await.expect("healthz");
     assert_eq!(health.platform, INSECURE_DEV);
     assert!(health.no_hardware_isolation);
-    let local = health
-        .providers
-        .iter()
-        .find(|p| p.id == "local")
-        .expect("local listed");
+    let local = local_provider(&health);
     assert!(local.available, "{local:?}");
     // insecure-dev's measurement is the SHA-384 of the box's own executable.
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_skillbox"));
     assert_eq!(health.measurement, measure_file(&exe).expect("measure"));
 
-    // Two parties, their own keys. The caller also makes a result key for this call.
-    let (caller, owner) = (party_key(), party_key());
-    let result_key = HpkeKeyPair::generate();
-    let p = program(&caller, &owner, &result_key, &health.measurement);
+    let p = program(&fx, &health.measurement);
     // jc.propose / jc.approve: the caller signs, the owner co-signs the same bytes.
-    let mut env = sign_program(&p, &caller).expect("caller signs");
-    env.sign(&owner).expect("owner signs");
+    let env = fx.approve(&p);
     let approved = approved_program(&env).expect("approved by both");
 
     let opened = client.open(&env).await.expect("jc.open");
     // Each party attests with its own nonce and its own policy (both allow insecure-dev here).
-    let policy = VerifyPolicy::new(true);
+    let policy = &fx.policy;
     let caller_view = client
-        .attest(&approved, &opened.run_id, &policy)
+        .attest(&approved, &opened.run_id, policy)
         .await
         .expect("caller verifies");
     let owner_view = client
-        .attest(&approved, &opened.run_id, &policy)
+        .attest(&approved, &opened.run_id, policy)
         .await
         .expect("owner verifies");
     assert_eq!(caller_view.hpke_public_key, owner_view.hpke_public_key);
@@ -206,30 +192,27 @@ async fn box_process_runs_a_call_with_the_local_model() {
 
     // jc.submit is refused before both stakes.
     client
-        .stake(&caller_view, Role::Caller, caller_stake, &caller)
+        .stake(&caller_view, Role::Caller, caller_stake, caller)
         .await
         .expect("caller stakes");
     let early = client
-        .submit(&opened.run_id, &approved.hash, Role::Caller, &caller)
+        .submit(&opened.run_id, &approved.hash, Role::Caller, caller)
         .await
         .expect_err("early submit");
-    assert!(
-        matches!(&early, JcError::Remote { code, .. } if code == "stakes_missing"),
-        "{early:?}"
-    );
+    assert_eq!(remote_code(&early), "stakes_missing");
     client
-        .stake(&owner_view, Role::Owner, owner_stake, &owner)
+        .stake(&owner_view, Role::Owner, owner_stake, owner)
         .await
         .expect("owner stakes");
     assert!(
         !client
-            .submit(&opened.run_id, &approved.hash, Role::Caller, &caller)
+            .submit(&opened.run_id, &approved.hash, Role::Caller, caller)
             .await
             .expect("caller submits")
     );
     assert!(
         client
-            .submit(&opened.run_id, &approved.hash, Role::Owner, &owner)
+            .submit(&opened.run_id, &approved.hash, Role::Owner, owner)
             .await
             .expect("owner submits")
     );
@@ -241,7 +224,7 @@ async fn box_process_runs_a_call_with_the_local_model() {
     assert_eq!(view.status, RunStatus::Ok, "{:?}", view.error);
 
     // The caller opens the answer; the owner's keys cannot.
-    let out = open_result(&view, &result_key, &caller_view).expect("caller opens");
+    let out = open_result(&view, &fx.result_key, &caller_view).expect("caller opens");
     assert!(!out.answer.trim().is_empty(), "the model answered nothing");
     assert!(out.answer.len() <= 160);
     assert!(out.no_hardware_isolation);
@@ -270,26 +253,19 @@ async fn box_process_runs_a_call_with_the_local_model() {
         );
     }
     client
-        .delete(&opened.run_id, &approved.hash, Role::Owner, &owner)
+        .delete(&opened.run_id, &approved.hash, Role::Owner, owner)
         .await
         .expect("done with the run");
     let spent = client.result(&opened.run_id).await.expect_err("spent");
-    assert!(
-        matches!(&spent, JcError::Remote { code, .. } if code == "run_spent"),
-        "{spent:?}"
-    );
+    assert_eq!(remote_code(&spent), "run_spent");
 }
 
 #[tokio::test]
 async fn box_without_the_model_starts_and_says_local_is_unavailable() {
     let bx = spawn_box(std::path::Path::new("/nonexistent/skillbox-model.gguf"));
-    let client = BoxClient::new(&bx.url).expect("client");
-    let health = client.health().await.expect("healthz");
-    let local = health
-        .providers
-        .iter()
-        .find(|p| p.id == "local")
-        .expect("local listed");
+    let fx = Fixture::at(&bx.url);
+    let health = fx.client.health().await.expect("healthz");
+    let local = local_provider(&health);
     assert!(!local.available);
     assert!(
         local
@@ -299,20 +275,9 @@ async fn box_without_the_model_starts_and_says_local_is_unavailable() {
             .contains("skillbox model fetch"),
         "{local:?}"
     );
-    let (caller, owner) = (party_key(), party_key());
-    let p = program(
-        &caller,
-        &owner,
-        &HpkeKeyPair::generate(),
-        &health.measurement,
-    );
-    let mut env = sign_program(&p, &caller).expect("sign");
-    env.sign(&owner).expect("sign");
-    let e = client.open(&env).await.expect_err("no model");
-    assert!(
-        matches!(&e, JcError::Remote { code, .. } if code == "provider_unavailable"),
-        "{e:?}"
-    );
+    let env = fx.approve(&program(&fx, &health.measurement));
+    let e = fx.client.open(&env).await.expect_err("no model");
+    assert_eq!(remote_code(&e), "provider_unavailable");
 }
 
 #[test]
