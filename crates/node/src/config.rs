@@ -58,8 +58,15 @@ pub struct P2pConfig {
     pub listen: Vec<String>,
     /// Peers dialled at start; `/p2p/<peer id>` may be omitted.
     pub bootstrap: Vec<String>,
-    /// Local-network discovery by multicast; off by default (and in tests).
+    /// Local-network discovery by multicast; off by default (and in tests). On, LAN addresses
+    /// peers give are dialed (mDNS finds only LAN peers); loopback ones still not.
     pub mdns: bool,
+    /// Dial the LAN and loopback addresses peers give (identify, the DHT, AutoNAT dial-backs,
+    /// hole punching). Off, the default: only globally routable ones, so a hostile peer cannot
+    /// make this node connect to services on its machine or LAN; bootstrap peers, relays and
+    /// `skillbox peer add` are dialed whatever they are. For a LAN or test deployment.
+    #[serde(default)]
+    pub dial_private_addresses: bool,
     /// Kademlia server mode forced on. Off (the default), the node becomes a DHT server once
     /// AutoNAT v2 confirmed a direct address of it (or one is declared in external_addresses).
     #[serde(default)]
@@ -808,6 +815,7 @@ impl Default for Config {
                 ],
                 bootstrap: Vec::new(),
                 mdns: false,
+                dial_private_addresses: false,
                 kad_server: false,
                 external_addresses: Vec::new(),
                 relays: Vec::new(),
@@ -866,6 +874,8 @@ impl Config {
         config.api.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         config.p2p.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
         config.p2p.bootstrap = bootstrap;
+        // Every peer is on this machine: a test deployment dials loopback addresses.
+        config.p2p.dial_private_addresses = true;
         config.boxes.accept = vec![box_url.to_owned()];
         config.boxes.allow_insecure_dev = true;
         config
@@ -1239,8 +1249,14 @@ hosts = {api_hosts}
 listen = {p2p_listen}
 # Peers to dial at start (a multiaddr; the trailing /p2p/<peer id> may be omitted).
 bootstrap = {bootstrap}
-# Local-network discovery by multicast DNS. Off unless you want it.
+# Local-network discovery by multicast DNS. Off unless you want it. On, LAN addresses peers
+# give are dialed too (mDNS finds only LAN peers); loopback ones still not.
 mdns = {mdns}
+# Dial LAN and loopback addresses that peers give (their listen addresses, the DHT, AutoNAT
+# dial-backs, hole punching): for a LAN or test deployment. Off, only public addresses are
+# dialed, so a peer cannot make this node connect to services on its machine or LAN;
+# bootstrap peers, relays and `skillbox peer add` are dialed whatever they are.
+dial_private_addresses = {dial_private}
 # Kademlia (DHT) server mode forced on. Off, the node turns DHT server by itself once AutoNAT
 # confirmed a direct address of it; until then it is a client and publishes no address.
 kad_server = {kad_server}
@@ -1444,6 +1460,7 @@ operator = {operator}
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,
+            dial_private = self.p2p.dial_private_addresses,
             kad_server = self.p2p.kad_server,
             external_addresses = list(&self.p2p.external_addresses),
             relays = list(&self.p2p.relays),
@@ -1567,6 +1584,7 @@ mod tests {
         c.p2p.board_max_mib = 99;
         c.p2p.max_connections_incoming = 5;
         c.p2p.send_queue_per_peer = 77;
+        c.p2p.dial_private_addresses = true;
         c.tenants.operator = "ops \"team\"".into();
         c.tenants.tokens = vec![
             TenantToken {
@@ -1583,6 +1601,31 @@ mod tests {
         let text = c.render();
         let back = Config::parse(&text, Path::new("config.toml")).expect("rendered config parses");
         assert_eq!(back, c);
+    }
+
+    /// `p2p.dial_private_addresses`: written out off, read back as written, off when a config
+    /// from before it leaves it out, and a value that is not a boolean refused by name.
+    #[test]
+    fn dial_private_addresses_is_off_unless_set_and_must_be_a_boolean() {
+        let shipped = Config::default().render();
+        assert!(
+            shipped.contains("\ndial_private_addresses = false\n"),
+            "{shipped}"
+        );
+        let on = shipped.replace(
+            "dial_private_addresses = false",
+            "dial_private_addresses = true",
+        );
+        let c = Config::parse(&on, Path::new("c.toml")).expect("parses");
+        assert!(c.p2p.dial_private_addresses);
+        let older = shipped.replace("dial_private_addresses = false\n", "");
+        let c = Config::parse(&older, Path::new("c.toml")).expect("parses");
+        assert!(!c.p2p.dial_private_addresses);
+        let err = refusal(
+            "dial_private_addresses = false",
+            "dial_private_addresses = 1",
+        );
+        assert!(err.contains("dial_private_addresses"), "{err}");
     }
 
     #[test]

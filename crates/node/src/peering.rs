@@ -78,6 +78,7 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         advert_interval,
         board_ttl,
         mdns: config.p2p.mdns,
+        dial_private_addresses: config.p2p.dial_private_addresses,
         // On: forced server. Off: AutoNAT decides (never forced client from the node's config).
         kad_server: config.p2p.kad_server.then_some(true),
         external_addresses,
@@ -190,6 +191,10 @@ mod tests {
         assert_eq!(p.advert_interval, Duration::from_secs(2));
         assert_eq!(p.board_ttl, Duration::from_secs(6));
         assert!(!p.mdns);
+        assert!(
+            !p.dial_private_addresses,
+            "peers' private addresses are not dialed by default"
+        );
         assert_eq!(p.kad_server, None, "AutoNAT decides unless configured");
         assert!(p.autonat_server && !p.relay_server && p.relays.is_empty());
         assert_eq!(p.bootstrap.len(), 1);

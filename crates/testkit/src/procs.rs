@@ -234,8 +234,9 @@ pub struct NodeDir {
 }
 
 /// `skillbox init` with loopback API and p2p on fixed ports (so a restart comes back at the same
-/// addresses), the box accepted with insecure-dev, short schedules, and no consent rule (every
-/// submit allowed: flow tests do not play the human). `edit` changes config.toml.
+/// addresses), loopback addresses of peers dialed, the box accepted with insecure-dev, short
+/// schedules, and no consent rule (every submit allowed: flow tests do not play the human).
+/// `edit` changes config.toml.
 pub fn init_node(
     root: &Path,
     name: &str,
@@ -264,7 +265,13 @@ pub fn init_node(
     cli_ok(&dir, &args);
     let config = dir.join("config.toml");
     let text = fs::read_to_string(&config).expect("config");
+    // Every node here is on 127.0.0.1: a test deployment dials the loopback addresses peers
+    // give (the shipped default dials only public ones).
     let text = text
+        .replace(
+            "dial_private_addresses = false",
+            "dial_private_addresses = true",
+        )
         .replace("advertise_secs = 60", "advertise_secs = 1")
         .replace("board_ttl_secs = 180", "board_ttl_secs = 4");
     fs::write(&config, edit(without_consent_rules(&text))).expect("write config");
