@@ -1302,6 +1302,11 @@ mod tests {
         (store, key)
     }
 
+    /// What the check says of `store`'s ledger under `key`.
+    fn verdict(store: &Store, key: &SigningKey) -> Verdict {
+        verify_store(store, &key.verifying_key()).expect("verify")
+    }
+
     fn raw(store: &Store, sql: &str) {
         store
             .write(|tx| {
@@ -1319,7 +1324,7 @@ mod tests {
     fn tampered(n: usize, sql: &str) -> Verdict {
         let (s, k) = store_with(n);
         raw(&s, sql);
-        verify_store(&s, &k.verifying_key()).expect("verify")
+        verdict(&s, &k)
     }
 
     /// Entries appended in one commit share one head, signed once at the commit: it names the
@@ -1341,7 +1346,7 @@ mod tests {
             .read(|c| Ok(c.query_row("SELECT hash FROM ledger WHERE seq = 5", [], |r| r.get(0))?))
             .expect("hash");
         assert_eq!(h.hash, last);
-        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        let v = verdict(&store, &key);
         assert!(v.ok, "{v:?}");
         assert_eq!(v.signed_head.map(|h| h.seq), Some(5));
         let failed = store.write(|tx| {
@@ -1350,17 +1355,13 @@ mod tests {
         });
         assert!(failed.is_err());
         assert_eq!(head(&store).expect("read"), Some(h));
-        assert!(
-            verify_store(&store, &key.verifying_key())
-                .expect("verify")
-                .ok
-        );
+        assert!(verdict(&store, &key).ok);
     }
 
     #[test]
     fn an_untouched_ledger_verifies_and_chains() {
         let (store, key) = store_with(6);
-        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        let v = verdict(&store, &key);
         assert!(v.ok, "{v:?}");
         assert_eq!(v.entries, 6);
         let lines = list(&store, &Filter::default()).expect("list");
@@ -1418,7 +1419,7 @@ mod tests {
             read_head_file(&file).map(|h| h.map(|h| h.seq)),
             Ok(Some(first))
         );
-        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        let v = verdict(&store, &key);
         assert!(
             v.ok,
             "a file behind the database is not a broken ledger: {v:?}"
@@ -1437,7 +1438,7 @@ mod tests {
         }
         std::fs::write(&file, &both).expect("tear");
         assert_eq!(read_head_file(&file), Err(()));
-        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        let v = verdict(&store, &key);
         assert_eq!(v.reason, Some(Broken::BadHead), "{v:?}");
     }
 
@@ -1485,11 +1486,7 @@ mod tests {
         let old = head(&store).expect("head").expect("one");
         std::fs::write(&file, serde_json::to_vec(&old).expect("json")).expect("write");
         assert_eq!(read_head_file(&file), Ok(Some(old.clone())));
-        assert!(
-            verify_store(&store, &key.verifying_key())
-                .expect("verify")
-                .ok
-        );
+        assert!(verdict(&store, &key).ok);
         let next = appended(&store, &key, "c2");
         assert!(
             std::fs::read(&file)
@@ -1567,7 +1564,7 @@ mod tests {
         publish_head_through(&store, next[0]).expect("publish");
         assert_eq!(named(), next[0]);
         assert_ne!(written(), first);
-        let v = verify_store(&store, &key.verifying_key()).expect("verify");
+        let v = verdict(&store, &key);
         assert!(v.ok, "{v:?}");
     }
 
@@ -1764,11 +1761,7 @@ mod tests {
         let pruned = crate::calls::records::prune_finished(&store, i64::MAX).expect("prune");
         assert_eq!(pruned, 1);
         assert_eq!(list(&store, &Filter::default()).expect("list").len(), 2);
-        assert!(
-            verify_store(&store, &key.verifying_key())
-                .expect("verify")
-                .ok
-        );
+        assert!(verdict(&store, &key).ok);
     }
 
     #[test]

@@ -1212,31 +1212,26 @@ mod tests {
         };
         let (inside_tx, inside) = std::sync::mpsc::channel::<()>();
         let (first, rolling, after) = std::thread::scope(|s| {
-            let store = &store;
-            let first = s.spawn({
+            let (store, wait_for_next) = (&store, &wait_for_next);
+            // A member that writes `key`, says it is inside its batch, holds the batch open
+            // until the next writer queues, and rolls the whole transaction back if `roll_back`.
+            let member = |key: &'static str, roll_back: bool| {
                 let inside_tx = inside_tx.clone();
                 move || {
                     store.write(|tx| {
-                        insert(tx, "first")?;
+                        insert(tx, key)?;
                         let _ = inside_tx.send(());
                         wait_for_next(store);
+                        if roll_back {
+                            tx.execute_batch("ROLLBACK")?;
+                        }
                         Ok(())
                     })
                 }
-            });
+            };
+            let first = s.spawn(member("first", false));
             inside.recv().expect("first inside");
-            let rolling = s.spawn({
-                let inside_tx = inside_tx.clone();
-                move || {
-                    store.write(|tx| {
-                        insert(tx, "rolling")?;
-                        let _ = inside_tx.send(());
-                        wait_for_next(store);
-                        tx.execute_batch("ROLLBACK")?;
-                        Ok(())
-                    })
-                }
-            });
+            let rolling = s.spawn(member("rolling", true));
             inside.recv().expect("rolling inside");
             let after = s.spawn(move || {
                 store.write(|tx| {
