@@ -13,8 +13,11 @@
 //! - `Expected` — what the verifying node computed for this run (report data = SHA-512 of the
 //!   statement, a nonce, HOST_DATA / MRCONFIGID);
 //! - `Policy` — what the node's config pins (serde, `deny_unknown_fields`, so it loads from TOML;
-//!   deserializing one requires at least one pinned measurement — the only unpinned policy is
-//!   `Policy::unpinned()`, made in code, which the `skillbox attestation verify` CLI uses);
+//!   deserializing one requires at least one pinned measurement and, for SEV-SNP and TDX, a
+//!   TCB floor (`min_tcb`, `min_tcb_eval_data_number`: the box operator chooses firmware and
+//!   collateral, so without a floor any generation the vendor still signs passes) — the only
+//!   unpinned policy is `Policy::unpinned()`, made in code, which the `skillbox attestation
+//!   verify` CLI uses);
 //! - `verify(&Evidence, &Expected, &Policy, now_ms) -> Result<Verified, Refusal>` — the cold
 //!   path, parsing everything; and `Verifier::new(policy)` whose `verify(&evidence, &expected,
 //!   now_ms)` caches verified certificate chains (bounded, keyed by the chain's bytes; validity

@@ -128,6 +128,21 @@ impl Evidence {
         let vek = vek.ok_or(Refusal::Malformed("no VCEK or VLEK certificate given"))?;
         Ok(Evidence { report, vek, chain })
     }
+
+    /// The TCB floor this evidence meets exactly: its REPORTED_TCB, once the chain verifies to a
+    /// pinned ARK, the report's signature with the VEK, and the VEK's TCB is the reported one
+    /// (what `--show-identity` prints for a pin; time is not checked, it does not change the
+    /// TCB). The reported TCB is what [`verify`] compares with the floor.
+    pub fn tcb_floor(&self) -> Result<MinTcb, Refusal> {
+        let chain = verify_chain(&self.vek, &self.chain)?;
+        let report = Report::parse(&self.report)?;
+        check_signature(&self.report, &chain.key)?;
+        let reported = Tcb::decode(report.reported_tcb, chain.product);
+        if reported != chain.tcb {
+            return Err(Refusal::TcbMismatch);
+        }
+        Ok(reported.floor())
+    }
 }
 
 /// What the verifier expects in this report (computed for the run, not pinned in config).
@@ -139,7 +154,9 @@ pub struct Expected {
     pub host_data: Option<[u8; 32]>,
 }
 
-/// The minimum TCB: each component must be at least this.
+/// The minimum TCB (the pin's floor): each component must be at least this. Without one a
+/// guest on any firmware AMD still certifies — published flaws and all — passes, and the box
+/// operator chooses the firmware, so a pinned policy must name it ([`Policy`]'s `min_tcb`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MinTcb {
@@ -147,8 +164,8 @@ pub struct MinTcb {
     pub tee: u8,
     pub snp: u8,
     pub microcode: u8,
-    /// Turin and later only.
-    #[serde(default)]
+    /// Turin and later only (absent from a printed pin before Turin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fmc: Option<u8>,
 }
 
@@ -167,7 +184,10 @@ pub struct Policy {
     /// the host launched it with. Empty = any (the run's expected value is still compared).
     #[serde(default)]
     pub host_data: Vec<Hex<32>>,
-    #[serde(default)]
+    /// The TCB floor: required when the policy is loaded (a `[min_tcb]` table of the
+    /// reported TCB's components, as `skillbox box --attester sev-snp --show-identity` prints
+    /// it); `None` only in [`Policy::unpinned`].
+    #[serde(deserialize_with = "floor")]
     pub min_tcb: Option<MinTcb>,
     /// Accepted processor families (default: all pinned ones).
     #[serde(default = "all_products")]
@@ -178,6 +198,18 @@ pub struct Policy {
     /// Accept a guest whose policy allows a migration agent. Default false.
     #[serde(default)]
     pub allow_migration_agent: bool,
+}
+
+/// A loaded policy's `min_tcb`: present (serde refuses it absent, naming the field) and not all
+/// zero, which would accept every TCB as no floor does.
+fn floor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<MinTcb>, D::Error> {
+    let min = MinTcb::deserialize(d)?;
+    if min.bootloader == 0 && min.tee == 0 && min.snp == 0 && min.microcode == 0 {
+        return Err(serde::de::Error::custom(
+            "min_tcb of all zeros accepts any TCB: pin the reported TCB of the box's evidence",
+        ));
+    }
+    Ok(Some(min))
 }
 
 fn all_products() -> Vec<Product> {
@@ -203,10 +235,11 @@ impl Policy {
         }
     }
 
-    /// Accept exactly these measurements.
-    pub fn pinned(measurements: Vec<[u8; 48]>) -> Policy {
+    /// Accept exactly these measurements on a TCB at least `min_tcb` (a pin has a floor).
+    pub fn pinned(measurements: Vec<[u8; 48]>, min_tcb: MinTcb) -> Policy {
         Policy {
             measurements: measurements.into_iter().map(Hex).collect(),
+            min_tcb: Some(min_tcb),
             ..Policy::unpinned()
         }
     }
@@ -273,6 +306,17 @@ impl Tcb {
                 snp: raw[3],
                 microcode: raw[7],
             },
+        }
+    }
+
+    /// This TCB as a floor: what a pin names to accept exactly this firmware and newer.
+    pub fn floor(&self) -> MinTcb {
+        MinTcb {
+            bootloader: self.bootloader,
+            tee: self.tee,
+            snp: self.snp,
+            microcode: self.microcode,
+            fmc: self.fmc,
         }
     }
 

@@ -15,9 +15,11 @@
 //! verified, for its body version; for a TD 1.5 dcap-qvl appraises the TCB the TD was launched
 //! on (`TEE_TCB_SVN`) and reports a relaunch advice from the current one (`TEE_TCB_SVN_2`).
 //!
-//! Not checked: MROWNER / MROWNERCONFIG / MRSEAM (shown, not pinned); the collateral's
-//! freshness beyond its own validity (the box operator fetches it; a node can demand a
-//! minimum TCB evaluation data number).
+//! The collateral's freshness: its validity window, and its TCB evaluation data number against
+//! the pin's floor (`min_tcb_eval_data_number`, required in a loaded policy: the box operator
+//! fetches the collateral and would otherwise choose its generation).
+//!
+//! Not checked: MROWNER / MROWNERCONFIG / MRSEAM (shown, not pinned).
 
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +61,26 @@ impl Evidence {
         let collateral = serde_json::from_slice(collateral_json)
             .map_err(|_| Refusal::Malformed("TDX collateral JSON"))?;
         Ok(Evidence { quote, collateral })
+    }
+
+    /// The collateral's TCB evaluation data number as [`verify`] compares it with the floor:
+    /// the lower of the TCB info's and the QE identity's (what `--show-identity` prints for a
+    /// pin). Read, not verified: [`verify`] checks the signatures over both.
+    pub fn tcb_eval_data_number(&self) -> Result<u32, Refusal> {
+        let number = |json: &str| {
+            serde_json::from_str::<serde_json::Value>(json)
+                .ok()?
+                .get("tcbEvaluationDataNumber")?
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+        };
+        let tcb = number(&self.collateral.tcb_info);
+        let qe = number(&self.collateral.qe_identity);
+        tcb.zip(qe)
+            .map(|(t, q)| t.min(q))
+            .ok_or(Refusal::CollateralInvalid(
+                "collateral names no TCB evaluation data number",
+            ))
     }
 }
 
@@ -181,8 +203,13 @@ pub struct Policy {
     /// `OutOfDate` is in `tcb_statuses`). Default 0.
     #[serde(default)]
     pub platform_grace_period_secs: u64,
-    /// Minimum TCB evaluation data number of the collateral (0 = any).
-    #[serde(default)]
+    /// The collateral's freshness floor: its TCB evaluation data number (the lower of the TCB
+    /// info's and the QE identity's) must be at least this. Required when the policy is loaded
+    /// and at least 1 — the box operator fetches the collateral, and at 0 any generation
+    /// however old, from before Intel's fixes for published flaws, passes. `skillbox box
+    /// --attester tdx --show-identity` prints the box's collateral's. 0 only in
+    /// [`Policy::unpinned`].
+    #[serde(deserialize_with = "eval_floor")]
     pub min_tcb_eval_data_number: u32,
     /// Accepted PCK PPIDs (hex); empty = any platform.
     #[serde(default)]
@@ -191,6 +218,18 @@ pub struct Policy {
 
 fn yes() -> bool {
     true
+}
+
+/// A loaded policy's `min_tcb_eval_data_number`: present (serde refuses it absent, naming the
+/// field) and not 0, which accepts collateral of any generation as no floor does.
+fn eval_floor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom(
+            "min_tcb_eval_data_number 0 accepts collateral of any age: pin the evaluation \
+             data number of the box's collateral",
+        )),
+        n => Ok(n),
+    }
 }
 
 fn up_to_date() -> Vec<TcbStatus> {
@@ -213,10 +252,12 @@ impl Policy {
         }
     }
 
-    /// Accept exactly these measurement sets; every other check at its strict default.
-    pub fn pinned(accepted: Vec<TdMeasurements>) -> Policy {
+    /// Accept exactly these measurement sets on collateral of evaluation data number at least
+    /// `min_tcb_eval_data_number` (a pin has a floor); every other check at its strict default.
+    pub fn pinned(accepted: Vec<TdMeasurements>, min_tcb_eval_data_number: u32) -> Policy {
         Policy {
             accepted,
+            min_tcb_eval_data_number,
             ..Policy::unpinned()
         }
     }
@@ -545,12 +586,16 @@ impl crate::PlatformEvidence for Evidence {
                 policy.platform_grace_period_secs,
             ));
         }
-        if policy.min_tcb_eval_data_number > 0 {
-            dp = dp.min_tcb_eval_data_number(policy.min_tcb_eval_data_number);
-        }
         dcap_qvl::Policy::validate(&dp, &claims).map_err(|_| {
             Refusal::TcbNotAllowed("advisory, TCB date or evaluation number refused by policy")
         })?;
+        // The freshness floor, ours: collateral from before the pinned evaluation (an
+        // operator's old, signed and still valid TCB info that rates a flawed TCB up to date).
+        if claims.tcb.eval_data_number < policy.min_tcb_eval_data_number {
+            return Err(Refusal::TcbNotAllowed(
+                "collateral evaluation data number below the pinned floor",
+            ));
+        }
 
         expected
             .report_data

@@ -1,20 +1,24 @@
 //! What `skillbox box --attester … --show-identity` prints (issue 31 item 6): a `[[boxes.pins]]`
 //! entry a node's config takes as it is, for every hardware platform, naming the box's
 //! configuration hash the host must launch it with (SEV-SNP `host_data`, TDX `mr_config_id`,
-//! issue 31 item 4). SEV-SNP is pinned by its MEASUREMENT; a TDX pin needs its `policy = { accepted = [...] }` table, so this one
-//! reads the TD's MRTD and RTMR0–3 from a quote the box makes now. The values are what the
+//! issue 31 item 4) and its TCB floor (SEV-SNP `min_tcb`, the reported TCB of a report the guest
+//! makes now, once its chain and signature verify; TDX `min_tcb_eval_data_number`, the
+//! evaluation data number of the collateral the box serves) — a node refuses a hardware pin
+//! without its floor. SEV-SNP is pinned by its MEASUREMENT; a TDX pin's `accepted` table holds
+//! the TD's MRTD and RTMR0–3, read from a quote the box makes now. The values are what the
 //! running guest reports — a claim until they match the operator's own computation from the
-//! image (ARCHITECTURE "What a node pins").
+//! image and the vendor's current TCB (ARCHITECTURE "What a node pins").
 
 use anyhow::Context as _;
 use serde_json::json;
-use skillbox_attest::{Platform, tdx};
+use skillbox_attest::{Platform, snp, tdx};
 use skillbox_jc::attest::{Attester, BoxConfiguration, Statement};
 use skillbox_node::config::BoxPin;
 
 /// The pin for a box at `url` attesting on `platform` through `attester`, whose host must
 /// launch it with the configuration hash `config` (HOST_DATA / MRCONFIGID): the pin names that
-/// hash, so a node refuses the box run with any other configuration.
+/// hash, so a node refuses the box run with any other configuration, and the TCB floor of the
+/// evidence the box makes now, so a node refuses it on older firmware or collateral.
 pub fn hardware_pin(
     url: String,
     platform: Platform,
@@ -24,10 +28,7 @@ pub fn hardware_pin(
     let measurement = attester.measurement().to_owned();
     let policy = match platform {
         Platform::Tdx => Some(tdx_policy(attester, config)?),
-        Platform::SevSnp => Some(json!({
-            "measurements": [measurement],
-            "host_data": [hex::encode(config)],
-        })),
+        Platform::SevSnp => Some(snp_policy(attester, &measurement, config)?),
         _ => None,
     };
     let pin = json!({
@@ -85,11 +86,14 @@ pub fn launch_note(platform: Platform, attester: &dyn Attester, config: &[u8; 32
     )
 }
 
-/// `{ accepted = [{ mr_td, rtmr0..3 }] }` from a fresh quote of this TD.
-fn tdx_policy(attester: &dyn Attester, config: &[u8; 32]) -> anyhow::Result<serde_json::Value> {
-    // Any report data will do: only the measurement registers are read.
+/// The evidence of a fresh report of this guest, as `E` (any report data will do: only the
+/// measurements and the TCB are read).
+fn fresh_evidence<E: serde::de::DeserializeOwned>(
+    attester: &dyn Attester,
+    platform: Platform,
+) -> anyhow::Result<E> {
     let zero = Statement {
-        platform: Platform::Tdx.as_str().into(),
+        platform: platform.as_str().into(),
         measurement: attester.measurement().into(),
         program_hash: "00".repeat(32),
         run_id: "00".repeat(16),
@@ -102,11 +106,37 @@ fn tdx_policy(attester: &dyn Attester, config: &[u8; 32]) -> anyhow::Result<serd
     };
     let attestation = attester
         .attest(&zero)
-        .context("asking the TD for a quote")?;
-    let evidence: tdx::Evidence =
-        serde_json::from_value(attestation.evidence).context("reading the TD's evidence")?;
+        .context("asking the guest for a report")?;
+    serde_json::from_value(attestation.evidence).context("reading the guest's evidence")
+}
+
+/// `{ measurements, host_data, min_tcb }`: the floor is the reported TCB of a fresh report whose
+/// VCEK/VLEK chain (to AMD's pinned root) and signature verify.
+fn snp_policy(
+    attester: &dyn Attester,
+    measurement: &str,
+    config: &[u8; 32],
+) -> anyhow::Result<serde_json::Value> {
+    let evidence: snp::Evidence = fresh_evidence(attester, Platform::SevSnp)?;
+    let floor = evidence
+        .tcb_floor()
+        .map_err(|r| anyhow::anyhow!("the guest's report is refused: {}", r.code()))?;
+    Ok(json!({
+        "measurements": [measurement],
+        "host_data": [hex::encode(config)],
+        "min_tcb": floor,
+    }))
+}
+
+/// `{ accepted = [{ mr_td, rtmr0..3, mr_config_id }], min_tcb_eval_data_number }` from a fresh
+/// quote of this TD and the collateral the box serves with it.
+fn tdx_policy(attester: &dyn Attester, config: &[u8; 32]) -> anyhow::Result<serde_json::Value> {
+    let evidence: tdx::Evidence = fresh_evidence(attester, Platform::Tdx)?;
     let quote = tdx::Quote::parse(&evidence.quote)
         .map_err(|r| anyhow::anyhow!("the TD's quote is refused: {}", r.code()))?;
+    let eval = evidence
+        .tcb_eval_data_number()
+        .map_err(|r| anyhow::anyhow!("the TD's collateral is refused: {}", r.code()))?;
     let r = &quote.report;
     Ok(json!({
         "accepted": [{
@@ -116,6 +146,7 @@ fn tdx_policy(attester: &dyn Attester, config: &[u8; 32]) -> anyhow::Result<serd
             "rtmr2": hex::encode(r.rtmr[2]),
             "rtmr3": hex::encode(r.rtmr[3]),
             "mr_config_id": hex::encode(BoxConfiguration::launch_value(config, "tdx")),
-        }]
+        }],
+        "min_tcb_eval_data_number": eval,
     }))
 }

@@ -20,50 +20,59 @@ pub enum HardwarePolicy {
 }
 
 impl HardwarePolicy {
-    /// A policy from the platform name and its TOML/JSON table (as `[[boxes.pins]]` holds it).
-    /// For SEV-SNP without a table, the launch measurements alone.
+    /// A policy from the platform name and its TOML/JSON table (as `[[boxes.pins]]` holds it):
+    /// where every hardware pin is loaded (the config check and the node's box table both read
+    /// pins through here). An SEV-SNP or TDX table must name its TCB floor, refused otherwise
+    /// with [`missing_floor`]'s text: the box operator chooses firmware and collateral, and a
+    /// pin without a floor accepted every generation the vendor still signs.
+    ///
+    /// An SEV-SNP table without `measurements` takes the pin's own (a release-log pin's, once
+    /// its log named them).
     pub fn from_value(
         platform: &str,
         policy: Option<serde_json::Value>,
         measurements: &[String],
     ) -> std::result::Result<HardwarePolicy, String> {
-        let parse = |what: &str| -> std::result::Result<serde_json::Value, String> {
-            policy
-                .clone()
-                .ok_or_else(|| format!("a {what} pin needs its policy table"))
-        };
         let bad = |e: serde_json::Error| format!("policy: {e}");
-        match platform.parse::<Platform>() {
-            Ok(Platform::SevSnp) => match policy {
-                Some(v) => serde_json::from_value(v)
-                    .map(HardwarePolicy::SevSnp)
-                    .map_err(bad),
-                None => {
-                    let ms = measurements
-                        .iter()
-                        .map(|m| {
-                            let bytes = hex::decode(m).ok().filter(|b| b.len() == 48);
-                            bytes
-                                .and_then(|b| <[u8; 48]>::try_from(b).ok())
-                                .ok_or_else(|| format!("measurement {m:?} is not 96 hex digits"))
-                        })
-                        .collect::<std::result::Result<Vec<_>, _>>()?;
-                    if ms.is_empty() {
-                        return Err("at least one measurement is required".into());
-                    }
-                    Ok(HardwarePolicy::SevSnp(snp::Policy::pinned(ms)))
+        let parsed = match platform.parse::<Platform>() {
+            Ok(p @ Platform::SevSnp) => {
+                let mut table = table(p, policy)?;
+                if let Some(fields) = table.as_object_mut()
+                    && !fields.contains_key("measurements")
+                {
+                    fields.insert("measurements".into(), launch_measurements(measurements)?);
                 }
-            },
-            Ok(Platform::Tdx) => serde_json::from_value(parse("tdx")?)
-                .map(HardwarePolicy::Tdx)
-                .map_err(bad),
-            Ok(Platform::Nitro) => serde_json::from_value(parse("nitro")?)
-                .map(HardwarePolicy::Nitro)
-                .map_err(bad),
-            Ok(Platform::Nvidia) => {
-                Err("an NVIDIA GPU is attested inside a CPU box's evidence, not as a box".into())
+                serde_json::from_value(table).map(HardwarePolicy::SevSnp)
             }
-            Err(_) => Err(format!("unknown platform {platform:?}")),
+            Ok(p @ Platform::Tdx) => {
+                serde_json::from_value(table(p, policy)?).map(HardwarePolicy::Tdx)
+            }
+            Ok(p @ Platform::Nitro) => {
+                serde_json::from_value(table(p, policy)?).map(HardwarePolicy::Nitro)
+            }
+            Ok(Platform::Nvidia) => {
+                return Err(
+                    "an NVIDIA GPU is attested inside a CPU box's evidence, not as a box".into(),
+                );
+            }
+            Err(_) => return Err(format!("unknown platform {platform:?}")),
+        }
+        .map_err(bad)?;
+        parsed.floor()?;
+        Ok(parsed)
+    }
+
+    /// The TCB floor this policy names, or [`missing_floor`]'s text when an SEV-SNP or TDX
+    /// policy names none (one built in code rather than loaded; Nitro has no TCB to floor).
+    pub fn floor(&self) -> std::result::Result<(), String> {
+        let named = match self {
+            HardwarePolicy::SevSnp(p) => p.min_tcb.is_some(),
+            HardwarePolicy::Tdx(p) => p.min_tcb_eval_data_number > 0,
+            HardwarePolicy::Nitro(_) => true,
+        };
+        match missing_floor(self.platform()) {
+            Some(text) if !named => Err(text.to_owned()),
+            _ => Ok(()),
         }
     }
 
@@ -73,6 +82,69 @@ impl HardwarePolicy {
             HardwarePolicy::Tdx(_) => Platform::Tdx,
             HardwarePolicy::Nitro(_) => Platform::Nitro,
         }
+    }
+}
+
+/// A pin's policy table, present and naming its platform's TCB floor (checked before the
+/// attest crate reads it, so the refusal says where the value comes from).
+fn table(
+    platform: Platform,
+    policy: Option<serde_json::Value>,
+) -> std::result::Result<serde_json::Value, String> {
+    let floor = missing_floor(platform);
+    let table = policy
+        .filter(serde_json::Value::is_object)
+        .ok_or_else(|| match floor {
+            Some(text) => format!("a {platform} pin needs its policy table: {text}"),
+            None => format!("a {platform} pin needs its policy table"),
+        })?;
+    match floor {
+        Some(text) if table.get(floor_field(platform)).is_none_or(|v| v.is_null()) => {
+            Err(text.to_owned())
+        }
+        _ => Ok(table),
+    }
+}
+
+/// The pin's SEV-SNP launch measurements (96 hex digits each, at least one), as its policy
+/// table's `measurements`.
+fn launch_measurements(measurements: &[String]) -> std::result::Result<serde_json::Value, String> {
+    if measurements.is_empty() {
+        return Err("at least one measurement is required".into());
+    }
+    for m in measurements {
+        if m.len() != 96 || !m.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("measurement {m:?} is not 96 hex digits"));
+        }
+    }
+    Ok(serde_json::json!(measurements))
+}
+
+/// The field naming a platform's TCB floor in its policy table.
+fn floor_field(platform: Platform) -> &'static str {
+    match platform {
+        Platform::Tdx => "min_tcb_eval_data_number",
+        _ => "min_tcb",
+    }
+}
+
+/// What a pin without its TCB floor is told: the field, why, and where the value comes from
+/// (`None`: the platform has no TCB floor here).
+pub fn missing_floor(platform: Platform) -> Option<&'static str> {
+    match platform {
+        Platform::SevSnp => Some(
+            "policy.min_tcb is required: the TCB floor (bootloader, tee, snp, microcode) below \
+             which the box is refused, or a guest on old firmware with published flaws passes; \
+             `skillbox box --attester sev-snp --show-identity` prints the box's reported TCB as \
+             its [min_tcb] table (compare it with AMD's current TCB before pinning it)",
+        ),
+        Platform::Tdx => Some(
+            "policy.min_tcb_eval_data_number is required (at least 1): the oldest collateral \
+             generation accepted from the box, or collateral rating a since-flawed TCB up to \
+             date passes; `skillbox box --attester tdx --show-identity` prints the one of the \
+             box's collateral (compare it with Intel's current TCB evaluation data number)",
+        ),
+        Platform::Nitro | Platform::Nvidia => None,
     }
 }
 
@@ -89,7 +161,12 @@ pub struct HardwareVerifier {
 }
 
 impl HardwareVerifier {
+    /// A verifier for `policy`; an SEV-SNP or TDX policy without its TCB floor is refused
+    /// (`tcb_floor_missing`), however it was built.
     pub fn new(policy: HardwarePolicy) -> Result<HardwareVerifier> {
+        policy
+            .floor()
+            .map_err(|_| JcError::HardwareRefused("tcb_floor_missing"))?;
         let platform = policy.platform();
         let refused = |r: skillbox_attest::Refusal| JcError::HardwareRefused(r.code());
         let inner = match policy {

@@ -322,9 +322,10 @@ pub struct BoxPin {
     /// The evidence key (insecure-dev: required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// A hardware platform's verification policy, as `skillbox-attest` reads it (`sev-snp`:
-    /// optional, the measurements alone by default; `tdx`: `accepted` TDs, TCB statuses; `nitro`:
-    /// `accepted` PCR0–2 sets, freshness).
+    /// A hardware platform's verification policy, as `skillbox-attest` reads it (`sev-snp`: its
+    /// TCB floor `min_tcb`, the pin's measurements unless it names its own; `tdx`: `accepted`
+    /// TDs, the collateral floor `min_tcb_eval_data_number`, TCB statuses; `nitro`: `accepted`
+    /// PCR0–2 sets, freshness). A floor is required: `skillbox box --show-identity` prints it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<toml::Value>,
     /// Instead of `measurements`: the release log whose signed and logged release manifests
@@ -1675,7 +1676,14 @@ mod tests {
             release_log: None,
             gpu: None,
         });
-        c.check().expect("snp pinned by measurement");
+        // By its measurement alone it names no TCB floor: refused, naming the field.
+        let err = c.check().expect_err("an SEV-SNP pin without its floor");
+        assert!(err.contains("policy.min_tcb is required"), "{err}");
+        c.boxes.pins[1].policy = Some(
+            toml::from_str("min_tcb = { bootloader = 3, tee = 0, snp = 8, microcode = 115 }")
+                .expect("toml"),
+        );
+        c.check().expect("snp pinned by measurement, with its floor");
         // GPU golden values: read by the attest crate; a table pinning nothing, or an unknown
         // key, is refused naming the pin and `gpu`, and the pin renders back as it was read.
         c.boxes.pins[1].gpu = Some(
@@ -1705,19 +1713,21 @@ mod tests {
         c.boxes.pins[1].measurements = vec!["7a".into()];
         let err = c.check().expect_err("short measurement");
         assert!(err.contains("boxes.pins #1 (sev-snp)"), "{err}");
+        let floor = "min_tcb = { bootloader = 3, tee = 0, snp = 8, microcode = 115 }";
         c.boxes.pins[1].policy = Some(
             toml::from_str::<toml::Value>(&format!(
-                "measurements = [\"{}\"]\nallow_vlek = false",
+                "measurements = [\"{}\"]\nallow_vlek = false\n{floor}",
                 "7a".repeat(48)
             ))
             .expect("toml"),
         );
         c.check().expect("snp pinned by policy");
-        c.boxes.pins[1].policy = Some(toml::from_str("measurements = []").expect("toml"));
+        c.boxes.pins[1].policy =
+            Some(toml::from_str(&format!("measurements = []\n{floor}")).expect("toml"));
         assert!(c.check().is_err(), "a policy pinning nothing is refused");
         c.boxes.pins[1].policy = Some(
             toml::from_str::<toml::Value>(&format!(
-                "measurements = [\"{}\"]\nallow_vlek = false",
+                "measurements = [\"{}\"]\nallow_vlek = false\n{floor}",
                 "7a".repeat(48)
             ))
             .expect("toml"),

@@ -16,10 +16,12 @@
 //!   with; [`llama_bench`]: llama.cpp's own benchmark, the embedded model's yardstick.
 //! - [`nat`]: the NAT tests' network namespaces and the processes started in them.
 //! - [`bench`]: the benches' sizes from the environment, percentiles, synthetic peers' keys.
+//! - [`floors`]: the TCB floors of the hardware test vectors, as pins name them.
 
 pub mod answer;
 pub mod bench;
 pub mod box_fixture;
+pub mod floors;
 pub mod guard;
 pub mod leak;
 pub mod llama_bench;

@@ -8,6 +8,14 @@ use skillbox_attest::{Hex, Platform, Refusal};
 const VIRTEE_MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 const VIRTEE_REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4f6e2d53b71d7c645810b0f2cdfca0040433be063fc1a8293f0f3f8dae7b79fecb3d1cd82bd6a93ebfd";
 const VIRTEE_CHIP_ID: &str = "d49554ec717f4e5b0fe6b143bcf0405bd7ae304727edf46603f2a76aef6a3abc15d7af38db757039029f0efacfd08e244324884738c72b082e2f87a44d541eb6";
+/// The virtee report's REPORTED_TCB (= its VCEK's): bootloader 3, tee 0, snp 8, microcode 115.
+const VIRTEE_TCB: MinTcb = MinTcb {
+    bootloader: 3,
+    tee: 0,
+    snp: 8,
+    microcode: 0x73,
+    fmc: None,
+};
 const TRUSTEE_MEASUREMENT: &str = "a1f3930413247bb38cfc171579ea3c12d5fe4901f0c792f63fd75d98f1ef827c23500644e0e692e6be917f9050d3d38c";
 
 #[test]
@@ -61,7 +69,7 @@ fn pins_and_expectations_are_compared() {
         report_data: Some(rd),
         host_data: Some([0; 32]),
     };
-    let v = snp::verify(&ev, &good, &Policy::pinned(vec![m]), T_2025).unwrap();
+    let v = snp::verify(&ev, &good, &Policy::pinned(vec![m], VIRTEE_TCB), T_2025).unwrap();
     assert!(v.measurements_pinned && v.report_data_checked);
     assert_eq!(v.attribute("host_data_checked"), Some("true"));
 
@@ -71,7 +79,7 @@ fn pins_and_expectations_are_compared() {
         refused(snp::verify(
             &ev,
             &good,
-            &Policy::pinned(vec![other]),
+            &Policy::pinned(vec![other], VIRTEE_TCB),
             T_2025
         )),
         Refusal::MeasurementNotAllowed("MEASUREMENT")
@@ -261,13 +269,58 @@ fn evidence_travels_as_json_and_policy_loads_from_toml() {
     assert!(!p.allow_migration_agent && p.allow_vlek);
 
     // A policy that pins nothing, a short pin or an unknown key does not load.
-    let unknown = format!("measurements = [\"{VIRTEE_MEASUREMENT}\"]\nallow_debug = true");
+    let floor = "\n[min_tcb]\nbootloader = 3\ntee = 0\nsnp = 8\nmicrocode = 115\n";
+    let unknown = format!("allow_debug = true\nmeasurements = [\"{VIRTEE_MEASUREMENT}\"]{floor}");
     policies_refused::<Policy>(&[
-        "measurements = []",
-        "chip_ids = []",
-        "measurements = [\"7a1e\"]",
+        &format!("measurements = []{floor}"),
+        &format!("chip_ids = []{floor}"),
+        &format!("measurements = [\"7a1e\"]{floor}"),
         &unknown,
     ]);
+}
+
+/// The box operator chooses the firmware: a pin without a TCB floor took any TCB AMD still
+/// certifies, firmware with published flaws included. Such a pin does not load, naming the
+/// field (before: it loaded, with no floor), nor one of all zeros; the floor is the evidence's
+/// reported TCB, and a box reporting a TCB below the pinned floor is refused with its code.
+#[test]
+fn an_sev_snp_pin_names_its_tcb_floor_and_a_lower_tcb_is_refused() {
+    let pinned = format!("measurements = [\"{VIRTEE_MEASUREMENT}\"]\n");
+    let err = toml::from_str::<Policy>(&pinned).expect_err("a pin without a floor loads");
+    assert!(err.to_string().contains("min_tcb"), "{err}");
+    let zeros = format!("{pinned}[min_tcb]\nbootloader = 0\ntee = 0\nsnp = 0\nmicrocode = 0\n");
+    let err = toml::from_str::<Policy>(&zeros).expect_err("a floor of zeros loads");
+    assert!(err.to_string().contains("all zeros"), "{err}");
+
+    let ev = snp_virtee();
+    assert_eq!(ev.tcb_floor(), Ok(VIRTEE_TCB));
+    let m: [u8; 48] = hex_arr(VIRTEE_MEASUREMENT);
+    assert!(
+        ev.verify_under(&Policy::pinned(vec![m], VIRTEE_TCB), T_2025)
+            .is_ok()
+    );
+    // Each component one above the box's: its firmware is below the floor.
+    let raise: [fn(&mut MinTcb); 4] = [
+        |t| t.bootloader += 1,
+        |t| t.tee += 1,
+        |t| t.snp += 1,
+        |t| t.microcode += 1,
+    ];
+    for bump in raise {
+        let mut floor = VIRTEE_TCB;
+        bump(&mut floor);
+        let policy = Policy::pinned(vec![m], floor);
+        assert_eq!(ev.refusal_under(&policy, T_2025), Refusal::TcbTooLow);
+        assert_eq!(ev.refusal_under(&policy, T_2025).code(), "tcb_too_low");
+    }
+    // The floor is read only from evidence that verifies: a report whose signed bytes were
+    // altered names none.
+    let mut tampered = ev.clone();
+    tampered.report[0x180] ^= 1;
+    assert_eq!(
+        tampered.tcb_floor().map_err(|r| r.code()),
+        Err("bad_signature")
+    );
 }
 
 #[test]

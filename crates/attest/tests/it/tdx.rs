@@ -9,6 +9,8 @@ const MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a60
 const RTMR0: &str = "44c0197b39157fdd7a4dcc44767f9d6b0bb3977c7a8e347b8492f827fe9d9e5c48aca29b220b80b6a540cf994b9bc9c0";
 const RTMR1: &str = "0084452c01668329d4bc06acdf58a7205c26743304509973949e5619bf81a6a7aea8c323c173019b3093d54e579e9378";
 const RTMR2: &str = "d833feef2cd945148aa38ead2c53e9b7f138190aaaebfc551dccd829fc207aa3ba80b70870d7330733642e01d48c3132";
+/// The sample collateral's TCB evaluation data number (TCB info and QE identity both 17).
+const EVAL: u32 = 17;
 const REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
 
 fn pin(mr_td: &str) -> TdMeasurements {
@@ -83,31 +85,31 @@ fn a_status_outside_the_allow_list_is_refused() {
 fn measurements_are_compared_with_the_pins() {
     let ev = tdx_valid();
     let v = ev
-        .verify_under(&Policy::pinned(vec![pin(MR_TD)]), T_TDX)
+        .verify_under(&Policy::pinned(vec![pin(MR_TD)], EVAL), T_TDX)
         .unwrap();
     assert!(v.measurements_pinned);
 
     let mut wrong_td = MR_TD.to_owned();
     wrong_td.replace_range(0..2, "00");
     assert_eq!(
-        ev.refusal_under(&Policy::pinned(vec![pin(&wrong_td)]), T_TDX),
+        ev.refusal_under(&Policy::pinned(vec![pin(&wrong_td)], EVAL), T_TDX),
         Refusal::MeasurementNotAllowed("MRTD")
     );
     let mut p = pin(MR_TD);
     p.rtmr1 = Some(Hex([1; 48]));
     assert_eq!(
-        ev.refusal_under(&Policy::pinned(vec![p.clone()]), T_TDX),
+        ev.refusal_under(&Policy::pinned(vec![p.clone()], EVAL), T_TDX),
         Refusal::MeasurementNotAllowed("RTMR1")
     );
     // A second entry that matches wins.
     assert!(
-        ev.verify_under(&Policy::pinned(vec![p, pin(MR_TD)]), T_TDX)
+        ev.verify_under(&Policy::pinned(vec![p, pin(MR_TD)], EVAL), T_TDX)
             .is_ok()
     );
     let mut p = pin(MR_TD);
     p.mr_config_id = Some(Hex([2; 48]));
     assert_eq!(
-        ev.refusal_under(&Policy::pinned(vec![p]), T_TDX),
+        ev.refusal_under(&Policy::pinned(vec![p], EVAL), T_TDX),
         Refusal::MeasurementNotAllowed("MRCONFIGID")
     );
 }
@@ -178,17 +180,50 @@ fn collateral_that_is_altered_or_for_another_platform_is_refused() {
 #[test]
 fn policy_loads_from_toml_and_pins_are_required() {
     let text = format!(
-        "tcb_statuses = [\"UpToDate\", \"SWHardeningNeeded\"]\n\
+        "tcb_statuses = [\"UpToDate\", \"SWHardeningNeeded\"]\nmin_tcb_eval_data_number = 17\n\
          [[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\n"
     );
     let p: Policy = toml::from_str(&text).expect("loads");
     assert!(tdx_valid().verify_under(&p, T_TDX).is_ok());
-    let bad_status = format!("tcb_statuses = [\"Fine\"]\n[[accepted]]\nmr_td = \"{MR_TD}\"\n");
+    let bad_status = format!(
+        "tcb_statuses = [\"Fine\"]\nmin_tcb_eval_data_number = 17\n[[accepted]]\nmr_td = \"{MR_TD}\"\n"
+    );
     policies_refused::<Policy>(&[
-        "accepted = []",
-        "tcb_statuses = [\"UpToDate\"]",
+        "accepted = []\nmin_tcb_eval_data_number = 17",
+        "tcb_statuses = [\"UpToDate\"]\nmin_tcb_eval_data_number = 17",
         &bad_status,
     ]);
+}
+
+/// The box operator fetches the collateral: a pin without a freshness floor (or with 0) took
+/// any generation Intel ever signed, one rating a since-flawed TCB `UpToDate` included. Such a
+/// pin does not load, naming the field (before: it loaded, the floor 0); the floor is the
+/// collateral's evaluation data number as the evidence reads it, and collateral below the
+/// pinned floor is refused with its closed code.
+#[test]
+fn a_tdx_pin_names_its_collateral_floor_and_older_collateral_is_refused() {
+    let pinned = format!("[[accepted]]\nmr_td = \"{MR_TD}\"\n");
+    let err = toml::from_str::<Policy>(&pinned).expect_err("a pin without a floor loads");
+    assert!(
+        err.to_string().contains("min_tcb_eval_data_number"),
+        "{err}"
+    );
+    let zero = format!("min_tcb_eval_data_number = 0\n{pinned}");
+    let err = toml::from_str::<Policy>(&zero).expect_err("a floor of 0 loads");
+    assert!(err.to_string().contains("any age"), "{err}");
+
+    let ev = tdx_valid();
+    assert_eq!(ev.tcb_eval_data_number(), Ok(EVAL));
+    let at_floor: Policy =
+        toml::from_str(&format!("min_tcb_eval_data_number = {EVAL}\n{pinned}")).expect("loads");
+    assert!(ev.verify_under(&at_floor, T_TDX).is_ok());
+    // A box serving evaluation 17 to a party pinning 18: refused.
+    let above = Policy::pinned(vec![pin(MR_TD)], EVAL + 1);
+    assert_eq!(
+        ev.refusal_under(&above, T_TDX),
+        Refusal::TcbNotAllowed("collateral evaluation data number below the pinned floor")
+    );
+    assert_eq!(ev.refusal_under(&above, T_TDX).code(), "tcb_not_allowed");
 }
 
 #[test]

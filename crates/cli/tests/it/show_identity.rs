@@ -4,11 +4,22 @@
 //! RTMR0–3 of the TD), each naming the configuration hash the host must launch the guest with
 //! (SEV-SNP `host_data`, TDX `mr_config_id`), which a box launched otherwise refuses to start
 //! on (issue 31 item 4). The box runs against a configfs-tsm directory double holding real evidence
-//! (the jc crate's vectors: virtee's Milan report, dcap-qvl's TDX sample quote).
+//! (the jc crate's vectors: virtee's Milan report, dcap-qvl's TDX sample quote). Each pin names
+//! the TCB floor of that evidence, and the printed pin, read back as a node reads it, accepts
+//! the evidence it was printed from.
 
 use std::path::Path;
 
+use skillbox_attest::{Hex, Refusal, snp, tdx};
+use skillbox_jc::hardware::HardwarePolicy;
+use skillbox_testkit::floors::{DCAPQVL_TDX_EVAL, virtee_snp_floor};
+
 use crate::support::procs;
+
+/// 2025-01-01, inside the virtee report's certificate window.
+const T_2025: u64 = 1_735_689_600_000;
+/// Inside dcap-qvl's TDX sample collateral window.
+const T_TDX: u64 = 1_751_000_000_000;
 
 fn jc_data(name: &str) -> Vec<u8> {
     std::fs::read(format!(
@@ -116,6 +127,31 @@ fn a_tdx_box_prints_a_pin_with_its_policy_table() {
         launch.len() == 96 && launch.ends_with(&"00".repeat(16)),
         "{launch}"
     );
+    // The collateral floor: the evaluation data number of the collateral the box serves.
+    assert_eq!(
+        serde_json::to_value(&pin.policy.as_ref().expect("policy")["min_tcb_eval_data_number"])
+            .expect("json"),
+        serde_json::json!(DCAPQVL_TDX_EVAL),
+        "{pin:?}"
+    );
+    // Fed back as a node reads it, at the collateral's time: everything holds, the floor
+    // included, up to MRCONFIGID — the genuine quote was launched with zeros, not this box's
+    // configuration hash; with that launch value the printed pin accepts the quote.
+    let Some(HardwarePolicy::Tdx(mut printed)) = pin.hardware_policy().expect("policy") else {
+        panic!("a TDX policy: {pin:?}")
+    };
+    let ev = tdx::Evidence::from_files(
+        &jc_data("tdx/dcapqvl-tdx_quote"),
+        &jc_data("tdx/dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("the sample parses");
+    let expected = tdx::Expected::default();
+    assert_eq!(
+        tdx::verify(&ev, &expected, &printed, T_TDX).map(|v| v.measurement),
+        Err(Refusal::MeasurementNotAllowed("MRCONFIGID"))
+    );
+    printed.accepted[0].mr_config_id = Some(Hex([0; 48]));
+    tdx::verify(&ev, &expected, &printed, T_TDX).expect("the printed pin accepts its quote");
 }
 
 #[test]
@@ -150,6 +186,24 @@ fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     // HOST_DATA: the configuration hash.
     assert_eq!(policy["host_data"][0].as_str(), Some(launch.as_str()));
     assert_eq!(launch.len(), 64);
+    // The TCB floor: the reported TCB of the report the box read.
+    let printed_floor = serde_json::to_value(&policy["min_tcb"]).expect("json");
+    assert_eq!(printed_floor, virtee_snp_floor()["min_tcb"], "{policy}");
+    // Fed back as a node reads it, at the certificates' time: everything holds, the floor
+    // included, up to HOST_DATA — the genuine report was launched with zeros, not this box's
+    // configuration hash; with that launch value the printed pin accepts the report.
+    let Some(HardwarePolicy::SevSnp(mut printed)) = pin.hardware_policy().expect("policy") else {
+        panic!("an SEV-SNP policy: {pin:?}")
+    };
+    let pem = jc_data("sev-snp/virtee-cert_chain_milan.pem");
+    let ev = snp::Evidence::from_files(&report, &[&vcek, &pem]).expect("the vector parses");
+    let expected = snp::Expected::default();
+    assert_eq!(
+        snp::verify(&ev, &expected, &printed, T_2025).map(|v| v.measurement),
+        Err(Refusal::MeasurementNotAllowed("HOST_DATA"))
+    );
+    printed.host_data = vec![Hex([0; 32])];
+    snp::verify(&ev, &expected, &printed, T_2025).expect("the printed pin accepts its report");
 }
 
 /// Outside a Nitro Enclave there is no `/dev/nsm`: the Nitro box says so and does not start

@@ -14,6 +14,7 @@ use skillbox_jc::attest::{
 use skillbox_jc::dsse::approved_program;
 use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
 use skillbox_jc::program::{BoxIdentity, Program};
+use skillbox_testkit::floors::{DCAPQVL_TDX_EVAL, virtee_snp_floor};
 
 const MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 const REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4f6e2d53b71d7c645810b0f2cdfca0040433be063fc1a8293f0f3f8dae7b79fecb3d1cd82bd6a93ebfd";
@@ -33,8 +34,12 @@ fn evidence() -> serde_json::Value {
 }
 
 fn policy(measurement: &str) -> VerifyPolicy {
-    let hw =
-        HardwarePolicy::from_value("sev-snp", None, &[measurement.to_owned()]).expect("policy");
+    let hw = HardwarePolicy::from_value(
+        "sev-snp",
+        Some(virtee_snp_floor()),
+        &[measurement.to_owned()],
+    )
+    .expect("policy");
     VerifyPolicy::new(false).with_verifier(Box::new(HardwareVerifier::new(hw).expect("verifier")))
 }
 
@@ -97,7 +102,8 @@ async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_st
         .expect("64 bytes");
     let verifier = |m: &str| {
         HardwareVerifier::new(
-            HardwarePolicy::from_value("sev-snp", None, &[m.to_owned()]).expect("policy"),
+            HardwarePolicy::from_value("sev-snp", Some(virtee_snp_floor()), &[m.to_owned()])
+                .expect("policy"),
         )
         .expect("verifier")
     };
@@ -149,7 +155,8 @@ async fn a_real_snp_report_passes_signature_chain_and_pin_and_is_bound_to_the_st
 
 #[test]
 fn hardware_pins_name_what_is_wrong() {
-    let err = HardwarePolicy::from_value("sev-snp", None, &["abc".into()]).expect_err("short");
+    let err = HardwarePolicy::from_value("sev-snp", Some(virtee_snp_floor()), &["abc".into()])
+        .expect_err("short");
     assert!(err.contains("96 hex digits"), "{err}");
     let err = HardwarePolicy::from_value("tdx", None, &[]).expect_err("no policy");
     assert!(err.contains("policy"), "{err}");
@@ -157,11 +164,121 @@ fn hardware_pins_name_what_is_wrong() {
     assert!(err.contains("CPU"), "{err}");
     let err = HardwarePolicy::from_value(
         "sev-snp",
-        Some(serde_json::json!({"measurements": []})),
+        Some(serde_json::json!({"measurements": [], "min_tcb": virtee_snp_floor()["min_tcb"]})),
         &[],
     )
     .expect_err("empty pins");
     assert!(err.contains("policy"), "{err}");
+}
+
+/// The box operator chooses the firmware and fetches the collateral. A hardware pin without
+/// its TCB floor accepted whatever generation the vendor still signs (a guest on firmware with
+/// published flaws, TDX collateral of any age); now it is refused where pins are loaded, naming
+/// the field and the command that prints it, and a verifier built in code without one is
+/// refused too. Nitro has no TCB here and is untouched.
+#[test]
+fn a_hardware_pin_without_its_tcb_floor_is_refused_at_load() {
+    let m = [MEASUREMENT.to_owned()];
+    // SEV-SNP: pinned by its measurement alone (the form a pin took before), or a table
+    // without `min_tcb`, or with a null one.
+    for policy in [
+        None,
+        Some(serde_json::json!({"measurements": [MEASUREMENT]})),
+        Some(serde_json::json!({"measurements": [MEASUREMENT], "min_tcb": null})),
+    ] {
+        let err = HardwarePolicy::from_value("sev-snp", policy.clone(), &m)
+            .expect_err("an SEV-SNP pin without a floor loads");
+        assert!(
+            err.contains("policy.min_tcb is required"),
+            "{policy:?}: {err}"
+        );
+        assert!(err.contains("--show-identity"), "{err}");
+    }
+    // TDX: no `min_tcb_eval_data_number`, or 0 (any collateral generation).
+    let accepted = serde_json::json!([{"mr_td": TDX_MR_TD}]);
+    let err =
+        HardwarePolicy::from_value("tdx", Some(serde_json::json!({"accepted": accepted})), &[])
+            .expect_err("a TDX pin without a floor loads");
+    assert!(
+        err.contains("policy.min_tcb_eval_data_number is required"),
+        "{err}"
+    );
+    assert!(err.contains("--show-identity"), "{err}");
+    let zero = serde_json::json!({"accepted": accepted, "min_tcb_eval_data_number": 0});
+    let err = HardwarePolicy::from_value("tdx", Some(zero), &[]).expect_err("floor 0 loads");
+    assert!(err.contains("min_tcb_eval_data_number"), "{err}");
+    // A policy built in code without a floor gets no verifier.
+    let bare = HardwarePolicy::SevSnp(snp::Policy {
+        min_tcb: None,
+        ..snp::Policy::unpinned()
+    });
+    assert!(matches!(
+        HardwareVerifier::new(bare),
+        Err(JcError::HardwareRefused("tcb_floor_missing"))
+    ));
+    // With their floors they load.
+    HardwarePolicy::from_value("sev-snp", Some(virtee_snp_floor()), &m).expect("snp floor");
+    let floored =
+        serde_json::json!({"accepted": accepted, "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL});
+    HardwarePolicy::from_value("tdx", Some(floored), &[]).expect("tdx floor");
+}
+
+/// A genuine box whose evidence reports a TCB (SEV-SNP) or collateral (TDX) below what the
+/// party pinned is refused through the adapter with the attest crate's closed code.
+#[test]
+fn a_box_below_the_pinned_tcb_floor_is_refused() {
+    let statement = Statement {
+        config_sha256: Some("00".repeat(32)),
+        ..Statement::default()
+    };
+    let rd = |h: &str| -> [u8; 64] { hex::decode(h).expect("hex").try_into().expect("64") };
+    let att = Attestation {
+        evidence: evidence(),
+        ..Attestation::default()
+    };
+    let snp_floor = |snp: u8| {
+        let policy = serde_json::json!({"min_tcb": {"bootloader": 3, "tee": 0, "snp": snp, "microcode": 115}});
+        HardwareVerifier::new(
+            HardwarePolicy::from_value("sev-snp", Some(policy), &[MEASUREMENT.into()])
+                .expect("policy"),
+        )
+        .expect("verifier")
+    };
+    let at = T_2025_SECS * 1000;
+    snp_floor(8)
+        .verify_evidence(&att, &statement, &rd(REPORT_DATA), at)
+        .expect("at its floor");
+    assert!(matches!(
+        snp_floor(9).verify_evidence(&att, &statement, &rd(REPORT_DATA), at),
+        Err(JcError::HardwareRefused("tcb_too_low"))
+    ));
+
+    let ev = skillbox_attest::tdx::Evidence::from_files(
+        &data("tdx/dcapqvl-tdx_quote"),
+        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("the sample parses");
+    let att = Attestation {
+        evidence: serde_json::to_value(ev).expect("json"),
+        ..att
+    };
+    let tdx_floor = |eval: u32| {
+        let policy = serde_json::json!({"accepted": [{"mr_td": TDX_MR_TD}], "min_tcb_eval_data_number": eval});
+        HardwareVerifier::new(HardwarePolicy::from_value("tdx", Some(policy), &[]).expect("policy"))
+            .expect("verifier")
+    };
+    tdx_floor(DCAPQVL_TDX_EVAL)
+        .verify_evidence(&att, &statement, &rd(TDX_REPORT_DATA), T_TDX_MS)
+        .expect("at its floor");
+    assert!(matches!(
+        tdx_floor(DCAPQVL_TDX_EVAL + 1).verify_evidence(
+            &att,
+            &statement,
+            &rd(TDX_REPORT_DATA),
+            T_TDX_MS
+        ),
+        Err(JcError::HardwareRefused("tcb_not_allowed"))
+    ));
 }
 
 /// A box that claims a configuration its host did not launch it with: genuine reports (the
@@ -192,8 +309,11 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
         ..Attestation::default()
     };
     let snp = |pol: Option<serde_json::Value>| {
+        let mut pol = pol.unwrap_or_else(virtee_snp_floor);
+        pol["min_tcb"] = virtee_snp_floor()["min_tcb"].clone();
         HardwareVerifier::new(
-            HardwarePolicy::from_value("sev-snp", pol, &[MEASUREMENT.into()]).expect("policy"),
+            HardwarePolicy::from_value("sev-snp", Some(pol), &[MEASUREMENT.into()])
+                .expect("policy"),
         )
         .expect("verifier")
     };
@@ -239,7 +359,10 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
     let tdx = HardwareVerifier::new(
         HardwarePolicy::from_value(
             "tdx",
-            Some(serde_json::json!({"accepted": [{"mr_td": TDX_MR_TD}]})),
+            Some(serde_json::json!({
+                "accepted": [{"mr_td": TDX_MR_TD}],
+                "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
+            })),
             &[],
         )
         .expect("policy"),
@@ -274,15 +397,18 @@ fn evidence_of_another_shape_is_malformed_whatever_the_statement_binds() {
         ..Attestation::default()
     };
     let pins = [
-        ("sev-snp", None),
+        ("sev-snp", virtee_snp_floor()),
         (
             "tdx",
-            Some(serde_json::json!({"accepted": [{"mr_td": TDX_MR_TD}]})),
+            serde_json::json!({
+                "accepted": [{"mr_td": TDX_MR_TD}],
+                "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
+            }),
         ),
     ];
     for (platform, pol) in pins {
         let policy =
-            HardwarePolicy::from_value(platform, pol, &[MEASUREMENT.into()]).expect("policy");
+            HardwarePolicy::from_value(platform, Some(pol), &[MEASUREMENT.into()]).expect("policy");
         let v = HardwareVerifier::new(policy).expect("verifier");
         let unbound = Statement {
             platform: platform.into(),

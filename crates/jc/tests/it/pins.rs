@@ -158,7 +158,8 @@ async fn a_hardware_pinned_box_cannot_answer_with_a_software_attestation() {
     let f = start(None).await;
     let (approved, run_id) = open_unattested(&f).await;
     let hw = || {
-        let p = HardwarePolicy::from_value("sev-snp", None, &["7a".repeat(48)]).expect("policy");
+        let floor = Some(skillbox_testkit::floors::virtee_snp_floor());
+        let p = HardwarePolicy::from_value("sev-snp", floor, &["7a".repeat(48)]).expect("policy");
         Box::new(HardwareVerifier::new(p).expect("verifier"))
     };
     let attest = async |policy: &VerifyPolicy| f.client.attest(&approved, &run_id, policy).await;

@@ -86,7 +86,12 @@ fn snp_report_and_certificates_become_the_evidence_the_node_verifies() {
     assert_eq!(ev.vek, vcek, "the VCEK from the certificate table");
     assert!(!ev.chain.is_empty(), "ASK/ARK from the operator's file");
     let verifier = HardwareVerifier::new(
-        HardwarePolicy::from_value("sev-snp", None, &[SNP_MEASUREMENT.into()]).expect("policy"),
+        HardwarePolicy::from_value(
+            "sev-snp",
+            Some(skillbox_testkit::floors::virtee_snp_floor()),
+            &[SNP_MEASUREMENT.into()],
+        )
+        .expect("policy"),
     )
     .expect("verifier");
     // Genuine, pinned — and made for another statement than this one: refused at the binding.

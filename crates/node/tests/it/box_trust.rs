@@ -154,7 +154,11 @@ async fn a_hardware_pinned_box_answering_as_insecure_dev_is_refused_before_any_s
     assert!(pinned_url < honest);
     let tune = |c: &mut skillbox_node::Config| {
         c.boxes.accept = vec![pinned_url.clone(), honest.clone()];
-        c.boxes.pins = vec![pin(&pinned_url, "sev-snp", snp.clone(), None)];
+        let mut hardware = pin(&pinned_url, "sev-snp", snp.clone(), None);
+        // A hardware pin names its TCB floor.
+        hardware.policy =
+            Some(toml::from_str(skillbox_testkit::floors::VIRTEE_SNP_MIN_TCB).expect("toml"));
+        c.boxes.pins = vec![hardware];
     };
     refused_before_any_stake(
         &pinned_url,

@@ -218,6 +218,9 @@ fn a_release_log_pin_round_trips_through_config_and_bad_ones_are_refused() {
     )];
     c.boxes.pins[0].platform = "sev-snp".into();
     c.boxes.pins[0].key = None;
+    // Its TCB floor (a hardware pin names one); the log names its measurements.
+    c.boxes.pins[0].policy =
+        Some(toml::from_str(skillbox_testkit::floors::VIRTEE_SNP_MIN_TCB).expect("toml"));
     let path = Path::new("config.toml");
     let back = Config::parse(&c.render(), path).expect("parses");
     assert_eq!(back.boxes.pins, c.boxes.pins);
