@@ -1683,7 +1683,8 @@ mod tests {
             toml::from_str("min_tcb = { bootloader = 3, tee = 0, snp = 8, microcode = 115 }")
                 .expect("toml"),
         );
-        c.check().expect("snp pinned by measurement, with its floor");
+        c.check()
+            .expect("snp pinned by measurement, with its floor");
         // GPU golden values: read by the attest crate; a table pinning nothing, or an unknown
         // key, is refused naming the pin and `gpu`, and the pin renders back as it was read.
         c.boxes.pins[1].gpu = Some(
