@@ -316,7 +316,9 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
                         .and_then(Value::as_str)
                         .unwrap_or("")
                 ));
-                let yes = serde_json::to_vec(&json!({ "decision": "allow" }))?;
+                // The yes answers the question printed (its digest, shown with it).
+                let yes =
+                    serde_json::to_vec(&json!({ "decision": "allow", "question": c["question"] }))?;
                 api.call(
                     &caller,
                     Method::POST,

@@ -541,6 +541,7 @@ mod tests {
             receipt: None,
             answer: None,
             disclosure: None,
+            question: None,
         }
     }
 

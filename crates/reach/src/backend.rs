@@ -91,6 +91,10 @@ pub struct CallSnapshot {
     /// verified box: whether it has hardware isolation, which provider sees the plaintext).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disclosure: Option<Disclosure>,
+    /// The digest of the consent question the node asks now: an answer names the question it
+    /// answers, and the node refuses it (`question_changed`) once the call asks another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 /// The node's consent facts for a parked call, as far as an agent tool needs them.
@@ -234,12 +238,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
         text: Zeroizing<String>,
     ) -> impl Future<Output = Result<(Pick, CallSnapshot), BackendError>> + Send;
     fn call(&self, id: &str) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
-    /// An MCP client's elicitation answer for a parked call: recorded as `agent:elicitation`,
-    /// and refused by a node that turned `calls.elicitation_consent` off.
+    /// An MCP client's elicitation answer for a parked call, to the question whose digest is
+    /// `question` (the one elicited on): recorded as `agent:elicitation`, refused by a node
+    /// that turned `calls.elicitation_consent` off, and `question_changed` once the call asks
+    /// another.
     fn consent(
         &self,
         id: &str,
         allow: bool,
+        question: &str,
     ) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
     fn cancel(&self, id: &str) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
     fn sources(&self) -> impl Future<Output = Result<Vec<SourceInfo>, BackendError>> + Send;
@@ -368,10 +375,15 @@ impl Backend for InProcess {
         caller_view(views(self.calls()?.get(id).await?))
     }
 
-    async fn consent(&self, id: &str, allow: bool) -> Result<CallSnapshot, BackendError> {
+    async fn consent(
+        &self,
+        id: &str,
+        allow: bool,
+        question: &str,
+    ) -> Result<CallSnapshot, BackendError> {
         caller_view(views(
             self.calls()?
-                .consent_by(id, allow, false, DecidedBy::Elicitation)
+                .consent_by(id, allow, false, DecidedBy::Elicitation, Some(question))
                 .await?,
         ))
     }
@@ -540,13 +552,18 @@ impl Backend for NodeHttp {
         caller_view(Self::one_or_sides(v))
     }
 
-    async fn consent(&self, id: &str, allow: bool) -> Result<CallSnapshot, BackendError> {
+    async fn consent(
+        &self,
+        id: &str,
+        allow: bool,
+        question: &str,
+    ) -> Result<CallSnapshot, BackendError> {
         let decision = if allow { "allow" } else { "deny" };
         let v = self
             .send(
                 reqwest::Method::POST,
                 &format!("/approvals/{}", seg(id)?),
-                Some(json!({ "decision": decision, "via": "elicitation" })),
+                Some(json!({ "decision": decision, "via": "elicitation", "question": question })),
             )
             .await?;
         caller_view(Self::one_or_sides(v))
@@ -679,11 +696,13 @@ mod tests {
                     https://b (insecure-dev, NO hardware isolation: its operator can read what \
                     is staked), where provider local (inside the box) sees it in plaintext, for \
                     peer P's skill taste.";
-        let s = caller_view(vec![parked(
-            json!({ "text": text, "hardwareIsolation": false }),
-        )])
-        .expect("snapshot");
+        let mut view = parked(json!({ "text": text, "hardwareIsolation": false }));
+        let question = format!("sha256:{}", "ab".repeat(32));
+        view["question"] = json!(question);
+        let s = caller_view(vec![view]).expect("snapshot");
         assert_eq!(s.consent_text(), text);
+        // The digest of the question shown goes back with the answer (`consent`).
+        assert_eq!(s.question.as_deref(), Some(question.as_str()));
         // Without the node's facts, the question claims nothing about the box.
         let s = caller_view(vec![parked(Value::Null)]).expect("snapshot");
         let q = s.consent_text();

@@ -344,11 +344,12 @@ impl<B: Backend> SkillboxMcp<B> {
         if modern
             && elicits
             && cat.elicitation_consent
+            && let Some(question) = snap.question.as_deref()
             && let Some(req) = consent_question(snap)
         {
             let mut requests = InputRequests::new();
             requests.insert(CONSENT_KEY.to_owned(), req);
-            let handle = asked_insert(snap, params);
+            let handle = asked_insert(snap, params, question);
             return CallToolResponse::InputRequired(InputRequiredResult::new(
                 Some(requests),
                 Some(format!("{CONSENT_STATE}{handle}")),
@@ -435,7 +436,9 @@ impl<B: Backend> SkillboxMcp<B> {
                 .pointer("/content/approve")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-        let after = self.backend.consent(&snap.id, allow).await;
+        // The answer is to the question elicited on: a call that asks another since (its box
+        // lost, the call parked again on another) is refused `question_changed`.
+        let after = self.backend.consent(&snap.id, allow, &asked.question).await;
         Ok(self.run_call(after.map(|s| (None, s)), ctx, params).await)
     }
 }
@@ -448,6 +451,8 @@ struct Asked {
     skill: String,
     tool: String,
     args: Option<Map<String, Value>>,
+    /// The digest of the question elicited on (the call's `question` then).
+    question: String,
 }
 
 /// Most consent questions remembered at once (the oldest is forgotten first; its call stays
@@ -462,7 +467,7 @@ fn asked_lock() -> std::sync::MutexGuard<'static, VecDeque<Asked>> {
 
 /// Remember a question and give out its handle: random, so no one can name a parked call
 /// (one started from the CLI, say) and answer for it.
-fn asked_insert(snap: &CallSnapshot, params: &CallToolRequestParams) -> String {
+fn asked_insert(snap: &CallSnapshot, params: &CallToolRequestParams, question: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write(snap.id.as_bytes());
@@ -480,6 +485,7 @@ fn asked_insert(snap: &CallSnapshot, params: &CallToolRequestParams) -> String {
         skill: snap.skill.clone(),
         tool: params.name.to_string(),
         args: params.arguments.clone(),
+        question: question.to_owned(),
     });
     handle
 }

@@ -548,11 +548,30 @@ impl TestNode {
     }
 
     /// Decide the parked call `id` as its human (`POST /approvals/{id}` with `decision`, e.g.
-    /// `{"decision": "allow", "remember": true}`), which must be taken: the call's view.
+    /// `{"decision": "allow", "remember": true}`), which must be taken: the call's view. A
+    /// decision naming no `question` answers the one the call asks now (the human read it).
     pub async fn decide(&self, id: &str, decision: Value) -> Value {
+        let mut decision = decision;
+        if decision.get("question").is_none() {
+            decision["question"] = self.question(id).await.into();
+        }
         let a = self.post_json(&format!("/approvals/{id}"), decision).await;
         assert_eq!(a.status, 200, "{}", a.body);
         a.body
+    }
+
+    /// The digest of the question the parked call `id` asks now, as `GET /approvals` shows it.
+    pub async fn question(&self, id: &str) -> String {
+        let a = self.get("/approvals").await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.body["approvals"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["id"] == id)
+            .and_then(|c| c["question"].as_str())
+            .unwrap_or_else(|| panic!("call {id} asks no question: {}", a.body))
+            .to_owned()
     }
 
     /// Wait until call `id` reaches a terminal state here; returns its record.

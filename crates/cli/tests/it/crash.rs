@@ -465,13 +465,11 @@ impl World {
                 if consent {
                     if let Some(id) = &id {
                         let api = self.node(role).api();
-                        if api
-                            .wait_state(id, &["awaiting_consent"], STEP_LIMIT)
-                            .is_some()
+                        if let Some(parked) = api.wait_state(id, &["awaiting_consent"], STEP_LIMIT)
                         {
                             let a = api.post_json(
                                 &format!("/approvals/{id}"),
-                                &json!({"decision": "allow"}),
+                                &json!({"decision": "allow", "question": parked["question"]}),
                             );
                             if a.status != 200 {
                                 problems.push(format!(

@@ -213,6 +213,13 @@ pub struct DecisionBody {
     #[serde(default)]
     #[schema(pattern = "^(cli|elicitation)$")]
     pub via: Option<String>,
+    /// Required: the digest of the question this decision answers — the call's `question`
+    /// as `GET /approvals` (or `GET /calls/{id}`) showed it with the disclosure. A call that
+    /// asks another question since (its box lost and the call parked again on another, say)
+    /// is not decided: `question_changed`.
+    #[serde(default)]
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub question: Option<String>,
 }
 
 /// `POST /intents/skill`.

@@ -113,7 +113,7 @@ driver_reads! {
 
 #[utoipa::path(
     post, path = "/approvals/{id}",
-    summary = "Decide a parked call: `allow` submits, `deny` fails it (`consent_denied`).",
+    summary = "Decide a parked call's question (`question`: the digest shown with it): `allow` submits, `deny` fails it (`consent_denied`). A missing `question` is a `validation_error` naming it.",
     params(CallPath),
     request_body = DecisionBody,
     responses(
@@ -121,7 +121,7 @@ driver_reads! {
         BadBody,
         NoSuchCall,
         (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
-        (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`)."),
+        (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`), or asks another question than the one `question` names (`question_changed`: nothing decided, the call still waits)."),
         TooLarge,
         NoCalls,
     )
@@ -150,7 +150,8 @@ pub(super) async fn decide_approval(
         }
     };
     Ok(Json(OneCall::of(
-        c.consent_by(&id, allow, b.remember, by).await?,
+        c.consent_by(&id, allow, b.remember, by, b.question.as_deref())
+            .await?,
     )))
 }
 

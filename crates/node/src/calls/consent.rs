@@ -1,7 +1,11 @@
 //! Consent (§9): calls parked on `ask`, what approving one discloses, and the human's answer —
 //! with `remember`, recorded as a policy rule for that (peer, skill, source set).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use skillbox_calls::Decision;
 use skillbox_calls::machine::{Event, Role, State};
 use skillbox_calls::policy::{Rule, Surface, Told};
@@ -36,6 +40,10 @@ pub struct Disclosure {
     pub provider: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_host: Option<String>,
+    /// The skill's declaration digest the signed program names (what the owner's skill is,
+    /// as committed on the board).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub declaration: Option<String>,
     /// The request an agent wrote, when an agent surface (MCP, A2A) started the call: what the
     /// human is asked to let leave along with the sources.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -85,6 +93,7 @@ impl Disclosure {
         let (program, verified) = program_and_run(row);
         let provider = program.as_ref().map(|p| p.provider.id.to_string());
         let provider_host = program.as_ref().and_then(|p| p.provider.host.clone());
+        let declaration = program.as_ref().map(|p| p.skill.declaration_digest.clone());
         let platform = verified.as_ref().map(|v| v.platform.clone());
         let measurement = verified.as_ref().map(|v| v.measurement.clone());
         let hardware_isolation = verified.as_ref().is_some_and(|v| !v.no_hardware_isolation);
@@ -136,6 +145,7 @@ impl Disclosure {
             hardware_isolation,
             provider,
             provider_host,
+            declaration,
             request: None,
             text,
         }
@@ -162,6 +172,74 @@ impl Disclosure {
         ));
         self.request = Some(request.to_owned());
     }
+}
+
+/// The question a parked call asks its human: its [`Disclosure`] (with the request when an
+/// agent started the call) and the question's digest. A decision names the digest of the
+/// question it answers ([`Calls::consent_by`]), so a call whose question changed while it was
+/// open — its box lost and the call parked again on another, the owner following its caller to
+/// a new run — is not decided by a yes given to the old one.
+pub(super) fn question_of(row: &CallRow, request: Option<&str>) -> (Disclosure, String) {
+    let mut d = Disclosure::of(row);
+    if let Some(r) = request {
+        d.with_agent_request(r);
+    }
+    let digest = question_digest(row, &d);
+    (d, digest)
+}
+
+/// `sha256:` and the hex of SHA-256 over the JCS encoding of everything the question shows:
+/// the call and its side, the run its stake goes to, and every fact and word of the
+/// disclosure (the request by its own digest, so the question's digest is no oracle of it).
+fn question_digest(row: &CallRow, d: &Disclosure) -> String {
+    // Every field by name: a field added to what the question shows must be added here too.
+    let Disclosure {
+        sources,
+        peer,
+        skill,
+        box_url,
+        platform,
+        measurement,
+        hardware_isolation,
+        provider,
+        provider_host,
+        declaration,
+        request,
+        text,
+    } = d;
+    let request = request.as_deref().map(|r| sha256_tagged(r.as_bytes()));
+    let shown = serde_json::json!({
+        "v": "skillbox-question/1",
+        "call": row.call.id,
+        "role": super::records::role_str(row.call.role),
+        "run": row.call.run_id,
+        "sources": sources,
+        "peer": peer,
+        "skill": skill,
+        "box": box_url,
+        "platform": platform,
+        "measurement": measurement,
+        "hardwareIsolation": hardware_isolation,
+        "provider": provider,
+        "providerHost": provider_host,
+        "declaration": declaration,
+        "request": request,
+        "text": text,
+    });
+    sha256_tagged(&skillbox_jc::jcs::value_canonical(&shown))
+}
+
+fn sha256_tagged(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// Whether `s` has the form of a question's digest (`sha256:` and 64 lowercase hex).
+fn is_question_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// Where a consent decision came from, as the ledger records it (`decidedBy`). The node can
@@ -213,24 +291,46 @@ impl Calls {
         id: &str,
         allow: bool,
         remember: bool,
+        question: Option<&str>,
     ) -> Result<Vec<CallView>, CallError> {
-        self.consent_by(id, allow, remember, DecidedBy::Ui).await
+        self.consent_by(id, allow, remember, DecidedBy::Ui, question)
+            .await
     }
 
-    /// The answer to `ask`, from `by`. With `remember`, the decision is also recorded (in the
-    /// store's policy, ahead of every other rule) for this peer, skill and source set (none: only
-    /// calls that stake none) and the surface the call was started from, so the next such call
-    /// is not asked again.
+    /// The answer to `ask`, from `by`, to the question whose digest is `question` (the call's
+    /// `question` where the surface showed it). Taken only while that is still the call's
+    /// question — checked again under the call's lock, in the step that takes the decision —
+    /// and refused `question_changed` otherwise, with nothing written and the call still
+    /// parked: a yes given to one box, provider or set of sources never approves another.
+    /// With `remember`, the decision is also recorded (in the store's policy, ahead of every
+    /// other rule) for this peer, skill and source set (none: only calls that stake none) and
+    /// the surface the call was started from, so the next such call is not asked again.
     pub async fn consent_by(
         &self,
         id: &str,
         allow: bool,
         remember: bool,
         by: DecidedBy,
+        question: Option<&str>,
     ) -> Result<Vec<CallView>, CallError> {
         if by == DecidedBy::Elicitation && !self.elicitation_consent() {
             return Err(CallError::ElicitationOff);
         }
+        let seen = match question {
+            None => {
+                return Err(CallError::Invalid {
+                    field: "question".into(),
+                    message: "missing: the digest of the question this decision answers (the call's `question`, as GET /approvals shows it)".into(),
+                });
+            }
+            Some(q) if !is_question_digest(q) => {
+                return Err(CallError::Invalid {
+                    field: "question".into(),
+                    message: "not a question's digest (sha256: and 64 lowercase hex digits)".into(),
+                });
+            }
+            Some(q) => q.to_owned(),
+        };
         let rows = self.open_rows(id).await?;
         let Some(row) = rows.iter().find(|r| r.call.state == State::AwaitingConsent) else {
             return Err(CallError::NotAwaitingConsent {
@@ -238,40 +338,50 @@ impl Calls {
                 state: rows[0].call.state.as_str(),
             });
         };
+        let request = {
+            let (r, srcs) = (row.clone(), self.0.sources.clone());
+            blocking(move || super::agent_request(&r, &srcs)).await?
+        };
+        if question_of(row, request.as_deref().map(String::as_str)).1 != seen {
+            return Err(CallError::QuestionChanged);
+        }
         // A decision is remembered with what the question told (the declaration, the provider
         // and its host, the box's platform and isolation): a later call where any differs is
         // asked again. A parked call has its verified run, so the facts are there; were they
         // not, nothing is remembered (the next call is asked) and the ledger does not say so.
         let told = if remember { told_of(row) } else { None };
-        let remember = told.is_some();
-        if let Some(told) = told {
-            let decision = if allow {
-                Decision::Allow
-            } else {
-                Decision::Deny
-            };
-            let sources = match row.call.role {
-                Role::Caller => row.sources.as_slice(),
-                Role::Owner => &[],
-            };
-            // The surface as the policy saw it (`check_policy`): an agent's call is remembered
-            // for agents' calls only, a human's for humans' only.
-            let surface = if row.call.role == Role::Caller && row.call.from_agent {
-                Surface::Agent
-            } else {
-                Surface::Human
-            };
-            let mut rule = Rule::remembered(
-                &row.call.peer,
-                &row.call.skill,
-                sources,
-                surface,
-                told,
-                decision,
-            );
-            if row.call.role == Role::Owner {
-                rule.side = skillbox_calls::policy::Side::Owner;
+        let rule = told.map(|told| remembered_rule(row, allow, told));
+        let by_label = if rule.is_some() {
+            format!("{}+remember", by.label())
+        } else {
+            by.label().to_owned()
+        };
+        let entry = ledger_entry(row, if allow { "allow" } else { "deny" }, &by_label, vec![]);
+        // The check again in the step that takes the decision, under the call's lock: the
+        // call may have moved between the read above and here.
+        let changed = Arc::new(AtomicBool::new(false));
+        let still_asked = {
+            let changed = changed.clone();
+            move |now: &CallRow| {
+                let same = question_of(now, request.as_deref().map(String::as_str)).1 == seen;
+                changed.store(!same, Ordering::SeqCst);
+                same
             }
+        };
+        self.apply(
+            (row.call.id.clone(), row.call.role),
+            Event::Consent { allow },
+            Change {
+                only_if: Some(Box::new(still_asked)),
+                ..Change::ledger(entry)
+            },
+        )
+        .await?;
+        if changed.load(Ordering::SeqCst) {
+            return Err(CallError::QuestionChanged);
+        }
+        // Recorded once the decision is taken, so a refused one leaves no rule behind.
+        if let Some(rule) = rule {
             let mut policy = self.policy();
             policy.rules.retain(|r| !r.same_but_decision(&rule));
             policy.rules.insert(0, rule);
@@ -281,20 +391,41 @@ impl Calls {
             self.set_policy(policy);
             tracing::info!(call = %id, allow, "consent remembered as a policy rule");
         }
-        let by_label = if remember {
-            format!("{}+remember", by.label())
-        } else {
-            by.label().to_owned()
-        };
-        let entry = ledger_entry(row, if allow { "allow" } else { "deny" }, &by_label, vec![]);
-        self.apply(
-            (row.call.id.clone(), row.call.role),
-            Event::Consent { allow },
-            Change::ledger(entry),
-        )
-        .await?;
         self.get(id).await
     }
+}
+
+/// The rule `remember` records: this decision for the call's peer, skill, source set and
+/// surface, bound to what the question told.
+fn remembered_rule(row: &CallRow, allow: bool, told: Told) -> Rule {
+    let decision = if allow {
+        Decision::Allow
+    } else {
+        Decision::Deny
+    };
+    let sources = match row.call.role {
+        Role::Caller => row.sources.as_slice(),
+        Role::Owner => &[],
+    };
+    // The surface as the policy saw it (`check_policy`): an agent's call is remembered
+    // for agents' calls only, a human's for humans' only.
+    let surface = if row.call.role == Role::Caller && row.call.from_agent {
+        Surface::Agent
+    } else {
+        Surface::Human
+    };
+    let mut rule = Rule::remembered(
+        &row.call.peer,
+        &row.call.skill,
+        sources,
+        surface,
+        told,
+        decision,
+    );
+    if row.call.role == Role::Owner {
+        rule.side = skillbox_calls::policy::Side::Owner;
+    }
+    rule
 }
 
 #[cfg(test)]
@@ -316,6 +447,7 @@ mod tests {
             hardware_isolation: false,
             provider: None,
             provider_host: None,
+            declaration: None,
             request: None,
             text: "Approving stakes your request.".into(),
         };
@@ -346,5 +478,59 @@ mod tests {
             "{quoted}"
         );
         assert_eq!(d.request.as_deref(), Some(request));
+    }
+
+    /// The question's digest covers everything the question shows: the same question digests
+    /// the same, and any one fact changed — the box, its platform, measurement or isolation,
+    /// the provider or its host, the declaration, a source, the request, the run — digests
+    /// otherwise.
+    #[test]
+    fn a_questions_digest_changes_with_anything_it_shows() {
+        let row = CallRow {
+            call: super::super::records::tests::started(Role::Caller),
+            program: None,
+            box_url: None,
+            verified: None,
+            sources: vec![],
+            receipt: None,
+        };
+        let shown = Disclosure {
+            sources: vec!["songs".into()],
+            peer: "P".into(),
+            skill: "taste".into(),
+            box_url: Some("https://a".into()),
+            platform: Some("tdx".into()),
+            measurement: Some("ab".into()),
+            hardware_isolation: true,
+            provider: Some("openai".into()),
+            provider_host: Some("api.openai.com".into()),
+            declaration: Some("sha256:cd".into()),
+            request: Some("hi".into()),
+            text: "Approving stakes …".into(),
+        };
+        let digest = question_digest(&row, &shown);
+        assert!(is_question_digest(&digest), "{digest}");
+        assert_eq!(question_digest(&row, &shown.clone()), digest);
+        let changes: [fn(&mut Disclosure); 11] = [
+            |d| d.sources.push("diary".into()),
+            |d| d.peer = "Q".into(),
+            |d| d.skill = "other".into(),
+            |d| d.box_url = Some("https://b".into()),
+            |d| d.platform = Some("sev-snp".into()),
+            |d| d.measurement = Some("cd".into()),
+            |d| d.hardware_isolation = false,
+            |d| d.provider = Some("anthropic".into()),
+            |d| d.provider_host = Some("evil.example".into()),
+            |d| d.declaration = Some("sha256:ef".into()),
+            |d| d.request = Some("hi!".into()),
+        ];
+        for (n, change) in changes.iter().enumerate() {
+            let mut d = shown.clone();
+            change(&mut d);
+            assert_ne!(question_digest(&row, &d), digest, "change {n}");
+        }
+        let mut moved = row.clone();
+        moved.call.run_id = Some("r".repeat(32));
+        assert_ne!(question_digest(&moved, &shown), digest, "another run");
     }
 }

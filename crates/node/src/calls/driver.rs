@@ -42,7 +42,15 @@ pub(super) struct Change {
     /// was a commit of its own on a blocking thread, with a whole skill record read, before
     /// this one). Refused, the step writes nothing and the call fails with the code instead.
     pub(super) charge: bool,
+    /// The event is taken only if this holds of the call's row as the step finds it, under
+    /// the call's lock; otherwise the step changes and writes nothing. A human's decision is
+    /// taken only while the call still asks the question it answers (`consent_by`): a check
+    /// before the lock could pass and the call move before the step.
+    pub(super) only_if: Option<Condition>,
 }
+
+/// A condition on the row a step finds ([`Change::only_if`]).
+pub(super) type Condition = Box<dyn FnOnce(&CallRow) -> bool + Send>;
 
 impl Change {
     pub(super) fn none() -> Change {
@@ -424,7 +432,7 @@ impl Calls {
         &self,
         key: &Key,
         event: Event,
-        change: Change,
+        mut change: Change,
         for_run: Option<Option<String>>,
     ) -> Result<std::result::Result<Option<Stepped>, FailureCode>> {
         let Some(row) = self.row(key).await? else {
@@ -434,9 +442,12 @@ impl Calls {
             return Ok(Ok(None));
         };
         let stale = for_run.as_ref().is_some_and(|r| *r != row.call.run_id);
+        let unmet = !stale && change.only_if.take().is_some_and(|holds| !holds(&row));
         let tick = matches!(event, Event::Tick);
-        let mut t = if stale {
-            tracing::debug!(call = %key.0, "outcome of a run the call left; dropped");
+        let mut t = if stale || unmet {
+            if stale {
+                tracing::debug!(call = %key.0, "outcome of a run the call left; dropped");
+            }
             machine::Transition {
                 call: row.call.clone(),
                 actions: Vec::new(),
@@ -989,6 +1000,45 @@ mod tests {
         let call = stepped(&node, key, Event::Staked).await;
         assert_eq!(call.state, State::AwaitingConsent);
         assert!(decisions(&store).is_empty());
+    }
+
+    /// A decision taken only while the call still asks the question it answers
+    /// (`Change::only_if`, checked under the call's lock): when it no longer holds, the step
+    /// takes nothing and writes nothing — the call stays parked, no decision in the ledger —;
+    /// when it holds, the decision is taken with its entry.
+    #[tokio::test]
+    async fn a_decision_whose_condition_no_longer_holds_writes_nothing() {
+        let (_dir, store, node) = file_node(|_| {});
+        let (row, key) = owner_call(&store, |call| {
+            call.state = State::AwaitingConsent;
+            call.run_id = Some("r".repeat(32));
+        });
+        let decide = |holds: bool| Change {
+            only_if: Some(Box::new(move |_: &CallRow| holds)),
+            ..Change::ledger(super::super::ledger::ledger_entry(
+                &row,
+                "allow",
+                "human:api",
+                vec![],
+            ))
+        };
+        let before = store.write_stats().commits;
+        let call = node
+            .apply(key.clone(), Event::Consent { allow: true }, decide(false))
+            .await
+            .expect("step")
+            .expect("call");
+        assert_eq!(call.state, State::AwaitingConsent);
+        assert_eq!(stored_state(&store), State::AwaitingConsent);
+        assert!(decisions(&store).is_empty());
+        assert_eq!(store.write_stats().commits, before, "nothing written");
+        let call = node
+            .apply(key, Event::Consent { allow: true }, decide(true))
+            .await
+            .expect("step")
+            .expect("call");
+        assert_eq!(call.state, State::Submitting);
+        assert_eq!(decisions(&store), ["allow"]);
     }
 
     /// A request the owner refuses, from a peer that never takes the refusal: handling it ends

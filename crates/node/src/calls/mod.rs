@@ -148,6 +148,11 @@ pub enum CallError {
     NotFound(String),
     #[error("call {id} is {state}, not awaiting consent")]
     NotAwaitingConsent { id: String, state: &'static str },
+    /// The decision answers a question the call no longer asks (`consent_by`).
+    #[error(
+        "the call asks another question now (its box, provider, sources or request changed since the one decided on): nothing was decided; read the question again and decide on it"
+    )]
+    QuestionChanged,
     /// `calls.elicitation_consent = false`: an agent's client may not answer consent.
     #[error(
         "this node takes consent only from its human (dashboard or terminal), not from an agent's client"
@@ -174,6 +179,7 @@ impl CallError {
             CallError::Invalid { .. } => "validation_error",
             CallError::NotFound(_) => "not_found",
             CallError::NotAwaitingConsent { .. } => "not_awaiting_consent",
+            CallError::QuestionChanged => "question_changed",
             CallError::ElicitationOff => "elicitation_consent_off",
             CallError::Program(_) => "program_invalid",
             CallError::NoPick(_) => "no_offered_skill",
@@ -188,6 +194,7 @@ impl CallError {
             | CallError::NoCommonBox { .. }
             | CallError::NoBoxForProvider { .. }
             | CallError::NotAwaitingConsent { .. }
+            | CallError::QuestionChanged
             | CallError::NoPick(_) => 409,
             CallError::OverOwnerLimit { .. } => 422,
             CallError::Invalid { .. } | CallError::Program(_) | CallError::NotShareable { .. } => {
@@ -238,6 +245,13 @@ pub struct CallView {
     /// For a call awaiting consent: exactly what approving it discloses, to whom, through what.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disclosure: Option<Disclosure>,
+    /// For a call awaiting consent: the digest of the question it asks (`sha256:` and 64 hex
+    /// digits, over everything `disclosure` shows, the call, its side and its run). A decision
+    /// (`POST /approvals/{id}`) names the one it answers and is refused `question_changed`
+    /// once the call asks another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub question: Option<String>,
     /// The box as this side verified it (once the run's attestation passed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attested: Option<Attested>,
@@ -283,7 +297,9 @@ impl CallView {
             receipt: row.receipt.clone(),
             answer: None,
             moves: c.moves.clone(),
-            disclosure: (c.state == State::AwaitingConsent).then(|| Disclosure::of(row)),
+            // Filled in by `view_of`, which reads the request an agent's question shows.
+            disclosure: None,
+            question: None,
             attested: row
                 .verified
                 .clone()
@@ -384,24 +400,33 @@ struct Inner {
     crash_at: Option<(Role, State)>,
 }
 
-/// A call an agent started and that waits for consent: its question shows the request the
-/// agent wrote (read from the call's request source).
-fn show_agent_request(v: &mut CallView, row: &CallRow, srcs: &Sources) -> Result<()> {
+/// The request of a call an agent started (caller side), which its consent question shows;
+/// `None` for any other call, or once the request is gone (the call ended).
+fn agent_request(row: &CallRow, srcs: &Sources) -> Result<Option<Zeroizing<String>>> {
     if !(row.call.from_agent && row.call.role == Role::Caller) {
-        return Ok(());
+        return Ok(None);
     }
-    let Some(d) = v.disclosure.as_mut() else {
-        return Ok(());
-    };
     let mut buf = Zeroizing::new(Vec::new());
     match srcs.apply(&records::request_source(&row.call.id), &mut *buf) {
-        Ok(_) => {
-            d.with_agent_request(&String::from_utf8_lossy(&buf));
-            Ok(())
-        }
-        Err(NodeError::NotFound { .. }) => Ok(()),
+        Ok(_) => Ok(Some(Zeroizing::new(
+            String::from_utf8_lossy(&buf).into_owned(),
+        ))),
+        Err(NodeError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// A call as the API shows it; one waiting for consent with its question and the question's
+/// digest ([`consent::question_of`]).
+fn view_of(row: &CallRow, srcs: &Sources) -> Result<CallView> {
+    let mut v = CallView::of(row);
+    if row.call.state == State::AwaitingConsent {
+        let request = agent_request(row, srcs)?;
+        let (d, digest) = consent::question_of(row, request.as_deref().map(String::as_str));
+        v.disclosure = Some(d);
+        v.question = Some(digest);
+    }
+    Ok(v)
 }
 
 /// The calls driver. Cheap to clone.
@@ -557,9 +582,7 @@ impl Calls {
             let rows = records::list(&store, &filter)?;
             let mut out = Vec::with_capacity(rows.len());
             for row in &rows {
-                let mut v = CallView::of(row);
-                show_agent_request(&mut v, row, &srcs)?;
-                out.push(v);
+                out.push(view_of(row, &srcs)?);
             }
             Ok(out)
         })
@@ -576,8 +599,7 @@ impl Calls {
             let rows = records::by_id(&store, &id2)?;
             let mut out = Vec::new();
             for row in rows {
-                let mut v = CallView::of(&row);
-                show_agent_request(&mut v, &row, &srcs)?;
+                let mut v = view_of(&row, &srcs)?;
                 if row.call.state == State::Answered {
                     let mut buf = Zeroizing::new(Vec::new());
                     match srcs.apply(&records::answer_source(&row.call.id), &mut *buf) {

@@ -458,6 +458,84 @@ async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to
     support::stop_all([caller, owner]).await;
 }
 
+/// A yes is bound to the question it answers. The call parks on `ask` on one box and its
+/// human approves; the box dies before the stake is taken and the call parks again on the
+/// other box (a fresh run), asking a new question. A yes to the first question given late —
+/// a second dashboard tab, an MCP elicitation answered after the move — is refused
+/// `question_changed`: no decision is written and the call still waits. A decision naming no
+/// question is refused naming the field. The yes to the new question is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_yes_to_the_question_before_the_box_was_lost_does_not_approve_the_new_one() {
+    let (provider_url, _provider) = support::provider_double(Duration::ZERO).await;
+    let a = Relay::boxed(&provider_url).await;
+    let b = Relay::boxed(&provider_url).await;
+    let urls = [a.url.clone(), b.url.clone()];
+    let (owner, caller) = pair_tuned(&urls, 900, caller_asks).await;
+    let id = caller
+        .start_call(&owner.peer_id, "taste", "REQ-QUESTION")
+        .await;
+    let c = caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    let on = c["box"].as_str().expect("box").to_owned();
+    // The question the human is shown, in the approvals list and the call's view alike.
+    let first = caller.question(&id).await;
+    assert_eq!(c["question"], first.as_str(), "{c}");
+    owner.wait_state(&id, &["submitting"], LIMIT).await;
+    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
+    victim.kill().await;
+    caller
+        .decide(
+            &id,
+            serde_json::json!({"decision": "allow", "question": first}),
+        )
+        .await;
+    asked_on(&caller, &id, &other.url).await;
+    let second = caller.question(&id).await;
+    assert_ne!(second, first, "the question names the new box and run");
+    let decided = entries(&caller, &id, "decision").await.len();
+    let late = caller
+        .post_json(
+            &format!("/approvals/{id}"),
+            serde_json::json!({"decision": "allow", "question": first}),
+        )
+        .await;
+    assert_eq!(late.status, 409, "{}", late.body);
+    assert_eq!(late.body["error"], "question_changed", "{}", late.body);
+    let bare = caller
+        .post_json(
+            &format!("/approvals/{id}"),
+            serde_json::json!({"decision": "allow"}),
+        )
+        .await;
+    assert_eq!(bare.status, 400, "{}", bare.body);
+    assert_eq!(bare.body["error"], "validation_error", "{}", bare.body);
+    assert!(
+        bare.body["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("question")),
+        "{}",
+        bare.body
+    );
+    assert_eq!(
+        entries(&caller, &id, "decision").await.len(),
+        decided,
+        "a refused decision writes nothing"
+    );
+    let c = caller.get(&format!("/calls/{id}")).await.body;
+    assert_eq!(c["state"], "awaiting_consent", "{c}");
+    assert_eq!(c["box"], other.url.as_str(), "{c}");
+    assert_eq!(c["question"], second.as_str(), "{c}");
+    caller
+        .decide(
+            &id,
+            serde_json::json!({"decision": "allow", "question": second}),
+        )
+        .await;
+    let c = caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "{c}");
+    other.kill().await;
+    support::stop_all([caller, owner]).await;
+}
+
 /// A hostile caller speaking the protocol itself: admitted, it opens a run of the program on
 /// each accepted box in turn and names each in a `call.session`, as if every box died — to
 /// have the owner stake its body into many boxes. The owner follows at most `MAX_MOVES` moves

@@ -259,11 +259,17 @@ async fn ask_parks_each_side_until_its_human_decides() {
         .post_json(&format!("/approvals/{id}"), json!({"decision": "maybe"}))
         .await;
     assert_eq!(bad.status, 400);
-    w.caller.decide(&id, json!({"decision": "allow"})).await;
+    let question = ap["approvals"][0]["question"].clone();
+    w.caller
+        .decide(&id, json!({"decision": "allow", "question": question}))
+        .await;
     // Deciding again: it is no longer waiting.
     let again = w
         .caller
-        .post_json(&format!("/approvals/{id}"), json!({"decision": "allow"}))
+        .post_json(
+            &format!("/approvals/{id}"),
+            json!({"decision": "allow", "question": question}),
+        )
         .await;
     assert_eq!(
         (again.status, again.body["error"].as_str()),

@@ -168,7 +168,7 @@ pub(crate) async fn call(
                 }
                 @if let Some(d) = &v.disclosure {
                     p class="notice" { "Waiting for you: " (d.text) }
-                    (decision_forms(&session, &v.id))
+                    (decision_forms(&session, &v.id, v.question.as_deref()))
                 }
                 @if let Some(r) = &v.receipt {
                     h3 { "Receipt" }
@@ -220,13 +220,17 @@ pub(crate) async fn live_calls(State(s): State<AppState>) -> Response {
 
 // ---- approvals
 
-fn decision_forms(session: &Session, id: &str) -> Markup {
+/// The decision forms for the question whose digest is `question`: each posts it back, so a
+/// decision taken on this page answers the question the page showed, never one the call asks
+/// after it moved (`question_changed`).
+fn decision_forms(session: &Session, id: &str, question: Option<&str>) -> Markup {
     html! {
         div class="decide" {
             @for (decision, remember, label) in [("allow", false, "Approve"), ("allow", true, "Approve and remember"), ("deny", false, "Deny"), ("deny", true, "Deny and remember")] {
                 form method="post" action="/ui/approvals" {
                     (csrf_field(session))
                     input type="hidden" name="id" value=(id);
+                    @if let Some(q) = question { input type="hidden" name="question" value=(q); }
                     input type="hidden" name="decision" value=(decision);
                     @if remember { input type="hidden" name="remember" value="true"; }
                     button type="submit" data-decision=(decision) { (label) }
@@ -264,7 +268,7 @@ async fn approvals_page(
                         }
                     }
                     p { a href=(format!("/ui/calls/{}", enc(&v.id))) { "The call" } }
-                    (decision_forms(session, &v.id))
+                    (decision_forms(session, &v.id, v.question.as_deref()))
                 }
             },
         }
@@ -280,6 +284,9 @@ pub(crate) struct DecideForm {
     decision: String,
     #[serde(default)]
     remember: Option<String>,
+    /// The digest of the question the page showed.
+    #[serde(default)]
+    question: Option<String>,
 }
 
 pub(crate) async fn decide(
@@ -303,7 +310,12 @@ pub(crate) async fn decide(
         }
     };
     match c
-        .consent(&f.id, allow, f.remember.as_deref() == Some("true"))
+        .consent(
+            &f.id,
+            allow,
+            f.remember.as_deref() == Some("true"),
+            f.question.as_deref(),
+        )
         .await
     {
         Ok(_) => Redirect::to(&format!("/ui/calls/{}", enc(&f.id))).into_response(),
