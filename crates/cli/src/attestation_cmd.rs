@@ -3,7 +3,8 @@
 //!
 //! Exit codes: 0 verified, 1 refused or unreadable input, 2 usage (a flag that does not fit the
 //! platform). No pins are given here, so measurements are shown, not compared — the output
-//! says so.
+//! says so. For SEV-SNP and TDX it prints the TCB floor the evidence meets, as a pin's policy
+//! names it (`min_tcb = {…}`, `min_tcb_eval_data_number = N`): a hardware pin must name one.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +74,17 @@ fn usage(msg: impl Into<String>) -> Result<Outcome, Usage> {
 struct Outcome {
     result: Result<Verified, Refusal>,
     notes: Vec<String>,
+    /// SEV-SNP, TDX: the TCB floor the verified evidence meets, as a pin's policy line.
+    floor: Option<String>,
+}
+
+/// `min_tcb = { … }`: the SEV-SNP floor as a pin's policy names it.
+fn snp_floor_line(min: &snp::MinTcb) -> String {
+    let fmc = min.fmc.map(|f| format!(", fmc = {f}")).unwrap_or_default();
+    format!(
+        "min_tcb = {{ bootloader = {}, tee = {}, snp = {}, microcode = {}{fmc} }}",
+        min.bootloader, min.tee, min.snp, min.microcode
+    )
 }
 
 /// An optional hex flag of exactly `N` bytes for `platform` (absent stays `None`).
@@ -153,6 +165,7 @@ fn check(
     let p = args.platform;
     let chain_refs: Vec<&[u8]> = chain.iter().map(Vec::as_slice).collect();
     let mut notes = Vec::new();
+    let mut floor = None;
     if collateral.is_some() && p != Platform::Tdx {
         return usage(format!("--collateral is for tdx, not {p}"));
     }
@@ -164,8 +177,11 @@ fn check(
                 report_data: hex_arg::<64>("--report-data", &args.report_data, p)?,
                 host_data: None,
             };
-            snp::Evidence::from_files(evidence, &chain_refs)
-                .and_then(|ev| snp::verify(&ev, &expected, &snp::Policy::unpinned(), at))
+            snp::Evidence::from_files(evidence, &chain_refs).and_then(|ev| {
+                let verified = snp::verify(&ev, &expected, &snp::Policy::unpinned(), at)?;
+                floor = ev.tcb_floor().ok().map(|min| snp_floor_line(&min));
+                Ok(verified)
+            })
         }
         Platform::Tdx => {
             unused(p, &args.nonce, "nonce", "--report-data")?;
@@ -181,8 +197,16 @@ fn check(
                 report_data: hex_arg::<64>("--report-data", &args.report_data, p)?,
                 mr_config_id: None,
             };
-            tdx::Evidence::from_files(evidence, collateral)
-                .and_then(|ev| tdx::verify(&ev, &expected, &tdx::Policy::unpinned(), at))
+            let verified = tdx::Evidence::from_files(evidence, collateral)
+                .and_then(|ev| tdx::verify(&ev, &expected, &tdx::Policy::unpinned(), at));
+            // The evaluation data number the verifier compared (the lower of TCB info's and QE
+            // identity's), from collateral whose signatures verified.
+            floor = verified
+                .as_ref()
+                .ok()
+                .and_then(|v| v.attribute("tcb_eval_data_number"))
+                .map(|n| format!("min_tcb_eval_data_number = {n}"));
+            verified
         }
         Platform::Nitro => {
             if !chain.is_empty() {
@@ -212,7 +236,11 @@ fn check(
                 .and_then(|ev| nvidia::verify(&ev, &expected, &nvidia::Policy::unpinned(), at))
         }
     };
-    Ok(Outcome { result, notes })
+    Ok(Outcome {
+        result,
+        notes,
+        floor,
+    })
 }
 
 /// A flag whose value the platform's evidence has no place for is refused, naming the flag it
@@ -298,6 +326,11 @@ fn print_text(args: &VerifyArgs, at: u64, o: &Outcome) {
                     .as_deref()
                     .unwrap_or("(not part of this platform's evidence)")
             );
+            if let Some(floor) = &o.floor {
+                say!(
+                    "  tcb floor        {floor} (a pin's policy names it; compare it with the vendor's current TCB)"
+                );
+            }
             say!(
                 "  chip/instance    {}",
                 v.instance_id
@@ -352,6 +385,7 @@ fn print_json(args: &VerifyArgs, at: u64, o: &Outcome) -> anyhow::Result<()> {
             "verified": v,
             "notes": o.notes,
             "pinned": v.measurements_pinned,
+            "tcb_floor": o.floor,
         }),
         Err(r) => json!({
             "verdict": "refused",

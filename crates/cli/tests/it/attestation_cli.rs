@@ -181,6 +181,8 @@ fn every_tdx_vector_gets_its_verdict() {
         Ok(()),
     );
     assert_eq!(v["verified"]["tcb_status"], "UpToDate");
+    // The floor this collateral meets, as a pin's policy names it.
+    assert_eq!(v["tcb_floor"], "min_tcb_eval_data_number = 17");
     assert!(
         v["verified"]["measurement"]
             .as_str()
@@ -317,6 +319,8 @@ fn text_output_says_what_was_verified_and_what_was_not() {
         "policy",
         "0x30000",
         "reported_tcb 0300000000000873",
+        // The floor this report meets, as a pin's policy names it.
+        "tcb floor        min_tcb = { bootloader = 3, tee = 0, snp = 8, microcode = 115 }",
         "chip/instance    d49554ec717f4e5b",
         "valid            2023-04-03T19:23:43Z",
         "measurements were NOT compared",
