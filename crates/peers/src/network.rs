@@ -784,10 +784,12 @@ fn build_swarm(
         .map_err(|e| PeersError::InvalidConfig(format!("relay client: {e}")))?
         .with_behaviour(|key, relay_client| {
             let local = key.public().to_peer_id();
-            let gossipsub = gossipsub::Behaviour::new(
+            let mut gossipsub = gossipsub::Behaviour::new(
                 gossipsub::MessageAuthenticity::Signed(key.clone()),
                 gossip_config,
             )?;
+            let (params, thresholds) = gossip_scoring();
+            gossipsub.with_peer_score(params, thresholds)?;
             // Each answer is read under its own limit: an ack 4 KiB, an advert fetch one
             // advert's, a board sync 8 MiB and 2,000 adverts (`wire`).
             let codec = WireCodec::new(request_limit, max_advert_bytes);
@@ -856,6 +858,49 @@ fn build_swarm(
         })
         .build();
     Ok(swarm)
+}
+
+/// Invalid adverts a peer may deliver, taken together, before it is graylisted: the score
+/// penalty is the square of the count (decaying), so [`GRAYLIST_AT_INVALID`] of them cross
+/// gossipsub's default graylist threshold (-80).
+const GRAYLIST_AT_INVALID: f64 = 9.0;
+
+/// Gossipsub peer scoring on the live topics: a peer whose deliveries our check rejects (forged,
+/// malformed, oversized, a signer that is not the publisher — not a stale or rate-limited one,
+/// which are ignored) loses score, and past [`GRAYLIST_AT_INVALID`] of them it is graylisted:
+/// everything it sends on gossip is dropped unread until the count decays (about a minute and
+/// a half for 20). Before, a peer could publish invalid adverts without end and each cost a
+/// signature check. Only this penalty counts: no credit for time in the mesh or first
+/// deliveries (a Sybil would build it up to spend), no mesh delivery quota (adverts come once
+/// a minute), and no IP colocation penalty (many honest nodes share an address behind NAT).
+fn gossip_scoring() -> (gossipsub::PeerScoreParams, gossipsub::PeerScoreThresholds) {
+    let topic = gossipsub::TopicScoreParams {
+        topic_weight: 1.0,
+        time_in_mesh_weight: 0.0,
+        first_message_deliveries_weight: 0.0,
+        mesh_message_deliveries_weight: 0.0,
+        mesh_failure_penalty_weight: 0.0,
+        invalid_message_deliveries_weight: -1.0,
+        // Per decay interval (1 s): a count halves in about 70 s.
+        invalid_message_deliveries_decay: 0.99,
+        ..gossipsub::TopicScoreParams::default()
+    };
+    let topics = all_categories()
+        .iter()
+        .map(|c| (presence_topic(c).hash(), topic.clone()))
+        .collect();
+    let params = gossipsub::PeerScoreParams {
+        topics,
+        ip_colocation_factor_weight: 0.0,
+        ..gossipsub::PeerScoreParams::default()
+    };
+    let thresholds = gossipsub::PeerScoreThresholds::default();
+    debug_assert!(
+        -GRAYLIST_AT_INVALID * GRAYLIST_AT_INVALID < thresholds.graylist_threshold
+            && -(GRAYLIST_AT_INVALID - 1.0) * (GRAYLIST_AT_INVALID - 1.0)
+                > thresholds.graylist_threshold
+    );
+    (params, thresholds)
 }
 
 /// Listen on every address and wait until each is bound, so errors surface from `start`.
@@ -1779,8 +1824,11 @@ impl Task {
                 match reason {
                     // Late or duplicate delivery of a genuine advert: not the forwarder's fault.
                     // Too many from its signer, or no room here: a forwarder is not to blame.
+                    // Ahead of our clock: the forwarder's clock took it (a rejection costs the
+                    // forwarder score, `gossip_scoring`; a skewed clock is no attack).
                     crate::AdvertRefusal::Stale { .. }
                     | crate::AdvertRefusal::Expired { .. }
+                    | crate::AdvertRefusal::FromTheFuture { .. }
                     | crate::AdvertRefusal::TooFrequent
                     | crate::AdvertRefusal::BoardFull => gossipsub::MessageAcceptance::Ignore,
                     _ => gossipsub::MessageAcceptance::Reject,

@@ -559,3 +559,40 @@ async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
     })
     .await;
 }
+
+/// Gossipsub peer scoring: a peer that keeps publishing adverts our check rejects loses score
+/// and is graylisted — what it sends next on gossip, its own valid advert included, is dropped
+/// unread. Before, it could publish invalid adverts without end, each one checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_publishing_invalid_adverts_is_graylisted() {
+    within(Duration::from_secs(90), async {
+        let [(v, _rv), (h, _rh)] = nodes([61, 62], config_with(|c| c.board_sync = false)).await;
+        let ph = h.local_peer_id();
+        line_up(&[&v, &h]).await;
+        h.set_offer(offer(&["first"])).await.unwrap();
+        until_offered("V sees H's first offer", &[&v], &ph, &["first"]).await;
+        let mut events = v.subscribe();
+        for i in 0..20 {
+            h.publish_raw_advert(format!("not an advert {i}").into_bytes())
+                .await
+                .unwrap();
+        }
+        let mut refused = 0;
+        while refused < 9 {
+            let r = next_refusal(&mut events, "an invalid advert refused").await;
+            assert!(r.contains("malformed"), "{r}");
+            refused += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A valid advert now: a graylisted peer's gossip is not read.
+        h.set_offer(offer(&["second"])).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            skills_of(&v, &ph),
+            ["first"],
+            "the peer that published invalid adverts was still heard"
+        );
+        shutdown([v, h]).await;
+    })
+    .await;
+}
