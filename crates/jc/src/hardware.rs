@@ -136,13 +136,15 @@ pub fn missing_floor(platform: Platform) -> Option<&'static str> {
             "policy.min_tcb is required: the TCB floor (bootloader, tee, snp, microcode) below \
              which the box is refused, or a guest on old firmware with published flaws passes; \
              `skillbox box --attester sev-snp --show-identity` prints the box's reported TCB as \
-             its [min_tcb] table (compare it with AMD's current TCB before pinning it)",
+             its min_tcb table, `skillbox attestation verify` that of a report you hold \
+             (compare it with AMD's current TCB before pinning it)",
         ),
         Platform::Tdx => Some(
             "policy.min_tcb_eval_data_number is required (at least 1): the oldest collateral \
              generation accepted from the box, or collateral rating a since-flawed TCB up to \
              date passes; `skillbox box --attester tdx --show-identity` prints the one of the \
-             box's collateral (compare it with Intel's current TCB evaluation data number)",
+             box's collateral, `skillbox attestation verify` that of a quote and collateral you \
+             hold (compare it with Intel's current TCB evaluation data number)",
         ),
         Platform::Nitro | Platform::Nvidia => None,
     }
