@@ -347,7 +347,8 @@ pub struct SourceAddArgs {
     /// Content given inline (kind `text`).
     #[arg(long, group = "content")]
     pub text: Option<String>,
-    /// Read a secret (an API key) from standard input (kind `secret`).
+    /// Read a secret (an API key) from standard input (kind `secret`); typed at a terminal it is
+    /// not shown.
     #[arg(long, group = "content")]
     pub secret: bool,
     /// Override the kind: text, secret or file.
@@ -380,23 +381,7 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
             } else if let Some(text) = a.text {
                 (text.into_bytes(), "text")
             } else {
-                let mut stdin = std::io::stdin();
-                if stdin.is_terminal() {
-                    eprint!("value for source {} (then Enter): ", a.name);
-                    std::io::stderr().flush().ok();
-                }
-                let mut buf = Vec::new();
-                stdin
-                    .read_to_end(&mut buf)
-                    .context("reading the secret from standard input")?;
-                // A terminal or `echo` adds a line end; it is not part of the key.
-                while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-                    buf.pop();
-                }
-                if buf.is_empty() {
-                    bail!("no secret on standard input");
-                }
-                (buf, "secret")
+                (read_secret(&a.name)?, "secret")
             };
             let kind = a.kind.as_deref().unwrap_or(default_kind);
             let path = format!("/sources/{}?kind={kind}&shareable={}", a.name, a.share);
@@ -448,6 +433,39 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
         SourceCommand::Unshare { name } => set_shareable(&client, &name, false)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The secret of `source add NAME --secret`, from standard input. At a terminal it is typed with
+/// echo off, so it is not on the screen, in the terminal's scrollback or in a recording of it
+/// (the prompt goes to stderr); from a pipe or a file, standard input is read to its end.
+fn read_secret(name: &str) -> anyhow::Result<Vec<u8>> {
+    let mut stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        let config = rpassword::ConfigBuilder::new()
+            // The terminal on stdin (the one that is a terminal), not /dev/tty.
+            .input_file_path("/dev/stdin")
+            .output_writer(std::io::stderr())
+            .build();
+        let prompt = format!("secret for source {name} (not shown; Enter ends it): ");
+        let typed = rpassword::prompt_password_with_config(prompt, config)
+            .context("reading the secret at the terminal")?;
+        if typed.is_empty() {
+            bail!("no secret typed");
+        }
+        return Ok(typed.into_bytes());
+    }
+    let mut buf = Vec::new();
+    stdin
+        .read_to_end(&mut buf)
+        .context("reading the secret from standard input")?;
+    // `echo` adds a line end; it is not part of the key.
+    while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        buf.pop();
+    }
+    if buf.is_empty() {
+        bail!("no secret on standard input");
+    }
+    Ok(buf)
 }
 
 fn set_shareable(client: &Client, name: &str, shareable: bool) -> anyhow::Result<()> {

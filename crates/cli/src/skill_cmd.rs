@@ -23,7 +23,11 @@ pub enum SkillCommand {
     /// Import a SKILL.md (a file or a skill folder), or an OpenWOP pack.json / AgentManifest
     /// (a `.json` file), into the running node.
     Add(crate::node_cmd::SkillAddArgs),
-    /// Set what the owner stakes for a skill: `provider=… model=… key=…` (empty clears).
+    /// Set what the owner stakes for a skill: `provider=ID model=ID key=SOURCE` (empty clears).
+    ///
+    /// None of them is a secret, so all may be on the command line (which other users of this
+    /// machine can read): `key=` names the source holding the API key, and the key itself goes
+    /// in with `skillbox source add NAME --secret` (standard input, not shown at a terminal).
     Set(crate::agents_cmd::SkillSetArgs),
     /// List the node's skills, offered or not (and why not).
     List(crate::node_cmd::SkillListArgs),

@@ -20,6 +20,7 @@ mod node_process;
 mod peers_process;
 mod reach_a2a;
 mod reach_mcp;
+mod same_machine;
 mod show_identity;
 mod ui;
 mod ui_browser;

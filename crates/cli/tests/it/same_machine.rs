@@ -1,0 +1,140 @@
+//! The same-machine door: what another user of this machine, or anyone who sees this screen,
+//! can read. A secret typed for `source add NAME --secret` is not echoed at the terminal (not on
+//! the screen, in scrollback or in a recording); from a pipe it is read as before. (A call's
+//! request off the command line is `call_cli`'s.)
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::procs::{self, ServedNode, cli, cli_ok, text};
+
+/// The `skillbox` process (not `script`, not its shell) whose command line holds `dir` and
+/// `--secret`, once it runs.
+fn secret_reader(dir: &Path) -> Option<u32> {
+    let dir = dir.to_string_lossy();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let raw = std::fs::read(e.path().join("cmdline")).ok()?;
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let ours = args.first().is_some_and(|a| a == procs::bin())
+            && args.iter().any(|a| *a == dir)
+            && args.iter().any(|a| a == "--secret");
+        ours.then_some(pid)
+    })
+}
+
+/// Whether the terminal on `pid`'s standard input echoes what is typed (`stty -a`).
+fn echoes(pid: u32) -> Option<bool> {
+    let tty = std::fs::read_link(format!("/proc/{pid}/fd/0")).ok()?;
+    let out = Command::new("stty")
+        .arg("-F")
+        .arg(&tty)
+        .arg("-a")
+        .output()
+        .ok()?;
+    let modes = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut words = modes.split_whitespace();
+    Some(words.any(|w| w == "echo"))
+}
+
+/// Someone at the terminal types a key for `source add typed-key --secret` while the screen is
+/// watched (a pseudo-terminal from util-linux `script`; what it prints is what the screen
+/// shows). The key is typed once the terminal is set for it (echo off), or after 5 s: a
+/// command that never turns echo off has the key on the screen.
+#[test]
+fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
+    const TYPED: &str = "sk-TYPED-AT-THE-TERMINAL-4d1c";
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("node");
+    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let _node = ServedNode::start(&dir, "node.log");
+
+    let mut screen = Command::new("script")
+        .args([
+            "-qec",
+            &format!(
+                "{} --data-dir '{}' source add typed-key --secret",
+                procs::bin(),
+                dir.display()
+            ),
+            "/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run script (util-linux)");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if secret_reader(&dir).and_then(echoes) == Some(false) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut keyboard = screen.stdin.take().expect("stdin");
+    // The key and Enter; then Ctrl-D, which ends input for a reader that waits for the end.
+    keyboard
+        .write_all(format!("{TYPED}\n\x04").as_bytes())
+        .expect("type");
+    let mut shown = String::new();
+    let mut out = screen.stdout.take().expect("stdout");
+    out.read_to_string(&mut shown).expect("read the screen");
+    drop(keyboard);
+    let status = screen.wait().expect("script");
+    assert!(
+        !shown.contains(TYPED),
+        "the secret was on the screen: {shown}"
+    );
+    assert!(status.success(), "{shown}");
+    assert!(
+        shown.contains("secret for source typed-key") && shown.contains("added source typed-key"),
+        "{shown}"
+    );
+
+    // What was typed is the key, whole; and from a pipe the key is read as before (its line end
+    // dropped).
+    let o = procs::skillbox_with(
+        &dir,
+        &["source", "add", "piped-key", "--secret"],
+        &[],
+        Some(b"sk-PIPED\n"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let list = cli(&dir, &["source", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).expect("JSON");
+    let size = |name: &str| {
+        list["sources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == name)
+            .map(|s| (s["kind"].clone(), s["size"].clone()))
+    };
+    assert_eq!(
+        size("typed-key"),
+        Some(("secret".into(), TYPED.len().into())),
+        "{list}"
+    );
+    assert_eq!(
+        size("piped-key"),
+        Some(("secret".into(), 8.into())),
+        "{list}"
+    );
+}
+
+/// `skill set`'s fields are on a command line other local users read: its help says none is a
+/// secret and where the key itself goes (`source add --secret`).
+#[test]
+fn skill_set_says_its_fields_are_no_secret() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let help = cli_ok(root.path(), &["skill", "set", "--help"]);
+    assert!(
+        help.contains("None of them is a secret") && help.contains("source add NAME --secret"),
+        "{help}"
+    );
+}
