@@ -1022,13 +1022,16 @@ mod tests {
         assert_eq!(sent.get("http://b"), Some(&5));
     }
 
+    /// A pin of `url`; a hardware one names its TCB floor (a pin without one is refused).
     fn pin(url: &str, platform: &str, key: Option<&str>) -> BoxPin {
+        let floor = "min_tcb = { bootloader = 3, tee = 0, snp = 8, microcode = 115 }";
         BoxPin {
             url: url.into(),
             platform: platform.into(),
             measurements: vec!["7a".repeat(48)],
             key: key.map(str::to_owned),
-            policy: None,
+            policy: (platform != skillbox_jc::program::INSECURE_DEV)
+                .then(|| toml::from_str(floor).expect("toml")),
             release_log: None,
             gpu: None,
         }
