@@ -344,7 +344,9 @@ pub struct SourceAddArgs {
     /// Content from a file (kind `file`, or `text` with --kind text).
     #[arg(long, group = "content")]
     pub file: Option<PathBuf>,
-    /// Content given inline (kind `text`).
+    /// Content given inline (kind `text`), for convenience: every user of this machine sees a
+    /// command line (`ps`, /proc/PID/cmdline) and shell history keeps it. For private content use
+    /// --file PATH (`--file /dev/stdin` reads standard input).
     #[arg(long, group = "content")]
     pub text: Option<String>,
     /// Read a secret (an API key) from standard input (kind `secret`); typed at a terminal it is

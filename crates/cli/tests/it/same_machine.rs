@@ -1,7 +1,8 @@
 //! The same-machine door: what another user of this machine, or anyone who sees this screen,
 //! can read. A secret typed for `source add NAME --secret` is not echoed at the terminal (not on
-//! the screen, in scrollback or in a recording); from a pipe it is read as before. (A call's
-//! request off the command line is `call_cli`'s.)
+//! the screen, in scrollback or in a recording); from a pipe it is read as before; the help says
+//! which arguments other local users read. (A call's request off the command line is
+//! `call_cli`'s.)
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -105,6 +106,22 @@ fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
         Some(b"sk-PIPED\n"),
     );
     assert!(o.status.success(), "{}", text(&o));
+    // Private text off the command line: `--file /dev/stdin`, as the help says.
+    let o = procs::skillbox_with(
+        &dir,
+        &[
+            "source",
+            "add",
+            "songs",
+            "--file",
+            "/dev/stdin",
+            "--kind",
+            "text",
+        ],
+        &[],
+        Some(b"Bonobo - Kerala"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
     let list = cli(&dir, &["source", "list", "--json"]);
     let list: serde_json::Value = serde_json::from_slice(&list.stdout).expect("JSON");
     let size = |name: &str| {
@@ -125,16 +142,23 @@ fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
         Some(("secret".into(), 8.into())),
         "{list}"
     );
+    assert_eq!(size("songs"), Some(("text".into(), 15.into())), "{list}");
 }
 
-/// `skill set`'s fields are on a command line other local users read: its help says none is a
-/// secret and where the key itself goes (`source add --secret`).
+/// What stays on a command line other local users read is said so in its help: `skill set`'s
+/// fields are no secret (the key itself goes in with `source add --secret`); `source add --text`
+/// is visible, and points at `--file`.
 #[test]
-fn skill_set_says_its_fields_are_no_secret() {
+fn the_help_says_what_a_command_line_shows() {
     let root = tempfile::tempdir().expect("tempdir");
     let help = cli_ok(root.path(), &["skill", "set", "--help"]);
     assert!(
         help.contains("None of them is a secret") && help.contains("source add NAME --secret"),
+        "{help}"
+    );
+    let help = cli_ok(root.path(), &["source", "add", "--help"]);
+    assert!(
+        help.contains("every user of this machine sees") && help.contains("--file /dev/stdin"),
         "{help}"
     );
 }
