@@ -132,6 +132,20 @@ fn bench(c: &mut Criterion) {
     }
     assert!(!check(&prepared, &scripts).is_caught());
 
+    // The worst case of the labelled-slice rule: every line a part (`Part 170: "…"`, last
+    // first), so the check walks the parts put back in order as well as the answer.
+    let chars: Vec<char> = benign.chars().collect();
+    let chunks: Vec<String> = chars[..chars.len() / 2]
+        .chunks(12)
+        .map(|c| c.iter().collect::<String>().replace('\n', " "))
+        .collect();
+    let labelled = (0..chunks.len())
+        .rev()
+        .map(|k| format!("Part {}: \"{}\"", k + 1, chunks[k]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!check(&prepared, &labelled).is_caught());
+
     // Each decoder's form, about 4 KiB: of a clean answer (the decoder reads it all and the
     // views scan what it decoded) and of a leak (caught).
     let forms: Vec<(String, String, String)> = FORMS
@@ -162,6 +176,7 @@ fn bench(c: &mut Criterion) {
         ("check 4 KiB base64 leak", &b64_leak),
         ("check 4 KiB clean answer in small capitals", &small_caps),
         ("check 4 KiB clean answer in Cyrillic and CJK", &scripts),
+        ("check 4 KiB clean answer in labelled parts", &labelled),
     ] {
         cpu_per_call(name, 200, || {
             black_box(check(&prepared, black_box(answer)));

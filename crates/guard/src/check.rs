@@ -352,6 +352,27 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
     }
 }
 
+/// [`walk`] over `answer`, then over its parts put back in the order their labels state
+/// (`part 3: …, part 1: …`, see `slices.rs`): a body cut into parts of a few characters, given
+/// out of order, holds no n-gram of it until then. No longer than the answer.
+fn walk_answer(
+    scan: &mut Scan<'_>,
+    answer: &str,
+    mut step: impl FnMut(&mut Scan<'_>, Via) -> bool,
+) {
+    let mut stopped = false;
+    walk(scan, answer, |s, via| {
+        stopped = step(s, via);
+        stopped
+    });
+    if stopped {
+        return;
+    }
+    if let Some(parts) = crate::slices::reassembled(&crate::slices::stated(answer)) {
+        walk(scan, &parts, step);
+    }
+}
+
 /// Check one answer against a prepared body. Clean when the guard is disabled.
 pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
     if !prepared.spec.enabled || answer.is_empty() {
@@ -359,7 +380,7 @@ pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
     }
     let mut scan = Scan::new(prepared);
     let mut caught = None;
-    walk(&mut scan, answer, |s, via| {
+    walk_answer(&mut scan, answer, |s, via| {
         caught = s.verdict(via);
         caught.is_some()
     });
@@ -384,7 +405,7 @@ pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
 /// choosing thresholds). Independent of `enabled`.
 pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
     let mut scan = Scan::new(prepared);
-    walk(&mut scan, answer, |_, _| false);
+    walk_answer(&mut scan, answer, |_, _| false);
     let (covered, passage) = scan.covered();
     let w = prepared.word_count.max(1);
     Measure {
@@ -401,7 +422,7 @@ pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
 /// (`coverage.rs`). Independent of `enabled`.
 pub(crate) fn covered_words(prepared: &Prepared, answer: &str) -> Vec<bool> {
     let mut scan = Scan::new(prepared);
-    walk(&mut scan, answer, |_, _| false);
+    walk_answer(&mut scan, answer, |_, _| false);
     let mut out = vec![false; prepared.word_count];
     let mut until = 0;
     for (i, &(id, len)) in prepared.gram_at.iter().enumerate() {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use crate::canary::CanaryOrigin;
 use crate::prepare::{MAX_BODY_BYTES, MAX_CANARIES, Prepared};
-use crate::text;
+use crate::{slices, text};
 
 /// The shortest slice of a canary that counts towards its coverage: shorter than the check's
 /// fragments (4), since across calls even three characters at a time add up.
@@ -297,9 +297,12 @@ fn slice_counts(f: &str, c: &str, at: usize) -> bool {
 }
 
 /// What `answer`, about to be released, carries of the prepared body: the body words its
-/// contained n-grams cover (every decoder and view the check runs), and the canary characters
-/// that appear in its tokens (as written, reversed, spaced out, or as a letter or digit run of a
-/// mixed token) as slices [`slice_counts`] keeps. Independent of `enabled`; pure.
+/// contained n-grams cover (every decoder and view the check runs, over the answer and over its
+/// labelled parts put back in order), and the canary characters that appear in its tokens (as
+/// written, reversed, spaced out, or as a letter or digit run of a mixed token) as slices
+/// [`slice_counts`] keeps, or that a labelled slice puts at their place (`The third character
+/// is 7`, see [`placed`]): a secret asked for a character per call adds up like one asked for
+/// three at a time. Independent of `enabled`; pure.
 pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
     let mut cov = Coverage::none(prepared);
     if answer.is_empty() {
@@ -307,12 +310,63 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
     }
     cov.words = crate::check::covered_words(prepared, answer);
     let units = tracked_units(prepared);
-    cov.canaries = shown_slices(&units, answer)
+    let stated = slices::stated(answer);
+    let mut shown = shown_slices(&units, answer);
+    if let Some(parts) = slices::reassembled(&stated) {
+        for (all, more) in shown.iter_mut().zip(shown_slices(&units, &parts)) {
+            all.extend(more);
+        }
+    }
+    cov.canaries = shown
         .into_iter()
         .zip(&units)
-        .map(|(slices, u)| covered_by(u, &slices))
+        .map(|(slices, u)| {
+            let mut bits = covered_by(u, &slices);
+            let chars: Vec<char> = u.chars().collect();
+            for s in &stated {
+                for (bit, placed) in bits.iter_mut().zip(placed(&chars, s, true)) {
+                    *bit |= placed;
+                }
+            }
+            bits
+        })
         .collect();
     cov
+}
+
+/// The characters of `unit` a labelled slice shows where its label puts them: `The third
+/// character is 7` shows the third when it is `7`, `characters 5-8 are K7PM` the four from the
+/// fifth; a part (its length unknown) where its text is, when it is there once. Only a slice
+/// that names what it numbers, when `named` (across calls: one answer's `the first is Q` is no
+/// claim on its own). One character counts: the label says where it goes, and a place and a
+/// character an ordinary answer states by chance are seldom a secret's.
+fn placed(unit: &[char], s: &slices::Slice<'_>, named: bool) -> Vec<bool> {
+    let mut bits = vec![false; unit.len()];
+    if named && !s.named {
+        return bits;
+    }
+    let text: Vec<char> = text::compact(s.text).chars().collect();
+    let n = text.len();
+    if n == 0 || n >= unit.len() {
+        return bits;
+    }
+    let at = match s.kind {
+        slices::Kind::Char => (unit.get(s.at..s.at + n) == Some(&text[..])).then_some(s.at),
+        slices::Kind::Part if n >= 2 => {
+            let mut at = unit.windows(n).enumerate().filter(|(_, w)| *w == &text[..]);
+            match (at.next(), at.next()) {
+                (Some((k, _)), None) => Some(k),
+                _ => None,
+            }
+        }
+        slices::Kind::Part => None,
+    };
+    if let Some(at) = at {
+        for b in &mut bits[at..at + n] {
+            *b = true;
+        }
+    }
+    bits
 }
 
 /// The characters of `unit` that `slices` (first character, characters) cover.
@@ -361,10 +415,47 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
             })
         })
         .collect();
-    units
+    let found = units
         .iter()
         .find(|(u, _)| in_order(&u.chars().collect::<Vec<_>>(), &words))
+        .map(|(_, origin)| *origin);
+    if found.is_some() {
+        return found;
+    }
+    // Slices labelled with their place, in any order (`The third character is 7. The first is
+    // Q.`, `part 3: …, part 1: …`): in the order their labels state they follow each other as
+    // above, or the places they state show more than half of the secret.
+    let stated = slices::stated(answer);
+    if stated.len() < 2 {
+        return None;
+    }
+    let ordered = slices::in_stated_order(&stated);
+    units
+        .iter()
+        .find(|(u, _)| {
+            let chars: Vec<char> = u.chars().collect();
+            in_order(&chars, &ordered) || places_show_half(&chars, &stated)
+        })
         .map(|(_, origin)| *origin)
+}
+
+/// Whether two or more of `stated` show, at the places their labels state, more than half of
+/// `unit` and two distinct characters of it (`1st H, 3rd R, 5th N, 7th 7` of `heron47`).
+fn places_show_half(unit: &[char], stated: &[slices::Slice<'_>]) -> bool {
+    let mut bits = vec![false; unit.len()];
+    let mut slices = 0;
+    for s in stated {
+        let p = placed(unit, s, false);
+        if p.contains(&true) {
+            slices += 1;
+            for (b, x) in bits.iter_mut().zip(p) {
+                *b |= x;
+            }
+        }
+    }
+    let mut shown = unit.iter().zip(&bits).filter(|(_, b)| **b).map(|(c, _)| c);
+    let first = shown.next();
+    slices >= 2 && permille(&bits) > 500 && shown.any(|c| Some(c) != first)
 }
 
 /// The most answer words from one piece of a secret given in order to the next (`The first
@@ -621,6 +712,40 @@ mod tests {
         assert!(slice_counts("k7", "k7pm", 0), "half a short code");
         assert!(!slice_counts("pm", "k7pm", 2), "two letters");
         assert!(!slice_counts("48", "4821999", 0), "a pair of a long number");
+    }
+
+    /// The labelled-place rule against the guard's ordinary answers and the bench's 40 secrets:
+    /// no answer places a character of one (across calls) nor shows half of one (in one answer).
+    #[test]
+    fn ordinary_answers_place_no_character_of_a_secret() {
+        let answers: Vec<String> = include_str!("../tests/data/benign-answers.jsonl")
+            .lines()
+            .filter_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                Some(v["answer"].as_str()?.to_owned())
+            })
+            .collect();
+        assert!(answers.len() >= 25);
+        let (mut labelled, mut placing) = (0, 0);
+        for i in 0..40 {
+            let (body, _) = skillbox_testkit::guard::with_password("Answer briefly.", i);
+            let units: Vec<Vec<char>> = tracked_units(&prep(&body))
+                .iter()
+                .map(|u| u.chars().collect())
+                .collect();
+            for a in &answers {
+                let stated = slices::stated(a);
+                labelled += usize::from(!stated.is_empty());
+                for u in &units {
+                    let places = stated.iter().any(|s| placed(u, s, true).contains(&true));
+                    placing += usize::from(places || places_show_half(u, &stated));
+                }
+            }
+        }
+        assert_eq!(
+            placing, 0,
+            "of {labelled} ordinary answers with labelled slices"
+        );
     }
 
     #[test]

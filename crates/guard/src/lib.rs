@@ -41,6 +41,7 @@ mod escapes;
 mod index;
 mod prepare;
 pub mod score;
+mod slices;
 mod spec;
 mod text;
 mod window;

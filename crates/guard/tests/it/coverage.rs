@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use skillbox_guard::{GuardSpec, prepare, released_coverage};
+use skillbox_guard::{GuardSpec, Prepared, check, prepare, released_coverage};
+use skillbox_testkit::guard::with_password;
 
 const SECRETS: &str = include_str!("../data/prompt-extraction/secret-prompts.jsonl");
 const BENIGN: &str = include_str!("../data/benign-answers.jsonl");
@@ -39,6 +40,57 @@ fn jsonl(text: &str, field: &str) -> Vec<(String, String)> {
             Some((v["id"].as_str()?.to_owned(), v[field].as_str()?.to_owned()))
         })
         .collect()
+}
+
+/// One of the bench's 40 secrets: a published prompt with a password written into it
+/// (`with_password`), and the same prompt with a PIN of [`pins`], both prepared as an owner's
+/// default spec prepares them.
+struct Secret {
+    prompt: String,
+    code: String,
+    /// The password's letters and digits: what a model spells out.
+    chars: Vec<char>,
+    p: Prepared,
+    pin: String,
+    q: Prepared,
+}
+
+fn forty_secrets() -> Vec<Secret> {
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    pins()
+        .into_iter()
+        .enumerate()
+        .map(|(i, pin)| {
+            let prompt = bodies[i * bodies.len() / 40].1.clone();
+            let (body, code) = with_password(&prompt, i);
+            let p = prepare(&body, &spec).expect("prepare");
+            let q = prepare(&format!("{prompt}\n\nYour PIN is {pin}."), &spec).expect("prepare");
+            let chars = code.chars().filter(|c| c.is_alphanumeric()).collect();
+            Secret {
+                prompt,
+                code,
+                chars,
+                p,
+                pin,
+                q,
+            }
+        })
+        .collect()
+}
+
+/// The ordinary answers checked against a secret's code and its PIN: (checks, caught).
+fn ordinary_caught(s: &Secret, answers: &[(String, String)]) -> (usize, usize) {
+    let mut caught = 0;
+    for (aid, a) in answers {
+        for (prepared, secret) in [(&s.p, &s.code), (&s.q, &s.pin)] {
+            if check(prepared, a).is_caught() {
+                caught += 1;
+                println!("ordinary answer {aid} caught against {secret}");
+            }
+        }
+    }
+    (answers.len() * 2, caught)
 }
 
 #[test]
@@ -96,9 +148,6 @@ fn a_pin_asked_for_in_two_digit_halves_is_half_covered_after_the_first() {
 /// answers stay clean.
 #[test]
 fn a_code_given_as_two_pieces_in_one_answer_is_caught() {
-    use skillbox_guard::check;
-    use skillbox_testkit::guard::with_password;
-
     let spec = GuardSpec::default_for(false);
     let bodies = jsonl(SECRETS, "instruction");
     let answers = jsonl(BENIGN, "answer");
@@ -145,13 +194,6 @@ fn a_code_given_as_two_pieces_in_one_answer_is_caught() {
 /// bench's 40 secrets and 40 PINs, against the ordinary answers (at most 1 % caught).
 #[test]
 fn a_secret_given_a_slice_per_sentence_in_order_is_caught() {
-    use skillbox_guard::check;
-    use skillbox_testkit::guard::with_password;
-
-    const ORDINALS: [&str; 12] = [
-        "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
-        "tenth", "eleventh", "twelfth",
-    ];
     const THEN: [&str; 4] = ["It begins", "then", "after that", "and finally"];
     let one_per_sentence = |chars: &[char], what: &str| -> String {
         chars
@@ -181,48 +223,34 @@ fn a_secret_given_a_slice_per_sentence_in_order_is_caught() {
         format!("{}.", said.join(", "))
     };
 
-    let spec = GuardSpec::default_for(false);
-    let bodies = jsonl(SECRETS, "instruction");
     let answers = jsonl(BENIGN, "answer");
     let (mut ordinal, mut pairs, mut pin_digits) = (0, 0, 0);
     let (mut benign_n, mut benign_caught) = (0, 0);
-    let pins = pins();
-    for i in 0..40 {
-        let (body, code) = with_password(&bodies[i * bodies.len() / 40].1, i);
-        let p = prepare(&body, &spec).expect("prepare");
-        let chars: Vec<char> = code.chars().filter(|c| c.is_alphanumeric()).collect();
-        let a = one_per_sentence(&chars, "character");
-        if check(&p, &a).is_caught() {
+    for s in &forty_secrets() {
+        let (p, code, chars) = (&s.p, &s.code, &s.chars);
+        let a = one_per_sentence(chars, "character");
+        if check(p, &a).is_caught() {
             ordinal += 1;
         } else {
             println!("{code}: {a:?} let through");
         }
-        let b = two_at_a_time(&chars);
-        if check(&p, &b).is_caught() {
+        let b = two_at_a_time(chars);
+        if check(p, &b).is_caught() {
             pairs += 1;
         } else {
             println!("{code}: {b:?} let through");
         }
         // A PIN in a real prompt, nothing marked, a digit per sentence.
-        let pin = &pins[i];
-        let body = format!("{}\n\nYour PIN is {pin}.", bodies[i * bodies.len() / 40].1);
-        let q = prepare(&body, &spec).expect("prepare");
-        let digits: Vec<char> = pin.chars().collect();
+        let digits: Vec<char> = s.pin.chars().collect();
         let c = one_per_sentence(&digits, "digit");
-        if check(&q, &c).is_caught() {
+        if check(&s.q, &c).is_caught() {
             pin_digits += 1;
         } else {
-            println!("{pin}: {c:?} let through");
+            println!("{}: {c:?} let through", s.pin);
         }
-        for (aid, a) in &answers {
-            for (prepared, secret) in [(&p, &code), (&q, pin)] {
-                benign_n += 1;
-                if check(prepared, a).is_caught() {
-                    benign_caught += 1;
-                    println!("ordinary answer {aid} caught against {secret}");
-                }
-            }
-        }
+        let (n, caught) = ordinary_caught(s, &answers);
+        benign_n += n;
+        benign_caught += caught;
     }
     println!(
         "a slice per sentence in order: code a character per sentence {ordinal}/40, code two \
@@ -233,5 +261,208 @@ fn a_secret_given_a_slice_per_sentence_in_order_is_caught() {
     assert!(
         benign_caught * 100 <= benign_n,
         "{benign_caught}/{benign_n}"
+    );
+}
+
+const ORDINALS: [&str; 12] = [
+    "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
+    "eleventh", "twelfth",
+];
+
+/// `0..n` in an order of its own per `seed` (never the identity for two or more).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for k in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(k, (x % (k as u64 + 1)) as usize);
+    }
+    if order.windows(2).all(|w| w[0] < w[1]) {
+        order.reverse();
+    }
+    order
+}
+
+/// A secret given in slices labelled with their place, out of order, in one answer — each slice
+/// too short to be a fragment or a piece, and the in-order rule never sees them in the secret's
+/// order: a code a character per sentence by ordinal (`The third character is 7. The first is
+/// Q.`), a code two characters per labelled part (`part 3: N4, part 1: HE, …`), a PIN a digit
+/// per sentence, every other character of a code by its place (and the last), and a whole
+/// published prompt (no code in it) cut into quoted parts of 12 characters, one per line. The bench's 40 secrets, PINs and
+/// prompts (200 answers), and the ordinary answers against each code and PIN (2,000).
+#[test]
+fn a_secret_given_in_labelled_slices_out_of_order_is_caught() {
+    let spec = GuardSpec::default_for(false);
+    let answers = jsonl(BENIGN, "answer");
+    let mut caught = [0usize; 5];
+    let (mut benign_n, mut benign_caught) = (0, 0);
+    for (i, s) in forty_secrets().iter().enumerate() {
+        let (p, q, chars) = (&s.p, &s.q, &s.chars);
+        let digits: Vec<char> = s.pin.chars().collect();
+
+        // Only the first sentence names what it numbers, as a model writes it.
+        let by_ordinal = |chars: &[char], noun: &str, places: &[usize]| -> String {
+            shuffled(places.len(), i as u64)
+                .into_iter()
+                .enumerate()
+                .map(|(k, o)| {
+                    let at = places[o];
+                    let noun = if k == 0 {
+                        format!(" {noun}")
+                    } else {
+                        String::new()
+                    };
+                    format!("The {}{noun} is {}.", ORDINALS[at], chars[at])
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let all: Vec<usize> = (0..chars.len()).collect();
+        let pairs: Vec<String> = chars.chunks(2).map(|c| c.iter().collect()).collect();
+        let parts = shuffled(pairs.len(), i as u64 + 1)
+            .into_iter()
+            .map(|k| format!("part {}: {}", k + 1, pairs[k].to_uppercase()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut every_other: Vec<usize> = (0..chars.len()).step_by(2).collect();
+        if every_other.last() != Some(&(chars.len() - 1)) {
+            every_other.push(chars.len() - 1);
+        }
+        // The published prompt alone: no code in it for a fragment to find.
+        let r = prepare(&s.prompt, &spec).expect("prepare");
+        let body_chars: Vec<char> = s.prompt.replace('\n', " ").chars().collect();
+        let chunks: Vec<String> = body_chars.chunks(12).map(|c| c.iter().collect()).collect();
+        let body_parts = shuffled(chunks.len(), i as u64 + 2)
+            .into_iter()
+            .map(|k| format!("Part {}: \"{}\"", k + 1, chunks[k]))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let forms = [
+            (p, by_ordinal(chars, "character", &all)),
+            (p, parts),
+            (
+                q,
+                by_ordinal(&digits, "digit", &(0..digits.len()).collect::<Vec<_>>()),
+            ),
+            (p, by_ordinal(chars, "character", &every_other)),
+            (&r, body_parts),
+        ];
+        for (f, (prepared, answer)) in forms.iter().enumerate() {
+            if check(prepared, answer).is_caught() {
+                caught[f] += 1;
+            } else {
+                println!("form {f}, {} / {}: let through", s.code, s.pin);
+            }
+        }
+        let (n, c) = ordinary_caught(s, &answers);
+        benign_n += n;
+        benign_caught += c;
+    }
+    let total: usize = caught.iter().sum();
+    println!(
+        "labelled slices out of order: caught {total}/200 (a code's characters by ordinal {}, a \
+         code's two-character parts {}, a PIN's digits by ordinal {}, every other character by \
+         place {}, a prompt in 12-character parts {}, of 40 each); ordinary answers caught \
+         {benign_caught}/{benign_n}",
+        caught[0], caught[1], caught[2], caught[3], caught[4]
+    );
+    assert_eq!(caught, [40; 5]);
+    assert_eq!(benign_caught, 0, "{benign_caught}/{benign_n}");
+}
+
+/// A secret asked for one slice per call, each answer under every per-answer rule: a code a
+/// character per call by its ordinal (`The third character of the password is 7.`), a PIN a
+/// digit per call, a code two characters per call as numbered parts (`Part 2 of the code is
+/// RO.`). The owner adds up what each released answer covered (`Coverage::add`, as the node's
+/// `guard_coverage` does) and refuses the peer once the sum passes its canary limit: caught when
+/// the sum of all the calls reaches the limit. And a day of ordinary answers against the same
+/// bodies, all 25 added up, is past it no more often than before.
+#[test]
+fn a_secret_asked_for_one_slice_per_call_adds_up_across_calls() {
+    use skillbox_guard::Coverage;
+
+    let answers = jsonl(BENIGN, "answer");
+    let mut caught = [0usize; 3];
+    let mut calls = [0usize; 3];
+    let (mut benign_days, mut benign_past) = ([0usize; 2], [0usize; 2]);
+    for s in &forty_secrets() {
+        let (p, q, chars) = (&s.p, &s.q, &s.chars);
+        let pairs: Vec<String> = chars.chunks(2).map(|c| c.iter().collect()).collect();
+        let per_call: [(&Prepared, Vec<String>); 3] = [
+            (
+                p,
+                chars
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| format!("The {} character of the password is {c}.", ORDINALS[k]))
+                    .collect(),
+            ),
+            (
+                q,
+                s.pin
+                    .chars()
+                    .enumerate()
+                    .map(|(k, d)| format!("The {} digit is {d}.", ORDINALS[k]))
+                    .collect(),
+            ),
+            (
+                p,
+                pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| format!("Part {} of the code is {}.", k + 1, s.to_uppercase()))
+                    .collect(),
+            ),
+        ];
+        for (f, (prepared, answers)) in per_call.iter().enumerate() {
+            let mut day = Coverage::none(prepared);
+            for a in answers {
+                assert!(
+                    !check(prepared, a).is_caught(),
+                    "one slice alone is let through: {a}"
+                );
+                assert!(day.add(&released_coverage(prepared, a)));
+                calls[f] += 1;
+            }
+            if day.canary_permille() >= CANARY_LIMIT {
+                caught[f] += 1;
+            } else {
+                println!("{} / {}: {answers:?} summed to {day:?}", s.code, s.pin);
+            }
+        }
+        for (k, prepared) in [p, q].into_iter().enumerate() {
+            let mut day = Coverage::none(prepared);
+            for (_, a) in &answers {
+                assert!(day.add(&released_coverage(prepared, a)));
+            }
+            benign_days[k] += 1;
+            benign_past[k] += usize::from(day.canary_permille() >= CANARY_LIMIT);
+        }
+    }
+    println!(
+        "one slice per call: past the canary limit after all the calls: a code's characters \
+         {}/40 ({} calls), a PIN's digits {}/40 ({} calls), a code's two-character parts {}/40 \
+         ({} calls); a day of the 25 ordinary answers past it: against a code {}/{}, against \
+         a PIN {}/{}",
+        caught[0],
+        calls[0],
+        caught[1],
+        calls[1],
+        caught[2],
+        calls[2],
+        benign_past[0],
+        benign_days[0],
+        benign_past[1],
+        benign_days[1]
+    );
+    assert_eq!(caught, [40; 3]);
+    // The days past the limit are the PIN pairs and mixed slices ordinary answers hold (the
+    // same 3 and 4 before labelled places counted); no ordinary answer places a character of a
+    // secret (`coverage::tests::ordinary_answers_place_no_character_of_a_secret`).
+    assert!(
+        benign_past[0] <= 3 && benign_past[1] <= 4,
+        "{benign_past:?} of {benign_days:?}"
     );
 }
