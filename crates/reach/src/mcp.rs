@@ -908,3 +908,29 @@ pub async fn serve_stdio<B: Backend>(backend: B, settings: McpSettings) -> Resul
         .map_err(|e| format!("MCP on stdio: {e}"))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The consent question elicited on is remembered with its digest, and the answer to it
+    /// (the retry naming its handle) goes to the node with that digest: the node refuses it
+    /// (`question_changed`) if the call asks another by then.
+    #[test]
+    fn an_elicited_question_is_answered_with_its_own_digest() {
+        let snap: CallSnapshot = serde_json::from_value(json!({
+            "id": "c-elicited", "role": "caller", "peer": "P", "skill": "taste",
+            "state": "awaiting_consent", "question": format!("sha256:{}", "ab".repeat(32))
+        }))
+        .expect("snapshot");
+        let params: CallToolRequestParams = serde_json::from_value(json!({
+            "name": "apply_skill", "arguments": { "skill": "taste", "request": "hi" }
+        }))
+        .expect("params");
+        let shown = snap.question.as_deref().expect("question");
+        let handle = asked_insert(&snap, &params, shown);
+        let asked = asked_take(&handle, &params).expect("asked");
+        assert_eq!(asked.call_id, "c-elicited");
+        assert_eq!(asked.question, shown);
+    }
+}

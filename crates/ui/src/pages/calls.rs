@@ -330,3 +330,23 @@ pub(crate) async fn decide(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every decision form on a page posts the digest of the question the page showed, so the
+    /// node takes the decision only while the call still asks it.
+    #[test]
+    fn each_decision_form_posts_the_question_it_shows() {
+        let session = Session {
+            csrf: "c".into(),
+            key: [0; 32],
+        };
+        let question = format!("sha256:{}", "ab".repeat(32));
+        let page = decision_forms(&session, "c1", Some(&question)).into_string();
+        let field = format!(r#"<input type="hidden" name="question" value="{question}">"#);
+        assert_eq!(page.matches("<form").count(), 4, "{page}");
+        assert_eq!(page.matches(&field).count(), 4, "{page}");
+    }
+}
