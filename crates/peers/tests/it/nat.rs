@@ -52,15 +52,24 @@ fn relay_addr() -> Multiaddr {
         .expect("relay multiaddr")
 }
 
-#[test]
-fn two_nodes_behind_their_own_nats_find_each_other_and_call_directly_or_through_the_relay() {
+/// Relay, callee and caller in their namespaces (`prefix` names them); the caller's call is
+/// received. Returns how it went (`direct` or `relayed`) and over which address, or `None`
+/// when this machine cannot build namespaces (the test `what` says so loudly). `strict`: the
+/// callee and caller keep the shipped dial policy (private addresses off), where the
+/// namespaces' documentation-range "public" addresses count as private.
+fn call_across_nats(what: &str, prefix: &str, strict: bool) -> Option<(String, Multiaddr)> {
     if let Some(missing) = missing_capability() {
-        skipped("the NAT test", &missing);
-        return;
+        skipped(what, &missing);
+        return None;
     }
-    let ns = Namespaces::up("sbx");
+    let ns = Namespaces::up(prefix);
     let node = |namespace: String, role: &str| {
-        NsProc::role(&namespace, "nat::nat_role_process", ROLE_ENV, role)
+        let role = if strict && role != "relay" {
+            format!("{role}{STRICT}")
+        } else {
+            role.to_owned()
+        };
+        NsProc::role(&namespace, "nat::nat_role_process", ROLE_ENV, &role)
     };
     let relay = node(ns.public(), "relay");
     relay.wait_line("READY", Duration::from_secs(60));
@@ -70,10 +79,33 @@ fn two_nodes_behind_their_own_nats_find_each_other_and_call_directly_or_through_
     let path = caller.wait_line("PATH", CHILD_LIMIT);
     let received = callee.wait_line("RECEIVED", Duration::from_secs(30));
     assert_eq!(received, "nat-call-1");
-    println!("NAT test: the call went {path}");
     let (how, over) = path.split_once(' ').expect("PATH <how> <address>");
-    let over: Multiaddr = over.parse().expect("an address");
-    match how {
+    Some((how.to_owned(), over.parse().expect("an address")))
+}
+
+/// A role's suffix: the node keeps the shipped dial policy.
+const STRICT: &str = "/strict";
+
+/// DCUtR's dials pass the dial gate too: with private dials off, the callee's NAT address (a
+/// documentation range here, so not global) is not dialed for a hole punch, and the call stays
+/// on the relay. Before the gate the hole punch dialed whatever address the peer observed
+/// (here it went direct).
+#[test]
+fn a_hole_punch_dials_no_address_outside_the_dial_policy() {
+    let Some((how, over)) = call_across_nats("the strict NAT test", "sbxs", true) else {
+        return;
+    };
+    assert_eq!(how, "relayed", "the hole punch dialed {over}");
+    assert!(is_relayed(&over), "{over}");
+}
+
+#[test]
+fn two_nodes_behind_their_own_nats_find_each_other_and_call_directly_or_through_the_relay() {
+    let Some((how, over)) = call_across_nats("the NAT test", "sbx", false) else {
+        return;
+    };
+    println!("NAT test: the call went {how} {over}");
+    match how.as_str() {
         "relayed" => assert!(is_relayed(&over), "{over}"),
         "direct" => assert!(
             !is_relayed(&over) && over.to_string().contains(CALLEE_NAT_IP),
@@ -114,6 +146,10 @@ fn listen(ip: &str) -> Vec<Multiaddr> {
 }
 
 async fn run_role(role: &str) {
+    let (role, strict) = match role.strip_suffix(STRICT) {
+        Some(role) => (role, true),
+        None => (role, false),
+    };
     let key = keypair_from_seed(&seed(role)).expect("key");
     let config = match role {
         "relay" => PeersConfig {
@@ -131,7 +167,7 @@ async fn run_role(role: &str) {
             // reservation before `dial_bootstrap` left relays to the relay client).
             bootstrap: vec![relay_addr()],
             relays: vec![relay_addr()],
-            dial_private_addresses: true,
+            dial_private_addresses: !strict,
             ..PeersConfig::default()
         },
     };
