@@ -219,6 +219,9 @@ fn call_through_nats(prefix: &str, kind: NatKind) -> bool {
             let t = set(&t, "allow_insecure_dev", "true");
             let t = set(&t, "live_categories", "[]");
             let t = set(&t, "board_sync", "false");
+            // The test's "public" addresses are documentation ranges, which the shipped dial
+            // policy counts as private: without this the calls could only go relayed.
+            let t = set(&t, "dial_private_addresses", "true");
             format!("{t}\n{pin}\n[boxes.provider_hosts]\nopenai = [{provider_url:?}]\n")
         });
         let (node, peer) = start_node(&ns.host(host), &dir, name);
