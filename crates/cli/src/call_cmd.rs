@@ -363,14 +363,18 @@ pub fn run_decide(
         require_terminal()?;
     }
     let client = Client::from_data_dir(global)?;
-    if allow && !confirm_at_terminal(&client, &args.id)? {
+    let parked = parked(&client, &args.id)?;
+    if allow && !confirm_at_terminal(&args.id, &parked)? {
         eprintln!("not approved: call {} still waits for a decision", args.id);
         return Ok(ExitCode::from(1));
     }
+    // The digest of the question printed (a deny answers the one the call asks now): the node
+    // refuses the decision (`question_changed`) if the call asks another by the time it lands.
     let body = json!({
         "decision": if allow { "allow" } else { "deny" },
         "remember": args.remember,
         "via": "cli",
+        "question": parked["question"],
     });
     let bytes = serde_json::to_vec(&body).context("encoding the decision")?;
     let path = format!("/approvals/{}", enc(&args.id));
@@ -393,10 +397,8 @@ fn require_terminal() -> anyhow::Result<()> {
     }
 }
 
-/// Show what approving discloses (the node's own words, from `GET /approvals`) and read the
-/// person's answer: `yes` approves, anything else leaves the call parked.
-fn confirm_at_terminal(client: &Client, id: &str) -> anyhow::Result<bool> {
-    use std::io::{BufRead, Write};
+/// Call `id` as `GET /approvals` shows it: its question and the question's digest.
+fn parked(client: &Client, id: &str) -> anyhow::Result<Value> {
     let list = client.send(Method::GET, "/approvals", None)?.body;
     let Some(c) = list["approvals"]
         .as_array()
@@ -408,6 +410,13 @@ fn confirm_at_terminal(client: &Client, id: &str) -> anyhow::Result<bool> {
             "call {id} is not awaiting consent (see `skillbox calls --state awaiting_consent`)"
         );
     };
+    Ok(c.clone())
+}
+
+/// Show what approving the parked call `c` discloses (the node's own words) and read the
+/// person's answer: `yes` approves, anything else leaves the call parked.
+fn confirm_at_terminal(id: &str, c: &Value) -> anyhow::Result<bool> {
+    use std::io::{BufRead, Write};
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
