@@ -179,6 +179,8 @@ impl BoxConfiguration {
 
 /// The [`Attester`] methods a wrapper that adds one binding to the statement passes to the
 /// attester it wraps (`self.inner`): the platform, measurement and identity stay the inner's.
+/// Exported for the wrappers tests make (one that counts the statements a box makes).
+#[macro_export]
 macro_rules! same_identity_as_inner {
     () => {
         fn platform(&self) -> &str {
@@ -737,15 +739,29 @@ impl VerifiedRun {
     }
 }
 
-/// Every client-side check of §8 on one attestation.
-pub fn verify_attestation(
+/// What a box-level attestation ([`verify_box_attestation`]) established: the box behind a
+/// URL is one this party's policy accepts, and it serves with the TLS key its statement binds.
+/// Bound to no run: it admits a key, never a run's keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedBox {
+    pub platform: String,
+    pub measurement: String,
+    /// The TCB verdict of the evidence (see [`Vouched::tcb_status`]).
+    pub tcb_status: Option<String>,
+    /// The TLS key the statement binds; `None` for a box serving plain HTTP.
+    pub tls_spki_sha256: Option<String>,
+    pub no_hardware_isolation: bool,
+}
+
+/// The checks of §8 that concern the box, not a run: the platform this party accepts, the
+/// evidence over the statement's report data, the measurement, the pinned key, the provider
+/// table and configuration the statement binds, the GPU evidence. A run's attestation and the
+/// box's own both go through exactly these (one verifier, one policy).
+fn verify_box_evidence(
     attestation: &Attestation,
-    program: &ApprovedProgram,
-    run_id: &str,
-    nonce: &str,
     policy: &VerifyPolicy,
     now: u64,
-) -> Result<VerifiedRun> {
+) -> Result<(Statement, Vouched)> {
     if attestation.platform == INSECURE_DEV && !policy.allow_insecure_dev {
         return Err(JcError::DevAttestationNotAllowed);
     }
@@ -799,6 +815,73 @@ pub fn verify_attestation(
     }
     check_config(attestation, &st)?;
     check_gpus(attestation, &st, policy, now.saturating_mul(1000))?;
+    Ok((st, vouched))
+}
+
+/// Every client-side check of a box-level attestation (`GET /v1/attestation?nonce=`) asked for
+/// `nonce`: the box checks a run's attestation makes ([`verify_box_evidence`]), a statement of
+/// the box itself (a run's statement names a run, a program and its keys: refused here, as a
+/// box statement, naming none, never passes [`verify_attestation`]), the nonce and the expiry.
+/// Whether the TLS key it binds is the connection's is the client's to check.
+pub fn verify_box_attestation(
+    attestation: &Attestation,
+    nonce: &str,
+    policy: &VerifyPolicy,
+    now: u64,
+) -> Result<VerifiedBox> {
+    let (st, vouched) = verify_box_evidence(attestation, policy, now)?;
+    if !st.run_id.is_empty() {
+        return Err(JcError::StatementRunMismatch {
+            found: st.run_id.chars().take(64).collect(),
+        });
+    }
+    if !st.program_hash.is_empty()
+        || !st.hpke_public_key.is_empty()
+        || !st.receipt_public_key.is_empty()
+    {
+        return Err(JcError::StatementProgramMismatch {
+            found: st.program_hash.chars().take(64).collect(),
+        });
+    }
+    let tls_spki_sha256 = fresh_for(&st, nonce, now)?;
+    Ok(VerifiedBox {
+        no_hardware_isolation: st.platform == INSECURE_DEV,
+        platform: st.platform,
+        measurement: st.measurement,
+        tcb_status: vouched.tcb_status,
+        tls_spki_sha256,
+    })
+}
+
+/// The statement answers `nonce` and has not expired: the TLS key it binds (lowercase hex).
+fn fresh_for(st: &Statement, nonce: &str, now: u64) -> Result<Option<String>> {
+    if st.nonce != nonce {
+        return Err(JcError::NonceMismatch);
+    }
+    if now >= st.expires_at {
+        return Err(JcError::AttestationExpired {
+            expires_at: st.expires_at,
+            now,
+        });
+    }
+    match &st.tls_spki_sha256 {
+        Some(k) => Ok(Some(
+            tls_key_hex(k).ok_or_else(|| JcError::Evidence("tls key".into()))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Every client-side check of §8 on one attestation.
+pub fn verify_attestation(
+    attestation: &Attestation,
+    program: &ApprovedProgram,
+    run_id: &str,
+    nonce: &str,
+    policy: &VerifyPolicy,
+    now: u64,
+) -> Result<VerifiedRun> {
+    let (st, vouched) = verify_box_evidence(attestation, policy, now)?;
     let grant = &program.program.provider;
     let attested = attestation.providers.get(&grant.id.to_string());
     if attested.map(String::as_str) != Some(grant.host.as_deref().unwrap_or(IN_PROCESS)) {
@@ -825,22 +908,10 @@ pub fn verify_attestation(
             found: st.run_id.chars().take(64).collect(),
         });
     }
-    if st.nonce != nonce {
-        return Err(JcError::NonceMismatch);
-    }
-    if now >= st.expires_at {
-        return Err(JcError::AttestationExpired {
-            expires_at: st.expires_at,
-            now,
-        });
-    }
+    let tls_spki_sha256 = fresh_for(&st, nonce, now)?;
     program.program.check_expiry(now)?;
     let hpke_public_key =
         decode_hex32(&st.hpke_public_key).ok_or_else(|| JcError::Evidence("hpke key".into()))?;
-    let tls_spki_sha256 = match &st.tls_spki_sha256 {
-        Some(k) => Some(tls_key_hex(k).ok_or_else(|| JcError::Evidence("tls key".into()))?),
-        None => None,
-    };
     let receipt_key = decode_hex32(&st.receipt_public_key)
         .and_then(|k| VerifyingKey::from_bytes(&k).ok())
         .ok_or_else(|| JcError::Evidence("receipt key".into()))?;

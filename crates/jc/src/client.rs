@@ -6,8 +6,9 @@
 //!
 //! An https box is trusted by the TLS key its attestation binds, never by a CA
 //! ([`crate::tls`]): the attestation must come over a connection showing the key its verified
-//! report binds, and a run's stakes, submits and results go only over connections showing an
-//! attested key. `http://` is for a box on loopback only.
+//! report binds, and a program (the open), a run's stakes, submits and results go only over
+//! connections showing an attested key — before the first open, the box's own attestation
+//! ([`BoxClient::attest_box`]) admits its key. `http://` is for a box on loopback only.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -19,7 +20,9 @@ use ed25519_dalek::SigningKey;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
-use crate::attest::{Attestation, VerifiedRun, VerifyPolicy, verify_attestation};
+use crate::attest::{
+    Attestation, VerifiedBox, VerifiedRun, VerifyPolicy, verify_attestation, verify_box_attestation,
+};
 use crate::dsse::{ApprovedProgram, Envelope, PartyAction, sign_action};
 use crate::error::{JcError, Result};
 use crate::program::{ProgramHash, Role};
@@ -247,6 +250,7 @@ fn is_loopback_url(url: &str) -> bool {
 
 /// A run [`BoxClient::open_attesting`] opened: what the box answered, and the attestation it
 /// answered with, for the nonce this node sent, over a connection that showed that TLS key.
+#[derive(Debug)]
 pub struct OpenedRun {
     pub opened: Opened,
     attestation: Option<(Attestation, String, Option<String>)>,
@@ -284,13 +288,16 @@ enum Came {
 #[derive(Clone)]
 pub struct BoxClient {
     base: String,
-    /// `/healthz`, open and the attestation: nothing secret. For an https box, any TLS key
-    /// (the attestation's is compared with its report's), and each answer says which it saw.
+    /// `/healthz` and attestations: nothing of a call. For an https box, any TLS key (an
+    /// attestation's is compared with its report's), and each answer says which it saw.
     http: reqwest::Client,
-    /// Everything of a run after its attestation: for an https box, only attested keys.
+    /// The open and everything of a run after it: for an https box, only attested keys.
     pinned: reqwest::Client,
     /// The TLS keys attestations of this https box bound; `None` for plain HTTP (loopback).
     tls: Option<Arc<AttestedKeys>>,
+    /// Held while the box's own attestation is asked for: calls opening at once on a box
+    /// whose key is not yet admitted wait for one attestation rather than each making one.
+    attesting_box: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl BoxClient {
@@ -318,7 +325,10 @@ impl BoxClient {
                 let observing = builder()
                     .tls_info(true)
                     .tls_backend_preconfigured(KeyVerifier::observing().client_config()?);
+                // The open's answer carries the run's attestation: its connection's key too is
+                // compared with the one the run binds.
                 let pinned = builder()
+                    .tls_info(true)
                     .tls_backend_preconfigured(KeyVerifier::pinned(keys.clone()).client_config()?);
                 (built(observing)?, built(pinned)?, Some(keys))
             }
@@ -338,6 +348,7 @@ impl BoxClient {
             http,
             pinned,
             tls,
+            attesting_box: Arc::default(),
         })
     }
 
@@ -424,11 +435,13 @@ impl BoxClient {
             .await
     }
 
-    /// jc.open with the twice-signed program.
+    /// jc.open with the twice-signed program, over a connection showing an attested key only
+    /// (for an https box: [`Self::attest_box`] first, or `tls_key_not_attested` before a byte of
+    /// the program leaves; [`Self::open_attested`] does both).
     pub async fn open(&self, program: &Envelope) -> Result<Opened> {
         let opened: Opened = self
             .send(
-                self.http
+                self.pinned
                     .post(format!("{}/v1/runs", self.base))
                     .header("content-type", "application/json")
                     .body(program.to_json()),
@@ -448,11 +461,12 @@ impl BoxClient {
     }
 
     /// [`BoxClient::open_attesting`] asking for the attestation for `nonce` (a [`joint_nonce`]
-    /// whose caller half is this node's fresh one).
+    /// whose caller half is this node's fresh one), over a connection showing an attested key
+    /// only (see [`Self::open`]).
     pub async fn open_attesting_for(&self, program: &Envelope, nonce: String) -> Result<OpenedRun> {
         let before = self.refusals();
         let resp = self
-            .http
+            .pinned
             .post(format!("{}/v1/runs?nonce={}", self.base, url_safe(&nonce)))
             .header("content-type", "application/json")
             .body(program.to_json())
@@ -468,6 +482,58 @@ impl BoxClient {
             opened: reply.opened,
             attestation: reply.attestation.map(|a| (a, nonce, seen)),
         })
+    }
+
+    /// [`Self::open_attesting_for`] at a box whose own attestation `policy` accepts: for an https
+    /// box, the box is attested first unless a key of it is admitted already (once per key, not
+    /// per call), and again when the open's pinned handshake is refused because the box came
+    /// back with another key (a hardware box makes a fresh one at every start). The program
+    /// goes over a connection showing an attested key only: a man in the middle on the path,
+    /// whose key no box attestation binds, receives none of it.
+    pub async fn open_attested(
+        &self,
+        program: &Envelope,
+        nonce: String,
+        policy: &VerifyPolicy,
+    ) -> Result<OpenedRun> {
+        let Some(keys) = &self.tls else {
+            return self.open_attesting_for(program, nonce).await;
+        };
+        if keys.admissions() == 0 {
+            self.attest_box_once(policy, 0).await?;
+        }
+        let admitted = keys.admissions();
+        match self.open_attesting_for(program, nonce.clone()).await {
+            Err(JcError::TlsKeyNotAttested) => {
+                self.attest_box_once(policy, admitted).await?;
+                self.open_attesting_for(program, nonce).await
+            }
+            other => other,
+        }
+    }
+
+    /// [`Self::attest_box`] unless another request admitted a key since `admitted` (this
+    /// client's admissions when the caller last looked): one attestation per key change.
+    async fn attest_box_once(&self, policy: &VerifyPolicy, admitted: u64) -> Result<()> {
+        let _one = self.attesting_box.lock().await;
+        if self.tls.as_ref().map_or(0, |k| k.admissions()) != admitted {
+            return Ok(());
+        }
+        self.attest_box(policy).await.map(|_| ())
+    }
+
+    /// The box's own attestation (`GET /v1/attestation`) for a fresh nonce of this node's,
+    /// checked with `policy` as a run's is ([`verify_box_attestation`]); for an https box, the
+    /// key it binds must be the one its connection showed, and is admitted for the pinned
+    /// connections (the open's among them).
+    pub async fn attest_box(&self, policy: &VerifyPolicy) -> Result<VerifiedBox> {
+        let nonce = new_nonce();
+        let (att, seen) = self
+            .attestation_at(self.box_attestation_url(&nonce))
+            .await?;
+        let verified = verify_box_attestation(&att, &nonce, policy, crate::run::now_secs())?;
+        self.admit_bound(verified.tls_spki_sha256.as_deref(), Came::Over(seen))?;
+        Ok(verified)
     }
 
     /// The attestation of a run [`BoxClient::open_attesting`] opened, with every client-side
@@ -496,7 +562,19 @@ impl BoxClient {
         Ok(self.attestation_seen(run_id, nonce).await?.0)
     }
 
-    /// The attestation, and the hash of the TLS key the connection it came over showed
+    /// The box's own attestation for `nonce`, unchecked (see [`Self::attest_box`]).
+    pub async fn box_attestation(&self, nonce: &str) -> Result<Attestation> {
+        Ok(self
+            .attestation_at(self.box_attestation_url(nonce))
+            .await?
+            .0)
+    }
+
+    fn box_attestation_url(&self, nonce: &str) -> String {
+        format!("{}/v1/attestation?nonce={}", self.base, url_safe(nonce))
+    }
+
+    /// The run's attestation, and the hash of the TLS key the connection it came over showed
     /// (`None` over plain HTTP).
     async fn attestation_seen(
         &self,
@@ -504,6 +582,12 @@ impl BoxClient {
         nonce: &str,
     ) -> Result<(Attestation, Option<String>)> {
         let url = self.run_url(run_id, &format!("/attestation?nonce={}", url_safe(nonce)))?;
+        self.attestation_at(url).await
+    }
+
+    /// The attestation at `url`, asked over the observing client, and the hash of the TLS key
+    /// its connection showed (`None` over plain HTTP).
+    async fn attestation_at(&self, url: String) -> Result<(Attestation, Option<String>)> {
         let resp = self
             .http
             .get(url)
@@ -538,11 +622,14 @@ impl BoxClient {
         policy: &VerifyPolicy,
     ) -> Result<VerifiedRun> {
         let run = verify_attestation(att, program, run_id, nonce, policy, crate::run::now_secs())?;
+        self.admit_bound(run.tls_spki_sha256.as_deref(), came)?;
+        Ok(run)
+    }
+
+    /// For an https box, admit `bound`, the TLS key a verified report binds, as it `came`.
+    fn admit_bound(&self, bound: Option<&str>, came: Came) -> Result<()> {
         if let Some(keys) = &self.tls {
-            let bound = run
-                .tls_spki_sha256
-                .as_deref()
-                .ok_or(JcError::TlsKeyNotAttested)?;
+            let bound = bound.ok_or(JcError::TlsKeyNotAttested)?;
             // The verified report binds a TLS key, and it is the key of the very connection
             // its answer came over: a TLS front relaying a real box's report shows its own.
             // A forwarded report came over no connection of ours: its key is admitted, and the
@@ -554,7 +641,7 @@ impl BoxClient {
             }
             keys.admit(bound);
         }
-        Ok(run)
+        Ok(())
     }
 
     /// Every check of an attestation another party forwarded (the caller's, from its open),

@@ -79,7 +79,8 @@ pub struct BoxConfig {
     pub unstaked_ttl_secs: u64,
     /// Longest a stake upload may take; a slower one is cut and its reservation released.
     pub stake_upload_secs: u64,
-    /// Requests that cost the box (open, stake) per client address: a token bucket.
+    /// Requests that cost the box (open, stake, its own attestation) per client address: a
+    /// token bucket.
     pub client_rate: Rate,
     /// Opens per program key (either party's node key): a token bucket.
     pub key_rate: Rate,
@@ -746,6 +747,20 @@ pub const MAX_PROVIDER_ATTEMPTS: u32 = 3;
 /// time, so without a ceiling whoever opened one run could keep every other run's attestation
 /// waiting behind a flood of its own.
 pub const MAX_ATTESTATIONS_PER_RUN: u32 = 8;
+
+/// How long a box-level attestation is good for: the asker checks it at once (its nonce is
+/// fresh), so this only bounds a statement's life if it leaks.
+pub const BOX_ATTESTATION_TTL_SECS: u64 = 300;
+
+/// What the box asks of an asker's nonce: 16 to 128 hex digits.
+fn check_nonce(nonce: &str) -> Result<()> {
+    if nonce.len() < 16 || nonce.len() > 128 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(JcError::BadRequest(
+            "nonce must be 16-128 hex digits".into(),
+        ));
+    }
+    Ok(())
+}
 
 /// A run as the run store keeps it (sealed): the run's keys (while it has them) in front, then
 /// this as JSON. Stakes are rows of their own.
@@ -1439,13 +1454,7 @@ impl BoxCore {
 
     /// jc.attest: the statement for this run and the asker's nonce, with the platform's evidence.
     pub fn attest(&self, run_id: &str, nonce: &str, now: u64) -> Result<Attestation> {
-        if nonce.len() < 16 || nonce.len() > 128 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(JcError::BadRequest(
-                "nonce must be 16-128 hex digits".into(),
-            ));
-        }
-        let providers = self.providers.table();
-        let providers_hash = crate::attest::provider_table_hash(&providers)?;
+        check_nonce(nonce)?;
         let statement = {
             let mut st = self.lock();
             let run = self.live(&mut st, run_id, now)?;
@@ -1458,18 +1467,42 @@ impl BoxCore {
             }
             run.attested += 1;
             Statement {
-                platform: self.attester.platform().into(),
-                measurement: self.attester.measurement().into(),
                 program_hash: run.program.hash.to_hex(),
                 run_id: run_id.into(),
                 hpke_public_key: keys.hpke.public_hex(),
                 receipt_public_key: key_hex(&keys.receipt.verifying_key()),
                 nonce: nonce.into(),
                 expires_at: run.expires_at,
-                providers: providers_hash,
-                tls_spki_sha256: self.attester.tls_spki_sha256(),
                 ..Statement::default()
             }
+        };
+        self.attested(statement)
+    }
+
+    /// The box's own attestation for the asker's nonce (`GET /v1/attestation`): its platform,
+    /// measurement, provider table, configuration, GPUs and TLS key, bound to no run — no run
+    /// id, program or run keys, so it never passes as a run's, and a run's never as it. What a
+    /// node checks before the first byte of a program goes to the key it binds.
+    pub fn attest_box(&self, nonce: &str, now: u64) -> Result<Attestation> {
+        check_nonce(nonce)?;
+        self.attested(Statement {
+            nonce: nonce.into(),
+            expires_at: now.saturating_add(BOX_ATTESTATION_TTL_SECS),
+            ..Statement::default()
+        })
+    }
+
+    /// `statement` completed with what every statement of this box binds (platform,
+    /// measurement, provider table; the attester adds its TLS key, configuration and GPUs),
+    /// with the platform's evidence.
+    fn attested(&self, statement: Statement) -> Result<Attestation> {
+        let providers = self.providers.table();
+        let statement = Statement {
+            platform: self.attester.platform().into(),
+            measurement: self.attester.measurement().into(),
+            providers: crate::attest::provider_table_hash(&providers)?,
+            tls_spki_sha256: self.attester.tls_spki_sha256(),
+            ..statement
         };
         let mut attestation = self.attester.attest(&statement)?;
         attestation.providers = providers;

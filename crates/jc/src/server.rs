@@ -2,7 +2,7 @@
 //! `{error, message, details?}`; bodies are size-limited per route (stakes by the program).
 //!
 //! A box's URL is public and opening a run needs only two fresh keys, so every request that
-//! costs the box (open, stake) is charged to its client address first, and a stake's signed
+//! costs the box (open, stake, the box's own attestation) is charged to its client address first, and a stake's signed
 //! action is checked in full (signature, run, role not yet staked nor uploading, declared
 //! length, memory) before a byte of its body is read; the body is then read up to the length
 //! the action was admitted for, within `stake_upload_secs`.
@@ -213,6 +213,7 @@ pub fn router_with(core: Arc<BoxCore>, guard_hosts: HostGuard) -> Router {
 pub fn router(core: Arc<BoxCore>) -> Router {
     Router::new()
         .route("/healthz", get(health))
+        .route("/v1/attestation", get(box_attestation))
         .route("/v1/runs", post(open))
         .route("/v1/runs/{id}", get(status).delete(delete))
         .route("/v1/runs/{id}/attestation", get(attestation))
@@ -467,6 +468,21 @@ async fn attestation(
         .nonce
         .ok_or_else(|| JcError::BadRequest("query parameter nonce is required".into()))?;
     Ok(Json(core.attest(&id, &nonce, now_secs())?).into_response())
+}
+
+/// `GET /v1/attestation?nonce=`: the box's own attestation ([`BoxCore::attest_box`]), asked
+/// before a node sends a program to the TLS key it binds. It makes a platform report, so it is
+/// charged to the client's budget like an open.
+async fn box_attestation(
+    State(core): State<Arc<BoxCore>>,
+    Peer(client): Peer,
+    Query(q): Query<NonceQuery>,
+) -> ApiResult<Response> {
+    core.charge_client(client)?;
+    let nonce = q
+        .nonce
+        .ok_or_else(|| JcError::BadRequest("query parameter nonce is required".into()))?;
+    Ok(Json(core.attest_box(&nonce, now_secs())?).into_response())
 }
 
 #[derive(Debug, Serialize, Deserialize)]

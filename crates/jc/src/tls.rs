@@ -8,11 +8,15 @@
 //! an https box through two verifiers of its own, never the system's trust store:
 //!
 //! - [`KeyVerifier::observing`] accepts any key whose handshake signature verifies, for the
-//!   requests that carry nothing secret (`/healthz`, open, the attestation); the key the
-//!   attestation's connection showed is compared with the key the verified report binds, so a
-//!   TLS front relaying a real box's report is refused before anything is staked;
+//!   requests that carry nothing of a call (`/healthz`, the box's own attestation, a run's
+//!   attestation); the key the attestation's connection showed is compared with the key the
+//!   verified report binds, so a TLS front relaying a real box's report is refused;
 //! - [`KeyVerifier::pinned`] accepts only keys an attestation bound and this node verified
-//!   ([`AttestedKeys`]): stakes, submits and results go over no other connection.
+//!   ([`AttestedKeys`]): the open (the twice-signed program: who calls whom, for which skill,
+//!   with which sources), stakes, submits and results go over no other connection. Before its
+//!   first open — and again when a pinned handshake is refused because the box came back with
+//!   another key — a node asks the box for its own attestation (`GET /v1/attestation`), bound
+//!   to no run, and admits the key it binds: a man in the middle on the path sees no program.
 //!
 //! Session resumption is off on both sides: every connection shows its key.
 
@@ -149,15 +153,27 @@ impl BoxTls {
 pub struct AttestedKeys {
     keys: RwLock<BTreeSet<String>>,
     refused: AtomicU64,
+    /// Keys admitted so far (each counted once): a request whose handshake was refused tells
+    /// by it whether another one attested the box's new key meanwhile.
+    admitted: AtomicU64,
 }
 
 impl AttestedKeys {
     /// Accept `spki_sha256` (hex) from now on: a key a verified attestation bound.
     pub fn admit(&self, spki_sha256: &str) {
-        self.keys
+        let fresh = self
+            .keys
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(spki_sha256.to_ascii_lowercase());
+        if fresh {
+            self.admitted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many distinct keys were admitted so far (0: none yet).
+    pub fn admissions(&self) -> u64 {
+        self.admitted.load(Ordering::Relaxed)
     }
 
     pub fn contains(&self, spki_sha256: &str) -> bool {

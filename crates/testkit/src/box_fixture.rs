@@ -140,23 +140,58 @@ pub async fn start_tls(answer: Option<&str>, bound: bool) -> (Fixture, String) {
     (Fixture::at(&url), spki)
 }
 
+/// What a TLS front ([`start_tls_front_capturing`]) read in clear: the path of each request it
+/// relayed, and every byte of their paths and bodies.
+#[derive(Clone, Default)]
+pub struct FrontCapture {
+    pub paths: Arc<std::sync::Mutex<Vec<String>>>,
+    pub bytes: Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl FrontCapture {
+    /// Whether the front read `needle` anywhere (a path, a body).
+    pub fn read(&self, needle: &str) -> bool {
+        let bytes = self.bytes.lock().expect("capture");
+        bytes
+            .windows(needle.len().max(1))
+            .any(|w| w == needle.as_bytes())
+    }
+}
+
 /// A TLS front (a TLS-terminating proxy) with a key of its own on loopback, relaying every
 /// request to the box at `target` (whatever key that shows): the man in the middle a pinned
 /// TLS key keeps out. Answers its `https://` URL and the paths it relayed.
 pub async fn start_tls_front(target: &str) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+    let (url, capture) = start_tls_front_capturing(target).await;
+    (url, capture.paths)
+}
+
+/// [`start_tls_front`], answering all it read in clear ([`FrontCapture`]).
+pub async fn start_tls_front_capturing(target: &str) -> (String, FrontCapture) {
     use axum::extract::State;
     use axum::response::IntoResponse;
     #[derive(Clone)]
     struct Front {
         target: String,
         http: reqwest::Client,
-        seen: Arc<std::sync::Mutex<Vec<String>>>,
+        seen: FrontCapture,
     }
     async fn relay(
         State(f): State<Front>,
         req: axum::extract::Request,
     ) -> axum::response::Response {
-        f.seen.lock().expect("log").push(crate::node::path_of(&req));
+        let path = crate::node::path_of(&req);
+        let (parts, body) = req.into_parts();
+        let body = axum::body::to_bytes(body, 1 << 26)
+            .await
+            .unwrap_or_default();
+        {
+            let mut read = f.seen.bytes.lock().expect("capture");
+            read.extend_from_slice(path.as_bytes());
+            read.extend_from_slice(&body);
+        }
+        f.seen.paths.lock().expect("log").push(path);
+        let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(body));
         let Some(answer) = crate::node::forward(&f.http, &f.target, req).await else {
             return axum::http::StatusCode::BAD_GATEWAY.into_response();
         };
@@ -170,7 +205,7 @@ pub async fn start_tls_front(target: &str) -> (String, Arc<std::sync::Mutex<Vec<
         }
         out
     }
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = FrontCapture::default();
     let front = Front {
         target: target.to_owned(),
         http: reqwest::Client::builder()
@@ -232,10 +267,22 @@ impl Fixture {
         env
     }
 
+    /// For an https box, its own attestation checked and its key admitted: what a client does
+    /// before a program goes to it (a plain-HTTP box on loopback needs none).
+    pub async fn admit_box(&self) {
+        if self.client.is_tls() {
+            self.client
+                .attest_box(&self.policy)
+                .await
+                .expect("the box's own attestation");
+        }
+    }
+
     /// Open and verify a run of `p`.
     pub async fn open(&self, p: &Program) -> (ApprovedProgram, VerifiedRun) {
         let env = self.approve(p);
         let approved = approved_program(&env).expect("approved");
+        self.admit_box().await;
         let opened = self.client.open(&env).await.expect("open");
         let run = self
             .client
@@ -312,6 +359,7 @@ impl Fixture {
     pub async fn open_attested(&self, p: &Program) -> Attested {
         let env = self.approve(p);
         let approved = approved_program(&env).expect("approved");
+        self.admit_box().await;
         let run_id = self.client.open(&env).await.expect("open").run_id;
         let nonce = skillbox_jc::client::new_nonce();
         let attestation = self

@@ -1,12 +1,24 @@
 //! The box's TLS key bound into its attestation (issue 31 item 2): a box serving HTTPS with a
 //! key made at start works end to end, and a node refuses — before any stake — a TLS front with
 //! its own key relaying a real box, a box whose attestation binds no key, and a box whose key
-//! changes under a verified run. Real boxes, real TLS (rustls), on loopback.
+//! changes under a verified run. Before any program goes to a box, the box's own attestation
+//! admits its key: a front on the path reads no program, a box statement and a run statement
+//! never pass for each other, and a box back with a fresh key is attested again. Real boxes,
+//! real TLS (rustls), on loopback.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::support::*;
 use skillbox_jc::JcError;
-use skillbox_jc::client::{BoxClient, open_result};
-use skillbox_jc::dsse::ApprovedProgram;
+use skillbox_jc::attest::{
+    Attestation, Attester, Statement, VerifiedRun, VerifyPolicy, verify_attestation,
+    verify_box_attestation,
+};
+use skillbox_jc::client::{BoxClient, new_nonce, open_result};
+use skillbox_jc::dsse::approved_program;
+use skillbox_jc::run::BoxConfig;
+use skillbox_jc::tls::BoxTls;
 
 #[tokio::test]
 async fn an_https_box_binds_its_tls_key_and_a_run_goes_end_to_end() {
@@ -31,8 +43,17 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
     let (real, _) = start_tls(None, true).await;
     let (front_url, seen) = start_tls_front(&real.url).await;
     let f = Fixture::at(&front_url);
-    // Nothing secret goes before the attestation: the front relays open and the report.
-    let (approved, run_id) = opened_with_tls_key_refused(&f, "the front shows its own key").await;
+    // The box's own report, relayed, comes over the front's key: refused, no key admitted.
+    assert_key_refused(
+        f.client.attest_box(&f.policy).await,
+        "the front shows its own key",
+    );
+    // A run opened at the box itself: its report, relayed by the front, is refused too.
+    let (approved, run_id) = open_unattested(&real).await;
+    assert_key_refused(
+        f.client.attest(&approved, &run_id, &f.policy).await,
+        "the front shows its own key",
+    );
     // The report itself was genuine: straight from the box it verifies.
     let direct = real
         .client
@@ -41,11 +62,10 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
         .expect("the real box verifies directly");
     // Even with a run verified elsewhere, nothing is staked through the front: its key was
     // never attested, so the handshake is refused before a byte of the stake leaves.
-    let err = f
-        .stake_as_caller(&direct, "q", b"s", &f.caller)
-        .await
-        .expect_err("stake through the front");
-    assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
+    assert_key_refused(
+        f.stake_as_caller(&direct, "q", b"s", &f.caller).await,
+        "stake through the front",
+    );
     let paths = seen.lock().expect("log").clone();
     assert!(
         paths.iter().any(|p| p.contains("/attestation")),
@@ -60,23 +80,227 @@ async fn a_tls_front_relaying_a_real_box_is_refused_before_any_stake() {
 }
 
 #[tokio::test]
-async fn an_https_box_whose_attestation_binds_no_tls_key_is_refused() {
-    let (f, _) = start_tls(None, false).await;
-    opened_with_tls_key_refused(&f, "no key bound").await;
+async fn a_tls_front_on_the_path_reads_no_program() {
+    let (real, _) = start_tls(None, true).await;
+    let (front_url, front) = start_tls_front_capturing(&real.url).await;
+    let f = Fixture::at(&front_url);
+    let program = f.program();
+    let env = f.approve(&program);
+    // The node's open: the box is attested first, over the front's key, and refused there;
+    // and a bare open goes over attested keys only, so the front's handshake is refused.
+    let through = f.client.open_attested(&env, new_nonce(), &f.policy).await;
+    let bare = f.client.open_attesting_for(&env, new_nonce()).await;
+    // What the program would have told the path: the program as it travels (base64 of its
+    // JSON: the call, the skill, the provider, the sources' names and limits, the prompt), and
+    // either party's key, in clear in its signatures.
+    let caller = skillbox_jc::dsse::key_hex(&f.caller.verifying_key());
+    let owner = skillbox_jc::dsse::key_hex(&f.owner.verifying_key());
+    let paths = front.paths.lock().expect("log").clone();
+    for (what, needle) in [
+        ("the program", env.payload.as_str()),
+        ("the call id", program.call_id.as_str()),
+        ("the skill", program.skill.name.as_str()),
+        ("the caller's key", caller.as_str()),
+        ("the owner's key", owner.as_str()),
+    ] {
+        assert!(!front.read(needle), "the front read {what}: {paths:?}");
+    }
+    assert!(
+        paths
+            .iter()
+            .all(|p| p.starts_with("/v1/attestation?nonce=")),
+        "{paths:?}"
+    );
+    assert_key_refused(through, "open through the front");
+    assert_key_refused(bare, "bare open through the front");
+    // Straight at the box, the same open goes through.
+    let opened = real
+        .client
+        .open_attested(&env, new_nonce(), &real.policy)
+        .await
+        .expect("open at the box");
+    real.client
+        .attest_opened(
+            &approved_program(&env).expect("approved"),
+            opened,
+            &real.policy,
+        )
+        .await
+        .expect("its run verifies");
 }
 
-/// The fixture's program opened at `f`'s box, whose attestation the client refuses (`why`) as
-/// coming over a TLS key the report does not bind: the approval and the run id.
-async fn opened_with_tls_key_refused(f: &Fixture, why: &str) -> (ApprovedProgram, String) {
-    let (approved, run_id) = open_unattested(f).await;
-    let err = f
+#[tokio::test]
+async fn an_https_box_whose_attestation_binds_no_tls_key_is_refused() {
+    let (f, _) = start_tls(None, false).await;
+    assert_key_refused(f.client.attest_box(&f.policy).await, "no key bound");
+    assert_key_refused(
+        f.client
+            .open_attested(&f.approve(&f.program()), new_nonce(), &f.policy)
+            .await,
+        "no key bound, no open",
+    );
+}
+
+#[tokio::test]
+async fn a_box_statement_never_passes_as_a_run_statement_nor_a_run_statement_as_the_box() {
+    let f = start(None).await;
+    let now = skillbox_jc::run::now_secs();
+    let nonce = new_nonce();
+    let of_box = f
         .client
-        .attest(&approved, &run_id, &f.policy)
+        .box_attestation(&nonce)
         .await
-        .expect_err(why);
-    assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
+        .expect("box attestation");
+    let verified = verify_box_attestation(&of_box, &nonce, &f.policy, now).expect("verifies");
+    assert_eq!(verified.measurement, MEASUREMENT);
+    let run = f.open_attested(&f.program()).await;
+    // The box's statement offered for a run (its nonce as the run's): it names no program.
+    let err = verify_attestation(&of_box, &run.approved, &run.run_id, &nonce, &f.policy, now)
+        .expect_err("a box statement as a run's");
+    assert_eq!(err.code(), "statement_program_mismatch", "{err}");
+    // The run's statement offered as the box's: it names a run.
+    let err = verify_box_attestation(&run.attestation, &run.nonce, &f.policy, now)
+        .expect_err("a run statement as the box's");
+    assert_eq!(err.code(), "statement_run_mismatch", "{err}");
+    // The box's statement for another nonce than asked: refused.
+    let err =
+        verify_box_attestation(&of_box, &new_nonce(), &f.policy, now).expect_err("another nonce");
+    assert!(matches!(err, JcError::NonceMismatch), "{err}");
+}
+
+#[tokio::test]
+async fn a_box_restarted_with_a_fresh_key_is_attested_again_and_the_next_call_works() {
+    let dev = dev_attester();
+    let box_statements = Arc::new(AtomicUsize::new(0));
+    let first = TlsBoxRuntime::start("127.0.0.1:0", dev.clone(), box_statements.clone());
+    let mut f = Fixture::at(&first.url);
+    // The box's identity is pinned; its TLS key is whatever it made at start.
+    f.policy = VerifyPolicy::new(true).with_box_keys(dev.identity_key().into_iter().collect());
+    for _ in 0..3 {
+        let run = call_at(&f).await;
+        assert_eq!(run.tls_spki_sha256.as_deref(), Some(first.spki.as_str()));
+    }
+    // Calls on one key: one box attestation, not one per call.
+    assert_eq!(box_statements.load(Ordering::SeqCst), 1);
+    let addr = first.addr;
+    let old_key = first.spki.clone();
+    drop(first);
+    // Gone: its address refuses connections, and the connections it had are closed.
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let again = TlsBoxRuntime::start(&addr.to_string(), dev, box_statements.clone());
+    assert_ne!(again.spki, old_key, "a fresh key at start");
+    // The pinned open is refused on the new key; the box is attested again and the call goes on.
+    let run = call_at(&f).await;
+    assert_eq!(run.tls_spki_sha256.as_deref(), Some(again.spki.as_str()));
+    assert_eq!(box_statements.load(Ordering::SeqCst), 2);
+    f.run_all(&run, "which song first?", "You pick songs.")
+        .await;
+    let view = f.result(&run).await;
+    open_result(&view, &f.result_key, &run).expect("caller opens");
+}
+
+/// Fails the test unless `answer` is `tls_key_not_attested` (`what`: what was to be refused).
+#[track_caller]
+fn assert_key_refused<T: std::fmt::Debug>(answer: skillbox_jc::Result<T>, what: &str) {
+    let err = answer.expect_err(what);
+    assert!(matches!(err, JcError::TlsKeyNotAttested), "{what}: {err}");
     assert_eq!(err.code(), "tls_key_not_attested");
-    (approved, run_id)
+}
+
+/// A call's run opened and verified as a node does it ([`BoxClient::open_attested`]).
+async fn call_at(f: &Fixture) -> VerifiedRun {
+    let env = f.approve(&f.program());
+    let approved = approved_program(&env).expect("approved");
+    let opened = f
+        .client
+        .open_attested(&env, new_nonce(), &f.policy)
+        .await
+        .expect("open");
+    f.client
+        .attest_opened(&approved, opened, &f.policy)
+        .await
+        .expect("run verifies")
+}
+
+/// An attester counting the box's own statements (those naming no run).
+struct Counting {
+    inner: Arc<dyn Attester>,
+    box_statements: Arc<AtomicUsize>,
+}
+
+impl Attester for Counting {
+    skillbox_jc::same_identity_as_inner!();
+    fn attest(&self, statement: &Statement) -> skillbox_jc::Result<Attestation> {
+        if statement.run_id.is_empty() {
+            self.box_statements.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.attest(statement)
+    }
+}
+
+/// An https box with a fresh TLS key in a runtime of its own: dropped, the box is gone with
+/// every connection it had (a restart), and its address is free for the next.
+struct TlsBoxRuntime {
+    url: String,
+    addr: std::net::SocketAddr,
+    spki: String,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl TlsBoxRuntime {
+    fn start(addr: &str, attester: Arc<dyn Attester>, count: Arc<AtomicUsize>) -> TlsBoxRuntime {
+        let tls = BoxTls::generate(&[]).expect("box TLS key");
+        let spki = tls.spki_sha256().to_owned();
+        let attester = tls.bind(Arc::new(Counting {
+            inner: attester,
+            box_statements: count,
+        }));
+        let provider = Arc::new(EchoProvider {
+            fixed: Some("song b".into()),
+        });
+        let core = Arc::new(core_attested_by(attester, provider, BoxConfig::default()));
+        // The old box may not have let go of the address yet.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let listener = loop {
+            match std::net::TcpListener::bind(addr) {
+                Ok(l) => break l,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("bind {addr}: {e}"),
+            }
+        };
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("box runtime");
+        let listener = {
+            let _in = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).expect("listener")
+        };
+        runtime
+            .spawn(async move { skillbox_jc::server::serve_tls(listener, core, &[], &tls).await });
+        TlsBoxRuntime {
+            url: format!("https://{addr}"),
+            addr,
+            spki,
+            runtime: Some(runtime),
+        }
+    }
+}
+
+impl Drop for TlsBoxRuntime {
+    fn drop(&mut self) {
+        if let Some(r) = self.runtime.take() {
+            r.shutdown_background();
+        }
+    }
 }
 
 #[tokio::test]
@@ -87,11 +311,10 @@ async fn a_run_verified_on_one_key_stakes_nowhere_else() {
     let (b, _) = start_tls(None, true).await;
     let (_, run_a) = a.open(&a.program()).await;
     let b_client_holding_nothing = BoxClient::new(&b.url).expect("client");
-    let err = b_client_holding_nothing
-        .status(&run_a.run_id)
-        .await
-        .expect_err("no key attested to this client yet");
-    assert!(matches!(err, JcError::TlsKeyNotAttested), "{err}");
+    assert_key_refused(
+        b_client_holding_nothing.status(&run_a.run_id).await,
+        "no key attested to this client yet",
+    );
     // The client of the first box talks to it on the key it verified.
     a.client.status(&run_a.run_id).await.expect("status");
 }

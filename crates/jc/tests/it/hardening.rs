@@ -647,6 +647,32 @@ async fn opens_past_a_clients_rate_and_a_keys_rate_are_refused() {
     three_opens_then_limited(&g, "a fourth by these keys").await;
 }
 
+#[tokio::test]
+async fn box_attestations_past_a_clients_rate_are_refused() {
+    // Each is a platform report made for whoever asks: charged like an open.
+    let f = start_echo(BoxConfig {
+        client_rate: skillbox_jc::run::Rate {
+            burst: 3.0,
+            per_sec: 0.001,
+        },
+        ..BoxConfig::default()
+    })
+    .await;
+    let nonce = skillbox_jc::client::new_nonce;
+    for _ in 0..3 {
+        f.client
+            .box_attestation(&nonce())
+            .await
+            .expect("box attestation");
+    }
+    let e = f
+        .client
+        .box_attestation(&nonce())
+        .await
+        .expect_err("a fourth from this address");
+    assert_eq!(remote_code(&e), "rate_limited");
+}
+
 /// Three opens of fresh programs go through; the fourth is `rate_limited` (`what`: whose).
 async fn three_opens_then_limited(f: &Fixture, what: &str) {
     for _ in 0..3 {

@@ -25,6 +25,7 @@ pub fn echo_core(config: BoxConfig) -> BoxCore {
 pub async fn open_unattested(f: &Fixture) -> (ApprovedProgram, String) {
     let env = f.approve(&f.program());
     let approved = approved_program(&env).expect("approved");
+    f.admit_box().await;
     let opened = f.client.open(&env).await.expect("open");
     (approved, opened.run_id)
 }

@@ -284,7 +284,10 @@ impl Calls {
                 code: "run_left".into(),
             };
             let mut last = match self
-                .timed("open", client.open_attesting_for(env, nonce.to_owned()))
+                .timed(
+                    "open",
+                    client.open_attested(env, nonce.to_owned(), &self.0.boxes.verify_policy(first)),
+                )
                 .await
             {
                 Ok(opened) if is_left(&opened) => run_left(),
@@ -303,7 +306,14 @@ impl Calls {
                     continue;
                 };
                 match self
-                    .timed("open", c.open_attesting_for(env, nonce.to_owned()))
+                    .timed(
+                        "open",
+                        c.open_attested(
+                            env,
+                            nonce.to_owned(),
+                            &self.0.boxes.verify_policy(&other.url),
+                        ),
+                    )
                     .await
                 {
                     Ok(opened) if is_left(&opened) => {
