@@ -162,3 +162,90 @@ fn the_help_says_what_a_command_line_shows() {
         "{help}"
     );
 }
+
+/// CI's target directory sits in /var/tmp, which every local user writes: a directory another
+/// user made there first (or left writable to others) would hand them the build scripts, test
+/// binaries and agent-tool clients CI then runs. `scripts/target-dir` takes only a directory of
+/// this user's that nobody else can write; the shared name falls back to a per-user one.
+#[test]
+fn ci_builds_only_into_a_target_directory_of_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/target-dir");
+    let base = tempfile::tempdir().expect("base");
+    let pick = |target: Option<&Path>| {
+        let mut c = Command::new("bash");
+        c.arg(&script)
+            .env("SKILLBOX_TARGET_BASE", base.path())
+            .env_remove("CARGO_TARGET_DIR");
+        if let Some(t) = target {
+            c.env("CARGO_TARGET_DIR", t);
+        }
+        let out = c.output().expect("run scripts/target-dir");
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), said, err)
+    };
+    let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+    let shared = base.path().join("skillbox-target");
+    let uid =
+        String::from_utf8(Command::new("id").arg("-u").output().expect("id").stdout).expect("uid");
+    let mine = base.path().join(format!("skillbox-target-{}", uid.trim()));
+
+    // A fresh machine: the shared name, made private.
+    let (ok, said, err) = pick(None);
+    assert!(ok, "{err}");
+    assert_eq!(Path::new(&said), shared);
+    assert_eq!(mode(&shared), 0o700);
+
+    // Another user's squat: the shared name left writable to everyone. Not used.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (ok, said, err) = pick(None);
+    assert!(ok, "{err}");
+    assert_eq!(
+        Path::new(&said),
+        mine,
+        "the squatted shared directory was used"
+    );
+    assert_eq!(mode(&mine), 0o700);
+
+    // The per-user name squatted too: refused, naming it, rather than built into.
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (ok, said, err) = pick(None);
+    assert!(!ok, "a squatted directory was taken: {said}");
+    assert!(err.contains(&mine.display().to_string()), "{err}");
+
+    // A link planted under the shared name (to a directory of ours, even) is no directory of ours.
+    std::fs::remove_dir(&shared).expect("rm shared");
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let elsewhere = tempfile::tempdir().expect("elsewhere");
+    std::os::unix::fs::symlink(elsewhere.path(), &shared).expect("symlink");
+    let (ok, said, err) = pick(None);
+    assert!(ok, "{err}");
+    assert_eq!(Path::new(&said), mine, "the planted link was followed");
+
+    // A named target dir that others can write is refused, not quietly replaced.
+    let named = tempfile::tempdir().expect("named");
+    std::fs::set_permissions(named.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let (ok, _, err) = pick(Some(named.path()));
+    assert!(!ok);
+    assert!(err.contains("CARGO_TARGET_DIR"), "{err}");
+    std::fs::set_permissions(named.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (ok, said, err) = pick(Some(named.path()));
+    assert!(ok, "{err}");
+    assert_eq!(Path::new(&said), named.path());
+
+    // Owned by another user (only root can make one to try): not used.
+    if uid.trim() == "0" {
+        let theirs = base.path().join("theirs");
+        std::fs::create_dir(&theirs).expect("mkdir");
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let chown = Command::new("chown")
+            .args(["65534", &theirs.display().to_string()])
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        let (ok, _, err) = pick(Some(&theirs));
+        assert!(!ok, "another user's directory was taken");
+        assert!(err.contains("not this user's own"), "{err}");
+    }
+}
