@@ -158,8 +158,8 @@ pub struct PeersConfig {
     pub payload_burst: u32,
     /// How long an envelope is valid, and remembered for de-duplication.
     pub replay_window: Duration,
-    /// Envelopes remembered for de-duplication at most, all senders together; when full, new
-    /// payloads are answered `busy` (see [`crate::payload::InboxConfig::max_remembered`]).
+    /// Envelopes remembered for de-duplication at most, all senders together; when full, the
+    /// heaviest sender's oldest is forgotten (see [`crate::payload::InboxConfig::max_remembered`]).
     pub replay_memory_max: usize,
     /// Delivery attempts of one payload before `send` gives up, and the first back-off.
     pub send_attempts: u32,
@@ -1772,9 +1772,6 @@ impl Task {
                     from,
                     reason: reason.to_string(),
                 });
-            }
-            Received::MemoryFull => {
-                tracing::debug!(%from, "payload not taken: the replay memory is full");
             }
             Received::Duplicate | Received::RateLimited => {}
         }

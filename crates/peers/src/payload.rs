@@ -1,6 +1,6 @@
 //! Point-to-point call payloads: signed envelopes, and the receiving side's checks (pure).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use libp2p::PeerId;
 use libp2p::identity::Keypair;
@@ -302,9 +302,12 @@ pub struct InboxConfig {
     pub replay_window_ms: u64,
     /// Envelopes the de-duplication memory holds at most, from all senders together. The rate
     /// bounds each sender, but sender ids cost nothing: without this, a flood of fresh ids
-    /// grew the memory without bound. When it is full a new payload is not taken
-    /// ([`Received::MemoryFull`], the sender told `busy` and backing off) until entries pass
-    /// their window: forgetting one early would let its replay through.
+    /// grew the memory without bound. When it is full a new payload is still taken, and the
+    /// oldest entry of the sender holding the most is forgotten. Refusing instead (`busy`)
+    /// let ~22 ids at their rate keep every other peer's payloads out for good. Forgetting is
+    /// safe for everyone else: an envelope is taken only from its own sender (the transport's
+    /// peer), so a forgotten entry lets only that sender deliver its own payload again — which
+    /// it could sign anew anyway — and a sender that holds no more than the others loses none.
     pub max_remembered: usize,
     pub max_skew_ms: u64,
     /// Token bucket per sender: sustained payloads per second and burst.
@@ -332,9 +335,6 @@ pub enum Received {
     Duplicate,
     Refused(PayloadRefusal),
     RateLimited,
-    /// The de-duplication memory is full ([`InboxConfig::max_remembered`]): not taken, the
-    /// sender is told `busy` and retries later.
-    MemoryFull,
 }
 
 impl Received {
@@ -346,7 +346,6 @@ impl Received {
                 reason: r.code().to_owned(),
             },
             Received::RateLimited => Ack::RateLimited,
-            Received::MemoryFull => Ack::Busy,
         }
     }
 }
@@ -355,9 +354,91 @@ impl Received {
 pub struct Inbox {
     local: PeerId,
     config: InboxConfig,
-    seen: HashSet<(PeerId, u64)>,
-    seen_order: VecDeque<(u64, PeerId, u64)>,
+    seen: Remembered,
     buckets: Buckets,
+}
+
+/// The de-duplication memory: `(sender, seq)` of every envelope taken in the window, each
+/// sender's in arrival order (its oldest first: what goes when the memory is full, or when the
+/// window passes), and the senders by how many they hold.
+#[derive(Default)]
+struct Remembered {
+    seen: HashSet<(PeerId, u64)>,
+    /// Per sender: `(until, seq)`, oldest first.
+    senders: HashMap<PeerId, VecDeque<(u64, u64)>>,
+    /// `(entries held, sender)`: the last is the one holding the most.
+    by_count: BTreeSet<(usize, PeerId)>,
+    /// When every sender's expired entries are next dropped (one pass a second at most).
+    next_sweep_ms: u64,
+}
+
+impl Remembered {
+    fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    fn contains(&self, key: &(PeerId, u64)) -> bool {
+        self.seen.contains(key)
+    }
+
+    fn held(&self, peer: &PeerId) -> usize {
+        self.senders.get(peer).map_or(0, VecDeque::len)
+    }
+
+    fn insert(&mut self, peer: PeerId, seq: u64, until: u64) {
+        let held = self.held(&peer);
+        self.by_count.remove(&(held, peer));
+        self.by_count.insert((held + 1, peer));
+        self.senders
+            .entry(peer)
+            .or_default()
+            .push_back((until, seq));
+        self.seen.insert((peer, seq));
+    }
+
+    /// Forget `peer`'s oldest entry if `expired_by` says so (`None`: whatever its age).
+    fn pop_oldest(&mut self, peer: &PeerId, expired_by: Option<u64>) -> bool {
+        let Some(queue) = self.senders.get_mut(peer) else {
+            return false;
+        };
+        let Some(&(until, seq)) = queue.front() else {
+            return false;
+        };
+        if expired_by.is_some_and(|now| until > now) {
+            return false;
+        }
+        queue.pop_front();
+        let held = queue.len();
+        if held == 0 {
+            self.senders.remove(peer);
+        }
+        self.by_count.remove(&(held + 1, *peer));
+        if held > 0 {
+            self.by_count.insert((held, *peer));
+        }
+        self.seen.remove(&(*peer, seq));
+        true
+    }
+
+    /// Make room for one: the oldest entry of the sender holding the most goes.
+    fn evict_one(&mut self) {
+        if let Some(&(_, peer)) = self.by_count.last() {
+            self.pop_oldest(&peer, None);
+        }
+    }
+
+    /// Drop entries past their window: `from`'s at every payload, everyone's once a second.
+    fn forget_old(&mut self, from: &PeerId, now_ms: u64) {
+        while self.pop_oldest(from, Some(now_ms)) {}
+        if now_ms < self.next_sweep_ms {
+            return;
+        }
+        self.next_sweep_ms = now_ms.saturating_add(1000);
+        let peers: Vec<PeerId> = self.senders.keys().copied().collect();
+        for peer in peers {
+            while self.pop_oldest(&peer, Some(now_ms)) {}
+        }
+    }
 }
 
 impl Inbox {
@@ -366,8 +447,7 @@ impl Inbox {
         Inbox {
             local,
             config,
-            seen: HashSet::new(),
-            seen_order: VecDeque::new(),
+            seen: Remembered::default(),
             buckets,
         }
     }
@@ -378,7 +458,7 @@ impl Inbox {
 
     /// Check one payload that `from` (the transport-authenticated peer) sent.
     pub fn receive(&mut self, from: &PeerId, signed: &SignedPayload, now_ms: u64) -> Received {
-        self.forget_old(now_ms);
+        self.seen.forget_old(from, now_ms);
         let size = signed.size();
         if size > self.config.max_payload_bytes {
             return Received::Refused(PayloadRefusal::TooLarge {
@@ -426,14 +506,13 @@ impl Inbox {
             return Received::Duplicate;
         }
         if self.seen.len() >= self.config.max_remembered {
-            return Received::MemoryFull;
+            self.seen.evict_one();
         }
-        self.seen.insert(key);
-        self.seen_order.push_back((
-            envelope.time.saturating_add(self.config.replay_window_ms),
+        self.seen.insert(
             *from,
             envelope.seq,
-        ));
+            envelope.time.saturating_add(self.config.replay_window_ms),
+        );
         Received::New(Box::new(IncomingPayload {
             from: *from,
             payload: Payload {
@@ -449,18 +528,6 @@ impl Inbox {
 
     fn take_token(&mut self, from: &PeerId, now_ms: u64) -> bool {
         self.buckets.take(from, now_ms)
-    }
-
-    fn forget_old(&mut self, now_ms: u64) {
-        // Entries are pushed in arrival order; their expiry is nearly ordered, which is enough:
-        // an entry kept a little longer only costs memory, never a re-delivery.
-        while let Some(&(until, peer, seq)) = self.seen_order.front() {
-            if until > now_ms {
-                break;
-            }
-            self.seen_order.pop_front();
-            self.seen.remove(&(peer, seq));
-        }
     }
 
     /// Envelopes remembered for de-duplication.

@@ -156,11 +156,6 @@ impl PayloadTransport for MemoryTransport {
                     attempts: 1,
                     last_error: "rate limited".into(),
                 }),
-                Received::MemoryFull => Err(PeersError::Unreachable {
-                    peer: to,
-                    attempts: 1,
-                    last_error: "receiver busy".into(),
-                }),
             }
         })
     }

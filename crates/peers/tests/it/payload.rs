@@ -274,11 +274,12 @@ fn a_relayed_envelope_is_refused_by_its_sender_before_its_signature() {
 
 /// Sender ids cost nothing and the rate is per sender: a flood of fresh ids, each signing
 /// payloads within its own rate, grew the de-duplication memory without bound (10 minutes of
-/// every id's payloads). The memory stops at its cap: past it a new payload is not taken (the
-/// sender is told `busy`) while every remembered one stays a duplicate, and room returns as
-/// entries pass their window.
+/// every id's payloads). The memory stops at its cap — and a full memory keeps nobody out: a
+/// cap that answered `busy` let ~22 ids at their rate refuse every other peer's payloads for
+/// good. Past the cap the oldest entry of the sender holding the most goes, so a heavy sender
+/// forgets its own first and a light one keeps its entries.
 #[test]
-fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap() {
+fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap_nor_keep_others_out() {
     let me = keypair_from_seed(&[40; 32]).unwrap();
     let pm = me.public().to_peer_id();
     let config = InboxConfig {
@@ -287,36 +288,57 @@ fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap() {
     };
     let window = config.replay_window_ms;
     let mut inbox = Inbox::new(pm, config);
-    let mut first = None;
-    let mut full = 0;
-    for i in 0..500u32 {
+    let sender = |i: u32| {
         let mut seed = [41u8; 32];
         seed[..4].copy_from_slice(&i.to_be_bytes());
-        let sender = keypair_from_seed(&seed).unwrap();
-        let signed = SignedPayload::sign(&sender, &pm, &request("flood"), 1, T0).unwrap();
-        let from = sender.public().to_peer_id();
-        match inbox.receive(&from, &signed, T0 + 1) {
-            Received::New(_) => {}
-            Received::MemoryFull => full += 1,
-            other => panic!("payload {i}: {other:?}"),
-        }
-        first.get_or_insert((from, signed));
+        keypair_from_seed(&seed).unwrap()
+    };
+    // An honest peer's one payload, then one id sending its whole burst.
+    let honest = sender(u32::MAX);
+    let ph = honest.public().to_peer_id();
+    let kept = SignedPayload::sign(&honest, &pm, &request("honest"), 1, T0).unwrap();
+    assert!(is_new(inbox.receive(&ph, &kept, T0 + 1)));
+    let heavy = sender(u32::MAX - 1);
+    let pheavy = heavy.public().to_peer_id();
+    for seq in 1..=100 {
+        let signed = SignedPayload::sign(&heavy, &pm, &request("heavy"), seq, T0).unwrap();
+        assert!(
+            is_new(inbox.receive(&pheavy, &signed, T0 + 1)),
+            "heavy {seq}"
+        );
     }
     assert_eq!(
         inbox.remembered(),
         64,
         "the replay memory grew past its cap"
     );
-    assert_eq!(full, 500 - 64);
     assert_eq!(
-        Received::MemoryFull.ack(),
-        skillbox_peers::Ack::Busy,
-        "a full memory is a closed, retryable answer"
+        inbox.receive(&ph, &kept, T0 + 2),
+        Received::Duplicate,
+        "the heavy sender forgot its own entries, not the light sender's"
     );
-    // A remembered payload's replay is still refused as a duplicate: nothing was forgotten.
-    let (from, signed) = first.expect("one sent");
-    assert_eq!(inbox.receive(&from, &signed, T0 + 2), Received::Duplicate);
-    // Past the window the entries go and new payloads are taken again.
+    // A flood of fresh ids: every payload taken, the memory at its cap.
+    for i in 0..500u32 {
+        let flood = sender(i);
+        let signed = SignedPayload::sign(&flood, &pm, &request("flood"), 1, T0).unwrap();
+        let from = flood.public().to_peer_id();
+        assert!(is_new(inbox.receive(&from, &signed, T0 + 1)), "flood {i}");
+    }
+    assert_eq!(
+        inbox.remembered(),
+        64,
+        "the replay memory grew past its cap"
+    );
+    // Another peer's payload is still taken, not turned away for the flood's sake.
+    let late = sender(u32::MAX - 2);
+    let plate = late.public().to_peer_id();
+    let signed = SignedPayload::sign(&late, &pm, &request("late"), 1, T0).unwrap();
+    assert!(
+        is_new(inbox.receive(&plate, &signed, T0 + 3)),
+        "a full memory kept another peer out"
+    );
+    assert_eq!(inbox.remembered(), 64);
+    // Past the window the entries go.
     let later = T0 + window + 10;
     let signed = SignedPayload::sign(&me, &pm, &request("after"), 2, later).unwrap();
     assert!(is_new(inbox.receive(&pm, &signed, later)));
