@@ -191,17 +191,24 @@ fn csrf_for(id: &str) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// The session cookie's value, if the request carries one.
-pub(crate) fn cookie_token(headers: &HeaderMap) -> Option<String> {
+/// Session cookies a request may carry and each be looked up (more are not read).
+const MAX_SESSION_COOKIES: usize = 8;
+
+/// The values of the request's session cookies, in the order the browser sent them. Every one
+/// is a candidate, not only the first: a page on another port of this host may set a
+/// `skillbox_ui` cookie with a longer path (`Path=/ui/approvals`), which browsers send first,
+/// and taking only the first would keep the human signed out of that page whatever they do.
+pub(crate) fn cookie_tokens(headers: &HeaderMap) -> Vec<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .filter(|(k, v)| *k == COOKIE && !v.is_empty())
         .map(|(_, v)| v.to_owned())
-        .filter(|v| !v.is_empty())
+        .take(MAX_SESSION_COOKIES)
+        .collect()
 }
 
 /// The cookie that signs the browser in (`HttpOnly`, `SameSite=Strict`, scoped to `/ui`): the
@@ -234,7 +241,10 @@ async fn require_session(
 ) -> Response {
     // The token's generation first: a replaced `api.token` ends every session from here on.
     let epoch = state.operator_epoch();
-    match cookie_token(req.headers()).and_then(|id| sessions.find(&id, epoch)) {
+    let found = cookie_tokens(req.headers())
+        .iter()
+        .find_map(|id| sessions.find(id, epoch));
+    match found {
         Some(session) => {
             req.extensions_mut().insert(session);
             next.run(req).await
@@ -293,9 +303,9 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; skillbox_ui=tok; b=2"),
         );
-        assert_eq!(cookie_token(&h).as_deref(), Some("tok"));
+        assert_eq!(cookie_tokens(&h), ["tok"]);
         h.insert(header::COOKIE, HeaderValue::from_static("skillbox_ui="));
-        assert_eq!(cookie_token(&h), None);
+        assert!(cookie_tokens(&h).is_empty());
         let c = session_cookie("tok");
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/ui"));
     }
@@ -325,6 +335,32 @@ mod tests {
         assert!(s.find(&extra, 0).is_some() && s.find(&first, 0).is_some());
         let ended = rest.iter().filter(|id| s.find(id, 0).is_none()).count();
         assert_eq!(ended, 1, "one of the least recently used ended");
+    }
+
+    /// A page on another port of this host planted a `skillbox_ui` cookie with a longer path,
+    /// which the browser sends ahead of the real one: the human stays signed in.
+    #[test]
+    fn a_planted_cookie_ahead_of_the_session_does_not_sign_the_human_out() {
+        let s = Sessions::default();
+        let id = s.open(0).expect("open");
+        let mut h = HeaderMap::new();
+        let sent = format!("skillbox_ui=planted-by-another-port; skillbox_ui={}", &*id);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&sent).expect("header"),
+        );
+        let found = cookie_tokens(&h).iter().find_map(|c| s.find(c, 0));
+        assert_eq!(found.map(|f| f.csrf), Some(csrf_for(&id)));
+        // Bounded: a request with many planted cookies has at most a few looked up.
+        let many = (0..100)
+            .map(|i| format!("skillbox_ui=p{i}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&many).expect("header"),
+        );
+        assert_eq!(cookie_tokens(&h).len(), MAX_SESSION_COOKIES);
     }
 
     #[test]

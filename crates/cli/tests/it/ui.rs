@@ -165,6 +165,10 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
 
     // Signed in: every page, each with the strict headers.
     let cookie = b.sign_in(&caller.token);
+    // A page on another port of this host planted a session cookie with a longer path, which
+    // the browser sends first: the human is still signed in.
+    let planted = format!("skillbox_ui=planted-by-another-port; {cookie}");
+    assert_eq!(b.get("/ui/approvals", Some(&planted)).status, 200);
     for path in PAGES {
         let p = b.get(path, Some(&cookie));
         assert_eq!(p.status, 200, "{path}: {}", p.text);
