@@ -49,6 +49,12 @@ pub struct ApiConfig {
     /// loopback): any other `Host` is refused (DNS rebinding), any other `Origin` too.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// Serve the API beyond loopback in plain HTTP. Off, the default: a non-loopback `listen`
+    /// (or `--api`) is refused at start, since the operator token, the dashboard's session and
+    /// every answer would cross the network in clear. On: the operator says the network is
+    /// trusted, or a TLS-terminating proxy in front of it is.
+    #[serde(default)]
+    pub plain_http_beyond_loopback: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -808,6 +814,7 @@ impl Default for Config {
             api: ApiConfig {
                 listen: DEFAULT_API_ADDR.parse().expect("constant address parses"),
                 hosts: Vec::new(),
+                plain_http_beyond_loopback: false,
             },
             p2p: P2pConfig {
                 listen: vec![
@@ -1244,6 +1251,9 @@ listen = {api}
 # DNS names the API is reached by besides its address (and `localhost` on loopback). Requests
 # with any other Host header, or from another site's Origin, are refused (DNS rebinding, CSRF).
 hosts = {api_hosts}
+# Listening beyond loopback serves the token, the dashboard and every answer in plain HTTP:
+# refused unless this says the network (or a TLS proxy in front) is trusted.
+plain_http_beyond_loopback = {api_plain}
 
 [p2p]
 # libp2p listen multiaddrs.
@@ -1441,6 +1451,7 @@ operator = {operator}
 {tokens}"#,
             api = s(&self.api.listen.to_string()),
             api_hosts = list(&self.api.hosts),
+            api_plain = self.api.plain_http_beyond_loopback,
             retention = self.calls.retention_days,
             max_unstarted = self.calls.max_unstarted_per_peer,
             forwarded = self.calls.forwarded_attestations,

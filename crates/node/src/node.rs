@@ -416,12 +416,22 @@ impl Node {
         self.state.clone()
     }
 
-    /// Bind the API listener: `addr`, or the configured one. A non-loopback address is allowed
-    /// (the human asked for it) but logged as a warning.
+    /// Bind the API listener: `addr`, or the configured one. A non-loopback address is refused
+    /// unless `api.plain_http_beyond_loopback` says so (the API is plain HTTP: the token, the
+    /// dashboard's session and every answer would cross the network in clear), and then
+    /// logged as a warning.
     pub async fn bind(&self, addr: Option<SocketAddr>) -> Result<tokio::net::TcpListener> {
         let addr = addr.unwrap_or(self.config.api.listen);
         if !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "the API listens beyond loopback: anyone who can reach it and holds the token controls this node");
+            if !self.config.api.plain_http_beyond_loopback {
+                return Err(NodeError::invalid(
+                    "api.listen",
+                    format!(
+                        "{addr} is beyond loopback, where the API's plain HTTP carries the operator token and every answer in clear; listen on loopback (put a TLS proxy in front for other machines), or set api.plain_http_beyond_loopback = true if the network is trusted"
+                    ),
+                ));
+            }
+            tracing::warn!(%addr, "the API listens beyond loopback in plain HTTP: anyone on the path sees the token, and anyone who holds it controls this node");
         }
         let listener = tokio::net::TcpListener::bind(addr)
             .await

@@ -665,6 +665,48 @@ async fn the_apis_port_on_the_other_loopback_family_is_the_nodes() {
     assert!(text.contains(&format!("[::1]:{taken}")), "{text}");
 }
 
+/// The API is plain HTTP: beyond loopback it would hand the operator token, the dashboard's
+/// session and every answer to anyone on the path. A node asked to listen there does not
+/// start unless its operator says the network (or a TLS proxy in front) is trusted.
+#[tokio::test]
+async fn the_api_does_not_listen_beyond_loopback_unless_the_operator_says_so() {
+    let beyond: std::net::SocketAddr = "0.0.0.0:0".parse().expect("addr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = skillbox_node::Config::default();
+    config.api.listen = beyond;
+    skillbox_node::DataDir::new(dir.path())
+        .init(&config)
+        .expect("init");
+    let node = skillbox_node::Node::open(dir.path()).expect("open");
+    let err = node
+        .bind(None)
+        .await
+        .expect_err("a node configured beyond loopback does not start");
+    let text = err.to_string();
+    assert!(
+        text.contains("api.listen") && text.contains("api.plain_http_beyond_loopback"),
+        "{text}"
+    );
+    // Nor through `--api`, whatever the config's own address.
+    let err = node
+        .bind(Some(beyond))
+        .await
+        .expect_err("--api beyond loopback");
+    assert!(err.to_string().contains("api.listen"), "{err}");
+    drop(node);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    config.api.plain_http_beyond_loopback = true;
+    skillbox_node::DataDir::new(dir.path())
+        .init(&config)
+        .expect("init");
+    let text = std::fs::read_to_string(dir.path().join("config.toml")).expect("config");
+    assert!(text.contains("plain_http_beyond_loopback = true"), "{text}");
+    let node = skillbox_node::Node::open(dir.path()).expect("open");
+    let listener = node.bind(None).await.expect("the operator said so");
+    assert!(!listener.local_addr().expect("addr").ip().is_loopback());
+}
+
 #[tokio::test]
 async fn one_node_per_data_dir() {
     let node = TestNode::start().await;
