@@ -119,6 +119,17 @@ impl std::fmt::Debug for Output {
     }
 }
 
+/// The body of an open: the twice-signed program's JSON, padded with trailing spaces (JSON
+/// allows them) to its size bucket, the next power of two of at least 1 KiB, as stakes are.
+/// The path sees an open's size; unpadded, it told apart skills, prompt templates and how many
+/// sources a caller chose.
+pub fn open_body(program: &Envelope) -> Vec<u8> {
+    let mut body = program.to_json();
+    let padded = usize::try_from(crate::seal::bucket(body.len() as u64)).unwrap_or(body.len());
+    body.resize(padded.max(body.len()), b' ');
+    body
+}
+
 /// Open the sealed answer with the caller's result key.
 pub fn open_result(
     view: &ResultView,
@@ -444,7 +455,7 @@ impl BoxClient {
                 self.pinned
                     .post(format!("{}/v1/runs", self.base))
                     .header("content-type", "application/json")
-                    .body(program.to_json()),
+                    .body(open_body(program)),
             )
             .await?;
         if !crate::error::is_run_id(&opened.run_id) {
@@ -469,7 +480,7 @@ impl BoxClient {
             .pinned
             .post(format!("{}/v1/runs?nonce={}", self.base, url_safe(&nonce)))
             .header("content-type", "application/json")
-            .body(program.to_json())
+            .body(open_body(program))
             .send()
             .await
             .map_err(|e| self.transport_error(before, e))?;

@@ -366,3 +366,40 @@ fn the_tls_key_follows_the_storage_key_across_restarts() {
         BoxTls::generate(&[]).expect("fresh").spki_sha256()
     );
 }
+
+/// The path sees an open's size even over the pinned connection: unpadded it told skills,
+/// prompt templates and how many sources a caller chose apart. An open's body is padded to its
+/// size bucket, and the box opens the padded body.
+#[tokio::test]
+async fn an_opens_size_is_its_bucket_not_its_program() {
+    let (f, _) = start_tls(Some("ok"), true).await;
+    let with_template = |extra: usize| {
+        let mut p = f.program();
+        p.prompt_template = format!("{}{{{{skill}}}}\n{{{{request}}}}", "x".repeat(extra));
+        f.approve(&p)
+    };
+    let short = with_template(0);
+    let padded = skillbox_jc::client::open_body(&short).len();
+    assert!(padded.is_power_of_two() && padded >= 1024 && padded >= short.to_json().len());
+    // Templates of other lengths within the bucket: other programs, one size on the wire.
+    let mut told_apart = 0;
+    let mut same_size = 0;
+    for extra in (8..=256).step_by(8) {
+        let long = with_template(extra);
+        if long.to_json().len() > padded {
+            break;
+        }
+        same_size += 1;
+        if skillbox_jc::client::open_body(&long).len() != padded {
+            told_apart += 1;
+        }
+    }
+    assert!(same_size > 0, "no template fits the short one's bucket");
+    assert_eq!(
+        told_apart, 0,
+        "{told_apart} of {same_size} programs told apart by size"
+    );
+    // The box opens a padded body (the open attests the box first, then goes pinned).
+    let (_, run) = f.open(&f.program()).await;
+    assert!(!run.run_id.is_empty());
+}
