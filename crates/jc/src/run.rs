@@ -1476,7 +1476,15 @@ impl BoxCore {
                 ..Statement::default()
             }
         };
-        self.attested(statement)
+        let made = self.attested(statement);
+        if made.is_err() {
+            // Only attestations made count: a platform's transient failure uses none up.
+            let mut st = self.lock();
+            if let Ok(run) = st.kept_mut(run_id) {
+                run.attested = run.attested.saturating_sub(1);
+            }
+        }
+        made
     }
 
     /// The box's own attestation for the asker's nonce (`GET /v1/attestation`): its platform,

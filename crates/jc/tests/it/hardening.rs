@@ -852,3 +852,54 @@ async fn a_run_is_attested_a_bounded_number_of_times() {
         .await
         .expect("another run is attested");
 }
+
+/// An attester whose first `fails` reports fail (a platform's transient error).
+struct Flaky {
+    inner: std::sync::Arc<dyn skillbox_jc::attest::Attester>,
+    fails: std::sync::atomic::AtomicU32,
+}
+
+impl skillbox_jc::attest::Attester for Flaky {
+    skillbox_jc::same_identity_as_inner!();
+    fn attest(
+        &self,
+        statement: &skillbox_jc::attest::Statement,
+    ) -> skillbox_jc::Result<skillbox_jc::attest::Attestation> {
+        let left = self.fails.load(std::sync::atomic::Ordering::SeqCst);
+        if left > 0 {
+            self.fails
+                .store(left - 1, std::sync::atomic::Ordering::SeqCst);
+            return Err(skillbox_jc::JcError::Internal(
+                "the platform's report failed".into(),
+            ));
+        }
+        self.inner.attest(statement)
+    }
+}
+
+/// Only attestations made count against a run's ceiling: a platform failing for a while uses
+/// none of it up, and the run is attested once it recovers.
+#[tokio::test]
+async fn failed_attestations_do_not_use_up_a_runs_ceiling() {
+    let f = start(None).await;
+    let flaky = std::sync::Arc::new(Flaky {
+        inner: skillbox_testkit::box_fixture::dev_attester(),
+        fails: std::sync::atomic::AtomicU32::new(skillbox_jc::run::MAX_ATTESTATIONS_PER_RUN + 2),
+    });
+    let core = skillbox_testkit::box_fixture::core_attested_by(
+        flaky,
+        std::sync::Arc::new(skillbox_testkit::box_fixture::EchoProvider { fixed: None }),
+        BoxConfig::default(),
+    );
+    let now = skillbox_jc::run::now_secs();
+    let opened = core.open(&f.approve(&f.program()), now).expect("open");
+    let nonce = "00112233445566778899aabbccddeeff";
+    for i in 0..skillbox_jc::run::MAX_ATTESTATIONS_PER_RUN + 2 {
+        let e = core
+            .attest(&opened.run_id, nonce, now)
+            .expect_err("the platform fails");
+        assert_ne!(e.code(), "rate_limited", "failure {i} was counted");
+    }
+    core.attest(&opened.run_id, nonce, now)
+        .expect("attested once the platform recovers");
+}
