@@ -57,7 +57,10 @@ impl DialPolicy {
         DialPolicy {
             lan: private || mdns,
             local: private,
-            configured: operator.into_iter().map(|a| dial_key(&a)).collect(),
+            configured: operator
+                .into_iter()
+                .flat_map(|a| operator_keys(&a))
+                .collect(),
             explicit: Mutex::new(HashSet::new()),
         }
     }
@@ -69,7 +72,7 @@ impl DialPolicy {
             // Only the operator's own dials got here: start over rather than grow for ever.
             set.clear();
         }
-        set.insert(dial_key(addr));
+        set.extend(operator_keys(addr));
     }
 
     /// Whether the transport may dial `addr`.
@@ -91,6 +94,18 @@ impl DialPolicy {
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(&key)
     }
+}
+
+/// What an address the operator gave admits: the address as a transport dials it and, for a
+/// circuit address (`<relay>/p2p-circuit/p2p/<target>`), the relay's own address, which the
+/// relay client dials through this gate (a LAN relay was refused otherwise).
+fn operator_keys(addr: &Multiaddr) -> Vec<Multiaddr> {
+    let mut keys = vec![dial_key(addr)];
+    if let Some(at) = addr.iter().position(|p| matches!(p, Protocol::P2pCircuit)) {
+        let relay: Multiaddr = addr.iter().take(at).collect();
+        keys.push(dial_key(&relay));
+    }
+    keys
 }
 
 /// `addr` without its trailing `/p2p/<id>`s: the swarm appends the peer id to what it dials,
@@ -221,5 +236,51 @@ mod tests {
         assert!(!off.allows(&addr("/ip4/10.1.2.3/udp/4001/quic-v1")));
         off.allow_operator(&addr("/ip4/127.0.0.1/tcp/4002"));
         assert!(off.allows(&addr("/ip4/127.0.0.1/tcp/4002")));
+    }
+
+    /// Ranges that looked global and are not: local-use NAT64 reaches the LAN's IPv4, site-local
+    /// is a LAN, IPv4-compatible goes out as IPv4 in IPv6 to the address it embeds.
+    #[test]
+    fn nat64_local_use_site_local_and_ipv4_compatible_addresses_are_not_global() {
+        let off = DialPolicy::new(false, false, []);
+        let on = DialPolicy::new(true, false, []);
+        for never in [
+            "/ip6/64:ff9b:1::a00:1/tcp/80",
+            "/ip6/64:ff9b::a00:1/tcp/80",
+            "/ip6/::7f00:1/tcp/6379",
+            "/ip6/::a00:1/tcp/80",
+        ] {
+            assert_eq!(dial_scope(&addr(never)), DialScope::Never, "{never}");
+            assert!(!on.allows(&addr(never)), "{never}");
+        }
+        assert_eq!(
+            dial_scope(&addr("/ip6/fec0::1/tcp/80")),
+            DialScope::Lan,
+            "site-local"
+        );
+        assert!(!off.allows(&addr("/ip6/fec0::1/tcp/80")));
+        assert!(on.allows(&addr("/ip6/fec0::1/tcp/80")));
+        // `::` and `::1` are in `::/96` and stay this machine's.
+        assert_eq!(dial_scope(&addr("/ip6/::1/tcp/80")), DialScope::Local);
+        assert_eq!(dial_scope(&addr("/ip6/::/tcp/80")), DialScope::Local);
+    }
+
+    /// An operator's circuit address through a LAN relay: the relay client dials the relay's
+    /// own address through the gate, which is admitted with it; the relay's other ports are not.
+    #[test]
+    fn an_operators_circuit_address_admits_its_relay() {
+        let (relay, target) = (libp2p::PeerId::random(), libp2p::PeerId::random());
+        let circuit = addr(&format!(
+            "/ip4/10.0.0.5/tcp/4001/p2p/{relay}/p2p-circuit/p2p/{target}"
+        ));
+        let explicit = DialPolicy::new(false, false, []);
+        assert!(!explicit.allows(&addr("/ip4/10.0.0.5/tcp/4001")));
+        explicit.allow_operator(&circuit);
+        let configured = DialPolicy::new(false, false, [circuit]);
+        for policy in [&explicit, &configured] {
+            assert!(policy.allows(&addr("/ip4/10.0.0.5/tcp/4001")));
+            assert!(policy.allows(&addr(&format!("/ip4/10.0.0.5/tcp/4001/p2p/{relay}"))));
+            assert!(!policy.allows(&addr("/ip4/10.0.0.5/tcp/22")));
+        }
     }
 }

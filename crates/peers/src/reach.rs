@@ -43,9 +43,9 @@ fn has_direct<'a>(confirmed: impl IntoIterator<Item = &'a Multiaddr>) -> bool {
 }
 
 /// How far an address reaches: the internet, a private network (loopback, RFC 1918, link-local,
-/// CGNAT, documentation and benchmarking ranges, unique-local), nowhere a peer should be sent
-/// (multicast, broadcast, reserved, the IPv4 "this network" block, IPv4-mapped and translated
-/// IPv6, 6to4, discard), or none of these (the in-process memory transport, DNS names).
+/// CGNAT, documentation and benchmarking ranges, unique-local, site-local), nowhere a peer
+/// should be sent (multicast, broadcast, reserved, the IPv4 "this network" block, IPv4-mapped,
+/// IPv4-compatible and translated IPv6 — local-use NAT64 included —, 6to4, discard), or none of these (the in-process memory transport, DNS names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scope {
     Public,
@@ -76,20 +76,28 @@ fn scope_v4(ip: std::net::Ipv4Addr) -> Scope {
 
 fn scope_v6(ip: std::net::Ipv6Addr) -> Scope {
     let seg = ip.segments();
+    // IPv4-compatible (`::a.b.c.d`, deprecated), not `::` or `::1`: Linux sends it to sit0 as
+    // IPv4 in IPv6, towards whatever IPv4 address it embeds.
+    let v4_compatible = seg[..6] == [0; 6] && !ip.is_unspecified() && !ip.is_loopback();
     if ip.is_multicast()
         || ip.to_ipv4_mapped().is_some()
+        || v4_compatible
+        // `64:ff9b::/96` (well-known NAT64) and `64:ff9b:1::/48` (local-use NAT64, RFC 8215,
+        // which reaches the LAN's IPv4): the whole `64:ff9b::/32`.
         || (seg[0] == 0x0064 && seg[1] == 0xff9b)
         || seg[0] == 0x2002
         || (seg[0] == 0x0100 && seg[1..4] == [0, 0, 0])
     {
-        // Mapped or translated IPv4 (judged, if at all, as IPv4), 6to4, discard: no peer is
-        // sent there.
+        // Mapped, compatible or translated IPv4 (judged, if at all, as IPv4), 6to4, discard: no
+        // peer is sent there.
         return Scope::Never;
     }
     let private = ip.is_loopback()
         || ip.is_unspecified()
         || (seg[0] & 0xfe00) == 0xfc00
         || (seg[0] & 0xffc0) == 0xfe80
+        // Site-local (`fec0::/10`): deprecated, still routed inside some legacy LANs.
+        || (seg[0] & 0xffc0) == 0xfec0
         || (seg[0] == 0x2001 && seg[1] == 0x0db8)
         || (seg[0] == 0x3fff && seg[1] < 0x1000);
     if private {
