@@ -91,24 +91,26 @@ pub fn cli_ok(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-/// `skillbox --data-dir DIR approve ID FLAGS` as a person runs it: in a terminal (a
-/// pseudo-terminal from util-linux `script`), answering the confirmation with `answer`.
-pub fn approve_at_terminal(dir: &Path, id: &str, flags: &str, answer: &str) -> Output {
-    let mut child = Command::new("script")
+/// `skillbox --data-dir DIR <args>` on a pseudo-terminal of util-linux `script` (what a person
+/// at a terminal runs), its stdin, stdout and stderr piped to the test.
+pub fn at_terminal(dir: &Path, args: &str) -> std::process::Child {
+    Command::new("script")
         .args([
             "-qec",
-            &format!(
-                "{} --data-dir '{}' approve {id} {flags}",
-                bin(),
-                dir.display()
-            ),
+            &format!("{} --data-dir '{}' {args}", bin(), dir.display()),
             "/dev/null",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run script (util-linux)");
+        .expect("run script (util-linux)")
+}
+
+/// `skillbox --data-dir DIR approve ID FLAGS` as a person runs it: in a terminal (a
+/// pseudo-terminal from util-linux `script`), answering the confirmation with `answer`.
+pub fn approve_at_terminal(dir: &Path, id: &str, flags: &str, answer: &str) -> Output {
+    let mut child = at_terminal(dir, &format!("approve {id} {flags}"));
     if let Some(mut stdin) = child.stdin.take() {
         let _ = writeln!(stdin, "{answer}");
     }

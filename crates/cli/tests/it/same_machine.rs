@@ -6,7 +6,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::procs::{self, ServedNode, cli, cli_ok, text};
@@ -55,21 +55,7 @@ fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
     cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
     let _node = ServedNode::start(&dir, "node.log");
 
-    let mut screen = Command::new("script")
-        .args([
-            "-qec",
-            &format!(
-                "{} --data-dir '{}' source add typed-key --secret",
-                procs::bin(),
-                dir.display()
-            ),
-            "/dev/null",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run script (util-linux)");
+    let mut screen = procs::at_terminal(&dir, "source add typed-key --secret");
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if secret_reader(&dir).and_then(echoes) == Some(false) {

@@ -650,13 +650,9 @@ async fn the_apis_port_on_the_other_loopback_family_is_the_nodes() {
     // The squatter binds [::1] first; the node configured for 127.0.0.1 on that port refuses.
     let squatter = std::net::TcpListener::bind("[::1]:0").expect("bind [::1]");
     let taken = squatter.local_addr().expect("addr").port();
-    let dir = tempfile::tempdir().expect("tempdir");
     let mut config = skillbox_node::Config::default();
     config.api.listen = format!("127.0.0.1:{taken}").parse().expect("addr");
-    skillbox_node::DataDir::new(dir.path())
-        .init(&config)
-        .expect("init");
-    let node = skillbox_node::Node::open(dir.path()).expect("open");
+    let (_dir, node) = opened_with(&config);
     let err = node
         .bind(None)
         .await
@@ -665,19 +661,25 @@ async fn the_apis_port_on_the_other_loopback_family_is_the_nodes() {
     assert!(text.contains(&format!("[::1]:{taken}")), "{text}");
 }
 
+/// A node opened on a fresh data dir made with `config` (not yet bound).
+fn opened_with(config: &skillbox_node::Config) -> (tempfile::TempDir, skillbox_node::Node) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    skillbox_node::DataDir::new(dir.path())
+        .init(config)
+        .expect("init");
+    let node = skillbox_node::Node::open(dir.path()).expect("open");
+    (dir, node)
+}
+
 /// The API is plain HTTP: beyond loopback it would hand the operator token, the dashboard's
 /// session and every answer to anyone on the path. A node asked to listen there does not
 /// start unless its operator says the network (or a TLS proxy in front) is trusted.
 #[tokio::test]
 async fn the_api_does_not_listen_beyond_loopback_unless_the_operator_says_so() {
     let beyond: std::net::SocketAddr = "0.0.0.0:0".parse().expect("addr");
-    let dir = tempfile::tempdir().expect("tempdir");
     let mut config = skillbox_node::Config::default();
     config.api.listen = beyond;
-    skillbox_node::DataDir::new(dir.path())
-        .init(&config)
-        .expect("init");
-    let node = skillbox_node::Node::open(dir.path()).expect("open");
+    let (_dir, node) = opened_with(&config);
     let err = node
         .bind(None)
         .await
@@ -695,14 +697,10 @@ async fn the_api_does_not_listen_beyond_loopback_unless_the_operator_says_so() {
     assert!(err.to_string().contains("api.listen"), "{err}");
     drop(node);
 
-    let dir = tempfile::tempdir().expect("tempdir");
     config.api.plain_http_beyond_loopback = true;
-    skillbox_node::DataDir::new(dir.path())
-        .init(&config)
-        .expect("init");
+    let (dir, node) = opened_with(&config);
     let text = std::fs::read_to_string(dir.path().join("config.toml")).expect("config");
     assert!(text.contains("plain_http_beyond_loopback = true"), "{text}");
-    let node = skillbox_node::Node::open(dir.path()).expect("open");
     let listener = node.bind(None).await.expect("the operator said so");
     assert!(!listener.local_addr().expect("addr").ip().is_loopback());
 }
