@@ -1,5 +1,6 @@
 //! Point-to-point call payloads: signed envelopes, and the receiving side's checks (pure).
 
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use libp2p::PeerId;
@@ -303,11 +304,13 @@ pub struct InboxConfig {
     /// Envelopes the de-duplication memory holds at most, from all senders together. The rate
     /// bounds each sender, but sender ids cost nothing: without this, a flood of fresh ids
     /// grew the memory without bound. When it is full a new payload is still taken, and the
-    /// oldest entry of the sender holding the most is forgotten. Refusing instead (`busy`)
-    /// let ~22 ids at their rate keep every other peer's payloads out for good. Forgetting is
-    /// safe for everyone else: an envelope is taken only from its own sender (the transport's
-    /// peer), so a forgotten entry lets only that sender deliver its own payload again — which
-    /// it could sign anew anyway — and a sender that holds no more than the others loses none.
+    /// oldest entry of the sender holding the most is forgotten (among equals, the one whose
+    /// oldest entry arrived first). Refusing instead (`busy`) let ~22 ids at their rate keep
+    /// every other peer's payloads out for good. Forgetting is safe for everyone else: an
+    /// envelope is taken only from its own sender (the transport's peer), so a forgotten entry
+    /// lets only that sender deliver its own payload again — which it could sign anew anyway.
+    /// A heavy sender forgets its own first; under a flood of one-entry ids every entry is kept
+    /// for at least as many arrivals after it as the memory holds, whatever its sender's id.
     pub max_remembered: usize,
     pub max_skew_ms: u64,
     /// Token bucket per sender: sustained payloads per second and burst.
@@ -360,14 +363,21 @@ pub struct Inbox {
 
 /// The de-duplication memory: `(sender, seq)` of every envelope taken in the window, each
 /// sender's in arrival order (its oldest first: what goes when the memory is full, or when the
-/// window passes), and the senders by how many they hold.
+/// window passes), and the senders by how many they hold, then by how long ago their oldest
+/// entry arrived.
 #[derive(Default)]
 struct Remembered {
     seen: HashSet<(PeerId, u64)>,
-    /// Per sender: `(until, seq)`, oldest first.
-    senders: HashMap<PeerId, VecDeque<(u64, u64)>>,
-    /// `(entries held, sender)`: the last is the one holding the most.
-    by_count: BTreeSet<(usize, PeerId)>,
+    /// Per sender: `(until, seq, arrival)`, oldest first.
+    senders: HashMap<PeerId, VecDeque<(u64, u64, u64)>>,
+    /// `(entries held, Reverse(arrival of its oldest), sender)`: the last is the sender holding
+    /// the most and, among those, the one whose oldest entry arrived first. Ties among equal
+    /// counts went by `PeerId` before, which a sender chooses freely: a flood of one-entry ids
+    /// that sort low made every honest light sender's entry the one forgotten at each insert.
+    /// Arrival order is the node's own (not the envelope's time, which the sender sets).
+    by_count: BTreeSet<(usize, Reverse<u64>, PeerId)>,
+    /// Entries taken so far: the next entry's arrival stamp.
+    arrivals: u64,
     /// When every sender's expired entries are next dropped (one pass a second at most).
     next_sweep_ms: u64,
 }
@@ -381,48 +391,60 @@ impl Remembered {
         self.seen.contains(key)
     }
 
-    fn held(&self, peer: &PeerId) -> usize {
-        self.senders.get(peer).map_or(0, VecDeque::len)
+    /// `peer`'s place in [`Self::by_count`], if it holds any entry.
+    fn rank(&self, peer: &PeerId) -> Option<(usize, Reverse<u64>, PeerId)> {
+        let queue = self.senders.get(peer)?;
+        let &(_, _, oldest) = queue.front()?;
+        Some((queue.len(), Reverse(oldest), *peer))
     }
 
     fn insert(&mut self, peer: PeerId, seq: u64, until: u64) {
-        let held = self.held(&peer);
-        self.by_count.remove(&(held, peer));
-        self.by_count.insert((held + 1, peer));
+        if let Some(rank) = self.rank(&peer) {
+            self.by_count.remove(&rank);
+        }
+        let arrival = self.arrivals;
+        self.arrivals += 1;
         self.senders
             .entry(peer)
             .or_default()
-            .push_back((until, seq));
+            .push_back((until, seq, arrival));
+        if let Some(rank) = self.rank(&peer) {
+            self.by_count.insert(rank);
+        }
         self.seen.insert((peer, seq));
     }
 
     /// Forget `peer`'s oldest entry if `expired_by` says so (`None`: whatever its age).
     fn pop_oldest(&mut self, peer: &PeerId, expired_by: Option<u64>) -> bool {
+        let Some(rank) = self.rank(peer) else {
+            return false;
+        };
         let Some(queue) = self.senders.get_mut(peer) else {
             return false;
         };
-        let Some(&(until, seq)) = queue.front() else {
+        let Some(&(until, seq, _)) = queue.front() else {
             return false;
         };
         if expired_by.is_some_and(|now| until > now) {
             return false;
         }
         queue.pop_front();
-        let held = queue.len();
-        if held == 0 {
+        if queue.is_empty() {
             self.senders.remove(peer);
         }
-        self.by_count.remove(&(held + 1, *peer));
-        if held > 0 {
-            self.by_count.insert((held, *peer));
+        self.by_count.remove(&rank);
+        if let Some(rank) = self.rank(peer) {
+            self.by_count.insert(rank);
         }
         self.seen.remove(&(*peer, seq));
         true
     }
 
-    /// Make room for one: the oldest entry of the sender holding the most goes.
+    /// Make room for one: the oldest entry of the sender holding the most goes (among equals,
+    /// the sender whose oldest entry arrived first, so every entry is kept for as many arrivals
+    /// after it whoever sent it).
     fn evict_one(&mut self) {
-        if let Some(&(_, peer)) = self.by_count.last() {
+        if let Some(&(_, _, peer)) = self.by_count.last() {
             self.pop_oldest(&peer, None);
         }
     }

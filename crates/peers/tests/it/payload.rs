@@ -272,12 +272,67 @@ fn a_relayed_envelope_is_refused_by_its_sender_before_its_signature() {
     ));
 }
 
+/// The `i`th of many fresh sender ids (a flood's, or a light peer's among them).
+fn fresh_sender(i: u32) -> skillbox_peers::Keypair {
+    let mut seed = [41u8; 32];
+    seed[..4].copy_from_slice(&i.to_be_bytes());
+    keypair_from_seed(&seed).unwrap()
+}
+
+/// When every sender holds one entry, which one is forgotten went by `PeerId`, which a sender
+/// chooses freely: a flood of one-entry ids sorting below an honest peer's made the honest entry
+/// the one forgotten at the flood's next payload (its retry after a lost ack then taken as new).
+/// Now the sender whose oldest entry arrived first goes: a light sender whose id sorts after
+/// every flood id keeps its entry for as many payloads after it as the memory holds, and is
+/// forgotten only then, like anyone's.
+#[test]
+fn a_flood_of_one_entry_ids_cannot_choose_whose_entry_is_forgotten() {
+    let me = keypair_from_seed(&[42; 32]).unwrap();
+    let pm = me.public().to_peer_id();
+    let cap = 64;
+    let config = InboxConfig {
+        max_remembered: cap,
+        ..InboxConfig::default()
+    };
+    let mut inbox = Inbox::new(pm, config);
+    let flood: Vec<_> = (0..500 + cap as u32).map(fresh_sender).collect();
+    let last_flood_id = flood.iter().map(|k| k.public().to_peer_id()).max().unwrap();
+    // An honest id that sorts after every flood id: the one a tie by `PeerId` forgets first.
+    let honest = (1_000_000..)
+        .map(fresh_sender)
+        .find(|k| k.public().to_peer_id() > last_flood_id)
+        .unwrap();
+    let send = |inbox: &mut Inbox, k: &skillbox_peers::Keypair, call: &str| {
+        let signed = SignedPayload::sign(k, &pm, &request(call), 1, T0).unwrap();
+        inbox.receive(&k.public().to_peer_id(), &signed, T0 + 1)
+    };
+    for (i, k) in flood[..500].iter().enumerate() {
+        assert!(is_new(send(&mut inbox, k, "flood")), "flood {i}");
+    }
+    assert_eq!(inbox.remembered(), cap);
+    assert!(is_new(send(&mut inbox, &honest, "honest")));
+    // The flood goes on: as many fresh ids after it as the memory holds beside it.
+    for (i, k) in flood[500..500 + cap - 1].iter().enumerate() {
+        assert!(is_new(send(&mut inbox, k, "flood")), "flood after {i}");
+    }
+    assert_eq!(
+        send(&mut inbox, &honest, "honest"),
+        Received::Duplicate,
+        "the honest sender's entry was forgotten for its id while older flood entries stayed"
+    );
+    // One more and it is the oldest: forgotten, as any sender's would be.
+    assert!(is_new(send(&mut inbox, &flood[500 + cap - 1], "flood")));
+    assert!(is_new(send(&mut inbox, &honest, "honest")));
+    assert_eq!(inbox.remembered(), cap);
+}
+
 /// Sender ids cost nothing and the rate is per sender: a flood of fresh ids, each signing
 /// payloads within its own rate, grew the de-duplication memory without bound (10 minutes of
 /// every id's payloads). The memory stops at its cap — and a full memory keeps nobody out: a
 /// cap that answered `busy` let ~22 ids at their rate refuse every other peer's payloads for
 /// good. Past the cap the oldest entry of the sender holding the most goes, so a heavy sender
-/// forgets its own first and a light one keeps its entries.
+/// forgets its own first and a light one keeps its entries (until the flood of one-entry ids
+/// below makes it the oldest).
 #[test]
 fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap_nor_keep_others_out() {
     let me = keypair_from_seed(&[40; 32]).unwrap();
@@ -288,11 +343,7 @@ fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap_nor_ke
     };
     let window = config.replay_window_ms;
     let mut inbox = Inbox::new(pm, config);
-    let sender = |i: u32| {
-        let mut seed = [41u8; 32];
-        seed[..4].copy_from_slice(&i.to_be_bytes());
-        keypair_from_seed(&seed).unwrap()
-    };
+    let sender = fresh_sender;
     // An honest peer's one payload, then one id sending its whole burst.
     let honest = sender(u32::MAX);
     let ph = honest.public().to_peer_id();
