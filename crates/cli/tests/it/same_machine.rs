@@ -220,6 +220,22 @@ fn ci_builds_only_into_a_target_directory_of_its_own() {
     assert!(ok, "{err}");
     assert_eq!(Path::new(&said), named.path());
 
+    // Ours, but inside a directory others may rename entries of (no sticky bit): they could
+    // swap it for theirs after the check. Refused; with the sticky bit, taken.
+    let open_parent = tempfile::tempdir().expect("parent");
+    let inside = open_parent.path().join("target");
+    std::fs::create_dir(&inside).expect("mkdir");
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::set_permissions(open_parent.path(), std::fs::Permissions::from_mode(0o777))
+        .expect("chmod");
+    let (ok, _, err) = pick(Some(&inside));
+    assert!(!ok, "a directory another user could swap was taken");
+    assert!(err.contains("swap"), "{err}");
+    std::fs::set_permissions(open_parent.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("chmod");
+    let (ok, _, err) = pick(Some(&inside));
+    assert!(ok, "{err}");
+
     // Owned by another user (only root can make one to try): not used.
     if uid.trim() == "0" {
         let theirs = base.path().join("theirs");
