@@ -1,8 +1,7 @@
 //! Consent (§9): calls parked on `ask`, what approving one discloses, and the human's answer —
 //! with `remember`, recorded as a policy rule for that (peer, skill, source set).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -16,7 +15,7 @@ use skillbox_jc::program::Program;
 use super::driver::Change;
 use super::ledger::ledger_entry;
 use super::records::{CallRow, Filter};
-use super::{CallError, CallView, Calls, blocking};
+use super::{CallError, CallView, Calls, blocking, lock};
 
 /// What approving a parked call discloses, to whom and through what: the consent text's facts.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -302,7 +301,10 @@ impl Calls {
     /// question — checked again under the call's lock, in the step that takes the decision —
     /// and refused `question_changed` otherwise, with nothing written and the call still
     /// parked: a yes given to one box, provider or set of sources never approves another.
-    /// With `remember`, the decision is also recorded (in the store's policy, ahead of every
+    /// Likewise refused `not_awaiting_consent`, with nothing written, once the call left
+    /// `awaiting_consent` by then (another surface's decision, expiry, a cancel): a decision is
+    /// answered 200 only when it is the one taken. With `remember`, the decision that is taken
+    /// is also recorded (in the store's policy, ahead of every
     /// other rule) for this peer, skill and source set (none: only calls that stake none) and
     /// the surface the call was started from, so the next such call is not asked again.
     pub async fn consent_by(
@@ -358,14 +360,26 @@ impl Calls {
         };
         let entry = ledger_entry(row, if allow { "allow" } else { "deny" }, &by_label, vec![]);
         // The check again in the step that takes the decision, under the call's lock: the
-        // call may have moved between the read above and here.
-        let changed = Arc::new(AtomicBool::new(false));
+        // call may have moved between the read above and here — asked another question, or
+        // left `awaiting_consent` (another tab's decision, expiry, a cancel). What the step
+        // found is kept: a decision the step did not take is refused, and leaves no rule.
+        let found: Arc<Mutex<Option<Result<(), CallError>>>> = Arc::default();
         let still_asked = {
-            let changed = changed.clone();
+            let (found, id) = (found.clone(), id.to_owned());
             move |now: &CallRow| {
-                let same = question_of(now, request.as_deref().map(String::as_str)).1 == seen;
-                changed.store(!same, Ordering::SeqCst);
-                same
+                let verdict = if now.call.state != State::AwaitingConsent {
+                    Err(CallError::NotAwaitingConsent {
+                        id,
+                        state: now.call.state.as_str(),
+                    })
+                } else if question_of(now, request.as_deref().map(String::as_str)).1 != seen {
+                    Err(CallError::QuestionChanged)
+                } else {
+                    Ok(())
+                };
+                let holds = verdict.is_ok();
+                *lock(&found) = Some(verdict);
+                holds
             }
         };
         self.apply(
@@ -377,8 +391,13 @@ impl Calls {
             },
         )
         .await?;
-        if changed.load(Ordering::SeqCst) {
-            return Err(CallError::QuestionChanged);
+        // Held, the step took the decision: a parked call takes either answer. Not asked at
+        // all, the call's row was gone by the step.
+        let verdict = lock(&found).take();
+        match verdict {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(e),
+            None => return Err(CallError::NotFound(id.to_owned())),
         }
         // Recorded once the decision is taken, so a refused one leaves no rule behind.
         if let Some(rule) = rule {
@@ -482,8 +501,8 @@ mod tests {
 
     /// The question's digest covers everything the question shows: the same question digests
     /// the same, and any one fact changed — the box, its platform, measurement or isolation,
-    /// the provider or its host, the declaration, a source, the request, the run — digests
-    /// otherwise.
+    /// the provider or its host, the declaration, a source, the request, the text, the run, the
+    /// call, the side — digests otherwise.
     #[test]
     fn a_questions_digest_changes_with_anything_it_shows() {
         let row = CallRow {
@@ -511,7 +530,7 @@ mod tests {
         let digest = question_digest(&row, &shown);
         assert!(is_question_digest(&digest), "{digest}");
         assert_eq!(question_digest(&row, &shown.clone()), digest);
-        let changes: [fn(&mut Disclosure); 11] = [
+        let changes: [fn(&mut Disclosure); 12] = [
             |d| d.sources.push("diary".into()),
             |d| d.peer = "Q".into(),
             |d| d.skill = "other".into(),
@@ -523,14 +542,23 @@ mod tests {
             |d| d.provider_host = Some("evil.example".into()),
             |d| d.declaration = Some("sha256:ef".into()),
             |d| d.request = Some("hi!".into()),
+            |d| d.text.push_str(" Approving is safe."),
         ];
         for (n, change) in changes.iter().enumerate() {
             let mut d = shown.clone();
             change(&mut d);
             assert_ne!(question_digest(&row, &d), digest, "change {n}");
         }
-        let mut moved = row.clone();
-        moved.call.run_id = Some("r".repeat(32));
-        assert_ne!(question_digest(&moved, &shown), digest, "another run");
+        // And the row it is asked of: another run, another call, the other side of the call.
+        let rows: [fn(&mut CallRow); 3] = [
+            |r| r.call.run_id = Some("r".repeat(32)),
+            |r| r.call.id = "c2".into(),
+            |r| r.call.role = Role::Owner,
+        ];
+        for (n, change) in rows.iter().enumerate() {
+            let mut r = row.clone();
+            change(&mut r);
+            assert_ne!(question_digest(&r, &shown), digest, "row change {n}");
+        }
     }
 }

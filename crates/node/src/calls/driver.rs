@@ -773,7 +773,7 @@ mod tests {
     use skillbox_peers::{IncomingPayload, Payload, PayloadTransport, PeerId, PeersError};
 
     use super::*;
-    use crate::calls::{CallsDeps, Directory, Offered};
+    use crate::calls::{CallError, CallsDeps, Directory, Offered};
     use crate::crypto::DataKey;
     use crate::store::Store;
 
@@ -1038,6 +1038,134 @@ mod tests {
             .expect("step")
             .expect("call");
         assert_eq!(call.state, State::Submitting);
+        assert_eq!(decisions(&store), ["allow"]);
+    }
+
+    /// The owner's call `c1` parked for consent on its verified run `rrr…` of a signed
+    /// program: a question whose facts a remembered decision is bound to. Stored.
+    fn parked_owner_call(store: &Store) -> Key {
+        let provider: skillbox_skill::ProviderId = "local".parse().expect("provider");
+        let program = super::super::program::build(super::super::program::CallerFacts {
+            call_id: "c1".into(),
+            caller_key: "11".repeat(32),
+            result_key: "22".repeat(32),
+            owner_key: "33".repeat(32),
+            boxes: vec![skillbox_jc::program::BoxIdentity {
+                platform: "insecure-dev".into(),
+                measurement: "ab".repeat(48),
+            }],
+            skill: "taste".into(),
+            declaration_digest: format!("sha256:{}", "cd".repeat(32)),
+            guard: super::super::program::guard_for(&provider),
+            provider,
+            provider_host: None,
+            request_len: 100,
+            sources: vec![],
+            output_max_bytes: 4096,
+            limits: Default::default(),
+            expires_at: 2_000_000_000,
+        })
+        .expect("program");
+        let signing = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+        let env = skillbox_jc::dsse::sign_program(&program, &signing).expect("signed");
+        let run = "r".repeat(32);
+        let verified = skillbox_jc::attest::VerifiedRunRecord {
+            run_id: run.clone(),
+            program_hash: "0".repeat(64),
+            platform: "insecure-dev".into(),
+            measurement: "ab".repeat(48),
+            hpke_public_key: "44".repeat(32),
+            receipt_key: "55".repeat(32),
+            expires_at: 2_000_000_000,
+            no_hardware_isolation: true,
+            tcb_status: None,
+            tls_spki_sha256: None,
+        };
+        let mut call = records::tests::started(Role::Owner);
+        call.created_at_ms = now_ms();
+        call.state = State::AwaitingConsent;
+        call.run_id = Some(run);
+        let row = CallRow {
+            program: Some(String::from_utf8_lossy(&env.to_json()).into_owned()),
+            box_url: None,
+            verified: Some(serde_json::to_value(&verified).expect("verified")),
+            sources: vec![],
+            receipt: None,
+            call,
+        };
+        assert!(
+            super::super::consent::told_of(&row).is_some(),
+            "a question with its facts"
+        );
+        // The verified run is written as its step writes it: a patch of the stored row.
+        let patch = records::Patch {
+            verified: row.verified.clone(),
+            ..records::Patch::default()
+        };
+        store
+            .write(|tx| {
+                records::insert(tx, &row)?;
+                records::update(tx, &row.call, &patch)
+            })
+            .expect("insert");
+        (row.call.id.clone(), Role::Owner)
+    }
+
+    /// Waits until `n` handles of the call's lock are out (the map's, the test's, and one per
+    /// decision queued on it).
+    async fn queued_on(lock: &Arc<tokio::sync::Mutex<()>>, n: usize) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while Arc::strong_count(lock) < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the decision reached the call's lock");
+    }
+
+    /// Two decisions race on one parked call, both having read it parked (two tabs): the first
+    /// to take the lock allows it; the second, "deny and remember" with the same question,
+    /// finds the call no longer parked. It is refused `not_awaiting_consent` and leaves
+    /// nothing: no rule (before, a Deny rule was saved ahead of every other and the answer was
+    /// 200, though the call ran), one decision in the ledger.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_decision_that_lost_the_race_saves_no_rule() {
+        let (_dir, store, node) = file_node(|_| {});
+        let key = parked_owner_call(&store);
+        let rules_before = node.policy().rules.len();
+        let question = node.get("c1").await.expect("call")[0]
+            .question
+            .clone()
+            .expect("question");
+        // Both decisions pass the read before the lock, then queue on it in order.
+        let lock = node.call_lock(&key);
+        let held = lock.lock().await;
+        let decide = |allow: bool, remember: bool| {
+            let (node, question) = (node.clone(), question.clone());
+            tokio::spawn(async move {
+                node.consent_by(
+                    "c1",
+                    allow,
+                    remember,
+                    super::super::consent::DecidedBy::Ui,
+                    Some(&question),
+                )
+                .await
+            })
+        };
+        let tab_a = decide(true, false);
+        queued_on(&lock, 3).await;
+        let tab_b = decide(false, true);
+        queued_on(&lock, 4).await;
+        drop(held);
+        let a = tab_a.await.expect("tab A");
+        let b = tab_b.await.expect("tab B");
+        assert_eq!(node.policy().rules.len(), rules_before, "a rule was saved");
+        assert_eq!(a.expect("tab A's decision")[0].state, "submitting");
+        match b {
+            Err(CallError::NotAwaitingConsent { state, .. }) => assert_eq!(state, "submitting"),
+            other => panic!("tab B's decision, never taken, answered {other:?}"),
+        }
         assert_eq!(decisions(&store), ["allow"]);
     }
 
