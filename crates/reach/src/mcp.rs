@@ -387,6 +387,17 @@ impl<B: Backend> SkillboxMcp<B> {
         params: &CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let after = self.answer(state, params).await?;
+        Ok(self.run_call(after.map(|s| (None, s)), ctx, params).await)
+    }
+
+    /// The answer a retry carries, given to the node for the question elicited on: the call
+    /// after it (or as it is, when it no longer waits for consent), or the node's refusal.
+    async fn answer(
+        &self,
+        state: &str,
+        params: &CallToolRequestParams,
+    ) -> Result<Result<CallSnapshot, BackendError>, ErrorData> {
         // The handle must be one this process issued, for this very tool and these arguments:
         // whatever tool name or state a retry carries, the answer is checked against the
         // parked call it was asked for.
@@ -419,7 +430,7 @@ impl<B: Backend> SkillboxMcp<B> {
             ));
         }
         if !snap.awaiting_consent() {
-            return Ok(self.run_call(Ok((None, snap)), ctx, params).await);
+            return Ok(Ok(snap));
         }
         let answer = params
             .input_responses
@@ -438,8 +449,7 @@ impl<B: Backend> SkillboxMcp<B> {
                 .unwrap_or(false);
         // The answer is to the question elicited on: a call that asks another since (its box
         // lost, the call parked again on another) is refused `question_changed`.
-        let after = self.backend.consent(&snap.id, allow, &asked.question).await;
-        Ok(self.run_call(after.map(|s| (None, s)), ctx, params).await)
+        Ok(self.backend.consent(&snap.id, allow, &asked.question).await)
     }
 }
 
@@ -913,24 +923,88 @@ pub async fn serve_stdio<B: Backend>(backend: B, settings: McpSettings) -> Resul
 mod tests {
     use super::*;
 
-    /// The consent question elicited on is remembered with its digest, and the answer to it
-    /// (the retry naming its handle) goes to the node with that digest: the node refuses it
-    /// (`question_changed`) if the call asks another by then.
-    #[test]
-    fn an_elicited_question_is_answered_with_its_own_digest() {
-        let snap: CallSnapshot = serde_json::from_value(json!({
+    /// A node whose call `c-elicited` asks the question `now`, and which records the
+    /// decisions it is given: `(call, allow, question's digest)`.
+    #[derive(Clone)]
+    struct Recording {
+        now: CallSnapshot,
+        decided: Arc<Mutex<Vec<(String, bool, String)>>>,
+    }
+
+    impl Backend for Recording {
+        async fn catalog(&self) -> Result<Catalog, BackendError> {
+            Ok(Catalog::default())
+        }
+        async fn start(&self, _: StartCall) -> Result<CallSnapshot, BackendError> {
+            Err(BackendError::Unavailable("not in this test".into()))
+        }
+        async fn intent(&self, _: Zeroizing<String>) -> Result<(Pick, CallSnapshot), BackendError> {
+            Err(BackendError::Unavailable("not in this test".into()))
+        }
+        async fn call(&self, id: &str) -> Result<CallSnapshot, BackendError> {
+            if id == self.now.id {
+                Ok(self.now.clone())
+            } else {
+                Err(BackendError::not_found("call"))
+            }
+        }
+        async fn consent(
+            &self,
+            id: &str,
+            allow: bool,
+            question: &str,
+        ) -> Result<CallSnapshot, BackendError> {
+            let mut decided = self.decided.lock().unwrap_or_else(|p| p.into_inner());
+            decided.push((id.to_owned(), allow, question.to_owned()));
+            Ok(self.now.clone())
+        }
+        async fn cancel(&self, _: &str) -> Result<CallSnapshot, BackendError> {
+            Err(BackendError::Unavailable("not in this test".into()))
+        }
+        async fn sources(&self) -> Result<Vec<crate::backend::SourceInfo>, BackendError> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn parked(question: &str) -> CallSnapshot {
+        serde_json::from_value(json!({
             "id": "c-elicited", "role": "caller", "peer": "P", "skill": "taste",
-            "state": "awaiting_consent", "question": format!("sha256:{}", "ab".repeat(32))
+            "state": "awaiting_consent", "question": question
         }))
-        .expect("snapshot");
+        .expect("snapshot")
+    }
+
+    /// The consent question elicited on is remembered with its digest, and the answer to it
+    /// (the retry naming its handle) goes to the node with that digest — not the one the call
+    /// asks by the time the answer comes (its box lost, parked again on another), which the
+    /// human never saw: the node refuses it (`question_changed`).
+    #[tokio::test]
+    async fn an_elicited_question_is_answered_with_its_own_digest() {
+        let shown = format!("sha256:{}", "ab".repeat(32));
+        let asked_now = format!("sha256:{}", "cd".repeat(32));
         let params: CallToolRequestParams = serde_json::from_value(json!({
             "name": "apply_skill", "arguments": { "skill": "taste", "request": "hi" }
         }))
         .expect("params");
-        let shown = snap.question.as_deref().expect("question");
-        let handle = asked_insert(&snap, &params, shown);
-        let asked = asked_take(&handle, &params).expect("asked");
-        assert_eq!(asked.call_id, "c-elicited");
-        assert_eq!(asked.question, shown);
+        let handle = asked_insert(&parked(&shown), &params, &shown);
+        let retry: CallToolRequestParams = serde_json::from_value(json!({
+            "name": "apply_skill", "arguments": { "skill": "taste", "request": "hi" },
+            "inputResponses": {
+                CONSENT_KEY: { "action": "accept", "content": { "approve": true } }
+            }
+        }))
+        .expect("retry");
+        let node = Recording {
+            now: parked(&asked_now),
+            decided: Arc::default(),
+        };
+        let mcp = SkillboxMcp::new(node.clone(), McpSettings::default());
+        let after = mcp
+            .answer(&format!("{CONSENT_STATE}{handle}"), &retry)
+            .await
+            .expect("the retry is this server's");
+        assert!(after.is_ok(), "{after:?}");
+        let decided = node.decided.lock().expect("decided").clone();
+        assert_eq!(decided, [("c-elicited".to_owned(), true, shown)]);
     }
 }
