@@ -150,6 +150,10 @@ pub enum AdvertRefusal {
     Malformed(String),
     #[error("unsupported advert version {0}")]
     Version(u32),
+    /// A field or variant this version does not know: what a newer version's advert carries
+    /// (the types refuse unknown fields, so it is refused, but no forwarder is blamed for it).
+    #[error("advert in a format this version does not know: {0}")]
+    UnknownFormat(String),
     #[error("bad public key: {0}")]
     BadPublicKey(String),
     #[error("public key belongs to {key_peer}, not to the claimed node {node}")]
@@ -300,7 +304,7 @@ pub(crate) fn parse_advert(bytes: &[u8], max_bytes: usize) -> Result<SignedAdver
         });
     }
     let signed: SignedAdvert =
-        serde_json::from_slice(bytes).map_err(|e| AdvertRefusal::Malformed(e.to_string()))?;
+        serde_json::from_slice(bytes).map_err(|e| format_refusal(bytes, e))?;
     if signed.advert.v != ADVERT_VERSION {
         return Err(AdvertRefusal::Version(signed.advert.v));
     }
@@ -308,6 +312,33 @@ pub(crate) fn parse_advert(bytes: &[u8], max_bytes: usize) -> Result<SignedAdver
         return Err(AdvertRefusal::Malformed("time or seq beyond 2^53".into()));
     }
     Ok(signed)
+}
+
+/// Why `bytes` did not parse as an advert of this version: another version whatever its shape
+/// (read from `advert.v` alone), a field or variant this version does not know, or malformed.
+/// The first two are what an honest node of a newer version sends and forwards; gossip ignores
+/// them rather than blame the forwarder (`network`), where a malformed one is rejected.
+fn format_refusal(bytes: &[u8], error: serde_json::Error) -> AdvertRefusal {
+    #[derive(Deserialize)]
+    struct Versioned {
+        advert: OnlyVersion,
+    }
+    #[derive(Deserialize)]
+    struct OnlyVersion {
+        v: u32,
+    }
+    if let Ok(Versioned { advert }) = serde_json::from_slice::<Versioned>(bytes)
+        && advert.v != ADVERT_VERSION
+    {
+        return AdvertRefusal::Version(advert.v);
+    }
+    // serde's own fixed messages for `deny_unknown_fields` and an unknown enum variant.
+    let message = error.to_string();
+    if message.starts_with("unknown field") || message.starts_with("unknown variant") {
+        AdvertRefusal::UnknownFormat(message)
+    } else {
+        AdvertRefusal::Malformed(message)
+    }
 }
 
 /// The second half of [`verify_advert`]: node id, signature and content rules of an advert
@@ -374,6 +405,42 @@ pub(crate) fn verify_parsed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a newer version sends (another `v`, whatever its shape; a field or variant this
+    /// version does not know) is told apart from what no version sends, which gossip rejects.
+    #[test]
+    fn a_newer_format_is_told_apart_from_a_malformed_advert() {
+        let kp = Keypair::generate_ed25519();
+        let signed = sign_advert(&kp, 1, 1, &Offer::default()).expect("sign");
+        let edited = |change: &dyn Fn(&mut serde_json::Value)| {
+            let mut json: serde_json::Value = serde_json::from_slice(&signed).expect("json");
+            change(&mut json);
+            parse_advert(&serde_json::to_vec(&json).expect("bytes"), 1 << 20).err()
+        };
+        assert_eq!(edited(&|_| {}), None);
+        let v2 = |a: &mut serde_json::Value| {
+            a["advert"]["v"] = serde_json::json!(2);
+            a["advert"]["relays"] = serde_json::json!([]);
+            a["advert"].as_object_mut().map(|o| o.remove("skills"));
+        };
+        assert_eq!(edited(&v2), Some(AdvertRefusal::Version(2)));
+        let field = |a: &mut serde_json::Value| a["advert"]["relays"] = serde_json::json!([]);
+        assert!(matches!(
+            edited(&field),
+            Some(AdvertRefusal::UnknownFormat(_))
+        ));
+        let missing = |a: &mut serde_json::Value| {
+            a["advert"].as_object_mut().map(|o| o.remove("skills"));
+        };
+        assert!(matches!(
+            edited(&missing),
+            Some(AdvertRefusal::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_advert(b"not an advert", 1 << 20),
+            Err(AdvertRefusal::Malformed(_))
+        ));
+    }
 
     #[test]
     fn a_key_decoded_again_is_the_same_peer_and_a_bad_key_is_refused_every_time() {

@@ -867,7 +867,8 @@ const GRAYLIST_AT_INVALID: f64 = 9.0;
 
 /// Gossipsub peer scoring on the live topics: a peer whose deliveries our check rejects (forged,
 /// malformed, oversized, a signer that is not the publisher — not a stale or rate-limited one,
-/// which are ignored) loses score, and past [`GRAYLIST_AT_INVALID`] of them it is graylisted:
+/// nor one of another version or with a field this version does not know, which are ignored)
+/// loses score, and past [`GRAYLIST_AT_INVALID`] of them it is graylisted:
 /// everything it sends on gossip is dropped unread until the count decays (about a minute and
 /// a half for 20). Before, a peer could publish invalid adverts without end and each cost a
 /// signature check. Only this penalty counts: no credit for time in the mesh or first
@@ -1823,11 +1824,19 @@ impl Task {
                     // Too many from its signer, or no room here: a forwarder is not to blame.
                     // Ahead of our clock: the forwarder's clock took it (a rejection costs the
                     // forwarder score, `gossip_scoring`; a skewed clock is no attack).
+                    // Another version, or a field or variant this one does not know: what an
+                    // honest node of a newer version forwards, valid to it; rejecting it got
+                    // that node graylisted by every older one after 9, splitting the mesh by
+                    // version during an upgrade.
                     crate::AdvertRefusal::Stale { .. }
                     | crate::AdvertRefusal::Expired { .. }
                     | crate::AdvertRefusal::FromTheFuture { .. }
                     | crate::AdvertRefusal::TooFrequent
-                    | crate::AdvertRefusal::BoardFull => gossipsub::MessageAcceptance::Ignore,
+                    | crate::AdvertRefusal::BoardFull
+                    | crate::AdvertRefusal::Version(_)
+                    | crate::AdvertRefusal::UnknownFormat(_) => {
+                        gossipsub::MessageAcceptance::Ignore
+                    }
                     _ => gossipsub::MessageAcceptance::Reject,
                 }
             }

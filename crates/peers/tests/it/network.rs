@@ -560,30 +560,52 @@ async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
     .await;
 }
 
-/// Gossipsub peer scoring: a peer that keeps publishing adverts our check rejects loses score
-/// and is graylisted — what it sends next on gossip, its own valid advert included, is dropped
-/// unread. Before, it could publish invalid adverts without end, each one checked.
+/// Two nodes, V hearing H; H's advert offering "first" is heard (the positive control), then H
+/// publishes 20 of `flood(i)` and V refuses at least 9 of them with a reason containing
+/// `refused_as`. What V hears of H next is the test's.
+async fn after_a_flood_of_adverts(
+    seeds: [u8; 2],
+    flood: impl Fn(u64) -> Vec<u8>,
+    refused_as: &str,
+) -> (PeersHandle, PeersHandle, PeerId) {
+    let [(v, _rv), (h, _rh)] = nodes(seeds, config_with(|c| c.board_sync = false)).await;
+    let ph = h.local_peer_id();
+    line_up(&[&v, &h]).await;
+    h.set_offer(offer(&["first"])).await.unwrap();
+    until_offered("V sees H's first offer", &[&v], &ph, &["first"]).await;
+    let mut events = v.subscribe();
+    for i in 0..20 {
+        h.publish_raw_advert(flood(i)).await.unwrap();
+    }
+    let mut refused = 0;
+    while refused < 9 {
+        let r = next_refusal(&mut events, "a flooded advert refused").await;
+        assert!(r.contains(refused_as), "{r}");
+        refused += 1;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (v, h, ph)
+}
+
+/// H's own advert, signed by H with `seq`, whose JSON `change` edits before it is sent.
+fn advert_of(seed: u8, seq: u64, change: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let key = keypair_from_seed(&[seed; 32]).unwrap();
+    let now = skillbox_peers::now_ms();
+    let bytes = sign_advert(&key, now, now + 1_000 + seq, &offer(&["flood"])).unwrap();
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    change(&mut json);
+    serde_json::to_vec(&json).unwrap()
+}
+
+/// Gossipsub peer scoring: a peer that keeps publishing adverts our check rejects (here: its
+/// own, with a signature no key made) loses score and is graylisted — what it sends next on
+/// gossip, its own valid advert included, is dropped unread. Before, it could publish invalid
+/// adverts without end, each one checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_publishing_invalid_adverts_is_graylisted() {
     within(Duration::from_secs(90), async {
-        let [(v, _rv), (h, _rh)] = nodes([61, 62], config_with(|c| c.board_sync = false)).await;
-        let ph = h.local_peer_id();
-        line_up(&[&v, &h]).await;
-        h.set_offer(offer(&["first"])).await.unwrap();
-        until_offered("V sees H's first offer", &[&v], &ph, &["first"]).await;
-        let mut events = v.subscribe();
-        for i in 0..20 {
-            h.publish_raw_advert(format!("not an advert {i}").into_bytes())
-                .await
-                .unwrap();
-        }
-        let mut refused = 0;
-        while refused < 9 {
-            let r = next_refusal(&mut events, "an invalid advert refused").await;
-            assert!(r.contains("malformed"), "{r}");
-            refused += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let bad_signature = |i| advert_of(62, i, |a| a["signature"] = json!("00".repeat(64)));
+        let (v, h, ph) = after_a_flood_of_adverts([61, 62], bad_signature, "bad signature").await;
         // A valid advert now: a graylisted peer's gossip is not read.
         h.set_offer(offer(&["second"])).await.unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -592,6 +614,37 @@ async fn a_peer_publishing_invalid_adverts_is_graylisted() {
             ["first"],
             "the peer that published invalid adverts was still heard"
         );
+        shutdown([v, h]).await;
+    })
+    .await;
+}
+
+/// A node of a newer version forwards adverts valid to it: another version, or a field this
+/// version does not know (the advert types refuse unknown fields). They are refused here but
+/// ignored, not rejected: rejecting them cost the forwarder score, and after 9 every older node
+/// graylisted it, splitting the mesh by version during an upgrade. H publishes 20 such adverts
+/// and its next valid advert is still heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_forwarding_adverts_of_a_newer_format_is_not_graylisted() {
+    within(Duration::from_secs(90), async {
+        let newer = |i: u64| {
+            advert_of(64, i, |a| {
+                if i.is_multiple_of(2) {
+                    a["advert"]["v"] = json!(2);
+                } else {
+                    a["advert"]["reachableVia"] = json!(["a field of a newer version"]);
+                }
+            })
+        };
+        let (v, h, ph) = after_a_flood_of_adverts([63, 64], newer, "version").await;
+        h.set_offer(offer(&["second"])).await.unwrap();
+        until_offered(
+            "V still hears H after its newer-format adverts",
+            &[&v],
+            &ph,
+            &["second"],
+        )
+        .await;
         shutdown([v, h]).await;
     })
     .await;
