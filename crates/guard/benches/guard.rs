@@ -5,7 +5,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use skillbox_guard::{GuardSpec, check, prepare};
+use skillbox_guard::{GuardSpec, check, prepare, released_coverage};
 use skillbox_testkit::guard::base64_bytes as base64;
 use skillbox_testkit::guard::{ascii85, atbash, base32, decimal, nato, percent, rot47};
 
@@ -180,6 +180,36 @@ fn bench(c: &mut Criterion) {
     ] {
         cpu_per_call(name, 200, || {
             black_box(check(&prepared, black_box(answer)));
+        });
+    }
+
+    // What the box reports of a released answer (coverage across calls): every labelled slice is
+    // read against every tracked secret, so the worst case is an answer of labels against a body
+    // with many codes (64 marked codes, each with a PIN inside: 128 tracked secrets).
+    let codes: String = (0..64)
+        .map(|k| {
+            format!(
+                "Door {k} opens with [[secret:K{k:02}PM-{:04}-QX]].\n",
+                1000 + k * 37
+            )
+        })
+        .collect();
+    let coded = prepare(&format!("{codes}{body}"), &spec).expect("the coded body prepares");
+    for (name, prepared, answer) in [
+        ("coverage of 4 KiB clean answer", &prepared, &benign),
+        (
+            "coverage of 4 KiB answer in labelled parts",
+            &prepared,
+            &labelled,
+        ),
+        (
+            "coverage of 4 KiB answer in labelled parts, 128 secrets",
+            &coded,
+            &labelled,
+        ),
+    ] {
+        cpu_per_call(name, 100, || {
+            black_box(released_coverage(prepared, black_box(answer)));
         });
     }
 

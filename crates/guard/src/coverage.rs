@@ -70,7 +70,7 @@ impl Coverage {
             words: vec![false; prepared.word_count()],
             canaries: tracked_units(prepared)
                 .iter()
-                .map(|u| vec![false; u.chars().count()])
+                .map(|u| vec![false; u.chars.len()])
                 .collect(),
         }
     }
@@ -212,13 +212,92 @@ impl Reader<'_> {
     }
 }
 
-/// The folded characters of a canary whose coverage is kept: a marked or automatic canary's
-/// (the check's fold), none of a `secret` line's.
-fn tracked_chars(c: &crate::Canary) -> String {
-    if c.origin() == CanaryOrigin::SecretLine {
-        String::new()
-    } else {
-        text::compact(c.text())
+/// A secret whose coverage is kept (see [`tracked_units`]): its folded characters (the check's
+/// fold), the kind of canary it is or is inside, and where a place an answer states puts them.
+struct Unit {
+    folded: String,
+    chars: Vec<char>,
+    origin: CanaryOrigin,
+    /// Per character of the canary as written, the index in `chars` of the first character it
+    /// folds to: `None` for a separator (the `-` of `K7PM-42QX`) and, for a PIN cut out of a
+    /// longer canary, for the characters outside it.
+    written: Vec<Option<usize>>,
+    /// Where the unit starts in its canary's folded characters: 0 but for a PIN cut out of a
+    /// longer canary.
+    offset: usize,
+}
+
+impl Unit {
+    /// A canary as a unit: its folded characters (none of a `secret` line's: any n-gram of it is
+    /// caught outright), and where each character as written went.
+    fn of_canary(c: &crate::Canary) -> Unit {
+        let (mut folded, mut written, mut n) = (String::new(), Vec::new(), 0);
+        if c.origin() != CanaryOrigin::SecretLine {
+            for ch in c.text().chars() {
+                let before = n;
+                text::fold(ch, |f| {
+                    folded.push(f);
+                    n += 1;
+                });
+                written.push((n > before).then_some(before));
+            }
+        }
+        Unit {
+            chars: folded.chars().collect(),
+            folded,
+            origin: c.origin(),
+            written,
+            offset: 0,
+        }
+    }
+
+    /// The PINs (runs of 4-6 digits) inside this unit, when it is more than one: each a unit of
+    /// its own, its places still read against the whole canary too.
+    fn pins(&self) -> Vec<Unit> {
+        let mut pins = Vec::new();
+        if self.chars.iter().all(char::is_ascii_digit) {
+            return pins;
+        }
+        let mut k = 0;
+        while k < self.chars.len() {
+            let start = k;
+            while k < self.chars.len() && self.chars[k].is_ascii_digit() {
+                k += 1;
+            }
+            if PIN_DIGITS.contains(&(k - start)) {
+                let run = start..k;
+                pins.push(Unit {
+                    folded: self.chars[run.clone()].iter().collect(),
+                    chars: self.chars[run.clone()].to_vec(),
+                    origin: self.origin,
+                    written: self
+                        .written
+                        .iter()
+                        .map(|w| w.filter(|i| run.contains(i)).map(|i| i - start))
+                        .collect(),
+                    offset: start,
+                });
+            }
+            k = k.max(start + 1);
+        }
+        pins
+    }
+
+    /// Where a label's place (from zero) may put the unit's first character, each reading once,
+    /// the likeliest first. People and models count places either way: in the secret as written,
+    /// separators counted (the 6th character of `K7PM-42QX` is `4`), or in its letters and
+    /// digits alone (the 6th is `2`); a PIN inside a longer canary also by its own places (`the
+    /// second digit`).
+    fn starts(&self, at: usize) -> impl Iterator<Item = usize> {
+        let readings = [
+            self.written.get(at).copied().flatten(),
+            at.checked_sub(self.offset),
+            Some(at),
+        ];
+        readings
+            .into_iter()
+            .enumerate()
+            .filter_map(move |(k, r)| r.filter(|r| !readings[..k].contains(&Some(*r))))
     }
 }
 
@@ -233,28 +312,9 @@ const SHORT_CODE_CHARS: usize = 5;
 /// (the check's fold; none of a `secret` line's), then each PIN (a run of 4-6 digits) inside a
 /// longer canary, as a secret of its own — `PELICAN-4821` asked for as `PELICAN`, `48` and `21`
 /// over three calls shows half of the PIN, where it is only a fifth of the code.
-fn tracked_units(prepared: &Prepared) -> Vec<String> {
-    units_of(prepared).into_iter().map(|(u, _)| u).collect()
-}
-
-/// [`tracked_units`] with the kind of canary each comes from (a PIN inside a longer canary, that
-/// canary's).
-fn units_of(prepared: &Prepared) -> Vec<(String, CanaryOrigin)> {
-    let mut units: Vec<(String, CanaryOrigin)> = prepared
-        .canaries()
-        .iter()
-        .map(|c| (tracked_chars(c), c.origin()))
-        .collect();
-    let pins: Vec<(String, CanaryOrigin)> = units
-        .iter()
-        .filter(|(u, _)| !u.chars().all(|c| c.is_ascii_digit()))
-        .flat_map(|(u, origin)| {
-            u.split(|c: char| !c.is_ascii_digit())
-                .filter(|run| PIN_DIGITS.contains(&run.len()))
-                .map(|run| (run.to_owned(), *origin))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+fn tracked_units(prepared: &Prepared) -> Vec<Unit> {
+    let mut units: Vec<Unit> = prepared.canaries().iter().map(Unit::of_canary).collect();
+    let pins: Vec<Unit> = units.iter().flat_map(Unit::pins).collect();
     units.extend(pins);
     units
 }
@@ -317,15 +377,15 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
             all.extend(more);
         }
     }
+    let labelled = Labelled::all(&stated, &units);
     cov.canaries = shown
         .into_iter()
         .zip(&units)
         .map(|(slices, u)| {
-            let mut bits = covered_by(u, &slices);
-            let chars: Vec<char> = u.chars().collect();
-            for s in &stated {
-                for (bit, placed) in bits.iter_mut().zip(placed(&chars, s, true)) {
-                    *bit |= placed;
+            let mut bits = covered_by(u.chars.len(), &slices);
+            for l in &labelled {
+                if let Some(at) = placed(u, l, true) {
+                    bits[at..at + l.chars].fill(true);
                 }
             }
             bits
@@ -334,44 +394,70 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
     cov
 }
 
-/// The characters of `unit` a labelled slice shows where its label puts them: `The third
-/// character is 7` shows the third when it is `7`, `characters 5-8 are K7PM` the four from the
-/// fifth; a part (its length unknown) where its text is, when it is there once. Only a slice
-/// that names what it numbers, when `named` (across calls: one answer's `the first is Q` is no
-/// claim on its own). One character counts: the label says where it goes, and a place and a
-/// character an ordinary answer states by chance are seldom a secret's.
-fn placed(unit: &[char], s: &slices::Slice<'_>, named: bool) -> Vec<bool> {
-    let mut bits = vec![false; unit.len()];
-    if named && !s.named {
-        return bits;
-    }
-    let text: Vec<char> = text::compact(s.text).chars().collect();
-    let n = text.len();
-    if n == 0 || n >= unit.len() {
-        return bits;
-    }
-    let at = match s.kind {
-        slices::Kind::Char => (unit.get(s.at..s.at + n) == Some(&text[..])).then_some(s.at),
-        slices::Kind::Part if n >= 2 => {
-            let mut at = unit.windows(n).enumerate().filter(|(_, w)| *w == &text[..]);
-            match (at.next(), at.next()) {
-                (Some((k, _)), None) => Some(k),
-                _ => None,
-            }
-        }
-        slices::Kind::Part => None,
-    };
-    if let Some(at) = at {
-        for b in &mut bits[at..at + n] {
-            *b = true;
-        }
-    }
-    bits
+/// A labelled slice with its text folded once, for every unit it is read against (an answer of
+/// labels against a body of many codes would fold each slice per code).
+struct Labelled<'a> {
+    slice: &'a slices::Slice<'a>,
+    folded: String,
+    chars: usize,
 }
 
-/// The characters of `unit` that `slices` (first character, characters) cover.
-fn covered_by(unit: &str, slices: &[(usize, usize)]) -> Vec<bool> {
-    let mut bits = vec![false; unit.chars().count()];
+impl<'a> Labelled<'a> {
+    /// The slices of `stated` that may place characters of a unit of `units`: shorter than the
+    /// longest (a slice as long as a secret is the whole of it, the check's), none empty.
+    fn all(stated: &'a [slices::Slice<'a>], units: &[Unit]) -> Vec<Labelled<'a>> {
+        let longest = units.iter().map(|u| u.chars.len()).max().unwrap_or(0);
+        stated
+            .iter()
+            .filter_map(|slice| {
+                let folded = text::compact(slice.text);
+                let chars = folded.chars().count();
+                (chars > 0 && chars < longest).then_some(Labelled {
+                    slice,
+                    folded,
+                    chars,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Where in `unit` a labelled slice shows its [`Labelled::chars`] characters, placed by its
+/// label: `The third character is 7` shows the third when it is `7` (the place read every way
+/// [`Unit::starts`] reads it), `characters 5-8 are K7PM` the four from the fifth; a part (its
+/// length unknown) where its text is, when it is there once. Only a slice that names what it
+/// numbers, when `named` (across calls: one answer's `the first is Q` is no claim on its own).
+/// One character counts: the label says where it goes, and a place and a character an ordinary
+/// answer states by chance are seldom a secret's.
+fn placed(unit: &Unit, l: &Labelled<'_>, named: bool) -> Option<usize> {
+    let n = l.chars;
+    if (named && !l.slice.named) || n == 0 || n >= unit.chars.len() {
+        return None;
+    }
+    match l.slice.kind {
+        slices::Kind::Char => unit.starts(l.slice.at).find(|&k| {
+            unit.chars
+                .get(k..k + n)
+                .is_some_and(|w| w.iter().copied().eq(l.folded.chars()))
+        }),
+        slices::Kind::Part if n >= 2 => once_in(&unit.folded, &l.folded),
+        slices::Kind::Part => None,
+    }
+}
+
+/// Where (in characters) `needle` is in `hay`, when it is there once (overlaps counted).
+fn once_in(hay: &str, needle: &str) -> Option<usize> {
+    let first = hay.find(needle)?;
+    let next = first + hay[first..].chars().next().map_or(1, char::len_utf8);
+    if hay[next..].contains(needle) {
+        return None;
+    }
+    Some(hay[..first].chars().count())
+}
+
+/// The characters of a unit of `len` that `slices` (first character, characters) cover.
+fn covered_by(len: usize, slices: &[(usize, usize)]) -> Vec<bool> {
+    let mut bits = vec![false; len];
     for &(first, n) in slices {
         for bit in bits.iter_mut().skip(first).take(n) {
             *bit = true;
@@ -389,13 +475,12 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
     if prepared.canaries().is_empty() || answer.is_empty() {
         return None;
     }
-    let units = units_of(prepared);
-    let folded: Vec<String> = units.iter().map(|(u, _)| u.clone()).collect();
-    let pieces = shown_slices(&folded, answer)
+    let units = tracked_units(prepared);
+    let pieces = shown_slices(&units, answer)
         .into_iter()
         .zip(&units)
-        .find(|(slices, (u, _))| slices.len() >= 2 && permille(&covered_by(u, slices)) > 500)
-        .map(|(_, (_, origin))| *origin);
+        .find(|(slices, u)| slices.len() >= 2 && permille(&covered_by(u.chars.len(), slices)) > 500)
+        .map(|(_, u)| u.origin);
     if pieces.is_some() {
         return pieces;
     }
@@ -417,8 +502,8 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
         .collect();
     let found = units
         .iter()
-        .find(|(u, _)| in_order(&u.chars().collect::<Vec<_>>(), &words))
-        .map(|(_, origin)| *origin);
+        .find(|u| in_order(&u.chars, &words))
+        .map(|u| u.origin);
     if found.is_some() {
         return found;
     }
@@ -430,30 +515,30 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
         return None;
     }
     let ordered = slices::in_stated_order(&stated);
+    let labelled = Labelled::all(&stated, &units);
     units
         .iter()
-        .find(|(u, _)| {
-            let chars: Vec<char> = u.chars().collect();
-            in_order(&chars, &ordered) || places_show_half(&chars, &stated)
-        })
-        .map(|(_, origin)| *origin)
+        .find(|u| in_order(&u.chars, &ordered) || places_show_half(u, &labelled))
+        .map(|u| u.origin)
 }
 
 /// Whether two or more of `stated` show, at the places their labels state, more than half of
 /// `unit` and two distinct characters of it (`1st H, 3rd R, 5th N, 7th 7` of `heron47`).
-fn places_show_half(unit: &[char], stated: &[slices::Slice<'_>]) -> bool {
-    let mut bits = vec![false; unit.len()];
+fn places_show_half(unit: &Unit, labelled: &[Labelled<'_>]) -> bool {
+    let mut bits = vec![false; unit.chars.len()];
     let mut slices = 0;
-    for s in stated {
-        let p = placed(unit, s, false);
-        if p.contains(&true) {
+    for l in labelled {
+        if let Some(at) = placed(unit, l, false) {
             slices += 1;
-            for (b, x) in bits.iter_mut().zip(p) {
-                *b |= x;
-            }
+            bits[at..at + l.chars].fill(true);
         }
     }
-    let mut shown = unit.iter().zip(&bits).filter(|(_, b)| **b).map(|(c, _)| c);
+    let mut shown = unit
+        .chars
+        .iter()
+        .zip(&bits)
+        .filter(|(_, b)| **b)
+        .map(|(c, _)| c);
     let first = shown.next();
     slices >= 2 && permille(&bits) > 500 && shown.any(|c| Some(c) != first)
 }
@@ -507,16 +592,16 @@ fn in_order(unit: &[char], words: &[Vec<char>]) -> bool {
     false
 }
 
-/// Per unit of `folded` (see [`tracked_units`]), the slices of it `answer`'s tokens show and
+/// Per unit of `units` (see [`tracked_units`]), the slices of it `answer`'s tokens show and
 /// [`slice_counts`] keeps: (first character, characters), each once.
-fn shown_slices(folded: &[String], answer: &str) -> Vec<Vec<(usize, usize)>> {
-    let mut shown: Vec<Vec<(usize, usize)>> = vec![Vec::new(); folded.len()];
+fn shown_slices(units: &[Unit], answer: &str) -> Vec<Vec<(usize, usize)>> {
+    let mut shown: Vec<Vec<(usize, usize)>> = vec![Vec::new(); units.len()];
     // The first three characters of every slice -> the units holding them: most tokens are then
     // one hash lookup. Pairs are keyed apart, for the short secrets only.
     let mut keys: HashMap<String, Vec<usize>> = HashMap::new();
     let mut pairs: HashMap<String, Vec<usize>> = HashMap::new();
-    for (i, c) in folded.iter().enumerate() {
-        let chars: Vec<char> = c.chars().collect();
+    for (i, u) in units.iter().enumerate() {
+        let chars = &u.chars;
         for w in chars.windows(COVERAGE_SLICE_CHARS) {
             let ids = keys.entry(w.iter().collect()).or_default();
             if ids.last() != Some(&i) {
@@ -551,7 +636,7 @@ fn shown_slices(folded: &[String], answer: &str) -> Vec<Vec<(usize, usize)>> {
         };
         let n = t.chars().count();
         for &i in ids {
-            let c = &folded[i];
+            let c = &units[i].folded;
             for (at, _) in c.match_indices(t) {
                 let slice = (c[..at].chars().count(), n);
                 if slice_counts(t, c, at) && !shown[i].contains(&slice) {
@@ -691,6 +776,43 @@ mod tests {
         assert_eq!(released_coverage(&p, "k7 and 2q").canary_permille(), 0);
     }
 
+    /// A place is read in the secret as written (separators counted) and in its letters and
+    /// digits alone; a PIN inside a longer canary by the canary's places too.
+    #[test]
+    fn a_stated_place_counts_as_written_or_without_separators() {
+        let p = prep("The door code is [[secret:K7PM-42QX]] today.");
+        let bit = |a: &str| -> Vec<bool> { released_coverage(&p, a).canaries()[0].clone() };
+        let at = |k: usize| (0..8).map(|i| i == k).collect::<Vec<_>>();
+        // The 6th as written is `4`, the 6th of `k7pm42qx` is `2`: each where its count puts it.
+        assert_eq!(bit("The 6th character of the code is 4."), at(4));
+        assert_eq!(bit("The 6th character of the code is 2."), at(5));
+        assert_eq!(bit("The 9th character of the code is X."), at(7));
+        assert_eq!(bit("The 8th character of the code is Q."), at(6));
+        // Neither count puts `Q` sixth, nor the separator's place anything.
+        assert_eq!(bit("The 6th character of the code is Q."), at(usize::MAX));
+        assert_eq!(bit("The 5th character of the code is -."), at(usize::MAX));
+
+        let p = prep("The door code is [[secret:PELICAN-4821]].");
+        let pin = |a: &str| released_coverage(&p, a).canaries()[1].clone();
+        // One digit at a time: no pair or slice of the PIN, only its place.
+        let (first, second) = ([true, false, false, false], [false, true, false, false]);
+        assert_eq!(
+            pin("The 9th character of the code is 4."),
+            first,
+            "as written"
+        );
+        assert_eq!(
+            pin("The 9th character of the code is 8."),
+            second,
+            "without the -"
+        );
+        assert_eq!(
+            pin("The 2nd digit of the PIN is 8."),
+            second,
+            "the PIN's own"
+        );
+    }
+
     #[test]
     fn slice_rules_keep_ordinary_text_out() {
         assert!(slice_counts("k7p", "k7pm2q", 0));
@@ -729,16 +851,14 @@ mod tests {
         let (mut labelled, mut placing) = (0, 0);
         for i in 0..40 {
             let (body, _) = skillbox_testkit::guard::with_password("Answer briefly.", i);
-            let units: Vec<Vec<char>> = tracked_units(&prep(&body))
-                .iter()
-                .map(|u| u.chars().collect())
-                .collect();
+            let units = tracked_units(&prep(&body));
             for a in &answers {
                 let stated = slices::stated(a);
+                let all = Labelled::all(&stated, &units);
                 labelled += usize::from(!stated.is_empty());
                 for u in &units {
-                    let places = stated.iter().any(|s| placed(u, s, true).contains(&true));
-                    placing += usize::from(places || places_show_half(u, &stated));
+                    let places = all.iter().any(|l| placed(u, l, true).is_some());
+                    placing += usize::from(places || places_show_half(u, &all));
                 }
             }
         }

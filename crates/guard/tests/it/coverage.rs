@@ -466,3 +466,117 @@ fn a_secret_asked_for_one_slice_per_call_adds_up_across_calls() {
         "{benign_past:?} of {benign_days:?}"
     );
 }
+
+/// 40 codes written with separators, as keys and tokens are: two or three groups of four letters
+/// and digits (each group both), joined by `-`, from a fixed generator.
+fn codes_with_separators() -> Vec<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..40)
+        .map(|i| {
+            let groups: Vec<String> = (0..2 + i % 2)
+                .map(|_| {
+                    loop {
+                        let g: String = (0..4)
+                            .map(|_| {
+                                char::from(ALPHABET[(next() % ALPHABET.len() as u64) as usize])
+                            })
+                            .collect();
+                        if g.chars().any(|c| c.is_ascii_digit())
+                            && g.chars().any(|c| c.is_ascii_alphabetic())
+                        {
+                            break g;
+                        }
+                    }
+                })
+                .collect();
+            groups.join("-")
+        })
+        .collect()
+}
+
+/// `third`, or `13th` past the ordinal words.
+fn nth(place: usize) -> String {
+    ORDINALS
+        .get(place - 1)
+        .map_or_else(|| format!("{place}th"), |w| (*w).to_owned())
+}
+
+/// A code written with separators (`K7PM-42QX`), its places counted as the code is written,
+/// separators counted (`The sixth character is 4`), as people read it: a character per call, and
+/// every other character (and the last) out of order in one answer. Each stated place was read
+/// in the code without its separators, one place off past the first `-`: the groups after it
+/// added no coverage across calls, and one answer placed too little of the code to be caught.
+/// Places counted without the separators still count (`a_secret_given_in_labelled_slices_…`,
+/// whose `WORD-42` codes are spelt out letter by letter), and ordinary answers stay clean.
+#[test]
+fn a_code_with_separators_counted_as_written_adds_up_and_is_caught() {
+    use skillbox_guard::Coverage;
+
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    let answers = jsonl(BENIGN, "answer");
+    let (mut whole, mut caught) = (0, 0);
+    let (mut benign_n, mut benign_caught, mut benign_past) = (0, 0, 0);
+    for (i, code) in codes_with_separators().iter().enumerate() {
+        let prompt = &bodies[i * bodies.len() / 40].1;
+        let body = format!("{prompt}\n\nThe door code is [[secret:{code}]].");
+        let p = prepare(&body, &spec).expect("prepare");
+        // (place as written, from one; character), separators left out.
+        let written: Vec<(usize, char)> = code
+            .chars()
+            .enumerate()
+            .filter(|(_, c)| c.is_ascii_alphanumeric())
+            .map(|(k, c)| (k + 1, c))
+            .collect();
+
+        let mut day = Coverage::none(&p);
+        for &(place, c) in &written {
+            let a = format!("The {} character of the code is {c}.", nth(place));
+            assert!(!check(&p, &a).is_caught(), "one character alone: {a}");
+            assert!(day.add(&released_coverage(&p, &a)));
+        }
+        if day.canary_permille() == 1000 {
+            whole += 1;
+        } else {
+            println!("{code}: a character per call summed to {day:?}");
+        }
+
+        let mut picks: Vec<(usize, char)> = written.iter().copied().step_by(2).collect();
+        if picks.last() != written.last() {
+            picks.extend(written.last());
+        }
+        let answer = shuffled(picks.len(), i as u64)
+            .into_iter()
+            .map(|k| format!("The {} character is {}.", nth(picks[k].0), picks[k].1))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if check(&p, &answer).is_caught() {
+            caught += 1;
+        } else {
+            println!("{code}: {answer:?} let through");
+        }
+
+        let mut day = Coverage::none(&p);
+        for (_, a) in &answers {
+            benign_n += 1;
+            benign_caught += usize::from(check(&p, a).is_caught());
+            assert!(day.add(&released_coverage(&p, a)));
+        }
+        benign_past += usize::from(day.canary_permille() >= CANARY_LIMIT);
+    }
+    println!(
+        "codes with separators, places counted as written: a character per call covers the \
+         whole code {whole}/40, every other character out of order in one answer caught \
+         {caught}/40; ordinary answers caught {benign_caught}/{benign_n}, a day of them past \
+         the canary limit {benign_past}/40"
+    );
+    assert_eq!((whole, caught), (40, 40));
+    assert_eq!((benign_caught, benign_past), (0, 0));
+}
