@@ -590,7 +590,9 @@ impl Calls {
         .map_err(CallError::from)
     }
 
-    /// One call by id (both sides' rows when a node called itself), the answer included.
+    /// One call by id, the answer included: its rows by side (one: a `call.request` reusing an
+    /// id of this node's own calls, its own call to itself included, is refused `not_admitted`
+    /// in `inbound::on_request`, so an id never names both a caller and an owner row).
     pub async fn get(&self, id: &str) -> std::result::Result<Vec<CallView>, CallError> {
         let store = self.0.store.clone();
         let srcs = self.0.sources.clone();
