@@ -364,21 +364,16 @@ fn slice_counts(f: &str, c: &str, at: usize) -> bool {
 /// is 7`, see [`placed`]): a secret asked for a character per call adds up like one asked for
 /// three at a time. Independent of `enabled`; pure.
 pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
-    let mut cov = Coverage::none(prepared);
     if answer.is_empty() {
-        return cov;
+        return Coverage::none(prepared);
     }
-    cov.words = crate::check::covered_words(prepared, answer);
+    let words = crate::check::covered_words(prepared, answer);
     let units = tracked_units(prepared);
     let stated = slices::stated(answer);
-    let mut shown = shown_slices(&units, answer);
-    if let Some(parts) = slices::reassembled(&stated) {
-        for (all, more) in shown.iter_mut().zip(shown_slices(&units, &parts)) {
-            all.extend(more);
-        }
-    }
+    let parts = slices::reassembled(&stated);
+    let shown = shown_slices(&units, &[Some(answer), parts.as_deref()]);
     let labelled = Labelled::all(&stated, &units);
-    cov.canaries = shown
+    let canaries = shown
         .into_iter()
         .zip(&units)
         .map(|(slices, u)| {
@@ -391,7 +386,7 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
             bits
         })
         .collect();
-    cov
+    Coverage { words, canaries }
 }
 
 /// A labelled slice with its text folded once, for every unit it is read against (an answer of
@@ -476,7 +471,7 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
         return None;
     }
     let units = tracked_units(prepared);
-    let pieces = shown_slices(&units, answer)
+    let pieces = shown_slices(&units, &[Some(answer)])
         .into_iter()
         .zip(&units)
         .find(|(slices, u)| slices.len() >= 2 && permille(&covered_by(u.chars.len(), slices)) > 500)
@@ -593,8 +588,9 @@ fn in_order(unit: &[char], words: &[Vec<char>]) -> bool {
 }
 
 /// Per unit of `units` (see [`tracked_units`]), the slices of it `answer`'s tokens show and
-/// [`slice_counts`] keeps: (first character, characters), each once.
-fn shown_slices(units: &[Unit], answer: &str) -> Vec<Vec<(usize, usize)>> {
+/// [`slice_counts`] keeps: (first character, characters), each once. Several texts (an answer
+/// and its parts put back in order) share one index of the units.
+fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize)>> {
     let mut shown: Vec<Vec<(usize, usize)>> = vec![Vec::new(); units.len()];
     // The first three characters of every slice -> the units holding them: most tokens are then
     // one hash lookup. Pairs are keyed apart, for the short secrets only.
@@ -645,14 +641,17 @@ fn shown_slices(units: &[Unit], answer: &str) -> Vec<Vec<(usize, usize)>> {
             }
         }
     };
-    let mut tokens: Vec<String> = text::words(answer);
-    tokens.extend(
-        answer
-            .split_whitespace()
-            .filter(|t| t.chars().any(|c| !c.is_alphanumeric()))
-            .map(text::compact),
-    );
-    tokens.extend(text::words(&crate::decode::unspace(answer)));
+    let mut tokens: Vec<String> = Vec::new();
+    for answer in texts.iter().flatten() {
+        tokens.extend(text::words(answer));
+        tokens.extend(
+            answer
+                .split_whitespace()
+                .filter(|t| t.chars().any(|c| !c.is_alphanumeric()))
+                .map(text::compact),
+        );
+        tokens.extend(text::words(&crate::decode::unspace(answer)));
+    }
     for t in &tokens {
         let rev: String = t.chars().rev().collect();
         for (s, reversed) in [(t.as_str(), false), (rev.as_str(), true)] {
