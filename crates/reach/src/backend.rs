@@ -252,7 +252,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn sources(&self) -> impl Future<Output = Result<Vec<SourceInfo>, BackendError>> + Send;
 }
 
-/// The caller's view among a call's rows (both exist when a node called itself).
+/// The caller's view among a call's rows (one row per id: a node cannot be called under its own
+/// call id).
 fn caller_view(views: Vec<Value>) -> Result<CallSnapshot, BackendError> {
     let mut snaps: Vec<CallSnapshot> = views
         .into_iter()

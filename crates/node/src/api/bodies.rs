@@ -179,7 +179,9 @@ counted!(
     },
 );
 
-/// One call; both sides (caller first) when a node called itself.
+/// One call. `sides` (caller first) would answer an id naming both sides, which
+/// `inbound::on_request` does not let happen (it refuses a request under one of this node's own
+/// call ids).
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum OneCall {

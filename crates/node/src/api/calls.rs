@@ -101,7 +101,7 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
 driver_reads! {
     get "/calls/{id}" => get_call(c, id)
         "One call; on the caller's side with the answer once `answered`."
-        ok(OneCall, "The call (both sides when this node called itself).")
+        ok(OneCall, "The call.")
         = OneCall::of(c.get(&id).await?);
     post "/calls/{id}/cancel" => cancel_call(c, id)
         "Fail the call here (`cancelled`), cancel its run, tell the peer."

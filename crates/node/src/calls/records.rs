@@ -135,7 +135,8 @@ pub fn load(store: &Store, id: &str, role: Role) -> Result<Option<CallRow>> {
     })
 }
 
-/// Every row with this id (a node is caller and owner of the same id only when it calls itself).
+/// Every row with this id: at most one, since a request reusing one of this node's own call ids
+/// is refused (`inbound::on_request`).
 pub fn by_id(store: &Store, id: &str) -> Result<Vec<CallRow>> {
     store.read(|c| {
         let mut stmt = c.prepare(&format!(
