@@ -28,6 +28,7 @@ mod model_cmd;
 mod node_cmd;
 mod peer_text;
 mod pin_identity;
+mod secret_prompt;
 mod skill_cmd;
 
 #[derive(Parser, Debug)]

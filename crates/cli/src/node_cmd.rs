@@ -449,8 +449,20 @@ fn read_secret(name: &str) -> anyhow::Result<Vec<u8>> {
             .output_writer(std::io::stderr())
             .build();
         let prompt = format!("secret for source {name} (not shown; Enter ends it): ");
-        let typed = rpassword::prompt_password_with_config(prompt, config)
-            .context("reading the secret at the terminal")?;
+        // Up before the prompt turns echo off, down after it is back on: a signal in between
+        // puts the terminal back rather than leaving it silent (see `secret_prompt`).
+        let kept = crate::secret_prompt::TerminalKept::new()
+            .context("setting up the terminal for the secret")?;
+        let typed = rpassword::prompt_password_with_config(prompt, config);
+        drop(kept);
+        let typed = match typed {
+            Ok(typed) => typed,
+            // Ctrl-D at the empty prompt: rpassword has put the terminal back already.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                bail!("no secret typed (input ended)")
+            }
+            Err(e) => return Err(e).context("reading the secret at the terminal"),
+        };
         if typed.is_empty() {
             bail!("no secret typed");
         }

@@ -131,6 +131,80 @@ fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
     assert_eq!(size("songs"), Some(("text".into(), 15.into())), "{list}");
 }
 
+/// The secret prompt turns the terminal's echo (and line editing, and Ctrl-C) off; a prompt
+/// ended any other way than Enter must hand the terminal back as it found it. Otherwise what the
+/// user types next at their shell (the key again, another secret) is invisible to them, and
+/// typed believing the prompt is still up it goes to the shell. Each way out is taken at a
+/// terminal (util-linux `script`), and the same terminal's modes are read right after by `stty
+/// -a` in the same session: Ctrl-C typed at the prompt, Ctrl-D (end of input), and SIGINT,
+/// SIGTERM and SIGHUP sent to the process.
+#[test]
+fn the_terminal_echoes_again_after_the_secret_prompt_is_left() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("node");
+    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    // (the way out, what the shell's `$?` says after it)
+    let ways: [(&str, &str); 5] = [
+        ("typed Ctrl-C", "exit=130"),
+        ("typed Ctrl-D", "exit=1"),
+        ("INT", "exit=130"),
+        ("TERM", "exit=143"),
+        ("HUP", "exit=129"),
+    ];
+    let (mut left_silent, mut unsaid) = (Vec::new(), Vec::new());
+    for (way, exit) in ways {
+        let mut screen = procs::at_terminal(
+            &dir,
+            "source add left-key --secret; echo \"exit=$?\"; stty -a",
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let reader = loop {
+            if let Some(pid) = secret_reader(&dir).filter(|p| echoes(*p) == Some(false)) {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "{way}: the prompt never came up");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut keyboard = screen.stdin.take().expect("stdin");
+        match way {
+            "typed Ctrl-C" => keyboard.write_all(b"sk-HALF\x03").expect("type"),
+            "typed Ctrl-D" => keyboard.write_all(b"\x04").expect("type"),
+            signal => {
+                let sent = Command::new("kill")
+                    .args([format!("-{signal}"), reader.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(sent.success(), "{way}: kill");
+            }
+        }
+        let mut shown = String::new();
+        let mut out = screen.stdout.take().expect("stdout");
+        out.read_to_string(&mut shown).expect("read the screen");
+        drop(keyboard);
+        screen.wait().expect("script");
+        let after = shown
+            .split_once(exit)
+            .map(|(_, modes)| modes)
+            .unwrap_or_else(|| panic!("{way}: no {exit} on the screen: {shown}"));
+        let modes: Vec<&str> = after.split_whitespace().collect();
+        let lost: Vec<&str> = ["echo", "icanon", "isig"]
+            .into_iter()
+            .filter(|m| !modes.contains(m))
+            .collect();
+        if !lost.is_empty() {
+            left_silent.push(format!("{way}: left without {}", lost.join(", ")));
+        }
+        if way != "typed Ctrl-D" && !shown.contains("secret not read: interrupted") {
+            unsaid.push(format!("{way}: {shown}"));
+        }
+    }
+    assert!(
+        left_silent.is_empty(),
+        "the terminal was left silent: {left_silent:?}"
+    );
+    assert!(unsaid.is_empty(), "no word of the interruption: {unsaid:?}");
+}
+
 /// What stays on a command line other local users read is said so in its help: `skill set`'s
 /// fields are no secret (the key itself goes in with `source add --secret`); `source add --text`
 /// is visible, and points at `--file`.
