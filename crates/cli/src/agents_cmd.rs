@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use serde_json::{Map, Value};
 use skillbox_node::DataDir;
 
-use crate::node_cmd::{ask, print_state, said};
+use crate::node_cmd::{Client, ask, print_state, said};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum TokenCommand {
@@ -77,9 +77,13 @@ pub struct SkillSetArgs {
 pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<ExitCode> {
     let mut change = Map::new();
     let mut limits = Map::new();
+    // No refusal below repeats what was given: an argument that is not a field is as likely
+    // a pasted key as a typo, and an error is on the screen, in scrollback and in CI logs.
     for f in &args.fields {
         let Some((k, v)) = f.split_once('=') else {
-            bail!("{f:?}: expected FIELD=VALUE (provider=…, model=…, key=…, maxRequestBytes=…)");
+            bail!(
+                "an argument is not FIELD=VALUE (provider=…, model=…, key=SOURCE, maxRequestBytes=…); {KEY_WAY_IN}"
+            );
         };
         if skillbox_skill::Limits::FIELDS.contains(&k) {
             if limits.contains_key(k) {
@@ -88,8 +92,8 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
             let n = if v.is_empty() {
                 Value::Null
             } else {
-                Value::from(v.parse::<u64>().with_context(|| {
-                    format!("{k}={v}: a ceiling is a whole number (or empty to clear it)")
+                Value::from(v.parse::<u64>().ok().with_context(|| {
+                    format!("{k}: a ceiling is a whole number (or empty to clear it)")
                 })?)
             };
             limits.insert(k.to_owned(), n);
@@ -97,7 +101,7 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
         }
         if !matches!(k, "provider" | "model" | "key") {
             bail!(
-                "{k:?} is not a field skill set changes (provider, model, key, {})",
+                "an argument names no field skill set changes (provider, model, key, {}); {KEY_WAY_IN}",
                 skillbox_skill::Limits::FIELDS.join(", ")
             );
         }
@@ -114,9 +118,13 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
     if !limits.is_empty() {
         change.insert("limits".into(), Value::Object(limits));
     }
+    let client = Client::from_data_dir(global)?;
+    if let Some(Value::String(key)) = change.get("key") {
+        key_names_a_secret(&client, key)?;
+    }
     let body = serde_json::to_vec(&Value::Object(change)).context("encoding the change")?;
     let (path, body) = (format!("/skills/{}", args.name), ("application/json", body));
-    let Some(b) = ask(global, reqwest::Method::PATCH, &path, Some(body), args.json)? else {
+    let Some(b) = client.ask(reqwest::Method::PATCH, &path, Some(body), args.json)? else {
         return Ok(ExitCode::SUCCESS);
     };
     say!(
@@ -130,6 +138,68 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
     );
     print_state(&b["state"]);
     Ok(ExitCode::SUCCESS)
+}
+
+/// How a key goes in, said by every refusal of `skill set` that may hold a pasted one.
+const KEY_WAY_IN: &str = "an API key goes in with `skillbox source add NAME --secret` (standard input, not shown), then `skillbox skill set SKILL key=NAME`";
+
+/// `key=` takes the name of a secret source of this node's, nothing else: a key pasted there
+/// instead would be kept by the node as the skill's key name, in its store and in `skill show`.
+/// Checked here, before the change is sent, against the node's source list; no message repeats
+/// the value. One that looks like a provider's key is said to be one: it is on this command
+/// line, which other users of this machine read, and in shell history.
+fn key_names_a_secret(client: &Client, key: &str) -> anyhow::Result<()> {
+    let sources = client
+        .ask(reqwest::Method::GET, "/sources", None, false)?
+        .unwrap_or_default();
+    let held = sources["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"].as_str() == Some(key));
+    match held {
+        Some(s) if s["kind"] == "secret" => Ok(()),
+        Some(_) => {
+            bail!("key= names a source that is not a secret: nothing was changed; {KEY_WAY_IN}")
+        }
+        None if looks_like_a_key(key) => bail!(
+            "key= takes the NAME of a source holding the API key, and this looks like the key \
+             itself: nothing was sent or stored. It is on this command line (other users of this \
+             machine can read it) and in your shell history: revoke it with the provider; {KEY_WAY_IN}"
+        ),
+        None => bail!("key= names no source of this node: nothing was changed; {KEY_WAY_IN}"),
+    }
+}
+
+/// Whether a `key=` value reads as a provider's key rather than a source name: a known key
+/// prefix, or long and mixing upper case, lower case and digits as random text does. Only the
+/// refusal's wording depends on it (a name the node does not hold is refused either way).
+fn looks_like_a_key(value: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "sk-",
+        "sk_",
+        "pk_",
+        "rk_",
+        "AIza",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat_",
+        "glpat-",
+        "xoxb-",
+        "xoxp-",
+        "hf_",
+        "gsk_",
+        "pplx-",
+        "r8_",
+        "AKIA",
+        "ya29.",
+        "sbx_",
+    ];
+    let mixed = value.bytes().any(|b| b.is_ascii_uppercase())
+        && value.bytes().any(|b| b.is_ascii_lowercase())
+        && value.bytes().any(|b| b.is_ascii_digit());
+    PREFIXES.iter().any(|p| value.starts_with(p)) || (value.len() >= 24 && mixed)
 }
 
 /// `skill add PACK.json`: an OpenWOP pack.json or AgentManifest, posted as JSON.

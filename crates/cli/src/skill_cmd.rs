@@ -27,7 +27,8 @@ pub enum SkillCommand {
     ///
     /// None of them is a secret, so all may be on the command line (which other users of this
     /// machine can read): `key=` names the source holding the API key, and the key itself goes
-    /// in with `skillbox source add NAME --secret` (standard input, not shown at a terminal).
+    /// in with `skillbox source add NAME --secret` (standard input, not shown at a terminal). A
+    /// `key=` that is not a secret source of the node's is refused before anything is sent.
     Set(crate::agents_cmd::SkillSetArgs),
     /// List the node's skills, offered or not (and why not).
     List(crate::node_cmd::SkillListArgs),

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::procs::{self, ServedNode, cli, cli_ok, text};
+use crate::support::procs::{self, ServedNode, assert_no_markers, cli, cli_ok, text};
 
 /// The `skillbox` process (not `script`, not its shell) whose command line holds `dir` and
 /// `--secret`, once it runs.
@@ -220,6 +220,108 @@ fn the_help_says_what_a_command_line_shows() {
     assert!(
         help.contains("every user of this machine sees") && help.contains("--file /dev/stdin"),
         "{help}"
+    );
+}
+
+/// Every byte of every file under `root` (data dir, store, config, logs), for a leak scan.
+fn every_file_under(root: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(b) = std::fs::read(&p) {
+                out.extend(b);
+            }
+        }
+    }
+    out
+}
+
+/// `skill set NAME key=` takes the *name* of a source holding the key; an owner who pastes the
+/// key itself there has put it on a command line (other local users read it in `ps`), and the
+/// node would keep it as the skill's key name, in its store, shown by `skill show`. The CLI
+/// refuses any `key=` that is not a secret source of the node's, before anything is sent, with
+/// a fixed message that repeats nothing of the value and names the way in (`source add NAME
+/// --secret`, then `key=NAME`). The same for a key pasted without `key=` (`skill set NAME
+/// KEY`): no error repeats it.
+#[test]
+fn a_key_pasted_into_skill_set_is_refused_and_kept_nowhere() {
+    const PASTED: &str = "sk-proj-Q3vT9xLm2PASTEDkEy7wZr4Nd8Hs1Fb6";
+    const ENCODED: &str = "c2stUEFTVEVELWJhc2U2NC1rZXktOTk=";
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("node");
+    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let node = ServedNode::start(&dir, "node.log");
+    let skill = root.path().join("taste");
+    std::fs::create_dir(&skill).expect("mkdir");
+    std::fs::write(
+        skill.join("SKILL.md"),
+        skillbox_testkit::skills::skill_doc("taste", "BODY-7f3a", &[]),
+    )
+    .expect("write SKILL.md");
+    cli_ok(&dir, &["skill", "add", &skill.display().to_string()]);
+    let o = procs::skillbox_with(
+        &dir,
+        &["source", "add", "openai-key", "--secret"],
+        &[],
+        Some(b"sk-THE-REAL-ONE\n"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    cli_ok(
+        &dir,
+        &["source", "add", "songs", "--text", "Bonobo - Kerala"],
+    );
+
+    let attempts: [&[&str]; 5] = [
+        &["skill", "set", "taste", &format!("key={PASTED}")],
+        &["skill", "set", "taste", &format!("key={ENCODED}")],
+        &["skill", "set", "taste", "provider=openai", PASTED],
+        &["skill", "set", "taste", ENCODED],
+        &[
+            "skill",
+            "set",
+            "taste",
+            &format!("maxRequestBytes={PASTED}"),
+        ],
+    ];
+    for args in attempts {
+        let o = cli(&dir, args);
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?} was taken: {said}");
+        assert_no_markers(
+            "the CLI's output",
+            &said,
+            &[PASTED, ENCODED, "c2stUEFTVEVE"],
+        );
+    }
+    let o = cli(&dir, &["skill", "set", "taste", &format!("key={PASTED}")]);
+    let said = text(&o);
+    assert!(
+        said.contains("source add NAME --secret") && said.contains("key=NAME"),
+        "the refusal names no way in: {said}"
+    );
+    // Names that are not a secret source of this node: refused too, without repeating them.
+    for name in ["no-such-source", "songs"] {
+        let o = cli(&dir, &["skill", "set", "taste", &format!("key={name}")]);
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "key={name} was taken: {said}");
+        assert!(said.contains("source add NAME --secret"), "{said}");
+    }
+
+    let shown = cli_ok(&dir, &["skill", "show", "taste", "--json"]);
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("JSON");
+    assert_eq!(shown["declaration"]["key"], "openai-key", "{shown}");
+    // The way in works: a secret source's name.
+    cli_ok(&dir, &["skill", "set", "taste", "key=openai-key"]);
+    let log = node.kill();
+    let everything = String::from_utf8_lossy(&every_file_under(root.path())).into_owned();
+    assert_no_markers(
+        "the data dir, the store and the logs",
+        &format!("{everything}{log}"),
+        &[PASTED, ENCODED],
     );
 }
 
