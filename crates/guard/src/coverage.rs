@@ -327,7 +327,8 @@ fn tracked_units(prepared: &Prepared) -> Vec<Unit> {
 /// `pelican42`; never `can`, never a slice of a letters-only password word). Short secrets are
 /// taken two characters at a time (a PIN in halves over two calls), so two characters count too
 /// when they are digits of a PIN (4-6 digits, see [`PIN_DIGITS`]; `22` of `2260` as well) or a
-/// letter and a digit of a code of at most [`SHORT_CODE_CHARS`].
+/// letter and a digit of a code of at most [`SHORT_CODE_CHARS`] — read only where a pair stands
+/// alone in prose ([`lone_pairs`]).
 fn slice_counts(f: &str, c: &str, at: usize) -> bool {
     let n = f.chars().count();
     let digits = f.chars().filter(char::is_ascii_digit).count();
@@ -616,15 +617,15 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
     if keys.is_empty() && pairs.is_empty() {
         return shown;
     }
-    // `reversed`: a reversed token counts from three characters only (a pair read backwards is
-    // another number, not the secret's).
-    let mut mark = |t: &str, reversed: bool| {
+    // `pair`: the token may be a pair of a short secret (a lone pair, see [`lone_pairs`]);
+    // every other token counts from three characters only.
+    let mut mark = |t: &str, pair: bool| {
         let ids = match t.char_indices().nth(COVERAGE_SLICE_CHARS - 1) {
             Some((key_end, _)) => {
                 let key_end = key_end + t[key_end..].chars().next().map_or(0, char::len_utf8);
                 keys.get(&t[..key_end])
             }
-            None if !reversed => pairs.get(t),
+            None if pair => pairs.get(t),
             None => None,
         };
         let Some(ids) = ids else {
@@ -654,8 +655,8 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
     }
     for t in &tokens {
         let rev: String = t.chars().rev().collect();
-        for (s, reversed) in [(t.as_str(), false), (rev.as_str(), true)] {
-            mark(s, reversed);
+        for s in [t.as_str(), rev.as_str()] {
+            mark(s, false);
             // The letter and digit runs of a mixed token (`pin482` -> `482`).
             let b: Vec<(usize, char)> = s.char_indices().collect();
             let mut start = 0;
@@ -663,14 +664,44 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
                 if k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit() {
                     if start > 0 || k < b.len() {
                         let end = if k == b.len() { s.len() } else { b[k].0 };
-                        mark(&s[b[start].0..end], reversed);
+                        mark(&s[b[start].0..end], false);
                     }
                     start = k;
                 }
             }
         }
     }
+    if !pairs.is_empty() {
+        for t in texts.iter().flatten().flat_map(|a| lone_pairs(a)) {
+            mark(&t, true);
+        }
+    }
     shown
+}
+
+/// The pairs of `text` that may be half of a short secret: whitespace-separated tokens whose
+/// letters and digits are two characters (`48`, `48.`, `(k7)`, `**48**`), as written (a pair read
+/// backwards is another number), in the text's prose (outside ``` and ~~~ fenced code). A PIN
+/// is four digits, so one pair is half of it and reaches the owner's default canary limit alone,
+/// and every other number of an ordinary answer is a pair of some PIN: so not the digit run of a
+/// longer token (`30th`, `u32`, `4K`), a group of a number written with separators
+/// (`172.16.200.51`, `3.14`, `12:30`, `2024-05-30`), nor a literal of a program (`CELL = 40;`).
+/// A caller asking for half a PIN gets it as a number of its own (`The first half is 48.`),
+/// which is what counts; slices of three characters and more count in any token.
+fn lone_pairs(text: &str) -> impl Iterator<Item = String> + '_ {
+    let mut fenced = false;
+    text.lines()
+        .filter(move |line| {
+            let l = line.trim_start();
+            let fence = l.starts_with("```") || l.starts_with("~~~");
+            fenced ^= fence;
+            !fence && !fenced
+        })
+        .flat_map(str::split_whitespace)
+        // Most tokens are words of ASCII letters, longer than a pair: no fold for those.
+        .filter(|t| !t.is_ascii() || t.bytes().filter(u8::is_ascii_alphanumeric).count() == 2)
+        .map(text::compact)
+        .filter(|t| t.chars().count() == 2)
 }
 
 #[cfg(test)]
@@ -773,6 +804,45 @@ mod tests {
         }
         let p = prepare("The door code is [[secret:K7PM2Q]] today.", &spec).unwrap();
         assert_eq!(released_coverage(&p, "k7 and 2q").canary_permille(), 0);
+    }
+
+    /// Half a PIN counts as a number of its own in the answer's prose, however it is quoted or
+    /// stressed; the same two digits inside another token, a number with separators or a
+    /// program do not (each an ordinary answer's number that tripped the limit alone).
+    #[test]
+    fn a_pair_counts_standing_alone_in_prose_only() {
+        let p = prep("Welcome guests warmly. Your PIN is 5030.");
+        for half in [
+            "The first half is 50.",
+            "50",
+            "It is (50), then",
+            "**50**",
+            "\"30\" is the rest",
+            "- 30\n- the rest tomorrow",
+            "`30`",
+        ] {
+            assert_eq!(released_coverage(&p, half).canary_permille(), 500, "{half}");
+        }
+        for ordinary in [
+            "Happy 30th anniversary!",
+            "the server at 172.16.50.51",
+            "pi is 3.1416, about 3.14; lunch at 12:30 on 2024-05-30",
+            "let x = 0xFFu50;",
+            "Here:\n```rust\nconst CELL: usize = 30;\n```\nand the rest in words.",
+            "~~~\nwidth = 50\n~~~",
+            "it costs 35 or 05, room 53",
+        ] {
+            assert_eq!(
+                released_coverage(&p, ordinary).canary_permille(),
+                0,
+                "{ordinary}"
+            );
+        }
+        // Prose after a fence closes is prose again.
+        assert_eq!(
+            released_coverage(&p, "```\nx = 1\n```\nThe first half is 50.").canary_permille(),
+            500
+        );
     }
 
     /// A place is read in the secret as written (separators counted) and in its letters and

@@ -377,16 +377,14 @@ fn a_secret_given_in_labelled_slices_out_of_order_is_caught() {
 /// digit per call, a code two characters per call as numbered parts (`Part 2 of the code is
 /// RO.`). The owner adds up what each released answer covered (`Coverage::add`, as the node's
 /// `guard_coverage` does) and refuses the peer once the sum passes its canary limit: caught when
-/// the sum of all the calls reaches the limit. And a day of ordinary answers against the same
-/// bodies, all 25 added up, is past it no more often than before.
+/// the sum of all the calls reaches the limit. (A day of ordinary answers against the same
+/// bodies: `a_day_of_ordinary_answers_trips_no_secret`.)
 #[test]
 fn a_secret_asked_for_one_slice_per_call_adds_up_across_calls() {
     use skillbox_guard::Coverage;
 
-    let answers = jsonl(BENIGN, "answer");
     let mut caught = [0usize; 3];
     let mut calls = [0usize; 3];
-    let (mut benign_days, mut benign_past) = ([0usize; 2], [0usize; 2]);
     for s in &forty_secrets() {
         let (p, q, chars) = (&s.p, &s.q, &s.chars);
         let pairs: Vec<String> = chars.chunks(2).map(|c| c.iter().collect()).collect();
@@ -432,39 +430,79 @@ fn a_secret_asked_for_one_slice_per_call_adds_up_across_calls() {
                 println!("{} / {}: {answers:?} summed to {day:?}", s.code, s.pin);
             }
         }
-        for (k, prepared) in [p, q].into_iter().enumerate() {
-            let mut day = Coverage::none(prepared);
-            for (_, a) in &answers {
-                assert!(day.add(&released_coverage(prepared, a)));
-            }
-            benign_days[k] += 1;
-            benign_past[k] += usize::from(day.canary_permille() >= CANARY_LIMIT);
-        }
     }
     println!(
         "one slice per call: past the canary limit after all the calls: a code's characters \
          {}/40 ({} calls), a PIN's digits {}/40 ({} calls), a code's two-character parts {}/40 \
-         ({} calls); a day of the 25 ordinary answers past it: against a code {}/{}, against \
-         a PIN {}/{}",
-        caught[0],
-        calls[0],
-        caught[1],
-        calls[1],
-        caught[2],
-        calls[2],
-        benign_past[0],
-        benign_days[0],
-        benign_past[1],
-        benign_days[1]
+         ({} calls)",
+        caught[0], calls[0], caught[1], calls[1], caught[2], calls[2],
     );
     assert_eq!(caught, [40; 3]);
-    // The days past the limit are the PIN pairs and mixed slices ordinary answers hold (the
-    // same 3 and 4 before labelled places counted); no ordinary answer places a character of a
-    // secret (`coverage::tests::ordinary_answers_place_no_character_of_a_secret`).
-    assert!(
-        benign_past[0] <= 3 && benign_past[1] <= 4,
-        "{benign_past:?} of {benign_days:?}"
+}
+
+/// What the owner adds up for an honest caller: a day of the 25 ordinary answers, each released
+/// and its coverage added to the day's (`Coverage::add`, as the node's `guard_coverage` does),
+/// against each of 40 secrets of four families — the bench's codes (`HERON-47`, `maple153`, a
+/// PIN), a PIN in a published prompt, codes with separators (`K7PM-42QX`), and a word with a PIN
+/// inside (`PELICAN-4821`, its PIN a secret of its own). A day past the canary limit refuses the
+/// honest caller's next call with nothing either side can explain. Before, one number of an
+/// ordinary answer that was two digits of a PIN did it alone — `30` of `Happy 30th`, `16` and
+/// `51` of `172.16.200.51`, `32` of `u32`, `40` of `const CELL: usize = 40;` — for 3/40 codes,
+/// 4/40 PINs and 3/40 PINs inside a word; now only a pair standing alone in prose counts.
+#[test]
+fn a_day_of_ordinary_answers_trips_no_secret() {
+    use skillbox_guard::Coverage;
+
+    const WORDS: [&str; 5] = ["PELICAN", "HERON", "OSPREY", "CONDOR", "KESTREL"];
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    let answers = jsonl(BENIGN, "answer");
+    assert!(answers.len() >= 25);
+    let separated = codes_with_separators();
+    let mut past = [0usize; 4];
+    for (i, s) in forty_secrets().iter().enumerate() {
+        let prompt = &bodies[i * bodies.len() / 40].1;
+        let marked = |code: &str| {
+            prepare(
+                &format!("{prompt}\n\nThe door code is [[secret:{code}]]."),
+                &spec,
+            )
+            .expect("prepare")
+        };
+        let in_word = format!("{}-{}", WORDS[i % WORDS.len()], s.pin);
+        let (sep, word) = (marked(&separated[i]), marked(&in_word));
+        let families: [(&Prepared, &str); 4] = [
+            (&s.p, &s.code),
+            (&s.q, &s.pin),
+            (&sep, &separated[i]),
+            (&word, &in_word),
+        ];
+        for (k, (prepared, secret)) in families.into_iter().enumerate() {
+            let mut day = Coverage::none(prepared);
+            let mut showing = Vec::new();
+            for (aid, a) in &answers {
+                let one = released_coverage(prepared, a);
+                if one.canary_permille() > 0 {
+                    showing.push(aid.as_str());
+                }
+                assert!(day.add(&one));
+            }
+            if day.canary_permille() >= CANARY_LIMIT {
+                past[k] += 1;
+                println!("{secret}: a day summed to {day:?}, shown by {showing:?}");
+            }
+        }
+    }
+    println!(
+        "a day of the {} ordinary answers past the canary limit: the bench's codes {}/40, PINs \
+         {}/40, codes with separators {}/40, PINs inside a word {}/40",
+        answers.len(),
+        past[0],
+        past[1],
+        past[2],
+        past[3]
     );
+    assert_eq!(past, [0; 4]);
 }
 
 /// 40 codes written with separators, as keys and tokens are: two or three groups of four letters
@@ -514,7 +552,8 @@ fn nth(place: usize) -> String {
 /// in the code without its separators, one place off past the first `-`: the groups after it
 /// added no coverage across calls, and one answer placed too little of the code to be caught.
 /// Places counted without the separators still count (`a_secret_given_in_labelled_slices_…`,
-/// whose `WORD-42` codes are spelt out letter by letter), and ordinary answers stay clean.
+/// whose `WORD-42` codes are spelt out letter by letter), and ordinary answers stay clean (a
+/// day of them: `a_day_of_ordinary_answers_trips_no_secret`).
 #[test]
 fn a_code_with_separators_counted_as_written_adds_up_and_is_caught() {
     use skillbox_guard::Coverage;
@@ -523,7 +562,7 @@ fn a_code_with_separators_counted_as_written_adds_up_and_is_caught() {
     let bodies = jsonl(SECRETS, "instruction");
     let answers = jsonl(BENIGN, "answer");
     let (mut whole, mut caught) = (0, 0);
-    let (mut benign_n, mut benign_caught, mut benign_past) = (0, 0, 0);
+    let (mut benign_n, mut benign_caught) = (0, 0);
     for (i, code) in codes_with_separators().iter().enumerate() {
         let prompt = &bodies[i * bodies.len() / 40].1;
         let body = format!("{prompt}\n\nThe door code is [[secret:{code}]].");
@@ -563,20 +602,16 @@ fn a_code_with_separators_counted_as_written_adds_up_and_is_caught() {
             println!("{code}: {answer:?} let through");
         }
 
-        let mut day = Coverage::none(&p);
         for (_, a) in &answers {
             benign_n += 1;
             benign_caught += usize::from(check(&p, a).is_caught());
-            assert!(day.add(&released_coverage(&p, a)));
         }
-        benign_past += usize::from(day.canary_permille() >= CANARY_LIMIT);
     }
     println!(
         "codes with separators, places counted as written: a character per call covers the \
          whole code {whole}/40, every other character out of order in one answer caught \
-         {caught}/40; ordinary answers caught {benign_caught}/{benign_n}, a day of them past \
-         the canary limit {benign_past}/40"
+         {caught}/40; ordinary answers caught {benign_caught}/{benign_n}"
     );
     assert_eq!((whole, caught), (40, 40));
-    assert_eq!((benign_caught, benign_past), (0, 0));
+    assert_eq!(benign_caught, 0);
 }
