@@ -26,6 +26,7 @@ mod ledger_cmd;
 mod mcp_cmd;
 mod model_cmd;
 mod node_cmd;
+mod own_dir;
 mod peer_text;
 mod pin_identity;
 mod secret_prompt;

@@ -21,7 +21,10 @@ pub struct McpArgs {
 
 pub fn run(global: &crate::Global, args: McpArgs) -> anyhow::Result<ExitCode> {
     crate::init_logs("warn", Some(false));
-    let dir = DataDir::new(global.data_dir());
+    let root = global.data_dir();
+    // The token and every agent's request go to the socket in it (see `own_dir`).
+    crate::own_dir::check(&root)?;
+    let dir = DataDir::new(root);
     let token = dir.load_api_token()?;
     let max_request_bytes = dir
         .load_config()

@@ -187,7 +187,9 @@ pub(crate) struct Answer {
 
 impl Client {
     pub(crate) fn from_data_dir(global: &crate::Global) -> anyhow::Result<Client> {
-        let dir = DataDir::new(global.data_dir());
+        let root = global.data_dir();
+        crate::own_dir::check(&root)?;
+        let dir = DataDir::new(root);
         let token = dir.load_api_token()?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -325,6 +325,127 @@ fn a_key_pasted_into_skill_set_is_refused_and_kept_nowhere() {
     );
 }
 
+/// Another user's listener where the node's socket goes (`<data dir>/api.sock`): every byte a
+/// client sends it, kept; each connection answered `201 {}`.
+struct TheirSocket {
+    heard: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    _serving: std::thread::JoinHandle<()>,
+}
+
+impl TheirSocket {
+    fn listen(dir: &Path) -> TheirSocket {
+        let path = skillbox_node::DataDir::new(dir).api_socket();
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind their socket");
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let into = heard.clone();
+        let _serving = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let _ = conn.set_read_timeout(Some(Duration::from_millis(300)));
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    into.lock().expect("lock").extend_from_slice(&buf[..n]);
+                }
+                let _ = conn.write_all(
+                    b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+                );
+            }
+        });
+        TheirSocket { heard, _serving }
+    }
+
+    fn heard(&self) -> String {
+        String::from_utf8_lossy(&self.heard.lock().expect("lock")).into_owned()
+    }
+}
+
+/// The CLI sends the operator token, and with `source add --secret` the key, to the socket in
+/// the data dir. In a data dir another user may write to (left 0777), owns, or may swap (it sits
+/// in a directory others write to without the sticky bit), that user can have put their own
+/// socket: the CLI refuses the dir, naming it, before the key is asked for or anything is sent.
+/// `skillbox mcp` too. (The same listener in a private data dir of ours hears the key: the
+/// listener works.)
+#[test]
+fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    const KEY: &str = "sk-FOR-MY-OWN-NODE-ONLY-8e21";
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+    };
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("node");
+    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let token = std::fs::read_to_string(dir.join("api.token")).expect("token");
+    let theirs = TheirSocket::listen(&dir);
+    let add = |dir: &Path| {
+        procs::skillbox_with(
+            dir,
+            &["source", "add", "my-key", "--secret"],
+            &[],
+            Some(format!("{KEY}\n").as_bytes()),
+        )
+    };
+    let refused = |o: &std::process::Output, why: &str, what: &str| {
+        let said = text(o);
+        assert_eq!(o.status.code(), Some(1), "{what}: taken: {said}");
+        assert!(said.contains(why), "{what}: {said}");
+        let heard = theirs.heard();
+        assert!(
+            !heard.contains(KEY) && !heard.contains(token.trim()),
+            "{what}: the other user's socket heard: {heard}"
+        );
+    };
+
+    // Left writable to every user of the machine.
+    mode(&dir, 0o777);
+    refused(&add(&dir), "writable by other users", "a 0777 data dir");
+    let o = procs::skillbox_with(&dir, &["mcp"], &[], Some(b""));
+    refused(
+        &o,
+        "writable by other users",
+        "skillbox mcp in a 0777 data dir",
+    );
+
+    // Private again, inside a directory others may rename entries of (no sticky bit).
+    mode(&dir, 0o700);
+    mode(root.path(), 0o777);
+    refused(
+        &add(&dir),
+        "swap the data dir",
+        "a data dir in an open parent",
+    );
+    mode(root.path(), 0o1777);
+
+    // Owned by another user (only root can make one to try).
+    let uid =
+        String::from_utf8(Command::new("id").arg("-u").output().expect("id").stdout).expect("uid");
+    if uid.trim() == "0" {
+        let chown = |who: &str| {
+            let done = Command::new("chown")
+                .args([who, &dir.display().to_string()])
+                .status()
+                .expect("chown");
+            assert!(done.success());
+        };
+        chown("65534");
+        refused(
+            &add(&dir),
+            "belongs to another user",
+            "another user's data dir",
+        );
+        chown("0");
+    }
+
+    // Ours alone: the command goes through (to the listener standing in for the node).
+    let o = add(&dir);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(theirs.heard().contains(KEY), "the listener heard nothing");
+}
+
 /// CI's target directory sits in /var/tmp, which every local user writes: a directory another
 /// user made there first (or left writable to others) would hand them the build scripts, test
 /// binaries and agent-tool clients CI then runs. `scripts/target-dir` takes only a directory of
