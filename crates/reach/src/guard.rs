@@ -67,19 +67,12 @@ impl Guard {
                 ));
             }
         }
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let ok = origin.to_str().is_ok_and(|o| {
-                o.strip_prefix("http://")
-                    .or_else(|| o.strip_prefix("https://"))
-                    .is_some_and(|rest| !rest.contains('/') && self.host_allowed(rest))
-            });
-            if !ok {
-                return Some(rpc_error(
-                    StatusCode::FORBIDDEN,
-                    -32600,
-                    "Origin is not this machine: only pages served from localhost may call this server",
-                ));
-            }
+        if !origin_allowed(headers) {
+            return Some(rpc_error(
+                StatusCode::FORBIDDEN,
+                -32600,
+                "Origin is not this server: only its own pages may call it",
+            ));
         }
         match skillbox_node::api::bearer_token(headers).and_then(|t| state.authorize(t)) {
             Some(p) if p.operator => {}
@@ -112,6 +105,29 @@ impl Guard {
         }
         None
     }
+}
+
+/// Whether the request's `Origin`, when it has one, is this server's own: `http://` or
+/// `https://` and exactly the `Host` it was sent to (host and port; the `Host` itself is checked
+/// against this machine's names above). Any port of localhost was accepted, so a page on
+/// another loopback port (a dev server showing hostile content, another user's listener) was
+/// a page of this server. A browser sets `Host` to the address it connects to and no page can
+/// change it, so an equal `Origin` is a page of this very address. No `Host` to compare: refused.
+fn origin_allowed(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let (Ok(origin), Some(Ok(host))) = (
+        origin.to_str(),
+        headers.get(header::HOST).map(|h| h.to_str()),
+    ) else {
+        return false;
+    };
+    let origin = origin.to_ascii_lowercase();
+    let host = host.to_ascii_lowercase();
+    ["http://", "https://"]
+        .iter()
+        .any(|scheme| origin.strip_prefix(scheme) == Some(host.as_str()))
 }
 
 fn strip_port(authority: &str) -> &str {
@@ -178,5 +194,46 @@ mod tests {
         let g = Guard::new(Some("192.0.2.7".parse().expect("ip")), 10, -32001);
         assert!(g.host_allowed("192.0.2.7:7420"));
         assert_eq!(g.origins()[0], "http://localhost:*");
+    }
+
+    /// Audit U4: the guard's own `Origin` check took any port of a loopback name, so a page
+    /// served on another port of this machine passed it. Now only this server's own address.
+    #[test]
+    fn only_a_page_of_this_very_address_passes_the_origin_check() {
+        let with = |host: Option<&str>, origin: Option<&str>| {
+            let mut h = HeaderMap::new();
+            for (name, v) in [(header::HOST, host), (header::ORIGIN, origin)] {
+                if let Some(v) = v {
+                    h.insert(name, HeaderValue::from_str(v).expect("header"));
+                }
+            }
+            origin_allowed(&h)
+        };
+        let node = Some("127.0.0.1:7420");
+        for other in [
+            "http://127.0.0.1:3000",
+            "http://127.0.0.1",
+            "http://localhost:7420",
+            "http://[::1]:7420",
+            "http://127.0.0.1:7420/",
+            "http://127.0.0.1:7420.evil.example",
+            "null",
+            "file://",
+        ] {
+            assert!(!with(node, Some(other)), "{other}");
+        }
+        for own in [
+            "http://127.0.0.1:7420",
+            "https://127.0.0.1:7420",
+            "HTTP://127.0.0.1:7420",
+        ] {
+            assert!(with(node, Some(own)), "{own}");
+        }
+        assert!(with(node, None), "no Origin: not a page's request");
+        assert!(with(Some("localhost:7420"), Some("http://localhost:7420")));
+        assert!(
+            !with(None, Some("http://127.0.0.1:7420")),
+            "no Host to compare"
+        );
     }
 }
