@@ -40,7 +40,8 @@ use skillbox_node::api::{AppState, Mounts};
 pub const PREFIX: &str = "/ui";
 const COOKIE: &str = "skillbox_ui";
 const CSRF_LABEL: &[u8] = b"skillbox-ui-csrf-v1";
-/// A session ends this long after it last served a page (the live page's polling counts).
+/// A session ends this long after the human last used it: a page, a form, a sign-in. The live
+/// calls page's polling is not use ([`Use::Poll`]): a page left open still ends.
 pub const IDLE: Duration = Duration::from_secs(2 * 3600);
 /// A session ends this long after sign-in, used or not (the cookie's `Max-Age` too).
 pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -134,18 +135,24 @@ impl Sessions {
         Ok(id)
     }
 
-    /// The live session `id` names under the current token generation (and mark it used); an
-    /// ended one is forgotten.
-    pub(crate) fn find(&self, id: &str, epoch: u64) -> Option<Session> {
+    /// The live session `id` names under the current token generation (marked used when the
+    /// request is [`Use::Human`]); an ended one is forgotten.
+    pub(crate) fn find(&self, id: &str, epoch: u64, by: Use) -> Option<Session> {
+        self.find_at(id, epoch, by, Instant::now())
+    }
+
+    /// [`Sessions::find`] at `now` (the session clock, which the tests move).
+    fn find_at(&self, id: &str, epoch: u64, by: Use, now: Instant) -> Option<Session> {
         let key = key_of(id);
-        let now = Instant::now();
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let held = map.get_mut(&key)?;
         if !held.live(now, epoch) {
             map.remove(&key);
             return None;
         }
-        held.used = now;
+        if by == Use::Human {
+            held.used = now;
+        }
         Some(Session {
             csrf: csrf_for(id),
             key,
@@ -160,6 +167,31 @@ impl Sessions {
             .remove(key);
     }
 }
+
+/// What a request is to a session's idle clock.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Use {
+    /// The human asked: a page, a form. Keeps the session from going idle.
+    Human,
+    /// The page's script asked on its own (`/ui/live/…`, every second while a page is open):
+    /// answered, but the session still ends [`IDLE`] after the human last did something, so a
+    /// tab left open on a shared or unattended machine does not stay signed in for [`LIFETIME`].
+    Poll,
+}
+
+impl Use {
+    /// A request to `path`.
+    fn of(path: &str) -> Use {
+        if path.starts_with(LIVE) {
+            Use::Poll
+        } else {
+            Use::Human
+        }
+    }
+}
+
+/// Where the page script's polls go.
+const LIVE: &str = "/ui/live/";
 
 impl Held {
     fn live(&self, now: Instant, epoch: u64) -> bool {
@@ -241,9 +273,10 @@ async fn require_session(
 ) -> Response {
     // The token's generation first: a replaced `api.token` ends every session from here on.
     let epoch = state.operator_epoch();
+    let by = Use::of(req.uri().path());
     let found = cookie_tokens(req.headers())
         .iter()
-        .find_map(|id| sessions.find(id, epoch));
+        .find_map(|id| sessions.find(id, epoch, by));
     match found {
         Some(session) => {
             req.extensions_mut().insert(session);
@@ -315,25 +348,28 @@ mod tests {
         let s = Sessions::default();
         let id = s.open(0).expect("open");
         assert_eq!(id.len(), 64);
-        let session = s.find(&id, 0).expect("live");
+        let session = s.find(&id, 0, Use::Human).expect("live");
         assert_eq!(session.csrf, csrf_for(&id));
-        assert!(s.find("00", 0).is_none());
+        assert!(s.find("00", 0, Use::Human).is_none());
         // Another token generation: ended, and forgotten.
-        assert!(s.find(&id, 1).is_none());
-        assert!(s.find(&id, 0).is_none());
+        assert!(s.find(&id, 1, Use::Human).is_none());
+        assert!(s.find(&id, 0, Use::Human).is_none());
         let id = s.open(0).expect("open");
         s.end(&key_of(&id));
-        assert!(s.find(&id, 0).is_none());
+        assert!(s.find(&id, 0, Use::Human).is_none());
         // Past the cap, the least recently used goes.
         let first = s.open(0).expect("open");
         let rest: Vec<_> = (1..MAX_SESSIONS)
             .map(|_| s.open(0).expect("open"))
             .collect();
         std::thread::sleep(Duration::from_millis(2));
-        assert!(s.find(&first, 0).is_some());
+        assert!(s.find(&first, 0, Use::Human).is_some());
         let extra = s.open(0).expect("open");
-        assert!(s.find(&extra, 0).is_some() && s.find(&first, 0).is_some());
-        let ended = rest.iter().filter(|id| s.find(id, 0).is_none()).count();
+        assert!(s.find(&extra, 0, Use::Human).is_some() && s.find(&first, 0, Use::Human).is_some());
+        let ended = rest
+            .iter()
+            .filter(|id| s.find(id, 0, Use::Human).is_none())
+            .count();
         assert_eq!(ended, 1, "one of the least recently used ended");
     }
 
@@ -349,7 +385,9 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_str(&sent).expect("header"),
         );
-        let found = cookie_tokens(&h).iter().find_map(|c| s.find(c, 0));
+        let found = cookie_tokens(&h)
+            .iter()
+            .find_map(|c| s.find(c, 0, Use::Human));
         assert_eq!(found.map(|f| f.csrf), Some(csrf_for(&id)));
         // Bounded: a request with many planted cookies has at most a few looked up.
         let many = (0..100)
@@ -361,6 +399,39 @@ mod tests {
             HeaderValue::from_str(&many).expect("header"),
         );
         assert_eq!(cookie_tokens(&h).len(), MAX_SESSION_COOKIES);
+    }
+
+    /// Audit U4: the calls page polls `/ui/live/calls` every second, and each poll counted as
+    /// use, so a page left open never went idle. Now polls keep nothing alive: a session the
+    /// human left is ended [`IDLE`] after their last page, however long the script polled.
+    #[test]
+    fn the_live_pages_polling_does_not_keep_a_session_alive() {
+        assert_eq!(Use::of("/ui/live/calls"), Use::Poll);
+        assert_eq!(Use::of("/ui/calls"), Use::Human);
+        assert_eq!(Use::of("/ui/calls/live"), Use::Human);
+        let s = Sessions::default();
+        let id = s.open(0).expect("open");
+        let signed_in = Instant::now();
+        let minute = Duration::from_secs(60);
+        // A poll a minute, for longer than the idle limit: each is answered while it lasts.
+        let mut t = signed_in;
+        while t < signed_in + IDLE - minute {
+            t += minute;
+            assert!(s.find_at(&id, 0, Use::Poll, t).is_some(), "a poll at {t:?}");
+        }
+        let left = signed_in + IDLE + minute;
+        assert!(
+            s.find_at(&id, 0, Use::Poll, left).is_none(),
+            "polled for {:?}, idle since sign-in: still signed in",
+            left - signed_in
+        );
+        // A page the human asks for is use: that session lasts IDLE past it.
+        let id = s.open(0).expect("open");
+        let opened = Instant::now();
+        let page = opened + IDLE - minute;
+        assert!(s.find_at(&id, 0, Use::Human, page).is_some());
+        assert!(s.find_at(&id, 0, Use::Poll, page + IDLE - minute).is_some());
+        assert!(s.find_at(&id, 0, Use::Poll, page + IDLE + minute).is_none());
     }
 
     #[test]
