@@ -11,10 +11,24 @@ use crate::PeersError;
 use crate::advert::{key_of_peer, public_key_hex};
 use crate::rate::Buckets;
 
-pub const PAYLOAD_VERSION: u32 = 1;
-const PAYLOAD_DOMAIN: &[u8] = b"skillbox/payload/v1\n";
-/// Default size limit of one signed envelope.
+/// 2: envelopes carry `pad` and are padded to size buckets ([`padded_size`]).
+pub const PAYLOAD_VERSION: u32 = 2;
+const PAYLOAD_DOMAIN: &[u8] = b"skillbox/payload/v2\n";
+/// Default size limit of one signed envelope: a bucket itself, so whatever fits unpadded
+/// still fits padded.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// The smallest size bucket of a signed envelope. Noise and QUIC hide a payload's bytes, not
+/// its length, and the calls' own messages differ by size (measured, envelope + signature:
+/// `call.failed` ~520, `call.accepted` ~700, `call.session` ~540 without and ~2,100 with an
+/// insecure-dev attestation, ~9,700 with SEV-SNP's, ~8,300 with Nitro's, `call.request` ~2,300
+/// for a small program): at 16 KiB all of them are one bucket, so a path observer or a relay
+/// cannot tell a request from an acceptance, a refusal from an acceptance, or one of these
+/// platforms from another. TDX's collateral (~24-33 KB) and GPU evidence (~10 KB a GPU) still
+/// go to a larger bucket.
+pub const MIN_PADDED_BYTES: usize = 16 * 1024;
+/// An Ed25519 signature in lowercase hex: the part of [`SignedPayload::size`] besides the
+/// envelope.
+const SIGNATURE_HEX_LEN: usize = 128;
 const MAX_CALL_ID_LEN: usize = 128;
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
@@ -70,6 +84,47 @@ pub struct Envelope {
     /// Unix milliseconds when signed.
     pub time: u64,
     pub body: serde_json::Value,
+    /// ASCII `0`s bringing the signed payload to its size bucket ([`padded_size`]). Inside the
+    /// signature, so nobody on the way can change the length, and checked on receipt: it is
+    /// all zeros and exactly as long as the bucket needs, so it carries nothing.
+    pub pad: String,
+}
+
+/// The size a signed payload of `unpadded` bytes (envelope and signature) is padded to: the next
+/// power of two, at least [`MIN_PADDED_BYTES`]. Powers of two, as the box's stakes and answers
+/// are padded: at most twice the bytes, and a message's size says only its bucket.
+pub fn padded_size(unpadded: usize) -> Option<usize> {
+    Some(unpadded.checked_next_power_of_two()?.max(MIN_PADDED_BYTES))
+}
+
+/// Checks that `pad`, read out of the envelope text `text` of a signed payload of `size` bytes,
+/// is padding and nothing else: zeros as written (not escaped), no more than its bucket needs.
+fn check_padding(text: &str, pad: &str, size: usize) -> Result<(), PayloadRefusal> {
+    // The last `"pad":"` is the envelope's own member in canonical text (every member after it
+    // is a fixed form: ids, hex, numbers). In a string a quote is escaped, so none can be found
+    // inside a string value.
+    const MEMBER: &str = "\"pad\":\"";
+    let written = text
+        .rfind(MEMBER)
+        .map(|at| &text.as_bytes()[at + MEMBER.len()..])
+        .ok_or(PayloadRefusal::BadPadding(
+            "padding is not written as zeros",
+        ))?;
+    let zeros = written
+        .get(..pad.len())
+        .is_some_and(|z| z.iter().all(|b| *b == b'0'));
+    if !zeros || written.get(pad.len()) != Some(&b'"') {
+        return Err(PayloadRefusal::BadPadding(
+            "padding is not written as zeros",
+        ));
+    }
+    let unpadded = size.saturating_sub(pad.len());
+    if padded_size(unpadded) != Some(size) {
+        return Err(PayloadRefusal::BadPadding(
+            "payload is not padded to its size bucket",
+        ));
+    }
+    Ok(())
 }
 
 /// The wire form: the envelope's canonical JSON text and a hex Ed25519 signature over it.
@@ -135,7 +190,7 @@ impl SignedPayload {
         if seq > MAX_SAFE_INTEGER || time_ms > MAX_SAFE_INTEGER {
             return Err(PeersError::InvalidPayload("seq/time beyond 2^53".into()));
         }
-        let envelope = Envelope {
+        let mut envelope = Envelope {
             v: PAYLOAD_VERSION,
             kind: payload.kind,
             call_id: payload.call_id.clone(),
@@ -145,10 +200,20 @@ impl SignedPayload {
             seq,
             time: time_ms,
             body: payload.body.clone(),
+            pad: String::new(),
         };
-        let text = skillbox_jcs::to_string(&envelope).map_err(|e| {
-            PeersError::InvalidPayload(format!("body cannot be canonicalized: {e}"))
-        })?;
+        let canonical = |envelope: &Envelope| {
+            skillbox_jcs::to_string(envelope).map_err(|e| {
+                PeersError::InvalidPayload(format!("body cannot be canonicalized: {e}"))
+            })
+        };
+        // Written twice: once to learn the size, once with the zeros that bring it to its
+        // bucket (zeros need no escaping, so each adds one byte).
+        let unpadded = canonical(&envelope)?.len() + SIGNATURE_HEX_LEN;
+        let target = padded_size(unpadded)
+            .ok_or_else(|| PeersError::InvalidPayload("payload too large to pad".into()))?;
+        envelope.pad = "0".repeat(target - unpadded);
+        let text = canonical(&envelope)?;
         let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + text.len());
         msg.extend_from_slice(PAYLOAD_DOMAIN);
         msg.extend_from_slice(text.as_bytes());
@@ -184,6 +249,7 @@ impl SignedPayload {
             )));
         }
         check_call_id(&envelope.call_id).map_err(PayloadRefusal::Malformed)?;
+        check_padding(&self.envelope, &envelope.pad, self.size())?;
         Ok(envelope)
     }
 
@@ -237,6 +303,9 @@ pub enum PayloadRefusal {
     WrongRecipient { recipient: String },
     #[error("payload time {time} is outside the accepted window (now {now})")]
     OutOfWindow { time: u64, now: u64 },
+    /// The padding is not zeros, or not the length its size bucket needs.
+    #[error("bad padding: {0}")]
+    BadPadding(&'static str),
 }
 
 impl PayloadRefusal {
@@ -250,18 +319,20 @@ impl PayloadRefusal {
             PayloadRefusal::SenderMismatch(_) => "sender_mismatch",
             PayloadRefusal::WrongRecipient { .. } => "wrong_recipient",
             PayloadRefusal::OutOfWindow { .. } => "out_of_window",
+            PayloadRefusal::BadPadding(_) => "bad_padding",
         }
     }
 }
 
 /// The codes [`Ack::Refused`] may carry.
-pub const REFUSAL_CODES: [&str; 6] = [
+pub const REFUSAL_CODES: [&str; 7] = [
     "too_large",
     "malformed",
     "bad_signature",
     "sender_mismatch",
     "wrong_recipient",
     "out_of_window",
+    "bad_padding",
 ];
 
 /// A receiver's refusal reason as this node takes it: one of [`REFUSAL_CODES`], or `other`

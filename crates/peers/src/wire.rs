@@ -5,6 +5,10 @@
 //! remembers what it wrote. The stock CBOR codec had one 8 MiB cap for every answer and decoded
 //! any count of strings: a peer answered a board sync with ~8.4 million one-byte strings
 //! (~256 MiB decoded), or an ack with megabytes.
+//!
+//! A payload request's length is its envelope's size bucket plus a fixed CBOR framing (the
+//! envelope pads itself, `payload::padded_size`): what a stream carries says which bucket, not
+//! which call message.
 
 use std::io;
 
@@ -236,6 +240,184 @@ mod tests {
             Ok(WireResponse::Adverts(a)) => assert_eq!(a.0.len(), SYNC_MAX_ADVERTS),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The bytes `payload` puts on a `/skillbox/payload/1` stream, signed as a node signs it.
+    fn wire_bytes(payload: &crate::Payload) -> Vec<u8> {
+        let key = crate::keypair_from_seed(&[11; 32]).expect("key");
+        let to = crate::keypair_from_seed(&[12; 32])
+            .expect("key")
+            .public()
+            .to_peer_id();
+        let signed =
+            SignedPayload::sign(&key, &to, payload, 1_800_000_000_000_000, 1_800_000_000_000)
+                .expect("signs");
+        let mut out = Vec::new();
+        futures::executor::block_on(WireCodec::new(1 << 21, 1024).write_request(
+            &protocol(),
+            &mut out,
+            WireRequest::Payload(signed),
+        ))
+        .expect("encodes");
+        out
+    }
+
+    fn fixture(path: &str) -> Vec<u8> {
+        let at = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(path);
+        std::fs::read(&at).unwrap_or_else(|e| panic!("{}: {e}", at.display()))
+    }
+
+    /// As long as the base64 of `bytes` (only the length reaches the wire's size).
+    fn base64_sized(bytes: &[u8]) -> String {
+        "A".repeat(bytes.len().div_ceil(3) * 4)
+    }
+
+    /// PEM blocks' base64 bodies, as a DER list in evidence carries them.
+    fn pem_bodies(pem: &[u8]) -> Vec<String> {
+        String::from_utf8_lossy(pem)
+            .split("-----BEGIN CERTIFICATE-----")
+            .filter_map(|b| b.split("-----END CERTIFICATE-----").next())
+            .map(|b| b.split_whitespace().collect::<String>())
+            .filter(|b| !b.is_empty())
+            .collect()
+    }
+
+    /// A `call.session` body as the caller sends it, with an attestation of `platform` whose
+    /// evidence is `evidence` (what `jc::attest::Attestation` holds: a base64 statement of a
+    /// real statement's size, the evidence, the provider table).
+    fn session(platform: &str, evidence: Option<serde_json::Value>) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "box": "https://box-7.example.net:8443",
+            "runId": "9f".repeat(16),
+        });
+        if let Some(evidence) = evidence {
+            body["attestation"] = serde_json::json!({
+                "platform": platform,
+                "statement": "A".repeat(1_200),
+                "evidence": evidence,
+                "providers": {"local": "in-process"},
+            });
+            body["nonce"] = serde_json::json!("5e".repeat(32));
+        }
+        body
+    }
+
+    /// P3 (path audit): noise and QUIC hide a payload's bytes, not its length, so an observer on
+    /// the path (or a circuit relay) read each call message's kind from its size — a request,
+    /// an acceptance or a refusal, a session, and the platform of the box from the forwarded
+    /// attestation. Every message of a call on an insecure-dev, SEV-SNP or Nitro box now puts
+    /// the same count of bytes on the stream.
+    #[test]
+    fn every_call_message_of_a_call_is_one_length_on_the_wire() {
+        use crate::{Payload, PayloadKind};
+        let message = |kind, body| Payload {
+            kind,
+            call_id: "call-3b9e1c07d2a44f1e".into(),
+            body,
+        };
+        // The jc crate's sample program, signed by both parties as a call.request carries it.
+        let mut program: serde_json::Value =
+            serde_json::from_slice(&fixture("jc/tests/data/program.json")).expect("program");
+        program["signatures"] = serde_json::json!([
+            {"keyid": "d7".repeat(32), "sig": "a1".repeat(64)},
+            {"keyid": "3d".repeat(32), "sig": "b2".repeat(64)},
+        ]);
+        let dev = serde_json::json!({
+            "report_data": "00".repeat(64), "key": "d7".repeat(32), "signature": "a1".repeat(64),
+        });
+        let snp_report = hex::decode(
+            String::from_utf8_lossy(&fixture("jc/tests/data/sev-snp/virtee-report_milan.hex"))
+                .split_whitespace()
+                .collect::<String>(),
+        )
+        .expect("report hex");
+        let snp = serde_json::json!({
+            "report": base64_sized(&snp_report),
+            "vek": base64_sized(&fixture("jc/tests/data/sev-snp/virtee-vcek_milan.der")),
+            "chain": pem_bodies(&fixture("jc/tests/data/sev-snp/virtee-cert_chain_milan.pem")),
+        });
+        let nitro_doc = fixture("attest/tests/data/nitro/evervault-valid-attestation-doc-base64");
+        let nitro = serde_json::json!({
+            "document": String::from_utf8_lossy(&nitro_doc).trim(),
+        });
+        let tdx: serde_json::Value = serde_json::json!({
+            "quote": base64_sized(&fixture("jc/tests/data/tdx/dcapqvl-tdx_quote")),
+            "collateral": serde_json::from_slice::<serde_json::Value>(&fixture(
+                "jc/tests/data/tdx/dcapqvl-tdx_quote_collateral.json"
+            ))
+            .expect("collateral"),
+        });
+        let call = [
+            (
+                "call.request",
+                message(
+                    PayloadKind::CallRequest,
+                    serde_json::json!({"skill": "song-picker", "program": program}),
+                ),
+            ),
+            (
+                "call.accepted",
+                message(
+                    PayloadKind::CallAccepted,
+                    serde_json::json!({
+                        "signature": {"keyid": "3d".repeat(32), "sig": "b2".repeat(64)},
+                        "nonce": "c4".repeat(32),
+                    }),
+                ),
+            ),
+            (
+                "call.failed",
+                message(
+                    PayloadKind::CallFailed,
+                    serde_json::json!({"code": "not_admitted", "message": "the owner did not admit the call"}),
+                ),
+            ),
+            (
+                "call.session",
+                message(PayloadKind::CallSession, session("", None)),
+            ),
+            (
+                "call.session insecure-dev",
+                message(PayloadKind::CallSession, session("insecure-dev", Some(dev))),
+            ),
+            (
+                "call.session sev-snp",
+                message(PayloadKind::CallSession, session("sev-snp", Some(snp))),
+            ),
+            (
+                "call.session nitro",
+                message(PayloadKind::CallSession, session("nitro", Some(nitro))),
+            ),
+        ];
+        let lengths: Vec<(&str, usize)> = call
+            .iter()
+            .map(|(name, p)| (*name, wire_bytes(p).len()))
+            .collect();
+        let first = lengths[0].1;
+        assert!(
+            lengths.iter().all(|(_, l)| *l == first),
+            "call messages differ in length on the wire: {lengths:?}"
+        );
+        // The padding is a bucket's, and the CBOR around it a few dozen bytes.
+        assert!(
+            (crate::payload::MIN_PADDED_BYTES..crate::payload::MIN_PADDED_BYTES + 64)
+                .contains(&first),
+            "{lengths:?}"
+        );
+        // TDX's collateral does not fit the smallest bucket: its session goes to the next one
+        // (known and written down; its attestation fetch from the box shows that size anyway).
+        let tdx = wire_bytes(&message(
+            PayloadKind::CallSession,
+            session("tdx", Some(tdx)),
+        ))
+        .len();
+        assert_eq!(
+            tdx - first,
+            crate::payload::MIN_PADDED_BYTES,
+            "a TDX session is the next bucket"
+        );
     }
 
     #[test]

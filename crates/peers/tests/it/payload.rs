@@ -1,8 +1,10 @@
 //! Payload envelopes and the receiving side's checks, without sockets; and the memory transport.
 
+use proptest::prelude::*;
 use serde_json::json;
 use skillbox_peers::payload::{
-    Inbox, InboxConfig, PayloadRefusal, REFUSAL_CODES, Received, refusal_code,
+    Envelope, Inbox, InboxConfig, MIN_PADDED_BYTES, PayloadRefusal, REFUSAL_CODES, Received,
+    padded_size, refusal_code,
 };
 use skillbox_peers::{
     MemoryNetwork, Payload, PayloadKind, PayloadTransport, PeersError, SignedPayload,
@@ -58,7 +60,8 @@ fn tampered_misaddressed_and_misattributed_payloads_are_refused() {
     let signed = SignedPayload::sign(&a, &pb, &request("c2"), 1, T0).unwrap();
 
     let mut tampered = signed.clone();
-    tampered.envelope = tampered.envelope.replace("haiku", "limerick");
+    // Same length, so it is the signature that refuses it (not the padding).
+    tampered.envelope = tampered.envelope.replace("haiku", "tanka");
     assert_eq!(
         inbox.receive(&pa, &tampered, T0),
         Received::Refused(PayloadRefusal::BadSignature)
@@ -394,4 +397,144 @@ fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap_nor_ke
     let signed = SignedPayload::sign(&me, &pm, &request("after"), 2, later).unwrap();
     assert!(is_new(inbox.receive(&pm, &signed, later)));
     assert_eq!(inbox.remembered(), 1);
+}
+
+/// `envelope`'s canonical text with `pad` written in place of its padding (as it stands, so a
+/// test can write it wrong), signed by `key` as a sender signs: a validly signed envelope whatever
+/// its padding.
+fn signed_with_pad(key: &skillbox_peers::Keypair, envelope: &Envelope, pad: &str) -> SignedPayload {
+    let mut e = envelope.clone();
+    e.pad = "PAD".into();
+    let text = skillbox_jcs::to_string(&e).unwrap().replacen(
+        "\"pad\":\"PAD\"",
+        &format!("\"pad\":\"{pad}\""),
+        1,
+    );
+    let mut msg = b"skillbox/payload/v2\n".to_vec();
+    msg.extend_from_slice(text.as_bytes());
+    SignedPayload {
+        envelope: text,
+        signature: hex::encode(key.sign(&msg).unwrap()),
+    }
+}
+
+/// The padding a sender writes is stripped on receipt; padding that is not zeros (a sender
+/// smuggling bytes past whoever checks the payload's fields), written escaped, or not the length
+/// its bucket needs (a size that says more than its bucket) is refused `bad_padding`, however
+/// well signed.
+#[test]
+fn padding_is_zeros_to_its_bucket_or_the_payload_is_refused() {
+    let a = keypair_from_seed(&[50; 32]).unwrap();
+    let b = keypair_from_seed(&[51; 32]).unwrap();
+    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let honest = SignedPayload::sign(&a, &pb, &request("c20"), 1, T0).unwrap();
+    assert_eq!(honest.size(), MIN_PADDED_BYTES);
+    let envelope = honest.open().unwrap();
+    assert!(envelope.pad.bytes().all(|c| c == b'0'));
+    let zeros = envelope.pad.len();
+    // Signed again by the test as the sender signs: taken, and the padding is gone.
+    let mut inbox = Inbox::new(pb, InboxConfig::default());
+    let resigned = signed_with_pad(&a, &envelope, &envelope.pad);
+    assert_eq!(resigned, honest);
+    let Received::New(got) = inbox.receive(&pa, &resigned, T0) else {
+        panic!("the honest padding was refused");
+    };
+    assert_eq!(got.payload, request("c20"));
+
+    let mut seq = 1;
+    let mut refused = |pad: String| {
+        seq += 1;
+        let mut e = envelope.clone();
+        e.seq = seq;
+        let signed = signed_with_pad(&a, &e, &pad);
+        let got = inbox.receive(&pa, &signed, T0);
+        assert!(
+            matches!(got, Received::Refused(PayloadRefusal::BadPadding(_))),
+            "padding of {} bytes ({}...) answered {:?}",
+            pad.len(),
+            pad.chars().take(12).collect::<String>(),
+            got.ack()
+        );
+        assert_eq!(
+            got.ack(),
+            skillbox_peers::Ack::Refused {
+                reason: "bad_padding".into()
+            }
+        );
+    };
+    // Data in the padding, its length right.
+    refused(format!("{}{}", "secret", "0".repeat(zeros - 6)));
+    refused(format!("{}1", "0".repeat(zeros - 1)));
+    // Zeros written escaped: the same text decoded, other bytes signed.
+    refused(format!("\\u0030{}", "0".repeat(zeros - 6)));
+    // One short of the bucket, and a whole bucket too many.
+    refused("0".repeat(zeros - 1));
+    refused("0".repeat(zeros + MIN_PADDED_BYTES));
+    // No padding at all (an unpadded sender).
+    refused(String::new());
+    assert_eq!(inbox.remembered(), 1);
+}
+
+#[test]
+fn buckets_are_powers_of_two_from_the_smallest() {
+    assert_eq!(padded_size(0), Some(MIN_PADDED_BYTES));
+    assert_eq!(padded_size(MIN_PADDED_BYTES), Some(MIN_PADDED_BYTES));
+    assert_eq!(
+        padded_size(MIN_PADDED_BYTES + 1),
+        Some(2 * MIN_PADDED_BYTES)
+    );
+    assert_eq!(padded_size(usize::MAX), None);
+    // The largest payload the default limit takes fits it padded.
+    assert_eq!(
+        padded_size(skillbox_peers::payload::DEFAULT_MAX_PAYLOAD_BYTES),
+        Some(skillbox_peers::payload::DEFAULT_MAX_PAYLOAD_BYTES)
+    );
+    let a = keypair_from_seed(&[52; 32]).unwrap();
+    let pb = keypair_from_seed(&[53; 32]).unwrap().public().to_peer_id();
+    // A program of `len` bytes and ~500 bytes of envelope around it: the bucket that holds both.
+    for (len, bucket) in [
+        (0, 16 * 1024),
+        (20_000, 32 * 1024),
+        (40_000, 64 * 1024),
+        (700_000, 1024 * 1024),
+    ] {
+        let mut p = request("c21");
+        p.body = json!({"program": "x".repeat(len)});
+        let signed = SignedPayload::sign(&a, &pb, &p, 1, T0).unwrap();
+        assert_eq!(signed.size(), bucket, "a program of {len} bytes");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Unpadding reads what a peer wrote: any padding text, any size around the bucket, any
+    /// envelope text is an answer (taken or refused), never a panic.
+    #[test]
+    fn unpadding_never_panics(
+        pad in prop_oneof![
+            "[0]{0,40}",
+            any::<String>(),
+            "[0\\\\u\"]{0,40}",
+        ],
+        extra in 0usize..40_000,
+        seq in 1u64..1000,
+        text in any::<String>(),
+        signature in "[0-9a-f]{0,130}",
+    ) {
+        let a = keypair_from_seed(&[54; 32]).unwrap();
+        let b = keypair_from_seed(&[55; 32]).unwrap();
+        let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+        let mut envelope = SignedPayload::sign(&a, &pb, &request("c22"), seq, T0)
+            .unwrap()
+            .open()
+            .unwrap();
+        envelope.pad = String::new();
+        let mut inbox = Inbox::new(pb, InboxConfig::default());
+        let padded = format!("{pad}{}", "0".repeat(extra));
+        let _ = inbox.receive(&pa, &signed_with_pad(&a, &envelope, &padded), T0);
+        let _ = inbox.receive(&pa, &SignedPayload { envelope: text.clone(), signature: signature.clone() }, T0);
+        let quoted = format!("{{\"pad\":\"{text}");
+        let _ = inbox.receive(&pa, &SignedPayload { envelope: quoted, signature }, T0);
+    }
 }
