@@ -125,6 +125,13 @@ impl Api {
 }
 
 pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
+    // The nodes' keys, tokens and config go under `--keep`, and the demo then runs what it
+    // finds there: a dir another user may write to or swap would run their config and keys.
+    // Made first (so a dir about to be made is judged by where it sits), then checked.
+    if let Some(keep) = &args.keep {
+        std::fs::create_dir_all(keep).with_context(|| format!("creating {}", keep.display()))?;
+        crate::own_dir::check(keep)?;
+    }
     let model = match &args.model {
         // The user's own model: never fetched or replaced; a wrong path is said before anything
         // starts (a file that is no GGUF is said when the box loads it, below).

@@ -5,7 +5,7 @@
 //! dir another user owns, or may write to, or may rename out of the way (it sits in a directory
 //! others write to without the sticky bit) is one where that user can have put a socket of their
 //! own: they would be sent the token and the secret. Such a dir is refused, naming it, before
-//! anything is read or sent.
+//! anything is read or sent. The demo's `--keep` dir, which it runs nodes from, the same.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

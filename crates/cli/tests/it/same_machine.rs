@@ -446,6 +446,40 @@ fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
     assert!(theirs.heard().contains(KEY), "the listener heard nothing");
 }
 
+/// `skillbox demo --keep DIR` writes two nodes' keys, tokens and config under DIR and runs what
+/// it finds there: a DIR other users may write to, or one made where they may swap it, would
+/// run their config (their box) and keys. Refused, naming it, before anything starts.
+#[test]
+fn the_demo_keeps_nothing_where_another_user_can_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().expect("tempdir");
+    let open = root.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    for (keep, why) in [
+        (open.clone(), "writable by other users"),
+        (open.join("kept"), "swap the data dir"),
+    ] {
+        let o = cli(
+            root.path(),
+            &[
+                "demo",
+                "--keep",
+                &keep.display().to_string(),
+                "--model",
+                "/nonexistent/model.gguf",
+            ],
+        );
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains(why) && said.contains(&keep.display().to_string()),
+            "--keep {}: not refused for where it is: {said}",
+            keep.display()
+        );
+    }
+}
+
 /// CI's target directory sits in /var/tmp, which every local user writes: a directory another
 /// user made there first (or left writable to others) would hand them the build scripts, test
 /// binaries and agent-tool clients CI then runs. `scripts/target-dir` takes only a directory of
