@@ -14,8 +14,9 @@ use serde_json::json;
 use super::{ApiError, AppState};
 use crate::tenants::Principal;
 
-/// Refuse a request whose `Host` is not this API's (421 `host_not_allowed`) or whose `Origin` is
-/// another site's (403 `origin_not_allowed`), before anything else looks at it.
+/// Refuse a request whose `Host` is not this API's (421 `host_not_allowed`), or whose `Origin`
+/// is another site's or that a browser says came from another origin (403 `origin_not_allowed`,
+/// `fetched_from_elsewhere`), before anything else looks at it.
 /// On a [`Mounts::json_rpc`] path the refusal is a JSON-RPC error (`-32600`, no id: the request
 /// was not read) carrying the same code.
 pub async fn host_guard(
@@ -23,7 +24,14 @@ pub async fn host_guard(
     req: Request,
     next: Next,
 ) -> Response {
-    let Err(e) = g.hosts.check(req.headers()) else {
+    let checked = g.hosts.check(req.headers()).and_then(|()| {
+        if fetched_from_elsewhere(req.headers()) {
+            Err(skillbox_jc::JcError::OriginNotAllowed)
+        } else {
+            Ok(())
+        }
+    });
+    let Err(e) = checked else {
         return next.run(req).await;
     };
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::FORBIDDEN);
@@ -36,6 +44,22 @@ pub async fn host_guard(
         return (status, Json(body)).into_response();
     }
     ApiError::new(status, e.code(), e.fixed_message()).into_response()
+}
+
+/// Whether a browser says this request came from a page of another origin: its
+/// `Sec-Fetch-Site` is anything but `same-origin` (the dashboard's own pages, scripts and forms)
+/// or `none` (an address typed, a bookmark, a link from outside any page). A browser sends no
+/// `Origin` with a cross-site `GET` or a `no-cors` load (`<img>`, `<script src>`, a link), so the
+/// `Origin` check alone lets those through; `same-site` is refused too, because a page on another
+/// port of `127.0.0.1` or `localhost` is the same site (sites ignore ports). No page can forge or
+/// remove the header; a client that is no browser sends none and is judged by the other checks.
+/// Every value is read (a repeated header cannot hide a refused one), and an unknown value is
+/// refused: fail closed.
+fn fetched_from_elsewhere(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("sec-fetch-site")
+        .iter()
+        .any(|v| !matches!(v.as_bytes(), b"same-origin" | b"none"))
 }
 
 /// What [`host_guard`] checks, and where it answers in JSON-RPC.

@@ -125,6 +125,44 @@ async fn requests_for_another_host_or_from_another_site_are_refused() {
     node.stop().await;
 }
 
+/// Audit U2: a browser sends no `Origin` with a cross-site `GET` or a `no-cors` load, and the
+/// guard judged `Origin` only. Now whatever a browser says came from another origin
+/// (`Sec-Fetch-Site: cross-site`, or `same-site`: a page on another port of this host) is refused
+/// before any handler, even with the token and no `Origin`; a typed address (`none`) and the
+/// node's own pages (`same-origin`) pass, as does a client that sends no such header.
+#[tokio::test]
+async fn a_request_a_browser_says_came_from_another_origin_is_refused() {
+    let node = TestNode::start().await;
+    let post = async |name: &str, site: Option<&str>| {
+        let mut rb = node
+            .req(Method::PUT, &format!("/sources/{name}?kind=text"))
+            .await
+            .body("planted");
+        if let Some(site) = site {
+            rb = rb.header("sec-fetch-site", site);
+        }
+        node.call(rb).await
+    };
+    for site in ["cross-site", "same-site", "Cross-Site", "other"] {
+        assert_refused(post("planted", Some(site)).await, 403, "origin_not_allowed");
+    }
+    node.assert_sources_listed(&[]).await;
+    // A GET too: no handler runs, whatever the route.
+    let rb = node
+        .req(Method::GET, "/sources")
+        .await
+        .header("sec-fetch-site", "cross-site");
+    assert_refused(node.call(rb).await, 403, "origin_not_allowed");
+    for (name, site) in [
+        ("typed", Some("none")),
+        ("own", Some("same-origin")),
+        ("cli", None),
+    ] {
+        assert_eq!(post(name, site).await.0, 201, "{site:?}");
+    }
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn unauthenticated_requests_get_401_envelopes() {
     let node = TestNode::start().await;
