@@ -45,13 +45,15 @@ impl Browser {
         }
     }
 
+    /// `method path` with the cookie, the form, and `headers` as a browser adds them (`Origin`,
+    /// `Sec-Fetch-Site`).
     fn send(
         &self,
         method: &str,
         path: &str,
         cookie: Option<&str>,
         form: &[(&str, &str)],
-        origin: Option<&str>,
+        headers: &[(&str, &str)],
     ) -> Page {
         self.rt.block_on(async {
             let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
@@ -59,8 +61,8 @@ impl Browser {
             if let Some(c) = cookie {
                 r = r.header("cookie", c);
             }
-            if let Some(o) = origin {
-                r = r.header("origin", o);
+            for (k, v) in headers {
+                r = r.header(*k, *v);
             }
             if method == "POST" {
                 let body: String = form
@@ -85,11 +87,11 @@ impl Browser {
     }
 
     fn get(&self, path: &str, cookie: Option<&str>) -> Page {
-        self.send("GET", path, cookie, &[], None)
+        self.send("GET", path, cookie, &[], &[])
     }
 
     fn post(&self, path: &str, cookie: Option<&str>, form: &[(&str, &str)]) -> Page {
-        self.send("POST", path, cookie, form, None)
+        self.send("POST", path, cookie, form, &[])
     }
 
     /// Sign in with `token`; the session cookie (`name=value`).
@@ -125,6 +127,23 @@ fn header<'a>(p: &'a Page, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
+/// Words a peer reversed with a right-to-left override (they read "taste.html"), an isolate,
+/// and text hidden between zero-width characters.
+const SPOOF: &str =
+    "\u{202E}lmth.etsat\u{202C} \u{2067}x\u{2069} hid\u{200B}den\u{200D}\u{2060} \u{200F}\u{061C}";
+
+/// Audit U3: no character on a page that reorders what a human reads (bidi overrides,
+/// embeddings, isolates, marks) or that a human does not see (zero-width ones).
+fn assert_nothing_reordered_or_hidden(what: &str, page: &str) {
+    let bad: Vec<char> = page
+        .chars()
+        .filter(|c| {
+            matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200B}'..='\u{200F}' | '\u{2060}' | '\u{061C}' | '\u{FEFF}')
+        })
+        .collect();
+    assert!(bad.is_empty(), "{what}: {bad:?}");
+}
+
 #[test]
 fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -138,11 +157,16 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
         "UI-SOURCE-MARK Bonobo\n",
     );
     let (oa, ca) = (owner.api(), caller.api());
-    // A hostile owner's description: markup and an attribute breakout, shown as text only.
-    oa.add_skill(
-        "---\nname: lure\ndescription: 'Tastes <script>alert(\"x\")</script> \"><img src=x onerror=alert(1)> & more'\nprovider: openai\nmodel: gpt-ui-model\nkey: openai-key\n---\nLURE-BODY-MARK\n",
-    );
+    // A hostile owner's description: markup and an attribute breakout, shown as text only; a
+    // right-to-left override that makes the words after it read as another skill's, an isolate,
+    // and zero-width characters that hide text from the human who reads the board.
+    oa.add_skill(&format!(
+        "---\nname: lure\ndescription: 'Tastes <script>alert(\"x\")</script> \"><img src=x onerror=alert(1)> & more {SPOOF}'\nprovider: openai\nmodel: gpt-ui-model\nkey: openai-key\n---\nLURE-BODY-MARK\n",
+    ));
     ca.wait_board(&owner.peer_id, "lure", Duration::from_secs(20));
+    // The caller's node holds the peer's bytes as sent (so what follows is no vacuous check).
+    let held = ca.get("/board").body.to_string();
+    assert!(held.contains('\u{202E}'), "{held}");
     let b = Browser::new(&caller);
 
     // No session: every page sends the login page's address; a POST is refused.
@@ -182,9 +206,11 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
         assert!(!p.text.contains("<script>"), "{path}: inline script");
         assert!(!p.text.contains(" style=\""), "{path}: inline style");
     }
-    // The peer's markup is text.
+    // The peer's markup is text, with nothing that reorders or hides what a human reads.
     let board = b.get("/ui/board?q=tastes", Some(&cookie)).text;
     assert!(board.contains("&lt;script&gt;"), "{board}");
+    assert_nothing_reordered_or_hidden("the board", &board);
+    assert!(board.contains("lmth.etsat"), "the words stay: {board}");
     assert!(
         !board.contains("<script>alert") && !board.contains("<img src=x"),
         "{board}"
@@ -256,9 +282,31 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
         "/ui/sources",
         Some(&cookie),
         &f,
-        Some("http://evil.example"),
+        &[("origin", "http://evil.example")],
     );
     assert_eq!(cross.status, 403, "{}", cross.text);
+    // Audit U2: a browser says where a request came from even when it sends no `Origin`; a
+    // page of another site, or on another port of this host (the same site), is refused
+    // before the form is read, whatever cookie and token it carries.
+    for site in ["cross-site", "same-site"] {
+        let p = b.send(
+            "POST",
+            "/ui/sources",
+            Some(&cookie),
+            &f,
+            &[("sec-fetch-site", site)],
+        );
+        assert_eq!(p.status, 403, "{site}: {}", p.text);
+        assert!(p.text.contains("origin_not_allowed"), "{site}: {}", p.text);
+        let page = b.send(
+            "GET",
+            "/ui/sources",
+            Some(&cookie),
+            &[],
+            &[("sec-fetch-site", site)],
+        );
+        assert_eq!(page.status, 403, "{site}: {}", page.text);
+    }
     assert!(!b.get("/ui/sources", Some(&cookie)).text.contains("forged"));
     // The genuine form works, and content is never shown back.
     let ok = b.post("/ui/sources", Some(&cookie), &f);

@@ -105,9 +105,9 @@ pub(crate) async fn board(
                 @for r in &shown[range.clone()] {
                     tr {
                         td { (r.skill) }
-                        td class="peer-text" { (capped(&r.description, 300)) }
+                        td class="peer-text" { (peer_line(&r.description, 300)) }
                         td { (r.provider) }
-                        td { (platforms.get(&r.peer).map(|p| p.join(", ")).unwrap_or_default()) }
+                        td { (peer_line(&platforms.get(&r.peer).map(|p| p.join(", ")).unwrap_or_default(), 200)) }
                         td class="peer-text" { (needs(&r.required_sources)) }
                         td { code title=(r.peer) { (short(&r.peer)) } }
                         td { a href=(format!("/ui/calls?peer={}&skill={}", enc(&r.peer), enc(&r.skill))) { "Call…" } }
@@ -133,7 +133,7 @@ fn needs(required: &[String]) -> String {
     let mut shown: Vec<String> = required
         .iter()
         .take(NEEDS_SHOWN)
-        .map(|n| capped(n, 64))
+        .map(|n| peer_line(n, 64))
         .collect();
     if required.len() > NEEDS_SHOWN {
         shown.push(format!("(+{} more)", required.len() - NEEDS_SHOWN));

@@ -5,6 +5,12 @@ use super::*;
 
 // ---- calls
 
+/// Most characters of a box's URL or a provider's host shown (an owner chose them).
+const URL_SHOWN: usize = 256;
+/// Most characters of a consent question shown: its own words, the facts above, and an agent's
+/// request quoted (at most 2000 characters, escaped).
+const QUESTION_SHOWN: usize = 4096;
+
 fn failure_cell(v: &CallView) -> Markup {
     html! {
         @if let Some(f) = &v.failure {
@@ -158,16 +164,16 @@ pub(crate) async fn call(
                     @if !v.sources.is_empty() { dt { "Sources applied" } dd { (v.sources.join(", ")) } }
                     @if let Some(b) = &v.box_url {
                         dt { "Box" } dd {
-                            code { (b) }
+                            code { (peer_line(b, URL_SHOWN)) }
                             @if let Some(a) = &v.attested {
-                                " — " (a.platform) ", measurement " code title=(a.measurement) { (short(&a.measurement)) } ", "
+                                " — " (peer_line(&a.platform, 64)) ", measurement " code title=(a.measurement) { (short(&a.measurement)) } ", "
                                 @if a.hardware_isolation { "hardware-isolated" } @else { strong { "no hardware isolation: its operator can read what is staked" } }
                             } @else { " (not verified yet)" }
                         }
                     }
                 }
                 @if let Some(d) = &v.disclosure {
-                    p class="notice" { "Waiting for you: " (d.text) }
+                    p class="notice" { "Waiting for you: " (peer_line(&d.text, QUESTION_SHOWN)) }
                     (decision_forms(&session, &v.id, v.question.as_deref()))
                 }
                 @if let Some(r) = &v.receipt {
@@ -185,7 +191,7 @@ pub(crate) async fn call(
                 }
                 @if let Some(a) = &v.answer {
                     h3 { "Answer" }
-                    pre class="answer" { (a) }
+                    pre class="answer" { (peer_lines(a)) }
                 }
             }
         }
@@ -258,13 +264,13 @@ async fn approvals_page(
                 section class="approval" aria-label=(format!("Call {}", v.id)) {
                     h2 { (v.skill) " — " (v.role) " side" }
                     @if let Some(d) = &v.disclosure {
-                        p { (d.text) }
+                        p { (peer_line(&d.text, QUESTION_SHOWN)) }
                         dl class="facts" {
                             dt { "Sources" } dd { @if d.sources.is_empty() { "none" } @else { (d.sources.join(", ")) } }
                             dt { "Peer" } dd { code { (d.peer) } }
-                            dt { "Box" } dd { (d.box_url.clone().unwrap_or_default()) " " (d.platform.clone().unwrap_or_default()) }
+                            dt { "Box" } dd { (peer_line(d.box_url.as_deref().unwrap_or_default(), URL_SHOWN)) " " (peer_line(d.platform.as_deref().unwrap_or_default(), 64)) }
                             dt { "Hardware isolation" } dd { @if d.hardware_isolation { "yes" } @else { strong { "no" } } }
-                            dt { "Sees the plaintext" } dd { (d.provider.clone().unwrap_or_default()) " " (d.provider_host.clone().unwrap_or_default()) }
+                            dt { "Sees the plaintext" } dd { (peer_line(d.provider.as_deref().unwrap_or_default(), 64)) " " (peer_line(d.provider_host.as_deref().unwrap_or_default(), URL_SHOWN)) }
                         }
                     }
                     p { a href=(format!("/ui/calls/{}", enc(&v.id))) { "The call" } }

@@ -288,16 +288,15 @@ fn short(id: &str) -> String {
     }
 }
 
-/// A peer's text, capped (it is escaped by the template; this only keeps pages readable).
-fn capped(text: &str, max: usize) -> String {
-    if text.chars().count() > max {
-        let mut t: String = text.chars().take(max).collect();
-        t.push('…');
-        t
-    } else {
-        text.to_owned()
-    }
-}
+/// A peer's text as a human reads it here: one line of at most `max` characters with every
+/// control, bidi and invisible character gone. Markup is no risk (maud escapes it), but a right-
+/// to-left override or an isolate reorders what a human reads (a description that reads as
+/// another skill's, an answer whose words are not the order the bytes say) and zero-width or tag
+/// characters hide text a human never sees. One cleaning for every surface: the CLI's
+/// (`peer_text.rs`) and the agent surfaces' are this same function.
+pub(crate) use skillbox_reach::catalog::clean_untrusted as peer_line;
+/// A peer's text that keeps its lines (a call's answer), otherwise cleaned as [`peer_line`].
+pub(crate) use skillbox_reach::catalog::clean_untrusted_lines as peer_lines;
 
 fn failure_words(code: &str) -> &'static str {
     FailureCode::parse(code)

@@ -36,8 +36,8 @@ async fn peers_page(
                     @for p in &peers {
                         tr {
                             td { code { (p.peer) } }
-                            td { (p.addresses.join(", ")) }
-                            td { (capped(p.agent_version.as_deref().unwrap_or(""), 80)) }
+                            td { (peer_line(&p.addresses.join(", "), 1000)) }
+                            td { (peer_line(p.agent_version.as_deref().unwrap_or(""), 80)) }
                         }
                     }
                 }

@@ -21,7 +21,7 @@ async fn skills_page(
                     @for k in list {
                         tr data-skill=(k.name) {
                             td { a href=(format!("/ui/skills/{}", enc(&k.name))) { (k.name) } }
-                            td { (capped(&k.description, 200)) }
+                            td { (peer_line(&k.description, 200)) }
                             td { (k.provider.clone().unwrap_or_default()) }
                             td {
                                 @if k.offered { span class="ok" { "offered" } }
