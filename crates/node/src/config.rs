@@ -187,6 +187,13 @@ pub struct IndexConfig {
     /// A search fetches at most this many providers' adverts, and takes at most this long.
     pub search_max_fetches: usize,
     pub search_timeout_secs: u64,
+    /// What a search for a request may tell DHT peers (`board`, `category` or `terms`): every
+    /// key looked up reaches the DHT servers on the lookup path with this node's id and
+    /// address, and a word's key is reversible by dictionary. `board`: nothing, requests are
+    /// ranked against the board alone. `category` (default): the board first, and only when it
+    /// holds no candidate the request's category key. `terms`: the request's rarest words'
+    /// keys on every search (finds most, tells DHT peers those words).
+    pub search: skillbox_peers::index::SearchScope,
     /// Categories whose live topic this node listens on (their adverts reach the board as they
     /// are published). Empty: the board holds only what searches fetched.
     pub live_categories: Vec<String>,
@@ -210,6 +217,7 @@ impl Default for IndexConfig {
             max_providers: p.index_max_providers,
             search_max_fetches: p.search_max_fetches,
             search_timeout_secs: p.search_timeout.as_secs(),
+            search: p.search_scope,
             live_categories: p.live_categories,
             board_sync: p.board_sync,
             advert_rate_per_sec: p.advert_rate_per_sec,
@@ -1318,6 +1326,13 @@ max_providers = {ix_providers}
 # A search fetches at most this many providers' adverts and takes at most this many seconds.
 search_max_fetches = {ix_fetches}
 search_timeout_secs = {ix_timeout}
+# What a search for a request tells DHT peers: every key looked up reaches the DHT servers on
+# the lookup path with this node's id and address, and a word's key is reversible by
+# dictionary. "board": nothing, a request is ranked against the board (gossip, board syncs)
+# alone. "category": the board first, and only when it holds no candidate the request's
+# category key. "terms": the request's rarest words on every search (finds the most, and tells
+# DHT peers those words).
+search = "{ix_search}"
 # Categories whose live gossip topic this node listens on (their adverts reach the board as
 # published). [] on a large network: the board then holds only what searches found.
 live_categories = {ix_live}
@@ -1497,6 +1512,11 @@ operator = {operator}
             ix_providers = self.index.max_providers,
             ix_fetches = self.index.search_max_fetches,
             ix_timeout = self.index.search_timeout_secs,
+            ix_search = match self.index.search {
+                skillbox_peers::index::SearchScope::Board => "board",
+                skillbox_peers::index::SearchScope::Category => "category",
+                skillbox_peers::index::SearchScope::Terms => "terms",
+            },
             ix_live = list(&self.index.live_categories),
             ix_sync = self.index.board_sync,
             ix_advert_rate = toml::Value::Float(self.index.advert_rate_per_sec),
@@ -1839,10 +1859,12 @@ mod tests {
         let set = shipped
             .replace("ttl_secs = 10800", "ttl_secs = 900")
             .replace("republish_secs = 3600", "republish_secs = 300")
-            .replace("board_sync = true", "board_sync = false");
+            .replace("board_sync = true", "board_sync = false")
+            .replace("search = \"category\"", "search = \"terms\"");
         let c = Config::parse(&set, Path::new("c.toml")).expect("set values parse");
         assert_eq!((c.index.ttl_secs, c.index.republish_secs), (900, 300));
         assert!(!c.index.board_sync);
+        assert_eq!(c.index.search, skillbox_peers::index::SearchScope::Terms);
         assert_eq!(
             Config::parse(&c.render(), Path::new("c.toml")).expect("again"),
             c
@@ -1893,6 +1915,7 @@ mod tests {
                 "index.live_categories",
             ),
             ("board_sync = true", "board_sync = 1", "board_sync"),
+            ("search = \"category\"", "search = \"words\"", "search"),
             (
                 "board_sync = true",
                 "board_sync = true\nshards = 4",

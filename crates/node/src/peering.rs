@@ -105,6 +105,7 @@ pub fn peers_config(config: &Config, path: &std::path::Path) -> Result<PeersConf
         index_max_providers: ix.max_providers,
         search_max_fetches: ix.search_max_fetches,
         search_timeout: Duration::from_secs(ix.search_timeout_secs),
+        search_scope: ix.search,
         live_categories: ix.live_categories.clone(),
         board_sync: ix.board_sync,
         advert_rate_per_sec: ix.advert_rate_per_sec,

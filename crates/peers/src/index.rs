@@ -104,6 +104,38 @@ pub fn lookup_keys(vocab: &Vocabulary) -> LookupKeys {
     }
 }
 
+/// What a search may tell DHT peers of the request (`index.search`). Every key a search looks
+/// up reaches each DHT server on the lookup path with the searcher's peer id and address, and
+/// a key is the unsalted SHA-256 of a public domain and the term: a dictionary reverses it, and
+/// a Sybil placed near the key of a chosen word sees who asks for it. The request's rarest
+/// words, the ones the keyword stage sends, are its most identifying.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchScope {
+    /// Nothing: a request is ranked against the board (gossip, board syncs) only.
+    Board,
+    /// The request's category key only (one of fifteen categories), and — by the node's rule —
+    /// only when the board holds no candidate for it.
+    #[default]
+    Category,
+    /// The request's rarest words' keys first, then its category's: finds the providers the
+    /// board lacks best, and tells DHT peers on the path those words.
+    Terms,
+}
+
+/// The keys a search under `scope` looks up: [`lookup_keys`] under `terms`, the category's
+/// alone under `category`, none under `board`.
+pub fn search_keys(scope: SearchScope, vocab: &Vocabulary) -> LookupKeys {
+    match scope {
+        SearchScope::Board => LookupKeys::default(),
+        SearchScope::Category => LookupKeys {
+            keywords: Vec::new(),
+            category: lookup_keys(vocab).category,
+        },
+        SearchScope::Terms => lookup_keys(vocab),
+    }
+}
+
 /// What [`lookup_keys`] returns: the keyword keys, and the category's as the fallback.
 #[derive(Clone, Debug, Default)]
 pub struct LookupKeys {
@@ -260,6 +292,26 @@ impl ProviderGate {
 mod tests {
     use super::*;
     use skillbox_calls::vocabulary::{query_vocabulary, skill_vocabulary};
+
+    #[test]
+    fn a_scope_short_of_terms_looks_up_no_key_of_the_request_s_words() {
+        let vocab = query_vocabulary("rotate the staging vault credentials of our payroll service");
+        assert!(!vocab.keywords.is_empty());
+        let words = lookup_keys(&vocab).keywords;
+        let category = lookup_keys(&vocab).category;
+        assert!(
+            search_keys(SearchScope::Board, &vocab)
+                .all()
+                .next()
+                .is_none()
+        );
+        let by_category = search_keys(SearchScope::Category, &vocab);
+        assert!(by_category.keywords.is_empty());
+        assert_eq!(by_category.category, category);
+        assert!(by_category.all().all(|k| !words.contains(k)));
+        assert_eq!(search_keys(SearchScope::Terms, &vocab).keywords, words);
+        assert_eq!(SearchScope::default(), SearchScope::Category);
+    }
 
     #[test]
     fn a_search_looks_up_a_key_its_skill_provides() {

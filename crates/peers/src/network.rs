@@ -26,8 +26,8 @@ use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::dial::{DialGate, DialPolicy};
 use crate::index::{
-    KEY_LEN, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, lookup_keys,
-    offer_keys, record_addresses,
+    KEY_LEN, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, SearchScope,
+    offer_keys, record_addresses, search_keys,
 };
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, Payload, Received,
@@ -208,6 +208,9 @@ pub struct PeersConfig {
     /// Adverts a search fetches point to point at most, and how long a search may take.
     pub search_max_fetches: usize,
     pub search_timeout: Duration,
+    /// What a search may tell DHT peers of the request: nothing, its category, or its rarest
+    /// words (see [`SearchScope`]). Default: its category.
+    pub search_scope: SearchScope,
     /// Adverts taken from one node on the live topics: per second sustained, and burst. Past
     /// it a node's adverts are dropped and not forwarded (an honest node publishes one an
     /// interval, a few more when its offer changes or peers join).
@@ -271,6 +274,7 @@ impl Default for PeersConfig {
             board_sync: true,
             search_max_fetches: 32,
             search_timeout: Duration::from_secs(10),
+            search_scope: SearchScope::default(),
             advert_rate_per_sec: 0.5,
             advert_burst: 20,
         }
@@ -597,6 +601,7 @@ pub struct PeersHandle {
     events: broadcast::Sender<NetworkEvent>,
     seq: Arc<Mutex<SeqClock>>,
     max_payload_bytes: usize,
+    search_scope: SearchScope,
 }
 
 /// Start the peer network with the node key; returns once every listen address is bound.
@@ -668,6 +673,7 @@ pub async fn start(
         events: events.clone(),
         seq: Arc::new(Mutex::new(SeqClock::default())),
         max_payload_bytes: config.max_payload_bytes,
+        search_scope: config.search_scope,
     };
     let mut task = Task {
         inbox: Inbox::new(local, config.inbox_config()),
@@ -1258,7 +1264,12 @@ impl Task {
 
     fn search(&mut self, text: &str, reply: oneshot::Sender<SearchOutcome>) {
         let vocab = skillbox_calls::vocabulary::query_vocabulary(text);
-        let keys = lookup_keys(&vocab);
+        let keys = search_keys(self.config.search_scope, &vocab);
+        if keys.all().next().is_none() {
+            // `board`: nothing of the request leaves this node.
+            let _ = reply.send(SearchOutcome::default());
+            return;
+        }
         let (first, fallback) = if keys.keywords.is_empty() {
             (keys.category, Vec::new())
         } else {
@@ -2334,12 +2345,23 @@ impl PeersHandle {
             .map(|raw| raw.to_vec())
     }
 
-    /// Search the skill index for `text`: look up a few of its terms' keys in parallel, fetch
-    /// each named provider's signed advert point to point, verify it with the board's checks
-    /// and keep it on the board (the board is a cache of verified adverts). The outcome names
-    /// the providers now on the board; rank them with the intent's scoring.
+    /// Search the skill index for `text` as [`PeersConfig::search_scope`] allows: look up its
+    /// keys in parallel (under `terms` a few of its rarest words' first, its category's if
+    /// they named nobody; under `category` its category's alone; under `board` none, and the
+    /// outcome is empty), fetch each named provider's signed advert point to point, verify it
+    /// with the board's checks and keep it on the board (the board is a cache of verified
+    /// adverts). The outcome names the providers now on the board; rank them with the intent's
+    /// scoring.
     pub async fn search(&self, text: &str) -> Result<SearchOutcome, PeersError> {
+        if self.search_scope == SearchScope::Board {
+            return Ok(SearchOutcome::default());
+        }
         self.ask(|tx| Command::Search(text.to_owned(), tx)).await
+    }
+
+    /// What this node's searches may tell DHT peers of a request (`index.search`).
+    pub fn search_scope(&self) -> SearchScope {
+        self.search_scope
     }
 
     /// Provide arbitrary index keys. Exists so tests can show that DHT servers rate-limit a

@@ -27,13 +27,15 @@ const MAX_SEARCH_BYTES: usize = 4096;
 
 /// `GET /board[?q=TEXT]`: one row per offered skill of every peer on the board. The rows come
 /// pre-rendered from the board (no per-request serialization of 10,000 adverts). With `q`, the
-/// skill index is searched first: the adverts of the providers it names are fetched, verified
-/// and cached on the board, so the answer holds what the network offers for `q`, not only what
-/// the live topics brought.
+/// skill index is searched first as `index.search` allows (`terms`: always, by `q`'s rarest
+/// words; `category`: only when no row on the board answers `q`, by its category alone;
+/// `board`: never): the adverts of the providers it names are fetched, verified and cached on
+/// the board, so the answer holds what the network offers for `q`, not only what the live
+/// topics brought.
 #[utoipa::path(
     get, path = "/board",
     summary = "What peers offer right now: one row per offered skill of every peer's newest unexpired advert.",
-    params(("q" = Option<String>, Query, description = "Search the skill index for this request first; the providers it names join the board.")),
+    params(("q" = Option<String>, Query, description = "Search the skill index for this request first, as the node's `index.search` allows; the providers it names join the board.")),
     responses(
         (status = 200, description = "The board.", body = Board),
         (status = 400, description = "Unknown query parameter, or `q` over 4096 bytes (`validation_error`)."),
@@ -48,7 +50,17 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
             return Err(ApiError::validation("query.q", "longer than 4096 bytes"));
         }
         let handle = s.peers.get().ok_or_else(peers_unavailable)?;
-        handle.search(text).await.map_err(network)?;
+        // As the intent does (`index.search`): under `category` the board first, the index
+        // (category key alone) only when no row of another peer answers `q`.
+        let (rows, me) = (handle.board(), handle.local_peer_id().to_base58());
+        let others: Vec<skillbox_calls::intent::Candidate<'_>> = rows
+            .iter()
+            .filter(|r| r.peer != me)
+            .map(Into::into)
+            .collect();
+        if crate::calls::index_needed(handle.search_scope(), text, &others) {
+            handle.search(text).await.map_err(network)?;
+        }
     }
     let (rows, peers) = view.board_json();
     let mut body = String::with_capacity(rows.len() + 32);

@@ -46,6 +46,7 @@ use skillbox_calls::{RateBuckets, SelectionError};
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{VerifiedRun, VerifiedRunRecord};
 use skillbox_jc::dsse::key_hex;
+use skillbox_peers::index::SearchScope;
 use skillbox_peers::{AcceptedBox, OfferedSkill, PayloadReceiver, PayloadTransport, PeerId};
 use zeroize::Zeroizing;
 
@@ -83,6 +84,28 @@ pub trait Directory: Send + Sync {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(std::future::ready(()))
     }
+    /// What a search may tell DHT peers of a request (`index.search`); a fixed board searches
+    /// nothing.
+    fn search_scope(&self) -> SearchScope {
+        SearchScope::Board
+    }
+}
+
+/// Whether a request goes to the skill index under `scope`, given what the board offers for it
+/// now. `terms`: always (the index may name a better provider than the board holds, and the
+/// operator chose to tell DHT peers the request's words). `category`: only when the board has
+/// no candidate above the intent's threshold, so a request the board answers sends nothing
+/// anywhere, and one it cannot sends its category key alone. `board`: never.
+pub fn index_needed(
+    scope: SearchScope,
+    text: &str,
+    candidates: &[skillbox_calls::intent::Candidate<'_>],
+) -> bool {
+    match scope {
+        SearchScope::Board => false,
+        SearchScope::Category => skillbox_calls::intent::pick(text, candidates).is_err(),
+        SearchScope::Terms => true,
+    }
 }
 
 impl Directory for skillbox_peers::PeersHandle {
@@ -111,6 +134,9 @@ impl Directory for skillbox_peers::PeersHandle {
                 tracing::debug!(error = %e, "skill index search failed");
             }
         })
+    }
+    fn search_scope(&self) -> SearchScope {
+        skillbox_peers::PeersHandle::search_scope(self)
     }
 }
 

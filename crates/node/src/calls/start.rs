@@ -12,6 +12,7 @@ use skillbox_calls::machine::{self, NewCall, Role, State};
 use skillbox_calls::select_sources;
 use skillbox_jc::program::ProgramHash;
 use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_peers::index::SearchScope;
 use zeroize::Zeroizing;
 
 use super::boxes::KnownBox;
@@ -315,6 +316,28 @@ impl Calls {
         Ok((able, first))
     }
 
+    /// The board rows this node could call, as the intent's candidates: not its own, none
+    /// asking for a reserved source, and each with no required sources or one of them `held`
+    /// as a shareable source.
+    fn candidates<'a>(
+        &self,
+        rows: &'a [skillbox_peers::BoardRow],
+        held: &HashSet<String>,
+    ) -> Vec<skillbox_calls::intent::Candidate<'a>> {
+        rows.iter()
+            .filter(|r| r.peer != self.0.node_id)
+            .filter(|r| {
+                !r.required_sources
+                    .iter()
+                    .any(|s| skillbox_skill::is_reserved_source_name(s))
+            })
+            .filter(|r| {
+                r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s))
+            })
+            .map(Into::into)
+            .collect()
+    }
+
     /// The `skill` intent (`POST /intents/skill`): rank the skills the board offers right now
     /// that this node could call (no required sources, or at least one of them held as a
     /// shareable source) against `text`, and start a call on the best with sources omitted.
@@ -339,27 +362,25 @@ impl Calls {
         text: Zeroizing<String>,
         from_agent: bool,
     ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
-        // The index first: the providers it names for the request join the board's cache.
-        self.0.directory.search(&text).await;
-        let rows = self.0.directory.rows();
         let srcs = self.0.sources.clone();
         let held: HashSet<String> =
             blocking(move || Ok(srcs.shareable()?.into_iter().map(|m| m.name).collect())).await?;
-        let callable: Vec<&skillbox_peers::BoardRow> = rows
-            .iter()
-            .filter(|r| r.peer != self.0.node_id)
-            .filter(|r| {
-                !r.required_sources
-                    .iter()
-                    .any(|s| skillbox_skill::is_reserved_source_name(s))
-            })
-            .filter(|r| {
-                r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s))
-            })
-            .collect();
-        let candidates: Vec<skillbox_calls::intent::Candidate<'_>> =
-            callable.iter().map(|r| (*r).into()).collect();
-        let pick = skillbox_calls::intent::pick(&text, &candidates)?;
+        let scope = self.0.directory.search_scope();
+        // The index only as `index.search` allows: under `terms` first, as before; under
+        // `category` only when the board has no candidate, and then with the category key
+        // alone (the request's words never reach a DHT peer); under `board` never. The
+        // providers it names join the board's cache, and the board is ranked again.
+        let on_board = (scope != SearchScope::Terms).then(|| self.0.directory.rows());
+        let rows = match on_board {
+            Some(rows) if !super::index_needed(scope, &text, &self.candidates(&rows, &held)) => {
+                rows
+            }
+            _ => {
+                self.0.directory.search(&text).await;
+                self.0.directory.rows()
+            }
+        };
+        let pick = skillbox_calls::intent::pick(&text, &self.candidates(&rows, &held))?;
         let view = self
             .start_from(
                 StartCall {

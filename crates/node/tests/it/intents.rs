@@ -143,3 +143,102 @@ async fn the_intent_routes_requests_to_the_board_s_skills() {
     let (status, b) = ask(&caller, "write a README file for this project").await;
     assert!(status == 409 || b["skill"] != gone, "{status} {b}");
 }
+
+/// The caller's board, counting the searches of the skill index the intent makes (each would
+/// send index keys to DHT peers) and passing everything to the real network.
+struct CountingSearches {
+    inner: skillbox_peers::PeersHandle,
+    searches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl skillbox_node::calls::Directory for CountingSearches {
+    fn offered(&self, peer: &str, skill: &str) -> Option<skillbox_node::calls::Offered> {
+        skillbox_node::calls::Directory::offered(&self.inner, peer, skill)
+    }
+    fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
+        self.inner.board()
+    }
+    fn search<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        self.searches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        skillbox_node::calls::Directory::search(&self.inner, text)
+    }
+    fn search_scope(&self) -> skillbox_peers::index::SearchScope {
+        self.inner.search_scope()
+    }
+}
+
+/// A private request the board already answers goes nowhere else under the default
+/// `index.search = "category"`: before, every intent searched the index with the request's
+/// rarest words first, so DHT peers on the lookup path learnt them even when the board held the
+/// skill. A request the board cannot answer still searches (by its category alone, which the
+/// peers tests watch from a DHT server), and under `board` nothing is searched at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_intent_the_board_answers_searches_no_index() {
+    let (provider_url, _log) = provider_double(Duration::ZERO).await;
+    let box_url = start_box(&provider_url).await;
+    let owner = TestNode::start(&box_url, vec![], |_| {}).await;
+    owner.put_source("openai-key", "secret", "sk-test").await;
+    let (folder, request) = intent_cases().into_iter().next().expect("a case");
+    let (skill, doc) = offered_doc(&folder);
+    owner.add_skill(&doc).await;
+    let counting = |scope| {
+        let searches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = searches.clone();
+        let owner_p2p = owner.p2p.clone();
+        let box_url = box_url.clone();
+        async move {
+            let caller = TestNode::start_with_directory(
+                &box_url,
+                vec![owner_p2p],
+                |c| {
+                    if let Some(scope) = scope {
+                        c.index.search = scope;
+                    }
+                },
+                |h| std::sync::Arc::new(CountingSearches { inner: h, searches }),
+            )
+            .await;
+            (caller, seen)
+        }
+    };
+    let searched = |n: &std::sync::Arc<std::sync::atomic::AtomicUsize>| {
+        n.load(std::sync::atomic::Ordering::SeqCst)
+    };
+
+    let (caller, searches) = counting(None).await;
+    caller.wait_board(&owner.peer_id, &skill).await;
+    let (status, b) = ask(&caller, &request).await;
+    assert_eq!(
+        (status, b["skill"].as_str()),
+        (201, Some(skill.as_str())),
+        "{b}"
+    );
+    assert_eq!(
+        searched(&searches),
+        0,
+        "the board answered: no index search"
+    );
+    let (status, b) = ask(&caller, "give me a recipe for chocolate cake").await;
+    assert_eq!(status, 409, "{b}");
+    assert_eq!(
+        searched(&searches),
+        1,
+        "no candidate on the board: one search"
+    );
+
+    let (caller, searches) = counting(Some(skillbox_peers::index::SearchScope::Board)).await;
+    caller.wait_board(&owner.peer_id, &skill).await;
+    let (status, _) = ask(&caller, "give me a recipe for chocolate cake").await;
+    assert_eq!(status, 409);
+    assert_eq!(searched(&searches), 0, "board: never a search");
+
+    let (caller, searches) = counting(Some(skillbox_peers::index::SearchScope::Terms)).await;
+    caller.wait_board(&owner.peer_id, &skill).await;
+    let (status, _) = ask(&caller, &request).await;
+    assert_eq!(status, 201);
+    assert_eq!(searched(&searches), 1, "terms: the index first, as before");
+}

@@ -490,6 +490,8 @@ fn config() -> PeersConfig {
         // announcements above. A search that finds its provider ends long before this; at load
         // average 10, 3 of 208 searches running beside a republish round hit 30 s.
         search_timeout: Duration::from_secs(60),
+        // These tests find providers by their skills' words: the DHT search of `terms`.
+        search_scope: skillbox_peers::index::SearchScope::Terms,
         ..PeersConfig::default()
     }
 }
@@ -738,4 +740,201 @@ async fn a_record_the_store_does_not_keep_takes_no_room_in_the_providers_share()
     }
     late.shutdown().await;
     server.shutdown().await;
+}
+
+/// A DHT server that writes down every key it is asked for providers of (GET_PROVIDERS): what
+/// any Kademlia participant on a searcher's lookup path, or a Sybil placed near a chosen word's
+/// key, learns of a search. Kademlia asks its store for a key's providers to answer.
+struct KeyLog {
+    inner: libp2p::kad::store::MemoryStore,
+    asked: Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl libp2p::kad::store::RecordStore for KeyLog {
+    type RecordsIter<'a> =
+        <libp2p::kad::store::MemoryStore as libp2p::kad::store::RecordStore>::RecordsIter<'a>;
+    type ProvidedIter<'a> =
+        <libp2p::kad::store::MemoryStore as libp2p::kad::store::RecordStore>::ProvidedIter<'a>;
+    fn get(&self, k: &libp2p::kad::RecordKey) -> Option<std::borrow::Cow<'_, libp2p::kad::Record>> {
+        self.inner.get(k)
+    }
+    fn put(&mut self, r: libp2p::kad::Record) -> libp2p::kad::store::Result<()> {
+        self.inner.put(r)
+    }
+    fn remove(&mut self, k: &libp2p::kad::RecordKey) {
+        self.inner.remove(k)
+    }
+    fn records(&self) -> Self::RecordsIter<'_> {
+        self.inner.records()
+    }
+    fn add_provider(
+        &mut self,
+        record: libp2p::kad::ProviderRecord,
+    ) -> libp2p::kad::store::Result<()> {
+        self.inner.add_provider(record)
+    }
+    fn providers(&self, key: &libp2p::kad::RecordKey) -> Vec<libp2p::kad::ProviderRecord> {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(key.to_vec());
+        self.inner.providers(key)
+    }
+    fn provided(&self) -> Self::ProvidedIter<'_> {
+        self.inner.provided()
+    }
+    fn remove_provider(&mut self, k: &libp2p::kad::RecordKey, p: &PeerId) {
+        self.inner.remove_provider(k, p)
+    }
+}
+
+#[derive(libp2p::swarm::NetworkBehaviour)]
+struct Eavesdropper {
+    identify: libp2p::identify::Behaviour,
+    kad: libp2p::kad::Behaviour<KeyLog>,
+}
+
+/// A plain libp2p node speaking skillbox's Kademlia as a DHT server on the memory transport,
+/// writing down the keys it is asked for: its address and the log.
+async fn eavesdropping_dht_server() -> (Multiaddr, Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    use futures::StreamExt;
+    use libp2p::{StreamProtocol, Transport, identify, kad, noise, yamux};
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = asked.clone();
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_other_transport(|key| {
+            Ok(libp2p::core::transport::MemoryTransport::default()
+                .upgrade(libp2p::core::upgrade::Version::V1)
+                .authenticate(noise::Config::new(key)?)
+                .multiplex(yamux::Config::default()))
+        })
+        .expect("transport")
+        .with_behaviour(|key| {
+            let local = key.public().to_peer_id();
+            let store = KeyLog {
+                inner: kad::store::MemoryStore::new(local),
+                asked: log,
+            };
+            let mut kad = kad::Behaviour::with_config(
+                local,
+                store,
+                kad::Config::new(StreamProtocol::new("/skillbox/kad/1.0.0")),
+            );
+            kad.set_mode(Some(kad::Mode::Server));
+            Eavesdropper {
+                identify: identify::Behaviour::new(identify::Config::new(
+                    "/skillbox/id/1.0.0".into(),
+                    key.public(),
+                )),
+                kad,
+            }
+        })
+        .expect("behaviour")
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build();
+    swarm
+        .listen_on("/memory/0".parse().expect("memory addr"))
+        .expect("listen");
+    let addr = loop {
+        if let libp2p::swarm::SwarmEvent::NewListenAddr { address, .. } =
+            swarm.select_next_some().await
+        {
+            break address.with(Protocol::P2p(*swarm.local_peer_id()));
+        }
+    };
+    tokio::spawn(async move {
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+    (addr, asked)
+}
+
+/// The keys the eavesdropper was asked for once `searcher`'s search for `text` reached it (a
+/// key of `sent` among them), or none within 20 s.
+async fn keys_seen(
+    searcher: &PeersHandle,
+    text: &str,
+    asked: &std::sync::Mutex<Vec<Vec<u8>>>,
+    sent: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        searcher.search(text).await.expect("search runs");
+        let seen = asked.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if seen.iter().any(|k| sent.contains(k)) || Instant::now() >= deadline {
+            return seen;
+        }
+        // The searcher's routing table takes the server once identify has told it so.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A caller's request goes to the index; a DHT server on the lookup path writes down every key
+/// it is asked for. Under `index.search = "terms"` it sees the key of the request's rarest word,
+/// which a dictionary of `sha256(domain‖word‖shard)` turns back into the word. Under the
+/// default, `category`, it sees the request's category key and no key of any of its words; under
+/// `board` nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dht_server_learns_a_request_s_rare_words_only_when_the_operator_chose_terms() {
+    use skillbox_peers::index::SearchScope;
+    let text = "draft the custody petition for my divorce and list the assets to declare";
+    let vocab = skillbox_calls::vocabulary::query_vocabulary(text);
+    let words: Vec<Vec<u8>> = lookup_keys(&vocab)
+        .keywords
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+    let category: Vec<Vec<u8>> = lookup_keys(&vocab)
+        .category
+        .iter()
+        .map(|k| k.to_vec())
+        .collect();
+    assert!(!words.is_empty(), "the request has index terms");
+    let searcher = |seed, search_scope| async move {
+        let (server, asked) = eavesdropping_dht_server().await;
+        let (h, rx) = node(
+            seed,
+            PeersConfig {
+                search_timeout: Duration::from_secs(5),
+                search_scope,
+                ..config()
+            },
+        )
+        .await;
+        h.dial(server)
+            .await
+            .expect("the searcher reaches the DHT server");
+        (h, rx, asked)
+    };
+
+    let (terms, _t, asked) = searcher(160, SearchScope::Terms).await;
+    let seen = keys_seen(&terms, text, &asked, &words).await;
+    assert!(
+        seen.iter().any(|k| words.contains(k)),
+        "under terms the DHT server sees a key of the request's words"
+    );
+
+    let (default, _d, asked) = searcher(161, PeersConfig::default().search_scope).await;
+    let seen = keys_seen(&default, text, &asked, &category).await;
+    assert!(
+        seen.iter().any(|k| category.contains(k)),
+        "the search reached the DHT server: {} keys seen",
+        seen.len()
+    );
+    let leaked = seen.iter().filter(|k| words.contains(k)).count();
+    assert_eq!(
+        leaked, 0,
+        "under the default the DHT server saw {leaked} keys of the request's words"
+    );
+
+    let (board, _b, asked) = searcher(162, SearchScope::Board).await;
+    let outcome = board.search(text).await.expect("search runs");
+    assert_eq!(outcome.lookups, 0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(asked.lock().unwrap_or_else(|p| p.into_inner()).is_empty());
+    for h in [terms, default, board] {
+        h.shutdown().await;
+    }
 }
