@@ -211,6 +211,10 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     assert!(board.contains("&lt;script&gt;"), "{board}");
     assert_nothing_reordered_or_hidden("the board", &board);
     assert!(board.contains("lmth.etsat"), "the words stay: {board}");
+    // The terminal's board (`peer_text.rs`) passes the same cleaning.
+    let shown = procs::cli_ok(&caller.dir, &["board"]);
+    assert_nothing_reordered_or_hidden("skillbox board", &shown);
+    assert!(shown.contains("lmth.etsat"), "the words stay: {shown}");
     assert!(
         !board.contains("<script>alert") && !board.contains("<img src=x"),
         "{board}"
