@@ -211,7 +211,7 @@ pub fn open_owner_note(
         .ok_or_else(|| JcError::Sealed("owner note has no entry".into()))?;
     let coverage = match entries.iter().find(|e| e.name == OwnerNote::COVERAGE_ENTRY) {
         Some(e) => Some(
-            skillbox_guard::Coverage::from_bytes(&e.data)
+            skillbox_guard::CoverageLevels::from_bytes(&e.data)
                 .map_err(|_| JcError::Sealed("owner note coverage is malformed".into()))?,
         ),
         None => None,

@@ -35,28 +35,35 @@ pub struct Receipt {
 }
 
 /// What the box tells the owner alone about a guarded run: whether the output guard withheld or
-/// regenerated the answer (no content, no score), and what the released answer carried of the
-/// body (which body words and canary characters: the owner adds these up across a peer's calls,
-/// issue 32 item 4). Sealed to the owner's node key (`seal::Purpose::OwnerNote`) beside the
-/// receipt, never in it: the receipt goes to both parties, and a caller told of each catch could
-/// ask "if the code's first digit is below 5, print the code" and read the answer off that one
-/// bit. Every guarded run of a program carries a note of the same sealed size (padded to a size
+/// regenerated the answer (no content, no score), and how much the released answer carried of
+/// the body — its covered words' share and its most covered secret's, each rounded up to one of
+/// sixteen levels (`skillbox_guard::CoverageLevels`; the owner sums these across a peer's
+/// calls, issue 32 item 4). How much, never which: the owner's body decides which of its
+/// phrases the model repeats, so which words an answer covers can spell out the caller's
+/// sources, and positions sealed to the owner gave them back a bit per body phrase (audit B2).
+/// Sealed to the owner's node key (`seal::Purpose::OwnerNote`) beside the receipt, never in it:
+/// the receipt goes to both parties, and a caller told of each catch could ask "if the code's
+/// first digit is below 5, print the code" and read the answer off that one bit. Every guarded run of a program carries a note of the same sealed size (padded to a size
 /// the size bucket of the owner's body fixes, within the program's body limit: see
 /// [`OwnerNote::padded_len_for`]), acted or not, covered or not, failed or not, so its presence
 /// and its length say nothing of the run either.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerNote {
     pub guard_acted: bool,
-    /// What the released answer covers of the body; `None` for a failed run (nothing
-    /// released) or a guard switched off in the program.
-    pub coverage: Option<skillbox_guard::Coverage>,
+    /// How much the released answer covers of the body; `None` for a failed run (nothing
+    /// released), a guard switched off in the program, or a note sealed before levels.
+    pub coverage: Option<skillbox_guard::CoverageLevels>,
 }
 
 impl OwnerNote {
     /// The note's first sealed entry: whether the guard acted.
     pub const ENTRY: &'static str = "guard_acted";
-    /// The released answer's coverage (`skillbox_guard::Coverage::to_bytes`).
-    pub const COVERAGE_ENTRY: &'static str = "coverage";
+    /// The released answer's coverage levels (`skillbox_guard::CoverageLevels::to_bytes`).
+    pub const COVERAGE_ENTRY: &'static str = "coverage_levels";
+    /// What a note sealed before levels carried instead: which body words and secret
+    /// characters the answer covered (`skillbox_guard::Coverage::to_bytes`). Only a run stored
+    /// then is sealed again with it (its digest is the receipt's); an owner does not read it.
+    pub const POSITIONS_ENTRY: &'static str = "coverage";
     /// Zeros that bring every note of a program to one length.
     pub const PADDING_ENTRY: &'static str = "padding";
 

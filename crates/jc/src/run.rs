@@ -193,8 +193,9 @@ struct Answered {
     truncated: bool,
     /// The output guard withheld or regenerated it.
     guard_acted: bool,
-    /// What the answer released carries of the body (a guarded run only): for the owner's note.
-    coverage: Option<skillbox_guard::Coverage>,
+    /// How much the answer released carries of the body, never where (a guarded run only): for
+    /// the owner's note.
+    coverage: Option<skillbox_guard::CoverageLevels>,
 }
 
 /// A finished run's result as both parties fetch it: the `ResultView` JSON without the owner
@@ -301,13 +302,20 @@ struct SealedNote {
 }
 
 /// What makes a guarded run's sealed owner note again byte for byte ([`Sealer::seeded`]): the
-/// seed of its seal and what it says; the run store keeps this (~70 bytes with a small
-/// coverage) instead of the note. `sha256` is the digest the receipt signs, checked whenever
-/// the note is made again.
+/// seed of its seal and what it says; the run store keeps this (~80 bytes) instead of the
+/// note. `sha256` is the digest the receipt signs, checked whenever the note is made again.
 struct NoteSpec {
     seed: Zeroizing<[u8; 32]>,
     acted: bool,
+    /// The coverage entry's bytes: [`skillbox_guard::CoverageLevels`], or in a record written
+    /// before them (`levels` false) the positions bitmap a note then carried.
     coverage: Option<Vec<u8>>,
+    /// `coverage` is levels, sealed as [`OwnerNote::COVERAGE_ENTRY`]; a record written before
+    /// sealed positions as [`OwnerNote::POSITIONS_ENTRY`], and is made again as it was.
+    ///
+    /// [`OwnerNote::COVERAGE_ENTRY`]: crate::receipt::OwnerNote::COVERAGE_ENTRY
+    /// [`OwnerNote::POSITIONS_ENTRY`]: crate::receipt::OwnerNote::POSITIONS_ENTRY
+    levels: bool,
     sha256: [u8; 32],
     /// The plaintext length the note was padded to ([`OwnerNote::padded_len_for`] of the
     /// body); `None` in a record written before it was kept, whose note was padded to the
@@ -318,11 +326,13 @@ struct NoteSpec {
     padded: Option<u64>,
 }
 
-/// In [`NoteSpec`]'s form byte: a coverage follows.
+/// In [`NoteSpec`]'s form byte: a positions bitmap follows (records written before levels).
 const NOTE_HAS_COVERAGE: u8 = 1;
 /// In [`NoteSpec`]'s form byte: the padded length follows (8 bytes, big-endian) before any
 /// coverage. Records written before it have 0 or 1 there.
 const NOTE_HAS_PADDED: u8 = 2;
+/// In [`NoteSpec`]'s form byte: coverage levels follow (never with [`NOTE_HAS_COVERAGE`]).
+const NOTE_HAS_LEVELS: u8 = 4;
 
 impl NoteSpec {
     /// seed, sha256, acted, the form byte, the padded length, the coverage.
@@ -332,10 +342,12 @@ impl NoteSpec {
         out.extend_from_slice(&self.seed[..]);
         out.extend_from_slice(&self.sha256);
         out.push(self.acted as u8);
-        out.push(
-            (cov.is_some() as u8 * NOTE_HAS_COVERAGE)
-                | (self.padded.is_some() as u8 * NOTE_HAS_PADDED),
-        );
+        let has = if self.levels {
+            NOTE_HAS_LEVELS
+        } else {
+            NOTE_HAS_COVERAGE
+        };
+        out.push((cov.is_some() as u8 * has) | (self.padded.is_some() as u8 * NOTE_HAS_PADDED));
         if let Some(padded) = self.padded {
             out.extend_from_slice(&padded.to_be_bytes());
         }
@@ -359,10 +371,13 @@ impl NoteSpec {
         };
         let acted = flag(64)?;
         let form = *b.get(65).ok_or(JcError::StoreTampered)?;
-        if form & !(NOTE_HAS_COVERAGE | NOTE_HAS_PADDED) != 0 {
+        if form & !(NOTE_HAS_COVERAGE | NOTE_HAS_PADDED | NOTE_HAS_LEVELS) != 0
+            || form & (NOTE_HAS_COVERAGE | NOTE_HAS_LEVELS) == NOTE_HAS_COVERAGE | NOTE_HAS_LEVELS
+        {
             return Err(JcError::StoreTampered);
         }
-        let has_coverage = form & NOTE_HAS_COVERAGE != 0;
+        let levels = form & NOTE_HAS_LEVELS != 0;
+        let has_coverage = levels || form & NOTE_HAS_COVERAGE != 0;
         let (padded, rest) = if form & NOTE_HAS_PADDED != 0 {
             let len: [u8; 8] = b
                 .get(66..74)
@@ -379,6 +394,7 @@ impl NoteSpec {
             seed: Zeroizing::new(seed),
             acted,
             coverage: has_coverage.then(|| rest.to_vec()),
+            levels,
             sha256,
             padded,
         })
@@ -394,7 +410,7 @@ impl NoteSpec {
             run_id,
             &self.seed,
             self.acted,
-            self.coverage.as_deref(),
+            self.coverage.as_deref().map(|c| (c, self.levels)),
             padded,
         )?;
         if <[u8; 32]>::from(Sha256::digest(&sealed)) != self.sha256 {
@@ -2092,10 +2108,12 @@ impl BoxCore {
         let Some(prepared) = guard else {
             return complete(req).await;
         };
-        // What a released answer carries of the body goes to the owner's note (coverage across
-        // calls); a withheld answer releases nothing.
+        // How much a released answer carries of the body goes to the owner's note (coverage
+        // across calls) — how much, never which words: the owner's body decides which of its
+        // phrases the model repeats, so positions would carry the caller's sources to the
+        // owner. A withheld answer releases nothing.
         let released = |a: Answered, acted: bool| Answered {
-            coverage: Some(skillbox_guard::released_coverage(&prepared, &a.answer)),
+            coverage: Some(skillbox_guard::released_levels(&prepared, &a.answer)),
             guard_acted: acted,
             ..a
         };
@@ -2103,7 +2121,7 @@ impl BoxCore {
             answer: Zeroizing::new(WITHHELD_ANSWER.to_owned()),
             truncated: false,
             guard_acted: true,
-            coverage: Some(skillbox_guard::Coverage::none(&prepared)),
+            coverage: Some(skillbox_guard::CoverageLevels::NONE),
         };
         match prepared.spec().action {
             skillbox_guard::Action::Withhold => {
@@ -2344,7 +2362,7 @@ fn seal_owner_note(
     program: &ApprovedProgram,
     run_id: &str,
     acted: bool,
-    coverage: Option<&skillbox_guard::Coverage>,
+    coverage: Option<&skillbox_guard::CoverageLevels>,
     body_len: u64,
 ) -> Result<Option<SealedNote>> {
     if program.program.guard.is_none() {
@@ -2352,12 +2370,19 @@ fn seal_owner_note(
     }
     let mut seed = Zeroizing::new([0u8; 32]);
     getrandom::fill(&mut seed[..]).map_err(|e| JcError::Internal(format!("randomness: {e}")))?;
-    let coverage = coverage.map(skillbox_guard::Coverage::to_bytes);
+    let coverage = coverage.map(|c| c.to_bytes().to_vec());
     let padded = crate::receipt::OwnerNote::padded_len_for(
         body_len,
         program.program.owner_inputs.body_max_bytes,
     );
-    let sealed = seal_note(program, run_id, &seed, acted, coverage.as_deref(), padded)?;
+    let sealed = seal_note(
+        program,
+        run_id,
+        &seed,
+        acted,
+        coverage.as_deref().map(|c| (c, true)),
+        padded,
+    )?;
     let sha256 = Sha256::digest(&sealed).into();
     Ok(Some(SealedNote {
         sealed,
@@ -2365,13 +2390,15 @@ fn seal_owner_note(
             seed,
             acted,
             coverage,
+            levels: true,
             sha256,
             padded: Some(padded),
         },
     }))
 }
 
-/// The sealed note: whether the guard acted, the released answer's coverage, and zeros up to
+/// The sealed note: whether the guard acted, the released answer's coverage (`(bytes, true)`:
+/// levels; `false`: a positions bitmap of a run stored before levels), and zeros up to
 /// `padded` ([`OwnerNote::padded_len_for`] of the body's bucket) — the same sealed size for
 /// every run of the program, acted or not, failed or not, whatever the answer covered — sealed
 /// from `seed`.
@@ -2382,7 +2409,7 @@ fn seal_note(
     run_id: &str,
     seed: &[u8; 32],
     acted: bool,
-    coverage: Option<&[u8]>,
+    coverage: Option<(&[u8], bool)>,
     padded: u64,
 ) -> Result<Vec<u8>> {
     use crate::receipt::OwnerNote;
@@ -2392,9 +2419,14 @@ fn seal_note(
     let entry = |name: &str, len: u64| seal::ENTRY_OVERHEAD + name.len() as u64 + len;
     let mut written = entry(OwnerNote::ENTRY, 1) + entry(OwnerNote::PADDING_ENTRY, 0);
     sealer.entry_bytes(OwnerNote::ENTRY, &[acted as u8])?;
-    if let Some(bytes) = coverage {
-        written += entry(OwnerNote::COVERAGE_ENTRY, bytes.len() as u64);
-        sealer.entry_bytes(OwnerNote::COVERAGE_ENTRY, bytes)?;
+    if let Some((bytes, levels)) = coverage {
+        let name = if levels {
+            OwnerNote::COVERAGE_ENTRY
+        } else {
+            OwnerNote::POSITIONS_ENTRY
+        };
+        written += entry(name, bytes.len() as u64);
+        sealer.entry_bytes(name, bytes)?;
     }
     // A body whose fold lengthens its canaries past the bound gets no padding: its size then
     // says so (the owner's own doing; no ordinary body comes near).
@@ -2438,32 +2470,37 @@ mod tests {
     /// A note's spec reads back as written, its padded length with it; a spec written before
     /// the padded length was kept (form byte 0 or 1) reads with none (the note was padded to
     /// the program's body limit); any other form, or a padded length cut short, is tampering.
+    /// Whether the coverage is levels or a positions bitmap (a run stored before levels) reads
+    /// back too, so the note is made again under its own entry.
     #[test]
     fn a_note_spec_reads_back_with_its_padded_length_and_the_older_form_without() {
-        let spec = |coverage: Option<Vec<u8>>, padded: Option<u64>| NoteSpec {
+        let spec = |coverage: Option<Vec<u8>>, padded: Option<u64>, levels: bool| NoteSpec {
             seed: Zeroizing::new([7; 32]),
             acted: true,
             coverage,
+            levels,
             sha256: [9; 32],
             padded,
         };
-        for (coverage, padded) in [
-            (Some(vec![1, 2, 3]), Some(1280)),
-            (None, Some(1280)),
-            (Some(vec![4]), None),
-            (None, None),
+        for (coverage, padded, levels) in [
+            (Some(vec![1, 2, 3]), Some(1280), true),
+            (Some(vec![1, 2, 3]), Some(1280), false),
+            (None, Some(1280), false),
+            (Some(vec![4]), None, false),
+            (None, None, false),
         ] {
-            let bytes = spec(coverage.clone(), padded).to_bytes();
+            let bytes = spec(coverage.clone(), padded, levels).to_bytes();
             let back = NoteSpec::from_bytes(&bytes).expect("reads back");
             assert_eq!(
                 (
                     back.coverage,
+                    back.levels,
                     back.padded,
                     back.acted,
                     back.sha256,
                     *back.seed
                 ),
-                (coverage, padded, true, [9; 32], [7; 32])
+                (coverage, levels, padded, true, [9; 32], [7; 32])
             );
         }
         // The older form: byte 65 says only whether a coverage follows.
@@ -2471,15 +2508,20 @@ mod tests {
         old.extend_from_slice(&[9; 32]);
         old.extend_from_slice(&[1, 1, 0xAB]);
         let back = NoteSpec::from_bytes(&old).expect("the older form reads");
-        assert_eq!((back.coverage, back.padded), (Some(vec![0xAB]), None));
-        // An unknown form bit, and a padded length cut short.
-        let mut bad = old.clone();
-        bad[65] = 4;
-        assert!(matches!(
-            NoteSpec::from_bytes(&bad),
-            Err(JcError::StoreTampered)
-        ));
-        let written = spec(None, Some(1280)).to_bytes();
+        assert_eq!(
+            (back.coverage, back.levels, back.padded),
+            (Some(vec![0xAB]), false, None)
+        );
+        // An unknown form bit, positions and levels at once, and a padded length cut short.
+        for form in [8, NOTE_HAS_COVERAGE | NOTE_HAS_LEVELS] {
+            let mut bad = old.clone();
+            bad[65] = form;
+            assert!(matches!(
+                NoteSpec::from_bytes(&bad),
+                Err(JcError::StoreTampered)
+            ));
+        }
+        let written = spec(None, Some(1280), true).to_bytes();
         assert!(matches!(
             NoteSpec::from_bytes(&written[..70]),
             Err(JcError::StoreTampered)

@@ -464,6 +464,28 @@ const MIGRATIONS: &[&str] = &[
         UPDATE unstarted_tally SET n = n - 1 WHERE peer = OLD.peer AND n > 1;
     END;
     "#,
+    // 15: coverage across calls counts amounts, not positions (`calls::coverage`): the box's
+    // note tells how much of the body an answer carried (levels: which body words it covered
+    // could spell out the caller's sources), and the owner keeps per (peer, skill, UTC day) the
+    // sums of those levels, in 64ths of the whole. `guard_counted` holds the runs counted that
+    // day, so an outcome stepped twice counts once. The unions of positions cannot become sums:
+    // they are dropped, and each (peer, skill) starts the day of the upgrade from nothing.
+    r#"
+    DROP TABLE guard_coverage;
+    CREATE TABLE guard_coverage (
+        peer       TEXT NOT NULL,
+        skill      TEXT NOT NULL,
+        day        INTEGER NOT NULL,
+        words      INTEGER NOT NULL,
+        canary     INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (peer, skill, day)
+    ) STRICT;
+    CREATE TABLE guard_counted (
+        run_id TEXT PRIMARY KEY,
+        day    INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this binary writes.

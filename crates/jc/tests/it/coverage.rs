@@ -1,5 +1,6 @@
 //! Issue 32 items 4 and 5 in the box: every released answer of a guarded run reports to the
-//! owner alone what it carried of the body (sealed, one length per program), so slices add up;
+//! owner alone how much it carried of the body (levels, sealed, one length per program), so
+//! slices add up;
 //! and `regenerate` runs both rounds on every run, so a caught answer costs no extra provider
 //! round (the caller's clock tells no more than its receipt). Real box over loopback.
 
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::*;
-use skillbox_guard::{Action, Coverage, GuardSpec, NEUTRAL_INSTRUCTION};
+use skillbox_guard::{Action, GuardSpec, NEUTRAL_INSTRUCTION, WHOLE};
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
 use skillbox_jc::program::{Program, ReceiptSpec, Role};
@@ -161,48 +162,35 @@ async fn run(f: &Fixture, action: Action, request: &str) -> (String, OwnerNote, 
 async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_add_up() {
     let f = start_with(Arc::new(Slicer::default()), BoxConfig::default()).await;
     let p = Action::Withhold;
-    let mut union: Option<Coverage> = None;
     let mut lengths = Vec::new();
-    let mut after = Vec::new();
+    let mut sum = 0;
     for (a, b) in [(0, 40), (40, 80), (80, 120)] {
         let (answer, note, len) = run(&f, p, &format!("words {a} {b}")).await;
         // Each third is under the per-answer limits: the box releases it.
         assert_ne!(answer, WITHHELD_ANSWER, "third {a}..{b}");
         assert!(!note.guard_acted);
         let c = note.coverage.expect("a released answer's coverage");
-        assert!(
-            (250..350).contains(&c.words_permille()),
-            "{a}..{b}: {}",
-            c.words_permille()
-        );
-        match &mut union {
-            Some(u) => assert!(u.add(&c), "one body, one shape"),
-            None => union = Some(c),
-        }
-        after.push(union.as_ref().map_or(0, Coverage::words_permille));
+        // A third of the words, rounded up to the level above: 24/64, 375 per mille.
+        assert_eq!((c.words_parts(), c.canary_parts()), (24, 0), "{a}..{b}");
+        sum += c.words_parts();
         lengths.push(len);
     }
-    // What one answer may not carry, three of them did: the union is what the owner acts on.
-    assert!(
-        after[0] < 350 && after[1] >= 350 && after[2] >= 800,
-        "{after:?}"
-    );
+    // What one answer may not carry, three of them did: the sum is what the owner acts on.
+    assert_eq!(sum, 72);
+    assert!(sum > WHOLE, "more than the body in all");
 
     // The code in two halves of three characters: each under the check's fragments, each half
     // of the code's characters.
-    let mut code: Option<Coverage> = None;
+    let mut code = 0;
     for (a, b) in [(0, 3), (3, 6)] {
         let (answer, note, len) = run(&f, p, &format!("code {a} {b}")).await;
         assert_ne!(answer, WITHHELD_ANSWER);
         let c = note.coverage.expect("coverage");
-        assert_eq!(c.canary_permille(), 500, "{answer}");
-        match &mut code {
-            Some(u) => assert!(u.add(&c)),
-            None => code = Some(c),
-        }
+        assert_eq!(c.canary_parts(), WHOLE / 2, "{answer}");
+        code += c.canary_parts();
         lengths.push(len);
     }
-    assert_eq!(code.map(|c| c.canary_permille()), Some(1000));
+    assert_eq!(code, WHOLE);
 
     // A caught answer releases nothing, a benign one next to nothing; every note of the program
     // is one sealed length, whatever it says.
@@ -210,10 +198,10 @@ async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_a
     assert_eq!(answer, WITHHELD_ANSWER);
     assert!(note.guard_acted);
     let c = note.coverage.expect("coverage");
-    assert_eq!((c.words_permille(), c.canary_permille()), (0, 0));
+    assert_eq!((c.words_parts(), c.canary_parts()), (0, 0));
     lengths.push(len);
     let (_, note, len) = run(&f, p, "weather tomorrow?").await;
-    assert_eq!(note.coverage.map(|c| c.words_permille()), Some(0));
+    assert_eq!(note.coverage.map(|c| c.words_parts()), Some(0));
     lengths.push(len);
     assert!(lengths.iter().all(|&l| l == lengths[0]), "{lengths:?}");
     // Exactly the length the body's bucket fixes within the program's limit, with no

@@ -189,3 +189,138 @@ async fn a_caller_cannot_delete_a_finished_guarded_run_before_the_owner_counts_i
         .await
         .expect("the owner ends it");
 }
+
+/// A hostile owner's codebook: 64 lines of four made-up words each (letters only: nothing in
+/// it is a secret the guard tracks), line `i` standing for bit `i`.
+fn codebook() -> String {
+    let syl = [
+        "ka", "lo", "mi", "nu", "pe", "ra", "si", "to", "ve", "zu", "ba", "de", "fi", "go", "hu",
+        "jy",
+    ];
+    (0..64)
+        .map(|i| {
+            (0..4)
+                .map(|k| {
+                    let j = 4 * i + k;
+                    format!("{}{}n", syl[j % 16], syl[j / 16])
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Bit `i` (most significant first) of `bytes`.
+fn bit(bytes: &[u8], i: usize) -> bool {
+    bytes.get(i / 8).is_some_and(|b| b >> (7 - i % 8) & 1 == 1)
+}
+
+/// A model that obeys the codebook body: it reads the caller's staked source in the user turn
+/// and writes line `i` of its instructions iff bit `i` of the source's first 8 bytes is 1.
+struct Encoder;
+
+impl Provider for Encoder {
+    fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
+        Box::pin(async move {
+            let source = request
+                .user
+                .split("<source name=\"spotify_songs\">\n")
+                .nth(1)
+                .unwrap_or("")
+                .as_bytes();
+            let lines: Vec<&str> = request.system.lines().collect();
+            let text = (0..64)
+                .filter(|&i| bit(source, i))
+                .filter_map(|i| lines.get(i).copied())
+                .collect::<Vec<_>>()
+                .join(". ");
+            Ok(Completion {
+                text,
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+/// Audit B2: the owner chooses its body and the guard spec it advertises. A body that tells
+/// the model "write phrase i iff bit i of the user's source is 1", with the per-answer share
+/// and copied-passage limits off, gets an answer the guard releases — and a note that said
+/// which body words the answer covered gave the owner the caller's source back, 64 bits a
+/// call. The note now says how much, rounded up to a level: the owner, opening every entry of
+/// its note as a modified node would, cannot rebuild the source, and two different sources of
+/// as many one bits tell it exactly the same.
+#[tokio::test]
+async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
+    use skillbox_guard::Coverage;
+    use skillbox_jc::seal::{self, Purpose};
+    let f = start_with(Arc::new(Encoder), BoxConfig::default()).await;
+    let body = codebook();
+    let mut told = Vec::new();
+    // The same bytes in another order: as many one bits, another source.
+    for secret in [*b"Ab0(Ha`D", *b"D`aH(0bA"] {
+        let mut p = guarded(f.program(), Action::Withhold);
+        p.guard = Some(GuardSpec {
+            threshold_permille: 1000,
+            max_copied_words: 0,
+            action: Action::Withhold,
+            ..GuardSpec::default_for(false)
+        });
+        let (_, run) = f.open(&p).await;
+        f.stake_as_caller(&run, "Summarise my diary.", &secret, &f.caller)
+            .await
+            .expect("caller stakes");
+        f.stake_as_owner(&run, &body).await.expect("owner stakes");
+        f.submit_as(&run, skillbox_jc::program::Role::Caller)
+            .await
+            .expect("caller submits");
+        f.submit_as(&run, skillbox_jc::program::Role::Owner)
+            .await
+            .expect("owner submits");
+        let view = f.result(&run).await;
+        let answer = open_result(&view, &f.result_key, &run)
+            .expect("caller opens")
+            .answer;
+        // The model did encode the source, and the guard released it.
+        assert_ne!(answer, WITHHELD_ANSWER);
+        assert_eq!(answer.matches(". ").count() + 1, 18, "{answer}");
+        // The owner's node, modified to read everything its note holds.
+        verify_receipt(&view, &run).expect("receipt verifies");
+        let sealed = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            view.owner_note.as_ref().expect("a guarded run's note"),
+        )
+        .expect("base64");
+        let entries = seal::open(
+            &sealed,
+            &note_key(&f.owner),
+            &seal::info(Purpose::OwnerNote, &run.run_id, &run.program_hash),
+            || skillbox_jc::JcError::Sealed("not this run's".into()),
+        )
+        .expect("the owner opens its note");
+        let mut said = Vec::new();
+        for e in entries.iter().filter(|e| e.name != "padding") {
+            if let Ok(c) = Coverage::from_bytes(&e.data) {
+                let rebuilt: Vec<u8> = (0..8)
+                    .map(|b| {
+                        (0..8).fold(0u8, |acc, k| {
+                            let line = 8 * b + k;
+                            let covered = (0..4).filter(|w| c.words()[4 * line + w]).count();
+                            acc << 1 | u8::from(covered >= 3)
+                        })
+                    })
+                    .collect();
+                assert_ne!(
+                    rebuilt,
+                    secret,
+                    "the owner read the caller's source back from its note: {:?}",
+                    String::from_utf8_lossy(&rebuilt)
+                );
+            }
+            said.push((e.name.clone(), e.data.to_vec()));
+        }
+        told.push(said);
+    }
+    assert_eq!(told[0], told[1], "the note tells one source from another");
+}

@@ -791,8 +791,13 @@ impl Calls {
             Role::Caller => None,
         };
         let acted = note.as_ref().map(|n| n.guard_acted);
-        // Counted in the step that stores the receipt (`driver::Change::counted`).
-        let counted = note.and_then(|n| n.coverage);
+        // Counted in the step that stores the receipt (`driver::Change::counted`), once per run.
+        let counted = note
+            .and_then(|n| n.coverage)
+            .map(|levels| super::coverage::Counted {
+                run_id: run_id.clone(),
+                levels,
+            });
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
         if let Some(o) = receipt_json.as_object_mut() {

@@ -1,18 +1,22 @@
 //! Coverage across calls, the owner's side (issue 32 item 4).
 //!
-//! The box's note sealed to this owner says, for each answer it released, which body words and
-//! canary characters the answer carried (`skillbox_guard::Coverage`). Per (peer, skill, UTC day)
-//! the owner keeps their union; a peer whose union passes the `[guard]` thresholds is refused
-//! further calls of that skill until the day ends, with the closed code `coverage_exceeded` and
-//! its fixed words — never how much it took. So a body asked for a third per call, or an access
-//! code three characters at a time, adds up to what one answer may not carry.
+//! The box's note sealed to this owner says, for each answer it released, how much it carried
+//! of the body: its covered words' share and its most covered secret's, each rounded up to a
+//! level (`skillbox_guard::CoverageLevels`) — never which words or characters, which a hostile
+//! owner's body could make spell out the caller's sources. Per (peer, skill, UTC day) the owner
+//! keeps their sums; a peer whose sums pass the `[guard]` thresholds is refused further calls
+//! of that skill until the day ends, with the closed code `coverage_exceeded` and its fixed
+//! words — never how much it took. So a body asked for a third per call, or an access code
+//! three characters at a time, adds up to what one answer may not carry. A sum counts a
+//! passage taken twice twice, and each level is rounded up: stricter than the union of
+//! positions this replaced, never looser.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, params};
 use skillbox_calls::machine::FailureCode;
-use skillbox_guard::Coverage;
+use skillbox_guard::{CoverageLevels, WHOLE};
 use tokio::sync::Notify;
 
 use super::records::CallRow;
@@ -26,24 +30,48 @@ pub fn day_of(secs: i64) -> i64 {
     secs.div_euclid(86_400)
 }
 
-/// Whether a union passes the owner's thresholds (a threshold of 0 is off).
-pub fn exceeds(c: &Coverage, guard: &GuardConfig) -> bool {
-    let over = |pm: u32, limit: u32| limit > 0 && pm >= limit;
-    over(c.words_permille(), guard.coverage_permille)
-        || over(c.canary_permille(), guard.canary_coverage_permille)
+/// A day's sums of the levels the notes told, in 64ths of the whole
+/// (`skillbox_guard::LEVELS`): past the whole once more than the body was carried in all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// The answers' covered words' shares, summed.
+    pub words: i64,
+    /// Each answer's most covered secret's share, summed: at least any one secret's share over
+    /// the day (every answer's most covered secret covers at least as much as that one).
+    pub canary: i64,
 }
 
-/// The union kept for `peer` and `skill` on `day`, if any (a row that does not parse counts as
-/// none: it was written by this node, and a new note replaces it).
-pub fn union_of(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<Option<Coverage>> {
-    let bytes: Option<Vec<u8>> = tx
+/// One released answer's levels to count, and the run that released it (a run is counted
+/// once, however often its outcome is stepped).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counted {
+    pub run_id: String,
+    pub levels: CoverageLevels,
+}
+
+/// Whether sums pass the owner's thresholds (a threshold of 0 is off): `parts` 64ths reach
+/// `limit` per mille, compared exactly.
+pub fn exceeds(t: &Tally, guard: &GuardConfig) -> bool {
+    let over =
+        |parts: i64, limit: u32| limit > 0 && parts * 1000 >= i64::from(limit) * i64::from(WHOLE);
+    over(t.words, guard.coverage_permille) || over(t.canary, guard.canary_coverage_permille)
+}
+
+/// The sums kept for `peer` and `skill` on `day`, if any.
+pub fn tally_of(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<Option<Tally>> {
+    let tally = tx
         .query_row(
-            "SELECT coverage FROM guard_coverage WHERE peer = ?1 AND skill = ?2 AND day = ?3",
+            "SELECT words, canary FROM guard_coverage WHERE peer = ?1 AND skill = ?2 AND day = ?3",
             params![peer, skill, day],
-            |r| r.get(0),
+            |r| {
+                Ok(Tally {
+                    words: r.get(0)?,
+                    canary: r.get(1)?,
+                })
+            },
         )
         .optional()?;
-    Ok(bytes.and_then(|b| Coverage::from_bytes(&b).ok()))
+    Ok(tally)
 }
 
 /// Whether `peer` is past the thresholds for `skill` on `day`.
@@ -57,7 +85,7 @@ pub fn refused(
     if guard.coverage_permille == 0 && guard.canary_coverage_permille == 0 {
         return Ok(false);
     }
-    Ok(union_of(tx, peer, skill, day)?.is_some_and(|c| exceeds(&c, guard)))
+    Ok(tally_of(tx, peer, skill, day)?.is_some_and(|t| exceeds(&t, guard)))
 }
 
 /// Which owner call of each (peer, skill) holds the turn: a call submitted and not yet counted.
@@ -262,36 +290,47 @@ impl super::Calls {
     }
 }
 
-/// Add one released answer's coverage to the day's union for `peer` and `skill`; returns the
-/// union. A coverage of another shape (the owner changed the body since) starts the union over:
-/// positions in one body mean nothing in another. Adding the same note twice changes nothing,
-/// so a retried outcome is harmless. Rows of days before `day` are dropped.
-pub fn add(tx: &Tx<'_>, peer: &str, skill: &str, day: i64, c: &Coverage) -> Result<Coverage> {
-    let union = match union_of(tx, peer, skill, day)? {
-        Some(mut u) => {
-            if u.add(c) {
-                u
-            } else {
-                c.clone()
-            }
-        }
-        None => c.clone(),
-    };
-    tx.execute(
-        "INSERT INTO guard_coverage (peer, skill, day, coverage, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (peer, skill, day) DO UPDATE SET coverage = ?4, updated_at = ?5",
-        params![peer, skill, day, union.to_bytes(), crate::store::now_secs()],
-    )?;
+/// Add one released answer's levels to the day's sums for `peer` and `skill`; returns the
+/// sums. A run already counted adds nothing (`guard_counted`), so a retried outcome is
+/// harmless. Rows of days before `day` are dropped.
+pub fn add(tx: &Tx<'_>, peer: &str, skill: &str, day: i64, c: &Counted) -> Result<Tally> {
     tx.execute("DELETE FROM guard_coverage WHERE day < ?1", params![day])?;
-    Ok(union)
+    tx.execute("DELETE FROM guard_counted WHERE day < ?1", params![day])?;
+    let new = tx.execute(
+        "INSERT INTO guard_counted (run_id, day) VALUES (?1, ?2) ON CONFLICT (run_id) DO NOTHING",
+        params![c.run_id, day],
+    )?;
+    if new == 1 {
+        tx.execute(
+            "INSERT INTO guard_coverage (peer, skill, day, words, canary, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (peer, skill, day)
+             DO UPDATE SET words = words + ?4, canary = canary + ?5, updated_at = ?6",
+            params![
+                peer,
+                skill,
+                day,
+                c.levels.words_parts(),
+                c.levels.canary_parts(),
+                crate::store::now_secs()
+            ],
+        )?;
+    }
+    Ok(tally_of(tx, peer, skill, day)?.unwrap_or_default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::Store;
-    use skillbox_guard::{GuardSpec, prepare, released_coverage};
+    use skillbox_guard::{GuardSpec, prepare, released_levels};
+
+    fn counted(run_id: &str, levels: CoverageLevels) -> Counted {
+        Counted {
+            run_id: run_id.into(),
+            levels,
+        }
+    }
 
     /// An owner call row in `state` (what the turns read of it).
     fn owner_call(store: &Store, id: &str, state: &str) {
@@ -373,7 +412,7 @@ mod tests {
             })
             .expect("gone");
         assert_eq!(take(&store, "call-b", 11), Turn::Taken);
-        // Free but the union is past the thresholds: refused, and the turn not taken.
+        // Free but the sums are past the thresholds: refused, and the turn not taken.
         store
             .write(|tx| give_back(tx, &key, "call-b", None))
             .expect("given back");
@@ -389,7 +428,7 @@ mod tests {
                     "peer-a",
                     "taste",
                     day_of(now_secs()),
-                    &released_coverage(&p, "K7PM"),
+                    &counted("run-1", released_levels(&p, "K7PM")),
                 )?;
                 Ok(())
             })
@@ -398,25 +437,37 @@ mod tests {
     }
 
     #[test]
-    fn unions_add_up_per_peer_skill_and_day_and_pass_the_thresholds() {
+    fn levels_add_up_per_peer_skill_and_day_and_pass_the_thresholds() {
         let body = "Open the shed first. The door code is [[secret:K7PM2Q]] for today.";
         let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
         let store = Store::open_in_memory().expect("store");
         let guard = GuardConfig::default();
-        let first = released_coverage(&p, "It starts with K7P.");
-        let second = released_coverage(&p, "It ends with M2Q.");
+        let first = counted("run-1", released_levels(&p, "It starts with K7P."));
+        let second = counted("run-2", released_levels(&p, "It ends with M2Q."));
         let day = day_of(1_800_000_000);
         store
             .write(|tx| {
                 assert!(!refused(tx, "peer-a", "taste", day, &guard)?);
-                let u = add(tx, "peer-a", "taste", day, &first)?;
-                assert_eq!(u.canary_permille(), 500);
+                let t = add(tx, "peer-a", "taste", day, &first)?;
+                assert_eq!(t.canary, i64::from(WHOLE / 2));
                 // Half a code: refused from now on, for this peer and skill and day only.
                 assert!(refused(tx, "peer-a", "taste", day, &guard)?);
                 assert!(!refused(tx, "peer-b", "taste", day, &guard)?);
                 assert!(!refused(tx, "peer-a", "other", day, &guard)?);
-                let u = add(tx, "peer-a", "taste", day, &second)?;
-                assert_eq!(u.canary_permille(), 1000, "the union is kept");
+                // A run's outcome stepped again counts once.
+                assert_eq!(add(tx, "peer-a", "taste", day, &first)?, t);
+                let t = add(tx, "peer-a", "taste", day, &second)?;
+                assert_eq!(t.canary, i64::from(WHOLE), "the sum is kept");
+                // Below the limit, close to it: 22/64 of the words is 344 per mille, 23 is 359.
+                let under = Tally {
+                    words: 22,
+                    canary: 0,
+                };
+                let at = Tally {
+                    words: 23,
+                    canary: 0,
+                };
+                assert!(!exceeds(&under, &guard) && exceeds(&at, &guard));
                 // Thresholds off: nothing refused.
                 let off = GuardConfig {
                     coverage_permille: 0,
@@ -424,10 +475,19 @@ mod tests {
                     ..GuardConfig::default()
                 };
                 assert!(!refused(tx, "peer-a", "taste", day, &off)?);
-                // The next day starts from nothing, and yesterday's row goes.
-                add(tx, "peer-a", "taste", day + 1, &Coverage::none(&p))?;
+                // The next day starts from nothing, and yesterday's rows go.
+                add(
+                    tx,
+                    "peer-a",
+                    "taste",
+                    day + 1,
+                    &counted("run-3", CoverageLevels::NONE),
+                )?;
                 assert!(!refused(tx, "peer-a", "taste", day + 1, &guard)?);
-                assert!(union_of(tx, "peer-a", "taste", day)?.is_none());
+                assert!(tally_of(tx, "peer-a", "taste", day)?.is_none());
+                let kept: i64 =
+                    tx.query_row("SELECT count(*) FROM guard_counted", [], |r| r.get(0))?;
+                assert_eq!(kept, 1, "yesterday's counted runs are forgotten");
                 Ok(())
             })
             .expect("write");

@@ -29,13 +29,13 @@ pub(super) struct Change {
     /// — one commit and one head file write for the answer and the transition it brings, not
     /// two (issue 33) — and written even when the step changes nothing else.
     pub(super) recorded: Option<crate::ledger::Entry>,
-    /// Owner: what the released answer carried of the body, added to the peer's union of the
+    /// Owner: how much the released answer carried of the body, added to the peer's sums of the
     /// day (`coverage::add`) in this step's transaction — with the receipt it comes with, so an
     /// outcome is never kept without its coverage counted, and one commit fewer per call than a
     /// write of its own (issue 33). Like `recorded`, it stands whether or not the machine takes
     /// the event: the box released the answer either way. The call's coverage turn is given
     /// back once it is on disk.
-    pub(super) counted: Option<skillbox_guard::Coverage>,
+    pub(super) counted: Option<super::coverage::Counted>,
     /// Owner: the event is its verified run — charge the call against the skill's daily
     /// ceilings in this step's transaction, first, when the machine takes it
     /// (`inbound::charged_in`): the check, the charge and the run in one commit (issue 33: it
@@ -487,7 +487,7 @@ impl Calls {
                 self.0.guard.clone(),
             )
         });
-        // Whose union the coverage adds to, only when there is coverage to count.
+        // Whose sums the coverage adds to, only when there is coverage to count.
         let counted_for = change
             .counted
             .is_some()
@@ -1425,20 +1425,25 @@ mod tests {
     /// outcome for a run the call already left.
     #[tokio::test]
     async fn an_outcomes_coverage_is_counted_with_its_step_taken_or_not() {
-        use skillbox_guard::{GuardSpec, prepare, released_coverage};
+        use super::super::coverage::{Counted, Tally, day_of, tally_of};
+        use skillbox_guard::{GuardSpec, prepare, released_levels};
         let (store, calls, row, key) = staked_node();
         let body = "The access code is K7PM and the river runs north past the mill.";
         let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
-        let coverage = released_coverage(&p, "It starts with K7P.");
-        let union = || {
+        let levels = released_levels(&p, "It starts with K7P.");
+        let coverage = Counted {
+            run_id: "another run".into(),
+            levels,
+        };
+        let tally = || {
             store
                 .write(|tx| {
-                    let today = super::super::coverage::day_of(crate::store::now_secs());
-                    super::super::coverage::union_of(tx, &row.call.peer, &row.call.skill, today)
+                    let today = day_of(crate::store::now_secs());
+                    tally_of(tx, &row.call.peer, &row.call.skill, today)
                 })
-                .expect("union")
+                .expect("tally")
         };
-        assert!(union().is_none());
+        assert!(tally().is_none());
         let stepped = calls
             .apply_to_run(
                 key.clone(),
@@ -1460,7 +1465,11 @@ mod tests {
             State::Staked,
             "the stale outcome changed the call"
         );
-        assert_eq!(union(), Some(coverage), "the coverage was not counted");
+        let counted = Tally {
+            words: levels.words_parts().into(),
+            canary: levels.canary_parts().into(),
+        };
+        assert_eq!(tally(), Some(counted), "the coverage was not counted");
     }
 
     /// A step's ledger entry reaches the head file outside the database soon after the step,

@@ -1,8 +1,8 @@
 //! Coverage across calls, end to end (issue 32 item 4): a caller asks an obedient model for the
 //! skill body a third per call and for an access code three characters per call, each answer
-//! under the guard's per-answer limits. The box tells the owner (sealed to it) what each released
-//! answer carried; the owner adds it up per peer, skill and day and refuses the call that would
-//! take more (`coverage_exceeded`, fixed words); a 4-digit PIN two digits per call likewise, and
+//! under the guard's per-answer limits. The box tells the owner (sealed to it) how much each
+//! released answer carried, rounded up to a level; the owner sums it per peer, skill and day and
+//! refuses the call that would take more (`coverage_exceeded`, fixed words); a 4-digit PIN two digits per call likewise, and
 //! calls sent at the same time add up as calls one after the other do. With the thresholds off
 //! the same calls all pass: the attack works without the fix. Real box, nodes and stores; the
 //! provider double obeys.
@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::routing::post;
 use serde_json::{Value, json};
-use skillbox_guard::Coverage;
+use skillbox_guard::permille_of;
 
 use crate::support::{TestNode, start_box};
 
@@ -143,17 +143,19 @@ impl Valley {
         c
     }
 
-    /// The owner's record of what the caller took of `skill` today.
-    fn union(&self, skill: &str) -> Coverage {
+    /// The owner's record of how much the caller took of `skill` today: the sums of the
+    /// words' and the most covered secret's levels, per mille.
+    fn tally(&self, skill: &str) -> (u64, u64) {
         let db = rusqlite::Connection::open(self.owner.dir.path().join("node.db")).expect("db");
-        let bytes: Vec<u8> = db
+        let (words, canary): (i64, i64) = db
             .query_row(
-                "SELECT coverage FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
+                "SELECT words, canary FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
                 [&self.caller.peer_id, skill],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .expect("the owner keeps the peer's coverage");
-        Coverage::from_bytes(&bytes).expect("coverage parses")
+        let parts = |n: i64| u64::try_from(n).expect("a sum is never negative");
+        (permille_of(parts(words)), permille_of(parts(canary)))
     }
 
     /// The code of `skill` asked for a part (`code A B`) at a time: each call answered, the
@@ -216,22 +218,21 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
     let v = valley(350, 500).await;
     let mut answered = Vec::new();
     // The body a third per call: each third passes the per-answer guard...
-    for (a, b) in [(0, 40), (40, 80)] {
-        let c = v.call("lore", &format!("words {a} {b}")).await;
-        assert_eq!(c["state"], "answered", "{c}");
-        assert!(
-            c["answer"]
-                .as_str()
-                .is_some_and(|t| t.starts_with("Here it is: ")),
-            "{c}"
-        );
-        answered.push(c);
-    }
-    // ...but two thirds are past what the owner lets one peer take in a day: the third is
-    // refused before anything is staked.
+    let c = v.call("lore", "words 0 40").await;
+    assert_eq!(c["state"], "answered", "{c}");
+    assert!(
+        c["answer"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Here it is: ")),
+        "{c}"
+    );
+    answered.push(c);
+    // ...but a third counts as the level above it, 375 per mille of the body, past what the
+    // owner lets one peer take in a day: the second call is refused before anything is staked
+    // (with the union of positions the owner was told before, the third was).
+    refused_for_coverage(&v.call("lore", "words 40 80").await);
     refused_for_coverage(&v.call("lore", "words 80 120").await);
-    let union = v.union("lore");
-    assert!((600..=700).contains(&union.words_permille()), "{union:?}");
+    assert_eq!(v.tally("lore").0, 375);
 
     // The access code in halves of three characters (each under the check's fragments): the
     // first half is half the code, and the second call is refused.
@@ -240,24 +241,24 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
     assert_eq!(c["answer"], "That part is K7P.", "{c}");
     answered.push(c);
     refused_for_coverage(&v.call("vault", "code 3 6").await);
-    assert_eq!(v.union("vault").canary_permille(), 500);
+    assert_eq!(v.tally("vault").1, 500);
 
     // A 4-digit PIN in halves of two digits: half the PIN, and the second half is refused.
     let c = v.call("pin", "code 0 2").await;
     assert_eq!(c["answer"], "That part is 89.", "{c}");
     answered.push(c);
     refused_for_coverage(&v.call("pin", "code 2 4").await);
-    assert_eq!(v.union("pin").canary_permille(), 500);
+    assert_eq!(v.tally("pin").1, 500);
 
     v.caller_sees_nothing_of_the_counting(&answered).await;
     v.stop().await;
 }
 
 /// Calls sent at the same time: four calls, each for another quarter of the body (250 permille,
-/// under the per-answer guard), started together. Each checked against the union from before
+/// under the per-answer guard), started together. Each checked against the sums from before
 /// them all, every one got out — the whole body. The owner runs one call of a peer and skill at a
-/// time, each checked against the answers before it, so the union stays where calls one after
-/// the other leave it (past 350 permille after the second quarter: the rest are refused).
+/// time, each checked against the answers before it, so the sums stay where calls one after
+/// the other leave them (past 350 permille after the second quarter: the rest are refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_sent_at_the_same_time_add_up_as_one_after_the_other() {
     let v = valley(350, 500).await;
@@ -288,13 +289,13 @@ async fn calls_sent_at_the_same_time_add_up_as_one_after_the_other() {
     }
     // The first call always runs; on a loaded machine a later one may be refused for waiting
     // past its turn, never let through.
-    let union = v.union("lore");
+    let tally = v.tally("lore");
     assert!(
         (1..=2).contains(&answered.len()) && refused == 4 - answered.len(),
-        "{} answered, {refused} refused, {union:?}",
+        "{} answered, {refused} refused, {tally:?}",
         answered.len()
     );
-    assert!(union.words_permille() <= 520, "{union:?}");
+    assert!(tally.0 <= 500, "{tally:?}");
     v.caller_sees_nothing_of_the_counting(&answered).await;
     v.stop().await;
 }
@@ -312,9 +313,9 @@ async fn with_the_thresholds_off_every_slice_gets_out() {
         body.push(t.trim_start_matches("Here it is: ").to_owned());
     }
     assert_eq!(body.join(" "), lore(), "the whole body, a third at a time");
-    assert!(v.union("lore").words_permille() >= 950);
+    assert!(v.tally("lore").0 >= 950);
     assert_eq!(v.code_in_parts("vault", &[(0, 3), (3, 6)]).await, "K7PM2Q");
-    assert_eq!(v.union("vault").canary_permille(), 1000);
+    assert_eq!(v.tally("vault").1, 1000);
     assert_eq!(v.code_in_parts("pin", &[(0, 2), (2, 4)]).await, "8919");
     v.stop().await;
 }
