@@ -704,6 +704,7 @@ pub async fn start(
         reprovided: false,
         gate: config.provider_gate(),
         advert_rate: Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst)),
+        newer_formats: Buckets::new(NEWER_FORMATS_PER_SEC, NEWER_FORMATS_BURST),
         searches: HashMap::new(),
         next_search: 0,
         lookups: HashMap::new(),
@@ -866,6 +867,15 @@ fn build_swarm(
     Ok(swarm)
 }
 
+/// Adverts of a newer format (another version, a field, variant or provider kind this version
+/// does not know) one forwarder may deliver before the rest count as invalid: a burst, and per
+/// second after it. An honest newer node forwards each newer node's advert (one an interval,
+/// 60 s) to us first only for its share of the mesh: 2 a second is a forwarder first for 120
+/// newer publishers, about 700 on our topics at mesh degree 6. A flooder is graylisted after
+/// the burst and [`GRAYLIST_AT_INVALID`] more.
+const NEWER_FORMATS_BURST: f64 = 120.0;
+const NEWER_FORMATS_PER_SEC: f64 = 2.0;
+
 /// Invalid adverts a peer may deliver, taken together, before it is graylisted: the score
 /// penalty is the square of the count (decaying), so [`GRAYLIST_AT_INVALID`] of them cross
 /// gossipsub's default graylist threshold (-80).
@@ -873,8 +883,8 @@ const GRAYLIST_AT_INVALID: f64 = 9.0;
 
 /// Gossipsub peer scoring on the live topics: a peer whose deliveries our check rejects (forged,
 /// malformed, oversized, a signer that is not the publisher — not a stale or rate-limited one,
-/// nor one of another version or with a field this version does not know, which are ignored)
-/// loses score, and past [`GRAYLIST_AT_INVALID`] of them it is graylisted:
+/// nor one of another version or with a field or provider kind this version does not know,
+/// which are ignored up to [`NEWER_FORMATS_BURST`] per forwarder) loses score, and past [`GRAYLIST_AT_INVALID`] of them it is graylisted:
 /// everything it sends on gossip is dropped unread until the count decays (about a minute and
 /// a half for 20). Before, a peer could publish invalid adverts without end and each cost a
 /// signature check. Only this penalty counts: no credit for time in the mesh or first
@@ -1042,6 +1052,9 @@ struct Task {
     gate: ProviderGate,
     /// Adverts taken per publisher on the live topics.
     advert_rate: Buckets,
+    /// Adverts of a newer format (ignored by gossip scoring) each forwarder has delivered: past
+    /// [`NEWER_FORMATS_BURST`] and [`NEWER_FORMATS_PER_SEC`] they count as rejected.
+    newer_formats: Buckets,
     searches: HashMap<u64, Search>,
     next_search: u64,
     lookups: HashMap<kad::QueryId, u64>,
@@ -1835,18 +1848,24 @@ impl Task {
                     // Too many from its signer, or no room here: a forwarder is not to blame.
                     // Ahead of our clock: the forwarder's clock took it (a rejection costs the
                     // forwarder score, `gossip_scoring`; a skewed clock is no attack).
-                    // Another version, or a field or variant this one does not know: what an
-                    // honest node of a newer version forwards, valid to it; rejecting it got
-                    // that node graylisted by every older one after 9, splitting the mesh by
-                    // version during an upgrade.
                     crate::AdvertRefusal::Stale { .. }
                     | crate::AdvertRefusal::Expired { .. }
                     | crate::AdvertRefusal::FromTheFuture { .. }
                     | crate::AdvertRefusal::TooFrequent
-                    | crate::AdvertRefusal::BoardFull
-                    | crate::AdvertRefusal::Version(_)
-                    | crate::AdvertRefusal::UnknownFormat(_) => {
-                        gossipsub::MessageAcceptance::Ignore
+                    | crate::AdvertRefusal::BoardFull => gossipsub::MessageAcceptance::Ignore,
+                    // Another version, or a field, variant or provider kind this one does not
+                    // know: what an honest node of a newer version forwards, valid to it;
+                    // rejecting it got that node graylisted by every older one after 9,
+                    // splitting the mesh by version during an upgrade. Ignored, but within a
+                    // budget per forwarder: nothing else bounds them (no signer's advert rate
+                    // applies to what is refused before it), so a peer making up formats
+                    // forever cost a parse each and was never graylisted.
+                    crate::AdvertRefusal::Version(_) | crate::AdvertRefusal::UnknownFormat(_) => {
+                        if self.newer_formats.take(&propagation_source, now) {
+                            gossipsub::MessageAcceptance::Ignore
+                        } else {
+                            gossipsub::MessageAcceptance::Reject
+                        }
                     }
                     _ => gossipsub::MessageAcceptance::Reject,
                 }

@@ -561,10 +561,11 @@ async fn a_burst_of_payloads_both_ways_is_delivered_without_a_retry() {
 }
 
 /// Two nodes, V hearing H; H's advert offering "first" is heard (the positive control), then H
-/// publishes 20 of `flood(i)` and V refuses at least 9 of them with a reason containing
-/// `refused_as`. What V hears of H next is the test's.
+/// publishes `count` of `flood(i)` and V refuses at least `refusals` of them with a reason
+/// containing `refused_as`. What V hears of H next is the test's.
 async fn after_a_flood_of_adverts(
     seeds: [u8; 2],
+    (count, refusals): (u64, usize),
     flood: impl Fn(u64) -> Vec<u8>,
     refused_as: &str,
 ) -> (PeersHandle, PeersHandle, PeerId) {
@@ -574,11 +575,11 @@ async fn after_a_flood_of_adverts(
     h.set_offer(offer(&["first"])).await.unwrap();
     until_offered("V sees H's first offer", &[&v], &ph, &["first"]).await;
     let mut events = v.subscribe();
-    for i in 0..20 {
+    for i in 0..count {
         h.publish_raw_advert(flood(i)).await.unwrap();
     }
     let mut refused = 0;
-    while refused < 9 {
+    while refused < refusals {
         let r = next_refusal(&mut events, "a flooded advert refused").await;
         assert!(r.contains(refused_as), "{r}");
         refused += 1;
@@ -587,11 +588,49 @@ async fn after_a_flood_of_adverts(
     (v, h, ph)
 }
 
-/// H's own advert, signed by H with `seq`, whose JSON `change` edits before it is sent.
-fn advert_of(seed: u8, seq: u64, change: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+/// [`after_a_flood_of_adverts`], then H offers "second": V hears it (H was not graylisted).
+async fn still_heard_after(seeds: [u8; 2], flood: impl Fn(u64) -> Vec<u8>, refused_as: &str) {
+    let (v, h, ph) = after_a_flood_of_adverts(seeds, (20, 9), flood, refused_as).await;
+    h.set_offer(offer(&["second"])).await.unwrap();
+    until_offered(
+        &format!("V still hears H after its adverts refused as {refused_as:?}"),
+        &[&v],
+        &ph,
+        &["second"],
+    )
+    .await;
+    shutdown([v, h]).await;
+}
+
+/// [`after_a_flood_of_adverts`], then H offers "second": V does not hear it (a graylisted
+/// peer's gossip is dropped unread).
+async fn graylisted_after(
+    seeds: [u8; 2],
+    shape: (u64, usize),
+    flood: impl Fn(u64) -> Vec<u8>,
+    refused_as: &str,
+) {
+    let (v, h, ph) = after_a_flood_of_adverts(seeds, shape, flood, refused_as).await;
+    h.set_offer(offer(&["second"])).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        skills_of(&v, &ph),
+        ["first"],
+        "the peer whose adverts were refused as {refused_as:?} was still heard"
+    );
+    shutdown([v, h]).await;
+}
+
+/// H's own advert of `offer`, signed by H with `seq`.
+fn signed_offer(seed: u8, seq: u64, offer: &Offer) -> Vec<u8> {
     let key = keypair_from_seed(&[seed; 32]).unwrap();
     let now = skillbox_peers::now_ms();
-    let bytes = sign_advert(&key, now, now + 1_000 + seq, &offer(&["flood"])).unwrap();
+    sign_advert(&key, now, now + 1_000 + seq, offer).unwrap()
+}
+
+/// H's own advert, signed by H with `seq`, whose JSON `change` edits before it is sent.
+fn advert_of(seed: u8, seq: u64, change: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let bytes = signed_offer(seed, seq, &offer(&["flood"]));
     let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     change(&mut json);
     serde_json::to_vec(&json).unwrap()
@@ -605,16 +644,7 @@ fn advert_of(seed: u8, seq: u64, change: impl FnOnce(&mut serde_json::Value)) ->
 async fn a_peer_publishing_invalid_adverts_is_graylisted() {
     within(Duration::from_secs(90), async {
         let bad_signature = |i| advert_of(62, i, |a| a["signature"] = json!("00".repeat(64)));
-        let (v, h, ph) = after_a_flood_of_adverts([61, 62], bad_signature, "bad signature").await;
-        // A valid advert now: a graylisted peer's gossip is not read.
-        h.set_offer(offer(&["second"])).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert_eq!(
-            skills_of(&v, &ph),
-            ["first"],
-            "the peer that published invalid adverts was still heard"
-        );
-        shutdown([v, h]).await;
+        graylisted_after([61, 62], (20, 9), bad_signature, "bad signature").await;
     })
     .await;
 }
@@ -636,16 +666,38 @@ async fn a_peer_forwarding_adverts_of_a_newer_format_is_not_graylisted() {
                 }
             })
         };
-        let (v, h, ph) = after_a_flood_of_adverts([63, 64], newer, "version").await;
-        h.set_offer(offer(&["second"])).await.unwrap();
-        until_offered(
-            "V still hears H after its newer-format adverts",
-            &[&v],
-            &ph,
-            &["second"],
-        )
-        .await;
-        shutdown([v, h]).await;
+        still_heard_after([63, 64], newer, "version").await;
+    })
+    .await;
+}
+
+/// A skill naming a provider kind a newer version added is valid to that version's nodes, which
+/// forward it; it was refused as malformed after its signature check and rejected, so the
+/// forwarder lost score and after 9 was graylisted by every older node (the mesh split by
+/// version). Now it is a newer format: refused here, ignored by scoring. H publishes 20 adverts
+/// offering a `mistral` skill and its next valid advert is still heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_forwarding_skills_of_a_newer_provider_kind_is_not_graylisted() {
+    within(Duration::from_secs(90), async {
+        let newer_provider = |i: u64| {
+            let mut o = offer(&["flood"]);
+            o.skills[0].provider = "mistral".into();
+            signed_offer(66, i, &o)
+        };
+        still_heard_after([65, 66], newer_provider, "provider kind").await;
+    })
+    .await;
+}
+
+/// Adverts of a newer format are ignored, but a peer publishing made-up versions forever cost a
+/// parse each and was never graylisted. Past its budget of newer-format adverts (a burst of 120,
+/// then 2 a second) they count as invalid: H publishes 200 adverts of version 7, V refuses
+/// the burst and 9 more, and H's next valid advert is dropped unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_making_up_advert_formats_without_end_is_graylisted() {
+    within(Duration::from_secs(120), async {
+        let made_up = |i: u64| advert_of(68, i, |a| a["advert"]["v"] = json!(7));
+        graylisted_after([67, 68], (200, 129), made_up, "version").await;
     })
     .await;
 }
