@@ -13,6 +13,7 @@
 //! the runs that were running. The run's keys then live on disk (sealed) until the run ends.
 //! Split by job: [`limits`] (token buckets), [`failure`] (closed run failures), [`store`].
 
+mod echo;
 pub mod failure;
 pub mod limits;
 pub mod store;
@@ -2065,6 +2066,8 @@ impl BoxCore {
             _ => None,
         };
         let model = find(owner, "model").unwrap_or_default();
+        // Kept to look for in the answers; the request takes its own copy.
+        let model_id = model.clone();
         let key = find(owner, "key").map(Zeroizing::new);
         drop(stakes);
         let refs: Vec<(&str, &str)> = sources
@@ -2090,6 +2093,9 @@ impl BoxCore {
         let timeout = std::time::Duration::from_secs(self.config.run_ttl_secs.max(1));
         let key = key.as_ref().map(|k| k.as_str());
         let max = p.output.max_bytes as usize;
+        // Neither the key nor the model id reaches the model: an answer carrying one is the
+        // provider echoing its request (see `echo`).
+        let owner_secrets = echo::OwnerSecrets::new(key, &model_id);
         let complete = |req: ChatRequest| async {
             let completion = match tokio::time::timeout(timeout, provider.complete(req, key)).await
             {
@@ -2098,8 +2104,16 @@ impl BoxCore {
                 Err(_) => return Err(JcError::ProviderFailed(ProviderFailure::Timeout)),
             };
             let (answer, cut) = cap(completion.text, max);
+            let answer = Zeroizing::new(answer);
+            if owner_secrets.carried_by(&answer) {
+                tracing::info!(
+                    code = "provider_echo",
+                    "an answer carried the owner's key or model id"
+                );
+                return Err(JcError::ProviderFailed(ProviderFailure::Protocol));
+            }
             Ok(Answered {
-                answer: Zeroizing::new(answer),
+                answer,
                 truncated: cut || completion.finish == FinishReason::Length,
                 guard_acted: false,
                 coverage: None,

@@ -24,7 +24,8 @@ pub const WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 pub const MEASUREMENT: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 
 /// Answers with the prompt it was given (so tests can see what the box built), or with a fixed
-/// text when one is set.
+/// text when one is set. The model id is written in hex: the box refuses an answer that carries
+/// the owner's model id as written (a provider echoing its request, audit B1).
 pub struct EchoProvider {
     pub fixed: Option<String>,
 }
@@ -35,10 +36,14 @@ impl Provider for EchoProvider {
             let text = match &self.fixed {
                 Some(t) => t.clone(),
                 None => format!(
-                    "SYSTEM[{}] USER[{}] MODEL[{}] KEY[{}]",
+                    "SYSTEM[{}] USER[{}] MODEL[hex:{}] KEY[{}]",
                     request.system,
                     request.user,
-                    request.model,
+                    request
+                        .model
+                        .bytes()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>(),
                     api_key.is_some()
                 ),
             };

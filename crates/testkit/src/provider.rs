@@ -69,6 +69,14 @@ pub mod blocking {
         start(Duration::ZERO, Answering::EchoError)
     }
 
+    /// A careless or hostile provider (a debugging proxy, an endpoint that quotes what it was
+    /// sent): every answer is an HTTP 200 chat completion whose content is the raw request it
+    /// got — request line, headers (the Authorization header with the owner's key) and the JSON
+    /// body (with the owner's model id).
+    pub fn provider_double_echoing_requests() -> (String, ProviderLog) {
+        start(Duration::ZERO, Answering::EchoRequest)
+    }
+
     /// A provider double whose every answer is `answer(system prompt, user turn)`: a stand-in
     /// for a model that behaves as the test says (an obedient one gives its system prompt
     /// away).
@@ -82,6 +90,8 @@ pub mod blocking {
         Count,
         /// An HTTP 400 quoting the whole request.
         EchoError,
+        /// An HTTP 200 whose answer is the raw request.
+        EchoRequest,
         /// A completion the function writes from (system, user).
         By(fn(&str, &str) -> String),
     }
@@ -101,19 +111,22 @@ pub mod blocking {
         (format!("http://{addr}/v1"), log)
     }
 
-    /// One request's Authorization header and body (None when the connection ends).
-    fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, Value)> {
+    /// One request: its Authorization header, its raw text (request line, headers, body) and
+    /// its body (None when the connection ends).
+    fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Value)> {
         let mut auth = String::new();
         let mut len = 0usize;
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return None;
         }
+        let mut raw = line.clone();
         loop {
             let mut h = String::new();
             if reader.read_line(&mut h).unwrap_or(0) == 0 {
                 return None;
             }
+            raw.push_str(&h);
             let h = h.trim_end();
             if h.is_empty() {
                 break;
@@ -129,7 +142,12 @@ pub mod blocking {
         }
         let mut body = vec![0u8; len];
         reader.read_exact(&mut body).ok()?;
-        Some((auth, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+        raw.push_str(&String::from_utf8_lossy(&body));
+        Some((
+            auth,
+            raw,
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+        ))
     }
 
     fn serve_one(stream: TcpStream, delay: Duration, answering: Answering, log: ProviderLog) {
@@ -138,7 +156,7 @@ pub mod blocking {
         };
         let mut reader = BufReader::new(read_half);
         let mut writer = stream;
-        while let Some((auth, body)) = read_request(&mut reader) {
+        while let Some((auth, raw, body)) = read_request(&mut reader) {
             let (status, answer) = match answering {
                 Answering::EchoError => {
                     let quoted = format!("invalid request (auth {auth}): {body}");
@@ -147,6 +165,7 @@ pub mod blocking {
                         json!({ "error": { "code": "invalid_request", "message": quoted } }),
                     )
                 }
+                Answering::EchoRequest => ("200 OK", super::completion(&raw)),
                 Answering::By(f) => (
                     "200 OK",
                     super::completion(&f(

@@ -26,6 +26,23 @@ fn contains(hay: &[u8], needle: &str) -> bool {
 
 /// A peer on the real network that runs no skillbox node, only the transport: it signs what
 /// the test says. Bootstrapped to `caller`, advertising every second.
+/// Everything of call `id` the caller's side holds or showed: its node's log and store, its
+/// API's view of the call, and the CLI's output `stdout`.
+fn caller_side(caller: &procs::NodeDir, id: &str, stdout: &[u8]) -> Vec<u8> {
+    [
+        caller.log().into_bytes(),
+        caller.store_bytes(),
+        caller
+            .api()
+            .get(&format!("/calls/{id}"))
+            .body
+            .to_string()
+            .into_bytes(),
+        stdout.to_vec(),
+    ]
+    .concat()
+}
+
 fn hostile_peer(
     rt: &tokio::runtime::Runtime,
     caller: &procs::NodeDir,
@@ -239,7 +256,7 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
     );
     let doc = procs::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL);
     procs::offer_taste(&owner, &caller, KEY, &doc, SOURCE);
-    let (owner_api, api) = (owner.api(), caller.api());
+    let owner_api = owner.api();
     let o = cli(
         &caller.dir,
         &["call", &owner.peer_id, "taste", REQUEST, "--wait", "--json"],
@@ -260,16 +277,7 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
         assert!(echoed.contains(m), "{m} never reached the provider");
     }
     std::thread::sleep(Duration::from_millis(500));
-    let caller_seen = [
-        caller.log().into_bytes(),
-        caller.store_bytes(),
-        api.get(&format!("/calls/{id}"))
-            .body
-            .to_string()
-            .into_bytes(),
-        o.stdout.clone(),
-    ]
-    .concat();
+    let caller_seen = caller_side(&caller, &id, &o.stdout);
     let owner_seen = [
         owner.log().into_bytes(),
         owner.store_bytes(),
@@ -297,6 +305,63 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
     for m in [BODY, MODEL, KEY, REQUEST, SOURCE] {
         assert!(!contains(&box_log, m), "{m} in the box's log");
     }
+}
+
+/// Audit B1: a provider (or a proxy in front of it) whose HTTP 200 answer is the raw request it
+/// was sent — request line, headers with the owner's key, the JSON body with the owner's model
+/// id. The guard indexes the body only (here two words: no n-gram, nothing it tracks; a longer
+/// body in the echo is caught and the answer withheld), so the echo went to the caller with
+/// the key and the model id in it. The box now fails such a run
+/// with a closed code, and the key and the model id appear nowhere the caller can see.
+#[test]
+fn a_provider_echoing_its_raw_request_in_an_answer_gives_the_caller_no_key_or_model() {
+    const MODEL: &str = "echo-model-MARK-93";
+    const KEY: &str = "sk-ECHO200-KEY-7f1";
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider, _bx, owner, caller) = procs::pair_with(
+        root.path(),
+        procs::provider_double_echoing_requests(),
+        &[],
+        |t| t,
+    );
+    // A body of two words: the guard finds no n-gram of it in the echo, nothing it tracks.
+    let doc = format!(
+        "---\nname: taste\ndescription: Answers briefly.\nprovider: openai\nmodel: {MODEL}\n\
+         key: openai-key\nrequiredSources: [songs]\n---\nBe brief.\n"
+    );
+    procs::offer_taste(&owner, &caller, KEY, &doc, "a song");
+    let o = cli(
+        &caller.dir,
+        &["call", &owner.peer_id, "taste", "hello", "--wait", "--json"],
+    );
+    let c: Value = serde_json::from_slice(&o.stdout).expect("json");
+    // The double did see both (so the scan below is not vacuous).
+    let seen = provider.0.lock().expect("log").clone();
+    assert!(
+        seen.iter()
+            .any(|(auth, body)| auth.contains(KEY) && body.to_string().contains(MODEL)),
+        "the key and the model never reached the provider"
+    );
+    let id = c["id"].as_str().expect("id").to_owned();
+    std::thread::sleep(Duration::from_millis(500));
+    let caller_seen = caller_side(&caller, &id, &o.stdout);
+    for m in [MODEL, KEY] {
+        assert!(
+            !contains(&caller_seen, m),
+            "owner material {m} on the caller's side"
+        );
+    }
+    // The run failed with the closed code of an answer that is no answer.
+    assert_eq!(c["state"], "failed", "{c}");
+    let (code, message) = (
+        c["failure"]["code"].as_str().unwrap_or(""),
+        c["failure"]["message"].as_str().unwrap_or(""),
+    );
+    assert!(
+        (code == "run_failed" && message.contains("protocol"))
+            || (code == "peer_failed" && message.contains("run_failed")),
+        "a closed code: {c}"
+    );
 }
 
 #[test]

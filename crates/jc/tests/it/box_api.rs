@@ -34,7 +34,7 @@ async fn whole_run_caller_opens_owner_cannot_and_receipt_verifies() {
     assert!(out.no_hardware_isolation);
     assert_eq!(
         out.answer,
-        "SYSTEM[You pick songs.] USER[<request>\nwhich song first?\n</request>\n<source name=\"spotify_songs\">\nsong a\nsong b\n</source>\n] MODEL[smollm2] KEY[false]"
+        "SYSTEM[You pick songs.] USER[<request>\nwhich song first?\n</request>\n<source name=\"spotify_songs\">\nsong a\nsong b\n</source>\n] MODEL[hex:736d6f6c6c6d32] KEY[false]"
     );
 
     // The owner has keys of its own, none of which opens the answer.
