@@ -6,9 +6,11 @@
 //!
 //! An https box is trusted by the TLS key its attestation binds, never by a CA
 //! ([`crate::tls`]): the attestation must come over a connection showing the key its verified
-//! report binds, and a program (the open), a run's stakes, submits and results go only over
-//! connections showing an attested key — before the first open, the box's own attestation
-//! ([`BoxClient::attest_box`]) admits its key. `http://` is for a box on loopback only.
+//! report binds; a program (the open), the `/healthz` a node acts on and a run's attestation go
+//! only over connections showing an attested key — before the first of them, the box's own
+//! attestation ([`BoxClient::attest_box`]) admits its key —, and a verified run's stakes,
+//! submits, status, results and delete only over connections showing the one key that run's
+//! attestation bound. `http://` is for a box on loopback only.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -295,17 +297,47 @@ enum Came {
     Forwarded,
 }
 
+/// At most this many per-key clients of one box are kept ([`BoxClient::run_client`]); one
+/// dropped is built again when its key's run asks.
+const MAX_RUN_CLIENTS: usize = 8;
+
+/// A reqwest client builder for a box on loopback or not (see [`BoxClient::new`]).
+fn client_builder(loopback: bool) -> reqwest::ClientBuilder {
+    let b = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(120));
+    // A proxy from the environment would carry loopback traffic (this node's stakes, the box's
+    // answers) to whoever runs it; a remote box may sit behind the operator's proxy (a CONNECT
+    // tunnel: the box's key still shows end to end).
+    if loopback { b.no_proxy() } else { b }
+}
+
+/// A reqwest client whose TLS connections accept what `verifier` does, each answer saying which
+/// key it saw.
+fn tls_client(loopback: bool, verifier: KeyVerifier) -> Result<reqwest::Client> {
+    client_builder(loopback)
+        .tls_info(true)
+        .tls_backend_preconfigured(verifier.client_config()?)
+        .build()
+        .map_err(|e| JcError::Transport(e.to_string()))
+}
+
 /// HTTP client of one box.
 #[derive(Clone)]
 pub struct BoxClient {
     base: String,
-    /// `/healthz` and attestations: nothing of a call. For an https box, any TLS key (an
-    /// attestation's is compared with its report's), and each answer says which it saw.
+    loopback: bool,
+    /// The box's own attestation and a first contact's `/healthz`: nothing of a call, no figure
+    /// a node acts on. For an https box, any TLS key (an attestation's is compared with its
+    /// report's), and each answer says which it saw.
     http: reqwest::Client,
-    /// The open and everything of a run after it: for an https box, only attested keys.
+    /// The open, `/healthz` and a run's attestation: for an https box, attested keys only.
     pinned: reqwest::Client,
     /// The TLS keys attestations of this https box bound; `None` for plain HTTP (loopback).
     tls: Option<Arc<AttestedKeys>>,
+    /// For an https box, a client per run key (the last [`MAX_RUN_CLIENTS`] used, newest
+    /// last): a verified run's requests go to its own key only.
+    run_clients: Arc<std::sync::Mutex<Vec<(String, reqwest::Client)>>>,
     /// Held while the box's own attestation is asked for: calls opening at once on a box
     /// whose key is not yet admitted wait for one attestation rather than each making one.
     attesting_box: Arc<tokio::sync::Mutex<()>>,
@@ -316,35 +348,22 @@ impl BoxClient {
     /// `BadRequest` otherwise).
     pub fn new(base_url: &str) -> Result<BoxClient> {
         let loopback = is_loopback_url(base_url);
-        let builder = || {
-            let b = reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(120));
-            // A proxy from the environment would carry loopback traffic (this node's stakes,
-            // the box's answers) to whoever runs it; a remote box may sit behind the
-            // operator's proxy (a CONNECT tunnel: the box's key still shows end to end).
-            if loopback { b.no_proxy() } else { b }
-        };
-        let built =
-            |b: reqwest::ClientBuilder| b.build().map_err(|e| JcError::Transport(e.to_string()));
         let scheme = reqwest::Url::parse(base_url)
             .map(|u| u.scheme().to_owned())
             .map_err(|_| JcError::BadRequest("the box URL does not parse".into()))?;
         let (http, pinned, tls) = match scheme.as_str() {
             "https" => {
                 let keys = Arc::new(AttestedKeys::default());
-                let observing = builder()
-                    .tls_info(true)
-                    .tls_backend_preconfigured(KeyVerifier::observing().client_config()?);
+                let observing = tls_client(loopback, KeyVerifier::observing())?;
                 // The open's answer carries the run's attestation: its connection's key too is
                 // compared with the one the run binds.
-                let pinned = builder()
-                    .tls_info(true)
-                    .tls_backend_preconfigured(KeyVerifier::pinned(keys.clone()).client_config()?);
-                (built(observing)?, built(pinned)?, Some(keys))
+                let pinned = tls_client(loopback, KeyVerifier::pinned(keys.clone()))?;
+                (observing, pinned, Some(keys))
             }
             "http" if loopback => {
-                let http = built(builder())?;
+                let http = client_builder(loopback)
+                    .build()
+                    .map_err(|e| JcError::Transport(e.to_string()))?;
                 (http.clone(), http, None)
             }
             "http" => {
@@ -356,11 +375,50 @@ impl BoxClient {
         };
         Ok(BoxClient {
             base: base_url.trim_end_matches('/').to_owned(),
+            loopback,
             http,
             pinned,
             tls,
+            run_clients: Arc::default(),
             attesting_box: Arc::default(),
         })
+    }
+
+    /// The client for run `run_id`'s requests: for an https box, one whose connections accept
+    /// only the key the run's verified attestation bound ([`AttestedKeys::bind_run`]), so no
+    /// other key of this URL — a box's earlier start, a second box behind a TCP pass-through
+    /// balancer — receives them; `tls_key_not_attested` for a run this client verified none of,
+    /// before a byte leaves. For plain HTTP (loopback), the one client.
+    fn run_client(&self, run_id: &str) -> Result<reqwest::Client> {
+        let Some(keys) = &self.tls else {
+            return Ok(self.pinned.clone());
+        };
+        let key = keys.run_key(run_id).ok_or(JcError::TlsKeyNotAttested)?;
+        let mut clients = self.run_clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = clients.iter().position(|(k, _)| *k == key) {
+            let kept = clients.remove(at);
+            let client = kept.1.clone();
+            clients.push(kept);
+            return Ok(client);
+        }
+        let client = tls_client(self.loopback, KeyVerifier::only(&key, keys.clone()))?;
+        clients.push((key, client.clone()));
+        if clients.len() > MAX_RUN_CLIENTS {
+            clients.remove(0);
+        }
+        Ok(client)
+    }
+
+    /// For an https box, `run`'s requests go to the key its attestation bound, and only to it.
+    fn bind_run(&self, run: &VerifiedRun) -> Result<()> {
+        if let Some(keys) = &self.tls {
+            let bound = run
+                .tls_spki_sha256
+                .as_deref()
+                .ok_or(JcError::TlsKeyNotAttested)?;
+            keys.bind_run(&run.run_id, bound, run.expires_at);
+        }
+        Ok(())
     }
 
     /// Whether this box is reached over TLS (and its key pinned by attestation).
@@ -368,12 +426,11 @@ impl BoxClient {
         self.tls.is_some()
     }
 
-    /// Accept the TLS key `run` binds on this client's pinned connections: a run this node
-    /// verified before it restarted (its stored record), whose submit or result comes next.
+    /// Accept the TLS key `run` binds for that run's requests: a run this node verified before
+    /// it restarted (its stored record), whose stake, submit or result comes next. A record
+    /// binding no key gets none (its requests then fail `tls_key_not_attested`).
     pub fn admit_verified(&self, run: &VerifiedRun) {
-        if let (Some(keys), Some(bound)) = (&self.tls, &run.tls_spki_sha256) {
-            keys.admit(bound);
-        }
+        let _ = self.bind_run(run);
     }
 
     /// A failed request's error: `tls_key_not_attested` when a pinned handshake was refused
@@ -441,9 +498,48 @@ impl BoxClient {
         Self::parse(resp).await
     }
 
+    /// `/healthz` as anyone on the path may answer it: for an https box, over a connection
+    /// showing any key. A node takes from it only a first contact's identity (the platform and
+    /// key an unpinned loopback box is then trusted on, each later answer and attestation
+    /// compared with), never a figure it acts on: those come from [`Self::attested_health`].
     pub async fn health(&self) -> Result<Health> {
         self.send(self.http.get(format!("{}/healthz", self.base)))
             .await
+    }
+
+    /// `/healthz` of the box `policy` attests: for an https box, over a connection showing a key
+    /// its attestation bound (the box attested first when no key is admitted, once per key, as
+    /// before an open), so the providers, load and identity a node acts on are the attested
+    /// box's words; a man in the middle can make the request fail, not answer it.
+    pub async fn attested_health(&self, policy: &VerifyPolicy) -> Result<Health> {
+        let url = format!("{}/healthz", self.base);
+        self.attested(policy, || self.send(self.pinned.get(url.as_str())))
+            .await
+    }
+
+    /// `request` (made over [`Self::pinned`]) at a box `policy` attests: for an https box, the
+    /// box is attested first unless a key of it is admitted already (once per key, not per
+    /// request), and again when the pinned handshake is refused because the box came back with
+    /// another key (a hardware box makes a fresh one at every start), then `request` once more.
+    async fn attested<T, F, Fut>(&self, policy: &VerifyPolicy, request: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let Some(keys) = &self.tls else {
+            return request().await;
+        };
+        if keys.admissions() == 0 {
+            self.attest_box_once(policy, 0).await?;
+        }
+        let admitted = keys.admissions();
+        match request().await {
+            Err(JcError::TlsKeyNotAttested) => {
+                self.attest_box_once(policy, admitted).await?;
+                request().await
+            }
+            other => other,
+        }
     }
 
     /// jc.open with the twice-signed program, over a connection showing an attested key only
@@ -507,20 +603,8 @@ impl BoxClient {
         nonce: String,
         policy: &VerifyPolicy,
     ) -> Result<OpenedRun> {
-        let Some(keys) = &self.tls else {
-            return self.open_attesting_for(program, nonce).await;
-        };
-        if keys.admissions() == 0 {
-            self.attest_box_once(policy, 0).await?;
-        }
-        let admitted = keys.admissions();
-        match self.open_attesting_for(program, nonce.clone()).await {
-            Err(JcError::TlsKeyNotAttested) => {
-                self.attest_box_once(policy, admitted).await?;
-                self.open_attesting_for(program, nonce).await
-            }
-            other => other,
-        }
+        self.attested(policy, || self.open_attesting_for(program, nonce.clone()))
+            .await
     }
 
     /// [`Self::attest_box`] unless another request admitted a key since `admitted` (this
@@ -540,7 +624,7 @@ impl BoxClient {
     pub async fn attest_box(&self, policy: &VerifyPolicy) -> Result<VerifiedBox> {
         let nonce = new_nonce();
         let (att, seen) = self
-            .attestation_at(self.box_attestation_url(&nonce))
+            .attestation_at(&self.http, self.box_attestation_url(&nonce))
             .await?;
         let verified = verify_box_attestation(&att, &nonce, policy, crate::run::now_secs())?;
         self.admit_bound(verified.tls_spki_sha256.as_deref(), Came::Over(seen))?;
@@ -569,6 +653,9 @@ impl BoxClient {
         }
     }
 
+    /// The run's attestation for `nonce`, unchecked, over a connection showing an attested key
+    /// (for an https box: `tls_key_not_attested` while none is admitted; [`Self::attest`]
+    /// attests the box first).
     pub async fn attestation(&self, run_id: &str, nonce: &str) -> Result<Attestation> {
         Ok(self.attestation_seen(run_id, nonce).await?.0)
     }
@@ -576,7 +663,7 @@ impl BoxClient {
     /// The box's own attestation for `nonce`, unchecked (see [`Self::attest_box`]).
     pub async fn box_attestation(&self, nonce: &str) -> Result<Attestation> {
         Ok(self
-            .attestation_at(self.box_attestation_url(nonce))
+            .attestation_at(&self.http, self.box_attestation_url(nonce))
             .await?
             .0)
     }
@@ -586,25 +673,31 @@ impl BoxClient {
     }
 
     /// The run's attestation, and the hash of the TLS key the connection it came over showed
-    /// (`None` over plain HTTP).
+    /// (`None` over plain HTTP). Over the pinned client: the request names the run, which a
+    /// man in the middle on the path, whose key no attestation binds, does not read.
     async fn attestation_seen(
         &self,
         run_id: &str,
         nonce: &str,
     ) -> Result<(Attestation, Option<String>)> {
         let url = self.run_url(run_id, &format!("/attestation?nonce={}", url_safe(nonce)))?;
-        self.attestation_at(url).await
+        self.attestation_at(&self.pinned, url).await
     }
 
-    /// The attestation at `url`, asked over the observing client, and the hash of the TLS key
-    /// its connection showed (`None` over plain HTTP).
-    async fn attestation_at(&self, url: String) -> Result<(Attestation, Option<String>)> {
-        let resp = self
-            .http
+    /// The attestation at `url`, asked over `client` (the observing one: only the box's own,
+    /// which names nothing of a call), and the hash of the TLS key its connection showed
+    /// (`None` over plain HTTP).
+    async fn attestation_at(
+        &self,
+        client: &reqwest::Client,
+        url: String,
+    ) -> Result<(Attestation, Option<String>)> {
+        let before = self.refusals();
+        let resp = client
             .get(url)
             .send()
             .await
-            .map_err(|e| JcError::Transport(e.to_string()))?;
+            .map_err(|e| self.transport_error(before, e))?;
         let seen = seen_key(&resp);
         Ok((Self::parse(resp).await?, seen))
     }
@@ -617,7 +710,9 @@ impl BoxClient {
         policy: &VerifyPolicy,
     ) -> Result<VerifiedRun> {
         let nonce = new_nonce();
-        let (att, seen) = self.attestation_seen(run_id, &nonce).await?;
+        let (att, seen) = self
+            .attested(policy, || self.attestation_seen(run_id, &nonce))
+            .await?;
         self.check_attestation(&att, Came::Over(seen), program, run_id, &nonce, policy)
     }
 
@@ -634,6 +729,7 @@ impl BoxClient {
     ) -> Result<VerifiedRun> {
         let run = verify_attestation(att, program, run_id, nonce, policy, crate::run::now_secs())?;
         self.admit_bound(run.tls_spki_sha256.as_deref(), came)?;
+        self.bind_run(&run)?;
         Ok(run)
     }
 
@@ -716,17 +812,11 @@ impl BoxClient {
             stake_sha256: Some(hex::encode(Sha256::digest(&sealed))),
         };
         let env = sign_action(&action, node_key)?;
-        if let Some(keys) = &self.tls {
-            // The run's key, as this node verified it (kept across its restarts): the stake
-            // goes over no connection showing another.
-            let bound = run
-                .tls_spki_sha256
-                .as_deref()
-                .ok_or(JcError::TlsKeyNotAttested)?;
-            keys.admit(bound);
-        }
+        // The run's key, as this node verified it (kept across its restarts): the stake goes
+        // over no connection showing another.
+        self.bind_run(run)?;
         let mut request = self
-            .pinned
+            .run_client(&run.run_id)?
             .post(self.run_url(&run.run_id, "/stakes")?)
             .header(STAKE_ACTION_HEADER, STANDARD.encode(env.to_json()));
         if submit {
@@ -792,7 +882,7 @@ impl BoxClient {
         );
         let s: Submitted = self
             .send(
-                self.pinned
+                self.run_client(run_id)?
                     .post(url)
                     .header("content-type", "application/json")
                     .body(env.to_json()),
@@ -802,13 +892,17 @@ impl BoxClient {
     }
 
     pub async fn status(&self, run_id: &str) -> Result<RunView> {
-        self.send(self.pinned.get(self.run_url(run_id, "")?)).await
+        self.send(self.run_client(run_id)?.get(self.run_url(run_id, "")?))
+            .await
     }
 
     /// jc.result as it stands (409 `not_ready` while running).
     pub async fn result(&self, run_id: &str) -> Result<ResultView> {
-        self.send(self.pinned.get(self.run_url(run_id, "/result")?))
-            .await
+        self.send(
+            self.run_client(run_id)?
+                .get(self.run_url(run_id, "/result")?),
+        )
+        .await
     }
 
     /// One result request, held by the box up to `wait` (at most
@@ -826,7 +920,7 @@ impl BoxClient {
             self.run_url(run_id, "/result")?,
             wait.as_millis()
         );
-        self.send(self.pinned.get(url)).await
+        self.send(self.run_client(run_id)?.get(url)).await
     }
 
     /// Wait until the run finished or `timeout` passed: each request is held by the box until
@@ -870,7 +964,7 @@ impl BoxClient {
         let env = Self::action("delete", run_id, program_hash, role, node_key)?;
         let before = self.refusals();
         let resp = self
-            .pinned
+            .run_client(run_id)?
             .delete(self.run_url(run_id, "")?)
             .header("content-type", "application/json")
             .body(env.to_json())

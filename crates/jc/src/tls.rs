@@ -5,24 +5,31 @@
 //! storage key ([`BoxTls::derived`]), so a box restarted on its run store serves the same key and
 //! the runs nodes verified before go on; or fresh ([`BoxTls::generate`]). The hash of the key's
 //! SubjectPublicKeyInfo goes into every statement ([`crate::attest::TlsBound`]). A node talks to
-//! an https box through two verifiers of its own, never the system's trust store:
+//! an https box through three verifiers of its own, never the system's trust store:
 //!
 //! - [`KeyVerifier::observing`] accepts any key whose handshake signature verifies, for the
-//!   requests that carry nothing of a call (`/healthz`, the box's own attestation, a run's
-//!   attestation); the key the attestation's connection showed is compared with the key the
-//!   verified report binds, so a TLS front relaying a real box's report is refused;
+//!   box's own attestation (which admits its key: the key the connection showed is compared with
+//!   the key the verified report binds, so a TLS front relaying a real box's report is refused)
+//!   and a first contact's `/healthz` (the platform and key an unpinned loopback box is trusted
+//!   on; its provider and load figures are not taken from it);
 //! - [`KeyVerifier::pinned`] accepts only keys an attestation bound and this node verified
-//!   ([`AttestedKeys`]): the open (the twice-signed program: who calls whom, for which skill,
-//!   with which sources), stakes, submits and results go over no other connection. Before its
-//!   first open — and again when a pinned handshake is refused because the box came back with
-//!   another key — a node asks the box for its own attestation (`GET /v1/attestation`), bound
-//!   to no run, and admits the key it binds: a man in the middle on the path sees no program.
+//!   ([`AttestedKeys`], the last few): the open (the twice-signed program: who calls whom, for
+//!   which skill, with which sources), `/healthz` (the providers and load a node acts on) and a
+//!   run's attestation (its run id) go over no other connection. Before the first of them — and
+//!   again when a pinned handshake is refused because the box came back with another key — a
+//!   node asks the box for its own attestation (`GET /v1/attestation`), bound to no run, and
+//!   admits the key it binds: a man in the middle on the path sees no program and no run id, and
+//!   forges no health figure;
+//! - [`KeyVerifier::only`] accepts one run's key: a verified run's stakes, submits, status,
+//!   result and delete go only to the key its attestation bound
+//!   ([`AttestedKeys::bind_run`]), never to another key of the same URL (a box's earlier start,
+//!   a second box behind a TCP pass-through balancer).
 //!
 //! Session resumption is off on both sides: every connection shows its key.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -147,11 +154,27 @@ impl BoxTls {
     }
 }
 
+/// At most this many keys of one box URL are accepted for its opens, `/healthz` and run
+/// attestations, the most recently admitted: a box makes a new key at a restart (hardware) and a
+/// pass-through balancer may show a few boxes' keys, while a key of a start long gone is dropped
+/// rather than kept for the node's life.
+pub const MAX_ATTESTED_KEYS: usize = 8;
+
+/// At most this many runs' keys are kept per box URL (the runs a node has at one box at once are
+/// far fewer); past it, expired runs go first, then the soonest to expire.
+pub const MAX_RUN_KEYS: usize = 65_536;
+
 /// The TLS keys of one box URL that verified attestations bound: the only keys its pinned
-/// connections accept. Counts the handshakes it refused, so a failed request can say why.
+/// connections accept — for the box's opens, `/healthz` and run attestations any of the last
+/// [`MAX_ATTESTED_KEYS`] admitted, and for a verified run's stakes, submits, status, result
+/// and delete only the one key that run's attestation bound ([`Self::bind_run`]). Counts the
+/// handshakes it refused, so a failed request can say why.
 #[derive(Debug, Default)]
 pub struct AttestedKeys {
-    keys: RwLock<BTreeSet<String>>,
+    /// Oldest admission first.
+    keys: RwLock<VecDeque<String>>,
+    /// Per verified run id: the key its attestation bound, and when the run expires.
+    runs: Mutex<BTreeMap<String, (String, u64)>>,
     refused: AtomicU64,
     /// Keys admitted so far (each counted once): a request whose handshake was refused tells
     /// by it whether another one attested the box's new key meanwhile.
@@ -159,14 +182,20 @@ pub struct AttestedKeys {
 }
 
 impl AttestedKeys {
-    /// Accept `spki_sha256` (hex) from now on: a key a verified attestation bound.
+    /// Accept `spki_sha256` (hex) from now on: a key a verified attestation bound. The oldest
+    /// admission goes past [`MAX_ATTESTED_KEYS`].
     pub fn admit(&self, spki_sha256: &str) {
-        let fresh = self
-            .keys
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(spki_sha256.to_ascii_lowercase());
-        if fresh {
+        let key = spki_sha256.to_ascii_lowercase();
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        let known = keys.iter().position(|k| *k == key);
+        if let Some(at) = known {
+            keys.remove(at);
+        }
+        keys.push_back(key);
+        while keys.len() > MAX_ATTESTED_KEYS {
+            keys.pop_front();
+        }
+        if known.is_none() {
             self.admitted.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -180,7 +209,39 @@ impl AttestedKeys {
         self.keys
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(spki_sha256)
+            .iter()
+            .any(|k| k == spki_sha256)
+    }
+
+    /// Run `run_id`'s requests go to `spki_sha256` only (the key its verified attestation
+    /// bound), until it expires at `expires_at` (Unix seconds). Bounded by [`MAX_RUN_KEYS`].
+    pub fn bind_run(&self, run_id: &str, spki_sha256: &str, expires_at: u64) {
+        let mut runs = self.runs.lock().unwrap_or_else(|p| p.into_inner());
+        if runs.len() >= MAX_RUN_KEYS && !runs.contains_key(run_id) {
+            let now = crate::run::now_secs();
+            runs.retain(|_, (_, until)| *until > now);
+            if runs.len() >= MAX_RUN_KEYS
+                && let Some(soonest) = runs
+                    .iter()
+                    .min_by_key(|(_, (_, until))| *until)
+                    .map(|(id, _)| id.clone())
+            {
+                runs.remove(&soonest);
+            }
+        }
+        runs.insert(
+            run_id.to_owned(),
+            (spki_sha256.to_ascii_lowercase(), expires_at),
+        );
+    }
+
+    /// The key run `run_id`'s attestation bound (`None`: no verified run of that id).
+    pub fn run_key(&self, run_id: &str) -> Option<String> {
+        self.runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .map(|(k, _)| k.clone())
     }
 
     /// How many handshakes were refused so far.
@@ -189,25 +250,44 @@ impl AttestedKeys {
     }
 }
 
+/// Which keys a [`KeyVerifier`] accepts.
+#[derive(Debug)]
+enum Accepts {
+    /// Any key (observing); the key is checked against the attestation afterwards.
+    Any,
+    /// The keys attestations of the box admitted.
+    Attested(Arc<AttestedKeys>),
+    /// One run's key only (its refusals counted with the box's).
+    Only(String, Arc<AttestedKeys>),
+}
+
 /// A node's verifier of a box's TLS key (see the module docs).
 #[derive(Debug)]
 pub struct KeyVerifier {
-    /// `None`: any key (observing); the key is checked against the attestation afterwards.
-    pinned: Option<Arc<AttestedKeys>>,
+    accepts: Accepts,
     provider: Arc<CryptoProvider>,
 }
 
 impl KeyVerifier {
     pub fn observing() -> KeyVerifier {
         KeyVerifier {
-            pinned: None,
+            accepts: Accepts::Any,
             provider: provider(),
         }
     }
 
     pub fn pinned(keys: Arc<AttestedKeys>) -> KeyVerifier {
         KeyVerifier {
-            pinned: Some(keys),
+            accepts: Accepts::Attested(keys),
+            provider: provider(),
+        }
+    }
+
+    /// `spki_sha256` only (a run's key; see [`AttestedKeys::bind_run`]), its refusals counted
+    /// in `keys`.
+    pub fn only(spki_sha256: &str, keys: Arc<AttestedKeys>) -> KeyVerifier {
+        KeyVerifier {
+            accepts: Accepts::Only(spki_sha256.to_ascii_lowercase(), keys),
             provider: provider(),
         }
     }
@@ -234,12 +314,15 @@ impl ServerCertVerifier for KeyVerifier {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        let Some(keys) = &self.pinned else {
-            return Ok(ServerCertVerified::assertion());
+        let shown = spki_sha256(end_entity);
+        let (accepted, keys) = match &self.accepts {
+            Accepts::Any => return Ok(ServerCertVerified::assertion()),
+            Accepts::Attested(keys) => (shown.as_deref().is_some_and(|k| keys.contains(k)), keys),
+            Accepts::Only(key, keys) => (shown.as_deref() == Some(key.as_str()), keys),
         };
-        match spki_sha256(end_entity) {
-            Some(k) if keys.contains(&k) => Ok(ServerCertVerified::assertion()),
-            _ => {
+        match accepted {
+            true => Ok(ServerCertVerified::assertion()),
+            false => {
                 keys.refused.fetch_add(1, Ordering::Relaxed);
                 Err(rustls::Error::InvalidCertificate(
                     rustls::CertificateError::ApplicationVerificationFailure,
@@ -282,5 +365,55 @@ impl ServerCertVerifier for KeyVerifier {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> String {
+        format!("{i:064x}")
+    }
+
+    /// A key of a box's start long gone is not accepted for the node's life: past
+    /// [`MAX_ATTESTED_KEYS`] the oldest admission goes, and admitting a key again keeps it.
+    #[test]
+    fn the_attested_keys_are_the_last_few_admitted() {
+        let keys = AttestedKeys::default();
+        keys.admit(&key(0));
+        for i in 1..MAX_ATTESTED_KEYS {
+            keys.admit(&key(i));
+        }
+        // Key 0 shown again: the newest now, key 1 the oldest.
+        keys.admit(&key(0));
+        assert_eq!(keys.admissions(), MAX_ATTESTED_KEYS as u64);
+        keys.admit(&key(MAX_ATTESTED_KEYS));
+        assert!(keys.contains(&key(0)));
+        assert!(!keys.contains(&key(1)), "the oldest admission went");
+        assert!(keys.contains(&key(MAX_ATTESTED_KEYS)));
+        assert_eq!(keys.admissions(), MAX_ATTESTED_KEYS as u64 + 1);
+    }
+
+    /// A run's requests name one key; the runs kept are bounded, expired ones going first.
+    #[test]
+    fn each_run_has_its_one_key_and_the_runs_kept_are_bounded() {
+        let keys = AttestedKeys::default();
+        let now = crate::run::now_secs();
+        keys.bind_run("expired", &key(1).to_ascii_uppercase(), now - 1);
+        keys.bind_run("soonest", &key(2), now + 10);
+        for i in 2..MAX_RUN_KEYS {
+            keys.bind_run(&format!("run{i}"), &key(3), now + 600);
+        }
+        assert_eq!(keys.run_key("expired"), Some(key(1)), "kept lowercase");
+        keys.bind_run("new", &key(4), now + 600);
+        assert_eq!(keys.run_key("expired"), None, "an expired run goes first");
+        assert_eq!(keys.run_key("soonest"), Some(key(2)));
+        keys.bind_run("newer", &key(4), now + 600);
+        assert_eq!(keys.run_key("soonest"), None, "then the soonest to expire");
+        assert_eq!(keys.run_key("newer"), Some(key(4)));
+        assert_eq!(keys.run_key("unknown"), None);
+        // A run's key is not one the box's opens accept, nor the other way round.
+        assert!(!keys.contains(&key(4)));
     }
 }

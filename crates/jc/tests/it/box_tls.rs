@@ -2,12 +2,14 @@
 //! key made at start works end to end, and a node refuses — before any stake — a TLS front with
 //! its own key relaying a real box, a box whose attestation binds no key, and a box whose key
 //! changes under a verified run. Before any program goes to a box, the box's own attestation
-//! admits its key: a front on the path reads no program, a box statement and a run statement
-//! never pass for each other, and a box back with a fresh key is attested again. Real boxes,
-//! real TLS (rustls), on loopback.
+//! admits its key: a front on the path reads no program and no run id, a box statement and a run
+//! statement never pass for each other, and a box back with a fresh key is attested again. A
+//! run's requests go to the one key its attestation bound, never to another box behind the same
+//! URL. Real boxes, real TLS (rustls), on loopback.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use crate::support::*;
 use skillbox_jc::JcError;
@@ -15,8 +17,8 @@ use skillbox_jc::attest::{
     Attestation, Attester, Statement, VerifiedRun, VerifyPolicy, verify_attestation,
     verify_box_attestation,
 };
-use skillbox_jc::client::{BoxClient, new_nonce, open_result};
-use skillbox_jc::dsse::approved_program;
+use skillbox_jc::client::{BoxClient, OpenedRun, new_nonce, open_result};
+use skillbox_jc::dsse::{ApprovedProgram, approved_program};
 use skillbox_jc::run::BoxConfig;
 use skillbox_jc::tls::BoxTls;
 
@@ -210,8 +212,8 @@ fn assert_key_refused<T: std::fmt::Debug>(answer: skillbox_jc::Result<T>, what: 
     assert_eq!(err.code(), "tls_key_not_attested");
 }
 
-/// A call's run opened and verified as a node does it ([`BoxClient::open_attested`]).
-async fn call_at(f: &Fixture) -> VerifiedRun {
+/// A call's run opened as a node does it ([`BoxClient::open_attested`]), not yet verified.
+async fn open_at(f: &Fixture) -> (ApprovedProgram, OpenedRun) {
     let env = f.approve(&f.program());
     let approved = approved_program(&env).expect("approved");
     let opened = f
@@ -219,6 +221,12 @@ async fn call_at(f: &Fixture) -> VerifiedRun {
         .open_attested(&env, new_nonce(), &f.policy)
         .await
         .expect("open");
+    (approved, opened)
+}
+
+/// A call's run opened and verified as a node does it.
+async fn call_at(f: &Fixture) -> VerifiedRun {
+    let (approved, opened) = open_at(f).await;
     f.client
         .attest_opened(&approved, opened, &f.policy)
         .await
@@ -402,4 +410,78 @@ async fn an_opens_size_is_its_bucket_not_its_program() {
     // The box opens a padded body (the open attests the box first, then goes pinned).
     let (_, run) = f.open(&f.program()).await;
     assert!(!run.run_id.is_empty());
+}
+
+/// Audit P5: two honest boxes behind one URL (a TCP pass-through balancer), both attested. A
+/// run opened on box A is sealed to A's run key and bound to A's TLS key; its stake, status and
+/// result must go to A only — before, they went over any connection showing any key admitted
+/// for the URL, so box B received the run's sealed stake and result requests.
+#[tokio::test]
+async fn a_runs_requests_go_to_its_own_box_not_another_behind_the_same_url() {
+    let path = PathSwitch::start().await;
+    let names = [path.host.clone()];
+    let (a, a_key) = start_tls_named(Some("song b"), true, &names).await;
+    let (b, b_key) = start_tls_named(None, true, &names).await;
+    path.relay_to(&[&a.url, &b.url]);
+    let f = Fixture::at(&path.url);
+    let run = call_at(&f).await;
+    assert_eq!(run.tls_spki_sha256.as_deref(), Some(a_key.as_str()));
+    // The balancer sends the next connections to B, which is attested too: an open could land
+    // there, so its key is one the URL's opens accept.
+    path.send_to(1).await;
+    let at_b = f.client.attest_box(&f.policy).await.expect("B attested");
+    assert_eq!(at_b.tls_spki_sha256.as_deref(), Some(b_key.as_str()));
+    let before = path.received(1);
+    let songs = [b's'; 4000];
+    let staked = f
+        .stake_as_caller(&run, "which song first?", &songs, &f.caller)
+        .await;
+    // A handshake only (its hello, about 1.5 KiB): the sealed stake (over 4 KiB) never
+    // reached B.
+    let at_b = path.received(1) - before;
+    assert!(at_b < 4096, "box B received {at_b} bytes of run A's stake");
+    let status = f.client.status(&run.run_id).await;
+    let result = f.client.send_result_once(&run.run_id, Duration::ZERO).await;
+    assert_key_refused(staked, "run A's stake at box B");
+    assert_key_refused(status, "run A's status at box B");
+    assert_key_refused(result, "run A's result at box B");
+    // Back on A, the run goes on: its requests go to the key it bound.
+    path.send_to(0).await;
+    f.run_all(&run, "which song first?", "You pick songs.")
+        .await;
+    let view = f.result(&run).await;
+    assert_eq!(
+        open_result(&view, &f.result_key, &run)
+            .expect("caller opens")
+            .answer,
+        "song b"
+    );
+}
+
+/// Audit P1 follow-up: a run's attestation was asked over a connection showing any key, so a
+/// TLS front on the path read the run id from its request. With the box's key admitted, it is
+/// asked over attested keys only; a front answering in the box's place reads no run id.
+#[tokio::test]
+async fn a_tls_front_on_the_path_reads_no_run_id() {
+    let path = PathSwitch::start().await;
+    let (real, _) = start_tls_named(None, true, std::slice::from_ref(&path.host)).await;
+    let (front_url, front) = start_tls_front_capturing(&real.url).await;
+    path.relay_to(&[&real.url, &front_url]);
+    let f = Fixture::at(&path.url);
+    let (approved, opened) = open_at(&f).await;
+    let run_id = opened.opened.run_id.clone();
+    // The front takes the path; the run's attestation is asked now.
+    path.send_to(1).await;
+    let asked = f.client.attest(&approved, &run_id, &f.policy).await;
+    let paths = front.paths.lock().expect("log").clone();
+    assert!(!front.read(&run_id), "the front read the run id: {paths:?}");
+    assert_key_refused(asked, "the run's attestation through the front");
+    // The box itself answers it.
+    path.send_to(0).await;
+    let run = f
+        .client
+        .attest(&approved, &run_id, &f.policy)
+        .await
+        .expect("the run verifies at its box");
+    assert_eq!(run.run_id, run_id);
 }

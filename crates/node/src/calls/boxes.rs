@@ -22,9 +22,11 @@
 //! TLS: a box off loopback is reached over https only, and its key is the one its attestation
 //! binds, not one a CA vouches for (`skillbox_jc::tls`): [`BoxClient::attest`] refuses a box
 //! whose attestation came over a connection showing another key (`tls_key_not_attested`, a TLS
-//! front or proxy between), and a run's stakes, submits and results go over connections showing
-//! an attested key only. A restarted node admits again the keys of the runs it had verified and
-//! that have not expired ([`Boxes::remembering`]), so it can finish them.
+//! front or proxy between), a run's stakes, submits and results go over connections showing the
+//! key that run's attestation bound only, and the `/healthz` whose providers and load this node
+//! acts on over connections showing an attested key only (see [`Boxes::refresh`]). A restarted
+//! node binds again the keys of the runs it had verified and that have not expired
+//! ([`Boxes::remembering`]), so it can finish them.
 //!
 //! Load: when several accepted boxes can run a call, the caller tries the least loaded first —
 //! the runs in flight the box reported at its last `/healthz`, plus the runs this node has sent
@@ -473,72 +475,42 @@ impl Boxes {
     }
 
     /// Ask one box; `None` when it answered and is known now, else why not.
+    ///
+    /// What a node acts on — the providers (advertised, and which box a call may use), the load
+    /// (which box a call tries first), the measurement shown — comes from an https box only over
+    /// a connection showing a key its attestation bound ([`BoxClient::attested_health`]: the
+    /// box attested once per key, as before an open), so a man in the middle on the path can
+    /// make the check fail (the box keeps what it last showed), not forge a figure. Only an
+    /// unpinned box this node never saw is asked over any key first, for the identity it is then
+    /// trusted on (platform and key: the policy its attestation is checked with), nothing else.
     async fn check(&self, url: &String, client: &BoxClient) -> Option<&'static str> {
-        let h = match client.health().await {
+        let answered = match client.is_tls() {
+            false => client.health().await,
+            true => {
+                if let Some(code) = self.first_contact(url, client).await {
+                    return Some(code);
+                }
+                let platform = self
+                    .pins
+                    .get(url)
+                    .map(|p| p.platform.clone())
+                    .or_else(|| self.first_seen_of(url).map(|s| s.platform));
+                if platform.as_deref() == Some(INSECURE_DEV) && !self.allow_insecure_dev {
+                    return Some(dev_not_allowed(url));
+                }
+                client.attested_health(&self.verify_policy(url)).await
+            }
+        };
+        let h = match answered {
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
                 return Some(e.code());
             }
         };
-        let refused = |code: &'static str| {
-            // A box that answers with an identity this node cannot use is not used at all.
-            self.known
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(url);
-            Some(code)
-        };
-        // Shown and compared (and advertised to peers): only the form a program allows.
-        if !skillbox_peers::advert::is_box_identity(&h.platform, &h.measurement) {
-            tracing::warn!(%url, "box shows a malformed platform or measurement; not used");
-            return refused("identity_malformed");
-        }
-        if h.platform == INSECURE_DEV && !self.allow_insecure_dev {
-            tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
-            return Some("insecure_dev_not_allowed");
-        }
-        let key = h.key.as_deref().map(str::to_ascii_lowercase);
-        // An insecure-dev box's identity is its key: without one it cannot be told from another.
-        if h.platform == INSECURE_DEV
-            && key
-                .as_deref()
-                .is_none_or(|k| skillbox_jc::program::decode_hex32(k).is_none())
-        {
-            tracing::warn!(%url, "insecure-dev box shows no evidence key; not used");
-            return refused("key_missing");
-        }
-        let box_key = if let Some(pin) = self.pins.get(url) {
-            let matches = h.platform == pin.platform
-                && pin.measurements.contains(&h.measurement)
-                && pin
-                    .key
-                    .as_ref()
-                    .is_none_or(|k| key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k)));
-            if !matches {
-                tracing::warn!(%url, "box does not show its pinned identity; not used");
-                return refused("pin_mismatch");
-            }
-            pin.key.clone()
-        } else {
-            let shown = FirstSeen {
-                platform: h.platform.clone(),
-                key: key.clone(),
-            };
-            let seen = match self.first_seen(url, shown).await {
-                Ok(seen) => seen,
-                Err(code) => return refused(code),
-            };
-            // Trusted on first contact: another platform or key on the same URL is another box.
-            if seen.platform != h.platform {
-                tracing::warn!(%url, "box shows another platform than it first did; not used");
-                return refused("platform_changed");
-            }
-            if seen.key != key {
-                tracing::warn!(%url, "box shows another key than it first did; not used");
-                return refused("key_changed");
-            }
-            seen.key
+        let box_key = match self.identity(url, &h).await {
+            Ok(key) => key,
+            Err(code) => return Some(code),
         };
         let providers = providers_taken(h.providers, |id, host| {
             self.provider_hosts.allows(url, id, host)
@@ -561,6 +533,93 @@ impl Boxes {
             .unwrap_or_else(|p| p.into_inner())
             .remove(url);
         None
+    }
+
+    /// The identity `h` shows checked (see the module docs): its form, insecure-dev allowed,
+    /// its pin or the platform and key the URL first showed (kept now if this is the first
+    /// contact); the evidence key this node checks attestations of `url` against, or why the
+    /// box is not used.
+    async fn identity(
+        &self,
+        url: &String,
+        h: &skillbox_jc::server::Health,
+    ) -> Result<Option<String>, &'static str> {
+        // Shown and compared (and advertised to peers): only the form a program allows.
+        if !skillbox_peers::advert::is_box_identity(&h.platform, &h.measurement) {
+            tracing::warn!(%url, "box shows a malformed platform or measurement; not used");
+            return self.refused(url, "identity_malformed");
+        }
+        if h.platform == INSECURE_DEV && !self.allow_insecure_dev {
+            return Err(dev_not_allowed(url));
+        }
+        let key = h.key.as_deref().map(str::to_ascii_lowercase);
+        // An insecure-dev box's identity is its key: without one it cannot be told from another.
+        if h.platform == INSECURE_DEV
+            && key
+                .as_deref()
+                .is_none_or(|k| skillbox_jc::program::decode_hex32(k).is_none())
+        {
+            tracing::warn!(%url, "insecure-dev box shows no evidence key; not used");
+            return self.refused(url, "key_missing");
+        }
+        let box_key = if let Some(pin) = self.pins.get(url) {
+            let matches = h.platform == pin.platform
+                && pin.measurements.contains(&h.measurement)
+                && pin
+                    .key
+                    .as_ref()
+                    .is_none_or(|k| key.as_ref().is_some_and(|hk| hk.eq_ignore_ascii_case(k)));
+            if !matches {
+                tracing::warn!(%url, "box does not show its pinned identity; not used");
+                return self.refused(url, "pin_mismatch");
+            }
+            pin.key.clone()
+        } else {
+            let shown = FirstSeen {
+                platform: h.platform.clone(),
+                key: key.clone(),
+            };
+            let seen = match self.first_seen(url, shown).await {
+                Ok(seen) => seen,
+                Err(code) => return self.refused(url, code),
+            };
+            // Trusted on first contact: another platform or key on the same URL is another box.
+            if seen.platform != h.platform {
+                tracing::warn!(%url, "box shows another platform than it first did; not used");
+                return self.refused(url, "platform_changed");
+            }
+            if seen.key != key {
+                tracing::warn!(%url, "box shows another key than it first did; not used");
+                return self.refused(url, "key_changed");
+            }
+            seen.key
+        };
+        Ok(box_key)
+    }
+
+    /// A box that answers with an identity this node cannot use is not used at all.
+    fn refused(&self, url: &str, code: &'static str) -> Result<Option<String>, &'static str> {
+        self.known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(url);
+        Err(code)
+    }
+
+    /// For an https box neither pinned nor seen before: its `/healthz` over any key, for the
+    /// platform and key it is trusted on from now (kept before it counts); its figures are not
+    /// taken (the attested `/healthz` that follows gives them). `None` when it is known now.
+    async fn first_contact(&self, url: &String, client: &BoxClient) -> Option<&'static str> {
+        if self.pins.contains_key(url) || self.first_seen_of(url).is_some() {
+            return None;
+        }
+        match client.health().await {
+            Ok(shown) => self.identity(url, &shown).await.err(),
+            Err(e) => {
+                tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
+                Some(e.code())
+            }
+        }
     }
 
     /// Every accepted box, answered or not, with its last check (the dashboard's health).
@@ -746,6 +805,13 @@ impl Boxes {
                 hosts.allows(&url, id, host)
             }))
     }
+}
+
+/// `insecure_dev_not_allowed`, logged: the box at `url` attests with insecure-dev, which this
+/// node does not allow.
+fn dev_not_allowed(url: &str) -> &'static str {
+    tracing::warn!(%url, "box attests with insecure-dev, which this node does not allow (boxes.allow_insecure_dev)");
+    "insecure_dev_not_allowed"
 }
 
 /// Why a run left the box that answered an open with `e`, as the call's history says it (one
