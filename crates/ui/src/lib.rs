@@ -13,7 +13,8 @@
 //! cookie is `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it) and
 //! `Path=/ui`. Every form carries a CSRF token derived from the session's id (HMAC), checked in
 //! constant time; the node's own guard in front of every route already refuses another site's
-//! `Origin` and a foreign `Host`. Every page is sent with a strict Content-Security-Policy (no
+//! `Origin`, a foreign `Host`, and any request a browser marks as sent from another origin
+//! (`Sec-Fetch-Site`: a page on another port of this host included). Every page is sent with a strict Content-Security-Policy (no
 //! inline script or style, nothing from elsewhere, no framing).
 //!
 //! What the dashboard never shows: a source's content (names, kinds, sizes, digests only), a
