@@ -145,6 +145,13 @@ fn bench(c: &mut Criterion) {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(!check(&prepared, &labelled).is_caught());
+    // Its cost split: its parts put back in order alone (what the second walk reads), and the
+    // same answer with labels that state no place (`Pact 170:`: no parts, and each line a quarter
+    // digits and punctuation, read as ROT47 — what every labelled answer cost before).
+    let unlabelled = labelled.replace("Part ", "Pact ");
+    let in_order = chunks.concat();
+    assert!(!check(&prepared, &unlabelled).is_caught());
+    assert!(!check(&prepared, &in_order).is_caught());
 
     // Each decoder's form, about 4 KiB: of a clean answer (the decoder reads it all and the
     // views scan what it decoded) and of a leak (caught).
@@ -177,6 +184,14 @@ fn bench(c: &mut Criterion) {
         ("check 4 KiB clean answer in small capitals", &small_caps),
         ("check 4 KiB clean answer in Cyrillic and CJK", &scripts),
         ("check 4 KiB clean answer in labelled parts", &labelled),
+        (
+            "check 4 KiB clean answer in parts whose labels state no place (read as ROT47)",
+            &unlabelled,
+        ),
+        (
+            "check 2 KiB clean answer, the parts put back in order",
+            &in_order,
+        ),
     ] {
         cpu_per_call(name, 200, || {
             black_box(check(&prepared, black_box(answer)));

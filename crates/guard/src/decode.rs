@@ -805,16 +805,33 @@ fn worded(line: &str) -> bool {
 }
 
 /// ROT47 of the lines that look like it: three words or more, 8+ visible characters, a quarter
-/// or more of them ASCII digits and punctuation (ROT47 turns most lower-case letters into both; prose has a few
-/// percent). Other lines are left out.
+/// or more of them ASCII digits and punctuation (ROT47 turns most lower-case letters into both;
+/// prose has a few percent). A line a third or more of which is labelled slices (`Part 170:
+/// "ting and sh"`) is judged by its slices' text alone: the label's number and colon and the
+/// quotes are the answer's own marks, and every line of an answer cut into short parts passed
+/// for ROT47, so the whole answer was decoded and walked again (a clean answer in parts cost what
+/// one in ROT47 does). ROT47 in the slices (`Part 1: "%96 !x}"`) still is, and a label before a
+/// line of ROT47 (`The first character is a %96 !x} :D`) changes nothing. Other lines are left
+/// out.
 pub fn rot47_lines(text: &str) -> Option<String> {
-    let looks_rotated = |line: &str| {
-        let visible = line.chars().filter(|c| !c.is_whitespace()).count();
-        let marks = line
+    fn visible(t: &str) -> usize {
+        t.chars().filter(|c| !c.is_whitespace()).count()
+    }
+    fn marked(t: &str) -> bool {
+        let marks = t
             .bytes()
             .filter(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
             .count();
-        visible >= 8 && marks * 4 >= visible
+        marks * 4 >= visible(t)
+    }
+    let looks_rotated = |line: &str| {
+        let n = visible(line);
+        if n < 8 || !marked(line) {
+            return false;
+        }
+        let said: Vec<&str> = crate::slices::stated(line).iter().map(|s| s.text).collect();
+        let shown = said.iter().map(|t| visible(t)).sum::<usize>();
+        shown * 3 < n || marked(&said.concat())
     };
     lines_undone(text, looks_rotated, |c| match c {
         '!'..='~' => (b'!' + (c as u8 - b'!' + 47) % 94) as char,
@@ -1440,6 +1457,29 @@ mod table_tests {
         ] {
             assert_eq!(spelled(text), None, "{text}");
         }
+    }
+
+    /// An answer cut into labelled parts is not ROT47 for its labels' marks; ROT47 in its parts,
+    /// or after a label, still is.
+    #[test]
+    fn labelled_parts_are_rot47_only_when_their_text_is() {
+        use skillbox_testkit::guard::rot47 as rot;
+        let text = "Welcome guests warmly and show them to the garden, where the tables are set \
+            for lunch under the old pear tree by a wall.";
+        let chars: Vec<char> = text.chars().collect();
+        let chunks: Vec<String> = chars.chunks(12).map(|c| c.iter().collect()).collect();
+        let parts = |f: &dyn Fn(&str) -> String| {
+            (0..chunks.len())
+                .rev()
+                .map(|k| format!("Part {}: \"{}\"", k + 1, f(&chunks[k])))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(rot47_lines(&parts(&|t| t.to_owned())), None);
+        let rotated = rot47_lines(&parts(&rot)).unwrap_or_default();
+        assert_eq!(rotated.lines().count(), chunks.len(), "{rotated}");
+        let after_label = format!("The first character is a {}", rot(SECRET));
+        assert!(has_secret(&decoded(rot47_lines, &after_label)));
     }
 
     #[test]
