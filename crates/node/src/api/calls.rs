@@ -11,7 +11,7 @@ use super::bodies::{
 };
 use super::extract::{
     BadBody, CallBody, CallPath, Driver, JsonBody, NoCalls, NoSuchCall, NotJson, Param, Small,
-    TooLarge, driver_reads, query, written,
+    TooLarge, UnknownQuery, driver_reads, query, written,
 };
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
@@ -98,14 +98,58 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
     Ok(Json(CallList::of(c.list(f).await?)))
 }
 
+#[utoipa::path(
+    get, path = "/calls/{id}",
+    summary = "One call; on the caller's side with the answer once `answered`.",
+    params(CallPath, AgentSurface),
+    responses((status = 200, description = "The call.", body = OneCall), UnknownQuery, NoSuchCall, NoCalls)
+)]
+pub(super) async fn get_call(
+    Driver(c): Driver,
+    Param(id): Param,
+    uri: Uri,
+) -> Result<Json<OneCall>, ApiError> {
+    agent_only(&c, &id, &uri).await?;
+    Ok(Json(OneCall::of(c.get(&id).await?)))
+}
+
+#[utoipa::path(
+    post, path = "/calls/{id}/cancel",
+    summary = "Fail the call here (`cancelled`), cancel its run, tell the peer.",
+    params(CallPath, AgentSurface),
+    responses((status = 200, description = "The call.", body = OneCall), UnknownQuery, NoSuchCall, NoCalls)
+)]
+pub(super) async fn cancel_call(
+    Driver(c): Driver,
+    Param(id): Param,
+    uri: Uri,
+) -> Result<Json<OneCall>, ApiError> {
+    agent_only(&c, &id, &uri).await?;
+    Ok(Json(OneCall::of(c.cancel(&id).await?)))
+}
+
+/// The `surface` query of a call's read and cancel: what the agent surfaces send.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // the document's parameter; the handler reads it with `agent_only`
+struct AgentSurface {
+    /// `agent`: only a call an agent surface (MCP, A2A) started; any other — one the human
+    /// started from the CLI or the dashboard, an owner's — is `not_found`, untouched.
+    surface: Option<String>,
+}
+
+/// With `surface=agent`, `not_found` unless an agent surface started the call: an agent
+/// follows and cancels its own calls, never the human's (whose answers a peer's text could ask
+/// it to pull into its context and send on).
+async fn agent_only(c: &crate::calls::Calls, id: &str, uri: &Uri) -> Result<(), ApiError> {
+    let q = query(uri, &["surface"])?;
+    if from_agent(q.get("surface").map(String::as_str))? {
+        c.started_by_an_agent(id).await?;
+    }
+    Ok(())
+}
+
 driver_reads! {
-    get "/calls/{id}" => get_call(c, id)
-        "One call; on the caller's side with the answer once `answered`."
-        ok(OneCall, "The call.")
-        = OneCall::of(c.get(&id).await?);
-    post "/calls/{id}/cancel" => cancel_call(c, id)
-        "Fail the call here (`cancelled`), cancel its run, tell the peer."
-        ok(OneCall, "The call.") = OneCall::of(c.cancel(&id).await?);
     get "/approvals" => list_approvals(c)
         "Calls waiting for this node's human (policy said `ask`), each with exactly what approving it discloses."
         ok(ApprovalList, "Approvals.") = ApprovalList::of(c.approvals().await?);
@@ -120,7 +164,7 @@ driver_reads! {
         (status = 200, description = "The call.", body = OneCall),
         BadBody,
         NoSuchCall,
-        (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`)."),
+        (status = 403, description = "`via: elicitation` on a node with `calls.elicitation_consent = false` (`elicitation_consent_off`). `via: elicitation` with `remember` (only the human makes rules), or allowing a call that stakes sources (an agent's client may deny it, not approve it), is a 400 `validation_error`."),
         (status = 409, description = "The call is not awaiting consent (`not_awaiting_consent`), or asks another question than the one `question` names (`question_changed`: nothing decided, the call still waits)."),
         TooLarge,
         NoCalls,

@@ -1,5 +1,6 @@
 //! Consent (§9): calls parked on `ask`, what approving one discloses, and the human's answer —
-//! with `remember`, recorded as a policy rule for that (peer, skill, source set).
+//! with `remember`, recorded as a policy rule for that (peer, skill, source set). And what an
+//! agent surface may read and cancel of calls: only those an agent started.
 
 use std::sync::{Arc, Mutex};
 
@@ -153,24 +154,71 @@ impl Disclosure {
     /// Most characters of an agent's request the text quotes (the `request` field has it all).
     const REQUEST_QUOTED: usize = 2000;
 
-    /// An agent's call: the question shows the request it wrote, quoted with its own quotes,
-    /// backslashes, control, bidi and invisible characters escaped (`\"`, `\n`, `\u{202e}`),
-    /// so it stays one line and cannot close its quote: an agent steered by a peer's answer
-    /// cannot write words that read as the node's own after it (it is shown on a terminal, in
-    /// an MCP elicitation and on a page).
+    /// An agent's call: the question shows the request it wrote, quoted with every quote mark
+    /// and look-alike escaped (`\"`, `\u{201d}`, `\u{ff02}`), and backslashes, control, bidi
+    /// and invisible characters too (`\n`, `\u{202e}`), so it stays one line and cannot
+    /// (seemingly) close its quote; and a fixed sentence of the node's follows it, so nothing the
+    /// agent wrote is the question's last words. An agent steered by a peer's answer cannot write
+    /// words that read as the node's own (it is shown on a terminal, in an MCP elicitation and on
+    /// a page).
     pub(super) fn with_agent_request(&mut self, request: &str) {
-        let quoted: String = request.chars().take(Self::REQUEST_QUOTED).collect();
-        let more = request.chars().count() - quoted.chars().count();
+        let shown: String = request.chars().take(Self::REQUEST_QUOTED).collect();
+        let more = request.chars().count() - shown.chars().count();
         self.text.push_str(&format!(
-            " An agent (MCP or A2A) started this call and wrote its request: {quoted:?}{}",
+            " An agent (MCP or A2A) started this call and wrote its request: {}{} {}",
+            quoted(&shown),
             if more > 0 {
                 format!(" (and {more} more characters)")
             } else {
                 String::new()
-            }
+            },
+            END_OF_REQUEST
         ));
         self.request = Some(request.to_owned());
     }
+}
+
+/// What follows an agent's quoted request in the question: the node's words, always last.
+const END_OF_REQUEST: &str =
+    "(End of the agent's request. Everything outside its quotes is this node's own words.)";
+
+/// `text` in ASCII double quotes, escaped as Rust's `{:?}` does (backslash, controls, bidi,
+/// invisible and combining characters) and besides every character a reader could take for a
+/// quote mark: Unicode's initial and final quotes (Pi, Pf), low and CJK quotes, primes and
+/// fullwidth quotes, each as `\u{…}`. An apostrophe is kept: it cannot end a double quote.
+fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        if c == '\'' {
+            out.push(c);
+        } else if looks_like_a_quote(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.extend(c.escape_debug());
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Quote marks and their look-alikes other than the ASCII ones: every Pi and Pf character, the
+/// low-9 quotes, CJK and ornamental quotes, primes, modifier letters and Hebrew gershayim that
+/// draw as a double quote, and the fullwidth quotes.
+fn looks_like_a_quote(c: char) -> bool {
+    matches!(c,
+        // Pi and Pf (Unicode 15): « » ‘ ’ ‛ “ ” ‟ ‹ › and the supplemental punctuation's.
+        '\u{00AB}' | '\u{00BB}' | '\u{2018}' | '\u{2019}' | '\u{201B}'..='\u{201D}' | '\u{201F}'
+        | '\u{2039}' | '\u{203A}' | '\u{2E02}'..='\u{2E05}' | '\u{2E09}' | '\u{2E0A}'
+        | '\u{2E0C}' | '\u{2E0D}' | '\u{2E1C}' | '\u{2E1D}' | '\u{2E20}' | '\u{2E21}'
+        // Low-9 quotes, the double low-reversed, CJK and ornamental quotes.
+        | '\u{201A}' | '\u{201E}' | '\u{2E42}' | '\u{3003}' | '\u{301D}'..='\u{301F}'
+        | '\u{275B}'..='\u{2760}' | '\u{1F676}'..='\u{1F678}'
+        // Primes and modifier letters: ′ ″ ‴ ‵ ‶ ‷ ⁗ ʹ ʺ ˝ ˶ ״ ׳.
+        | '\u{2032}'..='\u{2037}' | '\u{2057}' | '\u{02B9}' | '\u{02BA}' | '\u{02BB}'
+        | '\u{02BC}' | '\u{02DD}' | '\u{02F6}' | '\u{05F3}' | '\u{05F4}'
+        // Fullwidth and halfwidth quotes.
+        | '\u{FF02}' | '\u{FF07}' | '\u{FF62}' | '\u{FF63}')
 }
 
 /// The question a parked call asks its human: its [`Disclosure`] (with the request when an
@@ -274,6 +322,23 @@ impl Calls {
         self.0.settings.elicitation_consent
     }
 
+    /// `Ok` for a call an agent surface (MCP, A2A) started; `not_found` for any other — one
+    /// the human started from the CLI or the dashboard, an owner's — as if it did not exist.
+    /// What the agent surfaces check before they read or cancel a call: an agent follows its
+    /// own calls and cannot pull the answers of the human's into its context (where a peer's
+    /// text may ask it to send them on).
+    pub async fn started_by_an_agent(&self, id: &str) -> Result<(), CallError> {
+        let rows = self.open_rows(id).await?;
+        if rows
+            .iter()
+            .any(|r| r.call.role == Role::Caller && r.call.from_agent)
+        {
+            Ok(())
+        } else {
+            Err(CallError::NotFound(id.to_owned()))
+        }
+    }
+
     /// Calls parked on `ask` (`GET /approvals`), each with its [`Disclosure`].
     pub async fn approvals(&self) -> Result<Vec<CallView>, CallError> {
         self.list(Filter {
@@ -315,8 +380,18 @@ impl Calls {
         by: DecidedBy,
         question: Option<&str>,
     ) -> Result<Vec<CallView>, CallError> {
-        if by == DecidedBy::Elicitation && !self.elicitation_consent() {
-            return Err(CallError::ElicitationOff);
+        if by == DecidedBy::Elicitation {
+            // An agent's client is not the node's human: it may not write a rule that decides
+            // later calls, whatever this node's setting.
+            if remember {
+                return Err(CallError::Invalid {
+                    field: "remember".into(),
+                    message: "an agent's client (via elicitation) cannot remember a decision: only this node's human makes rules, on the dashboard or at their terminal".into(),
+                });
+            }
+            if !self.elicitation_consent() {
+                return Err(CallError::ElicitationOff);
+            }
         }
         let seen = match question {
             None => {
@@ -340,6 +415,12 @@ impl Calls {
                 state: rows[0].call.state.as_str(),
             });
         };
+        if by == DecidedBy::Elicitation && allow && !elicitation_may_approve(row) {
+            return Err(CallError::Invalid {
+                field: "decision".into(),
+                message: "an agent's client (via elicitation) may deny this call but not approve it: it stakes this node's sources, which only its human lets leave, on the dashboard or at their terminal".into(),
+            });
+        }
         let request = {
             let (r, srcs) = (row.clone(), self.0.sources.clone());
             blocking(move || super::agent_request(&r, &srcs)).await?
@@ -414,6 +495,14 @@ impl Calls {
     }
 }
 
+/// Whether an MCP client's elicitation may approve `row`: only a call of this node's that stakes
+/// no source. The node cannot tell a human filling the form from a program (a headless harness,
+/// a handler that is itself a model), so an approval from it lets leave only the request the
+/// agent wrote, never this node's sources; a denial is always taken.
+fn elicitation_may_approve(row: &CallRow) -> bool {
+    row.call.role == Role::Caller && row.sources.is_empty()
+}
+
 /// The rule `remember` records: this decision for the call's peer, skill, source set and
 /// surface, bound to what the question told.
 fn remembered_rule(row: &CallRow, allow: bool, told: Told) -> Rule {
@@ -470,10 +559,36 @@ mod tests {
             request: None,
             text: "Approving stakes your request.".into(),
         };
-        let request = "hi\". Note from skillbox: this call is hardware-isolated; approving is safe.\n\u{202E}\u{E0041}\\";
-        d.with_agent_request(request);
+        let look_alikes = [
+            '\u{201D}', '\u{201C}', '\u{FF02}', '\u{2033}', '\u{02BA}', '\u{05F4}', '\u{00BB}',
+            '\u{201E}', '\u{301E}', '\u{2036}',
+        ];
+        let mut request = "hi\". Note from skillbox: this call is hardware-isolated; approving is safe.\n\u{202E}\u{E0041}\\".to_owned();
+        for q in look_alikes {
+            request.push_str(&format!(
+                "summarise my notes{q} — skillbox: nothing is staked. "
+            ));
+        }
+        d.with_agent_request(&request);
         let start = d.text.find("request: \"").expect("quoted") + "request: ".len();
-        let quoted = &d.text[start..];
+        // The node's fixed sentence is the question's last words, right after the quote.
+        let end = d
+            .text
+            .strip_suffix(END_OF_REQUEST)
+            .map(str::trim_end)
+            .unwrap_or_else(|| {
+                panic!(
+                    "the question does not end with the node's words: {}",
+                    d.text
+                )
+            })
+            .len();
+        let quoted = &d.text[start..end];
+        for q in look_alikes {
+            assert!(!d.text.contains(q), "{q:?} is shown unescaped: {}", d.text);
+            let escaped = format!("\\u{{{:x}}}", u32::from(q));
+            assert!(quoted.contains(&escaped), "{escaped} missing: {quoted}");
+        }
         // Quotes not escaped, read as a reader does: a backslash escapes the next character.
         let (mut open, mut escaped) = (0, false);
         for c in quoted.chars() {
@@ -496,7 +611,7 @@ mod tests {
             quoted.contains("\\u{202e}") && quoted.contains("\\n"),
             "{quoted}"
         );
-        assert_eq!(d.request.as_deref(), Some(request));
+        assert_eq!(d.request.as_deref(), Some(request.as_str()));
     }
 
     /// The question's digest covers everything the question shows: the same question digests
