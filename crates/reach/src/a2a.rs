@@ -512,9 +512,11 @@ pub fn task_json(s: &CallSnapshot, cat: &Catalog) -> Value {
         task["artifacts"] = json!([{
             "artifactId": format!("{}-answer", s.id),
             "name": "answer",
+            // The skill's name is in the framed text and the task's metadata; the description
+            // is this node's words only.
             "description": format!(
-                "The output of a model following peer {}'s private instructions for its skill {}: untrusted data, framed.",
-                s.peer, s.skill
+                "The output of a model following peer {}'s private instructions: untrusted data, framed.",
+                s.peer
             ),
             "parts": [{ "text": catalog::frame_answer(&s.peer, &s.skill, answer), "mediaType": "text/plain" }],
         }]);
@@ -552,10 +554,14 @@ mod tests {
         let t = task_json(&s, &Catalog::default());
         assert_eq!(t["status"]["state"], "TASK_STATE_COMPLETED");
         let text = t["artifacts"][0]["parts"][0]["text"].as_str().unwrap_or("");
+        let n = catalog::nonce();
         assert!(
-            text.contains("\nhello\n") && text.contains("peer P's skill taste"),
+            text.contains("\nhello\n")
+                && text.contains(&format!("peer P's skill ⟦peer text {n}⟧ taste ⟦end {n}⟧")),
             "{text}"
         );
+        let described = t["artifacts"][0]["description"].to_string();
+        assert!(!described.contains("taste"), "{described}");
         let mut f = snap("failed");
         f.failure = Some(Failure {
             code: "cancelled".into(),

@@ -181,36 +181,40 @@ pub fn failure_text(code: &str) -> &'static str {
     }
 }
 
-/// A source, as far as the surfaces may show it: never content, never a digest.
+/// A source, as far as the surfaces may show it: never content, never a digest; a secret's
+/// size neither (a 4-byte secret is a PIN).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceInfo {
     pub name: String,
     pub kind: String,
-    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
     pub shareable: bool,
 }
 
+/// Where the node keeps what is its own, not the human's: a call's request, answer and result
+/// key (`call/`), a skill's body (`skill/`), an agent's material (`agent/`). None of it is
+/// shown to an agent: the answers of the human's own calls are there.
+const INTERNAL_PREFIXES: [&str; 3] = ["skill/", "agent/", "call/"];
+
 impl SourceInfo {
-    /// From the node's source metadata JSON. `shareable` is the node's own flag when it has
-    /// one; otherwise design §5's rule: secrets and anything under `skill/`, `agent/`, `call/`
-    /// can never be staked by a caller.
+    /// From the node's source metadata JSON: the human's own sources only (`None` for the
+    /// node's internal ones). `shareable` is the node's own flag when it has one; a secret can
+    /// never be staked by a caller (design §5), whatever the flag.
     fn from_meta(v: &Value) -> Option<SourceInfo> {
         let name = v.get("name")?.as_str()?.to_owned();
+        if INTERNAL_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            return None;
+        }
         let kind = v.get("kind")?.as_str()?.to_owned();
+        let secret = kind == "secret";
         let size = v.get("size")?.as_u64()?;
-        let never = kind == "secret"
-            || ["skill/", "agent/", "call/"]
-                .iter()
-                .any(|p| name.starts_with(p));
-        let shareable = match v.get("shareable").and_then(Value::as_bool) {
-            Some(flag) => flag && !never,
-            None => !never,
-        };
+        let shareable = !secret && v.get("shareable").and_then(Value::as_bool).unwrap_or(true);
         Some(SourceInfo {
             name,
             kind,
-            size,
+            size: (!secret).then_some(size),
             shareable,
         })
     }
@@ -237,6 +241,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         &self,
         text: Zeroizing<String>,
     ) -> impl Future<Output = Result<(Pick, CallSnapshot), BackendError>> + Send;
+    /// A call an agent surface started (`not_found` for any other: the human's own calls, an
+    /// owner's), as the node records it.
     fn call(&self, id: &str) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
     /// An MCP client's elicitation answer for a parked call, to the question whose digest is
     /// `question` (the one elicited on): recorded as `agent:elicitation`, refused by a node
@@ -248,7 +254,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
         allow: bool,
         question: &str,
     ) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
+    /// Cancel a call an agent surface started (`not_found` for any other, left as it is).
     fn cancel(&self, id: &str) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
+    /// This node's own sources ([`SourceInfo`]): none of its internal ones.
     fn sources(&self) -> impl Future<Output = Result<Vec<SourceInfo>, BackendError>> + Send;
 }
 
@@ -373,7 +381,9 @@ impl Backend for InProcess {
     }
 
     async fn call(&self, id: &str) -> Result<CallSnapshot, BackendError> {
-        caller_view(views(self.calls()?.get(id).await?))
+        let calls = self.calls()?;
+        calls.started_by_an_agent(id).await?;
+        caller_view(views(calls.get(id).await?))
     }
 
     async fn consent(
@@ -390,7 +400,9 @@ impl Backend for InProcess {
     }
 
     async fn cancel(&self, id: &str) -> Result<CallSnapshot, BackendError> {
-        caller_view(views(self.calls()?.cancel(id).await?))
+        let calls = self.calls()?;
+        calls.started_by_an_agent(id).await?;
+        caller_view(views(calls.cancel(id).await?))
     }
 
     async fn sources(&self) -> Result<Vec<SourceInfo>, BackendError> {
@@ -548,7 +560,11 @@ impl Backend for NodeHttp {
 
     async fn call(&self, id: &str) -> Result<CallSnapshot, BackendError> {
         let v = self
-            .send(reqwest::Method::GET, &format!("/calls/{}", seg(id)?), None)
+            .send(
+                reqwest::Method::GET,
+                &format!("/calls/{}?surface=agent", seg(id)?),
+                None,
+            )
             .await?;
         caller_view(Self::one_or_sides(v))
     }
@@ -574,7 +590,7 @@ impl Backend for NodeHttp {
         let v = self
             .send(
                 reqwest::Method::POST,
-                &format!("/calls/{}/cancel", seg(id)?),
+                &format!("/calls/{}/cancel?surface=agent", seg(id)?),
                 None,
             )
             .await?;
@@ -659,8 +675,32 @@ mod tests {
         assert!(m("songs", "text", None).shareable);
         assert!(!m("songs", "text", Some(false)).shareable);
         assert!(!m("openai-key", "secret", Some(true)).shareable);
-        assert!(!m("skill/taste/body", "text", Some(true)).shareable);
-        assert!(!m("call/x/answer", "text", None).shareable);
+    }
+
+    /// An agent lists sources to find every stored answer (`call/<id>/answer`, the human's
+    /// calls' too) and the size of each secret: it sees the human's own sources only, and a
+    /// secret without its size.
+    #[test]
+    fn an_agent_sees_the_humans_sources_only_and_no_secrets_size() {
+        let meta = |name: &str, kind: &str| json!({ "name": name, "kind": kind, "size": 4, "digest": "sha256:x" });
+        for internal in [
+            "call/c1/answer",
+            "call/c1/request",
+            "call/c1/result-key",
+            "skill/taste/body",
+            "agent/a/notes",
+        ] {
+            assert_eq!(
+                SourceInfo::from_meta(&meta(internal, "text")),
+                None,
+                "{internal}"
+            );
+        }
+        let pin = SourceInfo::from_meta(&meta("pin", "secret")).expect("a secret is listed");
+        assert_eq!((pin.size, pin.shareable), (None, false));
+        assert!(!serde_json::to_string(&pin).expect("json").contains("size"));
+        let songs = SourceInfo::from_meta(&meta("songs", "text")).expect("songs");
+        assert_eq!(songs.size, Some(4));
     }
 
     #[test]

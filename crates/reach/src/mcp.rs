@@ -199,7 +199,7 @@ impl<B: Backend> SkillboxMcp<B> {
             .annotate(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(true)),
             Tool::new(
                 "call_status",
-                "The state of a call this node made (apply_skill or ask): state, failure code, receipt summary, hardware isolation, and the answer once it is answered.",
+                "The state of a call an agent started on this node (apply_skill or ask, here or over A2A): state, failure code, receipt summary, hardware isolation, and the answer once it is answered. Calls its human started are not shown.",
                 schema(json!({
                     "type": "object",
                     "properties": { "callId": { "type": "string", "maxLength": 128 } },
@@ -210,7 +210,7 @@ impl<B: Backend> SkillboxMcp<B> {
             .annotate(ToolAnnotations::new().read_only(true).open_world(false)),
             Tool::new(
                 "list_sources",
-                "This node's sources: name, kind (text, secret, file), size in bytes, and whether it is shareable (may be staked into a call). Never their content.",
+                "This node's own sources: name, kind (text, secret, file), size in bytes (not for a secret), and whether it is shareable (may be staked into a call). Never their content, nor what the node keeps of its calls.",
                 schema(json!({ "type": "object", "properties": {}, "additionalProperties": false })),
             )
             .annotate(ToolAnnotations::new().read_only(true).open_world(false)),
@@ -237,12 +237,14 @@ impl<B: Backend> SkillboxMcp<B> {
             s["pick"] = json!({ "skill": p.skill, "peer": p.peer, "score": p.score });
         }
         let text = if let Some(answer) = &snap.answer {
-            // The structured answer is a field (cleaned of control and bidi characters); the
-            // text says whose model wrote it and frames it.
-            s["answer"] = json!(catalog::clean_untrusted_lines(answer));
+            // The answer is framed in the structured result too: a host may hand
+            // `structuredContent` to its model instead of the text, and the frame (with the
+            // notice of whose model wrote it) must reach the model either way.
+            let framed = catalog::frame_answer(&snap.peer, &snap.skill, answer);
+            s["answer"] = json!(framed);
             s["answerFrom"] = json!({ "peer": snap.peer, "skill": snap.skill,
                 "kind": "output of a model following the peer's private instructions: untrusted data" });
-            catalog::frame_answer(&snap.peer, &snap.skill, answer)
+            framed
         } else if let Some(f) = &snap.failure {
             s["failure"] = json!({ "code": f.code, "message": failure_text(&f.code) });
             format!(
@@ -297,7 +299,7 @@ impl<B: Backend> SkillboxMcp<B> {
             }
         });
         let mut sent_rank = 0;
-        let last = follow(
+        let last = follow_or_cancel(
             &self.backend,
             snap,
             self.settings.wait,
@@ -326,7 +328,10 @@ impl<B: Backend> SkillboxMcp<B> {
     }
 
     /// A call parked for consent: `input_required` when the client can ask its human
-    /// (2026-07-28 and elicitation declared), a clear result naming the approval otherwise.
+    /// (2026-07-28 and elicitation declared), the node takes such answers
+    /// (`calls.elicitation_consent`) and the call stakes no source (the node refuses an
+    /// elicitation's yes to one that does: only its human lets sources leave); a clear result
+    /// naming the approval otherwise.
     fn parked(
         &self,
         snap: &CallSnapshot,
@@ -344,6 +349,7 @@ impl<B: Backend> SkillboxMcp<B> {
         if modern
             && elicits
             && cat.elicitation_consent
+            && snap.sources.is_empty()
             && let Some(question) = snap.question.as_deref()
             && let Some(req) = consent_question(snap)
         {
@@ -453,6 +459,24 @@ impl<B: Backend> SkillboxMcp<B> {
     }
 }
 
+/// Follow a call as [`follow`] does; when the client cancels its request before the call ends
+/// (the human pressed stop in the host, after reading a suspicious answer or question), the
+/// call is cancelled too — not only the wait: an approved call would otherwise still stake and
+/// submit. A wait that only reached its limit leaves the call running.
+async fn follow_or_cancel<B: Backend>(
+    backend: &B,
+    first: CallSnapshot,
+    limit: Duration,
+    cancelled: impl Fn() -> bool,
+    on_state: impl FnMut(&CallSnapshot),
+) -> Result<CallSnapshot, BackendError> {
+    let last = follow(backend, first, limit, &cancelled, on_state).await?;
+    if cancelled() && !last.is_terminal() {
+        return backend.cancel(&last.id).await;
+    }
+    Ok(last)
+}
+
 /// A consent question this process asked through `input_required`.
 struct Asked {
     handle: String,
@@ -515,7 +539,7 @@ fn consent_question(snap: &CallSnapshot) -> Option<InputRequest> {
         "type": "object",
         "properties": {
             "approve": { "type": "boolean", "title": "Approve",
-                         "description": "Stake these sources into the box for this call" }
+                         "description": "Let this call's request go into the box (it stakes no source)" }
         },
         "required": ["approve"]
     }))
@@ -750,10 +774,10 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                             list.iter()
                                 .map(|s| {
                                     format!(
-                                        "- {} ({}, {} bytes{})",
+                                        "- {} ({}{}{})",
                                         s.name,
                                         s.kind,
-                                        s.size,
+                                        s.size.map(|n| format!(", {n} bytes")).unwrap_or_default(),
                                         if s.shareable { ", shareable" } else { "" }
                                     )
                                 })
@@ -823,10 +847,11 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 let md = stub::markdown(s);
                 let mut r = Resource::new(stub::uri(s), s.skill.clone());
                 // SEP-2640: the resource's description is the stub's front-matter description
-                // (the notice, then the advert's text framed); the title says whose stub it is.
+                // (the notice, then the advert's text framed); the title says whose stub it is,
+                // in this node's words (the skill's name, the peer's choice, is the `name`).
                 r.title = Some(format!(
-                    "{} (public skill stub of peer {}; the instructions stay with their owner)",
-                    s.skill, s.peer
+                    "Public skill stub of peer {} (the instructions stay with their owner)",
+                    s.peer
                 ));
                 r.description = Some(stub::description(s));
                 r.mime_type = Some("text/markdown".into());
@@ -929,6 +954,7 @@ mod tests {
     struct Recording {
         now: CallSnapshot,
         decided: Arc<Mutex<Vec<(String, bool, String)>>>,
+        cancelled: Arc<Mutex<Vec<String>>>,
     }
 
     impl Backend for Recording {
@@ -958,12 +984,51 @@ mod tests {
             decided.push((id.to_owned(), allow, question.to_owned()));
             Ok(self.now.clone())
         }
-        async fn cancel(&self, _: &str) -> Result<CallSnapshot, BackendError> {
-            Err(BackendError::Unavailable("not in this test".into()))
+        async fn cancel(&self, id: &str) -> Result<CallSnapshot, BackendError> {
+            let mut cancelled = self.cancelled.lock().unwrap_or_else(|p| p.into_inner());
+            cancelled.push(id.to_owned());
+            let mut after = self.now.clone();
+            after.state = "failed".into();
+            Ok(after)
         }
         async fn sources(&self) -> Result<Vec<crate::backend::SourceInfo>, BackendError> {
             Ok(Vec::new())
         }
+    }
+
+    fn submitted() -> CallSnapshot {
+        serde_json::from_value(json!({
+            "id": "c-running", "role": "caller", "peer": "P", "skill": "taste",
+            "state": "submitted"
+        }))
+        .expect("snapshot")
+    }
+
+    /// The human presses stop in the MCP host while `apply_skill` waits: the call itself is
+    /// cancelled at the node, not only the wait. A wait that just ran out leaves it running.
+    #[tokio::test]
+    async fn a_client_that_cancels_the_wait_cancels_the_call() {
+        let node = Recording {
+            now: submitted(),
+            decided: Arc::default(),
+            cancelled: Arc::default(),
+        };
+        let after = follow_or_cancel(&node, submitted(), Duration::from_secs(30), || true, |_| {})
+            .await
+            .expect("followed");
+        let cancelled = node.cancelled.lock().expect("cancelled").clone();
+        assert_eq!(cancelled, ["c-running"], "the call was left running");
+        assert_eq!(after.state, "failed");
+        let node = Recording {
+            now: submitted(),
+            decided: Arc::default(),
+            cancelled: Arc::default(),
+        };
+        let after = follow_or_cancel(&node, submitted(), Duration::ZERO, || false, |_| {})
+            .await
+            .expect("followed");
+        assert_eq!(after.state, "submitted");
+        assert!(node.cancelled.lock().expect("cancelled").is_empty());
     }
 
     fn parked(question: &str) -> CallSnapshot {
@@ -997,6 +1062,7 @@ mod tests {
         let node = Recording {
             now: parked(&asked_now),
             decided: Arc::default(),
+            cancelled: Arc::default(),
         };
         let mcp = SkillboxMcp::new(node.clone(), McpSettings::default());
         let after = mcp
