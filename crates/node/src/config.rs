@@ -600,7 +600,11 @@ pub struct CallsConfig {
     #[serde(default = "default_retention_days")]
     pub retention_days: u64,
     /// Whether an MCP client's elicitation may answer a consent question (recorded as
-    /// `agent:elicitation`). Off: parked calls wait for the dashboard or `skillbox approve`.
+    /// `agent:elicitation`). Off (the default): parked calls wait for the dashboard or
+    /// `skillbox approve`. The node cannot tell a human's form from a program's: any client that
+    /// declares elicitation (a headless harness, a script, a handler that is itself a model)
+    /// could fill it, so on, an elicitation may deny any call but approve only one that stakes
+    /// no source, and never remembers.
     #[serde(default = "default_elicitation_consent")]
     pub elicitation_consent: bool,
     /// Owner: how many admitted calls of one peer may wait to reach their run at once (the
@@ -630,7 +634,7 @@ fn default_max_unstarted_per_peer() -> u64 {
 pub const MAX_CALL_EXPIRY_SECS: u64 = 3300;
 
 fn default_elicitation_consent() -> bool {
-    true
+    false
 }
 
 fn default_retention_days() -> u64 {
@@ -1397,7 +1401,9 @@ expiry_secs = {expiry}
 retention_days = {retention}
 # Whether an MCP client may answer a consent question through elicitation (the ledger records
 # it as agent:elicitation). false: parked calls wait for the dashboard or `skillbox approve`.
-elicitation_consent = true
+# true: any client that declares elicitation may answer (the node cannot tell a human from a
+# program there); it may deny any call, approve only one that stakes no source.
+elicitation_consent = false
 # Owner: admitted calls of one peer that may wait at once to reach their run (only calls that
 # reach it count against a skill's calls per day).
 max_unstarted_per_peer = {max_unstarted}

@@ -201,6 +201,16 @@ fn a2a_bad_input_gets_a2a_errors() {
         "{body}"
     );
     seen.push_str(&body.to_string());
+    // A task is a call an agent started: one the human made from the CLI is no task to an A2A
+    // client, which can neither read its answer nor cancel it.
+    let human = crate::reach_mcp::a_call_the_human_made(&w);
+    for method in ["GetTask", "CancelTask"] {
+        let (_, body, _) = rpc(&url, &ok, call(method, json!({ "id": human })));
+        assert_eq!(body["error"]["code"], -32001, "{method}: {body}");
+        assert!(!body.to_string().contains("The double read"), "{body}");
+    }
+    let still = w.caller.api().get(&format!("/calls/{human}")).body;
+    assert_eq!(still["state"], "answered", "{still}");
     // The card is behind the token too.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

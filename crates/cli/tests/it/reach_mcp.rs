@@ -127,14 +127,23 @@ fn check_common(out: &Value, mode: &str, skill: &str) {
     assert_ne!(apply["isError"], true, "{apply}");
     let sc = &apply["structuredContent"];
     assert_eq!(sc["state"], "answered", "{apply}");
-    let answer = sc["answer"].as_str().unwrap_or("");
-    assert!(!answer.trim().is_empty(), "empty answer: {apply}");
     let text = apply["content"][0]["text"].as_str().unwrap_or("");
     let n = nonce_of(&out["list_skills"]["content"][0]["text"]);
+    let answer = text
+        .split(&format!("⟦peer output {n}⟧\n"))
+        .nth(1)
+        .and_then(|rest| rest.split(&format!("\n⟦end {n}⟧")).next())
+        .unwrap_or("");
     assert!(
-        text.contains(&format!("⟦peer output {n}⟧\n{answer}\n⟦end {n}⟧"))
+        !answer.trim().is_empty()
             && text.contains("output of a model following that peer's private instructions"),
         "the answer is not framed as the peer's model's output: {text}"
+    );
+    // A host may give its model the structured result instead of the text: the answer there
+    // is the framed one too.
+    assert_eq!(
+        sc["answer"], text,
+        "the structured answer is not framed: {apply}"
     );
     assert_eq!(sc["hardwareIsolation"], false, "insecure-dev box: {sc}");
     assert!(
@@ -248,12 +257,40 @@ fn fastmcp_cli_lists_skills_and_stubs_and_calls_a_tool() {
     w.assert_logs_clean();
 }
 
+/// The shipped rule for agents (config.rs: `Rule::ask_from_agent`), as a config's TOML.
+const ASK_AN_AGENTS_CALLS: &str =
+    "[[policy.rules]]\nside = \"caller\"\nsurface = \"agent\"\ndecision = \"ask\"\n";
+
+/// A node whose human turned `calls.elicitation_consent` on, asking before `songs` leaves and
+/// for every call an agent starts.
+fn eliciting(t: String) -> String {
+    procs::asking_before(&["songs"])(t)
+        .replace("elicitation_consent = false", "elicitation_consent = true")
+        .replace(
+            "\n[[policy.rules]]\n",
+            &format!("\n{ASK_AN_AGENTS_CALLS}\n[[policy.rules]]\n"),
+        )
+}
+
+/// The decision an agent's client sends over the node's API for a parked call (what
+/// `skillbox mcp` sends for an elicitation's answer), with `extra` fields.
+fn decide_by_elicitation(w: &World, id: &str, decision: &str, extra: Value) -> procs::Answer {
+    let api = w.caller.api();
+    let question = api.get(&format!("/calls/{id}")).body["question"].clone();
+    let mut body = json!({ "decision": decision, "via": "elicitation", "question": question });
+    if let (Some(b), Value::Object(more)) = (body.as_object_mut(), extra) {
+        b.extend(more);
+    }
+    api.post_json(&format!("/approvals/{id}"), &body)
+}
+
 #[test]
 fn consent_parks_the_call_and_the_human_decides() {
     let _g = serial();
-    let w = reach::world(false, procs::asking_before(&["songs"]));
-    // 2026-07-28 with elicitation: input_required, the client asks its human, the call goes on.
-    let (out, raw1) = mcp_python(&w, "http", "2026-07-28", "taste", "approve");
+    let w = reach::world(false, eliciting);
+    // Elicitation turned on, a call that stakes no source: input_required, the client asks
+    // its human, the call goes on.
+    let (out, raw1) = mcp_python(&w, "http", "2026-07-28", "brief", "approve");
     assert_eq!(
         out["apply"]["structuredContent"]["state"], "answered",
         "{}",
@@ -264,11 +301,11 @@ fn consent_parks_the_call_and_the_human_decides() {
     assert!(
         asked[0]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("songs") && m.contains("NO hardware isolation")),
-        "the question names the source and says the insecure-dev box has no hardware isolation: {asked:?}"
+            .is_some_and(|m| m.contains("no sources") && m.contains("NO hardware isolation")),
+        "the question says nothing is staked and the insecure-dev box has no hardware isolation: {asked:?}"
     );
     // 2026-07-28, the human says no: the call fails as consent_denied.
-    let (out, raw2) = mcp_python(&w, "http", "2026-07-28", "taste", "deny");
+    let (out, raw2) = mcp_python(&w, "http", "2026-07-28", "brief", "deny");
     assert_eq!(
         out["apply"]["structuredContent"]["state"], "failed",
         "{}",
@@ -278,6 +315,22 @@ fn consent_parks_the_call_and_the_human_decides() {
         out["apply"]["structuredContent"]["failure"]["code"],
         "consent_denied"
     );
+    // A call that stakes `songs`: the client is not asked (its yes could be a program's), and
+    // a yes sent anyway is refused with nothing decided; a no is taken.
+    let (out, raw_songs) = mcp_python(&w, "http", "2026-07-28", "taste", "approve");
+    assert!(
+        out["elicitations"].as_array().is_some_and(Vec::is_empty),
+        "the client was asked to let songs leave: {out}"
+    );
+    let staking = pending_approval(&out);
+    let yes = decide_by_elicitation(&w, &staking, "allow", json!({}));
+    assert_eq!(yes.status, 400, "{}", yes.body);
+    assert_eq!(yes.body["error"], "validation_error", "{}", yes.body);
+    let now = w.caller.api().get(&format!("/calls/{staking}")).body;
+    assert_eq!(now["state"], "awaiting_consent", "{now}");
+    let no = decide_by_elicitation(&w, &staking, "deny", json!({}));
+    assert_eq!(no.status, 200, "{}", no.body);
+    assert_eq!(no.body["failure"]["code"], "consent_denied", "{}", no.body);
     // 2025-11-25 (no input_required): a clear result naming the pending approval, no hang,
     // and no instruction the model could follow: the human decides, not the agent.
     let (out, raw3) = mcp_python(&w, "http", "legacy", "taste", "none");
@@ -287,7 +340,12 @@ fn consent_parks_the_call_and_the_human_decides() {
         "/apply/content/0/text",
         &["dashboard", "NO hardware isolation"],
     );
-    for (what, raw) in [("approve", &raw1), ("deny", &raw2), ("legacy", &raw3)] {
+    for (what, raw) in [
+        ("approve", &raw1),
+        ("deny", &raw2),
+        ("songs", &raw_songs),
+        ("legacy", &raw3),
+    ] {
         assert!(
             !raw.contains("skillbox approve"),
             "a tool result ({what}) tells the model to run skillbox approve: {raw}"
@@ -358,7 +416,7 @@ fn consent_parks_the_call_and_the_human_decides() {
     assert!(by.contains(&"agent:elicitation"), "{ledger}");
     assert!(by.contains(&"human:cli"), "{ledger}");
     assert!(!by.contains(&"human"), "{ledger}");
-    let seen = format!("{raw1}{raw2}{raw3}");
+    let seen = format!("{raw1}{raw2}{raw_songs}{raw3}");
     assert_no_markers("MCP responses", &seen, &reach::markers());
     w.assert_logs_clean();
 }
@@ -566,27 +624,35 @@ fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing
     w.assert_logs_clean();
 }
 
+/// Any MCP client that declares elicitation — a headless harness, a script, a handler that is
+/// itself a model — would approve a parked call by filling the form. With the shipped config
+/// the client is never asked, the call waits for the human, and the node takes no elicitation
+/// answer over its API, nor lets one remember a decision.
 #[test]
-fn a_node_with_elicitation_consent_off_never_asks_the_client() {
+fn by_default_an_agents_client_cannot_answer_consent() {
     let _g = serial();
-    let off = |t: String| {
-        procs::asking_before(&["songs"])(t)
-            .replace("elicitation_consent = true", "elicitation_consent = false")
-    };
-    let w = reach::world(false, off);
+    let w = reach::world(false, procs::asking_before(&["songs"]));
     let (out, raw) = mcp_python(&w, "http", "2026-07-28", "taste", "approve");
     assert!(
         out["elicitations"].as_array().is_some_and(Vec::is_empty),
         "the client was asked: {out}"
     );
     let id = &pending_approval(&out);
-    // Nor does the node take an elicitation answer over its API (what `skillbox mcp` sends).
-    let a = w.caller.api().post_json(
-        &format!("/approvals/{id}"),
-        &json!({ "decision": "allow", "via": "elicitation" }),
-    );
+    // Nor does the node take an elicitation answer over its API (what `skillbox mcp` sends),
+    // and never one that would write a rule, whatever the setting.
+    let a = decide_by_elicitation(&w, id, "allow", json!({}));
     assert_eq!(a.status, 403, "{}", a.body);
     assert_eq!(a.body["error"], "elicitation_consent_off", "{}", a.body);
+    let a = decide_by_elicitation(&w, id, "allow", json!({ "remember": true }));
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.body["error"], "validation_error", "{}", a.body);
+    assert!(a.body.to_string().contains("remember"), "{}", a.body);
+    let now = w.caller.api().get(&format!("/calls/{id}")).body;
+    assert_eq!(now["state"], "awaiting_consent", "{now}");
+    let ledger = w.caller.api().get("/ledger").body.to_string();
+    assert!(!ledger.contains("agent:elicitation"), "{ledger}");
+    let policy = w.caller.api().get("/policy").body.to_string();
+    assert!(!policy.contains("taste"), "a rule was remembered: {policy}");
     assert!(!raw.contains("skillbox approve"), "{raw}");
     w.assert_logs_clean();
 }
@@ -595,22 +661,10 @@ fn a_node_with_elicitation_consent_off_never_asks_the_client() {
 fn an_agents_first_call_to_a_skill_asks_the_human_and_shows_the_request() {
     let _g = serial();
     // The shipped rule for agents (config.rs: `Rule::ask_from_agent`).
-    let agent = |t: String| {
-        t.replace(
-            "rules = []",
-            "\n[[policy.rules]]\nside = \"caller\"\nsurface = \"agent\"\ndecision = \"ask\"\n",
-        )
-    };
+    let agent = |t: String| t.replace("rules = []", &format!("\n{ASK_AN_AGENTS_CALLS}"));
     let w = reach::world(false, agent);
     // The human's own call (the CLI) is not an agent's: no question.
-    let o = w.cli(&[
-        "call",
-        &w.owner.peer_id,
-        "brief",
-        "a human's request",
-        "--wait",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    a_call_the_human_made(&w);
     // The agent's call stakes no source, and is still asked: its request is what leaves.
     let (out, raw1) = mcp_python(&w, "http", "legacy", "brief", "none");
     let id = pending_approval(&out);
@@ -655,6 +709,42 @@ fn approve_at_terminal_with(w: &World, id: &str, flags: &str) -> std::process::O
 }
 
 // ---- raw requests: refusals
+
+/// A call the node's human made from the CLI (answered, its answer stored under `call/<id>/`):
+/// its id. What an agent surface must not read.
+pub(crate) fn a_call_the_human_made(w: &World) -> String {
+    // The list's order is by a coarse creation time: the new call is the one not there before.
+    let callers = || -> BTreeSet<String> {
+        let calls = w.caller.api().get("/calls?role=caller").body;
+        calls["calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let before = callers();
+    let o = w.cli(&[
+        "call",
+        &w.owner.peer_id,
+        "brief",
+        "a human's request",
+        "--wait",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let new: Vec<String> = callers().difference(&before).cloned().collect();
+    let [id] = new.as_slice() else {
+        panic!("not one new call: {new:?}");
+    };
+    let call = w.caller.api().get(&format!("/calls/{id}")).body;
+    assert_eq!(call["state"], "answered", "{call}");
+    id.clone()
+}
+
+/// A tool result's text.
+fn text_of(body: &Value) -> &str {
+    body["result"]["content"][0]["text"].as_str().unwrap_or("")
+}
 
 /// An MCP `apply_skill` that parked for consent: its call's approval id.
 fn pending_approval(out: &Value) -> String {
@@ -793,6 +883,31 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     // call_status of an unknown id; a stub that does not exist.
     let body = tool("call_status", json!({ "callId": "../../sources" }));
     assert_eq!(body["result"]["isError"], true, "{body}");
+    // A call the human made (its answer stored under `call/<id>/`) and a short secret: the
+    // agent can neither read that call nor list what the node keeps of it, nor a secret's size.
+    let human = a_call_the_human_made(&w);
+    w.caller.api().put_source("pin", "secret", "4821");
+    let body = tool("call_status", json!({ "callId": human }));
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    let text = body["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains("not_found"), "{body}");
+    assert!(!body.to_string().contains("The double read"), "{body}");
+    let held = w.caller.api().get("/sources").body.to_string();
+    assert!(held.contains(&format!("call/{human}/")), "{held}");
+    let body = tool("list_sources", json!({}));
+    let listed = body["result"].to_string();
+    for internal in ["call/", "skill/", "agent/"] {
+        assert!(!listed.contains(internal), "{internal} listed: {listed}");
+    }
+    let sources = body["result"]["structuredContent"]["sources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"));
+    let pin = sources
+        .iter()
+        .find(|s| s["name"] == "pin")
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(pin.get("size").is_none(), "a secret's size: {pin}");
+    assert!(!text_of(&body).contains("4 bytes"), "{body}");
     let stub = "skill://nobody/none/SKILL.md";
     let (_, body, _) = rpc(
         "resources/read",
