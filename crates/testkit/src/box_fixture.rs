@@ -118,11 +118,16 @@ pub fn core_attested_by(
 
 /// Serve `core` over TLS with `tls` on an ephemeral loopback port: its `https://` URL.
 pub async fn serve_tls_loopback(core: Arc<BoxCore>, tls: BoxTls) -> String {
+    serve_tls_named(core, tls, Vec::new()).await
+}
+
+/// [`serve_tls_loopback`], answering also to the `Host` names `names` (a pass-through's).
+async fn serve_tls_named(core: Arc<BoxCore>, tls: BoxTls, names: Vec<String>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
     let url = format!("https://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { skillbox_jc::server::serve_tls(listener, core, &[], &tls).await });
+    tokio::spawn(async move { skillbox_jc::server::serve_tls(listener, core, &names, &tls).await });
     url
 }
 
@@ -130,6 +135,16 @@ pub async fn serve_tls_loopback(core: Arc<BoxCore>, tls: BoxTls) -> String {
 /// `bound`, its attestations bind that key (an honest box); without, they bind none. Also
 /// answers the key's hash.
 pub async fn start_tls(answer: Option<&str>, bound: bool) -> (Fixture, String) {
+    start_tls_named(answer, bound, &[]).await
+}
+
+/// [`start_tls`], the box answering also to the `Host` names `names` (the address of a
+/// [`PathSwitch`] in front of it).
+pub async fn start_tls_named(
+    answer: Option<&str>,
+    bound: bool,
+    names: &[String],
+) -> (Fixture, String) {
     let tls = BoxTls::generate(&[]).expect("box TLS key");
     let spki = tls.spki_sha256().to_owned();
     let attester = if bound {
@@ -141,7 +156,7 @@ pub async fn start_tls(answer: Option<&str>, bound: bool) -> (Fixture, String) {
         fixed: answer.map(str::to_owned),
     });
     let core = Arc::new(core_attested_by(attester, provider, BoxConfig::default()));
-    let url = serve_tls_loopback(core, tls).await;
+    let url = serve_tls_named(core, tls, names.to_vec()).await;
     (Fixture::at(&url), spki)
 }
 
@@ -173,6 +188,15 @@ pub async fn start_tls_front(target: &str) -> (String, Arc<std::sync::Mutex<Vec<
 
 /// [`start_tls_front`], answering all it read in clear ([`FrontCapture`]).
 pub async fn start_tls_front_capturing(target: &str) -> (String, FrontCapture) {
+    start_tls_front_forging(target, None).await
+}
+
+/// [`start_tls_front_capturing`] that answers `/healthz` itself with `healthz` when given (the
+/// figures a man in the middle would have a node act on) and relays everything else.
+pub async fn start_tls_front_forging(
+    target: &str,
+    healthz: Option<serde_json::Value>,
+) -> (String, FrontCapture) {
     use axum::extract::State;
     use axum::response::IntoResponse;
     #[derive(Clone)]
@@ -180,6 +204,7 @@ pub async fn start_tls_front_capturing(target: &str) -> (String, FrontCapture) {
         target: String,
         http: reqwest::Client,
         seen: FrontCapture,
+        healthz: Option<Arc<serde_json::Value>>,
     }
     async fn relay(
         State(f): State<Front>,
@@ -195,7 +220,10 @@ pub async fn start_tls_front_capturing(target: &str) -> (String, FrontCapture) {
             read.extend_from_slice(path.as_bytes());
             read.extend_from_slice(&body);
         }
-        f.seen.paths.lock().expect("log").push(path);
+        f.seen.paths.lock().expect("log").push(path.clone());
+        if let (Some(forged), "/healthz") = (&f.healthz, path.as_str()) {
+            return axum::Json(forged.as_ref().clone()).into_response();
+        }
         let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(body));
         let Some(answer) = crate::node::forward(&f.http, &f.target, req).await else {
             return axum::http::StatusCode::BAD_GATEWAY.into_response();
@@ -219,6 +247,7 @@ pub async fn start_tls_front_capturing(target: &str) -> (String, FrontCapture) {
             .build()
             .expect("front's client"),
         seen: seen.clone(),
+        healthz: healthz.map(Arc::new),
     };
     let tls = BoxTls::generate(&[]).expect("front's own TLS key");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -229,6 +258,119 @@ pub async fn start_tls_front_capturing(target: &str) -> (String, FrontCapture) {
     let app = axum::Router::new().fallback(relay).with_state(front);
     tokio::spawn(async move { axum::serve(listener, app).await });
     (url, seen)
+}
+
+/// A TCP pass-through on the path to `https://` boxes — a load balancer that does not terminate
+/// TLS, or a man in the middle choosing where each connection goes: every new connection is
+/// relayed, bytes untouched, to the target chosen at that moment ([`Self::send_to`]), so each
+/// shows its own target's key under one URL. Counts what each target received from clients.
+pub struct PathSwitch {
+    /// The one URL the targets answer at (`https://127.0.0.1:P`).
+    pub url: String,
+    /// Its `Host` name (`127.0.0.1:P`), which a box behind it must answer to.
+    pub host: String,
+    /// The targets' addresses (`127.0.0.1:P`), set by [`Self::relay_to`].
+    targets: Arc<std::sync::Mutex<Vec<String>>>,
+    to: Arc<std::sync::atomic::AtomicUsize>,
+    received: Arc<[std::sync::atomic::AtomicU64; 4]>,
+    live: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl PathSwitch {
+    /// A pass-through listening now, relaying nowhere until [`Self::relay_to`].
+    pub async fn start() -> PathSwitch {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let host = listener.local_addr().expect("addr").to_string();
+        let to = Arc::new(AtomicUsize::new(0));
+        let received: Arc<[std::sync::atomic::AtomicU64; 4]> = Arc::default();
+        let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let targets = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let (to2, received2, live2, targets2) = (
+            to.clone(),
+            Arc::clone(&received),
+            live.clone(),
+            targets.clone(),
+        );
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let i = to2.load(Ordering::SeqCst);
+                let Some(addr) = targets2.lock().expect("targets").get(i).cloned() else {
+                    continue;
+                };
+                let received = received2.clone();
+                let relayed = tokio::spawn(async move {
+                    let Ok(target) = tokio::net::TcpStream::connect(&addr).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut tr, mut tw) = target.into_split();
+                    let up = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match tokio::io::AsyncReadExt::read(&mut cr, &mut buf).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            received[i].fetch_add(n as u64, Ordering::SeqCst);
+                            if tokio::io::AsyncWriteExt::write_all(&mut tw, &buf[..n])
+                                .await
+                                .is_err()
+                            {
+                                break;
+                            }
+                        }
+                        let _ = tokio::io::AsyncWriteExt::shutdown(&mut tw).await;
+                    };
+                    let down = async {
+                        let _ = tokio::io::copy(&mut tr, &mut cw).await;
+                        let _ = tokio::io::AsyncWriteExt::shutdown(&mut cw).await;
+                    };
+                    tokio::join!(up, down);
+                });
+                live2.lock().expect("live").push(relayed.abort_handle());
+            }
+        });
+        PathSwitch {
+            url: format!("https://{host}"),
+            host,
+            targets,
+            to,
+            received,
+            live,
+        }
+    }
+
+    /// Relay to `targets` (at most 4 `https://` URLs on loopback), the first one first.
+    pub fn relay_to(&self, targets: &[&str]) {
+        assert!(targets.len() <= 4, "at most 4 targets");
+        *self.targets.lock().expect("targets") = targets
+            .iter()
+            .map(|t| {
+                t.trim_start_matches("https://")
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .collect();
+    }
+
+    /// New connections go to target `i` from now; those relayed so far are cut (a balancer
+    /// draining its back ends), and the clients' pools have a moment to see them closed.
+    pub async fn send_to(&self, i: usize) {
+        use std::sync::atomic::Ordering;
+        self.to.store(i, Ordering::SeqCst);
+        for relayed in self.live.lock().expect("live").drain(..) {
+            relayed.abort();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    /// The bytes target `i` received from clients so far (handshakes included).
+    pub fn received(&self, i: usize) -> u64 {
+        self.received[i].load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Start a box whose `local` provider is `provider`, with `config`.
