@@ -178,6 +178,7 @@ fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
 
 pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     crate::init_logs("info", None);
+    own_dirs(global, &args)?;
     if let Some(platform) = &args.attester {
         return run_hardware(global, &args, platform);
     }
@@ -215,6 +216,37 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     let attester: Arc<dyn Attester> = Arc::new(dev);
     let providers = provider_registry(global, &args);
     serve(global, args, attester, providers)
+}
+
+/// The box reads its identity key, its run-store key, its spent-program list and its runs from
+/// `<data dir>/box` (or the key files' own directories): one another user owns, may write to
+/// or may swap would hand the box their keys (the identity nodes pin, the key its stakes are
+/// sealed under at rest) or an emptied spent list. Each is made if missing (0700), so one about
+/// to be made is judged by where it sits, then refused, naming it, unless it is this user's
+/// alone — before any key is read or made.
+fn own_dirs(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let data_dir = global.data_dir();
+    let box_dir = data_dir.join("box");
+    let key_dirs = [&args.key_file, &args.store_key_file]
+        .into_iter()
+        .flatten()
+        .map(|key| match key.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        });
+    let dirs = [("data dir", data_dir.clone()), ("box's directory", box_dir)]
+        .into_iter()
+        .chain(key_dirs.map(|d| ("box key's directory", d)));
+    for (what, dir) in dirs {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("creating the {what} {}", dir.display()))?;
+        skillbox_jc::own_dir::check(what, &dir)?;
+    }
+    Ok(())
 }
 
 /// A box attesting with configfs-tsm (SEV-SNP or TDX).

@@ -5,6 +5,8 @@
 //! - [`attest`]: the attestation statement, `Attester` / `Verifier`, the `insecure-dev` platform.
 //! - [`seal`]: HPKE stakes and the sealed answer, padded to size buckets.
 //! - [`run`]: the run logic (open, attest, stake, submit, execute, result), no HTTP.
+//! - [`own_dir`]: whether a data dir or key file's directory is this user's alone (node, box
+//!   and CLI all refuse one that is not).
 //! - [`server`]: the box's HTTP API; [`client`]: what nodes use to talk to a box; [`tls`]: the
 //!   box's own TLS key, bound into its attestation, and the node's pinning of it.
 
@@ -16,6 +18,7 @@ pub mod hardware;
 pub mod jcs;
 mod kept;
 pub mod nsm;
+pub mod own_dir;
 pub mod program;
 pub mod prompt;
 pub mod receipt;

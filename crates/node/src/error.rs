@@ -28,6 +28,10 @@ pub enum NodeError {
     /// `config.toml` does not parse or holds a bad value.
     #[error("config {path}: {problem}")]
     Config { path: PathBuf, problem: String },
+    /// The data dir is not this user's alone: another user owns it, may write to it or may
+    /// swap it, and so could have planted keys, config or the API socket (names the dir).
+    #[error(transparent)]
+    NotOwnDir(#[from] skillbox_jc::own_dir::NotOwnDir),
     /// File-system failure around the data dir.
     #[error("{context}: {source}")]
     Io {

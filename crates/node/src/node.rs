@@ -185,8 +185,10 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// Open the node in `data_dir`: read the config, the keys and the token (each a clear error
     /// when missing or malformed), open and migrate the store, and check that the data key is
-    /// the one the store was written with.
+    /// the one the store was written with. A data dir another user owns, may write to or may
+    /// swap is refused first, naming it: its keys, config and socket could be theirs.
     pub fn open(data_dir: &Path) -> Result<Node> {
+        skillbox_jc::own_dir::check("data dir", data_dir)?;
         let dir = DataDir::new(data_dir);
         let config = dir.load_config()?;
         let lock = lock_data_dir(&dir)?;

@@ -43,3 +43,24 @@ pub fn store_bytes(dir: &Path) -> Vec<u8> {
     }
     out
 }
+
+/// Every byte of every file under `root` (a data dir: its store, config, keys, logs), for a leak
+/// scan of everything a node or a test left there.
+pub fn every_file_under(root: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(b) = std::fs::read(&p) {
+                out.extend(b);
+            }
+        }
+    }
+    out
+}

@@ -834,3 +834,31 @@ fn proxy_requests(
         }
     }
 }
+
+/// Set `path`'s permission bits to `bits` (a test making a dir open to other users, or private).
+pub fn set_mode(path: &Path, bits: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(bits)).expect("chmod");
+}
+
+/// Run `f` while `path` belongs to another user (uid 65534, nobody), then give it back to root.
+/// Only root can hand a directory to another user: as anyone else `f` is not run and this
+/// answers false.
+pub fn while_another_user_owns(path: &Path, f: impl FnOnce()) -> bool {
+    let uid = Command::new("id").arg("-u").output().expect("id").stdout;
+    if String::from_utf8_lossy(&uid).trim() != "0" {
+        return false;
+    }
+    let chown = |who: &str| {
+        let done = Command::new("chown")
+            .arg(who)
+            .arg(path)
+            .status()
+            .expect("chown");
+        assert!(done.success(), "chown {who} {}", path.display());
+    };
+    chown("65534");
+    f();
+    chown("0");
+    true
+}

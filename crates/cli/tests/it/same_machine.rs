@@ -223,23 +223,6 @@ fn the_help_says_what_a_command_line_shows() {
     );
 }
 
-/// Every byte of every file under `root` (data dir, store, config, logs), for a leak scan.
-fn every_file_under(root: &Path) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if let Ok(b) = std::fs::read(&p) {
-                out.extend(b);
-            }
-        }
-    }
-    out
-}
-
 /// `skill set NAME key=` takes the *name* of a source holding the key; an owner who pastes the
 /// key itself there has put it on a command line (other local users read it in `ps`), and the
 /// node would keep it as the skill's key name, in its store, shown by `skill show`. The CLI
@@ -317,7 +300,9 @@ fn a_key_pasted_into_skill_set_is_refused_and_kept_nowhere() {
     // The way in works: a secret source's name.
     cli_ok(&dir, &["skill", "set", "taste", "key=openai-key"]);
     let log = node.kill();
-    let everything = String::from_utf8_lossy(&every_file_under(root.path())).into_owned();
+    let everything =
+        String::from_utf8_lossy(&skillbox_testkit::leak::every_file_under(root.path()))
+            .into_owned();
     assert_no_markers(
         "the data dir, the store and the logs",
         &format!("{everything}{log}"),
@@ -371,11 +356,8 @@ impl TheirSocket {
 /// listener works.)
 #[test]
 fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
-    use std::os::unix::fs::PermissionsExt;
+    use procs::set_mode as mode;
     const KEY: &str = "sk-FOR-MY-OWN-NODE-ONLY-8e21";
-    let mode = |p: &Path, m: u32| {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
-    };
     let root = tempfile::tempdir().expect("tempdir");
     let dir = root.path().join("node");
     cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
@@ -421,29 +403,123 @@ fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
     mode(root.path(), 0o1777);
 
     // Owned by another user (only root can make one to try).
-    let uid =
-        String::from_utf8(Command::new("id").arg("-u").output().expect("id").stdout).expect("uid");
-    if uid.trim() == "0" {
-        let chown = |who: &str| {
-            let done = Command::new("chown")
-                .args([who, &dir.display().to_string()])
-                .status()
-                .expect("chown");
-            assert!(done.success());
-        };
-        chown("65534");
+    procs::while_another_user_owns(&dir, || {
         refused(
             &add(&dir),
             "belongs to another user",
             "another user's data dir",
-        );
-        chown("0");
-    }
+        )
+    });
 
     // Ours alone: the command goes through (to the listener standing in for the node).
     let o = add(&dir);
     assert!(o.status.success(), "{}", text(&o));
     assert!(theirs.heard().contains(KEY), "the listener heard nothing");
+}
+
+/// `skillbox node` and `skillbox box` read keys and config from their data dir (and a box's
+/// key files from theirs) and serve the node's API socket there: a dir another user may write to
+/// (left 0777), owns, or may swap would run on that user's keys (a box identity they know, a
+/// store key that opens every kept stake) or hand them the socket. Each is refused at start,
+/// naming the dir, before any key is read or made; the same dir made private starts.
+#[test]
+fn a_node_or_a_box_does_not_start_on_a_dir_another_user_can_write() {
+    use procs::set_mode as mode;
+    const PLANTED: &str = "5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a";
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("node");
+    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let show_identity = [
+        "box",
+        "--insecure-dev",
+        "--listen",
+        "127.0.0.1:0",
+        "--show-identity",
+    ];
+    let refused = |o: &std::process::Output, why: &str, at: &Path, what: &str| {
+        let said = text(o);
+        assert_eq!(o.status.code(), Some(1), "{what}: started: {said}");
+        assert!(
+            said.contains(why) && said.contains(&at.display().to_string()),
+            "{what}: not refused for where it is: {said}"
+        );
+    };
+
+    mode(&dir, 0o777);
+    // Bounded: a node that does start runs until stopped (`timeout` says 124 then).
+    let node = Command::new("timeout")
+        .args(["20", procs::BIN, "--data-dir"])
+        .arg(&dir)
+        .arg("node")
+        .output()
+        .expect("run skillbox node");
+    refused(
+        &node,
+        "writable by other users",
+        &dir,
+        "a node on a 0777 data dir",
+    );
+    refused(
+        &cli(&dir, &show_identity),
+        "writable by other users",
+        &dir,
+        "a box on a 0777 data dir",
+    );
+    assert!(
+        !dir.join("box").exists(),
+        "the box made its key in an open data dir"
+    );
+    mode(&dir, 0o700);
+
+    // A box key file in a directory others write to, with a key of theirs in it.
+    let open = root.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    mode(&open, 0o777);
+    let planted = open.join("box.key");
+    std::fs::write(&planted, PLANTED).expect("plant");
+    let key_file = planted.display().to_string();
+    let mut with_key = show_identity.to_vec();
+    with_key.extend(["--key-file", &key_file]);
+    let o = cli(&dir, &with_key);
+    refused(
+        &o,
+        "writable by other users",
+        &open,
+        "a box key in an open directory",
+    );
+    let o = cli(
+        &dir,
+        &[
+            "box",
+            "--insecure-dev",
+            "--store-key-file",
+            &key_file,
+            "--show-identity",
+        ],
+    );
+    refused(
+        &o,
+        "writable by other users",
+        &open,
+        "a store key in an open directory",
+    );
+
+    // The box's own directory handed to another user (only root can make one to try).
+    let box_dir = dir.join("box");
+    std::fs::create_dir_all(&box_dir).expect("mkdir box");
+    procs::while_another_user_owns(&box_dir, || {
+        refused(
+            &cli(&dir, &show_identity),
+            "belongs to another user",
+            &box_dir,
+            "another user's box dir",
+        )
+    });
+
+    // Ours alone: the box starts (prints what nodes pin) on a key of its own making.
+    let pin = cli_ok(&dir, &show_identity);
+    assert!(pin.contains("insecure-dev"), "{pin}");
+    assert!(!pin.contains(PLANTED), "{pin}");
 }
 
 /// `skillbox demo --keep DIR` writes two nodes' keys, tokens and config under DIR and runs what

@@ -16,6 +16,7 @@ mod hostile;
 mod intents;
 mod leak;
 mod ledger;
+mod own_dir;
 mod peers;
 mod release_log;
 mod router;

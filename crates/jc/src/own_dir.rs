@@ -1,0 +1,132 @@
+//! Whether a directory is this user's alone before skillbox reads keys from it, runs from it or
+//! talks through it.
+//!
+//! A node's data dir holds its keys, token, config and the API socket; a box's holds its
+//! identity key, its run-store key, its spent-program list and its runs. A directory another
+//! user of the machine owns, or may write to, or may rename out of the way (it sits in a
+//! directory others write to without the sticky bit) is one where that user can have planted
+//! keys or config of their own, or a socket that collects the operator token and whatever a
+//! command carries. Such a directory is refused, naming it, before anything in it is read,
+//! written or sent to: by the CLI and `skillbox mcp` (the socket), by `skillbox node` and
+//! `skillbox box` at start, and by the demo's `--keep`. One copy of the rule, here: the lowest
+//! crate the node, the box start and the CLI all use.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Permission bits: written by group or others; the sticky bit (only an entry's owner renames
+/// it).
+const OTHERS_WRITE: u32 = 0o022;
+const STICKY: u32 = 0o1000;
+
+/// Why a directory is not this user's alone. Its text names what the directory is (`what`: "data
+/// dir", "box key's directory") and where (a path, no secret) and the fix; nothing else.
+#[derive(Debug, thiserror::Error)]
+pub enum NotOwnDir {
+    #[error(
+        "the {what} {dir} belongs to another user, who could have put keys, config or a socket of their own in it: nothing was read from it or sent through it; run skillbox as that directory's owner"
+    )]
+    OwnedByAnother { what: &'static str, dir: PathBuf },
+    #[error(
+        "the {what} {dir} is writable by other users, who could have put keys, config or a socket of their own in it: nothing was read from it or sent through it; make it private (`chmod 700 {dir}`) once you are sure its files are yours"
+    )]
+    WritableByOthers { what: &'static str, dir: PathBuf },
+    #[error(
+        "the {what} {dir} sits in {parent}, which another user owns or may write to (and so swap the {what} for theirs): nothing was read from it or sent through it; keep it under a directory only you (or root) write to"
+    )]
+    SwappableBy {
+        what: &'static str,
+        dir: PathBuf,
+        parent: PathBuf,
+    },
+    #[error("the {what} {dir} cannot be examined: {source}")]
+    Unreadable {
+        what: &'static str,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The directory `dir` (a `what`, for the message) must be this user's, written by nobody else,
+/// and every directory above it (as written, and after links are resolved) owned by this user or
+/// root and written by nobody else unless sticky. A directory that does not exist passes: the
+/// caller then fails on what is missing, naming it, or makes it (and should check again).
+pub fn check(what: &'static str, dir: &Path) -> Result<(), NotOwnDir> {
+    let unreadable = |at: &Path, source| NotOwnDir::Unreadable {
+        what,
+        dir: at.to_owned(),
+        source,
+    };
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(unreadable(dir, e)),
+    };
+    let me = this_user();
+    if meta.uid() != me {
+        return Err(NotOwnDir::OwnedByAnother {
+            what,
+            dir: dir.to_owned(),
+        });
+    }
+    if meta.mode() & OTHERS_WRITE != 0 {
+        return Err(NotOwnDir::WritableByOthers {
+            what,
+            dir: dir.to_owned(),
+        });
+    }
+    let written = std::path::absolute(dir).map_err(|e| unreadable(dir, e))?;
+    let resolved = dir.canonicalize().map_err(|e| unreadable(dir, e))?;
+    for path in [&written, &resolved] {
+        for parent in path.ancestors().skip(1) {
+            let m = std::fs::metadata(parent).map_err(|e| unreadable(parent, e))?;
+            let owner_ok = m.uid() == me || m.uid() == 0;
+            let shut = m.mode() & OTHERS_WRITE == 0 || m.mode() & STICKY != 0;
+            if !(owner_ok && shut) {
+                return Err(NotOwnDir::SwappableBy {
+                    what,
+                    dir: dir.to_owned(),
+                    parent: parent.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn this_user() -> u32 {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod");
+    }
+
+    #[test]
+    fn a_private_dir_passes_and_an_open_or_swappable_one_is_refused_by_name() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("data");
+        assert!(check("data dir", &dir).is_ok(), "a dir not made yet passes");
+        std::fs::create_dir(&dir).expect("mkdir");
+        mode(&dir, 0o700);
+        check("data dir", &dir).expect("private");
+        mode(&dir, 0o777);
+        let e = check("data dir", &dir).expect_err("0777");
+        assert!(matches!(e, NotOwnDir::WritableByOthers { .. }), "{e}");
+        assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
+        mode(&dir, 0o700);
+        mode(root.path(), 0o777);
+        let e = check("data dir", &dir).expect_err("open parent");
+        assert!(matches!(e, NotOwnDir::SwappableBy { .. }), "{e}");
+        assert!(e.to_string().contains("swap the data dir"), "{e}");
+        mode(root.path(), 0o1777);
+        check("data dir", &dir).expect("a sticky parent, as /tmp");
+    }
+}
