@@ -101,7 +101,9 @@ impl std::fmt::Debug for SkillChange {
                 "model",
                 &self.model.as_ref().map(|m| m.as_ref().map(|_| "..")),
             )
-            .field("key", &self.key)
+            // The key's name too: a client may have put a pasted key there (refused by `set`,
+            // but this value is printed before that).
+            .field("key", &self.key.as_ref().map(|k| k.as_ref().map(|_| "..")))
             .field("limits", &self.limits)
             .finish()
     }
@@ -128,6 +130,30 @@ fn new_salt() -> [u8; skillbox_skill::SALT_LEN] {
         panic!("the OS random source is unavailable: {e}");
     }
     salt
+}
+
+/// What `PATCH /skills/{name}` answers a `key` that is not a secret source of this node's. Fixed:
+/// the value may be a provider's key pasted where its source's name goes, and an error is
+/// logged, shown and kept by clients, so no refusal repeats it.
+pub const KEY_NOT_A_SECRET: &str = "must name a secret source of this node's: add the API key with `skillbox source add NAME --secret` (or `PUT /sources/NAME?kind=secret`), then set key to NAME; nothing was changed";
+
+/// `key` must be a source this node holds as a secret, read in the change's own transaction (a
+/// source removed meanwhile cannot slip in). Any other value, a pasted key above all, would be
+/// kept as the skill's key name: in the store, in `GET /skills`, in the "key source missing"
+/// reason.
+fn key_names_a_secret_in(tx: &Tx<'_>, key: &str) -> Result<()> {
+    let kind: Option<String> = tx
+        .query_row(
+            "SELECT kind FROM sources WHERE name = ?1",
+            params![key],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if kind.as_deref() == Some(SourceKind::Secret.as_str()) {
+        Ok(())
+    } else {
+        Err(NodeError::invalid("key", KEY_NOT_A_SECRET))
+    }
 }
 
 /// Offer state from the declaration and the set of source names present: a declaration with a
@@ -403,6 +429,9 @@ impl Skills {
                 decl.provider = p;
             }
             if let Some(k) = change.key.clone() {
+                if let Some(name) = &k {
+                    key_names_a_secret_in(tx, name)?;
+                }
                 decl.key = k;
             }
             if let Some(l) = change.limits {

@@ -134,12 +134,13 @@ named_routes! {
         params(SkillPath) ok(SkillDetail, "Skill.") [NoSuchSkill]
         = "skill"(name) |n| s.skills.detail(n);
     /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to
-    /// clear; what the owner stakes, so a pack-imported skill can be offered.
+    /// clear; what the owner stakes, so a pack-imported skill can be offered. `key` must name a
+    /// secret source the node holds (`Skills::set`), refused in words that never repeat it.
     patch "/skills/{name}" => patch_skill(s, Param(name), doc: Doc)
-        "Set what the owner stakes for a skill: provider, model, key (a source name), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present."
+        "Set what the owner stakes for a skill: provider, model, key (the name of a secret source this node holds), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present."
         params(SkillPath) request_body = SkillPatch
         ok(SkillDetail, "The skill after the change.")
-        bad("Unknown field or bad value (`validation_error`).") [NoSuchSkill]
+        bad("Unknown field or bad value, or a key that names no secret source of this node's (`validation_error`; the message never repeats the value).") [NoSuchSkill]
         let (mut change, limits) = skill_change(&doc)?;
         = "skill"(name) |s, n| {
             if !limits.is_empty() {

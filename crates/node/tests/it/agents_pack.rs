@@ -47,7 +47,7 @@ async fn post_json(node: &TestNode, body: &Value) -> (u16, Value, String) {
     node.call(rb).await
 }
 
-async fn patch(node: &TestNode, name: &str, body: Value) -> (u16, Value, String) {
+pub(crate) async fn patch(node: &TestNode, name: &str, body: Value) -> (u16, Value, String) {
     let rb = node
         .req(Method::PATCH, &format!("/skills/{name}"))
         .await
@@ -134,28 +134,27 @@ async fn a_published_pack_imports_skills_and_lists_its_other_agents() {
     assert_eq!(status, 200, "{detail}");
     assert_eq!(detail["state"]["offered"], json!(true), "{detail}");
     let digest_local = detail["digest"].clone();
-    // A provider that spends a key is declared, not offered, until the key source exists.
+    // A provider that spends a key is declared, not offered, until a key is named; the key is
+    // named only once its secret source exists (a name the node does not hold is refused).
     let (status, detail, _) = patch(
         &node,
         "summarizer",
-        json!({"provider": "openrouter", "model": "anthropic/claude-sonnet-4.5", "key": "or-key"}),
+        json!({"provider": "openrouter", "model": "anthropic/claude-sonnet-4.5"}),
     )
     .await;
     assert_eq!(status, 200, "{detail}");
     assert_eq!(detail["state"]["offered"], json!(false));
-    assert!(
-        detail["state"]["reasons"][0]
-            .as_str()
-            .expect("reason")
-            .contains("or-key")
-    );
+    let (status, err, _) = patch(&node, "summarizer", json!({"key": "or-key"})).await;
+    assert_eq!(status, 400, "{err}");
+    assert_envelope(&err, "validation_error");
     assert_eq!(
         node.put_source("or-key", "secret", b"sk-or-v1-secret")
             .await
             .0,
         201
     );
-    let (_, detail, _) = node.get("/skills/summarizer").await;
+    let (status, detail, _) = patch(&node, "summarizer", json!({"key": "or-key"})).await;
+    assert_eq!(status, 200, "{detail}");
     assert_eq!(detail["state"]["offered"], json!(true), "{detail}");
     // null clears; the digest follows the declaration.
     let (status, detail, _) = patch(&node, "default", json!({"provider": null})).await;

@@ -17,7 +17,7 @@ const REQUEST: &str = "REQUESTMARKER-5e6b what do I like?";
 const SOURCE: &str = "SOURCEMARKER-71aa Radiohead - Weird Fishes";
 
 #[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(pub(crate) Arc<Mutex<Vec<u8>>>);
 
 impl Write for Captured {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -61,7 +61,7 @@ fn holds_none_of(markers: &[&String], whose: &str, view: &str, store: &[u8]) {
     }
 }
 
-fn captured_logs() -> Captured {
+pub(crate) fn captured_logs() -> Captured {
     static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = Captured::default();

@@ -14,6 +14,7 @@ mod common;
 mod coverage;
 mod hostile;
 mod intents;
+mod key_name;
 mod leak;
 mod ledger;
 mod own_dir;
