@@ -5,7 +5,9 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use skillbox_guard::{GuardSpec, check, prepare, released_coverage};
+use skillbox_guard::{
+    GuardSpec, check, check_released, prepare, released_coverage, released_levels,
+};
 use skillbox_testkit::guard::base64_bytes as base64;
 use skillbox_testkit::guard::{ascii85, atbash, base32, decimal, nato, percent, rot47};
 
@@ -226,6 +228,48 @@ fn bench(c: &mut Criterion) {
         cpu_per_call(name, 100, || {
             black_box(released_coverage(prepared, black_box(answer)));
         });
+    }
+
+    // The box's whole work per released answer of a guarded run: the check, the levels the
+    // owner's note carries, and the echo check (`jc` run/echo.rs: the owner's key as the one
+    // marked secret of a guard prepared once per run). Walked apart (check, then
+    // `released_levels`, which walks the answer again) and folded (`check_released`: one walk).
+    let key_spec = GuardSpec {
+        enabled: true,
+        canaries: true,
+        auto_canaries: false,
+        action: skillbox_guard::Action::Withhold,
+        ..GuardSpec::default_for(false)
+    };
+    let key_marked = "[[secret:sk-proj-Q7vT2mXw9LpR4nZk8sYd]]";
+    let key_guard = prepare(key_marked, &key_spec).expect("the key's guard prepares");
+    assert!(!check(&key_guard, &benign).is_caught());
+    for (name, one_walk) in [("walked apart", false), ("one walk", true)] {
+        let name = format!("box per 4 KiB answer: check + levels + echo check, {name}");
+        cpu_per_call(&name, 100, || {
+            if one_walk {
+                black_box(check_released(&prepared, black_box(&benign)));
+            } else if !check(&prepared, black_box(&benign)).is_caught() {
+                black_box(released_levels(&prepared, &benign));
+            }
+            black_box(check(&key_guard, &benign));
+        });
+    }
+    // The echo check alone, its key's guard prepared once per run (as the box does) and, for
+    // comparison, per answer.
+    for (name, per_answer) in [("prepared once", false), ("prepared per answer", true)] {
+        cpu_per_call(
+            &format!("echo check of 4 KiB answer, key guard {name}"),
+            100,
+            || {
+                if per_answer {
+                    let g = prepare(key_marked, &key_spec).expect("the key's guard prepares");
+                    black_box(check(&g, black_box(&benign)));
+                } else {
+                    black_box(check(&key_guard, black_box(&benign)));
+                }
+            },
+        );
     }
 
     for (name, clean, leak) in &forms {

@@ -375,8 +375,17 @@ fn walk_answer(
 
 /// Check one answer against a prepared body. Clean when the guard is disabled.
 pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
+    check_covering(prepared, answer).0
+}
+
+/// [`check`], and for a clean answer the body words it covers ([`covered_words`]) from the
+/// same walk: a clean answer is walked to its end, every decoder and view, which is all that
+/// [`covered_words`] walks — so the box, which reports a released answer's coverage, walks it
+/// once, not twice. `None` for a caught answer (nothing of it is released), a disabled guard
+/// or an empty answer (the check walked nothing).
+pub(crate) fn check_covering(prepared: &Prepared, answer: &str) -> (Verdict, Option<Vec<bool>>) {
     if !prepared.spec.enabled || answer.is_empty() {
-        return Verdict::Clean;
+        return (Verdict::Clean, None);
     }
     let mut scan = Scan::new(prepared);
     let mut caught = None;
@@ -396,8 +405,8 @@ pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
         })
     };
     match caught.or_else(pieces) {
-        Some(c) => Verdict::Caught(c),
-        None => Verdict::Clean,
+        Some(c) => (Verdict::Caught(c), None),
+        None => (Verdict::Clean, Some(words_of(prepared, &scan))),
     }
 }
 
@@ -423,6 +432,11 @@ pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
 pub(crate) fn covered_words(prepared: &Prepared, answer: &str) -> Vec<bool> {
     let mut scan = Scan::new(prepared);
     walk_answer(&mut scan, answer, |_, _| false);
+    words_of(prepared, &scan)
+}
+
+/// The body words covered by the n-grams `scan` matched.
+fn words_of(prepared: &Prepared, scan: &Scan<'_>) -> Vec<bool> {
     let mut out = vec![false; prepared.word_count];
     let mut until = 0;
     for (i, &(id, len)) in prepared.gram_at.iter().enumerate() {

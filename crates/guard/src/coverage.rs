@@ -368,7 +368,16 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
     if answer.is_empty() {
         return Coverage::none(prepared);
     }
-    let words = crate::check::covered_words(prepared, answer);
+    coverage_with_words(
+        prepared,
+        answer,
+        crate::check::covered_words(prepared, answer),
+    )
+}
+
+/// [`released_coverage`] of a non-empty `answer` whose covered body `words` are known already
+/// (from the check's own walk: `check::check_covering`).
+pub(crate) fn coverage_with_words(prepared: &Prepared, answer: &str, words: Vec<bool>) -> Coverage {
     let units = tracked_units(prepared);
     let stated = slices::stated(answer);
     let parts = slices::reassembled(&stated);

@@ -14,7 +14,8 @@
 //! the most covered secret's share of each answer is at least that secret's, so the day's sum is
 //! at least any one secret's union, and likewise for the words.
 
-use crate::coverage::{Coverage, CoverageError, released_coverage};
+use crate::check::Verdict;
+use crate::coverage::{Coverage, CoverageError, coverage_with_words, released_coverage};
 use crate::prepare::Prepared;
 
 /// The levels a quantity is rounded up to, in 64ths of the whole. The smallest step (1/64,
@@ -128,6 +129,25 @@ impl CoverageLevels {
 /// [`LEVELS`]. Pure.
 pub fn released_levels(prepared: &Prepared, answer: &str) -> CoverageLevels {
     CoverageLevels::of(&released_coverage(prepared, answer))
+}
+
+/// What the box does with each answer of a guarded run, in one walk of it: the check's verdict
+/// and, for an answer it would release (clean), [`released_levels`] — the words' coverage taken
+/// from the check's own walk, which for a clean answer ran every decoder and view to the end
+/// (all [`released_coverage`] walks). A caught answer gets no levels (it is withheld or
+/// replaced: nothing of it is released). Exactly `(check(p, a), check(p, a).is_caught().not()
+/// .then(|| released_levels(p, a)))`, at the cost of one check.
+pub fn check_released(prepared: &Prepared, answer: &str) -> (Verdict, Option<CoverageLevels>) {
+    let (verdict, words) = crate::check::check_covering(prepared, answer);
+    if verdict.is_caught() {
+        return (verdict, None);
+    }
+    let levels = match words {
+        Some(words) => CoverageLevels::of(&coverage_with_words(prepared, answer, words)),
+        // A disabled guard or an empty answer: the check walked nothing.
+        None => released_levels(prepared, answer),
+    };
+    (verdict, Some(levels))
 }
 
 #[cfg(test)]

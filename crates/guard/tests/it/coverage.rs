@@ -615,3 +615,71 @@ fn a_code_with_separators_counted_as_written_adds_up_and_is_caught() {
     assert_eq!((whole, caught), (40, 40));
     assert_eq!(benign_caught, 0);
 }
+
+/// The box's one walk per answer (`check_released`) tells exactly what the check and the
+/// released answer's levels told walked apart: the verdict, and the levels of every answer it
+/// would release. On the 40 secrets (code and PIN bodies), against the ordinary answers, the
+/// prompts themselves, halves and thirds of them, the codes and PINs in slices, labelled and
+/// encoded; and with the guard switched off and an empty answer.
+#[test]
+fn one_walk_tells_the_verdict_and_levels_the_separate_walks_told() {
+    use skillbox_guard::{check_released, released_levels};
+    let answers: Vec<String> = jsonl(BENIGN, "answer")
+        .into_iter()
+        .map(|(_, a)| a)
+        .collect();
+    let (mut clean, mut caught) = (0, 0);
+    for (i, s) in forty_secrets().iter().enumerate() {
+        let third = s.prompt.len() / 3;
+        let cut = |at: usize| {
+            let mut at = at.min(s.prompt.len());
+            while !s.prompt.is_char_boundary(at) {
+                at -= 1;
+            }
+            at
+        };
+        let c: String = s.chars.iter().collect();
+        let mut tried = vec![
+            s.prompt.clone(),
+            s.prompt[..cut(third)].to_owned(),
+            s.prompt[cut(third)..cut(2 * third)].to_owned(),
+            s.code.clone(),
+            format!("It starts with {}.", &c[..3.min(c.len())]),
+            format!(
+                "Part 2: \"{}\"\nPart 1: \"{}\"",
+                &c[c.len() / 2..],
+                &c[..c.len() / 2]
+            ),
+            format!("The first half of the PIN is {}.", &s.pin[..2]),
+            skillbox_testkit::guard::base64_bytes(&s.prompt.as_bytes()[..cut(third)]),
+            String::new(),
+        ];
+        tried.extend(answers.iter().skip(i % 5).step_by(5).cloned());
+        let off = GuardSpec {
+            enabled: false,
+            ..GuardSpec::default_for(false)
+        };
+        let off =
+            prepare(&format!("{}\n\nYour PIN is {}.", s.prompt, s.pin), &off).expect("prepare");
+        for prepared in [&s.p, &s.q, &off] {
+            for a in &tried {
+                let verdict = check(prepared, a);
+                let apart = (
+                    verdict,
+                    (!verdict.is_caught()).then(|| released_levels(prepared, a)),
+                );
+                assert_eq!(check_released(prepared, a), apart, "{a:?}");
+                if verdict.is_caught() {
+                    caught += 1;
+                } else {
+                    clean += 1;
+                }
+            }
+        }
+    }
+    // Both branches walked, many times each.
+    assert!(
+        clean > 1000 && caught > 100,
+        "{clean} clean, {caught} caught"
+    );
+}
