@@ -318,9 +318,10 @@ struct NoteSpec {
     /// [`OwnerNote::POSITIONS_ENTRY`]: crate::receipt::OwnerNote::POSITIONS_ENTRY
     levels: bool,
     sha256: [u8; 32],
-    /// The plaintext length the note was padded to ([`OwnerNote::padded_len_for`] of the
-    /// body); `None` in a record written before it was kept, whose note was padded to the
-    /// program's body limit ([`OwnerNote::padded_len`]).
+    /// The plaintext length the note was padded to ([`OWNER_NOTE_PADDED`]; in a record written
+    /// before levels, [`OwnerNote::padded_len_for`] of the body); `None` in a record written
+    /// before it was kept, whose note was padded to the program's body limit
+    /// ([`OwnerNote::padded_len`]).
     ///
     /// [`OwnerNote::padded_len_for`]: crate::receipt::OwnerNote::padded_len_for
     /// [`OwnerNote::padded_len`]: crate::receipt::OwnerNote::padded_len
@@ -1861,12 +1862,6 @@ impl BoxCore {
                 snapshot,
             )
         };
-        // What the owner note's padding is sized by, known before the stakes go to the
-        // provider: a failed run's note pads to the same length as an answered one's.
-        let body_len = stakes
-            .get(&Role::Owner)
-            .and_then(|entries| entries.iter().find(|e| e.name == "body"))
-            .map_or(0, |e| e.data.len() as u64);
         let outcome = match snapshot.and_then(|s| self.persist(run_id, s)) {
             Err(e) => Err(e),
             Ok(()) if give_up => Err(JcError::RunInterrupted),
@@ -1880,10 +1875,7 @@ impl BoxCore {
         // run's note says it did not (a regeneration that failed is reported as the failure).
         let acted = outcome.as_ref().is_ok_and(|a| a.guard_acted);
         let coverage = outcome.as_ref().ok().and_then(|a| a.coverage.as_ref());
-        let finished = match (
-            seal_owner_note(&program, run_id, acted, coverage, body_len),
-            outcome,
-        ) {
+        let finished = match (seal_owner_note(&program, run_id, acted, coverage), outcome) {
             (Ok(note), Ok(answered)) => {
                 self.seal_answer(&program, &keys, run_id, &answered, note, now)
             }
@@ -1896,7 +1888,7 @@ impl BoxCore {
                 // material or the error's words leaves the box.
                 let error = RunFailure::from(&e);
                 tracing::info!(code = error.as_str(), "run failed");
-                let note = seal_owner_note(&program, run_id, false, None, body_len)?;
+                let note = seal_owner_note(&program, run_id, false, None)?;
                 let receipt = Receipt {
                     run_id: run_id.into(),
                     program_hash: program.hash.to_hex(),
@@ -2125,9 +2117,11 @@ impl BoxCore {
         // How much a released answer carries of the body goes to the owner's note (coverage
         // across calls) — how much, never which words: the owner's body decides which of its
         // phrases the model repeats, so positions would carry the caller's sources to the
-        // owner. A withheld answer releases nothing.
-        let released = |a: Answered, acted: bool| Answered {
-            coverage: Some(skillbox_guard::released_levels(&prepared, &a.answer)),
+        // owner. A withheld answer releases nothing. The verdict and the levels come from one
+        // walk of the answer (`check_released`): a clean answer's check walks all that its
+        // coverage does.
+        let released = |a: Answered, levels, acted: bool| Answered {
+            coverage: Some(levels),
             guard_acted: acted,
             ..a
         };
@@ -2141,11 +2135,12 @@ impl BoxCore {
             skillbox_guard::Action::Withhold => {
                 // The fixed answer says it was withheld: there is no catch to hide in time.
                 let first = complete(req).await?;
-                if skillbox_guard::check(&prepared, &first.answer).is_caught() {
+                let Some(levels) = skillbox_guard::check_released(&prepared, &first.answer).1
+                else {
                     tracing::info!(code = "guard_acted", "the output guard acted on an answer");
                     return Ok(withheld());
-                }
-                Ok(released(first, false))
+                };
+                Ok(released(first, levels, false))
             }
             skillbox_guard::Action::Regenerate => {
                 // Both rounds on every run, whatever the guard finds: the answer with the body
@@ -2163,17 +2158,18 @@ impl BoxCore {
                 };
                 let (first, again) = tokio::join!(complete(req), complete(neutral));
                 let (first, again) = (first?, again?);
-                let first_caught = skillbox_guard::check(&prepared, &first.answer).is_caught();
-                let again_caught = skillbox_guard::check(&prepared, &again.answer).is_caught();
-                if !first_caught {
-                    return Ok(released(first, false));
+                // Both checked whatever the first verdict, so the time taken says nothing.
+                let (_, first_levels) = skillbox_guard::check_released(&prepared, &first.answer);
+                let (_, again_levels) = skillbox_guard::check_released(&prepared, &again.answer);
+                if let Some(levels) = first_levels {
+                    return Ok(released(first, levels, false));
                 }
                 // Caught. Nothing of the verdict leaves the box but the owner's sealed note.
                 tracing::info!(code = "guard_acted", "the output guard acted on an answer");
-                if again_caught {
-                    return Ok(withheld());
+                match again_levels {
+                    None => Ok(withheld()),
+                    Some(levels) => Ok(released(again, levels, true)),
                 }
-                Ok(released(again, true))
             }
         }
     }
@@ -2369,15 +2365,24 @@ impl BoxCore {
     }
 }
 
+/// The plaintext length every owner note sealed since coverage levels is padded to, whatever
+/// the program, the body, the answer or the outcome: a note holds whether the guard acted and
+/// at most 3 bytes of levels (67 bytes framed), so one small length fits all. A positions
+/// bitmap's length followed the body's, and the note was padded to the body's size bucket to
+/// hide it; levels have no such length, and a fixed size now tells the path, the box operator
+/// and anyone who sees the sealed result not even the body's bucket (nor costs the box and the
+/// owner a body-sized run of zeros per run). Notes stored before keep the length they were
+/// sealed with ([`NoteSpec::padded`]); readers never relied on a length.
+pub const OWNER_NOTE_PADDED: u64 = 128;
+
 /// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the
-/// owner's node key from a fresh seed; `None` for an unguarded one.
-/// `body_len` is the length of the body the owner staked (what the padding is sized by).
+/// owner's node key from a fresh seed, padded to [`OWNER_NOTE_PADDED`]; `None` for an unguarded
+/// one.
 fn seal_owner_note(
     program: &ApprovedProgram,
     run_id: &str,
     acted: bool,
     coverage: Option<&skillbox_guard::CoverageLevels>,
-    body_len: u64,
 ) -> Result<Option<SealedNote>> {
     if program.program.guard.is_none() {
         return Ok(None);
@@ -2385,10 +2390,7 @@ fn seal_owner_note(
     let mut seed = Zeroizing::new([0u8; 32]);
     getrandom::fill(&mut seed[..]).map_err(|e| JcError::Internal(format!("randomness: {e}")))?;
     let coverage = coverage.map(|c| c.to_bytes().to_vec());
-    let padded = crate::receipt::OwnerNote::padded_len_for(
-        body_len,
-        program.program.owner_inputs.body_max_bytes,
-    );
+    let padded = OWNER_NOTE_PADDED;
     let sealed = seal_note(
         program,
         run_id,
@@ -2413,9 +2415,9 @@ fn seal_owner_note(
 
 /// The sealed note: whether the guard acted, the released answer's coverage (`(bytes, true)`:
 /// levels; `false`: a positions bitmap of a run stored before levels), and zeros up to
-/// `padded` ([`OwnerNote::padded_len_for`] of the body's bucket) — the same sealed size for
-/// every run of the program, acted or not, failed or not, whatever the answer covered — sealed
-/// from `seed`.
+/// `padded` ([`OWNER_NOTE_PADDED`]; a run stored before levels: [`OwnerNote::padded_len_for`]
+/// of the body's bucket) — the same sealed size for every run, acted or not, failed or not,
+/// whatever the answer covered — sealed from `seed`.
 ///
 /// [`OwnerNote::padded_len_for`]: crate::receipt::OwnerNote::padded_len_for
 fn seal_note(

@@ -14,7 +14,7 @@ use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
 use skillbox_jc::program::{Program, ReceiptSpec, Role};
 use skillbox_jc::receipt::OwnerNote;
-use skillbox_jc::run::{BoxConfig, ResultView, RunFailure, WITHHELD_ANSWER};
+use skillbox_jc::run::{BoxConfig, OWNER_NOTE_PADDED, ResultView, RunFailure, WITHHELD_ANSWER};
 use skillbox_providers::{
     BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
     Usage,
@@ -207,18 +207,48 @@ async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_a
     // Exactly the length the body's bucket fixes within the program's limit, with no
     // power-of-two bucket on top (a 1 MiB body limit's note was 512 KiB sealed, then 257 KiB
     // for every body, however small: issue 33, the box's largest cost per run).
-    assert_eq!(lengths[0], note_len(&f));
+    assert_eq!(lengths[0], note_len());
 }
 
-/// The base64 length of every owner note of a run of `f`'s program with [`body`]: its padded
-/// plaintext and the end marker, sealed.
-fn note_len(f: &Fixture) -> usize {
-    let limit = f.program().owner_inputs.body_max_bytes;
-    assert!(limit > 1024, "the limit is not what sizes the note here");
-    let plain = OwnerNote::padded_len_for(body().len() as u64, limit) + 1;
-    assert_eq!(plain, OwnerNote::padded_len(1024) + 1, "a body under 1 KiB");
-    let sealed = skillbox_jc::seal::sealed_len(plain);
+/// The base64 length of every owner note: its fixed padded plaintext and the end marker,
+/// sealed.
+fn note_len() -> usize {
+    let sealed = skillbox_jc::seal::sealed_len(OWNER_NOTE_PADDED + 1);
     (sealed.div_ceil(3) * 4) as usize
+}
+
+/// A note holds whether the guard acted and 3 bytes of levels: every note is one small length,
+/// whatever the body. Padded to the body's size bucket (as when it held a positions bitmap),
+/// the note of a 64 KiB body was 16 KiB longer than a 1 KiB body's — the body's size told to
+/// the path and the box operator by the one part of the result not sized by the answer.
+#[tokio::test]
+async fn notes_of_a_1_kib_and_a_64_kib_body_are_the_same_small_length() {
+    let f = start_with(Arc::new(Slicer::default()), BoxConfig::default()).await;
+    let mut lengths = Vec::new();
+    for size in [1usize << 10, 64 << 10] {
+        let mut big = body();
+        let filler = " Plain filler words about the garden shed and its blue door.";
+        while big.len() + filler.len() <= size {
+            big.push_str(filler);
+        }
+        let mut p = guarded(f.program(), Action::Withhold);
+        p.owner_inputs.body_max_bytes = 64 << 10;
+        let (_, run) = f.open(&p).await;
+        f.run_all(&run, "weather tomorrow?", &big).await;
+        let view = f
+            .client
+            .wait_result(&run.run_id, WAIT)
+            .await
+            .expect("result");
+        let note = view.owner_note.as_ref().expect("a guarded run's note");
+        lengths.push((big.len(), note.len()));
+    }
+    assert_eq!(
+        lengths[0].1, lengths[1].1,
+        "note lengths by body size: {lengths:?}"
+    );
+    assert_eq!(lengths[0].1, note_len(), "{lengths:?}");
+    assert!(note_len() < 512, "a small note: {}", note_len());
 }
 
 /// `regenerate` asks the provider twice on every run, caught or not, side by side: a
@@ -264,7 +294,7 @@ async fn regenerate_runs_the_same_rounds_whether_or_not_the_guard_acts() {
             .owner_note
             .as_ref()
             .expect("a failed guarded run's note");
-        assert_eq!(note.len(), note_len(&f), "{request}");
+        assert_eq!(note.len(), note_len(), "{request}");
     }
 }
 

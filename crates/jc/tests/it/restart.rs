@@ -16,7 +16,6 @@ use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
 use skillbox_jc::program::{Program, Role};
-use skillbox_jc::receipt::OwnerNote;
 use skillbox_jc::run::store::{KeyFile, RunStore};
 use skillbox_jc::run::{BoxConfig, BoxCore, Phase, RunFailure, now_secs};
 use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
@@ -665,13 +664,12 @@ async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
     let first = c1.wait_result(&run.run_id, WAIT).await.expect("result");
     let receipt = verify_receipt(&first, &run).expect("the receipt verifies");
     let note = first.owner_note.clone().expect("a guarded run's note");
-    // Padded to the bucket of the body staked (1 KiB), not to the 1 MiB limit (257 KiB).
-    let plain = OwnerNote::padded_len_for(BODY.len() as u64, 1 << 20) + 1;
-    assert_eq!(plain, OwnerNote::padded_len(1024) + 1);
+    // Padded to the one small length of every note, not to the 1 MiB limit (257 KiB).
+    let plain = skillbox_jc::run::OWNER_NOTE_PADDED + 1;
     assert_eq!(
         note.len() as u64,
         skillbox_jc::seal::sealed_len(plain).div_ceil(3) * 4,
-        "padded to the body's bucket"
+        "padded to the fixed note length"
     );
     // The same note and answer, and the owner opens the note.
     let same = |view: &skillbox_jc::run::ResultView, when: &str| {
