@@ -174,7 +174,9 @@ pub fn offer_state_with(
     if let Some(key) = decl.key.as_ref().filter(|_| key_needed)
         && !present.contains(key)
     {
-        reasons.push(format!("key source missing ({key})"));
+        // Fixed, no name: a declaration stored before import refused pasted keys may hold one
+        // here, and the reason travels to `GET /skills`, the dashboard and every client's log.
+        reasons.push("key source missing".to_owned());
     }
     OfferState {
         offered: reasons.is_empty(),

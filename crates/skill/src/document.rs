@@ -318,6 +318,52 @@ pub fn is_valid_source_name(name: &str) -> bool {
         })
 }
 
+/// What a `key:` that reads as a provider's API key is refused with. Fixed: the value is the
+/// user's key, and a refusal is shown, logged and kept by clients.
+pub const KEY_IS_NOT_A_NAME: &str = "looks like a provider's API key, not the name of the source that holds it: nothing was imported; add the key with `skillbox source add NAME --secret` (or `PUT /sources/NAME?kind=secret`), write `key: NAME`, and revoke the pasted key with the provider if the file was shared";
+
+/// Whether a `key:` value reads as a provider's API key rather than a source's name (the names
+/// people give are short words: `openrouter-key`, `work.openai`). Keys are long: a known key
+/// prefix on 20 or more characters (`sk-proj-…`, `sk-ant-…`, `sk-or-v1-…`, `AIza…`, `xai-…`), or
+/// 24 or more mixing upper case, lower case and digits, or a run of 20 or more letters and digits
+/// mixed (hex and base62 keys, with or without a prefix of their own). A short name that starts
+/// like a prefix (`hf_token`, `sk-work`) stays a name.
+pub fn looks_like_a_provider_key(value: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "sk-",
+        "sk_",
+        "pk_",
+        "rk_",
+        "AIza",
+        "xai-",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat_",
+        "glpat-",
+        "xoxb-",
+        "xoxp-",
+        "hf_",
+        "gsk_",
+        "pplx-",
+        "r8_",
+        "AKIA",
+        "ya29.",
+        "sbx_",
+    ];
+    let has = |text: &str, f: fn(&u8) -> bool| text.as_bytes().iter().any(f);
+    let mixed_case = value.len() >= 24
+        && has(value, u8::is_ascii_uppercase)
+        && has(value, u8::is_ascii_lowercase)
+        && has(value, u8::is_ascii_digit);
+    let random_run = value
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|run| {
+            run.len() >= 20 && has(run, u8::is_ascii_digit) && has(run, u8::is_ascii_alphabetic)
+        });
+    (value.len() >= 20 && PREFIXES.iter().any(|p| value.starts_with(p))) || mixed_case || random_run
+}
+
 /// The Agent Skills `name` rule: 1–64 chars of `[a-z0-9-]`, no leading, trailing or double `-`.
 pub fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
@@ -449,7 +495,11 @@ impl FieldCheck {
                 }
                 "key" => {
                     if let Some(k) = self.string("key", value) {
-                        if is_reserved_source_name(&k) {
+                        // Before any message that quotes the value: a pasted key is repeated
+                        // nowhere, and never kept as the key's name.
+                        if looks_like_a_provider_key(&k) {
+                            self.error("key", KEY_IS_NOT_A_NAME);
+                        } else if is_reserved_source_name(&k) {
                             self.error("key", format!("{k:?} is under a reserved prefix ({}): the key must be a secret source of the owner's own", RESERVED_SOURCE_PREFIXES.join(", ")));
                         } else if is_valid_source_name(&k) {
                             key = Some(k);
@@ -722,5 +772,36 @@ fn kind(v: &Value) -> &'static str {
         Value::String(_) => "text",
         Value::Array(_) => "a list",
         Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_a_provider_key;
+
+    #[test]
+    fn provider_keys_read_as_keys_and_source_names_as_names() {
+        for key in [
+            "sk-proj-Q3vT9xLm2PASTEDkEy7wZr4Nd8Hs1Fb6",
+            "sk-ant-api03-AbCdEf0123456789_xyz",
+            "sk-or-v1-0123456789abcdef0123456789abcdef",
+            "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+            "xai-abcdefghijklmnopqrstu",
+            "1fa036b5a9fa7baa4f1260e831e989a4",
+            "2NdYBZSxQoMc0ZLTOoU6CxVCG5cxGecl",
+        ] {
+            assert!(looks_like_a_provider_key(key), "{key}");
+        }
+        for name in [
+            "openrouter-key",
+            "openai-key",
+            "hf_token",
+            "sk-work",
+            "work.openai",
+            "openai-api-key-for-work-projects-2024",
+            "anthropic_personal_key_main_account",
+        ] {
+            assert!(!looks_like_a_provider_key(name), "{name}");
+        }
     }
 }

@@ -25,7 +25,9 @@ pub use declaration::{
     body_source_name, is_reserved_source_name, model_source_name, salt_source_name,
 };
 pub use diagnostic::{Diagnostic, DocumentError};
-pub use document::{Body, Parsed, is_valid_source_name};
+pub use document::{
+    Body, KEY_IS_NOT_A_NAME, Parsed, is_valid_source_name, looks_like_a_provider_key,
+};
 pub use openwop::{Schema, SchemaIssue};
 pub use provider::{ProviderId, UnknownProvider};
 

@@ -323,7 +323,7 @@ async fn import_reimport_offer_state_and_delete() {
         taste["reason"]
             .as_str()
             .expect("reason")
-            .contains("key source missing (openrouter-key)"),
+            .contains("key source missing"),
         "{taste}"
     );
 

@@ -65,10 +65,16 @@ async fn a_key_pasted_as_the_key_name_over_the_api_is_refused_and_kept_nowhere()
     let (_, _, text) = node.get("/skills").await;
     answers.push_str(&text);
 
+    kept_nowhere(node, &logs, &answers).await;
+}
+
+/// Stops the node: `PASTED` is in none of the API's `answers`, the files of its data dir or its
+/// log.
+async fn kept_nowhere(node: TestNode, logs: &crate::leak::Captured, answers: &str) {
     let dir = node.stop().await;
     let files = String::from_utf8_lossy(&every_file_under(dir.path())).into_owned();
     let logged = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
-    assert_no_markers("the API's answers", &answers, &[PASTED]);
+    assert_no_markers("the API's answers", answers, &[PASTED]);
     assert_no_markers("the data dir", &files, &[PASTED]);
     assert_no_markers("the node's log", &logged, &[PASTED]);
 }
@@ -84,4 +90,47 @@ fn a_skill_changes_debug_shows_no_key_name() {
     let shown = format!("{change:?}");
     assert_no_markers("SkillChange's Debug", &shown, &[PASTED]);
     assert!(shown.contains("key"), "{shown}");
+}
+
+/// The same mistake in the skill file: `key:` holding the provider's key rather than the name of
+/// the source that holds it (`POST /skills`, what `skillbox skill add FILE` sends). The import
+/// is refused with a fixed message, so the key is kept in no declaration row and shown in no
+/// "key source missing (…)" reason.
+#[tokio::test]
+async fn a_key_pasted_into_a_skill_files_key_line_is_refused_and_kept_nowhere() {
+    let logs = crate::leak::captured_logs();
+    let node = TestNode::start().await;
+    let doc = skillbox_testkit::skills::skill_doc("taste", "BODY-p4s7", &[])
+        .replace("key: openai-key", &format!("key: {PASTED}"));
+    let mut answers = String::new();
+    let (status, err, text) = node.post_skill(&doc, None).await;
+    answers.push_str(&text);
+    assert_eq!(status, 400, "{err}");
+    assert!(
+        text.contains(skillbox_skill::KEY_IS_NOT_A_NAME),
+        "the refusal says what is wrong: {text}"
+    );
+    for path in ["/skills", "/skills/taste"] {
+        let (_, _, text) = node.get(path).await;
+        answers.push_str(&text);
+    }
+    // A well-formed name the node holds no source under is still imported (a file comes before
+    // its key's source), and the reason it is not offered names nothing.
+    let (status, imported, text) = node
+        .post_skill(
+            &skillbox_testkit::skills::skill_doc("taste", "BODY-p4s7", &[]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{imported}");
+    answers.push_str(&text);
+    let (_, list, text) = node.get("/skills").await;
+    answers.push_str(&text);
+    assert_eq!(
+        list["skills"][0]["reason"],
+        json!("key source missing"),
+        "{list}"
+    );
+
+    kept_nowhere(node, &logs, &answers).await;
 }
