@@ -25,7 +25,7 @@ pub async fn host_guard(
     next: Next,
 ) -> Response {
     let checked = g.hosts.check(req.headers()).and_then(|()| {
-        if fetched_from_elsewhere(req.headers()) {
+        if fetched_from_elsewhere(req.method(), req.headers()) {
             Err(skillbox_jc::JcError::OriginNotAllowed)
         } else {
             Ok(())
@@ -46,20 +46,38 @@ pub async fn host_guard(
     ApiError::new(status, e.code(), e.fixed_message()).into_response()
 }
 
-/// Whether a browser says this request came from a page of another origin: its
-/// `Sec-Fetch-Site` is anything but `same-origin` (the dashboard's own pages, scripts and forms)
-/// or `none` (an address typed, a bookmark, a link from outside any page). A browser sends no
-/// `Origin` with a cross-site `GET` or a `no-cors` load (`<img>`, `<script src>`, a link), so the
-/// `Origin` check alone lets those through; `same-site` is refused too, because a page on another
-/// port of `127.0.0.1` or `localhost` is the same site (sites ignore ports). No page can forge or
-/// remove the header; a client that is no browser sends none and is judged by the other checks.
-/// Every value is read (a repeated header cannot hide a refused one), and an unknown value is
-/// refused: fail closed.
-fn fetched_from_elsewhere(headers: &HeaderMap) -> bool {
-    headers
-        .get_all("sec-fetch-site")
-        .iter()
-        .any(|v| !matches!(v.as_bytes(), b"same-origin" | b"none"))
+/// Whether a browser says this request came from a page of another origin, other than by
+/// following a link: the Fetch Metadata resource-isolation policy. `Sec-Fetch-Site` other than
+/// `same-origin` (the dashboard's own pages, scripts and forms) or `none` (an address typed, a
+/// bookmark) is refused, unless the request is a top-level navigation: `GET`/`HEAD`,
+/// `Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document` (a link clicked in a chat, an issue, a
+/// page on another local port). Such a navigation arrives signed out (the session cookie is
+/// `SameSite=Strict`), changes nothing (every form is a CSRF-token `POST`) and cannot be framed
+/// (`frame-ancestors 'none'`; and `iframe`, `object`, `embed` are other `Dest`s, refused here).
+/// Everything else from elsewhere is refused: a browser sends no `Origin` with a cross-site `GET`
+/// or a `no-cors` load (`<img>`, `<script src>`), so the `Origin` check alone lets those through;
+/// a cross-site form `POST` navigates too, and is refused by its method. `same-site` is treated as
+/// `cross-site`, because a page on another port of `127.0.0.1` or `localhost` is the same site
+/// (sites ignore ports). No page can forge or remove these headers; a client that is no browser
+/// sends none and is judged by the other checks. Every value of each header is read (a repeated
+/// header cannot hide a refused one), and an unknown value is refused: fail closed.
+fn fetched_from_elsewhere(method: &Method, headers: &HeaderMap) -> bool {
+    let every = |name: &str, allowed: &[&[u8]]| {
+        headers
+            .get_all(name)
+            .iter()
+            .all(|v| allowed.contains(&v.as_bytes()))
+    };
+    if every("sec-fetch-site", &[b"same-origin", b"none"]) {
+        return false;
+    }
+    let navigation = matches!(*method, Method::GET | Method::HEAD)
+        && every("sec-fetch-site", &[b"cross-site", b"same-site"])
+        && headers.contains_key("sec-fetch-mode")
+        && every("sec-fetch-mode", &[b"navigate"])
+        && headers.contains_key("sec-fetch-dest")
+        && every("sec-fetch-dest", &[b"document"]);
+    !navigation
 }
 
 /// What [`host_guard`] checks, and where it answers in JSON-RPC.

@@ -163,6 +163,54 @@ async fn a_request_a_browser_says_came_from_another_origin_is_refused() {
     node.stop().await;
 }
 
+/// Review F2: a link to the node clicked on another site (a chat, an issue, a page on another
+/// local port) is a top-level navigation (`navigate`, `document`, `GET`); it is answered, since
+/// it arrives signed out (SameSite=Strict) and cannot be framed. The same from a frame, a
+/// `no-cors` load or a form `POST` (which navigates too) is refused before any handler.
+#[tokio::test]
+async fn a_link_followed_from_another_site_is_answered_and_nothing_else_from_there() {
+    let node = TestNode::start().await;
+    let from_elsewhere = async |method: Method, path: &str, mode: &str, dest: &str| {
+        let rb = node
+            .req(method, path)
+            .await
+            .header("sec-fetch-site", "cross-site")
+            .header("sec-fetch-mode", mode)
+            .header("sec-fetch-dest", dest);
+        node.call(rb).await
+    };
+    for path in ["/skills", "/ui/"] {
+        let (status, body, _) = from_elsewhere(Method::GET, path, "navigate", "document").await;
+        assert_ne!(body["error"], json!("origin_not_allowed"), "{path}: {body}");
+        assert_ne!(status, 403, "{path}: {body}");
+    }
+    for (method, mode, dest) in [
+        (Method::GET, "navigate", "iframe"),
+        (Method::GET, "navigate", "object"),
+        (Method::GET, "navigate", "embed"),
+        (Method::GET, "no-cors", "image"),
+        (Method::GET, "cors", "empty"),
+        (Method::POST, "navigate", "document"),
+    ] {
+        assert_refused(
+            from_elsewhere(method.clone(), "/skills", mode, dest).await,
+            403,
+            "origin_not_allowed",
+        );
+    }
+    // A form posted from another site: refused, nothing written.
+    let rb = node
+        .req(Method::PUT, "/sources/planted?kind=text")
+        .await
+        .header("sec-fetch-site", "same-site")
+        .header("sec-fetch-mode", "navigate")
+        .header("sec-fetch-dest", "document")
+        .body("planted");
+    assert_refused(node.call(rb).await, 403, "origin_not_allowed");
+    node.assert_sources_listed(&[]).await;
+    node.stop().await;
+}
+
 #[tokio::test]
 async fn unauthenticated_requests_get_401_envelopes() {
     let node = TestNode::start().await;
