@@ -45,11 +45,6 @@ impl Guard {
         }
     }
 
-    /// `Origin` values rmcp's own check accepts: each allowed host, any port.
-    pub fn origins(&self) -> Vec<String> {
-        self.hosts.iter().map(|h| format!("http://{h}:*")).collect()
-    }
-
     fn host_allowed(&self, authority: &str) -> bool {
         let host = strip_port(authority).to_ascii_lowercase();
         self.hosts.contains(&host)
@@ -193,7 +188,6 @@ mod tests {
         assert!(!g.host_allowed("127.0.0.1.evil.example"));
         let g = Guard::new(Some("192.0.2.7".parse().expect("ip")), 10, -32001);
         assert!(g.host_allowed("192.0.2.7:7420"));
-        assert_eq!(g.origins()[0], "http://localhost:*");
     }
 
     /// Audit U4: the guard's own `Origin` check took any port of a loopback name, so a page

@@ -912,8 +912,10 @@ pub fn router(state: AppState, guard: Guard, settings: McpSettings) -> Router<Ap
                         .map(|h| h.trim_matches(['[', ']']).to_owned()),
                 ),
         )
-        .with_allowed_origins(guard.origins())
-        .enforce_origin_validation()
+        // No origin list of rmcp's: the guard in front (`guard::layer`, on this very route) takes
+        // only the exact `Origin` of the `Host` asked, and a second, looser list (any port of a
+        // loopback name) would only disagree with it.
+        .disable_allowed_origins()
         .with_max_request_body_bytes(guard.max_body)
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let backend = InProcess(state.clone());
