@@ -48,9 +48,9 @@ pub enum NotOwnDir {
     },
 }
 
-/// The directory `dir` (a `what`, for the message) must be this user's, written by nobody else,
-/// and every directory above it (as written, and after links are resolved) owned by this user or
-/// root and written by nobody else unless sticky. A directory that does not exist passes: the
+/// The directory `dir` (a `what`, for the message) must be this user's (or root's), written by
+/// nobody else, and every directory above it (as written, and after links are resolved) owned by
+/// this user or root and written by nobody else unless sticky. A directory that does not exist passes: the
 /// caller then fails on what is missing, naming it, or makes it (and should check again).
 pub fn check(what: &'static str, dir: &Path) -> Result<(), NotOwnDir> {
     let unreadable = |at: &Path, source| NotOwnDir::Unreadable {
@@ -64,17 +64,20 @@ pub fn check(what: &'static str, dir: &Path) -> Result<(), NotOwnDir> {
         Err(e) => return Err(unreadable(dir, e)),
     };
     let me = this_user();
-    if meta.uid() != me {
-        return Err(NotOwnDir::OwnedByAnother {
-            what,
-            dir: dir.to_owned(),
-        });
-    }
-    if meta.mode() & OTHERS_WRITE != 0 {
-        return Err(NotOwnDir::WritableByOthers {
-            what,
-            dir: dir.to_owned(),
-        });
+    match judge(meta.uid(), meta.mode(), me) {
+        Judged::Ours => {}
+        Judged::Another => {
+            return Err(NotOwnDir::OwnedByAnother {
+                what,
+                dir: dir.to_owned(),
+            });
+        }
+        Judged::Open => {
+            return Err(NotOwnDir::WritableByOthers {
+                what,
+                dir: dir.to_owned(),
+            });
+        }
     }
     let written = std::path::absolute(dir).map_err(|e| unreadable(dir, e))?;
     let resolved = dir.canonicalize().map_err(|e| unreadable(dir, e))?;
@@ -93,6 +96,29 @@ pub fn check(what: &'static str, dir: &Path) -> Result<(), NotOwnDir> {
         }
     }
     Ok(())
+}
+
+/// How the directory itself stands, from its owner and mode and who runs skillbox.
+#[derive(Debug, PartialEq, Eq)]
+enum Judged {
+    Ours,
+    Another,
+    Open,
+}
+
+/// Ours, or root's (a key under `/run/secrets` or `/etc/skillbox`, a data dir an admin made):
+/// root can read the keys anyway, and a root-owned dir nobody else writes is what the ancestors'
+/// rule already trusts. Any other owner could have planted files; group or other write lets
+/// others plant them. (Group write is refused even for a user-private group: telling one apart
+/// needs the group database, and skillbox makes its own dirs 0700 whatever the umask.)
+fn judge(owner: u32, mode: u32, me: u32) -> Judged {
+    if owner != me && owner != 0 {
+        Judged::Another
+    } else if mode & OTHERS_WRITE != 0 {
+        Judged::Open
+    } else {
+        Judged::Ours
+    }
 }
 
 fn this_user() -> u32 {
@@ -128,5 +154,17 @@ mod tests {
         assert!(e.to_string().contains("swap the data dir"), "{e}");
         mode(root.path(), 0o1777);
         check("data dir", &dir).expect("a sticky parent, as /tmp");
+    }
+
+    /// A key under `/run/secrets` or `/etc/skillbox` (root's, 0755) read by a service user:
+    /// only root could swap what is in it, and root reads the key anyway.
+    #[test]
+    fn a_root_owned_dir_nobody_else_writes_passes_for_any_user() {
+        const SERVICE_USER: u32 = 997;
+        assert_eq!(judge(0, 0o40755, SERVICE_USER), Judged::Ours);
+        assert_eq!(judge(0, 0o40775, SERVICE_USER), Judged::Open);
+        assert_eq!(judge(1000, 0o40700, SERVICE_USER), Judged::Another);
+        assert_eq!(judge(SERVICE_USER, 0o40700, SERVICE_USER), Judged::Ours);
+        check("box key's directory", Path::new("/etc")).expect("root's /etc, 0755");
     }
 }

@@ -12,7 +12,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
@@ -79,9 +79,15 @@ impl DataDir {
                 return Err(NodeError::AlreadyInitialised(self.root.clone(), name));
             }
         }
-        fs::create_dir_all(&self.root)
+        // Every dir made on the way is private whatever the umask (under `umask 002` a plain
+        // `create_dir_all` leaves `~/.local/share` group-writable, which the own-dir rule then
+        // refuses on every later start).
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.root)
             .map_err(|e| NodeError::io(format!("creating data dir {}", self.root.display()), e))?;
-        // The dir holds keys: only its owner may list it.
+        // The dir holds keys: only its owner may list it (an existing dir keeps its mode above).
         fs::set_permissions(&self.root, fs::Permissions::from_mode(0o700))
             .map_err(|e| NodeError::io(format!("setting mode of {}", self.root.display()), e))?;
 

@@ -40,3 +40,47 @@ fn a_node_does_not_start_on_a_data_dir_another_user_can_write() {
     // Ours alone: it opens.
     Node::open(&dir).expect("a private data dir opens");
 }
+
+/// Set in the child the umask test starts: the data dir to make there.
+const UMASK_002_CHILD: &str = "SKILLBOX_TEST_DATA_DIR_UNDER_UMASK_002";
+
+/// On systems with user-private groups the shell's umask is often 002. `init` on a fresh account
+/// makes the data dir's parents too (`~/.local/share`); made group-writable, they would have the
+/// own-dir rule refuse every later start of the node. The test runs itself again in a child
+/// whose umask is 002 (the umask is process-wide, so not in this test binary's threads).
+#[test]
+fn a_data_dir_made_under_umask_002_opens() {
+    if let Some(dir) = std::env::var_os(UMASK_002_CHILD) {
+        let dir = std::path::PathBuf::from(dir);
+        let mut config = skillbox_node::Config::default();
+        config.api.listen = "127.0.0.1:0".parse().expect("addr");
+        skillbox_node::DataDir::new(&dir)
+            .init(&config)
+            .expect("init");
+        if let Err(e) = Node::open(&dir) {
+            panic!("a data dir init made under umask 002 is refused: {e}");
+        }
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("a/b/skillbox");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 002 && exec \"$0\" \"$@\"")
+        .arg(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "own_dir::a_data_dir_made_under_umask_002_opens",
+            "--nocapture",
+        ])
+        .env(UMASK_002_CHILD, &dir)
+        .output()
+        .expect("run the child");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 passed"), "the child ran no test: {said}");
+}
