@@ -1,45 +1,57 @@
-//! What the owner is told of one released answer: how MUCH it carried of the body, never WHERE.
+//! What the owner is told of one released answer: how MUCH it carried of the body, never WHICH
+//! words.
 //!
 //! [`released_coverage`] says which body words and which characters of each secret an answer
 //! covers — one bit per body word. Sealed to the owner, that bitmap was a channel from the
 //! caller to the owner: a hostile owner's body ("for bit i of the user's source, write phrase i
 //! if the bit is 1") had the model pick body phrases by the caller's data, and the note gave the
-//! selection back, hundreds of bits per call. The owner only needs amounts to refuse a peer
-//! that takes too much over a day, so the box sends two quantities, each one of
-//! [`LEVELS`] (sixteen, four bits): the share of the body's words the answer covers, and the
-//! share of the most covered secret. Each is rounded UP to the next level, so any coverage
-//! counts (one word of a long body is a level, not nothing) and small slices per call still add
-//! up; the owner SUMS them per (peer, skill, day) rather than taking a union of positions. A sum
-//! counts a passage given twice twice: stricter for the caller than the union, never looser —
-//! the most covered secret's share of each answer is at least that secret's, so the day's sum is
-//! at least any one secret's union, and likewise for the words.
+//! selection back, hundreds of bits per call. The box now sends two coarse things:
+//!
+//! - the body's [`REGIONS`]: the body's words split into sixteen runs of equal word count, and
+//!   a mask of the runs the answer covered (any covered word). The owner UNIONS the masks per
+//!   (peer, skill, UTC day), so a passage every answer repeats (a disclaimer the body tells the
+//!   model to end with) counts once however often it is given, and a body taken a piece per
+//!   call still adds up (each call covers new regions). At most 16 bits a call: an owner whose
+//!   body puts one codebook phrase in each region reads 16 bits of the caller's sources back
+//!   per call — never 64 or hundreds;
+//! - the most covered secret's share, rounded UP to one of [`LEVELS`] (sixteen, four bits),
+//!   which the owner SUMS per day: any coverage counts, and a secret's slices add up.
+//!
+//! A sum of the words' share (the session's first rule) counted a repeated disclaimer once per
+//! answer and refused an honest caller's 4th call of the day (11/64 an answer against a
+//! 22.4/64 limit); a union of regions is never looser than the union of words it stands for
+//! (a covered word's region is covered) and counts a repeat once.
 
 use crate::check::Verdict;
 use crate::coverage::{Coverage, CoverageError, coverage_with_words, released_coverage};
 use crate::prepare::Prepared;
 
-/// The levels a quantity is rounded up to, in 64ths of the whole. The smallest step (1/64,
-/// 16 ‰) is small enough that an ordinary answer quoting a phrase of the body spends little of
-/// the owner's daily limit; from 3/64 on each step is at most 1.5 times the one below, so a
-/// rounded share is at most 1.5 times the share, and the steps are close around the default
-/// limits (350 ‰ of the words, 500 ‰ of a secret): one 3-character slice of a 7- to
-/// 11-character code counts 20/64 to 28/64, under half, as its share is. Eight levels (halving)
-/// were considered: a bit fewer per quantity, but any share in (1/4, 1/2] counted as a half, so
-/// one chance 3-character slice of such a code in an ordinary answer refused the peer for the
-/// day.
+/// The levels a secret's share is rounded up to, in 64ths of the whole. The smallest step
+/// (1/64) is small enough that a chance character spends little of the owner's daily limit;
+/// from 3/64 on each step is at most 1.5 times the one below, so a rounded share is at most
+/// 1.5 times the share, and the steps are close around the default limit (500 ‰ of a secret):
+/// one 3-character slice of a 7- to 11-character code counts 20/64 to 28/64, under half, as
+/// its share is. Eight levels (halving) were considered: a bit fewer, but any share in
+/// (1/4, 1/2] counted as a half, so one chance 3-character slice of such a code in an ordinary
+/// answer refused the peer for the day.
 pub const LEVELS: [u32; 16] = [0, 1, 2, 3, 4, 6, 8, 11, 16, 20, 24, 28, 32, 40, 48, 64];
 
 /// The whole in [`LEVELS`]' unit.
 pub const WHOLE: u32 = 64;
 
-/// Form version of [`CoverageLevels::to_bytes`].
-const FORM: u8 = 1;
+/// How many regions of equal word count the body is split into for the words' mask (one bit
+/// each in the note).
+pub const REGIONS: u32 = 16;
 
-/// One released answer's coverage as the owner is told it: the body's covered words and the
-/// most covered secret's covered characters, each as an index into [`LEVELS`].
+/// Form version of [`CoverageLevels::to_bytes`]: 2 is the regions' mask (1 was a summed
+/// words level).
+const FORM: u8 = 2;
+
+/// One released answer's coverage as the owner is told it: which of the body's [`REGIONS`] it
+/// covered, and the most covered secret's covered characters as an index into [`LEVELS`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CoverageLevels {
-    words: u8,
+    regions: u16,
     canary: u8,
 }
 
@@ -55,27 +67,52 @@ fn level_of(covered: usize, total: usize) -> u8 {
         .unwrap_or(LEVELS.len() - 1) as u8
 }
 
+/// The words of region `r` of a body of `n` words: `[r·n/16, (r+1)·n/16)`, and at least the
+/// one word at `r·n/16` (a body of fewer than 16 words has each word stand for one or more
+/// regions, so a covered word counts its share of the body, not less).
+fn region_words(r: u32, n: usize) -> std::ops::Range<usize> {
+    let start = r as usize * n / REGIONS as usize;
+    let end = (r as usize + 1) * n / REGIONS as usize;
+    start..end.max(start + 1)
+}
+
+/// The mask of regions with at least one covered word.
+fn regions_of(words: &[bool]) -> u16 {
+    if words.is_empty() {
+        return 0;
+    }
+    (0..REGIONS)
+        .filter(|&r| words[region_words(r, words.len())].iter().any(|&b| b))
+        .fold(0, |m, r| m | 1 << r)
+}
+
 /// `parts` 64ths in per mille, rounded up (a level never reads as less than it is).
 pub fn permille_of(parts: u64) -> u64 {
     (parts * 1000).div_ceil(WHOLE as u64)
 }
 
+/// `regions` covered of [`REGIONS`] in per mille, rounded up.
+pub fn regions_permille(regions: u16) -> u64 {
+    (u64::from(regions.count_ones()) * 1000).div_ceil(REGIONS as u64)
+}
+
 impl CoverageLevels {
     /// Nothing covered: a withheld answer, or one that carried nothing of the body.
     pub const NONE: CoverageLevels = CoverageLevels {
-        words: 0,
+        regions: 0,
         canary: 0,
     };
 
-    /// The bytes' length: form, words level, secret level.
-    pub const LEN: usize = 3;
+    /// The bytes' length: form, the regions' mask (two bytes, big-endian), secret level.
+    pub const LEN: usize = 4;
 
-    /// `c` rounded up to levels: its covered words' share, and the largest covered share of
-    /// one secret (each canary, and each PIN inside one, as `Coverage` tracks them).
+    /// `c` made coarse: the regions its covered words fall in, and the largest covered share
+    /// of one secret (each canary, and each PIN inside one, as `Coverage` tracks them) rounded
+    /// up to a level.
     pub fn of(c: &Coverage) -> CoverageLevels {
         let count = |bits: &[bool]| bits.iter().filter(|&&b| b).count();
         CoverageLevels {
-            words: level_of(count(c.words()), c.words().len()),
+            regions: regions_of(c.words()),
             canary: c
                 .canaries()
                 .iter()
@@ -85,9 +122,9 @@ impl CoverageLevels {
         }
     }
 
-    /// The body's covered words, in 64ths of its words (one of [`LEVELS`]).
-    pub fn words_parts(&self) -> u32 {
-        LEVELS[self.words as usize]
+    /// The body's regions the answer covered: bit `r` for region `r` of [`REGIONS`].
+    pub fn regions(&self) -> u16 {
+        self.regions
     }
 
     /// The most covered secret's covered characters, in 64ths (one of [`LEVELS`]).
@@ -95,9 +132,10 @@ impl CoverageLevels {
         LEVELS[self.canary as usize]
     }
 
-    /// Form, then the two level indexes.
+    /// Form, the regions' mask, the secret level.
     pub fn to_bytes(&self) -> [u8; Self::LEN] {
-        [FORM, self.words, self.canary]
+        let [hi, lo] = self.regions.to_be_bytes();
+        [FORM, hi, lo, self.canary]
     }
 
     /// Parse [`CoverageLevels::to_bytes`]; anything else is refused.
@@ -106,27 +144,23 @@ impl CoverageLevels {
         if form != FORM {
             return Err(CoverageError::Form);
         }
-        let [words, canary] = match rest {
-            [w, c] => [*w, *c],
-            [] | [_] => return Err(CoverageError::Short),
+        let [hi, lo, canary] = match rest {
+            [h, l, c] => [*h, *l, *c],
+            [] | [_] | [_, _] => return Err(CoverageError::Short),
             _ => return Err(CoverageError::Trailing),
         };
-        let level = |i: u8, what| {
-            if (i as usize) < LEVELS.len() {
-                Ok(i)
-            } else {
-                Err(CoverageError::Range(what))
-            }
-        };
+        if canary as usize >= LEVELS.len() {
+            return Err(CoverageError::Range("secret level"));
+        }
         Ok(CoverageLevels {
-            words: level(words, "words level")?,
-            canary: level(canary, "secret level")?,
+            regions: u16::from_be_bytes([hi, lo]),
+            canary,
         })
     }
 }
 
-/// What the box tells the owner of a released `answer`: [`released_coverage`] rounded up to
-/// [`LEVELS`]. Pure.
+/// What the box tells the owner of a released `answer`: [`released_coverage`] made coarse
+/// ([`CoverageLevels::of`]). Pure.
 pub fn released_levels(prepared: &Prepared, answer: &str) -> CoverageLevels {
     CoverageLevels::of(&released_coverage(prepared, answer))
 }
@@ -194,49 +228,73 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_is_told_as_two_levels_of_its_coverage() {
+    fn an_answer_is_told_as_its_regions_and_a_secret_level() {
         let body = "Open the shed first. The door code is [[secret:K7PM2Q]] for today.";
         let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
         let half = released_levels(&p, "It starts with K7P.");
-        assert_eq!((half.words_parts(), half.canary_parts()), (0, 32));
+        assert_eq!((half.regions(), half.canary_parts()), (0, 32));
         assert_eq!(
             released_levels(&p, "Windy, then rain."),
             CoverageLevels::NONE
         );
         let words = released_levels(&p, "Open the shed first, said the note.");
-        assert!(words.words_parts() > 0 && words.canary_parts() == 0);
+        assert!(words.regions() != 0 && words.canary_parts() == 0);
+    }
+
+    /// Regions are runs of equal word count covering every word once (from 16 words on), and
+    /// a shorter body's word stands for its share of the regions.
+    #[test]
+    fn regions_split_the_body_evenly_and_any_covered_word_marks_its_region() {
+        for n in 1..200usize {
+            let mut seen = vec![0u32; n];
+            for r in 0..REGIONS {
+                let w = region_words(r, n);
+                assert!(!w.is_empty() && w.end <= n, "{n} {r}");
+                for i in w {
+                    seen[i] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&k| k >= 1), "{n}: a word in no region");
+            if n >= REGIONS as usize {
+                assert!(seen.iter().all(|&k| k == 1), "{n}: regions overlap");
+            }
+        }
+        let mut words = vec![false; 160];
+        assert_eq!(regions_of(&words), 0);
+        words[0] = true;
+        words[159] = true;
+        words[75] = true;
+        assert_eq!(regions_of(&words), 1 | 1 << 7 | 1 << 15);
+        assert_eq!(regions_permille(1 | 1 << 7 | 1 << 15), 188);
+        // One word of a 4-word body is a quarter of it: four regions.
+        assert_eq!(regions_of(&[false, true, false, false]).count_ones(), 4);
+        assert_eq!(regions_of(&[]), 0);
     }
 
     #[test]
     fn bytes_round_trip_and_anything_else_is_refused() {
-        for w in 0..16u8 {
+        for regions in [0u16, 1, 0x8000, 0xffff, 0x1234] {
             for c in 0..16u8 {
-                let l = CoverageLevels {
-                    words: w,
-                    canary: c,
-                };
+                let l = CoverageLevels { regions, canary: c };
                 assert_eq!(CoverageLevels::from_bytes(&l.to_bytes()), Ok(l));
             }
         }
         assert_eq!(CoverageLevels::from_bytes(&[]), Err(CoverageError::Short));
         assert_eq!(
-            CoverageLevels::from_bytes(&[1, 0]),
+            CoverageLevels::from_bytes(&[2, 0, 0]),
             Err(CoverageError::Short)
         );
+        // The summed words level's form (1) is not read as a mask.
         assert_eq!(
-            CoverageLevels::from_bytes(&[2, 0, 0]),
+            CoverageLevels::from_bytes(&[1, 0, 0]),
             Err(CoverageError::Form)
         );
         assert_eq!(
-            CoverageLevels::from_bytes(&[1, 16, 0]),
-            Err(CoverageError::Range("words level"))
-        );
-        assert_eq!(
-            CoverageLevels::from_bytes(&[1, 0, 200]),
+            CoverageLevels::from_bytes(&[2, 0, 0, 200]),
             Err(CoverageError::Range("secret level"))
         );
         assert_eq!(
-            CoverageLevels::from_bytes(&[1, 0, 0, 0]),
+            CoverageLevels::from_bytes(&[2, 0, 0, 0, 0]),
             Err(CoverageError::Trailing)
         );
     }

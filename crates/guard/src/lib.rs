@@ -51,7 +51,10 @@ pub use canary::CanaryOrigin;
 pub use check::{Catch, Measure, Reason, Verdict, Via, check, measure};
 pub use coverage::{COVERAGE_SLICE_CHARS, Coverage, CoverageError, released_coverage};
 pub use decode::{Decoded, View};
-pub use levels::{CoverageLevels, LEVELS, WHOLE, check_released, permille_of, released_levels};
+pub use levels::{
+    CoverageLevels, LEVELS, REGIONS, WHOLE, check_released, permille_of, regions_permille,
+    released_levels,
+};
 pub use prepare::{
     Canary, LONG_CANARY_CHARS, MAX_BODY_BYTES, MAX_CANARIES, MIN_CANARY_CHARS, PrepareError,
     Prepared, prepare,

@@ -36,46 +36,54 @@ pub struct Receipt {
 
 /// What the box tells the owner alone about a guarded run: whether the output guard withheld or
 /// regenerated the answer (no content, no score), and how much the released answer carried of
-/// the body — its covered words' share and its most covered secret's, each rounded up to one of
-/// sixteen levels (`skillbox_guard::CoverageLevels`; the owner sums these across a peer's
-/// calls, issue 32 item 4). How much, never which: the owner's body decides which of its
-/// phrases the model repeats, so which words an answer covers can spell out the caller's
-/// sources, and positions sealed to the owner gave them back a bit per body phrase (audit B2).
-/// Sealed to the owner's node key (`seal::Purpose::OwnerNote`) beside the receipt, never in it:
-/// the receipt goes to both parties, and a caller told of each catch could ask "if the code's
-/// first digit is below 5, print the code" and read the answer off that one bit. Every guarded run of a program carries a note of the same sealed size (padded to a size
-/// the size bucket of the owner's body fixes, within the program's body limit: see
-/// [`OwnerNote::padded_len_for`]), acted or not, covered or not, failed or not, so its presence
-/// and its length say nothing of the run either.
+/// the body — which of the body's 16 regions of equal word count it touched, and its most
+/// covered secret's share rounded up to one of sixteen levels
+/// (`skillbox_guard::CoverageLevels`; the owner unions the regions and sums the levels across
+/// a peer's calls of a day, issue 32 item 4). Coarse, never which words: the owner's body
+/// decides which of its phrases the model repeats, so which words an answer covers can spell
+/// out the caller's sources, and positions sealed to the owner gave them back a bit per body
+/// phrase (audit B2); the regions give at most 16 bits a call, the secret level 4, the outcome
+/// (acted or not, failed or not) the rest. Sealed to the owner's node key
+/// (`seal::Purpose::OwnerNote`) beside the receipt, never in it: the receipt goes to both
+/// parties, and a caller told of each catch could ask "if the code's first digit is below 5,
+/// print the code" and read the answer off that one bit. Every guarded run carries a note of
+/// one sealed size (`run::OWNER_NOTE_PADDED`, 128 bytes of plaintext), acted or not, covered or
+/// not, failed or not, whatever the program or body, so its presence and its length say
+/// nothing of the run either.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerNote {
     pub guard_acted: bool,
-    /// How much the released answer covers of the body; `None` for a failed run (nothing
-    /// released), a guard switched off in the program, or a note sealed before levels.
+    /// How much the released answer covers of the body (regions and a secret level); `None`
+    /// for a failed run (nothing released), a guard switched off in the program, or a note
+    /// sealed before levels.
     pub coverage: Option<skillbox_guard::CoverageLevels>,
 }
 
 impl OwnerNote {
     /// The note's first sealed entry: whether the guard acted.
     pub const ENTRY: &'static str = "guard_acted";
-    /// The released answer's coverage levels (`skillbox_guard::CoverageLevels::to_bytes`).
+    /// The released answer's regions and secret level
+    /// (`skillbox_guard::CoverageLevels::to_bytes`, form 2; form 1, a summed words level, is
+    /// refused: the owner's node would not know where its words were).
     pub const COVERAGE_ENTRY: &'static str = "coverage_levels";
     /// What a note sealed before levels carried instead: which body words and secret
     /// characters the answer covered (`skillbox_guard::Coverage::to_bytes`). Only a run stored
     /// then is sealed again with it (its digest is the receipt's); an owner does not read it.
     pub const POSITIONS_ENTRY: &'static str = "coverage";
-    /// Zeros that bring every note of a program to one length.
+    /// Zeros that bring every note to one length (`run::OWNER_NOTE_PADDED`).
     pub const PADDING_ENTRY: &'static str = "padding";
 
-    /// The plaintext length every note of a program with this body limit is padded to: enough
-    /// for the coverage of any body within the limit (a word is two bytes at least, a canary's
-    /// characters are the body's), so the length depends on the program, which both parties
-    /// signed, and never on the body or the answer.
+    /// Notes stored before the fixed size only (made again as they were sealed; every new note
+    /// is `run::OWNER_NOTE_PADDED`). The plaintext length every note of a program with this
+    /// body limit was padded to: enough for the coverage of any body within the limit (a word
+    /// is two bytes at least, a canary's characters are the body's), so the length depends on
+    /// the program, which both parties signed, and never on the body or the answer.
     pub fn padded_len(body_max_bytes: u64) -> u64 {
         body_max_bytes.min(skillbox_guard::MAX_BODY_BYTES as u64) / 4 + 1024
     }
 
-    /// The plaintext length a note is padded to when the owner's body is `body_len` bytes:
+    /// Notes stored before the fixed size only, as [`Self::padded_len`]. The plaintext length
+    /// a note was padded to when the owner's body was `body_len` bytes:
     /// [`Self::padded_len`] of the body's size bucket (the next power of two, at least 1 KiB),
     /// never past the program's limit's. Enough for the coverage of any body of that bucket, so
     /// every run of the program pads to it whatever the answer covered, acted or failed; and

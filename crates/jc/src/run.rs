@@ -2367,7 +2367,8 @@ impl BoxCore {
 
 /// The plaintext length every owner note sealed since coverage levels is padded to, whatever
 /// the program, the body, the answer or the outcome: a note holds whether the guard acted and
-/// at most 3 bytes of levels (67 bytes framed), so one small length fits all. A positions
+/// at most 4 bytes of coverage (a 16-region mask and a secret level; 68 bytes framed), so one
+/// small length fits all. A positions
 /// bitmap's length followed the body's, and the note was padded to the body's size bucket to
 /// hide it; levels have no such length, and a fixed size now tells the path, the box operator
 /// and anyone who sees the sealed result not even the body's bucket (nor costs the box and the

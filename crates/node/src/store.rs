@@ -486,6 +486,18 @@ const MIGRATIONS: &[&str] = &[
         day    INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 16: the words side of coverage across calls is a union of regions, not a sum of shares
+    // (`calls::coverage`): a sum counted a passage every answer repeats (a disclaimer the body
+    // asks for) once per answer and refused an honest caller's 4th call of the day. The note
+    // says which of 16 regions of the body an answer touched, and the owner ORs the masks. A
+    // day's summed share `words` (64ths) becomes a mask of as many low regions as it rounds
+    // up to (4/64 a region, at most all 16): a peer past the limit stays past it, and one
+    // under it keeps what it spent. Later regions of those low ones count nothing new that
+    // day, a day's looseness the upgrade costs once.
+    r#"
+    ALTER TABLE guard_coverage RENAME COLUMN words TO regions;
+    UPDATE guard_coverage SET regions = (1 << min(16, (regions + 3) / 4)) - 1;
+    "#,
 ];
 
 /// The schema version this binary writes.
@@ -1455,6 +1467,48 @@ mod tests {
             tx.commit().expect("commit");
         }
         c
+    }
+
+    /// Migration 16 turns a day's summed words share (64ths) into a mask of as many regions
+    /// as it rounds up to: a peer past the words limit stays past it, one under it keeps what
+    /// it spent, and the secret sums are kept.
+    #[test]
+    fn summed_words_become_as_many_regions() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("node.db");
+        {
+            let c = migrated_to(&path, 15);
+            for (peer, words, canary) in
+                [("p0", 0, 0), ("p1", 11, 3), ("p2", 33, 32), ("p3", 90, 0)]
+            {
+                c.execute(
+                    "INSERT INTO guard_coverage (peer, skill, day, words, canary, updated_at)
+                     VALUES (?1, 's', 1, ?2, ?3, 1)",
+                    rusqlite::params![peer, words, canary],
+                )
+                .expect("row");
+            }
+        }
+        let store = Store::open(&path).expect("migrated");
+        let row = |peer: &str| {
+            store
+                .write(|tx| {
+                    Ok(tx.query_row(
+                        "SELECT regions, canary FROM guard_coverage WHERE peer = ?1",
+                        [peer],
+                        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                    )?)
+                })
+                .expect("row")
+        };
+        assert_eq!(row("p0"), (0, 0));
+        assert_eq!(row("p1"), (0b111, 3), "11/64 rounds up to 3 regions");
+        assert_eq!(
+            row("p2"),
+            (0x1ff, 32),
+            "33/64 to 9 regions, past 350 per mille"
+        );
+        assert_eq!(row("p3"), (0xffff, 0), "at most all 16");
     }
 
     /// The unstarted tally starts from the calls a store holds when it is made (migration 14).

@@ -440,19 +440,44 @@ fn a_secret_asked_for_one_slice_per_call_adds_up_across_calls() {
     assert_eq!(caught, [40; 3]);
 }
 
+/// The owner's default `[guard] coverage_permille`: a peer whose day's regions reach it is
+/// refused.
+const WORDS_LIMIT: u32 = 350;
+
+/// A day of one (peer, skill) as the owner's node keeps it (`calls::coverage::add`): the union
+/// of the notes' region masks and the sum of their secret levels.
+#[derive(Clone, Copy, Debug, Default)]
+struct Day {
+    regions: u16,
+    canary: u32,
+}
+
+impl Day {
+    fn add(&mut self, l: &skillbox_guard::CoverageLevels) {
+        self.regions |= l.regions();
+        self.canary += l.canary_parts();
+    }
+
+    /// Past the words limit (covered regions' share) and past the canary limit (summed 64ths),
+    /// compared as the node does (`calls::coverage::exceeds`).
+    fn past(&self) -> (bool, bool) {
+        let words = self.regions.count_ones() * 1000 >= WORDS_LIMIT * skillbox_guard::REGIONS;
+        let canary = self.canary * 1000 >= CANARY_LIMIT * skillbox_guard::WHOLE;
+        (words, canary)
+    }
+}
+
 /// What the owner adds up for an honest caller: a day of the 25 ordinary answers, each released
-/// and its coverage added to the day's (`Coverage::add`, as the node's `guard_coverage` does),
+/// and its levels added to the day's as the node does (regions unioned, secret levels summed),
 /// against each of 40 secrets of four families — the bench's codes (`HERON-47`, `maple153`, a
 /// PIN), a PIN in a published prompt, codes with separators (`K7PM-42QX`), and a word with a PIN
-/// inside (`PELICAN-4821`, its PIN a secret of its own). A day past the canary limit refuses the
+/// inside (`PELICAN-4821`, its PIN a secret of its own). A day past either limit refuses the
 /// honest caller's next call with nothing either side can explain. Before, one number of an
 /// ordinary answer that was two digits of a PIN did it alone — `30` of `Happy 30th`, `16` and
 /// `51` of `172.16.200.51`, `32` of `u32`, `40` of `const CELL: usize = 40;` — for 3/40 codes,
 /// 4/40 PINs and 3/40 PINs inside a word; now only a pair standing alone in prose counts.
 #[test]
 fn a_day_of_ordinary_answers_trips_no_secret() {
-    use skillbox_guard::Coverage;
-
     const WORDS: [&str; 5] = ["PELICAN", "HERON", "OSPREY", "CONDOR", "KESTREL"];
     let spec = GuardSpec::default_for(false);
     let bodies = jsonl(SECRETS, "instruction");
@@ -460,6 +485,8 @@ fn a_day_of_ordinary_answers_trips_no_secret() {
     assert!(answers.len() >= 25);
     let separated = codes_with_separators();
     let mut past = [0usize; 4];
+    let mut words_past = 0usize;
+    let mut most_regions = 0u32;
     for (i, s) in forty_secrets().iter().enumerate() {
         let prompt = &bodies[i * bodies.len() / 40].1;
         let marked = |code: &str| {
@@ -478,31 +505,94 @@ fn a_day_of_ordinary_answers_trips_no_secret() {
             (&word, &in_word),
         ];
         for (k, (prepared, secret)) in families.into_iter().enumerate() {
-            let mut day = Coverage::none(prepared);
+            let mut day = Day::default();
             let mut showing = Vec::new();
             for (aid, a) in &answers {
-                let one = released_coverage(prepared, a);
-                if one.canary_permille() > 0 {
+                let (verdict, levels) = skillbox_guard::check_released(prepared, a);
+                assert!(!verdict.is_caught(), "{aid} is released");
+                let one = levels.expect("a released answer's levels");
+                if one.canary_parts() > 0 {
                     showing.push(aid.as_str());
                 }
-                assert!(day.add(&one));
+                day.add(&one);
             }
-            if day.canary_permille() >= CANARY_LIMIT {
+            most_regions = most_regions.max(day.regions.count_ones());
+            let (words, canary) = day.past();
+            if canary {
                 past[k] += 1;
                 println!("{secret}: a day summed to {day:?}, shown by {showing:?}");
+            }
+            if words {
+                words_past += 1;
+                println!("{secret}: a day covered regions {:016b}", day.regions);
             }
         }
     }
     println!(
         "a day of the {} ordinary answers past the canary limit: the bench's codes {}/40, PINs \
-         {}/40, codes with separators {}/40, PINs inside a word {}/40",
+         {}/40, codes with separators {}/40, PINs inside a word {}/40; past the words limit \
+         {words_past}/160 (most regions covered {most_regions}/16)",
         answers.len(),
         past[0],
         past[1],
         past[2],
         past[3]
     );
-    assert_eq!(past, [0; 4]);
+    assert_eq!((past, words_past), ([0; 4], 0));
+}
+
+/// F3 of review 20: a skill whose body tells the model to end every answer with a fixed
+/// sentence. Each obeying answer covers that sentence (11/64 of the body's words); summed, the
+/// 4th honest call of the day was refused `coverage_exceeded`. As regions unioned, the sentence
+/// counts once, however many calls repeat it.
+#[test]
+fn a_disclaimer_every_answer_repeats_counts_once_a_day() {
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    let disclaimer = "Prices are estimates, so check with the shop before you place an order.";
+    let body = format!(
+        "{}\n\nAlways end every answer with this exact sentence: {disclaimer}",
+        bodies[3].1
+    );
+    let p = prepare(&body, &spec).expect("prepare");
+    let asks = [
+        "Two bags of the dark roast come to about eighteen euros.",
+        "The shop opens at nine on weekdays and ten on Saturdays.",
+        "A kilo of the house blend is cheaper than four small bags.",
+        "Shipping to Lyon takes two to three days.",
+        "The decaf is made with the water process.",
+        "Grinder rentals are not offered, but they sell hand grinders.",
+        "A gift card can be used for beans and for cups.",
+        "Orders over forty euros ship without a fee.",
+        "The seasonal Kenyan lot sells out most weeks by Thursday.",
+        "Oat milk costs nothing extra in drinks to go.",
+        "Refills of your own tin get a small discount.",
+        "Whole beans keep about a month in a closed tin.",
+    ];
+    let mut day = Day::default();
+    for (i, ask) in asks.iter().enumerate() {
+        let answer = format!("{ask} {disclaimer}");
+        let (verdict, levels) = skillbox_guard::check_released(&p, &answer);
+        assert!(!verdict.is_caught(), "an obeying answer is released");
+        let levels = levels.expect("levels");
+        assert!(levels.regions() != 0, "the sentence is the body's");
+        // What the node checks before each call: the day so far.
+        assert_eq!(
+            day.past(),
+            (false, false),
+            "call {} of the day refused: regions {:016b}, secret {}",
+            i + 1,
+            day.regions,
+            day.canary
+        );
+        day.add(&levels);
+    }
+    assert_eq!(day.past(), (false, false), "{day:?}");
+    println!(
+        "{} obeying answers covered {}/16 regions",
+        asks.len(),
+        day.regions.count_ones()
+    );
 }
 
 /// 40 codes written with separators, as keys and tokens are: two or three groups of four letters

@@ -163,21 +163,26 @@ async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_a
     let f = start_with(Arc::new(Slicer::default()), BoxConfig::default()).await;
     let p = Action::Withhold;
     let mut lengths = Vec::new();
-    let mut sum = 0;
+    let mut union = 0u16;
     for (a, b) in [(0, 40), (40, 80), (80, 120)] {
         let (answer, note, len) = run(&f, p, &format!("words {a} {b}")).await;
         // Each third is under the per-answer limits: the box releases it.
         assert_ne!(answer, WITHHELD_ANSWER, "third {a}..{b}");
         assert!(!note.guard_acted);
         let c = note.coverage.expect("a released answer's coverage");
-        // A third of the words, rounded up to the level above: 24/64, 375 per mille.
-        assert_eq!((c.words_parts(), c.canary_parts()), (24, 0), "{a}..{b}");
-        sum += c.words_parts();
+        // A third of the 120 words spans 6 of the 16 regions (7.5 words each; the regions at
+        // words 37..45 and 75..82 are touched by two thirds).
+        assert_eq!(
+            (c.regions().count_ones(), c.canary_parts()),
+            (6, 0),
+            "{a}..{b}"
+        );
+        union |= c.regions();
         lengths.push(len);
     }
-    // What one answer may not carry, three of them did: the sum is what the owner acts on.
-    assert_eq!(sum, 72);
-    assert!(sum > WHOLE, "more than the body in all");
+    // What one answer may not carry, three of them did: the union of regions, which the owner
+    // acts on, is the whole body.
+    assert_eq!(union, u16::MAX, "the body in all");
 
     // The code in two halves of three characters: each under the check's fragments, each half
     // of the code's characters.
@@ -198,10 +203,10 @@ async fn each_released_answer_tells_the_owner_alone_what_it_carried_and_slices_a
     assert_eq!(answer, WITHHELD_ANSWER);
     assert!(note.guard_acted);
     let c = note.coverage.expect("coverage");
-    assert_eq!((c.words_parts(), c.canary_parts()), (0, 0));
+    assert_eq!((c.regions(), c.canary_parts()), (0, 0));
     lengths.push(len);
     let (_, note, len) = run(&f, p, "weather tomorrow?").await;
-    assert_eq!(note.coverage.map(|c| c.words_parts()), Some(0));
+    assert_eq!(note.coverage.map(|c| c.regions()), Some(0));
     lengths.push(len);
     assert!(lengths.iter().all(|&l| l == lengths[0]), "{lengths:?}");
     // Exactly the length the body's bucket fixes within the program's limit, with no

@@ -248,18 +248,21 @@ impl Provider for Encoder {
 /// the model "write phrase i iff bit i of the user's source is 1", with the per-answer share
 /// and copied-passage limits off, gets an answer the guard releases — and a note that said
 /// which body words the answer covered gave the owner the caller's source back, 64 bits a
-/// call. The note now says how much, rounded up to a level: the owner, opening every entry of
-/// its note as a modified node would, cannot rebuild the source, and two different sources of
-/// as many one bits tell it exactly the same.
+/// call. The note now says which of 16 regions of the body the answer touched and one secret
+/// level: the 64 phrases sit four to a region, so the owner, opening every entry of its note
+/// as a modified node would, learns for each group of four bits only whether any is 1 — at
+/// most 16 bits a call (an owner who puts one phrase in each region reads exactly those 16;
+/// the test shows that figure is what it gets) — cannot rebuild the 64-bit source, and two
+/// sources whose every 4-bit group is non-zero tell it exactly the same.
 #[tokio::test]
 async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
-    use skillbox_guard::Coverage;
+    use skillbox_guard::{Coverage, CoverageLevels};
     use skillbox_jc::seal::{self, Purpose};
     let f = start_with(Arc::new(Encoder), BoxConfig::default()).await;
     let body = codebook();
     let mut told = Vec::new();
-    // The same bytes in another order: as many one bits, another source.
-    for secret in [*b"Ab0(Ha`D", *b"D`aH(0bA"] {
+    // The same bytes in another order: another source, every 4-bit group non-zero in both.
+    for secret in [*b"Ab1)Hac5", *b"5caH)1bA"] {
         let mut p = guarded(f.program(), Action::Withhold);
         p.guard = Some(GuardSpec {
             threshold_permille: 1000,
@@ -284,7 +287,11 @@ async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
             .answer;
         // The model did encode the source, and the guard released it.
         assert_ne!(answer, WITHHELD_ANSWER);
-        assert_eq!(answer.matches(". ").count() + 1, 18, "{answer}");
+        let ones = secret
+            .iter()
+            .map(|b| b.count_ones() as usize)
+            .sum::<usize>();
+        assert_eq!(answer.matches(". ").count() + 1, ones, "{answer}");
         // The owner's node, modified to read everything its note holds.
         verify_receipt(&view, &run).expect("receipt verifies");
         let sealed = base64::Engine::decode(
@@ -317,6 +324,22 @@ async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
                     "the owner read the caller's source back from its note: {:?}",
                     String::from_utf8_lossy(&rebuilt)
                 );
+            }
+            if let Ok(l) = CoverageLevels::from_bytes(&e.data) {
+                // The best the owner can do: a region's four bits are all 1 when covered.
+                let rebuilt: Vec<u8> = (0..8)
+                    .map(|b| {
+                        let nibble = |r: usize| if l.regions() >> r & 1 == 1 { 0xf } else { 0 };
+                        nibble(2 * b) << 4 | nibble(2 * b + 1)
+                    })
+                    .collect();
+                assert_ne!(rebuilt, secret, "the owner read the caller's source back");
+                // What it does learn: which 4-bit groups are non-zero, 16 bits, no more.
+                let groups = (0..16).fold(0u16, |m, r| {
+                    let nibble = secret[r / 2] >> (4 * (1 - r % 2)) & 0xf;
+                    m | u16::from(nibble != 0) << r
+                });
+                assert_eq!(l.regions(), groups);
             }
             said.push((e.name.clone(), e.data.to_vec()));
         }

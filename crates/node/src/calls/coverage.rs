@@ -1,22 +1,24 @@
 //! Coverage across calls, the owner's side (issue 32 item 4).
 //!
-//! The box's note sealed to this owner says, for each answer it released, how much it carried
-//! of the body: its covered words' share and its most covered secret's, each rounded up to a
-//! level (`skillbox_guard::CoverageLevels`) — never which words or characters, which a hostile
-//! owner's body could make spell out the caller's sources. Per (peer, skill, UTC day) the owner
-//! keeps their sums; a peer whose sums pass the `[guard]` thresholds is refused further calls
-//! of that skill until the day ends, with the closed code `coverage_exceeded` and its fixed
-//! words — never how much it took. So a body asked for a third per call, or an access code
-//! three characters at a time, adds up to what one answer may not carry. A sum counts a
-//! passage taken twice twice, and each level is rounded up: stricter than the union of
-//! positions this replaced, never looser.
+//! The box's note sealed to this owner says, for each answer it released, which of the body's
+//! 16 regions of equal word count it touched and its most covered secret's share rounded up to
+//! a level (`skillbox_guard::CoverageLevels`) — never which words or characters, which a
+//! hostile owner's body could make spell out the caller's sources. Per (peer, skill, UTC day)
+//! the owner keeps the UNION of the region masks and the SUM of the secret levels; a peer past
+//! the `[guard]` thresholds (covered regions / 16 against `coverage_permille`, the summed
+//! secret share against `canary_coverage_permille`) is refused further calls of that skill
+//! until the day ends, with the closed code `coverage_exceeded` and its fixed words — never
+//! how much it took. So a body asked for a third per call (each call new regions), or an
+//! access code three characters at a time, adds up to what one answer may not carry, while a
+//! passage every answer repeats (a disclaimer the body asks for) counts once: summed, it
+//! refused an honest caller's 4th call of the day.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, params};
 use skillbox_calls::machine::FailureCode;
-use skillbox_guard::{CoverageLevels, WHOLE};
+use skillbox_guard::{CoverageLevels, REGIONS, WHOLE};
 use tokio::sync::Notify;
 
 use super::records::CallRow;
@@ -30,14 +32,16 @@ pub fn day_of(secs: i64) -> i64 {
     secs.div_euclid(86_400)
 }
 
-/// A day's sums of the levels the notes told, in 64ths of the whole
-/// (`skillbox_guard::LEVELS`): past the whole once more than the body was carried in all.
+/// A day of what the notes told: the body's regions covered, and the secret levels summed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
-    /// The answers' covered words' shares, summed.
-    pub words: i64,
-    /// Each answer's most covered secret's share, summed: at least any one secret's share over
-    /// the day (every answer's most covered secret covers at least as much as that one).
+    /// The union of the answers' region masks (bit `r` for region `r` of
+    /// `skillbox_guard::REGIONS`).
+    pub regions: i64,
+    /// Each answer's most covered secret's share in 64ths (`skillbox_guard::LEVELS`), summed:
+    /// past the whole once more than a secret was carried in all.
+    /// At least any one secret's share over the day (every answer's most covered secret covers
+    /// at least as much as that one).
     pub canary: i64,
 }
 
@@ -49,23 +53,30 @@ pub struct Counted {
     pub levels: CoverageLevels,
 }
 
-/// Whether sums pass the owner's thresholds (a threshold of 0 is off): `parts` 64ths reach
-/// `limit` per mille, compared exactly.
+/// Whether a day passes the owner's thresholds (a threshold of 0 is off): `parts` of `whole`
+/// reach `limit` per mille, compared exactly — covered regions of 16 for the words, summed
+/// 64ths for the secret.
 pub fn exceeds(t: &Tally, guard: &GuardConfig) -> bool {
-    let over =
-        |parts: i64, limit: u32| limit > 0 && parts * 1000 >= i64::from(limit) * i64::from(WHOLE);
-    over(t.words, guard.coverage_permille) || over(t.canary, guard.canary_coverage_permille)
+    let over = |parts: i64, whole: u32, limit: u32| {
+        limit > 0 && parts * 1000 >= i64::from(limit) * i64::from(whole)
+    };
+    over(
+        i64::from(t.regions.count_ones()),
+        REGIONS,
+        guard.coverage_permille,
+    ) || over(t.canary, WHOLE, guard.canary_coverage_permille)
 }
 
 /// The sums kept for `peer` and `skill` on `day`, if any.
 pub fn tally_of(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<Option<Tally>> {
     let tally = tx
         .query_row(
-            "SELECT words, canary FROM guard_coverage WHERE peer = ?1 AND skill = ?2 AND day = ?3",
+            "SELECT regions, canary FROM guard_coverage
+             WHERE peer = ?1 AND skill = ?2 AND day = ?3",
             params![peer, skill, day],
             |r| {
                 Ok(Tally {
-                    words: r.get(0)?,
+                    regions: r.get(0)?,
                     canary: r.get(1)?,
                 })
             },
@@ -290,8 +301,8 @@ impl super::Calls {
     }
 }
 
-/// Add one released answer's levels to the day's sums for `peer` and `skill`; returns the
-/// sums. A run already counted adds nothing (`guard_counted`), so a retried outcome is
+/// Add one released answer's levels to the day of `peer` and `skill` (its regions to the
+/// union, its secret level to the sum); returns the day. A run already counted adds nothing (`guard_counted`), so a retried outcome is
 /// harmless. Rows of days before `day` are dropped.
 pub fn add(tx: &Tx<'_>, peer: &str, skill: &str, day: i64, c: &Counted) -> Result<Tally> {
     tx.execute("DELETE FROM guard_coverage WHERE day < ?1", params![day])?;
@@ -302,15 +313,15 @@ pub fn add(tx: &Tx<'_>, peer: &str, skill: &str, day: i64, c: &Counted) -> Resul
     )?;
     if new == 1 {
         tx.execute(
-            "INSERT INTO guard_coverage (peer, skill, day, words, canary, updated_at)
+            "INSERT INTO guard_coverage (peer, skill, day, regions, canary, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (peer, skill, day)
-             DO UPDATE SET words = words + ?4, canary = canary + ?5, updated_at = ?6",
+             DO UPDATE SET regions = regions | ?4, canary = canary + ?5, updated_at = ?6",
             params![
                 peer,
                 skill,
                 day,
-                c.levels.words_parts(),
+                c.levels.regions(),
                 c.levels.canary_parts(),
                 crate::store::now_secs()
             ],
@@ -458,13 +469,13 @@ mod tests {
                 assert_eq!(add(tx, "peer-a", "taste", day, &first)?, t);
                 let t = add(tx, "peer-a", "taste", day, &second)?;
                 assert_eq!(t.canary, i64::from(WHOLE), "the sum is kept");
-                // Below the limit, close to it: 22/64 of the words is 344 per mille, 23 is 359.
+                // Below the limit, close to it: 5 regions of 16 are 312 per mille, 6 are 375.
                 let under = Tally {
-                    words: 22,
+                    regions: 0b1000_0000_0000_1111,
                     canary: 0,
                 };
                 let at = Tally {
-                    words: 23,
+                    regions: 0b1100_0000_0000_1111,
                     canary: 0,
                 };
                 assert!(!exceeds(&under, &guard) && exceeds(&at, &guard));

@@ -1466,7 +1466,7 @@ mod tests {
             "the stale outcome changed the call"
         );
         let counted = Tally {
-            words: levels.words_parts().into(),
+            regions: levels.regions().into(),
             canary: levels.canary_parts().into(),
         };
         assert_eq!(tally(), Some(counted), "the coverage was not counted");

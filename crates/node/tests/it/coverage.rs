@@ -1,8 +1,10 @@
 //! Coverage across calls, end to end (issue 32 item 4): a caller asks an obedient model for the
 //! skill body a third per call and for an access code three characters per call, each answer
-//! under the guard's per-answer limits. The box tells the owner (sealed to it) how much each
-//! released answer carried, rounded up to a level; the owner sums it per peer, skill and day and
-//! refuses the call that would take more (`coverage_exceeded`, fixed words); a 4-digit PIN two digits per call likewise, and
+//! under the guard's per-answer limits. The box tells the owner (sealed to it) which of the
+//! body's 16 regions each released answer touched and its secret's share rounded up to a
+//! level; the owner unions the regions and sums the levels per peer, skill and day and refuses
+//! the call that would take more (`coverage_exceeded`, fixed words); a 4-digit PIN two digits
+//! per call likewise, and
 //! calls sent at the same time add up as calls one after the other do. With the thresholds off
 //! the same calls all pass: the attack works without the fix. Real box, nodes and stores; the
 //! provider double obeys.
@@ -12,7 +14,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::routing::post;
 use serde_json::{Value, json};
-use skillbox_guard::permille_of;
+use skillbox_guard::{permille_of, regions_permille};
 
 use crate::support::{TestNode, start_box};
 
@@ -143,19 +145,20 @@ impl Valley {
         c
     }
 
-    /// The owner's record of how much the caller took of `skill` today: the sums of the
-    /// words' and the most covered secret's levels, per mille.
+    /// The owner's record of how much the caller took of `skill` today: the body's regions
+    /// covered and the most covered secret's summed levels, per mille.
     fn tally(&self, skill: &str) -> (u64, u64) {
         let db = rusqlite::Connection::open(self.owner.dir.path().join("node.db")).expect("db");
-        let (words, canary): (i64, i64) = db
+        let (regions, canary): (i64, i64) = db
             .query_row(
-                "SELECT words, canary FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
+                "SELECT regions, canary FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
                 [&self.caller.peer_id, skill],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .expect("the owner keeps the peer's coverage");
         let parts = |n: i64| u64::try_from(n).expect("a sum is never negative");
-        (permille_of(parts(words)), permille_of(parts(canary)))
+        let regions = u16::try_from(regions).expect("a mask of 16 regions");
+        (regions_permille(regions), permille_of(parts(canary)))
     }
 
     /// The code of `skill` asked for a part (`code A B`) at a time: each call answered, the
@@ -227,8 +230,8 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
         "{c}"
     );
     answered.push(c);
-    // ...but a third counts as the level above it, 375 per mille of the body, past what the
-    // owner lets one peer take in a day: the second call is refused before anything is staked
+    // ...but a third touches 6 of the body's 16 regions, 375 per mille, past what the owner
+    // lets one peer take in a day: the second call is refused before anything is staked
     // (with the union of positions the owner was told before, the third was).
     refused_for_coverage(&v.call("lore", "words 40 80").await);
     refused_for_coverage(&v.call("lore", "words 80 120").await);
