@@ -11,6 +11,12 @@ use skillbox_guard::{
 use skillbox_testkit::guard::base64_bytes as base64;
 use skillbox_testkit::guard::{ascii85, atbash, base32, decimal, nato, percent, rot47};
 
+// The box's echo check (`jc` run/echo.rs), std only, so its cost stands beside the guard's
+// check of the same answer.
+#[path = "../../jc/src/run/echo.rs"]
+#[allow(dead_code, unused_imports)]
+mod echo;
+
 const SECRETS: &str = include_str!("../tests/data/prompt-extraction/secret-prompts.jsonl");
 
 fn prompts() -> Vec<String> {
@@ -231,19 +237,13 @@ fn bench(c: &mut Criterion) {
     }
 
     // The box's whole work per released answer of a guarded run: the check, the levels the
-    // owner's note carries, and the echo check (`jc` run/echo.rs: the owner's key as the one
-    // marked secret of a guard prepared once per run). Walked apart (check, then
-    // `released_levels`, which walks the answer again) and folded (`check_released`: one walk).
-    let key_spec = GuardSpec {
-        enabled: true,
-        canaries: true,
-        auto_canaries: false,
-        action: skillbox_guard::Action::Withhold,
-        ..GuardSpec::default_for(false)
-    };
-    let key_marked = "[[secret:sk-proj-Q7vT2mXw9LpR4nZk8sYd]]";
-    let key_guard = prepare(key_marked, &key_spec).expect("the key's guard prepares");
-    assert!(!check(&key_guard, &benign).is_caught());
+    // owner's note carries, and the echo check (`jc` run/echo.rs, its needles made once per
+    // run). Walked apart (check, then `released_levels`, which walks the answer again) and
+    // folded (`check_released`: one walk).
+    let key = "sk-proj-Q7vT2mXw9LpR4nZk8sYd";
+    let owner_secrets = echo::OwnerSecrets::new(Some(key), "gpt-4o-mini");
+    assert!(!owner_secrets.carried_by(&benign));
+    assert!(owner_secrets.carried_by(&format!("{benign}Authorization: Bearer {key}")));
     for (name, one_walk) in [("walked apart", false), ("one walk", true)] {
         let name = format!("box per 4 KiB answer: check + levels + echo check, {name}");
         cpu_per_call(&name, 100, || {
@@ -252,25 +252,38 @@ fn bench(c: &mut Criterion) {
             } else if !check(&prepared, black_box(&benign)).is_caught() {
                 black_box(released_levels(&prepared, &benign));
             }
-            black_box(check(&key_guard, &benign));
+            black_box(owner_secrets.carried_by(&benign));
         });
     }
-    // The echo check alone, its key's guard prepared once per run (as the box does) and, for
-    // comparison, per answer.
-    for (name, per_answer) in [("prepared once", false), ("prepared per answer", true)] {
-        cpu_per_call(
-            &format!("echo check of 4 KiB answer, key guard {name}"),
-            100,
-            || {
-                if per_answer {
-                    let g = prepare(key_marked, &key_spec).expect("the key's guard prepares");
-                    black_box(check(&g, black_box(&benign)));
-                } else {
-                    black_box(check(&key_guard, black_box(&benign)));
-                }
-            },
-        );
-    }
+    // The echo check alone: as the box runs it, and the key's guard it replaced (the key as the
+    // one marked secret of a guard prepared once per run: every decoder, view and slice).
+    let key_spec = GuardSpec {
+        enabled: true,
+        canaries: true,
+        auto_canaries: false,
+        action: skillbox_guard::Action::Withhold,
+        ..GuardSpec::default_for(false)
+    };
+    let key_guard = prepare(&format!("[[secret:{key}]]"), &key_spec).expect("the key's guard");
+    assert!(!check(&key_guard, &benign).is_caught());
+    cpu_per_call("echo check of 4 KiB answer", 200, || {
+        black_box(owner_secrets.carried_by(black_box(&benign)));
+    });
+    cpu_per_call(
+        "echo check of 4 KiB answer, needles made per answer",
+        200,
+        || {
+            let s = echo::OwnerSecrets::new(Some(key), "gpt-4o-mini");
+            black_box(s.carried_by(black_box(&benign)));
+        },
+    );
+    cpu_per_call(
+        "echo check of 4 KiB answer, the key's guard it replaced",
+        100,
+        || {
+            black_box(check(&key_guard, black_box(&benign)));
+        },
+    );
 
     for (name, clean, leak) in &forms {
         cpu_per_call(&format!("check 4 KiB clean answer as {name}"), 100, || {

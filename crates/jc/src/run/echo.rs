@@ -4,11 +4,24 @@
 //! so only a provider (or a proxy in front of it) that echoes the raw request — a debugging
 //! endpoint, a 200 "error as content" quoting what it was sent — puts them in an answer, and
 //! the output guard, which indexes the body only, let that through to the caller. Every answer
-//! (guarded program or not, both rounds of `regenerate`) is looked at after it is capped: the
-//! key as written and as a marked secret of a guard of its own (case, separators, base64, hex,
-//! escapes, reversed, slices of it: whatever the guard finds of a canary), and the model id as
-//! written, in any case, and with everything but its letters and digits dropped (a JSON echo
-//! writes `meta-llama\/Llama-3`). The model id is not given the guard's slices: it is public
+//! (guarded program or not, both rounds of `regenerate`) is looked at after it is capped.
+//!
+//! The key is looked for in the forms a machine echoing its input writes: as written; in any
+//! case and with separators dropped (a header line, a JSON string with `\/`, a log that spaces
+//! or quotes it); with JSON, C and URL escapes (`\u0073`, `\x73`, `%73`) undone; in hex; in
+//! base64 at each of its three alignments (`Basic user:key`, a body echoed base64); reversed.
+//! A truncated echo is caught while it still holds two thirds of the key (or of its hex or
+//! base64): the rest then stays unknown. This is a few substring searches over one folded copy
+//! of the answer, not the guard: the guard's slice machinery (every k-th character, Caesar
+//! shifts, Atbash, NATO spelling, labelled parts, short slices of a canary) is there for a
+//! model a caller instructs to spell a body out, and the model never sees the key. Short
+//! slices are dropped on purpose, not for cost alone: the caller steers what the model writes
+//! and sees the run fail, so a check that caught a 12-character slice would confirm a key's
+//! public prefix (`sk-ant-api03-`) plus a guessed character at a time; two thirds of a key's
+//! random part is beyond guessing.
+//!
+//! The model id is looked for as written, in any case, and with everything but its letters and
+//! digits dropped (a JSON echo writes `meta-llama\/Llama-3`). It gets no slices: it is public
 //! vocabulary, and `GPT-4` in an ordinary answer must not fail a run of `gpt-4o-mini`.
 //!
 //! An answer that carries either fails the run with `provider_failed` (`protocol`: the provider
@@ -16,23 +29,26 @@
 //! provider leaks its key, and a failure tells the owner so (a withheld answer reads as the
 //! guard acting on the body), while the caller gets the same closed code any malformed answer
 //! gives. Both rounds of `regenerate` already fail the run when either fails.
-
-use skillbox_guard::{Action, GuardSpec, Prepared};
+//!
+//! Std only: the guard's bench includes this file to measure it beside the guard's check.
 
 /// Model ids this long or longer (letters and digits) are also looked for folded; a shorter one
 /// folded would match inside ordinary words.
 const FOLDED_MODEL_MIN: usize = 6;
 
+/// Keys with fewer letters and digits than this are looked for as written only: folded, a short
+/// key would match across the words of an ordinary answer.
+const FOLDED_KEY_MIN: usize = 8;
+
 /// What of the owner's stake an answer must not carry.
 pub(super) struct OwnerSecrets<'a> {
     key: Option<&'a str>,
+    /// Lower-case letters and digits that each of the key's forms starts and ends with (two
+    /// thirds of the form each); empty when the key is looked for as written only.
+    key_needles: Vec<String>,
     model: &'a str,
     model_lower: String,
     model_folded: String,
-    /// The key as the one marked secret of a body of its own; `None` when the guard cannot mark
-    /// it (fewer than 3 letters or digits, or `]]` in it): the key is then looked for as
-    /// written only.
-    key_guard: Option<Prepared>,
 }
 
 /// Lower-case letters and digits of `text`, everything else dropped.
@@ -43,26 +59,104 @@ fn folded(text: &str) -> String {
         .collect()
 }
 
+/// ASCII letters and digits of `text`, lower-cased, everything else dropped.
+fn folded_ascii(text: &[u8]) -> String {
+    text.iter()
+        .filter(|b| b.is_ascii_alphanumeric())
+        .map(|b| char::from(b.to_ascii_lowercase()))
+        .collect()
+}
+
+fn hex_value(digits: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(digits).ok()?;
+    u32::from_str_radix(text, 16).ok()
+}
+
+/// [`folded_ascii`] of `answer` with `\uXXXX`, `\xXX` and `%XX` escapes undone first (what a
+/// JSON or C string, or a URL, makes of a key's characters).
+fn folded_answer(answer: &str) -> String {
+    let bytes = answer.as_bytes();
+    let mut out = String::with_capacity(bytes.len());
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        let escape = match (b, bytes.get(at + 1)) {
+            (b'\\', Some(b'u')) => Some((2, 4)),
+            (b'\\', Some(b'x')) => Some((2, 2)),
+            (b'%', _) => Some((1, 2)),
+            _ => None,
+        };
+        let decoded = escape.and_then(|(lead, digits)| {
+            let value = hex_value(bytes.get(at + lead..at + lead + digits)?)?;
+            Some((value, lead + digits))
+        });
+        let (value, len) = decoded.unwrap_or((u32::from(b), 1));
+        if let Ok(c) = u8::try_from(value)
+            && c.is_ascii_alphanumeric()
+        {
+            out.push(char::from(c.to_ascii_lowercase()));
+        }
+        at += len;
+    }
+    out
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// The base64 characters that only `key`'s bits decide when it starts `lead` bytes into the
+/// encoded data (0, 1 or 2: every alignment it can have).
+fn base64_at(key: &[u8], lead: usize) -> Vec<u8> {
+    let data: Vec<u8> = std::iter::repeat_n(0, lead)
+        .chain(key.iter().copied())
+        .collect();
+    let bits = |i: usize| -> u8 {
+        let byte = data.get(i / 8).copied().unwrap_or(0);
+        (byte >> (7 - i % 8)) & 1
+    };
+    let first = (8 * lead).div_ceil(6);
+    let end = 8 * data.len() / 6;
+    (first..end)
+        .map(|c| {
+            let v = (0..6).fold(0usize, |v, k| (v << 1) | usize::from(bits(6 * c + k)));
+            BASE64[v]
+        })
+        .collect()
+}
+
+/// The start and end (two thirds each) of every form of `key` a machine echoing it writes,
+/// folded; empty for a key too short to look for folded.
+fn key_needles(key: &str) -> Vec<String> {
+    let plain = folded_ascii(key.as_bytes());
+    if plain.len() < FOLDED_KEY_MIN {
+        return Vec::new();
+    }
+    let reversed: String = plain.chars().rev().collect();
+    let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+    let mut forms = vec![plain, reversed, hex];
+    forms.extend((0..3).map(|lead| folded_ascii(&base64_at(key.as_bytes(), lead))));
+    let mut needles = Vec::new();
+    for form in forms {
+        let len = (2 * form.len())
+            .div_ceil(3)
+            .max(FOLDED_KEY_MIN)
+            .min(form.len());
+        // Every form is ASCII, so these are character boundaries.
+        needles.extend(form.get(..len).map(str::to_owned));
+        needles.extend(form.get(form.len() - len..).map(str::to_owned));
+    }
+    needles.sort();
+    needles.dedup();
+    needles
+}
+
 impl<'a> OwnerSecrets<'a> {
     pub(super) fn new(key: Option<&'a str>, model: &'a str) -> OwnerSecrets<'a> {
         let key = key.filter(|k| !k.is_empty());
-        let spec = GuardSpec {
-            enabled: true,
-            canaries: true,
-            // Only the key: nothing else of this one-token body is a secret.
-            auto_canaries: false,
-            action: Action::Withhold,
-            ..GuardSpec::default_for(false)
-        };
-        let key_guard = key
-            .filter(|k| !k.contains("]]") && !k.chars().any(char::is_whitespace))
-            .and_then(|k| skillbox_guard::prepare(&format!("[[secret:{k}]]"), &spec).ok());
         OwnerSecrets {
             key,
+            key_needles: key.map(key_needles).unwrap_or_default(),
             model,
             model_lower: model.to_lowercase(),
             model_folded: folded(model),
-            key_guard,
         }
     }
 
@@ -70,6 +164,12 @@ impl<'a> OwnerSecrets<'a> {
     pub(super) fn carried_by(&self, answer: &str) -> bool {
         if self.key.is_some_and(|k| answer.contains(k)) {
             return true;
+        }
+        if !self.key_needles.is_empty() {
+            let folded = folded_answer(answer);
+            if self.key_needles.iter().any(|n| folded.contains(n.as_str())) {
+                return true;
+            }
         }
         if !self.model.is_empty() {
             let lower = answer.to_lowercase();
@@ -80,32 +180,44 @@ impl<'a> OwnerSecrets<'a> {
                 return true;
             }
         }
-        self.key_guard
-            .as_ref()
-            .is_some_and(|g| skillbox_guard::check(g, answer).is_caught())
+        false
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use base64::Engine as _;
+    use skillbox_testkit::guard::{base64, hex, percent};
 
     const KEY: &str = "sk-proj-Q7vT2mXw9LpR4nZk8sYd";
 
     #[test]
     fn the_key_and_the_model_are_found_as_written_and_encoded() {
         let s = OwnerSecrets::new(Some(KEY), "gpt-4o-mini");
-        let b64 = base64::engine::general_purpose::STANDARD.encode(KEY);
         let spaced: String = KEY.chars().flat_map(|c| [c, ' ']).collect();
         let reversed: String = KEY.chars().rev().collect();
+        let escaped: String = KEY
+            .chars()
+            .map(|c| format!("\\u{:04x}", u32::from(c)))
+            .collect();
+        let url_safe = base64(&format!("me:{KEY}"))
+            .replace('+', "-")
+            .replace('/', "_");
         for answer in [
             format!("Authorization: Bearer {KEY}"),
             format!("your key: {}", KEY.to_uppercase()),
-            format!("here: {b64}"),
+            format!("here: {}", base64(KEY)),
+            format!("Authorization: Basic {}", base64(&format!("user:{KEY}"))),
+            format!("Authorization: Basic {}", base64(&format!("u:{KEY}"))),
+            format!("token={url_safe}"),
+            format!("bytes {}", hex(KEY)),
+            format!("GET /v1?key={}", percent(KEY)),
+            format!(r#"{{"authorization":"Bearer {escaped}"}}"#),
             format!("spelled {spaced}"),
             format!("backwards {reversed}"),
-            format!("a slice {}", &KEY[8..20]),
+            // A truncated echo that still holds two thirds of the key, from either end.
+            format!("Bearer {}…", &KEY[..20]),
+            format!("…{} (cut)", &KEY[KEY.len() - 18..]),
             r#"{"model":"GPT-4o-mini","messages":[]}"#.to_owned(),
             r#"{\"model\": \"gpt-4o-mini\"}"#.to_owned(),
         ] {
@@ -122,6 +234,7 @@ mod tests {
             "GPT-4 and GPT-4o are models; mini is a word.",
             "Windy from the west, light rain by evening.",
             "The skill key is the body; proj is short for project.",
+            "Encoded: %41%42 and \\u00e9t\\u00e9, 100% sure; \\x41 and a stray \\u12.",
         ] {
             assert!(!s.carried_by(answer), "{answer}");
         }
@@ -131,23 +244,46 @@ mod tests {
         assert!(o1.carried_by("I am O1."));
     }
 
-    /// A key too short (or too odd) for a marker is still looked for as written.
+    /// The caller steers what the model writes and sees whether the run fails: a check that
+    /// caught short slices of the key would confirm a key's public prefix plus guessed
+    /// characters, one at a time (36 runs a character). Anything short of two thirds of the
+    /// key, in any form, passes.
+    #[test]
+    fn a_caller_guessing_the_key_a_character_at_a_time_learns_nothing() {
+        let key = "sk-ant-api03-Xq7Lp3RvT9mW2sKd8NbY4cHj6FgZ1eUa5oQi0rLtVx";
+        let s = OwnerSecrets::new(Some(key), "claude-x");
+        let public = "sk-ant-api03-".len();
+        for guessed in 0..=20 {
+            let guess = &key[..public + guessed];
+            for answer in [
+                format!("Try {guess}"),
+                format!("Try {}", guess.to_uppercase()),
+                format!("Try {}", base64(guess)),
+                format!("Try {}", hex(guess)),
+            ] {
+                assert!(
+                    !s.carried_by(&answer),
+                    "the run fails on a guess of {guessed} characters past the public prefix: \
+                     {answer}"
+                );
+            }
+        }
+        assert!(s.carried_by(&format!("Try {key}")));
+    }
+
+    /// A key too short (or too odd) to look for folded is still looked for as written.
     #[test]
     fn a_short_key_is_still_found_as_written() {
-        for key in ["k9", "ab]]cd", "abc def"] {
+        for key in ["k9", "ab]]cd", "abc def", "Zq7Lp3x"] {
             let s = OwnerSecrets::new(Some(key), "");
-            assert!(s.key_guard.is_none(), "{key}");
             assert!(s.carried_by(&format!("x {key} y")), "{key}");
             assert!(!s.carried_by("nothing here"), "{key}");
         }
-        let seven = OwnerSecrets::new(Some("Zq7Lp3x"), "");
-        assert!(seven.carried_by("key=Zq7Lp3x"));
         assert!(!OwnerSecrets::new(None, "").carried_by("anything"));
     }
 
-    /// What the look costs per run and per 4 KiB answer, beside the guard's check of the same
-    /// answer against a 2 KiB body (printed: the look runs the same decoders over the answer,
-    /// so it costs about one such check).
+    /// What the look costs per run and per 4 KiB answer (the guard's bench prints it beside the
+    /// guard's check).
     #[test]
     fn the_look_is_cheap() {
         let answer = "Windy from the west, light rain by evening. ".repeat(93);
@@ -158,19 +294,9 @@ mod tests {
         for _ in 0..20 {
             assert!(!s.carried_by(&answer));
         }
-        let look = t.elapsed() / 20;
-        let body = "You are the weather oracle of the northern valleys; answer in three lines. "
-            .repeat(28);
-        let guard = skillbox_guard::prepare(&body, &GuardSpec::default_for(false)).expect("body");
-        let t = std::time::Instant::now();
-        for _ in 0..20 {
-            let _ = skillbox_guard::check(&guard, &answer);
-        }
         eprintln!(
-            "owner secrets: prepare {prepared:?}, a {} byte answer {look:?}; the guard's check \
-             of it against a {} byte body {:?}",
+            "owner secrets: prepare {prepared:?}, a {} byte answer {:?}",
             answer.len(),
-            body.len(),
             t.elapsed() / 20
         );
     }
