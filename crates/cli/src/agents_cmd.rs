@@ -162,44 +162,13 @@ fn key_names_a_secret(client: &Client, key: &str) -> anyhow::Result<()> {
         Some(_) => {
             bail!("key= names a source that is not a secret: nothing was changed; {KEY_WAY_IN}")
         }
-        None if looks_like_a_key(key) => bail!(
+        None if skillbox_skill::looks_like_a_provider_key(key) => bail!(
             "key= takes the NAME of a source holding the API key, and this looks like the key \
              itself: nothing was sent or stored. It is on this command line (other users of this \
              machine can read it) and in your shell history: revoke it with the provider; {KEY_WAY_IN}"
         ),
         None => bail!("key= names no source of this node: nothing was changed; {KEY_WAY_IN}"),
     }
-}
-
-/// Whether a `key=` value reads as a provider's key rather than a source name: a known key
-/// prefix, or long and mixing upper case, lower case and digits as random text does. Only the
-/// refusal's wording depends on it (a name the node does not hold is refused either way).
-fn looks_like_a_key(value: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "sk-",
-        "sk_",
-        "pk_",
-        "rk_",
-        "AIza",
-        "ghp_",
-        "gho_",
-        "ghs_",
-        "github_pat_",
-        "glpat-",
-        "xoxb-",
-        "xoxp-",
-        "hf_",
-        "gsk_",
-        "pplx-",
-        "r8_",
-        "AKIA",
-        "ya29.",
-        "sbx_",
-    ];
-    let mixed = value.bytes().any(|b| b.is_ascii_uppercase())
-        && value.bytes().any(|b| b.is_ascii_lowercase())
-        && value.bytes().any(|b| b.is_ascii_digit());
-    PREFIXES.iter().any(|p| value.starts_with(p)) || (value.len() >= 24 && mixed)
 }
 
 /// `skill add PACK.json`: an OpenWOP pack.json or AgentManifest, posted as JSON.

@@ -3,6 +3,7 @@
 //! the embedded model. Every part is the real one: HTTP box with insecure-dev attestation,
 //! libp2p between the nodes, SQLite stores, HPKE stakes; only the processes are shared.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -129,7 +130,13 @@ pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     // finds there: a dir another user may write to or swap would run their config and keys.
     // Made first (so a dir about to be made is judged by where it sits), then checked.
     if let Some(keep) = &args.keep {
-        std::fs::create_dir_all(keep).with_context(|| format!("creating {}", keep.display()))?;
+        // 0700 on every dir made, whatever the umask (`umask 002` would leave them group-writable
+        // and refused just below).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(keep)
+            .with_context(|| format!("creating {}", keep.display()))?;
         crate::own_dir::check(keep)?;
     }
     let model = match &args.model {

@@ -658,3 +658,35 @@ fn ci_builds_only_into_a_target_directory_of_its_own() {
         assert!(err.contains("not this user's own"), "{err}");
     }
 }
+
+/// `skillbox demo --keep DIR` under `umask 002` (the shell default on systems with user-private
+/// groups): the dirs it made were group-writable, and its own data-dir rule refused them on the
+/// next line, so the demo could not run with `--keep` there. Every dir it makes is now 0700.
+/// (`--model` names no file, so the demo stops right after the rule, starting nothing.)
+#[test]
+fn demo_keep_made_under_umask_002_passes_the_data_dir_rule() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().expect("tempdir");
+    let keep = root.path().join("x/y");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("umask 002 && exec \"$0\" \"$@\"")
+        .arg(procs::bin())
+        .arg("demo")
+        .arg("--keep")
+        .arg(&keep)
+        .arg("--model")
+        .arg(root.path().join("no-model.gguf"))
+        .env("SKILLBOX_DATA_DIR", root.path().join("home"))
+        .output()
+        .expect("run demo");
+    let said = text(&out);
+    assert!(
+        said.contains("no such file") && !said.contains("other users"),
+        "the demo stopped before the model check: {said}"
+    );
+    for dir in [root.path().join("x"), keep] {
+        let mode = std::fs::metadata(&dir).expect("made").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
+}
