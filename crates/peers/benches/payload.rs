@@ -1,11 +1,12 @@
 //! What padding costs a call payload: its bytes and the CPU of signing and receiving it (the
 //! sender's canonical text and signature; the receiver's parse, padding check and verify).
-//! Run: `cargo bench -p skillbox-peers --bench payload` (env PAYLOAD_ROUNDS overrides the count).
+//! And what a send queue holds of it: the payload without its zeros, padded again onto the
+//! stream. Run: `cargo bench -p skillbox-peers --bench payload` (env PAYLOAD_ROUNDS overrides the count).
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use skillbox_peers::payload::{Inbox, InboxConfig, Received};
+use skillbox_peers::payload::{Inbox, InboxConfig, PadElided, Received};
 use skillbox_peers::{Payload, PayloadKind, SignedPayload};
 use skillbox_testkit::bench::{env_usize, peer_key, percentile};
 
@@ -53,24 +54,38 @@ fn main() {
                 ..InboxConfig::default()
             },
         );
-        let (mut sign, mut receive) = (Vec::new(), Vec::new());
-        let mut size = 0;
+        let (mut sign, mut receive, mut elide, mut pad) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut size, mut held) = (0, 0);
         for seq in 1..=rounds as u64 {
             let started = Instant::now();
             let signed = SignedPayload::sign(&from, &pt, &payload, seq, now).expect("signs");
             sign.push(started.elapsed());
             size = signed.size();
+            let copy = signed.clone();
+            let started = Instant::now();
+            let queued = PadElided::new(copy);
+            elide.push(started.elapsed());
+            held = queued.held_bytes();
+            let started = Instant::now();
+            let sent = queued.padded();
+            pad.push(started.elapsed());
+            assert_eq!(sent, signed, "{name} not sent as signed");
             let started = Instant::now();
             let got = inbox.receive(&pf, &signed, now);
             receive.push(started.elapsed());
             assert!(matches!(got, Received::New(_)), "{name} refused");
         }
-        sign.sort();
-        receive.sort();
+        for d in [&mut sign, &mut receive, &mut elide, &mut pad] {
+            d.sort();
+        }
         println!(
-            "{name:>14}: {size:>6} bytes  sign p50 {:>6.1} us  receive p50 {:>6.1} us",
+            "{name:>14}: {size:>6} bytes ({held:>5} queued)  sign p50 {:>6.1} us  receive p50 {:>6.1} us  \
+             elide p50 {:>5.1} us  pad p50 {:>5.1} us",
             us(percentile(&sign, 0.5)),
             us(percentile(&receive, 0.5)),
+            us(percentile(&elide, 0.5)),
+            us(percentile(&pad, 0.5)),
         );
     }
 }

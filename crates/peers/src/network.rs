@@ -30,8 +30,8 @@ use crate::index::{
     offer_keys, record_addresses, search_keys,
 };
 use crate::payload::{
-    Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, Payload, Received,
-    SeqClock, SignedPayload,
+    Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, MIN_PADDED_BYTES,
+    PadElided, Payload, Received, SeqClock, SignedPayload,
 };
 use crate::rate::Buckets;
 use crate::reach::{self, Reachability};
@@ -293,8 +293,12 @@ impl PeersConfig {
         if self.gossip_heartbeat.is_zero() {
             return bad("gossip_heartbeat must be > 0");
         }
-        if self.max_advert_bytes < 1024 || self.max_payload_bytes < 1024 {
-            return bad("max_advert_bytes and max_payload_bytes must be at least 1024");
+        if self.max_advert_bytes < 1024 {
+            return bad("max_advert_bytes must be at least 1024");
+        }
+        // Every payload is padded to at least the smallest bucket: below it every send fails.
+        if self.max_payload_bytes < MIN_PADDED_BYTES {
+            return bad("max_payload_bytes must be at least 16384 (the smallest padded payload)");
         }
         if self.payload_rate_per_sec <= 0.0 || self.payload_burst == 0 {
             return bad("payload rate and burst must be > 0");
@@ -550,7 +554,17 @@ enum Command {
     Search(String, oneshot::Sender<SearchOutcome>),
     ProvideRaw(Vec<Vec<u8>>, oneshot::Sender<()>),
     Reachability(oneshot::Sender<Reachability>),
+    SendsHeld(oneshot::Sender<SendsHeld>),
     Shutdown(oneshot::Sender<()>),
+}
+
+/// The payloads this node holds to send (waiting for a slot, or in flight awaiting an answer)
+/// and the bytes they hold: what a peer that never answers makes this node keep.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendsHeld {
+    pub payloads: usize,
+    pub bytes: usize,
 }
 
 /// Payload requests in flight to one peer at a time; the rest wait, in order. libp2p's
@@ -579,7 +593,9 @@ struct Search {
 
 struct PendingSend {
     to: PeerId,
-    signed: SignedPayload,
+    /// Held without its padding's zeros, padded again only onto the stream (see
+    /// [`PadElided`]): thousands may wait for a peer that never answers.
+    signed: PadElided,
     attempt: u32,
     reply: oneshot::Sender<Result<Delivery, PeersError>>,
 }
@@ -1162,7 +1178,7 @@ impl Task {
             }
             Command::Send { to, signed, reply } => self.try_send(PendingSend {
                 to,
-                signed,
+                signed: PadElided::new(signed),
                 attempt: 0,
                 reply,
             }),
@@ -1189,6 +1205,18 @@ impl Task {
                     dht_server: self.dht_server,
                     relay_serving: self.relay_serving,
                     confirmed: self.swarm.external_addresses().cloned().collect(),
+                });
+            }
+            Command::SendsHeld(reply) => {
+                let held = self
+                    .waiting
+                    .values()
+                    .flatten()
+                    .chain(self.pending.values())
+                    .map(|p| p.signed.held_bytes());
+                let _ = reply.send(SendsHeld {
+                    payloads: held.clone().count(),
+                    bytes: held.sum(),
                 });
             }
             Command::Shutdown(_) => {}
@@ -1675,7 +1703,7 @@ impl Task {
         if pending.to == self.local {
             // To ourselves: same checks, no socket.
             pending.attempt += 1;
-            let ack = self.receive_payload(self.local, &pending.signed);
+            let ack = self.receive_payload(self.local, &pending.signed.padded());
             self.finish_send(pending, ack);
             return;
         }
@@ -1702,7 +1730,7 @@ impl Task {
         let addrs = self.known_addrs(&pending.to);
         let id = self.swarm.behaviour_mut().rr.send_request_with_addresses(
             &pending.to,
-            WireRequest::Payload(pending.signed.clone()),
+            WireRequest::Payload(pending.signed.padded()),
             addrs,
         );
         self.pending.insert(id, pending);
@@ -2395,6 +2423,12 @@ impl PeersHandle {
         self.ask(Command::Reachability).await
     }
 
+    /// The payloads held to send and their bytes (tests measure a stuck peer's cost with it).
+    #[doc(hidden)]
+    pub async fn sends_held(&self) -> Result<SendsHeld, PeersError> {
+        self.ask(Command::SendsHeld).await
+    }
+
     /// Stop the network: connections close, `send` and the other calls answer `Stopped`.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
@@ -2465,22 +2499,19 @@ mod tests {
             .build()
     }
 
-    /// A peer that takes its window of payload requests and never answers: past the window, at
-    /// most `send_queue_per_peer` sends wait (the rest are answered at once), and a send whose
-    /// caller gave up is never sent when a slot frees. Before, every send waited, without bound,
-    /// and each went out in turn, callers gone or not.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_peer_that_never_answers_holds_a_bounded_queue_and_no_abandoned_send() {
-        let config = PeersConfig {
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-            request_timeout: Duration::from_secs(3),
-            dial_private_addresses: true,
-            send_attempts: 1,
-            send_queue_per_peer: 256,
-            ..PeersConfig::default()
-        };
-        let key = crate::keypair_from_seed(&[81; 32]).expect("key");
-        let (a, _rx) = start(config, key).await.expect("starts");
+    /// A node started with `config` (key seed `seed`) and a connected peer that takes payload
+    /// requests, counts them and never answers: the node, the peer's id, the count, its task.
+    async fn with_a_silent_peer(
+        config: PeersConfig,
+        seed: u8,
+    ) -> (
+        PeersHandle,
+        PeerId,
+        Arc<AtomicUsize>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let key = crate::keypair_from_seed(&[seed; 32]).expect("key");
+        let (a, payloads) = start(config, key).await.expect("starts");
         let mut silent = silent_peer();
         let sp = *silent.local_peer_id();
         let target = a.listen_addrs().await.expect("addrs")[0].clone();
@@ -2489,6 +2520,8 @@ mod tests {
         let runner = {
             let received = received.clone();
             tokio::spawn(async move {
+                // The node's payload receiver lives as long as the peer.
+                let _payloads = payloads;
                 let mut held = Vec::new();
                 loop {
                     if let SwarmEvent::Behaviour(request_response::Event::Message {
@@ -2513,20 +2546,43 @@ mod tests {
             assert!(Instant::now() < deadline, "the silent peer never connected");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        (a, sp, received, runner)
+    }
+
+    /// A send of the smallest call message (`call.failed`, empty body, call id `c-{i}`) to `to`.
+    fn minimal_send(
+        a: &PeersHandle,
+        to: PeerId,
+        i: usize,
+    ) -> tokio::task::JoinHandle<Result<(), PeersError>> {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let payload = crate::Payload {
+                kind: crate::PayloadKind::CallFailed,
+                call_id: format!("c-{i}"),
+                body: serde_json::json!({}),
+            };
+            a.send(to, payload).await
+        })
+    }
+
+    /// A peer that takes its window of payload requests and never answers: past the window, at
+    /// most `send_queue_per_peer` sends wait (the rest are answered at once), and a send whose
+    /// caller gave up is never sent when a slot frees. Before, every send waited, without bound,
+    /// and each went out in turn, callers gone or not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_never_answers_holds_a_bounded_queue_and_no_abandoned_send() {
+        let config = PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            request_timeout: Duration::from_secs(3),
+            dial_private_addresses: true,
+            send_attempts: 1,
+            send_queue_per_peer: 256,
+            ..PeersConfig::default()
+        };
+        let (a, sp, received, runner) = with_a_silent_peer(config, 81).await;
         let total = 400;
-        let sends: Vec<_> = (0..total)
-            .map(|i| {
-                let a = a.clone();
-                tokio::spawn(async move {
-                    let payload = crate::Payload {
-                        kind: crate::PayloadKind::CallFailed,
-                        call_id: format!("c-{i}"),
-                        body: serde_json::json!({}),
-                    };
-                    a.send(sp, payload).await
-                })
-            })
-            .collect();
+        let sends: Vec<_> = (0..total).map(|i| minimal_send(&a, sp, i)).collect();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let answered = sends.iter().filter(|h| h.is_finished()).count();
         assert_eq!(received.load(Ordering::SeqCst), SEND_WINDOW);
@@ -2545,6 +2601,52 @@ mod tests {
             SEND_WINDOW,
             "sends their callers gave up on went out"
         );
+        runner.abort();
+        a.shutdown().await;
+    }
+
+    /// F5: every payload is padded to at least 16 KiB, so the 4,096 sends a peer that never
+    /// answers makes this node keep (its window's 32 in flight and a full queue) held
+    /// 4,128 x 16 KiB = 66 MiB for messages of ~600 bytes. Held without their zeros they stay
+    /// under 1 KiB each, 4 MiB for the lot; a send past the queue is answered at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_peer_that_never_answers_holds_its_queue_without_the_padding() {
+        const CAP: usize = 4 * 1024 * 1024;
+        let config = PeersConfig {
+            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+            request_timeout: Duration::from_secs(60),
+            dial_private_addresses: true,
+            send_attempts: 1,
+            ..PeersConfig::default()
+        };
+        let queue = config.send_queue_per_peer;
+        let (a, sp, received, runner) = with_a_silent_peer(config, 83).await;
+        let send = |i: usize| minimal_send(&a, sp, i);
+        let sends: Vec<_> = (0..SEND_WINDOW + queue).map(send).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let held = loop {
+            let held = a.sends_held().await.expect("held");
+            if held.payloads == SEND_WINDOW + queue {
+                break held;
+            }
+            assert!(Instant::now() < deadline, "sends never all held: {held:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(received.load(Ordering::SeqCst), SEND_WINDOW);
+        assert!(
+            held.bytes < CAP,
+            "{} payloads held {} bytes (cap {CAP})",
+            held.payloads,
+            held.bytes
+        );
+        let past = send(usize::MAX).await.expect("joins");
+        assert!(
+            matches!(&past, Err(PeersError::Unreachable { last_error, .. }) if last_error.starts_with("send queue full")),
+            "{past:?}"
+        );
+        for h in &sends {
+            h.abort();
+        }
         runner.abort();
         a.shutdown().await;
     }

@@ -497,6 +497,28 @@ async fn zero_connection_limits_and_board_cap_are_config_errors() {
     }
 }
 
+/// Every payload is padded to at least `payload::MIN_PADDED_BYTES`: a payload limit below that
+/// was taken (anything from 1,024) and then every send failed `PayloadTooLarge`. It is refused
+/// at start, naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_limit_below_the_smallest_padded_payload_is_a_config_error() {
+    use skillbox_peers::payload::MIN_PADDED_BYTES;
+    let bad = PeersConfig {
+        max_payload_bytes: MIN_PADDED_BYTES - 1,
+        ..config()
+    };
+    let err = start(bad, keypair_from_seed(&[85; 32]).unwrap())
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&err, PeersError::InvalidConfig(m) if m.contains("max_payload_bytes")),
+        "{err}"
+    );
+    let (a, _ra) = node(86, config_with(|c| c.max_payload_bytes = MIN_PADDED_BYTES)).await;
+    shutdown([a]).await;
+}
+
 /// A burst of payloads both ways at once, each given a single attempt: every one is delivered.
 /// libp2p drops inbound streams past 100 per connection; the sender's window keeps a burst
 /// under that instead of letting its tail be dropped (and, with one attempt, lost).

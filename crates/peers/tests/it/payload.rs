@@ -3,8 +3,8 @@
 use proptest::prelude::*;
 use serde_json::json;
 use skillbox_peers::payload::{
-    Envelope, Inbox, InboxConfig, MIN_PADDED_BYTES, PayloadRefusal, REFUSAL_CODES, Received,
-    padded_size, refusal_code,
+    Envelope, Inbox, InboxConfig, MIN_PADDED_BYTES, PadElided, PayloadRefusal, REFUSAL_CODES,
+    Received, padded_size, refusal_code,
 };
 use skillbox_peers::{
     MemoryNetwork, Payload, PayloadKind, PayloadTransport, PeersError, SignedPayload,
@@ -410,6 +410,11 @@ fn signed_with_pad(key: &skillbox_peers::Keypair, envelope: &Envelope, pad: &str
         &format!("\"pad\":\"{pad}\""),
         1,
     );
+    signed_text(key, text)
+}
+
+/// `text` signed by `key` as a sender signs an envelope, whatever the text.
+fn signed_text(key: &skillbox_peers::Keypair, text: String) -> SignedPayload {
     let mut msg = b"skillbox/payload/v2\n".to_vec();
     msg.extend_from_slice(text.as_bytes());
     SignedPayload {
@@ -442,31 +447,29 @@ fn padding_is_zeros_to_its_bucket_or_the_payload_is_refused() {
     assert_eq!(got.payload, request("c20"));
 
     let mut seq = 1;
-    let mut refused = |pad: String| {
+    let mut refused_as = |pad: String, code: &str| {
         seq += 1;
         let mut e = envelope.clone();
         e.seq = seq;
         let signed = signed_with_pad(&a, &e, &pad);
         let got = inbox.receive(&pa, &signed, T0);
-        assert!(
-            matches!(got, Received::Refused(PayloadRefusal::BadPadding(_))),
-            "padding of {} bytes ({}...) answered {:?}",
-            pad.len(),
-            pad.chars().take(12).collect::<String>(),
-            got.ack()
-        );
         assert_eq!(
             got.ack(),
             skillbox_peers::Ack::Refused {
-                reason: "bad_padding".into()
-            }
+                reason: code.into()
+            },
+            "padding of {} bytes ({}...)",
+            pad.len(),
+            pad.chars().take(12).collect::<String>(),
         );
     };
+    // Zeros written escaped: the same text decoded, other bytes signed (not the canonical
+    // form every sender signs).
+    refused_as(format!("\\u0030{}", "0".repeat(zeros - 6)), "malformed");
+    let mut refused = |pad: String| refused_as(pad, "bad_padding");
     // Data in the padding, its length right.
     refused(format!("{}{}", "secret", "0".repeat(zeros - 6)));
     refused(format!("{}1", "0".repeat(zeros - 1)));
-    // Zeros written escaped: the same text decoded, other bytes signed.
-    refused(format!("\\u0030{}", "0".repeat(zeros - 6)));
     // One short of the bucket, and a whole bucket too many.
     refused("0".repeat(zeros - 1));
     refused("0".repeat(zeros + MIN_PADDED_BYTES));
@@ -508,6 +511,24 @@ fn buckets_are_powers_of_two_from_the_smallest() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
+    /// A send queue holds payloads without their zeros: what goes onto the stream is the signed
+    /// payload byte for byte, whatever text it holds (a node's own, or one a test sends as is).
+    #[test]
+    fn a_payload_held_without_its_zeros_is_sent_as_signed(
+        text in prop_oneof![any::<String>(), "[0\"pad:]{0,60}"],
+        zeros in 0usize..3_000,
+        signature in "[0-9a-f]{0,130}",
+    ) {
+        let a = keypair_from_seed(&[58; 32]).unwrap();
+        let pb = keypair_from_seed(&[59; 32]).unwrap().public().to_peer_id();
+        let honest = SignedPayload::sign(&a, &pb, &request("c24"), 1, T0).unwrap();
+        let held = PadElided::new(honest.clone());
+        prop_assert!(held.held_bytes() < 1024, "{}", held.held_bytes());
+        prop_assert_eq!(held.padded(), honest);
+        let odd = SignedPayload { envelope: format!("{text}{}", "0".repeat(zeros)), signature };
+        prop_assert_eq!(PadElided::new(odd.clone()).padded(), odd);
+    }
+
     /// Unpadding reads what a peer wrote: any padding text, any size around the bucket, any
     /// envelope text is an answer (taken or refused), never a panic.
     #[test]
@@ -537,4 +558,63 @@ proptest! {
         let quoted = format!("{{\"pad\":\"{text}");
         let _ = inbox.receive(&pa, &SignedPayload { envelope: quoted, signature }, T0);
     }
+}
+
+/// F7: the receiver found the pad by the last `"pad":"` in the text. A sender writing its
+/// members in another order, data in its own `pad` and a body `{"pad":"000…"}` after it, sized
+/// to a bucket, had the body's zeros checked in place of the pad: the data passed. The parsed
+/// pad is checked now, and the text must be the canonical form (what every sender signs).
+#[test]
+fn a_body_pad_after_the_envelope_pad_does_not_stand_in_for_it() {
+    let a = keypair_from_seed(&[56; 32]).unwrap();
+    let b = keypair_from_seed(&[57; 32]).unwrap();
+    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let e = SignedPayload::sign(&a, &pb, &request("c23"), 1, T0)
+        .unwrap()
+        .open()
+        .unwrap();
+    // Members out of canonical order, the envelope's pad before the body: `pad` holds data.
+    let text = |pad: &str, filler: &str, body_pad: &str| {
+        format!(
+            "{{\"v\":{},\"type\":{},\"callId\":{},\"sender\":{},\"senderKey\":{},\"recipient\":{},\"seq\":{},\"time\":{},\"pad\":\"{pad}\",\"body\":{{\"f\":\"{filler}\",\"pad\":\"{body_pad}\"}}}}",
+            e.v,
+            json_text(&e.kind),
+            json_text(&e.call_id),
+            json_text(&e.sender),
+            json_text(&e.sender_key),
+            json_text(&e.recipient),
+            e.seq,
+            e.time
+        )
+    };
+    // Sized so that the text the old check read passed it: the body's zeros as long as the pad,
+    // and the whole a bucket that the size less the pad needs.
+    let bucket = 2 * MIN_PADDED_BYTES;
+    let base = text("", "", "").len() + 128;
+    let filler = "f".repeat((bucket - base) % 2);
+    let len = (bucket - base - filler.len()) / 2;
+    let data = format!("secret{}", "0".repeat(len - 6));
+    let forged = signed_text(&a, text(&data, &filler, &"0".repeat(len)));
+    assert_eq!(forged.size(), bucket);
+    assert_eq!(padded_size(bucket - len), Some(bucket));
+    let mut inbox = Inbox::new(pb, InboxConfig::default());
+    let got = inbox.receive(&pa, &forged, T0);
+    assert!(
+        matches!(got, Received::Refused(PayloadRefusal::BadPadding(_))),
+        "data in the pad behind a body pad answered {:?}",
+        got.ack()
+    );
+    // Zeros in the pad, members reordered: refused as not canonical.
+    let reordered = signed_text(&a, text(&"0".repeat(len), &filler, &"0".repeat(len)));
+    let got = inbox.receive(&pa, &reordered, T0);
+    assert!(
+        matches!(got, Received::Refused(PayloadRefusal::Malformed(_))),
+        "a reordered envelope answered {:?}",
+        got.ack()
+    );
+}
+
+/// A member's JSON text, as the F7 test writes members.
+fn json_text<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap()
 }
