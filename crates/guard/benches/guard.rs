@@ -11,11 +11,8 @@ use skillbox_guard::{
 use skillbox_testkit::guard::base64_bytes as base64;
 use skillbox_testkit::guard::{ascii85, atbash, base32, decimal, nato, percent, rot47};
 
-// The box's echo check (`jc` run/echo.rs), std only, so its cost stands beside the guard's
-// check of the same answer.
-#[path = "../../jc/src/run/echo.rs"]
-#[allow(dead_code, unused_imports)]
-mod echo;
+// The box's echo check, so its cost stands beside the guard's check of the same answer.
+use skillbox_guard::echo;
 
 const SECRETS: &str = include_str!("../tests/data/prompt-extraction/secret-prompts.jsonl");
 
@@ -237,7 +234,7 @@ fn bench(c: &mut Criterion) {
     }
 
     // The box's whole work per released answer of a guarded run: the check, the levels the
-    // owner's note carries, and the echo check (`jc` run/echo.rs, its needles made once per
+    // owner's note carries, and the echo check (`skillbox_guard::echo`, its needles made once per
     // run). Walked apart (check, then `released_levels`, which walks the answer again) and
     // folded (`check_released`: one walk).
     let key = "sk-proj-Q7vT2mXw9LpR4nZk8sYd";

@@ -37,6 +37,7 @@ mod canary;
 mod check;
 mod coverage;
 mod decode;
+pub mod echo;
 mod escapes;
 mod index;
 mod levels;

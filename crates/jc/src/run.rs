@@ -13,7 +13,6 @@
 //! the runs that were running. The run's keys then live on disk (sealed) until the run ends.
 //! Split by job: [`limits`] (token buckets), [`failure`] (closed run failures), [`store`].
 
-mod echo;
 pub mod failure;
 pub mod limits;
 pub mod store;
@@ -2087,7 +2086,7 @@ impl BoxCore {
         let max = p.output.max_bytes as usize;
         // Neither the key nor the model id reaches the model: an answer carrying one is the
         // provider echoing its request (see `echo`).
-        let owner_secrets = echo::OwnerSecrets::new(key, &model_id);
+        let owner_secrets = skillbox_guard::echo::OwnerSecrets::new(key, &model_id);
         let complete = |req: ChatRequest| async {
             let completion = match tokio::time::timeout(timeout, provider.complete(req, key)).await
             {

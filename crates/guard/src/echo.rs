@@ -30,7 +30,8 @@
 //! guard acting on the body), while the caller gets the same closed code any malformed answer
 //! gives. Both rounds of `regenerate` already fail the run when either fails.
 //!
-//! Std only: the guard's bench includes this file to measure it beside the guard's check.
+//! The box (`skillbox_jc::run`) calls it for every answer; it lives with the guard because it is
+//! a check of the answer channel, and its cost is measured in the guard's bench beside the check.
 
 /// Model ids this long or longer (letters and digits) are also looked for folded; a shorter one
 /// folded would match inside ordinary words.
@@ -41,7 +42,7 @@ const FOLDED_MODEL_MIN: usize = 6;
 const FOLDED_KEY_MIN: usize = 8;
 
 /// What of the owner's stake an answer must not carry.
-pub(super) struct OwnerSecrets<'a> {
+pub struct OwnerSecrets<'a> {
     key: Option<&'a str>,
     /// Lower-case letters and digits that each of the key's forms starts and ends with (two
     /// thirds of the form each); empty when the key is looked for as written only.
@@ -149,7 +150,7 @@ fn key_needles(key: &str) -> Vec<String> {
 }
 
 impl<'a> OwnerSecrets<'a> {
-    pub(super) fn new(key: Option<&'a str>, model: &'a str) -> OwnerSecrets<'a> {
+    pub fn new(key: Option<&'a str>, model: &'a str) -> OwnerSecrets<'a> {
         let key = key.filter(|k| !k.is_empty());
         OwnerSecrets {
             key,
@@ -161,7 +162,7 @@ impl<'a> OwnerSecrets<'a> {
     }
 
     /// Whether `answer` carries the key or the model id.
-    pub(super) fn carried_by(&self, answer: &str) -> bool {
+    pub fn carried_by(&self, answer: &str) -> bool {
         if self.key.is_some_and(|k| answer.contains(k)) {
             return true;
         }
@@ -282,22 +283,11 @@ mod tests {
         assert!(!OwnerSecrets::new(None, "").carried_by("anything"));
     }
 
-    /// What the look costs per run and per 4 KiB answer (the guard's bench prints it beside the
-    /// guard's check).
+    /// An ordinary long answer carries neither (its cost is in the guard's bench, not here).
     #[test]
-    fn the_look_is_cheap() {
+    fn an_ordinary_answer_carries_neither() {
         let answer = "Windy from the west, light rain by evening. ".repeat(93);
-        let t = std::time::Instant::now();
         let s = OwnerSecrets::new(Some(KEY), "gpt-4o-mini");
-        let prepared = t.elapsed();
-        let t = std::time::Instant::now();
-        for _ in 0..20 {
-            assert!(!s.carried_by(&answer));
-        }
-        eprintln!(
-            "owner secrets: prepare {prepared:?}, a {} byte answer {:?}",
-            answer.len(),
-            t.elapsed() / 20
-        );
+        assert!(!s.carried_by(&answer));
     }
 }
