@@ -793,10 +793,12 @@ fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
     let shown = text(&o);
     assert!(o.status.success(), "{shown}");
     assert_nothing_a_terminal_obeys("call show", &shown);
-    // One frame: its opening and closing markers, and no bracket of the answer's own.
+    // Two frames, the skill's peer-chosen name's and the answer's: their opening and closing
+    // markers, and no bracket of the answer's own.
     assert_eq!(shown.matches("⟦peer output ").count(), 1, "{shown}");
-    assert_eq!(shown.matches("⟦end ").count(), 1, "{shown}");
-    assert_eq!(shown.matches('⟧').count(), 2, "{shown}");
+    assert_eq!(shown.matches("⟦peer text ").count(), 1, "{shown}");
+    assert_eq!(shown.matches("⟦end ").count(), 2, "{shown}");
+    assert_eq!(shown.matches('⟧').count(), 4, "{shown}");
     assert!(shown.contains("fake-peer fake-skill ' done"), "{shown}");
 
     // The board: a hostile peer's advert with the same description.
