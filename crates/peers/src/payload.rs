@@ -11,9 +11,10 @@ use crate::PeersError;
 use crate::advert::{key_of_peer, public_key_hex};
 use crate::rate::Buckets;
 
-/// 2: envelopes carry `pad` and are padded to size buckets ([`padded_size`]).
-pub const PAYLOAD_VERSION: u32 = 2;
-const PAYLOAD_DOMAIN: &[u8] = b"skillbox/payload/v2\n";
+/// 2: envelopes carry `pad` and are padded to size buckets ([`padded_size`]). 3: the signature
+/// covers the envelope's canonical text with an empty `pad` ([`SignedPayload::sign`]).
+pub const PAYLOAD_VERSION: u32 = 3;
+const PAYLOAD_DOMAIN: &[u8] = b"skillbox/payload/v3\n";
 /// Default size limit of one signed envelope: a bucket itself, so whatever fits unpadded
 /// still fits padded.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
@@ -84,9 +85,10 @@ pub struct Envelope {
     /// Unix milliseconds when signed.
     pub time: u64,
     pub body: serde_json::Value,
-    /// ASCII `0`s bringing the signed payload to its size bucket ([`padded_size`]). Inside the
-    /// signature, so nobody on the way can change the length, and checked on receipt: it is
-    /// all zeros and exactly as long as the bucket needs, so it carries nothing.
+    /// ASCII `0`s bringing the signed payload to its size bucket ([`padded_size`]). Signed as
+    /// empty: its length is a function of the rest (the bucket of the text without it), so
+    /// checking on receipt that it is all zeros and exactly as long as the bucket needs leaves
+    /// nobody on the way a pad to change, and the sender none to carry anything in.
     pub pad: String,
 }
 
@@ -97,28 +99,63 @@ pub fn padded_size(unpadded: usize) -> Option<usize> {
     Some(unpadded.checked_next_power_of_two()?.max(MIN_PADDED_BYTES))
 }
 
-/// Checks that the parsed `envelope`, read out of `text`, a signed payload of `size` bytes, is
-/// padded and nothing else: its text is the canonical form the sender signs (so the `pad` read
-/// is the one written, every zero as one byte: no escapes, no reordered members, no second
-/// `"pad"` in the body standing in for it), its `pad` is all zeros, and no longer than its bucket
-/// needs. On the parsed value, not by searching the text for `"pad":"`, which a body holding
-/// that text could answer.
-fn check_padding(text: &str, envelope: &Envelope, size: usize) -> Result<(), PayloadRefusal> {
-    if !envelope.pad.bytes().all(|b| b == b'0') {
+/// Where a pad's zeros go in the canonical text of an envelope signed with an empty `pad`: after
+/// the `"pad":"` of this, its last occurrence. Its quotes are all unescaped, so every match is
+/// the JSON's own structure, never a string's content; JCS writes the members sorted, and after
+/// the envelope's `pad` come only `recipient`, `sender`, `senderKey`, `seq`, `time`, `type` and
+/// `v` (strings and numbers, no objects), so the last match is the envelope's own `pad`, not
+/// one in its `body`.
+const EMPTY_PAD: &str = "\"pad\":\"\",\"recipient\":\"";
+
+/// The offset in `unpadded` (an envelope's canonical text with an empty `pad`) where its pad's
+/// zeros go.
+fn pad_offset(unpadded: &str) -> Option<usize> {
+    Some(unpadded.rfind(EMPTY_PAD)? + "\"pad\":\"".len())
+}
+
+/// Checks that the parsed `envelope` (its `pad` taken out into `pad`), read out of `text`, a
+/// signed payload of `size` bytes, is padded and nothing else, and returns its canonical text
+/// with an empty `pad`: what the signature covers. Its `pad` is all zeros; `text` is that
+/// canonical text with exactly those zeros in the pad (so the `pad` read is the one written,
+/// every zero as one byte: no escapes, no reordered members, no second `"pad"` in the body
+/// standing in for it); and the pad is exactly as long as the bucket of the rest needs. On the
+/// parsed value, not by searching the text for `"pad":"`, which a body holding that text could
+/// answer. All before the signature is checked: the signature does not cover the zeros, this
+/// check pins them instead (their length is a function of what is signed, their bytes fixed).
+fn check_padding(
+    text: &str,
+    envelope: &Envelope,
+    pad: &str,
+    size: usize,
+) -> Result<String, PayloadRefusal> {
+    if !pad.bytes().all(|b| b == b'0') {
         return Err(PayloadRefusal::BadPadding("padding is not zeros"));
     }
-    if skillbox_jcs::to_string(envelope).ok().as_deref() != Some(text) {
-        return Err(PayloadRefusal::Malformed(
-            "envelope is not in canonical form".into(),
-        ));
+    let not_canonical = || PayloadRefusal::Malformed("envelope is not in canonical form".into());
+    let unpadded = skillbox_jcs::to_string(envelope).map_err(|_| not_canonical())?;
+    let at = pad_offset(&unpadded).ok_or_else(not_canonical)?;
+    let (text, unpadded_bytes) = (text.as_bytes(), unpadded.as_bytes());
+    let canonical = text.len() == unpadded_bytes.len() + pad.len()
+        && text[..at] == unpadded_bytes[..at]
+        && text[at..at + pad.len()].iter().all(|b| *b == b'0')
+        && text[at + pad.len()..] == unpadded_bytes[at..];
+    if !canonical {
+        return Err(not_canonical());
     }
-    let unpadded = size.saturating_sub(envelope.pad.len());
-    if padded_size(unpadded) != Some(size) {
+    let unpadded_size = size.saturating_sub(pad.len());
+    if padded_size(unpadded_size) != Some(size) {
         return Err(PayloadRefusal::BadPadding(
             "payload is not padded to its size bucket",
         ));
     }
-    Ok(())
+    Ok(unpadded)
+}
+
+/// An envelope whose form and padding passed, with the text its signature covers.
+struct Parsed {
+    envelope: Envelope,
+    /// The envelope's canonical text with an empty `pad`.
+    unpadded: String,
 }
 
 /// The wire form: the envelope's canonical JSON text and a hex Ed25519 signature over it.
@@ -184,7 +221,7 @@ impl SignedPayload {
         if seq > MAX_SAFE_INTEGER || time_ms > MAX_SAFE_INTEGER {
             return Err(PeersError::InvalidPayload("seq/time beyond 2^53".into()));
         }
-        let mut envelope = Envelope {
+        let envelope = Envelope {
             v: PAYLOAD_VERSION,
             kind: payload.kind,
             call_id: payload.call_id.clone(),
@@ -196,28 +233,32 @@ impl SignedPayload {
             body: payload.body.clone(),
             pad: String::new(),
         };
-        let canonical = |envelope: &Envelope| {
-            skillbox_jcs::to_string(envelope).map_err(|e| {
-                PeersError::InvalidPayload(format!("body cannot be canonicalized: {e}"))
-            })
-        };
-        // Written twice: once to learn the size, once with the zeros that bring it to its
-        // bucket (zeros need no escaping, so each adds one byte).
-        let unpadded = canonical(&envelope)?.len() + SIGNATURE_HEX_LEN;
-        let target = padded_size(unpadded)
+        // Signed with an empty pad: Ed25519 hashes what it signs twice over, and the zeros are
+        // most of a padded payload (a ~600-byte message in 16 KiB). The zeros then go into the
+        // text at the pad (they need no escaping, so each adds one byte); the receiver
+        // recomputes their exact count from the rest and refuses any other.
+        let unpadded = skillbox_jcs::to_string(&envelope).map_err(|e| {
+            PeersError::InvalidPayload(format!("body cannot be canonicalized: {e}"))
+        })?;
+        let unpadded_size = unpadded.len() + SIGNATURE_HEX_LEN;
+        let target = padded_size(unpadded_size)
             .ok_or_else(|| PeersError::InvalidPayload("payload too large to pad".into()))?;
-        envelope.pad = "0".repeat(target - unpadded);
-        let text = canonical(&envelope)?;
-        let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + text.len());
+        let at = pad_offset(&unpadded)
+            .ok_or_else(|| PeersError::InvalidPayload("envelope has no pad".into()))?;
+        let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + unpadded.len());
         msg.extend_from_slice(PAYLOAD_DOMAIN);
-        msg.extend_from_slice(text.as_bytes());
+        msg.extend_from_slice(unpadded.as_bytes());
         let signature = keypair
             .sign(&msg)
             .map_err(|e| PeersError::InvalidKey(e.to_string()))?;
-        Ok(SignedPayload {
-            envelope: text,
-            signature: hex::encode(signature),
-        })
+        let signature = hex::encode(signature);
+        Ok(PadElided {
+            text: unpadded,
+            pad_at: at,
+            pad_len: target - unpadded_size,
+            signature,
+        }
+        .padded())
     }
 
     /// Size as the receiver counts it.
@@ -227,14 +268,15 @@ impl SignedPayload {
 
     /// Verify the signature and the sender's key; returns the envelope. No freshness checks.
     pub fn open(&self) -> Result<Envelope, PayloadRefusal> {
-        let envelope = self.parse()?;
-        self.verify(&envelope)?;
-        Ok(envelope)
+        let parsed = self.parse()?;
+        self.verify(&parsed)?;
+        Ok(parsed.envelope)
     }
 
-    /// The first half of [`Self::open`]: the envelope's form, nothing decoded or verified.
-    fn parse(&self) -> Result<Envelope, PayloadRefusal> {
-        let envelope: Envelope = serde_json::from_str(&self.envelope)
+    /// The first half of [`Self::open`]: the envelope's form and padding, nothing decoded or
+    /// verified.
+    fn parse(&self) -> Result<Parsed, PayloadRefusal> {
+        let mut envelope: Envelope = serde_json::from_str(&self.envelope)
             .map_err(|e| PayloadRefusal::Malformed(e.to_string()))?;
         if envelope.v != PAYLOAD_VERSION {
             return Err(PayloadRefusal::Malformed(format!(
@@ -243,13 +285,17 @@ impl SignedPayload {
             )));
         }
         check_call_id(&envelope.call_id).map_err(PayloadRefusal::Malformed)?;
-        check_padding(&self.envelope, &envelope, self.size())?;
-        Ok(envelope)
+        let pad = std::mem::take(&mut envelope.pad);
+        let unpadded = check_padding(&self.envelope, &envelope, &pad, self.size())?;
+        envelope.pad = pad;
+        Ok(Parsed { envelope, unpadded })
     }
 
     /// The second half of [`Self::open`]: the sender's key (a point decompression) and the
-    /// signature (an Ed25519 verification) of the envelope [`Self::parse`] read.
-    fn verify(&self, envelope: &Envelope) -> Result<(), PayloadRefusal> {
+    /// signature (an Ed25519 verification) of the envelope [`Self::parse`] read, over its text
+    /// with an empty pad.
+    fn verify(&self, parsed: &Parsed) -> Result<(), PayloadRefusal> {
+        let envelope = &parsed.envelope;
         let key = key_of_peer(&envelope.sender_key).map_err(PayloadRefusal::Malformed)?;
         if *key.peer_text != envelope.sender {
             return Err(PayloadRefusal::SenderMismatch(format!(
@@ -259,9 +305,9 @@ impl SignedPayload {
         }
         let public = key.public;
         let signature = hex::decode(&self.signature).map_err(|_| PayloadRefusal::BadSignature)?;
-        let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + self.envelope.len());
+        let mut msg = Vec::with_capacity(PAYLOAD_DOMAIN.len() + parsed.unpadded.len());
         msg.extend_from_slice(PAYLOAD_DOMAIN);
-        msg.extend_from_slice(self.envelope.as_bytes());
+        msg.extend_from_slice(parsed.unpadded.as_bytes());
         if !public.verify(&msg, &signature) {
             return Err(PayloadRefusal::BadSignature);
         }
@@ -273,8 +319,8 @@ impl SignedPayload {
 /// payload is at least [`MIN_PADDED_BYTES`] (a `call.failed` of ~520 bytes takes 16 KiB), so a
 /// queue of thousands to a peer that never answers held ~30x the bytes its messages have. The
 /// zeros are written back, byte for byte, only when the payload goes onto a stream
-/// ([`Self::padded`]); the signature already covers them. Ed25519 signs the whole message in
-/// one call (no incremental input in the signing API), so signing materialises it once.
+/// ([`Self::padded`]); the signature covers the text without them, and the receiver checks they
+/// are exactly the zeros that text's bucket needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PadElided {
     /// The envelope text with the run of zeros at `pad_at` taken out.
@@ -645,20 +691,21 @@ impl Inbox {
         if !self.take_token(from, now_ms) {
             return Received::RateLimited;
         }
-        let envelope = match signed.parse() {
-            Ok(e) => e,
+        let parsed = match signed.parse() {
+            Ok(p) => p,
             Err(r) => return Received::Refused(r),
         };
         // Text against text before the key is decoded and the signature checked.
-        if envelope.sender != from.to_base58() {
+        if parsed.envelope.sender != from.to_base58() {
             return Received::Refused(PayloadRefusal::SenderMismatch(format!(
                 "signed by {}, sent by {from}",
-                envelope.sender
+                parsed.envelope.sender
             )));
         }
-        if let Err(r) = signed.verify(&envelope) {
+        if let Err(r) = signed.verify(&parsed) {
             return Received::Refused(r);
         }
+        let envelope = parsed.envelope;
         if envelope.recipient != self.local.to_base58() {
             return Received::Refused(PayloadRefusal::WrongRecipient {
                 recipient: envelope.recipient,

@@ -413,10 +413,20 @@ fn signed_with_pad(key: &skillbox_peers::Keypair, envelope: &Envelope, pad: &str
     signed_text(key, text)
 }
 
-/// `text` signed by `key` as a sender signs an envelope, whatever the text.
+/// `text` with a signature by `key` that is valid for it, whatever it holds: over the canonical
+/// text, with an empty pad, of the envelope it parses as (what a sender signs), or over the text
+/// itself if it parses as none. So a refusal is the padding's or the form's, never the
+/// signature's.
 fn signed_text(key: &skillbox_peers::Keypair, text: String) -> SignedPayload {
-    let mut msg = b"skillbox/payload/v2\n".to_vec();
-    msg.extend_from_slice(text.as_bytes());
+    let signed = match serde_json::from_str::<Envelope>(&text) {
+        Ok(mut e) => {
+            e.pad = String::new();
+            skillbox_jcs::to_string(&e).unwrap()
+        }
+        Err(_) => text.clone(),
+    };
+    let mut msg = b"skillbox/payload/v3\n".to_vec();
+    msg.extend_from_slice(signed.as_bytes());
     SignedPayload {
         envelope: text,
         signature: hex::encode(key.sign(&msg).unwrap()),
@@ -476,6 +486,67 @@ fn padding_is_zeros_to_its_bucket_or_the_payload_is_refused() {
     // No padding at all (an unpadded sender).
     refused(String::new());
     assert_eq!(inbox.remembered(), 1);
+}
+
+/// The signature covers the envelope with an empty pad, so the zeros on the wire are not signed:
+/// someone on the path (or a relay) keeps the honest signature and changes the pad, in any byte,
+/// by one byte more or less, or re-pads the envelope to the next bucket. Every such payload is
+/// refused before its signature is checked (the pad must be exactly the zeros the rest implies),
+/// and the honest one is still taken after them.
+#[test]
+fn a_pad_changed_on_the_path_under_the_honest_signature_is_refused() {
+    let a = keypair_from_seed(&[60; 32]).unwrap();
+    let b = keypair_from_seed(&[61; 32]).unwrap();
+    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let honest = SignedPayload::sign(&a, &pb, &request("c25"), 1, T0).unwrap();
+    let zeros = honest.open().unwrap().pad.len();
+    let end = honest.envelope.rfind("\",\"recipient\":\"").unwrap();
+    let start = end - zeros;
+    assert!(honest.envelope[start..end].bytes().all(|c| c == b'0'));
+    let with_pad = |pad: &str| SignedPayload {
+        envelope: format!(
+            "{}{pad}{}",
+            &honest.envelope[..start],
+            &honest.envelope[end..]
+        ),
+        signature: honest.signature.clone(),
+    };
+    // A rate the ~1,100 forgeries stay under: each must be refused for its pad.
+    let config = InboxConfig {
+        rate_per_sec: 1e9,
+        burst: 1e9,
+        ..InboxConfig::default()
+    };
+    let mut inbox = Inbox::new(pb, config);
+    let mut refused = |forged: SignedPayload, what: &str| {
+        let got = inbox.receive(&pa, &forged, T0);
+        assert!(
+            matches!(
+                got,
+                Received::Refused(PayloadRefusal::BadPadding(_) | PayloadRefusal::Malformed(_))
+            ),
+            "{what} answered {:?}",
+            got.ack()
+        );
+    };
+    // Any byte of the pad changed (every 61st, and both ends), to a digit, a letter, a quote.
+    for at in (0..zeros).step_by(61).chain([1, zeros - 2, zeros - 1]) {
+        for to in ["1", "x", " ", "\\"] {
+            let mut pad = "0".repeat(zeros);
+            pad.replace_range(at..at + 1, to);
+            refused(with_pad(&pad), &format!("pad byte {at} as {to:?}"));
+        }
+    }
+    // One zero more, one less; none; the envelope re-padded to the next bucket.
+    refused(with_pad(&"0".repeat(zeros + 1)), "one zero more");
+    refused(with_pad(&"0".repeat(zeros - 1)), "one zero less");
+    refused(with_pad(""), "no pad");
+    refused(
+        with_pad(&"0".repeat(zeros + MIN_PADDED_BYTES)),
+        "the next bucket's pad",
+    );
+    assert_eq!(inbox.remembered(), 0);
+    assert!(is_new(inbox.receive(&pa, &honest, T0)));
 }
 
 #[test]
