@@ -100,6 +100,9 @@ fn reachability(b: &skillbox_node::calls::boxes::BoxStatus) -> Markup {
         Some("key_missing") => Some("answers as insecure-dev without a key"),
         Some("identity_malformed") => Some("shows a malformed identity"),
         Some("store_failed") => Some("its first identity could not be kept"),
+        // Its TLS key is not one its own attestation bound: a man in the middle, or a box
+        // that no longer proves itself (7263cdc); not the same as silence.
+        Some("tls_key_not_attested") => Some("its connection shows a TLS key it did not attest"),
         Some(_) => Some("did not answer"),
     };
     html! {
@@ -213,5 +216,21 @@ mod tests {
         );
         assert_eq!(f[1].samples.len(), 2, "buckets are left out");
         assert!(f[1].samples.iter().all(|(s, _)| !s.contains("_bucket")));
+    }
+
+    /// A box whose connection shows a key its attestation did not bind (a man in the middle)
+    /// is not shown as one that is merely down: the human's next step differs.
+    #[test]
+    fn a_key_the_box_did_not_attest_is_not_shown_as_silence() {
+        let status = |refusal| skillbox_node::calls::boxes::BoxStatus {
+            url: "https://box.example".to_owned(),
+            known: None,
+            last_check: Some(skillbox_node::calls::boxes::BoxCheck { at_ms: 0, refusal }),
+        };
+        let shown = reachability(&status(Some("tls_key_not_attested"))).into_string();
+        assert!(shown.contains("did not attest"), "{shown}");
+        assert!(!shown.contains("did not answer"), "{shown}");
+        let down = reachability(&status(Some("box_unreachable"))).into_string();
+        assert!(down.contains("did not answer"), "{down}");
     }
 }
