@@ -173,6 +173,21 @@ fn check_common(out: &Value, mode: &str, skill: &str) {
     reach::assert_text(out, "/unknown_tool/text", &["unknown tool"]);
 }
 
+/// What the three processes logged about a failure: the lines that say why a call or run
+/// ended, to tell a flaky model from a broken path when a call fails here.
+fn failure_lines(w: &World) -> String {
+    w.logs()
+        .lines()
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            ["failed", "warn", "error", "refused", "stalled", "expired"]
+                .iter()
+                .any(|w| l.contains(w))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn python_mcp_sdk_applies_a_skill_with_the_embedded_model_over_http_on_both_revisions_and_over_stdio()
  {
@@ -185,6 +200,13 @@ fn python_mcp_sdk_applies_a_skill_with_the_embedded_model_over_http_on_both_revi
         ("stdio", "2026-07-28"),
     ] {
         let (out, raw) = mcp_python(&w, transport, mode, "haiku", "none");
+        if out["apply"]["isError"] == true {
+            panic!(
+                "the call failed ({transport} {mode}): {}\nwhy, from the logs:\n{}",
+                out["apply"],
+                failure_lines(&w)
+            );
+        }
         check_common(&out, mode, "haiku");
         seen.push_str(&raw);
     }
