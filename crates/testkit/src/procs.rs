@@ -334,7 +334,18 @@ pub fn owner_and_caller(
     env: &[(&str, &str)],
     caller_edit: impl FnOnce(String) -> String,
 ) -> (NodeDir, NodeDir) {
-    let mut owner = init_node(root, "owner", box_url, None, |t| t);
+    owner_and_caller_with(root, box_url, env, |t| t, caller_edit)
+}
+
+/// [`owner_and_caller`] with the owner's config edited too (`owner_edit` gets its text).
+pub fn owner_and_caller_with(
+    root: &Path,
+    box_url: &str,
+    env: &[(&str, &str)],
+    owner_edit: impl FnOnce(String) -> String,
+    caller_edit: impl FnOnce(String) -> String,
+) -> (NodeDir, NodeDir) {
+    let mut owner = init_node(root, "owner", box_url, None, owner_edit);
     owner.start(env);
     let mut caller = init_node(
         root,

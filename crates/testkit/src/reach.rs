@@ -83,10 +83,24 @@ pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> Wo
     } else {
         procs::start_box("127.0.0.1:0", &provider_url, &log)
     };
-    let (owner, caller) = procs::owner_and_caller(
+    // The owner's daily coverage limits off: `haiku`'s body names its secret in words
+    // (`BODY-MARK-LOCAL-…`) and the 135M model often repeats pieces of its instructions, so
+    // three calls of it a minute added up past the limits now and then and the third was
+    // refused `coverage_exceeded` — the limits doing their job, not what these tests are
+    // about (node `coverage` tests cover them). The per-answer guard still acts.
+    let (owner, caller) = procs::owner_and_caller_with(
         root.path(),
         &bx.url,
         &[("SKILLBOX_LOG", MOST_VERBOSE)],
+        |t| {
+            ["coverage_permille", "canary_coverage_permille"]
+                .iter()
+                .fold(t, |t, key| {
+                    let line = format!("\n{key} = ");
+                    assert!(t.contains(&line), "the owner's config has no {key}");
+                    t.replace(&line, &format!("\n{key} = 0 # "))
+                })
+        },
         caller_edit,
     );
     let o = owner.api();
