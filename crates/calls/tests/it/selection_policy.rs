@@ -103,6 +103,12 @@ fn told() -> Told {
     }
 }
 
+/// A yes remembered for peer `P`'s `taste` over `sources`, from `surface`, after being told
+/// what [`told`] holds: the rule most of these tests start from.
+fn remembered_yes(sources: &[String], surface: Surface) -> Rule {
+    Rule::remembered("P", "taste", sources, surface, told(), Decision::Allow)
+}
+
 fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> SubmitQuestion<'a> {
     SubmitQuestion {
         role,
@@ -119,18 +125,9 @@ fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> Su
 #[test]
 fn a_remembered_rule_matches_only_what_the_human_was_told() {
     let sources = vec!["songs".to_owned()];
+    let r = remembered_yes(&sources, Surface::Human);
     let p = Policy {
-        rules: vec![
-            Rule::remembered(
-                "P",
-                "taste",
-                &sources,
-                Surface::Human,
-                told(),
-                Decision::Allow,
-            ),
-            Rule::ask_before_disclosure(),
-        ],
+        rules: vec![r.clone(), Rule::ask_before_disclosure()],
         default: Decision::Allow,
     };
     let decide = |t: Option<&Told>| {
@@ -180,14 +177,6 @@ fn a_remembered_rule_matches_only_what_the_human_was_told() {
         );
     }
     // The remembered rule round-trips through the stored policy with its facts.
-    let r = Rule::remembered(
-        "P",
-        "taste",
-        &sources,
-        Surface::Human,
-        told(),
-        Decision::Allow,
-    );
     let back: Rule =
         serde_json::from_str(&serde_json::to_string(&r).expect("json")).expect("parse");
     assert_eq!(back, r);
@@ -364,14 +353,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
     assert_eq!(owner_side, Decision::Allow);
     p.rules.insert(
         0,
-        Rule::remembered(
-            "P",
-            "taste",
-            &names(&["songs", "diary"]),
-            Surface::Human,
-            told(),
-            Decision::Allow,
-        ),
+        remembered_yes(&names(&["songs", "diary"]), Surface::Human),
     );
     assert_eq!(ask(&p, q("P", "taste", &["songs"])), Decision::Allow);
     assert_eq!(
@@ -484,14 +466,7 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
         })
     };
     // An agent's "hi" without sources, approved with --remember.
-    let p = shipped(Rule::remembered(
-        "P",
-        "taste",
-        &[],
-        Surface::Agent,
-        told(),
-        Decision::Allow,
-    ));
+    let p = shipped(remembered_yes(&[], Surface::Agent));
     assert_eq!(decide(&p, &[], true), (Decision::Allow, Some(0)));
     assert_eq!(
         decide(&p, &["songs"], true),
@@ -503,14 +478,7 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
         (Decision::Ask, Some(1))
     );
     // A human's call without sources, approved with --remember (its policy asked everything).
-    let mut p = shipped(Rule::remembered(
-        "P",
-        "taste",
-        &[],
-        Surface::Human,
-        told(),
-        Decision::Allow,
-    ));
+    let mut p = shipped(remembered_yes(&[], Surface::Human));
     p.default = Decision::Ask;
     assert_eq!(decide(&p, &[], false), (Decision::Allow, Some(0)));
     assert_eq!(
@@ -519,14 +487,7 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
         "a human's remembered yes answered an agent's first call"
     );
     // With sources, as before: that set (or a subset), never none, from the same surface.
-    let p = shipped(Rule::remembered(
-        "P",
-        "taste",
-        &names(&["songs", "diary"]),
-        Surface::Human,
-        told(),
-        Decision::Allow,
-    ));
+    let p = shipped(remembered_yes(&names(&["songs", "diary"]), Surface::Human));
     assert_eq!(decide(&p, &["songs"], false), (Decision::Allow, Some(0)));
     assert_eq!(
         decide(&p, &["diary", "songs"], false),
@@ -539,7 +500,7 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
     assert_eq!(decide(&p, &[], false), (Decision::Allow, None));
     assert_eq!(decide(&p, &["songs"], true), (Decision::Ask, Some(1)));
     // The empty set survives the stored policy: it is not read back as "any sources".
-    let r = Rule::remembered("P", "taste", &[], Surface::Agent, told(), Decision::Allow);
+    let r = remembered_yes(&[], Surface::Agent);
     let json = serde_json::to_value(&r).expect("json");
     assert_eq!(json["sources_within"], serde_json::json!([]));
     assert_eq!(json["surface"], "agent");
