@@ -28,6 +28,14 @@ fn config_with(tune: impl FnOnce(&mut PeersConfig)) -> PeersConfig {
     c
 }
 
+/// [`config`] with a sender that tries a payload `attempts` times, backing off from `backoff`.
+fn retrying(attempts: u32, backoff: Duration) -> PeersConfig {
+    config_with(|c| {
+        c.send_attempts = attempts;
+        c.send_backoff = backoff;
+    })
+}
+
 fn offer(names: &[&str]) -> Offer {
     let skills: Vec<(String, String)> = names
         .iter()
@@ -74,6 +82,27 @@ async fn line_up(nodes: &[&PeersHandle]) {
         let before = w[0].local_peer_id();
         assert_eq!(w[1].dial(addr(w[0]).await).await.unwrap(), before);
     }
+}
+
+/// Three nodes on this module's config, lined up (see [`line_up`]), the first offering `skills`
+/// and seen offering them on the other two boards: where a test of what follows an offer starts.
+async fn first_offering(
+    seeds: [u8; 3],
+    skills: &[&str],
+) -> ([(PeersHandle, PayloadReceiver); 3], PeerId) {
+    let started = nodes(seeds, config()).await;
+    let [(first, _), (second, _), (third, _)] = &started;
+    let offering = first.local_peer_id();
+    line_up(&[first, second, third]).await;
+    first.set_offer(offer(skills)).await.unwrap();
+    until_offered(
+        "the others see the first node's offer",
+        &[second, third],
+        &offering,
+        skills,
+    )
+    .await;
+    (started, offering)
 }
 
 async fn next_refusal(events: &mut broadcast::Receiver<NetworkEvent>, what: &str) -> String {
@@ -179,17 +208,9 @@ async fn a_stopped_peer_leaves_the_board_after_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
     within(Duration::from_secs(60), async {
-        let [(a, _ra), (b, _rb), (c, _rc)] = nodes([41, 42, 43], config()).await;
-        let pa = a.local_peer_id();
-        line_up(&[&a, &b, &c]).await;
-        a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
-        until_offered(
-            "B and C see both skills",
-            &[&b, &c],
-            &pa,
-            &["haiku", "summarize"],
-        )
-        .await;
+        // B and C see both skills.
+        let ([(a, _ra), (b, _rb), (c, _rc)], pa) =
+            first_offering([41, 42, 43], &["haiku", "summarize"]).await;
         // The node drops "haiku" from its offer (e.g. its key source was removed).
         a.set_offer(offer(&["summarize"])).await.unwrap();
         until_offered(
@@ -207,12 +228,8 @@ async fn a_skill_removed_from_the_offer_disappears_from_peers_boards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_replayed_and_oversized_adverts_are_refused_on_the_wire() {
     within(Duration::from_secs(90), async {
-        // m: mallory
-        let [(a, _ra), (b, _rb), (m, _rm)] = nodes([51, 52, 53], config()).await;
-        let pa = a.local_peer_id();
-        line_up(&[&a, &b, &m]).await;
-        a.set_offer(offer(&["haiku"])).await.unwrap();
-        until_offered("B and M see A's haiku", &[&b, &m], &pa, &["haiku"]).await;
+        // m: mallory. B and M see A's haiku.
+        let ([(a, _ra), (b, _rb), (m, _rm)], pa) = first_offering([51, 52, 53], &["haiku"]).await;
         let old = a.signed_advert(&pa).expect("A's own advert");
         a.set_offer(offer(&["haiku", "summarize"])).await.unwrap();
         until_offered("B sees A's new offer", &[&b], &pa, &["haiku", "summarize"]).await;
@@ -357,14 +374,7 @@ async fn oversized_and_replayed_payloads_are_refused_on_the_wire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_reported() {
     within(Duration::from_secs(60), async {
-        let (a, _ra) = node(
-            81,
-            config_with(|c| {
-                c.send_attempts = 8;
-                c.send_backoff = Duration::from_millis(100);
-            }),
-        )
-        .await;
+        let (a, _ra) = node(81, retrying(8, Duration::from_millis(100))).await;
         let (b, mut rb) = node(
             82,
             config_with(|c| {
@@ -385,14 +395,7 @@ async fn a_rate_limited_sender_gets_through_with_backoff_and_an_absent_peer_is_r
             assert_eq!(got.payload.call_id, format!("call-{i}"));
         }
 
-        let (c, _rc) = node(
-            83,
-            config_with(|c| {
-                c.send_attempts = 3;
-                c.send_backoff = Duration::from_millis(50);
-            }),
-        )
-        .await;
+        let (c, _rc) = node(83, retrying(3, Duration::from_millis(50))).await;
         let nobody = keypair_from_seed(&[99; 32]).unwrap().public().to_peer_id();
         let err = c
             .send(nobody, request("call-x", json!({})))

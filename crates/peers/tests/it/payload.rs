@@ -7,8 +7,8 @@ use skillbox_peers::payload::{
     Received, padded_size, refusal_code,
 };
 use skillbox_peers::{
-    MemoryNetwork, Payload, PayloadKind, PayloadTransport, PeersError, SignedPayload,
-    keypair_from_seed, now_ms,
+    Keypair, MemoryNetwork, Payload, PayloadKind, PayloadTransport, PeerId, PeersError,
+    SignedPayload, keypair_from_seed, now_ms,
 };
 
 const T0: u64 = 1_800_000_000_000;
@@ -26,11 +26,29 @@ fn request(call: &str) -> Payload {
     }
 }
 
+/// A party to a test: the key from `seed` (every byte that value) and its peer id.
+fn party(seed: u8) -> (Keypair, PeerId) {
+    let key = keypair_from_seed(&[seed; 32]).unwrap();
+    let id = key.public().to_peer_id();
+    (key, id)
+}
+
+/// `me`'s inbox with its senders' token bucket at `rate_per_sec` and `burst`.
+fn rated_inbox(me: PeerId, rate_per_sec: f64, burst: f64) -> Inbox {
+    Inbox::new(
+        me,
+        InboxConfig {
+            rate_per_sec,
+            burst,
+            ..InboxConfig::default()
+        },
+    )
+}
+
 #[test]
 fn a_payload_is_delivered_once_and_its_replay_changes_nothing() {
-    let a = keypair_from_seed(&[1; 32]).unwrap();
-    let b = keypair_from_seed(&[2; 32]).unwrap();
-    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let (a, pa) = party(1);
+    let (_, pb) = party(2);
     let mut inbox = Inbox::new(pb, InboxConfig::default());
     let signed = SignedPayload::sign(&a, &pb, &request("c1"), 7, T0).unwrap();
     let Received::New(got) = inbox.receive(&pa, &signed, T0 + 5) else {
@@ -48,14 +66,9 @@ fn a_payload_is_delivered_once_and_its_replay_changes_nothing() {
 
 #[test]
 fn tampered_misaddressed_and_misattributed_payloads_are_refused() {
-    let a = keypair_from_seed(&[3; 32]).unwrap();
-    let b = keypair_from_seed(&[4; 32]).unwrap();
-    let c = keypair_from_seed(&[5; 32]).unwrap();
-    let (pa, pb, pc) = (
-        a.public().to_peer_id(),
-        b.public().to_peer_id(),
-        c.public().to_peer_id(),
-    );
+    let (a, pa) = party(3);
+    let (_, pb) = party(4);
+    let (_, pc) = party(5);
     let mut inbox = Inbox::new(pb, InboxConfig::default());
     let signed = SignedPayload::sign(&a, &pb, &request("c2"), 1, T0).unwrap();
 
@@ -102,32 +115,23 @@ fn tampered_misaddressed_and_misattributed_payloads_are_refused() {
 
 #[test]
 fn an_oversized_payload_is_refused() {
-    let a = keypair_from_seed(&[6; 32]).unwrap();
-    let b = keypair_from_seed(&[7; 32]).unwrap();
-    let pb = b.public().to_peer_id();
+    let (a, pa) = party(6);
+    let (_, pb) = party(7);
     let mut inbox = Inbox::new(pb, InboxConfig::default());
     let mut p = request("c3");
     p.body = json!({"program": "x".repeat(1024 * 1024)});
     let signed = SignedPayload::sign(&a, &pb, &p, 1, T0).unwrap();
     assert!(matches!(
-        inbox.receive(&a.public().to_peer_id(), &signed, T0),
+        inbox.receive(&pa, &signed, T0),
         Received::Refused(PayloadRefusal::TooLarge { .. })
     ));
 }
 
 #[test]
 fn a_sender_over_its_rate_is_told_to_retry_and_recovers() {
-    let a = keypair_from_seed(&[8; 32]).unwrap();
-    let b = keypair_from_seed(&[9; 32]).unwrap();
-    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
-    let mut inbox = Inbox::new(
-        pb,
-        InboxConfig {
-            rate_per_sec: 2.0,
-            burst: 3.0,
-            ..InboxConfig::default()
-        },
-    );
+    let (a, pa) = party(8);
+    let (_, pb) = party(9);
+    let mut inbox = rated_inbox(pb, 2.0, 3.0);
     let sign = |seq| SignedPayload::sign(&a, &pb, &request("c4"), seq, T0).unwrap();
     for seq in 1..=3 {
         assert!(is_new(inbox.receive(&pa, &sign(seq), T0)));
@@ -140,8 +144,8 @@ fn a_sender_over_its_rate_is_told_to_retry_and_recovers() {
 
 #[test]
 fn bad_call_ids_are_refused_when_signing() {
-    let a = keypair_from_seed(&[10; 32]).unwrap();
-    let pb = keypair_from_seed(&[11; 32]).unwrap().public().to_peer_id();
+    let (a, _) = party(10);
+    let (_, pb) = party(11);
     for bad in ["", "a\nb"] {
         let err = SignedPayload::sign(&a, &pb, &request(bad), 1, T0).unwrap_err();
         assert!(matches!(err, PeersError::InvalidPayload(_)), "{err}");
@@ -153,16 +157,8 @@ fn bad_call_ids_are_refused_when_signing() {
 #[tokio::test]
 async fn the_memory_transport_delivers_signed_payloads_once() {
     let net = MemoryNetwork::new();
-    let (ta, _ra) = net.join(
-        keypair_from_seed(&[12; 32]).unwrap(),
-        InboxConfig::default(),
-        8,
-    );
-    let (tb, mut rb) = net.join(
-        keypair_from_seed(&[13; 32]).unwrap(),
-        InboxConfig::default(),
-        8,
-    );
+    let (ta, _ra) = net.join(party(12).0, InboxConfig::default(), 8);
+    let (tb, mut rb) = net.join(party(13).0, InboxConfig::default(), 8);
     let pb = tb.local_peer_id();
     ta.send(pb, request("m1")).await.unwrap();
     let got = rb.try_recv().unwrap();
@@ -214,22 +210,10 @@ fn a_refusal_carries_a_closed_code_both_ways() {
 /// node decode keys and verify Ed25519 signatures for it as fast as it could send.
 #[test]
 fn refused_payloads_cost_the_sender_its_rate_before_they_are_checked() {
-    let a = keypair_from_seed(&[31; 32]).unwrap();
-    let b = keypair_from_seed(&[32; 32]).unwrap();
-    let m = keypair_from_seed(&[33; 32]).unwrap();
-    let (pa, pb, pm) = (
-        a.public().to_peer_id(),
-        b.public().to_peer_id(),
-        m.public().to_peer_id(),
-    );
-    let mut inbox = Inbox::new(
-        pb,
-        InboxConfig {
-            rate_per_sec: 1.0,
-            burst: 5.0,
-            ..InboxConfig::default()
-        },
-    );
+    let (a, pa) = party(31);
+    let (_, pb) = party(32);
+    let (m, pm) = party(33);
+    let mut inbox = rated_inbox(pb, 1.0, 5.0);
     // Mallory sends A's genuine envelope (a relay of someone else's signature) and envelopes
     // with a broken signature, as fast as it likes.
     let relayed = SignedPayload::sign(&a, &pb, &request("c9"), 1, T0).unwrap();
@@ -262,21 +246,20 @@ fn refused_payloads_cost_the_sender_its_rate_before_they_are_checked() {
 /// signature that would not verify.
 #[test]
 fn a_relayed_envelope_is_refused_by_its_sender_before_its_signature() {
-    let a = keypair_from_seed(&[34; 32]).unwrap();
-    let b = keypair_from_seed(&[35; 32]).unwrap();
-    let m = keypair_from_seed(&[36; 32]).unwrap();
-    let pb = b.public().to_peer_id();
+    let (a, _) = party(34);
+    let (_, pb) = party(35);
+    let (_, pm) = party(36);
     let mut relayed = SignedPayload::sign(&a, &pb, &request("c10"), 1, T0).unwrap();
     relayed.signature = "00".repeat(64);
     let mut inbox = Inbox::new(pb, InboxConfig::default());
     assert!(matches!(
-        inbox.receive(&m.public().to_peer_id(), &relayed, T0),
+        inbox.receive(&pm, &relayed, T0),
         Received::Refused(PayloadRefusal::SenderMismatch(_))
     ));
 }
 
 /// The `i`th of many fresh sender ids (a flood's, or a light peer's among them).
-fn fresh_sender(i: u32) -> skillbox_peers::Keypair {
+fn fresh_sender(i: u32) -> Keypair {
     let mut seed = [41u8; 32];
     seed[..4].copy_from_slice(&i.to_be_bytes());
     keypair_from_seed(&seed).unwrap()
@@ -290,8 +273,7 @@ fn fresh_sender(i: u32) -> skillbox_peers::Keypair {
 /// forgotten only then, like anyone's.
 #[test]
 fn a_flood_of_one_entry_ids_cannot_choose_whose_entry_is_forgotten() {
-    let me = keypair_from_seed(&[42; 32]).unwrap();
-    let pm = me.public().to_peer_id();
+    let (_, pm) = party(42);
     let cap = 64;
     let config = InboxConfig {
         max_remembered: cap,
@@ -305,7 +287,7 @@ fn a_flood_of_one_entry_ids_cannot_choose_whose_entry_is_forgotten() {
         .map(fresh_sender)
         .find(|k| k.public().to_peer_id() > last_flood_id)
         .unwrap();
-    let send = |inbox: &mut Inbox, k: &skillbox_peers::Keypair, call: &str| {
+    let send = |inbox: &mut Inbox, k: &Keypair, call: &str| {
         let signed = SignedPayload::sign(k, &pm, &request(call), 1, T0).unwrap();
         inbox.receive(&k.public().to_peer_id(), &signed, T0 + 1)
     };
@@ -338,8 +320,7 @@ fn a_flood_of_one_entry_ids_cannot_choose_whose_entry_is_forgotten() {
 /// below makes it the oldest).
 #[test]
 fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap_nor_keep_others_out() {
-    let me = keypair_from_seed(&[40; 32]).unwrap();
-    let pm = me.public().to_peer_id();
+    let (me, pm) = party(40);
     let config = InboxConfig {
         max_remembered: 64,
         ..InboxConfig::default()
@@ -402,7 +383,7 @@ fn a_flood_of_fresh_sender_ids_cannot_grow_the_replay_memory_past_its_cap_nor_ke
 /// `envelope`'s canonical text with `pad` written in place of its padding (as it stands, so a
 /// test can write it wrong), signed by `key` as a sender signs: a validly signed envelope whatever
 /// its padding.
-fn signed_with_pad(key: &skillbox_peers::Keypair, envelope: &Envelope, pad: &str) -> SignedPayload {
+fn signed_with_pad(key: &Keypair, envelope: &Envelope, pad: &str) -> SignedPayload {
     let mut e = envelope.clone();
     e.pad = "PAD".into();
     let text = skillbox_jcs::to_string(&e).unwrap().replacen(
@@ -417,7 +398,7 @@ fn signed_with_pad(key: &skillbox_peers::Keypair, envelope: &Envelope, pad: &str
 /// text, with an empty pad, of the envelope it parses as (what a sender signs), or over the text
 /// itself if it parses as none. So a refusal is the padding's or the form's, never the
 /// signature's.
-fn signed_text(key: &skillbox_peers::Keypair, text: String) -> SignedPayload {
+fn signed_text(key: &Keypair, text: String) -> SignedPayload {
     let signed = match serde_json::from_str::<Envelope>(&text) {
         Ok(mut e) => {
             e.pad = String::new();
@@ -439,9 +420,8 @@ fn signed_text(key: &skillbox_peers::Keypair, text: String) -> SignedPayload {
 /// well signed.
 #[test]
 fn padding_is_zeros_to_its_bucket_or_the_payload_is_refused() {
-    let a = keypair_from_seed(&[50; 32]).unwrap();
-    let b = keypair_from_seed(&[51; 32]).unwrap();
-    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let (a, pa) = party(50);
+    let (_, pb) = party(51);
     let honest = SignedPayload::sign(&a, &pb, &request("c20"), 1, T0).unwrap();
     assert_eq!(honest.size(), MIN_PADDED_BYTES);
     let envelope = honest.open().unwrap();
@@ -495,9 +475,8 @@ fn padding_is_zeros_to_its_bucket_or_the_payload_is_refused() {
 /// and the honest one is still taken after them.
 #[test]
 fn a_pad_changed_on_the_path_under_the_honest_signature_is_refused() {
-    let a = keypair_from_seed(&[60; 32]).unwrap();
-    let b = keypair_from_seed(&[61; 32]).unwrap();
-    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let (a, pa) = party(60);
+    let (_, pb) = party(61);
     let honest = SignedPayload::sign(&a, &pb, &request("c25"), 1, T0).unwrap();
     let zeros = honest.open().unwrap().pad.len();
     let end = honest.envelope.rfind("\",\"recipient\":\"").unwrap();
@@ -512,12 +491,7 @@ fn a_pad_changed_on_the_path_under_the_honest_signature_is_refused() {
         signature: honest.signature.clone(),
     };
     // A rate the ~1,100 forgeries stay under: each must be refused for its pad.
-    let config = InboxConfig {
-        rate_per_sec: 1e9,
-        burst: 1e9,
-        ..InboxConfig::default()
-    };
-    let mut inbox = Inbox::new(pb, config);
+    let mut inbox = rated_inbox(pb, 1e9, 1e9);
     let mut refused = |forged: SignedPayload, what: &str| {
         let got = inbox.receive(&pa, &forged, T0);
         assert!(
@@ -563,8 +537,8 @@ fn buckets_are_powers_of_two_from_the_smallest() {
         padded_size(skillbox_peers::payload::DEFAULT_MAX_PAYLOAD_BYTES),
         Some(skillbox_peers::payload::DEFAULT_MAX_PAYLOAD_BYTES)
     );
-    let a = keypair_from_seed(&[52; 32]).unwrap();
-    let pb = keypair_from_seed(&[53; 32]).unwrap().public().to_peer_id();
+    let (a, _) = party(52);
+    let (_, pb) = party(53);
     // A program of `len` bytes and ~500 bytes of envelope around it: the bucket that holds both.
     for (len, bucket) in [
         (0, 16 * 1024),
@@ -590,8 +564,8 @@ proptest! {
         zeros in 0usize..3_000,
         signature in "[0-9a-f]{0,130}",
     ) {
-        let a = keypair_from_seed(&[58; 32]).unwrap();
-        let pb = keypair_from_seed(&[59; 32]).unwrap().public().to_peer_id();
+        let (a, _) = party(58);
+        let (_, pb) = party(59);
         let honest = SignedPayload::sign(&a, &pb, &request("c24"), 1, T0).unwrap();
         let held = PadElided::new(honest.clone());
         prop_assert!(held.held_bytes() < 1024, "{}", held.held_bytes());
@@ -614,9 +588,8 @@ proptest! {
         text in any::<String>(),
         signature in "[0-9a-f]{0,130}",
     ) {
-        let a = keypair_from_seed(&[54; 32]).unwrap();
-        let b = keypair_from_seed(&[55; 32]).unwrap();
-        let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+        let (a, pa) = party(54);
+        let (_, pb) = party(55);
         let mut envelope = SignedPayload::sign(&a, &pb, &request("c22"), seq, T0)
             .unwrap()
             .open()
@@ -637,9 +610,8 @@ proptest! {
 /// pad is checked now, and the text must be the canonical form (what every sender signs).
 #[test]
 fn a_body_pad_after_the_envelope_pad_does_not_stand_in_for_it() {
-    let a = keypair_from_seed(&[56; 32]).unwrap();
-    let b = keypair_from_seed(&[57; 32]).unwrap();
-    let (pa, pb) = (a.public().to_peer_id(), b.public().to_peer_id());
+    let (a, pa) = party(56);
+    let (_, pb) = party(57);
     let e = SignedPayload::sign(&a, &pb, &request("c23"), 1, T0)
         .unwrap()
         .open()
