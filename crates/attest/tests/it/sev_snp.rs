@@ -20,9 +20,7 @@ const TRUSTEE_MEASUREMENT: &str = "a1f3930413247bb38cfc171579ea3c12d5fe4901f0c79
 
 #[test]
 fn virtee_report_verifies_at_its_time() {
-    let v = snp_virtee()
-        .verify_unpinned(T_2025)
-        .expect("virtee report verifies");
+    let v = snp_virtee().verified_at(T_2025);
     assert_eq!(v.platform, Platform::SevSnp);
     assert_eq!(v.measurement, VIRTEE_MEASUREMENT);
     assert_eq!(v.report_data.as_deref(), Some(VIRTEE_REPORT_DATA));
@@ -47,9 +45,7 @@ fn virtee_report_verifies_at_its_time() {
 
 #[test]
 fn trustee_report_verifies_at_its_time() {
-    let v = snp_trustee()
-        .verify_unpinned(T_2025)
-        .expect("trustee report verifies");
+    let v = snp_trustee().verified_at(T_2025);
     assert_eq!(v.measurement, TRUSTEE_MEASUREMENT);
     assert_eq!(v.attribute("policy"), Some("0x3001f"));
     let rd = v.report_data.unwrap();

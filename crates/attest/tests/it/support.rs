@@ -95,6 +95,12 @@ pub trait Unpinned: PlatformEvidence<Expected: Default> {
         skillbox_attest::verify(self, expected, &Self::unpinned(), at_ms)
     }
 
+    /// What the evidence verifies as at `at_ms` (panics with the refusal if it is refused).
+    fn verified_at(&self, at_ms: u64) -> Verified {
+        self.verify_unpinned(at_ms)
+            .unwrap_or_else(|e| panic!("expected it verified at {at_ms}, refused: {e}"))
+    }
+
     /// Why the evidence is refused at `at_ms` (panics if it verifies).
     fn refusal_at(&self, at_ms: u64) -> Refusal {
         refused(self.verify_unpinned(at_ms))
