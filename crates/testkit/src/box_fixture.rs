@@ -12,7 +12,7 @@ use skillbox_jc::program::*;
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore, ResultView, now_secs};
 use skillbox_jc::seal::HpkeKeyPair;
-use skillbox_jc::server::TlsListener;
+use skillbox_jc::server::{Staked, TlsListener};
 use skillbox_jc::tls::BoxTls;
 use skillbox_providers::{
     ChatRequest, Completion, FinishReason, Provider, ProviderId, Reply, Usage,
@@ -465,6 +465,19 @@ impl Fixture {
         let key = self.key(role);
         self.client
             .submit(&run.run_id, &run.program_hash, role, key)
+            .await
+    }
+
+    /// The party in `role` stakes `sealed` in `run` with its go in the same request, signed with
+    /// its own key: the box's answer.
+    pub async fn stake_and_submit_as(
+        &self,
+        run: &VerifiedRun,
+        role: Role,
+        sealed: Vec<u8>,
+    ) -> skillbox_jc::Result<Staked> {
+        self.client
+            .stake_and_submit(run, role, sealed, self.key(role))
             .await
     }
 

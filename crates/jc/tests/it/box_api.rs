@@ -597,8 +597,7 @@ async fn a_submit_sent_with_a_stake_is_the_partys_go_once_both_stakes_are_in() {
     let wrong =
         seal_stake(&run, Role::Owner, vec![StakeInput::bytes("request", b"hi")]).expect("seal");
     assert_refused(
-        f.client
-            .stake_and_submit(&run, Role::Caller, wrong, &f.caller)
+        f.stake_and_submit_as(&run, Role::Caller, wrong)
             .await
             .map(|s| s.submitted),
         "stake_wrong_info",
@@ -610,8 +609,7 @@ async fn a_submit_sent_with_a_stake_is_the_partys_go_once_both_stakes_are_in() {
     );
     let sealed = f.caller_stake(&run, "hi", b"x");
     let staked = f
-        .client
-        .stake_and_submit(&run, Role::Caller, sealed, &f.caller)
+        .stake_and_submit_as(&run, Role::Caller, sealed)
         .await
         .expect("stake with submit");
     assert!(staked.submitted, "the box took the caller's submit");
@@ -634,14 +632,12 @@ async fn a_submit_sent_with_a_stake_is_the_partys_go_once_both_stakes_are_in() {
     let (_, run) = f.open(&f.program()).await;
     let owner = f.owner_stake(&run, "BODY");
     let first = f
-        .client
-        .stake_and_submit(&run, Role::Owner, owner, &f.owner)
+        .stake_and_submit_as(&run, Role::Owner, owner)
         .await
         .expect("owner");
     assert!(first.submitted);
     let caller = f.caller_stake(&run, "hi", b"x");
-    f.client
-        .stake_and_submit(&run, Role::Caller, caller, &f.caller)
+    f.stake_and_submit_as(&run, Role::Caller, caller)
         .await
         .expect("caller");
     assert_eq!(f.result(&run).await.status, RunStatus::Ok);

@@ -789,8 +789,7 @@ async fn hang_up_on_the_last_stake(f: &Fixture, after_ms: u64) -> VerifiedRun {
     )
     .expect("seal");
     let taken = f
-        .client
-        .stake_and_submit(&run, Role::Owner, owner, &f.owner)
+        .stake_and_submit_as(&run, Role::Owner, owner)
         .await
         .expect("the owner's stake and go");
     assert!(taken.submitted);
