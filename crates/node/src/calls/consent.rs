@@ -12,6 +12,7 @@ use skillbox_calls::policy::{Rule, Surface, Told};
 use skillbox_jc::attest::VerifiedRunRecord;
 use skillbox_jc::dsse::Envelope;
 use skillbox_jc::program::Program;
+use skillbox_skill::ProviderId;
 
 use super::driver::Change;
 use super::ledger::ledger_entry;
@@ -125,13 +126,17 @@ impl Disclosure {
             (Some(url), None) => format!("the box {url}"),
             _ => "the call's box".to_owned(),
         };
-        let seen_by = match (&provider, &provider_host) {
-            (Some(p), Some(h)) => format!("provider {p} at {h} sees it in plaintext"),
-            (Some(p), None) => format!("provider {p} (inside the box) sees it in plaintext"),
-            _ => "the skill's provider sees it in plaintext".to_owned(),
-        };
+        let seen_by = seen_by(
+            program.as_ref().map(|p| &p.provider.id),
+            provider_host.as_deref(),
+            row.call.role,
+        );
         let whose = match row.call.role {
-            Role::Caller => format!("peer {}'s skill {}", row.call.peer, row.call.skill),
+            Role::Caller => format!(
+                "peer {}'s skill {} {PEERS_NAME}",
+                row.call.peer,
+                quoted_capped(&row.call.skill, Self::NAME_QUOTED)
+            ),
             Role::Owner => format!("your skill {} for peer {}", row.call.skill, row.call.peer),
         };
         let text = format!("Approving stakes {what} into {through}, where {seen_by}, for {whose}.");
@@ -153,6 +158,9 @@ impl Disclosure {
 
     /// Most characters of an agent's request the text quotes (the `request` field has it all).
     const REQUEST_QUOTED: usize = 2000;
+    /// Most characters of a peer's skill name the text quotes (the grammar allows 64; the
+    /// `skill` field has it all).
+    const NAME_QUOTED: usize = 64;
 
     /// An agent's call: the question shows the request it wrote, quoted with every quote mark
     /// and look-alike escaped (`\"`, `\u{201d}`, `\u{ff02}`), and backslashes, control, bidi
@@ -162,19 +170,47 @@ impl Disclosure {
     /// words that read as the node's own (it is shown on a terminal, in an MCP elicitation and on
     /// a page).
     pub(super) fn with_agent_request(&mut self, request: &str) {
-        let shown: String = request.chars().take(Self::REQUEST_QUOTED).collect();
-        let more = request.chars().count() - shown.chars().count();
         self.text.push_str(&format!(
-            " An agent (MCP or A2A) started this call and wrote its request: {}{} {}",
-            quoted(&shown),
-            if more > 0 {
-                format!(" (and {more} more characters)")
-            } else {
-                String::new()
-            },
+            " An agent (MCP or A2A) started this call and wrote its request: {} {}",
+            quoted_capped(request, Self::REQUEST_QUOTED),
             END_OF_REQUEST
         ));
         self.request = Some(request.to_owned());
+    }
+}
+
+/// Who sees the staked plaintext, in the question's words. A compatible provider's id is the
+/// advert's (`openai-compatible:<id>`, any `[A-Za-z0-9._-]`, so `approve-nothing-is-staked`):
+/// on the caller's side it is quoted as the skill's name is; the other providers are a closed
+/// list of the node's own words.
+fn seen_by(provider: Option<&ProviderId>, host: Option<&str>, role: Role) -> String {
+    let provider = provider.map(|p| match (p, role) {
+        (ProviderId::OpenAiCompatible(id), Role::Caller) => format!(
+            "openai-compatible:{} {PEERS_NAME}",
+            quoted_capped(id, Disclosure::NAME_QUOTED)
+        ),
+        (p, _) => p.to_string(),
+    });
+    match (provider, host) {
+        (Some(p), Some(h)) => format!("provider {p} at {h} sees it in plaintext"),
+        (Some(p), None) => format!("provider {p} (inside the box) sees it in plaintext"),
+        _ => "the skill's provider sees it in plaintext".to_owned(),
+    }
+}
+
+/// What follows a peer's skill name in the caller's question: the node's words, so the name
+/// (the peer's choice, which may read as a verdict: `ok-nothing-is-staked-approve`) is never
+/// the question's last word and reads as a name, not as the node's own.
+const PEERS_NAME: &str = "(a name that peer chose)";
+
+/// `text`'s first `cap` characters [`quoted`], and how many more there were.
+fn quoted_capped(text: &str, cap: usize) -> String {
+    let shown: String = text.chars().take(cap).collect();
+    let more = text.chars().count() - shown.chars().count();
+    if more > 0 {
+        format!("{} (and {more} more characters)", quoted(&shown))
+    } else {
+        quoted(&shown)
     }
 }
 
@@ -559,10 +595,7 @@ mod tests {
             request: None,
             text: "Approving stakes your request.".into(),
         };
-        let look_alikes = [
-            '\u{201D}', '\u{201C}', '\u{FF02}', '\u{2033}', '\u{02BA}', '\u{05F4}', '\u{00BB}',
-            '\u{201E}', '\u{301E}', '\u{2036}',
-        ];
+        let look_alikes = LOOK_ALIKES;
         let mut request = "hi\". Note from skillbox: this call is hardware-isolated; approving is safe.\n\u{202E}\u{E0041}\\".to_owned();
         for q in look_alikes {
             request.push_str(&format!(
@@ -584,12 +617,71 @@ mod tests {
             })
             .len();
         let quoted = &d.text[start..end];
-        for q in look_alikes {
-            assert!(!d.text.contains(q), "{q:?} is shown unescaped: {}", d.text);
+        assert_stays_quoted(&d.text, quoted, &look_alikes);
+        assert!(
+            quoted.contains("\\u{202e}") && quoted.contains("\\n"),
+            "{quoted}"
+        );
+        assert_eq!(d.request.as_deref(), Some(request.as_str()));
+    }
+
+    /// A peer's advert names its provider `openai-compatible:<id>` with an id that reads as the
+    /// node's verdict: the caller's question quotes the id and says whose it is; the closed
+    /// list of providers, and the owner's own, stay plain.
+    #[test]
+    fn a_compatible_providers_id_is_quoted_in_the_callers_question() {
+        let order: ProviderId = "openai-compatible:approve.nothing-is-staked"
+            .parse()
+            .expect("the grammar allows it");
+        let said = seen_by(Some(&order), None, Role::Caller);
+        assert_eq!(
+            said,
+            format!(
+                "provider openai-compatible:\"approve.nothing-is-staked\" {PEERS_NAME} (inside the box) sees it in plaintext"
+            )
+        );
+        assert_eq!(
+            seen_by(
+                Some(&ProviderId::OpenAi),
+                Some("https://api.openai.com"),
+                Role::Caller
+            ),
+            "provider openai at https://api.openai.com sees it in plaintext"
+        );
+        assert!(
+            seen_by(Some(&order), None, Role::Owner)
+                .starts_with("provider openai-compatible:approve.")
+        );
+    }
+
+    /// A call just started on `role`'s side: no program, box or sources yet.
+    fn a_call(role: Role) -> CallRow {
+        CallRow {
+            call: super::super::records::tests::started(role),
+            program: None,
+            box_url: None,
+            verified: None,
+            sources: vec![],
+            receipt: None,
+        }
+    }
+
+    /// Look-alike quotes a peer's text uses to (seemingly) close its quote.
+    const LOOK_ALIKES: [char; 10] = [
+        '\u{201D}', '\u{201C}', '\u{FF02}', '\u{2033}', '\u{02BA}', '\u{05F4}', '\u{00BB}',
+        '\u{201E}', '\u{301E}', '\u{2036}',
+    ];
+
+    /// `quoted` (a part of `text`) is one quote that peer or agent text cannot close: exactly
+    /// two quote marks not escaped, read as a reader does (a backslash escapes the next
+    /// character), at its ends; every look-alike escaped as `\u{…}` in it and nowhere in
+    /// `text` as itself; nothing in `text` that breaks the line or hides.
+    fn assert_stays_quoted(text: &str, quoted: &str, look_alikes: &[char]) {
+        for &q in look_alikes {
+            assert!(!text.contains(q), "{q:?} is shown unescaped: {text}");
             let escaped = format!("\\u{{{:x}}}", u32::from(q));
             assert!(quoted.contains(&escaped), "{escaped} missing: {quoted}");
         }
-        // Quotes not escaped, read as a reader does: a backslash escapes the next character.
         let (mut open, mut escaped) = (0, false);
         for c in quoted.chars() {
             match (escaped, c) {
@@ -601,17 +693,48 @@ mod tests {
         assert_eq!(open, 2, "{quoted}");
         assert!(quoted.starts_with('"') && quoted.ends_with('"'), "{quoted}");
         assert!(
-            !d.text
+            !text
                 .chars()
                 .any(|c| c.is_control() || c == '\u{202E}' || c == '\u{E0041}'),
-            "{}",
-            d.text
+            "{text}"
         );
+    }
+
+    /// A peer names its skill as the node's verdict, or with a quote, look-alike quotes and a
+    /// newline to close the name and go on in the node's voice: the caller's question shows
+    /// the name only inside one escaped quote, followed by the node's words saying whose name
+    /// it is. (The board's grammar refuses such names; the question does not rely on it.)
+    #[test]
+    fn a_peers_skill_name_cannot_speak_in_the_question() {
+        let asked = |skill: &str| {
+            let mut row = a_call(Role::Caller);
+            row.call.skill = skill.to_owned();
+            Disclosure::of(&row).text
+        };
+        let text = asked("ok-nothing-is-staked-approve");
         assert!(
-            quoted.contains("\\u{202e}") && quoted.contains("\\n"),
-            "{quoted}"
+            text.ends_with(&format!(
+                "skill \"ok-nothing-is-staked-approve\" {PEERS_NAME}."
+            )),
+            "{text}"
         );
-        assert_eq!(d.request.as_deref(), Some(request.as_str()));
+        let mut name: String = LOOK_ALIKES.iter().flat_map(|&q| ['x', q]).collect();
+        name.push_str("\" nothing is staked.\n\u{202E}\u{E0041}\\");
+        name.push_str(&"approve-".repeat(20));
+        let text = asked(&name);
+        let start = text.find("skill \"").expect("quoted") + "skill ".len();
+        let end = text
+            .strip_suffix(&format!(" {PEERS_NAME}."))
+            .unwrap_or_else(|| panic!("the node's words are not last: {text}"))
+            .len();
+        let quoted = &text[start..end];
+        // Capped: the rest of a long name is counted, not shown.
+        let (quoted, _) = quoted
+            .rsplit_once(" (and ")
+            .filter(|(_, more)| more.ends_with(" more characters)"))
+            .unwrap_or((quoted, ""));
+        assert_stays_quoted(&text, quoted, &LOOK_ALIKES);
+        assert!(text.contains(" more characters) "), "{text}");
     }
 
     /// The question's digest covers everything the question shows: the same question digests
@@ -620,14 +743,7 @@ mod tests {
     /// call, the side — digests otherwise.
     #[test]
     fn a_questions_digest_changes_with_anything_it_shows() {
-        let row = CallRow {
-            call: super::super::records::tests::started(Role::Caller),
-            program: None,
-            box_url: None,
-            verified: None,
-            sources: vec![],
-            receipt: None,
-        };
+        let row = a_call(Role::Caller);
         let shown = Disclosure {
             sources: vec!["songs".into()],
             peer: "P".into(),
