@@ -288,6 +288,9 @@ impl<'p> Scan<'p> {
     }
 }
 
+/// A pass of [`walk`] over one text of its queue: its tokens, or its word windows.
+type Pass<'p> = fn(&mut Scan<'p>, &str, Decoded);
+
 /// Run every decoder and view over `answer`, calling `step` after each scanned view; `step`
 /// returns `true` to stop.
 fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, Via) -> bool) {
@@ -313,25 +316,16 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
         if stop {
             return;
         }
-        scan.tokens(&queue[next].0, decoded);
-        if step(
-            scan,
-            Via {
-                decoded,
-                view: View::Plain,
-            },
-        ) {
-            return;
-        }
-        scan.windows(&queue[next].0, decoded);
-        if step(
-            scan,
-            Via {
-                decoded,
-                view: View::WordWindow,
-            },
-        ) {
-            return;
+        // The text's own tokens, then its word windows: each a pass of its own that `step` sees.
+        let passes: [(Pass<'_>, View); 2] = [
+            (Scan::tokens, View::Plain),
+            (Scan::windows, View::WordWindow),
+        ];
+        for (pass, view) in passes {
+            pass(scan, &queue[next].0, decoded);
+            if step(scan, Via { decoded, view }) {
+                return;
+            }
         }
         if depth < MAX_DEPTH {
             for d in decode::DECODERS {
