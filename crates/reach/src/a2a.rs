@@ -413,11 +413,7 @@ async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
                             return rpc_err(
                                 id,
                                 -32602,
-                                format!(
-                                    "{} peers offer {skill:?}: name one in metadata.peer ({})",
-                                    many.len(),
-                                    many.join(", ")
-                                ),
+                                catalog::offered_by_several(&skill, many, "in metadata.peer"),
                             );
                         }
                     }
