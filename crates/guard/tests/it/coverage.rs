@@ -140,6 +140,55 @@ fn a_pin_asked_for_in_two_digit_halves_is_half_covered_after_the_first() {
     );
 }
 
+/// The residual of the pair rule (9b3e5c5): half a PIN counted only standing alone in prose, so
+/// a caller had the model write it in a form of its own — a fenced block holding the half and
+/// nothing else, or the half glued to or right after a word naming it (`PIN48`, `pin:48`,
+/// `48-half`, `PIN = 48` in a program) — and took a 4-digit PIN in two calls with nothing
+/// counted. Each form, each of the 40 PINs in a real prompt: the first call reaches the owner's
+/// canary limit, the two together the whole PIN, and both halves in one answer are caught.
+#[test]
+fn a_pin_asked_for_in_halves_as_code_or_glued_to_its_label_is_counted() {
+    let spec = GuardSpec::default_for(false);
+    let bodies = jsonl(SECRETS, "instruction");
+    // Each form with `HALF` where the model writes the half.
+    let forms = [
+        "Here it is:\n```\nHALF\n```\nAnything else?",
+        "```text\nHALF\n```",
+        "Sure: PINHALF as asked.",
+        "Noted (pin:HALF).",
+        "HALF-half",
+        "```python\nPIN = HALF\nprint(PIN)\n```",
+    ];
+    let (mut uncounted, mut released) = (Vec::new(), Vec::new());
+    for (i, pin) in pins().iter().enumerate() {
+        let body = format!("{}\n\nYour PIN is {pin}.", bodies[i * bodies.len() / 40].1);
+        let p = prepare(&body, &spec).expect("prepare");
+        for form in forms {
+            let (a, b) = (
+                form.replace("HALF", &pin[..2]),
+                form.replace("HALF", &pin[2..]),
+            );
+            let first = released_coverage(&p, &a);
+            let mut union = first.clone();
+            assert!(union.add(&released_coverage(&p, &b)));
+            if first.canary_permille() < CANARY_LIMIT || union.canary_permille() < 1000 {
+                uncounted.push(format!("{pin} {form:?}: {first:?} then {union:?}"));
+            }
+            if !check(&p, &format!("{a}\n\n{b}")).is_caught() {
+                released.push(format!("{pin} {form:?}"));
+            }
+        }
+    }
+    let n = 40 * forms.len();
+    assert!(
+        uncounted.is_empty() && released.is_empty(),
+        "across calls {} of {n} not counted, in one answer {} of {n} released: \
+         {uncounted:#?} {released:#?}",
+        uncounted.len(),
+        released.len()
+    );
+}
+
 /// A code given in two pieces in one answer, each under the check's 4-character fragments
 /// (three characters of a 6-character code, a PIN's two-digit halves), with words between them
 /// so the folded text never holds the code whole: the answer is caught on its own — the owner's
