@@ -16,43 +16,90 @@ use super::extract::{
 use crate::calls::records::{Filter, parse_role};
 use crate::calls::{CallView, StartCall};
 
-#[utoipa::path(
-    post, path = "/calls",
-    summary = "Start a call as caller: a peer's skill on the board right now, applied to the request and the chosen sources (omitted: the skill's requiredSources this node holds; []: none).",
-    request_body = StartBody,
-    responses(
-        (status = 201, description = "The call, `requested`.", body = CallView),
-        (status = 400, description = "Bad body (`validation_error`), a source outside requiredSources (`source_not_required`), one this node does not hold (`source_not_held`), named twice (`duplicate_source`)."),
-        (status = 409, description = "The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`)."),
-        TooLarge,
-        NotJson,
-        (status = 422, description = "The skill requires sources and this node holds none of them (`required_sources_not_held`)."),
-        NoCalls,
-    )
-)]
-pub(super) async fn post_call(
-    Driver(c): Driver,
-    JsonBody(b, _): CallBody<StartBody>,
-) -> Result<Response, ApiError> {
-    if b.peer.is_empty() || b.skill.is_empty() {
-        return Err(ApiError::validation(
-            if b.peer.is_empty() { "peer" } else { "skill" },
-            "must not be empty",
-        ));
+/// The routes that start a call (`POST /calls`, the skill intent): a request text read as a
+/// [`CallBody`] and a 201 with what was started. A row says its path, name (with the names it
+/// binds the driver and the body to, and the body's type), summary, the 201's body and words,
+/// the refusals that are its own, and the handler's block, which gives that body; the table
+/// writes what they declare alike (the body's `TooLarge` and `NotJson`, `NoCalls`). A macro for
+/// the reason [`driver_reads`] is one.
+macro_rules! call_starts {
+    () => {};
+    (
+        $(#[$doc:meta])*
+        post $path:literal => $name:ident($c:ident, $b:ident: $request:ident)
+            $summary:literal created($body:ident, $ok:literal) [$($refused:tt),* $(,)?]
+            $handler:block
+        $($rest:tt)*
+    ) => {
+        $(#[$doc])*
+        #[utoipa::path(
+            post, path = $path,
+            summary = $summary,
+            request_body = $request,
+            responses(
+                (status = 201, description = $ok, body = $body),
+                $($refused,)* TooLarge, NotJson, NoCalls
+            )
+        )]
+        pub(super) async fn $name(
+            Driver($c): Driver,
+            JsonBody($b, _): CallBody<$request>,
+        ) -> Result<Response, ApiError> {
+            let started: $body = $handler;
+            Ok(written(true, started))
+        }
+        call_starts!($($rest)*);
+    };
+}
+
+call_starts! {
+    post "/calls" => post_call(c, b: StartBody)
+        "Start a call as caller: a peer's skill on the board right now, applied to the request and the chosen sources (omitted: the skill's requiredSources this node holds; []: none)."
+        created(CallView, "The call, `requested`.") [
+            (status = 400, description = "Bad body (`validation_error`), a source outside requiredSources (`source_not_required`), one this node does not hold (`source_not_held`), named twice (`duplicate_source`)."),
+            (status = 409, description = "The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`)."),
+            (status = 422, description = "The skill requires sources and this node holds none of them (`required_sources_not_held`)."),
+        ]
+    {
+        if b.peer.is_empty() || b.skill.is_empty() {
+            return Err(ApiError::validation(
+                if b.peer.is_empty() { "peer" } else { "skill" },
+                "must not be empty",
+            ));
+        }
+        let from_agent = from_agent(b.surface.as_deref())?;
+        let req = StartCall {
+            peer: b.peer,
+            skill: b.skill,
+            request: Zeroizing::new(b.request),
+            sources: b.sources,
+        };
+        if from_agent {
+            c.start_from_agent(req).await?
+        } else {
+            c.start(req).await?
+        }
     }
-    let from_agent = from_agent(b.surface.as_deref())?;
-    let req = StartCall {
-        peer: b.peer,
-        skill: b.skill,
-        request: Zeroizing::new(b.request),
-        sources: b.sources,
-    };
-    let view = if from_agent {
-        c.start_from_agent(req).await?
-    } else {
-        c.start(req).await?
-    };
-    Ok(written(true, view))
+
+    /// `POST /intents/skill {text}`: the pick (skill, peer, score, runner-up) and the call started.
+    post "/intents/skill" => intent_skill(c, b: IntentBody)
+        "The skill intent: rank the skills the board offers right now (that this node could call) against the text by BM25 over name and description, and start a call on the best with sources omitted. Nothing below the score threshold is picked."
+        created(IntentStarted, "The pick and the call it started.") [
+            BadBody,
+            (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
+        ]
+    {
+        let (pick, call) = if from_agent(b.surface.as_deref())? {
+            c.intent_from_agent(Zeroizing::new(b.text)).await?
+        } else {
+            c.intent(Zeroizing::new(b.text)).await?
+        };
+        IntentStarted {
+            pick,
+            call_id: call.id.clone(),
+            call,
+        }
+    }
 }
 
 #[utoipa::path(
@@ -98,34 +145,13 @@ pub(super) async fn list_calls(Driver(c): Driver, uri: Uri) -> Result<Json<CallL
     Ok(Json(CallList::of(c.list(f).await?)))
 }
 
-#[utoipa::path(
-    get, path = "/calls/{id}",
-    summary = "One call; on the caller's side with the answer once `answered`.",
-    params(CallPath, AgentSurface),
-    responses((status = 200, description = "The call.", body = OneCall), UnknownQuery, NoSuchCall, NoCalls)
-)]
-pub(super) async fn get_call(
-    Driver(c): Driver,
-    Param(id): Param,
-    uri: Uri,
-) -> Result<Json<OneCall>, ApiError> {
-    agent_only(&c, &id, &uri).await?;
-    Ok(Json(OneCall::of(c.get(&id).await?)))
-}
-
-#[utoipa::path(
-    post, path = "/calls/{id}/cancel",
-    summary = "Fail the call here (`cancelled`), cancel its run, tell the peer.",
-    params(CallPath, AgentSurface),
-    responses((status = 200, description = "The call.", body = OneCall), UnknownQuery, NoSuchCall, NoCalls)
-)]
-pub(super) async fn cancel_call(
-    Driver(c): Driver,
-    Param(id): Param,
-    uri: Uri,
-) -> Result<Json<OneCall>, ApiError> {
-    agent_only(&c, &id, &uri).await?;
-    Ok(Json(OneCall::of(c.cancel(&id).await?)))
+driver_reads! {
+    get "/calls/{id}" => get_call(c, id, surface)
+        "One call; on the caller's side with the answer once `answered`."
+        ok(OneCall, "The call.") = OneCall::of(c.get(&id).await?);
+    post "/calls/{id}/cancel" => cancel_call(c, id, surface)
+        "Fail the call here (`cancelled`), cancel its run, tell the peer."
+        ok(OneCall, "The call.") = OneCall::of(c.cancel(&id).await?);
 }
 
 /// The `surface` query of a call's read and cancel: what the agent surfaces send.
@@ -197,37 +223,6 @@ pub(super) async fn decide_approval(
         c.consent_by(&id, allow, b.remember, by, b.question.as_deref())
             .await?,
     )))
-}
-
-/// `POST /intents/skill {text}`: the pick (skill, peer, score, runner-up) and the call started.
-#[utoipa::path(
-    post, path = "/intents/skill",
-    summary = "The skill intent: rank the skills the board offers right now (that this node could call) against the text by BM25 over name and description, and start a call on the best with sources omitted. Nothing below the score threshold is picked.",
-    request_body = IntentBody,
-    responses(
-        (status = 201, description = "The pick and the call it started.", body = IntentStarted),
-        BadBody,
-        (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
-        TooLarge,
-        NotJson,
-        NoCalls,
-    )
-)]
-pub(super) async fn intent_skill(
-    Driver(c): Driver,
-    JsonBody(b, _): CallBody<IntentBody>,
-) -> Result<Response, ApiError> {
-    let (pick, call) = if from_agent(b.surface.as_deref())? {
-        c.intent_from_agent(Zeroizing::new(b.text)).await?
-    } else {
-        c.intent(Zeroizing::new(b.text)).await?
-    };
-    let body = IntentStarted {
-        pick,
-        call_id: call.id.clone(),
-        call,
-    };
-    Ok(written(true, body))
 }
 
 /// A start body's `surface`: `agent` or nothing.

@@ -156,22 +156,30 @@ answers! {
 /// The calls driver's routes that take no body (a call, its cancel, the approvals, the policy,
 /// the ledger's check): [`Driver`], for a call's route its id ([`Param`]), and the driver's
 /// answer as JSON. A row says its method, path, name (with the names it binds the driver and the
-/// id to), summary, answer and how the driver gives it; the table writes what every such route
-/// declares alike: `NoCalls` (the `Driver`'s 503) and, with a call id, `CallPath` and
-/// `NoSuchCall`. A macro because the document's part is an attribute, which a fn cannot write;
+/// id to, and `surface` where the agent surfaces take the route too), summary, answer and how
+/// the driver gives it; the table writes what every such route declares alike: `NoCalls` (the
+/// `Driver`'s 503), with a call id `CallPath` and `NoSuchCall`, and with `surface` the
+/// `AgentSurface` query and its `UnknownQuery`. A macro because the document's part is an attribute, which a fn cannot write;
 /// the rows' modules import what it names.
 macro_rules! driver_reads {
     () => {};
+    // A call's route the agent surfaces also take: its id, and the `surface` query that keeps
+    // an agent to the calls an agent started (`agent_only`, before the driver is asked).
+    ($method:ident $path:literal => $name:ident($c:ident, $id:ident, surface) $($row:tt)*) => {
+        driver_reads!(@row $method $path $name $c [, Param($id): Param, uri: Uri]
+            [params(CallPath, AgentSurface),] [UnknownQuery, NoSuchCall,]
+            [agent_only(&$c, &$id, &uri).await?;] $($row)*);
+    };
     // A call's route: its id, and with it the call's path parameter and 404.
     ($method:ident $path:literal => $name:ident($c:ident, $id:ident) $($row:tt)*) => {
-        driver_reads!(@row $method $path $name $c [, Param($id): Param] [params(CallPath),] [NoSuchCall,] $($row)*);
+        driver_reads!(@row $method $path $name $c [, Param($id): Param] [params(CallPath),] [NoSuchCall,] [] $($row)*);
     };
     ($method:ident $path:literal => $name:ident($c:ident) $($row:tt)*) => {
-        driver_reads!(@row $method $path $name $c [] [] [] $($row)*);
+        driver_reads!(@row $method $path $name $c [] [] [] [] $($row)*);
     };
     (
         @row $method:ident $path:literal $name:ident $c:ident
-        [$($arg:tt)*] [$($params:tt)*] [$($missing:tt)*]
+        [$($arg:tt)*] [$($params:tt)*] [$($missing:tt)*] [$($first:tt)*]
         $summary:literal ok($body:ident, $ok:literal) = $answer:expr;
         $($rest:tt)*
     ) => {
@@ -182,6 +190,7 @@ macro_rules! driver_reads {
             responses((status = 200, description = $ok, body = $body), $($missing)* NoCalls)
         )]
         pub(super) async fn $name(Driver($c): Driver $($arg)*) -> Result<Json<$body>, ApiError> {
+            $($first)*
             Ok(Json($answer))
         }
         driver_reads!($($rest)*);

@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::State;
 
-use super::extract::{Driver, JsonBody, NoCalls, Small, TooLarge, blocking, driver_reads};
+use super::extract::{BadBody, Driver, JsonBody, NoCalls, Small, TooLarge, blocking, driver_reads};
 use super::{ApiError, AppState};
 use crate::config::PolicyConfig;
 
@@ -18,12 +18,7 @@ driver_reads! {
     put, path = "/policy",
     summary = "Replace the consent rules and admission (kept in the store; they win over config.toml).",
     request_body = PolicyConfig,
-    responses(
-        (status = 200, description = "Policy.", body = PolicyConfig),
-        (status = 400, description = "Bad policy (`validation_error`)."),
-        TooLarge,
-        NoCalls,
-    )
+    responses((status = 200, description = "Policy.", body = PolicyConfig), BadBody, TooLarge, NoCalls)
 )]
 pub(super) async fn put_policy(
     State(s): State<AppState>,
