@@ -79,14 +79,6 @@ fn owner_key(o: &Owner) -> (&str, &str) {
     (&o.tenant_id, o.workspace_id.as_deref().unwrap_or(""))
 }
 
-fn bad_row(what: &'static str, name: &str, e: serde_json::Error) -> NodeError {
-    NodeError::StoredRow {
-        what,
-        name: name.to_owned(),
-        problem: e.to_string(),
-    }
-}
-
 /// Write pack agents inside the caller's transaction (a pack lands whole, skills included).
 pub(crate) fn put_pack_agents_in(
     tx: &Tx<'_>,
@@ -183,7 +175,7 @@ fn roster_in(c: &Connection, owner: &Owner) -> Result<Vec<RosterEntry>> {
         .collect::<rusqlite::Result<_>>()?;
     rows.into_iter()
         .map(|(id, entry)| {
-            serde_json::from_str(&entry).map_err(|e| bad_row("roster entry", &id, e))
+            serde_json::from_str(&entry).map_err(|e| NodeError::stored_row("roster entry", &id, e))
         })
         .collect()
 }
@@ -197,8 +189,11 @@ fn chart_in(c: &Connection, owner: &Owner) -> Result<Option<OrgChart>> {
             |r| r.get(0),
         )
         .optional()?;
-    text.map(|t| serde_json::from_str(&t).map_err(|e| bad_row("org chart", &owner.tenant_id, e)))
-        .transpose()
+    text.map(|t| {
+        serde_json::from_str(&t)
+            .map_err(|e| NodeError::stored_row("org chart", &owner.tenant_id, e))
+    })
+    .transpose()
 }
 
 /// The node's agent records.
@@ -252,7 +247,7 @@ impl Agents {
                 .map(|(id, manifest, pack_name, pack_version)| {
                     Ok(PackAgentRecord {
                         manifest: serde_json::from_str(&manifest)
-                            .map_err(|e| bad_row("pack agent manifest", &id, e))?,
+                            .map_err(|e| NodeError::stored_row("pack agent manifest", &id, e))?,
                         pack_name,
                         pack_version,
                     })
@@ -273,7 +268,7 @@ impl Agents {
         self.store.write(|tx| {
             let installed = installed_in(tx)?;
             let entry = rules::check_roster_entry(doc, path_id, owner, |id| installed.get(id).copied())?;
-            let text = serde_json::to_string(&entry).map_err(|e| bad_row("roster entry", path_id, e))?;
+            let text = serde_json::to_string(&entry).map_err(|e| NodeError::stored_row("roster entry", path_id, e))?;
             let (t, w) = owner_key(owner);
             let now = now_secs();
             let replaced = tx.execute(
@@ -376,7 +371,7 @@ impl Agents {
                 mine.contains(id).then(|| owner.clone())
             })?;
             let text = serde_json::to_string(&chart)
-                .map_err(|e| bad_row("org chart", &owner.tenant_id, e))?;
+                .map_err(|e| NodeError::stored_row("org chart", &owner.tenant_id, e))?;
             let (t, w) = owner_key(owner);
             let now = now_secs();
             let replaced = tx.execute(

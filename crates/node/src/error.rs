@@ -113,6 +113,19 @@ impl NodeError {
             message: message.into(),
         }
     }
+
+    /// A stored row (`what` named `name`) that does not read or write back as JSON.
+    pub(crate) fn stored_row(
+        what: &'static str,
+        name: impl Into<String>,
+        problem: impl ToString,
+    ) -> Self {
+        NodeError::StoredRow {
+            what,
+            name: name.into(),
+            problem: problem.to_string(),
+        }
+    }
 }
 
 pub type Result<T, E = NodeError> = std::result::Result<T, E>;

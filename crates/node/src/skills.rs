@@ -254,12 +254,8 @@ impl Skills {
                 // and the stored declaration row does not carry it (the digest still covers it).
                 let mut stored = c.declaration.clone();
                 stored.model = None;
-                let decl_json =
-                    serde_json::to_string(&stored).map_err(|e| NodeError::StoredRow {
-                        what: "declaration",
-                        name: c.declaration.name.clone(),
-                        problem: e.to_string(),
-                    })?;
+                let decl_json = serde_json::to_string(&stored)
+                    .map_err(|e| NodeError::stored_row("declaration", &c.declaration.name, e))?;
                 let warnings =
                     serde_json::to_value(&c.warnings).unwrap_or(Value::Array(Vec::new()));
                 // A fresh salt for every import: the commitment changes with each change, and
@@ -421,12 +417,8 @@ impl Skills {
             let Some(decl) = decl else {
                 return Ok(false);
             };
-            let mut decl: Declaration =
-                serde_json::from_str(&decl).map_err(|e| NodeError::StoredRow {
-                    what: "declaration",
-                    name: name.to_owned(),
-                    problem: e.to_string(),
-                })?;
+            let mut decl: Declaration = serde_json::from_str(&decl)
+                .map_err(|e| NodeError::stored_row("declaration", name, e))?;
             if let Some(p) = provider.clone() {
                 decl.provider = p;
             }
@@ -463,11 +455,8 @@ impl Skills {
                 }
             }
             decl.model = None;
-            let text = serde_json::to_string(&decl).map_err(|e| NodeError::StoredRow {
-                what: "declaration",
-                name: name.to_owned(),
-                problem: e.to_string(),
-            })?;
+            let text = serde_json::to_string(&decl)
+                .map_err(|e| NodeError::stored_row("declaration", name, e))?;
             tx.execute(
                 "UPDATE skills SET declaration = ?2, digest = ?3, updated_at = ?4 WHERE name = ?1",
                 params![name, text, digest, now_secs()],
@@ -545,12 +534,8 @@ impl Skills {
         })?;
         rows.into_iter()
             .map(|(name, manifest, digest)| {
-                let manifest =
-                    serde_json::from_str(&manifest).map_err(|e| NodeError::StoredRow {
-                        what: "manifest",
-                        name,
-                        problem: e.to_string(),
-                    })?;
+                let manifest = serde_json::from_str(&manifest)
+                    .map_err(|e| NodeError::stored_row("manifest", name, e))?;
                 Ok((manifest, digest))
             })
             .collect()
@@ -608,11 +593,8 @@ impl Skills {
             .optional()?)
         })?;
         row.map(|(decl, digest)| {
-            let declaration = serde_json::from_str(&decl).map_err(|e| NodeError::StoredRow {
-                what: "declaration",
-                name: name.to_owned(),
-                problem: e.to_string(),
-            })?;
+            let declaration = serde_json::from_str(&decl)
+                .map_err(|e| NodeError::stored_row("declaration", name, e))?;
             Ok((declaration, digest))
         })
         .transpose()
@@ -717,15 +699,9 @@ pub(crate) fn limits_in(tx: &Tx<'_>, name: &str) -> Result<Option<Limits>> {
     match stored {
         None => Ok(None),
         Some(None) => Ok(Some(Limits::default())),
-        Some(Some(text)) => {
-            serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| NodeError::StoredRow {
-                    what: "declaration",
-                    name: name.to_owned(),
-                    problem: e.to_string(),
-                })
-        }
+        Some(Some(text)) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| NodeError::stored_row("declaration", name, e)),
     }
 }
 

@@ -721,12 +721,8 @@ pub fn load_policy(store: &Store) -> Result<Option<PolicyConfig>> {
         ))?)
     })?;
     raw.map(|b| {
-        let mut policy: PolicyConfig =
-            serde_json::from_slice(&b).map_err(|e| NodeError::StoredRow {
-                what: "policy",
-                name: POLICY_KEY.into(),
-                problem: e.to_string(),
-            })?;
+        let mut policy: PolicyConfig = serde_json::from_slice(&b)
+            .map_err(|e| NodeError::stored_row("policy", POLICY_KEY, e))?;
         // Rules remembered before a remembered answer was held to its source set and surface
         // are read as narrow as the answers were (`Rule::narrow_as_remembered`).
         let narrowed = policy
