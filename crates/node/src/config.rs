@@ -1008,34 +1008,20 @@ impl Config {
                 "calls.expiry_secs must be at most {MAX_CALL_EXPIRY_SECS} (a box refuses a program valid for longer than 1 h)"
             ));
         }
+        // What a box takes at most (a stake, an output) and what a declaration may say (its
+        // limits): a ceiling above it would promise what no call can get.
+        use skillbox_jc::program::{MAX_OUTPUT_BYTES, MAX_STAKE_BYTES};
+        use skillbox_skill::Limits;
         let cl = &self.ceilings;
-        for (name, v, max) in [
-            (
-                "ceilings.max_request_bytes",
-                cl.max_request_bytes,
-                skillbox_jc::program::MAX_STAKE_BYTES,
-            ),
-            (
-                "ceilings.max_source_bytes",
-                cl.max_source_bytes,
-                skillbox_jc::program::MAX_STAKE_BYTES,
-            ),
-            (
-                "ceilings.max_output_bytes",
-                cl.max_output_bytes,
-                skillbox_jc::program::MAX_OUTPUT_BYTES,
-            ),
-            (
-                "ceilings.calls_per_peer_per_day",
-                cl.calls_per_peer_per_day,
-                skillbox_skill::Limits::MAX,
-            ),
-            (
-                "ceilings.calls_per_day",
-                cl.calls_per_day,
-                skillbox_skill::Limits::MAX,
-            ),
-        ] {
+        #[rustfmt::skip] // a table: a row a ceiling
+        let ceilings = [
+            ("ceilings.max_request_bytes", cl.max_request_bytes, MAX_STAKE_BYTES),
+            ("ceilings.max_source_bytes", cl.max_source_bytes, MAX_STAKE_BYTES),
+            ("ceilings.max_output_bytes", cl.max_output_bytes, MAX_OUTPUT_BYTES),
+            ("ceilings.calls_per_peer_per_day", cl.calls_per_peer_per_day, Limits::MAX),
+            ("ceilings.calls_per_day", cl.calls_per_day, Limits::MAX),
+        ];
+        for (name, v, max) in ceilings {
             if v > max {
                 return Err(format!("{name} must be at most {max}"));
             }

@@ -19,13 +19,35 @@ use crate::config::Config;
 use crate::crypto::{self, DataKey, KEY_LEN, NodeKey};
 use crate::error::{NodeError, Result};
 
-pub const NODE_KEY: &str = "node.key";
-pub const DATA_KEY: &str = "data.key";
-pub const API_TOKEN: &str = "api.token";
-pub const CONFIG: &str = "config.toml";
-pub const STORE: &str = "node.db";
-pub const API_ADDR: &str = "api.addr";
-pub const API_SOCKET: &str = "api.sock";
+/// The data dir's files, a row each (the table in this module's doc): the file's name as a
+/// constant and its path in a [`DataDir`], so no path is spelled apart from its name.
+macro_rules! files {
+    ($($(#[$doc:meta])* $path:ident: $name:ident = $file:literal;)*) => {
+        $(pub const $name: &str = $file;)*
+
+        impl DataDir {
+            $(
+                $(#[$doc])*
+                pub fn $path(&self) -> PathBuf {
+                    self.root.join($name)
+                }
+            )*
+        }
+    };
+}
+
+files! {
+    node_key: NODE_KEY = "node.key";
+    data_key: DATA_KEY = "data.key";
+    api_token: API_TOKEN = "api.token";
+    config: CONFIG = "config.toml";
+    store: STORE = "node.db";
+    api_addr: API_ADDR = "api.addr";
+    /// The API's Unix socket: what the CLI and `skillbox mcp` send the token to. Only this user
+    /// can reach it (the dir is 0700), while a TCP port named in a stale `api.addr` may belong to
+    /// anyone after a crash.
+    api_socket: API_SOCKET = "api.sock";
+}
 
 /// Paths inside one data dir.
 #[derive(Debug, Clone)]
@@ -39,30 +61,6 @@ impl DataDir {
     }
     pub fn root(&self) -> &Path {
         &self.root
-    }
-    pub fn node_key(&self) -> PathBuf {
-        self.root.join(NODE_KEY)
-    }
-    pub fn data_key(&self) -> PathBuf {
-        self.root.join(DATA_KEY)
-    }
-    pub fn api_token(&self) -> PathBuf {
-        self.root.join(API_TOKEN)
-    }
-    pub fn config(&self) -> PathBuf {
-        self.root.join(CONFIG)
-    }
-    pub fn store(&self) -> PathBuf {
-        self.root.join(STORE)
-    }
-    pub fn api_addr(&self) -> PathBuf {
-        self.root.join(API_ADDR)
-    }
-    /// The API's Unix socket: what the CLI and `skillbox mcp` send the token to. Only this user
-    /// can reach it (the dir is 0700), while a TCP port named in a stale `api.addr` may belong to
-    /// anyone after a crash.
-    pub fn api_socket(&self) -> PathBuf {
-        self.root.join(API_SOCKET)
     }
 
     /// Create the data dir with fresh keys, a token and the full config. Refuses a dir that

@@ -464,11 +464,7 @@ impl Calls {
                 return Ok(v);
             }
         }
-        let run_id = row
-            .call
-            .run_id
-            .clone()
-            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let run_id = Self::run_id(row)?;
         let env = Self::envelope(row)?;
         let approved = approved_program(&env)?;
         let v = self
@@ -497,11 +493,7 @@ impl Calls {
         let role = Self::role(row);
         let with_submit = submits_with_stake(&row.call);
         let client = self.client(row)?;
-        let run = row
-            .call
-            .run_id
-            .clone()
-            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let run = Self::run_id(row)?;
         let (id, side) = (row.call.id.clone(), records::role_str(row.call.role));
         let store = self.0.store.clone();
         let v = verified.clone();
@@ -695,11 +687,7 @@ impl Calls {
     }
 
     pub(super) async fn submit(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
-        let run_id = row
-            .call
-            .run_id
-            .clone()
-            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let run_id = Self::run_id(row)?;
         let hash = Self::program_hash(row)?;
         let client = self.client(row)?;
         // The other side may not have staked yet: the box holds the submit until it has (a
@@ -758,17 +746,22 @@ impl Calls {
         Ok(Some((Event::Submitted, Change::none())))
     }
 
+    /// The call's run, for the steps that act on it (attest, stake, submit, fetch): one the
+    /// machine reached such a step without is a bug here, never a peer's doing.
+    fn run_id(row: &CallRow) -> skillbox_jc::Result<String> {
+        row.call
+            .run_id
+            .clone()
+            .ok_or_else(|| JcError::Internal("no run yet".into()))
+    }
+
     fn program_hash(row: &CallRow) -> skillbox_jc::Result<ProgramHash> {
         let env = Self::envelope(row)?;
         Ok(ProgramHash::of(&env.payload_bytes()?))
     }
 
     pub(super) async fn fetch_outcome(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
-        let run_id = row
-            .call
-            .run_id
-            .clone()
-            .ok_or_else(|| JcError::Internal("no run yet".into()))?;
+        let run_id = Self::run_id(row)?;
         let verified = self.verified(row).await?;
         let until_expiry = Duration::from_millis(row.call.expires_at_ms.saturating_sub(now_ms()));
         let client = self.client(row)?;

@@ -862,10 +862,10 @@ mod tests {
         (row, key)
     }
 
-    /// An owner's call `c1`, staked into run `rrr…`, stored: its row and key.
-    fn staked_owner_call(store: &Store) -> (CallRow, Key) {
+    /// An owner's call `c1` in `state` on run `rrr…`, stored: its row and key.
+    fn owner_call_on_run(store: &Store, state: State) -> (CallRow, Key) {
         owner_call(store, |call| {
-            call.state = State::Staked;
+            call.state = state;
             call.run_id = Some("r".repeat(32));
         })
     }
@@ -964,10 +964,7 @@ mod tests {
     #[tokio::test]
     async fn the_policy_a_step_owes_is_answered_in_that_step() {
         let (_dir, store, node) = file_node(|_| {});
-        let (_, key) = owner_call(&store, |call| {
-            call.state = State::Opened;
-            call.run_id = Some("r".repeat(32));
-        });
+        let (_, key) = owner_call_on_run(&store, State::Opened);
         let call = stepped(&node, key.clone(), Event::Staked).await;
         assert_eq!(call.state, State::Submitting);
         assert_eq!(stored_state(&store), State::Submitting);
@@ -993,10 +990,7 @@ mod tests {
         let (_dir, store, node) = file_node(|deps| {
             deps.policy.default = skillbox_calls::Decision::Ask;
         });
-        let (_, key) = owner_call(&store, |call| {
-            call.state = State::Opened;
-            call.run_id = Some("r".repeat(32));
-        });
+        let (_, key) = owner_call_on_run(&store, State::Opened);
         let call = stepped(&node, key, Event::Staked).await;
         assert_eq!(call.state, State::AwaitingConsent);
         assert!(decisions(&store).is_empty());
@@ -1009,10 +1003,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_whose_condition_no_longer_holds_writes_nothing() {
         let (_dir, store, node) = file_node(|_| {});
-        let (row, key) = owner_call(&store, |call| {
-            call.state = State::AwaitingConsent;
-            call.run_id = Some("r".repeat(32));
-        });
+        let (row, key) = owner_call_on_run(&store, State::AwaitingConsent);
         let decide = |holds: bool| Change {
             only_if: Some(Box::new(move |_: &CallRow| holds)),
             ..Change::ledger(super::super::ledger::ledger_entry(
@@ -1284,7 +1275,7 @@ mod tests {
     fn staked_node() -> (Arc<Store>, Calls, CallRow, Key) {
         let store = Arc::new(Store::open_in_memory().expect("store"));
         let node = calls(store.clone());
-        let (row, key) = staked_owner_call(&store);
+        let (row, key) = owner_call_on_run(&store, State::Staked);
         (store, node, row, key)
     }
 
@@ -1479,7 +1470,7 @@ mod tests {
     async fn a_steps_entries_reach_the_head_file_after_it() {
         use crate::ledger::{self, Entry, EntryKind};
         let (_dir, store, calls) = file_node(|_| {});
-        let (_, key) = staked_owner_call(&store);
+        let (_, key) = owner_call_on_run(&store, State::Staked);
         let file_seq = || {
             ledger::read_head_file(&ledger::head_file(&store).expect("a file-backed store"))
                 .ok()
