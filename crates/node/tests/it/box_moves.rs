@@ -80,6 +80,60 @@ async fn pair_tuned(
     tagged_pair(&boxes[0], "MOVE-1", tune).await
 }
 
+/// A call of `request` between a pair ([`pair_tuned`]) accepting two boxes on one provider
+/// double answering after `delay`, followed on the caller's side to `state`: the box it is on
+/// (`victim`, for the test to kill) and the other one it may move to.
+struct OnOneOfTwo {
+    provider: support::ProviderLog,
+    victim: Relay,
+    other: Relay,
+    owner: TestNode,
+    caller: TestNode,
+    id: String,
+    /// The caller's view of the call once in `state`.
+    call: Value,
+}
+
+async fn on_one_of_two(
+    delay: Duration,
+    expiry_secs: u64,
+    more: impl Fn(&mut skillbox_node::Config) + Copy,
+    request: &str,
+    state: &str,
+) -> OnOneOfTwo {
+    let (provider_url, provider) = support::provider_double(delay).await;
+    let a = Relay::boxed(&provider_url).await;
+    let b = Relay::boxed(&provider_url).await;
+    let urls = [a.url.clone(), b.url.clone()];
+    let (owner, caller) = pair_tuned(&urls, expiry_secs, more).await;
+    let id = caller.start_call(&owner.peer_id, "taste", request).await;
+    let call = caller.wait_state(&id, &[state], LIMIT).await;
+    let on = call["box"].as_str().expect("box");
+    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
+    assert_eq!(victim.url, on);
+    OnOneOfTwo {
+        provider,
+        victim,
+        other,
+        owner,
+        caller,
+        id,
+        call,
+    }
+}
+
+/// [`on_one_of_two`] parked for the caller's human ([`caller_asks`]), programs valid 15 min.
+async fn parked_on_one_of_two(request: &str) -> OnOneOfTwo {
+    on_one_of_two(
+        Duration::ZERO,
+        900,
+        caller_asks,
+        request,
+        "awaiting_consent",
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_that_died_before_any_stake_hands_the_run_to_another_and_the_history_says_so() {
     let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
@@ -248,23 +302,20 @@ async fn a_forwarded_attestation_without_the_owners_half_is_not_taken() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its_reason() {
-    // The provider takes its time, so the box dies while the run is on it.
-    let (provider_url, provider) = support::provider_double(Duration::from_secs(3)).await;
-    let a = Relay::boxed(&provider_url).await;
-    let b = Relay::boxed(&provider_url).await;
-    let urls = [a.url.clone(), b.url.clone()];
-    // A run whose box died is waited for (the box may come back with it) until its program
-    // expires: short here.
-    let (owner, caller) = pair(&urls, 15).await;
-    let id = caller
-        .start_call(&owner.peer_id, "taste", "REQ-MOVE-STAKED")
-        .await;
-    // Submitted: this side's stake is in (written ahead in the ledger, taken by the box).
-    let c = caller.wait_state(&id, &["submitted"], LIMIT).await;
-    let on = c["box"].as_str().expect("box").to_owned();
-    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
-    assert_eq!(victim.url, on);
-    victim.kill().await;
+    // The provider takes its time, so the box dies while the run is on it. A run whose box
+    // died is waited for (the box may come back with it) until its program expires: short
+    // here. Submitted: this side's stake is in (written ahead in the ledger, taken by the box).
+    let staked = on_one_of_two(
+        Duration::from_secs(3),
+        15,
+        |_| {},
+        "REQ-MOVE-STAKED",
+        "submitted",
+    )
+    .await;
+    let (caller, owner, id, other) = (staked.caller, staked.owner, staked.id, staked.other);
+    let (on, provider) = (staked.victim.url.clone(), staked.provider);
+    staked.victim.kill().await;
     let c = caller.wait_call(&id, LIMIT).await;
     let o = owner.wait_call(&id, LIMIT).await;
     assert_eq!(c["state"], "failed", "{c}");
@@ -362,24 +413,16 @@ async fn entries(node: &TestNode, id: &str, kind: &str) -> Vec<Value> {
 /// after it died; both histories name the move, and the call is answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to_another() {
-    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
-    let a = Relay::boxed(&provider_url).await;
-    let b = Relay::boxed(&provider_url).await;
-    let urls = [a.url.clone(), b.url.clone()];
-    let (owner, caller) = pair_tuned(&urls, 900, caller_asks).await;
-    let id = caller
-        .start_call(&owner.peer_id, "taste", "REQ-MOVE-OPENED")
-        .await;
-    let c = caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
-    let on = c["box"].as_str().expect("box").to_owned();
-    let first_run = c["runId"].as_str().expect("run").to_owned();
+    let parked = parked_on_one_of_two("REQ-MOVE-OPENED").await;
+    let (caller, owner, id, other) = (parked.caller, parked.owner, parked.id, parked.other);
+    let (on, provider, victim) = (parked.victim.url.clone(), parked.provider, parked.victim);
+    let first_run = parked.call["runId"].as_str().expect("run").to_owned();
     // The owner verified that run and staked its body into it; its submit waits for the
     // caller's stake.
     owner.wait_state(&id, &["submitting"], LIMIT).await;
     let before = entries(&owner, &id, "stake").await;
     assert_eq!(before.len(), 1, "{before:?}");
     assert_eq!(before[0]["run"], first_run.as_str());
-    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
     victim.kill().await;
     approve(&caller, &id).await;
     // A new run on the other box: the question names it, and is asked again.
@@ -466,22 +509,14 @@ async fn a_box_that_died_between_the_open_and_the_callers_stake_hands_the_run_to
 /// question is refused naming the field. The yes to the new question is taken.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_yes_to_the_question_before_the_box_was_lost_does_not_approve_the_new_one() {
-    let (provider_url, _provider) = support::provider_double(Duration::ZERO).await;
-    let a = Relay::boxed(&provider_url).await;
-    let b = Relay::boxed(&provider_url).await;
-    let urls = [a.url.clone(), b.url.clone()];
-    let (owner, caller) = pair_tuned(&urls, 900, caller_asks).await;
-    let id = caller
-        .start_call(&owner.peer_id, "taste", "REQ-QUESTION")
-        .await;
-    let c = caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
-    let on = c["box"].as_str().expect("box").to_owned();
+    let parked = parked_on_one_of_two("REQ-QUESTION").await;
+    let (caller, owner, id, other) = (parked.caller, parked.owner, parked.id, parked.other);
     // The question the human is shown, in the approvals list and the call's view alike.
     let first = caller.question(&id).await;
+    let c = parked.call;
     assert_eq!(c["question"], first.as_str(), "{c}");
     owner.wait_state(&id, &["submitting"], LIMIT).await;
-    let (victim, other) = if on == a.url { (a, b) } else { (b, a) };
-    victim.kill().await;
+    parked.victim.kill().await;
     caller
         .decide(
             &id,

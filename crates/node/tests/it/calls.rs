@@ -7,24 +7,20 @@ use crate::support;
 
 use std::time::Duration;
 
-use crate::support::{TestNode, world};
+use crate::support::{TestNode, world, world_holding_songs};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_call_is_answered_and_the_owner_keeps_a_receipt() {
-    let w = world(
+    let w = world_holding_songs(
         "BODY-1",
         "sk-test-KEY-1",
         &["songs", "diary"],
-        |_| {},
-        |_| {},
+        "Radiohead - Weird Fishes\n",
     )
     .await;
-    w.caller
-        .put_source("songs", "text", "Radiohead - Weird Fishes\n")
-        .await;
     // The owner's advert names the box it accepts: identity from the box's /healthz, and URL.
     let owner_peer: skillbox_peers::PeerId = w.owner.peer_id.parse().expect("peer id");
     let boxes = w

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support;
-use crate::support::{TestNode, World, provider_double, world};
+use crate::support::{TestNode, World, provider_double, world, world_holding_songs};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -27,17 +27,13 @@ async fn of_call(node: &TestNode, id: &str) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_side_records_its_decision_and_its_stake_signed_and_without_content() {
-    let w = world(
+    let w = world_holding_songs(
         "BODY-LEDGER-7",
         "sk-test-KEY-LEDGER-7",
         &["songs"],
-        |_| {},
-        |_| {},
+        "SOURCE-LEDGER-MARK\n",
     )
     .await;
-    w.caller
-        .put_source("songs", "text", "SOURCE-LEDGER-MARK\n")
-        .await;
     let id = w.call_answered("REQUEST-LEDGER-MARK", LIMIT).await;
 
     // Caller: the policy's default allowed, then the request and `songs` were sealed.
@@ -511,10 +507,13 @@ async fn verdict(node: &TestNode) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn edits_of_the_database_under_the_ledger_are_seen() {
-    let w = world("BODY-EDIT", "sk-test-KEY-EDIT", &["songs"], |_| {}, |_| {}).await;
-    w.caller
-        .put_source("songs", "text", "Moderat - A New Error\n")
-        .await;
+    let w = world_holding_songs(
+        "BODY-EDIT",
+        "sk-test-KEY-EDIT",
+        &["songs"],
+        "Moderat - A New Error\n",
+    )
+    .await;
     let first = w.caller.start_call(&w.owner.peer_id, "taste", "one").await;
     assert_eq!(w.caller.wait_call(&first, LIMIT).await["state"], "answered");
     // The database as it was after the first call (what a restored backup would hold).

@@ -19,3 +19,16 @@ pub fn caller_asks(sources: Option<&[&str]>) -> impl FnOnce(&mut skillbox_node::
         )
     }
 }
+
+/// [`world`] with both configs as shipped and the caller holding `songs` (a text source with
+/// `songs` in it) for the owner's skill, which requires `required`.
+pub async fn world_holding_songs(
+    body_marker: &str,
+    key: &str,
+    required: &[&str],
+    songs: &str,
+) -> World {
+    let w = world(body_marker, key, required, |_| {}, |_| {}).await;
+    w.caller.put_source("songs", "text", songs).await;
+    w
+}
