@@ -105,13 +105,21 @@ pub fn board_has(board: &Value, peer: &str, skill: &str) -> bool {
 /// `run_failed` on the side it told — never the provider's own words.
 #[track_caller]
 pub fn assert_failed_upstream(call: &Value) {
+    assert_failed_in_run(call, "upstream_error");
+}
+
+/// A call record whose box run failed with `box_code` carries only closed codes: `run_failed`
+/// naming `box_code` on the side that fetched the result first, `peer_failed` naming
+/// `run_failed` on the side it told — never words of the provider or the peer.
+#[track_caller]
+pub fn assert_failed_in_run(call: &Value, box_code: &str) {
     let (code, message) = (
         call["failure"]["code"].as_str().unwrap_or(""),
         call["failure"]["message"].as_str().unwrap_or(""),
     );
     assert!(
-        (code == "run_failed" && message.contains("upstream_error"))
+        (code == "run_failed" && message.contains(box_code))
             || (code == "peer_failed" && message.contains("run_failed")),
-        "the closed code, not the provider's words: {call}"
+        "the closed code ({box_code} in the run), not anyone's own words: {call}"
     );
 }

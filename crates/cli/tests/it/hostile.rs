@@ -64,6 +64,20 @@ fn hostile_peer(
 }
 
 /// The box at `url`, accepted as insecure-dev (what the test nodes accept).
+/// The flow tests' world ([`procs::pair_with`]) in front of `provider`, the double a test makes
+/// hostile: no extra environment, the caller's config as `init` makes it.
+fn pair_before(
+    root: &std::path::Path,
+    provider: (String, procs::ProviderLog),
+) -> (
+    procs::ProviderLog,
+    procs::BoxProc,
+    procs::NodeDir,
+    procs::NodeDir,
+) {
+    procs::pair_with(root, provider, &[], |t| t)
+}
+
 fn insecure_box(url: &str) -> Vec<skillbox_peers::AcceptedBox> {
     vec![skillbox_peers::AcceptedBox {
         platform: "insecure-dev".into(),
@@ -248,12 +262,8 @@ fn a_provider_echoing_its_input_carries_nothing_across() {
     const REQUEST: &str = "ECHO-REQUEST-e44";
     const SOURCE: &str = "ECHO-SOURCE-b19";
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider, _bx, owner, caller) = procs::pair_with(
-        root.path(),
-        procs::provider_double_echoing_errors(),
-        &[],
-        |t| t,
-    );
+    let (provider, _bx, owner, caller) =
+        pair_before(root.path(), procs::provider_double_echoing_errors());
     let doc = procs::skill_doc("taste", BODY, &["songs"]).replace("gpt-test", MODEL);
     procs::offer_taste(&owner, &caller, KEY, &doc, SOURCE);
     let owner_api = owner.api();
@@ -318,12 +328,8 @@ fn a_provider_echoing_its_raw_request_in_an_answer_gives_the_caller_no_key_or_mo
     const MODEL: &str = "echo-model-MARK-93";
     const KEY: &str = "sk-ECHO200-KEY-7f1";
     let root = tempfile::tempdir().expect("tempdir");
-    let (provider, _bx, owner, caller) = procs::pair_with(
-        root.path(),
-        procs::provider_double_echoing_requests(),
-        &[],
-        |t| t,
-    );
+    let (provider, _bx, owner, caller) =
+        pair_before(root.path(), procs::provider_double_echoing_requests());
     // A body of two words: the guard finds no n-gram of it in the echo, nothing it tracks.
     let doc = format!(
         "---\nname: taste\ndescription: Answers briefly.\nprovider: openai\nmodel: {MODEL}\n\
@@ -353,15 +359,7 @@ fn a_provider_echoing_its_raw_request_in_an_answer_gives_the_caller_no_key_or_mo
     }
     // The run failed with the closed code of an answer that is no answer.
     assert_eq!(c["state"], "failed", "{c}");
-    let (code, message) = (
-        c["failure"]["code"].as_str().unwrap_or(""),
-        c["failure"]["message"].as_str().unwrap_or(""),
-    );
-    assert!(
-        (code == "run_failed" && message.contains("protocol"))
-            || (code == "peer_failed" && message.contains("run_failed")),
-        "a closed code: {c}"
-    );
+    skillbox_testkit::answer::assert_failed_in_run(&c, "protocol");
 }
 
 #[test]
@@ -613,6 +611,20 @@ fn cli_env(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output
     procs::skillbox_with(dir, args, env, None)
 }
 
+/// The caller's `skillbox call OWNER taste "what do I like?" FLAGS --wait --json`, run with
+/// `env` added: the CLI's whole way from the caller to the owner's skill and back.
+fn call_taste(
+    caller: &procs::NodeDir,
+    owner: &procs::NodeDir,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut args = vec!["call", &owner.peer_id, "taste", "what do I like?"];
+    args.extend_from_slice(flags);
+    args.extend(["--wait", "--json"]);
+    cli_env(&caller.dir, &args, env)
+}
+
 #[test]
 fn a_stale_api_addr_never_gets_the_operator_token() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -700,18 +712,7 @@ fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
     let doc = procs::skill_doc("taste", "BODY", &["songs"]);
     procs::offer_taste(&owner, &caller, "sk-proxy-test", &doc, "Bonobo - Kerala\n");
     // The CLI, each node to the box and back, with every proxy variable set.
-    let o = cli_env(
-        &caller.dir,
-        &[
-            "call",
-            &owner.peer_id,
-            "taste",
-            "what do I like?",
-            "--wait",
-            "--json",
-        ],
-        &env,
-    );
+    let o = call_taste(&caller, &owner, &[], &env);
     assert!(o.status.success(), "{}", text(&o));
     let rec: Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(rec["state"], "answered", "{rec}");
@@ -762,26 +763,11 @@ fn assert_nothing_a_terminal_obeys(what: &str, shown: &str) {
 #[test]
 fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (_provider, bx, owner, caller) = procs::pair_with(
-        root.path(),
-        procs::provider_double_by(hostile_answer),
-        &[],
-        |t| t,
-    );
+    let (_provider, bx, owner, caller) =
+        pair_before(root.path(), procs::provider_double_by(hostile_answer));
     let doc = procs::skill_doc("taste", "BODY-TERM-1f0", &["songs"]);
     procs::offer_taste(&owner, &caller, "sk-term-3a1", &doc, "a song");
-    let o = cli(
-        &caller.dir,
-        &[
-            "call",
-            &owner.peer_id,
-            "taste",
-            "what do I like?",
-            "--no-sources",
-            "--wait",
-            "--json",
-        ],
-    );
+    let o = call_taste(&caller, &owner, &["--no-sources"], &[]);
     let rec: Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(rec["state"], "answered", "{rec}");
     assert!(

@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 
 use crate::support::procs::{self, ServedNode, assert_no_markers, cli, cli_ok, text};
 
+/// A node's data dir, `node` in a fresh temporary dir, made by `skillbox init` as a user makes
+/// it (its API on a free loopback port): the temporary dir (remove it last) and the data dir.
+fn inited_node() -> (tempfile::TempDir, std::path::PathBuf) {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("node");
+    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    (root, dir)
+}
+
+/// `skillbox source add NAME --secret` with `key` piped to it, as a script adds a key; its output.
+fn add_secret_piped(dir: &Path, name: &str, key: &[u8]) -> std::process::Output {
+    procs::skillbox_with(dir, &["source", "add", name, "--secret"], &[], Some(key))
+}
+
 /// The `skillbox` process (not `script`, not its shell) whose command line holds `dir` and
 /// `--secret`, once it runs.
 fn secret_reader(dir: &Path) -> Option<u32> {
@@ -50,9 +64,7 @@ fn echoes(pid: u32) -> Option<bool> {
 #[test]
 fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
     const TYPED: &str = "sk-TYPED-AT-THE-TERMINAL-4d1c";
-    let root = tempfile::tempdir().expect("tempdir");
-    let dir = root.path().join("node");
-    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let (_root, dir) = inited_node();
     let _node = ServedNode::start(&dir, "node.log");
 
     let mut screen = procs::at_terminal(&dir, "source add typed-key --secret");
@@ -85,12 +97,7 @@ fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
 
     // What was typed is the key, whole; and from a pipe the key is read as before (its line end
     // dropped).
-    let o = procs::skillbox_with(
-        &dir,
-        &["source", "add", "piped-key", "--secret"],
-        &[],
-        Some(b"sk-PIPED\n"),
-    );
+    let o = add_secret_piped(&dir, "piped-key", b"sk-PIPED\n");
     assert!(o.status.success(), "{}", text(&o));
     // Private text off the command line: `--file /dev/stdin`, as the help says.
     let o = procs::skillbox_with(
@@ -140,9 +147,7 @@ fn a_secret_typed_at_a_terminal_is_not_on_the_screen() {
 /// SIGTERM and SIGHUP sent to the process.
 #[test]
 fn the_terminal_echoes_again_after_the_secret_prompt_is_left() {
-    let root = tempfile::tempdir().expect("tempdir");
-    let dir = root.path().join("node");
-    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let (_root, dir) = inited_node();
     // (the way out, what the shell's `$?` says after it)
     let ways: [(&str, &str); 5] = [
         ("typed Ctrl-C", "exit=130"),
@@ -234,9 +239,7 @@ fn the_help_says_what_a_command_line_shows() {
 fn a_key_pasted_into_skill_set_is_refused_and_kept_nowhere() {
     const PASTED: &str = "sk-proj-Q3vT9xLm2PASTEDkEy7wZr4Nd8Hs1Fb6";
     const ENCODED: &str = "c2stUEFTVEVELWJhc2U2NC1rZXktOTk=";
-    let root = tempfile::tempdir().expect("tempdir");
-    let dir = root.path().join("node");
-    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let (root, dir) = inited_node();
     let node = ServedNode::start(&dir, "node.log");
     let skill = root.path().join("taste");
     std::fs::create_dir(&skill).expect("mkdir");
@@ -246,12 +249,7 @@ fn a_key_pasted_into_skill_set_is_refused_and_kept_nowhere() {
     )
     .expect("write SKILL.md");
     cli_ok(&dir, &["skill", "add", &skill.display().to_string()]);
-    let o = procs::skillbox_with(
-        &dir,
-        &["source", "add", "openai-key", "--secret"],
-        &[],
-        Some(b"sk-THE-REAL-ONE\n"),
-    );
+    let o = add_secret_piped(&dir, "openai-key", b"sk-THE-REAL-ONE\n");
     assert!(o.status.success(), "{}", text(&o));
     cli_ok(
         &dir,
@@ -358,19 +356,10 @@ impl TheirSocket {
 fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
     use procs::set_mode as mode;
     const KEY: &str = "sk-FOR-MY-OWN-NODE-ONLY-8e21";
-    let root = tempfile::tempdir().expect("tempdir");
-    let dir = root.path().join("node");
-    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let (root, dir) = inited_node();
     let token = std::fs::read_to_string(dir.join("api.token")).expect("token");
     let theirs = TheirSocket::listen(&dir);
-    let add = |dir: &Path| {
-        procs::skillbox_with(
-            dir,
-            &["source", "add", "my-key", "--secret"],
-            &[],
-            Some(format!("{KEY}\n").as_bytes()),
-        )
-    };
+    let add = |dir: &Path| add_secret_piped(dir, "my-key", format!("{KEY}\n").as_bytes());
     let refused = |o: &std::process::Output, why: &str, what: &str| {
         let said = text(o);
         assert_eq!(o.status.code(), Some(1), "{what}: taken: {said}");
@@ -426,9 +415,7 @@ fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
 fn a_node_or_a_box_does_not_start_on_a_dir_another_user_can_write() {
     use procs::set_mode as mode;
     const PLANTED: &str = "5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a";
-    let root = tempfile::tempdir().expect("tempdir");
-    let dir = root.path().join("node");
-    cli_ok(&dir, &["init", "--api", "127.0.0.1:0"]);
+    let (root, dir) = inited_node();
     let show_identity = [
         "box",
         "--insecure-dev",
