@@ -363,6 +363,12 @@ pub(crate) fn admits<T>(list: &[T], matches: impl Fn(&T) -> bool) -> bool {
     list.is_empty() || list.iter().any(matches)
 }
 
+/// The default of a policy switch that is on unless a config file turns it off
+/// (`#[serde(default = "crate::yes")]`, shared by the platforms' policies).
+pub(crate) fn yes() -> bool {
+    true
+}
+
 /// Deserialize a list that must not be empty (a pin list in a config file).
 pub(crate) fn nonempty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
 where

@@ -193,7 +193,7 @@ pub struct Policy {
     #[serde(default = "all_products")]
     pub products: Vec<Product>,
     /// Accept reports signed by a VLEK (a cloud provider's key) as well as a VCEK. Default true.
-    #[serde(default = "yes")]
+    #[serde(default = "crate::yes")]
     pub allow_vlek: bool,
     /// Accept a guest whose policy allows a migration agent. Default false.
     #[serde(default)]
@@ -214,10 +214,6 @@ fn floor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<MinTcb>, D::Er
 
 fn all_products() -> Vec<Product> {
     Product::ALL.to_vec()
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Policy {

@@ -190,14 +190,14 @@ pub struct Policy {
     pub rejected_advisories: Vec<String>,
     /// Accept a platform whose PCK says SMT (hyperthreading) is enabled. Default true: nearly
     /// every TDX host (the Intel sample included) runs with SMT on; set false to refuse them.
-    #[serde(default = "yes")]
+    #[serde(default = "crate::yes")]
     pub allow_smt: bool,
     /// Accept a platform whose PCK says it is a dynamic (multi-package) platform. Default
     /// true, for the same reason (cloud hosts are).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::yes")]
     pub allow_dynamic_platform: bool,
     /// Accept a platform whose keys Intel's registration service caches. Default true.
-    #[serde(default = "yes")]
+    #[serde(default = "crate::yes")]
     pub allow_cached_keys: bool,
     /// Seconds an `OutOfDate` platform stays acceptable after its TCB level's date (only when
     /// `OutOfDate` is in `tcb_statuses`). Default 0.
@@ -214,10 +214,6 @@ pub struct Policy {
     /// Accepted PCK PPIDs (hex); empty = any platform.
     #[serde(default)]
     pub ppids: Vec<HexBytes>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// A loaded policy's `min_tcb_eval_data_number`: present (serde refuses it absent, naming the
