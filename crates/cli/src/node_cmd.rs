@@ -369,6 +369,10 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
     let client = Client::from_data_dir(global)?;
     match cmd {
         SourceCommand::Add(a) => {
+            // The node's own name rule, before a secret is asked for: a provider's key pasted
+            // where the name goes is refused here, with a fixed message that repeats none of it,
+            // and is never typed again, sent or stored.
+            skillbox_node::sources::check_name(&a.name)?;
             // A secret on the command line is in /proc/<pid>/cmdline (every local user reads
             // it) and in shell history: it comes from standard input or a file.
             if a.text.is_some() && a.kind.as_deref() == Some("secret") {

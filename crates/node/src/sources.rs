@@ -82,25 +82,62 @@ pub struct SourceMeta {
     pub updated_at: i64,
 }
 
+/// What a source name that reads as a provider's API key is refused with. Fixed: the "name" is
+/// the user's key, and a refusal is shown, logged and kept by clients (the API's answer, the
+/// CLI's output, the dashboard's page).
+pub const KEY_IS_NOT_A_SOURCE_NAME: &str = "the source name looks like a provider's API key, not a name: nothing was stored; give the source a short name and the key as its content (`skillbox source add NAME --secret`, or `PUT /sources/NAME?kind=secret` with the key as the body), and revoke the key with its provider if the command line or address was seen or kept";
+
 /// Check a source name with the project's one rule (the same one `key:` and `requiredSources`
 /// are checked with): `/`-separated segments of `[A-Za-z0-9_.-]`, each starting with a letter,
-/// digit or `_`, at most [`MAX_NAME_LEN`] bytes.
+/// digit or `_`, at most [`MAX_NAME_LEN`] bytes; and, outside the node's own prefixes, not a
+/// provider's API key pasted where the name goes. A refused name may be that key, so no error
+/// here repeats any of it: each says which rule failed, with a length or a byte position at most.
+/// (The node's own names are exempt from the key test: a call's id is 32 hex digits.)
 pub fn check_name(name: &str) -> Result<()> {
+    let refused = |why: String| Err(NodeError::invalid("name", why));
+    if name.is_empty() {
+        return refused("a source name cannot be empty".to_owned());
+    }
+    if !skillbox_skill::is_reserved_source_name(name)
+        && skillbox_skill::looks_like_a_provider_key(name)
+    {
+        return refused(KEY_IS_NOT_A_SOURCE_NAME.to_owned());
+    }
     if skillbox_skill::is_valid_source_name(name) {
         return Ok(());
     }
-    let why = if name.is_empty() {
-        "is empty".to_owned()
-    } else if name.len() > MAX_NAME_LEN {
-        format!("is {} bytes; at most {MAX_NAME_LEN}", name.len())
-    } else {
-        "must be '/'-separated segments of letters, digits, '_', '.', '-', each starting with a letter, digit or '_'"
-            .to_owned()
-    };
-    Err(NodeError::invalid(
-        "name",
-        format!("source name {name:?} {why}"),
-    ))
+    if name.len() > MAX_NAME_LEN {
+        return refused(format!(
+            "a source name is at most {MAX_NAME_LEN} bytes; this one is {}",
+            name.len()
+        ));
+    }
+    let segment_rule = "a source name is '/'-separated segments of letters, digits, '_', '.', '-', each starting with a letter, digit or '_'";
+    let mut at = 0;
+    for segment in name.split('/') {
+        let first = segment.bytes().next();
+        if first.is_none() {
+            return refused(format!(
+                "{segment_rule}; this one has an empty segment at byte {at}"
+            ));
+        }
+        if !first.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return refused(format!(
+                "{segment_rule}; this one has a segment starting with another character at byte {at}"
+            ));
+        }
+        if let Some(i) = segment
+            .bytes()
+            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')))
+        {
+            return refused(format!(
+                "{segment_rule}; this one has another character at byte {}",
+                at + i
+            ));
+        }
+        at += segment.len() + 1;
+    }
+    refused(segment_rule.to_owned())
 }
 
 /// Whether the data key opens this store's check value. Writes the check value on first use.
@@ -535,6 +572,55 @@ mod tests {
         assert!(s.put("agent/x/prompt", SourceKind::Text, b"x").is_err());
         assert!(s.put("notes", SourceKind::Text, &[0xff, 0xfe]).is_err());
         assert!(s.put("empty", SourceKind::File, b"").is_err());
+    }
+
+    /// A provider's key pasted where a source's name goes (`source add sk-ant-… --secret`,
+    /// `PUT /sources/<key>`, the dashboard's form) is refused with a fixed text holding no part
+    /// of it, whether the key passes the name rule (it would have become a name, shown in
+    /// listings and consent questions) or fails it (its refusal quoted it); nothing is stored.
+    /// Other refusals say which rule failed, not the name; the node's own names stay names.
+    #[test]
+    fn a_pasted_key_is_no_source_name_and_no_refusal_repeats_a_name() {
+        let s = sources();
+        let too_long = format!("sk-ant-api03-{}", "Xy7".repeat(50));
+        for key in [
+            "sk-ant-api03-AbCdEf0123456789_xyz",
+            "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+            "1fa036b5a9fa7baa4f1260e831e989a4",
+            "sk-proj-Q3vT9xLm2+PASTED/kEy7wZr4Nd8Hs1Fb6=",
+            &too_long,
+        ] {
+            for err in [
+                check_name(key).expect_err(key).to_string(),
+                s.put(key, SourceKind::Secret, b"content")
+                    .expect_err(key)
+                    .to_string(),
+            ] {
+                assert!(err.contains(KEY_IS_NOT_A_SOURCE_NAME), "{err}");
+                skillbox_testkit::leak::assert_no_part_of("the refusal", &err, key);
+            }
+        }
+        assert_eq!(
+            s.list().expect("list"),
+            vec![],
+            "a refused name left a source"
+        );
+        for (bad, says) in [
+            ("my key WORDSAFTER", "another character at byte 2"),
+            (".hiddenWORDS", "starting with another character at byte 0"),
+            ("notes//WORDSAFTER", "empty segment at byte 6"),
+            (&"WORDSWORDS".repeat(13), "this one is 130"),
+        ] {
+            let err = check_name(bad).expect_err(bad).to_string();
+            assert!(err.contains(says), "{bad:?}: {err}");
+            skillbox_testkit::leak::assert_no_markers("the refusal", &err, &["WORDS"]);
+        }
+        for own in [
+            "call/1fa036b5a9fa7baa4f1260e831e989a4/request",
+            "skill/summarize2024longdocuments/body",
+        ] {
+            check_name(own).expect(own);
+        }
     }
 
     proptest::proptest! {

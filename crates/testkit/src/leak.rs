@@ -14,6 +14,15 @@ pub fn assert_no_markers(what: &str, haystack: &str, markers: &[&str]) {
     }
 }
 
+/// [`assert_no_markers`] for every 8-byte stretch of `secret`: no part of it long enough to
+/// tell it (a key pasted where a name goes must not come back even cut short or half quoted).
+pub fn assert_no_part_of(what: &str, haystack: &str, secret: &str) {
+    let parts: Vec<&str> = (0..=secret.len().saturating_sub(8))
+        .filter_map(|i| secret.get(i..i + 8))
+        .collect();
+    assert_no_markers(what, haystack, &parts);
+}
+
 fn floor(s: &str, mut i: usize) -> usize {
     while !s.is_char_boundary(i) {
         i -= 1;

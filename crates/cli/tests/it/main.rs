@@ -21,6 +21,7 @@ mod peers_process;
 mod reach_a2a;
 mod reach_mcp;
 mod same_machine;
+mod secret_names;
 mod show_identity;
 mod ui;
 mod ui_browser;
