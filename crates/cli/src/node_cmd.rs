@@ -4,12 +4,14 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 use skillbox_node::{Config, DataDir, Node};
+use zeroize::Zeroizing;
 
 // ---- init
 
@@ -215,6 +217,30 @@ impl Client {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> anyhow::Result<Answer> {
+        let body = body.map(|(content_type, bytes)| (content_type, reqwest::Body::from(bytes)));
+        self.send_body(method, path, body)
+    }
+
+    /// [`Client::send`] of content kept in memory that is wiped when the last reference to it
+    /// goes (a source's content, a typed key): the body is that very buffer, not a copy, so no
+    /// unwiped copy is freed by the HTTP client once it is sent.
+    pub(crate) fn send_wiped(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        content_type: &str,
+        content: Zeroizing<Vec<u8>>,
+    ) -> anyhow::Result<Answer> {
+        let body = reqwest::Body::from(bytes::Bytes::from_owner(content));
+        self.send_body(method, path, Some((content_type, body)))
+    }
+
+    fn send_body(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, reqwest::Body)>,
+    ) -> anyhow::Result<Answer> {
         let url = format!("{}{path}", self.base);
         let mut req = self
             .http
@@ -382,21 +408,21 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
                 );
             }
             let (content, default_kind) = if let Some(path) = &a.file {
-                (
-                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
-                    "file",
-                )
+                let read =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                (Zeroizing::new(read), "file")
             } else if let Some(text) = a.text {
-                (text.into_bytes(), "text")
+                (Zeroizing::new(text.into_bytes()), "text")
             } else {
                 (read_secret(&a.name)?, "secret")
             };
             let kind = a.kind.as_deref().unwrap_or(default_kind);
             let path = format!("/sources/{}?kind={kind}&shareable={}", a.name, a.share);
-            let ans = client.send(
+            let ans = client.send_wiped(
                 reqwest::Method::PUT,
                 &path,
-                Some(("application/octet-stream", content)),
+                "application/octet-stream",
+                content,
             )?;
             if a.json {
                 print_json(&ans.body)?;
@@ -445,9 +471,10 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
 
 /// The secret of `source add NAME --secret`, from standard input. At a terminal it is typed with
 /// echo off, so it is not on the screen, in the terminal's scrollback or in a recording of it
-/// (the prompt goes to stderr); from a pipe or a file, standard input is read to its end.
-fn read_secret(name: &str) -> anyhow::Result<Vec<u8>> {
-    let mut stdin = std::io::stdin();
+/// (the prompt goes to stderr); from a pipe or a file, standard input is read to its end. Held,
+/// from the moment it is read until it is sent, in memory wiped when dropped.
+fn read_secret(name: &str) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+    let stdin = std::io::stdin();
     if stdin.is_terminal() {
         let config = rpassword::ConfigBuilder::new()
             // The terminal on stdin (the one that is a terminal), not /dev/tty.
@@ -461,8 +488,8 @@ fn read_secret(name: &str) -> anyhow::Result<Vec<u8>> {
             .context("setting up the terminal for the secret")?;
         let typed = rpassword::prompt_password_with_config(prompt, config);
         drop(kept);
-        let typed = match typed {
-            Ok(typed) => typed,
+        let mut typed = match typed {
+            Ok(typed) => Zeroizing::new(typed),
             // Ctrl-D at the empty prompt: rpassword has put the terminal back already.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 bail!("no secret typed (input ended)")
@@ -472,13 +499,19 @@ fn read_secret(name: &str) -> anyhow::Result<Vec<u8>> {
         if typed.is_empty() {
             bail!("no secret typed");
         }
-        return Ok(typed.into_bytes());
+        // The same buffer, moved (not copied) out of the String.
+        return Ok(Zeroizing::new(std::mem::take(&mut *typed).into_bytes()));
     }
-    let mut buf = Vec::new();
-    stdin
-        .read_to_end(&mut buf)
+    // Standard input's own descriptor, unbuffered: `Stdin` would pass the secret through its
+    // buffer, which lives (unwiped) as long as the process.
+    let unbuffered = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
         .context("reading the secret from standard input")?;
-    // `echo` adds a line end; it is not part of the key.
+    let mut buf = read_wiped(unbuffered).context("reading the secret from standard input")?;
+    // `echo` adds a line end; it is not part of the key (wiped with the rest: a Vec's wipe
+    // covers its whole capacity).
     while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         buf.pop();
     }
@@ -486,6 +519,29 @@ fn read_secret(name: &str) -> anyhow::Result<Vec<u8>> {
         bail!("no secret on standard input");
     }
     Ok(buf)
+}
+
+/// All of `from`, in memory wiped when dropped. `read_to_end` grows its `Vec` by reallocating,
+/// which frees each outgrown buffer with the start of the secret still in it; this grows by
+/// copying into a larger wiped buffer and dropping (so wiping) the old one.
+fn read_wiped(mut from: impl Read) -> std::io::Result<Zeroizing<Vec<u8>>> {
+    let mut buf = Zeroizing::new(Vec::with_capacity(4096));
+    let mut chunk = Zeroizing::new([0u8; 4096]);
+    loop {
+        let n = match from.read(&mut chunk[..]) {
+            Ok(0) => return Ok(buf),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.len() + n > buf.capacity() {
+            let mut bigger =
+                Zeroizing::new(Vec::with_capacity((buf.len() + n).max(2 * buf.capacity())));
+            bigger.extend_from_slice(&buf);
+            buf = bigger;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 fn set_shareable(client: &Client, name: &str, shareable: bool) -> anyhow::Result<()> {
