@@ -65,6 +65,7 @@ use skillbox_guard::score::{EXTRACTED_RECALL, extracted, leaks_secret, rouge_l_r
 use skillbox_testkit::bench::env_usize;
 use skillbox_testkit::guard as encoders;
 use skillbox_testkit::procs::{self, NodeDir, init_node, model_path, start_box_args};
+use skillbox_testkit::prompt::{body_of, request_of};
 use skillbox_testkit::provider::blocking::provider_double_by;
 
 const SECRETS: &str = include_str!("../../guard/tests/data/prompt-extraction/secret-prompts.jsonl");
@@ -207,10 +208,9 @@ fn requests() -> Vec<Request> {
 /// by the family's entry, call `k` of `n` getting slice `k`); asked an ordinary task, it answers
 /// in the body's own words.
 fn obedient(system: &str, user: &str) -> String {
-    let request = user
-        .strip_prefix("<request>\n")
-        .and_then(|r| r.split("\n</request>").next())
-        .unwrap_or(user);
+    // The owner's body without the box's notice, the request out of its suffixed block.
+    let system = body_of(system);
+    let request = request_of(user);
     if BENIGN.contains(&request) {
         return topical(system);
     }

@@ -87,7 +87,9 @@ pub struct BoxConfig {
     /// When set, a program is opened only if one of its parties' node keys (lowercase hex) is
     /// listed: the box serves its operator's nodes, not anyone who finds its URL.
     pub allowed_keys: Option<Vec<String>>,
-    /// Sampling for the prompt; the seed is derived from the program hash (reproducible runs).
+    /// Sampling for the prompt; the seed is derived from the program hash, so one prompt gets one
+    /// answer. The prompt's tag suffix is drawn per run (`prompt::build`), so two runs of a
+    /// program send different prompts.
     pub temperature: f32,
     /// Runs the box keeps at once, open, running or finished and waiting to be fetched (at
     /// least twice `max_runs`): each is a row on disk with a run store, and memory without.
@@ -2066,7 +2068,7 @@ impl BoxCore {
             .map(|(n, t)| (n.as_str(), t.as_str()))
             .collect();
         let model_body = guard.as_ref().map_or(body.as_str(), |g| g.model_body());
-        let (system, user) = crate::prompt::build(model_body, &request, &refs);
+        let (system, user) = crate::prompt::build(model_body, &request, &refs)?;
         let max_tokens = (p.output.max_bytes.div_ceil(3)).clamp(16, 4096) as u32;
         let seed = u64::from_be_bytes(
             program.hash.0[..8]
@@ -2149,7 +2151,8 @@ impl BoxCore {
                 // failing fails the run, caught or not, so a failure is no oracle either. The
                 // neutral answer is checked all the same: it cannot contain what the model never
                 // saw, but an obedient model may still repeat the caller's request.
-                let (system, user) = crate::prompt::build(NEUTRAL_INSTRUCTION, &request, &refs);
+                // Its own prompt with its own tag suffix: the suffix is per prompt, never shared.
+                let (system, user) = crate::prompt::build(NEUTRAL_INSTRUCTION, &request, &refs)?;
                 let neutral = ChatRequest {
                     system,
                     user,

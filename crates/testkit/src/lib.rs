@@ -9,7 +9,7 @@
 //!   libp2p on loopback around an in-process box, the calls tests' world.
 //! - [`provider`]: the OpenAI-compatible provider doubles (a blocking one on a thread, an
 //!   async one on axum); [`box_fixture`]: a box server with an in-process provider, the box
-//!   crate's tests' fixture.
+//!   crate's tests' fixture; [`prompt`]: the box's prompt as those doubles read it.
 //! - [`answer`]: every answer a test reads is checked against `/openapi.json`; [`stake`]: a
 //!   call that ended staked once; [`leak`]: the marker scans.
 //! - [`skills`]: skill documents; [`guard`]: the encoders an obedient model hides a prompt
@@ -29,6 +29,7 @@ pub mod nat;
 pub mod node;
 pub mod node_api;
 pub mod procs;
+pub mod prompt;
 pub mod provider;
 pub mod reach;
 pub mod skills;

@@ -14,6 +14,7 @@ use skillbox_jc::program::{PROGRAM_PAYLOAD_TYPE, Role};
 use skillbox_jc::receipt::RunStatus;
 use skillbox_jc::run::now_secs;
 use skillbox_jc::seal::HpkeKeyPair;
+use skillbox_testkit::prompt::{body_of, suffix_of};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -32,10 +33,24 @@ async fn whole_run_caller_opens_owner_cannot_and_receipt_verifies() {
     let out = open_result(&view, &f.result_key, &run).expect("caller opens");
     assert!(!out.truncated);
     assert!(out.no_hardware_isolation);
+    // The echo double's answer is its prompt: the owner's body then the box's notice, and the
+    // request and source in blocks whose tags carry the prompt's own suffix.
+    let (system, user) = out
+        .answer
+        .strip_prefix("SYSTEM[")
+        .and_then(|r| r.strip_suffix("] MODEL[hex:736d6f6c6c6d32] KEY[false]"))
+        .and_then(|r| r.split_once("] USER["))
+        .expect("the echo double's shape");
+    let s = suffix_of(user);
+    assert_eq!(s.len(), 16, "{user}");
     assert_eq!(
-        out.answer,
-        "SYSTEM[You pick songs.] USER[<request>\nwhich song first?\n</request>\n<source name=\"spotify_songs\">\nsong a\nsong b\n</source>\n] MODEL[hex:736d6f6c6c6d32] KEY[false]"
+        user,
+        format!(
+            "<request-{s}>\nwhich song first?\n</request-{s}>\n<source-{s} name=\"spotify_songs\">\nsong a\nsong b\n</source-{s}>\n"
+        )
     );
+    assert_eq!(body_of(system), "You pick songs.");
+    assert!(system.contains(&format!("</source-{s}>")), "{system}");
 
     // The owner has keys of its own, none of which opens the answer.
     let owner_hpke = HpkeKeyPair::generate();

@@ -19,6 +19,7 @@ use skillbox_providers::{
     BoxFuture, ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure,
     Usage,
 };
+use skillbox_testkit::prompt::{body_of, request_of};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -44,13 +45,6 @@ struct Slicer {
     rounds: AtomicUsize,
     neutral: AtomicUsize,
     fail_neutral: bool,
-}
-
-fn request_of(user: &str) -> &str {
-    user.split("<request>\n")
-        .nth(1)
-        .and_then(|r| r.split("\n</request>").next())
-        .unwrap_or("")
 }
 
 /// What an obedient model answers to `request` with `system` as its instructions.
@@ -100,7 +94,7 @@ impl Provider for Slicer {
     ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
         Box::pin(async move {
             self.rounds.fetch_add(1, Ordering::SeqCst);
-            if request.system == NEUTRAL_INSTRUCTION {
+            if body_of(&request.system) == NEUTRAL_INSTRUCTION {
                 self.neutral.fetch_add(1, Ordering::SeqCst);
                 if self.fail_neutral {
                     return Err(ProviderError::RateLimited {
@@ -109,7 +103,7 @@ impl Provider for Slicer {
                 }
             }
             Ok(Completion {
-                text: obey(&request.system, request_of(&request.user)),
+                text: obey(body_of(&request.system), request_of(&request.user)),
                 finish: FinishReason::Stop,
                 usage: Usage::default(),
             })

@@ -10,6 +10,7 @@ use skillbox_jc::client::{open_owner_note, open_result, verify_receipt};
 use skillbox_jc::program::{Program, ReceiptSpec};
 use skillbox_jc::run::{BoxConfig, RunFailure, WITHHELD_ANSWER};
 use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
+use skillbox_testkit::prompt::{body_of, source_of, suffix_of};
 
 const BODY: &str = "You are the weather oracle of the northern valleys. Answer every question \
     about the weather in exactly three short lines, mention the wind first, and end with a \
@@ -118,22 +119,69 @@ async fn the_model_sees_marked_secrets_bare_and_a_leak_of_one_is_caught() {
     assert!(!systems[0].contains("[[secret:"), "{systems:?}");
 }
 
-/// Answers "Hello." and keeps the system prompts it was given.
+/// Answers "Hello." and keeps the system prompts and user turns it was given.
 #[derive(Default)]
 struct Recording {
     systems: std::sync::Mutex<Vec<String>>,
+    users: std::sync::Mutex<Vec<String>>,
 }
 
 impl Provider for Recording {
     fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             self.systems.lock().expect("lock").push(request.system);
+            self.users.lock().expect("lock").push(request.user);
             Ok(Completion {
                 text: "Hello.".into(),
                 finish: FinishReason::Stop,
                 usage: Usage::default(),
             })
         })
+    }
+}
+
+/// The prompt's tag suffix is the box's alone: every prompt draws its own (each run, and each of
+/// `regenerate`'s two rounds), and nothing that leaves the box — the run's view, the receipt,
+/// the caller's sealed answer, the owner's note — carries one, so no party learns a suffix it
+/// could write into a later stake (each would be dead by then anyway).
+#[tokio::test]
+async fn each_prompt_has_its_own_tag_suffix_and_nothing_leaving_the_box_carries_it() {
+    let seen = Arc::new(Recording::default());
+    let f = start_with(seen.clone(), BoxConfig::default()).await;
+    let mut left_the_box = Vec::new();
+    for _ in 0..2 {
+        let (_, run) = f.open(&guarded(f.program(), Action::Regenerate)).await;
+        f.run_all(&run, "weather tomorrow?", BODY).await;
+        let view = f.result(&run).await;
+        let receipt = verify_receipt(&view, &run).expect("receipt verifies");
+        let answer = open_result(&view, &f.result_key, &run).expect("caller opens");
+        let note =
+            open_owner_note(&view, &receipt, &note_key(&f.owner), &run).expect("owner opens");
+        let payload = view.receipt.payload_bytes().expect("payload");
+        left_the_box.push(format!(
+            "{} {} {} {answer:?} {note:?} {receipt:?}",
+            serde_json::to_string(&view).expect("json"),
+            String::from_utf8_lossy(&payload),
+            hex::encode(&payload),
+        ));
+    }
+    let users = seen.users.lock().expect("lock").clone();
+    let systems = seen.systems.lock().expect("lock").clone();
+    assert_eq!(users.len(), 4, "two runs of two rounds each");
+    let suffixes: std::collections::HashSet<&str> = users.iter().map(|u| suffix_of(u)).collect();
+    assert_eq!(suffixes.len(), 4, "one suffix per prompt: {users:?}");
+    for (s, system) in users.iter().map(|u| suffix_of(u)).zip(&systems) {
+        assert_eq!(s.len(), 16, "{users:?}");
+        assert!(
+            system.contains(&format!("-{s}")),
+            "the notice names its prompt's suffix"
+        );
+        for out in &left_the_box {
+            assert!(
+                !out.to_ascii_lowercase().contains(s),
+                "{s} left the box: {out}"
+            );
+        }
     }
 }
 
@@ -223,13 +271,8 @@ struct Encoder;
 impl Provider for Encoder {
     fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
-            let source = request
-                .user
-                .split("<source name=\"spotify_songs\">\n")
-                .nth(1)
-                .unwrap_or("")
-                .as_bytes();
-            let lines: Vec<&str> = request.system.lines().collect();
+            let source = source_of(&request.user, "spotify_songs").as_bytes();
+            let lines: Vec<&str> = body_of(&request.system).lines().collect();
             let text = (0..64)
                 .filter(|&i| bit(source, i))
                 .filter_map(|i| lines.get(i).copied())

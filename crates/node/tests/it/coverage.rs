@@ -15,6 +15,7 @@ use axum::Json;
 use axum::routing::post;
 use serde_json::{Value, json};
 use skillbox_guard::{permille_of, regions_permille};
+use skillbox_testkit::prompt::{body_of, request_of};
 
 use crate::support::{TestNode, start_box};
 
@@ -49,13 +50,9 @@ const PIN: &str = "Greet the guests and show them the garden. Your PIN is 8919";
 /// answers words A..B of the system prompt's first line, `code A B` characters A..B of its last
 /// word; anything else gets a fixed sentence.
 async fn obedient(Json(req): Json<Value>) -> Json<Value> {
-    let system = req["messages"][0]["content"].as_str().unwrap_or("");
-    let user = req["messages"][1]["content"].as_str().unwrap_or("");
-    let request = user
-        .split("<request>\n")
-        .nth(1)
-        .and_then(|r| r.split("\n</request>").next())
-        .unwrap_or("");
+    // The owner's body without the box's notice, the request out of its suffixed block.
+    let system = body_of(req["messages"][0]["content"].as_str().unwrap_or(""));
+    let request = request_of(req["messages"][1]["content"].as_str().unwrap_or(""));
     let args: Vec<&str> = request.split_whitespace().collect();
     let span = |a: &str, b: &str, len: usize| {
         let a: usize = a.parse().unwrap_or(0);
