@@ -833,10 +833,26 @@ pub fn rot47_lines(text: &str) -> Option<String> {
         let shown = said.iter().map(|t| visible(t)).sum::<usize>();
         shown * 3 < n || marked(&said.concat())
     };
-    lines_undone(text, looks_rotated, |c| match c {
+    lines_undone(text, looks_rotated, rot47)
+}
+
+/// ROT47: a printable ASCII character rotated by 47 among the 94 (its own inverse); anything
+/// else as it is.
+pub(crate) fn rot47(c: char) -> char {
+    match c {
         '!'..='~' => (b'!' + (c as u8 - b'!' + 47) % 94) as char,
         _ => c,
-    })
+    }
+}
+
+/// Atbash: an ASCII letter mirrored in the alphabet, `a` for `z` (its own inverse); anything
+/// else as it is.
+pub(crate) fn atbash(c: char) -> char {
+    match c {
+        'a'..='z' => (b'z' - (c as u8 - b'a')) as char,
+        'A'..='Z' => (b'Z' - (c as u8 - b'A')) as char,
+        _ => c,
+    }
 }
 
 /// Atbash of the lines that look like it: three words or more, 12+ ASCII letters, more of them among `z v r l f` (the
@@ -857,11 +873,7 @@ pub fn atbash_lines(text: &str) -> Option<String> {
         }
         letters >= 12 && mirrored > vowels
     };
-    lines_undone(text, looks_mirrored, |c| match c {
-        'a'..='z' => (b'z' - (c as u8 - b'a')) as char,
-        'A'..='Z' => (b'Z' - (c as u8 - b'A')) as char,
-        _ => c,
-    })
+    lines_undone(text, looks_mirrored, atbash)
 }
 
 /// The [`worded`] lines of `text` that `looks` picks, each character through `undo`, one line

@@ -10,8 +10,12 @@
 //! case and with separators dropped (a header line, a JSON string with `\/`, a log that spaces
 //! or quotes it); with JSON, C and URL escapes (`\u0073`, `\x73`, `%73`) undone; in hex; in
 //! base64 at each of its three alignments (`Basic user:key`, a body echoed base64); reversed.
-//! A truncated echo is caught while it still holds two thirds of the key (or of its hex or
-//! base64): the rest then stays unknown. This is a few substring searches over one folded copy
+//! Also in the letter ciphers the guard decodes for the body — ROT13, Atbash, ROT47 — in case a
+//! provider puts its request where the model reads it and a caller asks for it enciphered: one
+//! needle pair each, no decoding of the answer. A truncated echo is caught while it still holds
+//! two thirds of the key (or of its hex, base64 or cipher; ROT47's letters and digits are about
+//! three in five of the key's, the rest punctuation the fold drops): the rest then stays
+//! unknown. This is a few substring searches over one folded copy
 //! of the answer, not the guard: the guard's slice machinery (every k-th character, Caesar
 //! shifts, Atbash, NATO spelling, labelled parts, short slices of a canary) is there for a
 //! model a caller instructs to spell a body out, and the model never sees the key. Short
@@ -123,8 +127,18 @@ fn base64_at(key: &[u8], lead: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The start and end (two thirds each) of every form of `key` a machine echoing it writes,
-/// folded; empty for a key too short to look for folded.
+/// ROT13 of a folded character: a lower-case letter rotated by 13; a digit as it is.
+fn rot13(c: char) -> char {
+    match c {
+        'a'..='z' => (b'a' + (c as u8 - b'a' + 13) % 26) as char,
+        _ => c,
+    }
+}
+
+/// The start and end (two thirds each) of every form of `key` a machine echoing it writes, and
+/// of the letter ciphers a model would write it in if its provider put the request in its
+/// context (an agent proxy, a debugging prompt) and the caller asked; folded, and empty for a
+/// key too short to look for folded.
 fn key_needles(key: &str) -> Vec<String> {
     let plain = folded_ascii(key.as_bytes());
     if plain.len() < FOLDED_KEY_MIN {
@@ -132,8 +146,18 @@ fn key_needles(key: &str) -> Vec<String> {
     }
     let reversed: String = plain.chars().rev().collect();
     let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
-    let mut forms = vec![plain, reversed, hex];
+    // The letter ciphers the guard decodes for the body, applied to the key: ROT13 and Atbash of
+    // its folded letters (digits stay), ROT47 of it as written, then folded. ROT47 turns about
+    // two in five characters into punctuation the fold drops, so its form may be too short to
+    // look for: then it is not.
+    let rot13: String = plain.chars().map(rot13).collect();
+    let atbash: String = plain.chars().map(crate::decode::atbash).collect();
+    // Folded as the answer is: ROT47 writes `%`, `\` and `x` too (of `T`, `-`, `I`), and an
+    // answer's `%4e`, `\x41` would be read as escapes.
+    let rot47 = folded_answer(&key.chars().map(crate::decode::rot47).collect::<String>());
+    let mut forms = vec![plain, reversed, hex, rot13, atbash, rot47];
     forms.extend((0..3).map(|lead| folded_ascii(&base64_at(key.as_bytes(), lead))));
+    forms.retain(|f| f.len() >= FOLDED_KEY_MIN);
     let mut needles = Vec::new();
     for form in forms {
         let len = (2 * form.len())
@@ -188,7 +212,7 @@ impl<'a> OwnerSecrets<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skillbox_testkit::guard::{base64, hex, percent};
+    use skillbox_testkit::guard::{atbash, base64, caesar, hex, percent, rot47};
 
     const KEY: &str = "sk-proj-Q7vT2mXw9LpR4nZk8sYd";
 
@@ -270,6 +294,46 @@ mod tests {
             }
         }
         assert!(s.carried_by(&format!("Try {key}")));
+    }
+
+    /// The key enciphered as the guard deciphers a body (ROT13, Atbash, ROT47), whole or cut to
+    /// two thirds from either end, in any case or spaced out, is found; a guess of the public
+    /// prefix plus up to 20 characters so enciphered still passes (no oracle).
+    #[test]
+    fn the_key_in_a_letter_cipher_is_found_and_a_guess_so_enciphered_is_not() {
+        let key = "sk-ant-api03-Xq7Lp3RvT9mW2sKd8NbY4cHj6FgZ1eUa5oQi0rLtVx";
+        let s = OwnerSecrets::new(Some(key), "claude-x");
+        let ciphers: [fn(&str) -> String; 3] = [|k| caesar(k, 13), atbash, rot47];
+        // Two thirds of the key's 52 letters and digits are 35: the first 40 characters hold
+        // 37 of them (three dashes), the last 36 all alnum.
+        let (head, tail) = (&key[..40], &key[key.len() - 36..]);
+        let mut missed = Vec::new();
+        for cipher in ciphers {
+            let whole = cipher(key);
+            let spaced: String = whole.chars().flat_map(|c| [c, ' ']).collect();
+            for answer in [
+                format!("Here: {whole}"),
+                format!("HERE: {}", whole.to_uppercase()),
+                format!("spelled {spaced}"),
+                format!("{}…", cipher(head)),
+                format!("…{}", cipher(tail)),
+            ] {
+                if !s.carried_by(&answer) {
+                    missed.push(answer);
+                }
+            }
+            let public = "sk-ant-api03-".len();
+            for guessed in 0..=20 {
+                let answer = format!("Try {}", cipher(&key[..public + guessed]));
+                assert!(!s.carried_by(&answer), "an oracle: {answer}");
+            }
+        }
+        assert!(missed.is_empty(), "released: {missed:#?}");
+        // ROT47 writes `T` as `%` and `-I` as `\x`: an answer holding `%23` or `\x23` is read
+        // as an escape, so the key's ROT47 form is folded the same way.
+        let odd = "sk-Tab4Zq7-Iab9Wm2Kp8Vd3Tcd5Xr6";
+        let s = OwnerSecrets::new(Some(odd), "");
+        assert!(s.carried_by(&rot47(odd)), "{}", rot47(odd));
     }
 
     /// A key too short (or too odd) to look for folded is still looked for as written.
