@@ -1339,6 +1339,39 @@ mod tests {
         }
     }
 
+    /// The store's writer, held by a blocking write on a thread of its own until released:
+    /// every write queued meanwhile waits for it, whatever the machine's load.
+    struct HeldWriter {
+        release: std::sync::mpsc::Sender<()>,
+        holder: std::thread::JoinHandle<()>,
+    }
+
+    impl HeldWriter {
+        fn hold(store: &Arc<Store>) -> HeldWriter {
+            let (held_tx, held) = std::sync::mpsc::channel();
+            let (release, released) = std::sync::mpsc::channel::<()>();
+            let store = store.clone();
+            let holder = std::thread::spawn(move || {
+                store
+                    .write(|_tx| {
+                        let _ = held_tx.send(());
+                        // Until released, or until the test is gone (the sender dropped).
+                        let _ = released.recv();
+                        Ok(())
+                    })
+                    .expect("the holding write");
+            });
+            held.recv().expect("the writer was never held");
+            HeldWriter { release, holder }
+        }
+
+        /// Let the writer go, once the holding write has committed.
+        fn release(self) {
+            let _ = self.release.send(());
+            self.holder.join().expect("the holding write");
+        }
+    }
+
     /// The stored state of the staked owner call `c1`.
     fn stored_state(store: &Store) -> State {
         stored(store).call.state
@@ -1517,6 +1550,10 @@ mod tests {
         // The row is cached, as any step leaves it.
         let cached = calls.row(&key).await.expect("row").expect("there");
         assert_eq!(cached.call.state, State::Staked);
+        // The writer is held, so the queued write cannot be answered before the drop: the
+        // store's drainer is a thread of its own, and on a loaded machine it committed and
+        // answered between the step's queueing and its first wait.
+        let writer = HeldWriter::hold(&store);
         // One poll: the step reads the cached row, steps and queues its write; then it is
         // dropped before the write is answered.
         let mut step = calls.apply(
@@ -1530,6 +1567,7 @@ mod tests {
             "the step finished in one poll"
         );
         drop(step);
+        writer.release();
         eventually("the queued write never landed", || {
             stored_state(&store) != State::Staked
         })
