@@ -322,6 +322,44 @@ pub fn is_valid_source_name(name: &str) -> bool {
 /// user's key, and a refusal is shown, logged and kept by clients.
 pub const KEY_IS_NOT_A_NAME: &str = "looks like a provider's API key, not the name of the source that holds it: nothing was imported; add the key with `skillbox source add NAME --secret` (or `PUT /sources/NAME?kind=secret`), write `key: NAME`, and revoke the pasted key with the provider if the file was shared";
 
+/// What a `requiredSources` item that reads as a provider's API key is refused with, after
+/// `item N`. Fixed, like [`KEY_IS_NOT_A_NAME`]: a required source's name goes out in the skill's
+/// advert to every peer and into callers' consent questions.
+pub const KEY_IS_NOT_A_REQUIRED_SOURCE: &str = "looks like a provider's API key, not the name of a source: nothing was imported; requiredSources names the caller's shareable sources the skill asks for (e.g. `notes`), and every peer sees those names in the skill's advert; revoke the pasted key with the provider if the file was shared";
+
+/// Which part of the source name rule `name` fails, with a length or a byte position at most:
+/// never the text, which may be a key pasted where a name goes.
+fn source_name_rule(name: &str) -> String {
+    const RULE: &str = "'/'-separated segments of letters, digits, '_', '.', '-', each starting with a letter, digit or '_'";
+    if name.is_empty() {
+        return "a source name cannot be empty".to_owned();
+    }
+    if name.len() > MAX_SOURCE_NAME {
+        return format!(
+            "a source name is at most {MAX_SOURCE_NAME} bytes; this one is {}",
+            name.len()
+        );
+    }
+    let mut at = 0;
+    for segment in name.split('/') {
+        let other = segment
+            .bytes()
+            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')));
+        let found = if segment.is_empty() {
+            Some(("an empty segment", 0))
+        } else if !segment.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            Some(("a segment starting with another character", 0))
+        } else {
+            other.map(|i| ("another character", i))
+        };
+        if let Some((what, i)) = found {
+            return format!("{RULE}; this one has {what} at byte {}", at + i);
+        }
+        at += segment.len() + 1;
+    }
+    RULE.to_owned()
+}
+
 /// Whether a `key:` value reads as a provider's API key rather than a source's name (the names
 /// people give are short words: `openrouter-key`, `work.openai`). Keys are long: a known key
 /// prefix on 20 or more characters (`sk-proj-…`, `sk-ant-…`, `sk-or-v1-…`, `AIza…`, `xai-…`), or
@@ -500,7 +538,7 @@ impl FieldCheck {
                         if looks_like_a_provider_key(&k) {
                             self.error("key", KEY_IS_NOT_A_NAME);
                         } else if is_reserved_source_name(&k) {
-                            self.error("key", format!("{k:?} is under a reserved prefix ({}): the key must be a secret source of the owner's own", RESERVED_SOURCE_PREFIXES.join(", ")));
+                            self.error("key", format!("is under a reserved prefix ({}): the key must be a secret source of the owner's own", RESERVED_SOURCE_PREFIXES.join(", ")));
                         } else if is_valid_source_name(&k) {
                             key = Some(k);
                         } else {
@@ -636,21 +674,28 @@ impl FieldCheck {
 
     /// `requiredSources`: a YAML list, or one string separated by commas and/or spaces.
     fn source_list(&mut self, value: Value) -> Vec<String> {
-        let names: Vec<String> = match value {
+        // Each name with its place in the list as written (1-based), which refusals name.
+        let names: Vec<(usize, String)> = match value {
             Value::Null => Vec::new(),
             Value::String(s) => s
                 .split([',', ' ', '\t'])
                 .filter(|p| !p.is_empty())
                 .map(str::to_owned)
+                .enumerate()
+                .map(|(i, name)| (i + 1, name))
                 .collect(),
             Value::Array(items) => {
                 let mut out = Vec::new();
-                for item in items {
+                for (i, item) in items.into_iter().enumerate() {
                     match item {
-                        Value::String(s) => out.push(s),
+                        Value::String(s) => out.push((i + 1, s)),
                         other => self.error(
                             "requiredSources",
-                            format!("items must be source names, found {}", kind(&other)),
+                            format!(
+                                "item {} must be a source name, found {}",
+                                i + 1,
+                                kind(&other)
+                            ),
                         ),
                     }
                 }
@@ -667,28 +712,42 @@ impl FieldCheck {
                 Vec::new()
             }
         };
-        let mut seen = Vec::with_capacity(names.len());
-        for name in names {
-            if !is_valid_source_name(&name) {
+        // Every refusal names the item by its place in the list, never by its text: an item may
+        // be a key pasted where a name goes, and the refusal is shown, logged and kept.
+        let mut seen: Vec<(usize, String)> = Vec::with_capacity(names.len());
+        for (item, name) in names {
+            let reserved = is_reserved_source_name(&name);
+            if !reserved && looks_like_a_provider_key(&name) {
                 self.error(
                     "requiredSources",
-                    format!("{name:?} is not a source name (letters, digits, `_`, `.`, `-`)"),
+                    format!("item {item} {KEY_IS_NOT_A_REQUIRED_SOURCE}"),
                 );
-            } else if is_reserved_source_name(&name) {
+            } else if !is_valid_source_name(&name) {
                 self.error(
                     "requiredSources",
                     format!(
-                        "{name:?} is under a reserved prefix ({}): a skill may ask only for the caller's own shareable data",
+                        "item {item} is not a source name: {}",
+                        source_name_rule(&name)
+                    ),
+                );
+            } else if reserved {
+                self.error(
+                    "requiredSources",
+                    format!(
+                        "item {item} is under a reserved prefix ({}): a skill may ask only for the caller's own shareable data",
                         RESERVED_SOURCE_PREFIXES.join(", ")
                     ),
                 );
-            } else if seen.contains(&name) {
-                self.warn("requiredSources", format!("{name:?} is listed twice"));
+            } else if let Some((first, _)) = seen.iter().find(|(_, s)| *s == name) {
+                self.warn(
+                    "requiredSources",
+                    format!("item {item} is listed twice (as item {first})"),
+                );
             } else {
-                seen.push(name);
+                seen.push((item, name));
             }
         }
-        seen
+        seen.into_iter().map(|(_, name)| name).collect()
     }
 
     /// `limits:` — the owner's ceilings, each a whole number in `0..=2^53-1`.
@@ -777,7 +836,76 @@ fn kind(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::looks_like_a_provider_key;
+    use super::{KEY_IS_NOT_A_REQUIRED_SOURCE, looks_like_a_provider_key, parse};
+
+    fn required_sources(list: &str) -> String {
+        format!(
+            "---\nname: grab\ndescription: Reads your notes.\nprovider: openai\nkey: openai-key\nrequiredSources: {list}\n---\nbody\n"
+        )
+    }
+
+    /// A provider's key pasted into `requiredSources` would become a required source's name:
+    /// sent to every peer in the skill's advert, shown in callers' consent questions. Refused
+    /// with a fixed text naming the item's place, as a list or as one string; no refusal about
+    /// an item quotes it (whatever the rule it fails), and `key:` names nothing either.
+    #[test]
+    fn a_key_pasted_into_required_sources_is_refused_and_not_repeated() {
+        for key in [
+            "sk-ant-api03-Xq7PASTEDnAmE9kLw2Rt5Vb8Zc",
+            "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+            "1fa036b5a9fa7baa4f1260e831e989a4",
+        ] {
+            for list in [format!("[notes, {key}]"), format!("\"notes, {key}\"")] {
+                let err = parse(required_sources(&list).as_bytes(), None)
+                    .err()
+                    .unwrap_or_else(|| panic!("{list} was imported"));
+                let [problem] = err.problems.as_slice() else {
+                    panic!("one problem expected: {err}");
+                };
+                assert_eq!(problem.field.as_deref(), Some("requiredSources"));
+                assert_eq!(
+                    problem.message,
+                    format!("item 2 {KEY_IS_NOT_A_REQUIRED_SOURCE}")
+                );
+                for shown in [err.to_string(), format!("{err:?}")] {
+                    assert!(!shown.contains(&key[4..12]), "{shown}");
+                }
+            }
+        }
+        for (list, says) in [
+            ("[notes, 'my WORDS']", "item 2 is not a source name: "),
+            ("['WORDS+x']", "another character at byte 5"),
+            (
+                "[notes, '.WORDS']",
+                "a segment starting with another character at byte 0",
+            ),
+            ("['WORDS//x']", "an empty segment at byte 6"),
+            (
+                "[notes, 'skill/WORDS/body']",
+                "item 2 is under a reserved prefix",
+            ),
+        ] {
+            let err = parse(required_sources(list).as_bytes(), None)
+                .err()
+                .unwrap_or_else(|| panic!("{list} was imported"));
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(says), "{list}: {shown}");
+            assert!(!shown.contains("WORDS"), "{list}: {shown}");
+        }
+        let parsed =
+            parse(required_sources("[notes, WORDS, notes]").as_bytes(), None).expect("parses");
+        assert_eq!(parsed.declaration.required_sources, ["notes", "WORDS"]);
+        let warned: Vec<String> = parsed.warnings.iter().map(|w| w.to_string()).collect();
+        assert!(
+            warned
+                .iter()
+                .any(|w| w.contains("item 3 is listed twice (as item 1)")),
+            "{warned:?}"
+        );
+        let doc = required_sources("[]").replace("key: openai-key", "key: skill/WORDS/body");
+        let err = parse(doc.as_bytes(), None).expect_err("a reserved key");
+        assert!(!err.to_string().contains("WORDS"), "{err}");
+    }
 
     #[test]
     fn provider_keys_read_as_keys_and_source_names_as_names() {
