@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use crate::hostile::offers_taste;
 use crate::support::{self, RawPeer, TestNode, skill_doc, start_box_named, tagged_pair};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -253,7 +254,9 @@ async fn a_forwarded_attestation_without_the_owners_half_is_not_taken() {
         .add_skill(&skill_doc("taste", "BODY-FWD-H", &[]))
         .await;
     let mut hostile = RawPeer::start(79, &owner).await;
-    let offered = hostile.advert(LIMIT, |o| !o.boxes.is_empty()).await;
+    let offered = hostile
+        .advert(LIMIT, |o| !o.boxes.is_empty() && offers_taste(o))
+        .await;
     let id = "00112233445566778899aabbccddee02";
     let (mut env, accepted) = hostile_request(&mut hostile, &offered, id, &provider_url).await;
     let owner_half = accepted.body["nonce"].as_str().unwrap_or_default();
@@ -592,8 +595,10 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
         .add_skill(&skill_doc("taste", "BODY-MOVE-H", &[]))
         .await;
     let mut hostile = RawPeer::start(78, &owner).await;
-    // The owner's advert, once it lists every box.
-    let offered = hostile.advert(LIMIT, |o| o.boxes.len() == urls.len()).await;
+    // The owner's advert, once it lists every box and the skill just imported.
+    let offered = hostile
+        .advert(LIMIT, |o| o.boxes.len() == urls.len() && offers_taste(o))
+        .await;
     let id = "00112233445566778899aabbccddee01";
     let (mut env, accepted) = hostile_request(&mut hostile, &offered, id, &provider_url).await;
     env.signatures
