@@ -110,8 +110,66 @@ named_routes! {
         ok(SourceMeta, "The source's metadata.")
         bad("A secret or reserved source cannot be shareable (`validation_error`).") [NoSuchSource]
         = "source"(name) |s, n| s.sources.set_shareable(n, change.shareable);
-    delete "/sources/{*name}" => delete_source(s, SourceName(name))
-        "Remove a source."
-        params(SourcePath) [BadName, NoSuchSource]
-        = "source"(name) |s, n| s.sources.delete(n);
+}
+
+/// The `{*name}` of `DELETE /sources/{name}`: a [`SourceName`], or a name refused by the key
+/// test alone. A node before that test stored sources under a pasted key as the name; no other
+/// route takes such a name, so removing it is the one way to get the key out of the store.
+pub(super) enum RemovableSourceName {
+    Name(String),
+    /// Passes the plain name rule but reads as a provider's key: never echoed, in an answer
+    /// or a log. With the fixed refusal every other route gives it.
+    PastedKey {
+        name: String,
+        refused: ApiError,
+    },
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RemovableSourceName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Param(name) = Param::from_request_parts(parts, state).await?;
+        match sources::check_name(&name) {
+            Ok(()) => Ok(RemovableSourceName::Name(name)),
+            Err(refused) if pasted_key(&name) => Ok(RemovableSourceName::PastedKey {
+                name,
+                refused: refused.into(),
+            }),
+            Err(refused) => Err(refused.into()),
+        }
+    }
+}
+
+/// Whether [`sources::check_name`] refuses `name` for the key test alone.
+fn pasted_key(name: &str) -> bool {
+    skillbox_skill::is_valid_source_name(name)
+        && !skillbox_skill::is_reserved_source_name(name)
+        && skillbox_skill::looks_like_a_provider_key(name)
+}
+
+#[utoipa::path(
+    delete,
+    path = "/sources/{*name}",
+    summary = "Remove a source. Also removes one an older node stored under a name that reads as a provider's API key (which no other route takes).",
+    params(SourcePath),
+    responses(Removed, BadName, NoSuchSource)
+)]
+pub(super) async fn delete_source(
+    State(s): State<AppState>,
+    name: RemovableSourceName,
+) -> Result<StatusCode, ApiError> {
+    match name {
+        RemovableSourceName::Name(name) => {
+            remove_offered(&s, "source", &name, |s, n| s.sources.delete(n)).await
+        }
+        RemovableSourceName::PastedKey { name, refused } => {
+            if offering(&s, |d| *d, move |s| s.sources.delete(&name)).await? {
+                Ok(StatusCode::NO_CONTENT)
+            } else {
+                // Not stored: refused as everywhere else, so the route tells no more than before.
+                Err(refused)
+            }
+        }
+    }
 }

@@ -819,3 +819,103 @@ async fn source_limit_from_config_is_a_413_envelope() {
     assert_eq!(status, 404, "nothing stored");
     node.stop().await;
 }
+
+/// Keys as pasted where a source's name goes. Each passes the plain name rule, so a node before
+/// the key test kept it as a name.
+const PASTED_KEYS: [&str; 2] = [
+    "sk-ant-api03-Xq7PASTEDnAmE9kLw2Rt5Vb8Zc",
+    "1fa036b5a9fa7baa4f1260e831e989a4",
+];
+
+/// A key pasted into a SKILL.md's `requiredSources` would be a required source's name: in the
+/// skill's advert to every peer, in callers' consent questions. The import check refuses it, and
+/// neither its error (Display, Debug) nor `POST /skills`'s answer nor the log holds any part of
+/// the key; no skill is made.
+#[tokio::test]
+async fn a_key_pasted_into_required_sources_is_refused_and_repeated_nowhere() {
+    let logs = crate::leak::captured_logs();
+    let node = TestNode::start().await;
+    for key in PASTED_KEYS {
+        let doc = skillbox_testkit::skills::skill_doc("grab", "BODY-r5q", &["notes", key]);
+        let err =
+            skillbox_skill::check_skill(doc.as_bytes(), None, "local.skillbox").expect_err(key);
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(
+                shown.contains(skillbox_skill::document::KEY_IS_NOT_A_REQUIRED_SOURCE),
+                "{shown}"
+            );
+            skillbox_testkit::leak::assert_no_part_of("the import check's error", &shown, key);
+        }
+        let (status, body, text) = node.post_skill(&doc, None).await;
+        assert_eq!(status, 400, "{text}");
+        assert_envelope(&body, "validation_error");
+        skillbox_testkit::leak::assert_no_part_of("POST /skills's answer", &text, key);
+    }
+    let (_, skills, text) = node.get("/skills").await;
+    assert_eq!(skills["skills"], json!([]), "{text}");
+    node.stop().await;
+    let logged = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    for key in PASTED_KEYS {
+        skillbox_testkit::leak::assert_no_part_of("the node's log", &logged, key);
+    }
+}
+
+/// A node before the key test stored sources under a pasted key as the name; every route's
+/// name check now refuses that name, so the key was stranded in the store. `DELETE` removes it
+/// (and only a stored one: a name never stored is refused as before), answering nothing of it.
+#[tokio::test]
+async fn a_source_stored_under_a_pasted_key_can_be_removed() {
+    let node = TestNode::start().await;
+    for (i, key) in PASTED_KEYS.iter().enumerate() {
+        let (status, _, text) = node
+            .put_source(&format!("old-{i}"), "secret", b"sk-THE-CONTENT")
+            .await;
+        assert_eq!(status, 201, "{text}");
+        // As an older node wrote it: the row under the key as its name.
+        let conn = rusqlite::Connection::open(node.path().join("node.db")).expect("open db");
+        conn.execute(
+            "UPDATE sources SET name = ?1 WHERE name = ?2",
+            rusqlite::params![key, format!("old-{i}")],
+        )
+        .expect("rename the row");
+    }
+    assert_eq!(count_rows(&node, "sources"), 2);
+    let mut answers = String::new();
+    for key in PASTED_KEYS {
+        let (status, body, text) = node
+            .call(node.req(Method::DELETE, &format!("/sources/{key}")).await)
+            .await;
+        assert_eq!(status, 204, "{body}");
+        answers.push_str(&text);
+        // Gone: a second removal is refused by the fixed text, as a never-stored key is.
+        let refused = assert_refused(
+            node.call(node.req(Method::DELETE, &format!("/sources/{key}")).await)
+                .await,
+            400,
+            "validation_error",
+        );
+        answers.push_str(&refused.to_string());
+        // Reading it is refused still: the exception is removal only.
+        let (status, body, text) = node.get(&format!("/sources/{key}")).await;
+        assert_eq!(status, 400, "{body}");
+        answers.push_str(&text);
+    }
+    assert_eq!(count_rows(&node, "sources"), 0);
+    // A name that fails the plain rule is refused as before, stored or not.
+    assert_refused(
+        node.call(
+            node.req(
+                Method::DELETE,
+                "/sources/sk-proj-Q3vT9xLm2+PASTED=kEy7wZr4Nd8Hs1Fb6",
+            )
+            .await,
+        )
+        .await,
+        400,
+        "validation_error",
+    );
+    for key in PASTED_KEYS {
+        skillbox_testkit::leak::assert_no_part_of("the answers", &answers, key);
+    }
+    node.stop().await;
+}
