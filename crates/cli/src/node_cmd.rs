@@ -461,7 +461,14 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
         }
         SourceCommand::Rm { name } => {
             client.send(reqwest::Method::DELETE, &format!("/sources/{name}"), None)?;
-            say!("removed source {name}");
+            // A name an older node took from a pasted key is removed, and not written out again.
+            if skillbox_skill::looks_like_a_provider_key(&name) {
+                say!(
+                    "removed the source (its name looks like a provider's API key: revoke that key with the provider)"
+                );
+            } else {
+                say!("removed source {name}");
+            }
         }
         SourceCommand::Share { name } => set_shareable(&client, &name, true)?,
         SourceCommand::Unshare { name } => set_shareable(&client, &name, false)?,

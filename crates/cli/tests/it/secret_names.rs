@@ -93,3 +93,42 @@ fn a_key_pasted_as_a_source_name_is_refused_and_kept_nowhere() {
         assert_no_markers("the data dir and its store", &kept, &[key]);
     }
 }
+
+/// A source an older node stored under a pasted key (as its name) is removed with `skillbox
+/// source rm <that name>`, and the CLI's word that it is gone does not write the key out again:
+/// it says to revoke it instead.
+#[test]
+fn removing_a_source_named_by_a_pasted_key_does_not_print_the_key() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut node = procs::init_node(root.path(), "n", "http://127.0.0.1:9", None, |t| t);
+    node.start(&[]);
+    let key = PASTED[0];
+    let added = procs::skillbox_with(
+        &node.dir,
+        &["source", "add", "old-name", "--secret"],
+        &[],
+        Some(b"THE-CONTENT\n"),
+    );
+    assert!(added.status.success(), "{}", text(&added));
+    // As an older node wrote it: the row under the key as its name.
+    let conn = rusqlite::Connection::open(node.dir.join("node.db")).expect("open db");
+    let renamed = conn
+        .execute(
+            "UPDATE sources SET name = ?1 WHERE name = 'old-name'",
+            rusqlite::params![key],
+        )
+        .expect("rename the row");
+    assert_eq!(renamed, 1);
+    let removed = procs::skillbox_with(&node.dir, &["source", "rm", key], &[], None);
+    let said = text(&removed);
+    assert!(removed.status.success(), "{said}");
+    assert!(said.contains("revoke that key"), "{said}");
+    assert_no_part_of("the CLI's output", &said, key);
+    let listed = node.api().get("/sources");
+    assert_eq!(
+        listed.body["sources"],
+        serde_json::json!([]),
+        "{}",
+        listed.body
+    );
+}
