@@ -63,7 +63,6 @@ fn hostile_peer(
     })
 }
 
-/// The box at `url`, accepted as insecure-dev (what the test nodes accept).
 /// The flow tests' world ([`procs::pair_with`]) in front of `provider`, the double a test makes
 /// hostile: no extra environment, the caller's config as `init` makes it.
 fn pair_before(
@@ -78,6 +77,7 @@ fn pair_before(
     procs::pair_with(root, provider, &[], |t| t)
 }
 
+/// The box at `url`, accepted as insecure-dev (what the test nodes accept).
 fn insecure_box(url: &str) -> Vec<skillbox_peers::AcceptedBox> {
     vec![skillbox_peers::AcceptedBox {
         platform: "insecure-dev".into(),
