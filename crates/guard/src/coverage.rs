@@ -225,6 +225,9 @@ struct Unit {
     /// Where the unit starts in its canary's folded characters: 0 but for a PIN cut out of a
     /// longer canary.
     offset: usize,
+    /// The places in `chars` a separator of the written canary stands before (`BODY-MARK-LOCAL`:
+    /// 4 and 8): its words end there, though the fold runs them together.
+    breaks: Vec<usize>,
 }
 
 impl Unit {
@@ -248,6 +251,7 @@ impl Unit {
             origin: c.origin(),
             written,
             offset: 0,
+            breaks: c.breaks().to_vec(),
         }
     }
 
@@ -276,6 +280,7 @@ impl Unit {
                         .map(|w| w.filter(|i| run.contains(i)).map(|i| i - start))
                         .collect(),
                     offset: start,
+                    breaks: Vec::new(),
                 });
             }
             k = k.max(start + 1);
@@ -329,7 +334,14 @@ fn tracked_units(prepared: &Prepared) -> Vec<Unit> {
 /// when they are digits of a PIN (4-6 digits, see [`PIN_DIGITS`]; `22` of `2260` as well) or a
 /// letter and a digit of a code of at most [`SHORT_CODE_CHARS`] — read only where a pair stands
 /// alone in prose, alone in a fenced block or by a word naming it ([`lone_pairs`]).
-fn slice_counts(f: &str, c: &str, at: usize) -> bool {
+///
+/// A canary's letter runs end at its separators as written (`breaks`, see
+/// [`crate::prepare::cuts_a_letter_run`]): `BODY-MARK-LOCAL-7a21`'s runs are `body`, `mark` and
+/// `local`, each a whole word, which ordinary prose writes (`a body at rest`); folded together
+/// they were one run that each cut, and one haiku spent half the day's limit. A whole word
+/// counts only where it is `given` as the secret's ([`given_words`]), or joined to its
+/// neighbour as the secret joins them (`mark-local` spans a break).
+fn slice_counts(f: &str, c: &str, at: usize, breaks: &[usize], given: bool) -> bool {
     let n = f.chars().count();
     let digits = f.chars().filter(char::is_ascii_digit).count();
     let mut distinct: Vec<char> = f.chars().collect();
@@ -352,9 +364,63 @@ fn slice_counts(f: &str, c: &str, at: usize) -> bool {
     if n < 4 || !c.chars().any(|x| x.is_ascii_digit()) {
         return false;
     }
-    let before = c[..at].chars().next_back();
-    let after = c[at + f.len()..].chars().next();
-    before.is_some_and(|x| !x.is_ascii_digit()) || after.is_some_and(|x| !x.is_ascii_digit())
+    let chars: Vec<char> = c.chars().collect();
+    let start = c[..at].chars().count();
+    given || crate::prepare::cuts_a_letter_run(&chars, breaks, start, start + n)
+}
+
+/// Words that name a secret: a word of one right after one of them (within
+/// [`GIVEN_AFTER`] tokens, `The passphrase's second word is elephant`) is given as the
+/// secret's. Not `part`, `half` or `key`: prose writes `part of the body`, `the key is to mark`.
+const SECRET_NAMES: [&str; 7] = [
+    "pin",
+    "code",
+    "passcode",
+    "password",
+    "passphrase",
+    "secret",
+    "word",
+];
+
+/// How many tokens before a word [`SECRET_NAMES`] are looked for.
+const GIVEN_AFTER: usize = 4;
+
+/// The folded words of `text` given as a secret's rather than used in prose, so that a whole
+/// word of a word-made canary counts ([`slice_counts`]): the text's only word (a model told
+/// `write the secret's second word` writes `elephant`), a word written in capitals of four
+/// letters or more (`MARK`, as the secret writes it: prose capitalises a first letter, not a
+/// word), and a word within [`GIVEN_AFTER`] tokens after a word naming a secret, in its
+/// sentence (`password: harbor`, `the secret's first word is body`). Ordinary prose that uses such a
+/// word (`a body at rest`, `mark the water`) is none of these.
+fn given_words(text: &str) -> Vec<String> {
+    let all = text::words(text);
+    if all.len() == 1 {
+        return all;
+    }
+    let mut given = Vec::new();
+    for line in text.lines() {
+        let mut since_name = GIVEN_AFTER + 1;
+        for t in line.split_whitespace() {
+            let key = t.trim_matches(|c: char| !c.is_alphanumeric());
+            let capitals = key.chars().count() >= 4 && key.chars().all(char::is_uppercase);
+            if capitals || since_name <= GIVEN_AFTER {
+                given.extend(text::words(key));
+            }
+            let named = text::words(t)
+                .iter()
+                .any(|w| SECRET_NAMES.contains(&w.as_str()));
+            // A sentence's end ends what its name covered (`… is body. A body at rest.`).
+            let ends = t.ends_with(['.', '!', '?', ';']);
+            since_name = if ends {
+                GIVEN_AFTER + 1
+            } else if named {
+                1
+            } else {
+                since_name + 1
+            };
+        }
+    }
+    given
 }
 
 /// What `answer`, about to be released, carries of the prepared body: the body words its
@@ -628,7 +694,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
     }
     // `pair`: the token may be a pair of a short secret (a lone pair, see [`lone_pairs`]);
     // every other token counts from three characters only.
-    let mut mark = |t: &str, pair: bool| {
+    let mut mark = |t: &str, pair: bool, given: bool| {
         let ids = match t.char_indices().nth(COVERAGE_SLICE_CHARS - 1) {
             Some((key_end, _)) => {
                 let key_end = key_end + t[key_end..].chars().next().map_or(0, char::len_utf8);
@@ -645,7 +711,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
             let c = &units[i].folded;
             for (at, _) in c.match_indices(t) {
                 let slice = (c[..at].chars().count(), n);
-                if slice_counts(t, c, at) && !shown[i].contains(&slice) {
+                if slice_counts(t, c, at, &units[i].breaks, given) && !shown[i].contains(&slice) {
                     shown[i].push(slice);
                 }
             }
@@ -665,7 +731,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
     for t in &tokens {
         let rev: String = t.chars().rev().collect();
         for s in [t.as_str(), rev.as_str()] {
-            mark(s, false);
+            mark(s, false, false);
             // The letter and digit runs of a mixed token (`pin482` -> `482`).
             let b: Vec<(usize, char)> = s.char_indices().collect();
             let mut start = 0;
@@ -673,7 +739,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
                 if k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit() {
                     if start > 0 || k < b.len() {
                         let end = if k == b.len() { s.len() } else { b[k].0 };
-                        mark(&s[b[start].0..end], false);
+                        mark(&s[b[start].0..end], false, false);
                     }
                     start = k;
                 }
@@ -682,8 +748,11 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
     }
     if !pairs.is_empty() {
         for t in texts.iter().flatten().flat_map(|a| lone_pairs(a)) {
-            mark(&t, true);
+            mark(&t, true, false);
         }
+    }
+    for t in texts.iter().flatten().flat_map(|a| given_words(a)) {
+        mark(&t, false, true);
     }
     shown
 }
@@ -795,6 +864,26 @@ fn block_pair(b: Vec<String>) -> Option<String> {
 mod tests {
     use super::*;
     use crate::{GuardSpec, prepare};
+
+    /// [`slice_counts`] of a canary written without separators, in prose.
+    fn counts(f: &str, c: &str, at: usize) -> bool {
+        slice_counts(f, c, at, &[], false)
+    }
+
+    #[test]
+    fn words_given_as_a_secrets_are_told_from_prose() {
+        assert_eq!(given_words("elephant."), ["elephant"]);
+        assert_eq!(given_words("Sure: MARK it is"), ["mark"]);
+        assert_eq!(
+            given_words("The secret's first word is body. A body at rest."),
+            ["first", "word", "is", "body"]
+        );
+        assert!(
+            given_words("Quiet river flows\nAutumn leaves mark the water\nA body at rest")
+                .is_empty()
+        );
+        assert!(given_words("The local market opens early. Mark it, Body").is_empty());
+    }
 
     /// `body` prepared as an owner's default spec prepares it.
     fn prep(body: &str) -> Prepared {
@@ -1004,25 +1093,19 @@ mod tests {
 
     #[test]
     fn slice_rules_keep_ordinary_text_out() {
-        assert!(slice_counts("k7p", "k7pm2q", 0));
-        assert!(slice_counts("482", "pelican4821", 7));
-        assert!(slice_counts("peli", "pelican4821", 0));
-        assert!(!slice_counts("can", "pelican4821", 4), "three letters");
-        assert!(!slice_counts("pelican", "pelican4821", 0), "the whole run");
-        assert!(
-            !slice_counts("fish", "swordfish", 5),
-            "a letters-only password"
-        );
-        assert!(
-            !slice_counts("111", "4111111111111111", 1),
-            "one distinct digit"
-        );
-        assert!(!slice_counts("1944", "77194432", 2), "a year");
-        assert!(!slice_counts("42", "pelican42", 7), "two characters");
-        assert!(slice_counts("48", "4821", 0), "half a PIN");
-        assert!(slice_counts("k7", "k7pm", 0), "half a short code");
-        assert!(!slice_counts("pm", "k7pm", 2), "two letters");
-        assert!(!slice_counts("48", "4821999", 0), "a pair of a long number");
+        assert!(counts("k7p", "k7pm2q", 0));
+        assert!(counts("482", "pelican4821", 7));
+        assert!(counts("peli", "pelican4821", 0));
+        assert!(!counts("can", "pelican4821", 4), "three letters");
+        assert!(!counts("pelican", "pelican4821", 0), "the whole run");
+        assert!(!counts("fish", "swordfish", 5), "a letters-only password");
+        assert!(!counts("111", "4111111111111111", 1), "one distinct digit");
+        assert!(!counts("1944", "77194432", 2), "a year");
+        assert!(!counts("42", "pelican42", 7), "two characters");
+        assert!(counts("48", "4821", 0), "half a PIN");
+        assert!(counts("k7", "k7pm", 0), "half a short code");
+        assert!(!counts("pm", "k7pm", 2), "two letters");
+        assert!(!counts("48", "4821999", 0), "a pair of a long number");
     }
 
     /// The labelled-place rule against the guard's ordinary answers and the bench's 40 secrets:

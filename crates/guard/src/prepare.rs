@@ -68,9 +68,18 @@ pub struct Canary {
     folded: String,
     origin: CanaryOrigin,
     line: usize,
+    /// The places in `folded` a separator of `text` stands before (`BODY-MARK-LOCAL-7a21`: 4,
+    /// 8 and 13): where the secret's words end, though the fold runs them together.
+    breaks: Vec<usize>,
 }
 
 impl Canary {
+    /// Where the written secret's words end (the places in its folded characters a separator
+    /// stands before).
+    pub(crate) fn breaks(&self) -> &[usize] {
+        &self.breaks
+    }
+
     /// The secret as written in the body.
     pub fn text(&self) -> &str {
         &self.text
@@ -171,10 +180,44 @@ impl Prepared {
             .map_or(f.len(), |(i, _)| i);
         let ids = self.fragment_keys.get(&f[..key_end])?;
         ids.iter().copied().find(|&i| {
-            let c = &self.canaries[i].folded;
-            n < c.chars().count() && fragment_counts(f, c)
+            let c = &self.canaries[i];
+            n < c.folded.chars().count() && fragment_counts(f, &c.folded, &c.breaks)
         })
     }
+}
+
+/// The places in `text::compact(text)` a character of `text` that folds to nothing (a
+/// separator: `-`, `_`, a space) stands before, each once, none at either end.
+fn breaks_of(text: &str) -> Vec<usize> {
+    let (mut breaks, mut n) = (Vec::new(), 0);
+    for ch in text.chars() {
+        let before = n;
+        text::fold(ch, |_| n += 1);
+        if n == before && n > 0 && breaks.last() != Some(&n) {
+            breaks.push(n);
+        }
+    }
+    if breaks.last() == Some(&n) {
+        breaks.pop();
+    }
+    breaks
+}
+
+/// Whether the slice `start..end` of the folded canary `c` (a slice of letters) cuts one of its
+/// letter runs as written — starts or ends inside one — or spans a separator (`marklocal` of
+/// `BODY-MARK-LOCAL-7a21`). A whole run is a word the secret holds (`pelican` of `PELICAN-42`,
+/// `mark` of `BODY-MARK-LOCAL-7a21`), which ordinary prose writes too: runs end at the
+/// separators of the secret as written (`breaks`, see [`Canary::breaks`]) as well as at
+/// digits, else a word-made secret's words, folded into one run, each cut it.
+pub(crate) fn cuts_a_letter_run(c: &[char], breaks: &[usize], start: usize, end: usize) -> bool {
+    let inside = |k: usize| {
+        k > 0
+            && k < c.len()
+            && !breaks.contains(&k)
+            && !c[k - 1].is_ascii_digit()
+            && !c[k].is_ascii_digit()
+    };
+    inside(start) || inside(end) || breaks.iter().any(|&b| start < b && b < end)
 }
 
 /// Whether `f`, a slice of the folded canary `c`, is a fragment the guard catches. A slice of a
@@ -185,9 +228,10 @@ impl Prepared {
 /// - digits only: four or more, not a year 1900-2099 (`4432` of `77194432`);
 /// - letters only: five or more (two distinct 4-character slices, never one English 4-letter
 ///   word), of a canary that mixes letters and digits (a code, not a password word: the slices
-///   of `swordfish` are `sword` and `fish`), and cutting one of its letter runs (`pelic`,
-///   `elican`; the whole run `pelican` of `PELICAN-42` may be the bird).
-fn fragment_counts(f: &str, c: &str) -> bool {
+///   of `swordfish` are `sword` and `fish`), and cutting one of its letter runs as written
+///   (`pelic`, `elican`; the whole run `pelican` of `PELICAN-42` may be the bird, `local` of
+///   `BODY-MARK-LOCAL-7a21` a haiku's word: see [`cuts_a_letter_run`]).
+fn fragment_counts(f: &str, c: &str, breaks: &[usize]) -> bool {
     let n = f.chars().count();
     let digits = f.chars().filter(char::is_ascii_digit).count();
     let letters = n - digits;
@@ -207,11 +251,10 @@ fn fragment_counts(f: &str, c: &str) -> bool {
     if n < 5 || !c.chars().any(|x| x.is_ascii_digit()) {
         return false;
     }
-    // Some occurrence in `c` has a letter just before or just after it.
+    let chars: Vec<char> = c.chars().collect();
     c.match_indices(f).any(|(at, _)| {
-        let before = c[..at].chars().next_back();
-        let after = c[at + f.len()..].chars().next();
-        before.is_some_and(|x| !x.is_ascii_digit()) || after.is_some_and(|x| !x.is_ascii_digit())
+        let start = c[..at].chars().count();
+        cuts_a_letter_run(&chars, breaks, start, start + n)
     })
 }
 
@@ -296,6 +339,7 @@ pub fn prepare(body: &str, spec: &GuardSpec) -> Result<Prepared, PrepareError> {
             folded,
             origin,
             line,
+            breaks: breaks_of(text),
         });
         Ok(())
     }
@@ -573,19 +617,31 @@ mod tests {
     }
 
     #[test]
+    fn a_word_made_secrets_whole_words_are_no_fragments() {
+        let p = prepare("Never mention [[secret:BODY-MARK-LOCAL-7a21]].", &spec()).unwrap();
+        assert_eq!(p.canaries()[0].breaks(), [4, 8, 13]);
+        // Its words as prose writes them (`Local birds take flight`).
+        assert_eq!(p.fragment("local"), None);
+        // Slices that cut a word, or join two as the secret does.
+        for f in ["ocal7a", "bodym", "marklocal", "ocal"] {
+            assert_eq!(p.fragment(f).is_some(), f != "ocal", "{f}");
+        }
+    }
+
+    #[test]
     fn fragment_rules_keep_ordinary_slices_out() {
-        assert!(fragment_counts("an42", "pelican42"));
-        assert!(fragment_counts("ter2x", "hunter2x9"));
-        assert!(fragment_counts("4432", "77194432"));
-        assert!(!fragment_counts("1944", "77194432"), "a year");
+        assert!(fragment_counts("an42", "pelican42", &[]));
+        assert!(fragment_counts("ter2x", "hunter2x9", &[]));
+        assert!(fragment_counts("4432", "77194432", &[]));
+        assert!(!fragment_counts("1944", "77194432", &[]), "a year");
         assert!(
-            !fragment_counts("1111", "4111111111111111"),
+            !fragment_counts("1111", "4111111111111111", &[]),
             "two distinct digits"
         );
-        assert!(fragment_counts("2qxz", "k7pm2qxz"));
-        assert!(!fragment_counts("2qxy", "k7pm2qxz"), "not a slice");
+        assert!(fragment_counts("2qxz", "k7pm2qxz", &[]));
+        assert!(!fragment_counts("2qxy", "k7pm2qxz", &[]), "not a slice");
         assert!(
-            !fragment_counts("hunter", "hunterhunter"),
+            !fragment_counts("hunter", "hunterhunter", &[]),
             "no digit in the canary"
         );
     }
