@@ -90,7 +90,8 @@ fn check_common(out: &Value, mode: &str, skill: &str) {
         !tools_text.contains(&format!("\"{skill}\"")) && !tools_text.contains("Builds a music"),
         "a peer's skill is in the tools: {tools_text}"
     );
-    // list_skills: deterministic order, the advert's public fields only.
+    // list_skills: deterministic order, the advert's public fields only; the peer's names
+    // framed in the structured result as in the text (a provider of the closed list plain).
     let skills = out["list_skills"]["structuredContent"]["skills"]
         .as_array()
         .expect("list_skills structured");
@@ -98,12 +99,14 @@ fn check_common(out: &Value, mode: &str, skill: &str) {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted);
+    let n = nonce_of(&out["list_skills"]["content"][0]["text"]);
+    let framed = |t: &str| format!("⟦peer text {n}⟧ {t} ⟦end {n}⟧");
     let taste = skills
         .iter()
-        .find(|s| s["skill"] == "taste")
+        .find(|s| s["skill"] == framed("taste").as_str())
         .expect("taste listed");
     assert_eq!(taste["provider"], "openai");
-    assert_eq!(taste["requiredSources"], json!(["songs"]));
+    assert_eq!(taste["requiredSources"], json!([framed("songs")]));
     assert_eq!(taste["boxPlatforms"], json!(["insecure-dev"]));
     // list_sources: names, kinds, sizes, shareable; never content.
     let sources = &out["list_sources"]["structuredContent"]["sources"];
@@ -128,7 +131,6 @@ fn check_common(out: &Value, mode: &str, skill: &str) {
     let sc = &apply["structuredContent"];
     assert_eq!(sc["state"], "answered", "{apply}");
     let text = apply["content"][0]["text"].as_str().unwrap_or("");
-    let n = nonce_of(&out["list_skills"]["content"][0]["text"]);
     let answer = text
         .split(&format!("⟦peer output {n}⟧\n"))
         .nth(1)
@@ -615,18 +617,25 @@ fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing
     let listed_skills = out["list_skills"]["structuredContent"]["skills"]
         .as_array()
         .expect("skills");
+    let in_frame = |t: &str| {
+        t.strip_prefix(&format!("⟦peer text {n}⟧ "))
+            .and_then(|t| t.strip_suffix(&format!(" ⟦end {n}⟧")))
+            .unwrap_or_else(|| panic!("not framed: {t}"))
+            .to_owned()
+    };
     let hoard = listed_skills
         .iter()
-        .find(|s| s["skill"] == "hoard")
+        .find(|s| s["skill"].as_str().map(in_frame).as_deref() == Some("hoard"))
         .unwrap_or_else(|| panic!("hoard not listed: {listed_skills:?}"));
-    let req: Vec<&str> = hoard["requiredSources"]
+    let req: Vec<String> = hoard["requiredSources"]
         .as_array()
         .expect("requiredSources")
         .iter()
         .filter_map(Value::as_str)
+        .map(in_frame)
         .collect();
     assert_eq!(req.len(), 16, "{hoard}");
-    assert!(req.contains(&"songs"), "{hoard}");
+    assert!(req.iter().any(|r| r == "songs"), "{hoard}");
     assert!(req.iter().all(|r| r.len() <= 64), "{hoard}");
     for text in [raw.as_str(), listed] {
         assert!(
