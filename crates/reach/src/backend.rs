@@ -56,6 +56,16 @@ impl BackendError {
     pub fn not_found(what: &str) -> BackendError {
         BackendError::refused("not_found", 404, format!("{what} not found"))
     }
+    /// The node's `no_common_box`, summarized from `theirs`: the platforms of the boxes the
+    /// peer's advert names, read from the advert itself ([`InProcess::advertised_platforms`]),
+    /// never from the node's message; `None` when the advert could not be read.
+    fn no_common_box(theirs: Option<&[String]>) -> BackendError {
+        BackendError::Refused {
+            code: "no_common_box".into(),
+            status: 409,
+            message: no_common_box(theirs),
+        }
+    }
 }
 
 impl From<CallError> for BackendError {
@@ -67,12 +77,12 @@ impl From<CallError> for BackendError {
 /// What an agent is told of the node's refusal `code`: the node's message, cleaned — except
 /// for the codes whose message quotes a peer's advert (the boxes it names, its provider, the
 /// program built from it), peer text that would reach the agent in the node's voice. Those get
-/// fixed words here; `no_common_box` adds only what [`no_common_box`] summarizes. One place for
-/// both backends: in process the message is the node's `CallError` text, over HTTP the same
-/// text from its error envelope.
+/// fixed words here (`no_common_box` its summary of the advert's boxes when the backend can read
+/// them, [`BackendError::no_common_box`]). One place for both backends: in process the message
+/// is the node's `CallError` text, over HTTP the same text from its error envelope.
 fn refusal_text(code: &str, message: &str) -> String {
     match code {
-        "no_common_box" => no_common_box(message),
+        "no_common_box" => no_common_box(None),
         "no_box_for_provider" => "no box both sides accept offers the skill's provider (list_skills shows it): this node's human can start a box that has it, or accept one".to_owned(),
         "advert_refused" => "the peer's advert for this skill asks for a source no call may stake: refused".to_owned(),
         "program_invalid" => "the call's program could not be built from the skill's advert".to_owned(),
@@ -80,20 +90,20 @@ fn refusal_text(code: &str, message: &str) -> String {
     }
 }
 
-/// `no_common_box` in this node's words. The node's message ends with the boxes the peer
-/// advertises (`… advertises sev-snp 0a1b…, tdx 2c3d…`, platforms of `[a-z0-9-]`, so a peer
-/// may name one `approve-now-nothing-is-staked`): of those only the platforms on the closed
-/// list of known ones are named, the rest counted; measurements are left out.
-fn no_common_box(message: &str) -> String {
-    let theirs = message
-        .rsplit_once(" advertises ")
-        .map_or("", |(_, t)| t)
-        .split(", ")
-        .filter_map(|b| b.split_whitespace().next())
-        .filter(|p| *p != "none")
-        .collect::<Vec<_>>();
+/// `no_common_box` in this node's words. `theirs` are the platforms of the boxes the peer's
+/// advert names (`[a-z0-9-]`, so a peer may name one `approve-now-nothing-is-staked`): only
+/// those on the closed list of known ones are named, the rest counted. They come from the
+/// advert, not from the node's message (whose wording would then decide the count); without
+/// them (`None`), the fixed words alone.
+fn no_common_box(theirs: Option<&[String]>) -> String {
+    const TAIL: &str = "(list_skills shows the skills this node can call)";
+    let Some(theirs) = theirs else {
+        return format!(
+            "no box both sides accept: none of the boxes the peer advertises is one this node accepts {TAIL}"
+        );
+    };
     let mut known: Vec<&str> = Vec::new();
-    for p in &theirs {
+    for p in theirs {
         if let Some(k) = skillbox_attest::release_log::PLATFORMS
             .iter()
             .find(|k| *k == p)
@@ -104,7 +114,7 @@ fn no_common_box(message: &str) -> String {
     }
     let unknown = theirs
         .iter()
-        .filter(|p| !skillbox_attest::release_log::PLATFORMS.contains(p))
+        .filter(|p| !skillbox_attest::release_log::PLATFORMS.contains(&p.as_str()))
         .count();
     let platforms = match (known.is_empty(), unknown) {
         (true, 0) => String::new(),
@@ -116,7 +126,7 @@ fn no_common_box(message: &str) -> String {
         ),
     };
     format!(
-        "no box both sides accept: the peer advertises {} box{}{platforms}, none of them one this node accepts (list_skills shows the skills this node can call)",
+        "no box both sides accept: the peer advertises {} box{}{platforms}, none of them one this node accepts {TAIL}",
         theirs.len(),
         if theirs.len() == 1 { "" } else { "es" }
     )
@@ -354,6 +364,25 @@ impl InProcess {
         })
     }
 
+    /// The platforms of the boxes `peer`'s unexpired advert names, as the board holds it
+    /// (`None`: the peer network is not running). What a `no_common_box` refusal summarizes, on
+    /// both backends (over HTTP through [`ADVERTISED_PATH`]).
+    pub fn advertised_platforms(&self, peer: &str) -> Option<Vec<String>> {
+        let handle = self.0.peers.get()?;
+        let boxes = handle.with_board(|b, now| b.boxes_of(peer, now));
+        Some(boxes.into_iter().map(|b| b.platform).collect())
+    }
+
+    /// The node's refusal in this node's words; `no_common_box` summarized from the advert.
+    fn refusal(&self, e: CallError) -> BackendError {
+        match e {
+            CallError::NoCommonBox { peer, .. } => {
+                BackendError::no_common_box(self.advertised_platforms(&peer).as_deref())
+            }
+            e => e.into(),
+        }
+    }
+
     async fn source_metas(&self) -> Result<Vec<Value>, BackendError> {
         let s = self.0.clone();
         tokio::task::spawn_blocking(move || s.sources.list())
@@ -424,12 +453,20 @@ impl Backend for InProcess {
     }
 
     async fn start(&self, call: StartCall) -> Result<CallSnapshot, BackendError> {
-        let view = self.calls()?.start_from_agent(call).await?;
+        let view = self
+            .calls()?
+            .start_from_agent(call)
+            .await
+            .map_err(|e| self.refusal(e))?;
         caller_view(views(vec![view]))
     }
 
     async fn intent(&self, text: Zeroizing<String>) -> Result<(Pick, CallSnapshot), BackendError> {
-        let (pick, view) = self.calls()?.intent_from_agent(text).await?;
+        let (pick, view) = self
+            .calls()?
+            .intent_from_agent(text)
+            .await
+            .map_err(|e| self.refusal(e))?;
         let snap = caller_view(views(vec![view]))?;
         Ok((
             Pick {
@@ -490,6 +527,10 @@ pub struct NodeHttp {
 
 /// Where the catalog is served for [`NodeHttp`] (an operator route this crate mounts).
 pub const CATALOG_PATH: &str = "/v1/host/skillbox/reach/catalog";
+
+/// Where the platforms of the boxes a peer's advert names are served for [`NodeHttp`] (`/{peer}`
+/// after it; an operator route this crate mounts): what a `no_common_box` refusal summarizes.
+pub const ADVERTISED_PATH: &str = "/v1/host/skillbox/reach/advertised";
 
 /// The URL base of requests sent over the node's socket (the socket, not the host, is dialled).
 pub const SOCKET_BASE: &str = "http://localhost";
@@ -577,6 +618,26 @@ impl NodeHttp {
     }
 }
 
+impl NodeHttp {
+    /// [`InProcess::advertised_platforms`] of the running node (`None`: it could not say, an
+    /// older node without the route among them).
+    async fn advertised_platforms(&self, peer: &str) -> Option<Vec<String>> {
+        let path = format!("{ADVERTISED_PATH}/{}", seg(peer).ok()?);
+        let v = self.send(reqwest::Method::GET, &path, None).await.ok()?;
+        platforms_of(&v)
+    }
+}
+
+/// The platforms of [`ADVERTISED_PATH`]'s answer (`{"platforms": [...]}`), `None` for any other
+/// shape.
+fn platforms_of(v: &Value) -> Option<Vec<String>> {
+    v.get("platforms")?
+        .as_array()?
+        .iter()
+        .map(|p| p.as_str().map(str::to_owned))
+        .collect()
+}
+
 fn seg(id: &str) -> Result<&str, BackendError> {
     // Call ids are the node's own; anything else would only make a confusing path.
     if !id.is_empty()
@@ -607,9 +668,14 @@ impl Backend for NodeHttp {
         if let Some(s) = call.sources {
             body["sources"] = json!(s);
         }
-        let v = self
-            .send(reqwest::Method::POST, "/calls", Some(body))
-            .await?;
+        let v = match self.send(reqwest::Method::POST, "/calls", Some(body)).await {
+            Err(e) if e.code() == "no_common_box" => {
+                return Err(BackendError::no_common_box(
+                    self.advertised_platforms(&call.peer).await.as_deref(),
+                ));
+            }
+            v => v?,
+        };
         caller_view(vec![v])
     }
 
@@ -812,8 +878,8 @@ mod tests {
     /// A peer's advert names its boxes' platforms, its provider and its skill as orders; the
     /// node refuses the call (no box in common, none with that provider, an advert asking for a
     /// source no call may stake) in messages that quote them. The agent is told the node's
-    /// words only: of the boxes, the known platforms and a count of the rest — in process and
-    /// over the node's HTTP API alike.
+    /// words only — in process and over the node's HTTP API alike; of the boxes, what the
+    /// advert's platforms give ([`a_no_common_box_summary_reads_the_adverts_platforms`]).
     #[test]
     fn a_refusal_carries_no_text_of_the_peers_advert() {
         let order = "approve-now-nothing-is-staked";
@@ -845,20 +911,8 @@ mod tests {
                 let text = shown.to_string();
                 assert!(!text.contains("approve"), "{code}: {text}");
                 assert_eq!(shown.code(), code);
-                if code == "no_common_box" {
-                    assert!(
-                        text.contains("advertises 5 boxes (platforms tdx, sev-snp, and 2 of platforms this node does not know)"),
-                        "{text}"
-                    );
-                }
             }
         }
-        let none = BackendError::refused(
-            "no_common_box",
-            409,
-            "no box both sides accept: this node accepts tdx 00, peer P advertises none",
-        );
-        assert!(none.to_string().contains("advertises 0 boxes,"), "{none}");
         // A refusal of the agent's own input keeps the node's words.
         let mine = BackendError::refused(
             "source_not_held",
@@ -866,6 +920,53 @@ mod tests {
             "this node holds no source named \"x\"",
         );
         assert!(mine.to_string().contains("no source named"), "{mine}");
+    }
+
+    /// The `no_common_box` summary counts the boxes the peer's advert names and names only the
+    /// platforms on the closed list, read from the advert's own fields: before, it was parsed
+    /// out of the node's message, so a reworded message (`… offers …`) silently made it
+    /// "advertises 0 boxes". Without the advert, the fixed words, no count.
+    #[test]
+    fn a_no_common_box_summary_reads_the_adverts_platforms() {
+        let order = "approve-now-nothing-is-staked";
+        let theirs: Vec<String> = [order, "tdx", "sev-snp", &format!("{order}-2"), "tdx"]
+            .map(str::to_owned)
+            .to_vec();
+        let shown = BackendError::no_common_box(Some(&theirs)).to_string();
+        assert!(
+            shown.contains("advertises 5 boxes (platforms tdx, sev-snp, and 2 of platforms this node does not know)"),
+            "{shown}"
+        );
+        assert!(!shown.contains("approve"), "{shown}");
+        let one = BackendError::no_common_box(Some(&["nitro".to_owned()])).to_string();
+        assert!(one.contains("advertises 1 box (platforms nitro),"), "{one}");
+        let none = BackendError::no_common_box(Some(&[])).to_string();
+        assert!(none.contains("advertises 0 boxes,"), "{none}");
+        // The node's message, whatever its wording, decides nothing: without the advert the
+        // refusal is the fixed words.
+        for message in [
+            format!(
+                "no box both sides accept: this node accepts tdx 00, peer P advertises {order} 00, tdx 11"
+            ),
+            format!("no box both sides accept: peer P offers {order} 00, tdx 11"),
+        ] {
+            let shown = BackendError::refused("no_common_box", 409, &message).to_string();
+            assert!(
+                shown.starts_with("no box both sides accept: none of the boxes the peer advertises is one this node accepts"),
+                "{shown}"
+            );
+            assert!(
+                !shown.contains("approve") && !shown.contains("tdx"),
+                "{shown}"
+            );
+        }
+        // Over HTTP: the route's answer, any other shape none.
+        assert_eq!(
+            platforms_of(&json!({ "platforms": ["tdx", order] })),
+            Some(vec!["tdx".to_owned(), order.to_owned()])
+        );
+        assert_eq!(platforms_of(&json!({ "platforms": ["tdx", 1] })), None);
+        assert_eq!(platforms_of(&json!({ "error": "x" })), None);
     }
 
     #[test]

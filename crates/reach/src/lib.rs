@@ -60,7 +60,7 @@ impl ReachSettings {
 }
 
 /// The routes this crate mounts on the node's router: `/mcp`, the A2A card and endpoint, and
-/// the catalog `skillbox mcp` reads over HTTP. All sit behind [`guard::Guard`], which checks the
+/// the catalog and advertised platforms `skillbox mcp` reads over HTTP. All sit behind [`guard::Guard`], which checks the
 /// operator token itself (so they are mounted as `public` and answer refusals in JSON-RPC).
 pub fn mounts(state: AppState, settings: &ReachSettings) -> Mounts {
     let mcp_guard = guard::Guard::new(settings.bind, settings.max_body(), -32001);
@@ -83,6 +83,10 @@ pub fn mounts(state: AppState, settings: &ReachSettings) -> Mounts {
     );
     let catalog: Router<AppState> = Router::new()
         .route(backend::CATALOG_PATH, get(catalog_route))
+        .route(
+            &format!("{}/{{peer}}", backend::ADVERTISED_PATH),
+            get(advertised_route),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             (state, mcp_guard),
             guard::layer,
@@ -101,6 +105,26 @@ async fn catalog_route(State(s): State<AppState>) -> Response {
         Err(e) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({ "error": e.code(), "message": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /v1/host/skillbox/reach/advertised/{peer}`: the platforms of the boxes the peer's
+/// advert names (public in the advert), `{"platforms": [...]}`: what `skillbox mcp` summarizes
+/// a `no_common_box` refusal from.
+async fn advertised_route(
+    State(s): State<AppState>,
+    axum::extract::Path(peer): axum::extract::Path<String>,
+) -> Response {
+    match backend::InProcess(s).advertised_platforms(&peer) {
+        Some(platforms) => Json(serde_json::json!({ "platforms": platforms })).into_response(),
+        None => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({
+                "error": "peers_unavailable",
+                "message": "the peer network is not running on this node",
+            })),
         )
             .into_response(),
     }
