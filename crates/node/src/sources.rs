@@ -91,53 +91,19 @@ pub const KEY_IS_NOT_A_SOURCE_NAME: &str = "the source name looks like a provide
 /// are checked with): `/`-separated segments of `[A-Za-z0-9_.-]`, each starting with a letter,
 /// digit or `_`, at most [`MAX_NAME_LEN`] bytes; and, outside the node's own prefixes, not a
 /// provider's API key pasted where the name goes. A refused name may be that key, so no error
-/// here repeats any of it: each says which rule failed, with a length or a byte position at most.
-/// (The node's own names are exempt from the key test: a call's id is 32 hex digits.)
+/// here repeats any of it: each says which rule failed, with a length or a byte position at most
+/// (the skill crate's diagnosis, the one `requiredSources` gives). (The node's own names are exempt from the key test: a call's id is 32 hex digits.)
 pub fn check_name(name: &str) -> Result<()> {
     let refused = |why: String| Err(NodeError::invalid("name", why));
-    if name.is_empty() {
-        return refused("a source name cannot be empty".to_owned());
-    }
     if !skillbox_skill::is_reserved_source_name(name)
         && skillbox_skill::looks_like_a_provider_key(name)
     {
         return refused(KEY_IS_NOT_A_SOURCE_NAME.to_owned());
     }
-    if skillbox_skill::is_valid_source_name(name) {
-        return Ok(());
+    match skillbox_skill::document::source_name_problem(name) {
+        Some(problem) => refused(problem),
+        None => Ok(()),
     }
-    if name.len() > MAX_NAME_LEN {
-        return refused(format!(
-            "a source name is at most {MAX_NAME_LEN} bytes; this one is {}",
-            name.len()
-        ));
-    }
-    let segment_rule = "a source name is '/'-separated segments of letters, digits, '_', '.', '-', each starting with a letter, digit or '_'";
-    let mut at = 0;
-    for segment in name.split('/') {
-        let first = segment.bytes().next();
-        if first.is_none() {
-            return refused(format!(
-                "{segment_rule}; this one has an empty segment at byte {at}"
-            ));
-        }
-        if !first.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return refused(format!(
-                "{segment_rule}; this one has a segment starting with another character at byte {at}"
-            ));
-        }
-        if let Some(i) = segment
-            .bytes()
-            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')))
-        {
-            return refused(format!(
-                "{segment_rule}; this one has another character at byte {}",
-                at + i
-            ));
-        }
-        at += segment.len() + 1;
-    }
-    refused(segment_rule.to_owned())
 }
 
 /// Whether the data key opens this store's check value. Writes the check value on first use.

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -135,7 +135,7 @@ pub(super) async fn require_operator(req: Request, next: Next) -> Response {
         Some(p) => ApiError::forbidden(format!(
             "this token belongs to tenant {:?} and reaches only the OpenWOP agent surfaces (/v1/agents…, /v1/host/skillbox/…); {} is the node operator's",
             p.owner.tenant_id,
-            req.uri().path()
+            route_of(&req)
         ))
         .into_response(),
         None => ApiError::unauthenticated().into_response(),
@@ -172,14 +172,26 @@ pub(super) async fn observe(State(s): State<AppState>, req: Request, next: Next)
     resp
 }
 
-pub(super) async fn no_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::not_found(format!("no route for {method} {}", uri.path()))
+/// The route a request matched, as its template (`/sources/{*name}`): what a refusal may name.
+/// Never the path as sent, which may hold a provider key pasted where a name goes
+/// (`POST /sources/sk-ant-…`), and a refusal is shown, logged and kept by clients.
+fn route_of(req: &Request) -> &str {
+    req.extensions()
+        .get::<MatchedPath>()
+        .map_or("this route", MatchedPath::as_str)
 }
 
-pub(super) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+/// No route matched: the answer names the method only (the path as sent may hold a key).
+pub(super) async fn no_route(method: Method) -> ApiError {
+    ApiError::not_found(format!(
+        "no route for {method} at this path (the routes are in /openapi.json)"
+    ))
+}
+
+pub(super) async fn method_not_allowed(req: Request) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        format!("{method} is not allowed on {}", uri.path()),
+        format!("{} is not allowed on {}", req.method(), route_of(&req)),
     )
 }

@@ -5,7 +5,7 @@ use axum::body::Body;
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use super::bodies::*;
 use super::extract::{
@@ -101,21 +101,54 @@ impl Expected for SourceChange {
     const EXPECTED: &'static str = "expected {\"shareable\": bool}";
 }
 
-named_routes! {
-    /// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or
-    /// not), without sending its content again.
-    patch "/sources/{*name}" => patch_source(s, SourceName(name), change: Tiny<SourceChange>)
-        "Mark a source shareable (a call may stake it) or not, without its content."
-        params(SourcePath) request_body = SourceChange
-        ok(SourceMeta, "The source's metadata.")
-        bad("A secret or reserved source cannot be shareable (`validation_error`).") [NoSuchSource]
-        = "source"(name) |s, n| s.sources.set_shareable(n, change.shareable);
+/// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or
+/// not), without sending its content again. A source an older node stored under a name the key
+/// test refuses ([`StoredSourceName::PastedKey`]) can be unshared (never shared again): its
+/// human must be able to withdraw it from calls, and the answer, 204, holds nothing of the name
+/// (the metadata would: its name is the key).
+#[utoipa::path(
+    patch, path = "/sources/{*name}",
+    summary = "Mark a source shareable (a call may stake it) or not, without its content.",
+    params(SourcePath), request_body = SourceChange,
+    responses(
+        (status = 200, description = "The source's metadata.", body = SourceMeta),
+        (status = 204, description = "Unshared a source an older node stored under a name that reads as a provider's API key (its metadata would repeat that name)."),
+        (status = 400, description = "A secret or reserved source cannot be shareable (`validation_error`)."),
+        NoSuchSource, TooLarge, NotJson,
+    )
+)]
+pub(super) async fn patch_source(
+    State(s): State<AppState>,
+    name: StoredSourceName,
+    JsonBody(change, _): Tiny<SourceChange>,
+) -> Result<Response, ApiError> {
+    match name {
+        StoredSourceName::Name(name) => change_offered(&s, "source", &name, move |s, n| {
+            s.sources.set_shareable(n, change.shareable)
+        })
+        .await
+        .map(IntoResponse::into_response),
+        // Sharing it is refused: a new consent to stake a pasted key is never the human's aim.
+        StoredSourceName::PastedKey { refused, .. } if change.shareable => Err(refused),
+        StoredSourceName::PastedKey { name, refused } => {
+            match offering(&s, Option::is_some, move |s| {
+                s.sources.set_shareable(&name, false)
+            })
+            .await?
+            {
+                Some(_) => Ok(StatusCode::NO_CONTENT.into_response()),
+                None => Err(refused),
+            }
+        }
+    }
 }
 
-/// The `{*name}` of `DELETE /sources/{name}`: a [`SourceName`], or a name refused by the key
-/// test alone. A node before that test stored sources under a pasted key as the name; no other
-/// route takes such a name, so removing it is the one way to get the key out of the store.
-pub(super) enum RemovableSourceName {
+/// The `{*name}` of `PATCH` and `DELETE /sources/{name}`: a [`SourceName`], or a stored name
+/// refused by the key test alone. A node before that test stored sources under a pasted key as
+/// the name, shareable ones too; its human must still be able to unshare such a source (calls
+/// stake it whatever its name) and to remove it, which gets the key out of the store. Reads and
+/// `PUT` refuse the name.
+pub(super) enum StoredSourceName {
     Name(String),
     /// Passes the plain name rule but reads as a provider's key: never echoed, in an answer
     /// or a log. With the fixed refusal every other route gives it.
@@ -125,14 +158,14 @@ pub(super) enum RemovableSourceName {
     },
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for RemovableSourceName {
+impl<S: Send + Sync> FromRequestParts<S> for StoredSourceName {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let Param(name) = Param::from_request_parts(parts, state).await?;
         match sources::check_name(&name) {
-            Ok(()) => Ok(RemovableSourceName::Name(name)),
-            Err(refused) if pasted_key(&name) => Ok(RemovableSourceName::PastedKey {
+            Ok(()) => Ok(StoredSourceName::Name(name)),
+            Err(refused) if pasted_key(&name) => Ok(StoredSourceName::PastedKey {
                 name,
                 refused: refused.into(),
             }),
@@ -157,13 +190,13 @@ fn pasted_key(name: &str) -> bool {
 )]
 pub(super) async fn delete_source(
     State(s): State<AppState>,
-    name: RemovableSourceName,
+    name: StoredSourceName,
 ) -> Result<StatusCode, ApiError> {
     match name {
-        RemovableSourceName::Name(name) => {
+        StoredSourceName::Name(name) => {
             remove_offered(&s, "source", &name, |s, n| s.sources.delete(n)).await
         }
-        RemovableSourceName::PastedKey { name, refused } => {
+        StoredSourceName::PastedKey { name, refused } => {
             if offering(&s, |d| *d, move |s| s.sources.delete(&name)).await? {
                 Ok(StatusCode::NO_CONTENT)
             } else {

@@ -919,3 +919,114 @@ async fn a_source_stored_under_a_pasted_key_can_be_removed() {
     }
     node.stop().await;
 }
+
+/// A node before the key test stored sources under a pasted key as the name, shareable ones too
+/// (a call may stake them). Its human must be able to withdraw such a source from calls: `PATCH
+/// {"shareable": false}` unshares it and answers 204 with nothing of the name (the metadata's
+/// name is the key); sharing it again, and unsharing a name never stored, are refused with the
+/// fixed text; reading it stays refused.
+#[tokio::test]
+async fn a_source_stored_under_a_pasted_key_can_be_unshared() {
+    let node = TestNode::start().await;
+    for (i, key) in PASTED_KEYS.iter().enumerate() {
+        let put = node
+            .req(
+                Method::PUT,
+                &format!("/sources/old-{i}?kind=text&shareable=true"),
+            )
+            .await
+            .body("the owner's notes");
+        let (status, meta, text) = node.call(put).await;
+        assert_eq!(status, 201, "{text}");
+        assert_eq!(meta["shareable"], json!(true), "{text}");
+        // As an older node wrote it: the row under the key as its name.
+        let conn = rusqlite::Connection::open(node.path().join("node.db")).expect("open db");
+        conn.execute(
+            "UPDATE sources SET name = ?1 WHERE name = ?2",
+            rusqlite::params![key, format!("old-{i}")],
+        )
+        .expect("rename the row");
+    }
+    let shareable = |key: &str| -> i64 {
+        let conn = rusqlite::Connection::open(node.path().join("node.db")).expect("open db");
+        conn.query_row(
+            "SELECT shareable FROM sources WHERE name = ?1",
+            rusqlite::params![key],
+            |r| r.get(0),
+        )
+        .expect("the row")
+    };
+    let on = &node;
+    let patch = |key: &str, to: bool| {
+        let path = format!("/sources/{key}");
+        async move {
+            on.call(
+                on.req(Method::PATCH, &path)
+                    .await
+                    .json(&json!({ "shareable": to })),
+            )
+            .await
+        }
+    };
+    let mut answers = String::new();
+    for key in PASTED_KEYS {
+        let refused = assert_refused(patch(key, true).await, 400, "validation_error");
+        answers.push_str(&refused.to_string());
+        assert_eq!(shareable(key), 1, "still as it was");
+        let (status, body, text) = patch(key, false).await;
+        assert_eq!(status, 204, "{body}");
+        answers.push_str(&text);
+        assert_eq!(shareable(key), 0, "unshared");
+        let (status, body, text) = node.get(&format!("/sources/{key}")).await;
+        assert_eq!(status, 400, "{body}");
+        answers.push_str(&text);
+    }
+    let never = "sk-ant-api03-NEVERstoredXq7nAmE9kLw2Rt5";
+    let refused = assert_refused(patch(never, false).await, 400, "validation_error");
+    skillbox_testkit::leak::assert_no_part_of("the refusal", &refused.to_string(), never);
+    for key in PASTED_KEYS {
+        skillbox_testkit::leak::assert_no_part_of("the answers", &answers, key);
+    }
+    node.stop().await;
+}
+
+/// A client that sends a key where a source's name goes with the wrong verb (`POST`, the common
+/// one for "add"), on a mistyped route, or with a tenant's token, is refused by the router's own
+/// answers (405, 404, 403). They name the route's template at most, never the path as sent:
+/// clients show, log and keep a refusal.
+#[tokio::test]
+async fn a_refused_method_route_or_token_names_no_part_of_the_path() {
+    let dir = init_dir();
+    let config = skillbox_node::DataDir::new(dir.path()).config();
+    let tenant = skillbox_node::tenants::add_token(&config, "acme", None).expect("tenant");
+    let node = TestNode::start_in(dir).await;
+    let mut answers = String::new();
+    for key in PASTED_KEYS {
+        let path = format!("/sources/{key}");
+        let said = assert_refused(
+            node.call(node.req(Method::POST, &path).await.body("the key"))
+                .await,
+            405,
+            "method_not_allowed",
+        );
+        assert_eq!(said["message"], "POST is not allowed on /sources/{*name}");
+        answers.push_str(&said.to_string());
+        let said = assert_refused(node.get(&format!("/source/{key}")).await, 404, "not_found");
+        answers.push_str(&said.to_string());
+        let as_tenant = reqwest::Client::new()
+            .get(node.url(&path))
+            .bearer_auth(&tenant);
+        let said = assert_refused(node.call(as_tenant).await, 403, "forbidden");
+        assert!(
+            said["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("/sources/{*name} is the node operator's")),
+            "{said}"
+        );
+        answers.push_str(&said.to_string());
+    }
+    for key in PASTED_KEYS {
+        skillbox_testkit::leak::assert_no_part_of("the refusals", &answers, key);
+    }
+    node.stop().await;
+}
