@@ -228,6 +228,17 @@ pub fn frame(text: &str) -> String {
     )
 }
 
+/// A name an agent copied with its frame (`⟦peer text N⟧ taste ⟦end N⟧`, as `list_skills`
+/// shows it) without the frame: agents are told to pass names as listed, and a framed one is
+/// this process's own framing, not the peer's. Anything else is returned as it is.
+pub fn unframed(text: &str) -> &str {
+    let n = nonce();
+    text.trim()
+        .strip_prefix(&format!("⟦peer text {n}⟧"))
+        .and_then(|rest| rest.strip_suffix(&format!("⟦end {n}⟧")))
+        .map_or(text, str::trim)
+}
+
 /// What every surface says about its frames, before any peer text.
 pub fn untrusted_notice() -> String {
     let n = nonce();
@@ -550,6 +561,17 @@ mod tests {
     /// The owner's model, told the nonce (an agent quoted a frame into its request), writes a
     /// closing marker in look-alike brackets and in doubled ASCII ones, the nonce in capitals:
     /// the nonce appears in the answer only in the markers the node wrote.
+    #[test]
+    fn a_name_passed_back_with_its_frame_is_the_name() {
+        let framed = frame("taste");
+        assert_eq!(unframed(&framed), "taste");
+        assert_eq!(unframed(&format!(" {framed}\n")), "taste");
+        assert_eq!(unframed("taste"), "taste");
+        // Another process's frame (another nonce) is not ours to take off.
+        let foreign = "⟦peer text 0000000000000000⟧ taste ⟦end 0000000000000000⟧";
+        assert_eq!(unframed(foreign), foreign);
+    }
+
     #[test]
     fn peer_text_cannot_carry_the_nonce_in_any_brackets() {
         let n = nonce();

@@ -730,6 +730,8 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                     Err(e) => return Ok(*e),
                 };
                 let request = Zeroizing::new(a.request);
+                // The name as list_skills shows it (framed) is the name.
+                let skill = catalog::unframed(&a.skill).to_owned();
                 if request.len() > self.settings.max_request_bytes {
                     return Ok(tool_error(format!(
                         "request is {} bytes, over the limit of {}",
@@ -745,18 +747,18 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                             Err(e) => return Ok(backend_error(&e)),
                         };
                         let offering: Vec<&str> =
-                            cat.named(&a.skill).map(|s| s.peer.as_str()).collect();
+                            cat.named(&skill).map(|s| s.peer.as_str()).collect();
                         match offering.as_slice() {
                             [one] => (*one).to_owned(),
                             [] => {
                                 return Ok(tool_error(format!(
                                     "no peer offers a skill named {:?} that this node can call right now (see list_skills)",
-                                    catalog::clean_untrusted(&a.skill, 64)
+                                    catalog::clean_untrusted(&skill, 64)
                                 )));
                             }
                             many => {
                                 return Ok(tool_error(catalog::offered_by_several(
-                                    &a.skill,
+                                    &skill,
                                     many,
                                     "with `peer`",
                                 )));
@@ -768,7 +770,7 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                     .backend
                     .start(StartCall {
                         peer,
-                        skill: a.skill,
+                        skill,
                         request,
                         sources: a.sources,
                     })
