@@ -558,10 +558,19 @@ fn set_shareable(client: &Client, name: &str, shareable: bool) -> anyhow::Result
         &format!("/sources/{name}"),
         Some(("application/json", body)),
     )?;
-    if shareable {
-        say!("source {name} is shareable: a call may stake it (consent is asked first by default)");
+    // A name an older node took from a pasted key (only unsharing it is let through) is not
+    // written out again.
+    let shown = if skillbox_skill::looks_like_a_provider_key(name) {
+        "(its name looks like a provider's API key: revoke that key with the provider)".to_owned()
     } else {
-        say!("source {name} is private: no call stakes it");
+        name.to_owned()
+    };
+    if shareable {
+        say!(
+            "source {shown} is shareable: a call may stake it (consent is asked first by default)"
+        );
+    } else {
+        say!("source {shown} is private: no call stakes it");
     }
     Ok(())
 }

@@ -94,11 +94,11 @@ fn a_key_pasted_as_a_source_name_is_refused_and_kept_nowhere() {
     }
 }
 
-/// A source an older node stored under a pasted key (as its name) is removed with `skillbox
-/// source rm <that name>`, and the CLI's word that it is gone does not write the key out again:
-/// it says to revoke it instead.
+/// A source an older node stored under a pasted key (as its name) is unshared and removed with
+/// `skillbox source unshare|rm <that name>`, and the CLI's words do not write the key out
+/// again: they say to revoke it instead.
 #[test]
-fn removing_a_source_named_by_a_pasted_key_does_not_print_the_key() {
+fn unsharing_and_removing_a_source_named_by_a_pasted_key_does_not_print_the_key() {
     let root = tempfile::tempdir().expect("tempdir");
     let mut node = procs::init_node(root.path(), "n", "http://127.0.0.1:9", None, |t| t);
     node.start(&[]);
@@ -119,6 +119,11 @@ fn removing_a_source_named_by_a_pasted_key_does_not_print_the_key() {
         )
         .expect("rename the row");
     assert_eq!(renamed, 1);
+    let unshared = procs::skillbox_with(&node.dir, &["source", "unshare", key], &[], None);
+    let said = text(&unshared);
+    assert!(unshared.status.success(), "{said}");
+    assert!(said.contains("revoke that key"), "{said}");
+    assert_no_part_of("the CLI's output", &said, key);
     let removed = procs::skillbox_with(&node.dir, &["source", "rm", key], &[], None);
     let said = text(&removed);
     assert!(removed.status.success(), "{said}");
