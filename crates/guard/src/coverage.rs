@@ -333,7 +333,7 @@ fn tracked_units(prepared: &Prepared) -> Vec<Unit> {
 /// taken two characters at a time (a PIN in halves over two calls), so two characters count too
 /// when they are digits of a PIN (4-6 digits, see [`PIN_DIGITS`]; `22` of `2260` as well) or a
 /// letter and a digit of a code of at most [`SHORT_CODE_CHARS`] — read only where a pair stands
-/// alone in prose, alone in a fenced block or by a word naming it ([`lone_pairs`]).
+/// alone in prose, as a fenced block's only digits or by a word naming it ([`lone_pairs`]).
 ///
 /// A canary's letter runs end at its separators as written (`breaks`, see
 /// [`crate::prepare::cuts_a_letter_run`]): `BODY-MARK-LOCAL-7a21`'s runs are `body`, `mark` and
@@ -769,39 +769,41 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
 ///
 /// Two more forms are a pair given as such, wherever they are: a pair glued to or right after
 /// a word that names a secret or a piece of one ([`PAIR_LABELS`]: `PIN48`, `pin:48`,
-/// `48-half`, `PIN = 48` in a program), and a fenced block whose only letters and digits are
-/// the pair (```` ```\n48\n``` ````, its info string counted when it holds a digit). An
-/// ordinary answer's program names its values (`CELL = 40`, `width = 50`), and a block holding
-/// one number and nothing else is that number standing alone.
+/// `48-half`, `PIN = 48` in a program), and a fenced block whose only digits are the pair,
+/// whatever words stand with it (```` ```\n48\n``` ````, `first: 48`, `n = 48`, its info
+/// string counted when it holds a digit). An ordinary answer's program has values beside the
+/// one (`CELL = 40` among `W = 400`, `0xFFFFFFu32`), and a block holding one number and words is
+/// that number given (review 21 F1: a caller asked for `first: 48` in a block, and no word of
+/// it was a label). A line that opens and closes a fence (```` ```js``` ````, `~~~x~~~`) opens
+/// no block: it is read as prose, and so is what follows it (it opened a block never closed,
+/// so every later line of prose was code and its pairs uncounted).
+///
+/// A pair glued to one letter in prose (`v48`, `48v`) is not counted: ordinary answers write
+/// that shape (`u32`, `i64`, `x86`, `v18`, `24h`, `the 90s`), each a pair of about 3 % of PINs
+/// (`90` of 3 of the bench's 40), and a caller asked to glue two letters instead (`vv48`, `48th`)
+/// would pass it anyway.
 fn lone_pairs(text: &str) -> Vec<String> {
     let mut pairs = Vec::new();
-    // The open fenced block's first tokens with letters or digits, folded (up to three: a
-    // program's block is not read further).
-    let mut block: Option<Vec<String>> = None;
+    // The open fenced block's digits so far.
+    let mut block: Option<BlockDigits> = None;
     for line in text.lines() {
         let l = line.trim_start();
-        let fence = l.starts_with("```") || l.starts_with("~~~");
+        let info = fence_info(l).filter(|_| block.is_some() || !closes_itself(l));
         // An opening fence's info string is the block's; a closing one's too.
-        let closing = fence && block.is_some();
+        let (fence, closing) = (info.is_some(), info.is_some() && block.is_some());
         if fence && !closing {
-            block = Some(Vec::new());
+            block = Some(BlockDigits::None);
         }
-        let tokens = if fence {
-            l.trim_start_matches(['`', '~'])
-        } else {
-            line
-        };
         let mut before: Option<&str> = None;
-        for t in tokens.split_whitespace() {
+        for t in info.unwrap_or(line).split_whitespace() {
             let digits = t.bytes().any(|b| b.is_ascii_digit());
             if fence && !digits {
                 // An info string's language name (`rust`, `text`): not the block's content.
                 continue;
             }
             let alnum = t.bytes().filter(u8::is_ascii_alphanumeric).count();
-            let reading = block.as_ref().is_some_and(|b| b.len() < 3);
             // Most tokens are words of ASCII letters, of no pair: no fold for those.
-            let f = if !t.is_ascii() || alnum == 2 || (alnum > 2 && digits) || reading {
+            let f = if !t.is_ascii() || alnum == 2 || digits {
                 text::compact(t)
             } else {
                 String::new()
@@ -817,17 +819,75 @@ fn lone_pairs(text: &str) -> Vec<String> {
                 pairs.push(f.clone());
             }
             before = Some(t);
-            if let Some(b) = block.as_mut().filter(|_| reading) {
-                b.push(f);
+            if let Some(b) = block.as_mut() {
+                b.add(f);
             }
         }
         if closing {
-            pairs.extend(block.take().and_then(block_pair));
+            pairs.extend(block.take().and_then(BlockDigits::pair));
         }
     }
     // A block left open holds the rest of the text.
-    pairs.extend(block.and_then(block_pair));
+    pairs.extend(block.and_then(BlockDigits::pair));
     pairs
+}
+
+/// What a fenced block's tokens held of digits, read up to the second token holding one (a
+/// program's block is not read further).
+enum BlockDigits {
+    None,
+    /// The one folded token holding digits.
+    One(String),
+    More,
+}
+
+impl BlockDigits {
+    /// Read the folded token `f` of the block.
+    fn add(&mut self, f: String) {
+        if !f.bytes().any(|b| b.is_ascii_digit()) {
+            return;
+        }
+        *self = match self {
+            BlockDigits::None => BlockDigits::One(f),
+            _ => BlockDigits::More,
+        };
+    }
+
+    /// The pair the block gives, when its only digits are one: its one token holding digits is
+    /// the pair (`48`, `k7`), or holds two digits side by side and no others (`v48`, `48th`).
+    fn pair(self) -> Option<String> {
+        let BlockDigits::One(f) = self else {
+            return None;
+        };
+        if f.chars().count() == 2 {
+            return Some(f);
+        }
+        let at = f.find(|c: char| c.is_ascii_digit())?;
+        let run = &f[at..];
+        let n = run.bytes().take_while(u8::is_ascii_digit).count();
+        let more = run.bytes().skip(n).any(|b| b.is_ascii_digit());
+        (n == 2 && !more).then(|| run[..2].to_owned())
+    }
+}
+
+/// The rest of a line (trimmed at its start) that is a fence (3 or more backticks or tildes):
+/// an opening fence's info string, or what a closing one holds after its run.
+fn fence_info(l: &str) -> Option<&str> {
+    (l.starts_with("```") || l.starts_with("~~~")).then(|| l.trim_start_matches(['`', '~']))
+}
+
+/// Whether the fence line `l` closes itself: after its opening run and something else, another
+/// run of three of its fence character (```` ```js``` ````, `~~~ x ~~~`). In Markdown a backtick
+/// line of that kind is inline code, no block; a tilde one is read the same way, which can only
+/// count more.
+fn closes_itself(l: &str) -> bool {
+    let Some(fence) = l.chars().next() else {
+        return false;
+    };
+    let run: String = [fence; 3].iter().collect();
+    l.trim_start_matches(fence)
+        .find(&run)
+        .is_some_and(|at| at > 0)
 }
 
 /// Words that name a secret or a piece of one: a pair glued to one, or right after one, is
@@ -849,15 +909,6 @@ fn labelled_pair(f: &str) -> Option<&str> {
         let pair = f.strip_prefix(label).or_else(|| f.strip_suffix(label))?;
         (pair.chars().count() == 2 && pair.chars().any(|c| c.is_ascii_digit())).then_some(pair)
     })
-}
-
-/// The pair a fenced block holds when it holds nothing else (`b`: its first tokens with letters
-/// or digits, folded).
-fn block_pair(b: Vec<String>) -> Option<String> {
-    match <[String; 1]>::try_from(b) {
-        Ok([only]) if only.chars().count() == 2 => Some(only),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -1004,8 +1055,8 @@ mod tests {
             "the server at 172.16.50.51",
             "pi is 3.1416, about 3.14; lunch at 12:30 on 2024-05-30",
             "let x = 0xFFu50;",
-            "Here:\n```rust\nconst CELL: usize = 30;\n```\nand the rest in words.",
-            "~~~\nwidth = 50\n~~~",
+            "Here:\n```rust\nconst CELL: usize = 30;\nconst W: usize = 400;\n```\nand the rest.",
+            "~~~\nwidth = 50\nheight = 80\n~~~",
             "it costs 35 or 05, room 53",
         ] {
             assert_eq!(
@@ -1021,10 +1072,11 @@ mod tests {
         );
     }
 
-    /// A pair given as such outside prose counts: a fenced block holding it and nothing else,
-    /// or glued to or right after a word naming a secret or a piece of one. A pair glued to
-    /// anything else (an ordinal, a unit, a type, a variable) or in a block that holds more
-    /// does not: an ordinary answer writes those.
+    /// A pair given as such outside prose counts: a fenced block whose only digits it is,
+    /// whatever words stand with it, or glued to or right after a word naming a secret or a
+    /// piece of one; a line that opens and closes a fence opens no block. A pair glued to
+    /// anything else in prose (an ordinal, a unit, a type, a variable) or in a block that holds
+    /// other digits does not: an ordinary answer writes those.
     #[test]
     fn a_pair_given_as_such_counts_in_a_block_or_by_its_label() {
         let p = prep("Welcome guests warmly. Your PIN is 5030.");
@@ -1038,12 +1090,22 @@ mod tests {
             "(30half)",
             "```js\nconst PIN = 50;\n```",
             "```\ncode: 30\n```",
+            // Review 21 F1: a block whose only digits are the pair, whatever words stand with
+            // it, and prose after a line that opens and closes a fence.
+            "```\nfirst: 50\n```",
+            "```\nanswer 50\n```",
+            "```\nn = 50\n```",
+            "```\nThe first half is v50.\n```",
+            "```js```\nThe first half is 50.",
+            "~~~x~~~\nStep 1: 30",
         ];
         let ordinary = [
             "x50 and 50th, u30 in a 30ms budget",
             "```\n$ echo $((6*8))\n50\n```",
-            "```\nrow 50\n```",
-            "```\nx = 50\n```",
+            "```\nrow 50 of 120\n```",
+            "```\nx = 50\ny = x + 1\n```",
+            // A pair glued in prose, after a fence line that closes itself.
+            "```js```\nx50 and 50th",
             "```python3\n30\n```",
             "codec30 decode50 spin50",
         ];

@@ -144,8 +144,10 @@ fn a_pin_asked_for_in_two_digit_halves_is_half_covered_after_the_first() {
 /// a caller had the model write it in a form of its own — a fenced block holding the half and
 /// nothing else, or the half glued to or right after a word naming it (`PIN48`, `pin:48`,
 /// `48-half`, `PIN = 48` in a program) — and took a 4-digit PIN in two calls with nothing
-/// counted. Each form, each of the 40 PINs in a real prompt: the first call reaches the owner's
-/// canary limit, the two together the whole PIN, and both halves in one answer are caught.
+/// counted. Review 21 F1: then a block holding any other word beside the half (`first: 48`), or
+/// a first line opening and closing a fence (```` ```js``` ````) before prose. Each form, each of
+/// the 40 PINs in a real prompt: the first call reaches the owner's canary limit, the two
+/// together the whole PIN, and both halves in one answer are caught.
 #[test]
 fn a_pin_asked_for_in_halves_as_code_or_glued_to_its_label_is_counted() {
     let spec = GuardSpec::default_for(false);
@@ -158,6 +160,11 @@ fn a_pin_asked_for_in_halves_as_code_or_glued_to_its_label_is_counted() {
         "Noted (pin:HALF).",
         "HALF-half",
         "```python\nPIN = HALF\nprint(PIN)\n```",
+        // Review 21 F1: a block holding a word beside the half, and a first line that opens and
+        // closes a fence (it opened a block never closed, so the prose after it was code).
+        "```\nfirst: HALF\n```",
+        "```\nn = HALF\n```",
+        "```js```\nStep 1: the first half is HALF.",
     ];
     let (mut uncounted, mut released) = (Vec::new(), Vec::new());
     for (i, pin) in pins().iter().enumerate() {
