@@ -28,8 +28,9 @@ const BLOCK_TAGS: [&str; 2] = ["request", "source"];
 /// entities for any of them (`&lt;`, `&#47;`, `&sol;`, `&nbsp;`, …). A defused tag gets a
 /// visible `\` after its opening bracket (`<\/source>`): nothing of the fold drops a `\`, so
 /// a defused tag folds to no closing tag (an invisible mark would fold away again). Letters of
-/// other scripts that look Latin are not folded: see ARCHITECTURE (the per-run tag suffix that
-/// would end this for good needs a new template version).
+/// other scripts that look Latin are not folded here: the per-run tag suffix (`build`) is what
+/// no material can write, so this is defence in depth for a model that reads a bare
+/// `</source>` as a close anyway.
 fn defuse(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     let mut last = 0;

@@ -11,7 +11,7 @@ pub enum ProviderId {
     Ollama,
     /// `openai-compatible:<id>`: any server speaking OpenAI chat completions (vLLM, llama.cpp, ...).
     OpenAiCompatible(String),
-    /// The embedded model (SmolLM2-135M-Instruct with candle); needs no key.
+    /// The embedded model (SmolLM2-135M-Instruct by default, llama.cpp in the box); needs no key.
     Local,
 }
 
