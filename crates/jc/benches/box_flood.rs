@@ -60,6 +60,10 @@ fn child() {
     });
 }
 
+/// The largest body limit a valid program has: the owner's stake also makes room for its day
+/// limits (`day::DAY_LIMITS_ENTRY`).
+const LARGEST_BODY: u64 = MAX_STAKE_BYTES - 43 - skillbox_jc::day::DayLimits::FRAMED;
+
 fn fresh_key() -> SigningKey {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).expect("random");
@@ -73,7 +77,7 @@ fn program(
     largest: bool,
 ) -> Program {
     let (request, sources, body, model) = if largest {
-        (MAX_STAKE_BYTES - 18, vec![], MAX_STAKE_BYTES - 43, 0)
+        (MAX_STAKE_BYTES - 18, vec![], LARGEST_BODY, 0)
     } else {
         (
             1024,
@@ -348,7 +352,7 @@ async fn attacker_sealed(http: &reqwest::Client, url: &str, tally: &Tally, sent:
     };
     for (role, key, name, len) in [
         (Role::Caller, &c, "request", MAX_STAKE_BYTES - 18),
-        (Role::Owner, &o, "body", MAX_STAKE_BYTES - 43),
+        (Role::Owner, &o, "body", LARGEST_BODY),
     ] {
         let run = run.clone();
         let sealed = tokio::task::spawn_blocking(move || {

@@ -80,6 +80,11 @@ pub enum JcError {
     EntryNotInProgram { name: String, role: String },
     #[error("stake for the {role} lacks the required entry {name:?}")]
     EntryMissing { name: String, role: String },
+    /// The owner's `day_limits` entry is not two big-endian u32 (`day::DayLimits`).
+    #[error(
+        "stake entry \"day_limits\" is {size} bytes; it must be exactly 8 (two big-endian u32 per mille limits)"
+    )]
+    DayLimitsInvalid { size: usize },
     #[error("result cannot be opened with this key")]
     ResultNotForThisKey,
     #[error("reading the material to stake failed: {0}")]
@@ -116,6 +121,10 @@ pub enum JcError {
     Busy(usize),
     #[error("box is at its memory budget for opened stakes ({budget} bytes)")]
     OverBudget { budget: u64 },
+    /// The caller's answers of this skill today already reached the owner's day limits (the
+    /// box's day book, `day::DayBook`): the run is refused before the provider is asked.
+    #[error("the caller's answers of this skill today reached the owner's day limits")]
+    CoverageExceeded,
     /// Too many requests from this client address, or opens by this program key.
     #[error("rate limited")]
     RateLimited,
@@ -205,6 +214,7 @@ impl JcError {
             EntryTooLarge { .. } => ("stake_entry_too_large", 400, "the stake is over the program's limits"),
             EntryNotInProgram { .. } => ("stake_entry_not_in_program", 400, "the stake's entries are not the program's"),
             EntryMissing { .. } => ("stake_entry_missing", 400, "the stake's entries are not the program's"),
+            DayLimitsInvalid { .. } => ("stake_day_limits_invalid", 400, "the owner's day limits entry is not 8 bytes"),
             ResultNotForThisKey => ("result_not_for_this_key", 400, "the result is not sealed to this key"),
             Read(_) => ("read_failed", 400, "reading the material failed"),
             RunNotFound(_) => ("run_not_found", 404, "no such run"),
@@ -219,6 +229,7 @@ impl JcError {
             ProviderFailed(f) => ("provider_failed", 502, f.message()),
             GuardBody => ("guard_body", 422, "the skill body cannot be guarded"),
             ProviderHost { .. } => ("provider_host_mismatch", 400, "the program's provider host is not this box's"),
+            CoverageExceeded => ("coverage_exceeded", 403, "the skill's owner allows this caller no more of this skill today"),
             Busy(_) | OverBudget { .. } => ("busy", 503, "the box is busy; try again later"),
             RateLimited => ("rate_limited", 429, "too many requests; try again later"),
             ExpiresTooFar { .. } => ("expires_too_far", 400, "the program expires later than this box allows"),

@@ -1,5 +1,6 @@
 //! skillbox-jc: the box (joint compute), design §8 and §10.
 //!
+//! - [`day`]: the owner's day limits and the box's day book of what a caller's answers carried.
 //! - [`program`]: the canonical program (RFC 8785), canonical-or-reject, its hash and schema.
 //! - [`dsse`]: DSSE envelopes with Ed25519; a program is approved when both parties signed it.
 //! - [`attest`]: the attestation statement, `Attester` / `Verifier`, the `insecure-dev` platform.
@@ -12,6 +13,7 @@
 
 pub mod attest;
 pub mod client;
+pub mod day;
 pub mod dsse;
 pub mod error;
 pub mod hardware;

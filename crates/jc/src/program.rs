@@ -290,6 +290,8 @@ impl Program {
                 .iter()
                 .map(|(n, max)| max + crate::seal::ENTRY_OVERHEAD + n.len() as u64)
                 .sum::<u64>()
+                    // Every owner stake may carry its day limits (not named by the program).
+                    + crate::day::DayLimits::FRAMED
                     + 1
             }
         }

@@ -631,6 +631,13 @@ pub fn check_stake(program: &Program, role: Role, entries: &[Entry]) -> Result<(
                 ("body", o.body_max_bytes, true),
                 ("model", o.model_max_bytes, false),
                 ("key", o.key_max_bytes, program.provider.id.needs_key()),
+                // Not named by the program: every owner stake may carry its day limits, and an
+                // older owner's stake without them still runs (with no day limit).
+                (
+                    crate::day::DAY_LIMITS_ENTRY,
+                    crate::day::DayLimits::LEN as u64,
+                    false,
+                ),
             ]
         }
     };
@@ -641,6 +648,10 @@ pub fn check_stake(program: &Program, role: Role, entries: &[Entry]) -> Result<(
                 role: role.as_str().into(),
             });
         };
+        // Exactly its length, short or long: refused by its own name, not as "too large".
+        if role == Role::Owner && e.name == crate::day::DAY_LIMITS_ENTRY {
+            crate::day::DayLimits::from_bytes(&e.data)?;
+        }
         if e.data.len() as u64 > *max {
             return Err(JcError::EntryTooLarge {
                 name: e.name.clone(),

@@ -495,15 +495,29 @@ impl Fixture {
     }
 
     pub fn owner_stake(&self, run: &VerifiedRun, body: &str) -> Vec<u8> {
-        seal_stake(
-            run,
-            Role::Owner,
-            vec![
-                StakeInput::bytes("body", body.as_bytes()),
-                StakeInput::bytes("model", b"smollm2"),
-            ],
-        )
-        .expect("seal")
+        self.owner_stake_with(run, body, None)
+    }
+
+    /// [`Self::owner_stake`], with a `day_limits` entry of `day_limits` when set (the owner's
+    /// day thresholds the box keeps, `skillbox_jc::day::DayLimits::to_bytes`, or any bytes to
+    /// see the box refuse them).
+    pub fn owner_stake_with(
+        &self,
+        run: &VerifiedRun,
+        body: &str,
+        day_limits: Option<&[u8]>,
+    ) -> Vec<u8> {
+        let mut entries = vec![
+            StakeInput::bytes("body", body.as_bytes()),
+            StakeInput::bytes("model", b"smollm2"),
+        ];
+        if let Some(limits) = day_limits {
+            entries.push(StakeInput::bytes(
+                skillbox_jc::day::DAY_LIMITS_ENTRY,
+                limits,
+            ));
+        }
+        seal_stake(run, Role::Owner, entries).expect("seal")
     }
 
     /// The owner's stake of `body` in `run`, signed with its own key: the box's answer.

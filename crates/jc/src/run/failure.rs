@@ -19,14 +19,19 @@ pub enum RunFailure {
     /// The box restarted and could not continue the run: its persisted state did not open
     /// under the box's storage key, or the box died at the provider too often.
     Interrupted,
+    /// The caller's released answers of this skill today already carried the owner's day
+    /// limits (the `day_limits` entry of its stake), added up by the box's day book: the box
+    /// refused the run before any provider request. How much was carried never leaves the box.
+    CoverageExceeded,
 }
 
 impl RunFailure {
     /// The failures that are the box's own (not a provider's).
-    const OWN: [RunFailure; 3] = [
+    const OWN: [RunFailure; 4] = [
         RunFailure::GuardBody,
         RunFailure::Internal,
         RunFailure::Interrupted,
+        RunFailure::CoverageExceeded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +40,7 @@ impl RunFailure {
             RunFailure::Internal => "internal",
             RunFailure::GuardBody => "guard_body",
             RunFailure::Interrupted => "interrupted",
+            RunFailure::CoverageExceeded => "coverage_exceeded",
         }
     }
 
@@ -49,7 +55,10 @@ impl RunFailure {
     pub fn provider(self) -> Option<ProviderFailure> {
         match self {
             RunFailure::Provider(f) => Some(f),
-            RunFailure::Internal | RunFailure::GuardBody | RunFailure::Interrupted => None,
+            RunFailure::Internal
+            | RunFailure::GuardBody
+            | RunFailure::Interrupted
+            | RunFailure::CoverageExceeded => None,
         }
     }
 
@@ -62,6 +71,9 @@ impl RunFailure {
             }
             RunFailure::Interrupted => "the box restarted and could not continue the run",
             RunFailure::Internal => "the box failed the run",
+            RunFailure::CoverageExceeded => {
+                "the skill's owner allows this caller no more of this skill today"
+            }
         }
     }
 }
@@ -94,6 +106,7 @@ impl From<&JcError> for RunFailure {
             }
             JcError::GuardBody => RunFailure::GuardBody,
             JcError::StoreTampered | JcError::RunInterrupted => RunFailure::Interrupted,
+            JcError::CoverageExceeded => RunFailure::CoverageExceeded,
             _ => RunFailure::Internal,
         }
     }
@@ -128,6 +141,7 @@ mod tests {
                 "guard_body",
                 "internal",
                 "interrupted",
+                "coverage_exceeded",
             ]
         );
         for f in all {

@@ -331,3 +331,28 @@ async fn a_callers_fetch_leaves_out_the_owner_note_and_still_verifies() {
         open_owner_note(&as_owner, &receipt, &note_key(&f.owner), &run).expect("owner opens");
     assert!(note.is_some(), "a guarded run's note");
 }
+
+/// The owner's `day_limits` entry is two big-endian u32, nothing else: a cut (7 bytes) or
+/// padded (9 bytes) entry is refused at stake by name, never read as some other limit and
+/// never a panic; 8 bytes stake.
+#[tokio::test]
+async fn a_day_limits_entry_of_7_or_9_bytes_is_refused_at_stake() {
+    let f = start_with(Arc::new(Slicer::default()), BoxConfig::default()).await;
+    let (_, run) = f.open(&guarded(f.program(), Action::Withhold)).await;
+    for len in [7, 9] {
+        let sealed = f.owner_stake_with(&run, &body(), Some(&vec![0; len]));
+        assert_refused(
+            f.client.stake(&run, Role::Owner, sealed, &f.owner).await,
+            "stake_day_limits_invalid",
+        );
+    }
+    let limits = skillbox_jc::day::DayLimits {
+        coverage_permille: 500,
+        canary_coverage_permille: 500,
+    };
+    let sealed = f.owner_stake_with(&run, &body(), Some(&limits.to_bytes()));
+    f.client
+        .stake(&run, Role::Owner, sealed, &f.owner)
+        .await
+        .expect("8 bytes stake");
+}

@@ -266,7 +266,8 @@ fn max_program(f: &Fixture, caller: &SigningKey, owner: &SigningKey) -> Program 
     p.parties.owner.node_key = skillbox_jc::dsse::key_hex(&owner.verifying_key());
     p.caller_inputs.sources.clear();
     p.caller_inputs.request_max_bytes = MAX_STAKE_BYTES - 18;
-    p.owner_inputs.body_max_bytes = MAX_STAKE_BYTES - 43;
+    // Every owner stake may carry its day limits besides the body (`day::DAY_LIMITS_ENTRY`).
+    p.owner_inputs.body_max_bytes = MAX_STAKE_BYTES - 43 - skillbox_jc::day::DayLimits::FRAMED;
     p.owner_inputs.model_max_bytes = 0;
     p.validate().expect("the largest program is valid");
     p
