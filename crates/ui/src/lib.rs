@@ -41,6 +41,8 @@ use skillbox_node::api::{AppState, Mounts};
 pub const PREFIX: &str = "/ui";
 const COOKIE: &str = "skillbox_ui";
 const CSRF_LABEL: &[u8] = b"skillbox-ui-csrf-v1";
+/// What a row's opaque handle is computed under (see [`Session::source_handle`]).
+const HANDLE_LABEL: &[u8] = b"skillbox-ui-source-handle-v1";
 /// A session ends this long after the human last used it: a page, a form, a sign-in. The live
 /// calls page's polling is not use ([`Use::Poll`]): a page left open still ends.
 pub const IDLE: Duration = Duration::from_secs(2 * 3600);
@@ -70,6 +72,7 @@ pub fn mounts(state: AppState) -> Mounts {
         .route("/ui/skills/{name}/delete", post(pages::delete_skill))
         .route("/ui/sources", get(pages::sources).post(pages::add_source))
         .route("/ui/sources/delete", post(pages::delete_source))
+        .route("/ui/sources/unshare", post(pages::unshare_source))
         .route("/ui/calls", get(pages::calls).post(pages::start_call))
         .route("/ui/calls/{id}", get(pages::call))
         .route("/ui/live/calls", get(pages::live_calls))
@@ -209,11 +212,35 @@ fn key_of(id: &str) -> [u8; 32] {
 impl Session {
     /// Whether `presented` is this session's CSRF token (constant time).
     pub(crate) fn csrf_ok(&self, presented: &str) -> bool {
-        let (Ok(a), Ok(b)) = (hex::decode(&self.csrf), hex::decode(presented)) else {
-            return false;
-        };
-        a.len() == b.len() && a.iter().zip(&b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        same_hex(&self.csrf, presented)
     }
+
+    /// The opaque handle a page's forms post for the stored source `name` instead of the name
+    /// itself, where the name must not stand on the page (an older node's source named by a
+    /// pasted API key). Keyed by the session's secret digest, which never leaves the node: a
+    /// handle is good for this session only, and a page seen, cached or screenshotted gives no
+    /// value that confirms a guess of the key.
+    pub(crate) fn source_handle(&self, name: &str) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .expect("HMAC takes a key of any length");
+        mac.update(HANDLE_LABEL);
+        mac.update(name.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Whether `presented` is [`Session::source_handle`] of `name` (constant time).
+    pub(crate) fn is_handle_of(&self, presented: &str, name: &str) -> bool {
+        same_hex(&self.source_handle(name), presented)
+    }
+}
+
+/// Whether two hex strings are the same bytes, compared in constant time (a token or handle a
+/// form posts against the one this node computed).
+fn same_hex(ours: &str, presented: &str) -> bool {
+    let (Ok(a), Ok(b)) = (hex::decode(ours), hex::decode(presented)) else {
+        return false;
+    };
+    a.len() == b.len() && a.iter().zip(&b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The CSRF token of the session whose cookie holds `id`.

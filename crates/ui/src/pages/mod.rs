@@ -251,11 +251,17 @@ fn offer_changed(s: &AppState, to: &str) -> Response {
 /// A table row's remove control: a CSRF-guarded post to `action` carrying `fields`, its button
 /// labelled with what it removes.
 fn remove_form(session: &Session, action: &str, what: &str, fields: Markup) -> Markup {
+    row_form(session, action, "Remove", what, fields)
+}
+
+/// A table row's control: a CSRF-guarded post to `action` carrying `fields`, its button saying
+/// `verb` and, to a screen reader, what it acts on.
+fn row_form(session: &Session, action: &str, verb: &str, what: &str, fields: Markup) -> Markup {
     html! {
         form method="post" action=(action) {
             (csrf_field(session))
             (fields)
-            button type="submit" aria-label=(format!("Remove {what}")) { "Remove" }
+            button type="submit" aria-label=(format!("{verb} {what}")) { (verb) }
         }
     }
 }

@@ -1,6 +1,8 @@
-//! Sources: names, kinds, sizes, the shareable flag; add and remove. Content is never shown.
+//! Sources: names, kinds, sizes, the shareable flag; add, unshare and remove. Content is never
+//! shown, and neither is a name an older node took from a pasted provider key.
 
 use super::*;
+use skillbox_node::SourceMeta;
 
 // ---- sources
 
@@ -16,17 +18,10 @@ async fn sources_page(
         @match &list {
             Err(e) => p class="notice" { (e) },
             Ok(list) => table {
-                (columns(&["Name", "Kind", "Size", "Shareable", "Digest"], Some("Remove")))
+                (columns(&["Name", "Kind", "Size", "Shareable", "Digest"], Some("Actions")))
                 tbody {
                     @for m in list {
-                        tr data-source=(m.name) {
-                            td { code { (m.name) } }
-                            td { (m.kind.as_str()) }
-                            td { (m.size) " B" }
-                            td { @if m.shareable { "yes" } @else { "no" } }
-                            td { code title=(m.digest) { (short(&m.digest)) } }
-                            td { (remove_form(session, "/ui/sources/delete", &m.name, html! { input type="hidden" name="name" value=(m.name); })) }
-                        }
+                        (source_row(session, m))
                     }
                 }
             },
@@ -54,6 +49,73 @@ async fn sources_page(
 }
 
 page_route!(sources => sources_page);
+
+/// What a source named by a pasted key is shown as, in place of its name.
+const KEY_NAMED: &str = "a source stored under what looks like a provider API key";
+/// Characters of such a name the page shows: enough to tell which provider's key it is, far
+/// too few to tell the key.
+const KEY_PREFIX_SHOWN: usize = 4;
+/// A form's handle names no source of this page's list (removed since, or another session's).
+const NOT_LISTED: &str = "That source is not in this page's list any more (it was removed, or the page is from another session): reload the page.";
+/// A form posted neither a name nor a handle, or both.
+const NO_SOURCE_NAMED: &str = "The form named no source: reload the page.";
+const NO_SUCH_SOURCE: &str = "There is no such source: reload the page.";
+/// The store failed on a source whose name must not be shown (its error could hold the name).
+const NOT_CHANGED: &str = "The node could not change that source: reload the page and try again.";
+
+/// A source's row. One an older node stored under a pasted provider key is shown by a fixed
+/// label, the key's first few characters and the advice to revoke it, and its forms post the
+/// session's opaque handle for it: the key stands nowhere on the page (a page is seen, cached,
+/// screenshotted), not in a cell, an attribute or a hidden field.
+fn source_row(session: &Session, m: &SourceMeta) -> Markup {
+    let key_named = pasted_key(&m.name);
+    let (what, field) = if key_named {
+        let handle = session.source_handle(&m.name);
+        (
+            KEY_NAMED,
+            html! { input type="hidden" name="handle" value=(handle); },
+        )
+    } else {
+        (
+            m.name.as_str(),
+            html! { input type="hidden" name="name" value=(m.name); },
+        )
+    };
+    html! {
+        tr data-source=[(!key_named).then_some(&m.name)] {
+            td {
+                @if key_named {
+                    span class="key-name" {
+                        "A source stored under what looks like a provider API key ("
+                        code { (m.name.chars().take(KEY_PREFIX_SHOWN).collect::<String>()) "…" }
+                        "). Revoke that key with its provider, then remove this source."
+                    }
+                } @else {
+                    code { (m.name) }
+                }
+            }
+            td { (m.kind.as_str()) }
+            td { (m.size) " B" }
+            td { @if m.shareable { "yes" } @else { "no" } }
+            td { code title=(m.digest) { (short(&m.digest)) } }
+            td {
+                @if m.shareable {
+                    (row_form(session, "/ui/sources/unshare", "Unshare", what, field.clone()))
+                }
+                (remove_form(session, "/ui/sources/delete", what, field))
+            }
+        }
+    }
+}
+
+/// Whether [`skillbox_node::sources::check_name`] refuses `name` for the key test alone: a name
+/// an older node stored, which the API's `StoredSourceName::PastedKey` lets only unsharing and
+/// removal reach. The API's own rule, so the dashboard takes exactly what the API takes.
+fn pasted_key(name: &str) -> bool {
+    skillbox_skill::is_valid_source_name(name)
+        && !skillbox_skill::is_reserved_source_name(name)
+        && skillbox_skill::looks_like_a_provider_key(name)
+}
 
 #[derive(Deserialize)]
 pub(crate) struct AddSource {
@@ -99,21 +161,397 @@ pub(crate) async fn add_source(
     }
 }
 
+/// A row's form: the source's name, or the session's handle for one whose name is not shown.
 #[derive(Deserialize)]
-pub(crate) struct NameForm {
-    name: String,
+pub(crate) struct SourceForm {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    handle: Option<String>,
+}
+
+/// The source a row's form names.
+enum Named {
+    Name(String),
+    /// An older node's source under a pasted key, with what its form is refused with when no
+    /// such source is stored (the name's own fixed refusal, or [`NOT_LISTED`] for a handle):
+    /// never words that hold the name.
+    PastedKey {
+        name: String,
+        refused: String,
+    },
+}
+
+/// The source `f` names. A name is taken as the API takes it: a valid one, or a stored one the
+/// key test alone refuses (the change then reaches it only if it is stored); any other is
+/// refused by the name rule's words, which never repeat the name. A handle is looked up among
+/// the stored sources named by a pasted key, under this session's key.
+async fn named(s: &AppState, session: &Session, f: SourceForm) -> Result<Named, String> {
+    match (f.name, f.handle) {
+        (Some(name), None) => match skillbox_node::sources::check_name(&name) {
+            Ok(()) => Ok(Named::Name(name)),
+            Err(refused) if pasted_key(&name) => Ok(Named::PastedKey {
+                name,
+                refused: refused.to_string(),
+            }),
+            Err(refused) => Err(refused.to_string()),
+        },
+        (None, Some(handle)) => {
+            let listed = store(s, |s| s.sources.list())
+                .await
+                .map_err(|_| NOT_CHANGED.to_owned())?;
+            listed
+                .into_iter()
+                .map(|m| m.name)
+                .find(|n| pasted_key(n) && session.is_handle_of(&handle, n))
+                .map(|name| Named::PastedKey {
+                    name,
+                    refused: NOT_LISTED.to_owned(),
+                })
+                .ok_or_else(|| NOT_LISTED.to_owned())
+        }
+        _ => Err(NO_SOURCE_NAMED.to_owned()),
+    }
+}
+
+/// `how` on the source a form names (whether it was stored), then back to the list, or the
+/// list again with why not.
+async fn change_source(
+    s: &AppState,
+    session: &Session,
+    f: SourceForm,
+    how: fn(&AppState, &str) -> skillbox_node::Result<bool>,
+) -> Response {
+    let done = match named(s, session, f).await {
+        Ok(Named::Name(name)) => match store(s, move |s| how(s, &name)).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(NO_SUCH_SOURCE.to_owned()),
+            Err(e) => Err(e),
+        },
+        Ok(Named::PastedKey { name, refused }) => match store(s, move |s| how(s, &name)).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(refused),
+            Err(_) => Err(NOT_CHANGED.to_owned()),
+        },
+        Err(e) => Err(e),
+    };
+    match done {
+        Ok(()) => offer_changed(s, "/ui/sources"),
+        Err(e) => sources_page(s, session, Some(&e), StatusCode::BAD_REQUEST).await,
+    }
 }
 
 pub(crate) async fn delete_source(
     State(s): State<AppState>,
-    Posted { session, form: f }: Posted<NameForm>,
+    Posted { session, form: f }: Posted<SourceForm>,
 ) -> Response {
-    let name = f.name;
-    if let Err(e) = skillbox_node::sources::check_name(&name) {
-        return sources_page(&s, &session, Some(&e.to_string()), StatusCode::BAD_REQUEST).await;
+    change_source(&s, &session, f, |s, name| s.sources.delete(name)).await
+}
+
+/// Unshare: no call stakes the source from now on. Also for a source named by a pasted key
+/// (calls stake it whatever its name); sharing one again is offered nowhere.
+pub(crate) async fn unshare_source(
+    State(s): State<AppState>,
+    Posted { session, form: f }: Posted<SourceForm>,
+) -> Response {
+    change_source(&s, &session, f, |s, name| {
+        Ok(s.sources.set_shareable(name, false)?.is_some())
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use skillbox_node::{DataDir, Node};
+    use skillbox_testkit::leak::assert_no_part_of;
+    use tower::ServiceExt;
+
+    /// Keys as pasted where a source's name goes: each passes the plain name rule, so a node
+    /// before the key test kept it as a name (the API tests' pair).
+    const KEYS: [&str; 2] = [
+        "sk-ant-api03-Xq7PASTEDnAmE9kLw2Rt5Vb8Zc",
+        "1fa036b5a9fa7baa4f1260e831e989a4",
+    ];
+
+    /// A node over a data dir holding what an older node left: each of [`KEYS`] as a shareable
+    /// source's name, beside a source named `notes`; its dashboard, in this process.
+    struct Dashboard {
+        _dir: tempfile::TempDir,
+        node: Node,
+        router: axum::Router,
+        token: String,
+        /// Every answer's status, headers and body, for the leak scan.
+        answers: String,
     }
-    match store(&s, move |s| s.sources.delete(&name)).await {
-        Ok(_) => offer_changed(&s, "/ui/sources"),
-        Err(e) => sources_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
+
+    struct Answer {
+        status: StatusCode,
+        text: String,
+    }
+
+    impl Dashboard {
+        fn open() -> Dashboard {
+            let dir = skillbox_testkit::node_api::init_dir();
+            let data = DataDir::new(dir.path());
+            {
+                let store =
+                    Arc::new(skillbox_node::store::Store::open(&data.store()).expect("store"));
+                let key = Arc::new(data.load_data_key().expect("data key"));
+                let sources = skillbox_node::Sources::new(store.clone(), key);
+                for (i, key) in KEYS.iter().enumerate() {
+                    let old = format!("old-{i}");
+                    sources
+                        .put_with(&old, SourceKind::Text, b"the owner's notes", true)
+                        .expect("put");
+                    // As an older node wrote it: the row under the key as its name.
+                    store
+                        .write(|tx| {
+                            Ok(tx.execute(
+                                "UPDATE sources SET name = ?1 WHERE name = ?2",
+                                (key, &old),
+                            )?)
+                        })
+                        .expect("rename the row");
+                }
+                sources
+                    .put_with("notes", SourceKind::Text, b"more notes", true)
+                    .expect("put");
+            }
+            let node = Node::open(dir.path()).expect("open");
+            let state = node.state();
+            let router = skillbox_node::api::router_with(state.clone(), crate::mounts(state));
+            Dashboard {
+                token: data.load_api_token().expect("token"),
+                _dir: dir,
+                node,
+                router,
+                answers: String::new(),
+            }
+        }
+
+        async fn send(
+            &mut self,
+            method: &str,
+            path: &str,
+            cookie: &str,
+            form: &[(&str, &str)],
+        ) -> Answer {
+            let body: String = form
+                .iter()
+                .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+                .collect::<Vec<_>>()
+                .join("&");
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header(header::COOKIE, cookie)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(body))
+                .expect("request");
+            let resp = self.router.clone().oneshot(req).await.expect("infallible");
+            let status = resp.status();
+            for (k, v) in resp.headers() {
+                self.answers
+                    .push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+            }
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .expect("body");
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            self.answers.push_str(&text);
+            Answer { status, text }
+        }
+
+        /// Sign in; the session's cookie.
+        async fn sign_in(&mut self) -> String {
+            let token = self.token.clone();
+            let a = self
+                .send("POST", "/ui/login", "", &[("token", &token)])
+                .await;
+            assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
+            self.answers
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("set-cookie: "))
+                .and_then(|c| c.split(';').next())
+                .expect("a session cookie")
+                .to_owned()
+        }
+
+        async fn page(&mut self, cookie: &str) -> String {
+            let a = self.send("GET", "/ui/sources", cookie, &[]).await;
+            assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+            a.text
+        }
+
+        fn stored(&self, name: &str) -> Option<SourceMeta> {
+            self.node.sources().meta(name).expect("meta")
+        }
+    }
+
+    /// Every value a page's forms post in `field`, in page order.
+    fn values_of(page: &str, field: &str) -> Vec<String> {
+        let at = format!("name=\"{field}\" value=\"");
+        page.match_indices(&at)
+            .filter_map(|(i, _)| {
+                let rest = &page[i + at.len()..];
+                rest.find('"').map(|end| rest[..end].to_owned())
+            })
+            .collect()
+    }
+
+    /// A node before the key test stored sources under a pasted key as the name, shareable ones
+    /// too. Its human sees such a source on the dashboard, never the key (a label, its first
+    /// four characters, the advice to revoke it), and unshares and removes it there by the
+    /// session's opaque handle; a handle this session was not given, a post without the CSRF
+    /// token, and a posted name neither stored nor valid are refused, and no page or answer
+    /// holds any part of a key.
+    #[tokio::test]
+    async fn a_source_named_by_a_pasted_key_is_unshared_and_removed_without_being_shown() {
+        let mut d = Dashboard::open();
+        let cookie = d.sign_in().await;
+        let page = d.page(&cookie).await;
+        for key in KEYS {
+            assert_no_part_of("the sources page", &page, key);
+        }
+        assert_eq!(page.matches("class=\"key-name\"").count(), 2, "{page}");
+        assert!(page.contains("sk-a…") && page.contains("1fa0…"), "{page}");
+        assert!(page.contains("Revoke that key with its provider"), "{page}");
+        let csrf = values_of(&page, "csrf").pop().expect("a CSRF token");
+        let mut handles = values_of(&page, "handle");
+        handles.dedup();
+        assert_eq!(handles.len(), 2, "one handle a key-named row: {page}");
+        assert_eq!(values_of(&page, "name"), ["notes", "notes"], "{page}");
+
+        // A forged post (no token, another's) is refused before anything changes.
+        for bad in ["", "00", &"ab".repeat(32)] {
+            let a = d
+                .send(
+                    "POST",
+                    "/ui/sources/unshare",
+                    &cookie,
+                    &[("csrf", bad), ("handle", &handles[0])],
+                )
+                .await;
+            assert_eq!(a.status, StatusCode::FORBIDDEN, "{}", a.text);
+        }
+        assert!(
+            KEYS.iter()
+                .all(|k| d.stored(k).is_some_and(|m| m.shareable))
+        );
+
+        // Another session's handles name nothing in this one.
+        let other = d.sign_in().await;
+        let other_page = d.page(&other).await;
+        assert!(
+            values_of(&other_page, "handle")
+                .iter()
+                .all(|h| !handles.contains(h))
+        );
+        let a = d
+            .send(
+                "POST",
+                "/ui/sources/delete",
+                &cookie,
+                &[
+                    ("csrf", &csrf),
+                    ("handle", &values_of(&other_page, "handle")[0]),
+                ],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text);
+        assert!(a.text.contains(NOT_LISTED), "{}", a.text);
+
+        // Unshared: no call stakes them now; the rows offer no unsharing any more.
+        for h in &handles {
+            let a = d
+                .send(
+                    "POST",
+                    "/ui/sources/unshare",
+                    &cookie,
+                    &[("csrf", &csrf), ("handle", h)],
+                )
+                .await;
+            assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
+        }
+        assert!(
+            KEYS.iter()
+                .all(|k| d.stored(k).is_some_and(|m| !m.shareable))
+        );
+        let page = d.page(&cookie).await;
+        assert_eq!(
+            page.matches("action=\"/ui/sources/unshare\"").count(),
+            1,
+            "notes only: {page}"
+        );
+
+        // Removed: one by its handle, the other by its name as the API takes it.
+        let a = d
+            .send(
+                "POST",
+                "/ui/sources/delete",
+                &cookie,
+                &[("csrf", &csrf), ("handle", &handles[0])],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
+        let left: Vec<&str> = KEYS.into_iter().filter(|k| d.stored(k).is_some()).collect();
+        assert_eq!(left.len(), 1, "one removed by its handle");
+        let a = d
+            .send(
+                "POST",
+                "/ui/sources/delete",
+                &cookie,
+                &[("csrf", &csrf), ("name", left[0])],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
+        assert!(KEYS.iter().all(|k| d.stored(k).is_none()), "both removed");
+        assert!(d.stored("notes").is_some(), "the others stay");
+
+        // Refused with fixed words: a handle no longer listed, one never given, not a handle.
+        for h in [handles[0].as_str(), &"ab".repeat(32), "not hex"] {
+            for action in ["/ui/sources/delete", "/ui/sources/unshare"] {
+                let a = d
+                    .send("POST", action, &cookie, &[("csrf", &csrf), ("handle", h)])
+                    .await;
+                assert_eq!(
+                    a.status,
+                    StatusCode::BAD_REQUEST,
+                    "{action} {h}: {}",
+                    a.text
+                );
+                assert!(a.text.contains(NOT_LISTED), "{}", a.text);
+            }
+        }
+        // A key as a name, not (or no longer) stored: the name rule's fixed refusal. A name
+        // that fails the plain rule: refused as before, without repeating it.
+        let never = "sk-ant-api03-NEVERstoredXq7nAmE9kLw2Rt5";
+        let invalid = "sk-proj-Q3vT9xLm2+PASTED=kEy7wZr4Nd8Hs1Fb6";
+        for name in [KEYS[0], KEYS[1], never, invalid] {
+            for action in ["/ui/sources/delete", "/ui/sources/unshare"] {
+                let a = d
+                    .send("POST", action, &cookie, &[("csrf", &csrf), ("name", name)])
+                    .await;
+                assert_eq!(a.status, StatusCode::BAD_REQUEST, "{action}: {}", a.text);
+                assert!(
+                    a.text
+                        .contains(skillbox_node::sources::KEY_IS_NOT_A_SOURCE_NAME),
+                    "{}",
+                    a.text
+                );
+            }
+        }
+        let a = d
+            .send("POST", "/ui/sources/delete", &cookie, &[("csrf", &csrf)])
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.text);
+        assert!(a.text.contains(NO_SOURCE_NAMED), "{}", a.text);
+
+        for key in KEYS.iter().chain([&never, &invalid]) {
+            assert_no_part_of("the dashboard's answers", &d.answers, key);
+        }
     }
 }
