@@ -260,6 +260,7 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
         ("/ui/skills", vec![("doc", "---\nname: forged\n---\nx\n")]),
         ("/ui/skills/taste/delete", vec![]),
         ("/ui/sources/delete", vec![("name", "spotify_songs")]),
+        ("/ui/sources/unshare", vec![("name", "spotify_songs")]),
         (
             "/ui/calls",
             vec![("peer", "12D3KooW"), ("skill", "taste"), ("request", "x")],
