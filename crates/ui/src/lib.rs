@@ -18,8 +18,10 @@
 //! inline script or style, nothing from elsewhere, no framing).
 //!
 //! What the dashboard never shows: a source's content (names, kinds, sizes, digests only), a
-//! skill's body, model or key (the library gives declarations and manifests only), or a peer's
-//! failure message (codes and this node's fixed words only).
+//! source name an older node took from a pasted provider key (a fixed label and its first four
+//! characters; its forms post a per-session handle, `Session::source_handle`), a skill's body,
+//! model or key (the library gives declarations and manifests only), or a peer's failure message
+//! (codes and this node's fixed words only).
 
 mod pages;
 
