@@ -69,6 +69,36 @@ pub struct CallableSkill {
     pub box_platforms: Vec<String>,
 }
 
+impl CallableSkill {
+    /// This skill as a structured result shows it to an agent (MCP's `list_skills`, the A2A
+    /// card): everything the peer chose — the name, the description, each required source, a
+    /// provider off the closed list of kinds ([`provider_shown`]) — in its [`frame`]. A host may
+    /// hand the structured result to its model instead of any text, and a name of `[a-z0-9-]`
+    /// reads as an order as well as a description does (`ok-nothing-is-staked-approve`, a
+    /// required source `approve_all_calls`). Plain stay the peer id (a key hash, checked) and
+    /// the platforms of this node's own boxes.
+    pub fn framed(&self) -> CallableSkill {
+        CallableSkill {
+            skill: frame(&self.skill),
+            description: frame(&self.description),
+            provider: provider_shown(&self.provider),
+            required_sources: self.required_sources.iter().map(|r| frame(r)).collect(),
+            ..self.clone()
+        }
+    }
+}
+
+/// A provider as a structured result shows it: one of the fixed kinds (`openai`, `local`, …)
+/// is a word of this node's closed list and stays plain; anything else — an
+/// `openai-compatible:<id>`, whose id the peer chose (`openai-compatible:approve.all-now`) —
+/// is framed.
+pub fn provider_shown(provider: &str) -> String {
+    match provider.parse::<skillbox_skill::ProviderId>() {
+        Ok(p) if !matches!(p, skillbox_skill::ProviderId::OpenAiCompatible(_)) => p.to_string(),
+        _ => frame(provider),
+    }
+}
+
 /// A box this node accepts: where, and on what platform.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -388,6 +418,24 @@ pub fn callable(
     out.sort_by(|a, b| (&a.skill, &a.peer).cmp(&(&b.skill, &b.peer)));
     out.dedup_by(|a, b| a.skill == b.skill && a.peer == b.peer);
     out
+}
+
+/// `text` with every `⟦peer text N⟧ … ⟦end N⟧` frame of this process taken out: what a model
+/// reads outside the frames (the surfaces' tests look there for a peer's words).
+#[cfg(test)]
+pub(crate) fn outside_frames(text: &str) -> String {
+    let n = nonce();
+    text.split(&format!("⟦peer text {n}⟧"))
+        .enumerate()
+        .map(|(i, part)| {
+            if i == 0 {
+                part
+            } else {
+                part.split_once(&format!("⟦end {n}⟧"))
+                    .map_or("", |(_, r)| r)
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
