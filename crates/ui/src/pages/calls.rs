@@ -161,7 +161,7 @@ pub(crate) async fn call(
                     dt { "Peer" } dd { code { (v.peer) } }
                     dt { "State" } dd data-call-state=(format!("{}:{}", v.id, v.role)) { (v.state) }
                     @if v.failure.is_some() { dt { "Failure" } dd data-call-failure=(format!("{}:{}", v.id, v.role)) { (failure_cell(v)) } }
-                    @if !v.sources.is_empty() { dt { "Sources applied" } dd { (v.sources.join(", ")) } }
+                    @if !v.sources.is_empty() { dt { "Sources applied" } dd { (sources_shown(&v.sources)) } }
                     @if let Some(b) = &v.box_url {
                         dt { "Box" } dd {
                             code { (peer_line(b, URL_SHOWN)) }
@@ -266,7 +266,7 @@ async fn approvals_page(
                     @if let Some(d) = &v.disclosure {
                         p { (peer_line(&d.text, QUESTION_SHOWN)) }
                         dl class="facts" {
-                            dt { "Sources" } dd { @if d.sources.is_empty() { "none" } @else { (d.sources.join(", ")) } }
+                            dt { "Sources" } dd { @if d.sources.is_empty() { "none" } @else { (sources_shown(&d.sources)) } }
                             dt { "Peer" } dd { code { (d.peer) } }
                             dt { "Box" } dd { (peer_line(d.box_url.as_deref().unwrap_or_default(), URL_SHOWN)) " " (peer_line(d.platform.as_deref().unwrap_or_default(), 64)) }
                             dt { "Hardware isolation" } dd { @if d.hardware_isolation { "yes" } @else { strong { "no" } } }

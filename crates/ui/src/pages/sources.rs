@@ -68,7 +68,7 @@ const NOT_CHANGED: &str = "The node could not change that source: reload the pag
 /// session's opaque handle for it: the key stands nowhere on the page (a page is seen, cached,
 /// screenshotted), not in a cell, an attribute or a hidden field.
 fn source_row(session: &Session, m: &SourceMeta) -> Markup {
-    let key_named = pasted_key(&m.name);
+    let key_named = reads_as_key(&m.name);
     let (what, field) = if key_named {
         let handle = session.source_handle(&m.name);
         (
@@ -87,7 +87,7 @@ fn source_row(session: &Session, m: &SourceMeta) -> Markup {
                 @if key_named {
                     span class="key-name" {
                         "A source stored under what looks like a provider API key ("
-                        code { (m.name.chars().take(KEY_PREFIX_SHOWN).collect::<String>()) "…" }
+                        code { (key_head(&m.name)) "…" }
                         "). Revoke that key with its provider, then remove this source."
                     }
                 } @else {
@@ -112,9 +112,40 @@ fn source_row(session: &Session, m: &SourceMeta) -> Markup {
 /// an older node stored, which the API's `StoredSourceName::PastedKey` lets only unsharing and
 /// removal reach. The API's own rule, so the dashboard takes exactly what the API takes.
 fn pasted_key(name: &str) -> bool {
-    skillbox_skill::is_valid_source_name(name)
-        && !skillbox_skill::is_reserved_source_name(name)
+    skillbox_skill::is_valid_source_name(name) && reads_as_key(name)
+}
+
+/// Whether `name` is one `check_name`'s key test refuses (outside the node's own prefixes, whose
+/// parts are ids): a page shows it only as [`source_shown`] says.
+fn reads_as_key(name: &str) -> bool {
+    !skillbox_skill::is_reserved_source_name(name)
         && skillbox_skill::looks_like_a_provider_key(name)
+}
+
+/// A source's name as a page shows it where it is named by what the node stored (a skill's key
+/// source and required sources, a call's sources): the name itself, or, for one that reads as a
+/// pasted provider key (an older node's declaration or source may hold one), the fixed label and
+/// the key's first few characters.
+pub(crate) fn source_shown(name: &str) -> std::borrow::Cow<'_, str> {
+    if reads_as_key(name) {
+        format!("{KEY_NAMED} ({}…)", key_head(name)).into()
+    } else {
+        name.into()
+    }
+}
+
+/// The first characters of a name that reads as a key: what a page shows of it.
+fn key_head(name: &str) -> String {
+    name.chars().take(KEY_PREFIX_SHOWN).collect()
+}
+
+/// [`source_shown`] of each of `names`, joined for a line of text.
+pub(crate) fn sources_shown<S: AsRef<str>>(names: &[S]) -> String {
+    names
+        .iter()
+        .map(|n| source_shown(n.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[derive(Deserialize)]
@@ -318,6 +349,24 @@ mod tests {
                 sources
                     .put_with("notes", SourceKind::Text, b"more notes", true)
                     .expect("put");
+                // A skill whose declaration names a pasted key as its key source and as a
+                // required source, as an older node's import kept it.
+                let skills = skillbox_node::Skills::new(
+                    store.clone(),
+                    Arc::new(data.load_data_key().expect("data key")),
+                    skillbox_skill::openwop::DEFAULT_NAMESPACE,
+                );
+                let doc = skillbox_testkit::skills::skill_doc("taste", "BODY-u7k", &["notes"]);
+                skills.import(doc.as_bytes(), None).expect("import");
+                store
+                    .write(|tx| {
+                        Ok(tx.execute(
+                            "UPDATE skills SET declaration = \
+                             replace(replace(declaration, '\"openai-key\"', ?1), '\"notes\"', ?2)",
+                            (format!("\"{}\"", KEYS[0]), format!("\"{}\"", KEYS[1])),
+                        )?)
+                    })
+                    .expect("rewrite the declaration");
             }
             let node = Node::open(dir.path()).expect("open");
             let state = node.state();
@@ -423,7 +472,15 @@ mod tests {
         let mut handles = values_of(&page, "handle");
         handles.dedup();
         assert_eq!(handles.len(), 2, "one handle a key-named row: {page}");
-        assert_eq!(values_of(&page, "name"), ["notes", "notes"], "{page}");
+        // Every other row posts its name (the skill's own sources too: `skill/…` is no key).
+        let names = values_of(&page, "name");
+        assert!(
+            names
+                .iter()
+                .all(|n| n == "notes" || n.starts_with("skill/taste/")),
+            "{page}"
+        );
+        assert_eq!(names.iter().filter(|n| *n == "notes").count(), 2, "{page}");
 
         // A forged post (no token, another's) is refused before anything changes.
         for bad in ["", "00", &"ab".repeat(32)] {
@@ -553,5 +610,56 @@ mod tests {
         for key in KEYS.iter().chain([&never, &invalid]) {
             assert_no_part_of("the dashboard's answers", &d.answers, key);
         }
+    }
+
+    /// A declaration an older node imported may name a pasted key as the skill's key source or a
+    /// required source: the skill's page shows the label and four characters, never the key.
+    #[tokio::test]
+    async fn a_skill_naming_a_pasted_key_is_shown_without_it() {
+        let mut d = Dashboard::open();
+        let stored = d
+            .node
+            .skills()
+            .detail("taste")
+            .expect("detail")
+            .expect("taste");
+        let decl = serde_json::to_value(&stored.declaration).expect("json");
+        assert_eq!(
+            decl["key"], KEYS[0],
+            "the declaration as an older node kept it"
+        );
+        assert_eq!(decl["requiredSources"], serde_json::json!([KEYS[1]]));
+        let cookie = d.sign_in().await;
+        let a = d.send("GET", "/ui/skills/taste", &cookie, &[]).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+        for key in KEYS {
+            assert_no_part_of("the skill's page", &a.text, key);
+        }
+        assert!(
+            a.text.contains(&format!("{KEY_NAMED} (sk-a…)")),
+            "{}",
+            a.text
+        );
+        assert!(
+            a.text.contains(&format!("{KEY_NAMED} (1fa0…)")),
+            "{}",
+            a.text
+        );
+    }
+
+    /// What a page shows of a name: an ordinary one and the node's own (a call's id reads as a
+    /// key) as they are; one that reads as a pasted key by the label and four characters.
+    #[test]
+    fn a_name_that_reads_as_a_key_is_shown_by_its_label() {
+        let call = format!("call/{}/request", "1fa036b5a9fa7baa4f1260e831e989a4");
+        assert_eq!(source_shown("notes"), "notes");
+        assert_eq!(source_shown(&call), call);
+        for key in KEYS {
+            let shown = source_shown(key);
+            assert_no_part_of("a shown name", &shown, key);
+            assert!(shown.starts_with(KEY_NAMED), "{shown}");
+        }
+        let both = sources_shown(&["notes", KEYS[0]]);
+        assert_eq!(both, format!("notes, {KEY_NAMED} (sk-a…)"));
     }
 }
