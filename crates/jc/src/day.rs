@@ -8,6 +8,8 @@
 //! stake ([`DAY_LIMITS_ENTRY`], [`DayLimits`]); the box adds the levels up per (owner, caller,
 //! skill, UTC day) and refuses a run past them with the closed code `coverage_exceeded`.
 
+use skillbox_guard::{CoverageLevels, REGIONS, WHOLE};
+
 use crate::error::{JcError, Result};
 
 /// The owner stake's optional entry carrying its [`DayLimits`]. Absent (an older owner node):
@@ -59,9 +61,383 @@ impl DayLimits {
     }
 }
 
+/// The UTC day `secs` (unix seconds) falls in: the box's own clock decides the day.
+pub fn day_of(secs: u64) -> u64 {
+    secs / 86_400
+}
+
+/// Whose tally: the owner's and the caller's node keys, the skill, and the box's UTC day.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DayKey {
+    pub owner: [u8; 32],
+    pub caller: [u8; 32],
+    pub skill: String,
+    pub day: u64,
+}
+
+impl DayKey {
+    /// The key of a run of `program` at `now` (unix seconds).
+    pub fn of(program: &crate::Program, now: u64) -> Result<DayKey> {
+        Ok(DayKey {
+            owner: program.owner_node_key()?,
+            caller: program.caller_node_key()?,
+            skill: program.skill.name.clone(),
+            day: day_of(now),
+        })
+    }
+
+    /// owner, caller, day (u64 big-endian), skill: fixed widths first, so no two keys encode
+    /// alike.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(72 + self.skill.len());
+        out.extend_from_slice(&self.owner);
+        out.extend_from_slice(&self.caller);
+        out.extend_from_slice(&self.day.to_be_bytes());
+        out.extend_from_slice(self.skill.as_bytes());
+        out
+    }
+
+    /// [`Self::to_bytes`] back; anything else is `store_tampered` (only the box writes these).
+    pub fn from_bytes(b: &[u8]) -> Result<DayKey> {
+        let part = |r: std::ops::Range<usize>| b.get(r).ok_or(JcError::StoreTampered);
+        let owner = part(0..32)?
+            .try_into()
+            .map_err(|_| JcError::StoreTampered)?;
+        let caller = part(32..64)?
+            .try_into()
+            .map_err(|_| JcError::StoreTampered)?;
+        let day = part(64..72)?
+            .try_into()
+            .map_err(|_| JcError::StoreTampered)?;
+        let skill = std::str::from_utf8(&b[72..]).map_err(|_| JcError::StoreTampered)?;
+        Ok(DayKey {
+            owner,
+            caller,
+            skill: skill.to_owned(),
+            day: u64::from_be_bytes(day),
+        })
+    }
+}
+
+/// A day of released answers for one key: the UNION of their region masks (a passage every
+/// answer repeats counts once, a body taken a piece per call still adds up) and the SUM of
+/// their most covered secret's share in 64ths (a secret's slices add up) — the arithmetic the
+/// owner's node kept when the notes carried the levels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub regions: u16,
+    pub canary: u64,
+}
+
+impl Tally {
+    /// The stored form's length: regions (u16) and canary (u64), big-endian.
+    pub const LEN: usize = 10;
+
+    pub fn add(&mut self, levels: &CoverageLevels) {
+        self.regions |= levels.regions();
+        self.canary = self.canary.saturating_add(u64::from(levels.canary_parts()));
+    }
+
+    /// Whether the day passes `limits` (a limit of 0 is off): `parts` of `whole` reach `limit`
+    /// per mille, compared exactly — covered regions of 16, summed 64ths of the secret.
+    pub fn exceeds(&self, limits: &DayLimits) -> bool {
+        let over = |parts: u64, whole: u32, limit: u32| {
+            limit > 0 && u128::from(parts) * 1000 >= u128::from(limit) * u128::from(whole)
+        };
+        over(
+            u64::from(self.regions.count_ones()),
+            REGIONS,
+            limits.coverage_permille,
+        ) || over(self.canary, WHOLE, limits.canary_coverage_permille)
+    }
+
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..2].copy_from_slice(&self.regions.to_be_bytes());
+        b[2..].copy_from_slice(&self.canary.to_be_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Result<Tally> {
+        let b: &[u8; Self::LEN] = b.try_into().map_err(|_| JcError::StoreTampered)?;
+        let [r0, r1, c @ ..] = *b;
+        Ok(Tally {
+            regions: u16::from_be_bytes([r0, r1]),
+            canary: u64::from_be_bytes(c),
+        })
+    }
+}
+
+/// What one [`DayBook::add`] changed, for the store to write: the key's new tally and its
+/// update stamp, and the keys the book let go of (older days, or the least recently updated
+/// entry past the cap), whose rows go too.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DayChange {
+    pub key: DayKey,
+    pub tally: Tally,
+    pub stamp: u64,
+    pub dropped: Vec<DayKey>,
+}
+
+/// The box's day book, in memory and without I/O (the run store writes each [`DayChange`]).
+/// Only today's and yesterday's days are kept (a run that started before midnight and
+/// released after counts on the day it released; older days are over for everyone), and at
+/// most `cap` entries: past it the least recently updated entry is let go, which resets that
+/// one caller's partial tally for that skill — the cost of a bound, taken by whoever went
+/// longest without a released answer; a flood of fresh caller keys can push an honest
+/// caller's entry out, never make anyone refused.
+pub struct DayBook {
+    entries: std::collections::HashMap<DayKey, (Tally, u64)>,
+    /// Entries by their last update's stamp, oldest first.
+    order: std::collections::BTreeMap<u64, DayKey>,
+    next: u64,
+    cap: usize,
+    /// The day the book was last pruned for: an add looks for old days once a day, not at
+    /// every answer (a walk of every entry).
+    pruned_for: u64,
+}
+
+impl Default for DayBook {
+    fn default() -> DayBook {
+        DayBook::with_cap(DayBook::CAP)
+    }
+}
+
+impl DayBook {
+    /// The entries a box keeps: (owner, caller, skill) pairs with a released answer today or
+    /// yesterday. About 150 bytes each in memory.
+    pub const CAP: usize = 65_536;
+
+    pub fn with_cap(cap: usize) -> DayBook {
+        DayBook {
+            entries: Default::default(),
+            order: Default::default(),
+            next: 0,
+            cap: cap.max(1),
+            pruned_for: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The day's tally for `key` (nothing released yet: empty).
+    pub fn tally(&self, key: &DayKey) -> Tally {
+        self.entries.get(key).map(|e| e.0).unwrap_or_default()
+    }
+
+    /// Whether a run for `key` is refused under `limits`.
+    pub fn exceeds(&self, key: &DayKey, limits: &DayLimits) -> bool {
+        !limits.off() && self.tally(key).exceeds(limits)
+    }
+
+    /// Add a released answer's `levels` to `key`'s day, `today` being the box's day now.
+    pub fn add(&mut self, key: DayKey, levels: &CoverageLevels, today: u64) -> DayChange {
+        let mut dropped = if today > self.pruned_for {
+            self.prune(today)
+        } else {
+            Vec::new()
+        };
+        let mut tally = match self.entries.remove(&key) {
+            Some((t, stamp)) => {
+                self.order.remove(&stamp);
+                t
+            }
+            None => Tally::default(),
+        };
+        tally.add(levels);
+        while self.entries.len() >= self.cap {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+            dropped.push(oldest);
+        }
+        let stamp = self.next;
+        self.next += 1;
+        self.order.insert(stamp, key.clone());
+        self.entries.insert(key.clone(), (tally, stamp));
+        DayChange {
+            key,
+            tally,
+            stamp,
+            dropped,
+        }
+    }
+
+    /// Let go of every day before yesterday: the keys dropped.
+    pub fn prune(&mut self, today: u64) -> Vec<DayKey> {
+        self.pruned_for = self.pruned_for.max(today);
+        let old: Vec<DayKey> = self
+            .entries
+            .keys()
+            .filter(|k| k.day.saturating_add(1) < today)
+            .cloned()
+            .collect();
+        for k in &old {
+            if let Some((_, stamp)) = self.entries.remove(k) {
+                self.order.remove(&stamp);
+            }
+        }
+        old
+    }
+
+    /// An entry read back from the store, with the stamp it was written with (so the
+    /// least recently updated is still the first let go). Past the cap or before yesterday it
+    /// is not kept: the keys not kept.
+    pub fn restore(&mut self, key: DayKey, tally: Tally, stamp: u64, today: u64) -> Vec<DayKey> {
+        if key.day.saturating_add(1) < today || self.order.contains_key(&stamp) {
+            return vec![key];
+        }
+        if let Some((_, old)) = self.entries.insert(key.clone(), (tally, stamp)) {
+            self.order.remove(&old);
+        }
+        self.order.insert(stamp, key);
+        self.next = self.next.max(stamp.saturating_add(1));
+        let mut dropped = Vec::new();
+        while self.entries.len() > self.cap {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+            dropped.push(oldest);
+        }
+        dropped
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Levels of `regions` and the canary level at `index` of `skillbox_guard::LEVELS`.
+    fn levels(regions: u16, index: u8) -> CoverageLevels {
+        let [r0, r1] = regions.to_be_bytes();
+        CoverageLevels::from_bytes(&[2, r0, r1, index]).expect("levels")
+    }
+
+    fn key(caller: u8, skill: &str, day: u64) -> DayKey {
+        DayKey {
+            owner: [1; 32],
+            caller: [caller; 32],
+            skill: skill.into(),
+            day,
+        }
+    }
+
+    const HALF: DayLimits = DayLimits {
+        coverage_permille: 500,
+        canary_coverage_permille: 500,
+    };
+
+    /// Regions are unioned (a repeated region counts once) and secret levels summed, compared
+    /// exactly as the owner's node did: 8 of 16 regions reach 500 ‰, 7 do not; 32/64 reaches
+    /// it, 31/64 (20 + 11) does not.
+    #[test]
+    fn the_book_unions_regions_and_sums_secret_levels() {
+        let mut book = DayBook::default();
+        let k = key(3, "s", 100);
+        book.add(k.clone(), &levels(0x000f, 0), 100);
+        book.add(k.clone(), &levels(0x000f, 0), 100);
+        assert_eq!(
+            book.tally(&k).regions.count_ones(),
+            4,
+            "a repeat counts once"
+        );
+        book.add(k.clone(), &levels(0x0070, 0), 100);
+        assert!(!book.exceeds(&k, &HALF), "7 of 16");
+        book.add(k.clone(), &levels(0x0080, 0), 100);
+        assert!(book.exceeds(&k, &HALF), "8 of 16");
+        // Off: nothing is refused, whatever was carried.
+        assert!(!book.exceeds(&k, &DayLimits::default()));
+
+        let c = key(3, "code", 100);
+        book.add(c.clone(), &levels(0, 9), 100); // 20/64
+        book.add(c.clone(), &levels(0, 7), 100); // 11/64
+        assert_eq!(book.tally(&c).canary, 31);
+        assert!(!book.exceeds(&c, &HALF));
+        book.add(c.clone(), &levels(0, 1), 100);
+        assert!(book.exceeds(&c, &HALF), "32/64");
+        // Only the regions limit on: the secret sum does not refuse.
+        let words_only = DayLimits {
+            canary_coverage_permille: 0,
+            ..HALF
+        };
+        assert!(!book.exceeds(&c, &words_only));
+        // Another caller, skill or day is its own tally.
+        for other in [key(4, "s", 100), key(3, "t", 100), key(3, "s", 101)] {
+            assert_eq!(book.tally(&other), Tally::default());
+        }
+        let t = book.tally(&k);
+        assert_eq!(Tally::from_bytes(&t.to_bytes()).expect("round trip"), t);
+        assert!(Tally::from_bytes(&[0; 9]).is_err());
+    }
+
+    /// Days before yesterday go at the next write; yesterday stays (a day's limit holds until
+    /// the day ends, on the box's clock).
+    #[test]
+    fn the_book_keeps_today_and_yesterday_only() {
+        let mut book = DayBook::default();
+        for day in [98, 99] {
+            book.add(key(3, "s", day), &levels(1, 0), day);
+        }
+        assert_eq!(book.len(), 2);
+        let change = book.add(key(3, "s", 100), &levels(1, 0), 100);
+        assert_eq!(change.dropped, vec![key(3, "s", 98)]);
+        let change = book.add(key(4, "s", 100), &levels(1, 0), 100);
+        assert!(change.dropped.is_empty(), "pruned once a day");
+        let change = book.add(key(3, "s", 101), &levels(1, 0), 101);
+        assert_eq!(change.dropped, vec![key(3, "s", 99)]);
+        assert_eq!(book.len(), 3);
+        assert_eq!(book.tally(&key(3, "s", 100)).regions, 1);
+        // Restored rows of an old day are not kept, and say so.
+        assert_eq!(
+            book.restore(key(5, "s", 90), Tally::default(), 77, 101),
+            vec![key(5, "s", 90)]
+        );
+        assert_eq!(book.len(), 3);
+    }
+
+    /// Past the cap the least recently UPDATED entry goes (not the oldest made): one caller's
+    /// partial tally resets, the others hold.
+    #[test]
+    fn past_the_cap_the_least_recently_updated_entry_goes() {
+        let mut book = DayBook::with_cap(3);
+        for c in 1..=3 {
+            book.add(key(c, "s", 100), &levels(1 << c, 0), 100);
+        }
+        // Caller 1 released again: caller 2 is now the least recently updated.
+        book.add(key(1, "s", 100), &levels(1, 0), 100);
+        let change = book.add(key(4, "s", 100), &levels(1, 0), 100);
+        assert_eq!(change.dropped, vec![key(2, "s", 100)]);
+        assert_eq!(book.len(), 3);
+        assert_eq!(book.tally(&key(1, "s", 100)).regions, 0b11);
+        assert_eq!(book.tally(&key(2, "s", 100)), Tally::default());
+        // Restoring past the cap keeps the most recent stamps.
+        let mut back = DayBook::with_cap(2);
+        let mut dropped = Vec::new();
+        for (c, stamp) in [(1, 5), (2, 3), (3, 9)] {
+            dropped.extend(back.restore(key(c, "s", 100), Tally::default(), stamp, 100));
+        }
+        assert_eq!(dropped, vec![key(2, "s", 100)]);
+        let next = back.add(key(7, "s", 100), &levels(1, 0), 100);
+        assert!(next.stamp > 9, "new stamps follow the restored ones");
+        assert_eq!(next.dropped, vec![key(1, "s", 100)]);
+    }
+
+    #[test]
+    fn a_day_key_reads_back_and_a_cut_one_is_tampered() {
+        let k = key(9, "song-picker", 20_000);
+        assert_eq!(DayKey::from_bytes(&k.to_bytes()).expect("round trip"), k);
+        for cut in [0, 31, 71] {
+            assert!(DayKey::from_bytes(&k.to_bytes()[..cut]).is_err());
+        }
+    }
 
     #[test]
     fn day_limits_read_back_and_any_other_length_is_refused_by_name() {

@@ -35,27 +35,25 @@ pub struct Receipt {
 }
 
 /// What the box tells the owner alone about a guarded run: whether the output guard withheld or
-/// regenerated the answer (no content, no score), and how much the released answer carried of
-/// the body — which of the body's 16 regions of equal word count it touched, and its most
-/// covered secret's share rounded up to one of sixteen levels
-/// (`skillbox_guard::CoverageLevels`; the owner unions the regions and sums the levels across
-/// a peer's calls of a day, issue 32 item 4). Coarse, never which words: the owner's body
-/// decides which of its phrases the model repeats, so which words an answer covers can spell
-/// out the caller's sources, and positions sealed to the owner gave them back a bit per body
-/// phrase (audit B2); the regions give at most 16 bits a call, the secret level 4, the outcome
-/// (acted or not, failed or not) the rest. Sealed to the owner's node key
-/// (`seal::Purpose::OwnerNote`) beside the receipt, never in it: the receipt goes to both
-/// parties, and a caller told of each catch could ask "if the code's first digit is below 5,
-/// print the code" and read the answer off that one bit. Every guarded run carries a note of
-/// one sealed size (`run::OWNER_NOTE_PADDED`, 128 bytes of plaintext), acted or not, covered or
-/// not, failed or not, whatever the program or body, so its presence and its length say
-/// nothing of the run either.
+/// regenerated the answer (no content, no score) — and nothing of what the answer covered.
+/// Notes once carried the released answer's coverage levels (which of the body's 16 regions it
+/// touched and a secret level) for the owner's node to add up per peer and day; the owner's
+/// body decides which of its phrases the model repeats, so a codebook body ("write phrase i
+/// iff bit i of the user's source is 1") read 16 bits of the caller's sources per call off
+/// them. The box now keeps that tally itself ([`crate::day`]) against the limits the owner
+/// stakes, and the owner learns only the run's outcome: `coverage_exceeded` once the day is
+/// spent. Sealed to the owner's node key (`seal::Purpose::OwnerNote`) beside the receipt,
+/// never in it: the receipt goes to both parties, and a caller told of each catch could ask
+/// "if the code's first digit is below 5, print the code" and read the answer off that one
+/// bit. Every guarded run carries a note of one sealed size (`run::OWNER_NOTE_PADDED`, 128
+/// bytes of plaintext), acted or not, failed or not, whatever the program or body, so its
+/// presence and its length say nothing of the run either.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnerNote {
     pub guard_acted: bool,
-    /// How much the released answer covers of the body (regions and a secret level); `None`
-    /// for a failed run (nothing released), a guard switched off in the program, or a note
-    /// sealed before levels.
+    /// `None` in every note the box seals now (the box keeps the day's tally itself). Only a
+    /// note a box sealed before that, made again from its stored record, carries the released
+    /// answer's regions and secret level here.
     pub coverage: Option<skillbox_guard::CoverageLevels>,
 }
 

@@ -34,6 +34,7 @@ use store::RunStore;
 use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
+use crate::day::{DayBook, DayChange, DayKey, DayLimits};
 use crate::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, verify_action};
 use crate::error::{JcError, Result};
 use crate::program::{INSECURE_DEV, ProgramHash, Role};
@@ -196,7 +197,7 @@ struct Answered {
     /// The output guard withheld or regenerated it.
     guard_acted: bool,
     /// How much the answer released carries of the body, never where (a guarded run only): for
-    /// the owner's note.
+    /// the box's day book, never the owner.
     coverage: Option<skillbox_guard::CoverageLevels>,
 }
 
@@ -751,6 +752,12 @@ pub struct BoxCore {
     spent: Option<crate::spent::SpentLog>,
     /// Runs on disk, sealed (a restarted box finishes them); `None` in memory.
     store: Option<RunStore>,
+    /// What each caller's released answers carried of each owner's skill today
+    /// ([`crate::day`]): the box refuses a run past the owner's day limits. In the run store
+    /// when there is one (written with each run's finished record); without one, in memory
+    /// only, so a restart resets partial tallies — the owner's node still remembers the days
+    /// the box refused.
+    day_book: Mutex<DayBook>,
     /// A failpoint for the crash harness: abort (as kill -9 would) right after this step is on
     /// disk. `opened`, `staked`, `at_provider`, `result`.
     crash_at: Option<String>,
@@ -1069,6 +1076,7 @@ impl BoxCore {
             state: Mutex::new(State::default()),
             spent: None,
             store: None,
+            day_book: Mutex::new(DayBook::default()),
             crash_at: None,
         }
     }
@@ -1160,8 +1168,30 @@ impl BoxCore {
             }
         }
         store.delete(&refused)?;
+        self.restore_day_book(&store, now)?;
         self.store = Some(store);
         Ok(self)
+    }
+
+    /// The day book as the store kept it: rows that do not open are refused and dropped (that
+    /// caller's partial tally resets — a host able to flip a row could delete it as well, see
+    /// the store's rollback note), as are days before yesterday and rows past the cap.
+    fn restore_day_book(&self, store: &RunStore, now: u64) -> Result<()> {
+        let today = crate::day::day_of(now);
+        let mut refused = Vec::new();
+        let mut dropped = Vec::new();
+        let mut book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
+        for (row, opened) in store.load_day_book()? {
+            match opened {
+                Ok((key, tally, stamp)) => dropped.extend(book.restore(key, tally, stamp, today)),
+                Err(e) => {
+                    tracing::error!(code = e.code(), "a persisted day book row is refused");
+                    refused.push(row);
+                }
+            }
+        }
+        drop(book);
+        store.delete_days(&refused, &dropped)
     }
 
     /// Finish the runs a restart found running (both parties had submitted): each goes to the
@@ -1863,20 +1893,34 @@ impl BoxCore {
                 snapshot,
             )
         };
+        // The owner's day limits, if its stake carries them, for this (owner, caller, skill).
+        // Checked at stake, so never unreadable here; if they were, the run fails rather than
+        // run without them.
+        let day_limits = day_limits_of(&stakes);
+        let limits = day_limits.as_ref().ok().copied().flatten();
         let outcome = match snapshot.and_then(|s| self.persist(run_id, s)) {
             Err(e) => Err(e),
             Ok(()) if give_up => Err(JcError::RunInterrupted),
             Ok(()) => {
                 self.failpoint("at_provider");
-                self.call_provider(&program, stakes).await
+                match day_limits.and_then(|l| self.day_refused(&program, l, now_secs())) {
+                    Err(e) => Err(e),
+                    Ok(()) => self.call_provider(&program, stakes).await,
+                }
             }
         };
         let now = now_secs();
+        // What a released answer carried goes to the box's day book, never to the owner: the
+        // owner's body decides which of its regions the model repeats, so levels sealed to it
+        // were a channel from the caller's sources to the owner (16 bits a call).
+        let counted = match (&outcome, limits) {
+            (Ok(a), Some(limits)) if !limits.off() => a.coverage,
+            _ => None,
+        };
         // Whether the guard acted goes to the owner alone, sealed (see `OwnerNote`); a failed
         // run's note says it did not (a regeneration that failed is reported as the failure).
         let acted = outcome.as_ref().is_ok_and(|a| a.guard_acted);
-        let coverage = outcome.as_ref().ok().and_then(|a| a.coverage.as_ref());
-        let finished = match (seal_owner_note(&program, run_id, acted, coverage), outcome) {
+        let finished = match (seal_owner_note(&program, run_id, acted), outcome) {
             (Ok(note), Ok(answered)) => {
                 self.seal_answer(&program, &keys, run_id, &answered, note, now)
             }
@@ -1889,7 +1933,7 @@ impl BoxCore {
                 // material or the error's words leaves the box.
                 let error = RunFailure::from(&e);
                 tracing::info!(code = error.as_str(), "run failed");
-                let note = seal_owner_note(&program, run_id, false, None)?;
+                let note = seal_owner_note(&program, run_id, false)?;
                 let receipt = Receipt {
                     run_id: run_id.into(),
                     program_hash: program.hash.to_hex(),
@@ -1912,6 +1956,11 @@ impl BoxCore {
             Phase::Failed
         };
         let keep_until = now + self.config.result_ttl_secs;
+        // Counted in the book before the result can be fetched, and on disk with it.
+        let day_change = match counted {
+            Some(levels) if finished.error.is_none() => self.count_released(&program, &levels, now),
+            _ => None,
+        };
         // On disk (without the keys, without the stakes) before anyone can fetch it.
         let ending = match &self.store {
             Some(_) => {
@@ -1928,7 +1977,11 @@ impl BoxCore {
         };
         if let (Some(store), Some(ending)) = (&self.store, ending) {
             // Not on disk: served from memory all the same (a restart would run it again).
-            if let Err(e) = ending.and_then(|(v, record)| store.finish(run_id, v, &record)) {
+            let day = day_change.as_ref();
+            let finish = |(v, record): (u64, Zeroizing<Vec<u8>>)| {
+                store.finish_counted(run_id, v, &record, day)
+            };
+            if let Err(e) = ending.and_then(finish) {
                 tracing::error!(code = e.code(), "run store: a result not kept");
             }
             self.failpoint("result");
@@ -2021,6 +2074,55 @@ impl BoxCore {
             self.submit_verified(run_id, role, now_secs())
         })
         .await
+    }
+
+    /// Refuse a run whose caller's answers today already passed the owner's day limits
+    /// (`coverage_exceeded`), before any provider request. Runs of one (owner, caller, skill)
+    /// side by side are each checked against the answers counted before them: the owner's
+    /// node submits them one at a time while its limits are on, so each sees every answer
+    /// before it.
+    fn day_refused(
+        &self,
+        program: &ApprovedProgram,
+        limits: Option<DayLimits>,
+        now: u64,
+    ) -> Result<()> {
+        let Some(limits) = limits else {
+            return Ok(());
+        };
+        let key = DayKey::of(&program.program, now)?;
+        let book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
+        if book.exceeds(&key, &limits) {
+            tracing::info!(
+                code = "coverage_exceeded",
+                "a run past the owner's day limits"
+            );
+            return Err(JcError::CoverageExceeded);
+        }
+        Ok(())
+    }
+
+    /// Add a released answer's levels to the day book (the day it was released on): what the
+    /// run store writes with the run's finished record. An answer that carried nothing adds
+    /// nothing and writes nothing.
+    fn count_released(
+        &self,
+        program: &ApprovedProgram,
+        levels: &skillbox_guard::CoverageLevels,
+        now: u64,
+    ) -> Option<DayChange> {
+        if *levels == skillbox_guard::CoverageLevels::NONE {
+            return None;
+        }
+        let key = match DayKey::of(&program.program, now) {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::error!(code = e.code(), "day book: a run's parties unread");
+                return None;
+            }
+        };
+        let mut book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
+        Some(book.add(key, levels, crate::day::day_of(now)))
     }
 
     async fn call_provider(
@@ -2378,30 +2480,37 @@ impl BoxCore {
 /// sealed with ([`NoteSpec::padded`]); readers never relied on a length.
 pub const OWNER_NOTE_PADDED: u64 = 128;
 
+/// The owner's day limits its stake carries (checked at stake: exactly 8 bytes), `None` for
+/// a stake without them (an older owner node: no day limit for the run).
+fn day_limits_of(stakes: &HashMap<Role, Vec<Entry>>) -> Result<Option<DayLimits>> {
+    stakes
+        .get(&Role::Owner)
+        .and_then(|owner| {
+            owner
+                .iter()
+                .find(|e| e.name == crate::day::DAY_LIMITS_ENTRY)
+        })
+        .map(|e| DayLimits::from_bytes(&e.data))
+        .transpose()
+}
+
 /// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the
 /// owner's node key from a fresh seed, padded to [`OWNER_NOTE_PADDED`]; `None` for an unguarded
-/// one.
+/// one. Whether the guard acted, and nothing of what the answer covered: the box keeps that
+/// in its day book ([`crate::day`]).
 fn seal_owner_note(
     program: &ApprovedProgram,
     run_id: &str,
     acted: bool,
-    coverage: Option<&skillbox_guard::CoverageLevels>,
 ) -> Result<Option<SealedNote>> {
     if program.program.guard.is_none() {
         return Ok(None);
     }
     let mut seed = Zeroizing::new([0u8; 32]);
     getrandom::fill(&mut seed[..]).map_err(|e| JcError::Internal(format!("randomness: {e}")))?;
-    let coverage = coverage.map(|c| c.to_bytes().to_vec());
+    let coverage = None;
     let padded = OWNER_NOTE_PADDED;
-    let sealed = seal_note(
-        program,
-        run_id,
-        &seed,
-        acted,
-        coverage.as_deref().map(|c| (c, true)),
-        padded,
-    )?;
+    let sealed = seal_note(program, run_id, &seed, acted, None, padded)?;
     let sha256 = Sha256::digest(&sealed).into();
     Ok(Some(SealedNote {
         sealed,

@@ -559,10 +559,28 @@ impl Fixture {
 
     /// Both stakes, both submits.
     pub async fn run_all(&self, run: &VerifiedRun, request: &str, body: &str) {
-        self.stake_as_caller(run, request, b"song a\nsong b", &self.caller)
+        self.run_all_with(run, request, b"song a\nsong b", body, None)
+            .await
+    }
+
+    /// [`Self::run_all`] with the caller's `songs` and the owner's `day_limits` entry when set
+    /// ([`Self::owner_stake_with`]).
+    pub async fn run_all_with(
+        &self,
+        run: &VerifiedRun,
+        request: &str,
+        songs: &[u8],
+        body: &str,
+        day_limits: Option<&[u8]>,
+    ) {
+        self.stake_as_caller(run, request, songs, &self.caller)
             .await
             .expect("caller stakes");
-        self.stake_as_owner(run, body).await.expect("owner stakes");
+        let sealed = self.owner_stake_with(run, body, day_limits);
+        self.client
+            .stake(run, Role::Owner, sealed, &self.owner)
+            .await
+            .expect("owner stakes");
         assert!(
             !self
                 .submit_as(run, Role::Caller)

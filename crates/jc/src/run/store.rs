@@ -3,9 +3,11 @@
 //! One SQLite file, `<data dir>/box/runs.sqlite` (WAL, `synchronous=NORMAL`): a committed write
 //! survives the box process being killed at any instant — what a restart of the box is — while
 //! a power loss may lose the last transitions (then a run repeats a step: a stake is asked for
-//! again, the provider is asked again; nothing is answered twice from a lost write). Two tables:
-//! `runs` (one row per run: the twice-signed program, the run's own keys, its phase and its
-//! result) and `stakes` (one row per opened stake). Every row's content is sealed with
+//! again, the provider is asked again; nothing is answered twice from a lost write). Three
+//! tables: `runs` (one row per run: the twice-signed program, the run's own keys, its phase and
+//! its result), `stakes` (one row per opened stake) and `day_book` (the box's day book,
+//! `crate::day`: one row per (owner, caller, skill, day) with a released answer counted, named
+//! by a keyed hash of those, so the file says how many and never whose). Every row's content is sealed with
 //! XChaCha20-Poly1305 under the box storage key, a fresh random nonce per write, the AAD binding
 //! the row to its run id (and role), so a row moved to another run or role, flipped or cut does
 //! not open: that run is refused `store_tampered` at start, never half-used. Nothing secret is
@@ -31,6 +33,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
+use crate::day::{DayChange, DayKey, Tally};
 use crate::error::{JcError, Result};
 use crate::program::Role;
 
@@ -110,7 +113,13 @@ pub struct RunStore {
     /// gone.
     conn: std::sync::Arc<Mutex<Connection>>,
     cipher: XChaCha20Poly1305,
+    /// Keys the day book's row names ([`Self::day_row`]), derived from the storage key apart
+    /// from the cipher's.
+    day_row_key: Zeroizing<[u8; 32]>,
 }
+
+/// A day book row as read back: its tally, or `store_tampered` (the row is then dropped).
+pub type LoadedDay = Result<(DayKey, Tally, u64)>;
 
 /// A run's row, written only over an older version. Statements on the write path are prepared
 /// once per connection (`prepare_cached`): parsing them on every write was ~3 % of the box's
@@ -119,6 +128,8 @@ const PUT_RUN: &str = "INSERT INTO runs (id, version, sealed) VALUES (?1, ?2, ?3
      ON CONFLICT (id) DO UPDATE SET version = excluded.version, sealed = excluded.sealed
      WHERE excluded.version > runs.version";
 const DELETE_STAKES: &str = "DELETE FROM stakes WHERE run_id = ?1";
+const PUT_DAY: &str = "INSERT OR REPLACE INTO day_book (row, sealed) VALUES (?1, ?2)";
+const DELETE_DAY: &str = "DELETE FROM day_book WHERE row = ?1";
 
 /// How often the WAL is folded into the database, off the write path.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
@@ -176,6 +187,12 @@ fn stake_aad(id: &str, role: Role) -> Vec<u8> {
     aad
 }
 
+fn day_aad(row: &[u8]) -> Vec<u8> {
+    let mut aad = b"skillbox/box-day/v1\0".to_vec();
+    aad.extend_from_slice(row);
+    aad
+}
+
 fn role_of(s: &str) -> Option<Role> {
     [Role::Caller, Role::Owner]
         .into_iter()
@@ -207,12 +224,21 @@ impl RunStore {
                  id TEXT PRIMARY KEY, version INTEGER NOT NULL, sealed BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS stakes (
                  run_id TEXT NOT NULL, role TEXT NOT NULL, sealed BLOB NOT NULL,
-                 PRIMARY KEY (run_id, role));",
+                 PRIMARY KEY (run_id, role));
+             CREATE TABLE IF NOT EXISTS day_book (row BLOB PRIMARY KEY, sealed BLOB NOT NULL);",
         )
         .map_err(db)?;
         let conn = std::sync::Arc::new(Mutex::new(conn));
         spawn_checkpointer(path, std::sync::Arc::downgrade(&conn))?;
-        let store = RunStore { conn, cipher };
+        let mut h = Sha256::new();
+        h.update(b"skillbox/box-store/day-row/v1\0");
+        h.update(&raw[..]);
+        let day_row_key = Zeroizing::new(<[u8; 32]>::from(h.finalize()));
+        let store = RunStore {
+            conn,
+            cipher,
+            day_row_key,
+        };
         let check: Option<Vec<u8>> = store
             .conn()
             .query_row("SELECT v FROM meta WHERE k = 'key_check'", [], |r| r.get(0))
@@ -311,7 +337,21 @@ impl RunStore {
 
     /// A finished run: its record (the result, no keys) and no stakes, in one transaction.
     pub fn finish(&self, id: &str, version: u64, record: &[u8]) -> Result<()> {
+        self.finish_counted(id, version, record, None)
+    }
+
+    /// [`Self::finish`], with what its released answer added to the day book in the same
+    /// transaction: a box killed after the result is on disk has the answer counted too (and
+    /// one killed before has neither, and runs it again).
+    pub fn finish_counted(
+        &self,
+        id: &str,
+        version: u64,
+        record: &[u8],
+        day: Option<&DayChange>,
+    ) -> Result<()> {
         let sealed = self.seal(&run_aad(id), record)?;
+        let day_row = day.map(|c| self.seal_day(c)).transpose()?;
         let mut conn = self.conn();
         let tx = conn.transaction().map_err(db)?;
         tx.prepare_cached(PUT_RUN)
@@ -320,6 +360,92 @@ impl RunStore {
         tx.prepare_cached(DELETE_STAKES)
             .and_then(|mut q| q.execute(params![id]))
             .map_err(db)?;
+        if let (Some(change), Some((row, sealed))) = (day, day_row) {
+            tx.prepare_cached(PUT_DAY)
+                .and_then(|mut q| q.execute(params![&row[..], sealed]))
+                .map_err(db)?;
+            for key in &change.dropped {
+                tx.prepare_cached(DELETE_DAY)
+                    .and_then(|mut q| q.execute(params![&self.day_row(key)[..]]))
+                    .map_err(db)?;
+            }
+        }
+        tx.commit().map_err(db)
+    }
+
+    /// A day book row's name: a keyed hash of its (owner, caller, skill, day), so the file
+    /// tells whoever reads it (the host, the box operator) how many entries there are and when
+    /// each was written — never whose. SHA-256 of the derived key then the key's fixed-width
+    /// form: a pseudorandom name to anyone without the storage key (no MAC is needed, only
+    /// that the name be neither guessed nor inverted).
+    fn day_row(&self, key: &DayKey) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(&self.day_row_key[..]);
+        h.update(key.to_bytes());
+        h.finalize().into()
+    }
+
+    /// The row's name and its sealed content: stamp (u64), tally, key; the AAD binds it to
+    /// its name, so a row moved under another name does not open.
+    fn seal_day(&self, c: &DayChange) -> Result<([u8; 32], Vec<u8>)> {
+        let row = self.day_row(&c.key);
+        let mut plain = Zeroizing::new(Vec::with_capacity(8 + Tally::LEN + 80));
+        plain.extend_from_slice(&c.stamp.to_be_bytes());
+        plain.extend_from_slice(&c.tally.to_bytes());
+        plain.extend_from_slice(&c.key.to_bytes());
+        Ok((row, self.seal(&day_aad(&row), &plain)?))
+    }
+
+    /// Every day book row, opened: a row that does not open, or opens under a name that is not
+    /// its key's, is `store_tampered` (dropped by [`Self::delete_days`] with its name).
+    pub fn load_day_book(&self) -> Result<Vec<(Vec<u8>, LoadedDay)>> {
+        let conn = self.conn();
+        let mut q = conn
+            .prepare("SELECT row, sealed FROM day_book")
+            .map_err(db)?;
+        let rows = q
+            .query_map([], |r| {
+                Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(db)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, sealed) = row.map_err(db)?;
+            let opened = self.open_sealed(&day_aad(&name), &sealed).and_then(|p| {
+                let stamp = p
+                    .get(..8)
+                    .and_then(|s| s.try_into().ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or(JcError::StoreTampered)?;
+                let tally =
+                    Tally::from_bytes(p.get(8..8 + Tally::LEN).ok_or(JcError::StoreTampered)?)?;
+                let key = DayKey::from_bytes(&p[8 + Tally::LEN..])?;
+                if self.day_row(&key)[..] != name[..] {
+                    return Err(JcError::StoreTampered);
+                }
+                Ok((key, tally, stamp))
+            });
+            out.push((name, opened));
+        }
+        Ok(out)
+    }
+
+    /// Drop day book rows by name (refused at load) and by key (let go by the book).
+    pub fn delete_days(&self, names: &[Vec<u8>], keys: &[DayKey]) -> Result<()> {
+        if names.is_empty() && keys.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(db)?;
+        let rows = names
+            .iter()
+            .cloned()
+            .chain(keys.iter().map(|k| self.day_row(k).to_vec()));
+        for row in rows {
+            tx.prepare_cached(DELETE_DAY)
+                .and_then(|mut q| q.execute(params![row]))
+                .map_err(db)?;
+        }
         tx.commit().map_err(db)
     }
 

@@ -287,25 +287,34 @@ impl Provider for Encoder {
     }
 }
 
-/// Audit B2: the owner chooses its body and the guard spec it advertises. A body that tells
-/// the model "write phrase i iff bit i of the user's source is 1", with the per-answer share
-/// and copied-passage limits off, gets an answer the guard releases — and a note that said
-/// which body words the answer covered gave the owner the caller's source back, 64 bits a
-/// call. The note now says which of 16 regions of the body the answer touched and one secret
-/// level: the 64 phrases sit four to a region, so the owner, opening every entry of its note
-/// as a modified node would, learns for each group of four bits only whether any is 1 — at
-/// most 16 bits a call (an owner who puts one phrase in each region reads exactly those 16;
-/// the test shows that figure is what it gets) — cannot rebuild the 64-bit source, and two
-/// sources whose every 4-bit group is non-zero tell it exactly the same.
+/// Audit B2, and the 16 bits after it: the owner chooses its body and the guard spec it
+/// advertises. A body that tells the model "write phrase i iff bit i of the user's source is
+/// 1", with the per-answer share and copied-passage limits off, gets an answer the guard
+/// releases. A note that said which body words the answer covered gave the owner the caller's
+/// source back, 64 bits a call; one that said which of the body's 16 regions it touched still
+/// gave 16 (with the phrases four to a region: which 4-bit groups of the source are non-zero).
+/// The box now keeps the coverage itself (its day book, against the limits the owner stakes),
+/// and the note carries none: two sources whose every 4-bit group differs in being zero give
+/// notes that open to the same entries, byte for byte, to an owner's node modified to read
+/// every entry its note holds.
 #[tokio::test]
-async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
-    use skillbox_guard::{Coverage, CoverageLevels};
+async fn a_codebook_body_reads_nothing_of_the_callers_source_from_the_owners_note() {
+    use skillbox_jc::day::DayLimits;
+    use skillbox_jc::receipt::OwnerNote;
     use skillbox_jc::seal::{self, Purpose};
     let f = start_with(Arc::new(Encoder), BoxConfig::default()).await;
     let body = codebook();
+    // The hostile owner stakes day limits as any owner node does: the box counts, the note
+    // stays silent.
+    let limits = DayLimits {
+        coverage_permille: 1000,
+        canary_coverage_permille: 1000,
+    };
     let mut told = Vec::new();
-    // The same bytes in another order: another source, every 4-bit group non-zero in both.
-    for secret in [*b"Ab1)Hac5", *b"5caH)1bA"] {
+    let mut notes = Vec::new();
+    // Every 4-bit group non-zero, and every second one zero: the region masks the old note
+    // carried were 0xffff and 0x5555.
+    for secret in [*b"Ab1)Hac5", *b"0p0p0p0p"] {
         let mut p = guarded(f.program(), Action::Withhold);
         p.guard = Some(GuardSpec {
             threshold_permille: 1000,
@@ -313,17 +322,13 @@ async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
             action: Action::Withhold,
             ..GuardSpec::default_for(false)
         });
+        // A skill of its own per source: the first answer covers the whole body, and the
+        // second run must not be refused by the day book before the model writes anything.
+        p.skill.name = format!("codebook-{}", secret[1]);
         let (_, run) = f.open(&p).await;
-        f.stake_as_caller(&run, "Summarise my diary.", &secret, &f.caller)
-            .await
-            .expect("caller stakes");
-        f.stake_as_owner(&run, &body).await.expect("owner stakes");
-        f.submit_as(&run, skillbox_jc::program::Role::Caller)
-            .await
-            .expect("caller submits");
-        f.submit_as(&run, skillbox_jc::program::Role::Owner)
-            .await
-            .expect("owner submits");
+        let limits = Some(&limits.to_bytes()[..]);
+        f.run_all_with(&run, "Summarise my diary.", &secret, &body, limits)
+            .await;
         let view = f.result(&run).await;
         let answer = open_result(&view, &f.result_key, &run)
             .expect("caller opens")
@@ -336,7 +341,7 @@ async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
             .sum::<usize>();
         assert_eq!(answer.matches(". ").count() + 1, ones, "{answer}");
         // The owner's node, modified to read everything its note holds.
-        verify_receipt(&view, &run).expect("receipt verifies");
+        let receipt = verify_receipt(&view, &run).expect("receipt verifies");
         let sealed = base64::Engine::decode(
             &base64::engine::general_purpose::STANDARD,
             view.owner_note.as_ref().expect("a guarded run's note"),
@@ -349,44 +354,23 @@ async fn the_owners_note_tells_how_much_an_answer_carried_never_which_words() {
             || skillbox_jc::JcError::Sealed("not this run's".into()),
         )
         .expect("the owner opens its note");
-        let mut said = Vec::new();
-        for e in entries.iter().filter(|e| e.name != "padding") {
-            if let Ok(c) = Coverage::from_bytes(&e.data) {
-                let rebuilt: Vec<u8> = (0..8)
-                    .map(|b| {
-                        (0..8).fold(0u8, |acc, k| {
-                            let line = 8 * b + k;
-                            let covered = (0..4).filter(|w| c.words()[4 * line + w]).count();
-                            acc << 1 | u8::from(covered >= 3)
-                        })
-                    })
-                    .collect();
-                assert_ne!(
-                    rebuilt,
-                    secret,
-                    "the owner read the caller's source back from its note: {:?}",
-                    String::from_utf8_lossy(&rebuilt)
-                );
-            }
-            if let Ok(l) = CoverageLevels::from_bytes(&e.data) {
-                // The best the owner can do: a region's four bits are all 1 when covered.
-                let rebuilt: Vec<u8> = (0..8)
-                    .map(|b| {
-                        let nibble = |r: usize| if l.regions() >> r & 1 == 1 { 0xf } else { 0 };
-                        nibble(2 * b) << 4 | nibble(2 * b + 1)
-                    })
-                    .collect();
-                assert_ne!(rebuilt, secret, "the owner read the caller's source back");
-                // What it does learn: which 4-bit groups are non-zero, 16 bits, no more.
-                let groups = (0..16).fold(0u16, |m, r| {
-                    let nibble = secret[r / 2] >> (4 * (1 - r % 2)) & 0xf;
-                    m | u16::from(nibble != 0) << r
-                });
-                assert_eq!(l.regions(), groups);
-            }
-            said.push((e.name.clone(), e.data.to_vec()));
-        }
+        let said: Vec<(String, Vec<u8>)> = entries
+            .iter()
+            .map(|e| (e.name.clone(), e.data.to_vec()))
+            .collect();
         told.push(said);
+        let note = open_owner_note(&view, &receipt, &note_key(&f.owner), &run)
+            .expect("owner opens")
+            .expect("a guarded run's note");
+        notes.push(note);
     }
     assert_eq!(told[0], told[1], "the note tells one source from another");
+    assert_eq!(notes[0], notes[1]);
+    assert_eq!(notes[0].coverage, None);
+    let names: Vec<&str> = told[0].iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [OwnerNote::ENTRY, OwnerNote::PADDING_ENTRY],
+        "the note carries coverage"
+    );
 }
