@@ -112,19 +112,24 @@ async fn catalog_route(State(s): State<AppState>) -> Response {
 
 /// `GET /v1/host/skillbox/reach/advertised/{peer}`: the platforms of the boxes the peer's
 /// advert names (public in the advert), `{"platforms": [...]}`: what `skillbox mcp` summarizes
-/// a `no_common_box` refusal from.
+/// a `no_common_box` refusal from. A path that is not a peer id, a peer the board holds no
+/// advert of, no peer network: each a fixed refusal ([`backend::AdvertUnread`]) that never
+/// echoes the path, which whoever holds the token wrote.
 async fn advertised_route(
     State(s): State<AppState>,
-    axum::extract::Path(peer): axum::extract::Path<String>,
+    peer: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Response {
-    match backend::InProcess(s).advertised_platforms(&peer) {
-        Some(platforms) => Json(serde_json::json!({ "platforms": platforms })).into_response(),
-        None => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({
-                "error": "peers_unavailable",
-                "message": "the peer network is not running on this node",
-            })),
+    let read = match peer {
+        Ok(axum::extract::Path(peer)) => backend::InProcess(s).advertised_platforms(&peer),
+        // Not UTF-8 once decoded (axum's own rejection text would quote it).
+        Err(_) => Err(backend::AdvertUnread::NotAPeerId),
+    };
+    match read {
+        Ok(platforms) => Json(serde_json::json!({ "platforms": platforms })).into_response(),
+        Err(e) => (
+            axum::http::StatusCode::from_u16(e.status())
+                .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR),
+            Json(serde_json::json!({ "error": e.code(), "message": e.to_string() })),
         )
             .into_response(),
     }

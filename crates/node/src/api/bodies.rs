@@ -355,7 +355,8 @@ pub struct ErrorEnvelope {
     pub error: String,
     #[schema(min_length = 1)]
     pub message: String,
-    /// For validation errors: `errors: [{path|field, line?, message}]`.
+    /// For validation errors: `errors: [{path|field, line?, message}]`; for `no_common_box`:
+    /// `peer`, the peer id whose advert the call was tried on.
     #[schema(value_type = Option<Object>)]
     pub details: Option<()>,
 }

@@ -57,7 +57,7 @@ call_starts! {
         "Start a call as caller: a peer's skill on the board right now, applied to the request and the chosen sources (omitted: the skill's requiredSources this node holds; []: none)."
         created(CallView, "The call, `requested`.") [
             (status = 400, description = "Bad body (`validation_error`), a source outside requiredSources (`source_not_required`), one this node does not hold (`source_not_held`), named twice (`duplicate_source`)."),
-            (status = 409, description = "The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`)."),
+            (status = 409, description = "The skill is not on the board right now (`skill_not_offered`), or no box both sides accept (`no_common_box`, details.peer the peer whose advert was tried)."),
             (status = 422, description = "The skill requires sources and this node holds none of them (`required_sources_not_held`)."),
         ]
     {
@@ -86,7 +86,7 @@ call_starts! {
         "The skill intent: rank the skills the board offers right now (that this node could call) against the text by BM25 over name and description, and start a call on the best with sources omitted. Nothing below the score threshold is picked."
         created(IntentStarted, "The pick and the call it started.") [
             BadBody,
-            (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold)."),
+            (status = 409, description = "Nothing on the board matches (`no_offered_skill`, details.reason `no_candidates` or `no_match` with the best score and the threshold), or no box both sides accept for the pick (`no_common_box`, details.peer the peer picked)."),
         ]
     {
         let (pick, call) = if from_agent(b.surface.as_deref())? {

@@ -134,13 +134,17 @@ fn schema_failure(what: &str, issues: &[skillbox_skill::SchemaIssue]) -> ApiErro
 }
 
 /// A call's refusal: its own status and closed code; a selection or pick failure carries its
-/// public facts as `details`.
+/// public facts as `details`, and `no_common_box` the peer whose advert the call was tried on
+/// (`details.peer`, a peer id): `POST /intents/skill` chose that peer itself, and an agent
+/// surface over this API (`skillbox mcp`) reads that advert's box platforms from it instead of
+/// from the message, which quotes the advert.
 impl From<CallError> for ApiError {
     fn from(e: CallError) -> ApiError {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let details = match &e {
             CallError::Selection(s) => serde_json::to_value(s).ok(),
             CallError::NoPick(p) => serde_json::to_value(p).ok(),
+            CallError::NoCommonBox { peer, .. } => Some(json!({ "peer": peer })),
             _ => None,
         };
         let err = ApiError::new(status, e.code(), e.to_string());
