@@ -70,13 +70,13 @@ impl Dir {
     }
 
     /// A box on this data dir (the store key made on first use), served on loopback.
-    async fn start(&self, provider: Arc<Gate>) -> (Arc<BoxCore>, BoxClient) {
+    async fn start(&self, provider: Arc<dyn Provider>) -> (Arc<BoxCore>, BoxClient) {
         self.start_with(provider, BoxConfig::default()).await
     }
 
     async fn start_with(
         &self,
-        provider: Arc<Gate>,
+        provider: Arc<dyn Provider>,
         config: BoxConfig,
     ) -> (Arc<BoxCore>, BoxClient) {
         let key = KeyFile::load_or_create(&self.path.join("store.key")).expect("store key");
@@ -795,4 +795,131 @@ fn a_box_with_hardware_isolation_keeps_no_run_store_its_host_can_read() {
     core_with(gate(true), BoxConfig::default())
         .with_run_store(&dir.path.join("dev.sqlite"), &key, now_secs())
         .expect("insecure-dev keeps a run store");
+}
+
+/// A model that repeats the first half of its instructions (the skill body) word for word,
+/// counting requests.
+#[derive(Default)]
+struct Repeat {
+    asked: AtomicUsize,
+}
+
+impl Provider for Repeat {
+    fn complete<'a>(&'a self, request: ChatRequest, _key: Option<&'a str>) -> Reply<'a> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            Ok(Completion {
+                text: skillbox_testkit::prompt::body_of(&request.system)
+                    .split_whitespace()
+                    .take(16)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+/// A skill body of made-up words (nothing a canary could be), 32 of them: two to a region.
+const SHED_BODY: &str = "kalomi nupera sitove zubade figohu kalonu mipera sitozu vebade \
+    fihugo lomika peranu tosive badezu gohufi nukalo ramipe vesito dezuba hufigo kamilo \
+    penura siveto bazude fighou lokami nupesa tovesi zubeda figuho kanolu mirape";
+
+/// The day book is on disk with the run's result: a caller whose released answer took half
+/// the body (the guard's per-answer limits off, so only the day limits stand) is refused
+/// `coverage_exceeded` by the restarted box too, its provider never asked. Without the book in
+/// the store, a restart (what a box operator can cause at will) would give every caller a
+/// fresh day. The file names neither party nor the skill.
+#[tokio::test]
+async fn a_restarted_box_still_refuses_a_caller_past_the_day_limits() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let limits = skillbox_jc::day::DayLimits {
+        coverage_permille: 500,
+        canary_coverage_permille: 500,
+    }
+    .to_bytes();
+    let mut p = f.program();
+    p.skill.name = "shed-secrets-skill".into();
+    p.guard = Some(skillbox_guard::GuardSpec {
+        threshold_permille: 1000,
+        max_copied_words: 0,
+        ..skillbox_guard::GuardSpec::default_for(false)
+    });
+    p.receipt = skillbox_jc::program::ReceiptSpec::for_guard(true);
+    let go = |client: BoxClient, p: Program| {
+        let f = &f;
+        async move {
+            // A program runs once: each run is a new call.
+            let p = Program {
+                call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
+                ..p
+            };
+            let run = open(f, &client, &p).await;
+            let caller = f.caller_stake(&run, REQUEST, b"song a");
+            let owner = f.owner_stake_with(&run, SHED_BODY, Some(&limits));
+            for (role, sealed) in [(Role::Caller, caller), (Role::Owner, owner)] {
+                client
+                    .stake(&run, role, sealed, f.key(role))
+                    .await
+                    .expect("stake");
+            }
+            submit(f, &client, &run, Role::Caller).await;
+            submit(f, &client, &run, Role::Owner).await;
+            client.wait_result(&run.run_id, WAIT).await.expect("result")
+        }
+    };
+    let first = Arc::new(Repeat::default());
+    let (core1, c1) = dir.start(first.clone()).await;
+    let view = go(c1, p.clone()).await;
+    assert_eq!(view.error, None, "the first answer is released");
+    assert_eq!(first.asked.load(Ordering::SeqCst), 1);
+    // The first box is gone (as killed: nothing more is written).
+    drop(core1);
+
+    let second = Arc::new(Repeat::default());
+    let (_core2, c2) = dir.start(second.clone()).await;
+    let view = go(c2, p.clone()).await;
+    assert_eq!(view.error, Some(RunFailure::CoverageExceeded));
+    assert_eq!(
+        second.asked.load(Ordering::SeqCst),
+        0,
+        "the provider was asked"
+    );
+
+    let owner = hex::encode(f.owner.verifying_key().to_bytes());
+    let caller = hex::encode(f.caller.verifying_key().to_bytes());
+    let owner_raw = f.owner.verifying_key().to_bytes();
+    let found = dir.scan(&["shed-secrets-skill", &owner, &caller]);
+    assert!(found.is_empty(), "the store names the parties: {found:?}");
+    for entry in std::fs::read_dir(&dir.path).expect("data dir").flatten() {
+        let bytes = std::fs::read(entry.path()).expect("read");
+        assert!(
+            !bytes.windows(32).any(|w| w == owner_raw),
+            "{} holds the owner's key",
+            entry.path().display()
+        );
+    }
+    let day_rows = rows(&dir.db(), "SELECT hex(row), sealed FROM day_book");
+    assert_eq!(day_rows.len(), 1);
+    drop(_core2);
+
+    // A flipped row does not open: refused and dropped at start, never a panic (a host that
+    // can write the file could as well delete it: no rollback protection, as for runs).
+    let mut flipped = day_rows[0].1.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    set(
+        &dir.db(),
+        "UPDATE day_book SET sealed = ?1 WHERE hex(row) = ?2",
+        &flipped,
+        &day_rows[0].0,
+    );
+    let third = Arc::new(Repeat::default());
+    let (_core3, c3) = dir.start(third.clone()).await;
+    assert!(rows(&dir.db(), "SELECT hex(row), sealed FROM day_book").is_empty());
+    let view = go(c3, p.clone()).await;
+    assert_eq!(view.error, None);
+    assert_eq!(third.asked.load(Ordering::SeqCst), 1);
 }
