@@ -2103,17 +2103,15 @@ impl BoxCore {
     }
 
     /// Add a released answer's levels to the day book (the day it was released on): what the
-    /// run store writes with the run's finished record. An answer that carried nothing adds
-    /// nothing and writes nothing.
+    /// run store writes with the run's finished record. An answer that carried nothing (or a
+    /// withheld one) is written all the same: a row written only when an answer carried
+    /// something would tell whoever watches the file (the host) that it did.
     fn count_released(
         &self,
         program: &ApprovedProgram,
         levels: &skillbox_guard::CoverageLevels,
         now: u64,
     ) -> Option<DayChange> {
-        if *levels == skillbox_guard::CoverageLevels::NONE {
-            return None;
-        }
         let key = match DayKey::of(&program.program, now) {
             Ok(key) => key,
             Err(e) => {

@@ -821,6 +821,64 @@ impl Provider for Repeat {
     }
 }
 
+/// A guarded program of the skill `shed-secrets-skill` whose per-answer limits are off, so
+/// only the owner's day limits stand.
+fn day_program(f: &Fixture) -> Program {
+    let mut p = f.program();
+    p.skill.name = "shed-secrets-skill".into();
+    p.guard = Some(skillbox_guard::GuardSpec {
+        threshold_permille: 1000,
+        max_copied_words: 0,
+        ..skillbox_guard::GuardSpec::default_for(false)
+    });
+    p.receipt = skillbox_jc::program::ReceiptSpec::for_guard(true);
+    p
+}
+
+/// A run of `p` (as a new call: a program runs once) at the box of `client`, the owner staking
+/// [`SHED_BODY`] with day limits of half the body and half a secret: its result.
+async fn day_run(f: &Fixture, client: BoxClient, p: Program) -> skillbox_jc::run::ResultView {
+    let limits = skillbox_jc::day::DayLimits {
+        coverage_permille: 500,
+        canary_coverage_permille: 500,
+    }
+    .to_bytes();
+    let p = Program {
+        call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
+        ..p
+    };
+    let run = open(f, &client, &p).await;
+    let caller = f.caller_stake(&run, REQUEST, b"song a");
+    let owner = f.owner_stake_with(&run, SHED_BODY, Some(&limits));
+    for (role, sealed) in [(Role::Caller, caller), (Role::Owner, owner)] {
+        client
+            .stake(&run, role, sealed, f.key(role))
+            .await
+            .expect("stake");
+    }
+    submit(f, &client, &run, Role::Caller).await;
+    submit(f, &client, &run, Role::Owner).await;
+    client.wait_result(&run.run_id, WAIT).await.expect("result")
+}
+
+/// Whoever reads the store's file between runs (the host) sees a day book row written for an
+/// answer that carried nothing of the body as for one that carried half: a row written only
+/// when an answer covered something would tell it that the answer did.
+#[tokio::test]
+async fn the_day_book_is_written_whether_or_not_the_answer_carried_anything() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let (_core, client) = dir.start(gate(true)).await;
+    let view = day_run(&f, client, day_program(&f)).await;
+    assert_eq!(view.error, None);
+    let day_rows = rows(&dir.db(), "SELECT hex(row), sealed FROM day_book");
+    assert_eq!(
+        day_rows.len(),
+        1,
+        "no row for an answer that carried nothing"
+    );
+}
+
 /// A skill body of made-up words (nothing a canary could be), 32 of them: two to a region.
 const SHED_BODY: &str = "kalomi nupera sitove zubade figohu kalonu mipera sitozu vebade \
     fihugo lomika peranu tosive badezu gohufi nukalo ramipe vesito dezuba hufigo kamilo \
@@ -835,41 +893,8 @@ const SHED_BODY: &str = "kalomi nupera sitove zubade figohu kalonu mipera sitozu
 async fn a_restarted_box_still_refuses_a_caller_past_the_day_limits() {
     let f = start(None).await;
     let dir = Dir::new();
-    let limits = skillbox_jc::day::DayLimits {
-        coverage_permille: 500,
-        canary_coverage_permille: 500,
-    }
-    .to_bytes();
-    let mut p = f.program();
-    p.skill.name = "shed-secrets-skill".into();
-    p.guard = Some(skillbox_guard::GuardSpec {
-        threshold_permille: 1000,
-        max_copied_words: 0,
-        ..skillbox_guard::GuardSpec::default_for(false)
-    });
-    p.receipt = skillbox_jc::program::ReceiptSpec::for_guard(true);
-    let go = |client: BoxClient, p: Program| {
-        let f = &f;
-        async move {
-            // A program runs once: each run is a new call.
-            let p = Program {
-                call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
-                ..p
-            };
-            let run = open(f, &client, &p).await;
-            let caller = f.caller_stake(&run, REQUEST, b"song a");
-            let owner = f.owner_stake_with(&run, SHED_BODY, Some(&limits));
-            for (role, sealed) in [(Role::Caller, caller), (Role::Owner, owner)] {
-                client
-                    .stake(&run, role, sealed, f.key(role))
-                    .await
-                    .expect("stake");
-            }
-            submit(f, &client, &run, Role::Caller).await;
-            submit(f, &client, &run, Role::Owner).await;
-            client.wait_result(&run.run_id, WAIT).await.expect("result")
-        }
-    };
+    let p = day_program(&f);
+    let go = |client: BoxClient, p: Program| day_run(&f, client, p);
     let first = Arc::new(Repeat::default());
     let (core1, c1) = dir.start(first.clone()).await;
     let view = go(c1, p.clone()).await;
