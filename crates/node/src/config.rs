@@ -668,8 +668,10 @@ pub struct GuardConfig {
     pub canaries: bool,
     pub auto_canaries: bool,
     /// Coverage across calls (issue 32 item 4): a peer whose released answers of one skill have
-    /// covered this many per mille of the body's words in a UTC day is refused further calls of
-    /// it that day (`coverage_exceeded`). 0: not counted.
+    /// covered this many per mille of the body's regions in a UTC day is refused further calls
+    /// of it that day (`coverage_exceeded`). The box keeps the tally: the owner's stake gives it
+    /// this limit (`day_limits`), and the owner learns only that the box refused a run. 0: not
+    /// counted.
     #[serde(default = "default_coverage_permille")]
     pub coverage_permille: u32,
     /// The same for the characters of any one secret (a marked or automatic canary).

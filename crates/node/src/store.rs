@@ -498,6 +498,24 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE guard_coverage RENAME COLUMN words TO regions;
     UPDATE guard_coverage SET regions = (1 << min(16, (regions + 3) / 4)) - 1;
     "#,
+    // 17: the box keeps the day's coverage tally (`skillbox_jc::day`) against the limits the
+    // owner puts in its stake; the owner's notes carry no coverage any more (a region mask a
+    // call read 16 bits of the caller's sources to a hostile owner's body). `guard_coverage`
+    // now holds only the days the box refused a peer's run of a skill (`coverage_exceeded`),
+    // which admission refuses at once. The masks and sums read before are dropped, not kept
+    // for what they told; each (peer, skill) starts the day of the upgrade from nothing, as
+    // does the box's tally.
+    r#"
+    DROP TABLE guard_counted;
+    DROP TABLE guard_coverage;
+    CREATE TABLE guard_coverage (
+        peer       TEXT NOT NULL,
+        skill      TEXT NOT NULL,
+        day        INTEGER NOT NULL,
+        refused_at INTEGER NOT NULL,
+        PRIMARY KEY (peer, skill, day)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.
@@ -1476,30 +1494,26 @@ mod tests {
     fn summed_words_become_as_many_regions() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("node.db");
-        {
-            let c = migrated_to(&path, 15);
-            for (peer, words, canary) in
-                [("p0", 0, 0), ("p1", 11, 3), ("p2", 33, 32), ("p3", 90, 0)]
-            {
-                c.execute(
-                    "INSERT INTO guard_coverage (peer, skill, day, words, canary, updated_at)
-                     VALUES (?1, 's', 1, ?2, ?3, 1)",
-                    rusqlite::params![peer, words, canary],
-                )
-                .expect("row");
-            }
+        let mut c = migrated_to(&path, 15);
+        for (peer, words, canary) in [("p0", 0, 0), ("p1", 11, 3), ("p2", 33, 32), ("p3", 90, 0)] {
+            c.execute(
+                "INSERT INTO guard_coverage (peer, skill, day, words, canary, updated_at)
+                 VALUES (?1, 's', 1, ?2, ?3, 1)",
+                rusqlite::params![peer, words, canary],
+            )
+            .expect("row");
         }
-        let store = Store::open(&path).expect("migrated");
+        // Migration 16 alone: 17 drops the table's sums altogether.
+        let tx = c.transaction().expect("tx");
+        tx.execute_batch(MIGRATIONS[15]).expect("migration 16");
+        tx.commit().expect("commit");
         let row = |peer: &str| {
-            store
-                .write(|tx| {
-                    Ok(tx.query_row(
-                        "SELECT regions, canary FROM guard_coverage WHERE peer = ?1",
-                        [peer],
-                        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-                    )?)
-                })
-                .expect("row")
+            c.query_row(
+                "SELECT regions, canary FROM guard_coverage WHERE peer = ?1",
+                [peer],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
+            .expect("row")
         };
         assert_eq!(row("p0"), (0, 0));
         assert_eq!(row("p1"), (0b111, 3), "11/64 rounds up to 3 regions");
@@ -1509,6 +1523,48 @@ mod tests {
             "33/64 to 9 regions, past 350 per mille"
         );
         assert_eq!(row("p3"), (0xffff, 0), "at most all 16");
+    }
+
+    /// Migration 17 keeps nothing of what the notes told (region masks, secret sums, counted
+    /// runs): the table holds the box's refusals only, from nothing.
+    #[test]
+    fn the_masks_read_from_notes_are_dropped() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("node.db");
+        {
+            let c = migrated_to(&path, 16);
+            c.execute(
+                "INSERT INTO guard_coverage (peer, skill, day, regions, canary, updated_at)
+                 VALUES ('p', 's', 1, 43690, 12, 1)",
+                [],
+            )
+            .expect("row");
+            c.execute(
+                "INSERT INTO guard_counted (run_id, day) VALUES ('r', 1)",
+                [],
+            )
+            .expect("counted");
+        }
+        let store = Store::open(&path).expect("migrated");
+        let (rows, columns, counted) = store
+            .read(|c| {
+                let rows: i64 =
+                    c.query_row("SELECT count(*) FROM guard_coverage", [], |r| r.get(0))?;
+                let columns: Vec<String> = c
+                    .prepare("SELECT name FROM pragma_table_info('guard_coverage')")?
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let counted: i64 = c.query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE name = 'guard_counted'",
+                    [],
+                    |r| r.get(0),
+                )?;
+                Ok((rows, columns, counted))
+            })
+            .expect("read");
+        assert_eq!(rows, 0);
+        assert_eq!(columns, ["peer", "skill", "day", "refused_at"]);
+        assert_eq!(counted, 0);
     }
 
     /// The unstarted tally starts from the calls a store holds when it is made (migration 14).

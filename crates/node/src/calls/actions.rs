@@ -12,8 +12,10 @@ use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{
     BoxClient, OpenedRun, StakeInput, open_owner_note, open_result, seal_stake, verify_receipt,
 };
+use skillbox_jc::day::{DAY_LIMITS_ENTRY, DayLimits};
 use skillbox_jc::dsse::{Envelope, approved_program};
 use skillbox_jc::program::ProgramHash;
+use skillbox_jc::run::RunFailure;
 use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_peers::{Payload, PayloadKind, PeerId};
 use zeroize::Zeroizing;
@@ -500,6 +502,7 @@ impl Calls {
         let r = row.clone();
         let srcs = self.0.sources.clone();
         let skills = self.0.skills.clone();
+        let limits = self.day_limits(row);
         // One blocking thread reads this call's stake into its run as the ledger has it on
         // this side (a run the call left is another run) with the decision the stake follows,
         // and seals the material: one hand-over rather than two (issue 33). The sealed bytes
@@ -507,7 +510,10 @@ impl Calls {
         // counts only then.
         let (facts, sealing) = tokio::task::spawn_blocking(move || {
             let facts = crate::ledger::stake_facts(&store, &id, side, &run);
-            (facts, seal_for_stake(&v, role, &r, &srcs, &skills))
+            (
+                facts,
+                seal_for_stake(&v, role, &r, (&srcs, &skills), limits),
+            )
         })
         .await
         .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))?;
@@ -783,14 +789,18 @@ impl Calls {
             Role::Owner => open_owner_note(&view, &receipt, self.note_key()?, &verified)?,
             Role::Caller => None,
         };
+        // Only whether the guard acted: the box keeps what the answer carried to itself (a
+        // note's region mask gave a hostile owner's body 16 bits of the caller's sources a
+        // call), and an older box's note that still says it is not read.
         let acted = note.as_ref().map(|n| n.guard_acted);
-        // Counted in the step that stores the receipt (`driver::Change::counted`), once per run.
-        let counted = note
-            .and_then(|n| n.coverage)
-            .map(|levels| super::coverage::Counted {
-                run_id: run_id.clone(),
-                levels,
-            });
+        // The box refused the run at its start because the peer's day of the skill is used up
+        // (the owner's `day_limits`): the one thing the owner learns of the tally.
+        let day_used_up = view.error == Some(RunFailure::CoverageExceeded);
+        let run_end = (row.call.role == Role::Owner).then_some(if day_used_up {
+            driver::RunEnd::DayUsedUp
+        } else {
+            driver::RunEnd::Ran
+        });
         let mut receipt_json = serde_json::to_value(&receipt)
             .map_err(|e| JcError::Internal(format!("receipt: {e}")))?;
         if let Some(o) = receipt_json.as_object_mut() {
@@ -814,11 +824,29 @@ impl Calls {
             // A caught extraction attempt counts once, as any call: counted double, the day's
             // ceiling told the caller whether the guard acted (one probe, then calls until
             // `daily_limit`: refused one call earlier if it was caught), which a `regenerate`
-            // answer is made not to tell. What answers carry of the body is counted apart
-            // (`counted`, the coverage thresholds).
+            // answer is made not to tell. What answers carry of the body the box counts, against
+            // the owner's day limits (`run_end`).
             receipt: Some(receipt_json),
             ..Patch::default()
         };
+        if day_used_up {
+            // Both sides end with the owner's closed code and its fixed words: nothing of how
+            // much was carried.
+            let code = FailureCode::CoverageExceeded;
+            let message = format!(
+                "the box refused the run: {} ({})",
+                code.as_str(),
+                code.fixed_message()
+            );
+            return Ok(Some((
+                Event::BoxFailed { code, message },
+                Change {
+                    patch,
+                    run_end,
+                    ..Change::none()
+                },
+            )));
+        }
         if view.sealed_output.is_none() {
             // The box's closed code only (see `RunFailure`): never words from the provider.
             let message = match view.error {
@@ -833,7 +861,7 @@ impl Calls {
                 Event::RunFailed { message },
                 Change {
                     patch,
-                    counted,
+                    run_end,
                     ..Change::none()
                 },
             )));
@@ -843,7 +871,7 @@ impl Calls {
                 Event::ReceiptStored,
                 Change {
                     patch,
-                    counted,
+                    run_end,
                     ..Change::none()
                 },
             ))),
@@ -934,15 +962,26 @@ pub(super) fn failed_body(code: FailureCode) -> Value {
     json!({"code": code.as_str(), "message": code.fixed_message()})
 }
 
+impl Calls {
+    /// Owner, with its guard on: the day limits its stake gives the box (its `[guard]`
+    /// thresholds; 0 keeps one off), which the box keeps the peer's day of the skill under.
+    /// They go to the box only, sealed in the stake: the caller never sees them.
+    fn day_limits(&self, row: &CallRow) -> Option<DayLimits> {
+        (row.call.role == Role::Owner && self.0.guard.enabled)
+            .then(|| super::coverage::day_limits(&self.0.guard))
+    }
+}
+
 /// This side's material for its stake into the run `v`, read from the source store and sealed
 /// to the run on the calling (blocking) thread: it leaves the store only as HPKE ciphertext for
-/// this run; the ledger keeps the keyed digests (`items`).
+/// this run; the ledger keeps the keyed digests (`items`). An owner's `limits` go as the
+/// `day_limits` entry: no source, so its ledger item is named `day_limits` and names none.
 fn seal_for_stake(
     v: &VerifiedRun,
     role: skillbox_jc::Role,
     r: &CallRow,
-    srcs: &crate::sources::Sources,
-    skills: &crate::skills::Skills,
+    (srcs, skills): (&crate::sources::Sources, &crate::skills::Skills),
+    limits: Option<DayLimits>,
 ) -> skillbox_jc::Result<(Vec<u8>, Vec<Item>)> {
     let apply = |name: &str, stake: bool| -> skillbox_jc::Result<Zeroizing<Vec<u8>>> {
         let mut buf = Zeroizing::new(Vec::new());
@@ -954,17 +993,21 @@ fn seal_for_stake(
         applied.map_err(|e| JcError::Read(e.to_string()))?;
         Ok(buf)
     };
-    let mut held: Vec<(String, Zeroizing<Vec<u8>>)> = Vec::new();
+    // Each entry: its name in the stake, whether it is a source of that name (a caller's data
+    // only: the owner's items and the caller's request are named stake items, whatever a
+    // caller's source is called), and its bytes.
+    let mut held: Vec<(String, bool, Zeroizing<Vec<u8>>)> = Vec::new();
     match r.call.role {
         Role::Caller => {
             held.push((
                 "request".into(),
+                false,
                 apply(&records::request_source(&r.call.id), false)?,
             ));
             // The caller's data: only what its human marked shareable, checked by the
             // source layer itself whatever the program names.
             for s in &r.sources {
-                held.push((s.clone(), apply(s, true)?));
+                held.push((s.clone(), true, apply(s, true)?));
             }
         }
         Role::Owner => {
@@ -975,40 +1018,46 @@ fn seal_for_stake(
                     JcError::BadRequest(format!("skill {:?} was removed", r.call.skill))
                 })?;
             let d = &declaration;
-            held.push(("body".into(), apply(&d.body_source_name(), false)?));
+            held.push(("body".into(), false, apply(&d.body_source_name(), false)?));
             // The model id from the source store (imports put it there); a declaration
             // row that still carries one (written before) is used as it is.
             match srcs.meta(&d.model_source_name()) {
-                Ok(Some(_)) => held.push(("model".into(), apply(&d.model_source_name(), false)?)),
+                Ok(Some(_)) => {
+                    held.push(("model".into(), false, apply(&d.model_source_name(), false)?))
+                }
                 _ => {
                     if let Some(m) = &d.model {
-                        held.push(("model".into(), Zeroizing::new(m.as_bytes().to_vec())));
+                        held.push(("model".into(), false, Zeroizing::new(m.as_bytes().to_vec())));
                     }
                 }
             }
             if d.provider.as_ref().is_some_and(|p| p.needs_key())
                 && let Some(k) = &d.key
             {
-                held.push(("key".into(), apply(k, false)?));
+                held.push(("key".into(), false, apply(k, false)?));
+            }
+            if let Some(l) = limits {
+                held.push((
+                    DAY_LIMITS_ENTRY.into(),
+                    false,
+                    Zeroizing::new(l.to_bytes().to_vec()),
+                ));
             }
         }
     }
     let items = held
         .iter()
-        .map(|(n, d)| {
-            let (stake, source) = match n.as_str() {
-                "request" | "body" | "model" | "key" => (n.clone(), None),
-                _ => ("source".to_owned(), Some(n.clone())),
-            };
-            Item {
-                stake,
-                source,
-                size_bucket: skillbox_jc::seal::bucket(d.len() as u64),
-                digest: srcs.key().digest(d),
-            }
+        .map(|(n, source, d)| Item {
+            stake: if *source { "source".into() } else { n.clone() },
+            source: source.then(|| n.clone()),
+            size_bucket: skillbox_jc::seal::bucket(d.len() as u64),
+            digest: srcs.key().digest(d),
         })
         .collect();
-    let inputs = held.iter().map(|(n, d)| StakeInput::bytes(n, d)).collect();
+    let inputs = held
+        .iter()
+        .map(|(n, _, d)| StakeInput::bytes(n, d))
+        .collect();
     Ok((seal_stake(v, role, inputs)?, items))
 }
 
@@ -1044,6 +1093,122 @@ mod tests {
         }));
     }
 
+    /// A verified insecure-dev run `run_id` whose stakes are sealed to `hpke_public_key`.
+    fn dev_run(run_id: &str, hpke_public_key: [u8; 32]) -> VerifiedRun {
+        VerifiedRun {
+            run_id: run_id.into(),
+            program_hash: ProgramHash([0; 32]),
+            platform: "insecure-dev".into(),
+            measurement: "ab".repeat(48),
+            hpke_public_key,
+            receipt_key: ed25519_dalek::SigningKey::from_bytes(&[1; 32]).verifying_key(),
+            expires_at: 1,
+            no_hardware_isolation: true,
+            tcb_status: None,
+            tls_spki_sha256: None,
+        }
+    }
+
+    /// The owner's stake carries its `[guard]` thresholds to the box as the `day_limits` entry
+    /// (opened here with the run's key, as the box opens it), and its ledger names the item
+    /// `day_limits` with no source: it is the owner's configuration, not data of its. A caller
+    /// stakes none, and a caller source of any name is ledgered as the source it is.
+    #[test]
+    fn an_owners_stake_carries_its_day_limits_and_the_ledger_names_them_no_source() {
+        use crate::calls::records::tests::started;
+        use crate::sources::{SourceKind, Sources};
+        use skillbox_jc::seal::{self, Purpose};
+        let store = std::sync::Arc::new(crate::store::Store::open_in_memory().expect("store"));
+        let key = std::sync::Arc::new(crate::crypto::DataKey::from_bytes(&[9u8; 32]));
+        let sources = Sources::new(store.clone(), key.clone());
+        let skills = crate::skills::Skills::new(store.clone(), key.clone(), "local.test");
+        skills
+            .import(
+                b"---\nname: taste\ndescription: Tastes.\nprovider: local\n---\nThe body.\n",
+                None,
+            )
+            .expect("skill");
+        let pair = HpkeKeyPair::generate();
+        let run = dev_run(&"a".repeat(32), pair.public());
+        let limits = DayLimits {
+            coverage_permille: 420,
+            canary_coverage_permille: 0,
+        };
+        let row = |role: Role, sources: Vec<String>| {
+            let mut call = started(role);
+            call.skill = "taste".into();
+            CallRow {
+                call,
+                program: None,
+                box_url: None,
+                verified: None,
+                sources,
+                receipt: None,
+            }
+        };
+        let (sealed, items) = seal_for_stake(
+            &run,
+            skillbox_jc::Role::Owner,
+            &row(Role::Owner, vec![]),
+            (&sources, &skills),
+            Some(limits),
+        )
+        .expect("sealed");
+        let info = seal::info(
+            Purpose::Stake(skillbox_jc::Role::Owner),
+            &run.run_id,
+            &run.program_hash,
+        );
+        let entries =
+            seal::open(&sealed, &pair, &info, || JcError::Internal("info".into())).expect("open");
+        let day = entries
+            .iter()
+            .find(|e| e.name == DAY_LIMITS_ENTRY)
+            .expect("the stake carries the day limits");
+        assert_eq!(day.data.as_slice(), limits.to_bytes().as_slice());
+        let item = items
+            .iter()
+            .find(|i| i.stake == DAY_LIMITS_ENTRY)
+            .expect("the ledger names the day limits");
+        assert_eq!(item.source, None, "the day limits are no source");
+        assert!(items.iter().all(|i| i.source.is_none()), "{items:?}");
+
+        // A caller's source called `day_limits` is a source, and the caller stakes no limits.
+        sources
+            .put(DAY_LIMITS_ENTRY, SourceKind::Text, b"my notes")
+            .expect("source");
+        sources
+            .set_shareable(DAY_LIMITS_ENTRY, true)
+            .expect("shareable");
+        store
+            .write(|tx| {
+                crate::sources::put_in(
+                    tx,
+                    &key,
+                    &records::request_source(&started(Role::Caller).id),
+                    SourceKind::Text,
+                    b"a question",
+                )
+            })
+            .expect("request");
+        let (_, items) = seal_for_stake(
+            &run,
+            skillbox_jc::Role::Caller,
+            &row(Role::Caller, vec![DAY_LIMITS_ENTRY.into()]),
+            (&sources, &skills),
+            None,
+        )
+        .expect("sealed");
+        let stakes: Vec<(&str, Option<&str>)> = items
+            .iter()
+            .map(|i| (i.stake.as_str(), i.source.as_deref()))
+            .collect();
+        assert_eq!(
+            stakes,
+            [("request", None), ("source", Some(DAY_LIMITS_ENTRY))]
+        );
+    }
+
     #[test]
     fn a_remembered_run_is_used_only_while_it_is_the_calls_run() {
         let mut row = CallRow {
@@ -1054,18 +1219,7 @@ mod tests {
             sources: vec![],
             receipt: None,
         };
-        let run = |id: &str| VerifiedRun {
-            run_id: id.into(),
-            program_hash: ProgramHash([0; 32]),
-            platform: "insecure-dev".into(),
-            measurement: "ab".repeat(48),
-            hpke_public_key: [7; 32],
-            receipt_key: ed25519_dalek::SigningKey::from_bytes(&[1; 32]).verifying_key(),
-            expires_at: 1,
-            no_hardware_isolation: true,
-            tcb_status: None,
-            tls_spki_sha256: None,
-        };
+        let run = |id: &str| dev_run(id, [7; 32]);
         let mut map = std::collections::HashMap::new();
         map.insert(("c1".to_owned(), Role::Owner), run(&"a".repeat(32)));
         assert!(remembered(&map, &row).is_none(), "the call has no run yet");

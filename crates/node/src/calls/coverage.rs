@@ -1,24 +1,25 @@
 //! Coverage across calls, the owner's side (issue 32 item 4).
 //!
-//! The box's note sealed to this owner says, for each answer it released, which of the body's
-//! 16 regions of equal word count it touched and its most covered secret's share rounded up to
-//! a level (`skillbox_guard::CoverageLevels`) — never which words or characters, which a
-//! hostile owner's body could make spell out the caller's sources. Per (peer, skill, UTC day)
-//! the owner keeps the UNION of the region masks and the SUM of the secret levels; a peer past
-//! the `[guard]` thresholds (covered regions / 16 against `coverage_permille`, the summed
-//! secret share against `canary_coverage_permille`) is refused further calls of that skill
-//! until the day ends, with the closed code `coverage_exceeded` and its fixed words — never
-//! how much it took. So a body asked for a third per call (each call new regions), or an
-//! access code three characters at a time, adds up to what one answer may not carry, while a
-//! passage every answer repeats (a disclaimer the body asks for) counts once: summed, it
-//! refused an honest caller's 4th call of the day.
+//! The box keeps the day's tally itself: per (owner, caller, skill, box's UTC day) it unions
+//! which of the body's 16 regions the released answers touched and sums their secret levels,
+//! against the limits this owner put in its sealed stake (`skillbox_jc::day`, entry
+//! `day_limits`, from the `[guard]` thresholds). The owner's node learns of it one thing only:
+//! the box failed a run at its start `coverage_exceeded` — the peer's day of that skill is used
+//! up. It once read each released answer's region mask and secret level from its note, and a
+//! hostile owner's body with a phrase per region ("write phrase i iff bit i of the user's
+//! source is 1") read 16 bits of the caller's sources per call off it; now nothing of an answer
+//! reaches the owner but the outcome and whether its guard acted.
+//!
+//! What the node keeps is the box's refusal, per (peer, skill, UTC day) in `guard_coverage`:
+//! from then on that day, admission and the charge refuse the peer's calls of the skill at once
+//! with the closed code `coverage_exceeded` and its fixed words (no run, no stake), and a call
+//! waiting for its turn is refused when it gets it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use rusqlite::{OptionalExtension, params};
 use skillbox_calls::machine::FailureCode;
-use skillbox_guard::{CoverageLevels, REGIONS, WHOLE};
 use tokio::sync::Notify;
 
 use super::records::CallRow;
@@ -32,60 +33,23 @@ pub fn day_of(secs: i64) -> i64 {
     secs.div_euclid(86_400)
 }
 
-/// A day of what the notes told: the body's regions covered, and the secret levels summed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
-    /// The union of the answers' region masks (bit `r` for region `r` of
-    /// `skillbox_guard::REGIONS`).
-    pub regions: i64,
-    /// Each answer's most covered secret's share in 64ths (`skillbox_guard::LEVELS`), summed:
-    /// past the whole once more than a secret was carried in all.
-    /// At least any one secret's share over the day (every answer's most covered secret covers
-    /// at least as much as that one).
-    pub canary: i64,
+/// Whether the owner's thresholds are on: with both 0 the box is told to keep no tally and
+/// nothing is refused.
+pub fn thresholds_on(guard: &GuardConfig) -> bool {
+    guard.coverage_permille > 0 || guard.canary_coverage_permille > 0
 }
 
-/// One released answer's levels to count, and the run that released it (a run is counted
-/// once, however often its outcome is stepped).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Counted {
-    pub run_id: String,
-    pub levels: CoverageLevels,
+/// The limits the owner's stake gives the box (`skillbox_jc::day`): its `[guard]` thresholds
+/// as configured, 0 keeping a limit off.
+pub fn day_limits(guard: &GuardConfig) -> skillbox_jc::day::DayLimits {
+    skillbox_jc::day::DayLimits {
+        coverage_permille: guard.coverage_permille,
+        canary_coverage_permille: guard.canary_coverage_permille,
+    }
 }
 
-/// Whether a day passes the owner's thresholds (a threshold of 0 is off): `parts` of `whole`
-/// reach `limit` per mille, compared exactly — covered regions of 16 for the words, summed
-/// 64ths for the secret.
-pub fn exceeds(t: &Tally, guard: &GuardConfig) -> bool {
-    let over = |parts: i64, whole: u32, limit: u32| {
-        limit > 0 && parts * 1000 >= i64::from(limit) * i64::from(whole)
-    };
-    over(
-        i64::from(t.regions.count_ones()),
-        REGIONS,
-        guard.coverage_permille,
-    ) || over(t.canary, WHOLE, guard.canary_coverage_permille)
-}
-
-/// The sums kept for `peer` and `skill` on `day`, if any.
-pub fn tally_of(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<Option<Tally>> {
-    let tally = tx
-        .query_row(
-            "SELECT regions, canary FROM guard_coverage
-             WHERE peer = ?1 AND skill = ?2 AND day = ?3",
-            params![peer, skill, day],
-            |r| {
-                Ok(Tally {
-                    regions: r.get(0)?,
-                    canary: r.get(1)?,
-                })
-            },
-        )
-        .optional()?;
-    Ok(tally)
-}
-
-/// Whether `peer` is past the thresholds for `skill` on `day`.
+/// Whether the box refused `peer` a run of `skill` on `day` (its day used up), while the
+/// thresholds are on.
 pub fn refused(
     tx: &Tx<'_>,
     peer: &str,
@@ -93,24 +57,44 @@ pub fn refused(
     day: i64,
     guard: &GuardConfig,
 ) -> Result<bool> {
-    if guard.coverage_permille == 0 && guard.canary_coverage_permille == 0 {
+    if !thresholds_on(guard) {
         return Ok(false);
     }
-    Ok(tally_of(tx, peer, skill, day)?.is_some_and(|t| exceeds(&t, guard)))
+    let found = tx
+        .query_row(
+            "SELECT 1 FROM guard_coverage WHERE peer = ?1 AND skill = ?2 AND day = ?3",
+            params![peer, skill, day],
+            |_| Ok(()),
+        )
+        .optional()?;
+    Ok(found.is_some())
 }
 
-/// Which owner call of each (peer, skill) holds the turn: a call submitted and not yet counted.
-/// Every call is checked against the union from before it, so calls of one peer and skill run
-/// side by side would each pass against the same union and together take what none may alone;
-/// while the thresholds are on, the owner submits them one at a time instead, each checked
-/// against every answer before it. Taken just before the owner submits (its stake is in, and
-/// the box runs nothing until both sides submit) and kept once the box accepts the submit,
-/// given back when the submit is not accepted (the caller has not staked yet), when the answer
-/// is counted, or when the call ends.
+/// The box failed a run of `peer`'s call of `skill` `coverage_exceeded`: refuse the peer that
+/// skill for the rest of `day`. Marking twice is marking once; rows of days before `day` go.
+pub fn refuse(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<()> {
+    tx.execute("DELETE FROM guard_coverage WHERE day < ?1", params![day])?;
+    tx.execute(
+        "INSERT INTO guard_coverage (peer, skill, day, refused_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (peer, skill, day) DO NOTHING",
+        params![peer, skill, day, now_secs()],
+    )?;
+    Ok(())
+}
+
+/// Which owner call of each (peer, skill) holds the turn: a call submitted whose outcome the
+/// owner has not fetched yet. The box checks a run against the day's tally at the run's start,
+/// and adds an answer to it when it releases the answer: runs of one peer and skill started
+/// side by side would each pass against the same tally and together take what none may alone.
+/// While the thresholds are on, the owner submits them one at a time instead (the box starts a
+/// run only once both sides submitted), so each run starts after every answer before it was
+/// added. Taken just before the owner submits (its stake is in) and kept once the box accepts
+/// the submit, given back when the submit is not accepted (the caller has not staked yet), when
+/// the run's outcome is in, or when the call ends.
 ///
 /// The holder is a row of the store (`guard_turns`), taken in the same transaction that checks
-/// the union, so it outlives a restart: a call submitted before the restart still runs at the
-/// box, and the next call waits for its answer to be counted. Only a call submitting or
+/// the day's refusal, so it outlives a restart: a call submitted before the restart still runs
+/// at the box, and the next call waits for its outcome. Only a call submitting or
 /// submitted holds it: a row naming a call that ended, moved back to another run or is gone
 /// (the restart lost it) holds nothing, and the next call takes the turn. Waiting calls sleep
 /// on a [`Notify`] per (peer, skill) that a call giving the turn back wakes, with a fallback
@@ -156,12 +140,12 @@ pub enum Turn {
     Taken,
     /// Another call submitting or submitted holds it.
     Held,
-    /// Free, but the union is past the thresholds: refused.
+    /// Free, but the box refused this peer the skill today: refused.
     Refused,
 }
 
 /// In one transaction: take the turn for `me` (with `token`) unless a live call holds it, and
-/// check the union once it is free. A holder is live while its owner call is submitting or
+/// check the day's refusal once it is free. A holder is live while its owner call is submitting or
 /// submitted.
 pub fn try_take(
     tx: &Tx<'_>,
@@ -230,12 +214,13 @@ pub const TURN_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 impl super::Calls {
     /// Whether calls take turns: the coverage thresholds are on.
     pub(super) fn turns_on(&self) -> bool {
-        self.0.guard.coverage_permille > 0 || self.0.guard.canary_coverage_permille > 0
+        thresholds_on(&self.0.guard)
     }
 
     /// Owner, before it submits: wait for this call's turn among the peer's calls of the skill
-    /// (see [`Turns`]) and check the union again once it has it. `Some(coverage_exceeded)`:
-    /// refused — the union passed the thresholds while it waited, or the call expired waiting.
+    /// (see [`Turns`]) and check the day's refusal again once it has it.
+    /// `Some(coverage_exceeded)`: refused — the box refused the peer's run of the skill while
+    /// it waited, or the call expired waiting.
     pub(super) async fn take_turn(&self, row: &CallRow) -> Result<Option<FailureCode>> {
         if !self.turns_on() {
             return Ok(None);
@@ -276,7 +261,8 @@ impl super::Calls {
         taken
     }
 
-    /// Owner: this call's answer is counted (or it has none); the next call may go. The row
+    /// Owner: this call's run's outcome is in (the box added its answer to the day's tally
+    /// before it gave it out), or it has none; the next call may go. The row
     /// goes in the background and the waiting calls are woken once it has: a later take by
     /// this same call has another token and stays.
     pub(super) fn end_turn(&self, row: &CallRow) {
@@ -301,47 +287,10 @@ impl super::Calls {
     }
 }
 
-/// Add one released answer's levels to the day of `peer` and `skill` (its regions to the
-/// union, its secret level to the sum); returns the day. A run already counted adds nothing (`guard_counted`), so a retried outcome is
-/// harmless. Rows of days before `day` are dropped.
-pub fn add(tx: &Tx<'_>, peer: &str, skill: &str, day: i64, c: &Counted) -> Result<Tally> {
-    tx.execute("DELETE FROM guard_coverage WHERE day < ?1", params![day])?;
-    tx.execute("DELETE FROM guard_counted WHERE day < ?1", params![day])?;
-    let new = tx.execute(
-        "INSERT INTO guard_counted (run_id, day) VALUES (?1, ?2) ON CONFLICT (run_id) DO NOTHING",
-        params![c.run_id, day],
-    )?;
-    if new == 1 {
-        tx.execute(
-            "INSERT INTO guard_coverage (peer, skill, day, regions, canary, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (peer, skill, day)
-             DO UPDATE SET regions = regions | ?4, canary = canary + ?5, updated_at = ?6",
-            params![
-                peer,
-                skill,
-                day,
-                c.levels.regions(),
-                c.levels.canary_parts(),
-                crate::store::now_secs()
-            ],
-        )?;
-    }
-    Ok(tally_of(tx, peer, skill, day)?.unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::Store;
-    use skillbox_guard::{GuardSpec, prepare, released_levels};
-
-    fn counted(run_id: &str, levels: CoverageLevels) -> Counted {
-        Counted {
-            run_id: run_id.into(),
-            levels,
-        }
-    }
 
     /// An owner call row in `state` (what the turns read of it).
     fn owner_call(store: &Store, id: &str, state: &str) {
@@ -423,84 +372,64 @@ mod tests {
             })
             .expect("gone");
         assert_eq!(take(&store, "call-b", 11), Turn::Taken);
-        // Free but the sums are past the thresholds: refused, and the turn not taken.
+        // Free but the box refused the peer the skill today: refused, and the turn not taken.
         store
             .write(|tx| give_back(tx, &key, "call-b", None))
             .expect("given back");
-        let p = prepare(
-            "The shed code is [[secret:K7PM2Q]].",
-            &GuardSpec::default_for(false),
-        )
-        .expect("prepare");
         store
-            .write(|tx| {
-                add(
-                    tx,
-                    "peer-a",
-                    "taste",
-                    day_of(now_secs()),
-                    &counted("run-1", released_levels(&p, "K7PM")),
-                )?;
-                Ok(())
-            })
-            .expect("coverage");
+            .write(|tx| refuse(tx, "peer-a", "taste", day_of(now_secs())))
+            .expect("refused");
         assert_eq!(take(&store, "call-b", 12), Turn::Refused);
     }
 
+    /// The box's refusal holds for its peer, skill and day only, as long as the thresholds are
+    /// on; yesterday's rows go as today's are written.
     #[test]
-    fn levels_add_up_per_peer_skill_and_day_and_pass_the_thresholds() {
-        let body = "Open the shed first. The door code is [[secret:K7PM2Q]] for today.";
-        let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
+    fn a_days_refusal_is_per_peer_skill_and_day() {
         let store = Store::open_in_memory().expect("store");
         let guard = GuardConfig::default();
-        let first = counted("run-1", released_levels(&p, "It starts with K7P."));
-        let second = counted("run-2", released_levels(&p, "It ends with M2Q."));
+        let off = GuardConfig {
+            coverage_permille: 0,
+            canary_coverage_permille: 0,
+            ..GuardConfig::default()
+        };
         let day = day_of(1_800_000_000);
         store
             .write(|tx| {
                 assert!(!refused(tx, "peer-a", "taste", day, &guard)?);
-                let t = add(tx, "peer-a", "taste", day, &first)?;
-                assert_eq!(t.canary, i64::from(WHOLE / 2));
-                // Half a code: refused from now on, for this peer and skill and day only.
+                refuse(tx, "peer-a", "taste", day)?;
+                refuse(tx, "peer-a", "taste", day)?;
                 assert!(refused(tx, "peer-a", "taste", day, &guard)?);
                 assert!(!refused(tx, "peer-b", "taste", day, &guard)?);
                 assert!(!refused(tx, "peer-a", "other", day, &guard)?);
-                // A run's outcome stepped again counts once.
-                assert_eq!(add(tx, "peer-a", "taste", day, &first)?, t);
-                let t = add(tx, "peer-a", "taste", day, &second)?;
-                assert_eq!(t.canary, i64::from(WHOLE), "the sum is kept");
-                // Below the limit, close to it: 5 regions of 16 are 312 per mille, 6 are 375.
-                let under = Tally {
-                    regions: 0b1000_0000_0000_1111,
-                    canary: 0,
-                };
-                let at = Tally {
-                    regions: 0b1100_0000_0000_1111,
-                    canary: 0,
-                };
-                assert!(!exceeds(&under, &guard) && exceeds(&at, &guard));
-                // Thresholds off: nothing refused.
-                let off = GuardConfig {
-                    coverage_permille: 0,
-                    canary_coverage_permille: 0,
-                    ..GuardConfig::default()
-                };
-                assert!(!refused(tx, "peer-a", "taste", day, &off)?);
-                // The next day starts from nothing, and yesterday's rows go.
-                add(
-                    tx,
-                    "peer-a",
-                    "taste",
-                    day + 1,
-                    &counted("run-3", CoverageLevels::NONE),
-                )?;
+                assert!(
+                    !refused(tx, "peer-a", "taste", day, &off)?,
+                    "thresholds off"
+                );
+                // The next day starts from nothing, and yesterday's row goes.
+                refuse(tx, "peer-b", "taste", day + 1)?;
                 assert!(!refused(tx, "peer-a", "taste", day + 1, &guard)?);
-                assert!(tally_of(tx, "peer-a", "taste", day)?.is_none());
                 let kept: i64 =
-                    tx.query_row("SELECT count(*) FROM guard_counted", [], |r| r.get(0))?;
-                assert_eq!(kept, 1, "yesterday's counted runs are forgotten");
+                    tx.query_row("SELECT count(*) FROM guard_coverage", [], |r| r.get(0))?;
+                assert_eq!(kept, 1, "yesterday's refusals are forgotten");
                 Ok(())
             })
             .expect("write");
+    }
+
+    /// The stake's `day_limits` are the `[guard]` thresholds as configured, 0 still off.
+    #[test]
+    fn the_day_limits_are_the_configured_thresholds() {
+        let guard = GuardConfig {
+            coverage_permille: 420,
+            canary_coverage_permille: 0,
+            ..GuardConfig::default()
+        };
+        let limits = day_limits(&guard);
+        assert_eq!(
+            (limits.coverage_permille, limits.canary_coverage_permille),
+            (420, 0)
+        );
+        assert!(thresholds_on(&guard) && !day_limits(&GuardConfig::default()).off());
     }
 }

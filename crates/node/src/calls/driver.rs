@@ -29,13 +29,13 @@ pub(super) struct Change {
     /// — one commit and one head file write for the answer and the transition it brings, not
     /// two (issue 33) — and written even when the step changes nothing else.
     pub(super) recorded: Option<crate::ledger::Entry>,
-    /// Owner: how much the released answer carried of the body, added to the peer's sums of the
-    /// day (`coverage::add`) in this step's transaction — with the receipt it comes with, so an
-    /// outcome is never kept without its coverage counted, and one commit fewer per call than a
-    /// write of its own (issue 33). Like `recorded`, it stands whether or not the machine takes
-    /// the event: the box released the answer either way. The call's coverage turn is given
-    /// back once it is on disk.
-    pub(super) counted: Option<super::coverage::Counted>,
+    /// Owner: the step brings its run's outcome ([`RunEnd`]). The call's coverage turn is given
+    /// back once the step is on disk; a run the box refused for the day marks the peer's day of
+    /// the skill refused (`coverage::refuse`) in this step's transaction — with the failure it
+    /// comes with, and one commit fewer per call than a write of its own (issue 33). Like
+    /// `recorded`, it stands whether or not the machine takes the event: the box's day is
+    /// used up either way.
+    pub(super) run_end: Option<RunEnd>,
     /// Owner: the event is its verified run — charge the call against the skill's daily
     /// ceilings in this step's transaction, first, when the machine takes it
     /// (`inbound::charged_in`): the check, the charge and the run in one commit (issue 33: it
@@ -47,6 +47,17 @@ pub(super) struct Change {
     /// taken only while the call still asks the question it answers (`consent_by`): a check
     /// before the lock could pass and the call move before the step.
     pub(super) only_if: Option<Condition>,
+}
+
+/// Owner: how its run ended at the box, as far as the owner may know it ([`Change::run_end`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RunEnd {
+    /// The box ran it (answered, withheld or failed otherwise): the box added what the answer
+    /// carried to the day's tally, which the owner never sees.
+    Ran,
+    /// The box refused it at its start, `coverage_exceeded`: the peer's answers of the skill
+    /// today already carried the owner's day limits.
+    DayUsedUp,
 }
 
 /// A condition on the row a step finds ([`Change::only_if`]).
@@ -476,7 +487,14 @@ impl Calls {
         // The run (and its box) the call just left, if this step moved it.
         let left = (t.changed && t.call.left_runs.len() > row.call.left_runs.len())
             .then(|| (row.box_url.clone(), row.call.run_id.clone()));
-        if !write && change.recorded.is_none() && change.counted.is_none() {
+        // Whose day the box refused, only when it did.
+        let refusing = (change.run_end == Some(RunEnd::DayUsedUp))
+            .then(|| (row.call.peer.clone(), row.call.skill.clone()));
+        let ends_turn = change.run_end.is_some();
+        if !write && change.recorded.is_none() && refusing.is_none() {
+            if ends_turn {
+                self.end_turn(&row);
+            }
             return Ok(Ok(Some((t, row, left))));
         }
         // The owner's charge, only for a run the machine takes.
@@ -487,12 +505,6 @@ impl Calls {
                 self.0.guard.clone(),
             )
         });
-        // Whose sums the coverage adds to, only when there is coverage to count.
-        let counted_for = change
-            .counted
-            .is_some()
-            .then(|| (row.call.peer.clone(), row.call.skill.clone()));
-        let counted = counted_for.is_some();
         // Out of the cache until the write is known to have committed: a step whose future is
         // dropped while its write is queued (an API request cancelled) must not leave the row
         // from before that write for the next step.
@@ -514,9 +526,9 @@ impl Calls {
                 if let Some(entry) = change.recorded {
                     seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
                 }
-                if let (Some(coverage), Some((peer, skill))) = (&change.counted, &counted_for) {
+                if let Some((peer, skill)) = &refusing {
                     let today = super::coverage::day_of(crate::store::now_secs());
-                    super::coverage::add(tx, peer, skill, today, coverage)?;
+                    super::coverage::refuse(tx, peer, skill, today)?;
                 }
                 if !write {
                     return Ok(Ok((call, change.patch, seq)));
@@ -565,7 +577,7 @@ impl Calls {
             }
         };
         t.call = call;
-        if counted {
+        if ends_turn {
             self.end_turn(&row);
         }
         // The head outside the database follows the committed entry. Failing to write it does
@@ -1444,56 +1456,46 @@ mod tests {
         }
     }
 
-    /// The coverage an outcome brings is counted in the step's own transaction, also when the
-    /// machine does not take the event (the box released the answer either way): here an
-    /// outcome for a run the call already left.
+    /// The box's refusal of a run for the day is kept in the step's own transaction, also when
+    /// the machine does not take the event (the box's day is used up either way): here an
+    /// outcome for a run the call already left. An outcome it ran writes nothing of coverage.
     #[tokio::test]
-    async fn an_outcomes_coverage_is_counted_with_its_step_taken_or_not() {
-        use super::super::coverage::{Counted, Tally, day_of, tally_of};
-        use skillbox_guard::{GuardSpec, prepare, released_levels};
+    async fn a_days_refusal_is_kept_with_its_step_taken_or_not() {
+        use super::super::coverage::{day_of, refused};
         let (store, calls, row, key) = staked_node();
-        let body = "The access code is K7PM and the river runs north past the mill.";
-        let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
-        let levels = released_levels(&p, "It starts with K7P.");
-        let coverage = Counted {
-            run_id: "another run".into(),
-            levels,
-        };
-        let tally = || {
+        let guard = crate::config::GuardConfig::default();
+        let refused_today = || {
             store
                 .write(|tx| {
                     let today = day_of(crate::store::now_secs());
-                    tally_of(tx, &row.call.peer, &row.call.skill, today)
+                    refused(tx, &row.call.peer, &row.call.skill, today, &guard)
                 })
-                .expect("tally")
+                .expect("refused")
         };
-        assert!(tally().is_none());
-        let stepped = calls
-            .apply_to_run(
-                key.clone(),
-                Event::ReceiptStored,
-                Change {
-                    counted: Some(coverage.clone()),
-                    ..Change::none()
-                },
-                Some(Finished {
-                    action: "fetch_outcome",
-                    run: Some("another run".into()),
-                }),
-            )
-            .await
-            .expect("stepped")
-            .expect("the call");
-        assert_eq!(
-            stepped.state,
-            State::Staked,
-            "the stale outcome changed the call"
-        );
-        let counted = Tally {
-            regions: levels.regions().into(),
-            canary: levels.canary_parts().into(),
-        };
-        assert_eq!(tally(), Some(counted), "the coverage was not counted");
+        for (run_end, refusing) in [(RunEnd::Ran, false), (RunEnd::DayUsedUp, true)] {
+            let stepped = calls
+                .apply_to_run(
+                    key.clone(),
+                    Event::ReceiptStored,
+                    Change {
+                        run_end: Some(run_end),
+                        ..Change::none()
+                    },
+                    Some(Finished {
+                        action: "fetch_outcome",
+                        run: Some("another run".into()),
+                    }),
+                )
+                .await
+                .expect("stepped")
+                .expect("the call");
+            assert_eq!(
+                stepped.state,
+                State::Staked,
+                "the stale outcome changed the call"
+            );
+            assert_eq!(refused_today(), refusing, "{run_end:?}");
+        }
     }
 
     /// A step's ledger entry reaches the head file outside the database soon after the step,

@@ -39,6 +39,15 @@ impl Refused {
 /// How long a refusal's delivery may take before it is given up.
 const REFUSAL_DELIVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a peer's `coverage_exceeded` waits for the box's own word on the run
+/// (`Calls::box_word_first`): a run the box refused at its start has its outcome at once.
+const BOX_WORD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `row`'s run may have started at its box: this side submitted it or is submitting.
+fn at_the_box(row: &CallRow) -> bool {
+    row.call.run_id.is_some() && matches!(row.call.state, State::Submitting | State::Submitted)
+}
+
 impl Calls {
     pub(super) async fn on_payload(&self, p: IncomingPayload) {
         // The signed copy is not kept by anything here: dropped now, not when the payload's
@@ -148,13 +157,36 @@ impl Calls {
                     .and_then(FailureCode::parse);
                 for role in [Role::Caller, Role::Owner] {
                     let key = (id.clone(), role);
-                    if self.known_row(&key, &from).await.is_some() {
-                        let event = Event::PeerFailed { code };
-                        let _ = self.apply(key, event, Change::none()).await;
+                    let Some(row) = self.known_row(&key, &from).await else {
+                        continue;
+                    };
+                    if code == Some(FailureCode::CoverageExceeded) && at_the_box(&row) {
+                        let this = self.clone();
+                        tokio::spawn(async move { this.box_word_first(key, &row, code).await });
+                        continue;
                     }
+                    let _ = self
+                        .apply(key, Event::PeerFailed { code }, Change::none())
+                        .await;
                 }
             }
         }
+    }
+
+    /// A peer's `coverage_exceeded` for a call whose run may have started: the box's own word
+    /// on the run is asked first (bounded), and its outcome taken if it has one — so the call
+    /// ends with the box's refusal (and an owner keeps the day refused, `driver::RunEnd`)
+    /// however the peer's message and this side's own fetch cross, and a peer's word alone
+    /// never makes it so. Then the peer's failure as usual, which a call ended already ignores.
+    async fn box_word_first(&self, key: Key, row: &CallRow, code: Option<FailureCode>) {
+        if let Ok(Ok(Some((event, change)))) =
+            tokio::time::timeout(BOX_WORD, self.fetch_outcome(row)).await
+        {
+            let _ = self.apply(key.clone(), event, change).await;
+        }
+        let _ = self
+            .apply(key, Event::PeerFailed { code }, Change::none())
+            .await;
     }
 
     /// The call `key` if `from` is its peer: the row its last step left, or the store's.
@@ -408,8 +440,8 @@ impl Calls {
 /// ceilings (issue 30 item 9); this is the last point where refusing costs the owner nothing,
 /// and past it the caller alone decides whether the run happens, so the call counts from here.
 /// `Ok(Some(code))`: refused, and nothing written — the ceilings are full (`daily_limit`), or
-/// the peer's answers of this skill today passed the coverage thresholds since it was admitted
-/// (`coverage_exceeded`: its earlier call ended meanwhile).
+/// the box refused the peer a run of this skill today since it was admitted, its day used up
+/// (`coverage_exceeded`).
 pub(super) fn charged_in(
     tx: &crate::store::Tx<'_>,
     (id, peer, skill): (&str, &str, &str),
@@ -448,7 +480,7 @@ fn admitted_in(
     if super::coverage::refused(tx, peer, skill, today, guard)? {
         return Ok(Err((
             FailureCode::CoverageExceeded,
-            format!("{peer} is past the coverage thresholds of {skill} today"),
+            format!("the box refused {peer} a run of {skill} today: its day is used up"),
         )));
     }
     let since = now - 86_400;

@@ -1,20 +1,21 @@
 //! Coverage across calls, end to end (issue 32 item 4): a caller asks an obedient model for the
 //! skill body a third per call and for an access code three characters per call, each answer
-//! under the guard's per-answer limits. The box tells the owner (sealed to it) which of the
-//! body's 16 regions each released answer touched and its secret's share rounded up to a
-//! level; the owner unions the regions and sums the levels per peer, skill and day and refuses
-//! the call that would take more (`coverage_exceeded`, fixed words); a 4-digit PIN two digits
-//! per call likewise, and
-//! calls sent at the same time add up as calls one after the other do. With the thresholds off
-//! the same calls all pass: the attack works without the fix. Real box, nodes and stores; the
-//! provider double obeys.
+//! under the guard's per-answer limits. The owner's stake gives the box its `[guard]` thresholds
+//! (`day_limits`); the box unions the regions and sums the secret levels of the released
+//! answers per owner, caller, skill and day, and fails the run that would start past them
+//! (`coverage_exceeded`, fixed words); the owner's node learns only that refusal and refuses
+//! the peer's later calls of the skill that day at admission. A 4-digit PIN two digits per call
+//! likewise, and calls sent at the same time add up as calls one after the other do. With the
+//! thresholds off the same calls all pass: the attack works without the fix. The owner itself
+//! reads nothing of which regions an answer touched (a codebook body read 16 bits of the
+//! caller's sources a call off its note). Real box, nodes and stores; the provider double
+//! obeys.
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::routing::post;
 use serde_json::{Value, json};
-use skillbox_guard::{permille_of, regions_permille};
 use skillbox_testkit::prompt::{body_of, request_of};
 
 use crate::support::{TestNode, start_box};
@@ -95,6 +96,7 @@ fn doc(name: &str, body: &str) -> String {
 struct Valley {
     owner: TestNode,
     caller: TestNode,
+    box_url: String,
 }
 
 /// An owner offering `lore` and `vault` with its `[guard]` coverage thresholds as given, and a
@@ -124,7 +126,11 @@ async fn valley(coverage_permille: u32, canary_coverage_permille: u32) -> Valley
     caller.wait_board(&owner.peer_id, "lore").await;
     caller.wait_board(&owner.peer_id, "vault").await;
     caller.wait_board(&owner.peer_id, "pin").await;
-    Valley { owner, caller }
+    Valley {
+        owner,
+        caller,
+        box_url,
+    }
 }
 
 impl Valley {
@@ -142,20 +148,67 @@ impl Valley {
         c
     }
 
-    /// The owner's record of how much the caller took of `skill` today: the body's regions
-    /// covered and the most covered secret's summed levels, per mille.
-    fn tally(&self, skill: &str) -> (u64, u64) {
+    /// Every row of the owner's `guard_coverage`, each column as text, whatever columns the
+    /// table has: what the owner's node keeps of the peers' days.
+    fn coverage_rows(&self) -> Vec<String> {
         let db = rusqlite::Connection::open(self.owner.dir.path().join("node.db")).expect("db");
-        let (regions, canary): (i64, i64) = db
-            .query_row(
-                "SELECT regions, canary FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
-                [&self.caller.peer_id, skill],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .expect("the owner keeps the peer's coverage");
-        let parts = |n: i64| u64::try_from(n).expect("a sum is never negative");
-        let regions = u16::try_from(regions).expect("a mask of 16 regions");
-        (regions_permille(regions), permille_of(parts(canary)))
+        let mut q = db.prepare("SELECT * FROM guard_coverage").expect("query");
+        let n = q.column_count();
+        let names: Vec<String> = q.column_names().map(str::to_owned).collect();
+        q.query_map([], |r| {
+            Ok((0..n)
+                .map(|i| {
+                    let v: rusqlite::types::Value = r.get(i)?;
+                    Ok(format!("{}={v:?}", names[i]))
+                })
+                .collect::<rusqlite::Result<Vec<_>>>()?
+                .join(" "))
+        })
+        .expect("rows")
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .expect("rows")
+    }
+
+    /// Whether the owner refuses the caller `skill` for the rest of today: the box refused it a
+    /// run (its day used up).
+    fn refused_today(&self, skill: &str) -> bool {
+        let db = rusqlite::Connection::open(self.owner.dir.path().join("node.db")).expect("db");
+        db.query_row(
+            "SELECT COUNT(*) FROM guard_coverage WHERE peer = ?1 AND skill = ?2",
+            [&self.caller.peer_id, skill],
+            |r| r.get::<_, i64>(0),
+        )
+        .expect("count")
+            > 0
+    }
+
+    /// A call of `skill` the box refused at its run's start for the day: both sides end with
+    /// `coverage_exceeded` and its fixed words, and the owner refuses the skill from now on.
+    async fn refused_by_the_box(&self, skill: &str, request: &str) {
+        let id = self
+            .caller
+            .start_call(&self.owner.peer_id, skill, request)
+            .await;
+        let c = self.caller.wait_call(&id, LIMIT).await;
+        refused_for_coverage(&c);
+        // The box's word, whichever of the two sides heard it first.
+        assert_eq!(c["failure"]["code"], "coverage_exceeded", "{c}");
+        let o = self.owner.wait_call(&id, LIMIT).await;
+        assert_eq!(o["failure"]["code"], "coverage_exceeded", "{o}");
+        assert!(o["runId"].is_string(), "the box was asked to run it: {o}");
+        assert!(
+            self.refused_today(skill),
+            "the owner kept no refusal of {skill}: guard_coverage {:?}",
+            self.coverage_rows()
+        );
+    }
+
+    /// A call of `skill` the owner refuses at admission (the box refused the skill today): no
+    /// run, nothing staked.
+    async fn refused_at_admission(&self, skill: &str, request: &str) {
+        let c = self.call(skill, request).await;
+        refused_for_coverage(&c);
+        assert!(c["runId"].is_null(), "{c}");
     }
 
     /// The code of `skill` asked for a part (`code A B`) at a time: each call answered, the
@@ -228,11 +281,10 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
     );
     answered.push(c);
     // ...but a third touches 6 of the body's 16 regions, 375 per mille, past what the owner
-    // lets one peer take in a day: the second call is refused before anything is staked
-    // (with the union of positions the owner was told before, the third was).
-    refused_for_coverage(&v.call("lore", "words 40 80").await);
-    refused_for_coverage(&v.call("lore", "words 80 120").await);
-    assert_eq!(v.tally("lore").0, 375);
+    // lets one peer take in a day: the box fails the second call's run at its start, before
+    // any provider request, and the third is refused at the owner's admission.
+    v.refused_by_the_box("lore", "words 40 80").await;
+    v.refused_at_admission("lore", "words 80 120").await;
 
     // The access code in halves of three characters (each under the check's fragments): the
     // first half is half the code, and the second call is refused.
@@ -240,25 +292,25 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
     assert_eq!(c["state"], "answered", "{c}");
     assert_eq!(c["answer"], "That part is K7P.", "{c}");
     answered.push(c);
-    refused_for_coverage(&v.call("vault", "code 3 6").await);
-    assert_eq!(v.tally("vault").1, 500);
+    v.refused_by_the_box("vault", "code 3 6").await;
 
     // A 4-digit PIN in halves of two digits: half the PIN, and the second half is refused.
     let c = v.call("pin", "code 0 2").await;
     assert_eq!(c["answer"], "That part is 89.", "{c}");
     answered.push(c);
-    refused_for_coverage(&v.call("pin", "code 2 4").await);
-    assert_eq!(v.tally("pin").1, 500);
+    v.refused_by_the_box("pin", "code 2 4").await;
+    v.refused_at_admission("pin", "code 2 4").await;
 
     v.caller_sees_nothing_of_the_counting(&answered).await;
     v.stop().await;
 }
 
 /// Calls sent at the same time: four calls, each for another quarter of the body (250 permille,
-/// under the per-answer guard), started together. Each checked against the sums from before
-/// them all, every one got out — the whole body. The owner runs one call of a peer and skill at a
-/// time, each checked against the answers before it, so the sums stay where calls one after
-/// the other leave them (past 350 permille after the second quarter: the rest are refused).
+/// under the per-answer guard), started together. Runs started side by side are each checked
+/// against the box's tally from before them all: every one got out — the whole body. The owner
+/// submits one call of a peer and skill at a time, each after the outcome of the one before,
+/// so each run starts against every answer before it (past 350 permille after the second
+/// quarter: the rest are refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_sent_at_the_same_time_add_up_as_one_after_the_other() {
     let v = valley(350, 500).await;
@@ -289,19 +341,17 @@ async fn calls_sent_at_the_same_time_add_up_as_one_after_the_other() {
     }
     // The first call always runs; on a loaded machine a later one may be refused for waiting
     // past its turn, never let through.
-    let tally = v.tally("lore");
     assert!(
         (1..=2).contains(&answered.len()) && refused == 4 - answered.len(),
-        "{} answered, {refused} refused, {tally:?}",
+        "{} answered, {refused} refused",
         answered.len()
     );
-    assert!(tally.0 <= 500, "{tally:?}");
     v.caller_sees_nothing_of_the_counting(&answered).await;
     v.stop().await;
 }
 
-/// The same calls with the owner's coverage thresholds off: every slice and half gets out — the
-/// attack the thresholds stop. The owner still keeps the record.
+/// The same calls with the owner's coverage thresholds off (its stake tells the box so): every
+/// slice and half gets out — the attack the thresholds stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_the_thresholds_off_every_slice_gets_out() {
     let v = valley(0, 0).await;
@@ -313,10 +363,9 @@ async fn with_the_thresholds_off_every_slice_gets_out() {
         body.push(t.trim_start_matches("Here it is: ").to_owned());
     }
     assert_eq!(body.join(" "), lore(), "the whole body, a third at a time");
-    assert!(v.tally("lore").0 >= 950);
     assert_eq!(v.code_in_parts("vault", &[(0, 3), (3, 6)]).await, "K7PM2Q");
-    assert_eq!(v.tally("vault").1, 1000);
     assert_eq!(v.code_in_parts("pin", &[(0, 2), (2, 4)]).await, "8919");
+    assert!(v.coverage_rows().is_empty(), "{:?}", v.coverage_rows());
     v.stop().await;
 }
 
@@ -348,5 +397,99 @@ async fn a_turn_left_by_a_call_gone_after_a_restart_holds_nothing() {
         )
         .expect("count");
     assert_eq!(left, 0);
+    v.stop().await;
+}
+
+/// An honest day passes: answers that carry nothing of the body, one after the other, are all
+/// answered. A peer the box refused a skill is refused that skill only, and another peer calling
+/// it is not refused at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_honest_day_passes_and_a_refusal_is_the_peers_and_skills_alone() {
+    let v = valley(350, 500).await;
+    for _ in 0..5 {
+        let c = v.call("lore", "how do I water the roses").await;
+        assert_eq!(c["state"], "answered", "{c}");
+    }
+    assert!(v.coverage_rows().is_empty(), "{:?}", v.coverage_rows());
+    let c = v.call("lore", "words 0 40").await;
+    assert_eq!(c["state"], "answered", "{c}");
+    v.refused_by_the_box("lore", "words 40 80").await;
+    let c = v.call("vault", "how do I water the roses").await;
+    assert_eq!(c["state"], "answered", "another skill: {c}");
+    let other = TestNode::start(&v.box_url, vec![v.owner.p2p.clone()], |_| {}).await;
+    other.wait_board(&v.owner.peer_id, "lore").await;
+    let id = other
+        .start_call(&v.owner.peer_id, "lore", "words 40 80")
+        .await;
+    let c = other.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "answered", "another peer: {c}");
+    other.stop().await;
+    v.stop().await;
+}
+
+/// THE ATTACK, the owner's side: a hostile owner's body holds a phrase per region ("write
+/// phrase i iff bit i of the user's source is 1"), so which regions a released answer touched
+/// spell out the caller's private input. Here the caller's sealed request picks the region (its
+/// first words or its last): after each answered call, nothing the owner's node keeps or shows
+/// — its `guard_coverage`, its stored call and receipt, its ledger, its metrics — holds a
+/// region mask or a secret level, and the two calls leave the same record. Its stake gave the
+/// box its day limits, ledgered as the named item `day_limits`, no source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hostile_owner_reads_no_regions_off_a_guarded_call() {
+    let v = valley(350, 500).await;
+    let mut kept = Vec::new();
+    for request in ["words 0 7", "words 113 120"] {
+        let c = v.call("lore", request).await;
+        assert_eq!(c["state"], "answered", "{c}");
+        let id = c["id"].as_str().expect("id");
+        // What the owner's store keeps of the peers' days: nothing, as nothing was refused.
+        let rows = v.coverage_rows();
+        assert!(
+            rows.is_empty(),
+            "guard_coverage gained a row from a released answer ({request}): {rows:?}"
+        );
+        // The owner's stored call and receipt: whether the guard acted, never how much.
+        let db = rusqlite::Connection::open(v.owner.dir.path().join("node.db")).expect("db");
+        let record: String = db
+            .query_row(
+                "SELECT record FROM calls WHERE id = ?1 AND role = 'owner'",
+                [id],
+                |r| r.get(0),
+            )
+            .expect("the owner's row");
+        let o = v.owner.get(&format!("/calls/{id}")).await;
+        assert_eq!(o.status, 200, "{}", o.body);
+        assert_eq!(o.body["receipt"]["guard_acted"], false, "{}", o.body);
+        let ledger = v.owner.get(&format!("/ledger?call={id}")).await;
+        assert_eq!(ledger.status, 200, "{}", ledger.body);
+        let metrics = v.owner.get("/metrics").await;
+        for (what, text) in [
+            ("stored record", record),
+            ("call view", o.body.to_string()),
+            ("ledger", ledger.body.to_string()),
+            ("metrics", metrics.body.to_string()),
+        ] {
+            let text = text.to_lowercase();
+            for word in ["coverage", "region", "canary", "levels"] {
+                assert!(!text.contains(word), "{word} in the owner's {what}: {text}");
+            }
+        }
+        // The stake's day limits: a named item, no source.
+        let items: Vec<&Value> = ledger.body["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["kind"] == "stake")
+            .flat_map(|e| e["items"].as_array().into_iter().flatten())
+            .collect();
+        let day = items
+            .iter()
+            .find(|i| i["stake"] == "day_limits")
+            .unwrap_or_else(|| panic!("no day_limits item: {items:?}"));
+        assert!(day.get("source").is_none(), "{day}");
+        assert!(items.iter().all(|i| i.get("source").is_none()), "{items:?}");
+        kept.push((rows, o.body["receipt"]["guard_acted"].clone()));
+    }
+    assert_eq!(kept[0], kept[1], "the owner told the two calls apart");
     v.stop().await;
 }

@@ -74,8 +74,9 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     assert_eq!(items[1]["digest"], songs["digest"], "{songs}");
     assert_eq!(items[1]["sizeBucket"], 1024);
 
-    // Owner: body, model and key, staked once it admitted the call; then its consent rules'
-    // decision on the submit. No caller source is named.
+    // Owner: body, model and key, and its day limits for the box (no source), staked once it
+    // admitted the call; then its consent rules' decision on the submit. No caller source is
+    // named.
     let theirs = of_call(&w.owner, &id).await;
     assert_eq!(theirs.len(), 3, "{theirs:?}");
     assert_eq!(theirs[0]["role"], "owner");
@@ -88,7 +89,12 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
         .iter()
         .filter_map(|i| i["stake"].as_str())
         .collect();
-    assert_eq!(owner_kinds, ["body", "model", "key"], "{}", theirs[0]);
+    assert_eq!(
+        owner_kinds,
+        ["body", "model", "key", "day_limits"],
+        "{}",
+        theirs[0]
+    );
     assert_eq!(theirs[1]["kind"], "stake_taken");
     assert_eq!(theirs[2]["kind"], "decision");
     assert_eq!(theirs[2]["decidedBy"], "default");
@@ -405,7 +411,7 @@ async fn a_stake_the_box_took_is_recorded_though_the_box_stalled_then_lost_the_r
     );
     for (node, kinds) in [
         (&w.caller, &["request", "source"][..]),
-        (&w.owner, &["body", "model", "key"][..]),
+        (&w.owner, &["body", "model", "key", "day_limits"][..]),
     ] {
         let all = wait_entry(node, &id, "stake_refused").await;
         let stake = all
