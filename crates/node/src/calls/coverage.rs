@@ -314,10 +314,6 @@ mod tests {
             .expect("take")
     }
 
-    /// The turn is a row of the store: a call submitted before a restart still holds it after
-    /// (its run goes on at the box and its answer is counted later), and a row naming a call
-    /// that is gone, ended or back before its submit holds nothing — the next call takes it
-    /// instead of waiting out its expiry.
     /// The notifier map keeps only pairs someone holds: a peer making up ids cannot grow it.
     #[test]
     fn a_notifier_nobody_holds_is_forgotten() {
@@ -331,6 +327,10 @@ mod tests {
         assert!(crate::calls::lock(&turns.wake).is_empty());
     }
 
+    /// The turn is a row of the store: a call submitted before a restart still holds it after
+    /// (its run goes on at the box and its outcome is fetched later), and a row naming a call
+    /// that is gone, ended or back before its submit holds nothing — the next call takes it
+    /// instead of waiting out its expiry.
     #[test]
     fn a_turn_outlives_a_restart_and_a_holder_gone_since_holds_nothing() {
         let dir = tempfile::tempdir().expect("dir");
