@@ -30,7 +30,13 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
         .iter()
         .find(|s| s["id"] == Value::String(skill_id.clone()))
         .unwrap_or_else(|| panic!("brief not on the card: {card}"));
-    assert_eq!(brief["name"], "brief");
+    // A peer's skill name reaches the agent framed as peer text (4319c69), the frame's nonce
+    // this process's own.
+    let name = brief["name"].as_str().unwrap_or("");
+    assert!(
+        name.starts_with("⟦peer text ") && name.contains(" brief ⟦end "),
+        "{brief}"
+    );
     assert_eq!(brief["inputModes"], json!(["text/plain"]));
     assert_eq!(brief["outputModes"], json!(["text/plain"]));
     assert!(
