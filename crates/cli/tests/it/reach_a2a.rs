@@ -14,7 +14,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let w = reach::world(false, |t| t);
-    let skill_id = format!("{}/brief", w.owner.peer_id);
+    let skill_id = card_id(&w, "brief");
     let (out, raw) = reach::run_json(
         "a2a_client.py",
         reach::python("a2a_client.py").args([
@@ -66,6 +66,34 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
     reach::assert_text(&out, "/missing/type", &["NotFound"]);
     assert_no_markers("A2A responses", &raw, &reach::markers());
     w.assert_logs_clean();
+}
+
+/// The A2A id of the owner's skill `name`, as a client finds it: on the caller's card, by the
+/// name the card shows framed as peer text and the peer its description names. The id carries
+/// no text of the peer's (a digest of the name), so a client takes it from the card.
+fn card_id(w: &reach::World, name: &str) -> String {
+    let card = w.caller.api().get("/.well-known/agent-card.json").body;
+    let framed = format!(" {name} ⟦end ");
+    let offered_by = format!("Offered by peer {}.", w.owner.peer_id);
+    let skill = card["skills"]
+        .as_array()
+        .and_then(|skills| {
+            skills.iter().find(|s| {
+                s["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("⟦peer text ") && n.contains(&framed))
+                    && s["description"]
+                        .as_str()
+                        .is_some_and(|d| d.starts_with(&offered_by))
+            })
+        })
+        .unwrap_or_else(|| panic!("{name} of the owner not on the card: {card}"));
+    let id = skill["id"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        !id.contains(name) && id.starts_with(&format!("{}/", w.owner.peer_id)),
+        "{id}"
+    );
+    id
 }
 
 /// The status, the JSON answer and the `A2A-Version` the server answered with.
@@ -188,10 +216,7 @@ fn a2a_bad_input_gets_a2a_errors() {
     let (status, _, _) = rpc(&url, &ok, call("SendMessage", msg(&big, "brief")));
     assert_eq!(status, 413);
     // returnImmediately: the task comes back at once, then GetTask finds it answered.
-    let mut p = msg(
-        &reach::request("two lines"),
-        &format!("{}/brief", w.owner.peer_id),
-    );
+    let mut p = msg(&reach::request("two lines"), &card_id(&w, "brief"));
     p["configuration"] = json!({ "returnImmediately": true });
     let (_, body, _) = rpc(&url, &ok, call("SendMessage", p));
     let id = body["result"]["task"]["id"]
