@@ -654,6 +654,24 @@ pub async fn advert_until(
     }
 }
 
+/// A peer that is not a node, only the transport: it signs what the test says within the
+/// protocol (an advert of any skills and boxes), its advert re-sent every second. Its key comes
+/// from `seed`; it bootstraps from the node at `bootstrap` (`/ip4/…/tcp/…/p2p/<id>`). What it
+/// receives is dropped.
+pub async fn hostile_peer(seed: u8, bootstrap: &str) -> PeersHandle {
+    let keypair = skillbox_peers::keypair_from_seed(&[seed; 32]).expect("key");
+    let config = PeersConfig {
+        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
+        bootstrap: vec![bootstrap.parse().expect("node addr")],
+        advert_interval: Duration::from_secs(1),
+        ..PeersConfig::default()
+    };
+    skillbox_peers::start(config, keypair)
+        .await
+        .expect("hostile peer")
+        .0
+}
+
 /// A peer that is not a node: a hostile caller speaking the protocol itself (no UI, no policy,
 /// programs it builds and signs as it likes) to the one node it bootstrapped from.
 pub struct RawPeer {

@@ -1,9 +1,11 @@
 //! A real node in-process: a temp data dir made by `init`, the store on disk, the API on an
 //! ephemeral loopback port. No network, no box: the API tests' node.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use skillbox_node::api::{AppState, Mounts};
 use skillbox_node::{Config, DataDir, Node};
 
 pub struct TestNode {
@@ -26,11 +28,23 @@ impl Serving {
     /// Bind `node`'s API (its configured address) and serve it; `dir` is its data dir (the
     /// API token).
     pub async fn start(node: Node, dir: &Path) -> Serving {
+        Serving::start_with(node, dir, |_, _| Mounts::default()).await
+    }
+
+    /// [`Serving::start`] with a surface crate's routes beside the node's own, as `skillbox
+    /// node` mounts them: `mounts` is given the node's state and the address the API bound
+    /// (the surfaces' Host checks take it).
+    pub async fn start_with(
+        node: Node,
+        dir: &Path,
+        mounts: impl FnOnce(AppState, SocketAddr) -> Mounts,
+    ) -> Serving {
         let listener = node.bind(None).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let mounts = mounts(node.state(), addr);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            node.serve(listener, async move {
+            node.serve_with(listener, mounts, async move {
                 let _ = rx.await;
             })
             .await

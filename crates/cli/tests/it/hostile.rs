@@ -24,8 +24,6 @@ fn contains(hay: &[u8], needle: &str) -> bool {
     hay.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
-/// A peer on the real network that runs no skillbox node, only the transport: it signs what
-/// the test says. Bootstrapped to `caller`, advertising every second.
 /// Everything of call `id` the caller's side holds or showed: its node's log and store, its
 /// API's view of the call, and the CLI's output `stdout`.
 fn caller_side(caller: &procs::NodeDir, id: &str, stdout: &[u8]) -> Vec<u8> {
@@ -41,26 +39,6 @@ fn caller_side(caller: &procs::NodeDir, id: &str, stdout: &[u8]) -> Vec<u8> {
         stdout.to_vec(),
     ]
     .concat()
-}
-
-fn hostile_peer(
-    rt: &tokio::runtime::Runtime,
-    caller: &procs::NodeDir,
-    seed: u8,
-) -> skillbox_peers::PeersHandle {
-    rt.block_on(async {
-        let keypair = skillbox_peers::keypair_from_seed(&[seed; 32]).expect("key");
-        let config = skillbox_peers::PeersConfig {
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-            bootstrap: vec![caller.p2p_addr().parse().expect("caller addr")],
-            advert_interval: Duration::from_secs(1),
-            ..skillbox_peers::PeersConfig::default()
-        };
-        let (h, _inbox) = skillbox_peers::start(config, keypair)
-            .await
-            .expect("hostile peer");
-        h
-    })
 }
 
 /// The flow tests' world ([`procs::pair_with`]) in front of `provider`, the double a test makes
@@ -139,7 +117,10 @@ fn a_hostile_owner_cannot_make_the_caller_stake_its_own_material() {
 
     // 2. A forged advert, signed by a real peer on the network, asking for the caller's body.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let hostile = hostile_peer(&rt, &caller, 201);
+    let hostile = rt.block_on(skillbox_testkit::node::hostile_peer(
+        201,
+        &caller.p2p_addr(),
+    ));
     let skill = |name: &str, required: &[&str]| {
         skillbox_testkit::skills::offered_skill(
             name,
@@ -789,7 +770,10 @@ fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
 
     // The board: a hostile peer's advert with the same description.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let hostile = hostile_peer(&rt, &caller, 203);
+    let hostile = rt.block_on(skillbox_testkit::node::hostile_peer(
+        203,
+        &caller.p2p_addr(),
+    ));
     rt.block_on(hostile.set_offer(skillbox_peers::Offer {
         skills: vec![skillbox_testkit::skills::offered_skill(
             "lures",

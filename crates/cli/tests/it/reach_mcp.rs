@@ -508,19 +508,10 @@ fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing
         .to_owned();
     // A peer on the network with a hostile advert (signed by its own key: a real peer).
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let hostile = rt.block_on(async {
-        let keypair = skillbox_peers::keypair_from_seed(&[77; 32]).expect("key");
-        let config = skillbox_peers::PeersConfig {
-            listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-            bootstrap: vec![w.caller.p2p_addr().parse().expect("caller addr")],
-            advert_interval: Duration::from_secs(1),
-            ..skillbox_peers::PeersConfig::default()
-        };
-        let (h, _inbox) = skillbox_peers::start(config, keypair)
-            .await
-            .expect("hostile peer");
-        h
-    });
+    let hostile = rt.block_on(skillbox_testkit::node::hostile_peer(
+        77,
+        &w.caller.p2p_addr(),
+    ));
     let skill = |name: &str, provider: &str, description: &str| {
         skillbox_testkit::skills::offered_skill(name, description, provider, &[])
     };

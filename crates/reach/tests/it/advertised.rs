@@ -12,9 +12,10 @@ use serde_json::Value;
 use skillbox_node::api::AppState;
 use skillbox_node::calls::StartCall;
 use skillbox_node::{Config, DataDir, Node};
-use skillbox_peers::{AcceptedBox, Offer, PeerId, PeersConfig, PeersHandle};
+use skillbox_peers::{AcceptedBox, Offer, PeerId, PeersHandle};
 use skillbox_reach::backend::{ADVERTISED_PATH, Backend, InProcess, NodeHttp, SOCKET_BASE};
-use skillbox_testkit::node::{advert_until, provider_double, start_box};
+use skillbox_testkit::node::{advert_until, hostile_peer, provider_double, start_box};
+use skillbox_testkit::node_api::Serving;
 use skillbox_testkit::skills::offered_skill;
 use zeroize::Zeroizing;
 
@@ -34,10 +35,8 @@ struct World {
     _dir: tempfile::TempDir,
     state: AppState,
     socket: PathBuf,
-    token: String,
-    base: String,
+    serving: Serving,
     hostile: PeersHandle,
-    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl World {
@@ -53,16 +52,13 @@ impl World {
         node.start_calls().expect("calls");
         let peers = node.peers().expect("peers running");
         let state = node.state();
-        let listener = node.bind(None).await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let settings = skillbox_reach::ReachSettings::for_state(&state, Some(addr.ip()));
-        let mounts = skillbox_reach::mounts(state.clone(), &settings);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(node.serve_with(listener, mounts, async move {
-            let _ = stopped.await;
-        }));
+        let serving = Serving::start_with(node, dir.path(), |state, addr| {
+            let settings = skillbox_reach::ReachSettings::for_state(&state, Some(addr.ip()));
+            skillbox_reach::mounts(state, &settings)
+        })
+        .await;
         let p2p = format!("{}/p2p/{}", started.listen_addrs[0], started.peer_id);
-        let hostile = hostile_peer(&p2p).await;
+        let hostile = hostile_peer(91, &p2p).await;
         // A platform with a newline cannot even be signed: the peer's own check refuses it,
         // as every board refuses such an advert (crates/peers), so it never reaches a route.
         let newline = hostile
@@ -76,13 +72,11 @@ impl World {
         })
         .await;
         World {
-            token: DataDir::new(dir.path()).load_api_token().expect("token"),
             socket: dir.path().join("api.sock"),
-            base: format!("http://{addr}"),
             _dir: dir,
             state,
+            serving,
             hostile,
-            _stop: stop,
         }
     }
 
@@ -92,7 +86,24 @@ impl World {
 
     /// `skillbox mcp`'s backend: the node's socket and its operator token.
     fn http(&self) -> NodeHttp {
-        NodeHttp::new(&self.socket, self.token.clone()).expect("client")
+        NodeHttp::new(&self.socket, self.serving.token.clone()).expect("client")
+    }
+
+    /// The advertised route asked for `segment` with the operator's token, refused `status`
+    /// with the error `code`: the body and its text.
+    async fn refused(&self, segment: &str, status: u16, code: &str) -> (Value, String) {
+        let (got, body, text) = self
+            .get(
+                &format!("{ADVERTISED_PATH}/{segment}"),
+                Some(&self.serving.token),
+            )
+            .await;
+        assert_eq!(
+            (got, body["error"].as_str()),
+            (status, Some(code)),
+            "{segment}: {text}"
+        );
+        (body, text)
     }
 
     /// GET `path` over the node's socket (`token`: the bearer sent, if any): status and JSON.
@@ -117,22 +128,6 @@ async fn get(req: reqwest::RequestBuilder, token: Option<&str>) -> (u16, Value, 
         serde_json::from_str(&text).unwrap_or(Value::Null),
         text,
     )
-}
-
-/// A peer that is not a node: it signs what it likes within the protocol, its advert re-sent
-/// every second, bootstrapped from the node at `p2p`.
-async fn hostile_peer(p2p: &str) -> PeersHandle {
-    let keypair = skillbox_peers::keypair_from_seed(&[91; 32]).expect("key");
-    let config = PeersConfig {
-        listen: vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")],
-        bootstrap: vec![p2p.parse().expect("node addr")],
-        advert_interval: Duration::from_secs(1),
-        ..PeersConfig::default()
-    };
-    skillbox_peers::start(config, keypair)
-        .await
-        .expect("hostile peer")
-        .0
 }
 
 /// `taste`, in boxes of `platforms` (none of them the node's box: its measurement differs).
@@ -175,7 +170,7 @@ async fn the_advertised_route_refuses_a_request_without_the_token() {
         ),
         (
             "tcp, no token",
-            get(tcp.get(format!("{}{path}", w.base)), None).await,
+            get(tcp.get(format!("{}{path}", w.serving.base)), None).await,
         ),
     ] {
         assert_eq!(status, 401, "{what}: {text}");
@@ -185,14 +180,10 @@ async fn the_advertised_route_refuses_a_request_without_the_token() {
         }
     }
     // With it, the advert's platforms as the board holds them.
-    let (status, body, text) = w.get(&path, Some(&w.token)).await;
+    let (status, body, text) = w.get(&path, Some(&w.serving.token)).await;
     assert_eq!(status, 200, "{text}");
-    let mut listed: Vec<&str> = body["platforms"]
-        .as_array()
-        .expect("platforms")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let mut listed: Vec<String> =
+        serde_json::from_value(body["platforms"].clone()).expect("platforms");
     listed.sort_unstable();
     let mut sent = PLATFORMS.to_vec();
     sent.sort_unstable();
@@ -245,14 +236,7 @@ async fn an_unknown_or_malformed_peer_gets_a_fixed_refusal() {
             .public(),
     )
     .to_base58();
-    let (status, body, text) = w
-        .get(&format!("{ADVERTISED_PATH}/{unknown}"), Some(&w.token))
-        .await;
-    assert_eq!(
-        (status, body["error"].as_str()),
-        (404, Some("not_found")),
-        "{text}"
-    );
+    let (body, text) = w.refused(&unknown, 404, "not_found").await;
     assert!(
         !text.contains(&unknown) && !text.contains("platforms"),
         "{text}"
@@ -271,14 +255,7 @@ async fn an_unknown_or_malformed_peer_gets_a_fixed_refusal() {
         (changed.as_str(), &hostile[..20]),
         (lower.as_str(), &lower[..20]),
     ] {
-        let (status, body, text) = w
-            .get(&format!("{ADVERTISED_PATH}/{segment}"), Some(&w.token))
-            .await;
-        assert_eq!(
-            (status, body["error"].as_str()),
-            (400, Some("validation_error")),
-            "{segment}: {text}"
-        );
+        let (body, text) = w.refused(segment, 400, "validation_error").await;
         assert!(!text.contains(shown), "{segment}: {shown:?} in {text}");
         assert_ne!(body["message"], fixed, "{text}");
     }
