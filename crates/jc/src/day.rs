@@ -12,8 +12,10 @@ use skillbox_guard::{CoverageLevels, REGIONS, WHOLE};
 
 use crate::error::{JcError, Result};
 
-/// The owner stake's optional entry carrying its [`DayLimits`]. Absent (an older owner node):
-/// the box applies no day limit to the run.
+/// The owner stake's optional entry carrying its [`DayLimits`]. Absent from a guarded
+/// program's owner stake (an owner node from before `day_limits`, whose thresholds the box's
+/// notes no longer feed): the box applies [`DayLimits::DEFAULT`]; an owner that wants no day
+/// limit stakes 0/0.
 pub const DAY_LIMITS_ENTRY: &str = "day_limits";
 
 /// The owner's thresholds for one (caller, skill) a day, in per mille, as its `[guard]`
@@ -30,6 +32,16 @@ pub struct DayLimits {
 impl DayLimits {
     /// The entry's only length: two u32, big-endian.
     pub const LEN: usize = 8;
+
+    /// What a guarded run gets when its owner staked no limits: the owner node's `[guard]`
+    /// defaults (`crates/node/src/config.rs`, `DEFAULT_COVERAGE_PERMILLE` — which is
+    /// `skillbox_guard::DEFAULT_THRESHOLD_PERMILLE` — and `DEFAULT_CANARY_COVERAGE_PERMILLE`).
+    /// An owner node from before `day_limits` enforced these from the notes' levels; new notes
+    /// carry none, so without a default it silently lost every cross-call limit.
+    pub const DEFAULT: DayLimits = DayLimits {
+        coverage_permille: skillbox_guard::DEFAULT_THRESHOLD_PERMILLE,
+        canary_coverage_permille: 500,
+    };
 
     /// What the entry takes of the owner's stake, framed (`Program::stake_limit` counts it).
     pub const FRAMED: u64 =
@@ -182,20 +194,28 @@ pub struct DayChange {
 /// The box's day book, in memory and without I/O (the run store writes each [`DayChange`]).
 /// Only today's and yesterday's days are kept (a run that started before midnight and
 /// released after counts on the day it released; older days are over for everyone), and at
-/// most `cap` entries: past it the least recently updated entry is let go, which resets that
-/// one caller's partial tally for that skill — the cost of a bound, taken by whoever went
-/// longest without a released answer; a flood of fresh caller keys can push an honest
-/// caller's entry out, never make anyone refused.
+/// most `cap` entries. Past it one entry is let go, which resets that one caller's partial
+/// tally for that skill: first an entry that carries nothing (a zero tally: letting it go
+/// loses nothing), then yesterday's (its day is over for new runs), then today's least
+/// recently updated. So a flood of fresh keys whose answers carry nothing (a caller's Sybil
+/// keys against a colluding owner's skill) cannot push a caller's live tally out; what
+/// remains is a flood of keys whose answers each carry something of a colluding owner's
+/// body — as many released runs as the cap, each paid at the box's rate limits — which can
+/// push out the least recently updated live entry, never make anyone refused.
 pub struct DayBook {
     entries: std::collections::HashMap<DayKey, (Tally, u64)>,
-    /// Entries by their last update's stamp, oldest first.
-    order: std::collections::BTreeMap<u64, DayKey>,
+    /// Entries in the order they are let go past the cap ([`Self::rank`]).
+    order: std::collections::BTreeMap<Rank, DayKey>,
     next: u64,
     cap: usize,
     /// The day the book was last pruned for: an add looks for old days once a day, not at
     /// every answer (a walk of every entry).
     pruned_for: u64,
 }
+
+/// Where an entry stands in the order of letting go: empty tallies first, then by day, then
+/// by its last update's stamp.
+type Rank = (bool, u64, u64);
 
 impl Default for DayBook {
     fn default() -> DayBook {
@@ -236,6 +256,10 @@ impl DayBook {
         !limits.off() && self.tally(key).exceeds(limits)
     }
 
+    fn rank(key: &DayKey, tally: &Tally, stamp: u64) -> Rank {
+        (*tally != Tally::default(), key.day, stamp)
+    }
+
     /// Add a released answer's `levels` to `key`'s day, `today` being the box's day now.
     pub fn add(&mut self, key: DayKey, levels: &CoverageLevels, today: u64) -> DayChange {
         let mut dropped = if today > self.pruned_for {
@@ -245,22 +269,18 @@ impl DayBook {
         };
         let mut tally = match self.entries.remove(&key) {
             Some((t, stamp)) => {
-                self.order.remove(&stamp);
+                self.order.remove(&Self::rank(&key, &t, stamp));
                 t
             }
             None => Tally::default(),
         };
         tally.add(levels);
-        while self.entries.len() >= self.cap {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            self.entries.remove(&oldest);
-            dropped.push(oldest);
-        }
+        // Room for this one: at most `cap - 1` others.
+        dropped.extend(self.evict_past(self.cap - 1));
         let stamp = self.next;
         self.next += 1;
-        self.order.insert(stamp, key.clone());
+        self.order
+            .insert(Self::rank(&key, &tally, stamp), key.clone());
         self.entries.insert(key.clone(), (tally, stamp));
         DayChange {
             key,
@@ -268,6 +288,20 @@ impl DayBook {
             stamp,
             dropped,
         }
+    }
+
+    /// Let go of entries, first in [`Self::rank`]'s order, until at most `keep` are left: the
+    /// keys let go.
+    fn evict_past(&mut self, keep: usize) -> Vec<DayKey> {
+        let mut dropped = Vec::new();
+        while self.entries.len() > keep {
+            let Some((_, first)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&first);
+            dropped.push(first);
+        }
+        dropped
     }
 
     /// Let go of every day before yesterday: the keys dropped.
@@ -280,34 +314,106 @@ impl DayBook {
             .cloned()
             .collect();
         for k in &old {
-            if let Some((_, stamp)) = self.entries.remove(k) {
-                self.order.remove(&stamp);
+            if let Some((t, stamp)) = self.entries.remove(k) {
+                self.order.remove(&Self::rank(k, &t, stamp));
             }
         }
         old
     }
 
-    /// An entry read back from the store, with the stamp it was written with (so the
-    /// least recently updated is still the first let go). Past the cap or before yesterday it
-    /// is not kept: the keys not kept.
+    /// An entry read back from the store, with the stamp it was written with (so the order
+    /// of letting go is the one before the restart). Past the cap or before yesterday it is
+    /// not kept: the keys not kept.
     pub fn restore(&mut self, key: DayKey, tally: Tally, stamp: u64, today: u64) -> Vec<DayKey> {
-        if key.day.saturating_add(1) < today || self.order.contains_key(&stamp) {
+        let rank = Self::rank(&key, &tally, stamp);
+        if key.day.saturating_add(1) < today || self.order.contains_key(&rank) {
             return vec![key];
         }
-        if let Some((_, old)) = self.entries.insert(key.clone(), (tally, stamp)) {
-            self.order.remove(&old);
+        if let Some((t, old)) = self.entries.insert(key.clone(), (tally, stamp)) {
+            self.order.remove(&Self::rank(&key, &t, old));
         }
-        self.order.insert(stamp, key);
+        self.order.insert(rank, key);
         self.next = self.next.max(stamp.saturating_add(1));
-        let mut dropped = Vec::new();
-        while self.entries.len() > self.cap {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            self.entries.remove(&oldest);
-            dropped.push(oldest);
+        self.evict_past(self.cap)
+    }
+}
+
+/// Runs in flight at the box per (owner, caller, skill): a run with day limits holds its
+/// parties' mark from before its day check until its answer is counted (or it ended
+/// otherwise), and a second run of the same parties waits for the mark before it is checked.
+/// Without it, runs of one key overlapping at the box (a caller that fails the call on its
+/// side once both submitted frees the owner node's one-at-a-time turn while the run goes on
+/// here) were each checked against a tally holding none of the others' answers, and the day
+/// limit held only up to the daily call ceiling. The wait is fair (first come, first
+/// checked) and sleeps on the key's lock, never polls. The marks are memory only: a
+/// restarted box has none, and its resumed runs take theirs anew.
+///
+/// Keyed without the day: a run that starts before midnight is counted on the day it is
+/// released, which is the day the next run is checked against.
+#[derive(Default)]
+pub struct InFlight {
+    marks: std::sync::Mutex<Marks>,
+}
+
+/// (owner, caller, skill) of a [`DayKey`].
+type Parties = ([u8; 32], [u8; 32], String);
+
+/// Each parties' lock, shared by the run holding it and the runs waiting for it.
+type Marks = std::collections::HashMap<Parties, std::sync::Arc<tokio::sync::Mutex<()>>>;
+
+/// One run's hold on its parties' mark: let go when dropped, on every path out of the run
+/// (counted, refused, failed, timed out, panicked).
+pub struct InFlightMark<'a> {
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    book: &'a InFlight,
+}
+
+impl InFlight {
+    /// Wait until no other run of `key`'s parties is in flight, at most `wait`: the mark, or
+    /// [`JcError::DayTurnTimedOut`] (the run ends without asking the provider, failed `timeout`).
+    pub async fn mark(&self, key: &DayKey, wait: std::time::Duration) -> Result<InFlightMark<'_>> {
+        let parties = (key.owner, key.caller, key.skill.clone());
+        let turn = self.lock().entry(parties).or_default().clone();
+        match tokio::time::timeout(wait, turn.lock_owned()).await {
+            Ok(held) => Ok(InFlightMark {
+                held: Some(held),
+                book: self,
+            }),
+            Err(_) => {
+                // The wait's share of the key's lock is gone with it: drop the key if it was
+                // the last.
+                self.let_go();
+                Err(JcError::DayTurnTimedOut)
+            }
         }
-        dropped
+    }
+
+    /// Drop every key's lock no run holds or waits for any more (each holder and waiter
+    /// keeps a clone). Walking every key (at most the box's runs) also takes the lock of a
+    /// wait dropped before it got its turn.
+    fn let_go(&self) {
+        self.lock()
+            .retain(|_, turn| std::sync::Arc::strong_count(turn) > 1);
+    }
+
+    /// How many parties have a run in flight or waiting (tests: the marks do not pile up).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.marks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for InFlightMark<'_> {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        self.book.let_go();
     }
 }
 
@@ -428,6 +534,102 @@ mod tests {
         let next = back.add(key(7, "s", 100), &levels(1, 0), 100);
         assert!(next.stamp > 9, "new stamps follow the restored ones");
         assert_eq!(next.dropped, vec![key(1, "s", 100)]);
+    }
+
+    /// Review F5: a caller colluding with another owner floods fresh keys to push its own
+    /// entry out of a full book. Keys whose answers carried nothing go first, then
+    /// yesterday's, and only then today's least recently updated.
+    #[test]
+    fn past_the_cap_an_entry_carrying_nothing_goes_before_a_live_one() {
+        let mut book = DayBook::with_cap(2);
+        let mine = key(1, "s", 100);
+        book.add(mine.clone(), &levels(0x00ff, 0), 100);
+        assert!(book.exceeds(&mine, &HALF));
+        for sybil in 2..=40 {
+            book.add(key(sybil, "s", 100), &levels(0, 0), 100);
+            assert!(book.exceeds(&mine, &HALF), "pushed out by key {sybil}");
+        }
+        assert_eq!(book.len(), 2);
+
+        // Zero tally first, then yesterday's (however recent its stamp), then today's oldest.
+        let mut book = DayBook::with_cap(3);
+        let today_old = key(1, "s", 100);
+        let yesterday = key(2, "s", 99);
+        let empty = key(3, "s", 100);
+        let live = Tally {
+            regions: 1,
+            canary: 0,
+        };
+        assert!(book.restore(today_old.clone(), live, 5, 100).is_empty());
+        assert!(book.restore(yesterday.clone(), live, 10, 100).is_empty());
+        assert!(
+            book.restore(empty.clone(), Tally::default(), 11, 100)
+                .is_empty()
+        );
+        let one = |c| (key(c, "s", 100), levels(1, 0));
+        let mut gone = Vec::new();
+        for c in 4..=6 {
+            let (k, l) = one(c);
+            gone.extend(book.add(k, &l, 100).dropped);
+        }
+        assert_eq!(gone, vec![empty, yesterday, today_old]);
+    }
+
+    /// Review F3: one run of a (owner, caller, skill) in flight at a time; a second waits, a
+    /// wait past its bound ends `day_turn_timed_out`, other parties are not held, and every
+    /// way out (drop, a timed-out wait, a panicked task) lets the mark go.
+    #[tokio::test]
+    async fn one_run_of_a_key_is_in_flight_and_every_way_out_lets_it_go() {
+        use std::sync::Arc;
+        use std::time::Duration;
+        let marks = Arc::new(InFlight::default());
+        let short = Duration::from_millis(50);
+        let first = marks.mark(&key(1, "s", 100), short).await.expect("free");
+        // Another day of the same parties is the same mark: a run counts on its release day.
+        let waited = marks.mark(&key(1, "s", 101), short).await;
+        assert!(matches!(waited, Err(JcError::DayTurnTimedOut)));
+        let failed = crate::run::RunFailure::from(&JcError::DayTurnTimedOut);
+        assert_eq!(failed.as_str(), "timeout", "a code every node parses");
+        let other = marks
+            .mark(&key(2, "s", 100), short)
+            .await
+            .expect("not held");
+        assert_eq!(marks.len(), 2);
+        drop(other);
+        drop(first);
+        assert!(marks.is_empty(), "marks pile up");
+
+        // A waiter gets the mark once the holder lets go.
+        let first = marks.mark(&key(1, "s", 100), short).await.expect("free");
+        let waiter = {
+            let marks = marks.clone();
+            tokio::spawn(async move {
+                let _mark = marks
+                    .mark(&key(1, "s", 100), Duration::from_secs(20))
+                    .await
+                    .expect("its turn");
+            })
+        };
+        tokio::time::sleep(short).await;
+        assert!(!waiter.is_finished(), "ran while the first was in flight");
+        drop(first);
+        waiter.await.expect("waiter");
+        assert!(marks.is_empty());
+
+        // A task that panics while holding it lets it go.
+        let panicked = {
+            let marks = marks.clone();
+            tokio::spawn(async move {
+                let _mark = marks.mark(&key(1, "s", 100), short).await.expect("free");
+                panic!("provider double panicked");
+            })
+        };
+        assert!(panicked.await.is_err());
+        assert!(marks.is_empty());
+        marks
+            .mark(&key(1, "s", 100), short)
+            .await
+            .expect("free again");
     }
 
     #[test]

@@ -125,6 +125,12 @@ pub enum JcError {
     /// box's day book, `day::DayBook`): the run is refused before the provider is asked.
     #[error("the caller's answers of this skill today reached the owner's day limits")]
     CoverageExceeded,
+    /// Another run of the same (owner, caller, skill) was in flight at the box for as long as
+    /// this one could wait (`day::InFlight`): it ends without asking the provider.
+    #[error(
+        "another run of this caller and skill was in flight for as long as this run could wait"
+    )]
+    DayTurnTimedOut,
     /// Too many requests from this client address, or opens by this program key.
     #[error("rate limited")]
     RateLimited,
@@ -230,7 +236,7 @@ impl JcError {
             GuardBody => ("guard_body", 422, "the skill body cannot be guarded"),
             ProviderHost { .. } => ("provider_host_mismatch", 400, "the program's provider host is not this box's"),
             CoverageExceeded => ("coverage_exceeded", 403, "the skill's owner allows this caller no more of this skill today"),
-            Busy(_) | OverBudget { .. } => ("busy", 503, "the box is busy; try again later"),
+            Busy(_) | OverBudget { .. } | DayTurnTimedOut => ("busy", 503, "the box is busy; try again later"),
             RateLimited => ("rate_limited", 429, "too many requests; try again later"),
             ExpiresTooFar { .. } => ("expires_too_far", 400, "the program expires later than this box allows"),
             KeyNotAllowed => ("key_not_allowed", 403, "no party of the program may use this box"),

@@ -34,7 +34,7 @@ use store::RunStore;
 use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
-use crate::day::{DayBook, DayChange, DayKey, DayLimits};
+use crate::day::{DayBook, DayChange, DayKey, DayLimits, InFlight, InFlightMark};
 use crate::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, verify_action};
 use crate::error::{JcError, Result};
 use crate::program::{INSECURE_DEV, ProgramHash, Role};
@@ -758,6 +758,9 @@ pub struct BoxCore {
     /// only, so a restart resets partial tallies — the owner's node still remembers the days
     /// the box refused.
     day_book: Mutex<DayBook>,
+    /// The (owner, caller, skill) with a run between its day check and its count: a second
+    /// run of them waits for the first's answer to be counted before it is checked.
+    in_flight: InFlight,
     /// A failpoint for the crash harness: abort (as kill -9 would) right after this step is on
     /// disk. `opened`, `staked`, `at_provider`, `result`.
     crash_at: Option<String>,
@@ -1077,6 +1080,7 @@ impl BoxCore {
             spent: None,
             store: None,
             day_book: Mutex::new(DayBook::default()),
+            in_flight: InFlight::default(),
             crash_at: None,
         }
     }
@@ -1195,16 +1199,19 @@ impl BoxCore {
     }
 
     /// Finish the runs a restart found running (both parties had submitted): each goes to the
-    /// provider again only if it had not come back from there ([`Self::execute`]).
+    /// provider again only if it had not come back from there ([`Self::execute`]). Started
+    /// oldest first, so runs of one (owner, caller, skill) take their in-flight marks (memory
+    /// only, none survived the restart) about in the order they were opened.
     pub fn resume(self: &Arc<Self>) {
-        let running: Vec<String> = self
+        let mut running: Vec<(u64, String)> = self
             .lock()
             .runs
             .iter()
             .filter(|(_, r)| r.phase == Phase::Running)
-            .map(|(id, _)| id.clone())
+            .map(|(id, r)| (r.opened_at, id.clone()))
             .collect();
-        for id in running {
+        running.sort();
+        for (_, id) in running {
             let core = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = core.execute(&id).await {
@@ -1893,19 +1900,28 @@ impl BoxCore {
                 snapshot,
             )
         };
-        // The owner's day limits, if its stake carries them, for this (owner, caller, skill).
-        // Checked at stake, so never unreadable here; if they were, the run fails rather than
-        // run without them.
-        let day_limits = day_limits_of(&stakes);
+        // The owner's day limits for this (owner, caller, skill): its stake's, or the default
+        // for a guarded program whose owner staked none. Checked at stake, so never
+        // unreadable here; if they were, the run fails rather than run without them.
+        let day_limits = day_limits_of(&program, &stakes);
         let limits = day_limits.as_ref().ok().copied().flatten();
+        // Held from the day check until the answer's count is on disk (dropped on every way
+        // out of this function, a panic included).
+        let mut in_flight = None;
         let outcome = match snapshot.and_then(|s| self.persist(run_id, s)) {
             Err(e) => Err(e),
             Ok(()) if give_up => Err(JcError::RunInterrupted),
             Ok(()) => {
                 self.failpoint("at_provider");
-                match day_limits.and_then(|l| self.day_refused(&program, l, now_secs())) {
+                match day_limits.map(|l| self.day_turn(&program, l)) {
                     Err(e) => Err(e),
-                    Ok(()) => self.call_provider(&program, stakes).await,
+                    Ok(turn) => match turn.await {
+                        Err(e) => Err(e),
+                        Ok(mark) => {
+                            in_flight = mark;
+                            self.call_provider(&program, stakes).await
+                        }
+                    },
                 }
             }
         };
@@ -1986,6 +2002,9 @@ impl BoxCore {
             }
             self.failpoint("result");
         }
+        // Counted in memory and on disk: the next run of these parties may be checked. Their
+        // day rows are written one run at a time, so the last row written is the newest tally.
+        drop(in_flight);
         let note = finished.owner_note.take().map(|n| NoteSlot::Sealed {
             bytes: Arc::new(n.sealed),
             spec: Some(Arc::new(n.spec)),
@@ -2076,21 +2095,36 @@ impl BoxCore {
         .await
     }
 
-    /// Refuse a run whose caller's answers today already passed the owner's day limits
-    /// (`coverage_exceeded`), before any provider request. Runs of one (owner, caller, skill)
-    /// side by side are each checked against the answers counted before them: the owner's
-    /// node submits them one at a time while its limits are on, so each sees every answer
-    /// before it.
-    fn day_refused(
+    /// Wait until no other run of this (owner, caller, skill) is in flight at the box, then
+    /// refuse the run if the caller's answers today already passed the owner's day limits
+    /// (`coverage_exceeded`), before any provider request: the mark to hold until this run's
+    /// answer is counted. The owner's node submits a key's runs one at a time, but a caller
+    /// that fails the call on its side once both submitted frees that turn while the run goes
+    /// on here; so the box serialises them itself, and each is checked against every answer
+    /// before it. The wait is bounded by the box's run limit (the provider's timeout, so an
+    /// earlier run ends within about that) and the program's expiry.
+    async fn day_turn(
         &self,
         program: &ApprovedProgram,
         limits: Option<DayLimits>,
-        now: u64,
-    ) -> Result<()> {
-        let Some(limits) = limits else {
-            return Ok(());
+    ) -> Result<Option<InFlightMark<'_>>> {
+        let Some(limits) = limits.filter(|l| !l.off()) else {
+            return Ok(None);
         };
-        let key = DayKey::of(&program.program, now)?;
+        let now = now_secs();
+        let wait = self
+            .config
+            .run_ttl_secs
+            .min(program.program.expires_at.saturating_sub(now));
+        let mark = self
+            .in_flight
+            .mark(
+                &DayKey::of(&program.program, now)?,
+                std::time::Duration::from_secs(wait),
+            )
+            .await?;
+        // The day on the clock after the wait: the one the answers before were counted on.
+        let key = DayKey::of(&program.program, now_secs())?;
         let book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
         if book.exceeds(&key, &limits) {
             tracing::info!(
@@ -2099,7 +2133,7 @@ impl BoxCore {
             );
             return Err(JcError::CoverageExceeded);
         }
-        Ok(())
+        Ok(Some(mark))
     }
 
     /// Add a released answer's levels to the day book (the day it was released on): what the
@@ -2478,10 +2512,15 @@ impl BoxCore {
 /// sealed with ([`NoteSpec::padded`]); readers never relied on a length.
 pub const OWNER_NOTE_PADDED: u64 = 128;
 
-/// The owner's day limits its stake carries (checked at stake: exactly 8 bytes), `None` for
-/// a stake without them (an older owner node: no day limit for the run).
-fn day_limits_of(stakes: &HashMap<Role, Vec<Entry>>) -> Result<Option<DayLimits>> {
-    stakes
+/// The owner's day limits its stake carries (checked at stake: exactly 8 bytes). A guarded
+/// program's owner stake without them (an owner node from before `day_limits`) gets
+/// [`DayLimits::DEFAULT`], its node's own defaults, rather than no limit at all; an unguarded
+/// program's answers carry no levels, so it has none.
+fn day_limits_of(
+    program: &ApprovedProgram,
+    stakes: &HashMap<Role, Vec<Entry>>,
+) -> Result<Option<DayLimits>> {
+    let staked = stakes
         .get(&Role::Owner)
         .and_then(|owner| {
             owner
@@ -2489,7 +2528,11 @@ fn day_limits_of(stakes: &HashMap<Role, Vec<Entry>>) -> Result<Option<DayLimits>
                 .find(|e| e.name == crate::day::DAY_LIMITS_ENTRY)
         })
         .map(|e| DayLimits::from_bytes(&e.data))
-        .transpose()
+        .transpose()?;
+    Ok(match staked {
+        None if program.program.guard.is_some() => Some(DayLimits::DEFAULT),
+        staked => staked,
+    })
 }
 
 /// A guarded program's note to the owner (see [`crate::receipt::OwnerNote`]), sealed to the

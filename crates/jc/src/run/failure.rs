@@ -107,6 +107,9 @@ impl From<&JcError> for RunFailure {
             JcError::GuardBody => RunFailure::GuardBody,
             JcError::StoreTampered | JcError::RunInterrupted => RunFailure::Interrupted,
             JcError::CoverageExceeded => RunFailure::CoverageExceeded,
+            // The run did not get to its provider in time (an earlier run of its caller and
+            // skill held the day's turn): a timeout, a code every node version parses.
+            JcError::DayTurnTimedOut => RunFailure::Provider(ProviderFailure::Timeout),
             _ => RunFailure::Internal,
         }
     }

@@ -122,10 +122,14 @@ fn guarded(mut p: Program, action: Action) -> Program {
     p
 }
 
-/// Open, stake and submit a guarded run of `body()` with `request`; its result.
+/// Open, stake and submit a guarded run of `body()` with `request`; its result. The owner's
+/// day limits are off (0/0, staked: without the entry the box applies the defaults), so a
+/// test of what one run says is not ended by the runs before it.
 async fn finish(f: &Fixture, action: Action, request: &str) -> (VerifiedRun, ResultView) {
     let (_, run) = f.open(&guarded(f.program(), action)).await;
-    f.run_all(&run, request, &body()).await;
+    let off = DayLimits::default().to_bytes();
+    f.run_all_with(&run, request, b"song a\nsong b", &body(), Some(&off))
+        .await;
     let view = f
         .client
         .wait_result(&run.run_id, WAIT)
@@ -195,8 +199,8 @@ fn assert_refused_for_the_day(f: &Fixture, run: &VerifiedRun, view: &ResultView)
 /// share, so a caller takes the body a third per call — each third under the per-answer
 /// limits, released. The box unions the regions per (owner, caller, skill, day) and refuses
 /// the run that would go past the owner's staked limit, before the provider is asked; the
-/// owner's notes say nothing of what the answers carried. A stake without day limits (an older
-/// owner node) is not refused, and another caller's tally is its own.
+/// owner's notes say nothing of what the answers carried. A stake with its day limits off (0/0)
+/// is not refused, and another caller's tally is its own.
 #[tokio::test]
 async fn a_caller_taking_the_body_a_third_per_call_is_refused_before_the_provider() {
     let slicer = Arc::new(Slicer::default());
@@ -234,8 +238,8 @@ async fn a_caller_taking_the_body_a_third_per_call_is_refused_before_the_provide
     assert_refused_for_the_day(&f, &run, &view);
     assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds);
 
-    // An owner stake without day limits: the box applies none.
-    let (_, view) = finish_with(&f, &p(), "words 80 120", None).await;
+    // An owner stake with its day limits off: the box applies none.
+    let (_, view) = finish_with(&f, &p(), "words 80 120", Some(DayLimits::default())).await;
     assert_eq!(view.error, None);
     assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds + 1);
 
@@ -440,4 +444,137 @@ async fn a_day_limits_entry_of_7_or_9_bytes_is_refused_at_stake() {
         .stake(&run, Role::Owner, sealed, &f.owner)
         .await
         .expect("8 bytes stake");
+}
+
+/// [`obey`] behind a gate: every request is recorded as it arrives, then waits for a permit
+/// (none until the test opens the gate), so a run can be held at its provider.
+struct GatedSlicer {
+    asked: std::sync::Mutex<Vec<String>>,
+    gate: tokio::sync::Semaphore,
+    slicer: Slicer,
+}
+
+impl GatedSlicer {
+    fn closed() -> Arc<GatedSlicer> {
+        Arc::new(GatedSlicer {
+            asked: Default::default(),
+            gate: tokio::sync::Semaphore::new(0),
+            slicer: Slicer::default(),
+        })
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().expect("asked").clone()
+    }
+
+    /// Wait (bounded) until `request` has reached the provider.
+    async fn wait_asked(&self, request: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.asked().iter().any(|r| r == request) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{request} never reached the provider"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Provider for GatedSlicer {
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest,
+        api_key: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
+        Box::pin(async move {
+            let asked = request_of(&request.user).to_owned();
+            self.asked.lock().expect("asked").push(asked);
+            self.gate.acquire().await.expect("gate").forget();
+            self.slicer.complete(request, api_key).await
+        })
+    }
+}
+
+/// Open, stake and submit a guarded run of `body()` without waiting for its result.
+async fn submit_only(f: &Fixture, request: &str, limits: DayLimits) -> VerifiedRun {
+    let (_, run) = f.open(&guarded(f.program(), Action::Withhold)).await;
+    let limits = limits.to_bytes();
+    f.run_all_with(&run, request, b"song a\nsong b", &body(), Some(&limits))
+        .await;
+    run
+}
+
+/// Review F3: a caller that fails the call on its side once both submitted frees the owner
+/// node's turn while its run goes on at the box, so runs of one (owner, caller, skill)
+/// overlap there. The second run's provider request must not happen while the first is at
+/// the provider; once the first is counted the second is checked against it — refused past
+/// the limits (`limits_allow` false: a third of the body is 6 of 16 regions, past 350 ‰) or
+/// run (true: under 500 ‰). Another caller of the same owner and skill is not held.
+async fn overlapping_runs_of_one_key(limits_allow: bool) {
+    let gated = GatedSlicer::closed();
+    let f = start_with(gated.clone(), BoxConfig::default()).await;
+    let limits = if limits_allow {
+        HALF
+    } else {
+        DayLimits::DEFAULT
+    };
+    let first = submit_only(&f, "words 0 40", limits).await;
+    gated.wait_asked("words 0 40").await;
+    let second = submit_only(&f, "words 40 80", limits).await;
+    // Another caller's run goes to the provider while the first is held there.
+    let mut other = Fixture::at(&f.url);
+    other.caller = key(7);
+    let third = submit_only(&other, "words 80 120", limits).await;
+    gated.wait_asked("words 80 120").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !gated.asked().iter().any(|r| r == "words 40 80"),
+        "the second run of the key reached the provider while the first was there: {:?}",
+        gated.asked()
+    );
+    gated.gate.add_permits(1_000);
+    let view = f.result(&first).await;
+    assert_eq!(view.error, None);
+    let view = other.result(&third).await;
+    assert_eq!(view.error, None);
+    let view = f.result(&second).await;
+    if limits_allow {
+        assert_eq!(view.error, None);
+        let out = open_result(&view, &f.result_key, &second).expect("caller opens");
+        assert_ne!(out.answer, WITHHELD_ANSWER);
+    } else {
+        assert_refused_for_the_day(&f, &second, &view);
+        assert!(!gated.asked().iter().any(|r| r == "words 40 80"));
+    }
+}
+
+#[tokio::test]
+async fn a_run_overlapping_its_keys_first_waits_for_its_count_and_is_refused_past_the_limits() {
+    overlapping_runs_of_one_key(false).await;
+}
+
+#[tokio::test]
+async fn a_run_overlapping_its_keys_first_waits_for_its_count_and_runs_within_the_limits() {
+    overlapping_runs_of_one_key(true).await;
+}
+
+/// Review F4: a guarded run whose owner staked no `day_limits` (an owner node from before
+/// them, whose thresholds the notes no longer feed) gets the node's defaults: a third of the
+/// body (6 of 16 regions, past 350 ‰) ends the caller's day; an owner that wants no limit
+/// stakes 0/0 and is not refused.
+#[tokio::test]
+async fn an_owner_stake_without_day_limits_gets_the_default_limits() {
+    let slicer = Arc::new(Slicer::default());
+    let f = start_with(slicer.clone(), BoxConfig::default()).await;
+    let p = || guarded(f.program(), Action::Withhold);
+    let (_, view) = finish_with(&f, &p(), "words 0 40", None).await;
+    assert_eq!(view.error, None);
+    let rounds = slicer.rounds.load(Ordering::SeqCst);
+    let (run, view) = finish_with(&f, &p(), "words 40 80", None).await;
+    assert_refused_for_the_day(&f, &run, &view);
+    assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds);
+    // Limits off, explicitly: the same caller's next third is run.
+    let (_, view) = finish_with(&f, &p(), "words 40 80", Some(DayLimits::default())).await;
+    assert_eq!(view.error, None);
+    assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds + 1);
 }

@@ -46,6 +46,20 @@ impl Provider for Gate {
     }
 }
 
+impl Gate {
+    /// Wait (bounded) until a request reached the provider.
+    async fn wait_asked(&self) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while self.asked.load(Ordering::SeqCst) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never at the provider"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
 fn gate(open: bool) -> Arc<Gate> {
     Arc::new(Gate {
         asked: AtomicUsize::new(0),
@@ -211,16 +225,7 @@ async fn restart_at(at: At) -> (usize, usize) {
         }
     }
     match at {
-        At::Provider => {
-            let deadline = std::time::Instant::now() + WAIT;
-            while first.asked.load(Ordering::SeqCst) == 0 {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "never at the provider"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-            }
-        }
+        At::Provider => first.wait_asked().await,
         At::Finished => {
             c1.wait_result(&run.run_id, WAIT)
                 .await
@@ -838,6 +843,12 @@ fn day_program(f: &Fixture) -> Program {
 /// A run of `p` (as a new call: a program runs once) at the box of `client`, the owner staking
 /// [`SHED_BODY`] with day limits of half the body and half a secret: its result.
 async fn day_run(f: &Fixture, client: BoxClient, p: Program) -> skillbox_jc::run::ResultView {
+    let run = day_submit(f, &client, p).await;
+    client.wait_result(&run.run_id, WAIT).await.expect("result")
+}
+
+/// [`day_run`] up to both submits, without waiting for the result.
+async fn day_submit(f: &Fixture, client: &BoxClient, p: Program) -> VerifiedRun {
     let limits = skillbox_jc::day::DayLimits {
         coverage_permille: 500,
         canary_coverage_permille: 500,
@@ -847,7 +858,7 @@ async fn day_run(f: &Fixture, client: BoxClient, p: Program) -> skillbox_jc::run
         call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
         ..p
     };
-    let run = open(f, &client, &p).await;
+    let run = open(f, client, &p).await;
     let caller = f.caller_stake(&run, REQUEST, b"song a");
     let owner = f.owner_stake_with(&run, SHED_BODY, Some(&limits));
     for (role, sealed) in [(Role::Caller, caller), (Role::Owner, owner)] {
@@ -856,9 +867,9 @@ async fn day_run(f: &Fixture, client: BoxClient, p: Program) -> skillbox_jc::run
             .await
             .expect("stake");
     }
-    submit(f, &client, &run, Role::Caller).await;
-    submit(f, &client, &run, Role::Owner).await;
-    client.wait_result(&run.run_id, WAIT).await.expect("result")
+    submit(f, client, &run, Role::Caller).await;
+    submit(f, client, &run, Role::Owner).await;
+    run
 }
 
 /// Whoever reads the store's file between runs (the host) sees a day book row written for an
@@ -947,4 +958,51 @@ async fn a_restarted_box_still_refuses_a_caller_past_the_day_limits() {
     let view = go(c3, p.clone()).await;
     assert_eq!(view.error, None);
     assert_eq!(third.asked.load(Ordering::SeqCst), 1);
+}
+
+/// Review F3 through a restart: two runs of one (owner, caller, skill), the first held at the
+/// provider, the second submitted meanwhile — it waits for the first's count and never
+/// reaches the provider. The box restarts with both running; its marks are memory only, so
+/// the resumed runs take theirs anew, one at a time: one is answered (half the body), the
+/// other is checked against it and refused, the provider asked once. A third box reads the
+/// counted tally back (the day rows of a key are written one run at a time, so the last row
+/// written is the newest tally) and refuses a fresh run.
+#[tokio::test]
+async fn overlapping_runs_of_one_key_resume_one_at_a_time_after_a_restart() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let p = || Program {
+        call_id: format!("call-{}", skillbox_jc::client::new_nonce()),
+        ..day_program(&f)
+    };
+    let held = gate(false);
+    let (_core1, c1) = dir.start(held.clone()).await;
+    let first = day_submit(&f, &c1, p()).await;
+    held.wait_asked().await;
+    let second = day_submit(&f, &c1, p()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        held.asked.load(Ordering::SeqCst),
+        1,
+        "the second run of the key went to the provider while the first was there"
+    );
+
+    // The restart: the first box is never asked again.
+    let repeat = Arc::new(Repeat::default());
+    let (core2, c2) = dir.start(repeat.clone()).await;
+    let mut errors = Vec::new();
+    for run in [&first, &second] {
+        let view = c2.wait_result(&run.run_id, WAIT).await.expect("result");
+        errors.push(view.error);
+    }
+    errors.sort_by_key(|e| e.is_some());
+    assert_eq!(errors, vec![None, Some(RunFailure::CoverageExceeded)]);
+    assert_eq!(repeat.asked.load(Ordering::SeqCst), 1, "both were asked");
+    drop(core2);
+
+    let third = Arc::new(Repeat::default());
+    let (_core3, c3) = dir.start(third.clone()).await;
+    let view = day_run(&f, c3, p()).await;
+    assert_eq!(view.error, Some(RunFailure::CoverageExceeded));
+    assert_eq!(third.asked.load(Ordering::SeqCst), 0);
 }
