@@ -125,6 +125,10 @@ pub enum JcError {
     /// box's day book, `day::DayBook`): the run is refused before the provider is asked.
     #[error("the caller's answers of this skill today reached the owner's day limits")]
     CoverageExceeded,
+    /// The program names a prompt template other than `program::PROMPT_TEMPLATE_V2` (an older
+    /// node's `skillbox.prompt/v1`): the box would build a prompt its parties did not agree to.
+    #[error("the program's prompt_template is not skillbox.prompt/v2, the one this box runs")]
+    PromptTemplateUnknown,
     /// Another run of the same (owner, caller, skill) was in flight at the box for as long as
     /// this one could wait (`day::InFlight`): it ends without asking the provider.
     #[error(
@@ -194,6 +198,7 @@ impl JcError {
             DuplicateKey { .. } => ("program_duplicate_key", 400, "the program is not canonical JSON (RFC 8785)"),
             NonCanonical { .. } => ("program_not_canonical", 400, "the program is not canonical JSON (RFC 8785)"),
             ProgramInvalid { .. } => ("program_invalid", 400, "the program breaks a field rule"),
+            PromptTemplateUnknown => ("prompt_template_unknown", 400, "the program names a prompt template this box does not run"),
             ProgramExpired { .. } => ("program_expired", 410, "the program expired"),
             Envelope(_) => ("envelope_invalid", 400, "the signed envelope is invalid"),
             PayloadType { .. } => ("payload_type", 400, "the signed envelope is invalid"),

@@ -17,8 +17,12 @@ use crate::jcs;
 pub const PROGRAM_VERSION: u32 = 1;
 /// DSSE payload type of a program envelope.
 pub const PROGRAM_PAYLOAD_TYPE: &str = "application/vnd.skillbox.program+json";
-/// The prompt template a program may name (see [`crate::prompt`]).
-pub const PROMPT_TEMPLATE_V1: &str = "skillbox.prompt/v1";
+/// The prompt template a program names, and the only one this box runs (see
+/// [`crate::prompt`]). v2 since the blocks' tags carry a suffix the box draws for each prompt
+/// (the text of v1 changed under its name): a program naming `skillbox.prompt/v1` (an older
+/// node's) is refused `prompt_template_unknown` rather than run under a template its parties
+/// did not agree to.
+pub const PROMPT_TEMPLATE_V2: &str = "skillbox.prompt/v2";
 /// The fixed fields of a receipt, in the order the program lists them.
 pub const RECEIPT_FIELDS: [&str; 5] = [
     "run_id",
@@ -449,11 +453,8 @@ impl Program {
         if self.receipt.to != ["caller", "owner"] {
             return Err(invalid("receipt.to", "must be [\"caller\", \"owner\"]"));
         }
-        if self.prompt_template != PROMPT_TEMPLATE_V1 {
-            return Err(invalid(
-                "prompt_template",
-                format!("unknown template, expected {PROMPT_TEMPLATE_V1}"),
-            ));
+        if self.prompt_template != PROMPT_TEMPLATE_V2 {
+            return Err(JcError::PromptTemplateUnknown);
         }
         if self.expires_at == 0 || self.expires_at > MAX_SAFE_INT {
             return Err(invalid("expires_at", "unix seconds, > 0"));
@@ -745,7 +746,7 @@ pub(crate) mod tests {
             },
             output: OutputSpec::to_caller(2048),
             receipt: ReceiptSpec::to_both(),
-            prompt_template: PROMPT_TEMPLATE_V1.into(),
+            prompt_template: PROMPT_TEMPLATE_V2.into(),
             expires_at: 4_000_000_000,
             guard: None,
         }

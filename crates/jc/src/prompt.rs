@@ -1,4 +1,4 @@
-//! The versioned prompt template (`skillbox.prompt/v1`): the skill body is the system prompt; the
+//! The versioned prompt template (`skillbox.prompt/v2`): the skill body is the system prompt; the
 //! caller's request and each source, delimited and named, are the user turn. The template is
 //! named in the program, so both parties know how their material is put together.
 //!
@@ -12,9 +12,9 @@
 //! depth, for a model that skims past the suffix).
 
 use crate::error::{JcError, Result};
-use crate::program::PROMPT_TEMPLATE_V1;
+use crate::program::PROMPT_TEMPLATE_V2;
 
-pub const TEMPLATE: &str = PROMPT_TEMPLATE_V1;
+pub const TEMPLATE: &str = PROMPT_TEMPLATE_V2;
 
 /// The tags material could use to end its own block early.
 const BLOCK_TAGS: [&str; 2] = ["request", "source"];

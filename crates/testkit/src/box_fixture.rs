@@ -645,7 +645,7 @@ pub fn program_between(
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::to_both(),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        prompt_template: PROMPT_TEMPLATE_V2.into(),
         expires_at: now_secs() + 600,
         guard: None,
     }

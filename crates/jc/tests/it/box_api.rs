@@ -183,6 +183,16 @@ async fn program_refusals_each_with_its_own_error() {
     let mut old = f.program();
     old.expires_at = now_secs() - 1;
     assert_refused(f.client.open(&f.approve(&old)).await, "program_expired");
+    // An older node's program, naming the template from before the blocks' tags carried the
+    // box's per-prompt suffix: refused by name, not run under a prompt it did not agree to.
+    for template in ["skillbox.prompt/v1", "skillbox.prompt/v3", ""] {
+        let mut other = f.program();
+        other.prompt_template = template.into();
+        assert_refused(
+            f.client.open(&f.approve(&other)).await,
+            "prompt_template_unknown",
+        );
+    }
     // This box not listed.
     let mut elsewhere = f.program();
     elsewhere.boxes[0].measurement = "00".repeat(48);

@@ -5,7 +5,7 @@ use skillbox_calls::FailureCode;
 use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
     BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
-    PROMPT_TEMPLATE_V1, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
+    PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, Limits, ProviderId};
@@ -105,7 +105,7 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
         receipt: ReceiptSpec::for_guard(true),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        prompt_template: PROMPT_TEMPLATE_V2.into(),
         expires_at: f.expires_at,
         guard: Some(guard),
     };

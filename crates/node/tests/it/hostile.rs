@@ -686,7 +686,7 @@ pub(crate) fn admissible_program(
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::for_guard(true),
-        prompt_template: PROMPT_TEMPLATE_V1.into(),
+        prompt_template: PROMPT_TEMPLATE_V2.into(),
         expires_at: skillbox_jc::run::now_secs() + 600,
         guard: Some(skillbox_guard::GuardSpec::default_for(false)),
     }
