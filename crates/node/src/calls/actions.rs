@@ -1,6 +1,7 @@
 //! The action executors: payloads out, the box (open, attest, stake, submit, outcome, cancel).
 //! Each may run again safely; each returns the event its outcome is, or nothing.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -31,6 +32,14 @@ use crate::ledger::{Decided, EntryKind, Item};
 const BUSY_PATIENCE: Duration = Duration::from_secs(60);
 /// How long one submit waits for the other side's stake: the longest the box holds a submit.
 const SUBMIT_HOLD: Duration = Duration::from_millis(skillbox_jc::server::MAX_WAIT_MS);
+
+/// How many times a run left at its box is asked to be deleted when the box does not take the
+/// delete for a passing reason (`Calls::delete_run`), and the pause before the first retry,
+/// doubled each time: 1 + 2 + 4 s, over a box's restart, well inside any program's expiry.
+const DELETE_ATTEMPTS: u32 = 4;
+const DELETE_PAUSE: Duration = Duration::from_secs(1);
+/// Deletes retried at once, at most; past it a delete is tried once.
+pub(super) const MAX_PENDING_DELETES: usize = 256;
 
 /// A box at its run limit (or stake budget): it has room again as soon as a run ends.
 fn is_busy(e: &JcError) -> bool {
@@ -900,36 +909,62 @@ impl Calls {
         }
     }
 
-    /// Ask the box of a run the call left to delete it, once, best effort: it may hold this
-    /// side's stake, and neither side will submit it. The box was not answering; one that comes
-    /// back with the run (or never really died — the owner cannot tell) drops it now rather
-    /// than at its expiry.
+    /// Ask the box of a run the call left to delete it, best effort ([`Calls::delete_run`]):
+    /// it may hold this side's stake, and neither side will submit it. The box was not
+    /// answering; one that comes back with the run (or never really died — the owner cannot
+    /// tell) drops it now rather than at its expiry.
     pub(super) async fn cancel_left(&self, row: &CallRow, box_url: &str, run_id: &str) {
-        let (Some(client), Ok(hash)) = (self.0.boxes.client(box_url), Self::program_hash(row))
-        else {
-            return;
-        };
-        if let Err(e) = client
-            .delete(run_id, &hash, Self::role(row), &self.0.signing)
-            .await
-        {
-            tracing::debug!(call = %row.call.id, code = e.code(), "deleting the run left at its box");
+        if let Some(client) = self.0.boxes.client(box_url) {
+            self.delete_run(row, client, run_id).await;
         }
     }
 
+    /// The call failed before both sides submitted: its run, which may hold this side's stake
+    /// (a caller's sources), is deleted at the box ([`Calls::delete_run`]). Runs as the call's
+    /// action task, never under the call's lock.
     pub(super) async fn cancel_run(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
         let Some(run_id) = row.call.run_id.clone() else {
             return Ok(None);
         };
-        let hash = Self::program_hash(row)?;
-        if let Err(e) = self
-            .client(row)?
-            .delete(&run_id, &hash, Self::role(row), &self.0.signing)
-            .await
-        {
-            tracing::debug!(call = %row.call.id, code = e.code(), "cancelling the run at the box");
-        }
+        let client = self.client(row)?;
+        self.delete_run(row, &client, &run_id).await;
         Ok(None)
+    }
+
+    /// Delete `run_id` of `row`'s call at `client`'s box. A delete the box did not take for a
+    /// passing reason (not answering, a 5xx, busy, its rate) is asked again a few times with
+    /// growing pauses, while the program lasts: tried once, a box restarting for a moment kept
+    /// the run — and a caller's staked sources in it — until the program expired. A lasting
+    /// answer ends it (the run gone already, or running: deleting it then would only take the
+    /// result from a peer that may not have fetched it). At most [`MAX_PENDING_DELETES`] are
+    /// retried at once; past that a delete is tried once, so a box that never answers costs a
+    /// bounded number of waiting tasks.
+    async fn delete_run(&self, row: &CallRow, client: &BoxClient, run_id: &str) {
+        let Ok(hash) = Self::program_hash(row) else {
+            return;
+        };
+        let pending = &self.0.pending_deletes;
+        let retrying = pending.fetch_add(1, Ordering::AcqRel) < MAX_PENDING_DELETES;
+        let attempts = if retrying { DELETE_ATTEMPTS } else { 1 };
+        let mut pause = DELETE_PAUSE;
+        for attempt in 1..=attempts {
+            let Err(e) = client
+                .delete(run_id, &hash, Self::role(row), &self.0.signing)
+                .await
+            else {
+                break;
+            };
+            let in_time =
+                now_ms().saturating_add(pause.as_millis() as u64) < row.call.expires_at_ms;
+            if !(driver::transient(&e) && attempt < attempts && in_time) {
+                tracing::debug!(call = %row.call.id, code = e.code(), attempt, "deleting the run at its box: given up");
+                break;
+            }
+            tracing::debug!(call = %row.call.id, code = e.code(), attempt, "deleting the run at its box: asking again");
+            tokio::time::sleep(pause).await;
+            pause = pause.saturating_mul(2);
+        }
+        pending.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -1613,4 +1613,155 @@ mod tests {
         )
         .await;
     }
+
+    /// A box double that counts what it is asked: every request is logged as `METHOD path`;
+    /// a result is held (as a run still at its provider is); the first `refused` deletes are
+    /// answered 503 (a box restarting), the others taken.
+    struct CountingBox {
+        url: String,
+        seen: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl CountingBox {
+        async fn start(refused: usize) -> CountingBox {
+            use axum::http::{Method, StatusCode};
+            use axum::response::IntoResponse;
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let left = Arc::new(std::sync::atomic::AtomicUsize::new(refused));
+            let log = seen.clone();
+            let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+                let (log, left) = (log.clone(), left.clone());
+                async move {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    lock(&log).push(format!("{} {}", req.method(), req.uri().path()));
+                    if req.method() == Method::DELETE {
+                        if left
+                            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                            .is_ok()
+                        {
+                            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+                        }
+                        return (StatusCode::OK, "{}").into_response();
+                    }
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    StatusCode::SERVICE_UNAVAILABLE.into_response()
+                }
+            });
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let url = format!("http://{}", listener.local_addr().expect("addr"));
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            CountingBox { url, seen }
+        }
+
+        /// How many `method` requests it was asked.
+        fn asked(&self, method: &str) -> usize {
+            lock(&self.seen)
+                .iter()
+                .filter(|l| l.starts_with(&format!("{method} ")))
+                .count()
+        }
+    }
+
+    /// A node whose one accepted box is `url` (insecure-dev), holding owner call `c1` of `peer`
+    /// in `state` on a run at that box, its verified run stored: the store, the calls,
+    /// the row and key.
+    fn node_with_call_at(url: &str, peer: &str, state: State) -> (Arc<Store>, Calls, CallRow, Key) {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let boxes = Arc::new(super::super::boxes::Boxes::new(
+            &[url.to_owned()],
+            true,
+            &[],
+            &BTreeMap::new(),
+        ));
+        let node = calls_of(store.clone(), |d| d.boxes = boxes);
+        let key = parked_owner_call(&store);
+        let mut row = stored(&store);
+        row.call.state = state;
+        row.call.peer = peer.to_owned();
+        row.box_url = Some(super::super::boxes::normalize_url(url));
+        // A run id of the box's form (the client asks nothing of a run id that is not one).
+        let run = "5a".repeat(16);
+        row.call.run_id = Some(run.clone());
+        let mut verified = row.verified.clone().expect("verified");
+        verified["runId"] = serde_json::Value::String(run);
+        let patch = records::Patch {
+            box_url: row.box_url.clone(),
+            verified: Some(verified),
+            ..records::Patch::default()
+        };
+        store
+            .write(|tx| records::update(tx, &row.call, &patch))
+            .expect("moved to the box");
+        let row = stored(&store);
+        (store, node, row, key)
+    }
+
+    /// F6: a peer repeating `call.failed coverage_exceeded` for one submitted call (at its
+    /// payload rate) made this node ask the box for the run's outcome once per payload — a
+    /// task and a box request each, counted against its own rate at the box. One question per
+    /// call now; the repeats are dropped while it is under way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_repeated_coverage_exceeded_asks_the_box_once() {
+        let boxy = CountingBox::start(0).await;
+        let peer = PeerId::random();
+        let (_store, node, _row, _key) =
+            node_with_call_at(&boxy.url, &peer.to_base58(), State::Submitted);
+        for n in 0..10 {
+            node.on_payload(IncomingPayload {
+                from: peer,
+                payload: Payload {
+                    kind: skillbox_peers::PayloadKind::CallFailed,
+                    call_id: "c1".into(),
+                    body: serde_json::json!({"code": "coverage_exceeded"}),
+                },
+                seq: n,
+                sent_at: now_ms(),
+                signed: skillbox_peers::SignedPayload {
+                    envelope: String::new(),
+                    signature: String::new(),
+                },
+            })
+            .await;
+        }
+        eventually("the box was never asked", || boxy.asked("GET") >= 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            boxy.asked("GET"),
+            1,
+            "the box was asked per repeated payload: {:?}",
+            lock(&boxy.seen)
+        );
+    }
+
+    /// A run left at a box that did not take the delete (a restart, a 5xx) stayed there, with
+    /// the stakes in it, until the program expired: the delete was tried once. It is asked
+    /// again with growing pauses until the box takes it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delete_the_box_refused_is_asked_again_until_taken() {
+        let boxy = CountingBox::start(2).await;
+        let (_store, node, row, _key) = node_with_call_at(&boxy.url, "peer", State::Failed);
+        let run = row.call.run_id.clone().expect("run");
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            node.cancel_left(&row, &boxy.url, &run),
+        )
+        .await
+        .expect("the deletes end");
+        assert_eq!(
+            boxy.asked("DELETE"),
+            3,
+            "the run was not deleted after the box refused: {:?}",
+            lock(&boxy.seen)
+        );
+        assert_eq!(
+            node.0
+                .pending_deletes
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+    }
 }

@@ -43,6 +43,24 @@ const REFUSAL_DELIVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// (`Calls::box_word_first`): a run the box refused at its start has its outcome at once.
 const BOX_WORD: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Calls whose peer's `coverage_exceeded` is checked with the box at once. A peer repeating
+/// the payload for one call asks nothing more (one question per call); past this many calls a
+/// new one takes the peer's failure at once, unchecked (its outcome still comes from this
+/// side's own fetch, and an owner keeps its turn until then: `coverage::Turns`).
+pub(super) const MAX_ASKING_BOX: usize = 1_024;
+
+/// Whether a peer's `coverage_exceeded` for a call is checked with the box.
+#[derive(Debug, PartialEq, Eq)]
+enum Asking {
+    /// Not yet: this payload asks.
+    Now,
+    /// A question for the call is under way: the repeat is dropped, the first one's end
+    /// applies the peer's failure.
+    Already,
+    /// Too many calls are asking: the peer's failure is taken as it is.
+    Full,
+}
+
 /// Whether `row`'s run may have started at its box: this side submitted it or is submitting.
 fn at_the_box(row: &CallRow) -> bool {
     row.call.run_id.is_some() && matches!(row.call.state, State::Submitting | State::Submitted)
@@ -161,9 +179,17 @@ impl Calls {
                         continue;
                     };
                     if code == Some(FailureCode::CoverageExceeded) && at_the_box(&row) {
-                        let this = self.clone();
-                        tokio::spawn(async move { this.box_word_first(key, &row, code).await });
-                        continue;
+                        match self.ask_the_box(&key) {
+                            Asking::Now => {
+                                let this = self.clone();
+                                tokio::spawn(
+                                    async move { this.box_word_first(key, &row, code).await },
+                                );
+                                continue;
+                            }
+                            Asking::Already => continue,
+                            Asking::Full => {}
+                        }
                     }
                     let _ = self
                         .apply(key, Event::PeerFailed { code }, Change::none())
@@ -178,6 +204,10 @@ impl Calls {
     /// ends with the box's refusal (and an owner keeps the day refused, `driver::RunEnd`)
     /// however the peer's message and this side's own fetch cross, and a peer's word alone
     /// never makes it so. Then the peer's failure as usual, which a call ended already ignores.
+    ///
+    /// One at a time per call ([`Calls::ask_the_box`]): a peer repeating the payload at its
+    /// payload rate would otherwise start a box request (and a task) per payload, each
+    /// counted against this node's own rate at the box.
     async fn box_word_first(&self, key: Key, row: &CallRow, code: Option<FailureCode>) {
         if let Ok(Ok(Some((event, change)))) =
             tokio::time::timeout(BOX_WORD, self.fetch_outcome(row)).await
@@ -185,8 +215,23 @@ impl Calls {
             let _ = self.apply(key.clone(), event, change).await;
         }
         let _ = self
-            .apply(key, Event::PeerFailed { code }, Change::none())
+            .apply(key.clone(), Event::PeerFailed { code }, Change::none())
             .await;
+        lock(&self.0.asking_box).remove(&key);
+    }
+
+    /// Mark call `key` as asking the box about its peer's `coverage_exceeded`, unless it is
+    /// already or too many calls are.
+    fn ask_the_box(&self, key: &Key) -> Asking {
+        let mut asking = lock(&self.0.asking_box);
+        if asking.contains(key) {
+            Asking::Already
+        } else if asking.len() >= MAX_ASKING_BOX {
+            Asking::Full
+        } else {
+            asking.insert(key.clone());
+            Asking::Now
+        }
     }
 
     /// The call `key` if `from` is its peer: the row its last step left, or the store's.

@@ -421,6 +421,13 @@ struct Inner {
     tick_due: Mutex<HashMap<Key, u64>>,
     /// Owner: which call of each (peer, skill) may run now (see `coverage::Turns`).
     turns: coverage::Turns,
+    /// The calls whose peer's `coverage_exceeded` is being checked with the box now
+    /// (`inbound::box_word_first`): one question per call however often the peer repeats it,
+    /// and at most [`inbound::MAX_ASKING_BOX`] at once.
+    asking_box: Mutex<HashSet<Key>>,
+    /// Deletes of runs left at a box being retried now (`actions::delete_left_run`): past
+    /// [`actions::MAX_PENDING_DELETES`] a delete is tried once, as before.
+    pending_deletes: std::sync::atomic::AtomicUsize,
     metrics: Arc<crate::metrics::Metrics>,
     /// Failpoint for the crash tests: abort the process right after persisting this state.
     crash_at: Option<(Role, State)>,
@@ -520,6 +527,8 @@ impl Calls {
             forwards: Mutex::new(HashMap::new()),
             tick_due: Mutex::new(HashMap::new()),
             turns: coverage::Turns::default(),
+            asking_box: Mutex::new(HashSet::new()),
+            pending_deletes: std::sync::atomic::AtomicUsize::new(0),
             metrics: deps.metrics,
             crash_at: crash_point(),
         }))
