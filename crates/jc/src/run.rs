@@ -2512,10 +2512,10 @@ impl BoxCore {
 /// sealed with ([`NoteSpec::padded`]); readers never relied on a length.
 pub const OWNER_NOTE_PADDED: u64 = 128;
 
-/// The owner's day limits its stake carries (checked at stake: exactly 8 bytes). A guarded
-/// program's owner stake without them (an owner node from before `day_limits`) gets
-/// [`DayLimits::DEFAULT`], its node's own defaults, rather than no limit at all; an unguarded
-/// program's answers carry no levels, so it has none.
+/// The owner's day limits its stake carries (checked at stake: exactly 8 bytes). A program
+/// with its guard on whose owner stake has none (an owner node from before `day_limits`) gets
+/// [`DayLimits::DEFAULT`], its node's own defaults, rather than no limit at all; a program
+/// without a guard, or with it off, has none (its answers carry no levels).
 fn day_limits_of(
     program: &ApprovedProgram,
     stakes: &HashMap<Role, Vec<Entry>>,
@@ -2530,7 +2530,11 @@ fn day_limits_of(
         .map(|e| DayLimits::from_bytes(&e.data))
         .transpose()?;
     Ok(match staked {
-        None if program.program.guard.is_some() => Some(DayLimits::DEFAULT),
+        // `enabled: false` is how an owner turns its guard off (its node then stakes no
+        // limits either): its answers carry no levels, and nothing is imposed on it.
+        None if program.program.guard.as_ref().is_some_and(|g| g.enabled) => {
+            Some(DayLimits::DEFAULT)
+        }
         staked => staked,
     })
 }

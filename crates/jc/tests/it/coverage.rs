@@ -561,7 +561,7 @@ async fn a_run_overlapping_its_keys_first_waits_for_its_count_and_runs_within_th
 /// Review F4: a guarded run whose owner staked no `day_limits` (an owner node from before
 /// them, whose thresholds the notes no longer feed) gets the node's defaults: a third of the
 /// body (6 of 16 regions, past 350 ‰) ends the caller's day; an owner that wants no limit
-/// stakes 0/0 and is not refused.
+/// stakes 0/0, and one whose guard is off gets none, and neither is refused.
 #[tokio::test]
 async fn an_owner_stake_without_day_limits_gets_the_default_limits() {
     let slicer = Arc::new(Slicer::default());
@@ -577,4 +577,12 @@ async fn an_owner_stake_without_day_limits_gets_the_default_limits() {
     let (_, view) = finish_with(&f, &p(), "words 40 80", Some(DayLimits::default())).await;
     assert_eq!(view.error, None);
     assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds + 1);
+    // An owner with its guard off (`enabled: false`; its node stakes no limits then) has no
+    // default imposed on it.
+    let mut off = p();
+    if let Some(g) = off.guard.as_mut() {
+        g.enabled = false;
+    }
+    let (_, view) = finish_with(&f, &off, "words 80 120", None).await;
+    assert_eq!(view.error, None);
 }
