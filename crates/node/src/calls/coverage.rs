@@ -92,11 +92,21 @@ pub fn refuse(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<()> {
 /// the submit, given back when the submit is not accepted (the caller has not staked yet), when
 /// the run's outcome is in, or when the call ends.
 ///
+/// A call that ends while it holds the turn — its peer's `call.failed`, a stall while
+/// submitting, its expiry, `box_word_first`'s bound — keeps it: its run may still be at the box
+/// (a caller failing the call once both submitted goes on with the run, and fetches the answer
+/// itself), and a next run started meanwhile would pass against a tally without that run's
+/// answer. This node keeps asking the box for the run's outcome
+/// ([`super::Calls::settle_turn`]): the call stays failed, a `coverage_exceeded` outcome still
+/// refuses the peer's day, and the turn is given back once the outcome is in, the box no longer
+/// has the run, or the program expired.
+///
 /// The holder is a row of the store (`guard_turns`), taken in the same transaction that checks
 /// the day's refusal, so it outlives a restart: a call submitted before the restart still runs
-/// at the box, and the next call waits for its outcome. Only a call submitting or
-/// submitted holds it: a row naming a call that ended, moved back to another run or is gone
-/// (the restart lost it) holds nothing, and the next call takes the turn. Waiting calls sleep
+/// at the box, and the next call waits for its outcome. A call submitting or submitted holds
+/// it, and so does a failed one until its program expires; a row naming a call that ran, moved
+/// back to another run or is gone (the restart lost it) holds nothing, and the next call takes
+/// the turn. Waiting calls sleep
 /// on a [`Notify`] per (peer, skill) that a call giving the turn back wakes, with a fallback
 /// look every [`TURN_LOOK`] (a holder that ends without giving the turn back, or another
 /// process's store).
@@ -107,6 +117,9 @@ pub struct Turns {
     /// own take only, never a newer take by the same call.
     taken: std::sync::Mutex<HashMap<String, i64>>,
     next_token: std::sync::atomic::AtomicI64,
+    /// The ended calls whose turn is being settled (their run's outcome asked for), by call id:
+    /// one task each, at most [`MAX_SETTLING`].
+    settling: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Turns {
@@ -146,7 +159,8 @@ pub enum Turn {
 
 /// In one transaction: take the turn for `me` (with `token`) unless a live call holds it, and
 /// check the day's refusal once it is free. A holder is live while its owner call is submitting or
-/// submitted.
+/// submitted, or failed with its program not yet expired (its run may still be at the box, see
+/// [`Turns`]; a failed call whose outcome came or whose submit was not taken gave its row back).
 pub fn try_take(
     tx: &Tx<'_>,
     key: &(String, String),
@@ -161,17 +175,23 @@ pub fn try_take(
             |r| r.get(0),
         )
         .optional()?;
+    let now_ms = i64::try_from(super::now_ms()).unwrap_or(i64::MAX);
     let held = match holder.as_deref() {
         None => false,
         Some(h) if h == me => false,
         Some(h) => tx
             .query_row(
-                "SELECT state FROM calls WHERE id = ?1 AND role = 'owner'",
+                "SELECT state, json_extract(record, '$.expires_at_ms') FROM calls
+                 WHERE id = ?1 AND role = 'owner'",
                 params![h],
-                |r| r.get::<_, String>(0),
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<i64>>(1)?)),
             )
             .optional()?
-            .is_some_and(|s| s == "submitting" || s == "submitted"),
+            .is_some_and(|(state, expires)| match state.as_str() {
+                "submitting" | "submitted" => true,
+                "failed" => expires.is_some_and(|e| e > now_ms),
+                _ => false,
+            }),
     };
     if held {
         return Ok(Turn::Held);
@@ -210,6 +230,19 @@ pub const TURN_GAP: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A waiting call looks at the turn again after this long even if nothing woke it.
 pub const TURN_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Ended calls whose turn is settled at once, at most (one task each). Past it an ended
+/// call's turn is not asked after: it stays held until the call's program expires, which
+/// [`try_take`] reads from the store — later calls of that peer and skill wait, never pass.
+pub const MAX_SETTLING: usize = 1_024;
+
+/// How long one ask for an ended call's outcome waits before the settling task looks again
+/// whether the turn is still the call's (a submit not taken gives it back meanwhile).
+const SETTLE_LOOK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The pause of a settling task whose outcome is being fetched by the call's own action, or
+/// after a passing failure (doubled up to [`SETTLE_LOOK`]).
+const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl super::Calls {
     /// Whether calls take turns: the coverage thresholds are on.
@@ -259,6 +292,115 @@ impl super::Calls {
         .await;
         self.0.turns.forget(&key, notify);
         taken
+    }
+
+    /// Owner: whether this process holds call `id`'s turn (taken, not given back).
+    fn holds_turn(&self, id: &str) -> bool {
+        super::lock(&self.0.turns.taken).contains_key(id)
+    }
+
+    /// Owner: call `key` (its row as its last step left it) ended while it held the turn, and
+    /// its run may still be at the box (see [`Turns`]). In the background, ask the box for the
+    /// run's outcome until it comes (stepped as any outcome: the call stays ended, a
+    /// `coverage_exceeded` refuses the peer's day, and the turn is given back), the box answers
+    /// it has no such run, the turn was given back otherwise, or the program expires. Never
+    /// two fetches of the run at once: while the call's own `fetch_outcome` action still runs
+    /// (it outlives the call's end), this waits for it.
+    pub(super) fn settle_turn(&self, key: super::Key, row: Arc<CallRow>) {
+        if !self.turns_on() || row.call.run_id.is_none() || !self.holds_turn(&row.call.id) {
+            return;
+        }
+        {
+            let mut settling = super::lock(&self.0.turns.settling);
+            if settling.len() >= MAX_SETTLING || !settling.insert(row.call.id.clone()) {
+                return;
+            }
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.settled(&key, &row).await;
+            super::lock(&this.0.turns.settling).remove(&row.call.id);
+        });
+    }
+
+    async fn settled(&self, key: &super::Key, row: &Arc<CallRow>) {
+        let mark = (key.clone(), "fetch_outcome", row.call.run_id.clone());
+        let mut pause = SETTLE_PAUSE;
+        while self.holds_turn(&row.call.id) {
+            if super::now_ms() >= row.call.expires_at_ms {
+                self.end_turn(row);
+                return;
+            }
+            if !super::lock(&self.0.inflight).insert(mark.clone()) {
+                // The call's own fetch still runs: its outcome gives the turn back.
+                tokio::time::sleep(SETTLE_PAUSE).await;
+                continue;
+            }
+            let fetched = tokio::time::timeout(SETTLE_LOOK, self.fetch_outcome(row)).await;
+            let done = match fetched {
+                Ok(Ok(Some((event, change)))) => {
+                    if let Err(e) = self.apply(key.clone(), event, change).await {
+                        tracing::warn!(call = %key.0, error = %e, "an ended call's outcome not applied");
+                    }
+                    true
+                }
+                // A passing failure, or no outcome within this look: ask again.
+                Ok(Err(e)) if super::driver::transient(&e) => false,
+                Err(_) => false,
+                // The box has no such run (deleted, expired) or will not say: nothing of it can
+                // be counted any more.
+                Ok(Ok(None)) | Ok(Err(_)) => {
+                    self.end_turn(row);
+                    true
+                }
+            };
+            super::lock(&self.0.inflight).remove(&mark);
+            if done {
+                // An outcome applied gave the turn back in its step (`Change::run_end`).
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(SETTLE_LOOK);
+        }
+    }
+
+    /// Owner, at start: settle the turns that ended calls held when the node stopped (their
+    /// settling tasks were lost with it), so they are given back when their run's outcome is
+    /// in rather than at their expiry.
+    pub(super) async fn settle_turns_left(&self) {
+        if !self.turns_on() {
+            return;
+        }
+        let store = self.0.store.clone();
+        let held = super::blocking(move || {
+            store.read(|c| {
+                let mut q = c.prepare(
+                    "SELECT t.call_id, t.token FROM guard_turns t
+                     JOIN calls c ON c.id = t.call_id AND c.role = 'owner'
+                     WHERE c.state = 'failed'",
+                )?;
+                let rows = q
+                    .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+        })
+        .await;
+        let held = match held {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the turns ended calls hold");
+                return;
+            }
+        };
+        for (id, token) in held {
+            let key = (id.clone(), skillbox_calls::machine::Role::Owner);
+            let Some(row) = self.load(&key).await else {
+                continue;
+            };
+            super::lock(&self.0.turns.taken).entry(id).or_insert(token);
+            self.settle_turn(key, Arc::new(row));
+        }
     }
 
     /// Owner: this call's run's outcome is in (the box added its answer to the day's tally
@@ -353,7 +495,8 @@ mod tests {
             .write(|tx| give_back(tx, &key, "call-a", Some(1)))
             .expect("stale give-back");
         assert_eq!(take(&store, "call-b", 8), Turn::Held);
-        // call-a ended while the node was down (failed, answered): the turn is free.
+        // call-a ended or went back while the node was down (answered, opened, or failed with
+        // its program expired — this record names no expiry): the turn is free.
         for state in ["failed", "answered", "opened"] {
             owner_call(&store, "call-a", state);
             assert_eq!(take(&store, "call-b", 9), Turn::Taken, "{state}");
@@ -380,6 +523,39 @@ mod tests {
             .write(|tx| refuse(tx, "peer-a", "taste", day_of(now_secs())))
             .expect("refused");
         assert_eq!(take(&store, "call-b", 12), Turn::Refused);
+    }
+
+    /// A call that failed holding the turn keeps it while its program lasts (its run may still
+    /// be at the box), and holds nothing once it expired.
+    #[test]
+    fn a_failed_holder_keeps_the_turn_until_its_program_expires() {
+        let store = Store::open_in_memory().expect("store");
+        owner_call(&store, "call-a", "submitted");
+        owner_call(&store, "call-b", "submitting");
+        assert_eq!(take(&store, "call-a", 1), Turn::Taken);
+        let failed = |expires_at_ms: u64| {
+            store
+                .write(|tx| {
+                    tx.execute(
+                        "UPDATE calls SET state = 'failed', record = ?1 WHERE id = 'call-a'",
+                        params![format!("{{\"expires_at_ms\":{expires_at_ms}}}")],
+                    )?;
+                    Ok(())
+                })
+                .expect("failed");
+        };
+        failed(crate::calls::now_ms() + 60_000);
+        assert_eq!(
+            take(&store, "call-b", 2),
+            Turn::Held,
+            "its run may still run"
+        );
+        failed(crate::calls::now_ms().saturating_sub(1));
+        assert_eq!(
+            take(&store, "call-b", 3),
+            Turn::Taken,
+            "its program expired"
+        );
     }
 
     /// The box's refusal holds for its peer, skill and day only, as long as the thresholds are

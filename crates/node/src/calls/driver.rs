@@ -391,6 +391,11 @@ impl Calls {
                     lock(&this.0.rows).remove(&key);
                     lock(&this.0.nonce_halves).remove(&key);
                     lock(&this.0.forwards).remove(&key);
+                    // An owner call that ended holding its coverage turn keeps it until its
+                    // run's outcome is in (see `coverage::Turns`).
+                    if key.1 == Role::Owner {
+                        this.settle_turn(key.clone(), row.clone());
+                    }
                     // Codes only at INFO: a failure's message may hold local detail.
                     match &t.call.failure {
                         Some(f) if t.call.state == State::Failed => {

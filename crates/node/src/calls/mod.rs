@@ -586,6 +586,7 @@ impl Calls {
                 }
                 Err(e) => tracing::error!(error = %e, "cannot list open calls to resume"),
             }
+            this.settle_turns_left().await;
         });
         let inbound = tokio::spawn(self.clone().serve_inbound(payloads, MAX_INBOUND_AT_ONCE));
         let this = self.clone();

@@ -493,3 +493,89 @@ async fn a_hostile_owner_reads_no_regions_off_a_guarded_call() {
     assert_eq!(kept[0], kept[1], "the owner told the two calls apart");
     v.stop().await;
 }
+
+/// Which owner call holds the turn of `peer`'s calls of `taste`, if any (the owner's
+/// `guard_turns`).
+fn turn_holder(owner: &TestNode, peer: &str) -> Option<String> {
+    let db = rusqlite::Connection::open(owner.dir.path().join("node.db")).expect("db");
+    db.query_row(
+        "SELECT call_id FROM guard_turns WHERE peer = ?1 AND skill = 'taste'",
+        [peer],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
+/// Review 22 F3, the owner's side: a caller that fails its call once both sides submitted (its
+/// human cancels it; a hostile caller sends `call.failed`) ends the owner's side while the run
+/// goes on at the box. The owner gave its one-at-a-time turn back at once, so the next call
+/// of that peer and skill submitted and started beside the first — each checked against a day
+/// tally without the other's answer. Now the failed call keeps the turn until its run's
+/// outcome is in (the owner keeps fetching it), and only then does the next call submit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_failed_once_both_submitted_keeps_the_turn_until_its_run_ends() {
+    let (provider_url, provider) = crate::support::provider_double(Duration::from_secs(12)).await;
+    let box_url = start_box(&provider_url).await;
+    // The owner's `[guard]` thresholds as shipped (on): its calls take turns.
+    let (owner, caller) = crate::support::tagged_pair(&box_url, "turn", |_| {}).await;
+    let first = caller
+        .start_call(&owner.peer_id, "taste", "the first")
+        .await;
+    owner.wait_state(&first, &["submitted"], LIMIT).await;
+    let at_the_provider = std::time::Instant::now() + LIMIT;
+    while provider.0.lock().expect("log").is_empty() {
+        assert!(
+            std::time::Instant::now() < at_the_provider,
+            "run 1 never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Run 1 is at the provider (12 s): the caller fails the call.
+    let cancelled = caller
+        .post_json(&format!("/calls/{first}/cancel"), json!({}))
+        .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    let o = owner.wait_state(&first, &["failed"], LIMIT).await;
+    assert_eq!(o["failure"]["code"], "peer_failed", "{o}");
+
+    let second = caller
+        .start_call(&owner.peer_id, "taste", "the second")
+        .await;
+    owner
+        .wait_state(&second, &["submitting", "submitted"], LIMIT)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let o2 = owner.get(&format!("/calls/{second}")).await;
+    assert_eq!(
+        o2.body["state"], "submitting",
+        "the second call submitted while run 1 was at the box: {}",
+        o2.body
+    );
+    assert_eq!(
+        turn_holder(&owner, &caller.peer_id).as_deref(),
+        Some(first.as_str()),
+        "the failed call's turn was given to the next while its run was at the box"
+    );
+    assert_eq!(
+        provider.0.lock().expect("log").len(),
+        1,
+        "two runs side by side"
+    );
+
+    // Run 1 ends at the box: its outcome gives the turn back, and the second call runs.
+    let c2 = caller.wait_call(&second, Duration::from_secs(60)).await;
+    assert_eq!(c2["state"], "answered", "{c2}");
+    let o = owner.wait_call(&first, LIMIT).await;
+    assert_eq!(o["state"], "failed", "the failed call stays failed: {o}");
+    // Given back in the background once the second's outcome is in.
+    let given_back = std::time::Instant::now() + LIMIT;
+    while let Some(holder) = turn_holder(&owner, &caller.peer_id) {
+        assert!(
+            std::time::Instant::now() < given_back,
+            "{holder} kept the turn"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    caller.stop().await;
+    owner.stop().await;
+}
