@@ -233,6 +233,75 @@ pub async fn start_faltering_proxy(
     (url, seen)
 }
 
+/// The box's path stalling some requests: [`start_holding_proxy`]'s handle.
+pub struct Holding {
+    phase: tokio::sync::watch::Sender<Phase>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// What a [`start_holding_proxy`] does with the requests it stalls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Passing,
+    Holding,
+    Released,
+}
+
+impl Holding {
+    /// Hold the requests it stalls from now on.
+    pub fn hold(&self) {
+        let _ = self.phase.send(Phase::Holding);
+    }
+
+    /// How many requests it has held.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Answer every request held 503 (the box stalled, then failed them); later ones pass.
+    pub fn release(&self) {
+        let _ = self.phase.send(Phase::Released);
+    }
+}
+
+/// A box whose answers to some requests stall: forwards every request to `target`, but once
+/// [`Holding::hold`] is called holds one whose path and query contain `part` until
+/// [`Holding::release`], then answers it 503. Requests before the hold and after the release
+/// are forwarded.
+pub async fn start_holding_proxy(target: &str, part: &'static str) -> (String, Holding) {
+    #[derive(Clone)]
+    struct Proxy {
+        target: String,
+        part: &'static str,
+        phase: tokio::sync::watch::Receiver<Phase>,
+        held: Arc<std::sync::atomic::AtomicUsize>,
+        http: reqwest::Client,
+    }
+    async fn relay(State(mut p): State<Proxy>, req: axum::extract::Request) -> Response {
+        if path_of(&req).contains(p.part) && *p.phase.borrow() == Phase::Holding {
+            p.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = p.phase.wait_for(|f| *f != Phase::Holding).await;
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+        let Some(answer) = forward(&p.http, &p.target, req).await else {
+            return StatusCode::BAD_GATEWAY.into_response();
+        };
+        let (status, ctype, bytes) = parts_of(answer).await;
+        (status, [("content-type", ctype)], bytes).into_response()
+    }
+    let (phase, watching) = tokio::sync::watch::channel(Phase::Passing);
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let proxy = Proxy {
+        target: target.to_owned(),
+        part,
+        phase: watching,
+        held: held.clone(),
+        http: reqwest::Client::new(),
+    };
+    let url = serve_loopback(axum::Router::new().fallback(relay).with_state(proxy)).await;
+    (url, Holding { phase, held })
+}
+
 /// How a proxy changes a box's `/healthz` answer.
 pub type Rewrite = Arc<dyn Fn(&mut Value) + Send + Sync>;
 

@@ -102,6 +102,12 @@ struct Valley {
 /// An owner offering `lore` and `vault` with its `[guard]` coverage thresholds as given, and a
 /// caller that sees them.
 async fn valley(coverage_permille: u32, canary_coverage_permille: u32) -> Valley {
+    let box_url = obedient_box().await;
+    valley_at(box_url, coverage_permille, canary_coverage_permille).await
+}
+
+/// A box whose provider is the obedient model: its URL.
+async fn obedient_box() -> String {
     let app = axum::Router::new().route("/v1/chat/completions", post(obedient));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -110,7 +116,15 @@ async fn valley(coverage_permille: u32, canary_coverage_permille: u32) -> Valley
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let box_url = start_box(&provider).await;
+    start_box(&provider).await
+}
+
+/// [`valley`] around the box at `box_url` (one behind a proxy, say).
+async fn valley_at(
+    box_url: String,
+    coverage_permille: u32,
+    canary_coverage_permille: u32,
+) -> Valley {
     let owner = TestNode::start(&box_url, vec![], |c| {
         c.guard.coverage_permille = coverage_permille;
         c.guard.canary_coverage_permille = canary_coverage_permille;
@@ -578,4 +592,54 @@ async fn a_call_failed_once_both_submitted_keeps_the_turn_until_its_run_ends() {
     }
     caller.stop().await;
     owner.stop().await;
+}
+
+/// Review 22 F3, the owner's side: the box's `coverage_exceeded` for a run whose call already
+/// ended here. The owner's own fetch of the outcome stalls, the peer's `call.failed
+/// coverage_exceeded` ends the owner's call once the box's word is not had in 5 s, and the
+/// stalled fetch then fails (503): the call being over, nothing asked the box again, and the
+/// refusal was never kept — the peer's later calls of the skill that day were admitted and run.
+/// The owner keeps asking for the run's outcome while the call holds its turn, and keeps the
+/// day refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_days_refusal_the_box_gives_after_the_call_ended_is_kept() {
+    let box_url = obedient_box().await;
+    // The owner's result requests (the caller's omit the note), stalled once held.
+    let (front, holding) = crate::support::start_holding_proxy(&box_url, "omit_note=false").await;
+    let v = valley_at(front, 350, 500).await;
+    let c = v.call("lore", "words 0 40").await;
+    assert_eq!(c["state"], "answered", "{c}");
+
+    holding.hold();
+    let id = v
+        .caller
+        .start_call(&v.owner.peer_id, "lore", "words 40 80")
+        .await;
+    let c = v.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["failure"]["code"], "coverage_exceeded", "{c}");
+    let o = v.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(
+        o["failure"]["code"], "peer_failed",
+        "the owner's call ended on the peer's word, its fetch stalled: {o}"
+    );
+    assert!(holding.held() >= 1, "the owner's fetch was not stalled");
+    assert!(!v.refused_today("lore"), "kept before the box's word came");
+
+    // The stalled fetch fails; the box still has the run's outcome.
+    holding.release();
+    let kept = std::time::Instant::now() + LIMIT;
+    while !v.refused_today("lore") {
+        assert!(
+            std::time::Instant::now() < kept,
+            "the box's refusal of a run whose call had ended was never kept"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let o = v.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(
+        o["failure"]["code"], "peer_failed",
+        "failed stays failed: {o}"
+    );
+    v.refused_at_admission("lore", "words 80 120").await;
+    v.stop().await;
 }
