@@ -677,6 +677,13 @@ pub struct GuardConfig {
     /// The same for the characters of any one secret (a marked or automatic canary).
     #[serde(default = "default_canary_coverage_permille")]
     pub canary_coverage_permille: u32,
+    /// How many box instances besides the one a peer's day of a skill is pinned to (that of its
+    /// first run) its runs of the skill may go to that day (`calls::coverage::pin_box`, review
+    /// 22 F1/F2): each box keeps its own day book, and a hardware box's book is lost at every
+    /// restart, so runs spread over boxes or restarts would each get a fresh day. A call on one
+    /// more instance is refused `coverage_exceeded`. 0: a day stays on one instance.
+    #[serde(default = "default_day_box_moves")]
+    pub day_box_moves: u32,
 }
 
 /// As the per-answer threshold: what one answer may not carry, several may not add up to.
@@ -692,6 +699,13 @@ fn default_canary_coverage_permille() -> u32 {
     DEFAULT_CANARY_COVERAGE_PERMILLE
 }
 
+/// One move: an honest day survives one box restart or one hand-over to another box.
+pub const DEFAULT_DAY_BOX_MOVES: u32 = 1;
+
+fn default_day_box_moves() -> u32 {
+    DEFAULT_DAY_BOX_MOVES
+}
+
 impl Default for GuardConfig {
     fn default() -> Self {
         let d = skillbox_guard::GuardSpec::default_for(false);
@@ -705,6 +719,7 @@ impl Default for GuardConfig {
             auto_canaries: d.auto_canaries,
             coverage_permille: DEFAULT_COVERAGE_PERMILLE,
             canary_coverage_permille: DEFAULT_CANARY_COVERAGE_PERMILLE,
+            day_box_moves: DEFAULT_DAY_BOX_MOVES,
         }
     }
 }
@@ -1432,6 +1447,12 @@ auto_canaries = {g_auto}
 # characters is refused that skill until the day ends (code coverage_exceeded). 0: off.
 coverage_permille = {g_coverage}
 canary_coverage_permille = {g_canary_coverage}
+# Each box keeps its own day's tally, and a hardware box loses it when it restarts: a peer's day
+# of a skill is pinned to the box instance (its attested TLS key; a plain-HTTP loopback box: its
+# URL) its first run of the day went to, and its runs may go to at most day_box_moves other
+# instances that day (0: none); a call on one more is refused coverage_exceeded. A caller whose
+# box restarts more often than that in a day is refused that skill for the rest of the day.
+day_box_moves = {g_day_box_moves}
 
 # Consent (design §9): asked once at each side's jc.submit. Rules are tried in order; the first
 # whose side ("caller" | "owner" | "any"), peer and skill patterns ("*", "prefix*", exact),
@@ -1478,6 +1499,7 @@ operator = {operator}
             g_auto = self.guard.auto_canaries,
             g_coverage = self.guard.coverage_permille,
             g_canary_coverage = self.guard.canary_coverage_permille,
+            g_day_box_moves = self.guard.day_box_moves,
             p2p_listen = list(&self.p2p.listen),
             bootstrap = list(&self.p2p.bootstrap),
             mdns = self.p2p.mdns,

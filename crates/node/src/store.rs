@@ -516,6 +516,22 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (peer, skill, day)
     ) STRICT;
     "#,
+    // 18: each box keeps its own day book, and a hardware box loses its book when it restarts
+    // (review 22 F1, F2): a peer's day of a skill is pinned to the box instance its first run of
+    // the day was submitted to (`calls::coverage::pin_box`), and each other instance its runs
+    // go to that day is a move, at most `[guard] day_box_moves`. One row per instance a (peer,
+    // skill, day) used (so at most 1 + day_box_moves); rows of past days go as a day's first is
+    // written.
+    r#"
+    CREATE TABLE guard_box_days (
+        peer      TEXT NOT NULL,
+        skill     TEXT NOT NULL,
+        day       INTEGER NOT NULL,
+        instance  TEXT NOT NULL,
+        pinned_at INTEGER NOT NULL,
+        PRIMARY KEY (peer, skill, day, instance)
+    ) STRICT;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -122,7 +122,7 @@ pub async fn serve_tls_loopback(core: Arc<BoxCore>, tls: BoxTls) -> String {
 }
 
 /// [`serve_tls_loopback`], answering also to the `Host` names `names` (a pass-through's).
-async fn serve_tls_named(core: Arc<BoxCore>, tls: BoxTls, names: Vec<String>) -> String {
+pub async fn serve_tls_named(core: Arc<BoxCore>, tls: BoxTls, names: Vec<String>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");

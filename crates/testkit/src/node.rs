@@ -110,9 +110,24 @@ pub async fn start_tls_box(provider_url: &str) -> String {
     crate::box_fixture::serve_tls_loopback(core, tls).await
 }
 
+/// A box serving HTTPS behind a pass-through ([`crate::box_fixture::PathSwitch`]) whose `Host`
+/// name is `host`, attested by `attester` (see [`dev_attester`]), with a TLS key made now: its
+/// own `https://` URL, for the switch to relay to. Boxes sharing one attester behind one switch
+/// are, as a node sees them, one box started again: the same URL and evidence key, a TLS key
+/// made afresh at each start — a box with hardware isolation, which keeps no run store.
+pub async fn start_tls_box_behind(
+    provider_url: &str,
+    host: &str,
+    attester: Arc<InsecureDevAttester>,
+) -> String {
+    let tls = skillbox_jc::tls::BoxTls::generate(&[]).expect("box TLS key");
+    let core = openai_box_core(tls.bind(attester), provider_url, BoxConfig::default());
+    crate::box_fixture::serve_tls_named(core, tls, vec![host.to_owned()]).await
+}
+
 /// The attester of the node tests' boxes: insecure-dev, measurement `ab`×48 (what the nodes'
 /// pins name), a fresh key.
-fn dev_attester() -> Arc<InsecureDevAttester> {
+pub fn dev_attester() -> Arc<InsecureDevAttester> {
     Arc::new(InsecureDevAttester::with_measurement("ab".repeat(48)))
 }
 

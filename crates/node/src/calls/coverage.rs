@@ -82,6 +82,88 @@ pub fn refuse(tx: &Tx<'_>, peer: &str, skill: &str, day: i64) -> Result<()> {
     Ok(())
 }
 
+/// The box instance a run went to, as the owner's verified attestation of it names it: the TLS
+/// key the attestation binds where there is one, else the box's URL. A hardware box makes its
+/// TLS key afresh at every start and keeps its day book in memory only; an insecure-dev box
+/// derives it from its storage key and keeps its book in its run store: either way, the same
+/// key is the same day book, and a new key is a box whose book may have been lost (or another
+/// box). A plain-HTTP box (loopback only) binds no key: its URL is all this node can tell, so
+/// its restarts are not seen.
+pub fn box_instance(box_url: Option<&str>, verified: Option<&serde_json::Value>) -> String {
+    let key = verified
+        .and_then(|v| {
+            serde_json::from_value::<skillbox_jc::attest::VerifiedRunRecord>(v.clone()).ok()
+        })
+        .and_then(|r| r.tls_spki_sha256);
+    match key {
+        Some(k) => format!("tls:{k}"),
+        None => format!("url:{}", box_url.unwrap_or_default()),
+    }
+}
+
+/// A run of `peer`'s call of `skill` on box `instance` ([`box_instance`]) on UTC `day`: what
+/// the day's pin looks at.
+pub struct DayRun<'a> {
+    pub peer: &'a str,
+    pub skill: &'a str,
+    pub day: i64,
+    pub instance: &'a str,
+}
+
+impl DayRun<'_> {
+    /// Of the box instances the peer's runs of the skill went to that day: whether this run's
+    /// is one, and how many there are.
+    fn pinned(&self, tx: &Tx<'_>) -> Result<(bool, u32)> {
+        Ok(tx.query_row(
+            "SELECT coalesce(max(instance = ?4), 0), count(*) FROM guard_box_days
+             WHERE peer = ?1 AND skill = ?2 AND day = ?3",
+            params![self.peer, self.skill, self.day, self.instance],
+            |r| Ok((r.get::<_, bool>(0)?, r.get::<_, u32>(1)?)),
+        )?)
+    }
+}
+
+/// Whether `run` would be one move too many (review 22 F1, F2): the day's runs went to other
+/// instances only, and already to `1 + [guard] day_box_moves` of them. Reads only: the charge
+/// refuses such a call before the owner stakes, and [`pin_box`] counts the move when the run is
+/// submitted.
+pub fn moved_past(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<bool> {
+    if !thresholds_on(guard) {
+        return Ok(false);
+    }
+    let (known, used) = run.pinned(tx)?;
+    Ok(!known && used > guard.day_box_moves)
+}
+
+/// At the owner's submit (the turn): add `run`'s instance to the box instances the peer's runs
+/// of the skill went to that day. The first pins the day; each other one is a move, at most
+/// `[guard] day_box_moves` a day. `false`: refused, one move too many, and nothing written.
+/// Each box keeps its own day book, so without the pin a caller's runs spread over the owner's
+/// boxes, or over restarts of a box that keeps its book in memory, would each start from a
+/// fresh tally; with it, a day's runs reach at most `1 + day_box_moves` books. Going back to
+/// an instance the day used already is no move: that book holds its part of the day.
+pub fn pin_box(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<bool> {
+    let (known, used) = run.pinned(tx)?;
+    if known {
+        return Ok(true);
+    }
+    if used > guard.day_box_moves {
+        return Ok(false);
+    }
+    if used == 0 {
+        tx.execute(
+            "DELETE FROM guard_box_days WHERE day < ?1",
+            params![run.day],
+        )?;
+    }
+    tx.execute(
+        "INSERT INTO guard_box_days (peer, skill, day, instance, pinned_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![run.peer, run.skill, run.day, run.instance, now_secs()],
+    )?;
+    Ok(true)
+}
+
 /// Which owner call of each (peer, skill) holds the turn: a call submitted whose outcome the
 /// owner has not fetched yet. The box checks a run against the day's tally at the run's start,
 /// and adds an answer to it when it releases the answer: runs of one peer and skill started
@@ -153,7 +235,8 @@ pub enum Turn {
     Taken,
     /// Another call submitting or submitted holds it.
     Held,
-    /// Free, but the box refused this peer the skill today: refused.
+    /// Free, but the box refused this peer the skill today, or the run is on a box instance
+    /// one move past the day's pin ([`pin_box`]): refused.
     Refused,
 }
 
@@ -161,10 +244,11 @@ pub enum Turn {
 /// check the day's refusal once it is free. A holder is live while its owner call is submitting or
 /// submitted, or failed with its program not yet expired (its run may still be at the box, see
 /// [`Turns`]; a failed call whose outcome came or whose submit was not taken gave its row back).
+/// Taken, the day is pinned to `instance`, the box instance `me`'s run is on ([`pin_box`]).
 pub fn try_take(
     tx: &Tx<'_>,
     key: &(String, String),
-    me: &str,
+    (me, instance): (&str, &str),
     token: i64,
     guard: &GuardConfig,
 ) -> Result<Turn> {
@@ -196,7 +280,14 @@ pub fn try_take(
     if held {
         return Ok(Turn::Held);
     }
-    if refused(tx, &key.0, &key.1, day_of(now_secs()), guard)? {
+    let today = day_of(now_secs());
+    let run = DayRun {
+        peer: &key.0,
+        skill: &key.1,
+        day: today,
+        instance,
+    };
+    if refused(tx, &key.0, &key.1, today, guard)? || !pin_box(tx, &run, guard)? {
         return Ok(Turn::Refused);
     }
     tx.execute(
@@ -260,6 +351,7 @@ impl super::Calls {
         }
         let key = (row.call.peer.clone(), row.call.skill.clone());
         let me = row.call.id.clone();
+        let instance = box_instance(row.box_url.as_deref(), row.verified.as_ref());
         let notify = self.0.turns.notifier(&key);
         let taken = async {
             loop {
@@ -271,9 +363,11 @@ impl super::Calls {
                 let token = self.0.turns.token();
                 let store = self.0.store.clone();
                 let (k, m, g) = (key.clone(), me.clone(), self.0.guard.clone());
-                let turn =
-                    super::blocking(move || store.write(|tx| try_take(tx, &k, &m, token, &g)))
-                        .await?;
+                let i = instance.clone();
+                let turn = super::blocking(move || {
+                    store.write(|tx| try_take(tx, &k, (&m, &i), token, &g))
+                })
+                .await?;
                 match turn {
                     Turn::Taken => {
                         super::lock(&self.0.turns.taken).insert(me.clone(), token);
@@ -452,7 +546,7 @@ mod tests {
     fn take(store: &Store, me: &str, token: i64) -> Turn {
         let key = ("peer-a".to_owned(), "taste".to_owned());
         store
-            .write(|tx| try_take(tx, &key, me, token, &GuardConfig::default()))
+            .write(|tx| try_take(tx, &key, (me, "url:box"), token, &GuardConfig::default()))
             .expect("take")
     }
 
@@ -503,7 +597,7 @@ mod tests {
             store
                 .write(|tx| {
                     give_back(tx, &key, "call-b", None)?;
-                    try_take(tx, &key, "call-a", 10, &GuardConfig::default())
+                    try_take(tx, &key, ("call-a", "url:box"), 10, &GuardConfig::default())
                 })
                 .expect("back to call-a");
         }
@@ -591,6 +685,91 @@ mod tests {
                 Ok(())
             })
             .expect("write");
+    }
+
+    /// A day is pinned to the instance of its first run: the same instance passes all day, a
+    /// move to another is counted (going back to one the day used is not) and the one past
+    /// `day_box_moves` refused (nothing written); another peer or skill has its own pin, and
+    /// the next day starts unpinned.
+    #[test]
+    fn a_days_box_pin_counts_moves_per_peer_skill_and_day() {
+        let store = Store::open_in_memory().expect("store");
+        let guard = GuardConfig::default();
+        let day = day_of(1_800_000_000);
+        let a = ("peer-a", "taste");
+        let at = |(peer, skill): (&'static str, &'static str), day, instance| DayRun {
+            peer,
+            skill,
+            day,
+            instance,
+        };
+        store
+            .write(|tx| {
+                assert!(pin_box(tx, &at(a, day, "tls:1"), &guard)?, "first run pins");
+                assert!(pin_box(tx, &at(a, day, "tls:1"), &guard)?, "same instance");
+                assert!(
+                    !moved_past(tx, &at(a, day, "tls:2"), &guard)?,
+                    "one move left"
+                );
+                assert!(pin_box(tx, &at(a, day, "tls:2"), &guard)?, "the one move");
+                assert!(pin_box(tx, &at(a, day, "tls:1"), &guard)?, "back: no move");
+                assert!(moved_past(tx, &at(a, day, "tls:3"), &guard)?);
+                assert!(
+                    !pin_box(tx, &at(a, day, "tls:3"), &guard)?,
+                    "a move too many"
+                );
+                assert!(
+                    moved_past(tx, &at(a, day, "tls:3"), &guard)?,
+                    "nothing written"
+                );
+                assert!(pin_box(tx, &at(a, day, "tls:2"), &guard)?);
+                // Another peer, another skill: their own pins.
+                assert!(pin_box(tx, &at(("peer-b", "taste"), day, "tls:1"), &guard)?);
+                assert!(pin_box(tx, &at(("peer-a", "other"), day, "tls:1"), &guard)?);
+                // The next day starts from nothing, and yesterday's rows go.
+                assert!(!moved_past(tx, &at(a, day + 1, "tls:1"), &guard)?);
+                assert!(pin_box(tx, &at(a, day + 1, "tls:1"), &guard)?);
+                let kept: i64 =
+                    tx.query_row("SELECT count(*) FROM guard_box_days", [], |r| r.get(0))?;
+                assert_eq!(kept, 1, "yesterday's pins are forgotten");
+                // No move at all: a day stays on one instance.
+                let still = GuardConfig {
+                    day_box_moves: 0,
+                    ..GuardConfig::default()
+                };
+                assert!(moved_past(tx, &at(a, day + 1, "tls:2"), &still)?);
+                assert!(!pin_box(tx, &at(a, day + 1, "tls:2"), &still)?);
+                // With the thresholds off there is no day book to move away from.
+                let off = GuardConfig {
+                    coverage_permille: 0,
+                    canary_coverage_permille: 0,
+                    ..still
+                };
+                assert!(!moved_past(tx, &at(a, day + 1, "tls:2"), &off)?);
+                Ok(())
+            })
+            .expect("write");
+    }
+
+    /// The instance is the TLS key the verified attestation binds, else the box's URL.
+    #[test]
+    fn a_box_instance_is_its_attested_tls_key_else_its_url() {
+        let with_key = serde_json::json!({
+            "runId": "r", "programHash": "00", "platform": "insecure-dev", "measurement": "ab",
+            "hpkePublicKey": "00", "receiptKey": "00", "expiresAt": 1,
+            "noHardwareIsolation": true, "tlsSpkiSha256": "k1",
+        });
+        let mut without = with_key.clone();
+        without
+            .as_object_mut()
+            .expect("object")
+            .remove("tlsSpkiSha256");
+        assert_eq!(box_instance(Some("https://b"), Some(&with_key)), "tls:k1");
+        assert_eq!(
+            box_instance(Some("http://b"), Some(&without)),
+            "url:http://b"
+        );
+        assert_eq!(box_instance(Some("http://b"), None), "url:http://b");
     }
 
     /// The stake's `day_limits` are the `[guard]` thresholds as configured, 0 still off.

@@ -504,8 +504,14 @@ impl Calls {
         }
         // The owner's charge, only for a run the machine takes.
         let charging = (change.charge && t.changed && key.1 == Role::Owner).then(|| {
+            // The box instance of the run this step takes (its verified attestation comes with
+            // it), for the day's pin.
+            let instance = super::coverage::box_instance(
+                change.patch.box_url.as_deref().or(row.box_url.as_deref()),
+                change.patch.verified.as_ref().or(row.verified.as_ref()),
+            );
             (
-                (row.call.peer.clone(), row.call.skill.clone()),
+                (row.call.peer.clone(), row.call.skill.clone(), instance),
                 self.0.ceilings.limits(),
                 self.0.guard.clone(),
             )
@@ -521,9 +527,13 @@ impl Calls {
             .0
             .store
             .write_owned(move |tx| {
-                if let Some(((peer, skill), defaults, guard)) = &charging
-                    && let Some(code) =
-                        super::inbound::charged_in(tx, (&k.0, peer, skill), *defaults, guard)?
+                if let Some(((peer, skill, instance), defaults, guard)) = &charging
+                    && let Some(code) = super::inbound::charged_in(
+                        tx,
+                        (&k.0, peer, skill, instance),
+                        *defaults,
+                        guard,
+                    )?
                 {
                     return Ok(Err(code));
                 }

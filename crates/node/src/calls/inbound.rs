@@ -486,15 +486,28 @@ impl Calls {
 /// and past it the caller alone decides whether the run happens, so the call counts from here.
 /// `Ok(Some(code))`: refused, and nothing written — the ceilings are full (`daily_limit`), or
 /// the box refused the peer a run of this skill today since it was admitted, its day used up
-/// (`coverage_exceeded`).
+/// (`coverage_exceeded`), or the run is on a box instance one move past the day's pin
+/// (`coverage::moved_past`: `coverage_exceeded` too, before this side stakes anything).
 pub(super) fn charged_in(
     tx: &crate::store::Tx<'_>,
-    (id, peer, skill): (&str, &str, &str),
+    (id, peer, skill, instance): (&str, &str, &str, &str),
     defaults: skillbox_skill::Limits,
     guard: &crate::config::GuardConfig,
 ) -> Result<Option<FailureCode>> {
     let now = crate::store::now_secs();
-    if super::coverage::refused(tx, peer, skill, super::coverage::day_of(now), guard)? {
+    let today = super::coverage::day_of(now);
+    if super::coverage::refused(tx, peer, skill, today, guard)?
+        || super::coverage::moved_past(
+            tx,
+            &super::coverage::DayRun {
+                peer,
+                skill,
+                day: today,
+                instance,
+            },
+            guard,
+        )?
+    {
         return Ok(Some(FailureCode::CoverageExceeded));
     }
     let limits = crate::skills::limits_in(tx, skill)?.map_or(defaults, |l| l.or(&defaults));

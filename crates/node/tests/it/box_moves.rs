@@ -589,7 +589,13 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
         urls.push(support::start_box(&provider_url).await);
     }
     let accept = urls.clone();
-    let owner = TestNode::start(&urls[0], vec![], move |c| c.boxes.accept = accept).await;
+    // Every box here may take a run of the day (`[guard] day_box_moves`, which would refuse
+    // the third box before the call's own move cap): this is about that cap.
+    let owner = TestNode::start(&urls[0], vec![], move |c| {
+        c.boxes.accept = accept;
+        c.guard.day_box_moves = MAX_MOVES as u32 + 2;
+    })
+    .await;
     owner.put_source("openai-key", "secret", "sk-MOVE-H").await;
     owner
         .add_skill(&skill_doc("taste", "BODY-MOVE-H", &[]))

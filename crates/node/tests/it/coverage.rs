@@ -643,3 +643,96 @@ async fn a_days_refusal_the_box_gives_after_the_call_ended_is_kept() {
     v.refused_at_admission("lore", "words 80 120").await;
     v.stop().await;
 }
+
+/// The day pinned to a box instance (review 22 F1, F2): each box keeps its own day book, and a
+/// box with hardware isolation keeps it in memory only. The owner's node pins a peer's day of a
+/// skill to the instance (its attested TLS key) of its first run, and counts the calls that go
+/// to another: past `[guard] day_box_moves` such a call is refused `coverage_exceeded` before
+/// the owner stakes, so neither more boxes nor a restarted box give a caller a fresh day.
+mod day_pin {
+    use std::time::Duration;
+
+    use serde_json::Value;
+    use skillbox_testkit::box_fixture::PathSwitch;
+
+    use crate::support::{
+        self, TestNode, assert_failed_naming, dev_attester, start_tls_box_behind, tagged_pair,
+    };
+
+    const LIMIT: Duration = Duration::from_secs(60);
+
+    /// An owner offering `taste` and a caller, both accepting `urls`, `day_box_moves` = `moves`.
+    async fn pair(urls: &[String], tag: &str, moves: u32) -> (TestNode, TestNode) {
+        tagged_pair(&urls[0], tag, move |c| {
+            c.boxes.accept = urls.to_vec();
+            c.guard.day_box_moves = moves;
+        })
+        .await
+    }
+
+    /// One call of `taste`, to its end: the caller's record.
+    async fn call(owner: &TestNode, caller: &TestNode, request: &str) -> Value {
+        let id = caller.start_call(&owner.peer_id, "taste", request).await;
+        caller.wait_call(&id, LIMIT).await
+    }
+
+    /// The attack (F2): the owner accepts two boxes, each with its own day book; the caller's
+    /// first call runs at one, its next at the other. With `day_box_moves = 0` the second is
+    /// refused `coverage_exceeded` before anything runs; a call back on the first box, where
+    /// the day is pinned, is answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_callers_day_does_not_move_to_another_box_past_day_box_moves() {
+        let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+        let (a, b) = (PathSwitch::start().await, PathSwitch::start().await);
+        let box_a = start_tls_box_behind(&provider_url, &a.host, dev_attester()).await;
+        let box_b = start_tls_box_behind(&provider_url, &b.host, dev_attester()).await;
+        a.relay_to(&[&box_a]);
+        b.relay_to(&[&box_b]);
+        let urls = [a.url.clone(), b.url.clone()];
+        let (owner, caller) = pair(&urls, "PIN-1", 0).await;
+        // The caller is steered: the box it must not use answers nothing (no target 3).
+        b.send_to(3).await;
+        let first = call(&owner, &caller, "REQ-PIN-1a").await;
+        assert_eq!(first["state"], "answered", "{first}");
+        assert_eq!(first["box"], a.url.as_str(), "{first}");
+        a.send_to(3).await;
+        b.send_to(0).await;
+        let moved = call(&owner, &caller, "REQ-PIN-1b").await;
+        assert_failed_naming(&moved, "coverage_exceeded");
+        assert_eq!(provider.0.lock().expect("log").len(), 1, "nothing ran at b");
+        // Back where the day is pinned: answered.
+        b.send_to(3).await;
+        a.send_to(0).await;
+        let back = call(&owner, &caller, "REQ-PIN-1c").await;
+        assert_eq!(back["state"], "answered", "{back}");
+        assert_eq!(provider.0.lock().expect("log").len(), 2);
+        support::stop_all([owner, caller]).await;
+    }
+
+    /// F1: a box restarted (the same URL and evidence key, a TLS key made afresh, its day book
+    /// gone) is another instance. The default `day_box_moves` (1) lets an honest day survive
+    /// one restart; the second restart of the day refuses the caller's next call.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_box_restarted_twice_in_a_day_is_a_move_too_many() {
+        let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+        let path = PathSwitch::start().await;
+        let attester = dev_attester();
+        let mut starts = Vec::new();
+        for _ in 0..3 {
+            starts.push(start_tls_box_behind(&provider_url, &path.host, attester.clone()).await);
+        }
+        path.relay_to(&starts.iter().map(String::as_str).collect::<Vec<_>>());
+        let urls = [path.url.clone()];
+        let (owner, caller) = pair(&urls, "PIN-2", 1).await;
+        let first = call(&owner, &caller, "REQ-PIN-2a").await;
+        assert_eq!(first["state"], "answered", "{first}");
+        path.send_to(1).await;
+        let after_one = call(&owner, &caller, "REQ-PIN-2b").await;
+        assert_eq!(after_one["state"], "answered", "one restart: {after_one}");
+        path.send_to(2).await;
+        let after_two = call(&owner, &caller, "REQ-PIN-2c").await;
+        assert_failed_naming(&after_two, "coverage_exceeded");
+        assert_eq!(provider.0.lock().expect("log").len(), 2);
+        support::stop_all([owner, caller]).await;
+    }
+}
