@@ -1441,10 +1441,12 @@ threshold_permille = {g_threshold}
 max_copied_words = {g_copied}
 canaries = {g_canaries}
 auto_canaries = {g_auto}
-# Coverage across calls: the box tells this node (sealed to it) which body words and secret
-# characters each released answer carried; per peer, skill and UTC day they add up, and a peer
-# past coverage_permille of the body's words or canary_coverage_permille of any one secret's
-# characters is refused that skill until the day ends (code coverage_exceeded). 0: off.
+# Coverage across calls: this node stakes these day limits with each run; the box keeps the
+# day's tally of the body words and secret characters the released answers carried, per peer,
+# skill and UTC day, and refuses the run that would start past coverage_permille of the body's
+# words or canary_coverage_permille of any one secret's characters (code coverage_exceeded).
+# This node learns only that refusal (never which words an answer carried) and refuses that
+# peer the skill until the day ends. 0: off.
 coverage_permille = {g_coverage}
 canary_coverage_permille = {g_canary_coverage}
 # Each box keeps its own day's tally, and a hardware box loses it when it restarts: a peer's day
