@@ -312,7 +312,8 @@ impl Calls {
             self.0.boxes.failed(first, super::boxes::move_reason(&last));
             let mut all_busy = is_busy(&last);
             let left = super::boxes::move_reason(&last);
-            for other in self.0.boxes.alternatives(first, &approved.program) {
+            let day_of = (row.call.peer.as_str(), row.call.skill.as_str());
+            for other in self.0.boxes.alternatives(first, &approved.program, day_of) {
                 let Some(c) = self.0.boxes.client(&other.url).cloned() else {
                     continue;
                 };
@@ -336,6 +337,7 @@ impl Calls {
                     Ok(opened) => {
                         self.0.boxes.claim(&other.url);
                         self.0.boxes.answered(&other.url);
+                        self.0.boxes.used_today(day_of.0, day_of.1, &other.url);
                         tracing::info!(call = %row.call.id, from = %first, to = %other.url, code = last.code(), "box busy or unreachable; run opened on another");
                         return Ok((other.url, c, opened, Some(left)));
                     }

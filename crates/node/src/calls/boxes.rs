@@ -33,6 +33,14 @@
 //! it since (so a burst between two reports is spread, not piled on the box that looked idle).
 //! A box that answers `busy` or not at all hands the call to the next (see `actions::open_run`).
 //!
+//! The day's boxes first: an owner pins a peer's UTC day of a skill to the box instances its
+//! runs went to and refuses a run on more than `1 + [guard] day_box_moves` of them
+//! (`coverage::pin_box`), so spreading one skill's burst over three boxes would lose the skill
+//! for the day. A call of a (peer, skill) therefore tries the boxes this node's calls of that
+//! (peer, skill) used today first (least loaded among them), then the others by load; a day's
+//! box that just failed is benched like any other. Calls of different (peer, skill) still
+//! spread. See [`DayBoxes`].
+//!
 //! A move is the call's history: its record's `moves` names the box left, the box that opened
 //! the run and why ([`move_reason`]). Only an open moves: nothing is staked before the run is
 //! open, and a stake is sealed to that one run's key, so a box that dies after a stake is not
@@ -215,6 +223,8 @@ pub struct Boxes {
     claimed: Mutex<BTreeMap<String, usize>>,
     /// Boxes that just failed a call (see [`Benched`]): tried after every other for a while.
     benched: Mutex<BTreeMap<String, Benched>>,
+    /// The boxes each (peer, skill)'s calls used today (see [`DayBoxes`]).
+    day_boxes: Mutex<DayBoxes>,
     /// Trust on first use of the unpinned URLs, as loaded from and written to `store`.
     first_seen: RwLock<BTreeMap<String, FirstSeen>>,
     /// Where first-seen identities are kept; `None`: in memory only (unit tests).
@@ -230,6 +240,72 @@ pub struct Boxes {
 struct Benched {
     until: std::time::Instant,
     wait: std::time::Duration,
+}
+
+/// The boxes this node's calls of each (peer, skill) opened on or chose in one UTC day of this
+/// node's clock, oldest first: the owner's day pin counts the instances a day's runs went to, so
+/// its next call of that (peer, skill) goes back to one of them rather than to a new one.
+///
+/// In memory, not in the store: it only orders boxes, a wrong order costs no more than today's
+/// load order did, and a node that restarts mid-day forgets it — its next call may be one move
+/// (the default `day_box_moves` tolerates one), its calls after that go back to that box.
+/// Bounded: only URLs of accepted boxes are kept (config bounds them), at most
+/// [`MAX_DAY_KEYS`] (peer, skill) a day, the least recently used let go first; a new day starts
+/// empty.
+#[derive(Debug, Default)]
+struct DayBoxes {
+    day: i64,
+    /// Per (peer, skill): the day's box URLs, and when it was last used (a counter).
+    used: BTreeMap<(String, String), (Vec<String>, u64)>,
+    tick: u64,
+}
+
+/// (peer, skill) pairs whose day's boxes are kept: far more than one node calls in a day.
+const MAX_DAY_KEYS: usize = 4096;
+
+impl DayBoxes {
+    /// The boxes `key` used on `day` (a new day forgets the last).
+    fn of(&mut self, day: i64, key: &(String, String)) -> Vec<String> {
+        if self.day != day {
+            self.day = day;
+            self.used.clear();
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        match self.used.get_mut(key) {
+            Some((urls, last)) => {
+                *last = tick;
+                urls.clone()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// `url` is one of `key`'s boxes on `day`.
+    fn note(&mut self, day: i64, key: (String, String), url: &str) {
+        let _ = self.of(day, &key);
+        if !self.used.contains_key(&key) && self.used.len() >= MAX_DAY_KEYS {
+            let oldest = self
+                .used
+                .iter()
+                .min_by_key(|(_, (_, last))| *last)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.used.remove(&k);
+            }
+        }
+        let tick = self.tick;
+        let (urls, last) = self.used.entry(key).or_insert((Vec::new(), tick));
+        *last = tick;
+        if !urls.iter().any(|u| u == url) {
+            urls.push(url.to_owned());
+        }
+    }
+}
+
+/// This node's UTC day (the owner pins by its own: at most a day apart).
+fn utc_day() -> i64 {
+    crate::store::now_secs().div_euclid(86_400)
 }
 
 const BENCH_FIRST: std::time::Duration = std::time::Duration::from_secs(30);
@@ -318,6 +394,7 @@ impl Boxes {
             refreshed_at: RwLock::new(None),
             claimed: Mutex::new(BTreeMap::new()),
             benched: Mutex::new(BTreeMap::new()),
+            day_boxes: Mutex::new(DayBoxes::default()),
             first_seen: RwLock::new(BTreeMap::new()),
             store: None,
         }
@@ -655,6 +732,18 @@ impl Boxes {
     }
 
     fn by_load_at(&self, candidates: Vec<KnownBox>, now: std::time::Instant) -> Vec<KnownBox> {
+        self.ordered_at(candidates, &[], now)
+    }
+
+    /// `candidates` in the order a call should try them: those in `day` (the boxes its
+    /// (peer, skill) used today) least loaded first, then the others least loaded first, a box
+    /// that just failed after all of them (see [`Benched`]).
+    fn ordered_at(
+        &self,
+        candidates: Vec<KnownBox>,
+        day: &[String],
+        now: std::time::Instant,
+    ) -> Vec<KnownBox> {
         let claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
         let benched: std::collections::BTreeSet<String> = self
             .benched
@@ -664,10 +753,59 @@ impl Boxes {
             .filter(|(_, b)| b.until > now)
             .map(|(u, _)| u.clone())
             .collect();
-        let (last, first): (Vec<KnownBox>, Vec<KnownBox>) = order_by_load(candidates, &claimed)
+        let (last, usable): (Vec<KnownBox>, Vec<KnownBox>) = order_by_load(candidates, &claimed)
             .into_iter()
             .partition(|k| benched.contains(&k.url));
-        first.into_iter().chain(last).collect()
+        let (days, others): (Vec<KnownBox>, Vec<KnownBox>) =
+            usable.into_iter().partition(|k| day.contains(&k.url));
+        days.into_iter().chain(others).chain(last).collect()
+    }
+
+    /// The order a new call of `skill` from `peer` tries `candidates` in (see [`DayBoxes`]):
+    /// the first is claimed ([`Boxes::claim`]) and becomes one of the (peer, skill)'s boxes of
+    /// the day at once, so the calls of a burst that start before any run opened follow it.
+    pub fn pick(&self, peer: &str, skill: &str, candidates: Vec<KnownBox>) -> Vec<KnownBox> {
+        self.pick_at(
+            peer,
+            skill,
+            candidates,
+            utc_day(),
+            std::time::Instant::now(),
+        )
+    }
+
+    fn pick_at(
+        &self,
+        peer: &str,
+        skill: &str,
+        candidates: Vec<KnownBox>,
+        day: i64,
+        now: std::time::Instant,
+    ) -> Vec<KnownBox> {
+        let key = (peer.to_owned(), skill.to_owned());
+        // Held across the choice and the note: calls of one (peer, skill) starting together
+        // would otherwise each see an empty day and spread by load.
+        let mut days = self.day_boxes.lock().unwrap_or_else(|p| p.into_inner());
+        let used = days.of(day, &key);
+        let ordered = self.ordered_at(candidates, &used, now);
+        if let Some(first) = ordered.first() {
+            self.claim(&first.url);
+            days.note(day, key, &first.url);
+        }
+        ordered
+    }
+
+    /// A run of `skill` from `peer` opened on the box at `url` (the one picked, or another it
+    /// moved to): one of the (peer, skill)'s boxes of the day.
+    pub fn used_today(&self, peer: &str, skill: &str, url: &str) {
+        let url = normalize_url(url);
+        if !self.clients.contains_key(&url) {
+            return;
+        }
+        self.day_boxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(utc_day(), (peer.to_owned(), skill.to_owned()), &url);
     }
 
     /// The box at `url` failed a call for `reason` (one of [`BoxMove::REASONS`]): a box that
@@ -711,13 +849,15 @@ impl Boxes {
             .or_default() += 1;
     }
 
-    /// The known boxes a run of `program` may be opened on instead of `current` (it answered
-    /// `busy` or not at all): listed by identity in the program, offering its provider at the
-    /// very host the program names (the attestation binds it), least loaded first.
+    /// The known boxes a run of `program` (a call of `skill` from `peer`) may be opened on
+    /// instead of `current` (it answered `busy` or not at all): listed by identity in the
+    /// program, offering its provider at the very host the program names (the attestation binds
+    /// it), the (peer, skill)'s boxes of the day first, each group least loaded first.
     pub fn alternatives(
         &self,
         current: &str,
         program: &skillbox_jc::program::Program,
+        (peer, skill): (&str, &str),
     ) -> Vec<KnownBox> {
         let current = normalize_url(current);
         let provider = program.provider.id.to_string();
@@ -733,7 +873,12 @@ impl Boxes {
                 })
             })
             .collect();
-        self.by_load(others)
+        let used = self
+            .day_boxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .of(utc_day(), &(peer.to_owned(), skill.to_owned()));
+        self.ordered_at(others, &used, std::time::Instant::now())
     }
 
     pub fn known(&self) -> Vec<KnownBox> {
@@ -1086,6 +1231,61 @@ mod tests {
         }
         assert_eq!(sent.get("http://a"), Some(&5));
         assert_eq!(sent.get("http://b"), Some(&5));
+    }
+
+    /// The owner's day pin counts the boxes a (peer, skill)'s runs went to: a burst of one
+    /// skill stays on the box its first call picked though the others are less loaded, calls of
+    /// other skills and peers still spread, a day's box that failed falls back to load order,
+    /// and a new day starts by load.
+    #[test]
+    fn a_call_tries_the_boxes_its_peer_and_skill_used_today_first() {
+        let urls_in = ["http://a", "http://b", "http://c"].map(str::to_owned);
+        let boxes = Boxes::new(&urls_in, true, &[], &BTreeMap::new());
+        let three = vec![
+            known("http://a", 0),
+            known("http://b", 0),
+            known("http://c", 0),
+        ];
+        let t0 = std::time::Instant::now();
+        let first = |peer: &str, skill: &str, day: i64| {
+            boxes.pick_at(peer, skill, three.clone(), day, t0)[0]
+                .url
+                .clone()
+        };
+        for _ in 0..6 {
+            assert_eq!(first("p", "s", 1), "http://a");
+        }
+        assert_eq!(first("p", "t", 1), "http://b", "another skill spreads");
+        assert_eq!(first("q", "s", 1), "http://c", "another peer spreads");
+        // The day's box failed: the next goes by load (b: 1 claim, c: 1), and is the day's too.
+        boxes.failed_at("http://a", t0);
+        assert_eq!(first("p", "s", 1), "http://b");
+        assert_eq!(first("p", "s", 1), "http://b");
+        // A new day: by load again (a benched, b: 3 claims, c: 1).
+        assert_eq!(first("p", "s", 2), "http://c");
+        // A run moved to a box not accepted is not noted.
+        boxes.used_today("p", "s", "http://elsewhere");
+        let kept = boxes.day_boxes.lock().expect("day boxes");
+        assert!(
+            kept.used
+                .values()
+                .all(|(u, _)| u.iter().all(|u| u != "http://elsewhere"))
+        );
+    }
+
+    #[test]
+    fn a_days_boxes_keep_a_bounded_number_of_peer_skill_pairs() {
+        let mut days = DayBoxes::default();
+        for i in 0..MAX_DAY_KEYS + 10 {
+            days.note(1, (format!("p{i}"), "s".into()), "http://a");
+        }
+        assert_eq!(days.used.len(), MAX_DAY_KEYS);
+        // The least recently used went first: the newest is kept, the first is gone.
+        let newest = (format!("p{}", MAX_DAY_KEYS + 9), "s".to_owned());
+        assert_eq!(days.of(1, &newest), ["http://a"]);
+        assert!(days.of(1, &("p0".into(), "s".into())).is_empty());
+        days.note(2, ("p".into(), "s".into()), "http://b");
+        assert_eq!(days.used.len(), 1, "a new day forgets the last");
     }
 
     /// A pin of `url`; a hardware one names its TCB floor (a pin without one is refused).

@@ -241,8 +241,9 @@ impl Calls {
     }
 
     /// The boxes both sides accept (ours by URL, theirs by identity from their advert) that
-    /// can run the skill's provider, least loaded first, and the one this call uses (the
-    /// first). An accepted box whose identity
+    /// can run the skill's provider, those this node's calls of the skill used today first,
+    /// each group least loaded first ([`super::boxes::Boxes::pick`]), and the one this call
+    /// uses (the first, claimed). An accepted box whose identity
     /// this node has not learnt yet (it started after the node) is asked now, briefly.
     async fn choose_box(
         &self,
@@ -295,7 +296,11 @@ impl Calls {
                 ),
             });
         }
-        let able: Vec<KnownBox> = boxes.by_load(
+        // The boxes this node's calls of the skill used today first: the owner pins its day of
+        // the skill to the box instances its runs go to (`coverage::pin_box`).
+        let able: Vec<KnownBox> = boxes.pick(
+            peer,
+            &offered.skill.name,
             common
                 .iter()
                 .filter(|k| k.offers(provider))
@@ -312,7 +317,6 @@ impl Calls {
                     .join(", "),
             });
         };
-        boxes.claim(&first.url);
         Ok((able, first))
     }
 

@@ -1,5 +1,6 @@
 //! Spread over boxes: a caller that accepts several boxes able to run a call sends it to the
-//! least loaded, so a burst is shared, and a box that answers `busy` hands the call to another
+//! least loaded (those its calls of the same peer and skill used today first), so a burst of
+//! calls of several skills is shared, and a box that answers `busy` hands the call to another
 //! before anything is staked.
 
 use crate::support;
@@ -13,17 +14,37 @@ use skillbox_jc::run::BoxConfig;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// `n` calls at once from a caller to an owner offering `taste`, both accepting `boxes`: each
-/// call's ended record of the caller and of the owner, once both nodes stopped. Every call was
-/// answered and ran exactly once at the provider.
-async fn answered_burst(provider: &ProviderLog, boxes: &[String], n: usize) -> Vec<(Value, Value)> {
+/// `n` calls at once from a caller to an owner offering `taste` and the `more` skills, both
+/// accepting `boxes`, the calls taking the skills in turn: each call's ended record of the
+/// caller and of the owner, once both nodes stopped. Every call was answered and ran exactly
+/// once at the provider.
+async fn answered_burst(
+    provider: &ProviderLog,
+    boxes: &[String],
+    n: usize,
+    more: &[&str],
+) -> Vec<(Value, Value)> {
     let accept = |c: &mut skillbox_node::Config| c.boxes.accept = boxes.to_vec();
     let (owner, caller) = tagged_pair(&boxes[0], "LOAD-1", accept).await;
+    for skill in more {
+        owner
+            .add_skill(&support::skill_doc(
+                skill,
+                &format!("BODY-LOAD-{skill}"),
+                &[],
+            ))
+            .await;
+        caller.wait_board(&owner.peer_id, skill).await;
+    }
+    let skills: Vec<&str> = std::iter::once("taste")
+        .chain(more.iter().copied())
+        .collect();
     let mut ids = Vec::new();
     for i in 0..n {
+        let skill = skills[i % skills.len()];
         ids.push(
             caller
-                .start_call(&owner.peer_id, "taste", &format!("REQ-LOAD-{i}"))
+                .start_call(&owner.peer_id, skill, &format!("REQ-LOAD-{i}"))
                 .await,
         );
     }
@@ -51,7 +72,7 @@ async fn burst_beside(
 ) -> (String, Vec<(Value, Value)>) {
     let refusing = support::start_box_configured(provider_url, refusing).await;
     let open = support::start_box(provider_url).await;
-    let ended = answered_burst(provider, &[refusing, open.clone()], 4).await;
+    let ended = answered_burst(provider, &[refusing, open.clone()], 4, &[]).await;
     for (c, _) in &ended {
         assert_eq!(c["box"], open.as_str(), "{c}");
     }
@@ -59,13 +80,15 @@ async fn burst_beside(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_burst_of_calls_is_shared_by_the_boxes_both_sides_accept() {
+async fn a_burst_of_calls_of_several_skills_is_shared_by_the_boxes_both_sides_accept() {
     let (provider_url, provider) = support::provider_double(Duration::from_millis(400)).await;
     let boxes = vec![
         support::start_box(&provider_url).await,
         support::start_box(&provider_url).await,
     ];
-    let ended = answered_burst(&provider, &boxes, 8).await;
+    // Calls of four skills: those of one skill stay on the boxes it used today (the owner pins
+    // a peer's day of a skill to its box instances, `coverage::day_pin`), the skills spread.
+    let ended = answered_burst(&provider, &boxes, 8, &["sip", "sniff", "swirl"]).await;
     let mut per_box = BTreeMap::<String, usize>::new();
     for (c, o) in &ended {
         assert_eq!(c["box"], o["box"], "both sides name the same box: {c} {o}");
@@ -118,7 +141,7 @@ async fn a_rate_limited_box_is_retried_until_the_calls_are_answered() {
     )
     .await;
     // Three calls at once need nine tokens (an open and two stakes each) from a bucket of two.
-    let ended = answered_burst(&provider, &[slow], 3).await;
+    let ended = answered_burst(&provider, &[slow], 3, &[]).await;
     for (_, o) in &ended {
         assert_eq!(o["state"], "ran", "{o}");
     }

@@ -143,13 +143,19 @@ async fn a_box_that_died_before_any_stake_hands_the_run_to_another_and_the_histo
     let dead = dying.url.clone();
     // Both nodes know both boxes (and advertise them) before the first one dies.
     let (owner, caller) = pair(&[dead.clone(), alive.clone()], 900).await;
+    owner
+        .add_skill(&skill_doc("sip", "BODY-MOVE-SIP", &[]))
+        .await;
+    caller.wait_board(&owner.peer_id, "sip").await;
     dying.kill().await;
-    // Equal load: the calls alternate over the two boxes, so half of them pick the dead one.
+    // Equal load: the first calls of two skills pick the two boxes (a skill's later calls
+    // follow the boxes it used today), so one skill's first call picks the dead one.
     let mut ids = Vec::new();
     for i in 0..4 {
+        let skill = ["taste", "sip"][i % 2];
         ids.push(
             caller
-                .start_call(&owner.peer_id, "taste", &format!("REQ-MOVE-{i}"))
+                .start_call(&owner.peer_id, skill, &format!("REQ-MOVE-{i}"))
                 .await,
         );
     }

@@ -735,4 +735,51 @@ mod day_pin {
         assert_eq!(provider.0.lock().expect("log").len(), 2);
         support::stop_all([owner, caller]).await;
     }
+
+    /// The pin's honest cost: a caller accepting three boxes sent a burst of one skill to the
+    /// least loaded each time, so its third box's calls were refused `coverage_exceeded` under
+    /// the owner's default `day_box_moves` (1). The caller's node now sends a (peer, skill)'s
+    /// calls to the boxes it used today first: every call of the burst is answered, on at most
+    /// `1 + day_box_moves` boxes, while a call of another skill started in the middle of the
+    /// burst still goes to a less loaded box.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_honest_burst_of_one_skill_over_three_boxes_is_answered() {
+        let (provider_url, provider) = support::provider_double(Duration::from_millis(200)).await;
+        let mut urls = Vec::new();
+        for _ in 0..3 {
+            urls.push(support::start_box(&provider_url).await);
+        }
+        let (owner, caller) =
+            pair(&urls, "PIN-3", skillbox_node::config::DEFAULT_DAY_BOX_MOVES).await;
+        owner
+            .add_skill(&support::skill_doc("sip", "BODY-PIN-3-SIP", &[]))
+            .await;
+        caller.wait_board(&owner.peer_id, "sip").await;
+        let mut burst = Vec::new();
+        for i in 0..6 {
+            burst.push(
+                caller
+                    .start_call(&owner.peer_id, "taste", &format!("REQ-PIN-3-{i}"))
+                    .await,
+            );
+        }
+        let other = caller
+            .start_call(&owner.peer_id, "sip", "REQ-PIN-3-SIP")
+            .await;
+        let mut used = std::collections::BTreeMap::<String, usize>::new();
+        for id in &burst {
+            let c = caller.wait_call(id, LIMIT).await;
+            assert_eq!(c["state"], "answered", "{c}");
+            *used.entry(c["box"].to_string()).or_default() += 1;
+        }
+        assert!(used.len() <= 2, "one skill's day spread over {used:?}");
+        let sip = caller.wait_call(&other, LIMIT).await;
+        assert_eq!(sip["state"], "answered", "{sip}");
+        assert!(
+            !used.contains_key(&sip["box"].to_string()),
+            "another skill's call did not spread: {sip} beside {used:?}"
+        );
+        assert_eq!(provider.0.lock().expect("log").len(), 7);
+        support::stop_all([owner, caller]).await;
+    }
 }
