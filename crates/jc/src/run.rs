@@ -2249,10 +2249,10 @@ impl BoxCore {
         let Some(prepared) = guard else {
             return complete(req).await;
         };
-        // How much a released answer carries of the body goes to the owner's note (coverage
-        // across calls) — how much, never which words: the owner's body decides which of its
-        // phrases the model repeats, so positions would carry the caller's sources to the
-        // owner. A withheld answer releases nothing. The verdict and the levels come from one
+        // How much a released answer carries of the body goes to the box's day book (coverage
+        // across calls, `crate::day`), never to the owner: the owner's body decides which of
+        // its phrases the model repeats, so even which regions an answer touched would carry
+        // the caller's sources to the owner. A withheld answer releases nothing. The verdict and the levels come from one
         // walk of the answer (`check_released`): a clean answer's check walks all that its
         // coverage does.
         let released = |a: Answered, levels, acted: bool| Answered {
@@ -2420,11 +2420,12 @@ impl BoxCore {
 
     /// DELETE: a party ends the run (cancel, or done with its result). Keys and stakes are
     /// dropped and the run id is spent. Not while the run is running, and not the caller's once
-    /// a guarded run has finished: its owner note is the owner's count of what the answer
-    /// carried of the body, and a caller that deleted its answered run before the owner fetched
-    /// the note (the fetch is anyone's, so "fetched" proves nothing) kept that answer out of
-    /// the count — the owner's fetch met `run_spent`. The run goes at its `keep_until` as any
-    /// finished run; an honest caller's node deletes only runs it cancels.
+    /// a guarded run has finished: the owner's fetch of its receipt and note (whether the guard
+    /// acted, and a `coverage_exceeded` that frees its turn) would meet `run_spent`, and the
+    /// fetch is anyone's, so "fetched" proves nothing. (What the answer carried of the body is
+    /// counted in the box's day book at release, whatever happens to the run after.) The run
+    /// goes at its `keep_until` as any finished run; an honest caller's node deletes only runs
+    /// it cancels.
     pub fn delete(&self, run_id: &str, action: &Envelope, now: u64) -> Result<()> {
         let mut st = self.lock();
         let run = st.kept(run_id)?;

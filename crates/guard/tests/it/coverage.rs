@@ -431,8 +431,9 @@ fn a_secret_given_in_labelled_slices_out_of_order_is_caught() {
 /// A secret asked for one slice per call, each answer under every per-answer rule: a code a
 /// character per call by its ordinal (`The third character of the password is 7.`), a PIN a
 /// digit per call, a code two characters per call as numbered parts (`Part 2 of the code is
-/// RO.`). The owner adds up what each released answer covered (`Coverage::add`, as the node's
-/// `guard_coverage` does) and refuses the peer once the sum passes its canary limit: caught when
+/// RO.`). What each released answer covered is added up (`Coverage::add`; the box's day book
+/// sums the levels the same way, `skillbox_jc::day`) and the peer is refused once the sum passes
+/// the canary limit: caught when
 /// the sum of all the calls reaches the limit. (A day of ordinary answers against the same
 /// bodies: `a_day_of_ordinary_answers_trips_no_secret`.)
 #[test]

@@ -806,7 +806,7 @@ impl Calls {
         let acted = note.as_ref().map(|n| n.guard_acted);
         // The box refused the run at its start because the peer's day of the skill is used up
         // (the owner's `day_limits`): the one thing the owner learns of the tally.
-        let day_used_up = view.error == Some(RunFailure::CoverageExceeded);
+        let day_used_up = day_used_up(&receipt, &view);
         let run_end = (row.call.role == Role::Owner).then_some(if day_used_up {
             driver::RunEnd::DayUsedUp
         } else {
@@ -1098,9 +1098,59 @@ fn seal_for_stake(
     Ok((seal_stake(v, role, inputs)?, items))
 }
 
+/// Whether the box refused this run because the peer's day of the skill is used up. The code in
+/// the box's answer is not under the receipt's signature, so it is believed only where the
+/// signed receipt agrees that the run failed and no answer came: whoever could rewrite a plain
+/// loopback box's answer cannot turn an answered run into a day's refusal.
+fn day_used_up(
+    receipt: &skillbox_jc::receipt::Receipt,
+    view: &skillbox_jc::run::ResultView,
+) -> bool {
+    receipt.status == skillbox_jc::receipt::RunStatus::Failed
+        && view.sealed_output.is_none()
+        && view.error == Some(RunFailure::CoverageExceeded)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_failed_signed_receipt_without_an_answer_makes_the_boxs_code_a_days_refusal() {
+        use skillbox_jc::receipt::{Receipt, RunStatus};
+        let receipt = |status| Receipt {
+            run_id: "r".into(),
+            program_hash: "h".into(),
+            status,
+            finished_at: 0,
+            output_bucket: 0,
+            owner_note_sha256: None,
+        };
+        let view = |sealed_output: Option<&str>, error| skillbox_jc::run::ResultView {
+            run_id: "r".into(),
+            status: RunStatus::Failed,
+            sealed_output: sealed_output.map(str::to_owned),
+            receipt: skillbox_jc::dsse::Envelope::new("t", b"{}"),
+            owner_note: None,
+            error,
+            no_hardware_isolation: true,
+        };
+        let exceeded = Some(RunFailure::CoverageExceeded);
+        assert!(day_used_up(
+            &receipt(RunStatus::Failed),
+            &view(None, exceeded)
+        ));
+        // An answered run whose unsigned code was rewritten: the receipt says it ran.
+        assert!(!day_used_up(&receipt(RunStatus::Ok), &view(None, exceeded)));
+        assert!(!day_used_up(
+            &receipt(RunStatus::Failed),
+            &view(Some("AAAA"), exceeded)
+        ));
+        assert!(!day_used_up(
+            &receipt(RunStatus::Failed),
+            &view(None, Some(RunFailure::Internal))
+        ));
+    }
 
     #[test]
     fn a_busy_box_is_asked_again_soon_then_less_often_never_past_four_seconds() {
