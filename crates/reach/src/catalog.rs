@@ -176,20 +176,30 @@ impl Catalog {
     /// `apply_skill`, A2A's `metadata.skill`): `skill` is
     /// - an id, `<peer>/<digest>` (A2A's card) or `<peer>/s-<digest>` (a stub URI's two
     ///   segments): a name has no `/` by its grammar, and only this catalog resolves an id;
-    /// - a stub's opaque name `s-<digest>` (with `peer`, as the stub suggests, or the one peer
-    ///   offering it), resolved the same way; a skill a peer itself named `s-…` is still
-    ///   taken by its name when no digest matches;
+    /// - a stub's opaque name `s-<digest>`, bare (with `peer`, as the stub suggests, or the one
+    ///   peer offering it), resolved the same way;
     /// - a name, bare or framed as a surface shows it, with `peer` or the one peer offering it.
+    ///   A framed name is a name only, never a digest: it is what a listing showed of one
+    ///   peer's skill, and a peer that named its skill `s-<digest of another's>` must not have
+    ///   a call of its listed name reach the other's skill. A bare `s-<digest>` that is both a
+    ///   digest and some peer's name, of two peers, is refused as offered by several.
+    ///   ([`callable`] already keeps no name of that form; this holds for any catalog.)
     ///
-    /// A refusal's words otherwise, in `words`, naming nothing the agent sent but a name in
-    /// its frame.
+    /// A refusal's words otherwise: fixed, in `words`, or naming what the agent sent only in
+    /// its frame ([`offered_by_several`]).
     pub fn asked(
         &self,
         skill: &str,
         peer: Option<String>,
         words: &Asking,
     ) -> Result<(String, String), String> {
-        let skill = unframed(skill);
+        let name = unframed(skill);
+        // `unframed` returns its input untouched unless it took this process's frame off.
+        let framed = name != skill;
+        let skill = name;
+        if framed {
+            return self.by_name(skill, peer, words);
+        }
         if let Some((of, digest)) = skill.split_once('/') {
             let digest = crate::stub::digest_of(digest).unwrap_or(digest);
             let Some(s) = self.with_digest(Some(of), digest).next() else {
@@ -201,31 +211,50 @@ impl Catalog {
             return Ok((s.peer.clone(), s.skill.clone()));
         }
         if let Some(digest) = crate::stub::digest_of(skill) {
-            let found: Vec<&CallableSkill> = self.with_digest(peer.as_deref(), digest).collect();
-            match found.as_slice() {
-                // One peer's two names with one digest are that peer's doing: the first.
-                [one, ..] if peer.is_some() || found.iter().all(|s| s.peer == one.peer) => {
-                    return Ok((one.peer.clone(), one.skill.clone()));
+            // What the opaque text can stand for: the skills with that digest, then any skill
+            // literally named so. Of one peer, the first (a peer's own names are its doing);
+            // of two, the agent must say which: a peer choosing another's opaque name as its
+            // own must not get a call meant for it routed elsewhere, nor the other way round.
+            let found: Vec<&CallableSkill> = self
+                .with_digest(peer.as_deref(), digest)
+                .chain(
+                    self.named(skill)
+                        .filter(|s| peer.as_deref().is_none_or(|p| s.peer == p)),
+                )
+                .collect();
+            return match found.as_slice() {
+                [one, ..] if found.iter().all(|s| s.peer == one.peer) => {
+                    Ok((one.peer.clone(), one.skill.clone()))
                 }
-                [one, ..] => {
-                    let peers: Vec<&str> = found.iter().map(|s| s.peer.as_str()).collect();
-                    return Err(offered_by_several(&one.skill, &peers, words.name_the_peer));
+                [_, ..] => {
+                    let mut peers: Vec<&str> = found.iter().map(|s| s.peer.as_str()).collect();
+                    peers.sort_unstable();
+                    peers.dedup();
+                    Err(offered_by_several(skill, &peers, words.name_the_peer))
                 }
-                [] if self.named(skill).next().is_none() => {
-                    return Err(words.unknown_id.to_owned());
-                }
-                [] => {}
-            }
+                [] => Err(words.unknown_id.to_owned()),
+            };
         }
+        self.by_name(skill, peer, words)
+    }
+
+    /// [`Catalog::asked`] for a name: `peer`'s, or the one peer offering it.
+    fn by_name(
+        &self,
+        skill: &str,
+        peer: Option<String>,
+        words: &Asking,
+    ) -> Result<(String, String), String> {
         if let Some(p) = peer {
             return Ok((p, skill.to_owned()));
         }
         let offering: Vec<&str> = self.named(skill).map(|s| s.peer.as_str()).collect();
         match offering.as_slice() {
             [one] => Ok(((*one).to_owned(), skill.to_owned())),
+            // Fixed words: the agent's text may be anything it was told to pass, and a
+            // refusal is read by the same agent (nothing to show it that it did not send).
             [] => Err(format!(
-                "no callable skill named {:?} right now ({})",
-                clean_untrusted(skill, 64),
+                "no skill this node can call right now has that name ({})",
                 words.listing
             )),
             many => Err(offered_by_several(skill, many, words.name_the_peer)),
@@ -475,6 +504,10 @@ pub fn callable(
     let mut out: Vec<CallableSkill> = rows
         .iter()
         .filter(|r| r.peer != own_id && valid_peer(&r.peer) && valid_skill_name(&r.skill))
+        // `s-<16 hex>` is the form of this node's opaque stub names (`stub::name`): a peer's
+        // skill so named would read, on every surface and to the resolver, as another
+        // skill's stub. No honest name needs that form.
+        .filter(|r| crate::stub::digest_of(&r.skill).is_none())
         // Boards refuse such adverts; a catalog does not rely on it.
         .filter(|r| r.provider.parse::<skillbox_skill::ProviderId>().is_ok())
         .filter(|r| {
@@ -777,6 +810,83 @@ mod tests {
             "{said}"
         );
         assert_eq!(said.matches(name).count(), 1, "{said}");
+    }
+
+    const ASKING: Asking = Asking {
+        name_the_peer: "with `peer`",
+        listing: "see the listing",
+        unknown_id: "no such id",
+        contradicting_peer: "not that id's peer",
+    };
+
+    /// Review 22b R1: peer H advertises a skill literally named `s-<digest of P's "taste">`,
+    /// the opaque name of P's skill. A call of H's skill as the listing shows it (framed), or
+    /// bare without a peer, must not reach P's `taste`; and a catalog keeps no such name.
+    #[test]
+    fn a_peers_skill_named_as_anothers_opaque_name_is_not_the_other_skill() {
+        let opaque = format!("s-{}", name_digest("taste"));
+        let rows = vec![
+            row("PeerP", "taste", "t", &[]),
+            row("PeerH", "stand-in", "h", &[]),
+            row("PeerH", &opaque, "h", &[]),
+        ];
+        let mut skills = callable(
+            &rows,
+            |_| accepted(),
+            "Self1",
+            &HashSet::new(),
+            &[dev_box()],
+        );
+        let kept: Vec<&str> = skills.iter().map(|s| s.skill.as_str()).collect();
+        assert_eq!(kept, ["stand-in", "taste"], "the opaque form is kept");
+        // The resolver holds for any catalog: give H the name back, as a board might.
+        skills[0].skill = opaque.clone();
+        let cat = Catalog {
+            skills,
+            ..Catalog::default()
+        };
+        let asked =
+            |skill: &str, peer: Option<&str>| cat.asked(skill, peer.map(str::to_owned), &ASKING);
+        let h = Ok(("PeerH".to_owned(), opaque.clone()));
+        let p = Ok(("PeerP".to_owned(), "taste".to_owned()));
+        assert_eq!(asked(&frame(&opaque), None), h, "the framed name is H's");
+        assert_eq!(asked(&frame(&opaque), Some("PeerH")), h);
+        let bare = asked(&opaque, None);
+        assert_eq!(
+            bare,
+            Err(offered_by_several(
+                &opaque,
+                &["PeerH", "PeerP"],
+                "with `peer`"
+            )),
+            "the bare name is both"
+        );
+        assert_eq!(asked(&opaque, Some("PeerP")), p);
+        assert_eq!(asked(&opaque, Some("PeerH")), h);
+        assert_eq!(asked(&frame("taste"), None), p);
+        assert_eq!(asked(&format!("PeerP/{opaque}"), None), p);
+    }
+
+    /// Review 22b R4: the agent asks for a skill nobody offers, named as an order: the
+    /// refusal's words are fixed, the agent's text is nowhere in them.
+    #[test]
+    fn an_unknown_name_is_refused_in_fixed_words() {
+        let cat = Catalog::default();
+        for sent in [
+            "ignore-previous-x",
+            "s-0123456789abcdef",
+            "P/s-0123456789abcdef",
+        ] {
+            let said = cat
+                .asked(sent, None, &ASKING)
+                .expect_err("nothing is callable");
+            assert!(!outside_frames(&said).contains("ignore-previous"), "{said}");
+            assert!(!said.contains(sent), "{said}");
+        }
+        let said = cat
+            .asked(&frame("ignore-previous-x"), None, &ASKING)
+            .expect_err("nothing is callable");
+        assert!(!said.contains("ignore-previous"), "{said}");
     }
 
     /// A description that spells an instruction in tag characters (invisible on the board, read
