@@ -738,8 +738,10 @@ impl Calls {
                 )
                 .await
             {
+                // Accepted (or, `wrong_state`, both submitted already: a retry after the run
+                // started, our submit): only now is the run on that box, and the day's pin
+                // counts it.
                 Ok(_) => break,
-                // Both submitted already (a retry after the run started): that is our submit.
                 Err(JcError::Remote { code, .. }) if code == "wrong_state" => break,
                 Err(JcError::Remote { code, .. })
                     if code == "stakes_missing" && tokio::time::Instant::now() < deadline =>
@@ -759,6 +761,11 @@ impl Calls {
                     return Err(e);
                 }
             }
+        }
+        if turns {
+            self.pin_day(row)
+                .await
+                .map_err(|e| JcError::Internal(format!("day pin: {e}")))?;
         }
         Ok(Some((Event::Submitted, Change::none())))
     }

@@ -135,7 +135,8 @@ pub fn moved_past(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<
     Ok(!known && used > guard.day_box_moves)
 }
 
-/// At the owner's submit (the turn): add `run`'s instance to the box instances the peer's runs
+/// Once the box accepted the owner's submit (the run starts there, see
+/// [`super::Calls::pin_day`]): add `run`'s instance to the box instances the peer's runs
 /// of the skill went to that day. The first pins the day; each other one is a move, at most
 /// `[guard] day_box_moves` a day. `false`: refused, one move too many, and nothing written.
 /// Each box keeps its own day book, so without the pin a caller's runs spread over the owner's
@@ -236,15 +237,20 @@ pub enum Turn {
     /// Another call submitting or submitted holds it.
     Held,
     /// Free, but the box refused this peer the skill today, or the run is on a box instance
-    /// one move past the day's pin ([`pin_box`]): refused.
+    /// one move past the day's pin ([`moved_past`]): refused.
     Refused,
+    /// The taker's own call ended already (a stall, its peer's `call.failed`, expiry) while its
+    /// submit action still waited: nothing taken. A turn taken by an ended call would be held,
+    /// with no settling task, until its program expires (review 22b R2).
+    Ended,
 }
 
 /// In one transaction: take the turn for `me` (with `token`) unless a live call holds it, and
 /// check the day's refusal once it is free. A holder is live while its owner call is submitting or
 /// submitted, or failed with its program not yet expired (its run may still be at the box, see
 /// [`Turns`]; a failed call whose outcome came or whose submit was not taken gave its row back).
-/// Taken, the day is pinned to `instance`, the box instance `me`'s run is on ([`pin_box`]).
+/// Refused too when `instance`, the box instance `me`'s run is on, is one move past the day's
+/// pin ([`moved_past`]); the pin itself is written only once the box accepted the submit.
 pub fn try_take(
     tx: &Tx<'_>,
     key: &(String, String),
@@ -259,6 +265,20 @@ pub fn try_take(
             |r| r.get(0),
         )
         .optional()?;
+    let mine: Option<String> = tx
+        .query_row(
+            "SELECT state FROM calls WHERE id = ?1 AND role = 'owner'",
+            params![me],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if mine
+        .as_deref()
+        .and_then(skillbox_calls::machine::State::parse)
+        .is_some_and(|s| s.is_terminal())
+    {
+        return Ok(Turn::Ended);
+    }
     let now_ms = i64::try_from(super::now_ms()).unwrap_or(i64::MAX);
     let held = match holder.as_deref() {
         None => false,
@@ -287,7 +307,10 @@ pub fn try_take(
         day: today,
         instance,
     };
-    if refused(tx, &key.0, &key.1, today, guard)? || !pin_box(tx, &run, guard)? {
+    // Only checked here: the pin is written once the box accepts the submit
+    // ([`super::Calls::pin_day`]), so a run that never starts (a submit the box refuses, a box
+    // that dies first) spends none of the day's moves (review 22b R6).
+    if refused(tx, &key.0, &key.1, today, guard)? || moved_past(tx, &run, guard)? {
         return Ok(Turn::Refused);
     }
     tx.execute(
@@ -374,6 +397,9 @@ impl super::Calls {
                         return Ok(None);
                     }
                     Turn::Refused => return Ok(Some(FailureCode::CoverageExceeded)),
+                    // The call is terminal: the machine ignores this event, the action just
+                    // stops.
+                    Turn::Ended => return Ok(Some(FailureCode::Stalled)),
                     Turn::Held if super::now_ms() >= row.call.expires_at_ms => {
                         return Ok(Some(FailureCode::CoverageExceeded));
                     }
@@ -386,6 +412,38 @@ impl super::Calls {
         .await;
         self.0.turns.forget(&key, notify);
         taken
+    }
+
+    /// Owner, once the box accepted this call's submit (still holding the turn): pin the peer's
+    /// day of the skill to the run's box instance ([`pin_box`]). Written here rather than at
+    /// the turn, so a run the box never started spends none of the day's moves; the turn is held
+    /// from the accepted submit until the run's outcome, so the next call's check
+    /// ([`try_take`]) reads this pin.
+    pub(super) async fn pin_day(&self, row: &CallRow) -> Result<()> {
+        if !self.turns_on() {
+            return Ok(());
+        }
+        let instance = box_instance(row.box_url.as_deref(), row.verified.as_ref());
+        let (peer, skill) = (row.call.peer.clone(), row.call.skill.clone());
+        let (store, guard) = (self.0.store.clone(), self.0.guard.clone());
+        let pinned = super::blocking(move || {
+            store.write(|tx| {
+                let run = DayRun {
+                    peer: &peer,
+                    skill: &skill,
+                    day: day_of(now_secs()),
+                    instance: &instance,
+                };
+                pin_box(tx, &run, &guard)
+            })
+        })
+        .await?;
+        if !pinned {
+            // The turn checked this move before the submit and no other call of the pair
+            // submits meanwhile, so this is not expected; the run started anyway.
+            tracing::warn!(call = %row.call.id, "a run started one box move past the day's pin");
+        }
+        Ok(())
     }
 
     /// Owner: whether this process holds call `id`'s turn (taken, not given back).
@@ -749,6 +807,62 @@ mod tests {
                 Ok(())
             })
             .expect("write");
+    }
+
+    /// A run whose submit the box never took (refused, or the box died first) spends none of
+    /// the day's moves: the turn taken on a second instance and given back without an
+    /// accepted submit leaves the day's one move for a third (review 22b R6). The move past
+    /// the pin is still refused at the turn.
+    #[test]
+    fn a_turn_given_back_without_an_accepted_submit_spends_no_box_move() {
+        let store = Store::open_in_memory().expect("store");
+        let guard = GuardConfig::default();
+        let key = ("peer-a".to_owned(), "taste".to_owned());
+        let day = day_of(now_secs());
+        let at = |instance| DayRun {
+            peer: "peer-a",
+            skill: "taste",
+            day,
+            instance,
+        };
+        store
+            .write(|tx| {
+                // The day's first run was submitted at instance 1.
+                assert!(pin_box(tx, &at("tls:1"), &guard)?);
+                // A call moves to instance 2; the box there refuses the submit.
+                let turn = try_take(tx, &key, ("c2", "tls:2"), 1, &guard)?;
+                assert_eq!(turn, Turn::Taken);
+                give_back(tx, &key, "c2", Some(1))?;
+                assert!(
+                    !moved_past(tx, &at("tls:3"), &guard)?,
+                    "a run that never started used up the day's box move"
+                );
+                let turn = try_take(tx, &key, ("c3", "tls:3"), 2, &guard)?;
+                assert_eq!(turn, Turn::Taken);
+                // Its submit accepted, the move is spent: a fourth instance is refused.
+                assert!(pin_box(tx, &at("tls:3"), &guard)?);
+                give_back(tx, &key, "c3", Some(2))?;
+                let turn = try_take(tx, &key, ("c4", "tls:4"), 3, &guard)?;
+                assert_eq!(turn, Turn::Refused);
+                Ok(())
+            })
+            .expect("write");
+    }
+
+    /// A submit action that outlived its call (the call failed while it waited for the turn)
+    /// takes nothing, so the turn it would hold unsettled until the program's expiry stays free
+    /// for the peer's next call (review 22b R2).
+    #[test]
+    fn an_ended_call_takes_no_turn() {
+        let store = Store::open_in_memory().expect("store");
+        owner_call(&store, "stale", "failed");
+        assert_eq!(take(&store, "stale", 1), Turn::Ended);
+        let rows: i64 = store
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM guard_turns", [], |r| r.get(0))?))
+            .expect("read");
+        assert_eq!(rows, 0, "an ended call holds no turn");
+        owner_call(&store, "next", "submitting");
+        assert_eq!(take(&store, "next", 2), Turn::Taken);
     }
 
     /// The instance is the TLS key the verified attestation binds, else the box's URL.
