@@ -87,6 +87,21 @@ pub struct SourceMeta {
 /// CLI's output, the dashboard's page).
 pub const KEY_IS_NOT_A_SOURCE_NAME: &str = "the source name looks like a provider's API key, not a name: nothing was stored; give the source a short name and the key as its content (`skillbox source add NAME --secret`, or `PUT /sources/NAME?kind=secret` with the key as the body), and revoke the key with its provider if the command line or address was seen or kept";
 
+/// Whether [`check_name`]'s key test refuses `name`: a provider's API key pasted where a name
+/// goes, outside the node's own prefixes (whose parts are ids). Every surface that shows or
+/// takes a stored name asks this one test (the API's and the dashboard's unshare and remove, the
+/// dashboard's label for such a name).
+pub fn reads_as_a_pasted_key(name: &str) -> bool {
+    !skillbox_skill::is_reserved_source_name(name)
+        && skillbox_skill::looks_like_a_provider_key(name)
+}
+
+/// Whether `name` is one an older node may have stored although [`check_name`] now refuses it
+/// for the key test alone (valid under the name grammar, and [`reads_as_a_pasted_key`]).
+pub fn is_a_stored_pasted_key_name(name: &str) -> bool {
+    skillbox_skill::is_valid_source_name(name) && reads_as_a_pasted_key(name)
+}
+
 /// Check a source name with the project's one rule (the same one `key:` and `requiredSources`
 /// are checked with): `/`-separated segments of `[A-Za-z0-9_.-]`, each starting with a letter,
 /// digit or `_`, at most [`MAX_NAME_LEN`] bytes; and, outside the node's own prefixes, not a
@@ -95,9 +110,7 @@ pub const KEY_IS_NOT_A_SOURCE_NAME: &str = "the source name looks like a provide
 /// (the skill crate's diagnosis, the one `requiredSources` gives). (The node's own names are exempt from the key test: a call's id is 32 hex digits.)
 pub fn check_name(name: &str) -> Result<()> {
     let refused = |why: String| Err(NodeError::invalid("name", why));
-    if !skillbox_skill::is_reserved_source_name(name)
-        && skillbox_skill::looks_like_a_provider_key(name)
-    {
+    if reads_as_a_pasted_key(name) {
         return refused(KEY_IS_NOT_A_SOURCE_NAME.to_owned());
     }
     match skillbox_skill::document::source_name_problem(name) {

@@ -165,20 +165,15 @@ impl<S: Send + Sync> FromRequestParts<S> for StoredSourceName {
         let Param(name) = Param::from_request_parts(parts, state).await?;
         match sources::check_name(&name) {
             Ok(()) => Ok(StoredSourceName::Name(name)),
-            Err(refused) if pasted_key(&name) => Ok(StoredSourceName::PastedKey {
-                name,
-                refused: refused.into(),
-            }),
+            Err(refused) if sources::is_a_stored_pasted_key_name(&name) => {
+                Ok(StoredSourceName::PastedKey {
+                    name,
+                    refused: refused.into(),
+                })
+            }
             Err(refused) => Err(refused.into()),
         }
     }
-}
-
-/// Whether [`sources::check_name`] refuses `name` for the key test alone.
-fn pasted_key(name: &str) -> bool {
-    skillbox_skill::is_valid_source_name(name)
-        && !skillbox_skill::is_reserved_source_name(name)
-        && skillbox_skill::looks_like_a_provider_key(name)
 }
 
 #[utoipa::path(

@@ -3,6 +3,7 @@
 
 use super::*;
 use skillbox_node::SourceMeta;
+use skillbox_node::sources::{is_a_stored_pasted_key_name, reads_as_a_pasted_key};
 
 // ---- sources
 
@@ -68,7 +69,7 @@ const NOT_CHANGED: &str = "The node could not change that source: reload the pag
 /// session's opaque handle for it: the key stands nowhere on the page (a page is seen, cached,
 /// screenshotted), not in a cell, an attribute or a hidden field.
 fn source_row(session: &Session, m: &SourceMeta) -> Markup {
-    let key_named = reads_as_key(&m.name);
+    let key_named = reads_as_a_pasted_key(&m.name);
     let (what, field) = if key_named {
         let handle = session.source_handle(&m.name);
         (
@@ -108,26 +109,12 @@ fn source_row(session: &Session, m: &SourceMeta) -> Markup {
     }
 }
 
-/// Whether [`skillbox_node::sources::check_name`] refuses `name` for the key test alone: a name
-/// an older node stored, which the API's `StoredSourceName::PastedKey` lets only unsharing and
-/// removal reach. The API's own rule, so the dashboard takes exactly what the API takes.
-fn pasted_key(name: &str) -> bool {
-    skillbox_skill::is_valid_source_name(name) && reads_as_key(name)
-}
-
-/// Whether `name` is one `check_name`'s key test refuses (outside the node's own prefixes, whose
-/// parts are ids): a page shows it only as [`source_shown`] says.
-fn reads_as_key(name: &str) -> bool {
-    !skillbox_skill::is_reserved_source_name(name)
-        && skillbox_skill::looks_like_a_provider_key(name)
-}
-
 /// A source's name as a page shows it where it is named by what the node stored (a skill's key
 /// source and required sources, a call's sources): the name itself, or, for one that reads as a
 /// pasted provider key (an older node's declaration or source may hold one), the fixed label and
 /// the key's first few characters.
 pub(crate) fn source_shown(name: &str) -> std::borrow::Cow<'_, str> {
-    if reads_as_key(name) {
+    if reads_as_a_pasted_key(name) {
         format!("{KEY_NAMED} ({}…)", key_head(name)).into()
     } else {
         name.into()
@@ -221,7 +208,7 @@ async fn named(s: &AppState, session: &Session, f: SourceForm) -> Result<Named, 
     match (f.name, f.handle) {
         (Some(name), None) => match skillbox_node::sources::check_name(&name) {
             Ok(()) => Ok(Named::Name(name)),
-            Err(refused) if pasted_key(&name) => Ok(Named::PastedKey {
+            Err(refused) if is_a_stored_pasted_key_name(&name) => Ok(Named::PastedKey {
                 name,
                 refused: refused.to_string(),
             }),
@@ -234,7 +221,7 @@ async fn named(s: &AppState, session: &Session, f: SourceForm) -> Result<Named, 
             listed
                 .into_iter()
                 .map(|m| m.name)
-                .find(|n| pasted_key(n) && session.is_handle_of(&handle, n))
+                .find(|n| is_a_stored_pasted_key_name(n) && session.is_handle_of(&handle, n))
                 .map(|name| Named::PastedKey {
                     name,
                     refused: NOT_LISTED.to_owned(),
