@@ -33,10 +33,12 @@ pub fn day_of(secs: i64) -> i64 {
     secs.div_euclid(86_400)
 }
 
-/// Whether the owner's thresholds are on: with both 0 the box is told to keep no tally and
-/// nothing is refused.
+/// Whether the owner's thresholds are on: its guard on and a threshold above 0. Otherwise the
+/// box is told to keep no tally (no `day_limits` goes with a guard that is off, nor a default:
+/// the program's guard is off), so nothing here may act on one either — no turns, no day pin,
+/// no refusal.
 pub fn thresholds_on(guard: &GuardConfig) -> bool {
-    guard.coverage_permille > 0 || guard.canary_coverage_permille > 0
+    guard.enabled && (guard.coverage_permille > 0 || guard.canary_coverage_permille > 0)
 }
 
 /// The limits the owner's stake gives the box (`skillbox_jc::day`): its `[guard]` thresholds
@@ -900,5 +902,17 @@ mod tests {
             (420, 0)
         );
         assert!(thresholds_on(&guard) && !day_limits(&GuardConfig::default()).off());
+    }
+
+    /// A guard switched off sends the box no day limits, so the node takes no turns, pins no
+    /// box and refuses nothing for coverage, whatever thresholds stand in its config.
+    #[test]
+    fn a_guard_switched_off_keeps_no_day_of_its_own() {
+        let off = GuardConfig {
+            enabled: false,
+            ..GuardConfig::default()
+        };
+        assert!(thresholds_on(&GuardConfig::default()));
+        assert!(!thresholds_on(&off));
     }
 }
