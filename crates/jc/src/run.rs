@@ -2116,15 +2116,13 @@ impl BoxCore {
             .config
             .run_ttl_secs
             .min(program.program.expires_at.saturating_sub(now));
+        let mut key = DayKey::of(&program.program, now)?;
         let mark = self
             .in_flight
-            .mark(
-                &DayKey::of(&program.program, now)?,
-                std::time::Duration::from_secs(wait),
-            )
+            .mark(&key, std::time::Duration::from_secs(wait))
             .await?;
         // The day on the clock after the wait: the one the answers before were counted on.
-        let key = DayKey::of(&program.program, now_secs())?;
+        key.day = crate::day::day_of(now_secs());
         let book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
         if book.exceeds(&key, &limits) {
             tracing::info!(
