@@ -208,10 +208,14 @@ impl RunStore {
                 .map_err(|e| JcError::Storage(format!("run store folder: {e}")))?;
         }
         let raw = key.key_bytes()?;
-        let mut h = Sha256::new();
-        h.update(b"skillbox/box-store/seal/v1\0");
-        h.update(&raw[..]);
-        let derived = Zeroizing::new(<[u8; 32]>::from(h.finalize()));
+        // One storage key, a key per use, domain-separated by label.
+        let derive = |label: &[u8]| {
+            let mut h = Sha256::new();
+            h.update(label);
+            h.update(&raw[..]);
+            Zeroizing::new(<[u8; 32]>::from(h.finalize()))
+        };
+        let derived = derive(b"skillbox/box-store/seal/v1\0");
         let cipher = XChaCha20Poly1305::new_from_slice(&derived[..])
             .map_err(|_| JcError::Storage("run store key".into()))?;
         let conn = Connection::open(path).map_err(db)?;
@@ -230,10 +234,7 @@ impl RunStore {
         .map_err(db)?;
         let conn = std::sync::Arc::new(Mutex::new(conn));
         spawn_checkpointer(path, std::sync::Arc::downgrade(&conn))?;
-        let mut h = Sha256::new();
-        h.update(b"skillbox/box-store/day-row/v1\0");
-        h.update(&raw[..]);
-        let day_row_key = Zeroizing::new(<[u8; 32]>::from(h.finalize()));
+        let day_row_key = derive(b"skillbox/box-store/day-row/v1\0");
         let store = RunStore {
             conn,
             cipher,
