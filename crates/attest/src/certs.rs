@@ -241,24 +241,29 @@ pub fn verify_path(
         .map_err(map_webpki)
 }
 
-/// Verify the path leaf → intermediates → `root` as [`verify_path`] does, at a time every
-/// certificate of it (`all`: the leaf, the intermediates and the root) is valid — webpki checks
-/// validity while it builds the path; the caller checks its own time against every window
-/// afterwards — and return the leaf's P-384 key.
-pub fn verify_p384_path_in_window(
-    leaf: &Parsed,
-    intermediates: &[Parsed],
-    root: &Parsed,
-    all: &[Parsed],
-) -> Result<p384::ecdsa::VerifyingKey, Refusal> {
-    let (from, until) = window(all);
-    if from > until {
-        return Err(Refusal::BadChain(
-            "certificate validity windows do not overlap",
-        ));
+impl PinnedRoot {
+    /// Verify the path leaf → intermediates → this root as [`verify_path`] does, at a time
+    /// every certificate of it is valid — webpki checks validity while it builds the path; the
+    /// caller checks its own time against every window afterwards (so the path is returned
+    /// whole: the leaf, the intermediates, the root) — and return the leaf's P-384 key with it.
+    pub fn verify_p384_path(
+        &self,
+        leaf: &Parsed,
+        intermediates: &[Parsed],
+    ) -> Result<(p384::ecdsa::VerifyingKey, Vec<Parsed>), Refusal> {
+        let mut all = Vec::with_capacity(intermediates.len() + 2);
+        all.push(leaf.clone());
+        all.extend(intermediates.iter().cloned());
+        all.push(self.parsed.clone());
+        let (from, until) = window(&all);
+        if from > until {
+            return Err(Refusal::BadChain(
+                "certificate validity windows do not overlap",
+            ));
+        }
+        verify_path(leaf, intermediates, &self.parsed, from)?;
+        Ok((p384_key(leaf)?, all))
     }
-    verify_path(leaf, intermediates, root, from)?;
-    p384_key(leaf)
 }
 
 fn map_webpki(e: webpki::Error) -> Refusal {

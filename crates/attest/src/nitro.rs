@@ -361,14 +361,8 @@ fn verify_chain(root: &PinnedRoot, doc: &Document) -> Result<VerifiedChain, Refu
         .map(|d| Parsed::from_der(d, "Nitro cabundle certificate"))
         .collect::<Result<_, _>>()?;
     // The caller then checks the document's own timestamp against every window.
-    let mut all = vec![leaf.clone()];
-    all.extend(inter.iter().cloned());
-    all.push(root.parsed.clone());
-    let leaf_key = certs::verify_p384_path_in_window(&leaf, &inter, &root.parsed, &all)?;
-    Ok(VerifiedChain {
-        leaf_key,
-        certs: all,
-    })
+    let (leaf_key, certs) = root.verify_p384_path(&leaf, &inter)?;
+    Ok(VerifiedChain { leaf_key, certs })
 }
 
 /// A verifier for one policy: the root parsed once, verified chains cached (an enclave's leaf

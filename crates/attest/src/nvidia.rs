@@ -349,9 +349,7 @@ fn verify_chain(root: &PinnedRoot, chain: &[Vec<u8>]) -> Result<VerifiedChain, R
         .copied()
         .ok_or(Refusal::Malformed("GPU chain has no leaf certificate"))?;
     let inter: Vec<Parsed> = below[1..].iter().map(|c| (*c).clone()).collect();
-    let mut all: Vec<Parsed> = below.iter().map(|c| (*c).clone()).collect();
-    all.push(root.parsed.clone());
-    let leaf_key = certs::verify_p384_path_in_window(leaf, &inter, &root.parsed, &all)?;
+    let (leaf_key, all) = root.verify_p384_path(leaf, &inter)?;
     // The device: the certificate that issued the leaf (the GPU's BROM identity).
     let leaf_issuer = &leaf.cert.tbs_certificate.issuer;
     let device_id = inter
