@@ -23,8 +23,6 @@ use skillbox_providers::{
 };
 use skillbox_testkit::prompt::{body_of, request_of};
 
-const WAIT: Duration = Duration::from_secs(20);
-
 /// A body of 120 distinct made-up words (no digits, nothing a canary could be), then a line
 /// with an access code.
 fn body() -> String {
@@ -446,55 +444,6 @@ async fn a_day_limits_entry_of_7_or_9_bytes_is_refused_at_stake() {
         .expect("8 bytes stake");
 }
 
-/// [`obey`] behind a gate: every request is recorded as it arrives, then waits for a permit
-/// (none until the test opens the gate), so a run can be held at its provider.
-struct GatedSlicer {
-    asked: std::sync::Mutex<Vec<String>>,
-    gate: tokio::sync::Semaphore,
-    slicer: Slicer,
-}
-
-impl GatedSlicer {
-    fn closed() -> Arc<GatedSlicer> {
-        Arc::new(GatedSlicer {
-            asked: Default::default(),
-            gate: tokio::sync::Semaphore::new(0),
-            slicer: Slicer::default(),
-        })
-    }
-
-    fn asked(&self) -> Vec<String> {
-        self.asked.lock().expect("asked").clone()
-    }
-
-    /// Wait (bounded) until `request` has reached the provider.
-    async fn wait_asked(&self, request: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.asked().iter().any(|r| r == request) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{request} never reached the provider"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Provider for GatedSlicer {
-    fn complete<'a>(
-        &'a self,
-        request: ChatRequest,
-        api_key: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Completion, ProviderError>> {
-        Box::pin(async move {
-            let asked = request_of(&request.user).to_owned();
-            self.asked.lock().expect("asked").push(asked);
-            self.gate.acquire().await.expect("gate").forget();
-            self.slicer.complete(request, api_key).await
-        })
-    }
-}
-
 /// Open, stake and submit a guarded run of `body()` without waiting for its result.
 async fn submit_only(f: &Fixture, request: &str, limits: DayLimits) -> VerifiedRun {
     let (_, run) = f.open(&guarded(f.program(), Action::Withhold)).await;
@@ -511,7 +460,8 @@ async fn submit_only(f: &Fixture, request: &str, limits: DayLimits) -> VerifiedR
 /// the limits (`limits_allow` false: a third of the body is 6 of 16 regions, past 350 ‰) or
 /// run (true: under 500 ‰). Another caller of the same owner and skill is not held.
 async fn overlapping_runs_of_one_key(limits_allow: bool) {
-    let gated = GatedSlicer::closed();
+    // [`obey`] behind a gate: a run can be held at its provider.
+    let gated = Gated::new(Arc::new(Slicer::default()), false);
     let f = start_with(gated.clone(), BoxConfig::default()).await;
     let limits = if limits_allow {
         HALF
@@ -519,20 +469,20 @@ async fn overlapping_runs_of_one_key(limits_allow: bool) {
         DayLimits::DEFAULT
     };
     let first = submit_only(&f, "words 0 40", limits).await;
-    gated.wait_asked("words 0 40").await;
+    gated.wait_asked_for("words 0 40").await;
     let second = submit_only(&f, "words 40 80", limits).await;
     // Another caller's run goes to the provider while the first is held there.
     let mut other = Fixture::at(&f.url);
     other.caller = key(7);
     let third = submit_only(&other, "words 80 120", limits).await;
-    gated.wait_asked("words 80 120").await;
+    gated.wait_asked_for("words 80 120").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !gated.asked().iter().any(|r| r == "words 40 80"),
         "the second run of the key reached the provider while the first was there: {:?}",
         gated.asked()
     );
-    gated.gate.add_permits(1_000);
+    gated.open();
     let view = f.result(&first).await;
     assert_eq!(view.error, None);
     let view = other.result(&third).await;

@@ -10,7 +10,6 @@ use crate::support::*;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
@@ -24,47 +23,10 @@ const BODY: &str = "BODY-SECRET-7f3a91 answer in haiku";
 const REQUEST: &str = "REQUEST-SECRET-c04e22 what do I like?";
 const API_KEY: &str = "sk-KEY-SECRET-5b8d0e";
 
-/// Answers after `hold` is released (never, when it is not), counting every request.
-struct Gate {
-    asked: AtomicUsize,
-    open: bool,
-}
-
-impl Provider for Gate {
-    fn complete<'a>(&'a self, request: ChatRequest, _key: Option<&'a str>) -> Reply<'a> {
-        self.asked.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            if !self.open {
-                std::future::pending::<()>().await;
-            }
-            Ok(Completion {
-                text: format!("answered {}", request.user.len()),
-                finish: FinishReason::Stop,
-                usage: Usage::default(),
-            })
-        })
-    }
-}
-
-impl Gate {
-    /// Wait (bounded) until a request reached the provider.
-    async fn wait_asked(&self) {
-        let deadline = std::time::Instant::now() + WAIT;
-        while self.asked.load(Ordering::SeqCst) == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never at the provider"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    }
-}
-
-fn gate(open: bool) -> Arc<Gate> {
-    Arc::new(Gate {
-        asked: AtomicUsize::new(0),
-        open,
-    })
+/// The restart tests' provider: answers once its gate is open (a shut one never opens: the
+/// box it serves is abandoned at its provider), recording every request.
+fn gate(open: bool) -> Arc<Gated> {
+    Gated::new(answering("answered the request"), open)
 }
 
 struct Dir {
@@ -291,10 +253,7 @@ async fn restart_at(at: At) -> (usize, usize) {
         found.is_empty(),
         "{at:?}: plaintext on disk after: {found:?}"
     );
-    (
-        first.asked.load(Ordering::SeqCst),
-        second.asked.load(Ordering::SeqCst),
-    )
+    (first.times_asked(), second.times_asked())
 }
 
 /// A run goes to the provider again only when the box died while it was there.
@@ -389,7 +348,7 @@ async fn a_go_the_disk_did_not_take_is_not_held_and_goes_again() {
     records_refused(&dir.db(), false);
     assert!(submit(&f, &c, &run, Role::Caller).await);
     assert!(answered(&f, &c, &run).await.starts_with("answered "));
-    assert_eq!(provider.asked.load(Ordering::SeqCst), 2);
+    assert_eq!(provider.times_asked(), 2);
     drop(core);
 }
 
@@ -802,16 +761,16 @@ fn a_box_with_hardware_isolation_keeps_no_run_store_its_host_can_read() {
         .expect("insecure-dev keeps a run store");
 }
 
-/// A model that repeats the first half of its instructions (the skill body) word for word,
-/// counting requests.
-#[derive(Default)]
-struct Repeat {
-    asked: AtomicUsize,
+/// A model that repeats the first half of its instructions (the skill body) word for word.
+struct Repeat;
+
+/// [`Repeat`], counting requests.
+fn repeating() -> Arc<Gated> {
+    Gated::new(Arc::new(Repeat), true)
 }
 
 impl Provider for Repeat {
     fn complete<'a>(&'a self, request: ChatRequest, _key: Option<&'a str>) -> Reply<'a> {
-        self.asked.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             Ok(Completion {
                 text: skillbox_testkit::prompt::body_of(&request.system)
@@ -906,23 +865,19 @@ async fn a_restarted_box_still_refuses_a_caller_past_the_day_limits() {
     let dir = Dir::new();
     let p = day_program(&f);
     let go = |client: BoxClient, p: Program| day_run(&f, client, p);
-    let first = Arc::new(Repeat::default());
+    let first = repeating();
     let (core1, c1) = dir.start(first.clone()).await;
     let view = go(c1, p.clone()).await;
     assert_eq!(view.error, None, "the first answer is released");
-    assert_eq!(first.asked.load(Ordering::SeqCst), 1);
+    assert_eq!(first.times_asked(), 1);
     // The first box is gone (as killed: nothing more is written).
     drop(core1);
 
-    let second = Arc::new(Repeat::default());
+    let second = repeating();
     let (_core2, c2) = dir.start(second.clone()).await;
     let view = go(c2, p.clone()).await;
     assert_eq!(view.error, Some(RunFailure::CoverageExceeded));
-    assert_eq!(
-        second.asked.load(Ordering::SeqCst),
-        0,
-        "the provider was asked"
-    );
+    assert_eq!(second.times_asked(), 0, "the provider was asked");
 
     let owner = hex::encode(f.owner.verifying_key().to_bytes());
     let caller = hex::encode(f.caller.verifying_key().to_bytes());
@@ -952,12 +907,12 @@ async fn a_restarted_box_still_refuses_a_caller_past_the_day_limits() {
         &flipped,
         &day_rows[0].0,
     );
-    let third = Arc::new(Repeat::default());
+    let third = repeating();
     let (_core3, c3) = dir.start(third.clone()).await;
     assert!(rows(&dir.db(), "SELECT hex(row), sealed FROM day_book").is_empty());
     let view = go(c3, p.clone()).await;
     assert_eq!(view.error, None);
-    assert_eq!(third.asked.load(Ordering::SeqCst), 1);
+    assert_eq!(third.times_asked(), 1);
 }
 
 /// Review F3 through a restart: two runs of one (owner, caller, skill), the first held at the
@@ -982,13 +937,13 @@ async fn overlapping_runs_of_one_key_resume_one_at_a_time_after_a_restart() {
     let second = day_submit(&f, &c1, p()).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(
-        held.asked.load(Ordering::SeqCst),
+        held.times_asked(),
         1,
         "the second run of the key went to the provider while the first was there"
     );
 
     // The restart: the first box is never asked again.
-    let repeat = Arc::new(Repeat::default());
+    let repeat = repeating();
     let (core2, c2) = dir.start(repeat.clone()).await;
     let mut errors = Vec::new();
     for run in [&first, &second] {
@@ -997,12 +952,12 @@ async fn overlapping_runs_of_one_key_resume_one_at_a_time_after_a_restart() {
     }
     errors.sort_by_key(|e| e.is_some());
     assert_eq!(errors, vec![None, Some(RunFailure::CoverageExceeded)]);
-    assert_eq!(repeat.asked.load(Ordering::SeqCst), 1, "both were asked");
+    assert_eq!(repeat.times_asked(), 1, "both were asked");
     drop(core2);
 
-    let third = Arc::new(Repeat::default());
+    let third = repeating();
     let (_core3, c3) = dir.start(third.clone()).await;
     let view = day_run(&f, c3, p()).await;
     assert_eq!(view.error, Some(RunFailure::CoverageExceeded));
-    assert_eq!(third.asked.load(Ordering::SeqCst), 0);
+    assert_eq!(third.times_asked(), 0);
 }

@@ -68,3 +68,81 @@ pub fn attest_data(rel: &str) -> Vec<u8> {
 pub fn note_key(node_key: &ed25519_dalek::SigningKey) -> skillbox_jc::seal::HpkeKeyPair {
     skillbox_jc::seal::HpkeKeyPair::from_node_key(node_key).expect("a node key's X25519 pair")
 }
+
+/// A provider double behind a gate: every request is recorded (its request block's text) as it
+/// reaches the provider, then waits until the gate is open before `inner` answers it — so a
+/// run can be held at its provider: a box abandoned there (the restart tests), or a run kept
+/// in flight while another of its key is checked (the coverage tests).
+pub struct Gated {
+    asked: std::sync::Mutex<Vec<String>>,
+    gate: tokio::sync::Semaphore,
+    inner: Arc<dyn skillbox_providers::Provider>,
+}
+
+/// Permits of an open gate: a permit is given back once its request has its answer, so this
+/// is more requests at once than any test makes.
+const OPEN: usize = 1 << 20;
+
+impl Gated {
+    /// `inner` behind a gate, open or not (a shut one opens only by [`Self::open`]).
+    pub fn new(inner: Arc<dyn skillbox_providers::Provider>, open: bool) -> Arc<Gated> {
+        Arc::new(Gated {
+            asked: Default::default(),
+            gate: tokio::sync::Semaphore::new(if open { OPEN } else { 0 }),
+            inner,
+        })
+    }
+
+    /// Let every request held, and every later one, through.
+    pub fn open(&self) {
+        self.gate.add_permits(OPEN);
+    }
+
+    /// The requests that reached the provider, in order.
+    pub fn asked(&self) -> Vec<String> {
+        self.asked.lock().expect("asked").clone()
+    }
+
+    /// How many requests reached the provider.
+    pub fn times_asked(&self) -> usize {
+        self.asked.lock().expect("asked").len()
+    }
+
+    /// Wait (bounded) until a request reached the provider.
+    pub async fn wait_asked(&self) {
+        self.wait_until("a request", |asked| !asked.is_empty())
+            .await;
+    }
+
+    /// Wait (bounded) until `request` reached the provider.
+    pub async fn wait_asked_for(&self, request: &str) {
+        self.wait_until(request, |asked| asked.iter().any(|r| r == request))
+            .await;
+    }
+
+    async fn wait_until(&self, what: &str, reached: impl Fn(&[String]) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !reached(&self.asked()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what} never reached the provider"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl skillbox_providers::Provider for Gated {
+    fn complete<'a>(
+        &'a self,
+        request: skillbox_providers::ChatRequest,
+        api_key: Option<&'a str>,
+    ) -> skillbox_providers::Reply<'a> {
+        Box::pin(async move {
+            let asked = skillbox_testkit::prompt::request_of(&request.user).to_owned();
+            self.asked.lock().expect("asked").push(asked);
+            let _permit = self.gate.acquire().await.expect("the gate is never closed");
+            self.inner.complete(request, api_key).await
+        })
+    }
+}
