@@ -237,9 +237,20 @@ pub fn sign_program(program: &Program, key: &SigningKey) -> Result<Envelope> {
 /// jc.approve's check: the payload is a canonical, valid program, every signature is by a party
 /// the program names and verifies, and both parties signed. Expiry is the caller's to check.
 pub fn approved_program(env: &Envelope) -> Result<ApprovedProgram> {
+    approved_with(env, Program::from_canonical)
+}
+
+/// [`approved_program`] for a program the box's run store kept (the row's seal already
+/// checked): its template may be one this build no longer runs
+/// ([`Program::from_stored_canonical`]); every other rule and both signatures still hold.
+pub(crate) fn stored_program(env: &Envelope) -> Result<ApprovedProgram> {
+    approved_with(env, Program::from_stored_canonical)
+}
+
+fn approved_with(env: &Envelope, parse: fn(&[u8]) -> Result<Program>) -> Result<ApprovedProgram> {
     env.check_type(PROGRAM_PAYLOAD_TYPE)?;
     let bytes = env.payload_bytes()?;
-    let program = Program::from_canonical(&bytes)?;
+    let program = parse(&bytes)?;
     let caller = verifying_key(&program.parties.caller.node_key, "parties.caller.node_key")?;
     let owner = verifying_key(&program.parties.owner.node_key, "parties.owner.node_key")?;
     let message = pae(&env.payload_type, &bytes);

@@ -212,7 +212,23 @@ impl Program {
         }
     }
 
+    /// [`Self::from_canonical`] for a program read back from the box's own run store: a
+    /// template this build does not run is let through ([`Self::check_template`] tells), so the
+    /// restarted box can fail that run with a signed receipt rather than refuse it as tampered.
+    /// Never kept in the parse cache: a later [`Self::from_canonical`] of the same bytes still
+    /// refuses the template.
+    pub(crate) fn from_stored_canonical(bytes: &[u8]) -> Result<Program> {
+        if let Some(program) = parsed::get(bytes) {
+            return Ok(program);
+        }
+        Program::parse_canonical_with(bytes, Program::validate_but_template)
+    }
+
     fn parse_canonical(bytes: &[u8]) -> Result<Program> {
+        Program::parse_canonical_with(bytes, Program::validate)
+    }
+
+    fn parse_canonical_with(bytes: &[u8], validate: fn(&Program) -> Result<()>) -> Result<Program> {
         if bytes.len() > MAX_PROGRAM_BYTES {
             return Err(invalid(
                 "(document)",
@@ -222,7 +238,7 @@ impl Program {
         let value = jcs::parse_canonical(bytes)?;
         let program: Program =
             serde_json::from_value(value).map_err(|e| invalid("(document)", e.to_string()))?;
-        program.validate()?;
+        validate(&program)?;
         // The typed form must give back the very same bytes (e.g. `"host": null` is not our form).
         jcs::check_same(bytes, &program.to_canonical()?)?;
         Ok(program)
@@ -303,6 +319,22 @@ impl Program {
 
     /// The field rules. Every refusal names the field.
     pub fn validate(&self) -> Result<()> {
+        self.validate_but_template()?;
+        self.check_template()
+    }
+
+    /// Whether this box runs the program's prompt template (the one [`PROMPT_TEMPLATE_V2`]).
+    pub fn check_template(&self) -> Result<()> {
+        match self.prompt_template == PROMPT_TEMPLATE_V2 {
+            true => Ok(()),
+            false => Err(JcError::PromptTemplateUnknown),
+        }
+    }
+
+    /// Every field rule but the template's: what a program the box opened before an upgrade
+    /// still has to pass to be read back from the run store (its template may be one the
+    /// upgraded build no longer runs; that run then fails, see [`Self::from_stored_canonical`]).
+    fn validate_but_template(&self) -> Result<()> {
         if let Some(g) = &self.guard {
             g.validate().map_err(|e| invalid("guard", e.to_string()))?;
         }
@@ -452,9 +484,6 @@ impl Program {
         }
         if self.receipt.to != ["caller", "owner"] {
             return Err(invalid("receipt.to", "must be [\"caller\", \"owner\"]"));
-        }
-        if self.prompt_template != PROMPT_TEMPLATE_V2 {
-            return Err(JcError::PromptTemplateUnknown);
         }
         if self.expires_at == 0 || self.expires_at > MAX_SAFE_INT {
             return Err(invalid("expires_at", "unix seconds, > 0"));

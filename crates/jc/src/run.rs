@@ -35,7 +35,9 @@ use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
 use crate::day::{DayBook, DayChange, DayKey, DayLimits, InFlight, InFlightMark};
-use crate::dsse::{ApprovedProgram, Envelope, approved_program, key_hex, verify_action};
+use crate::dsse::{
+    ApprovedProgram, Envelope, approved_program, key_hex, stored_program, verify_action,
+};
 use crate::error::{JcError, Result};
 use crate::program::{INSECURE_DEV, ProgramHash, Role};
 use crate::receipt::{self, Receipt, RunStatus};
@@ -438,6 +440,10 @@ struct Run {
     /// Times the run went to the provider (counted before each request, on disk with a store):
     /// a restarted box asks again only while this is below [`MAX_PROVIDER_ATTEMPTS`].
     attempts: u32,
+    /// Its program names a prompt template this build does not run: a run the box opened
+    /// before an upgrade and read back from its store. It never reaches a provider; it fails
+    /// `prompt_template_unknown` with a signed receipt ([`BoxCore::execute`]).
+    template_unknown: bool,
     /// Bumped at every write to the run store, so an older snapshot never replaces a newer one.
     version: u64,
     /// [`BoxCore::execute`] has taken the run (in this process): it runs once.
@@ -962,7 +968,11 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
         (json, record_blobs(&bytes[end..])?)
     };
     let r: Record = serde_json::from_slice(json).map_err(|_| JcError::StoreTampered)?;
-    let program = approved_program(&r.envelope).map_err(|_| JcError::StoreTampered)?;
+    // The row opened under the storage key, so its program is one this box approved: a
+    // template this build no longer runs is an upgrade's doing, not the host's (the run then
+    // fails, below); anything else wrong with it is still tampering.
+    let program = stored_program(&r.envelope).map_err(|_| JcError::StoreTampered)?;
+    let template_unknown = program.program.check_template().is_err();
     let finished = match r.finished {
         Some(f) => {
             let note = match (bytes[0], note) {
@@ -996,10 +1006,25 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
     if ended != finished.is_some() || ended == keys.is_some() {
         return Err(JcError::StoreTampered);
     }
+    // A finished run is served as it is (its result was made before the upgrade); an open or
+    // running one cannot go on under a template its parties did not sign: it fails with a
+    // signed receipt at [`BoxCore::resume`], as a run whose stake did not open does, and takes
+    // no more stakes or submits meanwhile.
+    if template_unknown && !ended {
+        tracing::warn!(
+            code = "prompt_template_unknown",
+            "a persisted run names a prompt template this build does not run: it fails"
+        );
+    }
+    let phase = match r.phase {
+        Phase::Open if template_unknown => Phase::Running,
+        phase => phase,
+    };
     Ok(Run {
         program: Arc::new(program),
         envelope: Arc::new(r.envelope),
         attempts: r.attempts,
+        template_unknown,
         version: r.version,
         taken: false,
         fetched: 0,
@@ -1012,7 +1037,7 @@ fn restore_run(run_id: &str, bytes: &[u8], no_hardware_isolation: bool) -> Resul
         expires_at: r.expires_at,
         stakes: HashMap::new(),
         submitted: r.submitted.into_iter().map(|role| (role, true)).collect(),
-        phase: r.phase,
+        phase,
         finished,
         keep_until: r.keep_until,
         logged: 0,
@@ -1104,7 +1129,10 @@ impl BoxCore {
     /// holds: open ones wait for their stakes and submits again, running ones for
     /// [`Self::resume`], finished ones for their fetch. A run whose rows do not open (tampered,
     /// another key, cut) is refused: logged `store_tampered`, its run id spent, its rows
-    /// removed; a running run whose stakes do not open fails `interrupted`. Call after
+    /// removed; a running run whose stakes do not open fails `interrupted`. A run whose program
+    /// names a prompt template this build does not run (opened before an upgrade) opens all the
+    /// same and is not tampered with: an open or running one fails `prompt_template_unknown`
+    /// with a signed receipt, a finished one is served as it was. Call after
     /// [`Self::with_spent_log`] (its programs are the same list's).
     ///
     /// A box with hardware isolation takes only a key its platform seals
@@ -1456,6 +1484,7 @@ impl BoxCore {
             program: Arc::new(approved),
             envelope: Arc::new(envelope.clone()),
             attempts: 0,
+            template_unknown: false,
             version: 0,
             taken: false,
             fetched: 0,
@@ -1887,10 +1916,15 @@ impl BoxCore {
                 .keys
                 .clone()
                 .ok_or_else(|| JcError::Internal("running run without keys".into()))?;
-            let give_up = run.attempts >= MAX_PROVIDER_ATTEMPTS;
-            if !give_up {
+            // Why the run ends here without a provider request, if it does.
+            let give_up = if run.template_unknown {
+                Some(JcError::PromptTemplateUnknown)
+            } else if run.attempts >= MAX_PROVIDER_ATTEMPTS {
+                Some(JcError::RunInterrupted)
+            } else {
                 run.attempts += 1;
-            }
+                None
+            };
             let snapshot = self.snapshot(run);
             (
                 run.program.clone(),
@@ -1908,10 +1942,9 @@ impl BoxCore {
         // Held from the day check until the answer's count is on disk (dropped on every way
         // out of this function, a panic included).
         let mut in_flight = None;
-        let outcome = match snapshot.and_then(|s| self.persist(run_id, s)) {
-            Err(e) => Err(e),
-            Ok(()) if give_up => Err(JcError::RunInterrupted),
-            Ok(()) => {
+        let outcome = match (snapshot.and_then(|s| self.persist(run_id, s)), give_up) {
+            (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => {
                 self.failpoint("at_provider");
                 match day_limits.map(|l| self.day_turn(&program, l)) {
                     Err(e) => Err(e),

@@ -23,15 +23,21 @@ pub enum RunFailure {
     /// limits (the `day_limits` entry of its stake), added up by the box's day book: the box
     /// refused the run before any provider request. How much was carried never leaves the box.
     CoverageExceeded,
+    /// The box was upgraded while the run was open or running, and its program names a prompt
+    /// template the new build does not run (the code a program naming it gets at open): the
+    /// run stopped before any provider request. Not the host's doing: a tampered run is
+    /// refused, never failed.
+    PromptTemplateUnknown,
 }
 
 impl RunFailure {
     /// The failures that are the box's own (not a provider's).
-    const OWN: [RunFailure; 4] = [
+    const OWN: [RunFailure; 5] = [
         RunFailure::GuardBody,
         RunFailure::Internal,
         RunFailure::Interrupted,
         RunFailure::CoverageExceeded,
+        RunFailure::PromptTemplateUnknown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +47,7 @@ impl RunFailure {
             RunFailure::GuardBody => "guard_body",
             RunFailure::Interrupted => "interrupted",
             RunFailure::CoverageExceeded => "coverage_exceeded",
+            RunFailure::PromptTemplateUnknown => "prompt_template_unknown",
         }
     }
 
@@ -58,7 +65,8 @@ impl RunFailure {
             RunFailure::Internal
             | RunFailure::GuardBody
             | RunFailure::Interrupted
-            | RunFailure::CoverageExceeded => None,
+            | RunFailure::CoverageExceeded
+            | RunFailure::PromptTemplateUnknown => None,
         }
     }
 
@@ -73,6 +81,9 @@ impl RunFailure {
             RunFailure::Internal => "the box failed the run",
             RunFailure::CoverageExceeded => {
                 "the skill's owner allows this caller no more of this skill today"
+            }
+            RunFailure::PromptTemplateUnknown => {
+                "the box was upgraded and no longer runs the prompt template this run's program names"
             }
         }
     }
@@ -107,6 +118,7 @@ impl From<&JcError> for RunFailure {
             JcError::GuardBody => RunFailure::GuardBody,
             JcError::StoreTampered | JcError::RunInterrupted => RunFailure::Interrupted,
             JcError::CoverageExceeded => RunFailure::CoverageExceeded,
+            JcError::PromptTemplateUnknown => RunFailure::PromptTemplateUnknown,
             // The run did not get to its provider in time (an earlier run of its caller and
             // skill held the day's turn): a timeout, a code every node version parses.
             JcError::DayTurnTimedOut => RunFailure::Provider(ProviderFailure::Timeout),
@@ -145,6 +157,7 @@ mod tests {
                 "internal",
                 "interrupted",
                 "coverage_exceeded",
+                "prompt_template_unknown",
             ]
         );
         for f in all {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::VerifiedRun;
 use skillbox_jc::client::{BoxClient, StakeInput, open_result, seal_stake, verify_receipt};
-use skillbox_jc::program::{Program, Role};
+use skillbox_jc::program::{Program, ProgramHash, Role};
 use skillbox_jc::run::store::{KeyFile, RunStore};
 use skillbox_jc::run::{BoxConfig, BoxCore, Phase, RunFailure, now_secs};
 use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, Reply, Usage};
@@ -463,6 +463,135 @@ async fn a_tampered_persisted_run_is_refused_not_used() {
         .err()
         .expect("refused");
     assert_eq!(e.code(), "storage_failed");
+}
+
+/// Rewrite a run's record as the box would (form 3, sealed under the storage key the test
+/// owns), one version on: `edit` changes its JSON; `cut` writes only the JSON's first half.
+fn rewrite_record(
+    store: &RunStore,
+    id: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+    cut: bool,
+) {
+    let run = store
+        .load()
+        .expect("load")
+        .into_iter()
+        .find(|r| r.id == id)
+        .expect("row");
+    let bytes = run.record.expect("the row opens");
+    assert_eq!(bytes[0], 3, "the record form this test writes");
+    let len = u32::from_be_bytes(bytes[66..70].try_into().expect("4 bytes")) as usize;
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&bytes[70..70 + len]).expect("record JSON");
+    let version = record["version"].as_u64().expect("version") + 1;
+    record["version"] = version.into();
+    edit(&mut record);
+    let mut json = serde_json::to_vec(&record).expect("JSON");
+    if cut {
+        json.truncate(json.len() / 2);
+    }
+    let mut out = bytes[..66].to_vec();
+    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&bytes[70 + len..]);
+    store.put_run(id, version, &out).expect("put");
+}
+
+/// A run record's program envelope.
+fn envelope_of(record: &serde_json::Value) -> skillbox_jc::dsse::Envelope {
+    serde_json::from_value(record["envelope"].clone()).expect("envelope")
+}
+
+/// An edit for [`rewrite_record`]: the record's program names `skillbox.prompt/v1` (what the
+/// box's previous build opened), signed by `signers`.
+fn older_template<'a>(
+    signers: &'a [&'a ed25519_dalek::SigningKey],
+) -> impl FnOnce(&mut serde_json::Value) + 'a {
+    move |record| {
+        let mut p = skillbox_jc::dsse::approved_program(&envelope_of(record))
+            .expect("approved")
+            .program;
+        p.prompt_template = "skillbox.prompt/v1".into();
+        let mut env = skillbox_jc::dsse::sign_program(&p, signers[0]).expect("sign");
+        for key in &signers[1..] {
+            env.sign(key).expect("sign");
+        }
+        record["envelope"] = serde_json::to_value(env).expect("envelope");
+    }
+}
+
+/// R3 (review 22b): a box upgraded across the prompt-template change reads back runs its
+/// previous build opened under `skillbox.prompt/v1`. Their rows open under the storage key,
+/// so nothing was tampered with: an open run fails `prompt_template_unknown` with a receipt
+/// signed by its run key (what both nodes polling it get), never reaching the provider; a
+/// finished one is served as it was. A row whose bytes are wrong although sealed right (a
+/// program only one party signed, a record cut short) is still refused as tampered
+/// (`run_spent`), and the older program opened afresh is still refused at open.
+#[tokio::test]
+async fn a_stored_run_of_an_older_template_fails_with_its_code_not_as_tampered() {
+    let f = start(None).await;
+    let dir = Dir::new();
+    let (core1, c1) = dir.start(gate(true)).await;
+    let waiting = open(&f, &c1, &program(&f)).await;
+    stake(&f, &c1, &waiting, Role::Owner).await;
+    let done = open(&f, &c1, &program(&f)).await;
+    stake(&f, &c1, &done, Role::Owner).await;
+    stake(&f, &c1, &done, Role::Caller).await;
+    submit(&f, &c1, &done, Role::Caller).await;
+    submit(&f, &c1, &done, Role::Owner).await;
+    answered(&f, &c1, &done).await;
+    let one_signer = open(&f, &c1, &program(&f)).await;
+    let cut = open(&f, &c1, &program(&f)).await;
+    drop(core1);
+
+    // The rows as the previous build wrote them, sealed under the box's own storage key.
+    let key = KeyFile::load_or_create(&dir.path.join("store.key")).expect("store key");
+    let store = RunStore::open(&dir.db(), &key).expect("store");
+    let both = [&f.caller, &f.owner];
+    let mut older_env = None;
+    rewrite_record(
+        &store,
+        &waiting.run_id,
+        |record| {
+            older_template(&both)(record);
+            older_env = Some(envelope_of(record));
+        },
+        false,
+    );
+    let older_env = older_env.expect("rewritten");
+    rewrite_record(&store, &done.run_id, older_template(&both), false);
+    rewrite_record(
+        &store,
+        &one_signer.run_id,
+        older_template(&[&f.caller]),
+        false,
+    );
+    rewrite_record(&store, &cut.run_id, |_| {}, true);
+    drop(store);
+
+    let second = gate(true);
+    let (core2, c2) = dir.start(second.clone()).await;
+    let view = c2
+        .wait_result(&waiting.run_id, WAIT)
+        .await
+        .expect("the run fails, with a result both nodes fetch");
+    assert_eq!(view.error, Some(RunFailure::PromptTemplateUnknown));
+    assert!(view.sealed_output.is_none());
+    // Signed by the run's key, for the program it was opened under.
+    let opened_under = VerifiedRun {
+        program_hash: ProgramHash::of(&older_env.payload_bytes().expect("payload")),
+        ..waiting.clone()
+    };
+    verify_receipt(&view, &opened_under).expect("the receipt verifies");
+    assert_eq!(second.times_asked(), 0, "a run of the older template ran");
+    assert_eq!(answered(&f, &c2, &done).await, "answered the request");
+    for run in [&one_signer, &cut] {
+        let e = core2.status(&run.run_id).expect_err("refused");
+        assert!(matches!(e, JcError::RunSpent(_)), "{e}");
+    }
+    // Read back from the store, the older program is still refused at open.
+    assert_refused(c2.open(&older_env).await, "prompt_template_unknown");
 }
 
 /// The store key file is made 0600, and the box refuses one of the wrong length.
