@@ -137,6 +137,16 @@ async fn submit(f: &Fixture, client: &BoxClient, run: &VerifiedRun, role: Role) 
         .expect("submit")
 }
 
+/// `p` opened at `client`, both parties' stakes in and both gos given (the owner's starts it).
+async fn started(f: &Fixture, client: &BoxClient, p: &Program) -> VerifiedRun {
+    let run = open(f, client, p).await;
+    stake(f, client, &run, Role::Owner).await;
+    stake(f, client, &run, Role::Caller).await;
+    assert!(!submit(f, client, &run, Role::Caller).await);
+    assert!(submit(f, client, &run, Role::Owner).await);
+    run
+}
+
 /// The parties' view after the restart: the answer opens and the receipt verifies against the
 /// first box's attestation.
 async fn answered(f: &Fixture, client: &BoxClient, run: &VerifiedRun) -> String {
@@ -535,11 +545,7 @@ async fn a_stored_run_of_an_older_template_fails_with_its_code_not_as_tampered()
     let (core1, c1) = dir.start(gate(true)).await;
     let waiting = open(&f, &c1, &program(&f)).await;
     stake(&f, &c1, &waiting, Role::Owner).await;
-    let done = open(&f, &c1, &program(&f)).await;
-    stake(&f, &c1, &done, Role::Owner).await;
-    stake(&f, &c1, &done, Role::Caller).await;
-    submit(&f, &c1, &done, Role::Caller).await;
-    submit(&f, &c1, &done, Role::Owner).await;
+    let done = started(&f, &c1, &program(&f)).await;
     answered(&f, &c1, &done).await;
     let one_signer = open(&f, &c1, &program(&f)).await;
     let cut = open(&f, &c1, &program(&f)).await;
@@ -656,11 +662,7 @@ async fn kept_runs_are_bounded_and_one_more_open_is_busy() {
     let (_core1, c1) = dir.start_with(gate(true), config.clone()).await;
     let mut runs = Vec::new();
     for _ in 0..2 {
-        let run = open(&f, &c1, &program(&f)).await;
-        stake(&f, &c1, &run, Role::Owner).await;
-        stake(&f, &c1, &run, Role::Caller).await;
-        submit(&f, &c1, &run, Role::Caller).await;
-        submit(&f, &c1, &run, Role::Owner).await;
+        let run = started(&f, &c1, &program(&f)).await;
         answered(&f, &c1, &run).await;
         runs.push(run);
     }
@@ -687,11 +689,7 @@ async fn a_finished_run_in_the_older_record_form_is_still_served() {
     let f = start(None).await;
     let dir = Dir::new();
     let (core1, c1) = dir.start(gate(true)).await;
-    let run = open(&f, &c1, &program(&f)).await;
-    stake(&f, &c1, &run, Role::Owner).await;
-    stake(&f, &c1, &run, Role::Caller).await;
-    assert!(!submit(&f, &c1, &run, Role::Caller).await);
-    assert!(submit(&f, &c1, &run, Role::Owner).await);
+    let run = started(&f, &c1, &program(&f)).await;
     answered(&f, &c1, &run).await;
     let served = core1.result_json(&run.run_id).expect("served");
 
@@ -749,11 +747,7 @@ async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
         ..skillbox_guard::GuardSpec::default_for(false)
     });
     p.receipt = skillbox_jc::program::ReceiptSpec::for_guard(true);
-    let run = open(&f, &c1, &p).await;
-    stake(&f, &c1, &run, Role::Owner).await;
-    stake(&f, &c1, &run, Role::Caller).await;
-    assert!(!submit(&f, &c1, &run, Role::Caller).await);
-    assert!(submit(&f, &c1, &run, Role::Owner).await);
+    let run = started(&f, &c1, &p).await;
     let first = c1.wait_result(&run.run_id, WAIT).await.expect("result");
     let receipt = verify_receipt(&first, &run).expect("the receipt verifies");
     let note = first.owner_note.clone().expect("a guarded run's note");
