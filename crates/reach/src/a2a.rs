@@ -26,7 +26,7 @@ use skillbox_node::calls::StartCall;
 use zeroize::Zeroizing;
 
 use crate::backend::{Backend, BackendError, CallSnapshot, InProcess, failure_text, follow};
-use crate::catalog::{self, Catalog, clean_untrusted, frame};
+use crate::catalog::{self, Catalog, frame};
 use crate::guard::{self, Guard};
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
@@ -101,6 +101,8 @@ const NO_SKILL_WITH_THAT_ID: &str = "no callable skill has that id (take the id 
 
 /// How A2A's refusals name its fields.
 const ASKING: catalog::Asking = catalog::Asking {
+    skill_field: "metadata.skill",
+    peer_field: "metadata.peer",
     name_the_peer: "in metadata.peer",
     listing: "see the agent card",
     unknown_id: NO_SKILL_WITH_THAT_ID,
@@ -253,14 +255,12 @@ async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respons
     };
     match version {
         Some(v) if v == VERSION || v.starts_with("1.0.") => {}
-        Some(v) => {
+        // Fixed words, here and for an unknown method: what a client sent is not echoed.
+        Some(_) => {
             return rpc_err(
                 &id,
                 VERSION_NOT_SUPPORTED,
-                format!(
-                    "A2A version {:?} is not supported; this agent speaks {VERSION}",
-                    clean_untrusted(v, 32)
-                ),
+                format!("this A2A version is not supported; this agent speaks {VERSION}"),
             );
         }
         None => {
@@ -325,10 +325,10 @@ async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respons
                 "{method} is not supported by this agent (SendMessage, GetTask, CancelTask are)"
             ),
         ),
-        other => rpc_err(
+        _ => rpc_err(
             &id,
             -32601,
-            format!("method {:?} not found", clean_untrusted(other, 64)),
+            "method not found (this agent answers SendMessage, GetTask, CancelTask)",
         ),
     }
 }

@@ -13,6 +13,9 @@ pub const SCHEME: &str = "skill://";
 /// What an opaque stub name starts with.
 const OPAQUE_PREFIX: &str = "s-";
 
+/// Characters of an opaque stub name ([`name`]): the prefix and the digest's hex.
+pub const NAME_CHARS: usize = OPAQUE_PREFIX.len() + catalog::DIGEST_HEX;
+
 /// The stub's name: `s-<first 16 hex digits of sha256(skill name)>`
 /// ([`catalog::name_digest`]). A host loads a stub's front matter into its model's context —
 /// that is how it picks a skill — and SEP-2640 makes the front-matter `name` the URI's last
@@ -27,9 +30,9 @@ pub fn name(s: &CallableSkill) -> String {
 
 /// The digest an opaque name ([`name`]) carries: `s-` then 16 lowercase hex digits, or `None`.
 pub fn digest_of(opaque: &str) -> Option<&str> {
-    opaque
-        .strip_prefix(OPAQUE_PREFIX)
-        .filter(|d| d.len() == 16 && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    opaque.strip_prefix(OPAQUE_PREFIX).filter(|d| {
+        d.len() == catalog::DIGEST_HEX && d.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 /// `skill://<peer>/s-<digest>/SKILL.md`: the peer segment keeps two peers' same-named skills
