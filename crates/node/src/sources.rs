@@ -9,6 +9,7 @@
 //! advert or program names — every source its human did not mark **shareable**, every `secret`,
 //! and every name under `skill/`, `agent/`, `call/` (the node's own material).
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -66,9 +67,15 @@ impl std::str::FromStr for SourceKind {
     }
 }
 
-/// What may be said about a source: never its content.
+/// What may be said about a source: never its content. Serialized (the API's answers, the
+/// agent surfaces' tool results), its name is [`shown_name`]: a name an older node took from a
+/// pasted provider key leaves the node masked, with its [`handle`](Sources::handle_of) to act on
+/// it; in process, `name` is the stored name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SourceMeta {
+    /// The source's name; for one that reads as a pasted provider key, [`shown_name`]'s label
+    /// and its first four characters instead (`handle` then names it).
+    #[serde(serialize_with = "serialize_shown")]
     pub name: String,
     pub kind: SourceKind,
     pub size: u64,
@@ -80,6 +87,17 @@ pub struct SourceMeta {
     pub created_at: i64,
     #[serde(rename = "updatedAt")]
     pub updated_at: i64,
+    /// Only for a source whose name reads as a pasted provider key (listings): what `PATCH` and
+    /// `DELETE /sources/{name}` take in place of that name ([`HANDLE_PREFIX`] and 32 hex digits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+}
+
+fn serialize_shown<S: serde::Serializer>(
+    name: &str,
+    to: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    to.serialize_str(&shown_name(name))
 }
 
 /// What a source name that reads as a provider's API key is refused with. Fixed: the "name" is
@@ -94,6 +112,56 @@ pub const KEY_IS_NOT_A_SOURCE_NAME: &str = "the source name looks like a provide
 pub fn reads_as_a_pasted_key(name: &str) -> bool {
     !skillbox_skill::is_reserved_source_name(name)
         && skillbox_skill::looks_like_a_provider_key(name)
+}
+
+/// What every surface shows in place of a source name that [`reads_as_a_pasted_key`], before the
+/// name's first [`KEY_HEAD_SHOWN`] characters.
+pub const KEY_NAMED: &str = "a source stored under what looks like a provider API key";
+/// Characters of such a name that are shown: enough to tell which provider's key it is (`sk-a`,
+/// `AIza`), far too few to tell the key.
+pub const KEY_HEAD_SHOWN: usize = 4;
+
+/// A stored source name as every surface shows it (the API's listings, the ledger, the CLI, the
+/// dashboard): the name itself, or, for one [`reads_as_a_pasted_key`] (an older node stored such
+/// names; the node's own `skill/`, `agent/`, `call/` names are ids and shown as they are),
+/// [`KEY_NAMED`] and its first [`KEY_HEAD_SHOWN`] characters — one form everywhere, so no
+/// surface prints the key into a screen, a terminal's scrollback, a log or an agent's context.
+/// Showing a shown name again changes nothing.
+pub fn shown_name(name: &str) -> Cow<'_, str> {
+    if reads_as_a_pasted_key(name) {
+        let head: String = name.chars().take(KEY_HEAD_SHOWN).collect();
+        format!("{KEY_NAMED} ({head}…)").into()
+    } else {
+        name.into()
+    }
+}
+
+/// How a handle ([`Sources::handle_of`]) starts: `:` is in no source name, so a handle is never
+/// taken for one.
+pub const HANDLE_PREFIX: &str = "pasted-key:";
+/// What a handle's keyed digest is taken over, before the name (apart from content digests).
+const HANDLE_DOMAIN: &[u8] = b"skillbox-source-handle-v1\0";
+/// Hex digits of a handle: 128 bits.
+const HANDLE_HEX: usize = 32;
+
+/// The source names in `entry` (the sources a decision covered, the staked items' sources) as
+/// [`shown_name`] shows them. The ledger's views and exports show entries this way; the entry's
+/// hash and signature were taken over the stored names, so a masked entry no longer checks
+/// offline (the node's own check, `GET /ledger/verify`, reads the store). `true` when a name was
+/// masked.
+pub fn show_names_in(entry: &mut crate::ledger::Entry) -> bool {
+    let mut masked = false;
+    let names = entry
+        .sources
+        .iter_mut()
+        .chain(entry.items.iter_mut().filter_map(|i| i.source.as_mut()));
+    for name in names {
+        if let Cow::Owned(shown) = shown_name(name) {
+            *name = shown;
+            masked = true;
+        }
+    }
+    masked
 }
 
 /// Whether `name` is one an older node may have stored although [`check_name`] now refuses it
@@ -266,10 +334,36 @@ impl Sources {
             let rows = stmt.query_map([], meta_from_row)?;
             let mut out = Vec::new();
             for r in rows {
-                out.push(r??);
+                let mut meta = r??;
+                if reads_as_a_pasted_key(&meta.name) {
+                    meta.handle = Some(self.handle_of(&meta.name));
+                }
+                out.push(meta);
             }
             Ok(out)
         })
+    }
+
+    /// The handle of a source whose name reads as a pasted provider key: [`HANDLE_PREFIX`] and
+    /// a digest of the name keyed by this node's data key, so a client that was shown only
+    /// [`shown_name`] can still unshare or remove that source. Stable (an API client keeps no
+    /// session), useless off this node: without the data key it confirms no guessed key, and
+    /// with the API token one can remove the source anyway.
+    pub fn handle_of(&self, name: &str) -> String {
+        let digest = self.key.digest(&[HANDLE_DOMAIN, name.as_bytes()].concat());
+        let hex = digest.rsplit(':').next().unwrap_or_default();
+        format!("{HANDLE_PREFIX}{}", &hex[..HANDLE_HEX.min(hex.len())])
+    }
+
+    /// The stored name a [`Sources::handle_of`] handle stands for: one of the stored sources
+    /// whose name reads as a pasted provider key (compared in constant time); `None` when none
+    /// has it (removed since, or never given).
+    pub fn named_by_handle(&self, handle: &str) -> Result<Option<String>> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .map(|m| m.name)
+            .find(|n| is_a_stored_pasted_key_name(n) && same(&self.handle_of(n), handle)))
     }
 
     pub fn meta(&self, name: &str) -> Result<Option<SourceMeta>> {
@@ -352,6 +446,16 @@ impl Sources {
 }
 
 const RESERVED: &str = "its name is under a reserved prefix (skill/, agent/, call/)";
+
+/// Whether two strings are equal, compared in constant time (a presented handle against ours).
+fn same(ours: &str, presented: &str) -> bool {
+    ours.len() == presented.len()
+        && ours
+            .bytes()
+            .zip(presented.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
 
 /// The one rule of what a caller stake may carry: a source its human marked shareable, that is
 /// not a secret and not under a reserved prefix.
@@ -468,6 +572,7 @@ fn meta_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<SourceMeta>> 
         created_at: r.get(4)?,
         updated_at: r.get(5)?,
         shareable: r.get::<_, i64>(6)? == 1,
+        handle: None,
     }))
 }
 
@@ -599,6 +704,72 @@ mod tests {
             "skill/summarize2024longdocuments/body",
         ] {
             check_name(own).expect(own);
+        }
+    }
+
+    use skillbox_testkit::old_node::PASTED_KEYS as STORED_KEYS;
+
+    /// What every surface shows of a name: an ordinary one and the node's own (a call's id
+    /// reads as a key) as they are; one that reads as a pasted key by the label and four
+    /// characters, which shown again stay as they are.
+    #[test]
+    fn a_name_that_reads_as_a_key_is_shown_by_its_label() {
+        let call = format!("call/{}/request", STORED_KEYS[1]);
+        assert_eq!(shown_name("notes"), "notes");
+        assert_eq!(shown_name(&call), call);
+        for key in STORED_KEYS {
+            let shown = shown_name(key);
+            skillbox_testkit::leak::assert_no_part_of("a shown name", &shown, key);
+            assert!(shown.starts_with(KEY_NAMED), "{shown}");
+            assert_eq!(shown_name(&shown), shown, "shown twice");
+        }
+        assert_eq!(shown_name(STORED_KEYS[0]), format!("{KEY_NAMED} (sk-a…)"));
+    }
+
+    /// A source an older node stored under a pasted key is listed, serialized, with its name
+    /// masked and a handle; the handle names that source on this node only, and no other
+    /// string does.
+    #[test]
+    fn a_key_named_source_is_listed_masked_with_a_handle_that_names_it() {
+        let s = held();
+        for (i, key) in STORED_KEYS.iter().enumerate() {
+            let old = format!("old-{i}");
+            s.put_with(&old, SourceKind::Text, b"notes", true)
+                .expect("put");
+            s.store
+                .write(|tx| {
+                    Ok(tx.execute("UPDATE sources SET name = ?1 WHERE name = ?2", (key, &old))?)
+                })
+                .expect("rename the row");
+        }
+        let listed = s.list().expect("list");
+        let json = serde_json::to_string(&listed).expect("json");
+        for key in STORED_KEYS {
+            skillbox_testkit::leak::assert_no_part_of("the listing", &json, key);
+            let meta = listed.iter().find(|m| m.name == key).expect("listed");
+            let handle = meta.handle.clone().expect("a handle");
+            assert!(handle.starts_with(HANDLE_PREFIX), "{handle}");
+            assert!(json.contains(&handle), "{json}");
+            skillbox_testkit::leak::assert_no_part_of("the handle", &handle, key);
+            assert_eq!(
+                s.named_by_handle(&handle).expect("by handle"),
+                Some(key.to_owned())
+            );
+            // Another node (another data key) gives the same name another handle.
+            let other = Sources::new(s.store.clone(), Arc::new(DataKey::from_bytes(&[7u8; 32])));
+            assert_ne!(other.handle_of(key), handle);
+            assert_eq!(other.named_by_handle(&handle).expect("by handle"), None);
+        }
+        for m in listed.iter().filter(|m| !reads_as_a_pasted_key(&m.name)) {
+            assert_eq!(m.handle, None, "{}", m.name);
+            assert!(json.contains(&format!("\"name\":\"{}\"", m.name)), "{json}");
+        }
+        for not_one in [
+            "pasted-key:",
+            &format!("{HANDLE_PREFIX}{}", "0".repeat(32)),
+            "notes",
+        ] {
+            assert_eq!(s.named_by_handle(not_one).expect("by handle"), None);
         }
     }
 

@@ -12,6 +12,8 @@
 //!   crate's tests' fixture; [`prompt`]: the box's prompt as those doubles read it.
 //! - [`answer`]: every answer a test reads is checked against `/openapi.json`; [`stake`]: a
 //!   call that ended staked once; [`leak`]: the marker scans.
+//! - [`old_node`]: what an older node left in a data dir (sources named by a pasted key,
+//!   the ledger of a call that staked them).
 //! - [`skills`]: skill documents; [`guard`]: the encoders an obedient model hides a prompt
 //!   with; [`llama_bench`]: llama.cpp's own benchmark, the embedded model's yardstick.
 //! - [`nat`]: the NAT tests' network namespaces and the processes started in them.
@@ -28,6 +30,7 @@ pub mod llama_bench;
 pub mod nat;
 pub mod node;
 pub mod node_api;
+pub mod old_node;
 pub mod procs;
 pub mod prompt;
 pub mod provider;

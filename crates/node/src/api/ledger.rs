@@ -1,11 +1,13 @@
 //! `GET /ledger` and `GET /ledger/verify`: the disclosure ledger, filtered and exported (JSON,
 //! JSON Lines, CSV), and its check against the node key. Thin handlers over [`crate::ledger`].
 
-use super::ApiError;
 use super::bodies::LedgerPage;
-use super::extract::{Driver, NoCalls, driver_reads, query};
+use super::extract::{Driver, NoCalls, blocking, driver_reads, query};
+use super::{ApiError, AppState};
 use crate::ledger::{self, Filter, Line, Verdict};
+use crate::sources;
 use axum::Json;
+use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
@@ -15,9 +17,9 @@ fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
 
 #[utoipa::path(
     get, path = "/ledger",
-    summary = "The disclosure ledger: every stake this node made into a box (written before its bytes were sent, then the box's answer) and every consent decision that allowed or refused one, in order from its genesis entry, each hash-chained and signed with the node key. Filters apply to each entry's signed content. Names, size buckets and keyed digests only, never content. Never pruned with the calls.",
+    summary = "The disclosure ledger: every stake this node made into a box (written before its bytes were sent, then the box's answer) and every consent decision that allowed or refused one, in order from its genesis entry, each hash-chained and signed with the node key. Filters apply to each entry's signed content. Names, size buckets and keyed digests only, never content; a source name that reads as a provider's API key is shown masked, as `GET /sources` shows it (such an entry then no longer checks offline against its hash: `GET /ledger/verify` checks the stored one). Never pruned with the calls.",
     params(
-        ("source" = Option<String>, Query, description = "Entries naming this source."),
+        ("source" = Option<String>, Query, description = "Entries naming this source (by its name, or by the `handle` `GET /sources` lists for one whose name reads as a provider's API key)."),
         ("peer" = Option<String>, Query),
         ("call" = Option<String>, Query),
         ("since" = Option<String>, Query, description = "Unix milliseconds, or a span back from now (`30m`, `24h`, `7d`)."),
@@ -31,7 +33,11 @@ fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
         NoCalls,
     )
 )]
-pub(super) async fn get_ledger(Driver(c): Driver, uri: Uri) -> Result<Response, ApiError> {
+pub(super) async fn get_ledger(
+    Driver(c): Driver,
+    State(s): State<AppState>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
     let q = query(
         &uri,
         &["source", "peer", "call", "since", "limit", "format"],
@@ -46,14 +52,30 @@ pub(super) async fn get_ledger(Driver(c): Driver, uri: Uri) -> Result<Response, 
         .map(|v| v.parse::<usize>())
         .transpose()
         .map_err(|_| bad("query.limit", "must be a whole number"))?;
+    // A source listed by its handle (its name is never shown) is filtered by the name it stands
+    // for; a handle naming none matches nothing.
+    let source = match q.get("source").cloned() {
+        // The handle itself is in no entry (`:` is in no name): it then matches nothing.
+        Some(h) if h.starts_with(sources::HANDLE_PREFIX) => {
+            let handle = h.clone();
+            let named = blocking(move || s.sources.named_by_handle(&handle)).await?;
+            Some(named.unwrap_or(h))
+        }
+        other => other,
+    };
     let filter = Filter {
-        source: q.get("source").cloned(),
+        source,
         peer: q.get("peer").cloned(),
         call: q.get("call").cloned(),
         since_ms,
         limit,
     };
-    let lines = c.ledger(filter).await?;
+    // Every format shows a name that reads as a pasted key masked: a view is read on screens
+    // and by agents, an export is kept and passed on.
+    let mut lines = c.ledger(filter).await?;
+    for l in &mut lines {
+        sources::show_names_in(&mut l.entry);
+    }
     let text = |content_type: &'static str, body: String| {
         (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
     };

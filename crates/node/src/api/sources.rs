@@ -37,7 +37,7 @@ answers! {
 
 named_routes! {
     list "/sources" => list_sources(s)
-        "Every source: name, kind, size, digest — never content."
+        "Every source: name, kind, size, digest — never content. A name that reads as a provider's API key (an older node stored such names) is shown masked, with a `handle` that `PATCH` and `DELETE /sources/{name}` take in its place."
         ok(SourceList, "Sources.") = s.sources.list();
     get "/sources/{*name}" => get_source(s, SourceName(name))
         "One source's metadata (never content)."
@@ -103,12 +103,13 @@ impl Expected for SourceChange {
 
 /// `PATCH /sources/{name}` `{"shareable": bool}`: mark user data as stakeable by calls (or
 /// not), without sending its content again. A source an older node stored under a name the key
-/// test refuses ([`StoredSourceName::PastedKey`]) can be unshared (never shared again): its
-/// human must be able to withdraw it from calls, and the answer, 204, holds nothing of the name
-/// (the metadata would: its name is the key).
+/// test refuses ([`StoredSourceName::PastedKey`], by that name or by the handle `GET /sources`
+/// lists for it) can be unshared (never shared again): its human must be able to withdraw it
+/// from calls, and the answer, 204, holds nothing of the name (the metadata would: its name is
+/// the key).
 #[utoipa::path(
     patch, path = "/sources/{*name}",
-    summary = "Mark a source shareable (a call may stake it) or not, without its content.",
+    summary = "Mark a source shareable (a call may stake it) or not, without its content. A source listed with a `handle` (its name reads as a provider's API key) is named by that handle.",
     params(SourcePath), request_body = SourceChange,
     responses(
         (status = 200, description = "The source's metadata.", body = SourceMeta),
@@ -128,11 +129,16 @@ pub(super) async fn patch_source(
         })
         .await
         .map(IntoResponse::into_response),
-        // Sharing it is refused: a new consent to stake a pasted key is never the human's aim.
-        StoredSourceName::PastedKey { refused, .. } if change.shareable => Err(refused),
-        StoredSourceName::PastedKey { name, refused } => {
-            match offering(&s, Option::is_some, move |s| {
-                s.sources.set_shareable(&name, false)
+        // Sharing it is refused, by name or handle, in the words every route refuses the name
+        // with: a new consent to stake a pasted key is never the human's aim.
+        StoredSourceName::PastedKey { .. } if change.shareable => Err(ApiError::validation(
+            "name",
+            sources::KEY_IS_NOT_A_SOURCE_NAME,
+        )),
+        StoredSourceName::PastedKey { named, refused } => {
+            match offering(&s, Option::is_some, move |s| match named.stored(s)? {
+                Some(name) => s.sources.set_shareable(&name, false),
+                None => Ok(None),
             })
             .await?
             {
@@ -143,31 +149,61 @@ pub(super) async fn patch_source(
     }
 }
 
-/// The `{*name}` of `PATCH` and `DELETE /sources/{name}`: a [`SourceName`], or a stored name
-/// refused by the key test alone. A node before that test stored sources under a pasted key as
-/// the name, shareable ones too; its human must still be able to unshare such a source (calls
-/// stake it whatever its name) and to remove it, which gets the key out of the store. Reads and
-/// `PUT` refuse the name.
+/// The `{*name}` of `PATCH` and `DELETE /sources/{name}`: a [`SourceName`], or a stored source
+/// the key test alone refuses. A node before that test stored sources under a pasted key as the
+/// name, shareable ones too; its human must still be able to unshare such a source (calls stake
+/// it whatever its name) and to remove it, which gets the key out of the store. Reads and `PUT`
+/// refuse the name.
 pub(super) enum StoredSourceName {
     Name(String),
-    /// Passes the plain name rule but reads as a provider's key: never echoed, in an answer
-    /// or a log. With the fixed refusal every other route gives it.
+    /// Named by the key itself (it passes the plain name rule but reads as a provider's key) or
+    /// by its handle: never echoed, in an answer or a log. With the fixed refusal for when no
+    /// such source is stored.
     PastedKey {
-        name: String,
+        named: KeyNamed,
         refused: ApiError,
     },
 }
+
+/// How a request names a source stored under a pasted key.
+pub(super) enum KeyNamed {
+    /// The key as the name (a client that kept it from an older node's listing).
+    Name(String),
+    /// The handle `GET /sources` lists in place of the name ([`sources::Sources::handle_of`]).
+    Handle(String),
+}
+
+impl KeyNamed {
+    /// The stored name meant: the name itself (the change then reaches it only if it is
+    /// stored), or the one the handle stands for.
+    fn stored(self, s: &crate::api::Shared) -> crate::Result<Option<String>> {
+        match self {
+            KeyNamed::Name(name) => Ok(Some(name)),
+            KeyNamed::Handle(handle) => s.sources.named_by_handle(&handle),
+        }
+    }
+}
+
+/// A handle that names no stored source (removed since, or never listed): fixed words.
+const NO_SOURCE_HAS_THAT_HANDLE: &str =
+    "no source has that handle (it was removed, or never listed): list the sources again";
 
 impl<S: Send + Sync> FromRequestParts<S> for StoredSourceName {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let Param(name) = Param::from_request_parts(parts, state).await?;
+        if name.starts_with(sources::HANDLE_PREFIX) {
+            return Ok(StoredSourceName::PastedKey {
+                named: KeyNamed::Handle(name),
+                refused: ApiError::not_found(NO_SOURCE_HAS_THAT_HANDLE),
+            });
+        }
         match sources::check_name(&name) {
             Ok(()) => Ok(StoredSourceName::Name(name)),
             Err(refused) if sources::is_a_stored_pasted_key_name(&name) => {
                 Ok(StoredSourceName::PastedKey {
-                    name,
+                    named: KeyNamed::Name(name),
                     refused: refused.into(),
                 })
             }
@@ -179,7 +215,7 @@ impl<S: Send + Sync> FromRequestParts<S> for StoredSourceName {
 #[utoipa::path(
     delete,
     path = "/sources/{*name}",
-    summary = "Remove a source. Also removes one an older node stored under a name that reads as a provider's API key (which no other route takes).",
+    summary = "Remove a source. Also removes one an older node stored under a name that reads as a provider's API key (which no other route takes), named by it or by the `handle` `GET /sources` lists for it.",
     params(SourcePath),
     responses(Removed, BadName, NoSuchSource)
 )]
@@ -191,8 +227,16 @@ pub(super) async fn delete_source(
         StoredSourceName::Name(name) => {
             remove_offered(&s, "source", &name, |s, n| s.sources.delete(n)).await
         }
-        StoredSourceName::PastedKey { name, refused } => {
-            if offering(&s, |d| *d, move |s| s.sources.delete(&name)).await? {
+        StoredSourceName::PastedKey { named, refused } => {
+            let removed = offering(
+                &s,
+                |d| *d,
+                move |s| match named.stored(s)? {
+                    Some(name) => s.sources.delete(&name),
+                    None => Ok(false),
+                },
+            );
+            if removed.await? {
                 Ok(StatusCode::NO_CONTENT)
             } else {
                 // Not stored: refused as everywhere else, so the route tells no more than before.

@@ -820,12 +820,7 @@ async fn source_limit_from_config_is_a_413_envelope() {
     node.stop().await;
 }
 
-/// Keys as pasted where a source's name goes. Each passes the plain name rule, so a node before
-/// the key test kept it as a name.
-const PASTED_KEYS: [&str; 2] = [
-    "sk-ant-api03-Xq7PASTEDnAmE9kLw2Rt5Vb8Zc",
-    "1fa036b5a9fa7baa4f1260e831e989a4",
-];
+use skillbox_testkit::old_node::PASTED_KEYS;
 
 /// A key pasted into a SKILL.md's `requiredSources` would be a required source's name: in the
 /// skill's advert to every peer, in callers' consent questions. The import check refuses it, and
@@ -988,6 +983,109 @@ async fn a_source_stored_under_a_pasted_key_can_be_unshared() {
         skillbox_testkit::leak::assert_no_part_of("the answers", &answers, key);
     }
     node.stop().await;
+}
+
+/// `GET /sources` lists a source an older node stored under a pasted key by the masked name
+/// every surface shows (`sources::shown_name`) and a handle, never the key: a listing is read on
+/// screens, kept in scrollback and logs, and reaches an agent's context. The handle is what the
+/// client acts with: `PATCH` unshares and `DELETE` removes by it (sharing stays refused); a
+/// handle no source has any more, or never had, is a 404 in fixed words. Neither the answers
+/// nor the node's log hold any part of a key.
+#[tokio::test]
+async fn a_source_stored_under_a_pasted_key_is_listed_masked_and_changed_by_its_handle() {
+    let logs = crate::leak::captured_logs();
+    let dir = init_dir();
+    skillbox_testkit::old_node::sources_named_by(dir.path(), &PASTED_KEYS);
+    let node = TestNode::start_in(dir).await;
+    let mut answers = String::new();
+    let (status, listed, text) = node.get("/sources").await;
+    assert_eq!(status, 200, "{text}");
+    answers.push_str(&text);
+    let rows = listed["sources"].as_array().expect("sources").clone();
+    assert_eq!(rows.len(), 2, "{text}");
+    let mut handles = Vec::new();
+    for row in &rows {
+        let name = row["name"].as_str().expect("name");
+        assert!(
+            name.starts_with(skillbox_node::sources::KEY_NAMED),
+            "{text}"
+        );
+        let handle = row["handle"].as_str().expect("a handle").to_owned();
+        assert!(
+            handle.starts_with(skillbox_node::sources::HANDLE_PREFIX),
+            "{text}"
+        );
+        handles.push(handle);
+    }
+    let on = &node;
+    let send = |method: Method, path: String, body: Option<Value>| async move {
+        let rb = on.req(method, &path).await;
+        on.call(match body {
+            Some(b) => rb.json(&b),
+            None => rb,
+        })
+        .await
+    };
+    let shared = |h: &str| {
+        let sources = node.get("/sources");
+        let h = h.to_owned();
+        async move {
+            let (_, listed, _) = sources.await;
+            listed["sources"]
+                .as_array()
+                .and_then(|a| a.iter().find(|s| s["handle"] == h.as_str()).cloned())
+                .map(|s| s["shareable"] == json!(true))
+        }
+    };
+    for h in &handles {
+        let path = format!("/sources/{h}");
+        let refused = assert_refused(
+            send(
+                Method::PATCH,
+                path.clone(),
+                Some(json!({"shareable": true})),
+            )
+            .await,
+            400,
+            "validation_error",
+        );
+        answers.push_str(&refused.to_string());
+        assert_eq!(shared(h).await, Some(true), "sharing again was refused");
+        let (status, body, text) = send(
+            Method::PATCH,
+            path.clone(),
+            Some(json!({"shareable": false})),
+        )
+        .await;
+        assert_eq!(status, 204, "{body}");
+        answers.push_str(&text);
+        assert_eq!(shared(h).await, Some(false), "unshared by its handle");
+        let (status, body, text) = send(Method::DELETE, path.clone(), None).await;
+        assert_eq!(status, 204, "{body}");
+        answers.push_str(&text);
+        assert_eq!(shared(h).await, None, "removed by its handle");
+        // Gone: its handle names nothing now, nor does one never given.
+        for gone in [
+            path.clone(),
+            format!("/sources/pasted-key:{}", "ab".repeat(16)),
+        ] {
+            for (method, body) in [
+                (Method::DELETE, None),
+                (Method::PATCH, Some(json!({"shareable": false}))),
+            ] {
+                let refused =
+                    assert_refused(send(method, gone.clone(), body).await, 404, "not_found");
+                answers.push_str(&refused.to_string());
+            }
+        }
+    }
+    assert_eq!(count_rows(&node, "sources"), 0);
+    node.stop().await;
+    let logged = String::from_utf8_lossy(&logs.0.lock().expect("logs")).into_owned();
+    for key in PASTED_KEYS {
+        skillbox_testkit::leak::assert_no_part_of("the answers", &answers, key);
+        skillbox_testkit::leak::assert_no_part_of("the node's log", &logged, key);
+    }
 }
 
 /// A client that sends a key where a source's name goes with the wrong verb (`POST`, the common
