@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use skillbox_node::sources::shown_name;
 use skillbox_node::{Config, DataDir, Node};
 use zeroize::Zeroizing;
 
@@ -448,14 +449,21 @@ pub fn run_source(global: &crate::Global, cmd: SourceCommand) -> anyhow::Result<
         SourceCommand::List { json } => {
             if let Some(body) = client.ask(reqwest::Method::GET, "/sources", None, json)? {
                 for s in listed(&body["sources"], "no sources") {
+                    // The node lists a name that reads as a pasted provider key masked; shown
+                    // again here, so no node's listing puts a key into the terminal.
                     say!(
                         "{:<32} {:<6} {:>10} bytes  {:<9}  {}",
-                        s["name"].as_str().unwrap_or(""),
+                        shown_name(s["name"].as_str().unwrap_or("")),
                         s["kind"].as_str().unwrap_or(""),
                         s["size"].as_u64().unwrap_or(0),
                         said(&s["shareable"], "shareable", "private"),
                         s["digest"].as_str().unwrap_or("")
                     );
+                    if let Some(handle) = s["handle"].as_str() {
+                        say!(
+                            "  revoke that key with its provider, then remove this source: skillbox source rm {handle}"
+                        );
+                    }
                 }
             }
         }

@@ -560,3 +560,93 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     // The CLI reads the new token from the file.
     procs::cli_ok(&node.dir, &["source", "list", "--json"]);
 }
+
+/// A node whose data dir holds what an older node left — sources stored under pasted provider
+/// keys as their names, and the ledger of a call that staked them — prints such a name on no
+/// surface: `skillbox source list` (and `--json`), `skillbox ledger` in each format, `GET
+/// /sources`, `GET /ledger` in each format, every dashboard page (the ledger's per-source
+/// timeline too) and the node's log hold no part of a key; each shows the one masked form. The
+/// listing names the handle that still reaches the source: the ledger filters by it and `source
+/// rm` removes by it.
+#[test]
+fn a_source_stored_under_a_pasted_key_is_shown_masked_on_every_surface() {
+    use skillbox_node::sources::KEY_NAMED;
+    use skillbox_testkit::leak::assert_no_part_of;
+    use skillbox_testkit::old_node::{self, PASTED_KEYS};
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut node = procs::init_node(root.path(), "n", "http://127.0.0.1:9", None, |t| t);
+    old_node::sources_named_by(&node.dir, &PASTED_KEYS);
+    old_node::ledger_a_stake_of(&node.dir, &PASTED_KEYS);
+    node.start(&[]);
+    // Everything every surface printed or answered, for the scan at the end.
+    let mut shown = String::new();
+    let said = |shown: &mut String, args: &[&str]| -> String {
+        let o = procs::cli(&node.dir, args);
+        let out = procs::text(&o);
+        assert!(o.status.success(), "skillbox {}: {out}", args.join(" "));
+        shown.push_str(&out);
+        out
+    };
+    let listing = said(&mut shown, &["source", "list"]);
+    assert_eq!(listing.matches(KEY_NAMED).count(), 2, "{listing}");
+    let handles: Vec<String> = listing
+        .split_whitespace()
+        .filter(|w| w.starts_with(skillbox_node::sources::HANDLE_PREFIX))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(handles.len(), 2, "a handle a source: {listing}");
+    said(&mut shown, &["source", "list", "--json"]);
+    let table = said(&mut shown, &["ledger"]);
+    assert!(table.contains(KEY_NAMED), "{table}");
+    for format in ["json", "jsonl", "csv"] {
+        said(&mut shown, &["ledger", "--format", format]);
+    }
+    said(&mut shown, &["ledger", "verify"]);
+
+    let b = Browser::new(&node);
+    let bearer = format!("Bearer {}", node.token);
+    let api = |shown: &mut String, path: &str| -> String {
+        let p = b.send("GET", path, None, &[], &[("authorization", &bearer)]);
+        assert_eq!(p.status, 200, "{path}: {}", p.text);
+        shown.push_str(&p.text);
+        p.text
+    };
+    api(&mut shown, "/sources");
+    for format in ["json", "jsonl", "csv"] {
+        let ledger = api(&mut shown, &format!("/ledger?format={format}"));
+        assert!(ledger.contains(KEY_NAMED), "{ledger}");
+    }
+    let by_handle: serde_json::Value = serde_json::from_str(&api(
+        &mut shown,
+        &format!("/ledger?source={}", enc(&handles[0])),
+    ))
+    .expect("json");
+    assert_eq!(
+        by_handle["total"], 2,
+        "the decision and the stake naming it: {by_handle}"
+    );
+
+    let cookie = b.sign_in(&node.token);
+    for path in PAGES {
+        let p = b.get(path, Some(&cookie));
+        assert_eq!(p.status, 200, "{path}: {}", p.text);
+        shown.push_str(&p.text);
+    }
+    let ledger = b.get("/ui/ledger", Some(&cookie)).text;
+    assert!(
+        ledger.contains(&format!("aria-label=\"Source {KEY_NAMED} (sk-a…)\"")),
+        "{ledger}"
+    );
+
+    for h in &handles {
+        said(&mut shown, &["source", "rm", h]);
+    }
+    let left = said(&mut shown, &["source", "list", "--json"]);
+    assert!(left.contains("\"sources\": []"), "{left}");
+    node.kill();
+    let log = node.log();
+    for key in PASTED_KEYS {
+        assert_no_part_of("what the surfaces showed", &shown, key);
+        assert_no_part_of("node.log", &log, key);
+    }
+}

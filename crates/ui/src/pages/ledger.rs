@@ -25,19 +25,34 @@ pub(crate) async fn ledger(
         call: (!q.call.is_empty()).then(|| q.call.clone()),
         ..skillbox_node::ledger::Filter::default()
     };
-    let lines = c.ledger(filter).await.unwrap_or_default();
+    let mut lines = c.ledger(filter).await.unwrap_or_default();
     let verdict = c.verify_ledger().await.ok();
-    // The timeline per source: when each one left (or was refused), newest first.
-    let mut per_source: BTreeMap<String, Vec<&Line>> = BTreeMap::new();
-    for l in &lines {
+    // The timeline per source: when each one left (or was refused), newest first. Keyed by the
+    // stored name (two sources may be shown alike), shown as every surface shows it: a name an
+    // older node took from a pasted provider key is masked, in the heading, its label and each
+    // entry's summary.
+    let mut per_source: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, l) in lines.iter().enumerate() {
         let mut names: Vec<&String> = l.entry.sources.iter().collect();
         names.extend(l.entry.items.iter().filter_map(|i| i.source.as_ref()));
         names.sort();
         names.dedup();
         for n in names {
-            per_source.entry(n.clone()).or_default().push(l);
+            per_source.entry(n.clone()).or_default().push(i);
         }
     }
+    for l in &mut lines {
+        skillbox_node::sources::show_names_in(&mut l.entry);
+    }
+    let per_source: Vec<(String, Vec<&Line>)> = per_source
+        .into_iter()
+        .map(|(name, at)| {
+            let shown = shown_name(&name).into_owned();
+            (shown, at.into_iter().map(|i| &lines[i]).collect())
+        })
+        .collect();
+    // The filter as typed is shown back only as a name is shown.
+    let typed = shown_name(&q.source);
     let body = html! {
         @match &verdict {
             Some(v) if v.ok => p class="ok" { "Verified: " (v.entries) " entries, chained and signed by this node's key." },
@@ -46,7 +61,7 @@ pub(crate) async fn ledger(
         }
         form method="get" action="/ui/ledger" class="filters" {
             label for="ledger-source" { "Source" }
-            input id="ledger-source" name="source" type="text" value=(q.source);
+            input id="ledger-source" name="source" type="text" value=(typed);
             button type="submit" { "Show" }
         }
         @if !per_source.is_empty() {

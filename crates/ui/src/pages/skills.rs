@@ -123,9 +123,9 @@ pub(crate) async fn skill(
             dt { "Agent id" } dd { code { (detail.agent_id) } }
             dt { "Digest" } dd { code { (detail.digest) } }
             dt { "Provider" } dd { (decl["provider"].as_str().unwrap_or("none")) }
-            // Both through `source_shown`: a declaration stored before import refused pasted keys
+            // Both through `shown_name`: a declaration stored before import refused pasted keys
             // may hold one as its key's or a required source's name.
-            dt { "Key source" } dd { (decl["key"].as_str().map_or("none".into(), source_shown)) }
+            dt { "Key source" } dd { (decl["key"].as_str().map_or("none".into(), shown_name)) }
             dt { "Required sources" } dd { (sources_shown(&decl["requiredSources"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>()).unwrap_or_default())) }
             dt { "Offered" } dd {
                 @if offered { span class="ok" { "yes" } } @else { span class="off" { "no: " (reasons.join("; ")) } }

@@ -3,6 +3,7 @@
 
 use super::*;
 use skillbox_node::SourceMeta;
+pub(crate) use skillbox_node::sources::shown_name;
 use skillbox_node::sources::{is_a_stored_pasted_key_name, reads_as_a_pasted_key};
 
 // ---- sources
@@ -51,11 +52,6 @@ async fn sources_page(
 
 page_route!(sources => sources_page);
 
-/// What a source named by a pasted key is shown as, in place of its name.
-const KEY_NAMED: &str = "a source stored under what looks like a provider API key";
-/// Characters of such a name the page shows: enough to tell which provider's key it is, far
-/// too few to tell the key.
-const KEY_PREFIX_SHOWN: usize = 4;
 /// A form's handle names no source of this page's list (removed since, or another session's).
 const NOT_LISTED: &str = "That source is not in this page's list any more (it was removed, or the page is from another session): reload the page.";
 /// A form posted neither a name nor a handle, or both.
@@ -64,32 +60,26 @@ const NO_SUCH_SOURCE: &str = "There is no such source: reload the page.";
 /// The store failed on a source whose name must not be shown (its error could hold the name).
 const NOT_CHANGED: &str = "The node could not change that source: reload the page and try again.";
 
-/// A source's row. One an older node stored under a pasted provider key is shown by a fixed
-/// label, the key's first few characters and the advice to revoke it, and its forms post the
-/// session's opaque handle for it: the key stands nowhere on the page (a page is seen, cached,
-/// screenshotted), not in a cell, an attribute or a hidden field.
+/// A source's row. One an older node stored under a pasted provider key is shown as every
+/// surface shows it ([`shown_name`]: a fixed label and the key's first few characters) with the
+/// advice to revoke it, and its forms post the session's opaque handle for it: the key stands
+/// nowhere on the page (a page is seen, cached, screenshotted), not in a cell, an attribute or a
+/// hidden field.
 fn source_row(session: &Session, m: &SourceMeta) -> Markup {
     let key_named = reads_as_a_pasted_key(&m.name);
-    let (what, field) = if key_named {
+    let shown = shown_name(&m.name);
+    let field = if key_named {
         let handle = session.source_handle(&m.name);
-        (
-            KEY_NAMED,
-            html! { input type="hidden" name="handle" value=(handle); },
-        )
+        html! { input type="hidden" name="handle" value=(handle); }
     } else {
-        (
-            m.name.as_str(),
-            html! { input type="hidden" name="name" value=(m.name); },
-        )
+        html! { input type="hidden" name="name" value=(m.name); }
     };
     html! {
         tr data-source=[(!key_named).then_some(&m.name)] {
             td {
                 @if key_named {
                     span class="key-name" {
-                        "A source stored under what looks like a provider API key ("
-                        code { (key_head(&m.name)) "…" }
-                        "). Revoke that key with its provider, then remove this source."
+                        (shown) ". Revoke that key with its provider, then remove this source."
                     }
                 } @else {
                     code { (m.name) }
@@ -101,36 +91,20 @@ fn source_row(session: &Session, m: &SourceMeta) -> Markup {
             td { code title=(m.digest) { (short(&m.digest)) } }
             td {
                 @if m.shareable {
-                    (row_form(session, "/ui/sources/unshare", "Unshare", what, field.clone()))
+                    (row_form(session, "/ui/sources/unshare", "Unshare", &shown, field.clone()))
                 }
-                (remove_form(session, "/ui/sources/delete", what, field))
+                (remove_form(session, "/ui/sources/delete", &shown, field))
             }
         }
     }
 }
 
-/// A source's name as a page shows it where it is named by what the node stored (a skill's key
-/// source and required sources, a call's sources): the name itself, or, for one that reads as a
-/// pasted provider key (an older node's declaration or source may hold one), the fixed label and
-/// the key's first few characters.
-pub(crate) fn source_shown(name: &str) -> std::borrow::Cow<'_, str> {
-    if reads_as_a_pasted_key(name) {
-        format!("{KEY_NAMED} ({}…)", key_head(name)).into()
-    } else {
-        name.into()
-    }
-}
-
-/// The first characters of a name that reads as a key: what a page shows of it.
-fn key_head(name: &str) -> String {
-    name.chars().take(KEY_PREFIX_SHOWN).collect()
-}
-
-/// [`source_shown`] of each of `names`, joined for a line of text.
+/// [`shown_name`] of each of `names`, joined for a line of text (a skill's required sources, a
+/// call's sources: an older node's declaration or source may hold a pasted key).
 pub(crate) fn sources_shown<S: AsRef<str>>(names: &[S]) -> String {
     names
         .iter()
-        .map(|n| source_shown(n.as_ref()))
+        .map(|n| shown_name(n.as_ref()))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -286,12 +260,8 @@ mod tests {
     use skillbox_testkit::leak::assert_no_part_of;
     use tower::ServiceExt;
 
-    /// Keys as pasted where a source's name goes: each passes the plain name rule, so a node
-    /// before the key test kept it as a name (the API tests' pair).
-    const KEYS: [&str; 2] = [
-        "sk-ant-api03-Xq7PASTEDnAmE9kLw2Rt5Vb8Zc",
-        "1fa036b5a9fa7baa4f1260e831e989a4",
-    ];
+    use skillbox_node::sources::KEY_NAMED;
+    use skillbox_testkit::old_node::PASTED_KEYS as KEYS;
 
     /// A node over a data dir holding what an older node left: each of [`KEYS`] as a shareable
     /// source's name, beside a source named `notes`; its dashboard, in this process.
@@ -313,26 +283,12 @@ mod tests {
         fn open() -> Dashboard {
             let dir = skillbox_testkit::node_api::init_dir();
             let data = DataDir::new(dir.path());
+            skillbox_testkit::old_node::sources_named_by(dir.path(), &KEYS);
             {
                 let store =
                     Arc::new(skillbox_node::store::Store::open(&data.store()).expect("store"));
                 let key = Arc::new(data.load_data_key().expect("data key"));
                 let sources = skillbox_node::Sources::new(store.clone(), key);
-                for (i, key) in KEYS.iter().enumerate() {
-                    let old = format!("old-{i}");
-                    sources
-                        .put_with(&old, SourceKind::Text, b"the owner's notes", true)
-                        .expect("put");
-                    // As an older node wrote it: the row under the key as its name.
-                    store
-                        .write(|tx| {
-                            Ok(tx.execute(
-                                "UPDATE sources SET name = ?1 WHERE name = ?2",
-                                (key, &old),
-                            )?)
-                        })
-                        .expect("rename the row");
-                }
                 sources
                     .put_with("notes", SourceKind::Text, b"more notes", true)
                     .expect("put");
@@ -634,19 +590,11 @@ mod tests {
         );
     }
 
-    /// What a page shows of a name: an ordinary one and the node's own (a call's id reads as a
-    /// key) as they are; one that reads as a pasted key by the label and four characters.
+    /// Names joined for a line of text, each as every surface shows it.
     #[test]
-    fn a_name_that_reads_as_a_key_is_shown_by_its_label() {
-        let call = format!("call/{}/request", "1fa036b5a9fa7baa4f1260e831e989a4");
-        assert_eq!(source_shown("notes"), "notes");
-        assert_eq!(source_shown(&call), call);
-        for key in KEYS {
-            let shown = source_shown(key);
-            assert_no_part_of("a shown name", &shown, key);
-            assert!(shown.starts_with(KEY_NAMED), "{shown}");
-        }
+    fn names_are_joined_as_each_is_shown() {
         let both = sources_shown(&["notes", KEYS[0]]);
         assert_eq!(both, format!("notes, {KEY_NAMED} (sk-a…)"));
+        assert_no_part_of("the line", &both, KEYS[0]);
     }
 }
