@@ -161,57 +161,104 @@ pub fn background_documents() -> f64 {
     background().n
 }
 
-/// Rank every candidate for `text`, best first (ties by skill then peer, for stable output).
-pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
-    let docs: Vec<Vec<String>> = candidates
-        .iter()
-        .map(|c| {
-            let name = c.skill.replace('-', " ");
-            let mut t = terms(&name);
-            t.extend(terms(&name));
-            t.extend(terms(c.description));
-            t
-        })
-        .collect();
-    let bg = background();
-    let n = docs.len() as f64 + bg.n;
-    let avg_len =
-        (docs.iter().map(Vec::len).sum::<usize>() as f64 / (docs.len() as f64).max(1.0)).max(1.0);
-    let mut df: HashMap<&str, usize> = HashMap::new();
-    for d in &docs {
-        let mut seen: Vec<&str> = d.iter().map(String::as_str).collect();
-        seen.sort_unstable();
-        seen.dedup();
-        for t in seen {
-            *df.entry(t).or_default() += 1;
+/// A candidate's words as BM25 reads them: its name twice (a skill's name is its most
+/// deliberate summary), then its description.
+fn document(c: &Candidate<'_>) -> Vec<String> {
+    let name = c.skill.replace('-', " ");
+    let mut t = terms(&name);
+    t.extend(terms(&name));
+    t.extend(terms(c.description));
+    t
+}
+
+/// What BM25 needs of a collection for one request, gathered a candidate at a time: how many
+/// candidates, their words in all, and how many hold each of the request's words. So a caller
+/// that can only borrow its candidates a stretch at a time (the board, under its lock) scores
+/// them in two passes, [`Collection::add`] over all then [`Collection::score`], without holding
+/// them whole; [`rank`] scores the same way.
+pub struct Collection {
+    /// The request's words, sorted, each once.
+    query: Vec<String>,
+    docs: usize,
+    words: usize,
+    /// Candidates holding each of `query`'s words.
+    df: Vec<usize>,
+}
+
+impl Collection {
+    pub fn new(text: &str) -> Collection {
+        let mut query = terms(text);
+        query.sort_unstable();
+        query.dedup();
+        let df = vec![0; query.len()];
+        Collection {
+            query,
+            docs: 0,
+            words: 0,
+            df,
         }
     }
-    let mut query = terms(text);
-    query.sort_unstable();
-    query.dedup();
+
+    /// Count a candidate into the collection.
+    pub fn add(&mut self, c: &Candidate<'_>) {
+        self.add_document(&document(c));
+    }
+
+    fn add_document(&mut self, doc: &[String]) {
+        self.docs += 1;
+        self.words += doc.len();
+        for (q, df) in self.query.iter().zip(&mut self.df) {
+            if doc.contains(q) {
+                *df += 1;
+            }
+        }
+    }
+
+    /// A candidate's score against the collection counted so far.
+    pub fn score(&self, c: &Candidate<'_>) -> f64 {
+        self.score_document(&document(c))
+    }
+
+    /// Whether a candidate scores enough to be picked ([`MIN_SCORE`]).
+    pub fn picks(&self, c: &Candidate<'_>) -> bool {
+        self.score(c) >= MIN_SCORE
+    }
+
+    fn score_document(&self, doc: &[String]) -> f64 {
+        let bg = background();
+        let n = self.docs as f64 + bg.n;
+        let avg_len = (self.words as f64 / (self.docs as f64).max(1.0)).max(1.0);
+        let len = doc.len() as f64;
+        self.query
+            .iter()
+            .zip(&self.df)
+            .map(|(q, df)| {
+                let tf = doc.iter().filter(|t| *t == q).count() as f64;
+                if tf == 0.0 {
+                    return 0.0;
+                }
+                let df = *df as f64 + bg.df.get(q.as_str()).copied().unwrap_or(0.0);
+                let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg_len))
+            })
+            .sum()
+    }
+}
+
+/// Rank every candidate for `text`, best first (ties by skill then peer, for stable output).
+pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
+    let docs: Vec<Vec<String>> = candidates.iter().map(document).collect();
+    let mut collection = Collection::new(text);
+    for d in &docs {
+        collection.add_document(d);
+    }
     let mut scored: Vec<Scored> = candidates
         .iter()
         .zip(&docs)
-        .map(|(c, d)| {
-            let len = d.len() as f64;
-            let score = query
-                .iter()
-                .map(|q| {
-                    let tf = d.iter().filter(|t| *t == q).count() as f64;
-                    if tf == 0.0 {
-                        return 0.0;
-                    }
-                    let df = df.get(q.as_str()).copied().unwrap_or(0) as f64
-                        + bg.df.get(q.as_str()).copied().unwrap_or(0.0);
-                    let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-                    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / avg_len))
-                })
-                .sum();
-            Scored {
-                peer: c.peer.to_owned(),
-                skill: c.skill.to_owned(),
-                score,
-            }
+        .map(|(c, d)| Scored {
+            peer: c.peer.to_owned(),
+            skill: c.skill.to_owned(),
+            score: collection.score_document(d),
         })
         .collect();
     scored.sort_by(|a, b| {

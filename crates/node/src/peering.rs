@@ -15,24 +15,33 @@ use crate::config::Config;
 use crate::error::{NodeError, Result};
 use crate::skills::SkillSummary;
 
-/// Where `GET /board` reads from: the running network's board, or (for benches) a board fed
-/// in-process. Answers the board as a JSON array and the number of peers on it.
+/// Where `GET /board` reads from: the running network's board, or (for benches and tests) a
+/// board fed in-process. The route reads it under its lock, borrowed, a bounded stretch at a
+/// time ([`read_board`]): the board is peer-controlled and up to `p2p.board_max_mib` large, so
+/// no request copies it whole.
 pub trait BoardView: Send + Sync {
-    fn board_json(&self) -> (String, usize);
+    /// Run `f` on the board under its lock, with the time now (ms since the epoch).
+    fn read(&self, f: &mut dyn FnMut(&Board, u64));
 }
 
 impl BoardView for PeersHandle {
-    fn board_json(&self) -> (String, usize) {
-        self.with_board(|b, now| (b.snapshot_json(now), b.peer_count(now)))
+    fn read(&self, f: &mut dyn FnMut(&Board, u64)) {
+        self.with_board(|b, now| f(b, now))
     }
 }
 
 impl BoardView for Mutex<Board> {
-    fn board_json(&self) -> (String, usize) {
+    fn read(&self, f: &mut dyn FnMut(&Board, u64)) {
         let now = skillbox_peers::now_ms();
-        let b = self.lock().unwrap_or_else(|p| p.into_inner());
-        (b.snapshot_json(now), b.peer_count(now))
+        f(&self.lock().unwrap_or_else(|p| p.into_inner()), now)
     }
+}
+
+/// What `f` answers of the board, read under its lock (`None` from a view that never ran it).
+pub fn read_board<T>(view: &dyn BoardView, f: impl FnOnce(&Board, u64) -> T) -> Option<T> {
+    let (mut f, mut out) = (Some(f), None);
+    view.read(&mut |b, now| out = f.take().map(|f| f(b, now)));
+    out
 }
 
 /// A shared board view.

@@ -139,6 +139,17 @@ impl<'a> From<&'a BoardRow> for skillbox_calls::intent::Candidate<'a> {
     }
 }
 
+/// A borrowed row as the intent ranks it.
+impl<'a> From<RowRef<'a>> for skillbox_calls::intent::Candidate<'a> {
+    fn from(r: RowRef<'a>) -> Self {
+        skillbox_calls::intent::Candidate {
+            peer: r.peer,
+            skill: &r.skill.name,
+            description: &r.skill.description,
+        }
+    }
+}
+
 impl Board {
     pub fn new(config: BoardConfig) -> Board {
         Board {
@@ -252,7 +263,11 @@ impl Board {
         now_ms: u64,
         may_evict: bool,
     ) -> Result<Ingested, AdvertRefusal> {
-        let VerifiedAdvert { peer, advert, raw } = verified;
+        let VerifiedAdvert {
+            peer,
+            mut advert,
+            raw,
+        } = verified;
         if advert.time > now_ms.saturating_add(self.config.max_skew_ms) {
             return Err(AdvertRefusal::FromTheFuture {
                 time: advert.time,
@@ -282,11 +297,12 @@ impl Board {
             }
             new_peer = existing.expires_at <= now_ms;
         }
-        let mut skills: Vec<&OfferedSkill> = advert.skills.iter().collect();
-        skills.sort_by(|a, b| a.name.cmp(&b.name));
+        // Rows come out in skill order: the advert's skills are kept in that order, so the
+        // i-th rendered row is the i-th skill and a borrowed row ([`RowRef`]) needs no index.
+        advert.skills.sort_by(|a, b| a.name.cmp(&b.name));
         let mut rendered = String::new();
-        let mut row_ends = Vec::with_capacity(skills.len());
-        for s in &skills {
+        let mut row_ends = Vec::with_capacity(advert.skills.len());
+        for s in &advert.skills {
             rendered.push_str(&render_prefix(&key, s));
             row_ends.push(rendered.len());
         }
@@ -483,25 +499,18 @@ impl Board {
 
     /// One row per offered skill of every peer on the board, ordered by peer then skill.
     pub fn snapshot(&self, now_ms: u64) -> Vec<BoardRow> {
-        let mut rows = Vec::new();
-        for (peer, e) in self.live(now_ms) {
-            let age = age_secs(e.advert.time, now_ms);
-            let mut skills: Vec<&OfferedSkill> = e.advert.skills.iter().collect();
-            skills.sort_by(|a, b| a.name.cmp(&b.name));
-            for s in skills {
-                rows.push(BoardRow {
-                    peer: peer.clone(),
-                    skill: s.name.clone(),
-                    description: s.description.clone(),
-                    provider: s.provider.clone(),
-                    required_sources: s.required_sources.clone(),
-                    limits: s.limits,
-                    digest: s.declaration_digest.clone(),
-                    age,
-                });
-            }
-        }
-        rows
+        self.rows_after(now_ms, None)
+            .map(|r| BoardRow {
+                peer: r.peer.to_owned(),
+                skill: r.skill.name.clone(),
+                description: r.skill.description.clone(),
+                provider: r.skill.provider.clone(),
+                required_sources: r.skill.required_sources.clone(),
+                limits: r.skill.limits,
+                digest: r.skill.declaration_digest.clone(),
+                age: r.age,
+            })
+            .collect()
     }
 
     /// The same rows as [`Board::snapshot`], as a JSON array, from the pre-rendered rows.
@@ -509,28 +518,79 @@ impl Board {
         // Each row adds a comma, at most 20 digits of age and a brace to its prefix.
         let mut out = String::with_capacity(self.rendered_bytes + self.rendered_rows * 22 + 2);
         out.push('[');
-        let mut first = true;
-        let mut digits = [0u8; 20];
-        for (_, e) in self.live(now_ms) {
-            let age = format_u64(age_secs(e.advert.time, now_ms), &mut digits);
-            let mut start = 0;
-            for &end in &e.row_ends {
-                if !first {
-                    out.push(',');
-                }
-                first = false;
-                out.push_str(&e.rendered[start..end]);
-                out.push_str(age);
-                out.push('}');
-                start = end;
+        for (i, r) in self.rows_after(now_ms, None).enumerate() {
+            if i > 0 {
+                out.push(',');
             }
+            r.push_json(&mut out);
         }
         out.push(']');
         out
     }
+
+    /// The rows of unexpired adverts, borrowed, in board order (peer, then skill), starting
+    /// after the row `(peer, skill)` when given (that row need not be on the board any more).
+    /// What a search or a page reads under the board's lock without copying the board: the
+    /// map is entered at `after`'s peer, so a page costs the rows it reads, not the rows before.
+    pub fn rows_after<'a>(
+        &'a self,
+        now_ms: u64,
+        after: Option<(&'a str, &'a str)>,
+    ) -> impl Iterator<Item = RowRef<'a>> + 'a {
+        use std::ops::Bound;
+        let start = after.map_or(Bound::Unbounded, |(peer, _)| Bound::Included(peer));
+        self.entries
+            .range::<str, _>((start, Bound::Unbounded))
+            .filter(move |(_, e)| e.expires_at > now_ms)
+            .flat_map(move |(peer, e)| {
+                let age = age_secs(e.advert.time, now_ms);
+                let starts = std::iter::once(0).chain(e.row_ends.iter().copied());
+                e.advert
+                    .skills
+                    .iter()
+                    .zip(starts.zip(e.row_ends.iter().copied()))
+                    .map(move |(skill, (from, to))| RowRef {
+                        peer,
+                        skill,
+                        age,
+                        prefix: &e.rendered[from..to],
+                    })
+            })
+            .skip_while(move |r| {
+                after.is_some_and(|(peer, skill)| r.peer == peer && r.skill.name.as_str() <= skill)
+            })
+    }
 }
 
-/// Decimal digits of `n` without allocating (this runs once per peer per snapshot).
+/// One row of the board borrowed from it: the skill as the peer advertised it, and its JSON
+/// rendered at ingest.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRef<'a> {
+    /// The peer id (base58).
+    pub peer: &'a str,
+    pub skill: &'a OfferedSkill,
+    /// Seconds since the peer signed the advert this row comes from.
+    pub age: u64,
+    /// The row's JSON up to and including `"age":`.
+    prefix: &'a str,
+}
+
+impl RowRef<'_> {
+    /// The most bytes [`RowRef::push_json`] writes: the prefix, 20 digits and a brace.
+    pub fn json_len(&self) -> usize {
+        self.prefix.len() + 21
+    }
+
+    /// Write the row as `GET /board` answers it (a [`BoardRow`] as JSON), from its rendered text.
+    pub fn push_json(&self, out: &mut String) {
+        let mut digits = [0u8; 20];
+        out.push_str(self.prefix);
+        out.push_str(format_u64(self.age, &mut digits));
+        out.push('}');
+    }
+}
+
+/// Decimal digits of `n` without allocating (this runs once per row written).
 fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &str {
     let mut i = buf.len();
     loop {

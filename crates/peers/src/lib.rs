@@ -29,7 +29,7 @@ pub mod transport;
 mod wire;
 
 pub use advert::{AcceptedBox, Advert, AdvertRefusal, Offer, OfferedSkill};
-pub use board::{Board, BoardConfig, BoardRow};
+pub use board::{Board, BoardConfig, BoardRow, RowRef};
 pub use error::PeersError;
 pub use network::{
     Delivery, NetworkEvent, PeerInfo, PeersConfig, PeersHandle, SearchOutcome, start,

@@ -85,6 +85,19 @@ impl TestNode {
 
     pub async fn start_in(dir: tempfile::TempDir) -> TestNode {
         let node = Node::open(dir.path()).expect("open node");
+        TestNode::serve(node, dir).await
+    }
+
+    /// A node without a peer network whose `GET /board` reads `board`, fed in-process: a board
+    /// of any size or content without a network of peers.
+    pub async fn start_with_board(board: skillbox_node::peering::SharedBoard) -> TestNode {
+        let dir = init_dir();
+        let node = Node::open(dir.path()).expect("open node");
+        node.attach_board(board).expect("attach the board");
+        TestNode::serve(node, dir).await
+    }
+
+    async fn serve(node: Node, dir: tempfile::TempDir) -> TestNode {
         let serving = Serving::start(node, dir.path()).await;
         TestNode {
             base: serving.base.clone(),

@@ -146,3 +146,37 @@ fn without_the_right_skill_a_related_one_is_not_picked() {
     }
     assert_eq!(wrong, 0);
 }
+
+/// A collection counted a candidate at a time (the node's board read a stretch at a time under
+/// its lock) scores every candidate exactly as `rank` does, and picks what `pick` picks: the
+/// board search and the intent keep one rule over the same board.
+#[test]
+fn a_collection_counted_a_candidate_at_a_time_scores_as_rank_does() {
+    use skillbox_calls::intent::{Collection, rank};
+    let board = board();
+    let cands = candidates(&board);
+    let unrelated = (
+        "none".to_owned(),
+        "give me a recipe for chocolate cake".to_owned(),
+    );
+    for (_, request) in intent_cases().iter().chain([&unrelated]) {
+        let mut collection = Collection::new(request);
+        for c in &cands {
+            collection.add(c);
+        }
+        let ranked = rank(request, &cands);
+        for c in &cands {
+            let want = ranked
+                .iter()
+                .find(|s| s.skill == c.skill && s.peer == c.peer)
+                .expect("ranked");
+            assert_eq!(
+                collection.score(c).to_bits(),
+                want.score.to_bits(),
+                "{request}"
+            );
+        }
+        let picks = cands.iter().any(|c| collection.picks(c));
+        assert_eq!(picks, pick(request, &cands).is_ok(), "{request}");
+    }
+}

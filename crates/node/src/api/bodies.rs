@@ -90,12 +90,19 @@ pub struct SourceChange {
 #[allow(dead_code)]
 pub struct Content(Vec<u8>);
 
-/// `GET /board`: one row per offered skill of every peer's newest unexpired advert.
+/// `GET /board`: a page of rows, one per offered skill of a peer's newest unexpired advert.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Board {
     pub board: Vec<skillbox_peers::BoardRow>,
+    /// Peers with an unexpired advert on the board (all of them, not this page's).
     pub peer_count: usize,
+    /// Where the next page starts (pass it as `after`); absent on the last page. A page
+    /// searching with `q` may hold fewer rows than `limit`, even none, and still have a next.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    /// The node's words on the rows: which fields are the peers' own.
+    pub notice: String,
 }
 
 /// `GET /peers`.

@@ -101,9 +101,27 @@ pub fn index_needed(
     text: &str,
     candidates: &[skillbox_calls::intent::Candidate<'_>],
 ) -> bool {
+    index_needed_over(scope, text, |f| candidates.iter().for_each(f))
+}
+
+/// [`index_needed`] over candidates `each` hands out, twice (the board read a stretch at a
+/// time under its lock, never copied): the intent's scores need the whole collection's counts
+/// before any one score. Under `category` the index is needed when no candidate scores what
+/// the intent would pick ([`skillbox_calls::intent::pick`]).
+pub fn index_needed_over(
+    scope: SearchScope,
+    text: &str,
+    mut each: impl FnMut(&mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>)),
+) -> bool {
     match scope {
         SearchScope::Board => false,
-        SearchScope::Category => skillbox_calls::intent::pick(text, candidates).is_err(),
+        SearchScope::Category => {
+            let mut collection = skillbox_calls::intent::Collection::new(text);
+            each(&mut |c| collection.add(c));
+            let mut picked = false;
+            each(&mut |c| picked = picked || collection.picks(c));
+            !picked
+        }
         SearchScope::Terms => true,
     }
 }

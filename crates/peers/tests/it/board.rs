@@ -94,6 +94,51 @@ fn json_snapshot_equals_the_typed_rows() {
     }
 }
 
+/// A page read borrowed from a row on (`GET /board`'s `after`) is the rest of the snapshot, row
+/// for row and byte for byte, also when that row has left the board.
+#[test]
+fn rows_after_a_row_are_the_rest_of_the_snapshot() {
+    let mut b = board();
+    let mut peers = Vec::new();
+    for i in 1..=4u8 {
+        let key = keypair_from_seed(&[i; 32]).unwrap();
+        peers.push(key.public().to_peer_id());
+        // Offered out of order: rows still come skill by skill.
+        let bytes = sign_advert(&key, T0, T0, &offer(&["c-skill", "a-skill", "b-skill"])).unwrap();
+        b.ingest(&bytes, None, T0 + 100).unwrap();
+    }
+    let now = T0 + 1_000;
+    let all = b.snapshot(now);
+    assert_eq!(all.len(), 12);
+    let json = |rows: Vec<skillbox_peers::RowRef<'_>>| {
+        let mut out = String::new();
+        for r in rows {
+            r.push_json(&mut out);
+        }
+        out
+    };
+    for (i, row) in all.iter().enumerate() {
+        let rest: Vec<_> = b.rows_after(now, Some((&row.peer, &row.skill))).collect();
+        let want: String = all[i + 1..]
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap())
+            .collect();
+        assert_eq!(json(rest), want, "after row {i}");
+    }
+    // After a row that left (its peer gone): the rows of the peers after it.
+    let gone = all[4].clone();
+    b.remove(&gone.peer.parse().unwrap());
+    let rest: Vec<String> = b
+        .rows_after(now, Some((&gone.peer, &gone.skill)))
+        .map(|r| format!("{}/{}", r.peer, r.skill.name))
+        .collect();
+    let want: Vec<String> = all[6..]
+        .iter()
+        .map(|r| format!("{}/{}", r.peer, r.skill))
+        .collect();
+    assert_eq!(rest, want);
+}
+
 #[test]
 fn refuses_a_bad_signature() {
     let key = keypair_from_seed(&[2; 32]).unwrap();
