@@ -151,11 +151,11 @@ pub fn open_result(
     let entries = seal::open(&sealed, result_key, &info, || JcError::ResultNotForThisKey)?;
     let answer = entries
         .iter()
-        .find(|e| e.name == "answer")
+        .find(|e| e.name == seal::ANSWER_ENTRY)
         .ok_or_else(|| JcError::Sealed("no answer entry".into()))?;
     let truncated = entries
         .iter()
-        .find(|e| e.name == "truncated")
+        .find(|e| e.name == seal::TRUNCATED_ENTRY)
         .map(|e| e.data.first() == Some(&1))
         .unwrap_or(false);
     let answer = String::from_utf8(answer.data.to_vec())

@@ -170,7 +170,7 @@ pub struct OwnerInputs {
 #[serde(deny_unknown_fields)]
 pub struct OutputSpec {
     pub max_bytes: u64,
-    /// Always true: the sealed answer is padded to a size bucket.
+    /// Always true: the sealed answer is padded to one size, this bound's (`seal::answer_padded_len`).
     pub padded: bool,
     /// Always `caller`: the answer is sealed to the caller's result key only.
     pub to: String,

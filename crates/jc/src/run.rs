@@ -39,7 +39,7 @@ use crate::dsse::{
     ApprovedProgram, Envelope, approved_program, key_hex, stored_program, verify_action,
 };
 use crate::error::{JcError, Result};
-use crate::program::{INSECURE_DEV, ProgramHash, Role};
+use crate::program::{INSECURE_DEV, Program, ProgramHash, Role};
 use crate::receipt::{self, Receipt, RunStatus};
 use crate::registry::ProviderRegistry;
 use crate::seal::{self, Entry, HpkeKeyPair, Purpose, Sealer};
@@ -2356,21 +2356,22 @@ impl BoxCore {
             &result_key,
             &seal::info(Purpose::Result, run_id, &program.hash),
         )?;
-        let plain_len = answer.len() as u64
-            + 2 * seal::ENTRY_OVERHEAD
-            + "answer".len() as u64
-            + "truncated".len() as u64
-            + 2;
-        sealer.reserve(seal::bucket(plain_len));
-        sealer.entry_bytes("answer", answer.as_bytes())?;
-        sealer.entry_bytes("truncated", &[truncated as u8])?;
-        let sealed = sealer.finish()?;
+        // Every answer of this program seals to one size, the program's bound, whatever the
+        // owner's body had the model write (see `seal::answer_padded_len`); the caller reads the
+        // real length inside, in the answer entry's framing.
+        let padded = answer_padded_len(&program.program);
+        // One allocation of the sealed size; the padding is written as zeros chunk by chunk
+        // into it, never as a buffer of its own.
+        sealer.reserve(padded);
+        sealer.entry_bytes(seal::ANSWER_ENTRY, answer.as_bytes())?;
+        sealer.entry_bytes(seal::TRUNCATED_ENTRY, &[truncated as u8])?;
+        let sealed = sealer.finish_padded_to(padded)?;
         let receipt = Receipt {
             run_id: run_id.into(),
             program_hash: program.hash.to_hex(),
             status: RunStatus::Ok,
             finished_at: receipt::coarse(now),
-            output_bucket: seal::bucket(plain_len),
+            output_bucket: padded,
             owner_note_sha256: note_digest(owner_note.as_ref()),
         };
         Ok(Finished {
@@ -2639,6 +2640,13 @@ fn seal_note(
     sealer.entry_zeros(OwnerNote::PADDING_ENTRY, padded.saturating_sub(written))?;
     // The padding entry already brings every note of the run to `padded`: no bucket on top.
     sealer.finish_unpadded()
+}
+
+/// The plaintext size every sealed answer of `program` has ([`seal::answer_padded_len`]): its
+/// output bound, or the withheld answer where a bound is shorter than that (the fixed answer
+/// is not cut, so it must fit the same size).
+pub fn answer_padded_len(program: &Program) -> u64 {
+    seal::answer_padded_len(program.output.max_bytes.max(WITHHELD_ANSWER.len() as u64))
 }
 
 /// A served result's JSON read back (in-process callers; the box's own bytes).

@@ -34,6 +34,27 @@ pub fn bucket(n: u64) -> u64 {
     n.max(SMALLEST_BUCKET).next_power_of_two()
 }
 
+/// The result's entries: the answer, then whether it was cut to the program's bound.
+pub const ANSWER_ENTRY: &str = "answer";
+pub const TRUNCATED_ENTRY: &str = "truncated";
+
+/// The plaintext every sealed answer of a program is padded to, whatever the answer: its two
+/// entries with an answer of `max_answer` bytes (the program's output bound, or the withheld
+/// answer when that is longer), the truncated flag and the end marker. Fixed by the program
+/// both parties signed, so neither the receipt's `output_bucket` nor the sealed length says
+/// how long the answer was: a bucket of the answer's own length was a channel the owner's
+/// body steered ("answer at length if the caller's source says X") and the owner read off its
+/// fetch of the result (2–3.5 bits a call). Exact rather than a power of two: a 1 MiB bound
+/// with its 37 bytes of framing would double to 2 MiB.
+pub fn answer_padded_len(max_answer: u64) -> u64 {
+    max_answer
+        + 2 * ENTRY_OVERHEAD
+        + ANSWER_ENTRY.len() as u64
+        + TRUNCATED_ENTRY.len() as u64
+        + 1
+        + 1
+}
+
 /// Largest sealed size for a plaintext of at most `max_plain` bytes (framing included).
 pub fn sealed_limit(max_plain: u64) -> u64 {
     sealed_len(bucket(max_plain))
@@ -406,6 +427,20 @@ impl Sealer {
     /// would only double it (a 1 MiB body limit's note: 257 KiB padded to 512 KiB).
     pub fn finish_unpadded(self) -> Result<Vec<u8>> {
         let total = self.written + 1;
+        self.finish_at(total)
+    }
+
+    /// End marker, then zero padding to exactly `total` bytes of plaintext, last chunk: for a
+    /// seal whose size its program fixes whatever it holds (the caller's answer,
+    /// [`answer_padded_len`]). Entries past `total` are refused, not sealed longer: that
+    /// length would tell what the padding hides.
+    pub fn finish_padded_to(self, total: u64) -> Result<Vec<u8>> {
+        if self.written + 1 > total {
+            return Err(JcError::Internal(format!(
+                "sealed entries of {} bytes past their fixed size of {total}",
+                self.written + 1
+            )));
+        }
         self.finish_at(total)
     }
 
@@ -891,6 +926,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every answer up to the bound seals to one length and opens to itself; one past it is
+    /// refused rather than sealed longer.
+    #[test]
+    fn answers_seal_to_their_bounds_size_and_one_past_it_is_refused() {
+        let kp = HpkeKeyPair::generate();
+        let i = b"answers";
+        let total = answer_padded_len(40_000);
+        let seal = |answer: &[u8]| {
+            let mut s = Sealer::new(&kp.public(), i).expect("sealer");
+            s.entry_bytes(ANSWER_ENTRY, answer)?;
+            s.entry_bytes(TRUNCATED_ENTRY, &[0])?;
+            s.finish_padded_to(total)
+        };
+        for len in [0, 1, 100, 16_384, 40_000] {
+            let answer = vec![b'w'; len];
+            let sealed = seal(&answer).expect("within the bound");
+            assert_eq!(sealed.len() as u64, sealed_len(total), "{len} bytes");
+            let opened = open(&sealed, &kp, i, || JcError::ResultNotForThisKey).expect("opens");
+            assert_eq!(opened[0].data.as_slice(), answer.as_slice());
+        }
+        assert!(matches!(
+            seal(&vec![b'w'; 40_001]),
+            Err(JcError::Internal(_))
+        ));
     }
 
     #[test]

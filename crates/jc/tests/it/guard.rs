@@ -374,3 +374,68 @@ async fn a_codebook_body_reads_nothing_of_the_callers_source_from_the_owners_not
         "the note carries coverage"
     );
 }
+
+/// A model that answers at the length the owner's body asks for what the caller's source says:
+/// 100 bytes for source `A`, 5,000 for anything else.
+struct SizedBySource;
+
+impl Provider for SizedBySource {
+    fn complete<'a>(&'a self, request: ChatRequest, _api_key: Option<&'a str>) -> Reply<'a> {
+        Box::pin(async move {
+            let long = source_of(&request.user, "spotify_songs") != "A";
+            Ok(Completion {
+                text: "w".repeat(if long { 5000 } else { 100 }),
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            })
+        })
+    }
+}
+
+/// Review 23 F1: "if the user's source mentions X answer in 600 words, else one sentence". The
+/// answer's own size bucket was signed into the receipt and was the sealed answer's length, both
+/// in the owner's fetch of the result: 2–3.5 bits of the caller's source a call, read by the
+/// owner's node. Every answer now seals to the program's bound, so the owner's fetch is the
+/// same size, bucket and field by field, whichever source the caller staked; the caller still
+/// opens the answer the model wrote.
+#[tokio::test]
+async fn a_body_picking_the_answers_length_reads_nothing_of_the_callers_source_from_its_size() {
+    let f = start_with(Arc::new(SizedBySource), BoxConfig::default()).await;
+    let mut seen = Vec::new();
+    for (source, len) in [(&b"A"[..], 100), (&b"B"[..], 5000)] {
+        let mut p = guarded(f.program(), Action::Withhold);
+        p.output.max_bytes = 8192;
+        let (_, run) = f.open(&p).await;
+        f.run_all_with(&run, "Tell me about my songs.", source, BODY, None)
+            .await;
+        // The owner's fetch: everything the box serves but the caller's leaving out of the note.
+        let view = f
+            .client
+            .wait_result(&run.run_id, WAIT)
+            .await
+            .expect("the owner's fetch");
+        let out = open_result(&view, &f.result_key, &run).expect("caller opens");
+        assert_eq!(out.answer.len(), len, "the caller reads the answer written");
+        let receipt = verify_receipt(&view, &run).expect("receipt verifies");
+        seen.push((
+            receipt.output_bucket,
+            view.sealed_output.as_ref().map(String::len),
+            view.owner_note.as_ref().map(String::len),
+            view.receipt.payload_bytes().expect("payload").len(),
+            serde_json::to_string(&view).expect("json").len(),
+        ));
+    }
+    assert_eq!(
+        seen[0].0, seen[1].0,
+        "the receipt's output_bucket tells the sources apart"
+    );
+    assert_eq!(
+        seen[0], seen[1],
+        "the owner's fetch tells the sources apart"
+    );
+    assert_eq!(
+        seen[0].0,
+        skillbox_jc::seal::answer_padded_len(8192),
+        "padded to the program's bound"
+    );
+}
