@@ -19,6 +19,14 @@ pub const ADVERT_VERSION: u32 = 1;
 const ADVERT_DOMAIN: &[u8] = b"skillbox/advert/v1\n";
 /// Default upper bound of one signed advert on the wire.
 pub const DEFAULT_MAX_ADVERT_BYTES: usize = 128 * 1024;
+/// Most `requiredSources` one offered skill names. The advert's byte limit alone let one skill
+/// name 32,758 one-letter sources, which parse to ~14 times the advert's bytes (a `String` each)
+/// and are copied wherever a row is; no honest skill stakes more than a handful of sources, and
+/// a surface shows at most 16 of them.
+pub const MAX_REQUIRED_SOURCES: usize = 32;
+/// Most skills one advert offers: what one node offers is a short list, and each skill is a row
+/// of every board that takes the advert.
+pub const MAX_SKILLS_PER_ADVERT: usize = 256;
 /// JSON numbers above 2^53 do not survive canonicalization (RFC 8785 uses doubles).
 const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
@@ -103,6 +111,11 @@ impl Offer {
                 s.description
             )));
         }
+        // What every peer's board would refuse ([`verify_parsed`]): said here, in the node's
+        // own words, rather than signed and dropped by every peer.
+        if let Err(refusal) = within_counts(&self.skills) {
+            return Err(PeersError::InvalidOffer(refusal.to_string()));
+        }
         Ok(self)
     }
 }
@@ -172,6 +185,18 @@ pub enum AdvertRefusal {
     /// names something that is not a source name: a hostile advert, refused whole.
     #[error("skill {skill:?} asks for a source that cannot be staked")]
     ForbiddenSource { skill: String },
+    /// More skills than [`MAX_SKILLS_PER_ADVERT`].
+    #[error("the advert offers {count} skills, over the limit of {MAX_SKILLS_PER_ADVERT}")]
+    TooManySkills { count: usize },
+    /// A skill names more sources than [`MAX_REQUIRED_SOURCES`]; `skill` is its place in the
+    /// advert (0-based), never its name, which is not checked yet.
+    #[error(
+        "skill #{skill} of the advert names {count} required sources, over the limit of {MAX_REQUIRED_SOURCES}"
+    )]
+    TooManySources { skill: usize, count: usize },
+    /// A skill names one source twice; `skill` is its place in the advert.
+    #[error("skill #{skill} of the advert names a required source twice")]
+    DuplicateSource { skill: usize },
     /// The board is full, and an advert nobody searched for (gossip, board sync) does not evict.
     #[error("the board is full; an advert this node did not ask for does not evict an entry")]
     BoardFull,
@@ -365,6 +390,29 @@ fn is_provider_kind(provider: &str) -> bool {
     kind_ok && id_ok
 }
 
+/// The counts an advert's skills must keep: at most [`MAX_SKILLS_PER_ADVERT`] skills, each with
+/// at most [`MAX_REQUIRED_SOURCES`] required sources, none named twice. Checked before the
+/// signature: they cost a few comparisons, a signature tens of µs.
+fn within_counts(skills: &[OfferedSkill]) -> Result<(), AdvertRefusal> {
+    if skills.len() > MAX_SKILLS_PER_ADVERT {
+        return Err(AdvertRefusal::TooManySkills {
+            count: skills.len(),
+        });
+    }
+    for (i, s) in skills.iter().enumerate() {
+        let count = s.required_sources.len();
+        if count > MAX_REQUIRED_SOURCES {
+            return Err(AdvertRefusal::TooManySources { skill: i, count });
+        }
+        let mut names: Vec<&str> = s.required_sources.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            return Err(AdvertRefusal::DuplicateSource { skill: i });
+        }
+    }
+    Ok(())
+}
+
 /// The second half of [`verify_advert`]: node id, signature and content rules of an advert
 /// [`parse_advert`] read from `bytes`.
 pub(crate) fn verify_parsed(
@@ -372,6 +420,7 @@ pub(crate) fn verify_parsed(
     bytes: &[u8],
 ) -> Result<VerifiedAdvert, AdvertRefusal> {
     let advert = signed.advert;
+    within_counts(&advert.skills)?;
     let (key_peer, public) =
         peer_of_public_key_hex(&advert.public_key).map_err(AdvertRefusal::BadPublicKey)?;
     if key_peer.to_base58() != advert.node {
@@ -559,6 +608,105 @@ mod tests {
                 ),
                 "{provider:?}"
             );
+        }
+    }
+
+    fn skill_requiring(name: &str, sources: Vec<String>) -> OfferedSkill {
+        OfferedSkill {
+            name: name.into(),
+            description: "d".into(),
+            provider: "openai".into(),
+            required_sources: sources,
+            limits: Default::default(),
+            declaration_digest: format!("sha256:{}", "ab".repeat(32)),
+            guard: None,
+        }
+    }
+
+    /// Review 23b P4: one skill naming 30,000 one-letter sources is a valid 128 KiB advert that
+    /// parses to ~14 times its bytes and is copied with every row read. Such an advert, one
+    /// naming 33 distinct sources, one naming a source twice and one of 257 skills are each
+    /// refused with their own code, signed by their node or not; an ordinary one (32 sources,
+    /// 256 skills) passes. The node's own offer is refused the same way before it is signed.
+    #[test]
+    fn an_advert_past_the_source_or_skill_counts_is_refused() {
+        let kp = Keypair::generate_ed25519();
+        let signed = |skills: Vec<OfferedSkill>| {
+            let offer = Offer {
+                skills,
+                boxes: vec![],
+            };
+            sign_advert(&kp, 1, 1, &offer).expect("sign")
+        };
+        let letters = signed(vec![skill_requiring("hoard", vec!["a".into(); 30_000])]);
+        assert!(
+            letters.len() <= DEFAULT_MAX_ADVERT_BYTES,
+            "{}",
+            letters.len()
+        );
+        assert_eq!(
+            verify_advert(&letters, DEFAULT_MAX_ADVERT_BYTES).err(),
+            Some(AdvertRefusal::TooManySources {
+                skill: 0,
+                count: 30_000
+            })
+        );
+        let named = |n: usize| (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        let over = signed(vec![
+            skill_requiring("alpha", vec![]),
+            skill_requiring("hoard", named(MAX_REQUIRED_SOURCES + 1)),
+        ]);
+        assert_eq!(
+            verify_advert(&over, DEFAULT_MAX_ADVERT_BYTES).err(),
+            Some(AdvertRefusal::TooManySources {
+                skill: 1,
+                count: MAX_REQUIRED_SOURCES + 1
+            })
+        );
+        let twice = signed(vec![skill_requiring(
+            "hoard",
+            vec!["notes".into(), "songs".into(), "notes".into()],
+        )]);
+        assert_eq!(
+            verify_advert(&twice, DEFAULT_MAX_ADVERT_BYTES).err(),
+            Some(AdvertRefusal::DuplicateSource { skill: 0 })
+        );
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| skill_requiring(&format!("s{i}"), vec![]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            verify_advert(&signed(many(MAX_SKILLS_PER_ADVERT + 1)), 1 << 20).err(),
+            Some(AdvertRefusal::TooManySkills {
+                count: MAX_SKILLS_PER_ADVERT + 1
+            })
+        );
+        // At the limits, and an ordinary advert: taken.
+        let full = signed(vec![skill_requiring("hoard", named(MAX_REQUIRED_SOURCES))]);
+        assert!(verify_advert(&full, DEFAULT_MAX_ADVERT_BYTES).is_ok());
+        assert!(verify_advert(&signed(many(MAX_SKILLS_PER_ADVERT)), 1 << 20).is_ok());
+        let ordinary = signed(vec![skill_requiring(
+            "taste",
+            vec!["songs".into(), "notes".into()],
+        )]);
+        assert!(verify_advert(&ordinary, DEFAULT_MAX_ADVERT_BYTES).is_ok());
+        // The refusals name a skill by its place only.
+        let said = AdvertRefusal::DuplicateSource { skill: 0 }.to_string();
+        assert!(!said.contains("hoard"), "{said}");
+        // The node's own offer: refused in its words, not signed for every peer to drop.
+        for skills in [
+            vec![skill_requiring("hoard", named(MAX_REQUIRED_SOURCES + 1))],
+            many(MAX_SKILLS_PER_ADVERT + 1),
+        ] {
+            let offer = Offer {
+                skills,
+                boxes: vec![],
+            };
+            assert!(matches!(
+                offer.normalized(),
+                Err(PeersError::InvalidOffer(_))
+            ));
         }
     }
 
