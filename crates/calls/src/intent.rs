@@ -219,11 +219,6 @@ impl Collection {
         self.score_document(&document(c))
     }
 
-    /// Whether a candidate scores enough to be picked ([`MIN_SCORE`]).
-    pub fn picks(&self, c: &Candidate<'_>) -> bool {
-        self.score(c) >= MIN_SCORE
-    }
-
     fn score_document(&self, doc: &[String]) -> f64 {
         let bg = background();
         let n = self.docs as f64 + bg.n;
@@ -272,17 +267,50 @@ pub fn rank(text: &str, candidates: &[Candidate<'_>]) -> Vec<Scored> {
 
 /// Pick the best candidate for `text`, or say why none fits.
 pub fn pick(text: &str, candidates: &[Candidate<'_>]) -> Result<Pick, NoPick> {
-    if candidates.is_empty() {
+    pick_over(text, |f| candidates.iter().for_each(f))
+}
+
+/// [`pick`] over candidates `each` hands out, twice (the board lent a stretch at a time, never
+/// copied): the first pass counts the collection, the second scores each candidate and keeps
+/// the best two in [`rank`]'s order (score, then skill, then peer).
+pub fn pick_over(
+    text: &str,
+    mut each: impl FnMut(&mut dyn FnMut(&Candidate<'_>)),
+) -> Result<Pick, NoPick> {
+    let mut collection = Collection::new(text);
+    each(&mut |c| collection.add(c));
+    if collection.docs == 0 {
         return Err(NoPick::NoCandidates);
     }
-    let mut ranked = rank(text, candidates).into_iter();
-    let best = ranked.next();
+    // Whether `(score, c)` ranks before `than`.
+    let before = |score: f64, c: &Candidate<'_>, than: &Scored| {
+        score
+            .total_cmp(&than.score)
+            .reverse()
+            .then_with(|| c.skill.cmp(&than.skill))
+            .then_with(|| c.peer.cmp(&than.peer))
+            .is_lt()
+    };
+    let (mut best, mut runner_up) = (None::<Scored>, None::<Scored>);
+    each(&mut |c| {
+        let score = collection.score(c);
+        let scored = || Scored {
+            peer: c.peer.to_owned(),
+            skill: c.skill.to_owned(),
+            score,
+        };
+        if best.as_ref().is_none_or(|b| before(score, c, b)) {
+            runner_up = best.replace(scored());
+        } else if runner_up.as_ref().is_none_or(|r| before(score, c, r)) {
+            runner_up = Some(scored());
+        }
+    });
     match best {
         Some(best) if best.score >= MIN_SCORE => Ok(Pick {
             peer: best.peer,
             skill: best.skill,
             score: best.score,
-            runner_up: ranked.next().filter(|r| r.score > 0.0),
+            runner_up: runner_up.filter(|r| r.score > 0.0),
         }),
         best => Err(NoPick::NoMatch {
             best_score: best.as_ref().map_or(0.0, |b| b.score),

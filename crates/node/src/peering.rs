@@ -44,6 +44,82 @@ pub fn read_board<T>(view: &dyn BoardView, f: impl FnOnce(&Board, u64) -> T) -> 
     out
 }
 
+/// A row of the board by its place, (peer, skill): where a walk stopped and a page goes on.
+pub struct RowKey {
+    pub peer: String,
+    pub skill: String,
+}
+
+impl RowKey {
+    pub fn of(peer: &str, skill: &str) -> RowKey {
+        RowKey {
+            peer: peer.to_owned(),
+            skill: skill.to_owned(),
+        }
+    }
+}
+
+/// Where a walk of the board stopped.
+pub struct Walked {
+    /// After the last row read (`None`: none was read).
+    pub last: Option<RowKey>,
+    /// The board had no more rows.
+    pub ended: bool,
+}
+
+/// Rows read per hold of the board's lock: the network task takes the same lock for every
+/// advert it takes, so a long read gives it back between stretches.
+pub const ROWS_PER_LOCK: usize = 1_000;
+
+/// Why a stretch of a walk ended.
+#[derive(PartialEq)]
+enum Stretch {
+    /// The board has no more rows.
+    End,
+    /// It read its [`ROWS_PER_LOCK`] rows: the next stretch goes on after them.
+    Read,
+    /// The walk's budget was spent, or `f` stopped it.
+    Stopped,
+}
+
+/// Read the board's rows after `after`, borrowed, [`ROWS_PER_LOCK`] per hold of its lock and
+/// `budget` in all: `f` sees each row and answers whether to go on (the row is read) or stop
+/// before it. The board may change between stretches; each row is read at most once.
+pub fn walk(
+    view: &dyn BoardView,
+    after: Option<&RowKey>,
+    budget: usize,
+    mut f: impl FnMut(skillbox_peers::RowRef<'_>) -> bool,
+) -> Walked {
+    let (mut last, mut read) = (None::<RowKey>, 0usize);
+    loop {
+        let from = last.as_ref().or(after);
+        let stretch = read_board(view, |b, now| {
+            let from = from.map(|k| (k.peer.as_str(), k.skill.as_str()));
+            let mut stretch_last = None;
+            for (n, r) in b.rows_after(now, from).enumerate() {
+                if n == ROWS_PER_LOCK {
+                    return (stretch_last, Stretch::Read);
+                }
+                if read == budget || !f(r) {
+                    return (stretch_last, Stretch::Stopped);
+                }
+                read += 1;
+                stretch_last = Some(RowKey::of(r.peer, &r.skill.name));
+            }
+            (stretch_last, Stretch::End)
+        });
+        let (stretch_last, how) = stretch.unwrap_or((None, Stretch::End));
+        last = stretch_last.or(last);
+        if how != Stretch::Read {
+            return Walked {
+                last,
+                ended: how == Stretch::End,
+            };
+        }
+    }
+}
+
 /// A shared board view.
 pub type SharedBoard = Arc<dyn BoardView>;
 

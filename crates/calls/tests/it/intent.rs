@@ -148,11 +148,11 @@ fn without_the_right_skill_a_related_one_is_not_picked() {
 }
 
 /// A collection counted a candidate at a time (the node's board read a stretch at a time under
-/// its lock) scores every candidate exactly as `rank` does, and picks what `pick` picks: the
-/// board search and the intent keep one rule over the same board.
+/// its lock) scores every candidate exactly as `rank` does, and the pick over it streamed is
+/// rank's best and runner-up: the board search and the intent keep one rule over one board.
 #[test]
 fn a_collection_counted_a_candidate_at_a_time_scores_as_rank_does() {
-    use skillbox_calls::intent::{Collection, rank};
+    use skillbox_calls::intent::{Collection, pick_over, rank};
     let board = board();
     let cands = candidates(&board);
     let unrelated = (
@@ -176,7 +176,19 @@ fn a_collection_counted_a_candidate_at_a_time_scores_as_rank_does() {
                 "{request}"
             );
         }
-        let picks = cands.iter().any(|c| collection.picks(c));
-        assert_eq!(picks, pick(request, &cands).is_ok(), "{request}");
+        // The streamed pick is rank's: the same best, runner-up and refusal.
+        let streamed = pick_over(request, |f| cands.iter().for_each(f));
+        match (streamed, rank(request, &cands)) {
+            (Ok(p), ranked) => {
+                assert_eq!((&p.skill, &p.peer), (&ranked[0].skill, &ranked[0].peer));
+                let second = ranked.get(1).filter(|r| r.score > 0.0);
+                assert_eq!(p.runner_up.as_ref(), second, "{request}");
+            }
+            (Err(NoPick::NoMatch { best, .. }), ranked) => {
+                assert_eq!(best.as_ref(), ranked.first(), "{request}");
+                assert!(ranked[0].score < skillbox_calls::intent::MIN_SCORE);
+            }
+            (Err(e), _) => panic!("{request}: {e}"),
+        }
     }
 }

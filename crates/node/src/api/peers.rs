@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 
 use skillbox_peers::index::SearchScope;
 
+use crate::peering::{RowKey, walk};
+
 use super::bodies::*;
 use super::extract::{Expected, JsonBody, NoPeers, NotJson, Tiny, TooLarge, query};
 use super::{ApiError, AppState};
@@ -39,9 +41,6 @@ const MAX_PAGE_BYTES: usize = 1 << 20;
 /// Rows one request reads at most when searching: a rare `q` over a full board would read it
 /// all. Past this the page ends with what was found and `next` says where to go on.
 const MAX_ROWS_READ: usize = 20_000;
-/// Rows read per hold of the board's lock: the network task takes the same lock for every
-/// advert it takes, so a search gives it back between stretches.
-const ROWS_PER_LOCK: usize = 1_000;
 
 /// What `GET /board` says of its rows, in the node's words.
 const BOARD_NOTICE: &str = "Each row's skill, description, provider, requiredSources \
@@ -87,43 +86,29 @@ fn matches(skill: &skillbox_peers::OfferedSkill, words: &[String]) -> bool {
 
 /// Where a page of the board starts: after this row. Handed out as `next`, opaque: the peer id
 /// and the skill name in hex, so the cursor carries no word of the peer's.
-struct Cursor {
-    peer: String,
-    skill: String,
+fn cursor_text(k: &RowKey) -> String {
+    format!("{}.{}", k.peer, hex::encode(&k.skill))
 }
 
-impl Cursor {
-    fn of(peer: &str, skill: &str) -> Cursor {
-        Cursor {
-            peer: peer.to_owned(),
-            skill: skill.to_owned(),
-        }
+/// A cursor this node handed out, or a fixed refusal (the text is not quoted back).
+fn parse_cursor(text: &str) -> Result<RowKey, ApiError> {
+    let refused = || {
+        ApiError::validation(
+            "query.after",
+            "not a cursor this node handed out (use a page's `next`)",
+        )
+    };
+    let (peer, skill) = text.split_once('.').ok_or_else(refused)?;
+    let id: skillbox_peers::PeerId = peer.parse().map_err(|_| refused())?;
+    let skill = hex::decode(skill)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|s| skillbox_skill::document::name_problem(s).is_none())
+        .ok_or_else(refused)?;
+    if id.to_base58() != peer {
+        return Err(refused());
     }
-
-    fn text(&self) -> String {
-        format!("{}.{}", self.peer, hex::encode(&self.skill))
-    }
-
-    /// A cursor this node handed out, or a fixed refusal (the text is not quoted back).
-    fn parse(text: &str) -> Result<Cursor, ApiError> {
-        let refused = || {
-            ApiError::validation(
-                "query.after",
-                "not a cursor this node handed out (use a page's `next`)",
-            )
-        };
-        let (peer, skill) = text.split_once('.').ok_or_else(refused)?;
-        let id: skillbox_peers::PeerId = peer.parse().map_err(|_| refused())?;
-        let skill = hex::decode(skill)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .filter(|s| skillbox_skill::document::name_problem(s).is_none())
-            .ok_or_else(refused)?;
-        if id.to_base58() != peer {
-            return Err(refused());
-        }
-        Ok(Cursor::of(peer, &skill))
-    }
+    Ok(RowKey::of(peer, &skill))
 }
 
 /// `f` on a blocking thread (a walk of the board is CPU work, not the runtime's).
@@ -147,72 +132,15 @@ fn page_rows(limit: Option<&String>) -> Result<usize, ApiError> {
     }
 }
 
-/// Where a walk of the board stopped.
-struct Walked {
-    /// After the last row read (`None`: none was read).
-    last: Option<Cursor>,
-    /// The board had no more rows.
-    ended: bool,
-}
-
-/// Why a stretch of a walk ended.
-#[derive(PartialEq)]
-enum Stretch {
-    /// The board has no more rows.
-    End,
-    /// It read its [`ROWS_PER_LOCK`] rows: the next stretch goes on after them.
-    Read,
-    /// The walk's budget was spent, or `f` stopped it.
-    Stopped,
-}
-
-/// Read the board's rows after `after`, borrowed, [`ROWS_PER_LOCK`] per hold of its lock and
-/// `budget` in all: `f` sees each row and answers whether to go on (the row is read) or stop
-/// before it.
-fn walk(
-    view: &dyn crate::peering::BoardView,
-    after: Option<&Cursor>,
-    budget: usize,
-    mut f: impl FnMut(skillbox_peers::RowRef<'_>) -> bool,
-) -> Walked {
-    let (mut last, mut read) = (None::<Cursor>, 0usize);
-    loop {
-        let from = last.as_ref().or(after);
-        let stretch = crate::peering::read_board(view, |b, now| {
-            let from = from.map(|c| (c.peer.as_str(), c.skill.as_str()));
-            let mut stretch_last = None;
-            for (n, r) in b.rows_after(now, from).enumerate() {
-                if n == ROWS_PER_LOCK {
-                    return (stretch_last, Stretch::Read);
-                }
-                if read == budget || !f(r) {
-                    return (stretch_last, Stretch::Stopped);
-                }
-                read += 1;
-                stretch_last = Some(Cursor::of(r.peer, &r.skill.name));
-            }
-            (stretch_last, Stretch::End)
-        });
-        let (stretch_last, how) = stretch.unwrap_or((None, Stretch::End));
-        last = stretch_last.or(last);
-        if how != Stretch::Read {
-            return Walked {
-                last,
-                ended: how == Stretch::End,
-            };
-        }
-    }
-}
-
 /// A page of the board from `after`: the rows that match `words` (all without a search), up to
 /// `limit` rows and [`MAX_PAGE_BYTES`], [`MAX_ROWS_READ`] rows read when searching; and where
 /// the next page starts.
 fn page(
     view: &dyn crate::peering::BoardView,
     words: Option<&[String]>,
-    after: Option<Cursor>,
+    after: Option<RowKey>,
     limit: usize,
-) -> (String, Option<Cursor>) {
+) -> (String, Option<RowKey>) {
     let (mut rows, mut taken) = (String::from("["), 0usize);
     let budget = if words.is_some() {
         MAX_ROWS_READ
@@ -245,7 +173,7 @@ fn index_needed(
     text: &str,
     me: &str,
 ) -> bool {
-    crate::calls::index_needed_over(scope, text, |f| {
+    crate::calls::index_needed(scope, text, |f| {
         walk(view, None, usize::MAX, |r| {
             if r.peer != me {
                 f(&r.into());
@@ -282,7 +210,7 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
     let q = query(&uri, &["q", "after", "limit"])?;
     let view = s.board.get().ok_or_else(peers_unavailable)?.clone();
     let words = q.get("q").map(|t| search_words(t)).transpose()?;
-    let after = q.get("after").map(|c| Cursor::parse(c)).transpose()?;
+    let after = q.get("after").map(|c| parse_cursor(c)).transpose()?;
     let limit = page_rows(q.get("limit"))?;
     // The index only for a new search, not for each of its pages; and only with a network.
     // The board is read on a blocking thread: a search reads up to 20,000 rows.
@@ -307,7 +235,7 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
     if let Some(next) = next {
         // The cursor is a peer id (base58) and hex: nothing in it needs escaping.
         body.push_str(",\"next\":\"");
-        body.push_str(&next.text());
+        body.push_str(&cursor_text(&next));
         body.push('"');
     }
     body.push_str(",\"notice\":\"");

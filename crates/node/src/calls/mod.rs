@@ -74,8 +74,16 @@ pub struct Offered {
 /// Where the caller looks up the board (the network's, or a fixed one in tests).
 pub trait Directory: Send + Sync {
     fn offered(&self, peer: &str, skill: &str) -> Option<Offered>;
-    /// Every offered skill on the board right now (the intent's candidates).
+    /// Every offered skill on the board right now.
     fn rows(&self) -> Vec<skillbox_peers::BoardRow>;
+    /// Every offered skill on the board right now, lent to `f` with its required sources (the
+    /// intent's candidates): the network's board is read under its lock a stretch at a time,
+    /// not copied; a fixed board lends its rows.
+    fn each_row(&self, f: &mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>, &[String])) {
+        for r in self.rows() {
+            f(&(&r).into(), &r.required_sources);
+        }
+    }
     /// Search the skill index for `text`, caching the verified adverts of the providers it
     /// names on the board (a fixed board has nothing to search).
     fn search<'a>(
@@ -95,33 +103,17 @@ pub trait Directory: Send + Sync {
 /// now. `terms`: always (the index may name a better provider than the board holds, and the
 /// operator chose to tell DHT peers the request's words). `category`: only when the board has
 /// no candidate above the intent's threshold, so a request the board answers sends nothing
-/// anywhere, and one it cannot sends its category key alone. `board`: never.
+/// anywhere, and one it cannot sends its category key alone. `board`: never. The candidates
+/// are what `each` hands out, twice (the board lent a stretch at a time under its lock, never
+/// copied; [`skillbox_calls::intent::pick_over`]).
 pub fn index_needed(
     scope: SearchScope,
     text: &str,
-    candidates: &[skillbox_calls::intent::Candidate<'_>],
-) -> bool {
-    index_needed_over(scope, text, |f| candidates.iter().for_each(f))
-}
-
-/// [`index_needed`] over candidates `each` hands out, twice (the board read a stretch at a
-/// time under its lock, never copied): the intent's scores need the whole collection's counts
-/// before any one score. Under `category` the index is needed when no candidate scores what
-/// the intent would pick ([`skillbox_calls::intent::pick`]).
-pub fn index_needed_over(
-    scope: SearchScope,
-    text: &str,
-    mut each: impl FnMut(&mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>)),
+    each: impl FnMut(&mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>)),
 ) -> bool {
     match scope {
         SearchScope::Board => false,
-        SearchScope::Category => {
-            let mut collection = skillbox_calls::intent::Collection::new(text);
-            each(&mut |c| collection.add(c));
-            let mut picked = false;
-            each(&mut |c| picked = picked || collection.picks(c));
-            !picked
-        }
+        SearchScope::Category => skillbox_calls::intent::pick_over(text, each).is_err(),
         SearchScope::Terms => true,
     }
 }
@@ -141,6 +133,12 @@ impl Directory for skillbox_peers::PeersHandle {
     }
     fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
         self.board()
+    }
+    fn each_row(&self, f: &mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>, &[String])) {
+        crate::peering::walk(self, None, usize::MAX, |r| {
+            f(&r.into(), &r.skill.required_sources);
+            true
+        });
     }
     fn search<'a>(
         &'a self,

@@ -12,7 +12,6 @@ use skillbox_calls::machine::{self, NewCall, Role, State};
 use skillbox_calls::select_sources;
 use skillbox_jc::program::ProgramHash;
 use skillbox_jc::seal::HpkeKeyPair;
-use skillbox_peers::index::SearchScope;
 use zeroize::Zeroizing;
 
 use super::boxes::KnownBox;
@@ -320,26 +319,15 @@ impl Calls {
         Ok((able, first))
     }
 
-    /// The board rows this node could call, as the intent's candidates: not its own, none
-    /// asking for a reserved source, and each with no required sources or one of them `held`
-    /// as a shareable source.
-    fn candidates<'a>(
-        &self,
-        rows: &'a [skillbox_peers::BoardRow],
-        held: &HashSet<String>,
-    ) -> Vec<skillbox_calls::intent::Candidate<'a>> {
-        rows.iter()
-            .filter(|r| r.peer != self.0.node_id)
-            .filter(|r| {
-                !r.required_sources
-                    .iter()
-                    .any(|s| skillbox_skill::is_reserved_source_name(s))
-            })
-            .filter(|r| {
-                r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s))
-            })
-            .map(Into::into)
-            .collect()
+    /// Whether this node could call a board row, as the intent's candidate: not its own, asking
+    /// for no reserved source, and with no required sources or one of them `held` as a
+    /// shareable source.
+    fn callable(&self, peer: &str, required: &[String], held: &HashSet<String>) -> bool {
+        peer != self.0.node_id
+            && !required
+                .iter()
+                .any(|s| skillbox_skill::is_reserved_source_name(s))
+            && (required.is_empty() || required.iter().any(|s| held.contains(s)))
     }
 
     /// The `skill` intent (`POST /intents/skill`): rank the skills the board offers right now
@@ -370,21 +358,22 @@ impl Calls {
         let held: HashSet<String> =
             blocking(move || Ok(srcs.shareable()?.into_iter().map(|m| m.name).collect())).await?;
         let scope = self.0.directory.search_scope();
+        // The board's callable rows, lent (the board is read under its lock, never copied).
+        let each = |f: &mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>)| {
+            self.0.directory.each_row(&mut |c, required| {
+                if self.callable(c.peer, required, &held) {
+                    f(c);
+                }
+            })
+        };
         // The index only as `index.search` allows: under `terms` first, as before; under
         // `category` only when the board has no candidate, and then with the category key
         // alone (the request's words never reach a DHT peer); under `board` never. The
         // providers it names join the board's cache, and the board is ranked again.
-        let on_board = (scope != SearchScope::Terms).then(|| self.0.directory.rows());
-        let rows = match on_board {
-            Some(rows) if !super::index_needed(scope, &text, &self.candidates(&rows, &held)) => {
-                rows
-            }
-            _ => {
-                self.0.directory.search(&text).await;
-                self.0.directory.rows()
-            }
-        };
-        let pick = skillbox_calls::intent::pick(&text, &self.candidates(&rows, &held))?;
+        if super::index_needed(scope, &text, each) {
+            self.0.directory.search(&text).await;
+        }
+        let pick = skillbox_calls::intent::pick_over(&text, each)?;
         let view = self
             .start_from(
                 StartCall {
