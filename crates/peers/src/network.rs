@@ -1807,28 +1807,13 @@ impl Task {
     }
 
     fn receive_payload(&mut self, from: PeerId, signed: &SignedPayload) -> Ack {
-        if self.payload_tx.capacity() == 0 {
-            return Ack::Busy;
-        }
-        let received = self.inbox.receive(&from, signed, unix_ms());
-        let ack = received.ack();
-        match received {
-            Received::New(incoming) => {
-                // Capacity was checked above and only this task sends: this cannot be full.
-                if self.payload_tx.try_send(*incoming).is_err() {
-                    return Ack::Busy;
-                }
-            }
-            Received::Refused(reason) => {
-                tracing::info!(%from, %reason, "payload refused");
-                self.emit(NetworkEvent::PayloadRefused {
-                    from,
-                    reason: reason.to_string(),
-                });
-            }
-            Received::Duplicate | Received::RateLimited => {}
-        }
-        ack
+        receive_into(
+            &mut self.inbox,
+            &self.payload_tx,
+            &self.events,
+            from,
+            signed,
+        )
     }
 
     fn on_advert(
@@ -2231,6 +2216,60 @@ impl Task {
 /// held to the advert rate gossip has (`rate`, shared with it), and an advert not newer than the
 /// one held is refused before its signature is checked: 25,000 copies of one valid advert cost
 /// one signature check, not 25,000 on the network task.
+/// Check one payload `from` sent and hand it on: [`Task::receive_payload`]'s work, apart from
+/// the task so that what it logs can be read back in a test.
+fn receive_into(
+    inbox: &mut Inbox,
+    payload_tx: &mpsc::Sender<IncomingPayload>,
+    events: &broadcast::Sender<NetworkEvent>,
+    from: PeerId,
+    signed: &SignedPayload,
+) -> Ack {
+    if payload_tx.capacity() == 0 {
+        return Ack::Busy;
+    }
+    let received = inbox.receive(&from, signed, unix_ms());
+    let ack = received.ack();
+    match received {
+        Received::New(incoming) => {
+            // Capacity was checked above and only this task sends: this cannot be full.
+            if payload_tx.try_send(*incoming).is_err() {
+                return Ack::Busy;
+            }
+        }
+        Received::Refused(reason) => {
+            // The refusal's details quote the envelope (its sender, checked before the
+            // signature, its recipient, the parser's message): peer-chosen text of any bytes,
+            // up to a payload's size. At info, where the operator's terminal reads, only the
+            // closed code; the details at debug, escaped by Debug and cut short.
+            tracing::info!(%from, code = reason.code(), "payload refused");
+            tracing::debug!(%from, reason = %LogCut(&format!("{reason:?}")), "payload refused");
+            let _ = events.send(NetworkEvent::PayloadRefused {
+                from,
+                reason: reason.to_string(),
+            });
+        }
+        Received::Duplicate | Received::RateLimited => {}
+    }
+    ack
+}
+
+/// Peer-derived text already escaped (by Debug), cut to [`LOG_DETAIL_MAX`] characters: a
+/// peer's 1 MiB of text is not a 1 MiB log line.
+struct LogCut<'a>(&'a str);
+
+/// The most characters of a peer-derived detail a log line carries.
+const LOG_DETAIL_MAX: usize = 256;
+
+impl std::fmt::Display for LogCut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.char_indices().nth(LOG_DETAIL_MAX) {
+            Some((at, _)) => write!(f, "{}...", &self.0[..at]),
+            None => f.write_str(self.0),
+        }
+    }
+}
+
 fn ingest_sync(
     board: &mut Board,
     rate: &mut Buckets,
@@ -2452,6 +2491,90 @@ impl PayloadTransport for PeersHandle {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A subscriber that writes each event as the fmt layer does (`name=value` through the
+    /// value's Debug, which for a `%` field is its Display), into a buffer.
+    struct Captured(Arc<Mutex<String>>);
+
+    struct Line<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Line<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            use std::fmt::Write as _;
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl tracing::Subscriber for Captured {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut line = format!("{}", event.metadata().level());
+            event.record(&mut Line(&mut line));
+            let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            out.push_str(&line);
+            out.push('\n');
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// P3: a connected peer's envelope names a `sender` of terminal control sequences and a
+    /// line break. Refused `sender_mismatch` before its signature is checked, its text was
+    /// logged at info as is: raw ESC into the operator's terminal and a forged line of the
+    /// node's own. Now only the closed code is logged at info, the details escaped at debug.
+    #[test]
+    fn a_refused_payload_writes_no_peer_text_raw_into_the_log() {
+        let a = crate::keypair_from_seed(&[91; 32]).expect("key");
+        let pa = a.public().to_peer_id();
+        let me = crate::keypair_from_seed(&[92; 32])
+            .expect("key")
+            .public()
+            .to_peer_id();
+        let payload = Payload {
+            kind: crate::PayloadKind::CallFailed,
+            call_id: "c-1".into(),
+            body: serde_json::json!({}),
+        };
+        let mut signed = SignedPayload::sign(&a, &me, &payload, 1, unix_ms()).expect("signs");
+        // The sender swapped for the hostile text, in canonical JSON, and the pad grown by the
+        // bytes it is shorter: the envelope stays well-formed and padded to its bucket.
+        let honest = format!("\"sender\":\"{pa}\"");
+        let hostile = "\"sender\":\"B\\u001b[2K\\nFAKE\"";
+        assert!(signed.envelope.contains(&honest));
+        let grown = "0".repeat(honest.len() - hostile.len());
+        signed.envelope = signed.envelope.replacen(&honest, hostile, 1).replacen(
+            "\"pad\":\"",
+            &format!("\"pad\":\"{grown}"),
+            1,
+        );
+        let mut inbox = Inbox::new(me, InboxConfig::default());
+        let (payload_tx, _payload_rx) = mpsc::channel(4);
+        let (events, _) = broadcast::channel(4);
+        let log = Arc::new(Mutex::new(String::new()));
+        let ack = tracing::subscriber::with_default(Captured(log.clone()), || {
+            receive_into(&mut inbox, &payload_tx, &events, pa, &signed)
+        });
+        assert_eq!(
+            ack,
+            Ack::Refused {
+                reason: "sender_mismatch".into()
+            }
+        );
+        let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert!(!log.contains('\u{1b}'), "raw ESC in the log: {log:?}");
+        assert!(
+            !log.lines().any(|l| l.starts_with("FAKE")),
+            "a line of the peer's: {log:?}"
+        );
+        assert!(log.contains("sender_mismatch"), "no code: {log:?}");
+    }
 
     /// A peer that reconnects asks again at once, and fresh peer ids ask one each: before, a
     /// reconnection started a peer's interval over and any number of ids got full answers (a
