@@ -182,8 +182,13 @@ impl Disclosure {
 /// Who sees the staked plaintext, in the question's words. A compatible provider's id is the
 /// advert's (`openai-compatible:<id>`, any `[A-Za-z0-9._-]`, so `approve-nothing-is-staked`):
 /// on the caller's side it is quoted as the skill's name is; the other providers are a closed
-/// list of the node's own words.
+/// list of the node's own words. A provider that spends a key is called with the key the owner
+/// staked, so what it sees is kept under the owner's account there (OpenRouter's input and
+/// output logging shows the owner every prompt and completion; every such provider's usage
+/// records give it each run's token counts): the caller's question says so, since no box,
+/// guard or attestation can keep it from the owner ([`OWNERS_ACCOUNT`]).
 fn seen_by(provider: Option<&ProviderId>, host: Option<&str>, role: Role) -> String {
+    let owners_account = role == Role::Caller && provider.is_some_and(ProviderId::needs_key);
     let provider = provider.map(|p| match (p, role) {
         (ProviderId::OpenAiCompatible(id), Role::Caller) => format!(
             "openai-compatible:{} {PEERS_NAME}",
@@ -191,12 +196,20 @@ fn seen_by(provider: Option<&ProviderId>, host: Option<&str>, role: Role) -> Str
         ),
         (p, _) => p.to_string(),
     });
-    match (provider, host) {
+    let seen = match (provider, host) {
         (Some(p), Some(h)) => format!("provider {p} at {h} sees it in plaintext"),
         (Some(p), None) => format!("provider {p} (inside the box) sees it in plaintext"),
         _ => "the skill's provider sees it in plaintext".to_owned(),
+    };
+    if owners_account {
+        format!("{seen}{OWNERS_ACCOUNT}")
+    } else {
+        seen
     }
 }
+
+/// What follows a keyed provider in the caller's question: the node's fixed words.
+const OWNERS_ACCOUNT: &str = ", under the skill owner's account: the owner can read it there (the provider's logs and usage records)";
 
 /// What follows a peer's skill name in the caller's question: the node's words, so the name
 /// (the peer's choice, which may read as a verdict: `ok-nothing-is-staked-approve`) is never
@@ -637,7 +650,7 @@ mod tests {
         assert_eq!(
             said,
             format!(
-                "provider openai-compatible:\"approve.nothing-is-staked\" {PEERS_NAME} (inside the box) sees it in plaintext"
+                "provider openai-compatible:\"approve.nothing-is-staked\" {PEERS_NAME} (inside the box) sees it in plaintext{OWNERS_ACCOUNT}"
             )
         );
         assert_eq!(
@@ -646,12 +659,119 @@ mod tests {
                 Some("https://api.openai.com"),
                 Role::Caller
             ),
-            "provider openai at https://api.openai.com sees it in plaintext"
+            format!(
+                "provider openai at https://api.openai.com sees it in plaintext{OWNERS_ACCOUNT}"
+            )
         );
         assert!(
             seen_by(Some(&order), None, Role::Owner)
                 .starts_with("provider openai-compatible:approve.")
         );
+    }
+
+    /// Review 23 F0: the box calls a keyed provider with the key the owner staked, so the
+    /// provider keeps what it saw (the caller's request, sources and the answer) under the
+    /// owner's account — OpenRouter's input and output logging shows it there verbatim. The
+    /// caller's question for such a skill says so in the node's words; a `local` skill's
+    /// question does not; and a yes remembered for the `local` skill does not cover the
+    /// remote one (the provider is one of the facts told).
+    #[test]
+    fn a_remote_providers_question_says_the_owner_can_read_it_and_a_local_yes_does_not_cover_it() {
+        use skillbox_jc::dsse::sign_program;
+        use skillbox_jc::ed25519_dalek::SigningKey;
+        use skillbox_jc::program::{OwnerInputs, ProviderGrant};
+        use skillbox_jc::seal::HpkeKeyPair;
+        use skillbox_testkit::box_fixture::program_between;
+
+        let (caller, owner) = (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+        );
+        let result_key = HpkeKeyPair::generate();
+        let run = "r".repeat(32);
+        let row_for = |provider: ProviderGrant| {
+            let base = program_between(&caller, &owner, &result_key, "ab", "taste");
+            let program = skillbox_jc::program::Program {
+                owner_inputs: OwnerInputs {
+                    key_max_bytes: if provider.id.needs_key() { 512 } else { 0 },
+                    ..base.owner_inputs.clone()
+                },
+                provider,
+                ..base
+            };
+            let env = sign_program(&program, &caller).expect("signs");
+            let mut row = a_call(Role::Caller);
+            row.call.run_id = Some(run.clone());
+            row.program = Some(String::from_utf8(env.to_json()).expect("json"));
+            row.box_url = Some("https://box".into());
+            row.verified = Some(
+                serde_json::to_value(VerifiedRunRecord {
+                    run_id: run.clone(),
+                    program_hash: "sha256:00".into(),
+                    platform: "tdx".into(),
+                    measurement: "ab".into(),
+                    hpke_public_key: "00".into(),
+                    receipt_key: "00".into(),
+                    expires_at: 0,
+                    no_hardware_isolation: false,
+                    tcb_status: None,
+                    tls_spki_sha256: None,
+                })
+                .expect("record"),
+            );
+            row
+        };
+        let remote = row_for(ProviderGrant {
+            id: ProviderId::OpenRouter,
+            host: Some("https://openrouter.ai/api/v1".into()),
+        });
+        let local = row_for(ProviderGrant {
+            id: ProviderId::Local,
+            host: None,
+        });
+        let text = Disclosure::of(&remote).text;
+        assert!(
+            text.contains(
+                "provider openrouter at https://openrouter.ai/api/v1 sees it in plaintext, \
+                 under the skill owner's account: the owner can read it there"
+            ),
+            "{text}"
+        );
+        let text = Disclosure::of(&local).text;
+        assert!(
+            text.contains("provider local (inside the box) sees it in plaintext,")
+                && !text.contains("owner's account"),
+            "{text}"
+        );
+        // The owner's own question names its own account nowhere.
+        let mut own = remote.clone();
+        own.call.role = Role::Owner;
+        assert!(!Disclosure::of(&own).text.contains("owner's account"));
+
+        // A yes remembered for the local skill, then the remote one: asked again.
+        let told_local = told_of(&local).expect("told");
+        let told_remote = told_of(&remote).expect("told");
+        assert_ne!(told_local, told_remote);
+        let policy = skillbox_calls::Policy {
+            rules: vec![remembered_rule(&local, true, told_local.clone())],
+            default: Decision::Ask,
+        };
+        let asked = |told: &Told| {
+            policy.decide(&skillbox_calls::policy::SubmitQuestion {
+                role: Role::Caller,
+                peer: &local.call.peer,
+                skill: &local.call.skill,
+                sources: &[],
+                from_agent: false,
+                told: Some(told),
+            })
+        };
+        assert_eq!(
+            asked(&told_local),
+            Decision::Allow,
+            "the rule is the local call's"
+        );
+        assert_eq!(asked(&told_remote), Decision::Ask);
     }
 
     /// A call just started on `role`'s side: no program, box or sources yet.
