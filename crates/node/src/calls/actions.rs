@@ -784,7 +784,19 @@ impl Calls {
         Ok(ProgramHash::of(&env.payload_bytes()?))
     }
 
+    /// The run's outcome, waiting for it until the call's expiry.
     pub(super) async fn fetch_outcome(&self, row: &CallRow) -> skillbox_jc::Result<Outcome> {
+        self.fetch_outcome_within(row, Duration::MAX).await
+    }
+
+    /// [`Self::fetch_outcome`], waiting for the run's end at most `wait` (or until the call's
+    /// expiry, if sooner): a box whose run has not ended by then answers `not_ready`, so the
+    /// asker learns the box still has the run (an ended call's turn is settled this way).
+    pub(super) async fn fetch_outcome_within(
+        &self,
+        row: &CallRow,
+        wait: Duration,
+    ) -> skillbox_jc::Result<Outcome> {
         let run_id = Self::run_id(row)?;
         let verified = self.verified(row).await?;
         let until_expiry = Duration::from_millis(row.call.expires_at_ms.saturating_sub(now_ms()));
@@ -793,7 +805,7 @@ impl Calls {
         let view = client
             .wait_result_as(
                 &run_id,
-                until_expiry.max(Duration::from_secs(1)),
+                until_expiry.min(wait).max(Duration::from_secs(1)),
                 Self::role(row),
             )
             .await?;

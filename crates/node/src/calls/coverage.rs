@@ -184,7 +184,9 @@ pub fn pin_box(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<boo
 /// answer. This node keeps asking the box for the run's outcome
 /// ([`super::Calls::settle_turn`]): the call stays failed, a `coverage_exceeded` outcome still
 /// refuses the peer's day, and the turn is given back once the outcome is in, the box no longer
-/// has the run, or the program expired.
+/// has the run, the box has said nothing of it for a while ([`Silence`]: a dead box's turn
+/// stalled the caller's next calls of the skill until the program expired), or the program
+/// expired.
 ///
 /// The holder is a row of the store (`guard_turns`), taken in the same transaction that checks
 /// the day's refusal, so it outlives a restart: a call submitted before the restart still runs
@@ -360,6 +362,59 @@ const SETTLE_LOOK: std::time::Duration = std::time::Duration::from_secs(30);
 /// after a passing failure (doubled up to [`SETTLE_LOOK`]).
 const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long one ask of a settling task has the box wait for the run's end: under
+/// [`SETTLE_LOOK`], so a box that still has the run says so (`not_ready`) within the look, and
+/// a look that ends with no word at all is the box's silence, not a long run.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A settling task gives the turn back once the box said nothing of the run for this long…
+const SILENT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// …over at least this many asks in a row (review 22b R2; see [`Silence`]).
+const SILENT_ASKS: u32 = 3;
+
+/// The settling task's asks in a row that got no word of the run from its box: no outcome,
+/// no `not_ready` — a connection refused or cut, a look that ran out, a 5xx or a `busy`.
+/// Once there were [`SILENT_ASKS`] of them over at least [`SILENT_FOR`], the box is taken as
+/// dead (killed, or a hostile operator that stopped answering) and the turn is given back:
+/// held until the program's expiry (15 min by default), it stalled the same caller's next
+/// calls of the skill even at another box, at the box operator's will. Giving it back opens
+/// no overlap the turn closes: a next run at the same box instance waits there until this one
+/// is counted (the box holds a run of a key already in flight, `skillbox_jc::day::InFlight`),
+/// and one at another instance reads another day book, a move [`moved_past`] bounds by
+/// `[guard] day_box_moves`. Three asks over 30 s, not one: a pooled connection the box closed
+/// or a restart behind its address (seconds) is not a dead box. A word of the run (`not_ready`)
+/// starts the count afresh: the box is alive and holds the run.
+#[derive(Debug, Default)]
+struct Silence {
+    asks: u32,
+    since: Option<std::time::Instant>,
+}
+
+impl Silence {
+    /// The box answered that it still has the run.
+    fn heard(&mut self) {
+        *self = Silence::default();
+    }
+
+    /// An ask sent at `asked` got no word of the run by `now`: whether the box has been silent
+    /// long enough for the turn to be given back.
+    fn unanswered(&mut self, asked: std::time::Instant, now: std::time::Instant) -> bool {
+        self.asks = self.asks.saturating_add(1);
+        let since = *self.since.get_or_insert(asked);
+        self.asks >= SILENT_ASKS && now.saturating_duration_since(since) >= SILENT_FOR
+    }
+}
+
+/// The box's answer that it has the run and it has not ended (`not_ready`).
+fn still_running(e: &skillbox_jc::JcError) -> bool {
+    match e {
+        skillbox_jc::JcError::NotReady(_) => true,
+        skillbox_jc::JcError::Remote { code, .. } => code == "not_ready",
+        _ => false,
+    }
+}
+
 impl super::Calls {
     /// Whether calls take turns: the coverage thresholds are on.
     pub(super) fn turns_on(&self) -> bool {
@@ -480,17 +535,23 @@ impl super::Calls {
     async fn settled(&self, key: &super::Key, row: &Arc<CallRow>) {
         let mark = (key.clone(), "fetch_outcome", row.call.run_id.clone());
         let mut pause = SETTLE_PAUSE;
+        let mut silence = Silence::default();
         while self.holds_turn(&row.call.id) {
             if super::now_ms() >= row.call.expires_at_ms {
                 self.end_turn(row);
                 return;
             }
             if !super::lock(&self.0.inflight).insert(mark.clone()) {
-                // The call's own fetch still runs: its outcome gives the turn back.
+                // The call's own fetch still runs: its outcome gives the turn back. What the
+                // box told it meanwhile is not known here, so the silence counts afresh.
+                silence.heard();
                 tokio::time::sleep(SETTLE_PAUSE).await;
                 continue;
             }
-            let fetched = tokio::time::timeout(SETTLE_LOOK, self.fetch_outcome(row)).await;
+            let asked = std::time::Instant::now();
+            let fetched =
+                tokio::time::timeout(SETTLE_LOOK, self.fetch_outcome_within(row, SETTLE_WAIT))
+                    .await;
             let done = match fetched {
                 Ok(Ok(Some((event, change)))) => {
                     if let Err(e) = self.apply(key.clone(), event, change).await {
@@ -498,9 +559,15 @@ impl super::Calls {
                     }
                     true
                 }
-                // A passing failure, or no outcome within this look: ask again.
-                Ok(Err(e)) if super::driver::transient(&e) => false,
-                Err(_) => false,
+                // The box still has the run: ask again.
+                Ok(Err(e)) if still_running(&e) => {
+                    silence.heard();
+                    false
+                }
+                // No word of the run (a passing failure, or none within this look): ask
+                // again, unless the box has been silent long enough to be taken as dead.
+                Ok(Err(e)) if super::driver::transient(&e) => self.silent(row, &mut silence, asked),
+                Err(_) => self.silent(row, &mut silence, asked),
                 // The box has no such run (deleted, expired) or will not say: nothing of it can
                 // be counted any more.
                 Ok(Ok(None)) | Ok(Err(_)) => {
@@ -516,6 +583,17 @@ impl super::Calls {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(SETTLE_LOOK);
         }
+    }
+
+    /// A settling ask sent at `asked` got no word of the run: give the turn back if the box has
+    /// been silent long enough ([`Silence`]). Whether the settling is done.
+    fn silent(&self, row: &CallRow, silence: &mut Silence, asked: std::time::Instant) -> bool {
+        if !silence.unanswered(asked, std::time::Instant::now()) {
+            return false;
+        }
+        tracing::info!(call = %row.call.id, "the box of an ended call's run is silent; its coverage turn is given back");
+        self.end_turn(row);
+        true
     }
 
     /// Owner, at start: settle the turns that ended calls held when the node stopped (their
@@ -677,6 +755,39 @@ mod tests {
             .write(|tx| refuse(tx, "peer-a", "taste", day_of(now_secs())))
             .expect("refused");
         assert_eq!(take(&store, "call-b", 12), Turn::Refused);
+    }
+
+    /// A dead box's silence gives the turn back only after [`SILENT_ASKS`] asks over at least
+    /// [`SILENT_FOR`]; a word of the run (`not_ready`) starts the count afresh.
+    #[test]
+    fn a_box_silent_for_three_asks_over_thirty_seconds_gives_the_turn_back() {
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        let mut silence = Silence::default();
+        assert!(!silence.unanswered(at(0), at(0)), "one refused connection");
+        assert!(!silence.unanswered(at(1), at(1)));
+        assert!(
+            !silence.unanswered(at(3), at(3)),
+            "three asks in 3 s: a restart"
+        );
+        assert!(
+            silence.unanswered(at(31), at(31)),
+            "silent 31 s over four asks"
+        );
+        // Three looks that each ran out (a box holding its connections): 90 s.
+        let mut held = Silence::default();
+        assert!(!held.unanswered(at(0), at(30)));
+        assert!(!held.unanswered(at(31), at(61)));
+        assert!(held.unanswered(at(62), at(92)));
+        // The box said it still has the run: the count starts again.
+        let mut alive = Silence::default();
+        assert!(!alive.unanswered(at(0), at(0)));
+        assert!(!alive.unanswered(at(20), at(20)));
+        alive.heard();
+        assert!(!alive.unanswered(at(40), at(40)));
+        assert!(!alive.unanswered(at(50), at(50)));
+        assert!(!alive.unanswered(at(60), at(60)), "20 s since the word");
+        assert!(alive.unanswered(at(70), at(70)));
     }
 
     /// A call that failed holding the turn keeps it while its program lasts (its run may still

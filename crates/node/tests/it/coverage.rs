@@ -655,6 +655,7 @@ mod day_pin {
     use serde_json::Value;
     use skillbox_testkit::box_fixture::PathSwitch;
 
+    use super::turn_holder;
     use crate::support::{
         self, TestNode, assert_failed_naming, dev_attester, start_tls_box_behind, tagged_pair,
     };
@@ -670,6 +671,17 @@ mod day_pin {
         .await
     }
 
+    /// Two TLS boxes whose provider is at `provider_url`, each behind a pass-through of its own
+    /// (steered to target 3, there is none: the box answers nothing, as a dead one).
+    async fn two_boxes(provider_url: &str) -> (PathSwitch, PathSwitch) {
+        let (a, b) = (PathSwitch::start().await, PathSwitch::start().await);
+        let box_a = start_tls_box_behind(provider_url, &a.host, dev_attester()).await;
+        let box_b = start_tls_box_behind(provider_url, &b.host, dev_attester()).await;
+        a.relay_to(&[&box_a]);
+        b.relay_to(&[&box_b]);
+        (a, b)
+    }
+
     /// One call of `taste`, to its end: the caller's record.
     async fn call(owner: &TestNode, caller: &TestNode, request: &str) -> Value {
         let id = caller.start_call(&owner.peer_id, "taste", request).await;
@@ -683,11 +695,7 @@ mod day_pin {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_callers_day_does_not_move_to_another_box_past_day_box_moves() {
         let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
-        let (a, b) = (PathSwitch::start().await, PathSwitch::start().await);
-        let box_a = start_tls_box_behind(&provider_url, &a.host, dev_attester()).await;
-        let box_b = start_tls_box_behind(&provider_url, &b.host, dev_attester()).await;
-        a.relay_to(&[&box_a]);
-        b.relay_to(&[&box_b]);
+        let (a, b) = two_boxes(&provider_url).await;
         let urls = [a.url.clone(), b.url.clone()];
         let (owner, caller) = pair(&urls, "PIN-1", 0).await;
         // The caller is steered: the box it must not use answers nothing (no target 3).
@@ -733,6 +741,96 @@ mod day_pin {
         let after_two = call(&owner, &caller, "REQ-PIN-2c").await;
         assert_failed_naming(&after_two, "coverage_exceeded");
         assert_eq!(provider.0.lock().expect("log").len(), 2);
+        support::stop_all([owner, caller]).await;
+    }
+
+    /// Review 22b R2: an owner call fails while its run is at a box that then dies (killed, or
+    /// a hostile operator that stops answering). The failed call kept the (peer, skill) turn
+    /// until its run's outcome or its program's expiry (15 min), so the caller's next call of
+    /// the skill, sent to another box, waited `submitting` behind it all that time. Now the
+    /// owner gives the turn back once the dead box has said nothing of the run for a while
+    /// (three asks over 30 s), and the next call — one box move, which `day_box_moves`
+    /// allows — is answered well before the program's expiry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_dead_boxs_run_does_not_hold_the_turn_until_its_program_expires() {
+        // Run 1 sits at the provider long past the test; any other is answered at once. One
+        // provider for both boxes: a run moves only to a box with the program's provider host.
+        static SITTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        fn first_sits(_system: &str, user: &str) -> String {
+            if user.contains("REQ-DEAD-1a") {
+                SITTING.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(600));
+            }
+            "answered".to_owned()
+        }
+        let (provider_url, provider) =
+            skillbox_testkit::provider::blocking::provider_double_by(first_sits);
+        let (a, b) = two_boxes(&provider_url).await;
+        let urls = [a.url.clone(), b.url.clone()];
+        let (owner, caller) = pair(&urls, "DEAD-1", 1).await;
+        // The first call goes to a: b answers nothing for now.
+        b.send_to(3).await;
+        let first = caller
+            .start_call(&owner.peer_id, "taste", "REQ-DEAD-1a")
+            .await;
+        owner.wait_state(&first, &["submitted"], LIMIT).await;
+        let at_the_provider = std::time::Instant::now() + LIMIT;
+        while !SITTING.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < at_the_provider,
+                "run 1 never started"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Run 1 is at box a's provider: box a dies (every connection cut, none taken since),
+        // and the caller fails the call. The owner's side fails holding the turn.
+        a.send_to(3).await;
+        let cancelled = caller
+            .post_json(&format!("/calls/{first}/cancel"), serde_json::json!({}))
+            .await;
+        assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+        let failed = owner.wait_state(&first, &["failed"], LIMIT).await;
+        let died = std::time::Instant::now();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis();
+        let expires_in = Duration::from_millis(
+            u64::try_from(
+                u128::from(failed["expiresAt"].as_u64().unwrap_or(0)).saturating_sub(now_ms),
+            )
+            .unwrap_or(0),
+        );
+        // Well before: the turn of a failed call is given back at its program's expiry anyway.
+        let bound = Duration::from_secs(120);
+        assert!(
+            expires_in > bound * 4,
+            "the program expires in {expires_in:?}"
+        );
+
+        b.send_to(0).await;
+        let second = caller
+            .start_call(&owner.peer_id, "taste", "REQ-DEAD-1b")
+            .await;
+        let done = std::time::Instant::now() + bound;
+        let c2 = loop {
+            let c = caller.get(&format!("/calls/{second}")).await.body;
+            if ["answered", "ran", "failed"].contains(&c["state"].as_str().unwrap_or("")) {
+                break c;
+            }
+            assert!(
+                std::time::Instant::now() < done,
+                "the caller's next call stalled {:?} behind the dead box's turn ({c}; the owner's side: {}, the turn held by {:?})",
+                died.elapsed(),
+                owner.get(&format!("/calls/{second}")).await.body,
+                turn_holder(&owner, &caller.peer_id)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(c2["state"], "answered", "{c2}");
+        assert_eq!(c2["box"], b.url.as_str(), "{c2}");
+        // The provider logs a request once answered: run 2's only.
+        assert_eq!(provider.0.lock().expect("log").len(), 1, "run 2 ran at b");
         support::stop_all([owner, caller]).await;
     }
 
