@@ -1308,6 +1308,16 @@ impl BoxCore {
         self.attester.platform() == INSECURE_DEV
     }
 
+    /// A run's verdict or failure code, logged only by a box without hardware isolation, whose
+    /// operator reads its memory anyway. A hardware box's host reads the guest's log: a line
+    /// per caught answer, refused day or echo undid what the owner's padded note, the day
+    /// book's row for every answer and Regenerate's two rounds were built to keep from it.
+    fn per_run_log(&self, code: &'static str, what: &'static str) {
+        if self.no_hardware_isolation() {
+            tracing::info!(code, "{what}");
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -1981,7 +1991,7 @@ impl BoxCore {
                 // Only the closed code is kept: nothing of the provider's answer, the run's
                 // material or the error's words leaves the box.
                 let error = RunFailure::from(&e);
-                tracing::info!(code = error.as_str(), "run failed");
+                self.per_run_log(error.as_str(), "run failed");
                 let note = seal_owner_note(&program, run_id, false)?;
                 let receipt = Receipt {
                     run_id: run_id.into(),
@@ -2158,10 +2168,7 @@ impl BoxCore {
         key.day = crate::day::day_of(now_secs());
         let book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
         if book.exceeds(&key, &limits) {
-            tracing::info!(
-                code = "coverage_exceeded",
-                "a run past the owner's day limits"
-            );
+            self.per_run_log("coverage_exceeded", "a run past the owner's day limits");
             return Err(JcError::CoverageExceeded);
         }
         Ok(Some(mark))
@@ -2264,9 +2271,9 @@ impl BoxCore {
             let (answer, cut) = cap(completion.text, max);
             let answer = Zeroizing::new(answer);
             if owner_secrets.carried_by(&answer) {
-                tracing::info!(
-                    code = "provider_echo",
-                    "an answer carried the owner's key or model id"
+                self.per_run_log(
+                    "provider_echo",
+                    "an answer carried the owner's key or model id",
                 );
                 return Err(JcError::ProviderFailed(ProviderFailure::Protocol));
             }
@@ -2303,7 +2310,7 @@ impl BoxCore {
                 let first = complete(req).await?;
                 let Some(levels) = skillbox_guard::check_released(&prepared, &first.answer).1
                 else {
-                    tracing::info!(code = "guard_acted", "the output guard acted on an answer");
+                    self.per_run_log("guard_acted", "the output guard acted on an answer");
                     return Ok(withheld());
                 };
                 Ok(released(first, levels, false))
@@ -2332,7 +2339,7 @@ impl BoxCore {
                     return Ok(released(first, levels, false));
                 }
                 // Caught. Nothing of the verdict leaves the box but the owner's sealed note.
-                tracing::info!(code = "guard_acted", "the output guard acted on an answer");
+                self.per_run_log("guard_acted", "the output guard acted on an answer");
                 match again_levels {
                     None => Ok(withheld()),
                     Some(levels) => Ok(released(again, levels, true)),

@@ -375,7 +375,11 @@ impl PathSwitch {
 
 /// Start a box whose `local` provider is `provider`, with `config`.
 pub async fn start_with(provider: Arc<dyn Provider>, config: BoxConfig) -> Fixture {
-    let core = Arc::new(core_with(provider, config));
+    serve_box_loopback(Arc::new(core_with(provider, config))).await
+}
+
+/// Serve `core` over plain HTTP on an ephemeral loopback port: the fixture of that box.
+pub async fn serve_box_loopback(core: Arc<BoxCore>) -> Fixture {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");

@@ -822,24 +822,6 @@ async fn a_guarded_runs_owner_note_is_made_again_the_same_not_kept() {
     same(&form2, "from a form 2 record");
 }
 
-/// An attester that says it is a platform with hardware isolation (the evidence is insecure-dev's;
-/// only the platform matters to what the run store takes).
-struct SaysHardware(Arc<dyn skillbox_jc::attest::Attester>);
-impl skillbox_jc::attest::Attester for SaysHardware {
-    fn platform(&self) -> &str {
-        "sev-snp"
-    }
-    fn measurement(&self) -> &str {
-        self.0.measurement()
-    }
-    fn attest(
-        &self,
-        statement: &skillbox_jc::attest::Statement,
-    ) -> skillbox_jc::Result<skillbox_jc::attest::Attestation> {
-        self.0.attest(statement)
-    }
-}
-
 /// A storage key only the measured box could have (what a platform sealing key would be).
 struct PlatformSealed;
 impl skillbox_jc::run::store::StorageKey for PlatformSealed {

@@ -64,6 +64,118 @@ pub fn attest_data(rel: &str) -> Vec<u8> {
     data(&format!("../../../attest/tests/data/{rel}"))
 }
 
+/// An attester that says it is a platform with hardware isolation (the evidence is insecure-dev's):
+/// for what the box itself does on such a platform (the run store it takes, what it logs), not
+/// for what a verifier accepts.
+pub struct SaysHardware(pub Arc<dyn skillbox_jc::attest::Attester>);
+impl skillbox_jc::attest::Attester for SaysHardware {
+    fn platform(&self) -> &str {
+        "sev-snp"
+    }
+    fn measurement(&self) -> &str {
+        self.0.measurement()
+    }
+    fn attest(
+        &self,
+        statement: &skillbox_jc::attest::Statement,
+    ) -> skillbox_jc::Result<skillbox_jc::attest::Attestation> {
+        self.0.attest(statement)
+    }
+}
+
+/// A box on loopback that says it has hardware isolation ([`SaysHardware`]), answering with
+/// `provider`.
+pub async fn start_saying_hardware(provider: Arc<dyn skillbox_providers::Provider>) -> Fixture {
+    serve_box_loopback(Arc::new(core_attested_by(
+        Arc::new(SaysHardware(dev_attester())),
+        provider,
+        BoxConfig::default(),
+    )))
+    .await
+}
+
+/// Open a run of `p`, listing the box as `sev-snp`, at a [`SaysHardware`] box: its keys read straight off the attested
+/// statement, as a verifier would hand them on (no verifier takes insecure-dev evidence for
+/// `sev-snp`).
+pub async fn open_saying_hardware(f: &Fixture, p: &skillbox_jc::program::Program) -> VerifiedRun {
+    use base64::Engine as _;
+    let mut p = p.clone();
+    p.boxes[0].platform = "sev-snp".into();
+    let env = f.approve(&p);
+    let approved = approved_program(&env).expect("approved");
+    let run_id = f.client.open(&env).await.expect("open").run_id;
+    let nonce = skillbox_jc::client::new_nonce();
+    let attestation = f.client.attestation(&run_id, &nonce).await.expect("attest");
+    let statement: skillbox_jc::attest::Statement = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(&attestation.statement)
+            .expect("base64"),
+    )
+    .expect("statement");
+    assert_eq!(statement.platform, "sev-snp");
+    let hex32 =
+        |h: &str| -> [u8; 32] { hex::decode(h).expect("hex").try_into().expect("32 bytes") };
+    VerifiedRun {
+        run_id,
+        program_hash: approved.hash,
+        platform: statement.platform,
+        measurement: statement.measurement,
+        hpke_public_key: hex32(&statement.hpke_public_key),
+        receipt_key: ed25519_dalek::VerifyingKey::from_bytes(&hex32(&statement.receipt_public_key))
+            .expect("receipt key"),
+        expires_at: statement.expires_at,
+        no_hardware_isolation: false,
+        tcb_status: None,
+        tls_spki_sha256: None,
+    }
+}
+
+/// What the box logs at its default level (info, `box_cmd`'s), caught on this thread while the
+/// returned guard lives: a `#[tokio::test]` runs the box's tasks on its one thread.
+pub fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .without_time()
+        .with_writer(captured.clone())
+        .finish();
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
+/// Log lines caught by [`capture_logs`].
+#[derive(Clone, Default)]
+pub struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// What was logged since the last take, emptied; what comes next is caught whole.
+    pub fn take(&self) -> String {
+        // A callsite another test's thread first reached while this subscriber was being set
+        // can keep the "nobody listens" it was registered with (tracing's interest cache is
+        // shared by all threads): asked again, every callsite counts this subscriber in.
+        tracing::callsite::rebuild_interest_cache();
+        let bytes = std::mem::take(&mut *self.0.lock().expect("log buffer"));
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
 /// A node key as the X25519 pair its owner notes are sealed to.
 pub fn note_key(node_key: &ed25519_dalek::SigningKey) -> skillbox_jc::seal::HpkeKeyPair {
     skillbox_jc::seal::HpkeKeyPair::from_node_key(node_key).expect("a node key's X25519 pair")
