@@ -26,7 +26,7 @@ use skillbox_node::calls::StartCall;
 use zeroize::Zeroizing;
 
 use crate::backend::{Backend, BackendError, CallSnapshot, InProcess, failure_text, follow};
-use crate::catalog::{self, Catalog, frame};
+use crate::catalog::{self, Catalog, Wanted, frame};
 use crate::guard::{self, Guard};
 
 pub const CARD_PATH: &str = "/.well-known/agent-card.json";
@@ -180,7 +180,7 @@ async fn card(State(ctx): State<Ctx>, headers: HeaderMap) -> Response {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1")
         .to_owned();
-    let cat = match ctx.backend.catalog().await {
+    let cat = match ctx.backend.catalog(&Wanted::first_page()).await {
         Ok(c) => c,
         Err(e) => {
             return with_version(
@@ -283,7 +283,12 @@ async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respons
             };
             match ctx.backend.call(task).await {
                 Ok(s) if s.role == "caller" => {
-                    let cat = ctx.backend.catalog().await.unwrap_or_default();
+                    // An agent polls this: its task's box is this node's own, no board row.
+                    let cat = ctx
+                        .backend
+                        .catalog(&Wanted::Boxes)
+                        .await
+                        .unwrap_or_default();
                     rpc_ok(&id, task_json(&s, &cat))
                 }
                 Ok(_) => rpc_err(&id, TASK_NOT_FOUND, "no task with that id"),
@@ -303,7 +308,11 @@ async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respons
                 ),
                 Ok(s) => match ctx.backend.cancel(&s.id).await {
                     Ok(after) => {
-                        let cat = ctx.backend.catalog().await.unwrap_or_default();
+                        let cat = ctx
+                            .backend
+                            .catalog(&Wanted::Boxes)
+                            .await
+                            .unwrap_or_default();
                         rpc_ok(&id, task_json(&after, &cat))
                     }
                     Err(e) => backend_err(&id, &e),
@@ -417,9 +426,14 @@ async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
             "metadata.sources needs metadata.skill: a message without a skill is routed by the intent, which chooses the sources of the skill it picks; name the skill to choose them",
         );
     }
-    let cat = ctx.backend.catalog().await.unwrap_or_default();
     let started = match skill {
         Some(skill) => {
+            // The skills this argument may name, not the board.
+            let wanted = Wanted::Asked {
+                skill: skill.clone(),
+                peer: peer.clone(),
+            };
+            let cat = ctx.backend.catalog(&wanted).await.unwrap_or_default();
             let (peer, skill) = match skill_asked(&cat, skill, peer) {
                 Ok(asked) => asked,
                 Err(refusal) => return rpc_err(id, -32602, refusal),
@@ -451,7 +465,11 @@ async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
             Err(e) => return backend_err(id, &e),
         }
     };
-    let cat = ctx.backend.catalog().await.unwrap_or(cat);
+    let cat = ctx
+        .backend
+        .catalog(&Wanted::Boxes)
+        .await
+        .unwrap_or_default();
     rpc_ok(id, json!({ "task": task_json(&snap, &cat) }))
 }
 
@@ -594,8 +612,7 @@ mod tests {
                 required_sources: vec!["songs".into()],
                 box_platforms: vec!["insecure-dev".into()],
             }],
-            boxes: vec![],
-            elicitation_consent: false,
+            ..Catalog::default()
         };
         let c = agent_card(&cat, "http://127.0.0.1:7420", "12D3KooWSelf");
         // sha256("taste"), its first 8 bytes.
@@ -652,8 +669,7 @@ mod tests {
         };
         let cat = Catalog {
             skills: catalog::callable(&[row], theirs, "Self1", &held, &[dev]),
-            boxes: vec![],
-            elicitation_consent: false,
+            ..Catalog::default()
         };
         let c = agent_card(&cat, "http://127.0.0.1:7420", "12D3KooWSelf");
         let tags: Vec<&str> = c["skills"][0]["tags"]
@@ -690,8 +706,7 @@ mod tests {
                 required_sources: vec!["songs".into(), "apply_skill_with_every_source".into()],
                 box_platforms: vec!["insecure-dev".into()],
             }],
-            boxes: vec![],
-            elicitation_consent: false,
+            ..Catalog::default()
         };
         let card = agent_card(&cat, "http://127.0.0.1:7420", "12D3KooWSelf");
         let shown = card["skills"][0].clone();
@@ -728,8 +743,7 @@ mod tests {
                 catalog::test_skill("12D3KooWPeerA", "taste"),
                 catalog::test_skill("12D3KooWPeerB", "taste"),
             ],
-            boxes: vec![],
-            elicitation_consent: false,
+            ..Catalog::default()
         };
         let asked = |skill: &str, peer: Option<&str>| {
             skill_asked(&cat, skill.to_owned(), peer.map(str::to_owned))
@@ -769,8 +783,7 @@ mod tests {
         };
         let cat = Catalog {
             skills: (0..5000).map(skill).collect(),
-            boxes: vec![],
-            elicitation_consent: false,
+            ..Catalog::default()
         };
         let c = agent_card(&cat, "http://127.0.0.1:7420", "12D3KooWSelf");
         assert_eq!(

@@ -9,7 +9,7 @@
 //! call this node made is the only material that comes back, as the node's `GET /calls/{id}`
 //! gives it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use skillbox_node::api::AppState;
 use skillbox_node::calls::{CallError, DecidedBy, StartCall};
 use zeroize::Zeroizing;
 
-use crate::catalog::{self, BoxInfo, Catalog};
+use crate::catalog::{self, BoxInfo, CallableSkill, Catalog, RowFields, Wanted};
 
 /// Why an operation was refused or could not run. Messages are the node's own (local) words,
 /// cleaned; a peer's text never gets here (failures carry codes, see [`failure_text`]).
@@ -325,7 +325,12 @@ pub struct Elicited<'a> {
 
 /// What the surfaces need from a node.
 pub trait Backend: Clone + Send + Sync + 'static {
-    fn catalog(&self) -> impl Future<Output = Result<Catalog, BackendError>> + Send;
+    /// What `wanted` asks of the board, with this node's boxes: a bounded read, never the
+    /// whole board ([`Wanted`]).
+    fn catalog(
+        &self,
+        wanted: &Wanted,
+    ) -> impl Future<Output = Result<Catalog, BackendError>> + Send;
     /// Start a call from an agent surface: the node's own [`StartCall`] (peer, skill, request,
     /// sources), the same words over either implementation.
     fn start(
@@ -468,12 +473,141 @@ fn views(list: Vec<skillbox_node::calls::CallView>) -> Vec<Value> {
         .collect()
 }
 
-impl Backend for InProcess {
-    async fn catalog(&self) -> Result<Catalog, BackendError> {
-        let handle = self.0.peers.get().ok_or_else(|| {
-            BackendError::Unavailable("the peer network is not running on this node".into())
-        })?;
-        let boxes: Vec<BoxInfo> = match self.0.calls.get() {
+/// Rows read under one hold of the board's lock: the network task, which takes it for every
+/// advert, waits for at most this many.
+const ROWS_PER_LOCK: usize = 1_000;
+
+/// Rows one page of the catalog reads at most: a board of rows this node cannot call ends a
+/// page early (with a next cursor) rather than be read whole for one request.
+pub const PAGE_ROWS_READ: usize = 20_000;
+
+/// Why a stretch of [`read_catalog`] ended.
+#[derive(PartialEq)]
+enum Stretch {
+    /// The board (or the one peer's rows) has no more.
+    End,
+    /// It read [`ROWS_PER_LOCK`] rows: the next stretch goes on after them.
+    Read,
+    /// The page is full, or its rows to read are spent.
+    Full,
+}
+
+fn invalid_cursor() -> BackendError {
+    BackendError::refused(
+        "invalid_cursor",
+        400,
+        "that cursor is not one this node handed out",
+    )
+}
+
+/// The callable skills `wanted` asks for, read off the board borrowed under its lock,
+/// [`ROWS_PER_LOCK`] rows a hold: each row passes [`catalog::admitted`] and its owner's boxes
+/// are compared borrowed before anything of it is copied, and at most [`catalog::PAGE`] rows
+/// are copied. A page reads at most [`PAGE_ROWS_READ`] rows and answers where the next starts;
+/// a resolution ([`Wanted::Asked`]) reads one peer's rows when the argument names one, else the
+/// board to its end (comparing names only), so that a name two peers offer is seen as such.
+pub fn read_catalog(
+    view: &dyn skillbox_node::peering::BoardView,
+    wanted: &Wanted,
+    own_id: &str,
+    held: &HashSet<String>,
+    ours: &[BoxInfo],
+) -> Result<(Vec<CallableSkill>, Option<String>), BackendError> {
+    let (mut from, only, budget) = match wanted {
+        Wanted::Boxes => return Ok((Vec::new(), None)),
+        Wanted::Page { after } => {
+            let from = match after {
+                None => None,
+                Some(c) => {
+                    let (peer, skill) = catalog::parse_cursor(c).ok_or_else(invalid_cursor)?;
+                    Some((peer.to_owned(), skill.to_owned()))
+                }
+            };
+            (from, None, PAGE_ROWS_READ)
+        }
+        Wanted::Asked { skill, peer } => {
+            // Entered at that peer's first row (no name sorts before ""): its rows only.
+            let only = catalog::asked_peer(skill, peer.as_deref());
+            (
+                only.map(|p| (p.to_owned(), String::new())),
+                only,
+                usize::MAX,
+            )
+        }
+    };
+    let matches = |r: RowFields<'_>| match wanted {
+        Wanted::Asked { skill, peer } => catalog::may_name(skill, peer.as_deref(), r.peer, r.skill),
+        _ => true,
+    };
+    let (mut out, mut read) = (Vec::<CallableSkill>::new(), 0usize);
+    loop {
+        let stretch = skillbox_node::peering::read_board(view, |b, now| {
+            let after = from.as_ref().map(|(p, s)| (p.as_str(), s.as_str()));
+            let mut last = None;
+            // The platforms in common with the peer of the rows being read (rows come by peer).
+            let mut of_peer: Option<(&str, Vec<String>)> = None;
+            let mut how = Stretch::End;
+            for (n, r) in b.rows_after(now, after).enumerate() {
+                if only.is_some_and(|p| r.peer != p) {
+                    break;
+                }
+                if n == ROWS_PER_LOCK {
+                    how = Stretch::Read;
+                    break;
+                }
+                if read == budget || out.len() == catalog::PAGE {
+                    how = Stretch::Full;
+                    break;
+                }
+                read += 1;
+                last = Some(r);
+                let f = RowFields::from(r);
+                if !catalog::admitted(f, own_id, held) || !matches(f) {
+                    continue;
+                }
+                if of_peer.as_ref().is_none_or(|(p, _)| *p != r.peer) {
+                    let theirs = r
+                        .peer
+                        .parse::<skillbox_peers::PeerId>()
+                        .ok()
+                        .and_then(|id| b.advert(&id, now))
+                        .map(|a| catalog::common_platforms(&a.boxes, ours))
+                        .unwrap_or_default();
+                    of_peer = Some((r.peer, theirs));
+                }
+                let platforms = of_peer.as_ref().map_or(&[][..], |(_, p)| p.as_slice());
+                // A skill an advert names twice is one skill: a peer repeating a name must
+                // not fill a resolution's page and hide another peer offering it.
+                if platforms.is_empty()
+                    || out.iter().any(|s| s.peer == f.peer && s.skill == f.skill)
+                {
+                    continue;
+                }
+                out.push(catalog::shown(f, platforms.to_vec(), held));
+            }
+            (
+                last.map(|r: skillbox_peers::RowRef<'_>| (r.peer.to_owned(), r.skill.name.clone())),
+                how,
+            )
+        });
+        let (last, how) = stretch.unwrap_or((None, Stretch::End));
+        from = last.or(from);
+        if how == Stretch::Read {
+            continue;
+        }
+        catalog::in_listing_order(&mut out);
+        let next = match how {
+            Stretch::Full => from.map(|(peer, skill)| catalog::cursor_of(&peer, &skill)),
+            _ => None,
+        };
+        return Ok((out, next));
+    }
+}
+
+impl InProcess {
+    /// This node's own boxes, as the calls driver knows them (none before it runs).
+    fn own_boxes(&self) -> Vec<BoxInfo> {
+        match self.0.calls.get() {
             Some(c) => c
                 .boxes()
                 .known()
@@ -485,36 +619,40 @@ impl Backend for InProcess {
                 })
                 .collect(),
             None => Vec::new(),
+        }
+    }
+}
+
+impl Backend for InProcess {
+    async fn catalog(&self, wanted: &Wanted) -> Result<Catalog, BackendError> {
+        let boxes = self.own_boxes();
+        let elicitation_consent = self.0.calls.get().is_some_and(|c| c.elicitation_consent());
+        let mut cat = Catalog {
+            boxes,
+            elicitation_consent,
+            ..Catalog::default()
         };
+        if *wanted == Wanted::Boxes {
+            return Ok(cat);
+        }
+        let view = self.0.board.get().cloned().ok_or_else(|| {
+            BackendError::Unavailable("the peer network is not running on this node".into())
+        })?;
         let held: HashSet<String> = self
             .source_metas()
             .await?
             .iter()
             .filter_map(|m| m.get("name").and_then(Value::as_str).map(str::to_owned))
             .collect();
-        let (rows, adverts) = handle.with_board(|b, now| {
-            let rows = b.snapshot(now);
-            let mut adverts = HashMap::new();
-            for r in &rows {
-                adverts
-                    .entry(r.peer.clone())
-                    .or_insert_with(|| b.boxes_of(&r.peer, now));
-            }
-            (rows, adverts)
-        });
-        let skills = catalog::callable(
-            &rows,
-            |p| adverts.get(p).cloned().unwrap_or_default(),
-            &self.0.node_id,
-            &held,
-            &boxes,
-        );
-        let elicitation_consent = self.0.calls.get().is_some_and(|c| c.elicitation_consent());
-        Ok(Catalog {
-            skills,
-            boxes,
-            elicitation_consent,
-        })
+        let (wanted, own, ours) = (wanted.clone(), self.0.node_id.clone(), cat.boxes.clone());
+        // A resolution may read the board to its end: off the async workers.
+        let (skills, next) =
+            tokio::task::spawn_blocking(move || read_catalog(&*view, &wanted, &own, &held, &ours))
+                .await
+                .map_err(|_| internal("reading the board"))??;
+        cat.skills = skills;
+        cat.next = next;
+        Ok(cat)
     }
 
     async fn start(&self, call: StartCall) -> Result<CallSnapshot, BackendError> {
@@ -769,8 +907,18 @@ fn seg(id: &str) -> Result<&str, BackendError> {
 }
 
 impl Backend for NodeHttp {
-    async fn catalog(&self) -> Result<Catalog, BackendError> {
-        let v = self.send(reqwest::Method::GET, CATALOG_PATH, None).await?;
+    async fn catalog(&self, wanted: &Wanted) -> Result<Catalog, BackendError> {
+        let mut url = reqwest::Url::parse(&format!("{SOCKET_BASE}{CATALOG_PATH}"))
+            .map_err(|_| internal("reading the catalog"))?;
+        let query = wanted.query();
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let path = match url.query() {
+            Some(q) => format!("{CATALOG_PATH}?{q}"),
+            None => CATALOG_PATH.to_owned(),
+        };
+        let v = self.send(reqwest::Method::GET, &path, None).await?;
         serde_json::from_value(v).map_err(|_| internal("reading the catalog"))
     }
 
@@ -1126,6 +1274,143 @@ mod tests {
         );
         assert_eq!(platforms_of(&json!({ "platforms": ["tdx", 1] })), None);
         assert_eq!(platforms_of(&json!({ "error": "x" })), None);
+    }
+
+    /// A board view that counts the holds of its lock.
+    struct Counting {
+        board: std::sync::Mutex<skillbox_peers::Board>,
+        holds: std::sync::atomic::AtomicUsize,
+    }
+
+    impl skillbox_node::peering::BoardView for Counting {
+        fn read(&self, f: &mut dyn FnMut(&skillbox_peers::Board, u64)) {
+            self.holds
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            skillbox_node::peering::BoardView::read(&self.board, f)
+        }
+    }
+
+    /// `peers` peers, each offering `per_peer` skills that require `notes` on a dev box.
+    fn filled_board(peers: usize, per_peer: usize) -> (Counting, Vec<String>) {
+        use skillbox_peers::{AcceptedBox, Board, BoardConfig, Keypair, Offer};
+        let now = skillbox_peers::now_ms();
+        let mut board = Board::new(BoardConfig::default());
+        let mut ids = Vec::new();
+        for _ in 0..peers {
+            let kp = Keypair::generate_ed25519();
+            let offer = Offer {
+                skills: (0..per_peer)
+                    .map(|i| {
+                        skillbox_testkit::skills::offered_skill(
+                            &format!("skill-{i:03}"),
+                            "d",
+                            "local",
+                            &["notes"],
+                        )
+                    })
+                    .collect(),
+                boxes: vec![AcceptedBox {
+                    platform: "insecure-dev".into(),
+                    measurement: "ab".into(),
+                    url: None,
+                }],
+            };
+            let bytes = skillbox_peers::advert::sign_advert(&kp, now, 1, &offer).expect("sign");
+            board.ingest(&bytes, None, now).expect("taken");
+            ids.push(kp.public().to_peer_id().to_base58());
+        }
+        ids.sort();
+        let view = Counting {
+            board: std::sync::Mutex::new(board),
+            holds: Default::default(),
+        };
+        (view, ids)
+    }
+
+    fn dev_box() -> BoxInfo {
+        BoxInfo {
+            url: "http://127.0.0.1:1".into(),
+            platform: "insecure-dev".into(),
+            measurement: "ab".into(),
+        }
+    }
+
+    /// Review 23b P4: every MCP and A2A request cloned the whole peer-filled board under its
+    /// lock. With a board of 3,000 callable rows, a page copies at most [`catalog::PAGE`] of
+    /// them and says where the next starts, the pages cover the board once; a resolution
+    /// copies only the rows its argument may name; and a task's box reads no board at all.
+    #[test]
+    fn a_catalog_read_copies_a_page_of_the_board_never_all_of_it() {
+        let (view, ids) = filled_board(1_000, 3);
+        let held: HashSet<String> = ["notes".to_owned()].into();
+        let ours = [dev_box()];
+        let read = |w: &Wanted| read_catalog(&view, w, "Self1", &held, &ours).expect("read");
+        let (first, next) = read(&Wanted::first_page());
+        assert_eq!(first.len(), catalog::PAGE, "one page copied, of 3,000 rows");
+        let mut seen = first.len();
+        let mut after = next;
+        while let Some(c) = after.take() {
+            let (page, next) = read(&Wanted::Page { after: Some(c) });
+            assert!(page.len() <= catalog::PAGE);
+            seen += page.len();
+            after = next;
+        }
+        assert_eq!(seen, 3_000, "the pages cover the board once");
+        // A name every peer offers: a page of them, enough to say several peers offer it.
+        let (named, _) = read(&Wanted::Asked {
+            skill: "skill-001".into(),
+            peer: None,
+        });
+        assert_eq!(named.len(), catalog::PAGE);
+        // The last peer's skill by its id: that peer's rows only, one lock hold.
+        let last = ids.last().expect("peers");
+        let id = format!("{last}/{}", catalog::name_digest("skill-002"));
+        let holds = view.holds.load(std::sync::atomic::Ordering::Relaxed);
+        let (one, _) = read(&Wanted::Asked {
+            skill: id,
+            peer: None,
+        });
+        assert_eq!(
+            one.iter()
+                .map(|s| (s.peer.as_str(), s.skill.as_str()))
+                .collect::<Vec<_>>(),
+            [(last.as_str(), "skill-002")]
+        );
+        assert_eq!(
+            view.holds.load(std::sync::atomic::Ordering::Relaxed),
+            holds + 1
+        );
+        // Rows this node cannot call are read, not copied, and the lock is let go every
+        // thousand rows.
+        let holds = view.holds.load(std::sync::atomic::Ordering::Relaxed);
+        let none = read_catalog(
+            &view,
+            &Wanted::first_page(),
+            "Self1",
+            &HashSet::new(),
+            &ours,
+        )
+        .expect("read");
+        assert_eq!(none, (vec![], None));
+        assert!(view.holds.load(std::sync::atomic::Ordering::Relaxed) - holds >= 3);
+        // A task's box (GetTask, CancelTask, SendMessage's answer): not one hold.
+        let holds = view.holds.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(read(&Wanted::Boxes), (vec![], None));
+        assert_eq!(view.holds.load(std::sync::atomic::Ordering::Relaxed), holds);
+        // A cursor this node did not hand out.
+        let bad = read_catalog(
+            &view,
+            &Wanted::Page {
+                after: Some("0".into()),
+            },
+            "Self1",
+            &held,
+            &ours,
+        );
+        assert_eq!(
+            bad.err().map(|e| e.code().to_owned()).as_deref(),
+            Some("invalid_cursor")
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
-use skillbox_peers::{AcceptedBox, BoardRow};
+use skillbox_peers::{AcceptedBox, BoardRow, RowRef};
 
 /// Most characters of a peer's skill description a surface shows.
 pub const DESCRIPTION_CAP: usize = 280;
@@ -25,29 +25,11 @@ pub const REQUIRED_SOURCES_CAP: usize = 16;
 pub const SOURCE_NAME_CAP: usize = 64;
 
 /// Most entries one answer lists: a page of MCP `skills/list` and `resources/list`, the
-/// `list_skills` tool's text, the A2A card's skills. The board is bounded, but peers fill it
-/// (a Sybil with many keys most of all): a page keeps each answer, and the host's context,
-/// small whatever the board holds.
+/// `list_skills` tool's text, the A2A card's skills; and most rows one request copies off the
+/// board ([`Wanted`]). The board is bounded, but peers fill it (a Sybil with many keys most of
+/// all): a page keeps each answer, the host's context and the request's copy small whatever
+/// the board holds.
 pub const PAGE: usize = 50;
-
-/// The page of `items` at `cursor` (a cursor this function handed out: the offset, in decimal)
-/// and the cursor of the next page, if any. `None` for a cursor it cannot have handed out; one
-/// past the end (the board shrank since) is an empty last page.
-pub fn page<'a, T>(items: &'a [T], cursor: Option<&str>) -> Option<(&'a [T], Option<String>)> {
-    let start = match cursor {
-        None => 0,
-        Some(c) => {
-            let at: usize = c.parse().ok()?;
-            if at == 0 || c != at.to_string() {
-                return None;
-            }
-            at.min(items.len())
-        }
-    };
-    let end = items.len().min(start + PAGE);
-    let next = (end < items.len()).then(|| end.to_string());
-    Some((&items[start..end], next))
-}
 
 /// One skill a peer offers right now that this node could call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,7 +97,7 @@ impl BoxInfo {
     }
 }
 
-/// The board as the agent surfaces see it.
+/// The board as the agent surfaces see it: never all of it ([`Wanted`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Catalog {
@@ -125,6 +107,115 @@ pub struct Catalog {
     /// (`calls.elicitation_consent`); without it, a parked call waits for the dashboard or CLI.
     #[serde(default)]
     pub elicitation_consent: bool,
+    /// Where the next page starts ([`Wanted::Page`]'s `after`), when the board goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// What a surface reads of the board. The board is peer-filled and up to `p2p.board_max_mib`
+/// large, and the network task takes its lock for every advert: a request reads a bounded
+/// stretch of it borrowed, and copies only the rows it answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wanted {
+    /// This node's own boxes, no board row (a task's `hardwareIsolation`).
+    Boxes,
+    /// At most [`PAGE`] callable skills, from after `after` (a [`Catalog::next`]).
+    Page { after: Option<String> },
+    /// The callable skills [`Catalog::asked`] may resolve `skill` (and `peer`) to ([`may_name`]).
+    Asked { skill: String, peer: Option<String> },
+}
+
+impl Wanted {
+    /// The first page.
+    pub fn first_page() -> Wanted {
+        Wanted::Page { after: None }
+    }
+
+    /// The query [`crate::backend::CATALOG_PATH`] takes for it.
+    pub fn query(&self) -> Vec<(&'static str, &str)> {
+        match self {
+            Wanted::Boxes => vec![("only", "boxes")],
+            Wanted::Page { after: None } => vec![],
+            Wanted::Page { after: Some(a) } => vec![("after", a.as_str())],
+            Wanted::Asked { skill, peer } => {
+                let mut q = vec![("skill", skill.as_str())];
+                q.extend(peer.as_deref().map(|p| ("peer", p)));
+                q
+            }
+        }
+    }
+
+    /// The [`Wanted`] of [`Wanted::query`]'s pairs; `None` for any other query (an unknown key,
+    /// a key twice, `only` other than `boxes`, keys that do not go together).
+    pub fn from_query<'a>(pairs: impl IntoIterator<Item = (&'a str, String)>) -> Option<Wanted> {
+        let (mut only, mut after, mut skill, mut peer) = (None, None, None, None);
+        for (k, v) in pairs {
+            let slot = match k {
+                "only" => &mut only,
+                "after" => &mut after,
+                "skill" => &mut skill,
+                "peer" => &mut peer,
+                _ => return None,
+            };
+            if slot.replace(v).is_some() {
+                return None;
+            }
+        }
+        match (only.as_deref(), after, skill, peer) {
+            (Some("boxes"), None, None, None) => Some(Wanted::Boxes),
+            (None, after, None, None) => Some(Wanted::Page { after }),
+            (None, None, Some(skill), peer) => Some(Wanted::Asked { skill, peer }),
+            _ => None,
+        }
+    }
+}
+
+/// Where a page of the board starts: after the row `(peer, skill)`, as `<peer>/<skill>`. An
+/// agent hands it back (an MCP cursor), so it is read as a peer id and a skill name or refused.
+pub fn cursor_of(peer: &str, skill: &str) -> String {
+    format!("{peer}/{skill}")
+}
+
+/// The `(peer, skill)` of a [`cursor_of`]; `None` for anything else.
+pub fn parse_cursor(cursor: &str) -> Option<(&str, &str)> {
+    let (peer, skill) = cursor.split_once('/')?;
+    (valid_peer(peer) && valid_skill_name(skill)).then_some((peer, skill))
+}
+
+/// The one peer whose rows alone [`Wanted::Asked`] can match: the peer named, or the one a
+/// skill id names (`<peer>/<digest>`). `None`: any peer's.
+pub fn asked_peer<'a>(skill: &'a str, peer: Option<&'a str>) -> Option<&'a str> {
+    peer.or_else(|| {
+        let name = unframed(skill);
+        (name == skill).then(|| name.split_once('/').map(|(of, _)| of))?
+    })
+}
+
+/// Whether [`Catalog::asked`] could resolve `skill` (and `peer`) to the row `(row_peer,
+/// row_skill)`: what a resolution copies off the board, so every row it may choose, and every
+/// row that makes a name ambiguous, is in the catalog it resolves against. Over-long arguments
+/// match nothing ([`Catalog::asked`] refuses them unread).
+pub fn may_name(skill: &str, peer: Option<&str>, row_peer: &str, row_skill: &str) -> bool {
+    if skill.chars().count() > longest_asked()
+        || peer.is_some_and(|p| p.chars().count() > PEER_ID_MAX)
+    {
+        return false;
+    }
+    if peer.is_some_and(|p| p != row_peer) {
+        return false;
+    }
+    let name = unframed(skill);
+    if name != skill {
+        return row_skill == name;
+    }
+    if let Some((of, digest)) = name.split_once('/') {
+        let digest = crate::stub::digest_of(digest).unwrap_or(digest);
+        return row_peer == of && name_digest(row_skill) == digest;
+    }
+    if let Some(digest) = crate::stub::digest_of(name) {
+        return row_skill == name || name_digest(row_skill) == digest;
+    }
+    row_skill == name
 }
 
 /// The first 16 hex digits of sha256(`skill`): what stands for a skill's name where an
@@ -536,9 +627,96 @@ pub fn shown_required(required: &[String], held: &HashSet<String>) -> Vec<String
     out
 }
 
-/// The skills this node can call: rows of peers other than `own_id`, whose names follow the
-/// grammars, whose required sources this node holds at least one of (or none are required),
-/// and whose owner accepts a box this node accepts. Sorted by skill, then peer.
+/// The fields of a board row the catalog reads, borrowed: from a [`BoardRow`] or, under the
+/// board's lock, a [`RowRef`].
+#[derive(Clone, Copy, Debug)]
+pub struct RowFields<'a> {
+    pub peer: &'a str,
+    pub skill: &'a str,
+    pub description: &'a str,
+    pub provider: &'a str,
+    pub required_sources: &'a [String],
+}
+
+impl<'a> From<&'a BoardRow> for RowFields<'a> {
+    fn from(r: &'a BoardRow) -> Self {
+        RowFields {
+            peer: &r.peer,
+            skill: &r.skill,
+            description: &r.description,
+            provider: &r.provider,
+            required_sources: &r.required_sources,
+        }
+    }
+}
+
+impl<'a> From<RowRef<'a>> for RowFields<'a> {
+    fn from(r: RowRef<'a>) -> Self {
+        RowFields {
+            peer: r.peer,
+            skill: &r.skill.name,
+            description: &r.skill.description,
+            provider: &r.skill.provider,
+            required_sources: &r.skill.required_sources,
+        }
+    }
+}
+
+/// [`callable`]'s checks of the row itself, which copy nothing: a peer other than `own_id`,
+/// names that follow the grammars, required sources this node holds at least one of (or none
+/// required). What a read of the board runs on each row under its lock before copying any.
+pub fn admitted(r: RowFields<'_>, own_id: &str, held: &HashSet<String>) -> bool {
+    r.peer != own_id
+        && valid_peer(r.peer)
+        && valid_skill_name(r.skill)
+        // `s-<16 hex>` is the form of this node's opaque stub names (`stub::name`): a peer's
+        // skill so named would read, on every surface and to the resolver, as another
+        // skill's stub. No honest name needs that form.
+        && crate::stub::digest_of(r.skill).is_none()
+        // Boards refuse such adverts; a catalog does not rely on it.
+        && r.provider.parse::<skillbox_skill::ProviderId>().is_ok()
+        && r.required_sources
+            .iter()
+            .all(|s| skillbox_skill::is_valid_source_name(s))
+        && (r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s)))
+}
+
+/// The platforms of the boxes both `theirs` (the owner's advert) and `ours` accept, sorted.
+pub fn common_platforms(theirs: &[AcceptedBox], ours: &[BoxInfo]) -> Vec<String> {
+    let mut platforms: Vec<String> = ours
+        .iter()
+        .filter(|k| {
+            theirs
+                .iter()
+                .any(|b| b.platform == k.platform && b.measurement == k.measurement)
+        })
+        .map(|k| k.platform.clone())
+        .collect();
+    platforms.sort();
+    platforms.dedup();
+    platforms
+}
+
+/// The row as a surface shows it, on `platforms` (not empty): the one copy made of a row.
+pub fn shown(r: RowFields<'_>, platforms: Vec<String>, held: &HashSet<String>) -> CallableSkill {
+    CallableSkill {
+        peer: r.peer.to_owned(),
+        skill: r.skill.to_owned(),
+        description: clean_untrusted(r.description, DESCRIPTION_CAP),
+        provider: clean_untrusted(r.provider, PROVIDER_CAP),
+        required_sources: shown_required(r.required_sources, held),
+        box_platforms: platforms,
+    }
+}
+
+/// Sorted by skill, then peer, each once: the order every listing shows.
+pub fn in_listing_order(skills: &mut Vec<CallableSkill>) {
+    skills.sort_by(|a, b| (&a.skill, &a.peer).cmp(&(&b.skill, &b.peer)));
+    skills.dedup_by(|a, b| a.skill == b.skill && a.peer == b.peer);
+}
+
+/// The skills this node can call: rows [`admitted`] whose owner accepts a box this node
+/// accepts. Sorted by skill, then peer.
 pub fn callable(
     rows: &[BoardRow],
     boxes_of: impl Fn(&str) -> Vec<AcceptedBox>,
@@ -548,49 +726,14 @@ pub fn callable(
 ) -> Vec<CallableSkill> {
     let mut out: Vec<CallableSkill> = rows
         .iter()
-        .filter(|r| r.peer != own_id && valid_peer(&r.peer) && valid_skill_name(&r.skill))
-        // `s-<16 hex>` is the form of this node's opaque stub names (`stub::name`): a peer's
-        // skill so named would read, on every surface and to the resolver, as another
-        // skill's stub. No honest name needs that form.
-        .filter(|r| crate::stub::digest_of(&r.skill).is_none())
-        // Boards refuse such adverts; a catalog does not rely on it.
-        .filter(|r| r.provider.parse::<skillbox_skill::ProviderId>().is_ok())
-        .filter(|r| {
-            r.required_sources
-                .iter()
-                .all(|s| skillbox_skill::is_valid_source_name(s))
-        })
-        .filter(|r| {
-            r.required_sources.is_empty() || r.required_sources.iter().any(|s| held.contains(s))
-        })
+        .map(RowFields::from)
+        .filter(|r| admitted(*r, own_id, held))
         .filter_map(|r| {
-            let theirs = boxes_of(&r.peer);
-            let mut platforms: Vec<String> = ours
-                .iter()
-                .filter(|k| {
-                    theirs
-                        .iter()
-                        .any(|b| b.platform == k.platform && b.measurement == k.measurement)
-                })
-                .map(|k| k.platform.clone())
-                .collect();
-            platforms.sort();
-            platforms.dedup();
-            if platforms.is_empty() {
-                return None;
-            }
-            Some(CallableSkill {
-                peer: r.peer.clone(),
-                skill: r.skill.clone(),
-                description: clean_untrusted(&r.description, DESCRIPTION_CAP),
-                provider: clean_untrusted(&r.provider, PROVIDER_CAP),
-                required_sources: shown_required(&r.required_sources, held),
-                box_platforms: platforms,
-            })
+            let platforms = common_platforms(&boxes_of(r.peer), ours);
+            (!platforms.is_empty()).then(|| shown(r, platforms, held))
         })
         .collect();
-    out.sort_by(|a, b| (&a.skill, &a.peer).cmp(&(&b.skill, &b.peer)));
-    out.dedup_by(|a, b| a.skill == b.skill && a.peer == b.peer);
+    in_listing_order(&mut out);
     out
 }
 
@@ -660,27 +803,62 @@ mod tests {
     }
 
     /// Issue 30 item 13: a listing is paged, whatever the board holds; a cursor is one this
-    /// side handed out, or refused.
+    /// side handed out (a board position), or refused. A skill argument reads one peer's rows
+    /// when it names the peer.
     #[test]
-    fn listings_are_paged_and_cursors_checked() {
-        let items: Vec<usize> = (0..PAGE * 2 + 3).collect();
-        let (first, next) = page(&items, None).expect("first");
-        assert_eq!(first.len(), PAGE);
-        let (second, next) = page(&items, next.as_deref()).expect("second");
-        assert_eq!(second[0], PAGE);
-        let (last, next) = page(&items, next.as_deref()).expect("last");
-        assert_eq!((last.len(), next), (3, None));
-        let few = [1, 2, 3];
-        assert_eq!(page(&few, None), Some((&few[..], None)));
-        for bad in ["", "0", "-1", "x", "07", "+3", "99999999999999999999999"] {
-            assert!(page(&few, Some(bad)).is_none(), "{bad:?}");
+    fn cursors_are_board_positions_and_checked() {
+        let c = cursor_of("12D3KooWPeer", "taste");
+        assert_eq!(parse_cursor(&c), Some(("12D3KooWPeer", "taste")));
+        for bad in [
+            "",
+            "0",
+            "50",
+            "12D3KooWPeer",
+            "12D3KooWPeer/",
+            "/taste",
+            "12D3KooWPeer/Taste",
+            "12D3KooWPeer/taste/x",
+            "12D3KooW0eer/taste",
+            "../etc/taste",
+        ] {
+            assert!(parse_cursor(bad).is_none(), "{bad:?}");
         }
-        assert_eq!(
-            page(&few, Some("3")),
-            Some((&[][..], None)),
-            "the board shrank"
-        );
-        assert_eq!(page::<u8>(&[], None), Some((&[][..], None)));
+        let id = format!("12D3KooWPeer/s-{}", name_digest("taste"));
+        assert_eq!(asked_peer(&id, None), Some("12D3KooWPeer"));
+        assert_eq!(asked_peer("taste", Some("P")), Some("P"));
+        assert_eq!(asked_peer("taste", None), None);
+        assert_eq!(asked_peer(&frame("taste"), None), None);
+        assert!(may_name(&id, None, "12D3KooWPeer", "taste"));
+        assert!(!may_name(&id, None, "12D3KooWOther", "taste"));
+        assert!(may_name(&frame("taste"), None, "P", "taste"));
+        assert!(!may_name("taste", Some("Q"), "P", "taste"));
+        // Each reading goes to the route and back as it was.
+        for w in [
+            Wanted::Boxes,
+            Wanted::first_page(),
+            Wanted::Page { after: Some(c) },
+            Wanted::Asked {
+                skill: "taste".into(),
+                peer: Some("P".into()),
+            },
+            Wanted::Asked {
+                skill: id,
+                peer: None,
+            },
+        ] {
+            let pairs = w.query().into_iter().map(|(k, v)| (k, v.to_owned()));
+            assert_eq!(Wanted::from_query(pairs), Some(w.clone()));
+        }
+        for bad in [
+            vec![("only", "all")],
+            vec![("after", "x"), ("skill", "taste")],
+            vec![("peer", "P")],
+            vec![("skill", "a"), ("skill", "b")],
+            vec![("limit", "5")],
+        ] {
+            let pairs = bad.into_iter().map(|(k, v)| (k, v.to_owned()));
+            assert_eq!(Wanted::from_query(pairs), None);
+        }
     }
 
     #[test]

@@ -98,10 +98,38 @@ pub fn mounts(state: AppState, settings: &ReachSettings) -> Mounts {
     }
 }
 
-/// `GET /v1/host/skillbox/reach/catalog`: the callable board skills and this node's boxes.
-async fn catalog_route(State(s): State<AppState>) -> Response {
-    match backend::InProcess(s).catalog().await {
+/// `GET /v1/host/skillbox/reach/catalog[?after=C | ?skill=S[&peer=P] | ?only=boxes]`: a page of
+/// the callable board skills, the ones a skill argument may name, or none, with this node's
+/// boxes ([`catalog::Wanted`]). A query of another shape, or a cursor it did not hand out, is
+/// refused in fixed words that quote nothing sent.
+async fn catalog_route(State(s): State<AppState>, uri: axum::http::Uri) -> Response {
+    let pairs = uri.query().map_or_else(Vec::new, |q| {
+        reqwest::Url::parse(&format!("{}?{q}", backend::SOCKET_BASE))
+            .map(|u| {
+                u.query_pairs()
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    let wanted = catalog::Wanted::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    let Some(wanted) = wanted else {
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({
+                "error": "validation_error",
+                "message": "the query is one of after=CURSOR, skill=S (and peer=P), only=boxes"
+            })),
+        )
+            .into_response();
+    };
+    match backend::InProcess(s).catalog(&wanted).await {
         Ok(c) => Json(c).into_response(),
+        Err(e @ backend::BackendError::Refused { status, .. }) => (
+            axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::BAD_REQUEST),
+            Json(serde_json::json!({ "error": e.code(), "message": e.to_string() })),
+        )
+            .into_response(),
         Err(e) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({ "error": e.code(), "message": e.to_string() })),

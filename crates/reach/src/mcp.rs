@@ -34,7 +34,7 @@ use crate::backend::{
     Backend, BackendError, CallSnapshot, Elicited, InProcess, Pick, STATE_TOTAL, failure_text,
     follow, state_rank,
 };
-use crate::catalog::{self, Catalog, frame, untrusted_notice};
+use crate::catalog::{self, Catalog, Wanted, frame, untrusted_notice};
 use crate::guard::{self, Guard};
 use crate::stub;
 
@@ -453,17 +453,37 @@ impl<B: Backend> SkillboxMcp<B> {
         &self,
         request: Option<PaginatedRequestParams>,
     ) -> Result<(Vec<catalog::CallableSkill>, Option<String>), ErrorData> {
-        let cat = self.backend.catalog().await.unwrap_or_default();
-        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        catalog::page(&cat.skills, cursor)
-            .map(|(page, next)| (page.to_vec(), next))
-            .ok_or_else(|| ErrorData::invalid_params("invalid cursor", None))
+        let cursor = request.as_ref().and_then(|r| r.cursor.clone());
+        if cursor
+            .as_deref()
+            .is_some_and(|c| catalog::parse_cursor(c).is_none())
+        {
+            return Err(ErrorData::invalid_params("invalid cursor", None));
+        }
+        let cat = self
+            .backend
+            .catalog(&Wanted::Page { after: cursor })
+            .await
+            .unwrap_or_default();
+        Ok((cat.skills, cat.next))
     }
 
     /// The board skill whose SEP-2640 stub is at `uri` (`skills/get`, `resources/read`), if
     /// this process's catalog holds it ([`Catalog::stub_at`]).
     async fn stub_at(&self, uri: &str) -> Result<Option<catalog::CallableSkill>, ErrorData> {
-        let cat = self.backend.catalog().await.map_err(|e| internal(&e))?;
+        // Only the skills of the peer the URI names, read by the id it carries.
+        let Some((peer, name)) = stub::parse_uri(uri) else {
+            return Ok(None);
+        };
+        let wanted = Wanted::Asked {
+            skill: format!("{peer}/{name}"),
+            peer: None,
+        };
+        let cat = self
+            .backend
+            .catalog(&wanted)
+            .await
+            .map_err(|e| internal(&e))?;
         Ok(cat.stub_at(uri).cloned())
     }
 
@@ -482,7 +502,12 @@ impl<B: Backend> SkillboxMcp<B> {
             Ok(s) => s,
             Err(e) => return backend_error(&e),
         };
-        let cat = self.backend.catalog().await.unwrap_or_default();
+        // The call's box and the consent setting: this node's own, no board row.
+        let cat = self
+            .backend
+            .catalog(&Wanted::Boxes)
+            .await
+            .unwrap_or_default();
         if snap.awaiting_consent() {
             return self.parked(&snap, &cat, pick.as_ref(), ctx, params);
         }
@@ -691,7 +716,8 @@ fn consent_question(snap: &CallSnapshot) -> Option<InputRequest> {
 /// kinds ([`catalog::provider_shown`]; [`catalog::CallableSkill::framed`]).
 fn skills_listing(cat: &Catalog) -> CallToolResult {
     let shown = &cat.skills[..cat.skills.len().min(catalog::PAGE)];
-    let more = cat.skills.len() - shown.len();
+    // The catalog is one page of the board; whether it goes on, not how far (uncounted).
+    let more = cat.next.is_some() || cat.skills.len() > shown.len();
     let text = if shown.is_empty() {
         "No skill on the board is callable from this node right now.".to_owned()
     } else {
@@ -717,10 +743,8 @@ fn skills_listing(cat: &Catalog) -> CallToolResult {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        let rest = if more > 0 {
-            format!(
-                "\n({more} more not listed here: they are in the skill resources' later pages, or name one in apply_skill, or let ask pick.)"
-            )
+        let rest = if more {
+            "\n(More are not listed here: they are in the skill resources' later pages, or name one in apply_skill, or let ask pick.)".to_owned()
         } else {
             String::new()
         };
@@ -821,7 +845,7 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 if let Err(e) = parse_args::<NoArgs>(name, args) {
                     return Ok(*e);
                 }
-                match self.backend.catalog().await {
+                match self.backend.catalog(&Wanted::first_page()).await {
                     Ok(cat) => CallToolResponse::Complete(skills_listing(&cat)),
                     Err(e) => backend_error(&e),
                 }
@@ -841,7 +865,11 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 }
                 // The name as list_skills shows it (framed), a stub's opaque name, or a name
                 // alone: the one choice A2A makes too.
-                let cat = match self.backend.catalog().await {
+                let wanted = Wanted::Asked {
+                    skill: a.skill.clone(),
+                    peer: a.peer.clone(),
+                };
+                let cat = match self.backend.catalog(&wanted).await {
                     Ok(c) => c,
                     Err(e) => return Ok(backend_error(&e)),
                 };
@@ -887,7 +915,11 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 };
                 match self.backend.call(&a.call_id).await {
                     Ok(snap) => {
-                        let cat = self.backend.catalog().await.unwrap_or_default();
+                        let cat = self
+                            .backend
+                            .catalog(&Wanted::Boxes)
+                            .await
+                            .unwrap_or_default();
                         CallToolResponse::Complete(self.call_result(&snap, &cat, None))
                     }
                     Err(e) => backend_error(&e),
@@ -1079,7 +1111,7 @@ mod tests {
     }
 
     impl Backend for Recording {
-        async fn catalog(&self) -> Result<Catalog, BackendError> {
+        async fn catalog(&self, _: &Wanted) -> Result<Catalog, BackendError> {
             Ok(Catalog::default())
         }
         async fn start(&self, _: StartCall) -> Result<CallSnapshot, BackendError> {
@@ -1210,7 +1242,7 @@ mod tests {
         let framed = format!("⟦peer text {n}⟧ {order} ⟦end {n}⟧");
         let structured = r.structured_content.expect("structured");
         assert_eq!(structured["skills"][0]["description"], framed.as_str());
-        assert_eq!(structured["more"], 0);
+        assert_eq!(structured["more"], false);
         let text = r.content[0]
             .as_text()
             .map(|t| t.text.clone())
