@@ -212,6 +212,19 @@ fn verify(
                 .map(|h| format!(", head {h}"))
                 .unwrap_or_default()
         );
+        // An export that masked a source name (one that reads as a pasted provider key) is
+        // intact, but those lines' text is not what their hashes vouch for: say which.
+        let redacted: Vec<String> = verdict["redacted"]
+            .as_array()
+            .map(|a| a.iter().map(ToString::to_string).collect())
+            .unwrap_or_default();
+        if !redacted.is_empty() {
+            say!(
+                "with {} redacted entries ({}): a source name masked, each checked by its hash's place in the chain and the node key's signature over it, not by its text",
+                redacted.len(),
+                redacted.join(", ")
+            );
+        }
     } else {
         say!(
             "ledger BROKEN at entry {}: {} ({} entries before it verify)",

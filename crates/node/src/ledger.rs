@@ -240,6 +240,21 @@ pub struct Line {
     pub hash: String,
     /// Hex Ed25519 signature of the node key over the domain and the hash.
     pub sig: String,
+    /// Set when the entry is shown with part of what it says masked ([`Redaction`]): its text
+    /// then no longer hashes to `hash`, and [`verify`] checks the line by `hash` alone — its
+    /// place in the chain and the signature over it. Absent from every line shown as stored, so
+    /// an export without redactions reads as it always did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted: Option<Redaction>,
+}
+
+/// What a redacted line ([`Line::redacted`]) masks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Redaction {
+    /// A source name that reads as a pasted provider key, shown as `sources::shown_name`
+    /// shows it (an older node stored such names): the key never leaves in an export.
+    SourceNames,
 }
 
 /// The signed head: how long the ledger is and how it ends.
@@ -315,6 +330,11 @@ pub struct Verdict {
     pub broken_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Broken>,
+    /// The entries read as redacted lines ([`Line::redacted`]), by sequence number: each is
+    /// checked by its hash's place in the chain and the signature over it, not by its text —
+    /// what such a line shows is not vouched for by its hash. Empty for the node's own check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redacted: Vec<u64>,
     /// The signed head the ledger ends at (the node's own check): what `skillbox ledger head`
     /// saves, so a later check can show nothing before it was rewritten.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -331,6 +351,7 @@ impl Verdict {
             head: None,
             broken_at: Some(at),
             reason: Some(reason),
+            redacted: Vec::new(),
             signed_head: None,
         }
     }
@@ -365,6 +386,7 @@ pub fn seal(entry: Entry, key: &SigningKey) -> Result<Line> {
         entry,
         hash,
         sig: hex::encode(sig.to_bytes()),
+        redacted: None,
     })
 }
 
@@ -399,7 +421,11 @@ fn head_signed(head: &Head, key: &VerifyingKey) -> bool {
 }
 
 /// Check a whole ledger in order: sequence, hashes, chain, signatures, and (when given) that it
-/// ends at its signed head. Lines that did not parse are passed as `None`.
+/// ends at its signed head. Lines that did not parse are passed as `None`. A redacted line
+/// ([`Line::redacted`]) is checked by its given hash: it must follow the previous entry's hash
+/// (its `prev`), carry the node key's signature over that hash, and the next entry's `prev`
+/// must be that hash; its text is not hashed, and its sequence number is listed in the
+/// verdict's `redacted`.
 pub fn verify(
     lines: impl IntoIterator<Item = Option<Line>>,
     key: &VerifyingKey,
@@ -421,6 +447,7 @@ pub fn verify_anchored(
     let mut at_anchor: Option<String> = None;
     let mut prev = GENESIS.to_owned();
     let mut n = 0u64;
+    let mut redacted = Vec::new();
     for line in lines {
         let expected = n + 1;
         let Some(line) = line else {
@@ -429,9 +456,15 @@ pub fn verify_anchored(
         if line.entry.seq != expected {
             return broken(expected, Broken::SequenceGap, n);
         }
-        match hash_entry(&line.entry) {
-            Ok(h) if h == line.hash => {}
-            _ => return broken(expected, Broken::HashMismatch, n),
+        // A redacted line's text was masked after it was hashed: only its hash is checked,
+        // by the chain and the signature below. Every other line's text must hash to it.
+        if line.redacted.is_some() {
+            redacted.push(expected);
+        } else {
+            match hash_entry(&line.entry) {
+                Ok(h) if h == line.hash => {}
+                _ => return broken(expected, Broken::HashMismatch, n),
+            }
         }
         if line.entry.prev != prev {
             return broken(expected, Broken::BrokenChain, n);
@@ -477,6 +510,7 @@ pub fn verify_anchored(
         head: (n > 0).then_some(prev),
         broken_at: None,
         reason: None,
+        redacted,
         signed_head: None,
     }
 }
@@ -996,6 +1030,7 @@ fn to_line((entry, hash, sig): (String, String, String)) -> Option<Line> {
         entry: serde_json::from_str(&entry).ok()?,
         hash,
         sig,
+        redacted: None,
     })
 }
 
@@ -1638,6 +1673,109 @@ mod tests {
         text.push_str("{\"not\": \"an entry\"}\n");
         let v = verify(parse_jsonl(&text), &vk(&k), None);
         assert_eq!((v.broken_at, v.reason), (Some(3), Some(Broken::Unreadable)));
+    }
+
+    /// An export of a ledger of four entries (decision, stake, decision, stake) whose middle
+    /// two name a source an older node stored under a pasted key, as `GET /ledger` exports it:
+    /// those two masked and marked redacted. Also the key.
+    fn redacted_export() -> (Vec<Line>, SigningKey) {
+        let key = skillbox_testkit::old_node::PASTED_KEYS[0];
+        let store = Store::open_in_memory().expect("store");
+        let signing = SigningKey::from_bytes(&[7u8; 32]);
+        let entries = [
+            entry(EntryKind::Decision, "c0", &["songs"]),
+            entry(EntryKind::Stake, "c0", &[key]),
+            entry(EntryKind::Decision, "c1", &[key, "songs"]),
+            entry(EntryKind::Stake, "c1", &["songs"]),
+        ];
+        for e in entries {
+            append_now(&store, &signing, e).expect("append");
+        }
+        let mut lines = list(&store, &Filter::default()).expect("list");
+        for l in &mut lines {
+            crate::sources::redact_names_in(l);
+        }
+        (lines, signing)
+    }
+
+    /// Issue keys2: an export that masks a source name an older node took from a pasted key
+    /// read as tampered (`hash_mismatch` at the first such entry). The masked lines are
+    /// redactions: the export verifies, naming them, and carries no part of the key.
+    #[test]
+    fn an_export_with_masked_source_names_verifies_with_its_redactions_named() {
+        let (lines, k) = redacted_export();
+        let text = to_jsonl(&lines).expect("jsonl");
+        skillbox_testkit::leak::assert_no_part_of(
+            "the export",
+            &text,
+            skillbox_testkit::old_node::PASTED_KEYS[0],
+        );
+        let v = verify_export(&text, &hex::encode(k.verifying_key().to_bytes())).expect("key");
+        assert!(v.ok, "{v:?}");
+        assert_eq!((v.entries, v.redacted.clone()), (4, vec![2, 3]), "{v:?}");
+        assert_eq!(v.head.as_deref(), Some(lines[3].hash.as_str()));
+        // A line shown as stored is written as it always was: no marker.
+        assert!(!text.lines().next().expect("a line").contains("redacted"));
+        assert_eq!(
+            parse_jsonl(&text),
+            lines.into_iter().map(Some).collect::<Vec<_>>()
+        );
+    }
+
+    /// What a redaction does not cover: an edited line not marked redacted is still
+    /// `hash_mismatch`; a redacted line whose hash is not the one the chain names (another
+    /// entry's, signature and all, or its `prev` changed) is broken; and a redacted line whose
+    /// signature does not cover its hash is `bad_signature`.
+    #[test]
+    fn a_redaction_covers_no_other_edit() {
+        let (lines, k) = redacted_export();
+        let vk = k.verifying_key();
+        let check = |edit: &dyn Fn(&mut Vec<Line>)| {
+            let mut l = lines.clone();
+            edit(&mut l);
+            let v = verify(parse_jsonl(&to_jsonl(&l).expect("jsonl")), &vk, None);
+            (v.ok, v.broken_at, v.reason)
+        };
+        type Edit<'a> = &'a dyn Fn(&mut Vec<Line>);
+        let cases: [(&str, Edit<'_>, u64, Broken); 4] = [
+            (
+                "an unredacted line edited",
+                &|l| l[3].entry.peer = "12D3KooWOther".into(),
+                4,
+                Broken::HashMismatch,
+            ),
+            (
+                "a redacted line carrying another entry's hash and signature",
+                &|l| {
+                    l[2].hash = l[1].hash.clone();
+                    l[2].sig = l[1].sig.clone();
+                },
+                4,
+                Broken::BrokenChain,
+            ),
+            (
+                "a redacted line's prev changed",
+                &|l| l[2].entry.prev = l[0].hash.clone(),
+                3,
+                Broken::BrokenChain,
+            ),
+            (
+                "a redacted line whose signature does not cover its hash",
+                &|l| l[1].hash = hash_entry(&l[1].entry).expect("hash"),
+                2,
+                Broken::BadSignature,
+            ),
+        ];
+        for (what, edit, at, reason) in cases {
+            assert_eq!(check(edit), (false, Some(at), Some(reason)), "{what}");
+        }
+        // A line edited and then marked redacted is not passed as checked: its text is vouched
+        // for by nothing, and the verdict names it among the redactions.
+        let mut l = lines.clone();
+        l[0].entry.decision = "deny".into();
+        l[0].redacted = Some(Redaction::SourceNames);
+        let v = verify(l.into_iter().map(Some), &vk, None);
+        assert_eq!((v.ok, v.redacted), (true, vec![1, 2, 3]));
     }
 
     #[test]

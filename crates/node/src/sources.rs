@@ -144,11 +144,23 @@ const HANDLE_DOMAIN: &[u8] = b"skillbox-source-handle-v1\0";
 /// Hex digits of a handle: 128 bits.
 const HANDLE_HEX: usize = 32;
 
+/// `line` as the ledger's views and exports show it: its source names as [`show_names_in`]
+/// shows them and, when one was masked, the line marked redacted
+/// ([`crate::ledger::Redaction::SourceNames`]) — its hash and signature were taken over the
+/// stored names, so an offline check (`skillbox ledger verify --file`) then checks it by its
+/// hash's place in the chain and the signature over it, not by its text, and says so rather
+/// than calling the export tampered. `true` when a name was masked.
+pub fn redact_names_in(line: &mut crate::ledger::Line) -> bool {
+    let masked = show_names_in(&mut line.entry);
+    if masked {
+        line.redacted = Some(crate::ledger::Redaction::SourceNames);
+    }
+    masked
+}
+
 /// The source names in `entry` (the sources a decision covered, the staked items' sources) as
-/// [`shown_name`] shows them. The ledger's views and exports show entries this way; the entry's
-/// hash and signature were taken over the stored names, so a masked entry no longer checks
-/// offline (the node's own check, `GET /ledger/verify`, reads the store). `true` when a name was
-/// masked.
+/// [`shown_name`] shows them (a view of an entry; an export masks through [`redact_names_in`]).
+/// `true` when a name was masked.
 pub fn show_names_in(entry: &mut crate::ledger::Entry) -> bool {
     let mut masked = false;
     let names = entry
