@@ -264,14 +264,19 @@ struct DayBoxes {
 const MAX_DAY_KEYS: usize = 4096;
 
 impl DayBoxes {
-    /// The boxes `key` used on `day` (a new day forgets the last).
-    fn of(&mut self, day: i64, key: &(String, String)) -> Vec<String> {
+    /// Move on to `day` (a new day forgets the last) and count a use: the tick now.
+    fn roll(&mut self, day: i64) -> u64 {
         if self.day != day {
             self.day = day;
             self.used.clear();
         }
         self.tick += 1;
-        let tick = self.tick;
+        self.tick
+    }
+
+    /// The boxes `key` used on `day` (a new day forgets the last).
+    fn of(&mut self, day: i64, key: &(String, String)) -> Vec<String> {
+        let tick = self.roll(day);
         match self.used.get_mut(key) {
             Some((urls, last)) => {
                 *last = tick;
@@ -283,7 +288,7 @@ impl DayBoxes {
 
     /// `url` is one of `key`'s boxes on `day`.
     fn note(&mut self, day: i64, key: (String, String), url: &str) {
-        let _ = self.of(day, &key);
+        let tick = self.roll(day);
         if !self.used.contains_key(&key) && self.used.len() >= MAX_DAY_KEYS {
             let oldest = self
                 .used
@@ -294,18 +299,12 @@ impl DayBoxes {
                 self.used.remove(&k);
             }
         }
-        let tick = self.tick;
         let (urls, last) = self.used.entry(key).or_insert((Vec::new(), tick));
         *last = tick;
         if !urls.iter().any(|u| u == url) {
             urls.push(url.to_owned());
         }
     }
-}
-
-/// This node's UTC day (the owner pins by its own: at most a day apart).
-fn utc_day() -> i64 {
-    crate::store::now_secs().div_euclid(86_400)
 }
 
 const BENCH_FIRST: std::time::Duration = std::time::Duration::from_secs(30);
@@ -769,7 +768,7 @@ impl Boxes {
             peer,
             skill,
             candidates,
-            utc_day(),
+            super::coverage::today(),
             std::time::Instant::now(),
         )
     }
@@ -805,7 +804,11 @@ impl Boxes {
         self.day_boxes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .note(utc_day(), (peer.to_owned(), skill.to_owned()), &url);
+            .note(
+                super::coverage::today(),
+                (peer.to_owned(), skill.to_owned()),
+                &url,
+            );
     }
 
     /// The box at `url` failed a call for `reason` (one of [`BoxMove::REASONS`]): a box that
@@ -873,11 +876,10 @@ impl Boxes {
                 })
             })
             .collect();
-        let used = self
-            .day_boxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .of(utc_day(), &(peer.to_owned(), skill.to_owned()));
+        let used = self.day_boxes.lock().unwrap_or_else(|p| p.into_inner()).of(
+            super::coverage::today(),
+            &(peer.to_owned(), skill.to_owned()),
+        );
         self.ordered_at(others, &used, std::time::Instant::now())
     }
 

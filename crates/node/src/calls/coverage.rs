@@ -33,6 +33,12 @@ pub fn day_of(secs: i64) -> i64 {
     secs.div_euclid(86_400)
 }
 
+/// This node's UTC day now: the day its refusals and pins are kept for, and the day a caller
+/// keeps its boxes for (the owner's is at most a day apart).
+pub fn today() -> i64 {
+    day_of(now_secs())
+}
+
 /// Whether the owner's thresholds are on: its guard on and a threshold above 0. Otherwise the
 /// box is told to keep no tally (no `day_limits` goes with a guard that is off, nor a default:
 /// the program's guard is off), so nothing here may act on one either — no turns, no day pin,
@@ -115,13 +121,34 @@ pub struct DayRun<'a> {
 impl DayRun<'_> {
     /// Of the box instances the peer's runs of the skill went to that day: whether this run's
     /// is one, and how many there are.
-    fn pinned(&self, tx: &Tx<'_>) -> Result<(bool, u32)> {
+    fn pinned(&self, tx: &Tx<'_>) -> Result<Pinned> {
         Ok(tx.query_row(
             "SELECT coalesce(max(instance = ?4), 0), count(*) FROM guard_box_days
              WHERE peer = ?1 AND skill = ?2 AND day = ?3",
             params![self.peer, self.skill, self.day, self.instance],
-            |r| Ok((r.get::<_, bool>(0)?, r.get::<_, u32>(1)?)),
+            |r| {
+                Ok(Pinned {
+                    known: r.get(0)?,
+                    used: r.get(1)?,
+                })
+            },
         )?)
+    }
+}
+
+/// What the day's pin holds of a run's instance ([`DayRun::pinned`]).
+struct Pinned {
+    /// The day's runs went to this instance already: no move.
+    known: bool,
+    /// How many instances the day's runs went to.
+    used: u32,
+}
+
+impl Pinned {
+    /// The move rule: a run on an instance the day has not used, once the day used
+    /// `1 + day_box_moves` of them, is one move too many.
+    fn past_moves(&self, guard: &GuardConfig) -> bool {
+        !self.known && self.used > guard.day_box_moves
     }
 }
 
@@ -133,8 +160,14 @@ pub fn moved_past(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<
     if !thresholds_on(guard) {
         return Ok(false);
     }
-    let (known, used) = run.pinned(tx)?;
-    Ok(!known && used > guard.day_box_moves)
+    Ok(run.pinned(tx)?.past_moves(guard))
+}
+
+/// Whether the peer's day of the skill is closed to `run`: the box refused the peer the skill
+/// that day ([`refused`]), or `run` would be one box move too many ([`moved_past`]). The one
+/// gate of the charge (`inbound::charged_in`) and the turn ([`try_take`]).
+pub fn day_closed(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<bool> {
+    Ok(refused(tx, run.peer, run.skill, run.day, guard)? || moved_past(tx, run, guard)?)
 }
 
 /// Once the box accepted the owner's submit (the run starts there, see
@@ -146,14 +179,14 @@ pub fn moved_past(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<
 /// fresh tally; with it, a day's runs reach at most `1 + day_box_moves` books. Going back to
 /// an instance the day used already is no move: that book holds its part of the day.
 pub fn pin_box(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<bool> {
-    let (known, used) = run.pinned(tx)?;
-    if known {
-        return Ok(true);
-    }
-    if used > guard.day_box_moves {
+    let pinned = run.pinned(tx)?;
+    if pinned.past_moves(guard) {
         return Ok(false);
     }
-    if used == 0 {
+    if pinned.known {
+        return Ok(true);
+    }
+    if pinned.used == 0 {
         tx.execute(
             "DELETE FROM guard_box_days WHERE day < ?1",
             params![run.day],
@@ -304,17 +337,16 @@ pub fn try_take(
     if held {
         return Ok(Turn::Held);
     }
-    let today = day_of(now_secs());
     let run = DayRun {
         peer: &key.0,
         skill: &key.1,
-        day: today,
+        day: today(),
         instance,
     };
     // Only checked here: the pin is written once the box accepts the submit
     // ([`super::Calls::pin_day`]), so a run that never starts (a submit the box refuses, a box
     // that dies first) spends none of the day's moves (review 22b R6).
-    if refused(tx, &key.0, &key.1, today, guard)? || moved_past(tx, &run, guard)? {
+    if day_closed(tx, &run, guard)? {
         return Ok(Turn::Refused);
     }
     tx.execute(
@@ -488,7 +520,7 @@ impl super::Calls {
                 let run = DayRun {
                     peer: &peer,
                     skill: &skill,
-                    day: day_of(now_secs()),
+                    day: today(),
                     instance: &instance,
                 };
                 pin_box(tx, &run, &guard)

@@ -542,8 +542,7 @@ impl Calls {
                     seq = Some(crate::ledger::append(tx, &signing, entry)?.entry.seq);
                 }
                 if let Some((peer, skill)) = &refusing {
-                    let today = super::coverage::day_of(crate::store::now_secs());
-                    super::coverage::refuse(tx, peer, skill, today)?;
+                    super::coverage::refuse(tx, peer, skill, super::coverage::today())?;
                 }
                 if !write {
                     return Ok(Ok((call, change.patch, seq)));

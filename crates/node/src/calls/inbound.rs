@@ -487,7 +487,8 @@ impl Calls {
 /// `Ok(Some(code))`: refused, and nothing written — the ceilings are full (`daily_limit`), or
 /// the box refused the peer a run of this skill today since it was admitted, its day used up
 /// (`coverage_exceeded`), or the run is on a box instance one move past the day's pin
-/// (`coverage::moved_past`: `coverage_exceeded` too, before this side stakes anything).
+/// (`coverage::moved_past`: `coverage_exceeded` too, before this side stakes anything) — the
+/// day's gate the turn asks too (`coverage::day_closed`).
 pub(super) fn charged_in(
     tx: &crate::store::Tx<'_>,
     (id, peer, skill, instance): (&str, &str, &str, &str),
@@ -495,19 +496,13 @@ pub(super) fn charged_in(
     guard: &crate::config::GuardConfig,
 ) -> Result<Option<FailureCode>> {
     let now = crate::store::now_secs();
-    let today = super::coverage::day_of(now);
-    if super::coverage::refused(tx, peer, skill, today, guard)?
-        || super::coverage::moved_past(
-            tx,
-            &super::coverage::DayRun {
-                peer,
-                skill,
-                day: today,
-                instance,
-            },
-            guard,
-        )?
-    {
+    let run = super::coverage::DayRun {
+        peer,
+        skill,
+        day: super::coverage::day_of(now),
+        instance,
+    };
+    if super::coverage::day_closed(tx, &run, guard)? {
         return Ok(Some(FailureCode::CoverageExceeded));
     }
     let limits = crate::skills::limits_in(tx, skill)?.map_or(defaults, |l| l.or(&defaults));
