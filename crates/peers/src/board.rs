@@ -82,6 +82,9 @@ struct Entry {
     advert: Advert,
     raw: Arc<[u8]>,
     expires_at: u64,
+    /// When the signer came onto the board (a count of arrivals, kept across its re-signed
+    /// adverts): the order board sync answers in, which re-signing cannot buy.
+    first_seen: u64,
     /// Each row's JSON up to and including `"age":`, rendered once at ingest into one buffer
     /// (`row_ends` splits it): a snapshot then only copies bytes and writes the age, which keeps
     /// `GET /board` fast at 10,000 peers.
@@ -126,6 +129,8 @@ pub struct Board {
     rendered_rows: usize,
     /// Sum of the entries' [`Entry::cost`].
     held_bytes: usize,
+    /// The next [`Entry::first_seen`].
+    arrivals: u64,
 }
 
 /// A board row as the intent ranks it.
@@ -159,6 +164,7 @@ impl Board {
             rendered_bytes: 0,
             rendered_rows: 0,
             held_bytes: 0,
+            arrivals: 0,
         }
     }
 
@@ -202,13 +208,16 @@ impl Board {
     /// of the advert held costs nothing), and it never evicts — on a full board an unasked
     /// newcomer is refused, so a flood of fresh identities cannot push out the entries held.
     /// Only what a search fetched (the board as a cache of what this node looked for) and the
-    /// node's own advert may evict the oldest entry.
+    /// node's own advert may evict the oldest entry. `admit` is told whether the signer is new
+    /// here (no unexpired entry): a new signer takes room, so the caller charges whoever
+    /// delivered it (the gossip forwarder, the board-sync answer), not only the signer, whose
+    /// identity costs nothing.
     pub fn ingest_unasked(
         &mut self,
         bytes: &[u8],
         source: Option<&PeerId>,
         now_ms: u64,
-        admit: impl FnOnce(&PeerId) -> bool,
+        admit: impl FnOnce(&PeerId, bool) -> bool,
     ) -> Result<Ingested, AdvertRefusal> {
         // What the advert claims is judged before its signature is checked (an Ed25519
         // verification, tens of µs): one not from the publisher gossip authenticated, or a copy
@@ -232,7 +241,11 @@ impl Board {
             });
         }
         let verified = verify_parsed(signed, bytes)?;
-        if !admit(&verified.peer) {
+        let new_signer = self
+            .entries
+            .get(&verified.advert.node)
+            .is_none_or(|e| e.expires_at <= now_ms);
+        if !admit(&verified.peer, new_signer) {
             return Err(AdvertRefusal::TooFrequent);
         }
         let full = |b: &Board| b.entries.len() >= b.config.max_entries.max(1);
@@ -286,6 +299,7 @@ impl Board {
         }
         let key = advert.node.clone();
         let mut new_peer = true;
+        let mut first_seen = self.arrivals;
         if let Some(existing) = self.entries.get(&key) {
             // An expired entry still holds its sequence number until it is pruned; a replay of an
             // older advert is refused by the expiry rule above anyway.
@@ -296,6 +310,9 @@ impl Board {
                 });
             }
             new_peer = existing.expires_at <= now_ms;
+            if !new_peer {
+                first_seen = existing.first_seen;
+            }
         }
         // Rows come out in skill order: the advert's skills are kept in that order, so the
         // i-th rendered row is the i-th skill and a borrowed row ([`RowRef`]) needs no index.
@@ -344,6 +361,9 @@ impl Board {
             self.remove_key(&oldest);
             evicted.get_or_insert(oldest);
         }
+        if first_seen == self.arrivals {
+            self.arrivals += 1;
+        }
         self.held_bytes += cost;
         self.rendered_bytes += rendered.len();
         self.rendered_rows += row_ends.len();
@@ -354,6 +374,7 @@ impl Board {
                 advert,
                 raw,
                 expires_at,
+                first_seen,
                 rendered,
                 row_ends,
             },
@@ -474,9 +495,11 @@ impl Board {
             .find(|s| s.name == name)
     }
 
-    /// The signed bytes of every unexpired advert, newest first, within `max_total_bytes` and
-    /// `max_count`:
-    /// what a peer relays to a joining node so it need not wait for the next round of adverts.
+    /// The signed bytes of every unexpired advert, longest held first, within `max_total_bytes`
+    /// and `max_count`: what a peer relays to a joining node so it need not wait for the next
+    /// round of adverts. Newest signed first let a signer that re-signs every few seconds (its
+    /// advert rate allows one each 2 s) fill every answer; when a signer came is fixed, so
+    /// re-signing buys nothing and a flood of fresh signers comes after the entries held.
     pub fn signed_adverts(
         &self,
         now_ms: u64,
@@ -484,7 +507,7 @@ impl Board {
         max_count: usize,
     ) -> Vec<Arc<[u8]>> {
         let mut live: Vec<&Entry> = self.live(now_ms).map(|(_, e)| e).collect();
-        live.sort_by_key(|e| std::cmp::Reverse(e.advert.time));
+        live.sort_by_key(|e| e.first_seen);
         let mut total = 0usize;
         let mut out = Vec::new();
         for e in live.into_iter().take(max_count) {

@@ -721,6 +721,7 @@ pub async fn start(
         gate: config.provider_gate(),
         advert_rate: Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst)),
         newer_formats: Buckets::new(NEWER_FORMATS_PER_SEC, NEWER_FORMATS_BURST),
+        new_signers: Buckets::new(NEW_SIGNERS_PER_SEC, NEW_SIGNERS_BURST),
         searches: HashMap::new(),
         next_search: 0,
         lookups: HashMap::new(),
@@ -891,6 +892,20 @@ fn build_swarm(
 /// the burst and [`GRAYLIST_AT_INVALID`] more.
 const NEWER_FORMATS_BURST: f64 = 120.0;
 const NEWER_FORMATS_PER_SEC: f64 = 2.0;
+
+/// Adverts of signers not on the board that one forwarder may deliver: a burst, and per second
+/// after it; past them such adverts are ignored and not forwarded. A signer's identity costs
+/// nothing, so its own advert rate never bounded one peer publishing as 100,000 of them and
+/// filling every board of the mesh (a full board then refused every newcomer). A forwarder
+/// pays for the room it fills; signers already held, re-signing, cost it nothing. Honest
+/// newcomers are few a second, and each is delivered first by one of several forwarders.
+const NEW_SIGNERS_BURST: f64 = 120.0;
+const NEW_SIGNERS_PER_SEC: f64 = 2.0;
+
+/// Signers not on the board one board-sync answer may bring: half an answer, so an answering
+/// peer that made up its board cannot fill this one in a sync; the answers come longest-held
+/// first ([`Board::signed_adverts`]), so an honest peer's cut keeps its long-standing entries.
+const SYNC_NEW_SIGNERS_MAX: usize = SYNC_MAX_ADVERTS / 2;
 
 /// Invalid adverts a peer may deliver, taken together, before it is graylisted: the score
 /// penalty is the square of the count (decaying), so [`GRAYLIST_AT_INVALID`] of them cross
@@ -1071,6 +1086,9 @@ struct Task {
     /// Adverts of a newer format (ignored by gossip scoring) each forwarder has delivered: past
     /// [`NEWER_FORMATS_BURST`] and [`NEWER_FORMATS_PER_SEC`] they count as rejected.
     newer_formats: Buckets,
+    /// Adverts of signers not on the board each forwarder has delivered (see
+    /// [`NEW_SIGNERS_BURST`]).
+    new_signers: Buckets,
     searches: HashMap<u64, Search>,
     next_search: u64,
     lookups: HashMap<kad::QueryId, u64>,
@@ -1824,15 +1842,15 @@ impl Task {
     ) {
         let now = unix_ms();
         let result = match message.source {
-            Some(source) => {
-                let rate = &mut self.advert_rate;
-                self.board
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .ingest_unasked(&message.data, Some(&source), now, |signer| {
-                        rate.take(signer, now)
-                    })
-            }
+            Some(source) => ingest_gossip(
+                &mut self.board.lock().unwrap_or_else(|p| p.into_inner()),
+                &mut self.advert_rate,
+                &mut self.new_signers,
+                &propagation_source,
+                &source,
+                &message.data,
+                now,
+            ),
             None => Err(crate::AdvertRefusal::Malformed(
                 "unsigned gossip message".into(),
             )),
@@ -2276,15 +2294,41 @@ fn ingest_sync(
     adverts: &[String],
     now: u64,
 ) -> Vec<crate::board::Ingested> {
+    let mut new_signers = 0usize;
     adverts
         .iter()
         .take(SYNC_MAX_ADVERTS)
         .filter_map(|raw| {
             board
-                .ingest_unasked(raw.as_bytes(), None, now, |signer| rate.take(signer, now))
+                .ingest_unasked(raw.as_bytes(), None, now, |signer, new| {
+                    if new && new_signers >= SYNC_NEW_SIGNERS_MAX {
+                        return false;
+                    }
+                    let taken = rate.take(signer, now);
+                    new_signers += usize::from(taken && new);
+                    taken
+                })
                 .ok()
         })
         .collect()
+}
+
+/// Take an advert gossip delivered: `source` signed the gossip message, `forwarder` handed it
+/// to this node. A signer new to the board costs the forwarder one of its
+/// [`NEW_SIGNERS_BURST`] first (past it the advert is refused `TooFrequent`: ignored, not
+/// forwarded), then the signer one of its advert rate.
+fn ingest_gossip(
+    board: &mut Board,
+    advert_rate: &mut Buckets,
+    new_signers: &mut Buckets,
+    forwarder: &PeerId,
+    source: &PeerId,
+    data: &[u8],
+    now: u64,
+) -> Result<crate::board::Ingested, crate::AdvertRefusal> {
+    board.ingest_unasked(data, Some(source), now, |signer, new| {
+        (!new || new_signers.take(forwarder, now)) && advert_rate.take(signer, now)
+    })
 }
 
 /// The live topics an offer's advert goes to: its skills' categories (an offer without
@@ -2772,6 +2816,89 @@ mod tests {
         }
         runner.abort();
         a.shutdown().await;
+    }
+
+    /// The `i`th of many fresh signers and its advert number `seq`, signed at `now`.
+    fn fresh_advert(i: u32, seq: u64, now: u64) -> (PeerId, Vec<u8>) {
+        let mut seed = [7u8; 32];
+        seed[..4].copy_from_slice(&i.to_be_bytes());
+        let key = crate::keypair_from_seed(&seed).expect("key");
+        let advert = sign_advert(&key, now, seq, &Offer::default()).expect("signs");
+        (key.public().to_peer_id(), advert)
+    }
+
+    /// P1 (a): one connected peer forwards adverts of 200 fresh signers (free identities, each
+    /// within its own advert rate) to a board of 200. Charged per signer only, it filled the
+    /// board and the next honest newcomer, from another forwarder, was refused `BoardFull` (and
+    /// so forwarded by nobody). Now the forwarder pays for each new signer: past its budget
+    /// they are refused, and the newcomer is taken.
+    #[test]
+    fn one_forwarders_fresh_signers_leave_room_for_an_honest_newcomer() {
+        let config = PeersConfig::default();
+        let mut board = Board::new(BoardConfig {
+            max_entries: 200,
+            ..config.board_config()
+        });
+        let mut rate = Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst));
+        let mut new_signers = Buckets::new(NEW_SIGNERS_PER_SEC, NEW_SIGNERS_BURST);
+        let now = unix_ms();
+        let flooder = PeerId::random();
+        let mut taken = 0;
+        for i in 0..200 {
+            let (signer, advert) = fresh_advert(i, 1, now);
+            let got = ingest_gossip(
+                &mut board,
+                &mut rate,
+                &mut new_signers,
+                &flooder,
+                &signer,
+                &advert,
+                now,
+            );
+            match got {
+                Ok(_) => taken += 1,
+                Err(crate::AdvertRefusal::TooFrequent) => {}
+                Err(other) => panic!("flood advert {i}: {other}"),
+            }
+        }
+        assert_eq!(taken, NEW_SIGNERS_BURST as usize, "the flood's share");
+        // A signer already held re-signs through the same forwarder: no charge for it.
+        let (held, again) = fresh_advert(0, 2, now);
+        ingest_gossip(
+            &mut board,
+            &mut rate,
+            &mut new_signers,
+            &flooder,
+            &held,
+            &again,
+            now,
+        )
+        .expect("a held signer's newer advert");
+        let (honest, advert) = fresh_advert(1_000_000, 1, now);
+        let got = ingest_gossip(
+            &mut board,
+            &mut rate,
+            &mut new_signers,
+            &PeerId::random(),
+            &honest,
+            &advert,
+            now,
+        );
+        assert!(got.is_ok(), "the honest newcomer: {got:?}");
+    }
+
+    /// P1 (a), board sync: an answer of 2,000 fresh signers brings at most half an answer.
+    #[test]
+    fn a_board_sync_brings_at_most_its_share_of_new_signers() {
+        let config = PeersConfig::default();
+        let mut board = Board::new(config.board_config());
+        let mut rate = Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst));
+        let now = unix_ms();
+        let answer: Vec<String> = (0..SYNC_MAX_ADVERTS as u32)
+            .map(|i| String::from_utf8(fresh_advert(i, 1, now).1).expect("json"))
+            .collect();
+        let taken = ingest_sync(&mut board, &mut rate, &answer, now);
+        assert_eq!(taken.len(), SYNC_NEW_SIGNERS_MAX);
     }
 
     /// A board sync answer is one signer's adverts at rising sequence numbers (each newer than

@@ -372,7 +372,7 @@ fn a_board_of_large_adverts_stays_within_its_bytes() {
     let mut refused = 0;
     for i in 1..=40u8 {
         let (peer, bytes) = large(i);
-        match b.ingest_unasked(&bytes, None, now, |_| true) {
+        match b.ingest_unasked(&bytes, None, now, |_, _| true) {
             Ok(_) => held.push(peer),
             Err(AdvertRefusal::BoardFull) => refused += 1,
             Err(e) => panic!("{e}"),
@@ -461,7 +461,7 @@ fn a_copy_of_a_held_advert_is_refused_before_its_signature_is_checked() {
     let k = keypair_from_seed(&[61; 32]).unwrap();
     let bytes = sign_advert(&k, T0, 5, &offer(&["haiku"])).unwrap();
     let mut b = board();
-    b.ingest_unasked(&bytes, None, T0, |_| true)
+    b.ingest_unasked(&bytes, None, T0, |_, _| true)
         .expect("first copy taken");
     let mut forged: SignedAdvert = serde_json::from_slice(&bytes).unwrap();
     forged.signature = "00".repeat(64);
@@ -469,7 +469,7 @@ fn a_copy_of_a_held_advert_is_refused_before_its_signature_is_checked() {
     let mut admitted = 0;
     for _ in 0..3 {
         let err = b
-            .ingest_unasked(&forged, None, T0, |_| {
+            .ingest_unasked(&forged, None, T0, |_, _| {
                 admitted += 1;
                 true
             })
@@ -491,11 +491,37 @@ fn a_copy_of_a_held_advert_is_refused_before_its_signature_is_checked() {
     // Gossip from a publisher that is not the claimed node: refused for that alone.
     let other = keypair_from_seed(&[62; 32]).unwrap().public().to_peer_id();
     let err = b
-        .ingest_unasked(&newer, Some(&other), T0 + 1, |_| true)
+        .ingest_unasked(&newer, Some(&other), T0 + 1, |_, _| true)
         .unwrap_err();
     assert!(matches!(err, AdvertRefusal::SourceMismatch { .. }), "{err}");
     let err = b
-        .ingest_unasked(&newer, None, T0 + 1, |_| true)
+        .ingest_unasked(&newer, None, T0 + 1, |_, _| true)
         .unwrap_err();
     assert_eq!(err, AdvertRefusal::BadSignature);
+}
+
+/// P1 (c): board sync answered newest-signed first, so a signer re-signing every few seconds
+/// (its advert rate allows one each 2 s) owned every answer an honest node gave a joiner. Now
+/// the answer comes longest-held first: re-signing keeps a signer's place, never improves it.
+#[test]
+fn a_frequent_re_signer_does_not_fill_the_board_sync_answer() {
+    let honest = keypair_from_seed(&[101; 32]).unwrap();
+    let resigner = keypair_from_seed(&[102; 32]).unwrap();
+    let mut b = board();
+    let first = sign_advert(&honest, T0, 1, &offer(&["haiku"])).unwrap();
+    b.ingest_unasked(&first, None, T0, |_, _| true).unwrap();
+    let mut last = Vec::new();
+    for seq in 1..=20u64 {
+        let at = T0 + seq * 2_000;
+        last = sign_advert(&resigner, at, seq, &offer(&["haiku"])).unwrap();
+        b.ingest_unasked(&last, None, at, |_, _| true).unwrap();
+    }
+    let now = T0 + 41_000;
+    let answer = b.signed_adverts(now, usize::MAX, 1);
+    assert_eq!(answer.len(), 1);
+    assert!(answer[0][..] == first[..], "the re-signer took the answer");
+    // Both are still relayed when there is room, the re-signer's newest advert among them.
+    let both = b.signed_adverts(now, usize::MAX, 10);
+    assert_eq!(both.len(), 2);
+    assert!(both[1][..] == last[..], "not the re-signer's newest");
 }
