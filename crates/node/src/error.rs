@@ -1,8 +1,13 @@
 //! The node's one error type. Every variant names what is wrong in words a human can act on; none
 //! carries source content (bodies, keys, private data), so an error can be logged or sent as an
-//! HTTP envelope as it is.
+//! HTTP envelope as it is. A source's name is printed as every surface shows it
+//! ([`crate::sources::shown_name`]): an older node stored sources under a pasted provider key as
+//! the name, and such a name in a call's failure, an API answer or a log would be the key.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
+
+use crate::sources::shown_name;
 
 /// Everything that can go wrong in the node library.
 #[derive(Debug, thiserror::Error)]
@@ -69,19 +74,20 @@ pub enum NodeError {
     #[error("{0}")]
     Conflict(String),
     /// A named thing does not exist.
-    #[error("{kind} {name:?} not found")]
+    #[error("{kind} {:?} not found", shown_if_source(kind, .name))]
     NotFound { kind: &'static str, name: String },
     /// A source that no caller stake may carry: under a reserved prefix, a secret, or not
     /// marked shareable by its human. `why` is fixed text.
-    #[error("source {name:?} cannot be staked by a call: {why}")]
+    #[error("source {:?} cannot be staked by a call: {why}", shown_name(.name))]
     NotStakeable { name: String, why: &'static str },
     /// A stored source failed authentication on decrypt (tampered row or wrong key).
     #[error(
-        "source {0:?} failed to decrypt: the stored row was tampered with or the data key changed"
+        "source {:?} failed to decrypt: the stored row was tampered with or the data key changed",
+        shown_name(.0)
     )]
     Decrypt(String),
     /// Writing an applied source into its sink failed.
-    #[error("applying source {name:?}: {source}")]
+    #[error("applying source {:?}: {source}", shown_name(.name))]
     Sink {
         name: String,
         #[source]
@@ -91,7 +97,7 @@ pub enum NodeError {
     #[error("peer network: {0}")]
     Peers(#[from] skillbox_peers::PeersError),
     /// A stored row does not deserialize (it was written by a different version or edited by hand).
-    #[error("stored {what} {name:?} is unreadable: {problem}")]
+    #[error("stored {what} {:?} is unreadable: {problem}", shown_if_source(what, .name))]
     StoredRow {
         what: &'static str,
         name: String,
@@ -125,6 +131,16 @@ impl NodeError {
             name: name.into(),
             problem: problem.to_string(),
         }
+    }
+}
+
+/// `name` as an error prints it: a source's as every surface shows it ([`shown_name`]); any other
+/// thing's (a call's id, a skill's name) as it is — a call id is hex, and would read as a key.
+fn shown_if_source<'a>(kind: &str, name: &'a str) -> Cow<'a, str> {
+    if kind == "source" {
+        shown_name(name)
+    } else {
+        name.into()
     }
 }
 

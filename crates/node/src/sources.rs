@@ -494,7 +494,7 @@ fn check_shareable(name: &str, kind: SourceKind) -> Result<()> {
     stakeable(name, kind, true).map_err(|e| match e {
         NodeError::NotStakeable { why, .. } => NodeError::invalid(
             "shareable",
-            format!("source {name:?} cannot be shareable: {why}"),
+            format!("source {:?} cannot be shareable: {why}", shown_name(name)),
         ),
         other => other,
     })
@@ -783,6 +783,114 @@ mod tests {
         ] {
             assert_eq!(s.named_by_handle(not_one).expect("by handle"), None);
         }
+    }
+
+    /// `key` as the name of a shareable text source, as a node before the key test stored it:
+    /// sealed under that name, so it opens.
+    fn stored_under(s: &Sources, key: &str) {
+        s.put_with("old", SourceKind::Text, b"notes", true)
+            .expect("put");
+        let (nonce, sealed) = s
+            .key
+            .seal(&crypto::source_aad("text", key), b"notes")
+            .expect("seal");
+        s.store
+            .write(|tx| {
+                Ok(tx.execute(
+                    "UPDATE sources SET name = ?1, nonce = ?2, ciphertext = ?3 WHERE name = 'old'",
+                    params![key, nonce.to_vec(), sealed],
+                )?)
+            })
+            .expect("rename the row");
+    }
+
+    /// A writer that refuses every byte (a full disk, a closed pipe).
+    struct Refusing;
+    impl Write for Refusing {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("refused"))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue keys2: every error naming a source (`not_found`, `not stakeable`, `decrypt`,
+    /// `sink`, an unreadable row, a refusal to share) printed its name as stored, so a call
+    /// staking a source an older node stored under a pasted key carried the key into its
+    /// failure (the stake's read error), an API answer and the node's log (which logs an
+    /// internal error's text, the answer's message). Each now prints the shown name.
+    #[test]
+    fn an_error_naming_a_key_named_source_prints_its_shown_name() {
+        for key in STORED_KEYS {
+            let s = sources();
+            stored_under(&s, key);
+            let raw = |sql: &str| {
+                s.store
+                    .write(|tx| Ok(tx.execute(sql, params![key])?))
+                    .expect("edit the row")
+            };
+            let mut errors = vec![s.apply_for_stake(key, &mut Refusing).expect_err("sink")];
+            assert!(matches!(errors[0], NodeError::Sink { .. }), "{}", errors[0]);
+            assert_eq!(s.apply_for_stake(key, &mut Vec::new()).expect("opens"), 5);
+            s.set_shareable(key, false).expect("unshare");
+            errors.push(
+                s.apply_for_stake(key, &mut Vec::new())
+                    .expect_err("unshared"),
+            );
+            raw("UPDATE sources SET kind = 'secret' WHERE name = ?1");
+            errors.push(s.set_shareable(key, true).expect_err("a secret"));
+            raw(
+                "UPDATE sources SET kind = 'text', shareable = 1, ciphertext = x'00' WHERE name = ?1",
+            );
+            errors.push(
+                s.apply_for_stake(key, &mut Vec::new())
+                    .expect_err("tampered"),
+            );
+            // The store's CHECK keeps a kind this node cannot read out; the error still masks.
+            errors.push(NodeError::stored_row("source", key, "kind \"bogus\""));
+            raw("DELETE FROM sources WHERE name = ?1");
+            errors.push(
+                s.apply_for_stake(key, &mut Vec::new())
+                    .expect_err("removed"),
+            );
+            let kinds: Vec<&str> = errors
+                .iter()
+                .map(|e| match e {
+                    NodeError::Sink { .. } => "sink",
+                    NodeError::NotStakeable { .. } => "not_stakeable",
+                    NodeError::Invalid { .. } => "invalid",
+                    NodeError::Decrypt(_) => "decrypt",
+                    NodeError::StoredRow { .. } => "stored_row",
+                    NodeError::NotFound { .. } => "not_found",
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    "sink",
+                    "not_stakeable",
+                    "invalid",
+                    "decrypt",
+                    "stored_row",
+                    "not_found"
+                ]
+            );
+            for e in errors {
+                let text = e.to_string();
+                assert!(text.contains(KEY_NAMED), "{text}");
+                skillbox_testkit::leak::assert_no_part_of("the error", &text, key);
+                let answer = crate::api::error::ApiError::from(e);
+                skillbox_testkit::leak::assert_no_part_of("the API answer", &answer.message, key);
+            }
+        }
+        // Another thing's name is printed as it is: a call's id reads as a key.
+        let call = NodeError::NotFound {
+            kind: "call",
+            name: STORED_KEYS[1].to_owned(),
+        };
+        assert!(call.to_string().contains(STORED_KEYS[1]), "{call}");
     }
 
     proptest::proptest! {
