@@ -19,11 +19,13 @@ pub enum Role {
 }
 
 /// Where a call is. Caller path: requested → accepted → opened → (awaiting_consent → opened) →
-/// submitting → submitted → answered: its policy is asked between the verified box and the
-/// stake, so nothing of the request or the sources leaves before it says yes. Owner path: received → accepted → opened → staked →
-/// (awaiting_consent) → submitting → submitted → ran. A caller whose submit went with its stake
-/// ([`submits_with_stake`]) goes from `opened` to `submitted`. Either may end `failed`, with a
-/// [`Failure`].
+/// submitting → submitted → answered. Owner path: received → accepted → opened →
+/// (awaiting_consent → opened) → submitting → submitted → ran. Each side's policy (and human) is
+/// asked between the verified box and its stake, so nothing of the request and sources (caller)
+/// or of the skill's body, model and key (owner) leaves before it says yes. A caller whose
+/// submit went with its stake ([`submits_with_stake`]) goes from `opened` to `submitted`. An
+/// owner record from before its consent moved ahead of its stake may still be in `staked`
+/// (policy asked there, as it was). Either may end `failed`, with a [`Failure`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
@@ -33,14 +35,15 @@ pub enum State {
     Received,
     /// Both signatures on the program. Caller: open the run. Owner: wait for `call.session`.
     Accepted,
-    /// Run opened at the box and its attestation verified by this side. Caller: ask its policy
-    /// (and human) first, then stake. Owner: stake now.
+    /// Run opened at the box and its attestation verified by this side: ask its policy (and
+    /// human) first, then stake.
     Opened,
-    /// Owner: its stake is in; its submit waits on policy. (The caller, asked before staking,
-    /// goes from `opened` to `submitting`.)
+    /// A record from before consent was asked ahead of the stake: its stake is in and its
+    /// submit waits on policy. Neither side enters it now (each goes from `opened` to
+    /// `submitting`), but a stored one still finishes.
     Staked,
-    /// Policy said `ask`: parked until the human decides (`GET /approvals`). The caller parks
-    /// here before staking, and returns to `opened` to stake once allowed.
+    /// Policy said `ask`: parked until the human decides (`GET /approvals`), before this side
+    /// staked; it returns to `opened` to stake once allowed.
     AwaitingConsent,
     /// Policy allowed (or the human consented): the submit is owed.
     Submitting,
@@ -180,6 +183,19 @@ impl FailureCode {
         FailureCode::CoverageExceeded,
     ];
 
+    /// The code `call.failed` carries for a failure of this code: every refusal this side
+    /// decided — its policy's, its human's, a cancel — is `policy_denied`, so the peer cannot
+    /// tell a rule from a person who read the question (nor, with its timing, when that person
+    /// was at the terminal). The precise code stays in this node's record. `policy_denied` is
+    /// one of the first codes, so every older node parses it (an unknown code would still end
+    /// its call, as "an unknown code").
+    pub fn toward_peer(self) -> FailureCode {
+        match self {
+            FailureCode::ConsentDenied | FailureCode::Cancelled => FailureCode::PolicyDenied,
+            other => other,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<FailureCode> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
@@ -195,7 +211,8 @@ impl FailureCode {
             FailureCode::AttestationRejected => "the box's attestation was refused",
             FailureCode::BoxFailed => "the box failed the call",
             FailureCode::RunFailed => "the run failed at the box",
-            FailureCode::PolicyDenied => "policy denied the call",
+            // The words a peer reads for any refusal of this side (`toward_peer`).
+            FailureCode::PolicyDenied => "the call was declined",
             FailureCode::ConsentDenied => "consent was denied",
             FailureCode::Stalled => "the call made no progress",
             FailureCode::Expired => "the program expired",
@@ -266,8 +283,9 @@ pub struct Call {
     pub attempts: u32,
     /// Caller: the owner acknowledged `call.session`.
     pub session_delivered: bool,
-    /// Caller: this node's policy (or its human) allowed the call, once the box was verified
-    /// and before anything was staked: the request and the sources leave only after this.
+    /// This node's policy (or its human) allowed the call, once the box was verified and before
+    /// anything was staked: the caller's request and sources, the owner's body, model and key
+    /// leave only after this.
     /// A record written before the field existed reads as not consented: before its stake it
     /// is asked now, after it the older rules (policy at `staked`) still apply to it.
     #[serde(default)]
@@ -510,20 +528,21 @@ fn owed(call: &Call) -> Vec<Action> {
         // Once a session came, there is nothing to re-send: its run is verified (below).
         (Role::Owner, State::Accepted) if verify.is_some() => Vec::new(),
         (Role::Owner, State::Accepted) => vec![Action::SendAccepted],
-        // The caller asks its policy (and its human) once the box is attested, so the question
-        // names the verified box, and before staking, so a "no" leaves nothing anywhere.
-        (Role::Caller, State::Opened) => {
+        // Each side asks its policy (and its human) once the box is attested, so the question
+        // names the verified box, and before staking, so a "no" leaves nothing anywhere: on a
+        // box without hardware isolation, a stake is in its operator's hands once sent.
+        (role, State::Opened) => {
             let mut a = if call.consented {
                 vec![Action::Stake]
             } else {
                 vec![Action::CheckPolicy]
             };
-            if !call.session_delivered {
+            if role == Role::Caller && !call.session_delivered {
                 a.insert(0, Action::SendSession);
             }
             a
         }
-        (Role::Owner, State::Opened) => vec![Action::Stake],
+        // Only a stored record from before consent moved ahead of the stake is here.
         (_, State::Staked) => vec![Action::CheckPolicy],
         (_, State::AwaitingConsent) => vec![Action::RequestConsent],
         (_, State::Submitting) => vec![Action::Submit],
@@ -578,7 +597,9 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             actions.push(Action::CancelRun);
         }
         if tell_peer {
-            actions.push(Action::SendFailed { code });
+            actions.push(Action::SendFailed {
+                code: code.toward_peer(),
+            });
         }
         Transition {
             call: next,
@@ -678,24 +699,27 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
                 changed: true,
             }
         }
-        // The caller's policy was asked before it staked: on to submitting.
-        (Caller, State::Opened, Event::Policy(Decision::Allow)) if !call.consented => {
+        // Each side's policy is asked before it stakes: a yes owes the stake, then the submit.
+        (_, State::Opened, Event::Policy(Decision::Allow)) if !call.consented => {
             to_with(State::Opened, vec![], true)
         }
-        (Caller, State::Opened, Event::Policy(Decision::Ask)) if !call.consented => {
+        (_, State::Opened, Event::Policy(Decision::Ask)) if !call.consented => {
             to(State::AwaitingConsent, vec![])
         }
-        (Caller, State::Opened, Event::Policy(Decision::Deny)) if !call.consented => fail(
+        (_, State::Opened, Event::Policy(Decision::Deny)) if !call.consented => fail(
             FailureCode::PolicyDenied,
             "this node's policy denied the call".into(),
             true,
         ),
-        (Caller, State::AwaitingConsent, Event::Consent { allow: true }) if !call.consented => {
+        // An owner record parked here by the older order (after its stake) comes back to
+        // `opened` too: its stake is owed again, and the ledger's entry for it, answered by
+        // the box, makes that `Staked` without sending anything (`actions::stake`).
+        (_, State::AwaitingConsent, Event::Consent { allow: true }) if !call.consented => {
             to_with(State::Opened, vec![], true)
         }
-        (Caller, State::Opened, Event::Staked) if call.consented => {
+        (_, State::Opened, Event::Staked) if call.consented => {
             let mut t = to(State::Submitting, vec![]);
-            if !call.session_delivered {
+            if call.role == Caller && !call.session_delivered {
                 t.actions.insert(0, Action::SendSession);
             }
             t
@@ -717,14 +741,12 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
             }
             t
         }
-        // A caller reaches `staked` unconsented only on the older path (a record from before
-        // consent was asked ahead of the stake): the policy's yes here is its consent, so the
-        // record says so — "submitting" is never unconsented.
-        (_, State::Staked, Event::Policy(Decision::Allow)) => to_with(
-            State::Submitting,
-            vec![],
-            call.consented || call.role == Caller,
-        ),
+        // A side reaches `staked` only on the older path (a record from before consent was
+        // asked ahead of the stake): the policy's yes here is its consent, so the record says
+        // so — "submitting" is never unconsented.
+        (_, State::Staked, Event::Policy(Decision::Allow)) => {
+            to_with(State::Submitting, vec![], true)
+        }
         (_, State::Staked, Event::Policy(Decision::Deny)) => fail(
             FailureCode::PolicyDenied,
             "this node's policy denied the submit".into(),
@@ -757,8 +779,9 @@ pub fn step(call: &Call, event: Event, now_ms: u64, timing: &Timing) -> Transiti
 /// Whether this side's `Stake` may carry its submit: a caller whose policy (or human) allowed
 /// the call before it staked — nothing is left to decide between its stake and its submit, so
 /// its go goes with its material in one request, and the box's word that it took both
-/// (`Event::Submitted` in `opened`) moves the call to `submitted`. The owner asks its policy
-/// after its stake, so it submits on its own.
+/// (`Event::Submitted` in `opened`) moves the call to `submitted`. The owner submits on its
+/// own: its submit waits on its coverage turn (the node's `coverage::Turns`), taken just before
+/// it, never with the stake.
 pub fn submits_with_stake(call: &Call) -> bool {
     call.role == Role::Caller && call.state == State::Opened && call.consented
 }

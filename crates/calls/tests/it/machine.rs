@@ -149,10 +149,14 @@ fn owner_happy_path() {
         }]
     );
     let t = step(&t.call, run_opened("r1"), T0 + 3, &timing());
-    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
+    // Policy first, with the box verified; the body, model and key only after it said yes.
+    assert_eq!(owed(&t), (State::Opened, vec![Action::CheckPolicy]));
     assert_eq!(t.call.session_claim, None);
-    let t = step(&t.call, Event::Staked, T0 + 4, &timing());
-    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 5, &timing());
+    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 4, &timing());
+    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
+    assert!(t.call.consented);
+    let t = step(&t.call, Event::Staked, T0 + 5, &timing());
+    assert_eq!(owed(&t), (State::Submitting, vec![Action::Submit]));
     let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
     assert_eq!(t.actions, vec![Action::FetchOutcome]);
     let t = step(&t.call, Event::ReceiptStored, T0 + 7, &timing());
@@ -163,8 +167,8 @@ fn owner_happy_path() {
         vec![
             Event::Admitted,
             run_opened("r"),
-            Event::Staked,
             Event::Policy(Decision::Allow),
+            Event::Staked,
             Event::Submitted,
         ],
     );
@@ -208,7 +212,7 @@ fn the_owners_verification_of_a_session_is_retried_until_it_succeeds() {
     );
     // Verified at last: the call's run, and the claim goes.
     let t = step(&again.call, run_opened("r1"), T0 + 50, &timing());
-    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
+    assert_eq!(owed(&t), (State::Opened, vec![Action::CheckPolicy]));
     assert_eq!(t.call.run_id.as_deref(), Some("r1"));
     assert_eq!(t.call.session_claim, None);
     // Before any session the owner still re-sends call.accepted.
@@ -222,7 +226,7 @@ fn the_owners_verification_of_a_session_is_retried_until_it_succeeds() {
 #[test]
 fn the_owners_verification_of_a_moved_run_is_retried_until_it_succeeds() {
     let opened = run(owner(), vec![Event::Admitted, run_opened("r1")]);
-    assert_eq!(owed(&opened), (State::Opened, vec![Action::Stake]));
+    assert_eq!(owed(&opened), (State::Opened, vec![Action::CheckPolicy]));
     let verify = Action::VerifyRun {
         run_id: "r2".into(),
         box_url: "http://box-2".into(),
@@ -244,9 +248,9 @@ fn the_owners_verification_of_a_moved_run_is_retried_until_it_succeeds() {
         "a claim is not the call's run"
     );
     let due = tick(&t.call, t.call.retry_at_ms);
-    assert_eq!(owed(&due), (State::Opened, vec![verify, Action::Stake]));
+    assert_eq!(owed(&due), (State::Opened, vec![verify, Action::CheckPolicy]));
     let moved = step(&due.call, run_opened("r2"), T0 + 50, &timing());
-    assert_eq!(owed(&moved), (State::Opened, vec![Action::Stake]));
+    assert_eq!(owed(&moved), (State::Opened, vec![Action::CheckPolicy]));
     assert_eq!(moved.call.run_id.as_deref(), Some("r2"));
     assert_eq!(moved.call.left_runs, vec!["r1".to_owned()]);
     assert_eq!(moved.call.session_claim, None);
@@ -303,10 +307,11 @@ fn consent_ask_parks_then_allow_or_deny() {
         denied.actions.contains(&Action::CancelRun),
         "the run was opened: cancel it"
     );
+    // The peer is told a refusal, not that a human read the question (`toward_peer`).
     assert!(matches!(
         denied.actions.last(),
         Some(Action::SendFailed {
-            code: FailureCode::ConsentDenied,
+            code: FailureCode::PolicyDenied,
         })
     ));
 }
@@ -368,7 +373,7 @@ fn cancel_fails_cancels_the_run_and_tells_the_peer() {
     assert_eq!(
         t.actions,
         vec![Action::SendFailed {
-            code: FailureCode::Cancelled
+            code: FailureCode::PolicyDenied
         }]
     );
     let t = step(
@@ -378,7 +383,8 @@ fn cancel_fails_cancels_the_run_and_tells_the_peer() {
         &timing(),
     );
     assert_eq!(failure_code(&t), Some(FailureCode::Cancelled));
-    cancels_then_fails(&t.actions, FailureCode::Cancelled);
+    // The peer reads a refusal: a cancel is this side's decision too (`toward_peer`).
+    cancels_then_fails(&t.actions, FailureCode::PolicyDenied);
 }
 
 #[test]
@@ -648,6 +654,20 @@ fn a_caller_whose_submit_went_with_its_stake_passes_submitting_by() {
 
 #[test]
 fn an_owner_never_submits_with_its_stake() {
+    let t = owner_opened();
+    assert!(!submits_with_stake(&t.call));
+    let early = step(&t.call, Event::Submitted, T0 + 100, &timing());
+    assert!(!early.changed && early.actions.is_empty());
+    // Allowed, it stakes alone: its submit waits on its coverage turn, taken just before it.
+    let allowed = step(&t.call, Event::Policy(Decision::Allow), T0 + 101, &timing());
+    assert_eq!(owed(&allowed), (State::Opened, vec![Action::Stake]));
+    assert!(!submits_with_stake(&allowed.call));
+    let early = step(&allowed.call, Event::Submitted, T0 + 102, &timing());
+    assert!(!early.changed && early.actions.is_empty());
+}
+
+/// The owner verified the caller's run: `opened`, its policy not asked yet.
+fn owner_opened() -> Transition {
     let t = run(
         owner(),
         vec![
@@ -660,8 +680,161 @@ fn an_owner_never_submits_with_its_stake() {
         ],
     );
     assert_eq!(t.call.state, State::Opened);
-    assert!(!submits_with_stake(&t.call));
-    // Its policy is asked after its stake: a `Submitted` before it is not taken.
-    let early = step(&t.call, Event::Submitted, T0 + 100, &timing());
-    assert!(!early.changed && early.actions.is_empty());
+    t
+}
+
+/// Review 23 F4: the owner staked the skill's body, model and key into the box and only then
+/// asked its policy (and human) — on a box without hardware isolation its operator held them
+/// before a "no". Now the owner asks at `opened` and stakes only once allowed; a "no" (its
+/// policy's or its human's) leaves nothing staked anywhere.
+#[test]
+fn an_owner_asks_its_policy_before_it_stakes_and_a_no_stakes_nothing() {
+    let t = owner_opened();
+    assert!(!t.call.consented);
+    assert_eq!(t.actions, vec![Action::CheckPolicy]);
+    assert!(!t.actions.contains(&Action::Stake), "staked before asked");
+    let r = step(&t.call, Event::Resume, T0 + 50, &timing());
+    assert_eq!(r.actions, vec![Action::CheckPolicy]);
+    // A late or forged `Staked` before the yes moves nothing on to the submit.
+    let early = step(&t.call, Event::Staked, T0 + 60, &timing());
+    assert_ne!(early.call.state, State::Submitting);
+    assert!(!early.actions.contains(&Action::Submit));
+    // Policy deny: failed, nothing staked.
+    let denied = step(&t.call, Event::Policy(Decision::Deny), T0 + 100, &timing());
+    assert_eq!(failure_code(&denied), Some(FailureCode::PolicyDenied));
+    assert!(!denied.actions.contains(&Action::Stake));
+    // Ask: parked before staking; the human's no stakes nothing either.
+    let parked = step(&t.call, Event::Policy(Decision::Ask), T0 + 100, &timing());
+    assert_eq!(
+        owed(&parked),
+        (State::AwaitingConsent, vec![Action::RequestConsent])
+    );
+    let no = step(
+        &parked.call,
+        Event::Consent { allow: false },
+        T0 + 200,
+        &timing(),
+    );
+    assert_eq!(failure_code(&no), Some(FailureCode::ConsentDenied));
+    assert!(!no.actions.contains(&Action::Stake));
+    // The human's yes owes the stake, then the submit.
+    let yes = step(
+        &parked.call,
+        Event::Consent { allow: true },
+        T0 + 200,
+        &timing(),
+    );
+    assert_eq!(owed(&yes), (State::Opened, vec![Action::Stake]));
+    assert!(yes.call.consented);
+    let staked = step(&yes.call, Event::Staked, T0 + 201, &timing());
+    assert_eq!(owed(&staked), (State::Submitting, vec![Action::Submit]));
+}
+
+/// A caller moving the run to another box: the owner asks again (the question names the box
+/// its stake goes to), and a yes for the first box is not carried over.
+#[test]
+fn an_owner_that_follows_a_moved_run_is_asked_again_before_it_stakes() {
+    let t = owner_opened();
+    let allowed = step(&t.call, Event::Policy(Decision::Allow), T0 + 100, &timing());
+    let moved = step(&allowed.call, run_opened("r2"), T0 + 101, &timing());
+    assert_eq!(owed(&moved), (State::Opened, vec![Action::CheckPolicy]));
+    assert!(!moved.call.consented);
+    assert_eq!(moved.call.left_runs, vec!["r1".to_owned()]);
+}
+
+/// Stored owner rows from before the owner's consent moved ahead of its stake still finish: one
+/// in `staked` asks its policy there, one parked after its stake stakes "again" (the ledger's
+/// answered entry makes that `Staked` without sending) and submits.
+#[test]
+fn an_owner_record_from_before_its_consent_moved_still_finishes() {
+    let mut old = owner_opened().call;
+    old.state = State::Staked;
+    let r = step(&old, Event::Resume, T0 + 100, &timing());
+    assert_eq!(r.actions, vec![Action::CheckPolicy]);
+    let on = step(&old, Event::Policy(Decision::Allow), T0 + 101, &timing());
+    assert_eq!(owed(&on), (State::Submitting, vec![Action::Submit]));
+    assert!(on.call.consented, "submitting is never unconsented");
+    let denied = step(&old, Event::Policy(Decision::Deny), T0 + 101, &timing());
+    assert_eq!(failure_code(&denied), Some(FailureCode::PolicyDenied));
+    let parked = step(&old, Event::Policy(Decision::Ask), T0 + 101, &timing());
+    assert_eq!(parked.call.state, State::AwaitingConsent);
+    let yes = step(
+        &parked.call,
+        Event::Consent { allow: true },
+        T0 + 102,
+        &timing(),
+    );
+    assert_eq!(owed(&yes), (State::Opened, vec![Action::Stake]));
+    let staked = step(&yes.call, Event::Staked, T0 + 103, &timing());
+    assert_eq!(owed(&staked), (State::Submitting, vec![Action::Submit]));
+}
+
+/// Review 23 F6: the peer learned how this side decided — `consent_denied` (a person read the
+/// question and said no), `policy_denied` (a rule) or `cancelled`. Every refusal of this side
+/// now reaches the peer as `policy_denied`; this node's record keeps the precise code.
+#[test]
+fn every_refusal_of_this_side_reaches_the_peer_as_one_code() {
+    let opened = caller_at(State::Opened);
+    let parked = caller_at(State::AwaitingConsent);
+    let owner_parked = step(
+        &owner_opened().call,
+        Event::Policy(Decision::Ask),
+        T0 + 10,
+        &timing(),
+    );
+    let cases = [
+        (
+            &opened,
+            Event::Policy(Decision::Deny),
+            FailureCode::PolicyDenied,
+        ),
+        (
+            &parked,
+            Event::Consent { allow: false },
+            FailureCode::ConsentDenied,
+        ),
+        (&parked, Event::Cancel, FailureCode::Cancelled),
+        (&opened, Event::Cancel, FailureCode::Cancelled),
+        (
+            &caller_at(State::Submitted),
+            Event::Cancel,
+            FailureCode::Cancelled,
+        ),
+        (
+            &owner_opened(),
+            Event::Policy(Decision::Deny),
+            FailureCode::PolicyDenied,
+        ),
+        (
+            &owner_parked,
+            Event::Consent { allow: false },
+            FailureCode::ConsentDenied,
+        ),
+        (&owner_parked, Event::Cancel, FailureCode::Cancelled),
+    ];
+    for (at, event, local) in cases {
+        let shown = format!("{:?} {:?} {event:?}", at.call.role, at.call.state);
+        let t = step(&at.call, event, T0 + 500, &timing());
+        assert_eq!(failure_code(&t), Some(local), "{shown}");
+        let told: Vec<&Action> = t
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::SendFailed { .. }))
+            .collect();
+        assert_eq!(
+            told,
+            vec![&Action::SendFailed {
+                code: FailureCode::PolicyDenied
+            }],
+            "{shown}"
+        );
+    }
+    // Failures that are not this side's decision keep their code toward the peer.
+    for code in FailureCode::ALL {
+        let want = match code {
+            FailureCode::ConsentDenied | FailureCode::Cancelled => FailureCode::PolicyDenied,
+            c => c,
+        };
+        assert_eq!(code.toward_peer(), want);
+    }
 }

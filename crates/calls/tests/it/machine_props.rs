@@ -100,15 +100,16 @@ proptest! {
                 Role::Owner => prop_assert!(t.call.state != State::Answered && t.call.state != State::Requested),
             }
             prop_assert!(t.call.progressed_at_ms <= now);
-            // The caller's material leaves only after its policy or human said yes.
-            if role == Role::Caller && !t.call.consented {
+            // Either side's material leaves only after its policy or human said yes: the
+            // caller's request and sources, the owner's body, model and key (review 23 F4).
+            if !t.call.consented {
                 prop_assert!(!t.actions.contains(&Action::Stake), "{:?} staked unconsented", t.call.state);
                 prop_assert!(!t.actions.contains(&Action::Submit), "{:?} submitted unconsented", t.call.state);
-                prop_assert!(t.call.state != State::Submitting && t.call.state != State::Submitted && t.call.state != State::Answered);
+                prop_assert!(!matches!(t.call.state, State::Submitting | State::Submitted | State::Answered | State::Ran));
             }
             // Consent, once given, is never taken back — but a new run on another box is
             // asked about again.
-            if role == Role::Caller && before.consented && t.call.run_id == before.run_id {
+            if before.consented && t.call.run_id == before.run_id {
                 prop_assert!(t.call.consented);
             }
         }

@@ -640,7 +640,7 @@ impl Calls {
     }
 
     /// When transition `t` (from `row`, with `patch`) owes the policy's answer
-    /// (`Action::CheckPolicy`: the caller's run opened, the owner's stake taken), ask it now and
+    /// (`Action::CheckPolicy`: either side's run opened and verified), ask it now and
     /// take its event in the same step: `t` becomes the two transitions' end, with the actions
     /// of both (each is safe to do again, and the first's were dispatched with the second's
     /// before); returned are the decision's ledger entry, to be appended in this step's
@@ -1054,7 +1054,8 @@ mod tests {
             .await
             .expect("step")
             .expect("call");
-        assert_eq!(call.state, State::Submitting);
+        // Parked before its stake (review 23 F4): the yes owes the stake, then the submit.
+        assert_eq!((call.state, call.consented), (State::Opened, true));
         assert_eq!(decisions(&store), ["allow"]);
     }
 
@@ -1178,9 +1179,10 @@ mod tests {
         let a = tab_a.await.expect("tab A");
         let b = tab_b.await.expect("tab B");
         assert_eq!(node.policy().rules.len(), rules_before, "a rule was saved");
-        assert_eq!(a.expect("tab A's decision")[0].state, "submitting");
+        // Tab A's yes took the call back to `opened`, its stake owed (review 23 F4).
+        assert_eq!(a.expect("tab A's decision")[0].state, "opened");
         match b {
-            Err(CallError::NotAwaitingConsent { state, .. }) => assert_eq!(state, "submitting"),
+            Err(CallError::NotAwaitingConsent { state, .. }) => assert_eq!(state, "opened"),
             other => panic!("tab B's decision, never taken, answered {other:?}"),
         }
         assert_eq!(decisions(&store), ["allow"]);
@@ -1321,7 +1323,9 @@ mod tests {
         let (_dir, store, node) = file_node(|_| {});
         let run = "r".repeat(32);
         let (_, key) = owner_call(&store, |call| {
+            // Allowed: its stake is what `opened` owes (review 23 F4).
             call.state = State::Opened;
+            call.consented = true;
             call.run_id = Some(run.clone());
             call.retry_at_ms = 0;
             call.progressed_at_ms = now_ms();

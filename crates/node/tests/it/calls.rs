@@ -229,6 +229,72 @@ async fn a_start_body_that_is_not_json_is_refused_and_starts_nothing() {
     assert_eq!(a.status, 201, "{}", a.body);
 }
 
+/// Review 23 F4: the owner staked the skill's body, model and key into the box, then asked its
+/// policy and human — whose question said "Approving stakes the skill's body, model and key
+/// into …" — so on a box without hardware isolation its operator held the key before the human
+/// said no. A box in the middle counts the stakes it forwards: the caller parks on its own
+/// human (it stakes nothing), the owner's rule asks, the owner's human denies. Nothing of the
+/// owner's reaches the box, before or after the question; the ledger shows the decision and no
+/// stake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_owners_no_leaves_nothing_of_the_skill_in_the_box() {
+    let (provider_url, provider) = support::provider_double(Duration::ZERO).await;
+    let real_box = support::start_box(&provider_url).await;
+    let (box_url, seen, _) = support::start_rewriting_proxy(&real_box, |_| {}).await;
+    let owner_asks = |c: &mut skillbox_node::Config| {
+        c.policy.rules.insert(
+            0,
+            skillbox_calls::Rule {
+                side: skillbox_calls::Side::Owner,
+                sources: None,
+                ..skillbox_calls::Rule::ask_before_disclosure()
+            },
+        )
+    };
+    let skill = ("BODY-F4", "sk-test-KEY-F4", &[][..]);
+    let w = support::world_at(
+        box_url,
+        provider,
+        skill,
+        owner_asks,
+        support::caller_asks(None),
+    )
+    .await;
+    let stakes = || {
+        seen.lock()
+            .expect("log")
+            .iter()
+            .filter(|p| p.contains("/stakes"))
+            .count()
+    };
+    let id = w
+        .caller
+        .start_call(&w.owner.peer_id, "taste", "hello")
+        .await;
+    w.caller.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    let parked = w.owner.wait_state(&id, &["awaiting_consent"], LIMIT).await;
+    assert_eq!(stakes(), 0, "staked before its human was asked: {parked}");
+    w.owner.decide(&id, json!({"decision": "deny"})).await;
+    let o = w.owner.wait_call(&id, LIMIT).await;
+    assert_eq!(o["failure"]["code"], "consent_denied", "{o}");
+    let c = w.caller.wait_call(&id, LIMIT).await;
+    assert_eq!(c["state"], "failed", "{c}");
+    assert_eq!(stakes(), 0, "the owner's stake reached the box");
+    let entries = w.owner.get(&format!("/ledger?call={id}")).await.body;
+    let kinds: Vec<&str> = entries["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(kinds.contains(&"decision"), "{entries}");
+    assert!(!kinds.iter().any(|k| k.starts_with("stake")), "{entries}");
+    assert!(
+        w.provider.0.lock().expect("log").is_empty(),
+        "no run happened"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ask_parks_each_side_until_its_human_decides() {
     let ask = |c: &mut skillbox_node::Config| {
@@ -277,12 +343,14 @@ async fn ask_parks_each_side_until_its_human_decides() {
     assert_eq!(o["failure"]["code"], "consent_denied", "{o}");
     let c = w.caller.wait_call(&id, LIMIT).await;
     assert_eq!(c["state"], "failed");
-    // Either the owner's call.failed (consent_denied) or the cancelled run reaches the caller
-    // first; both end the call with a reason.
+    // Either the owner's call.failed or the cancelled run reaches the caller first; both end
+    // the call with a reason. The owner's human said no, but the caller reads a refusal only
+    // (`policy_denied`), never how the owner's side decided (review 23 F6).
     let code = c["failure"]["code"].as_str().unwrap_or("");
     let message = c["failure"]["message"].as_str().unwrap_or("");
+    assert!(!message.contains("consent_denied"), "{c}");
     assert!(
-        (code == "peer_failed" && message.contains("consent_denied"))
+        (code == "peer_failed" && message.contains("policy_denied"))
             || (code == "box_failed" && message.contains("run_spent")),
         "{c}"
     );

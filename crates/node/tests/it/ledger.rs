@@ -74,16 +74,20 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     assert_eq!(items[1]["digest"], songs["digest"], "{songs}");
     assert_eq!(items[1]["sizeBucket"], 1024);
 
-    // Owner: body, model and key, and its day limits for the box (no source), staked once it
-    // admitted the call; then its consent rules' decision on the submit. No caller source is
-    // named.
+    // Owner: its consent rules' decision first, then body, model and key, and its day limits
+    // for the box (no source), staked once allowed — the stake names the decision it follows
+    // (review 23 F4: it was staked on admission and decided after). No caller source is named.
     let theirs = of_call(&w.owner, &id).await;
     assert_eq!(theirs.len(), 3, "{theirs:?}");
     assert_eq!(theirs[0]["role"], "owner");
-    assert_eq!(theirs[0]["kind"], "stake");
-    assert_eq!(theirs[0]["decidedBy"], "admission");
-    assert_eq!(theirs[0]["sources"], json!([]));
-    let owner_kinds: Vec<&str> = theirs[0]["items"]
+    assert_eq!(theirs[0]["kind"], "decision", "{theirs:?}");
+    assert_eq!(theirs[0]["decision"], "allow");
+    assert_eq!(theirs[0]["decidedBy"], "default");
+    let stake = &theirs[1];
+    assert_eq!(stake["kind"], "stake");
+    assert_eq!(stake["decidedBy"], "default", "{stake}");
+    assert_eq!(stake["sources"], json!([]));
+    let owner_kinds: Vec<&str> = stake["items"]
         .as_array()
         .expect("items")
         .iter()
@@ -92,12 +96,10 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     assert_eq!(
         owner_kinds,
         ["body", "model", "key", "day_limits"],
-        "{}",
-        theirs[0]
+        "{stake}"
     );
-    assert_eq!(theirs[1]["kind"], "stake_taken");
-    assert_eq!(theirs[2]["kind"], "decision");
-    assert_eq!(theirs[2]["decidedBy"], "default");
+    assert_eq!(theirs[2]["kind"], "stake_taken");
+    assert_eq!(theirs[2]["answers"], stake["seq"], "{theirs:?}");
 
     // Both verify, chained from their genesis entry.
     for node in [&w.caller, &w.owner] {
