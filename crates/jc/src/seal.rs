@@ -45,14 +45,16 @@ pub const TRUNCATED_ENTRY: &str = "truncated";
 /// how long the answer was: a bucket of the answer's own length was a channel the owner's
 /// body steered ("answer at length if the caller's source says X") and the owner read off its
 /// fetch of the result (2–3.5 bits a call). Exact rather than a power of two: a 1 MiB bound
-/// with its 37 bytes of framing would double to 2 MiB.
+/// with its 37 bytes of framing would double to 2 MiB. At least the smallest bucket, as every
+/// seal is.
 pub fn answer_padded_len(max_answer: u64) -> u64 {
-    max_answer
+    let framed = max_answer
         + 2 * ENTRY_OVERHEAD
         + ANSWER_ENTRY.len() as u64
         + TRUNCATED_ENTRY.len() as u64
         + 1
-        + 1
+        + 1;
+    framed.max(SMALLEST_BUCKET)
 }
 
 /// Largest sealed size for a plaintext of at most `max_plain` bytes (framing included).
@@ -952,6 +954,13 @@ mod tests {
             seal(&vec![b'w'; 40_001]),
             Err(JcError::Internal(_))
         ));
+    }
+
+    #[test]
+    fn an_answers_size_is_its_bound_framed_and_never_below_the_smallest_bucket() {
+        assert_eq!(answer_padded_len(4096), 4096 + 37);
+        assert_eq!(answer_padded_len(1 << 20), (1 << 20) + 37);
+        assert_eq!(answer_padded_len(160), 1024);
     }
 
     #[test]
