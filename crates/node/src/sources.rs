@@ -93,6 +93,16 @@ pub struct SourceMeta {
     pub handle: Option<String>,
 }
 
+/// Serializes source names as [`shown_name`] shows each (a consent question's sources, read
+/// at a terminal, on a dashboard and by an agent's client), for a field that keeps the stored
+/// names in process.
+pub fn serialize_shown_names<S: serde::Serializer>(
+    names: &[String],
+    to: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    to.collect_seq(names.iter().map(|n| shown_name(n)))
+}
+
 fn serialize_shown<S: serde::Serializer>(
     name: &str,
     to: S,

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::sources::shown_name;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use skillbox_calls::Decision;
@@ -23,7 +24,11 @@ use super::{CallError, CallView, Calls, blocking, lock};
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Disclosure {
-    /// The sources this node would stake (caller side; none on the owner's).
+    /// The sources this node would stake (caller side; none on the owner's). Stored names in
+    /// process (the ledger records them); shown, in the text and serialized, as every surface
+    /// shows a source name (`sources::shown_name`: one an older node took from a pasted
+    /// provider key is masked).
+    #[serde(serialize_with = "crate::sources::serialize_shown_names")]
     pub sources: Vec<String>,
     pub peer: String,
     pub skill: String,
@@ -108,10 +113,11 @@ impl Disclosure {
                 Role::Owner => "the skill's body, model and key".to_owned(),
             }
         } else {
+            let shown: Vec<_> = sources.iter().map(|n| shown_name(n)).collect();
             format!(
                 "your request and the source{} {}",
                 if sources.len() == 1 { "" } else { "s" },
-                sources.join(", ")
+                shown.join(", ")
             )
         };
         let through = match (&row.box_url, &platform) {
@@ -772,6 +778,28 @@ mod tests {
             "the rule is the local call's"
         );
         assert_eq!(asked(&told_remote), Decision::Ask);
+    }
+
+    /// Issue keys2: the question `skillbox approve`, MCP elicitation and A2A show named a source
+    /// an older node stored under a pasted key as stored (the dashboard masked it): its text
+    /// and its serialized sources now show it as every surface does, while the ledger entry
+    /// built from it still records the stored name.
+    #[test]
+    fn a_question_shows_a_key_named_source_masked() {
+        let key = skillbox_testkit::old_node::PASTED_KEYS[0];
+        let mut row = a_call(Role::Caller);
+        row.sources = vec![key.to_owned(), "songs".to_owned()];
+        let d = Disclosure::of(&row);
+        let json = serde_json::to_string(&d).expect("json");
+        for shown in [&d.text, &json] {
+            skillbox_testkit::leak::assert_no_part_of("the question", shown, key);
+            assert!(shown.contains(crate::sources::KEY_NAMED), "{shown}");
+            assert!(shown.contains("songs"), "{shown}");
+        }
+        assert_eq!(
+            d.sources, row.sources,
+            "the ledger records the stored names"
+        );
     }
 
     /// A call just started on `role`'s side: no program, box or sources yet.
