@@ -895,6 +895,16 @@ mod tests {
                 skillbox_testkit::leak::assert_no_part_of("the API answer", &answer.message, key);
             }
         }
+        // A call refused for such a source (`start` finds it unshared) says so the same way.
+        let refused = crate::calls::CallError::NotShareable {
+            name: STORED_KEYS[0].to_owned(),
+            why: "it is a secret",
+        };
+        skillbox_testkit::leak::assert_no_part_of(
+            "the call's refusal",
+            &refused.to_string(),
+            STORED_KEYS[0],
+        );
         // Another thing's name is printed as it is: a call's id reads as a key.
         let call = NodeError::NotFound {
             kind: "call",

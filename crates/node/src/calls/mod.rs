@@ -176,7 +176,8 @@ pub enum CallError {
         "no box both sides accept offers provider {provider} (boxes {boxes}): start one that has it, or accept one"
     )]
     NoBoxForProvider { provider: String, boxes: String },
-    #[error("source {name:?} cannot be staked: {why}")]
+    // The name as every surface shows it: an older node's source may be named by a pasted key.
+    #[error("source {:?} cannot be staked: {why}", crate::sources::shown_name(.name))]
     NotShareable { name: String, why: &'static str },
     #[error("{field}: {size} is over the owner's limit of {limit} for this skill")]
     OverOwnerLimit {
