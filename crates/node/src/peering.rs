@@ -57,6 +57,25 @@ impl RowKey {
             skill: skill.to_owned(),
         }
     }
+
+    /// Where a page after this row starts, as `GET /board`'s `next` and the dashboard's next
+    /// link carry it: the peer id and the skill name in hex, so the cursor holds no word of the
+    /// peer's and needs no escaping in JSON, a URL or HTML.
+    pub fn cursor(&self) -> String {
+        format!("{}.{}", self.peer, hex::encode(&self.skill))
+    }
+
+    /// The row a [`RowKey::cursor`] names; `None` for text no cursor is (a peer id that is not
+    /// one, or not in its one base58 spelling; a skill that is not hex of a valid name).
+    pub fn from_cursor(text: &str) -> Option<RowKey> {
+        let (peer, skill) = text.split_once('.')?;
+        let id: skillbox_peers::PeerId = peer.parse().ok()?;
+        let skill = hex::decode(skill)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .filter(|s| skillbox_skill::document::name_problem(s).is_none())?;
+        (id.to_base58() == peer).then(|| RowKey::of(peer, &skill))
+    }
 }
 
 /// Where a walk of the board stopped.
@@ -91,6 +110,17 @@ pub fn walk(
     budget: usize,
     mut f: impl FnMut(skillbox_peers::RowRef<'_>) -> bool,
 ) -> Walked {
+    walk_lent(view, after, budget, |_, _, r| f(r))
+}
+
+/// [`walk`] whose `f` also sees the board lent and the time (a row's peer's boxes, as the
+/// dashboard filters by platform, are read under the same hold).
+pub fn walk_lent(
+    view: &dyn BoardView,
+    after: Option<&RowKey>,
+    budget: usize,
+    mut f: impl for<'b> FnMut(&'b Board, u64, skillbox_peers::RowRef<'b>) -> bool,
+) -> Walked {
     let (mut last, mut read) = (None::<RowKey>, 0usize);
     loop {
         let from = last.as_ref().or(after);
@@ -101,7 +131,7 @@ pub fn walk(
                 if n == ROWS_PER_LOCK {
                     return (stretch_last, Stretch::Read);
                 }
-                if read == budget || !f(r) {
+                if read == budget || !f(b, now, r) {
                     return (stretch_last, Stretch::Stopped);
                 }
                 read += 1;

@@ -70,6 +70,45 @@ impl Serving {
     }
 }
 
+/// A board holding one advert per offer, signed now, peer `i` ([`crate::bench::peer_key`])
+/// signing the `i`-th: rows ordered by peer id, then skill. A board of any size or content
+/// without a network of peers, for [`TestNode::start_with_board`] or a dashboard's node.
+pub fn board_of(offers: Vec<Vec<skillbox_peers::OfferedSkill>>) -> skillbox_peers::Board {
+    let now = skillbox_peers::now_ms();
+    let mut board = skillbox_peers::Board::new(skillbox_peers::BoardConfig::default());
+    for (i, skills) in offers.into_iter().enumerate() {
+        let offer = skillbox_peers::Offer {
+            skills,
+            boxes: vec![],
+        };
+        let key = crate::bench::peer_key(i);
+        let bytes = skillbox_peers::advert::sign_advert(&key, now, 1, &offer).expect("sign");
+        board.ingest(&bytes, None, now).expect("a valid advert");
+    }
+    board
+}
+
+/// [`board_of`] `peers` peers offering `skills` skills each, `skill-<peer>-<n>` (n from 0, in
+/// three digits so a peer's rows sort as numbered): `peers × skills` rows.
+pub fn board_of_rows(peers: usize, skills: usize) -> skillbox_peers::Board {
+    board_of(
+        (0..peers)
+            .map(|p| {
+                (0..skills)
+                    .map(|n| {
+                        crate::skills::offered_skill(
+                            &format!("skill-{p}-{n:03}"),
+                            "Synthetic skill of a long board.",
+                            "openrouter",
+                            &[],
+                        )
+                    })
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
 pub fn init_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();

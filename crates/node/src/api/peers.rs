@@ -84,31 +84,15 @@ fn matches(skill: &skillbox_peers::OfferedSkill, words: &[String]) -> bool {
         .any(|t| words.binary_search(t).is_ok())
 }
 
-/// Where a page of the board starts: after this row. Handed out as `next`, opaque: the peer id
-/// and the skill name in hex, so the cursor carries no word of the peer's.
-fn cursor_text(k: &RowKey) -> String {
-    format!("{}.{}", k.peer, hex::encode(&k.skill))
-}
-
-/// A cursor this node handed out, or a fixed refusal (the text is not quoted back).
+/// A cursor this node handed out ([`RowKey::cursor`]), or a fixed refusal (the text is not
+/// quoted back).
 fn parse_cursor(text: &str) -> Result<RowKey, ApiError> {
-    let refused = || {
+    RowKey::from_cursor(text).ok_or_else(|| {
         ApiError::validation(
             "query.after",
             "not a cursor this node handed out (use a page's `next`)",
         )
-    };
-    let (peer, skill) = text.split_once('.').ok_or_else(refused)?;
-    let id: skillbox_peers::PeerId = peer.parse().map_err(|_| refused())?;
-    let skill = hex::decode(skill)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .filter(|s| skillbox_skill::document::name_problem(s).is_none())
-        .ok_or_else(refused)?;
-    if id.to_base58() != peer {
-        return Err(refused());
-    }
-    Ok(RowKey::of(peer, &skill))
+    })
 }
 
 /// `f` on a blocking thread (a walk of the board is CPU work, not the runtime's).
@@ -235,7 +219,7 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
     if let Some(next) = next {
         // The cursor is a peer id (base58) and hex: nothing in it needs escaping.
         body.push_str(",\"next\":\"");
-        body.push_str(&cursor_text(&next));
+        body.push_str(&next.cursor());
         body.push('"');
     }
     body.push_str(",\"notice\":\"");

@@ -344,18 +344,7 @@ async fn without_the_peer_network_board_and_peers_say_so() {
 /// A node (no peer network) whose board holds one advert per offer, peer `i` signing the
 /// `i`-th: rows ordered by peer id, then skill.
 async fn fed_board(offers: Vec<Vec<skillbox_peers::OfferedSkill>>) -> common::TestNode {
-    use skillbox_peers::advert::sign_advert;
-    let now = skillbox_peers::now_ms();
-    let mut board = skillbox_peers::Board::new(skillbox_peers::BoardConfig::default());
-    for (i, skills) in offers.into_iter().enumerate() {
-        let offer = skillbox_peers::Offer {
-            skills,
-            boxes: vec![],
-        };
-        let key = skillbox_testkit::bench::peer_key(i);
-        let bytes = sign_advert(&key, now, 1, &offer).expect("sign");
-        board.ingest(&bytes, None, now).expect("a valid advert");
-    }
+    let board = skillbox_testkit::node_api::board_of(offers);
     common::TestNode::start_with_board(std::sync::Arc::new(std::sync::Mutex::new(board))).await
 }
 
