@@ -186,6 +186,8 @@ pub(crate) struct Client {
 pub(crate) struct Answer {
     pub(crate) status: reqwest::StatusCode,
     pub(crate) body: Value,
+    /// The body's length as received.
+    pub(crate) bytes: usize,
 }
 
 impl Client {
@@ -273,7 +275,11 @@ impl Client {
         if !status.is_success() {
             bail!("{}", envelope_text(&body, status));
         }
-        Ok(Answer { status, body })
+        Ok(Answer {
+            status,
+            body,
+            bytes: bytes.len(),
+        })
     }
 }
 
@@ -728,7 +734,21 @@ pub fn skill_rm(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result<E
 
 // ---- peers and the board
 
+/// Rows `skillbox board` prints at most, and bytes of the node's pages it reads at most: the
+/// board is peers' text, up to `p2p.board_max_mib` (256 MiB by default), and the command
+/// follows the node's pages to the end, so it stops at a size a terminal or a script can take.
+const BOARD_ROWS_MAX: usize = 10_000;
+const BOARD_BYTES_MAX: usize = 16 << 20;
+/// Rows asked for a page: the node's most (`GET /board?limit=`), so a long board takes few
+/// requests.
+const BOARD_PAGE_ROWS: usize = 500;
+
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "The node answers the board a page at a time; this follows its pages to the end, \
+                  and stops after 10,000 rows or 16 MiB of the node's pages, saying so (with \
+                  --json, `next` is where GET /board?after= goes on)."
+)]
 pub struct BoardArgs {
     #[arg(long)]
     pub json: bool,
@@ -750,17 +770,89 @@ pub enum PeerCommand {
     },
 }
 
-/// `skillbox board`: what peers offer right now, one line per skill.
-pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<ExitCode> {
-    let Some(body) = ask(global, reqwest::Method::GET, "/board", None, args.json)? else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    let empty = "the board is empty (no peer offers a skill right now)";
-    let rows = listed(&body["board"], empty);
-    if !rows.is_empty() {
-        say!("(between ⟦ ⟧: each peer's own description of its skill — untrusted)");
+/// How `skillbox board` walked the node's pages.
+struct BoardRead {
+    rows: usize,
+    /// Where the node's board goes on past what was read (`None`: read to its end).
+    next: Option<String>,
+    peer_count: Value,
+    notice: Value,
+}
+
+/// `GET /board` page after page through `next`, each page's rows to `row`, until the end or
+/// [`BOARD_ROWS_MAX`] rows or [`BOARD_BYTES_MAX`] bytes of pages. The cursor the node hands
+/// out is a peer id and hex; it is sent back percent-encoded whatever it holds.
+fn read_board(client: &Client, mut row: impl FnMut(Value)) -> anyhow::Result<BoardRead> {
+    let (mut rows, mut bytes, mut after) = (0usize, 0usize, None::<String>);
+    loop {
+        let limit = BOARD_PAGE_ROWS.min(BOARD_ROWS_MAX - rows);
+        let path = match &after {
+            Some(a) => format!(
+                "/board?limit={limit}&after={}",
+                skillbox_node::api::url_component(a)
+            ),
+            None => format!("/board?limit={limit}"),
+        };
+        let page = client.send(reqwest::Method::GET, &path, None)?;
+        bytes = bytes.saturating_add(page.bytes);
+        let mut body = page.body;
+        for r in body["board"]
+            .as_array_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+        {
+            if rows == BOARD_ROWS_MAX {
+                break;
+            }
+            row(r);
+            rows += 1;
+        }
+        after = body["next"].as_str().map(str::to_owned);
+        if after.is_none() || rows >= BOARD_ROWS_MAX || bytes >= BOARD_BYTES_MAX {
+            return Ok(BoardRead {
+                rows,
+                next: after,
+                peer_count: body["peerCount"].take(),
+                notice: body["notice"].take(),
+            });
+        }
     }
-    for r in rows {
+}
+
+/// `skillbox board`: what peers offer right now, one line per skill, every page of the node's
+/// board up to [`BOARD_ROWS_MAX`] rows.
+pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    let stopped = |read: &BoardRead| {
+        format!(
+            "stopped after {} rows: the board holds more than `skillbox board` reads at once \
+             ({BOARD_ROWS_MAX} rows or {} MiB of the node's pages)",
+            read.rows,
+            BOARD_BYTES_MAX >> 20
+        )
+    };
+    if args.json {
+        // One object as `GET /board` answers it, its rows those of every page read.
+        let mut all = Vec::new();
+        let read = read_board(&client, |r| all.push(r))?;
+        let mut out = serde_json::json!({
+            "board": all,
+            "peerCount": read.peer_count,
+            "notice": read.notice,
+        });
+        if let Some(next) = &read.next {
+            out["next"] = Value::String(next.clone());
+            eprintln!("{}", stopped(&read));
+        }
+        print_json(&out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut framed = false;
+    let read = read_board(&client, |r| {
+        if !framed {
+            say!("(between ⟦ ⟧: each peer's own description of its skill — untrusted)");
+            framed = true;
+        }
         let sources = crate::peer_text::lines(&r["requiredSources"], 64);
         say!(
             "{:<52} {:<24} {:<12} {:>4}s  {}{}",
@@ -775,6 +867,12 @@ pub fn run_board(global: &crate::Global, args: BoardArgs) -> anyhow::Result<Exit
                 format!(" (needs: {})", sources.join(", "))
             }
         );
+    })?;
+    if read.rows == 0 {
+        say!("the board is empty (no peer offers a skill right now)");
+    }
+    if read.next.is_some() {
+        say!("{}", stopped(&read));
     }
     Ok(ExitCode::SUCCESS)
 }

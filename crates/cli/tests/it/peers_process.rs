@@ -248,3 +248,103 @@ fn a_skill_imported_on_one_node_appears_on_the_others_boards_and_leaves_them() {
     let (_, v) = c.board();
     assert!(v["peerCount"].as_u64().is_some_and(|n| n >= 1), "{v}");
 }
+
+// ---- `skillbox board` over a board of many pages, fed in-process
+
+/// `skillbox <args>` against a node whose board has `peers` peers of `skills` skills each
+/// ([`skillbox_testkit::node_api::board_of_rows`]): the board's skills in board order (peer id,
+/// then skill), and what the command printed (stdout, stderr).
+fn against_board(peers: usize, skills: usize, args: &[&str]) -> (Vec<String>, String, String) {
+    let board = skillbox_testkit::node_api::board_of_rows(peers, skills);
+    let order = board
+        .rows_after(skillbox_peers::now_ms(), None)
+        .map(|r| r.skill.name.clone())
+        .collect();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let node = rt.block_on(skillbox_testkit::node_api::TestNode::start_with_board(
+        std::sync::Arc::new(std::sync::Mutex::new(board)),
+    ));
+    let o = procs::cli(&node.path(), args);
+    rt.block_on(node.stop());
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert!(o.status.success(), "{out}{err}");
+    (order, out, err)
+}
+
+/// The skills of `skillbox board`'s rows, in the order printed (a row's second column).
+fn printed_skills(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|s| s.starts_with("skill-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `skillbox board --json`'s object and the skills of its rows.
+fn json_skills(out: &str) -> (Value, Vec<String>) {
+    let v: Value = serde_json::from_str(out).expect("one JSON object");
+    let skills = v["board"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["skill"].as_str().map(str::to_owned))
+        .collect();
+    (v, skills)
+}
+
+/// `GET /board` answers 100 rows a page since def74bd, and `skillbox board` printed the first
+/// page only: a user saw 100 of the board's 1,250 skills. It follows `next` to the end: every
+/// row once, in board order, framed as before, in `--json` too.
+#[test]
+fn skillbox_board_prints_every_page_of_the_board() {
+    let (order, out, _) = against_board(5, 250, &["board"]);
+    let printed = printed_skills(&out);
+    assert_eq!(printed.len(), 1_250, "rows printed");
+    assert_eq!(printed, order, "in board order");
+    assert_eq!(
+        out.matches("⟦Synthetic skill of a long board.⟧").count(),
+        1_250,
+        "each description framed"
+    );
+    assert!(!out.contains("stopped after"), "{out}");
+
+    let (order, out, err) = against_board(5, 250, &["board", "--json"]);
+    let (v, skills) = json_skills(&out);
+    assert_eq!(skills, order, "{err}");
+    assert_eq!(v["peerCount"], 5);
+    let notice = v["notice"].as_str().unwrap_or_default();
+    assert!(notice.contains("untrusted"), "{notice}");
+    assert!(v.get("next").is_none() && err.is_empty(), "{err}");
+}
+
+/// A board longer than the command's bound (10,000 rows) is not read whole: the command
+/// prints the first 10,000 rows and says it stopped; with `--json`, `next` is where
+/// `GET /board?after=` goes on.
+#[test]
+fn skillbox_board_stops_at_its_bound_and_says_so() {
+    let (order, out, _) = against_board(40, 256, &["board"]);
+    assert_eq!(order.len(), 10_240);
+    let printed = printed_skills(&out);
+    assert_eq!(printed.len(), 10_000, "rows printed");
+    assert_eq!(printed, order[..10_000], "the first 10,000 rows");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("stopped after 10000 rows") && last.contains("10000 rows or 16 MiB"),
+        "{last}"
+    );
+
+    let (order, out, err) = against_board(40, 256, &["board", "--json"]);
+    let (v, skills) = json_skills(&out);
+    assert_eq!(skills, order[..10_000]);
+    let at = &v["board"][9_999];
+    let next = format!(
+        "{}.{}",
+        at["peer"].as_str().expect("peer"),
+        hex::encode(at["skill"].as_str().expect("skill"))
+    );
+    assert_eq!(v["next"], next.as_str(), "after the last row printed");
+    assert!(err.contains("stopped after 10000 rows"), "{err}");
+}
