@@ -1,10 +1,11 @@
 //! What peers offer right now, searchable and filtered by provider and box platform.
 
 use super::*;
+use skillbox_node::peering::{BoardView, RowKey, read_board, walk_lent};
 
 // ---- the board
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Clone)]
 pub(crate) struct BoardQuery {
     #[serde(default)]
     q: String,
@@ -12,21 +13,106 @@ pub(crate) struct BoardQuery {
     provider: String,
     #[serde(default)]
     platform: String,
-    /// Which page of the matching rows (from 0).
+    /// Where the page starts: after the row this cursor names (a page's next link).
     #[serde(default)]
-    page: usize,
+    after: String,
 }
 
-/// Rows one board page shows: peers fill the board (a Sybil most of all), and the page is
-/// rendered whole for each request.
+impl BoardQuery {
+    fn filtered(&self) -> bool {
+        !(self.q.is_empty() && self.provider.is_empty() && self.platform.is_empty())
+    }
+}
+
+/// Rows one board page shows: peers fill the board (a Sybil most of all), so a page is read
+/// from the board lent under its lock, these rows and the one after, never the board whole.
 const BOARD_PAGE: usize = 100;
-/// Most providers or platforms a filter's list offers (a peer chooses its provider ids).
+/// Rows one filtered page reads at most (a rare search over a full board would read all of
+/// it): past this the page shows what it found and its next link goes on from there.
+const MAX_ROWS_READ: usize = 20_000;
+/// Most providers or platforms a filter's suggestions offer (a peer chooses its provider ids).
 const FILTER_OPTIONS: usize = 64;
 
-/// The rows of page `page` among `len` matching ones (an empty range past the end).
-fn window(len: usize, page: usize) -> std::ops::Range<usize> {
-    let start = page.saturating_mul(BOARD_PAGE).min(len);
-    start..len.min(start + BOARD_PAGE)
+/// A row as the page shows it, copied out of the board lent.
+struct Shown {
+    peer: String,
+    skill: String,
+    description: String,
+    provider: String,
+    required_sources: Vec<String>,
+    /// The platforms of the boxes the row's peer accepts.
+    platforms: Vec<String>,
+}
+
+/// One page of the board: its rows, where the next starts, and what the walk saw.
+#[derive(Default)]
+struct BoardPage {
+    rows: Vec<Shown>,
+    next: Option<RowKey>,
+    /// Rows the walk looked at (the page's, those filtered out, and the one that ended it).
+    looked_at: usize,
+    /// Providers and platforms of the rows looked at, for the filters' suggestions.
+    providers: std::collections::BTreeSet<String>,
+    platforms: std::collections::BTreeSet<String>,
+}
+
+/// The page of `view` after `after` that `q` filters: [`BOARD_PAGE`] rows at most, read a
+/// stretch at a time under the board's lock ([`walk_lent`]), at most [`MAX_ROWS_READ`] when
+/// filtering.
+fn board_page(view: &dyn BoardView, q: &BoardQuery, after: Option<RowKey>) -> BoardPage {
+    let needle = q.q.to_lowercase();
+    let budget = if q.filtered() {
+        MAX_ROWS_READ
+    } else {
+        usize::MAX
+    };
+    let mut page = BoardPage::default();
+    // The platforms of the peer whose rows are being read: rows come in peer order.
+    let mut peer_platforms: (String, Vec<String>) = Default::default();
+    let walked = walk_lent(view, after.as_ref(), budget, |b, now, r| {
+        page.looked_at += 1;
+        if peer_platforms.0 != r.peer {
+            let boxes = b.boxes_of(r.peer, now);
+            peer_platforms = (
+                r.peer.to_owned(),
+                boxes.into_iter().map(|b| b.platform).collect(),
+            );
+        }
+        let platforms = &peer_platforms.1;
+        let s = r.skill;
+        for (seen, value) in [
+            (&mut page.providers, std::slice::from_ref(&s.provider)),
+            (&mut page.platforms, platforms.as_slice()),
+        ] {
+            for v in value {
+                if seen.len() < FILTER_OPTIONS {
+                    seen.insert(v.clone());
+                }
+            }
+        }
+        let matches = (needle.is_empty()
+            || s.name.to_lowercase().contains(&needle)
+            || s.description.to_lowercase().contains(&needle))
+            && (q.provider.is_empty() || s.provider == q.provider)
+            && (q.platform.is_empty() || platforms.contains(&q.platform));
+        if !matches {
+            return true;
+        }
+        if page.rows.len() == BOARD_PAGE {
+            return false;
+        }
+        page.rows.push(Shown {
+            peer: r.peer.to_owned(),
+            skill: s.name.clone(),
+            description: s.description.clone(),
+            provider: s.provider.clone(),
+            required_sources: s.required_sources.clone(),
+            platforms: platforms.clone(),
+        });
+        true
+    });
+    page.next = (!walked.ended).then(|| walked.last.or(after)).flatten();
+    page
 }
 
 pub(crate) async fn board(
@@ -34,48 +120,57 @@ pub(crate) async fn board(
     Extension(session): Extension<Session>,
     Query(q): Query<BoardQuery>,
 ) -> Response {
-    let Some(h) = s.peers.get() else {
+    let Some(view) = s.board.get().cloned() else {
         let body = html! { p { "The peer network is not running on this node." } };
         return page(StatusCode::OK, "Board", "/ui/board", &session, None, body);
     };
-    let (rows, platforms) = h.with_board(|b, now| {
-        let rows = b.snapshot(now);
-        let mut platforms: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for r in &rows {
-            platforms.entry(r.peer.clone()).or_insert_with(|| {
-                let boxes = b.boxes_of(&r.peer, now);
-                boxes.into_iter().map(|b| b.platform).collect()
-            });
-        }
-        (rows, platforms)
-    });
-    let all_providers: std::collections::BTreeSet<String> =
-        rows.iter().map(|r| r.provider.clone()).collect();
-    let all_platforms: std::collections::BTreeSet<String> =
-        platforms.values().flatten().cloned().collect();
-    let needle = q.q.to_lowercase();
-    let shown: Vec<_> = rows
-        .iter()
-        .filter(|r| {
-            needle.is_empty()
-                || r.skill.to_lowercase().contains(&needle)
-                || r.description.to_lowercase().contains(&needle)
-        })
-        .filter(|r| q.provider.is_empty() || r.provider == q.provider)
-        .filter(|r| {
-            q.platform.is_empty()
-                || platforms
-                    .get(&r.peer)
-                    .is_some_and(|p| p.contains(&q.platform))
-        })
-        .collect();
-    let range = window(shown.len(), q.page);
-    let page_link = |n: usize| {
+    let after = match q.after.as_str() {
+        "" => None,
+        text => match RowKey::from_cursor(text) {
+            Some(k) => Some(k),
+            // Fixed words: the text is not said back.
+            None => {
+                let body = html! {
+                    p { "That page link is not one this dashboard made." }
+                    p { a href="/ui/board" { "The board's first page" } }
+                };
+                return page(
+                    StatusCode::BAD_REQUEST,
+                    "Board",
+                    "/ui/board",
+                    &session,
+                    None,
+                    body,
+                );
+            }
+        },
+    };
+    let first = after.is_none();
+    let query = q.clone();
+    // A filtered page reads up to MAX_ROWS_READ rows: CPU work, not the runtime's.
+    let read = tokio::task::spawn_blocking(move || {
+        let total = read_board(&*view, |b, now| b.row_count(now)).unwrap_or(0);
+        (total, board_page(&*view, &query, after))
+    })
+    .await;
+    let Ok((total, board)) = read else {
+        let body = html! { p { "Reading the board failed." } };
+        return page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Board",
+            "/ui/board",
+            &session,
+            None,
+            body,
+        );
+    };
+    let link = |after: &str| {
         format!(
-            "/ui/board?q={}&provider={}&platform={}&page={n}",
+            "/ui/board?q={}&provider={}&platform={}&after={}",
             enc(&q.q),
             enc(&q.provider),
-            enc(&q.platform)
+            enc(&q.platform),
+            enc(after)
         )
     };
     let body = html! {
@@ -83,31 +178,35 @@ pub(crate) async fn board(
             label for="q" { "Search" }
             input id="q" name="q" type="search" value=(q.q);
             label for="provider" { "Provider" }
-            select id="provider" name="provider" {
-                option value="" { "any" }
-                @for p in all_providers.iter().take(FILTER_OPTIONS) { option value=(p) selected[*p == q.provider] { (p) } }
+            input id="provider" name="provider" list="providers" value=(q.provider);
+            datalist id="providers" {
+                @for p in &board.providers { option value=(p) {} }
             }
             label for="platform" { "Box platform" }
-            select id="platform" name="platform" {
-                option value="" { "any" }
-                @for p in all_platforms.iter().take(FILTER_OPTIONS) { option value=(p) selected[*p == q.platform] { (p) } }
+            input id="platform" name="platform" list="platforms" value=(q.platform);
+            datalist id="platforms" {
+                @for p in &board.platforms { option value=(p) {} }
             }
             button type="submit" { "Filter" }
         }
         p {
-            (shown.len()) " of " (rows.len()) " skills"
-            @if shown.len() > BOARD_PAGE { ", " (range.start + 1) "–" (range.end) " shown" }
+            (board.rows.len())
+            @if q.filtered() { " matching" }
+            " skills on this page, of " (total) " on the board"
+            @if board.rows.len() < BOARD_PAGE && board.next.is_some() {
+                ", after reading " (board.looked_at) " rows; the next page reads on"
+            }
             ". Descriptions are the peers' own words."
         }
         table {
             (columns(&["Skill", "Description (from the peer)", "Provider", "Boxes", "Needs", "Peer"], Some("Call")))
             tbody {
-                @for r in &shown[range.clone()] {
+                @for r in &board.rows {
                     tr {
                         td { (r.skill) }
                         td class="peer-text" { (peer_line(&r.description, 300)) }
                         td { (r.provider) }
-                        td { (peer_line(&platforms.get(&r.peer).map(|p| p.join(", ")).unwrap_or_default(), 200)) }
+                        td { (peer_line(&r.platforms.join(", "), 200)) }
                         td class="peer-text" { (needs(&r.required_sources)) }
                         td { code title=(r.peer) { (short(&r.peer)) } }
                         td { a href=(format!("/ui/calls?peer={}&skill={}", enc(&r.peer), enc(&r.skill))) { "Call…" } }
@@ -115,10 +214,10 @@ pub(crate) async fn board(
                 }
             }
         }
-        @if q.page > 0 || range.end < shown.len() {
+        @if !first || board.next.is_some() {
             nav aria-label="Board pages" {
-                @if q.page > 0 { a href=(page_link(q.page - 1)) { "Previous" } " " }
-                @if range.end < shown.len() { a href=(page_link(q.page + 1)) { "Next" } }
+                @if !first { a href=(link("")) { "First page" } " " }
+                @if let Some(next) = &board.next { a href=(link(&next.cursor())) rel="next" { "Next" } }
             }
         }
     };
@@ -158,14 +257,134 @@ mod tests {
         assert!(shown.chars().count() < 8 * 70 + 20, "{}", shown.len());
     }
 
-    /// Issue 30 item 13: however many rows match, a page renders at most BOARD_PAGE of them.
+    /// A board of `peers × skills` rows, as the node's view of it.
+    fn view(peers: usize, skills: usize) -> std::sync::Mutex<skillbox_peers::Board> {
+        std::sync::Mutex::new(skillbox_testkit::node_api::board_of_rows(peers, skills))
+    }
+
+    /// The board's skills in board order.
+    fn order(view: &std::sync::Mutex<skillbox_peers::Board>) -> Vec<String> {
+        read_board(view, |b, now| {
+            b.rows_after(now, None)
+                .map(|r| r.skill.name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    /// Issue 30 item 13, and the copy it left: the page rendered BOARD_PAGE rows but copied
+    /// the whole peer-written board (every row, every peer's boxes) on each request. A page now
+    /// looks at its rows and the one after, whatever the board holds; its pages, followed
+    /// through `next`, are every row once in board order; a filter reads on to its end.
     #[test]
-    fn a_board_page_holds_one_window_of_rows() {
-        assert_eq!(window(0, 0), 0..0);
-        assert_eq!(window(7, 0), 0..7);
-        assert_eq!(window(250, 0), 0..BOARD_PAGE);
-        assert_eq!(window(250, 2), 200..250);
-        assert_eq!(window(250, 3), 250..250);
-        assert_eq!(window(250, usize::MAX), 250..250);
+    fn a_board_page_reads_its_rows_and_one_more() {
+        let view = view(3, 250);
+        let all = order(&view);
+        let first = board_page(&view, &BoardQuery::default(), None);
+        assert_eq!(
+            (first.rows.len(), first.looked_at),
+            (BOARD_PAGE, BOARD_PAGE + 1),
+            "rows shown and rows looked at, of a board of 750"
+        );
+        let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
+        loop {
+            let p = board_page(&view, &BoardQuery::default(), after);
+            pages += 1;
+            assert!(p.rows.len() <= BOARD_PAGE);
+            if p.next.is_some() {
+                assert_eq!(p.rows.len(), BOARD_PAGE);
+                assert_eq!(
+                    p.looked_at,
+                    BOARD_PAGE + 1,
+                    "a page of the 750-row board looked at {} rows",
+                    p.looked_at
+                );
+            }
+            seen.extend(p.rows.into_iter().map(|r| r.skill));
+            match p.next {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        assert_eq!((seen, pages), (all, 8));
+        let q = BoardQuery {
+            q: "SKILL-1-2".into(),
+            ..Default::default()
+        };
+        let p = board_page(&view, &q, None);
+        assert_eq!(p.rows.len(), 50, "skill-1-200 to skill-1-249");
+        assert!(p.next.is_none() && p.looked_at == 750);
+        assert_eq!(p.providers.into_iter().collect::<Vec<_>>(), ["openrouter"]);
+    }
+
+    /// The board page of a node whose board is `view`, for `query` (as the URL carries it).
+    async fn shown(state: &AppState, query: &str) -> (StatusCode, String) {
+        let uri: axum::http::Uri = format!("/ui/board?{query}").parse().expect("uri");
+        let q = Query::<BoardQuery>::try_from_uri(&uri).expect("query");
+        let session = Session {
+            csrf: String::new(),
+            key: [0; 32],
+        };
+        let resp = board(State(state.clone()), Extension(session), q).await;
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The skills a rendered page lists, in its order.
+    fn listed(page: &str) -> Vec<String> {
+        page.split("<td>skill-")
+            .skip(1)
+            .filter_map(|t| t.split('<').next())
+            .map(|n| format!("skill-{n}"))
+            .collect()
+    }
+
+    /// The query of the page's next link, as the browser sends it.
+    fn next_link(page: &str) -> Option<String> {
+        let at = page.find("rel=\"next\"")?;
+        let tag = &page[page[..at].rfind("<a ")?..at];
+        let href = tag.split("href=\"").nth(1)?.split('"').next()?;
+        Some(
+            href.replace("&amp;", "&")
+                .trim_start_matches("/ui/board?")
+                .to_owned(),
+        )
+    }
+
+    /// The dashboard's board page over a board of 250 rows: 100 rows and a next link, which
+    /// gives the next 100, then the last 50 and no next link; a page link it did not make is
+    /// refused in fixed words.
+    #[tokio::test]
+    async fn the_board_page_shows_one_page_and_a_next_link_that_goes_on() {
+        let dir = skillbox_testkit::node_api::init_dir();
+        let node = skillbox_node::Node::open(dir.path()).expect("open");
+        let board = Arc::new(view(2, 125));
+        let all = order(&board);
+        node.attach_board(board).expect("attach");
+        let state = node.state();
+        let (mut seen, mut query, mut pages) = (Vec::new(), String::new(), Vec::new());
+        loop {
+            let (status, page) = shown(&state, &query).await;
+            assert_eq!(status, StatusCode::OK, "{page}");
+            let rows = listed(&page);
+            pages.push(rows.len());
+            assert!(page.contains(&format!("{} skills on this page, of 250", rows.len())));
+            seen.extend(rows);
+            match next_link(&page) {
+                Some(next) => query = next,
+                None => break,
+            }
+        }
+        assert_eq!((seen, pages), (all, vec![100, 100, 50]));
+        let (status, page) = shown(&state, "after=%3CECHOMARK%3E.61").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(page.contains("not one this dashboard made"), "{page}");
+        assert!(
+            !page.contains("ECHOMARK"),
+            "the link is not said back: {page}"
+        );
     }
 }
