@@ -102,7 +102,10 @@ impl SyncAnswers {
 }
 /// A peer's self-reported listen addresses kept (identify input is the peer's to choose).
 const MAX_LISTEN_ADDRS: usize = 16;
-/// How many connected peers kad/mDNS discovery tries to keep.
+/// How many peers this node dialed kad/mDNS discovery tries to keep connected. Only connections
+/// this node dialed count: peers connecting in choose themselves (their ids cost nothing), and
+/// when they counted, eight of them stopped discovery and made the node's mesh and board syncs
+/// theirs.
 const DISCOVERY_TARGET: usize = 8;
 
 /// Everything the peer network needs from the node's config.
@@ -603,6 +606,8 @@ struct PendingSend {
 #[derive(Default)]
 struct PeerState {
     connections: HashMap<ConnectionId, Multiaddr>,
+    /// The connections of `connections` this node dialed.
+    dialed: HashSet<ConnectionId>,
     listen_addrs: Vec<Multiaddr>,
     agent_version: Option<String>,
 }
@@ -1525,7 +1530,7 @@ impl Task {
                 is_new_peer: true,
                 addresses,
                 ..
-            } if !self.swarm.is_connected(&peer) && self.connected_count() < DISCOVERY_TARGET => {
+            } if !self.swarm.is_connected(&peer) && self.outbound_count() < DISCOVERY_TARGET => {
                 // Kademlia found a peer: connect, so it joins the presence mesh too.
                 let opts = DialOpts::peer_id(peer)
                     .addresses(addresses.iter().cloned().collect())
@@ -1641,8 +1646,9 @@ impl Task {
         if let Err(e) = self.publish_advert() {
             tracing::warn!(error = %e, "cannot publish advert");
         }
-        if self.swarm.connected_peers().next().is_none() {
-            // Alone: the bootstrap peers and relays may be back.
+        if self.outbound_count() == 0 {
+            // No peer of this node's choosing left (alone, or only peers that connected in,
+            // which may all be one party's): the bootstrap peers and relays may be back.
             for addr in self.config.bootstrap.clone() {
                 self.dial_bootstrap(&addr);
             }
@@ -1947,8 +1953,7 @@ impl Task {
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
                 for (peer, addr) in found {
                     self.swarm.add_peer_address(peer, addr.clone());
-                    if !self.swarm.is_connected(&peer) && self.connected_count() < DISCOVERY_TARGET
-                    {
+                    if !self.swarm.is_connected(&peer) && self.outbound_count() < DISCOVERY_TARGET {
                         let _ = self
                             .swarm
                             .dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
@@ -2011,11 +2016,11 @@ impl Task {
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
                     self.swarm.add_peer_address(peer_id, address.clone());
                 }
-                self.peers
-                    .entry(peer_id)
-                    .or_default()
-                    .connections
-                    .insert(connection_id, address.clone());
+                let state = self.peers.entry(peer_id).or_default();
+                state.connections.insert(connection_id, address.clone());
+                if endpoint.is_dialer() {
+                    state.dialed.insert(connection_id);
+                }
                 if let Some((_, reply)) = self.dialing.remove(&connection_id) {
                     let _ = reply.send(Ok(peer_id));
                 }
@@ -2052,6 +2057,7 @@ impl Task {
             } => {
                 if let Some(state) = self.peers.get_mut(&peer_id) {
                     state.connections.remove(&connection_id);
+                    state.dialed.remove(&connection_id);
                 }
                 if num_established == 0 {
                     // The reservation went with the connection: ask again when reconnected.
@@ -2085,8 +2091,9 @@ impl Task {
         }
     }
 
-    fn connected_count(&self) -> usize {
-        self.swarm.connected_peers().count()
+    /// Peers connected by a connection this node dialed.
+    fn outbound_count(&self) -> usize {
+        self.peers.values().filter(|p| !p.dialed.is_empty()).count()
     }
 
     fn on_gossip(&mut self, event: gossipsub::Event) {

@@ -12,8 +12,8 @@ use skillbox_peers::reach::is_relayed;
 use skillbox_peers::{Multiaddr, NetworkEvent, Payload, PeersConfig, PeersError, Protocol};
 
 use crate::support::{
-    WAIT, config, connection_addrs, full_addr, node, received, request, shutdown, tcp, wait_event,
-    within,
+    WAIT, config, connection_addrs, full_addr, node, peer_ids, received, request, shutdown, tcp,
+    wait_connected, wait_event, within,
 };
 
 /// Evaluate `$get` (an `Option`, may `.await`) until it is `Some`, within [`WAIT`].
@@ -462,6 +462,56 @@ async fn an_autonat_client_cannot_make_the_server_dial_a_loopback_address() {
             );
             shutdown([client, server]).await;
         }
+    })
+    .await;
+}
+
+/// P6: a node whose only connections are strangers that connected in re-dials its bootstrap
+/// peer. It used to re-dial only when it had no connection at all: once the bootstrap peer
+/// went away, peers that connected in (ids cost nothing, all perhaps one party's) were its
+/// whole view of the network for as long as they stayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_left_with_inbound_peers_only_re_dials_its_bootstrap() {
+    within(TEST_LIMIT, async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let at = format!("/ip4/127.0.0.1/tcp/{port}");
+        let (b, _rb) = node(161, config(&[at.as_str()])).await;
+        let bootstrap = full_addr(&b).await;
+        let bp = b.local_peer_id();
+        let (t, _rt) = node(
+            162,
+            PeersConfig {
+                bootstrap: vec![bootstrap],
+                advert_interval: Duration::from_millis(500),
+                ..tcp()
+            },
+        )
+        .await;
+        wait_connected(&t, &bp).await;
+        let (s, _rs) = node(163, tcp()).await;
+        s.dial(full_addr(&t).await)
+            .await
+            .expect("the stranger connects in");
+        b.shutdown().await;
+        wait_for!("the bootstrap peer gone", {
+            let ids = peer_ids(&t).await;
+            (!ids.contains(&bp.to_base58())).then_some(())
+        });
+        // The bootstrap peer is back at its address; the stranger is still connected.
+        let (b, _rb) = node(161, config(&[at.as_str()])).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !peer_ids(&t).await.contains(&bp.to_base58()) {
+            assert!(
+                Instant::now() < deadline,
+                "never re-dialed the bootstrap peer while a stranger was connected in"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(peer_ids(&t).await.contains(&s.local_peer_id().to_base58()));
+        shutdown([t, s, b]).await;
     })
     .await;
 }
