@@ -16,10 +16,20 @@ pub(crate) struct Buckets {
     rate_per_sec: f64,
     burst: f64,
     buckets: HashMap<PeerId, Bucket>,
+    /// When full buckets were last forgotten.
+    swept_at_ms: Option<u64>,
+    /// How many times they were (what a test reads).
+    sweeps: u64,
 }
 
 /// Buckets kept before full ones are forgotten (a full bucket carries no state worth keeping).
 const FORGET_FULL_ABOVE: usize = 4096;
+
+/// The least time between two sweeps of full buckets. A sweep reads every bucket, and a bucket
+/// taken from stays not full for a while (an advert signer's for ~2 s): swept on every take
+/// above [`FORGET_FULL_ABOVE`], a flood of fresh ids held the map above it and made each take
+/// read thousands of buckets. Once a second, the map grows by at most a second's takes.
+const SWEEP_EVERY_MS: u64 = 1_000;
 
 impl Buckets {
     pub(crate) fn new(rate_per_sec: f64, burst: f64) -> Buckets {
@@ -27,12 +37,18 @@ impl Buckets {
             rate_per_sec,
             burst,
             buckets: HashMap::new(),
+            swept_at_ms: None,
+            sweeps: 0,
         }
     }
 
     /// Spend one of `peer`'s tokens; false when it has none left.
     pub(crate) fn take(&mut self, peer: &PeerId, now_ms: u64) -> bool {
-        if self.buckets.len() > FORGET_FULL_ABOVE {
+        if self.buckets.len() > FORGET_FULL_ABOVE
+            && self
+                .swept_at_ms
+                .is_none_or(|at| now_ms.saturating_sub(at) >= SWEEP_EVERY_MS)
+        {
             self.forget_full(now_ms);
         }
         let (rate, burst) = (self.rate_per_sec, self.burst);
@@ -52,6 +68,8 @@ impl Buckets {
     }
 
     fn forget_full(&mut self, now_ms: u64) {
+        self.swept_at_ms = Some(now_ms);
+        self.sweeps += 1;
         let (rate, burst) = (self.rate_per_sec, self.burst);
         self.buckets.retain(|_, b| {
             b.tokens + now_ms.saturating_sub(b.at_ms) as f64 / 1000.0 * rate < burst
@@ -73,5 +91,24 @@ mod tests {
         // Half a second at 2 per second: one more.
         assert!(b.take(&flooder, 1_500));
         assert!(!b.take(&flooder, 1_500));
+    }
+
+    /// N1: above 4,096 buckets every take swept the whole map. A flood of fresh ids (each
+    /// bucket not yet full after its take) now costs one sweep a second, and the sweep still
+    /// forgets what refilled.
+    #[test]
+    fn full_buckets_are_swept_at_most_once_a_second() {
+        let mut b = Buckets::new(0.5, 20.0);
+        for i in 0..10_000u64 {
+            b.take(&PeerId::random(), 1_000 + i / 100);
+        }
+        assert_eq!(b.sweeps, 1, "sweeps within one second");
+        // A second later the sweep runs again; after the buckets' refill time (40 s) it finds
+        // them full and forgets them.
+        b.take(&PeerId::random(), 2_100);
+        assert_eq!(b.sweeps, 2);
+        b.take(&PeerId::random(), 60_000);
+        assert_eq!(b.sweeps, 3);
+        assert_eq!(b.buckets.len(), 1);
     }
 }
