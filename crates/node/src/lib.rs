@@ -23,6 +23,7 @@ pub mod crypto;
 pub mod datadir;
 pub mod error;
 pub mod ledger;
+pub mod log_fields;
 pub mod metrics;
 pub mod node;
 pub mod openapi;
