@@ -44,13 +44,21 @@ async fn keep_offer(
     guard: crate::config::GuardConfig,
     every: std::time::Duration,
 ) {
+    // How many stored skills the last offer left out, so the warning is said once per change
+    // rather than on every advert interval.
+    let mut left_out = 0usize;
     loop {
         // Who the accepted boxes are (platform, measurement) goes into the advert too.
         boxes.refresh().await;
         let skills = state.skills.clone();
         match tokio::task::spawn_blocking(move || skills.list()).await {
             Ok(Ok(list)) => match handle
-                .set_offer(peering::offer_from(&list, boxes.advertised(), &guard))
+                .set_offer(advertisable_offer(
+                    &list,
+                    boxes.advertised(),
+                    &guard,
+                    &mut left_out,
+                ))
                 .await
             {
                 Ok(()) => {}
@@ -65,6 +73,36 @@ async fn keep_offer(
             _ = tokio::time::sleep(every) => {}
         }
     }
+}
+
+/// The offer of the stored skills an advert can carry. A skill imported before the import held
+/// [`skillbox_skill::MAX_REQUIRED_SOURCES`] (more sources, or one named twice) would make the
+/// whole offer invalid (`Offer::normalized` refuses what every board refuses), so the node would
+/// advertise none of its skills; it is left out instead. Said by a closed code and a count, not
+/// the skill's name, once each time the number left out changes.
+fn advertisable_offer(
+    list: &[crate::skills::SkillSummary],
+    boxes: Vec<skillbox_peers::AcceptedBox>,
+    guard: &crate::config::GuardConfig,
+    left_out: &mut usize,
+) -> skillbox_peers::Offer {
+    let (fit, over): (Vec<_>, Vec<_>) = list
+        .iter()
+        .cloned()
+        .partition(|s| skillbox_skill::required_sources_advertisable(&s.required_sources));
+    let now_out = over.iter().filter(|s| s.offered).count();
+    if now_out != *left_out {
+        *left_out = now_out;
+        if now_out > 0 {
+            tracing::warn!(
+                code = "skill_sources_over_advert_cap",
+                skills = now_out,
+                limit = skillbox_skill::MAX_REQUIRED_SOURCES,
+                "offered skills left out of the advert: their requiredSources are over the limit or name a source twice; re-import them"
+            );
+        }
+    }
+    peering::offer_from(&fit, boxes, guard)
 }
 
 /// An open node.
@@ -537,5 +575,56 @@ impl Node {
             p.handle.shutdown().await;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(name: &str, sources: Vec<String>) -> crate::skills::SkillSummary {
+        crate::skills::SkillSummary {
+            name: name.into(),
+            agent_id: format!("local.skillbox.{name}"),
+            description: format!("the {name} skill"),
+            provider: Some("openrouter".into()),
+            required_sources: sources,
+            limits: Default::default(),
+            digest: format!("sha256:{}", "ab".repeat(32)),
+            offered: true,
+            reason: None,
+            reasons: vec![],
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    /// A node whose store holds one skill naming 33 sources (stored the way an older node,
+    /// before the import held the cap, stored it) and one naming a source twice, beside an
+    /// ordinary one: the offer the network is handed passes `Offer::normalized` and carries
+    /// the ordinary skill. Before, the whole offer was refused and the node advertised none.
+    #[test]
+    fn a_stored_skill_over_the_source_cap_leaves_only_itself_out_of_the_offer() {
+        let hoard = (0..=skillbox_skill::MAX_REQUIRED_SOURCES)
+            .map(|i| format!("notes{i}"))
+            .collect();
+        let twice = vec!["notes".to_owned(), "notes".to_owned()];
+        let list = [
+            stored("hoard", hoard),
+            stored("twice", twice),
+            stored("taste", vec!["spotify_songs".into()]),
+        ];
+        let mut left_out = 0;
+        let offer = advertisable_offer(
+            &list,
+            vec![],
+            &crate::config::GuardConfig::default(),
+            &mut left_out,
+        )
+        .normalized()
+        .expect("the offer of the advertisable skills is valid");
+        let names: Vec<&str> = offer.skills.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["taste"]);
+        assert_eq!(left_out, 2);
     }
 }

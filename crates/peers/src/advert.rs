@@ -19,11 +19,11 @@ pub const ADVERT_VERSION: u32 = 1;
 const ADVERT_DOMAIN: &[u8] = b"skillbox/advert/v1\n";
 /// Default upper bound of one signed advert on the wire.
 pub const DEFAULT_MAX_ADVERT_BYTES: usize = 128 * 1024;
-/// Most `requiredSources` one offered skill names. The advert's byte limit alone let one skill
+/// Most `requiredSources` one offered skill names: the skill document's cap, so the import, the
+/// node's own offer and every board hold one number. The advert's byte limit alone let one skill
 /// name 32,758 one-letter sources, which parse to ~14 times the advert's bytes (a `String` each)
-/// and are copied wherever a row is; no honest skill stakes more than a handful of sources, and
-/// a surface shows at most 16 of them.
-pub const MAX_REQUIRED_SOURCES: usize = 32;
+/// and are copied wherever a row is; a surface shows at most 16 of them.
+pub use skillbox_skill::MAX_REQUIRED_SOURCES;
 /// Most skills one advert offers: what one node offers is a short list, and each skill is a row
 /// of every board that takes the advert.
 pub const MAX_SKILLS_PER_ADVERT: usize = 256;

@@ -26,6 +26,23 @@ pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 pub const MAX_COMPATIBILITY_CHARS: usize = 500;
 /// Longest source name (`key`, `requiredSources`).
 pub const MAX_SOURCE_NAME: usize = 128;
+/// Most `requiredSources` one skill names: the one cap the import, the node's own offer and
+/// every peer's board hold (`skillbox_peers::MAX_REQUIRED_SOURCES` is this constant). No honest
+/// skill stakes more than a handful of sources; a skill imported past it would make the node's
+/// whole advert invalid, so the import refuses it.
+pub const MAX_REQUIRED_SOURCES: usize = 32;
+
+/// Whether a stored skill's `requiredSources` keep what every advert must: at most
+/// [`MAX_REQUIRED_SOURCES`], none named twice. A skill imported before the import held these
+/// may break them; the node leaves such a skill out of its offer rather than its whole advert.
+pub fn required_sources_advertisable(names: &[String]) -> bool {
+    if names.len() > MAX_REQUIRED_SOURCES {
+        return false;
+    }
+    let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    !sorted.windows(2).any(|w| w[0] == w[1])
+}
 
 /// A skill's instructions. They become a source on import; `Debug` shows only the length so a
 /// body cannot end up in a log line by accident.
@@ -812,6 +829,17 @@ impl FieldCheck {
                 seen.push((item, name));
             }
         }
+        // Counted after duplicates are dropped: what is stored and advertised. Over the cap the
+        // node's own offer and every peer's board would refuse the advert, so the import does.
+        if seen.len() > MAX_REQUIRED_SOURCES {
+            self.error(
+                "requiredSources",
+                format!(
+                    "names {} sources, over the limit of {MAX_REQUIRED_SOURCES}: a skill may ask for at most {MAX_REQUIRED_SOURCES} of the caller's sources",
+                    seen.len()
+                ),
+            );
+        }
         seen.into_iter().map(|(_, name)| name).collect()
     }
 
@@ -901,12 +929,72 @@ fn kind(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{KEY_IS_NOT_A_REQUIRED_SOURCE, looks_like_a_provider_key, parse};
+    use super::{
+        KEY_IS_NOT_A_REQUIRED_SOURCE, MAX_REQUIRED_SOURCES, looks_like_a_provider_key, parse,
+        required_sources_advertisable,
+    };
 
     fn required_sources(list: &str) -> String {
         format!(
             "---\nname: grab\ndescription: Reads your notes.\nprovider: openai\nkey: openai-key\nrequiredSources: {list}\n---\nbody\n"
         )
+    }
+
+    /// A skill naming more than [`MAX_REQUIRED_SOURCES`] sources was imported, and then made
+    /// the node's whole offer invalid (every peer refuses such an advert): the import refuses
+    /// it, naming the field, the count and the limit; the cap itself imports, and a duplicate
+    /// is dropped (with a warning), so what is stored is always advertisable.
+    #[test]
+    fn required_sources_over_the_advert_cap_are_refused() {
+        let names = |n: usize| {
+            let list: Vec<String> = (0..n).map(|i| format!("notes{i}")).collect();
+            format!("[{}]", list.join(", "))
+        };
+        let err = parse(
+            required_sources(&names(MAX_REQUIRED_SOURCES + 1)).as_bytes(),
+            None,
+        )
+        .expect_err("33 sources imported");
+        let [problem] = err.problems.as_slice() else {
+            panic!("one problem expected: {err}");
+        };
+        assert_eq!(problem.field.as_deref(), Some("requiredSources"));
+        assert!(
+            problem
+                .message
+                .starts_with("names 33 sources, over the limit of 32"),
+            "{}",
+            problem.message
+        );
+        assert!(!err.to_string().contains("notes1"), "{err}");
+        let parsed = parse(
+            required_sources(&names(MAX_REQUIRED_SOURCES)).as_bytes(),
+            None,
+        )
+        .expect("32 sources import");
+        assert_eq!(
+            parsed.declaration.required_sources.len(),
+            MAX_REQUIRED_SOURCES
+        );
+        assert!(required_sources_advertisable(
+            &parsed.declaration.required_sources
+        ));
+        // 32 distinct names and one named again: the stored list is the 32, advertisable.
+        let doubled = names(MAX_REQUIRED_SOURCES).replace(']', ", notes0]");
+        let parsed = parse(required_sources(&doubled).as_bytes(), None).expect("parses");
+        assert_eq!(
+            parsed.declaration.required_sources.len(),
+            MAX_REQUIRED_SOURCES
+        );
+        assert!(required_sources_advertisable(
+            &parsed.declaration.required_sources
+        ));
+        let twice = vec!["notes".to_owned(), "notes".to_owned()];
+        assert!(!required_sources_advertisable(&twice));
+        let over: Vec<String> = (0..=MAX_REQUIRED_SOURCES)
+            .map(|i| format!("n{i}"))
+            .collect();
+        assert!(!required_sources_advertisable(&over));
     }
 
     /// A provider's key pasted into `requiredSources` would become a required source's name:

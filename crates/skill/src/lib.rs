@@ -26,7 +26,8 @@ pub use declaration::{
 };
 pub use diagnostic::{Diagnostic, DocumentError};
 pub use document::{
-    Body, KEY_IS_NOT_A_NAME, Parsed, is_valid_source_name, looks_like_a_provider_key,
+    Body, KEY_IS_NOT_A_NAME, MAX_REQUIRED_SOURCES, Parsed, is_valid_source_name,
+    looks_like_a_provider_key, required_sources_advertisable,
 };
 pub use openwop::{Schema, SchemaIssue};
 pub use provider::{ProviderId, UnknownProvider};
