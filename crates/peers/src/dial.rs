@@ -10,8 +10,11 @@
 //!
 //! The rule ([`DialPolicy::allows`]): a globally routable address is dialed; an address the
 //! operator gave (bootstrap peers, relays, an explicit dial) is dialed whatever it is; a LAN
-//! address only with `dial_private_addresses` or mDNS on (mDNS discovers only the LAN, so a
-//! node that asked for it asked for LAN peers); a loopback address (this machine) and the
+//! address with `dial_private_addresses`, or with mDNS on only the very address an mDNS
+//! discovery named (a node that asked for mDNS asked for the LAN peers it finds, not for every
+//! LAN address a peer hands it: identify, Kademlia, an AutoNAT v2 dial-back request and DCUtR
+//! carry addresses any internet peer chose, and opening all of the LAN to them let it probe the
+//! node's LAN through its AutoNAT server); a loopback address (this machine) and the
 //! in-process memory transport only with `dial_private_addresses`; multicast, broadcast,
 //! reserved, IPv4-mapped or translated IPv6 and DNS names never (a name is judged only after it
 //! resolves, and this node's transports resolve none: a name a peer gives is not dialed).
@@ -33,36 +36,73 @@ use crate::reach::{DialScope, dial_scope};
 /// keeps a long-running node's set from growing for ever).
 const MAX_OPERATOR_ADDRESSES: usize = 4_096;
 
+/// mDNS-discovered LAN addresses remembered at most. Any LAN host can answer mDNS, so the set is
+/// bounded; past it a discovery is not admitted until mDNS expires some (the addresses held keep
+/// working, so a flood of answers cannot push a found peer out).
+const MAX_DISCOVERED_ADDRESSES: usize = 1_024;
+
 /// What [`DialGate`] lets through (shared with the network task, which adds the operator's
 /// explicit dials).
 #[derive(Debug)]
 pub(crate) struct DialPolicy {
-    /// LAN ranges (RFC 1918, link-local, CGNAT, unique-local, documentation, benchmarking).
+    /// LAN ranges (RFC 1918, link-local, CGNAT, unique-local, documentation, benchmarking):
+    /// `dial_private_addresses`.
     lan: bool,
+    /// mDNS on: the LAN addresses it discovered (and only those) are dialed.
+    mdns: bool,
     /// Loopback, the unspecified address and the in-process memory transport.
     local: bool,
     /// Addresses the operator configured (bootstrap peers, relays) and dialed explicitly,
     /// without their `/p2p/<id>` (what a transport dials).
     configured: HashSet<Multiaddr>,
     explicit: Mutex<HashSet<Multiaddr>>,
+    /// LAN addresses an mDNS discovery named and mDNS has not yet expired, without `/p2p/<id>`.
+    discovered: Mutex<HashSet<Multiaddr>>,
 }
 
 impl DialPolicy {
-    /// `private`: `dial_private_addresses`; `mdns`: multicast discovery on (LAN allowed).
+    /// `private`: `dial_private_addresses`; `mdns`: multicast discovery on (the LAN addresses it
+    /// discovers allowed, through [`DialPolicy::allow_discovered`]).
     pub(crate) fn new(
         private: bool,
         mdns: bool,
         operator: impl IntoIterator<Item = Multiaddr>,
     ) -> DialPolicy {
         DialPolicy {
-            lan: private || mdns,
+            lan: private,
+            mdns,
             local: private,
             configured: operator
                 .into_iter()
                 .flat_map(|a| operator_keys(&a))
                 .collect(),
             explicit: Mutex::new(HashSet::new()),
+            discovered: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// mDNS discovered a peer at `addr`: a LAN address is dialed from now on, until
+    /// [`DialPolicy::forget_discovered`]. Without mDNS, or for an address outside the LAN (a
+    /// loopback or never-dialed one an mDNS answer named), nothing changes.
+    pub(crate) fn allow_discovered(&self, addr: &Multiaddr) {
+        if !self.mdns || dial_scope(addr) != DialScope::Lan {
+            return;
+        }
+        let key = dial_key(addr);
+        let mut set = self.discovered.lock().unwrap_or_else(|p| p.into_inner());
+        if set.len() >= MAX_DISCOVERED_ADDRESSES && !set.contains(&key) {
+            tracing::debug!(%addr, "mDNS discovery not admitted: the discovered set is full");
+            return;
+        }
+        set.insert(key);
+    }
+
+    /// mDNS expired its discovery at `addr`: a LAN address is no longer dialed for it.
+    pub(crate) fn forget_discovered(&self, addr: &Multiaddr) {
+        self.discovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&dial_key(addr));
     }
 
     /// The operator dialed `addr` explicitly (`skillbox peer add`): dialed whatever it is.
@@ -90,6 +130,12 @@ impl DialPolicy {
         self.configured.contains(&key)
             || self
                 .explicit
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&key)
+            // Only LAN addresses enter the set, and only with mDNS on.
+            || self
+                .discovered
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(&key)
@@ -203,7 +249,9 @@ mod tests {
             "/ip6/fe80::1/tcp/80",
         ] {
             assert!(!off.allows(&addr(lan)), "{lan}");
-            assert!(mdns.allows(&addr(lan)), "{lan}");
+            // mDNS admits only what it discovered (see the test below): a LAN address from
+            // any other source is a peer's choice, and dialing it probed the LAN for that peer.
+            assert!(!mdns.allows(&addr(lan)), "{lan}");
             assert!(on.allows(&addr(lan)), "{lan}");
         }
         for local in [
@@ -236,6 +284,41 @@ mod tests {
         assert!(!off.allows(&addr("/ip4/10.1.2.3/udp/4001/quic-v1")));
         off.allow_operator(&addr("/ip4/127.0.0.1/tcp/4002"));
         assert!(off.allows(&addr("/ip4/127.0.0.1/tcp/4002")));
+    }
+
+    /// Review 23b P5: with mDNS on, an internet peer named LAN addresses (identify, Kademlia, an
+    /// AutoNAT v2 dial-back request) and the node dialed them, probing its own LAN for the peer.
+    /// Now only the address an mDNS discovery named is dialed, and only until mDNS expires it.
+    #[test]
+    fn with_mdns_only_the_lan_addresses_mdns_discovered_are_dialed() {
+        let mdns = DialPolicy::new(false, true, []);
+        let ssh = addr("/ip4/10.0.0.1/tcp/22");
+        let found = addr("/ip4/10.0.0.1/tcp/4001");
+        assert!(
+            !mdns.allows(&ssh),
+            "a LAN address nobody discovered is refused"
+        );
+        assert!(!mdns.allows(&found), "not yet discovered");
+        assert!(!mdns.allows(&addr("/ip4/169.254.169.254/tcp/80")));
+        mdns.allow_discovered(&addr(&format!(
+            "/ip4/10.0.0.1/tcp/4001/p2p/{}",
+            libp2p::PeerId::random()
+        )));
+        assert!(mdns.allows(&found), "the discovered address is dialed");
+        assert!(
+            !mdns.allows(&ssh),
+            "the discovered host's other ports are not"
+        );
+        assert!(!mdns.allows(&addr("/ip4/10.0.0.2/tcp/4001")));
+        // An mDNS answer naming loopback opens nothing: mDNS is the LAN, not this machine.
+        mdns.allow_discovered(&addr("/ip4/127.0.0.1/tcp/4001"));
+        assert!(!mdns.allows(&addr("/ip4/127.0.0.1/tcp/4001")));
+        mdns.forget_discovered(&found);
+        assert!(!mdns.allows(&found), "expired by mDNS");
+        // Without mDNS a discovery (which cannot happen) opens nothing either.
+        let off = DialPolicy::new(false, false, []);
+        off.allow_discovered(&found);
+        assert!(!off.allows(&found));
     }
 
     /// Ranges that looked global and are not: local-use NAT64 reaches the LAN's IPv4, site-local

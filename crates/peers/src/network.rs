@@ -1952,12 +1952,20 @@ impl Task {
             SwarmEvent::Behaviour(BehaviourEvent::Kad(e)) => self.on_kad(e),
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
                 for (peer, addr) in found {
+                    // With mDNS on, the dial gate admits the LAN addresses mDNS found, not
+                    // every LAN address some peer names (review 23b P5).
+                    self.dial_policy.allow_discovered(&addr);
                     self.swarm.add_peer_address(peer, addr.clone());
                     if !self.swarm.is_connected(&peer) && self.outbound_count() < DISCOVERY_TARGET {
                         let _ = self
                             .swarm
                             .dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
                     }
+                }
+            }
+            SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Expired(gone))) => {
+                for (_, addr) in gone {
+                    self.dial_policy.forget_discovered(&addr);
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Autonat(autonat::v2::client::Event {
