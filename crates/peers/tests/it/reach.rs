@@ -515,3 +515,22 @@ async fn a_node_left_with_inbound_peers_only_re_dials_its_bootstrap() {
     })
     .await;
 }
+
+/// Review 23b P5: with mDNS on and private dials off, the dial gate admits only what mDNS
+/// discovered — so two nodes on one machine still find and connect to each other by mDNS (at
+/// the machine's LAN address; loopback stays refused without private dials).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_with_mdns_find_each_other_through_the_dial_gate() {
+    within(TEST_LIMIT, async {
+        let mdns = PeersConfig {
+            mdns: true,
+            dial_private_addresses: false,
+            ..config(&["/ip4/0.0.0.0/tcp/0"])
+        };
+        let (a, _ra) = node(171, mdns.clone()).await;
+        let (b, _rb) = node(172, mdns).await;
+        wait_connected(&a, &b.local_peer_id()).await;
+        shutdown([a, b]).await;
+    })
+    .await;
+}
