@@ -248,7 +248,10 @@ fn the_owners_verification_of_a_moved_run_is_retried_until_it_succeeds() {
         "a claim is not the call's run"
     );
     let due = tick(&t.call, t.call.retry_at_ms);
-    assert_eq!(owed(&due), (State::Opened, vec![verify, Action::CheckPolicy]));
+    assert_eq!(
+        owed(&due),
+        (State::Opened, vec![verify, Action::CheckPolicy])
+    );
     let moved = step(&due.call, run_opened("r2"), T0 + 50, &timing());
     assert_eq!(owed(&moved), (State::Opened, vec![Action::CheckPolicy]));
     assert_eq!(moved.call.run_id.as_deref(), Some("r2"));
