@@ -86,11 +86,11 @@ fn advertisable_offer(
     guard: &crate::config::GuardConfig,
     left_out: &mut usize,
 ) -> skillbox_peers::Offer {
-    let (fit, over): (Vec<_>, Vec<_>) = list
-        .iter()
-        .cloned()
-        .partition(|s| skillbox_skill::required_sources_advertisable(&s.required_sources));
-    let now_out = over.iter().filter(|s| s.offered).count();
+    let fits = |s: &&crate::skills::SkillSummary| {
+        skillbox_skill::required_sources_advertisable(&s.required_sources)
+    };
+    let fit: Vec<_> = list.iter().filter(fits).cloned().collect();
+    let now_out = list.iter().filter(|s| s.offered && !fits(s)).count();
     if now_out != *left_out {
         *left_out = now_out;
         if now_out > 0 {

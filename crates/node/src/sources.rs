@@ -384,8 +384,11 @@ impl Sources {
         Ok(self
             .list()?
             .into_iter()
-            .map(|m| m.name)
-            .find(|n| is_a_stored_pasted_key_name(n) && same(&self.handle_of(n), handle)))
+            .find(|m| {
+                is_a_stored_pasted_key_name(&m.name)
+                    && m.handle.as_deref().is_some_and(|h| same(h, handle))
+            })
+            .map(|m| m.name))
     }
 
     pub fn meta(&self, name: &str) -> Result<Option<SourceMeta>> {

@@ -404,9 +404,8 @@ fn within_counts(skills: &[OfferedSkill]) -> Result<(), AdvertRefusal> {
         if count > MAX_REQUIRED_SOURCES {
             return Err(AdvertRefusal::TooManySources { skill: i, count });
         }
-        let mut names: Vec<&str> = s.required_sources.iter().map(String::as_str).collect();
-        names.sort_unstable();
-        if names.windows(2).any(|w| w[0] == w[1]) {
+        // Within the count, the one rule left is skill's own: no source named twice.
+        if !skillbox_skill::required_sources_advertisable(&s.required_sources) {
             return Err(AdvertRefusal::DuplicateSource { skill: i });
         }
     }

@@ -473,9 +473,8 @@ fn views(list: Vec<skillbox_node::calls::CallView>) -> Vec<Value> {
         .collect()
 }
 
-/// Rows read under one hold of the board's lock: the network task, which takes it for every
-/// advert, waits for at most this many.
-const ROWS_PER_LOCK: usize = 1_000;
+/// Rows read under one hold of the board's lock: the node's one figure (`GET /board`'s too).
+use skillbox_node::peering::ROWS_PER_LOCK;
 
 /// Rows one page of the catalog reads at most: a board of rows this node cannot call ends a
 /// page early (with a next cursor) rather than be read whole for one request.
