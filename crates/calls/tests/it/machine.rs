@@ -88,6 +88,18 @@ fn caller_at(state: State) -> Transition {
     t
 }
 
+/// `yes` (the policy's allow or the human's) reaching `call` at `now`, on either side: it owes
+/// the stake alone, the call now consented; once staked, it owes the submit (at `now + 1`).
+/// Returns the submitting transition.
+fn yes_stakes_then_submits(call: &Call, yes: Event, now: u64) -> Transition {
+    let t = step(call, yes, now, &timing());
+    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
+    assert!(t.call.consented, "a yes is recorded before the stake");
+    let t = step(&t.call, Event::Staked, now + 1, &timing());
+    assert_eq!(owed(&t), (State::Submitting, vec![Action::Submit]));
+    t
+}
+
 /// The run is cancelled at the box first, then the peer is told the call failed with `code`.
 fn cancels_then_fails(actions: &[Action], code: FailureCode) {
     assert_eq!(actions[0], Action::CancelRun, "{actions:?}");
@@ -109,11 +121,7 @@ fn caller_happy_path_emits_each_owed_action() {
     assert!(!t.call.consented);
     let t = step(&t.call, Event::SessionDelivered, T0 + 3, &timing());
     assert!(t.call.session_delivered && t.actions.is_empty());
-    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 4, &timing());
-    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
-    assert!(t.call.consented);
-    let t = step(&t.call, Event::Staked, T0 + 5, &timing());
-    assert_eq!(owed(&t), (State::Submitting, vec![Action::Submit]));
+    let t = yes_stakes_then_submits(&t.call, Event::Policy(Decision::Allow), T0 + 4);
     let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
     assert_eq!(owed(&t), (State::Submitted, vec![Action::FetchOutcome]));
     let t = step(&t.call, Event::Answered, T0 + 7, &timing());
@@ -152,11 +160,7 @@ fn owner_happy_path() {
     // Policy first, with the box verified; the body, model and key only after it said yes.
     assert_eq!(owed(&t), (State::Opened, vec![Action::CheckPolicy]));
     assert_eq!(t.call.session_claim, None);
-    let t = step(&t.call, Event::Policy(Decision::Allow), T0 + 4, &timing());
-    assert_eq!(owed(&t), (State::Opened, vec![Action::Stake]));
-    assert!(t.call.consented);
-    let t = step(&t.call, Event::Staked, T0 + 5, &timing());
-    assert_eq!(owed(&t), (State::Submitting, vec![Action::Submit]));
+    let t = yes_stakes_then_submits(&t.call, Event::Policy(Decision::Allow), T0 + 4);
     let t = step(&t.call, Event::Submitted, T0 + 6, &timing());
     assert_eq!(t.actions, vec![Action::FetchOutcome]);
     let t = step(&t.call, Event::ReceiptStored, T0 + 7, &timing());
@@ -721,16 +725,7 @@ fn an_owner_asks_its_policy_before_it_stakes_and_a_no_stakes_nothing() {
     assert_eq!(failure_code(&no), Some(FailureCode::ConsentDenied));
     assert!(!no.actions.contains(&Action::Stake));
     // The human's yes owes the stake, then the submit.
-    let yes = step(
-        &parked.call,
-        Event::Consent { allow: true },
-        T0 + 200,
-        &timing(),
-    );
-    assert_eq!(owed(&yes), (State::Opened, vec![Action::Stake]));
-    assert!(yes.call.consented);
-    let staked = step(&yes.call, Event::Staked, T0 + 201, &timing());
-    assert_eq!(owed(&staked), (State::Submitting, vec![Action::Submit]));
+    yes_stakes_then_submits(&parked.call, Event::Consent { allow: true }, T0 + 200);
 }
 
 /// A caller moving the run to another box: the owner asks again (the question names the box
@@ -761,15 +756,28 @@ fn an_owner_record_from_before_its_consent_moved_still_finishes() {
     assert_eq!(failure_code(&denied), Some(FailureCode::PolicyDenied));
     let parked = step(&old, Event::Policy(Decision::Ask), T0 + 101, &timing());
     assert_eq!(parked.call.state, State::AwaitingConsent);
-    let yes = step(
-        &parked.call,
-        Event::Consent { allow: true },
-        T0 + 102,
-        &timing(),
-    );
-    assert_eq!(owed(&yes), (State::Opened, vec![Action::Stake]));
-    let staked = step(&yes.call, Event::Staked, T0 + 103, &timing());
-    assert_eq!(owed(&staked), (State::Submitting, vec![Action::Submit]));
+    yes_stakes_then_submits(&parked.call, Event::Consent { allow: true }, T0 + 102);
+}
+
+/// The refusals one side makes of its own accord, each with the code its record keeps: its
+/// policy's no at `opened`, and its human's no or a cancel while `parked` on the question.
+fn refusals_of_this_side<'a>(
+    opened: &'a Transition,
+    parked: &'a Transition,
+) -> [(&'a Transition, Event, FailureCode); 3] {
+    [
+        (
+            opened,
+            Event::Policy(Decision::Deny),
+            FailureCode::PolicyDenied,
+        ),
+        (
+            parked,
+            Event::Consent { allow: false },
+            FailureCode::ConsentDenied,
+        ),
+        (parked, Event::Cancel, FailureCode::Cancelled),
+    ]
 }
 
 /// Review 23 F6: the peer learned how this side decided — `consent_denied` (a person read the
@@ -785,36 +793,15 @@ fn every_refusal_of_this_side_reaches_the_peer_as_one_code() {
         T0 + 10,
         &timing(),
     );
-    let cases = [
-        (
-            &opened,
-            Event::Policy(Decision::Deny),
-            FailureCode::PolicyDenied,
-        ),
-        (
-            &parked,
-            Event::Consent { allow: false },
-            FailureCode::ConsentDenied,
-        ),
-        (&parked, Event::Cancel, FailureCode::Cancelled),
-        (&opened, Event::Cancel, FailureCode::Cancelled),
-        (
-            &caller_at(State::Submitted),
-            Event::Cancel,
-            FailureCode::Cancelled,
-        ),
-        (
-            &owner_opened(),
-            Event::Policy(Decision::Deny),
-            FailureCode::PolicyDenied,
-        ),
-        (
-            &owner_parked,
-            Event::Consent { allow: false },
-            FailureCode::ConsentDenied,
-        ),
-        (&owner_parked, Event::Cancel, FailureCode::Cancelled),
-    ];
+    let owner_open = owner_opened();
+    let submitted = caller_at(State::Submitted);
+    let cases = refusals_of_this_side(&opened, &parked)
+        .into_iter()
+        .chain([
+            (&opened, Event::Cancel, FailureCode::Cancelled),
+            (&submitted, Event::Cancel, FailureCode::Cancelled),
+        ])
+        .chain(refusals_of_this_side(&owner_open, &owner_parked));
     for (at, event, local) in cases {
         let shown = format!("{:?} {:?} {event:?}", at.call.role, at.call.state);
         let t = step(&at.call, event, T0 + 500, &timing());
