@@ -5,6 +5,7 @@
 //! extraction test against the same bodies. `--nocapture` prints the table.
 
 use crate::extraction::{Rng, benign_answers, secrets};
+use crate::support::every_kth_word_changed;
 use skillbox_guard::{GuardSpec, check, prepare, released_coverage};
 
 /// `qz` after every `k`-th whitespace token.
@@ -56,15 +57,6 @@ pub fn letter_after_every(b: &str, k: usize) -> String {
     out
 }
 
-/// Every `k`-th whitespace token replaced by `thing`.
-pub fn every_kth_changed(b: &str, k: usize) -> String {
-    b.split_whitespace()
-        .enumerate()
-        .map(|(i, w)| if i % k == k - 1 { "thing" } else { w })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 type Family = (&'static str, fn(&str, &mut Rng) -> String);
 
 pub const FAMILIES: &[Family] = &[
@@ -76,8 +68,12 @@ pub const FAMILIES: &[Family] = &[
     ("adjacent pairs swapped", |b, _| pairs_swapped(b)),
     ("q after every 5th letter", |b, _| letter_after_every(b, 5)),
     ("q after every 3rd letter", |b, _| letter_after_every(b, 3)),
-    ("every 4th word changed", |b, _| every_kth_changed(b, 4)),
-    ("every 3rd word changed", |b, _| every_kth_changed(b, 3)),
+    ("every 4th word changed", |b, _| {
+        every_kth_word_changed(b, 4)
+    }),
+    ("every 3rd word changed", |b, _| {
+        every_kth_word_changed(b, 3)
+    }),
 ];
 
 #[test]
