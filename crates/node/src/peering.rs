@@ -90,6 +90,13 @@ pub struct Walked {
 /// advert it takes, so a long read gives it back between stretches.
 pub const ROWS_PER_LOCK: usize = 1_000;
 
+/// Rows one request reads at most where it may skip rows (a search of `GET /board`, the
+/// dashboard's filters, a page of the skills an agent can call): a rare word, or a board of
+/// rows this node cannot call, would otherwise have one request read a full board. Past this
+/// the page ends with what it found and its cursor goes on from there. The one figure of every
+/// such read.
+pub const MAX_ROWS_READ: usize = 20_000;
+
 /// Why a stretch of a walk ended.
 #[derive(PartialEq)]
 enum Stretch {

@@ -478,7 +478,7 @@ use skillbox_node::peering::ROWS_PER_LOCK;
 
 /// Rows one page of the catalog reads at most: a board of rows this node cannot call ends a
 /// page early (with a next cursor) rather than be read whole for one request.
-pub const PAGE_ROWS_READ: usize = 20_000;
+use skillbox_node::peering::MAX_ROWS_READ;
 
 /// Why a stretch of [`read_catalog`] ended.
 #[derive(PartialEq)]
@@ -502,7 +502,7 @@ fn invalid_cursor() -> BackendError {
 /// The callable skills `wanted` asks for, read off the board borrowed under its lock,
 /// [`ROWS_PER_LOCK`] rows a hold: each row passes [`catalog::admitted`] and its owner's boxes
 /// are compared borrowed before anything of it is copied, and at most [`catalog::PAGE`] rows
-/// are copied. A page reads at most [`PAGE_ROWS_READ`] rows and answers where the next starts;
+/// are copied. A page reads at most [`MAX_ROWS_READ`] rows and answers where the next starts;
 /// a resolution ([`Wanted::Asked`]) reads one peer's rows when the argument names one, else the
 /// board to its end (comparing names only), so that a name two peers offer is seen as such.
 pub fn read_catalog(
@@ -522,7 +522,7 @@ pub fn read_catalog(
                     Some((peer.to_owned(), skill.to_owned()))
                 }
             };
-            (from, None, PAGE_ROWS_READ)
+            (from, None, MAX_ROWS_READ)
         }
         Wanted::Asked { skill, peer } => {
             // Entered at that peer's first row (no name sorts before ""): its rows only.

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 
 use skillbox_peers::index::SearchScope;
 
-use crate::peering::{RowKey, walk};
+use crate::peering::{MAX_ROWS_READ, RowKey, walk};
 
 use super::bodies::*;
 use super::extract::{Expected, JsonBody, NoPeers, NotJson, Tiny, TooLarge, query};
@@ -38,9 +38,6 @@ const MAX_PAGE_ROWS: usize = 500;
 /// size): the board is a byte budget of peers' text, up to `p2p.board_max_mib`, so an answer
 /// with every row could be hundreds of MiB.
 const MAX_PAGE_BYTES: usize = 1 << 20;
-/// Rows one request reads at most when searching: a rare `q` over a full board would read it
-/// all. Past this the page ends with what was found and `next` says where to go on.
-const MAX_ROWS_READ: usize = 20_000;
 
 /// What `GET /board` says of its rows, in the node's words.
 const BOARD_NOTICE: &str = "Each row's skill, description, provider, requiredSources \
@@ -197,7 +194,7 @@ pub(super) async fn board(State(s): State<AppState>, uri: Uri) -> Result<Respons
     let after = q.get("after").map(|c| parse_cursor(c)).transpose()?;
     let limit = page_rows(q.get("limit"))?;
     // The index only for a new search, not for each of its pages; and only with a network.
-    // The board is read on a blocking thread: a search reads up to 20,000 rows.
+    // The board is read on a blocking thread: a search reads up to MAX_ROWS_READ rows.
     if let (Some(text), None, Some(handle)) = (q.get("q"), &after, s.peers.get()) {
         let (scope, me) = (handle.search_scope(), handle.local_peer_id().to_base58());
         let (v, t) = (view.clone(), text.clone());

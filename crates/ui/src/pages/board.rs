@@ -1,7 +1,7 @@
 //! What peers offer right now, searchable and filtered by provider and box platform.
 
 use super::*;
-use skillbox_node::peering::{BoardView, RowKey, read_board, walk_lent};
+use skillbox_node::peering::{BoardView, MAX_ROWS_READ, RowKey, read_board, walk_lent};
 
 // ---- the board
 
@@ -27,9 +27,6 @@ impl BoardQuery {
 /// Rows one board page shows: peers fill the board (a Sybil most of all), so a page is read
 /// from the board lent under its lock, these rows and the one after, never the board whole.
 const BOARD_PAGE: usize = 100;
-/// Rows one filtered page reads at most (a rare search over a full board would read all of
-/// it): past this the page shows what it found and its next link goes on from there.
-const MAX_ROWS_READ: usize = 20_000;
 /// Most providers or platforms a filter's suggestions offer (a peer chooses its provider ids).
 const FILTER_OPTIONS: usize = 64;
 
