@@ -66,6 +66,8 @@ fn board_page(view: &dyn BoardView, q: &BoardQuery, after: Option<RowKey>) -> Bo
     let mut page = BoardPage::default();
     // The platforms of the peer whose rows are being read: rows come in peer order.
     let mut peer_platforms: (String, Vec<String>) = Default::default();
+    // The rows' text lowercased, one buffer for the whole walk ([`holds`]).
+    let mut lower = String::new();
     let walked = walk_lent(view, after.as_ref(), budget, |b, now, r| {
         page.looked_at += 1;
         if peer_platforms.0 != r.peer {
@@ -82,14 +84,13 @@ fn board_page(view: &dyn BoardView, q: &BoardQuery, after: Option<RowKey>) -> Bo
             (&mut page.platforms, platforms.as_slice()),
         ] {
             for v in value {
-                if seen.len() < FILTER_OPTIONS {
+                // Looked up borrowed: a value copied once, when it is new to the suggestions.
+                if seen.len() < FILTER_OPTIONS && !seen.contains(v.as_str()) {
                     seen.insert(v.clone());
                 }
             }
         }
-        let matches = (needle.is_empty()
-            || s.name.to_lowercase().contains(&needle)
-            || s.description.to_lowercase().contains(&needle))
+        let matches = (needle.is_empty() || holds(&mut lower, &s.name, &s.description, &needle))
             && (q.provider.is_empty() || s.provider == q.provider)
             && (q.platform.is_empty() || platforms.contains(&q.platform));
         if !matches {
@@ -110,6 +111,23 @@ fn board_page(view: &dyn BoardView, q: &BoardQuery, after: Option<RowKey>) -> Bo
     });
     page.next = (!walked.ended).then(|| walked.last.or(after)).flatten();
     page
+}
+
+/// Whether a row's `name` or `description` holds `needle` (lowercased), case aside. Both are
+/// lowercased at once into `lower`, the buffer a walk reuses, so a filtered read of thousands
+/// of peer-written rows allocates nothing per row; text other than ASCII (whose lowercase may
+/// change its length, or depend on the letters around) is lowercased as `str::to_lowercase`
+/// does, each field on its own, so the rule is that of `to_lowercase` for every row.
+fn holds(lower: &mut String, name: &str, description: &str, needle: &str) -> bool {
+    lower.clear();
+    lower.push_str(name);
+    let cut = lower.len();
+    lower.push_str(description);
+    if !lower.is_ascii() {
+        return name.to_lowercase().contains(needle) || description.to_lowercase().contains(needle);
+    }
+    lower.make_ascii_lowercase();
+    lower[..cut].contains(needle) || lower[cut..].contains(needle)
 }
 
 pub(crate) async fn board(
@@ -312,6 +330,45 @@ mod tests {
         assert_eq!(p.rows.len(), 50, "skill-1-200 to skill-1-249");
         assert!(p.next.is_none() && p.looked_at == 750);
         assert_eq!(p.providers.into_iter().collect::<Vec<_>>(), ["openrouter"]);
+    }
+
+    /// The search's rule moved into [`holds`] (one buffer a walk reuses): it answers as
+    /// lowercasing each field with `str::to_lowercase` did, for ASCII and for text whose
+    /// lowercase changes its length or hangs on the letters around (Greek's final sigma), and
+    /// never across the two fields.
+    #[test]
+    fn a_search_matches_as_lowercasing_each_field_did() {
+        let mut lower = String::from("left over from the row before");
+        let rows = [
+            ("summarize-notes", "Summaries of MEETING notes"),
+            ("odos", "ΟΔΟΣ ΚΑΙ ΣΟΦΙΑ"),
+            ("dotted", "İstanbul KELVIN \u{212A}"),
+            ("ab", "cd"),
+        ];
+        let needles = [
+            "meeting",
+            "notes",
+            "summarize",
+            "οδος",
+            "οδοσ",
+            "σοφια",
+            "i\u{307}stanbul",
+            "kelvin k",
+            "bc",
+            "b",
+            "x",
+        ];
+        for (name, description) in rows {
+            for needle in needles {
+                let before = name.to_lowercase().contains(needle)
+                    || description.to_lowercase().contains(needle);
+                assert_eq!(
+                    holds(&mut lower, name, description, needle),
+                    before,
+                    "{name:?} {description:?} {needle:?}"
+                );
+            }
+        }
     }
 
     /// The board page of a node whose board is `view`, for `query` (as the URL carries it).
