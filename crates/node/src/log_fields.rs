@@ -5,11 +5,14 @@
 /// The most characters of one field value a log line carries.
 const LOG_FIELD_MAX: usize = 4096;
 
-/// How every log line writes its fields: each value's control characters (C0, DEL, C1, and the
-/// line and bidi controls that reorder or break a line) escaped, and the value cut at
+/// How every log line writes its fields: each value's control characters (C0, DEL, C1), the
+/// line and paragraph separators, and every character a reader does not see
+/// ([`skillbox_skill::text::is_invisible`]: the bidi controls and marks, zero-width and tag
+/// characters — the one rule the agent surfaces' cleaning keeps) escaped, and the value cut at
 /// [`LOG_FIELD_MAX`]. tracing-subscriber escapes ESC and BEL in the `message` only; a field
 /// that carries a peer's text (`%reason` once did) would write raw control sequences into the
-/// operator's terminal and forge lines of the node's own. This holds for any such field to come.
+/// operator's terminal and forge lines of the node's own, or hide and reorder what the operator
+/// reads. This holds for any such field to come.
 pub fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
     use tracing_subscriber::field::MakeExt as _;
     tracing_subscriber::fmt::format::debug_fn(
@@ -22,7 +25,8 @@ pub fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w
             let text = format!("{value:?}");
             for c in text.chars().take(LOG_FIELD_MAX) {
                 if c.is_control()
-                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+                    || matches!(c, '\u{2028}' | '\u{2029}')
+                    || skillbox_skill::text::is_invisible(c)
                 {
                     write!(w, "{}", c.escape_default())?;
                 } else {
@@ -59,10 +63,8 @@ mod tests {
         }
     }
 
-    /// A field whose value holds ESC, a newline, a C1 control and a bidi override comes out
-    /// escaped, on the event's one line: the fmt layer's own field formatter wrote them raw.
-    #[test]
-    fn log_field_values_are_written_escaped_on_one_line() {
+    /// What one event logged with `escaped_fields` writes (ANSI off, as into a file).
+    fn logged(event: impl FnOnce()) -> String {
         use tracing_subscriber::layer::SubscriberExt as _;
         let sink = Sink::default();
         let writer = sink.clone();
@@ -71,12 +73,17 @@ mod tests {
             .with_ansi(false)
             .with_writer(move || writer.clone());
         let subscriber = tracing_subscriber::registry().with(layer);
-        let peer_text = "B\u{1b}[2K\nFAKE \u{9b}31m \u{202e}x";
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::info!(reason = %peer_text, "refused\u{1b}]0;t\u{7}");
-        });
+        tracing::subscriber::with_default(subscriber, event);
         let out = sink.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let out = String::from_utf8(out).expect("utf-8");
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    /// A field whose value holds ESC, a newline, a C1 control and a bidi override comes out
+    /// escaped, on the event's one line: the fmt layer's own field formatter wrote them raw.
+    #[test]
+    fn log_field_values_are_written_escaped_on_one_line() {
+        let peer_text = "B\u{1b}[2K\nFAKE \u{9b}31m \u{202e}x";
+        let out = logged(|| tracing::info!(reason = %peer_text, "refused\u{1b}]0;t\u{7}"));
         assert!(
             !out.chars()
                 .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
@@ -89,5 +96,23 @@ mod tests {
             "{out:?}"
         );
         assert!(out.contains(r"refused\u{1b}]0;t\u{7}"), "{out:?}");
+    }
+
+    /// The characters a reader does not see that the escaping missed (review logs): a right-to-
+    /// left mark (U+200F) and the Arabic letter mark (U+061C) reorder what follows them on the
+    /// operator's screen, a zero-width no-break space (U+FEFF) and a tag character (U+E0041, an
+    /// invisible `A`) hide text a reader cannot see but a model or grep does. Each comes out
+    /// escaped, none raw: the log keeps the agent surfaces' one rule.
+    #[test]
+    fn a_peers_marks_zero_widths_and_tags_are_escaped_in_a_log_field() {
+        let peer_text = "ok\u{200f}gpj.exe\u{061c} \u{feff}hidden\u{e0041}";
+        let out = logged(|| tracing::info!(reason = %peer_text, "refused"));
+        for c in ['\u{200f}', '\u{061c}', '\u{feff}', '\u{e0041}'] {
+            assert!(!out.contains(c), "U+{:04X} raw in {out:?}", c as u32);
+        }
+        assert!(
+            out.contains(r"reason=ok\u{200f}gpj.exe\u{61c} \u{feff}hidden\u{e0041}"),
+            "{out:?}"
+        );
     }
 }

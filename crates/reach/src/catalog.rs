@@ -11,6 +11,8 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 use skillbox_peers::{AcceptedBox, BoardRow, RowRef};
+// What a reader cannot see: the one rule the node's log lines keep too.
+use skillbox_skill::text::is_invisible;
 
 /// Most characters of a peer's skill description a surface shows.
 pub const DESCRIPTION_CAP: usize = 280;
@@ -409,8 +411,8 @@ impl Catalog {
     }
 }
 
-/// One line of at most `cap` characters with no control or format characters: what a
-/// surface may show of a peer's text.
+/// One line of at most `cap` characters with no control or invisible character
+/// ([`is_invisible`]): what a surface may show of a peer's text.
 pub fn clean_untrusted(text: &str, cap: usize) -> String {
     let mut out = String::with_capacity(text.len().min(cap * 4));
     let mut count = 0usize;
@@ -418,7 +420,7 @@ pub fn clean_untrusted(text: &str, cap: usize) -> String {
     for c in text.chars() {
         // Newlines, tabs and every control / bidi / zero-width character become one space, so
         // a description cannot open a new line that looks like the frame's own.
-        let c = if c.is_control() || is_format(c) || c.is_whitespace() {
+        let c = if c.is_control() || is_invisible(c) || c.is_whitespace() {
             ' '
         } else {
             unbracket(c)
@@ -492,7 +494,7 @@ fn unbracket(c: char) -> char {
 pub fn clean_untrusted_lines(text: &str) -> String {
     without_nonce(
         text.chars()
-            .filter(|&c| c == '\n' || c == '\t' || !(c.is_control() || is_format(c)))
+            .filter(|&c| c == '\n' || c == '\t' || !(c.is_control() || is_invisible(c)))
             .map(unbracket)
             .collect(),
     )
@@ -562,20 +564,6 @@ pub fn offered_by_several(skill: &str, peers: &[&str], name_one: &str) -> String
         frame(skill),
         peers.join(", ")
     )
-}
-
-/// Characters a reader does not see, which would let a peer hide text from the human who
-/// reads the board while a model still reads it: every format character (Unicode's `Cf`:
-/// bidi controls, zero-width marks, the tag block U+E0000-E007F that spells ASCII invisibly),
-/// and the invisible ones outside it — variation selectors, the combining grapheme joiner,
-/// Mongolian free variation selectors, Hangul and Khmer fillers.
-fn is_format(c: char) -> bool {
-    use unicode_general_category::{GeneralCategory, get_general_category};
-    get_general_category(c) == GeneralCategory::Format
-        || matches!(c,
-            '\u{034F}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
-            | '\u{180B}'..='\u{180F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FFA0}'
-            | '\u{E0000}'..='\u{E0FFF}')
 }
 
 /// The Agent Skills name rule (what a `skill://` URI and a stub's front matter need).
@@ -1137,7 +1125,7 @@ mod tests {
         #[test]
         fn clean_never_has_control_chars_and_respects_the_cap(s in ".*", cap in 1usize..300) {
             let c = clean_untrusted(&s, cap);
-            proptest::prop_assert!(!c.chars().any(|c| c.is_control() || is_format(c)));
+            proptest::prop_assert!(!c.chars().any(|c| c.is_control() || is_invisible(c)));
             proptest::prop_assert!(c.chars().count() <= cap + 1);
             proptest::prop_assert!(!c.contains('\n'));
             proptest::prop_assert!(!c.chars().any(|c| FRAME_BRACKETS.contains(&c)));

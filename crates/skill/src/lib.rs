@@ -9,6 +9,8 @@
 //! - [`openwop`]: the AgentManifest projection and validation against the embedded schemas.
 //! - [`agents`]: roster entries and the org chart — the rules beyond their schemas.
 //! - [`check_skill`] and [`check_manifest_document`]: the import checks, all of the above at once.
+//! - [`text`]: what a reader cannot see in someone else's text (the one rule the node's logs and
+//!   reach's cleaning keep).
 
 pub mod agents;
 mod declaration;
@@ -16,6 +18,7 @@ mod diagnostic;
 pub mod document;
 pub mod openwop;
 mod provider;
+pub mod text;
 
 use serde::Serialize;
 use serde_json::Value;
