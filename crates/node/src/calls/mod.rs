@@ -275,6 +275,11 @@ pub struct CallView {
     pub run_id: Option<String>,
     #[serde(rename = "box", skip_serializing_if = "Option::is_none")]
     pub box_url: Option<String>,
+    /// The sources the call applies, each serialized as `sources::shown_name` shows it (a name
+    /// an older node took from a pasted provider key is masked: this view is read at a
+    /// terminal, by an agent's client, and kept); in process the stored names, which the
+    /// dashboard masks as it shows them.
+    #[serde(serialize_with = "crate::sources::serialize_shown_names")]
     pub sources: Vec<String>,
     pub created_at: u64,
     pub progressed_at: u64,
@@ -780,4 +785,35 @@ pub fn save_policy(store: &Store, policy: &PolicyConfig) -> Result<()> {
         )?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review logs: a call's view — what `GET /calls`, `GET /calls/{id}`, `POST /calls` and
+    /// `GET /approvals` answer, and the agent surfaces serialize — printed the call's sources as
+    /// stored, the key itself for a source an older node stored under a pasted one, where every
+    /// other surface shows `sources::shown_name`. The serialized view holds no 8-byte run of
+    /// either key and names each by its label; in process the stored names stay (the dashboard
+    /// masks as it shows them, the driver stakes by them).
+    #[test]
+    fn a_calls_view_shows_a_key_named_source_masked() {
+        for key in skillbox_testkit::old_node::PASTED_KEYS {
+            let row = CallRow {
+                call: records::tests::started(Role::Caller),
+                program: None,
+                box_url: None,
+                verified: None,
+                sources: vec![key.to_owned(), "songs".to_owned()],
+                receipt: None,
+            };
+            let view = CallView::of(&row);
+            let json = serde_json::to_string(&view).expect("json");
+            skillbox_testkit::leak::assert_no_part_of("the call's view", &json, key);
+            assert!(json.contains(crate::sources::KEY_NAMED), "{json}");
+            assert!(json.contains("\"songs\""), "{json}");
+            assert_eq!(view.sources, row.sources, "in process, the stored names");
+        }
+    }
 }
