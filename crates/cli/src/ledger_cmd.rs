@@ -213,14 +213,15 @@ fn verify(
                 .unwrap_or_default()
         );
         // An export that masked a source name (one that reads as a pasted provider key) is
-        // intact, but those lines' text is not what their hashes vouch for: say which.
+        // intact, but those lines' text is vouched for by the node's signature as shown, not by
+        // their hashes, and the masked names are not in it to check: say which.
         let redacted: Vec<String> = verdict["redacted"]
             .as_array()
             .map(|a| a.iter().map(ToString::to_string).collect())
             .unwrap_or_default();
         if !redacted.is_empty() {
             say!(
-                "with {} redacted entries ({}): a source name masked, each checked by its hash's place in the chain and the node key's signature over it, not by its text",
+                "with {} redacted entries ({}): a source name masked, each checked by its hash's place in the chain, the node key's signature over it and the node key's signature over the text shown, not by the masked name",
                 redacted.len(),
                 redacted.join(", ")
             );

@@ -39,6 +39,9 @@ use crate::store::Store;
 const ENTRY_DOMAIN: &[u8] = b"skillbox-ledger-entry-v1\0";
 const SIG_DOMAIN: &[u8] = b"skillbox-ledger-sig-v1\0";
 const HEAD_DOMAIN: &[u8] = b"skillbox-ledger-head-v1\0";
+/// What the node signs of a redacted line when it exports it ([`Line::shown_sig`]): apart from
+/// the entry, signature and head domains, so no one of these signatures passes as another.
+const SHOWN_DOMAIN: &[u8] = b"skillbox-ledger-shown-v1\0";
 const HEAD_KEY: &str = "ledger_head";
 /// The head kept outside the database, beside it in the (0700) data dir.
 pub const HEAD_FILE: &str = "ledger.head";
@@ -241,11 +244,18 @@ pub struct Line {
     /// Hex Ed25519 signature of the node key over the domain and the hash.
     pub sig: String,
     /// Set when the entry is shown with part of what it says masked ([`Redaction`]): its text
-    /// then no longer hashes to `hash`, and [`verify`] checks the line by `hash` alone — its
-    /// place in the chain and the signature over it. Absent from every line shown as stored, so
-    /// an export without redactions reads as it always did.
+    /// then no longer hashes to `hash`, and [`verify`] checks the line by `hash`'s place in the
+    /// chain and the signature over it, and its shown text by [`Line::shown_sig`]. Absent from
+    /// every line shown as stored, so an export without redactions reads as it always did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redacted: Option<Redaction>,
+    /// On a redacted line: hex Ed25519 signature of the node key, made when the node masked the
+    /// line for a view or export ([`shown`]), over the line's hash, the redaction and the
+    /// canonical entry as shown (its `seq` and `prev` with it), under its own domain. It is what
+    /// vouches for the shown text: an edit of it, a line someone else marked redacted, or a
+    /// redacted line moved to another place fails [`verify`] (`bad_redaction`).
+    #[serde(rename = "shownSig", default, skip_serializing_if = "Option::is_none")]
+    pub shown_sig: Option<String>,
 }
 
 /// What a redacted line ([`Line::redacted`]) masks.
@@ -255,6 +265,14 @@ pub enum Redaction {
     /// A source name that reads as a pasted provider key, shown as `sources::shown_name`
     /// shows it (an older node stored such names): the key never leaves in an export.
     SourceNames,
+}
+
+impl Redaction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redaction::SourceNames => "source_names",
+        }
+    }
 }
 
 /// The signed head: how long the ledger is and how it ends.
@@ -280,6 +298,9 @@ pub enum Broken {
     BrokenChain,
     /// The signature is not the node key's over this hash.
     BadSignature,
+    /// A redacted line's shown text is not what the node key signed when the node masked it
+    /// ([`Line::shown_sig`]): edited since, marked redacted by someone else, or moved.
+    BadRedaction,
     /// The ledger ends before (or differs from) its signed head: the tail was cut.
     Truncated,
     /// The head itself is not signed by the node key.
@@ -306,6 +327,7 @@ impl Broken {
             Broken::HashMismatch => "hash_mismatch",
             Broken::BrokenChain => "broken_chain",
             Broken::BadSignature => "bad_signature",
+            Broken::BadRedaction => "bad_redaction",
             Broken::Truncated => "truncated",
             Broken::BadHead => "bad_head",
             Broken::NoGenesis => "no_genesis",
@@ -331,8 +353,9 @@ pub struct Verdict {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<Broken>,
     /// The entries read as redacted lines ([`Line::redacted`]), by sequence number: each is
-    /// checked by its hash's place in the chain and the signature over it, not by its text —
-    /// what such a line shows is not vouched for by its hash. Empty for the node's own check.
+    /// checked by its hash's place in the chain and the signature over it, and what it shows by
+    /// the node's signature over the shown text ([`Line::shown_sig`]) — the masked names
+    /// themselves are not in the export to check. Empty for the node's own check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redacted: Vec<u64>,
     /// The signed head the ledger ends at (the node's own check): what `skillbox ledger head`
@@ -387,7 +410,34 @@ pub fn seal(entry: Entry, key: &SigningKey) -> Result<Line> {
         hash,
         sig: hex::encode(sig.to_bytes()),
         redacted: None,
+        shown_sig: None,
     })
+}
+
+/// What [`Line::shown_sig`] signs: the line's hash, the redaction, and the canonical entry as
+/// shown (masked), under [`SHOWN_DOMAIN`].
+fn shown_message(line: &Line, redaction: Redaction) -> Result<Vec<u8>> {
+    let shown = skillbox_jc::jcs::to_canonical(&line.entry)
+        .map_err(|e| NodeError::invalid("ledger", e.to_string()))?;
+    Ok(sig_message(
+        SHOWN_DOMAIN,
+        &[line.hash.as_bytes(), redaction.as_str().as_bytes(), &shown],
+    ))
+}
+
+/// `line` as every view and export of `GET /ledger` shows it: its source names as
+/// `sources::shown_name` shows them and, when one was masked, the line marked redacted and its
+/// shown text signed with the node key ([`Line::shown_sig`]) — so whoever holds an export can
+/// tell the node's redaction from an edit, without the masked name. A line with nothing to
+/// mask is left as stored.
+pub fn shown(line: &mut Line, key: &SigningKey) -> Result<()> {
+    if !crate::sources::redact_names_in(line) {
+        return Ok(());
+    }
+    let redaction = line.redacted.unwrap_or(Redaction::SourceNames);
+    let sig = key.sign(&shown_message(line, redaction)?);
+    line.shown_sig = Some(hex::encode(sig.to_bytes()));
+    Ok(())
 }
 
 /// What a head's signature covers: its sequence number and hash, under the head domain.
@@ -414,6 +464,14 @@ fn signature_ok(key: &VerifyingKey, message: &[u8], sig_hex: &str) -> bool {
     key.verify(message, &Signature::from_bytes(&arr)).is_ok()
 }
 
+/// Whether a redacted line carries `key`'s signature over what it shows ([`Line::shown_sig`]).
+fn shown_signed(line: &Line, redaction: Redaction, key: &VerifyingKey) -> bool {
+    match (&line.shown_sig, shown_message(line, redaction)) {
+        (Some(sig), Ok(message)) => signature_ok(key, &message, sig),
+        _ => false,
+    }
+}
+
 /// Whether `head` carries `key`'s signature over what it says (the anchor and the database's
 /// head are checked alike).
 fn head_signed(head: &Head, key: &VerifyingKey) -> bool {
@@ -424,7 +482,8 @@ fn head_signed(head: &Head, key: &VerifyingKey) -> bool {
 /// ends at its signed head. Lines that did not parse are passed as `None`. A redacted line
 /// ([`Line::redacted`]) is checked by its given hash: it must follow the previous entry's hash
 /// (its `prev`), carry the node key's signature over that hash, and the next entry's `prev`
-/// must be that hash; its text is not hashed, and its sequence number is listed in the
+/// must be that hash; its text is not hashed but must carry the node key's signature as shown
+/// ([`Line::shown_sig`], else `bad_redaction`), and its sequence number is listed in the
 /// verdict's `redacted`.
 pub fn verify(
     lines: impl IntoIterator<Item = Option<Line>>,
@@ -475,6 +534,13 @@ pub fn verify_anchored(
             &line.sig,
         ) {
             return broken(expected, Broken::BadSignature, n);
+        }
+        // What a redacted line shows is vouched for by the node's signature as shown, made
+        // when it masked the line: without it anyone could edit the text and mark it redacted.
+        if let Some(redaction) = line.redacted
+            && !shown_signed(&line, redaction, key)
+        {
+            return broken(expected, Broken::BadRedaction, n);
         }
         if anchor.is_some_and(|a| a.seq == expected) {
             at_anchor = Some(line.hash.clone());
@@ -1031,6 +1097,7 @@ fn to_line((entry, hash, sig): (String, String, String)) -> Option<Line> {
         hash,
         sig,
         redacted: None,
+        shown_sig: None,
     })
 }
 
@@ -1676,8 +1743,8 @@ mod tests {
     }
 
     /// An export of a ledger of four entries (decision, stake, decision, stake) whose middle
-    /// two name a source an older node stored under a pasted key, as `GET /ledger` exports it:
-    /// those two masked and marked redacted. Also the key.
+    /// two name a source an older node stored under a pasted key, as `GET /ledger` exports it
+    /// ([`shown`]): those two masked, marked redacted and signed as shown. Also the key.
     fn redacted_export() -> (Vec<Line>, SigningKey) {
         let key = skillbox_testkit::old_node::PASTED_KEYS[0];
         let store = Store::open_in_memory().expect("store");
@@ -1693,7 +1760,7 @@ mod tests {
         }
         let mut lines = list(&store, &Filter::default()).expect("list");
         for l in &mut lines {
-            crate::sources::redact_names_in(l);
+            shown(l, &signing).expect("shown");
         }
         (lines, signing)
     }
@@ -1723,9 +1790,10 @@ mod tests {
     }
 
     /// What a redaction does not cover: an edited line not marked redacted is still
-    /// `hash_mismatch`; a redacted line whose hash is not the one the chain names (another
-    /// entry's, signature and all, or its `prev` changed) is broken; and a redacted line whose
-    /// signature does not cover its hash is `bad_signature`.
+    /// `hash_mismatch`; a redacted line whose hash is not the one the chain names (its `prev`
+    /// changed) is broken, one carrying another entry's hash and signature is not what the
+    /// node signed as shown; and a redacted line whose signature does not cover its hash is
+    /// `bad_signature`.
     #[test]
     fn a_redaction_covers_no_other_edit() {
         let (lines, k) = redacted_export();
@@ -1750,8 +1818,8 @@ mod tests {
                     l[2].hash = l[1].hash.clone();
                     l[2].sig = l[1].sig.clone();
                 },
-                4,
-                Broken::BrokenChain,
+                3,
+                Broken::BadRedaction,
             ),
             (
                 "a redacted line's prev changed",
@@ -1769,13 +1837,76 @@ mod tests {
         for (what, edit, at, reason) in cases {
             assert_eq!(check(edit), (false, Some(at), Some(reason)), "{what}");
         }
-        // A line edited and then marked redacted is not passed as checked: its text is vouched
-        // for by nothing, and the verdict names it among the redactions.
-        let mut l = lines.clone();
-        l[0].entry.decision = "deny".into();
-        l[0].redacted = Some(Redaction::SourceNames);
-        let v = verify(l.into_iter().map(Some), &vk, None);
-        assert_eq!((v.ok, v.redacted), (true, vec![1, 2, 3]));
+    }
+
+    /// Review logs: a redacted line's shown text was vouched for by nothing — whoever held an
+    /// export could edit what a redacted line shows (the decision, the box, the masked name,
+    /// its place) or mark any edited line redacted, and the export still verified. The node
+    /// now signs each redacted line as shown when it exports it; every such edit is
+    /// `bad_redaction` at that line, while the export as the node wrote it verifies.
+    #[test]
+    fn a_redacted_lines_shown_text_is_vouched_for_by_the_node() {
+        let (lines, k) = redacted_export();
+        let vk = k.verifying_key();
+        assert!(lines[1].shown_sig.is_some() && lines[2].shown_sig.is_some());
+        assert!(lines[0].shown_sig.is_none() && lines[3].shown_sig.is_none());
+        let v = verify(parse_jsonl(&to_jsonl(&lines).expect("jsonl")), &vk, None);
+        assert_eq!((v.ok, v.redacted), (true, vec![2, 3]));
+        let masked = lines[1].entry.items[0].source.clone().expect("a source");
+        type Edit<'a> = &'a dyn Fn(&mut Vec<Line>);
+        let cases: [(&str, Edit<'_>, u64); 7] = [
+            (
+                "the masked name of a staked item replaced",
+                &|l| l[1].entry.items[0].source = Some("songs".into()),
+                2,
+            ),
+            (
+                "a redacted decision turned from allow to deny",
+                &|l| l[2].entry.decision = "deny".into(),
+                3,
+            ),
+            (
+                "a redacted line's box moved",
+                &|l| l[1].entry.box_url = Some("https://elsewhere.example".into()),
+                2,
+            ),
+            (
+                "a redacted line's masked name dropped from its sources",
+                &|l| l[2].entry.sources.retain(|s| *s != masked),
+                3,
+            ),
+            (
+                "a redacted line without the node's signature as shown",
+                &|l| l[1].shown_sig = None,
+                2,
+            ),
+            (
+                "an unredacted line edited and marked redacted",
+                &|l| {
+                    l[0].entry.decision = "deny".into();
+                    l[0].redacted = Some(Redaction::SourceNames);
+                },
+                1,
+            ),
+            (
+                "two redacted lines' signatures as shown swapped",
+                &|l| {
+                    let first = l[1].shown_sig.take();
+                    l[1].shown_sig = l[2].shown_sig.replace(first.unwrap_or_default());
+                },
+                2,
+            ),
+        ];
+        for (what, edit, at) in cases {
+            let mut l = lines.clone();
+            edit(&mut l);
+            let v = verify(parse_jsonl(&to_jsonl(&l).expect("jsonl")), &vk, None);
+            assert_eq!(
+                (v.ok, v.broken_at, v.reason),
+                (false, Some(at), Some(Broken::BadRedaction)),
+                "{what}"
+            );
+        }
     }
 
     #[test]

@@ -158,8 +158,9 @@ const HANDLE_HEX: usize = 32;
 /// shows them and, when one was masked, the line marked redacted
 /// ([`crate::ledger::Redaction::SourceNames`]) — its hash and signature were taken over the
 /// stored names, so an offline check (`skillbox ledger verify --file`) then checks it by its
-/// hash's place in the chain and the signature over it, not by its text, and says so rather
-/// than calling the export tampered. `true` when a name was masked.
+/// hash's place in the chain and the signature over it, and its text by the node's signature
+/// as shown, which [`crate::ledger::shown`] (the one caller for a view or export) adds. `true`
+/// when a name was masked.
 pub fn redact_names_in(line: &mut crate::ledger::Line) -> bool {
     let masked = show_names_in(&mut line.entry);
     if masked {

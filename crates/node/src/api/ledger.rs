@@ -17,7 +17,7 @@ fn bad(field: &str, e: impl std::fmt::Display) -> ApiError {
 
 #[utoipa::path(
     get, path = "/ledger",
-    summary = "The disclosure ledger: every stake this node made into a box (written before its bytes were sent, then the box's answer) and every consent decision that allowed or refused one, in order from its genesis entry, each hash-chained and signed with the node key. Filters apply to each entry's signed content. Names, size buckets and keyed digests only, never content; a source name that reads as a provider's API key is shown masked, as `GET /sources` shows it, and its line is marked `redacted` (`source_names`): its text no longer hashes to its `hash`, so an offline check (`skillbox ledger verify --file`) checks that line by its hash's place in the chain and the signature over it, and names it among the verdict's `redacted` entries; `GET /ledger/verify` checks the stored entry whole. Never pruned with the calls.",
+    summary = "The disclosure ledger: every stake this node made into a box (written before its bytes were sent, then the box's answer) and every consent decision that allowed or refused one, in order from its genesis entry, each hash-chained and signed with the node key. Filters apply to each entry's signed content. Names, size buckets and keyed digests only, never content; a source name that reads as a provider's API key is shown masked, as `GET /sources` shows it, and its line is marked `redacted` (`source_names`) and carries `shownSig`, the node key's signature over the line as shown: its text no longer hashes to its `hash`, so an offline check (`skillbox ledger verify --file`) checks that line by its hash's place in the chain, the signature over it and `shownSig` (an edit of what it shows is `bad_redaction`), and names it among the verdict's `redacted` entries; `GET /ledger/verify` checks the stored entry whole. Never pruned with the calls.",
     params(
         ("source" = Option<String>, Query, description = "Entries naming this source (by its name, or by the `handle` `GET /sources` lists for one whose name reads as a provider's API key)."),
         ("peer" = Option<String>, Query),
@@ -71,12 +71,10 @@ pub(super) async fn get_ledger(
         limit,
     };
     // Every format shows a name that reads as a pasted key masked: a view is read on screens
-    // and by agents, an export is kept and passed on. Such a line is marked redacted, so the
-    // export still verifies offline (by the line's hash) instead of reading as tampered.
-    let mut lines = c.ledger(filter).await?;
-    for l in &mut lines {
-        sources::redact_names_in(l);
-    }
+    // and by agents, an export is kept and passed on. Such a line is marked redacted and signed
+    // as shown, so the export still verifies offline instead of reading as tampered, and an
+    // edit of what it shows does not.
+    let lines = c.ledger_shown(filter).await?;
     let text = |content_type: &'static str, body: String| {
         (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
     };

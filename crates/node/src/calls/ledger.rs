@@ -82,6 +82,26 @@ impl Calls {
         Ok(blocking(move || crate::ledger::list(&store, &filter)).await?)
     }
 
+    /// The disclosure ledger as `GET /ledger` shows and exports it, filtered: each line as
+    /// [`crate::ledger::shown`] shows it — a source name that reads as a pasted key masked, and
+    /// such a line redacted and signed as shown with the node key, so an export read offline
+    /// tells the node's redaction from an edit.
+    pub async fn ledger_shown(
+        &self,
+        filter: crate::ledger::Filter,
+    ) -> Result<Vec<crate::ledger::Line>, CallError> {
+        let store = self.0.store.clone();
+        let signing = self.0.signing.clone();
+        Ok(blocking(move || {
+            let mut lines = crate::ledger::list(&store, &filter)?;
+            for l in &mut lines {
+                crate::ledger::shown(l, &signing)?;
+            }
+            Ok(lines)
+        })
+        .await?)
+    }
+
     /// The whole ledger checked against this node's key and its signed head.
     pub async fn verify_ledger(&self) -> Result<crate::ledger::Verdict, CallError> {
         let store = self.0.store.clone();
