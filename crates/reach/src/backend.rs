@@ -473,23 +473,7 @@ fn views(list: Vec<skillbox_node::calls::CallView>) -> Vec<Value> {
         .collect()
 }
 
-/// Rows read under one hold of the board's lock: the node's one figure (`GET /board`'s too).
-use skillbox_node::peering::ROWS_PER_LOCK;
-
-/// Rows one page of the catalog reads at most: a board of rows this node cannot call ends a
-/// page early (with a next cursor) rather than be read whole for one request.
-use skillbox_node::peering::MAX_ROWS_READ;
-
-/// Why a stretch of [`read_catalog`] ended.
-#[derive(PartialEq)]
-enum Stretch {
-    /// The board (or the one peer's rows) has no more.
-    End,
-    /// It read [`ROWS_PER_LOCK`] rows: the next stretch goes on after them.
-    Read,
-    /// The page is full, or its rows to read are spent.
-    Full,
-}
+use skillbox_node::peering::{MAX_ROWS_READ, RowKey, walk_lent};
 
 fn invalid_cursor() -> BackendError {
     BackendError::refused(
@@ -499,12 +483,14 @@ fn invalid_cursor() -> BackendError {
     )
 }
 
-/// The callable skills `wanted` asks for, read off the board borrowed under its lock,
-/// [`ROWS_PER_LOCK`] rows a hold: each row passes [`catalog::admitted`] and its owner's boxes
-/// are compared borrowed before anything of it is copied, and at most [`catalog::PAGE`] rows
-/// are copied. A page reads at most [`MAX_ROWS_READ`] rows and answers where the next starts;
-/// a resolution ([`Wanted::Asked`]) reads one peer's rows when the argument names one, else the
-/// board to its end (comparing names only), so that a name two peers offer is seen as such.
+/// The callable skills `wanted` asks for, read off the board borrowed through the node's one
+/// walker ([`walk_lent`]: a stretch of rows a hold of the board's lock): each row passes
+/// [`catalog::admitted`] and its owner's boxes are compared borrowed before anything of it is
+/// copied, and at most [`catalog::PAGE`] rows are copied. A page reads at most
+/// [`MAX_ROWS_READ`] rows and answers where the next starts, in the node's one cursor format
+/// ([`RowKey::cursor`], as `GET /board`'s `next`); a resolution ([`Wanted::Asked`]) reads one
+/// peer's rows when the argument names one, else the board to its end (comparing names only),
+/// so that a name two peers offer is seen as such.
 pub fn read_catalog(
     view: &dyn skillbox_node::peering::BoardView,
     wanted: &Wanted,
@@ -512,95 +498,69 @@ pub fn read_catalog(
     held: &HashSet<String>,
     ours: &[BoxInfo],
 ) -> Result<(Vec<CallableSkill>, Option<String>), BackendError> {
-    let (mut from, only, budget) = match wanted {
+    let (after, only, budget) = match wanted {
         Wanted::Boxes => return Ok((Vec::new(), None)),
         Wanted::Page { after } => {
-            let from = match after {
-                None => None,
-                Some(c) => {
-                    let (peer, skill) = catalog::parse_cursor(c).ok_or_else(invalid_cursor)?;
-                    Some((peer.to_owned(), skill.to_owned()))
-                }
-            };
-            (from, None, MAX_ROWS_READ)
+            // Any text but a cursor this node made, an older format's among it, is refused
+            // alike: a cursor comes back from an agent, who may have been told to send anything.
+            let after = after
+                .as_deref()
+                .map(|c| RowKey::from_cursor(c).ok_or_else(invalid_cursor))
+                .transpose()?;
+            (after, None, MAX_ROWS_READ)
         }
         Wanted::Asked { skill, peer } => {
             // Entered at that peer's first row (no name sorts before ""): its rows only.
             let only = catalog::asked_peer(skill, peer.as_deref());
-            (
-                only.map(|p| (p.to_owned(), String::new())),
-                only,
-                usize::MAX,
-            )
+            (only.map(|p| RowKey::of(p, "")), only, usize::MAX)
         }
     };
     let matches = |r: RowFields<'_>| match wanted {
         Wanted::Asked { skill, peer } => catalog::may_name(skill, peer.as_deref(), r.peer, r.skill),
         _ => true,
     };
-    let (mut out, mut read) = (Vec::<CallableSkill>::new(), 0usize);
-    loop {
-        let stretch = skillbox_node::peering::read_board(view, |b, now| {
-            let after = from.as_ref().map(|(p, s)| (p.as_str(), s.as_str()));
-            let mut last = None;
-            // The platforms in common with the peer of the rows being read (rows come by peer).
-            let mut of_peer: Option<(&str, Vec<String>)> = None;
-            let mut how = Stretch::End;
-            for (n, r) in b.rows_after(now, after).enumerate() {
-                if only.is_some_and(|p| r.peer != p) {
-                    break;
-                }
-                if n == ROWS_PER_LOCK {
-                    how = Stretch::Read;
-                    break;
-                }
-                if read == budget || out.len() == catalog::PAGE {
-                    how = Stretch::Full;
-                    break;
-                }
-                read += 1;
-                last = Some(r);
-                let f = RowFields::from(r);
-                if !catalog::admitted(f, own_id, held) || !matches(f) {
-                    continue;
-                }
-                if of_peer.as_ref().is_none_or(|(p, _)| *p != r.peer) {
-                    let theirs = r
-                        .peer
-                        .parse::<skillbox_peers::PeerId>()
-                        .ok()
-                        .and_then(|id| b.advert(&id, now))
-                        .map(|a| catalog::common_platforms(&a.boxes, ours))
-                        .unwrap_or_default();
-                    of_peer = Some((r.peer, theirs));
-                }
-                let platforms = of_peer.as_ref().map_or(&[][..], |(_, p)| p.as_slice());
-                // A skill an advert names twice is one skill: a peer repeating a name must
-                // not fill a resolution's page and hide another peer offering it.
-                if platforms.is_empty()
-                    || out.iter().any(|s| s.peer == f.peer && s.skill == f.skill)
-                {
-                    continue;
-                }
-                out.push(catalog::shown(f, platforms.to_vec(), held));
-            }
-            (
-                last.map(|r: skillbox_peers::RowRef<'_>| (r.peer.to_owned(), r.skill.name.clone())),
-                how,
-            )
-        });
-        let (last, how) = stretch.unwrap_or((None, Stretch::End));
-        from = last.or(from);
-        if how == Stretch::Read {
-            continue;
+    let mut out = Vec::<CallableSkill>::new();
+    // The platforms in common with the peer of the rows being read (rows come by peer).
+    let mut of_peer: Option<(String, Vec<String>)> = None;
+    // The walk stopped at the end of the one peer's rows: the board went on, the answer not.
+    let mut past_peer = false;
+    let walked = walk_lent(view, after.as_ref(), budget, |b, now, r| {
+        if only.is_some_and(|p| r.peer != p) {
+            past_peer = true;
+            return false;
         }
-        catalog::in_listing_order(&mut out);
-        let next = match how {
-            Stretch::Full => from.map(|(peer, skill)| catalog::cursor_of(&peer, &skill)),
-            _ => None,
-        };
-        return Ok((out, next));
-    }
+        if out.len() == catalog::PAGE {
+            return false;
+        }
+        let f = RowFields::from(r);
+        if !catalog::admitted(f, own_id, held) || !matches(f) {
+            return true;
+        }
+        if of_peer.as_ref().is_none_or(|(p, _)| p != r.peer) {
+            let theirs = r
+                .peer
+                .parse::<skillbox_peers::PeerId>()
+                .ok()
+                .and_then(|id| b.advert(&id, now))
+                .map(|a| catalog::common_platforms(&a.boxes, ours))
+                .unwrap_or_default();
+            of_peer = Some((r.peer.to_owned(), theirs));
+        }
+        let platforms = of_peer.as_ref().map_or(&[][..], |(_, p)| p.as_slice());
+        // A skill an advert names twice is one skill: a peer repeating a name must not fill a
+        // resolution's page and hide another peer offering it.
+        if !platforms.is_empty() && !out.iter().any(|s| s.peer == f.peer && s.skill == f.skill) {
+            out.push(catalog::shown(f, platforms.to_vec(), held));
+        }
+        true
+    });
+    catalog::in_listing_order(&mut out);
+    // A page full, or its rows to read spent: the next page starts after the last row read.
+    let next = (!walked.ended && !past_peer)
+        .then(|| walked.last.or(after))
+        .flatten()
+        .map(|k| k.cursor());
+    Ok((out, next))
 }
 
 impl InProcess {
@@ -1410,6 +1370,42 @@ mod tests {
             bad.err().map(|e| e.code().to_owned()).as_deref(),
             Some("invalid_cursor")
         );
+    }
+
+    /// One cursor format: a page's `next` is the node's board position ([`RowKey::cursor`],
+    /// as `GET /board` and the dashboard hand it out), and the format reach had beside it
+    /// (`<peer>/<skill>`), sent back by a client, is refused with the same closed
+    /// `invalid_cursor` as any text that is not a cursor, its words quoting nothing sent.
+    #[test]
+    fn a_page_cursor_is_the_boards_and_an_old_one_is_refused_as_any_bad_one() {
+        let (view, _) = filled_board(100, 3);
+        let held: HashSet<String> = ["notes".to_owned()].into();
+        let ours = [dev_box()];
+        let read = |after: &str| {
+            read_catalog(
+                &view,
+                &Wanted::Page {
+                    after: Some(after.to_owned()),
+                },
+                "Self1",
+                &held,
+                &ours,
+            )
+        };
+        let (_, next) =
+            read_catalog(&view, &Wanted::first_page(), "Self1", &held, &ours).expect("first page");
+        let next = next.expect("a board of 300 rows goes on past a page");
+        let at = RowKey::from_cursor(&next).expect("the board's own cursor format");
+        assert!(read(&next).is_ok());
+        let old = format!("{}/{}", at.peer, at.skill);
+        for bad in [old.as_str(), "0", "", "../etc/taste", &format!("{next}x")] {
+            let e = read(bad).expect_err("not a cursor this node hands out");
+            assert_eq!(e.code(), "invalid_cursor", "{bad:?}");
+            assert_eq!(
+                e.to_string(),
+                "that cursor is not one this node handed out (invalid_cursor)"
+            );
+        }
     }
 
     #[test]

@@ -172,18 +172,6 @@ impl Wanted {
     }
 }
 
-/// Where a page of the board starts: after the row `(peer, skill)`, as `<peer>/<skill>`. An
-/// agent hands it back (an MCP cursor), so it is read as a peer id and a skill name or refused.
-pub fn cursor_of(peer: &str, skill: &str) -> String {
-    format!("{peer}/{skill}")
-}
-
-/// The `(peer, skill)` of a [`cursor_of`]; `None` for anything else.
-pub fn parse_cursor(cursor: &str) -> Option<(&str, &str)> {
-    let (peer, skill) = cursor.split_once('/')?;
-    (valid_peer(peer) && valid_skill_name(skill)).then_some((peer, skill))
-}
-
 /// The one peer whose rows alone [`Wanted::Asked`] can match: the peer named, or the one a
 /// skill id names (`<peer>/<digest>`). `None`: any peer's.
 pub fn asked_peer<'a>(skill: &'a str, peer: Option<&'a str>) -> Option<&'a str> {
@@ -790,27 +778,12 @@ mod tests {
         }]
     }
 
-    /// Issue 30 item 13: a listing is paged, whatever the board holds; a cursor is one this
-    /// side handed out (a board position), or refused. A skill argument reads one peer's rows
-    /// when it names the peer.
+    /// Issue 30 item 13: a listing is paged, whatever the board holds (its cursor is the
+    /// node's one board position, checked where the board is read: `backend`'s tests). A skill
+    /// argument reads one peer's rows when it names the peer.
     #[test]
-    fn cursors_are_board_positions_and_checked() {
-        let c = cursor_of("12D3KooWPeer", "taste");
-        assert_eq!(parse_cursor(&c), Some(("12D3KooWPeer", "taste")));
-        for bad in [
-            "",
-            "0",
-            "50",
-            "12D3KooWPeer",
-            "12D3KooWPeer/",
-            "/taste",
-            "12D3KooWPeer/Taste",
-            "12D3KooWPeer/taste/x",
-            "12D3KooW0eer/taste",
-            "../etc/taste",
-        ] {
-            assert!(parse_cursor(bad).is_none(), "{bad:?}");
-        }
+    fn a_skill_argument_names_its_peer_and_wanted_goes_to_the_route_and_back() {
+        let c = skillbox_node::peering::RowKey::of("12D3KooWPeer", "taste").cursor();
         let id = format!("12D3KooWPeer/s-{}", name_digest("taste"));
         assert_eq!(asked_peer(&id, None), Some("12D3KooWPeer"));
         assert_eq!(asked_peer("taste", Some("P")), Some("P"));

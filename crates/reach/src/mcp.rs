@@ -456,7 +456,7 @@ impl<B: Backend> SkillboxMcp<B> {
         let cursor = request.as_ref().and_then(|r| r.cursor.clone());
         if cursor
             .as_deref()
-            .is_some_and(|c| catalog::parse_cursor(c).is_none())
+            .is_some_and(|c| skillbox_node::peering::RowKey::from_cursor(c).is_none())
         {
             return Err(ErrorData::invalid_params("invalid cursor", None));
         }
