@@ -259,6 +259,7 @@ pub struct Holding {
 enum Phase {
     Passing,
     Holding,
+    Failing,
     Released,
 }
 
@@ -273,6 +274,12 @@ impl Holding {
         self.held.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Answer every request held, and each it stalls from now on, 503 at once (the box up but
+    /// saying nothing of the run), until [`Self::release`].
+    pub fn fail(&self) {
+        let _ = self.phase.send(Phase::Failing);
+    }
+
     /// Answer every request held 503 (the box stalled, then failed them); later ones pass.
     pub fn release(&self) {
         let _ = self.phase.send(Phase::Released);
@@ -281,8 +288,9 @@ impl Holding {
 
 /// A box whose answers to some requests stall: forwards every request to `target`, but once
 /// [`Holding::hold`] is called holds one whose path and query contain `part` until
-/// [`Holding::release`], then answers it 503. Requests before the hold and after the release
-/// are forwarded.
+/// [`Holding::release`] (or [`Holding::fail`]), then answers it 503; while failing, answers
+/// each such request 503 at once. Requests before the hold and after the release are
+/// forwarded.
 pub async fn start_holding_proxy(target: &str, part: &'static str) -> (String, Holding) {
     #[derive(Clone)]
     struct Proxy {
@@ -293,7 +301,8 @@ pub async fn start_holding_proxy(target: &str, part: &'static str) -> (String, H
         http: reqwest::Client,
     }
     async fn relay(State(mut p): State<Proxy>, req: axum::extract::Request) -> Response {
-        if path_of(&req).contains(p.part) && *p.phase.borrow() == Phase::Holding {
+        let stalls = matches!(*p.phase.borrow(), Phase::Holding | Phase::Failing);
+        if stalls && path_of(&req).contains(p.part) {
             p.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let _ = p.phase.wait_for(|f| *f != Phase::Holding).await;
             return StatusCode::SERVICE_UNAVAILABLE.into_response();

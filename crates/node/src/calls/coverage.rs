@@ -218,8 +218,9 @@ pub fn pin_box(tx: &Tx<'_>, run: &DayRun<'_>, guard: &GuardConfig) -> Result<boo
 /// ([`super::Calls::settle_turn`]): the call stays failed, a `coverage_exceeded` outcome still
 /// refuses the peer's day, and the turn is given back once the outcome is in, the box no longer
 /// has the run, the box has said nothing of it for a while ([`Silence`]: a dead box's turn
-/// stalled the caller's next calls of the skill until the program expired), or the program
-/// expired.
+/// stalled the caller's next calls of the skill until the program expired; the run is still
+/// asked after without the turn, so a `coverage_exceeded` the box answers late is kept), or
+/// the program expired.
 ///
 /// The holder is a row of the store (`guard_turns`), taken in the same transaction that checks
 /// the day's refusal, so it outlives a restart: a call submitted before the restart still runs
@@ -240,6 +241,11 @@ pub struct Turns {
     /// The ended calls whose turn is being settled (their run's outcome asked for), by call id:
     /// one task each, at most [`MAX_SETTLING`].
     settling: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The ended calls whose turn was given back for their box's silence and whose run's late
+    /// word is still listened for ([`super::Calls::settle_turn`]), by call id: one task each,
+    /// at most [`MAX_LATE`]. Apart from `settling`, so calls given back for silence never keep
+    /// another call's turn from being settled.
+    late: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Turns {
@@ -386,6 +392,12 @@ pub const TURN_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 /// [`try_take`] reads from the store — later calls of that peer and skill wait, never pass.
 pub const MAX_SETTLING: usize = 1_024;
 
+/// Ended calls given back for their box's silence whose run's late word is listened for at
+/// once, at most (one task each, until the call's program expires). Past it such a call's run
+/// is not asked after any more: a `coverage_exceeded` its box answers later is not kept here
+/// (that box's own book still refuses the caller there), as before the late word was kept.
+pub const MAX_LATE: usize = 1_024;
+
 /// How long one ask for an ended call's outcome waits before the settling task looks again
 /// whether the turn is still the call's (a submit not taken gives it back meanwhile).
 const SETTLE_LOOK: std::time::Duration = std::time::Duration::from_secs(30);
@@ -436,6 +448,23 @@ impl Silence {
         let since = *self.since.get_or_insert(asked);
         self.asks >= SILENT_ASKS && now.saturating_duration_since(since) >= SILENT_FOR
     }
+}
+
+/// What one ask after an ended call's run heard of it ([`super::Calls::ask_after`]).
+enum Word {
+    /// Its outcome, stepped as any outcome (the call stays ended; a `coverage_exceeded` refuses
+    /// the peer's day) — which also gave back a turn the call still held.
+    Outcome,
+    /// `not_ready`: the box is alive and still has the run.
+    Running,
+    /// No word of the run: a passing failure (a connection refused or cut, a 5xx, `busy`), or
+    /// none within the look.
+    Silent,
+    /// The box has no such run (deleted, expired) or will not say: nothing of it can be
+    /// counted any more.
+    Gone,
+    /// Not asked: the call's own `fetch_outcome` still runs (never two fetches of a run at once).
+    Asking,
 }
 
 /// The box's answer that it has the run and it has not ended (`not_ready`).
@@ -547,6 +576,11 @@ impl super::Calls {
     /// it has no such run, the turn was given back otherwise, or the program expires. Never
     /// two fetches of the run at once: while the call's own `fetch_outcome` action still runs
     /// (it outlives the call's end), this waits for it.
+    ///
+    /// A turn given back for the box's silence ([`Silence`]) is not the run's end: the box may
+    /// only have been slow, and a `coverage_exceeded` it answers later is still the peer's day
+    /// used up. So the task goes on asking ([`Self::heard_late`]) without the turn, and keeps
+    /// that refusal once.
     pub(super) fn settle_turn(&self, key: super::Key, row: Arc<CallRow>) {
         if !self.turns_on() || row.call.run_id.is_none() || !self.holds_turn(&row.call.id) {
             return;
@@ -559,71 +593,113 @@ impl super::Calls {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            this.settled(&key, &row).await;
+            let silent = this.settled(&key, &row).await;
             super::lock(&this.0.turns.settling).remove(&row.call.id);
+            if !silent {
+                return;
+            }
+            {
+                let mut late = super::lock(&this.0.turns.late);
+                if late.len() >= MAX_LATE || !late.insert(row.call.id.clone()) {
+                    return;
+                }
+            }
+            this.heard_late(&key, &row).await;
+            super::lock(&this.0.turns.late).remove(&row.call.id);
         });
     }
 
-    async fn settled(&self, key: &super::Key, row: &Arc<CallRow>) {
-        let mark = (key.clone(), "fetch_outcome", row.call.run_id.clone());
+    /// The settling of [`Self::settle_turn`] while the call holds the turn. Whether the turn
+    /// was given back for the box's silence (the run's late word is then still listened for).
+    async fn settled(&self, key: &super::Key, row: &Arc<CallRow>) -> bool {
         let mut pause = SETTLE_PAUSE;
         let mut silence = Silence::default();
         while self.holds_turn(&row.call.id) {
             if super::now_ms() >= row.call.expires_at_ms {
                 self.end_turn(row);
-                return;
-            }
-            if !super::lock(&self.0.inflight).insert(mark.clone()) {
-                // The call's own fetch still runs: its outcome gives the turn back. What the
-                // box told it meanwhile is not known here, so the silence counts afresh.
-                silence.heard();
-                tokio::time::sleep(SETTLE_PAUSE).await;
-                continue;
+                return false;
             }
             let asked = std::time::Instant::now();
-            let fetched =
-                tokio::time::timeout(SETTLE_LOOK, self.fetch_outcome_within(row, SETTLE_WAIT))
-                    .await;
-            let done = match fetched {
-                Ok(Ok(Some((event, change)))) => {
-                    if let Err(e) = self.apply(key.clone(), event, change).await {
-                        tracing::warn!(call = %key.0, error = %e, "an ended call's outcome not applied");
-                    }
-                    true
-                }
-                // The box still has the run: ask again.
-                Ok(Err(e)) if still_running(&e) => {
+            match self.ask_after(key, row).await {
+                Word::Asking => {
+                    // The call's own fetch still runs: its outcome gives the turn back. What
+                    // the box told it meanwhile is not known here, so the silence counts
+                    // afresh.
                     silence.heard();
-                    false
+                    tokio::time::sleep(SETTLE_PAUSE).await;
+                    continue;
                 }
-                // No word of the run (a passing failure, or none within this look): ask
-                // again, unless the box has been silent long enough to be taken as dead.
-                Ok(Err(e)) if super::driver::transient(&e) => self.silent(row, &mut silence, asked),
-                Err(_) => self.silent(row, &mut silence, asked),
-                // The box has no such run (deleted, expired) or will not say: nothing of it can
-                // be counted any more.
-                Ok(Ok(None)) | Ok(Err(_)) => {
-                    self.end_turn(row);
-                    true
-                }
-            };
-            super::lock(&self.0.inflight).remove(&mark);
-            if done {
                 // An outcome applied gave the turn back in its step (`Change::run_end`).
-                return;
+                Word::Outcome => return false,
+                Word::Gone => {
+                    self.end_turn(row);
+                    return false;
+                }
+                Word::Running => silence.heard(),
+                Word::Silent => {
+                    if self.silent(row, &mut silence, asked) {
+                        return true;
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(SETTLE_LOOK);
+        }
+        false
+    }
+
+    /// Owner: call `key`'s turn was given back for its box's silence, but the box may come
+    /// back: ask after the run, without the turn, until its outcome (stepped once: a
+    /// `coverage_exceeded` marks the peer's day refused, the call stays ended and nothing is
+    /// taken back), the box says it has no such run, or the program expires. Before, nothing
+    /// asked any more, and a box that was only slow refused the run with the owner's record of
+    /// the peer's day missing it — the next decisions for that peer (admission, the charge,
+    /// the turn's day gate) made on a day that looked open.
+    async fn heard_late(&self, key: &super::Key, row: &Arc<CallRow>) {
+        let mut pause = SETTLE_PAUSE;
+        while super::now_ms() < row.call.expires_at_ms {
+            match self.ask_after(key, row).await {
+                Word::Outcome | Word::Gone => return,
+                Word::Running | Word::Silent | Word::Asking => {}
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(SETTLE_LOOK);
         }
     }
 
+    /// One ask after ended call `key`'s run, unless the call's own fetch still runs: the box
+    /// waits at most [`SETTLE_WAIT`] for the run's end, under a look of [`SETTLE_LOOK`]. An
+    /// outcome is stepped here, still marked as this run's one fetch.
+    async fn ask_after(&self, key: &super::Key, row: &Arc<CallRow>) -> Word {
+        let mark = (key.clone(), "fetch_outcome", row.call.run_id.clone());
+        if !super::lock(&self.0.inflight).insert(mark.clone()) {
+            return Word::Asking;
+        }
+        let fetched =
+            tokio::time::timeout(SETTLE_LOOK, self.fetch_outcome_within(row, SETTLE_WAIT)).await;
+        let word = match fetched {
+            Ok(Ok(Some((event, change)))) => {
+                if let Err(e) = self.apply(key.clone(), event, change).await {
+                    tracing::warn!(call = %key.0, error = %e, "an ended call's outcome not applied");
+                }
+                Word::Outcome
+            }
+            Ok(Err(e)) if still_running(&e) => Word::Running,
+            Ok(Err(e)) if super::driver::transient(&e) => Word::Silent,
+            Err(_) => Word::Silent,
+            Ok(Ok(None)) | Ok(Err(_)) => Word::Gone,
+        };
+        super::lock(&self.0.inflight).remove(&mark);
+        word
+    }
+
     /// A settling ask sent at `asked` got no word of the run: give the turn back if the box has
-    /// been silent long enough ([`Silence`]). Whether the settling is done.
+    /// been silent long enough ([`Silence`]). Whether the turn was given back.
     fn silent(&self, row: &CallRow, silence: &mut Silence, asked: std::time::Instant) -> bool {
         if !silence.unanswered(asked, std::time::Instant::now()) {
             return false;
         }
-        tracing::info!(call = %row.call.id, "the box of an ended call's run is silent; its coverage turn is given back");
+        tracing::info!(call = %row.call.id, "the box of an ended call's run is silent; its coverage turn is given back, its run's late word still listened for");
         self.end_turn(row);
         true
     }

@@ -511,10 +511,15 @@ async fn a_hostile_owner_reads_no_regions_off_a_guarded_call() {
 /// Which owner call holds the turn of `peer`'s calls of `taste`, if any (the owner's
 /// `guard_turns`).
 fn turn_holder(owner: &TestNode, peer: &str) -> Option<String> {
+    turn_holder_of(owner, peer, "taste")
+}
+
+/// Which owner call holds the turn of `peer`'s calls of `skill`, if any.
+fn turn_holder_of(owner: &TestNode, peer: &str, skill: &str) -> Option<String> {
     let db = rusqlite::Connection::open(owner.dir.path().join("node.db")).expect("db");
     db.query_row(
-        "SELECT call_id FROM guard_turns WHERE peer = ?1 AND skill = 'taste'",
-        [peer],
+        "SELECT call_id FROM guard_turns WHERE peer = ?1 AND skill = ?2",
+        [peer, skill],
         |r| r.get(0),
     )
     .ok()
@@ -594,17 +599,13 @@ async fn a_call_failed_once_both_submitted_keeps_the_turn_until_its_run_ends() {
     owner.stop().await;
 }
 
-/// Review 22 F3, the owner's side: the box's `coverage_exceeded` for a run whose call already
-/// ended here. The owner's own fetch of the outcome stalls, the peer's `call.failed
-/// coverage_exceeded` ends the owner's call once the box's word is not had in 5 s, and the
-/// stalled fetch then fails (503): the call being over, nothing asked the box again, and the
-/// refusal was never kept — the peer's later calls of the skill that day were admitted and run.
-/// The owner keeps asking for the run's outcome while the call holds its turn, and keeps the
-/// day refused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_days_refusal_the_box_gives_after_the_call_ended_is_kept() {
+/// The owner's call of `lore` ended holding its turn while the box's `coverage_exceeded` for its
+/// run was not had yet: one call answered, then the owner's result requests held (the caller's
+/// omit the note and pass), so the caller heard the box refuse the next run and its
+/// `call.failed coverage_exceeded` ended the owner's call once the box's word was not had in
+/// 5 s. The valley, the proxy holding the owner's fetch and the ended call's id.
+async fn ended_with_the_boxs_word_held() -> (Valley, crate::support::Holding, String) {
     let box_url = obedient_box().await;
-    // The owner's result requests (the caller's omit the note), stalled once held.
     let (front, holding) = crate::support::start_holding_proxy(&box_url, "omit_note=false").await;
     let v = valley_at(front, 350, 500).await;
     let c = v.call("lore", "words 0 40").await;
@@ -624,23 +625,92 @@ async fn a_days_refusal_the_box_gives_after_the_call_ended_is_kept() {
     );
     assert!(holding.held() >= 1, "the owner's fetch was not stalled");
     assert!(!v.refused_today("lore"), "kept before the box's word came");
+    (v, holding, id)
+}
 
+impl Valley {
+    /// The box's refusal of ended call `id`'s run kept within `within` (`lost`: what failed
+    /// otherwise), the call still failed on its peer's word, and the peer's next call of `lore`
+    /// refused at admission.
+    async fn kept_the_late_refusal(&self, id: &str, within: Duration, lost: &str) {
+        let kept = std::time::Instant::now() + within;
+        while !self.refused_today("lore") {
+            assert!(
+                std::time::Instant::now() < kept,
+                "{lost}: guard_coverage {:?}",
+                self.coverage_rows()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let o = self.owner.wait_call(id, LIMIT).await;
+        assert_eq!(
+            o["failure"]["code"], "peer_failed",
+            "failed stays failed: {o}"
+        );
+        self.refused_at_admission("lore", "words 80 120").await;
+    }
+}
+
+/// Review 22 F3, the owner's side: the box's `coverage_exceeded` for a run whose call already
+/// ended here. The owner's own fetch of the outcome stalls, the peer's `call.failed
+/// coverage_exceeded` ends the owner's call once the box's word is not had in 5 s, and the
+/// stalled fetch then fails (503): the call being over, nothing asked the box again, and the
+/// refusal was never kept — the peer's later calls of the skill that day were admitted and run.
+/// The owner keeps asking for the run's outcome while the call holds its turn, and keeps the
+/// day refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_days_refusal_the_box_gives_after_the_call_ended_is_kept() {
+    let (v, holding, id) = ended_with_the_boxs_word_held().await;
     // The stalled fetch fails; the box still has the run's outcome.
     holding.release();
-    let kept = std::time::Instant::now() + LIMIT;
-    while !v.refused_today("lore") {
-        assert!(
-            std::time::Instant::now() < kept,
-            "the box's refusal of a run whose call had ended was never kept"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let o = v.owner.wait_call(&id, LIMIT).await;
+    v.kept_the_late_refusal(
+        &id,
+        LIMIT,
+        "the box's refusal of a run whose call had ended was never kept",
+    )
+    .await;
+    v.stop().await;
+}
+
+/// Review 22b R2's residual: an owner call ended holding its turn, and its box then said
+/// nothing of the run (every result request the owner sent failed at once) for three asks over
+/// 30 s, so the owner gave the turn back. The box was only slow: once it answered again, its
+/// run was refused `coverage_exceeded` — and nothing asked it any more, so the owner's record of
+/// the peer's day missed that refusal and the peer's next call of the skill that day was
+/// admitted. Now the owner goes on asking after the run without the turn and keeps the
+/// refusal, once, the turn staying given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_coverage_exceeded_after_the_turn_was_given_back_for_silence_is_kept() {
+    let (v, holding, id) = ended_with_the_boxs_word_held().await;
+    let holder = || turn_holder_of(&v.owner, &v.caller.peer_id, "lore");
     assert_eq!(
-        o["failure"]["code"], "peer_failed",
-        "failed stays failed: {o}"
+        holder().as_deref(),
+        Some(id.as_str()),
+        "the ended call does not hold its turn"
     );
-    v.refused_at_admission("lore", "words 80 120").await;
+
+    // The box goes silent to the owner: the fetch it held and every ask since fail at once.
+    holding.fail();
+    let given_back = std::time::Instant::now() + Duration::from_secs(120);
+    while holder().is_some() {
+        assert!(
+            std::time::Instant::now() < given_back,
+            "the turn was not given back for the box's silence"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!v.refused_today("lore"), "kept before the box's word came");
+
+    // The box was only slow: it answers again, the run refused for the day.
+    holding.release();
+    v.kept_the_late_refusal(
+        &id,
+        Duration::from_secs(60),
+        "the box's coverage_exceeded after the turn was given back for its silence was never kept",
+    )
+    .await;
+    assert_eq!(v.coverage_rows().len(), 1, "{:?}", v.coverage_rows());
+    assert_eq!(holder(), None, "the late word took the turn back");
     v.stop().await;
 }
 
