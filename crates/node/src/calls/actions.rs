@@ -529,7 +529,7 @@ impl Calls {
         .await
         .map_err(|e| JcError::Internal(format!("sealing worker: {e}")))?;
         let (prior, decided) = facts.map_err(|e| JcError::Internal(format!("ledger: {e}")))?;
-        let (decision, decided_by) = decided_or_default(row, decided);
+        let (decision, decided_by) = decided_or_default(decided);
         if let Some(p) = &prior {
             match &p.answer {
                 Some((EntryKind::StakeTaken, _)) => {
@@ -989,17 +989,15 @@ impl Calls {
     }
 }
 
-/// The decision recorded, or the one a stake without one follows: the owner stakes once it
-/// admitted the call (its admission policy, the skill offered) and verified the box; its consent
-/// rules decide the submit, recorded after.
-fn decided_or_default(row: &CallRow, decided: Option<Decided>) -> Decided {
-    decided.unwrap_or_else(|| {
-        let by = match row.call.role {
-            Role::Owner => "admission",
-            Role::Caller => "unrecorded",
-        };
-        ("allow".to_owned(), by.to_owned())
-    })
+/// The decision the stake follows, as the ledger recorded it. Either side stakes only once its
+/// policy or human allowed the call (the machine owes `Stake` only to a call `consented`, and
+/// the decision's entry is written in the step that consents), so a stake with none recorded
+/// is one of a call allowed before this node kept a ledger: `unrecorded`, on either side. The
+/// owner's stake was labelled `admission` here, from when it staked on admission and decided
+/// the submit after (before 87be2fc): a stake made now never follows admission alone, and
+/// entries older versions wrote keep that label.
+fn decided_or_default(decided: Option<Decided>) -> Decided {
+    decided.unwrap_or_else(|| ("allow".to_owned(), "unrecorded".to_owned()))
 }
 
 /// The crash tests' failpoint inside the stake window: `SKILLBOX_CRASH_AT=<role>:stake_sent`
@@ -1133,6 +1131,19 @@ fn day_used_up(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stake follows the decision the ledger recorded; one with none recorded is of a call
+    /// allowed before the ledger, on either side — never `admission`, which no stake follows
+    /// alone any more.
+    #[test]
+    fn a_stake_with_no_recorded_decision_is_labelled_unrecorded() {
+        let rule = ("allow".to_owned(), "rule:1".to_owned());
+        assert_eq!(decided_or_default(Some(rule.clone())), rule);
+        assert_eq!(
+            decided_or_default(None),
+            ("allow".to_owned(), "unrecorded".to_owned())
+        );
+    }
 
     #[test]
     fn only_a_failed_signed_receipt_without_an_answer_makes_the_boxs_code_a_days_refusal() {
