@@ -149,10 +149,12 @@ impl Wanted {
 
     /// The [`Wanted`] of [`Wanted::query`]'s pairs; `None` for any other query (an unknown key,
     /// a key twice, `only` other than `boxes`, keys that do not go together).
-    pub fn from_query<'a>(pairs: impl IntoIterator<Item = (&'a str, String)>) -> Option<Wanted> {
+    pub fn from_query<K: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (K, String)>,
+    ) -> Option<Wanted> {
         let (mut only, mut after, mut skill, mut peer) = (None, None, None, None);
         for (k, v) in pairs {
-            let slot = match k {
+            let slot = match k.as_ref() {
                 "only" => &mut only,
                 "after" => &mut after,
                 "skill" => &mut skill,

@@ -102,17 +102,18 @@ pub fn mounts(state: AppState, settings: &ReachSettings) -> Mounts {
 /// the callable board skills, the ones a skill argument may name, or none, with this node's
 /// boxes ([`catalog::Wanted`]). A query of another shape, or a cursor it did not hand out, is
 /// refused in fixed words that quote nothing sent.
-async fn catalog_route(State(s): State<AppState>, uri: axum::http::Uri) -> Response {
-    let pairs = uri.query().map_or_else(Vec::new, |q| {
-        reqwest::Url::parse(&format!("{}?{q}", backend::SOCKET_BASE))
-            .map(|u| {
-                u.query_pairs()
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    });
-    let wanted = catalog::Wanted::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.clone())));
+async fn catalog_route(
+    State(s): State<AppState>,
+    pairs: Result<
+        axum::extract::Query<Vec<(String, String)>>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Response {
+    // The query's pairs in order, repeats kept (`from_query` refuses a key twice); a query the
+    // decoder refuses is refused as any other shape, in the same fixed words.
+    let wanted = pairs
+        .ok()
+        .and_then(|axum::extract::Query(pairs)| catalog::Wanted::from_query(pairs));
     let Some(wanted) = wanted else {
         return (
             axum::http::StatusCode::BAD_REQUEST,

@@ -453,19 +453,18 @@ impl<B: Backend> SkillboxMcp<B> {
         &self,
         request: Option<PaginatedRequestParams>,
     ) -> Result<(Vec<catalog::CallableSkill>, Option<String>), ErrorData> {
-        let cursor = request.as_ref().and_then(|r| r.cursor.clone());
-        if cursor
-            .as_deref()
-            .is_some_and(|c| skillbox_node::peering::RowKey::from_cursor(c).is_none())
-        {
-            return Err(ErrorData::invalid_params("invalid cursor", None));
+        let after = request.and_then(|r| r.cursor);
+        match self.backend.catalog(&Wanted::Page { after }).await {
+            Ok(cat) => Ok((cat.skills, cat.next)),
+            // The one check of a cursor is the backend's, where the board is read: its refusal
+            // reaches the client as the closed code, in fixed words (the cursor is not said
+            // back), never as an empty page that reads as the board's end.
+            Err(e) if e.code() == INVALID_CURSOR => Err(ErrorData::invalid_params(
+                "invalid cursor: not one this server handed out (pass a page's nextCursor)",
+                Some(json!({ "code": INVALID_CURSOR })),
+            )),
+            Err(_) => Ok((Vec::new(), None)),
         }
-        let cat = self
-            .backend
-            .catalog(&Wanted::Page { after: cursor })
-            .await
-            .unwrap_or_default();
-        Ok((cat.skills, cat.next))
     }
 
     /// The board skill whose SEP-2640 stub is at `uri` (`skills/get`, `resources/read`), if
@@ -794,6 +793,9 @@ const ASKING: catalog::Asking = catalog::Asking {
     contradicting_peer: "`peer` is not the peer of the skill id in `skill` (leave `peer` out with an id)",
 };
 
+/// The backend's code for a cursor it did not hand out, the one MCP passes on as it is.
+const INVALID_CURSOR: &str = "invalid_cursor";
+
 fn internal(e: &BackendError) -> ErrorData {
     ErrorData::internal_error(format!("{e}"), None)
 }
@@ -1111,8 +1113,16 @@ mod tests {
     }
 
     impl Backend for Recording {
-        async fn catalog(&self, _: &Wanted) -> Result<Catalog, BackendError> {
-            Ok(Catalog::default())
+        /// The node's own read, of an empty board: its checks, none of its rows.
+        async fn catalog(&self, wanted: &Wanted) -> Result<Catalog, BackendError> {
+            let board = Mutex::new(skillbox_peers::Board::new(Default::default()));
+            let (skills, next) =
+                crate::backend::read_catalog(&board, wanted, "Self1", &Default::default(), &[])?;
+            Ok(Catalog {
+                skills,
+                next,
+                ..Catalog::default()
+            })
         }
         async fn start(&self, _: StartCall) -> Result<CallSnapshot, BackendError> {
             Err(BackendError::Unavailable("not in this test".into()))
@@ -1154,6 +1164,31 @@ mod tests {
             "state": "submitted"
         }))
         .expect("snapshot")
+    }
+
+    /// A cursor the node did not hand out (an older format's, or any text) is refused by the
+    /// backend's one check, and MCP passes the refusal on as its closed code: it used to check
+    /// cursors itself and drop the backend's refusal for an empty page, which a client reads as
+    /// the board's end. A cursor of the node's is taken.
+    #[tokio::test]
+    async fn a_bad_cursor_reaches_the_client_as_the_closed_code() {
+        let mcp = SkillboxMcp::new(Recording::of(submitted()), McpSettings::default());
+        let id = skillbox_peers::PeerId::random().to_base58();
+        let page = |cursor: String| {
+            let mut p = PaginatedRequestParams::default();
+            p.cursor = Some(cursor);
+            mcp.page_of_skills(Some(p))
+        };
+        for bad in [format!("{id}/taste"), "0".into(), format!("<{id}>.61")] {
+            let e = page(bad.clone())
+                .await
+                .expect_err("not a cursor of the node's");
+            assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{bad}");
+            assert_eq!(e.data, Some(json!({ "code": "invalid_cursor" })), "{bad}");
+            assert!(!e.message.contains(&bad), "{}", e.message);
+        }
+        let ours = skillbox_node::peering::RowKey::of(&id, "taste").cursor();
+        assert_eq!(page(ours).await.expect("the node's cursor"), (vec![], None));
     }
 
     /// The human presses stop in the MCP host while `apply_skill` waits: the call itself is

@@ -380,3 +380,63 @@ async fn an_a2a_refusal_echoes_none_of_the_clients_text() {
         "{text}"
     );
 }
+
+/// The catalog route decodes its query as a form (axum's `Query`), not through a URL made up
+/// for it: what `skillbox mcp` encodes comes back the same (`+` and `%20` a space, a framed
+/// name's brackets); a key twice or an unknown key is refused in fixed words; and a cursor the
+/// node did not hand out, the format reach used to hand out among them, is refused with the
+/// closed `invalid_cursor`, over the socket and through the HTTP backend alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_route_reads_its_query_as_a_form_and_refuses_a_bad_cursor() {
+    use skillbox_reach::backend::CATALOG_PATH;
+    use skillbox_reach::catalog::Wanted;
+    let w = World::start().await;
+    let token = Some(w.serving.token.as_str());
+    let at = |q: &str| format!("{CATALOG_PATH}?{q}");
+    // The hostile peer's skill, asked by name in this process's frame, spaces encoded both ways.
+    let framed = skillbox_reach::catalog::frame("taste");
+    for q in [
+        format!("skill={}", framed.replace(' ', "+")),
+        format!(
+            "skill={}&peer={}",
+            framed.replace(' ', "%20"),
+            w.hostile_id()
+        ),
+    ] {
+        let (status, body, text) = w.get(&at(&q), token).await;
+        assert_eq!(status, 200, "{q}: {text}");
+        assert!(body["skills"].is_array(), "{q}: {text}");
+    }
+    for q in ["skill=a&skill=b", "only=boxes&after=x", "limit=5", "peer=P"] {
+        let (status, body, text) = w.get(&at(q), token).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("validation_error")),
+            "{q}: {text}"
+        );
+    }
+    let old = format!("{}/taste", w.hostile_id());
+    for after in [old.as_str(), "0", "%E2%9F%A6ECHOMARK"] {
+        let (status, body, text) = w.get(&at(&format!("after={after}")), token).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_cursor")),
+            "{after}: {text}"
+        );
+        assert!(!text.contains("ECHOMARK") && !text.contains(&old), "{text}");
+    }
+    let refused = w
+        .http()
+        .catalog(&Wanted::Page {
+            after: Some(old.clone()),
+        })
+        .await
+        .expect_err("not a cursor of the node's");
+    assert_eq!(refused.code(), "invalid_cursor");
+    let cat = w
+        .http()
+        .catalog(&Wanted::first_page())
+        .await
+        .expect("first page");
+    assert_eq!(cat.next, None, "one peer's skill, whose box no side shares");
+}
