@@ -83,11 +83,22 @@ pub fn json_body(bytes: &[u8]) -> Value {
 /// The `name` of each entry of the list `key` in an answer (`{"skills": [{"name": …}, …]}`), in
 /// its order.
 pub fn names<'a>(answer: &'a Value, key: &str) -> Vec<&'a str> {
+    field_of_each(answer, key, "name")
+}
+
+/// The string `field` of each entry of the list `key` in an answer, in its order: a ledger's
+/// entry kinds (`entries`, `kind`), what a stake entry staked (`items`, `stake`). Every entry
+/// must have it: one without is a failure, not left out.
+pub fn field_of_each<'a>(answer: &'a Value, key: &str, field: &str) -> Vec<&'a str> {
     answer[key]
         .as_array()
-        .expect("a list")
+        .unwrap_or_else(|| panic!("no list `{key}`: {answer}"))
         .iter()
-        .map(|e| e["name"].as_str().expect("name"))
+        .map(|e| {
+            e[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("no `{field}` in {e}"))
+        })
         .collect()
 }
 

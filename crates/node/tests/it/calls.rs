@@ -281,12 +281,7 @@ async fn an_owners_no_leaves_nothing_of_the_skill_in_the_box() {
     assert_eq!(c["state"], "failed", "{c}");
     assert_eq!(stakes(), 0, "the owner's stake reached the box");
     let entries = w.owner.get(&format!("/ledger?call={id}")).await.body;
-    let kinds: Vec<&str> = entries["entries"]
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter_map(|e| e["kind"].as_str())
-        .collect();
+    let kinds = skillbox_testkit::answer::field_of_each(&entries, "entries", "kind");
     assert!(kinds.contains(&"decision"), "{entries}");
     assert!(!kinds.iter().any(|k| k.starts_with("stake")), "{entries}");
     assert!(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::support;
 use crate::support::{TestNode, World, provider_double, world, world_holding_songs};
 use serde_json::{Value, json};
+use skillbox_testkit::answer::field_of_each;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -59,8 +60,11 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     assert_eq!(stake["provider"], "openai");
     assert!(stake["providerHost"].as_str().is_some(), "{stake}");
     let items = stake["items"].as_array().expect("items");
-    let kinds: Vec<&str> = items.iter().filter_map(|i| i["stake"].as_str()).collect();
-    assert_eq!(kinds, ["request", "source"], "{stake}");
+    assert_eq!(
+        field_of_each(stake, "items", "stake"),
+        ["request", "source"],
+        "{stake}"
+    );
     // The digest is the source store's keyed digest: the one the source listing shows.
     let listed = w.caller.get("/sources").await.body;
     let songs = listed["sources"]
@@ -87,14 +91,8 @@ async fn each_side_records_its_decision_and_its_stake_signed_and_without_content
     assert_eq!(stake["kind"], "stake");
     assert_eq!(stake["decidedBy"], "default", "{stake}");
     assert_eq!(stake["sources"], json!([]));
-    let owner_kinds: Vec<&str> = stake["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|i| i["stake"].as_str())
-        .collect();
     assert_eq!(
-        owner_kinds,
+        field_of_each(stake, "items", "stake"),
         ["body", "model", "key", "day_limits"],
         "{stake}"
     );
@@ -420,13 +418,7 @@ async fn a_stake_the_box_took_is_recorded_though_the_box_stalled_then_lost_the_r
             .iter()
             .find(|e| e["kind"] == "stake")
             .unwrap_or_else(|| panic!("no stake entry though the bytes left: {all:?}"));
-        let items: Vec<&str> = stake["items"]
-            .as_array()
-            .expect("items")
-            .iter()
-            .filter_map(|i| i["stake"].as_str())
-            .collect();
-        assert_eq!(items, kinds, "{stake}");
+        assert_eq!(field_of_each(stake, "items", "stake"), kinds, "{stake}");
         let refused = all
             .iter()
             .find(|e| e["kind"] == "stake_refused")
