@@ -10,7 +10,9 @@
 use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
-use skillbox_peers::{AcceptedBox, BoardRow, RowRef};
+#[cfg(test)]
+use skillbox_peers::BoardRow;
+use skillbox_peers::{AcceptedBox, RowRef};
 // What a reader cannot see: the one rule the node's log lines keep too.
 use skillbox_skill::text::is_invisible;
 
@@ -292,7 +294,7 @@ impl Catalog {
     ///   peer's skill, and a peer that named its skill `s-<digest of another's>` must not have
     ///   a call of its listed name reach the other's skill. A bare `s-<digest>` that is both a
     ///   digest and some peer's name, of two peers, is refused as offered by several.
-    ///   ([`callable`] already keeps no name of that form; this holds for any catalog.)
+    ///   ([`admitted`] already keeps no name of that form; this holds for any catalog.)
     ///
     /// A refusal's words otherwise: fixed, in `words`, or naming what the agent sent only in
     /// its frame ([`offered_by_several`]).
@@ -605,8 +607,8 @@ pub fn shown_required(required: &[String], held: &HashSet<String>) -> Vec<String
     out
 }
 
-/// The fields of a board row the catalog reads, borrowed: from a [`BoardRow`] or, under the
-/// board's lock, a [`RowRef`].
+/// The fields of a board row the catalog reads, borrowed from a [`RowRef`] under the board's
+/// lock (and, in tests, from a whole row).
 #[derive(Clone, Copy, Debug)]
 pub struct RowFields<'a> {
     pub peer: &'a str,
@@ -616,6 +618,7 @@ pub struct RowFields<'a> {
     pub required_sources: &'a [String],
 }
 
+#[cfg(test)]
 impl<'a> From<&'a BoardRow> for RowFields<'a> {
     fn from(r: &'a BoardRow) -> Self {
         RowFields {
@@ -640,9 +643,9 @@ impl<'a> From<RowRef<'a>> for RowFields<'a> {
     }
 }
 
-/// [`callable`]'s checks of the row itself, which copy nothing: a peer other than `own_id`,
-/// names that follow the grammars, required sources this node holds at least one of (or none
-/// required). What a read of the board runs on each row under its lock before copying any.
+/// A row's own checks, which copy nothing: a peer other than `own_id`, names that follow the
+/// grammars, required sources this node holds at least one of (or none required). What a read
+/// of the board runs on each row under its lock before copying any.
 pub fn admitted(r: RowFields<'_>, own_id: &str, held: &HashSet<String>) -> bool {
     r.peer != own_id
         && valid_peer(r.peer)
@@ -693,9 +696,11 @@ pub fn in_listing_order(skills: &mut Vec<CallableSkill>) {
     skills.dedup_by(|a, b| a.skill == b.skill && a.peer == b.peer);
 }
 
-/// The skills this node can call: rows [`admitted`] whose owner accepts a box this node
-/// accepts. Sorted by skill, then peer.
-pub fn callable(
+/// The skills this node can call of a list of whole rows: rows [`admitted`] whose owner
+/// accepts a box this node accepts, sorted by skill, then peer. What the board's read
+/// (`backend::read_catalog`) answers a row at a time, for the tests of these rules.
+#[cfg(test)]
+pub(crate) fn callable(
     rows: &[BoardRow],
     boxes_of: impl Fn(&str) -> Vec<AcceptedBox>,
     own_id: &str,
