@@ -564,6 +564,15 @@ impl TestNode {
         a.assert_written("skill import");
     }
 
+    /// This node holds the `openai-key` `key` and offers `taste` (`body_marker` its body,
+    /// `required` the caller's sources it asks for): the owner of [`pair_at`] and of the tests
+    /// that start their owner themselves.
+    pub async fn offer_taste(&self, body_marker: &str, key: &str, required: &[&str]) {
+        self.put_source("openai-key", "secret", key).await;
+        self.add_skill(&skill_doc("taste", body_marker, required))
+            .await;
+    }
+
     /// Store a source; user data (not a secret) is marked shareable, as its human would for
     /// data a skill asks for. See [`TestNode::put_private_source`].
     pub async fn put_source(&self, name: &str, kind: &str, content: &str) {
@@ -923,10 +932,7 @@ pub async fn pair_at(
     tune_caller: impl FnOnce(&mut Config),
 ) -> (TestNode, TestNode) {
     let owner = TestNode::start(box_url, vec![], tune_owner).await;
-    owner.put_source("openai-key", "secret", key).await;
-    owner
-        .add_skill(&skill_doc("taste", body_marker, required))
-        .await;
+    owner.offer_taste(body_marker, key, required).await;
     let caller = TestNode::start(box_url, vec![owner.p2p.clone()], tune_caller).await;
     caller.wait_board(&owner.peer_id, "taste").await;
     (owner, caller)

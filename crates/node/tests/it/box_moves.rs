@@ -255,24 +255,22 @@ async fn a_forwarded_attestation_without_the_owners_half_is_not_taken() {
     let (proxy_url, seen) = support::start_faltering_proxy(&box_url, "/attestation", 0).await;
     let accept = vec![proxy_url.clone()];
     let owner = TestNode::start(&proxy_url, vec![], move |c| c.boxes.accept = accept).await;
-    owner.put_source("openai-key", "secret", "sk-FWD-H").await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-FWD-H", &[]))
-        .await;
-    let mut hostile = RawPeer::start(79, &owner).await;
-    let offered = hostile
-        .advert(LIMIT, |o| !o.boxes.is_empty() && offers_taste(o))
-        .await;
     let id = "00112233445566778899aabbccddee02";
-    let (mut env, accepted) = hostile_request(&mut hostile, &offered, id, &provider_url).await;
+    let (hostile, env, accepted) = admitted_hostile_caller(
+        &owner,
+        "FWD-H",
+        79,
+        |o| !o.boxes.is_empty(),
+        id,
+        &provider_url,
+    )
+    .await;
     let owner_half = accepted.body["nonce"].as_str().unwrap_or_default();
     assert!(
         skillbox_jc::client::is_nonce_half(owner_half),
         "the owner's half: {:?}",
         accepted.body
     );
-    env.signatures
-        .push(serde_json::from_value(accepted.body["signature"].clone()).expect("signature"));
     // The open asks for the caller's own nonce: the report is genuine, the owner's half absent.
     let client = skillbox_jc::client::BoxClient::new(&proxy_url).expect("client");
     let own = skillbox_jc::client::new_nonce();
@@ -291,15 +289,7 @@ async fn a_forwarded_attestation_without_the_owners_half_is_not_taken() {
         )
         .await;
     // The owner stakes into the run only once it checked it itself.
-    let deadline = std::time::Instant::now() + LIMIT;
-    loop {
-        let stakes = entries(&owner, id, "stake").await;
-        if stakes.iter().any(|e| e["run"] == run.as_str()) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no stake: {stakes:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    staked_into(&owner, id, &run).await;
     let asked = attestations_asked(&seen);
     assert_eq!(
         asked - asked_before,
@@ -343,18 +333,33 @@ async fn a_box_that_died_after_the_stake_is_not_left_and_the_call_fails_with_its
     support::stop_all([caller, owner]).await;
 }
 
-/// The caller's human is asked before every stake (the owner's side allows).
-/// A hostile caller's admissible request for the owner's `taste` (provider at `provider_url`),
-/// accepted: its program, signed by the caller alone, and the owner's `call.accepted`.
-async fn hostile_request(
-    hostile: &mut RawPeer,
-    offered: &skillbox_peers::Advert,
+/// `owner` offering `taste` (its key and body marked `tag`) and a hostile caller speaking the
+/// protocol itself (a raw peer of key `seed`), admitted to call `id` once the owner's advert
+/// offers `taste` and passes `listed`: the peer, the program (provider at `provider_url`) signed
+/// by the caller and then by the owner (the signature its `call.accepted` carries), and that
+/// `call.accepted`.
+async fn admitted_hostile_caller(
+    owner: &TestNode,
+    tag: &str,
+    seed: u8,
+    listed: impl Fn(&skillbox_peers::Advert) -> bool,
     id: &str,
     provider_url: &str,
-) -> (skillbox_jc::dsse::Envelope, skillbox_peers::Payload) {
-    let mut program = crate::hostile::admissible_program(offered, &hostile.key, id);
+) -> (
+    RawPeer,
+    skillbox_jc::dsse::Envelope,
+    skillbox_peers::Payload,
+) {
+    owner
+        .offer_taste(&format!("BODY-{tag}"), &format!("sk-{tag}"), &[])
+        .await;
+    let mut hostile = RawPeer::start(seed, owner).await;
+    let offered = hostile
+        .advert(LIMIT, |o| listed(o) && offers_taste(o))
+        .await;
+    let mut program = crate::hostile::admissible_program(&offered, &hostile.key, id);
     program.provider.host = Some(provider_url.to_owned());
-    let env = skillbox_jc::dsse::sign_program(&program, &hostile.key).expect("sign");
+    let mut env = skillbox_jc::dsse::sign_program(&program, &hostile.key).expect("sign");
     let wire: Value = serde_json::from_slice(&env.to_json()).expect("json");
     let accepted = hostile
         .request(
@@ -369,9 +374,28 @@ async fn hostile_request(
         "{:?}",
         accepted.body
     );
-    (env, accepted)
+    env.signatures
+        .push(serde_json::from_value(accepted.body["signature"].clone()).expect("signature"));
+    (hostile, env, accepted)
 }
 
+/// `owner`'s stake entries of call `id` once one of them is into `run` (within [`LIMIT`]).
+async fn staked_into(owner: &TestNode, id: &str, run: &str) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let stakes = entries(owner, id, "stake").await;
+        if stakes.iter().any(|e| e["run"] == run) {
+            return stakes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stake into {run}: {stakes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The caller's human is asked before every stake (the owner's side allows).
 fn caller_asks(c: &mut skillbox_node::Config) {
     // The shipped rule, for every call (not only those with sources).
     c.policy.rules.push(skillbox_calls::Rule {
@@ -602,36 +626,17 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
         c.guard.day_box_moves = MAX_MOVES as u32 + 2;
     })
     .await;
-    owner.put_source("openai-key", "secret", "sk-MOVE-H").await;
-    owner
-        .add_skill(&skill_doc("taste", "BODY-MOVE-H", &[]))
-        .await;
-    let mut hostile = RawPeer::start(78, &owner).await;
-    // The owner's advert, once it lists every box and the skill just imported.
-    let offered = hostile
-        .advert(LIMIT, |o| o.boxes.len() == urls.len() && offers_taste(o))
-        .await;
     let id = "00112233445566778899aabbccddee01";
-    let (mut env, accepted) = hostile_request(&mut hostile, &offered, id, &provider_url).await;
-    env.signatures
-        .push(serde_json::from_value(accepted.body["signature"].clone()).expect("signature"));
-    let staked_into = |run: String| {
-        let owner = &owner;
-        async move {
-            let deadline = std::time::Instant::now() + LIMIT;
-            loop {
-                let stakes = entries(owner, id, "stake").await;
-                if stakes.iter().any(|e| e["run"] == run.as_str()) {
-                    return stakes;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "no stake into {run}: {stakes:?}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    // Admitted once the owner's advert lists every box.
+    let (mut hostile, env, _) = admitted_hostile_caller(
+        &owner,
+        "MOVE-H",
+        78,
+        |o| o.boxes.len() == urls.len(),
+        id,
+        &provider_url,
+    )
+    .await;
     let mut runs = Vec::new();
     for (i, url) in urls.iter().enumerate() {
         let client = skillbox_jc::client::BoxClient::new(url).expect("client");
@@ -647,7 +652,7 @@ async fn a_caller_cannot_spread_the_owners_body_over_boxes_by_moving_the_run() {
         if i > MAX_MOVES {
             break;
         }
-        staked_into(run).await;
+        staked_into(&owner, id, &run).await;
         if i == 1 {
             // Back to the run the owner left: ignored, nothing staked there again.
             hostile

@@ -407,10 +407,7 @@ async fn without_a_common_box_the_call_is_refused() {
     let (provider_url, _log) = support::provider_double(Duration::ZERO).await;
     let box_a = support::start_box(&provider_url).await;
     let owner = TestNode::start(&box_a, vec![], |_| {}).await;
-    owner.put_source("openai-key", "secret", "sk-x").await;
-    owner
-        .add_skill(&support::skill_doc("taste", "B", &[]))
-        .await;
+    owner.offer_taste("B", "sk-x", &[]).await;
     // The caller accepts no box at all.
     let caller = TestNode::start(&box_a, vec![owner.p2p.clone()], |c| c.boxes.accept.clear()).await;
     caller.wait_board(&owner.peer_id, "taste").await;

@@ -59,10 +59,7 @@ async fn forged_board(tag: &str) -> (TestNode, TestNode, support::ProviderLog) {
     let box_url = support::start_box(&provider_url).await;
     let owner = TestNode::start(&box_url, vec![], |_| {}).await;
     owner
-        .put_source("openai-key", "secret", &format!("sk-{tag}"))
-        .await;
-    owner
-        .add_skill(&skill_doc("taste", &format!("BODY-{tag}"), &[]))
+        .offer_taste(&format!("BODY-{tag}"), &format!("sk-{tag}"), &[])
         .await;
     let caller = TestNode::start_with_directory(
         &box_url,
@@ -382,10 +379,7 @@ async fn only_a_box_that_runs_the_provider_is_picked_and_a_late_box_is_learnt_on
         c.schedules.advertise_secs = 1;
     })
     .await;
-    owner2.put_source("openai-key", "secret", "sk-late").await;
-    owner2
-        .add_skill(&skill_doc("taste", "BODY-LATE", &[]))
-        .await;
+    owner2.offer_taste("BODY-LATE", "sk-late", &[]).await;
     let caller2 = TestNode::start(&late_url, vec![owner2.p2p.clone()], |c| {
         // Far longer than the test: only an on-demand refresh can learn the box in time.
         c.schedules.advertise_secs = 3600;
@@ -967,12 +961,7 @@ async fn a_call_request_reusing_one_of_this_nodes_own_call_ids_is_refused() {
     };
     let w = world("BODY-H15", "sk-H15", &["songs"], |_| {}, shipped).await;
     // The caller offers a `taste` of its own, so a request for it is otherwise admissible.
-    w.caller
-        .put_source("openai-key", "secret", "sk-C-H15")
-        .await;
-    w.caller
-        .add_skill(&skill_doc("taste", "BODY-C-H15", &[]))
-        .await;
+    w.caller.offer_taste("BODY-C-H15", "sk-C-H15", &[]).await;
     w.caller.put_source("songs", "text", "SONGS-MARK-H15").await;
     // Its own call X, parked for its human's consent to stake `songs`.
     let x = w.caller.start_call(&w.owner.peer_id, "taste", "mine").await;
