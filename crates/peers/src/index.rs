@@ -8,10 +8,19 @@
 //! [`skillbox_calls::vocabulary::shards`] keys, the provider registering under the one its peer
 //! id selects, the searcher looking up all of them, so a server's bounded list per key
 //! ([`MAX_PROVIDERS_PER_KEY`]) never hides the providers of a popular term.
+//!
+//! A full key does not keep its first holders for ever ([`key_slot`]): a peer id's shard is
+//! ground offline in a few tries, so first come let ~160 free ids hold every slot of every
+//! category key. A newcomer takes the slot of a held provider drawn at random from the address
+//! group (IPv4 /24, IPv6 /48, as the server saw the connection) that holds the most slots, and
+//! one group holds at most [`MAX_SLOTS_PER_GROUP`] slots of a key.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasher;
+use std::net::Ipv6Addr;
 
 use libp2p::kad::RecordKey;
+use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
 use sha2::{Digest, Sha256};
 use skillbox_calls::vocabulary::{CATEGORY_SHARDS, Vocabulary, shards};
@@ -20,10 +29,15 @@ use crate::rate::Buckets;
 
 /// Keys a search looks up at most (in parallel).
 pub const MAX_LOOKUPS: usize = 16;
-/// Providers a DHT server keeps per key: libp2p's default (k = 20), first come, later ones
-/// ignored (libp2p's own rule, which keeps a flood of fresh identities from evicting the
-/// providers already held). Sharding keeps a popular term's providers under it per shard.
+/// Providers a DHT server keeps per key: libp2p's default (k = 20). Past it a newcomer takes a
+/// held provider's slot by [`key_slot`]'s rule (libp2p's own, first come for ever, let ground
+/// ids hold a key against every later provider). Sharding keeps a popular term's providers
+/// under it per shard.
 pub const MAX_PROVIDERS_PER_KEY: usize = libp2p::kad::K_VALUE.get();
+/// Slots of one key that providers from one address group ([`AddressGroup`]) hold on a server
+/// at most: a fifth of the key, so ids from one /24 or /48, however many, leave most of it to
+/// others. A fifth newcomer from a full group takes one of its own group's slots.
+pub const MAX_SLOTS_PER_GROUP: usize = 4;
 
 const DOMAIN: &[u8] = b"skillbox/index/1";
 
@@ -192,8 +206,8 @@ pub fn record_addresses(addresses: Vec<Multiaddr>) -> Vec<Multiaddr> {
 pub enum ProviderRefusal {
     /// The key is not [`KEY_LEN`] bytes: no index key. Refused before the gate is charged.
     MalformedKey,
-    /// The key already names its [`MAX_PROVIDERS_PER_KEY`] providers (first come: a newcomer
-    /// is not kept). The gate is not charged.
+    /// The key already names its [`MAX_PROVIDERS_PER_KEY`] providers and none of them may
+    /// give up its slot (only the server's own record is held so). The gate is not charged.
     KeyFull,
     /// The server's store refused the record; the gate forgot the key again.
     StoreFull,
@@ -211,13 +225,21 @@ pub struct ProviderLimits {
     pub max_keys_per_provider: usize,
 }
 
+/// One key a provider holds on the server.
+#[derive(Clone, Copy, Debug)]
+struct Share {
+    expires_ms: u64,
+    group: AddressGroup,
+}
+
 /// The server side's bookkeeping per provider: a token bucket for new records and the keys
 /// held, so one node flooding ADD_PROVIDER gets only its share and honest records stay.
 pub struct ProviderGate {
     limits: ProviderLimits,
     rate: Buckets,
-    /// Keys held per provider, with when each expires.
-    shares: HashMap<PeerId, HashMap<Vec<u8>, u64>>,
+    /// Keys held per provider, with when each expires and the address group the provider
+    /// registered it from (what [`key_slot`] counts the slot under).
+    shares: HashMap<PeerId, HashMap<Vec<u8>, Share>>,
     /// Providers tracked at most; beyond this the ones whose keys all expired go first.
     max_providers: usize,
 }
@@ -232,18 +254,21 @@ impl ProviderGate {
         }
     }
 
-    /// May `provider`'s record for `key` (expiring at `expires_ms`) be kept? A new key spends one
-    /// token of the provider's rate and needs room in its share; a refresh of a key held is free.
+    /// May `provider`'s record for `key` (expiring at `expires_ms`), sent from `group`, be kept?
+    /// A new key spends one token of the provider's rate and needs room in its share; a refresh
+    /// of a key held is free and keeps the group the key was registered from (a provider moving
+    /// its ids to one group by refreshes would pass [`MAX_SLOTS_PER_GROUP`]).
     pub fn admit(
         &mut self,
         provider: PeerId,
         key: &[u8],
+        group: AddressGroup,
         expires_ms: u64,
         now_ms: u64,
     ) -> Result<(), ProviderRefusal> {
         if !self.shares.contains_key(&provider) && self.shares.len() >= self.max_providers {
             self.shares.retain(|_, keys| {
-                keys.retain(|_, e| *e > now_ms);
+                keys.retain(|_, s| s.expires_ms > now_ms);
                 !keys.is_empty()
             });
             if self.shares.len() >= self.max_providers {
@@ -251,12 +276,12 @@ impl ProviderGate {
             }
         }
         let keys = self.shares.entry(provider).or_default();
-        keys.retain(|_, e| *e > now_ms);
-        if let Some(expiry) = keys.get_mut(key) {
+        keys.retain(|_, s| s.expires_ms > now_ms);
+        if let Some(share) = keys.get_mut(key) {
             // A refresh of a key held (the provider's periodic republish) takes no new space
             // and spends no rate: an honest node republishing all its keys at once is never
             // refused, whatever its interval.
-            *expiry = expires_ms;
+            share.expires_ms = expires_ms;
             return Ok(());
         }
         if !self.rate.take(&provider, now_ms) {
@@ -265,8 +290,13 @@ impl ProviderGate {
         if keys.len() >= self.limits.max_keys_per_provider {
             return Err(ProviderRefusal::TooManyKeys);
         }
-        keys.insert(key.to_vec(), expires_ms);
+        keys.insert(key.to_vec(), Share { expires_ms, group });
         Ok(())
+    }
+
+    /// The address group `provider` registered `key` from, while it holds it.
+    pub fn group(&self, provider: &PeerId, key: &[u8]) -> Option<AddressGroup> {
+        self.shares.get(provider)?.get(key).map(|s| s.group)
     }
 
     /// Forget `provider`'s `key` again: the record [`admit`](Self::admit) took was not stored,
@@ -282,16 +312,158 @@ impl ProviderGate {
 
     /// Keys currently held for `provider`.
     pub fn held(&self, provider: &PeerId, now_ms: u64) -> usize {
-        self.shares
-            .get(provider)
-            .map_or(0, |keys| keys.values().filter(|e| **e > now_ms).count())
+        self.shares.get(provider).map_or(0, |keys| {
+            keys.values().filter(|s| s.expires_ms > now_ms).count()
+        })
     }
+}
+
+/// Where a connection came from, as coarsely as one party's addresses usually are: an IPv4
+/// /24, an IPv6 /48 (a site's allocation), or, on the in-process memory transport, the one
+/// address (no remote party reaches it). A relayed connection counts under its relay's address:
+/// the one the server sees. [`key_slot`] counts a key's slots per group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AddressGroup {
+    V4([u8; 3]),
+    V6([u8; 6]),
+    Memory(u64),
+    /// No IP address in the connection's: all such count as one group.
+    Unknown,
+}
+
+impl AddressGroup {
+    /// The group of a connection's remote address.
+    pub fn of(addr: &Multiaddr) -> AddressGroup {
+        for p in addr.iter() {
+            match p {
+                Protocol::Ip4(ip) => {
+                    let [a, b, c, _] = ip.octets();
+                    return AddressGroup::V4([a, b, c]);
+                }
+                Protocol::Ip6(ip) => return AddressGroup::of_ip6(ip),
+                Protocol::Memory(port) => return AddressGroup::Memory(port),
+                _ => {}
+            }
+        }
+        AddressGroup::Unknown
+    }
+
+    fn of_ip6(ip: Ipv6Addr) -> AddressGroup {
+        // An IPv4 peer seen through a dual-stack socket is its IPv4 /24, not one /48 for all.
+        if let Some(v4) = ip.to_ipv4_mapped() {
+            let [a, b, c, _] = v4.octets();
+            return AddressGroup::V4([a, b, c]);
+        }
+        let o = ip.octets();
+        AddressGroup::V6([o[0], o[1], o[2], o[3], o[4], o[5]])
+    }
+}
+
+/// Draws the random choices of the index rules: SHA-256 of a seed and a counter. Seeded from
+/// the process's hash keys (random per process, from the OS) in a node, so a provider cannot
+/// predict which slot its record takes; seeded by a test to replay the same draws.
+pub struct Draw {
+    seed: [u8; 32],
+    counter: u64,
+}
+
+impl Draw {
+    pub fn seeded(seed: [u8; 32]) -> Draw {
+        Draw { seed, counter: 0 }
+    }
+
+    /// A draw no outsider can replay: std's `RandomState` keys come from the OS per process.
+    pub fn unpredictable() -> Draw {
+        let mut seed = [0u8; 32];
+        for (i, chunk) in seed.chunks_mut(8).enumerate() {
+            let v = std::collections::hash_map::RandomState::new().hash_one(i);
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        Draw::seeded(Sha256::digest(seed).into())
+    }
+
+    /// A number in `0..n` (`0` for `n == 0`); the bias of the modulo is below 2^-40 for the
+    /// small `n` of these rules.
+    pub fn below(&mut self, n: usize) -> usize {
+        let digest = Sha256::new()
+            .chain_update(self.seed)
+            .chain_update(self.counter.to_be_bytes())
+            .finalize();
+        self.counter = self.counter.wrapping_add(1);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&digest[..8]);
+        (u64::from_be_bytes(v) % (n.max(1) as u64)) as usize
+    }
+}
+
+/// Where a provider record a server was sent goes in its key ([`key_slot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySlot {
+    /// The provider holds a slot already: a refresh.
+    Held,
+    /// A slot is free.
+    Free,
+    /// The newcomer takes this held provider's slot.
+    Replace(PeerId),
+}
+
+/// The slot a key's server gives `newcomer`'s record sent from `group`, the key's live
+/// providers being `held` (each with the group it registered from; `None` for a record that
+/// never gives up its slot: the server's own). The rule, bounded by the key's 20 slots:
+/// - a held provider refreshes its slot, free;
+/// - a group holding [`MAX_SLOTS_PER_GROUP`] slots already gives one of them (drawn) up;
+/// - else a free slot is taken;
+/// - else the newcomer takes a slot drawn from the group holding the most — its own group if
+///   that holds as many. A provider alone in its group loses its slot only when every slot is
+///   held by a different group: ids from k groups hold at most `k × MAX_SLOTS_PER_GROUP` slots
+///   and push out no provider of a group holding fewer slots than theirs.
+pub fn key_slot(
+    held: &[(PeerId, Option<AddressGroup>)],
+    newcomer: &PeerId,
+    group: AddressGroup,
+    draw: &mut Draw,
+) -> Result<KeySlot, ProviderRefusal> {
+    if held.iter().any(|(p, _)| p == newcomer) {
+        return Ok(KeySlot::Held);
+    }
+    let members = |g: AddressGroup| -> Vec<PeerId> {
+        held.iter()
+            .filter(|(_, hg)| *hg == Some(g))
+            .map(|(p, _)| *p)
+            .collect()
+    };
+    let own = members(group);
+    if own.len() >= MAX_SLOTS_PER_GROUP {
+        return Ok(KeySlot::Replace(own[draw.below(own.len())]));
+    }
+    if held.len() < MAX_PROVIDERS_PER_KEY {
+        return Ok(KeySlot::Free);
+    }
+    let mut counts: BTreeMap<AddressGroup, usize> = BTreeMap::new();
+    for g in held.iter().filter_map(|(_, g)| *g) {
+        *counts.entry(g).or_default() += 1;
+    }
+    let Some(most) = counts.values().copied().max() else {
+        return Err(ProviderRefusal::KeyFull);
+    };
+    let candidates: Vec<PeerId> = if !own.is_empty() && own.len() >= most {
+        own
+    } else {
+        held.iter()
+            .filter(|(_, g)| g.is_some_and(|g| counts.get(&g) == Some(&most)))
+            .map(|(p, _)| *p)
+            .collect()
+    };
+    Ok(KeySlot::Replace(candidates[draw.below(candidates.len())]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use skillbox_calls::vocabulary::{query_vocabulary, skill_vocabulary};
+
+    /// The group the gate's own tests register from (the gate stores it, judges nothing by it).
+    const G: AddressGroup = AddressGroup::Unknown;
 
     #[test]
     fn a_scope_short_of_terms_looks_up_no_key_of_the_request_s_words() {
@@ -380,7 +552,7 @@ mod tests {
         let mut too_many = 0;
         let mut limited = 0;
         for i in 0..50u32 {
-            match gate.admit(flooder, &i.to_be_bytes(), now + 60_000, now) {
+            match gate.admit(flooder, &i.to_be_bytes(), G, now + 60_000, now) {
                 Ok(()) => kept += 1,
                 Err(ProviderRefusal::TooManyKeys) => too_many += 1,
                 Err(ProviderRefusal::RateLimited) => limited += 1,
@@ -394,16 +566,16 @@ mod tests {
         // Its tokens are spent, yet republishing a key it holds is still taken.
         for _ in 0..100 {
             assert_eq!(
-                gate.admit(flooder, &0u32.to_be_bytes(), now + 90_000, now),
+                gate.admit(flooder, &0u32.to_be_bytes(), G, now + 90_000, now),
                 Ok(())
             );
         }
-        assert_eq!(gate.admit(honest, b"k", now + 60_000, now), Ok(()));
+        assert_eq!(gate.admit(honest, b"k", G, now + 60_000, now), Ok(()));
         // After its records expire (the refreshed one later), the flooder's share is free again.
         assert_eq!(gate.held(&flooder, now + 61_000), 1);
         assert_eq!(gate.held(&flooder, now + 91_000), 0);
         assert_eq!(
-            gate.admit(flooder, b"later", now + 200_000, now + 61_000),
+            gate.admit(flooder, b"later", G, now + 200_000, now + 61_000),
             Ok(())
         );
     }
@@ -449,7 +621,7 @@ mod tests {
     fn a_forgotten_key_takes_no_room() {
         let mut gate = gate(100.0, 100.0, 3);
         let p = PeerId::random();
-        assert_eq!(gate.admit(p, b"k", 2_000, 1_000), Ok(()));
+        assert_eq!(gate.admit(p, b"k", G, 2_000, 1_000), Ok(()));
         gate.forget(&p, b"k");
         assert_eq!(gate.held(&p, 1_000), 0);
     }
@@ -458,13 +630,163 @@ mod tests {
     fn the_gate_tracks_a_bounded_number_of_providers() {
         let mut gate = gate(100.0, 100.0, 3);
         for _ in 0..3 {
-            assert_eq!(gate.admit(PeerId::random(), b"k", 2_000, 1_000), Ok(()));
+            assert_eq!(gate.admit(PeerId::random(), b"k", G, 2_000, 1_000), Ok(()));
         }
         assert_eq!(
-            gate.admit(PeerId::random(), b"k", 2_000, 1_000),
+            gate.admit(PeerId::random(), b"k", G, 2_000, 1_000),
             Err(ProviderRefusal::TooManyKeys)
         );
         // Once the held records expired, a newcomer has room.
-        assert_eq!(gate.admit(PeerId::random(), b"k", 9_000, 3_000), Ok(()));
+        assert_eq!(gate.admit(PeerId::random(), b"k", G, 9_000, 3_000), Ok(()));
+    }
+
+    /// A key on a server: its held providers with their groups, applying [`key_slot`]'s answer
+    /// as the server's store does. Whether `newcomer` is held afterwards.
+    fn register(
+        held: &mut Vec<(PeerId, Option<AddressGroup>)>,
+        newcomer: PeerId,
+        group: AddressGroup,
+        draw: &mut Draw,
+    ) -> Result<KeySlot, ProviderRefusal> {
+        let slot = key_slot(held, &newcomer, group, draw)?;
+        match slot {
+            KeySlot::Held => {}
+            KeySlot::Free => held.push((newcomer, Some(group))),
+            KeySlot::Replace(victim) => {
+                held.retain(|(p, _)| *p != victim);
+                held.push((newcomer, Some(group)));
+            }
+        }
+        assert!(held.len() <= MAX_PROVIDERS_PER_KEY);
+        Ok(slot)
+    }
+
+    fn v4(a: u8, b: u8, c: u8) -> AddressGroup {
+        AddressGroup::V4([a, b, c])
+    }
+
+    /// P2: 20 ground ids sent from one /24 used to hold a key's every slot for ever, and a
+    /// provider registering later was refused `KeyFull`. One group holds a fifth of a key; the
+    /// later provider is held, and stays held however many more ids the group sends.
+    #[test]
+    fn twenty_sybils_from_one_24_leave_a_key_to_an_honest_provider_from_another() {
+        for seed in 0..20u8 {
+            let mut draw = Draw::seeded([seed; 32]);
+            let mut held = Vec::new();
+            let sybil_group = v4(198, 51, 100);
+            for _ in 0..MAX_PROVIDERS_PER_KEY {
+                register(&mut held, PeerId::random(), sybil_group, &mut draw).expect("sybil");
+            }
+            let honest = PeerId::random();
+            assert_ne!(
+                register(&mut held, honest, v4(203, 0, 113), &mut draw),
+                Err(ProviderRefusal::KeyFull),
+                "the honest provider is refused a key ground ids filled first"
+            );
+            for _ in 0..1_000 {
+                register(&mut held, PeerId::random(), sybil_group, &mut draw).expect("sybil");
+                // Its refresh stays free.
+                assert_eq!(
+                    register(&mut held, honest, v4(203, 0, 113), &mut draw),
+                    Ok(KeySlot::Held)
+                );
+            }
+            let sybils = held.iter().filter(|(_, g)| *g == Some(sybil_group)).count();
+            assert!(sybils <= MAX_SLOTS_PER_GROUP, "{sybils}");
+        }
+    }
+
+    /// Ids from fewer groups than a key has slots never push out a provider alone in its group
+    /// (each of theirs holds as many); from more groups they can, one slot drawn in twenty.
+    #[test]
+    fn a_provider_alone_in_its_group_gives_its_slot_up_only_to_more_groups_than_slots() {
+        let mut draw = Draw::seeded([7; 32]);
+        let honest = PeerId::random();
+        let mut held = vec![(honest, Some(v4(203, 0, 113)))];
+        for i in 0..10_000u32 {
+            let g = v4(198, 51, (i % (MAX_PROVIDERS_PER_KEY as u32 - 1)) as u8);
+            register(&mut held, PeerId::random(), g, &mut draw).expect("sybil");
+            assert!(held.iter().any(|(p, _)| *p == honest), "evicted at {i}");
+        }
+        assert_eq!(held.len(), MAX_PROVIDERS_PER_KEY);
+        let mut evicted_after = None;
+        for i in 0..10_000u32 {
+            let g = v4(198, 51, (i % 40) as u8);
+            register(&mut held, PeerId::random(), g, &mut draw).expect("sybil");
+            if !held.iter().any(|(p, _)| *p == honest) {
+                evicted_after = Some(i);
+                break;
+            }
+        }
+        assert!(
+            evicted_after.is_some(),
+            "40 groups never drew the honest slot"
+        );
+    }
+
+    /// The server's own record under a key is never the one drawn, and a key holding only such
+    /// records refuses a newcomer.
+    #[test]
+    fn the_server_s_own_record_keeps_its_slot() {
+        let mut draw = Draw::seeded([3; 32]);
+        let own = PeerId::random();
+        let mut held = vec![(own, None)];
+        for i in 0..5_000u32 {
+            let g = v4(10, (i / 256) as u8, i as u8);
+            register(&mut held, PeerId::random(), g, &mut draw).expect("newcomer");
+            assert!(held.iter().any(|(p, _)| *p == own), "evicted at {i}");
+        }
+        let only_own: Vec<_> = (0..MAX_PROVIDERS_PER_KEY)
+            .map(|_| (PeerId::random(), None))
+            .collect();
+        assert_eq!(
+            key_slot(&only_own, &PeerId::random(), v4(1, 2, 3), &mut draw),
+            Err(ProviderRefusal::KeyFull)
+        );
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_slots() {
+        let ids: Vec<PeerId> = (0..200).map(|_| PeerId::random()).collect();
+        let run = |seed: u8| {
+            let mut draw = Draw::seeded([seed; 32]);
+            let mut held = Vec::new();
+            for (i, p) in ids.iter().enumerate() {
+                let _ = register(&mut held, *p, v4(1, 1, (i % 30) as u8), &mut draw);
+            }
+            held
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn address_groups_are_a_24_a_48_or_the_relay_s() {
+        let g = |a: &str| AddressGroup::of(&a.parse::<Multiaddr>().expect("addr"));
+        assert_eq!(
+            g("/ip4/198.51.100.7/tcp/1"),
+            g("/ip4/198.51.100.200/udp/9/quic-v1")
+        );
+        assert_ne!(g("/ip4/198.51.100.7/tcp/1"), g("/ip4/198.51.101.7/tcp/1"));
+        assert_eq!(
+            g("/ip6/2001:db8:1::1/tcp/1"),
+            g("/ip6/2001:db8:1:ffff::2/tcp/1")
+        );
+        assert_ne!(g("/ip6/2001:db8:1::1/tcp/1"), g("/ip6/2001:db8:2::1/tcp/1"));
+        assert_eq!(
+            g("/ip6/::ffff:198.51.100.9/tcp/1"),
+            g("/ip4/198.51.100.7/tcp/1")
+        );
+        let relay = libp2p::identity::Keypair::generate_ed25519()
+            .public()
+            .to_peer_id();
+        assert_eq!(
+            g(&format!(
+                "/ip4/203.0.113.5/tcp/4001/p2p/{relay}/p2p-circuit"
+            )),
+            g("/ip4/203.0.113.1/tcp/1")
+        );
+        assert_ne!(g("/memory/5"), g("/memory/6"));
+        assert_eq!(g("/dns4/example.org/tcp/1"), AddressGroup::Unknown);
     }
 }

@@ -26,8 +26,8 @@ use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::dial::{DialGate, DialPolicy};
 use crate::index::{
-    KEY_LEN, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits, ProviderRefusal, SearchScope,
-    offer_keys, record_addresses, search_keys,
+    AddressGroup, Draw, KEY_LEN, KeySlot, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits,
+    ProviderRefusal, SearchScope, key_slot, offer_keys, record_addresses, search_keys,
 };
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, MIN_PADDED_BYTES,
@@ -724,6 +724,7 @@ pub async fn start(
         announced_early: false,
         reprovided: false,
         gate: config.provider_gate(),
+        draw: Draw::unpredictable(),
         advert_rate: Buckets::new(config.advert_rate_per_sec, f64::from(config.advert_burst)),
         newer_formats: Buckets::new(NEWER_FORMATS_PER_SEC, NEWER_FORMATS_BURST),
         new_signers: Buckets::new(NEW_SIGNERS_PER_SEC, NEW_SIGNERS_BURST),
@@ -1086,6 +1087,8 @@ struct Task {
     announced_early: bool,
     reprovided: bool,
     gate: ProviderGate,
+    /// The index rules' random choices: which held provider a newcomer's record replaces.
+    draw: Draw,
     /// Adverts taken per publisher on the live topics.
     advert_rate: Buckets,
     /// Adverts of a newer format (ignored by gossip scoring) each forwarder has delivered: past
@@ -1542,9 +1545,10 @@ impl Task {
     }
 
     /// A provider record a peer sent (Kademlia checked that the provider is the sender). Kept
-    /// only under an index key's length, with a few of its addresses, and charged to the
-    /// provider's share in the gate only when the store takes it: a record the store ignores
-    /// (its key names its providers already) or refuses costs the sender nothing held.
+    /// only under an index key's length, with a few of its addresses, in the slot
+    /// [`key_slot`] gives it (a full key's newcomer replaces a held provider of the address
+    /// group holding the most), and charged to the provider's share in the gate only when the
+    /// store takes it: a record the store refuses costs the sender nothing held.
     fn provider_record(&mut self, mut record: kad::ProviderRecord) {
         let refused = |this: &mut Self, provider: PeerId, reason: ProviderRefusal| {
             tracing::debug!(%provider, ?reason, "provider record refused");
@@ -1554,33 +1558,55 @@ impl Task {
             return refused(self, record.provider, ProviderRefusal::MalformedKey);
         }
         record.addresses = record_addresses(std::mem::take(&mut record.addresses));
+        let group = self.observed_group(&record.provider);
         let store = self.swarm.behaviour_mut().kad.store_mut();
         // The store keeps the first MAX_PROVIDERS_PER_KEY providers of a key and ignores a
-        // newcomer past them without saying so; expired ones first make room.
+        // newcomer past them without saying so: room is made here, expired ones first.
         let instant = std::time::Instant::now();
-        let held = store.providers(&record.key);
-        for p in held.iter().filter(|p| p.is_expired(instant)) {
-            store.remove_provider(&record.key, &p.provider);
+        let mut held = Vec::new();
+        for p in store.providers(&record.key) {
+            if p.is_expired(instant) {
+                store.remove_provider(&record.key, &p.provider);
+            } else if p.provider == self.local {
+                // This node's own record (it provides the key too) never gives up its slot.
+                held.push((p.provider, None));
+            } else {
+                let g = self.gate.group(&p.provider, record.key.as_ref());
+                held.push((p.provider, Some(g.unwrap_or(AddressGroup::Unknown))));
+            }
         }
-        let live: Vec<&kad::ProviderRecord> =
-            held.iter().filter(|p| !p.is_expired(instant)).collect();
-        if live.len() >= MAX_PROVIDERS_PER_KEY
-            && !live.iter().any(|p| p.provider == record.provider)
-        {
-            return refused(self, record.provider, ProviderRefusal::KeyFull);
-        }
+        let slot = match key_slot(&held, &record.provider, group, &mut self.draw) {
+            Ok(slot) => slot,
+            Err(reason) => return refused(self, record.provider, reason),
+        };
         let now = unix_ms();
         let expires = now.saturating_add(self.config.index_ttl.as_millis() as u64);
         let (provider, key) = (record.provider, record.key.clone());
-        if let Err(reason) = self.gate.admit(provider, key.as_ref(), expires, now) {
+        if let Err(reason) = self.gate.admit(provider, key.as_ref(), group, expires, now) {
             return refused(self, provider, reason);
         }
         let store = self.swarm.behaviour_mut().kad.store_mut();
+        if let KeySlot::Replace(victim) = slot {
+            // The key keeps its other holders (a replaced slot is one of several), so the
+            // store's entry for it stays and the add below cannot fail for a new key.
+            store.remove_provider(&key, &victim);
+            self.gate.forget(&victim, key.as_ref());
+            tracing::debug!(%provider, %victim, "provider record replaced a held one");
+        }
         if let Err(e) = store.add_provider(record) {
             tracing::debug!(error = ?e, "provider record not stored");
             self.gate.forget(&provider, key.as_ref());
             refused(self, provider, ProviderRefusal::StoreFull);
         }
+    }
+
+    /// The address group `peer`'s connection comes from, as this node sees it (not what the
+    /// peer says of itself): the lowest of its connections' if it has several.
+    fn observed_group(&self, peer: &PeerId) -> AddressGroup {
+        self.peers
+            .get(peer)
+            .and_then(|s| s.connections.values().map(AddressGroup::of).min())
+            .unwrap_or(AddressGroup::Unknown)
     }
 
     fn peer_infos(&self) -> Vec<PeerInfo> {

@@ -673,73 +673,124 @@ async fn a_provider_record_with_huge_addresses_or_an_odd_key_censors_no_honest_p
     }
 }
 
-/// A record the server's store does not keep takes nothing of its provider's share: a key
-/// already naming its 20 providers ignores a 21st (first come), and the gate used to count the
-/// key for it all the same, so with one key a provider allowed here, its next key was refused.
+/// A node on its own key (not one of [`node`]'s seeds, so ground ids repeat none of them).
+async fn node_keyed(key: [u8; 32], config: PeersConfig) -> (PeersHandle, PayloadReceiver) {
+    start(config, keypair_from_seed(&key).expect("key"))
+        .await
+        .expect("node starts")
+}
+
+/// P2: ids ground offline to one category shard (1 try in 8) used to hold the shard key's 20
+/// slots on its server for ever (first come, refreshes free); a provider of the category that
+/// registered later was refused `KeyFull` there and no category search found it. Now the later
+/// provider takes a held slot and a third node's category search finds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_the_store_does_not_keep_takes_no_room_in_the_providers_share() {
-    let (server, _s) = node(
-        170,
-        PeersConfig {
-            index_max_keys_per_provider: 1,
-            ..config()
-        },
-    )
-    .await;
+async fn ground_ids_holding_a_category_key_first_hide_no_later_provider_from_its_search() {
+    use skillbox_calls::vocabulary::{query_vocabulary, skill_vocabulary};
+    let skills = corpus_skills();
+    // A skill whose description, asked as a request, falls in the skill's own category.
+    let (name, description) = skills
+        .iter()
+        .find(|(n, d)| skill_vocabulary(n, d).category == query_vocabulary(d).category)
+        .expect("a corpus skill searched by its category");
+    let key = |i: u32| {
+        let mut k = [0xd2u8; 32];
+        k[..4].copy_from_slice(&i.to_be_bytes());
+        k
+    };
+    let category_key = |k: [u8; 32]| {
+        let peer = keypair_from_seed(&k).expect("key").public().to_peer_id();
+        skillbox_peers::index::provide_keys(&peer, &skill_vocabulary(name, description))
+            .pop()
+            .expect("the category's key")
+            .to_vec()
+    };
+    let honest_key = key(0);
+    let target = category_key(honest_key);
+    // The Sybils: ids whose shard of the category is the honest provider's.
+    let ground: Vec<[u8; 32]> = (1..)
+        .map(key)
+        .filter(|k| category_key(*k) == target)
+        .take(skillbox_peers::index::MAX_PROVIDERS_PER_KEY)
+        .collect();
+
+    let (server, _s) = node_keyed(key(u32::MAX), config()).await;
     let boot = full_addr(&server).await;
-    let client = || PeersConfig {
+    // Each client listens on its own memory port and says so: a server answers a provider
+    // record without addresses only for a peer in its routing table (no client is).
+    let client = |port: u64| PeersConfig {
+        listen: vec![Multiaddr::empty().with(Protocol::Memory(port))],
+        external_addresses: vec![Multiaddr::empty().with(Protocol::Memory(port))],
         bootstrap: vec![boot.clone()],
         kad_server: Some(false),
+        search_timeout: Duration::from_secs(20),
+        // The default search: the request's category keys only.
+        search_scope: skillbox_peers::index::SearchScope::Category,
         ..config()
     };
-    let full = skillbox_peers::index::term_key("full", 0).to_vec();
-    let mut events = server.subscribe();
-    let mut keep = Vec::new();
-    for seed in 171u8..171 + skillbox_peers::index::MAX_PROVIDERS_PER_KEY as u8 {
-        let (h, inbox) = node(seed, client()).await;
-        keep.push((h, inbox));
+    let mut sybils = Vec::new();
+    let port = |i: u64| 0xd2_0000_0000 + i;
+    for (i, k) in ground.iter().enumerate() {
+        sybils.push(node_keyed(*k, client(port(i as u64 + 1))).await);
     }
+    let (searcher, _c) = node_keyed(key(u32::MAX - 1), client(port(100))).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    for (h, _) in &keep {
-        h.provide_raw_keys(vec![full.clone()])
+    for (h, _) in &sybils {
+        h.provide_raw_keys(vec![target.clone()])
             .await
             .expect("provide");
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let (late, _l) = node(199, client()).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    late.provide_raw_keys(vec![full]).await.expect("provide");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let other = skillbox_peers::index::term_key("other", 0).to_vec();
-    late.provide_raw_keys(vec![other]).await.expect("provide");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut refused = Vec::new();
+    // The key is full once a category search names every Sybil.
+    let sybil_ids: HashSet<PeerId> = sybils.iter().map(|(h, _)| h.local_peer_id()).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match events.try_recv() {
-            Ok(NetworkEvent::ProviderRecordRefused { provider, reason }) => {
-                refused.push((provider == late.local_peer_id(), reason));
-            }
-            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
-            Err(_) => break,
+        let outcome = searcher.search(description).await.expect("search runs");
+        let named = outcome
+            .named
+            .iter()
+            .filter(|p| sybil_ids.contains(p))
+            .count();
+        if named == sybil_ids.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the Sybils never held the key: {named} named"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let (honest, _h) = node_keyed(honest_key, client(port(0))).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut announced = honest.subscribe();
+    let mut refusals = server.subscribe();
+    honest
+        .set_offer(offer(&[(name.clone(), description.clone())]))
+        .await
+        .expect("offer");
+    indexed(&mut announced, Duration::from_secs(60)).await;
+    let outcome = searcher.search(description).await.expect("search runs");
+    let mut refused = Vec::new();
+    while let Ok(event) = refusals.try_recv() {
+        if let NetworkEvent::ProviderRecordRefused { provider, reason } = event
+            && provider == honest.local_peer_id()
+        {
+            refused.push(reason);
         }
     }
-    println!("refused (late?, reason): {refused:?}");
-    let late_refused: Vec<ProviderRefusal> = refused.iter().filter(|r| r.0).map(|r| r.1).collect();
     assert!(
-        !late_refused.contains(&ProviderRefusal::TooManyKeys),
-        "the ignored record took the late provider's one key: {late_refused:?}"
+        outcome.peers.contains(&honest.local_peer_id()),
+        "the category search does not find the provider registered after the ground ids \
+         (server refused it {refused:?}; {} named, {} fetched)",
+        outcome.named.len(),
+        outcome.fetched
     );
-    assert_eq!(
-        late_refused.len(),
-        1,
-        "the record under the full key is refused, the other kept: {late_refused:?}"
-    );
-    assert_eq!(refused.len(), 1, "{refused:?}");
-    for (h, _) in &keep {
+    for (h, _) in &sybils {
         h.shutdown().await;
     }
-    late.shutdown().await;
-    server.shutdown().await;
+    for h in [&honest, &searcher, &server] {
+        h.shutdown().await;
+    }
 }
 
 /// A DHT server that writes down every key it is asked for providers of (GET_PROVIDERS): what
