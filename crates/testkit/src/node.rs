@@ -259,6 +259,7 @@ pub struct Holding {
 enum Phase {
     Passing,
     Holding,
+    Keeping,
     Failing,
     Released,
 }
@@ -272,6 +273,12 @@ impl Holding {
     /// How many requests it has held.
     pub fn held(&self) -> usize {
         self.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Keep the requests held so far held, and forward the later ones (a box answering again
+    /// that keeps the connections it held open), until [`Self::release`] or [`Self::fail`].
+    pub fn keep(&self) {
+        let _ = self.phase.send(Phase::Keeping);
     }
 
     /// Answer every request held, and each it stalls from now on, 503 at once (the box up but
@@ -289,8 +296,8 @@ impl Holding {
 /// A box whose answers to some requests stall: forwards every request to `target`, but once
 /// [`Holding::hold`] is called holds one whose path and query contain `part` until
 /// [`Holding::release`] (or [`Holding::fail`]), then answers it 503; while failing, answers
-/// each such request 503 at once. Requests before the hold and after the release are
-/// forwarded.
+/// each such request 503 at once. Requests before the hold, after the release and while
+/// [`Holding::keep`] keeps the held ones are forwarded.
 pub async fn start_holding_proxy(target: &str, part: &'static str) -> (String, Holding) {
     #[derive(Clone)]
     struct Proxy {
@@ -304,7 +311,10 @@ pub async fn start_holding_proxy(target: &str, part: &'static str) -> (String, H
         let stalls = matches!(*p.phase.borrow(), Phase::Holding | Phase::Failing);
         if stalls && path_of(&req).contains(p.part) {
             p.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let _ = p.phase.wait_for(|f| *f != Phase::Holding).await;
+            let _ = p
+                .phase
+                .wait_for(|f| !matches!(f, Phase::Holding | Phase::Keeping))
+                .await;
             return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
         let Some(answer) = forward(&p.http, &p.target, req).await else {

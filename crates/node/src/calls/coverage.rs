@@ -411,6 +411,14 @@ const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// a look that ends with no word at all is the box's silence, not a long run.
 const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
+/// How long a settling task leaves the asking to the call's own `fetch_outcome`, still
+/// running, before it asks the box alongside it: longer than an honest box holds one result
+/// request (`skillbox_jc::server::MAX_WAIT_MS`, 25 s), so a fetch out this long is either a
+/// box answering `not_ready` to each of its requests (which the ask alongside hears too) or a
+/// request held by a box that stopped answering — which, trusted, held the turn the 120 s of
+/// the client's request timeout before the silence was counted at all.
+const OWN_FETCH_TRUSTED: std::time::Duration = SETTLE_LOOK;
+
 /// A settling task gives the turn back once the box said nothing of the run for this long…
 const SILENT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -428,7 +436,8 @@ const SILENT_ASKS: u32 = 3;
 /// and one at another instance reads another day book, a move [`moved_past`] bounds by
 /// `[guard] day_box_moves`. Three asks over 30 s, not one: a pooled connection the box closed
 /// or a restart behind its address (seconds) is not a dead box. A word of the run (`not_ready`)
-/// starts the count afresh: the box is alive and holds the run.
+/// starts the count afresh: the box is alive and holds the run. So does the call's own fetch
+/// still running, for its first [`OWN_FETCH_TRUSTED`] only: a request held open is no word.
 #[derive(Debug, Default)]
 struct Silence {
     asks: u32,
@@ -450,7 +459,7 @@ impl Silence {
     }
 }
 
-/// What one ask after an ended call's run heard of it ([`super::Calls::ask_after`]).
+/// What one ask after an ended call's run heard of it ([`super::Calls::ask`]).
 enum Word {
     /// Its outcome, stepped as any outcome (the call stays ended; a `coverage_exceeded` refuses
     /// the peer's day) — which also gave back a turn the call still held.
@@ -463,8 +472,6 @@ enum Word {
     /// The box has no such run (deleted, expired) or will not say: nothing of it can be
     /// counted any more.
     Gone,
-    /// Not asked: the call's own `fetch_outcome` still runs (never two fetches of a run at once).
-    Asking,
 }
 
 /// The box's answer that it has the run and it has not ended (`not_ready`).
@@ -573,9 +580,11 @@ impl super::Calls {
     /// its run may still be at the box (see [`Turns`]). In the background, ask the box for the
     /// run's outcome until it comes (stepped as any outcome: the call stays ended, a
     /// `coverage_exceeded` refuses the peer's day, and the turn is given back), the box answers
-    /// it has no such run, the turn was given back otherwise, or the program expires. Never
-    /// two fetches of the run at once: while the call's own `fetch_outcome` action still runs
-    /// (it outlives the call's end), this waits for it.
+    /// it has no such run, the turn was given back otherwise, or the program expires. While
+    /// the call's own `fetch_outcome` action still runs (it outlives the call's end) this
+    /// leaves the asking to it, for [`OWN_FETCH_TRUSTED`]; past that it asks alongside it
+    /// (the box serves a result to every fetch alike), so a fetch the box holds open is not
+    /// taken for the box's word.
     ///
     /// A turn given back for the box's silence ([`Silence`]) is not the run's end: the box may
     /// only have been slow, and a `coverage_exceeded` it answers later is still the peer's day
@@ -614,21 +623,37 @@ impl super::Calls {
     async fn settled(&self, key: &super::Key, row: &Arc<CallRow>) -> bool {
         let mut pause = SETTLE_PAUSE;
         let mut silence = Silence::default();
+        // Since when the call's own fetch has been seen running, without a break.
+        let mut own_fetch: Option<std::time::Instant> = None;
         while self.holds_turn(&row.call.id) {
             if super::now_ms() >= row.call.expires_at_ms {
                 self.end_turn(row);
                 return false;
             }
             let asked = std::time::Instant::now();
-            match self.ask_after(key, row).await {
-                Word::Asking => {
-                    // The call's own fetch still runs: its outcome gives the turn back. What
-                    // the box told it meanwhile is not known here, so the silence counts
-                    // afresh.
-                    silence.heard();
-                    tokio::time::sleep(SETTLE_PAUSE).await;
-                    continue;
+            let word = match self.ask_after(key, row).await {
+                Some(word) => {
+                    own_fetch = None;
+                    word
                 }
+                None => {
+                    let since = *own_fetch.get_or_insert(asked);
+                    if asked.saturating_duration_since(since) < OWN_FETCH_TRUSTED {
+                        // The call's own fetch still runs: its outcome gives the turn back.
+                        // What the box told it meanwhile is not known here, so the silence
+                        // counts afresh.
+                        silence.heard();
+                        tokio::time::sleep(SETTLE_PAUSE).await;
+                        continue;
+                    }
+                    // Out longer than a box holds one request: held, perhaps, by a box that
+                    // stopped answering (it was the turn for the 120 s of the client's
+                    // timeout, then the silence's count). Ask alongside it; only the box's
+                    // own word counts as heard.
+                    self.ask(key, row).await
+                }
+            };
+            match word {
                 // An outcome applied gave the turn back in its step (`Change::run_end`).
                 Word::Outcome => return false,
                 Word::Gone => {
@@ -658,26 +683,35 @@ impl super::Calls {
     async fn heard_late(&self, key: &super::Key, row: &Arc<CallRow>) {
         let mut pause = SETTLE_PAUSE;
         while super::now_ms() < row.call.expires_at_ms {
-            match self.ask_after(key, row).await {
-                Word::Outcome | Word::Gone => return,
-                Word::Running | Word::Silent | Word::Asking => {}
+            // The call's own fetch (`None`), if it still runs, steps the outcome it gets.
+            if let Some(Word::Outcome | Word::Gone) = self.ask_after(key, row).await {
+                return;
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(SETTLE_LOOK);
         }
     }
 
-    /// One ask after ended call `key`'s run, unless the call's own fetch still runs: the box
-    /// waits at most [`SETTLE_WAIT`] for the run's end, under a look of [`SETTLE_LOOK`]. An
-    /// outcome is stepped here, still marked as this run's one fetch.
-    async fn ask_after(&self, key: &super::Key, row: &Arc<CallRow>) -> Word {
+    /// [`Self::ask`] as the run's one fetch, unless the call's own `fetch_outcome` still runs
+    /// (`None`, nothing asked).
+    async fn ask_after(&self, key: &super::Key, row: &Arc<CallRow>) -> Option<Word> {
         let mark = (key.clone(), "fetch_outcome", row.call.run_id.clone());
         if !super::lock(&self.0.inflight).insert(mark.clone()) {
-            return Word::Asking;
+            return None;
         }
+        let word = self.ask(key, row).await;
+        super::lock(&self.0.inflight).remove(&mark);
+        Some(word)
+    }
+
+    /// One ask after ended call `key`'s run: the box waits at most [`SETTLE_WAIT`] for the
+    /// run's end, under a look of [`SETTLE_LOOK`]. An outcome is stepped here (the machine
+    /// ignores it on the ended call; a `coverage_exceeded` marks the day, once however often
+    /// it is stepped).
+    async fn ask(&self, key: &super::Key, row: &Arc<CallRow>) -> Word {
         let fetched =
             tokio::time::timeout(SETTLE_LOOK, self.fetch_outcome_within(row, SETTLE_WAIT)).await;
-        let word = match fetched {
+        match fetched {
             Ok(Ok(Some((event, change)))) => {
                 if let Err(e) = self.apply(key.clone(), event, change).await {
                     tracing::warn!(call = %key.0, error = %e, "an ended call's outcome not applied");
@@ -688,9 +722,7 @@ impl super::Calls {
             Ok(Err(e)) if super::driver::transient(&e) => Word::Silent,
             Err(_) => Word::Silent,
             Ok(Ok(None)) | Ok(Err(_)) => Word::Gone,
-        };
-        super::lock(&self.0.inflight).remove(&mark);
-        word
+        }
     }
 
     /// A settling ask sent at `asked` got no word of the run: give the turn back if the box has

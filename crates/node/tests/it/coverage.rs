@@ -714,6 +714,34 @@ async fn a_late_coverage_exceeded_after_the_turn_was_given_back_for_silence_is_k
     v.stop().await;
 }
 
+/// Review 22b R2's note, the call's own fetch: an owner call ended holding its turn while its
+/// box held the call's own result fetch open, and answered every other request. The settling
+/// task took that fetch, still running, for the box's word, so the turn — and the box's
+/// `coverage_exceeded`, which any other request had — waited for the client's 120 s request
+/// timeout. Now a fetch out longer than a box holds one request (30 s) stands for nothing: the
+/// box is asked alongside it, and its refusal is kept and the turn given back about 30 s after
+/// the call ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_the_box_holds_open_does_not_stand_for_its_word() {
+    let (v, holding, id) = ended_with_the_boxs_word_held().await;
+    holding.keep();
+    v.kept_the_late_refusal(
+        &id,
+        Duration::from_secs(75),
+        "the box's refusal waited behind the fetch it held open",
+    )
+    .await;
+    let given_back = std::time::Instant::now() + LIMIT;
+    while let Some(holder) = turn_holder_of(&v.owner, &v.caller.peer_id, "lore") {
+        assert!(
+            std::time::Instant::now() < given_back,
+            "{holder} kept the turn"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    v.stop().await;
+}
+
 /// The day pinned to a box instance (review 22 F1, F2): each box keeps its own day book, and a
 /// box with hardware isolation keeps it in memory only. The owner's node pins a peer's day of a
 /// skill to the instance (its attested TLS key) of its first run, and counts the calls that go
