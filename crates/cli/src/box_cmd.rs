@@ -225,7 +225,6 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
 /// to be made is judged by where it sits, then refused, naming it, unless it is this user's
 /// alone — before any key is read or made.
 fn own_dirs(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
     let data_dir = global.data_dir();
     let box_dir = data_dir.join("box");
     let key_dirs = [&args.key_file, &args.store_key_file]
@@ -239,12 +238,7 @@ fn own_dirs(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
         .into_iter()
         .chain(key_dirs.map(|d| ("box key's directory", d)));
     for (what, dir) in dirs {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("creating the {what} {}", dir.display()))?;
-        skillbox_jc::own_dir::check(what, &dir)?;
+        crate::own_dir::make_private(what, &dir)?;
     }
     Ok(())
 }

