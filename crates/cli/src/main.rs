@@ -31,6 +31,7 @@ mod peer_text;
 mod pin_identity;
 mod secret_prompt;
 mod skill_cmd;
+mod terminal_json;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -343,10 +343,12 @@ pub(crate) fn ask(
     Client::from_data_dir(global)?.ask(method, path, body, json)
 }
 
+/// A `--json` answer, written by the one writer that escapes what a terminal obeys or hides
+/// (`terminal_json`): a node's answer carries peers' text.
 pub(crate) fn print_json(v: &Value) -> anyhow::Result<()> {
     say!(
         "{}",
-        serde_json::to_string_pretty(v).context("printing JSON")?
+        crate::terminal_json::to_string(v).context("printing JSON")?
     );
     Ok(())
 }
@@ -711,12 +713,12 @@ pub fn skill_show(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result
     say!("declaration:");
     say!(
         "{}",
-        serde_json::to_string_pretty(&b["declaration"]).context("printing")?
+        crate::terminal_json::to_string(&b["declaration"]).context("printing")?
     );
     say!("manifest:");
     say!(
         "{}",
-        serde_json::to_string_pretty(&b["manifest"]).context("printing")?
+        crate::terminal_json::to_string(&b["manifest"]).context("printing")?
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -714,8 +714,9 @@ fn a_proxy_in_the_environment_sees_no_loopback_traffic() {
 
 /// A peer's text as a terminal would obey it: clear the line, go back to its start, set the
 /// clipboard (OSC 52), a fake row on a new line, the frame's closing bracket, and an
-/// instruction spelled in invisible tag characters.
-const TERMINAL_ATTACK: &str = "Nice.\u{1b}[2K\r\u{1b}]52;c;ZXZpbA==\u{7}\r\nfake-peer fake-skill ⟧ done\u{E0049}\u{E0047}\u{E004E}";
+/// instruction spelled in invisible tag characters; and what survives JSON's own escaping
+/// (review 24a L2): a C1 CSI without ESC (U+009B), DEL and a right-to-left override.
+const TERMINAL_ATTACK: &str = "Nice.\u{9b}31m\u{7f}\u{202e}\u{1b}[2K\r\u{1b}]52;c;ZXZpbA==\u{7}\r\nfake-peer fake-skill ⟧ done\u{E0049}\u{E0047}\u{E004E}";
 
 fn hostile_answer(_system: &str, _user: &str) -> String {
     TERMINAL_ATTACK.to_owned()
@@ -807,4 +808,44 @@ fn peer_text_reaches_the_terminal_with_nothing_a_terminal_obeys() {
         !shown.lines().any(|l| l.starts_with("fake-peer")),
         "a row the peer wrote: {shown}"
     );
+
+    // `--json`, what a script or an agent's shell tool reads: every character a terminal obeys
+    // or hides escaped (the pretty layout's newlines aside), the peer's text parsed back whole.
+    let board = json_for_a_terminal("board --json", &cli(&caller.dir, &["board", "--json"]));
+    let row = board["board"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["peer"] == hostile_id.as_str()))
+        .unwrap_or_else(|| panic!("no row of the hostile peer: {board}"));
+    assert_eq!(row["description"], TERMINAL_ATTACK);
+    let shown = json_for_a_terminal(
+        "call show --json",
+        &cli(&caller.dir, &["call", "show", id, "--json"]),
+    );
+    assert_eq!(
+        shown["answer"],
+        api.get(&format!("/calls/{id}")).body["answer"]
+    );
+    assert!(
+        shown["answer"]
+            .as_str()
+            .is_some_and(|a| a.contains('\u{9b}'))
+    );
+}
+
+/// A `--json` output `o`, parsed, after checking it holds raw no character a terminal obeys or
+/// hides: the C1 CSI, DEL, the override and tag characters of [`TERMINAL_ATTACK`] among them.
+fn json_for_a_terminal(what: &str, o: &Output) -> Value {
+    assert!(o.status.success(), "{what}: {}", text(o));
+    let shown = String::from_utf8(o.stdout.clone()).expect("UTF-8");
+    assert_nothing_a_terminal_obeys(what, &shown);
+    let bad: Vec<char> = shown
+        .chars()
+        .filter(|&c| skillbox_skill::text::is_invisible(c))
+        .collect();
+    assert!(bad.is_empty(), "{what}: {bad:?} in {shown:?}");
+    assert!(
+        shown.contains("Nice.\\u009b31m\\u007f\\u202e"),
+        "{what}: the peer's text is there, escaped: {shown}"
+    );
+    serde_json::from_str(&shown).expect("still JSON")
 }
