@@ -745,3 +745,43 @@ fn the_model_is_fetched_into_no_data_dir_another_user_can_write() {
         text(&o)
     );
 }
+
+/// Every local user reads `/proc/PID/cmdline`: a set-up command in the docs that expands the
+/// operator token into an argument (`--header "Authorization: Bearer $(cat …/api.token)"`, a
+/// `curl -H` that waits minutes for an answer) hands it to them. No command in the README or
+/// ARCHITECTURE (fenced blocks, and inline code elsewhere) substitutes anything into a
+/// `Bearer` argument, or runs a `$(…)` on a line that names a token.
+#[test]
+fn the_docs_put_no_token_on_a_command_line() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let puts_token_in_argv = |code: &str| {
+        code.contains("Bearer $(")
+            || code.contains("Bearer `")
+            || (code.contains("$(") && code.to_ascii_lowercase().contains("token"))
+    };
+    let mut found = Vec::new();
+    for doc in ["README.md", "ARCHITECTURE.md"] {
+        let text = std::fs::read_to_string(repo.join(doc)).expect("read the doc");
+        let mut fenced = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            let bad = if fenced {
+                puts_token_in_argv(line)
+            } else {
+                // Inline code: the odd pieces between backticks.
+                line.split('`').skip(1).step_by(2).any(puts_token_in_argv)
+            };
+            if bad {
+                found.push(format!("{doc}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a command in the docs puts the token on a command line (read it through a file or a pipe):\n{}",
+        found.join("\n")
+    );
+}
