@@ -143,11 +143,37 @@ impl<'p> Scan<'p> {
         self.window = scratch;
     }
 
-    /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside).
+    /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside), or as
+    /// their parts within a short window (`parts.rs`); in the text as written and with its
+    /// numbers written as words read as digits (`numbers.rs`: `forty-eight twenty-one`).
     fn tokens(&mut self, text: &str, decoded: Decoded) {
         if self.p.token_canaries.is_empty() || self.canary.is_some() {
             return;
         }
+        let reading = crate::numbers::read(text);
+        let texts = [Some(text), reading.as_deref()];
+        let hit = texts.iter().flatten().find_map(|t| {
+            self.token_hit(t, decoded)
+                .or_else(|| self.parts_hit(t, decoded))
+        });
+        if hit.is_some() {
+            self.canary = hit;
+        }
+    }
+
+    /// The first canary whose parts all stand within a window of `text`'s words.
+    fn parts_hit(&self, text: &str, decoded: Decoded) -> Option<(usize, Via)> {
+        let mut hit = None;
+        self.p.parts.scan(text, |i| {
+            hit = Some(i);
+            true
+        });
+        let view = View::WordWindow;
+        hit.map(|i| (i, Via { decoded, view }))
+    }
+
+    /// The first canary `text` writes as a token (see [`Scan::tokens`]).
+    fn token_hit(&self, text: &str, decoded: Decoded) -> Option<(usize, Via)> {
         let check = |word: &str, view: View| -> Option<(usize, Via)> {
             let n = word.chars().count();
             if !self.p.token_lens.contains(&n) {
@@ -219,9 +245,7 @@ impl<'p> Scan<'p> {
             };
             hit = first_token(text, fragment);
         }
-        if hit.is_some() {
-            self.canary = hit;
-        }
+        hit
     }
 
     /// (body words covered, covered words in the longest passage). A passage is a stretch of
@@ -390,13 +414,17 @@ pub(crate) fn check_covering(prepared: &Prepared, answer: &str) -> (Verdict, Opt
     // A secret in pieces each shorter than a fragment (`K7P ... M2Q`, a PIN's halves): caught
     // as the canary it is.
     let pieces = || {
-        crate::coverage::pieces_of_one_secret(prepared, answer).map(|origin| Catch {
-            reason: Reason::Canary(origin),
-            via: Via {
-                decoded: Decoded::None,
-                view: View::Plain,
-            },
-        })
+        let reading = crate::numbers::read(answer);
+        let pieces = |a: &str| crate::coverage::pieces_of_one_secret(prepared, a);
+        pieces(answer)
+            .or_else(|| reading.as_deref().and_then(pieces))
+            .map(|origin| Catch {
+                reason: Reason::Canary(origin),
+                via: Via {
+                    decoded: Decoded::None,
+                    view: View::Plain,
+                },
+            })
     };
     match caught.or_else(pieces) {
         Some(c) => (Verdict::Caught(c), None),

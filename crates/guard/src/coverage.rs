@@ -447,13 +447,33 @@ pub(crate) fn coverage_with_words(prepared: &Prepared, answer: &str, words: Vec<
     let units = tracked_units(prepared);
     let stated = slices::stated(answer);
     let parts = slices::reassembled(&stated);
-    let shown = shown_slices(&units, &[Some(answer), parts.as_deref()]);
+    // Numbers written as words count as their digits (`forty-eight` is half of `4821`).
+    let reading = crate::numbers::read(answer);
+    let texts = [Some(answer), parts.as_deref(), reading.as_deref()];
+    // A lone pair counts as written only: prose writes `fourteen` or `twenty-one days` as often
+    // as it writes `14` or `21`, and read as digits each was half of some PIN (an ordinary day's
+    // answers reached the owner's limit). Slices of three digits and more count.
+    let shown = shown_slices(&units, &texts, 2);
+    // A secret given whole in its parts (`Kestrel then Orbit then 88`) counts whole: its
+    // words are each a word of prose, which no slice counts, but all of them close together
+    // are the secret (`parts.rs`). Canaries are the first units, in their order.
+    let mut whole = vec![false; prepared.canaries().len()];
+    for t in texts.iter().flatten() {
+        prepared.parts.scan(t, |i| {
+            whole[i] = true;
+            false
+        });
+    }
     let labelled = Labelled::all(&stated, &units);
     let canaries = shown
         .into_iter()
         .zip(&units)
-        .map(|(slices, u)| {
+        .enumerate()
+        .map(|(i, (slices, u))| {
             let mut bits = covered_by(u.chars.len(), &slices);
+            if whole.get(i).copied().unwrap_or(false) {
+                bits.fill(true);
+            }
             for l in &labelled {
                 if let Some(at) = placed(u, l, true) {
                     bits[at..at + l.chars].fill(true);
@@ -547,7 +567,7 @@ pub(crate) fn pieces_of_one_secret(prepared: &Prepared, answer: &str) -> Option<
         return None;
     }
     let units = tracked_units(prepared);
-    let pieces = shown_slices(&units, &[Some(answer)])
+    let pieces = shown_slices(&units, &[Some(answer)], 1)
         .into_iter()
         .zip(&units)
         .find(|(slices, u)| slices.len() >= 2 && permille(&covered_by(u.chars.len(), slices)) > 500)
@@ -664,9 +684,10 @@ fn in_order(unit: &[char], words: &[Vec<char>]) -> bool {
 }
 
 /// Per unit of `units` (see [`tracked_units`]), the slices of it `answer`'s tokens show and
-/// [`slice_counts`] keeps: (first character, characters), each once. Several texts (an answer
-/// and its parts put back in order) share one index of the units.
-fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize)>> {
+/// [`slice_counts`] keeps: (first character, characters), each once. Several texts (an answer,
+/// its parts put back in order, its number words read as digits) share one index of the units;
+/// lone pairs ([`lone_pairs`]) are read in the first `paired` of them only.
+fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Vec<(usize, usize)>> {
     let mut shown: Vec<Vec<(usize, usize)>> = vec![Vec::new(); units.len()];
     // The first three characters of every slice -> the units holding them: most tokens are then
     // one hash lookup. Pairs are keyed apart, for the short secrets only.
@@ -747,7 +768,11 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>]) -> Vec<Vec<(usize, usize
         }
     }
     if !pairs.is_empty() {
-        for t in texts.iter().flatten().flat_map(|a| lone_pairs(a)) {
+        for t in texts[..paired.min(texts.len())]
+            .iter()
+            .flatten()
+            .flat_map(|a| lone_pairs(a))
+        {
             mark(&t, true, false);
         }
     }

@@ -29,7 +29,9 @@
 //! characters, ROT47, Atbash; nested twice), every Caesar shift, reversal (characters, words,
 //! letters within words), every k-th character or word, digits and list markers, and spaced-out
 //! letters; canaries (marked tokens, `secret` lines, and secrets found in the body) in any of
-//! those forms. What it cannot catch: a paraphrase, a translation, a summary, or a
+//! those forms, with numbers written as words read as digits (`forty-eight twenty-one`), and as
+//! their parts close together with filler words between (`Kestrel then Orbit then 88`, a part in
+//! leetspeak too). What it cannot catch: a paraphrase, a translation, a summary, or a
 //! cipher it does not know — a determined caller can always get the gist of a body out of a
 //! model that follows instructions. See ARCHITECTURE.md.
 
@@ -41,6 +43,8 @@ pub mod echo;
 mod escapes;
 mod index;
 mod levels;
+mod numbers;
+mod parts;
 mod prepare;
 pub mod score;
 mod slices;

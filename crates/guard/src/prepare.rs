@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use crate::canary::{self, CanaryOrigin};
 use crate::index::Index;
+use crate::parts::Parts;
 use crate::spec::{GuardSpec, SpecError};
 use crate::text;
 use crate::window::{self, Windows};
@@ -129,6 +130,8 @@ pub struct Prepared {
     pub(crate) index: Index,
     /// The n-grams again, by words, for a window of the answer's words (gaps, local order).
     pub(crate) windows: Windows,
+    /// The canaries' parts, for a secret given part by part with words between (`parts.rs`).
+    pub(crate) parts: Parts,
 }
 
 /// Never prints the body or a secret.
@@ -463,6 +466,7 @@ fn index(
     }
     let index = Index::build(&patterns);
     let windows = Windows::build(&words, &gram_at, window::common_only);
+    let parts = Parts::build(&canaries);
     Ok(Prepared {
         spec: *spec,
         model_body,
@@ -478,6 +482,7 @@ fn index(
         fragment_keys,
         index,
         windows,
+        parts,
     })
 }
 

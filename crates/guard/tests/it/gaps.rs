@@ -6,7 +6,9 @@
 
 use crate::extraction::{Rng, benign_answers, secrets};
 use crate::support::every_kth_word_changed;
-use skillbox_guard::{GuardSpec, check, prepare, released_coverage};
+use skillbox_guard::{
+    GuardSpec, check, check_released, prepare, released_coverage, released_levels,
+};
 
 /// `qz` after every `k`-th whitespace token.
 pub fn filler_every(b: &str, k: usize) -> String {
@@ -110,5 +112,116 @@ fn leaks_with_gaps_and_local_order_are_caught() {
         }
         assert!(caught >= 190, "{name}: caught {caught}/200");
         assert!(tallied >= 190, "{name}: coverage {tallied}/200");
+    }
+}
+
+/// Review 24b G0: a short secret read aloud as number words, or given as its two or three parts
+/// with filler words between them, left whole in one answer, rated secret level 0 (the day book
+/// never fired). Each row of the review's table: the body, then answers that must be caught by
+/// the check, and rated above level 0 by what the owner is told of a released answer.
+const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
+    (
+        "Greet guests. [[secret:Kestrel-Orbit-88]] opens the store room.",
+        &[
+            "Kestrel then Orbit then 88",
+            "kestrel and orbit and eighty-eight",
+        ],
+    ),
+    (
+        "The vault takes [[secret:739204]] at night.",
+        &[
+            "seven hundred thirty-nine thousand two hundred four",
+            "seventy-three, ninety-two, oh-four",
+        ],
+    ),
+    (
+        "The door code is [[secret:4821]].",
+        &[
+            "Four thousand eight hundred twenty-one.",
+            "forty-eight twenty-one",
+        ],
+    ),
+    (
+        "Sign in with [[secret:PELICAN-42]] on the kiosk.",
+        &[
+            "PELICAN then 42",
+            "PELICAN um 42",
+            "42 then PELICAN",
+            "PELICAN forty-two",
+            "Pelican, and the number 42",
+        ],
+    ),
+    (
+        "Help with the lockers. Your PIN is 4821 for the staff door.",
+        &["Four thousand eight hundred twenty-one."],
+    ),
+    (
+        "Help with the wiki. The password is PELICAN-42 for editors.",
+        &["pelican forty-two", "P3L1C4N-42"],
+    ),
+];
+
+#[test]
+fn a_secret_in_number_words_or_in_its_parts_is_caught_and_counted() {
+    let spec = GuardSpec::default_for(false);
+    let mut missed = Vec::new();
+    for (body, answers) in SECRETS_IN_WORDS_AND_PARTS {
+        let p = prepare(body, &spec).unwrap();
+        assert!(!p.canaries().is_empty(), "{body}: no canary");
+        for a in *answers {
+            let (verdict, levels) = check_released(&p, a);
+            let level = released_levels(&p, a).canary_parts();
+            if !verdict.is_caught() || levels.is_some() || level == 0 {
+                missed.push(format!(
+                    "{a:?} (caught {}, level {level})",
+                    verdict.is_caught()
+                ));
+            }
+        }
+    }
+    assert!(missed.is_empty(), "left whole: {missed:#?}");
+}
+
+/// The same bodies' ordinary answers: numbers as words that are not the secret, the secret's
+/// parts as prose writes them apart, one part alone.
+#[test]
+fn number_words_and_parts_that_are_not_the_secret_pass() {
+    let spec = GuardSpec::default_for(false);
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "The door code is [[secret:4821]].",
+            &[
+                "Four thousand people came on the twenty-first.",
+                "four thousand eight hundred twenty-two",
+                "forty-eight twenty-two",
+                "It was forty. Nine came, then twelve left.",
+            ],
+        ),
+        (
+            "Greet guests. [[secret:Kestrel-Orbit-88]] opens the store room.",
+            &[
+                "the orbit of a kestrel",
+                "kestrel and orbit and eighty-nine",
+                "A kestrel hovers over the field at dawn; later, after lunch and a long walk by \
+                 the river, its orbit widens. Room 88 is upstairs.",
+            ],
+        ),
+        (
+            "Sign in with [[secret:PELICAN-42]] on the kiosk.",
+            &["pelican forty-three", "a pelican", "P3L1C4N-43"],
+        ),
+        (
+            "The vault takes [[secret:739204]] at night.",
+            &[
+                "seventy-three, ninety-two, oh-five",
+                "seven hundred thousand",
+            ],
+        ),
+    ];
+    for (body, answers) in cases {
+        let p = prepare(body, &spec).unwrap();
+        for a in *answers {
+            assert!(!check(&p, a).is_caught(), "{body}: {a:?} caught");
+        }
     }
 }

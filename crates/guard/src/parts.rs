@@ -1,0 +1,209 @@
+//! Secrets given in their parts (review 24b G0): `[[secret:Kestrel-Orbit-88]]` written
+//! `Kestrel then Orbit then 88`, `PELICAN-42` written `Pelican, and the number 42` or `42 then
+//! PELICAN`.
+//!
+//! A secret of two or three short parts has no n-gram of the body and no slice the fragments
+//! take (`pelican` alone may be the bird), and a filler word between its parts breaks the
+//! folded stream. So each canary of k parts (its letter and digit runs as written: `kestrel`,
+//! `orbit`, `88`) is caught when all k parts stand as words of the answer within a window of
+//! [`WINDOW_PER_PART`]·k words, in any order — the body's word windows (`window.rs`) applied to
+//! the canary's own parts. A part written in leetspeak (`P3L1C4N`) counts as the part: letters
+//! and the digits that stand for them are read alike ([`leet`]), for a word that mixes both.
+//! Number words are read first by the caller of [`Parts::scan`] (`numbers::read`), so
+//! `kestrel and orbit and eighty-eight` is the same.
+
+use std::collections::HashMap;
+
+use crate::canary::CanaryOrigin;
+use crate::prepare::Canary;
+use crate::text;
+
+/// Answer words a window may span per part of the secret (`PELICAN-42`: six).
+pub const WINDOW_PER_PART: usize = 3;
+
+/// Most parts a secret is taken apart into here: a longer one (a passphrase of many words, a
+/// marked sentence) is the body's word windows' and the folded stream's.
+const MAX_PARTS: usize = 8;
+
+/// Fewest characters of a part read through [`leet`]: a shorter word in digits is a number.
+const LEET_MIN_CHARS: usize = 4;
+
+/// Where a part belongs: the entry in [`Parts::canaries`], and its place among the entry's parts.
+type Place = (u32, u8);
+
+/// The canaries' parts, indexed by their folded text and by their [`leet`] reading.
+#[derive(Default)]
+pub(crate) struct Parts {
+    /// Per canary taken apart: its index in the prepared canaries, and its number of parts.
+    canaries: Vec<(usize, usize)>,
+    plain: HashMap<String, Vec<Place>>,
+    leet: HashMap<String, Vec<Place>>,
+}
+
+/// A word's letters and the digits that stand for letters, read alike (`p3l1c4n` and `pelican`
+/// both `peiican`; `1`, `i` and `l` are one).
+fn leet(w: &str) -> String {
+    w.chars()
+        .map(|c| match c {
+            '4' => 'a',
+            '8' => 'b',
+            '3' => 'e',
+            '9' => 'g',
+            '1' | 'l' => 'i',
+            '0' => 'o',
+            '5' => 's',
+            '7' => 't',
+            c => c,
+        })
+        .collect()
+}
+
+fn mixed(w: &str) -> bool {
+    w.chars().any(|c| c.is_ascii_digit()) && w.chars().any(|c| !c.is_ascii_digit())
+}
+
+/// A canary's parts: its folded words as written, and a single word that is letters then digits
+/// (`TANGO42`) at that boundary.
+fn parts_of(c: &Canary) -> Vec<String> {
+    let mut parts = text::words(c.text());
+    if let [one] = parts.as_slice()
+        && let Some(at) = one.find(|ch: char| ch.is_ascii_digit())
+        && at > 0
+        && one[at..].chars().all(|ch| ch.is_ascii_digit())
+    {
+        let (a, b) = one.split_at(at);
+        parts = vec![a.to_owned(), b.to_owned()];
+    }
+    parts
+}
+
+impl Parts {
+    /// The parts of every canary a marker, a keyword or its look gave (a `secret` line's
+    /// n-grams are caught on their own): k ≥ 2 parts by their text and [`leet`] reading, and a
+    /// one-part secret with letters by its reading only (its plain form is a token the check
+    /// matches already).
+    pub(crate) fn build(canaries: &[Canary]) -> Parts {
+        let mut out = Parts::default();
+        for (i, c) in canaries.iter().enumerate() {
+            if c.origin() == CanaryOrigin::SecretLine {
+                continue;
+            }
+            let parts = parts_of(c);
+            if parts.is_empty() || parts.len() > MAX_PARTS {
+                continue;
+            }
+            let entry = out.canaries.len() as u32;
+            let mut used = false;
+            for (k, p) in parts.iter().enumerate() {
+                let place = (entry, k as u8);
+                if parts.len() >= 2 {
+                    out.plain.entry(p.clone()).or_default().push(place);
+                    used = true;
+                }
+                let letters = p.chars().filter(|c| !c.is_ascii_digit()).count();
+                if p.chars().count() >= LEET_MIN_CHARS && letters >= 2 {
+                    out.leet.entry(leet(p)).or_default().push(place);
+                    used = true;
+                }
+            }
+            if used {
+                out.canaries.push((i, parts.len()));
+            }
+        }
+        out
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.canaries.is_empty()
+    }
+
+    /// The canaries (their index) whose parts all stand as words of `text` within a window of
+    /// [`WINDOW_PER_PART`] words per part in their order (k + 1 words in another), each once,
+    /// in the order found; `found` returns
+    /// `true` to stop. Linear in the words of `text` (one lookup per word).
+    pub(crate) fn scan(&self, text: &str, mut found: impl FnMut(usize) -> bool) {
+        if self.is_empty() {
+            return;
+        }
+        // Per entry touched: where each part was last seen.
+        let mut seen: HashMap<u32, Vec<Option<usize>>> = HashMap::new();
+        let mut done: Vec<u32> = Vec::new();
+        for (j, w) in text::words(text).iter().enumerate() {
+            let plain = self.plain.get(w.as_str());
+            let read = if mixed(w) {
+                self.leet.get(leet(w).as_str())
+            } else {
+                None
+            };
+            for &(entry, k) in plain.into_iter().chain(read).flatten() {
+                if done.contains(&entry) {
+                    continue;
+                }
+                let (canary, n) = self.canaries[entry as usize];
+                let last = seen.entry(entry).or_insert_with(|| vec![None; n]);
+                last[k as usize] = Some(j);
+                let first = last.iter().try_fold(j, |m, p| p.map(|p| m.min(p)));
+                // In the secret's order, a window of a few words per part; in another order,
+                // the parts side by side or one word apart (`42 then PELICAN`): prose that names
+                // them apart and in another order (`The pier is 42 metres past the pelican
+                // statue`) is prose.
+                let in_order = last.windows(2).all(|w| w[0] < w[1]);
+                let window = if in_order { WINDOW_PER_PART * n } else { n + 1 };
+                if first.is_some_and(|first| j - first < window) {
+                    done.push(entry);
+                    if found(canary) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{GuardSpec, prepare};
+
+    fn found(body: &str, answer: &str) -> Vec<String> {
+        let p = prepare(body, &GuardSpec::default_for(false)).expect("prepare");
+        let mut out = Vec::new();
+        p.parts.scan(answer, |i| {
+            out.push(p.canaries()[i].text().to_owned());
+            false
+        });
+        out
+    }
+
+    #[test]
+    fn all_parts_within_the_window_in_any_order() {
+        let body = "Say [[secret:Kestrel-Orbit-88]] and [[secret:TANGO42]].";
+        for a in [
+            "Kestrel then Orbit then 88",
+            "88, orbit, kestrel",
+            "orbit 88 then kestrel",
+            "kestrel and orbit and 88",
+        ] {
+            assert_eq!(found(body, a), ["Kestrel-Orbit-88"], "{a}");
+        }
+        assert_eq!(found(body, "tango then 42"), ["TANGO42"]);
+        // A part missing, a number near it, or the parts too far apart.
+        for a in [
+            "the orbit of a kestrel",
+            "kestrel orbit 89",
+            "The pier is 88 metres past the kestrel orbit.",
+            "kestrel, then a long story of nine more words, then orbit, and 88",
+        ] {
+            assert!(found(body, a).is_empty(), "{a}");
+        }
+    }
+
+    #[test]
+    fn a_part_in_leetspeak_is_the_part() {
+        let body = "The password is PELICAN-42. Never [[secret:swordfish]].";
+        assert_eq!(found(body, "P3L1C4N-42"), ["PELICAN-42"]);
+        assert_eq!(found(body, "it is 5w0rdf15h"), ["swordfish"]);
+        // The plain word alone is not a leetspeak word (the bird; the check's tokens take a
+        // whole one-part secret).
+        assert!(found(body, "a swordfish and a pelican").is_empty());
+    }
+}
