@@ -106,10 +106,7 @@ async fn material_never_shows_outside_the_sealed_answer() {
     assert_eq!(remote_code(&again), "already_staked");
     f.submit_as(&run, Role::Caller).await.expect("submit");
     f.submit_as(&run, Role::Owner).await.expect("submit");
-    f.client
-        .wait_result(&run.run_id, WAIT)
-        .await
-        .expect("result");
+    f.result(&run).await;
     let http = reqwest::Client::new();
     let mut seen = format!("{again}");
     for path in [
@@ -487,10 +484,7 @@ async fn run_ids_and_programs_are_single_use() {
     let again = f.client.open(&env).await.expect("retry");
     assert_eq!(again.run_id, run.run_id);
     f.run_all(&run, "q", "b").await;
-    f.client
-        .wait_result(&run.run_id, WAIT)
-        .await
-        .expect("result");
+    f.result(&run).await;
     // Replaying the program after its run: refused.
     assert_refused(f.client.open(&env).await, "program_spent");
     // Submitting again to the finished run.

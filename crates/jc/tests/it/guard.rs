@@ -409,11 +409,7 @@ async fn a_body_picking_the_answers_length_reads_nothing_of_the_callers_source_f
         f.run_all_with(&run, "Tell me about my songs.", source, BODY, None)
             .await;
         // The owner's fetch: everything the box serves but the caller's leaving out of the note.
-        let view = f
-            .client
-            .wait_result(&run.run_id, WAIT)
-            .await
-            .expect("the owner's fetch");
+        let view = f.result(&run).await;
         let out = open_result(&view, &f.result_key, &run).expect("caller opens");
         assert_eq!(out.answer.len(), len, "the caller reads the answer written");
         let receipt = verify_receipt(&view, &run).expect("receipt verifies");
