@@ -5,8 +5,11 @@
 function liveCalls() {
   const cells = document.querySelectorAll("[data-call-state]");
   if (cells.length === 0) return;
+  // The session's own address (`/ui/s/<random>`): its cookie is sent under it only.
+  const base = location.pathname.match(/^\/ui\/s\/[0-9a-f]+/);
+  if (!base) return;
   const refresh = () => {
-    fetch("/ui/live/calls", { credentials: "same-origin", headers: { "Accept": "application/json" } })
+    fetch(`${base[0]}/live/calls`, { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then((r) => (r.ok ? r.json() : null))
       .then((body) => {
         if (!body) return;

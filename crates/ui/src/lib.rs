@@ -11,8 +11,12 @@
 //! the node's memory (`Sessions`): they end on sign-out, after [`IDLE`] unused or [`LIFETIME`] in
 //! all, when the node restarts, and when `api.token` is replaced (`skillbox token rotate`). The
 //! cookie is `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it) and
-//! `Path=/ui`. Every form carries a CSRF token derived from the session's id (HMAC), checked in
-//! constant time; the node's own guard in front of every route already refuses another site's
+//! `Path` of the session's own random address, [`SESSION_ROOT`]`<128 random bits>`: the session's
+//! pages are served there and nowhere else, so a browser sends the cookie to no other program (a
+//! cookie ignores ports, but not paths, and a listener on another port, under the address or the
+//! node's `*.localhost` name alike, cannot name a path it does not know). Every form carries the
+//! session's CSRF token, drawn at sign-in apart from the id (nothing in the cookie computes it),
+//! checked in constant time; the node's own guard in front of every route already refuses another site's
 //! `Origin`, a foreign `Host`, and any request a browser marks as sent from another origin
 //! (`Sec-Fetch-Site`: a page on another port of this host included). Every page is sent with a strict Content-Security-Policy (no
 //! inline script or style, nothing from elsewhere, no framing).
@@ -34,15 +38,22 @@ use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use skillbox_node::api::{AppState, Mounts};
+use tower::ServiceExt as _;
 
 /// Where the dashboard lives.
 pub const PREFIX: &str = "/ui";
+/// Where each session's pages are served: this, then the session's own random part ([`Base`]).
+pub const SESSION_ROOT: &str = "/ui/s/";
+/// The random bytes of a session's address (128 bits: a listener cannot guess it).
+const BASE_BYTES: usize = 16;
+/// Most bytes of a page the session's address is written into (the pages are a few hundred
+/// KiB at most: the board and the ledger are paged).
+const PAGE_MAX: usize = 16 << 20;
 const COOKIE: &str = "skillbox_ui";
-const CSRF_LABEL: &[u8] = b"skillbox-ui-csrf-v1";
 /// What a row's opaque handle is computed under (see [`Session::source_handle`]).
 const HANDLE_LABEL: &[u8] = b"skillbox-ui-source-handle-v1";
 /// A session ends this long after the human last used it: a page, a form, a sign-in. The live
@@ -61,11 +72,10 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// session cookie themselves, and send a login page rather than a JSON 401).
 pub fn mounts(state: AppState) -> Mounts {
     let sessions = Arc::new(Sessions::default());
-    let open = Router::new()
-        .route("/ui/login", get(pages::login_page).post(pages::login))
-        .route("/ui/static/app.css", get(pages::css))
-        .route("/ui/static/app.js", get(pages::js));
-    let session = Router::new()
+    // The session's pages at their logical addresses (`/ui/board`, as the pages link them),
+    // reached only through [`in_session`], which maps a session's own address onto them: none
+    // of these paths is a route of the node's.
+    let session_pages = Router::new()
         .route("/ui", get(pages::overview))
         .route("/ui/logout", post(pages::logout))
         .route("/ui/board", get(pages::board))
@@ -83,15 +93,152 @@ pub fn mounts(state: AppState) -> Mounts {
         .route("/ui/peers", get(pages::peers).post(pages::add_peer))
         .route("/ui/metrics", get(pages::metrics))
         .route("/ui/boxes/check", post(pages::check_boxes))
-        .route_layer(middleware::from_fn_with_state(state, require_session));
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_session,
+        ))
+        .layer(Extension(sessions.clone()))
+        .with_state(state);
+    let open = Router::new()
+        .route("/ui/login", get(pages::login_page).post(pages::login))
+        .route("/ui/static/app.css", get(pages::css))
+        .route("/ui/static/app.js", get(pages::js))
+        // The address `skillbox node` prints, and a page's logical address (an old bookmark):
+        // no session is served there (its cookie is not sent there), so they lead to sign-in.
+        .route("/ui", any(signed_out))
+        .route("/ui/{*page}", any(signed_out))
+        .route("/ui/s/{base}", any(in_session))
+        .route("/ui/s/{base}/{*page}", any(in_session));
     Mounts {
         public: open
-            .merge(session)
+            .layer(Extension(SessionPages(session_pages)))
             .layer(Extension(sessions))
             .layer(middleware::map_response(security_headers)),
         operator: Router::new(),
         json_rpc: Vec::new(),
     }
+}
+
+/// The session's pages (see [`mounts`]), as [`in_session`] reaches them.
+#[derive(Clone)]
+struct SessionPages(Router);
+
+/// The random part of a session's address (`/ui/s/<this>`), as a request's path named it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Base(pub(crate) String);
+
+impl Base {
+    /// The session's address, the cookie's `Path`.
+    pub(crate) fn path(&self) -> String {
+        format!("{SESSION_ROOT}{}", self.0)
+    }
+
+    /// A page's logical address (`/ui/board?q=x`) at this session's (`/ui/s/<base>/board?q=x`);
+    /// `None` for what is not a session's page: the sign-in page, the static files, an address
+    /// already a session's, anything outside the dashboard.
+    fn at(&self, url: &str) -> Option<String> {
+        let rest = url.strip_prefix(PREFIX)?;
+        let page = rest.is_empty() || rest.starts_with('/') || rest.starts_with('?');
+        let open = ["/login", "/static/", "/s/"]
+            .iter()
+            .any(|p| rest.starts_with(p));
+        (page && !open).then(|| format!("{}{rest}", self.path()))
+    }
+}
+
+/// `/ui/s/<base>/<page>`: the session's page `/ui/<page>`, answered with every dashboard
+/// address in it (links, forms, the redirect) at the session's own, so the browser keeps to the
+/// path its cookie is scoped to. Which session the address is, the cookie says
+/// ([`require_session`] checks both).
+async fn in_session(
+    Extension(SessionPages(pages)): Extension<SessionPages>,
+    req: Request,
+) -> Response {
+    let Some((base, page)) = req
+        .uri()
+        .path()
+        .strip_prefix(SESSION_ROOT)
+        .map(|p| p.split_once('/').unwrap_or((p, "")))
+    else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if base.len() != 2 * BASE_BYTES || !base.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return signed_out(req.method().clone()).await;
+    }
+    let base = Base(base.to_owned());
+    let logical = match (page, req.uri().query()) {
+        ("", None) => PREFIX.to_owned(),
+        ("", Some(q)) => format!("{PREFIX}?{q}"),
+        (p, None) => format!("{PREFIX}/{p}"),
+        (p, Some(q)) => format!("{PREFIX}/{p}?{q}"),
+    };
+    let Ok(uri) = logical.parse() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    // A new request, not this one re-addressed: this route's own path parameters ride in its
+    // extensions, and the pages' `Path` extractors would be handed them too.
+    let (parts, body) = req.into_parts();
+    let mut page = Request::new(body);
+    *page.method_mut() = parts.method;
+    *page.uri_mut() = uri;
+    *page.version_mut() = parts.version;
+    *page.headers_mut() = parts.headers;
+    page.extensions_mut().insert(base.clone());
+    let res = match pages.oneshot(page).await {
+        Ok(res) => res,
+        Err(never) => match never {},
+    };
+    at_session(res, &base).await
+}
+
+/// `res` with its redirect and, on an HTML page, every dashboard address at the session's.
+/// The pages write `="/ui…"` only in their own markup: maud escapes `"` in every value it is
+/// given (a peer's text included), so no text on a page can make an address of its own here.
+async fn at_session(res: Response, base: &Base) -> Response {
+    let (mut parts, body) = res.into_parts();
+    if let Some(to) = parts
+        .headers
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| base.at(v))
+        .and_then(|v| HeaderValue::from_str(&v).ok())
+    {
+        parts.headers.insert(header::LOCATION, to);
+    }
+    let html = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
+    if !html {
+        return Response::from_parts(parts, body);
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, PAGE_MAX).await else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the page could not be read",
+        )
+            .into_response();
+    };
+    let page = addresses_at(&String::from_utf8_lossy(&bytes), base);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(page))
+}
+
+/// `html` with each attribute value that is a session's page address (`="/ui…"`) at `base`.
+fn addresses_at(html: &str, base: &Base) -> String {
+    let mut out = String::with_capacity(html.len() + html.len() / 8);
+    let mut rest = html;
+    while let Some(at) = rest.find("=\"/ui") {
+        let start = at + 2;
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('"').map_or(rest.len(), |e| start + e);
+        let value = &rest[start..end];
+        out.push_str(base.at(value).as_deref().unwrap_or(value));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The signed-in operator, as handlers see it: the CSRF token its forms must carry.
@@ -114,13 +261,27 @@ struct Held {
     epoch: u64,
     started: Instant,
     used: Instant,
+    /// The session's address ([`Base`]): its pages answer there only.
+    base: Base,
+    /// The session's CSRF token, drawn at sign-in: no part of the cookie, so whoever holds only
+    /// the cookie cannot compute it.
+    csrf: String,
+}
+
+/// A session just opened: the cookie's id (64 hex digits) and the session's address.
+pub(crate) struct Opened {
+    pub(crate) id: zeroize::Zeroizing<String>,
+    pub(crate) base: Base,
 }
 
 impl Sessions {
-    /// Open a session under the token generation `epoch`; the cookie's id (64 hex digits).
-    pub(crate) fn open(&self, epoch: u64) -> std::io::Result<zeroize::Zeroizing<String>> {
-        let raw = zeroize::Zeroizing::new(skillbox_node::crypto::random_bytes::<32>()?);
+    /// Open a session under the token generation `epoch`.
+    pub(crate) fn open(&self, epoch: u64) -> std::io::Result<Opened> {
+        use skillbox_node::crypto::random_bytes;
+        let raw = zeroize::Zeroizing::new(random_bytes::<32>()?);
         let id = zeroize::Zeroizing::new(hex::encode(raw.as_ref()));
+        let base = Base(hex::encode(random_bytes::<BASE_BYTES>()?));
+        let csrf = hex::encode(random_bytes::<32>()?);
         let now = Instant::now();
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, h| h.live(now, epoch));
@@ -136,19 +297,22 @@ impl Sessions {
                 epoch,
                 started: now,
                 used: now,
+                base: base.clone(),
+                csrf,
             },
         );
-        Ok(id)
+        Ok(Opened { id, base })
     }
 
-    /// The live session `id` names under the current token generation (marked used when the
-    /// request is [`Use::Human`]); an ended one is forgotten.
-    pub(crate) fn find(&self, id: &str, epoch: u64, by: Use) -> Option<Session> {
-        self.find_at(id, epoch, by, Instant::now())
+    /// The live session `id` names under the current token generation, asked for at its own
+    /// address `base` (marked used when the request is [`Use::Human`]); an ended one is
+    /// forgotten.
+    pub(crate) fn find(&self, id: &str, base: &Base, epoch: u64, by: Use) -> Option<Session> {
+        self.find_at(id, base, epoch, by, Instant::now())
     }
 
     /// [`Sessions::find`] at `now` (the session clock, which the tests move).
-    fn find_at(&self, id: &str, epoch: u64, by: Use, now: Instant) -> Option<Session> {
+    fn find_at(&self, id: &str, base: &Base, epoch: u64, by: Use, now: Instant) -> Option<Session> {
         let key = key_of(id);
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let held = map.get_mut(&key)?;
@@ -156,11 +320,14 @@ impl Sessions {
             map.remove(&key);
             return None;
         }
+        if held.base != *base {
+            return None;
+        }
         if by == Use::Human {
             held.used = now;
         }
         Some(Session {
-            csrf: csrf_for(id),
+            csrf: held.csrf.clone(),
             key,
         })
     }
@@ -245,14 +412,6 @@ fn same_hex(ours: &str, presented: &str) -> bool {
     a.len() == b.len() && a.iter().zip(&b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The CSRF token of the session whose cookie holds `id`.
-fn csrf_for(id: &str) -> String {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(id.as_bytes())
-        .expect("HMAC takes a key of any length");
-    mac.update(CSRF_LABEL);
-    hex::encode(mac.finalize().into_bytes())
-}
-
 /// Session cookies a request may carry and each be looked up (more are not read).
 const MAX_SESSION_COOKIES: usize = 8;
 
@@ -273,18 +432,23 @@ pub(crate) fn cookie_tokens(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-/// The cookie that signs the browser in (`HttpOnly`, `SameSite=Strict`, scoped to `/ui`): the
+/// The cookie that signs the browser in (`HttpOnly`, `SameSite=Strict`, scoped to the session's
+/// own address `base`, so a browser sends it to no other path, whatever the port): the
 /// session's id, never the operator's token.
-pub(crate) fn session_cookie(id: &str) -> String {
+pub(crate) fn session_cookie(id: &str, base: &Base) -> String {
     format!(
-        "{COOKIE}={id}; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age={}",
+        "{COOKIE}={id}; Path={}; HttpOnly; SameSite=Strict; Max-Age={}",
+        base.path(),
         LIFETIME.as_secs()
     )
 }
 
-/// The cookie that signs it out.
-pub(crate) fn cleared_cookie() -> String {
-    format!("{COOKIE}=; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age=0")
+/// The cookie that signs the session at `base` out.
+pub(crate) fn cleared_cookie(base: &Base) -> String {
+    format!(
+        "{COOKIE}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
+        base.path()
+    )
 }
 
 /// Whether `token` is the node operator's (a tenant's token reaches only the agent surfaces).
@@ -304,21 +468,33 @@ async fn require_session(
     // The token's generation first: a replaced `api.token` ends every session from here on.
     let epoch = state.operator_epoch();
     let by = Use::of(req.uri().path());
-    let found = cookie_tokens(req.headers())
-        .iter()
-        .find_map(|id| sessions.find(id, epoch, by));
+    // Set by [`in_session`] from the address asked for; nothing else reaches these routes.
+    let base = req.extensions().get::<Base>().cloned();
+    let found = base.and_then(|base| {
+        cookie_tokens(req.headers())
+            .iter()
+            .find_map(|id| sessions.find(id, &base, epoch, by))
+    });
     match found {
         Some(session) => {
             req.extensions_mut().insert(session);
             next.run(req).await
         }
-        _ if req.method() == axum::http::Method::GET => Redirect::to("/ui/login").into_response(),
-        _ => (
-            StatusCode::UNAUTHORIZED,
-            pages::plain_page("Signed out", "Sign in again at /ui/login."),
-        )
-            .into_response(),
+        None => signed_out(req.method().clone()).await,
     }
+}
+
+/// The answer to a request no session is found for: a page asked for goes to sign-in, a form
+/// posted is refused.
+async fn signed_out(method: axum::http::Method) -> Response {
+    if method == axum::http::Method::GET {
+        return Redirect::to("/ui/login").into_response();
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        pages::plain_page("Signed out", "Sign in again at /ui/login."),
+    )
+        .into_response()
 }
 
 async fn security_headers(mut res: Response) -> Response {
@@ -346,17 +522,104 @@ async fn security_headers(mut res: Response) -> Response {
 mod tests {
     use super::*;
 
+    /// A session opened now, found at its own address: its id and what handlers see.
+    fn opened(s: &Sessions) -> (Opened, Session) {
+        let o = s.open(0).expect("open");
+        let found = s.find(&o.id, &o.base, 0, Use::Human).expect("live");
+        (o, found)
+    }
+
     #[test]
-    fn csrf_tokens_are_per_token_and_checked_whole() {
-        let s = Session {
-            csrf: csrf_for("tok-a"),
-            key: key_of("tok-a"),
-        };
-        assert!(s.csrf_ok(&csrf_for("tok-a")));
-        assert!(!s.csrf_ok(&csrf_for("tok-b")));
-        assert!(!s.csrf_ok(""));
-        assert!(!s.csrf_ok(&s.csrf[..10]));
-        assert!(!s.csrf_ok("not hex"));
+    fn csrf_tokens_are_per_session_and_checked_whole() {
+        let s = Sessions::default();
+        let (_, a) = opened(&s);
+        let (_, b) = opened(&s);
+        assert!(a.csrf_ok(&a.csrf.clone()));
+        assert!(!a.csrf_ok(&b.csrf));
+        assert!(!a.csrf_ok(""));
+        assert!(!a.csrf_ok(&a.csrf[..10]));
+        assert!(!a.csrf_ok("not hex"));
+    }
+
+    /// Review 24a L3, the token half: the CSRF token was an HMAC keyed by the cookie's id alone,
+    /// so whoever caught the cookie computed every form's token without a page. Computed that
+    /// way now, it is refused; the session's token is none of the cookie's derivations.
+    #[test]
+    fn the_csrf_token_cannot_be_computed_from_the_cookie() {
+        let s = Sessions::default();
+        let (o, session) = opened(&s);
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(o.id.as_bytes()).expect("key");
+        mac.update(b"skillbox-ui-csrf-v1");
+        let from_the_cookie = hex::encode(mac.finalize().into_bytes());
+        assert!(
+            !session.csrf_ok(&from_the_cookie),
+            "the CSRF token is computed from the cookie's id"
+        );
+        for derived in [hex::encode(key_of(&o.id)), o.id.to_string()] {
+            assert!(!session.csrf_ok(&derived));
+        }
+    }
+
+    /// Review 24a L3: the cookie was `Path=/ui`, and a cookie ignores ports, so a listener on
+    /// another port under the node's name (or its address) whose page asked for `/ui/x` received
+    /// it. Its path is now the session's own random address, which no other page knows; the
+    /// sign-in page and the logical addresses lie outside it.
+    #[test]
+    fn the_cookie_is_scoped_to_the_sessions_own_random_address() {
+        let s = Sessions::default();
+        let a = s.open(0).expect("open");
+        let b = s.open(0).expect("open");
+        let cookie = session_cookie(&a.id, &a.base);
+        let path = cookie
+            .split("; ")
+            .find_map(|attr| attr.strip_prefix("Path="))
+            .expect("a Path");
+        assert_eq!(path, a.base.path());
+        let random = path.strip_prefix(SESSION_ROOT).expect("under the root");
+        assert_eq!(random.len(), 32, "128 bits");
+        assert!(random.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a.base, b.base, "each session its own");
+        // A cookie's path covers the paths it is a prefix of: none of these.
+        for elsewhere in [
+            "/ui",
+            "/ui/",
+            "/ui/login",
+            "/ui/approvals",
+            "/ui/s/",
+            "/ui/static/app.js",
+        ] {
+            assert!(!elsewhere.starts_with(path), "{elsewhere} under {path}");
+        }
+        assert!(cleared_cookie(&a.base).contains(&format!("Path={path};")));
+        // The session answers at its own address only.
+        assert!(s.find(&a.id, &a.base, 0, Use::Human).is_some());
+        assert!(s.find(&a.id, &b.base, 0, Use::Human).is_none());
+    }
+
+    /// What the pages link (`/ui/board`) is written at the session's address; the sign-in page,
+    /// the static files and what is not the dashboard's are left as they are.
+    #[test]
+    fn a_pages_addresses_are_written_at_the_sessions() {
+        let base = Base("0123456789abcdef0123456789abcdef".into());
+        let at = base.path();
+        let page = concat!(
+            r#"<a href="/ui">o</a><a href="/ui/board?q=a&amp;b=c">b</a>"#,
+            r#"<form action="/ui/approvals"></form><link href="/ui/static/app.css">"#,
+            r#"<form action="/ui/login"></form><a href="/uix">x</a><p>="/ui/calls" &quot;</p>"#,
+        );
+        assert_eq!(
+            addresses_at(page, &base),
+            format!(
+                r#"<a href="{at}">o</a><a href="{at}/board?q=a&amp;b=c">b</a><form action="{at}/approvals"></form><link href="/ui/static/app.css"><form action="/ui/login"></form><a href="/uix">x</a><p>="{at}/calls" &quot;</p>"#
+            )
+        );
+        assert_eq!(
+            base.at("/ui/calls/x?y=1"),
+            Some(format!("{at}/calls/x?y=1"))
+        );
+        assert_eq!(base.at(&format!("{at}/calls")), None);
+        assert_eq!(base.at("/ui/login"), None);
+        assert_eq!(base.at("https://example.com/ui"), None);
     }
 
     #[test]
@@ -369,37 +632,37 @@ mod tests {
         assert_eq!(cookie_tokens(&h), ["tok"]);
         h.insert(header::COOKIE, HeaderValue::from_static("skillbox_ui="));
         assert!(cookie_tokens(&h).is_empty());
-        let c = session_cookie("tok");
-        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/ui"));
+        let c = session_cookie("tok", &Base("00".into()));
+        assert!(
+            c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.contains("Path=/ui/s/00;")
+        );
     }
 
     #[test]
     fn sessions_end_on_sign_out_and_when_the_token_changes() {
         let s = Sessions::default();
-        let id = s.open(0).expect("open");
-        assert_eq!(id.len(), 64);
-        let session = s.find(&id, 0, Use::Human).expect("live");
-        assert_eq!(session.csrf, csrf_for(&id));
-        assert!(s.find("00", 0, Use::Human).is_none());
+        let find = |o: &Opened, epoch| s.find(&o.id, &o.base, epoch, Use::Human);
+        let o = s.open(0).expect("open");
+        assert_eq!(o.id.len(), 64);
+        let session = find(&o, 0).expect("live");
+        assert_eq!(session.csrf.len(), 64);
+        assert!(s.find("00", &o.base, 0, Use::Human).is_none());
         // Another token generation: ended, and forgotten.
-        assert!(s.find(&id, 1, Use::Human).is_none());
-        assert!(s.find(&id, 0, Use::Human).is_none());
-        let id = s.open(0).expect("open");
-        s.end(&key_of(&id));
-        assert!(s.find(&id, 0, Use::Human).is_none());
+        assert!(find(&o, 1).is_none());
+        assert!(find(&o, 0).is_none());
+        let o = s.open(0).expect("open");
+        s.end(&key_of(&o.id));
+        assert!(find(&o, 0).is_none());
         // Past the cap, the least recently used goes.
         let first = s.open(0).expect("open");
         let rest: Vec<_> = (1..MAX_SESSIONS)
             .map(|_| s.open(0).expect("open"))
             .collect();
         std::thread::sleep(Duration::from_millis(2));
-        assert!(s.find(&first, 0, Use::Human).is_some());
+        assert!(find(&first, 0).is_some());
         let extra = s.open(0).expect("open");
-        assert!(s.find(&extra, 0, Use::Human).is_some() && s.find(&first, 0, Use::Human).is_some());
-        let ended = rest
-            .iter()
-            .filter(|id| s.find(id, 0, Use::Human).is_none())
-            .count();
+        assert!(find(&extra, 0).is_some() && find(&first, 0).is_some());
+        let ended = rest.iter().filter(|o| find(o, 0).is_none()).count();
         assert_eq!(ended, 1, "one of the least recently used ended");
     }
 
@@ -408,17 +671,20 @@ mod tests {
     #[test]
     fn a_planted_cookie_ahead_of_the_session_does_not_sign_the_human_out() {
         let s = Sessions::default();
-        let id = s.open(0).expect("open");
+        let (o, session) = opened(&s);
         let mut h = HeaderMap::new();
-        let sent = format!("skillbox_ui=planted-by-another-port; skillbox_ui={}", &*id);
+        let sent = format!(
+            "skillbox_ui=planted-by-another-port; skillbox_ui={}",
+            &*o.id
+        );
         h.insert(
             header::COOKIE,
             HeaderValue::from_str(&sent).expect("header"),
         );
         let found = cookie_tokens(&h)
             .iter()
-            .find_map(|c| s.find(c, 0, Use::Human));
-        assert_eq!(found.map(|f| f.csrf), Some(csrf_for(&id)));
+            .find_map(|c| s.find(c, &o.base, 0, Use::Human));
+        assert_eq!(found.map(|f| f.csrf), Some(session.csrf));
         // Bounded: a request with many planted cookies has at most a few looked up.
         let many = (0..100)
             .map(|i| format!("skillbox_ui=p{i}"))
@@ -440,28 +706,37 @@ mod tests {
         assert_eq!(Use::of("/ui/calls"), Use::Human);
         assert_eq!(Use::of("/ui/calls/live"), Use::Human);
         let s = Sessions::default();
-        let id = s.open(0).expect("open");
+        let Opened { id, base } = s.open(0).expect("open");
         let signed_in = Instant::now();
         let minute = Duration::from_secs(60);
         // A poll a minute, for longer than the idle limit: each is answered while it lasts.
         let mut t = signed_in;
         while t < signed_in + IDLE - minute {
             t += minute;
-            assert!(s.find_at(&id, 0, Use::Poll, t).is_some(), "a poll at {t:?}");
+            assert!(
+                s.find_at(&id, &base, 0, Use::Poll, t).is_some(),
+                "a poll at {t:?}"
+            );
         }
         let left = signed_in + IDLE + minute;
         assert!(
-            s.find_at(&id, 0, Use::Poll, left).is_none(),
+            s.find_at(&id, &base, 0, Use::Poll, left).is_none(),
             "polled for {:?}, idle since sign-in: still signed in",
             left - signed_in
         );
         // A page the human asks for is use: that session lasts IDLE past it.
-        let id = s.open(0).expect("open");
+        let Opened { id, base } = s.open(0).expect("open");
         let opened = Instant::now();
         let page = opened + IDLE - minute;
-        assert!(s.find_at(&id, 0, Use::Human, page).is_some());
-        assert!(s.find_at(&id, 0, Use::Poll, page + IDLE - minute).is_some());
-        assert!(s.find_at(&id, 0, Use::Poll, page + IDLE + minute).is_none());
+        assert!(s.find_at(&id, &base, 0, Use::Human, page).is_some());
+        assert!(
+            s.find_at(&id, &base, 0, Use::Poll, page + IDLE - minute)
+                .is_some()
+        );
+        assert!(
+            s.find_at(&id, &base, 0, Use::Poll, page + IDLE + minute)
+                .is_none()
+        );
     }
 
     #[test]
@@ -472,6 +747,8 @@ mod tests {
             epoch: 0,
             started,
             used,
+            base: Base(String::new()),
+            csrf: String::new(),
         };
         assert!(held(now, now).live(now, 0));
         assert!(!held(now, now).live(now, 1), "another token generation");

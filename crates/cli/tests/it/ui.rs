@@ -25,6 +25,10 @@ struct Browser {
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
     base: String,
+    /// Each session signed in: its cookie (`name=value`) and its own address (`/ui/s/<random>`),
+    /// where the browser asks for its pages. The tests name pages by their logical address
+    /// (`/ui/sources`); [`Browser::send`] asks at the session's and answers redirects logically.
+    sessions: std::cell::RefCell<Vec<(String, String)>>,
 }
 
 struct Page {
@@ -42,12 +46,59 @@ impl Browser {
                 .build()
                 .expect("client"),
             base: node.base.clone(),
+            sessions: Default::default(),
         }
+    }
+
+    /// The address of the session whose cookie `cookie` carries, if one signed in here.
+    fn session_at(&self, cookie: Option<&str>) -> Option<String> {
+        let cookie = cookie?;
+        self.sessions
+            .borrow()
+            .iter()
+            .find(|(c, _)| cookie.contains(c.as_str()))
+            .map(|(_, at)| at.clone())
     }
 
     /// `method path` with the cookie, the form, and `headers` as a browser adds them (`Origin`,
     /// `Sec-Fetch-Site`).
     fn send(
+        &self,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> Page {
+        let at = self.session_at(cookie);
+        // A page's logical address at the session's (the sign-in page and a session's own
+        // address as they are).
+        let path = match (&at, path.strip_prefix("/ui")) {
+            (Some(at), Some(rest))
+                if (rest.is_empty() || rest.starts_with(['/', '?']))
+                    && !rest.starts_with("/login")
+                    && !rest.starts_with("/s/") =>
+            {
+                format!("{at}{rest}")
+            }
+            _ => path.to_owned(),
+        };
+        let mut page = self.send_exactly(method, &path, cookie, form, headers);
+        if let Some(at) = at
+            && let Some(logical) = page
+                .headers
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| l.strip_prefix(at.as_str()))
+                .and_then(|rest| HeaderValue::from_str(&format!("/ui{rest}")).ok())
+        {
+            page.headers.insert("location", logical);
+        }
+        page
+    }
+
+    /// `method path` as written, not mapped to a session's address.
+    fn send_exactly(
         &self,
         method: &str,
         path: &str,
@@ -104,10 +155,17 @@ impl Browser {
             .and_then(|v| v.to_str().ok())
             .expect("set-cookie")
             .to_owned();
-        for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        for attr in ["HttpOnly", "SameSite=Strict", "Path=/ui/s/"] {
             assert!(set.contains(attr), "{set}");
         }
-        set.split(';').next().expect("cookie").to_owned()
+        let cookie = set.split(';').next().expect("cookie").to_owned();
+        let at = header(&p, "location").to_owned();
+        assert!(
+            set.contains(&format!("Path={at};")),
+            "the cookie's path is not the session's address {at}: {set}"
+        );
+        self.sessions.borrow_mut().push((cookie.clone(), at));
+        cookie
     }
 }
 
@@ -468,6 +526,47 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     assert_eq!(stolen.get("/node").status, 401);
     assert_eq!(stolen.get("/sources").status, 401);
     assert_eq!(node.api().get("/node").status, 200);
+
+    // Review 24a L3: the cookie's path is the session's own random address, and only there do
+    // its pages answer. A page on another port (under the address or the node's name alike)
+    // can have the browser ask for the dashboard's logical addresses, or guess another
+    // session's, and gets no cookie there; sent there anyway, the cookie opens nothing.
+    let at = b.session_at(Some(&cookie)).expect("signed in");
+    let random = at.strip_prefix("/ui/s/").expect("the session's address");
+    assert!(
+        random.len() == 32 && random.bytes().all(|c| c.is_ascii_hexdigit()),
+        "{at}"
+    );
+    assert_eq!(b.get("/ui/approvals", Some(&cookie)).status, 200);
+    let guessed = format!("/ui/s/{}/approvals", "0".repeat(32));
+    for elsewhere in ["/ui", "/ui/approvals", "/ui/x", &guessed] {
+        let p = b.send_exactly("GET", elsewhere, Some(&cookie), &[], &[]);
+        assert_eq!(
+            (p.status, header(&p, "location")),
+            (303, "/ui/login"),
+            "{elsewhere} answered to the session's cookie: {}",
+            p.text
+        );
+    }
+    let csrf = csrf_of(&b.get("/ui/sources", Some(&cookie)).text);
+    let posted = b.send_exactly(
+        "POST",
+        "/ui/sources",
+        Some(&cookie),
+        &[
+            ("csrf", &csrf),
+            ("name", "elsewhere"),
+            ("kind", "text"),
+            ("content", "x"),
+        ],
+        &[],
+    );
+    assert_eq!(posted.status, 401, "{}", posted.text);
+    assert!(
+        !b.get("/ui/sources", Some(&cookie))
+            .text
+            .contains("elsewhere")
+    );
 
     // Sign-out ends the session on the node: a copy of the cookie is dead too; another stays.
     let other = b.sign_in(&node.token);

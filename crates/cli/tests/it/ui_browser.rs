@@ -104,6 +104,20 @@ async fn wait_path(c: &Client, path: &str) {
     }
 }
 
+/// Wait until the browser is in a session (sign-in leads to the session's own address,
+/// `/ui/s/<random>`, the only path its cookie is sent to); that address.
+async fn wait_session(c: &Client) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let at = c.current_url().await.expect("url");
+        if at.path().starts_with("/ui/s/") {
+            return at.path().to_owned();
+        }
+        assert!(Instant::now() < deadline, "never signed in: at {at}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Wait (polling the live page, no reload) until `css` holds `want`.
 async fn wait_text(c: &Client, css: &str, want: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
@@ -157,12 +171,13 @@ fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
         shot(&c, "login").await;
         fill(&c, "#token", &caller.token).await;
         click(&c, "form[action='/ui/login'] button").await;
-        wait_path(&c, "/ui").await;
+        let at = wait_session(&c).await;
+        let ui = format!("{base}{at}");
         assert!(page_text(&c).await.contains("Waiting for you"));
         shot(&c, "overview").await;
 
         // A key source, then a skill that spends it: offered.
-        c.goto(&format!("{base}/ui/sources")).await.expect("goto");
+        c.goto(&format!("{ui}/sources")).await.expect("goto");
         fill(&c, "#src-name", "my-openai-key").await;
         c.find(Locator::Css("#src-kind option[value='secret']"))
             .await
@@ -171,70 +186,71 @@ fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
             .await
             .expect("pick secret");
         fill(&c, "#src-content", "sk-my-own").await;
-        click(&c, "form[action='/ui/sources'] button[type=submit]").await;
+        click(&c, &format!("form[action='{at}/sources'] button[type=submit]")).await;
         wait_text(&c, "tr[data-source='my-openai-key'] td:first-child", "my-openai-key", Duration::from_secs(10)).await;
         let t = page_text(&c).await;
         assert!(t.contains("my-openai-key") && !t.contains("sk-my-own"), "{t}");
         shot(&c, "sources").await;
-        c.goto(&format!("{base}/ui/skills")).await.expect("goto");
+        c.goto(&format!("{ui}/skills")).await.expect("goto");
         fill(
             &c,
             "#skill-doc",
             "---\nname: haiku\ndescription: Writes a haiku about the request.\nprovider: openai\nmodel: gpt-test\nkey: my-openai-key\n---\nWrite a haiku.\n",
         )
         .await;
-        click(&c, "form[action='/ui/skills'] button[type=submit]").await;
+        click(&c, &format!("form[action='{at}/skills'] button[type=submit]")).await;
         wait_text(&c, "tr[data-skill='haiku'] td:nth-child(4)", "offered", Duration::from_secs(5)).await;
         shot(&c, "skills").await;
 
         // The peer's skill on the board, filtered by search.
-        c.goto(&format!("{base}/ui/board?q=taste")).await.expect("goto");
+        c.goto(&format!("{ui}/board?q=taste")).await.expect("goto");
         let t = page_text(&c).await;
         assert!(t.contains("taste") && t.contains("music-taste"), "{t}");
         shot(&c, "board").await;
 
         // A call from the board's link: it parks on consent.
-        click(&c, "a[href^='/ui/calls?peer=']").await;
-        wait_path(&c, "/ui/calls").await;
+        click(&c, &format!("a[href^='{at}/calls?peer=']")).await;
+        wait_path(&c, &format!("{at}/calls")).await;
         fill(&c, "#call-request", "what do I like?").await;
-        click(&c, "form[action='/ui/calls'] button[type=submit]").await;
+        click(&c, &format!("form[action='{at}/calls'] button[type=submit]")).await;
         let deadline = Instant::now() + Duration::from_secs(10);
+        let at_path = at.clone();
         let call_url = loop {
             let at = c.current_url().await.expect("url");
-            if at.path().starts_with("/ui/calls/") {
+            if at.path().starts_with(&format!("{at_path}/calls/")) {
                 break at;
             }
             assert!(Instant::now() < deadline, "the call form did not lead to a call: {at}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let id = call_url.path().trim_start_matches("/ui/calls/").to_owned();
+        let id = call_url.path().trim_start_matches(&format!("{at_path}/calls/")).to_owned();
         assert_eq!(id.len(), 32, "{call_url}");
         let state = format!("[data-call-state='{id}:caller']");
         wait_text(&c, &state, "awaiting_consent", Duration::from_secs(20)).await;
-        c.goto(&format!("{base}/ui/approvals")).await.expect("goto");
+        c.goto(&format!("{ui}/approvals")).await.expect("goto");
         let t = page_text(&c).await;
         assert!(t.contains("songs") && t.contains("NO hardware isolation"), "{t}");
         shot(&c, "approvals").await;
-        click(&c, "form[action='/ui/approvals'] button[data-decision='allow']").await;
+        click(&c, &format!("form[action='{at}/approvals'] button[data-decision='allow']")).await;
         // Back on the call's page: the state changes to answered with no reload.
-        wait_path(&c, &format!("/ui/calls/{id}")).await;
+        wait_path(&c, &format!("{at}/calls/{id}")).await;
         wait_text(&c, &state, "answered", Duration::from_secs(30)).await;
         c.refresh().await.expect("reload");
         let t = page_text(&c).await;
         assert!(t.contains("The double read"), "{t}");
         shot(&c, "call").await;
-        c.goto(&format!("{base}/ui/calls")).await.expect("goto");
+        c.goto(&format!("{ui}/calls")).await.expect("goto");
         shot(&c, "calls").await;
 
         // The ledger: the human's yes, then the stake of `songs`.
-        c.goto(&format!("{base}/ui/ledger?source=songs")).await.expect("goto");
+        c.goto(&format!("{ui}/ledger?source=songs")).await.expect("goto");
         let t = page_text(&c).await;
         assert!(
             t.contains("Verified") && t.contains("allowed by human") && t.contains("source songs"),
             "{t}"
         );
         shot(&c, "ledger").await;
-        c.goto(&format!("{base}/ui/peers")).await.expect("goto");
+        c.goto(&format!("{ui}/peers")).await.expect("goto");
         assert!(page_text(&c).await.contains(&owner.peer_id));
         shot(&c, "peers").await;
 
@@ -307,14 +323,16 @@ fn cookie_catcher() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     (port, seen)
 }
 
-/// Issue 30, item 1, the attack as it happens: the operator signs in to the dashboard in a real
-/// browser, then the browser visits a page served on another loopback port (any local process
-/// can listen there). Cookies are not isolated by port, so that listener receives the
-/// dashboard's cookie — which was the operator's API token. Now it holds a session id: no API
-/// token, refused as a bearer token, and dead once the operator signs out. And with a name of
-/// its own (`api.hosts = ["<random>.localhost"]`) the dashboard's cookie reaches no other port.
+/// Issue 30, item 1, and review 24a L3, the attack as it happens: the operator signs in to the
+/// dashboard in a real browser, then the browser visits a page served on another loopback port
+/// (any local process can listen there) under the dashboard's path. Cookies are not isolated by
+/// port: that listener received the dashboard's cookie — first the operator's API token, then a
+/// session id (by address; and under the node's `sbx-<random>.localhost` name too, once another
+/// user learnt the name, from a launcher's argv). The cookie's path is now the session's own
+/// random address: the listener receives nothing, by address or by name; and what a browser
+/// holds for the dashboard is a session id, refused as a bearer token.
 #[test]
-fn a_listener_on_another_loopback_port_gets_no_api_token_from_the_browser() {
+fn a_listener_on_another_loopback_port_gets_no_dashboard_cookie_from_the_browser() {
     let root = tempfile::tempdir().expect("tempdir");
     // No call is made: the box is never reached.
     let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| t);
@@ -332,9 +350,8 @@ fn a_listener_on_another_loopback_port_gets_no_api_token_from_the_browser() {
     let (catcher_port, caught) = cookie_catcher();
     let (_driver, webdriver) = start_driver();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let base = node.base.clone();
     let token = node.token.clone();
-    let stolen = rt.block_on(async {
+    let held = rt.block_on(async {
         let mut caps = serde_json::Map::new();
         caps.insert("browserName".into(), json!("chrome"));
         caps.insert(
@@ -346,81 +363,55 @@ fn a_listener_on_another_loopback_port_gets_no_api_token_from_the_browser() {
             .connect(&webdriver)
             .await
             .expect("a WebDriver session with headless chromium");
-        c.goto(&format!("{base}/ui/login")).await.expect("goto");
-        fill(&c, "#token", &token).await;
-        click(&c, "form[action='/ui/login'] button").await;
-        wait_path(&c, "/ui").await;
-        // The other port, under the dashboard's path so a `Path=/ui` cookie applies.
-        c.goto(&format!("http://127.0.0.1:{catcher_port}/ui/overview"))
-            .await
-            .expect("goto the other port");
-        let cookies = caught.lock().expect("log").clone();
-        assert!(
-            !cookies.iter().any(|c| c.contains(&token)),
-            "a listener on another port received the operator token: {cookies:?}"
-        );
-        // What it did receive (if anything) is a session id.
-        let stolen: Option<String> = cookies.iter().find_map(|c| {
-            c.split(';')
-                .filter_map(|kv| kv.trim().split_once('='))
-                .find(|(k, _)| *k == "skillbox_ui")
-                .map(|(_, v)| v.to_owned())
-        });
-        // The operator signs out.
-        c.goto(&format!("{base}/ui")).await.expect("goto");
-        click(&c, "form.logout button").await;
-        wait_path(&c, "/ui/login").await;
-
-        // The dashboard under the node's own name: its cookie is host-only and goes to no other
-        // port, whichever loopback name the other port is visited by.
-        caught.lock().expect("log").clear();
-        c.goto(&format!("http://{name}:{port}/ui/login")).await.expect("goto the named host");
-        assert!(
-            c.find(Locator::Css("[data-by-address]")).await.is_err(),
-            "the named host's login page warns as if opened by address"
-        );
-        fill(&c, "#token", &token).await;
-        click(&c, "form[action='/ui/login'] button").await;
-        wait_path(&c, "/ui").await;
-        assert!(page_text(&c).await.contains("Waiting for you"));
-        for other in ["127.0.0.1", "localhost"] {
-            c.goto(&format!("http://{other}:{catcher_port}/ui/overview"))
-                .await
-                .expect("goto the other port");
+        let mut held = Vec::new();
+        // By address, then under the node's name (which the other user has learnt).
+        for (host, others) in [
+            ("127.0.0.1", vec!["127.0.0.1", "localhost"]),
+            (name.as_str(), vec![name.as_str(), "127.0.0.1", "localhost"]),
+        ] {
+            caught.lock().expect("log").clear();
+            c.goto(&format!("http://{host}:{port}/ui/login")).await.expect("goto");
+            fill(&c, "#token", &token).await;
+            click(&c, "form[action='/ui/login'] button").await;
+            let at = wait_session(&c).await;
+            assert!(page_text(&c).await.contains("Waiting for you"));
+            // The other port, under each path a page there can name: the dashboard's logical
+            // addresses, the sessions' root.
+            for other in others {
+                for path in ["/ui/overview", "/ui/approvals", "/ui/s/x"] {
+                    c.goto(&format!("http://{other}:{catcher_port}{path}"))
+                        .await
+                        .expect("goto the other port");
+                }
+            }
+            let cookies = caught.lock().expect("log").clone();
+            assert!(cookies.len() >= 6, "the other port was not reached: {cookies:?}");
+            assert!(
+                !cookies.iter().any(|c| c.contains("skillbox_ui") || c.contains(&token)),
+                "a listener on another port received the dashboard's cookie ({host}): {cookies:?}"
+            );
+            // What the browser holds for the dashboard, scoped to the session's address.
+            c.goto(&format!("http://{host}:{port}{at}")).await.expect("back");
+            let cookie = c.get_named_cookie("skillbox_ui").await.expect("the session cookie");
+            assert_eq!(cookie.path(), Some(at.as_str()));
+            held.push(cookie.value().to_owned());
+            // The operator signs out.
+            click(&c, "form.logout button").await;
+            wait_path(&c, "/ui/login").await;
         }
-        let cookies = caught.lock().expect("log").clone();
-        assert!(cookies.len() >= 2, "the other port was not reached: {cookies:?}");
-        assert!(
-            !cookies.iter().any(|c| c.contains("skillbox_ui")),
-            "the named dashboard's cookie reached another port: {cookies:?}"
-        );
         c.close().await.expect("close the session");
-        stolen
+        held
     });
-    // Browsers do send it there: what stays open on a shared host (see the README).
-    let stolen = stolen.expect("the browser sent the dashboard's cookie to another port");
-    let as_bearer = procs::Api {
-        base: node.base.clone(),
-        token: stolen.clone(),
-    };
-    assert_eq!(
-        as_bearer.get("/node").status,
-        401,
-        "the cookie opens the API"
-    );
-    // After sign-out the caught cookie opens no dashboard page either.
-    let page = rt.block_on(async {
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("client")
-            .get(format!("{}/ui", node.base))
-            .header("cookie", format!("skillbox_ui={stolen}"))
-            .send()
-            .await
-            .expect("request")
-            .status()
-            .as_u16()
-    });
-    assert_eq!(page, 303, "a signed-out session still opens the dashboard");
+    for id in held {
+        assert!(!id.contains(&node.token) && id.len() == 64, "{id}");
+        let as_bearer = procs::Api {
+            base: node.base.clone(),
+            token: id,
+        };
+        assert_eq!(
+            as_bearer.get("/node").status,
+            401,
+            "the cookie opens the API"
+        );
+    }
 }

@@ -79,11 +79,12 @@ pub(crate) async fn login(
         );
     }
     match sessions.open(epoch) {
-        Ok(id) => (
+        // Into the session's own address, the only path its cookie is sent to.
+        Ok(opened) => (
             StatusCode::SEE_OTHER,
             [
-                (header::LOCATION, "/ui".to_owned()),
-                (header::SET_COOKIE, session_cookie(&id)),
+                (header::LOCATION, opened.base.path()),
+                (header::SET_COOKIE, session_cookie(&opened.id, &opened.base)),
             ],
         )
             .into_response(),
@@ -102,6 +103,7 @@ pub(crate) async fn login(
 
 pub(crate) async fn logout(
     Extension(sessions): Extension<Arc<Sessions>>,
+    Extension(base): Extension<Base>,
     Posted { session, form: _ }: Posted<CsrfOnly>,
 ) -> Response {
     // Ended here, not only cleared in this browser: a copy of the cookie elsewhere is dead too.
@@ -110,7 +112,7 @@ pub(crate) async fn logout(
         StatusCode::SEE_OTHER,
         [
             (header::LOCATION, "/ui/login".to_owned()),
-            (header::SET_COOKIE, cleared_cookie()),
+            (header::SET_COOKIE, cleared_cookie(&base)),
         ],
     )
         .into_response()

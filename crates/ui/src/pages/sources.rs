@@ -272,6 +272,9 @@ mod tests {
         token: String,
         /// Every answer's status, headers and body, for the leak scan.
         answers: String,
+        /// Each signed-in session's cookie and address (`/ui/s/<random>`), where its pages are
+        /// asked for.
+        sessions: Vec<(String, String)>,
     }
 
     struct Answer {
@@ -320,6 +323,7 @@ mod tests {
                 node,
                 router,
                 answers: String::new(),
+                sessions: Vec::new(),
             }
         }
 
@@ -335,6 +339,17 @@ mod tests {
                 .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
                 .collect::<Vec<_>>()
                 .join("&");
+            // A page the test names by its logical address (`/ui/sources`), asked for at the
+            // session's own as the browser does.
+            let at = self
+                .sessions
+                .iter()
+                .find(|(c, _)| cookie.contains(c.as_str()))
+                .map(|(_, at)| at.clone());
+            let path = match (path.strip_prefix("/ui/"), &at) {
+                (Some(page), Some(at)) if page != "login" => format!("{at}/{page}"),
+                _ => path.to_owned(),
+            };
             let req = axum::http::Request::builder()
                 .method(method)
                 .uri(path)
@@ -344,6 +359,8 @@ mod tests {
                 .expect("request");
             let resp = self.router.clone().oneshot(req).await.expect("infallible");
             let status = resp.status();
+            // Each answer's headers on lines of their own (the body before may end mid-line).
+            self.answers.push('\n');
             for (k, v) in resp.headers() {
                 self.answers
                     .push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
@@ -353,6 +370,11 @@ mod tests {
                 .expect("body");
             let text = String::from_utf8_lossy(&bytes).into_owned();
             self.answers.push_str(&text);
+            // The page's addresses read back as the logical ones the test names.
+            let text = match &at {
+                Some(at) => text.replace(at.as_str(), "/ui"),
+                None => text,
+            };
             Answer { status, text }
         }
 
@@ -363,13 +385,23 @@ mod tests {
                 .send("POST", "/ui/login", "", &[("token", &token)])
                 .await;
             assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
-            self.answers
+            let at = self
+                .answers
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("location: "))
+                .expect("into the session")
+                .to_owned();
+            let cookie = self
+                .answers
                 .lines()
                 .rev()
                 .find_map(|l| l.strip_prefix("set-cookie: "))
                 .and_then(|c| c.split(';').next())
                 .expect("a session cookie")
-                .to_owned()
+                .to_owned();
+            self.sessions.push((cookie.clone(), at));
+            cookie
         }
 
         async fn page(&mut self, cookie: &str) -> String {
