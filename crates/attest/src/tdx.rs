@@ -158,7 +158,12 @@ impl TcbStatus {
     }
 }
 
-/// One accepted TD: MRTD always, the others when set.
+/// One accepted TD: MRTD, RTMR1 and RTMR2 always, the others when set. MRTD measures only the
+/// TD's firmware (TDVF); the kernel, initrd and command line, and so the box binary the image
+/// carries, are measured into RTMR1 and RTMR2, so an entry without them accepts any guest the
+/// host boots under that firmware. RTMR0 (the firmware's configuration: ACPI tables, VM size)
+/// and RTMR3 (extended at run time, empty unless the guest extends it) say nothing about the
+/// code that opens the stakes, and change with the VM's shape, so they stay optional.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TdMeasurements {
@@ -179,8 +184,9 @@ pub struct TdMeasurements {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
-    /// Accepted TDs; the quote must match one entry on every field the entry sets.
-    #[serde(deserialize_with = "crate::nonempty")]
+    /// Accepted TDs; the quote must match one entry on every field the entry sets. Each entry
+    /// must set `rtmr1` and `rtmr2` (refused at load otherwise, naming the field).
+    #[serde(deserialize_with = "boot_chain_pinned")]
     pub accepted: Vec<TdMeasurements>,
     /// Accepted TCB statuses (default: `UpToDate` only). `Revoked` is never accepted.
     #[serde(default = "up_to_date")]
@@ -214,6 +220,36 @@ pub struct Policy {
     /// Accepted PCK PPIDs (hex); empty = any platform.
     #[serde(default)]
     pub ppids: Vec<HexBytes>,
+}
+
+/// A loaded policy's `accepted`: at least one entry, each pinning the boot chain (`rtmr1`,
+/// `rtmr2`) besides the firmware (`mr_td`), which alone any patched kernel or box passes.
+fn boot_chain_pinned<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<TdMeasurements>, D::Error> {
+    let accepted: Vec<TdMeasurements> = crate::nonempty(d)?;
+    for (i, a) in accepted.iter().enumerate() {
+        if let Some(field) = a.boot_chain_unpinned() {
+            return Err(serde::de::Error::custom(format!(
+                "accepted[{i}].{field} is required: mr_td measures only the firmware, rtmr1 and \
+                 rtmr2 the kernel, initrd and command line (the box binary), so without them any \
+                 guest booted under that firmware passes; `skillbox box --attester tdx \
+                 --show-identity` prints them"
+            )));
+        }
+    }
+    Ok(accepted)
+}
+
+impl TdMeasurements {
+    /// The first boot-chain register this entry leaves unpinned (`None`: both pinned).
+    pub fn boot_chain_unpinned(&self) -> Option<&'static str> {
+        match (&self.rtmr1, &self.rtmr2) {
+            (None, _) => Some("rtmr1"),
+            (_, None) => Some("rtmr2"),
+            _ => None,
+        }
+    }
 }
 
 /// A loaded policy's `min_tcb_eval_data_number`: present (serde refuses it absent, naming the

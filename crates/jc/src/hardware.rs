@@ -164,11 +164,18 @@ pub struct HardwareVerifier {
 
 impl HardwareVerifier {
     /// A verifier for `policy`; an SEV-SNP or TDX policy without its TCB floor is refused
-    /// (`tcb_floor_missing`), however it was built.
+    /// (`tcb_floor_missing`), and a TDX policy with an accepted TD that leaves RTMR1 or RTMR2
+    /// unpinned (`rtmr_pins_missing`: MRTD alone is the firmware, any kernel and box under it
+    /// pass), however it was built (loading refuses both, naming the field).
     pub fn new(policy: HardwarePolicy) -> Result<HardwareVerifier> {
         policy
             .floor()
             .map_err(|_| JcError::HardwareRefused("tcb_floor_missing"))?;
+        if let HardwarePolicy::Tdx(p) = &policy
+            && p.accepted.iter().any(|a| a.boot_chain_unpinned().is_some())
+        {
+            return Err(JcError::HardwareRefused("rtmr_pins_missing"));
+        }
         let platform = policy.platform();
         let refused = |r: skillbox_attest::Refusal| JcError::HardwareRefused(r.code());
         let inner = match policy {

@@ -1795,6 +1795,45 @@ mod tests {
         assert!(d.check().is_err());
     }
 
+    /// A TDX pin naming the firmware (MRTD) alone accepted any kernel, initrd and box binary
+    /// its host booted under that firmware: the node's config check refuses it, naming the
+    /// entry and the field, and takes it once RTMR1 and RTMR2 are pinned.
+    #[test]
+    fn a_tdx_pin_of_the_firmware_alone_is_refused_naming_the_field() {
+        use skillbox_testkit::floors::{
+            DCAPQVL_TDX_EVAL, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR1, DCAPQVL_TDX_RTMR2,
+        };
+        let mut c = Config::default();
+        c.boxes.accept = vec!["https://tdx.example".into()];
+        c.boxes
+            .provider_hosts
+            .insert("openai".into(), vec!["https://llm.example/v1".into()]);
+        let floor = format!("min_tcb_eval_data_number = {DCAPQVL_TDX_EVAL}\n");
+        let firmware = format!("[[accepted]]\nmr_td = \"{DCAPQVL_TDX_MR_TD}\"\n");
+        let pin = |policy: &str| BoxPin {
+            url: "https://tdx.example".into(),
+            platform: "tdx".into(),
+            measurements: vec![DCAPQVL_TDX_MR_TD.into()],
+            key: None,
+            policy: Some(toml::from_str(policy).expect("toml")),
+            release_log: None,
+            gpu: None,
+        };
+        c.boxes.pins = vec![pin(&format!("{floor}{firmware}"))];
+        let err = c.check().expect_err("a TDX pin of MRTD alone");
+        assert!(err.contains("boxes.pins #0 (tdx)"), "{err}");
+        assert!(err.contains("accepted[0].rtmr1 is required"), "{err}");
+        c.boxes.pins = vec![pin(&format!(
+            "{floor}{firmware}rtmr1 = \"{DCAPQVL_TDX_RTMR1}\"\n"
+        ))];
+        let err = c.check().expect_err("a TDX pin without RTMR2");
+        assert!(err.contains("accepted[0].rtmr2 is required"), "{err}");
+        c.boxes.pins = vec![pin(&format!(
+            "{floor}{firmware}rtmr1 = \"{DCAPQVL_TDX_RTMR1}\"\nrtmr2 = \"{DCAPQVL_TDX_RTMR2}\"\n"
+        ))];
+        c.check().expect("a TDX pin of its boot chain");
+    }
+
     #[test]
     fn guard_settings_are_checked_and_give_the_spec() {
         let mut c = Config::default();

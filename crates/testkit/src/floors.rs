@@ -15,3 +15,18 @@ pub fn virtee_snp_floor() -> serde_json::Value {
 /// dcap-qvl's TDX sample collateral (`tests/data/tdx/`): TCB evaluation data number 17 (its
 /// TCB info's and QE identity's).
 pub const DCAPQVL_TDX_EVAL: u32 = 17;
+
+/// dcap-qvl's TDX sample quote: its MRTD (the firmware) and RTMR1, RTMR2 (kernel, initrd and
+/// command line), which every TDX pin must name.
+pub const DCAPQVL_TDX_MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
+pub const DCAPQVL_TDX_RTMR1: &str = "0084452c01668329d4bc06acdf58a7205c26743304509973949e5619bf81a6a7aea8c323c173019b3093d54e579e9378";
+pub const DCAPQVL_TDX_RTMR2: &str = "d833feef2cd945148aa38ead2c53e9b7f138190aaaebfc551dccd829fc207aa3ba80b70870d7330733642e01d48c3132";
+
+/// The TDX sample's TD as one `accepted` entry of a pin's policy table.
+pub fn dcapqvl_tdx_td() -> serde_json::Value {
+    serde_json::json!({
+        "mr_td": DCAPQVL_TDX_MR_TD,
+        "rtmr1": DCAPQVL_TDX_RTMR1,
+        "rtmr2": DCAPQVL_TDX_RTMR2,
+    })
+}

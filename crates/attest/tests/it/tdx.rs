@@ -179,7 +179,8 @@ fn collateral_that_is_altered_or_for_another_platform_is_refused() {
 fn policy_loads_from_toml_and_pins_are_required() {
     let text = format!(
         "tcb_statuses = [\"UpToDate\", \"SWHardeningNeeded\"]\nmin_tcb_eval_data_number = 17\n\
-         [[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\n"
+         [[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\nrtmr1 = \"{RTMR1}\"\n\
+         rtmr2 = \"{RTMR2}\"\n"
     );
     let p: Policy = toml::from_str(&text).expect("loads");
     assert!(tdx_valid().verify_under(&p, T_TDX).is_ok());
@@ -193,6 +194,50 @@ fn policy_loads_from_toml_and_pins_are_required() {
     ]);
 }
 
+/// MRTD measures only the firmware: a policy accepting a TD by `mr_td` alone (RTMRs were
+/// optional and skipped when unset) took any kernel, initrd and box binary the host booted under
+/// it. An entry without `rtmr1` or `rtmr2` no longer loads, naming the entry and the field; with
+/// both (RTMR0/RTMR3 left out) the Intel sample still verifies, and a different kernel (RTMR1) is
+/// refused.
+#[test]
+fn a_tdx_policy_pins_the_boot_chain_not_the_firmware_alone() {
+    let floor = format!("min_tcb_eval_data_number = {EVAL}\n");
+    for (entry, field) in [
+        (format!("mr_td = \"{MR_TD}\"\n"), "accepted[0].rtmr1"),
+        (
+            format!("mr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\n"),
+            "accepted[0].rtmr2",
+        ),
+        (
+            format!("mr_td = \"{MR_TD}\"\nrtmr2 = \"{RTMR2}\"\n"),
+            "accepted[0].rtmr1",
+        ),
+    ] {
+        let text = format!("{floor}[[accepted]]\n{entry}");
+        let err = toml::from_str::<Policy>(&text).expect_err("a firmware-only pin loads");
+        assert!(
+            err.to_string().contains(&format!("{field} is required")),
+            "{err}"
+        );
+    }
+    let boot_chain = format!(
+        "{floor}[[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n"
+    );
+    let p: Policy = toml::from_str(&boot_chain).expect("loads");
+    let ev = tdx_valid();
+    assert!(
+        ev.verify_under(&p, T_TDX)
+            .expect("verifies")
+            .measurements_pinned
+    );
+    let other_kernel = boot_chain.replace(RTMR1, &"11".repeat(48));
+    let p: Policy = toml::from_str(&other_kernel).expect("loads");
+    assert_eq!(
+        ev.refusal_under(&p, T_TDX),
+        Refusal::MeasurementNotAllowed("RTMR1")
+    );
+}
+
 /// The box operator fetches the collateral: a pin without a freshness floor (or with 0) took
 /// any generation Intel ever signed, one rating a since-flawed TCB `UpToDate` included. Such a
 /// pin does not load, naming the field (before: it loaded, the floor 0); the floor is the
@@ -200,7 +245,8 @@ fn policy_loads_from_toml_and_pins_are_required() {
 /// pinned floor is refused with its closed code.
 #[test]
 fn a_tdx_pin_names_its_collateral_floor_and_older_collateral_is_refused() {
-    let pinned = format!("[[accepted]]\nmr_td = \"{MR_TD}\"\n");
+    let pinned =
+        format!("[[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n");
     let err = toml::from_str::<Policy>(&pinned).expect_err("a pin without a floor loads");
     assert!(
         err.to_string().contains("min_tcb_eval_data_number"),

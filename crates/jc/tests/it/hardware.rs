@@ -14,7 +14,9 @@ use skillbox_jc::attest::{
 use skillbox_jc::dsse::approved_program;
 use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
 use skillbox_jc::program::{BoxIdentity, Program};
-use skillbox_testkit::floors::{DCAPQVL_TDX_EVAL, virtee_snp_floor};
+use skillbox_testkit::floors::{
+    DCAPQVL_TDX_EVAL, DCAPQVL_TDX_MR_TD, dcapqvl_tdx_td, virtee_snp_floor,
+};
 
 const MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 const REPORT_DATA: &str = "d447b55d197491bfe15cf298f9de9986b7a7c4be2468b4f6e2d53b71d7c645810b0f2cdfca0040433be063fc1a8293f0f3f8dae7b79fecb3d1cd82bd6a93ebfd";
@@ -195,7 +197,7 @@ fn a_hardware_pin_without_its_tcb_floor_is_refused_at_load() {
         assert!(err.contains("--show-identity"), "{err}");
     }
     // TDX: no `min_tcb_eval_data_number`, or 0 (any collateral generation).
-    let accepted = serde_json::json!([{"mr_td": TDX_MR_TD}]);
+    let accepted = serde_json::json!([dcapqvl_tdx_td()]);
     let err =
         HardwarePolicy::from_value("tdx", Some(serde_json::json!({"accepted": accepted})), &[])
             .expect_err("a TDX pin without a floor loads");
@@ -221,6 +223,39 @@ fn a_hardware_pin_without_its_tcb_floor_is_refused_at_load() {
     let floored =
         serde_json::json!({"accepted": accepted, "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL});
     HardwarePolicy::from_value("tdx", Some(floored), &[]).expect("tdx floor");
+}
+
+/// MRTD measures only the TD's firmware: a TDX pin naming it alone accepted any kernel, initrd
+/// and box binary the host booted under that firmware (RTMR1/RTMR2 were optional, skipped when
+/// unset), so a host's patched box passed every check. Such a pin no longer loads, naming the
+/// field, and a policy built in code without them gets no verifier.
+#[test]
+fn a_tdx_pin_of_the_firmware_alone_is_refused() {
+    let firmware_only = serde_json::json!({"mr_td": DCAPQVL_TDX_MR_TD});
+    let mut no_rtmr2 = dcapqvl_tdx_td();
+    no_rtmr2["rtmr2"] = serde_json::Value::Null;
+    for (td, field) in [(firmware_only.clone(), "rtmr1"), (no_rtmr2, "rtmr2")] {
+        let policy = serde_json::json!({
+            "accepted": [dcapqvl_tdx_td(), td],
+            "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
+        });
+        let err = HardwarePolicy::from_value("tdx", Some(policy), &[])
+            .expect_err("a TDX pin without its boot chain loads");
+        assert!(
+            err.contains(&format!("accepted[1].{field} is required")),
+            "{err}"
+        );
+    }
+    let td: skillbox_attest::tdx::TdMeasurements =
+        serde_json::from_value(firmware_only).expect("an entry");
+    let built = HardwarePolicy::Tdx(skillbox_attest::tdx::Policy::pinned(
+        vec![td],
+        DCAPQVL_TDX_EVAL,
+    ));
+    assert!(matches!(
+        HardwareVerifier::new(built),
+        Err(JcError::HardwareRefused("rtmr_pins_missing"))
+    ));
 }
 
 /// A genuine box whose evidence reports a TCB (SEV-SNP) or collateral (TDX) below what the
@@ -263,7 +298,8 @@ fn a_box_below_the_pinned_tcb_floor_is_refused() {
         ..att
     };
     let tdx_floor = |eval: u32| {
-        let policy = serde_json::json!({"accepted": [{"mr_td": TDX_MR_TD}], "min_tcb_eval_data_number": eval});
+        let policy =
+            serde_json::json!({"accepted": [dcapqvl_tdx_td()], "min_tcb_eval_data_number": eval});
         HardwareVerifier::new(HardwarePolicy::from_value("tdx", Some(policy), &[]).expect("policy"))
             .expect("verifier")
     };
@@ -360,7 +396,7 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
         HardwarePolicy::from_value(
             "tdx",
             Some(serde_json::json!({
-                "accepted": [{"mr_td": TDX_MR_TD}],
+                "accepted": [dcapqvl_tdx_td()],
                 "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
             })),
             &[],
@@ -401,7 +437,7 @@ fn evidence_of_another_shape_is_malformed_whatever_the_statement_binds() {
         (
             "tdx",
             serde_json::json!({
-                "accepted": [{"mr_td": TDX_MR_TD}],
+                "accepted": [dcapqvl_tdx_td()],
                 "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
             }),
         ),
@@ -422,7 +458,6 @@ fn evidence_of_another_shape_is_malformed_whatever_the_statement_binds() {
     }
 }
 
-const TDX_MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7fafe8a3520c942a604a407de03ae6dc5f87f27428b2538873118b7";
 const TDX_REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
 /// Inside the TDX sample's collateral window.
 const T_TDX_MS: u64 = 1_751_000_000_000;
