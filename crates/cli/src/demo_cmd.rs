@@ -3,7 +3,6 @@
 //! the embedded model. Every part is the real one: HTTP box with insecure-dev attestation,
 //! libp2p between the nodes, SQLite stores, HPKE stakes; only the processes are shared.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -130,14 +129,7 @@ pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
     // finds there: a dir another user may write to or swap would run their config and keys.
     // Made first (so a dir about to be made is judged by where it sits), then checked.
     if let Some(keep) = &args.keep {
-        // 0700 on every dir made, whatever the umask (`umask 002` would leave them group-writable
-        // and refused just below).
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(keep)
-            .with_context(|| format!("creating {}", keep.display()))?;
-        crate::own_dir::check(keep)?;
+        crate::own_dir::make_private("data dir", keep)?;
     }
     let model = match &args.model {
         // The user's own model: never fetched or replaced; a wrong path is said before anything
@@ -150,6 +142,9 @@ pub fn run(global: &crate::Global, args: DemoArgs) -> anyhow::Result<ExitCode> {
         None => {
             let path = local::default_model_path(&global.data_dir());
             if !path.is_file() {
+                // pip runs in the data dir and the model every box loads lands there: not in
+                // one another user may write to or swap.
+                crate::own_dir::make_private("data dir", &global.data_dir())?;
                 say!("fetching the embedded model (SmolLM2-135M-Instruct, ~100 MB) ...");
                 local::fetch_model(&global.data_dir()).context("fetching the embedded model")?;
             }

@@ -682,9 +682,10 @@ fn demo_keep_made_under_umask_002_passes_the_data_dir_rule() {
     }
 }
 
-/// `skillbox model fetch` runs pip in the data dir and puts there the model every box loads: a
-/// data dir another user may write to (left 0777), owns, or may swap (made in an open parent)
-/// would let that user plant what pip runs, or swap the GGUF after its sha256 check. Refused, naming it, before pip runs (the interpreter here records that it
+/// `skillbox model fetch` and the demo's first fetch run pip in the data dir and put there the
+/// model every box loads: a data dir another user may write to (left 0777), owns, or may swap
+/// (made in an open parent) would let that user plant what pip runs, or swap the GGUF after its
+/// sha256 check. Refused, naming it, before pip runs (the interpreter here records that it
 /// ran); the same dir made private runs it.
 #[test]
 fn the_model_is_fetched_into_no_data_dir_another_user_can_write() {
@@ -714,6 +715,10 @@ fn the_model_is_fetched_into_no_data_dir_another_user_can_write() {
         &dir,
         "a 0777 data dir",
     );
+    // The demo, with no model of its own and none fetched yet, fetches into the data dir too
+    // (kept off the network should the rule not hold).
+    let demo = procs::skillbox_with(&dir, &["demo"], &[("PIP_NO_INDEX", "1")], None);
+    refused(&demo, "writable by other users", &dir, "the demo's fetch");
     mode(&dir, 0o700);
 
     let open = root.path().join("open");
