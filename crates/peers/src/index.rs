@@ -382,9 +382,8 @@ impl Draw {
         Draw::seeded(Sha256::digest(seed).into())
     }
 
-    /// A number in `0..n` (`0` for `n == 0`); the bias of the modulo is below 2^-40 for the
-    /// small `n` of these rules.
-    pub fn below(&mut self, n: usize) -> usize {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         let digest = Sha256::new()
             .chain_update(self.seed)
             .chain_update(self.counter.to_be_bytes())
@@ -392,7 +391,86 @@ impl Draw {
         self.counter = self.counter.wrapping_add(1);
         let mut v = [0u8; 8];
         v.copy_from_slice(&digest[..8]);
-        (u64::from_be_bytes(v) % (n.max(1) as u64)) as usize
+        u64::from_be_bytes(v)
+    }
+
+    /// A number in `0..n` (`0` for `n == 0`); the bias of the modulo is below 2^-40 for the
+    /// small `n` of these rules.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % (n.max(1) as u64)) as usize
+    }
+}
+
+/// Distinct providers one search keeps track of at most: a hostile server's answer can name
+/// hundreds of made-up ids; names past this are not fetched.
+pub const MAX_NAMED: usize = 1_024;
+
+/// The providers a search's lookups named: how many answers (one per DHT server asked) named
+/// each, and a key that named it. A search fetches once its lookups ended, by [`Named::plan`],
+/// not in the order answers came: a hostile server answering first with made-up ids took every
+/// fetch of the cap before an honest server's answer arrived.
+#[derive(Default)]
+pub struct Named {
+    /// In the order first named (what `plan` draws from, so a seeded draw replays).
+    order: Vec<PeerId>,
+    by: HashMap<PeerId, Naming>,
+}
+
+struct Naming {
+    answers: usize,
+    key: RecordKey,
+}
+
+impl Named {
+    /// One server's answer under `key`, naming `providers` (each once): the ones new to the
+    /// search, in the answer's order.
+    pub fn answer(
+        &mut self,
+        key: &RecordKey,
+        providers: impl IntoIterator<Item = PeerId>,
+    ) -> Vec<PeerId> {
+        let mut new = Vec::new();
+        for p in providers {
+            if let Some(n) = self.by.get_mut(&p) {
+                n.answers += 1;
+            } else if self.order.len() < MAX_NAMED {
+                self.by.insert(
+                    p,
+                    Naming {
+                        answers: 1,
+                        key: key.clone(),
+                    },
+                );
+                self.order.push(p);
+                new.push(p);
+            }
+        }
+        new
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// A key whose answer named `provider` (looked up again to reach it).
+    pub fn key_of(&self, provider: &PeerId) -> Option<&RecordKey> {
+        self.by.get(provider).map(|n| &n.key)
+    }
+
+    /// Every named provider in the order to fetch them: named by more answers first (an honest
+    /// provider's record sits on the ~20 servers closest to its key, a made-up id only where
+    /// the attacker placed it), ties in a random order (never the order answers came).
+    pub fn plan(&self, draw: &mut Draw) -> Vec<PeerId> {
+        let mut ranked: Vec<(std::cmp::Reverse<usize>, u64, PeerId)> = self
+            .order
+            .iter()
+            .map(|p| {
+                let answers = self.by.get(p).map_or(0, |n| n.answers);
+                (std::cmp::Reverse(answers), draw.next_u64(), *p)
+            })
+            .collect();
+        ranked.sort();
+        ranked.into_iter().map(|(_, _, p)| p).collect()
     }
 }
 
@@ -788,5 +866,59 @@ mod tests {
         );
         assert_ne!(g("/memory/5"), g("/memory/6"));
         assert_eq!(g("/dns4/example.org/tcp/1"), AddressGroup::Unknown);
+    }
+
+    /// P2: answers naming 100 Sybils first and the honest provider last used to spend every
+    /// fetch of the cap (32) on the Sybils. The honest one, named by more servers, is fetched.
+    #[test]
+    fn a_search_fetches_the_provider_more_servers_name_however_late() {
+        let key = term_key("category:testing", 0);
+        let honest = PeerId::random();
+        for seed in 0..50u8 {
+            let mut named = Named::default();
+            let sybils: Vec<PeerId> = (0..100).map(|_| PeerId::random()).collect();
+            // Five hostile servers answer first, twenty made-up ids each.
+            for chunk in sybils.chunks(20) {
+                named.answer(&key, chunk.iter().copied());
+            }
+            // Then three honest servers holding the honest record (and a few Sybils).
+            for i in 0..3 {
+                let mut answer = sybils[i * 5..i * 5 + 5].to_vec();
+                answer.push(honest);
+                named.answer(&key, answer);
+            }
+            let fetched: Vec<PeerId> = named
+                .plan(&mut Draw::seeded([seed; 32]))
+                .into_iter()
+                .take(32)
+                .collect();
+            assert!(
+                fetched.contains(&honest),
+                "the honest provider named last is not among the fetches"
+            );
+        }
+    }
+
+    /// Among providers named as often, the order is drawn, not the answers': an honest one named
+    /// once after 100 Sybils named once is fetched in about a third of searches (32 of 101).
+    #[test]
+    fn providers_named_as_often_are_fetched_in_a_drawn_order() {
+        let key = term_key("category:testing", 0);
+        let honest = PeerId::random();
+        let sybils: Vec<PeerId> = (0..100).map(|_| PeerId::random()).collect();
+        let mut named = Named::default();
+        named.answer(&key, sybils.iter().copied());
+        named.answer(&key, [honest]);
+        let mut draw = Draw::seeded([9; 32]);
+        let runs = 1_000;
+        let found = (0..runs)
+            .filter(|_| named.plan(&mut draw)[..32].contains(&honest))
+            .count();
+        assert!((200..450).contains(&found), "{found} of {runs}");
+        assert_eq!(named.key_of(&honest), Some(&key));
+        // A flood of names past the bound is not kept.
+        let mut flood = Named::default();
+        flood.answer(&key, (0..MAX_NAMED + 10).map(|_| PeerId::random()));
+        assert_eq!(flood.plan(&mut draw).len(), MAX_NAMED);
     }
 }

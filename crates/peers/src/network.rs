@@ -26,8 +26,9 @@ use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::dial::{DialGate, DialPolicy};
 use crate::index::{
-    AddressGroup, Draw, KEY_LEN, KeySlot, MAX_PROVIDERS_PER_KEY, ProviderGate, ProviderLimits,
-    ProviderRefusal, SearchScope, key_slot, offer_keys, record_addresses, search_keys,
+    AddressGroup, Draw, KEY_LEN, KeySlot, MAX_PROVIDERS_PER_KEY, Named, ProviderGate,
+    ProviderLimits, ProviderRefusal, SearchScope, key_slot, offer_keys, record_addresses,
+    search_keys,
 };
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, MIN_PADDED_BYTES,
@@ -589,7 +590,17 @@ struct Search {
     fetches_left: usize,
     /// The category's keys, looked up only if the keywords named nobody.
     fallback: Vec<kad::RecordKey>,
-    seen: HashSet<PeerId>,
+    /// Who the lookups named, and how many answers named each: fetched once they ended.
+    named: Named,
+    /// The fetches are chosen ([`Named::plan`]); lookups from now on are to reach them.
+    fetching: bool,
+    /// Chosen providers this node cannot dial without the addresses an answer carries: fetched
+    /// when a second lookup of their key names them again (Kademlia keeps an answer's
+    /// addresses only while its lookup runs).
+    awaiting: HashSet<PeerId>,
+    /// When the fetches are chosen even if a lookup still runs (half the search's time): a
+    /// lookup held up by unresponsive servers must not leave no time to fetch.
+    choose_at: Instant,
     deadline: Instant,
     reply: oneshot::Sender<SearchOutcome>,
 }
@@ -1349,7 +1360,10 @@ impl Task {
             lookups_left: 0,
             fetches_left: 0,
             fallback,
-            seen: HashSet::new(),
+            named: Named::default(),
+            fetching: false,
+            awaiting: HashSet::new(),
+            choose_at: Instant::now() + self.config.search_timeout / 2,
             deadline: Instant::now() + self.config.search_timeout,
             reply,
         };
@@ -1371,28 +1385,96 @@ impl Task {
         }
     }
 
-    /// The index named `peer` for search `id`: use its cached advert, or fetch it.
-    fn search_found(&mut self, id: u64, peer: PeerId) {
+    /// One answer of search `id`'s lookup of `key` named `providers`. Before the fetches are
+    /// chosen, the names are only counted; after, a chosen provider the answer names is fetched
+    /// now, while the lookup holds its addresses.
+    fn search_named(&mut self, id: u64, key: &kad::RecordKey, providers: HashSet<PeerId>) {
         let now = unix_ms();
-        let cached = peer == self.local || self.board().advert(&peer, now).is_some();
+        let Some(search) = self.searches.get_mut(&id) else {
+            return;
+        };
+        let new = search.named.answer(key, providers.iter().copied());
+        let cached: Vec<bool> = {
+            let board = self.board.lock().unwrap_or_else(|p| p.into_inner());
+            new.iter()
+                .map(|p| *p == self.local || board.advert(p, now).is_some())
+                .collect()
+        };
+        for (peer, cached) in new.into_iter().zip(cached) {
+            search.outcome.named.push(peer);
+            if cached {
+                search.outcome.peers.push(peer);
+            }
+        }
+        if !search.fetching {
+            return;
+        }
+        let due: Vec<PeerId> = providers
+            .into_iter()
+            .filter(|p| search.awaiting.remove(p))
+            .collect();
+        for peer in due {
+            self.search_fetch(id, peer);
+        }
+    }
+
+    /// Search `id`'s lookups ended (or half its time passed): choose what to fetch ([`Named::plan`], up to the cap, not
+    /// the providers whose advert the board holds) and fetch those this node can dial now; look
+    /// the keys of the others up again to reach them.
+    fn search_choose(&mut self, id: u64) {
+        let now = unix_ms();
         let max_fetches = self.config.search_max_fetches;
         let Some(search) = self.searches.get_mut(&id) else {
             return;
         };
-        if !search.seen.insert(peer) {
-            return;
+        search.fetching = true;
+        let ranked = search.named.plan(&mut self.draw);
+        let chosen: Vec<PeerId> = {
+            let board = self.board.lock().unwrap_or_else(|p| p.into_inner());
+            ranked
+                .into_iter()
+                .filter(|p| *p != self.local && board.advert(p, now).is_none())
+                .take(max_fetches)
+                .collect()
+        };
+        let known: HashSet<PeerId> = self
+            .swarm
+            .behaviour_mut()
+            .kad
+            .kbuckets()
+            .flat_map(|b| b.iter().map(|e| *e.node.key.preimage()).collect::<Vec<_>>())
+            .collect();
+        let mut again: Vec<kad::RecordKey> = Vec::new();
+        let mut now_due = Vec::new();
+        for peer in chosen {
+            if self.swarm.is_connected(&peer) || known.contains(&peer) {
+                now_due.push(peer);
+            } else if let Some(search) = self.searches.get_mut(&id) {
+                search.awaiting.insert(peer);
+                if let Some(key) = search.named.key_of(&peer)
+                    && !again.contains(key)
+                {
+                    again.push(key.clone());
+                }
+            }
         }
-        search.outcome.named.push(peer);
-        if cached {
-            search.outcome.peers.push(peer);
-            return;
+        for peer in now_due {
+            self.search_fetch(id, peer);
         }
-        if search.outcome.fetched >= max_fetches {
-            return;
+        if !again.is_empty() {
+            self.look_up(id, again);
         }
+    }
+
+    /// Fetch `peer`'s advert for search `id`.
+    fn search_fetch(&mut self, id: u64, peer: PeerId) {
+        let Some(search) = self.searches.get_mut(&id) else {
+            return;
+        };
         search.outcome.fetched += 1;
         search.fetches_left += 1;
-        // Dial now, while the lookup that named the provider still holds its addresses.
+        // Dial now, while the routing table or a lookup that named the provider holds its
+        // addresses.
         let _ = self.swarm.dial(
             DialOpts::peer_id(peer)
                 .condition(PeerCondition::DisconnectedAndNotDialing)
@@ -1447,6 +1529,24 @@ impl Task {
             self.look_up(id, keys);
             return;
         }
+        let choose = self.searches.get(&id).is_some_and(|s| {
+            let now = Instant::now();
+            (s.lookups_left == 0 || now >= s.choose_at)
+                && !s.fetching
+                && !s.named.is_empty()
+                && now < s.deadline
+        });
+        if choose {
+            self.search_choose(id);
+        }
+        if let Some(s) = self.searches.get_mut(&id)
+            && s.fetching
+            && s.lookups_left == 0
+        {
+            // The second lookups ended: a chosen provider they did not name again is not
+            // reachable from here.
+            s.awaiting.clear();
+        }
         let done = self.searches.get(&id).is_some_and(|s| {
             (s.lookups_left == 0 && s.fetches_left == 0) || Instant::now() >= s.deadline
         });
@@ -1484,10 +1584,8 @@ impl Task {
                 let Some(&search) = self.lookups.get(&id) else {
                     return;
                 };
-                if let Ok(kad::GetProvidersOk::FoundProviders { providers, .. }) = result {
-                    for peer in providers {
-                        self.search_found(search, peer);
-                    }
+                if let Ok(kad::GetProvidersOk::FoundProviders { key, providers }) = result {
+                    self.search_named(search, &key, providers);
                 }
                 if step.last {
                     self.lookups.remove(&id);
@@ -1695,7 +1793,10 @@ impl Task {
         let late: Vec<u64> = self
             .searches
             .iter()
-            .filter(|(_, s)| Instant::now() >= s.deadline)
+            .filter(|(_, s)| {
+                let now = Instant::now();
+                now >= s.deadline || (!s.fetching && now >= s.choose_at)
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in late {
