@@ -24,9 +24,16 @@
 //! public prefix (`sk-ant-api03-`) plus a guessed character at a time; two thirds of a key's
 //! random part is beyond guessing.
 //!
-//! The model id is looked for as written, in any case, and with everything but its letters and
-//! digits dropped (a JSON echo writes `meta-llama\/Llama-3`). It gets no slices: it is public
-//! vocabulary, and `GPT-4` in an ordinary answer must not fail a run of `gpt-4o-mini`.
+//! The model id is looked for only where an echo of the raw request puts it: as the value of a
+//! JSON `"model"` key (`{"model":"gpt-4o-mini",…}`, in any case, with `\/` for `/`, and with
+//! its quotes escaped when the echo is itself inside a JSON string). Anywhere in prose it was an
+//! oracle (review 24b G1): a caller had the model repeat a list of guessed ids and the failed
+//! run said whether the owner's was among them, one exact bit a call; and an honest answer that
+//! named the model (a comparison of models, `GPT 4o mini` in prose) failed for nothing. The
+//! providers put the id in the request's JSON only (`openai.rs`, `anthropic.rs`), so an echo
+//! still holds that shape. A caller can still have the model write the shape itself with a
+//! guessed id: the check stops a provider's echo, it does not keep the id from a caller who
+//! guesses it (see ARCHITECTURE.md).
 //!
 //! An answer that carries either fails the run with `provider_failed` (`protocol`: the provider
 //! answered with something other than an answer) rather than being withheld: the owner's
@@ -36,10 +43,6 @@
 //!
 //! The box (`skillbox_jc::run`) calls it for every answer; it lives with the guard because it is
 //! a check of the answer channel, and its cost is measured in the guard's bench beside the check.
-
-/// Model ids this long or longer (letters and digits) are also looked for folded; a shorter one
-/// folded would match inside ordinary words.
-const FOLDED_MODEL_MIN: usize = 6;
 
 /// Keys with fewer letters and digits than this are looked for as written only: folded, a short
 /// key would match across the words of an ordinary answer.
@@ -51,17 +54,52 @@ pub struct OwnerSecrets<'a> {
     /// Lower-case letters and digits that each of the key's forms starts and ends with (two
     /// thirds of the form each); empty when the key is looked for as written only.
     key_needles: Vec<String>,
-    model: &'a str,
+    /// The model id lower-cased; empty when there is none.
     model_lower: String,
-    model_folded: String,
 }
 
-/// Lower-case letters and digits of `text`, everything else dropped.
-fn folded(text: &str) -> String {
-    text.chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
+/// Whether `lower` (an answer, lower-cased) holds `model` (lower-cased, not empty) as the
+/// value of a JSON `"model"` key: `"model"`, white space, `:`, white space, `"`, the id with
+/// `\/` for `/`, `"` — each quote possibly escaped (`\"`, an echo inside a JSON string).
+fn model_in_json(lower: &str, model: &str) -> bool {
+    let b = lower.as_bytes();
+    // Past the backslashes of an escaped quote, then the quote itself.
+    let quote = |mut at: usize| -> Option<usize> {
+        while b.get(at) == Some(&b'\\') {
+            at += 1;
+        }
+        (b.get(at) == Some(&b'"')).then_some(at + 1)
+    };
+    let space = |mut at: usize| {
+        while b.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        at
+    };
+    lower.match_indices("model").any(|(at, key)| {
+        let opened = at > 0 && b[at - 1] == b'"';
+        let value = quote(at + key.len())
+            .map(space)
+            .filter(|&at| b.get(at) == Some(&b':'))
+            .map(|at| space(at + 1))
+            .and_then(quote);
+        let (true, Some(mut at)) = (opened, value) else {
+            return false;
+        };
+        // The id, each `/` possibly written `\/` (or `\\/` inside a JSON string).
+        for m in model.bytes() {
+            if m == b'/' {
+                while b.get(at) == Some(&b'\\') {
+                    at += 1;
+                }
+            }
+            if b.get(at) != Some(&m) {
+                return false;
+            }
+            at += 1;
+        }
+        quote(at).is_some()
+    })
 }
 
 /// ASCII letters and digits of `text`, lower-cased, everything else dropped.
@@ -179,9 +217,7 @@ impl<'a> OwnerSecrets<'a> {
         OwnerSecrets {
             key,
             key_needles: key.map(key_needles).unwrap_or_default(),
-            model,
             model_lower: model.to_lowercase(),
-            model_folded: folded(model),
         }
     }
 
@@ -196,16 +232,7 @@ impl<'a> OwnerSecrets<'a> {
                 return true;
             }
         }
-        if !self.model.is_empty() {
-            let lower = answer.to_lowercase();
-            if lower.contains(&self.model_lower)
-                || (self.model_folded.chars().count() >= FOLDED_MODEL_MIN
-                    && folded(answer).contains(&self.model_folded))
-            {
-                return true;
-            }
-        }
-        false
+        !self.model_lower.is_empty() && model_in_json(&answer.to_lowercase(), &self.model_lower)
     }
 }
 
@@ -263,10 +290,41 @@ mod tests {
         ] {
             assert!(!s.carried_by(answer), "{answer}");
         }
-        // A short model id is looked for as written only.
+        // A short model id is looked for in the request's shape only.
         let o1 = OwnerSecrets::new(None, "o1");
         assert!(!o1.carried_by("Pro-1 plans"));
-        assert!(o1.carried_by("I am O1."));
+        assert!(!o1.carried_by("I am O1."));
+        assert!(o1.carried_by(r#"{"model": "O1", "messages": []}"#));
+    }
+
+    /// Review 24b G1: a caller had the model repeat a list of guessed model ids, and the run
+    /// failed exactly when the owner's was in it — one exact bit a call, the id in a handful of
+    /// calls. An id in prose or in a list is no echo of the request; the request's JSON shape
+    /// is.
+    #[test]
+    fn a_list_of_guessed_model_ids_is_no_echo() {
+        let s = OwnerSecrets::new(None, "gpt-4o-mini");
+        for answer in [
+            "gpt-4o\ngpt-4o-mini\nclaude-3-5-haiku",
+            r"gpt-4o\ngpt-4o-mini\nclaude-3-5-haiku",
+            "I compared GPT 4o mini with Claude; gpt-4o-mini was faster.",
+            r#"Use it like this: client.chat(model="gpt-4o-mini")"#,
+            r#"{"model":"gpt-4o-mini-2024-07-18"}"#,
+            r#"{"model":"gpt-4o"}"#,
+            r#"{"name":"gpt-4o-mini"}"#,
+        ] {
+            assert!(!s.carried_by(answer), "{answer}");
+        }
+        for answer in [
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#,
+            r#"echo: {"stream":false, "model" : "gpt-4o-mini"}"#,
+            r#"{"body":"{"model":"gpt-4o-mini"}"}"#,
+        ] {
+            assert!(s.carried_by(answer), "{answer}");
+        }
+        let slash = OwnerSecrets::new(None, "meta-llama/Llama-3-8B");
+        assert!(slash.carried_by(r#"{"body":"{"model":"meta-llama\/llama-3-8b"}"}"#));
+        assert!(!slash.carried_by("meta-llama/Llama-3-8B is an open model"));
     }
 
     /// The caller steers what the model writes and sees whether the run fails: a check that
