@@ -76,12 +76,25 @@ const STOPWORDS: &[&str] = &[
 
 /// Lowercase words of two or more letters and digits, stopwords dropped, lightly stemmed.
 pub fn terms(text: &str) -> Vec<String> {
+    words_of(text).collect()
+}
+
+/// [`terms`] one at a time, so a reader that stops at the first it wants reads no further.
+fn words_of(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| w.chars().count() >= 2)
         .map(str::to_lowercase)
         .filter(|w| !STOPWORDS.contains(&w.as_str()))
         .map(|w| stem(&w))
-        .collect()
+}
+
+/// Whether a candidate's name or description holds one of `words` (sorted), read as the intent
+/// reads it ([`terms`]): what `GET /board?q=` lists. The words are read one at a time and the
+/// first that is one of `words` ends the reading.
+pub fn mentions(c: &Candidate<'_>, words: &[String]) -> bool {
+    words_of(c.skill)
+        .chain(words_of(c.description))
+        .any(|t| words.binary_search(&t).is_ok())
 }
 
 /// A small suffix stripper: enough that "reviews", "reviewing" and "reviewed" meet "review".
@@ -162,12 +175,14 @@ pub fn background_documents() -> f64 {
 }
 
 /// A candidate's words as BM25 reads them: its name twice (a skill's name is its most
-/// deliberate summary), then its description.
+/// deliberate summary), then its description. The name is read once and its words repeated
+/// (a `-` splits words as any other character that is not a letter or digit does).
 fn document(c: &Candidate<'_>) -> Vec<String> {
-    let name = c.skill.replace('-', " ");
-    let mut t = terms(&name);
-    t.extend(terms(&name));
-    t.extend(terms(c.description));
+    let name = terms(c.skill);
+    let mut t = Vec::with_capacity(2 * name.len() + c.description.len() / 4);
+    t.extend(name.iter().cloned());
+    t.extend(name);
+    t.extend(words_of(c.description));
     t
 }
 
@@ -317,5 +332,57 @@ pub fn pick_over(
             best,
             threshold: MIN_SCORE,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rules moved: a document reads its name once (its words repeated), and `GET /board`'s
+    /// search reads a row through [`mentions`] instead of tokenising it apart. Both answer as
+    /// the rules they replace, a name's `-` included.
+    #[test]
+    fn a_row_reads_as_it_did_before_its_name_was_read_once() {
+        let rows = [
+            (
+                "summarize-meeting-notes",
+                "Summaries of meeting notes, by attendee.",
+            ),
+            ("a-b-c", "the THE reviews, reviewing; reviewed"),
+            ("x", ""),
+            (
+                "music-taste",
+                "Describes someone's music taste from listening history.",
+            ),
+        ];
+        for (skill, description) in rows {
+            let c = Candidate {
+                peer: "P",
+                skill,
+                description,
+            };
+            let name = skill.replace('-', " ");
+            let mut before = terms(&name);
+            before.extend(terms(&name));
+            before.extend(terms(description));
+            assert_eq!(document(&c), before, "{skill}");
+            for q in [
+                "meeting",
+                "taste history",
+                "review",
+                "zzz",
+                "summary attendee",
+                "a b",
+            ] {
+                let mut words = terms(q);
+                words.sort_unstable();
+                let was = terms(&name)
+                    .iter()
+                    .chain(terms(description).iter())
+                    .any(|t| words.binary_search(t).is_ok());
+                assert_eq!(mentions(&c, &words), was, "{skill} {q}");
+            }
+        }
     }
 }

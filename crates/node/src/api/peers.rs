@@ -71,16 +71,6 @@ fn search_words(text: &str) -> Result<Vec<String>, ApiError> {
     Ok(words)
 }
 
-/// Whether a skill's name or description holds one of `words` (sorted).
-fn matches(skill: &skillbox_peers::OfferedSkill, words: &[String]) -> bool {
-    use skillbox_calls::intent::terms;
-    let name = skill.name.replace('-', " ");
-    terms(&name)
-        .iter()
-        .chain(terms(&skill.description).iter())
-        .any(|t| words.binary_search(t).is_ok())
-}
-
 /// A cursor this node handed out ([`RowKey::cursor`]), or a fixed refusal (the text is not
 /// quoted back).
 fn parse_cursor(text: &str) -> Result<RowKey, ApiError> {
@@ -129,7 +119,8 @@ fn page(
         usize::MAX
     };
     let walked = walk(view, after.as_ref(), budget, |r| {
-        if words.is_none_or(|w| matches(r.skill, w)) {
+        // The intent's reading of a row ([`skillbox_calls::intent::mentions`]), the one rule.
+        if words.is_none_or(|w| skillbox_calls::intent::mentions(&r.into(), w)) {
             if taken == limit || (taken > 0 && rows.len() + r.json_len() > MAX_PAGE_BYTES) {
                 return false;
             }

@@ -99,23 +99,49 @@ pub trait Directory: Send + Sync {
     }
 }
 
+/// What the board is asked before the skill index, under a search scope ([`before_the_index`]).
+#[derive(Debug)]
+pub enum BeforeTheIndex {
+    /// Search the index, then rank the board (which the search may have added to).
+    Search,
+    /// Rank the board; no search.
+    Rank,
+    /// The board's pick, made while deciding (`category`): nothing is searched, so the board
+    /// is as it was ranked, and ranking it again would only read it twice more for the same.
+    Picked(skillbox_calls::intent::Pick),
+}
+
 /// Whether a request goes to the skill index under `scope`, given what the board offers for it
 /// now. `terms`: always (the index may name a better provider than the board holds, and the
 /// operator chose to tell DHT peers the request's words). `category`: only when the board has
 /// no candidate above the intent's threshold, so a request the board answers sends nothing
-/// anywhere, and one it cannot sends its category key alone. `board`: never. The candidates
-/// are what `each` hands out, twice (the board lent a stretch at a time under its lock, never
-/// copied; [`skillbox_calls::intent::pick_over`]).
+/// anywhere, and one it cannot sends its category key alone; when it has one, that pick is
+/// handed back. `board`: never. The candidates are what `each` hands out (the board lent a
+/// stretch at a time under its lock, never copied; [`skillbox_calls::intent::pick_over`]),
+/// read only under `category`.
+pub fn before_the_index(
+    scope: SearchScope,
+    text: &str,
+    each: impl FnMut(&mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>)),
+) -> BeforeTheIndex {
+    match scope {
+        SearchScope::Board => BeforeTheIndex::Rank,
+        SearchScope::Category => match skillbox_calls::intent::pick_over(text, each) {
+            Ok(pick) => BeforeTheIndex::Picked(pick),
+            Err(_) => BeforeTheIndex::Search,
+        },
+        SearchScope::Terms => BeforeTheIndex::Search,
+    }
+}
+
+/// Whether [`before_the_index`] searches the index (`GET /board?q=`, which lists rows, not a
+/// pick).
 pub fn index_needed(
     scope: SearchScope,
     text: &str,
     each: impl FnMut(&mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>)),
 ) -> bool {
-    match scope {
-        SearchScope::Board => false,
-        SearchScope::Category => skillbox_calls::intent::pick_over(text, each).is_err(),
-        SearchScope::Terms => true,
-    }
+    matches!(before_the_index(scope, text, each), BeforeTheIndex::Search)
 }
 
 impl Directory for skillbox_peers::PeersHandle {

@@ -369,11 +369,17 @@ impl Calls {
         // The index only as `index.search` allows: under `terms` first, as before; under
         // `category` only when the board has no candidate, and then with the category key
         // alone (the request's words never reach a DHT peer); under `board` never. The
-        // providers it names join the board's cache, and the board is ranked again.
-        if super::index_needed(scope, &text, each) {
-            self.0.directory.search(&text).await;
-        }
-        let pick = skillbox_calls::intent::pick_over(&text, each)?;
+        // providers it names join the board's cache, and the board is ranked again. Under
+        // `category` the board's own pick, when it has one, is the answer as it was read.
+        let pick = match super::before_the_index(scope, &text, each) {
+            super::BeforeTheIndex::Picked(pick) => pick,
+            how => {
+                if matches!(how, super::BeforeTheIndex::Search) {
+                    self.0.directory.search(&text).await;
+                }
+                skillbox_calls::intent::pick_over(&text, each)?
+            }
+        };
         let view = self
             .start_from(
                 StartCall {

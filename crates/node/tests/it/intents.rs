@@ -144,11 +144,15 @@ async fn the_intent_routes_requests_to_the_board_s_skills() {
     assert!(status == 409 || b["skill"] != gone, "{status} {b}");
 }
 
+type Counter = std::sync::Arc<std::sync::atomic::AtomicUsize>;
+
 /// The caller's board, counting the searches of the skill index the intent makes (each would
-/// send index keys to DHT peers) and passing everything to the real network.
+/// send index keys to DHT peers) and its passes over the board, and passing everything to the
+/// real network.
 struct CountingSearches {
     inner: skillbox_peers::PeersHandle,
     searches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    passes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl skillbox_node::calls::Directory for CountingSearches {
@@ -157,6 +161,11 @@ impl skillbox_node::calls::Directory for CountingSearches {
     }
     fn rows(&self) -> Vec<skillbox_peers::BoardRow> {
         self.inner.board()
+    }
+    fn each_row(&self, f: &mut dyn FnMut(&skillbox_calls::intent::Candidate<'_>, &[String])) {
+        self.passes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        skillbox_node::calls::Directory::each_row(&self.inner, f)
     }
     fn search<'a>(
         &'a self,
@@ -176,6 +185,11 @@ impl skillbox_node::calls::Directory for CountingSearches {
 /// rarest words first, so DHT peers on the lookup path learnt them even when the board held the
 /// skill. A request the board cannot answer still searches (by its category alone, which the
 /// peers tests watch from a DHT server), and under `board` nothing is searched at all.
+///
+/// And the board is read no more than the answer needs: under `category` the pick the board
+/// made while deciding is the answer (two passes, BM25's count and its scoring), where it was
+/// ranked again after (four); a request it cannot answer reads it twice more after the search
+/// (the search may have added to it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_intent_the_board_answers_searches_no_index() {
     let (provider_url, _log) = provider_double(Duration::ZERO).await;
@@ -187,7 +201,8 @@ async fn an_intent_the_board_answers_searches_no_index() {
     owner.add_skill(&doc).await;
     let counting = |scope| {
         let searches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let seen = searches.clone();
+        let passes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = (searches.clone(), passes.clone());
         let owner_p2p = owner.p2p.clone();
         let box_url = box_url.clone();
         async move {
@@ -199,15 +214,20 @@ async fn an_intent_the_board_answers_searches_no_index() {
                         c.index.search = scope;
                     }
                 },
-                |h| std::sync::Arc::new(CountingSearches { inner: h, searches }),
+                |h| {
+                    std::sync::Arc::new(CountingSearches {
+                        inner: h,
+                        searches,
+                        passes,
+                    })
+                },
             )
             .await;
             (caller, seen)
         }
     };
-    let searched = |n: &std::sync::Arc<std::sync::atomic::AtomicUsize>| {
-        n.load(std::sync::atomic::Ordering::SeqCst)
-    };
+    let searched = |(n, _): &(Counter, Counter)| n.load(std::sync::atomic::Ordering::SeqCst);
+    let passes = |(_, n): &(Counter, Counter)| n.load(std::sync::atomic::Ordering::SeqCst);
 
     let (caller, searches) = counting(None).await;
     caller.wait_board(&owner.peer_id, &skill).await;
@@ -222,6 +242,11 @@ async fn an_intent_the_board_answers_searches_no_index() {
         0,
         "the board answered: no index search"
     );
+    assert_eq!(
+        passes(&searches),
+        2,
+        "the board answered: read once to pick"
+    );
     let (status, b) = ask(&caller, "give me a recipe for chocolate cake").await;
     assert_eq!(status, 409, "{b}");
     assert_eq!(
@@ -229,16 +254,23 @@ async fn an_intent_the_board_answers_searches_no_index() {
         1,
         "no candidate on the board: one search"
     );
+    assert_eq!(
+        passes(&searches),
+        2 + 4,
+        "no pick: ranked again after the search"
+    );
 
     let (caller, searches) = counting(Some(skillbox_peers::index::SearchScope::Board)).await;
     caller.wait_board(&owner.peer_id, &skill).await;
     let (status, _) = ask(&caller, "give me a recipe for chocolate cake").await;
     assert_eq!(status, 409);
     assert_eq!(searched(&searches), 0, "board: never a search");
+    assert_eq!(passes(&searches), 2);
 
     let (caller, searches) = counting(Some(skillbox_peers::index::SearchScope::Terms)).await;
     caller.wait_board(&owner.peer_id, &skill).await;
     let (status, _) = ask(&caller, &request).await;
     assert_eq!(status, 201);
     assert_eq!(searched(&searches), 1, "terms: the index first, as before");
+    assert_eq!(passes(&searches), 2);
 }
