@@ -71,6 +71,19 @@ impl DayLimits {
     pub fn off(&self) -> bool {
         self.coverage_permille == 0 && self.canary_coverage_permille == 0
     }
+
+    /// The least a caught secret is charged, in 64ths: half of the owner's secret limit
+    /// (rounded up), so two catches of a secret spend the caller's day of the skill. The
+    /// guard's own measure of a caught list of guesses is the whole secret when the guess is
+    /// written as is (a 4-digit PIN: 64/64, the day spent at once), but 0 when the caller had
+    /// the model repeat its guesses in a form the check decodes and the measure does not
+    /// (hex, base64); the floor is what such a catch costs. A quarter (four catches a day) let
+    /// a search that avoids catches find a 4-digit PIN in one day from one peer id (100 calls
+    /// with at most 3 catches tell sum C(100, <=3) = 166,751 outcomes apart, past 10,000);
+    /// with two (5,051 outcomes a day) it takes two days or two peer ids.
+    pub fn catch_floor(&self) -> u64 {
+        (u64::from(self.canary_coverage_permille) * u64::from(WHOLE)).div_ceil(2000)
+    }
 }
 
 /// The UTC day `secs` (unix seconds) falls in: the box's own clock decides the day.
@@ -131,23 +144,85 @@ impl DayKey {
     }
 }
 
-/// A day of released answers for one key: the UNION of their region masks (a passage every
-/// answer repeats counts once, a body taken a piece per call still adds up) and the SUM of
-/// their most covered secret's share in 64ths (a secret's slices add up) — the arithmetic the
-/// owner's node kept when the notes carried the levels.
+/// A day of answers for one key: the UNION of their region masks (a passage every answer
+/// repeats counts once, a body taken a piece per call still adds up) and the SUM of their most
+/// covered secret's share in 64ths (a secret's slices add up) — the arithmetic the owner's node
+/// kept when the notes carried the levels. Also what one run adds to it ([`Tally::of_run`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
     pub regions: u16,
     pub canary: u64,
 }
 
+/// An answer of a guarded run the guard caught (withheld, or the first round `regenerate`
+/// replaced), as the day book charges it (review 24b G4). Had catches counted nothing, the
+/// guard was a free guess oracle: a caller had the model repeat a list of candidate codes and
+/// read from `WITHHELD_ANSWER` (or, under `regenerate`, the neutral round repeating the same
+/// list and caught too) whether the secret was in it — a 4-digit PIN in about 23 calls, the
+/// day book never moved. So a catch is charged the secret share the caught answer carried as
+/// the guard measured it (as if released), a caught secret at least
+/// [`DayLimits::catch_floor`]: guessing spends the day as reading does. Canary text the request already held is not exempt: the
+/// caller would list its candidates and ask for "only the right one".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caught {
+    /// The caught answer's most covered secret's share in 64ths, as
+    /// `skillbox_guard::released_levels` measures it (0 for a form the measure does not read,
+    /// e.g. hex the check decoded). Its body regions are not charged: a guess long enough to
+    /// be caught as a passage is text the caller already holds, and charging it would end an
+    /// honest caller's day for a model that quoted its instructions at length.
+    pub canary: u32,
+    /// The catch was of a secret (a canary, or a line marked `secret`): charged at least the
+    /// floor.
+    pub secret: bool,
+}
+
+impl Caught {
+    /// `measured` (the caught answer's `released_levels`), `secret` as the verdict's reason says.
+    pub fn of(measured: &CoverageLevels, secret: bool) -> Caught {
+        Caught {
+            canary: measured.canary_parts(),
+            secret,
+        }
+    }
+
+    /// Both rounds of one `regenerate` run caught: one catch, as much as either measured (the
+    /// run is charged the floor once, as a `withhold` run is).
+    pub fn and(self, other: Caught) -> Caught {
+        Caught {
+            canary: self.canary.max(other.canary),
+            secret: self.secret || other.secret,
+        }
+    }
+}
+
 impl Tally {
     /// The stored form's length: regions (u16) and canary (u64), big-endian.
     pub const LEN: usize = 10;
 
-    pub fn add(&mut self, levels: &CoverageLevels) {
-        self.regions |= levels.regions();
-        self.canary = self.canary.saturating_add(u64::from(levels.canary_parts()));
+    /// What one released answer's `levels` add to a day.
+    pub fn released(levels: &CoverageLevels) -> Tally {
+        Tally {
+            regions: levels.regions(),
+            canary: u64::from(levels.canary_parts()),
+        }
+    }
+
+    /// What one run adds to its day under `limits`: the levels of the answer it released (a
+    /// withheld run: none) and its catch, if the guard caught an answer, charged as [`Caught`]
+    /// says.
+    pub fn of_run(released: &CoverageLevels, caught: Option<&Caught>, limits: &DayLimits) -> Tally {
+        let mut run = Tally::released(released);
+        if let Some(c) = caught {
+            let floor = if c.secret { limits.catch_floor() } else { 0 };
+            run.canary = run.canary.saturating_add(u64::from(c.canary).max(floor));
+        }
+        run
+    }
+
+    /// `run` counted in: regions unioned, secret shares summed.
+    pub fn add(&mut self, run: &Tally) {
+        self.regions |= run.regions;
+        self.canary = self.canary.saturating_add(run.canary);
     }
 
     /// Whether the day passes `limits` (a limit of 0 is off): `parts` of `whole` reach `limit`
@@ -260,8 +335,9 @@ impl DayBook {
         (*tally != Tally::default(), key.day, stamp)
     }
 
-    /// Add a released answer's `levels` to `key`'s day, `today` being the box's day now.
-    pub fn add(&mut self, key: DayKey, levels: &CoverageLevels, today: u64) -> DayChange {
+    /// Add what a run counts for (`run`: [`Tally::of_run`]) to `key`'s day, `today` being the
+    /// box's day now.
+    pub fn add(&mut self, key: DayKey, run: &Tally, today: u64) -> DayChange {
         let mut dropped = if today > self.pruned_for {
             self.prune(today)
         } else {
@@ -274,7 +350,7 @@ impl DayBook {
             }
             None => Tally::default(),
         };
-        tally.add(levels);
+        tally.add(run);
         // Room for this one: at most `cap - 1` others.
         dropped.extend(self.evict_past(self.cap - 1));
         let stamp = self.next;
@@ -421,8 +497,12 @@ impl Drop for InFlightMark<'_> {
 mod tests {
     use super::*;
 
-    /// Levels of `regions` and the canary level at `index` of `skillbox_guard::LEVELS`.
-    fn levels(regions: u16, index: u8) -> CoverageLevels {
+    /// A released answer of `regions` and the canary level at `index` of `LEVELS`.
+    fn levels(regions: u16, index: u8) -> Tally {
+        Tally::released(&coverage(regions, index))
+    }
+
+    fn coverage(regions: u16, index: u8) -> CoverageLevels {
         let [r0, r1] = regions.to_be_bytes();
         CoverageLevels::from_bytes(&[2, r0, r1, index]).expect("levels")
     }
@@ -482,6 +562,54 @@ mod tests {
         let t = book.tally(&k);
         assert_eq!(Tally::from_bytes(&t.to_bytes()).expect("round trip"), t);
         assert!(Tally::from_bytes(&[0; 9]).is_err());
+    }
+
+    /// Review 24b G4: a catch counts the secret share the caught answer carried (as if
+    /// released), a caught secret at least half the owner's secret limit — two catches of a
+    /// guess the measure reads as nothing (hex) spend the day; a catch of body text only is
+    /// not charged; a run whose two rounds were caught is charged once.
+    #[test]
+    fn a_caught_secret_is_charged_at_least_half_the_limit_and_two_spend_the_day() {
+        assert_eq!(HALF.catch_floor(), 16);
+        let floors = [(1000, 32), (10, 1), (1, 1), (0, 0), (250, 8)];
+        for (permille, floor) in floors {
+            let l = DayLimits {
+                coverage_permille: 0,
+                canary_coverage_permille: permille,
+            };
+            assert_eq!(l.catch_floor(), floor, "{permille}");
+            // Two floors reach the limit, whatever it is.
+            let two = Tally {
+                regions: 0,
+                canary: 2 * floor,
+            };
+            assert!(permille == 0 || two.exceeds(&l), "{permille}");
+        }
+        let hex_guess = Caught::of(&CoverageLevels::NONE, true);
+        let mut book = DayBook::default();
+        let k = key(3, "s", 100);
+        let run = Tally::of_run(&CoverageLevels::NONE, Some(&hex_guess), &HALF);
+        assert_eq!(run.canary, 16);
+        book.add(k.clone(), &run, 100);
+        assert!(!book.exceeds(&k, &HALF), "one catch");
+        book.add(k.clone(), &run, 100);
+        assert!(book.exceeds(&k, &HALF), "two catches");
+        // A PIN written as is measures whole: more than the floor, and the day is spent.
+        let whole = Caught::of(&coverage(0, 15), true);
+        let run = Tally::of_run(&CoverageLevels::NONE, Some(&whole), &HALF);
+        assert_eq!(run.canary, 64);
+        // Body text caught: neither its regions nor a floor; the released answer's levels stay.
+        let passage = Caught::of(&coverage(0x00f0, 0), false);
+        let run = Tally::of_run(&coverage(0x0001, 3), Some(&passage), &HALF);
+        assert_eq!((run.regions, run.canary), (0x0001, 3));
+        // Regenerate, both rounds caught: one catch, as much as either measured.
+        let both = hex_guess.and(whole).and(passage);
+        assert_eq!((both.canary, both.secret), (64, true));
+        // No catch: the released levels alone, as before.
+        assert_eq!(
+            Tally::of_run(&coverage(0x0003, 9), None, &HALF),
+            levels(0x0003, 9)
+        );
     }
 
     /// Days before yesterday go at the next write; yesterday stays (a day's limit holds until

@@ -34,7 +34,9 @@ use store::RunStore;
 use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
-use crate::day::{DayBook, DayChange, DayKey, DayLimits, InFlight, InFlightMark};
+use crate::day::{
+    Caught, DayBook, DayChange, DayKey, DayLimits, InFlight, InFlightMark, Tally as DayTally,
+};
 use crate::dsse::{
     ApprovedProgram, Envelope, approved_program, key_hex, stored_program, verify_action,
 };
@@ -201,6 +203,9 @@ struct Answered {
     /// How much the answer released carries of the body, never where (a guarded run only): for
     /// the box's day book, never the owner.
     coverage: Option<skillbox_guard::CoverageLevels>,
+    /// What the answer the guard caught carried, charged to the day book too (a guarded run
+    /// whose guard acted): a catch is no free guess.
+    caught: Option<Caught>,
 }
 
 /// A finished run's result as both parties fetch it: the `ResultView` JSON without the owner
@@ -1972,8 +1977,13 @@ impl BoxCore {
         // What a released answer carried goes to the box's day book, never to the owner: the
         // owner's body decides which of its regions the model repeats, so levels sealed to it
         // were a channel from the caller's sources to the owner (16 bits a call).
+        // A caught answer goes there too (review 24b G4): what it carried as the guard measured
+        // it, a caught secret at least `DayLimits::catch_floor`, so a caller guessing through
+        // the guard's verdict spends its day as one reading the secret does.
         let counted = match (&outcome, limits) {
-            (Ok(a), Some(limits)) if !limits.off() => a.coverage,
+            (Ok(a), Some(limits)) if !limits.off() => a
+                .coverage
+                .map(|released| DayTally::of_run(&released, a.caught.as_ref(), &limits)),
             _ => None,
         };
         // Whether the guard acted goes to the owner alone, sealed (see `OwnerNote`); a failed
@@ -2017,7 +2027,7 @@ impl BoxCore {
         let keep_until = now + self.config.result_ttl_secs;
         // Counted in the book before the result can be fetched, and on disk with it.
         let day_change = match counted {
-            Some(levels) if finished.error.is_none() => self.count_released(&program, &levels, now),
+            Some(run) if finished.error.is_none() => self.count_released(&program, &run, now),
             _ => None,
         };
         // On disk (without the keys, without the stakes) before anyone can fetch it.
@@ -2174,14 +2184,15 @@ impl BoxCore {
         Ok(Some(mark))
     }
 
-    /// Add a released answer's levels to the day book (the day it was released on): what the
-    /// run store writes with the run's finished record. An answer that carried nothing (or a
-    /// withheld one) is written all the same: a row written only when an answer carried
-    /// something would tell whoever watches the file (the host) that it did.
+    /// Add what a finished run counts for (its released answer's levels and its catch) to the
+    /// day book (the day it was released on): what the run store writes with the run's
+    /// finished record. A run that counted nothing is written all the same: a row written only
+    /// when an answer carried something would tell whoever watches the file (the host) that it
+    /// did.
     fn count_released(
         &self,
         program: &ApprovedProgram,
-        levels: &skillbox_guard::CoverageLevels,
+        run: &DayTally,
         now: u64,
     ) -> Option<DayChange> {
         let key = match DayKey::of(&program.program, now) {
@@ -2192,7 +2203,7 @@ impl BoxCore {
             }
         };
         let mut book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
-        Some(book.add(key, levels, crate::day::day_of(now)))
+        Some(book.add(key, run, crate::day::day_of(now)))
     }
 
     async fn call_provider(
@@ -2282,6 +2293,7 @@ impl BoxCore {
                 truncated: cut || completion.finish == FinishReason::Length,
                 guard_acted: false,
                 coverage: None,
+                caught: None,
             })
         };
         let Some(prepared) = guard else {
@@ -2290,30 +2302,34 @@ impl BoxCore {
         // How much a released answer carries of the body goes to the box's day book (coverage
         // across calls, `crate::day`), never to the owner: the owner's body decides which of
         // its phrases the model repeats, so even which regions an answer touched would carry
-        // the caller's sources to the owner. A withheld answer releases nothing. The verdict and the levels come from one
-        // walk of the answer (`check_released`): a clean answer's check walks all that its
-        // coverage does.
-        let released = |a: Answered, levels, acted: bool| Answered {
+        // the caller's sources to the owner. A caught answer releases nothing, but what it
+        // carried goes to the day book all the same (`Caught`): the verdict is otherwise a free
+        // oracle for guesses the caller has the model repeat. The verdict and a released
+        // answer's levels come from one walk of the answer (`check_released`).
+        let released = |a: Answered, levels, caught: Option<Caught>| Answered {
             coverage: Some(levels),
-            guard_acted: acted,
+            guard_acted: caught.is_some(),
+            caught,
             ..a
         };
-        let withheld = || Answered {
+        let withheld = |caught: Caught| Answered {
             answer: Zeroizing::new(WITHHELD_ANSWER.to_owned()),
             truncated: false,
             guard_acted: true,
             coverage: Some(skillbox_guard::CoverageLevels::NONE),
+            caught: Some(caught),
         };
         match prepared.spec().action {
             skillbox_guard::Action::Withhold => {
                 // The fixed answer says it was withheld: there is no catch to hide in time.
                 let first = complete(req).await?;
-                let Some(levels) = skillbox_guard::check_released(&prepared, &first.answer).1
-                else {
-                    self.per_run_log("guard_acted", "the output guard acted on an answer");
-                    return Ok(withheld());
-                };
-                Ok(released(first, levels, false))
+                match checked(&prepared, &first.answer) {
+                    Ok(levels) => Ok(released(first, levels, None)),
+                    Err(caught) => {
+                        self.per_run_log("guard_acted", "the output guard acted on an answer");
+                        Ok(withheld(caught))
+                    }
+                }
             }
             skillbox_guard::Action::Regenerate => {
                 // Both rounds on every run, whatever the guard finds: the answer with the body
@@ -2332,17 +2348,22 @@ impl BoxCore {
                 };
                 let (first, again) = tokio::join!(complete(req), complete(neutral));
                 let (first, again) = (first?, again?);
-                // Both checked whatever the first verdict, so the time taken says nothing.
-                let (_, first_levels) = skillbox_guard::check_released(&prepared, &first.answer);
-                let (_, again_levels) = skillbox_guard::check_released(&prepared, &again.answer);
-                if let Some(levels) = first_levels {
-                    return Ok(released(first, levels, false));
-                }
-                // Caught. Nothing of the verdict leaves the box but the owner's sealed note.
+                // Both checked and measured whatever the first verdict (`checked` measures a
+                // caught answer too), so the time taken says nothing more.
+                let (first_checked, again_checked) = (
+                    checked(&prepared, &first.answer),
+                    checked(&prepared, &again.answer),
+                );
+                let caught = match first_checked {
+                    Ok(levels) => return Ok(released(first, levels, None)),
+                    Err(caught) => caught,
+                };
+                // Caught. Nothing of the verdict leaves the box but the owner's sealed note and
+                // the day book's charge.
                 self.per_run_log("guard_acted", "the output guard acted on an answer");
-                match again_levels {
-                    None => Ok(withheld()),
-                    Some(levels) => Ok(released(again, levels, true)),
+                match again_checked {
+                    Err(too) => Ok(withheld(caught.and(too))),
+                    Ok(levels) => Ok(released(again, levels, Some(caught))),
                 }
             }
         }
@@ -2551,6 +2572,29 @@ impl BoxCore {
 /// owner a body-sized run of zeros per run). Notes stored before keep the length they were
 /// sealed with ([`NoteSpec::padded`]); readers never relied on a length.
 pub const OWNER_NOTE_PADDED: u64 = 128;
+
+/// One answer of a guarded run through the guard: its levels if the guard releases it
+/// (`check_released`), else its catch as the day book charges it — the caught answer measured
+/// as if released (`released_levels`), and whether what was caught is a secret.
+fn checked(
+    prepared: &skillbox_guard::Prepared,
+    answer: &str,
+) -> std::result::Result<skillbox_guard::CoverageLevels, Caught> {
+    match skillbox_guard::check_released(prepared, answer) {
+        (_, Some(levels)) => Ok(levels),
+        (verdict, None) => {
+            let secret = matches!(
+                verdict,
+                skillbox_guard::Verdict::Caught(skillbox_guard::Catch {
+                    reason: skillbox_guard::Reason::Canary(_) | skillbox_guard::Reason::SecretLine,
+                    ..
+                })
+            );
+            let measured = skillbox_guard::released_levels(prepared, answer);
+            Err(Caught::of(&measured, secret))
+        }
+    }
+}
 
 /// The owner's day limits its stake carries (checked at stake: exactly 8 bytes). A program
 /// with its guard on whose owner stake has none (an owner node from before `day_limits`) gets
