@@ -214,7 +214,7 @@ pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let attester: Arc<dyn Attester> = Arc::new(dev);
-    let providers = provider_registry(global, &args);
+    let providers = provider_registry(global, &args, 0);
     serve(global, args, attester, providers)
 }
 
@@ -266,18 +266,21 @@ fn run_hardware(
         .transpose()?;
     let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
         .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
-    let providers = provider_registry(global, args);
-    let mut config = BoxConfiguration::new(providers.table(), allowed_keys(args)?.as_deref());
     let mut attester: Arc<dyn Attester> = Arc::new(tsm);
+    let mut count = 0;
     if let Some(program) = &args.gpu_evidence_cmd {
         // Asked once now: the GPU count goes into the configuration the host launched with.
         let gpus = skillbox_jc::tsm::CommandGpus::new(program.clone());
-        let count = GpuAttester::evidence(&gpus, &[0u8; 32])
+        let found = GpuAttester::evidence(&gpus, &[0u8; 32])
             .context("the box's GPU evidence")?
             .len();
-        config = config.with_gpus(u32::try_from(count).context("GPU count")?);
+        count = u32::try_from(found).context("GPU count")?;
         attester = Arc::new(GpuBound::new(attester, Arc::new(gpus)));
     }
+    // The local model offloads to GPUs only when the attested configuration names them.
+    let providers = provider_registry(global, args, count);
+    let config =
+        BoxConfiguration::new(providers.table(), allowed_keys(args)?.as_deref()).with_gpus(count);
     if args.show_identity {
         // Every platform's pin as the node's config takes it (a TDX pin with its policy table),
         // naming the configuration hash the host must launch the guest with.
@@ -307,12 +310,13 @@ fn run_nitro(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<ExitCode>
         print!("{}", crate::pin_identity::nitro_pin(url, &nitro)?.render());
         return Ok(ExitCode::SUCCESS);
     }
-    let providers = provider_registry(global, args);
+    let providers = provider_registry(global, args, 0);
     serve(global, args.clone(), Arc::new(nitro), providers)
 }
 
-/// The providers this box reaches, from its flags.
-fn provider_registry(global: &crate::Global, args: &BoxArgs) -> ProviderRegistry {
+/// The providers this box reaches, from its flags; the local model on `gpus` GPUs (those its
+/// attested configuration names: 0 keeps it off every GPU the process may see).
+fn provider_registry(global: &crate::Global, args: &BoxArgs, gpus: u32) -> ProviderRegistry {
     let model = args
         .local_model
         .clone()
@@ -321,6 +325,7 @@ fn provider_registry(global: &crate::Global, args: &BoxArgs) -> ProviderRegistry
     settings.local_threads = args.local_threads.map(usize::from);
     settings.local_parallelism = usize::from(args.local_parallel);
     settings.local_context = args.local_context.map(|n| n as usize);
+    settings.local_gpus = gpus;
     for (id, url) in &args.provider_urls {
         settings = settings.with_base_url(id.clone(), url.clone());
     }

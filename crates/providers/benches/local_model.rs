@@ -123,6 +123,7 @@ fn bench() -> Result<(), String> {
         threads: Some(threads),
         parallel: 4,
         context: None,
+        ..LocalOptions::default()
     };
     let model = LocalModel::load_with(&path, &options).map_err(|e| e.to_string())?;
     println!("local model: {}", path.display());

@@ -39,6 +39,9 @@ pub struct ProviderSettings {
     pub local_threads: Option<usize>,
     /// Tokens per local generation; `None`: the model's training context, at most 4096.
     pub local_context: Option<usize>,
+    /// GPUs the box's attested configuration names; 0 (the default): the local model stays off
+    /// every GPU (see [`crate::local::LocalOptions::gpus`]).
+    pub local_gpus: u32,
 }
 
 impl ProviderSettings {
@@ -51,6 +54,7 @@ impl ProviderSettings {
             local_parallelism: crate::local::DEFAULT_PARALLEL,
             local_threads: None,
             local_context: None,
+            local_gpus: 0,
         }
     }
 
@@ -60,6 +64,7 @@ impl ProviderSettings {
             threads: self.local_threads,
             parallel: self.local_parallelism,
             context: self.local_context,
+            gpus: self.local_gpus,
         }
     }
 

@@ -167,6 +167,11 @@ pub struct LocalOptions {
     /// Tokens per generation, prompt and answer; `None`: the model's training context, at most
     /// [`DEFAULT_CONTEXT`]. Memory: `parallel × context` KV cells are allocated at load.
     pub context: Option<usize>,
+    /// GPUs the box's attested configuration names (`gpus`, bound with their evidence). 0: no
+    /// layer is offloaded, whatever devices the process sees: a GPU outside the attestation
+    /// (not in confidential-computing mode, its traffic through host-readable bounce buffers)
+    /// would receive the model's KV cache, i.e. the whole prompt.
+    pub gpus: u32,
 }
 
 impl Default for LocalOptions {
@@ -175,8 +180,17 @@ impl Default for LocalOptions {
             threads: None,
             parallel: DEFAULT_PARALLEL,
             context: None,
+            gpus: 0,
         }
     }
+}
+
+/// The model's load parameters: every layer on the GPUs when the attested configuration names
+/// some, none otherwise. Set in every build, not only `cuda`: llama.cpp's default (-1) offloads
+/// to whatever GPU backend is compiled in.
+fn model_params(options: &LocalOptions) -> LlamaModelParams {
+    let layers = if options.gpus > 0 { u32::MAX } else { 0 };
+    LlamaModelParams::default().with_n_gpu_layers(layers)
 }
 
 /// llama.cpp's process-wide state, made once; its log output is switched off (nothing a box
@@ -361,9 +375,7 @@ impl LocalModel {
         if GgufContext::from_file(&source).is_none() {
             return Err(unavailable(path, "not a valid GGUF file"));
         }
-        let params = LlamaModelParams::default();
-        #[cfg(feature = "cuda")]
-        let params = params.with_n_gpu_layers(u32::MAX);
+        let params = model_params(options);
         let model = LlamaModel::load_from_file(backend, &source, &params).map_err(|e| {
             unavailable(
                 path,
@@ -742,5 +754,27 @@ struct CancelOnDrop(Arc<AtomicBool>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A box whose attested configuration says `gpus = 0` offloaded every layer (the whole
+    /// prompt, through the KV cache) to any GPU a CUDA build saw: now 0 layers unless the
+    /// configuration names GPUs.
+    #[test]
+    fn layers_go_to_gpus_only_when_the_configuration_names_them() {
+        let none = LocalOptions::default();
+        assert_eq!(none.gpus, 0);
+        assert_eq!(model_params(&none).n_gpu_layers(), 0);
+        let two = LocalOptions {
+            gpus: 2,
+            ..LocalOptions::default()
+        };
+        assert_eq!(model_params(&two).n_gpu_layers(), i32::MAX);
+        let settings = crate::ProviderSettings::new("m.gguf".into());
+        assert_eq!(settings.local_options().gpus, 0);
     }
 }

@@ -274,6 +274,7 @@ fn threads_and_context_follow_the_options() {
             threads: Some(1),
             parallel: 2,
             context: Some(256),
+            ..LocalOptions::default()
         },
     )
     .unwrap();

@@ -23,6 +23,7 @@ fn small() -> LocalOptions {
         threads: Some(1),
         parallel: 1,
         context: Some(256),
+        ..LocalOptions::default()
     }
 }
 
