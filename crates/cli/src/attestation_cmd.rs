@@ -396,6 +396,6 @@ fn print_json(args: &VerifyArgs, at: u64, o: &Outcome) -> anyhow::Result<()> {
             "notes": o.notes,
         }),
     };
-    say!("{}", crate::terminal_json::to_string(&value)?);
+    say!("{}", skillbox_node::terminal_json::to_string(&value)?);
     Ok(())
 }

@@ -371,7 +371,7 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     );
     say!(
         "{}",
-        crate::terminal_json::to_string(&o["receipt"]).unwrap_or_default()
+        skillbox_node::terminal_json::to_string(&o["receipt"]).unwrap_or_default()
     );
     say!(
         "the owner never saw the request or {SOURCE_NAME:?}; the caller never saw the skill body; the box was insecure-dev (no hardware isolation)"

@@ -31,7 +31,6 @@ mod peer_text;
 mod pin_identity;
 mod secret_prompt;
 mod skill_cmd;
-mod terminal_json;
 
 #[derive(Parser, Debug)]
 #[command(

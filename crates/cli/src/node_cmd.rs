@@ -348,7 +348,7 @@ pub(crate) fn ask(
 pub(crate) fn print_json(v: &Value) -> anyhow::Result<()> {
     say!(
         "{}",
-        crate::terminal_json::to_string(v).context("printing JSON")?
+        skillbox_node::terminal_json::to_string(v).context("printing JSON")?
     );
     Ok(())
 }
@@ -713,12 +713,12 @@ pub fn skill_show(global: &crate::Global, args: SkillNameArgs) -> anyhow::Result
     say!("declaration:");
     say!(
         "{}",
-        crate::terminal_json::to_string(&b["declaration"]).context("printing")?
+        skillbox_node::terminal_json::to_string(&b["declaration"]).context("printing")?
     );
     say!("manifest:");
     say!(
         "{}",
-        crate::terminal_json::to_string(&b["manifest"]).context("printing")?
+        skillbox_node::terminal_json::to_string(&b["manifest"]).context("printing")?
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -91,7 +91,7 @@ fn print_reports<T: Serialize>(reports: &[T], json: bool, human: fn(&T)) -> anyh
     if json {
         println!(
             "{}",
-            crate::terminal_json::to_string(&reports).context("serializing the report")?
+            skillbox_node::terminal_json::to_string(&reports).context("serializing the report")?
         );
     } else {
         reports.iter().for_each(human);

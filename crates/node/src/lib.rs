@@ -35,6 +35,7 @@ pub mod skills;
 pub mod sources;
 pub mod store;
 pub mod tenants;
+pub mod terminal_json;
 
 pub use config::Config;
 pub use datadir::DataDir;

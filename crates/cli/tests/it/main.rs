@@ -23,6 +23,5 @@ mod reach_mcp;
 mod same_machine;
 mod secret_names;
 mod show_identity;
-mod terminal_json;
 mod ui;
 mod ui_browser;

@@ -22,3 +22,4 @@ mod peers;
 mod release_log;
 mod router;
 mod support;
+mod terminal_json;

@@ -6,7 +6,9 @@
 //! carries a peer's bytes (a board row's description, a call's answer, a peer's addresses), and a
 //! terminal or an agent's shell tool reads them: so every such character in a string is written
 //! as a `\uXXXX` escape instead (a surrogate pair above U+FFFF). The output is still JSON and
-//! parses to the same strings: a script reading it sees no difference.
+//! parses to the same strings: a script reading it sees no difference. It lives in the node crate,
+//! beside [`crate::log_fields`] (the other text an operator's terminal shows), so its tests run:
+//! the binary that calls it has none of its own.
 
 use serde::Serialize;
 use serde_json::ser::{Formatter, PrettyFormatter, Serializer};

@@ -1,13 +1,11 @@
-//! The `--json` writer (`src/terminal_json.rs`, compiled here as the binary compiles it: the
-//! binary has no unit tests of its own): what a terminal obeys or hides in a peer's text goes out
-//! as `\uXXXX`, and the JSON still parses to the same strings. The CLI's own `--json` runs
-//! against a hostile peer are in `hostile.rs`.
-
-#[path = "../../src/terminal_json.rs"]
-mod writer;
+//! The `--json` writer (`skillbox_node::terminal_json`, what the CLI prints a node's answers
+//! with): what a terminal obeys or hides in a peer's text goes out as `\uXXXX`, and the JSON
+//! still parses to the same strings. The CLI's own `--json` runs against a hostile peer are in
+//! the cli crate's `hostile.rs`.
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use skillbox_node::terminal_json as writer;
 
 /// Review 24a L2: a board row's description and a call's answer carrying a C1 CSI (no ESC
 /// needed: U+009B), DEL, a right-to-left override and a tag character. serde_json wrote each raw.
