@@ -249,6 +249,9 @@ pub struct StreamAnswer {
     usage: Option<Usage>,
     done: bool,
     events: u64,
+    /// Bytes searched for a line end, all calls together (the tests' cost count).
+    #[cfg(test)]
+    scanned: usize,
 }
 
 /// Caps a single event line so a hostile server cannot make us buffer without bound.
@@ -256,12 +259,35 @@ const MAX_LINE: usize = 4 << 20;
 
 impl StreamAnswer {
     /// Takes the next bytes of the stream; fails on an error event or a malformed one.
+    /// Only the new bytes are searched for line ends (what was pending held none), and the
+    /// consumed lines are dropped from the buffer once: rescanning the whole buffer on every
+    /// chunk let a provider that sent a 4 MiB line and then trickled bytes keep a core busy.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<(), ProviderError> {
-        self.pending.extend_from_slice(bytes);
-        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            self.line(&line[..end])?;
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut at = pending.len();
+        pending.extend_from_slice(bytes);
+        let mut start = 0;
+        let mut fed = Ok(());
+        while let Some(off) = pending[at..].iter().position(|&b| b == b'\n') {
+            #[cfg(test)]
+            {
+                self.scanned += off + 1;
+            }
+            let end = at + off;
+            fed = self.line(&pending[start..end]);
+            start = end + 1;
+            at = start;
+            if fed.is_err() {
+                break;
+            }
         }
+        #[cfg(test)]
+        {
+            self.scanned += pending.len() - at;
+        }
+        pending.drain(..start);
+        self.pending = pending;
+        fed?;
         if self.pending.len() > MAX_LINE {
             return Err(ProviderError::Protocol(
                 "event line longer than 4 MiB".into(),
@@ -343,6 +369,61 @@ mod tests {
             s.feed(p.as_bytes())?;
         }
         s.finish()
+    }
+
+    /// A provider sending most of a 4 MiB line and then trickling one byte at a time: each
+    /// byte is searched once (before, the whole pending buffer was searched again per chunk).
+    #[test]
+    fn a_trickled_long_line_is_searched_once() {
+        let mut s = StreamAnswer::default();
+        let head = vec![b' '; 2 << 20];
+        s.feed(&head).expect("no line end yet");
+        for _ in 0..1000 {
+            s.feed(b" ").expect("no line end yet");
+        }
+        s.feed(b"\n").expect("a blank line");
+        assert!(s.pending.is_empty());
+        assert_eq!(s.scanned, head.len() + 1001);
+    }
+
+    proptest::proptest! {
+        /// However the stream is cut into chunks, the answer is the one fed whole.
+        #[test]
+        fn chunk_splits_do_not_change_the_answer(
+            pieces in proptest::collection::vec("[a-z \\n]{0,8}", 1..12),
+            comment in proptest::bool::ANY,
+            crlf in proptest::bool::ANY,
+            cuts in proptest::collection::vec(0usize..4096, 0..16),
+        ) {
+            let nl = if crlf { "\r\n" } else { "\n" };
+            let mut wire = String::new();
+            if comment {
+                wire.push_str(&format!(": PROCESSING{nl}{nl}"));
+            }
+            for p in &pieces {
+                let event = serde_json::json!({"choices": [{"delta": {"content": p}}]});
+                wire.push_str(&format!("data: {event}{nl}{nl}"));
+            }
+            wire.push_str(&format!(
+                "data: {{\"choices\":[{{\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}{nl}{nl}data: [DONE]{nl}"
+            ));
+            let whole = feed_all(&[&wire]).expect("whole");
+            proptest::prop_assert_eq!(&whole.text, &pieces.concat());
+            let bytes = wire.as_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut s = StreamAnswer::default();
+            let mut from = 0;
+            for c in cuts.into_iter().chain([bytes.len()]) {
+                s.feed(&bytes[from..c]).expect("a chunk");
+                from = c;
+            }
+            proptest::prop_assert_eq!(s.scanned, bytes.len());
+            let split = s.finish().expect("split");
+            proptest::prop_assert_eq!(split.text, whole.text);
+            proptest::prop_assert_eq!(split.finish, whole.finish);
+            proptest::prop_assert_eq!(split.usage, whole.usage);
+        }
     }
 
     #[test]
