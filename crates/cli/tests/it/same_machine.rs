@@ -716,8 +716,14 @@ fn the_model_is_fetched_into_no_data_dir_another_user_can_write() {
         "a 0777 data dir",
     );
     // The demo, with no model of its own and none fetched yet, fetches into the data dir too
-    // (kept off the network should the rule not hold).
-    let demo = procs::skillbox_with(&dir, &["demo"], &[("PIP_NO_INDEX", "1")], None);
+    // (kept off the network should the rule not hold). An empty SKILLBOX_MODEL is none: the
+    // test run's shared model (scripts/test names it there) would otherwise be the demo's.
+    let demo = procs::skillbox_with(
+        &dir,
+        &["demo"],
+        &[("PIP_NO_INDEX", "1"), ("SKILLBOX_MODEL", "")],
+        None,
+    );
     refused(&demo, "writable by other users", &dir, "the demo's fetch");
     mode(&dir, 0o700);
 
