@@ -649,6 +649,16 @@ impl Valley {
         );
         self.refused_at_admission("lore", "words 80 120").await;
     }
+
+    /// The caller's turn of `lore` given back within `within` (`kept`: what failed otherwise,
+    /// followed by the call still holding it).
+    async fn turn_given_back(&self, within: Duration, kept: &str) {
+        let by = std::time::Instant::now() + within;
+        while let Some(holder) = turn_holder_of(&self.owner, &self.caller.peer_id, "lore") {
+            assert!(std::time::Instant::now() < by, "{kept}: {holder}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Review 22 F3, the owner's side: the box's `coverage_exceeded` for a run whose call already
@@ -691,14 +701,11 @@ async fn a_late_coverage_exceeded_after_the_turn_was_given_back_for_silence_is_k
 
     // The box goes silent to the owner: the fetch it held and every ask since fail at once.
     holding.fail();
-    let given_back = std::time::Instant::now() + Duration::from_secs(120);
-    while holder().is_some() {
-        assert!(
-            std::time::Instant::now() < given_back,
-            "the turn was not given back for the box's silence"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    v.turn_given_back(
+        Duration::from_secs(120),
+        "the turn was not given back for the box's silence",
+    )
+    .await;
     assert!(!v.refused_today("lore"), "kept before the box's word came");
 
     // The box was only slow: it answers again, the run refused for the day.
@@ -731,14 +738,7 @@ async fn a_fetch_the_box_holds_open_does_not_stand_for_its_word() {
         "the box's refusal waited behind the fetch it held open",
     )
     .await;
-    let given_back = std::time::Instant::now() + LIMIT;
-    while let Some(holder) = turn_holder_of(&v.owner, &v.caller.peer_id, "lore") {
-        assert!(
-            std::time::Instant::now() < given_back,
-            "{holder} kept the turn"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    v.turn_given_back(LIMIT, "the turn was kept").await;
     v.stop().await;
 }
 
