@@ -24,10 +24,8 @@ pub fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w
             }
             let text = format!("{value:?}");
             for c in text.chars().take(LOG_FIELD_MAX) {
-                if c.is_control()
-                    || matches!(c, '\u{2028}' | '\u{2029}')
-                    || skillbox_skill::text::is_invisible(c)
-                {
+                // The same characters the `--json` writer escapes: both are read on a terminal.
+                if crate::terminal_json::escaped(c) {
                     write!(w, "{}", c.escape_default())?;
                 } else {
                     w.write_char(c)?;

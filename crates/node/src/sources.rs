@@ -161,7 +161,7 @@ const HANDLE_HEX: usize = 32;
 /// hash's place in the chain and the signature over it, and its text by the node's signature
 /// as shown, which [`crate::ledger::shown`] (the one caller for a view or export) adds. `true`
 /// when a name was masked.
-pub fn redact_names_in(line: &mut crate::ledger::Line) -> bool {
+pub(crate) fn redact_names_in(line: &mut crate::ledger::Line) -> bool {
     let masked = show_names_in(&mut line.entry);
     if masked {
         line.redacted = Some(crate::ledger::Redaction::SourceNames);
