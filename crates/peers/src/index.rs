@@ -16,7 +16,6 @@
 //! one group holds at most [`MAX_SLOTS_PER_GROUP`] slots of a key.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::BuildHasher;
 use std::net::Ipv6Addr;
 
 use libp2p::kad::RecordKey;
@@ -360,7 +359,7 @@ impl AddressGroup {
 }
 
 /// Draws the random choices of the index rules: SHA-256 of a seed and a counter. Seeded from
-/// the process's hash keys (random per process, from the OS) in a node, so a provider cannot
+/// the OS's random source in a node, so a provider cannot
 /// predict which slot its record takes; seeded by a test to replay the same draws.
 pub struct Draw {
     seed: [u8; 32],
@@ -372,14 +371,12 @@ impl Draw {
         Draw { seed, counter: 0 }
     }
 
-    /// A draw no outsider can replay: std's `RandomState` keys come from the OS per process.
+    /// A draw no outsider can replay: its seed comes from the OS's random source (not from
+    /// std's hash keys, which within one thread differ only by a counter).
     pub fn unpredictable() -> Draw {
         let mut seed = [0u8; 32];
-        for (i, chunk) in seed.chunks_mut(8).enumerate() {
-            let v = std::collections::hash_map::RandomState::new().hash_one(i);
-            chunk.copy_from_slice(&v.to_le_bytes());
-        }
-        Draw::seeded(Sha256::digest(seed).into())
+        getrandom::fill(&mut seed).expect("the OS random source is available");
+        Draw::seeded(seed)
     }
 
     /// The next 64 random bits.
@@ -539,6 +536,16 @@ pub fn key_slot(
 mod tests {
     use super::*;
     use skillbox_calls::vocabulary::{query_vocabulary, skill_vocabulary};
+
+    /// Two nodes (or one node's two starts) draw apart: a provider that could replay a
+    /// node's draws would know which slot its record takes.
+    #[test]
+    fn unpredictable_draws_differ_between_starts() {
+        let (mut a, mut b) = (Draw::unpredictable(), Draw::unpredictable());
+        let a: Vec<u64> = (0..4).map(|_| a.next_u64()).collect();
+        let b: Vec<u64> = (0..4).map(|_| b.next_u64()).collect();
+        assert_ne!(a, b, "two unpredictable draws replayed each other");
+    }
 
     /// The group the gate's own tests register from (the gate stores it, judges nothing by it).
     const G: AddressGroup = AddressGroup::Unknown;
