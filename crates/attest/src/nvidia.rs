@@ -27,6 +27,14 @@
 //! Not checked: blocks the policy does not pin (reported); the opaque data beyond what is shown
 //! (driver and VBIOS version, FWID); revocation (NVIDIA's OCSP is online). A GPU is only half a
 //! box: the CPU's attestation must bind this evidence's hash (the lead's statement does).
+//!
+//! Whether the GPU runs with confidential computing on, off or in devtools (debug) mode is in no
+//! field of the signed report: the opaque data's types (NVIDIA's `OPAQUE_FIELD_ID_*`, 1–36) name
+//! none (type 36, the feature flag, is the multi-GPU mode: MPT, SPT or PPCIe), and NVIDIA's
+//! verifiers read the mode from NVML, the attesting machine's own driver. A GPU with CC off or
+//! in devtools mode shows only as measurement blocks that differ from its RIM's golden values;
+//! so an unpinned policy vouches for no mode, and a node refuses a hardware box's GPUs
+//! unless it pins them (`skillbox-jc`, `gpu_not_pinned`).
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha384};

@@ -339,6 +339,77 @@ pub trait GpuAttester: Send + Sync {
     fn evidence(&self, nonce: &[u8; 32]) -> Result<Vec<nvidia::Evidence>>;
 }
 
+/// The NVIDIA GPUs a system shows, as a box looks for them at start: a GPU the host passed into
+/// the guest is there whether or not the box attests it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VisibleGpus {
+    /// PCI functions of NVIDIA's vendor id (`0x10de`) whose class is a display controller (VGA
+    /// `0x0300`, 3D `0x0302`: an H100 is the latter), by address; NVSwitches (bridges) are not.
+    pub pci: Vec<String>,
+    /// The driver's per-GPU device nodes (`nvidia0`, `nvidia1`, …; not `nvidiactl`, `-uvm`).
+    pub nodes: Vec<String>,
+}
+
+/// NVIDIA's PCI vendor id.
+const NVIDIA_PCI_VENDOR: &str = "0x10de";
+
+impl VisibleGpus {
+    /// Look under `root` (`/` on a box; a directory double in tests): `sys/bus/pci/devices`, which
+    /// lists the guest's PCI functions whether or not a driver is loaded, and `dev`, where the
+    /// driver makes a node per GPU (CUDA reaches a GPU through it). Unreadable entries are
+    /// skipped: what the kernel shows is read, nothing is asked of a device.
+    pub fn under(root: &std::path::Path) -> VisibleGpus {
+        let names = |dir: std::path::PathBuf| -> Vec<String> {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return Vec::new();
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect();
+            names.sort();
+            names
+        };
+        let pci_dir = root.join("sys/bus/pci/devices");
+        let read = |f: std::path::PathBuf| std::fs::read_to_string(f).unwrap_or_default();
+        let pci = names(pci_dir.clone())
+            .into_iter()
+            .filter(|addr| {
+                let dev = pci_dir.join(addr);
+                read(dev.join("vendor"))
+                    .trim()
+                    .eq_ignore_ascii_case(NVIDIA_PCI_VENDOR)
+                    && read(dev.join("class")).trim().starts_with("0x03")
+            })
+            .collect();
+        let nodes = names(root.join("dev"))
+            .into_iter()
+            .filter(|n| {
+                n.strip_prefix("nvidia")
+                    .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .collect();
+        VisibleGpus { pci, nodes }
+    }
+
+    /// How many GPUs: each shows as a PCI function and, with the driver loaded, a node.
+    pub fn count(&self) -> usize {
+        self.pci.len().max(self.nodes.len())
+    }
+
+    /// Where they were seen, for a message (PCI addresses, else device nodes).
+    pub fn describe(&self) -> String {
+        if self.pci.is_empty() {
+            self.nodes
+                .iter()
+                .map(|n| format!("/dev/{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            format!("PCI {}", self.pci.join(", "))
+        }
+    }
+}
+
 /// An attester for a box whose model runs on GPUs: every statement binds the hash of the GPU
 /// evidence made for the asker's nonce, and the attestation carries that evidence.
 pub struct GpuBound {
@@ -596,8 +667,9 @@ pub struct VerifyPolicy {
     /// Without it the box chooses the verifier by the platform it claims: a hardware-pinned
     /// box could answer with a software attestation for a key of its own (a downgrade).
     pub platform: Option<String>,
-    /// The GPU golden values this party pins for a box's GPUs; `None`: each GPU's report is
-    /// verified (NVIDIA root, signature, nonce, binding) with no measurement compared.
+    /// The GPU golden values this party pins for a box's GPUs; `None` (or a policy pinning no
+    /// block): an insecure-dev box's GPU reports are verified (NVIDIA root, signature, nonce,
+    /// binding) with no measurement compared, a hardware box's are refused `gpu_not_pinned`.
     pub gpu: Option<std::sync::Arc<nvidia::Verifier>>,
 }
 
@@ -954,7 +1026,8 @@ fn check_config(attestation: &Attestation, st: &Statement) -> Result<()> {
 /// The GPU evidence the attestation carries is exactly what the statement (and so the CPU
 /// report) binds, as many GPUs as the bound configuration names, and each GPU's report verifies
 /// for the asker's nonce: another GPU's genuine report swapped in, one dropped or added, or one
-/// made for another asker is refused.
+/// made for another asker is refused. A hardware box's GPUs must meet golden values the party
+/// pins (`gpu_not_pinned` otherwise): nothing else in their reports tells CC on from off.
 fn check_gpus(
     attestation: &Attestation,
     st: &Statement,
@@ -985,6 +1058,19 @@ fn check_gpus(
     let expected = nvidia::Expected {
         nonce: Some(gpu_nonce(&st.nonce)),
     };
+    // The floor a CPU verifier keeps even unpinned (a debug guest is refused), for GPUs: the
+    // signed SPDM report carries no confidential-computing or devtools flag (NVIDIA's verifiers
+    // read the mode from NVML, the attesting machine's own driver, and otherwise see a GPU with
+    // CC off or in devtools mode only as measurements that differ from its RIM's golden
+    // values). So on a hardware box, whose isolation is the point, a GPU is taken only against
+    // golden values this party pins; unpinned it is refused, whatever mode it may be in.
+    let pinned = policy
+        .gpu
+        .as_ref()
+        .is_some_and(|v| !v.policy().measurements.is_empty());
+    if !pinned && st.platform != INSECURE_DEV {
+        return Err(JcError::HardwareRefused("gpu_not_pinned"));
+    }
     let unpinned;
     let verifier = match &policy.gpu {
         Some(v) => v.as_ref(),

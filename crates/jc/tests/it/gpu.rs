@@ -3,18 +3,22 @@
 //! asker's nonce. The GPUs here are NVIDIA's serialized evidence of a 4-Hopper host (the attest
 //! crate's `nvat-multi_gpu_hopper.json`, Apache-2.0: every GPU signed the same requester nonce),
 //! served by a GPU double; the CPU side is the insecure-dev attester re-signing a real box's
-//! statement, so the whole node-side check runs on genuine GPU signatures.
+//! statement, so the whole node-side check runs on genuine GPU signatures; a hardware box's
+//! GPUs (review 24b N4) are bound by the Nitro attester through its NSM double (`nitro.rs`).
 
 use std::sync::Arc;
 
+use skillbox_attest::HexBytes;
 use skillbox_attest::nvidia;
 use skillbox_jc::JcError;
 use skillbox_jc::attest::{
     Attester as _, BoxConfiguration, GpuAttester, GpuBound, InsecureDevAttester, Statement,
-    VerifyPolicy, verify_attestation,
+    VerifyPolicy, VisibleGpus, verify_attestation,
 };
+use skillbox_jc::nsm::NitroAttester;
 use skillbox_jc::run::now_secs;
 
+use crate::nitro::{NsmDouble, PCR, opened_as_nitro, test_root_verifier};
 use crate::support::*;
 
 /// The nonce every GPU of the sample signed.
@@ -223,4 +227,132 @@ fn the_gpu_collector_program_gives_the_evidence_list_or_a_clear_error() {
         st.gpu_evidence_sha256,
         Some(hex::encode(nvidia::list_binding_sha256(&a.gpus)))
     );
+}
+
+/// Golden values for every measurement block of `gpus` (each index: the values they report),
+/// as a node pins them from NVIDIA's RIMs.
+fn golden_values(gpus: &[nvidia::Evidence]) -> nvidia::Policy {
+    let mut golden: Vec<nvidia::GoldenMeasurement> = Vec::new();
+    for ev in gpus {
+        let t = nvidia::Transcript::parse(&ev.transcript).expect("parses");
+        for b in t.blocks {
+            let value = HexBytes(b.value);
+            match golden.iter_mut().find(|g| g.index == b.index) {
+                Some(g) if !g.values.contains(&value) => g.values.push(value),
+                Some(_) => {}
+                None => golden.push(nvidia::GoldenMeasurement {
+                    index: b.index,
+                    values: vec![value],
+                }),
+            }
+        }
+    }
+    nvidia::Policy {
+        measurements: golden,
+        devices: Vec::new(),
+    }
+}
+
+/// Review 24b N4. A GPU's signed report carries no confidential-computing or devtools flag:
+/// NVIDIA's verifiers read the mode from NVML (the attesting machine's own driver), and otherwise
+/// see a GPU with CC off or in devtools mode only as measurements that differ from its RIM's
+/// golden values. A party pinning no golden values took any GPU that chains to NVIDIA's root
+/// and signed its nonce, whatever its mode, even on a hardware box. The attack here: a hardware
+/// box (Nitro, through its NSM double) binds two genuine Hopper reports nobody compared with
+/// anything; it is refused `gpu_not_pinned`. With golden values the same box verifies, and a
+/// report whose measurement differs from them (what CC off or devtools shows) is refused.
+#[tokio::test]
+async fn a_hardware_box_whose_gpus_nobody_pinned_is_refused() {
+    let f = start(None).await;
+    let (double, _) = NsmDouble::new();
+    let nitro_box = Arc::new(NitroAttester::open(Box::new(double)).expect("opens"));
+    let (
+        Attested {
+            approved,
+            run_id,
+            attestation: served,
+            ..
+        },
+        statement,
+    ) = opened_as_nitro(&f, &hex::encode([PCR[0]; 48])).await;
+    let gpus = sample_gpus();
+    let mut attestation = GpuBound::new(nitro_box, Arc::new(RecordedGpus(gpus[..2].to_vec())))
+        .attest(&Statement {
+            nonce: GPU_NONCE.into(),
+            ..statement
+        })
+        .expect("attests");
+    attestation.providers = served.providers.clone();
+    let check = |gpu: Option<nvidia::Policy>| {
+        let mut policy = VerifyPolicy::new(false)
+            .with_verifier(Box::new(test_root_verifier()))
+            .only_platform("nitro");
+        if let Some(gpu) = gpu {
+            let verifier = nvidia::Verifier::new(gpu).expect("verifier");
+            policy = policy.with_gpu_verifier(Arc::new(verifier));
+        }
+        verify_attestation(
+            &attestation,
+            &approved,
+            &run_id,
+            GPU_NONCE,
+            &policy,
+            now_secs(),
+        )
+    };
+    for unpinned in [None, Some(nvidia::Policy::unpinned())] {
+        let got = check(unpinned);
+        assert!(
+            matches!(got, Err(JcError::HardwareRefused("gpu_not_pinned"))),
+            "{got:?}"
+        );
+    }
+    let golden = golden_values(&gpus[..2]);
+    let verified = check(Some(golden.clone())).expect("golden values pinned: verified");
+    assert!(!verified.no_hardware_isolation);
+    let mut other_mode = golden;
+    other_mode.measurements[0].values = vec![HexBytes(vec![0x5a; 48])];
+    let got = check(Some(other_mode));
+    assert!(
+        matches!(
+            got,
+            Err(JcError::HardwareRefused("measurement_not_allowed"))
+        ),
+        "{got:?}"
+    );
+}
+
+/// What a box counts as its GPUs at start (review 24b G3): NVIDIA display-class PCI functions
+/// in sysfs and the driver's per-GPU nodes in /dev, read from a directory double as the box
+/// reads `/`. An NVSwitch (an NVIDIA bridge), another vendor's GPU and the driver's control
+/// nodes are not GPUs.
+#[test]
+fn the_gpus_a_box_sees_are_nvidia_display_functions_and_their_device_nodes() {
+    let root = tempfile::tempdir().expect("tempdir");
+    assert_eq!(VisibleGpus::under(root.path()).count(), 0, "nothing there");
+    let pci = |addr: &str, vendor: &str, class: &str| {
+        let dir = root.path().join("sys/bus/pci/devices").join(addr);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("vendor"), format!("{vendor}\n")).expect("vendor");
+        std::fs::write(dir.join("class"), format!("{class}\n")).expect("class");
+    };
+    pci("0000:00:02.0", "0x8086", "0x030000");
+    pci("0000:07:00.0", "0x10de", "0x068000");
+    pci("0000:41:00.0", "0x10de", "0x030200");
+    let dev = root.path().join("dev");
+    std::fs::create_dir_all(dev.join("nvidia-caps")).expect("dev");
+    for node in [
+        "nvidiactl",
+        "nvidia-uvm",
+        "nvidia-modeset",
+        "nvidia0",
+        "nvidia1",
+    ] {
+        std::fs::write(dev.join(node), b"").expect("node");
+    }
+    let seen = VisibleGpus::under(root.path());
+    assert_eq!(seen.pci, vec!["0000:41:00.0".to_owned()]);
+    assert_eq!(seen.nodes, vec!["nvidia0".to_owned(), "nvidia1".to_owned()]);
+    assert_eq!(seen.count(), 2);
+    assert_eq!(seen.describe(), "PCI 0000:41:00.0");
 }

@@ -24,16 +24,17 @@ use skillbox_jc::run::now_secs;
 
 use crate::support::*;
 
-const PCR: [u8; 3] = [0x11, 0x22, 0x33];
+pub(crate) const PCR: [u8; 3] = [0x11, 0x22, 0x33];
 
 /// An NSM that signs with the test CA's leaf; it remembers the user data it was last asked for.
-struct NsmDouble {
+/// The GPU tests attest a hardware box with it.
+pub(crate) struct NsmDouble {
     key: p384::ecdsa::SigningKey,
     asked: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl NsmDouble {
-    fn new() -> (NsmDouble, Arc<Mutex<Option<Vec<u8>>>>) {
+    pub(crate) fn new() -> (NsmDouble, Arc<Mutex<Option<Vec<u8>>>>) {
         let hex_key = String::from_utf8(attest_data("forged/p384-leaf.key.hex")).expect("utf-8");
         let key = p384::ecdsa::SigningKey::from_slice(&hex::decode(hex_key.trim()).expect("hex"))
             .expect("key");
@@ -111,11 +112,30 @@ fn pins() -> nitro::Policy {
     .expect("policy")
 }
 
-fn test_root_verifier() -> HardwareVerifier {
+pub(crate) fn test_root_verifier() -> HardwareVerifier {
     HardwareVerifier::from_nitro(
         nitro::Verifier::with_test_root(pins(), &attest_data("forged/p384-root.der"))
             .expect("verifier"),
     )
+}
+
+/// The fixture's program, listing the Nitro box of PCR0 `pcr0`, opened and attested at the
+/// fixture's box, and the statement it served made the Nitro box's (its platform and PCR0): a
+/// statement with a real run's keys for the NSM double to attest.
+pub(crate) async fn opened_as_nitro(f: &Fixture, pcr0: &str) -> (Attested, Statement) {
+    let mut program = f.program();
+    program.boxes.push(BoxIdentity {
+        platform: "nitro".into(),
+        measurement: pcr0.to_owned(),
+    });
+    let attested = f.open_attested(&program).await;
+    let st: Statement = attested.attestation.statement().expect("statement").1;
+    let st = Statement {
+        platform: "nitro".into(),
+        measurement: pcr0.to_owned(),
+        ..st
+    };
+    (attested, st)
 }
 
 #[tokio::test]
@@ -133,23 +153,15 @@ async fn a_nitro_box_attests_through_the_nsm_and_the_node_verifies_its_document(
     // A real run at the fixture's box gives a statement with real keys; the Nitro box attests
     // it as its own (its platform and PCR0), for a program listing it.
     let f = start(None).await;
-    let mut program = f.program();
-    program.boxes.push(BoxIdentity {
-        platform: "nitro".into(),
-        measurement: pcr0.clone(),
-    });
-    let Attested {
-        approved,
-        run_id,
-        nonce,
-        attestation: served,
-    } = f.open_attested(&program).await;
-    let st: Statement = served.statement().expect("statement").1;
-    let st = Statement {
-        platform: "nitro".into(),
-        measurement: pcr0.clone(),
-        ..st
-    };
+    let (
+        Attested {
+            approved,
+            run_id,
+            nonce,
+            attestation: served,
+        },
+        st,
+    ) = opened_as_nitro(&f, &pcr0).await;
     let mut att = nitro_box.attest(&st).expect("attests");
     att.providers = served.providers.clone();
     let rd = report_data(&st.to_canonical().expect("canonical"));
