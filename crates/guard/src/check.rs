@@ -146,12 +146,21 @@ impl<'p> Scan<'p> {
     /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside), or as
     /// their parts within a short window (`parts.rs`); in the text as written and with its
     /// numbers written as words read as digits (`numbers.rs`: `forty-eight twenty-one`).
-    fn tokens(&mut self, text: &str, decoded: Decoded) {
+    /// `known` is the text's reading when the caller has it already (the answer's, read once
+    /// per check); otherwise it is read here, only when a canary may still be found.
+    fn tokens(&mut self, text: &str, known: Option<Option<&str>>, decoded: Decoded) {
         if self.p.token_canaries.is_empty() || self.canary.is_some() {
             return;
         }
-        let reading = crate::numbers::read(text);
-        let texts = [Some(text), reading.as_deref()];
+        let read;
+        let reading = match known {
+            Some(r) => r,
+            None => {
+                read = crate::numbers::read(text);
+                read.as_deref()
+            }
+        };
+        let texts = [Some(text), reading];
         let hit = texts.iter().flatten().find_map(|t| {
             self.token_hit(t, decoded)
                 .or_else(|| self.parts_hit(t, decoded))
@@ -312,12 +321,15 @@ impl<'p> Scan<'p> {
     }
 }
 
-/// A pass of [`walk`] over one text of its queue: its tokens, or its word windows.
-type Pass<'p> = fn(&mut Scan<'p>, &str, Decoded);
-
 /// Run every decoder and view over `answer`, calling `step` after each scanned view; `step`
-/// returns `true` to stop.
-fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, Via) -> bool) {
+/// returns `true` to stop. `reading` is the answer's numbers read as digits (`numbers::read`),
+/// when the caller has it (read once per answer: the pieces rule and coverage need it too).
+fn walk(
+    scan: &mut Scan<'_>,
+    answer: &str,
+    reading: Option<Option<&str>>,
+    mut step: impl FnMut(&mut Scan<'_>, Via) -> bool,
+) {
     // Decoded text is bounded by the answer's own size, so a hostile answer cannot make the
     // guard do more than a fixed multiple of its length.
     let mut budget = answer.len().saturating_mul(2) + 1024;
@@ -341,15 +353,21 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
             return;
         }
         // The text's own tokens, then its word windows: each a pass of its own that `step` sees.
-        let passes: [(Pass<'_>, View); 2] = [
-            (Scan::tokens, View::Plain),
-            (Scan::windows, View::WordWindow),
-        ];
-        for (pass, view) in passes {
-            pass(scan, &queue[next].0, decoded);
-            if step(scan, Via { decoded, view }) {
-                return;
-            }
+        let known = if next == 0 { reading } else { None };
+        scan.tokens(&queue[next].0, known, decoded);
+        if step(
+            scan,
+            Via {
+                decoded,
+                view: View::Plain,
+            },
+        ) {
+            return;
+        }
+        scan.windows(&queue[next].0, decoded);
+        let view = View::WordWindow;
+        if step(scan, Via { decoded, view }) {
+            return;
         }
         if depth < MAX_DEPTH {
             for d in decode::DECODERS {
@@ -376,10 +394,11 @@ fn walk(scan: &mut Scan<'_>, answer: &str, mut step: impl FnMut(&mut Scan<'_>, V
 fn walk_answer(
     scan: &mut Scan<'_>,
     answer: &str,
+    reading: Option<&str>,
     mut step: impl FnMut(&mut Scan<'_>, Via) -> bool,
 ) {
     let mut stopped = false;
-    walk(scan, answer, |s, via| {
+    walk(scan, answer, Some(reading), |s, via| {
         stopped = step(s, via);
         stopped
     });
@@ -387,7 +406,7 @@ fn walk_answer(
         return;
     }
     if let Some(parts) = crate::slices::reassembled(&crate::slices::stated(answer)) {
-        walk(scan, &parts, step);
+        walk(scan, &parts, None, step);
     }
 }
 
@@ -396,25 +415,34 @@ pub fn check(prepared: &Prepared, answer: &str) -> Verdict {
     check_covering(prepared, answer).0
 }
 
+/// What the check's walk of a clean answer found that the answer's coverage needs again.
+pub(crate) struct Walked {
+    /// The body words the answer covers ([`covered_words`]).
+    pub words: Vec<bool>,
+    /// The answer's numbers read as digits (`numbers::read`).
+    pub reading: Option<String>,
+}
+
 /// [`check`], and for a clean answer the body words it covers ([`covered_words`]) from the
 /// same walk: a clean answer is walked to its end, every decoder and view, which is all that
 /// [`covered_words`] walks — so the box, which reports a released answer's coverage, walks it
 /// once, not twice. `None` for a caught answer (nothing of it is released), a disabled guard
 /// or an empty answer (the check walked nothing).
-pub(crate) fn check_covering(prepared: &Prepared, answer: &str) -> (Verdict, Option<Vec<bool>>) {
+pub(crate) fn check_covering(prepared: &Prepared, answer: &str) -> (Verdict, Option<Walked>) {
     if !prepared.spec.enabled || answer.is_empty() {
         return (Verdict::Clean, None);
     }
     let mut scan = Scan::new(prepared);
     let mut caught = None;
-    walk_answer(&mut scan, answer, |s, via| {
+    // Read once: the walk's tokens, the pieces rule and the coverage all read it.
+    let reading = crate::numbers::read(answer);
+    walk_answer(&mut scan, answer, reading.as_deref(), |s, via| {
         caught = s.verdict(via);
         caught.is_some()
     });
     // A secret in pieces each shorter than a fragment (`K7P ... M2Q`, a PIN's halves): caught
     // as the canary it is.
     let pieces = || {
-        let reading = crate::numbers::read(answer);
         let pieces = |a: &str| crate::coverage::pieces_of_one_secret(prepared, a);
         pieces(answer)
             .or_else(|| reading.as_deref().and_then(pieces))
@@ -428,7 +456,10 @@ pub(crate) fn check_covering(prepared: &Prepared, answer: &str) -> (Verdict, Opt
     };
     match caught.or_else(pieces) {
         Some(c) => (Verdict::Caught(c), None),
-        None => (Verdict::Clean, Some(words_of(prepared, &scan))),
+        None => {
+            let words = words_of(prepared, &scan);
+            (Verdict::Clean, Some(Walked { words, reading }))
+        }
     }
 }
 
@@ -436,7 +467,8 @@ pub(crate) fn check_covering(prepared: &Prepared, answer: &str) -> (Verdict, Opt
 /// choosing thresholds). Independent of `enabled`.
 pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
     let mut scan = Scan::new(prepared);
-    walk_answer(&mut scan, answer, |_, _| false);
+    let reading = crate::numbers::read(answer);
+    walk_answer(&mut scan, answer, reading.as_deref(), |_, _| false);
     let (covered, passage) = scan.covered();
     let w = prepared.word_count.max(1);
     Measure {
@@ -450,10 +482,10 @@ pub fn measure(prepared: &Prepared, answer: &str) -> Measure {
 
 /// Per body word: whether an n-gram covering it is contained in `answer`, in any decoded form
 /// and view (the words [`measure`] counts). For the coverage a released answer reports
-/// (`coverage.rs`). Independent of `enabled`.
-pub(crate) fn covered_words(prepared: &Prepared, answer: &str) -> Vec<bool> {
+/// (`coverage.rs`). Independent of `enabled`. `reading` is the answer's `numbers::read`.
+pub(crate) fn covered_words(prepared: &Prepared, answer: &str, reading: Option<&str>) -> Vec<bool> {
     let mut scan = Scan::new(prepared);
-    walk_answer(&mut scan, answer, |_, _| false);
+    walk_answer(&mut scan, answer, reading, |_, _| false);
     words_of(prepared, &scan)
 }
 

@@ -434,22 +434,26 @@ pub fn released_coverage(prepared: &Prepared, answer: &str) -> Coverage {
     if answer.is_empty() {
         return Coverage::none(prepared);
     }
-    coverage_with_words(
-        prepared,
-        answer,
-        crate::check::covered_words(prepared, answer),
-    )
+    // Read once, for the walk's tokens and the slices alike.
+    let reading = crate::numbers::read(answer);
+    let words = crate::check::covered_words(prepared, answer, reading.as_deref());
+    coverage_with_words(prepared, answer, words, reading.as_deref())
 }
 
-/// [`released_coverage`] of a non-empty `answer` whose covered body `words` are known already
-/// (from the check's own walk: `check::check_covering`).
-pub(crate) fn coverage_with_words(prepared: &Prepared, answer: &str, words: Vec<bool>) -> Coverage {
+/// [`released_coverage`] of a non-empty `answer` whose covered body `words` and numbers read as
+/// digits (`reading`, `numbers::read`) are known already (from the check's own walk:
+/// `check::check_covering`).
+pub(crate) fn coverage_with_words(
+    prepared: &Prepared,
+    answer: &str,
+    words: Vec<bool>,
+    reading: Option<&str>,
+) -> Coverage {
     let units = tracked_units(prepared);
     let stated = slices::stated(answer);
     let parts = slices::reassembled(&stated);
     // Numbers written as words count as their digits (`forty-eight` is half of `4821`).
-    let reading = crate::numbers::read(answer);
-    let texts = [Some(answer), parts.as_deref(), reading.as_deref()];
+    let texts = [Some(answer), parts.as_deref(), reading];
     // A lone pair counts as written only: prose writes `fourteen` or `twenty-one days` as often
     // as it writes `14` or `21`, and read as digits each was half of some PIN (an ordinary day's
     // answers reached the owner's limit). Slices of three digits and more count.

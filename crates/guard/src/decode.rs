@@ -1,7 +1,7 @@
 //! Decoders for what an answer may hide the body in, and the views the check scans.
 //!
 //! Decoders that change the bytes (base64, hex, `%XX`, byte codes, base32, base85, ROT47,
-//! Atbash, spelled-out characters) produce new texts; they are one table, [`DECODERS`], that the
+//! Atbash, spelled-out characters, Morse, acrostic initials, leetspeak) produce new texts; they are one table, [`DECODERS`], that the
 //! check runs over the answer and over what they decode, nested. Rearrangements (reversal, every
 //! k-th character or word, digits dropped) are views of a text streamed straight into the
 //! shift-invariant encoder (Caesar shifts and separators need no view: the encoding folds them
@@ -42,6 +42,12 @@ pub enum Decoded {
     JoinedCodes,
     /// Base64 cut into groups of one size split by white space (`SGVsb G8gd2`).
     Base64Groups,
+    /// Morse code (`.... . .-. ---`, `morse.rs`).
+    Morse,
+    /// The initials of a stanza's lines or a sentence's words (`acrostic.rs`).
+    Acrostic,
+    /// Leetspeak read as letters (`7h3 5k1ll`, `leet.rs`).
+    Leet,
 }
 
 /// One decoder of the table: what it is called in a [`crate::Via`], and the function. `decode`
@@ -104,6 +110,20 @@ pub const DECODERS: &[Decoder] = &[
     Decoder {
         kind: Decoded::Spelled,
         decode: spelled,
+    },
+    Decoder {
+        kind: Decoded::Morse,
+        decode: crate::morse::morse_runs,
+    },
+    Decoder {
+        kind: Decoded::Acrostic,
+        decode: crate::acrostic::initials,
+    },
+    // Before the whole-line ciphers: a leetspeak line has few vowels left and looks like
+    // Atbash, whose output would spend the budget first.
+    Decoder {
+        kind: Decoded::Leet,
+        decode: crate::leet::leet_lines,
     },
     Decoder {
         kind: Decoded::Rot47,
@@ -709,22 +729,13 @@ fn spelled_char(w: &str) -> Option<(char, bool)> {
         b"xray" => letter(b'X'),
         b"yankee" => letter(b'Y'),
         b"zulu" => letter(b'Z'),
-        b"zero" => letter(b'0'),
-        b"one" => letter(b'1'),
-        b"two" => letter(b'2'),
-        b"three" => letter(b'3'),
-        b"four" => letter(b'4'),
-        b"five" => letter(b'5'),
-        b"six" => letter(b'6'),
-        b"seven" => letter(b'7'),
-        b"eight" => letter(b'8'),
-        b"nine" | b"niner" => letter(b'9'),
         b"dash" | b"hyphen" | b"minus" => Some(('-', true)),
         b"dot" => Some(('.', true)),
         b"underscore" => Some(('_', true)),
         b"slash" => Some(('/', true)),
         b"colon" => Some((':', true)),
-        _ => None,
+        // Digit names: the number words' one table.
+        _ => crate::numbers::digit_name(w).map(|d| (d, false)),
     }
 }
 

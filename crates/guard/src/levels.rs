@@ -172,12 +172,15 @@ pub fn released_levels(prepared: &Prepared, answer: &str) -> CoverageLevels {
 /// replaced: nothing of it is released). Exactly `(check(p, a), check(p, a).is_caught().not()
 /// .then(|| released_levels(p, a)))`, at the cost of one check.
 pub fn check_released(prepared: &Prepared, answer: &str) -> (Verdict, Option<CoverageLevels>) {
-    let (verdict, words) = crate::check::check_covering(prepared, answer);
+    let (verdict, walked) = crate::check::check_covering(prepared, answer);
     if verdict.is_caught() {
         return (verdict, None);
     }
-    let levels = match words {
-        Some(words) => CoverageLevels::of(&coverage_with_words(prepared, answer, words)),
+    let levels = match walked {
+        Some(w) => {
+            let reading = w.reading.as_deref();
+            CoverageLevels::of(&coverage_with_words(prepared, answer, w.words, reading))
+        }
         // A disabled guard or an empty answer: the check walked nothing.
         None => released_levels(prepared, answer),
     };

@@ -26,15 +26,18 @@
 //! What it catches: the body's word n-grams (case, punctuation, whitespace and separators
 //! folded) covering a share of the body, in the answer as written or after undoing the decoders
 //! of one table (base64, hex, `%XX`, decimal/octal/binary byte codes, base32, base85, spelled
-//! characters, ROT47, Atbash; nested twice), every Caesar shift, reversal (characters, words,
+//! characters, Morse, the initials of a poem's lines or a sentence's words, leetspeak, ROT47,
+//! Atbash; nested twice), every Caesar shift, reversal (characters, words,
 //! letters within words), every k-th character or word, digits and list markers, and spaced-out
 //! letters; canaries (marked tokens, `secret` lines, and secrets found in the body) in any of
-//! those forms, with numbers written as words read as digits (`forty-eight twenty-one`), and as
+//! those forms, with numbers written as words read as digits (`forty-eight twenty-one`, ranks
+//! too: `fourth, eighth, second, first`), and as
 //! their parts close together with filler words between (`Kestrel then Orbit then 88`, a part in
 //! leetspeak too). What it cannot catch: a paraphrase, a translation, a summary, or a
 //! cipher it does not know — a determined caller can always get the gist of a body out of a
 //! model that follows instructions. See ARCHITECTURE.md.
 
+mod acrostic;
 mod canary;
 mod check;
 mod coverage;
@@ -42,7 +45,9 @@ mod decode;
 pub mod echo;
 mod escapes;
 mod index;
+mod leet;
 mod levels;
+mod morse;
 mod numbers;
 mod parts;
 mod prepare;

@@ -8,12 +8,19 @@
 //! answer's tokens, its split parts, its pieces) and the owner's levels the same text with each
 //! run of number words replaced by its digits, everything else as written.
 //!
+//! Ranks read the same way (`fourth, eighth, second, first` and `4th 8th 2nd 1st` are `4821`,
+//! `twenty-first` is `21`), save the ranks prose writes: one alone (`the first step`), two
+//! counting up by one, three or more only rising (`the 1st, 3rd and 5th`).
+//!
+//! [`word`] is the crate's one table of number words: the labelled slices' places
+//! (`slices.rs`: `character three`, `the third`) and the spelled decoder's digit names read it.
+//!
 //! Bounded: one table, one pass over the text, every group below 10^9; the reading is never
 //! longer than the text (a number's digits are fewer than its words' letters). It is not a
 //! decoder of the walk's table: that table shares a budget of decoded text, and a reading as
 //! long as the answer would spend it (an answer padded to exhaust it would hide its numbers).
 
-/// What a number word is: the one table.
+/// What a number word is worth.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Word {
     /// `zero`, `oh`, `nought`: the digit 0, always a group of its own (`oh-four` is `04`).
@@ -27,62 +34,158 @@ enum Word {
     Hundred,
     /// `thousand`, `million`.
     Scale(u64),
+    /// Digits with an ordinal's ending (`4th`, `21st`): a number of its own.
+    Written(u64),
 }
 
-/// The number words, lower-case ASCII.
-const WORDS: &[(&str, Word)] = &[
-    ("zero", Word::Zero),
-    ("oh", Word::Zero),
-    ("nought", Word::Zero),
-    ("one", Word::Unit(1)),
-    ("two", Word::Unit(2)),
-    ("three", Word::Unit(3)),
-    ("four", Word::Unit(4)),
-    ("five", Word::Unit(5)),
-    ("six", Word::Unit(6)),
-    ("seven", Word::Unit(7)),
-    ("eight", Word::Unit(8)),
-    ("nine", Word::Unit(9)),
-    ("niner", Word::Unit(9)),
-    ("ten", Word::Teen(10)),
-    ("eleven", Word::Teen(11)),
-    ("twelve", Word::Teen(12)),
-    ("thirteen", Word::Teen(13)),
-    ("fourteen", Word::Teen(14)),
-    ("fifteen", Word::Teen(15)),
-    ("sixteen", Word::Teen(16)),
-    ("seventeen", Word::Teen(17)),
-    ("eighteen", Word::Teen(18)),
-    ("nineteen", Word::Teen(19)),
-    ("twenty", Word::Tens(20)),
-    ("thirty", Word::Tens(30)),
-    ("forty", Word::Tens(40)),
-    ("fourty", Word::Tens(40)),
-    ("fifty", Word::Tens(50)),
-    ("sixty", Word::Tens(60)),
-    ("seventy", Word::Tens(70)),
-    ("eighty", Word::Tens(80)),
-    ("ninety", Word::Tens(90)),
-    ("hundred", Word::Hundred),
-    ("thousand", Word::Scale(1_000)),
-    // No `billion`: its ten digits are longer than the word, and no code is read that way.
-    ("million", Word::Scale(1_000_000)),
-];
+/// Whether a word counts (`four`) or ranks (`fourth`, `4th`). An ordinal ends its number: a
+/// code read out as ranks is a rank per digit or pair (`fourth, eighth, second, first`,
+/// `forty-eighth twenty-first`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Cardinal,
+    Ordinal,
+}
 
-fn word(w: &str) -> Option<Word> {
-    // Every name is 2 to 9 ASCII letters: most words of a text are refused before any compare.
-    if !(2..=9).contains(&w.len()) || !w.bytes().all(|b| b.is_ascii_alphabetic()) {
+/// The number words: the one table (the labelled slices' places and the spelled decoder's digit
+/// names read it too). Lower-case ASCII, 2 to 11 letters; or digits with `st`/`nd`/`rd`/`th`.
+fn word(w: &str) -> Option<(Word, Form)> {
+    use Form::{Cardinal as C, Ordinal as O};
+    use Word::*;
+    let b = w.as_bytes();
+    if !(2..=11).contains(&b.len()) {
         return None;
     }
-    let mut lower = [0u8; 9];
-    for (l, b) in lower.iter_mut().zip(w.bytes()) {
-        *l = b.to_ascii_lowercase();
+    if b[0].is_ascii_digit() {
+        return written_ordinal(w).map(|v| (Written(v), O));
     }
-    let lower = &lower[..w.len()];
-    WORDS
+    // Every name starts with one of these: most words of a text are refused before anything is
+    // lower-cased or compared.
+    if !matches!(
+        b[0].to_ascii_lowercase(),
+        b'z' | b'o' | b'n' | b't' | b'f' | b's' | b'e' | b'h' | b'm'
+    ) {
+        return None;
+    }
+    let mut lower = [0u8; 11];
+    for (l, c) in lower.iter_mut().zip(b) {
+        if !c.is_ascii_alphabetic() {
+            return None;
+        }
+        *l = c.to_ascii_lowercase();
+    }
+    Some(match &lower[..b.len()] {
+        b"zero" | b"oh" | b"nought" => (Zero, C),
+        b"zeroth" => (Zero, O),
+        b"one" => (Unit(1), C),
+        b"two" => (Unit(2), C),
+        b"three" => (Unit(3), C),
+        b"four" => (Unit(4), C),
+        b"five" => (Unit(5), C),
+        b"six" => (Unit(6), C),
+        b"seven" => (Unit(7), C),
+        b"eight" => (Unit(8), C),
+        b"nine" | b"niner" => (Unit(9), C),
+        b"first" => (Unit(1), O),
+        b"second" => (Unit(2), O),
+        b"third" => (Unit(3), O),
+        b"fourth" => (Unit(4), O),
+        b"fifth" => (Unit(5), O),
+        b"sixth" => (Unit(6), O),
+        b"seventh" => (Unit(7), O),
+        b"eighth" => (Unit(8), O),
+        b"ninth" => (Unit(9), O),
+        b"ten" => (Teen(10), C),
+        b"eleven" => (Teen(11), C),
+        b"twelve" => (Teen(12), C),
+        b"thirteen" => (Teen(13), C),
+        b"fourteen" => (Teen(14), C),
+        b"fifteen" => (Teen(15), C),
+        b"sixteen" => (Teen(16), C),
+        b"seventeen" => (Teen(17), C),
+        b"eighteen" => (Teen(18), C),
+        b"nineteen" => (Teen(19), C),
+        b"tenth" => (Teen(10), O),
+        b"eleventh" => (Teen(11), O),
+        b"twelfth" => (Teen(12), O),
+        b"thirteenth" => (Teen(13), O),
+        b"fourteenth" => (Teen(14), O),
+        b"fifteenth" => (Teen(15), O),
+        b"sixteenth" => (Teen(16), O),
+        b"seventeenth" => (Teen(17), O),
+        b"eighteenth" => (Teen(18), O),
+        b"nineteenth" => (Teen(19), O),
+        b"twenty" => (Tens(20), C),
+        b"thirty" => (Tens(30), C),
+        b"forty" | b"fourty" => (Tens(40), C),
+        b"fifty" => (Tens(50), C),
+        b"sixty" => (Tens(60), C),
+        b"seventy" => (Tens(70), C),
+        b"eighty" => (Tens(80), C),
+        b"ninety" => (Tens(90), C),
+        b"twentieth" => (Tens(20), O),
+        b"thirtieth" => (Tens(30), O),
+        b"fortieth" => (Tens(40), O),
+        b"fiftieth" => (Tens(50), O),
+        b"sixtieth" => (Tens(60), O),
+        b"seventieth" => (Tens(70), O),
+        b"eightieth" => (Tens(80), O),
+        b"ninetieth" => (Tens(90), O),
+        b"hundred" => (Hundred, C),
+        b"hundredth" => (Hundred, O),
+        b"thousand" => (Scale(1_000), C),
+        b"thousandth" => (Scale(1_000), O),
+        // No `billion`: its ten digits are longer than the word, and no code is read that way.
+        b"million" => (Scale(1_000_000), C),
+        b"millionth" => (Scale(1_000_000), O),
+        _ => return None,
+    })
+}
+
+/// `4th`, `21st`, `03rd`: one or two digits and an ordinal's ending (any of the four: a model
+/// writing a code as ranks does not always pick the right one).
+fn written_ordinal(w: &str) -> Option<u64> {
+    let digits = w.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &w[digits.len()..];
+    let ending = ["st", "nd", "rd", "th"]
         .iter()
-        .find(|(name, _)| name.as_bytes() == lower)
-        .map(|&(_, k)| k)
+        .any(|e| e.eq_ignore_ascii_case(suffix));
+    if !(1..=2).contains(&digits.len()) || !ending {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The digit a digit name spells (`zero`, `one` … `nine`, `niner`), for `decode::spelled`;
+/// `oh` and `nought` are left to number readings (`oh` is a word of prose).
+pub(crate) fn digit_name(w: &str) -> Option<char> {
+    match word(w)? {
+        (Word::Unit(v), Form::Cardinal) => char::from_digit(v as u32, 10),
+        (Word::Zero, Form::Cardinal) if w.eq_ignore_ascii_case("zero") => Some('0'),
+        _ => None,
+    }
+}
+
+/// `one` … `twenty` (a labelled slice's place, `character three`): the count, 1 to 20.
+pub(crate) fn count(w: &str) -> Option<usize> {
+    match word(w)? {
+        (Word::Unit(v) | Word::Teen(v) | Word::Tens(v), Form::Cardinal)
+            if v <= 20 && !w.eq_ignore_ascii_case("niner") =>
+        {
+            Some(v as usize)
+        }
+        _ => None,
+    }
+}
+
+/// `first` … `twentieth` (a labelled slice's place, `the third character`): the rank, 1 to 20.
+pub(crate) fn rank(w: &str) -> Option<usize> {
+    match word(w)? {
+        (Word::Unit(v) | Word::Teen(v) | Word::Tens(v), Form::Ordinal) if v <= 20 => {
+            Some(v as usize)
+        }
+        _ => None,
+    }
 }
 
 /// The last word a group took, which decides what may follow it in the same number.
@@ -106,13 +209,18 @@ struct Group {
     scale: u64,
     /// `current` took `hundred` already.
     hundred: bool,
+    /// It ended on an ordinal (`twenty-first`): nothing more joins it.
+    ordinal: bool,
+    /// Its first and last word, as indices of the run.
+    first: usize,
+    end: usize,
 }
 
 impl Group {
-    fn start(w: Word) -> Group {
+    fn start(w: Word, form: Form, at: usize) -> Group {
         let (current, total, last, scale) = match w {
             Word::Zero => (0, 0, Last::Zero, u64::MAX),
-            Word::Unit(v) => (v, 0, Last::Unit, u64::MAX),
+            Word::Unit(v) | Word::Written(v) => (v, 0, Last::Unit, u64::MAX),
             Word::Teen(v) => (v, 0, Last::Teen, u64::MAX),
             Word::Tens(v) => (v, 0, Last::Tens, u64::MAX),
             Word::Hundred => (100, 0, Last::Hundred, u64::MAX),
@@ -124,15 +232,21 @@ impl Group {
             last,
             scale,
             hundred: w == Word::Hundred,
+            ordinal: form == Form::Ordinal,
+            first: at,
+            end: at,
         }
     }
 
     /// Take `w` into this number, or `false` when it starts the next one (`forty-eight` then
-    /// `twenty-one`: a tens word after a unit is a new pair).
-    fn take(&mut self, w: Word) -> bool {
+    /// `twenty-one`: a tens word after a unit is a new pair; anything after an ordinal).
+    fn take(&mut self, w: Word, form: Form, at: usize) -> bool {
+        if self.ordinal {
+            return false;
+        }
         let after_mark = matches!(self.last, Last::Hundred | Last::Scale);
-        match w {
-            Word::Zero => false,
+        let took = match w {
+            Word::Zero | Word::Written(_) => false,
             Word::Unit(v) if self.last == Last::Tens || after_mark => {
                 self.current += v;
                 self.last = Last::Unit;
@@ -162,32 +276,36 @@ impl Group {
                 true
             }
             _ => false,
+        };
+        if took {
+            self.ordinal = form == Form::Ordinal;
+            self.end = at;
         }
+        took
+    }
+
+    fn value(&self) -> u64 {
+        self.total + self.current
     }
 
     fn write(&self, out: &mut String) {
         use std::fmt::Write as _;
-        let _ = write!(out, "{}", self.total + self.current);
+        let _ = write!(out, "{}", self.value());
     }
 }
 
-/// The digits of a run of number words, its groups one after another.
-fn digits_of(words: &[Word], out: &mut String) {
-    let mut group: Option<Group> = None;
-    for &w in words {
-        if let Some(g) = group.as_mut()
-            && g.take(w)
+/// The numbers of a run of number words, one after another.
+fn groups_of(words: &[(Word, Form)]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (at, &(w, form)) in words.iter().enumerate() {
+        if let Some(g) = groups.last_mut()
+            && g.take(w, form, at)
         {
             continue;
         }
-        if let Some(g) = &group {
-            g.write(out);
-        }
-        group = Some(Group::start(w));
+        groups.push(Group::start(w, form, at));
     }
-    if let Some(g) = &group {
-        g.write(out);
-    }
+    groups
 }
 
 /// Whether `gap`, the text between two words of one number, holds them together: white space,
@@ -203,9 +321,71 @@ fn filler(w: &str) -> bool {
     w.eq_ignore_ascii_case("and") || w.eq_ignore_ascii_case("a")
 }
 
+/// One word of a run: its worth and where it stands in the text.
+struct RunWord {
+    word: Word,
+    form: Form,
+    start: usize,
+    end: usize,
+    /// A digit name alone (`four`), which the spelled decoder reads with the letters beside it.
+    name: bool,
+}
+
+/// Write the groups `groups` of `run` (all of one [`Form`]) into `out`: as digits when the run
+/// reads as a number, else as written from `copied`. Returns where the text is copied up to.
+fn write_groups(
+    text: &str,
+    run: &[RunWord],
+    groups: &[Group],
+    out: &mut String,
+    copied: usize,
+) -> (usize, bool) {
+    let (Some(first), Some(last)) = (groups.first(), groups.last()) else {
+        return (copied, false);
+    };
+    let whole = |out: &mut String| {
+        out.push_str(&text[copied..run[first.first].start]);
+        for g in groups {
+            g.write(out);
+        }
+        (run[last.end].end, true)
+    };
+    if !first.ordinal {
+        // Digit names alone (`four eight two one`) are the spelled decoder's: a run of cardinals
+        // is read here only with a word it does not know.
+        if run[first.first..=last.end].iter().any(|w| !w.name) {
+            return whole(out);
+        }
+        return (copied, false);
+    }
+    // Ranks: a code read out a rank per digit or pair (`fourth, eighth, second, first`, `4th 8th
+    // 2nd 1st`) is one number. Prose ranks things in order: two ranks counting up by one (`the
+    // first and second`), or three and more that only go up (`the 1st, 3rd and 5th`), are each
+    // left to stand alone, and a lone rank of one word (`the first step`, `the 4th`) is prose.
+    // Two ranks that skip (`fourth, seventh` of `HERON-47`) are read: two digits are no
+    // fragment and no lone pair, only a part beside the secret's other parts.
+    let counting = match groups {
+        [a, b] => b.value() == a.value() + 1,
+        _ => groups.windows(2).all(|p| p[0].value() < p[1].value()),
+    };
+    if groups.len() >= 2 && !counting {
+        return whole(out);
+    }
+    let mut copied = copied;
+    let mut found = false;
+    for g in groups.iter().filter(|g| g.end > g.first) {
+        out.push_str(&text[copied..run[g.first].start]);
+        g.write(out);
+        copied = run[g.end].end;
+        found = true;
+    }
+    (copied, found)
+}
+
 /// `text` with every run of number words (joined by white space, hyphens, commas, and `and`)
 /// replaced by its digits, the rest as written; `None` when it has no number word but digit
-/// names (`one`, `four eight two one`: `decode::spelled` reads those). Never longer than `text`.
+/// names (`one`, `four eight two one`: `decode::spelled` reads those) or ranks prose uses
+/// (`the first`, `first, second and third`). Never longer than `text`.
 pub fn read(text: &str) -> Option<String> {
     // Words: maximal runs of alphanumeric characters, with their byte ranges.
     let mut words: Vec<(usize, usize)> = Vec::new();
@@ -227,20 +407,25 @@ pub fn read(text: &str) -> Option<String> {
     let mut copied = 0;
     let mut found = false;
     let mut k = 0;
-    let mut run: Vec<Word> = Vec::new();
+    let mut run: Vec<RunWord> = Vec::new();
+    let entry = |s: usize, e: usize| {
+        word(&text[s..e]).map(|(w, form)| RunWord {
+            word: w,
+            form,
+            start: s,
+            end: e,
+            name: (matches!(w, Word::Unit(_)) && form == Form::Cardinal)
+                || text[s..e].eq_ignore_ascii_case("zero"),
+        })
+    };
     while k < words.len() {
         let (s, e) = words[k];
-        let Some(first) = word(&text[s..e]) else {
+        let Some(first) = entry(s, e) else {
             k += 1;
             continue;
         };
         run.clear();
         run.push(first);
-        // Digit names alone (`four eight two one`) are the spelled decoder's, which reads them
-        // with the letters beside them: a run is read here only with a word it does not know.
-        let beyond_names =
-            |w: Word, t: &str| !matches!(w, Word::Unit(_)) && !t.eq_ignore_ascii_case("zero");
-        let mut needed = beyond_names(first, &text[s..e]);
         let mut end = e;
         let mut next = k + 1;
         // Extend the run over joined number words, and over one filler word between two.
@@ -248,8 +433,7 @@ pub fn read(text: &str) -> Option<String> {
             if !joins(&text[end..s1]) {
                 break;
             }
-            if let Some(w) = word(&text[s1..e1]) {
-                needed |= beyond_names(w, &text[s1..e1]);
+            if let Some(w) = entry(s1, e1) {
                 run.push(w);
                 end = e1;
                 next += 1;
@@ -258,9 +442,8 @@ pub fn read(text: &str) -> Option<String> {
             if filler(&text[s1..e1])
                 && let Some(&(s2, e2)) = words.get(next + 1)
                 && joins(&text[e1..s2])
-                && let Some(w) = word(&text[s2..e2])
+                && let Some(w) = entry(s2, e2)
             {
-                needed |= beyond_names(w, &text[s2..e2]);
                 run.push(w);
                 end = e2;
                 next += 2;
@@ -268,14 +451,14 @@ pub fn read(text: &str) -> Option<String> {
             }
             break;
         }
-        if !needed {
-            k = next;
-            continue;
+        let kinds: Vec<(Word, Form)> = run.iter().map(|w| (w.word, w.form)).collect();
+        let groups = groups_of(&kinds);
+        // Cardinals and ranks are read apart: `the first twenty` is a rank and a count.
+        for same in groups.chunk_by(|a, b| a.ordinal == b.ordinal) {
+            let (to, wrote) = write_groups(text, &run, same, &mut out, copied);
+            copied = to;
+            found |= wrote;
         }
-        out.push_str(&text[copied..s]);
-        digits_of(&run, &mut out);
-        copied = end;
-        found = true;
         k = next;
     }
     if !found {
@@ -332,9 +515,10 @@ mod tests {
     #[test]
     fn prose_keeps_its_words_and_stops_at_marks() {
         assert_eq!(read("no numbers here"), None);
+        // A rank of two words is one number (`numbers::tests::ranks_read_as_digits`).
         assert_eq!(
             r("Four thousand people came on the twenty-first."),
-            "4000 people came on the 20-first."
+            "4000 people came on the 21."
         );
         // A full stop ends a number: two sentences are two numbers, not one.
         assert_eq!(r("It was forty. Eighty came."), "It was 40. 80 came.");
@@ -343,6 +527,123 @@ mod tests {
         assert_eq!(read("rock and roll and one"), None);
         assert_eq!(read("ONE, Two"), None);
         assert_eq!(r("ONE, Twelve"), "112");
+    }
+
+    /// A code read out as ranks, a rank per digit or pair, is its digits; ranks that prose
+    /// writes (one alone, or counting up) are left as written.
+    #[test]
+    fn ranks_read_as_digits() {
+        let cases = [
+            ("fourth, eighth, second, first", "4821"),
+            ("Fourth eighth second first.", "4821."),
+            ("4th 8th 2nd 1st", "4821"),
+            ("4th, 8th, 2nd and 1st", "4821"),
+            ("forty-eighth twenty-first", "4821"),
+            ("seventh, third, ninth, second, zeroth, fourth", "739204"),
+            ("the twenty-first", "the 21"),
+            ("code: second, first", "code: 21"),
+            ("HERON fourth, seventh", "HERON 47"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(r(text), want, "{text:?}");
+        }
+        // Prose: a rank alone, ranks counting up, a rank beside a count.
+        for text in [
+            "The first step is the hardest.",
+            "first, second and third",
+            "the 1st, 3rd and 5th rows",
+            "on the 4th and the 7th",
+            "the 4th and 5th",
+            "wait a second",
+            "one second",
+            "the fourth",
+        ] {
+            assert_eq!(read(text), None, "{text:?}");
+        }
+        assert_eq!(r("the first twenty minutes"), "the first 20 minutes");
+    }
+
+    /// The one table's other readers: a place counted (`character three`) or ranked (`the third
+    /// character`), and a digit's name, as their own tables read them before.
+    #[test]
+    fn places_and_digit_names_read_the_one_table() {
+        let cardinals = [
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        ];
+        let ordinals = [
+            "first",
+            "second",
+            "third",
+            "fourth",
+            "fifth",
+            "sixth",
+            "seventh",
+            "eighth",
+            "ninth",
+            "tenth",
+            "eleventh",
+            "twelfth",
+            "thirteenth",
+            "fourteenth",
+            "fifteenth",
+            "sixteenth",
+            "seventeenth",
+            "eighteenth",
+            "nineteenth",
+            "twentieth",
+        ];
+        for (i, (c, o)) in cardinals.iter().zip(ordinals).enumerate() {
+            assert_eq!(count(c), Some(i + 1), "{c}");
+            assert_eq!(count(&c.to_uppercase()), Some(i + 1), "{c}");
+            assert_eq!(rank(o), Some(i + 1), "{o}");
+            assert_eq!(rank(c), None, "{c}");
+            assert_eq!(count(o), None, "{o}");
+        }
+        for w in [
+            "zero",
+            "oh",
+            "niner",
+            "thirty",
+            "hundred",
+            "thirtieth",
+            "4th",
+            "3",
+            "x",
+        ] {
+            assert_eq!(count(w), None, "{w}");
+            assert_eq!(rank(w), None, "{w}");
+        }
+        for (i, name) in cardinals[..9].iter().enumerate() {
+            assert_eq!(
+                digit_name(name),
+                char::from_digit(i as u32 + 1, 10),
+                "{name}"
+            );
+        }
+        assert_eq!(digit_name("Zero"), Some('0'));
+        assert_eq!(digit_name("niner"), Some('9'));
+        for w in ["oh", "nought", "ten", "first", "twenty", "none"] {
+            assert_eq!(digit_name(w), None, "{w}");
+        }
     }
 
     #[test]
@@ -354,6 +655,9 @@ mod tests {
             "ten",
             "thousand million",
             "nine hundred ninety-nine million nine hundred ninety-nine thousand",
+            "first second",
+            "9th 8th",
+            "ninety-ninth",
         ] {
             assert!(r(text).len() <= text.len(), "{text:?} -> {:?}", r(text));
         }

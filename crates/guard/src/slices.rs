@@ -40,52 +40,6 @@ const MAX_PLACE: usize = 256;
 /// The most words between a label's number and its `is` / `:` (`of the access code`).
 const MAX_FILLER: usize = 4;
 
-const ORDINALS: [&str; 20] = [
-    "first",
-    "second",
-    "third",
-    "fourth",
-    "fifth",
-    "sixth",
-    "seventh",
-    "eighth",
-    "ninth",
-    "tenth",
-    "eleventh",
-    "twelfth",
-    "thirteenth",
-    "fourteenth",
-    "fifteenth",
-    "sixteenth",
-    "seventeenth",
-    "eighteenth",
-    "nineteenth",
-    "twentieth",
-];
-
-const CARDINALS: [&str; 20] = [
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-    "twenty",
-];
-
 /// Words that name a character's place.
 const CHAR_NOUNS: [&str; 12] = [
     "character",
@@ -174,8 +128,8 @@ fn noun(k: &str) -> Option<Kind> {
 
 /// `third` or `3rd` -> 2.
 fn ordinal(k: &str) -> Option<usize> {
-    if let Some(i) = ORDINALS.iter().position(|o| o.eq_ignore_ascii_case(k)) {
-        return Some(i);
+    if let Some(n) = crate::numbers::rank(k) {
+        return Some(n - 1);
     }
     let digits = k.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let suffix = &k[digits.len()..];
@@ -187,8 +141,8 @@ fn ordinal(k: &str) -> Option<usize> {
 
 /// A number counted from one (`3`, `#3`, `three`) -> from zero.
 fn place(k: &str) -> Option<usize> {
-    let n = match CARDINALS.iter().position(|c| c.eq_ignore_ascii_case(k)) {
-        Some(i) => i + 1,
+    let n = match crate::numbers::count(k) {
+        Some(n) => n,
         None if k.bytes().all(|b| b.is_ascii_digit()) && k.len() <= 3 => k.parse().ok()?,
         None => return None,
     };

@@ -8,7 +8,7 @@ use skillbox_guard::{GuardSpec, Prepared, check, prepare, released_coverage};
 use skillbox_testkit::guard::with_password;
 
 const SECRETS: &str = include_str!("../data/prompt-extraction/secret-prompts.jsonl");
-const BENIGN: &str = include_str!("../data/benign-answers.jsonl");
+pub(crate) const BENIGN: &str = include_str!("../data/benign-answers.jsonl");
 
 /// The owner's default `[guard] canary_coverage_permille`: a peer past it is refused.
 const CANARY_LIMIT: u32 = 500;
@@ -33,7 +33,7 @@ fn pins() -> Vec<String> {
 }
 
 /// `(id, field)` of each line of a JSON-lines file.
-fn jsonl(text: &str, field: &str) -> Vec<(String, String)> {
+pub(crate) fn jsonl(text: &str, field: &str) -> Vec<(String, String)> {
     text.lines()
         .filter_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
@@ -45,17 +45,17 @@ fn jsonl(text: &str, field: &str) -> Vec<(String, String)> {
 /// One of the bench's 40 secrets: a published prompt with a password written into it
 /// (`with_password`), and the same prompt with a PIN of [`pins`], both prepared as an owner's
 /// default spec prepares them.
-struct Secret {
+pub(crate) struct Secret {
     prompt: String,
-    code: String,
+    pub(crate) code: String,
     /// The password's letters and digits: what a model spells out.
     chars: Vec<char>,
-    p: Prepared,
-    pin: String,
-    q: Prepared,
+    pub(crate) p: Prepared,
+    pub(crate) pin: String,
+    pub(crate) q: Prepared,
 }
 
-fn forty_secrets() -> Vec<Secret> {
+pub(crate) fn forty_secrets() -> Vec<Secret> {
     let spec = GuardSpec::default_for(false);
     let bodies = jsonl(SECRETS, "instruction");
     pins()
