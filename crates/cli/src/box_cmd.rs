@@ -44,6 +44,11 @@ pub struct BoxArgs {
     /// attestation then binds the GPU reports' hash, and the configuration names the GPU count.
     #[arg(long, value_name = "PATH")]
     pub gpu_evidence_cmd: Option<PathBuf>,
+    /// Also look for GPUs under this directory (a double of `/sys` and `/dev`, as `--tsm-dir`
+    /// is of configfs; tests). The system's own root is always looked at: this can only add
+    /// GPUs the box must attest, never hide one.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub gpu_root: Option<PathBuf>,
     /// Base URL for a provider, `ID=URL` (repeatable), e.g. `openai-compatible:vllm=http://127.0.0.1:8000/v1`.
     /// Programs must name this URL as the provider's host.
     #[arg(long = "provider-url", value_parser = parse_provider_url)]
@@ -267,16 +272,17 @@ fn run_hardware(
     let tsm = skillbox_jc::tsm::TsmAttester::open(&args.tsm_dir, platform, certs, collateral)
         .with_context(|| format!("the {platform} attester at {}", args.tsm_dir.display()))?;
     let mut attester: Arc<dyn Attester> = Arc::new(tsm);
-    let mut count = 0;
+    let (mut count, mut found) = (0, 0);
     if let Some(program) = &args.gpu_evidence_cmd {
         // Asked once now: the GPU count goes into the configuration the host launched with.
         let gpus = skillbox_jc::tsm::CommandGpus::new(program.clone());
-        let found = GpuAttester::evidence(&gpus, &[0u8; 32])
+        found = GpuAttester::evidence(&gpus, &[0u8; 32])
             .context("the box's GPU evidence")?
             .len();
         count = u32::try_from(found).context("GPU count")?;
         attester = Arc::new(GpuBound::new(attester, Arc::new(gpus)));
     }
+    refuse_unattested_gpus(args, found)?;
     // The local model offloads to GPUs only when the attested configuration names them.
     let providers = provider_registry(global, args, count);
     let config =
@@ -305,6 +311,11 @@ fn run_nitro(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<ExitCode>
     use skillbox_jc::nsm::{NitroAttester, NsmDevice};
     let device = NsmDevice::open().context("the nitro attester")?;
     let nitro = NitroAttester::open(Box::new(device)).context("the nitro attester")?;
+    if args.gpu_evidence_cmd.is_some() {
+        // Its GPUs would be attested by nothing: the Nitro path binds no GPU evidence.
+        bail!("--gpu-evidence-cmd: a Nitro Enclave box attests no GPU (an enclave has none)");
+    }
+    refuse_unattested_gpus(args, 0)?;
     if args.show_identity {
         let url = format!("https://<this box's name>:{}", args.listen.port());
         print!("{}", crate::pin_identity::nitro_pin(url, &nitro)?.render());
@@ -314,8 +325,43 @@ fn run_nitro(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<ExitCode>
     serve(global, args.clone(), Arc::new(nitro), providers)
 }
 
-/// The providers this box reaches, from its flags; the local model on `gpus` GPUs (those its
-/// attested configuration names: 0 keeps it off every GPU the process may see).
+/// A hardware box starts only when every NVIDIA GPU its system shows is one it attests (review
+/// 24b G3): a host that passes a GPU into the guest of a box started without
+/// `--gpu-evidence-cmd` (or with a collector naming fewer GPUs) would have the box attest
+/// `gpus = 0` while a CUDA build's llama.cpp may still use the GPU (its op offload, on by
+/// default, moves the operations of 32-token and larger batches, the prompt's, to a GPU backend
+/// whatever the layer count), its traffic passing through buffers the host reads unless the GPU
+/// is in CC mode, which only its evidence shows.
+fn refuse_unattested_gpus(args: &BoxArgs, attested: usize) -> anyhow::Result<()> {
+    let roots = std::iter::once(std::path::Path::new("/")).chain(args.gpu_root.as_deref());
+    for root in roots {
+        let seen = skillbox_jc::attest::VisibleGpus::under(root);
+        if seen.count() <= attested {
+            continue;
+        }
+        if args.gpu_evidence_cmd.is_none() {
+            bail!(
+                "this machine shows {} NVIDIA GPU(s) ({}) but the box was started without \
+                 --gpu-evidence-cmd: nobody would attest them. Start the box with \
+                 --gpu-evidence-cmd PATH (a collector printing their evidence), or launch the \
+                 guest without the GPUs",
+                seen.count(),
+                seen.describe()
+            );
+        }
+        bail!(
+            "this machine shows {} NVIDIA GPU(s) ({}) but --gpu-evidence-cmd gave evidence for \
+             {attested}: every GPU the box sees must be attested",
+            seen.count(),
+            seen.describe()
+        );
+    }
+    Ok(())
+}
+
+/// The providers this box reaches, from its flags; the local model's layers on `gpus` GPUs
+/// (those its attested configuration names: 0 offloads no layer; a hardware box sees no GPU it
+/// does not attest, [`refuse_unattested_gpus`]).
 fn provider_registry(global: &crate::Global, args: &BoxArgs, gpus: u32) -> ProviderRegistry {
     let model = args
         .local_model

@@ -8,7 +8,7 @@
 //! the TCB floor of that evidence, and the printed pin, read back as a node reads it, accepts
 //! the evidence it was printed from.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use skillbox_attest::{Hex, Refusal, snp, tdx};
 use skillbox_jc::hardware::HardwarePolicy;
@@ -109,14 +109,16 @@ fn a_tdx_box_prints_a_pin_with_its_policy_table() {
     .expect("write");
     let (pin, launch) = shown_pin(dir.path(), "tdx", &tsm, ("--tdx-collateral", &collateral));
     assert_eq!(pin.platform, "tdx");
-    assert!(
-        pin.measurements[0].starts_with("91eb2b44d141d4ec"),
+    // Named by its box identity (MRTD, RTMR1, RTMR2); the policy pins the registers it hashes.
+    assert_eq!(
+        pin.measurements,
+        [skillbox_testkit::floors::DCAPQVL_TDX_IDENTITY],
         "{pin:?}"
     );
     let accepted = &pin.policy.as_ref().expect("policy")["accepted"][0];
     assert_eq!(
         accepted["mr_td"].as_str(),
-        Some(pin.measurements[0].as_str())
+        Some(skillbox_testkit::floors::DCAPQVL_TDX_MR_TD)
     );
     for r in ["rtmr0", "rtmr1", "rtmr2", "rtmr3"] {
         assert_eq!(accepted[r].as_str().map(str::len), Some(96), "{r}: {pin:?}");
@@ -154,10 +156,10 @@ fn a_tdx_box_prints_a_pin_with_its_policy_table() {
     tdx::verify(&ev, &expected, &printed, T_TDX).expect("the printed pin accepts its quote");
 }
 
-#[test]
-fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let tsm = dir.path().join("tsm");
+/// An SEV-SNP configfs-tsm double under `dir` holding virtee's Milan report and VCEK, and the
+/// certificate chain file `--snp-certs` takes: the report, the VCEK, the double and the chain.
+fn snp_double(dir: &Path) -> (Vec<u8>, Vec<u8>, PathBuf, PathBuf) {
+    let tsm = dir.join("tsm");
     let report = hex::decode(
         String::from_utf8(jc_data("sev-snp/virtee-report_milan.hex"))
             .expect("utf-8")
@@ -172,8 +174,15 @@ fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     table.extend_from_slice(&[0u8; 24]);
     table.extend_from_slice(&vcek);
     double(&tsm, "sev_guest", &report, Some(&table));
-    let chain = dir.path().join("chain.pem");
+    let chain = dir.join("chain.pem");
     std::fs::write(&chain, jc_data("sev-snp/virtee-cert_chain_milan.pem")).expect("write");
+    (report, vcek, tsm, chain)
+}
+
+#[test]
+fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (report, vcek, tsm, chain) = snp_double(dir.path());
     let (pin, launch) = shown_pin(dir.path(), "sev-snp", &tsm, ("--snp-certs", &chain));
     assert_eq!(pin.platform, "sev-snp");
     assert_eq!(pin.measurements.len(), 1);
@@ -204,6 +213,73 @@ fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     );
     printed.host_data = vec![Hex([0; 32])];
     snp::verify(&ev, &expected, &printed, T_2025).expect("the printed pin accepts its report");
+}
+
+/// Review 24b G3: a host that passes a GPU into the confidential VM of a box started without
+/// `--gpu-evidence-cmd` had the box attest `gpus = 0` (its evidence naming no GPU) while a CUDA
+/// build may still compute on that GPU, through buffers the host reads unless the GPU is in CC
+/// mode. The box now looks for NVIDIA GPUs at start — here in a sysfs double (`--gpu-root`)
+/// holding one H100-class function — and neither prints its pin nor starts, naming the flag.
+/// With a collector whose evidence covers the GPUs it goes on; a collector naming fewer GPUs
+/// than the machine shows is refused too.
+#[test]
+fn a_hardware_box_that_sees_a_gpu_it_does_not_attest_does_not_start() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, _, tsm, chain) = snp_double(dir.path());
+    let gpu_root = dir.path().join("gpus");
+    let gpu = |n: u8| {
+        let f = gpu_root.join(format!("sys/bus/pci/devices/0000:4{n}:00.0"));
+        std::fs::create_dir_all(&f).expect("dir");
+        std::fs::write(f.join("vendor"), "0x10de\n").expect("vendor");
+        std::fs::write(f.join("class"), "0x030200\n").expect("class");
+    };
+    gpu(1);
+    let collector = dir.path().join("collect");
+    let sample = format!(
+        "{}/../attest/tests/data/nvidia/nvat-multi_gpu_hopper.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::write(&collector, format!("#!/bin/sh\ncat '{sample}'\n")).expect("write");
+    std::fs::set_permissions(&collector, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let path = |p: &Path| p.to_str().expect("path").to_owned();
+    let (tsm, chain, gpu_dir, collector) =
+        (path(&tsm), path(&chain), path(&gpu_root), path(&collector));
+    let box_args = |extra: &[&str]| {
+        let mut args = vec![
+            "box",
+            "--attester",
+            "sev-snp",
+            "--tsm-dir",
+            &tsm,
+            "--snp-certs",
+            &chain,
+            "--gpu-root",
+            &gpu_dir,
+            "--listen",
+            "127.0.0.1:7480",
+        ];
+        args.extend_from_slice(extra);
+        procs::cli(dir.path(), &args)
+    };
+    let refused = |out: &std::process::Output, says: &str| {
+        assert!(!out.status.success(), "{}", procs::text(out));
+        let text = procs::text(out);
+        assert!(
+            text.contains(says) && text.contains("PCI 0000:41:00.0"),
+            "{text}"
+        );
+    };
+    for extra in [&["--show-identity"][..], &[]] {
+        refused(&box_args(extra), "started without --gpu-evidence-cmd");
+    }
+    let out = box_args(&["--gpu-evidence-cmd", &collector, "--show-identity"]);
+    assert!(out.status.success(), "{}", procs::text(&out));
+    assert!(procs::text(&out).contains("[[boxes.pins]]"));
+    // Five GPUs on the machine, evidence for four.
+    (2..=5).for_each(gpu);
+    let out = box_args(&["--gpu-evidence-cmd", &collector, "--show-identity"]);
+    refused(&out, "gave evidence for 4");
 }
 
 /// Outside a Nitro Enclave there is no `/dev/nsm`: the Nitro box says so and does not start
