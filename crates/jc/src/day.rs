@@ -174,6 +174,9 @@ pub struct Caught {
     /// The catch was of a secret (a canary, or a line marked `secret`): charged at least the
     /// floor.
     pub secret: bool,
+    /// The body regions charged: none for the guard's catch (see `canary`), the answer's own
+    /// for one withheld because its levels reach the day's limits ([`Caught::past_limits`]).
+    pub regions: u16,
 }
 
 impl Caught {
@@ -182,6 +185,20 @@ impl Caught {
         Caught {
             canary: measured.canary_parts(),
             secret,
+            regions: 0,
+        }
+    }
+
+    /// An answer the guard passed but the box withholds because, released, it would take the
+    /// caller's day to the owner's limits ([`Allowance::reached_by`]): charged all it carried,
+    /// regions and secret share, as had it been released — which takes the day to the limits,
+    /// so no floor is needed, and the next run is refused `coverage_exceeded` as it would have
+    /// been after the release.
+    pub fn past_limits(levels: &CoverageLevels) -> Caught {
+        Caught {
+            canary: levels.canary_parts(),
+            secret: false,
+            regions: levels.regions(),
         }
     }
 
@@ -191,6 +208,7 @@ impl Caught {
         Caught {
             canary: self.canary.max(other.canary),
             secret: self.secret || other.secret,
+            regions: self.regions | other.regions,
         }
     }
 }
@@ -215,6 +233,7 @@ impl Tally {
         if let Some(c) = caught {
             let floor = if c.secret { limits.catch_floor() } else { 0 };
             run.canary = run.canary.saturating_add(u64::from(c.canary).max(floor));
+            run.regions |= c.regions;
         }
         run
     }
@@ -252,6 +271,30 @@ impl Tally {
             regions: u16::from_be_bytes([r0, r1]),
             canary: u64::from_be_bytes(c),
         })
+    }
+}
+
+/// What a run of a guarded program may still release today (review 24b G0): the caller's
+/// tally when the run's turn came (`BoxCore::day_turn`, which holds the parties' mark until the
+/// run is counted, so no other run of theirs moves it meanwhile) and the owner's limits.
+/// Checked only before the run, a day's limits held for every answer but the last: one answer
+/// whose own levels reached them — the secret in a form the guard's check misses but its levels
+/// count — was released whole and refused only the next run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allowance {
+    pub tally: Tally,
+    pub limits: DayLimits,
+}
+
+impl Allowance {
+    /// Whether an answer of `levels`, released, would take the day to the limits: the day's
+    /// tally with the answer added as a release adds it (regions unioned, secret shares
+    /// summed), compared as [`Tally::exceeds`] compares — the same test that refuses the next
+    /// run, so an answer is released only if the day after it is still open.
+    pub fn reached_by(&self, levels: &CoverageLevels) -> bool {
+        let mut day = self.tally;
+        day.add(&Tally::released(levels));
+        day.exceeds(&self.limits)
     }
 }
 
@@ -609,6 +652,42 @@ mod tests {
         assert_eq!(
             Tally::of_run(&coverage(0x0003, 9), None, &HALF),
             levels(0x0003, 9)
+        );
+    }
+
+    /// Review 24b G0: an answer is released only if the day with it added (regions unioned,
+    /// secret shares summed) stays under the limits, the test that refuses the next run; one
+    /// withheld for that is charged all it carried, as had it been released, and no floor.
+    #[test]
+    fn an_answer_is_released_only_if_the_day_after_it_stays_under_the_limits() {
+        let day = |regions, canary| Allowance {
+            tally: Tally { regions, canary },
+            limits: HALF,
+        };
+        // 7 of 16 regions: a region already covered adds nothing, a new one reaches 8.
+        assert!(!day(0x007f, 0).reached_by(&coverage(0x0001, 0)));
+        assert!(day(0x007f, 0).reached_by(&coverage(0x0080, 0)));
+        // 16/64 so far: 11/64 more is 27, under; 16/64 more is 32, half.
+        assert!(!day(0, 16).reached_by(&coverage(0, 7)));
+        assert!(day(0, 16).reached_by(&coverage(0, 8)));
+        // One answer alone: the whole secret reaches the half from nothing.
+        assert!(day(0, 0).reached_by(&coverage(0, 15)));
+        // Limits off: nothing reaches them.
+        let off = Allowance {
+            limits: DayLimits::default(),
+            ..day(0xffff, 64)
+        };
+        assert!(!off.reached_by(&coverage(0xffff, 15)));
+
+        let levels = coverage(0x0180, 11);
+        let withheld = Caught::past_limits(&levels);
+        let charged = Tally::of_run(&CoverageLevels::NONE, Some(&withheld), &HALF);
+        assert_eq!(charged, Tally::released(&levels), "as if released");
+        assert_eq!(
+            withheld
+                .and(Caught::of(&CoverageLevels::NONE, true))
+                .regions,
+            0x0180
         );
     }
 

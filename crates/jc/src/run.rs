@@ -35,7 +35,8 @@ use zeroize::Zeroizing;
 
 use crate::attest::{Attestation, Attester, Statement};
 use crate::day::{
-    Caught, DayBook, DayChange, DayKey, DayLimits, InFlight, InFlightMark, Tally as DayTally,
+    Allowance, Caught, DayBook, DayChange, DayKey, DayLimits, InFlight, InFlightMark,
+    Tally as DayTally,
 };
 use crate::dsse::{
     ApprovedProgram, Envelope, approved_program, key_hex, stored_program, verify_action,
@@ -1965,9 +1966,10 @@ impl BoxCore {
                     Err(e) => Err(e),
                     Ok(turn) => match turn.await {
                         Err(e) => Err(e),
-                        Ok(mark) => {
+                        Ok(turn) => {
+                            let (mark, allowance) = turn.unzip();
                             in_flight = mark;
-                            self.call_provider(&program, stakes).await
+                            self.call_provider(&program, stakes, allowance).await
                         }
                     },
                 }
@@ -2151,7 +2153,8 @@ impl BoxCore {
     /// Wait until no other run of this (owner, caller, skill) is in flight at the box, then
     /// refuse the run if the caller's answers today already passed the owner's day limits
     /// (`coverage_exceeded`), before any provider request: the mark to hold until this run's
-    /// answer is counted. The owner's node submits a key's runs one at a time, but a caller
+    /// answer is counted, and what the run may still release ([`Allowance`]: the tally the
+    /// mark keeps unchanged until then). The owner's node submits a key's runs one at a time, but a caller
     /// that fails the call on its side once both submitted frees that turn while the run goes
     /// on here; so the box serialises them itself, and each is checked against every answer
     /// before it. The wait is bounded by the box's run limit (the provider's timeout, so an
@@ -2160,7 +2163,7 @@ impl BoxCore {
         &self,
         program: &ApprovedProgram,
         limits: Option<DayLimits>,
-    ) -> Result<Option<InFlightMark<'_>>> {
+    ) -> Result<Option<(InFlightMark<'_>, Allowance)>> {
         let Some(limits) = limits.filter(|l| !l.off()) else {
             return Ok(None);
         };
@@ -2176,12 +2179,16 @@ impl BoxCore {
             .await?;
         // The day on the clock after the wait: the one the answers before were counted on.
         key.day = crate::day::day_of(now_secs());
-        let book = self.day_book.lock().unwrap_or_else(|p| p.into_inner());
-        if book.exceeds(&key, &limits) {
+        let tally = self
+            .day_book
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tally(&key);
+        if tally.exceeds(&limits) {
             self.per_run_log("coverage_exceeded", "a run past the owner's day limits");
             return Err(JcError::CoverageExceeded);
         }
-        Ok(Some(mark))
+        Ok(Some((mark, Allowance { tally, limits })))
     }
 
     /// Add what a finished run counts for (its released answer's levels and its catch) to the
@@ -2210,6 +2217,7 @@ impl BoxCore {
         &self,
         program: &ApprovedProgram,
         stakes: HashMap<Role, Vec<Entry>>,
+        allowance: Option<Allowance>,
     ) -> Result<Answered> {
         let p = &program.program;
         let provider = self
@@ -2305,7 +2313,9 @@ impl BoxCore {
         // the caller's sources to the owner. A caught answer releases nothing, but what it
         // carried goes to the day book all the same (`Caught`): the verdict is otherwise a free
         // oracle for guesses the caller has the model repeat. The verdict and a released
-        // answer's levels come from one walk of the answer (`check_released`).
+        // answer's levels come from one walk of the answer (`check_released`). An answer the
+        // guard passes whose levels would take the caller's day to the owner's limits is
+        // caught all the same (`checked`): no one answer carries the day's limit.
         let released = |a: Answered, levels, caught: Option<Caught>| Answered {
             coverage: Some(levels),
             guard_acted: caught.is_some(),
@@ -2323,7 +2333,7 @@ impl BoxCore {
             skillbox_guard::Action::Withhold => {
                 // The fixed answer says it was withheld: there is no catch to hide in time.
                 let first = complete(req).await?;
-                match checked(&prepared, &first.answer) {
+                match checked(&prepared, &first.answer, allowance.as_ref()) {
                     Ok(levels) => Ok(released(first, levels, None)),
                     Err(caught) => {
                         self.per_run_log("guard_acted", "the output guard acted on an answer");
@@ -2351,8 +2361,8 @@ impl BoxCore {
                 // Both checked and measured whatever the first verdict (`checked` measures a
                 // caught answer too), so the time taken says nothing more.
                 let (first_checked, again_checked) = (
-                    checked(&prepared, &first.answer),
-                    checked(&prepared, &again.answer),
+                    checked(&prepared, &first.answer, allowance.as_ref()),
+                    checked(&prepared, &again.answer, allowance.as_ref()),
                 );
                 let caught = match first_checked {
                     Ok(levels) => return Ok(released(first, levels, None)),
@@ -2573,15 +2583,35 @@ impl BoxCore {
 /// sealed with ([`NoteSpec::padded`]); readers never relied on a length.
 pub const OWNER_NOTE_PADDED: u64 = 128;
 
-/// One answer of a guarded run through the guard: its levels if the guard releases it
-/// (`check_released`), else its catch as the day book charges it — the caught answer measured
-/// as if released (`released_levels`), and whether what was caught is a secret.
+/// One answer of a guarded run through the guard: its levels if the box releases it, else its
+/// catch as the day book charges it. Released: the guard passes it (`check_released`) and,
+/// with day limits, its levels added to the caller's day stay under them (`allowance`). Caught
+/// by the guard: measured as if released (`released_levels`), and whether what was caught is a
+/// secret. Past the day's limits: charged all it carried (`Caught::past_limits`).
+///
+/// The day's limits are checked here, at release, not only before the run (review 24b G0):
+/// the levels count more forms than the check catches (a secret's slices, its parts far apart),
+/// so one answer the guard passed could carry the whole secret, released once and refused only
+/// the next run. Such an answer gets what a catch gets — `WITHHELD_ANSWER`, or under
+/// `regenerate` the neutral round, and `guard_acted` in the owner's note — rather than a
+/// `coverage_exceeded` failure: that code means "refused before the provider was asked" (the
+/// owner's node reads it as the day spent, the caller as no answer), while this answer was
+/// asked for and came back; and under `regenerate` a failure would tell the caller the very
+/// thing the neutral round hides. The caller learns what the next run's `coverage_exceeded`
+/// told it before, one call earlier; the owner, one `guard_acted` bit, as for any catch.
+///
+/// Without day limits (the owner staked 0/0) nothing is counted: a caught answer is not
+/// measured, its charge would go nowhere.
 fn checked(
     prepared: &skillbox_guard::Prepared,
     answer: &str,
+    allowance: Option<&Allowance>,
 ) -> std::result::Result<skillbox_guard::CoverageLevels, Caught> {
     match skillbox_guard::check_released(prepared, answer) {
-        (_, Some(levels)) => Ok(levels),
+        (_, Some(levels)) => match allowance {
+            Some(day) if day.reached_by(&levels) => Err(Caught::past_limits(&levels)),
+            _ => Ok(levels),
+        },
         (verdict, None) => {
             let secret = matches!(
                 verdict,
@@ -2590,7 +2620,10 @@ fn checked(
                     ..
                 })
             );
-            let measured = skillbox_guard::released_levels(prepared, answer);
+            let measured = match allowance {
+                Some(_) => skillbox_guard::released_levels(prepared, answer),
+                None => skillbox_guard::CoverageLevels::NONE,
+            };
             Err(Caught::of(&measured, secret))
         }
     }
@@ -2730,6 +2763,40 @@ fn short(id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The guard's verdict through `checked`: a caught PIN is measured for the day book only
+    /// when there are day limits to charge (without, its charge went nowhere: the walk is
+    /// skipped, the verdict the same); an answer the guard passes is released with its levels
+    /// unless they reach the day's limits, then caught and charged all it carried.
+    #[test]
+    fn checked_measures_a_catch_only_for_a_day_book_and_catches_an_answer_past_the_limits() {
+        let spec = skillbox_guard::GuardSpec::default_for(false);
+        let prepared =
+            skillbox_guard::prepare("The door code is [[secret:4821]].", &spec).expect("body");
+        let half = DayLimits {
+            coverage_permille: 0,
+            canary_coverage_permille: 500,
+        };
+        let day = |canary| Allowance {
+            tally: DayTally { regions: 0, canary },
+            limits: half,
+        };
+        let caught = checked(&prepared, "The code is 4821.", Some(&day(0)));
+        assert_eq!(caught.map_err(|c| (c.canary, c.secret)), Err((64, true)));
+        let unmeasured = checked(&prepared, "The code is 4821.", None);
+        assert_eq!(unmeasured.map_err(|c| (c.canary, c.secret)), Err((0, true)));
+        // Three of its digits: under the check's fragments, 48/64 to the levels.
+        let slice = "The first digits are 482.";
+        let levels = checked(&prepared, slice, None).expect("released without limits");
+        assert_eq!(levels.canary_parts(), 48);
+        let past = checked(&prepared, slice, Some(&day(0))).expect_err("past half a secret");
+        assert_eq!(past, Caught::past_limits(&levels));
+        assert_eq!(
+            checked(&prepared, "Sunny all day.", Some(&day(31))).map(|l| l.canary_parts()),
+            Ok(0),
+            "nothing carried, the day still under"
+        );
+    }
 
     /// A note's spec reads back as written, its padded length with it; a spec written before
     /// the padded length was kept (form byte 0 or 1) reads with none (the note was padded to

@@ -1,7 +1,8 @@
 //! Issue 32 items 4 and 5 in the box: the box adds up what a caller's released answers of a
 //! skill carried in a day and refuses the run past the owner's staked day limits
 //! (`coverage_exceeded`), so slices add up while the owner's note (one length per program)
-//! says nothing of what any answer carried;
+//! says nothing of what any answer carried; an answer that would itself take the day to the
+//! limits is withheld as a catch is, not released (review 24b G0);
 //! and `regenerate` runs both rounds on every run, so a caught answer costs no extra provider
 //! round (the caller's clock tells no more than its receipt). Real box over loopback.
 
@@ -173,10 +174,21 @@ async fn finish_with(
     request: &str,
     limits: Option<DayLimits>,
 ) -> (VerifiedRun, ResultView) {
+    finish_body(f, p, &body(), request, limits).await
+}
+
+/// [`finish_with`] with the owner's `body`.
+async fn finish_body(
+    f: &Fixture,
+    p: &Program,
+    body: &str,
+    request: &str,
+    limits: Option<DayLimits>,
+) -> (VerifiedRun, ResultView) {
     let (_, run) = f.open(p).await;
     let bytes = limits.map(|l| l.to_bytes());
     let limits = bytes.as_ref().map(|b| &b[..]);
-    f.run_all_with(&run, request, b"song a\nsong b", &body(), limits)
+    f.run_all_with(&run, request, b"song a\nsong b", body, limits)
         .await;
     let view = f.result(&run).await;
     (run, view)
@@ -197,11 +209,13 @@ fn assert_refused_for_the_day(f: &Fixture, run: &VerifiedRun, view: &ResultView)
 }
 
 /// Issue 32 item 4 with the box keeping the tally: one answer may not carry more than its
-/// share, so a caller takes the body a third per call — each third under the per-answer
-/// limits, released. The box unions the regions per (owner, caller, skill, day) and refuses
-/// the run that would go past the owner's staked limit, before the provider is asked; the
-/// owner's notes say nothing of what the answers carried. A stake with its day limits off (0/0)
-/// is not refused, and another caller's tally is its own.
+/// share, so a caller takes the body a third per call — each third under the guard's
+/// per-answer check. The box unions the regions per (owner, caller, skill, day): the first
+/// third (6 of 16 regions) is released; the second would take the day to 11 of 16, past the
+/// owner's half, so it is withheld as a catch is (review 24b G0) and charged; the runs after it
+/// are refused before the provider is asked. The owner's notes say that the guard acted on the
+/// second, nothing of what any answer carried. A stake with its day limits off (0/0) is not
+/// refused, and another caller's tally is its own.
 #[tokio::test]
 async fn a_caller_taking_the_body_a_third_per_call_is_refused_before_the_provider() {
     let slicer = Arc::new(Slicer::default());
@@ -209,23 +223,32 @@ async fn a_caller_taking_the_body_a_third_per_call_is_refused_before_the_provide
     let p = || guarded(f.program(), Action::Withhold);
     let mut notes = Vec::new();
     for (a, b) in [(0, 40), (40, 80)] {
-        let (run, view) = finish_with(&f, &p(), &format!("words {a} {b}"), Some(HALF)).await;
+        let request = format!("words {a} {b}");
+        let (run, view) = finish_with(&f, &p(), &request, Some(HALF)).await;
         assert_eq!(view.error, None);
         let receipt = verify_receipt(&view, &run).expect("receipt");
         let out = open_result(&view, &f.result_key, &run).expect("caller opens");
-        // Each third is under the per-answer limits: the box releases it.
-        assert_ne!(out.answer, WITHHELD_ANSWER, "third {a}..{b}");
+        // The first third is under the day's limits and released as the model wrote it; the
+        // second would take the day past them.
+        let released = a == 0;
+        let expected = if released {
+            obey(&body(), &request)
+        } else {
+            WITHHELD_ANSWER.to_owned()
+        };
+        assert_eq!(out.answer, expected, "third {a}..{b}");
         let note = open_owner_note(&view, &receipt, &note_key(&f.owner), &run)
             .expect("owner opens")
             .expect("note");
         notes.push(note);
     }
     // The first third covered 6 of the 16 regions, the second 6 more (one shared): 11 of 16,
-    // past the half. The owner was told none of it.
-    assert!(
-        notes.iter().all(|n| *n == OwnerNote::default()),
-        "{notes:?}"
-    );
+    // past the half. The owner was told that the guard acted on the second, none of the levels.
+    let acted = OwnerNote {
+        guard_acted: true,
+        ..OwnerNote::default()
+    };
+    assert_eq!(notes, [OwnerNote::default(), acted]);
     let rounds = slicer.rounds.load(Ordering::SeqCst);
     let (run, view) = finish_with(&f, &p(), "words 80 120", Some(HALF)).await;
     assert_refused_for_the_day(&f, &run, &view);
@@ -254,25 +277,124 @@ async fn a_caller_taking_the_body_a_third_per_call_is_refused_before_the_provide
     assert_ne!(out.answer, WITHHELD_ANSWER);
 }
 
-/// An access code asked three characters at a time: each half is under the check's fragments
-/// and released on its own, but the box sums the secret's levels (32/64 each) and refuses the
-/// second half against a limit of half a secret — even with the words' limit off.
+/// An access code asked three characters at a time: each half is under the check's fragments,
+/// but the box sums the secret's levels (32/64 each) — even with the words' limit off. Against
+/// an owner's limit of three quarters of a secret the first half, and an ordinary answer, are
+/// released exactly as the model wrote them, the owner told the guard did not act (no false
+/// positive: an answer that leaves the day under the limits is not touched); the second half
+/// would take the day to the whole code and gets what a catch gets, and the run after it is
+/// refused before the provider.
 #[tokio::test]
 async fn an_access_code_asked_three_characters_at_a_time_is_refused_the_second_half() {
     let slicer = Arc::new(Slicer::default());
     let f = start_with(slicer.clone(), BoxConfig::default()).await;
     let limits = DayLimits {
         coverage_permille: 0,
-        ..HALF
+        canary_coverage_permille: 750,
     };
-    let p = || guarded(f.program(), Action::Withhold);
-    let (run, view) = finish_with(&f, &p(), "code 0 3", Some(limits)).await;
-    let out = open_result(&view, &f.result_key, &run).expect("caller opens");
-    assert_eq!(out.answer, "That part is K7P");
-    let rounds = slicer.rounds.load(Ordering::SeqCst);
-    let (run, view) = finish_with(&f, &p(), "code 3 6", Some(limits)).await;
-    assert_refused_for_the_day(&f, &run, &view);
-    assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds);
+    let released = [
+        ("code 0 3", "That part is K7P"),
+        (
+            "weather tomorrow?",
+            "Windy from the west, light rain by evening.",
+        ),
+    ];
+    for (seed, action) in (50..).zip([Action::Withhold, Action::Regenerate]) {
+        let g = fresh_caller(&f, seed);
+        let p = || guarded(g.program(), action);
+        for (request, expected) in released {
+            let (run, view) = finish_with(&g, &p(), request, Some(limits)).await;
+            let (answer, note) = answer_and_note(&g, &run, &view);
+            assert_eq!(answer, expected, "{action:?} {request}");
+            assert_eq!(note, OwnerNote::default(), "{action:?} {request}");
+        }
+        let (run, view) = finish_with(&g, &p(), "code 3 6", Some(limits)).await;
+        let (answer, note) = answer_and_note(&g, &run, &view);
+        assert!(
+            !answer.contains("M2Q"),
+            "{action:?}: the second half released"
+        );
+        assert!(note.guard_acted, "{action:?}");
+        let rounds = slicer.rounds.load(Ordering::SeqCst);
+        let (run, view) = finish_with(&g, &p(), "code 3 6", Some(limits)).await;
+        assert_refused_for_the_day(&g, &run, &view);
+        assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds, "{action:?}");
+    }
+}
+
+/// A body whose secret is its last word, so [`obey`]'s `code A B` reads it: a sign-in word
+/// with a number.
+const KIOSK_BODY: &str = "Help guests at the kiosk. Sign in with [[secret:PELICAN-42]]";
+
+/// [`KIOSK_BODY`] with a 4-digit door code.
+const DOOR_BODY: &str = "You are the front desk helper. The door code is [[secret:4821]]";
+
+/// A caller of its own at `f`'s box (key `seed`): its day starts from nothing.
+fn fresh_caller(f: &Fixture, seed: u8) -> Fixture {
+    let mut g = Fixture::at(&f.url);
+    g.caller = key(seed);
+    g
+}
+
+/// What the caller of `run` was answered, and the owner's note.
+fn answer_and_note(f: &Fixture, run: &VerifiedRun, view: &ResultView) -> (String, OwnerNote) {
+    assert_eq!(view.error, None);
+    let receipt = verify_receipt(view, run).expect("receipt verifies");
+    let out = open_result(view, &f.result_key, run).expect("caller opens");
+    let note = open_owner_note(view, &receipt, &note_key(&f.owner), run)
+        .expect("owner opens")
+        .expect("a guarded run's note");
+    (out.answer, note)
+}
+
+/// Review 24b G0, the box's half: the day's limits were checked only before a run, so an
+/// answer whose own levels reached them was released whole and refused only the next run. The
+/// secret in a form the guard's check misses but its levels count, asked of an obedient model
+/// in one call — `PELICAN` of `PELICAN-42` (7 of its 9 characters: a prose word to the check,
+/// 64/64 to the levels), 3 digits of a 4-digit door code (48/64, under the check's 4-character
+/// fragments) — against the owner's default half a secret: the caller gets what a catch gives
+/// (`WITHHELD_ANSWER`, or under `regenerate` the neutral round), the owner that the guard acted,
+/// and the day is charged what the answer carried, so the next run is refused before the
+/// provider.
+#[tokio::test]
+async fn one_answer_whose_levels_reach_the_day_limit_is_withheld_not_released() {
+    let slicer = Arc::new(Slicer::default());
+    let f = start_with(slicer.clone(), BoxConfig::default()).await;
+    let cases = [
+        (KIOSK_BODY, "code 0 7", "PELICAN"),
+        (DOOR_BODY, "code 0 3", "482"),
+    ];
+    let mut seed = 40;
+    for action in [Action::Withhold, Action::Regenerate] {
+        for (body, request, part) in cases {
+            let g = fresh_caller(&f, seed);
+            seed += 1;
+            let p = || guarded(g.program(), action);
+            let (run, view) = finish_body(&g, &p(), body, request, Some(HALF)).await;
+            let (answer, note) = answer_and_note(&g, &run, &view);
+            assert!(
+                !answer.contains(part),
+                "{action:?}: one answer gave the caller {answer:?}"
+            );
+            let expected = match action {
+                Action::Withhold => WITHHELD_ANSWER.to_owned(),
+                Action::Regenerate => obey(NEUTRAL_INSTRUCTION, request),
+            };
+            assert_eq!(answer, expected, "{action:?} {part}");
+            assert_eq!(
+                note,
+                OwnerNote {
+                    guard_acted: true,
+                    coverage: None
+                },
+                "{action:?} {part}"
+            );
+            let rounds = slicer.rounds.load(Ordering::SeqCst);
+            let (run, view) = finish_body(&g, &p(), body, "weather tomorrow?", Some(HALF)).await;
+            assert_refused_for_the_day(&g, &run, &view);
+            assert_eq!(slicer.rounds.load(Ordering::SeqCst), rounds, "{part}");
+        }
+    }
 }
 
 /// A caught answer releases nothing and a benign one next to nothing: every note of the
@@ -460,14 +582,18 @@ async fn submit_only(f: &Fixture, request: &str, limits: DayLimits) -> VerifiedR
 /// node's turn while its run goes on at the box, so runs of one (owner, caller, skill)
 /// overlap there. The second run's provider request must not happen while the first is at
 /// the provider; once the first is counted the second is checked against it — refused past
-/// the limits (`limits_allow` false: a third of the body is 6 of 16 regions, past 350 ‰) or
-/// run (true: under 500 ‰). Another caller of the same owner and skill is not held.
+/// the limits (`limits_allow` false: a third of the body is 6 of 16 regions, past 350 ‰, so the
+/// first answer was withheld and charged) or run (true: under 750 ‰, as the two thirds' 11 of
+/// 16 are). Another caller of the same owner and skill is not held.
 async fn overlapping_runs_of_one_key(limits_allow: bool) {
     // [`obey`] behind a gate: a run can be held at its provider.
     let gated = Gated::new(Arc::new(Slicer::default()), false);
     let f = start_with(gated.clone(), BoxConfig::default()).await;
     let limits = if limits_allow {
-        HALF
+        DayLimits {
+            coverage_permille: 750,
+            ..HALF
+        }
     } else {
         DayLimits::DEFAULT
     };

@@ -305,9 +305,10 @@ async fn a_codebook_body_reads_nothing_of_the_callers_source_from_the_owners_not
     let f = start_with(Arc::new(Encoder), BoxConfig::default()).await;
     let body = codebook();
     // The hostile owner stakes day limits as any owner node does: the box counts, the note
-    // stays silent.
+    // stays silent. The regions' limit off: an answer covering the whole body reaches any
+    // other, and the box would withhold it (review 24b G0) before the note could say anything.
     let limits = DayLimits {
-        coverage_permille: 1000,
+        coverage_permille: 0,
         canary_coverage_permille: 1000,
     };
     let mut told = Vec::new();
