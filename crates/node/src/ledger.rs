@@ -39,6 +39,10 @@ use crate::store::Store;
 const ENTRY_DOMAIN: &[u8] = b"skillbox-ledger-entry-v1\0";
 const SIG_DOMAIN: &[u8] = b"skillbox-ledger-sig-v1\0";
 const HEAD_DOMAIN: &[u8] = b"skillbox-ledger-head-v1\0";
+/// A saved head that also pins what each redacted line up to it shows ([`Head::shown`]):
+/// version 2, apart from version 1 so neither passes as the other (a `shown` list stripped off
+/// or added fails the signature).
+const HEAD_DOMAIN_V2: &[u8] = b"skillbox-ledger-head-v2\0";
 /// What the node signs of a redacted line when it exports it ([`Line::shown_sig`]): apart from
 /// the entry, signature and head domains, so no one of these signatures passes as another.
 const SHOWN_DOMAIN: &[u8] = b"skillbox-ledger-shown-v1\0";
@@ -276,12 +280,41 @@ impl Redaction {
 }
 
 /// The signed head: how long the ledger is and how it ends.
+///
+/// Version 1 (the database's head, `ledger.head`, and heads saved before review 25) pins each
+/// entry up to `seq` through the chain of hashes. That pins what a line *says* only where the
+/// line's text hashes to its hash: a redacted line's text does not, and was vouched for only by
+/// the node key's signature as shown — which whoever holds the key can make for any text
+/// (review 25 R1). Version 2, the head `skillbox ledger head` saves, also carries `shown`: what
+/// each line up to `seq` that the node showed redacted showed then, so a later holder of the
+/// key can neither change such a line's text nor mark another line redacted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Head {
     pub seq: u64,
     pub hash: String,
     pub sig: String,
+    /// Version 2: every line up to `seq` that the node showed redacted when the head was saved,
+    /// in order, each with the SHA-256 of what the node signed as shown ([`Line::shown_sig`]:
+    /// its hash, redaction and shown text with `seq` and `prev`). Absent in version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<Vec<Pinned>>,
+}
+
+impl Head {
+    /// 2 when the head pins what redacted lines show ([`Head::shown`]), else 1.
+    pub fn version(&self) -> u8 {
+        if self.shown.is_some() { 2 } else { 1 }
+    }
+}
+
+/// One redacted line a version 2 head pins ([`Head::shown`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pinned {
+    pub seq: u64,
+    /// Hex SHA-256 of the message the node signs for the line as shown.
+    pub sha256: String,
 }
 
 /// Why a ledger does not verify, at which entry.
@@ -310,8 +343,14 @@ pub enum Broken {
     /// The database holds fewer entries than the head kept outside it (`ledger.head`, or a head
     /// saved elsewhere): it was rolled back to an older copy, cut or wiped.
     RolledBack,
-    /// The entry at the outside head's sequence is not the one it names: rewritten since.
+    /// The entry at the outside head's sequence is not the one it names, or a line up to a
+    /// saved head (version 2) reads redacted other than it did when the head was saved (another
+    /// text, or redacted where it was not): rewritten since.
     Rewritten,
+    /// Everything else verifies, but a line up to a saved head of version 1 is redacted: that
+    /// head pins only the line's hash, not what it shows, which only the node key vouches for.
+    /// Save a head again (version 2) to pin it.
+    UnpinnedRedaction,
     /// The head kept outside the database is gone while the ledger has entries.
     HeadFileMissing,
     /// An unsigned column (`at`, `call_id`, `role`, `peer`, `kind`) or the per-source index
@@ -333,6 +372,7 @@ impl Broken {
             Broken::NoGenesis => "no_genesis",
             Broken::RolledBack => "rolled_back",
             Broken::Rewritten => "rewritten",
+            Broken::UnpinnedRedaction => "unpinned_redaction",
             Broken::HeadFileMissing => "head_file_missing",
             Broken::IndexMismatch => "index_mismatch",
         }
@@ -430,8 +470,28 @@ fn shown_message(line: &Line, redaction: Redaction) -> Result<Vec<u8>> {
 /// shown text signed with the node key ([`Line::shown_sig`]) — so whoever holds an export can
 /// tell the node's redaction from an edit, without the masked name. A line with nothing to
 /// mask is left as stored.
+///
+/// The node vouches only for what it checked: a line whose stored text does not hash to its
+/// `hash` (the database edited under the ledger, review 25 R2) is still masked — the name may
+/// be a real key — but not signed, so an export of it reads `bad_redaction` at that line
+/// offline, as the node's own check reads `hash_mismatch`, instead of carrying the edit under
+/// the node's signature.
 pub fn shown(line: &mut Line, key: &SigningKey) -> Result<()> {
+    let needs_masking = source_names(&line.entry)
+        .into_iter()
+        .any(crate::sources::reads_as_a_pasted_key);
+    if !needs_masking {
+        return Ok(());
+    }
+    let intact = hash_entry(&line.entry).is_ok_and(|h| h == line.hash);
     if !crate::sources::redact_names_in(line) {
+        return Ok(());
+    }
+    if !intact {
+        tracing::warn!(
+            seq = line.entry.seq,
+            "a ledger entry does not hash to its hash (hash_mismatch): shown masked and not signed (see `skillbox ledger verify`)"
+        );
         return Ok(());
     }
     let redaction = line.redacted.unwrap_or(Redaction::SourceNames);
@@ -451,7 +511,59 @@ fn sign_head(seq: u64, hash: &str, key: &SigningKey) -> Head {
         seq,
         hash: hash.to_owned(),
         sig: hex::encode(sig.to_bytes()),
+        shown: None,
     }
+}
+
+/// What a version 2 head's signature covers: its sequence number, hash and pinned lines
+/// (RFC 8785), under its own domain.
+fn head_message_v2(seq: u64, hash: &str, pinned: &[Pinned]) -> Result<Vec<u8>> {
+    let pinned = skillbox_jc::jcs::to_canonical(&pinned)
+        .map_err(|e| NodeError::invalid("ledger", e.to_string()))?;
+    Ok(sig_message(
+        HEAD_DOMAIN_V2,
+        &[&seq.to_be_bytes(), hash.as_bytes(), &pinned],
+    ))
+}
+
+/// The SHA-256 (hex) of what the node signs of a redacted line as shown: what a version 2 head
+/// pins of it.
+fn shown_digest(line: &Line, redaction: Redaction) -> Result<String> {
+    Ok(hex::encode(Sha256::digest(shown_message(line, redaction)?)))
+}
+
+/// The head to save off the machine (`skillbox ledger head`): `head` (the database's, checked)
+/// as version 2, pinning what each of `lines` up to it shows redacted. `lines` are the ledger
+/// as [`shown`] shows it, from the first entry: a redacted line up to the head that the node
+/// did not sign as shown (its stored text does not hash to its hash) is refused — no head
+/// vouches for text the node could not check.
+pub fn saved_head(lines: &[Line], head: &Head, key: &SigningKey) -> Result<Head> {
+    let mut pinned = Vec::new();
+    for line in lines.iter().take_while(|l| l.entry.seq <= head.seq) {
+        let Some(redaction) = line.redacted else {
+            continue;
+        };
+        if line.shown_sig.is_none() {
+            return Err(NodeError::invalid(
+                "ledger",
+                format!(
+                    "entry {} does not hash to its hash (hash_mismatch): no head saved (see `skillbox ledger verify`)",
+                    line.entry.seq
+                ),
+            ));
+        }
+        pinned.push(Pinned {
+            seq: line.entry.seq,
+            sha256: shown_digest(line, redaction)?,
+        });
+    }
+    let sig = key.sign(&head_message_v2(head.seq, &head.hash, &pinned)?);
+    Ok(Head {
+        seq: head.seq,
+        hash: head.hash.clone(),
+        sig: hex::encode(sig.to_bytes()),
+        shown: Some(pinned),
+    })
 }
 
 fn signature_ok(key: &VerifyingKey, message: &[u8], sig_hex: &str) -> bool {
@@ -475,7 +587,20 @@ fn shown_signed(line: &Line, redaction: Redaction, key: &VerifyingKey) -> bool {
 /// Whether `head` carries `key`'s signature over what it says (the anchor and the database's
 /// head are checked alike).
 fn head_signed(head: &Head, key: &VerifyingKey) -> bool {
-    signature_ok(key, &head_message(head.seq, &head.hash), &head.sig)
+    match &head.shown {
+        None => signature_ok(key, &head_message(head.seq, &head.hash), &head.sig),
+        Some(pinned) => head_message_v2(head.seq, &head.hash, pinned)
+            .is_ok_and(|m| signature_ok(key, &m, &head.sig)),
+    }
+}
+
+/// Whether a redacted line at or before a saved head of version 2 shows what it showed when
+/// the head was saved: the head pins its place and the digest of its text as shown.
+fn pinned_as_shown(line: &Line, redaction: Redaction, pinned: &[Pinned]) -> bool {
+    let Ok(i) = pinned.binary_search_by_key(&line.entry.seq, |p| p.seq) else {
+        return false;
+    };
+    shown_digest(line, redaction).is_ok_and(|d| d == pinned[i].sha256)
 }
 
 /// Check a whole ledger in order: sequence, hashes, chain, signatures, and (when given) that it
@@ -495,7 +620,11 @@ pub fn verify(
 
 /// [`verify`], and (when given) that the ledger extends `anchor`: a signed head kept outside
 /// the database (`ledger.head`) or saved elsewhere. The ledger may have grown since; it may not
-/// be shorter (`rolled_back`) nor differ at the anchor (`rewritten`).
+/// be shorter (`rolled_back`) nor differ at the anchor (`rewritten`). A redacted line up to the
+/// anchor must show what the anchor pins of it (version 2: else `rewritten` at that line), as
+/// the node key's signature as shown is no witness against whoever holds the key; against a
+/// version 1 anchor, which pins no shown text, such a line is `unpinned_redaction`, named once
+/// every other check passed.
 pub fn verify_anchored(
     lines: impl IntoIterator<Item = Option<Line>>,
     key: &VerifyingKey,
@@ -503,6 +632,10 @@ pub fn verify_anchored(
     anchor: Option<&Head>,
 ) -> Verdict {
     let broken = Verdict::broken;
+    // Lines are checked against the anchor's pins only under an anchor the node signed (one
+    // that is not is `bad_head`, below, whatever the lines say).
+    let pins = anchor.filter(|a| head_signed(a, key));
+    let mut unpinned: Option<u64> = None;
     let mut at_anchor: Option<String> = None;
     let mut prev = GENESIS.to_owned();
     let mut n = 0u64;
@@ -542,6 +675,19 @@ pub fn verify_anchored(
         {
             return broken(expected, Broken::BadRedaction, n);
         }
+        if let (Some(redaction), Some(a)) = (line.redacted, pins)
+            && expected <= a.seq
+        {
+            match &a.shown {
+                Some(pinned) if !pinned_as_shown(&line, redaction, pinned) => {
+                    return broken(expected, Broken::Rewritten, n);
+                }
+                Some(_) => {}
+                None => {
+                    unpinned.get_or_insert(expected);
+                }
+            }
+        }
         if anchor.is_some_and(|a| a.seq == expected) {
             at_anchor = Some(line.hash.clone());
         }
@@ -569,6 +715,9 @@ pub fn verify_anchored(
         if h.seq != n || h.hash != prev {
             return broken(n + 1, Broken::Truncated, n);
         }
+    }
+    if let Some(at) = unpinned {
+        return broken(at, Broken::UnpinnedRedaction, n);
     }
     Verdict {
         ok: true,
@@ -1256,6 +1405,23 @@ pub fn verify_store(store: &Store, key: &VerifyingKey) -> Result<Verdict> {
     })
 }
 
+/// [`verify_store`], with the head to save off the machine as its `signed_head`: the database's
+/// head as version 2 ([`saved_head`]), pinning what each line up to it shows redacted — the
+/// head `skillbox ledger head` prints, so a later `ledger verify --head` holds every line up to
+/// it to what it says now, whoever holds the node key then.
+pub fn verify_store_to_save(store: &Store, key: &SigningKey) -> Result<Verdict> {
+    let mut v = verify_store(store, &key.verifying_key())?;
+    if let Some(head) = v.signed_head.take() {
+        let mut lines = list(store, &Filter::default())?;
+        lines.retain(|l| l.entry.seq <= head.seq);
+        for l in &mut lines {
+            shown(l, key)?;
+        }
+        v.signed_head = Some(saved_head(&lines, &head, key)?);
+    }
+    Ok(v)
+}
+
 /// The last consent decision recorded for this call and side: (`allow`/`deny`, who decided).
 /// Read from the entries themselves (the columns only narrow the search).
 pub fn last_decision(store: &Store, call: &str, role: &str) -> Result<Option<Decided>> {
@@ -1563,7 +1729,7 @@ mod tests {
             bytes.extend_from_slice(&tail);
             std::fs::write(&path, &bytes).expect("write");
             let _ = read_head_file(&path);
-            let head = Head { seq, hash, sig };
+            let head = Head { seq, hash, sig, shown: None };
             let slot = slot_bytes(&head).expect("a head fits its slot");
             proptest::prop_assert_eq!(head_in_slot(&slot), Some(head.clone()));
             let text_end = HEAD_SLOT_FIXED + serde_json::to_vec(&head).expect("json").len();
@@ -1742,10 +1908,9 @@ mod tests {
         assert_eq!((v.broken_at, v.reason), (Some(3), Some(Broken::Unreadable)));
     }
 
-    /// An export of a ledger of four entries (decision, stake, decision, stake) whose middle
-    /// two name a source an older node stored under a pasted key, as `GET /ledger` exports it
-    /// ([`shown`]): those two masked, marked redacted and signed as shown. Also the key.
-    fn redacted_export() -> (Vec<Line>, SigningKey) {
+    /// A ledger of four entries (decision, stake, decision, stake) whose middle two name a
+    /// source an older node stored under a pasted key, and its key.
+    fn redacted_store() -> (Store, SigningKey) {
         let key = skillbox_testkit::old_node::PASTED_KEYS[0];
         let store = Store::open_in_memory().expect("store");
         let signing = SigningKey::from_bytes(&[7u8; 32]);
@@ -1758,11 +1923,174 @@ mod tests {
         for e in entries {
             append_now(&store, &signing, e).expect("append");
         }
-        let mut lines = list(&store, &Filter::default()).expect("list");
+        (store, signing)
+    }
+
+    /// `store`'s ledger as `GET /ledger` exports it (`Calls::ledger_shown`: [`list`], then
+    /// [`shown`] on each line).
+    fn exported(store: &Store, signing: &SigningKey) -> Vec<Line> {
+        let mut lines = list(store, &Filter::default()).expect("list");
         for l in &mut lines {
-            shown(l, &signing).expect("shown");
+            shown(l, signing).expect("shown");
         }
-        (lines, signing)
+        lines
+    }
+
+    /// An export of [`redacted_store`]'s ledger, as `GET /ledger` exports it: the middle two
+    /// lines masked, marked redacted and signed as shown. Also the key.
+    fn redacted_export() -> (Vec<Line>, SigningKey) {
+        let (store, signing) = redacted_store();
+        (exported(&store, &signing), signing)
+    }
+
+    /// What `lines` (as an export file reads them back) verify to against `anchor`.
+    fn against(
+        lines: &[Line],
+        key: &SigningKey,
+        anchor: &Head,
+    ) -> (bool, Option<u64>, Option<Broken>) {
+        let text = to_jsonl(lines).expect("jsonl");
+        let v = verify_anchored(parse_jsonl(&text), &key.verifying_key(), None, Some(anchor));
+        (v.ok, v.broken_at, v.reason)
+    }
+
+    /// Review 25 R1, as /tmp/rv25/forge.py did it: whoever holds the node key rewrote what
+    /// entries before a head saved off the machine say — an unredacted decision turned to a
+    /// refusal by a rule covering nothing, a redacted stake's decision, box and items changed —
+    /// marked them redacted and signed each as shown; `ledger verify --head SAVED` said
+    /// "verified … 2 redacted entries … a source name masked". The saved head (version 2) now
+    /// pins what each redacted line up to it shows: each rewrite is `rewritten` at its line,
+    /// while the node's own export verifies against it. A head of version 1 (the database's,
+    /// or one saved before) pins no shown text: a redacted line up to it is
+    /// `unpinned_redaction`, named after every other check passed, never `ok`.
+    #[test]
+    fn a_saved_head_pins_what_a_redacted_line_shows() {
+        let (store, k) = redacted_store();
+        let lines = exported(&store, &k);
+        let v = verify_store_to_save(&store, &k).expect("verify");
+        assert!(v.ok, "{v:?}");
+        let saved = v.signed_head.expect("a head to save");
+        assert_eq!(saved.version(), 2);
+        let pinned: Vec<u64> = saved.shown.iter().flatten().map(|p| p.seq).collect();
+        assert_eq!(pinned, [2, 3]);
+        assert_eq!(against(&lines, &k, &saved), (true, None, None));
+        // A head saved off the machine reads back as it was printed.
+        let text = serde_json::to_string(&saved).expect("json");
+        assert_eq!(parse_head(&text), Ok(saved.clone()));
+
+        // The forgery: rewrite a line's text, mark it redacted, sign it as shown with the key.
+        let forge = |l: &mut Line, rewrite: &dyn Fn(&mut Entry)| {
+            rewrite(&mut l.entry);
+            l.redacted = Some(Redaction::SourceNames);
+            let sig = k.sign(&shown_message(l, Redaction::SourceNames).expect("message"));
+            l.shown_sig = Some(hex::encode(sig.to_bytes()));
+        };
+        let refused = |e: &mut Entry| {
+            e.decision = "deny".into();
+            e.decided_by = "rule:1".into();
+            e.sources.clear();
+        };
+        let nothing_staked = |e: &mut Entry| {
+            e.decision = "deny".into();
+            e.decided_by = "rule:1".into();
+            e.items.clear();
+            e.box_url = Some("https://other.example".into());
+        };
+        let mut forged = lines.clone();
+        forge(&mut forged[0], &refused);
+        forge(&mut forged[1], &nothing_staked);
+        // Without an anchor the node key vouches for any view (documented): its holder can
+        // sign what it likes.
+        let vk = k.verifying_key();
+        let v = verify(parse_jsonl(&to_jsonl(&forged).expect("jsonl")), &vk, None);
+        assert_eq!((v.ok, v.redacted), (true, vec![1, 2, 3]));
+        let mut one = lines.clone();
+        forge(&mut one[1], &nothing_staked);
+        for (what, l, at) in [
+            (
+                "an unredacted line rewritten and marked redacted",
+                &forged,
+                1,
+            ),
+            ("a redacted line's text rewritten", &one, 2),
+        ] {
+            let broken = (false, Some(at), Some(Broken::Rewritten));
+            assert_eq!(against(l, &k, &saved), broken, "{what}");
+        }
+        // Past the saved head, a redacted line is vouched for by the node key alone.
+        let mut later = lines.clone();
+        forge(&mut later[3], &refused);
+        let early =
+            saved_head(&exported(&store, &k)[..2], &head_at(&lines, 2, &k), &k).expect("head at 2");
+        assert_eq!(against(&later, &k, &early), (true, None, None));
+
+        // A version 1 head: the honest export and the forged one alike are not `ok`.
+        let v1 = sign_head(saved.seq, &saved.hash, &k);
+        assert_eq!(v1.version(), 1);
+        assert_eq!(
+            against(&lines, &k, &v1),
+            (false, Some(2), Some(Broken::UnpinnedRedaction))
+        );
+        assert_eq!(
+            against(&forged, &k, &v1),
+            (false, Some(1), Some(Broken::UnpinnedRedaction))
+        );
+        // Neither version passes as the other: the pins stripped off, or another line pinned.
+        let stripped = Head {
+            shown: None,
+            ..saved.clone()
+        };
+        assert_eq!(against(&lines, &k, &stripped).2, Some(Broken::BadHead));
+        let mut moved = saved.clone();
+        if let Some(p) = moved.shown.as_mut() {
+            p[0].seq = 1;
+        }
+        assert_eq!(against(&lines, &k, &moved).2, Some(Broken::BadHead));
+    }
+
+    /// The database's head (version 1) at `seq` of `lines`.
+    fn head_at(lines: &[Line], seq: usize, key: &SigningKey) -> Head {
+        sign_head(seq as u64, &lines[seq - 1].hash, key)
+    }
+
+    /// Review 25 R2: the node signed a line as shown without checking its stored text, so an
+    /// entry edited in the database (a decision turned, a key-shaped source name added) was
+    /// exported as a verified redaction while the node's own check said `hash_mismatch`. Such a
+    /// line is now shown masked and not signed: the export reads `bad_redaction` at it, holds
+    /// no part of the name, and no head is saved over it.
+    #[test]
+    fn an_edited_stored_entry_is_not_signed_as_shown() {
+        let (store, k) = store_with(3);
+        let pasted = skillbox_testkit::old_node::PASTED_KEYS[0];
+        let mut edited = list(&store, &Filter::default()).expect("list")[1]
+            .entry
+            .clone();
+        edited.decision = "deny".into();
+        edited.sources.push(pasted.into());
+        let text = serde_json::to_string(&edited).expect("json");
+        assert!(!text.contains('\''));
+        raw(
+            &store,
+            &format!("UPDATE ledger SET entry = '{text}' WHERE seq = 2"),
+        );
+        let lines = exported(&store, &k);
+        assert_eq!(lines[1].redacted, Some(Redaction::SourceNames));
+        let export = to_jsonl(&lines).expect("jsonl");
+        skillbox_testkit::leak::assert_no_part_of("the export", &export, pasted);
+        let v = verify_export(&export, &hex::encode(k.verifying_key().to_bytes())).expect("key");
+        assert_eq!(
+            (v.ok, v.broken_at, v.reason),
+            (false, Some(2), Some(Broken::BadRedaction)),
+            "{v:?}"
+        );
+        let own = verdict(&store, &k);
+        assert_eq!(
+            (own.broken_at, own.reason),
+            (Some(2), Some(Broken::HashMismatch))
+        );
+        let v = verify_store_to_save(&store, &k).expect("verify");
+        assert_eq!((v.ok, v.signed_head), (false, None));
+        assert!(saved_head(&lines, &head_at(&lines, 3, &k), &k).is_err());
     }
 
     /// Issue keys2: an export that masks a source name an older node took from a pasted key
