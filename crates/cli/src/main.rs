@@ -89,6 +89,9 @@ enum Command {
     Init(node_cmd::InitArgs),
     /// Run a node: the HTTP API and the peer network.
     Node(node_cmd::NodeArgs),
+    /// Sign in to the running node's dashboard: prints its address and a sign-in code, good once
+    /// for a minute, to type there (the dashboard never asks for api.token).
+    Dashboard(node_cmd::DashboardArgs),
     /// What peers offer right now: one row per offered skill.
     Board(node_cmd::BoardArgs),
     /// This node's peer id and its connected peers.
@@ -191,6 +194,7 @@ fn main() -> ExitCode {
         Command::Model(cmd) => model_cmd::run(&cli.global, cmd),
         Command::Init(args) => node_cmd::run_init(&cli.global, args),
         Command::Node(args) => node_cmd::run_node(&cli.global, args),
+        Command::Dashboard(args) => node_cmd::run_dashboard(&cli.global, args),
         Command::Source(cmd) => node_cmd::run_source(&cli.global, cmd),
         Command::Board(args) => node_cmd::run_board(&cli.global, args),
         Command::Peers(args) => node_cmd::run_peers(&cli.global, args),

@@ -127,6 +127,7 @@ pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCo
             }
             None => say!("dashboard: http://{addr}/ui"),
         }
+        say!("dashboard sign-in: run `skillbox dashboard` for a code (the page never asks for api.token)");
         say!("peer id: {}", peers.peer_id);
         for a in &peers.listen_addrs {
             say!("listening on {a}/p2p/{}", peers.peer_id);
@@ -169,6 +170,44 @@ async fn shutdown_signal() {
         let _ = ctrl_c.await;
     }
     tracing::info!("shutting down");
+}
+
+// ---- dashboard
+
+#[derive(clap::Args, Debug)]
+pub struct DashboardArgs {}
+
+/// `skillbox dashboard`: a single-use sign-in code from the running node (asked for over its
+/// 0600 socket with the operator token, `POST /dashboard/codes`) and the sign-in page's
+/// address, printed. The code goes to this terminal only: it is put in no URL and no browser is
+/// started with it, because another local user reads every program's command line (a
+/// launcher's and a browser's argv) and can reach the node's loopback port, where a live code
+/// is a session. The human types it on the page.
+pub fn run_dashboard(global: &crate::Global, _args: DashboardArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::from_data_dir(global)?;
+    // The code first: a node that is down issues none, and then no address is printed for a
+    // look-alike page that may hold its port.
+    let ans = client.send(reqwest::Method::POST, "/dashboard/codes", None)?;
+    let (Some(code), Some(path), Some(secs)) = (
+        ans.body["code"].as_str(),
+        ans.body["path"].as_str(),
+        ans.body["expiresInSeconds"].as_u64(),
+    ) else {
+        bail!("the node's answer to POST /dashboard/codes has no code, path or expiresInSeconds");
+    };
+    let code = Zeroizing::new(code.to_owned());
+    let dir = DataDir::new(global.data_dir());
+    let addr = dir.load_api_addr()?;
+    let config = dir.load_config()?;
+    match dashboard_name(&config.api.hosts).filter(|_| addr.ip().is_loopback()) {
+        Some(name) => say!("dashboard: http://{name}:{}{path}", addr.port()),
+        None => say!("dashboard: http://{addr}{path}"),
+    }
+    say!(
+        "sign-in code: {} (type it on that page; it works once, within {secs} s)",
+        code.as_str()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 // ---- the API client
@@ -640,9 +679,7 @@ pub fn skill_add(global: &crate::Global, args: SkillAddArgs) -> anyhow::Result<E
         b["digest"].as_str().unwrap_or("")
     );
     print_state(&b["state"]);
-    for w in b["warnings"].as_array().into_iter().flatten() {
-        say!("  warning: {}", w["message"].as_str().unwrap_or(""));
-    }
+    crate::skill_cmd::print_import_notes(&b);
     Ok(ExitCode::SUCCESS)
 }
 

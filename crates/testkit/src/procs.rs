@@ -91,6 +91,24 @@ pub fn cli_ok(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// A dashboard sign-in code from the node running in `dir`, as the human gets one: `skillbox
+/// dashboard`, its `sign-in code:` line; with the sign-in page's address it printed.
+pub fn dashboard_code(dir: &Path) -> (String, String) {
+    let out = cli_ok(dir, &["dashboard"]);
+    let url = out
+        .lines()
+        .find_map(|l| l.strip_prefix("dashboard: "))
+        .unwrap_or_else(|| panic!("no address in: {out}"))
+        .to_owned();
+    let code = out
+        .lines()
+        .find_map(|l| l.strip_prefix("sign-in code: "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no code in: {out}"))
+        .to_owned();
+    (code, url)
+}
+
 /// `skillbox --data-dir DIR <args>` on a pseudo-terminal of util-linux `script` (what a person
 /// at a terminal runs), its stdin, stdout and stderr piped to the test.
 pub fn at_terminal(dir: &Path, args: &str) -> std::process::Child {

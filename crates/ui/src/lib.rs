@@ -5,9 +5,13 @@
 //! enhancement (live call states, loading a SKILL.md file into the form); everything works without
 //! it. No asset comes from outside the node.
 //!
-//! Access: the operator's bearer token, entered once on `/ui/login`, opens a session; the cookie
-//! holds only the session's id (32 random bytes, never the token: a browser sends a `127.0.0.1`
-//! cookie to every port of that host, so whatever else listens there receives it). Sessions live in
+//! Access: a single-use sign-in code, which `skillbox dashboard` asks the node for over its 0600
+//! socket (`POST /dashboard/codes`, `Shared::signin_codes`) and prints, typed on `/ui/login`, opens
+//! a session. The page never takes the operator token: a look-alike page served on the node's
+//! port while it is down would collect whatever the human is used to typing there, and a code is
+//! good once, for a minute, on the node that issued it. The cookie holds only the session's id
+//! (32 random bytes, never the token: a browser sends a `127.0.0.1` cookie to every port of that
+//! host, so whatever else listens there receives it). Sessions live in
 //! the node's memory (`Sessions`): they end on sign-out, after [`IDLE`] unused or [`LIFETIME`] in
 //! all, when the node restarts, and when `api.token` is replaced (`skillbox token rotate`). The
 //! cookie is `HttpOnly` (no script reads it), `SameSite=Strict` (no other site's page sends it) and
@@ -285,12 +289,7 @@ impl Sessions {
         let now = Instant::now();
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, h| h.live(now, epoch));
-        while map.len() >= MAX_SESSIONS {
-            let Some(oldest) = map.iter().min_by_key(|(_, h)| h.used).map(|(k, _)| *k) else {
-                break;
-            };
-            map.remove(&oldest);
-        }
+        skillbox_node::api::make_room(&mut map, MAX_SESSIONS, |h| h.used);
         map.insert(
             key_of(&id),
             Held {
@@ -449,14 +448,6 @@ pub(crate) fn cleared_cookie(base: &Base) -> String {
         "{COOKIE}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
         base.path()
     )
-}
-
-/// Whether `token` is the node operator's (a tenant's token reaches only the agent surfaces).
-pub(crate) fn is_operator(state: &AppState, token: &str) -> bool {
-    // A token is plain ASCII (the API's own rule); anything else cannot be one and must not
-    // reach a header.
-    token.bytes().all(|b| b.is_ascii_graphic())
-        && state.authorize(token).is_some_and(|p| p.operator)
 }
 
 async fn require_session(

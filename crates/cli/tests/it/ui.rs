@@ -25,6 +25,8 @@ struct Browser {
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
     base: String,
+    /// The node's data dir, where `skillbox dashboard` asks it for a sign-in code.
+    dir: std::path::PathBuf,
     /// Each session signed in: its cookie (`name=value`) and its own address (`/ui/s/<random>`),
     /// where the browser asks for its pages. The tests name pages by their logical address
     /// (`/ui/sources`); [`Browser::send`] asks at the session's and answers redirects logically.
@@ -46,6 +48,7 @@ impl Browser {
                 .build()
                 .expect("client"),
             base: node.base.clone(),
+            dir: node.dir.clone(),
             sessions: Default::default(),
         }
     }
@@ -145,9 +148,15 @@ impl Browser {
         self.send("POST", path, cookie, form, &[])
     }
 
-    /// Sign in with `token`; the session cookie (`name=value`).
-    fn sign_in(&self, token: &str) -> String {
-        let p = self.post("/ui/login", None, &[("token", token)]);
+    /// Sign in with a code from `skillbox dashboard`; the session cookie (`name=value`).
+    fn sign_in(&self) -> String {
+        let (code, _) = procs::dashboard_code(&self.dir);
+        self.sign_in_with(&code)
+    }
+
+    /// Sign in with `code`; the session cookie (`name=value`).
+    fn sign_in_with(&self, code: &str) -> String {
+        let p = self.post("/ui/login", None, &[("code", code)]);
         assert_eq!(p.status, 303, "{}", p.text);
         let set = p
             .headers
@@ -236,17 +245,32 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     assert_eq!(b.post("/ui/sources", None, &[("name", "x")]).status, 401);
     let login = b.get("/ui/login", None);
     assert_eq!(login.status, 200);
-    assert!(login.text.contains("type=\"password\""), "{}", login.text);
-    // A wrong token, or another node's, does not sign in.
-    for wrong in ["nope", owner.token.as_str()] {
-        let p = b.post("/ui/login", None, &[("token", wrong)]);
-        assert_eq!(p.status, 401, "{wrong}");
+    assert!(
+        login.text.contains("name=\"code\"") && !login.text.contains("type=\"password\""),
+        "{}",
+        login.text
+    );
+    // Review 24a L5: what a look-alike page could collect opens nothing. The operator token is
+    // no way in on the page (it used to be the only one: 303, signed in); a sign-in code is
+    // good once, on the node that issued it.
+    let (code, url) = procs::dashboard_code(&caller.dir);
+    assert!(url.ends_with("/ui/login") && !url.contains(&code), "{url}");
+    let (owners, _) = procs::dashboard_code(&owner.dir);
+    let refused = |field: &str, value: &str| {
+        let p = b.post("/ui/login", None, &[(field, value)]);
+        assert_eq!(p.status, 401, "{field}={value}: {}", p.text);
         assert!(p.headers.get("set-cookie").is_none());
-    }
+    };
+    refused("token", &caller.token);
+    refused("code", &caller.token);
+    refused("code", "nope");
+    refused("code", &owners);
+    let cookie = b.sign_in_with(&code);
+    refused("code", &code);
     assert_eq!(b.get("/ui", Some("skillbox_ui=nope")).status, 303);
+    assert_eq!(b.get("/ui", Some(&cookie)).status, 200);
 
     // Signed in: every page, each with the strict headers.
-    let cookie = b.sign_in(&caller.token);
     // A page on another port of this host planted a session cookie with a longer path, which
     // the browser sends first: the human is still signed in.
     let planted = format!("skillbox_ui=planted-by-another-port; {cookie}");
@@ -442,7 +466,7 @@ fn the_dashboard_signs_in_refuses_forgeries_escapes_peers_and_shows_no_secret() 
     );
 
     let ob = Browser::new(&owner);
-    let ocookie = ob.sign_in(&owner.token);
+    let ocookie = ob.sign_in();
     for name in ["taste", "lure"] {
         let p = ob.get(&format!("/ui/skills/{name}"), Some(&ocookie));
         assert_eq!(p.status, 200, "{}", p.text);
@@ -512,7 +536,7 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
         login.contains("data-by-address") && !login.contains(&name),
         "{login}"
     );
-    let cookie = b.sign_in(&node.token);
+    let cookie = b.sign_in();
     let (_, id) = cookie.split_once('=').expect("name=value");
     assert!(
         !id.contains(&node.token) && id.len() == 64 && id.bytes().all(|c| c.is_ascii_hexdigit()),
@@ -569,7 +593,7 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     );
 
     // Sign-out ends the session on the node: a copy of the cookie is dead too; another stays.
-    let other = b.sign_in(&node.token);
+    let other = b.sign_in();
     assert_ne!(other, cookie, "every sign-in is a new session");
     let csrf = csrf_of(&b.get("/ui/sources", Some(&cookie)).text);
     let out = b.post("/ui/logout", Some(&cookie), &[("csrf", &csrf)]);
@@ -627,11 +651,7 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     assert_eq!(fresh.get("/node").status, 200);
     let ended = b.get("/ui", Some(&other));
     assert_eq!(ended.status, 303, "a session outlived the rotation");
-    assert_eq!(
-        b.post("/ui/login", None, &[("token", &node.token)]).status,
-        401
-    );
-    let signed = b.sign_in(&new_token);
+    let signed = b.sign_in();
     assert_eq!(b.get("/ui", Some(&signed)).status, 200);
     // The file rewritten with the same token: nobody is signed out.
     std::fs::write(&path, format!("{new_token}\n")).expect("rewrite api.token");
@@ -769,7 +789,7 @@ fn a_source_stored_under_a_pasted_key_is_shown_masked_on_every_surface() {
         "the decision and the stake naming it: {by_handle}"
     );
 
-    let cookie = b.sign_in(&node.token);
+    let cookie = b.sign_in();
     for path in PAGES {
         let p = b.get(path, Some(&cookie));
         assert_eq!(p.status, 200, "{path}: {}", p.text);

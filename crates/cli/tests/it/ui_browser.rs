@@ -165,11 +165,12 @@ fn a_human_signs_in_adds_a_skill_calls_a_peer_approves_and_sees_the_ledger() {
             .expect("a WebDriver session with headless chromium");
         let base = caller.base.clone();
 
-        // Signed out: the login page; the token once.
+        // Signed out: the login page; a code from `skillbox dashboard`, typed.
         c.goto(&format!("{base}/ui")).await.expect("goto");
         assert!(c.current_url().await.expect("url").path().ends_with("/ui/login"));
         shot(&c, "login").await;
-        fill(&c, "#token", &caller.token).await;
+        let (code, _) = procs::dashboard_code(&caller.dir);
+        fill(&c, "#code", &code).await;
         click(&c, "form[action='/ui/login'] button").await;
         let at = wait_session(&c).await;
         let ui = format!("{base}{at}");
@@ -371,7 +372,8 @@ fn a_listener_on_another_loopback_port_gets_no_dashboard_cookie_from_the_browser
         ] {
             caught.lock().expect("log").clear();
             c.goto(&format!("http://{host}:{port}/ui/login")).await.expect("goto");
-            fill(&c, "#token", &token).await;
+            let (code, _) = procs::dashboard_code(&node.dir);
+            fill(&c, "#code", &code).await;
             click(&c, "form[action='/ui/login'] button").await;
             let at = wait_session(&c).await;
             assert!(page_text(&c).await.contains("Waiting for you"));

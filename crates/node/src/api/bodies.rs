@@ -130,6 +130,21 @@ pub struct Dialled {
     pub addr: String,
 }
 
+/// `POST /dashboard/codes`: a sign-in code for the dashboard.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SigninCode {
+    /// Twenty letters and digits in groups of five (`abcde-fghij-kmnpq-rstuv`), typed on the
+    /// sign-in page; good once. Dashes, spaces and capitals are ignored there.
+    #[schema(pattern = "^[a-km-np-z2-9]{5}(-[a-km-np-z2-9]{5}){3}$")]
+    pub code: String,
+    /// Seconds from now the code is good for.
+    pub expires_in_seconds: u64,
+    /// Where it is typed: the dashboard's sign-in page on this node's address.
+    #[schema(value_type = String)]
+    pub path: &'static str,
+}
+
 /// `POST /calls`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

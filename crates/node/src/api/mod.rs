@@ -13,6 +13,7 @@ mod about;
 mod agents;
 pub mod bodies;
 mod calls;
+mod dashboard;
 pub mod error;
 mod extract;
 mod guard;
@@ -30,6 +31,7 @@ use axum::middleware;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use dashboard::{CODE_LIFETIME, SIGNIN_PATH, SigninCodes, make_room};
 pub use error::ApiError;
 pub use guard::{HostGuardState, bearer_token, host_guard};
 use guard::{label_route, method_not_allowed, no_route, observe, require_operator, require_token};
@@ -100,6 +102,7 @@ pub(crate) fn book() -> Book {
     let operator = OpenApiRouter::new()
         .routes(routes!(about::metrics_text))
         .routes(routes!(about::node_info))
+        .routes(routes!(dashboard::issue_signin_code))
         .routes(routes!(skills::list_skills, skills::post_skill))
         .routes(routes!(
             skills::get_skill,

@@ -45,6 +45,9 @@ pub struct Shared {
     token_seen: Mutex<Option<Option<TokenStamp>>>,
     /// Bumped each time the operator's token changes: what a dashboard session is bound to.
     operator_epoch: std::sync::atomic::AtomicU64,
+    /// The dashboard's single-use sign-in codes (`POST /dashboard/codes`), which its sign-in
+    /// page takes instead of the token.
+    pub signin_codes: super::SigninCodes,
 }
 
 /// How [`Shared`] learns who may call: the operator's token and the config's tenants.
@@ -88,6 +91,7 @@ impl Shared {
             token_path: access.token_path,
             token_seen: Mutex::new(None),
             operator_epoch: std::sync::atomic::AtomicU64::new(0),
+            signin_codes: super::SigninCodes::default(),
         }
     }
 

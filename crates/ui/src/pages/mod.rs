@@ -20,7 +20,7 @@ use skillbox_node::calls::{CallView, Calls, StartCall};
 use skillbox_node::ledger::Line;
 use zeroize::Zeroizing;
 
-use crate::{Base, Session, Sessions, cleared_cookie, is_operator, session_cookie};
+use crate::{Base, Session, Sessions, cleared_cookie, session_cookie};
 
 mod board;
 mod calls;

@@ -380,10 +380,8 @@ mod tests {
 
         /// Sign in; the session's cookie.
         async fn sign_in(&mut self) -> String {
-            let token = self.token.clone();
-            let a = self
-                .send("POST", "/ui/login", "", &[("token", &token)])
-                .await;
+            let code = super::super::session::tests::signin_code(&self.router, &self.token).await;
+            let a = self.send("POST", "/ui/login", "", &[("code", &code)]).await;
             assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
             let at = self
                 .answers
