@@ -67,6 +67,8 @@ pub(crate) struct EngineConfig {
     pub parallel: usize,
     /// Tokens per generation (prompt and answer).
     pub context: usize,
+    /// Whether any work may go to a GPU: only when the attested configuration names GPUs.
+    pub offload: bool,
 }
 
 pub(crate) struct Engine {
@@ -233,12 +235,12 @@ fn context_params(config: &EngineConfig) -> LlamaContextParams {
         // A KV stream of its own per sequence: a generation's attention never sees another's
         // cells, so its answer is the same alone or batched.
         .with_kv_unified(false)
-        .with_flash_attention_policy(
-            std::env::var("XX_FA")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(-1),
-        )
+        // With no layer on a GPU, llama.cpp still moves the KV cache (`offload_kqv`) and the
+        // matrix work of prompt batches of 32+ tokens (`op_offload`) to a compiled-in GPU
+        // backend by default: the whole prompt would cross to a device the attestation does
+        // not name.
+        .with_offload_kqv(config.offload)
+        .with_op_offload(config.offload)
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
 }
@@ -492,5 +494,28 @@ impl Worker<'_> {
             moved.seq = hole;
             self.slots[i] = Some(moved);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A box whose attested configuration names no GPU kept no layer on one, yet llama.cpp's
+    /// defaults still moved the KV cache and prompt-batch matrix work to a compiled-in GPU
+    /// backend: the whole prompt on a device no one attested.
+    #[test]
+    fn no_work_goes_to_a_gpu_the_configuration_does_not_name() {
+        let config = |offload| EngineConfig {
+            threads: 1,
+            parallel: 1,
+            context: 512,
+            offload,
+        };
+        let none = context_params(&config(false));
+        assert!(!none.offload_kqv(), "the KV cache may go to a GPU");
+        assert!(!none.op_offload(), "prompt batches may go to a GPU");
+        let some = context_params(&config(true));
+        assert!(some.offload_kqv() && some.op_offload());
     }
 }

@@ -186,11 +186,20 @@ impl Default for LocalOptions {
 }
 
 /// The model's load parameters: every layer on the GPUs when the attested configuration names
-/// some, none otherwise. Set in every build, not only `cuda`: llama.cpp's default (-1) offloads
-/// to whatever GPU backend is compiled in.
+/// some; otherwise no GPU device at all (an empty device list, not llama.cpp's default of every
+/// device it finds) and no layer. Set in every build, not only `cuda`: llama.cpp's default (-1)
+/// offloads to whatever GPU backend is compiled in.
 fn model_params(options: &LocalOptions) -> LlamaModelParams {
-    let layers = if options.gpus > 0 { u32::MAX } else { 0 };
-    LlamaModelParams::default().with_n_gpu_layers(layers)
+    let params = LlamaModelParams::default();
+    if options.gpus > 0 {
+        return params.with_n_gpu_layers(u32::MAX);
+    }
+    let params = params.with_n_gpu_layers(0);
+    // Only a list longer than llama.cpp's device maximum is refused; an empty one never is.
+    match params.with_devices(&[]) {
+        Ok(params) => params,
+        Err(_) => LlamaModelParams::default().with_n_gpu_layers(0),
+    }
 }
 
 /// llama.cpp's process-wide state, made once; its log output is switched off (nothing a box
@@ -419,6 +428,7 @@ impl LocalModel {
             threads: options.threads.unwrap_or_else(default_threads).max(1),
             parallel: options.parallel.clamp(1, 256),
             context,
+            offload: options.gpus > 0,
         };
         let inner = Arc::new(Inner {
             model,
