@@ -180,6 +180,17 @@ fn roster_in(c: &Connection, owner: &Owner) -> Result<Vec<RosterEntry>> {
         .collect()
 }
 
+/// The roster ids `owner` holds: all a chart's members are checked against.
+fn roster_ids_in(c: &Connection, owner: &Owner) -> Result<HashSet<String>> {
+    let (t, w) = owner_key(owner);
+    let mut stmt =
+        c.prepare("SELECT roster_id FROM roster WHERE tenant_id = ?1 AND workspace_id = ?2")?;
+    let ids = stmt
+        .query_map(params![t, w], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(ids)
+}
+
 fn chart_in(c: &Connection, owner: &Owner) -> Result<Option<OrgChart>> {
     let (t, w) = owner_key(owner);
     let text: Option<String> = c
@@ -202,15 +213,23 @@ pub struct Agents {
     store: Arc<Store>,
     nesting: bool,
     max_roster_entries: usize,
+    max_departments: usize,
 }
 
 impl Agents {
-    /// `max_roster_entries`: config `agents.max_roster_entries`, counted per tenant.
-    pub fn new(store: Arc<Store>, department_nesting: bool, max_roster_entries: usize) -> Agents {
+    /// `max_roster_entries`: config `agents.max_roster_entries`, counted per tenant;
+    /// `max_departments`: config `agents.max_departments`, per chart.
+    pub fn new(
+        store: Arc<Store>,
+        department_nesting: bool,
+        max_roster_entries: usize,
+        max_departments: usize,
+    ) -> Agents {
         Agents {
             store,
             nesting: department_nesting,
             max_roster_entries,
+            max_departments,
         }
     }
 
@@ -364,12 +383,19 @@ impl Agents {
     /// schema and the owner's roster, then stored in place of the old one. Returns the chart and
     /// whether the owner had none before.
     pub fn put_chart(&self, owner: &Owner, doc: &Value) -> Result<(OrgChart, bool)> {
+        // The whole check (schema over up to the body limit, then the graphs) runs on a read
+        // connection, not in the store's one writer, which every call step and ledger entry
+        // waits on. Inside the write only the members are held to the roster as it is then.
+        let mine = self.store.read(|c| roster_ids_in(c, owner))?;
+        let chart = rules::check_org_chart(doc, owner, self.nesting, self.max_departments, |id| {
+            mine.contains(id).then(|| owner.clone())
+        })?;
         self.store.write(|tx| {
-            let mine: HashSet<String> =
-                roster_in(tx, owner)?.into_iter().map(|e| e.roster_id).collect();
-            let chart = rules::check_org_chart(doc, owner, self.nesting, |id| {
-                mine.contains(id).then(|| owner.clone())
-            })?;
+            let mine = roster_ids_in(tx, owner)?;
+            if let Some(gone) = chart.members.iter().find(|m| !mine.contains(&m.roster_id)) {
+                // Removed since the check: refused as the check refuses a missing entry.
+                return Err(rules::AgentsError::UnknownRosterEntry(gone.roster_id.clone()).into());
+            }
             let text = serde_json::to_string(&chart)
                 .map_err(|e| NodeError::stored_row("org chart", &owner.tenant_id, e))?;
             let (t, w) = owner_key(owner);

@@ -501,6 +501,11 @@ pub struct AgentsConfig {
     /// rows into the operator's store, and without a ceiling one tenant fills its disk.
     #[serde(default = "default_max_roster_entries")]
     pub max_roster_entries: usize,
+    /// Departments one org chart may hold: a tenant writes the chart, and each check of it and
+    /// each view of a department walks its departments, so their number is bounded here rather
+    /// than by the body limit (1 MiB holds ~13,600).
+    #[serde(default = "default_max_departments")]
+    pub max_departments: usize,
 }
 
 /// The default of `agents.max_roster_entries`.
@@ -508,6 +513,14 @@ pub const DEFAULT_MAX_ROSTER_ENTRIES: usize = 1_000;
 
 fn default_max_roster_entries() -> usize {
     DEFAULT_MAX_ROSTER_ENTRIES
+}
+
+/// The default of `agents.max_departments`: as many departments as a tenant may hold roster
+/// entries.
+pub const DEFAULT_MAX_DEPARTMENTS: usize = 1_000;
+
+fn default_max_departments() -> usize {
+    DEFAULT_MAX_DEPARTMENTS
 }
 
 fn yes() -> bool {
@@ -887,6 +900,7 @@ impl Default for Config {
                 namespace: skillbox_skill::openwop::DEFAULT_NAMESPACE.to_owned(),
                 department_nesting: true,
                 max_roster_entries: DEFAULT_MAX_ROSTER_ENTRIES,
+                max_departments: DEFAULT_MAX_DEPARTMENTS,
             },
             limits: Limits {
                 max_skill_bytes: skillbox_skill::document::MAX_DOCUMENT,
@@ -1008,6 +1022,9 @@ impl Config {
         }
         if self.agents.max_roster_entries == 0 {
             return Err("agents.max_roster_entries must be at least 1".to_owned());
+        }
+        if self.agents.max_departments == 0 {
+            return Err("agents.max_departments must be at least 1".to_owned());
         }
         let c = &self.calls;
         if c.max_request_bytes == 0
@@ -1386,6 +1403,8 @@ department_nesting = {nesting}
 # Roster entries one tenant may hold across its workspaces (a tenant's writes land in this
 # node's store; this is their ceiling).
 max_roster_entries = {max_roster}
+# Departments one org chart may hold; a chart with more is refused (too_many_departments).
+max_departments = {max_departments}
 
 [limits]
 # Largest SKILL.md accepted (bytes).
@@ -1556,6 +1575,7 @@ operator = {operator}
             policy = self.render_policy(),
             nesting = self.agents.department_nesting,
             max_roster = self.agents.max_roster_entries,
+            max_departments = self.agents.max_departments,
             operator = s(&self.tenants.operator),
             tokens = self
                 .tenants

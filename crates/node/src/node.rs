@@ -248,6 +248,7 @@ impl Node {
             store.clone(),
             config.agents.department_nesting,
             config.agents.max_roster_entries,
+            config.agents.max_departments,
         );
         let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());
         let boxes = Arc::new(

@@ -37,7 +37,7 @@ answers! {
     /// A roster entry the caller does not hold.
     NoSuchEntry = 404, "No such entry for this tenant (`not_found`) — another tenant's answers the same.";
     /// What the roster and org-chart writes refuse (every rule they check).
-    Refused = 400, "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle; `details.errors` the schema errors).";
+    Refused = 400, "Refused, nothing stored (`validation_error`; `details.reason` names the rule: schema, roster_id_mismatch, tenant_mismatch, unknown_agent, skill_in_roster, duplicate_department, unknown_parent_department, nesting_disabled, department_cycle, duplicate_role, duplicate_member, unknown_roster_entry, unknown_department, unknown_role, self_report, unknown_manager, reports_to_cycle, too_many_departments (over `agents.max_departments`); `details.errors` the schema errors).";
 }
 
 /// Every installed manifest's inventory entry, each with the caller's `roster[]` projection.

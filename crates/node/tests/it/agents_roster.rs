@@ -726,6 +726,50 @@ async fn nesting_off_is_advertised_and_enforced() {
     );
 }
 
+/// Review 25 T1, performed: one tenant PUT of 13,601 departments chained child-first (the most
+/// a 1 MiB body holds) made every view of the root a minute of a core. Over
+/// `agents.max_departments` (1,000 by default) the chart is refused by a reason naming the
+/// limit and stores nothing; a chain at the limit is taken, and its root's view walks it whole.
+#[tokio::test]
+async fn a_chart_over_the_department_limit_is_refused_and_one_at_it_is_viewed() {
+    let e = env();
+    let chain = |n: usize| {
+        let departments: Vec<Value> = (0..n)
+            .rev()
+            .map(|i| {
+                let parent = (i > 0).then(|| format!("d{}", i - 1));
+                json!({"departmentId": format!("d{i}"), "name": "d", "parentDepartmentId": parent, "roles": []})
+            })
+            .collect();
+        json!({"owner": {"tenantId": "acme", "workspaceId": "growth"}, "departments": departments, "members": []})
+    };
+    let (_, before) = e.get("/v1/agents/org-chart", &e.acme).await;
+    let attack = chain(13_601);
+    assert!(
+        attack.to_string().len() < 1 << 20,
+        "the review's chart fits the body limit"
+    );
+    let (status, body) = e.put("/v1/host/skillbox/org-chart", &e.acme, &attack).await;
+    // Not the body in the message: a stored chart is echoed back whole (1 MiB).
+    assert_eq!(status, StatusCode::BAD_REQUEST, "the review's chart is refused");
+    common::assert_envelope(&body, "validation_error");
+    assert_eq!(body["details"]["reason"], json!("too_many_departments"));
+    assert_eq!(
+        body["message"],
+        json!("the chart has 13601 departments, over this host's limit of 1000")
+    );
+    let (_, after) = e.get("/v1/agents/org-chart", &e.acme).await;
+    assert_eq!(after, before, "nothing stored");
+
+    let (status, body) = e
+        .put("/v1/host/skillbox/org-chart", &e.acme, &chain(1_000))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, view) = e.get("/v1/agents/org-chart/d0", &e.acme).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["department"]["departmentId"], json!("d0"));
+}
+
 #[tokio::test]
 async fn discovery_advertises_what_is_served() {
     let e = env();

@@ -92,6 +92,9 @@ fn roster_entry_refusals() {
     assert_eq!(e.reason(), "tenant_mismatch");
 }
 
+/// A host's department limit, above every chart here but the one that tests it.
+const MAX: usize = 1_000;
+
 fn roster_owner(id: &str) -> Option<Owner> {
     match id {
         "host:ceo" | "host:cto" | "host:dev1" | "host:dev2" | "host:ops" => Some(acme()),
@@ -133,7 +136,7 @@ fn workflows(id: &str) -> Vec<String> {
 
 #[test]
 fn a_good_chart_passes_and_validates_exactly() {
-    let c = check_org_chart(&chart(), &acme(), true, roster_owner).expect("ok");
+    let c = check_org_chart(&chart(), &acme(), true, MAX, roster_owner).expect("ok");
     assert_eq!(c.members.len(), 5);
     let served = serde_json::to_value(&c).expect("ser");
     assert!(openwop::validate(Schema::AgentOrgChart, &served).is_ok());
@@ -170,16 +173,33 @@ fn chart_refusals_each_with_a_reason() {
         (c, reason)
     });
     for (doc, reason) in cases {
-        let e = check_org_chart(&doc, &acme(), true, roster_owner).expect_err(reason);
+        let e = check_org_chart(&doc, &acme(), true, MAX, roster_owner).expect_err(reason);
         assert_eq!(e.reason(), reason, "{e}");
     }
-    let e = check_org_chart(&chart(), &acme(), false, roster_owner).unwrap_err();
+    let e = check_org_chart(&chart(), &acme(), false, MAX, roster_owner).unwrap_err();
     assert_eq!(e.reason(), "nesting_disabled");
+}
+
+/// One department over the host's limit is refused by a reason of its own, naming the count and
+/// the limit, before the schema is read: the chart here is otherwise not even valid.
+#[test]
+fn a_chart_over_the_department_limit_is_refused_naming_the_limit() {
+    let mut doc = chart();
+    let one = json!({"departmentId": "x", "name": "X", "roles": []});
+    doc["departments"] = Value::Array(vec![one; 4]);
+    let e = check_org_chart(&doc, &acme(), true, 3, roster_owner).expect_err("over the limit");
+    assert_eq!(e.reason(), "too_many_departments", "{e}");
+    assert_eq!(
+        e.to_string(),
+        "the chart has 4 departments, over this host's limit of 3"
+    );
+    let at = check_org_chart(&chart(), &acme(), true, 3, roster_owner).expect("3 is at the limit");
+    assert_eq!(at.departments.len(), 3);
 }
 
 #[test]
 fn responsibility_view_is_recursive_by_default_and_deduplicated() {
-    let c = check_org_chart(&chart(), &acme(), true, roster_owner).expect("ok");
+    let c = check_org_chart(&chart(), &acme(), true, MAX, roster_owner).expect("ok");
     let view = responsibility_view(&c, "eng", true, workflows).expect("eng exists");
     assert!(
         openwop::validate(Schema::OrgChartResponsibilityView, &view).is_ok(),
