@@ -532,6 +532,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (peer, skill, day, instance)
     ) STRICT;
     "#,
+    // 19: the `skillbox_calls` gauge (`records::counts_by_state`, every `GET /metrics`) counts
+    // the calls by (role, state) from an index that holds both (issue 33: no index held `role`,
+    // so it read every call row kept — record, program envelope, facts, ~3.3 KiB each — at
+    // every scrape, O(bytes of the calls kept)). `role` never changes, so the wider index costs a
+    // step's write nothing more than the one it replaces; `WHERE state ...` still uses it.
+    r#"
+    DROP INDEX calls_by_state;
+    CREATE INDEX calls_by_state_role ON calls (state, role);
+    "#,
 ];
 
 /// The schema version this binary writes.
