@@ -192,6 +192,7 @@ pub fn pack_add(global: &crate::Global, path: &PathBuf, json: bool) -> anyhow::R
             s["agentId"].as_str().unwrap_or("")
         );
         print_state(&s["state"]);
+        crate::skill_cmd::print_import_notes(s);
     }
     for a in body["agents"].as_array().into_iter().flatten() {
         say!(

@@ -1,8 +1,10 @@
 //! What reaches the operator's terminal from a peer goes through here: a board row's
 //! description and names, the addresses a peer gives, a box URL an owner advertised (in a
-//! call's record and its consent question), a call's answer (the owner's model's output). A
-//! peer chooses those bytes, and a terminal obeys escape sequences — clear a line and write a
-//! fake one, set the clipboard (OSC 52), hide a link (OSC 8) — and shows nothing of invisible
+//! call's record and its consent question), a call's answer (the owner's model's output); and
+//! what a file someone else wrote makes the CLI print (`skill check`, `manifest check` and
+//! `skill add` quote a SKILL.md's or pack.json's field names and values). A peer or an author
+//! chooses those bytes, and a terminal obeys escape sequences — clear a line and write a fake
+//! one, set the clipboard (OSC 52), hide a link (OSC 8) — and shows nothing of invisible
 //! characters. So each field is one line without control, escape, bidi or invisible
 //! characters, a description is shown between ⟦ ⟧ (a peer cannot write those brackets: they
 //! become apostrophes), and an answer is framed with this process's random markers, as the
@@ -13,7 +15,13 @@ use skillbox_reach::catalog;
 
 /// A peer's field as one clean line of at most `cap` characters ("" when absent).
 pub fn line(v: &Value, cap: usize) -> String {
-    catalog::clean_untrusted(v.as_str().unwrap_or(""), cap)
+    text(v.as_str().unwrap_or(""), cap)
+}
+
+/// Someone else's text as one clean line of at most `cap` characters: the same cleaning as a
+/// peer's field, for text that came in a file (a SKILL.md, a pack.json someone handed over).
+pub fn text(s: &str, cap: usize) -> String {
+    catalog::clean_untrusted(s, cap)
 }
 
 /// A string list's items, each a clean line.

@@ -9,6 +9,18 @@ use serde_json::{Value, json};
 use skillbox_skill::{CheckError, Diagnostic, check_manifest_document, check_skill, openwop};
 
 use crate::node_cmd::said;
+use crate::peer_text;
+
+/// The most characters of one printed line that quotes a file's text.
+const SHOWN_CAP: usize = 4096;
+
+/// A file's text (a field name, a value, a schema error quoting either) as the terminal gets
+/// it: one line, no control, escape, bidi or invisible character. A SKILL.md or pack.json is
+/// often someone else's, and its YAML or JSON escapes write ESC, BEL and C1 controls into keys
+/// (`"\e]52;c;…\a": 1` set the clipboard through `skill check`'s warning).
+fn shown(text: &str) -> String {
+    peer_text::text(text, SHOWN_CAP)
+}
 
 #[derive(clap::Subcommand, Debug)]
 pub enum SkillCommand {
@@ -107,20 +119,31 @@ struct SkillReport {
     agent_id: Option<String>,
     errors: Vec<Diagnostic>,
     warnings: Vec<Diagnostic>,
+    /// What a valid skill would spend of the owner's: provider, model, key source and the
+    /// ceilings it asks for (a node holds them to its `[ceilings]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spends: Option<Value>,
 }
 
 impl SkillReport {
     fn print(&self) {
         let verdict = if self.valid { "ok" } else { "INVALID" };
+        let path = shown(&self.path);
         match &self.agent_id {
-            Some(id) => println!("{}: {verdict} ({id})", self.path),
-            None => println!("{}: {verdict}", self.path),
+            Some(id) => println!("{path}: {verdict} ({})", shown(id)),
+            None => println!("{path}: {verdict}"),
         }
         for e in &self.errors {
-            println!("  error: {e}");
+            println!("  error: {}", shown(&e.to_string()));
         }
         for w in &self.warnings {
-            println!("  warning: {w}");
+            println!("  warning: {}", shown(&w.to_string()));
+        }
+        if let Some(spends) = &self.spends {
+            print_spends(
+                spends,
+                "asks for ceilings (a node applies at most its [ceilings])",
+            );
         }
     }
 }
@@ -149,6 +172,7 @@ fn check_skill_path(path: &Path) -> SkillReport {
         agent_id: None,
         errors: Vec::new(),
         warnings: Vec::new(),
+        spends: None,
     };
     let bytes = match read_limited(&file, skillbox_skill::document::MAX_DOCUMENT) {
         Ok(b) => b,
@@ -162,6 +186,13 @@ fn check_skill_path(path: &Path) -> SkillReport {
             report.valid = true;
             report.agent_id = Some(checked.agent_id);
             report.warnings = checked.warnings;
+            let d = &checked.declaration;
+            report.spends = Some(json!({
+                "provider": d.provider.as_ref().map(ToString::to_string),
+                "model": d.model,
+                "key": d.key,
+                "limits": d.limits,
+            }));
         }
         Err(CheckError::Document(e)) => report.errors = e.problems,
         Err(CheckError::Manifest { located, .. }) => report.errors = located,
@@ -208,32 +239,70 @@ fn check_manifest_path(path: &Path) -> Value {
 }
 
 fn print_manifest_report(report: &Value) {
-    let path = report["path"].as_str().unwrap_or("?");
+    let text = |v: &Value, absent: &str| shown(v.as_str().unwrap_or(absent));
+    let path = text(&report["path"], "?");
     let verdict = said(&report["valid"], "ok", "INVALID");
     if let Some(err) = report.get("error").and_then(Value::as_str) {
         println!("{path}: {verdict}");
-        println!("  error: {err}");
+        println!("  error: {}", shown(err));
         return;
     }
-    println!(
-        "{path}: {verdict} ({})",
-        report["kind"].as_str().unwrap_or("?")
-    );
+    println!("{path}: {verdict} ({})", text(&report["kind"], "?"));
     for e in report["packErrors"].as_array().into_iter().flatten() {
         println!(
             "  error: {}: {}",
-            e["path"].as_str().unwrap_or(""),
-            e["message"].as_str().unwrap_or("")
+            text(&e["path"], ""),
+            text(&e["message"], "")
         );
     }
     for agent in report["agents"].as_array().into_iter().flatten() {
-        let id = agent["agentId"].as_str().unwrap_or("<no agentId>");
-        let role = agent["role"].as_str().unwrap_or("no role");
+        let id = text(&agent["agentId"], "<no agentId>");
+        let role = text(&agent["role"], "no role");
         let v = said(&agent["valid"], "ok", "INVALID");
         println!("  agent {id} ({role}): {v}");
         for e in agent["errors"].as_array().into_iter().flatten() {
             let p = e["path"].as_str().filter(|p| !p.is_empty()).unwrap_or("/");
-            println!("    error: {p}: {}", e["message"].as_str().unwrap_or(""));
+            println!("    error: {}: {}", shown(p), text(&e["message"], ""));
         }
+    }
+}
+
+/// What `skill add` (a SKILL.md, or each skill of a pack) says past the verdict: the import's
+/// warnings, each with its field, and what the skill spends of the owner's (see
+/// [`print_spends`]).
+pub(crate) fn print_import_notes(imported: &Value) {
+    for w in imported["warnings"].as_array().into_iter().flatten() {
+        let message = w["message"].as_str().unwrap_or("");
+        let line = match w["field"].as_str() {
+            Some(field) => format!("{field}: {message}"),
+            None => message.to_owned(),
+        };
+        say!("  warning: {}", shown(&line));
+    }
+    print_spends(&imported["spends"], "ceilings in force");
+}
+
+/// What a skill spends of its owner's when a peer calls it — provider, model, key source, and
+/// its ceilings under `ceilings` — since a SKILL.md may be someone else's and that is what it
+/// commits the owner to. All of it is the file's text, cleaned.
+fn print_spends(spends: &Value, ceilings: &str) {
+    let part = |what: &str, v: &Value| v.as_str().map(|s| format!("{what} {}", shown(s)));
+    let parts: Vec<String> = [
+        part("provider", &spends["provider"]),
+        part("model", &spends["model"]),
+        part("key source", &spends["key"]),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !parts.is_empty() {
+        say!("  spends: {}", parts.join(", "));
+    }
+    let set: Vec<String> = skillbox_skill::Limits::FIELDS
+        .iter()
+        .filter_map(|f| spends["limits"][f].as_u64().map(|n| format!("{f} {n}")))
+        .collect();
+    if !set.is_empty() {
+        say!("  {ceilings}: {}", set.join(", "));
     }
 }

@@ -250,7 +250,8 @@ impl Node {
             config.agents.max_roster_entries,
             config.agents.max_departments,
         );
-        let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone());
+        let skills = Skills::new(store.clone(), data_key, config.agents.namespace.clone())
+            .with_ceilings(&config.ceilings);
         let boxes = Arc::new(
             Boxes::new(
                 &config.boxes.accept,

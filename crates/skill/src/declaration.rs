@@ -88,6 +88,31 @@ impl Limits {
         true
     }
 
+    /// The fields, in [`Limits::FIELDS`] order.
+    fn values(&self) -> [Option<u64>; 5] {
+        [
+            self.max_request_bytes,
+            self.max_source_bytes,
+            self.max_output_bytes,
+            self.calls_per_peer_per_day,
+            self.calls_per_day,
+        ]
+    }
+
+    /// Each field of `self` set above the same field of `ceilings`, as (front-matter name,
+    /// `self`'s value, `ceilings`' value), in [`Limits::FIELDS`] order: what a skill's own
+    /// `limits:` would raise past a node's ceilings.
+    pub fn above(&self, ceilings: &Limits) -> Vec<(&'static str, u64, u64)> {
+        Self::FIELDS
+            .into_iter()
+            .zip(self.values().into_iter().zip(ceilings.values()))
+            .filter_map(|(name, pair)| match pair {
+                (Some(set), Some(ceiling)) if set > ceiling => Some((name, set, ceiling)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Each field of `self`, or `defaults`' where `self` has none.
     pub fn or(&self, defaults: &Limits) -> Limits {
         Limits {

