@@ -654,8 +654,9 @@ fn default_retention_days() -> u64 {
     30
 }
 
-/// The owner's ceilings for every skill this node offers, unless a skill's `limits:` (or
-/// `skillbox skill set`) says otherwise: what a caller may spend of the owner's key and box.
+/// The owner's ceilings for every skill this node offers, unless `skillbox skill set` says
+/// otherwise for one, or a skill's `limits:` asks for less (an import holds what it asks above
+/// these to them, `Skills::import_pack`): what a caller may spend of the owner's key and box.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CeilingsConfig {
@@ -1435,8 +1436,9 @@ max_unstarted_per_peer = {max_unstarted}
 forwarded_attestations = {forwarded}
 
 [ceilings]
-# The owner's ceilings for every skill this node offers (a skill's `limits:` front matter, or
-# `skillbox skill set NAME maxRequestBytes=…`, overrides each): what a caller may spend of the
+# The owner's ceilings for every skill this node offers (`skillbox skill set NAME
+# maxRequestBytes=…` overrides each for one skill; a skill's `limits:` front matter may only ask
+# for less: an import holds it to these, with a warning): what a caller may spend of the
 # owner's key and box. A program above them is refused `over_owner_limit`; a skill past its
 # daily calls `daily_limit`.
 max_request_bytes = {c_request}
