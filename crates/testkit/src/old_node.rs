@@ -43,10 +43,24 @@ pub fn sources_named_by(dir: &Path, keys: &[&str]) {
 /// item each — signed with the node's key like every entry.
 pub fn ledger_a_stake_of(dir: &Path, sources: &[&str]) {
     let (store, _) = open(dir);
+    ledger_a_stake_into(&store, &node_key_of(dir), sources);
+}
+
+/// The node key of the data dir `dir`: what signs its ledger.
+pub fn node_key_of(dir: &Path) -> skillbox_jc::ed25519_dalek::SigningKey {
     let data = DataDir::new(dir);
-    let key = skillbox_jc::ed25519_dalek::SigningKey::from_bytes(
+    skillbox_jc::ed25519_dalek::SigningKey::from_bytes(
         data.load_node_key().expect("node key").seed(),
-    );
+    )
+}
+
+/// [`ledger_a_stake_of`] into an open `store` (a running node's too: the entries land after
+/// the ones it holds), signed with `key`.
+pub fn ledger_a_stake_into(
+    store: &Store,
+    key: &skillbox_jc::ed25519_dalek::SigningKey,
+    sources: &[&str],
+) {
     let call = "7e57ca11000000000000000000000001";
     let names: Vec<String> = sources.iter().map(|&s| s.to_owned()).collect();
     let facts = |kind| Entry {
@@ -58,7 +72,7 @@ pub fn ledger_a_stake_of(dir: &Path, sources: &[&str]) {
         sources: names.clone(),
         ..Entry::naming(kind, call, "caller", "12D3KooWPeerOfAnOlderCall")
     };
-    ledger::append_now(&store, &key, facts(EntryKind::Decision)).expect("the decision");
+    ledger::append_now(store, key, facts(EntryKind::Decision)).expect("the decision");
     let stake = Entry {
         items: names
             .iter()
@@ -71,7 +85,7 @@ pub fn ledger_a_stake_of(dir: &Path, sources: &[&str]) {
             .collect(),
         ..facts(EntryKind::Stake)
     };
-    ledger::append_now(&store, &key, stake).expect("the stake");
+    ledger::append_now(store, key, stake).expect("the stake");
 }
 
 /// The data dir's store and sources, after one open of the node (its ledger begun).

@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use crate::support;
 use crate::support::{TestNode, World, provider_double, world, world_holding_songs};
+use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
+use skillbox_node::ledger::{self, Entry, Head, Line, Redaction};
 use skillbox_testkit::answer::field_of_each;
+use skillbox_testkit::old_node::PASTED_KEYS;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -610,7 +613,7 @@ async fn edits_of_the_database_under_the_ledger_are_seen() {
 
 #[test]
 fn a_database_restored_from_an_older_copy_does_not_verify_nor_is_covered_up() {
-    use skillbox_node::ledger::{self, Entry, EntryKind};
+    use skillbox_node::ledger::EntryKind;
     use skillbox_node::store::Store;
     let dir = tempfile::tempdir().expect("tempdir");
     let data = skillbox_node::DataDir::new(dir.path());
@@ -670,4 +673,152 @@ fn a_database_restored_from_an_older_copy_does_not_verify_nor_is_covered_up() {
     let store = Store::open(&db).expect("store");
     let v = ledger::verify_store(&store, &vk).expect("verify");
     assert!(!v.ok, "{v:?}");
+}
+
+// ---- what an export and a saved head vouch for (review 25)
+
+/// A node (no box: its ledger is only written to here) and its node key, what whoever takes
+/// the data dir holds.
+async fn node_and_key() -> (TestNode, SigningKey) {
+    let node = TestNode::start("http://127.0.0.1:9", vec![], |_| {}).await;
+    let key = skillbox_testkit::old_node::node_key_of(node.dir.path());
+    (node, key)
+}
+
+/// What `GET /ledger?format=jsonl` exports, as its text and its lines, and the node key in hex
+/// as `GET /ledger` names it.
+async fn exported(node: &TestNode) -> (String, Vec<Line>, String) {
+    let a = node.get("/ledger?format=jsonl").await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    // One line of JSON Lines is one JSON value, which the answer reads as JSON: back to a line.
+    let text = match a.body {
+        Value::String(text) => text,
+        one => format!("{one}\n"),
+    };
+    let lines = ledger::parse_jsonl(&text)
+        .into_iter()
+        .map(|l| l.expect("an entry"))
+        .collect();
+    let page = node.get("/ledger").await.body;
+    let node_key = page["nodeKey"].as_str().expect("nodeKey").to_owned();
+    (text, lines, node_key)
+}
+
+/// What /tmp/rv25/forge.py did with the node key, offline: rewrite what `line` says, mark it
+/// redacted and sign it as shown — the node's own formula (its domain, then each part's
+/// length and bytes: the hash, the redaction, the RFC 8785 entry as shown).
+fn forge(line: &mut Line, key: &SigningKey, rewrite: impl FnOnce(&mut Entry)) {
+    use ed25519_dalek::Signer;
+    rewrite(&mut line.entry);
+    line.redacted = Some(Redaction::SourceNames);
+    let shown = skillbox_jc::jcs::to_canonical(&line.entry).expect("jcs");
+    let mut message = b"skillbox-ledger-shown-v1\0".to_vec();
+    for part in [line.hash.as_bytes(), b"source_names".as_slice(), &shown] {
+        message.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        message.extend_from_slice(part);
+    }
+    line.shown_sig = Some(hex::encode(key.sign(&message).to_bytes()));
+}
+
+/// Review 25 R1 against a real node's export: with the node key, the genesis (never redacted)
+/// rewritten to name another peer and the redacted stake turned into a refusal that staked
+/// nothing into another box, each marked redacted and signed as shown. Against the head `GET
+/// /ledger/verify` gives to save (version 2) the forged export is `rewritten` at its first
+/// forged line (it verified before), while the node's own export verifies; against the
+/// database's head (version 1, as every head saved before) even the node's own export is
+/// `unpinned_redaction`, never `ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_head_holds_an_exported_redacted_entry_to_what_it_said() {
+    let (node, key) = node_and_key().await;
+    // What an older node wrote for a call that staked sources stored under pasted keys:
+    // entries 2 and 3, which every export shows redacted.
+    let store = skillbox_node::store::Store::open(&node.dir.path().join("node.db")).expect("store");
+    skillbox_testkit::old_node::ledger_a_stake_into(&store, &key, &PASTED_KEYS);
+    let v = node.get("/ledger/verify").await.body;
+    assert_eq!(v["ok"], true, "{v}");
+    let saved: Head = serde_json::from_value(v["signedHead"].clone()).expect("a head");
+    assert_eq!((saved.version(), saved.seq), (2, 3), "{v}");
+    let (text, lines, node_key) = exported(&node).await;
+    let check = |text: &str, anchor: Option<&Head>| {
+        let v = ledger::verify_export_anchored(text, &node_key, anchor).expect("the node key");
+        (v.ok, v.broken_at, v.reason.map(|r| r.as_str()), v.redacted)
+    };
+    assert_eq!(check(&text, Some(&saved)), (true, None, None, vec![2, 3]));
+
+    let mut forged = lines.clone();
+    forge(&mut forged[0], &key, |e| {
+        e.peer = "12D3KooWForgedPeer".into()
+    });
+    forge(&mut forged[2], &key, |e| {
+        e.decision = "deny".into();
+        e.decided_by = "rule:1".into();
+        e.items.clear();
+        e.box_url = Some("https://other.example".into());
+    });
+    let forged = ledger::to_jsonl(&forged).expect("jsonl");
+    assert_eq!(
+        check(&forged, None),
+        (true, None, None, vec![1, 2, 3]),
+        "without a saved head the node key vouches for any view"
+    );
+    assert_eq!(
+        check(&forged, Some(&saved)),
+        (false, Some(1), Some("rewritten"), vec![])
+    );
+
+    let v1: Head = serde_json::from_slice(
+        &db(&node)
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'ledger_head'",
+                [],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+            .expect("the database's head"),
+    )
+    .expect("a head");
+    assert_eq!((v1.version(), v1.seq), (1, 3));
+    assert_eq!(
+        check(&text, Some(&v1)),
+        (false, Some(2), Some("unpinned_redaction"), vec![])
+    );
+    assert_eq!(
+        check(&forged, Some(&v1)),
+        (false, Some(1), Some("unpinned_redaction"), vec![])
+    );
+}
+
+/// Review 25 R2: with write access to node.db alone, the genesis entry's row edited (another
+/// peer, and a key-shaped source name) under dropped triggers. The node's own check says
+/// `hash_mismatch`; `GET /ledger` masked the name and signed the edited text as shown, so the
+/// export verified offline. It now masks without signing: the export is `bad_redaction` at
+/// that entry and holds no part of the name, and no head is given to save.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_edited_in_the_database_is_not_exported_as_a_verified_redaction() {
+    let (node, _) = node_and_key().await;
+    let pasted = PASTED_KEYS[0];
+    let c = db(&node);
+    let edited = c
+        .execute(
+            "UPDATE ledger SET entry = json_set(entry, '$.peer', '12D3KooWForgedPeer',
+                 '$.sources', json_array(?1)) WHERE seq = 1",
+            [pasted],
+        )
+        .expect("edit the row");
+    assert_eq!(edited, 1);
+    let v = node.get("/ledger/verify").await.body;
+    assert_eq!(
+        (&v["ok"], &v["reason"]),
+        (&json!(false), &json!("hash_mismatch")),
+        "{v}"
+    );
+    assert!(v["signedHead"].is_null(), "{v}");
+    let (text, lines, node_key) = exported(&node).await;
+    assert_eq!(lines[0].redacted, Some(Redaction::SourceNames), "{text}");
+    skillbox_testkit::leak::assert_no_part_of("the export", &text, pasted);
+    let v = ledger::verify_export(&text, &node_key).expect("the node key");
+    assert_eq!(
+        (v.ok, v.broken_at, v.reason.map(|r| r.as_str())),
+        (false, Some(1), Some("bad_redaction")),
+        "{v:?}"
+    );
 }
