@@ -355,13 +355,8 @@ fn walk(
         // The text's own tokens, then its word windows: each a pass of its own that `step` sees.
         let known = if next == 0 { reading } else { None };
         scan.tokens(&queue[next].0, known, decoded);
-        if step(
-            scan,
-            Via {
-                decoded,
-                view: View::Plain,
-            },
-        ) {
+        let view = View::Plain;
+        if step(scan, Via { decoded, view }) {
             return;
         }
         scan.windows(&queue[next].0, decoded);
