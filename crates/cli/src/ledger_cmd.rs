@@ -51,14 +51,17 @@ pub enum LedgerCommand {
         #[arg(long)]
         key: Option<String>,
         /// A head saved earlier with `skillbox ledger head`: the ledger must extend it (nothing
-        /// up to it removed or rewritten since), whoever holds the node key now.
+        /// up to it removed or rewritten since, a redacted line's text included), whoever holds
+        /// the node key now. A head saved before version 2 pins only a redacted line's hash: such
+        /// a line up to it reads `unpinned_redaction`.
         #[arg(long)]
         head: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
-    /// Print the ledger's signed head (JSON) once it verifies: keep it somewhere this machine
-    /// cannot rewrite, and check the ledger against it later with `ledger verify --head`.
+    /// Print the ledger's signed head (JSON, version 2: it also pins what each redacted line up
+    /// to it shows) once it verifies: keep it somewhere this machine cannot rewrite, and check
+    /// the ledger against it later with `ledger verify --head`.
     Head,
 }
 
@@ -213,19 +216,46 @@ fn verify(
                 .unwrap_or_default()
         );
         // An export that masked a source name (one that reads as a pasted provider key) is
-        // intact, but those lines' text is vouched for by the node's signature as shown, not by
-        // their hashes, and the masked names are not in it to check: say which.
-        let redacted: Vec<String> = verdict["redacted"]
+        // intact, but those lines' text is not checked by their hashes, and the masked names
+        // are not in it to check: say which, and what vouches for their text — the saved head
+        // for those up to it, else only the node key, whose holder can sign any text.
+        let redacted: Vec<u64> = verdict["redacted"]
             .as_array()
-            .map(|a| a.iter().map(ToString::to_string).collect())
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
             .unwrap_or_default();
         if !redacted.is_empty() {
+            let list = |seqs: &[u64]| {
+                seqs.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let upto = anchor.as_ref().map_or(0, |a| a.seq);
+            let (pinned, unpinned): (Vec<u64>, Vec<u64>) =
+                redacted.iter().partition(|&&s| s <= upto);
             say!(
-                "with {} redacted entries ({}): a source name masked, each checked by its hash's place in the chain, the node key's signature over it and the node key's signature over the text shown, not by the masked name",
+                "with {} redacted entries ({}): a source name masked, each checked by its hash's place in the chain and the node key's signature over it, not by the masked name",
                 redacted.len(),
-                redacted.join(", ")
+                list(&redacted)
             );
+            if !pinned.is_empty() {
+                say!(
+                    "  {}: their text as shown is pinned by the saved head (as it read when the head was saved)",
+                    list(&pinned)
+                );
+            }
+            if !unpinned.is_empty() {
+                say!(
+                    "  {}: their text as shown is vouched for only by the node key's signature, which whoever holds the key can make for any text (a head saved later, `skillbox ledger head`, pins it)",
+                    list(&unpinned)
+                );
+            }
         }
+    } else if verdict["reason"] == "unpinned_redaction" {
+        say!(
+            "ledger NOT verified against the saved head at entry {}: unpinned_redaction — the entry is redacted (a source name masked) and the saved head is of version 1 (saved before `skillbox ledger head` pinned redacted lines), which pins only its hash, not what it shows; every other check passed. Check it against a head of version 2 (`skillbox ledger head`, saved while the node can be trusted)",
+            verdict["brokenAt"]
+        );
     } else {
         say!(
             "ledger BROKEN at entry {}: {} ({} entries before it verify)",
