@@ -2154,9 +2154,9 @@ impl BoxCore {
     /// refuse the run if the caller's answers today already passed the owner's day limits
     /// (`coverage_exceeded`), before any provider request: the mark to hold until this run's
     /// answer is counted, and what the run may still release ([`Allowance`]: the tally the
-    /// mark keeps unchanged until then). The owner's node submits a key's runs one at a time, but a caller
-    /// that fails the call on its side once both submitted frees that turn while the run goes
-    /// on here; so the box serialises them itself, and each is checked against every answer
+    /// mark keeps unchanged until then). The owner's node submits a key's runs one at a time,
+    /// but a caller that fails the call on its side once both submitted frees that turn while
+    /// the run goes on here; so the box serialises them itself, and each is checked against every answer
     /// before it. The wait is bounded by the box's run limit (the provider's timeout, so an
     /// earlier run ends within about that) and the program's expiry.
     async fn day_turn(
@@ -2359,7 +2359,8 @@ impl BoxCore {
                 let (first, again) = tokio::join!(complete(req), complete(neutral));
                 let (first, again) = (first?, again?);
                 // Both checked and measured whatever the first verdict (`checked` measures a
-                // caught answer too), so the time taken says nothing more.
+                // caught answer too, when there are day limits to charge), so the time taken
+                // says nothing more.
                 let (first_checked, again_checked) = (
                     checked(&prepared, &first.answer, allowance.as_ref()),
                     checked(&prepared, &again.answer, allowance.as_ref()),

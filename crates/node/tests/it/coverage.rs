@@ -2,8 +2,8 @@
 //! skill body a third per call and for an access code three characters per call, each answer
 //! under the guard's per-answer limits. The owner's stake gives the box its `[guard]` thresholds
 //! (`day_limits`); the box unions the regions and sums the secret levels of the released
-//! answers per owner, caller, skill and day, and fails the run that would start past them
-//! (`coverage_exceeded`, fixed words); the owner's node learns only that refusal and refuses
+//! answers per owner, caller, skill and day, withholds the answer that would take the day to
+//! them, and fails the run that would start past them (`coverage_exceeded`, fixed words); the owner's node learns only that refusal and refuses
 //! the peer's later calls of the skill that day at admission. A 4-digit PIN two digits per call
 //! likewise, and calls sent at the same time add up as calls one after the other do. With the
 //! thresholds off the same calls all pass: the attack works without the fix. The owner itself
@@ -280,9 +280,17 @@ fn refused_for_coverage(c: &Value) {
     assert!(!m.chars().any(|ch| ch.is_ascii_digit()), "{m}");
 }
 
+/// The box's answer to the call whose answer would take the day to the owner's limits: what a
+/// catch gets (review 24b G0), never the slice.
+fn withheld(c: &Value) {
+    assert_eq!(c["state"], "answered", "{c}");
+    assert_eq!(c["answer"], skillbox_jc::run::WITHHELD_ANSWER, "{c}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
-    let v = valley(350, 500).await;
+    // Limits a slice stays under (at 350/500 the first slice alone reaches them and is withheld).
+    let v = valley(500, 750).await;
     let mut answered = Vec::new();
     // The body a third per call: each third passes the per-answer guard...
     let c = v.call("lore", "words 0 40").await;
@@ -294,24 +302,29 @@ async fn slices_and_halves_add_up_and_the_owner_refuses_the_call_past_them() {
         "{c}"
     );
     answered.push(c);
-    // ...but a third touches 6 of the body's 16 regions, 375 per mille, past what the owner
-    // lets one peer take in a day: the box fails the second call's run at its start, before
-    // any provider request, and the third is refused at the owner's admission.
-    v.refused_by_the_box("lore", "words 40 80").await;
+    // ...but a third touches 6 of the body's 16 regions: the second would take the day to 11,
+    // past what the owner lets one peer take in a day, so the box withholds it and charges it;
+    // it fails the third call's run at its start, before any provider request, and the fourth
+    // is refused at the owner's admission.
+    withheld(&v.call("lore", "words 40 80").await);
+    v.refused_by_the_box("lore", "words 80 120").await;
     v.refused_at_admission("lore", "words 80 120").await;
 
     // The access code in halves of three characters (each under the check's fragments): the
-    // first half is half the code, and the second call is refused.
+    // first half is half the code, the second would make it whole and is withheld, and the next
+    // call is refused.
     let c = v.call("vault", "code 0 3").await;
     assert_eq!(c["state"], "answered", "{c}");
     assert_eq!(c["answer"], "That part is K7P.", "{c}");
     answered.push(c);
+    withheld(&v.call("vault", "code 3 6").await);
     v.refused_by_the_box("vault", "code 3 6").await;
 
-    // A 4-digit PIN in halves of two digits: half the PIN, and the second half is refused.
+    // A 4-digit PIN in halves of two digits: half the PIN, the second half withheld, refused.
     let c = v.call("pin", "code 0 2").await;
     assert_eq!(c["answer"], "That part is 89.", "{c}");
     answered.push(c);
+    withheld(&v.call("pin", "code 2 4").await);
     v.refused_by_the_box("pin", "code 2 4").await;
     v.refused_at_admission("pin", "code 2 4").await;
 
