@@ -37,8 +37,15 @@ pub const MAX_MANIFEST: usize = 64 * 1024;
 pub const MAX_BUNDLE: usize = 1024 * 1024;
 
 /// The platforms a manifest may name, and the measurement each carries (all 48 bytes): the
-/// insecure-dev executable's SHA-384, SEV-SNP MEASUREMENT, TDX MRTD, Nitro PCR0.
+/// insecure-dev executable's SHA-384, SEV-SNP MEASUREMENT, the TDX box identity
+/// ([`crate::tdx::identity`] of MRTD, RTMR1, RTMR2), Nitro PCR0.
 pub const PLATFORMS: [&str; 4] = ["insecure-dev", "sev-snp", "tdx", "nitro"];
+
+/// The manifest format this crate writes about: 2, whose `tdx` entry names box identities.
+/// Format 1 named TDX boxes by MRTD, the firmware alone (any kernel and box binary under it):
+/// its other platforms are read as before, its `tdx` entry is refused (`tdx_firmware_only`),
+/// since an MRTD cannot be told from an identity by its form.
+pub const FORMAT: u32 = 2;
 
 /// Why a release bundle or manifest was refused: closed codes, fixed messages (the library's
 /// own text is never passed on: it quotes bundle contents).
@@ -79,6 +86,8 @@ pub enum ReleaseLogError {
     BadTimestamp,
     #[error("the release manifest is malformed")]
     MalformedManifest,
+    #[error("a format 1 release manifest names TDX boxes by MRTD, the firmware alone")]
+    TdxFirmwareOnly,
     #[error("the bundle was refused")]
     Refused,
 }
@@ -104,6 +113,7 @@ impl ReleaseLogError {
             ReleaseLogError::SignerMismatch => "signer_mismatch",
             ReleaseLogError::BadTimestamp => "bad_timestamp",
             ReleaseLogError::MalformedManifest => "malformed_manifest",
+            ReleaseLogError::TdxFirmwareOnly => "tdx_firmware_only",
             ReleaseLogError::Refused => "refused",
         }
     }
@@ -165,7 +175,7 @@ impl Signer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseManifest {
-    /// The manifest format: 1.
+    /// The manifest format: [`FORMAT`], or 1 (read without its `tdx` entry).
     pub skillbox_box_release: u32,
     /// The release (a tag, e.g. `v0.2.0`).
     pub release: String,
@@ -173,7 +183,7 @@ pub struct ReleaseManifest {
 }
 
 impl ReleaseManifest {
-    /// Parse and check a manifest: format 1, a short printable release name, known platforms,
+    /// Parse and check a manifest: format 1 or 2, a short printable release name, known platforms,
     /// 96 hex digits per measurement (returned lowercase).
     pub fn parse(bytes: &[u8]) -> Result<ReleaseManifest, ReleaseLogError> {
         if bytes.len() > MAX_MANIFEST {
@@ -184,7 +194,8 @@ impl ReleaseManifest {
         let name_ok = !m.release.is_empty()
             && m.release.len() <= 128
             && m.release.bytes().all(|b| b.is_ascii_graphic());
-        if m.skillbox_box_release != 1 || !name_ok || m.measurements.is_empty() {
+        if !(1..=FORMAT).contains(&m.skillbox_box_release) || !name_ok || m.measurements.is_empty()
+        {
             return Err(ReleaseLogError::MalformedManifest);
         }
         for (platform, values) in m.measurements.iter_mut() {
@@ -202,12 +213,15 @@ impl ReleaseManifest {
         Ok(m)
     }
 
-    /// The measurements this manifest accepts on `platform` (empty when it names none).
-    pub fn on(&self, platform: &str) -> &[String] {
-        self.measurements
-            .get(platform)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+    /// The measurements this manifest accepts on `platform` (empty when it names none). A format
+    /// 1 manifest's TDX entry is refused: it names MRTDs, which say nothing of the box binary,
+    /// and read as identities they would match no box without saying why.
+    pub fn on(&self, platform: &str) -> Result<&[String], ReleaseLogError> {
+        let named = self.measurements.get(platform).map(Vec::as_slice);
+        if self.skillbox_box_release == 1 && platform == "tdx" && named.is_some() {
+            return Err(ReleaseLogError::TdxFirmwareOnly);
+        }
+        Ok(named.unwrap_or(&[]))
     }
 }
 

@@ -20,6 +20,14 @@
 //! fetches the collateral and would otherwise choose its generation).
 //!
 //! Not checked: MROWNER / MROWNERCONFIG / MRSEAM (shown, not pinned).
+//!
+//! A TDX box's **identity** (its `measurement` in statements, programs, adverts, pins and
+//! release manifests) is [`identity`]: SHA-384 over a domain tag, MRTD, RTMR1 and RTMR2. MRTD
+//! alone measures only the TD's firmware (TDVF), which every guest booted under it shares; the
+//! kernel, initrd and command line, and so the box binary, are in RTMR1 and RTMR2. SEV-SNP's
+//! MEASUREMENT and Nitro's PCR0 are one register that already covers the image, so they are the
+//! identity as reported; TDX needs three, and one 48-byte value keeps every place that names a
+//! box (`platform`, 96 hex digits) unchanged.
 
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +44,23 @@ pub const INTEL_ROOT_FINGERPRINT: [u8; 32] =
     hex32("44a0196b2b99f889b8e149e95b807a350e7424964399e885a7cbb8ccfab674d3");
 
 const TEE_TYPE_TDX: u32 = 0x81;
+
+/// The domain of a TDX box identity's hash, like the crate's other derived values
+/// (`skillbox/nvidia-evidence/1`): an identity is never the SHA-384 of anything else.
+pub const IDENTITY_DOMAIN: &[u8] = b"skillbox/tdx-identity/1";
+
+/// A TDX box's identity: SHA-384(`skillbox/tdx-identity/1` ‖ MRTD ‖ RTMR1 ‖ RTMR2), the firmware
+/// and the boot chain (kernel, initrd, command line: the box binary) in one value, so a box
+/// running another binary under the same firmware is another box.
+pub fn identity(mr_td: &[u8; 48], rtmr1: &[u8; 48], rtmr2: &[u8; 48]) -> [u8; 48] {
+    use sha2::{Digest as _, Sha384};
+    let mut h = Sha384::new();
+    h.update(IDENTITY_DOMAIN);
+    h.update(mr_td);
+    h.update(rtmr1);
+    h.update(rtmr2);
+    h.finalize().into()
+}
 const ATT_KEY_ECDSA_P256: u16 = 2;
 
 /// What a box serves: the quote and the collateral its operator fetched (Intel PCS or a PCCS).
@@ -158,16 +183,21 @@ impl TcbStatus {
     }
 }
 
-/// One accepted TD: MRTD, RTMR1 and RTMR2 always, the others when set. MRTD measures only the
-/// TD's firmware (TDVF); the kernel, initrd and command line, and so the box binary the image
-/// carries, are measured into RTMR1 and RTMR2, so an entry without them accepts any guest the
-/// host boots under that firmware. RTMR0 (the firmware's configuration: ACPI tables, VM size)
-/// and RTMR3 (extended at run time, empty unless the guest extends it) say nothing about the
-/// code that opens the stakes, and change with the VM's shape, so they stay optional.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One accepted TD: its [`identity`], or MRTD, RTMR1 and RTMR2 (which it is made of), and the
+/// other registers when set. MRTD measures only the TD's firmware (TDVF); the kernel, initrd and
+/// command line, and so the box binary the image carries, are measured into RTMR1 and RTMR2, so
+/// an entry without them accepts any guest the host boots under that firmware. RTMR0 (the
+/// firmware's configuration: ACPI tables, VM size) and RTMR3 (extended at run time, empty unless
+/// the guest extends it) say nothing about the code that opens the stakes, and change with the
+/// VM's shape, so they stay optional. An entry naming only `identity` is what a release log (or
+/// a pin's `measurements`) gives: the identity pins the three registers it hashes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TdMeasurements {
-    pub mr_td: Hex<48>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Hex<48>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mr_td: Option<Hex<48>>,
     #[serde(default)]
     pub rtmr0: Option<Hex<48>>,
     #[serde(default)]
@@ -185,7 +215,8 @@ pub struct TdMeasurements {
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Accepted TDs; the quote must match one entry on every field the entry sets. Each entry
-    /// must set `rtmr1` and `rtmr2` (refused at load otherwise, naming the field).
+    /// must set `identity`, or `mr_td`, `rtmr1` and `rtmr2` (refused at load otherwise, naming
+    /// the field); one setting both must agree.
     #[serde(deserialize_with = "boot_chain_pinned")]
     pub accepted: Vec<TdMeasurements>,
     /// Accepted TCB statuses (default: `UpToDate` only). `Revoked` is never accepted.
@@ -222,19 +253,39 @@ pub struct Policy {
     pub ppids: Vec<HexBytes>,
 }
 
-/// A loaded policy's `accepted`: at least one entry, each pinning the boot chain (`rtmr1`,
-/// `rtmr2`) besides the firmware (`mr_td`), which alone any patched kernel or box passes.
+/// A loaded policy's `accepted`: at least one entry, each pinning the boot chain (`identity`, or
+/// `rtmr1` and `rtmr2` besides the firmware's `mr_td`, which alone any patched kernel or box
+/// passes), and an entry naming both an identity and its registers naming one TD.
 fn boot_chain_pinned<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<TdMeasurements>, D::Error> {
     let accepted: Vec<TdMeasurements> = crate::nonempty(d)?;
     for (i, a) in accepted.iter().enumerate() {
-        if let Some(field) = a.boot_chain_unpinned() {
+        match a.boot_chain_unpinned() {
+            Some("mr_td") => {
+                return Err(serde::de::Error::custom(format!(
+                    "accepted[{i}].identity (or mr_td, rtmr1 and rtmr2) is required: the TD's \
+                     identity hashes its firmware and boot chain; `skillbox box --attester tdx \
+                     --show-identity` prints them"
+                )));
+            }
+            Some(field) => {
+                return Err(serde::de::Error::custom(format!(
+                    "accepted[{i}].{field} is required: mr_td measures only the firmware, rtmr1 \
+                     and rtmr2 the kernel, initrd and command line (the box binary), so without \
+                     them any guest booted under that firmware passes; `skillbox box --attester \
+                     tdx --show-identity` prints them"
+                )));
+            }
+            None => {}
+        }
+        if let (Some(named), Some(made)) = (&a.identity, a.registers_identity())
+            && named.0 != made
+        {
             return Err(serde::de::Error::custom(format!(
-                "accepted[{i}].{field} is required: mr_td measures only the firmware, rtmr1 and \
-                 rtmr2 the kernel, initrd and command line (the box binary), so without them any \
-                 guest booted under that firmware passes; `skillbox box --attester tdx \
-                 --show-identity` prints them"
+                "accepted[{i}].identity is not the identity of its mr_td, rtmr1 and rtmr2 ({}): \
+                 the entry names two TDs",
+                hex::encode(made)
             )));
         }
     }
@@ -242,13 +293,73 @@ fn boot_chain_pinned<'de, D: serde::Deserializer<'de>>(
 }
 
 impl TdMeasurements {
-    /// The first boot-chain register this entry leaves unpinned (`None`: both pinned).
+    /// The entry that accepts exactly the TD of this identity.
+    pub fn of_identity(identity: [u8; 48]) -> TdMeasurements {
+        TdMeasurements {
+            identity: Some(Hex(identity)),
+            ..TdMeasurements::default()
+        }
+    }
+
+    /// The first boot-chain field this entry leaves unpinned (`None`: its identity, or MRTD,
+    /// RTMR1 and RTMR2, are pinned).
     pub fn boot_chain_unpinned(&self) -> Option<&'static str> {
-        match (&self.rtmr1, &self.rtmr2) {
-            (None, _) => Some("rtmr1"),
-            (_, None) => Some("rtmr2"),
+        if self.identity.is_some() {
+            return None;
+        }
+        match (&self.mr_td, &self.rtmr1, &self.rtmr2) {
+            (None, _, _) => Some("mr_td"),
+            (_, None, _) => Some("rtmr1"),
+            (_, _, None) => Some("rtmr2"),
             _ => None,
         }
+    }
+
+    /// The identity of this entry's MRTD, RTMR1 and RTMR2, when it names all three.
+    pub fn registers_identity(&self) -> Option<[u8; 48]> {
+        match (&self.mr_td, &self.rtmr1, &self.rtmr2) {
+            (Some(td), Some(r1), Some(r2)) => Some(identity(&td.0, &r1.0, &r2.0)),
+            _ => None,
+        }
+    }
+
+    /// The box identity this entry accepts: the one it names, or that of its registers.
+    pub fn box_identity(&self) -> Option<[u8; 48]> {
+        self.identity
+            .as_ref()
+            .map(|h| h.0)
+            .or_else(|| self.registers_identity())
+    }
+
+    /// Why `r` is not this TD (`None`: it is), and whether `r` runs the firmware this entry
+    /// names (a miss on a TD of that firmware says more than "another firmware").
+    fn miss(&self, r: &TdReport, r_identity: &[u8; 48]) -> Option<(Refusal, bool)> {
+        if let Some(want) = &self.mr_td
+            && want.0 != r.mr_td
+        {
+            return Some((Refusal::MeasurementNotAllowed("MRTD"), false));
+        }
+        let same_firmware = self.mr_td.is_some();
+        let registers = [&self.rtmr0, &self.rtmr1, &self.rtmr2, &self.rtmr3];
+        let names = ["RTMR0", "RTMR1", "RTMR2", "RTMR3"];
+        for i in 0..4 {
+            if let Some(want) = registers[i]
+                && want.0 != r.rtmr[i]
+            {
+                return Some((Refusal::MeasurementNotAllowed(names[i]), same_firmware));
+            }
+        }
+        if let Some(want) = &self.identity
+            && want.0 != *r_identity
+        {
+            return Some((Refusal::MeasurementNotAllowed("identity"), same_firmware));
+        }
+        if let Some(want) = &self.mr_config_id
+            && want.0 != r.mr_config_id
+        {
+            return Some((Refusal::MeasurementNotAllowed("MRCONFIGID"), true));
+        }
+        None
     }
 }
 
@@ -342,6 +453,11 @@ impl TdBody {
 }
 
 impl TdReport {
+    /// This TD's box [`identity`] (MRTD, RTMR1, RTMR2).
+    pub fn identity(&self) -> [u8; 48] {
+        identity(&self.mr_td, &self.rtmr[1], &self.rtmr[2])
+    }
+
     /// The fields of whichever TD report dcap-qvl decoded (an SGX enclave report is not a TD).
     fn from_dcap(quote_version: u16, r: &dcap_qvl::quote::Report) -> Result<TdReport, Refusal> {
         use dcap_qvl::quote::Report as R;
@@ -644,7 +760,9 @@ impl crate::PlatformEvidence for Evidence {
             return Err(Refusal::InstanceNotAllowed);
         }
 
+        let identity = hex::encode(r.identity());
         let mut measurements = vec![
+            Field::new("identity", identity.clone()),
             Field::new("mr_td", hex::encode(r.mr_td)),
             Field::new("rtmr0", hex::encode(r.rtmr[0])),
             Field::new("rtmr1", hex::encode(r.rtmr[1])),
@@ -671,7 +789,7 @@ impl crate::PlatformEvidence for Evidence {
             .collect();
         Ok(Verified {
             platform: Platform::Tdx,
-            measurement: hex::encode(r.mr_td),
+            measurement: identity,
             measurements,
             measurements_pinned: pinned,
             report_data: Some(hex::encode(r.report_data)),
@@ -712,39 +830,25 @@ impl crate::PlatformEvidence for Evidence {
     }
 }
 
+/// `r` against the accepted TDs: one must match on every field it sets. Refused with the miss of
+/// the first entry naming `r`'s firmware, or else of the first entry.
 fn check_measurements(r: &TdReport, accepted: &[TdMeasurements]) -> Result<(), Refusal> {
-    let mut first_miss = Refusal::MeasurementNotAllowed("MRTD");
+    let r_identity = r.identity();
+    let mut refusal: Option<(Refusal, bool)> = None;
     for a in accepted {
-        if a.mr_td.0 != r.mr_td {
-            continue;
-        }
-        let rtmrs = [&a.rtmr0, &a.rtmr1, &a.rtmr2, &a.rtmr3];
-        let names = ["RTMR0", "RTMR1", "RTMR2", "RTMR3"];
-        let mut miss = None;
-        for i in 0..4 {
-            if let Some(want) = rtmrs[i]
-                && want.0 != r.rtmr[i]
-            {
-                miss = Some(Refusal::MeasurementNotAllowed(names[i]));
-                break;
-            }
-        }
-        if miss.is_none()
-            && let Some(want) = &a.mr_config_id
-            && want.0 != r.mr_config_id
-        {
-            miss = Some(Refusal::MeasurementNotAllowed("MRCONFIGID"));
-        }
-        match miss {
+        match a.miss(r, &r_identity) {
             None => return Ok(()),
-            Some(m) => {
-                if first_miss == Refusal::MeasurementNotAllowed("MRTD") {
-                    first_miss = m;
+            Some((miss, same_firmware)) => {
+                if refusal
+                    .as_ref()
+                    .is_none_or(|(_, named)| same_firmware && !named)
+                {
+                    refusal = Some((miss, same_firmware));
                 }
             }
         }
     }
-    Err(first_miss)
+    Err(refusal.map_or(Refusal::MeasurementNotAllowed("MRTD"), |(miss, _)| miss))
 }
 
 #[cfg(test)]

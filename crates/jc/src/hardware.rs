@@ -27,7 +27,10 @@ impl HardwarePolicy {
     /// pin without a floor accepted every generation the vendor still signs.
     ///
     /// An SEV-SNP table without `measurements` takes the pin's own (a release-log pin's, once
-    /// its log named them).
+    /// its log named them); a TDX table without `accepted` takes one entry per pin measurement,
+    /// each a box identity ([`tdx::identity`]). A TDX pin measurement that is an accepted
+    /// entry's MRTD rather than an identity is refused, naming the identity to write: before
+    /// the identity covered the boot chain, a TDX box was named by its firmware alone.
     pub fn from_value(
         platform: &str,
         policy: Option<serde_json::Value>,
@@ -45,7 +48,15 @@ impl HardwarePolicy {
                 serde_json::from_value(table).map(HardwarePolicy::SevSnp)
             }
             Ok(p @ Platform::Tdx) => {
-                serde_json::from_value(table(p, policy)?).map(HardwarePolicy::Tdx)
+                let mut table = table(p, policy)?;
+                if let Some(fields) = table.as_object_mut()
+                    && !fields.contains_key("accepted")
+                {
+                    fields.insert("accepted".into(), td_identities(measurements)?);
+                }
+                let policy: tdx::Policy = serde_json::from_value(table).map_err(bad)?;
+                named_by_identity(&policy, measurements)?;
+                Ok(HardwarePolicy::Tdx(policy))
             }
             Ok(p @ Platform::Nitro) => {
                 serde_json::from_value(table(p, policy)?).map(HardwarePolicy::Nitro)
@@ -118,6 +129,47 @@ fn launch_measurements(measurements: &[String]) -> std::result::Result<serde_jso
         }
     }
     Ok(serde_json::json!(measurements))
+}
+
+/// The pin's TDX box identities as its policy table's `accepted` entries.
+fn td_identities(measurements: &[String]) -> std::result::Result<serde_json::Value, String> {
+    launch_measurements(measurements)?;
+    Ok(measurements
+        .iter()
+        .map(|m| serde_json::json!({ "identity": m }))
+        .collect())
+}
+
+/// A TDX pin's measurements name boxes by identity: one that is an accepted entry's MRTD is old
+/// data (a TDX box was once named by its firmware) and would match no box; refused with the
+/// identity that entry's registers make.
+fn named_by_identity(
+    policy: &tdx::Policy,
+    measurements: &[String],
+) -> std::result::Result<(), String> {
+    for (i, m) in measurements.iter().enumerate() {
+        let identity_of = |a: &tdx::TdMeasurements| {
+            a.box_identity()
+                .is_some_and(|id| hex::encode(id).eq_ignore_ascii_case(m))
+        };
+        if policy.accepted.iter().any(identity_of) {
+            continue;
+        }
+        let firmware = policy.accepted.iter().enumerate().find(|(_, a)| {
+            a.mr_td
+                .as_ref()
+                .is_some_and(|td| hex::encode(td.0).eq_ignore_ascii_case(m))
+        });
+        if let Some((at, a)) = firmware {
+            let made = a.box_identity().map(hex::encode).unwrap_or_default();
+            return Err(format!(
+                "measurements[{i}] is the mr_td of accepted[{at}], the firmware alone: a TDX box \
+                 is named by its identity, SHA-384(\"skillbox/tdx-identity/1\" ‖ mr_td ‖ rtmr1 ‖ \
+                 rtmr2), here {made}; `skillbox box --attester tdx --show-identity` prints it"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The field naming a platform's TCB floor in its policy table.

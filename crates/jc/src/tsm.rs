@@ -96,8 +96,9 @@ impl TsmAttester {
             }
             _ => {
                 let quote = tdx::Quote::parse(&first.0).map_err(refused)?;
+                // The box identity, not MRTD (the firmware, shared by every guest under it).
                 (
-                    hex::encode(quote.report.mr_td),
+                    hex::encode(quote.report.identity()),
                     quote.report.mr_config_id.to_vec(),
                 )
             }

@@ -329,8 +329,10 @@ pub struct BoxesConfig {
 pub struct BoxPin {
     pub url: String,
     pub platform: String,
-    /// Accepted measurements (any one of them): SEV-SNP MEASUREMENT, TDX MRTD, Nitro PCR0, or
-    /// the insecure-dev executable's SHA-384. Empty with a `release_log`, which names them.
+    /// Accepted measurements (any one of them): SEV-SNP MEASUREMENT, the TDX box identity
+    /// (SHA-384 of a domain tag, MRTD, RTMR1 and RTMR2: `skillbox_attest::tdx::identity`; an
+    /// MRTD, the firmware alone, is refused naming the identity), Nitro PCR0, or the
+    /// insecure-dev executable's SHA-384. Empty with a `release_log`, which names them.
     #[serde(default)]
     pub measurements: Vec<String>,
     /// The evidence key (insecure-dev: required).
@@ -338,8 +340,9 @@ pub struct BoxPin {
     pub key: Option<String>,
     /// A hardware platform's verification policy, as `skillbox-attest` reads it (`sev-snp`: its
     /// TCB floor `min_tcb`, the pin's measurements unless it names its own; `tdx`: `accepted`
-    /// TDs, the collateral floor `min_tcb_eval_data_number`, TCB statuses; `nitro`: `accepted`
-    /// PCR0–2 sets, freshness). A floor is required: `skillbox box --show-identity` prints it.
+    /// TDs, the pin's identities unless it names its own, the collateral floor
+    /// `min_tcb_eval_data_number`, TCB statuses; `nitro`: `accepted` PCR0–2 sets, freshness). A
+    /// floor is required: `skillbox box --show-identity` prints it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<toml::Value>,
     /// Instead of `measurements`: the release log whose signed and logged release manifests
@@ -1823,7 +1826,8 @@ mod tests {
     #[test]
     fn a_tdx_pin_of_the_firmware_alone_is_refused_naming_the_field() {
         use skillbox_testkit::floors::{
-            DCAPQVL_TDX_EVAL, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR1, DCAPQVL_TDX_RTMR2,
+            DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR1,
+            DCAPQVL_TDX_RTMR2,
         };
         let mut c = Config::default();
         c.boxes.accept = vec!["https://tdx.example".into()];
@@ -1835,7 +1839,7 @@ mod tests {
         let pin = |policy: &str| BoxPin {
             url: "https://tdx.example".into(),
             platform: "tdx".into(),
-            measurements: vec![DCAPQVL_TDX_MR_TD.into()],
+            measurements: vec![DCAPQVL_TDX_IDENTITY.into()],
             key: None,
             policy: Some(toml::from_str(policy).expect("toml")),
             release_log: None,

@@ -8,7 +8,11 @@
 //! `pin_mismatch`, and a hardware pin's verifier pins the same measurements.
 //!
 //! A manifest or bundle that does not verify is logged with its closed code and contributes
-//! nothing; a pin whose log yields nothing accepts no box.
+//! nothing; a pin whose log yields nothing accepts no box. A TDX release-log pin's measurements
+//! are box identities (`skillbox_attest::tdx::identity`): its policy table needs no `accepted`,
+//! which `HardwarePolicy::from_value` fills with one entry per identity, so the verifier pins
+//! the firmware and boot chain the log names; a format 1 manifest's TDX entry (MRTDs, the
+//! firmware alone) is refused `tdx_firmware_only`.
 
 use std::path::Path;
 
@@ -104,10 +108,13 @@ pub fn logged_measurements(log: &ReleaseLogPin, platform: &str) -> Vec<String> {
             .zip(read_bounded(&bundle_path, MAX_BUNDLE))
             .ok_or("release_unreadable")
             .and_then(|(m, b)| verifier.verify_manifest(&m, &b).map_err(|e| e.code()));
-        match verified {
-            Ok(manifest) => {
-                tracing::info!(release = %manifest.release, "release-log pin: release verified");
-                out.extend(manifest.on(platform).iter().cloned());
+        match verified.and_then(|m| {
+            let named = m.on(platform).map_err(|e| e.code())?;
+            Ok((m.release.clone(), named.to_vec()))
+        }) {
+            Ok((release, named)) => {
+                tracing::info!(%release, "release-log pin: release verified");
+                out.extend(named);
             }
             Err(code) => tracing::warn!(%name, code, "release-log pin: release refused"),
         }

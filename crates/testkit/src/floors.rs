@@ -22,6 +22,10 @@ pub const DCAPQVL_TDX_MR_TD: &str = "91eb2b44d141d4ece09f0c75c2c53d247a3c68edd7f
 pub const DCAPQVL_TDX_RTMR1: &str = "0084452c01668329d4bc06acdf58a7205c26743304509973949e5619bf81a6a7aea8c323c173019b3093d54e579e9378";
 pub const DCAPQVL_TDX_RTMR2: &str = "d833feef2cd945148aa38ead2c53e9b7f138190aaaebfc551dccd829fc207aa3ba80b70870d7330733642e01d48c3132";
 
+/// dcap-qvl's TDX sample quote's box identity: SHA-384("skillbox/tdx-identity/1" ‖ MRTD ‖
+/// RTMR1 ‖ RTMR2), what its box's statements, adverts and a program name it by.
+pub const DCAPQVL_TDX_IDENTITY: &str = "7521170e7ab8dd5f6408ddbcc7e7db3ffba483038b6b4a52a0503d77102ddb90cfc1f2f4f415e08381eb7ab4de9348d6";
+
 /// The TDX sample's TD as one `accepted` entry of a pin's policy table.
 pub fn dcapqvl_tdx_td() -> serde_json::Value {
     serde_json::json!({

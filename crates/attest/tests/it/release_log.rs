@@ -212,9 +212,9 @@ fn a_manifest_this_project_signs_and_logs_verifies_and_names_its_measurements() 
         .verify_manifest(&m, bundle.as_bytes())
         .expect("verifies");
     assert_eq!(verified.release, "v0.2.0");
-    assert_eq!(verified.on("insecure-dev"), ["ab".repeat(48)]);
-    assert_eq!(verified.on("sev-snp"), ["cd".repeat(48)]);
-    assert!(verified.on("tdx").is_empty());
+    assert_eq!(verified.on("insecure-dev"), Ok(&["ab".repeat(48)][..]));
+    assert_eq!(verified.on("sev-snp"), Ok(&["cd".repeat(48)][..]));
+    assert_eq!(verified.on("tdx"), Ok(&[][..]));
     // Every entry of the log verifies, whatever its place in the tree.
     for i in 0..12 {
         let other = tlog
@@ -279,7 +279,8 @@ fn a_manifest_this_project_logs_is_refused_when_tampered_or_from_a_foreign_log()
 #[test]
 fn a_manifest_must_be_well_formed_even_when_signed() {
     for bad in [
-        &br#"{"skillbox_box_release":2,"release":"v1","measurements":{"tdx":["00"]}}"#[..],
+        &br#"{"skillbox_box_release":3,"release":"v1","measurements":{"tdx":["00"]}}"#[..],
+        br#"{"skillbox_box_release":0,"release":"v1","measurements":{"nitro":["00"]}}"#,
         br#"{"skillbox_box_release":1,"release":"v1","measurements":{"tdx":["00"]}}"#,
         br#"{"skillbox_box_release":1,"release":"v1","measurements":{"gpu":[]}}"#,
         br#"{"skillbox_box_release":1,"release":"","measurements":{}}"#,
@@ -308,6 +309,30 @@ fn a_manifest_must_be_well_formed_even_when_signed() {
             .code(),
         "malformed_manifest"
     );
+}
+
+/// A format 1 manifest named a TDX release by MRTD, the firmware alone, which every box binary
+/// booted under it shares; format 2 names the box identity (MRTD, RTMR1, RTMR2). The two cannot
+/// be told apart by their form, so a format 1 manifest's TDX entry is refused with its own code
+/// (read as identities, its MRTDs would match no box without saying why) while its other
+/// platforms are read as before.
+#[test]
+fn a_format_1_manifest_names_no_tdx_box_and_format_2_names_tdx_identities() {
+    let text = |format: u32| {
+        format!(
+            r#"{{"skillbox_box_release":{format},"release":"v1","measurements":{{"sev-snp":["{}"],"tdx":["{}"]}}}}"#,
+            "cd".repeat(48),
+            "EF".repeat(48)
+        )
+    };
+    let old = ReleaseManifest::parse(text(1).as_bytes()).expect("format 1 is read");
+    let refused = old.on("tdx").expect_err("MRTDs taken as identities");
+    assert_eq!(refused.code(), "tdx_firmware_only");
+    assert!(refused.to_string().contains("MRTD"), "{refused}");
+    assert_eq!(old.on("sev-snp"), Ok(&["cd".repeat(48)][..]));
+    let new = ReleaseManifest::parse(text(2).as_bytes()).expect("format 2");
+    assert_eq!(new.on("tdx"), Ok(&["ef".repeat(48)][..]));
+    assert_eq!(skillbox_attest::release_log::FORMAT, 2);
 }
 
 /// sigstore-python's staging samples (Sigstore's staging instance, its root compiled into

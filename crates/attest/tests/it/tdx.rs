@@ -13,9 +13,22 @@ const RTMR2: &str = "d833feef2cd945148aa38ead2c53e9b7f138190aaaebfc551dccd829fc2
 const EVAL: u32 = 17;
 const REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
 
+/// A TDX box identity as a release pipeline computes it, independently of the crate:
+/// SHA-384("skillbox/tdx-identity/1" ‖ MRTD ‖ RTMR1 ‖ RTMR2).
+fn box_identity(mr_td: &str, rtmr1: &str, rtmr2: &str) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha384::new();
+    h.update(b"skillbox/tdx-identity/1");
+    for register in [mr_td, rtmr1, rtmr2] {
+        h.update(hex_arr::<48>(register));
+    }
+    hex::encode(h.finalize())
+}
+
 fn pin(mr_td: &str) -> TdMeasurements {
     TdMeasurements {
-        mr_td: Hex(hex_arr(mr_td)),
+        identity: None,
+        mr_td: Some(Hex(hex_arr(mr_td))),
         rtmr0: Some(Hex(hex_arr(RTMR0))),
         rtmr1: Some(Hex(hex_arr(RTMR1))),
         rtmr2: Some(Hex(hex_arr(RTMR2))),
@@ -29,7 +42,8 @@ fn sample_quote_verifies_up_to_date_in_its_window() {
     let v = tdx_valid().verified_at(T_TDX);
     assert_eq!(v.platform, Platform::Tdx);
     assert_eq!(v.tcb_status.as_deref(), Some("UpToDate"));
-    assert_eq!(v.measurement, MR_TD);
+    assert_eq!(v.measurement, box_identity(MR_TD, RTMR1, RTMR2));
+    assert_eq!(v.measurement_named("mr_td"), Some(MR_TD));
     assert_eq!(v.measurement_named("rtmr3"), Some("0".repeat(96).as_str()));
     assert_eq!(v.report_data.as_deref(), Some(REPORT_DATA));
     assert_eq!(v.attribute("fmspc"), Some("b0c06f000000"));
@@ -238,6 +252,73 @@ fn a_tdx_policy_pins_the_boot_chain_not_the_firmware_alone() {
     );
 }
 
+/// A TDX box was named by its MRTD, the firmware alone: a box running another box binary under
+/// the same firmware (its kernel/initrd, so RTMR2, differ) went by the same name, and a program
+/// or release log naming the honest box accepted it. The box identity covers RTMR1 and RTMR2:
+/// the Intel sample (genuine, signed) is refused by a pin naming the identity of the honest box
+/// of the same firmware and kernel whose RTMR2 differs, and accepted by one naming its own.
+#[test]
+fn a_tdx_box_running_another_binary_on_the_same_firmware_is_another_box() {
+    let honest_rtmr2 = format!("{}{}", "00", &RTMR2[2..]);
+    let honest = box_identity(MR_TD, RTMR1, &honest_rtmr2);
+    let ev = tdx_valid();
+    let shown = ev.verified_at(T_TDX).measurement;
+    assert_ne!(
+        shown, honest,
+        "the box on the honest one's firmware goes by the honest box's name"
+    );
+    assert_eq!(shown, box_identity(MR_TD, RTMR1, RTMR2));
+    let by_identity =
+        |identity: &str| Policy::pinned(vec![TdMeasurements::of_identity(hex_arr(identity))], EVAL);
+    assert_eq!(
+        ev.refusal_under(&by_identity(&honest), T_TDX),
+        Refusal::MeasurementNotAllowed("identity")
+    );
+    let own = ev
+        .verify_under(&by_identity(&shown), T_TDX)
+        .expect("the box its identity names");
+    assert!(own.measurements_pinned);
+    // Loaded from a table as a release-log pin fills it: the identity alone is a full pin.
+    let text = format!(
+        "min_tcb_eval_data_number = {EVAL}
+[[accepted]]
+identity = \"{honest}\"
+"
+    );
+    let p: Policy = toml::from_str(&text).expect("an identity pins the boot chain");
+    assert_eq!(
+        ev.refusal_under(&p, T_TDX),
+        Refusal::MeasurementNotAllowed("identity")
+    );
+    // An entry naming an identity and registers of another TD names two TDs: refused at load.
+    let two = format!(
+        "min_tcb_eval_data_number = {EVAL}
+[[accepted]]
+identity = \"{honest}\"
+\
+         mr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n"
+    );
+    let err = toml::from_str::<Policy>(&two).expect_err("two TDs in one entry");
+    assert!(
+        err.to_string()
+            .contains("accepted[0].identity is not the identity"),
+        "{err}"
+    );
+    // An entry naming neither: the text says what is required.
+    let none = format!(
+        "min_tcb_eval_data_number = {EVAL}
+[[accepted]]
+rtmr1 = \"{RTMR1}\"
+"
+    );
+    let err = toml::from_str::<Policy>(&none).expect_err("no TD named");
+    assert!(
+        err.to_string()
+            .contains("accepted[0].identity (or mr_td, rtmr1 and rtmr2) is required"),
+        "{err}"
+    );
+}
+
 /// The box operator fetches the collateral: a pin without a freshness floor (or with 0) took
 /// any generation Intel ever signed, one rating a since-flawed TCB `UpToDate` included. Such a
 /// pin does not load, naming the field (before: it loaded, the floor 0); the floor is the
@@ -384,7 +465,15 @@ fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
         v.measurement_named("mr_service_td"),
         Some(hex::encode(&body[600..648]).as_str())
     );
-    assert_eq!(v.measurement, hex::encode(&body[136..184]));
+    // The identity of the TD 1.5 body's MRTD, RTMR1 and RTMR2 (at its own offsets).
+    assert_eq!(
+        v.measurement,
+        box_identity(
+            &hex::encode(&body[136..184]),
+            &hex::encode(&body[376..424]),
+            &hex::encode(&body[424..472])
+        )
+    );
 
     let ev = tdx_td15ex();
     let (q, body) = v5_body(&ev, tdx::TdBody::Td15Ex, 885);

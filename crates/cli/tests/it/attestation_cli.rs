@@ -183,11 +183,10 @@ fn every_tdx_vector_gets_its_verdict() {
     assert_eq!(v["verified"]["tcb_status"], "UpToDate");
     // The floor this collateral meets, as a pin's policy names it.
     assert_eq!(v["tcb_floor"], "min_tcb_eval_data_number = 17");
-    assert!(
-        v["verified"]["measurement"]
-            .as_str()
-            .unwrap()
-            .starts_with("91eb2b44d141d4ec")
+    // The box identity (MRTD, RTMR1, RTMR2), not the MRTD alone.
+    assert_eq!(
+        v["verified"]["measurement"],
+        skillbox_testkit::floors::DCAPQVL_TDX_IDENTITY
     );
     expect(
         tdx(

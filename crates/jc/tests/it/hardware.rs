@@ -15,7 +15,8 @@ use skillbox_jc::dsse::approved_program;
 use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
 use skillbox_jc::program::{BoxIdentity, Program};
 use skillbox_testkit::floors::{
-    DCAPQVL_TDX_EVAL, DCAPQVL_TDX_MR_TD, dcapqvl_tdx_td, virtee_snp_floor,
+    DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR1,
+    DCAPQVL_TDX_RTMR2, dcapqvl_tdx_td, virtee_snp_floor,
 };
 
 const MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
@@ -32,6 +33,16 @@ fn evidence() -> serde_json::Value {
         ],
     )
     .expect("the vector parses");
+    serde_json::to_value(ev).expect("evidence json")
+}
+
+/// dcap-qvl's TDX sample quote and its collateral, as a box's evidence (JSON).
+fn tdx_evidence() -> serde_json::Value {
+    let ev = skillbox_attest::tdx::Evidence::from_files(
+        &data("tdx/dcapqvl-tdx_quote"),
+        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("the sample parses");
     serde_json::to_value(ev).expect("evidence json")
 }
 
@@ -258,6 +269,74 @@ fn a_tdx_pin_of_the_firmware_alone_is_refused() {
     ));
 }
 
+/// A TDX pin is named by the box identity (MRTD, RTMR1, RTMR2), as a release log names it: a
+/// policy table without `accepted` takes one entry per identity, and the genuine sample is
+/// refused by the pin of a box on its firmware and kernel with another RTMR2 (another box
+/// binary), accepted by its own, and vouched for under its identity. A pin written when a TDX
+/// box was named by its MRTD (old configurations) is refused naming the identity to write.
+#[test]
+fn a_tdx_pin_names_the_box_identity_and_an_mrtd_name_is_refused() {
+    let statement = Statement {
+        config_sha256: Some("00".repeat(32)),
+        ..Statement::default()
+    };
+    let rd: [u8; 64] = hex::decode(TDX_REPORT_DATA)
+        .expect("hex")
+        .try_into()
+        .expect("64");
+    let att = Attestation {
+        evidence: tdx_evidence(),
+        ..Attestation::default()
+    };
+    let floor = serde_json::json!({ "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL });
+    let pinned = |identity: &str| {
+        HardwareVerifier::new(
+            HardwarePolicy::from_value("tdx", Some(floor.clone()), &[identity.into()])
+                .expect("an identity is a whole TDX pin"),
+        )
+        .expect("verifier")
+    };
+    let mut rtmr2 = hex::decode(DCAPQVL_TDX_RTMR2).expect("hex");
+    rtmr2[0] ^= 1;
+    let honest = hex::encode(skillbox_attest::tdx::identity(
+        &hex::decode(DCAPQVL_TDX_MR_TD)
+            .expect("hex")
+            .try_into()
+            .expect("48"),
+        &hex::decode(DCAPQVL_TDX_RTMR1)
+            .expect("hex")
+            .try_into()
+            .expect("48"),
+        &rtmr2.try_into().expect("48"),
+    ));
+    assert!(matches!(
+        pinned(&honest).verify_evidence(&att, &statement, &rd, T_TDX_MS),
+        Err(JcError::HardwareRefused("measurement_not_allowed"))
+    ));
+    let vouched = pinned(DCAPQVL_TDX_IDENTITY)
+        .verify_evidence(&att, &statement, &rd, T_TDX_MS)
+        .expect("the box its identity names");
+    assert_eq!(vouched.measurement, DCAPQVL_TDX_IDENTITY);
+
+    // An old pin: measurements = [MRTD] beside its TD's registers.
+    let old = serde_json::json!({
+        "accepted": [dcapqvl_tdx_td()],
+        "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
+    });
+    let err = HardwarePolicy::from_value("tdx", Some(old.clone()), &[DCAPQVL_TDX_MR_TD.into()])
+        .expect_err("a TDX pin naming the firmware loads");
+    assert!(
+        err.contains("measurements[0] is the mr_td of accepted[0], the firmware alone"),
+        "{err}"
+    );
+    assert!(err.contains(DCAPQVL_TDX_IDENTITY), "{err}");
+    HardwarePolicy::from_value("tdx", Some(old), &[DCAPQVL_TDX_IDENTITY.into()])
+        .expect("the same pin by identity");
+    // No accepted TD and no identity: nothing names the box.
+    let err = HardwarePolicy::from_value("tdx", Some(floor.clone()), &[]).expect_err("empty");
+    assert!(err.contains("at least one measurement"), "{err}");
+}
+
 /// A genuine box whose evidence reports a TCB (SEV-SNP) or collateral (TDX) below what the
 /// party pinned is refused through the adapter with the attest crate's closed code.
 #[test]
@@ -288,13 +367,8 @@ fn a_box_below_the_pinned_tcb_floor_is_refused() {
         Err(JcError::HardwareRefused("tcb_too_low"))
     ));
 
-    let ev = skillbox_attest::tdx::Evidence::from_files(
-        &data("tdx/dcapqvl-tdx_quote"),
-        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
-    )
-    .expect("the sample parses");
     let att = Attestation {
-        evidence: serde_json::to_value(ev).expect("json"),
+        evidence: tdx_evidence(),
         ..att
     };
     let tdx_floor = |eval: u32| {
@@ -382,14 +456,9 @@ fn a_report_launched_for_another_configuration_than_the_statement_claims_is_refu
     check(&snp(pinned(&"00".repeat(32))), zero.clone()).expect("pinned and launched");
 
     // TDX.
-    let ev = skillbox_attest::tdx::Evidence::from_files(
-        &data("tdx/dcapqvl-tdx_quote"),
-        &data("tdx/dcapqvl-tdx_quote_collateral.json"),
-    )
-    .expect("the sample parses");
     let att = Attestation {
         platform: "tdx".into(),
-        evidence: serde_json::to_value(ev).expect("json"),
+        evidence: tdx_evidence(),
         ..att
     };
     let tdx = HardwareVerifier::new(

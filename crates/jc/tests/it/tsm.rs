@@ -11,6 +11,7 @@ use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
 use skillbox_jc::tsm::{ENTRY, TsmAttester, cert_table};
 
 use crate::support::{data, hex_data};
+use skillbox_testkit::floors::DCAPQVL_TDX_IDENTITY;
 
 const SNP_MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
 const T_2025_MS: u64 = 1_735_689_600_000;
@@ -108,11 +109,7 @@ fn tdx_quote_with_its_collateral_and_the_wrong_guest_kind_refused() {
     let root = double("tdx_guest", &quote, None);
     let att = TsmAttester::open(root.path(), Platform::Tdx, vec![], Some(collateral.clone()))
         .expect("opens");
-    assert!(
-        att.measurement().starts_with("91eb2b44d141d4ec"),
-        "{}",
-        att.measurement()
-    );
+    assert_eq!(att.measurement(), DCAPQVL_TDX_IDENTITY, "the box identity");
     let a = att.attest(&statement()).expect("attests");
     let ev: tdx::Evidence = serde_json::from_value(a.evidence).expect("TDX evidence");
     assert_eq!(ev.quote, quote);
@@ -137,6 +134,42 @@ fn tdx_quote_with_its_collateral_and_the_wrong_guest_kind_refused() {
     .err()
     .expect("absent");
     assert!(err.to_string().contains("/nonexistent/tsm/report"), "{err}");
+}
+
+/// A TDX box named itself by its MRTD, the firmware alone: a host booting another box binary
+/// (another kernel/initrd, so another RTMR2) under the same firmware got the honest box's name,
+/// and a program listing the honest box listed it. Two boxes on one firmware, differing only in
+/// RTMR2 (the double's quote: the box reads, it does not verify, its own report), now go by
+/// different identities, and a program naming the honest one does not list the other.
+#[test]
+fn a_tdx_box_with_another_binary_on_the_same_firmware_is_not_the_programs_box() {
+    let quote = data("tdx/dcapqvl-tdx_quote");
+    let collateral = data("tdx/dcapqvl-tdx_quote_collateral.json");
+    let report = tdx::Quote::parse(&quote).expect("quote").report;
+    let at = quote
+        .windows(48)
+        .position(|w| w == report.rtmr[2])
+        .expect("RTMR2 in the quote");
+    let mut patched = quote.clone();
+    patched[at] ^= 1;
+    let open = |q: &[u8]| {
+        let root = double("tdx_guest", q, None);
+        let att = TsmAttester::open(root.path(), Platform::Tdx, vec![], Some(collateral.clone()))
+            .expect("opens");
+        att.measurement().to_owned()
+    };
+    let (honest, other) = (open(&quote), open(&patched));
+    let mut program: skillbox_jc::program::Program =
+        serde_json::from_slice(&data("program.json")).expect("program");
+    program.boxes = vec![skillbox_jc::program::BoxIdentity {
+        platform: "tdx".into(),
+        measurement: honest.clone(),
+    }];
+    assert!(program.lists_box("tdx", &honest));
+    assert!(
+        !program.lists_box("tdx", &other),
+        "a box with another RTMR2 on the same firmware is listed as {other}"
+    );
 }
 
 /// The box checks at start that the host launched it for the configuration it runs: the

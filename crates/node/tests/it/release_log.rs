@@ -56,6 +56,32 @@ fn publish(
     .expect("write");
 }
 
+/// A release signer and a test log made from `seed`, under a new directory holding the log's
+/// trusted root and an empty releases directory.
+struct Releases {
+    _dir: tempfile::TempDir,
+    signer: ReleaseSigner,
+    log: TestLog,
+    root: std::path::PathBuf,
+    releases: std::path::PathBuf,
+}
+
+fn releases(seed: u8) -> Releases {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = TestLog::new(seed);
+    let root = dir.path().join("trusted_root.json");
+    std::fs::write(&root, log.trusted_root_json()).expect("write");
+    let releases = dir.path().join("releases");
+    std::fs::create_dir(&releases).expect("mkdir");
+    Releases {
+        _dir: dir,
+        signer: ReleaseSigner::new(seed),
+        log,
+        root,
+        releases,
+    }
+}
+
 fn proof(bundle: &mut Value) -> &mut Value {
     &mut bundle["verificationMaterial"]["tlogEntries"][0]["inclusionProof"]
 }
@@ -85,13 +111,13 @@ fn pin(box_url: &str, key: &str, dir: &Path, signer: &ReleaseSigner, root: &Path
 async fn node_verdict(manifest_names: &str, tamper: impl FnOnce(&mut Value)) -> Option<String> {
     let (provider_url, _provider) = support::provider_double(Duration::ZERO).await;
     let (box_url, key) = support::start_box_keyed(&provider_url).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let releases = dir.path().join("releases");
-    std::fs::create_dir(&releases).expect("mkdir");
-    let signer = ReleaseSigner::new(11);
-    let mut log = TestLog::new(11);
-    let root = dir.path().join("trusted_root.json");
-    std::fs::write(&root, log.trusted_root_json()).expect("write");
+    let Releases {
+        _dir,
+        signer,
+        mut log,
+        root,
+        releases,
+    } = releases(11);
     publish(
         &releases,
         &mut log,
@@ -157,13 +183,13 @@ async fn a_box_whose_release_has_an_altered_checkpoint_is_refused() {
 
 #[test]
 fn the_pin_names_only_what_verifies_and_each_refusal_has_its_reason() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let signer = ReleaseSigner::new(12);
-    let mut log = TestLog::new(12);
-    let root = dir.path().join("trusted_root.json");
-    std::fs::write(&root, log.trusted_root_json()).expect("write");
-    let releases = dir.path().join("r");
-    std::fs::create_dir(&releases).expect("mkdir");
+    let Releases {
+        _dir: dir,
+        signer,
+        mut log,
+        root,
+        releases,
+    } = releases(12);
     publish(
         &releases,
         &mut log,
@@ -256,4 +282,83 @@ fn a_release_log_pin_round_trips_through_config_and_bad_ones_are_refused() {
     });
     let err = Config::parse(&bad.render(), path).expect_err("refused");
     assert!(err.to_string().contains("name the signer"), "{err}");
+}
+
+/// A TDX release log named the firmware (MRTD) alone, which every box binary booted under it
+/// shares, and a TDX release-log pin loaded only with a hand-written `policy.accepted`. A format
+/// 2 manifest names the box identity (MRTD, RTMR1, RTMR2): the pin loads with its collateral
+/// floor alone, resolves to the identities its verified releases name, and its verifier accepts
+/// the genuine sample box those name; a format 1 release's TDX entry (an MRTD) is refused
+/// (`tdx_firmware_only`) and names nothing.
+#[test]
+fn a_tdx_release_log_pin_names_box_identities_and_needs_no_hand_written_td() {
+    use skillbox_testkit::floors::{DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_MR_TD};
+    let mut r = releases(15);
+    for (name, format, tdx) in [
+        ("v0.1.0.json", 1, DCAPQVL_TDX_MR_TD),
+        ("v0.2.0.json", 2, DCAPQVL_TDX_IDENTITY),
+    ] {
+        let manifest = format!(
+            r#"{{"skillbox_box_release":{format},"release":"{name}","measurements":{{"tdx":["{tdx}"]}}}}"#
+        );
+        let index = r.log.append(&r.signer, manifest.as_bytes());
+        std::fs::write(r.releases.join(name), &manifest).expect("write");
+        std::fs::write(
+            r.releases.join(format!("{name}.sigstore.json")),
+            r.log.bundle(index).expect("bundle"),
+        )
+        .expect("write");
+    }
+    let url = "https://tdx.example:7480";
+    let mut p = pin(url, "", &r.releases, &r.signer, &r.root);
+    p.platform = "tdx".into();
+    p.key = None;
+    // The collateral floor only: no `accepted`, the log names the TDs.
+    p.policy = Some(
+        toml::from_str(&format!("min_tcb_eval_data_number = {DCAPQVL_TDX_EVAL}")).expect("toml"),
+    );
+    let mut c = Config::default();
+    c.boxes.accept = vec![url.into()];
+    c.boxes.pins = vec![p.clone()];
+    Config::parse(&c.render(), Path::new("config.toml"))
+        .expect("a TDX release-log pin without a hand-written TD loads");
+
+    let resolved = skillbox_node::pins::resolve(std::slice::from_ref(&p));
+    assert_eq!(resolved[0].measurements, [DCAPQVL_TDX_IDENTITY]);
+    let Some(skillbox_jc::hardware::HardwarePolicy::Tdx(policy)) = resolved[0]
+        .hardware_policy()
+        .expect("the resolved pin loads")
+    else {
+        panic!("a TDX policy");
+    };
+    let identity: [u8; 48] = hex::decode(DCAPQVL_TDX_IDENTITY)
+        .expect("hex")
+        .try_into()
+        .expect("48 bytes");
+    assert_eq!(
+        policy.accepted,
+        [skillbox_attest::tdx::TdMeasurements::of_identity(identity)]
+    );
+    let data = |f: &str| {
+        std::fs::read(format!(
+            "{}/../attest/tests/data/tdx/{f}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("the attest crate's TDX sample")
+    };
+    let ev = skillbox_attest::tdx::Evidence::from_files(
+        &data("dcapqvl-tdx_quote"),
+        &data("dcapqvl-tdx_quote_collateral.json"),
+    )
+    .expect("the sample");
+    // Inside the sample collateral's window.
+    let verified = skillbox_attest::tdx::verify(
+        &ev,
+        &skillbox_attest::tdx::Expected::default(),
+        &policy,
+        1_751_000_000_000,
+    )
+    .expect("the box the log names");
+    assert_eq!(verified.measurement, DCAPQVL_TDX_IDENTITY);
+    assert!(verified.measurements_pinned);
 }
