@@ -5,11 +5,12 @@
 function liveCalls() {
   const cells = document.querySelectorAll("[data-call-state]");
   if (cells.length === 0) return;
-  // The session's own address (`/ui/s/<random>`): its cookie is sent under it only.
-  const base = location.pathname.match(/^\/ui\/s\/[0-9a-f]+/);
-  if (!base) return;
+  // Where to ask, as the page gives it (at the session's own address, the only path its
+  // cookie is sent to): the server writes every dashboard address, the script none.
+  const live = document.querySelector("[data-live]");
+  if (!live) return;
   const refresh = () => {
-    fetch(`${base[0]}/live/calls`, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+    fetch(live.dataset.live, { credentials: "same-origin", headers: { "Accept": "application/json" } })
       .then((r) => (r.ok ? r.json() : null))
       .then((body) => {
         if (!body) return;

@@ -54,9 +54,6 @@ pub const PREFIX: &str = "/ui";
 pub const SESSION_ROOT: &str = "/ui/s/";
 /// The random bytes of a session's address (128 bits: a listener cannot guess it).
 const BASE_BYTES: usize = 16;
-/// Most bytes of a page the session's address is written into (the pages are a few hundred
-/// KiB at most: the board and the ledger are paged).
-const PAGE_MAX: usize = 16 << 20;
 const COOKIE: &str = "skillbox_ui";
 /// What a row's opaque handle is computed under (see [`Session::source_handle`]).
 const HANDLE_LABEL: &[u8] = b"skillbox-ui-source-handle-v1";
@@ -76,7 +73,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// session cookie themselves, and send a login page rather than a JSON 401).
 pub fn mounts(state: AppState) -> Mounts {
     let sessions = Arc::new(Sessions::default());
-    // The session's pages at their logical addresses (`/ui/board`, as the pages link them),
+    // The session's pages at their logical addresses (`/ui/board`, as the pages name them),
     // reached only through [`in_session`], which maps a session's own address onto them: none
     // of these paths is a route of the node's.
     let session_pages = Router::new()
@@ -139,7 +136,9 @@ impl Base {
 
     /// A page's logical address (`/ui/board?q=x`) at this session's (`/ui/s/<base>/board?q=x`);
     /// `None` for what is not a session's page: the sign-in page, the static files, an address
-    /// already a session's, anything outside the dashboard.
+    /// already a session's, anything outside the dashboard. The one place the address's shape
+    /// is written: the pages link through [`Session::at`], the page script reads the address
+    /// a page gives it (`data-live`).
     fn at(&self, url: &str) -> Option<String> {
         let rest = url.strip_prefix(PREFIX)?;
         let page = rest.is_empty() || rest.starts_with('/') || rest.starts_with('?');
@@ -150,10 +149,10 @@ impl Base {
     }
 }
 
-/// `/ui/s/<base>/<page>`: the session's page `/ui/<page>`, answered with every dashboard
-/// address in it (links, forms, the redirect) at the session's own, so the browser keeps to the
-/// path its cookie is scoped to. Which session the address is, the cookie says
-/// ([`require_session`] checks both).
+/// `/ui/s/<base>/<page>`: the session's page `/ui/<page>`. The pages write every dashboard
+/// address (links, forms, redirects) at the session's own as they render
+/// ([`Session::at`]), so the browser keeps to the path its cookie is scoped to. Which session
+/// the address is, the cookie says ([`require_session`] checks both).
 async fn in_session(
     Extension(SessionPages(pages)): Extension<SessionPages>,
     req: Request,
@@ -188,61 +187,11 @@ async fn in_session(
     *page.uri_mut() = uri;
     *page.version_mut() = parts.version;
     *page.headers_mut() = parts.headers;
-    page.extensions_mut().insert(base.clone());
-    let res = match pages.oneshot(page).await {
+    page.extensions_mut().insert(base);
+    match pages.oneshot(page).await {
         Ok(res) => res,
         Err(never) => match never {},
-    };
-    at_session(res, &base).await
-}
-
-/// `res` with its redirect and, on an HTML page, every dashboard address at the session's.
-/// The pages write `="/ui…"` only in their own markup: maud escapes `"` in every value it is
-/// given (a peer's text included), so no text on a page can make an address of its own here.
-async fn at_session(res: Response, base: &Base) -> Response {
-    let (mut parts, body) = res.into_parts();
-    if let Some(to) = parts
-        .headers
-        .get(header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| base.at(v))
-        .and_then(|v| HeaderValue::from_str(&v).ok())
-    {
-        parts.headers.insert(header::LOCATION, to);
     }
-    let html = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
-    if !html {
-        return Response::from_parts(parts, body);
-    }
-    let Ok(bytes) = axum::body::to_bytes(body, PAGE_MAX).await else {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the page could not be read",
-        )
-            .into_response();
-    };
-    let page = addresses_at(&String::from_utf8_lossy(&bytes), base);
-    parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, axum::body::Body::from(page))
-}
-
-/// `html` with each attribute value that is a session's page address (`="/ui…"`) at `base`.
-fn addresses_at(html: &str, base: &Base) -> String {
-    let mut out = String::with_capacity(html.len() + html.len() / 8);
-    let mut rest = html;
-    while let Some(at) = rest.find("=\"/ui") {
-        let start = at + 2;
-        out.push_str(&rest[..start]);
-        let end = rest[start..].find('"').map_or(rest.len(), |e| start + e);
-        let value = &rest[start..end];
-        out.push_str(base.at(value).as_deref().unwrap_or(value));
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The signed-in operator, as handlers see it: the CSRF token its forms must carry.
@@ -251,6 +200,8 @@ pub(crate) struct Session {
     pub(crate) csrf: String,
     /// The digest of the session's id (what sign-out ends).
     pub(crate) key: [u8; 32],
+    /// The session's address, where its pages link.
+    pub(crate) base: Base,
 }
 
 /// The dashboard's sessions, in the node's memory only (a restart signs everyone out), keyed by
@@ -328,6 +279,7 @@ impl Sessions {
         Some(Session {
             csrf: held.csrf.clone(),
             key,
+            base: held.base.clone(),
         })
     }
 
@@ -378,6 +330,13 @@ fn key_of(id: &str) -> [u8; 32] {
 }
 
 impl Session {
+    /// The page at the logical address `logical` (`/ui/board?q=x`, as the pages name them) at
+    /// this session's address, where a page links it: the only path the session's cookie is
+    /// sent to. What is no session page (`/ui/login`, `/ui/static/…`) is left as it is.
+    pub(crate) fn at(&self, logical: &str) -> String {
+        self.base.at(logical).unwrap_or_else(|| logical.to_owned())
+    }
+
     /// Whether `presented` is this session's CSRF token (constant time).
     pub(crate) fn csrf_ok(&self, presented: &str) -> bool {
         same_hex(&self.csrf, presented)
@@ -588,22 +547,24 @@ mod tests {
     }
 
     /// What the pages link (`/ui/board`) is written at the session's address; the sign-in page,
-    /// the static files and what is not the dashboard's are left as they are.
+    /// the static files and what is not the dashboard's are left as they are. (Every page's
+    /// links, rendered: `pages::sources::tests::every_pages_addresses_are_the_sessions`.)
     #[test]
     fn a_pages_addresses_are_written_at_the_sessions() {
-        let base = Base("0123456789abcdef0123456789abcdef".into());
+        let s = Sessions::default();
+        let (o, session) = opened(&s);
+        let base = o.base;
         let at = base.path();
-        let page = concat!(
-            r#"<a href="/ui">o</a><a href="/ui/board?q=a&amp;b=c">b</a>"#,
-            r#"<form action="/ui/approvals"></form><link href="/ui/static/app.css">"#,
-            r#"<form action="/ui/login"></form><a href="/uix">x</a><p>="/ui/calls" &quot;</p>"#,
-        );
-        assert_eq!(
-            addresses_at(page, &base),
-            format!(
-                r#"<a href="{at}">o</a><a href="{at}/board?q=a&amp;b=c">b</a><form action="{at}/approvals"></form><link href="/ui/static/app.css"><form action="/ui/login"></form><a href="/uix">x</a><p>="{at}/calls" &quot;</p>"#
-            )
-        );
+        for (logical, there) in [
+            ("/ui", at.clone()),
+            ("/ui/board?q=a&b=c", format!("{at}/board?q=a&b=c")),
+            ("/ui/approvals", format!("{at}/approvals")),
+            ("/ui/static/app.css", "/ui/static/app.css".to_owned()),
+            ("/ui/login", "/ui/login".to_owned()),
+            ("/uix", "/uix".to_owned()),
+        ] {
+            assert_eq!(session.at(logical), there, "{logical}");
+        }
         assert_eq!(
             base.at("/ui/calls/x?y=1"),
             Some(format!("{at}/calls/x?y=1"))

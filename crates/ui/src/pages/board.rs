@@ -147,7 +147,7 @@ pub(crate) async fn board(
             None => {
                 let body = html! {
                     p { "That page link is not one this dashboard made." }
-                    p { a href="/ui/board" { "The board's first page" } }
+                    p { a href=(session.at("/ui/board")) { "The board's first page" } }
                 };
                 return page(
                     StatusCode::BAD_REQUEST,
@@ -180,16 +180,16 @@ pub(crate) async fn board(
         );
     };
     let link = |after: &str| {
-        format!(
+        session.at(&format!(
             "/ui/board?q={}&provider={}&platform={}&after={}",
             enc(&q.q),
             enc(&q.provider),
             enc(&q.platform),
             enc(after)
-        )
+        ))
     };
     let body = html! {
-        form method="get" action="/ui/board" class="filters" role="search" {
+        form method="get" action=(session.at("/ui/board")) class="filters" role="search" {
             label for="q" { "Search" }
             input id="q" name="q" type="search" value=(q.q);
             label for="provider" { "Provider" }
@@ -224,7 +224,7 @@ pub(crate) async fn board(
                         td { (peer_line(&r.platforms.join(", "), 200)) }
                         td class="peer-text" { (needs(&r.required_sources)) }
                         td { code title=(r.peer) { (short(&r.peer)) } }
-                        td { a href=(format!("/ui/calls?peer={}&skill={}", enc(&r.peer), enc(&r.skill))) { "Call…" } }
+                        td { a href=(session.at(&format!("/ui/calls?peer={}&skill={}", enc(&r.peer), enc(&r.skill)))) { "Call…" } }
                     }
                 }
             }
@@ -378,6 +378,7 @@ mod tests {
         let session = Session {
             csrf: String::new(),
             key: [0; 32],
+            base: crate::Base("0".repeat(32)),
         };
         let resp = board(State(state.clone()), Extension(session), q).await;
         let status = resp.status();
@@ -401,11 +402,9 @@ mod tests {
         let at = page.find("rel=\"next\"")?;
         let tag = &page[page[..at].rfind("<a ")?..at];
         let href = tag.split("href=\"").nth(1)?.split('"').next()?;
-        Some(
-            href.replace("&amp;", "&")
-                .trim_start_matches("/ui/board?")
-                .to_owned(),
-        )
+        // At the session's address, as the page links it.
+        let query = href.split_once("/board?")?.1;
+        Some(query.replace("&amp;", "&"))
     }
 
     /// The dashboard's board page over a board of 250 rows: 100 rows and a next link, which

@@ -45,7 +45,7 @@ async fn calls_page(
         .await;
     let body = html! {
         h2 { "Start a call" }
-        form method="post" action="/ui/calls" class="stack" {
+        form method="post" action=(session.at("/ui/calls")) class="stack" {
             (csrf_field(session))
             label for="call-peer" { "Peer id" }
             input id="call-peer" name="peer" type="text" value=(prefill.peer) required;
@@ -60,12 +60,14 @@ async fn calls_page(
         @match &list {
             Err(e) => p class="notice" { (e.to_string()) },
             Ok(list) if list.is_empty() => p { "No calls yet." },
-            Ok(list) => table data-live="calls" {
+            // Where the page script polls for live states: the session's address, written here
+            // so the script holds no copy of the address's shape.
+            Ok(list) => table data-live=(session.at("/ui/live/calls")) {
                 (columns(&["Call", "Side", "Skill", "Peer", "State", "Failure", "Started"], None))
                 tbody {
                     @for v in list {
                         tr {
-                            td { a href=(format!("/ui/calls/{}", enc(&v.id))) { code { (short(&v.id)) } } }
+                            td { a href=(session.at(&format!("/ui/calls/{}", enc(&v.id)))) { code { (short(&v.id)) } } }
                             td { (v.role) }
                             td { (v.skill) }
                             td { code title=(v.peer) { (short(&v.peer)) } }
@@ -127,7 +129,7 @@ pub(crate) async fn start_call(
         })
         .await
     {
-        Ok(v) => Redirect::to(&format!("/ui/calls/{}", enc(&v.id))).into_response(),
+        Ok(v) => Redirect::to(&session.at(&format!("/ui/calls/{}", enc(&v.id)))).into_response(),
         Err(e) => {
             let msg = format!("Not started ({}): {e}", e.code());
             calls_page(&s, &session, &prefill, Some(&msg), StatusCode::BAD_REQUEST).await
@@ -153,7 +155,7 @@ pub(crate) async fn call(
     };
     let body = html! {
         @for v in &views {
-            section aria-label=(format!("{} side", v.role)) {
+            section aria-label=(format!("{} side", v.role)) data-live=(session.at("/ui/live/calls")) {
                 h2 { "As " (v.role) }
                 dl class="facts" {
                     dt { "Call" } dd { code { (v.id) } }
@@ -195,7 +197,7 @@ pub(crate) async fn call(
                 }
             }
         }
-        p { a href=(format!("/ui/ledger?call={}", enc(&id))) { "What this call disclosed (ledger)" } }
+        p { a href=(session.at(&format!("/ui/ledger?call={}", enc(&id)))) { "What this call disclosed (ledger)" } }
     };
     page(StatusCode::OK, "Call", "/ui/calls", &session, None, body)
 }
@@ -233,7 +235,7 @@ fn decision_forms(session: &Session, id: &str, question: Option<&str>) -> Markup
     html! {
         div class="decide" {
             @for (decision, remember, label) in [("allow", false, "Approve"), ("allow", true, "Approve and remember"), ("deny", false, "Deny"), ("deny", true, "Deny and remember")] {
-                form method="post" action="/ui/approvals" {
+                form method="post" action=(session.at("/ui/approvals")) {
                     (csrf_field(session))
                     input type="hidden" name="id" value=(id);
                     @if let Some(q) = question { input type="hidden" name="question" value=(q); }
@@ -273,7 +275,7 @@ async fn approvals_page(
                             dt { "Sees the plaintext" } dd { (peer_line(d.provider.as_deref().unwrap_or_default(), 64)) " " (peer_line(d.provider_host.as_deref().unwrap_or_default(), URL_SHOWN)) }
                         }
                     }
-                    p { a href=(format!("/ui/calls/{}", enc(&v.id))) { "The call" } }
+                    p { a href=(session.at(&format!("/ui/calls/{}", enc(&v.id)))) { "The call" } }
                     (decision_forms(session, &v.id, v.question.as_deref()))
                 }
             },
@@ -324,7 +326,7 @@ pub(crate) async fn decide(
         )
         .await
     {
-        Ok(_) => Redirect::to(&format!("/ui/calls/{}", enc(&f.id))).into_response(),
+        Ok(_) => Redirect::to(&session.at(&format!("/ui/calls/{}", enc(&f.id)))).into_response(),
         Err(e) => {
             approvals_page(
                 &s,
@@ -348,6 +350,7 @@ mod tests {
         let session = Session {
             csrf: "c".into(),
             key: [0; 32],
+            base: crate::Base("0".repeat(32)),
         };
         let question = format!("sha256:{}", "ab".repeat(32));
         let page = decision_forms(&session, "c1", Some(&question)).into_string();

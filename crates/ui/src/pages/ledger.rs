@@ -59,7 +59,7 @@ pub(crate) async fn ledger(
             Some(v) => p class="notice" role="alert" { "The ledger does NOT verify: entry " (v.broken_at.unwrap_or(0)) " — " (v.reason.map(|r| r.as_str()).unwrap_or("unknown")) "." },
             None => p class="notice" { "The ledger could not be checked." },
         }
-        form method="get" action="/ui/ledger" class="filters" {
+        form method="get" action=(session.at("/ui/ledger")) class="filters" {
             label for="ledger-source" { "Source" }
             input id="ledger-source" name="source" type="text" value=(typed);
             button type="submit" { "Show" }
@@ -93,7 +93,7 @@ pub(crate) async fn ledger(
                             td { (l.entry.seq) }
                             td { (when(l.entry.at)) }
                             td { (l.entry.summary()) }
-                            td { a href=(format!("/ui/calls/{}", enc(&l.entry.call))) { code { (short(&l.entry.call)) } } " (" (l.entry.role) ")" }
+                            td { a href=(session.at(&format!("/ui/calls/{}", enc(&l.entry.call)))) { code { (short(&l.entry.call)) } } " (" (l.entry.role) ")" }
                             td { (l.entry.skill) }
                             td {
                                 (l.entry.box_url.clone().unwrap_or_default()) " "

@@ -107,15 +107,15 @@ fn framed(
                             @for (href, label) in NAV {
                                 li {
                                     @if *href == here {
-                                        a href=(href) aria-current="page" { (label) }
+                                        a href=(session.at(href)) aria-current="page" { (label) }
                                     } @else {
-                                        a href=(href) { (label) }
+                                        a href=(session.at(href)) { (label) }
                                     }
                                 }
                             }
                         }
                     }
-                    form method="post" action="/ui/logout" class="logout" {
+                    form method="post" action=(session.at("/ui/logout")) class="logout" {
                         input type="hidden" name="csrf" value=(session.csrf);
                         button type="submit" { "Sign out" }
                     }
@@ -242,13 +242,14 @@ async fn store<T: Send + 'static>(
 }
 
 /// A form's change to what this node may offer (a skill or source added or removed) is done: the
-/// advert goes out now rather than at the next interval, and the browser goes back to `to`.
-fn offer_changed(s: &AppState, to: &str) -> Response {
+/// advert goes out now rather than at the next interval, and the browser goes back to the page
+/// `to` (its logical address) at the session's.
+fn offer_changed(s: &AppState, session: &Session, to: &str) -> Response {
     s.offer_changed.notify_one();
-    Redirect::to(to).into_response()
+    Redirect::to(&session.at(to)).into_response()
 }
 
-/// A table row's remove control: a CSRF-guarded post to `action` carrying `fields`, its button
+/// A table row's remove control: a CSRF-guarded post to `action` (a logical address) carrying `fields`, its button
 /// labelled with what it removes.
 fn remove_form(session: &Session, action: &str, what: &str, fields: Markup) -> Markup {
     row_form(session, action, "Remove", what, fields)
@@ -258,7 +259,7 @@ fn remove_form(session: &Session, action: &str, what: &str, fields: Markup) -> M
 /// `verb` and, to a screen reader, what it acts on.
 fn row_form(session: &Session, action: &str, verb: &str, what: &str, fields: Markup) -> Markup {
     html! {
-        form method="post" action=(action) {
+        form method="post" action=(session.at(action)) {
             (csrf_field(session))
             (fields)
             button type="submit" aria-label=(format!("{verb} {what}")) { (verb) }

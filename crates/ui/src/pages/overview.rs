@@ -39,7 +39,7 @@ pub(crate) async fn overview(
             dt { "Sources" } dd { (sources.len()) }
             dt { "Board" } dd { (board) " skills from peers" }
             dt { "Peers" } dd { (peers) " connected" }
-            dt { "Waiting for you" } dd { a href="/ui/approvals" { (waiting) " approvals" } }
+            dt { "Waiting for you" } dd { a href=(session.at("/ui/approvals")) { (waiting) " approvals" } }
         }
         h2 { "Calls by state" }
         @if by_state.is_empty() { p { "No calls yet." } } @else {
@@ -75,7 +75,7 @@ pub(crate) async fn overview(
                     }
                 }
             }
-            form method="post" action="/ui/boxes/check" {
+            form method="post" action=(session.at("/ui/boxes/check")) {
                 (csrf_field(&session))
                 button type="submit" { "Check the boxes now" }
             }
@@ -115,11 +115,14 @@ fn reachability(b: &skillbox_node::calls::boxes::BoxStatus) -> Markup {
 }
 
 /// `POST /ui/boxes/check`: ask every accepted box who it is now.
-pub(crate) async fn check_boxes(State(s): State<AppState>, _: Posted<CsrfOnly>) -> Response {
+pub(crate) async fn check_boxes(
+    State(s): State<AppState>,
+    Posted { session, form: _ }: Posted<CsrfOnly>,
+) -> Response {
     if let Some(c) = calls_of(&s) {
         c.boxes().refresh().await;
     }
-    Redirect::to("/ui").into_response()
+    Redirect::to(&session.at("/ui")).into_response()
 }
 
 // ---- metrics

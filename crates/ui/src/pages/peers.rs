@@ -44,7 +44,7 @@ async fn peers_page(
             }
         }
         h2 { "Connect to a peer" }
-        form method="post" action="/ui/peers" class="stack" {
+        form method="post" action=(session.at("/ui/peers")) class="stack" {
             (csrf_field(session))
             label for="peer-addr" { "Multiaddr (…/p2p/PEER_ID)" }
             input id="peer-addr" name="addr" type="text" required;
@@ -81,7 +81,7 @@ pub(crate) async fn add_peer(
         return peers_page(&s, &session, None, StatusCode::SERVICE_UNAVAILABLE).await;
     };
     match h.dial(addr).await {
-        Ok(_) => Redirect::to("/ui/peers").into_response(),
+        Ok(_) => Redirect::to(&session.at("/ui/peers")).into_response(),
         Err(e) => {
             peers_page(
                 &s,

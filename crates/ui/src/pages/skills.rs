@@ -20,7 +20,7 @@ async fn skills_page(
                 tbody {
                     @for k in list {
                         tr data-skill=(k.name) {
-                            td { a href=(format!("/ui/skills/{}", enc(&k.name))) { (k.name) } }
+                            td { a href=(session.at(&format!("/ui/skills/{}", enc(&k.name)))) { (k.name) } }
                             td { (peer_line(&k.description, 200)) }
                             td { (k.provider.clone().unwrap_or_default()) }
                             td {
@@ -34,7 +34,7 @@ async fn skills_page(
             },
         }
         h2 { "Add a skill" }
-        form method="post" action="/ui/skills" class="stack" {
+        form method="post" action=(session.at("/ui/skills")) class="stack" {
             (csrf_field(session))
             label for="skill-file" { "SKILL.md file (loaded into the text below)" }
             input id="skill-file" type="file" accept=".md,text/markdown,text/plain" data-load-into="skill-doc";
@@ -73,7 +73,7 @@ pub(crate) async fn add_skill(
     }
     let fallback = (!f.name.trim().is_empty()).then(|| f.name.trim().to_owned());
     match store(&s, move |s| s.skills.import(&doc, fallback.as_deref())).await {
-        Ok(_) => offer_changed(&s, "/ui/skills"),
+        Ok(_) => offer_changed(&s, &session, "/ui/skills"),
         Err(e) => {
             skills_page(
                 &s,
@@ -151,7 +151,7 @@ pub(crate) async fn delete_skill(
     Posted { session, form: _ }: Posted<CsrfOnly>,
 ) -> Response {
     match store(&s, move |s| s.skills.delete(&name)).await {
-        Ok(_) => offer_changed(&s, "/ui/skills"),
+        Ok(_) => offer_changed(&s, &session, "/ui/skills"),
         Err(e) => skills_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
     }
 }

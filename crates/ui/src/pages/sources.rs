@@ -29,7 +29,7 @@ async fn sources_page(
             },
         }
         h2 { "Add or replace a source" }
-        form method="post" action="/ui/sources" class="stack" autocomplete="off" {
+        form method="post" action=(session.at("/ui/sources")) class="stack" autocomplete="off" {
             (csrf_field(session))
             label for="src-name" { "Name" }
             input id="src-name" name="name" type="text" required;
@@ -148,7 +148,7 @@ pub(crate) async fn add_source(
         Err(e) => Err(e),
     };
     match put {
-        Ok(_) => offer_changed(&s, "/ui/sources"),
+        Ok(_) => offer_changed(&s, &session, "/ui/sources"),
         Err(e) => sources_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
     }
 }
@@ -228,7 +228,7 @@ async fn change_source(
         Err(e) => Err(e),
     };
     match done {
-        Ok(()) => offer_changed(s, "/ui/sources"),
+        Ok(()) => offer_changed(s, session, "/ui/sources"),
         Err(e) => sources_page(s, session, Some(&e), StatusCode::BAD_REQUEST).await,
     }
 }
@@ -347,6 +347,7 @@ mod tests {
                 .find(|(c, _)| cookie.contains(c.as_str()))
                 .map(|(_, at)| at.clone());
             let path = match (path.strip_prefix("/ui/"), &at) {
+                (_, Some(at)) if path == "/ui" => at.clone(),
                 (Some(page), Some(at)) if page != "login" => format!("{at}/{page}"),
                 _ => path.to_owned(),
             };
@@ -626,5 +627,63 @@ mod tests {
         let both = sources_shown(&["notes", KEYS[0]]);
         assert_eq!(both, format!("notes, {KEY_NAMED} (sk-a…)"));
         assert_no_part_of("the line", &both, KEYS[0]);
+    }
+
+    /// The pages write every dashboard address at the session's own as they render
+    /// (`Session::at`), rather than having them rewritten in the finished page: every link,
+    /// form and redirect of every page, as sent, is at the session's address, or is the sign-in
+    /// page or a static file; no logical address (`/ui/board`), where no session answers, is
+    /// left on a page.
+    #[tokio::test]
+    async fn every_pages_addresses_are_the_sessions() {
+        let mut d = Dashboard::open();
+        let cookie = d.sign_in().await;
+        let at = d.sessions[0].1.clone();
+        let from = d.answers.len();
+        // Every page the navigation links, and a skill's.
+        let pages = NAV.iter().map(|(href, _)| *href);
+        for path in pages.chain(["/ui/skills/taste"]) {
+            let a = d.send("GET", path, &cookie, &[]).await;
+            assert_eq!(a.status, StatusCode::OK, "{path}: {}", a.text);
+        }
+        let page = d.page(&cookie).await;
+        let csrf = values_of(&page, "csrf").pop().expect("a CSRF token");
+        let a = d
+            .send(
+                "POST",
+                "/ui/sources/unshare",
+                &cookie,
+                &[("csrf", &csrf), ("name", "notes")],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.text);
+        let sent = &d.answers[from..];
+        let mut addresses: Vec<&str> = sent
+            .match_indices("=\"/ui")
+            .map(|(i, _)| {
+                let v = &sent[i + 2..];
+                &v[..v.find('"').unwrap_or(v.len())]
+            })
+            .collect();
+        addresses.extend(sent.lines().filter_map(|l| l.strip_prefix("location: ")));
+        assert!(addresses.len() > 50, "{addresses:?}");
+        let logical: Vec<&&str> = addresses
+            .iter()
+            .filter(|v| {
+                !(**v == at
+                    || v.starts_with(&format!("{at}/"))
+                    || v.starts_with(&format!("{at}?"))
+                    || v.starts_with("/ui/static/")
+                    || **v == "/ui/login")
+            })
+            .collect();
+        assert!(
+            logical.is_empty(),
+            "not at the session's address {at}: {logical:?}"
+        );
+        assert!(
+            addresses.contains(&format!("{at}/sources").as_str()),
+            "{addresses:?}"
+        );
     }
 }
