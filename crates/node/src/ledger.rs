@@ -398,8 +398,10 @@ pub struct Verdict {
     /// themselves are not in the export to check. Empty for the node's own check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redacted: Vec<u64>,
-    /// The signed head the ledger ends at (the node's own check): what `skillbox ledger head`
-    /// saves, so a later check can show nothing before it was rewritten.
+    /// The signed head the ledger ends at (the node's own check): version 1 from
+    /// [`verify_store`]; version 2 from [`verify_store_to_save`] (`GET /ledger/verify`), what
+    /// `skillbox ledger head` saves, so a later check can show nothing before it was rewritten,
+    /// redacted lines' text included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signed_head: Option<Head>,
 }
