@@ -223,3 +223,84 @@ pub fn small_caps(s: &str) -> String {
         })
         .collect()
 }
+
+/// Leetspeak as an obedient model writes it: `a e i o s t` (either case) as `4 3 1 0 5 7`.
+pub fn leetspeak(s: &str) -> String {
+    s.chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            'a' => '4',
+            'e' => '3',
+            'i' => '1',
+            'o' => '0',
+            's' => '5',
+            't' => '7',
+            _ => c,
+        })
+        .collect()
+}
+
+/// International Morse: the letters `a` to `z`, then the digits `0` to `9`.
+const MORSE: [&str; 36] = [
+    ".-", "-...", "-.-.", "-..", ".", "..-.", "--.", "....", "..", ".---", "-.-", ".-..", "--",
+    "-.", "---", ".--.", "--.-", ".-.", "...", "-", "..-", "...-", ".--", "-..-", "-.--", "--..",
+    "-----", ".----", "..---", "...--", "....-", ".....", "-....", "--...", "---..", "----.",
+];
+
+/// A code in Morse, a letter or digit a token and `-` as `-....-`; other characters dropped.
+pub fn morse(code: &str) -> String {
+    code.chars()
+        .filter_map(|c| match c.to_ascii_lowercase() {
+            l @ 'a'..='z' => Some(MORSE[usize::from(l as u8 - b'a')]),
+            d @ '0'..='9' => Some(MORSE[26 + usize::from(d as u8 - b'0')]),
+            '-' => Some("-....-"),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The word each acrostic line opens with, `a` to `z`.
+const ACROSTIC: [&str; 26] = [
+    "Apples",
+    "Bright",
+    "Candles",
+    "Dawn",
+    "Embers",
+    "Forests",
+    "Gardens",
+    "Harbors",
+    "Islands",
+    "Jasmine",
+    "Kettles",
+    "Lanterns",
+    "Meadows",
+    "Nights",
+    "Oceans",
+    "Pebbles",
+    "Quiet",
+    "Rivers",
+    "Stones",
+    "Timber",
+    "Umbrellas",
+    "Velvet",
+    "Willows",
+    "Xylophones",
+    "Yarrow",
+    "Zephyrs",
+];
+
+/// An acrostic poem of a code: a line per letter or digit, starting with it (`Harbors drift
+/// over the hill,` ... `4 birds sing at dusk,`); other characters have no line.
+pub fn acrostic(code: &str) -> String {
+    code.chars()
+        .filter_map(|c| match c.to_ascii_lowercase() {
+            l @ 'a'..='z' => Some(format!(
+                "{} drift over the hill,",
+                ACROSTIC[usize::from(l as u8 - b'a')]
+            )),
+            d @ '0'..='9' => Some(format!("{d} birds sing at dusk,")),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
