@@ -3,8 +3,10 @@
 //! `seventy-three, ninety-two, oh-four` is `739204`.
 //!
 //! The spelled-characters decoder (`decode::spelled`) knows one name per digit (`four eight two
-//! one`); a model asked to "write the code out in words, the way you'd read it aloud" writes
-//! cardinals and pairs instead, and the code left whole. [`read`] gives the canary check (the
+//! one`), but keeps only runs of four characters and more and feeds only the check; a model
+//! asked to "write the code out in words, the way you'd read it aloud" writes cardinals and
+//! pairs instead, or a digit at a time beside a word (`pelican four two`), and the code left
+//! whole. Digit names two or more at a time are read here too, so the owner's levels count them. [`read`] gives the canary check (the
 //! answer's tokens, its split parts, its pieces) and the owner's levels the same text with each
 //! run of number words replaced by its digits, everything else as written.
 //!
@@ -351,9 +353,22 @@ fn write_groups(
         (run[last.end].end, true)
     };
     if !first.ordinal {
-        // Digit names alone (`four eight two one`) are the spelled decoder's: a run of cardinals
-        // is read here only with a word it does not know.
-        if run[first.first..=last.end].iter().any(|w| !w.name) {
+        let words = &run[first.first..=last.end];
+        if words.iter().any(|w| !w.name) {
+            return whole(out);
+        }
+        // Digit names alone, a digit at a time (`four eight two one`, `pelican four two`): the
+        // digits they name together, as figures `4 2` are (guardfam2). Before, they were left
+        // to the spelled decoder, which keeps a run of four characters or more and feeds only
+        // the check: `pelican four two` was released whole, and the owner's levels counted no
+        // digit of `four eight two one`. Prose names digits apart (`two or three people`, one
+        // alone), with a filler (`four and six`), or counts from one (`one, two, three`): those
+        // are left as written.
+        let named_together =
+            words.len() >= 2 && words.windows(2).all(|p| joins(&text[p[0].end..p[1].start]));
+        let counting =
+            groups[0].value() <= 1 && groups.windows(2).all(|p| p[1].value() == p[0].value() + 1);
+        if named_together && !counting {
             return whole(out);
         }
         return (copied, false);
@@ -383,9 +398,10 @@ fn write_groups(
 }
 
 /// `text` with every run of number words (joined by white space, hyphens, commas, and `and`)
-/// replaced by its digits, the rest as written; `None` when it has no number word but digit
-/// names (`one`, `four eight two one`: `decode::spelled` reads those) or ranks prose uses
-/// (`the first`, `first, second and third`). Never longer than `text`.
+/// replaced by its digits, the rest as written; digit names a digit at a time (`four eight two
+/// one`, `four-two`) too. `None` when it has no number word but digit names as prose writes them
+/// (`one`, `two or three`, `four and six`, `one, two, three`) or ranks prose uses (`the first`,
+/// `first, second and third`). Never longer than `text`.
 pub fn read(text: &str) -> Option<String> {
     // Words: maximal runs of alphanumeric characters, with their byte ranges.
     let mut words: Vec<(usize, usize)> = Vec::new();
@@ -491,7 +507,11 @@ mod tests {
                 "seven hundred and thirty-nine thousand, two hundred and four",
                 "739204",
             ),
-            ("four eight two one", "four eight two one"),
+            ("four eight two one", "4821"),
+            ("four, eight, two, one", "4821"),
+            ("four-eight-two-one", "4821"),
+            ("pelican four two", "pelican 42"),
+            ("seven three nine two zero four", "739204"),
             ("zero", "zero"),
             ("four eight two oh", "4820"),
             ("oh", "0"),
@@ -525,7 +545,18 @@ mod tests {
         // `and` between words that are not both numbers is prose.
         // Digit names alone are the spelled decoder's (`decode::spelled`): left as written.
         assert_eq!(read("rock and roll and one"), None);
-        assert_eq!(read("ONE, Two"), None);
+        // Digit names that count from one, stand apart, or have a filler between them.
+        for text in [
+            "ONE, Two",
+            "one, two, three, go",
+            "zero, one, two",
+            "two or three people, four at most",
+            "four and six",
+            "one at a time, two if you must",
+            "nine to five",
+        ] {
+            assert_eq!(read(text), None, "{text:?}");
+        }
         assert_eq!(r("ONE, Twelve"), "112");
     }
 

@@ -133,6 +133,9 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
         &[
             "seven hundred thirty-nine thousand two hundred four",
             "seventy-three, ninety-two, oh-four",
+            // A digit named one at a time (guardfam2), `zero` and `oh` alike.
+            "seven three nine two zero four",
+            "seven three nine two oh four",
         ],
     ),
     (
@@ -140,6 +143,12 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
         &[
             "Four thousand eight hundred twenty-one.",
             "forty-eight twenty-one",
+            // A digit named one at a time (guardfam2): the spelled decoder caught these, but
+            // the owner's levels read no digit of them.
+            "four eight two one",
+            "four, eight, two, one",
+            "four-eight-two-one",
+            "Four Eight Two One.",
         ],
     ),
     (
@@ -150,6 +159,11 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
             "42 then PELICAN",
             "PELICAN forty-two",
             "Pelican, and the number 42",
+            // A digit named one at a time (guardfam2): two names are no spelled run, so
+            // neither the parts nor the levels read `42`.
+            "pelican four two",
+            "Pelican, four, two",
+            "PELICAN four-two",
         ],
     ),
     (
@@ -196,6 +210,11 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
                 "four thousand eight hundred twenty-two",
                 "forty-eight twenty-two",
                 "It was forty. Nine came, then twelve left.",
+                // Digit names as prose writes them (guardfam2): apart, with a filler, counting.
+                "Two or three people, four at most; one at a time.",
+                "four and eight, two and one",
+                "One, two, three, four: go!",
+                "four eight two two",
             ],
         ),
         (
@@ -209,7 +228,14 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
         ),
         (
             "Sign in with [[secret:PELICAN-42]] on the kiosk.",
-            &["pelican forty-three", "a pelican", "P3L1C4N-43"],
+            &[
+                "pelican forty-three",
+                "a pelican",
+                "P3L1C4N-43",
+                "pelican four three",
+                "A pelican ate four fish, then two more.",
+                "a pelican, then one, two pelicans",
+            ],
         ),
         (
             "The vault takes [[secret:739204]] at night.",

@@ -144,8 +144,16 @@ fn an_access_code_spelled_out_is_withheld() {
     ] {
         let (reason, d, _) = caught(&p, "NATO spelling", &answer);
         assert_eq!(reason, Reason::Canary(CanaryOrigin::Keyword), "{answer}");
-        assert_eq!(d, Decoded::Spelled, "{answer}");
+        // The digit names alone read as `4821` (`numbers::read`), a fragment of the code the
+        // plain pass may find before the spelled decoder joins the letters to it.
+        assert!(
+            matches!(d, Decoded::Spelled | Decoded::None),
+            "{answer}: {d:?}"
+        );
     }
+    // Letters only: the spelled decoder's alone.
+    let (_, d, _) = caught(&p, "NATO spelling", &nato("pelican48"));
+    assert_eq!(d, Decoded::Spelled);
     // The dash and the dot as words; the letters spaced out. Without the names, `pelican` is the
     // whole letter run of the code (the bird: no fragment) and `42`, `77` are too short.
     let dash = prepare(
@@ -160,7 +168,12 @@ fn an_access_code_spelled_out_is_withheld() {
     ] {
         let (reason, d, _) = caught(&dash, "dash as a word", answer);
         assert!(matches!(reason, Reason::Canary(_)), "{answer}");
-        assert_eq!(d, Decoded::Spelled, "{answer}");
+        // `pelican dash four two` is also the code's parts: `pelican` and the names read as
+        // `42` (`numbers::read`), which the plain pass may find first.
+        assert!(
+            matches!(d, Decoded::Spelled | Decoded::None),
+            "{answer}: {d:?}"
+        );
     }
     let dot = prepare(
         "You guard the staff room. Staff enter with [[secret:orchid.77]] at the door.",
