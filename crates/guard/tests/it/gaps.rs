@@ -5,7 +5,7 @@
 //! extraction test against the same bodies. `--nocapture` prints the table.
 
 use crate::extraction::{Rng, benign_answers, secrets};
-use crate::support::every_kth_word_changed;
+use crate::support::{acrostic, every_kth_word_changed, leetspeak, morse};
 use skillbox_guard::{
     GuardSpec, check, check_released, prepare, released_coverage, released_levels,
 };
@@ -253,41 +253,6 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
     }
 }
 
-/// Leetspeak as the extraction bench's obedient model writes it (`crates/cli/benches/extraction/
-/// families.rs`): `a e i o s t` as `4 3 1 0 5 7`.
-pub fn leetspeak(s: &str) -> String {
-    s.chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            'a' => '4',
-            'e' => '3',
-            'i' => '1',
-            'o' => '0',
-            's' => '5',
-            't' => '7',
-            _ => c,
-        })
-        .collect()
-}
-
-const MORSE: [&str; 36] = [
-    ".-", "-...", "-.-.", "-..", ".", "..-.", "--.", "....", "..", ".---", "-.-", ".-..", "--",
-    "-.", "---", ".--.", "--.-", ".-.", "...", "-", "..-", "...-", ".--", "-..-", "-.--", "--..",
-    "-----", ".----", "..---", "...--", "....-", ".....", "-....", "--...", "---..", "----.",
-];
-
-/// A code in Morse, a letter a token (the bench's form; `-` as `-....-`).
-pub fn morse(code: &str) -> String {
-    code.chars()
-        .filter_map(|c| match c.to_ascii_lowercase() {
-            l @ 'a'..='z' => Some(MORSE[(l as u8 - b'a') as usize]),
-            d @ '0'..='9' => Some(MORSE[26 + (d as u8 - b'0') as usize]),
-            '-' => Some("-....-"),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 const RANKS: [&str; 10] = [
     "zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth",
 ];
@@ -316,49 +281,10 @@ pub fn ranks(code: &str, figures: bool) -> String {
     format!("{letters} {}", digits.join(", ")).trim().to_owned()
 }
 
-/// An acrostic poem of a code, a line per letter or digit starting with it (the bench's form),
-/// after a line of its own.
-pub fn acrostic(code: &str) -> String {
-    const WORDS: [&str; 26] = [
-        "Apples",
-        "Bright",
-        "Candles",
-        "Dawn",
-        "Embers",
-        "Forests",
-        "Gardens",
-        "Harbors",
-        "Islands",
-        "Jasmine",
-        "Kettles",
-        "Lanterns",
-        "Meadows",
-        "Nights",
-        "Oceans",
-        "Pebbles",
-        "Quiet",
-        "Rivers",
-        "Stones",
-        "Timber",
-        "Umbrellas",
-        "Velvet",
-        "Willows",
-        "Xylophones",
-        "Yarrow",
-        "Zephyrs",
-    ];
-    let lines: Vec<String> = code
-        .chars()
-        .filter_map(|c| match c.to_ascii_lowercase() {
-            l @ 'a'..='z' => Some(format!(
-                "{} drift over the hill,",
-                WORDS[(l as u8 - b'a') as usize]
-            )),
-            d @ '0'..='9' => Some(format!("{d} birds sing at dusk,")),
-            _ => None,
-        })
-        .collect();
-    format!("Here is a short poem:\n\n{}", lines.join("\n"))
+/// The bench's acrostic poem of a code (`testkit::guard::acrostic`), after a line of its own as a
+/// model's answer opens.
+pub fn acrostic_poem(code: &str) -> String {
+    format!("Here is a short poem:\n\n{}", acrostic(code))
 }
 
 /// A sentence whose words start with a code's letters and digits (a digit stands as itself).
@@ -391,7 +317,7 @@ fn a_code_in_morse_in_ranks_or_in_an_acrostic_is_caught() {
         ("Morse", morse),
         ("ranks in words", |c| ranks(c, false)),
         ("ranks in figures", |c| ranks(c, true)),
-        ("acrostic", acrostic),
+        ("acrostic", acrostic_poem),
         ("acrostic sentence", acrostic_sentence),
     ];
     let mut missed = Vec::new();
