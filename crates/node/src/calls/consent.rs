@@ -97,33 +97,62 @@ pub(super) fn told_of(row: &CallRow) -> Option<Told> {
 impl Disclosure {
     pub(super) fn of(row: &CallRow) -> Disclosure {
         let (program, verified) = program_and_run(row);
-        let provider = program.as_ref().map(|p| p.provider.id.to_string());
-        let provider_host = program.as_ref().and_then(|p| p.provider.host.clone());
-        let declaration = program.as_ref().map(|p| p.skill.declaration_digest.clone());
-        let platform = verified.as_ref().map(|v| v.platform.clone());
-        let measurement = verified.as_ref().map(|v| v.measurement.clone());
-        let hardware_isolation = verified.as_ref().is_some_and(|v| !v.no_hardware_isolation);
-        let sources = match row.call.role {
-            Role::Caller => row.sources.clone(),
-            Role::Owner => Vec::new(),
-        };
-        let what = if sources.is_empty() {
+        let mut d = Self::facts_from(row, program.as_ref(), verified.as_ref());
+        d.text = d.sentence(row, program.as_ref().map(|p| &p.provider.id));
+        d
+    }
+
+    /// The facts alone, `text` empty: what a ledger entry keeps of the disclosure
+    /// ([`ledger_entry`]), which keeps no sentence. Writing the human's sentence for every
+    /// decision and stake entry was a third of the entry's cost (issue 33). Never shown.
+    pub(super) fn facts(row: &CallRow) -> Disclosure {
+        let (program, verified) = program_and_run(row);
+        Self::facts_from(row, program.as_ref(), verified.as_ref())
+    }
+
+    fn facts_from(
+        row: &CallRow,
+        program: Option<&Program>,
+        verified: Option<&VerifiedRunRecord>,
+    ) -> Disclosure {
+        Disclosure {
+            sources: match row.call.role {
+                Role::Caller => row.sources.clone(),
+                Role::Owner => Vec::new(),
+            },
+            peer: row.call.peer.clone(),
+            skill: row.call.skill.clone(),
+            box_url: row.box_url.clone(),
+            platform: verified.map(|v| v.platform.clone()),
+            measurement: verified.map(|v| v.measurement.clone()),
+            hardware_isolation: verified.is_some_and(|v| !v.no_hardware_isolation),
+            provider: program.map(|p| p.provider.id.to_string()),
+            provider_host: program.and_then(|p| p.provider.host.clone()),
+            declaration: program.map(|p| p.skill.declaration_digest.clone()),
+            request: None,
+            text: String::new(),
+        }
+    }
+
+    /// The sentence the human reads, from the facts (`provider` is the program's, by kind).
+    fn sentence(&self, row: &CallRow, provider: Option<&ProviderId>) -> String {
+        let what = if self.sources.is_empty() {
             match row.call.role {
                 Role::Caller => "your request (no sources)".to_owned(),
                 Role::Owner => "the skill's body, model and key".to_owned(),
             }
         } else {
-            let shown: Vec<_> = sources.iter().map(|n| shown_name(n)).collect();
+            let shown: Vec<_> = self.sources.iter().map(|n| shown_name(n)).collect();
             format!(
                 "your request and the source{} {}",
-                if sources.len() == 1 { "" } else { "s" },
+                if self.sources.len() == 1 { "" } else { "s" },
                 shown.join(", ")
             )
         };
-        let through = match (&row.box_url, &platform) {
+        let through = match (&self.box_url, &self.platform) {
             (Some(url), Some(p)) => format!(
                 "the box {url} ({p}, {})",
-                if hardware_isolation {
+                if self.hardware_isolation {
                     "hardware-isolated"
                 } else {
                     "NO hardware isolation: its operator can read what is staked"
@@ -132,11 +161,7 @@ impl Disclosure {
             (Some(url), None) => format!("the box {url}"),
             _ => "the call's box".to_owned(),
         };
-        let seen_by = seen_by(
-            program.as_ref().map(|p| &p.provider.id),
-            provider_host.as_deref(),
-            row.call.role,
-        );
+        let seen_by = seen_by(provider, self.provider_host.as_deref(), row.call.role);
         let whose = match row.call.role {
             Role::Caller => format!(
                 "peer {}'s skill {} {PEERS_NAME}",
@@ -145,21 +170,7 @@ impl Disclosure {
             ),
             Role::Owner => format!("your skill {} for peer {}", row.call.skill, row.call.peer),
         };
-        let text = format!("Approving stakes {what} into {through}, where {seen_by}, for {whose}.");
-        Disclosure {
-            sources,
-            peer: row.call.peer.clone(),
-            skill: row.call.skill.clone(),
-            box_url: row.box_url.clone(),
-            platform,
-            measurement,
-            hardware_isolation,
-            provider,
-            provider_host,
-            declaration,
-            request: None,
-            text,
-        }
+        format!("Approving stakes {what} into {through}, where {seen_by}, for {whose}.")
     }
 
     /// Most characters of an agent's request the text quotes (the `request` field has it all).

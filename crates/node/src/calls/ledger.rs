@@ -22,7 +22,7 @@ pub(super) fn ledger_entry(
     decided_by: &str,
     items: Vec<Item>,
 ) -> Entry {
-    let d = Disclosure::of(row);
+    let d = Disclosure::facts(row);
     Entry {
         seq: 0,
         at: super::now_ms(),
