@@ -236,10 +236,17 @@ pub struct Boxes {
 /// `until`, so they do not try the dead box first. The wait starts at [`BENCH_FIRST`] and
 /// doubles with each failure in a row to [`BENCH_MOST`]; an open it answers ends it. Only the
 /// order changes: a benched box is still tried when nothing else can run the call.
+///
+/// A `/healthz` check it did not answer benches it the same way (a box killed between calls
+/// is otherwise tried first by every new call until one of them fails on it); a check it
+/// answers lifts only such a bench, not one a call's failure set (a box that answers its
+/// health but refuses programs stays behind the others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Benched {
     until: std::time::Instant,
     wait: std::time::Duration,
+    /// Set by unanswered health checks alone: an answered check ends it.
+    by_health: bool,
 }
 
 /// The boxes this node's calls of each (peer, skill) opened on or chose in one UTC day of this
@@ -532,6 +539,7 @@ impl Boxes {
                 .await
                 .unwrap_or_else(|_| {
                     tracing::debug!(%url, "box did not answer /healthz in time");
+                    self.unanswered_at(url, std::time::Instant::now());
                     Some(JcError::Transport(String::new()).code())
                 });
             (url, refusal)
@@ -579,10 +587,7 @@ impl Boxes {
         };
         let h = match answered {
             Ok(h) => h,
-            Err(e) => {
-                tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
-                return Some(e.code());
-            }
+            Err(e) => return Some(self.health_failed(url, &e)),
         };
         let box_key = match self.identity(url, &h).await {
             Ok(key) => key,
@@ -603,6 +608,7 @@ impl Boxes {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(url.clone(), kb);
+        self.health_answered(url);
         // The report counts what this node sent so far.
         self.claimed
             .lock()
@@ -691,11 +697,18 @@ impl Boxes {
         }
         match client.health().await {
             Ok(shown) => self.identity(url, &shown).await.err(),
-            Err(e) => {
-                tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
-                Some(e.code())
-            }
+            Err(e) => Some(self.health_failed(url, &e)),
         }
+    }
+
+    /// A health check of `url` failed with `e`: benched when that is the box not answering
+    /// (what a call would have moved away from as `box_unreachable`); the code to record.
+    fn health_failed(&self, url: &str, e: &JcError) -> &'static str {
+        tracing::debug!(%url, code = e.code(), "box did not answer /healthz");
+        if move_reason(e) == "box_unreachable" {
+            self.unanswered_at(url, std::time::Instant::now());
+        }
+        e.code()
     }
 
     /// Every accepted box, answered or not, with its last check (the dashboard's health).
@@ -821,11 +834,31 @@ impl Boxes {
     }
 
     fn failed_at(&self, url: &str, now: std::time::Instant) {
+        self.bench(url, now, false);
+    }
+
+    /// The box at `url` did not answer a health check (see [`Benched`]).
+    fn unanswered_at(&self, url: &str, now: std::time::Instant) {
+        self.bench(url, now, true);
+    }
+
+    /// The box at `url` answered a health check: a bench only such checks set ends.
+    fn health_answered(&self, url: &str) {
+        let mut benched = self.benched.lock().unwrap_or_else(|p| p.into_inner());
+        let url = normalize_url(url);
+        if benched.get(&url).is_some_and(|b| b.by_health) {
+            benched.remove(&url);
+        }
+    }
+
+    fn bench(&self, url: &str, now: std::time::Instant, by_health: bool) {
         let mut benched = self.benched.lock().unwrap_or_else(|p| p.into_inner());
         let b = benched.entry(normalize_url(url)).or_insert(Benched {
             until: now,
             wait: std::time::Duration::ZERO,
+            by_health,
         });
+        b.by_health &= by_health;
         // A failure while benched (calls already under way) does not lengthen the wait;
         // one after it ran out doubles it.
         if b.until <= now {
@@ -1218,6 +1251,40 @@ mod tests {
                 .expect("benched")
                 .contains_key("http://b")
         );
+    }
+
+    /// A box killed between calls was tried first by every new call until one failed on it:
+    /// the health check it does not answer benches it; an answered one lifts only that.
+    #[tokio::test]
+    async fn a_box_that_does_not_answer_its_health_check_goes_last_until_it_does() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let dead = format!("http://{}", closed.local_addr().expect("its address"));
+        drop(closed);
+        let urls_in = [dead.clone(), "http://b".to_owned()];
+        let boxes = Boxes::new(&urls_in, true, &[], &BTreeMap::new());
+        let both = vec![known(&dead, 0), known("http://b", 3)];
+        let first = |boxes: &Boxes| boxes.by_load(both.clone())[0].url.clone();
+        assert_eq!(first(&boxes), dead, "the least loaded first");
+        boxes.refresh().await;
+        assert_eq!(
+            first(&boxes),
+            "http://b",
+            "a box that did not answer was tried first"
+        );
+        // It answers again: first again.
+        boxes.health_answered(&dead);
+        assert_eq!(first(&boxes), dead);
+        // A bench a call's failure set is not lifted by an answered check, nor made one.
+        boxes.failed(&dead, "box_refused");
+        boxes.unanswered_at(&dead, std::time::Instant::now());
+        boxes.health_answered(&dead);
+        assert_eq!(
+            first(&boxes),
+            "http://b",
+            "an answered check lifted a call's bench"
+        );
+        boxes.answered(&dead);
+        assert_eq!(first(&boxes), dead);
     }
 
     #[test]
