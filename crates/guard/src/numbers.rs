@@ -216,10 +216,12 @@ struct Group {
     /// Its first and last word, as indices of the run.
     first: usize,
     end: usize,
+    /// How many times its digit is said (`double four` is `44`): a number of its own.
+    times: u8,
 }
 
 impl Group {
-    fn start(w: Word, form: Form, at: usize) -> Group {
+    fn start(w: Word, form: Form, times: u8, at: usize) -> Group {
         let (current, total, last, scale) = match w {
             Word::Zero => (0, 0, Last::Zero, u64::MAX),
             Word::Unit(v) | Word::Written(v) => (v, 0, Last::Unit, u64::MAX),
@@ -237,13 +239,14 @@ impl Group {
             ordinal: form == Form::Ordinal,
             first: at,
             end: at,
+            times,
         }
     }
 
     /// Take `w` into this number, or `false` when it starts the next one (`forty-eight` then
     /// `twenty-one`: a tens word after a unit is a new pair; anything after an ordinal).
-    fn take(&mut self, w: Word, form: Form, at: usize) -> bool {
-        if self.ordinal {
+    fn take(&mut self, w: Word, form: Form, times: u8, at: usize) -> bool {
+        if self.ordinal || self.times > 1 || times > 1 {
             return false;
         }
         let after_mark = matches!(self.last, Last::Hundred | Last::Scale);
@@ -292,20 +295,22 @@ impl Group {
 
     fn write(&self, out: &mut String) {
         use std::fmt::Write as _;
-        let _ = write!(out, "{}", self.value());
+        for _ in 0..self.times {
+            let _ = write!(out, "{}", self.value());
+        }
     }
 }
 
 /// The numbers of a run of number words, one after another.
-fn groups_of(words: &[(Word, Form)]) -> Vec<Group> {
+fn groups_of(words: &[RunWord]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
-    for (at, &(w, form)) in words.iter().enumerate() {
+    for (at, w) in words.iter().enumerate() {
         if let Some(g) = groups.last_mut()
-            && g.take(w, form, at)
+            && g.take(w.word, w.form, w.times, at)
         {
             continue;
         }
-        groups.push(Group::start(w, form, at));
+        groups.push(Group::start(w.word, w.form, w.times, at));
     }
     groups
 }
@@ -331,6 +336,19 @@ struct RunWord {
     end: usize,
     /// A digit name alone (`four`), which the spelled decoder reads with the letters beside it.
     name: bool,
+    /// `double four`, `triple oh`: one word of the run, its digit said this many times.
+    times: u8,
+}
+
+/// How many times `double`/`triple` says the digit after it (`double four` is `44`).
+fn repeats(w: &str) -> Option<u8> {
+    if w.eq_ignore_ascii_case("double") {
+        Some(2)
+    } else if w.eq_ignore_ascii_case("triple") {
+        Some(3)
+    } else {
+        None
+    }
 }
 
 /// Write the groups `groups` of `run` (all of one [`Form`]) into `out`: as digits when the run
@@ -399,7 +417,8 @@ fn write_groups(
 
 /// `text` with every run of number words (joined by white space, hyphens, commas, and `and`)
 /// replaced by its digits, the rest as written; digit names a digit at a time (`four eight two
-/// one`, `four-two`) too. `None` when it has no number word but digit names as prose writes them
+/// one`, `four-two`) and a digit said twice or three times (`double seven double oh` is
+/// `7700`; `a double six` alone stays as written) too. `None` when it has no number word but digit names as prose writes them
 /// (`one`, `two or three`, `four and six`, `one, two, three`) or ranks prose uses (`the first`,
 /// `first, second and third`). Never longer than `text`.
 pub fn read(text: &str) -> Option<String> {
@@ -424,51 +443,84 @@ pub fn read(text: &str) -> Option<String> {
     let mut found = false;
     let mut k = 0;
     let mut run: Vec<RunWord> = Vec::new();
-    let entry = |s: usize, e: usize| {
-        word(&text[s..e]).map(|(w, form)| RunWord {
-            word: w,
-            form,
-            start: s,
-            end: e,
-            name: (matches!(w, Word::Unit(_)) && form == Form::Cardinal)
-                || text[s..e].eq_ignore_ascii_case("zero"),
+    // The run word at word `i`, and how many words it takes: one, or two for a digit said
+    // twice or three times (`double four`, `triple oh`).
+    let entry = |i: usize| {
+        let &(s, e) = words.get(i)?;
+        let digit = |s: usize, e: usize| {
+            word(&text[s..e]).filter(|&(w, form)| {
+                form == Form::Cardinal && matches!(w, Word::Unit(_) | Word::Zero)
+            })
+        };
+        let name = |w: Word, s: usize, e: usize| {
+            matches!(w, Word::Unit(_)) || text[s..e].eq_ignore_ascii_case("zero")
+        };
+        if let Some(times) = repeats(&text[s..e])
+            && let Some(&(s1, e1)) = words.get(i + 1)
+            && joins(&text[e..s1])
+            && let Some((w, form)) = digit(s1, e1)
+        {
+            let name = name(w, s1, e1);
+            return Some((
+                RunWord {
+                    word: w,
+                    form,
+                    start: s,
+                    end: e1,
+                    name,
+                    times,
+                },
+                2,
+            ));
+        }
+        word(&text[s..e]).map(|(w, form)| {
+            let name = form == Form::Cardinal && name(w, s, e);
+            (
+                RunWord {
+                    word: w,
+                    form,
+                    start: s,
+                    end: e,
+                    name,
+                    times: 1,
+                },
+                1,
+            )
         })
     };
     while k < words.len() {
-        let (s, e) = words[k];
-        let Some(first) = entry(s, e) else {
+        let Some((first, used)) = entry(k) else {
             k += 1;
             continue;
         };
         run.clear();
+        let mut end = first.end;
         run.push(first);
-        let mut end = e;
-        let mut next = k + 1;
+        let mut next = k + used;
         // Extend the run over joined number words, and over one filler word between two.
         while let Some(&(s1, e1)) = words.get(next) {
             if !joins(&text[end..s1]) {
                 break;
             }
-            if let Some(w) = entry(s1, e1) {
+            if let Some((w, used)) = entry(next) {
+                end = w.end;
                 run.push(w);
-                end = e1;
-                next += 1;
+                next += used;
                 continue;
             }
             if filler(&text[s1..e1])
-                && let Some(&(s2, e2)) = words.get(next + 1)
+                && let Some(&(s2, _)) = words.get(next + 1)
                 && joins(&text[e1..s2])
-                && let Some(w) = entry(s2, e2)
+                && let Some((w, used)) = entry(next + 1)
             {
+                end = w.end;
                 run.push(w);
-                end = e2;
-                next += 2;
+                next += 1 + used;
                 continue;
             }
             break;
         }
-        let kinds: Vec<(Word, Form)> = run.iter().map(|w| (w.word, w.form)).collect();
-        let groups = groups_of(&kinds);
+        let groups = groups_of(&run);
         // Cardinals and ranks are read apart: `the first twenty` is a rank and a count.
         for same in groups.chunk_by(|a, b| a.ordinal == b.ordinal) {
             let (to, wrote) = write_groups(text, &run, same, &mut out, copied);
@@ -512,6 +564,10 @@ mod tests {
             ("four-eight-two-one", "4821"),
             ("pelican four two", "pelican 42"),
             ("seven three nine two zero four", "739204"),
+            ("double seven double oh", "7700"),
+            ("four double-eight one", "4881"),
+            ("triple nine, four", "9994"),
+            ("a double six", "a double six"),
             ("zero", "zero"),
             ("four eight two oh", "4820"),
             ("oh", "0"),
@@ -683,6 +739,7 @@ mod tests {
             "million",
             "a million million",
             "oh oh oh oh",
+            "double one triple oh",
             "ten",
             "thousand million",
             "nine hundred ninety-nine million nine hundred ninety-nine thousand",

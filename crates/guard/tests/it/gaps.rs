@@ -167,6 +167,11 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        // A digit said twice (guardfam2): `double seven double oh` was released whole.
+        "The gate code is [[secret:7700]].",
+        &["double seven double oh", "double seven, double zero"],
+    ),
+    (
         "Help with the lockers. Your PIN is 4821 for the staff door.",
         &["Four thousand eight hundred twenty-one."],
     ),
@@ -233,6 +238,7 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
                 "a pelican",
                 "P3L1C4N-43",
                 "pelican four three",
+                "The pelican rolled a double four, then a two.",
                 "A pelican ate four fish, then two more.",
                 "a pelican, then one, two pelicans",
             ],
