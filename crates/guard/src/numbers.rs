@@ -323,6 +323,18 @@ fn joins(gap: &str) -> bool {
         .all(|c| c.is_whitespace() || matches!(c, '-' | ',' | '‐' | '‑' | '–'))
 }
 
+/// Whether `gap` holds digit names together as a code spelled out digit by digit: what
+/// [`joins`] takes, or a few marks and no letter (`four/eight/two/one`, `four. eight. two.
+/// one.`, `four; eight`). Read only over three names or more (`write_groups`): two names a mark
+/// apart are prose (`two/three bedrooms`, `I was four. Eight came`).
+fn joins_names(gap: &str) -> bool {
+    joins(gap)
+        || (gap.chars().count() <= 4
+            && gap
+                .chars()
+                .all(|c| c.is_whitespace() || c.is_ascii_punctuation() || matches!(c, '…' | '·')))
+}
+
 /// Words a number may hold between its words: `seven hundred and five`, `a hundred`.
 fn filler(w: &str) -> bool {
     w.eq_ignore_ascii_case("and") || w.eq_ignore_ascii_case("a")
@@ -382,8 +394,10 @@ fn write_groups(
         // digit of `four eight two one`. Prose names digits apart (`two or three people`, one
         // alone), with a filler (`four and six`), or counts from one (`one, two, three`): those
         // are left as written.
+        let gaps_all =
+            |f: fn(&str) -> bool| words.windows(2).all(|p| f(&text[p[0].end..p[1].start]));
         let named_together =
-            words.len() >= 2 && words.windows(2).all(|p| joins(&text[p[0].end..p[1].start]));
+            (words.len() >= 2 && gaps_all(joins)) || (words.len() >= 3 && gaps_all(joins_names));
         let counting =
             groups[0].value() <= 1 && groups.windows(2).all(|p| p[1].value() == p[0].value() + 1);
         if named_together && !counting {
@@ -497,18 +511,36 @@ pub fn read(text: &str) -> Option<String> {
         let mut end = first.end;
         run.push(first);
         let mut next = k + used;
-        // Extend the run over joined number words, and over one filler word between two.
+        // Extend the run over joined number words, and over one filler word between two; digit
+        // names over marks too (`four/eight/two/one`), kept only when three names or more are
+        // so joined (else the run ends before the first such mark: `I was four. Eight hundred
+        // came` is `4` and `800`).
+        let mut marked: Option<(usize, usize)> = None;
         while let Some(&(s1, e1)) = words.get(next) {
             if !joins(&text[end..s1]) {
+                if joins_names(&text[end..s1])
+                    && run.iter().all(|w| w.name)
+                    && let Some((w, used)) = entry(next).filter(|(w, _)| w.name)
+                {
+                    marked.get_or_insert((run.len(), next));
+                    end = w.end;
+                    run.push(w);
+                    next += used;
+                    continue;
+                }
                 break;
             }
             if let Some((w, used)) = entry(next) {
+                if marked.is_some() && !w.name {
+                    break;
+                }
                 end = w.end;
                 run.push(w);
                 next += used;
                 continue;
             }
-            if filler(&text[s1..e1])
+            if marked.is_none()
+                && filler(&text[s1..e1])
                 && let Some(&(s2, _)) = words.get(next + 1)
                 && joins(&text[e1..s2])
                 && let Some((w, used)) = entry(next + 1)
@@ -519,6 +551,12 @@ pub fn read(text: &str) -> Option<String> {
                 continue;
             }
             break;
+        }
+        if let Some((len, at)) = marked
+            && run.len() < 3
+        {
+            run.truncate(len);
+            next = at;
         }
         let groups = groups_of(&run);
         // Cardinals and ranks are read apart: `the first twenty` is a rank and a count.
@@ -568,6 +606,12 @@ mod tests {
             ("four double-eight one", "4881"),
             ("triple nine, four", "9994"),
             ("a double six", "a double six"),
+            ("four/eight/two/one", "4821"),
+            ("four. eight. two. one.", "4821."),
+            ("four; eight; two; one", "4821"),
+            ("I was four. Eight hundred came.", "I was four. 800 came."),
+            ("two/three bedrooms", "two/three bedrooms"),
+            ("one. two. three.", "one. two. three."),
             ("zero", "zero"),
             ("four eight two oh", "4820"),
             ("oh", "0"),

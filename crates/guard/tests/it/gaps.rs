@@ -149,6 +149,11 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
             "four, eight, two, one",
             "four-eight-two-one",
             "Four Eight Two One.",
+            // Three names or more a mark apart: the spelled decoder caught these, the levels
+            // read no digit.
+            "four/eight/two/one",
+            "four. eight. two. one.",
+            "four... eight... two... one",
         ],
     ),
     (
@@ -220,6 +225,7 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
                 "four and eight, two and one",
                 "One, two, three, four: go!",
                 "four eight two two",
+                "two/three bedrooms; I was four. Eight hundred came.",
             ],
         ),
         (
