@@ -751,7 +751,11 @@ async fn a_chart_over_the_department_limit_is_refused_and_one_at_it_is_viewed() 
     );
     let (status, body) = e.put("/v1/host/skillbox/org-chart", &e.acme, &attack).await;
     // Not the body in the message: a stored chart is echoed back whole (1 MiB).
-    assert_eq!(status, StatusCode::BAD_REQUEST, "the review's chart is refused");
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the review's chart is refused"
+    );
     common::assert_envelope(&body, "validation_error");
     assert_eq!(body["details"]["reason"], json!("too_many_departments"));
     assert_eq!(
