@@ -34,7 +34,15 @@ use crate::prepare::Prepared;
 /// its share is. Eight levels (halving) were considered: a bit fewer, but any share in
 /// (1/4, 1/2] counted as a half, so one chance 3-character slice of such a code in an ordinary
 /// answer refused the peer for the day.
-pub const LEVELS: [u32; 16] = [0, 1, 2, 3, 4, 6, 8, 11, 16, 20, 24, 28, 32, 40, 48, 64];
+///
+/// The top step is an eighth (56 to 64), so a share reads as the whole secret only when at most
+/// an eighth of its characters is missing (one character of a code of up to 16: a guess away).
+/// With 40 then 48 then 64, one part of a secret read as the whole: `PELICAN` of `PELICAN-42`
+/// (7 of 9 characters, 50/64) rounded up to 64/64, and since the box withholds an answer whose
+/// levels reach the owner's day limit, the answer `Pelican.` was withheld against a limit of one
+/// whole secret as the secret itself would be. It now reads 56/64. 40 made room: any share above
+/// the default limit's half reaches that limit at 48 as at 40, and 32 to 48 is the rule's 1.5.
+pub const LEVELS: [u32; 16] = [0, 1, 2, 3, 4, 6, 8, 11, 16, 20, 24, 28, 32, 48, 56, 64];
 
 /// The whole in [`LEVELS`]' unit.
 pub const WHOLE: u32 = 64;
@@ -44,7 +52,9 @@ pub const WHOLE: u32 = 64;
 pub const REGIONS: u32 = 16;
 
 /// Form version of [`CoverageLevels::to_bytes`]: 2 is the regions' mask (1 was a summed
-/// words level).
+/// words level). Kept when [`LEVELS`]' indices 13 and 14 went from 40 and 48 to 48 and 56: the
+/// box that measures an answer is the one that reads its levels (its day book; owner notes carry
+/// none), and an old index read with the new table is never less than it was.
 const FORM: u8 = 2;
 
 /// One released answer's coverage as the owner is told it: which of the body's [`REGIONS`] it
@@ -210,6 +220,16 @@ mod tests {
             assert!(LEVELS[level_of(3, len) as usize] < 32, "{len}");
         }
         assert_eq!(LEVELS[level_of(4, 4) as usize], 64);
+        // One part of a secret is not the whole of it: `PELICAN` of `PELICAN-42`, `HERON` of
+        // `HERON-7`. Only a share within an eighth of the whole reads as the whole.
+        assert_eq!(LEVELS[level_of(7, 9) as usize], 56);
+        assert_eq!(LEVELS[level_of(5, 6) as usize], 56);
+        for total in 1..300usize {
+            for covered in 1..total {
+                let whole = LEVELS[level_of(covered, total) as usize] == WHOLE;
+                assert!(!whole || 8 * covered > 7 * total, "{covered}/{total}");
+            }
+        }
         // Never below the share; past 2/64, at most 1.5 times it.
         for total in 1..300usize {
             for covered in 1..=total {

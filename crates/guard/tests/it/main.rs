@@ -7,6 +7,7 @@ mod coverage;
 mod escapes;
 mod extraction;
 mod gaps;
+mod levels;
 mod properties;
 mod support;
 mod views;
