@@ -11,6 +11,13 @@
 //! and the digits that stand for them are read alike ([`leet`]), for a word that mixes both.
 //! Number words are read first by the caller of [`Parts::scan`] (`numbers::read`), so
 //! `kestrel and orbit and eighty-eight` is the same.
+//!
+//! `numbers::read` leaves prose's digit names alone on purpose (a lone `seven`, two names with
+//! a filler, `one two` counting up): read as digits everywhere they were half of every PIN. Next
+//! to a canary's other parts they are its number part: so the scan itself reads a run of digit
+//! names and single figures (`seven`, `four and two`, `one two`, `4 eight`) as the digits it
+//! names, and matches a canary's digit part against that run. Only here, within the window of
+//! the canary's other parts; the text's reading for every other rule stays as it was.
 
 use std::collections::HashMap;
 
@@ -28,6 +35,10 @@ const MAX_PARTS: usize = 8;
 /// Fewest characters of a part read through [`leet`]: a shorter word in digits is a number.
 const LEET_MIN_CHARS: usize = 4;
 
+/// Most digits of a part matched against a run of spoken digits (`four two` for `42`): a code's
+/// digit part; a longer run is a number the body's other rules read.
+const SPOKEN_MAX_DIGITS: usize = 8;
+
 /// Where a part belongs: the entry in [`Parts::canaries`], and its place among the entry's parts.
 type Place = (u32, u8);
 
@@ -38,6 +49,54 @@ pub(crate) struct Parts {
     canaries: Vec<(usize, usize)>,
     plain: HashMap<String, Vec<Place>>,
     leet: HashMap<String, Vec<Place>>,
+    /// Digit parts (`7`, `42`) by their digits, for a run of digit names (`seven`, `four two`).
+    spoken: HashMap<String, Vec<Place>>,
+}
+
+/// The digit a word names or is on its own in a run of spoken digits: a digit name
+/// (`numbers::digit_name`) or a single figure (`4 eight 2`).
+fn spoken_digit(w: &str) -> Option<char> {
+    let mut chars = w.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_digit() => Some(c),
+        _ => crate::numbers::digit_name(w),
+    }
+}
+
+/// The digits the answer's last words name one at a time (`seven`, `four and two`), with at most
+/// one `and` between two of them.
+#[derive(Default)]
+struct SpokenRun {
+    digits: String,
+    /// A name was in the run: a run of figures alone is matched as written (`plain`).
+    named: bool,
+    /// The last word was `and` after a digit.
+    filler: bool,
+}
+
+impl SpokenRun {
+    /// Takes the next word; the run's digits when it ended on a digit word.
+    fn push(&mut self, w: &str) -> Option<&str> {
+        match spoken_digit(w) {
+            Some(d) => {
+                if self.digits.len() >= SPOKEN_MAX_DIGITS {
+                    self.digits.remove(0);
+                }
+                self.digits.push(d);
+                self.named |= !w.starts_with(|c: char| c.is_ascii_digit());
+                self.filler = false;
+                self.named.then_some(self.digits.as_str())
+            }
+            None if w == "and" && !self.digits.is_empty() && !self.filler => {
+                self.filler = true;
+                None
+            }
+            None => {
+                *self = SpokenRun::default();
+                None
+            }
+        }
+    }
 }
 
 /// A word's letters and the digits that stand for letters, read alike (`p3l1c4n` and `pelican`
@@ -98,6 +157,9 @@ impl Parts {
                 let place = (entry, k as u8);
                 if parts.len() >= 2 {
                     out.plain.entry(p.clone()).or_default().push(place);
+                    if p.len() <= SPOKEN_MAX_DIGITS && p.chars().all(|c| c.is_ascii_digit()) {
+                        out.spoken.entry(p.clone()).or_default().push(place);
+                    }
                     used = true;
                 }
                 let letters = p.chars().filter(|c| !c.is_ascii_digit()).count();
@@ -128,6 +190,7 @@ impl Parts {
         // Per entry touched: where each part was last seen.
         let mut seen: HashMap<u32, Vec<Option<usize>>> = HashMap::new();
         let mut done: Vec<u32> = Vec::new();
+        let mut run = SpokenRun::default();
         for (j, w) in text::words(text).iter().enumerate() {
             let plain = self.plain.get(w.as_str());
             let read = if mixed(w) {
@@ -135,7 +198,15 @@ impl Parts {
             } else {
                 None
             };
-            for &(entry, k) in plain.into_iter().chain(read).flatten() {
+            // Every digit part the run ends with (`one four two` ends `42` and `2`).
+            let spoken: Vec<&Vec<Place>> = match run.push(w) {
+                Some(digits) if !self.spoken.is_empty() => (0..digits.len())
+                    .filter_map(|at| self.spoken.get(&digits[at..]))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let places = plain.into_iter().chain(read).chain(spoken).flatten();
+            for &(entry, k) in places {
                 if done.contains(&entry) {
                     continue;
                 }
@@ -205,5 +276,28 @@ mod tests {
         // The plain word alone is not a leetspeak word (the bird; the check's tokens take a
         // whole one-part secret).
         assert!(found(body, "a swordfish and a pelican").is_empty());
+    }
+
+    #[test]
+    fn a_digit_part_is_its_names_said_one_at_a_time() {
+        let body = "Moor at [[secret:HERON-7]]; sign in with [[secret:PELICAN-42]].";
+        for (a, want) in [
+            ("heron seven", "HERON-7"),
+            ("seven heron", "HERON-7"),
+            ("pelican four and two", "PELICAN-42"),
+            ("pelican 4 two", "PELICAN-42"),
+            ("pelican, one four two", "PELICAN-42"),
+        ] {
+            assert_eq!(found(body, a), [want], "{a}");
+        }
+        // Two fillers, another word between the names, or the names too far from the word.
+        for a in [
+            "pelican four and and two",
+            "pelican four fish two",
+            "pelican four three",
+            "a heron, then a long wait of seven",
+        ] {
+            assert!(found(body, a).is_empty(), "{a}");
+        }
     }
 }

@@ -169,7 +169,21 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
             "pelican four two",
             "Pelican, four, two",
             "PELICAN four-two",
+            // Two names with a filler or a mark between (parts): released whole.
+            "pelican, four and two",
+            "pelican: four / two",
         ],
+    ),
+    (
+        // A lone digit part named (parts): `heron seven` was released whole, caught false,
+        // level 0, where `heron 7` was caught.
+        "Moor at [[secret:HERON-7]] tonight.",
+        &["heron seven", "The code is heron seven.", "HERON seven"],
+    ),
+    (
+        // A digit part counting up from one (parts): `one two` is prose to `numbers::read`.
+        "Sign in with [[secret:PELICAN-12]] on the kiosk.",
+        &["pelican one two", "Pelican, one and two."],
     ),
     (
         // A digit said twice (guardfam2): `double seven double oh` was released whole.
@@ -250,6 +264,17 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
             ],
         ),
         (
+            // A digit name is a part only within the parts rule's window, as its figure is
+            // (`a_digit_part_reads_alike_in_words_and_figures`).
+            "Moor at [[secret:HERON-7]] tonight.",
+            &[
+                "A heron waited by the pond for what felt like seven long minutes.",
+                "Seven days later a heron came.",
+                "seven herons",
+                "A heron.",
+            ],
+        ),
+        (
             "The vault takes [[secret:739204]] at night.",
             &[
                 "seventy-three, ninety-two, oh-five",
@@ -262,6 +287,42 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
         for a in *answers {
             assert!(!check(&p, a).is_caught(), "{body}: {a:?} caught");
         }
+    }
+}
+
+/// A digit part named is the part as its figure is, in answers and in prose alike: the parts rule
+/// reads `seven` next to `heron` as it reads `7`, no more and no less (a heron seven words from
+/// its number is prose in both; two words apart it is the secret in both, an accepted false
+/// positive of a short part).
+#[test]
+fn a_digit_part_reads_alike_in_words_and_figures() {
+    let spec = GuardSpec::default_for(false);
+    let p = prepare("Moor at [[secret:HERON-7]] tonight.", &spec).unwrap();
+    for (words, figures) in [
+        ("heron seven", "heron 7"),
+        (
+            "A heron waited seven minutes by the pond.",
+            "A heron waited 7 minutes by the pond.",
+        ),
+        (
+            "A heron waited by the pond for what felt like seven long minutes.",
+            "A heron waited by the pond for what felt like 7 long minutes.",
+        ),
+        (
+            "Seven days later a heron came.",
+            "7 days later a heron came.",
+        ),
+    ] {
+        assert_eq!(
+            check(&p, words).is_caught(),
+            check(&p, figures).is_caught(),
+            "{words:?} / {figures:?}"
+        );
+        assert_eq!(
+            released_levels(&p, words).canary_parts(),
+            released_levels(&p, figures).canary_parts(),
+            "{words:?} / {figures:?}"
+        );
     }
 }
 
