@@ -432,7 +432,8 @@ fn write_groups(
 /// `text` with every run of number words (joined by white space, hyphens, commas, and `and`)
 /// replaced by its digits, the rest as written; digit names a digit at a time (`four eight two
 /// one`, `four-two`) and a digit said twice or three times (`double seven double oh` is
-/// `7700`; `a double six` alone stays as written) too. `None` when it has no number word but digit names as prose writes them
+/// `7700`; `a double six` alone stays as written), and single figures among three or more digit
+/// names (`4 eight 2 one`) too. `None` when it has no number word but digit names as prose writes them
 /// (`one`, `two or three`, `four and six`, `one, two, three`) or ranks prose uses (`the first`,
 /// `first, second and third`). Never longer than `text`.
 pub fn read(text: &str) -> Option<String> {
@@ -502,8 +503,38 @@ pub fn read(text: &str) -> Option<String> {
             )
         })
     };
+    // A single figure as a digit name (`4 eight 2 one`, `four 8 two 1`): figures mixed with
+    // names were caught by the spelled decoder but counted no digit in the owner's levels.
+    // Figures alone are left as written (`4 8` stays two numbers, as prose writes them).
+    let figure = |i: usize| {
+        let &(s, e) = words.get(i)?;
+        let d = text[s..e].parse::<u8>().ok().filter(|_| e - s == 1)?;
+        Some(RunWord {
+            word: if d == 0 {
+                Word::Zero
+            } else {
+                Word::Unit(u64::from(d))
+            },
+            form: Form::Cardinal,
+            start: s,
+            end: e,
+            name: true,
+            times: 1,
+        })
+    };
+    let name_after = |i: usize| {
+        let (Some(&(_, e)), Some(&(s1, _))) = (words.get(i), words.get(i + 1)) else {
+            return false;
+        };
+        joins(&text[e..s1]) && entry(i + 1).is_some_and(|(w, _)| w.name)
+    };
     while k < words.len() {
-        let Some((first, used)) = entry(k) else {
+        let mut figured: Option<(usize, usize)> = None;
+        let Some((first, used)) = entry(k).or_else(|| {
+            let w = figure(k).filter(|_| name_after(k))?;
+            figured = Some((0, k));
+            Some((w, 1))
+        }) else {
             k += 1;
             continue;
         };
@@ -531,7 +562,7 @@ pub fn read(text: &str) -> Option<String> {
                 break;
             }
             if let Some((w, used)) = entry(next) {
-                if marked.is_some() && !w.name {
+                if (marked.is_some() || figured.is_some()) && !w.name {
                     break;
                 }
                 end = w.end;
@@ -539,7 +570,17 @@ pub fn read(text: &str) -> Option<String> {
                 next += used;
                 continue;
             }
+            if let Some(w) = figure(next)
+                && run.iter().all(|w| w.name)
+            {
+                figured.get_or_insert((run.len(), next));
+                end = w.end;
+                run.push(w);
+                next += 1;
+                continue;
+            }
             if marked.is_none()
+                && figured.is_none()
                 && filler(&text[s1..e1])
                 && let Some(&(s2, _)) = words.get(next + 1)
                 && joins(&text[e1..s2])
@@ -557,6 +598,15 @@ pub fn read(text: &str) -> Option<String> {
         {
             run.truncate(len);
             next = at;
+        }
+        // Figures join names only three words or more at a time (`2 one-bedroom flats` is
+        // prose); else the run ends before its first figure, or skips a figure it began with.
+        if let Some((len, at)) = figured
+            && run.len() > len
+            && run.len() < 3
+        {
+            run.truncate(len);
+            next = if len == 0 { at + 1 } else { at };
         }
         let groups = groups_of(&run);
         // Cardinals and ranks are read apart: `the first twenty` is a rank and a count.
@@ -658,6 +708,24 @@ mod tests {
             assert_eq!(read(text), None, "{text:?}");
         }
         assert_eq!(r("ONE, Twelve"), "112");
+    }
+
+    /// Single figures among digit names read as the digits they are, three words or more at a
+    /// time; figures alone, and one figure beside one name, stay as written.
+    #[test]
+    fn figures_among_digit_names_read_as_digits() {
+        assert_eq!(r("4 eight 2 one"), "4821");
+        assert_eq!(r("it is four 8 two 1."), "it is 4821.");
+        assert_eq!(r("pelican 4 two 7"), "pelican 427");
+        for text in [
+            "4 8 2 1",
+            "We rented 2 one-bedroom flats.",
+            "1 two 3",
+            "page 4 and five",
+        ] {
+            assert_eq!(read(text), None, "{text:?}");
+        }
+        assert_eq!(r("4 five hundred"), "4 500");
     }
 
     /// A code read out as ranks, a rank per digit or pair, is its digits; ranks that prose

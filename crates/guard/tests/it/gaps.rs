@@ -154,6 +154,9 @@ const SECRETS_IN_WORDS_AND_PARTS: &[(&str, &[&str])] = &[
             "four/eight/two/one",
             "four. eight. two. one.",
             "four... eight... two... one",
+            // Figures mixed with names (parts): caught by the spelled decoder, level 0.
+            "4 eight 2 one",
+            "four 8 two 1",
         ],
     ),
     (
@@ -240,6 +243,7 @@ fn number_words_and_parts_that_are_not_the_secret_pass() {
                 "One, two, three, four: go!",
                 "four eight two two",
                 "two/three bedrooms; I was four. Eight hundred came.",
+                "We rented 2 one-bedroom flats and 4 eight-seat tables.",
             ],
         ),
         (
