@@ -629,8 +629,13 @@ impl Verifier for InsecureDevVerifier {
         if ev.report_data != hex::encode(rd) {
             return Err(JcError::ReportDataMismatch);
         }
+        // The box's identity key, the same on every run's attestation: decoded once and kept
+        // under its exact bytes (`program::ed25519_key`, a point decompression per attestation
+        // before, issue 33). Only a key that decoded is kept, so another key's bytes — or bytes
+        // that are no point — are decoded, or refused, as before; the signature is checked in
+        // full every time.
         let key = decode_hex32(&ev.key)
-            .and_then(|k| VerifyingKey::from_bytes(&k).ok())
+            .and_then(|k| crate::program::ed25519_key(&k))
             .ok_or_else(|| JcError::Evidence("dev key".into()))?;
         let sig_bytes = hex::decode(&ev.signature)
             .map_err(|_| JcError::Evidence("signature is not hex".into()))?;

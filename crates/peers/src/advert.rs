@@ -274,14 +274,36 @@ pub(crate) fn key_of_peer(hex_key: &str) -> Result<KeyOfPeer, String> {
 
 /// The hex Ed25519 key inlined in an Ed25519 peer id (identity multihash); `None` for any other
 /// kind of peer id.
+///
+/// An owner admits every call of a caller by that caller's peer id: decoding its key (a point
+/// decompression, ~10 µs) on each was one of the owner's per-call public-key operations (issue
+/// 33). A peer id whose key decoded is kept, under the whole peer id (the identity multihash
+/// holds the key's exact bytes), so a hit answers what decoding again would; a peer id that
+/// does not decode is never kept and is decoded, and refused, every time.
 pub fn public_key_hex_of_peer(peer: &PeerId) -> Option<String> {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+    /// Far more callers than an owner admits at once; when full, it starts again.
+    const KEPT: usize = 4_096;
+    static KEYS: LazyLock<Mutex<HashMap<PeerId, String>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+    let kept = || KEYS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = kept().get(peer) {
+        return Some(k.clone());
+    }
     let mh: &libp2p::multihash::Multihash<64> = peer.as_ref();
     if mh.code() != 0 {
         return None;
     }
     let public = PublicKey::try_decode_protobuf(mh.digest()).ok()?;
     let ed = public.try_into_ed25519().ok()?;
-    Some(hex::encode(ed.to_bytes()))
+    let key = hex::encode(ed.to_bytes());
+    let mut keys = kept();
+    if keys.len() >= KEPT {
+        keys.clear();
+    }
+    keys.insert(*peer, key.clone());
+    Some(key)
 }
 
 /// Sign an advert of `offer` with the node key.
@@ -716,6 +738,34 @@ mod tests {
         let peer = kp.public().to_peer_id();
         assert_eq!(public_key_hex_of_peer(&peer), Some(hex_key));
         assert_eq!(public_key_hex_of_peer(&PeerId::random()), None);
+    }
+
+    /// The owner's admission reads every call's caller key from its peer id, kept after the
+    /// first decode (issue 33): the kept answer is the key's own, another peer's id gives its
+    /// own key, and a peer id whose inlined key is no point is refused every time, also after
+    /// good ones were kept.
+    #[test]
+    fn a_kept_peer_key_is_its_own_and_a_peer_id_with_no_point_is_refused_every_time() {
+        let (a, b) = (Keypair::generate_ed25519(), Keypair::generate_ed25519());
+        for _ in 0..2 {
+            for kp in [&a, &b] {
+                assert_eq!(
+                    public_key_hex_of_peer(&kp.public().to_peer_id()),
+                    Some(public_key_hex(kp).expect("ed25519"))
+                );
+            }
+        }
+        // An identity-multihash peer id inlining an Ed25519 key's protobuf whose 32 bytes are
+        // no point (y = 2 has no x).
+        let mut proto = vec![0x08, 0x01, 0x12, 0x20];
+        let mut off_curve = [0u8; 32];
+        off_curve[0] = 2;
+        proto.extend_from_slice(&off_curve);
+        let mh = libp2p::multihash::Multihash::<64>::wrap(0, &proto).expect("multihash");
+        let bad = PeerId::from_multihash(mh).expect("an inline peer id");
+        for _ in 0..2 {
+            assert_eq!(public_key_hex_of_peer(&bad), None);
+        }
     }
 
     fn advert_with_box(measurement: &str) -> Result<VerifiedAdvert, AdvertRefusal> {

@@ -404,6 +404,88 @@ async fn attestation_checks_on_the_client() {
     assert_refused(f.client.attestation(&run_id, "short").await, "bad_request");
 }
 
+/// The box's evidence key is decoded once and kept (issue 33): after a good attestation put
+/// it in the kept keys, the same key with a signature changed by one bit, another key's bytes
+/// beside the box's signature, and bytes that are no point are each still refused.
+#[tokio::test]
+async fn a_kept_evidence_key_still_has_every_attestation_checked_in_full() {
+    let f = start(None).await;
+    let Attested {
+        approved,
+        run_id,
+        nonce,
+        attestation: att,
+    } = f.open_attested(&f.program()).await;
+    let now = now_secs();
+    verify_attestation(&att, &approved, &run_id, &nonce, &f.policy, now).expect("verifies");
+    let evidence = |field: &str, value: String| {
+        let mut a = att.clone();
+        a.evidence[field] = value.into();
+        a
+    };
+
+    let sig = att.evidence["signature"]
+        .as_str()
+        .expect("signature")
+        .to_owned();
+    let mut bits = hex::decode(&sig).expect("hex");
+    bits[17] ^= 0x01;
+    let e = verify_attestation(
+        &evidence("signature", hex::encode(&bits)),
+        &approved,
+        &run_id,
+        &nonce,
+        &f.policy,
+        now,
+    )
+    .expect_err("a changed signature under the kept key");
+    assert!(
+        matches!(&e, JcError::Evidence(m) if m.contains("does not verify")),
+        "{e:?}"
+    );
+
+    let other = ed25519_dalek::SigningKey::from_bytes(&[7; 32]).verifying_key();
+    let e = verify_attestation(
+        &evidence("key", hex::encode(other.to_bytes())),
+        &approved,
+        &run_id,
+        &nonce,
+        &f.policy,
+        now,
+    )
+    .expect_err("another key beside the box's signature");
+    assert!(
+        matches!(&e, JcError::Evidence(m) if m.contains("does not verify")),
+        "{e:?}"
+    );
+
+    // 32 bytes that decode to no point: about half of all y have no x on the curve.
+    let no_point = (2u8..=255)
+        .map(|y| {
+            let mut b = [0u8; 32];
+            b[0] = y;
+            b
+        })
+        .find(|b| ed25519_dalek::VerifyingKey::from_bytes(b).is_err())
+        .expect("a y with no point");
+    let e = verify_attestation(
+        &evidence("key", hex::encode(no_point)),
+        &approved,
+        &run_id,
+        &nonce,
+        &f.policy,
+        now,
+    )
+    .expect_err("no point");
+    assert!(
+        matches!(&e, JcError::Evidence(m) if m == "dev key"),
+        "{e:?}"
+    );
+
+    // And the good one still verifies.
+    verify_attestation(&att, &approved, &run_id, &nonce, &f.policy, now).expect("verifies again");
+}
+
 #[tokio::test]
 async fn stake_and_submit_refusals() {
     let f = start(Some("ok")).await;
