@@ -18,13 +18,15 @@
 //! DMTF-format, indices unique, nothing left over but zero padding); the signature over request
 //! ‖ response up to the signature with the leaf's key; the requester nonce against what the
 //! caller expects; every measurement block the policy pins (golden values from NVIDIA's RIMs,
-//! configured offline — no online service is asked); the device id allow-list.
+//! configured offline — no online service is asked), and, when it pins any, that it pins every
+//! block the report carries; the device id allow-list.
 //!
 //! Several GPUs: [`Evidence::list_from_sdk_json`] reads NVIDIA's serialized evidence (the
 //! attestation SDK's and nvtrust's JSON list, one entry per GPU) and
 //! [`Verifier::verify_all`] verifies every entry, refusing a list that names one device twice.
 //!
-//! Not checked: blocks the policy does not pin (reported); the opaque data beyond what is shown
+//! Not checked: blocks an unpinned policy (no golden value at all) sees (reported); the opaque
+//! data beyond what is shown
 //! (driver and VBIOS version, FWID); revocation (NVIDIA's OCSP is online). A GPU is only half a
 //! box: the CPU's attestation must bind this evidence's hash (the lead's statement does).
 //!
@@ -34,7 +36,11 @@
 //! verifiers read the mode from NVML, the attesting machine's own driver. A GPU with CC off or
 //! in devtools mode shows only as measurement blocks that differ from its RIM's golden values;
 //! so an unpinned policy vouches for no mode, and a node refuses a hardware box's GPUs
-//! unless it pins them (`skillbox-jc`, `gpu_not_pinned`).
+//! unless it pins them (`skillbox-jc`, `gpu_not_pinned`). For the same reason a policy that pins
+//! some blocks pins them all (review 26 V8): which blocks a CC-off or devtools GPU changes is
+//! NVIDIA's to say, not the party's to guess, so a report carrying a block the policy leaves out
+//! is refused (`measurement_not_allowed`, "GPU measurement block not pinned"), never passed on
+//! the blocks that happen to be pinned.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha384};
@@ -133,7 +139,9 @@ pub struct GoldenMeasurement {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
-    /// Every listed index must be present with one of its values.
+    /// Every listed index must be present with one of its values, and every block the report
+    /// carries must be listed (a policy pinning some blocks vouches for the GPU's mode only if
+    /// it pins them all: the mode shows in no field, only in which blocks differ).
     #[serde(deserialize_with = "crate::nonempty")]
     pub measurements: Vec<GoldenMeasurement>,
     /// Accepted device ids (the serial number of the device's BROM certificate); empty = any.
@@ -427,6 +435,17 @@ impl crate::PlatformEvidence for Evidence {
             if !ok {
                 return Err(Refusal::MeasurementNotAllowed("GPU measurement block"));
             }
+        }
+        // Pinned means all of it: a CC-off or devtools GPU differs from its golden values only
+        // in some blocks, so a policy leaving any out may leave out exactly those.
+        if pinned
+            && t.blocks
+                .iter()
+                .any(|b| !policy.measurements.iter().any(|g| g.index == b.index))
+        {
+            return Err(Refusal::MeasurementNotAllowed(
+                "GPU measurement block not pinned",
+            ));
         }
         if !crate::admits(&policy.devices, |d| chain.device_id.as_ref() == Some(d)) {
             return Err(Refusal::InstanceNotAllowed);

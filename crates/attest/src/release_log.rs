@@ -38,7 +38,7 @@ pub const MAX_BUNDLE: usize = 1024 * 1024;
 
 /// The platforms a manifest may name, and the measurement each carries (all 48 bytes): the
 /// insecure-dev executable's SHA-384, SEV-SNP MEASUREMENT, the TDX box identity
-/// ([`crate::tdx::identity`] of MRTD, RTMR1, RTMR2), Nitro PCR0.
+/// ([`crate::tdx::identity`] of MRTD, RTMR0, RTMR1, RTMR2), Nitro PCR0.
 pub const PLATFORMS: [&str; 4] = ["insecure-dev", "sev-snp", "tdx", "nitro"];
 
 /// The manifest format this crate writes about: 2, whose `tdx` entry names box identities.

@@ -22,9 +22,11 @@
 //! Not checked: MROWNER / MROWNERCONFIG / MRSEAM (shown, not pinned).
 //!
 //! A TDX box's **identity** (its `measurement` in statements, programs, adverts, pins and
-//! release manifests) is [`identity`]: SHA-384 over a domain tag, MRTD, RTMR1 and RTMR2. MRTD
-//! alone measures only the TD's firmware (TDVF), which every guest booted under it shares; the
-//! kernel, initrd and command line, and so the box binary, are in RTMR1 and RTMR2. SEV-SNP's
+//! release manifests) is [`identity`]: SHA-384 over a domain tag, MRTD, RTMR0, RTMR1 and RTMR2.
+//! MRTD alone measures only the TD's firmware (TDVF), which every guest booted under it shares;
+//! RTMR0 the firmware's configuration the host supplies, its ACPI tables among it (their AML
+//! runs in the box's kernel, ring 0, on events the host raises); the kernel, initrd and command
+//! line, and so the box binary, are in RTMR1 and RTMR2. SEV-SNP's
 //! MEASUREMENT and Nitro's PCR0 are one register that already covers the image, so they are the
 //! identity as reported; TDX needs three, and one 48-byte value keeps every place that names a
 //! box (`platform`, 96 hex digits) unchanged.
@@ -46,21 +48,46 @@ pub const INTEL_ROOT_FINGERPRINT: [u8; 32] =
 const TEE_TYPE_TDX: u32 = 0x81;
 
 /// The domain of a TDX box identity's hash, like the crate's other derived values
-/// (`skillbox/nvidia-evidence/1`): an identity is never the SHA-384 of anything else.
-pub const IDENTITY_DOMAIN: &[u8] = b"skillbox/tdx-identity/1";
+/// (`skillbox/nvidia-evidence/1`): an identity is never the SHA-384 of anything else. Version 2
+/// added RTMR0 (review 26 V2); an identity computed under `/1` (MRTD ‖ RTMR1 ‖ RTMR2) is the hash
+/// of other bytes under another tag, so it matches no box: a pin or release manifest naming one
+/// refuses every box (`measurement_not_allowed`, `identity`) until it is re-pinned.
+pub const IDENTITY_DOMAIN: &[u8] = b"skillbox/tdx-identity/2";
 
-/// A TDX box's identity: SHA-384(`skillbox/tdx-identity/1` ‖ MRTD ‖ RTMR1 ‖ RTMR2), the firmware
-/// and the boot chain (kernel, initrd, command line: the box binary) in one value, so a box
-/// running another binary under the same firmware is another box.
-pub fn identity(mr_td: &[u8; 48], rtmr1: &[u8; 48], rtmr2: &[u8; 48]) -> [u8; 48] {
+/// A TDX box's identity: SHA-384(`skillbox/tdx-identity/2` ‖ MRTD ‖ RTMR0 ‖ RTMR1 ‖ RTMR2): the
+/// firmware, the configuration the host hands it (ACPI tables, whose AML the box's kernel runs;
+/// so one identity per VM shape), and the boot chain (kernel, initrd, command line: the box
+/// binary) in one value. A box running another binary under the same firmware is another box,
+/// and so is the same binary under ACPI tables of the host's making.
+pub fn identity(
+    mr_td: &[u8; 48],
+    rtmr0: &[u8; 48],
+    rtmr1: &[u8; 48],
+    rtmr2: &[u8; 48],
+) -> [u8; 48] {
     use sha2::{Digest as _, Sha384};
     let mut h = Sha384::new();
     h.update(IDENTITY_DOMAIN);
+    h.update(mr_td);
+    h.update(rtmr0);
+    h.update(rtmr1);
+    h.update(rtmr2);
+    h.finalize().into()
+}
+
+/// The retired `skillbox/tdx-identity/1` of these registers (MRTD ‖ RTMR1 ‖ RTMR2, no RTMR0).
+/// Never accepted: only recognised, so a pin still naming one is refused at load with the
+/// identity to write instead of loading and then matching no box.
+pub fn retired_identity_v1(mr_td: &[u8; 48], rtmr1: &[u8; 48], rtmr2: &[u8; 48]) -> [u8; 48] {
+    use sha2::{Digest as _, Sha384};
+    let mut h = Sha384::new();
+    h.update(b"skillbox/tdx-identity/1");
     h.update(mr_td);
     h.update(rtmr1);
     h.update(rtmr2);
     h.finalize().into()
 }
+
 const ATT_KEY_ECDSA_P256: u16 = 2;
 
 /// What a box serves: the quote and the collateral its operator fetched (Intel PCS or a PCCS).
@@ -183,14 +210,17 @@ impl TcbStatus {
     }
 }
 
-/// One accepted TD: its [`identity`], or MRTD, RTMR1 and RTMR2 (which it is made of), and the
-/// other registers when set. MRTD measures only the TD's firmware (TDVF); the kernel, initrd and
-/// command line, and so the box binary the image carries, are measured into RTMR1 and RTMR2, so
-/// an entry without them accepts any guest the host boots under that firmware. RTMR0 (the
-/// firmware's configuration: ACPI tables, VM size) and RTMR3 (extended at run time, empty unless
-/// the guest extends it) say nothing about the code that opens the stakes, and change with the
-/// VM's shape, so they stay optional. An entry naming only `identity` is what a release log (or
-/// a pin's `measurements`) gives: the identity pins the three registers it hashes.
+/// One accepted TD: its [`identity`], or MRTD, RTMR0, RTMR1 and RTMR2 (which it is made of), and
+/// the other registers when set. MRTD measures only the TD's firmware (TDVF); the kernel, initrd
+/// and command line, and so the box binary the image carries, are measured into RTMR1 and RTMR2,
+/// so an entry without them accepts any guest the host boots under that firmware. RTMR0 measures
+/// the configuration the host hands the firmware, the ACPI tables among it: their AML bytecode
+/// runs in the box's kernel (ring 0) on events the host raises and can read any guest memory, so
+/// an entry without it accepts the honest box running the host's code (review 26 V2). It
+/// changes with the VM's shape (vCPUs, memory): one entry per shape. RTMR3 (extended at run
+/// time, empty unless the guest extends it) stays optional. An entry naming only `identity` is
+/// what a release log (or a pin's `measurements`) gives: the identity pins the four registers it
+/// hashes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TdMeasurements {
@@ -215,8 +245,8 @@ pub struct TdMeasurements {
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// Accepted TDs; the quote must match one entry on every field the entry sets. Each entry
-    /// must set `identity`, or `mr_td`, `rtmr1` and `rtmr2` (refused at load otherwise, naming
-    /// the field); one setting both must agree.
+    /// must set `identity`, or `mr_td`, `rtmr0`, `rtmr1` and `rtmr2` (refused at load otherwise,
+    /// naming the field); one setting both must agree.
     #[serde(deserialize_with = "boot_chain_pinned")]
     pub accepted: Vec<TdMeasurements>,
     /// Accepted TCB statuses (default: `UpToDate` only). `Revoked` is never accepted.
@@ -255,7 +285,8 @@ pub struct Policy {
 
 /// A loaded policy's `accepted`: at least one entry, each pinning the boot chain (`identity`, or
 /// `rtmr1` and `rtmr2` besides the firmware's `mr_td`, which alone any patched kernel or box
-/// passes), and an entry naming both an identity and its registers naming one TD.
+/// passes, and `rtmr0`, without which any ACPI code of the host's passes), and an entry naming
+/// both an identity and its registers naming one TD.
 fn boot_chain_pinned<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Vec<TdMeasurements>, D::Error> {
@@ -264,9 +295,17 @@ fn boot_chain_pinned<'de, D: serde::Deserializer<'de>>(
         match a.boot_chain_unpinned() {
             Some("mr_td") => {
                 return Err(serde::de::Error::custom(format!(
-                    "accepted[{i}].identity (or mr_td, rtmr1 and rtmr2) is required: the TD's \
-                     identity hashes its firmware and boot chain; `skillbox box --attester tdx \
-                     --show-identity` prints them"
+                    "accepted[{i}].identity (or mr_td, rtmr0, rtmr1 and rtmr2) is required: the \
+                     TD's identity hashes its firmware, its ACPI tables and its boot chain; \
+                     `skillbox box --attester tdx --show-identity` prints them"
+                )));
+            }
+            Some("rtmr0") => {
+                return Err(serde::de::Error::custom(format!(
+                    "accepted[{i}].rtmr0 is required: it measures the ACPI tables the host \
+                     hands the firmware, whose code runs in the box's kernel, so without it the \
+                     box passes running code of its host's; `skillbox box --attester tdx \
+                     --show-identity` prints it (one entry per VM shape)"
                 )));
             }
             Some(field) => {
@@ -283,8 +322,8 @@ fn boot_chain_pinned<'de, D: serde::Deserializer<'de>>(
             && named.0 != made
         {
             return Err(serde::de::Error::custom(format!(
-                "accepted[{i}].identity is not the identity of its mr_td, rtmr1 and rtmr2 ({}): \
-                 the entry names two TDs",
+                "accepted[{i}].identity is not the identity of its mr_td, rtmr0, rtmr1 and rtmr2 \
+                 ({}): the entry names two TDs",
                 hex::encode(made)
             )));
         }
@@ -302,23 +341,34 @@ impl TdMeasurements {
     }
 
     /// The first boot-chain field this entry leaves unpinned (`None`: its identity, or MRTD,
-    /// RTMR1 and RTMR2, are pinned).
+    /// RTMR0, RTMR1 and RTMR2, are pinned). RTMR0 is asked for last: an entry of the firmware
+    /// alone is told about the kernel first, as before RTMR0 joined the identity.
     pub fn boot_chain_unpinned(&self) -> Option<&'static str> {
         if self.identity.is_some() {
             return None;
         }
-        match (&self.mr_td, &self.rtmr1, &self.rtmr2) {
-            (None, _, _) => Some("mr_td"),
-            (_, None, _) => Some("rtmr1"),
-            (_, _, None) => Some("rtmr2"),
+        match (&self.mr_td, &self.rtmr1, &self.rtmr2, &self.rtmr0) {
+            (None, _, _, _) => Some("mr_td"),
+            (_, None, _, _) => Some("rtmr1"),
+            (_, _, None, _) => Some("rtmr2"),
+            (_, _, _, None) => Some("rtmr0"),
             _ => None,
         }
     }
 
-    /// The identity of this entry's MRTD, RTMR1 and RTMR2, when it names all three.
+    /// The identity of this entry's MRTD, RTMR0, RTMR1 and RTMR2, when it names all four.
     pub fn registers_identity(&self) -> Option<[u8; 48]> {
+        match (&self.mr_td, &self.rtmr0, &self.rtmr1, &self.rtmr2) {
+            (Some(td), Some(r0), Some(r1), Some(r2)) => Some(identity(&td.0, &r0.0, &r1.0, &r2.0)),
+            _ => None,
+        }
+    }
+
+    /// The retired `/1` identity of this entry's MRTD, RTMR1 and RTMR2, when it names them
+    /// ([`retired_identity_v1`]: to recognise an old pin, never to accept one).
+    pub fn retired_identity_v1(&self) -> Option<[u8; 48]> {
         match (&self.mr_td, &self.rtmr1, &self.rtmr2) {
-            (Some(td), Some(r1), Some(r2)) => Some(identity(&td.0, &r1.0, &r2.0)),
+            (Some(td), Some(r1), Some(r2)) => Some(retired_identity_v1(&td.0, &r1.0, &r2.0)),
             _ => None,
         }
     }
@@ -453,9 +503,9 @@ impl TdBody {
 }
 
 impl TdReport {
-    /// This TD's box [`identity`] (MRTD, RTMR1, RTMR2).
+    /// This TD's box [`identity`] (MRTD, RTMR0, RTMR1, RTMR2).
     pub fn identity(&self) -> [u8; 48] {
-        identity(&self.mr_td, &self.rtmr[1], &self.rtmr[2])
+        identity(&self.mr_td, &self.rtmr[0], &self.rtmr[1], &self.rtmr[2])
     }
 
     /// The fields of whichever TD report dcap-qvl decoded (an SGX enclave report is not a TD).

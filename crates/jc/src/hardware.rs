@@ -29,8 +29,10 @@ impl HardwarePolicy {
     /// An SEV-SNP table without `measurements` takes the pin's own (a release-log pin's, once
     /// its log named them); a TDX table without `accepted` takes one entry per pin measurement,
     /// each a box identity ([`tdx::identity`]). A TDX pin measurement that is an accepted
-    /// entry's MRTD rather than an identity is refused, naming the identity to write: before
-    /// the identity covered the boot chain, a TDX box was named by its firmware alone.
+    /// entry's MRTD, or the retired `/1` identity of its registers (before RTMR0 was in it),
+    /// rather than its identity is refused, naming the identity to write: before the identity
+    /// covered the boot chain, a TDX box was named by its firmware alone, and before review 26
+    /// V2 without the ACPI tables its host hands it.
     pub fn from_value(
         platform: &str,
         policy: Option<serde_json::Value>,
@@ -140,9 +142,10 @@ fn td_identities(measurements: &[String]) -> std::result::Result<serde_json::Val
         .collect())
 }
 
-/// A TDX pin's measurements name boxes by identity: one that is an accepted entry's MRTD is old
-/// data (a TDX box was once named by its firmware) and would match no box; refused with the
-/// identity that entry's registers make.
+/// A TDX pin's measurements name boxes by identity: one that is an accepted entry's MRTD, or
+/// the retired `/1` identity of its MRTD, RTMR1 and RTMR2, is old data (a TDX box was once named
+/// by its firmware, then without RTMR0) and would match no box; refused with the identity that
+/// entry's registers make (or, if it does not name RTMR0, with the need for it).
 fn named_by_identity(
     policy: &tdx::Policy,
     measurements: &[String],
@@ -160,12 +163,31 @@ fn named_by_identity(
                 .as_ref()
                 .is_some_and(|td| hex::encode(td.0).eq_ignore_ascii_case(m))
         });
+        let to_write = |a: &tdx::TdMeasurements| {
+            a.box_identity().map_or_else(
+                || "its rtmr0 must be pinned first".to_owned(),
+                |id| format!("here {}", hex::encode(id)),
+            )
+        };
         if let Some((at, a)) = firmware {
-            let made = a.box_identity().map(hex::encode).unwrap_or_default();
             return Err(format!(
                 "measurements[{i}] is the mr_td of accepted[{at}], the firmware alone: a TDX box \
-                 is named by its identity, SHA-384(\"skillbox/tdx-identity/1\" ‖ mr_td ‖ rtmr1 ‖ \
-                 rtmr2), here {made}; `skillbox box --attester tdx --show-identity` prints it"
+                 is named by its identity, SHA-384(\"skillbox/tdx-identity/2\" ‖ mr_td ‖ rtmr0 ‖ \
+                 rtmr1 ‖ rtmr2), {}; `skillbox box --attester tdx --show-identity` prints it",
+                to_write(a)
+            ));
+        }
+        let retired = policy.accepted.iter().enumerate().find(|(_, a)| {
+            a.retired_identity_v1()
+                .is_some_and(|id| hex::encode(id).eq_ignore_ascii_case(m))
+        });
+        if let Some((at, a)) = retired {
+            return Err(format!(
+                "measurements[{i}] is the retired skillbox/tdx-identity/1 of accepted[{at}], \
+                 which left out rtmr0 (the ACPI tables the host hands the box): a TDX box is \
+                 named by SHA-384(\"skillbox/tdx-identity/2\" ‖ mr_td ‖ rtmr0 ‖ rtmr1 ‖ rtmr2), \
+                 {}; `skillbox box --attester tdx --show-identity` prints it",
+                to_write(a)
             ));
         }
     }
@@ -216,9 +238,10 @@ pub struct HardwareVerifier {
 
 impl HardwareVerifier {
     /// A verifier for `policy`; an SEV-SNP or TDX policy without its TCB floor is refused
-    /// (`tcb_floor_missing`), and a TDX policy with an accepted TD that leaves RTMR1 or RTMR2
-    /// unpinned (`rtmr_pins_missing`: MRTD alone is the firmware, any kernel and box under it
-    /// pass), however it was built (loading refuses both, naming the field).
+    /// (`tcb_floor_missing`), and a TDX policy with an accepted TD that leaves RTMR0, RTMR1 or
+    /// RTMR2 unpinned (`rtmr_pins_missing`: MRTD alone is the firmware, any kernel and box under
+    /// it pass; without RTMR0 any ACPI code of the host's), however it was built (loading refuses
+    /// both, naming the field).
     pub fn new(policy: HardwarePolicy) -> Result<HardwareVerifier> {
         policy
             .floor()

@@ -330,7 +330,7 @@ pub struct BoxPin {
     pub url: String,
     pub platform: String,
     /// Accepted measurements (any one of them): SEV-SNP MEASUREMENT, the TDX box identity
-    /// (SHA-384 of a domain tag, MRTD, RTMR1 and RTMR2: `skillbox_attest::tdx::identity`; an
+    /// (SHA-384 of a domain tag, MRTD, RTMR0, RTMR1 and RTMR2: `skillbox_attest::tdx::identity`; an
     /// MRTD, the firmware alone, is refused naming the identity), Nitro PCR0, or the
     /// insecure-dev executable's SHA-384. Empty with a `release_log`, which names them.
     #[serde(default)]
@@ -1826,8 +1826,8 @@ mod tests {
     #[test]
     fn a_tdx_pin_of_the_firmware_alone_is_refused_naming_the_field() {
         use skillbox_testkit::floors::{
-            DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR1,
-            DCAPQVL_TDX_RTMR2,
+            DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR0,
+            DCAPQVL_TDX_RTMR1, DCAPQVL_TDX_RTMR2,
         };
         let mut c = Config::default();
         c.boxes.accept = vec!["https://tdx.example".into()];
@@ -1854,8 +1854,14 @@ mod tests {
         ))];
         let err = c.check().expect_err("a TDX pin without RTMR2");
         assert!(err.contains("accepted[0].rtmr2 is required"), "{err}");
+        let boot_chain =
+            format!("rtmr1 = \"{DCAPQVL_TDX_RTMR1}\"\nrtmr2 = \"{DCAPQVL_TDX_RTMR2}\"\n");
+        c.boxes.pins = vec![pin(&format!("{floor}{firmware}{boot_chain}"))];
+        // Review 26 V2: the ACPI tables the host hands the box (RTMR0) too.
+        let err = c.check().expect_err("a TDX pin without RTMR0");
+        assert!(err.contains("accepted[0].rtmr0 is required"), "{err}");
         c.boxes.pins = vec![pin(&format!(
-            "{floor}{firmware}rtmr1 = \"{DCAPQVL_TDX_RTMR1}\"\nrtmr2 = \"{DCAPQVL_TDX_RTMR2}\"\n"
+            "{floor}{firmware}rtmr0 = \"{DCAPQVL_TDX_RTMR0}\"\n{boot_chain}"
         ))];
         c.check().expect("a TDX pin of its boot chain");
     }

@@ -25,6 +25,33 @@ fn golden(index: u8, value: &str) -> GoldenMeasurement {
     }
 }
 
+/// Golden values for every block `ev`'s report carries, as they are: a whole pin of that GPU.
+fn every_block(ev: &nvidia::Evidence) -> Vec<GoldenMeasurement> {
+    nvidia::Transcript::parse(&ev.transcript)
+        .expect("the sample parses")
+        .blocks
+        .iter()
+        .map(|b| GoldenMeasurement {
+            index: b.index,
+            values: vec![HexBytes(b.value.clone())],
+        })
+        .collect()
+}
+
+/// `every_block` with block `index`'s values replaced.
+fn with_block(
+    mut golden: Vec<GoldenMeasurement>,
+    index: u8,
+    values: Vec<HexBytes>,
+) -> Vec<GoldenMeasurement> {
+    let g = golden
+        .iter_mut()
+        .find(|g| g.index == index)
+        .expect("the sample carries the block");
+    g.values = values;
+    golden
+}
+
 #[test]
 fn hopper_sample_verifies_with_its_nonce() {
     let e = Expected {
@@ -74,25 +101,29 @@ fn any_other_nonce_is_refused() {
 fn golden_measurements_and_devices_are_compared() {
     let ev = nvidia_hopper();
     let p = Policy {
-        measurements: vec![golden(2, BLOCK2)],
+        measurements: every_block(&ev),
         devices: vec!["41431D480FE5E87274".into()],
     };
     assert!(ev.verify_under(&p, T_2025).unwrap().measurements_pinned);
     // An alternative list: any listed value passes.
     let p = Policy {
-        measurements: vec![GoldenMeasurement {
-            index: 2,
-            values: vec![
+        measurements: with_block(
+            every_block(&ev),
+            2,
+            vec![
                 HexBytes(vec![0; 48]),
                 HexBytes(hex::decode(BLOCK2).unwrap()),
             ],
-        }],
+        ),
         devices: vec![],
     };
     assert!(ev.verify_under(&p, T_2025).is_ok());
-    for bad in [golden(2, &"00".repeat(48)), golden(200, BLOCK2)] {
+    let other_block2 = with_block(every_block(&ev), 2, vec![HexBytes(vec![0; 48])]);
+    let mut absent_block = every_block(&ev);
+    absent_block.push(golden(200, BLOCK2));
+    for bad in [other_block2, absent_block] {
         let p = Policy {
-            measurements: vec![bad],
+            measurements: bad,
             devices: vec![],
         };
         assert_eq!(
@@ -134,11 +165,53 @@ fn policy_loads_from_toml() {
         "devices = [\"41431D480FE5E87274\"]\n[[measurements]]\nindex = 2\nvalues = [\"{BLOCK2}\"]\n"
     );
     let p: Policy = toml::from_str(&text).unwrap();
-    assert!(nvidia_hopper().verify_under(&p, T_2025).is_ok());
+    // It loads; one block of the report's 64 is no pin of the GPU (review 26 V8).
+    assert_eq!(
+        nvidia_hopper().refusal_under(&p, T_2025),
+        Refusal::MeasurementNotAllowed("GPU measurement block not pinned")
+    );
     policies_refused::<Policy>(&[
         "measurements = []",
         "[[measurements]]\nindex = 2\nvalues = []\n",
     ]);
+}
+
+/// Review 26 V8: "pinned" meant at least one golden block, so a party policy copied partially
+/// from a RIM (one block, say) passed a GPU whose mode shows in other blocks. The genuine Hopper
+/// sample plays the CC-off GPU: the honest golden set is its blocks with block 5 of another
+/// value (the mode-bearing block, in this play). The whole honest pin refuses it; a pin of the
+/// unrelated block 2 alone, which matches, refused it not (`measurements_pinned` true) and now
+/// refuses it for the blocks it leaves out.
+#[test]
+fn a_gpu_policy_pinning_some_blocks_passes_no_gpu_on_them_alone() {
+    let cc_off = nvidia_hopper();
+    let honest = with_block(every_block(&cc_off), 5, vec![HexBytes(vec![0x5a; 48])]);
+    assert_eq!(
+        cc_off.refusal_under(
+            &Policy {
+                measurements: honest.clone(),
+                devices: vec![]
+            },
+            T_2025
+        ),
+        Refusal::MeasurementNotAllowed("GPU measurement block")
+    );
+    let partial: Vec<GoldenMeasurement> = honest.into_iter().filter(|g| g.index == 2).collect();
+    assert_eq!(partial, [golden(2, BLOCK2)]);
+    let refused = cc_off.verify_under(
+        &Policy {
+            measurements: partial,
+            devices: vec![],
+        },
+        T_2025,
+    );
+    assert_eq!(
+        refused.map(|v| v.measurements_pinned),
+        Err(Refusal::MeasurementNotAllowed(
+            "GPU measurement block not pinned"
+        )),
+        "a GPU passed on one pinned block"
+    );
 }
 
 // ---- a synthetic transcript under a self-made root ----

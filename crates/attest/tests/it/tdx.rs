@@ -14,12 +14,12 @@ const EVAL: u32 = 17;
 const REPORT_DATA: &str = "9a9d48e7f6799642d3d1b34e1e5e1742d4bb02dd6ddd551862c1211d35c304f9eca3efdbb481601c163cf52493d6e44aed55d51ec39b7e518fadb92c2b523f20";
 
 /// A TDX box identity as a release pipeline computes it, independently of the crate:
-/// SHA-384("skillbox/tdx-identity/1" ‖ MRTD ‖ RTMR1 ‖ RTMR2).
-fn box_identity(mr_td: &str, rtmr1: &str, rtmr2: &str) -> String {
+/// SHA-384("skillbox/tdx-identity/2" ‖ MRTD ‖ RTMR0 ‖ RTMR1 ‖ RTMR2).
+fn box_identity(mr_td: &str, rtmr0: &str, rtmr1: &str, rtmr2: &str) -> String {
     use sha2::Digest as _;
     let mut h = sha2::Sha384::new();
-    h.update(b"skillbox/tdx-identity/1");
-    for register in [mr_td, rtmr1, rtmr2] {
+    h.update(b"skillbox/tdx-identity/2");
+    for register in [mr_td, rtmr0, rtmr1, rtmr2] {
         h.update(hex_arr::<48>(register));
     }
     hex::encode(h.finalize())
@@ -42,7 +42,7 @@ fn sample_quote_verifies_up_to_date_in_its_window() {
     let v = tdx_valid().verified_at(T_TDX);
     assert_eq!(v.platform, Platform::Tdx);
     assert_eq!(v.tcb_status.as_deref(), Some("UpToDate"));
-    assert_eq!(v.measurement, box_identity(MR_TD, RTMR1, RTMR2));
+    assert_eq!(v.measurement, box_identity(MR_TD, RTMR0, RTMR1, RTMR2));
     assert_eq!(v.measurement_named("mr_td"), Some(MR_TD));
     assert_eq!(v.measurement_named("rtmr3"), Some("0".repeat(96).as_str()));
     assert_eq!(v.report_data.as_deref(), Some(REPORT_DATA));
@@ -210,9 +210,9 @@ fn policy_loads_from_toml_and_pins_are_required() {
 
 /// MRTD measures only the firmware: a policy accepting a TD by `mr_td` alone (RTMRs were
 /// optional and skipped when unset) took any kernel, initrd and box binary the host booted under
-/// it. An entry without `rtmr1` or `rtmr2` no longer loads, naming the entry and the field; with
-/// both (RTMR0/RTMR3 left out) the Intel sample still verifies, and a different kernel (RTMR1) is
-/// refused.
+/// it. An entry without `rtmr1`, `rtmr2` or `rtmr0` no longer loads, naming the entry and the
+/// field; with them (RTMR3 left out) the Intel sample still verifies, and a different kernel
+/// (RTMR1) is refused.
 #[test]
 fn a_tdx_policy_pins_the_boot_chain_not_the_firmware_alone() {
     let floor = format!("min_tcb_eval_data_number = {EVAL}\n");
@@ -226,6 +226,10 @@ fn a_tdx_policy_pins_the_boot_chain_not_the_firmware_alone() {
             format!("mr_td = \"{MR_TD}\"\nrtmr2 = \"{RTMR2}\"\n"),
             "accepted[0].rtmr1",
         ),
+        (
+            format!("mr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n"),
+            "accepted[0].rtmr0",
+        ),
     ] {
         let text = format!("{floor}[[accepted]]\n{entry}");
         let err = toml::from_str::<Policy>(&text).expect_err("a firmware-only pin loads");
@@ -235,7 +239,8 @@ fn a_tdx_policy_pins_the_boot_chain_not_the_firmware_alone() {
         );
     }
     let boot_chain = format!(
-        "{floor}[[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n"
+        "{floor}[[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\nrtmr1 = \"{RTMR1}\"\n\
+         rtmr2 = \"{RTMR2}\"\n"
     );
     let p: Policy = toml::from_str(&boot_chain).expect("loads");
     let ev = tdx_valid();
@@ -260,14 +265,14 @@ fn a_tdx_policy_pins_the_boot_chain_not_the_firmware_alone() {
 #[test]
 fn a_tdx_box_running_another_binary_on_the_same_firmware_is_another_box() {
     let honest_rtmr2 = format!("{}{}", "00", &RTMR2[2..]);
-    let honest = box_identity(MR_TD, RTMR1, &honest_rtmr2);
+    let honest = box_identity(MR_TD, RTMR0, RTMR1, &honest_rtmr2);
     let ev = tdx_valid();
     let shown = ev.verified_at(T_TDX).measurement;
     assert_ne!(
         shown, honest,
         "the box on the honest one's firmware goes by the honest box's name"
     );
-    assert_eq!(shown, box_identity(MR_TD, RTMR1, RTMR2));
+    assert_eq!(shown, box_identity(MR_TD, RTMR0, RTMR1, RTMR2));
     let by_identity =
         |identity: &str| Policy::pinned(vec![TdMeasurements::of_identity(hex_arr(identity))], EVAL);
     assert_eq!(
@@ -296,7 +301,7 @@ identity = \"{honest}\"
 [[accepted]]
 identity = \"{honest}\"
 \
-         mr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n"
+         mr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n"
     );
     let err = toml::from_str::<Policy>(&two).expect_err("two TDs in one entry");
     assert!(
@@ -314,8 +319,65 @@ rtmr1 = \"{RTMR1}\"
     let err = toml::from_str::<Policy>(&none).expect_err("no TD named");
     assert!(
         err.to_string()
-            .contains("accepted[0].identity (or mr_td, rtmr1 and rtmr2) is required"),
+            .contains("accepted[0].identity (or mr_td, rtmr0, rtmr1 and rtmr2) is required"),
         "{err}"
+    );
+}
+
+/// Review 26 V2: the identity left out RTMR0, which measures the ACPI tables the host hands the
+/// firmware; their AML runs in the box's kernel (ring 0) on events the host raises, so a host
+/// booting the honest image under the honest firmware with its own DSDT ran its code inside a
+/// box that went by the honest box's name. The genuine Intel sample plays that box: its MRTD,
+/// RTMR1 and RTMR2 are the honest box's, its RTMR0 is not (the honest release's tables differ in
+/// one byte). A pin written the way a release pipeline or `--show-identity` writes one (the
+/// identity of the honest box's registers, or the registers themselves) refuses it; the sample's
+/// own identity, RTMR0 and all, is taken. An identity computed under the retired `/1` (no RTMR0)
+/// matches no box.
+#[test]
+fn a_tdx_box_running_the_hosts_acpi_code_is_not_the_honest_box() {
+    let honest_rtmr0 = format!("{}{}", "00", &RTMR0[2..]);
+    let honest = TdMeasurements {
+        mr_td: Some(Hex(hex_arr(MR_TD))),
+        rtmr0: Some(Hex(hex_arr(&honest_rtmr0))),
+        rtmr1: Some(Hex(hex_arr(RTMR1))),
+        rtmr2: Some(Hex(hex_arr(RTMR2))),
+        ..TdMeasurements::default()
+    };
+    let honest_identity = honest.box_identity().expect("the honest box's registers");
+    let ev = tdx_valid();
+    let shown = ev.verified_at(T_TDX).measurement;
+    assert_ne!(
+        shown,
+        hex::encode(honest_identity),
+        "the box running its host's ACPI tables goes by the honest box's name"
+    );
+    assert_eq!(
+        ev.refusal_under(
+            &Policy::pinned(vec![TdMeasurements::of_identity(honest_identity)], EVAL),
+            T_TDX
+        ),
+        Refusal::MeasurementNotAllowed("identity")
+    );
+    assert_eq!(
+        ev.refusal_under(&Policy::pinned(vec![honest], EVAL), T_TDX),
+        Refusal::MeasurementNotAllowed("RTMR0")
+    );
+    assert!(
+        ev.verify_under(
+            &Policy::pinned(vec![TdMeasurements::of_identity(hex_arr(&shown))], EVAL),
+            T_TDX
+        )
+        .expect("the box its own identity names")
+        .measurements_pinned
+    );
+    // A pin or manifest from before: the `/1` identity of the very same registers names no box.
+    let retired = tdx::retired_identity_v1(&hex_arr(MR_TD), &hex_arr(RTMR1), &hex_arr(RTMR2));
+    assert_eq!(
+        ev.refusal_under(
+            &Policy::pinned(vec![TdMeasurements::of_identity(retired)], EVAL),
+            T_TDX
+        ),
+        Refusal::MeasurementNotAllowed("identity")
     );
 }
 
@@ -326,8 +388,10 @@ rtmr1 = \"{RTMR1}\"
 /// pinned floor is refused with its closed code.
 #[test]
 fn a_tdx_pin_names_its_collateral_floor_and_older_collateral_is_refused() {
-    let pinned =
-        format!("[[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr1 = \"{RTMR1}\"\nrtmr2 = \"{RTMR2}\"\n");
+    let pinned = format!(
+        "[[accepted]]\nmr_td = \"{MR_TD}\"\nrtmr0 = \"{RTMR0}\"\nrtmr1 = \"{RTMR1}\"\n\
+         rtmr2 = \"{RTMR2}\"\n"
+    );
     let err = toml::from_str::<Policy>(&pinned).expect_err("a pin without a floor loads");
     assert!(
         err.to_string().contains("min_tcb_eval_data_number"),
@@ -465,11 +529,12 @@ fn td15_bodies_verify_and_their_fields_are_read_from_their_version() {
         v.measurement_named("mr_service_td"),
         Some(hex::encode(&body[600..648]).as_str())
     );
-    // The identity of the TD 1.5 body's MRTD, RTMR1 and RTMR2 (at its own offsets).
+    // The identity of the TD 1.5 body's MRTD, RTMR0, RTMR1 and RTMR2 (at its own offsets).
     assert_eq!(
         v.measurement,
         box_identity(
             &hex::encode(&body[136..184]),
+            &hex::encode(&body[328..376]),
             &hex::encode(&body[376..424]),
             &hex::encode(&body[424..472])
         )

@@ -312,13 +312,27 @@ async fn a_hardware_box_whose_gpus_nobody_pinned_is_refused() {
     assert!(!verified.no_hardware_isolation);
     let mut other_mode = golden;
     other_mode.measurements[0].values = vec![HexBytes(vec![0x5a; 48])];
-    let got = check(Some(other_mode));
+    let got = check(Some(other_mode.clone()));
     assert!(
         matches!(
             got,
             Err(JcError::HardwareRefused("measurement_not_allowed"))
         ),
         "{got:?}"
+    );
+    // Review 26 V8: "pinned" meant one golden block. The party copies block 2 alone from the
+    // golden set whose first block says the GPUs are in another mode: block 2 matches, and the
+    // box passed as pinned. A policy pinning some blocks must pin every block the reports carry.
+    let mut partial = other_mode;
+    partial.measurements.retain(|g| g.index == 2);
+    assert_eq!(partial.measurements.len(), 1);
+    let got = check(Some(partial));
+    assert!(
+        matches!(
+            got,
+            Err(JcError::HardwareRefused("measurement_not_allowed"))
+        ),
+        "a box passed on one pinned GPU block: {got:?}"
     );
 }
 

@@ -15,8 +15,8 @@ use skillbox_jc::dsse::approved_program;
 use skillbox_jc::hardware::{HardwarePolicy, HardwareVerifier};
 use skillbox_jc::program::{BoxIdentity, Program};
 use skillbox_testkit::floors::{
-    DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_MR_TD, DCAPQVL_TDX_RTMR1,
-    DCAPQVL_TDX_RTMR2, dcapqvl_tdx_td, virtee_snp_floor,
+    DCAPQVL_TDX_EVAL, DCAPQVL_TDX_IDENTITY, DCAPQVL_TDX_IDENTITY_V1, DCAPQVL_TDX_MR_TD,
+    DCAPQVL_TDX_RTMR0, DCAPQVL_TDX_RTMR1, DCAPQVL_TDX_RTMR2, dcapqvl_tdx_td, virtee_snp_floor,
 };
 
 const MEASUREMENT: &str = "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
@@ -245,7 +245,14 @@ fn a_tdx_pin_of_the_firmware_alone_is_refused() {
     let firmware_only = serde_json::json!({"mr_td": DCAPQVL_TDX_MR_TD});
     let mut no_rtmr2 = dcapqvl_tdx_td();
     no_rtmr2["rtmr2"] = serde_json::Value::Null;
-    for (td, field) in [(firmware_only.clone(), "rtmr1"), (no_rtmr2, "rtmr2")] {
+    // Review 26 V2: without RTMR0 the host's ACPI code runs in the box under its name.
+    let mut no_rtmr0 = dcapqvl_tdx_td();
+    no_rtmr0["rtmr0"] = serde_json::Value::Null;
+    for (td, field) in [
+        (firmware_only.clone(), "rtmr1"),
+        (no_rtmr2, "rtmr2"),
+        (no_rtmr0.clone(), "rtmr0"),
+    ] {
         let policy = serde_json::json!({
             "accepted": [dcapqvl_tdx_td(), td],
             "min_tcb_eval_data_number": DCAPQVL_TDX_EVAL,
@@ -267,9 +274,19 @@ fn a_tdx_pin_of_the_firmware_alone_is_refused() {
         HardwareVerifier::new(built),
         Err(JcError::HardwareRefused("rtmr_pins_missing"))
     ));
+    let td: skillbox_attest::tdx::TdMeasurements =
+        serde_json::from_value(no_rtmr0).expect("an entry");
+    let built = HardwarePolicy::Tdx(skillbox_attest::tdx::Policy::pinned(
+        vec![td],
+        DCAPQVL_TDX_EVAL,
+    ));
+    assert!(matches!(
+        HardwareVerifier::new(built),
+        Err(JcError::HardwareRefused("rtmr_pins_missing"))
+    ));
 }
 
-/// A TDX pin is named by the box identity (MRTD, RTMR1, RTMR2), as a release log names it: a
+/// A TDX pin is named by the box identity (MRTD, RTMR0, RTMR1, RTMR2), as a release log names it: a
 /// policy table without `accepted` takes one entry per identity, and the genuine sample is
 /// refused by the pin of a box on its firmware and kernel with another RTMR2 (another box
 /// binary), accepted by its own, and vouched for under its identity. A pin written when a TDX
@@ -303,6 +320,10 @@ fn a_tdx_pin_names_the_box_identity_and_an_mrtd_name_is_refused() {
             .expect("hex")
             .try_into()
             .expect("48"),
+        &hex::decode(DCAPQVL_TDX_RTMR0)
+            .expect("hex")
+            .try_into()
+            .expect("48"),
         &hex::decode(DCAPQVL_TDX_RTMR1)
             .expect("hex")
             .try_into()
@@ -330,6 +351,21 @@ fn a_tdx_pin_names_the_box_identity_and_an_mrtd_name_is_refused() {
         "{err}"
     );
     assert!(err.contains(DCAPQVL_TDX_IDENTITY), "{err}");
+    // A pin written before review 26 V2: its identity the retired `/1` of the same registers
+    // (no RTMR0). Refused at load naming the identity to write, not loaded to match no box; an
+    // identity-only pin of it loads (nothing says what it was made of) and refuses the box.
+    let err =
+        HardwarePolicy::from_value("tdx", Some(old.clone()), &[DCAPQVL_TDX_IDENTITY_V1.into()])
+            .expect_err("a TDX pin naming the retired identity loads");
+    assert!(
+        err.contains("measurements[0] is the retired skillbox/tdx-identity/1 of accepted[0]"),
+        "{err}"
+    );
+    assert!(err.contains(DCAPQVL_TDX_IDENTITY), "{err}");
+    assert!(matches!(
+        pinned(DCAPQVL_TDX_IDENTITY_V1).verify_evidence(&att, &statement, &rd, T_TDX_MS),
+        Err(JcError::HardwareRefused("measurement_not_allowed"))
+    ));
     HardwarePolicy::from_value("tdx", Some(old), &[DCAPQVL_TDX_IDENTITY.into()])
         .expect("the same pin by identity");
     // No accepted TD and no identity: nothing names the box.

@@ -172,6 +172,51 @@ fn a_tdx_box_with_another_binary_on_the_same_firmware_is_not_the_programs_box() 
     );
 }
 
+/// Review 26 V2: the box named itself by MRTD, RTMR1 and RTMR2, not RTMR0, which measures the
+/// ACPI tables its host hands the firmware (their AML runs in the box's kernel). The same quote
+/// with another RTMR0 (the honest image and firmware under the host's tables) named itself as
+/// the honest box, and a program listing that box took it. Now it is another box.
+#[test]
+fn a_tdx_box_under_its_hosts_acpi_tables_is_not_the_programs_box() {
+    let quote = data("tdx/dcapqvl-tdx_quote");
+    let collateral = data("tdx/dcapqvl-tdx_quote_collateral.json");
+    let report = tdx::Quote::parse(&quote).expect("quote").report;
+    let at = quote
+        .windows(48)
+        .position(|w| w == report.rtmr[0])
+        .expect("RTMR0 in the quote");
+    let mut patched = quote.clone();
+    patched[at] ^= 1;
+    let patched_report = tdx::Quote::parse(&patched).expect("quote").report;
+    assert_eq!(
+        (
+            patched_report.mr_td,
+            patched_report.rtmr[1],
+            patched_report.rtmr[2]
+        ),
+        (report.mr_td, report.rtmr[1], report.rtmr[2]),
+        "only RTMR0 differs"
+    );
+    let open = |q: &[u8]| {
+        let root = double("tdx_guest", q, None);
+        let att = TsmAttester::open(root.path(), Platform::Tdx, vec![], Some(collateral.clone()))
+            .expect("opens");
+        att.measurement().to_owned()
+    };
+    let (honest, hosts) = (open(&quote), open(&patched));
+    let mut program: skillbox_jc::program::Program =
+        serde_json::from_slice(&data("program.json")).expect("program");
+    program.boxes = vec![skillbox_jc::program::BoxIdentity {
+        platform: "tdx".into(),
+        measurement: honest.clone(),
+    }];
+    assert!(program.lists_box("tdx", &honest));
+    assert!(
+        !program.lists_box("tdx", &hosts),
+        "a box under another RTMR0 (its host's ACPI tables) is listed as {hosts}"
+    );
+}
+
 /// The box checks at start that the host launched it for the configuration it runs: the
 /// double's report carries HOST_DATA (SEV-SNP) / MRCONFIGID (TDX) as the host set it. Launched
 /// for another configuration (the genuine reports' zeros), the box does not start; launched for
