@@ -186,20 +186,54 @@ impl Default for LocalOptions {
 }
 
 /// The model's load parameters: every layer on the GPUs when the attested configuration names
-/// some; otherwise no GPU device at all (an empty device list, not llama.cpp's default of every
-/// device it finds) and no layer. Set in every build, not only `cuda`: llama.cpp's default (-1)
-/// offloads to whatever GPU backend is compiled in.
-fn model_params(options: &LocalOptions) -> LlamaModelParams {
-    let params = LlamaModelParams::default();
-    if options.gpus > 0 {
-        return params.with_n_gpu_layers(u32::MAX);
+/// some; otherwise no GPU device at all and no layer. Set in every build, not only `cuda`:
+/// llama.cpp's default (-1) offloads to whatever GPU backend is compiled in.
+///
+/// The device list is always explicit (review 26 V5), never llama.cpp's default (a null list:
+/// every GPU it enumerates, at the model's load, which is the first run, not the box's start-up
+/// check): none for `gpus = 0`; for `gpus = n` the GPU devices llama.cpp enumerates now, and only
+/// when they are exactly the `n` the box counted and attested at start ([`attested_gpus`]).
+fn model_params(options: &LocalOptions) -> Result<LlamaModelParams, String> {
+    let (layers, devices) = if options.gpus == 0 {
+        (0, Vec::new())
+    } else {
+        let seen = llama_cpp_2::list_llama_ggml_backend_devices();
+        (u32::MAX, attested_gpus(&seen, options.gpus)?)
+    };
+    LlamaModelParams::default()
+        .with_n_gpu_layers(layers)
+        .with_devices(&devices)
+        .map_err(|_| {
+            format!(
+                "{} GPU devices are more than llama.cpp takes",
+                devices.len()
+            )
+        })
+}
+
+/// The GPU devices the model may use: every GPU llama.cpp enumerates (CPU and accelerator
+/// devices are not GPUs; it runs them whatever the list), refused unless they are as many as
+/// the box attested. A GPU the host hot-plugs into the guest after the start-up check counted
+/// them would otherwise get layers and the KV cache (the prompt) at the first run; a GPU gone
+/// leaves an attested one missing. Either way the load fails, naming both counts.
+fn attested_gpus(
+    seen: &[llama_cpp_2::LlamaBackendDevice],
+    attested: u32,
+) -> Result<Vec<usize>, String> {
+    use llama_cpp_2::LlamaBackendDeviceType as Kind;
+    let gpus: Vec<usize> = seen
+        .iter()
+        .filter(|d| !matches!(d.device_type, Kind::Cpu | Kind::Accelerator))
+        .map(|d| d.index)
+        .collect();
+    if gpus.len() != attested as usize {
+        return Err(format!(
+            "llama.cpp sees {} GPU device(s) but the box attested {attested} at start: a GPU \
+             added or removed since is not used; restart the box to attest the GPUs it has",
+            gpus.len()
+        ));
     }
-    let params = params.with_n_gpu_layers(0);
-    // Only a list longer than llama.cpp's device maximum is refused; an empty one never is.
-    match params.with_devices(&[]) {
-        Ok(params) => params,
-        Err(_) => LlamaModelParams::default().with_n_gpu_layers(0),
-    }
+    Ok(gpus)
 }
 
 /// llama.cpp's process-wide state, made once; its log output is switched off (nothing a box
@@ -384,7 +418,7 @@ impl LocalModel {
         if GgufContext::from_file(&source).is_none() {
             return Err(unavailable(path, "not a valid GGUF file"));
         }
-        let params = model_params(options);
+        let params = model_params(options).map_err(|e| unavailable(path, e))?;
         let model = LlamaModel::load_from_file(backend, &source, &params).map_err(|e| {
             unavailable(
                 path,
@@ -778,13 +812,75 @@ mod tests {
     fn layers_go_to_gpus_only_when_the_configuration_names_them() {
         let none = LocalOptions::default();
         assert_eq!(none.gpus, 0);
-        assert_eq!(model_params(&none).n_gpu_layers(), 0);
-        let two = LocalOptions {
-            gpus: 2,
-            ..LocalOptions::default()
-        };
-        assert_eq!(model_params(&two).n_gpu_layers(), i32::MAX);
+        assert_eq!(model_params(&none).expect("params").n_gpu_layers(), 0);
         let settings = crate::ProviderSettings::new("m.gguf".into());
         assert_eq!(settings.local_options().gpus, 0);
+        let two = vec![
+            device(0, Kind::Cpu),
+            device(1, Kind::Gpu),
+            device(2, Kind::Gpu),
+        ];
+        assert_eq!(attested_gpus(&two, 2), Ok(vec![1, 2]));
+    }
+
+    use llama_cpp_2::LlamaBackendDeviceType as Kind;
+
+    fn device(index: usize, device_type: Kind) -> llama_cpp_2::LlamaBackendDevice {
+        llama_cpp_2::LlamaBackendDevice {
+            index,
+            name: format!("dev{index}"),
+            description: String::new(),
+            backend: String::new(),
+            memory_total: 0,
+            memory_free: 0,
+            device_type,
+        }
+    }
+
+    /// Review 26 V5, `gpus = 0`: the empty device list reaches llama.cpp as a non-null list whose
+    /// first entry is null (no device). A null list is llama.cpp's default, every GPU it finds;
+    /// the wrapper's `with_devices(&[])` gives the non-null one only because its `is_empty()`
+    /// tests its fixed-size array, never empty. Were that fixed upstream to test the argument,
+    /// `gpus = 0` would hand a CUDA build's every GPU the KV cache, the prompt with it; this
+    /// fails first. (`devices()` cannot tell: it reads the array, not the pointer llama.cpp
+    /// reads.)
+    #[test]
+    fn no_gpu_is_an_empty_device_list_not_llama_cpps_every_device() {
+        let params = model_params(&LocalOptions::default()).expect("params");
+        assert_eq!(
+            params.explicit_devices(),
+            Some(0),
+            "gpus = 0 hands llama.cpp a null device list (every GPU)"
+        );
+        // The default is the null list: the difference is what is tested.
+        assert_eq!(LlamaModelParams::default().explicit_devices(), None);
+    }
+
+    /// Review 26 V5, `gpus >= 1`: the model loads at the first run, and llama.cpp's default list
+    /// took every CUDA device it enumerated then. Now the list is the GPUs it enumerates, only
+    /// when they are the attested count: a GPU hot-plugged after the start-up check (3 seen, 2
+    /// attested) or one gone (1 seen) refuses the load; CPU and accelerator devices are no GPUs.
+    #[test]
+    fn the_models_gpus_are_the_attested_count_or_it_does_not_load() {
+        let seen = [
+            device(0, Kind::Cpu),
+            device(1, Kind::Gpu),
+            device(2, Kind::Accelerator),
+            device(3, Kind::Gpu),
+        ];
+        assert_eq!(attested_gpus(&seen, 2), Ok(vec![1, 3]));
+        let mut hot_plugged = seen.to_vec();
+        hot_plugged.push(device(4, Kind::Gpu));
+        let err = attested_gpus(&hot_plugged, 2).expect_err("a third GPU is used");
+        assert!(
+            err.contains("sees 3 GPU device(s) but the box attested 2"),
+            "{err}"
+        );
+        assert!(
+            attested_gpus(&seen[..2], 2).is_err(),
+            "an attested GPU is gone"
+        );
+        let igpu = [device(0, Kind::Cpu), device(1, Kind::IntegratedGpu)];
+        assert_eq!(attested_gpus(&igpu, 1), Ok(vec![1]), "an iGPU is a GPU");
     }
 }

@@ -507,6 +507,27 @@ impl LlamaModelParams {
         devices
     }
 
+    /// skillbox patch (`PATCHED.md`): the device list as llama.cpp will read it, from the raw
+    /// `params.devices` pointer rather than this wrapper's array (which [`Self::devices`] reads):
+    /// `None` when the pointer is null, llama.cpp's default of every GPU device it finds;
+    /// otherwise how many devices precede the list's terminating null (`Some(0)`: no device).
+    #[must_use]
+    pub fn explicit_devices(&self) -> Option<usize> {
+        if self.params.devices.is_null() {
+            return None;
+        }
+        let list = self.params.devices.cast_const();
+        let mut n = 0;
+        // Read only within this wrapper's own array, which `with_devices` points `params.devices`
+        // at; a pointer anywhere else is not read.
+        if std::ptr::eq(list, self.devices.as_ptr()) {
+            while n < LLAMA_CPP_MAX_DEVICES && !self.devices[n].is_null() {
+                n += 1;
+            }
+        }
+        Some(n)
+    }
+
     /// sets the number of gpu layers to offload to the GPU.
     /// ```
     /// # use llama_cpp_2::model::params::LlamaModelParams;
