@@ -100,6 +100,7 @@ fn program(
             body_max_bytes: body,
             model_max_bytes: model,
             key_max_bytes: 0,
+            body_max_tokens: None,
         },
         output: OutputSpec::to_caller(1024),
         ..base

@@ -164,6 +164,30 @@ pub struct OwnerInputs {
     pub model_max_bytes: u64,
     /// 0 when the provider needs no key (`local`, `ollama`).
     pub key_max_bytes: u64,
+    /// The body allowance in tokens: how much of the model's context the owner's body may take,
+    /// fixed by the owner and never by the body. The embedded model judges the prompt against
+    /// it, not against the body's real length, so neither a `context_too_long` nor the
+    /// answer's length tells the caller how long the body is (review 26 V1); a body over it
+    /// fails `unavailable` on every request. Absent: [`DEFAULT_BODY_MAX_TOKENS`] (see
+    /// [`OwnerInputs::body_allowance`]). The caller may read it: it is the owner's bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_max_tokens: Option<u64>,
+}
+
+/// The body allowance a program that names none runs with. Fixed, not derived from the box's
+/// context or the program's output bound, so an owner (and its caller) know it without asking
+/// the box. 1,024 tokens hold any body a 4,096-token embedded model can serve with room left:
+/// with the default output bound (4 KiB, 1,366 answer tokens) a caller keeps about 1,650 tokens
+/// for its request and sources.
+pub const DEFAULT_BODY_MAX_TOKENS: u64 = 1024;
+/// The largest body allowance a program may name (no model's context is near it).
+pub const MAX_BODY_MAX_TOKENS: u64 = 1 << 20;
+
+impl OwnerInputs {
+    /// The body allowance in force: the program's, else [`DEFAULT_BODY_MAX_TOKENS`].
+    pub fn body_allowance(&self) -> u64 {
+        self.body_max_tokens.unwrap_or(DEFAULT_BODY_MAX_TOKENS)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -448,6 +472,14 @@ impl Program {
         check_limit("owner_inputs.body_max_bytes", oi.body_max_bytes, true)?;
         check_limit("owner_inputs.model_max_bytes", oi.model_max_bytes, false)?;
         check_limit("owner_inputs.key_max_bytes", oi.key_max_bytes, false)?;
+        if let Some(tokens) = oi.body_max_tokens
+            && !(1..=MAX_BODY_MAX_TOKENS).contains(&tokens)
+        {
+            return Err(invalid(
+                "owner_inputs.body_max_tokens",
+                format!("1 to {MAX_BODY_MAX_TOKENS}"),
+            ));
+        }
         if self.provider.id.needs_key() && oi.key_max_bytes == 0 {
             return Err(invalid(
                 "owner_inputs.key_max_bytes",
@@ -772,6 +804,7 @@ pub(crate) mod tests {
                 body_max_bytes: 65536,
                 model_max_bytes: 256,
                 key_max_bytes: 0,
+                body_max_tokens: None,
             },
             output: OutputSpec::to_caller(2048),
             receipt: ReceiptSpec::to_both(),

@@ -293,6 +293,14 @@ fn notice(suffix: &str) -> String {
     )
 }
 
+/// The bytes the box's notice adds to the system prompt (the same for every suffix, which is
+/// always 16 hex digits): the part of the system text's allowance that is not the owner's body.
+/// Bytes bound tokens from above (a token covers at least one byte), so a body within its
+/// allowance in tokens always fits with the notice.
+pub fn notice_bytes() -> usize {
+    notice("0123456789abcdef").len()
+}
+
 /// (system, user) for one run, with a fresh tag suffix. `sources` keep the order the caller
 /// staked them in. Fails only if the OS's random source does.
 pub fn build(body: &str, request: &str, sources: &[(&str, &str)]) -> Result<(String, String)> {

@@ -2266,6 +2266,13 @@ impl BoxCore {
                 .try_into()
                 .expect("8 bytes of a 32-byte hash"),
         );
+        // The system text's allowance is the owner's body allowance (from the program) plus the
+        // box's notice, never the body's length: the local model judges the prompt and sets the
+        // answer's budget from it, so the caller learns nothing of how long the body is from a
+        // refusal or the answer's length (review 26 V1). The neutral round takes the same.
+        let system_allowance = usize::try_from(p.owner_inputs.body_allowance())
+            .unwrap_or(usize::MAX)
+            .saturating_add(crate::prompt::notice_bytes());
         let req = ChatRequest {
             system,
             user,
@@ -2273,6 +2280,7 @@ impl BoxCore {
             max_tokens,
             temperature: self.config.temperature,
             seed: Some(seed),
+            system_allowance: Some(system_allowance),
         };
         let timeout = std::time::Duration::from_secs(self.config.run_ttl_secs.max(1));
         let key = key.as_ref().map(|k| k.as_str());

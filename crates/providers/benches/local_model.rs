@@ -33,6 +33,7 @@ fn request(user: String, seed: u64) -> ChatRequest {
         max_tokens: GEN_TOKENS,
         temperature: 0.7,
         seed: Some(seed),
+        system_allowance: None,
     }
 }
 

@@ -176,6 +176,7 @@ mod tests {
             max_tokens: 5,
             temperature: 1.7,
             seed: None,
+            system_allowance: None,
         };
         let b = request_body(&req);
         assert_eq!(b["max_tokens"], 5);

@@ -31,6 +31,15 @@ pub struct ChatRequest {
     pub temperature: f32,
     /// Sampling seed, for reproducible runs where the provider supports one.
     pub seed: Option<u64>,
+    /// Tokens the system text may take, fixed by the owner's configuration and never by the
+    /// text itself (the box sets it from the program: the owner's body allowance plus its own
+    /// notice). With it, `local` judges the prompt against what the caller can compute — its
+    /// own text, the frame at its largest, this allowance and `max_tokens` — and always answers
+    /// with a budget of `max_tokens`, so neither a refusal nor the answer's length depends on
+    /// how long the body really is; a system text over it fails `unavailable`, whatever the
+    /// request. `None`: the prompt is judged as it is (one party holds both texts). Remote
+    /// providers, which have no tokenizer in the box, do not read it.
+    pub system_allowance: Option<usize>,
 }
 
 /// Token accounting as the provider reported it.

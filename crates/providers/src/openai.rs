@@ -522,6 +522,7 @@ mod tests {
             max_tokens: 17,
             temperature: 0.2,
             seed: Some(9),
+            system_allowance: None,
         };
         let b = request_body(&req, true);
         assert_eq!(b["max_tokens"], 17);

@@ -646,6 +646,7 @@ pub fn program_between(
             body_max_bytes: 4096,
             model_max_bytes: 64,
             key_max_bytes: 0,
+            body_max_tokens: None,
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::to_both(),

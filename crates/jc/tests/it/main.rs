@@ -4,6 +4,7 @@
 //! evidence, GPU evidence bound into the CPU statement, pinned boxes, the configfs-tsm attester, the Nitro attester against an NSM double, a box restarted on its run store, and the sealed wire form byte for byte.
 //! `support` starts the box with a provider double and holds the two parties' keys.
 
+mod body_length;
 mod box_api;
 mod box_tls;
 mod canonical_props;

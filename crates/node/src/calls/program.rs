@@ -4,8 +4,9 @@
 use skillbox_calls::FailureCode;
 use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
-    BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
-    PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
+    BoxIdentity, CallerInputs, CallerParty, DEFAULT_BODY_MAX_TOKENS, OutputSpec, OwnerInputs,
+    OwnerParty, PROGRAM_VERSION, PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec,
+    SkillRef, SourceLimit,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, Limits, ProviderId};
@@ -102,6 +103,8 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             body_max_bytes: BODY_MAX_BYTES,
             model_max_bytes: MODEL_MAX_BYTES,
             key_max_bytes,
+            // The box's default allowance: the owner checks the program names no other.
+            body_max_tokens: None,
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
         receipt: ReceiptSpec::for_guard(true),
@@ -183,6 +186,12 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
     // A caller may not switch the guard off or loosen it: the program carries this owner's.
     if program.guard != Some(f.guard) {
         return mismatch("the program's output guard is not the owner's".into());
+    }
+    // The body allowance is the owner's, like the guard: a caller choosing it could try one
+    // allowance after another and read the body's length in tokens off where runs start to
+    // fail `unavailable` (a body over its allowance).
+    if program.owner_inputs.body_allowance() != DEFAULT_BODY_MAX_TOKENS {
+        return mismatch("the program's body allowance is not the owner's".into());
     }
     let declared: Vec<&str> = decl.required_sources.iter().map(String::as_str).collect();
     if let Some(s) = program
@@ -395,6 +404,17 @@ mod tests {
             let err = check(&loose, &base()).expect_err("guard");
             assert_eq!(err.0, FailureCode::ProgramMismatch);
             assert!(err.1.contains("output guard"), "{}", err.1);
+        }
+        // Nor pick the body allowance (its default stated is the default).
+        let mut stated = p.clone();
+        stated.owner_inputs.body_max_tokens = Some(DEFAULT_BODY_MAX_TOKENS);
+        assert_eq!(check(&stated, &base()), Ok(()));
+        for tokens in [1, DEFAULT_BODY_MAX_TOKENS + 1] {
+            let mut probe = p.clone();
+            probe.owner_inputs.body_max_tokens = Some(tokens);
+            let err = check(&probe, &base()).expect_err("allowance");
+            assert_eq!(err.0, FailureCode::ProgramMismatch);
+            assert!(err.1.contains("body allowance"), "{}", err.1);
         }
         let f = OwnerFacts {
             accepts_box: &no,

@@ -677,6 +677,7 @@ pub(crate) fn admissible_program(
             body_max_bytes: 1 << 20,
             model_max_bytes: 1024,
             key_max_bytes: 16 * 1024,
+            body_max_tokens: None,
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::for_guard(true),

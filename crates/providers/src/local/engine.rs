@@ -339,22 +339,15 @@ impl Worker<'_> {
                 return;
             };
             let admitted = Instant::now();
-            let prompt = match self.inner.prompt_tokens(&job.request) {
-                Ok(prompt) => prompt,
+            // What the prompt may be and the answer's budget: see `Inner::admission` (with the
+            // owner's allowance neither depends on the body's real length).
+            let (prompt, budget) = match self.inner.admission(&job.request, self.config.context) {
+                Ok(admitted) => (admitted.prompt, admitted.budget),
                 Err(e) => {
                     (job.reply)(Err(e));
                     continue;
                 }
             };
-            if prompt.len() >= self.config.context {
-                (job.reply)(Err(ProviderError::InvalidRequest(format!(
-                    "prompt is {} tokens; the local model takes at most {} tokens",
-                    prompt.len(),
-                    self.config.context - 1
-                ))));
-                continue;
-            }
-            let budget = (job.request.max_tokens as usize).min(self.config.context - prompt.len());
             if budget == 0 {
                 let usage = Usage {
                     prompt_tokens: prompt.len() as u64,

@@ -269,27 +269,112 @@ pub(crate) struct Inner {
     /// The frame's own turn tokens: if the model produces one, its answer is over.
     turn_tokens: Vec<LlamaToken>,
     context: usize,
+    /// The frame's own tokens (BOS and template), the larger of the two frames: what a prompt
+    /// holds besides its texts, counted at its largest whether or not there is a system text.
+    frame_max: usize,
 }
 
+/// A prompt let in, and how many tokens its answer may take.
+pub(crate) struct Admitted {
+    pub prompt: Vec<LlamaToken>,
+    pub budget: usize,
+}
+
+/// The words for a system text over its allowance: the owner's to fix, and the same whatever
+/// the request (it never names a length; the box keeps it).
+const OVER_ALLOWANCE: &str =
+    "local model: the system prompt is longer than its allowance (the owner's body_max_tokens)";
+
 impl Inner {
-    /// The prompt as tokens: frame tokens from the template, texts tokenized as plain text.
-    fn prompt_tokens(&self, request: &ChatRequest) -> Result<Vec<LlamaToken>, ProviderError> {
-        let (system, user) = (&request.system, &request.user);
-        let pieces = if system.is_empty() {
+    /// Whether `request` runs within `context` tokens, and with what answer budget.
+    ///
+    /// With a [`ChatRequest::system_allowance`] the judgement reads only what the caller knows:
+    /// the user text's tokens, the frame at its largest, the allowance and `max_tokens`. A
+    /// caller who bisected its request's length until `context_too_long`, or padded it until
+    /// the answer's budget bound (`context - prompt`, so the answer's length and `truncated`
+    /// told `context - body`), learned the owner's body length in tokens (review 26 V1); now
+    /// the edge sits where the allowance puts it and the budget is `max_tokens` on every run,
+    /// the neutral round of `regenerate` included. A system text over its allowance fails
+    /// `unavailable` whatever the request: the owner's to fix, and constant across any
+    /// caller's probes. Without an allowance the prompt is judged as it is.
+    pub(crate) fn admission(
+        &self,
+        request: &ChatRequest,
+        context: usize,
+    ) -> Result<Admitted, ProviderError> {
+        let max_tokens = request.max_tokens as usize;
+        let Some(allowance) = request.system_allowance else {
+            let prompt = self.prompt_tokens(request)?;
+            if prompt.len() >= context {
+                return Err(ProviderError::InvalidRequest(format!(
+                    "prompt is {} tokens; the local model takes at most {} tokens",
+                    prompt.len(),
+                    context.saturating_sub(1)
+                )));
+            }
+            let budget = max_tokens.min(context - prompt.len());
+            return Ok(Admitted { prompt, budget });
+        };
+        // The body first: an over-long one fails the same way for every request.
+        let system = self.tokenizer.encode_untrusted(&request.system)?;
+        if system.len() > allowance {
+            return Err(ProviderError::Unavailable(OVER_ALLOWANCE.into()));
+        }
+        let user = self.tokenizer.encode_untrusted(&request.user)?;
+        let most = self
+            .frame_max
+            .saturating_add(allowance)
+            .saturating_add(user.len())
+            .saturating_add(max_tokens);
+        if most > context {
+            return Err(ProviderError::InvalidRequest(format!(
+                "the request is {} tokens; with the frame ({}), the body allowance ({allowance}) \
+                 and the answer ({max_tokens}) the local model takes at most {context} tokens",
+                user.len(),
+                self.frame_max
+            )));
+        }
+        let prompt = self.assemble(request, &system, &user);
+        // prompt <= frame_max + allowance + user <= context - max_tokens: the answer's budget
+        // never binds before max_tokens.
+        Ok(Admitted {
+            prompt,
+            budget: max_tokens,
+        })
+    }
+
+    /// The prompt from its texts' tokens, in the frame the request's system text calls for.
+    fn assemble(
+        &self,
+        request: &ChatRequest,
+        system: &[LlamaToken],
+        user: &[LlamaToken],
+    ) -> Vec<LlamaToken> {
+        let pieces = if request.system.is_empty() {
             &self.user_only
         } else {
             &self.with_system
         };
-        let mut ids = Vec::new();
+        let mut ids = Vec::with_capacity(self.frame_max + system.len() + user.len());
         ids.extend(self.bos);
         for piece in pieces {
             match piece {
                 Piece::Tokens(tokens) => ids.extend(tokens),
-                Piece::System => ids.extend(self.tokenizer.encode_untrusted(system)?),
-                Piece::User => ids.extend(self.tokenizer.encode_untrusted(user)?),
+                Piece::System => ids.extend(system),
+                Piece::User => ids.extend(user),
             }
         }
-        Ok(ids)
+        ids
+    }
+
+    /// The prompt as tokens: frame tokens from the template, texts tokenized as plain text.
+    fn prompt_tokens(&self, request: &ChatRequest) -> Result<Vec<LlamaToken>, ProviderError> {
+        let system = match request.system.is_empty() {
+            true => Vec::new(),
+            false => self.tokenizer.encode_untrusted(&request.system)?,
+        };
+        let user = self.tokenizer.encode_untrusted(&request.user)?;
+        Ok(self.assemble(request, &system, &user))
     }
 
     fn is_stop(&self, token: LlamaToken) -> bool {
@@ -464,6 +549,17 @@ impl LocalModel {
             context,
             offload: options.gpus > 0,
         };
+        let frame_len = |pieces: &[Piece]| {
+            pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Tokens(t) => t.len(),
+                    Piece::System | Piece::User => 0,
+                })
+                .sum::<usize>()
+        };
+        let frame_max =
+            usize::from(bos.is_some()) + frame_len(&with_system).max(frame_len(&user_only));
         let inner = Arc::new(Inner {
             model,
             tokenizer,
@@ -472,6 +568,7 @@ impl LocalModel {
             user_only,
             turn_tokens,
             context,
+            frame_max,
         });
         let engine =
             Engine::start(inner.clone(), config).map_err(|e| unavailable(path, format!("{e}")))?;
@@ -496,6 +593,13 @@ impl LocalModel {
     /// Tokens one generation attends to (prompt and answer together).
     pub fn context_tokens(&self) -> usize {
         self.inner.context
+    }
+
+    /// The frame's own tokens at their largest (BOS and chat template): with a
+    /// [`ChatRequest::system_allowance`], a request is let in when this, the allowance, its
+    /// user text's tokens and `max_tokens` fit in [`context_tokens`](Self::context_tokens).
+    pub fn frame_tokens(&self) -> usize {
+        self.inner.frame_max
     }
 
     /// Compute threads in use.
@@ -524,6 +628,7 @@ impl LocalModel {
             max_tokens: 0,
             temperature: 0.0,
             seed: None,
+            system_allowance: None,
         };
         let tokens = self.inner.prompt_tokens(&request)?;
         Ok(tokens.into_iter().map(|t| t.0 as u32).collect())

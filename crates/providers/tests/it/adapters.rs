@@ -186,6 +186,7 @@ fn request() -> ChatRequest {
         max_tokens: 32,
         temperature: 0.3,
         seed: Some(7),
+        system_allowance: None,
     }
 }
 

@@ -47,6 +47,7 @@ fn ask(user: &str, max_tokens: u32, seed: u64) -> ChatRequest {
         max_tokens,
         temperature: 0.7,
         seed: Some(seed),
+        system_allowance: None,
     }
 }
 

@@ -35,6 +35,7 @@ fn hi() -> ChatRequest {
         max_tokens: 2,
         temperature: 0.0,
         seed: Some(1),
+        system_allowance: None,
     }
 }
 
