@@ -31,6 +31,9 @@ pub struct SkillRecord {
     pub agent_id: String,
     pub digest: String,
     pub warnings: Value,
+    /// The ceilings the owner set with `skill set` (each applies as set, above `[ceilings]`
+    /// too); the declaration's other `limits:` are held to `[ceilings]` ([`in_force`]).
+    pub owner_limits: Limits,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -46,6 +49,8 @@ pub struct SkillSummary {
     pub provider: Option<String>,
     #[serde(rename = "requiredSources")]
     pub required_sources: Vec<String>,
+    /// The ceilings that hold (the owner's own, else the declaration's held to `[ceilings]`;
+    /// a field absent is the node's `[ceilings]`): what the advert carries.
     #[serde(skip_serializing_if = "Limits::is_empty")]
     pub limits: Limits,
     pub digest: String,
@@ -88,8 +93,10 @@ pub struct SkillChange {
     pub provider: Option<Option<String>>,
     pub model: Option<Option<String>>,
     pub key: Option<Option<String>>,
-    /// The owner's ceilings, replaced whole.
-    pub limits: Option<Limits>,
+    /// The owner's ceilings, by front-matter name: each set (`Some`) or cleared (`None`); the
+    /// rest stay. A ceiling set here is the owner's own word and holds as set, above `[ceilings]`
+    /// too; one cleared falls back to `[ceilings]`.
+    pub limits: Vec<(String, Option<u64>)>,
 }
 
 impl std::fmt::Debug for SkillChange {
@@ -172,6 +179,49 @@ fn held_to_ceilings(decl: &mut Declaration, ceilings: &Limits) -> Vec<Diagnostic
             )
         })
         .collect()
+}
+
+/// The ceilings a skill holds, field by field: one the owner set (`owner`, `skill set`) as
+/// set; else the declaration's own (`declared`, a SKILL.md's `limits:`) but never above the
+/// same field of `ceilings`; else none (the node's `[ceilings]` applies: [`in_force`]). Held at
+/// every read, not only at import (review 26 V3): a row stored before imports were held, or a
+/// file asking exactly the `[ceilings]` of its day, follows `[ceilings]` when the owner lowers
+/// them.
+pub fn held(declared: &Limits, owner: &Limits, ceilings: &Limits) -> Limits {
+    let mut out = Limits::default();
+    for field in Limits::FIELDS {
+        let (d, o, c) = (
+            get(declared, field),
+            get(owner, field),
+            get(ceilings, field),
+        );
+        let declared_held = d.map(|d| c.map_or(d, |c| d.min(c)));
+        out.set(field, o.or(declared_held));
+    }
+    out
+}
+
+/// What admission and the charge apply: [`held`], each field it leaves unset the node's
+/// `ceilings`.
+pub fn in_force(declared: &Limits, owner: &Limits, ceilings: &Limits) -> Limits {
+    held(declared, owner, ceilings).or(ceilings)
+}
+
+/// One field of `limits` by its front-matter name.
+fn get(limits: &Limits, field: &str) -> Option<u64> {
+    match field {
+        "maxRequestBytes" => limits.max_request_bytes,
+        "maxSourceBytes" => limits.max_source_bytes,
+        "maxOutputBytes" => limits.max_output_bytes,
+        "callsPerPeerPerDay" => limits.calls_per_peer_per_day,
+        "callsPerDay" => limits.calls_per_day,
+        _ => None,
+    }
+}
+
+/// The `owner_limits` column read: a value that does not parse is the stored row's error.
+fn owner_limits_of(name: &str, text: &str) -> Result<Limits> {
+    serde_json::from_str(text).map_err(|e| NodeError::stored_row("owner limits", name, e))
 }
 
 /// A new random commitment salt.
@@ -360,8 +410,10 @@ impl Skills {
                 let warnings = warnings.to_string();
                 let row = params![name, agent_id, decl_json, manifest_json, digest, warnings, now];
                 let was = tx.execute(
+                    // A file imported again is the file's word: the ceilings the owner set on
+                    // the one it replaces go with it.
                     "UPDATE skills SET agent_id = ?2, declaration = ?3, manifest = ?4, digest = ?5,
-                         warnings = ?6, updated_at = ?7 WHERE name = ?1",
+                         warnings = ?6, owner_limits = '{}', updated_at = ?7 WHERE name = ?1",
                     row,
                 )? > 0;
                 if !was {
@@ -478,19 +530,40 @@ impl Skills {
                 }
             }
         };
+        if let Some((field, _)) = change
+            .limits
+            .iter()
+            .find(|(f, _)| !Limits::FIELDS.contains(&f.as_str()))
+        {
+            return Err(NodeError::invalid(
+                &format!("limits.{field}"),
+                format!("unknown ceiling (accepted: {})", Limits::FIELDS.join(", ")),
+            ));
+        }
+        if change
+            .limits
+            .iter()
+            .any(|(_, v)| v.is_some_and(|n| n > Limits::MAX))
+        {
+            return Err(NodeError::invalid(
+                "limits",
+                "each ceiling must be a whole number up to 2^53-1",
+            ));
+        }
         let updated = self.store.write(|tx| {
-            let decl: Option<String> = tx
+            let row: Option<(String, String)> = tx
                 .query_row(
-                    "SELECT declaration FROM skills WHERE name = ?1",
+                    "SELECT declaration, owner_limits FROM skills WHERE name = ?1",
                     params![name],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()?;
-            let Some(decl) = decl else {
+            let Some((decl, owner)) = row else {
                 return Ok(false);
             };
             let mut decl: Declaration = serde_json::from_str(&decl)
                 .map_err(|e| NodeError::stored_row("declaration", name, e))?;
+            let mut owner = owner_limits_of(name, &owner)?;
             if let Some(p) = provider.clone() {
                 decl.provider = p;
             }
@@ -500,9 +573,15 @@ impl Skills {
                 }
                 decl.key = k;
             }
-            if let Some(l) = change.limits {
-                decl.limits = l;
+            // Each ceiling named is the owner's from now (set) or no one's (cleared): the
+            // declaration carries it for the digest and the advert, `owner_limits` says whose
+            // it is, so admission does not hold it to `[ceilings]`.
+            for (field, value) in &change.limits {
+                decl.limits.set(field, *value);
+                owner.set(field, *value);
             }
+            let owner = serde_json::to_string(&owner)
+                .map_err(|e| NodeError::stored_row("owner limits", name, e))?;
             // The digest covers the model; the stored row does not carry it. A new salt with
             // every change.
             decl.model = current_model.clone();
@@ -530,8 +609,9 @@ impl Skills {
             let text = serde_json::to_string(&decl)
                 .map_err(|e| NodeError::stored_row("declaration", name, e))?;
             tx.execute(
-                "UPDATE skills SET declaration = ?2, digest = ?3, updated_at = ?4 WHERE name = ?1",
-                params![name, text, digest, now_secs()],
+                "UPDATE skills SET declaration = ?2, digest = ?3, owner_limits = ?4, updated_at = ?5
+                     WHERE name = ?1",
+                params![name, text, digest, owner, now_secs()],
             )?;
             Ok(true)
         })?;
@@ -544,7 +624,7 @@ impl Skills {
             provider = change.provider.is_some(),
             model = change.model.is_some(),
             key = change.key.is_some(),
-            limits = change.limits.is_some(),
+            limits = !change.limits.is_empty(),
             "skill declaration changed"
         );
         self.detail(name)
@@ -615,20 +695,20 @@ impl Skills {
 
     fn records(&self, filter: Option<(&str, &str)>) -> Result<Vec<SkillRecord>> {
         self.store.read(|c| {
-            let base = "SELECT name, agent_id, declaration, manifest, digest, warnings, created_at, updated_at FROM skills";
+            let base = "SELECT name, agent_id, declaration, manifest, digest, warnings, owner_limits, created_at, updated_at FROM skills";
             let (sql, arg) = match filter {
                 Some((column, value)) => (format!("{base} WHERE {column} = ?1"), Some(value)),
                 None => (format!("{base} ORDER BY name"), None),
             };
             let mut stmt = c.prepare(&sql)?;
-            type Cols = (String, String, String, String, String, String, i64, i64);
+            type Cols = (String, String, String, String, String, String, String, i64, i64);
             let map = |r: &rusqlite::Row<'_>| Cols::try_from(r);
             let rows: Vec<_> = match arg {
                 Some(v) => stmt.query_map(params![v], map)?.collect::<rusqlite::Result<_>>()?,
                 None => stmt.query_map([], map)?.collect::<rusqlite::Result<_>>()?,
             };
             rows.into_iter()
-                .map(|(name, agent_id, decl, manifest, digest, warnings, created_at, updated_at)| {
+                .map(|(name, agent_id, decl, manifest, digest, warnings, owner, created_at, updated_at)| {
                     let bad = |what: &'static str, e: serde_json::Error| NodeError::StoredRow {
                         what,
                         name: name.clone(),
@@ -638,6 +718,7 @@ impl Skills {
                         declaration: serde_json::from_str(&decl).map_err(|e| bad("declaration", e))?,
                         manifest: serde_json::from_str(&manifest).map_err(|e| bad("manifest", e))?,
                         warnings: serde_json::from_str(&warnings).map_err(|e| bad("warnings", e))?,
+                        owner_limits: serde_json::from_str(&owner).map_err(|e| bad("owner limits", e))?,
                         agent_id,
                         digest,
                         created_at,
@@ -653,21 +734,27 @@ impl Skills {
         self.records(None)
     }
 
-    /// A skill's declaration and digest alone — what a call's admission and the owner's stake
-    /// read, once a call each: not its manifest and warnings, which a whole record also parses.
+    /// A skill's declaration and digest alone — what the owner's stake reads, once a call: not
+    /// its manifest and warnings, which a whole record also parses.
     pub fn declared(&self, name: &str) -> Result<Option<(Declaration, String)>> {
-        let row: Option<(String, String)> = self.store.read(|c| {
+        Ok(self.admitted(name)?.map(|(d, digest, _)| (d, digest)))
+    }
+
+    /// [`Skills::declared`] and the ceilings the owner set (`owner_limits`): what a call's
+    /// admission reads, to apply [`in_force`].
+    pub fn admitted(&self, name: &str) -> Result<Option<(Declaration, String, Limits)>> {
+        let row: Option<(String, String, String)> = self.store.read(|c| {
             Ok(c.query_row(
-                "SELECT declaration, digest FROM skills WHERE name = ?1",
+                "SELECT declaration, digest, owner_limits FROM skills WHERE name = ?1",
                 params![name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?)
         })?;
-        row.map(|(decl, digest)| {
+        row.map(|(decl, digest, owner)| {
             let declaration = serde_json::from_str(&decl)
                 .map_err(|e| NodeError::stored_row("declaration", name, e))?;
-            Ok((declaration, digest))
+            Ok((declaration, digest, owner_limits_of(name, &owner)?))
         })
         .transpose()
     }
@@ -693,7 +780,7 @@ impl Skills {
                     description: d.description.clone(),
                     provider: d.provider.as_ref().map(ToString::to_string),
                     required_sources: d.required_sources.clone(),
-                    limits: d.limits,
+                    limits: held(&d.limits, &r.owner_limits, &self.ceilings),
                     digest: r.digest,
                     offered: state.offered,
                     reason: (!state.offered).then(|| state.reasons.join("; ")),
@@ -756,25 +843,28 @@ impl Skills {
     }
 }
 
-/// A skill's own ceilings as stored (the `limits:` of its declaration), read in the caller's
-/// transaction: `None` when there is no such skill. Only that member is read and parsed, not
-/// the whole record: the owner charges each call's run against them in the write that opens it
-/// (issue 33).
-pub(crate) fn limits_in(tx: &Tx<'_>, name: &str) -> Result<Option<Limits>> {
-    let stored: Option<Option<String>> = tx
+/// The ceilings in force for skill `name` under the node's `ceilings` ([`in_force`]), read in
+/// the caller's transaction: `None` when there is no such skill. Only the `limits:` member and
+/// the owner's are read and parsed, not the whole record: the owner charges each call's run
+/// against them in the write that opens it (issue 33).
+pub(crate) fn limits_in(tx: &Tx<'_>, name: &str, ceilings: &Limits) -> Result<Option<Limits>> {
+    let stored: Option<(Option<String>, String)> = tx
         .query_row(
-            "SELECT json_extract(declaration, '$.limits') FROM skills WHERE name = ?1",
+            "SELECT json_extract(declaration, '$.limits'), owner_limits FROM skills WHERE name = ?1",
             params![name],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?;
-    match stored {
-        None => Ok(None),
-        Some(None) => Ok(Some(Limits::default())),
-        Some(Some(text)) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| NodeError::stored_row("declaration", name, e)),
-    }
+    let Some((declared, owner)) = stored else {
+        return Ok(None);
+    };
+    let declared = match declared {
+        None => Limits::default(),
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| NodeError::stored_row("declaration", name, e))?,
+    };
+    let owner = owner_limits_of(name, &owner)?;
+    Ok(Some(in_force(&declared, &owner, ceilings)))
 }
 
 #[cfg(test)]
@@ -799,16 +889,22 @@ mod tests {
             .expect("import");
         for name in ["capped", "open"] {
             let whole = skills.record(name).expect("record").expect("there");
-            let read = store.write(|tx| limits_in(tx, name)).expect("read");
+            let read = store
+                .write(|tx| limits_in(tx, name, &Limits::default()))
+                .expect("read");
             assert_eq!(read, Some(whole.declaration.limits), "{name}");
             let declared = skills.declared(name).expect("declared");
             assert_eq!(declared, Some((whole.declaration, whole.digest)), "{name}");
         }
         assert_eq!(skills.declared("absent").expect("declared"), None);
-        let capped = store.write(|tx| limits_in(tx, "capped")).expect("read");
+        let capped = store
+            .write(|tx| limits_in(tx, "capped", &Limits::default()))
+            .expect("read");
         assert_eq!(capped.and_then(|l| l.calls_per_day), Some(3));
         assert_eq!(
-            store.write(|tx| limits_in(tx, "absent")).expect("read"),
+            store
+                .write(|tx| limits_in(tx, "absent", &Limits::default()))
+                .expect("read"),
             None
         );
     }
@@ -833,10 +929,9 @@ mod tests {
         let imported = skills.import(evil, None).expect("import");
         let defaults = ceilings.limits();
         let applied = store
-            .write(|tx| limits_in(tx, "evil-skill"))
+            .write(|tx| limits_in(tx, "evil-skill", &defaults))
             .expect("read")
-            .unwrap_or_default()
-            .or(&defaults);
+            .expect("there");
         let expected = Limits {
             max_source_bytes: Some(1000),
             ..defaults
@@ -879,12 +974,8 @@ mod tests {
             "the advert asks no more"
         );
 
-        let raised = Limits {
-            calls_per_day: Some(5000),
-            ..expected
-        };
         let change = SkillChange {
-            limits: Some(raised),
+            limits: vec![("callsPerDay".into(), Some(5000))],
             ..SkillChange::default()
         };
         skills
@@ -892,10 +983,193 @@ mod tests {
             .expect("set")
             .expect("there");
         let applied = store
-            .write(|tx| limits_in(tx, "evil-skill"))
+            .write(|tx| limits_in(tx, "evil-skill", &defaults))
             .expect("read")
-            .unwrap_or_default()
-            .or(&defaults);
+            .expect("there");
         assert_eq!(applied.calls_per_day, Some(5000), "the owner's own word");
+    }
+
+    /// The node's `[ceilings]` as a config section with `calls_per_day` and
+    /// `max_output_bytes` set to `day` and `output`, the rest the defaults.
+    fn ceilings(day: u64, output: u64) -> crate::config::CeilingsConfig {
+        crate::config::CeilingsConfig {
+            calls_per_day: day,
+            max_output_bytes: output,
+            ..crate::config::CeilingsConfig::default()
+        }
+    }
+
+    /// What admission and the charge apply to skill `name` under `ceilings`: what
+    /// `calls::inbound` reads, the declaration row's path (`Skills::admitted`, `in_force`) and
+    /// the charge's (`limits_in`), asserted equal.
+    fn applied(skills: &Skills, name: &str, ceilings: &Limits) -> Limits {
+        let (d, _, owner) = skills.admitted(name).expect("read").expect("there");
+        let admitted = in_force(&d.limits, &owner, ceilings);
+        let charged = skills
+            .store
+            .write(|tx| limits_in(tx, name, ceilings))
+            .expect("read")
+            .expect("there");
+        assert_eq!(admitted, charged, "admission and the charge apply the same");
+        admitted
+    }
+
+    /// Review 26 V3, attack 1 (upgrade): a row stored by a node from before imports were held
+    /// (808c431), its `limits:` 2^53-1 calls a day and 64 MiB answers as review 25's evil
+    /// SKILL.md asked, and migrated with nothing of it the owner's. Each call is held to the
+    /// node's `[ceilings]`, and so is the advert (`list`). Without the fix admission applied
+    /// `calls_per_day: Some(9007199254740991)`.
+    #[test]
+    fn a_row_stored_before_imports_were_held_is_held_to_the_ceilings_at_each_call() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let key = Arc::new(DataKey::from_bytes(&[3u8; 32]));
+        let ceilings = crate::config::CeilingsConfig::default();
+        let skills = Skills::new(store.clone(), key, "local.test").with_ceilings(&ceilings);
+        let doc = b"---
+name: evil-skill
+description: Reviews code.
+provider: openrouter
+key: openrouter-key
+limits:
+  callsPerDay: 7
+---
+Review the code.
+";
+        skills.import(doc, None).expect("import");
+        // As the old node stored it: the file's limits verbatim, in the declaration row.
+        store
+            .write(|tx| {
+                tx.execute(
+                    "UPDATE skills SET declaration = json_set(declaration,
+                         '$.limits.callsPerDay', 9007199254740991,
+                         '$.limits.callsPerPeerPerDay', 9007199254740991,
+                         '$.limits.maxOutputBytes', 67108864) WHERE name = 'evil-skill'",
+                    [],
+                )?;
+                Ok(())
+            })
+            .expect("an old row");
+        let stored = skills.record("evil-skill").expect("read").expect("there");
+        assert_eq!(stored.declaration.limits.calls_per_day, Some(Limits::MAX));
+        let defaults = ceilings.limits();
+        let got = applied(&skills, "evil-skill", &defaults);
+        assert_eq!(got.calls_per_day, Some(1000), "calls a day: {got:?}");
+        assert_eq!(got.calls_per_peer_per_day, Some(100), "{got:?}");
+        assert_eq!(got.max_output_bytes, Some(16 * 1024), "{got:?}");
+        assert_eq!(got, defaults);
+        let listed = skills.list().expect("list");
+        assert_eq!(listed[0].limits.calls_per_day, Some(1000), "the advert");
+        assert_eq!(listed[0].limits.max_output_bytes, Some(16 * 1024));
+    }
+
+    /// Review 26 V3, attack 2 (later tightening): a file asking exactly the default
+    /// `[ceilings]` is imported with no warning and stored as it asks; the owner lowers
+    /// `[ceilings]` and restarts (a `Skills` over the same store, as `Node::open` makes one
+    /// from the new config). The skill follows the lowered ceilings, at admission, in the
+    /// charge and in the advert; a field it asked below them stays. Without the fix it kept
+    /// 1000 calls a day.
+    #[test]
+    fn a_file_asking_todays_ceilings_follows_them_when_the_owner_lowers_them() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let key = Arc::new(DataKey::from_bytes(&[3u8; 32]));
+        let before = ceilings(1000, 16 * 1024);
+        let skills = Skills::new(store.clone(), key.clone(), "local.test").with_ceilings(&before);
+        let doc = b"---
+name: exact
+description: d
+limits:
+  callsPerDay: 1000
+  callsPerPeerPerDay: 100
+  maxOutputBytes: 16384
+  maxSourceBytes: 1000
+---
+body
+";
+        let imported = skills.import(doc, None).expect("import");
+        assert_eq!(imported.warnings, serde_json::json!([]), "at the ceilings");
+        assert_eq!(
+            applied(&skills, "exact", &before.limits()).calls_per_day,
+            Some(1000)
+        );
+
+        let after = ceilings(2, 4096);
+        let restarted = Skills::new(store, key, "local.test").with_ceilings(&after);
+        let got = applied(&restarted, "exact", &after.limits());
+        assert_eq!(got.calls_per_day, Some(2), "calls a day: {got:?}");
+        assert_eq!(got.max_output_bytes, Some(4096), "{got:?}");
+        assert_eq!(got.max_source_bytes, Some(1000), "asked below: {got:?}");
+        assert_eq!(got.calls_per_peer_per_day, Some(100), "{got:?}");
+        let listed = restarted.list().expect("list");
+        assert_eq!(listed[0].limits.calls_per_day, Some(2), "the advert");
+    }
+
+    /// The owner's own word stands: a ceiling set with `skill set` above `[ceilings]` applies
+    /// as set, and still does after the owner lowers `[ceilings]`; the fields it did not name
+    /// stay the file's, held; clearing it gives it back to `[ceilings]`; importing the file
+    /// again is the file's word.
+    #[test]
+    fn an_owners_skill_set_above_the_ceilings_still_applies() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let key = Arc::new(DataKey::from_bytes(&[3u8; 32]));
+        let before = ceilings(1000, 16 * 1024);
+        let skills = Skills::new(store.clone(), key.clone(), "local.test").with_ceilings(&before);
+        let doc = b"---
+name: mine
+description: d
+limits:
+  callsPerDay: 1000
+  maxOutputBytes: 16384
+---
+body
+";
+        skills.import(doc, None).expect("import");
+        let set = |skills: &Skills, field: &str, value: Option<u64>| {
+            let change = SkillChange {
+                limits: vec![(field.into(), value)],
+                ..SkillChange::default()
+            };
+            skills.set("mine", &change).expect("set").expect("there");
+        };
+        set(&skills, "callsPerDay", Some(5000));
+        assert_eq!(
+            applied(&skills, "mine", &before.limits()).calls_per_day,
+            Some(5000)
+        );
+
+        let after = ceilings(2, 4096);
+        let restarted = Skills::new(store, key, "local.test").with_ceilings(&after);
+        let got = applied(&restarted, "mine", &after.limits());
+        assert_eq!(got.calls_per_day, Some(5000), "the owner's: {got:?}");
+        assert_eq!(
+            got.max_output_bytes,
+            Some(4096),
+            "the file's, held: {got:?}"
+        );
+        let listed = restarted.list().expect("list");
+        assert_eq!(listed[0].limits.calls_per_day, Some(5000), "the advert");
+        let record = restarted.record("mine").expect("read").expect("there");
+        assert_eq!(record.owner_limits.calls_per_day, Some(5000));
+        assert_eq!(record.owner_limits.max_output_bytes, None);
+
+        set(&restarted, "callsPerDay", None);
+        let got = applied(&restarted, "mine", &after.limits());
+        assert_eq!(got.calls_per_day, Some(2), "cleared: {got:?}");
+
+        set(&restarted, "callsPerDay", Some(5000));
+        restarted.import(doc, None).expect("import again");
+        let got = applied(&restarted, "mine", &after.limits());
+        assert_eq!(got.calls_per_day, Some(2), "the file again: {got:?}");
+
+        let unknown = SkillChange {
+            limits: vec![("callsPerYear".into(), Some(1))],
+            ..SkillChange::default()
+        };
+        let refused = restarted
+            .set("mine", &unknown)
+            .expect_err("unknown ceiling");
+        assert!(
+            refused.to_string().contains("limits.callsPerYear"),
+            "{refused}"
+        );
     }
 }

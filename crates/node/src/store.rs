@@ -541,6 +541,17 @@ const MIGRATIONS: &[&str] = &[
     DROP INDEX calls_by_state;
     CREATE INDEX calls_by_state_role ON calls (state, role);
     "#,
+    // 20: which of a skill's ceilings the owner set (review 26 V3). A SKILL.md's `limits:` was
+    // held to `[ceilings]` only at import, so a row stored before that (2^53-1 calls a day) or
+    // one asking exactly today's ceilings kept them after the owner lowered `[ceilings]`. A
+    // field the owner set (`skill set`, `PATCH /skills/{name}`) is kept here, as the owner set
+    // it, and applies as it is; every other field is held to the `[ceilings]` of the day at each
+    // call (`skills::in_force`). Rows stored before start with no field the owner's: from then,
+    // a ceiling an owner raised past `[ceilings]` before this holds at `[ceilings]` until set
+    // again — an owner cannot be told from a file, and the safe side is the node's ceilings.
+    r#"
+    ALTER TABLE skills ADD COLUMN owner_limits TEXT NOT NULL DEFAULT '{}';
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -497,6 +497,33 @@ impl TestNode {
         config.policy = skillbox_node::config::PolicyConfig::allow_all();
         tune(&mut config);
         DataDir::new(dir.path()).init(&config).expect("init");
+        TestNode::started_in(dir, directory).await
+    }
+
+    /// This node stopped and started again on its data directory, its `config.toml` first
+    /// rewritten by `edit`: the owner edited the config and ran `skillbox node` again. Its keys,
+    /// store and peer id stay; its addresses are new.
+    pub async fn restarted(self, edit: impl FnOnce(String) -> String) -> TestNode {
+        let TestNode {
+            dir,
+            mut serving,
+            peers,
+            ..
+        } = self;
+        let _ = serving.stop().await;
+        peers.shutdown().await;
+        let path = DataDir::new(dir.path()).config();
+        let text = std::fs::read_to_string(&path).expect("read config.toml");
+        std::fs::write(&path, edit(text)).expect("write config.toml");
+        TestNode::started_in(dir, |h| Arc::new(h)).await
+    }
+
+    /// The node of data directory `dir` (made already) opened and started: peers, calls (the
+    /// board read through `directory`) and its API.
+    async fn started_in(
+        dir: tempfile::TempDir,
+        directory: impl FnOnce(PeersHandle) -> Arc<dyn skillbox_node::calls::Directory>,
+    ) -> TestNode {
         let mut node = Node::open(dir.path()).expect("open");
         let started = node.start_peers().await.expect("peers");
         let sent = Arc::new(Mutex::new(Vec::new()));

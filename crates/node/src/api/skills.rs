@@ -141,32 +141,18 @@ named_routes! {
         params(SkillPath) request_body = SkillPatch
         ok(SkillDetail, "The skill after the change.")
         bad("Unknown field or bad value, or a key that names no secret source of this node's (`validation_error`; the message never repeats the value).") [NoSuchSkill]
-        let (mut change, limits) = skill_change(&doc)?;
-        = "skill"(name) |s, n| {
-            if !limits.is_empty() {
-                let Some(rec) = s.skills.record(n)? else {
-                    return Ok(None);
-                };
-                let mut merged = rec.declaration.limits;
-                for (f, v) in &limits {
-                    merged.set(f, *v);
-                }
-                change.limits = Some(merged);
-            }
-            s.skills.set(n, &change)
-        };
+        let change = skill_change(&doc)?;
+        = "skill"(name) |s, n| s.skills.set(n, &change);
     delete "/skills/{name}" => delete_skill(s, Param(name))
         "Remove a skill: its declaration and its body source."
         params(SkillPath) [NoSuchSkill]
         = "skill"(name) |s, n| s.skills.delete(n);
 }
 
-/// The ceilings a skill change sets (a whole number) or clears (`None`), by name.
-type Ceilings = Vec<(String, Option<u64>)>;
-
-/// A `PATCH /skills/{name}` body read: the fields it sets or clears, and the [`Ceilings`]; a
-/// field or value it does not take is a 400.
-fn skill_change(doc: &Value) -> Result<(crate::skills::SkillChange, Ceilings), ApiError> {
+/// A `PATCH /skills/{name}` body read: the fields it sets or clears, each ceiling named among
+/// them the owner's own (`SkillChange::limits`, merged in `Skills::set`'s transaction); a field
+/// or value it does not take is a 400.
+fn skill_change(doc: &Value) -> Result<crate::skills::SkillChange, ApiError> {
     let Some(obj) = doc.as_object() else {
         return Err(ApiError::validation(
             "body",
@@ -174,7 +160,6 @@ fn skill_change(doc: &Value) -> Result<(crate::skills::SkillChange, Ceilings), A
         ));
     };
     let mut change = crate::skills::SkillChange::default();
-    let mut limits = Ceilings::new();
     for (k, v) in obj {
         if k == "limits" {
             // Each ceiling given is set (a whole number) or cleared (null); the rest stay.
@@ -207,7 +192,7 @@ fn skill_change(doc: &Value) -> Result<(crate::skills::SkillChange, Ceilings), A
                         ),
                     ));
                 }
-                limits.push((f.clone(), n));
+                change.limits.push((f.clone(), n));
             }
             continue;
         }
@@ -233,5 +218,5 @@ fn skill_change(doc: &Value) -> Result<(crate::skills::SkillChange, Ceilings), A
             }
         }
     }
-    Ok((change, limits))
+    Ok(change)
 }

@@ -345,9 +345,10 @@ impl Calls {
         let srcs = self.0.sources.clone();
         let name = program.skill.name.clone();
         let found = blocking(move || {
-            let Some(rec) = skills.declared(&name)? else {
+            let Some((declaration, digest, owner_limits)) = skills.admitted(&name)? else {
                 return Ok(None);
             };
+            let rec = (declaration, digest);
             let d = &rec.0;
             let state = skills.offer_state(d)?;
             let size = |n: &str| -> Result<u64> { Ok(srcs.meta(n)?.map_or(0, |m| m.size)) };
@@ -360,7 +361,14 @@ impl Calls {
                 Some(k) => size(k)?,
                 None => 0,
             };
-            Ok(Some((rec, state.offered, body_len, model_len, key_len)))
+            Ok(Some((
+                rec,
+                owner_limits,
+                state.offered,
+                body_len,
+                model_len,
+                key_len,
+            )))
         })
         .await
         .map_err(|e| Refused::new(FailureCode::NotOffered, format!("skill lookup: {e}")))?;
@@ -376,13 +384,24 @@ impl Calls {
             host_boxes.accepts_provider_host(id, host)
         };
         let defaults = self.0.ceilings.limits();
-        let (decl, offered, digest, body_len, model_len, key_len) = match &found {
-            Some(((declaration, digest), offered, b, m, k)) => {
-                (Some(declaration), *offered, digest.as_str(), *b, *m, *k)
-            }
-            None => (None, false, "", 0, 0, 0),
+        let (decl, owner_limits, offered, digest, body_len, model_len, key_len) = match &found {
+            Some(((declaration, digest), owner, offered, b, m, k)) => (
+                Some(declaration),
+                *owner,
+                *offered,
+                digest.as_str(),
+                *b,
+                *m,
+                *k,
+            ),
+            None => (None, Default::default(), false, "", 0, 0, 0),
         };
-        let limits = decl.map_or(defaults, |d| d.limits.or(&defaults));
+        // The owner's own ceilings as set, the file's held to today's `[ceilings]` (review 26
+        // V3: held at import only, a row stored before, or one asking exactly the ceilings of
+        // its day, outlived every later tightening).
+        let limits = decl.map_or(defaults, |d| {
+            crate::skills::in_force(&d.limits, &owner_limits, &defaults)
+        });
         // The facts borrow a non-Send closure: checked and dropped before the next await.
         {
             let facts = program::OwnerFacts {
@@ -478,8 +497,9 @@ impl Calls {
     }
 }
 
-/// Owner: charge call `id` of `peer` against `skill`'s daily ceilings (its own, else the node's
-/// `defaults`), in the transaction of the step that takes its verified run (`Change::charge`):
+/// Owner: charge call `id` of `peer` against `skill`'s daily ceilings (`skills::in_force`: the
+/// owner's own, else its `limits:` held to the node's `defaults`, else those), in the
+/// transaction of the step that takes its verified run (`Change::charge`):
 /// the count, the charge and the run in one commit. This is the point its run is verified, just
 /// before the owner stakes. Earlier (admission) let a peer that never goes on spend the
 /// ceilings (issue 30 item 9); this is the last point where refusing costs the owner nothing,
@@ -505,7 +525,7 @@ pub(super) fn charged_in(
     if super::coverage::day_closed(tx, &run, guard)? {
         return Ok(Some(FailureCode::CoverageExceeded));
     }
-    let limits = crate::skills::limits_in(tx, skill)?.map_or(defaults, |l| l.or(&defaults));
+    let limits = crate::skills::limits_in(tx, skill, &defaults)?.unwrap_or(defaults);
     let caps = (
         limits.calls_per_peer_per_day.unwrap_or(u64::MAX),
         limits.calls_per_day.unwrap_or(u64::MAX),

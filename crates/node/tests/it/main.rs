@@ -10,6 +10,7 @@ mod box_moves;
 mod box_tls;
 mod box_trust;
 mod calls;
+mod ceilings;
 mod common;
 mod coverage;
 mod hostile;
