@@ -333,7 +333,8 @@ fn run_nitro(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<ExitCode>
 /// whatever the layer count), its traffic passing through buffers the host reads unless the GPU
 /// is in CC mode, which only its evidence shows.
 fn refuse_unattested_gpus(args: &BoxArgs, attested: usize) -> anyhow::Result<()> {
-    let roots = std::iter::once(std::path::Path::new("/")).chain(args.gpu_root.as_deref());
+    let system = system_root();
+    let roots = std::iter::once(system.as_path()).chain(args.gpu_root.as_deref());
     for root in roots {
         let seen = skillbox_jc::attest::VisibleGpus::under(root);
         if seen.count() <= attested {
@@ -357,6 +358,22 @@ fn refuse_unattested_gpus(args: &BoxArgs, attested: usize) -> anyhow::Result<()>
         );
     }
     Ok(())
+}
+
+/// The root a box looks for NVIDIA GPUs under: `/`, always, in a release build, so no flag and
+/// no environment of the operator's can hide a GPU. A debug build (the tests') looks under
+/// `SKILLBOX_DEBUG_SYSTEM_ROOT` instead where that is set, so the tests on a developer machine
+/// with an NVIDIA GPU of its own look at a directory double (and a test can put a GPU in it):
+/// the seam replaces the root, never the check. A debug binary is no box anyone pins: the
+/// image it would run in measures other than the release build's the owners pin.
+fn system_root() -> PathBuf {
+    #[cfg(debug_assertions)]
+    {
+        if let Some(root) = std::env::var_os("SKILLBOX_DEBUG_SYSTEM_ROOT") {
+            return PathBuf::from(root);
+        }
+    }
+    PathBuf::from("/")
 }
 
 /// The providers this box reaches, from its flags; the local model's layers on `gpus` GPUs

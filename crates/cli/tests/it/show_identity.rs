@@ -9,6 +9,7 @@
 //! the evidence it was printed from.
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use skillbox_attest::{Hex, Refusal, snp, tdx};
 use skillbox_jc::hardware::HardwarePolicy;
@@ -40,6 +41,26 @@ fn double(root: &Path, provider: &str, outblob: &[u8], auxblob: Option<&[u8]>) {
     }
 }
 
+/// The variable a debug `skillbox box` reads for the root it looks for NVIDIA GPUs under instead
+/// of `/` (`box_cmd::system_root`; a release build never reads it).
+const SYSTEM_ROOT_SEAM: &str = "SKILLBOX_DEBUG_SYSTEM_ROOT";
+
+/// `skillbox ARGS` in `dir` (a box) looking for GPUs under `system`, not `/`: a developer
+/// machine's own NVIDIA GPU would refuse every hardware box these tests start without evidence.
+fn box_cli(dir: &Path, system: &Path, args: &[&str]) -> Output {
+    std::fs::create_dir_all(system).expect("system root");
+    let system = system.to_str().expect("path");
+    procs::skillbox_with(dir, args, &[(SYSTEM_ROOT_SEAM, system)], None)
+}
+
+/// An NVIDIA H100-class PCI function `0000:4N:00.0` in the sysfs double under `root`.
+fn gpu_double(root: &Path, n: u8) {
+    let f = root.join(format!("sys/bus/pci/devices/0000:4{n}:00.0"));
+    std::fs::create_dir_all(&f).expect("dir");
+    std::fs::write(f.join("vendor"), "0x10de\n").expect("vendor");
+    std::fs::write(f.join("class"), "0x030200\n").expect("class");
+}
+
 /// Run a box with `attester` on the configfs-tsm double at `tsm` and its evidence flag, with
 /// `--show-identity`; the pin it printed, read back by the node's config parser
 /// with the box's placeholder name filled in.
@@ -49,7 +70,6 @@ fn shown_pin(
     tsm: &Path,
     (flag, file): (&str, &Path),
 ) -> (skillbox_node::config::BoxPin, String) {
-    let path = |p: &Path| p.to_str().expect("path").to_owned();
     let (tsm, file) = (path(tsm), path(file));
     let all = [
         "box",
@@ -63,7 +83,12 @@ fn shown_pin(
         "127.0.0.1:7480",
         "--show-identity",
     ];
-    let printed = procs::cli_ok(dir, &all).replace("<this box's name>", "box.example");
+    let system = dir.join("system");
+    let shown = box_cli(dir, &system, &all);
+    assert!(shown.status.success(), "{}", procs::text(&shown));
+    let printed = String::from_utf8(shown.stdout)
+        .expect("utf-8 output")
+        .replace("<this box's name>", "box.example");
     let pin = pin_in_config(&printed, "https://box.example:7480");
     assert!(pin.hardware_policy().expect("policy").is_some());
     // The launch value the host must set, named above the pin; the double's genuine report
@@ -75,7 +100,7 @@ fn shown_pin(
         .unwrap_or_else(|| panic!("no launch value: {printed}"));
     assert!(printed.contains("the box will not start"), "{printed}");
     // Without --show-identity the box refuses to start, naming the value.
-    let serve = procs::cli(dir, &all[..all.len() - 1]);
+    let serve = box_cli(dir, &system, &all[..all.len() - 1]);
     assert!(!serve.status.success());
     assert!(
         procs::text(&serve).contains(&launch),
@@ -179,6 +204,29 @@ fn snp_double(dir: &Path) -> (Vec<u8>, Vec<u8>, PathBuf, PathBuf) {
     (report, vcek, tsm, chain)
 }
 
+fn path(p: &Path) -> String {
+    p.to_str().expect("path").to_owned()
+}
+
+/// `skillbox box --attester sev-snp` in `dir` on [`snp_double`]'s configfs-tsm double and
+/// certificate chain, looking for GPUs under `system`, with `extra` flags.
+fn snp_box(dir: &Path, (tsm, chain): (&Path, &Path), system: &Path, extra: &[&str]) -> Output {
+    let (tsm, chain) = (path(tsm), path(chain));
+    let mut args = vec![
+        "box",
+        "--attester",
+        "sev-snp",
+        "--tsm-dir",
+        &tsm,
+        "--snp-certs",
+        &chain,
+        "--listen",
+        "127.0.0.1:7480",
+    ];
+    args.extend_from_slice(extra);
+    box_cli(dir, system, &args)
+}
+
 #[test]
 fn an_sev_snp_box_prints_a_pin_of_its_measurement() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -228,13 +276,9 @@ fn a_hardware_box_that_sees_a_gpu_it_does_not_attest_does_not_start() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, _, tsm, chain) = snp_double(dir.path());
     let gpu_root = dir.path().join("gpus");
-    let gpu = |n: u8| {
-        let f = gpu_root.join(format!("sys/bus/pci/devices/0000:4{n}:00.0"));
-        std::fs::create_dir_all(&f).expect("dir");
-        std::fs::write(f.join("vendor"), "0x10de\n").expect("vendor");
-        std::fs::write(f.join("class"), "0x030200\n").expect("class");
-    };
+    let gpu = |n: u8| gpu_double(&gpu_root, n);
     gpu(1);
+    let system = dir.path().join("system");
     let collector = dir.path().join("collect");
     let sample = format!(
         "{}/../attest/tests/data/nvidia/nvat-multi_gpu_hopper.json",
@@ -242,25 +286,11 @@ fn a_hardware_box_that_sees_a_gpu_it_does_not_attest_does_not_start() {
     );
     std::fs::write(&collector, format!("#!/bin/sh\ncat '{sample}'\n")).expect("write");
     std::fs::set_permissions(&collector, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let path = |p: &Path| p.to_str().expect("path").to_owned();
-    let (tsm, chain, gpu_dir, collector) =
-        (path(&tsm), path(&chain), path(&gpu_root), path(&collector));
+    let (gpu_dir, collector) = (path(&gpu_root), path(&collector));
     let box_args = |extra: &[&str]| {
-        let mut args = vec![
-            "box",
-            "--attester",
-            "sev-snp",
-            "--tsm-dir",
-            &tsm,
-            "--snp-certs",
-            &chain,
-            "--gpu-root",
-            &gpu_dir,
-            "--listen",
-            "127.0.0.1:7480",
-        ];
+        let mut args = vec!["--gpu-root", &gpu_dir];
         args.extend_from_slice(extra);
-        procs::cli(dir.path(), &args)
+        snp_box(dir.path(), (&tsm, &chain), &system, &args)
     };
     let refused = |out: &std::process::Output, says: &str| {
         assert!(!out.status.success(), "{}", procs::text(out));
@@ -280,6 +310,36 @@ fn a_hardware_box_that_sees_a_gpu_it_does_not_attest_does_not_start() {
     (2..=5).for_each(gpu);
     let out = box_args(&["--gpu-evidence-cmd", &collector, "--show-identity"]);
     refused(&out, "gave evidence for 4");
+}
+
+/// The test seam replaces the root a debug box looks for GPUs under, not the look: told that the
+/// system is a root holding a GPU, and given no evidence, the box neither prints its pin nor
+/// starts. A release build does not read the seam: it looks at `/` (which may hold GPUs of its
+/// own, but never the double's).
+#[test]
+fn a_box_whose_system_root_holds_a_gpu_it_does_not_attest_does_not_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, _, tsm, chain) = snp_double(dir.path());
+    let system = dir.path().join("system");
+    gpu_double(&system, 1);
+    // Printing the pin, then serving (which the double's launch value refuses after the look).
+    for extra in [&["--show-identity"][..], &[]] {
+        let out = snp_box(dir.path(), (&tsm, &chain), &system, extra);
+        let text = procs::text(&out);
+        if cfg!(debug_assertions) {
+            assert!(!out.status.success(), "{text}");
+            assert!(
+                text.contains("started without --gpu-evidence-cmd")
+                    && text.contains("PCI 0000:41:00.0"),
+                "{text}"
+            );
+        } else {
+            assert!(
+                !text.contains("0000:41:00.0"),
+                "a release box read the seam: {text}"
+            );
+        }
+    }
 }
 
 /// Outside a Nitro Enclave there is no `/dev/nsm`: the Nitro box says so and does not start
