@@ -39,6 +39,20 @@ struct Page {
     text: String,
 }
 
+/// Where [`Browser::send`] asks: a page by its logical address (`/ui/sources`), asked at the
+/// session's address and its redirects answered logically, or a path exactly as written (a
+/// page elsewhere guessing addresses).
+enum To<'a> {
+    Page(&'a str),
+    Exactly(&'a str),
+}
+
+impl<'a> From<&'a str> for To<'a> {
+    fn from(path: &'a str) -> To<'a> {
+        To::Page(path)
+    }
+}
+
 impl Browser {
     fn new(node: &NodeDir) -> Browser {
         Browser {
@@ -63,19 +77,15 @@ impl Browser {
             .map(|(_, at)| at.clone())
     }
 
-    /// `method path` with the cookie, the form, and `headers` as a browser adds them (`Origin`,
-    /// `Sec-Fetch-Site`).
-    fn send(
-        &self,
-        method: &str,
-        path: &str,
-        cookie: Option<&str>,
-        form: &[(&str, &str)],
-        headers: &[(&str, &str)],
-    ) -> Page {
+    /// The path `to` is asked at, and the session's address where it is a page of one (its
+    /// redirects then answered logically): a page's logical address at the session's, the
+    /// sign-in page and a session's own address as they are.
+    fn asked_at(&self, to: To<'_>, cookie: Option<&str>) -> (String, Option<String>) {
+        let path = match to {
+            To::Exactly(path) => return (path.to_owned(), None),
+            To::Page(path) => path,
+        };
         let at = self.session_at(cookie);
-        // A page's logical address at the session's (the sign-in page and a session's own
-        // address as they are).
         let path = match (&at, path.strip_prefix("/ui")) {
             (Some(at), Some(rest))
                 if (rest.is_empty() || rest.starts_with(['/', '?']))
@@ -86,30 +96,21 @@ impl Browser {
             }
             _ => path.to_owned(),
         };
-        let mut page = self.send_exactly(method, &path, cookie, form, headers);
-        if let Some(at) = at
-            && let Some(logical) = page
-                .headers
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|l| l.strip_prefix(at.as_str()))
-                .and_then(|rest| HeaderValue::from_str(&format!("/ui{rest}")).ok())
-        {
-            page.headers.insert("location", logical);
-        }
-        page
+        (path, at)
     }
 
-    /// `method path` as written, not mapped to a session's address.
-    fn send_exactly(
+    /// `method` to `to` with the cookie, the form, and `headers` as a browser adds them
+    /// (`Origin`, `Sec-Fetch-Site`).
+    fn send<'a>(
         &self,
         method: &str,
-        path: &str,
+        to: impl Into<To<'a>>,
         cookie: Option<&str>,
         form: &[(&str, &str)],
         headers: &[(&str, &str)],
     ) -> Page {
-        self.rt.block_on(async {
+        let (path, at) = self.asked_at(to.into(), cookie);
+        let mut page = self.rt.block_on(async {
             let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
             let mut r = self.http.request(m, format!("{}{path}", self.base));
             if let Some(c) = cookie {
@@ -137,7 +138,18 @@ impl Browser {
                 headers,
                 text,
             }
-        })
+        });
+        if let Some(at) = at
+            && let Some(logical) = page
+                .headers
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| l.strip_prefix(at.as_str()))
+                .and_then(|rest| HeaderValue::from_str(&format!("/ui{rest}")).ok())
+        {
+            page.headers.insert("location", logical);
+        }
+        page
     }
 
     fn get(&self, path: &str, cookie: Option<&str>) -> Page {
@@ -564,7 +576,7 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
     assert_eq!(b.get("/ui/approvals", Some(&cookie)).status, 200);
     let guessed = format!("/ui/s/{}/approvals", "0".repeat(32));
     for elsewhere in ["/ui", "/ui/approvals", "/ui/x", &guessed] {
-        let p = b.send_exactly("GET", elsewhere, Some(&cookie), &[], &[]);
+        let p = b.send("GET", To::Exactly(elsewhere), Some(&cookie), &[], &[]);
         assert_eq!(
             (p.status, header(&p, "location")),
             (303, "/ui/login"),
@@ -573,9 +585,9 @@ fn the_cookie_is_a_session_that_sign_out_and_token_rotate_end() {
         );
     }
     let csrf = csrf_of(&b.get("/ui/sources", Some(&cookie)).text);
-    let posted = b.send_exactly(
+    let posted = b.send(
         "POST",
-        "/ui/sources",
+        To::Exactly("/ui/sources"),
         Some(&cookie),
         &[
             ("csrf", &csrf),

@@ -137,7 +137,7 @@ pub(crate) async fn board(
 ) -> Response {
     let Some(view) = s.board.get().cloned() else {
         let body = html! { p { "The peer network is not running on this node." } };
-        return page(StatusCode::OK, "Board", "/ui/board", &session, None, body);
+        return page(Showing::OK, "Board", "/ui/board", &session, body);
     };
     let after = match q.after.as_str() {
         "" => None,
@@ -150,11 +150,10 @@ pub(crate) async fn board(
                     p { a href=(session.at("/ui/board")) { "The board's first page" } }
                 };
                 return page(
-                    StatusCode::BAD_REQUEST,
+                    Showing::status(StatusCode::BAD_REQUEST),
                     "Board",
                     "/ui/board",
                     &session,
-                    None,
                     body,
                 );
             }
@@ -171,11 +170,10 @@ pub(crate) async fn board(
     let Ok((total, board)) = read else {
         let body = html! { p { "Reading the board failed." } };
         return page(
-            StatusCode::INTERNAL_SERVER_ERROR,
+            Showing::status(StatusCode::INTERNAL_SERVER_ERROR),
             "Board",
             "/ui/board",
             &session,
-            None,
             body,
         );
     };
@@ -236,7 +234,7 @@ pub(crate) async fn board(
             }
         }
     };
-    page(StatusCode::OK, "Board", "/ui/board", &session, None, body)
+    page(Showing::OK, "Board", "/ui/board", &session, body)
 }
 
 /// Names shown of a row's required sources: the first [`NEEDS_SHOWN`], each capped at 64

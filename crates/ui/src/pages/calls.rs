@@ -31,8 +31,7 @@ async fn calls_page(
     s: &AppState,
     session: &Session,
     prefill: &StartQuery,
-    notice: Option<&str>,
-    status: StatusCode,
+    shown: Showing<'_>,
 ) -> Response {
     let Some(c) = calls_of(s) else {
         return no_calls(session, "/ui/calls");
@@ -80,7 +79,7 @@ async fn calls_page(
             },
         }
     };
-    page(status, "Calls", "/ui/calls", session, notice, body)
+    page(shown, "Calls", "/ui/calls", session, body)
 }
 
 pub(crate) async fn calls(
@@ -88,7 +87,7 @@ pub(crate) async fn calls(
     Extension(session): Extension<Session>,
     Query(q): Query<StartQuery>,
 ) -> Response {
-    calls_page(&s, &session, &q, None, StatusCode::OK).await
+    calls_page(&s, &session, &q, Showing::OK).await
 }
 
 #[derive(Deserialize)]
@@ -111,14 +110,9 @@ pub(crate) async fn start_call(
         skill: f.skill.trim().to_owned(),
     };
     if request.len() > s.calls_max_request {
-        return calls_page(
-            &s,
-            &session,
-            &prefill,
-            Some("That request is larger than this node sends."),
-            StatusCode::PAYLOAD_TOO_LARGE,
-        )
-        .await;
+        let why = "That request is larger than this node sends.";
+        let shown = Showing::again(StatusCode::PAYLOAD_TOO_LARGE, why);
+        return calls_page(&s, &session, &prefill, shown).await;
     }
     match c
         .start(StartCall {
@@ -132,7 +126,8 @@ pub(crate) async fn start_call(
         Ok(v) => Redirect::to(&session.at(&format!("/ui/calls/{}", enc(&v.id)))).into_response(),
         Err(e) => {
             let msg = format!("Not started ({}): {e}", e.code());
-            calls_page(&s, &session, &prefill, Some(&msg), StatusCode::BAD_REQUEST).await
+            let shown = Showing::again(StatusCode::BAD_REQUEST, &msg);
+            calls_page(&s, &session, &prefill, shown).await
         }
     }
 }
@@ -150,7 +145,7 @@ pub(crate) async fn call(
         Err(e) => {
             let body = html! { p class="notice" { (e.to_string()) } };
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::NOT_FOUND);
-            return page(status, "Call", "/ui/calls", &session, None, body);
+            return page(Showing::status(status), "Call", "/ui/calls", &session, body);
         }
     };
     let body = html! {
@@ -199,7 +194,7 @@ pub(crate) async fn call(
         }
         p { a href=(session.at(&format!("/ui/ledger?call={}", enc(&id)))) { "What this call disclosed (ledger)" } }
     };
-    page(StatusCode::OK, "Call", "/ui/calls", &session, None, body)
+    page(Showing::OK, "Call", "/ui/calls", &session, body)
 }
 
 /// `GET /ui/live/calls`: each call's state and failure code, for the page script.
@@ -248,12 +243,7 @@ fn decision_forms(session: &Session, id: &str, question: Option<&str>) -> Markup
     }
 }
 
-async fn approvals_page(
-    s: &AppState,
-    session: &Session,
-    notice: Option<&str>,
-    status: StatusCode,
-) -> Response {
+async fn approvals_page(s: &AppState, session: &Session, shown: Showing<'_>) -> Response {
     let Some(c) = calls_of(s) else {
         return no_calls(session, "/ui/approvals");
     };
@@ -281,7 +271,7 @@ async fn approvals_page(
             },
         }
     };
-    page(status, "Approvals", "/ui/approvals", session, notice, body)
+    page(shown, "Approvals", "/ui/approvals", session, body)
 }
 
 page_route!(approvals => approvals_page);
@@ -308,13 +298,9 @@ pub(crate) async fn decide(
         "allow" => true,
         "deny" => false,
         _ => {
-            return approvals_page(
-                &s,
-                &session,
-                Some("The decision must be allow or deny."),
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
+            let why = "The decision must be allow or deny.";
+            return approvals_page(&s, &session, Showing::again(StatusCode::BAD_REQUEST, why))
+                .await;
         }
     };
     match c
@@ -328,13 +314,8 @@ pub(crate) async fn decide(
     {
         Ok(_) => Redirect::to(&session.at(&format!("/ui/calls/{}", enc(&f.id)))).into_response(),
         Err(e) => {
-            approvals_page(
-                &s,
-                &session,
-                Some(&format!("Not decided ({}): {e}", e.code())),
-                StatusCode::CONFLICT,
-            )
-            .await
+            let why = format!("Not decided ({}): {e}", e.code());
+            approvals_page(&s, &session, Showing::again(StatusCode::CONFLICT, &why)).await
         }
     }
 }

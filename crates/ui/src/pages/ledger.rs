@@ -107,5 +107,5 @@ pub(crate) async fn ledger(
             }
         }
     };
-    page(StatusCode::OK, "Ledger", "/ui/ledger", &session, None, body)
+    page(Showing::OK, "Ledger", "/ui/ledger", &session, body)
 }

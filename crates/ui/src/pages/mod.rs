@@ -61,16 +61,46 @@ fn html_page(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
-/// A signed-in page with `status`: the navigation, the sign-out form and an optional notice.
-fn page(
+/// How a page is shown: the status it answers with and the notice above its body. Asked for, it
+/// is [`Showing::OK`]; after a form that was not done, the form's page again saying why
+/// ([`Showing::again`]).
+#[derive(Clone, Copy)]
+struct Showing<'a> {
     status: StatusCode,
-    title: &str,
-    here: &str,
-    session: &Session,
-    notice: Option<&str>,
-    body: Markup,
-) -> Response {
-    html_page(status, framed(title, here, session, notice, body))
+    notice: Option<&'a str>,
+}
+
+impl<'a> Showing<'a> {
+    /// 200, no notice: the page as a `GET` asks for it.
+    const OK: Showing<'static> = Showing {
+        status: StatusCode::OK,
+        notice: None,
+    };
+
+    /// A page answered with `status` and no notice (what went wrong is in its body).
+    const fn status(status: StatusCode) -> Showing<'static> {
+        Showing {
+            status,
+            notice: None,
+        }
+    }
+
+    /// The page again after a form that was not done: `status`, and `why`.
+    fn again(status: StatusCode, why: &'a str) -> Showing<'a> {
+        Showing {
+            status,
+            notice: Some(why),
+        }
+    }
+}
+
+/// A signed-in page as `shown` says (its status, a notice or none): the navigation, the
+/// sign-out form, the notice, the body.
+fn page(shown: Showing<'_>, title: &str, here: &str, session: &Session, body: Markup) -> Response {
+    html_page(
+        shown.status,
+        framed(title, here, session, shown.notice, body),
+    )
 }
 
 /// Every page's head; the signed-in pages load the dashboard's script too.
@@ -197,7 +227,7 @@ macro_rules! page_route {
             State(s): State<AppState>,
             Extension(session): Extension<Session>,
         ) -> Response {
-            $page(&s, &session, None, StatusCode::OK).await
+            $page(&s, &session, Showing::OK).await
         }
     };
 }
@@ -220,7 +250,7 @@ fn refused_csrf() -> Response {
 /// The page a calls-driven page shows when the node runs without its peer network.
 fn no_calls(session: &Session, here: &str) -> Response {
     let body = html! { p { "The calls driver is not running (no peer network)." } };
-    page(StatusCode::OK, "Calls", here, session, None, body)
+    page(Showing::OK, "Calls", here, session, body)
 }
 
 fn calls_of(s: &AppState) -> Option<Calls> {

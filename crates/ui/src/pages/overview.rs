@@ -81,7 +81,7 @@ pub(crate) async fn overview(
             }
         }
     };
-    page(StatusCode::OK, "Overview", "/ui", &session, None, body)
+    page(Showing::OK, "Overview", "/ui", &session, body)
 }
 
 /// When the box was last asked, and whether it answered usably (stable codes, in words).
@@ -189,14 +189,7 @@ pub(crate) async fn metrics(
             }
         }
     };
-    page(
-        StatusCode::OK,
-        "Metrics",
-        "/ui/metrics",
-        &session,
-        None,
-        body,
-    )
+    page(Showing::OK, "Metrics", "/ui/metrics", &session, body)
 }
 
 #[cfg(test)]

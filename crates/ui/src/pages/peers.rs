@@ -4,15 +4,15 @@ use super::*;
 
 // ---- peers
 
-async fn peers_page(
-    s: &AppState,
-    session: &Session,
-    notice: Option<&str>,
-    status: StatusCode,
-) -> Response {
+async fn peers_page(s: &AppState, session: &Session, shown: Showing<'_>) -> Response {
     let Some(h) = s.peers.get() else {
         let body = html! { p { "The peer network is not running on this node." } };
-        return page(StatusCode::OK, "Peers", "/ui/peers", session, notice, body);
+        // The page says why (no network), whatever the form's status.
+        let shown = Showing {
+            status: StatusCode::OK,
+            ..shown
+        };
+        return page(shown, "Peers", "/ui/peers", session, body);
     };
     let peers = h.peers().await.unwrap_or_default();
     let listen: Vec<String> = h
@@ -51,7 +51,7 @@ async fn peers_page(
             button type="submit" { "Connect" }
         }
     };
-    page(status, "Peers", "/ui/peers", session, notice, body)
+    page(shown, "Peers", "/ui/peers", session, body)
 }
 
 page_route!(peers => peers_page);
@@ -68,28 +68,19 @@ pub(crate) async fn add_peer(
     let addr: skillbox_peers::Multiaddr = match f.addr.trim().parse() {
         Ok(a) => a,
         Err(_) => {
-            return peers_page(
-                &s,
-                &session,
-                Some("That is not a multiaddr."),
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
+            let why = Showing::again(StatusCode::BAD_REQUEST, "That is not a multiaddr.");
+            return peers_page(&s, &session, why).await;
         }
     };
     let Some(h) = s.peers.get() else {
-        return peers_page(&s, &session, None, StatusCode::SERVICE_UNAVAILABLE).await;
+        let unavailable = Showing::status(StatusCode::SERVICE_UNAVAILABLE);
+        return peers_page(&s, &session, unavailable).await;
     };
     match h.dial(addr).await {
         Ok(_) => Redirect::to(&session.at("/ui/peers")).into_response(),
         Err(e) => {
-            peers_page(
-                &s,
-                &session,
-                Some(&format!("Cannot connect: {e}")),
-                StatusCode::BAD_GATEWAY,
-            )
-            .await
+            let why = format!("Cannot connect: {e}");
+            peers_page(&s, &session, Showing::again(StatusCode::BAD_GATEWAY, &why)).await
         }
     }
 }

@@ -4,14 +4,20 @@ use super::*;
 
 // ---- my skills
 
-async fn skills_page(
+async fn skills_page(s: &AppState, session: &Session, shown: Showing<'_>) -> Response {
+    skills_page_after(s, session, shown, html! {}).await
+}
+
+/// The skills page with `imported` (what an import committed the owner to) above the list.
+async fn skills_page_after(
     s: &AppState,
     session: &Session,
-    notice: Option<&str>,
-    status: StatusCode,
+    shown: Showing<'_>,
+    imported: Markup,
 ) -> Response {
     let list = store(s, |s| s.skills.list()).await;
     let body = html! {
+        (imported)
         @match &list {
             Err(e) => p class="notice" { "Cannot list skills: " (e) },
             Ok(list) if list.is_empty() => p { "No skills yet. Add a SKILL.md below." },
@@ -45,7 +51,7 @@ async fn skills_page(
             button type="submit" { "Add skill" }
         }
     };
-    page(status, "My skills", "/ui/skills", session, notice, body)
+    page(shown, "My skills", "/ui/skills", session, body)
 }
 
 page_route!(skills => skills_page);
@@ -63,25 +69,71 @@ pub(crate) async fn add_skill(
 ) -> Response {
     let doc = Zeroizing::new(f.doc.replace("\r\n", "\n").into_bytes());
     if doc.len() > s.limits.max_skill_bytes {
+        let why = "That SKILL.md is larger than this node accepts.";
         return skills_page(
             &s,
             &session,
-            Some("That SKILL.md is larger than this node accepts."),
-            StatusCode::PAYLOAD_TOO_LARGE,
+            Showing::again(StatusCode::PAYLOAD_TOO_LARGE, why),
         )
         .await;
     }
     let fallback = (!f.name.trim().is_empty()).then(|| f.name.trim().to_owned());
     match store(&s, move |s| s.skills.import(&doc, fallback.as_deref())).await {
-        Ok(_) => offer_changed(&s, &session, "/ui/skills"),
+        Ok(imported) => {
+            // Not a redirect: the human is shown what the file commits them to, as `skill add`
+            // prints it (review 26 V4).
+            s.offer_changed.notify_one();
+            let notes = import_notes(&imported);
+            skills_page_after(&s, &session, Showing::OK, notes).await
+        }
         Err(e) => {
-            skills_page(
-                &s,
-                &session,
-                Some(&format!("Not imported: {e}")),
-                StatusCode::BAD_REQUEST,
-            )
-            .await
+            let why = format!("Not imported: {e}");
+            skills_page(&s, &session, Showing::again(StatusCode::BAD_REQUEST, &why)).await
+        }
+    }
+}
+
+/// What an import committed the owner to, as `skill add` prints it: the provider, model and key
+/// source the skill spends of the owner's when a peer calls it, the ceilings in force, and each
+/// warning (a ceiling held to `[ceilings]`, an unknown key). A SKILL.md is often someone else's
+/// file: every field of its text is cleaned as a peer's ([`peer_line`]); maud escapes markup.
+fn import_notes(i: &skillbox_node::skills::Imported) -> Markup {
+    let sp = &i.spends;
+    let shown = |v: &Option<String>| v.as_deref().map_or("none".into(), |t| peer_line(t, 256));
+    let limits = serde_json::to_value(sp.limits).unwrap_or(Value::Null);
+    let ceilings: Vec<String> = skillbox_skill::Limits::FIELDS
+        .iter()
+        .filter_map(|f| limits[f].as_u64().map(|n| format!("{f} {n}")))
+        .collect();
+    let warnings: Vec<String> = i
+        .warnings
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| {
+            let message = w["message"].as_str().unwrap_or("");
+            let line = match w["field"].as_str() {
+                Some(field) => format!("{field}: {message}"),
+                None => message.to_owned(),
+            };
+            peer_line(&line, 600)
+        })
+        .collect();
+    html! {
+        section class="imported" data-imported=(i.name) {
+            h2 { (if i.replaced { "Replaced " } else { "Added " }) (peer_line(&i.name, 64)) }
+            p { "What it spends of yours when a peer calls it:" }
+            dl class="facts" {
+                dt { "Provider" } dd { (shown(&sp.provider)) }
+                dt { "Model" } dd { (shown(&sp.model)) }
+                dt { "Key source" } dd { (shown(&sp.key)) }
+                dt { "Ceilings in force" } dd { (ceilings.join(", ")) }
+            }
+            @if !warnings.is_empty() {
+                ul class="warnings" {
+                    @for w in &warnings { li { "warning: " (w) } }
+                }
+            }
         }
     }
 }
@@ -105,7 +157,13 @@ pub(crate) async fn skill(
                     html! { p { "No skill of that name." } },
                 ),
             };
-            return page(status, "Skill", "/ui/skills", &session, None, body);
+            return page(
+                Showing::status(status),
+                "Skill",
+                "/ui/skills",
+                &session,
+                body,
+            );
         }
     };
     let state = serde_json::to_value(&detail.state).unwrap_or(Value::Null);
@@ -136,11 +194,10 @@ pub(crate) async fn skill(
         pre class="manifest" { (manifest) }
     };
     page(
-        StatusCode::OK,
+        Showing::OK,
         &format!("Skill {name}"),
         "/ui/skills",
         &session,
-        None,
         body,
     )
 }
@@ -152,6 +209,40 @@ pub(crate) async fn delete_skill(
 ) -> Response {
     match store(&s, move |s| s.skills.delete(&name)).await {
         Ok(_) => offer_changed(&s, &session, "/ui/skills"),
-        Err(e) => skills_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
+        Err(e) => skills_page(&s, &session, Showing::again(StatusCode::BAD_REQUEST, &e)).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review 26 V4: the dashboard's import of someone else's SKILL.md (review 25's) shows what
+    /// it spends — the model and the key source it binds — and the ceilings it was held to,
+    /// each warning named by its field; the file's escapes reach the page as no control
+    /// character. Before, the import redirected and said none of it.
+    #[test]
+    fn an_imports_page_says_what_it_spends_and_what_was_held() {
+        let store = skillbox_node::store::Store::open_in_memory().expect("store");
+        let key = skillbox_node::crypto::DataKey::from_bytes(&[5u8; 32]);
+        let skills =
+            skillbox_node::skills::Skills::new(Arc::new(store), Arc::new(key), "local.test");
+        let imported = skills
+            .import(skillbox_testkit::skills::HOSTILE_SKILL_MD.as_bytes(), None)
+            .expect("import");
+        let page = import_notes(&imported).into_string();
+        for shown in [
+            "openai/o1-pro",
+            "openrouter-key",
+            "limits.callsPerDay: 9007199254740991 is above this node",
+            "limits.maxOutputBytes",
+            "callsPerDay 1000",
+        ] {
+            assert!(page.contains(shown), "{shown:?} in {page}");
+        }
+        assert!(
+            !skillbox_testkit::skills::holds_terminal_controls(&page),
+            "{page:?}"
+        );
     }
 }

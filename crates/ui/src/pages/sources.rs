@@ -8,12 +8,7 @@ use skillbox_node::sources::{is_a_stored_pasted_key_name, reads_as_a_pasted_key}
 
 // ---- sources
 
-async fn sources_page(
-    s: &AppState,
-    session: &Session,
-    notice: Option<&str>,
-    status: StatusCode,
-) -> Response {
+async fn sources_page(s: &AppState, session: &Session, shown: Showing<'_>) -> Response {
     let list = store(s, |s| s.sources.list()).await;
     let body = html! {
         p { "Content is never shown back: names, kinds, sizes and a keyed digest only. Only sources marked shareable can be staked into a call, and a secret never is." }
@@ -47,7 +42,7 @@ async fn sources_page(
             button type="submit" { "Save source" }
         }
     };
-    page(status, "Sources", "/ui/sources", session, notice, body)
+    page(shown, "Sources", "/ui/sources", session, body)
 }
 
 page_route!(sources => sources_page);
@@ -149,7 +144,7 @@ pub(crate) async fn add_source(
     };
     match put {
         Ok(_) => offer_changed(&s, &session, "/ui/sources"),
-        Err(e) => sources_page(&s, &session, Some(&e), StatusCode::BAD_REQUEST).await,
+        Err(e) => sources_page(&s, &session, Showing::again(StatusCode::BAD_REQUEST, &e)).await,
     }
 }
 
@@ -229,7 +224,7 @@ async fn change_source(
     };
     match done {
         Ok(()) => offer_changed(s, session, "/ui/sources"),
-        Err(e) => sources_page(s, session, Some(&e), StatusCode::BAD_REQUEST).await,
+        Err(e) => sources_page(s, session, Showing::again(StatusCode::BAD_REQUEST, &e)).await,
     }
 }
 
