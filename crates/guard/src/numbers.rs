@@ -352,6 +352,62 @@ struct RunWord {
     times: u8,
 }
 
+/// The run of number words `read` is extending. What the extension asks of it at each step
+/// (are its words all digit names?) is kept as it grows, never scanned for: a scan of the run
+/// at each step made `read` quadratic over one long run (review 26 V6: a 1 MiB `4 four 4 four
+/// …` answer cost 39 s a check). Its words are reached only through [`Run::words`], which
+/// counts them in tests (`reading_is_linear_in_the_text`), so a scan put back shows there.
+struct Run {
+    words: Vec<RunWord>,
+    /// Every word of the run is a digit name alone (or a single figure read as one).
+    names_only: bool,
+}
+
+impl Run {
+    fn start(&mut self, first: RunWord) {
+        self.words.clear();
+        self.names_only = first.name;
+        self.words.push(first);
+    }
+
+    fn push(&mut self, w: RunWord) {
+        self.names_only &= w.name;
+        self.words.push(w);
+    }
+
+    fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Back to its first `len` words (a run cut short is at most two words long: `read`).
+    fn truncate(&mut self, len: usize) {
+        self.words.truncate(len);
+        self.names_only = self.words().iter().all(|w| w.name);
+    }
+
+    /// Its words, for a walk over them: charged as that many steps (tests).
+    fn words(&self) -> &[RunWord] {
+        step(self.words.len());
+        &self.words
+    }
+}
+
+/// Steps of `read`'s work, counted in tests only: one per word of the text it looks at and one
+/// per run word a walk may visit ([`Run::words`]).
+#[cfg(test)]
+thread_local! {
+    static STEPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+fn step(n: usize) {
+    STEPS.with(|s| s.set(s.get() + n));
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn step(_: usize) {}
+
 /// How many times `double`/`triple` says the digit after it (`double four` is `44`).
 fn repeats(w: &str) -> Option<u8> {
     if w.eq_ignore_ascii_case("double") {
@@ -457,7 +513,10 @@ pub fn read(text: &str) -> Option<String> {
     let mut copied = 0;
     let mut found = false;
     let mut k = 0;
-    let mut run: Vec<RunWord> = Vec::new();
+    let mut run = Run {
+        words: Vec::new(),
+        names_only: false,
+    };
     // The run word at word `i`, and how many words it takes: one, or two for a digit said
     // twice or three times (`double four`, `triple oh`).
     let entry = |i: usize| {
@@ -529,6 +588,7 @@ pub fn read(text: &str) -> Option<String> {
         joins(&text[e..s1]) && entry(i + 1).is_some_and(|(w, _)| w.name)
     };
     while k < words.len() {
+        step(1);
         let mut figured: Option<(usize, usize)> = None;
         let Some((first, used)) = entry(k).or_else(|| {
             let w = figure(k).filter(|_| name_after(k))?;
@@ -538,9 +598,8 @@ pub fn read(text: &str) -> Option<String> {
             k += 1;
             continue;
         };
-        run.clear();
         let mut end = first.end;
-        run.push(first);
+        run.start(first);
         let mut next = k + used;
         // Extend the run over joined number words, and over one filler word between two; digit
         // names over marks too (`four/eight/two/one`), kept only when three names or more are
@@ -548,9 +607,10 @@ pub fn read(text: &str) -> Option<String> {
         // came` is `4` and `800`).
         let mut marked: Option<(usize, usize)> = None;
         while let Some(&(s1, e1)) = words.get(next) {
+            step(1);
             if !joins(&text[end..s1]) {
                 if joins_names(&text[end..s1])
-                    && run.iter().all(|w| w.name)
+                    && run.names_only
                     && let Some((w, used)) = entry(next).filter(|(w, _)| w.name)
                 {
                     marked.get_or_insert((run.len(), next));
@@ -571,7 +631,7 @@ pub fn read(text: &str) -> Option<String> {
                 continue;
             }
             if let Some(w) = figure(next)
-                && run.iter().all(|w| w.name)
+                && run.names_only
             {
                 figured.get_or_insert((run.len(), next));
                 end = w.end;
@@ -608,10 +668,11 @@ pub fn read(text: &str) -> Option<String> {
             run.truncate(len);
             next = if len == 0 { at + 1 } else { at };
         }
-        let groups = groups_of(&run);
+        let run_words = run.words();
+        let groups = groups_of(run_words);
         // Cardinals and ranks are read apart: `the first twenty` is a rank and a count.
         for same in groups.chunk_by(|a, b| a.ordinal == b.ordinal) {
-            let (to, wrote) = write_groups(text, &run, same, &mut out, copied);
+            let (to, wrote) = write_groups(text, run_words, same, &mut out, copied);
             copied = to;
             found |= wrote;
         }
@@ -842,6 +903,55 @@ mod tests {
         assert_eq!(digit_name("niner"), Some('9'));
         for w in ["oh", "nought", "ten", "first", "twenty", "none"] {
             assert_eq!(digit_name(w), None, "{w}");
+        }
+    }
+
+    /// Review 26 V6: `read` walked its whole run at each word it added, so one long run of
+    /// figures and names (`4 four 4 four …`) or of names a mark apart (`four/four/…`) cost the
+    /// square of its length (39 s a check for a 1 MiB answer). Its work is counted, not timed:
+    /// twice the text is at most about twice the steps, and a few steps a word at 1 MiB. The
+    /// readings are the ones it gave before (the run whole, as its digits).
+    #[test]
+    fn reading_is_linear_in_the_text() {
+        let steps_of = |text: &str| {
+            STEPS.with(|s| s.set(0));
+            let reading = read(text);
+            (STEPS.with(|s| s.get()), reading)
+        };
+        let cases: [(&str, Option<fn(usize) -> String>); 5] = [
+            ("4 four ", Some(|n| "4".repeat(2 * n) + " ")),
+            ("four/", Some(|n| "4".repeat(n) + "/")),
+            ("four ", Some(|n| "4".repeat(n) + " ")),
+            ("first one ", None),
+            ("lorem ipsum ", None),
+        ];
+        for (unit, reading) in cases {
+            let words_per_unit = unit.split(|c: char| !c.is_alphanumeric()).count() - 1;
+            let mut counted: Vec<(usize, usize)> = Vec::new();
+            for n in [1_000, 2_000, 4_000] {
+                let (steps, read_as) = steps_of(&unit.repeat(n));
+                assert_eq!(read_as, reading.map(|r| r(n)), "{unit:?} x{n}");
+                if let Some(&(_, before)) = counted.last() {
+                    assert!(
+                        steps * 10 <= before * 21,
+                        "{unit:?}: x{n} took {steps} steps, x{} took {before}: not linear",
+                        n / 2
+                    );
+                }
+                counted.push((n, steps));
+            }
+            // The review's size: about 1 MiB of `4 four `.
+            let n = 150_000;
+            let (steps, read_as) = steps_of(&unit.repeat(n));
+            assert_eq!(read_as, reading.map(|r| r(n)), "{unit:?} x{n}");
+            counted.push((n, steps));
+            for (n, steps) in counted {
+                let words = n * words_per_unit;
+                assert!(
+                    steps <= 4 * words,
+                    "{unit:?} x{n}: {steps} steps for {words} words"
+                );
+            }
         }
     }
 
