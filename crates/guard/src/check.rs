@@ -127,10 +127,11 @@ impl<'p> Scan<'p> {
         }
     }
 
-    /// Body n-grams whose words all occur within a short window of the text's words.
+    /// Body n-grams whose words all occur within a short window of the text's words. Splits
+    /// `text` into the words [`Scan::transformed`] reads too.
     fn windows(&mut self, text: &str, decoded: Decoded) {
         let p = self.p;
-        if p.windows.is_empty() {
+        if p.windows.is_empty() && p.transformed.tables.is_empty() {
             return;
         }
         let via = Via {
@@ -138,8 +139,20 @@ impl<'p> Scan<'p> {
             view: View::WordWindow,
         };
         let mut scratch = std::mem::take(&mut self.window);
+        scratch.split(text);
         p.windows
-            .scan(text, &mut scratch, |id| self.gram(id as usize, via));
+            .scan_split(&mut scratch, |id| self.gram(id as usize, via));
+        self.window = scratch;
+    }
+
+    /// The same for the n-grams as the `t`-th transform spells them, in the words the last
+    /// [`Scan::windows`] split.
+    fn transformed(&mut self, t: usize, via: Via) {
+        let p = self.p;
+        let mut scratch = std::mem::take(&mut self.window);
+        p.transformed.tables[t]
+            .1
+            .scan_split(&mut scratch, |id| self.gram(id as usize, via));
         self.window = scratch;
     }
 
@@ -363,6 +376,19 @@ fn walk(
         let view = View::WordWindow;
         if step(scan, Via { decoded, view }) {
             return;
+        }
+        // The body spelled as a word game spells it (pig latin, vowels dropped, ...), read in the
+        // same words.
+        let p = scan.p;
+        for (t, &(kind, _)) in p.transformed.tables.iter().enumerate() {
+            let via = Via {
+                decoded,
+                view: View::Transformed(kind),
+            };
+            scan.transformed(t, via);
+            if step(scan, via) {
+                return;
+            }
         }
         if depth < MAX_DEPTH {
             for d in decode::DECODERS {

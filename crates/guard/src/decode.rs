@@ -999,6 +999,9 @@ pub enum View {
     /// The words of a body n-gram within a short window of the text's words, in any order
     /// (filler words at any period, words swapped locally; `window.rs`).
     WordWindow,
+    /// The same, with the n-gram's words spelled as a word game spells them (pig latin, vowels
+    /// dropped, ...; `transforms.rs`).
+    Transformed(crate::transforms::Transform),
 }
 
 /// Every view of a text (as [`text::atoms`]), encoded into `buf` and handed to `f`; `f` returns

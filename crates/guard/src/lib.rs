@@ -55,6 +55,7 @@ pub mod score;
 mod slices;
 mod spec;
 mod text;
+mod transforms;
 mod window;
 
 pub use canary::CanaryOrigin;
@@ -73,6 +74,7 @@ pub use spec::{
     Action, DEFAULT_MAX_COPIED_WORDS, DEFAULT_NGRAM, DEFAULT_THRESHOLD_PERMILLE, GuardSpec,
     MAX_NGRAM, MAX_THRESHOLD_PERMILLE, MIN_NGRAM, MIN_THRESHOLD_PERMILLE, SpecError,
 };
+pub use transforms::Transform;
 
 /// The system prompt a `regenerate` run uses in place of the body: it knows nothing of the body,
 /// so its answer cannot leak it, and it reads like an ordinary answer.

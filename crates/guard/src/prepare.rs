@@ -18,7 +18,8 @@ use crate::index::Index;
 use crate::parts::Parts;
 use crate::spec::{GuardSpec, SpecError};
 use crate::text;
-use crate::window::{self, Windows};
+use crate::transforms::Transformed;
+use crate::window::Windows;
 
 /// Largest body the guard prepares (a SKILL.md body is far smaller; this bounds the index).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -132,6 +133,8 @@ pub struct Prepared {
     pub(crate) windows: Windows,
     /// The canaries' parts, for a secret given part by part with words between (`parts.rs`).
     pub(crate) parts: Parts,
+    /// The n-grams again in each word game's spelling (`transforms.rs`: pig latin, ...).
+    pub(crate) transformed: Transformed,
 }
 
 /// Never prints the body or a secret.
@@ -465,7 +468,8 @@ fn index(
         }
     }
     let index = Index::build(&patterns);
-    let windows = Windows::build(&words, &gram_at, window::common_only);
+    let windows = Windows::build(&words, &gram_at);
+    let transformed = Transformed::build(&words, &gram_at);
     let parts = Parts::build(&canaries);
     Ok(Prepared {
         spec: *spec,
@@ -483,6 +487,7 @@ fn index(
         index,
         windows,
         parts,
+        transformed,
     })
 }
 

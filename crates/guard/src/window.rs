@@ -58,8 +58,10 @@ pub const MIN_FILLED_TWICE: usize = 6;
 /// The windowed form of a body's n-grams (built by `prepare`).
 #[derive(Default)]
 pub struct Windows {
-    /// Folded body word -> its id.
+    /// Folded body word (or another spelling of it) -> its id.
     vocab: Map<String, u32>,
+    /// How many ids there are.
+    ids: usize,
     /// Per body n-gram start indexed here: its word ids (`len` of them, see `gram_at`).
     grams: Vec<(u32, Vec<u32>)>,
     /// Per word id: the indices in `grams` of the n-grams that hold it (each once).
@@ -91,106 +93,19 @@ const PAD: u32 = u32::MAX - 2;
 
 impl Windows {
     /// `words`: the body's folded words; `gram_at`: per word, the pattern id of the n-gram
-    /// starting there and its length (`u32::MAX` when not indexed); `skip(ids)`: an n-gram not
-    /// to look for here.
-    pub fn build(
-        words: &[String],
-        gram_at: &[(u32, u32)],
-        mut skip: impl FnMut(&[String]) -> bool,
-    ) -> Windows {
-        let mut subs: Map<[u32; SUB_MAX], Vec<u32>> = Map::default();
-        let mut sub_lens = Vec::new();
-        let mut sub_ends = vec![0u64; (1 << SUB_ENDS_BITS) / 64];
-        let mut vocab: Map<String, u32> = Map::default();
-        let ids: Vec<u32> = words
-            .iter()
-            .map(|w| {
-                let next = vocab.len() as u32;
-                *vocab.entry(w.clone()).or_insert(next)
-            })
-            .collect();
-        let mut with_word = vec![Vec::new(); vocab.len()];
-        let mut freq = vec![0u32; vocab.len()];
-        let mut words_of = vec![String::new(); vocab.len()];
-        for (&id, w) in ids.iter().zip(words) {
-            freq[id as usize] += 1;
-            words_of[id as usize].clone_from(w);
-        }
-        let mut grams = Vec::new();
+    /// starting there and its length (`u32::MAX` when not indexed). An n-gram of common function
+    /// words only is not looked for here (`common_only`), and a word in an answer that is no body
+    /// word is also read with a filler character or two taken out.
+    pub fn build(words: &[String], gram_at: &[(u32, u32)]) -> Windows {
+        let mut b = Builder::new(true, 1);
+        let ids: Vec<u32> = words.iter().map(|w| b.word(w, !is_common(w))).collect();
         for (start, &(pat, len)) in gram_at.iter().enumerate() {
             let len = len as usize;
-            if pat == u32::MAX || start + len > words.len() || skip(&words[start..start + len]) {
-                continue;
+            if pat != u32::MAX && start + len <= words.len() {
+                b.gram(pat, ids[start..start + len].to_vec());
             }
-            let g = grams.len() as u32;
-            let gram: Vec<u32> = ids[start..start + len].to_vec();
-            // Looked for where the answer holds its rarest word (in the body), not at every
-            // `the` of the answer.
-            let anchor = gram
-                .iter()
-                .copied()
-                .min_by_key(|&w| {
-                    (
-                        COMMON.contains(&words_of[w as usize].as_str()),
-                        freq[w as usize],
-                    )
-                })
-                .unwrap_or(gram[0]);
-            with_word[anchor as usize].push(g);
-            if (4..=SUB_MAX).contains(&len) {
-                for m in 1..len - 1 {
-                    // The words left must be more than a common phrase.
-                    let rest: Vec<String> = (0..len)
-                        .filter(|&k| k != m)
-                        .map(|k| words[start + k].clone())
-                        .collect();
-                    if skip_sub(&rest) {
-                        continue;
-                    }
-                    let mut key = [PAD; SUB_MAX];
-                    key[..len].copy_from_slice(&gram);
-                    key[m] = WILD;
-                    let b = Windows::ends_bit(len, gram[0], gram[len - 1]);
-                    sub_ends[b / 64] |= 1 << (b % 64);
-                    let e = subs.entry(key).or_default();
-                    if !e.contains(&pat) {
-                        e.push(pat);
-                    }
-                    if !sub_lens.contains(&len) {
-                        sub_lens.push(len);
-                    }
-                }
-            }
-            grams.push((pat, gram));
         }
-        let widest = grams
-            .iter()
-            .map(|(_, g)| window(g.len()))
-            .max()
-            .unwrap_or(0);
-        let max_word = words.iter().map(|w| w.chars().count()).max().unwrap_or(0);
-        let mut lens = vec![false; max_word + 1];
-        for w in vocab.keys() {
-            lens[w.chars().count()] = true;
-        }
-        let hashes = vocab.keys().map(|w| (hash_word(w), ())).collect();
-        let mut pow = vec![1u64; max_word + 3];
-        for k in 1..pow.len() {
-            pow[k] = pow[k - 1].wrapping_mul(BASE);
-        }
-        Windows {
-            vocab,
-            grams,
-            with_word,
-            max_word,
-            subs,
-            sub_lens,
-            sub_ends,
-            widest,
-            lens,
-            hashes,
-            pow,
-        }
+        b.finish()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -267,16 +182,16 @@ impl Windows {
     }
 
     /// Call `found` with the pattern id of every body n-gram whose words all occur within a
-    /// window of the folded words of `text`. `s` is scratch space (any contents).
-    pub fn scan(&self, text: &str, s: &mut Scratch, mut found: impl FnMut(u32)) {
+    /// window of the folded words of the text last split into `s` ([`Scratch::split`]; a text
+    /// is split once for the plain body's windows and every transform's).
+    pub fn scan_split(&self, s: &mut Scratch, mut found: impl FnMut(u32)) {
         if self.grams.is_empty() {
             return;
         }
-        let mut words = std::mem::take(&mut s.words);
-        let mut ends = std::mem::take(&mut s.ends);
+        let words = std::mem::take(&mut s.words);
+        let ends = std::mem::take(&mut s.ends);
         let mut ids = std::mem::take(&mut s.ids);
         let mut done = std::mem::take(&mut s.done);
-        text::words_into(text, &mut words, &mut ends);
         ids.clear();
         {
             // Answer words that are no body word as written, looked up once each.
@@ -287,6 +202,8 @@ impl Windows {
                 from = end;
                 let id = match self.vocab.get(w) {
                     Some(&id) => id,
+                    // Spellings are looked up as written only (see `Builder::new`).
+                    None if self.lens.is_empty() => u32::MAX,
                     None => match misses.get(w) {
                         Some(&id) => id,
                         None => {
@@ -307,7 +224,7 @@ impl Windows {
             // none), so an n-gram with a word nowhere near its anchor is passed over at once.
             let mut near = std::mem::take(&mut s.near);
             near.clear();
-            near.resize(self.vocab.len(), 0);
+            near.resize(self.ids, 0);
             let mut ahead = 0;
             for (j, &id) in ids.iter().enumerate() {
                 let reach = (j + self.widest).min(ids.len());
@@ -352,7 +269,172 @@ impl Windows {
     }
 }
 
-/// Scratch space of [`Windows::scan`], kept across texts so a scan allocates little.
+/// Builds a [`Windows`] from a body's words as some spelling writes them: the plain body
+/// ([`Windows::build`]), or the body through one of the transforms of `transforms.rs`, whose
+/// words have other spellings too (aliases of one id).
+pub(crate) struct Builder {
+    /// Word (and alias) -> its id.
+    vocab: Map<String, u32>,
+    /// Per id: the word as first written.
+    words_of: Vec<String>,
+    /// Per id: how often the body holds it.
+    freq: Vec<u32>,
+    /// Per id: whether it tells a copy from ordinary prose (for the plain body: not a common
+    /// function word). An n-gram needs `min_marked` such words to be looked for, and a copy
+    /// with one word changed two among the words left.
+    marked: Vec<bool>,
+    grams: Vec<(u32, Vec<u32>)>,
+    /// Whether an answer word that is no body word is read with characters taken out.
+    fillers: bool,
+    min_marked: usize,
+}
+
+impl Builder {
+    pub(crate) fn new(fillers: bool, min_marked: usize) -> Builder {
+        Builder {
+            vocab: Map::default(),
+            words_of: Vec::new(),
+            freq: Vec::new(),
+            marked: Vec::new(),
+            grams: Vec::new(),
+            fillers,
+            min_marked,
+        }
+    }
+
+    /// The id of the body word `w`, counted once more; a new id is `marked` as given. Every
+    /// body word is added before any alias (an alias never takes a word's place).
+    pub(crate) fn word(&mut self, w: &str, marked: bool) -> u32 {
+        if let Some(&id) = self.vocab.get(w) {
+            self.freq[id as usize] += 1;
+            return id;
+        }
+        let id = self.words_of.len() as u32;
+        self.vocab.insert(w.to_owned(), id);
+        self.words_of.push(w.to_owned());
+        self.freq.push(1);
+        self.marked.push(marked);
+        id
+    }
+
+    /// The body word `id` once more (a word seen before, by its id).
+    pub(crate) fn again(&mut self, id: u32) {
+        self.freq[id as usize] += 1;
+    }
+
+    /// Another spelling of the word `id` (kept only when no word or alias has it already).
+    pub(crate) fn alias(&mut self, w: &str, id: u32) {
+        if !self.vocab.contains_key(w) {
+            self.vocab.insert(w.to_owned(), id);
+        }
+    }
+
+    /// A body n-gram (its pattern id and word ids), looked for when it holds `min_marked`
+    /// distinct marked words.
+    pub(crate) fn gram(&mut self, pat: u32, gram: Vec<u32>) {
+        let marked = gram
+            .iter()
+            .enumerate()
+            .filter(|&(k, &w)| self.marked[w as usize] && !gram[..k].contains(&w))
+            .count();
+        if !gram.is_empty() && marked >= self.min_marked {
+            self.grams.push((pat, gram));
+        }
+    }
+
+    pub(crate) fn finish(self) -> Windows {
+        let Builder {
+            vocab,
+            words_of,
+            freq,
+            marked,
+            grams,
+            fillers,
+            ..
+        } = self;
+        let mut subs: Map<[u32; SUB_MAX], Vec<u32>> = Map::default();
+        let mut sub_lens = Vec::new();
+        let mut sub_ends = vec![0u64; (1 << SUB_ENDS_BITS) / 64];
+        let mut with_word = vec![Vec::new(); words_of.len()];
+        for (g, (pat, gram)) in grams.iter().enumerate() {
+            let (pat, len) = (*pat, gram.len());
+            // Looked for where the answer holds its rarest word (in the body), not at every
+            // `the` of the answer.
+            let anchor = gram
+                .iter()
+                .copied()
+                .min_by_key(|&w| (!marked[w as usize], freq[w as usize]))
+                .unwrap_or(gram[0]);
+            with_word[anchor as usize].push(g as u32);
+            if (4..=SUB_MAX).contains(&len) {
+                for m in 1..len - 1 {
+                    // The words left must be more than a common phrase.
+                    let rest = (0..len)
+                        .filter(|&k| k != m && marked[gram[k] as usize])
+                        .count();
+                    if rest < 2 {
+                        continue;
+                    }
+                    let mut key = [PAD; SUB_MAX];
+                    key[..len].copy_from_slice(gram);
+                    key[m] = WILD;
+                    let b = Windows::ends_bit(len, gram[0], gram[len - 1]);
+                    sub_ends[b / 64] |= 1 << (b % 64);
+                    let e = subs.entry(key).or_default();
+                    if !e.contains(&pat) {
+                        e.push(pat);
+                    }
+                    if !sub_lens.contains(&len) {
+                        sub_lens.push(len);
+                    }
+                }
+            }
+        }
+        let widest = grams
+            .iter()
+            .map(|(_, g)| window(g.len()))
+            .max()
+            .unwrap_or(0);
+        let (max_word, lens, hashes, pow) = if fillers {
+            let max_word = words_of
+                .iter()
+                .map(|w| w.chars().count())
+                .max()
+                .unwrap_or(0);
+            let mut lens = vec![false; max_word + 1];
+            for w in vocab.keys() {
+                if let Some(l) = lens.get_mut(w.chars().count()) {
+                    *l = true;
+                }
+            }
+            let hashes = vocab.keys().map(|w| (hash_word(w), ())).collect();
+            let mut pow = vec![1u64; max_word + 3];
+            for k in 1..pow.len() {
+                pow[k] = pow[k - 1].wrapping_mul(BASE);
+            }
+            (max_word, lens, hashes, pow)
+        } else {
+            // No removals: `id_of` finds no length to try.
+            (0, Vec::new(), Map::default(), Vec::new())
+        };
+        Windows {
+            vocab,
+            ids: words_of.len(),
+            grams,
+            with_word,
+            max_word,
+            subs,
+            sub_lens,
+            sub_ends,
+            widest,
+            lens,
+            hashes,
+            pow,
+        }
+    }
+}
+
+/// Scratch space of [`Windows::scan_split`], kept across texts so a scan allocates little.
 #[derive(Default)]
 pub struct Scratch {
     words: String,
@@ -363,6 +445,13 @@ pub struct Scratch {
     cuts: Vec<(usize, usize)>,
     pre: Vec<u64>,
     buf: String,
+}
+
+impl Scratch {
+    /// Split `text` into its folded words for [`Windows::scan_split`].
+    pub fn split(&mut self, text: &str) {
+        text::words_into(text, &mut self.words, &mut self.ends);
+    }
 }
 
 /// The rolling hash of a word, one character at a time (the removals of `id_of`).
@@ -456,17 +545,8 @@ const COMMON: &[&str] = &[
     "when", "where", "which", "who", "will", "with", "would", "you", "your",
 ];
 
-/// Whether an n-gram (folded words) is not looked for in a window: all its words are common
-/// function words.
-pub fn common_only(gram: &[String]) -> bool {
-    gram.iter().all(|w| COMMON.contains(&w.as_str()))
-}
-
-/// Whether the words left of an n-gram with one changed are too common to mean a copy: fewer
-/// than two are not common function words.
-fn skip_sub(rest: &[String]) -> bool {
-    rest.iter()
-        .filter(|w| !COMMON.contains(&w.as_str()))
-        .count()
-        < 2
+/// Whether `w` (a folded word) is a common function word: an n-gram of these only is an
+/// ordinary phrase, and a transform's spelling that is one tells nothing.
+pub(crate) fn is_common(w: &str) -> bool {
+    COMMON.contains(&w)
 }

@@ -304,3 +304,97 @@ pub fn acrostic(code: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Each run of ASCII letters of `s` rewritten by `f`, everything else kept.
+fn letter_runs(s: &str, f: impl Fn(&str) -> String) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    let mut run = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphabetic() {
+            run.push(c);
+            continue;
+        }
+        if !run.is_empty() {
+            out.push_str(&f(&run));
+            run.clear();
+        }
+        out.push(c);
+    }
+    if !run.is_empty() {
+        out.push_str(&f(&run));
+    }
+    out
+}
+
+fn is_vowel(c: char) -> bool {
+    "aeiouAEIOU".contains(c)
+}
+
+/// Pig latin as the extraction bench writes it: the letters before a word's first vowel moved to
+/// its end and `ay` added (`string` → `ingstray`), `way` after a word that starts with a vowel
+/// (`apple` → `appleway`).
+pub fn pig_latin(s: &str) -> String {
+    pig_latin_with(s, "way", false)
+}
+
+/// Pig latin with another ending for a word that starts with a vowel (`yay`, `ay`, `hay`), and
+/// `qu` moved as one (`quick` → `ickquay`) when `qu_whole`.
+pub fn pig_latin_with(s: &str, vowel_end: &str, qu_whole: bool) -> String {
+    letter_runs(s, |w| {
+        let mut lead = w.chars().take_while(|&c| !is_vowel(c)).count();
+        let b = w.as_bytes();
+        if qu_whole && lead > 0 && lead < b.len() && b[lead - 1].eq_ignore_ascii_case(&b'q') {
+            lead += usize::from(b[lead].eq_ignore_ascii_case(&b'u'));
+        }
+        if lead == 0 {
+            format!("{w}{vowel_end}")
+        } else {
+            format!("{}{}ay", &w[lead..], &w[..lead])
+        }
+    })
+}
+
+/// The text without its vowels (`a e i o u`, either case): `th qck brwn fx`; a word left with
+/// nothing is dropped, with its space.
+pub fn vowels_dropped(s: &str) -> String {
+    let t: String = s.chars().filter(|&c| !is_vowel(c)).collect();
+    t.split(' ')
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The first `k` letters or digits of each word (a run of them), everything else kept:
+/// `The qui bro fox.` for `k` = 3.
+pub fn first_letters(s: &str, k: usize) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut n = 0;
+    for c in s.chars() {
+        if c.is_alphanumeric() {
+            if n < k {
+                out.push(c);
+            }
+            n += 1;
+        } else {
+            n = 0;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Ubbi-dubbi: `ub` before each run of vowels (`hello` → `hubellubo`), in the case of the
+/// vowel after it.
+pub fn ubbi_dubbi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    let mut prev_vowel = false;
+    for c in s.chars() {
+        let v = is_vowel(c);
+        if v && !prev_vowel {
+            out.push_str(if c.is_ascii_uppercase() { "Ub" } else { "ub" });
+        }
+        out.push(c);
+        prev_vowel = v;
+    }
+    out
+}

@@ -6,6 +6,7 @@ mod check;
 mod coverage;
 mod escapes;
 mod extraction;
+mod games;
 mod gaps;
 mod levels;
 mod properties;

@@ -1,0 +1,344 @@
+//! Body transforms: the body's words spelled as a word game spells them (pig latin, vowels
+//! dropped, the first three letters of each word, ubbi-dubbi), looked for in the answer with the
+//! word windows of the plain body (`window.rs`).
+//!
+//! Undoing these games is ambiguous without a dictionary (`ingstray` may be `string` or
+//! `gstrin`; `brwn` may be `brown` or `brawn`; `str` is the start of a hundred words), but doing
+//! them is not: each is a function of one word. So the body is encoded forward, once per run at
+//! `prepare`, one [`Windows`] per transform whose words are the encoded body words, and an answer
+//! is read word by word against each (no decoding, no new text: the walk splits each text into
+//! words once for the plain windows and every transform's). A match counts as the plain n-gram
+//! it encodes (the same pattern id), so the check's containment and copied-passage rules and the
+//! owner's coverage and levels count it like a plain copy.
+//!
+//! A spelling that is an ordinary word or a stub proves nothing (`the` has no vowel to drop but
+//! `th`; the first three letters of `format` are `for`; `a` without its vowel is nothing). A body
+//! word is *marked* for a transform when its spelling differs from the word, has 2+ characters,
+//! is no common function word and no word of the plain body; an n-gram is looked for when it holds
+//! [`MIN_MARKED`] distinct marked words (a prototype of this rule, every ordinary text against the
+//! 200 published prompts: with one, 18 of 45,000 matched an n-gram, `ct … s` for `cut … is` with
+//! vowels dropped; with two, none), a copy with one word changed needs two among the words left,
+//! a marked word's other spellings stand for it only when they are marked too (`act` is `ct` with
+//! its first vowel kept, and a word), and an answer word is never read with a filler character
+//! taken out (a 3-letter spelling with one of four answer letters out is too easy).
+//! A word whose spelling is empty (`a`, `I` without vowels) is left out of the n-gram.
+//!
+//! Each game has conventions, so each word has a few spellings (at most [`MAX_SPELLINGS`]): the
+//! first is the one its id is made of, the rest are aliases of it. Memory: per transform, at most
+//! the plain body's n-grams, and the spellings of its distinct words.
+
+use std::collections::HashMap;
+
+use crate::window::{self, Builder, Windows};
+
+/// The word games a caller asks the model to write the body in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transform {
+    /// `ingstray` for `string`, `appleway` for `apple` (`-yay`, `-ay`, `-hay` too; `qu` moved
+    /// whole or not; `y` a vowel inside a word or not).
+    PigLatin,
+    /// `th qck brwn fx`: `a e i o u` dropped (or all but a first letter: `abt`).
+    VowelsDropped,
+    /// The first three letters of each word (`the qui bro fox`); a word with a digit may stay
+    /// whole.
+    FirstThreeLetters,
+    /// Ubbi-dubbi: `ub` before each vowel sound (`hubellubo`; before every vowel letter, no `ub`
+    /// before a silent final `e`, `y` a vowel inside a word).
+    UbbiDubbi,
+}
+
+/// One transform of the table: its name in a [`crate::Via`] and its spellings of a folded word
+/// (written into the vector, which is cleared first; the first is the canonical one, an empty
+/// first spelling means the word disappears).
+struct Entry {
+    kind: Transform,
+    spell: fn(&str, &mut Vec<String>),
+}
+
+/// Every transform the check reads. A new one is one entry here (and its [`Transform`] name).
+const TRANSFORMS: &[Entry] = &[
+    Entry {
+        kind: Transform::PigLatin,
+        spell: |w, out| by_letter_runs(w, out, pig_latin),
+    },
+    Entry {
+        kind: Transform::VowelsDropped,
+        spell: |w, out| by_letter_runs(w, out, vowels_dropped),
+    },
+    Entry {
+        kind: Transform::FirstThreeLetters,
+        spell: first_three_letters,
+    },
+    Entry {
+        kind: Transform::UbbiDubbi,
+        spell: |w, out| by_letter_runs(w, out, ubbi_dubbi),
+    },
+];
+
+/// Marked words an n-gram must hold to be looked for in a transform's spelling.
+pub const MIN_MARKED: usize = 2;
+/// The most spellings one word has in one transform.
+pub const MAX_SPELLINGS: usize = 8;
+
+/// The body's n-grams in every transform's spelling (built once per run by `prepare`).
+#[derive(Default)]
+pub struct Transformed {
+    pub(crate) tables: Vec<(Transform, Windows)>,
+}
+
+impl Transformed {
+    /// `words`: the body's folded words; `gram_at`: as for [`Windows::build`].
+    pub fn build(words: &[String], gram_at: &[(u32, u32)]) -> Transformed {
+        let plain: std::collections::HashSet<&str> = words.iter().map(String::as_str).collect();
+        let mut tables = Vec::new();
+        let mut spellings = Vec::new();
+        for t in TRANSFORMS {
+            let mut b = Builder::new(false, MIN_MARKED);
+            // Per distinct body word: its id in this spelling (`None`: it disappears), and the
+            // aliases to add once every word has its id.
+            let mut seen: HashMap<&str, Option<u32>> = HashMap::new();
+            let mut aliases: Vec<(String, u32)> = Vec::new();
+            let mut ids: Vec<Option<u32>> = Vec::with_capacity(words.len());
+            for w in words {
+                if let Some(&id) = seen.get(w.as_str()) {
+                    if let Some(id) = id {
+                        b.again(id);
+                    }
+                    ids.push(id);
+                    continue;
+                }
+                (t.spell)(w, &mut spellings);
+                // A spelling tells a copy from prose when it is no word prose writes anyway.
+                let telling =
+                    |s: &str| s.chars().count() >= 2 && !window::is_common(s) && !plain.contains(s);
+                let id = match spellings.first() {
+                    Some(first) if !first.is_empty() => {
+                        let marked = telling(first);
+                        let id = b.word(first, marked);
+                        // A marked word's other spellings stand for it only when they tell as
+                        // much (`act` is `ct` with its first vowel kept, and a word of prose).
+                        aliases.extend(
+                            spellings[1..]
+                                .iter()
+                                .filter(|s| !s.is_empty() && (!marked || telling(s)))
+                                .map(|s| (s.clone(), id)),
+                        );
+                        Some(id)
+                    }
+                    _ => None,
+                };
+                seen.insert(w, id);
+                ids.push(id);
+            }
+            for (s, id) in &aliases {
+                b.alias(s, *id);
+            }
+            for (start, &(pat, len)) in gram_at.iter().enumerate() {
+                let len = len as usize;
+                if pat == u32::MAX || start + len > words.len() {
+                    continue;
+                }
+                b.gram(
+                    pat,
+                    ids[start..start + len].iter().flatten().copied().collect(),
+                );
+            }
+            let w = b.finish();
+            if !w.is_empty() {
+                tables.push((t.kind, w));
+            }
+        }
+        Transformed { tables }
+    }
+}
+
+fn vowel(c: u8) -> bool {
+    matches!(c, b'a' | b'e' | b'i' | b'o' | b'u')
+}
+
+/// The spellings of `w` with `f` applied to each run of ASCII letters (digits and other
+/// letters kept as they are: `u32` is `uway32` in pig latin), the runs' spellings combined, at
+/// most [`MAX_SPELLINGS`].
+fn by_letter_runs(w: &str, out: &mut Vec<String>, f: fn(&str, &mut Vec<String>)) {
+    out.clear();
+    out.push(String::new());
+    let mut run_spellings = Vec::new();
+    let b = w.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let letters = b[i].is_ascii_lowercase();
+        let mut j = i;
+        while j < b.len() && b[j].is_ascii_lowercase() == letters {
+            j += 1;
+        }
+        // `j` is at a char boundary: ASCII letters are single bytes, and the other run ends
+        // only before one.
+        let run = &w[i..j];
+        if letters {
+            f(run, &mut run_spellings);
+            let mut next = Vec::with_capacity(out.len() * run_spellings.len());
+            for o in out.iter() {
+                for s in &run_spellings {
+                    if next.len() < MAX_SPELLINGS {
+                        next.push(format!("{o}{s}"));
+                    }
+                }
+            }
+            *out = next;
+        } else {
+            for o in out.iter_mut() {
+                o.push_str(run);
+            }
+        }
+        i = j;
+    }
+    dedup(out);
+}
+
+/// Pig latin of a run of letters: the consonants before the first vowel moved to the end and
+/// `ay` added; a run that starts with a vowel gets `way` (or `yay`, `ay`, `hay`).
+fn pig_latin(r: &str, out: &mut Vec<String>) {
+    out.clear();
+    let b = r.as_bytes();
+    for y_vowel in [false, true] {
+        for qu in [false, true] {
+            let is_vowel = |i: usize| vowel(b[i]) || (y_vowel && i > 0 && b[i] == b'y');
+            let mut i = (0..b.len()).find(|&i| is_vowel(i)).unwrap_or(b.len());
+            if qu && i > 0 && i < b.len() && b[i] == b'u' && b[i - 1] == b'q' {
+                i += 1;
+            }
+            if i == 0 {
+                for end in ["way", "yay", "ay", "hay"] {
+                    out.push(format!("{r}{end}"));
+                }
+            } else {
+                out.push(format!("{}{}ay", &r[i..], &r[..i]));
+            }
+        }
+    }
+    dedup(out);
+}
+
+/// `out` without its repeats, in order (a few spellings: a quadratic pass is the cheap one).
+fn dedup(out: &mut Vec<String>) {
+    let mut k = 1;
+    while k < out.len() {
+        if out[..k].contains(&out[k]) {
+            out.remove(k);
+        } else {
+            k += 1;
+        }
+    }
+}
+
+/// A run of letters without its vowels; also with a first vowel kept (`abt`).
+fn vowels_dropped(r: &str, out: &mut Vec<String>) {
+    out.clear();
+    out.push(r.chars().filter(|&c| !vowel(c as u8)).collect());
+    let mut first = r.chars();
+    if let Some(c) = first.next() {
+        let mut kept = String::from(c);
+        kept.extend(first.filter(|&c| !vowel(c as u8)));
+        out.push(kept);
+    }
+}
+
+/// Ubbi-dubbi of a run of letters: `ub` before each run of vowels; also before every vowel,
+/// without one before a silent final `e` (`mubake`), and with `y` a vowel inside the word.
+fn ubbi_dubbi(r: &str, out: &mut Vec<String>) {
+    out.clear();
+    let b = r.as_bytes();
+    for y_vowel in [false, true] {
+        let is_vowel = |i: usize| vowel(b[i]) || (y_vowel && i > 0 && b[i] == b'y');
+        let vowels = (0..b.len()).filter(|&i| is_vowel(i)).count();
+        // A final `e` after a consonant is silent when the word has another vowel.
+        let silent =
+            b.len() >= 3 && b[b.len() - 1] == b'e' && !is_vowel(b.len() - 2) && vowels >= 2;
+        for (each, keep_silent) in [(false, false), (true, false), (false, true)] {
+            if keep_silent && !silent {
+                continue;
+            }
+            let mut s = String::with_capacity(r.len() * 2);
+            for (i, &c) in b.iter().enumerate() {
+                let starts = is_vowel(i) && (each || i == 0 || !is_vowel(i - 1));
+                let quiet = keep_silent && i == b.len() - 1;
+                if starts && !quiet {
+                    s.push_str("ub");
+                }
+                s.push(char::from(c));
+            }
+            out.push(s);
+        }
+    }
+    dedup(out);
+}
+
+/// The first three characters of a word; a word with a digit is also kept whole, first (a
+/// number is written as it is).
+fn first_three_letters(w: &str, out: &mut Vec<String>) {
+    out.clear();
+    let three: String = w.chars().take(3).collect();
+    if w.chars().any(|c| c.is_ascii_digit()) {
+        out.push(w.to_owned());
+        if three != w {
+            out.push(three);
+        }
+    } else {
+        out.push(three);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spell(t: Transform, w: &str) -> Vec<String> {
+        let e = TRANSFORMS.iter().find(|e| e.kind == t).unwrap();
+        let mut out = Vec::new();
+        (e.spell)(w, &mut out);
+        out
+    }
+
+    #[test]
+    fn each_transform_spells_a_word_as_its_game_does() {
+        use Transform::*;
+        assert_eq!(spell(PigLatin, "string")[0], "ingstray");
+        assert_eq!(spell(PigLatin, "apple")[0], "appleway");
+        assert!(spell(PigLatin, "apple").contains(&"appleyay".to_owned()));
+        assert!(spell(PigLatin, "quick").contains(&"ickquay".to_owned()));
+        assert!(spell(PigLatin, "quick").contains(&"uickqay".to_owned()));
+        assert!(spell(PigLatin, "rhythm").contains(&"ythmrhay".to_owned()));
+        assert_eq!(spell(PigLatin, "u32")[0], "uway32");
+        assert_eq!(spell(VowelsDropped, "quick")[0], "qck");
+        assert_eq!(spell(VowelsDropped, "about"), ["bt", "abt"]);
+        assert_eq!(spell(VowelsDropped, "a")[0], "");
+        assert_eq!(spell(FirstThreeLetters, "brown"), ["bro"]);
+        assert_eq!(spell(FirstThreeLetters, "fox"), ["fox"]);
+        assert_eq!(spell(FirstThreeLetters, "2024"), ["2024", "202"]);
+        assert_eq!(spell(UbbiDubbi, "hello")[0], "hubellubo");
+        assert_eq!(spell(UbbiDubbi, "speak")[0], "spubeak");
+        assert!(spell(UbbiDubbi, "speak").contains(&"spubeubak".to_owned()));
+        assert!(spell(UbbiDubbi, "make").contains(&"mubake".to_owned()));
+        assert!(spell(UbbiDubbi, "happy").contains(&"hubappuby".to_owned()));
+        for t in TRANSFORMS {
+            let mut out = Vec::new();
+            (t.spell)("antidisestablishmentarianism42x7y", &mut out);
+            assert!(out.len() <= MAX_SPELLINGS);
+            (t.spell)("", &mut out);
+            assert!(out.iter().all(String::is_empty));
+        }
+    }
+
+    #[test]
+    fn n_grams_of_stubs_and_ordinary_spellings_are_not_looked_for() {
+        let words: Vec<String> = "a cut is a cut".split(' ').map(str::to_owned).collect();
+        let gram_at = vec![(0, 4), (1, 4), (u32::MAX, 0), (u32::MAX, 0), (u32::MAX, 0)];
+        let t = Transformed::build(&words, &gram_at);
+        // Pig latin marks every word; vowels dropped leaves `ct` (marked) and `s` (a stub).
+        let kinds: Vec<Transform> = t.tables.iter().map(|(k, _)| *k).collect();
+        assert!(kinds.contains(&Transform::PigLatin));
+        assert!(!kinds.contains(&Transform::VowelsDropped));
+        // The first three letters of short words are the words.
+        assert!(!kinds.contains(&Transform::FirstThreeLetters));
+    }
+}
