@@ -109,6 +109,25 @@ const MAX_LISTEN_ADDRS: usize = 16;
 /// theirs.
 const DISCOVERY_TARGET: usize = 8;
 
+/// LAN peers mDNS found that are remembered for re-dialing, and addresses each: any LAN host can
+/// answer mDNS, so both are bounded (past them a discovery is still dialed once, not kept).
+const MAX_MDNS_PEERS: usize = 256;
+const MAX_MDNS_ADDRESSES_PER_PEER: usize = 8;
+
+/// The first wait before an mDNS peer is dialed again; it doubles after each try up to
+/// [`MDNS_REDIAL_MAX_WAIT`], so a LAN host answering mDNS with addresses nobody serves costs a
+/// dial a minute, not one each prune tick.
+const MDNS_REDIAL_FIRST_WAIT: Duration = Duration::from_secs(1);
+const MDNS_REDIAL_MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// A LAN peer mDNS found: where, and when it is next dialed if still not connected.
+#[derive(Debug)]
+struct MdnsFound {
+    addrs: Vec<Multiaddr>,
+    next_dial: Instant,
+    wait: Duration,
+}
+
 /// Everything the peer network needs from the node's config.
 #[derive(Clone, Debug)]
 pub struct PeersConfig {
@@ -728,6 +747,7 @@ pub async fn start(
         peers: HashMap::new(),
         listen_addrs,
         last_kad_bootstrap: None,
+        mdns_found: HashMap::new(),
         sync_answered: SyncAnswers::default(),
         provided: BTreeSet::new(),
         announcing: HashSet::new(),
@@ -1086,6 +1106,11 @@ struct Task {
     peers: HashMap<PeerId, PeerState>,
     listen_addrs: Vec<Multiaddr>,
     last_kad_bootstrap: Option<Instant>,
+    /// LAN peers mDNS found and has not expired, with the addresses it named: re-dialed from
+    /// [`Task::prune`] while not connected, so one dial that failed (a busy peer, a lost SYN)
+    /// does not leave a LAN peer unreached until mDNS's next query minutes later. Bounded like
+    /// the dial gate's discovered set.
+    mdns_found: HashMap<PeerId, MdnsFound>,
     sync_answered: SyncAnswers,
     /// The skill index: what this node provides, what it lets others provide on it (as a DHT
     /// server), and the searches in flight with their lookups and fetches.
@@ -1807,6 +1832,34 @@ impl Task {
         for peer in gone {
             self.emit(NetworkEvent::LeftBoard { peer });
         }
+        self.redial_mdns_found();
+    }
+
+    /// Dials again the LAN peers mDNS found that this node is not connected to (their first
+    /// dial failed, or the connection closed), within the discovery target. A dial already under
+    /// way is not doubled (the swarm's default condition is "disconnected and not dialing").
+    fn redial_mdns_found(&mut self) {
+        let now = Instant::now();
+        let due: Vec<PeerId> = self
+            .mdns_found
+            .iter()
+            .filter(|(peer, found)| found.next_dial <= now && !self.swarm.is_connected(peer))
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in due {
+            if self.outbound_count() >= DISCOVERY_TARGET {
+                break;
+            }
+            let Some(found) = self.mdns_found.get_mut(&peer) else {
+                continue;
+            };
+            found.wait = (found.wait * 2).min(MDNS_REDIAL_MAX_WAIT);
+            found.next_dial = now + found.wait;
+            let addrs = found.addrs.clone();
+            let _ = self
+                .swarm
+                .dial(DialOpts::peer_id(peer).addresses(addrs).build());
+        }
     }
 
     /// Sign and publish this node's advert, and put it on our own board (a node may call its
@@ -2083,6 +2136,19 @@ impl Task {
                     // every LAN address some peer names (review 23b P5).
                     self.dial_policy.allow_discovered(&addr);
                     self.swarm.add_peer_address(peer, addr.clone());
+                    if self.mdns_found.len() < MAX_MDNS_PEERS || self.mdns_found.contains_key(&peer)
+                    {
+                        let found = self.mdns_found.entry(peer).or_insert_with(|| MdnsFound {
+                            addrs: Vec::new(),
+                            next_dial: Instant::now() + MDNS_REDIAL_FIRST_WAIT,
+                            wait: MDNS_REDIAL_FIRST_WAIT,
+                        });
+                        if found.addrs.len() < MAX_MDNS_ADDRESSES_PER_PEER
+                            && !found.addrs.contains(&addr)
+                        {
+                            found.addrs.push(addr.clone());
+                        }
+                    }
                     if !self.swarm.is_connected(&peer) && self.outbound_count() < DISCOVERY_TARGET {
                         let _ = self
                             .swarm
@@ -2091,8 +2157,14 @@ impl Task {
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Expired(gone))) => {
-                for (_, addr) in gone {
+                for (peer, addr) in gone {
                     self.dial_policy.forget_discovered(&addr);
+                    if let Some(found) = self.mdns_found.get_mut(&peer) {
+                        found.addrs.retain(|a| a != &addr);
+                        if found.addrs.is_empty() {
+                            self.mdns_found.remove(&peer);
+                        }
+                    }
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Autonat(autonat::v2::client::Event {
