@@ -536,7 +536,7 @@ impl Skills {
             .find(|(f, _)| !Limits::FIELDS.contains(&f.as_str()))
         {
             return Err(NodeError::invalid(
-                &format!("limits.{field}"),
+                format!("limits.{field}"),
                 format!("unknown ceiling (accepted: {})", Limits::FIELDS.join(", ")),
             ));
         }
