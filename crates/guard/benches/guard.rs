@@ -51,17 +51,15 @@ fn cpu_ns() -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
-fn cpu_per_call(name: &str, iters: u32, mut f: impl FnMut()) {
-    let Some(start) = cpu_ns() else { return };
+/// Prints (and returns) the CPU time per call of `f`, in µs.
+fn cpu_per_call(name: &str, iters: u32, mut f: impl FnMut()) -> Option<f64> {
+    let start = cpu_ns()?;
     for _ in 0..iters {
         f();
     }
-    if let Some(end) = cpu_ns() {
-        println!(
-            "cpu time {name}: {:.0} µs per call",
-            (end - start) as f64 / 1000.0 / f64::from(iters)
-        );
-    }
+    let per_call = (cpu_ns()? - start) as f64 / 1000.0 / f64::from(iters);
+    println!("cpu time {name}: {per_call:.0} µs per call");
+    Some(per_call)
 }
 
 /// `text` in the form `encode` writes, from as much of `text` as makes about `bytes` of it (the
@@ -283,6 +281,32 @@ fn bench(c: &mut Criterion) {
             black_box(check(&key_guard, black_box(&benign)));
         },
     );
+
+    // Review 26 V6: one long run of number words, figures among digit names (`4 four 4 four …`)
+    // or names a mark apart (`four/four/…`), which `numbers::read` walked again at each word it
+    // added (39 s a check at 1 MiB). Two sizes 4× apart: linear work costs about 4× at the
+    // larger, the quadratic walk about 16×.
+    for unit in ["4 four ", "four/"] {
+        let per_call: Vec<Option<f64>> = [64usize, 256]
+            .iter()
+            .map(|kib| {
+                let answer = unit.repeat((kib << 10) / unit.len());
+                cpu_per_call(
+                    &format!("check {kib} KiB answer of {unit:?} repeated"),
+                    3,
+                    || {
+                        black_box(check(&prepared, black_box(&answer)));
+                    },
+                )
+            })
+            .collect();
+        if let [Some(small), Some(large)] = per_call[..] {
+            println!(
+                "cpu time of {unit:?} repeated, 256 KiB / 64 KiB: {:.1}x (linear 4x, quadratic 16x)",
+                large / small
+            );
+        }
+    }
 
     for (name, clean, leak) in &forms {
         cpu_per_call(&format!("check 4 KiB clean answer as {name}"), 100, || {

@@ -392,8 +392,8 @@ impl Run {
     }
 }
 
-/// Steps of `read`'s work, counted in tests only: one per word of the text it looks at and one
-/// per run word a walk may visit ([`Run::words`]).
+// Steps of `read`'s work, counted in tests only: one per word of the text it looks at and one
+// per run word a walk may visit (`Run::words`).
 #[cfg(test)]
 thread_local! {
     static STEPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
