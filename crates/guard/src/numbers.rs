@@ -918,7 +918,9 @@ mod tests {
             let reading = read(text);
             (STEPS.with(|s| s.get()), reading)
         };
-        let cases: [(&str, Option<fn(usize) -> String>); 5] = [
+        // What `unit` repeated n times reads as (`None`: left as written).
+        type Reading = Option<fn(usize) -> String>;
+        let cases: [(&str, Reading); 5] = [
             ("4 four ", Some(|n| "4".repeat(2 * n) + " ")),
             ("four/", Some(|n| "4".repeat(n) + "/")),
             ("four ", Some(|n| "4".repeat(n) + " ")),
