@@ -21,23 +21,7 @@ use skillbox_jc::run::now_secs;
 use skillbox_jc::seal::HpkeKeyPair;
 use skillbox_jc::server::Health;
 use skillbox_testkit::box_fixture::{Fixture, program_between, remote_code};
-
-const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-fn model_path() -> PathBuf {
-    let path = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-            .join(".local/share/skillbox/models")
-            .join(MODEL_FILE),
-    };
-    assert!(
-        path.is_file(),
-        "the embedded model is missing at {}: run `skillbox model fetch` (or set SKILLBOX_MODEL)",
-        path.display()
-    );
-    path
-}
+use skillbox_testkit::procs::model_path;
 
 /// A running box process, killed when dropped.
 struct BoxProcess {

@@ -12,7 +12,6 @@
 //! Needs the model file (`SKILLBOX_MODEL`, or the data dir's copy): without it these tests fail
 //! and say how to get it.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,8 +19,9 @@ use skillbox_guard::{Action, GuardSpec};
 use skillbox_jc::client::{StakeInput, new_nonce, open_result, seal_stake};
 use skillbox_jc::program::{CallerInputs, OutputSpec, Program, ReceiptSpec, Role};
 use skillbox_jc::run::{BoxConfig, NEUTRAL_INSTRUCTION, RunFailure};
-use skillbox_providers::local::{LocalModel, LocalOptions, LocalProvider, MODEL_FILE};
+use skillbox_providers::local::{LocalModel, LocalOptions, LocalProvider};
 use skillbox_providers::{ChatRequest, FinishReason, Provider, ProviderFailure, Reply};
+use skillbox_testkit::procs::model_path;
 
 use crate::support::*;
 
@@ -41,23 +41,6 @@ const SUFFIX_NOISE: usize = 8;
 
 const SHORT_BODY: &str = "You are a counting assistant. Do exactly what the user asks.";
 const FILLER: &str = " Keep every number on one line, with one space between numbers.";
-
-fn model_path() -> PathBuf {
-    let path = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
-        Some(p) => PathBuf::from(p),
-        None => std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default()
-            .join(".local/share/skillbox/models")
-            .join(MODEL_FILE),
-    };
-    assert!(
-        path.is_file(),
-        "the embedded model is missing at {}: run `skillbox model fetch` (or set SKILLBOX_MODEL)",
-        path.display()
-    );
-    path
-}
 
 /// What one generation came to, as the provider saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
