@@ -101,6 +101,7 @@ fn program(
             model_max_bytes: model,
             key_max_bytes: 0,
             body_max_tokens: None,
+            model_context_tokens: None,
         },
         output: OutputSpec::to_caller(1024),
         ..base

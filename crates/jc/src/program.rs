@@ -172,6 +172,16 @@ pub struct OwnerInputs {
     /// [`OwnerInputs::body_allowance`]). The caller may read it: it is the owner's bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_max_tokens: Option<u64>,
+    /// The remote model's context in tokens, as the owner declares it: a remote provider's
+    /// request is judged against it in the box before it is sent (bytes bound tokens: the
+    /// caller's text in bytes + the frame + the body allowance + the answer's `max_tokens`), so
+    /// a `context_too_long` depends only on what the caller can compute, never on how long the
+    /// body is (N5 for remote providers); a context refusal the provider still sends back then
+    /// fails `unavailable`. Absent: [`DEFAULT_MODEL_CONTEXT_TOKENS`] (see
+    /// [`OwnerInputs::model_context`]). Only for a remote provider: the embedded model's context
+    /// is the box's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_context_tokens: Option<u64>,
 }
 
 /// The body allowance a program that names none runs with. Fixed, not derived from the box's
@@ -183,10 +193,27 @@ pub const DEFAULT_BODY_MAX_TOKENS: u64 = 1024;
 /// The largest body allowance a program may name (no model's context is near it).
 pub const MAX_BODY_MAX_TOKENS: u64 = 1 << 20;
 
+/// The remote model context a program that declares none is judged against. Fixed and small
+/// enough to be true of nearly every remote chat model (hosted ones take 8,192 tokens or more;
+/// 8k is a common size for a model an Ollama server runs), so a program from a node that
+/// declares nothing — an older one — still never lets a remote provider's refusal tell the
+/// body's length: it fails closed on context, costing large requests room, rather than judging
+/// nothing. With the default allowance and output bound it leaves a caller about 5,400 bytes of
+/// request and sources.
+pub const DEFAULT_MODEL_CONTEXT_TOKENS: u64 = 8192;
+/// The largest model context a program may declare (no model's context is near it).
+pub const MAX_MODEL_CONTEXT_TOKENS: u64 = 1 << 24;
+
 impl OwnerInputs {
     /// The body allowance in force: the program's, else [`DEFAULT_BODY_MAX_TOKENS`].
     pub fn body_allowance(&self) -> u64 {
         self.body_max_tokens.unwrap_or(DEFAULT_BODY_MAX_TOKENS)
+    }
+
+    /// The remote model context in force: the program's, else [`DEFAULT_MODEL_CONTEXT_TOKENS`].
+    pub fn model_context(&self) -> u64 {
+        self.model_context_tokens
+            .unwrap_or(DEFAULT_MODEL_CONTEXT_TOKENS)
     }
 }
 
@@ -478,6 +505,30 @@ impl Program {
             return Err(invalid(
                 "owner_inputs.body_max_tokens",
                 format!("1 to {MAX_BODY_MAX_TOKENS}"),
+            ));
+        }
+        if let Some(tokens) = oi.model_context_tokens {
+            if self.provider.id == ProviderId::Local {
+                return Err(invalid(
+                    "owner_inputs.model_context_tokens",
+                    "absent for the local provider (the box's model has its own context)",
+                ));
+            }
+            if !(1..=MAX_MODEL_CONTEXT_TOKENS).contains(&tokens) {
+                return Err(invalid(
+                    "owner_inputs.model_context_tokens",
+                    format!("1 to {MAX_MODEL_CONTEXT_TOKENS}"),
+                ));
+            }
+        }
+        // A remote context no larger than the body's allowance admits no request at all.
+        if self.provider.id != ProviderId::Local && oi.model_context() <= oi.body_allowance() {
+            return Err(invalid(
+                "owner_inputs.model_context_tokens",
+                format!(
+                    "more than the body allowance ({} tokens; absent: {DEFAULT_MODEL_CONTEXT_TOKENS})",
+                    oi.body_allowance()
+                ),
             ));
         }
         if self.provider.id.needs_key() && oi.key_max_bytes == 0 {
@@ -805,6 +856,7 @@ pub(crate) mod tests {
                 model_max_bytes: 256,
                 key_max_bytes: 0,
                 body_max_tokens: None,
+                model_context_tokens: None,
             },
             output: OutputSpec::to_caller(2048),
             receipt: ReceiptSpec::to_both(),
@@ -888,6 +940,75 @@ pub(crate) mod tests {
         let back = Program::from_canonical(&bytes).expect("parses");
         assert_eq!(back, p);
         assert_eq!(back.hash().expect("hash"), ProgramHash::of(&bytes));
+    }
+
+    #[test]
+    fn a_declared_model_context_is_for_a_remote_provider_within_bounds_and_above_the_allowance() {
+        let field_of = |p: &Program| match p.validate() {
+            Err(JcError::ProgramInvalid { field, reason }) => Some((field, reason)),
+            Err(other) => panic!("not a program refusal: {other}"),
+            Ok(()) => None,
+        };
+        let local = sample_default();
+        let remote = Program {
+            provider: ProviderGrant {
+                id: ProviderId::Ollama,
+                host: Some("http://127.0.0.1:11434/v1".into()),
+            },
+            ..local.clone()
+        };
+        // Absent: the default, for either provider.
+        assert_eq!(field_of(&local), None);
+        assert_eq!(field_of(&remote), None);
+        assert_eq!(
+            remote.owner_inputs.model_context(),
+            DEFAULT_MODEL_CONTEXT_TOKENS
+        );
+        let with = |p: &Program, context: Option<u64>, allowance: Option<u64>| {
+            let mut p = p.clone();
+            p.owner_inputs.model_context_tokens = context;
+            p.owner_inputs.body_max_tokens = allowance;
+            p
+        };
+        // The local model's context is the box's own: a program may not declare one.
+        let (field, reason) = field_of(&with(&local, Some(4096), None)).expect("local");
+        assert_eq!(field, "owner_inputs.model_context_tokens");
+        assert!(reason.contains("local provider"), "{reason}");
+        // Out of bounds.
+        for context in [0, MAX_MODEL_CONTEXT_TOKENS + 1, u64::MAX] {
+            let (field, reason) = field_of(&with(&remote, Some(context), None)).expect("bounds");
+            assert_eq!(field, "owner_inputs.model_context_tokens");
+            assert!(reason.contains("1 to"), "{context}: {reason}");
+        }
+        // No larger than the allowance it must hold: no request could ever run.
+        for (context, allowance) in [
+            (Some(DEFAULT_BODY_MAX_TOKENS), None),
+            (Some(2000), Some(2000)),
+            (None, Some(DEFAULT_MODEL_CONTEXT_TOKENS)),
+        ] {
+            let (field, reason) =
+                field_of(&with(&remote, context, allowance)).expect("above the allowance");
+            assert_eq!(field, "owner_inputs.model_context_tokens");
+            assert!(reason.contains("more than the body allowance"), "{reason}");
+        }
+        // Within bounds and above the allowance, it is the one in force.
+        for context in [
+            DEFAULT_BODY_MAX_TOKENS + 1,
+            128_000,
+            MAX_MODEL_CONTEXT_TOKENS,
+        ] {
+            let p = with(&remote, Some(context), None);
+            assert_eq!(field_of(&p), None, "{context}");
+            assert_eq!(p.owner_inputs.model_context(), context);
+        }
+        // Signed in: it is part of the canonical bytes (the program's hash changes with it).
+        let declared = with(&remote, Some(32_768), None);
+        let bytes = String::from_utf8(declared.to_canonical().expect("canonical")).expect("utf-8");
+        assert!(bytes.contains("\"model_context_tokens\":32768"), "{bytes}");
+        assert_eq!(
+            Program::from_canonical(bytes.as_bytes()).expect("parses"),
+            declared
+        );
     }
 
     #[test]

@@ -2281,6 +2281,11 @@ impl BoxCore {
             temperature: self.config.temperature,
             seed: Some(seed),
             system_allowance: Some(system_allowance),
+            // A remote provider judges the request against the owner's declared context before
+            // sending it, in bytes, from public values only (N5 for remote providers).
+            context_tokens: Some(
+                usize::try_from(p.owner_inputs.model_context()).unwrap_or(usize::MAX),
+            ),
         };
         let timeout = std::time::Duration::from_secs(self.config.run_ttl_secs.max(1));
         let key = key.as_ref().map(|k| k.as_str());

@@ -34,6 +34,7 @@ fn request(user: String, seed: u64) -> ChatRequest {
         temperature: 0.7,
         seed: Some(seed),
         system_allowance: None,
+        context_tokens: None,
     }
 }
 

@@ -117,10 +117,13 @@ pub fn parse_message(bytes: &[u8]) -> Result<Completion, ProviderError> {
 impl Provider for Anthropic {
     fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
+            // Judged before sending, from public values only (N5): see `remote_admission`.
+            let judged = request.remote_admission()?;
             let body = request_body(&request);
             self.endpoint
                 .with_retries(|| self.attempt(&body, api_key))
                 .await
+                .map_err(|e| ChatRequest::after_admission(judged, e))
         })
     }
 }
@@ -177,6 +180,7 @@ mod tests {
             temperature: 1.7,
             seed: None,
             system_allowance: None,
+            context_tokens: None,
         };
         let b = request_body(&req);
         assert_eq!(b["max_tokens"], 5);

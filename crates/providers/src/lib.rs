@@ -38,8 +38,98 @@ pub struct ChatRequest {
     /// with a budget of `max_tokens`, so neither a refusal nor the answer's length depends on
     /// how long the body really is; a system text over it fails `unavailable`, whatever the
     /// request. `None`: the prompt is judged as it is (one party holds both texts). Remote
-    /// providers, which have no tokenizer in the box, do not read it.
+    /// providers, which have no tokenizer in the box, judge it in bytes
+    /// ([`ChatRequest::remote_admission`]).
     pub system_allowance: Option<usize>,
+    /// The model's context in tokens as the owner declared it in the program
+    /// (`owner_inputs.model_context_tokens`, else its default): what a remote provider judges
+    /// a request against before sending it, with the [`system_allowance`](Self::system_allowance).
+    /// `local` knows its own context and does not read it.
+    pub context_tokens: Option<usize>,
+}
+
+/// What a remote chat template adds to a prompt besides its texts, at most, in tokens (role
+/// markers, BOS, a template's fixed lines: OpenAI's is about 3 a message plus 3, Llama 3's
+/// about 30). Public, so the caller computes the same admission as the box.
+pub const REMOTE_FRAME_TOKENS: usize = 128;
+
+/// The words for a system text over its allowance at a remote provider: fixed, the owner's to
+/// fix, and the same whatever the request (the box never names a length).
+const REMOTE_OVER_ALLOWANCE: &str = "remote model: the system prompt's bytes are more than its \
+     allowance (the owner's body_max_tokens), so the box cannot show it fits";
+
+/// The words for a box with an allowance but no declared context: nothing to judge against.
+const REMOTE_NO_CONTEXT: &str =
+    "remote model: no declared model context to judge the request against";
+
+/// The words for a context refusal from a remote provider after the box let the request in:
+/// the owner's declared context is more than the model takes. Fixed, like any owner fault.
+const REMOTE_MISDECLARED: &str = "remote model: the provider refused a request the box judged \
+     within the declared context (the owner's model_context_tokens is more than the model's)";
+
+impl ChatRequest {
+    /// Whether a remote provider may be sent this request, judged before sending from what the
+    /// caller can compute only (review 26 V1, N5 for remote providers): the box has no remote
+    /// tokenizer, but a token covers at least one byte, so bytes bound tokens from above.
+    ///
+    /// With a [`system_allowance`](Self::system_allowance):
+    /// - a system text of more bytes than the allowance fails `unavailable`, whatever the
+    ///   request: the box cannot show it fits (the owner's to fix, constant across probes);
+    /// - without a [`context_tokens`](Self::context_tokens) it fails `unavailable` (fail closed:
+    ///   nothing public to judge against);
+    /// - the user text's bytes + [`REMOTE_FRAME_TOKENS`] + the allowance + `max_tokens` over the
+    ///   context fails `context_too_long` (`InvalidRequest`): only the caller's own text and
+    ///   the program decide it, never the body's length.
+    ///
+    /// Let in, the prompt and `max_tokens` fit the declared context, so the provider's answer
+    /// budget is `max_tokens` and a context refusal can only mean a wrong declaration
+    /// ([`ChatRequest::after_admission`]). Without an allowance: nothing judged (`Ok(false)`),
+    /// for a party holding both texts. `Ok(true)`: judged and let in.
+    pub fn remote_admission(&self) -> Result<bool, ProviderError> {
+        let Some(allowance) = self.system_allowance else {
+            return Ok(false);
+        };
+        if self.system.len() > allowance {
+            return Err(ProviderError::Unavailable(REMOTE_OVER_ALLOWANCE.into()));
+        }
+        let Some(context) = self.context_tokens else {
+            return Err(ProviderError::Unavailable(REMOTE_NO_CONTEXT.into()));
+        };
+        let most = remote_prompt_bound(self.user.len(), allowance, self.max_tokens);
+        if most > context {
+            return Err(ProviderError::InvalidRequest(format!(
+                "the request is {} bytes; with the frame ({REMOTE_FRAME_TOKENS}), the body \
+                 allowance ({allowance}) and the answer ({}) the declared model context takes \
+                 at most {context} tokens",
+                self.user.len(),
+                self.max_tokens
+            )));
+        }
+        Ok(true)
+    }
+
+    /// A remote provider's error for a request [`remote_admission`](Self::remote_admission)
+    /// let in (`judged`): a context refusal then means the owner declared more context than the
+    /// model takes, and its edge sits at the model's context less the real body — so it fails
+    /// `unavailable` like any other owner-side fault, never `context_too_long`, which the caller
+    /// could bisect. Other errors, and any error of a request not judged, pass as they are.
+    pub fn after_admission(judged: bool, error: ProviderError) -> ProviderError {
+        if judged && error.failure() == ProviderFailure::ContextTooLong {
+            ProviderError::Unavailable(REMOTE_MISDECLARED.into())
+        } else {
+            error
+        }
+    }
+}
+
+/// The most tokens a remote prompt of `user_bytes` of user text and a system text within
+/// `allowance` takes with its answer of `max_tokens`: what [`ChatRequest::remote_admission`]
+/// holds against the declared context. Saturating: no sum wraps.
+pub fn remote_prompt_bound(user_bytes: usize, allowance: usize, max_tokens: u32) -> usize {
+    REMOTE_FRAME_TOKENS
+        .saturating_add(allowance)
+        .saturating_add(user_bytes)
+        .saturating_add(max_tokens as usize)
 }
 
 /// Token accounting as the provider reported it.
@@ -289,6 +379,105 @@ mod tests {
             assert!(!f.message().is_empty());
         }
         assert_eq!(ProviderFailure::parse("anything else"), None);
+    }
+
+    /// A request as the box sends a remote provider: `body` behind a fixed allowance, `user`
+    /// of the caller's, `max_tokens` of answer, the declared `context`.
+    fn remote(body: &str, user: &str, max_tokens: u32, context: Option<usize>) -> ChatRequest {
+        ChatRequest {
+            system: body.into(),
+            user: user.into(),
+            model: "m".into(),
+            max_tokens,
+            temperature: 0.0,
+            seed: None,
+            system_allowance: Some(1000),
+            context_tokens: context,
+        }
+    }
+
+    #[test]
+    fn remote_admission_judges_the_callers_bytes_the_allowance_and_the_answer_only() {
+        // The edge: frame + allowance + user bytes + max_tokens == context is let in, one byte
+        // more is refused `context_too_long`, whatever the body within its allowance.
+        let context = 4096;
+        let room = context - REMOTE_FRAME_TOKENS - 1000 - 100;
+        assert_eq!(remote_prompt_bound(room, 1000, 100), context);
+        let mut refusals = Vec::new();
+        for body in ["", "short", &"b".repeat(999), &"b".repeat(1000)] {
+            let fits = remote(body, &"u".repeat(room), 100, Some(context));
+            assert_eq!(fits.remote_admission().ok(), Some(true), "{}", body.len());
+            let over = remote(body, &"u".repeat(room + 1), 100, Some(context));
+            let err = over.remote_admission().expect_err("one byte over");
+            assert_eq!(err.failure(), ProviderFailure::ContextTooLong);
+            refusals.push(err.to_string());
+        }
+        // The refusal's words name the caller's length and the public bounds: one text for
+        // every body.
+        refusals.dedup();
+        assert_eq!(refusals.len(), 1, "{refusals:?}");
+        // max_tokens is budgeted in full: one more answer token is one byte less of request.
+        let err = remote("", &"u".repeat(room), 101, Some(context)).remote_admission();
+        assert_eq!(
+            err.map_err(|e| e.failure()),
+            Err(ProviderFailure::ContextTooLong)
+        );
+        // A body of more bytes than its allowance fails `unavailable` on every request, the
+        // shortest included: the box cannot show it fits.
+        for user in ["", "hi", &"u".repeat(room + 1)] {
+            let err = remote(&"b".repeat(1001), user, 100, Some(context)).remote_admission();
+            assert_eq!(
+                err.map_err(|e| e.failure()),
+                Err(ProviderFailure::Unavailable)
+            );
+        }
+        // An allowance and no declared context: closed, `unavailable`.
+        let err = remote("short", "hi", 100, None).remote_admission();
+        assert_eq!(
+            err.map_err(|e| e.failure()),
+            Err(ProviderFailure::Unavailable)
+        );
+        // No allowance (no box): nothing judged.
+        let free = ChatRequest {
+            system_allowance: None,
+            context_tokens: None,
+            ..remote(&"b".repeat(5000), &"u".repeat(9000), 100, None)
+        };
+        assert_eq!(free.remote_admission().ok(), Some(false));
+        // Sums saturate instead of wrapping.
+        assert_eq!(
+            remote_prompt_bound(usize::MAX, usize::MAX, u32::MAX),
+            usize::MAX
+        );
+    }
+
+    #[test]
+    fn a_context_refusal_after_admission_is_unavailable_and_other_errors_pass() {
+        for e in [
+            ProviderError::Reported(ProviderFailure::ContextTooLong),
+            ProviderError::Upstream { status: 413 },
+            ProviderError::InvalidRequest("x".into()),
+        ] {
+            assert_eq!(e.failure(), ProviderFailure::ContextTooLong);
+            let mapped = ChatRequest::after_admission(true, e);
+            assert_eq!(mapped.failure(), ProviderFailure::Unavailable, "{mapped}");
+        }
+        // Not judged (no box), it stays what it was.
+        let kept = ChatRequest::after_admission(false, ProviderError::Upstream { status: 413 });
+        assert_eq!(kept.failure(), ProviderFailure::ContextTooLong);
+        for (e, want) in [
+            (
+                ProviderError::Upstream { status: 502 },
+                ProviderFailure::UpstreamError,
+            ),
+            (ProviderError::Timeout { secs: 1 }, ProviderFailure::Timeout),
+            (
+                ProviderError::Reported(ProviderFailure::RateLimited),
+                ProviderFailure::RateLimited,
+            ),
+        ] {
+            assert_eq!(ChatRequest::after_admission(true, e).failure(), want);
+        }
     }
 
     #[test]

@@ -153,10 +153,13 @@ pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
 impl Provider for OpenAiCompatible {
     fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
+            // Judged before sending, from public values only (N5): see `remote_admission`.
+            let judged = request.remote_admission()?;
             let body = request_body(&request, self.options.stream);
             self.endpoint
                 .with_retries(|| self.attempt(&body, api_key))
                 .await
+                .map_err(|e| ChatRequest::after_admission(judged, e))
         })
     }
 }
@@ -523,6 +526,7 @@ mod tests {
             temperature: 0.2,
             seed: Some(9),
             system_allowance: None,
+            context_tokens: None,
         };
         let b = request_body(&req, true);
         assert_eq!(b["max_tokens"], 17);

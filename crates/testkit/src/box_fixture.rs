@@ -647,6 +647,7 @@ pub fn program_between(
             model_max_bytes: 64,
             key_max_bytes: 0,
             body_max_tokens: None,
+            model_context_tokens: None,
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::to_both(),

@@ -34,6 +34,20 @@ pub fn count_answer(body: &Value) -> String {
     format!("The double read {prompt_len} bytes of prompt.")
 }
 
+/// How many prompt tokens a model with a tokenizer of three bytes a token on average counts for
+/// a chat completion request: each message's bytes / 3, rounded up, plus 4 a message and 3 for
+/// the reply's start (OpenAI's framing). Always fewer than the prompt's bytes, as any BPE's.
+pub fn approx_prompt_tokens(body: &Value) -> u64 {
+    let per_message: u64 = messages(body)
+        .map(|m| m["content"].as_str().map_or(0, str::len).div_ceil(3) as u64 + 4)
+        .sum();
+    per_message + 3
+}
+
+/// What [`approx_prompt_tokens`]' double reports as a completion's `usage.prompt_tokens`: the
+/// count plus this, so a test finds the figure by its digits wherever it might travel.
+pub const USAGE_MARK: u64 = 900_000_000;
+
 /// The content of the request's first `role` message ("" when there is none).
 pub fn turn(body: &Value, role: &str) -> String {
     messages(body)
@@ -215,6 +229,11 @@ pub mod serve {
         /// An obedient model: answers every request with its system prompt (the skill body)
         /// — the stand-in for a strong remote model asked for its instructions.
         Obedient,
+        /// A model of this many tokens of context: a request whose prompt
+        /// ([`super::approx_prompt_tokens`]) and `max_tokens` exceed it is refused as OpenAI
+        /// refuses it (HTTP 400, `context_length_exceeded`); any other is answered "ok" with
+        /// `usage.prompt_tokens` the prompt's count plus [`super::USAGE_MARK`].
+        WithContext(u64),
     }
 
     async fn chat(
@@ -233,6 +252,11 @@ pub mod serve {
             .unwrap_or("")
             .to_owned();
         let count = super::count_answer(&body);
+        // (prompt tokens, answer tokens) as a model of `WithContext` counts them.
+        let (prompt, answer) = (
+            super::approx_prompt_tokens(&body),
+            body["max_tokens"].as_u64().unwrap_or(0),
+        );
         log.push(auth, body);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -248,6 +272,30 @@ pub mod serve {
                 Json(json!({ "error": { "code": "moderation", "message": echo } })).into_response()
             }
             Answering::Obedient => Json(super::completion(&system)).into_response(),
+            Answering::WithContext(context) => {
+                if prompt + answer > context {
+                    let message = format!(
+                        "This model's maximum context length is {context} tokens. However, you \
+                         requested {} tokens ({prompt} in the messages, {answer} in the \
+                         completion).",
+                        prompt + answer
+                    );
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        Json(json!({ "error": {
+                            "message": message, "type": "invalid_request_error",
+                            "param": "messages", "code": "context_length_exceeded" } })),
+                    )
+                        .into_response();
+                }
+                let mut done = super::completion("ok");
+                done["usage"] = json!({
+                    "prompt_tokens": super::USAGE_MARK + prompt,
+                    "completion_tokens": 1,
+                    "total_tokens": super::USAGE_MARK + prompt + 1,
+                });
+                Json(done).into_response()
+            }
         }
     }
 

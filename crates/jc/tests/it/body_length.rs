@@ -338,3 +338,6 @@ async fn regenerate_ends_both_rounds_alike_so_a_catch_does_not_show_in_the_lengt
     let _ = b.call(&p, &request(20), &long).await;
     assert_budget_is_max_tokens(&b.observed.take());
 }
+
+/// The same for a remote provider, judged in bytes against the owner's declared context.
+mod remote;

@@ -4,9 +4,9 @@
 use skillbox_calls::FailureCode;
 use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
-    BoxIdentity, CallerInputs, CallerParty, DEFAULT_BODY_MAX_TOKENS, OutputSpec, OwnerInputs,
-    OwnerParty, PROGRAM_VERSION, PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec,
-    SkillRef, SourceLimit,
+    BoxIdentity, CallerInputs, CallerParty, DEFAULT_BODY_MAX_TOKENS, DEFAULT_MODEL_CONTEXT_TOKENS,
+    OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION, PROMPT_TEMPLATE_V2, Parties, Program,
+    ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, Limits, ProviderId};
@@ -105,6 +105,8 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             key_max_bytes,
             // The box's default allowance: the owner checks the program names no other.
             body_max_tokens: None,
+            // The default remote model context, likewise the only one an owner declares today.
+            model_context_tokens: None,
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
         receipt: ReceiptSpec::for_guard(true),
@@ -192,6 +194,12 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
     // fail `unavailable` (a body over its allowance).
     if program.owner_inputs.body_allowance() != DEFAULT_BODY_MAX_TOKENS {
         return mismatch("the program's body allowance is not the owner's".into());
+    }
+    // The remote model context too: the box admits a request against it, so a caller choosing
+    // it could move the admission's edge to the model's real one and bisect the body's length
+    // on which side fails `unavailable` (a refusal after admission).
+    if program.owner_inputs.model_context() != DEFAULT_MODEL_CONTEXT_TOKENS {
+        return mismatch("the program's model context is not the owner's".into());
     }
     let declared: Vec<&str> = decl.required_sources.iter().map(String::as_str).collect();
     if let Some(s) = program
@@ -415,6 +423,37 @@ mod tests {
             let err = check(&probe, &base()).expect_err("allowance");
             assert_eq!(err.0, FailureCode::ProgramMismatch);
             assert!(err.1.contains("body allowance"), "{}", err.1);
+        }
+        // Nor declare a remote model's context: a larger one would put the box's admission
+        // past the model's real context, where a refusal's edge moves with the body.
+        let ollama: ProviderId = "ollama".parse().expect("provider");
+        let remote = build(CallerFacts {
+            provider: ollama.clone(),
+            provider_host: Some("http://127.0.0.1:11434/v1".into()),
+            guard: guard_for(&ollama),
+            ..facts(vec![])
+        })
+        .expect("builds");
+        let remote_held = Held {
+            decl: decl("ollama"),
+            ..held()
+        };
+        let remote_base = || remote_held.facts(&remote);
+        assert_eq!(check(&remote, &remote_base()), Ok(()));
+        let mut stated = remote.clone();
+        stated.owner_inputs.model_context_tokens = Some(DEFAULT_MODEL_CONTEXT_TOKENS);
+        assert_eq!(check(&stated, &remote_base()), Ok(()));
+        for tokens in [
+            DEFAULT_BODY_MAX_TOKENS + 1,
+            DEFAULT_MODEL_CONTEXT_TOKENS + 1,
+            1 << 17,
+        ] {
+            let mut probe = remote.clone();
+            probe.owner_inputs.model_context_tokens = Some(tokens);
+            assert_eq!(probe.validate().map_err(|e| e.to_string()), Ok(()));
+            let err = check(&probe, &remote_base()).expect_err("model context");
+            assert_eq!(err.0, FailureCode::ProgramMismatch);
+            assert!(err.1.contains("model context"), "{}", err.1);
         }
         let f = OwnerFacts {
             accepts_box: &no,

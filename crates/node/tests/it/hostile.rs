@@ -678,6 +678,7 @@ pub(crate) fn admissible_program(
             model_max_bytes: 1024,
             key_max_bytes: 16 * 1024,
             body_max_tokens: None,
+            model_context_tokens: None,
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::for_guard(true),

@@ -629,6 +629,7 @@ impl LocalModel {
             temperature: 0.0,
             seed: None,
             system_allowance: None,
+            context_tokens: None,
         };
         let tokens = self.inner.prompt_tokens(&request)?;
         Ok(tokens.into_iter().map(|t| t.0 as u32).collect())

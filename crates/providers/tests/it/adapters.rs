@@ -187,6 +187,7 @@ fn request() -> ChatRequest {
         temperature: 0.3,
         seed: Some(7),
         system_allowance: None,
+        context_tokens: None,
     }
 }
 
@@ -973,4 +974,104 @@ fn provider_tls_ignores_roots_from_the_environment() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A request as the box sends it: `body` behind an allowance of 1,000 bytes, `user` of the
+/// caller's, 100 tokens of answer, a declared context of 4,096 tokens.
+fn judged(body: &str, user: &str) -> ChatRequest {
+    ChatRequest {
+        system: body.into(),
+        user: user.into(),
+        max_tokens: 100,
+        system_allowance: Some(1000),
+        context_tokens: Some(4096),
+        ..request()
+    }
+}
+
+/// The most user bytes [`judged`] lets in.
+const JUDGED_ROOM: usize = 4096 - skillbox_providers::REMOTE_FRAME_TOKENS - 1000 - 100;
+
+const CONTEXT_EXCEEDED: &str = r#"{"error":{"message":"This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#;
+const ANTHROPIC_TOO_LARGE: &str = r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum size"}}"#;
+
+/// N5 for remote providers: each adapter refuses a request over the declared context before
+/// anything is sent (`context_too_long`, the same for every body), refuses a body it cannot
+/// show fits its allowance before anything is sent (`unavailable`, whatever the request), and
+/// turns a context refusal that still comes back (a wrong declaration) into `unavailable`.
+#[tokio::test]
+async fn remote_admission_refuses_before_sending_and_a_later_context_refusal_is_unavailable() {
+    let at_edge = "u".repeat(JUDGED_ROOM);
+    let over_edge = "u".repeat(JUDGED_ROOM + 1);
+    for stream in [false, true] {
+        // Over the edge, short body or long: refused in the box, the server never asked.
+        let server = Loopback::start(vec![]).await;
+        for body in ["short", &"b".repeat(1000)] {
+            let err = openai_at(&server.url("/v1"), http(), stream)
+                .complete(judged(body, &over_edge), None)
+                .await
+                .unwrap_err();
+            assert_eq!(err.failure(), ProviderFailure::ContextTooLong, "{err:?}");
+            // A body over its allowance in bytes: unavailable, even for the shortest request.
+            let err = openai_at(&server.url("/v1"), http(), stream)
+                .complete(judged(&"b".repeat(1001), "hi"), None)
+                .await
+                .unwrap_err();
+            assert_eq!(err.failure(), ProviderFailure::Unavailable, "{err:?}");
+        }
+        assert!(server.seen().is_empty(), "nothing sent");
+        // At the edge the request goes out; the provider still says the context is exceeded
+        // (the owner declared more than the model takes), in a 200 answer's error object:
+        // unavailable, not context_too_long, and not retried.
+        let server = Loopback::start(vec![json(200, CONTEXT_EXCEEDED)]).await;
+        let err = openai_at(&server.url("/v1"), http(), stream)
+            .complete(judged("short", &at_edge), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure(), ProviderFailure::Unavailable, "{err:?}");
+        assert_eq!(server.seen().len(), 1);
+        // As an HTTP 400 (OpenAI's own shape) the body is never read: upstream_error, as for
+        // any other 400, judged or not.
+        let server = Loopback::start(vec![json(400, CONTEXT_EXCEEDED)]).await;
+        let err = openai_at(&server.url("/v1"), http(), stream)
+            .complete(judged("short", &at_edge), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure(), ProviderFailure::UpstreamError, "{err:?}");
+        // The in-band refusal for a request the box did not judge (no allowance) stays what
+        // the provider said: the mapping is for the box's requests only.
+        let server = Loopback::start(vec![json(200, CONTEXT_EXCEEDED)]).await;
+        let err = openai_at(&server.url("/v1"), http(), stream)
+            .complete(request(), None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.failure(), ProviderFailure::ContextTooLong, "{err:?}");
+    }
+    // A 413 from an OpenAI-compatible server after admission, too.
+    let server = Loopback::start(vec![json(413, "{}")]).await;
+    let err = openai_at(&server.url("/v1"), http(), false)
+        .complete(judged("short", "hi"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), ProviderFailure::Unavailable, "{err:?}");
+    // Anthropic: the same admission before sending, and its `request_too_large` after it.
+    let server = Loopback::start(vec![json(413, ANTHROPIC_TOO_LARGE)]).await;
+    let anthropic = Anthropic::new(&server.url(""), http()).unwrap();
+    let err = anthropic
+        .complete(judged("short", &over_edge), Some(KEY))
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), ProviderFailure::ContextTooLong, "{err:?}");
+    let err = anthropic
+        .complete(judged(&"b".repeat(1001), "hi"), Some(KEY))
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), ProviderFailure::Unavailable, "{err:?}");
+    assert!(server.seen().is_empty(), "nothing sent");
+    let err = anthropic
+        .complete(judged("short", &at_edge), Some(KEY))
+        .await
+        .unwrap_err();
+    assert_eq!(err.failure(), ProviderFailure::Unavailable, "{err:?}");
+    assert_eq!(server.seen().len(), 1);
 }

@@ -48,6 +48,7 @@ fn ask(user: &str, max_tokens: u32, seed: u64) -> ChatRequest {
         temperature: 0.7,
         seed: Some(seed),
         system_allowance: None,
+        context_tokens: None,
     }
 }
 

@@ -36,6 +36,7 @@ fn hi() -> ChatRequest {
         temperature: 0.0,
         seed: Some(1),
         system_allowance: None,
+        context_tokens: None,
     }
 }
 

@@ -1,0 +1,255 @@
+//! The owner's body length does not reach the caller through a remote provider (N5), with the
+//! real box and the real OpenAI-compatible adapter against a loopback model double of 4,096
+//! tokens of context (it counts a prompt at three bytes a token and refuses a longer one with
+//! OpenAI's `context_length_exceeded`). Two programs differ only in the owner's body; the
+//! caller bisects its request's length until runs fail, as the attack does: the first failing
+//! length is the same for both bodies (it was `context - body`: the body's length in about a
+//! dozen calls). Needs no model file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skillbox_jc::client::{StakeInput, new_nonce, open_result, seal_stake};
+use skillbox_jc::program::{CallerInputs, OutputSpec, Program, ProviderGrant, Role};
+use skillbox_jc::registry::ProviderRegistry;
+use skillbox_jc::run::{BoxConfig, BoxCore, RunFailure};
+use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
+use skillbox_providers::{ProviderFailure, ProviderId};
+use skillbox_testkit::provider::serve::{Answering, ProviderLog, provider_double_answering};
+use skillbox_testkit::provider::{USAGE_MARK, approx_prompt_tokens};
+
+use crate::support::*;
+
+/// The double's context, which the owner declares.
+const CONTEXT: u64 = 4096;
+/// Output bound: the box asks for `max_bytes / 3` tokens, 100.
+const OUTPUT: u64 = 300;
+/// The caller's request room the program grants: far past the edge.
+const REQUEST_MAX: u64 = 64 << 10;
+const RESULT_WAIT: Duration = Duration::from_secs(60);
+
+const SHORT_BODY: &str = "You are a counting assistant. Do exactly what the user asks.";
+
+/// A body of `len` bytes: the short one and filler sentences.
+fn body_of(len: usize) -> String {
+    let mut body = SHORT_BODY.to_owned();
+    while body.len() < len {
+        body.push_str(" Keep every number on one line, with one space between numbers.");
+    }
+    body.truncate(len);
+    body
+}
+
+struct Remote {
+    f: Fixture,
+    log: ProviderLog,
+    url: String,
+}
+
+/// A box whose `ollama` provider is the real OpenAI-compatible adapter at a double of
+/// [`CONTEXT`] tokens on loopback.
+async fn remote() -> Remote {
+    let (url, log) =
+        provider_double_answering(Duration::ZERO, Answering::WithContext(CONTEXT)).await;
+    let adapter = OpenAiCompatible::new(
+        &url,
+        OpenAiOptions {
+            stream: false,
+            ..OpenAiOptions::default()
+        },
+    )
+    .expect("adapter");
+    let mut providers = ProviderRegistry::new();
+    providers.register(ProviderId::Ollama, Some(url.clone()), Arc::new(adapter));
+    let core = BoxCore::new(dev_attester(), providers, BoxConfig::default());
+    let f = serve_box_loopback(Arc::new(core)).await;
+    Remote { f, log, url }
+}
+
+/// What the caller gets from one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    Failed(RunFailure),
+    Answered,
+}
+
+impl Remote {
+    /// The program both bodies run under: the `ollama` double, one request of up to 64 KiB,
+    /// the default body allowance and the model's context as the owner declares it.
+    fn program(&self, declared: Option<u64>) -> Program {
+        let mut p = self.f.program();
+        p.provider = ProviderGrant {
+            id: ProviderId::Ollama,
+            host: Some(self.url.clone()),
+        };
+        p.caller_inputs = CallerInputs {
+            request_max_bytes: REQUEST_MAX,
+            sources: vec![],
+        };
+        p.owner_inputs.model_context_tokens = declared;
+        p.output = OutputSpec::to_caller(OUTPUT);
+        p
+    }
+
+    /// One call of `p` with the owner's `body` and a request of `padding` bytes, as the caller
+    /// sees it, and the result's view (for what travels with it).
+    async fn call(&self, p: &Program, padding: usize, body: &str) -> (Seen, String) {
+        let f = &self.f;
+        let p = Program {
+            call_id: format!("remote-len-{}", new_nonce()),
+            ..p.clone()
+        };
+        let (_, run) = f.open(&p).await;
+        let request = "n ".repeat(padding / 2) + &"n".repeat(padding % 2);
+        let sealed = seal_stake(
+            &run,
+            Role::Caller,
+            vec![StakeInput::bytes("request", request.as_bytes())],
+        )
+        .expect("seal");
+        f.client
+            .stake(&run, Role::Caller, sealed, &f.caller)
+            .await
+            .expect("caller stakes");
+        f.client
+            .stake(&run, Role::Owner, f.owner_stake(&run, body), &f.owner)
+            .await
+            .expect("owner stakes");
+        f.submit_as(&run, Role::Caller)
+            .await
+            .expect("caller submits");
+        f.submit_as(&run, Role::Owner).await.expect("owner submits");
+        let view = f
+            .client
+            .wait_result(&run.run_id, RESULT_WAIT)
+            .await
+            .expect("result");
+        // Everything of the result the caller holds: the view, the receipt's payload and, for
+        // an answer, what it opens.
+        let mut held = serde_json::to_string(&view).expect("view");
+        held.push_str(&String::from_utf8_lossy(
+            &view.receipt.payload_bytes().expect("receipt payload"),
+        ));
+        if let Some(failure) = view.error {
+            return (Seen::Failed(failure), held);
+        }
+        let out = open_result(&view, &f.result_key, &run).expect("the caller opens its answer");
+        held.push_str(&out.answer);
+        (Seen::Answered, held)
+    }
+
+    /// The shortest request padding in `0..=hi` whose run fails, by bisection (runs fail from
+    /// some length on), and what the first failing run failed with; `None` if none fails.
+    async fn first_refused(&self, p: &Program, body: &str, hi: usize) -> Option<(usize, Seen)> {
+        let (top, _) = self.call(p, hi, body).await;
+        if top == Seen::Answered {
+            return None;
+        }
+        let (mut lo, mut hi, mut seen) = (0usize, hi, top);
+        // Invariant: `hi` fails; everything below `lo` answered.
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.call(p, mid, body).await {
+                (Seen::Answered, _) => lo = mid + 1,
+                (failed, _) => {
+                    hi = mid;
+                    seen = failed;
+                }
+            }
+        }
+        Some((hi, seen))
+    }
+
+    /// How many requests the double refused (its own count of their prompts over its context).
+    fn refused_by_the_model(&self) -> usize {
+        let log = self.log.0.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .filter(|(_, body)| {
+                approx_prompt_tokens(body) + body["max_tokens"].as_u64().unwrap_or(0) > CONTEXT
+            })
+            .count()
+    }
+}
+
+/// The attack: the caller bisects its request's length against two programs that differ only
+/// in the owner's body (60 and 1,000 bytes, about 313 tokens apart at the double's count). With
+/// the box's admission the first refused length is one and the same, refused
+/// `context_too_long` by the box before the provider, which never refuses; without it the edge
+/// sat at the model's context less the body's tokens and moved by some 940 bytes.
+#[tokio::test]
+async fn a_callers_bisection_against_a_remote_model_finds_the_same_edge_whatever_the_body() {
+    let r = remote().await;
+    let p = r.program(Some(CONTEXT));
+    let (short, long) = (body_of(SHORT_BODY.len()), body_of(1000));
+    let hi = 16 << 10;
+    let short_edge = r.first_refused(&p, &short, hi).await;
+    let long_edge = r.first_refused(&p, &long, hi).await;
+    println!("first refused padding: short body {short_edge:?}, long body {long_edge:?}");
+    let (Some(short_edge), Some(long_edge)) = (short_edge, long_edge) else {
+        panic!("no request up to {hi} bytes was refused: {short_edge:?} {long_edge:?}");
+    };
+    assert_eq!(
+        short_edge.0, long_edge.0,
+        "the first refused request length moved with the body's length"
+    );
+    assert_eq!(
+        short_edge.1,
+        Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong))
+    );
+    assert_eq!(long_edge.1, short_edge.1);
+    // The box refused before sending: the model never saw a request over its context.
+    assert_eq!(r.refused_by_the_model(), 0, "the model refused a request");
+}
+
+/// A body the box cannot show fits its allowance (more bytes than the allowance's tokens)
+/// fails `unavailable` on every request, the shortest and the longest alike, and reaches no
+/// model; a program with no declared context is judged against the default one.
+#[tokio::test]
+async fn a_body_over_its_allowance_is_unavailable_whatever_the_request_and_never_sent() {
+    let r = remote().await;
+    let p = r.program(Some(CONTEXT));
+    let over = body_of(skillbox_jc::program::DEFAULT_BODY_MAX_TOKENS as usize + 1);
+    for padding in [0, 100, 3000, 20_000] {
+        let (seen, _) = r.call(&p, padding, &over).await;
+        assert_eq!(
+            seen,
+            Seen::Failed(RunFailure::Provider(ProviderFailure::Unavailable)),
+            "padding {padding}"
+        );
+    }
+    assert!(
+        r.log.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
+        "a body over its allowance reached the model"
+    );
+    // No declared context: the default (8,192) is the one judged. Its edge is past the
+    // double's 4,096, so there the model's refusal shows — as upstream_error (an HTTP 400's
+    // body is never read), never context_too_long — which is why an owner must declare no
+    // more than its model takes (see the design's residual).
+    let undeclared = r.program(None);
+    let room = skillbox_jc::program::DEFAULT_MODEL_CONTEXT_TOKENS as usize;
+    let (seen, _) = r.call(&undeclared, room, SHORT_BODY).await;
+    assert_eq!(
+        seen,
+        Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong)),
+        "a request past the default context is the box's refusal"
+    );
+}
+
+/// The provider's usage figures (`prompt_tokens` counts the body) stay in the box: nothing the
+/// caller holds of a run — the result view, the receipt, the opened answer — carries them.
+#[tokio::test]
+async fn usage_figures_never_reach_the_caller() {
+    let r = remote().await;
+    let p = r.program(Some(CONTEXT));
+    for body in [body_of(SHORT_BODY.len()), body_of(1000)] {
+        let (seen, held) = r.call(&p, 40, &body).await;
+        assert_eq!(seen, Seen::Answered);
+        let log = r.log.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (_, sent) = log.last().expect("the model was asked");
+        let usage = USAGE_MARK + approx_prompt_tokens(sent);
+        assert!(
+            !held.contains(&usage.to_string()) && !held.contains("900000"),
+            "the caller holds the provider's usage ({usage}): {held}"
+        );
+    }
+}
