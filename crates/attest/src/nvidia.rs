@@ -2,15 +2,16 @@
 //! DSP0274 defines it.
 //!
 //! The evidence is the 37-byte request (`GET_MEASUREMENTS`: version, code `E0`, param1 with the
-//! signature bit, param2 the operation, the requester's 32-byte nonce, the slot) followed by the
-//! `MEASUREMENTS` response: header, number of blocks, the 3-byte measurement record length and
-//! the record (DMTF measurement blocks), the responder nonce, the opaque data with its own
-//! 2-byte length, then the signature, whose size is the one of the algorithm the chain's leaf
-//! names (ECDSA P-384: 96 bytes, the only key NVIDIA GPUs use; another leaf key is
-//! `unsupported`). The driver may hand the report over in a larger buffer: zero bytes after the
-//! signature are accepted (outside the signed region), anything else is `malformed`. SPDM 1.2
-//! responses parse the same, but their signature covers the version/capabilities/algorithms
-//! negotiation, which GPU evidence does not carry: refused `unsupported`.
+//! signature bit, param2 the operation — `FF`, every block, any other is `malformed` — the
+//! requester's 32-byte nonce, the slot) followed by the `MEASUREMENTS` response: header, number
+//! of blocks, the 3-byte measurement record length and the record (DMTF measurement blocks), the
+//! responder nonce, the opaque data with its own 2-byte length, then the signature, whose size
+//! is the one of the algorithm the chain's leaf names (ECDSA P-384: 96 bytes, the only key
+//! NVIDIA GPUs use; another leaf key is `unsupported`). The driver may hand the report over in a
+//! larger buffer: zero bytes after the signature are accepted (outside the signed region),
+//! anything else is `malformed`. SPDM 1.2 responses parse the same, but their signature covers
+//! the version/capabilities/algorithms negotiation, which GPU evidence does not carry: refused
+//! `unsupported`.
 //!
 //! Checked, in this order: the certificate chain from the leaf up to the NVIDIA Device Identity
 //! CA **pinned by fingerprint** (a chain ending in another self-signed root is `foreign_root`),
@@ -64,6 +65,9 @@ const SPDM_1_2: u8 = 0x12;
 pub const MAX_GPUS: usize = 16;
 const GET_MEASUREMENTS: u8 = 0xE0;
 const MEASUREMENTS: u8 = 0x60;
+/// GET_MEASUREMENTS param2 asking for every measurement block (DSP0274: 0 asks for their count,
+/// 1–0xFE for that one block).
+const ALL_BLOCKS: u8 = 0xFF;
 const MAX_CHAIN: usize = 8;
 
 /// What a GPU attester serves: the SPDM transcript and the device certificate chain (leaf
@@ -206,6 +210,14 @@ impl Transcript {
         if req[2] & 1 != 1 {
             return Err(Refusal::Malformed(
                 "SPDM request did not ask for a signature",
+            ));
+        }
+        // Param2 is the operation: 0xFF asks for every block. A report of fewer blocks would
+        // leave out exactly those a policy must see (review 27 F5; the pin-them-all rule refuses
+        // it too, unless the policy pins just the blocks asked for).
+        if req[3] != ALL_BLOCKS {
+            return Err(Refusal::Malformed(
+                "SPDM request did not ask for every measurement block",
             ));
         }
         let mut requester_nonce = [0u8; 32];

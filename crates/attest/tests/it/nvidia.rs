@@ -217,15 +217,21 @@ fn a_gpu_policy_pinning_some_blocks_passes_no_gpu_on_them_alone() {
 // ---- a synthetic transcript under a self-made root ----
 
 fn forged_transcript(nonce: [u8; 32]) -> Vec<u8> {
-    let mut t = vec![0x11, 0xe0, 0x01, 0xff];
+    forged_request_for(nonce, 0xff, 2)
+}
+
+/// A transcript whose request asks for `operation` (param2) and whose response carries blocks
+/// 1..=`blocks` (block `i`'s value is 48 bytes of `i`), signed with the forged leaf's key.
+fn forged_request_for(nonce: [u8; 32], operation: u8, blocks: u8) -> Vec<u8> {
+    let mut t = vec![0x11, 0xe0, 0x01, operation];
     t.extend(nonce);
     t.push(0);
     let mut record = Vec::new();
-    for i in 1..=2u8 {
+    for i in 1..=blocks {
         record.extend([i, 1, 51, 0, 1, 48, 0]);
         record.extend([i; 48]);
     }
-    t.extend([0x11, 0x60, 0, 0, 2]);
+    t.extend([0x11, 0x60, 0, 0, blocks]);
     t.extend(&(record.len() as u32).to_le_bytes()[..3]);
     t.extend(&record);
     t.extend([7u8; 32]);
@@ -288,6 +294,56 @@ fn layout_rules_are_enforced() {
         err(&t),
         Refusal::Malformed("duplicate SPDM measurement index")
     );
+}
+
+/// Review 27 F5: param2 of the request is the operation, and only 0xFF (every block) was ever
+/// meant. A box asking its GPU for block 1 alone gets a signed one-block report, which a policy
+/// pinning block 1 alone would pass under the pin-them-all rule (every carried block pinned);
+/// the other blocks, where a CC-off or devtools GPU differs, were never asked for. Refused as
+/// the request is read, before the chain (the forged leaf chains to no NVIDIA root, so no
+/// forged report could get further; the refusal must be the request's).
+#[test]
+fn a_request_for_fewer_than_every_block_is_refused() {
+    let only_block_1 = Policy {
+        measurements: vec![golden(1, &hex::encode([1u8; 48]))],
+        devices: vec![],
+    };
+    let fewer = Refusal::Malformed("SPDM request did not ask for every measurement block");
+    // 1: that block; 0: the number of blocks (no block at all); 0xFE: the last one.
+    for (operation, blocks) in [(1u8, 1u8), (0, 0), (0xfe, 1)] {
+        let t = forged_request_for(nonce(), operation, blocks);
+        assert_eq!(
+            nvidia::Transcript::parse(&t).map(|t| t.blocks.len()),
+            Err(fewer),
+            "param2 = {operation:#04x} parsed"
+        );
+        let ev = nvidia::Evidence {
+            transcript: t,
+            chain: vec![data("forged/p384-leaf.der"), data("forged/p384-root.der")],
+        };
+        assert_eq!(ev.refusal_under(&only_block_1, T_2025), fewer);
+    }
+    // The same forge asking for every block reads; it stops at the chain.
+    let all = nvidia::Evidence {
+        transcript: forged_request_for(nonce(), 0xff, 1),
+        chain: vec![data("forged/p384-leaf.der"), data("forged/p384-root.der")],
+    };
+    assert_eq!(
+        nvidia::Transcript::parse(&all.transcript).map(|t| t.blocks.len()),
+        Ok(1)
+    );
+    assert_eq!(
+        all.refusal_under(&only_block_1, T_2025),
+        Refusal::ForeignRoot
+    );
+    // NVIDIA's own reports (Hopper on drivers 550 and 580, Blackwell) all ask for every block;
+    // the same Hopper request asking for block 2 is refused as the request, not the signature.
+    for ev in [nvidia_hopper(), nvidia_hopper_580(), nvidia_blackwell()] {
+        assert_eq!(ev.transcript[3], 0xff);
+    }
+    let mut one = nvidia_hopper();
+    one.transcript[3] = 2;
+    assert_eq!(one.refusal_at(T_2025), fewer);
 }
 
 proptest! {
