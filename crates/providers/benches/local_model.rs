@@ -10,6 +10,10 @@
 //! 3. Four generations at once, batched: their combined decode rate.
 //!
 //! `SKILLBOX_BENCH_THREADS` changes the thread count of both.
+//!
+//! `cargo bench -p skillbox-providers --bench local_model -- body` measures only what the owner's
+//! body length does to a run's time (review 27 F1): bodies of about 60 and 900 tokens, with and
+//! without the box's allowance, the median wall time, prompt time and time per decode step.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,6 +122,9 @@ fn bench() -> Result<(), String> {
         .and_then(|t| t.parse().ok())
         .unwrap_or(2usize);
     // Built first, so its minutes of compiling do not fall between the measurements.
+    if std::env::args().any(|a| a == "body") {
+        return body_length(&path, threads);
+    }
     llama_bench::binary()?;
 
     let started = Instant::now();
@@ -188,5 +195,89 @@ fn bench() -> Result<(), String> {
         tokens as f64 / wall / decode
     );
     println!("  engine: {:?}", model.stats());
+    Ok(())
+}
+
+/// The box's allowance: `body_max_tokens` 1024 plus the notice's bytes.
+const BOX_ALLOWANCE: usize = 1024 + 300;
+const BODY_RUNS: usize = 7;
+
+/// An owner's body of about `tokens` tokens, in plain sentences.
+fn body_of(model: &LocalModel, tokens: usize) -> Result<String, String> {
+    let mut body = String::from("You are the harbour office's assistant. Answer briefly.");
+    while model
+        .tokenizer()
+        .encode_plain(&body)
+        .map_err(|e| e.to_string())?
+        .len()
+        < tokens
+    {
+        body.push_str(" The lighthouse keeper writes the tides and the ships in the log.");
+    }
+    Ok(body)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Review 27 F1: the run's wall time, prompt time and decode-step time for a short and a long
+/// body, without an allowance (the prompt as it is) and under the box's (padded to it), runs
+/// interleaved so drift on a shared machine hits every row alike.
+fn body_length(path: &std::path::Path, threads: usize) -> Result<(), String> {
+    let options = LocalOptions {
+        threads: Some(threads),
+        parallel: 1,
+        context: None,
+        ..LocalOptions::default()
+    };
+    let model = LocalModel::load_with(path, &options).map_err(|e| e.to_string())?;
+    let bodies = [body_of(&model, 60)?, body_of(&model, 900)?];
+    let mut cases = Vec::new();
+    for allowance in [None, Some(BOX_ALLOWANCE)] {
+        for body in &bodies {
+            let request = ChatRequest {
+                system: body.clone(),
+                user: "Write a long story about the sea.".into(),
+                model: String::new(),
+                max_tokens: 32,
+                temperature: 0.0,
+                seed: None,
+                system_allowance: allowance,
+                context_tokens: None,
+            };
+            cases.push((request, Vec::new(), Vec::new(), Vec::new(), 0u64));
+        }
+    }
+    model.generate(&cases[0].0).map_err(|e| e.to_string())?;
+    for _ in 0..BODY_RUNS {
+        for (request, wall, prompt, step, fed) in &mut cases {
+            let before = model.stats().prompt_tokens_fed;
+            let started = Instant::now();
+            let (_, timing) = model.generate_timed(request).map_err(|e| e.to_string())?;
+            wall.push(started.elapsed().as_secs_f64() * 1e3);
+            prompt.push(timing.prompt.as_secs_f64() * 1e3);
+            step.push(timing.decode.as_secs_f64() * 1e3 / timing.decoded_tokens.max(1) as f64);
+            *fed = model.stats().prompt_tokens_fed - before;
+        }
+    }
+    println!("body length and run time, {threads} threads, {BODY_RUNS} runs each, medians (ms):");
+    for (request, wall, prompt, step, fed) in cases {
+        let body = model
+            .tokenizer()
+            .encode_plain(&request.system)
+            .map_err(|e| e.to_string())?
+            .len();
+        println!(
+            "  allowance {:>5}  body {body:>4} tokens  fed {fed:>5}  wall {:8.1}  prompt {:8.1}  decode step {:6.2}",
+            request
+                .system_allowance
+                .map_or_else(|| "none".into(), |a| a.to_string()),
+            median(wall),
+            median(prompt),
+            median(step),
+        );
+    }
     Ok(())
 }

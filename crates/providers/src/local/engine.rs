@@ -47,6 +47,7 @@ pub(crate) struct Counters {
     steps: AtomicU64,
     shared_steps: AtomicU64,
     max_sequences: AtomicUsize,
+    prompt_tokens_fed: AtomicU64,
 }
 
 /// A snapshot of the engine's counters.
@@ -58,6 +59,9 @@ pub struct EngineStats {
     pub shared_steps: u64,
     /// Most generations carried by one step.
     pub max_sequences: usize,
+    /// Tokens fed before sampling so far, prompts and their padding: under an allowance a run
+    /// feeds as many as a body of exactly the allowance would (review 27 F1).
+    pub prompt_tokens_fed: u64,
 }
 
 /// How the engine runs (resolved: no defaults left open).
@@ -117,6 +121,7 @@ impl Engine {
             steps: self.counters.steps.load(Ordering::Relaxed),
             shared_steps: self.counters.shared_steps.load(Ordering::Relaxed),
             max_sequences: self.counters.max_sequences.load(Ordering::Relaxed),
+            prompt_tokens_fed: self.counters.prompt_tokens_fed.load(Ordering::Relaxed),
         }
     }
 }
@@ -130,11 +135,26 @@ fn cancelled() -> ProviderError {
 }
 
 /// One generation in flight.
+///
+/// Under an owner's allowance the slot feeds `padding` throwaway tokens besides its prompt, so
+/// its prefill costs what a body of exactly the allowance would: the prompt's work was linear
+/// in the body's real tokens, and a caller timing its calls read the body's length off it
+/// (review 27 F1, ~9-22 ms a token). The plan, in feeding order: the prompt but its last
+/// token; the padding, at the positions that follow (causal attention: no prompt token sees
+/// it); then, once the padding's cells are dropped, the prompt's last token at its own
+/// position, whose logits give the first answer token. So the answer is the one the prompt
+/// alone gives, the padding is gone before decoding (the cells hold the answer's budget as
+/// admission promised), and how the plan splits into steps depends only on its length, the
+/// allowance's.
 struct Slot {
     seq: i32,
     job: Job,
     prompt: Vec<LlamaToken>,
-    /// Prompt tokens already decoded.
+    padding: usize,
+    /// Whether the padding's cells were dropped (only then may the prompt's last token go in:
+    /// llama.cpp wants a sequence's positions consecutive).
+    padding_dropped: bool,
+    /// Tokens of the plan (prompt and padding) already decoded.
     fed: usize,
     budget: usize,
     generated: Vec<LlamaToken>,
@@ -152,14 +172,33 @@ enum Step {
 }
 
 impl Slot {
-    /// Position of the next token this slot feeds.
+    /// Position of the answer token this slot feeds next.
     fn position(&self) -> i32 {
-        let pos = if self.next.is_some() {
-            self.prompt.len() + self.generated.len() - 1
-        } else {
-            self.fed
-        };
+        let pos = self.prompt.len() + self.generated.len() - 1;
         i32::try_from(pos).unwrap_or(i32::MAX)
+    }
+
+    /// Tokens this slot feeds before it samples: its prompt and its padding.
+    fn plan_len(&self) -> usize {
+        self.prompt.len() + self.padding
+    }
+
+    /// The plan's `k`th token and its position (see [`Slot`]). The padding repeats the
+    /// prompt's first token: what a token costs does not depend on which it is.
+    fn planned(&self, k: usize) -> (LlamaToken, usize) {
+        let last = self.prompt.len().saturating_sub(1);
+        if k < last {
+            (self.prompt[k], k)
+        } else if k < last + self.padding {
+            (self.prompt[0], k)
+        } else {
+            (self.prompt[last], last)
+        }
+    }
+
+    /// Whether the padding is all in and its cells are still to be dropped.
+    fn padding_to_drop(&self) -> bool {
+        self.padding > 0 && !self.padding_dropped && self.fed + 1 == self.plan_len()
     }
 
     fn on_token(&mut self, inner: &Inner, token: LlamaToken) -> Step {
@@ -186,7 +225,9 @@ impl Slot {
                 text,
                 finish,
                 usage: Usage {
-                    prompt_tokens: self.prompt.len() as u64,
+                    // Under an allowance, the allowance's figure: the real one is the body's
+                    // length one field away from a receipt.
+                    prompt_tokens: self.plan_len() as u64,
                     completion_tokens: self.generated.len() as u64,
                     cost: None,
                 },
@@ -341,16 +382,22 @@ impl Worker<'_> {
             let admitted = Instant::now();
             // What the prompt may be and the answer's budget: see `Inner::admission` (with the
             // owner's allowance neither depends on the body's real length).
-            let (prompt, budget) = match self.inner.admission(&job.request, self.config.context) {
-                Ok(admitted) => (admitted.prompt, admitted.budget),
-                Err(e) => {
-                    (job.reply)(Err(e));
-                    continue;
-                }
-            };
+            let (prompt, budget, padding) =
+                match self.inner.admission(&job.request, self.config.context) {
+                    Ok(let_in) => (let_in.prompt, let_in.budget, let_in.padding),
+                    Err(e) => {
+                        (job.reply)(Err(e));
+                        continue;
+                    }
+                };
+            // An empty prompt would never sample (every frame has tokens of its own).
+            if prompt.is_empty() {
+                (job.reply)(Err(unavailable("its chat frame gave an empty prompt")));
+                continue;
+            }
             if budget == 0 {
                 let usage = Usage {
-                    prompt_tokens: prompt.len() as u64,
+                    prompt_tokens: (prompt.len() + padding) as u64,
                     completion_tokens: 0,
                     cost: None,
                 };
@@ -368,6 +415,8 @@ impl Worker<'_> {
                 sampler: sampler_for(&job.request, self.n_vocab),
                 job,
                 prompt,
+                padding,
+                padding_dropped: false,
                 fed: 0,
                 budget,
                 generated: Vec::with_capacity(budget.min(4096)),
@@ -408,23 +457,28 @@ impl Worker<'_> {
                 }
                 continue;
             }
-            let end = slot.fed + prompt_room.min(slot.prompt.len() - slot.fed);
+            let plan = slot.plan_len();
+            let mut end = slot.fed + prompt_room.min(plan - slot.fed);
+            if slot.padding > 0 && !slot.padding_dropped {
+                // The prompt's last token waits for the step after the padding's.
+                end = end.min(plan - 1);
+            }
             if end == slot.fed {
                 continue;
             }
             while slot.fed < end {
-                let last = slot.fed + 1 == slot.prompt.len();
+                let last = slot.fed + 1 == plan;
+                let (token, pos) = slot.planned(slot.fed);
                 let at = self.batch.n_tokens();
-                let pos = i32::try_from(slot.fed).unwrap_or(i32::MAX);
-                if self
-                    .batch
-                    .add(slot.prompt[slot.fed], pos, &[slot.seq], last)
-                    .is_err()
-                {
+                let pos = i32::try_from(pos).unwrap_or(i32::MAX);
+                if self.batch.add(token, pos, &[slot.seq], last).is_err() {
                     break;
                 }
                 slot.fed += 1;
                 prompt_room -= 1;
+                self.counters
+                    .prompt_tokens_fed
+                    .fetch_add(1, Ordering::Relaxed);
                 if last {
                     sampling.push((i, at));
                 }
@@ -449,6 +503,23 @@ impl Worker<'_> {
             return;
         }
         let mut finished = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| s.padding_to_drop()) else {
+                continue;
+            };
+            let from = u32::try_from(slot.prompt.len() - 1).ok();
+            match ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), from, None) {
+                Ok(true) => slot.padding_dropped = true,
+                // A model whose memory cannot drop part of a sequence (a recurrent one).
+                _ => finished.push((
+                    i,
+                    Err(unavailable(
+                        "its memory cannot drop part of a sequence, which running under a \
+                         body allowance needs",
+                    )),
+                )),
+            }
+        }
         for (i, at) in sampling {
             let Some(slot) = self.slots[i].as_mut() else {
                 continue;
@@ -459,6 +530,7 @@ impl Worker<'_> {
             }
         }
         // Highest first, so compaction never moves a slot that is about to finish.
+        finished.sort_by_key(|(i, _)| *i);
         for (i, outcome) in finished.into_iter().rev() {
             self.finish(ctx, i, outcome);
         }

@@ -278,6 +278,11 @@ pub(crate) struct Inner {
 pub(crate) struct Admitted {
     pub prompt: Vec<LlamaToken>,
     pub budget: usize,
+    /// Throwaway tokens the engine feeds with the prompt so that the work it does (and so the
+    /// run's time) is the allowance's, not the body's: with a
+    /// [`ChatRequest::system_allowance`], `frame_max + allowance + user - prompt` (review 27
+    /// F1); 0 without one.
+    pub padding: usize,
 }
 
 /// The words for a system text over its allowance: the owner's to fix, and the same whatever
@@ -296,7 +301,10 @@ impl Inner {
     /// the edge sits where the allowance puts it and the budget is `max_tokens` on every run,
     /// the neutral round of `regenerate` included. A system text over its allowance fails
     /// `unavailable` whatever the request: the owner's to fix, and constant across any
-    /// caller's probes. Without an allowance the prompt is judged as it is.
+    /// caller's probes. The prompt's work follows the allowance too: [`Admitted::padding`]
+    /// brings what the engine feeds up to `frame_max + allowance + user`, so the run's time
+    /// does not tell the body's length either (review 27 F1). Without an allowance the prompt
+    /// is judged as it is.
     pub(crate) fn admission(
         &self,
         request: &ChatRequest,
@@ -313,7 +321,11 @@ impl Inner {
                 )));
             }
             let budget = max_tokens.min(context - prompt.len());
-            return Ok(Admitted { prompt, budget });
+            return Ok(Admitted {
+                prompt,
+                budget,
+                padding: 0,
+            });
         };
         // The body first: an over-long one fails the same way for every request.
         let system = self.tokenizer.encode_untrusted(&request.system)?;
@@ -336,8 +348,14 @@ impl Inner {
         }
         let prompt = self.assemble(request, &system, &user);
         // prompt <= frame_max + allowance + user <= context - max_tokens: the answer's budget
-        // never binds before max_tokens.
+        // never binds before max_tokens, and the padding that brings the prompt's work up to
+        // that span fits in the generation's cells too.
+        let span = self
+            .frame_max
+            .saturating_add(allowance)
+            .saturating_add(user.len());
         Ok(Admitted {
+            padding: span.saturating_sub(prompt.len()),
             prompt,
             budget: max_tokens,
         })
@@ -949,17 +967,24 @@ mod tests {
     /// tests its fixed-size array, never empty. Were that fixed upstream to test the argument,
     /// `gpus = 0` would hand a CUDA build's every GPU the KV cache, the prompt with it; this
     /// fails first. (`devices()` cannot tell: it reads the array, not the pointer llama.cpp
-    /// reads.)
+    /// reads.) The list must be the wrapper's own, empty array: a pointer anywhere else (a
+    /// re-vendored wrapper's fresh allocation, which may list GPUs) is not read and fails too
+    /// (review 27 F6).
     #[test]
     fn no_gpu_is_an_empty_device_list_not_llama_cpps_every_device() {
+        use llama_cpp_2::model::params::ExplicitDevices;
         let params = model_params(&LocalOptions::default()).expect("params");
         assert_eq!(
             params.explicit_devices(),
-            Some(0),
-            "gpus = 0 hands llama.cpp a null device list (every GPU)"
+            ExplicitDevices::Own(0),
+            "gpus = 0 does not hand llama.cpp the wrapper's own empty device list (null: every \
+             GPU; foreign: unknown)"
         );
         // The default is the null list: the difference is what is tested.
-        assert_eq!(LlamaModelParams::default().explicit_devices(), None);
+        assert_eq!(
+            LlamaModelParams::default().explicit_devices(),
+            ExplicitDevices::EveryDevice
+        );
     }
 
     /// Review 26 V5, `gpus >= 1`: the model loads at the first run, and llama.cpp's default list

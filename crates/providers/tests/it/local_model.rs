@@ -368,6 +368,112 @@ async fn a_dropped_local_call_frees_its_slot() {
     assert!(short.usage.completion_tokens <= 4);
 }
 
+/// An owner's body of about `tokens` tokens, in plain sentences.
+fn body_of(m: &LocalModel, tokens: usize) -> String {
+    let t = m.tokenizer();
+    let mut body = String::from("You are the harbour office's assistant. Answer briefly.");
+    while t.encode_plain(&body).unwrap().len() < tokens {
+        body.push_str(" The lighthouse keeper writes the tides and the ships in the log.");
+    }
+    body
+}
+
+fn under_allowance(body: &str, user: &str) -> ChatRequest {
+    ChatRequest {
+        system: body.into(),
+        user: user.into(),
+        model: String::new(),
+        max_tokens: 12,
+        temperature: 0.0,
+        seed: None,
+        system_allowance: Some(1024),
+        context_tokens: None,
+    }
+}
+
+/// Review 27 F1: under an owner's allowance, admission and the answer's budget no longer told
+/// the body's length, but the engine still fed the body's real tokens, so a caller timing its
+/// calls read the length off the run's time (~9-22 ms a body token). Now a run feeds as many
+/// tokens as a body of exactly the allowance would: two bodies hundreds of tokens apart cost
+/// the same work, `usage` reports that same figure, and the padding changes no answer, alone
+/// or batched with another generation.
+#[test]
+fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
+    let m = LocalModel::load_with(
+        &model_path(),
+        &LocalOptions {
+            parallel: 2,
+            context: Some(2048),
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap();
+    let t = m.tokenizer();
+    let (short, long) = (body_of(&m, 60), body_of(&m, 900));
+    let (short_len, long_len) = (
+        t.encode_plain(&short).unwrap().len(),
+        t.encode_plain(&long).unwrap().len(),
+    );
+    assert!(
+        long_len >= short_len + 800 && long_len <= 1024,
+        "{short_len} {long_len}"
+    );
+    let user = "Say hello to the harbour master.";
+    let fed = |request: &ChatRequest| {
+        let before = m.stats().prompt_tokens_fed;
+        let answer = m.generate(request).unwrap();
+        (m.stats().prompt_tokens_fed - before, answer)
+    };
+    let (short_fed, short_answer) = fed(&under_allowance(&short, user));
+    let (long_fed, long_answer) = fed(&under_allowance(&long, user));
+    assert_eq!(
+        short_fed, long_fed,
+        "the prompt's work tells the body's length: {short_fed} tokens fed for a body of \
+         {short_len}, {long_fed} for one of {long_len}"
+    );
+    let span = m.frame_tokens() + 1024 + t.encode_plain(user).unwrap().len();
+    assert_eq!(short_fed, span as u64, "not the allowance's span");
+    assert_eq!(short_answer.usage.prompt_tokens, span as u64);
+    assert_eq!(long_answer.usage.prompt_tokens, span as u64);
+
+    // The padding is invisible to the answer: the same as the prompt alone gives.
+    for (body, answer) in [(&short, &short_answer), (&long, &long_answer)] {
+        let alone = m
+            .generate(&ChatRequest {
+                system_allowance: None,
+                ..under_allowance(body, user)
+            })
+            .unwrap();
+        assert!(!alone.text.trim().is_empty());
+        assert_eq!(alone.text, answer.text, "the padding changed the answer");
+        assert_eq!(alone.finish, answer.finish);
+    }
+    // And batched: the long body's padding runs beside the short one's decoding.
+    let before = m.stats();
+    let together = m.generate_many(
+        &[
+            under_allowance(&long, user),
+            under_allowance(&short, "Name a colour."),
+        ],
+        &Arc::new(AtomicBool::new(false)),
+    );
+    let after = m.stats();
+    assert!(after.shared_steps > before.shared_steps, "{after:?}");
+    assert_eq!(
+        after.prompt_tokens_fed - before.prompt_tokens_fed,
+        2 * span as u64 + (t.encode_plain("Name a colour.").unwrap().len() as u64)
+            - (t.encode_plain(user).unwrap().len() as u64),
+    );
+    let mut together = together.into_iter();
+    let first = together.next().unwrap().unwrap().0;
+    assert_eq!(first.text, long_answer.text, "batched, the answer changed");
+    let second = together.next().unwrap().unwrap().0;
+    let alone = m
+        .generate(&under_allowance(&short, "Name a colour."))
+        .unwrap();
+    assert_eq!(second.text, alone.text, "batched, the answer changed");
+}
+
 #[test]
 fn prompt_beyond_the_context_is_refused() {
     let m = model();

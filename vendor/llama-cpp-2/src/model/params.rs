@@ -136,6 +136,18 @@ impl Default for LlamaSplitMode {
     }
 }
 
+/// skillbox patch (`PATCHED.md`): what [`LlamaModelParams::explicit_devices`] found at the
+/// device-list pointer llama.cpp reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExplicitDevices {
+    /// A null pointer: llama.cpp's default, every GPU device it finds.
+    EveryDevice,
+    /// This wrapper's own array, holding this many devices before its terminating null.
+    Own(usize),
+    /// A pointer to memory this wrapper does not own: not read, so what it lists is unknown.
+    Foreign,
+}
+
 /// The maximum number of devices supported.
 ///
 /// The real maximum number of devices is the lesser one of this value and the value returned by
@@ -509,23 +521,26 @@ impl LlamaModelParams {
 
     /// skillbox patch (`PATCHED.md`): the device list as llama.cpp will read it, from the raw
     /// `params.devices` pointer rather than this wrapper's array (which [`Self::devices`] reads):
-    /// `None` when the pointer is null, llama.cpp's default of every GPU device it finds;
-    /// otherwise how many devices precede the list's terminating null (`Some(0)`: no device).
+    /// [`ExplicitDevices::EveryDevice`] when the pointer is null, llama.cpp's default of every
+    /// GPU device it finds; [`ExplicitDevices::Own`] with how many devices precede the
+    /// terminating null when it points at this wrapper's own array (`Own(0)`: no device);
+    /// [`ExplicitDevices::Foreign`] for a pointer anywhere else, which is not read, so a caller
+    /// cannot take a list it knows nothing of for an empty one.
     #[must_use]
-    pub fn explicit_devices(&self) -> Option<usize> {
+    pub fn explicit_devices(&self) -> ExplicitDevices {
         if self.params.devices.is_null() {
-            return None;
+            return ExplicitDevices::EveryDevice;
         }
-        let list = self.params.devices.cast_const();
+        // Read only within this wrapper's own array, which `with_devices` points
+        // `params.devices` at.
+        if !std::ptr::eq(self.params.devices.cast_const(), self.devices.as_ptr()) {
+            return ExplicitDevices::Foreign;
+        }
         let mut n = 0;
-        // Read only within this wrapper's own array, which `with_devices` points `params.devices`
-        // at; a pointer anywhere else is not read.
-        if std::ptr::eq(list, self.devices.as_ptr()) {
-            while n < LLAMA_CPP_MAX_DEVICES && !self.devices[n].is_null() {
-                n += 1;
-            }
+        while n < LLAMA_CPP_MAX_DEVICES && !self.devices[n].is_null() {
+            n += 1;
         }
-        Some(n)
+        ExplicitDevices::Own(n)
     }
 
     /// sets the number of gpu layers to offload to the GPU.
@@ -830,5 +845,25 @@ mod tests {
 
         assert!(!first && !second, "returning false signals an abort");
         assert_eq!(calls.get(), 2);
+    }
+
+    /// skillbox patch (review 27 F6): a device-list pointer this wrapper does not own is told
+    /// apart from its own empty list; it read as `Some(0)`, no device, though nothing was read.
+    #[test]
+    fn explicit_devices_tells_a_foreign_list_from_the_wrappers_own() {
+        use super::{ExplicitDevices, LlamaModelParams};
+
+        let own = LlamaModelParams::default()
+            .with_devices(&[])
+            .expect("an empty list");
+        assert_eq!(own.explicit_devices(), ExplicitDevices::Own(0));
+        assert_eq!(
+            LlamaModelParams::default().explicit_devices(),
+            ExplicitDevices::EveryDevice
+        );
+        let mut elsewhere = [std::ptr::null_mut(); 2];
+        let mut foreign = LlamaModelParams::default();
+        foreign.params.devices = elsewhere.as_mut_ptr();
+        assert_eq!(foreign.explicit_devices(), ExplicitDevices::Foreign);
     }
 }
