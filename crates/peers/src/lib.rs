@@ -9,6 +9,8 @@
 //! - [`index`]: the skill index's Kademlia keys and a DHT server's per-provider limits. Pure.
 //! - `dial`: the dial gate every outbound connection passes (peers' addresses only when
 //!   globally routable; the operator's whatever they are).
+//! - `mdns_found`: the LAN peers mDNS found, kept and re-dialed within budgets a LAN host's
+//!   answers cannot exhaust. Pure.
 //! - [`reach`]: reachability decisions (DHT server only with a confirmed direct address, relay
 //!   serving, which addresses are relayed). Pure.
 //! - [`network`]: rust-libp2p (TCP and QUIC, noise + yamux, gossipsub, request-response,
@@ -20,6 +22,7 @@ pub mod board;
 mod dial;
 mod error;
 pub mod index;
+mod mdns_found;
 pub mod network;
 pub mod payload;
 mod rate;

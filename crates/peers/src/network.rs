@@ -30,6 +30,7 @@ use crate::index::{
     ProviderLimits, ProviderRefusal, SearchScope, key_slot, offer_keys, record_addresses,
     search_keys,
 };
+use crate::mdns_found::{Discovery, MdnsFound};
 use crate::payload::{
     Ack, DEFAULT_MAX_PAYLOAD_BYTES, Inbox, InboxConfig, IncomingPayload, MIN_PADDED_BYTES,
     PadElided, Payload, Received, SeqClock, SignedPayload,
@@ -109,24 +110,12 @@ const MAX_LISTEN_ADDRS: usize = 16;
 /// theirs.
 const DISCOVERY_TARGET: usize = 8;
 
-/// LAN peers mDNS found that are remembered for re-dialing, and addresses each: any LAN host can
-/// answer mDNS, so both are bounded (past them a discovery is still dialed once, not kept).
-const MAX_MDNS_PEERS: usize = 256;
-const MAX_MDNS_ADDRESSES_PER_PEER: usize = 8;
-
-/// The first wait before an mDNS peer is dialed again; it doubles after each try up to
-/// [`MDNS_REDIAL_MAX_WAIT`], so a LAN host answering mDNS with addresses nobody serves costs a
-/// dial a minute, not one each prune tick.
-const MDNS_REDIAL_FIRST_WAIT: Duration = Duration::from_secs(1);
-const MDNS_REDIAL_MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// A LAN peer mDNS found: where, and when it is next dialed if still not connected.
-#[derive(Debug)]
-struct MdnsFound {
-    addrs: Vec<Multiaddr>,
-    next_dial: Instant,
-    wait: Duration,
-}
+/// How long a TCP dial or an inbound TCP connection may take to connect and finish its noise
+/// and yamux handshakes. Without it a dial to an address that drops SYNs stayed pending until
+/// the kernel gave up (about two minutes), holding one of `max_pending_outgoing`'s slots all
+/// that time, and a peer that accepted and never answered held one for ever (review 27 F3).
+/// An honest handshake takes a few round trips; ten seconds also covers a lost SYN or two.
+const TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything the peer network needs from the node's config.
 #[derive(Clone, Debug)]
@@ -578,6 +567,7 @@ enum Command {
     ProvideRaw(Vec<Vec<u8>>, oneshot::Sender<()>),
     Reachability(oneshot::Sender<Reachability>),
     SendsHeld(oneshot::Sender<SendsHeld>),
+    MdnsDiscovered(Vec<(PeerId, Multiaddr)>, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -747,7 +737,7 @@ pub async fn start(
         peers: HashMap::new(),
         listen_addrs,
         last_kad_bootstrap: None,
-        mdns_found: HashMap::new(),
+        mdns_found: MdnsFound::new(Draw::unpredictable()),
         sync_answered: SyncAnswers::default(),
         provided: BTreeSet::new(),
         announcing: HashSet::new(),
@@ -825,6 +815,7 @@ fn build_swarm(
                 .upgrade(libp2p::core::upgrade::Version::V1)
                 .authenticate(noise::Config::new(key)?)
                 .multiplex(yamux::Config::default())
+                .timeout(TCP_HANDSHAKE_TIMEOUT)
                 .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)));
             let quic = libp2p::quic::tokio::Transport::new(libp2p::quic::Config::new(key))
                 .map(|(peer, muxer), _| (peer, StreamMuxerBox::new(muxer)));
@@ -1106,11 +1097,11 @@ struct Task {
     peers: HashMap<PeerId, PeerState>,
     listen_addrs: Vec<Multiaddr>,
     last_kad_bootstrap: Option<Instant>,
-    /// LAN peers mDNS found and has not expired, with the addresses it named: re-dialed from
-    /// [`Task::prune`] while not connected, so one dial that failed (a busy peer, a lost SYN)
-    /// does not leave a LAN peer unreached until mDNS's next query minutes later. Bounded like
-    /// the dial gate's discovered set.
-    mdns_found: HashMap<PeerId, MdnsFound>,
+    /// LAN peers mDNS found and has not expired, with the LAN addresses it named: dialed at
+    /// discovery and re-dialed from [`Task::prune`] while not connected, so one dial that failed
+    /// (a busy peer, a lost SYN) does not leave a LAN peer unreached until mDNS's next query
+    /// minutes later; within budgets any LAN host's answers cannot exhaust ([`MdnsFound`]).
+    mdns_found: MdnsFound,
     sync_answered: SyncAnswers,
     /// The skill index: what this node provides, what it lets others provide on it (as a DHT
     /// server), and the searches in flight with their lookups and fetches.
@@ -1280,6 +1271,10 @@ impl Task {
                     payloads: held.clone().count(),
                     bytes: held.sum(),
                 });
+            }
+            Command::MdnsDiscovered(found, reply) => {
+                self.on_mdns_discovered(found);
+                let _ = reply.send(());
             }
             Command::Shutdown(_) => {}
         }
@@ -1832,34 +1827,55 @@ impl Task {
         for peer in gone {
             self.emit(NetworkEvent::LeftBoard { peer });
         }
-        self.redial_mdns_found();
+        self.dial_mdns_found();
     }
 
-    /// Dials again the LAN peers mDNS found that this node is not connected to (their first
-    /// dial failed, or the connection closed), within the discovery target. A dial already under
-    /// way is not doubled (the swarm's default condition is "disconnected and not dialing").
-    fn redial_mdns_found(&mut self) {
+    /// Dials the LAN peers mDNS found that are due and not connected (found just now, or their
+    /// last dial failed, or the connection closed). The room is what the discovery target leaves
+    /// once this node's outbound peers are counted, connected *and* pending: a dial that has not
+    /// failed yet counts too, or failing dials never braked (review 27 F3). [`MdnsFound`] keeps
+    /// its own dials under way to a small budget on top. Only the addresses mDNS named are
+    /// dialed (not those other behaviours hold for the peer), and a dial already under way to
+    /// the peer is not doubled (the swarm's default condition is "disconnected and not dialing").
+    fn dial_mdns_found(&mut self) {
         let now = Instant::now();
-        let due: Vec<PeerId> = self
+        let pending = self
+            .swarm
+            .network_info()
+            .connection_counters()
+            .num_pending_outgoing() as usize;
+        let room = DISCOVERY_TARGET.saturating_sub(self.outbound_count() + pending);
+        let swarm = &self.swarm;
+        let due = self
             .mdns_found
-            .iter()
-            .filter(|(peer, found)| found.next_dial <= now && !self.swarm.is_connected(peer))
-            .map(|(peer, _)| *peer)
-            .collect();
-        for peer in due {
-            if self.outbound_count() >= DISCOVERY_TARGET {
-                break;
+            .due(now, room, |peer| swarm.is_connected(peer));
+        for (peer, addrs) in due {
+            let opts = DialOpts::peer_id(peer).addresses(addrs).build();
+            let connection = opts.connection_id();
+            match self.swarm.dial(opts) {
+                Ok(()) => self.mdns_found.dialing(peer, connection, now),
+                Err(e) => tracing::debug!(%peer, error = %e, "mDNS-found peer not dialed"),
             }
-            let Some(found) = self.mdns_found.get_mut(&peer) else {
-                continue;
-            };
-            found.wait = (found.wait * 2).min(MDNS_REDIAL_MAX_WAIT);
-            found.next_dial = now + found.wait;
-            let addrs = found.addrs.clone();
-            let _ = self
-                .swarm
-                .dial(DialOpts::peer_id(peer).addresses(addrs).build());
         }
+    }
+
+    /// mDNS found peers at addresses (a LAN host's answer: any host on the LAN can send one).
+    /// A LAN address is admitted by the dial gate and kept for dialing; any other is ignored:
+    /// mDNS is a LAN mechanism, and a public or loopback address in an answer is not a LAN
+    /// peer's but a host the answer wants this node to dial.
+    fn on_mdns_discovered(&mut self, found: Vec<(PeerId, Multiaddr)>) {
+        let now = Instant::now();
+        for (peer, addr) in found {
+            if self.mdns_found.discovered(peer, &addr, now) == Discovery::NotLan {
+                tracing::debug!(%peer, "mDNS named an address outside the LAN: ignored");
+                continue;
+            }
+            // With mDNS on, the dial gate admits the LAN addresses mDNS found, not every LAN
+            // address some peer names (review 23b P5).
+            self.dial_policy.allow_discovered(&addr);
+            self.swarm.add_peer_address(peer, addr);
+        }
+        self.dial_mdns_found();
     }
 
     /// Sign and publish this node's advert, and put it on our own board (a node may call its
@@ -2131,40 +2147,12 @@ impl Task {
             }
             SwarmEvent::Behaviour(BehaviourEvent::Kad(e)) => self.on_kad(e),
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Discovered(found))) => {
-                for (peer, addr) in found {
-                    // With mDNS on, the dial gate admits the LAN addresses mDNS found, not
-                    // every LAN address some peer names (review 23b P5).
-                    self.dial_policy.allow_discovered(&addr);
-                    self.swarm.add_peer_address(peer, addr.clone());
-                    if self.mdns_found.len() < MAX_MDNS_PEERS || self.mdns_found.contains_key(&peer)
-                    {
-                        let found = self.mdns_found.entry(peer).or_insert_with(|| MdnsFound {
-                            addrs: Vec::new(),
-                            next_dial: Instant::now() + MDNS_REDIAL_FIRST_WAIT,
-                            wait: MDNS_REDIAL_FIRST_WAIT,
-                        });
-                        if found.addrs.len() < MAX_MDNS_ADDRESSES_PER_PEER
-                            && !found.addrs.contains(&addr)
-                        {
-                            found.addrs.push(addr.clone());
-                        }
-                    }
-                    if !self.swarm.is_connected(&peer) && self.outbound_count() < DISCOVERY_TARGET {
-                        let _ = self
-                            .swarm
-                            .dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
-                    }
-                }
+                self.on_mdns_discovered(found);
             }
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Expired(gone))) => {
                 for (peer, addr) in gone {
                     self.dial_policy.forget_discovered(&addr);
-                    if let Some(found) = self.mdns_found.get_mut(&peer) {
-                        found.addrs.retain(|a| a != &addr);
-                        if found.addrs.is_empty() {
-                            self.mdns_found.remove(&peer);
-                        }
-                    }
+                    self.mdns_found.expired(&peer, &addr);
                 }
             }
             SwarmEvent::Behaviour(BehaviourEvent::Autonat(autonat::v2::client::Event {
@@ -2220,6 +2208,8 @@ impl Task {
                 ..
             } => {
                 let address = endpoint.get_remote_address().clone();
+                self.mdns_found
+                    .connected(&peer_id, connection_id, Instant::now());
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
                     self.swarm.add_peer_address(peer_id, address.clone());
                 }
@@ -2278,6 +2268,7 @@ impl Task {
                 error,
                 ..
             } => {
+                self.mdns_found.dial_failed(connection_id);
                 if let Some((addr, reply)) = self.dialing.remove(&connection_id) {
                     let _ = reply.send(Err(PeersError::Dial {
                         addr,
@@ -2724,6 +2715,13 @@ impl PeersHandle {
     #[doc(hidden)]
     pub async fn sends_held(&self) -> Result<SendsHeld, PeersError> {
         self.ask(Command::SendsHeld).await
+    }
+
+    /// Handle `found` as an mDNS discovery from the LAN. Exists so tests can show what one
+    /// hostile mDNS answer costs a node without a multicast responder; a node never needs it.
+    #[doc(hidden)]
+    pub async fn mdns_discovered(&self, found: Vec<(PeerId, Multiaddr)>) -> Result<(), PeersError> {
+        self.ask(|tx| Command::MdnsDiscovered(found, tx)).await
     }
 
     /// Stop the network: connections close, `send` and the other calls answer `Stopped`.

@@ -555,3 +555,95 @@ fn multicast_source() -> Option<std::net::Ipv4Addr> {
         _ => None,
     }
 }
+
+/// Review 27 F3: one hostile mDNS answer — 256 fresh peer ids x 8 addresses of a LAN host that
+/// accepts TCP and never speaks (the dial stays pending the way it does at a host dropping
+/// SYNs) — made the node dial them all at once and keep every dial pending: the swarm's
+/// `max_pending_outgoing` (64) filled and the node's own dial to a real peer was denied. Now
+/// mDNS dials keep to their own small budget, and the node's dial to a peer goes through while
+/// the flood's dials hang. (The answer is handed to the node as mDNS would hand it: no
+/// multicast responder is needed, and none sends a packet off this machine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_mdns_answers_at_a_silent_lan_host_leaves_room_for_the_nodes_own_dials() {
+    let Some(lan) = multicast_source().filter(|ip| lan_range(*ip)) else {
+        eprintln!(
+            "mdns flood: not run: this machine has no LAN-range IPv4 address of its own (the \
+             silent host must be one mDNS may name, and must be this machine)"
+        );
+        return;
+    };
+    within(TEST_LIMIT, async {
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut silent_hosts = Vec::new();
+        let mut addrs: Vec<Multiaddr> = Vec::new();
+        for _ in 0..8 {
+            let listener = tokio::net::TcpListener::bind((lan, 0)).await.expect("bind");
+            let port = listener.local_addr().expect("addr").port();
+            addrs.push(format!("/ip4/{lan}/tcp/{port}").parse().expect("multiaddr"));
+            let seen = accepted.clone();
+            silent_hosts.push(tokio::spawn(async move {
+                // Accept, hold, never answer: the dialer's handshake waits.
+                let mut held = Vec::new();
+                while let Ok((conn, _)) = listener.accept().await {
+                    seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    held.push(conn);
+                }
+            }));
+        }
+        let (a, _ra) = node(
+            181,
+            PeersConfig {
+                mdns: true,
+                dial_private_addresses: false,
+                ..tcp()
+            },
+        )
+        .await;
+        let (b, _rb) = node(182, tcp()).await;
+        let answer: Vec<(skillbox_peers::PeerId, Multiaddr)> = (0..256)
+            .flat_map(|_| {
+                let peer = skillbox_peers::PeerId::random();
+                addrs.iter().map(move |addr| (peer, addr.clone()))
+            })
+            .collect();
+        a.mdns_discovered(answer)
+            .await
+            .expect("the answer handed over");
+        wait_for!(
+            "the flood's first dial to reach the silent host",
+            (accepted.load(std::sync::atomic::Ordering::SeqCst) > 0).then_some(())
+        );
+        // Let every dial the answer causes get under way.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let dialed = a.dial(full_addr(&b).await).await;
+        let held = accepted.load(std::sync::atomic::Ordering::SeqCst);
+        eprintln!("mdns flood: the silent host holds {held} connections from the node");
+        assert_eq!(
+            dialed.expect("the node's own dial while the flood's dials hang"),
+            b.local_peer_id()
+        );
+        // The mDNS budget (4 dials under way) x 8 addresses each, dialed concurrently.
+        assert!(
+            held <= 4 * 8,
+            "{held} connections to the silent host at once"
+        );
+        for host in silent_hosts {
+            host.abort();
+        }
+        shutdown([a, b]).await;
+    })
+    .await;
+}
+
+/// An address in a range the dial gate counts as LAN (RFC 1918, link-local, CGNAT,
+/// documentation, benchmarking): one an mDNS answer may name.
+fn lan_range(ip: std::net::Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    ip.is_private()
+        || ip.is_link_local()
+        || (a == 100 && (64..128).contains(&b))
+        || (a, b, c) == (192, 0, 2)
+        || (a, b, c) == (198, 51, 100)
+        || (a, b, c) == (203, 0, 113)
+        || (a == 198 && (b == 18 || b == 19))
+}
