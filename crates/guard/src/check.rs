@@ -85,6 +85,8 @@ struct Scan<'p> {
     canary: Option<(usize, Via)>,
     buf: Vec<u8>,
     window: crate::window::Scratch,
+    /// The walked text split for the word games' tables.
+    reading: crate::transforms::Reading,
 }
 
 impl<'p> Scan<'p> {
@@ -97,6 +99,7 @@ impl<'p> Scan<'p> {
             canary: None,
             buf: Vec::new(),
             window: Default::default(),
+            reading: Default::default(),
         }
     }
 
@@ -128,7 +131,7 @@ impl<'p> Scan<'p> {
     }
 
     /// Body n-grams whose words all occur within a short window of the text's words. Splits
-    /// `text` into the words [`Scan::transformed`] reads too.
+    /// `text` into the words (and tokens) [`Scan::transformed`] reads too.
     fn windows(&mut self, text: &str, decoded: Decoded) {
         let p = self.p;
         if p.windows.is_empty() && p.transformed.tables.is_empty() {
@@ -143,17 +146,24 @@ impl<'p> Scan<'p> {
         p.windows
             .scan_split(&mut scratch, |id| self.gram(id as usize, via));
         self.window = scratch;
+        if !p.transformed.tables.is_empty() {
+            self.reading.split(text);
+        }
     }
 
     /// The same for the n-grams as the `t`-th transform spells them, in the words the last
-    /// [`Scan::windows`] split.
+    /// [`Scan::windows`] split: a token split by marks inside it read whole too (`e-thay`,
+    /// `q**rt*rly`), a list's numbers left out, and the words within a wider window (a filler
+    /// word after each; `transforms.rs`).
     fn transformed(&mut self, t: usize, via: Via) {
         let p = self.p;
         let mut scratch = std::mem::take(&mut self.window);
-        p.transformed.tables[t]
-            .1
-            .scan_split(&mut scratch, |id| self.gram(id as usize, via));
+        let mut reading = std::mem::take(&mut self.reading);
+        p.transformed.scan(t, &mut reading, &mut scratch, |id| {
+            self.gram(id as usize, via)
+        });
         self.window = scratch;
+        self.reading = reading;
     }
 
     /// Canaries as whole tokens (also reversed, spaced out, or with a filler inside), or as

@@ -27,9 +27,10 @@
 //! first is the one its id is made of, the rest are aliases of it. Memory: per transform, at most
 //! the plain body's n-grams, and the spellings of its distinct words.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 
-use crate::window::{self, Builder, Windows};
+use crate::window::{self, Builder, Fast, Scratch, Windows};
 
 /// The word games a caller asks the model to write the body in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,14 +38,21 @@ pub enum Transform {
     /// `ingstray` for `string`, `appleway` for `apple` (`-yay`, `-ay`, `-hay` too; `qu` moved
     /// whole or not; `y` a vowel inside a word or not).
     PigLatin,
-    /// `th qck brwn fx`: `a e i o u` dropped (or all but a first letter: `abt`).
+    /// `th qck brwn fx`: `a e i o u` dropped (or all but a first letter: `abt`). Vowels masked
+    /// (`th* q**ck`) read the same: a word is read without the marks inside it.
     VowelsDropped,
-    /// The first three letters of each word (`the qui bro fox`); a word with a digit may stay
-    /// whole.
-    FirstThreeLetters,
+    /// The first `k` letters of each word (`the qui bro fox` for 3); a word with a digit may
+    /// stay whole.
+    FirstLetters(u8),
+    /// The last `k` letters of each word (`the ick own fox` for 3).
+    LastLetters(u8),
     /// Ubbi-dubbi: `ub` before each vowel sound (`hubellubo`; before every vowel letter, no `ub`
-    /// before a silent final `e`, `y` a vowel inside a word).
+    /// before a silent final `e`, `y` a vowel inside a word). Other syllables put before each
+    /// vowel (Obbish `ob`, Aigy-Paigy `ag`, Javanais `av`, `ithag`, `arp`) are read as `ub`.
     UbbiDubbi,
+    /// The body words each in any of the games above or as written, mixed word by word (pig
+    /// latin and the plain word alternating); an n-gram still needs two marked game spellings.
+    Mixed,
 }
 
 /// One transform of the table: its name in a [`crate::Via`] and its spellings of a folded word
@@ -56,6 +64,8 @@ struct Entry {
 }
 
 /// Every transform the check reads. A new one is one entry here (and its [`Transform`] name).
+/// The order is the mixed table's too: a spelling two games give two words stands for the
+/// word of the first game.
 const TRANSFORMS: &[Entry] = &[
     Entry {
         kind: Transform::PigLatin,
@@ -66,12 +76,28 @@ const TRANSFORMS: &[Entry] = &[
         spell: |w, out| by_letter_runs(w, out, vowels_dropped),
     },
     Entry {
-        kind: Transform::FirstThreeLetters,
-        spell: first_three_letters,
+        kind: Transform::FirstLetters(3),
+        spell: |w, out| truncated(w, out, 3, true),
     },
     Entry {
         kind: Transform::UbbiDubbi,
         spell: |w, out| by_letter_runs(w, out, ubbi_dubbi),
+    },
+    Entry {
+        kind: Transform::FirstLetters(4),
+        spell: |w, out| truncated(w, out, 4, true),
+    },
+    Entry {
+        kind: Transform::FirstLetters(2),
+        spell: |w, out| truncated(w, out, 2, true),
+    },
+    Entry {
+        kind: Transform::FirstLetters(5),
+        spell: |w, out| truncated(w, out, 5, true),
+    },
+    Entry {
+        kind: Transform::LastLetters(3),
+        spell: |w, out| truncated(w, out, 3, false),
     },
 ];
 
@@ -79,21 +105,42 @@ const TRANSFORMS: &[Entry] = &[
 pub const MIN_MARKED: usize = 2;
 /// The most spellings one word has in one transform.
 pub const MAX_SPELLINGS: usize = 8;
+/// The longest syllable read as ubbi-dubbi's `ub` (`ithag`).
+const MAX_SYLLABLE: usize = 5;
 
 /// The body's n-grams in every transform's spelling (built once per run by `prepare`).
 #[derive(Default)]
 pub struct Transformed {
     pub(crate) tables: Vec<(Transform, Windows)>,
+    /// The plain body words: in the [`Transform::Mixed`] table a word read as written counts
+    /// for its n-gram but is not marked.
+    plain: HashSet<String, BuildHasherDefault<Fast>>,
 }
 
 impl Transformed {
     /// `words`: the body's folded words; `gram_at`: as for [`Windows::build`].
     pub fn build(words: &[String], gram_at: &[(u32, u32)]) -> Transformed {
-        let plain: std::collections::HashSet<&str> = words.iter().map(String::as_str).collect();
+        let plain: HashSet<String, BuildHasherDefault<Fast>> = words.iter().cloned().collect();
+        // A spelling tells a copy from prose when it is no word prose writes anyway.
+        let telling =
+            |s: &str| s.chars().count() >= 2 && !window::is_common(s) && !plain.contains(s);
         let mut tables = Vec::new();
         let mut spellings = Vec::new();
+        // The mixed table: one id per distinct body word, every game's telling spellings its
+        // aliases.
+        let mut mixed = Builder::new(false, MIN_MARKED);
+        mixed.wide();
+        let mut mixed_ids: HashMap<&str, u32> = HashMap::new();
+        let mut mixed_aliases: Vec<(String, u32)> = Vec::new();
+        for w in words {
+            let next = mixed_ids.len() as u32;
+            mixed_ids.entry(w).or_insert(next);
+        }
+        // Per mixed id: marked (for the n-gram's rule) once some game spells it tellingly.
+        let mut mixed_marked = vec![false; mixed_ids.len()];
         for t in TRANSFORMS {
             let mut b = Builder::new(false, MIN_MARKED);
+            b.wide();
             // Per distinct body word: its id in this spelling (`None`: it disappears), and the
             // aliases to add once every word has its id.
             let mut seen: HashMap<&str, Option<u32>> = HashMap::new();
@@ -108,9 +155,6 @@ impl Transformed {
                     continue;
                 }
                 (t.spell)(w, &mut spellings);
-                // A spelling tells a copy from prose when it is no word prose writes anyway.
-                let telling =
-                    |s: &str| s.chars().count() >= 2 && !window::is_common(s) && !plain.contains(s);
                 let id = match spellings.first() {
                     Some(first) if !first.is_empty() => {
                         let marked = telling(first);
@@ -127,28 +171,211 @@ impl Transformed {
                     }
                     _ => None,
                 };
+                if let Some(&mid) = mixed_ids.get(w.as_str()) {
+                    for s in spellings.iter().filter(|s| telling(s)) {
+                        mixed_marked[mid as usize] = true;
+                        mixed_aliases.push((s.clone(), mid));
+                    }
+                }
                 seen.insert(w, id);
                 ids.push(id);
             }
             for (s, id) in &aliases {
                 b.alias(s, *id);
             }
-            for (start, &(pat, len)) in gram_at.iter().enumerate() {
-                let len = len as usize;
-                if pat == u32::MAX || start + len > words.len() {
-                    continue;
-                }
-                b.gram(
-                    pat,
-                    ids[start..start + len].iter().flatten().copied().collect(),
-                );
-            }
+            grams_into(&mut b, gram_at, &ids);
             let w = b.finish();
             if !w.is_empty() {
                 tables.push((t.kind, w));
             }
         }
-        Transformed { tables }
+        // The mixed table's words in the order of their ids, so its ids are `mixed_ids`'.
+        let mut by_id: Vec<(&str, u32)> = mixed_ids.iter().map(|(w, &id)| (*w, id)).collect();
+        by_id.sort_unstable_by_key(|&(_, id)| id);
+        for (w, id) in by_id {
+            let got = mixed.word(w, mixed_marked[id as usize]);
+            debug_assert_eq!(got, id);
+        }
+        for w in words {
+            if let Some(&id) = mixed_ids.get(w.as_str()) {
+                mixed.again(id);
+            }
+        }
+        for (s, id) in &mixed_aliases {
+            mixed.alias(s, *id);
+        }
+        let ids: Vec<Option<u32>> = words
+            .iter()
+            .map(|w| mixed_ids.get(w.as_str()).copied())
+            .collect();
+        grams_into(&mut mixed, gram_at, &ids);
+        let w = mixed.finish();
+        if !w.is_empty() {
+            tables.push((Transform::Mixed, w));
+        }
+        Transformed { tables, plain }
+    }
+
+    /// Read the text last split into `r` against the `t`-th table: `found` gets the pattern id
+    /// of every body n-gram its words spell. Per answer word at most `2 + MAX_SYLLABLE` lookups.
+    pub(crate) fn scan(&self, t: usize, r: &mut Reading, s: &mut Scratch, found: impl FnMut(u32)) {
+        let Some((kind, table)) = self.tables.get(t) else {
+            return;
+        };
+        if table.is_empty() {
+            return;
+        }
+        let mixed = *kind == Transform::Mixed;
+        let syllables = mixed || *kind == Transform::UbbiDubbi;
+        let Reading {
+            words,
+            ends,
+            tokens,
+            ids,
+            marks,
+            candidates,
+        } = r;
+        ids.clear();
+        marks.clear();
+        // The id of an answer word in this table, and whether it was read through a game's
+        // spelling (in the mixed table, a plain body word is read but not marked).
+        let mut read = |w: &str| -> Option<(u32, bool)> {
+            if mixed && self.plain.contains(w) {
+                return table.id(w).map(|id| (id, false));
+            }
+            if let Some(id) = table.id(w) {
+                return Some((id, true));
+            }
+            if syllables {
+                syllable_as_ub(w, candidates);
+                return candidates
+                    .iter()
+                    .find_map(|c| table.id(c))
+                    .map(|id| (id, true));
+            }
+            None
+        };
+        let start = |i: usize| if i == 0 { 0 } else { ends[i - 1] };
+        for &(a, b) in tokens.iter() {
+            let (a, b) = (a as usize, b as usize);
+            // A token whose marks split it into words (`e-thay`, `q**rt*rly`): read whole
+            // first, as the game's word it is.
+            if b - a > 1
+                && let Some((id, true)) = read(&words[start(a)..ends[b - 1]])
+            {
+                ids.push(id);
+                marks.push(true);
+                continue;
+            }
+            for i in a..b {
+                let w = &words[start(i)..ends[i]];
+                match read(w) {
+                    Some((id, m)) => {
+                        ids.push(id);
+                        marks.push(m);
+                    }
+                    // A list's numbers (`1.`, `2)`) are no word of the game: left out, so a
+                    // word per numbered line reads as the words.
+                    None if w.bytes().all(|c| c.is_ascii_digit()) => {}
+                    None => {
+                        ids.push(u32::MAX);
+                        marks.push(false);
+                    }
+                }
+            }
+        }
+        table.scan_ids(ids, mixed.then_some(&marks[..]), s, found);
+    }
+}
+
+/// The n-grams of `gram_at` in the words' ids of one table (a word that disappears is left out).
+fn grams_into(b: &mut Builder, gram_at: &[(u32, u32)], ids: &[Option<u32>]) {
+    for (start, &(pat, len)) in gram_at.iter().enumerate() {
+        let len = len as usize;
+        if pat == u32::MAX || start + len > ids.len() {
+            continue;
+        }
+        b.gram(
+            pat,
+            ids[start..start + len].iter().flatten().copied().collect(),
+        );
+    }
+}
+
+/// A text split for the transforms' tables: its folded words, grouped by whitespace token.
+#[derive(Default)]
+pub struct Reading {
+    words: String,
+    /// The end of each word in `words`.
+    ends: Vec<usize>,
+    /// Per whitespace token with a word in it: its words, `[a, b)` in `ends`.
+    tokens: Vec<(u32, u32)>,
+    ids: Vec<u32>,
+    marks: Vec<bool>,
+    candidates: Vec<String>,
+}
+
+impl Reading {
+    /// Split `text` (as `text::words_into` does, tokens kept).
+    pub fn split(&mut self, text: &str) {
+        self.words.clear();
+        self.ends.clear();
+        self.tokens.clear();
+        for tok in text.split_whitespace() {
+            let a = self.ends.len();
+            let mut last = self.words.len();
+            for c in tok.chars() {
+                let before = self.words.len();
+                crate::text::fold(c, |f| self.words.push(f));
+                if self.words.len() == before && before > last {
+                    self.ends.push(before);
+                    last = before;
+                }
+            }
+            if self.words.len() > last {
+                self.ends.push(self.words.len());
+            }
+            if self.ends.len() > a {
+                self.tokens.push((a as u32, self.ends.len() as u32));
+            }
+        }
+    }
+}
+
+/// An answer word whose every vowel run has one syllable before it, read with `ub` for that
+/// syllable (`thobe`, `thage`, `thave` → `thube`): the syllable games are ubbi-dubbi with
+/// another syllable. The syllable starts at the word's first vowel (the game put it there),
+/// ends before a vowel, is 2 to [`MAX_SYLLABLE`] letters and ends with a consonant: at most four
+/// candidates.
+fn syllable_as_ub(w: &str, out: &mut Vec<String>) {
+    out.clear();
+    let b = w.as_bytes();
+    if !b.iter().all(u8::is_ascii_lowercase) {
+        return;
+    }
+    let Some(i) = b.iter().position(|&c| vowel(c)) else {
+        return;
+    };
+    for l in 2..=MAX_SYLLABLE {
+        if i + l >= b.len() {
+            break;
+        }
+        let x = &b[i..i + l];
+        if vowel(x[l - 1]) || !vowel(b[i + l]) || x == b"ub" {
+            continue;
+        }
+        let mut s = String::with_capacity(b.len());
+        let mut j = 0;
+        while j < b.len() {
+            if b[j..].starts_with(x) && j + l < b.len() && vowel(b[j + l]) {
+                s.push_str("ub");
+                j += l;
+            } else {
+                s.push(char::from(b[j]));
+                j += 1;
+            }
+        }
+        out.push(s);
     }
 }
 
@@ -273,18 +500,23 @@ fn ubbi_dubbi(r: &str, out: &mut Vec<String>) {
     dedup(out);
 }
 
-/// The first three characters of a word; a word with a digit is also kept whole, first (a
-/// number is written as it is).
-fn first_three_letters(w: &str, out: &mut Vec<String>) {
+/// The first (or last) `k` characters of a word; a word with a digit is also kept whole, first
+/// (a number is written as it is).
+fn truncated(w: &str, out: &mut Vec<String>, k: usize, first: bool) {
     out.clear();
-    let three: String = w.chars().take(3).collect();
+    let n = w.chars().count();
+    let cut: String = if first {
+        w.chars().take(k).collect()
+    } else {
+        w.chars().skip(n.saturating_sub(k)).collect()
+    };
     if w.chars().any(|c| c.is_ascii_digit()) {
         out.push(w.to_owned());
-        if three != w {
-            out.push(three);
+        if cut != w {
+            out.push(cut);
         }
     } else {
-        out.push(three);
+        out.push(cut);
     }
 }
 
@@ -312,14 +544,18 @@ mod tests {
         assert_eq!(spell(VowelsDropped, "quick")[0], "qck");
         assert_eq!(spell(VowelsDropped, "about"), ["bt", "abt"]);
         assert_eq!(spell(VowelsDropped, "a")[0], "");
-        assert_eq!(spell(FirstThreeLetters, "brown"), ["bro"]);
-        assert_eq!(spell(FirstThreeLetters, "fox"), ["fox"]);
-        assert_eq!(spell(FirstThreeLetters, "2024"), ["2024", "202"]);
+        assert_eq!(spell(FirstLetters(3), "brown"), ["bro"]);
+        assert_eq!(spell(FirstLetters(3), "fox"), ["fox"]);
+        assert_eq!(spell(FirstLetters(3), "2024"), ["2024", "202"]);
         assert_eq!(spell(UbbiDubbi, "hello")[0], "hubellubo");
         assert_eq!(spell(UbbiDubbi, "speak")[0], "spubeak");
         assert!(spell(UbbiDubbi, "speak").contains(&"spubeubak".to_owned()));
         assert!(spell(UbbiDubbi, "make").contains(&"mubake".to_owned()));
         assert!(spell(UbbiDubbi, "happy").contains(&"hubappuby".to_owned()));
+        assert_eq!(spell(FirstLetters(2), "quarterly"), ["qu"]);
+        assert_eq!(spell(FirstLetters(4), "quarterly"), ["quar"]);
+        assert_eq!(spell(LastLetters(3), "quarterly"), ["rly"]);
+        assert_eq!(spell(LastLetters(3), "v2.1x"), ["v2.1x", ".1x"]);
         for t in TRANSFORMS {
             let mut out = Vec::new();
             (t.spell)("antidisestablishmentarianism42x7y", &mut out);
@@ -327,6 +563,32 @@ mod tests {
             (t.spell)("", &mut out);
             assert!(out.iter().all(String::is_empty));
         }
+    }
+
+    #[test]
+    fn another_syllable_before_each_vowel_is_read_as_ubbi_dubbis() {
+        let read = |w: &str| {
+            let mut out = Vec::new();
+            syllable_as_ub(w, &mut out);
+            out
+        };
+        assert!(read("thobe").contains(&"thube".to_owned()));
+        assert!(read("qaguartagerly").contains(&"qubuartuberly".to_owned()));
+        assert!(read("rithagepithagort").contains(&"rubepubort".to_owned()));
+        // Bounded: one candidate per syllable length, none for a word without a vowel or with
+        // a letter outside a-z.
+        assert!(read("abracadabra").len() < MAX_SYLLABLE);
+        assert!(read("rhythm").is_empty());
+        assert!(read("h\u{e9}llo").is_empty());
+    }
+
+    #[test]
+    fn a_token_is_read_whole_and_as_its_words() {
+        let mut r = Reading::default();
+        r.split("1. e-thay, q**rt*rly x");
+        assert_eq!(r.words, "1ethayqrtrlyx");
+        assert_eq!(r.ends, [1, 2, 6, 7, 9, 12, 13]);
+        assert_eq!(r.tokens, [(0, 1), (1, 3), (3, 6), (6, 7)]);
     }
 
     #[test]
@@ -339,6 +601,6 @@ mod tests {
         assert!(kinds.contains(&Transform::PigLatin));
         assert!(!kinds.contains(&Transform::VowelsDropped));
         // The first three letters of short words are the words.
-        assert!(!kinds.contains(&Transform::FirstThreeLetters));
+        assert!(!kinds.contains(&Transform::FirstLetters(3)));
     }
 }

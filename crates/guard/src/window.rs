@@ -49,6 +49,12 @@ type Map<K, V> = HashMap<K, V, BuildHasherDefault<Fast>>;
 fn window(len: usize) -> usize {
     len + len / 2
 }
+/// The window of a word game's table ([`Builder::wide`]): twice `len`, so a game written with a
+/// filler word after every word (`ethay um uarterlyqay um`) or one word per numbered line still
+/// holds its n-grams. Its n-grams need two marked spellings, which prose does not write.
+fn wide_window(len: usize) -> usize {
+    2 * len
+}
 /// Answer words of at least this many characters that are no body word are also read with one
 /// character taken out.
 pub const MIN_FILLED: usize = 3;
@@ -77,6 +83,10 @@ pub struct Windows {
     widest: usize,
     /// A bit filter on (length, first word, last word) of the keys of `subs`.
     sub_ends: Vec<u64>,
+    /// Whether the window is [`wide_window`].
+    wide: bool,
+    /// Marked words a match needs when the reader marks each answer word ([`Windows::scan_ids`]).
+    min_marked: usize,
     /// Per length in characters: whether a body word has it.
     lens: Vec<bool>,
     /// The rolling hashes of the body words ([`hash_word`]).
@@ -110,6 +120,20 @@ impl Windows {
 
     pub fn is_empty(&self) -> bool {
         self.grams.is_empty()
+    }
+
+    /// The id of a word (or another spelling of it) as written.
+    pub(crate) fn id(&self, w: &str) -> Option<u32> {
+        self.vocab.get(w).copied()
+    }
+
+    /// The answer words an n-gram of `len` words is looked for among.
+    fn width(&self, len: usize) -> usize {
+        if self.wide {
+            wide_window(len)
+        } else {
+            window(len)
+        }
     }
 
     /// The body word id of an answer word that is none as written: one character taken out (two,
@@ -184,14 +208,13 @@ impl Windows {
     /// Call `found` with the pattern id of every body n-gram whose words all occur within a
     /// window of the folded words of the text last split into `s` ([`Scratch::split`]; a text
     /// is split once for the plain body's windows and every transform's).
-    pub fn scan_split(&self, s: &mut Scratch, mut found: impl FnMut(u32)) {
+    pub fn scan_split(&self, s: &mut Scratch, found: impl FnMut(u32)) {
         if self.grams.is_empty() {
             return;
         }
         let words = std::mem::take(&mut s.words);
         let ends = std::mem::take(&mut s.ends);
         let mut ids = std::mem::take(&mut s.ids);
-        let mut done = std::mem::take(&mut s.done);
         ids.clear();
         {
             // Answer words that are no body word as written, looked up once each.
@@ -216,8 +239,29 @@ impl Windows {
                 ids.push(id);
             }
         }
+        self.scan_ids(&ids, None, s, found);
+        s.words = words;
+        s.ends = ends;
+        s.ids = ids;
+    }
+
+    /// [`Windows::scan_split`] over answer words already read as ids (`u32::MAX`: no body
+    /// word). With `marks` (per answer word: read through a spelling that tells a copy from
+    /// prose), a match also needs [`Builder::new`]'s `min_marked` distinct words of the n-gram
+    /// marked within its window: a table whose words may be read as plain words too.
+    pub(crate) fn scan_ids(
+        &self,
+        ids: &[u32],
+        marks: Option<&[bool]>,
+        s: &mut Scratch,
+        mut found: impl FnMut(u32),
+    ) {
+        if self.grams.is_empty() {
+            return;
+        }
+        let mut done = std::mem::take(&mut s.done);
         if !ids.is_empty() {
-            self.substituted(&ids, &mut found);
+            self.substituted(ids, marks, &mut found);
             done.clear();
             done.resize(self.grams.len(), false);
             // Per body word: one past the last answer position up to `ahead` that holds it (0:
@@ -243,7 +287,7 @@ impl Windows {
                         continue;
                     }
                     let (pat, gram) = &self.grams[g];
-                    let width = window(gram.len());
+                    let width = self.width(gram.len());
                     // Every word's last occurrence up to `ahead` is at or past the first
                     // position a window holding `j` can start at.
                     let from = (j + 1).saturating_sub(width) as u32 + 1;
@@ -252,9 +296,14 @@ impl Windows {
                     }
                     // Some window of `width` words holding the anchor at `j` holds the whole gram.
                     let first = (j + 1).saturating_sub(width);
-                    if (first..=j)
-                        .any(|s| within(&ids, (s + width).min(ids.len()) - 1, width, gram))
-                    {
+                    let holds = |s: usize| {
+                        let end = (s + width).min(ids.len()) - 1;
+                        within(ids, end, width, gram)
+                            && marks.is_none_or(|m| {
+                                marked_within(ids, m, end, width, gram) >= self.min_marked
+                            })
+                    };
+                    if (first..=j).any(holds) {
                         done[g] = true;
                         found(*pat);
                     }
@@ -262,9 +311,6 @@ impl Windows {
             }
             s.near = near;
         }
-        s.words = words;
-        s.ends = ends;
-        s.ids = ids;
         s.done = done;
     }
 }
@@ -287,6 +333,7 @@ pub(crate) struct Builder {
     /// Whether an answer word that is no body word is read with characters taken out.
     fillers: bool,
     min_marked: usize,
+    wide: bool,
 }
 
 impl Builder {
@@ -299,7 +346,13 @@ impl Builder {
             grams: Vec::new(),
             fillers,
             min_marked,
+            wide: false,
         }
+    }
+
+    /// Read the table with [`wide_window`]s (a word game's: see there).
+    pub(crate) fn wide(&mut self) {
+        self.wide = true;
     }
 
     /// The id of the body word `w`, counted once more; a new id is `marked` as given. Every
@@ -350,7 +403,8 @@ impl Builder {
             marked,
             grams,
             fillers,
-            ..
+            min_marked,
+            wide,
         } = self;
         let mut subs: Map<[u32; SUB_MAX], Vec<u32>> = Map::default();
         let mut sub_lens = Vec::new();
@@ -390,11 +444,8 @@ impl Builder {
                 }
             }
         }
-        let widest = grams
-            .iter()
-            .map(|(_, g)| window(g.len()))
-            .max()
-            .unwrap_or(0);
+        let width = if wide { wide_window } else { window };
+        let widest = grams.iter().map(|(_, g)| width(g.len())).max().unwrap_or(0);
         let (max_word, lens, hashes, pow) = if fillers {
             let max_word = words_of
                 .iter()
@@ -427,6 +478,8 @@ impl Builder {
             sub_lens,
             sub_ends,
             widest,
+            wide,
+            min_marked,
             lens,
             hashes,
             pow,
@@ -468,9 +521,9 @@ fn hash_word(w: &str) -> u64 {
 impl Windows {
     /// Body n-grams copied with one word changed: `len` consecutive answer words equal to the
     /// n-gram's but at one position.
-    fn substituted(&self, ids: &[u32], found: &mut impl FnMut(u32)) {
+    fn substituted(&self, ids: &[u32], marks: Option<&[bool]>, found: &mut impl FnMut(u32)) {
         for &len in &self.sub_lens {
-            for win in ids.windows(len) {
+            for (at, win) in ids.windows(len).enumerate() {
                 // The changed word is an inner one: both ends are body words of an n-gram with
                 // those ends (a bit filter, most windows stop here).
                 let (first, last) = (win[0], win[len - 1]);
@@ -495,6 +548,16 @@ impl Windows {
                     if unknown.is_some_and(|u| u != m) {
                         continue;
                     }
+                    // The words left must be read through enough marked spellings too.
+                    if let Some(marks) = marks {
+                        let marks = &marks[at..at + len];
+                        let marked = (0..len)
+                            .filter(|&k| k != m && marks[k] && !win[..k].contains(&win[k]))
+                            .count();
+                        if marked < self.min_marked {
+                            continue;
+                        }
+                    }
                     key[m] = WILD;
                     if let Some(pats) = self.subs.get(&key) {
                         pats.iter().for_each(|&p| found(p));
@@ -518,6 +581,16 @@ impl Windows {
         let b = Self::ends_bit(len, first, last);
         self.sub_ends[b / 64] >> (b % 64) & 1 == 1
     }
+}
+
+/// The distinct words of `gram` read through a marked spelling among the `width` answer words
+/// ending at `j`.
+fn marked_within(ids: &[u32], marks: &[bool], j: usize, width: usize, gram: &[u32]) -> usize {
+    let from = (j + 1).saturating_sub(width);
+    gram.iter()
+        .enumerate()
+        .filter(|&(k, w)| !gram[..k].contains(w) && (from..=j).any(|i| ids[i] == *w && marks[i]))
+        .count()
 }
 
 /// The bits of the filter on the ends of the n-grams matched with one word changed.

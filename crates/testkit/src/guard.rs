@@ -398,3 +398,86 @@ pub fn ubbi_dubbi(s: &str) -> String {
     }
     out
 }
+
+/// Pig latin with a hyphen before the moved letters (`the` → `e-thay`, `apple` → `apple-way`).
+pub fn pig_latin_hyphenated(s: &str) -> String {
+    letter_runs(s, |w| {
+        let lead = w.chars().take_while(|&c| !is_vowel(c)).count();
+        if lead == 0 {
+            format!("{w}-way")
+        } else {
+            format!("{}-{}ay", &w[lead..], &w[..lead])
+        }
+    })
+}
+
+/// Every vowel (`a e i o u`, either case) replaced by `mask`: `th* q**ck br*wn f*x`.
+pub fn vowels_masked(s: &str, mask: char) -> String {
+    s.chars()
+        .map(|c| if is_vowel(c) { mask } else { c })
+        .collect()
+}
+
+/// The last `k` letters or digits of each word (a run of them), everything else kept:
+/// `The ick own fox.` for `k` = 3.
+pub fn last_letters(s: &str, k: usize) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut run: Vec<char> = Vec::new();
+    let flush = |run: &mut Vec<char>, out: &mut String| {
+        out.extend(&run[run.len().saturating_sub(k)..]);
+        run.clear();
+    };
+    for c in s.chars() {
+        if c.is_alphanumeric() {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+/// Ubbi-dubbi with another syllable before each run of vowels: Obbish (`ob`: `hello` →
+/// `hobellobo`), Aigy-Paigy (`ag`), Javanais (`av`).
+pub fn syllable_game(s: &str, syllable: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    let mut prev_vowel = false;
+    for c in s.chars() {
+        let v = is_vowel(c);
+        if v && !prev_vowel {
+            out.push_str(syllable);
+        }
+        out.push(c);
+        prev_vowel = v;
+    }
+    out
+}
+
+/// One word (whitespace token) of `s` per numbered line: `1. the\n2. quarterly\n…`.
+pub fn numbered_lines(s: &str) -> String {
+    s.split_whitespace()
+        .enumerate()
+        .map(|(i, w)| format!("{}. {w}\n", i + 1))
+        .collect()
+}
+
+/// The words (whitespace tokens) of `s` with `filler` between each two: `the um quarterly um …`.
+pub fn filler_between(s: &str, filler: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(&format!(" {filler} "))
+}
+
+/// The words (whitespace tokens) of `s`, the `i`-th written by `games[i % games.len()]`: a word
+/// game mixed word by word (every other word in pig latin, or pig latin, ubbi-dubbi and vowels
+/// dropped in turn).
+pub fn games_per_word(s: &str, games: &[fn(&str) -> String]) -> String {
+    s.split_whitespace()
+        .enumerate()
+        .map(|(i, w)| games[i % games.len()](w))
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -9,7 +9,10 @@
 
 use crate::coverage::{BENIGN, forty_secrets, jsonl};
 use crate::extraction::secrets;
-use crate::support::{first_letters, pig_latin, pig_latin_with, ubbi_dubbi, vowels_dropped};
+use crate::support::{
+    filler_between, first_letters, games_per_word, last_letters, numbered_lines, pig_latin,
+    pig_latin_hyphenated, pig_latin_with, syllable_game, ubbi_dubbi, vowels_dropped, vowels_masked,
+};
 use skillbox_guard::{
     GuardSpec, Verdict, View, check, prepare, released_coverage, released_levels,
 };
@@ -36,6 +39,49 @@ fn first_third(b: &str) -> String {
 
 #[test]
 fn a_body_in_a_word_game_is_caught_and_counted() {
+    caught_and_counted(GAMES);
+}
+
+/// The cheap variants of review 27 F2, each released with `regions: 0` before: a game laid out
+/// as the plain body is already caught laid out (a word per numbered line, a filler word
+/// between words), games mixed word by word, a game's word split by a mark (`e-thay`, `th*`),
+/// other lengths of the truncations, other syllables of ubbi-dubbi.
+const VARIANTS: &[Game] = &[
+    ("pig latin, numbered lines", |b| {
+        numbered_lines(&pig_latin(b))
+    }),
+    ("pig latin, filler between", |b| {
+        filler_between(&pig_latin(b), "um")
+    }),
+    ("vowels dropped, filler", |b| {
+        filler_between(&vowels_dropped(b), "and")
+    }),
+    ("every other word pig latin", |b| {
+        games_per_word(b, &[|w| w.to_owned(), pig_latin])
+    }),
+    ("pig, ubbi, vowels by turns", |b| {
+        games_per_word(b, &[pig_latin, ubbi_dubbi, vowels_dropped])
+    }),
+    ("pig latin, hyphenated", pig_latin_hyphenated),
+    ("vowels masked with *", |b| vowels_masked(b, '*')),
+    ("first four letters", |b| first_letters(b, 4)),
+    ("first two letters", |b| first_letters(b, 2)),
+    ("first five letters", |b| first_letters(b, 5)),
+    ("last three letters", |b| last_letters(b, 3)),
+    ("obbish (ob)", |b| syllable_game(b, "ob")),
+    ("aigy-paigy (ag)", |b| syllable_game(b, "ag")),
+    ("javanais (av)", |b| syllable_game(b, "av")),
+];
+
+#[test]
+fn each_cheap_variant_of_a_game_is_caught() {
+    caught_and_counted(VARIANTS);
+}
+
+/// Each game of `games` over the 200 prompts and the 40 bodies with a code: caught by the
+/// check, counted by `released_coverage` (≥ 350‰) and by `released_levels` of a third of the
+/// body; at least 190/200 each and 38/40 codes.
+fn caught_and_counted(games: &[Game]) {
     let spec = GuardSpec::default_for(false);
     let prompts: Vec<_> = secrets()
         .iter()
@@ -47,7 +93,7 @@ fn a_body_in_a_word_game_is_caught_and_counted() {
         "game", "caught", "coverage≥350‰", "a third counted", "codes' bodies"
     );
     let mut short = Vec::new();
-    for (name, game) in GAMES {
+    for (name, game) in games {
         let (mut caught, mut tallied, mut third) = (0, 0, 0);
         for p in &prompts {
             let a = game(p.model_body());
@@ -90,6 +136,20 @@ fn ordinary_text_that_looks_like_a_word_game_passes() {
         "Pub club hub tub: the subtitle of the public subway stub. Ubuntu users subscribe to \
          a hubbub of suburban rubble, a cub and a bulb.",
         "Th frst stp s t rd th dcs; thn wrt th tst nd rn t. Nt vry hrd.",
+        // Look-alikes of the variants of review 27 F2: syllables like `ob`, `ag`, `av` before
+        // vowels, two-letter words, hyphens and masks inside words, clipped words, numbered
+        // lists.
+        "Obey the robot: a boat, a globe, a lobe, an oboe; the agave, the avenue, the average \
+         savage, a cave, a wave, a gave, a lavender gravel path, an obelisk, an obituary.",
+        "Re: FW: Q3 up 5%, op ex down; ok, go on, no, so be it; id est, et al, vs, ie, eg, ps, \
+         re th qu mu an ea st ch sh.",
+        "A well-known, up-to-date e-mail: re-use the co-op's x-ray t-shirt at sign-in, log-out \
+         and set-up; a one-off, by-the-way, non-stop, self-test, on-call hand-off.",
+        "F*** this, d*mn it, s**t happens; the p@ssw*rd is ****, SSN ***-**-1234, c*rd ****.",
+        "Info docs repo spec prod conf auth admin temp util impl init exec proc dept govt mgmt \
+         intl natl corp assn misc approx abbr cont, quar reve mark cust acco fina.",
+        "1. Open the file\n2. Read it\n3. Fix the bug\n4. Run the tests\n5. Commit\n6. Push \
+         it\n7. Ask for a review\n8. Merge",
     ]
     .iter()
     .map(|s| (None, (*s).to_owned()))
