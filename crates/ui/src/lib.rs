@@ -99,6 +99,7 @@ pub fn mounts(state: AppState) -> Mounts {
             require_session,
         ))
         .layer(Extension(sessions.clone()))
+        .layer(Extension(Arc::new(pages::FormTickets::default())))
         .with_state(state);
     let open = Router::new()
         .route("/ui/login", get(pages::login_page).post(pages::login))

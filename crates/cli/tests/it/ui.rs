@@ -192,10 +192,16 @@ impl Browser {
 
 /// The CSRF token a page's forms carry.
 fn csrf_of(page: &str) -> String {
+    field_of(page, "csrf")
+}
+
+/// The value of the first form field `name` on `page` (a hidden input's).
+fn field_of(page: &str, name: &str) -> String {
+    let attr = format!("name=\"{name}\" value=\"");
     let at = page
-        .find("name=\"csrf\" value=\"")
-        .expect("a form with a CSRF token");
-    let rest = &page[at + "name=\"csrf\" value=\"".len()..];
+        .find(&attr)
+        .unwrap_or_else(|| panic!("a form with a {name} field: {page}"));
+    let rest = &page[at + attr.len()..];
     rest[..rest.find('"').expect("end of value")].to_owned()
 }
 
@@ -824,4 +830,115 @@ fn a_source_stored_under_a_pasted_key_is_shown_masked_on_every_surface() {
         assert_no_part_of("what the surfaces showed", &shown, key);
         assert_no_part_of("node.log", &log, key);
     }
+}
+
+/// Review 27 F4. The import form's post answered with the page itself (to show its notes,
+/// review 26 V4) and its CSRF token is the session's, so a reload of that page, or a restored
+/// tab, sent the same SKILL.md again: the skill was imported again and the ceiling the owner had
+/// set since (`skill set`, `PATCH /skills/{name}`) was reset to the file's. Now the post spends
+/// the form's one-time ticket and answers 303 to the page that shows the notes, once; the same
+/// body sent again imports nothing (409) and the owner's ceiling stays.
+#[test]
+fn an_import_sent_again_imports_nothing_and_the_owners_ceiling_stays() {
+    let root = tempfile::tempdir().expect("tempdir");
+    // No call is made: the box is never reached.
+    let mut node = procs::init_node(root.path(), "solo", "http://127.0.0.1:9", None, |t| t);
+    node.start(&[]);
+    let api = node.api();
+    let b = Browser::new(&node);
+    let cookie = b.sign_in();
+    let page = b.get("/ui/skills", Some(&cookie)).text;
+    let (csrf, ticket) = (csrf_of(&page), field_of(&page, "ticket"));
+    let doc = procs::skill_doc("taste", "F4-BODY-MARK", &[]);
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("ticket", ticket.as_str()),
+        ("doc", doc.as_str()),
+    ];
+    let posted = b.post("/ui/skills", Some(&cookie), &form);
+    assert_eq!(posted.status, 303, "{}", posted.text);
+    let notes_at = header(&posted, "location").to_owned();
+    assert!(notes_at.starts_with("/ui/skills?imported="), "{notes_at}");
+    // The notes review 26 V4 added, on the page the redirect leads to; shown once.
+    let shown = b.get(&notes_at, Some(&cookie));
+    assert_eq!(shown.status, 200, "{}", shown.text);
+    for said in [
+        "data-imported=\"taste\"",
+        "Added taste",
+        "What it spends of yours",
+        "gpt-test",
+        "openai-key",
+        "Ceilings in force",
+    ] {
+        assert!(shown.text.contains(said), "{said:?}: {}", shown.text);
+    }
+    let reloaded = b.get(&notes_at, Some(&cookie));
+    assert_eq!(reloaded.status, 200, "{}", reloaded.text);
+    assert!(
+        !reloaded.text.contains("data-imported") && reloaded.text.contains("shown once"),
+        "{}",
+        reloaded.text
+    );
+    // Another session of the same node finds none of them.
+    let other = b.sign_in();
+    assert!(
+        !b.get(&notes_at, Some(&other))
+            .text
+            .contains("data-imported"),
+        "another session's notes"
+    );
+
+    // The owner's ceiling, as `skill set` sets it.
+    let calls_per_day = || api.get("/skills").body["skills"][0]["limits"]["callsPerDay"].clone();
+    let set = api.req(
+        "PATCH",
+        "/skills/taste",
+        Some((
+            "application/json",
+            br#"{"limits": {"callsPerDay": 7}}"#.to_vec(),
+        )),
+    );
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(calls_per_day(), 7);
+
+    // The browser sends the same post again, token and all.
+    let resent = b.post("/ui/skills", Some(&cookie), &form);
+    assert_eq!(
+        calls_per_day(),
+        7,
+        "the import sent again reset the owner's ceiling (answered {})",
+        resent.status
+    );
+    assert_eq!(resent.status, 409, "{}", resent.text);
+    assert!(
+        resent.text.contains("Nothing was imported"),
+        "{}",
+        resent.text
+    );
+    assert_no_markers("the refused post's page", &resent.text, &["F4-BODY-MARK"]);
+
+    // A fresh form imports the file again, as the owner means to: the file's word again.
+    let page = b.get("/ui/skills", Some(&cookie)).text;
+    let again = b.post(
+        "/ui/skills",
+        Some(&cookie),
+        &[
+            ("csrf", &csrf),
+            ("ticket", &field_of(&page, "ticket")),
+            ("doc", &doc),
+        ],
+    );
+    assert_eq!(again.status, 303, "{}", again.text);
+    assert_ne!(
+        calls_per_day(),
+        7,
+        "a fresh form's import is the file's word"
+    );
+    let replaced = b.get(header(&again, "location"), Some(&cookie)).text;
+    assert!(replaced.contains("Replaced taste"), "{replaced}");
+    assert_no_markers(
+        "the skills pages",
+        &(page + &shown.text + &replaced),
+        &["F4-BODY-MARK"],
+    );
 }

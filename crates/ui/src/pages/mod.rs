@@ -1,9 +1,12 @@
 //! The dashboard's pages and form handlers. Each handler reads through the node's library API
 //! (skills, sources, calls, the board, the peer network), renders with `maud` (every value is
-//! escaped) and, after a form, redirects (303) so a reload never posts twice.
+//! escaped) and, after a form, redirects (303) so a reload never posts twice. A form whose post
+//! must not be done twice even when the browser re-sends it (the skill import, which replaces
+//! what the owner set since) also carries a one-time ticket ([`FormTickets`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{Extension, Form, FromRequest, FromRequestParts, Path, Query, Request, State};
@@ -91,6 +94,153 @@ impl<'a> Showing<'a> {
             status,
             notice: Some(why),
         }
+    }
+
+    /// The page as asked for (200), with `what` above it.
+    fn noting(what: &'a str) -> Showing<'a> {
+        Showing::again(StatusCode::OK, what)
+    }
+}
+
+/// Tickets a session's import form may hold at once (one per rendering: tabs, error pages); one
+/// more drops the oldest, whose post is then refused as a spent one would be.
+const TICKETS: usize = 8;
+/// How long a rendered form's ticket is good: as long as a session left alone lives.
+const TICKET_LIFE: Duration = crate::IDLE;
+/// Notes of forms done that a session holds until their page is asked for (the redirect asks at
+/// once; more imports before that drop the oldest).
+const NOTES: usize = 4;
+/// How long a done form's notes wait for the page its redirect leads to.
+const NOTES_LIFE: Duration = Duration::from_secs(10 * 60);
+/// The random bytes of a ticket and of a notes id.
+const ONE_TIME_BYTES: usize = 16;
+
+/// One-time values of the sessions' forms, in the node's memory (review 27 F4). The CSRF token
+/// is the session's, good for every post, so a browser that re-sends a post (a reload of the
+/// page it answered, a restored tab) did the post again: a skill import replaced the skill
+/// again, and the ceilings and key the owner had set since (`skill set`) with it. Now:
+///
+/// - each rendering of such a form carries a **ticket** ([`FormTickets::ticket`]) that one post
+///   spends ([`FormTickets::spend`]): the same body sent again carries a spent ticket and is
+///   refused before anything is read or written;
+/// - what the form's page would have said (an import's notes) is kept here under a random id
+///   ([`FormTickets::keep_notes`]) and the post answers 303 to the page with that id, which
+///   shows them once ([`FormTickets::take_notes`]): a reload asks for the page again, never
+///   posts.
+///
+/// Both are the session's own (keyed by its secret digest; another session's id finds nothing),
+/// a few at a time, for a while; sessions as many as the dashboard holds ([`crate::MAX_SESSIONS`],
+/// the least recently used dropped). Notes hold what the page shows of an import (the model and
+/// the key source's name, never a key or a body).
+#[derive(Default)]
+pub(crate) struct FormTickets {
+    map: Mutex<HashMap<[u8; 32], OneTime>>,
+}
+
+/// One session's tickets and notes, oldest first.
+struct OneTime {
+    used: Instant,
+    tickets: VecDeque<(String, Instant)>,
+    notes: VecDeque<(String, Instant, Markup)>,
+}
+
+impl FormTickets {
+    /// A new ticket for a form `session`'s page renders; empty (a form every post of which is
+    /// refused, saying so) if the system has no randomness to give.
+    pub(crate) fn ticket(&self, session: &Session) -> String {
+        self.ticket_at(session, Instant::now())
+    }
+
+    /// Whether `presented` is a ticket drawn for `session` and not yet spent or too old; it is
+    /// spent by this call either way.
+    pub(crate) fn spend(&self, session: &Session, presented: &str) -> bool {
+        self.spend_at(session, presented, Instant::now())
+    }
+
+    /// Keep `notes` for `session`'s next page that asks for them; their id, `None` if the
+    /// system has no randomness to give (the caller then shows them at once).
+    pub(crate) fn keep_notes(&self, session: &Session, notes: Markup) -> Option<String> {
+        self.keep_notes_at(session, notes, Instant::now())
+    }
+
+    /// The notes kept under `id` for `session`, once: a second ask, another session's, or one
+    /// after [`NOTES_LIFE`] finds none.
+    pub(crate) fn take_notes(&self, session: &Session, id: &str) -> Option<Markup> {
+        self.take_notes_at(session, id, Instant::now())
+    }
+
+    fn ticket_at(&self, session: &Session, now: Instant) -> String {
+        let Ok(bytes) = skillbox_node::crypto::random_bytes::<ONE_TIME_BYTES>() else {
+            return String::new();
+        };
+        let ticket = hex::encode(bytes);
+        self.with(session, now, |held| {
+            if held.tickets.len() >= TICKETS {
+                held.tickets.pop_front();
+            }
+            held.tickets.push_back((ticket.clone(), now));
+        });
+        ticket
+    }
+
+    fn spend_at(&self, session: &Session, presented: &str, now: Instant) -> bool {
+        if presented.len() != 2 * ONE_TIME_BYTES {
+            return false;
+        }
+        self.with(session, now, |held| {
+            let at = held
+                .tickets
+                .iter()
+                .position(|(t, _)| crate::same_hex(t, presented));
+            at.and_then(|i| held.tickets.remove(i)).is_some()
+        })
+    }
+
+    fn keep_notes_at(&self, session: &Session, notes: Markup, now: Instant) -> Option<String> {
+        let id = hex::encode(skillbox_node::crypto::random_bytes::<ONE_TIME_BYTES>().ok()?);
+        self.with(session, now, |held| {
+            if held.notes.len() >= NOTES {
+                held.notes.pop_front();
+            }
+            held.notes.push_back((id.clone(), now, notes));
+        });
+        Some(id)
+    }
+
+    fn take_notes_at(&self, session: &Session, id: &str, now: Instant) -> Option<Markup> {
+        if id.len() != 2 * ONE_TIME_BYTES {
+            return None;
+        }
+        self.with(session, now, |held| {
+            let at = held
+                .notes
+                .iter()
+                .position(|(n, _, _)| crate::same_hex(n, id))?;
+            held.notes.remove(at).map(|(_, _, notes)| notes)
+        })
+    }
+
+    /// `f` over `session`'s entry at `now`, made if missing, with what has expired gone (from
+    /// every session: an ended one's entry goes once it holds nothing live).
+    fn with<T>(&self, session: &Session, now: Instant, f: impl FnOnce(&mut OneTime) -> T) -> T {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, held| {
+            held.tickets
+                .retain(|(_, at)| now.duration_since(*at) < TICKET_LIFE);
+            held.notes
+                .retain(|(_, at, _)| now.duration_since(*at) < NOTES_LIFE);
+            !(held.tickets.is_empty() && held.notes.is_empty())
+        });
+        if !map.contains_key(&session.key) {
+            skillbox_node::api::make_room(&mut map, crate::MAX_SESSIONS, |h| h.used);
+        }
+        let held = map.entry(session.key).or_insert_with(|| OneTime {
+            used: now,
+            tickets: VecDeque::new(),
+            notes: VecDeque::new(),
+        });
+        held.used = now;
+        f(held)
     }
 }
 
@@ -350,6 +500,80 @@ fn when(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn session(n: u8) -> Session {
+        Session {
+            csrf: hex::encode([n; 32]),
+            key: [n; 32],
+            base: Base(hex::encode([n; 16])),
+        }
+    }
+
+    /// Review 27 F4: a ticket is good for one post, of its own session, while it lives; a
+    /// session holds [`TICKETS`] at once (the oldest gives way).
+    #[test]
+    fn a_forms_ticket_is_good_for_one_post_of_its_session() {
+        let forms = FormTickets::default();
+        let (a, b) = (session(1), session(2));
+        let t0 = Instant::now();
+        let ticket = forms.ticket_at(&a, t0);
+        assert_eq!(ticket.len(), 2 * ONE_TIME_BYTES);
+        assert!(!forms.spend_at(&b, &ticket, t0), "another session's");
+        for other in ["", "00", &"ab".repeat(ONE_TIME_BYTES), &"zz".repeat(16)] {
+            assert!(!forms.spend_at(&a, other, t0), "{other:?}");
+        }
+        assert!(forms.spend_at(&a, &ticket, t0));
+        assert!(!forms.spend_at(&a, &ticket, t0), "spent twice");
+
+        let old = forms.ticket_at(&a, t0);
+        assert!(!forms.spend_at(&a, &old, t0 + TICKET_LIFE), "too old");
+
+        let drawn: Vec<String> = (0..=TICKETS).map(|_| forms.ticket_at(&a, t0)).collect();
+        assert!(!forms.spend_at(&a, &drawn[0], t0), "the oldest gave way");
+        for t in &drawn[1..] {
+            assert!(forms.spend_at(&a, t, t0));
+        }
+    }
+
+    /// An import's notes are shown once, to their session, while they live; a session holds
+    /// [`NOTES`] (the oldest gives way), and the map as many sessions as the dashboard holds.
+    #[test]
+    fn notes_are_taken_once_and_everything_is_bounded() {
+        let forms = FormTickets::default();
+        let (a, b) = (session(1), session(2));
+        let t0 = Instant::now();
+        let id = forms
+            .keep_notes_at(&a, html! { p { "kept" } }, t0)
+            .expect("an id");
+        assert!(
+            forms.take_notes_at(&b, &id, t0).is_none(),
+            "another session's"
+        );
+        let notes = forms.take_notes_at(&a, &id, t0).expect("shown once");
+        assert_eq!(notes.into_string(), "<p>kept</p>");
+        assert!(forms.take_notes_at(&a, &id, t0).is_none(), "shown twice");
+
+        let id = forms.keep_notes_at(&a, html! {}, t0).expect("an id");
+        assert!(forms.take_notes_at(&a, &id, t0 + NOTES_LIFE).is_none());
+
+        let ids: Vec<String> = (0..=NOTES)
+            .map(|_| forms.keep_notes_at(&a, html! {}, t0).expect("an id"))
+            .collect();
+        assert!(forms.take_notes_at(&a, &ids[0], t0).is_none());
+        assert!(forms.take_notes_at(&a, &ids[NOTES], t0).is_some());
+
+        let forms = FormTickets::default();
+        let first = forms.ticket_at(&session(0), t0);
+        for n in 1..=crate::MAX_SESSIONS as u8 {
+            forms.ticket_at(&session(n), t0 + Duration::from_millis(u64::from(n)));
+        }
+        let held = forms.map.lock().expect("map").len();
+        assert_eq!(held, crate::MAX_SESSIONS);
+        assert!(
+            !forms.spend_at(&session(0), &first, t0 + Duration::from_secs(1)),
+            "the least recently used session's entry gave way"
+        );
+    }
 
     /// The header rows the pages wrote out by hand before [`columns`]: the same bytes.
     #[test]

@@ -4,18 +4,34 @@ use super::*;
 
 // ---- my skills
 
-async fn skills_page(s: &AppState, session: &Session, shown: Showing<'_>) -> Response {
-    skills_page_after(s, session, shown, html! {}).await
+/// The import form's refusal when its ticket is spent or unknown: nothing was read or written.
+const SENT_ALREADY: &str = "Nothing was imported: this form was sent already (a reload or a \
+     restored tab sends it again), or it is too old. Paste the SKILL.md again to import it.";
+/// What the page says when the notes its `imported` id names are gone (shown already, too old,
+/// or another session's).
+const NOTES_GONE: &str = "That import's notes were shown once and are gone; each skill's page \
+     below says what it is now.";
+
+async fn skills_page(
+    s: &AppState,
+    session: &Session,
+    forms: &FormTickets,
+    shown: Showing<'_>,
+) -> Response {
+    skills_page_after(s, session, forms, shown, html! {}).await
 }
 
-/// The skills page with `imported` (what an import committed the owner to) above the list.
+/// The skills page with `imported` (what an import committed the owner to) above the list. Its
+/// import form carries a new ticket (see [`FormTickets`]).
 async fn skills_page_after(
     s: &AppState,
     session: &Session,
+    forms: &FormTickets,
     shown: Showing<'_>,
     imported: Markup,
 ) -> Response {
     let list = store(s, |s| s.skills.list()).await;
+    let ticket = forms.ticket(session);
     let body = html! {
         (imported)
         @match &list {
@@ -42,6 +58,7 @@ async fn skills_page_after(
         h2 { "Add a skill" }
         form method="post" action=(session.at("/ui/skills")) class="stack" {
             (csrf_field(session))
+            input type="hidden" name="ticket" value=(ticket);
             label for="skill-file" { "SKILL.md file (loaded into the text below)" }
             input id="skill-file" type="file" accept=".md,text/markdown,text/plain" data-load-into="skill-doc";
             label for="skill-doc" { "SKILL.md (front matter and body)" }
@@ -54,41 +71,73 @@ async fn skills_page_after(
     page(shown, "My skills", "/ui/skills", session, body)
 }
 
-page_route!(skills => skills_page);
+/// `GET /ui/skills`, and `?imported=<id>` where an import's post led: its notes, once.
+#[derive(Deserialize)]
+pub(crate) struct SkillsQuery {
+    #[serde(default)]
+    imported: Option<String>,
+}
+
+pub(crate) async fn skills(
+    State(s): State<AppState>,
+    Extension(session): Extension<Session>,
+    Extension(forms): Extension<Arc<FormTickets>>,
+    Query(q): Query<SkillsQuery>,
+) -> Response {
+    let Some(id) = q.imported else {
+        return skills_page(&s, &session, &forms, Showing::OK).await;
+    };
+    match forms.take_notes(&session, &id) {
+        Some(notes) => skills_page_after(&s, &session, &forms, Showing::OK, notes).await,
+        None => skills_page(&s, &session, &forms, Showing::noting(NOTES_GONE)).await,
+    }
+}
 
 #[derive(Deserialize)]
 pub(crate) struct AddSkill {
     doc: String,
     #[serde(default)]
     name: String,
+    /// The form's one-time ticket ([`FormTickets`]).
+    #[serde(default)]
+    ticket: String,
 }
 
 pub(crate) async fn add_skill(
     State(s): State<AppState>,
+    Extension(forms): Extension<Arc<FormTickets>>,
     Posted { session, form: f }: Posted<AddSkill>,
 ) -> Response {
+    // First, before the file is read: a post sent again imports nothing (review 27 F4).
+    if !forms.spend(&session, &f.ticket) {
+        let shown = Showing::again(StatusCode::CONFLICT, SENT_ALREADY);
+        return skills_page(&s, &session, &forms, shown).await;
+    }
     let doc = Zeroizing::new(f.doc.replace("\r\n", "\n").into_bytes());
     if doc.len() > s.limits.max_skill_bytes {
         let why = "That SKILL.md is larger than this node accepts.";
-        return skills_page(
-            &s,
-            &session,
-            Showing::again(StatusCode::PAYLOAD_TOO_LARGE, why),
-        )
-        .await;
+        let shown = Showing::again(StatusCode::PAYLOAD_TOO_LARGE, why);
+        return skills_page(&s, &session, &forms, shown).await;
     }
     let fallback = (!f.name.trim().is_empty()).then(|| f.name.trim().to_owned());
     match store(&s, move |s| s.skills.import(&doc, fallback.as_deref())).await {
         Ok(imported) => {
-            // Not a redirect: the human is shown what the file commits them to, as `skill add`
-            // prints it (review 26 V4).
+            // The human is shown what the file commits them to, as `skill add` prints it
+            // (review 26 V4), on the page the redirect leads to: a reload asks for that page
+            // again and posts nothing.
             s.offer_changed.notify_one();
             let notes = import_notes(&imported);
-            skills_page_after(&s, &session, Showing::OK, notes).await
+            match forms.keep_notes(&session, notes.clone()) {
+                Some(id) => {
+                    Redirect::to(&session.at(&format!("/ui/skills?imported={id}"))).into_response()
+                }
+                None => skills_page_after(&s, &session, &forms, Showing::OK, notes).await,
+            }
         }
         Err(e) => {
             let why = format!("Not imported: {e}");
-            skills_page(&s, &session, Showing::again(StatusCode::BAD_REQUEST, &why)).await
+            let shown = Showing::again(StatusCode::BAD_REQUEST, &why);
+            skills_page(&s, &session, &forms, shown).await
         }
     }
 }
@@ -204,12 +253,16 @@ pub(crate) async fn skill(
 
 pub(crate) async fn delete_skill(
     State(s): State<AppState>,
+    Extension(forms): Extension<Arc<FormTickets>>,
     Path(name): Path<String>,
     Posted { session, form: _ }: Posted<CsrfOnly>,
 ) -> Response {
     match store(&s, move |s| s.skills.delete(&name)).await {
         Ok(_) => offer_changed(&s, &session, "/ui/skills"),
-        Err(e) => skills_page(&s, &session, Showing::again(StatusCode::BAD_REQUEST, &e)).await,
+        Err(e) => {
+            let shown = Showing::again(StatusCode::BAD_REQUEST, &e);
+            skills_page(&s, &session, &forms, shown).await
+        }
     }
 }
 
