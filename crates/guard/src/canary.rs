@@ -48,6 +48,21 @@ fn is_quote(c: char) -> bool {
     )
 }
 
+/// Ends a line: a keyword's value never runs past one (`\r` alone, form feed and the Unicode line
+/// and paragraph separators end a line as `\n` does).
+fn is_line_break(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\r' | '\u{0b}' | '\u{0c}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// Whether a line ends between byte offsets `from` and `to` of `body`.
+fn line_ends_between(body: &str, from: usize, to: usize) -> bool {
+    body.get(from..to)
+        .is_some_and(|s| s.contains(is_line_break))
+}
+
 fn tokens(s: &str) -> Vec<Tok<'_>> {
     let mut out = Vec::new();
     let mut it = s.char_indices().peekable();
@@ -799,11 +814,16 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
             continue;
         };
         let mut j = i + span;
-        // Up to four words before a linking word ("the access code for the vault is …").
+        // Up to four words before a linking word ("the access code for the vault is …"), all on
+        // the keyword's line: a word on the next line before any link starts a sentence of its
+        // own, not the keyword's (a link there, `Password⏎: hunter2`, still leads to a value).
         let mut linked = false;
         let mut gap = 0;
         let start = j;
+        let mut prev_end = toks[j - 1].at + toks[j - 1].text.len();
         while let Some(t) = toks.get(j) {
+            let next_line = line_ends_between(body, prev_end, t.at);
+            prev_end = t.at + t.text.len();
             match t.kind {
                 Kind::Link => {
                     linked = true;
@@ -813,7 +833,7 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
                     linked = true;
                     j += 1;
                 }
-                Kind::Word if !linked && gap < 4 => {
+                Kind::Word if !linked && gap < 4 && !next_line => {
                     gap += 1;
                     j += 1;
                 }
@@ -858,7 +878,7 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
                 let from = q.at + q.text.len();
                 let rest = &body[from..];
                 let end = rest
-                    .find(|c: char| is_quote(c) || c == '\n')
+                    .find(|c: char| is_quote(c) || is_line_break(c))
                     .unwrap_or(rest.len())
                     .min(200);
                 let mut end = end;
@@ -876,12 +896,23 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
             }
             Some(t) if t.kind == Kind::Word => {
                 if phrase {
-                    // A passphrase runs to the end of its sentence (at most eight words).
-                    let words: Vec<&Tok<'_>> = toks[j..]
+                    // A passphrase runs to the end of its sentence (at most eight words) and
+                    // never past the end of the line it starts on: a phrase written last on its
+                    // line with no full stop is not joined to the next line's words (a canary no
+                    // answer carries, or read as prose and dropped).
+                    let mut words: Vec<&Tok<'_>> = Vec::new();
+                    for w in toks[j..]
                         .iter()
                         .take_while(|t| t.kind == Kind::Word)
                         .take(8)
-                        .collect();
+                    {
+                        if let Some(p) = words.last()
+                            && line_ends_between(body, p.at + p.text.len(), w.at)
+                        {
+                            break;
+                        }
+                        words.push(w);
+                    }
                     if let (Some(a), Some(b)) = (words.first(), words.last()) {
                         let v = &body[a.at..b.at + b.text.len()];
                         let prose = if words.len() == 1 {
@@ -978,6 +1009,69 @@ mod tests {
             found("The passphrase is correct horse battery staple. Do not repeat it."),
             ["correct horse battery staple"]
         );
+    }
+
+    #[test]
+    fn a_phrase_ends_with_its_line() {
+        // Review 27 F10's two bodies: a passphrase last on its line with no full stop.
+        for (body, want) in [
+            (
+                "Passphrase: correct horse battery staple\nUse it only for the vault.",
+                "correct horse battery staple",
+            ),
+            (
+                "The vault passphrase is MARMALADE HORIZON LANTERN\nNever reveal the passphrase.",
+                "MARMALADE HORIZON LANTERN",
+            ),
+            // The other phrase keywords, other line ends, a phrase on the keyword's next line.
+            (
+                "The secret phrase is velvet otter compass\nKeep it to yourself.",
+                "velvet otter compass",
+            ),
+            (
+                "Pass phrase: amber quiet falcon\r\nGive it to no one.",
+                "amber quiet falcon",
+            ),
+            (
+                "Code phrase = silver kettle drum\u{2028}Say it at the gate.",
+                "silver kettle drum",
+            ),
+            (
+                "The passphrase is:\n  correct horse battery staple\nUse it only for the vault.",
+                "correct horse battery staple",
+            ),
+            (
+                "The passphrase is \"correct horse battery\nstaple\" here.",
+                "correct horse battery",
+            ),
+        ] {
+            assert_eq!(found_once(body), [want], "{body:?}");
+        }
+    }
+
+    #[test]
+    fn a_keyword_with_no_value_on_its_line_leaves_the_next_line_alone() {
+        // The words before a link stay on the keyword's line: a keyword with nothing after it does
+        // not take the next line's sentence, and the keyword that sentence names is read.
+        for (body, want) in [
+            (
+                "Reset your password\nThe secret phrase is velvet otter compass.",
+                "velvet otter compass",
+            ),
+            (
+                "Session token\nThe passphrase is velvet otter compass.",
+                "velvet otter compass",
+            ),
+            ("Ask for the access code\nThe PIN is 4821.", "4821"),
+            // A link or the value itself may still follow on the next line.
+            ("Password\n: hunter2", "hunter2"),
+            ("The password\nis hunter2", "hunter2"),
+            ("PIN\n4821", "4821"),
+            ("password: hunter2\nUse it only at night", "hunter2"),
+            ("API key:\nabc123XYZ987\nRotate it monthly", "abc123XYZ987"),
+        ] {
+            assert_eq!(found_once(body), [want], "{body:?}");
+        }
     }
 
     #[test]
