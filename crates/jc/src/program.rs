@@ -168,7 +168,7 @@ pub struct OwnerInputs {
     /// fixed by the owner and never by the body. The embedded model judges the prompt against
     /// it, not against the body's real length, so neither a `context_too_long` nor the
     /// answer's length tells the caller how long the body is (review 26 V1); a body over it
-    /// fails `unavailable` on every request. Absent: [`DEFAULT_BODY_MAX_TOKENS`] (see
+    /// fails `unavailable` on every request. Absent: the provider's default (see
     /// [`OwnerInputs::body_allowance`]). The caller may read it: it is the owner's bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_max_tokens: Option<u64>,
@@ -177,43 +177,86 @@ pub struct OwnerInputs {
     /// caller's text in bytes + the frame + the body allowance + the answer's `max_tokens`), so
     /// a `context_too_long` depends only on what the caller can compute, never on how long the
     /// body is (N5 for remote providers); a context refusal the provider still sends back then
-    /// fails `unavailable`. Absent: [`DEFAULT_MODEL_CONTEXT_TOKENS`] (see
+    /// fails `unavailable`. Absent: the provider's default (see
     /// [`OwnerInputs::model_context`]). Only for a remote provider: the embedded model's context
     /// is the box's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_context_tokens: Option<u64>,
 }
 
-/// The body allowance a program that names none runs with. Fixed, not derived from the box's
-/// context or the program's output bound, so an owner (and its caller) know it without asking
-/// the box. 1,024 tokens hold any body a 4,096-token embedded model can serve with room left:
-/// with the default output bound (4 KiB, 1,366 answer tokens) a caller keeps about 1,650 tokens
-/// for its request and sources.
+/// The body allowance a `local` program that names none runs with. Fixed, not derived from the
+/// box's context or the program's output bound, so an owner (and its caller) know it without
+/// asking the box. 1,024 tokens hold any body a 4,096-token embedded model can serve with room
+/// left: with the default output bound (4 KiB, 1,366 answer tokens) a caller keeps about 1,650
+/// tokens for its request and sources.
 pub const DEFAULT_BODY_MAX_TOKENS: u64 = 1024;
 /// The largest body allowance a program may name (no model's context is near it).
 pub const MAX_BODY_MAX_TOKENS: u64 = 1 << 20;
 
-/// The remote model context a program that declares none is judged against. Fixed and small
-/// enough to be true of nearly every remote chat model (hosted ones take 8,192 tokens or more;
-/// 8k is a common size for a model an Ollama server runs), so a program from a node that
-/// declares nothing — an older one — still never lets a remote provider's refusal tell the
-/// body's length: it fails closed on context, costing large requests room, rather than judging
-/// nothing. With the default allowance and output bound it leaves a caller about 5,400 bytes of
-/// request and sources.
-pub const DEFAULT_MODEL_CONTEXT_TOKENS: u64 = 8192;
+/// The model context a program for a hosted API provider (OpenAI, Anthropic, OpenRouter) that
+/// declares none is judged against: the chat models those serve take 128k tokens or more.
+pub const HOSTED_MODEL_CONTEXT_TOKENS: u64 = 131_072;
+/// A hosted provider's default body allowance: bodies of up to 48 KiB of bytes (a token covers at
+/// least one byte), past the 34 KB of the 99th percentile of real SKILL.md bodies. With the
+/// default 64 KiB request bound, the box's notice, the frame and a 4 KiB output bound
+/// (65,536 + 293 + 128 + 49,152 + 1,366 < 131,072) no honest request is refused.
+pub const HOSTED_BODY_MAX_TOKENS: u64 = 49_152;
+/// The model context a program for a self-hosted server (Ollama, `openai-compatible:*`) that
+/// declares none is judged against. Small on purpose: such servers often run small contexts, and
+/// Ollama truncates a longer prompt silently instead of refusing it, so a default above the
+/// server's real context would reopen the body's length to the caller (the owner declares its
+/// own). 8k is true of most models such a server runs.
+pub const SELF_HOSTED_MODEL_CONTEXT_TOKENS: u64 = 8192;
+/// A self-hosted server's default body allowance: bodies of up to 4 KiB, leaving a caller about
+/// 2,300 bytes of request and sources with a 4 KiB output bound.
+pub const SELF_HOSTED_BODY_MAX_TOKENS: u64 = 4096;
 /// The largest model context a program may declare (no model's context is near it).
 pub const MAX_MODEL_CONTEXT_TOKENS: u64 = 1 << 24;
 
+/// The body allowance in tokens a program naming `provider` runs with when it names none. The one
+/// table of these defaults: the box, the owner's check and the caller's program builder all read
+/// it. Public, because a program names its provider.
+pub fn default_body_max_tokens(provider: &ProviderId) -> u64 {
+    match provider {
+        ProviderId::Local => DEFAULT_BODY_MAX_TOKENS,
+        ProviderId::OpenAi | ProviderId::Anthropic | ProviderId::OpenRouter => {
+            HOSTED_BODY_MAX_TOKENS
+        }
+        ProviderId::Ollama | ProviderId::OpenAiCompatible(_) => SELF_HOSTED_BODY_MAX_TOKENS,
+    }
+}
+
+/// The model context in tokens a program naming a remote `provider` is judged against when it
+/// declares none; `None` for `local`, whose context is the box's own model's.
+pub fn default_model_context_tokens(provider: &ProviderId) -> Option<u64> {
+    match provider {
+        ProviderId::Local => None,
+        ProviderId::OpenAi | ProviderId::Anthropic | ProviderId::OpenRouter => {
+            Some(HOSTED_MODEL_CONTEXT_TOKENS)
+        }
+        ProviderId::Ollama | ProviderId::OpenAiCompatible(_) => {
+            Some(SELF_HOSTED_MODEL_CONTEXT_TOKENS)
+        }
+    }
+}
+
 impl OwnerInputs {
-    /// The body allowance in force: the program's, else [`DEFAULT_BODY_MAX_TOKENS`].
-    pub fn body_allowance(&self) -> u64 {
-        self.body_max_tokens.unwrap_or(DEFAULT_BODY_MAX_TOKENS)
+    /// The body allowance in force for a program naming `provider`: the program's, else the
+    /// provider's default ([`default_body_max_tokens`]).
+    pub fn body_allowance(&self, provider: &ProviderId) -> u64 {
+        self.body_max_tokens
+            .unwrap_or_else(|| default_body_max_tokens(provider))
     }
 
-    /// The remote model context in force: the program's, else [`DEFAULT_MODEL_CONTEXT_TOKENS`].
-    pub fn model_context(&self) -> u64 {
+    /// The remote model context in force for a program naming `provider`: the program's, else the
+    /// provider's default ([`default_model_context_tokens`]); `None` for `local` (a valid
+    /// program declares none for it).
+    pub fn model_context(&self, provider: &ProviderId) -> Option<u64> {
+        if *provider == ProviderId::Local {
+            return None;
+        }
         self.model_context_tokens
-            .unwrap_or(DEFAULT_MODEL_CONTEXT_TOKENS)
+            .or_else(|| default_model_context_tokens(provider))
     }
 }
 
@@ -522,12 +565,16 @@ impl Program {
             }
         }
         // A remote context no larger than the body's allowance admits no request at all.
-        if self.provider.id != ProviderId::Local && oi.model_context() <= oi.body_allowance() {
+        let allowance = oi.body_allowance(&self.provider.id);
+        if let Some(context) = oi.model_context(&self.provider.id)
+            && context <= allowance
+        {
             return Err(invalid(
                 "owner_inputs.model_context_tokens",
                 format!(
-                    "more than the body allowance ({} tokens; absent: {DEFAULT_MODEL_CONTEXT_TOKENS})",
-                    oi.body_allowance()
+                    "more than the body allowance ({allowance} tokens; absent: {} for {})",
+                    default_model_context_tokens(&self.provider.id).unwrap_or(0),
+                    self.provider.id
                 ),
             ));
         }
@@ -961,9 +1008,10 @@ pub(crate) mod tests {
         assert_eq!(field_of(&local), None);
         assert_eq!(field_of(&remote), None);
         assert_eq!(
-            remote.owner_inputs.model_context(),
-            DEFAULT_MODEL_CONTEXT_TOKENS
+            remote.owner_inputs.model_context(&ProviderId::Ollama),
+            Some(SELF_HOSTED_MODEL_CONTEXT_TOKENS)
         );
+        assert_eq!(local.owner_inputs.model_context(&ProviderId::Local), None);
         let with = |p: &Program, context: Option<u64>, allowance: Option<u64>| {
             let mut p = p.clone();
             p.owner_inputs.model_context_tokens = context;
@@ -982,9 +1030,9 @@ pub(crate) mod tests {
         }
         // No larger than the allowance it must hold: no request could ever run.
         for (context, allowance) in [
-            (Some(DEFAULT_BODY_MAX_TOKENS), None),
+            (Some(SELF_HOSTED_BODY_MAX_TOKENS), None),
             (Some(2000), Some(2000)),
-            (None, Some(DEFAULT_MODEL_CONTEXT_TOKENS)),
+            (None, Some(SELF_HOSTED_MODEL_CONTEXT_TOKENS)),
         ] {
             let (field, reason) =
                 field_of(&with(&remote, context, allowance)).expect("above the allowance");
@@ -993,13 +1041,16 @@ pub(crate) mod tests {
         }
         // Within bounds and above the allowance, it is the one in force.
         for context in [
-            DEFAULT_BODY_MAX_TOKENS + 1,
+            SELF_HOSTED_BODY_MAX_TOKENS + 1,
             128_000,
             MAX_MODEL_CONTEXT_TOKENS,
         ] {
             let p = with(&remote, Some(context), None);
             assert_eq!(field_of(&p), None, "{context}");
-            assert_eq!(p.owner_inputs.model_context(), context);
+            assert_eq!(
+                p.owner_inputs.model_context(&ProviderId::Ollama),
+                Some(context)
+            );
         }
         // Signed in: it is part of the canonical bytes (the program's hash changes with it).
         let declared = with(&remote, Some(32_768), None);
@@ -1008,6 +1059,69 @@ pub(crate) mod tests {
         assert_eq!(
             Program::from_canonical(bytes.as_bytes()).expect("parses"),
             declared
+        );
+    }
+
+    #[test]
+    fn each_provider_has_its_default_allowance_and_context_and_the_pair_is_valid() {
+        let hosted = [
+            ProviderId::OpenAi,
+            ProviderId::Anthropic,
+            ProviderId::OpenRouter,
+        ];
+        let self_hosted = [
+            ProviderId::Ollama,
+            ProviderId::OpenAiCompatible("vllm".into()),
+        ];
+        for p in &hosted {
+            assert_eq!(default_body_max_tokens(p), 49_152, "{p}");
+            assert_eq!(default_model_context_tokens(p), Some(131_072), "{p}");
+        }
+        for p in &self_hosted {
+            assert_eq!(default_body_max_tokens(p), 4096, "{p}");
+            assert_eq!(default_model_context_tokens(p), Some(8192), "{p}");
+        }
+        assert_eq!(default_body_max_tokens(&ProviderId::Local), 1024);
+        assert_eq!(default_model_context_tokens(&ProviderId::Local), None);
+        // A hosted provider's defaults refuse no honest request: the largest default request
+        // (64 KiB), the box's notice, the frame, the allowance and a 4 KiB output bound's answer
+        // tokens fit its context with room.
+        let notice = crate::prompt::notice_bytes() as u64;
+        assert!(
+            65_536 + notice + 128 + HOSTED_BODY_MAX_TOKENS + 4096u64.div_ceil(3)
+                < HOSTED_MODEL_CONTEXT_TOKENS
+        );
+        // A self-hosted server's leave a caller room for a request (about 2,300 bytes).
+        let room = SELF_HOSTED_MODEL_CONTEXT_TOKENS
+            - (notice + 128 + SELF_HOSTED_BODY_MAX_TOKENS + 4096u64.div_ceil(3));
+        assert!(room >= 2048, "{room}");
+        // Each provider's program without declarations validates, and what is in force is the
+        // table's; a program's own values win over it.
+        let base = sample_default();
+        for p in hosted.iter().chain(&self_hosted) {
+            let mut program = base.clone();
+            program.provider = ProviderGrant {
+                id: p.clone(),
+                host: Some("https://api.example/v1".into()),
+            };
+            if p.needs_key() {
+                program.owner_inputs.key_max_bytes = 16 * 1024;
+            }
+            assert_eq!(program.validate().map_err(|e| e.to_string()), Ok(()), "{p}");
+            let oi = &program.owner_inputs;
+            assert_eq!(oi.body_allowance(p), default_body_max_tokens(p));
+            assert_eq!(oi.model_context(p), default_model_context_tokens(p));
+            let declared = OwnerInputs {
+                body_max_tokens: Some(2000),
+                model_context_tokens: Some(32_768),
+                ..oi.clone()
+            };
+            assert_eq!(declared.body_allowance(p), 2000);
+            assert_eq!(declared.model_context(p), Some(32_768));
+        }
+        assert_eq!(
+            base.owner_inputs.body_allowance(&ProviderId::Local),
+            DEFAULT_BODY_MAX_TOKENS
         );
     }
 

@@ -2270,7 +2270,7 @@ impl BoxCore {
         // box's notice, never the body's length: the local model judges the prompt and sets the
         // answer's budget from it, so the caller learns nothing of how long the body is from a
         // refusal or the answer's length (review 26 V1). The neutral round takes the same.
-        let system_allowance = usize::try_from(p.owner_inputs.body_allowance())
+        let system_allowance = usize::try_from(p.owner_inputs.body_allowance(&p.provider.id))
             .unwrap_or(usize::MAX)
             .saturating_add(crate::prompt::notice_bytes());
         let req = ChatRequest {
@@ -2283,9 +2283,11 @@ impl BoxCore {
             system_allowance: Some(system_allowance),
             // A remote provider judges the request against the owner's declared context before
             // sending it, in bytes, from public values only (N5 for remote providers).
-            context_tokens: Some(
-                usize::try_from(p.owner_inputs.model_context()).unwrap_or(usize::MAX),
-            ),
+            // `local` has none: its context is the box's model's.
+            context_tokens: p
+                .owner_inputs
+                .model_context(&p.provider.id)
+                .map(|c| usize::try_from(c).unwrap_or(usize::MAX)),
         };
         let timeout = std::time::Duration::from_secs(self.config.run_ttl_secs.max(1));
         let key = key.as_ref().map(|k| k.as_str());

@@ -4,15 +4,16 @@
 use skillbox_calls::FailureCode;
 use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
-    BoxIdentity, CallerInputs, CallerParty, DEFAULT_BODY_MAX_TOKENS, DEFAULT_MODEL_CONTEXT_TOKENS,
-    OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION, PROMPT_TEMPLATE_V2, Parties, Program,
-    ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
+    BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
+    PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
+    default_body_max_tokens, default_model_context_tokens,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, Limits, ProviderId};
 
-/// The owner's stake limits a caller asks for: room for any SKILL.md body, a model id and an
-/// API key. The caller cannot know the owner's sizes, and the owner refuses a program too small.
+/// The owner's stake limits every program states: room for any SKILL.md body, a model id and an
+/// API key. The caller cannot know the owner's sizes, and the owner refuses any other limits
+/// (review 27 F9: a caller choosing them read the body's size bucket off the refusals).
 pub const BODY_MAX_BYTES: u64 = skillbox_skill::document::MAX_DOCUMENT as u64;
 pub const MODEL_MAX_BYTES: u64 = 1024;
 pub const KEY_MAX_BYTES: u64 = 16 * 1024;
@@ -59,13 +60,18 @@ pub fn guard_for(provider: &ProviderId) -> GuardSpec {
     GuardSpec::default_for(*provider == ProviderId::Local)
 }
 
-/// Build and validate the program.
-pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
-    let key_max_bytes = if f.provider.needs_key() {
+/// The key limit a program for `provider` states: none when the provider spends no key.
+pub fn key_max_bytes(provider: &ProviderId) -> u64 {
+    if provider.needs_key() {
         KEY_MAX_BYTES
     } else {
         0
-    };
+    }
+}
+
+/// Build and validate the program.
+pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
+    let key_max_bytes = key_max_bytes(&f.provider);
     let guard = f.guard;
     let program = Program {
         version: PROGRAM_VERSION,
@@ -103,9 +109,11 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             body_max_bytes: BODY_MAX_BYTES,
             model_max_bytes: MODEL_MAX_BYTES,
             key_max_bytes,
-            // The box's default allowance: the owner checks the program names no other.
+            // The provider's default allowance and remote model context (one table, jc's
+            // `default_body_max_tokens` / `default_model_context_tokens`): the owner checks the
+            // program names no other, and an older box reading `None` falls back to its smaller
+            // ones (fail closed).
             body_max_tokens: None,
-            // The default remote model context, likewise the only one an owner declares today.
             model_context_tokens: None,
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
@@ -192,14 +200,26 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
     // The body allowance is the owner's, like the guard: a caller choosing it could try one
     // allowance after another and read the body's length in tokens off where runs start to
     // fail `unavailable` (a body over its allowance).
-    if program.owner_inputs.body_allowance() != DEFAULT_BODY_MAX_TOKENS {
+    // The provider is the skill's (checked above), so these are the owner's own values.
+    let provider = &program.provider.id;
+    if program.owner_inputs.body_allowance(provider) != default_body_max_tokens(provider) {
         return mismatch("the program's body allowance is not the owner's".into());
     }
     // The remote model context too: the box admits a request against it, so a caller choosing
     // it could move the admission's edge to the model's real one and bisect the body's length
     // on which side fails `unavailable` (a refusal after admission).
-    if program.owner_inputs.model_context() != DEFAULT_MODEL_CONTEXT_TOKENS {
+    if program.owner_inputs.model_context(provider) != default_model_context_tokens(provider) {
         return mismatch("the program's model context is not the owner's".into());
+    }
+    // The stake limits are the ones `build` always writes, never the caller's choice: compared
+    // with a limit the caller picks, the body's size bucket would decide the answer, and a
+    // caller trying 1, 2, 4 ... KiB would read it for free before any run (review 27 F9).
+    let o = &program.owner_inputs;
+    if o.body_max_bytes != BODY_MAX_BYTES
+        || o.model_max_bytes != MODEL_MAX_BYTES
+        || o.key_max_bytes != key_max_bytes(provider)
+    {
+        return mismatch("the program's stake limits are not the owner's".into());
     }
     let declared: Vec<&str> = decl.required_sources.iter().map(String::as_str).collect();
     if let Some(s) = program
@@ -244,13 +264,11 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
             short(&b.measurement)
         ));
     }
-    // The caller chooses these limits: compared with the exact sizes, a caller trying one limit
-    // after another would learn the length of the owner's body, model id and key to the byte.
-    // Compared with their size buckets (what the sealed stake shows anyway), it learns no more
-    // than the bucket; the stake itself is never larger than its bucket.
+    // The limits are fixed (above) and hold anything the owner can stake (a document is at most
+    // `BODY_MAX_BYTES`), so this refuses only a stake this node could never have made; its
+    // answer never depends on a size a caller can choose to compare with.
     // Nothing to stake (no key for a local provider) fits any limit.
     let fits = |len: u64, max: u64| len == 0 || bucket(len) <= max;
-    let o = &program.owner_inputs;
     if !fits(f.body_len, o.body_max_bytes)
         || !fits(f.model_len, o.model_max_bytes)
         || !fits(f.key_len, o.key_max_bytes)
@@ -415,9 +433,10 @@ mod tests {
         }
         // Nor pick the body allowance (its default stated is the default).
         let mut stated = p.clone();
-        stated.owner_inputs.body_max_tokens = Some(DEFAULT_BODY_MAX_TOKENS);
+        let allowance = default_body_max_tokens(&p.provider.id);
+        stated.owner_inputs.body_max_tokens = Some(allowance);
         assert_eq!(check(&stated, &base()), Ok(()));
-        for tokens in [1, DEFAULT_BODY_MAX_TOKENS + 1] {
+        for tokens in [1, allowance + 1] {
             let mut probe = p.clone();
             probe.owner_inputs.body_max_tokens = Some(tokens);
             let err = check(&probe, &base()).expect_err("allowance");
@@ -441,13 +460,10 @@ mod tests {
         let remote_base = || remote_held.facts(&remote);
         assert_eq!(check(&remote, &remote_base()), Ok(()));
         let mut stated = remote.clone();
-        stated.owner_inputs.model_context_tokens = Some(DEFAULT_MODEL_CONTEXT_TOKENS);
+        let context = default_model_context_tokens(&ollama).expect("remote");
+        stated.owner_inputs.model_context_tokens = Some(context);
         assert_eq!(check(&stated, &remote_base()), Ok(()));
-        for tokens in [
-            DEFAULT_BODY_MAX_TOKENS + 1,
-            DEFAULT_MODEL_CONTEXT_TOKENS + 1,
-            1 << 17,
-        ] {
+        for tokens in [default_body_max_tokens(&ollama) + 1, context + 1, 1 << 17] {
             let mut probe = remote.clone();
             probe.owner_inputs.model_context_tokens = Some(tokens);
             assert_eq!(probe.validate().map_err(|e| e.to_string()), Ok(()));
@@ -490,57 +506,80 @@ mod tests {
         assert!(check(&p2, &base()).expect_err("source").1.contains("diary"));
     }
 
-    /// Issue 30 item 13: the caller chooses the owner's stake limits; the owner's answer to a
-    /// limit depends on the size bucket of its body, model id and key, never on their exact
-    /// length, so probing limits one after another learns no more than the sealed stake shows.
+    /// Review 27 F9 (after issue 30 item 13): the stake limits are the ones `build` writes, never
+    /// the caller's: a caller offering 1, 2, 4 ... KiB used to be accepted from the body's size
+    /// bucket up and read it for free. Every limit now gets one answer for a 1 KiB body and a
+    /// 600 KiB one (and for short and long model ids and keys).
     #[test]
-    fn the_owners_stake_sizes_cannot_be_probed_below_their_bucket() {
-        let p = build(facts(vec![("songs".into(), 10)])).expect("builds");
-        let h = held();
-        let answer = |body_len: u64, model_len: u64, key_len: u64, max: u64| {
-            let mut probe = p.clone();
-            probe.owner_inputs.body_max_bytes = max;
-            probe.owner_inputs.model_max_bytes = max.min(MODEL_MAX_BYTES);
-            probe.owner_inputs.key_max_bytes = max.min(KEY_MAX_BYTES);
+    fn the_owners_stake_sizes_cannot_be_probed_by_the_stake_limits() {
+        let openai: ProviderId = "openai".parse().expect("provider");
+        let p = build(CallerFacts {
+            provider: openai.clone(),
+            provider_host: Some("https://api.openai.com/v1".into()),
+            guard: guard_for(&openai),
+            ..facts(vec![("songs".into(), 10)])
+        })
+        .expect("builds");
+        let h = Held {
+            decl: decl("openai"),
+            ..held()
+        };
+        let answer = |body_len: u64, model_len: u64, key_len: u64, probe: &Program| {
             let sizes = OwnerFacts {
                 body_len,
                 model_len,
                 key_len,
-                ..h.facts(&p)
+                ..h.facts(probe)
             };
-            check(&probe, &sizes).is_ok()
+            check(probe, &sizes)
         };
-        // Two bodies (and models, keys) of one bucket answer every limit alike.
-        for max in (1..=20_000)
-            .step_by(7)
-            .chain([1024, 2048, 4096, 8192, 16_384])
-        {
-            assert_eq!(
-                answer(5000, 5, 0, max),
-                answer(7000, 5, 0, max),
-                "body limit {max}"
-            );
-            assert_eq!(
-                answer(10, 3, 0, max),
-                answer(10, 900, 0, max),
-                "model limit {max}"
-            );
-            assert_eq!(
-                answer(10, 5, 1100, max),
-                answer(10, 5, 2000, max),
-                "key limit {max}"
-            );
+        let buckets: Vec<u64> = (10..=20).map(|b| 1u64 << b).collect();
+        assert_eq!(buckets.first(), Some(&1024));
+        assert_eq!(buckets.last(), Some(&BODY_MAX_BYTES));
+        for &max in &buckets {
+            let mut probe = p.clone();
+            probe.owner_inputs.body_max_bytes = max;
+            let small = answer(1024, 20, 100, &probe);
+            let large = answer(600 * 1024, 20, 100, &probe);
+            assert_eq!(small, large, "body limit {max}");
+            if max == BODY_MAX_BYTES {
+                assert_eq!(small, Ok(()), "what build writes");
+            } else {
+                assert_eq!(
+                    small.map_err(|e| e.0),
+                    Err(FailureCode::ProgramMismatch),
+                    "{max}"
+                );
+            }
         }
-        // The bucket still counts: a body of 5000 needs 8 KiB of room, one of 9000 more.
-        assert!(answer(5000, 5, 0, 8192));
-        assert!(!answer(9000, 5, 0, 8192));
+        for max in [1, 64, 128, 256, 512, 2048, 1 << 20] {
+            let mut probe = p.clone();
+            probe.owner_inputs.model_max_bytes = max;
+            let short = answer(1024, 3, 100, &probe);
+            assert_eq!(short, answer(1024, 900, 100, &probe), "model limit {max}");
+            assert_eq!(short.map_err(|e| e.0), Err(FailureCode::ProgramMismatch));
+            let mut probe = p.clone();
+            probe.owner_inputs.key_max_bytes = max;
+            let short = answer(1024, 20, 40, &probe);
+            assert_eq!(short, answer(1024, 20, 2000, &probe), "key limit {max}");
+            assert_eq!(short.map_err(|e| e.0), Err(FailureCode::ProgramMismatch));
+        }
+        // The refusal names the limits, never a size.
+        let mut probe = p.clone();
+        probe.owner_inputs.body_max_bytes = 8192;
+        let (_, why) = answer(5000, 20, 100, &probe).expect_err("refused");
+        assert_eq!(why, "the program's stake limits are not the owner's");
         // The program a caller builds has room for any skill.
-        assert!(answer(
-            BODY_MAX_BYTES - 100,
-            MODEL_MAX_BYTES,
-            0,
-            BODY_MAX_BYTES
-        ));
+        assert_eq!(
+            answer(BODY_MAX_BYTES - 100, MODEL_MAX_BYTES, KEY_MAX_BYTES, &p),
+            Ok(())
+        );
+        // A provider without a key: a key limit is refused too (nothing to stake).
+        let local = build(facts(vec![("songs".into(), 10)])).expect("builds");
+        let mut probe = local.clone();
+        probe.owner_inputs.key_max_bytes = KEY_MAX_BYTES;
+        let err = check(&probe, &held().facts(&probe)).expect_err("key limit for local");
+        assert_eq!(err.0, FailureCode::ProgramMismatch);
     }
 
     /// Issue 12: the owner co-signs only what its ceilings allow.

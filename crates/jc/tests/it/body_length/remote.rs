@@ -1,6 +1,6 @@
 //! The owner's body length does not reach the caller through a remote provider (N5), with the
-//! real box and the real OpenAI-compatible adapter against a loopback model double of 4,096
-//! tokens of context (it counts a prompt at three bytes a token and refuses a longer one with
+//! real box and the real OpenAI-compatible adapter against a loopback model double whose context
+//! is the provider's default (8,192 tokens for `ollama`, 131,072 for `openai`) (it counts a prompt at three bytes a token and refuses a longer one with
 //! OpenAI's `context_length_exceeded`). Two programs differ only in the owner's body; the
 //! caller bisects its request's length until runs fail, as the attack does: the first failing
 //! length is the same for both bodies (it was `context - body`: the body's length in about a
@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skillbox_jc::client::{StakeInput, new_nonce, open_result, seal_stake};
-use skillbox_jc::program::{CallerInputs, OutputSpec, Program, ProviderGrant, Role};
+use skillbox_jc::program::{
+    CallerInputs, HOSTED_MODEL_CONTEXT_TOKENS, OutputSpec, Program, ProviderGrant, Role,
+    SELF_HOSTED_BODY_MAX_TOKENS, SELF_HOSTED_MODEL_CONTEXT_TOKENS,
+};
 use skillbox_jc::registry::ProviderRegistry;
 use skillbox_jc::run::{BoxConfig, BoxCore, RunFailure};
 use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
@@ -20,8 +23,8 @@ use skillbox_testkit::provider::{USAGE_MARK, approx_prompt_tokens};
 
 use crate::support::*;
 
-/// The double's context, which the owner declares.
-const CONTEXT: u64 = 4096;
+/// The `ollama` double's context: the provider's default, which the owner's program carries.
+const CONTEXT: u64 = SELF_HOSTED_MODEL_CONTEXT_TOKENS;
 /// Output bound: the box asks for `max_bytes / 3` tokens, 100.
 const OUTPUT: u64 = 300;
 /// The caller's request room the program grants: far past the edge.
@@ -44,13 +47,21 @@ struct Remote {
     f: Fixture,
     log: ProviderLog,
     url: String,
+    provider: ProviderId,
+    context: u64,
 }
 
 /// A box whose `ollama` provider is the real OpenAI-compatible adapter at a double of
 /// [`CONTEXT`] tokens on loopback.
 async fn remote() -> Remote {
+    remote_of(ProviderId::Ollama, CONTEXT).await
+}
+
+/// A box whose `provider` is the real OpenAI-compatible adapter at a double of `context` tokens
+/// on loopback.
+async fn remote_of(provider: ProviderId, context: u64) -> Remote {
     let (url, log) =
-        provider_double_answering(Duration::ZERO, Answering::WithContext(CONTEXT)).await;
+        provider_double_answering(Duration::ZERO, Answering::WithContext(context)).await;
     let adapter = OpenAiCompatible::new(
         &url,
         OpenAiOptions {
@@ -60,10 +71,16 @@ async fn remote() -> Remote {
     )
     .expect("adapter");
     let mut providers = ProviderRegistry::new();
-    providers.register(ProviderId::Ollama, Some(url.clone()), Arc::new(adapter));
+    providers.register(provider.clone(), Some(url.clone()), Arc::new(adapter));
     let core = BoxCore::new(dev_attester(), providers, BoxConfig::default());
     let f = serve_box_loopback(Arc::new(core)).await;
-    Remote { f, log, url }
+    Remote {
+        f,
+        log,
+        url,
+        provider,
+        context,
+    }
 }
 
 /// What the caller gets from one run.
@@ -79,9 +96,15 @@ impl Remote {
     fn program(&self, declared: Option<u64>) -> Program {
         let mut p = self.f.program();
         p.provider = ProviderGrant {
-            id: ProviderId::Ollama,
+            id: self.provider.clone(),
             host: Some(self.url.clone()),
         };
+        // The stake limits a node's program always states (room for any SKILL.md body).
+        p.owner_inputs.body_max_bytes = 1 << 20;
+        p.owner_inputs.model_max_bytes = 1024;
+        if self.provider.needs_key() {
+            p.owner_inputs.key_max_bytes = 16 * 1024;
+        }
         p.caller_inputs = CallerInputs {
             request_max_bytes: REQUEST_MAX,
             sources: vec![],
@@ -111,8 +134,18 @@ impl Remote {
             .stake(&run, Role::Caller, sealed, &f.caller)
             .await
             .expect("caller stakes");
+        let owner_stake = if self.provider.needs_key() {
+            let entries = vec![
+                StakeInput::bytes("body", body.as_bytes()),
+                StakeInput::bytes("model", b"gpt-double"),
+                StakeInput::bytes("key", b"sk-double-key"),
+            ];
+            seal_stake(&run, Role::Owner, entries).expect("seal")
+        } else {
+            f.owner_stake(&run, body)
+        };
         f.client
-            .stake(&run, Role::Owner, f.owner_stake(&run, body), &f.owner)
+            .stake(&run, Role::Owner, owner_stake, &f.owner)
             .await
             .expect("owner stakes");
         f.submit_as(&run, Role::Caller)
@@ -165,7 +198,7 @@ impl Remote {
         let log = self.log.0.lock().unwrap_or_else(|p| p.into_inner());
         log.iter()
             .filter(|(_, body)| {
-                approx_prompt_tokens(body) + body["max_tokens"].as_u64().unwrap_or(0) > CONTEXT
+                approx_prompt_tokens(body) + body["max_tokens"].as_u64().unwrap_or(0) > self.context
             })
             .count()
     }
@@ -179,7 +212,8 @@ impl Remote {
 #[tokio::test]
 async fn a_callers_bisection_against_a_remote_model_finds_the_same_edge_whatever_the_body() {
     let r = remote().await;
-    let p = r.program(Some(CONTEXT));
+    // The program every caller builds: the provider's default context, declared or not.
+    let p = r.program(None);
     let (short, long) = (body_of(SHORT_BODY.len()), body_of(1000));
     let hi = 16 << 10;
     let short_edge = r.first_refused(&p, &short, hi).await;
@@ -207,8 +241,8 @@ async fn a_callers_bisection_against_a_remote_model_finds_the_same_edge_whatever
 #[tokio::test]
 async fn a_body_over_its_allowance_is_unavailable_whatever_the_request_and_never_sent() {
     let r = remote().await;
-    let p = r.program(Some(CONTEXT));
-    let over = body_of(skillbox_jc::program::DEFAULT_BODY_MAX_TOKENS as usize + 1);
+    let p = r.program(None);
+    let over = body_of(SELF_HOSTED_BODY_MAX_TOKENS as usize + 1);
     for padding in [0, 100, 3000, 20_000] {
         let (seen, _) = r.call(&p, padding, &over).await;
         assert_eq!(
@@ -221,18 +255,21 @@ async fn a_body_over_its_allowance_is_unavailable_whatever_the_request_and_never
         r.log.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
         "a body over its allowance reached the model"
     );
-    // No declared context: the default (8,192) is the one judged. Its edge is past the
-    // double's 4,096, so there the model's refusal shows — as upstream_error (an HTTP 400's
-    // body is never read), never context_too_long — which is why an owner must declare no
-    // more than its model takes (see the design's residual).
-    let undeclared = r.program(None);
-    let room = skillbox_jc::program::DEFAULT_MODEL_CONTEXT_TOKENS as usize;
-    let (seen, _) = r.call(&undeclared, room, SHORT_BODY).await;
-    assert_eq!(
-        seen,
-        Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong)),
-        "a request past the default context is the box's refusal"
-    );
+    // A body within its allowance is sent; a request past the default context is the box's
+    // refusal, whether the program states the default or leaves it out.
+    let stated = r.program(Some(CONTEXT));
+    for program in [&p, &stated] {
+        let (seen, _) = r.call(program, CONTEXT as usize, SHORT_BODY).await;
+        assert_eq!(
+            seen,
+            Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong)),
+            "a request past the default context is the box's refusal"
+        );
+    }
+    let (seen, _) = r
+        .call(&p, 0, &body_of(SELF_HOSTED_BODY_MAX_TOKENS as usize))
+        .await;
+    assert_eq!(seen, Seen::Answered, "a body at its allowance runs");
 }
 
 /// The provider's usage figures (`prompt_tokens` counts the body) stay in the box: nothing the
@@ -240,7 +277,7 @@ async fn a_body_over_its_allowance_is_unavailable_whatever_the_request_and_never
 #[tokio::test]
 async fn usage_figures_never_reach_the_caller() {
     let r = remote().await;
-    let p = r.program(Some(CONTEXT));
+    let p = r.program(None);
     for body in [body_of(SHORT_BODY.len()), body_of(1000)] {
         let (seen, held) = r.call(&p, 40, &body).await;
         assert_eq!(seen, Seen::Answered);
@@ -252,4 +289,35 @@ async fn usage_figures_never_reach_the_caller() {
             "the caller holds the provider's usage ({usage}): {held}"
         );
     }
+}
+
+/// A real skill's body on a hosted provider runs with the program every caller builds (the
+/// provider's defaults: 49,152 tokens of body allowance, 131,072 of context): a 20 KB body and a
+/// request of 16 KiB are answered by the model (before the defaults by provider, any body over
+/// 1,024 bytes failed `unavailable` on every call), and the bisection still finds one edge for a
+/// 20 KB and a 40 KB body, the box's own, where the model refuses nothing.
+#[tokio::test]
+async fn a_real_skill_body_runs_on_a_hosted_provider_with_the_default_program() {
+    let r = remote_of(ProviderId::OpenAi, HOSTED_MODEL_CONTEXT_TOKENS).await;
+    let p = r.program(None);
+    let body = body_of(20_000);
+    for padding in [0, 16 << 10] {
+        let (seen, _) = r.call(&p, padding, &body).await;
+        assert_eq!(seen, Seen::Answered, "padding {padding}");
+    }
+    let log = r.log.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(log.len(), 2, "the model was asked each time");
+    assert!(
+        log.iter()
+            .all(|(_, sent)| skillbox_testkit::provider::turn(sent, "system").len() >= body.len()),
+        "the model got the owner's whole body"
+    );
+    let hi = REQUEST_MAX as usize - 1;
+    let edge_20k = r.first_refused(&p, &body, hi).await;
+    let edge_40k = r.first_refused(&p, &body_of(40_000), hi).await;
+    println!("hosted, first refused padding: 20 KB body {edge_20k:?}, 40 KB body {edge_40k:?}");
+    // With the defaults no request the program allows is refused at all.
+    assert_eq!(edge_20k, None, "an honest request was refused");
+    assert_eq!(edge_40k, None, "an honest request was refused");
+    assert_eq!(r.refused_by_the_model(), 0, "the model refused a request");
 }
