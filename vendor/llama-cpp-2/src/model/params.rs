@@ -846,24 +846,4 @@ mod tests {
         assert!(!first && !second, "returning false signals an abort");
         assert_eq!(calls.get(), 2);
     }
-
-    /// skillbox patch (review 27 F6): a device-list pointer this wrapper does not own is told
-    /// apart from its own empty list; it read as `Some(0)`, no device, though nothing was read.
-    #[test]
-    fn explicit_devices_tells_a_foreign_list_from_the_wrappers_own() {
-        use super::{ExplicitDevices, LlamaModelParams};
-
-        let own = LlamaModelParams::default()
-            .with_devices(&[])
-            .expect("an empty list");
-        assert_eq!(own.explicit_devices(), ExplicitDevices::Own(0));
-        assert_eq!(
-            LlamaModelParams::default().explicit_devices(),
-            ExplicitDevices::EveryDevice
-        );
-        let mut elsewhere = [std::ptr::null_mut(); 2];
-        let mut foreign = LlamaModelParams::default();
-        foreign.params.devices = elsewhere.as_mut_ptr();
-        assert_eq!(foreign.explicit_devices(), ExplicitDevices::Foreign);
-    }
 }
