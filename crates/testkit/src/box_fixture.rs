@@ -561,6 +561,36 @@ impl Fixture {
             .expect("result")
     }
 
+    /// Both stakes as sealed (the caller's `caller`, the owner's `owner`), both submits, and
+    /// the run's result once the box has one (the test fails after `wait`): a whole call as its
+    /// two parties make it, for tests that seal stakes of their own.
+    pub async fn stake_both_and_wait(
+        &self,
+        run: &VerifiedRun,
+        caller: Vec<u8>,
+        owner: Vec<u8>,
+        wait: std::time::Duration,
+    ) -> ResultView {
+        self.client
+            .stake(run, Role::Caller, caller, &self.caller)
+            .await
+            .expect("caller stakes");
+        self.client
+            .stake(run, Role::Owner, owner, &self.owner)
+            .await
+            .expect("owner stakes");
+        self.submit_as(run, Role::Caller)
+            .await
+            .expect("caller submits");
+        self.submit_as(run, Role::Owner)
+            .await
+            .expect("owner submits");
+        self.client
+            .wait_result(&run.run_id, wait)
+            .await
+            .expect("result")
+    }
+
     /// Both stakes, both submits.
     pub async fn run_all(&self, run: &VerifiedRun, request: &str, body: &str) {
         self.run_all_with(run, request, b"song a\nsong b", body, None)

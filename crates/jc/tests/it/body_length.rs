@@ -178,23 +178,9 @@ impl Bench {
             vec![StakeInput::bytes("request", request.as_bytes())],
         )
         .expect("seal");
-        f.client
-            .stake(&run, Role::Caller, sealed, &f.caller)
-            .await
-            .expect("caller stakes");
-        f.client
-            .stake(&run, Role::Owner, f.owner_stake(&run, body), &f.owner)
-            .await
-            .expect("owner stakes");
-        f.submit_as(&run, Role::Caller)
-            .await
-            .expect("caller submits");
-        f.submit_as(&run, Role::Owner).await.expect("owner submits");
         let view = f
-            .client
-            .wait_result(&run.run_id, RESULT_WAIT)
-            .await
-            .expect("result");
+            .stake_both_and_wait(&run, sealed, f.owner_stake(&run, body), RESULT_WAIT)
+            .await;
         if let Some(failure) = view.error {
             return Seen::Failed(failure);
         }

@@ -130,10 +130,6 @@ impl Remote {
             vec![StakeInput::bytes("request", request.as_bytes())],
         )
         .expect("seal");
-        f.client
-            .stake(&run, Role::Caller, sealed, &f.caller)
-            .await
-            .expect("caller stakes");
         let owner_stake = if self.provider.needs_key() {
             let entries = vec![
                 StakeInput::bytes("body", body.as_bytes()),
@@ -144,19 +140,9 @@ impl Remote {
         } else {
             f.owner_stake(&run, body)
         };
-        f.client
-            .stake(&run, Role::Owner, owner_stake, &f.owner)
-            .await
-            .expect("owner stakes");
-        f.submit_as(&run, Role::Caller)
-            .await
-            .expect("caller submits");
-        f.submit_as(&run, Role::Owner).await.expect("owner submits");
         let view = f
-            .client
-            .wait_result(&run.run_id, RESULT_WAIT)
-            .await
-            .expect("result");
+            .stake_both_and_wait(&run, sealed, owner_stake, RESULT_WAIT)
+            .await;
         // Everything of the result the caller holds: the view, the receipt's payload and, for
         // an answer, what it opens.
         let mut held = serde_json::to_string(&view).expect("view");
