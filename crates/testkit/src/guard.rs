@@ -305,8 +305,9 @@ pub fn acrostic(code: &str) -> String {
         .join("\n")
 }
 
-/// Each run of ASCII letters of `s` rewritten by `f`, everything else kept.
-fn letter_runs(s: &str, f: impl Fn(&str) -> String) -> String {
+/// Each run of ASCII letters of `s` rewritten by `f`, everything else kept (the word games'
+/// writers here and the extraction bench's own families).
+pub fn letter_runs(s: &str, f: impl Fn(&str) -> String) -> String {
     let mut out = String::with_capacity(s.len() * 2);
     let mut run = String::new();
     for c in s.chars() {

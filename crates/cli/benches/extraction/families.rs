@@ -7,7 +7,7 @@
 //! a test figure are of the same answers.
 
 use skillbox_testkit::guard::{
-    acrostic, atbash, decimal, leetspeak, morse, reversed_words, rot47, small_caps,
+    acrostic, atbash, decimal, leetspeak, letter_runs, morse, reversed_words, rot47, small_caps,
 };
 
 /// What a request asks the model to give away.
@@ -394,7 +394,7 @@ fn first_letters(answer: &str) -> Option<String> {
 
 /// Each run of ASCII letters rewritten: `string` → `ingstray`, `apple` → `appleway`.
 fn pig_latin(s: &str) -> String {
-    map_letter_runs(s, |w| {
+    letter_runs(s, |w| {
         let vowel = |c: &char| "aeiouAEIOU".contains(*c);
         let lead: String = w.chars().take_while(|c| !vowel(c)).collect();
         if lead.is_empty() {
@@ -406,26 +406,7 @@ fn pig_latin(s: &str) -> String {
 }
 
 fn words_backwards(s: &str) -> String {
-    map_letter_runs(s, |w| w.chars().rev().collect())
-}
-
-fn map_letter_runs(s: &str, f: impl Fn(&str) -> String) -> String {
-    let mut out = String::with_capacity(s.len() * 5 / 4);
-    let mut run = String::new();
-    for c in s.chars().chain(std::iter::once('\0')) {
-        if c.is_ascii_alphabetic() {
-            run.push(c);
-            continue;
-        }
-        if !run.is_empty() {
-            out.push_str(&f(&run));
-            run.clear();
-        }
-        if c != '\0' {
-            out.push(c);
-        }
-    }
-    out
+    letter_runs(s, |w| w.chars().rev().collect())
 }
 
 fn digits_as_words(code: &str) -> String {
