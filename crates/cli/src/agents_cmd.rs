@@ -64,9 +64,11 @@ pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<Ex
 pub struct SkillSetArgs {
     /// The skill's name.
     pub name: String,
-    /// `provider=ID`, `model=ID`, `key=SOURCE`, or a ceiling (`maxRequestBytes=N`,
-    /// `maxSourceBytes=N`, `maxOutputBytes=N`, `callsPerPeerPerDay=N`, `callsPerDay=N`); an empty
-    /// value (`key=`) clears the field.
+    /// `provider=ID`, `model=ID`, `key=SOURCE`, a ceiling (`maxRequestBytes=N`,
+    /// `maxSourceBytes=N`, `maxOutputBytes=N`, `callsPerPeerPerDay=N`, `callsPerDay=N`), or the
+    /// body allowance and remote model context in tokens (`bodyMaxTokens=N`,
+    /// `modelContextTokens=N`); an empty value (`key=`) clears the field (for the tokens: back
+    /// to the provider's default).
     #[arg(required = true, value_name = "FIELD=VALUE")]
     pub fields: Vec<String>,
     #[arg(long)]
@@ -99,9 +101,24 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
             limits.insert(k.to_owned(), n);
             continue;
         }
+        if matches!(k, "bodyMaxTokens" | "modelContextTokens") {
+            if change.contains_key(k) {
+                bail!("{k} is given twice");
+            }
+            // The ranges and the fit with the skill's provider are the node's to judge.
+            let n = if v.is_empty() {
+                Value::Null
+            } else {
+                Value::from(v.parse::<u64>().ok().with_context(|| {
+                    format!("{k}: a whole number of tokens (or empty for the provider's default)")
+                })?)
+            };
+            change.insert(k.to_owned(), n);
+            continue;
+        }
         if !matches!(k, "provider" | "model" | "key") {
             bail!(
-                "an argument names no field skill set changes (provider, model, key, {}); {KEY_WAY_IN}",
+                "an argument names no field skill set changes (provider, model, key, bodyMaxTokens, modelContextTokens, {}); {KEY_WAY_IN}",
                 skillbox_skill::Limits::FIELDS.join(", ")
             );
         }

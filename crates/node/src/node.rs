@@ -592,6 +592,7 @@ mod tests {
             provider: Some("openrouter".into()),
             required_sources: sources,
             limits: Default::default(),
+            tokens: Default::default(),
             digest: format!("sha256:{}", "ab".repeat(32)),
             offered: true,
             reason: None,

@@ -248,6 +248,17 @@ pub fn offer_from(
             .iter()
             .filter(|s| s.offered)
             .filter_map(|s| {
+                let provider = s
+                    .provider
+                    .as_deref()
+                    .and_then(|p| p.parse::<skillbox_skill::ProviderId>().ok());
+                // The owner's body allowance and model context where they are not the
+                // provider's defaults: absent otherwise, so the advert is the one older peers
+                // read.
+                let tokens = provider
+                    .as_ref()
+                    .map(|p| s.tokens.advertised(p))
+                    .unwrap_or_default();
                 Some(OfferedSkill {
                     name: s.name.clone(),
                     description: s.description.clone(),
@@ -256,11 +267,9 @@ pub fn offer_from(
                     required_sources: s.required_sources.clone(),
                     limits: s.limits,
                     declaration_digest: s.digest.clone(),
-                    guard: s
-                        .provider
-                        .as_deref()
-                        .and_then(|p| p.parse::<skillbox_skill::ProviderId>().ok())
-                        .map(|p| guard.spec_for(&p)),
+                    guard: provider.as_ref().map(|p| guard.spec_for(p)),
+                    body_max_tokens: tokens.body_max_tokens,
+                    model_context_tokens: tokens.model_context_tokens,
                 })
             })
             .collect(),
@@ -280,6 +289,7 @@ mod tests {
             provider: Some("openrouter".into()),
             required_sources: vec!["spotify_songs".into()],
             limits: Default::default(),
+            tokens: Default::default(),
             digest: format!("sha256:{}", "ab".repeat(32)),
             offered,
             reason: None,

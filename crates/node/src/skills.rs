@@ -8,7 +8,11 @@ use std::sync::Arc;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
-use skillbox_skill::{Declaration, Diagnostic, Limits, check_skill};
+use skillbox_jc::program::{
+    MAX_BODY_MAX_TOKENS, MAX_MODEL_CONTEXT_TOKENS, default_body_max_tokens,
+    default_model_context_tokens,
+};
+use skillbox_skill::{Declaration, Diagnostic, Limits, ProviderId, check_skill};
 
 use crate::crypto::DataKey;
 use crate::error::{NodeError, Result};
@@ -34,11 +38,130 @@ pub struct SkillRecord {
     /// The ceilings the owner set with `skill set` (each applies as set, above `[ceilings]`
     /// too); the declaration's other `limits:` are held to `[ceilings]` ([`in_force`]).
     pub owner_limits: Limits,
+    /// The body allowance and remote model context the owner set (`skill set`); absent, the
+    /// provider's defaults.
+    pub owner_tokens: OwnerTokens,
     pub created_at: i64,
     pub updated_at: i64,
 }
 
-/// A line of `GET /skills`.
+/// The smallest answer a program can ask for, in tokens: the box asks the provider for at least
+/// this many (`skillbox_jc::run`: `max_tokens` is the output bound in bytes / 3, clamped to 16
+/// at least). A context that cannot hold the allowance with it admits no request at all.
+pub const SMALLEST_ANSWER_TOKENS: u64 = 16;
+
+/// A skill's **body allowance** and, for a remote provider, its model's **declared context**, in
+/// tokens, as the owner set them (`skill set NAME bodyMaxTokens=N modelContextTokens=N`); each
+/// absent is the provider's default (one table, `skillbox_jc::program::default_body_max_tokens`
+/// / `default_model_context_tokens`). The owner's, like the guard: the advert carries the ones
+/// that differ from the defaults, the caller's program names them, and the owner refuses a
+/// program naming any other (a caller choosing the allowance could bisect the body's length on
+/// where runs start to fail `unavailable`; one choosing the context, move the box's admission
+/// past the model's real context). Not in a SKILL.md: the context is a fact of the owner's model
+/// server, not of the file, and a file that is someone else's must not declare it larger.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct OwnerTokens {
+    #[serde(rename = "bodyMaxTokens", skip_serializing_if = "Option::is_none")]
+    pub body_max_tokens: Option<u64>,
+    #[serde(rename = "modelContextTokens", skip_serializing_if = "Option::is_none")]
+    pub model_context_tokens: Option<u64>,
+}
+
+impl OwnerTokens {
+    /// The field names `skill set`, `PATCH /skills/{name}` and every refusal use.
+    pub const BODY: &'static str = "bodyMaxTokens";
+    pub const CONTEXT: &'static str = "modelContextTokens";
+
+    pub fn is_default(&self) -> bool {
+        *self == OwnerTokens::default()
+    }
+
+    /// The allowance in force for a skill of `provider`: the owner's, else the default.
+    pub fn body_allowance(&self, provider: &ProviderId) -> u64 {
+        self.body_max_tokens
+            .unwrap_or_else(|| default_body_max_tokens(provider))
+    }
+
+    /// The remote model context in force for a skill of `provider`: the owner's, else the
+    /// default; `None` for `local` (the box's model's own).
+    pub fn model_context(&self, provider: &ProviderId) -> Option<u64> {
+        if *provider == ProviderId::Local {
+            return None;
+        }
+        self.model_context_tokens
+            .or_else(|| default_model_context_tokens(provider))
+    }
+
+    /// What the advert carries for a skill of `provider`: each value that is not the provider's
+    /// default, so an owner who set none (or set the defaults) sends the advert old peers read.
+    pub fn advertised(&self, provider: &ProviderId) -> OwnerTokens {
+        let body = self.body_allowance(provider);
+        let context = self.model_context(provider);
+        OwnerTokens {
+            body_max_tokens: (body != default_body_max_tokens(provider)).then_some(body),
+            model_context_tokens: context
+                .filter(|c| Some(*c) != default_model_context_tokens(provider)),
+        }
+    }
+
+    /// Whether the owner may set these for a skill of `provider` (`None`: no provider yet, so
+    /// only each number's own range is known). Refusals name the field: zero or past the
+    /// largest a program may name; a context for `local`; a remote allowance that, with the
+    /// box's notice, the frame and the smallest answer, does not fit the context (no request
+    /// could be admitted).
+    pub fn check(&self, provider: Option<&ProviderId>) -> Result<()> {
+        if let Some(n) = self.body_max_tokens
+            && !(1..=MAX_BODY_MAX_TOKENS).contains(&n)
+        {
+            return Err(NodeError::invalid(
+                Self::BODY,
+                format!("must be a whole number of tokens from 1 to {MAX_BODY_MAX_TOKENS}"),
+            ));
+        }
+        if let Some(n) = self.model_context_tokens {
+            if provider == Some(&ProviderId::Local) {
+                return Err(NodeError::invalid(
+                    Self::CONTEXT,
+                    "is for a remote provider only: the local provider runs the box's own model, whose context is the box's (clear it with modelContextTokens=)",
+                ));
+            }
+            if !(1..=MAX_MODEL_CONTEXT_TOKENS).contains(&n) {
+                return Err(NodeError::invalid(
+                    Self::CONTEXT,
+                    format!(
+                        "must be a whole number of tokens from 1 to {MAX_MODEL_CONTEXT_TOKENS}"
+                    ),
+                ));
+            }
+        }
+        let Some(provider) = provider else {
+            return Ok(());
+        };
+        let Some(context) = self.model_context(provider) else {
+            return Ok(());
+        };
+        let allowance = self.body_allowance(provider);
+        let notice = skillbox_jc::prompt::notice_bytes() as u64;
+        let frame = skillbox_providers::REMOTE_FRAME_TOKENS as u64;
+        let least = allowance + notice + frame + SMALLEST_ANSWER_TOKENS;
+        if least > context {
+            // The field the owner set is the one to change; both set, the context.
+            let field = if self.model_context_tokens.is_none() {
+                Self::BODY
+            } else {
+                Self::CONTEXT
+            };
+            return Err(NodeError::invalid(
+                field,
+                format!(
+                    "the body allowance ({allowance} tokens) with the box's notice ({notice}), the frame ({frame}) and the smallest answer ({SMALLEST_ANSWER_TOKENS}) takes {least} tokens, more than the model context ({context}) for provider {provider}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct SkillSummary {
     pub name: String,
@@ -53,6 +176,9 @@ pub struct SkillSummary {
     /// a field absent is the node's `[ceilings]`): what the advert carries.
     #[serde(skip_serializing_if = "Limits::is_empty")]
     pub limits: Limits,
+    /// The body allowance and remote model context the owner set; absent, the provider's.
+    #[serde(flatten)]
+    pub tokens: OwnerTokens,
     pub digest: String,
     pub offered: bool,
     /// The reasons joined, present only when not offered.
@@ -77,6 +203,9 @@ pub struct SkillDetail {
     pub declaration: Declaration,
     pub manifest: Value,
     pub state: OfferState,
+    /// The body allowance and remote model context the owner set; absent, the provider's.
+    #[serde(flatten)]
+    pub tokens: OwnerTokens,
     pub warnings: Value,
     #[serde(rename = "bodySource", skip_serializing_if = "Option::is_none")]
     pub body_source: Option<SourceMeta>,
@@ -97,6 +226,10 @@ pub struct SkillChange {
     /// rest stay. A ceiling set here is the owner's own word and holds as set, above `[ceilings]`
     /// too; one cleared falls back to `[ceilings]`.
     pub limits: Vec<(String, Option<u64>)>,
+    /// The body allowance and remote model context in tokens: set (`Some(Some)`), cleared to
+    /// the provider's default (`Some(None)`) or left (`None`).
+    pub body_max_tokens: Option<Option<u64>>,
+    pub model_context_tokens: Option<Option<u64>>,
 }
 
 impl std::fmt::Debug for SkillChange {
@@ -112,6 +245,8 @@ impl std::fmt::Debug for SkillChange {
             // but this value is printed before that).
             .field("key", &self.key.as_ref().map(|k| k.as_ref().map(|_| "..")))
             .field("limits", &self.limits)
+            .field("body_max_tokens", &self.body_max_tokens)
+            .field("model_context_tokens", &self.model_context_tokens)
             .finish()
     }
 }
@@ -222,6 +357,22 @@ fn get(limits: &Limits, field: &str) -> Option<u64> {
 /// The `owner_limits` column read: a value that does not parse is the stored row's error.
 fn owner_limits_of(name: &str, text: &str) -> Result<Limits> {
     serde_json::from_str(text).map_err(|e| NodeError::stored_row("owner limits", name, e))
+}
+
+/// The `body_max_tokens` / `model_context_tokens` columns read: a negative value (no write of
+/// this node's makes one) is the stored row's error.
+fn owner_tokens_of(name: &str, body: Option<i64>, context: Option<i64>) -> Result<OwnerTokens> {
+    let read = |what: &'static str, n: Option<i64>| {
+        n.map(|n| {
+            u64::try_from(n)
+                .map_err(|_| NodeError::stored_row(what, name, format!("{n} is negative")))
+        })
+        .transpose()
+    };
+    Ok(OwnerTokens {
+        body_max_tokens: read("body allowance", body)?,
+        model_context_tokens: read("model context", context)?,
+    })
 }
 
 /// A new random commitment salt.
@@ -410,10 +561,12 @@ impl Skills {
                 let warnings = warnings.to_string();
                 let row = params![name, agent_id, decl_json, manifest_json, digest, warnings, now];
                 let was = tx.execute(
-                    // A file imported again is the file's word: the ceilings the owner set on
-                    // the one it replaces go with it.
+                    // A file imported again is the file's word: the ceilings, body allowance and
+                    // model context the owner set on the one it replaces go with it (its
+                    // provider may be another).
                     "UPDATE skills SET agent_id = ?2, declaration = ?3, manifest = ?4, digest = ?5,
-                         warnings = ?6, owner_limits = '{}', updated_at = ?7 WHERE name = ?1",
+                         warnings = ?6, owner_limits = '{}', body_max_tokens = NULL,
+                         model_context_tokens = NULL, updated_at = ?7 WHERE name = ?1",
                     row,
                 )? > 0;
                 if !was {
@@ -550,17 +703,26 @@ impl Skills {
                 "each ceiling must be a whole number up to 2^53-1",
             ));
         }
+        // Each number's own range first, before the row is read: its fit with the provider's
+        // default is checked with the row below.
+        OwnerTokens {
+            body_max_tokens: change.body_max_tokens.flatten(),
+            model_context_tokens: change.model_context_tokens.flatten(),
+        }
+        .check(None)?;
         let updated = self.store.write(|tx| {
-            let row: Option<(String, String)> = tx
+            let row: Option<(String, String, Option<i64>, Option<i64>)> = tx
                 .query_row(
-                    "SELECT declaration, owner_limits FROM skills WHERE name = ?1",
+                    "SELECT declaration, owner_limits, body_max_tokens, model_context_tokens
+                         FROM skills WHERE name = ?1",
                     params![name],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                 )
                 .optional()?;
-            let Some((decl, owner)) = row else {
+            let Some((decl, owner, body_tokens, context_tokens)) = row else {
                 return Ok(false);
             };
+            let mut tokens = owner_tokens_of(name, body_tokens, context_tokens)?;
             let mut decl: Declaration = serde_json::from_str(&decl)
                 .map_err(|e| NodeError::stored_row("declaration", name, e))?;
             let mut owner = owner_limits_of(name, &owner)?;
@@ -580,6 +742,16 @@ impl Skills {
                 decl.limits.set(field, *value);
                 owner.set(field, *value);
             }
+            if let Some(n) = change.body_max_tokens {
+                tokens.body_max_tokens = n;
+            }
+            if let Some(n) = change.model_context_tokens {
+                tokens.model_context_tokens = n;
+            }
+            // Checked against the provider the skill has after this change: a provider set to
+            // `local` with a context still set, or a hosted one whose default context the set
+            // allowance overruns, is refused here, naming the field.
+            tokens.check(decl.provider.as_ref())?;
             let owner = serde_json::to_string(&owner)
                 .map_err(|e| NodeError::stored_row("owner limits", name, e))?;
             // The digest covers the model; the stored row does not carry it. A new salt with
@@ -609,9 +781,17 @@ impl Skills {
             let text = serde_json::to_string(&decl)
                 .map_err(|e| NodeError::stored_row("declaration", name, e))?;
             tx.execute(
-                "UPDATE skills SET declaration = ?2, digest = ?3, owner_limits = ?4, updated_at = ?5
-                     WHERE name = ?1",
-                params![name, text, digest, owner, now_secs()],
+                "UPDATE skills SET declaration = ?2, digest = ?3, owner_limits = ?4, updated_at = ?5,
+                     body_max_tokens = ?6, model_context_tokens = ?7 WHERE name = ?1",
+                params![
+                    name,
+                    text,
+                    digest,
+                    owner,
+                    now_secs(),
+                    tokens.body_max_tokens.map(|n| n as i64),
+                    tokens.model_context_tokens.map(|n| n as i64)
+                ],
             )?;
             Ok(true)
         })?;
@@ -625,6 +805,7 @@ impl Skills {
             model = change.model.is_some(),
             key = change.key.is_some(),
             limits = !change.limits.is_empty(),
+            tokens = change.body_max_tokens.is_some() || change.model_context_tokens.is_some(),
             "skill declaration changed"
         );
         self.detail(name)
@@ -695,20 +876,20 @@ impl Skills {
 
     fn records(&self, filter: Option<(&str, &str)>) -> Result<Vec<SkillRecord>> {
         self.store.read(|c| {
-            let base = "SELECT name, agent_id, declaration, manifest, digest, warnings, owner_limits, created_at, updated_at FROM skills";
+            let base = "SELECT name, agent_id, declaration, manifest, digest, warnings, owner_limits, created_at, updated_at, body_max_tokens, model_context_tokens FROM skills";
             let (sql, arg) = match filter {
                 Some((column, value)) => (format!("{base} WHERE {column} = ?1"), Some(value)),
                 None => (format!("{base} ORDER BY name"), None),
             };
             let mut stmt = c.prepare(&sql)?;
-            type Cols = (String, String, String, String, String, String, String, i64, i64);
+            type Cols = (String, String, String, String, String, String, String, i64, i64, Option<i64>, Option<i64>);
             let map = |r: &rusqlite::Row<'_>| Cols::try_from(r);
             let rows: Vec<_> = match arg {
                 Some(v) => stmt.query_map(params![v], map)?.collect::<rusqlite::Result<_>>()?,
                 None => stmt.query_map([], map)?.collect::<rusqlite::Result<_>>()?,
             };
             rows.into_iter()
-                .map(|(name, agent_id, decl, manifest, digest, warnings, owner, created_at, updated_at)| {
+                .map(|(name, agent_id, decl, manifest, digest, warnings, owner, created_at, updated_at, body_tokens, context_tokens)| {
                     let bad = |what: &'static str, e: serde_json::Error| NodeError::StoredRow {
                         what,
                         name: name.clone(),
@@ -719,6 +900,7 @@ impl Skills {
                         manifest: serde_json::from_str(&manifest).map_err(|e| bad("manifest", e))?,
                         warnings: serde_json::from_str(&warnings).map_err(|e| bad("warnings", e))?,
                         owner_limits: serde_json::from_str(&owner).map_err(|e| bad("owner limits", e))?,
+                        owner_tokens: owner_tokens_of(&name, body_tokens, context_tokens)?,
                         agent_id,
                         digest,
                         created_at,
@@ -737,24 +919,35 @@ impl Skills {
     /// A skill's declaration and digest alone — what the owner's stake reads, once a call: not
     /// its manifest and warnings, which a whole record also parses.
     pub fn declared(&self, name: &str) -> Result<Option<(Declaration, String)>> {
-        Ok(self.admitted(name)?.map(|(d, digest, _)| (d, digest)))
+        Ok(self.admitted(name)?.map(|(d, digest, _, _)| (d, digest)))
     }
 
-    /// [`Skills::declared`] and the ceilings the owner set (`owner_limits`): what a call's
-    /// admission reads, to apply [`in_force`].
-    pub fn admitted(&self, name: &str) -> Result<Option<(Declaration, String, Limits)>> {
-        let row: Option<(String, String, String)> = self.store.read(|c| {
+    /// [`Skills::declared`], the ceilings the owner set (`owner_limits`) and its body allowance
+    /// and model context: what a call's admission reads, to apply [`in_force`] and check the
+    /// program's tokens.
+    pub fn admitted(
+        &self,
+        name: &str,
+    ) -> Result<Option<(Declaration, String, Limits, OwnerTokens)>> {
+        type Row = (String, String, String, Option<i64>, Option<i64>);
+        let row: Option<Row> = self.store.read(|c| {
             Ok(c.query_row(
-                "SELECT declaration, digest, owner_limits FROM skills WHERE name = ?1",
+                "SELECT declaration, digest, owner_limits, body_max_tokens, model_context_tokens
+                     FROM skills WHERE name = ?1",
                 params![name],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()?)
         })?;
-        row.map(|(decl, digest, owner)| {
+        row.map(|(decl, digest, owner, body, context)| {
             let declaration = serde_json::from_str(&decl)
                 .map_err(|e| NodeError::stored_row("declaration", name, e))?;
-            Ok((declaration, digest, owner_limits_of(name, &owner)?))
+            Ok((
+                declaration,
+                digest,
+                owner_limits_of(name, &owner)?,
+                owner_tokens_of(name, body, context)?,
+            ))
         })
         .transpose()
     }
@@ -781,6 +974,7 @@ impl Skills {
                     provider: d.provider.as_ref().map(ToString::to_string),
                     required_sources: d.required_sources.clone(),
                     limits: held(&d.limits, &r.owner_limits, &self.ceilings),
+                    tokens: r.owner_tokens,
                     digest: r.digest,
                     offered: state.offered,
                     reason: (!state.offered).then(|| state.reasons.join("; ")),
@@ -806,6 +1000,7 @@ impl Skills {
             declaration: r.declaration,
             manifest: r.manifest,
             state,
+            tokens: r.owner_tokens,
             warnings: r.warnings,
             body_source,
             created_at: r.created_at,
@@ -1003,7 +1198,7 @@ mod tests {
     /// `calls::inbound` reads, the declaration row's path (`Skills::admitted`, `in_force`) and
     /// the charge's (`limits_in`), asserted equal.
     fn applied(skills: &Skills, name: &str, ceilings: &Limits) -> Limits {
-        let (d, _, owner) = skills.admitted(name).expect("read").expect("there");
+        let (d, _, owner, _) = skills.admitted(name).expect("read").expect("there");
         let admitted = in_force(&d.limits, &owner, ceilings);
         let charged = skills
             .store
@@ -1170,6 +1365,143 @@ body
         assert!(
             refused.to_string().contains("limits.callsPerYear"),
             "{refused}"
+        );
+    }
+
+    fn tokens(body: Option<u64>, context: Option<u64>) -> SkillChange {
+        SkillChange {
+            body_max_tokens: Some(body),
+            model_context_tokens: Some(context),
+            ..SkillChange::default()
+        }
+    }
+
+    /// `skill set`'s tokens: kept as set, read back by admission, the listing and the advert's
+    /// projection; bad values refused naming the field with nothing written; cleared, the
+    /// provider's defaults; a file imported again drops them (its provider may be another).
+    #[test]
+    fn the_owners_tokens_are_set_checked_read_and_dropped_by_a_new_import() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let skills = Skills::new(
+            store,
+            Arc::new(DataKey::from_bytes(&[3u8; 32])),
+            "local.test",
+        );
+        let doc = b"---\nname: taste\ndescription: d\nprovider: ollama\nmodel: m\n---\nbody\n";
+        skills.import(doc, None).expect("import");
+        let ollama = ProviderId::Ollama;
+        let read = |skills: &Skills| skills.admitted("taste").expect("read").expect("there").3;
+        assert_eq!(
+            read(&skills),
+            OwnerTokens::default(),
+            "an imported row: the defaults"
+        );
+
+        let detail = skills
+            .set("taste", &tokens(Some(16_384), Some(32_768)))
+            .expect("set")
+            .expect("there");
+        let set = OwnerTokens {
+            body_max_tokens: Some(16_384),
+            model_context_tokens: Some(32_768),
+        };
+        assert_eq!(detail.tokens, set);
+        assert_eq!(read(&skills), set);
+        assert_eq!(skills.list().expect("list")[0].tokens, set);
+        assert_eq!(set.advertised(&ollama), set);
+        assert_eq!(
+            (set.body_allowance(&ollama), set.model_context(&ollama)),
+            (16_384, Some(32_768))
+        );
+
+        // Refused, naming the field; nothing changes.
+        let refused = [
+            (tokens(Some(0), None), OwnerTokens::BODY),
+            (
+                tokens(Some(MAX_BODY_MAX_TOKENS + 1), None),
+                OwnerTokens::BODY,
+            ),
+            (tokens(None, Some(0)), OwnerTokens::CONTEXT),
+            (
+                tokens(None, Some(MAX_MODEL_CONTEXT_TOKENS + 1)),
+                OwnerTokens::CONTEXT,
+            ),
+            // The default 8,192 context cannot hold 16,384 of body.
+            (tokens(Some(16_384), None), OwnerTokens::BODY),
+            // Nor a context the allowance fills, with the notice, frame and smallest answer.
+            (tokens(Some(8_000), Some(8_192)), OwnerTokens::CONTEXT),
+            (
+                SkillChange {
+                    provider: Some(Some("local".into())),
+                    ..SkillChange::default()
+                },
+                OwnerTokens::CONTEXT,
+            ),
+        ];
+        for (change, field) in refused {
+            match skills.set("taste", &change) {
+                Err(NodeError::Invalid { field: f, message }) => {
+                    assert_eq!(f, field, "{message}");
+                }
+                other => panic!("{change:?}: {other:?}"),
+            }
+            assert_eq!(read(&skills), set, "{change:?} wrote");
+        }
+        // The edge of the fit: the least context a 1,000-token allowance takes is let in.
+        let notice = skillbox_jc::prompt::notice_bytes() as u64;
+        let least =
+            1000 + notice + skillbox_providers::REMOTE_FRAME_TOKENS as u64 + SMALLEST_ANSWER_TOKENS;
+        assert!(
+            skills
+                .set("taste", &tokens(Some(1000), Some(least - 1)))
+                .is_err()
+        );
+        assert!(
+            skills
+                .set("taste", &tokens(Some(1000), Some(least)))
+                .is_ok()
+        );
+
+        // The defaults set are the defaults: nothing to advertise.
+        skills
+            .set("taste", &tokens(Some(4096), Some(8192)))
+            .expect("set");
+        assert_eq!(read(&skills).advertised(&ollama), OwnerTokens::default());
+        skills.set("taste", &tokens(None, None)).expect("cleared");
+        assert_eq!(read(&skills), OwnerTokens::default());
+
+        skills
+            .set("taste", &tokens(Some(16_384), Some(32_768)))
+            .expect("set");
+        skills.import(doc, None).expect("imported again");
+        assert_eq!(read(&skills), OwnerTokens::default(), "the file's word");
+        // A context for `local` is no one's, and `local`'s allowance is its own number.
+        let local = b"---\nname: here\ndescription: d\nprovider: local\nmodel: m\n---\nbody\n";
+        skills.import(local, None).expect("import");
+        assert!(matches!(
+            skills.set("here", &tokens(None, Some(32_768))),
+            Err(NodeError::Invalid { ref field, .. }) if field == OwnerTokens::CONTEXT
+        ));
+        skills.set("here", &tokens(Some(2048), None)).expect("set");
+        let here = skills.admitted("here").expect("read").expect("there").3;
+        assert_eq!(
+            here.advertised(&ProviderId::Local).body_max_tokens,
+            Some(2048)
+        );
+        assert_eq!(here.model_context(&ProviderId::Local), None);
+    }
+
+    /// The advert's bounds are the program's: the peers crate holds its own copy (it does not
+    /// depend on the box's crate), and this keeps them one number.
+    #[test]
+    fn the_adverts_token_bounds_are_the_programs() {
+        assert_eq!(
+            skillbox_peers::advert::MAX_BODY_MAX_TOKENS,
+            MAX_BODY_MAX_TOKENS
+        );
+        assert_eq!(
+            skillbox_peers::advert::MAX_MODEL_CONTEXT_TOKENS,
+            MAX_MODEL_CONTEXT_TOKENS
         );
     }
 }

@@ -552,6 +552,15 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE skills ADD COLUMN owner_limits TEXT NOT NULL DEFAULT '{}';
     "#,
+    // 21: the owner's body allowance and remote model context for a skill, in tokens
+    // (`skill set NAME bodyMaxTokens=N modelContextTokens=N`), carried in the advert so the
+    // caller's program names them and checked by the owner against these. NULL: the provider's
+    // default (`skillbox_jc::program::default_body_max_tokens` / `default_model_context_tokens`),
+    // which is what every row stored before means.
+    r#"
+    ALTER TABLE skills ADD COLUMN body_max_tokens INTEGER;
+    ALTER TABLE skills ADD COLUMN model_context_tokens INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -47,6 +47,45 @@ pub struct OfferedSkill {
     /// Absent: the defaults for the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<skillbox_guard::GuardSpec>,
+    /// The owner's body allowance for the skill, in tokens, when it is not the provider's
+    /// default: the caller's program names it, and the owner refuses a program naming another.
+    /// Absent (every advert of an owner that set none, and of older nodes): the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_max_tokens: Option<u64>,
+    /// The remote model context the owner declares, in tokens, when it is not the provider's
+    /// default (never for `local`). As `body_max_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_context_tokens: Option<u64>,
+}
+
+/// The largest body allowance an advert may carry: a program's (`skillbox_jc::program::
+/// MAX_BODY_MAX_TOKENS`; this crate does not depend on the box's, and a node test holds the two
+/// equal).
+pub const MAX_BODY_MAX_TOKENS: u64 = 1 << 20;
+/// The largest model context an advert may carry (`skillbox_jc::program::
+/// MAX_MODEL_CONTEXT_TOKENS`, likewise).
+pub const MAX_MODEL_CONTEXT_TOKENS: u64 = 1 << 24;
+
+impl OfferedSkill {
+    /// Whether the skill's body allowance and model context are ones a program may name: each
+    /// within its range, no context for `local`, and a context larger than the allowance when
+    /// both are given. (One given beside the other's default is checked by the caller's program
+    /// build, which knows the defaults.)
+    pub fn tokens_in_range(&self) -> bool {
+        let body_ok = self
+            .body_max_tokens
+            .is_none_or(|n| (1..=MAX_BODY_MAX_TOKENS).contains(&n));
+        let context_ok = self.model_context_tokens.is_none_or(|n| {
+            (1..=MAX_MODEL_CONTEXT_TOKENS).contains(&n)
+                && self.provider.parse::<skillbox_skill::ProviderId>()
+                    != Ok(skillbox_skill::ProviderId::Local)
+        });
+        let pair_ok = match (self.body_max_tokens, self.model_context_tokens) {
+            (Some(body), Some(context)) => context > body,
+            _ => true,
+        };
+        body_ok && context_ok && pair_ok
+    }
 }
 
 /// A box this node accepts to run calls in.
@@ -503,6 +542,11 @@ pub(crate) fn verify_parsed(
             "a skill's guard settings are out of range".into(),
         ));
     }
+    if !advert.skills.iter().all(OfferedSkill::tokens_in_range) {
+        return Err(AdvertRefusal::Malformed(
+            "a skill's body allowance or model context is out of range".into(),
+        ));
+    }
     Ok(VerifiedAdvert {
         peer: key_peer,
         advert,
@@ -588,6 +632,8 @@ mod tests {
             limits: Default::default(),
             declaration_digest: format!("sha256:{}", "ab".repeat(32)),
             guard: None,
+            body_max_tokens: None,
+            model_context_tokens: None,
         };
         let signed = |s: OfferedSkill| {
             let offer = Offer {
@@ -632,6 +678,80 @@ mod tests {
         }
     }
 
+    /// The owner's body allowance and model context travel in the advert (absent: the
+    /// provider's defaults, so an owner that set none signs the advert an older peer reads);
+    /// out-of-range values are a malformed advert, refused whole.
+    #[test]
+    fn a_skills_tokens_out_of_range_are_refused() {
+        let kp = Keypair::generate_ed25519();
+        let skill = |provider: &str, body: Option<u64>, context: Option<u64>| {
+            OfferedSkill {
+                body_max_tokens: body,
+                model_context_tokens: context,
+                ..skill_requiring("taste", vec![])
+            }
+            .with_provider(provider)
+        };
+        let verified = |s: OfferedSkill| {
+            let offer = Offer {
+                skills: vec![s],
+                boxes: vec![],
+            };
+            verify_advert(&sign_advert(&kp, 1, 1, &offer).expect("sign"), 1 << 20)
+        };
+        let taken = [
+            ("ollama", None, None),
+            ("ollama", Some(16_384), Some(32_768)),
+            ("ollama", Some(1), None),
+            ("openai", None, Some(MAX_MODEL_CONTEXT_TOKENS)),
+            (
+                "openai",
+                Some(MAX_BODY_MAX_TOKENS),
+                Some(MAX_BODY_MAX_TOKENS + 1),
+            ),
+            ("local", Some(2048), None),
+        ];
+        for (provider, body, context) in taken {
+            let got = verified(skill(provider, body, context));
+            assert!(got.is_ok(), "{provider} {body:?} {context:?}: {got:?}");
+        }
+        let refused = [
+            ("ollama", Some(0), None),
+            ("ollama", Some(MAX_BODY_MAX_TOKENS + 1), None),
+            ("ollama", None, Some(0)),
+            ("ollama", None, Some(MAX_MODEL_CONTEXT_TOKENS + 1)),
+            ("ollama", Some(32_768), Some(32_768)),
+            ("ollama", Some(40_000), Some(32_768)),
+            ("local", None, Some(32_768)),
+            ("openai", Some(u64::MAX), None),
+        ];
+        for (provider, body, context) in refused {
+            let got = verified(skill(provider, body, context));
+            assert!(
+                matches!(&got, Err(AdvertRefusal::Malformed(m)) if m.contains("body allowance or model context")),
+                "{provider} {body:?} {context:?}: {got:?}"
+            );
+        }
+        // None set: the fields are not on the wire at all.
+        let plain = serde_json::to_string(&skill("ollama", None, None)).expect("json");
+        assert!(!plain.contains("Tokens"), "{plain}");
+        let set =
+            serde_json::to_string(&skill("ollama", Some(16_384), Some(32_768))).expect("json");
+        assert!(
+            set.contains("\"bodyMaxTokens\":16384") && set.contains("\"modelContextTokens\":32768"),
+            "{set}"
+        );
+    }
+
+    impl OfferedSkill {
+        fn with_provider(self, provider: &str) -> OfferedSkill {
+            OfferedSkill {
+                provider: provider.into(),
+                ..self
+            }
+        }
+    }
+
     fn skill_requiring(name: &str, sources: Vec<String>) -> OfferedSkill {
         OfferedSkill {
             name: name.into(),
@@ -641,6 +761,8 @@ mod tests {
             limits: Default::default(),
             declaration_digest: format!("sha256:{}", "ab".repeat(32)),
             guard: None,
+            body_max_tokens: None,
+            model_context_tokens: None,
         }
     }
 

@@ -86,6 +86,29 @@ async fn start_box_on(
     (format!("http://{addr}"), key)
 }
 
+/// A box whose `provider` (a remote one: `ollama`, `openai-compatible:<id>`) is the real
+/// OpenAI-compatible adapter at `provider_url`, as is its `openai`: its URL. For a skill on a
+/// self-hosted model server (a loopback one is beside this loopback box, so nodes let the box
+/// reach it).
+pub async fn start_box_serving(provider: ProviderId, provider_url: &str) -> String {
+    let settings = ProviderSettings::new(std::path::PathBuf::from("/nonexistent/model.gguf"))
+        .with_base_url(ProviderId::OpenAi, provider_url)
+        .with_base_url(provider, provider_url);
+    let core = Arc::new(BoxCore::new(
+        dev_attester(),
+        ProviderRegistry::from_settings(&settings),
+        BoxConfig::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind box");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = skillbox_jc::server::serve(listener, core).await;
+    });
+    format!("http://{addr}")
+}
+
 /// [`start_box`] answering also to the `Host` name `name` (its guard), as a box reached through
 /// a relay of that name is: its address (`127.0.0.1:P`, no scheme).
 pub async fn start_box_named(provider_url: &str, name: &str) -> String {

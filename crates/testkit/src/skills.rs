@@ -15,6 +15,14 @@ pub fn skill_doc(name: &str, body_marker: &str, required: &[&str]) -> String {
     )
 }
 
+/// A skill on the owner's self-hosted model server (`provider`: `ollama`, or
+/// `openai-compatible:<id>`; no key), whose body is `body`.
+pub fn self_hosted_skill_doc(name: &str, provider: &str, body: &str) -> String {
+    format!(
+        "---\nname: {name}\ndescription: Builds a music-taste profile from listening history.\nprovider: {provider}\nmodel: llama-test\n---\n{body}\n"
+    )
+}
+
 /// Review 25's hostile SKILL.md (S1, S2), as someone else hands it to the owner: ceilings far
 /// above a node's `[ceilings]` on an expensive model under the key name the shipped example
 /// uses, and a front-matter key whose YAML escapes make ESC and BEL — an OSC 52 clipboard write
@@ -45,6 +53,8 @@ pub fn offered_skill(
         limits: Default::default(),
         declaration_digest: format!("sha256:{}", "ab".repeat(32)),
         guard: None,
+        body_max_tokens: None,
+        model_context_tokens: None,
     }
 }
 

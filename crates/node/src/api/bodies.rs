@@ -67,6 +67,13 @@ pub struct SkillPatch {
     pub key: Option<String>,
     /// Ceilings to set (a whole number) or clear (`null`); the others stay.
     pub limits: Option<skillbox_skill::Limits>,
+    /// The body allowance in tokens (1 to 2^20), or `null` for the provider's default.
+    #[serde(rename = "bodyMaxTokens")]
+    pub body_max_tokens: Option<u64>,
+    /// A remote provider's model context in tokens (1 to 2^24; never for `local`), or `null`
+    /// for the provider's default.
+    #[serde(rename = "modelContextTokens")]
+    pub model_context_tokens: Option<u64>,
 }
 
 /// `GET /sources`.

@@ -14,7 +14,7 @@ use super::extract::{
     remove_offered, written,
 };
 use super::{ApiError, AppState};
-use crate::skills::SkillDetail;
+use crate::skills::{OwnerTokens, SkillDetail};
 
 /// Media types `POST /skills` accepts for a SKILL.md.
 pub const SKILL_MEDIA_TYPES: &[&str] = &["text/markdown", "text/plain", "text/x-markdown"];
@@ -156,7 +156,7 @@ fn skill_change(doc: &Value) -> Result<crate::skills::SkillChange, ApiError> {
     let Some(obj) = doc.as_object() else {
         return Err(ApiError::validation(
             "body",
-            "expected an object {provider?, model?, key?}",
+            "expected an object {provider?, model?, key?, limits?, bodyMaxTokens?, modelContextTokens?}",
         ));
     };
     let mut change = crate::skills::SkillChange::default();
@@ -196,6 +196,25 @@ fn skill_change(doc: &Value) -> Result<crate::skills::SkillChange, ApiError> {
             }
             continue;
         }
+        if k == OwnerTokens::BODY || k == OwnerTokens::CONTEXT {
+            // A whole number of tokens sets it, null clears it to the provider's default; the
+            // ranges and the fit with the provider are `Skills::set`'s.
+            let n = match v {
+                Value::Null => None,
+                v => Some(v.as_u64().ok_or_else(|| {
+                    ApiError::validation(
+                        k,
+                        "must be a whole number of tokens (or null for the provider's default)",
+                    )
+                })?),
+            };
+            if k == OwnerTokens::BODY {
+                change.body_max_tokens = Some(n);
+            } else {
+                change.model_context_tokens = Some(n);
+            }
+            continue;
+        }
         let v = match v {
             Value::Null => None,
             Value::String(t) => Some(t.clone()),
@@ -213,7 +232,7 @@ fn skill_change(doc: &Value) -> Result<crate::skills::SkillChange, ApiError> {
             other => {
                 return Err(ApiError::validation(
                     other,
-                    "unknown field (accepted: provider, model, key, limits)",
+                    "unknown field (accepted: provider, model, key, limits, bodyMaxTokens, modelContextTokens)",
                 ));
             }
         }

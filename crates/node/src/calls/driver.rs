@@ -1078,6 +1078,8 @@ mod tests {
             skill: "taste".into(),
             declaration_digest: format!("sha256:{}", "cd".repeat(32)),
             guard: super::super::program::guard_for(&provider),
+            body_max_tokens: None,
+            model_context_tokens: None,
             provider,
             provider_host: None,
             request_len: 100,

@@ -345,7 +345,8 @@ impl Calls {
         let srcs = self.0.sources.clone();
         let name = program.skill.name.clone();
         let found = blocking(move || {
-            let Some((declaration, digest, owner_limits)) = skills.admitted(&name)? else {
+            let Some((declaration, digest, owner_limits, owner_tokens)) = skills.admitted(&name)?
+            else {
                 return Ok(None);
             };
             let rec = (declaration, digest);
@@ -363,7 +364,7 @@ impl Calls {
             };
             Ok(Some((
                 rec,
-                owner_limits,
+                (owner_limits, owner_tokens),
                 state.offered,
                 body_len,
                 model_len,
@@ -384,18 +385,19 @@ impl Calls {
             host_boxes.accepts_provider_host(id, host)
         };
         let defaults = self.0.ceilings.limits();
-        let (decl, owner_limits, offered, digest, body_len, model_len, key_len) = match &found {
-            Some(((declaration, digest), owner, offered, b, m, k)) => (
-                Some(declaration),
-                *owner,
-                *offered,
-                digest.as_str(),
-                *b,
-                *m,
-                *k,
-            ),
-            None => (None, Default::default(), false, "", 0, 0, 0),
-        };
+        let (decl, (owner_limits, owner_tokens), offered, digest, body_len, model_len, key_len) =
+            match &found {
+                Some(((declaration, digest), owner, offered, b, m, k)) => (
+                    Some(declaration),
+                    *owner,
+                    *offered,
+                    digest.as_str(),
+                    *b,
+                    *m,
+                    *k,
+                ),
+                None => (None, Default::default(), false, "", 0, 0, 0),
+            };
         // The owner's own ceilings as set, the file's held to today's `[ceilings]` (review 26
         // V3: held at import only, a row stored before, or one asking exactly the ceilings of
         // its day, outlived every later tightening).
@@ -420,6 +422,8 @@ impl Calls {
                 now_secs: now_ms() / 1000,
                 max_expiry_secs: self.0.settings.expiry_secs.max(3600),
                 guard: self.0.guard.spec_for(&program.provider.id),
+                body_max_tokens: owner_tokens.body_allowance(&program.provider.id),
+                model_context_tokens: owner_tokens.model_context(&program.provider.id),
             };
             program::check(&program, &facts).map_err(|(code, m)| Refused::new(code, m))?;
         }

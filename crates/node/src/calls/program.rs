@@ -6,7 +6,6 @@ use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
     BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
     PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
-    default_body_max_tokens, default_model_context_tokens,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, Limits, ProviderId};
@@ -41,6 +40,11 @@ pub struct CallerFacts {
     pub expires_at: u64,
     /// The guard the owner advertised for the skill (or the defaults for its provider).
     pub guard: GuardSpec,
+    /// The body allowance and remote model context the owner advertised for the skill, in
+    /// tokens; absent, the provider's defaults. The program names them as advertised: the owner
+    /// refuses any other.
+    pub body_max_tokens: Option<u64>,
+    pub model_context_tokens: Option<u64>,
 }
 
 /// A size as the program states it: its bucket (a power of two), so the owner learns roughly
@@ -109,12 +113,12 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             body_max_bytes: BODY_MAX_BYTES,
             model_max_bytes: MODEL_MAX_BYTES,
             key_max_bytes,
-            // The provider's default allowance and remote model context (one table, jc's
-            // `default_body_max_tokens` / `default_model_context_tokens`): the owner checks the
-            // program names no other, and an older box reading `None` falls back to its smaller
-            // ones (fail closed).
-            body_max_tokens: None,
-            model_context_tokens: None,
+            // The owner's advertised allowance and remote model context, else `None`: the
+            // provider's defaults (one table, jc's `default_body_max_tokens` /
+            // `default_model_context_tokens`). The owner checks the program names its own, and
+            // an older box reading `None` falls back to its smaller ones (fail closed).
+            body_max_tokens: f.body_max_tokens,
+            model_context_tokens: f.model_context_tokens,
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
         receipt: ReceiptSpec::for_guard(true),
@@ -153,6 +157,10 @@ pub struct OwnerFacts<'a> {
     pub max_expiry_secs: u64,
     /// The guard this owner binds into the skill's programs.
     pub guard: GuardSpec,
+    /// The body allowance and remote model context in force for the skill (the owner's set
+    /// values, else its provider's defaults; `None` context for `local`).
+    pub body_max_tokens: u64,
+    pub model_context_tokens: Option<u64>,
 }
 
 /// Check a program against the owner's skill. Every refusal names what did not match, never
@@ -200,15 +208,17 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
     // The body allowance is the owner's, like the guard: a caller choosing it could try one
     // allowance after another and read the body's length in tokens off where runs start to
     // fail `unavailable` (a body over its allowance).
-    // The provider is the skill's (checked above), so these are the owner's own values.
+    // The provider is the skill's (checked above), so these are the owner's own values: the
+    // ones it set for the skill, else the provider's defaults — never the defaults once it set
+    // its own.
     let provider = &program.provider.id;
-    if program.owner_inputs.body_allowance(provider) != default_body_max_tokens(provider) {
+    if program.owner_inputs.body_allowance(provider) != f.body_max_tokens {
         return mismatch("the program's body allowance is not the owner's".into());
     }
     // The remote model context too: the box admits a request against it, so a caller choosing
     // it could move the admission's edge to the model's real one and bisect the body's length
     // on which side fails `unavailable` (a refusal after admission).
-    if program.owner_inputs.model_context(provider) != default_model_context_tokens(provider) {
+    if program.owner_inputs.model_context(provider) != f.model_context_tokens {
         return mismatch("the program's model context is not the owner's".into());
     }
     // The stake limits are the ones `build` always writes, never the caller's choice: compared
@@ -294,6 +304,7 @@ fn short(s: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skillbox_jc::program::{default_body_max_tokens, default_model_context_tokens};
 
     fn decl(provider: &str) -> Declaration {
         let doc = format!(
@@ -324,6 +335,8 @@ mod tests {
             limits: Limits::default(),
             expires_at: 2_000_000_000,
             guard: guard_for(&"local".parse().expect("provider")),
+            body_max_tokens: None,
+            model_context_tokens: None,
         }
     }
 
@@ -373,6 +386,8 @@ mod tests {
                 now_secs: p.expires_at - 100,
                 max_expiry_secs: 3600,
                 guard: guard_for(&p.provider.id),
+                body_max_tokens: default_body_max_tokens(&p.provider.id),
+                model_context_tokens: default_model_context_tokens(&p.provider.id),
             }
         }
     }
@@ -635,5 +650,58 @@ mod tests {
             8192,
             "over the ceiling: the owner refuses"
         );
+    }
+
+    /// The owner's set allowance and context (`skill set`) are the only ones it co-signs: the
+    /// program `build` makes from the advert passes, and the defaults, one of the pair, or any
+    /// step from either are `program_mismatch` by name.
+    #[test]
+    fn the_owner_refuses_every_allowance_and_context_but_its_set_ones() {
+        let ollama: ProviderId = "ollama".parse().expect("provider");
+        let (body, context) = (16_384, 32_768);
+        let advertised = |b: Option<u64>, c: Option<u64>| {
+            build(CallerFacts {
+                provider: ollama.clone(),
+                provider_host: Some("http://127.0.0.1:11434/v1".into()),
+                guard: guard_for(&ollama),
+                body_max_tokens: b,
+                model_context_tokens: c,
+                ..facts(vec![])
+            })
+            .expect("builds")
+        };
+        let p = advertised(Some(body), Some(context));
+        assert_eq!(p.owner_inputs.body_max_tokens, Some(body));
+        assert_eq!(p.owner_inputs.model_context_tokens, Some(context));
+        let h = Held {
+            decl: decl("ollama"),
+            ..held()
+        };
+        let owners = |p: &Program| OwnerFacts {
+            body_max_tokens: body,
+            model_context_tokens: Some(context),
+            ..h.facts(p)
+        };
+        assert_eq!(check(&p, &owners(&p)), Ok(()));
+        let refused = [
+            (None, None),
+            (Some(4096), Some(8192)),
+            // (16,384 with the default 8,192 context is no valid program: `build` refuses it.)
+            (None, Some(context)),
+            (Some(body - 1), Some(context)),
+            (Some(body + 1), Some(context)),
+            (Some(body), Some(context - 1)),
+            (Some(body), Some(context + 1)),
+        ];
+        for (b, c) in refused {
+            let probe = advertised(b, c);
+            let err = check(&probe, &owners(&probe)).expect_err("not the owner's");
+            assert_eq!(err.0, FailureCode::ProgramMismatch, "{b:?} {c:?}");
+            assert!(
+                err.1.contains("body allowance") || err.1.contains("model context"),
+                "{}",
+                err.1
+            );
+        }
     }
 }

@@ -132,6 +132,9 @@ impl Calls {
             expires_at,
             // The owner's advertised guard (its settings are not secret), or the defaults.
             guard,
+            // Likewise its body allowance and remote model context (absent: the defaults).
+            body_max_tokens: offered.skill.body_max_tokens,
+            model_context_tokens: offered.skill.model_context_tokens,
         })
         .map_err(CallError::Program)?;
         let env = skillbox_jc::dsse::sign_program(&program, &self.0.signing)

@@ -19,6 +19,7 @@ mod key_name;
 mod leak;
 mod ledger;
 mod own_dir;
+mod owner_tokens;
 mod peers;
 mod release_log;
 mod router;

@@ -20,6 +20,8 @@ fn valid_advert() -> Vec<u8> {
             limits: Default::default(),
             declaration_digest: "sha256:00".into(),
             guard: None,
+            body_max_tokens: None,
+            model_context_tokens: None,
         }],
         boxes: vec![],
     };
@@ -98,6 +100,8 @@ fn an_advert_asking_for_reserved_sources_never_reaches_the_board() {
                     limits: Default::default(),
                     declaration_digest: "sha256:00".into(),
                     guard: None,
+                    body_max_tokens: None,
+                    model_context_tokens: None,
                 },
                 OfferedSkill {
                     name: "grabber".into(),
@@ -107,6 +111,8 @@ fn an_advert_asking_for_reserved_sources_never_reaches_the_board() {
                     limits: Default::default(),
                     declaration_digest: "sha256:00".into(),
                     guard: None,
+                    body_max_tokens: None,
+                    model_context_tokens: None,
                 },
             ],
             boxes: vec![],

@@ -307,3 +307,110 @@ async fn a_real_skill_body_runs_on_a_hosted_provider_with_the_default_program() 
     assert_eq!(edge_40k, None, "an honest request was refused");
     assert_eq!(r.refused_by_the_model(), 0, "the model refused a request");
 }
+
+/// What an owner of a self-hosted server of 32k context sets (`skill set taste
+/// bodyMaxTokens=24576 modelContextTokens=32768`): the program the caller builds from the advert
+/// carries both, and the owner co-signs no other (node it `owner_tokens`). The box judges a
+/// remote body in bytes (a token covers at least one byte), so a 20 KB body needs an allowance
+/// of 20,000 tokens or more.
+const OWNER_BODY: u64 = 24_576;
+const OWNER_CONTEXT: u64 = 32_768;
+
+impl Remote {
+    /// [`Remote::program`] naming the owner's body allowance `body` too.
+    fn program_with(&self, body: Option<u64>, context: Option<u64>) -> Program {
+        let mut p = self.program(context);
+        p.owner_inputs.body_max_tokens = body;
+        p
+    }
+}
+
+/// The box enforces the owner's set values: an `ollama` server of 32,768 tokens and a 20 KB
+/// body fail `unavailable` under the defaults (4,096 / 8,192), never sent, and under an
+/// allowance of 16,384 (fewer tokens than the body has bytes); under the owner's 24,576 /
+/// 32,768 the model gets the whole body and answers, with room for a request of 4 KiB.
+#[tokio::test]
+async fn an_owner_set_allowance_and_context_run_a_20_kb_body_on_a_self_hosted_model() {
+    let r = remote_of(ProviderId::Ollama, OWNER_CONTEXT).await;
+    let body = body_of(20_000);
+    let (seen, _) = r.call(&r.program(None), 40, &body).await;
+    assert_eq!(
+        seen,
+        Seen::Failed(RunFailure::Provider(ProviderFailure::Unavailable)),
+        "under the defaults"
+    );
+    assert!(
+        r.log.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
+        "a body over the default allowance reached the model"
+    );
+    let (seen, _) = r
+        .call(
+            &r.program_with(Some(16_384), Some(OWNER_CONTEXT)),
+            40,
+            &body,
+        )
+        .await;
+    assert_eq!(
+        seen,
+        Seen::Failed(RunFailure::Provider(ProviderFailure::Unavailable)),
+        "under 16,384 tokens of allowance"
+    );
+    let owners = r.program_with(Some(OWNER_BODY), Some(OWNER_CONTEXT));
+    for padding in [0, 4 << 10] {
+        let (seen, _) = r.call(&owners, padding, &body).await;
+        assert_eq!(seen, Seen::Answered, "padding {padding}");
+    }
+    let log = r.log.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    assert_eq!(log.len(), 2, "the model was asked each time");
+    assert!(
+        log.iter()
+            .all(|(_, sent)| skillbox_testkit::provider::turn(sent, "system").contains(&body)),
+        "the model got the owner's whole body"
+    );
+}
+
+/// The attack against an owner-set context: the caller bisects its request's length against
+/// two programs that differ only in the owner's body (60 bytes and 12,000, some 4,000 tokens
+/// apart at the double's count), under the owner's 24,576 / 32,768 and a request room of
+/// 128 KiB (past the model's real edge for both bodies). The first refused length is one and
+/// the same, the box's `context_too_long`; the model refuses nothing. Control: the same
+/// bisection under a context the caller picked (2^24, what the owner's check refuses) finds
+/// edges that move with the body, so the double can tell them apart.
+#[tokio::test]
+async fn a_callers_bisection_against_an_owner_set_context_finds_the_same_edge_whatever_the_body() {
+    let r = remote_of(ProviderId::Ollama, OWNER_CONTEXT).await;
+    let room = 128 << 10;
+    let with_room = |mut p: Program| {
+        p.caller_inputs.request_max_bytes = room;
+        p
+    };
+    let owners = with_room(r.program_with(Some(OWNER_BODY), Some(OWNER_CONTEXT)));
+    let (short, long) = (body_of(SHORT_BODY.len()), body_of(12_000));
+    let hi = room as usize - 1;
+    let short_edge = r.first_refused(&owners, &short, hi).await;
+    let long_edge = r.first_refused(&owners, &long, hi).await;
+    println!("owner-set context, first refused padding: short {short_edge:?}, long {long_edge:?}");
+    let (Some(short_edge), Some(long_edge)) = (short_edge, long_edge) else {
+        panic!("no request up to {hi} bytes was refused: {short_edge:?} {long_edge:?}");
+    };
+    assert_eq!(
+        short_edge.0, long_edge.0,
+        "the first refused request length moved with the body's length"
+    );
+    assert_eq!(
+        short_edge.1,
+        Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong))
+    );
+    assert_eq!(long_edge.1, short_edge.1);
+    assert_eq!(r.refused_by_the_model(), 0, "the model refused a request");
+
+    let chosen = with_room(r.program_with(Some(OWNER_BODY), Some(1 << 24)));
+    let short_chosen = r.first_refused(&chosen, &short, hi).await;
+    let long_chosen = r.first_refused(&chosen, &long, hi).await;
+    println!("caller-chosen context: short {short_chosen:?}, long {long_chosen:?}");
+    assert_ne!(
+        short_chosen.map(|e| e.0),
+        long_chosen.map(|e| e.0),
+        "control: under a context the caller picks, the model's own edge shows the body"
+    );
+}
