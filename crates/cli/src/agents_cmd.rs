@@ -153,6 +153,17 @@ pub fn skill_set(global: &crate::Global, args: SkillSetArgs) -> anyhow::Result<E
             .map(|p| format!("uses provider {p}"))
             .unwrap_or_else(|| "has no provider".into())
     );
+    // The owner's token settings, when it set any (absent: the provider's defaults).
+    let tokens: Vec<String> = [
+        ("body allowance", &b["bodyMaxTokens"]),
+        ("model context", &b["modelContextTokens"]),
+    ]
+    .into_iter()
+    .filter_map(|(what, n)| n.as_u64().map(|n| format!("{what} {n} tokens")))
+    .collect();
+    if !tokens.is_empty() {
+        say!("  {} (yours, carried in the advert)", tokens.join(", "));
+    }
     print_state(&b["state"]);
     Ok(ExitCode::SUCCESS)
 }

@@ -84,6 +84,25 @@ fn tenant_tokens_and_pack_import_through_the_cli() {
     let o = skillbox(&dir, &["skill", "set", "reviewer", "provider=local"]);
     assert!(o.status.success(), "skill set: {}", text(&o));
     assert!(text(&o).contains("  offered"), "{}", text(&o));
+    // The owner's body allowance: set and shown; a context for `local` and a number that is
+    // none are refused naming the field.
+    let o = skillbox(&dir, &["skill", "set", "reviewer", "bodyMaxTokens=2048"]);
+    assert!(o.status.success(), "skill set: {}", text(&o));
+    assert!(
+        text(&o).contains("body allowance 2048 tokens"),
+        "{}",
+        text(&o)
+    );
+    for bad in [
+        "modelContextTokens=32768",
+        "bodyMaxTokens=lots",
+        "bodyMaxTokens=0",
+    ] {
+        let o = skillbox(&dir, &["skill", "set", "reviewer", bad]);
+        assert_eq!(o.status.code(), Some(1), "{bad}: {}", text(&o));
+        let field = bad.split('=').next().unwrap_or_default();
+        assert!(text(&o).contains(field), "{bad}: {}", text(&o));
+    }
     let o = skillbox(&dir, &["skill", "set", "reviewer", "colour=red"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let o = skillbox(&dir, &["skill", "set", "reviewer", "provider=nope"]);
