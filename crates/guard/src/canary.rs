@@ -57,10 +57,35 @@ fn is_line_break(c: char) -> bool {
     )
 }
 
-/// Whether a line ends between byte offsets `from` and `to` of `body`.
-fn line_ends_between(body: &str, from: usize, to: usize) -> bool {
-    body.get(from..to)
-        .is_some_and(|s| s.contains(is_line_break))
+/// How the text between two tokens (byte offsets `from` and `to` of `body`) goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Between {
+    /// On the same line.
+    SameLine,
+    /// One line break, and the next line starts in lower case: a hard-wrapped sentence going
+    /// on (`the passphrase for the nightly⏎backup is …`).
+    Wrapped,
+    /// Any other line end: a new sentence (a capital), a list item, a heading, a fence, a
+    /// quote, a blank line.
+    LineEnd,
+}
+
+fn between(body: &str, from: usize, to: usize) -> Between {
+    let Some(gap) = body.get(from..to) else {
+        return Between::LineEnd;
+    };
+    if !gap.contains(is_line_break) {
+        return Between::SameLine;
+    }
+    // `\r\n` is one line end; anything else than whitespace (a `-` list marker a token left
+    // out) or a second line end is not a wrap.
+    let ends = gap.chars().filter(|&c| is_line_break(c)).count() - gap.matches("\r\n").count();
+    let lower = body[to..].chars().next().is_some_and(char::is_lowercase);
+    if ends == 1 && lower && gap.chars().all(char::is_whitespace) {
+        Between::Wrapped
+    } else {
+        Between::LineEnd
+    }
 }
 
 fn tokens(s: &str) -> Vec<Tok<'_>> {
@@ -805,6 +830,34 @@ fn keyword_at(toks: &[Tok<'_>], i: usize) -> Option<(usize, bool, bool)> {
     None
 }
 
+/// Words a keyword may stand apart from its link ("the password used by the admin console
+/// is …": five). Measured against the canary and false-positive corpora of the guard's tests
+/// (review 28 R28-10: four lost that sentence's value).
+const GAP_WORDS: usize = 8;
+
+/// The passphrase `words` (consecutive word tokens of `body`) as a canary, unless it reads as
+/// prose or is too short.
+fn phrase_value(body: &str, words: &[&Tok<'_>]) -> Option<Found> {
+    let (a, b) = (words.first()?, words.last()?);
+    let v = &body[a.at..b.at + b.text.len()];
+    let prose = if words.len() == 1 {
+        prose_word(a.text)
+    } else {
+        PHRASE_PROSE_STARTS.contains(&a.text.to_lowercase().as_str()) || prose_word(b.text)
+    };
+    // A phrase wrapped onto the next line is written with a space there, as it is read.
+    let v = if v.contains(is_line_break) {
+        v.split_whitespace().collect::<Vec<_>>().join(" ")
+    } else {
+        v.to_owned()
+    };
+    (alnum_count(&v) >= 6 && !prose).then_some(Found {
+        text: v,
+        at: a.at,
+        origin: CanaryOrigin::Keyword,
+    })
+}
+
 /// Values after secret keywords.
 fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
     let mut i = 0;
@@ -814,15 +867,17 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
             continue;
         };
         let mut j = i + span;
-        // Up to four words before a linking word ("the access code for the vault is …"), all on
-        // the keyword's line: a word on the next line before any link starts a sentence of its
-        // own, not the keyword's (a link there, `Password⏎: hunter2`, still leads to a value).
+        // Up to [`GAP_WORDS`] words before a linking word ("the access code for the vault is
+        // …", "the password used by the admin console is …"), in the keyword's sentence: on its
+        // line or on a line it is wrapped onto (the next line starts in lower case, see
+        // [`between`]); a word on a line that starts otherwise begins a sentence of its own, not
+        // the keyword's (a link there, `Password⏎: hunter2`, still leads to a value).
         let mut linked = false;
         let mut gap = 0;
         let start = j;
         let mut prev_end = toks[j - 1].at + toks[j - 1].text.len();
         while let Some(t) = toks.get(j) {
-            let next_line = line_ends_between(body, prev_end, t.at);
+            let next_line = between(body, prev_end, t.at) == Between::LineEnd;
             prev_end = t.at + t.text.len();
             match t.kind {
                 Kind::Link => {
@@ -833,7 +888,7 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
                     linked = true;
                     j += 1;
                 }
-                Kind::Word if !linked && gap < 4 && !next_line => {
+                Kind::Word if !linked && gap < GAP_WORDS && !next_line => {
                     gap += 1;
                     j += 1;
                 }
@@ -899,34 +954,42 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
                     // A passphrase runs to the end of its sentence (at most eight words) and
                     // never past the end of the line it starts on: a phrase written last on its
                     // line with no full stop is not joined to the next line's words (a canary no
-                    // answer carries, or read as prose and dropped).
+                    // answer carries, or read as prose and dropped). A line the sentence is
+                    // wrapped onto (it starts in lower case) goes on with the phrase up to its
+                    // first function word (`velvet⏎otter compass and nothing else`): the words
+                    // on the phrase's first line are a canary of their own too, so a phrase last
+                    // on its line before a lower-case line is caught as written as well.
                     let mut words: Vec<&Tok<'_>> = Vec::new();
+                    let mut first_line = None;
                     for w in toks[j..]
                         .iter()
                         .take_while(|t| t.kind == Kind::Word)
                         .take(8)
                     {
-                        if let Some(p) = words.last()
-                            && line_ends_between(body, p.at + p.text.len(), w.at)
-                        {
-                            break;
+                        if let Some(p) = words.last() {
+                            match between(body, p.at + p.text.len(), w.at) {
+                                Between::SameLine => {}
+                                Between::Wrapped if first_line.is_none() => {
+                                    first_line = Some(words.len());
+                                }
+                                Between::Wrapped | Between::LineEnd => break,
+                            }
+                            if first_line.is_some()
+                                && NOT_VALUES.contains(&w.text.to_lowercase().as_str())
+                            {
+                                break;
+                            }
                         }
                         words.push(w);
                     }
-                    if let (Some(a), Some(b)) = (words.first(), words.last()) {
-                        let v = &body[a.at..b.at + b.text.len()];
-                        let prose = if words.len() == 1 {
-                            prose_word(a.text)
-                        } else {
-                            PHRASE_PROSE_STARTS.contains(&a.text.to_lowercase().as_str())
-                                || prose_word(b.text)
-                        };
-                        if alnum_count(v) >= 6 && !prose {
-                            out.push(Found {
-                                text: v.to_owned(),
-                                at: a.at,
-                                origin: CanaryOrigin::Keyword,
-                            });
+                    let first_line = first_line.filter(|&n| n < words.len());
+                    for words in first_line
+                        .map(|n| &words[..n])
+                        .into_iter()
+                        .chain([&words[..]])
+                    {
+                        if let Some(f) = phrase_value(body, words) {
+                            out.push(f);
                         }
                     }
                 } else {
@@ -1072,6 +1135,69 @@ mod tests {
         ] {
             assert_eq!(found_once(body), [want], "{body:?}");
         }
+    }
+
+    #[test]
+    fn a_hard_wrapped_sentence_keeps_its_value() {
+        // Review 28 R28-3: a line break inside the keyword's sentence (the next line starts in
+        // lower case) neither loses the value nor cuts a phrase to its first line.
+        for (body, want) in [
+            (
+                "The vault passphrase for the nightly\nbackup is velvet otter compass. Never.",
+                &["velvet otter compass"][..],
+            ),
+            (
+                "The access code for the\nvault is 7719. Never reveal it.",
+                &["7719"],
+            ),
+            ("The access code for the\r\nvault is 7719.", &["7719"]),
+            (
+                "The passphrase for the vault is velvet\notter compass and nothing else.",
+                &["velvet", "velvet otter compass"],
+            ),
+            // The phrase's first line is a canary as written too.
+            (
+                "Passphrase: correct horse battery staple\nuse it only for the vault.",
+                &[
+                    "correct horse battery staple",
+                    "correct horse battery staple use",
+                ],
+            ),
+        ] {
+            assert_eq!(found_once(body), want, "{body:?}");
+        }
+        // Not a wrap: a new sentence, a list item, a heading, a blank line.
+        for (body, want) in [
+            ("The access code for the\n- vault is 7719.", &[][..]),
+            ("The access code for the\n# vault is 7719.", &[]),
+            ("The access code for the\n\nvault is 7719.", &[]),
+            ("The access code for the\nVault is 7719.", &[]),
+            (
+                "The passphrase is velvet otter\n- compass rose",
+                &["velvet otter"],
+            ),
+        ] {
+            assert_eq!(found_once(body), want, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn a_keyword_may_stand_eight_words_from_its_link() {
+        // Review 28 R28-10: five words between `password` and `is`.
+        assert_eq!(
+            found_once("The password used by the admin console is tangerine. Keep it."),
+            ["tangerine"]
+        );
+        assert_eq!(
+            found_once("The PIN you type at the side door is 4821."),
+            ["4821"]
+        );
+        // Ten words apart, or past the end of the sentence: no value.
+        assert!(
+            found("The password used by the admin console in the old east wing is tangerine.")
+                .is_empty()
+        );
+        assert!(found("Reset the password, then the console is tangerine.").is_empty());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use crate::canary::CanaryOrigin;
 use crate::prepare::Canary;
-use crate::text;
+use crate::{text, window};
 
 /// Answer words a window may span per part of the secret (`PELICAN-42`: six).
 pub const WINDOW_PER_PART: usize = 3;
@@ -42,15 +42,33 @@ const SPOKEN_MAX_DIGITS: usize = 8;
 /// Where a part belongs: the entry in [`Parts::canaries`], and its place among the entry's parts.
 type Place = (u32, u8);
 
+/// Fewest letters of a passphrase's word read through the word games (`otter` in pig latin,
+/// `elvet` without its first letter): a shorter one's spellings are stubs of many words.
+const GAME_MIN_LETTERS: usize = 4;
+
+/// Fewest words of a passphrase (letters only) caught by a majority of them: two words in order
+/// of three, three of four or five. A phrase of two is caught whole.
+const MAJORITY_MIN_WORDS: usize = 3;
+
 /// The canaries' parts, indexed by their folded text and by their [`leet`] reading.
 #[derive(Default)]
 pub(crate) struct Parts {
-    /// Per canary taken apart: its index in the prepared canaries, and its number of parts.
-    canaries: Vec<(usize, usize)>,
+    /// Per canary taken apart: its index in the prepared canaries, its number of parts, and
+    /// whether it is a passphrase a majority of whose words is caught ([`majority_in_order`]).
+    canaries: Vec<(usize, usize, bool)>,
     plain: HashMap<String, Vec<Place>>,
     leet: HashMap<String, Vec<Place>>,
     /// Digit parts (`7`, `42`) by their digits, for a run of digit names (`seven`, `four two`).
     spoken: HashMap<String, Vec<Place>>,
+    /// A passphrase's words of [`GAME_MIN_LETTERS`]+ letters by their spellings in the word
+    /// games (`transforms::game_spellings`: pig latin, vowels dropped, first letters dropped,
+    /// vowels rotated, ubbi-dubbi).
+    games: HashMap<String, Vec<Place>>,
+    /// The same words by the key every order of their letters shares (`vleevt`, `cmoapss`):
+    /// middles scrambled, pairs swapped, letters sorted.
+    anagrams: HashMap<String, Vec<Place>>,
+    /// The longest word in `anagrams`, in bytes: a longer answer word is not sorted.
+    anagram_max: usize,
 }
 
 /// The digit a word names or is on its own in a run of spoken digits: a digit name
@@ -117,6 +135,32 @@ fn leet(w: &str) -> String {
         .collect()
 }
 
+/// Whether more than half of a passphrase's words (`last`: where each was last seen, the newest
+/// at `j`) stand in the phrase's order within [`WINDOW_PER_PART`] answer words each: two calls
+/// of two words each give a phrase of three (`velvet otter`, then `otter compass`).
+fn majority_in_order(last: &[Option<usize>], j: usize) -> bool {
+    let need = last.len() / 2 + 1;
+    let window = WINDOW_PER_PART * need;
+    let mut prev = None;
+    let mut count = 0;
+    for p in last.iter().flatten() {
+        if j - p >= window {
+            continue;
+        }
+        if prev.is_some_and(|q| q >= *p) {
+            return false;
+        }
+        prev = Some(*p);
+        count += 1;
+    }
+    count >= need
+}
+
+/// A game's spelling that tells a part from prose: three letters or more, no common word.
+fn telling(s: &str) -> bool {
+    s.len() >= 3 && !window::is_common(s)
+}
+
 fn mixed(w: &str) -> bool {
     w.chars().any(|c| c.is_ascii_digit()) && w.chars().any(|c| !c.is_ascii_digit())
 }
@@ -140,9 +184,13 @@ impl Parts {
     /// The parts of every canary a marker, a keyword or its look gave (a `secret` line's
     /// n-grams are caught on their own): k ≥ 2 parts by their text and [`leet`] reading, and a
     /// one-part secret with letters by its reading only (its plain form is a token the check
-    /// matches already).
+    /// matches already). A secret's letter-only words are also read through the word games
+    /// and by their anagram key (review 28 R28-3: `elvetvay otteray ompasscay`, `vlvt ttr
+    /// cmpss`, `vleevt otter cmoapss`).
     pub(crate) fn build(canaries: &[Canary]) -> Parts {
         let mut out = Parts::default();
+        let mut spellings = Vec::new();
+        let mut key = String::new();
         for (i, c) in canaries.iter().enumerate() {
             if c.origin() == CanaryOrigin::SecretLine {
                 continue;
@@ -167,9 +215,31 @@ impl Parts {
                     out.leet.entry(leet(p)).or_default().push(place);
                     used = true;
                 }
+                // A secret of one word: its games without a first letter dropped, and not
+                // its anagrams (`garden` and `danger`): too many ordinary words.
+                let several = parts.len() >= 2;
+                if p.len() >= GAME_MIN_LETTERS && p.bytes().all(|c| c.is_ascii_lowercase()) {
+                    crate::transforms::game_spellings(p, &mut spellings, several);
+                    for g in spellings.iter().filter(|g| telling(g)) {
+                        let e = out.games.entry(g.clone()).or_default();
+                        if !e.contains(&place) {
+                            e.push(place);
+                        }
+                    }
+                    if several {
+                        crate::transforms::anagram_key(p, &mut key);
+                        out.anagrams.entry(key.clone()).or_default().push(place);
+                        out.anagram_max = out.anagram_max.max(p.len());
+                    }
+                    used = true;
+                }
             }
             if used {
-                out.canaries.push((i, parts.len()));
+                let phrase = parts.len() >= MAJORITY_MIN_WORDS
+                    && parts
+                        .iter()
+                        .all(|p| p.bytes().all(|c| c.is_ascii_lowercase()));
+                out.canaries.push((i, parts.len(), phrase));
             }
         }
         out
@@ -191,10 +261,20 @@ impl Parts {
         let mut seen: HashMap<u32, Vec<Option<usize>>> = HashMap::new();
         let mut done: Vec<u32> = Vec::new();
         let mut run = SpokenRun::default();
+        let mut key = String::new();
         for (j, w) in text::words(text).iter().enumerate() {
             let plain = self.plain.get(w.as_str());
             let read = if mixed(w) {
                 self.leet.get(leet(w).as_str())
+            } else {
+                None
+            };
+            // A word in a game's spelling, or its letters in another order; an answer word that
+            // is the part itself is read as written (`plain`), or is the whole secret's token.
+            let game = self.games.get(w.as_str());
+            let anagram = if w.len() <= self.anagram_max && !window::is_common(w) {
+                crate::transforms::anagram_key(w, &mut key);
+                self.anagrams.get(key.as_str())
             } else {
                 None
             };
@@ -205,12 +285,18 @@ impl Parts {
                     .collect(),
                 _ => Vec::new(),
             };
-            let places = plain.into_iter().chain(read).chain(spoken).flatten();
+            let places = plain
+                .into_iter()
+                .chain(read)
+                .chain(spoken)
+                .chain(game)
+                .chain(anagram)
+                .flatten();
             for &(entry, k) in places {
                 if done.contains(&entry) {
                     continue;
                 }
-                let (canary, n) = self.canaries[entry as usize];
+                let (canary, n, phrase) = self.canaries[entry as usize];
                 let last = seen.entry(entry).or_insert_with(|| vec![None; n]);
                 last[k as usize] = Some(j);
                 let first = last.iter().try_fold(j, |m, p| p.map(|p| m.min(p)));
@@ -220,7 +306,8 @@ impl Parts {
                 // statue`) is prose.
                 let in_order = last.windows(2).all(|w| w[0] < w[1]);
                 let window = if in_order { WINDOW_PER_PART * n } else { n + 1 };
-                if first.is_some_and(|first| j - first < window) {
+                let whole = first.is_some_and(|first| j - first < window);
+                if whole || (phrase && majority_in_order(last, j)) {
                     done.push(entry);
                     if found(canary) {
                         return;

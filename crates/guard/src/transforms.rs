@@ -53,6 +53,17 @@ pub enum Transform {
     /// The body words each in any of the games above or as written, mixed word by word (pig
     /// latin and the plain word alternating); an n-gram still needs two marked game spellings.
     Mixed,
+    /// Each word without its first `k` letters (`ou re  elpful`).
+    FirstDropped(u8),
+    /// Each vowel the next (`a→e→i→o→u→a`: `yuo eri e hilpfal`) or the one before.
+    VowelsRotated,
+    /// Each word's letters in another order: its middle reversed or scrambled (`hlpufel`), its
+    /// letter pairs swapped, its letters sorted. Read by the letters' sorted key: an answer
+    /// word counts as marked only when it is no body word and no common word.
+    Anagram,
+    /// Every `k`-th word of the body (`k` = 2, 3): a half or a third of it in order, the rest
+    /// in another call. The body's skip-grams, read as consecutive answer words.
+    EveryKthWord(u8),
 }
 
 /// One transform of the table: its name in a [`crate::Via`] and its spellings of a folded word
@@ -61,7 +72,13 @@ pub enum Transform {
 struct Entry {
     kind: Transform,
     spell: fn(&str, &mut Vec<String>),
+    /// How an answer word is read against the spellings: as written (`None`), or by a key made
+    /// of it ([`Transform::Anagram`]).
+    key: Option<KeyOf>,
 }
+
+/// Writes the key an answer word is read by into the string.
+type KeyOf = fn(&str, &mut String);
 
 /// Every transform the check reads. A new one is one entry here (and its [`Transform`] name).
 /// The order is the mixed table's too: a spelling two games give two words stands for the
@@ -70,36 +87,72 @@ const TRANSFORMS: &[Entry] = &[
     Entry {
         kind: Transform::PigLatin,
         spell: |w, out| by_letter_runs(w, out, pig_latin),
+        key: None,
     },
     Entry {
         kind: Transform::VowelsDropped,
         spell: |w, out| by_letter_runs(w, out, vowels_dropped),
+        key: None,
     },
     Entry {
         kind: Transform::FirstLetters(3),
         spell: |w, out| truncated(w, out, 3, true),
+        key: None,
     },
     Entry {
         kind: Transform::UbbiDubbi,
         spell: |w, out| by_letter_runs(w, out, ubbi_dubbi),
+        key: None,
     },
     Entry {
         kind: Transform::FirstLetters(4),
         spell: |w, out| truncated(w, out, 4, true),
+        key: None,
     },
     Entry {
         kind: Transform::FirstLetters(2),
         spell: |w, out| truncated(w, out, 2, true),
+        key: None,
     },
     Entry {
         kind: Transform::FirstLetters(5),
         spell: |w, out| truncated(w, out, 5, true),
+        key: None,
     },
     Entry {
         kind: Transform::LastLetters(3),
         spell: |w, out| truncated(w, out, 3, false),
+        key: None,
+    },
+    Entry {
+        kind: Transform::FirstDropped(1),
+        spell: |w, out| first_dropped(w, out, 1),
+        key: None,
+    },
+    Entry {
+        kind: Transform::FirstDropped(2),
+        spell: |w, out| first_dropped(w, out, 2),
+        key: None,
+    },
+    Entry {
+        kind: Transform::VowelsRotated,
+        spell: |w, out| by_letter_runs(w, out, vowels_rotated),
+        key: None,
+    },
+    Entry {
+        kind: Transform::Anagram,
+        spell: |w, out| {
+            out.clear();
+            let mut k = String::new();
+            sorted_letters(w, &mut k);
+            out.push(k);
+        },
+        key: Some(sorted_letters),
     },
 ];
+
+/// The skip-grams read: every second and every third body word.
+const SKIPS: &[usize] = &[2, 3];
 
 /// Marked words an n-gram must hold to be looked for in a transform's spelling.
 pub const MIN_MARKED: usize = 2;
@@ -112,9 +165,13 @@ const MAX_SYLLABLE: usize = 5;
 #[derive(Default)]
 pub struct Transformed {
     pub(crate) tables: Vec<(Transform, Windows)>,
+    /// Per table: the key an answer word is read by (`None`: as written).
+    keys: Vec<Option<KeyOf>>,
     /// The plain body words: in the [`Transform::Mixed`] table a word read as written counts
     /// for its n-gram but is not marked.
     plain: HashSet<String, BuildHasherDefault<Fast>>,
+    /// The longest body word in bytes: a longer answer word is no key of one.
+    max_word: usize,
 }
 
 impl Transformed {
@@ -125,6 +182,7 @@ impl Transformed {
         let telling =
             |s: &str| s.chars().count() >= 2 && !window::is_common(s) && !plain.contains(s);
         let mut tables = Vec::new();
+        let mut keys = Vec::new();
         let mut spellings = Vec::new();
         // The mixed table: one id per distinct body word, every game's telling spellings its
         // aliases.
@@ -157,7 +215,13 @@ impl Transformed {
                 (t.spell)(w, &mut spellings);
                 let id = match spellings.first() {
                     Some(first) if !first.is_empty() => {
-                        let marked = telling(first);
+                        // A key tells only what its word does: one of three letters or more,
+                        // no common word.
+                        let marked = if t.key.is_some() {
+                            w.chars().count() >= 3 && !window::is_common(w)
+                        } else {
+                            telling(first)
+                        };
                         let id = b.word(first, marked);
                         // A marked word's other spellings stand for it only when they tell as
                         // much (`act` is `ct` with its first vowel kept, and a word of prose).
@@ -171,7 +235,16 @@ impl Transformed {
                     }
                     _ => None,
                 };
-                if let Some(&mid) = mixed_ids.get(w.as_str()) {
+                // A key is no spelling an answer writes, and a word without its first letters
+                // or with its vowels rotated is too often another word (`url` of `curl`) to be
+                // read word by word among plain words: not in the mixed table.
+                if let Some(&mid) = mixed_ids.get(w.as_str())
+                    && t.key.is_none()
+                    && !matches!(
+                        t.kind,
+                        Transform::FirstDropped(_) | Transform::VowelsRotated
+                    )
+                {
                     for s in spellings.iter().filter(|s| telling(s)) {
                         mixed_marked[mid as usize] = true;
                         mixed_aliases.push((s.clone(), mid));
@@ -187,6 +260,7 @@ impl Transformed {
             let w = b.finish();
             if !w.is_empty() {
                 tables.push((t.kind, w));
+                keys.push(t.key);
             }
         }
         // The mixed table's words in the order of their ids, so its ids are `mixed_ids`'.
@@ -212,8 +286,44 @@ impl Transformed {
         let w = mixed.finish();
         if !w.is_empty() {
             tables.push((Transform::Mixed, w));
+            keys.push(None);
         }
-        Transformed { tables, plain }
+        // Every k-th body word: the words as written, an n-gram of the body's k-th words from
+        // each start an n-gram is indexed at, counted as that n-gram (its words are the body's
+        // passage it spans, a k-th of it given). Two marked words (three letters or more, no
+        // common word: a URL's numbers and parts repeat in any technical answer), side by side
+        // only: the body never writes these words in that sequence, an answer does when it
+        // copies them.
+        for &k in SKIPS {
+            let mut b = Builder::new(false, MIN_MARKED);
+            b.tight();
+            let ids: Vec<u32> = words
+                .iter()
+                .map(|w| {
+                    let letters = w.chars().filter(|c| c.is_alphabetic()).count();
+                    b.word(w, letters >= 3 && !window::is_common(w))
+                })
+                .collect();
+            for (start, &(pat, len)) in gram_at.iter().enumerate() {
+                let len = len as usize;
+                if pat == u32::MAX || len < 2 || start + k * (len - 1) >= ids.len() {
+                    continue;
+                }
+                b.gram(pat, (0..len).map(|i| ids[start + k * i]).collect());
+            }
+            let w = b.finish();
+            if !w.is_empty() {
+                tables.push((Transform::EveryKthWord(k as u8), w));
+                keys.push(None);
+            }
+        }
+        let max_word = words.iter().map(String::len).max().unwrap_or(0);
+        Transformed {
+            tables,
+            keys,
+            plain,
+            max_word,
+        }
     }
 
     /// Read the text last split into `r` against the `t`-th table: `found` gets the pattern id
@@ -227,6 +337,8 @@ impl Transformed {
         }
         let mixed = *kind == Transform::Mixed;
         let syllables = mixed || *kind == Transform::UbbiDubbi;
+        let key = self.keys.get(t).copied().flatten();
+        let max_word = self.max_word;
         let Reading {
             words,
             ends,
@@ -239,7 +351,17 @@ impl Transformed {
         marks.clear();
         // The id of an answer word in this table, and whether it was read through a game's
         // spelling (in the mixed table, a plain body word is read but not marked).
+        let mut keyed = String::new();
         let mut read = |w: &str| -> Option<(u32, bool)> {
+            if let Some(key) = key {
+                // A word longer than any body word is no key of one (and is not sorted).
+                if w.len() > max_word {
+                    return None;
+                }
+                key(w, &mut keyed);
+                let marked = !self.plain.contains(w) && !window::is_common(w);
+                return table.id(&keyed).map(|id| (id, marked));
+            }
             if mixed && self.plain.contains(w) {
                 return table.id(w).map(|id| (id, false));
             }
@@ -284,7 +406,8 @@ impl Transformed {
                 }
             }
         }
-        table.scan_ids(ids, mixed.then_some(&marks[..]), s, found);
+        let marked = mixed || key.is_some();
+        table.scan_ids(ids, marked.then_some(&marks[..]), s, found);
     }
 }
 
@@ -468,6 +591,75 @@ fn vowels_dropped(r: &str, out: &mut Vec<String>) {
         kept.extend(first.filter(|&c| !vowel(c as u8)));
         out.push(kept);
     }
+}
+
+/// A word without its first `k` characters; a word with a digit is also kept whole, first (as
+/// [`truncated`]). A word of `k` characters or fewer disappears.
+fn first_dropped(w: &str, out: &mut Vec<String>, k: usize) {
+    out.clear();
+    let cut: String = w.chars().skip(k).collect();
+    if w.chars().any(|c| c.is_ascii_digit()) {
+        out.push(w.to_owned());
+        if !cut.is_empty() {
+            out.push(cut);
+        }
+    } else {
+        out.push(cut);
+    }
+}
+
+/// A run of letters with each vowel the next (`a→e→i→o→u→a`), and with each the one before.
+fn vowels_rotated(r: &str, out: &mut Vec<String>) {
+    const V: &[u8] = b"aeiou";
+    out.clear();
+    for by in [1, V.len() - 1] {
+        out.push(
+            r.bytes()
+                .map(|c| match V.iter().position(|&v| v == c) {
+                    Some(i) => char::from(V[(i + by) % V.len()]),
+                    None => char::from(c),
+                })
+                .collect(),
+        );
+    }
+}
+
+/// A word's characters sorted (the key of every order of its letters), into `out`.
+fn sorted_letters(w: &str, out: &mut String) {
+    let mut c: Vec<char> = w.chars().collect();
+    c.sort_unstable();
+    out.clear();
+    out.extend(c);
+}
+
+/// The spellings of a word in the games a passphrase's words are read through too
+/// (`parts.rs`): every game of [`TRANSFORMS`] that changes each letter's place or drops a
+/// vowel or a first letter, not the truncations (`vel` is the start of many words) and not
+/// the keyed ones (read by their key, [`anagram_key`]). At most [`MAX_SPELLINGS`] per game.
+/// Without `drops`, not the first letters dropped either (`bright` is `right` without its
+/// first letter: for a secret of one word, too common a word).
+pub(crate) fn game_spellings(w: &str, out: &mut Vec<String>, drops: bool) {
+    out.clear();
+    let mut one = Vec::new();
+    for t in TRANSFORMS {
+        if t.key.is_some()
+            || matches!(
+                t.kind,
+                Transform::FirstLetters(_) | Transform::LastLetters(_)
+            )
+            || (!drops && matches!(t.kind, Transform::FirstDropped(_)))
+        {
+            continue;
+        }
+        (t.spell)(w, &mut one);
+        out.extend(one.drain(..).filter(|s| !s.is_empty() && s != w));
+    }
+    dedup(out);
+}
+
+/// The key every order of a word's letters shares (its letters sorted).
+pub(crate) fn anagram_key(w: &str, out: &mut String) {
+    sorted_letters(w, out);
 }
 
 /// Ubbi-dubbi of a run of letters: `ub` before each run of vowels; also before every vowel,

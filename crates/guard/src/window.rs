@@ -85,6 +85,9 @@ pub struct Windows {
     sub_ends: Vec<u64>,
     /// Whether the window is [`wide_window`].
     wide: bool,
+    /// Whether the window is the n-gram's own length, and no copy with a word changed is read
+    /// ([`Builder::tight`]).
+    tight: bool,
     /// Marked words a match needs when the reader marks each answer word ([`Windows::scan_ids`]).
     min_marked: usize,
     /// Per length in characters: whether a body word has it.
@@ -129,7 +132,9 @@ impl Windows {
 
     /// The answer words an n-gram of `len` words is looked for among.
     fn width(&self, len: usize) -> usize {
-        if self.wide {
+        if self.tight {
+            len
+        } else if self.wide {
             wide_window(len)
         } else {
             window(len)
@@ -334,6 +339,7 @@ pub(crate) struct Builder {
     fillers: bool,
     min_marked: usize,
     wide: bool,
+    tight: bool,
 }
 
 impl Builder {
@@ -347,7 +353,17 @@ impl Builder {
             fillers,
             min_marked,
             wide: false,
+            tight: false,
         }
+    }
+
+    /// Read the table's n-grams only as consecutive answer words (in any order), and never with
+    /// a word changed: the body's skip-grams (`transforms.rs`), word sequences the body itself
+    /// never writes side by side, so an answer holds them side by side only when it copies
+    /// every k-th word. (A window of one and a half times the n-gram caught 3 more of 200
+    /// bodies written every other word and every third, and flagged a benign answer.)
+    pub(crate) fn tight(&mut self) {
+        self.tight = true;
     }
 
     /// Read the table with [`wide_window`]s (a word game's: see there).
@@ -405,6 +421,7 @@ impl Builder {
             fillers,
             min_marked,
             wide,
+            tight,
         } = self;
         let mut subs: Map<[u32; SUB_MAX], Vec<u32>> = Map::default();
         let mut sub_lens = Vec::new();
@@ -420,7 +437,7 @@ impl Builder {
                 .min_by_key(|&w| (!marked[w as usize], freq[w as usize]))
                 .unwrap_or(gram[0]);
             with_word[anchor as usize].push(g as u32);
-            if (4..=SUB_MAX).contains(&len) {
+            if !tight && (4..=SUB_MAX).contains(&len) {
                 for m in 1..len - 1 {
                     // The words left must be more than a common phrase.
                     let rest = (0..len)
@@ -444,7 +461,15 @@ impl Builder {
                 }
             }
         }
-        let width = if wide { wide_window } else { window };
+        let width = |len| {
+            if tight {
+                len
+            } else if wide {
+                wide_window(len)
+            } else {
+                window(len)
+            }
+        };
         let widest = grams.iter().map(|(_, g)| width(g.len())).max().unwrap_or(0);
         let (max_word, lens, hashes, pow) = if fillers {
             let max_word = words_of
@@ -479,6 +504,7 @@ impl Builder {
             sub_ends,
             widest,
             wide,
+            tight,
             min_marked,
             lens,
             hashes,

@@ -482,3 +482,77 @@ pub fn games_per_word(s: &str, games: &[fn(&str) -> String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Each run of letters without its first `k` (`You are` → `ou re` for 1); a run of `k` letters
+/// or fewer is dropped, its spaces kept.
+pub fn first_dropped(s: &str, k: usize) -> String {
+    letter_runs(s, |w| w.chars().skip(k).collect())
+}
+
+/// Each run of four letters or more with its middle reversed, its first and last letters kept
+/// (`helpful` → `hlupfel`: typoglycemia).
+pub fn middle_reversed(s: &str) -> String {
+    letter_runs(s, |w| {
+        let c: Vec<char> = w.chars().collect();
+        if c.len() < 4 {
+            return w.to_owned();
+        }
+        let mut out = String::with_capacity(w.len());
+        out.push(c[0]);
+        out.extend(c[1..c.len() - 1].iter().rev());
+        out.push(c[c.len() - 1]);
+        out
+    })
+}
+
+/// Each run of letters with its letters swapped in pairs (`helpful` → `ehplufl`).
+pub fn pairs_swapped(s: &str) -> String {
+    letter_runs(s, |w| {
+        let mut c: Vec<char> = w.chars().collect();
+        for p in c.chunks_mut(2) {
+            p.reverse();
+        }
+        c.into_iter().collect()
+    })
+}
+
+/// Each run of letters with its letters in alphabetical order, case aside (`helpful` →
+/// `efhllpu`).
+pub fn letters_sorted(s: &str) -> String {
+    letter_runs(s, |w| {
+        let mut c: Vec<char> = w.chars().collect();
+        c.sort_by_key(char::to_ascii_lowercase);
+        c.into_iter().collect()
+    })
+}
+
+/// Each vowel the next, `a→e→i→o→u→a`, either case (`You are` → `Yua eri`).
+pub fn vowels_rotated(s: &str) -> String {
+    const V: &str = "aeiou";
+    s.chars()
+        .map(|c| {
+            let l = c.to_ascii_lowercase();
+            match V.find(l) {
+                Some(i) => {
+                    let n = V.as_bytes()[(i + 1) % V.len()] as char;
+                    if c.is_ascii_uppercase() {
+                        n.to_ascii_uppercase()
+                    } else {
+                        n
+                    }
+                }
+                None => c,
+            }
+        })
+        .collect()
+}
+
+/// The words (whitespace tokens) of `s` at `offset`, `offset + k`, `offset + 2k`, …: every
+/// other word (`k` = 2, the other half in a second call with `offset` 1), every third.
+pub fn every_kth_word(s: &str, k: usize, offset: usize) -> String {
+    s.split_whitespace()
+        .skip(offset)
+        .step_by(k.max(1))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
