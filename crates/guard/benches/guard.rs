@@ -308,6 +308,65 @@ fn bench(c: &mut Criterion) {
         }
     }
 
+    // Review 28 R28-2/R28-3's readings, each on an answer that feeds it at every word (the body's
+    // words without their first letter, with their letters sorted, their vowels rotated, every
+    // other and every third word, a passphrase's words in games, anagrams of body words no body
+    // word is, one word longer than any body word): the walk the levels make (no early exit) at
+    // 256 KiB and 1 MiB, 4x apart, linear about 4x.
+    let words: Vec<&str> = body.split_whitespace().collect();
+    let by_word =
+        |f: &dyn Fn(&str) -> String| words.iter().map(|w| f(w)).collect::<Vec<_>>().join(" ") + " ";
+    let sorted = |w: &str| {
+        let mut c: Vec<char> = w.chars().collect();
+        c.sort_unstable();
+        c.into_iter().collect::<String>()
+    };
+    let hostile = [
+        (
+            "first letter dropped",
+            by_word(&|w| w.chars().skip(1).collect()),
+        ),
+        ("letters sorted", by_word(&sorted)),
+        (
+            "vowels rotated",
+            by_word(&|w| skillbox_testkit::guard::vowels_rotated(w)),
+        ),
+        (
+            "every other word",
+            skillbox_testkit::guard::every_kth_word(&body, 2, 0) + " ",
+        ),
+        (
+            "every third word",
+            skillbox_testkit::guard::every_kth_word(&body, 3, 0) + " ",
+        ),
+        (
+            "a passphrase's words in games",
+            "elvetvay ttr vleevt ".to_owned(),
+        ),
+        (
+            "anagrams, no body word",
+            "tnatsissa yrarbil snoitseuq ".to_owned(),
+        ),
+        ("one long word", "a".repeat(4096) + " "),
+    ];
+    for (name, unit) in &hostile {
+        let per_call: Vec<Option<f64>> = [256usize, 1024]
+            .iter()
+            .map(|kib| {
+                let answer = unit.repeat((kib << 10) / unit.len().max(1));
+                cpu_per_call(&format!("levels of {kib} KiB answer: {name}"), 2, || {
+                    black_box(released_levels(&prepared, black_box(&answer)));
+                })
+            })
+            .collect();
+        if let [Some(small), Some(large)] = per_call[..] {
+            println!(
+                "cpu time of {name}, 1 MiB / 256 KiB: {:.1}x (linear 4x, quadratic 16x)",
+                large / small
+            );
+        }
+    }
+
     for (name, clean, leak) in &forms {
         cpu_per_call(&format!("check 4 KiB clean answer as {name}"), 100, || {
             black_box(check(&prepared, black_box(clean)));
