@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -48,6 +48,9 @@ pub(crate) struct Counters {
     shared_steps: AtomicU64,
     max_sequences: AtomicUsize,
     prompt_tokens_fed: AtomicU64,
+    attended_cells: AtomicU64,
+    widest_window: AtomicU64,
+    memory_ops: AtomicU64,
 }
 
 /// A snapshot of the engine's counters.
@@ -62,6 +65,17 @@ pub struct EngineStats {
     /// Tokens fed before sampling so far, prompts and their padding: under an allowance a run
     /// feeds as many as a body of exactly the allowance would (review 27 F1).
     pub prompt_tokens_fed: u64,
+    /// The KV cells llama.cpp's attention spanned, summed over steps: each step's window as its
+    /// graph computed it (llama-cpp-2's attention window probe), not the engine's idea of it.
+    /// Today a decode step's window is `pad256(real prompt + answer so far)` (review 28 R28-1,
+    /// open: see the slot's plan).
+    pub attended_cells: u64,
+    /// The widest window of any step so far.
+    pub widest_window: u64,
+    /// llama.cpp memory operations (`llama_memory_seq_rm`) so far: under an allowance a run
+    /// drops its padding once and clears its sequence once, whatever the padding (review 28
+    /// R28-8), and a finish that moves a slot down copies and clears once more.
+    pub memory_ops: u64,
 }
 
 /// How the engine runs (resolved: no defaults left open).
@@ -122,6 +136,9 @@ impl Engine {
             shared_steps: self.counters.shared_steps.load(Ordering::Relaxed),
             max_sequences: self.counters.max_sequences.load(Ordering::Relaxed),
             prompt_tokens_fed: self.counters.prompt_tokens_fed.load(Ordering::Relaxed),
+            attended_cells: self.counters.attended_cells.load(Ordering::Relaxed),
+            widest_window: self.counters.widest_window.load(Ordering::Relaxed),
+            memory_ops: self.counters.memory_ops.load(Ordering::Relaxed),
         }
     }
 }
@@ -145,7 +162,20 @@ fn cancelled() -> ProviderError {
 /// position, whose logits give the first answer token. So the answer is the one the prompt
 /// alone gives, the padding is gone before decoding (the cells hold the answer's budget as
 /// admission promised), and how the plan splits into steps depends only on its length, the
-/// allowance's.
+/// allowance's. The last token has a step of its own and the padding's removal is asked for
+/// even when the padding is empty (a body filling its allowance exactly): that run used to be
+/// one step and one memory operation shorter (review 28 R28-8).
+///
+/// Still open (review 28 R28-1): once the padding is dropped, each decode step attends over
+/// llama.cpp's window of the real prompt plus the answer (rounded up to 256 cells), and its
+/// flash attention works only on the cells a token may see, so a decode step still costs more
+/// for a longer body (`EngineStats::attended_cells` counts the windows). The padding cannot
+/// stay in the slot's stream invisible to the answer: llama.cpp requires each decode's first
+/// position to follow the sequence's highest one, so a padding cell moved past the answer
+/// stops the next decode, and in a stream of its own every live cell is the sequence's. A
+/// pool shared by all sequences with the padding in a companion sequence and dense attention
+/// does keep the window and the work at the span's, but then a generation's cells interleave
+/// with the others' and its answer is no longer the same alone and batched.
 struct Slot {
     seq: i32,
     job: Job,
@@ -196,9 +226,10 @@ impl Slot {
         }
     }
 
-    /// Whether the padding is all in and its cells are still to be dropped.
+    /// Whether the plan but its last token is in and the padding's cells (none, if the prompt
+    /// fills the span) are still to be dropped.
     fn padding_to_drop(&self) -> bool {
-        self.padding > 0 && !self.padding_dropped && self.fed + 1 == self.plan_len()
+        !self.padding_dropped && self.fed + 1 == self.plan_len()
     }
 
     fn on_token(&mut self, inner: &Inner, token: LlamaToken) -> Step {
@@ -293,9 +324,13 @@ fn work(
     counters: Arc<Counters>,
     ready: mpsc::SyncSender<Result<(), ProviderError>>,
 ) {
+    // llama.cpp keeps the probe's address for the context's life; one small leak per engine
+    // (an engine lives as long as its model, the process's in the box).
+    let window: &'static AtomicU32 = Box::leak(Box::new(AtomicU32::new(0)));
     let context = {
         let _one_at_a_time = CONTEXT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        inner.model.new_context(backend(), context_params(&config))
+        let params = context_params(&config).with_attention_window_probe(window);
+        inner.model.new_context(backend(), params)
     };
     let mut ctx = match context {
         Ok(ctx) => ctx,
@@ -319,6 +354,7 @@ fn work(
         slots: (0..config.parallel).map(|_| None).collect(),
         queue: VecDeque::new(),
         n_vocab: inner.model.n_vocab(),
+        window,
     }
     .run(&mut ctx, &rx);
 }
@@ -331,6 +367,8 @@ struct Worker<'a> {
     slots: Vec<Option<Slot>>,
     queue: VecDeque<Job>,
     n_vocab: i32,
+    /// The widest attention window of the graph computed last (llama-cpp-2's probe).
+    window: &'static AtomicU32,
 }
 
 impl Worker<'_> {
@@ -428,9 +466,36 @@ impl Worker<'_> {
         }
     }
 
+    /// Drops the padding's cells of every slot whose plan but its last token is in, before
+    /// that token goes in (an empty padding too: the same operations whatever the body).
+    fn drop_padding(&mut self, ctx: &mut LlamaContext<'_>) {
+        let mut failed = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(slot) = slot.as_mut().filter(|s| s.padding_to_drop()) else {
+                continue;
+            };
+            let from = u32::try_from(slot.prompt.len() - 1).ok();
+            self.counters.memory_ops.fetch_add(1, Ordering::Relaxed);
+            match ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), from, None) {
+                Ok(true) => slot.padding_dropped = true,
+                // A model whose memory cannot drop part of a sequence (a recurrent one).
+                _ => failed.push(i),
+            }
+        }
+        // Highest first, so compaction never moves a slot that is about to finish.
+        for i in failed.into_iter().rev() {
+            let error = unavailable(
+                "its memory cannot drop part of a sequence, which running under a body \
+                 allowance needs",
+            );
+            self.finish(ctx, i, Err(error));
+        }
+    }
+
     /// One decode, in slot order: the next token of every decoding slot, prompt chunks of those
     /// still reading their prompt (as much as fits after the decode tokens).
     fn step(&mut self, ctx: &mut LlamaContext<'_>) {
+        self.drop_padding(ctx);
         self.batch.clear();
         let decoding = self
             .slots
@@ -459,8 +524,9 @@ impl Worker<'_> {
             }
             let plan = slot.plan_len();
             let mut end = slot.fed + prompt_room.min(plan - slot.fed);
-            if slot.padding > 0 && !slot.padding_dropped {
-                // The prompt's last token waits for the step after the padding's.
+            if !slot.padding_dropped {
+                // The prompt's last token waits for the step after the padding's, padding or
+                // none.
                 end = end.min(plan - 1);
             }
             if end == slot.fed {
@@ -495,7 +561,16 @@ impl Worker<'_> {
         self.counters
             .max_sequences
             .fetch_max(sequences, Ordering::Relaxed);
-        if let Err(e) = ctx.decode(&mut self.batch) {
+        self.window.store(0, Ordering::Relaxed);
+        let decoded = ctx.decode(&mut self.batch);
+        let window = u64::from(self.window.swap(0, Ordering::Relaxed));
+        self.counters
+            .attended_cells
+            .fetch_add(window, Ordering::Relaxed);
+        self.counters
+            .widest_window
+            .fetch_max(window, Ordering::Relaxed);
+        if let Err(e) = decoded {
             while let Some(i) = self.slots.iter().rposition(Option::is_some) {
                 let error = unavailable(format!("inference failed: {e}"));
                 self.finish(ctx, i, Err(error));
@@ -503,23 +578,6 @@ impl Worker<'_> {
             return;
         }
         let mut finished = Vec::new();
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(slot) = slot.as_mut().filter(|s| s.padding_to_drop()) else {
-                continue;
-            };
-            let from = u32::try_from(slot.prompt.len() - 1).ok();
-            match ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), from, None) {
-                Ok(true) => slot.padding_dropped = true,
-                // A model whose memory cannot drop part of a sequence (a recurrent one).
-                _ => finished.push((
-                    i,
-                    Err(unavailable(
-                        "its memory cannot drop part of a sequence, which running under a \
-                         body allowance needs",
-                    )),
-                )),
-            }
-        }
         for (i, at) in sampling {
             let Some(slot) = self.slots[i].as_mut() else {
                 continue;
@@ -545,6 +603,7 @@ impl Worker<'_> {
             return;
         };
         let _ = ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), None, None);
+        self.counters.memory_ops.fetch_add(1, Ordering::Relaxed);
         (slot.job.reply)(outcome);
         let Some(last) = self.slots.iter().rposition(Option::is_some) else {
             return;
@@ -556,6 +615,7 @@ impl Worker<'_> {
             let hole = i32::try_from(i).unwrap_or(i32::MAX);
             let _ = ctx.copy_kv_cache_seq(moved.seq, hole, None, None);
             let _ = ctx.clear_kv_cache_seq(u32::try_from(moved.seq).ok(), None, None);
+            self.counters.memory_ops.fetch_add(2, Ordering::Relaxed);
             moved.seq = hole;
             self.slots[i] = Some(moved);
         }

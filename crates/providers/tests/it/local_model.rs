@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use skillbox_providers::local::{LocalModel, LocalOptions, LocalProvider, MODEL_FILE};
-use skillbox_providers::{ChatRequest, FinishReason, Provider, ProviderError};
+use skillbox_providers::local::{EngineStats, LocalModel, LocalOptions, LocalProvider, MODEL_FILE};
+use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, ProviderError};
 
 pub(crate) fn model_path() -> PathBuf {
     let path = match std::env::var_os("SKILLBOX_MODEL").filter(|v| !v.is_empty()) {
@@ -472,6 +472,143 @@ fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
         .generate(&under_allowance(&short, "Name a colour."))
         .unwrap();
     assert_eq!(second.text, alone.text, "batched, the answer changed");
+}
+
+/// A body that fills `allowance` exactly for `user`: its run's padding is 0.
+fn body_filling(m: &LocalModel, allowance: usize, user: &str) -> String {
+    let t = m.tokenizer();
+    let span = m.frame_tokens() + allowance + t.encode_plain(user).unwrap().len();
+    let mut body = body_of(m, allowance - 40);
+    loop {
+        let prompt = m.prompt_ids(&body, user).unwrap().len();
+        assert!(
+            prompt <= span,
+            "the body overshot its allowance: {prompt} > {span}"
+        );
+        if prompt == span {
+            return body;
+        }
+        // One token each (" the" is a word of the vocabulary).
+        body.push_str(&" the".repeat(span - prompt));
+    }
+}
+
+/// What one run did to the engine's counters.
+fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completion) {
+    let before = m.stats();
+    let answer = m.generate(request).unwrap();
+    let after = m.stats();
+    let delta = EngineStats {
+        steps: after.steps - before.steps,
+        shared_steps: after.shared_steps - before.shared_steps,
+        max_sequences: after.max_sequences,
+        prompt_tokens_fed: after.prompt_tokens_fed - before.prompt_tokens_fed,
+        attended_cells: after.attended_cells - before.attended_cells,
+        widest_window: 0,
+        memory_ops: after.memory_ops - before.memory_ops,
+    };
+    (delta, answer)
+}
+
+/// Review 28 R28-8: a body filling its allowance exactly (padding 0) had its prompt's last
+/// token ride with the rest and no padding to drop, so its run was one decode step and one
+/// memory operation shorter than any other body's: "the body fills its allowance". Now a
+/// 60-token body, a 900-token one and one with no padding at all take the same steps and the
+/// same llama.cpp memory operations, and each answer is its prompt's alone.
+///
+/// The windows llama.cpp's attention computed over (its graphs' KV spans, read by the probe)
+/// are accounted too: prefill's are the span's, but decode's are still the real prompt's plus
+/// the answer's (review 28 R28-1, open: see `engine::Slot`).
+#[test]
+fn under_an_allowance_a_run_takes_the_same_steps_and_memory_operations_whatever_the_body() {
+    let m = LocalModel::load_with(
+        &model_path(),
+        &LocalOptions {
+            parallel: 1,
+            context: Some(2048),
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap();
+    let t = m.tokenizer();
+    let user = "Write a long story about the harbour and its ships.";
+    let answer_tokens = 24;
+    let request = |body: &str| ChatRequest {
+        max_tokens: answer_tokens,
+        ..under_allowance(body, user)
+    };
+    let span = m.frame_tokens() + 1024 + t.encode_plain(user).unwrap().len();
+    let bodies = [
+        body_of(&m, 60),
+        body_of(&m, 900),
+        body_filling(&m, 1024, user),
+    ];
+    let prompts: Vec<usize> = bodies
+        .iter()
+        .map(|b| m.prompt_ids(b, user).unwrap().len())
+        .collect();
+    assert!(
+        prompts[0] + 800 <= prompts[1] && prompts[2] == span,
+        "{prompts:?} {span}"
+    );
+    let runs: Vec<(EngineStats, Completion)> = bodies
+        .iter()
+        .map(|body| run_counting(&m, &request(body)))
+        .collect();
+    for (_, answer) in &runs {
+        assert_eq!(
+            answer.usage.completion_tokens, answer_tokens as u64,
+            "a shorter answer: this test compares runs of the same length"
+        );
+    }
+    let steps_and_operations = |s: &EngineStats| (s.steps, s.memory_ops, s.prompt_tokens_fed);
+    let first = steps_and_operations(&runs[0].0);
+    for ((stats, _), prompt) in runs.iter().zip(&prompts) {
+        assert_eq!(
+            steps_and_operations(stats),
+            first,
+            "(steps, memory operations, tokens fed) differ for a prompt of {prompt} tokens: \
+             the run tells the body ({stats:?})"
+        );
+    }
+    assert_eq!(
+        first,
+        (
+            (span - 1).div_ceil(512) as u64 + answer_tokens as u64,
+            2,
+            span as u64
+        ),
+        "the prompt's last token in a step of its own, the padding dropped and the sequence \
+         cleared, padding or none"
+    );
+
+    // llama.cpp's windows, rounded up to 256 cells: each prefill chunk's the cells in use once
+    // it is placed (the span's), then the prompt's last token's and each answer token's
+    // `real prompt + answer so far` (R28-1's residual).
+    let pad256 = |cells: usize| cells.div_ceil(256).max(1) as u64 * 256;
+    for ((stats, _), &prompt) in runs.iter().zip(&prompts) {
+        let mut windows = 0;
+        let mut placed = 0;
+        while placed < span - 1 {
+            placed = (placed + 512).min(span - 1);
+            windows += pad256(placed);
+        }
+        for g in 0..answer_tokens as usize {
+            windows += pad256(prompt + g);
+        }
+        assert_eq!(stats.attended_cells, windows, "prompt of {prompt} tokens");
+    }
+
+    // The padding changes no answer.
+    for (body, (_, answer)) in bodies.iter().zip(&runs) {
+        let alone = m
+            .generate(&ChatRequest {
+                system_allowance: None,
+                ..request(body)
+            })
+            .unwrap();
+        assert_eq!(alone.text, answer.text, "the padding changed the answer");
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! A safe wrapper around `llama_context_params`.
 mod get_set;
+mod attention_window;
 
 /// A rusty wrapper around `rope_scaling_type`.
 #[repr(i8)]
@@ -303,6 +304,8 @@ pub struct LlamaContextParams {
 }
 
 /// SAFETY: we do not currently allow setting or reading the pointers that cause this to not be automatically send or sync.
+/// (skillbox: the one pointer `with_attention_window_probe` sets is a `&'static AtomicU32`, which
+/// any thread may use.)
 unsafe impl Send for LlamaContextParams {}
 unsafe impl Sync for LlamaContextParams {}
 
