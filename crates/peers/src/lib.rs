@@ -18,6 +18,7 @@
 //!   above; [`start`] returns a [`PeersHandle`].
 
 pub mod advert;
+mod announce;
 pub mod board;
 mod dial;
 mod error;

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
+use crate::announce::Announcements;
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::dial::{DialGate, DialPolicy};
 use crate::index::{
@@ -741,6 +742,7 @@ pub async fn start(
         sync_answered: SyncAnswers::default(),
         provided: BTreeSet::new(),
         announcing: HashSet::new(),
+        announcements: Announcements::new(config.index_republish),
         announce_failed: 0,
         announced_early: false,
         reprovided: false,
@@ -786,7 +788,7 @@ fn build_swarm(
     let mdns_on = config.mdns;
     let idle = config.idle_connection_timeout;
     let request_timeout = config.request_timeout;
-    let (index_ttl, index_republish) = (config.index_ttl, config.index_republish);
+    let index_ttl = config.index_ttl;
     let search_timeout = config.search_timeout;
     let relay_server = config.relay_server;
     let relay_config = relay::Config {
@@ -864,7 +866,10 @@ fn build_swarm(
                 // value records (which nothing here uses) are never stored.
                 .set_record_filtering(kad::StoreInserts::FilterBoth)
                 .set_provider_record_ttl(Some(index_ttl))
-                .set_provider_publication_interval(Some(index_republish))
+                // This node republishes its keys itself (`announce::Announcements`): libp2p's
+                // job re-announced keys announced seconds before and, when its lookups outlasted
+                // the period, started the next round beside them.
+                .set_provider_publication_interval(None)
                 .set_query_timeout(search_timeout);
             let store = kad::store::MemoryStore::with_config(
                 local,
@@ -1108,6 +1113,9 @@ struct Task {
     provided: BTreeSet<Vec<u8>>,
     /// The announcements of the keys the offer set last added, still under way.
     announcing: HashSet<kad::QueryId>,
+    /// When each provided key was last announced, and whether that is under way: what
+    /// [`Task::republish`] announces again.
+    announcements: Announcements<kad::QueryId>,
     announce_failed: usize,
     /// Keys were announced while the routing table held fewer than K peers (e.g. an offer set
     /// before the first connection): they are announced again when the first bootstrap ends.
@@ -1147,6 +1155,10 @@ impl Task {
         let prune_every =
             (self.config.board_ttl / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
         let mut prune_tick = tokio::time::interval(prune_every);
+        // A key is republished at most this late (its records live `index_ttl` on the servers).
+        let republish_every = (self.config.index_republish / 16)
+            .clamp(Duration::from_millis(100), Duration::from_secs(5));
+        let mut republish_tick = tokio::time::interval(republish_every);
         loop {
             let publish_at = self.publish_at;
             tokio::select! {
@@ -1162,6 +1174,7 @@ impl Task {
                 Some(retry) = retries.recv() => self.try_send(retry),
                 _ = advert_tick.tick() => self.on_advert_tick(),
                 _ = prune_tick.tick() => self.prune(),
+                _ = republish_tick.tick() => self.republish(),
                 _ = async {
                     match publish_at {
                         Some(at) => tokio::time::sleep_until(at).await,
@@ -1247,9 +1260,8 @@ impl Task {
             }
             Command::Search(text, reply) => self.search(&text, reply),
             Command::ProvideRaw(keys, reply) => {
-                let kad = &mut self.swarm.behaviour_mut().kad;
                 for key in keys {
-                    let _ = kad.start_providing(kad::RecordKey::new(&key));
+                    let _ = self.announce(&key);
                 }
                 let _ = reply.send(());
             }
@@ -1308,7 +1320,8 @@ impl Task {
     }
 
     /// Provide exactly the index keys of what this node offers now: stop the ones no longer
-    /// offered, start the new ones (Kademlia republishes them every `index_republish`).
+    /// offered, start the new ones ([`Task::republish`] announces them again every
+    /// `index_republish`).
     fn reindex(&mut self) {
         let keys = offer_keys(
             &self.local,
@@ -1320,13 +1333,15 @@ impl Task {
         let kad = &mut self.swarm.behaviour_mut().kad;
         for gone in self.provided.difference(&keys) {
             kad.stop_providing(&kad::RecordKey::new(gone));
+            self.announcements.forget(gone);
         }
         let known: usize = kad.kbuckets().map(|b| b.num_entries()).sum();
         if known < kad::K_VALUE.get() && keys.difference(&self.provided).next().is_some() {
             self.announced_early = true;
         }
-        for new in keys.difference(&self.provided) {
-            match kad.start_providing(kad::RecordKey::new(new)) {
+        let new: Vec<Vec<u8>> = keys.difference(&self.provided).cloned().collect();
+        for new in new {
+            match self.announce(&new) {
                 Ok(query) => {
                     self.announcing.insert(query);
                 }
@@ -1352,10 +1367,39 @@ impl Task {
     /// before (records sent while this node knew only its bootstrap peer went to the wrong
     /// servers), and whenever an external address is confirmed (records carry the addresses).
     fn reprovide(&mut self) {
-        let kad = &mut self.swarm.behaviour_mut().kad;
-        for key in &self.provided {
-            if let Err(e) = kad.start_providing(kad::RecordKey::new(key)) {
+        for key in self.provided.clone() {
+            if let Err(e) = self.announce(&key) {
                 tracing::warn!(error = ?e, "cannot provide an index key");
+            }
+        }
+    }
+
+    /// Announce `key` (store this node's provider record, then send it to the servers closest
+    /// to the key), noting when, so it is republished a period from now.
+    fn announce(&mut self, key: &[u8]) -> Result<kad::QueryId, kad::store::Error> {
+        let query = self
+            .swarm
+            .behaviour_mut()
+            .kad
+            .start_providing(kad::RecordKey::new(&key))?;
+        self.announcements
+            .started(key, query, Instant::now().into_std());
+        Ok(query)
+    }
+
+    /// Announce again each key this node provides (the offer's and any other it stores its
+    /// own record of) whose last announcement started `index_republish` ago and has ended.
+    fn republish(&mut self) {
+        let now = Instant::now().into_std();
+        let due = {
+            let store = self.swarm.behaviour_mut().kad.store_mut();
+            let provided: Vec<Vec<u8>> = store.provided().map(|r| r.key.to_vec()).collect();
+            self.announcements
+                .due(provided.iter().map(Vec::as_slice), now)
+        };
+        for key in due {
+            if let Err(e) = self.announce(&key) {
+                tracing::warn!(error = ?e, "cannot republish an index key");
             }
         }
     }
@@ -1620,11 +1664,14 @@ impl Task {
                 result: kad::QueryResult::StartProviding(result),
                 step,
                 ..
-            } if step.last && self.announcing.remove(&id) => {
-                if result.is_err() {
-                    self.announce_failed += 1;
+            } if step.last => {
+                self.announcements.ended(id);
+                if self.announcing.remove(&id) {
+                    if result.is_err() {
+                        self.announce_failed += 1;
+                    }
+                    self.announced_done();
                 }
-                self.announced_done();
             }
             kad::Event::OutboundQueryProgressed {
                 result: kad::QueryResult::Bootstrap(Ok(_)),
