@@ -72,7 +72,7 @@ pub struct EngineStats {
     pub attended_cells: u64,
     /// The widest window of any step so far.
     pub widest_window: u64,
-    /// llama.cpp memory operations (`llama_memory_seq_rm`) so far: under an allowance a run
+    /// llama.cpp memory operations (`seq_rm`, `seq_cp`) so far: under an allowance a run
     /// drops its padding once and clears its sequence once, whatever the padding (review 28
     /// R28-8), and a finish that moves a slot down copies and clears once more.
     pub memory_ops: u64,
