@@ -43,8 +43,8 @@ pub enum SkillCommand {
     /// `key=` that is not a secret source of the node's is refused before anything is sent.
     ///
     /// `bodyMaxTokens=N modelContextTokens=N`: the body allowance and a remote model's context
-    /// in tokens (empty: the provider's defaults, 49,152 / 131,072 hosted, 4,096 / 8,192
-    /// self-hosted, 1,024 `local`). Declare the context your server really takes (Ollama's
+    /// in tokens (empty: the provider's defaults, 49,152 / 128,000 OpenAI and Anthropic, 16,384 /
+    /// 32,768 OpenRouter, 1,024 / 4,096 self-hosted, 1,024 `local`). Declare the context your server really takes (Ollama's
     /// `num_ctx`): a caller's program must name both, as the advert carries them. A remote
     /// body runs only within as many bytes as the allowance has tokens.
     Set(crate::agents_cmd::SkillSetArgs),

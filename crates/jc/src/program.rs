@@ -193,23 +193,38 @@ pub const DEFAULT_BODY_MAX_TOKENS: u64 = 1024;
 /// The largest body allowance a program may name (no model's context is near it).
 pub const MAX_BODY_MAX_TOKENS: u64 = 1 << 20;
 
-/// The model context a program for a hosted API provider (OpenAI, Anthropic, OpenRouter) that
-/// declares none is judged against: the chat models those serve take 128k tokens or more.
-pub const HOSTED_MODEL_CONTEXT_TOKENS: u64 = 131_072;
-/// A hosted provider's default body allowance: bodies of up to 48 KiB of bytes (a token covers at
-/// least one byte), past the 34 KB of the 99th percentile of real SKILL.md bodies. With the
+/// The model context a program for OpenAI or Anthropic that declares none is judged against:
+/// 128,000 tokens, the context of OpenAI's gpt-4o family (Anthropic's models take 200k). A
+/// default above a model's real context reopens the body's length (review 28 R28-6: the edge
+/// between admitted and refused moves with the body), so this is the smallest of the mainstream
+/// models; an owner of a skill on a smaller one (gpt-4 at 8k, gpt-3.5 at 16k) sets its own
+/// (`skill set NAME modelContextTokens=N`).
+pub const HOSTED_MODEL_CONTEXT_TOKENS: u64 = 128_000;
+/// OpenAI's and Anthropic's default body allowance: bodies of up to 48 KiB of bytes (a token covers
+/// at least one byte), past the 34 KB of the 99th percentile of real SKILL.md bodies. With the
 /// default 64 KiB request bound, the box's notice, the frame and a 4 KiB output bound
-/// (65,536 + 293 + 128 + 49,152 + 1,366 < 131,072) no honest request is refused.
+/// (65,536 + 293 + 128 + 49,152 + 1,366 < 128,000) no honest request is refused.
 pub const HOSTED_BODY_MAX_TOKENS: u64 = 49_152;
+/// The model context a program for OpenRouter that declares none is judged against. OpenRouter
+/// routes to hundreds of models, many of them below 128k (R28-6); 32k is true of nearly all the
+/// chat models it lists, and an owner on a smaller one sets its own.
+pub const ROUTED_MODEL_CONTEXT_TOKENS: u64 = 32_768;
+/// OpenRouter's default body allowance: bodies of up to 16 KiB (the 90th percentile of real
+/// SKILL.md bodies), leaving a caller about 14,500 bytes of request and sources with a 4 KiB
+/// output bound.
+pub const ROUTED_BODY_MAX_TOKENS: u64 = 16_384;
 /// The model context a program for a self-hosted server (Ollama, `openai-compatible:*`) that
-/// declares none is judged against. Small on purpose: such servers often run small contexts, and
-/// Ollama truncates a longer prompt silently instead of refusing it, so a default above the
-/// server's real context would reopen the body's length to the caller (the owner declares its
-/// own). 8k is true of most models such a server runs.
-pub const SELF_HOSTED_MODEL_CONTEXT_TOKENS: u64 = 8192;
-/// A self-hosted server's default body allowance: bodies of up to 4 KiB, leaving a caller about
-/// 2,300 bytes of request and sources with a 4 KiB output bound.
-pub const SELF_HOSTED_BODY_MAX_TOKENS: u64 = 4096;
+/// declares none is judged against. Small on purpose: Ollama runs a model at 4,096 tokens unless
+/// told otherwise (2,048 before 0.6) and truncates a longer prompt silently instead of refusing
+/// it, llama.cpp's server and LM Studio default to 4,096 too, so a default above the server's real
+/// context would reopen the body's length to the caller (review 28 R28-6: the default was 8,192).
+/// An owner who runs its server with a larger context declares it
+/// (`skill set NAME modelContextTokens=N bodyMaxTokens=N`).
+pub const SELF_HOSTED_MODEL_CONTEXT_TOKENS: u64 = 4096;
+/// A self-hosted server's default body allowance: bodies of up to 1 KiB, leaving a caller about
+/// 1,280 bytes of request and sources with a 4 KiB output bound. Real skill bodies are larger
+/// (median 6.4 KB): such a skill needs its owner's declared context and allowance.
+pub const SELF_HOSTED_BODY_MAX_TOKENS: u64 = 1024;
 /// The largest model context a program may declare (no model's context is near it).
 pub const MAX_MODEL_CONTEXT_TOKENS: u64 = 1 << 24;
 
@@ -219,9 +234,8 @@ pub const MAX_MODEL_CONTEXT_TOKENS: u64 = 1 << 24;
 pub fn default_body_max_tokens(provider: &ProviderId) -> u64 {
     match provider {
         ProviderId::Local => DEFAULT_BODY_MAX_TOKENS,
-        ProviderId::OpenAi | ProviderId::Anthropic | ProviderId::OpenRouter => {
-            HOSTED_BODY_MAX_TOKENS
-        }
+        ProviderId::OpenAi | ProviderId::Anthropic => HOSTED_BODY_MAX_TOKENS,
+        ProviderId::OpenRouter => ROUTED_BODY_MAX_TOKENS,
         ProviderId::Ollama | ProviderId::OpenAiCompatible(_) => SELF_HOSTED_BODY_MAX_TOKENS,
     }
 }
@@ -231,9 +245,8 @@ pub fn default_body_max_tokens(provider: &ProviderId) -> u64 {
 pub fn default_model_context_tokens(provider: &ProviderId) -> Option<u64> {
     match provider {
         ProviderId::Local => None,
-        ProviderId::OpenAi | ProviderId::Anthropic | ProviderId::OpenRouter => {
-            Some(HOSTED_MODEL_CONTEXT_TOKENS)
-        }
+        ProviderId::OpenAi | ProviderId::Anthropic => Some(HOSTED_MODEL_CONTEXT_TOKENS),
+        ProviderId::OpenRouter => Some(ROUTED_MODEL_CONTEXT_TOKENS),
         ProviderId::Ollama | ProviderId::OpenAiCompatible(_) => {
             Some(SELF_HOSTED_MODEL_CONTEXT_TOKENS)
         }
@@ -1064,26 +1077,29 @@ pub(crate) mod tests {
 
     #[test]
     fn each_provider_has_its_default_allowance_and_context_and_the_pair_is_valid() {
-        let hosted = [
-            ProviderId::OpenAi,
-            ProviderId::Anthropic,
-            ProviderId::OpenRouter,
-        ];
+        let hosted = [ProviderId::OpenAi, ProviderId::Anthropic];
+        let routed = [ProviderId::OpenRouter];
         let self_hosted = [
             ProviderId::Ollama,
             ProviderId::OpenAiCompatible("vllm".into()),
         ];
+        // No default above the smallest context of the models a provider commonly serves
+        // (review 28 R28-6): gpt-4o's 128,000, 32k on OpenRouter, a stock Ollama's 4,096.
         for p in &hosted {
             assert_eq!(default_body_max_tokens(p), 49_152, "{p}");
-            assert_eq!(default_model_context_tokens(p), Some(131_072), "{p}");
+            assert_eq!(default_model_context_tokens(p), Some(128_000), "{p}");
+        }
+        for p in &routed {
+            assert_eq!(default_body_max_tokens(p), 16_384, "{p}");
+            assert_eq!(default_model_context_tokens(p), Some(32_768), "{p}");
         }
         for p in &self_hosted {
-            assert_eq!(default_body_max_tokens(p), 4096, "{p}");
-            assert_eq!(default_model_context_tokens(p), Some(8192), "{p}");
+            assert_eq!(default_body_max_tokens(p), 1024, "{p}");
+            assert_eq!(default_model_context_tokens(p), Some(4096), "{p}");
         }
         assert_eq!(default_body_max_tokens(&ProviderId::Local), 1024);
         assert_eq!(default_model_context_tokens(&ProviderId::Local), None);
-        // A hosted provider's defaults refuse no honest request: the largest default request
+        // OpenAI's and Anthropic's defaults refuse no honest request: the largest default request
         // (64 KiB), the box's notice, the frame, the allowance and a 4 KiB output bound's answer
         // tokens fit its context with room.
         let notice = crate::prompt::notice_bytes() as u64;
@@ -1091,14 +1107,31 @@ pub(crate) mod tests {
             65_536 + notice + 128 + HOSTED_BODY_MAX_TOKENS + 4096u64.div_ceil(3)
                 < HOSTED_MODEL_CONTEXT_TOKENS
         );
-        // A self-hosted server's leave a caller room for a request (about 2,300 bytes).
-        let room = SELF_HOSTED_MODEL_CONTEXT_TOKENS
-            - (notice + 128 + SELF_HOSTED_BODY_MAX_TOKENS + 4096u64.div_ceil(3));
-        assert!(room >= 2048, "{room}");
+        // OpenRouter's and a self-hosted server's leave a caller room for a request (about
+        // 14,500 and 1,280 bytes).
+        let room = |context: u64, allowance: u64| {
+            context - (notice + 128 + allowance + 4096u64.div_ceil(3))
+        };
+        assert!(
+            room(ROUTED_MODEL_CONTEXT_TOKENS, ROUTED_BODY_MAX_TOKENS) >= 14_000,
+            "{}",
+            room(ROUTED_MODEL_CONTEXT_TOKENS, ROUTED_BODY_MAX_TOKENS)
+        );
+        assert!(
+            room(
+                SELF_HOSTED_MODEL_CONTEXT_TOKENS,
+                SELF_HOSTED_BODY_MAX_TOKENS
+            ) >= 1024,
+            "{}",
+            room(
+                SELF_HOSTED_MODEL_CONTEXT_TOKENS,
+                SELF_HOSTED_BODY_MAX_TOKENS
+            )
+        );
         // Each provider's program without declarations validates, and what is in force is the
         // table's; a program's own values win over it.
         let base = sample_default();
-        for p in hosted.iter().chain(&self_hosted) {
+        for p in hosted.iter().chain(&routed).chain(&self_hosted) {
             let mut program = base.clone();
             program.provider = ProviderGrant {
                 id: p.clone(),

@@ -1426,7 +1426,7 @@ body
                 tokens(None, Some(MAX_MODEL_CONTEXT_TOKENS + 1)),
                 OwnerTokens::CONTEXT,
             ),
-            // The default 8,192 context cannot hold 16,384 of body.
+            // The default 4,096 context cannot hold 16,384 of body.
             (tokens(Some(16_384), None), OwnerTokens::BODY),
             // Nor a context the allowance fills, with the notice, frame and smallest answer.
             (tokens(Some(8_000), Some(8_192)), OwnerTokens::CONTEXT),
@@ -1464,7 +1464,13 @@ body
 
         // The defaults set are the defaults: nothing to advertise.
         skills
-            .set("taste", &tokens(Some(4096), Some(8192)))
+            .set(
+                "taste",
+                &tokens(
+                    Some(skillbox_jc::program::SELF_HOSTED_BODY_MAX_TOKENS),
+                    Some(skillbox_jc::program::SELF_HOSTED_MODEL_CONTEXT_TOKENS),
+                ),
+            )
             .expect("set");
         assert_eq!(read(&skills).advertised(&ollama), OwnerTokens::default());
         skills.set("taste", &tokens(None, None)).expect("cleared");

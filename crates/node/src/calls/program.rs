@@ -685,8 +685,11 @@ mod tests {
         assert_eq!(check(&p, &owners(&p)), Ok(()));
         let refused = [
             (None, None),
-            (Some(4096), Some(8192)),
-            // (16,384 with the default 8,192 context is no valid program: `build` refuses it.)
+            (
+                Some(skillbox_jc::program::SELF_HOSTED_BODY_MAX_TOKENS),
+                Some(skillbox_jc::program::SELF_HOSTED_MODEL_CONTEXT_TOKENS),
+            ),
+            // (16,384 with the default 4,096 context is no valid program: `build` refuses it.)
             (None, Some(context)),
             (Some(body - 1), Some(context)),
             (Some(body + 1), Some(context)),

@@ -2,7 +2,7 @@
 //! bodyMaxTokens=N modelContextTokens=N`), with real nodes, a real box and real libp2p: carried
 //! in the advert, named by the caller's program, checked by the owner against its own set
 //! values, enforced by the box. A self-hosted skill whose server takes 32,768 tokens runs a
-//! 20 KB body once its owner says so (24,576 / 32,768; under the defaults, 4,096 / 8,192, it is
+//! 20 KB body once its owner says so (24,576 / 32,768; under the defaults, 1,024 / 4,096, it is
 //! `unavailable`),
 //! and no caller gets a program with any other allowance or context past the owner.
 
@@ -25,7 +25,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 const BODY_TOKENS: u64 = 24_576;
 const CONTEXT_TOKENS: u64 = 32_768;
 
-/// A body of 20,000 bytes: over the self-hosted default allowance (4,096 tokens, so 4 KiB the
+/// A body of 20,000 bytes: over the self-hosted default allowance (1,024 tokens, so 1 KiB the
 /// box can show fits), within the owner's 24,576.
 fn body_20_kb() -> String {
     let mut body = String::from("You are a music critic (BODY-OT). Describe the taste.");
@@ -141,7 +141,10 @@ async fn a_caller_cannot_name_any_allowance_or_context_but_the_owners_set_ones()
     let refused = [
         // The provider's defaults, left out and stated.
         (None, None),
-        (Some(4096), Some(8192)),
+        (
+            Some(skillbox_jc::program::SELF_HOSTED_BODY_MAX_TOKENS),
+            Some(skillbox_jc::program::SELF_HOSTED_MODEL_CONTEXT_TOKENS),
+        ),
         // The owner's context with the default allowance (the owner's allowance with the default
         // context is no valid program at all).
         (None, Some(c)),
@@ -219,7 +222,7 @@ async fn bad_values_are_refused_naming_the_field_and_change_nothing() {
         ),
         (json!({"bodyMaxTokens": "many"}), "bodyMaxTokens"),
         (json!({"modelContextTokens": -1}), "modelContextTokens"),
-        // 24,576 of body cannot fit the default 8,192 context of `ollama`.
+        // 24,576 of body cannot fit the default 4,096 context of `ollama`.
         (json!({"bodyMaxTokens": BODY_TOKENS}), "bodyMaxTokens"),
         // Nor 8,000 of body a 8,192 context with the notice, the frame and an answer.
         (

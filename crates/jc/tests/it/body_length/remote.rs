@@ -1,6 +1,6 @@
 //! The owner's body length does not reach the caller through a remote provider (N5), with the
 //! real box and the real OpenAI-compatible adapter against a loopback model double whose context
-//! is the provider's default (8,192 tokens for `ollama`, 131,072 for `openai`) (it counts a prompt at three bytes a token and refuses a longer one with
+//! is the provider's default (4,096 tokens for `ollama`, 128,000 for `openai`) (it counts a prompt at three bytes a token and refuses a longer one with
 //! OpenAI's `context_length_exceeded`). Two programs differ only in the owner's body; the
 //! caller bisects its request's length until runs fail, as the attack does: the first failing
 //! length is the same for both bodies (it was `context - body`: the body's length in about a
@@ -278,7 +278,7 @@ async fn usage_figures_never_reach_the_caller() {
 }
 
 /// A real skill's body on a hosted provider runs with the program every caller builds (the
-/// provider's defaults: 49,152 tokens of body allowance, 131,072 of context): a 20 KB body and a
+/// provider's defaults: 49,152 tokens of body allowance, 128,000 of context): a 20 KB body and a
 /// request of 16 KiB are answered by the model (before the defaults by provider, any body over
 /// 1,024 bytes failed `unavailable` on every call), and the bisection still finds one edge for a
 /// 20 KB and a 40 KB body, the box's own, where the model refuses nothing.
@@ -326,7 +326,7 @@ impl Remote {
 }
 
 /// The box enforces the owner's set values: an `ollama` server of 32,768 tokens and a 20 KB
-/// body fail `unavailable` under the defaults (4,096 / 8,192), never sent, and under an
+/// body fail `unavailable` under the defaults (1,024 / 4,096), never sent, and under an
 /// allowance of 16,384 (fewer tokens than the body has bytes); under the owner's 24,576 /
 /// 32,768 the model gets the whole body and answers, with room for a request of 4 KiB.
 #[tokio::test]
