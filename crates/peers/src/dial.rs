@@ -36,10 +36,11 @@ use crate::reach::{DialScope, dial_scope};
 /// keeps a long-running node's set from growing for ever).
 const MAX_OPERATOR_ADDRESSES: usize = 4_096;
 
-/// mDNS-discovered LAN addresses remembered at most. Any LAN host can answer mDNS, so the set is
-/// bounded; past it a discovery is not admitted until mDNS expires some (the addresses held keep
-/// working, so a flood of answers cannot push a found peer out).
-const MAX_DISCOVERED_ADDRESSES: usize = 1_024;
+/// mDNS-discovered LAN addresses admitted at most: what [`crate::mdns_found::MdnsFound`] keeps
+/// at most, which bounds them already (any LAN host can answer mDNS); this only keeps the gate
+/// bounded on its own.
+const MAX_DISCOVERED_ADDRESSES: usize =
+    crate::mdns_found::MAX_PEERS * crate::mdns_found::MAX_ADDRESSES_PER_PEER;
 
 /// What [`DialGate`] lets through (shared with the network task, which adds the operator's
 /// explicit dials).
@@ -56,7 +57,8 @@ pub(crate) struct DialPolicy {
     /// without their `/p2p/<id>` (what a transport dials).
     configured: HashSet<Multiaddr>,
     explicit: Mutex<HashSet<Multiaddr>>,
-    /// LAN addresses an mDNS discovery named and mDNS has not yet expired, without `/p2p/<id>`.
+    /// The LAN addresses [`crate::mdns_found::MdnsFound`] keeps, without `/p2p/<id>`: a copy
+    /// it alone replaces ([`DialPolicy::set_discovered`]), so the two never disagree.
     discovered: Mutex<HashSet<Multiaddr>>,
 }
 
@@ -81,28 +83,22 @@ impl DialPolicy {
         }
     }
 
-    /// mDNS discovered a peer at `addr`: a LAN address is dialed from now on, until
-    /// [`DialPolicy::forget_discovered`]. Without mDNS, or for an address outside the LAN (a
-    /// loopback or never-dialed one an mDNS answer named), nothing changes.
-    pub(crate) fn allow_discovered(&self, addr: &Multiaddr) {
-        if !self.mdns || dial_scope(addr) != DialScope::Lan {
-            return;
-        }
-        let key = dial_key(addr);
-        let mut set = self.discovered.lock().unwrap_or_else(|p| p.into_inner());
-        if set.len() >= MAX_DISCOVERED_ADDRESSES && !set.contains(&key) {
-            tracing::debug!(%addr, "mDNS discovery not admitted: the discovered set is full");
-            return;
-        }
-        set.insert(key);
-    }
-
-    /// mDNS expired its discovery at `addr`: a LAN address is no longer dialed for it.
-    pub(crate) fn forget_discovered(&self, addr: &Multiaddr) {
-        self.discovered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&dial_key(addr));
+    /// The LAN addresses mDNS found and [`crate::mdns_found::MdnsFound`] keeps, all of them:
+    /// these (and no others) are dialed for mDNS from now on, replacing the last set. An
+    /// address it stopped keeping (failed, kept too long, pushed out, expired) leaves with it,
+    /// and one it never kept never enters (review 28 R28-4). Without mDNS, or for an address
+    /// an mDNS answer may not name ([`crate::reach::mdns_lan`]), nothing is admitted.
+    pub(crate) fn set_discovered<'a>(&self, kept: impl IntoIterator<Item = &'a Multiaddr>) {
+        let set: HashSet<Multiaddr> = if self.mdns {
+            kept.into_iter()
+                .filter(|a| crate::reach::mdns_lan(a))
+                .map(dial_key)
+                .take(MAX_DISCOVERED_ADDRESSES)
+                .collect()
+        } else {
+            HashSet::new()
+        };
+        *self.discovered.lock().unwrap_or_else(|p| p.into_inner()) = set;
     }
 
     /// The operator dialed `addr` explicitly (`skillbox peer add`): dialed whatever it is.
@@ -288,7 +284,7 @@ mod tests {
 
     /// Review 23b P5: with mDNS on, an internet peer named LAN addresses (identify, Kademlia, an
     /// AutoNAT v2 dial-back request) and the node dialed them, probing its own LAN for the peer.
-    /// Now only the address an mDNS discovery named is dialed, and only until mDNS expires it.
+    /// Now only the address an mDNS discovery named is dialed, and only while it is kept.
     #[test]
     fn with_mdns_only_the_lan_addresses_mdns_discovered_are_dialed() {
         let mdns = DialPolicy::new(false, true, []);
@@ -300,10 +296,11 @@ mod tests {
         );
         assert!(!mdns.allows(&found), "not yet discovered");
         assert!(!mdns.allows(&addr("/ip4/169.254.169.254/tcp/80")));
-        mdns.allow_discovered(&addr(&format!(
+        let named = addr(&format!(
             "/ip4/10.0.0.1/tcp/4001/p2p/{}",
             libp2p::PeerId::random()
-        )));
+        ));
+        mdns.set_discovered([&named]);
         assert!(mdns.allows(&found), "the discovered address is dialed");
         assert!(
             !mdns.allows(&ssh),
@@ -311,13 +308,20 @@ mod tests {
         );
         assert!(!mdns.allows(&addr("/ip4/10.0.0.2/tcp/4001")));
         // An mDNS answer naming loopback opens nothing: mDNS is the LAN, not this machine.
-        mdns.allow_discovered(&addr("/ip4/127.0.0.1/tcp/4001"));
-        assert!(!mdns.allows(&addr("/ip4/127.0.0.1/tcp/4001")));
-        mdns.forget_discovered(&found);
-        assert!(!mdns.allows(&found), "expired by mDNS");
+        // Nor a tailnet or the metadata service (review 28 R28-9).
+        let loopback = addr("/ip4/127.0.0.1/tcp/4001");
+        let tailnet = addr("/ip4/100.100.1.1/tcp/4001");
+        let metadata = addr("/ip4/169.254.169.254/tcp/80");
+        mdns.set_discovered([&named, &loopback, &tailnet, &metadata]);
+        assert!(mdns.allows(&found));
+        for refused in [&loopback, &tailnet, &metadata] {
+            assert!(!mdns.allows(refused), "{refused}");
+        }
+        mdns.set_discovered([]);
+        assert!(!mdns.allows(&found), "no longer kept, no longer dialed");
         // Without mDNS a discovery (which cannot happen) opens nothing either.
         let off = DialPolicy::new(false, false, []);
-        off.allow_discovered(&found);
+        off.set_discovered([&found]);
         assert!(!off.allows(&found));
     }
 

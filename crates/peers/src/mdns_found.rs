@@ -19,6 +19,13 @@
 //!   by dropping the one that failed most: an honest LAN peer found after a flood of fake ones
 //!   is still dialed (and re-dialed, the purpose of dec7a38: one failed dial must not leave a
 //!   LAN peer unreached until mDNS's next query minutes later).
+//!
+//! It is also the one owner of which mDNS-found addresses the dial gate admits (review 28
+//! R28-4): the gate's set is replaced by [`MdnsFound::addresses`] whenever
+//! [`MdnsFound::take_change`] says it changed. The gate kept a set of its own, fed also with
+//! addresses this bookkeeping refused and emptied only by mDNS's own expiry (at the answer's
+//! TTL): a LAN host naming 1,024 addresses with a huge TTL filled it for good, and an honest
+//! peer found later was kept and dialed here and refused there.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -28,7 +35,7 @@ use libp2p::{Multiaddr, PeerId};
 use tokio::time::Instant;
 
 use crate::index::Draw;
-use crate::reach::{DialScope, dial_scope};
+use crate::reach::mdns_lan;
 
 /// LAN peers remembered for re-dialing, and addresses each: any LAN host can answer mDNS, so
 /// both are bounded.
@@ -86,6 +93,9 @@ pub(crate) struct MdnsFound {
     peers: HashMap<PeerId, Found>,
     pending: HashMap<ConnectionId, (PeerId, Instant)>,
     draw: Draw,
+    /// An address was kept or dropped since [`MdnsFound::take_change`] last said so: the dial
+    /// gate's copy is stale.
+    changed: bool,
 }
 
 impl MdnsFound {
@@ -95,12 +105,13 @@ impl MdnsFound {
             peers: HashMap::new(),
             pending: HashMap::new(),
             draw,
+            changed: false,
         }
     }
 
     /// mDNS discovered `peer` at `addr`: a LAN address is kept (and the peer due at once).
     pub(crate) fn discovered(&mut self, peer: PeerId, addr: &Multiaddr, now: Instant) -> Discovery {
-        if dial_scope(addr) != DialScope::Lan {
+        if !mdns_lan(addr) {
             return Discovery::NotLan;
         }
         if !self.peers.contains_key(&peer) && !self.make_room() {
@@ -120,6 +131,7 @@ impl MdnsFound {
             return Discovery::NotKept;
         }
         found.addrs.push(addr.clone());
+        self.changed = true;
         Discovery::Kept
     }
 
@@ -138,6 +150,7 @@ impl MdnsFound {
         match worst {
             Some(peer) => {
                 self.peers.remove(&peer);
+                self.changed = true;
                 true
             }
             None => false,
@@ -147,7 +160,9 @@ impl MdnsFound {
     /// mDNS expired its discovery of `peer` at `addr`.
     pub(crate) fn expired(&mut self, peer: &PeerId, addr: &Multiaddr) {
         if let Some(found) = self.peers.get_mut(peer) {
+            let before = found.addrs.len();
             found.addrs.retain(|a| a != addr);
+            self.changed |= found.addrs.len() != before;
             if found.addrs.is_empty() {
                 self.peers.remove(peer);
             }
@@ -175,7 +190,9 @@ impl MdnsFound {
                 found.keep_until = now + KEEP_AT_MOST;
             }
         }
+        let before = self.peers.len();
         self.peers.retain(|_, found| found.keep_until > now);
+        self.changed |= self.peers.len() != before;
         let room = room.min(PENDING_MAX.saturating_sub(self.pending.len()));
         if room == 0 {
             return Vec::new();
@@ -224,6 +241,7 @@ impl MdnsFound {
             found.failures += 1;
             if found.failures >= FAILED_DIALS_MAX {
                 self.peers.remove(&peer);
+                self.changed = true;
             }
         }
     }
@@ -239,16 +257,22 @@ impl MdnsFound {
         }
     }
 
+    /// Whether an address was kept or dropped since the last call (which clears it): the
+    /// caller then hands [`MdnsFound::addresses`] to the dial gate.
+    pub(crate) fn take_change(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Addresses kept, over all peers: what the dial gate admits for mDNS, at most
+    /// [`MAX_PEERS`] x [`MAX_ADDRESSES_PER_PEER`].
+    pub(crate) fn addresses(&self) -> impl Iterator<Item = &Multiaddr> {
+        self.peers.values().flat_map(|f| f.addrs.iter())
+    }
+
     /// Peers kept.
     #[cfg(test)]
     fn len(&self) -> usize {
         self.peers.len()
-    }
-
-    /// Addresses kept, over all peers.
-    #[cfg(test)]
-    fn addresses(&self) -> impl Iterator<Item = &Multiaddr> {
-        self.peers.values().flat_map(|f| f.addrs.iter())
     }
 
     /// Dials under way.
@@ -475,6 +499,93 @@ mod tests {
             Some(late),
             "the newcomer is dialed before fakes that failed"
         );
+    }
+
+    /// Review 28 R28-4: the dial gate admits what this bookkeeping keeps, as the network task
+    /// hands it over (`sync_mdns_gate`): an address refused never enters, and one dropped for
+    /// failing, for its keep time or to make room leaves with it.
+    #[test]
+    fn the_dial_gate_admits_exactly_the_addresses_kept() {
+        let gate = crate::dial::DialPolicy::new(false, true, []);
+        let sync = |set: &mut MdnsFound| {
+            if set.take_change() {
+                gate.set_discovered(set.addresses());
+            }
+        };
+        let t0 = Instant::now();
+        let mut set = found();
+        // 256 ids x 8 addresses, all distinct: 2,048 kept and admitted (the gate's old set of
+        // 1,024 refused the rest).
+        let fakes: Vec<PeerId> = (0..MAX_PEERS).map(|_| PeerId::random()).collect();
+        let mut n = 0u16;
+        for peer in &fakes {
+            for _ in 0..MAX_ADDRESSES_PER_PEER {
+                let a = addr(&format!("/ip4/10.9.{}.{}/tcp/4001", n / 250, n % 250 + 1));
+                assert_eq!(set.discovered(*peer, &a, t0), Discovery::Kept);
+                n += 1;
+            }
+        }
+        sync(&mut set);
+        assert!(!set.take_change(), "a change is told once");
+        let kept: Vec<Multiaddr> = set.addresses().cloned().collect();
+        assert_eq!(kept.len(), 2_048);
+        assert!(
+            kept.iter().all(|a| gate.allows(a)),
+            "a kept address refused"
+        );
+        // Refused by this bookkeeping (the ninth address of a peer, a full set of peers that
+        // never failed): refused by the gate too.
+        let ninth = addr("/ip4/10.8.0.9/tcp/4001");
+        assert_eq!(set.discovered(fakes[0], &ninth, t0), Discovery::NotKept);
+        let late = PeerId::random();
+        let honest = addr("/ip4/192.168.1.21/tcp/4001");
+        assert_eq!(set.discovered(late, &honest, t0), Discovery::NotKept);
+        sync(&mut set);
+        assert!(!gate.allows(&ninth) && !gate.allows(&honest));
+        // The first fake fails out: its addresses leave the gate.
+        let gone = set.peers[&fakes[0]].addrs.clone();
+        for i in 0..FAILED_DIALS_MAX {
+            let c = ConnectionId::new_unchecked(i as usize);
+            set.dialing(fakes[0], c, t0);
+            set.dial_failed(c);
+        }
+        sync(&mut set);
+        assert!(
+            gone.iter().all(|a| !gate.allows(a)),
+            "a failed-out address admitted"
+        );
+        // The honest peer found again takes the room it left, and is admitted.
+        assert_eq!(set.discovered(late, &honest, t0), Discovery::Kept);
+        sync(&mut set);
+        assert!(
+            gate.allows(&honest),
+            "the honest peer kept and refused by the gate"
+        );
+        // Another fake fails once; a newcomer pushes it out, and the gate swaps one for the
+        // other.
+        let c = ConnectionId::new_unchecked(100);
+        set.dialing(fakes[1], c, t0);
+        set.dial_failed(c);
+        let pushed = set.peers[&fakes[1]].addrs.clone();
+        let newcomer = addr("/ip4/192.168.1.22/tcp/4001");
+        assert_eq!(
+            set.discovered(PeerId::random(), &newcomer, t0),
+            Discovery::Kept
+        );
+        assert!(
+            !set.peers.contains_key(&fakes[1]),
+            "the failing fake made room"
+        );
+        sync(&mut set);
+        assert!(gate.allows(&newcomer));
+        assert!(
+            pushed.iter().all(|a| !gate.allows(a)),
+            "a pushed-out address admitted"
+        );
+        // Past the keep time every entry leaves, and the gate is empty.
+        set.due(t0 + KEEP_AT_MOST + TICK, TARGET, |_| false);
+        sync(&mut set);
+        assert!(!gate.allows(&honest) && !gate.allows(&kept[2_047]));
     }
 
     /// A full set of peers that never failed is not pushed out by newcomers.

@@ -1896,6 +1896,8 @@ impl Task {
         let due = self
             .mdns_found
             .due(now, room, |peer| swarm.is_connected(peer));
+        // Before the dials: the swarm hands them to the gate at once.
+        self.sync_mdns_gate();
         for (peer, addrs) in due {
             let opts = DialOpts::peer_id(peer).addresses(addrs).build();
             let connection = opts.connection_id();
@@ -1907,22 +1909,30 @@ impl Task {
     }
 
     /// mDNS found peers at addresses (a LAN host's answer: any host on the LAN can send one).
-    /// A LAN address is admitted by the dial gate and kept for dialing; any other is ignored:
+    /// A LAN address [`MdnsFound`] keeps is dialed (and admitted by the dial gate); any other is ignored:
     /// mDNS is a LAN mechanism, and a public or loopback address in an answer is not a LAN
     /// peer's but a host the answer wants this node to dial.
     fn on_mdns_discovered(&mut self, found: Vec<(PeerId, Multiaddr)>) {
         let now = Instant::now();
         for (peer, addr) in found {
-            if self.mdns_found.discovered(peer, &addr, now) == Discovery::NotLan {
-                tracing::debug!(%peer, "mDNS named an address outside the LAN: ignored");
-                continue;
+            match self.mdns_found.discovered(peer, &addr, now) {
+                Discovery::Kept => self.swarm.add_peer_address(peer, addr),
+                Discovery::NotLan => {
+                    tracing::debug!(%peer, "mDNS named an address outside the LAN: ignored");
+                }
+                Discovery::NotKept => tracing::debug!(%peer, "mDNS-found address not kept"),
             }
-            // With mDNS on, the dial gate admits the LAN addresses mDNS found, not every LAN
-            // address some peer names (review 23b P5).
-            self.dial_policy.allow_discovered(&addr);
-            self.swarm.add_peer_address(peer, addr);
         }
         self.dial_mdns_found();
+    }
+
+    /// With mDNS on, the dial gate admits the LAN addresses mDNS found, not every LAN address
+    /// some peer names (review 23b P5), and exactly those [`MdnsFound`] keeps: none it refused,
+    /// and none it dropped (review 28 R28-4).
+    fn sync_mdns_gate(&mut self) {
+        if self.mdns_found.take_change() {
+            self.dial_policy.set_discovered(self.mdns_found.addresses());
+        }
     }
 
     /// Sign and publish this node's advert, and put it on our own board (a node may call its
@@ -2198,9 +2208,9 @@ impl Task {
             }
             SwarmEvent::Behaviour(BehaviourEvent::Mdns(mdns::Event::Expired(gone))) => {
                 for (peer, addr) in gone {
-                    self.dial_policy.forget_discovered(&addr);
                     self.mdns_found.expired(&peer, &addr);
                 }
+                self.sync_mdns_gate();
             }
             SwarmEvent::Behaviour(BehaviourEvent::Autonat(autonat::v2::client::Event {
                 tested_addr,
@@ -2316,6 +2326,7 @@ impl Task {
                 ..
             } => {
                 self.mdns_found.dial_failed(connection_id);
+                self.sync_mdns_gate();
                 if let Some((addr, reply)) = self.dialing.remove(&connection_id) {
                     let _ = reply.send(Err(PeersError::Dial {
                         addr,

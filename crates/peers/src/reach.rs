@@ -142,6 +142,44 @@ pub(crate) fn dial_scope(addr: &Multiaddr) -> DialScope {
     }
 }
 
+/// Whether an address an mDNS answer named is a LAN peer's, to be kept and dialed (review 28
+/// R28-9): a [`DialScope::Lan`] address, less the ranges that are private without being the
+/// LAN. Any LAN host can answer mDNS naming any address, and the node then dials it from its
+/// own position, so an address the node reaches and the LAN host does not is refused:
+/// - `100.64.0.0/10` (carrier-grade NAT, and the tailnets of Tailscale and Headscale);
+/// - `198.18.0.0/15` (benchmarking, also the "fake IP" range of some VPN clients);
+/// - the cloud metadata services, `169.254.169.254` and `fd00:ec2::254`;
+/// - site-local `fec0::/10` (deprecated; the LAN's peers have link-local or ULA addresses).
+///
+/// What stays: RFC 1918, link-local (`169.254/16`, `fe80::/10`), unique-local `fc00::/7`, and
+/// the IPv4 documentation ranges, which route nowhere real and which test networks (this
+/// project's own test hosts among them) number their LANs from. Loopback was never LAN.
+pub(crate) fn mdns_lan(addr: &Multiaddr) -> bool {
+    if dial_scope(addr) != DialScope::Lan {
+        return false;
+    }
+    match addr.iter().next() {
+        Some(Protocol::Ip4(ip)) => {
+            let [a, b, ..] = ip.octets();
+            let cgnat = a == 100 && (64..128).contains(&b);
+            let benchmarking = a == 198 && (18..20).contains(&b);
+            let metadata = ip == std::net::Ipv4Addr::new(169, 254, 169, 254);
+            !(cgnat || benchmarking || metadata)
+        }
+        Some(Protocol::Ip6(ip)) => {
+            let seg = ip.segments();
+            let site_local = (seg[0] & 0xffc0) == 0xfec0;
+            let metadata = ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+            // The IPv6 documentation ranges are as unrouted as IPv4's, but no test network
+            // here uses them and a LAN peer has link-local or ULA addresses.
+            let documentation =
+                (seg[0] == 0x2001 && seg[1] == 0x0db8) || (seg[0] == 0x3fff && seg[1] < 0x1000);
+            !(site_local || metadata || documentation)
+        }
+        _ => false,
+    }
+}
+
 /// Whether a DHT server's self-reported address may enter our routing table (from where peers
 /// learn it): a public address, or one in the scope of the connection it came over (a LAN or a
 /// single machine is its own network). A loopback or LAN address learned over the internet is
@@ -190,6 +228,51 @@ mod tests {
 
     fn relay() -> String {
         format!("/ip4/192.0.2.1/tcp/4001/p2p/{}", libp2p::PeerId::random())
+    }
+
+    /// Review 28 R28-9: an mDNS answer naming a tailnet, benchmarking, metadata or site-local
+    /// address is not a LAN peer's; the LAN's own ranges are.
+    #[test]
+    fn mdns_admits_the_lan_ranges_and_refuses_private_ranges_that_are_not_the_lan() {
+        for refused in [
+            "/ip4/100.64.0.1/tcp/4001",
+            "/ip4/100.100.1.1/tcp/1",
+            "/ip4/100.127.255.254/tcp/4001",
+            "/ip4/198.18.0.1/tcp/4001",
+            "/ip4/198.19.255.1/tcp/4001",
+            "/ip4/169.254.169.254/tcp/80",
+            "/ip6/fd00:ec2::254/tcp/80",
+            "/ip6/fec0::1/tcp/4001",
+            "/ip6/2001:db8::1/tcp/4001",
+            "/ip6/3fff::1/tcp/4001",
+            // Never LAN before either: loopback, the unspecified address, public, memory.
+            "/ip4/127.0.0.1/tcp/4001",
+            "/ip6/::1/tcp/4001",
+            "/ip4/0.0.0.0/tcp/4001",
+            "/ip4/93.184.216.34/tcp/443",
+            "/memory/1",
+        ] {
+            assert!(!mdns_lan(&addr(refused)), "{refused} admitted");
+        }
+        for admitted in [
+            "/ip4/10.1.2.3/tcp/4001",
+            "/ip4/172.16.0.9/tcp/4001",
+            "/ip4/172.31.255.9/tcp/4001",
+            "/ip4/192.168.1.20/udp/4001/quic-v1",
+            "/ip4/169.254.10.20/tcp/4001",
+            "/ip4/169.254.169.253/tcp/4001",
+            "/ip4/192.0.2.2/tcp/4001",
+            "/ip4/198.51.100.7/tcp/4001",
+            "/ip4/203.0.113.7/tcp/4001",
+            "/ip6/fe80::1/tcp/4001",
+            "/ip6/fd12:3456::1/tcp/4001",
+            "/ip6/fc00::1/tcp/4001",
+        ] {
+            assert!(mdns_lan(&addr(admitted)), "{admitted} refused");
+        }
+        // The edges of the refused IPv4 blocks are LAN's neighbours, not the LAN: public.
+        assert!(!mdns_lan(&addr("/ip4/100.63.255.255/tcp/1")));
+        assert!(!mdns_lan(&addr("/ip4/100.128.0.1/tcp/1")));
     }
 
     #[test]

@@ -635,15 +635,108 @@ async fn a_flood_of_mdns_answers_at_a_silent_lan_host_leaves_room_for_the_nodes_
     .await;
 }
 
-/// An address in a range the dial gate counts as LAN (RFC 1918, link-local, CGNAT,
-/// documentation, benchmarking): one an mDNS answer may name.
+/// Review 28 R28-4: a LAN host naming over 1,024 distinct LAN addresses with a TTL that never
+/// ends filled the dial gate's own set of mDNS addresses for good (it took every LAN address an
+/// answer named, kept or not, and forgot one only at mDNS's expiry). An honest LAN peer found
+/// after that was kept and dialed by the node's mDNS bookkeeping and refused by the gate,
+/// until restart. Now the gate admits exactly what that bookkeeping keeps: the flood's
+/// addresses (closed ports on this machine's LAN address: each dial fails at once) fail, and
+/// the honest peer found after them is dialed and connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_lan_peer_found_after_a_flood_of_over_1024_mdns_addresses_connects() {
+    let Some(lan) = multicast_source().filter(|ip| lan_range(*ip)) else {
+        eprintln!(
+            "mdns gate flood: not run: this machine has no LAN-range IPv4 address of its own \
+             (the flooded and the honest addresses must be ones mDNS may name, on this machine)"
+        );
+        return;
+    };
+    within(TEST_LIMIT, async {
+        let listen = format!("/ip4/{lan}/tcp/0");
+        let (b, _rb) = node(192, config(&[listen.as_str()])).await;
+        let honest = crate::support::addr(&b).await;
+        let honest_port = honest.iter().fold(0, |port, p| match p {
+            Protocol::Tcp(p) => p,
+            _ => port,
+        });
+        // 1,040 distinct closed ports at the LAN address (not the honest peer's): bound,
+        // noted, released.
+        let mut ports = std::collections::BTreeSet::new();
+        while ports.len() < 1_040 {
+            let mut batch = Vec::new();
+            for _ in 0..256 {
+                let l = std::net::TcpListener::bind((lan, 0)).expect("bind");
+                let port = l.local_addr().expect("addr").port();
+                if port != honest_port {
+                    ports.insert(port);
+                }
+                batch.push(l);
+            }
+        }
+        let flood: Vec<Multiaddr> = ports
+            .iter()
+            .take(1_040)
+            .map(|port| format!("/ip4/{lan}/tcp/{port}").parse().expect("multiaddr"))
+            .collect();
+        let (a, _ra) = node(
+            191,
+            PeersConfig {
+                mdns: true,
+                dial_private_addresses: false,
+                ..tcp()
+            },
+        )
+        .await;
+        // 130 peer ids x 8 addresses, all distinct: one answer naming 1,040 LAN addresses.
+        let answer: Vec<(skillbox_peers::PeerId, Multiaddr)> = flood
+            .chunks(8)
+            .flat_map(|addrs| {
+                let peer = skillbox_peers::PeerId::random();
+                addrs.iter().map(move |addr| (peer, addr.clone()))
+            })
+            .collect();
+        assert_eq!(answer.len(), 1_040);
+        a.mdns_discovered(answer)
+            .await
+            .expect("the answer handed over");
+        // The honest peer answers mDNS after the flood, at its LAN address.
+        a.mdns_discovered(vec![(b.local_peer_id(), honest.clone())])
+            .await
+            .expect("the honest answer handed over");
+        // Each discovery handed over runs the node's mDNS dials (as its prune tick does): an
+        // empty one pumps them at once, so the test need not wait out ticks for the flood's
+        // 130 ids to be dialed and fail before the honest peer's turn.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !peer_ids(&a).await.contains(&b.local_peer_id().to_base58()) {
+            assert!(
+                Instant::now() < deadline,
+                "the honest LAN peer found after the flood never connected"
+            );
+            a.mdns_discovered(Vec::new()).await.expect("a pump");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let at: Vec<Multiaddr> = connection_addrs(&a, &b.local_peer_id())
+            .await
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .filter(|p| !matches!(p, Protocol::P2p(_)))
+                    .collect()
+            })
+            .collect();
+        assert!(at.contains(&honest), "connected at {at:?}, not at {honest}");
+        shutdown([a, b]).await;
+    })
+    .await;
+}
+
+/// An address in a range an mDNS answer may name (RFC 1918, link-local, the IPv4
+/// documentation ranges: `reach::mdns_lan`); CGNAT and benchmarking are not (review 28 R28-9).
 fn lan_range(ip: std::net::Ipv4Addr) -> bool {
     let [a, b, c, _] = ip.octets();
     ip.is_private()
-        || ip.is_link_local()
-        || (a == 100 && (64..128).contains(&b))
+        || (ip.is_link_local() && ip != std::net::Ipv4Addr::new(169, 254, 169, 254))
         || (a, b, c) == (192, 0, 2)
         || (a, b, c) == (198, 51, 100)
         || (a, b, c) == (203, 0, 113)
-        || (a == 198 && (b == 18 || b == 19))
 }
