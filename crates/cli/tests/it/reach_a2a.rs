@@ -2,12 +2,17 @@
 //! processes: the card, a message that comes back answered as a task artifact, GetTask,
 //! CancelTask; and raw JSON-RPC for the refusals. Scans everything for the owner's material.
 
+use std::sync::Mutex;
+
 use crate::support::procs::assert_no_markers;
 use crate::support::reach;
 use serde_json::{Value, json};
 
+static SERIAL: Mutex<()> = Mutex::new(());
+
 #[test]
 fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let w = reach::world(false, |t| t);
     let skill_id = card_id(&w, "brief");
     let (out, raw) = reach::run_json(
@@ -110,6 +115,7 @@ fn call(method: &str, params: Value) -> Vec<u8> {
 
 #[test]
 fn a2a_bad_input_gets_a2a_errors() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let w = reach::world(false, |t| t);
     let url = format!("{}/a2a", w.caller.base);
     let auth = format!("Bearer {}", w.caller.token);

@@ -6,25 +6,18 @@
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::sync::RwLock;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::support::procs::{self, BIN, assert_no_markers};
 use crate::support::reach::{self, World};
 use serde_json::{Value, json};
 
-/// These tests run side by side (each in its own world: three processes and a client), all but
-/// the injected-advert one, which runs alone: beside three other worlds its hostile peer's
-/// advert did not reach the caller's board within 30 s (twice in two runs, load 4-9; alone it
-/// arrives in seconds). Not explained yet: see ARCHITECTURE.md, issue 29's notes.
-static WORLDS: RwLock<()> = RwLock::new(());
+/// The tests start processes and the model: one at a time keeps two cores usable.
+static SERIAL: Mutex<()> = Mutex::new(());
 
-fn beside_others() -> std::sync::RwLockReadGuard<'static, ()> {
-    WORLDS.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
-    WORLDS.write().unwrap_or_else(|p| p.into_inner())
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 const TOOLS: [&str; 5] = [
@@ -222,7 +215,7 @@ fn failure_lines(w: &World) -> String {
 #[test]
 fn python_mcp_sdk_applies_a_skill_with_the_embedded_model_over_http_on_both_revisions_and_over_stdio()
  {
-    let _w = beside_others();
+    let _g = serial();
     let w = reach::world(true, |t| t);
     let mut seen = String::new();
     for (transport, mode) in [
@@ -250,7 +243,7 @@ fn python_mcp_sdk_applies_a_skill_with_the_embedded_model_over_http_on_both_revi
 
 #[test]
 fn fastmcp_cli_lists_skills_and_stubs_and_calls_a_tool() {
-    let _w = beside_others();
+    let _g = serial();
     let w = reach::world(false, |t| t);
     let c = procs::reach_clients();
     let url = w.mcp_url();
@@ -339,7 +332,7 @@ fn decide_by_elicitation(w: &World, id: &str, decision: &str, extra: Value) -> p
 
 #[test]
 fn consent_parks_the_call_and_the_human_decides() {
-    let _w = beside_others();
+    let _g = serial();
     let w = reach::world(false, eliciting);
     // Elicitation turned on, a call that stakes no source: input_required, the client asks
     // its human, the call goes on.
@@ -539,7 +532,7 @@ fn assert_contained(what: &str, text: &str, n: &str) {
 
 #[test]
 fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing_in_the_tools() {
-    let _w = alone();
+    let _g = serial();
     let w = reach::world(false, |t| t);
     let api = w.caller.api();
     let ours = api.get("/v1/host/skillbox/reach/catalog").body;
@@ -695,7 +688,7 @@ fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing
 /// answer over its API, nor lets one remember a decision.
 #[test]
 fn by_default_an_agents_client_cannot_answer_consent() {
-    let _w = beside_others();
+    let _g = serial();
     let w = reach::world(false, procs::asking_before(&["songs"]));
     let (out, raw) = mcp_python(&w, "http", "2026-07-28", "taste", "approve");
     assert!(
@@ -724,7 +717,7 @@ fn by_default_an_agents_client_cannot_answer_consent() {
 
 #[test]
 fn an_agents_first_call_to_a_skill_asks_the_human_and_shows_the_request() {
-    let _w = beside_others();
+    let _g = serial();
     // The shipped rule for agents (config.rs: `Rule::ask_from_agent`).
     let agent = |t: String| t.replace("rules = []", &format!("\n{ASK_AN_AGENTS_CALLS}"));
     let w = reach::world(false, agent);
@@ -834,7 +827,7 @@ fn modern(method: &str, params: Value) -> Vec<u8> {
 
 #[test]
 fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
-    let _w = beside_others();
+    let _g = serial();
     let w = reach::world(false, |t| t);
     let url = w.mcp_url();
     let auth = format!("Bearer {}", w.caller.token);
@@ -1058,7 +1051,7 @@ const NOT_APPLICABLE: &[(&str, &str)] = &[
 
 #[test]
 fn conformance_suite_applicable_server_scenarios_pass() {
-    let _w = beside_others();
+    let _g = serial();
     let w = reach::world(false, |t| t);
     let c = procs::reach_clients();
     let target = w.caller.base.trim_start_matches("http://").to_owned();
