@@ -253,23 +253,33 @@ pub fn default_model_context_tokens(provider: &ProviderId) -> Option<u64> {
     }
 }
 
+/// The body allowance in force for `provider` when `declared` is what a program (or the owner's
+/// setting) names: that, else the provider's default ([`default_body_max_tokens`]). The one rule
+/// the box, the owner's check and the owner's skill settings read.
+pub fn body_allowance_in_force(declared: Option<u64>, provider: &ProviderId) -> u64 {
+    declared.unwrap_or_else(|| default_body_max_tokens(provider))
+}
+
+/// The remote model context in force for `provider` when `declared` is what a program (or the
+/// owner's setting) names: that, else the provider's default
+/// ([`default_model_context_tokens`]); `None` for `local`, whose context is the box's own model's.
+pub fn model_context_in_force(declared: Option<u64>, provider: &ProviderId) -> Option<u64> {
+    if *provider == ProviderId::Local {
+        return None;
+    }
+    declared.or_else(|| default_model_context_tokens(provider))
+}
+
 impl OwnerInputs {
-    /// The body allowance in force for a program naming `provider`: the program's, else the
-    /// provider's default ([`default_body_max_tokens`]).
+    /// The body allowance in force for a program naming `provider` ([`body_allowance_in_force`]).
     pub fn body_allowance(&self, provider: &ProviderId) -> u64 {
-        self.body_max_tokens
-            .unwrap_or_else(|| default_body_max_tokens(provider))
+        body_allowance_in_force(self.body_max_tokens, provider)
     }
 
-    /// The remote model context in force for a program naming `provider`: the program's, else the
-    /// provider's default ([`default_model_context_tokens`]); `None` for `local` (a valid
-    /// program declares none for it).
+    /// The remote model context in force for a program naming `provider`
+    /// ([`model_context_in_force`]; a valid program declares none for `local`).
     pub fn model_context(&self, provider: &ProviderId) -> Option<u64> {
-        if *provider == ProviderId::Local {
-            return None;
-        }
-        self.model_context_tokens
-            .or_else(|| default_model_context_tokens(provider))
+        model_context_in_force(self.model_context_tokens, provider)
     }
 }
 

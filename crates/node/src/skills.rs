@@ -9,8 +9,8 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 use skillbox_jc::program::{
-    MAX_BODY_MAX_TOKENS, MAX_MODEL_CONTEXT_TOKENS, default_body_max_tokens,
-    default_model_context_tokens,
+    MAX_BODY_MAX_TOKENS, MAX_MODEL_CONTEXT_TOKENS, body_allowance_in_force,
+    default_body_max_tokens, default_model_context_tokens, model_context_in_force,
 };
 use skillbox_skill::{Declaration, Diagnostic, Limits, ProviderId, check_skill};
 
@@ -78,18 +78,13 @@ impl OwnerTokens {
 
     /// The allowance in force for a skill of `provider`: the owner's, else the default.
     pub fn body_allowance(&self, provider: &ProviderId) -> u64 {
-        self.body_max_tokens
-            .unwrap_or_else(|| default_body_max_tokens(provider))
+        body_allowance_in_force(self.body_max_tokens, provider)
     }
 
     /// The remote model context in force for a skill of `provider`: the owner's, else the
     /// default; `None` for `local` (the box's model's own).
     pub fn model_context(&self, provider: &ProviderId) -> Option<u64> {
-        if *provider == ProviderId::Local {
-            return None;
-        }
-        self.model_context_tokens
-            .or_else(|| default_model_context_tokens(provider))
+        model_context_in_force(self.model_context_tokens, provider)
     }
 
     /// What the advert carries for a skill of `provider`: each value that is not the provider's

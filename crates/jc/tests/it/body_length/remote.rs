@@ -188,6 +188,34 @@ impl Remote {
             })
             .count()
     }
+
+    /// The attack's check: a caller bisecting its request's length under `p` finds the first
+    /// refused length at one and the same place for both bodies, refused `context_too_long` by
+    /// the box before the provider (the model refuses nothing).
+    async fn assert_one_edge(&self, p: &Program, short: &str, long: &str, hi: usize, what: &str) {
+        let short_edge = self.first_refused(p, short, hi).await;
+        let long_edge = self.first_refused(p, long, hi).await;
+        println!(
+            "{what}, first refused padding: short body {short_edge:?}, long body {long_edge:?}"
+        );
+        let (Some(short_edge), Some(long_edge)) = (short_edge, long_edge) else {
+            panic!("no request up to {hi} bytes was refused: {short_edge:?} {long_edge:?}");
+        };
+        assert_eq!(
+            short_edge.0, long_edge.0,
+            "the first refused request length moved with the body's length"
+        );
+        assert_eq!(
+            short_edge.1,
+            Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong))
+        );
+        assert_eq!(long_edge.1, short_edge.1);
+        assert_eq!(
+            self.refused_by_the_model(),
+            0,
+            "the model refused a request"
+        );
+    }
 }
 
 /// The attack: the caller bisects its request's length against two programs that differ only
@@ -201,24 +229,9 @@ async fn a_callers_bisection_against_a_remote_model_finds_the_same_edge_whatever
     // The program every caller builds: the provider's default context, declared or not.
     let p = r.program(None);
     let (short, long) = (body_of(SHORT_BODY.len()), body_of(1000));
-    let hi = 16 << 10;
-    let short_edge = r.first_refused(&p, &short, hi).await;
-    let long_edge = r.first_refused(&p, &long, hi).await;
-    println!("first refused padding: short body {short_edge:?}, long body {long_edge:?}");
-    let (Some(short_edge), Some(long_edge)) = (short_edge, long_edge) else {
-        panic!("no request up to {hi} bytes was refused: {short_edge:?} {long_edge:?}");
-    };
-    assert_eq!(
-        short_edge.0, long_edge.0,
-        "the first refused request length moved with the body's length"
-    );
-    assert_eq!(
-        short_edge.1,
-        Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong))
-    );
-    assert_eq!(long_edge.1, short_edge.1);
-    // The box refused before sending: the model never saw a request over its context.
-    assert_eq!(r.refused_by_the_model(), 0, "the model refused a request");
+    // The box refuses before sending: the model never sees a request over its context.
+    r.assert_one_edge(&p, &short, &long, 16 << 10, "default context")
+        .await;
 }
 
 /// A body the box cannot show fits its allowance (more bytes than the allowance's tokens)
@@ -387,22 +400,8 @@ async fn a_callers_bisection_against_an_owner_set_context_finds_the_same_edge_wh
     let owners = with_room(r.program_with(Some(OWNER_BODY), Some(OWNER_CONTEXT)));
     let (short, long) = (body_of(SHORT_BODY.len()), body_of(12_000));
     let hi = room as usize - 1;
-    let short_edge = r.first_refused(&owners, &short, hi).await;
-    let long_edge = r.first_refused(&owners, &long, hi).await;
-    println!("owner-set context, first refused padding: short {short_edge:?}, long {long_edge:?}");
-    let (Some(short_edge), Some(long_edge)) = (short_edge, long_edge) else {
-        panic!("no request up to {hi} bytes was refused: {short_edge:?} {long_edge:?}");
-    };
-    assert_eq!(
-        short_edge.0, long_edge.0,
-        "the first refused request length moved with the body's length"
-    );
-    assert_eq!(
-        short_edge.1,
-        Seen::Failed(RunFailure::Provider(ProviderFailure::ContextTooLong))
-    );
-    assert_eq!(long_edge.1, short_edge.1);
-    assert_eq!(r.refused_by_the_model(), 0, "the model refused a request");
+    r.assert_one_edge(&owners, &short, &long, hi, "owner-set context")
+        .await;
 
     let chosen = with_room(r.program_with(Some(OWNER_BODY), Some(1 << 24)));
     let short_chosen = r.first_refused(&chosen, &short, hi).await;
