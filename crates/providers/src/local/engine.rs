@@ -10,7 +10,7 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -62,8 +62,9 @@ pub struct EngineStats {
     pub shared_steps: u64,
     /// Most generations carried by one step.
     pub max_sequences: usize,
-    /// Tokens fed before sampling so far, prompts and their padding: under an allowance a run
-    /// feeds as many as a body of exactly the allowance would (review 27 F1).
+    /// Tokens fed before sampling so far, prompts, their padding and reference tokens: under
+    /// an allowance a run feeds as many as a body of exactly the allowance would (review 27
+    /// F1), the span and one.
     pub prompt_tokens_fed: u64,
     /// The KV cells llama.cpp's attention spanned, summed over steps: each step's window as its
     /// graph computed it (llama-cpp-2's attention window probe), not the engine's idea of it.
@@ -166,16 +167,23 @@ fn cancelled() -> ProviderError {
 /// even when the padding is empty (a body filling its allowance exactly): that run used to be
 /// one step and one memory operation shorter (review 28 R28-8).
 ///
-/// Still open (review 28 R28-1): once the padding is dropped, each decode step attends over
-/// llama.cpp's window of the real prompt plus the answer (rounded up to 256 cells), and its
-/// flash attention works only on the cells a token may see, so a decode step still costs more
-/// for a longer body (`EngineStats::attended_cells` counts the windows). The padding cannot
-/// stay in the slot's stream invisible to the answer: llama.cpp requires each decode's first
-/// position to follow the sequence's highest one, so a padding cell moved past the answer
-/// stops the next decode, and in a stream of its own every live cell is the sequence's. A
-/// pool shared by all sequences with the padding in a companion sequence and dense attention
-/// does keep the window and the work at the span's, but then a generation's cells interleave
-/// with the others' and its answer is no longer the same alone and batched.
+/// The decode is not padded but held (review 28 R28-1): once the padding is dropped, each
+/// decode step attends over llama.cpp's window of the real prompt plus the answer (rounded up
+/// to 256 cells), and its flash attention works only on the cells a token may see, so a
+/// decode step costs more for a longer body (`EngineStats::attended_cells` counts the
+/// windows): ~20 ms a step at a 60-token body, 35-45 ms at 900, one call's answer time told
+/// the length. The padding cannot stay in the slot's stream invisible to the answer:
+/// llama.cpp requires each decode's first position to follow the sequence's highest one, so
+/// a padding cell moved past the answer stops the next decode, and in a stream of its own
+/// every live cell is the sequence's. A pool shared by all sequences with the padding in a
+/// companion sequence and dense attention keeps the work at the span's, but then a
+/// generation's cells interleave with the others' and its answer is no longer the same alone
+/// and batched. So under an allowance the plan has one more throwaway token after the
+/// padding, fed in a step of its own, the *reference step*: one token attending over the
+/// whole span, what an answer step of a body of exactly the allowance costs, measured now on
+/// this machine under this load (its cell goes with the padding's). The answer is released no sooner than
+/// [`release_after`] of that cost, the span and the number of steps after it: public values
+/// and the machine's speed, not the body's length (`Timing::hold_until`).
 struct Slot {
     seq: i32,
     job: Job,
@@ -184,6 +192,13 @@ struct Slot {
     /// Whether the padding's cells were dropped (only then may the prompt's last token go in:
     /// llama.cpp wants a sequence's positions consecutive).
     padding_dropped: bool,
+    /// Whether the run is under an owner's allowance: its plan has a reference step and its
+    /// answer a release time (R28-1).
+    held: bool,
+    /// The reference step's cost per window cell and when it ended, once it ran.
+    reference: Option<(f64, Instant)>,
+    /// Steps this slot took part in after its reference step.
+    steps_after_reference: usize,
     /// Tokens of the plan (prompt and padding) already decoded.
     fed: usize,
     budget: usize,
@@ -208,18 +223,27 @@ impl Slot {
         i32::try_from(pos).unwrap_or(i32::MAX)
     }
 
-    /// Tokens this slot feeds before it samples: its prompt and its padding.
+    /// Tokens this slot feeds before it samples: its prompt, its padding and, under an
+    /// allowance, the reference token.
     fn plan_len(&self) -> usize {
+        self.prompt.len() + self.padding + usize::from(self.held)
+    }
+
+    /// The prompt and its padding: the allowance's span under one (what `usage` reports).
+    fn span(&self) -> usize {
         self.prompt.len() + self.padding
     }
 
-    /// The plan's `k`th token and its position (see [`Slot`]). The padding repeats the
-    /// prompt's first token: what a token costs does not depend on which it is.
+    /// The plan's `k`th token and its position (see [`Slot`]). The padding and the reference
+    /// token repeat the prompt's first token: what a token costs does not depend on which it
+    /// is. The reference token is one more throwaway token, never the prompt's, so the
+    /// prompt's tokens go in the same chunks as without an allowance and its answer is the
+    /// same.
     fn planned(&self, k: usize) -> (LlamaToken, usize) {
         let last = self.prompt.len().saturating_sub(1);
         if k < last {
             (self.prompt[k], k)
-        } else if k < last + self.padding {
+        } else if k < last + self.padding + usize::from(self.held) {
             (self.prompt[0], k)
         } else {
             (self.prompt[last], last)
@@ -230,6 +254,27 @@ impl Slot {
     /// fills the span) are still to be dropped.
     fn padding_to_drop(&self) -> bool {
         !self.padding_dropped && self.fed + 1 == self.plan_len()
+    }
+
+    /// Where the next prompt chunk must stop: before the reference token, which goes alone;
+    /// then before the prompt's last token, which waits for the padding's removal.
+    fn chunk_end(&self) -> usize {
+        let plan = self.plan_len();
+        if self.padding_dropped {
+            plan
+        } else if self.held && plan >= 2 && self.fed < plan - 2 {
+            plan - 2
+        } else {
+            plan - 1
+        }
+    }
+
+    /// Whether this step carries the slot's reference token (and only it).
+    fn reference_due(&self) -> bool {
+        self.held
+            && self.reference.is_none()
+            && self.plan_len() >= 2
+            && self.fed + 2 == self.plan_len()
     }
 
     fn on_token(&mut self, inner: &Inner, token: LlamaToken) -> Step {
@@ -258,7 +303,7 @@ impl Slot {
                 usage: Usage {
                     // Under an allowance, the allowance's figure: the real one is the body's
                     // length one field away from a receipt.
-                    prompt_tokens: self.plan_len() as u64,
+                    prompt_tokens: self.span() as u64,
                     completion_tokens: self.generated.len() as u64,
                     cost: None,
                 },
@@ -267,8 +312,39 @@ impl Slot {
                 prompt: first - self.admitted,
                 decode: now - first,
                 decoded_tokens: self.decode_steps,
+                hold_until: self.reference.map(|(cost_per_cell, ended)| {
+                    ended + release_after(cost_per_cell, self.span(), self.steps_after_reference)
+                }),
+                reference_after: self.reference.map(|(_, ended)| ended - self.admitted),
             },
         ))
+    }
+}
+
+/// llama.cpp's attention window for `cells` cells in use: rounded up to 256.
+fn window_of(cells: usize) -> usize {
+    cells.div_ceil(256).max(1) * 256
+}
+
+/// How much longer than measured a held answer waits: the reference is one step, and a step
+/// of the same work varies by about this much on a loaded machine.
+const RELEASE_MARGIN: f64 = 1.25;
+
+/// How long after its reference step a run under an allowance may release its answer
+/// (R28-1): each of the `steps` steps after it costed as a step of a body filling the
+/// allowance would be — one token over the span and the answer so far, `window_of(span + j)`
+/// cells at the reference's cost per cell — with [`RELEASE_MARGIN`]. Every input is public
+/// or the machine's: the span (`frame_max + allowance + user`), the answer's steps, and the
+/// cost the reference step measured. Costing cells proportionally overestimates a step's
+/// fixed part, never underestimates it: answers come late, not early.
+pub(crate) fn release_after(cost_per_cell: f64, span: usize, steps: usize) -> Duration {
+    let cells: usize = (0..steps).map(|j| window_of(span + j)).sum();
+    let seconds = cost_per_cell * cells as f64 * RELEASE_MARGIN;
+    if seconds.is_finite() && seconds > 0.0 {
+        // At most a day: a clock fault must not hold an answer for ever.
+        Duration::from_secs_f64(seconds.min(86_400.0))
+    } else {
+        Duration::ZERO
     }
 }
 
@@ -355,6 +431,7 @@ fn work(
         queue: VecDeque::new(),
         n_vocab: inner.model.n_vocab(),
         window,
+        reference_cost: None,
     }
     .run(&mut ctx, &rx);
 }
@@ -369,6 +446,10 @@ struct Worker<'a> {
     n_vocab: i32,
     /// The widest attention window of the graph computed last (llama-cpp-2's probe).
     window: &'static AtomicU32,
+    /// A running estimate of a reference step's cost per window cell, so one quick
+    /// measurement does not set an early release (R28-1): a run is held by the larger of its
+    /// own reference and this.
+    reference_cost: Option<f64>,
 }
 
 impl Worker<'_> {
@@ -448,6 +529,7 @@ impl Worker<'_> {
                 continue;
             }
             let seq = i32::try_from(free).unwrap_or(i32::MAX);
+            let held = job.request.system_allowance.is_some();
             self.slots[free] = Some(Slot {
                 seq,
                 sampler: sampler_for(&job.request, self.n_vocab),
@@ -455,6 +537,9 @@ impl Worker<'_> {
                 prompt,
                 padding,
                 padding_dropped: false,
+                held,
+                reference: None,
+                steps_after_reference: 0,
                 fed: 0,
                 budget,
                 generated: Vec::with_capacity(budget.min(4096)),
@@ -506,6 +591,8 @@ impl Worker<'_> {
         let mut prompt_room = BATCH_TOKENS.saturating_sub(decoding);
         // (slot, batch index) of each slot that samples after this step.
         let mut sampling: Vec<(usize, i32)> = Vec::new();
+        // Slots whose reference token (R28-1) is in this step, and its window.
+        let mut referencing: Vec<(usize, usize)> = Vec::new();
         let mut sequences = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(slot) = slot else { continue };
@@ -517,21 +604,29 @@ impl Worker<'_> {
                     .is_ok()
                 {
                     slot.decode_steps += 1;
+                    slot.steps_after_reference += usize::from(slot.reference.is_some());
                     sampling.push((i, at));
                     sequences += 1;
                 }
                 continue;
             }
             let plan = slot.plan_len();
-            let mut end = slot.fed + prompt_room.min(plan - slot.fed);
-            if !slot.padding_dropped {
-                // The prompt's last token waits for the step after the padding's, padding or
-                // none.
-                end = end.min(plan - 1);
-            }
-            if end == slot.fed {
+            let reference = slot.reference_due();
+            let end = if reference {
+                // One token alone, over the whole span.
+                slot.fed + 1
+            } else {
+                // The prompt's last token waits for the step after the padding's, padding
+                // or none; under an allowance the reference token goes alone before it.
+                (slot.fed + prompt_room.min(plan - slot.fed)).min(slot.chunk_end())
+            };
+            if end <= slot.fed || end - slot.fed > prompt_room {
                 continue;
             }
+            if reference {
+                referencing.push((i, window_of(plan - 1)));
+            }
+            slot.steps_after_reference += usize::from(slot.reference.is_some());
             while slot.fed < end {
                 let last = slot.fed + 1 == plan;
                 let (token, pos) = slot.planned(slot.fed);
@@ -562,7 +657,10 @@ impl Worker<'_> {
             .max_sequences
             .fetch_max(sequences, Ordering::Relaxed);
         self.window.store(0, Ordering::Relaxed);
+        let started = Instant::now();
         let decoded = ctx.decode(&mut self.batch);
+        let ended = Instant::now();
+        self.note_references(&referencing, ended - started, ended);
         let window = u64::from(self.window.swap(0, Ordering::Relaxed));
         self.counters
             .attended_cells
@@ -591,6 +689,20 @@ impl Worker<'_> {
         finished.sort_by_key(|(i, _)| *i);
         for (i, outcome) in finished.into_iter().rev() {
             self.finish(ctx, i, outcome);
+        }
+    }
+
+    /// Records each referencing slot's reference step (R28-1): its cost per window cell is
+    /// the larger of this step's and the engine's running estimate (which then takes this
+    /// step in), so one step that ran quickly does not release an answer early.
+    fn note_references(&mut self, referencing: &[(usize, usize)], took: Duration, ended: Instant) {
+        for &(i, window) in referencing {
+            let measured = took.as_secs_f64() / window as f64;
+            let estimate = self.reference_cost.unwrap_or(measured);
+            self.reference_cost = Some(estimate * 0.75 + measured * 0.25);
+            if let Some(slot) = self.slots[i].as_mut() {
+                slot.reference = Some((measured.max(estimate), ended));
+            }
         }
     }
 

@@ -285,6 +285,22 @@ pub(crate) struct Admitted {
     pub padding: usize,
 }
 
+/// Whether the model's memory can drop the padding a run under an allowance feeds, for every
+/// body alike. A recurrent or hybrid model (Mamba, RWKV, Jamba, ...) rolls its state back only
+/// a few steps: dropping the padding worked for a body within those steps of its allowance
+/// and failed for any shorter one, a bit of the body's length the engine claims away (review
+/// 29 R29-6). Such a model fails every run under an allowance, before anything is fed.
+fn memory_drops_padding(recurrent: bool, hybrid: bool) -> Result<(), ProviderError> {
+    if recurrent || hybrid {
+        return Err(ProviderError::Unavailable(RECURRENT_UNDER_ALLOWANCE.into()));
+    }
+    Ok(())
+}
+
+/// The words for a recurrent or hybrid model under an allowance: the owner's model, fixed.
+const RECURRENT_UNDER_ALLOWANCE: &str = "local model: a recurrent or hybrid model cannot run under \
+     a body allowance (its memory cannot drop the padding that hides the body's length)";
+
 /// The words for a system text over its allowance: the owner's to fix, and the same whatever
 /// the request (it never names a length; the box keeps it).
 const OVER_ALLOWANCE: &str =
@@ -327,6 +343,7 @@ impl Inner {
                 padding: 0,
             });
         };
+        memory_drops_padding(self.model.is_recurrent(), self.model.is_hybrid())?;
         // The body first: an over-long one fails the same way for every request.
         let system = self.tokenizer.encode_untrusted(&request.system)?;
         if system.len() > allowance {
@@ -703,11 +720,15 @@ impl LocalModel {
         receivers
             .into_iter()
             .map(|rx| {
-                rx.recv().unwrap_or_else(|_| {
+                let outcome = rx.recv().unwrap_or_else(|_| {
                     Err(ProviderError::Unavailable(
                         "local model: the worker stopped before answering".into(),
                     ))
-                })
+                });
+                if let Ok((_, timing)) = &outcome {
+                    timing.hold();
+                }
+                outcome
             })
             .collect()
     }
@@ -734,7 +755,11 @@ impl LocalModel {
             let _guard = guard;
             submitted?;
             match rx.await {
-                Ok(outcome) => outcome.map(|(completion, _)| completion),
+                Ok(Ok((completion, timing))) => {
+                    timing.held().await;
+                    Ok(completion)
+                }
+                Ok(Err(e)) => Err(e),
                 Err(_) => Err(ProviderError::Unavailable(
                     "local model: the worker stopped before answering".into(),
                 )),
@@ -750,6 +775,33 @@ pub struct Timing {
     pub prompt: Duration,
     pub decode: Duration,
     pub decoded_tokens: usize,
+    /// Under an owner's allowance, the answer leaves no sooner than this (review 28 R28-1): a
+    /// time from the allowance's span, the answer's steps and the engine's measured cost of a
+    /// step over the whole span, so that when it arrives does not tell the body's length.
+    /// Every way out of [`LocalModel`] waits for it.
+    pub hold_until: Option<std::time::Instant>,
+    /// Under an allowance, from admission to the end of the reference step (the prompt's
+    /// work, the allowance's span whatever the body): what follows it is what the hold covers.
+    pub reference_after: Option<Duration>,
+}
+
+impl Timing {
+    /// Blocks until the answer may leave (see [`hold_until`](Self::hold_until)).
+    fn hold(&self) {
+        if let Some(until) = self.hold_until {
+            let now = std::time::Instant::now();
+            if until > now {
+                std::thread::sleep(until - now);
+            }
+        }
+    }
+
+    /// Waits until the answer may leave, off the async threads' time.
+    async fn held(&self) {
+        if let Some(until) = self.hold_until {
+            tokio::time::sleep_until(until.into()).await;
+        }
+    }
 }
 
 fn fresh_seed() -> u64 {
@@ -932,6 +984,17 @@ mod tests {
     /// A box whose attested configuration says `gpus = 0` offloaded every layer (the whole
     /// prompt, through the KV cache) to any GPU a CUDA build saw: now 0 layers unless the
     /// configuration names GPUs.
+    #[test]
+    fn a_recurrent_or_hybrid_model_is_refused_under_an_allowance_whatever_the_body() {
+        assert!(memory_drops_padding(false, false).is_ok());
+        for (recurrent, hybrid) in [(true, false), (false, true), (true, true)] {
+            match memory_drops_padding(recurrent, hybrid) {
+                Err(ProviderError::Unavailable(m)) => assert_eq!(m, RECURRENT_UNDER_ALLOWANCE),
+                other => panic!("recurrent {recurrent}, hybrid {hybrid}: {other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn layers_go_to_gpus_only_when_the_configuration_names_them() {
         let none = LocalOptions::default();

@@ -368,6 +368,15 @@ async fn a_dropped_local_call_frees_its_slot() {
     assert!(short.usage.completion_tokens <= 4);
 }
 
+/// The runs that prefill an allowance's span (a thousand tokens and more) take turns: beside
+/// each other on two cores each took minutes, and the one that times its answers measured the
+/// other runs' load, not its own engine.
+static SPAN_RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn span_runs_one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SPAN_RUNS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// An owner's body of about `tokens` tokens, in plain sentences.
 fn body_of(m: &LocalModel, tokens: usize) -> String {
     let t = m.tokenizer();
@@ -399,6 +408,7 @@ fn under_allowance(body: &str, user: &str) -> ChatRequest {
 /// or batched with another generation.
 #[test]
 fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
+    let _turn = span_runs_one_at_a_time();
     let m = LocalModel::load_with(
         &model_path(),
         &LocalOptions {
@@ -432,7 +442,11 @@ fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
          {short_len}, {long_fed} for one of {long_len}"
     );
     let span = m.frame_tokens() + 1024 + t.encode_plain(user).unwrap().len();
-    assert_eq!(short_fed, span as u64, "not the allowance's span");
+    assert_eq!(
+        short_fed,
+        span as u64 + 1,
+        "not the allowance's span and the reference token"
+    );
     assert_eq!(short_answer.usage.prompt_tokens, span as u64);
     assert_eq!(long_answer.usage.prompt_tokens, span as u64);
 
@@ -461,7 +475,7 @@ fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
     assert!(after.shared_steps > before.shared_steps, "{after:?}");
     assert_eq!(
         after.prompt_tokens_fed - before.prompt_tokens_fed,
-        2 * span as u64 + (t.encode_plain("Name a colour.").unwrap().len() as u64)
+        2 * (span as u64 + 1) + (t.encode_plain("Name a colour.").unwrap().len() as u64)
             - (t.encode_plain(user).unwrap().len() as u64),
     );
     let mut together = together.into_iter();
@@ -521,6 +535,7 @@ fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completi
 /// the answer's (review 28 R28-1, open: see `engine::Slot`).
 #[test]
 fn under_an_allowance_a_run_takes_the_same_steps_and_memory_operations_whatever_the_body() {
+    let _turn = span_runs_one_at_a_time();
     let m = LocalModel::load_with(
         &model_path(),
         &LocalOptions {
@@ -574,17 +589,18 @@ fn under_an_allowance_a_run_takes_the_same_steps_and_memory_operations_whatever_
     assert_eq!(
         first,
         (
-            (span - 1).div_ceil(512) as u64 + answer_tokens as u64,
+            (span - 1).div_ceil(512) as u64 + 1 + answer_tokens as u64,
             2,
-            span as u64
+            span as u64 + 1
         ),
-        "the prompt's last token in a step of its own, the padding dropped and the sequence \
-         cleared, padding or none"
+        "the reference token (R28-1) and the prompt's last token each in a step of its own, \
+         the padding dropped and the sequence cleared, padding or none"
     );
 
     // llama.cpp's windows, rounded up to 256 cells: each prefill chunk's the cells in use once
-    // it is placed (the span's), then the prompt's last token's and each answer token's
-    // `real prompt + answer so far` (R28-1's residual).
+    // it is placed (the span's), the reference token's the whole span, then the
+    // prompt's last token's and each answer token's `real prompt + answer so far` (R28-1's
+    // residual, which the answer's hold covers).
     let pad256 = |cells: usize| cells.div_ceil(256).max(1) as u64 * 256;
     for ((stats, _), &prompt) in runs.iter().zip(&prompts) {
         let mut windows = 0;
@@ -593,6 +609,7 @@ fn under_an_allowance_a_run_takes_the_same_steps_and_memory_operations_whatever_
             placed = (placed + 512).min(span - 1);
             windows += pad256(placed);
         }
+        windows += pad256(span);
         for g in 0..answer_tokens as usize {
             windows += pad256(prompt + g);
         }
@@ -690,4 +707,69 @@ async fn corrupt_or_truncated_model_is_a_clear_error() {
         assert!(err.to_string().contains(expect), "{name}: {err}");
         std::io::Seek::rewind(&mut source).unwrap();
     }
+}
+
+/// Review 28 R28-1: under an owner's allowance every run fed the same tokens in the same
+/// steps, but once the padding was dropped each answer step attended over the real prompt, so
+/// a step cost ~20 ms after a 60-token body and 35-45 ms after a 900-token one: a caller timing
+/// one call read the body's length off when the answer came. Now the answer is held until a
+/// time made of the allowance's span, the answer's steps and a measured step over the whole
+/// span. Timed as a caller times it (the call to the answer), alternating the bodies, less
+/// the prompt's work (the same whatever the body since F1, and most of a call's time here, so
+/// its noise would drown what the decode tells).
+#[test]
+fn under_an_allowance_when_the_answer_comes_does_not_tell_the_bodys_length() {
+    let _turn = span_runs_one_at_a_time();
+    let m = LocalModel::load_with(
+        &model_path(),
+        &LocalOptions {
+            parallel: 1,
+            context: Some(2048),
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap();
+    let user = "Write a long story about the harbour and its ships.";
+    let answer_tokens = 48;
+    let request = |body: &str| ChatRequest {
+        max_tokens: answer_tokens,
+        ..under_allowance(body, user)
+    };
+    let bodies = [body_of(&m, 60), body_of(&m, 900)];
+    let call = |body: &str| {
+        let started = std::time::Instant::now();
+        let (answer, timing) = m.generate_timed(&request(body)).unwrap();
+        let took = started.elapsed();
+        assert_eq!(
+            answer.usage.completion_tokens, answer_tokens as u64,
+            "a shorter answer: this test compares runs of the same length"
+        );
+        let held = timing.hold_until.expect("a run under an allowance is held");
+        let prompt = timing
+            .reference_after
+            .expect("a run under an allowance has a reference");
+        (took - prompt, started + took >= held)
+    };
+    let _warm = call(&bodies[0]);
+    let mut took: [Vec<std::time::Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut all_held = true;
+    for _ in 0..5 {
+        for (i, body) in bodies.iter().enumerate() {
+            let (time, held) = call(body);
+            took[i].push(time);
+            all_held &= held;
+        }
+    }
+    let median = |v: &mut Vec<std::time::Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64()
+    };
+    let (short, long) = (median(&mut took[0]), median(&mut took[1]));
+    eprintln!("answer {short:.3} s after the prompt (60-token body), {long:.3} s (900): {took:?}");
+    assert!(
+        long / short < 1.2 && short / long < 1.2,
+        "the answer's time tells the body's length: {short:.3} s after the prompt of a \
+         60-token body, {long:.3} s after a 900-token one's ({took:?})"
+    );
+    assert!(all_held, "an answer left before its release time");
 }
