@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::context::{ContextProbe, ContextSource};
 use crate::http::{Endpoint, HttpOptions, json_error, read_capped, secret_header};
 use crate::{
     ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure, Reply, Usage,
@@ -15,6 +16,8 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 #[derive(Debug)]
 pub struct Anthropic {
     endpoint: Endpoint,
+    /// Anthropic's API does not tell a model's context: the table of known smaller ones.
+    context: ContextProbe,
 }
 
 impl Anthropic {
@@ -23,6 +26,7 @@ impl Anthropic {
     pub fn new(base_url: &str, http: HttpOptions) -> Result<Self, ProviderError> {
         Ok(Anthropic {
             endpoint: Endpoint::new(base_url, http)?,
+            context: ContextProbe::new(ContextSource::Anthropic),
         })
     }
 
@@ -119,6 +123,9 @@ impl Provider for Anthropic {
         Box::pin(async move {
             // Judged before sending, from public values only (N5): see `remote_admission`.
             let judged = request.remote_admission()?;
+            if judged {
+                self.context.check(&self.endpoint, &request).await?;
+            }
             let body = request_body(&request);
             self.endpoint
                 .with_retries(|| self.attempt(&body, api_key))

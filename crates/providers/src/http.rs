@@ -165,6 +165,49 @@ impl Endpoint {
         Ok(self.client.post(self.url(path)?))
     }
 
+    /// A GET of `path` under the base URL (see [`Self::url`]).
+    pub(crate) fn get(&self, path: &str) -> Result<reqwest::RequestBuilder, ProviderError> {
+        Ok(self.client.get(self.url(path)?))
+    }
+
+    /// The base URL as configured (with its trailing slash).
+    pub(crate) fn base(&self) -> &Url {
+        &self.base
+    }
+
+    /// `path` under the server's root: the base URL without a last `v1/` segment (Ollama's
+    /// `/api/show` and llama.cpp's `/props` sit beside the OpenAI-compatible `/v1`), else the
+    /// base URL itself. Same origin, like [`Self::url`].
+    pub(crate) fn root_url(&self, path: &str) -> Result<Url, ProviderError> {
+        let mut root = self.base.clone();
+        if let Some(stripped) = root.path().strip_suffix("v1/") {
+            let stripped = stripped.to_owned();
+            root.set_path(&stripped);
+        }
+        let url = root
+            .join(path.trim_start_matches('/'))
+            .map_err(|e| ProviderError::Config(format!("request path {path:?}: {e}")))?;
+        if url.origin() != self.base.origin() {
+            return Err(ProviderError::Config(format!(
+                "request path {path:?} leaves the provider's host"
+            )));
+        }
+        Ok(url)
+    }
+
+    /// A GET of `path` under the server's root (see [`Self::root_url`]).
+    pub(crate) fn get_at_root(&self, path: &str) -> Result<reqwest::RequestBuilder, ProviderError> {
+        Ok(self.client.get(self.root_url(path)?))
+    }
+
+    /// A POST to `path` under the server's root (see [`Self::root_url`]).
+    pub(crate) fn post_at_root(
+        &self,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, ProviderError> {
+        Ok(self.client.post(self.root_url(path)?))
+    }
+
     /// Sends `request`: a transport failure or a status other than 2xx is its error kind, so
     /// every adapter reads only a successful answer.
     pub(crate) async fn send(
@@ -228,7 +271,16 @@ pub(crate) const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// A whole response body, refused beyond [`MAX_ANSWER_BYTES`].
 pub(crate) async fn read_capped(
+    response: reqwest::Response,
+    timeout_secs: u64,
+) -> Result<Vec<u8>, ProviderError> {
+    read_capped_to(response, MAX_ANSWER_BYTES, timeout_secs).await
+}
+
+/// A whole response body, refused beyond `cap` bytes (a whole number of MiB).
+pub(crate) async fn read_capped_to(
     mut response: reqwest::Response,
+    cap: usize,
     timeout_secs: u64,
 ) -> Result<Vec<u8>, ProviderError> {
     let mut body = Vec::new();
@@ -237,10 +289,10 @@ pub(crate) async fn read_capped(
         .await
         .map_err(|e| transport_error(e, timeout_secs))?
     {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+        if body.len() + chunk.len() > cap {
             return Err(ProviderError::Protocol(format!(
                 "answer larger than {} MiB",
-                MAX_ANSWER_BYTES >> 20
+                cap >> 20
             )));
         }
         body.extend_from_slice(&chunk);
@@ -391,6 +443,26 @@ mod tests {
             Some("openrouter.ai")
         );
         assert!(e.url("https://evil.example/x").is_err());
+        // The server's root: beside `/v1`, never another host.
+        let o = Endpoint::new("http://127.0.0.1:11434/v1", HttpOptions::default()).unwrap();
+        assert_eq!(
+            o.root_url("api/show").unwrap().as_str(),
+            "http://127.0.0.1:11434/api/show"
+        );
+        assert_eq!(
+            e.root_url("props").unwrap().as_str(),
+            "https://openrouter.ai/api/props"
+        );
+        let plain = Endpoint::new("http://127.0.0.1:8080", HttpOptions::default()).unwrap();
+        assert_eq!(
+            plain.root_url("props").unwrap().as_str(),
+            "http://127.0.0.1:8080/props"
+        );
+        assert!(o.root_url("https://evil.example/x").is_err());
+        assert_eq!(
+            o.root_url("//evil.example/x").unwrap().host_str(),
+            Some("127.0.0.1")
+        );
     }
 
     #[test]

@@ -11,12 +11,14 @@ use std::pin::Pin;
 pub use skillbox_skill::{ProviderId, UnknownProvider};
 
 pub mod anthropic;
+pub mod context;
 mod http;
 pub use http::is_loopback;
 pub mod local;
 pub mod openai;
 mod registry;
 
+pub use context::ContextSource;
 pub use http::HttpOptions;
 pub use registry::{ProviderSettings, Registry, build_remote, default_base_url};
 

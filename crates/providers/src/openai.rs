@@ -8,6 +8,7 @@
 
 use serde_json::{Value, json};
 
+use crate::context::{ContextProbe, ContextSource};
 use crate::http::{
     Endpoint, HttpOptions, MAX_ANSWER_BYTES, json_error, read_capped, secret_header,
     transport_error,
@@ -25,6 +26,9 @@ pub struct OpenAiOptions {
     /// OpenRouter's app attribution headers (`HTTP-Referer`, `X-OpenRouter-Title`).
     pub referer: Option<String>,
     pub title: Option<String>,
+    /// The server behind the base URL, for what its API tells of a model's real context
+    /// ([`crate::context`]); `OpenRouter` also pins the route ([`pin_openrouter_route`]).
+    pub context: ContextSource,
 }
 
 impl Default for OpenAiOptions {
@@ -34,6 +38,7 @@ impl Default for OpenAiOptions {
             stream: true,
             referer: None,
             title: None,
+            context: ContextSource::Unknown,
         }
     }
 }
@@ -46,6 +51,7 @@ impl OpenAiOptions {
             stream: true,
             referer: Some(env!("CARGO_PKG_REPOSITORY").to_owned()).filter(|r| !r.is_empty()),
             title: Some("skillbox".to_owned()),
+            context: ContextSource::OpenRouter,
         }
     }
 }
@@ -55,6 +61,7 @@ impl OpenAiOptions {
 pub struct OpenAiCompatible {
     endpoint: Endpoint,
     options: OpenAiOptions,
+    context: ContextProbe,
 }
 
 impl OpenAiCompatible {
@@ -80,6 +87,7 @@ impl OpenAiCompatible {
         }
         Ok(OpenAiCompatible {
             endpoint: Endpoint::trusting(base_url, options.http.clone(), extra_roots_pem)?,
+            context: ContextProbe::new(options.context),
             options,
         })
     }
@@ -150,12 +158,31 @@ pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
     body
 }
 
+/// OpenRouter's routing pinned (review 29 R29-3): `transforms: []` turns off `middle-out`,
+/// which OpenRouter applies by default to models of 8,192 tokens or less and which cuts the
+/// middle of an over-long prompt silently (or re-routes it to a model of larger context)
+/// instead of refusing it; `provider.allow_fallbacks: false` keeps the request on the route
+/// OpenRouter picks for the owner's model, never another. With both, a prompt over the model's
+/// context is a refusal (which the box's admission holds to the declared context), never a cut
+/// whose edge sits at the model's context less the body.
+pub fn pin_openrouter_route(body: &mut Value) {
+    body["transforms"] = json!([]);
+    body["provider"] = json!({"allow_fallbacks": false});
+}
+
 impl Provider for OpenAiCompatible {
     fn complete<'a>(&'a self, request: ChatRequest, api_key: Option<&'a str>) -> Reply<'a> {
         Box::pin(async move {
             // Judged before sending, from public values only (N5): see `remote_admission`.
             let judged = request.remote_admission()?;
-            let body = request_body(&request, self.options.stream);
+            if judged {
+                // The declared context no larger than the server says the model takes.
+                self.context.check(&self.endpoint, &request).await?;
+            }
+            let mut body = request_body(&request, self.options.stream);
+            if self.options.context == ContextSource::OpenRouter {
+                pin_openrouter_route(&mut body);
+            }
             self.endpoint
                 .with_retries(|| self.attempt(&body, api_key))
                 .await

@@ -9,7 +9,7 @@ use crate::anthropic::Anthropic;
 use crate::http::HttpOptions;
 use crate::local::LocalProvider;
 use crate::openai::{OpenAiCompatible, OpenAiOptions};
-use crate::{Provider, ProviderError, ProviderId};
+use crate::{ContextSource, Provider, ProviderError, ProviderId};
 
 /// The base URL a provider is reached at unless configured otherwise. `openai-compatible:<id>`
 /// and `local` have none.
@@ -149,9 +149,15 @@ pub fn build_remote(
             Arc::new(OpenAiCompatible::new(&url, options)?)
         }
         ProviderId::OpenAi | ProviderId::Ollama | ProviderId::OpenAiCompatible(_) => {
+            let context = match id {
+                ProviderId::OpenAi => ContextSource::OpenAi,
+                ProviderId::Ollama => ContextSource::Ollama,
+                _ => ContextSource::SelfHosted,
+            };
             let options = OpenAiOptions {
                 http,
                 stream: settings.stream,
+                context,
                 ..OpenAiOptions::default()
             };
             Arc::new(OpenAiCompatible::new(&url, options)?)
