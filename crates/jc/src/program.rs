@@ -168,8 +168,11 @@ pub struct OwnerInputs {
     /// fixed by the owner and never by the body. The embedded model judges the prompt against
     /// it, not against the body's real length, so neither a `context_too_long` nor the
     /// answer's length tells the caller how long the body is (review 26 V1); a body over it
-    /// fails `unavailable` on every request. Absent: the provider's default (see
-    /// [`OwnerInputs::body_allowance`]). The caller may read it: it is the owner's bound.
+    /// fails `unavailable` on every request. Absent: the provider's default in *this* build's
+    /// table (see [`OwnerInputs::body_allowance`]) — which a box of another release may have
+    /// larger, so the nodes always state it and an owner refuses a program without it (review
+    /// 29 R29-1); the box still reads one without it. The caller may read it: it is the owner's
+    /// bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_max_tokens: Option<u64>,
     /// The remote model's context in tokens, as the owner declares it: a remote provider's
@@ -178,8 +181,9 @@ pub struct OwnerInputs {
     /// a `context_too_long` depends only on what the caller can compute, never on how long the
     /// body is (N5 for remote providers); a context refusal the provider still sends back then
     /// fails `unavailable`. Absent: the provider's default (see
-    /// [`OwnerInputs::model_context`]). Only for a remote provider: the embedded model's context
-    /// is the box's own.
+    /// [`OwnerInputs::model_context`]); stated always by the nodes for a remote provider, as
+    /// `body_max_tokens`. Only for a remote provider: the embedded model's context is the box's
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_context_tokens: Option<u64>,
 }

@@ -252,9 +252,8 @@ pub fn offer_from(
                     .provider
                     .as_deref()
                     .and_then(|p| p.parse::<skillbox_skill::ProviderId>().ok());
-                // The owner's body allowance and model context where they are not the
-                // provider's defaults: absent otherwise, so the advert is the one older peers
-                // read.
+                // The owner's body allowance and model context in force, defaults too: the
+                // caller's program states them and the owner co-signs no other (review 29).
                 let tokens = provider
                     .as_ref()
                     .map(|p| s.tokens.advertised(p))

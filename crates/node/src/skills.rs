@@ -9,8 +9,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 use skillbox_jc::program::{
-    MAX_BODY_MAX_TOKENS, MAX_MODEL_CONTEXT_TOKENS, body_allowance_in_force,
-    default_body_max_tokens, default_model_context_tokens, model_context_in_force,
+    MAX_BODY_MAX_TOKENS, MAX_MODEL_CONTEXT_TOKENS, body_allowance_in_force, model_context_in_force,
 };
 use skillbox_skill::{Declaration, Diagnostic, Limits, ProviderId, check_skill};
 
@@ -54,8 +53,8 @@ pub const SMALLEST_ANSWER_TOKENS: u64 = 16;
 /// tokens, as the owner set them (`skill set NAME bodyMaxTokens=N modelContextTokens=N`); each
 /// absent is the provider's default (one table, `skillbox_jc::program::default_body_max_tokens`
 /// / `default_model_context_tokens`). The owner's, like the guard: the advert carries the ones
-/// that differ from the defaults, the caller's program names them, and the owner refuses a
-/// program naming any other (a caller choosing the allowance could bisect the body's length on
+/// in force, the caller's program states them, and the owner refuses a program naming any
+/// other or leaving one out (a caller choosing the allowance could bisect the body's length on
 /// where runs start to fail `unavailable`; one choosing the context, move the box's admission
 /// past the model's real context). Not in a SKILL.md: the context is a fact of the owner's model
 /// server, not of the file, and a file that is someone else's must not declare it larger.
@@ -87,16 +86,55 @@ impl OwnerTokens {
         model_context_in_force(self.model_context_tokens, provider)
     }
 
-    /// What the advert carries for a skill of `provider`: each value that is not the provider's
-    /// default, so an owner who set none (or set the defaults) sends the advert old peers read.
+    /// What the advert carries for a skill of `provider`: the values in force, always — the
+    /// defaults too (review 29 R29-1). The owner co-signs only a program stating its own values,
+    /// so the advert says them rather than leave a caller to its own build's table of defaults:
+    /// a caller of another release (whose table differs: 139eec7 lowered it) still names the
+    /// owner's numbers, and the owner's explicit word is never dropped for equalling a default.
+    /// A peer older than the advert's fields ignores such an advert (`UnknownFormat`, not
+    /// scored), as it ignores the `guard` every advert already carries; its programs leave the
+    /// values out, which the owner refuses anyway.
     pub fn advertised(&self, provider: &ProviderId) -> OwnerTokens {
-        let body = self.body_allowance(provider);
-        let context = self.model_context(provider);
         OwnerTokens {
-            body_max_tokens: (body != default_body_max_tokens(provider)).then_some(body),
-            model_context_tokens: context
-                .filter(|c| Some(*c) != default_model_context_tokens(provider)),
+            body_max_tokens: Some(self.body_allowance(provider)),
+            model_context_tokens: self.model_context(provider),
         }
+    }
+
+    /// Why a skill on `provider` whose body has `body_bytes` bytes cannot run, if it cannot
+    /// (review 29 R29-5). The box has no tokenizer for a remote model, so it sends a body only
+    /// within as many bytes as the allowance has tokens (a token covers at least one byte): a
+    /// body over that fails `unavailable` on every call, whatever the request. Its stored bytes
+    /// are what is compared (the box strips the secret markers, so it sees no more than these:
+    /// a body over only by its markers is held over too, the safe side). The reason names the
+    /// sizes and the `skill set` that fixes it: the owner's own numbers, not the body. `None`
+    /// for `local`, whose box counts the body's tokens itself.
+    pub fn body_over_allowance(
+        &self,
+        name: &str,
+        provider: &ProviderId,
+        body_bytes: u64,
+    ) -> Option<String> {
+        let context = self.model_context(provider)?;
+        let allowance = self.body_allowance(provider);
+        if body_bytes <= allowance {
+            return None;
+        }
+        let notice = skillbox_jc::prompt::notice_bytes() as u64;
+        let frame = skillbox_providers::REMOTE_FRAME_TOKENS as u64;
+        let least = body_bytes + notice + frame + SMALLEST_ANSWER_TOKENS;
+        let fix = if least <= context {
+            format!("skillbox skill set {name} {}={body_bytes}", Self::BODY)
+        } else {
+            format!(
+                "skillbox skill set {name} {}={body_bytes} {}=N, N your model server's context, at least {least}",
+                Self::BODY,
+                Self::CONTEXT
+            )
+        };
+        Some(format!(
+            "body ({body_bytes} bytes) over its allowance ({allowance} tokens): provider {provider} is sent a body of at most as many bytes as its allowance has tokens, so every call would fail unavailable; raise it: {fix}"
+        ))
     }
 
     /// Whether the owner may set these for a skill of `provider` (`None`: no provider yet, so
@@ -404,23 +442,30 @@ fn key_names_a_secret_in(tx: &Tx<'_>, key: &str) -> Result<()> {
     }
 }
 
-/// Offer state from the declaration and the set of source names present: a declaration with a
-/// provider (and a key named when the provider spends one) whose body and key sources exist.
-pub fn offer_state_with(
-    decl: &Declaration,
-    present: &std::collections::HashSet<String>,
-) -> OfferState {
+/// Source names present, each with its size in bytes (metadata only).
+pub type Present = std::collections::HashMap<String, u64>;
+
+/// Offer state from the declaration, the sources present (name to size) and the owner's body
+/// allowance and model context: a declaration with a provider (and a key named when the
+/// provider spends one) whose body and key sources exist, and whose body its allowance can hold
+/// ([`OwnerTokens::body_over_allowance`]: a skill every call of which fails is not offered, so
+/// not advertised, and says why).
+pub fn offer_state_with(decl: &Declaration, present: &Present, tokens: &OwnerTokens) -> OfferState {
     let mut reasons = Vec::new();
     if let Some(gap) = decl.offer_gap() {
         reasons.push(gap.to_string());
     }
     let body = decl.body_source_name();
-    if !present.contains(&body) {
-        reasons.push(format!("body source missing ({body})"));
+    match (present.get(&body), decl.provider.as_ref()) {
+        (None, _) => reasons.push(format!("body source missing ({body})")),
+        (Some(&bytes), Some(provider)) => {
+            reasons.extend(tokens.body_over_allowance(&decl.name, provider, bytes));
+        }
+        (Some(_), None) => {}
     }
     let key_needed = decl.provider.as_ref().is_some_and(|p| p.needs_key());
     if let Some(key) = decl.key.as_ref().filter(|_| key_needed)
-        && !present.contains(key)
+        && !present.contains_key(key)
     {
         // Fixed, no name: a declaration stored before import refused pasted keys may hold one
         // here, and the reason travels to `GET /skills`, the dashboard and every client's log.
@@ -814,38 +859,52 @@ impl Skills {
     }
 
     /// Whether a declared skill is offered: its declaration is complete (provider, a key named
-    /// when the provider spends one) and its body and key sources are present.
+    /// when the provider spends one), its body and key sources are present, and its body fits
+    /// the allowance the owner set for it (else the provider's default). Sizes and the skill's
+    /// row only, in one read: the body is never opened.
     pub fn offer_state(&self, decl: &Declaration) -> Result<OfferState> {
         let body = decl.body_source_name();
         let key = decl.key.clone();
-        let present = self.store.read(|c| {
-            let mut present = std::collections::HashSet::new();
+        let (present, tokens) = self.store.read(|c| {
+            let mut present = Present::new();
             for name in std::iter::once(&body).chain(key.as_ref()) {
-                let found = c
+                let size: Option<i64> = c
                     .query_row(
-                        "SELECT 1 FROM sources WHERE name = ?1",
+                        "SELECT size FROM sources WHERE name = ?1",
                         params![name],
-                        |_| Ok(()),
+                        |r| r.get(0),
                     )
-                    .optional()?
-                    .is_some();
-                if found {
-                    present.insert(name.clone());
+                    .optional()?;
+                if let Some(size) = size {
+                    present.insert(name.clone(), size.max(0) as u64);
                 }
             }
-            Ok(present)
+            let tokens: Option<(Option<i64>, Option<i64>)> = c
+                .query_row(
+                    "SELECT body_max_tokens, model_context_tokens FROM skills WHERE name = ?1",
+                    params![decl.name],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            Ok((present, tokens))
         })?;
-        Ok(offer_state_with(decl, &present))
+        let tokens = match tokens {
+            Some((body, context)) => owner_tokens_of(&decl.name, body, context)?,
+            None => OwnerTokens::default(),
+        };
+        Ok(offer_state_with(decl, &present, &tokens))
     }
 
-    /// The names of every source (metadata only), for computing many offer states at once.
-    fn source_names(&self) -> Result<std::collections::HashSet<String>> {
+    /// Every source's name and size (metadata only), for computing many offer states at once.
+    fn source_sizes(&self) -> Result<Present> {
         self.store.read(|c| {
-            let mut stmt = c.prepare("SELECT name FROM sources")?;
-            let names = stmt
-                .query_map([], |r| r.get::<_, String>(0))?
+            let mut stmt = c.prepare("SELECT name, size FROM sources")?;
+            let sizes = stmt
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+                })?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(names)
+            Ok(sizes)
         })
     }
 
@@ -956,11 +1015,11 @@ impl Skills {
     }
 
     pub fn list(&self) -> Result<Vec<SkillSummary>> {
-        let present = self.source_names()?;
+        let present = self.source_sizes()?;
         self.records_all()?
             .into_iter()
             .map(|r| {
-                let state = offer_state_with(&r.declaration, &present);
+                let state = offer_state_with(&r.declaration, &present, &r.owner_tokens);
                 let d = &r.declaration;
                 Ok(SkillSummary {
                     name: d.name.clone(),
@@ -1457,7 +1516,8 @@ body
                 .is_ok()
         );
 
-        // The defaults set are the defaults: nothing to advertise.
+        // The defaults set are advertised as set, like any other value (review 29 R29-1: they
+        // were dropped, and an older box read the program's `None` with its larger table).
         skills
             .set(
                 "taste",
@@ -1467,7 +1527,13 @@ body
                 ),
             )
             .expect("set");
-        assert_eq!(read(&skills).advertised(&ollama), OwnerTokens::default());
+        assert_eq!(
+            read(&skills).advertised(&ollama),
+            OwnerTokens {
+                body_max_tokens: Some(skillbox_jc::program::SELF_HOSTED_BODY_MAX_TOKENS),
+                model_context_tokens: Some(skillbox_jc::program::SELF_HOSTED_MODEL_CONTEXT_TOKENS),
+            }
+        );
         skills.set("taste", &tokens(None, None)).expect("cleared");
         assert_eq!(read(&skills), OwnerTokens::default());
 
@@ -1476,6 +1542,14 @@ body
             .expect("set");
         skills.import(doc, None).expect("imported again");
         assert_eq!(read(&skills), OwnerTokens::default(), "the file's word");
+        // Unset, the advert states the defaults in force (review 29 R29-1).
+        assert_eq!(
+            read(&skills).advertised(&ollama),
+            OwnerTokens {
+                body_max_tokens: Some(1024),
+                model_context_tokens: Some(4096),
+            }
+        );
         // A context for `local` is no one's, and `local`'s allowance is its own number.
         let local = b"---\nname: here\ndescription: d\nprovider: local\nmodel: m\n---\nbody\n";
         skills.import(local, None).expect("import");
@@ -1490,6 +1564,92 @@ body
             Some(2048)
         );
         assert_eq!(here.model_context(&ProviderId::Local), None);
+        assert_eq!(
+            here.advertised(&ProviderId::Local).model_context_tokens,
+            None
+        );
+    }
+
+    /// Review 29 R29-5: a remote skill whose body's bytes are over its allowance in force (every
+    /// call `unavailable`) is not offered, and the reason names the sizes and the `skill set`
+    /// that fixes it; at the allowance exactly it is offered, and `local` (whose box counts
+    /// tokens) is never held to bytes.
+    #[test]
+    fn a_remote_body_over_its_allowance_is_not_offered_and_says_why() {
+        let store = Arc::new(Store::open_in_memory().expect("store"));
+        let skills = Skills::new(
+            store,
+            Arc::new(DataKey::from_bytes(&[3u8; 32])),
+            "local.test",
+        );
+        let doc = |provider: &str, body: &str| {
+            format!("---\nname: taste\ndescription: d\nprovider: {provider}\nmodel: m\n---\n{body}")
+        };
+        let state = |skills: &Skills| {
+            let listed = skills.list().expect("list").remove(0);
+            let detail = skills
+                .detail("taste")
+                .expect("detail")
+                .expect("there")
+                .state;
+            assert_eq!(listed.reasons, detail.reasons, "list and detail agree");
+            detail
+        };
+        // 1,024 bytes exactly: the self-hosted default holds it.
+        skills
+            .import(doc("ollama", &"a".repeat(1024)).as_bytes(), None)
+            .expect("import");
+        assert_eq!(state(&skills).reasons, Vec::<String>::new());
+        // 1,500 bytes: over; raising the allowance alone fits the default 4,096 context.
+        let imported = skills
+            .import(doc("ollama", &"a".repeat(1500)).as_bytes(), None)
+            .expect("import");
+        assert!(!imported.state.offered, "the import says so");
+        let s = state(&skills);
+        assert!(!s.offered);
+        assert_eq!(
+            s.reasons,
+            [
+                "body (1500 bytes) over its allowance (1024 tokens): provider ollama is sent a body of at most as many bytes as its allowance has tokens, so every call would fail unavailable; raise it: skillbox skill set taste bodyMaxTokens=1500"
+            ]
+        );
+        skills.set("taste", &tokens(Some(1500), None)).expect("set");
+        assert!(state(&skills).offered);
+        // 20,000 bytes needs a context too: the reason says how much at least.
+        skills
+            .import(doc("ollama", &"a".repeat(20_000)).as_bytes(), None)
+            .expect("import");
+        let why = state(&skills).reasons.join("; ");
+        let least = 20_000
+            + skillbox_jc::prompt::notice_bytes() as u64
+            + skillbox_providers::REMOTE_FRAME_TOKENS as u64
+            + SMALLEST_ANSWER_TOKENS;
+        assert!(
+            why.contains(&format!(
+                "raise it: skillbox skill set taste bodyMaxTokens=20000 modelContextTokens=N, N your model server's context, at least {least}"
+            )),
+            "{why}"
+        );
+        skills
+            .set("taste", &tokens(Some(20_000), Some(least)))
+            .expect("set");
+        assert!(state(&skills).offered);
+        // The embedded model's box counts the body's tokens itself: no byte rule.
+        skills
+            .import(doc("local", &"a".repeat(20_000)).as_bytes(), None)
+            .expect("import");
+        assert!(state(&skills).offered);
+        // Routed: 16 KiB of body under the default.
+        skills
+            .import(doc("openrouter", &"a".repeat(16_385)).as_bytes(), None)
+            .expect("import");
+        let s = state(&skills);
+        assert!(
+            s.reasons
+                .iter()
+                .any(|r| r.starts_with("body (16385 bytes) over its allowance (16384 tokens)")),
+            "{s:?}"
+        );
     }
 
     /// The advert's bounds are the program's: the peers crate holds its own copy (it does not

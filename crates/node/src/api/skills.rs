@@ -133,14 +133,18 @@ named_routes! {
         "One skill: declaration, manifest, offer state, body source metadata — never the body."
         params(SkillPath) ok(SkillDetail, "Skill.") [NoSuchSkill]
         = "skill"(name) |n| s.skills.detail(n);
-    /// `PATCH /skills/{name}` `{provider?, model?, key?}`: each a string to set or `null` to
-    /// clear; what the owner stakes, so a pack-imported skill can be offered. `key` must name a
-    /// secret source the node holds (`Skills::set`), refused in words that never repeat it.
+    /// `PATCH /skills/{name}` `{provider?, model?, key?, limits?, bodyMaxTokens?,
+    /// modelContextTokens?}`: each a value to set or `null` to clear; what the owner stakes, so a
+    /// pack-imported skill can be offered. `key` must name a secret source the node holds
+    /// (`Skills::set`), refused in words that never repeat it. `bodyMaxTokens` /
+    /// `modelContextTokens` are the skill's body allowance and remote model context
+    /// (`skills::OwnerTokens`): null is the provider's default; checked against the provider the
+    /// skill has after the change.
     patch "/skills/{name}" => patch_skill(s, Param(name), doc: Doc)
-        "Set what the owner stakes for a skill: provider, model, key (the name of a secret source this node holds), limits. A string sets a field, null clears it; a pack-imported skill is offered once these and its sources are present."
+        "Set what the owner stakes for a skill: provider, model, key (the name of a secret source this node holds), limits (ceilings, each a whole number), bodyMaxTokens (the body allowance in tokens, 1 to 2^20: a remote provider is sent a body of at most that many bytes) and modelContextTokens (a remote model's context in tokens, 1 to 2^24, never for local: your model server's real context). A value sets a field, null clears it (the tokens back to the provider's defaults); a pack-imported skill is offered once these and its sources are present, and a remote skill once its body fits its allowance."
         params(SkillPath) request_body = SkillPatch
         ok(SkillDetail, "The skill after the change.")
-        bad("Unknown field or bad value, or a key that names no secret source of this node's (`validation_error`; the message never repeats the value).") [NoSuchSkill]
+        bad("Unknown field or bad value, a key that names no secret source of this node's, or a body allowance that with the box's notice, the frame and the smallest answer does not fit the model context (`validation_error` naming the field; the message never repeats a key).") [NoSuchSkill]
         let change = skill_change(&doc)?;
         = "skill"(name) |s, n| s.skills.set(n, &change);
     delete "/skills/{name}" => delete_skill(s, Param(name))

@@ -6,6 +6,7 @@ use skillbox_guard::GuardSpec;
 use skillbox_jc::program::{
     BoxIdentity, CallerInputs, CallerParty, OutputSpec, OwnerInputs, OwnerParty, PROGRAM_VERSION,
     PROMPT_TEMPLATE_V2, Parties, Program, ProviderGrant, ReceiptSpec, SkillRef, SourceLimit,
+    body_allowance_in_force, model_context_in_force,
 };
 use skillbox_jc::seal::bucket;
 use skillbox_skill::{Declaration, Limits, ProviderId};
@@ -41,8 +42,8 @@ pub struct CallerFacts {
     /// The guard the owner advertised for the skill (or the defaults for its provider).
     pub guard: GuardSpec,
     /// The body allowance and remote model context the owner advertised for the skill, in
-    /// tokens; absent, the provider's defaults. The program names them as advertised: the owner
-    /// refuses any other.
+    /// tokens; absent (an owner older than review 29's fix), the provider's defaults. The program
+    /// always states the values in force: the owner refuses any other, and any left out.
     pub body_max_tokens: Option<u64>,
     pub model_context_tokens: Option<u64>,
 }
@@ -77,6 +78,8 @@ pub fn key_max_bytes(provider: &ProviderId) -> u64 {
 pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
     let key_max_bytes = key_max_bytes(&f.provider);
     let guard = f.guard;
+    let body_max_tokens = Some(body_allowance_in_force(f.body_max_tokens, &f.provider));
+    let model_context_tokens = model_context_in_force(f.model_context_tokens, &f.provider);
     let program = Program {
         version: PROGRAM_VERSION,
         call_id: f.call_id,
@@ -113,12 +116,15 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
             body_max_bytes: BODY_MAX_BYTES,
             model_max_bytes: MODEL_MAX_BYTES,
             key_max_bytes,
-            // The owner's advertised allowance and remote model context, else `None`: the
-            // provider's defaults (one table, jc's `default_body_max_tokens` /
-            // `default_model_context_tokens`). The owner checks the program names its own, and
-            // an older box reading `None` falls back to its smaller ones (fail closed).
-            body_max_tokens: f.body_max_tokens,
-            model_context_tokens: f.model_context_tokens,
+            // Always stated, never `None` (review 29 R29-1): a box reads `None` with its own
+            // build's table of defaults, and a box older than 139eec7 has larger ones there
+            // (4,096 / 8,192 self-hosted, 131,072 hosted), so `None` meant more than the owner's
+            // values to it: fail open. Stated, the number means the same to every box that reads
+            // the field, and a box too old to know it refuses the program (an unknown field).
+            // The values are the owner's as its advert carries them, else (an advert of an older
+            // owner) this build's defaults; the owner checks they are its own.
+            body_max_tokens,
+            model_context_tokens,
         },
         output: OutputSpec::to_caller(f.output_max_bytes),
         receipt: ReceiptSpec::for_guard(true),
@@ -129,6 +135,12 @@ pub fn build(f: CallerFacts) -> skillbox_jc::Result<Program> {
     program.validate()?;
     Ok(program)
 }
+
+/// The owner's refusal of a program that leaves the body allowance out (`program_mismatch`):
+/// an older caller's node builds such programs for a skill on the provider's defaults.
+pub const PROGRAM_STATES_NO_ALLOWANCE: &str = "the program does not state the body allowance: the owner co-signs only a program that states its allowance and (remote) model context (a program from an older node: upgrade the caller's node)";
+/// The same for a remote provider's model context left out.
+pub const PROGRAM_STATES_NO_CONTEXT: &str = "the program does not state the model context: the owner co-signs only a program that states its allowance and (remote) model context (a program from an older node: upgrade the caller's node)";
 
 /// What the owner knows when it checks a program.
 #[derive(Clone)]
@@ -211,20 +223,31 @@ pub fn check(program: &Program, f: &OwnerFacts<'_>) -> Result<(), (FailureCode, 
     // The provider is the skill's (checked above), so these are the owner's own values: the
     // ones it set for the skill, else the provider's defaults — never the defaults once it set
     // its own.
+    // Both must be stated (review 29 R29-1): a box reads one left out with its own build's
+    // table, and a box older than 139eec7 (still accepted by an owner that pins its measurement)
+    // has larger defaults there than the owner's — the admission past a stock Ollama's 4,096, the
+    // body's length bisectable again (R28-6). Refused by name, so an older caller's node (whose
+    // programs leave the defaults out) is told what to do, whatever the body.
     let provider = &program.provider.id;
-    if program.owner_inputs.body_allowance(provider) != f.body_max_tokens {
+    let o = &program.owner_inputs;
+    if o.body_max_tokens.is_none() {
+        return mismatch(PROGRAM_STATES_NO_ALLOWANCE.into());
+    }
+    if o.model_context_tokens.is_none() && *provider != ProviderId::Local {
+        return mismatch(PROGRAM_STATES_NO_CONTEXT.into());
+    }
+    if o.body_allowance(provider) != f.body_max_tokens {
         return mismatch("the program's body allowance is not the owner's".into());
     }
     // The remote model context too: the box admits a request against it, so a caller choosing
     // it could move the admission's edge to the model's real one and bisect the body's length
     // on which side fails `unavailable` (a refusal after admission).
-    if program.owner_inputs.model_context(provider) != f.model_context_tokens {
+    if o.model_context(provider) != f.model_context_tokens {
         return mismatch("the program's model context is not the owner's".into());
     }
     // The stake limits are the ones `build` always writes, never the caller's choice: compared
     // with a limit the caller picks, the body's size bucket would decide the answer, and a
     // caller trying 1, 2, 4 ... KiB would read it for free before any run (review 27 F9).
-    let o = &program.owner_inputs;
     if o.body_max_bytes != BODY_MAX_BYTES
         || o.model_max_bytes != MODEL_MAX_BYTES
         || o.key_max_bytes != key_max_bytes(provider)
@@ -684,6 +707,7 @@ mod tests {
         };
         assert_eq!(check(&p, &owners(&p)), Ok(()));
         let refused = [
+            // An advert without them (an older owner's): `build` states the defaults.
             (None, None),
             (
                 Some(skillbox_jc::program::SELF_HOSTED_BODY_MAX_TOKENS),
@@ -705,6 +729,139 @@ mod tests {
                 "{}",
                 err.1
             );
+        }
+        // Left out of the program (a caller speaking the protocol itself, or an older node):
+        // refused too, whatever the owner set.
+        for (b, c) in [(None, None), (Some(body), None), (None, Some(context))] {
+            let mut probe = p.clone();
+            probe.owner_inputs.body_max_tokens = b;
+            probe.owner_inputs.model_context_tokens = c;
+            let err = check(&probe, &owners(&probe)).expect_err("left out");
+            assert_eq!(err.0, FailureCode::ProgramMismatch, "{b:?} {c:?}");
+        }
+    }
+
+    /// Every provider with a host its box reaches (none for `local`).
+    fn every_provider() -> Vec<(ProviderId, Option<String>)> {
+        [
+            "ollama",
+            "openai-compatible:lab",
+            "openrouter",
+            "openai",
+            "anthropic",
+            "local",
+        ]
+        .into_iter()
+        .map(|p| {
+            let id: ProviderId = p.parse().expect("provider");
+            let host = (id != ProviderId::Local).then(|| "http://127.0.0.1:11434/v1".into());
+            (id, host)
+        })
+        .collect()
+    }
+
+    /// Review 29 R29-1: `build` states the body allowance and (remote) model context in force,
+    /// never `None`: from an advert without them (the owner's values are the defaults, or an
+    /// older owner's advert) the provider's defaults, stated; from one with them, those.
+    #[test]
+    fn build_states_the_allowance_and_context_in_force() {
+        let expected = [
+            ("ollama", 1024, Some(4096)),
+            ("openai-compatible:lab", 1024, Some(4096)),
+            ("openrouter", 16_384, Some(32_768)),
+            ("openai", 49_152, Some(128_000)),
+            ("anthropic", 49_152, Some(128_000)),
+            ("local", 1024, None),
+        ];
+        for ((provider, host), (name, body, context)) in every_provider().into_iter().zip(expected)
+        {
+            assert_eq!(provider.to_string(), name);
+            let of = |b: Option<u64>, c: Option<u64>| {
+                build(CallerFacts {
+                    provider: provider.clone(),
+                    provider_host: host.clone(),
+                    guard: guard_for(&provider),
+                    body_max_tokens: b,
+                    model_context_tokens: c,
+                    ..facts(vec![])
+                })
+                .expect("builds")
+                .owner_inputs
+            };
+            let stated = of(None, None);
+            assert_eq!(
+                (stated.body_max_tokens, stated.model_context_tokens),
+                (Some(body), context),
+                "{provider}"
+            );
+            // The owner's own values, as its advert carries them, are stated as they are.
+            let (b, c) = (900, context.map(|_| 65_536));
+            let own = of(Some(b), c);
+            assert_eq!(
+                (own.body_max_tokens, own.model_context_tokens),
+                (Some(b), c),
+                "{provider}"
+            );
+        }
+    }
+
+    /// Review 29 R29-1, the attack: a program that leaves the allowance or context out, as
+    /// `build` wrote one whenever the owner's values were the provider's defaults. The box reads
+    /// `None` with its own build's table, and a box from before 139eec7 (still accepted by an
+    /// owner pinning its measurement) reads it as 4,096 / 8,192 self-hosted and 131,072 hosted:
+    /// its admission then lets a request run past a stock Ollama's 4,096, which truncates
+    /// silently, and the body's length is bisectable again (R28-6). The owner's values are the
+    /// defaults here, so comparing values in force (the check before) let it through; it is now
+    /// refused by name, and the same program stating the values passes.
+    #[test]
+    fn a_program_leaving_out_the_default_allowance_or_context_is_refused() {
+        for (provider, host) in every_provider() {
+            let stated = build(CallerFacts {
+                provider: provider.clone(),
+                provider_host: host,
+                guard: guard_for(&provider),
+                ..facts(vec![])
+            })
+            .expect("builds");
+            let h = Held {
+                decl: decl(&provider.to_string()),
+                ..held()
+            };
+            // The owner's values in force are the provider's defaults.
+            let owners = h.facts(&stated);
+            assert_eq!(owners.body_max_tokens, default_body_max_tokens(&provider));
+            assert_eq!(
+                owners.model_context_tokens,
+                default_model_context_tokens(&provider)
+            );
+            assert_eq!(check(&stated, &owners), Ok(()), "{provider}");
+            let mut old_way = stated.clone();
+            old_way.owner_inputs.body_max_tokens = None;
+            old_way.owner_inputs.model_context_tokens = None;
+            // A valid program: a box opens it, with its own table.
+            assert_eq!(old_way.validate().map_err(|e| e.to_string()), Ok(()));
+            let got = check(&old_way, &h.facts(&old_way));
+            println!("{provider}, built the old way: {got:?}");
+            assert_eq!(
+                got,
+                Err((
+                    FailureCode::ProgramMismatch,
+                    PROGRAM_STATES_NO_ALLOWANCE.to_owned()
+                )),
+                "{provider}: a program leaving the defaults out was co-signed"
+            );
+            if provider != ProviderId::Local {
+                let mut no_context = stated.clone();
+                no_context.owner_inputs.model_context_tokens = None;
+                assert_eq!(
+                    check(&no_context, &h.facts(&no_context)),
+                    Err((
+                        FailureCode::ProgramMismatch,
+                        PROGRAM_STATES_NO_CONTEXT.to_owned()
+                    )),
+                    "{provider}: a program leaving the context out was co-signed"
+                );
+            }
         }
     }
 }

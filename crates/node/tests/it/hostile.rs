@@ -641,6 +641,7 @@ pub(crate) fn admissible_program(
         .iter()
         .find(|s| s.name == "taste")
         .expect("taste");
+    let openai: skillbox_skill::ProviderId = "openai".parse().expect("provider");
     Program {
         version: PROGRAM_VERSION,
         call_id: id.into(),
@@ -666,7 +667,7 @@ pub(crate) fn admissible_program(
             declaration_digest: skill.declaration_digest.clone(),
         },
         provider: ProviderGrant {
-            id: "openai".parse().expect("provider"),
+            id: openai.clone(),
             host: Some("http://127.0.0.1:1/v1".into()),
         },
         caller_inputs: CallerInputs {
@@ -677,8 +678,9 @@ pub(crate) fn admissible_program(
             body_max_bytes: 1 << 20,
             model_max_bytes: 1024,
             key_max_bytes: 16 * 1024,
-            body_max_tokens: None,
-            model_context_tokens: None,
+            // Stated, as the owner requires (review 29 R29-1): the advert's values in force.
+            body_max_tokens: Some(body_allowance_in_force(skill.body_max_tokens, &openai)),
+            model_context_tokens: model_context_in_force(skill.model_context_tokens, &openai),
         },
         output: OutputSpec::to_caller(4096),
         receipt: ReceiptSpec::for_guard(true),

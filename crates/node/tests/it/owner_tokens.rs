@@ -2,9 +2,9 @@
 //! bodyMaxTokens=N modelContextTokens=N`), with real nodes, a real box and real libp2p: carried
 //! in the advert, named by the caller's program, checked by the owner against its own set
 //! values, enforced by the box. A self-hosted skill whose server takes 32,768 tokens runs a
-//! 20 KB body once its owner says so (24,576 / 32,768; under the defaults, 1,024 / 4,096, it is
-//! `unavailable`),
-//! and no caller gets a program with any other allowance or context past the owner.
+//! 20 KB body once its owner says so (24,576 / 32,768; under the defaults, 1,024 / 4,096, every
+//! call would be `unavailable`, so it is not offered and says why), and no caller gets a program
+//! with any other allowance or context past the owner, nor one leaving them out.
 
 use std::time::Duration;
 
@@ -36,25 +36,38 @@ fn body_20_kb() -> String {
     body
 }
 
-/// An owner offering `taste` on `ollama` (a double of [`CONTEXT_TOKENS`] tokens on loopback,
-/// reached through a real box) with a 20 KB body, and a caller with the offer on its board.
-async fn self_hosted_pair() -> (TestNode, TestNode, ProviderLog, String) {
+/// An owner with `taste` on `ollama` (a double of [`CONTEXT_TOKENS`] tokens on loopback,
+/// reached through a real box) with `body`, under the defaults (so a 20 KB body is not
+/// offered), the provider's log and address, and the box's.
+async fn self_hosted_owner(body: &str) -> (TestNode, ProviderLog, String, String) {
     let (provider_url, provider) =
         support::provider_double_answering(Duration::ZERO, Answering::WithContext(CONTEXT_TOKENS))
             .await;
     let box_url = support::start_box_serving(ProviderId::Ollama, &provider_url).await;
     let owner = TestNode::start(&box_url, vec![], |_| {}).await;
     owner
-        .add_skill(&self_hosted_skill_doc("taste", "ollama", &body_20_kb()))
+        .add_skill(&self_hosted_skill_doc("taste", "ollama", body))
         .await;
+    (owner, provider, provider_url, box_url)
+}
+
+/// [`self_hosted_owner`] once the owner set its tokens for `taste`, and a caller with the offer
+/// (carrying them) on its board.
+async fn self_hosted_pair() -> (TestNode, TestNode, ProviderLog, String) {
+    let (owner, provider, provider_url, box_url) = self_hosted_owner(&body_20_kb()).await;
+    owner_sets_its_tokens(&owner).await;
     let caller = TestNode::start(&box_url, vec![owner.p2p.clone()], |_| {}).await;
-    caller.wait_board(&owner.peer_id, "taste").await;
+    caller
+        .wait_offer(&owner.peer_id, "taste", "the owner's tokens", |s| {
+            s.body_max_tokens == Some(BODY_TOKENS) && s.model_context_tokens == Some(CONTEXT_TOKENS)
+        })
+        .await;
     (owner, caller, provider, provider_url)
 }
 
 /// The owner sets [`BODY_TOKENS`] / [`CONTEXT_TOKENS`] for `taste` (`PATCH /skills/taste`, what
-/// `skill set` sends), and `caller` waits for the advert that carries them.
-async fn owner_sets_its_tokens(owner: &TestNode, caller: Option<&TestNode>) {
+/// `skill set` sends).
+async fn owner_sets_its_tokens(owner: &TestNode) {
     let a = owner
         .patch_json(
             "/skills/taste",
@@ -64,34 +77,232 @@ async fn owner_sets_its_tokens(owner: &TestNode, caller: Option<&TestNode>) {
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.body["bodyMaxTokens"], BODY_TOKENS, "{}", a.body);
     assert_eq!(a.body["modelContextTokens"], CONTEXT_TOKENS, "{}", a.body);
-    if let Some(caller) = caller {
-        caller
-            .wait_offer(&owner.peer_id, "taste", "the owner's tokens", |s| {
-                s.body_max_tokens == Some(BODY_TOKENS)
-                    && s.model_context_tokens == Some(CONTEXT_TOKENS)
-            })
-            .await;
-    }
 }
 
-/// Under the defaults a self-hosted skill's 20 KB body is `unavailable` on every call (and never
-/// reaches the model); once the owner sets 24,576 / 32,768 the caller's node builds the program
-/// from the advert, the owner co-signs it, and the model gets the whole body and answers.
+/// `program` for `taste` on the owner's Ollama, signed by a hostile caller from `offered`, with
+/// the allowance and context it chooses (`None`: left out of the program).
+fn ollama_program(
+    offered: &skillbox_peers::Advert,
+    key: &ed25519_dalek::SigningKey,
+    provider_url: &str,
+    id: &str,
+    body: Option<u64>,
+    context: Option<u64>,
+) -> Program {
+    let mut p: Program = admissible_program(offered, key, id);
+    p.provider.id = ProviderId::Ollama;
+    p.provider.host = Some(provider_url.to_owned());
+    p.owner_inputs.key_max_bytes = 0;
+    p.owner_inputs.body_max_tokens = body;
+    p.owner_inputs.model_context_tokens = context;
+    p
+}
+
+/// Review 29 R29-5: a self-hosted skill whose 20 KB body is over the default allowance (1,024
+/// tokens, so 1,024 bytes the box can show fit) would fail `unavailable` on every call. It is
+/// not offered: `GET /skills` and `GET /skills/taste` say why in the owner's numbers and name
+/// the `skill set` that fixes it, the advert leaves it out (the small skill beside it is in, with
+/// the defaults stated), and a caller who knows its name and digest is refused `not_offered`
+/// before anything runs. Once the owner sets its allowance and context it is offered and
+/// advertised with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_body_over_its_allowance_is_not_offered_and_says_why() {
+    let (owner, provider, provider_url, _) = self_hosted_owner(&body_20_kb()).await;
+    owner
+        .add_skill(&self_hosted_skill_doc(
+            "brief",
+            "ollama",
+            "Answer in one line (BODY-OT-BRIEF).",
+        ))
+        .await;
+    let detail = owner.get("/skills/taste").await.body;
+    let bytes = detail["bodySource"]["size"].as_u64().expect("body size");
+    assert!(bytes >= 20_000, "{detail}");
+    let least = bytes
+        + skillbox_jc::prompt::notice_bytes() as u64
+        + skillbox_providers::REMOTE_FRAME_TOKENS as u64
+        + skillbox_node::skills::SMALLEST_ANSWER_TOKENS;
+    let why = format!(
+        "body ({bytes} bytes) over its allowance (1024 tokens): provider ollama is sent a body of at most as many bytes as its allowance has tokens, so every call would fail unavailable; raise it: skillbox skill set taste bodyMaxTokens={bytes} modelContextTokens=N, N your model server's context, at least {least}"
+    );
+    println!("GET /skills/taste state: {}", detail["state"]);
+    assert_eq!(
+        detail["state"],
+        json!({"offered": false, "reasons": [why]}),
+        "{detail}"
+    );
+    let list = owner.get("/skills").await.body;
+    let listed = |name: &str| {
+        list["skills"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} listed: {list}"))
+    };
+    let taste = listed("taste");
+    assert_eq!(
+        (&taste["offered"], &taste["reason"]),
+        (&json!(false), &json!(why)),
+        "{taste}"
+    );
+    assert_eq!(listed("brief")["offered"], json!(true), "{list}");
+
+    let mut hostile = RawPeer::start(92, &owner).await;
+    let advert = hostile
+        .advert(LIMIT, |a| a.skills.iter().any(|s| s.name == "brief"))
+        .await;
+    assert!(
+        !offers_taste(&advert),
+        "a skill every call of which fails is advertised: {:?}",
+        advert.skills
+    );
+    let brief = advert
+        .skills
+        .iter()
+        .find(|s| s.name == "brief")
+        .expect("brief")
+        .clone();
+    assert_eq!(
+        (brief.body_max_tokens, brief.model_context_tokens),
+        (Some(1024), Some(4096)),
+        "the advert states the defaults in force"
+    );
+    // A caller holding the skill's name and digest (an earlier advert) asks anyway.
+    let digest = detail["digest"].as_str().expect("digest").to_owned();
+    let mut known = advert.clone();
+    known.skills = vec![skillbox_peers::OfferedSkill {
+        name: "taste".into(),
+        declaration_digest: digest,
+        ..brief
+    }];
+    let p = ollama_program(
+        &known,
+        &hostile.key,
+        &provider_url,
+        "t-over",
+        Some(1024),
+        Some(4096),
+    );
+    let got = hostile
+        .request(
+            "t-over",
+            json!({"skill": "taste", "program": hostile.signed(&p)}),
+            LIMIT,
+        )
+        .await;
+    assert_eq!(
+        (got.kind, got.body["code"].as_str()),
+        (PayloadKind::CallFailed, Some("not_offered")),
+        "{}",
+        got.body
+    );
+    assert!(
+        provider.0.lock().expect("log").is_empty(),
+        "nothing reached the model"
+    );
+
+    owner_sets_its_tokens(&owner).await;
+    let detail = owner.get("/skills/taste").await.body;
+    assert_eq!(
+        detail["state"],
+        json!({"offered": true, "reasons": []}),
+        "{detail}"
+    );
+    hostile
+        .advert(LIMIT, |a| {
+            a.skills.iter().any(|s| {
+                s.name == "taste"
+                    && s.body_max_tokens == Some(BODY_TOKENS)
+                    && s.model_context_tokens == Some(CONTEXT_TOKENS)
+            })
+        })
+        .await;
+    hostile.handle.shutdown().await;
+    support::stop_all([owner]).await;
+}
+
+/// Review 29 R29-1, the attack with real nodes: an owner whose values are the provider's
+/// defaults (1,024 / 4,096 on `ollama`) advertises them stated, and refuses a program that
+/// leaves either out — what the caller's node built before, which a box from before 139eec7
+/// reads as its larger defaults (8,192 of context: admission past a stock Ollama's 4,096, the
+/// body's length bisectable again). The same program stating them is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_program_leaving_out_the_default_allowance_or_context_is_refused() {
+    let (owner, provider, provider_url, _) =
+        self_hosted_owner("Describe the taste in one line (BODY-OT-SMALL).").await;
+    let mut hostile = RawPeer::start(93, &owner).await;
+    let offered = hostile.advert(LIMIT, offers_taste).await;
+    let taste = offered
+        .skills
+        .iter()
+        .find(|s| s.name == "taste")
+        .expect("taste");
+    let (b, c) = (
+        skillbox_jc::program::SELF_HOSTED_BODY_MAX_TOKENS,
+        skillbox_jc::program::SELF_HOSTED_MODEL_CONTEXT_TOKENS,
+    );
+    assert_eq!((b, c), (1024, 4096));
+    assert_eq!(
+        (taste.body_max_tokens, taste.model_context_tokens),
+        (Some(b), Some(c)),
+        "the advert states the defaults"
+    );
+    for (i, (body, context)) in [(None, None), (Some(b), None), (None, Some(c))]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("t{i}");
+        let p = ollama_program(&offered, &hostile.key, &provider_url, &id, body, context);
+        assert_eq!(p.validate().map_err(|e| e.to_string()), Ok(()), "{id}");
+        let got = hostile
+            .request(
+                &id,
+                json!({"skill": "taste", "program": hostile.signed(&p)}),
+                LIMIT,
+            )
+            .await;
+        println!(
+            "allowance {body:?}, context {context:?}: {:?} {}",
+            got.kind, got.body
+        );
+        assert_eq!(
+            (got.kind, got.body["code"].as_str()),
+            (PayloadKind::CallFailed, Some("program_mismatch")),
+            "allowance {body:?}, context {context:?} left out was co-signed: {}",
+            got.body
+        );
+    }
+    let p = ollama_program(
+        &offered,
+        &hostile.key,
+        &provider_url,
+        "t-stated",
+        Some(b),
+        Some(c),
+    );
+    let got = hostile
+        .request(
+            "t-stated",
+            json!({"skill": "taste", "program": hostile.signed(&p)}),
+            LIMIT,
+        )
+        .await;
+    assert_eq!(got.kind, PayloadKind::CallAccepted, "{}", got.body);
+    assert!(
+        provider.0.lock().expect("log").is_empty(),
+        "nothing reached the model"
+    );
+    hostile.handle.shutdown().await;
+    support::stop_all([owner]).await;
+}
+
+/// Once the owner sets 24,576 / 32,768 for a self-hosted skill's 20 KB body (under the defaults
+/// it is not offered: [`a_body_over_its_allowance_is_not_offered_and_says_why`]), the caller's
+/// node builds the program from the advert, the owner co-signs it, and the model gets the whole
+/// body and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_owner_set_allowance_and_context_run_a_20_kb_body_on_a_self_hosted_model() {
     let (owner, caller, provider, _) = self_hosted_pair().await;
-    let id = caller
-        .start_call(&owner.peer_id, "taste", "my history")
-        .await;
-    let c = caller.wait_call(&id, LIMIT).await;
-    println!("under the defaults: {}", c["failure"]);
-    support::assert_failed_naming(&c, "unavailable");
-    assert!(
-        provider.0.lock().expect("log").is_empty(),
-        "a body over its allowance reached the model"
-    );
-
-    owner_sets_its_tokens(&owner, Some(&caller)).await;
     let id = caller
         .start_call(&owner.peer_id, "taste", "my history")
         .await;
@@ -117,7 +328,6 @@ async fn an_owner_set_allowance_and_context_run_a_20_kb_body_on_a_self_hosted_mo
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_caller_cannot_name_any_allowance_or_context_but_the_owners_set_ones() {
     let (owner, caller, provider, provider_url) = self_hosted_pair().await;
-    owner_sets_its_tokens(&owner, None).await;
     let mut hostile = RawPeer::start(91, &owner).await;
     let offered = hostile
         .advert(LIMIT, |a| {
@@ -129,13 +339,7 @@ async fn a_caller_cannot_name_any_allowance_or_context_but_the_owners_set_ones()
         .await;
     let key = hostile.key.clone();
     let program = |id: &str, body: Option<u64>, context: Option<u64>| {
-        let mut p: Program = admissible_program(&offered, &key, id);
-        p.provider.id = ProviderId::Ollama;
-        p.provider.host = Some(provider_url.clone());
-        p.owner_inputs.key_max_bytes = 0;
-        p.owner_inputs.body_max_tokens = body;
-        p.owner_inputs.model_context_tokens = context;
-        p
+        ollama_program(&offered, &key, &provider_url, id, body, context)
     };
     let (b, c) = (BODY_TOKENS, CONTEXT_TOKENS);
     let refused = [
@@ -210,7 +414,7 @@ fn assert_names(a: &support::Answer, field: &str) {
 /// and the smallest answer does not fit the context (the owner's or the provider's default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bad_values_are_refused_naming_the_field_and_change_nothing() {
-    let (owner, caller, _, _) = self_hosted_pair().await;
+    let (owner, _, _, _) = self_hosted_owner(&body_20_kb()).await;
     let before = owner.get("/skills/taste").await.body;
     let cases = [
         (json!({"bodyMaxTokens": 0}), "bodyMaxTokens"),
@@ -241,7 +445,7 @@ async fn bad_values_are_refused_naming_the_field_and_change_nothing() {
         assert_names(&a, field);
     }
     // Set, then moved to `local` with the context still set: refused too, naming the context.
-    owner_sets_its_tokens(&owner, None).await;
+    owner_sets_its_tokens(&owner).await;
     let a = owner
         .patch_json("/skills/taste", json!({"provider": "local"}))
         .await;
@@ -260,5 +464,5 @@ async fn bad_values_are_refused_naming_the_field_and_change_nothing() {
         assert_eq!(before.get(key), None, "{before}");
     }
     assert_eq!(after["declaration"], before["declaration"]);
-    support::stop_all([caller, owner]).await;
+    support::stop_all([owner]).await;
 }
