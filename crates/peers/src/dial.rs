@@ -30,6 +30,7 @@ use libp2p::Multiaddr;
 use libp2p::core::transport::{DialOpts, ListenerId, Transport, TransportError, TransportEvent};
 use libp2p::multiaddr::Protocol;
 
+use crate::mdns_found::GateChange;
 use crate::reach::{DialScope, dial_scope};
 
 /// Explicitly dialed addresses remembered at most (the operator alone adds them; the bound only
@@ -58,13 +59,13 @@ pub(crate) struct DialPolicy {
     configured: HashSet<Multiaddr>,
     explicit: Mutex<HashSet<Multiaddr>>,
     /// The LAN addresses [`crate::mdns_found::MdnsFound`] keeps, without `/p2p/<id>`: a copy
-    /// it alone replaces ([`DialPolicy::set_discovered`]), so the two never disagree.
+    /// it alone changes ([`DialPolicy::update_discovered`]), so the two never disagree.
     discovered: Mutex<HashSet<Multiaddr>>,
 }
 
 impl DialPolicy {
     /// `private`: `dial_private_addresses`; `mdns`: multicast discovery on (the LAN addresses it
-    /// discovers allowed, through [`DialPolicy::allow_discovered`]).
+    /// discovers allowed, through [`DialPolicy::update_discovered`]).
     pub(crate) fn new(
         private: bool,
         mdns: bool,
@@ -83,22 +84,37 @@ impl DialPolicy {
         }
     }
 
-    /// The LAN addresses mDNS found and [`crate::mdns_found::MdnsFound`] keeps, all of them:
-    /// these (and no others) are dialed for mDNS from now on, replacing the last set. An
-    /// address it stopped keeping (failed, kept too long, pushed out, expired) leaves with it,
-    /// and one it never kept never enters (review 28 R28-4). Without mDNS, or for an address
-    /// an mDNS answer may not name ([`crate::reach::mdns_lan`]), nothing is admitted.
-    pub(crate) fn set_discovered<'a>(&self, kept: impl IntoIterator<Item = &'a Multiaddr>) {
-        let set: HashSet<Multiaddr> = if self.mdns {
-            kept.into_iter()
-                .filter(|a| crate::reach::mdns_lan(a))
-                .map(dial_key)
-                .take(MAX_DISCOVERED_ADDRESSES)
-                .collect()
-        } else {
-            HashSet::new()
-        };
-        *self.discovered.lock().unwrap_or_else(|p| p.into_inner()) = set;
+    /// What changed in the LAN addresses mDNS found and [`crate::mdns_found::MdnsFound`] keeps:
+    /// these (and no others) are dialed for mDNS. An address it stopped keeping (failed, kept
+    /// too long, pushed out, expired) leaves with it, and one it never kept never enters
+    /// (review 28 R28-4). Only the difference comes, not the whole set rebuilt on each change
+    /// (review 29 R29-10: up to 2,048 addresses for one address a LAN host named or expired).
+    /// Without mDNS, or for an address an mDNS answer may not name
+    /// ([`crate::reach::mdns_lan`]), nothing is admitted.
+    pub(crate) fn update_discovered(&self, changes: impl IntoIterator<Item = GateChange>) {
+        let mut set = self.discovered.lock().unwrap_or_else(|p| p.into_inner());
+        for change in changes {
+            match change {
+                GateChange::Admit(addr) => {
+                    let admissible = self.mdns && crate::reach::mdns_lan(&addr);
+                    if admissible && set.len() < MAX_DISCOVERED_ADDRESSES {
+                        set.insert(dial_key(&addr));
+                    }
+                }
+                GateChange::Revoke(addr) => {
+                    set.remove(&dial_key(&addr));
+                }
+            }
+        }
+    }
+
+    /// mDNS-found addresses admitted now.
+    #[cfg(test)]
+    pub(crate) fn discovered_count(&self) -> usize {
+        self.discovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     /// The operator dialed `addr` explicitly (`skillbox peer add`): dialed whatever it is.
@@ -152,7 +168,7 @@ fn operator_keys(addr: &Multiaddr) -> Vec<Multiaddr> {
 
 /// `addr` without its trailing `/p2p/<id>`s: the swarm appends the peer id to what it dials,
 /// the operator may or may not have written one.
-fn dial_key(addr: &Multiaddr) -> Multiaddr {
+pub(crate) fn dial_key(addr: &Multiaddr) -> Multiaddr {
     let mut key = addr.clone();
     while matches!(key.iter().last(), Some(Protocol::P2p(_))) {
         key.pop();
@@ -300,7 +316,7 @@ mod tests {
             "/ip4/10.0.0.1/tcp/4001/p2p/{}",
             libp2p::PeerId::random()
         ));
-        mdns.set_discovered([&named]);
+        mdns.update_discovered([GateChange::Admit(named.clone())]);
         assert!(mdns.allows(&found), "the discovered address is dialed");
         assert!(
             !mdns.allows(&ssh),
@@ -312,16 +328,18 @@ mod tests {
         let loopback = addr("/ip4/127.0.0.1/tcp/4001");
         let tailnet = addr("/ip4/100.100.1.1/tcp/4001");
         let metadata = addr("/ip4/169.254.169.254/tcp/80");
-        mdns.set_discovered([&named, &loopback, &tailnet, &metadata]);
+        mdns.update_discovered(
+            [&loopback, &tailnet, &metadata].map(|a| GateChange::Admit(a.clone())),
+        );
         assert!(mdns.allows(&found));
         for refused in [&loopback, &tailnet, &metadata] {
             assert!(!mdns.allows(refused), "{refused}");
         }
-        mdns.set_discovered([]);
+        mdns.update_discovered([GateChange::Revoke(named)]);
         assert!(!mdns.allows(&found), "no longer kept, no longer dialed");
         // Without mDNS a discovery (which cannot happen) opens nothing either.
         let off = DialPolicy::new(false, false, []);
-        off.set_discovered([&found]);
+        off.update_discovered([GateChange::Admit(found.clone())]);
         assert!(!off.allows(&found));
     }
 

@@ -18,22 +18,32 @@
 //! - peers with the fewest failures are dialed first, and a full set makes room for a new peer
 //!   by dropping the one that failed most: an honest LAN peer found after a flood of fake ones
 //!   is still dialed (and re-dialed, the purpose of dec7a38: one failed dial must not leave a
-//!   LAN peer unreached until mDNS's next query minutes later).
+//!   LAN peer unreached until mDNS's next query minutes later);
+//! - likewise within one peer (review 29 R29-8): its id is public on the LAN (its own answers
+//!   name it), so a LAN host can name it with 8 unreachable addresses before its real answer
+//!   arrives. Failures are counted per address too, a new address of a peer whose slots are full
+//!   takes the place of the one that failed most (never of one that connected, nor of one not
+//!   tried yet), and each peer's addresses are dialed those that connected first, then the
+//!   fewest failures first.
 //!
 //! It is also the one owner of which mDNS-found addresses the dial gate admits (review 28
-//! R28-4): the gate's set is replaced by [`MdnsFound::addresses`] whenever
-//! [`MdnsFound::take_change`] says it changed. The gate kept a set of its own, fed also with
-//! addresses this bookkeeping refused and emptied only by mDNS's own expiry (at the answer's
-//! TTL): a LAN host naming 1,024 addresses with a huge TTL filled it for good, and an honest
-//! peer found later was kept and dialed here and refused there.
+//! R28-4): the gate admits an address when this bookkeeping starts keeping it and revokes it
+//! when no peer here keeps it any more, as [`MdnsFound::take_changes`] hands over. The gate
+//! once kept a set of its own, fed also with addresses this bookkeeping refused and emptied only
+//! by mDNS's own expiry (at the answer's TTL): a LAN host naming 1,024 addresses with a huge TTL
+//! made an honest peer found later kept and dialed here and refused there. Only the difference
+//! travels (review 29 R29-10): the gate used to be rebuilt from all 2,048 addresses on every
+//! change, and a LAN host naming and expiring one address per packet bought that rebuild with
+//! each packet.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use libp2p::swarm::ConnectionId;
 use libp2p::{Multiaddr, PeerId};
 use tokio::time::Instant;
 
+use crate::dial::dial_key;
 use crate::index::Draw;
 use crate::reach::mdns_lan;
 
@@ -72,15 +82,38 @@ pub(crate) enum Discovery {
     NotLan,
     /// Kept for dialing.
     Kept,
-    /// A LAN address, but the set (or the peer's addresses) is full of peers not failing.
+    /// A LAN address, but the set (or the peer's addresses) is full of peers (addresses) not
+    /// failing.
     NotKept,
+}
+
+/// What the dial gate is to do with one address, as [`MdnsFound::take_changes`] hands it over:
+/// the address as a transport dials it ([`dial_key`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum GateChange {
+    /// A peer here keeps it now and none did at the last hand-over.
+    Admit(Multiaddr),
+    /// No peer here keeps it any more.
+    Revoke(Multiaddr),
+}
+
+/// One address of a peer mDNS found.
+#[derive(Debug)]
+struct Address {
+    addr: Multiaddr,
+    /// `addr` as a transport dials it: what the gate admits and what a dial error names.
+    key: Multiaddr,
+    /// Dials of the peer in which this address failed (a connection through it resets it).
+    failures: u32,
+    /// A dial of the peer connected through it: the peer's real address, never displaced.
+    connected: bool,
 }
 
 /// One LAN peer mDNS found: where, when it is next dialed if still not connected, and until
 /// when it is kept.
 #[derive(Debug)]
 struct Found {
-    addrs: Vec<Multiaddr>,
+    addrs: Vec<Address>,
     next_dial: Instant,
     wait: Duration,
     /// Dials in a row that failed (a connection resets it).
@@ -88,14 +121,47 @@ struct Found {
     keep_until: Instant,
 }
 
+/// Which dial keys the peers here keep, by how many of their addresses, and which changed
+/// since the gate last heard: the gate's copy is this map's keys.
+#[derive(Debug, Default)]
+struct Kept {
+    count: HashMap<Multiaddr, usize>,
+    changed: HashSet<Multiaddr>,
+}
+
+impl Kept {
+    fn add(&mut self, key: &Multiaddr) {
+        let n = self.count.entry(key.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.changed.insert(key.clone());
+        }
+    }
+
+    fn remove(&mut self, key: &Multiaddr) {
+        if let Some(n) = self.count.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.count.remove(key);
+                self.changed.insert(key.clone());
+            }
+        }
+    }
+
+    /// A peer's entry left: none of its addresses is kept for it any more.
+    fn remove_peer(&mut self, found: &Found) {
+        for a in &found.addrs {
+            self.remove(&a.key);
+        }
+    }
+}
+
 /// The LAN peers mDNS found and has not expired, and the dials under way to them.
 pub(crate) struct MdnsFound {
     peers: HashMap<PeerId, Found>,
     pending: HashMap<ConnectionId, (PeerId, Instant)>,
     draw: Draw,
-    /// An address was kept or dropped since [`MdnsFound::take_change`] last said so: the dial
-    /// gate's copy is stale.
-    changed: bool,
+    kept: Kept,
 }
 
 impl MdnsFound {
@@ -105,11 +171,13 @@ impl MdnsFound {
             peers: HashMap::new(),
             pending: HashMap::new(),
             draw,
-            changed: false,
+            kept: Kept::default(),
         }
     }
 
-    /// mDNS discovered `peer` at `addr`: a LAN address is kept (and the peer due at once).
+    /// mDNS discovered `peer` at `addr`: a LAN address is kept (and the peer due at once). When
+    /// the peer's addresses are full, it takes the place of the one that failed most, if one
+    /// failed and never connected (review 29 R29-8).
     pub(crate) fn discovered(&mut self, peer: PeerId, addr: &Multiaddr, now: Instant) -> Discovery {
         if !mdns_lan(addr) {
             return Discovery::NotLan;
@@ -124,14 +192,34 @@ impl MdnsFound {
             failures: 0,
             keep_until: now + KEEP_AT_MOST,
         });
-        if found.addrs.contains(addr) {
+        if found.addrs.iter().any(|a| a.addr == *addr) {
             return Discovery::Kept;
         }
         if found.addrs.len() >= MAX_ADDRESSES_PER_PEER {
-            return Discovery::NotKept;
+            let worst = found
+                .addrs
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| !a.connected && a.failures > 0)
+                .max_by_key(|(_, a)| a.failures)
+                .map(|(i, _)| i);
+            let Some(worst) = worst else {
+                return Discovery::NotKept;
+            };
+            let gone = found.addrs.swap_remove(worst);
+            self.kept.remove(&gone.key);
         }
-        found.addrs.push(addr.clone());
-        self.changed = true;
+        let key = dial_key(addr);
+        self.kept.add(&key);
+        found.addrs.push(Address {
+            addr: addr.clone(),
+            key,
+            failures: 0,
+            connected: false,
+        });
+        // A new address is worth a dial now, not at the end of a wait its peer's other
+        // addresses' failures doubled (the dials under way stay within PENDING_MAX).
+        found.next_dial = found.next_dial.min(now);
         Discovery::Kept
     }
 
@@ -147,10 +235,9 @@ impl MdnsFound {
             .filter(|(_, f)| f.failures > 0)
             .max_by_key(|(_, f)| f.failures)
             .map(|(peer, _)| *peer);
-        match worst {
-            Some(peer) => {
-                self.peers.remove(&peer);
-                self.changed = true;
+        match worst.and_then(|peer| self.peers.remove(&peer)) {
+            Some(gone) => {
+                self.kept.remove_peer(&gone);
                 true
             }
             None => false,
@@ -160,9 +247,10 @@ impl MdnsFound {
     /// mDNS expired its discovery of `peer` at `addr`.
     pub(crate) fn expired(&mut self, peer: &PeerId, addr: &Multiaddr) {
         if let Some(found) = self.peers.get_mut(peer) {
-            let before = found.addrs.len();
-            found.addrs.retain(|a| a != addr);
-            self.changed |= found.addrs.len() != before;
+            if let Some(at) = found.addrs.iter().position(|a| a.addr == *addr) {
+                let gone = found.addrs.swap_remove(at);
+                self.kept.remove(&gone.key);
+            }
             if found.addrs.is_empty() {
                 self.peers.remove(peer);
             }
@@ -174,7 +262,8 @@ impl MdnsFound {
     /// leaves once its connected and pending outbound peers are counted) and at most
     /// [`PENDING_MAX`] under way in all. Each one's next dial is scheduled; the caller reports
     /// the dial with [`MdnsFound::dialing`]. Entries past their keep time leave here, and a
-    /// connected peer's is renewed.
+    /// connected peer's is renewed. A peer's addresses come those that connected first, then
+    /// the fewest failures first: the swarm tries them in this order.
     pub(crate) fn due(
         &mut self,
         now: Instant,
@@ -190,9 +279,14 @@ impl MdnsFound {
                 found.keep_until = now + KEEP_AT_MOST;
             }
         }
-        let before = self.peers.len();
-        self.peers.retain(|_, found| found.keep_until > now);
-        self.changed |= self.peers.len() != before;
+        let kept = &mut self.kept;
+        self.peers.retain(|_, found| {
+            let keep = found.keep_until > now;
+            if !keep {
+                kept.remove_peer(found);
+            }
+            keep
+        });
         let room = room.min(PENDING_MAX.saturating_sub(self.pending.len()));
         if room == 0 {
             return Vec::new();
@@ -216,7 +310,8 @@ impl MdnsFound {
             };
             found.next_dial = now + found.wait.mul_f64(jitter);
             found.wait = (found.wait * 2).min(MAX_WAIT);
-            dials.push((peer, found.addrs.clone()));
+            found.addrs.sort_by_key(|a| (!a.connected, a.failures));
+            dials.push((peer, found.addrs.iter().map(|a| a.addr.clone()).collect()));
         }
         dials
     }
@@ -231,42 +326,83 @@ impl MdnsFound {
         self.pending.insert(connection, (peer, now));
     }
 
-    /// A dial ended in failure (the swarm's `OutgoingConnectionError`): counted against its
-    /// peer, which leaves after [`FAILED_DIALS_MAX`] in a row. Not one of ours: nothing.
-    pub(crate) fn dial_failed(&mut self, connection: ConnectionId) {
+    /// A dial ended in failure (the swarm's `OutgoingConnectionError`), at the addresses
+    /// `failed` (those the error names, with or without `/p2p/<id>`): counted against its
+    /// peer, which leaves after [`FAILED_DIALS_MAX`] in a row, and against each of those
+    /// addresses of it. Not one of ours: nothing.
+    pub(crate) fn dial_failed<'a>(
+        &mut self,
+        connection: ConnectionId,
+        failed: impl IntoIterator<Item = &'a Multiaddr>,
+    ) {
         let Some((peer, _)) = self.pending.remove(&connection) else {
             return;
         };
-        if let Some(found) = self.peers.get_mut(&peer) {
-            found.failures += 1;
-            if found.failures >= FAILED_DIALS_MAX {
-                self.peers.remove(&peer);
-                self.changed = true;
+        let Some(found) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        found.failures += 1;
+        if found.failures >= FAILED_DIALS_MAX {
+            if let Some(gone) = self.peers.remove(&peer) {
+                self.kept.remove_peer(&gone);
             }
+            return;
+        }
+        let failed: HashSet<Multiaddr> = failed.into_iter().map(dial_key).collect();
+        for a in found.addrs.iter_mut().filter(|a| failed.contains(&a.key)) {
+            a.failures += 1;
         }
     }
 
-    /// A connection to `peer` is up (ours as `connection`, or any other): the peer answers, so
-    /// its failures are forgotten and it is kept [`KEEP_AT_MOST`] from now.
-    pub(crate) fn connected(&mut self, peer: &PeerId, connection: ConnectionId, now: Instant) {
+    /// A connection to `peer` is up (ours as `connection`, or any other; `dialed` the address
+    /// this node dialed, if it dialed): the peer answers, so its failures are forgotten and it
+    /// is kept [`KEEP_AT_MOST`] from now, and the address it answered at is never displaced.
+    pub(crate) fn connected(
+        &mut self,
+        peer: &PeerId,
+        connection: ConnectionId,
+        dialed: Option<&Multiaddr>,
+        now: Instant,
+    ) {
         self.pending.remove(&connection);
         if let Some(found) = self.peers.get_mut(peer) {
             found.failures = 0;
             found.wait = FIRST_WAIT;
             found.keep_until = now + KEEP_AT_MOST;
+            if let Some(dialed) = dialed.map(dial_key) {
+                for a in found.addrs.iter_mut().filter(|a| a.key == dialed) {
+                    a.failures = 0;
+                    a.connected = true;
+                }
+            }
         }
     }
 
-    /// Whether an address was kept or dropped since the last call (which clears it): the
-    /// caller then hands [`MdnsFound::addresses`] to the dial gate.
-    pub(crate) fn take_change(&mut self) -> bool {
-        std::mem::take(&mut self.changed)
+    /// What the dial gate must do since the last call (which clears it) to admit exactly the
+    /// addresses kept: one change per address whose being kept flipped, not the whole set. The
+    /// caller hands these over after each call that may keep or drop an address (and before
+    /// dialing), so they never pile up.
+    pub(crate) fn take_changes(&mut self) -> Vec<GateChange> {
+        let count = &self.kept.count;
+        self.kept
+            .changed
+            .drain()
+            .map(|key| {
+                if count.contains_key(&key) {
+                    GateChange::Admit(key)
+                } else {
+                    GateChange::Revoke(key)
+                }
+            })
+            .collect()
     }
 
-    /// Addresses kept, over all peers: what the dial gate admits for mDNS, at most
-    /// [`MAX_PEERS`] x [`MAX_ADDRESSES_PER_PEER`].
-    pub(crate) fn addresses(&self) -> impl Iterator<Item = &Multiaddr> {
-        self.peers.values().flat_map(|f| f.addrs.iter())
+    /// Addresses kept, over all peers, at most [`MAX_PEERS`] x [`MAX_ADDRESSES_PER_PEER`].
+    #[cfg(test)]
+    fn addresses(&self) -> impl Iterator<Item = &Multiaddr> {
+        self.peers
+            .values()
+            .flat_map(|f| f.addrs.iter().map(|a| &a.addr))
     }
 
     /// Peers kept.
@@ -369,7 +505,7 @@ mod tests {
             let now = t0 + TICK * tick;
             under_way.retain(|(c, ends)| {
                 if *ends <= now {
-                    set.dial_failed(*c);
+                    set.dial_failed(*c, []);
                     false
                 } else {
                     true
@@ -462,10 +598,10 @@ mod tests {
         let c = ConnectionId::new_unchecked(1);
         set.dialing(honest, c, t0);
         assert!(set.due(t0, TARGET, |_| false).is_empty(), "not doubled");
-        set.dial_failed(c);
+        set.dial_failed(c, []);
         let again = set.due(t0 + Duration::from_millis(1_100), TARGET, |_| false);
         assert_eq!(again.len(), 1, "re-dialed a second after the failure");
-        set.connected(&honest, ConnectionId::new_unchecked(2), t0);
+        set.connected(&honest, ConnectionId::new_unchecked(2), None, t0);
 
         // A flood that fills the set, each fake failing once.
         let t1 = t0 + Duration::from_secs(5);
@@ -478,7 +614,7 @@ mod tests {
                 let c = ConnectionId::new_unchecked(n);
                 n += 1;
                 set.dialing(peer, c, t);
-                set.dial_failed(c);
+                set.dial_failed(c, []);
             }
             t += TICK;
             assert!(
@@ -508,9 +644,14 @@ mod tests {
     fn the_dial_gate_admits_exactly_the_addresses_kept() {
         let gate = crate::dial::DialPolicy::new(false, true, []);
         let sync = |set: &mut MdnsFound| {
-            if set.take_change() {
-                gate.set_discovered(set.addresses());
-            }
+            gate.update_discovered(set.take_changes());
+            // The gate's copy is exactly the set kept, changed by differences alone.
+            let kept: HashSet<Multiaddr> = set.addresses().map(dial_key).collect();
+            assert_eq!(
+                gate.discovered_count(),
+                kept.len(),
+                "the gate's copy drifted"
+            );
         };
         let t0 = Instant::now();
         let mut set = found();
@@ -526,7 +667,7 @@ mod tests {
             }
         }
         sync(&mut set);
-        assert!(!set.take_change(), "a change is told once");
+        assert!(set.take_changes().is_empty(), "a change is told once");
         let kept: Vec<Multiaddr> = set.addresses().cloned().collect();
         assert_eq!(kept.len(), 2_048);
         assert!(
@@ -543,11 +684,15 @@ mod tests {
         sync(&mut set);
         assert!(!gate.allows(&ninth) && !gate.allows(&honest));
         // The first fake fails out: its addresses leave the gate.
-        let gone = set.peers[&fakes[0]].addrs.clone();
+        let gone: Vec<Multiaddr> = set.peers[&fakes[0]]
+            .addrs
+            .iter()
+            .map(|a| a.addr.clone())
+            .collect();
         for i in 0..FAILED_DIALS_MAX {
             let c = ConnectionId::new_unchecked(i as usize);
             set.dialing(fakes[0], c, t0);
-            set.dial_failed(c);
+            set.dial_failed(c, []);
         }
         sync(&mut set);
         assert!(
@@ -565,8 +710,12 @@ mod tests {
         // other.
         let c = ConnectionId::new_unchecked(100);
         set.dialing(fakes[1], c, t0);
-        set.dial_failed(c);
-        let pushed = set.peers[&fakes[1]].addrs.clone();
+        set.dial_failed(c, []);
+        let pushed: Vec<Multiaddr> = set.peers[&fakes[1]]
+            .addrs
+            .iter()
+            .map(|a| a.addr.clone())
+            .collect();
         let newcomer = addr("/ip4/192.168.1.22/tcp/4001");
         assert_eq!(
             set.discovered(PeerId::random(), &newcomer, t0),
@@ -586,6 +735,175 @@ mod tests {
         set.due(t0 + KEEP_AT_MOST + TICK, TARGET, |_| false);
         sync(&mut set);
         assert!(!gate.allows(&honest) && !gate.allows(&kept[2_047]));
+    }
+
+    /// Review 29 R29-8: a LAN host names the honest peer P's id (public on the LAN) with 8
+    /// unreachable addresses before P's own answer. Once each has failed, P's real address
+    /// takes the place of one, is admitted by the gate and dialed first; once it connected, no
+    /// address the squatter names again displaces it. Before, P's address was `NotKept` for as
+    /// long as the squatter refilled the entry, and refused by the gate too.
+    #[test]
+    fn an_honest_address_displaces_failing_squatted_ones_of_the_same_peer() {
+        let gate = crate::dial::DialPolicy::new(false, true, []);
+        let t0 = Instant::now();
+        let mut set = found();
+        let p = PeerId::random();
+        let fakes: Vec<Multiaddr> = (0..MAX_ADDRESSES_PER_PEER)
+            .map(|i| addr(&format!("/ip4/10.66.0.{}/tcp/4001", i + 1)))
+            .collect();
+        for fake in &fakes {
+            assert_eq!(set.discovered(p, fake, t0), Discovery::Kept);
+        }
+        gate.update_discovered(set.take_changes());
+        // Not tried yet: the squatter's addresses hold (a newcomer does not push out an
+        // address nobody has tried, or a squatter would push out P's).
+        let honest = addr("/ip4/192.168.1.20/tcp/4001");
+        assert_eq!(set.discovered(p, &honest, t0), Discovery::NotKept);
+        // P is dialed at all 8; each fails, named as the swarm names them (with `/p2p/<id>`).
+        let due = set.due(t0, TARGET, |_| false);
+        assert_eq!(due.len(), 1);
+        set.dialing(p, ConnectionId::new_unchecked(1), t0);
+        let named: Vec<Multiaddr> = fakes
+            .iter()
+            .map(|a| a.clone().with(libp2p::multiaddr::Protocol::P2p(p)))
+            .collect();
+        set.dial_failed(ConnectionId::new_unchecked(1), &named);
+        assert!(set.peers[&p].addrs.iter().all(|a| a.failures == 1));
+        // P's real answer arrives: kept in place of a failing fake, and admitted by the gate.
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(
+            set.discovered(p, &honest, t1),
+            Discovery::Kept,
+            "the honest address of a squatted peer id not kept"
+        );
+        gate.update_discovered(set.take_changes());
+        assert!(
+            gate.allows(&honest),
+            "the honest address refused by the dial gate"
+        );
+        assert_eq!(set.peers[&p].addrs.len(), MAX_ADDRESSES_PER_PEER);
+        let displaced: Vec<&Multiaddr> = fakes.iter().filter(|f| !gate.allows(f)).collect();
+        assert_eq!(displaced.len(), 1, "one fake gave way: {displaced:?}");
+        // Dialed now (not at the end of the doubled wait), the honest address tried first.
+        let due = set.due(t1, TARGET, |_| false);
+        assert_eq!(due.len(), 1, "the new address is dialed at once");
+        assert_eq!(due[0].1.first(), Some(&honest), "the untried address first");
+        set.dialing(p, ConnectionId::new_unchecked(2), t1);
+        set.connected(
+            &p,
+            ConnectionId::new_unchecked(2),
+            Some(&honest.clone().with(libp2p::multiaddr::Protocol::P2p(p))),
+            t1,
+        );
+        // The squatter keeps naming new addresses for P and they keep failing: they replace
+        // one another, never the address P answered at.
+        for round in 0..50u32 {
+            let now = t1 + Duration::from_secs(u64::from(round) + 1);
+            let failing: Vec<Multiaddr> = set.peers[&p]
+                .addrs
+                .iter()
+                .filter(|a| !a.connected)
+                .map(|a| a.addr.clone())
+                .collect();
+            let c = ConnectionId::new_unchecked(10 + round as usize);
+            set.dialing(p, c, now);
+            set.dial_failed(c, &failing);
+            let fresh = addr(&format!("/ip4/10.67.{}.1/tcp/4001", round));
+            assert_eq!(set.discovered(p, &fresh, now), Discovery::Kept);
+            gate.update_discovered(set.take_changes());
+            assert!(gate.allows(&fresh));
+            assert!(
+                set.peers[&p].addrs.iter().any(|a| a.addr == honest),
+                "the connected address displaced at round {round}"
+            );
+            assert!(gate.allows(&honest));
+            set.connected(&p, ConnectionId::new_unchecked(5_000), None, now);
+        }
+        assert_eq!(gate.discovered_count(), MAX_ADDRESSES_PER_PEER);
+    }
+
+    /// Review 29 R29-10: a LAN host keeps one peer id and names and expires one address over
+    /// and over, with 2,048 addresses kept. The gate hears one change per flip of that
+    /// address; it was handed (and rebuilt) all 2,048 on each, 40,960,000 over these flips.
+    #[test]
+    fn ten_thousand_flips_of_one_address_hand_the_gate_one_change_each() {
+        const FLIPS: usize = 10_000;
+        let gate = crate::dial::DialPolicy::new(false, true, []);
+        let t0 = Instant::now();
+        let mut set = found();
+        let peers: Vec<PeerId> = (0..MAX_PEERS).map(|_| PeerId::random()).collect();
+        let mut n = 0u16;
+        for peer in &peers {
+            for _ in 0..MAX_ADDRESSES_PER_PEER {
+                let a = addr(&format!("/ip4/10.9.{}.{}/tcp/4001", n / 250, n % 250 + 1));
+                assert_eq!(set.discovered(*peer, &a, t0), Discovery::Kept);
+                n += 1;
+            }
+        }
+        let first = set.take_changes();
+        assert_eq!(first.len(), 2_048);
+        gate.update_discovered(first);
+        // The flipping peer frees one slot, then its host flips an address in it.
+        let flipper = peers[0];
+        let slot = set.peers[&flipper].addrs[0].addr.clone();
+        set.expired(&flipper, &slot);
+        gate.update_discovered(set.take_changes());
+        let flip = addr("/ip4/10.99.0.1/tcp/4001");
+        let (mut handed, mut most) = (0usize, 0usize);
+        let started = std::time::Instant::now();
+        for _ in 0..FLIPS {
+            assert_eq!(set.discovered(flipper, &flip, t0), Discovery::Kept);
+            let changes = set.take_changes();
+            (handed, most) = (handed + changes.len(), most.max(changes.len()));
+            gate.update_discovered(changes);
+            assert!(gate.allows(&flip));
+            set.expired(&flipper, &flip);
+            let changes = set.take_changes();
+            (handed, most) = (handed + changes.len(), most.max(changes.len()));
+            gate.update_discovered(changes);
+            assert!(!gate.allows(&flip));
+        }
+        let took = started.elapsed();
+        eprintln!(
+            "{FLIPS} name/expire flips with 2,047 kept: {handed} addresses handed to the gate \
+             (at most {most} at once) in {took:?}; a whole rebuild handed 2,047 or 2,048 each"
+        );
+        assert_eq!(handed, 2 * FLIPS, "addresses handed to the gate");
+        assert_eq!(most, 1);
+        // The gate's copy is still exactly the set kept.
+        let kept: HashSet<Multiaddr> = set.addresses().map(dial_key).collect();
+        assert_eq!(kept.len(), 2_047);
+        assert_eq!(gate.discovered_count(), 2_047);
+        assert!(kept.iter().all(|a| gate.allows(a)));
+    }
+
+    /// The same address kept for two peers (a LAN host may name one address for many ids)
+    /// stays admitted until the last of them drops it.
+    #[test]
+    fn an_address_kept_for_two_peers_stays_admitted_until_both_drop_it() {
+        let gate = crate::dial::DialPolicy::new(false, true, []);
+        let t0 = Instant::now();
+        let mut set = found();
+        let (a, b) = (PeerId::random(), PeerId::random());
+        let shared = addr("/ip4/10.5.5.5/tcp/4001");
+        set.discovered(a, &shared, t0);
+        set.discovered(
+            b,
+            &shared.clone().with(libp2p::multiaddr::Protocol::P2p(b)),
+            t0,
+        );
+        gate.update_discovered(set.take_changes());
+        assert!(gate.allows(&shared));
+        set.expired(&a, &shared);
+        gate.update_discovered(set.take_changes());
+        assert!(gate.allows(&shared), "b still keeps it");
+        set.expired(
+            &b,
+            &shared.clone().with(libp2p::multiaddr::Protocol::P2p(b)),
+        );
+        gate.update_discovered(set.take_changes());
+        assert!(!gate.allows(&shared));
+        assert_eq!(gate.discovered_count(), 0);
     }
 
     /// A full set of peers that never failed is not pushed out by newcomers.

@@ -12,7 +12,7 @@ use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundRequestId, ProtocolSupport};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
-use libp2p::swarm::{ConnectionId, NetworkBehaviour, SwarmEvent};
+use libp2p::swarm::{ConnectionId, DialError, NetworkBehaviour, SwarmEvent};
 use libp2p::{
     Multiaddr, PeerId, StreamProtocol, Swarm, autonat, connection_limits, dcutr, gossipsub,
     identify, identity::Keypair, kad, mdns, noise, relay, tcp, yamux,
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::PeersError;
 use crate::advert::{DEFAULT_MAX_ADVERT_BYTES, Offer, sign_advert};
-use crate::announce::Announcements;
+use crate::announce::{Announcements, Request};
 use crate::board::{Board, BoardConfig, BoardRow, DEFAULT_MAX_ENTRIES, DEFAULT_MAX_TOTAL_BYTES};
 use crate::dial::{DialGate, DialPolicy};
 use crate::index::{
@@ -1366,6 +1366,8 @@ impl Task {
     /// Announce every provided key again: once the routing table is filled, if some went out
     /// before (records sent while this node knew only its bootstrap peer went to the wrong
     /// servers), and whenever an external address is confirmed (records carry the addresses).
+    /// A key whose announcement is under way is announced when that one ends, not beside it
+    /// (review 29 R29-11: relay churn confirmed addresses faster than the walks ended).
     fn reprovide(&mut self) {
         for key in self.provided.clone() {
             if let Err(e) = self.announce(&key) {
@@ -1374,9 +1376,19 @@ impl Task {
         }
     }
 
-    /// Announce `key` (store this node's provider record, then send it to the servers closest
-    /// to the key), noting when, so it is republished a period from now.
+    /// Announce `key` now or, while its last announcement is under way, once that one ends
+    /// ([`Announcements::request`]). The query returned is the one whose end tells: the new
+    /// one, or the one under way (whose end starts the next, see `on_kad`).
     fn announce(&mut self, key: &[u8]) -> Result<kad::QueryId, kad::store::Error> {
+        match self.announcements.request(key) {
+            Request::Waits(query) => Ok(query),
+            Request::Start => self.start_announcement(key),
+        }
+    }
+
+    /// Start announcing `key` (store this node's provider record, then send it to the servers
+    /// closest to the key), noting when, so it is republished a period from now.
+    fn start_announcement(&mut self, key: &[u8]) -> Result<kad::QueryId, kad::store::Error> {
         let query = self
             .swarm
             .behaviour_mut()
@@ -1388,7 +1400,8 @@ impl Task {
     }
 
     /// Announce again each key this node provides (the offer's and any other it stores its
-    /// own record of) whose last announcement started `index_republish` ago and has ended.
+    /// own record of) whose last announcement started `index_republish` ago (or was asked for
+    /// again) and has ended.
     fn republish(&mut self) {
         let now = Instant::now().into_std();
         let due = {
@@ -1398,7 +1411,7 @@ impl Task {
                 .due(provided.iter().map(Vec::as_slice), now)
         };
         for key in due {
-            if let Err(e) = self.announce(&key) {
+            if let Err(e) = self.start_announcement(&key) {
                 tracing::warn!(error = ?e, "cannot republish an index key");
             }
         }
@@ -1665,12 +1678,28 @@ impl Task {
                 step,
                 ..
             } if step.last => {
-                self.announcements.ended(id);
-                if self.announcing.remove(&id) {
-                    if result.is_err() {
-                        self.announce_failed += 1;
+                let indexing = self.announcing.remove(&id);
+                // Asked for again while this one ran (a confirmed address, the offer set anew):
+                // its turn now, and the offer's announcement is done when that one is.
+                let mut next = None;
+                if let Some(key) = self.announcements.ended(id) {
+                    match self.start_announcement(&key) {
+                        Ok(query) => next = Some(query),
+                        Err(e) => tracing::warn!(error = ?e, "cannot provide an index key"),
                     }
-                    self.announced_done();
+                }
+                match next {
+                    Some(query) if indexing => {
+                        self.announcing.insert(query);
+                    }
+                    Some(_) => {}
+                    None if indexing => {
+                        if result.is_err() {
+                            self.announce_failed += 1;
+                        }
+                        self.announced_done();
+                    }
+                    None => {}
                 }
             }
             kad::Event::OutboundQueryProgressed {
@@ -1928,10 +1957,11 @@ impl Task {
 
     /// With mDNS on, the dial gate admits the LAN addresses mDNS found, not every LAN address
     /// some peer names (review 23b P5), and exactly those [`MdnsFound`] keeps: none it refused,
-    /// and none it dropped (review 28 R28-4).
+    /// and none it dropped (review 28 R28-4); only what changed travels (review 29 R29-10).
     fn sync_mdns_gate(&mut self) {
-        if self.mdns_found.take_change() {
-            self.dial_policy.set_discovered(self.mdns_found.addresses());
+        let changes = self.mdns_found.take_changes();
+        if !changes.is_empty() {
+            self.dial_policy.update_discovered(changes);
         }
     }
 
@@ -2265,8 +2295,12 @@ impl Task {
                 ..
             } => {
                 let address = endpoint.get_remote_address().clone();
-                self.mdns_found
-                    .connected(&peer_id, connection_id, Instant::now());
+                self.mdns_found.connected(
+                    &peer_id,
+                    connection_id,
+                    endpoint.is_dialer().then_some(&address),
+                    Instant::now(),
+                );
                 if let ConnectedPoint::Dialer { address, .. } = &endpoint {
                     self.swarm.add_peer_address(peer_id, address.clone());
                 }
@@ -2325,7 +2359,16 @@ impl Task {
                 error,
                 ..
             } => {
-                self.mdns_found.dial_failed(connection_id);
+                // Which addresses failed, so that one a LAN host squats a peer's slots with
+                // gives way to the peer's real one (review 29 R29-8).
+                let failed: Vec<&Multiaddr> = match &error {
+                    DialError::Transport(tried) => tried.iter().map(|(a, _)| a).collect(),
+                    DialError::WrongPeerId { address, .. } | DialError::LocalPeerId { address } => {
+                        vec![address]
+                    }
+                    _ => Vec::new(),
+                };
+                self.mdns_found.dial_failed(connection_id, failed);
                 self.sync_mdns_gate();
                 if let Some((addr, reply)) = self.dialing.remove(&connection_id) {
                     let _ = reply.send(Err(PeersError::Dial {

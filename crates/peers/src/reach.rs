@@ -148,10 +148,20 @@ pub(crate) fn dial_scope(addr: &Multiaddr) -> DialScope {
 /// own position, so an address the node reaches and the LAN host does not is refused:
 /// - `100.64.0.0/10` (carrier-grade NAT, and the tailnets of Tailscale and Headscale);
 /// - `198.18.0.0/15` (benchmarking, also the "fake IP" range of some VPN clients);
-/// - the cloud metadata services, `169.254.169.254` and `fd00:ec2::254`;
+/// - `192.0.0.0/24` (IETF protocol assignments: the DS-Lite AFTR `192.0.0.1`, PCP and TURN
+///   anycast `192.0.0.9`/`.10`, on the ISP's side and reached over the default route, like
+///   carrier-grade NAT; review 29 R29-9);
+/// - the cloud service endpoints on link-local addresses, `169.254.169.0/24` and
+///   `169.254.170.0/24` (instance metadata `.169.254`, Amazon DNS `.169.253`, time sync
+///   `.169.123`, container credentials `169.254.170.2`, pod identity `.170.23`) and
+///   `fd00:ec2::/32` (their IPv6 twins): services of the node's host, never LAN peers (R29-9);
 /// - site-local `fec0::/10` (deprecated; the LAN's peers have link-local or ULA addresses).
 ///
-/// What stays: RFC 1918, link-local (`169.254/16`, `fe80::/10`), unique-local `fc00::/7`, and
+/// A libp2p dial sends only multistream and Noise bytes, so dialing these leaks no credential;
+/// what it gives a LAN host is a probe of services from the node's position.
+///
+/// What stays: RFC 1918, the rest of link-local (`169.254/16`, `fe80::/10`), unique-local
+/// `fc00::/7`, and
 /// the IPv4 documentation ranges, which route nowhere real and which test networks (this
 /// project's own test hosts among them) number their LANs from. Loopback was never LAN.
 pub(crate) fn mdns_lan(addr: &Multiaddr) -> bool {
@@ -160,21 +170,22 @@ pub(crate) fn mdns_lan(addr: &Multiaddr) -> bool {
     }
     match addr.iter().next() {
         Some(Protocol::Ip4(ip)) => {
-            let [a, b, ..] = ip.octets();
+            let [a, b, c, _] = ip.octets();
             let cgnat = a == 100 && (64..128).contains(&b);
             let benchmarking = a == 198 && (18..20).contains(&b);
-            let metadata = ip == std::net::Ipv4Addr::new(169, 254, 169, 254);
-            !(cgnat || benchmarking || metadata)
+            let protocol_assignments = a == 192 && b == 0 && c == 0;
+            let cloud_services = a == 169 && b == 254 && (c == 169 || c == 170);
+            !(cgnat || benchmarking || protocol_assignments || cloud_services)
         }
         Some(Protocol::Ip6(ip)) => {
             let seg = ip.segments();
             let site_local = (seg[0] & 0xffc0) == 0xfec0;
-            let metadata = ip == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+            let cloud_services = seg[0] == 0xfd00 && seg[1] == 0x0ec2;
             // The IPv6 documentation ranges are as unrouted as IPv4's, but no test network
             // here uses them and a LAN peer has link-local or ULA addresses.
             let documentation =
                 (seg[0] == 0x2001 && seg[1] == 0x0db8) || (seg[0] == 0x3fff && seg[1] < 0x1000);
-            !(site_local || metadata || documentation)
+            !(site_local || cloud_services || documentation)
         }
         _ => false,
     }
@@ -242,6 +253,20 @@ mod tests {
             "/ip4/198.19.255.1/tcp/4001",
             "/ip4/169.254.169.254/tcp/80",
             "/ip6/fd00:ec2::254/tcp/80",
+            // Review 29 R29-9: the ISP side's anycast and the other cloud service endpoints.
+            "/ip4/192.0.0.1/tcp/4001",
+            "/ip4/192.0.0.9/udp/5351/quic-v1",
+            "/ip4/192.0.0.10/tcp/3478",
+            "/ip4/192.0.0.255/tcp/4001",
+            "/ip4/169.254.169.253/tcp/4001",
+            "/ip4/169.254.169.123/tcp/123",
+            "/ip4/169.254.169.0/tcp/4001",
+            "/ip4/169.254.170.2/tcp/80",
+            "/ip4/169.254.170.23/tcp/80",
+            "/ip4/169.254.170.255/tcp/80",
+            "/ip6/fd00:ec2::23/tcp/80",
+            "/ip6/fd00:ec2::123/tcp/123",
+            "/ip6/fd00:ec2:ffff::1/tcp/4001",
             "/ip6/fec0::1/tcp/4001",
             "/ip6/2001:db8::1/tcp/4001",
             "/ip6/3fff::1/tcp/4001",
@@ -260,13 +285,17 @@ mod tests {
             "/ip4/172.31.255.9/tcp/4001",
             "/ip4/192.168.1.20/udp/4001/quic-v1",
             "/ip4/169.254.10.20/tcp/4001",
-            "/ip4/169.254.169.253/tcp/4001",
+            // The rest of link-local stays, up to the cloud blocks' edges.
+            "/ip4/169.254.168.255/tcp/4001",
+            "/ip4/169.254.171.0/tcp/4001",
             "/ip4/192.0.2.2/tcp/4001",
             "/ip4/198.51.100.7/tcp/4001",
             "/ip4/203.0.113.7/tcp/4001",
             "/ip6/fe80::1/tcp/4001",
             "/ip6/fd12:3456::1/tcp/4001",
             "/ip6/fc00::1/tcp/4001",
+            "/ip6/fd00:ec3::1/tcp/4001",
+            "/ip6/fd00:ec1:ffff::1/tcp/4001",
         ] {
             assert!(mdns_lan(&addr(admitted)), "{admitted} refused");
         }

@@ -740,3 +740,84 @@ fn lan_range(ip: std::net::Ipv4Addr) -> bool {
         || (a, b, c) == (198, 51, 100)
         || (a, b, c) == (203, 0, 113)
 }
+
+/// Review 29 R29-8: the honest LAN peer's id is public on the LAN (its own answers name it). A
+/// LAN host names that id with 8 addresses that refuse connections (closed ports at this
+/// machine's LAN address), before and again after each of the peer's own answers, refilling
+/// the entry whenever it leaves. The peer's real address was `NotKept` (its 8 slots full) and
+/// refused by the dial gate, so the node never reached it over mDNS; now it takes the place of
+/// a failed fake, is dialed first and connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_honest_lan_peer_whose_id_a_lan_host_squats_connects() {
+    let Some(lan) = multicast_source().filter(|ip| lan_range(*ip)) else {
+        eprintln!(
+            "mdns squat: not run: this machine has no LAN-range IPv4 address of its own (the \
+             squatted and the honest addresses must be ones mDNS may name, on this machine)"
+        );
+        return;
+    };
+    within(TEST_LIMIT, async {
+        let listen = format!("/ip4/{lan}/tcp/0");
+        let (b, _rb) = node(194, config(&[listen.as_str()])).await;
+        let honest = crate::support::addr(&b).await;
+        let honest_port = honest.iter().fold(0, |port, p| match p {
+            Protocol::Tcp(p) => p,
+            _ => port,
+        });
+        // 8 closed ports at the LAN address: bound, noted, released.
+        let mut held = Vec::new();
+        let mut squat: Vec<Multiaddr> = Vec::new();
+        while squat.len() < 8 {
+            let l = std::net::TcpListener::bind((lan, 0)).expect("bind");
+            let port = l.local_addr().expect("addr").port();
+            if port != honest_port {
+                squat.push(format!("/ip4/{lan}/tcp/{port}").parse().expect("multiaddr"));
+            }
+            held.push(l);
+        }
+        drop(held);
+        let (a, _ra) = node(
+            193,
+            PeersConfig {
+                mdns: true,
+                dial_private_addresses: false,
+                ..tcp()
+            },
+        )
+        .await;
+        let squatted: Vec<(skillbox_peers::PeerId, Multiaddr)> = squat
+            .iter()
+            .map(|addr| (b.local_peer_id(), addr.clone()))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut rounds = 0u32;
+        while !peer_ids(&a).await.contains(&b.local_peer_id().to_base58()) {
+            assert!(
+                Instant::now() < deadline,
+                "the honest LAN peer whose id a LAN host squats never connected ({rounds} rounds)"
+            );
+            // The squatter answers first, every time; then the peer's own answer.
+            a.mdns_discovered(squatted.clone())
+                .await
+                .expect("the squatter's answer handed over");
+            a.mdns_discovered(vec![(b.local_peer_id(), honest.clone())])
+                .await
+                .expect("the honest answer handed over");
+            rounds += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("mdns squat: connected after {rounds} rounds of answers");
+        let at: Vec<Multiaddr> = connection_addrs(&a, &b.local_peer_id())
+            .await
+            .iter()
+            .map(|c| {
+                c.iter()
+                    .filter(|p| !matches!(p, Protocol::P2p(_)))
+                    .collect()
+            })
+            .collect();
+        assert!(at.contains(&honest), "connected at {at:?}, not at {honest}");
+        shutdown([a, b]).await;
+    })
+    .await;
+}
