@@ -361,11 +361,25 @@ fn slice_counts(f: &str, c: &str, at: usize, breaks: &[usize], given: bool) -> b
     if digits == n {
         return !(n == 4 && (f.starts_with("19") || f.starts_with("20")));
     }
-    if n < 4 || !c.chars().any(|x| x.is_ascii_digit()) {
+    if n < 4 {
         return false;
     }
     let chars: Vec<char> = c.chars().collect();
     let start = c[..at].chars().count();
+    if !c.chars().any(|x| x.is_ascii_digit()) {
+        // A passphrase of words written with spaces (`purple elephant harbor`) is taken a word
+        // per call as a hyphenated one is (review 29 R29-0): a whole word of it counts where it
+        // is given as the secret's, and whole words joined as no prose joins them
+        // (`purpleelephant`) anywhere. Nothing less than whole words: a word's slices are prose
+        // words (`pass` of `compass`, `arbor` of `harbor`), and a one-word password's letters
+        // are a word prose writes.
+        let edge = |k: usize| k == 0 || k == chars.len() || breaks.contains(&k);
+        let (end, spans) = (
+            start + n,
+            breaks.iter().any(|&b| start < b && b < start + n),
+        );
+        return !breaks.is_empty() && edge(start) && edge(end) && (given || spans);
+    }
     given || crate::prepare::cuts_a_letter_run(&chars, breaks, start, start + n)
 }
 
@@ -963,6 +977,28 @@ mod tests {
                 .is_empty()
         );
         assert!(given_words("The local market opens early. Mark it, Body").is_empty());
+    }
+
+    #[test]
+    fn a_spaced_passphrase_counts_a_whole_word_given_and_nothing_less() {
+        // `purple elephant harbor` folds to one letter run; its words end at 6 and 14.
+        let (c, breaks) = ("purpleelephantharbor", [6, 14]);
+        let at = |f: &str| c.find(f).unwrap();
+        for word in ["purple", "elephant", "harbor"] {
+            assert!(slice_counts(word, c, at(word), &breaks, true), "{word}");
+            assert!(
+                !slice_counts(word, c, at(word), &breaks, false),
+                "{word} in prose"
+            );
+        }
+        // Whole words joined count wherever they are: prose does not join them.
+        assert!(slice_counts("purpleelephant", c, 0, &breaks, false));
+        // A slice of a word, given or not, is none: prose writes `arbor`.
+        for f in ["arbor", "purp", "pleele", "leelephant", "elephantharb"] {
+            assert!(!slice_counts(f, c, at(f), &breaks, true), "{f}");
+        }
+        // A one-word password has no word to give but itself (the check's whole match).
+        assert!(!slice_counts("sword", "swordfish", 0, &[], true));
     }
 
     /// `body` prepared as an owner's default spec prepares it.
