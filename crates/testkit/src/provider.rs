@@ -234,6 +234,25 @@ pub mod serve {
         /// refuses it (HTTP 400, `context_length_exceeded`); any other is answered "ok" with
         /// `usage.prompt_tokens` the prompt's count plus [`super::USAGE_MARK`].
         WithContext(u64),
+        /// OpenRouter with `middle-out` on a model of this many tokens of context: it never
+        /// refuses — a prompt over the context is cut silently and answered `cut` (the model can
+        /// no longer quote the request's start), any other `whole` — and its `GET /v1/models`
+        /// lists `gpt-double` with this `context_length` (review 29 R29-3).
+        CuttingAt(u64),
+    }
+
+    /// The model list of a [`Answering::CuttingAt`] double, as OpenRouter's `GET /models`.
+    async fn models(
+        State((_, _, answering)): State<(ProviderLog, Duration, Answering)>,
+    ) -> Response {
+        let Answering::CuttingAt(context) = answering else {
+            return StatusCode::NOT_FOUND.into_response();
+        };
+        Json(
+            json!({ "data": [{ "id": "gpt-double", "context_length": context,
+            "top_provider": { "context_length": context } }] }),
+        )
+        .into_response()
     }
 
     async fn chat(
@@ -272,6 +291,14 @@ pub mod serve {
                 Json(json!({ "error": { "code": "moderation", "message": echo } })).into_response()
             }
             Answering::Obedient => Json(super::completion(&system)).into_response(),
+            Answering::CuttingAt(context) => {
+                let text = if prompt + answer > context {
+                    "cut"
+                } else {
+                    "whole"
+                };
+                Json(super::completion(text)).into_response()
+            }
             Answering::WithContext(context) => {
                 if prompt + answer > context {
                     let message = format!(
@@ -314,6 +341,7 @@ pub mod serve {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/models", axum::routing::get(models))
             .with_state((log.clone(), delay, answering));
         let url = crate::node::serve_loopback(app).await;
         (format!("{url}/v1"), log)

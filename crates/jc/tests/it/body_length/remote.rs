@@ -413,3 +413,90 @@ async fn a_callers_bisection_against_an_owner_set_context_finds_the_same_edge_wh
         "control: under a context the caller picks, the model's own edge shows the body"
     );
 }
+
+/// An 8k OpenRouter model (Llama-3-8B-Instruct, Gemma-2) as OpenRouter serves it by default:
+/// `middle-out` cuts an over-long prompt's middle silently, never refusing.
+const OPENROUTER_8K: u64 = 8_192;
+
+/// A box whose `openrouter` is the real adapter with OpenRouter's options at a double of an
+/// [`OPENROUTER_8K`] model that cuts silently and lists its context at `GET /models`.
+async fn openrouter_cutting() -> Remote {
+    let (url, log) =
+        provider_double_answering(Duration::ZERO, Answering::CuttingAt(OPENROUTER_8K)).await;
+    let mut options = OpenAiOptions::openrouter(Default::default());
+    options.stream = false;
+    let adapter = OpenAiCompatible::new(&url, options).expect("adapter");
+    let mut providers = ProviderRegistry::new();
+    providers.register(ProviderId::OpenRouter, Some(url.clone()), Arc::new(adapter));
+    let core = BoxCore::new(dev_attester(), providers, BoxConfig::default());
+    let f = serve_box_loopback(Arc::new(core)).await;
+    Remote {
+        f,
+        log,
+        url,
+        provider: ProviderId::OpenRouter,
+        context: OPENROUTER_8K,
+    }
+}
+
+impl Remote {
+    /// The shortest request padding in `0..=hi` whose run is not answered `whole` (failed, or
+    /// answered from a prompt cut short), by bisection, and what that run gave.
+    async fn first_not_whole(&self, p: &Program, body: &str, hi: usize) -> Option<(usize, Seen)> {
+        let whole = |(seen, held): (Seen, String)| {
+            (seen == Seen::Answered && held.ends_with("whole"), seen)
+        };
+        let (top_whole, top) = whole(self.call(p, hi, body).await);
+        if top_whole {
+            return None;
+        }
+        let (mut lo, mut hi, mut seen) = (0usize, hi, top);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match whole(self.call(p, mid, body).await) {
+                (true, _) => lo = mid + 1,
+                (false, got) => {
+                    hi = mid;
+                    seen = got;
+                }
+            }
+        }
+        Some((hi, seen))
+    }
+}
+
+/// The attack of review 29 R29-3: an owner on an 8k OpenRouter model with the program every
+/// caller builds (OpenRouter's defaults, 16,384 / 32,768). The caller bisects its request's
+/// length for the first answer that can no longer quote the request's start. Before, OpenRouter
+/// cut the middle silently and the box let every request in, so that length was 8,192 tokens
+/// less the body — some 1,000 tokens apart for bodies of 9,000 and 12,000 bytes. Now the box
+/// reads the model's 8,192 at OpenRouter's `GET /models`, under the declared 32,768: every
+/// request fails `unavailable` the same way, the shortest first, and the model is never asked.
+#[tokio::test]
+async fn a_callers_bisection_against_a_silently_cutting_8k_openrouter_model_fails_unavailable() {
+    let r = openrouter_cutting().await;
+    let p = r.program(None);
+    let hi = REQUEST_MAX as usize - 1;
+    let short = r.first_not_whole(&p, &body_of(9_000), hi).await;
+    let long = r.first_not_whole(&p, &body_of(12_000), hi).await;
+    println!(
+        "8k OpenRouter model, first request not answered whole: 9,000-byte body {short:?}, 12,000-byte body {long:?}"
+    );
+    let (Some(short), Some(long)) = (short, long) else {
+        panic!("every request was answered whole: {short:?} {long:?}");
+    };
+    assert_eq!(
+        short.0, long.0,
+        "the first request not answered whole moved with the body's length"
+    );
+    assert_eq!(
+        short.1,
+        Seen::Failed(RunFailure::Provider(ProviderFailure::Unavailable))
+    );
+    assert_eq!(long.1, short.1);
+    assert_eq!(short.0, 0, "even the shortest request fails");
+    assert!(
+        r.log.0.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
+        "a request reached the model"
+    );
+}
