@@ -531,10 +531,178 @@ fn alnum_count(s: &str) -> usize {
     s.chars().filter(|c| c.is_alphanumeric()).count()
 }
 
-/// A lower-case dictionary-looking word that reads as prose after `password is`.
+/// Everyday words a sentence about a password goes on with, which no owner picks as one
+/// (review 29 R29-12): `The password policy is strict.`, `the password you choose is⏎yours
+/// alone`, `…door⏎is written on the whiteboard.`, `the⏎answer is: ask at the counter.` Each was
+/// a canary, and every ordinary answer writing the word was withheld. Pronouns, the irregular
+/// participles the `-ed` rule of [`prose_word`] misses, verbs a sentence goes on with, and
+/// adjectives of a password rule; a phrase's words are held to the same list.
+const EVERYDAY: &[&str] = &[
+    // Pronouns.
+    "yours",
+    "mine",
+    "ours",
+    "theirs",
+    "hers",
+    "yourself",
+    "myself",
+    "ourselves",
+    "themselves",
+    "himself",
+    "herself",
+    "itself",
+    "whatever",
+    "whoever",
+    // Participles the `-ed` rule misses (or a capital hides from it).
+    "written",
+    "printed",
+    "posted",
+    "changed",
+    "shared",
+    "stored",
+    "saved",
+    "taped",
+    "stuck",
+    "taken",
+    "chosen",
+    "hidden",
+    "broken",
+    "forgotten",
+    "spoken",
+    "stolen",
+    "shown",
+    "known",
+    "given",
+    "done",
+    "gone",
+    "seen",
+    "made",
+    "found",
+    "held",
+    "told",
+    "left",
+    "lost",
+    "read",
+    "said",
+    "sent",
+    "kept",
+    "put",
+    "got",
+    "gotten",
+    "built",
+    "hung",
+    "displayed",
+    "located",
+    "reset",
+    "expired",
+    "locked",
+    "protected",
+    "encrypted",
+    "hashed",
+    "required",
+    "needed",
+    // Verbs a sentence goes on with.
+    "ask",
+    "see",
+    "check",
+    "call",
+    "contact",
+    "email",
+    "use",
+    "enter",
+    "type",
+    "find",
+    "get",
+    "visit",
+    "request",
+    "change",
+    "choose",
+    "pick",
+    "follow",
+    "look",
+    "try",
+    "go",
+    "come",
+    "keep",
+    "tell",
+    "say",
+    "give",
+    "take",
+    "make",
+    "need",
+    "want",
+    "write",
+    "print",
+    "post",
+    "share",
+    "update",
+    "rotate",
+    "expire",
+    "remember",
+    "forget",
+    "note",
+    "click",
+    "press",
+    "open",
+    "scan",
+    "sign",
+    "login",
+    "log",
+    "contains",
+    "includes",
+    "changes",
+    "expires",
+    "depends",
+    "matches",
+    // Adjectives of a password rule, and where it is.
+    "strict",
+    "strictly",
+    "simple",
+    "complex",
+    "personal",
+    "temporary",
+    "random",
+    "sensitive",
+    "public",
+    "lowercase",
+    "uppercase",
+    "alphanumeric",
+    "numeric",
+    "standard",
+    "generic",
+    "common",
+    "special",
+    "current",
+    "previous",
+    "latest",
+    "real",
+    "actual",
+    "full",
+    "fixed",
+    "inside",
+    "outside",
+    "beneath",
+    "behind",
+    "nearby",
+    "elsewhere",
+    "somewhere",
+    "everywhere",
+    "unchanged",
+    "different",
+    "similar",
+    "identical",
+    "obvious",
+];
+
+/// A dictionary-looking word that reads as prose after `password is`: a word of [`NOT_VALUES`],
+/// [`EVERYDAY`] or the common function words (`window::is_common`), in any case, or a
+/// lower-case word with a prose ending (`-ed`, `-ing`, …).
 fn prose_word(v: &str) -> bool {
     let l = v.to_lowercase();
-    if NOT_VALUES.contains(&l.as_str()) {
+    if NOT_VALUES.contains(&l.as_str())
+        || EVERYDAY.contains(&l.as_str())
+        || crate::window::is_common(&l)
+    {
         return true;
     }
     let plain = v.chars().all(|c| c.is_ascii_lowercase());
@@ -1075,6 +1243,45 @@ mod tests {
     }
 
     #[test]
+    fn an_everyday_word_after_a_keyword_is_no_value() {
+        // Review 29 R29-12's four bodies: each made an everyday word a canary, and an ordinary
+        // answer writing it was withheld.
+        let spec = crate::GuardSpec::default_for(false);
+        for (body, answer) in [
+            (
+                "The password policy is strict.",
+                "Be strict about the grind size and the water temperature.",
+            ),
+            (
+                "Remember: the password you choose is\nyours alone.",
+                "That choice is yours, and either option works.",
+            ),
+            (
+                "The password for the staff lounge door\nis written on the whiteboard.",
+                "Everything we agreed is written in the meeting notes.",
+            ),
+            (
+                "For the wifi password the\nanswer is: ask at the counter.",
+                "If you are unsure, ask your manager before you start.",
+            ),
+            (
+                "The password is Posted by the door.",
+                "It was posted yesterday.",
+            ),
+        ] {
+            assert!(found(body).is_empty(), "{body:?}: {:?}", found(body));
+            let prepared = crate::prepare(body, &spec).expect("prepare");
+            assert!(
+                !crate::check(&prepared, answer).is_caught(),
+                "{body:?}: {answer:?} withheld"
+            );
+        }
+        // A word an owner does pick stays a value.
+        assert_eq!(found("The password is tangerine."), ["tangerine"]);
+        assert_eq!(found("The password is Dragonfly."), ["Dragonfly"]);
+    }
+
+    #[test]
     fn a_phrase_ends_with_its_line() {
         // Review 27 F10's two bodies: a passphrase last on its line with no full stop.
         for (body, want) in [
@@ -1155,12 +1362,17 @@ mod tests {
                 "The passphrase for the vault is velvet\notter compass and nothing else.",
                 &["velvet", "velvet otter compass"],
             ),
-            // The phrase's first line is a canary as written too.
+            // The phrase's first line is a canary as written too; wrapped on to `use`, an
+            // everyday word (review 29 R29-12), it reads as prose and only that line is kept.
             (
                 "Passphrase: correct horse battery staple\nuse it only for the vault.",
+                &["correct horse battery staple"],
+            ),
+            (
+                "Passphrase: correct horse battery staple\nlantern, and nothing else.",
                 &[
                     "correct horse battery staple",
-                    "correct horse battery staple use",
+                    "correct horse battery staple lantern",
                 ],
             ),
         ] {
