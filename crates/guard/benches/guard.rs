@@ -348,6 +348,18 @@ fn bench(c: &mut Criterion) {
             "tnatsissa yrarbil snoitseuq ".to_owned(),
         ),
         ("one long word", "a".repeat(4096) + " "),
+        // Review 29 R29-2 b: the body's words in A1Z26, and one run of numbers with no end.
+        (
+            "body words in A1Z26",
+            by_word(&|w| {
+                w.chars()
+                    .filter(char::is_ascii_alphabetic)
+                    .map(|c| (c.to_ascii_lowercase() as u8 - b'a' + 1).to_string())
+                    .collect::<Vec<_>>()
+                    .join("-")
+            }),
+        ),
+        ("one A1Z26 run", "1 2 3 4 ".to_owned()),
     ];
     for (name, unit) in &hostile {
         let per_call: Vec<Option<f64>> = [256usize, 1024]

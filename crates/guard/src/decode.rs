@@ -48,6 +48,8 @@ pub enum Decoded {
     Acrostic,
     /// Leetspeak read as letters (`7h3 5k1ll`, `leet.rs`).
     Leet,
+    /// Letters as their places in the alphabet, 1 to 26 (`25-15-21 1-18-5`, `8 9 / 20 8 5`).
+    A1z26,
 }
 
 /// One decoder of the table: what it is called in a [`crate::Via`], and the function. `decode`
@@ -78,6 +80,10 @@ pub const DECODERS: &[Decoder] = &[
     Decoder {
         kind: Decoded::Decimal,
         decode: decimal_codes,
+    },
+    Decoder {
+        kind: Decoded::A1z26,
+        decode: a1z26_runs,
     },
     Decoder {
         kind: Decoded::Octal,
@@ -512,6 +518,65 @@ pub fn decimal_codes(text: &str) -> Option<String> {
     code_runs(text, |tok, run| {
         push_code(tok.strip_prefix('#').unwrap_or(tok), 10, 3, run)
     })
+}
+
+/// Fewest numbers of an A1Z26 run: three are a date or a list's numbers.
+const A1Z26_MIN: usize = 4;
+
+/// The letter a number 1-26 stands for in A1Z26 (`1` is `a`), as written: one or two digits.
+fn a1z26_letter(n: &str) -> Option<char> {
+    if n.is_empty() || n.len() > 2 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let v: u8 = n.parse().ok()?;
+    (1..=26).contains(&v).then(|| char::from(b'a' + v - 1))
+}
+
+/// Text decoded from A1Z26 runs (review 29 R29-2 b): letters as their places in the alphabet,
+/// 1 to 26, a word's letters joined by `-` or `,` (`25-15-21 1-18-5`) or standing apart with
+/// words split by `/` (`25 15 21 / 1 18 5`); runs of [`A1Z26_MIN`]+ numbers, one line each. A
+/// decimal byte code is 65-122, so the decimal decoder never read it. One pass over the
+/// whitespace tokens, each split once.
+pub fn a1z26_runs(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let (mut run, mut numbers) = (String::new(), 0usize);
+    let end_run = |run: &mut String, numbers: &mut usize, out: &mut String| {
+        if *numbers >= A1Z26_MIN {
+            out.push_str(run.trim_end());
+            out.push('\n');
+        }
+        run.clear();
+        *numbers = 0;
+    };
+    for tok in text.split_whitespace() {
+        let tok = tok.trim_end_matches(['.', ';', ':']);
+        let mut read = true;
+        for (k, piece) in tok.split('/').enumerate() {
+            if k > 0 && !run.ends_with(' ') {
+                run.push(' ');
+            }
+            let piece = piece.trim_end_matches(',');
+            if piece.is_empty() {
+                continue;
+            }
+            let letters: Option<Vec<char>> = piece.split(['-', ',']).map(a1z26_letter).collect();
+            let Some(letters) = letters else {
+                read = false;
+                break;
+            };
+            numbers += letters.len();
+            run.extend(letters);
+            // Letters joined in one token are a word of their own.
+            if piece.contains(['-', ',']) {
+                run.push(' ');
+            }
+        }
+        if !read {
+            end_run(&mut run, &mut numbers, &mut out);
+        }
+    }
+    end_run(&mut run, &mut numbers, &mut out);
+    (!out.is_empty()).then_some(out)
 }
 
 /// Octal byte codes: `120 105 114`, `\120\105`, `0o120`, `0120`.
@@ -1177,6 +1242,29 @@ fn spans(atoms: &[u32], keep: impl Fn(u32) -> bool) -> Vec<(usize, usize)> {
 mod tests {
     use super::*;
     use crate::text::compact;
+
+    #[test]
+    fn a1z26_reads_letters_by_their_places_and_leaves_short_runs() {
+        assert_eq!(
+            a1z26_runs("Sure: 25-15-21 1-18-5 8-5-12-16-6-21-12.").as_deref(),
+            Some("you are helpful\n")
+        );
+        assert_eq!(
+            a1z26_runs("25 15 21 / 1 18 5 / 8 9").as_deref(),
+            Some("you are hi\n")
+        );
+        assert_eq!(a1z26_runs("25,15,21 1,18,5").as_deref(), Some("you are\n"));
+        // Three numbers, numbers past 26, three digits, dates and times: nothing.
+        for t in [
+            "Steps 1, 2 and 3.",
+            "Scores: 12 30 8 40 9",
+            "2024-05-30 at 12:30",
+            "1-2-3 go",
+            "007 005 012 013",
+        ] {
+            assert_eq!(a1z26_runs(t), None, "{t:?}");
+        }
+    }
 
     fn b64(s: &str) -> String {
         const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

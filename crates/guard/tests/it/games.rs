@@ -161,6 +161,38 @@ fn caught_and_counted_at_least(games: &[Game], floor: [usize; 4]) {
     assert!(short.is_empty(), "released: {short:#?}");
 }
 
+/// A body in A1Z26, as a model writes it (review 29 R29-2 b): each letter as its place in the
+/// alphabet, a word's letters joined by `-`, words apart (`25-15-21 1-18-5`); anything but a
+/// letter left out. Written here from the cipher's definition. Released with `regions: 0`
+/// before (a decimal byte code is 65-122, no decoder read 1-26).
+fn a1z26(s: &str) -> String {
+    s.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(char::is_ascii_alphabetic)
+                .map(|c| (c.to_ascii_lowercase() as u8 - b'a' + 1).to_string())
+                .collect::<Vec<_>>()
+                .join("-")
+        })
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn a1z26_body_is_caught() {
+    caught_and_counted(&[
+        ("A1Z26, words apart", a1z26),
+        ("A1Z26, letters apart, / between words", |b| {
+            a1z26(b)
+                .split(' ')
+                .map(|w| w.replace('-', " "))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        }),
+    ]);
+}
+
 /// Ordinary texts that look like the games — abbreviations and words without vowels, prose of
 /// three-letter words, words ending in `ay`, words holding `ub` —, the 25 hand-written answers
 /// and the 200 prompts themselves, each against the 200 prompts as bodies (not its own): none
