@@ -285,8 +285,16 @@ impl Parts {
                     .collect(),
                 _ => Vec::new(),
             };
+            // A digit part written as a Roman numeral or `0x` hex of its value (review 29
+            // R29-2 d: `AMBERFOX-MMCCXCI`, `AMBERFOX-0x8F3`).
+            let numeral = if plain.is_none() {
+                numeral_value(w).and_then(|v| self.plain.get(v.as_str()))
+            } else {
+                None
+            };
             let places = plain
                 .into_iter()
+                .chain(numeral)
                 .chain(read)
                 .chain(spoken)
                 .chain(game)
@@ -318,6 +326,69 @@ impl Parts {
     }
 }
 
+/// The decimal value of a folded word that is a Roman numeral in its one canonical form (`mmccxci`
+/// is 2291; `dim`, `civil` are none) of two letters or more, or `0x` and hex digits (`0x8f3`).
+fn numeral_value(w: &str) -> Option<String> {
+    if let Some(hex) = w.strip_prefix("0x") {
+        if hex.is_empty() || hex.len() > 15 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        return u64::from_str_radix(hex, 16).ok().map(|v| v.to_string());
+    }
+    if w.len() < 2 || w.len() > 15 {
+        return None;
+    }
+    // Read it the usual way, then keep it only when the value written back is the word.
+    let value = |c: char| match c {
+        'i' => Some(1u32),
+        'v' => Some(5),
+        'x' => Some(10),
+        'l' => Some(50),
+        'c' => Some(100),
+        'd' => Some(500),
+        'm' => Some(1000),
+        _ => None,
+    };
+    let values: Option<Vec<u32>> = w.chars().map(value).collect();
+    let values = values?;
+    let mut total = 0u32;
+    for (k, &v) in values.iter().enumerate() {
+        if values.get(k + 1).is_some_and(|&n| n > v) {
+            total = total.wrapping_sub(v);
+        } else {
+            total = total.wrapping_add(v);
+        }
+    }
+    (total > 0 && total < 4000 && roman(total) == w).then(|| total.to_string())
+}
+
+/// `n` (1-3999) as a lower-case Roman numeral in its canonical form.
+fn roman(mut n: u32) -> String {
+    const STEPS: [(u32, &str); 13] = [
+        (1000, "m"),
+        (900, "cm"),
+        (500, "d"),
+        (400, "cd"),
+        (100, "c"),
+        (90, "xc"),
+        (50, "l"),
+        (40, "xl"),
+        (10, "x"),
+        (9, "ix"),
+        (5, "v"),
+        (4, "iv"),
+        (1, "i"),
+    ];
+    let mut out = String::new();
+    for (v, s) in STEPS {
+        while n >= v {
+            out.push_str(s);
+            n -= v;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{GuardSpec, prepare};
@@ -330,6 +401,25 @@ mod tests {
             false
         });
         out
+    }
+
+    #[test]
+    fn a_digit_part_as_a_roman_numeral_or_hex_is_the_part() {
+        let body = "The discount code for loyal customers is AMBERFOX-2291.";
+        for answer in ["AMBERFOX-MMCCXCI", "amberfox mmccxci", "AMBERFOX-0x8F3"] {
+            assert_eq!(found(body, answer), ["AMBERFOX-2291"], "{answer:?}");
+        }
+        // Not canonical, another value, or prose words of Roman letters: not the part.
+        for answer in [
+            "AMBERFOX-MMCCLXLI",
+            "AMBERFOX-MMCCXC",
+            "amberfox is vivid and civil",
+        ] {
+            assert!(found(body, answer).is_empty(), "{answer:?}");
+        }
+        assert_eq!(super::numeral_value("mix").as_deref(), Some("1009"));
+        assert_eq!(super::numeral_value("dim"), None);
+        assert_eq!(super::numeral_value("0x2f").as_deref(), Some("47"));
     }
 
     #[test]
