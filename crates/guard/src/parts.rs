@@ -50,6 +50,10 @@ const GAME_MIN_LETTERS: usize = 4;
 /// of three, three of four or five. A phrase of two is caught whole.
 const MAJORITY_MIN_WORDS: usize = 3;
 
+/// Endings a passphrase's word of [`GAME_MIN_LETTERS`]+ letters is read without (`otters`,
+/// `compasses`, `harbored`, `velveting`).
+const STEM_ENDINGS: [&str; 4] = ["es", "s", "ed", "ing"];
+
 /// The canaries' parts, indexed by their folded text and by their [`leet`] reading.
 #[derive(Default)]
 pub(crate) struct Parts {
@@ -292,6 +296,20 @@ impl Parts {
             } else {
                 None
             };
+            // A passphrase's word inflected (`velvets otters compasses`, review 29 R29-2 c): a
+            // light stem of a word that is no part as written, for passphrases only.
+            let stems: Vec<&Place> = if plain.is_none() && w.len() > GAME_MIN_LETTERS {
+                STEM_ENDINGS
+                    .iter()
+                    .filter_map(|e| w.strip_suffix(e))
+                    .filter(|s| s.len() >= GAME_MIN_LETTERS)
+                    .filter_map(|s| self.plain.get(s))
+                    .flatten()
+                    .filter(|&&(entry, _)| self.canaries[entry as usize].2)
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let places = plain
                 .into_iter()
                 .chain(numeral)
@@ -299,7 +317,8 @@ impl Parts {
                 .chain(spoken)
                 .chain(game)
                 .chain(anagram)
-                .flatten();
+                .flatten()
+                .chain(stems);
             for &(entry, k) in places {
                 if done.contains(&entry) {
                     continue;
