@@ -321,6 +321,13 @@ impl Slot {
     }
 }
 
+/// The median of `values` (the upper one of an even count); 0 for none.
+fn median(values: &VecDeque<f64>) -> f64 {
+    let mut sorted: Vec<f64> = values.iter().copied().collect();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// llama.cpp's attention window for `cells` cells in use: rounded up to 256.
 fn window_of(cells: usize) -> usize {
     cells.div_ceil(256).max(1) * 256
@@ -431,7 +438,7 @@ fn work(
         queue: VecDeque::new(),
         n_vocab: inner.model.n_vocab(),
         window,
-        reference_cost: None,
+        reference_costs: VecDeque::with_capacity(REFERENCE_STEPS_KEPT),
     }
     .run(&mut ctx, &rx);
 }
@@ -446,11 +453,14 @@ struct Worker<'a> {
     n_vocab: i32,
     /// The widest attention window of the graph computed last (llama-cpp-2's probe).
     window: &'static AtomicU32,
-    /// A running estimate of a reference step's cost per window cell, so one quick
-    /// measurement does not set an early release (R28-1): a run is held by the larger of its
-    /// own reference and this.
-    reference_cost: Option<f64>,
+    /// The last reference steps' costs per window cell (R28-1): a run is held by their median,
+    /// so neither one step that ran quickly (an early release) nor one the scheduler stalled
+    /// (an answer held for a minute) sets it.
+    reference_costs: VecDeque<f64>,
 }
+
+/// How many reference steps the hold's median reads.
+const REFERENCE_STEPS_KEPT: usize = 5;
 
 impl Worker<'_> {
     fn run(&mut self, ctx: &mut LlamaContext<'_>, rx: &Receiver<Vec<Job>>) {
@@ -589,6 +599,10 @@ impl Worker<'_> {
             .filter(|s| s.next.is_some())
             .count();
         let mut prompt_room = BATCH_TOKENS.saturating_sub(decoding);
+        // A step carrying a reference token carries no other prompt chunk: it measures what an
+        // answer step costs, and a neighbour's 500-token chunk in it would hold every answer
+        // step after it to that chunk's time (R28-1).
+        let reference_step = self.slots.iter().flatten().any(Slot::reference_due);
         // (slot, batch index) of each slot that samples after this step.
         let mut sampling: Vec<(usize, i32)> = Vec::new();
         // Slots whose reference token (R28-1) is in this step, and its window.
@@ -612,6 +626,9 @@ impl Worker<'_> {
             }
             let plan = slot.plan_len();
             let reference = slot.reference_due();
+            if reference_step && !reference {
+                continue;
+            }
             let end = if reference {
                 // One token alone, over the whole span.
                 slot.fed + 1
@@ -692,16 +709,18 @@ impl Worker<'_> {
         }
     }
 
-    /// Records each referencing slot's reference step (R28-1): its cost per window cell is
-    /// the larger of this step's and the engine's running estimate (which then takes this
-    /// step in), so one step that ran quickly does not release an answer early.
+    /// Records each referencing slot's reference step (R28-1): its cost per window cell is the
+    /// median of the last [`REFERENCE_STEPS_KEPT`] reference steps, this one included.
     fn note_references(&mut self, referencing: &[(usize, usize)], took: Duration, ended: Instant) {
         for &(i, window) in referencing {
-            let measured = took.as_secs_f64() / window as f64;
-            let estimate = self.reference_cost.unwrap_or(measured);
-            self.reference_cost = Some(estimate * 0.75 + measured * 0.25);
+            if self.reference_costs.len() == REFERENCE_STEPS_KEPT {
+                self.reference_costs.pop_front();
+            }
+            self.reference_costs
+                .push_back(took.as_secs_f64() / window as f64);
+            let cost = median(&self.reference_costs);
             if let Some(slot) = self.slots[i].as_mut() {
-                slot.reference = Some((measured.max(estimate), ended));
+                slot.reference = Some((cost, ended));
             }
         }
     }
@@ -737,6 +756,43 @@ impl Worker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hold reads only public values and the measured cost: the same span, steps and cost
+    /// give the same time, it grows with each, and a cost that is no number holds nothing
+    /// rather than for ever.
+    #[test]
+    fn the_hold_is_the_spans_steps_at_the_measured_cost() {
+        let cost = 30e-3 / 1280.0;
+        let one = release_after(cost, 1100, 1);
+        assert!(
+            (one.as_secs_f64() - 30e-3 * RELEASE_MARGIN).abs() < 1e-9,
+            "{one:?}"
+        );
+        assert_eq!(release_after(cost, 1100, 48), release_after(cost, 1100, 48));
+        assert!(release_after(cost, 1100, 48) > release_after(cost, 1100, 47));
+        assert!(release_after(cost, 1300, 48) > release_after(cost, 1100, 48));
+        // 1,100 + 180 crosses into the next 256 cells: those steps cost a wider window.
+        let crossing = release_after(cost, 1100, 200) - release_after(cost, 1100, 180);
+        let before = release_after(cost, 1100, 20);
+        assert!(crossing > before, "{crossing:?} {before:?}");
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 0.0] {
+            assert_eq!(release_after(bad, 1100, 48), Duration::ZERO, "{bad}");
+        }
+        assert_eq!(
+            release_after(1.0, 1 << 30, 1 << 20),
+            Duration::from_secs(86_400)
+        );
+    }
+
+    /// One stalled or one quick reference step moves no hold.
+    #[test]
+    fn the_reference_cost_is_the_median_of_the_last_steps() {
+        let mut kept: VecDeque<f64> = [1.0, 1.1, 0.9, 1.0, 60.0].into_iter().collect();
+        assert_eq!(median(&kept), 1.0);
+        kept.push_back(0.001);
+        assert_eq!(median(&kept), 1.0);
+        assert_eq!(median(&VecDeque::new()), 0.0);
+    }
 
     /// A box whose attested configuration names no GPU kept no layer on one, yet llama.cpp's
     /// defaults still moved the KV cache and prompt-batch matrix work to a compiled-in GPU
