@@ -148,8 +148,12 @@ impl Endpoint {
 
     /// `path` under the base URL, refused if it would leave the base URL's origin.
     pub(crate) fn url(&self, path: &str) -> Result<Url, ProviderError> {
-        let url = self
-            .base
+        self.within_origin(&self.base, path)
+    }
+
+    /// `path` joined to `under`, refused if the result leaves the base URL's origin.
+    fn within_origin(&self, under: &Url, path: &str) -> Result<Url, ProviderError> {
+        let url = under
             .join(path.trim_start_matches('/'))
             .map_err(|e| ProviderError::Config(format!("request path {path:?}: {e}")))?;
         if url.origin() != self.base.origin() {
@@ -184,15 +188,7 @@ impl Endpoint {
             let stripped = stripped.to_owned();
             root.set_path(&stripped);
         }
-        let url = root
-            .join(path.trim_start_matches('/'))
-            .map_err(|e| ProviderError::Config(format!("request path {path:?}: {e}")))?;
-        if url.origin() != self.base.origin() {
-            return Err(ProviderError::Config(format!(
-                "request path {path:?} leaves the provider's host"
-            )));
-        }
-        Ok(url)
+        self.within_origin(&root, path)
     }
 
     /// A GET of `path` under the server's root (see [`Self::root_url`]).

@@ -500,6 +500,19 @@ fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
     assert_eq!(second.text, alone.text, "batched, the answer changed");
 }
 
+/// The model with one sequence of 2,048 tokens: room for the allowance's span and an answer.
+fn one_sequence_of_2048() -> LocalModel {
+    LocalModel::load_with(
+        &model_path(),
+        &LocalOptions {
+            parallel: 1,
+            context: Some(2048),
+            ..LocalOptions::default()
+        },
+    )
+    .unwrap()
+}
+
 /// A body that fills `allowance` exactly for `user`: its run's padding is 0.
 fn body_filling(m: &LocalModel, allowance: usize, user: &str) -> String {
     let t = m.tokenizer();
@@ -543,20 +556,13 @@ fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completi
 /// same llama.cpp memory operations, and each answer is its prompt's alone.
 ///
 /// The windows llama.cpp's attention computed over (its graphs' KV spans, read by the probe)
-/// are accounted too: prefill's are the span's, but decode's are still the real prompt's plus
-/// the answer's (review 28 R28-1, open: see `engine::Slot`).
+/// are accounted too: prefill's and the reference step's are the span's, but decode's are the
+/// real prompt's plus the answer's (review 28 R28-1: what the answer's hold covers, see
+/// `engine::Slot` and the timing test below).
 #[test]
 fn under_an_allowance_a_run_takes_the_same_steps_and_memory_operations_whatever_the_body() {
     let _alone = span_run_alone();
-    let m = LocalModel::load_with(
-        &model_path(),
-        &LocalOptions {
-            parallel: 1,
-            context: Some(2048),
-            ..LocalOptions::default()
-        },
-    )
-    .unwrap();
+    let m = one_sequence_of_2048();
     let t = m.tokenizer();
     let user = "Write a long story about the harbour and its ships.";
     let answer_tokens = 24;
@@ -733,15 +739,7 @@ async fn corrupt_or_truncated_model_is_a_clear_error() {
 #[test]
 fn under_an_allowance_when_the_answer_comes_does_not_tell_the_bodys_length() {
     let _alone = span_run_alone();
-    let m = LocalModel::load_with(
-        &model_path(),
-        &LocalOptions {
-            parallel: 1,
-            context: Some(2048),
-            ..LocalOptions::default()
-        },
-    )
-    .unwrap();
+    let m = one_sequence_of_2048();
     let user = "Write a long story about the harbour and its ships.";
     let answer_tokens = 48;
     let request = |body: &str| ChatRequest {
