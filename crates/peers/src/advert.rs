@@ -47,13 +47,14 @@ pub struct OfferedSkill {
     /// Absent: the defaults for the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<skillbox_guard::GuardSpec>,
-    /// The owner's body allowance for the skill, in tokens, when it is not the provider's
-    /// default: the caller's program names it, and the owner refuses a program naming another.
-    /// Absent (every advert of an owner that set none, and of older nodes): the default.
+    /// The owner's body allowance for the skill in force, in tokens, the provider's default
+    /// included (review 29 R29-1: a caller of another release, whose default table differs,
+    /// names the owner's number): the caller's program states it, and the owner refuses a
+    /// program stating another or none. Absent only in adverts of nodes older than that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_max_tokens: Option<u64>,
-    /// The remote model context the owner declares, in tokens, when it is not the provider's
-    /// default (never for `local`). As `body_max_tokens`.
+    /// The remote model context the owner declares, in tokens, in force, the default included
+    /// (never for `local`). As `body_max_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_context_tokens: Option<u64>,
 }
