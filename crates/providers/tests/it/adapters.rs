@@ -90,26 +90,33 @@ impl Loopback {
     }
 }
 
-async fn serve_one(mut socket: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>>>) {
+/// One HTTP/1.1 request as the loopback servers of this binary read it.
+pub(crate) struct Request {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+/// Reads one request (head and a `content-length` body) off `socket`; `None` if the peer
+/// closed before the head ended.
+pub(crate) async fn read_request(socket: &mut TcpStream) -> Option<Request> {
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
+    let mut chunk = [0u8; 8192];
     let head_end = loop {
         if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break pos;
         }
         match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let path = request_line
-        .split(' ')
-        .nth(1)
-        .unwrap_or_default()
-        .to_owned();
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let method = request_line.next().unwrap_or_default().to_owned();
+    let path = request_line.next().unwrap_or_default().to_owned();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
@@ -126,10 +133,28 @@ async fn serve_one(mut socket: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>
             Ok(n) => body.extend_from_slice(&chunk[..n]),
         }
     }
-    log.lock().unwrap().push(Seen {
+    Some(Request {
+        method,
         path,
         headers,
         body: String::from_utf8_lossy(&body).to_string(),
+    })
+}
+
+async fn serve_one(mut socket: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>>>) {
+    let Some(Request {
+        path,
+        headers,
+        body,
+        ..
+    }) = read_request(&mut socket).await
+    else {
+        return;
+    };
+    log.lock().unwrap().push(Seen {
+        path,
+        headers,
+        body,
     });
     match reply {
         Reply::Full {

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
 use skillbox_providers::{ChatRequest, ContextSource, Provider, ProviderFailure};
 use skillbox_testkit::provider::approx_prompt_tokens;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::adapters::{Request, read_request};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 const KEY: &str = "sk-or-v1-CONTEXTKEY-0123456789abcdef";
@@ -98,39 +100,15 @@ impl Double {
 }
 
 async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, route: Route) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos;
-        }
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
+    let Some(Request {
+        method,
+        path,
+        headers,
+        body,
+    }) = read_request(&mut socket).await
+    else {
+        return;
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut lines = head.split("\r\n");
-    let mut request_line = lines.next().unwrap_or_default().split(' ');
-    let method = request_line.next().unwrap_or_default().to_owned();
-    let path = request_line.next().unwrap_or_default().to_owned();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-        }
-    }
-    let body = String::from_utf8_lossy(&body).to_string();
     log.lock().unwrap_or_else(|p| p.into_inner()).push(Seen {
         method: method.clone(),
         path: path.clone(),
