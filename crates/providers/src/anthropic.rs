@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::context::{ContextProbe, ContextSource};
+use crate::context::{ContextProbe, ContextSource, ProbeTimes};
 use crate::http::{Endpoint, HttpOptions, json_error, read_capped, secret_header};
 use crate::{
     ChatRequest, Completion, FinishReason, Provider, ProviderError, ProviderFailure, Reply, Usage,
@@ -26,7 +26,7 @@ impl Anthropic {
     pub fn new(base_url: &str, http: HttpOptions) -> Result<Self, ProviderError> {
         Ok(Anthropic {
             endpoint: Endpoint::new(base_url, http)?,
-            context: ContextProbe::new(ContextSource::Anthropic),
+            context: ContextProbe::new(ContextSource::Anthropic, ProbeTimes::default()),
         })
     }
 

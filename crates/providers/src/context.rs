@@ -11,24 +11,44 @@
 //! every request under an over-declared context fails the same way.
 //!
 //! Where the context comes from, by server:
-//! - OpenRouter: `GET {base}/models` (public), the owner's model's `context_length` and
-//!   `top_provider.context_length`, the smaller;
+//! - OpenRouter: `GET {base}/models/{author}/{slug}/endpoints` (public), the **smallest** of the
+//!   model's endpoints' `context_length` (and `max_prompt_tokens`): OpenRouter load-balances a
+//!   model across its endpoints, whose contexts differ, and `allow_fallbacks: false` does not
+//!   stop that (review 30 R30-3), so a declaration is held against every endpoint a request may
+//!   be drawn to;
 //! - Ollama: `POST /api/show` — the Modelfile's `num_ctx` (what the OpenAI-compatible `/v1` the
 //!   adapter talks runs with: `/v1` takes no context option) and the model's trained
-//!   `*.context_length`, the smaller; without a `num_ctx` the server's default applies, which its
-//!   API does not tell, so only the trained context (an upper bound) is held against;
+//!   `*.context_length` — and `GET /api/ps`, the loaded model's `context_length` (newer servers:
+//!   without a `num_ctx` the server's default applies, which only a loaded model shows), the
+//!   smallest; without a `num_ctx` the answer is believed only [`ProbeTimes::retry`], so the
+//!   loaded model's context is read soon after a first call loads it;
 //! - a self-hosted OpenAI-compatible server: vLLM's `GET {base}/models` `max_model_len` of the
 //!   model, llama.cpp's `GET /props` `default_generation_settings.n_ctx` (one slot's), the
-//!   smaller of those that answer;
+//!   smaller of those that answer; a vLLM run with `--api-key` guards `/v1` only, so when
+//!   `/models` refuses the keyless probe its `POST /tokenize` (outside `/v1`) is read for
+//!   `max_model_len`;
 //! - OpenAI and Anthropic: no API tells it; a small table of the models known to take less than
 //!   the providers' default declaration.
 //!
-//! A probe carries nothing secret (no key, no prompt; Ollama's is the model's id, which the chat
-//! request names anyway), goes only to the adapter's base URL's host (the same locked client), is
-//! read with a size limit, and a hostile answer (huge, wrong types, negative or zero numbers)
-//! says nothing. A probe that fails (transport, status, not JSON) also says nothing — the call
-//! runs as it would without the probe — and is asked again after [`FAILED_TTL`]; an answer is
-//! kept [`CACHE_TTL`], at most [`CACHE_ENTRIES`] of them.
+//! A probe carries nothing secret (no key, no prompt; Ollama's and vLLM's name the model's id,
+//! which the chat request names anyway, and vLLM's `/tokenize` a fixed one-letter text), goes
+//! only to the adapter's base URL's host (the same locked client), is read with a size limit,
+//! and a hostile answer (huge, wrong types, negative or zero numbers) says nothing.
+//!
+//! What a probe that does not tell a context means (review 30 R30-4):
+//! - the last context a server told stands through later probes that fail or do not say, for
+//!   [`ProbeTimes::stale`] (24 h) after it was read (stale-if-error): a caller who waits for a
+//!   failed probe does not get the bare declaration;
+//! - never told (or longer ago than that): a server that refuses the keyless probe (HTTP
+//!   401/403) fails every judged call `unavailable` with [`REMOTE_CONTEXT_REFUSED`] (the box
+//!   never sends the key there; the owner opens the read or serves without a key), and a failed
+//!   read of OpenRouter's (public, and up whenever its chat is) fails it with
+//!   [`REMOTE_CONTEXT_UNREAD`]; a list that does not name the model (a model OpenRouter does
+//!   not route, whose chat fails anyway), and a self-hosted server or Ollama that fails or does
+//!   not say, leave the owner's declaration as the only word, as before.
+//!
+//! Findings are kept per (base URL, model): a context [`ProbeTimes::fresh`] (10 min), anything
+//! else [`ProbeTimes::retry`] (60 s), at most [`CACHE_ENTRIES`] of them.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -51,7 +71,7 @@ pub enum ContextSource {
     /// The table of known smaller-context Anthropic models.
     Anthropic,
     Ollama,
-    /// vLLM's `/v1/models`, llama.cpp's `/props`.
+    /// vLLM's `/v1/models` (or `/tokenize`), llama.cpp's `/props`.
     SelfHosted,
 }
 
@@ -60,28 +80,109 @@ pub enum ContextSource {
 pub(crate) const REMOTE_OVER_REAL_CONTEXT: &str = "remote model: the declared model context (the \
      owner's model_context_tokens) is more than the provider says the model takes";
 
+/// The words for a server that refuses the keyless context probe (HTTP 401/403) and never told
+/// a context: fixed, the owner's to fix.
+pub(crate) const REMOTE_CONTEXT_REFUSED: &str = "remote model: the server refuses the box's \
+     keyless read of the model's context (HTTP 401/403; the box never sends the owner's key \
+     there), so the declared model context cannot be checked: the owner opens that read (vLLM \
+     /tokenize, llama.cpp /props) or serves the model without a key";
+
+/// The words for OpenRouter's context read failing before it ever told one: fixed, the same
+/// for every request, and gone when the read answers.
+pub(crate) const REMOTE_CONTEXT_UNREAD: &str = "remote model: the provider's list of the \
+     model's endpoints could not be read, so the declared model context (the owner's \
+     model_context_tokens) cannot be checked; try again later";
+
 /// The most bytes a probe's answer may take (OpenRouter's whole model list is some hundreds of
 /// KiB; a server sending more is broken or hostile).
 pub const PROBE_MAX_BYTES: usize = 8 << 20;
-/// How long a probe may take: a call waits for it once per [`CACHE_TTL`].
+/// How long a probe may take: a call waits for it once per [`ProbeTimes::fresh`].
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a probe's answer is believed.
-pub const CACHE_TTL: Duration = Duration::from_secs(10 * 60);
-/// How long a failed probe is not asked again (calls run as without it meanwhile).
-pub const FAILED_TTL: Duration = Duration::from_secs(60);
-/// The most (base URL, model) answers kept; past it the oldest goes.
+/// The most (base URL, model) findings kept; past it the oldest goes.
 pub const CACHE_ENTRIES: usize = 256;
+
+/// How long a probe's findings are believed: the adapter's constructor takes them
+/// (`OpenAiOptions::context_times`), [`ProbeTimes::default`] the box's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeTimes {
+    /// A context the server told is believed this long before it is asked again (10 min).
+    pub fresh: Duration,
+    /// Any other finding — does not say, refused, failed, or an upper bound only — is believed
+    /// this long before it is asked again (60 s).
+    pub retry: Duration,
+    /// The last context the server told stands this long after it was read through later
+    /// probes that do not tell one (24 h).
+    pub stale: Duration,
+}
+
+impl Default for ProbeTimes {
+    fn default() -> Self {
+        ProbeTimes {
+            fresh: Duration::from_secs(10 * 60),
+            retry: Duration::from_secs(60),
+            stale: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}
+
+/// What one probe found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Finding {
+    /// The model's context as the server tells it, believed for the given time.
+    Context(u64, Duration),
+    /// The server answered and does not say (no such route, the model not listed, no usable
+    /// number).
+    Silent,
+    /// The server refused the keyless probe (HTTP 401/403).
+    Refused,
+    /// The probe failed (transport, timeout, another status, not JSON, too large).
+    Failed,
+}
+
+/// What a judged request meets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The model's context: a declaration above it fails.
+    Holds(u64),
+    /// Nothing read that a declaration can be held against, and the call fails with these
+    /// words.
+    Closed(&'static str),
+    /// Nothing read: the declaration stands.
+    Open,
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Known {
-    context: Option<u64>,
+    finding: Finding,
+    /// Not asked again before.
     until: Instant,
+    /// The last context told, and when it was read.
+    told: Option<(u64, Instant)>,
 }
 
-/// One adapter's probe of its server and the answers it keeps.
+impl Known {
+    fn verdict(&self, source: ContextSource, times: &ProbeTimes, now: Instant) -> Verdict {
+        if let Finding::Context(n, _) = self.finding {
+            return Verdict::Holds(n);
+        }
+        if let Some((n, at)) = self.told
+            && now.saturating_duration_since(at) < times.stale
+        {
+            return Verdict::Holds(n);
+        }
+        match (self.finding, source) {
+            (Finding::Refused, _) => Verdict::Closed(REMOTE_CONTEXT_REFUSED),
+            (Finding::Failed, ContextSource::OpenRouter) => Verdict::Closed(REMOTE_CONTEXT_UNREAD),
+            _ => Verdict::Open,
+        }
+    }
+}
+
+/// One adapter's probe of its server and the findings it keeps.
 #[derive(Debug, Default)]
 pub(crate) struct ContextProbe {
     source: ContextSource,
+    times: ProbeTimes,
     known: Mutex<HashMap<(String, String), Known>>,
     /// One probe at a time per adapter: calls arriving together wait for the first one's answer
     /// instead of each asking the server.
@@ -89,16 +190,18 @@ pub(crate) struct ContextProbe {
 }
 
 impl ContextProbe {
-    pub(crate) fn new(source: ContextSource) -> Self {
+    pub(crate) fn new(source: ContextSource, times: ProbeTimes) -> Self {
         ContextProbe {
             source,
+            times,
             ..ContextProbe::default()
         }
     }
 
     /// For a request [`ChatRequest::remote_admission`] judged: `unavailable` when its declared
-    /// context is above the model's real one as the server tells it; `Ok` when it is within it
-    /// or the server does not say.
+    /// context is above the model's real one as the server tells it (or told it within
+    /// [`ProbeTimes::stale`]), or when the server is one that must tell and did not (see the
+    /// module's doc); `Ok` when it is within it or the server does not say.
     pub(crate) async fn check(
         &self,
         endpoint: &Endpoint,
@@ -107,74 +210,80 @@ impl ContextProbe {
         let Some(declared) = request.context_tokens else {
             return Ok(());
         };
-        let real = match self.source {
-            ContextSource::Unknown => None,
-            ContextSource::OpenAi => openai_known_context(&request.model),
-            ContextSource::Anthropic => anthropic_known_context(&request.model),
+        let known = |n: Option<u64>| n.map_or(Verdict::Open, Verdict::Holds);
+        let verdict = match self.source {
+            ContextSource::Unknown => Verdict::Open,
+            ContextSource::OpenAi => known(openai_known_context(&request.model)),
+            ContextSource::Anthropic => known(anthropic_known_context(&request.model)),
             _ => self.real_context(endpoint, &request.model).await,
         };
-        match real {
-            Some(real) if declared as u64 > real => {
+        match verdict {
+            Verdict::Holds(real) if declared as u64 > real => {
                 Err(ProviderError::Unavailable(REMOTE_OVER_REAL_CONTEXT.into()))
             }
+            Verdict::Closed(words) => Err(ProviderError::Unavailable(words.into())),
             _ => Ok(()),
         }
     }
 
-    /// The model's real context as the server tells it, cached; `None`: it does not say (or the
-    /// probe failed).
-    async fn real_context(&self, endpoint: &Endpoint, model: &str) -> Option<u64> {
+    /// What the server tells of the model's context, from the findings kept or a new probe.
+    async fn real_context(&self, endpoint: &Endpoint, model: &str) -> Verdict {
         let key = (endpoint.base().as_str().to_owned(), model.to_owned());
-        if let Some(known) = self.cached(&key) {
-            return known;
+        if let Some(known) = self.believed(&key) {
+            return known.verdict(self.source, &self.times, Instant::now());
         }
         let _one = self.probing.lock().await;
-        if let Some(known) = self.cached(&key) {
-            return known;
+        if let Some(known) = self.believed(&key) {
+            return known.verdict(self.source, &self.times, Instant::now());
         }
-        let (context, ttl) = match probe(self.source, endpoint, model).await {
-            Ok(context) => (context, CACHE_TTL),
-            Err(err) => {
-                // The probe's failure fails no call: the declaration stands, as before the
-                // probe existed. Its kind only (no server text travels in these errors).
-                tracing::debug!(kind = %err.failure(), "model context probe failed");
-                (None, FAILED_TTL)
-            }
-        };
-        self.remember(key, context, ttl);
-        context
+        let finding = probe(self.source, endpoint, model, &self.times).await;
+        self.remember(key, finding)
+            .verdict(self.source, &self.times, Instant::now())
     }
 
-    fn cached(&self, key: &(String, String)) -> Option<Option<u64>> {
+    /// The findings for `key` while they are believed.
+    fn believed(&self, key: &(String, String)) -> Option<Known> {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        known
-            .get(key)
-            .filter(|k| k.until > Instant::now())
-            .map(|k| k.context)
+        known.get(key).filter(|k| k.until > Instant::now()).copied()
     }
 
-    fn remember(&self, key: (String, String), context: Option<u64>, ttl: Duration) {
+    /// Keeps `finding` for `key`, with the last context told before it unless it tells a new
+    /// one.
+    fn remember(&self, key: (String, String), finding: Finding) -> Known {
         let now = Instant::now();
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        if known.len() >= CACHE_ENTRIES && !known.contains_key(&key) {
-            known.retain(|_, k| k.until > now);
-            if known.len() >= CACHE_ENTRIES {
-                let oldest = known
-                    .iter()
-                    .min_by_key(|(_, k)| k.until)
-                    .map(|(k, _)| k.clone());
-                if let Some(oldest) = oldest {
-                    known.remove(&oldest);
-                }
+        let before = known.get(&key).copied();
+        if finding == Finding::Refused && before.is_none_or(|k| k.finding != Finding::Refused) {
+            // Once per refusal, not per call: the owner's to fix, and judged calls fail
+            // `unavailable` meanwhile unless a context was told within the stale time.
+            tracing::warn!(
+                "the server refuses the keyless model context probe (HTTP 401/403): judged \
+                 calls fail unavailable until it answers"
+            );
+        } else if finding == Finding::Failed {
+            // Its kind only was read; no server text travels in these findings.
+            tracing::debug!("model context probe failed");
+        }
+        let (told, ttl) = match finding {
+            Finding::Context(n, ttl) => (Some((n, now)), ttl),
+            _ => (before.and_then(|k| k.told), self.times.retry),
+        };
+        if known.len() >= CACHE_ENTRIES && before.is_none() {
+            let oldest = known
+                .iter()
+                .min_by_key(|(_, k)| k.until)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                known.remove(&oldest);
             }
         }
-        known.insert(
-            key,
-            Known {
-                context,
-                until: now + ttl,
-            },
-        );
+        let entry = Known {
+            finding,
+            until: now + ttl,
+            told,
+        };
+        known.insert(key, entry);
+        entry
     }
 
     #[cfg(test)]
@@ -183,42 +292,120 @@ impl ContextProbe {
     }
 }
 
-/// Asks the server (see the module's list). `Ok(None)`: it answered and does not say.
+/// What one read found: a context from `read` of the answer, else why not.
+fn finding(
+    answer: Result<Option<Value>, ProviderError>,
+    read: impl FnOnce(&Value) -> Option<u64>,
+    fresh: Duration,
+) -> Finding {
+    match answer {
+        Ok(Some(value)) => read(&value).map_or(Finding::Silent, |n| Finding::Context(n, fresh)),
+        Ok(None) => Finding::Silent,
+        Err(ProviderError::Unauthorized { .. }) => Finding::Refused,
+        Err(_) => Finding::Failed,
+    }
+}
+
+/// Several reads of one server: the smallest context told (believed the shortest time), else a
+/// refusal, else a failure, else silence.
+fn combine(findings: &[Finding]) -> Finding {
+    let told = findings
+        .iter()
+        .filter_map(|f| match f {
+            Finding::Context(n, ttl) => Some((*n, *ttl)),
+            _ => None,
+        })
+        .reduce(|(a, at), (b, bt)| (a.min(b), at.min(bt)));
+    if let Some((n, ttl)) = told {
+        Finding::Context(n, ttl)
+    } else if findings.contains(&Finding::Refused) {
+        Finding::Refused
+    } else if findings.contains(&Finding::Failed) {
+        Finding::Failed
+    } else {
+        Finding::Silent
+    }
+}
+
+/// Asks the server (see the module's list).
 async fn probe(
     source: ContextSource,
     endpoint: &Endpoint,
     model: &str,
-) -> Result<Option<u64>, ProviderError> {
+    times: &ProbeTimes,
+) -> Finding {
+    let fresh = times.fresh;
     match source {
         ContextSource::OpenRouter => {
-            let models = get_json(endpoint, endpoint.get("models")?).await?;
-            Ok(models.and_then(|m| openrouter_context(&m, model)))
+            let mut found = Finding::Silent;
+            // The id as named, then a routing variant (`:nitro`) without its suffix.
+            let ids = std::iter::once(model).chain(model.rsplit_once(':').map(|(id, _)| id));
+            for id in ids {
+                let Some(path) = openrouter_endpoints_path(id) else {
+                    continue;
+                };
+                found = finding(
+                    get_json(endpoint, endpoint.get(&path)).await,
+                    openrouter_endpoints_context,
+                    fresh,
+                );
+                if found != Finding::Silent {
+                    break;
+                }
+            }
+            found
         }
         ContextSource::Ollama => {
-            let request = endpoint
-                .post_at_root("api/show")?
-                .json(&json!({"model": model, "name": model}));
-            Ok(get_json(endpoint, request)
-                .await?
-                .and_then(|m| ollama_context(&m)))
-        }
-        ContextSource::SelfHosted => {
-            let vllm = match get_json(endpoint, endpoint.get("models")?).await {
-                Ok(m) => Ok(m.and_then(|m| vllm_context(&m, model))),
-                Err(e) => Err(e),
-            };
-            let llama = match get_json(endpoint, endpoint.get_at_root("props")?).await {
-                Ok(m) => Ok(m.and_then(|m| llama_server_context(&m))),
-                Err(e) => Err(e),
-            };
-            match (vllm, llama) {
-                (Ok(Some(a)), Ok(Some(b))) => Ok(Some(a.min(b))),
-                (Ok(Some(a)), _) | (_, Ok(Some(a))) => Ok(Some(a)),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-                (Ok(None), Ok(None)) => Ok(None),
+            let show = endpoint
+                .post_at_root("api/show")
+                .map(|r| r.json(&json!({"model": model, "name": model})));
+            let show = get_json(endpoint, show).await;
+            // Without a Modelfile `num_ctx` the server's default applies: only the trained
+            // context (an upper bound) and a loaded model's context tell anything, so the
+            // answer is read again soon.
+            let has_num_ctx = matches!(&show, Ok(Some(s)) if ollama_num_ctx(s).is_some());
+            let show = finding(show, ollama_context, fresh);
+            let ps = finding(
+                get_json(endpoint, endpoint.get_at_root("api/ps")).await,
+                |ps| ollama_loaded_context(ps, model),
+                fresh,
+            );
+            match combine(&[show, ps]) {
+                Finding::Context(n, _) if !has_num_ctx && !matches!(ps, Finding::Context(..)) => {
+                    Finding::Context(n, times.retry)
+                }
+                other => other,
             }
         }
-        ContextSource::Unknown | ContextSource::OpenAi | ContextSource::Anthropic => Ok(None),
+        ContextSource::SelfHosted => {
+            let vllm = finding(
+                get_json(endpoint, endpoint.get("models")).await,
+                |m| vllm_context(m, model),
+                fresh,
+            );
+            let llama = finding(
+                get_json(endpoint, endpoint.get_at_root("props")).await,
+                llama_server_context,
+                fresh,
+            );
+            // vLLM's `--api-key` guards `/v1` only: its `/tokenize` tells `max_model_len`.
+            let tokenize = if vllm == Finding::Refused {
+                let request = endpoint
+                    .post_at_root("tokenize")
+                    .map(|r| r.json(&json!({"model": model, "prompt": "a"})));
+                finding(
+                    get_json(endpoint, request).await,
+                    vllm_tokenize_context,
+                    fresh,
+                )
+            } else {
+                Finding::Silent
+            };
+            combine(&[vllm, llama, tokenize])
+        }
+        ContextSource::Unknown | ContextSource::OpenAi | ContextSource::Anthropic => {
+            Finding::Silent
+        }
     }
 }
 
@@ -226,9 +413,9 @@ async fn probe(
 /// has no such endpoint (404, 405, 501), which says nothing.
 async fn get_json(
     endpoint: &Endpoint,
-    request: reqwest::RequestBuilder,
+    request: Result<reqwest::RequestBuilder, ProviderError>,
 ) -> Result<Option<Value>, ProviderError> {
-    let request = request.timeout(PROBE_TIMEOUT.min(endpoint.options.timeout));
+    let request = request?.timeout(PROBE_TIMEOUT.min(endpoint.options.timeout));
     let secs = PROBE_TIMEOUT.as_secs().max(1);
     let response = match endpoint.send(request).await {
         Ok(r) => r,
@@ -256,20 +443,35 @@ fn smaller(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// OpenRouter's `GET /models`: the entry whose `id` is `model` (else, for a routing variant
-/// such as `:nitro` that the list does not name, the id without it), the smaller of its
-/// `context_length` and `top_provider.context_length`.
-pub fn openrouter_context(models: &Value, model: &str) -> Option<u64> {
-    let data = models.get("data")?.as_array()?;
-    let find = |id: &str| {
-        data.iter()
-            .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+/// The path of OpenRouter's endpoint list for the model `id` (`models/{author}/{slug}/endpoints`
+/// under the base URL), or `None` for an id that is not one or two plain path segments (a `..`,
+/// a `?`, a `%`: never sent).
+pub fn openrouter_endpoints_path(id: &str) -> Option<String> {
+    let segments: Vec<&str> = id.split('/').collect();
+    let plain = |s: &&str| {
+        !s.is_empty()
+            && *s != "."
+            && *s != ".."
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:~".contains(&b))
     };
-    let entry = find(model).or_else(|| find(model.rsplit_once(':')?.0))?;
-    smaller(
-        count(entry.get("context_length")),
-        count(entry.pointer("/top_provider/context_length")),
-    )
+    ((1..=2).contains(&segments.len()) && segments.iter().all(plain))
+        .then(|| format!("models/{id}/endpoints"))
+}
+
+/// OpenRouter's `GET /models/{author}/{slug}/endpoints`: the smallest context of the model's
+/// endpoints (each endpoint's `context_length`, or its `max_prompt_tokens` when smaller), since a
+/// request may be drawn to any of them. An endpoint whose context cannot be read makes the
+/// answer say nothing: no bound can be shown for a request drawn to it.
+pub fn openrouter_endpoints_context(answer: &Value) -> Option<u64> {
+    let endpoints = answer.pointer("/data/endpoints")?.as_array()?;
+    endpoints.iter().try_fold(None, |least, e| {
+        let one = smaller(
+            count(e.get("context_length")),
+            count(e.get("max_prompt_tokens")),
+        );
+        Some(smaller(least, Some(one?)))
+    })?
 }
 
 /// vLLM's `GET /v1/models`: the entry whose `id` is `model`, its `max_model_len`.
@@ -288,21 +490,15 @@ pub fn llama_server_context(props: &Value) -> Option<u64> {
     count(props.pointer("/default_generation_settings/n_ctx"))
 }
 
+/// vLLM's `POST /tokenize` (outside `/v1`, so open on a server run with `--api-key`): its
+/// `max_model_len`.
+pub fn vllm_tokenize_context(answer: &Value) -> Option<u64> {
+    count(answer.get("max_model_len"))
+}
+
 /// Ollama's `POST /api/show`: the Modelfile's `num_ctx` (its `parameters` text, one
 /// `name value` a line) and the trained `<arch>.context_length` of `model_info`, the smaller.
 pub fn ollama_context(show: &Value) -> Option<u64> {
-    let num_ctx = show
-        .get("parameters")
-        .and_then(Value::as_str)
-        .and_then(|text| {
-            text.lines().find_map(|line| {
-                let mut words = line.split_whitespace();
-                (words.next() == Some("num_ctx"))
-                    .then(|| words.next()?.parse::<u64>().ok())
-                    .flatten()
-                    .filter(|n| *n > 0)
-            })
-        });
     let trained = show
         .get("model_info")
         .and_then(Value::as_object)
@@ -312,7 +508,43 @@ pub fn ollama_context(show: &Value) -> Option<u64> {
                 .filter_map(|(_, v)| count(Some(v)))
                 .min()
         });
-    smaller(num_ctx, trained)
+    smaller(ollama_num_ctx(show), trained)
+}
+
+/// The Modelfile's `num_ctx` in Ollama's `POST /api/show` answer.
+fn ollama_num_ctx(show: &Value) -> Option<u64> {
+    show.get("parameters")
+        .and_then(Value::as_str)
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some("num_ctx"))
+                    .then(|| words.next()?.parse::<u64>().ok())
+                    .flatten()
+                    .filter(|n| *n > 0)
+            })
+        })
+}
+
+/// Ollama's `GET /api/ps`: the `context_length` the model `model` is loaded with (a name
+/// without a tag is `:latest`), when it is loaded and the server says.
+pub fn ollama_loaded_context(ps: &Value, model: &str) -> Option<u64> {
+    let tagged = match model.rsplit('/').next() {
+        Some(last) if !last.contains(':') => format!("{model}:latest"),
+        _ => model.to_owned(),
+    };
+    ps.get("models")?
+        .as_array()?
+        .iter()
+        .filter(|m| {
+            ["name", "model"].iter().any(|field| {
+                m.get(*field)
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| n == model || n == tagged)
+            })
+        })
+        .filter_map(|m| count(m.get("context_length")))
+        .min()
 }
 
 /// OpenAI models known to take less than the default declaration (128,000): their context.
@@ -351,22 +583,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn openrouter_reads_the_owners_model_and_the_smaller_context() {
-        let models = json!({"data": [
-            {"id": "meta-llama/llama-3-8b-instruct", "context_length": 8192,
-             "top_provider": {"context_length": 8192}},
-            {"id": "big/model", "context_length": 131072,
-             "top_provider": {"context_length": 32768}},
-            {"id": "only/top", "top_provider": {"context_length": 4096}},
-        ]});
+    fn openrouter_holds_the_smallest_endpoint() {
+        let endpoints = json!({"data": {"id": "big/model", "endpoints": [
+            {"provider_name": "A", "tag": "a", "context_length": 131072},
+            {"provider_name": "B", "tag": "b/fp8", "context_length": 32768},
+            {"provider_name": "C", "tag": "c", "context_length": 131072,
+             "max_prompt_tokens": 8192},
+        ]}});
+        assert_eq!(openrouter_endpoints_context(&endpoints), Some(8_192));
+        let one = json!({"data": {"endpoints": [{"context_length": 32768}]}});
+        assert_eq!(openrouter_endpoints_context(&one), Some(32_768));
+        // An endpoint whose context cannot be read: no bound for a request drawn to it.
+        let unread = json!({"data": {"endpoints": [
+            {"context_length": 32768}, {"context_length": "8192"}]}});
+        assert_eq!(openrouter_endpoints_context(&unread), None);
         assert_eq!(
-            openrouter_context(&models, "meta-llama/llama-3-8b-instruct"),
-            Some(8192)
+            openrouter_endpoints_context(&json!({"data": {"endpoints": []}})),
+            None
         );
-        assert_eq!(openrouter_context(&models, "big/model"), Some(32_768));
-        assert_eq!(openrouter_context(&models, "big/model:nitro"), Some(32_768));
-        assert_eq!(openrouter_context(&models, "only/top"), Some(4096));
-        assert_eq!(openrouter_context(&models, "not/listed"), None);
+        assert_eq!(
+            openrouter_endpoints_path("meta-llama/llama-3-8b-instruct:nitro").as_deref(),
+            Some("models/meta-llama/llama-3-8b-instruct:nitro/endpoints")
+        );
+        for id in [
+            "", "a/../b", "a/b/c", "a//b", "a/b?x", "a/b#x", "a/%2e%2e", "/a", "a b",
+        ] {
+            assert_eq!(openrouter_endpoints_path(id), None, "{id}");
+        }
     }
 
     #[test]
@@ -383,7 +626,9 @@ mod tests {
             json!({"data": [{"id": "m", "context_length": {"n": 1}, "top_provider": []}]}),
             json!({"data": [{"id": "m", "context_length": 1e300}]}),
         ] {
-            assert_eq!(openrouter_context(&value, "m"), None, "{value}");
+            assert_eq!(openrouter_endpoints_context(&value), None, "{value}");
+            assert_eq!(vllm_tokenize_context(&value), None, "{value}");
+            assert_eq!(ollama_loaded_context(&value, "m"), None, "{value}");
             assert_eq!(vllm_context(&value, "m"), None, "{value}");
             assert_eq!(llama_server_context(&value), None, "{value}");
             assert_eq!(ollama_context(&value), None, "{value}");
@@ -450,21 +695,96 @@ mod tests {
     }
 
     #[test]
+    fn ollama_reads_the_loaded_models_context() {
+        let ps = json!({"models": [
+            {"name": "llama3:latest", "model": "llama3:latest", "context_length": 2048},
+            {"name": "qwen2:7b", "model": "qwen2:7b", "context_length": 32768},
+        ]});
+        assert_eq!(ollama_loaded_context(&ps, "llama3"), Some(2_048));
+        assert_eq!(ollama_loaded_context(&ps, "llama3:latest"), Some(2_048));
+        assert_eq!(ollama_loaded_context(&ps, "qwen2:7b"), Some(32_768));
+        assert_eq!(ollama_loaded_context(&ps, "qwen2"), None);
+        assert_eq!(
+            ollama_loaded_context(&json!({"models": []}), "llama3"),
+            None
+        );
+        let tokenize = json!({"count": 1, "max_model_len": 32768, "tokens": [64]});
+        assert_eq!(vllm_tokenize_context(&tokenize), Some(32_768));
+    }
+
+    #[test]
     fn the_cache_is_bounded_and_forgets() {
-        let p = ContextProbe::new(ContextSource::OpenRouter);
+        let p = ContextProbe::new(ContextSource::OpenRouter, ProbeTimes::default());
+        let fresh = ProbeTimes::default().fresh;
         for i in 0..CACHE_ENTRIES + 10 {
-            p.remember(("b".into(), format!("m{i}")), Some(i as u64), CACHE_TTL);
+            p.remember(
+                ("b".into(), format!("m{i}")),
+                Finding::Context(i as u64, fresh),
+            );
         }
         assert_eq!(p.len(), CACHE_ENTRIES);
         // The newest stays, the oldest went.
         let last = format!("m{}", CACHE_ENTRIES + 9);
         assert_eq!(
-            p.cached(&("b".into(), last)),
-            Some(Some((CACHE_ENTRIES + 9) as u64))
+            p.believed(&("b".into(), last)).map(|k| k.finding),
+            Some(Finding::Context((CACHE_ENTRIES + 9) as u64, fresh))
         );
-        assert_eq!(p.cached(&("b".into(), "m0".into())), None);
+        assert!(p.believed(&("b".into(), "m0".into())).is_none());
         // An expired answer is asked again.
-        p.remember(("b".into(), "gone".into()), Some(1), Duration::ZERO);
-        assert_eq!(p.cached(&("b".into(), "gone".into())), None);
+        p.remember(
+            ("b".into(), "gone".into()),
+            Finding::Context(1, Duration::ZERO),
+        );
+        assert!(p.believed(&("b".into(), "gone".into())).is_none());
+    }
+
+    /// R30-4: a context told stands through later findings that tell none, for the stale time;
+    /// past it, or never told, a refusal and an OpenRouter failure close; a self-hosted server's
+    /// failure and any silence leave the declaration.
+    #[test]
+    fn a_told_context_stands_through_failures_for_the_stale_time() {
+        let times = ProbeTimes::default();
+        let now = Instant::now();
+        let key = || ("b".to_owned(), "m".to_owned());
+        for source in [ContextSource::OpenRouter, ContextSource::SelfHosted] {
+            let p = ContextProbe::new(source, times);
+            p.remember(key(), Finding::Context(8_192, times.fresh));
+            for after in [Finding::Failed, Finding::Silent, Finding::Refused] {
+                let k = p.remember(key(), after);
+                assert_eq!(k.verdict(source, &times, now), Verdict::Holds(8_192));
+                let later = now + times.stale + Duration::from_secs(1);
+                let want = match (after, source) {
+                    (Finding::Refused, _) => Verdict::Closed(REMOTE_CONTEXT_REFUSED),
+                    (Finding::Failed, ContextSource::OpenRouter) => {
+                        Verdict::Closed(REMOTE_CONTEXT_UNREAD)
+                    }
+                    _ => Verdict::Open,
+                };
+                assert_eq!(
+                    k.verdict(source, &times, later),
+                    want,
+                    "{source:?} {after:?}"
+                );
+            }
+            // A new context replaces the old one, smaller or larger.
+            let k = p.remember(key(), Finding::Context(32_768, times.fresh));
+            assert_eq!(k.verdict(source, &times, now), Verdict::Holds(32_768));
+        }
+        assert_eq!(
+            combine(&[Finding::Refused, Finding::Silent, Finding::Failed]),
+            Finding::Refused
+        );
+        assert_eq!(
+            combine(&[
+                Finding::Refused,
+                Finding::Context(4096, times.retry),
+                Finding::Context(2048, times.fresh)
+            ]),
+            Finding::Context(2048, times.retry)
+        );
+        assert_eq!(
+            combine(&[Finding::Silent, Finding::Failed]),
+            Finding::Failed
+        );
     }
 }

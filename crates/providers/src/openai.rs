@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use crate::context::{ContextProbe, ContextSource};
+use crate::context::{ContextProbe, ContextSource, ProbeTimes};
 use crate::http::{
     Endpoint, HttpOptions, MAX_ANSWER_BYTES, json_error, read_capped, secret_header,
     transport_error,
@@ -29,6 +29,8 @@ pub struct OpenAiOptions {
     /// The server behind the base URL, for what its API tells of a model's real context
     /// ([`crate::context`]); `OpenRouter` also pins the route ([`pin_openrouter_route`]).
     pub context: ContextSource,
+    /// How long the context probe's findings are believed (the box runs the defaults).
+    pub context_times: ProbeTimes,
 }
 
 impl Default for OpenAiOptions {
@@ -39,6 +41,7 @@ impl Default for OpenAiOptions {
             referer: None,
             title: None,
             context: ContextSource::Unknown,
+            context_times: ProbeTimes::default(),
         }
     }
 }
@@ -52,6 +55,7 @@ impl OpenAiOptions {
             referer: Some(env!("CARGO_PKG_REPOSITORY").to_owned()).filter(|r| !r.is_empty()),
             title: Some("skillbox".to_owned()),
             context: ContextSource::OpenRouter,
+            context_times: ProbeTimes::default(),
         }
     }
 }
@@ -87,7 +91,7 @@ impl OpenAiCompatible {
         }
         Ok(OpenAiCompatible {
             endpoint: Endpoint::trusting(base_url, options.http.clone(), extra_roots_pem)?,
-            context: ContextProbe::new(options.context),
+            context: ContextProbe::new(options.context, options.context_times),
             options,
         })
     }
@@ -161,10 +165,12 @@ pub fn request_body(request: &ChatRequest, stream: bool) -> Value {
 /// OpenRouter's routing pinned (review 29 R29-3): `transforms: []` turns off `middle-out`,
 /// which OpenRouter applies by default to models of 8,192 tokens or less and which cuts the
 /// middle of an over-long prompt silently (or re-routes it to a model of larger context)
-/// instead of refusing it; `provider.allow_fallbacks: false` keeps the request on the route
-/// OpenRouter picks for the owner's model, never another. With both, a prompt over the model's
-/// context is a refusal (which the box's admission holds to the declared context), never a cut
-/// whose edge sits at the model's context less the body.
+/// instead of refusing it; `provider.allow_fallbacks: false` keeps the request on the owner's
+/// model's endpoints, never another model. With both, a prompt over the context of the endpoint
+/// it is drawn to is a refusal, never a cut. OpenRouter still load-balances each request across
+/// the model's endpoints, whose contexts differ (review 30 R30-3): the probe holds the
+/// declaration against the smallest of them ([`crate::context`]), so every endpoint a request
+/// may be drawn to takes what the box's admission let in.
 pub fn pin_openrouter_route(body: &mut Value) {
     body["transforms"] = json!([]);
     body["provider"] = json!({"allow_fallbacks": false});

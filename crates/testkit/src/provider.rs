@@ -237,7 +237,8 @@ pub mod serve {
         /// OpenRouter with `middle-out` on a model of this many tokens of context: it never
         /// refuses — a prompt over the context is cut silently and answered `cut` (the model can
         /// no longer quote the request's start), any other `whole` — and its `GET /v1/models`
-        /// lists `gpt-double` with this `context_length` (review 29 R29-3).
+        /// lists `gpt-double` with this `context_length` (review 29 R29-3), as does its
+        /// `GET /v1/models/{id}/endpoints` for any id (one endpoint; review 30 R30-3).
         CuttingAt(u64),
     }
 
@@ -252,6 +253,19 @@ pub mod serve {
             json!({ "data": [{ "id": "gpt-double", "context_length": context,
             "top_provider": { "context_length": context } }] }),
         )
+        .into_response()
+    }
+
+    /// The endpoint list of a [`Answering::CuttingAt`] double, as OpenRouter's
+    /// `GET /models/{author}/{slug}/endpoints`: one endpoint of its context.
+    async fn endpoints(
+        State((_, _, answering)): State<(ProviderLog, Duration, Answering)>,
+    ) -> Response {
+        let Answering::CuttingAt(context) = answering else {
+            return StatusCode::NOT_FOUND.into_response();
+        };
+        Json(json!({ "data": { "id": "gpt-double", "endpoints": [
+            { "provider_name": "Double", "tag": "double", "context_length": context } ] } }))
         .into_response()
     }
 
@@ -342,6 +356,7 @@ pub mod serve {
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
             .route("/v1/models", axum::routing::get(models))
+            .route("/v1/models/{*id}", axum::routing::get(endpoints))
             .with_state((log.clone(), delay, answering));
         let url = crate::node::serve_loopback(app).await;
         (format!("{url}/v1"), log)

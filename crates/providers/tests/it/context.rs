@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use skillbox_providers::context::PROBE_MAX_BYTES;
 use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
 use skillbox_providers::{ChatRequest, ContextSource, Provider, ProviderFailure};
 use skillbox_testkit::provider::approx_prompt_tokens;
@@ -48,18 +49,48 @@ impl Seen {
 /// How the double answers a request other than the chat one: status and body.
 type Route = Arc<dyn Fn(&str, &str) -> Option<(u16, String)> + Send + Sync>;
 
+/// How the double's model answers a chat request of this many tokens (prompt and `max_tokens`):
+/// status and body.
+type Model = Arc<dyn Fn(u64) -> (u16, String) + Send + Sync>;
+
+/// A completion saying `text`, with the tokens it was sent.
+fn completion(text: &str, tokens: u64) -> String {
+    json!({
+        "choices": [{"message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": tokens, "completion_tokens": 1},
+    })
+    .to_string()
+}
+
+/// A model of [`REAL_CONTEXT`] tokens that never refuses: a prompt over its context is cut
+/// silently, as OpenRouter's `middle-out` does, and the answer says `cut` (the model can no
+/// longer quote the request's first sentence), else `whole`.
+fn cutting_model() -> Model {
+    Arc::new(|tokens| {
+        let text = if tokens > REAL_CONTEXT {
+            "cut"
+        } else {
+            "whole"
+        };
+        (200, completion(text, tokens))
+    })
+}
+
 struct Double {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Double {
-    /// A server whose chat endpoint is a model of [`REAL_CONTEXT`] tokens (the testkit's count,
-    /// three bytes a token) that never refuses: a prompt over its context is cut silently, as
-    /// OpenRouter's `middle-out` does, and the answer says `cut` (the model can no longer quote
-    /// the request's first sentence), else `whole`. Every other request is `route`'s (404 when
-    /// it has none).
+    /// A server whose chat endpoint is [`cutting_model`] (the testkit's count, three bytes a
+    /// token). Every other request is `route`'s (404 when it has none).
     async fn start(route: Route) -> Double {
+        Double::serving(route, cutting_model()).await
+    }
+
+    /// A server whose chat endpoint is `model` and every other request `route`'s.
+    async fn serving(route: Route, model: Model) -> Double {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -69,8 +100,8 @@ impl Double {
                 let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
-                let (log, route) = (log.clone(), route.clone());
-                tokio::spawn(async move { serve(socket, log, route).await });
+                let (log, route, model) = (log.clone(), route.clone(), model.clone());
+                tokio::spawn(async move { serve(socket, log, route, model).await });
             }
         });
         Double { addr, seen }
@@ -99,7 +130,7 @@ impl Double {
     }
 }
 
-async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, route: Route) {
+async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, route: Route, model: Model) {
     let Some(Request {
         method,
         path,
@@ -118,17 +149,7 @@ async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, route: Route) 
     let (status, answer) = if path.ends_with("/chat/completions") {
         let sent: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         let tokens = approx_prompt_tokens(&sent) + sent["max_tokens"].as_u64().unwrap_or(0);
-        let text = if tokens > REAL_CONTEXT {
-            "cut"
-        } else {
-            "whole"
-        };
-        let answer = json!({
-            "choices": [{"message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": tokens, "completion_tokens": 1},
-        });
-        (200, answer.to_string())
+        model(tokens)
     } else {
         route(&method, &path).unwrap_or((404, r#"{"error":"not found"}"#.into()))
     };
@@ -140,18 +161,45 @@ async fn serve(mut socket: TcpStream, log: Arc<Mutex<Vec<Seen>>>, route: Route) 
     let _ = socket.shutdown().await;
 }
 
-/// OpenRouter's `GET /api/v1/models` naming the owner's model at [`REAL_CONTEXT`] (and another).
+/// OpenRouter's `GET /api/v1/models/{author}/{slug}/endpoints` listing `contexts`' endpoints.
+fn endpoints_answer(id: &str, contexts: &[u64]) -> String {
+    let endpoints: Vec<Value> = contexts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            json!({"name": format!("E{i}"), "provider_name": format!("P{i}"),
+                             "tag": format!("p{i}"), "context_length": c})
+        })
+        .collect();
+    json!({"data": {"id": id, "endpoints": endpoints}}).to_string()
+}
+
+/// OpenRouter's endpoint lists: the owner's model at [`REAL_CONTEXT`], `openai/gpt-4o` at
+/// 128,000, and its `GET /api/v1/models` as it lists them (what the probe read before R30-3).
 fn openrouter_models() -> Route {
     Arc::new(|method, path| {
-        (method == "GET" && path == "/api/v1/models").then(|| {
-            let models = json!({"data": [
-                {"id": "openai/gpt-4o", "context_length": 128000,
-                 "top_provider": {"context_length": 128000}},
-                {"id": "meta-llama/llama-3-8b-instruct", "context_length": REAL_CONTEXT,
-                 "top_provider": {"context_length": REAL_CONTEXT}},
-            ]});
-            (200, models.to_string())
-        })
+        if method != "GET" {
+            return None;
+        }
+        match path {
+            "/api/v1/models/meta-llama/llama-3-8b-instruct/endpoints" => Some((
+                200,
+                endpoints_answer("meta-llama/llama-3-8b-instruct", &[REAL_CONTEXT]),
+            )),
+            "/api/v1/models/openai/gpt-4o/endpoints" => {
+                Some((200, endpoints_answer("openai/gpt-4o", &[128_000])))
+            }
+            "/api/v1/models" => {
+                let models = json!({"data": [
+                    {"id": "openai/gpt-4o", "context_length": 128000,
+                     "top_provider": {"context_length": 128000}},
+                    {"id": "meta-llama/llama-3-8b-instruct", "context_length": REAL_CONTEXT,
+                     "top_provider": {"context_length": REAL_CONTEXT}},
+                ]});
+                Some((200, models.to_string()))
+            }
+            _ => None,
+        }
     })
 }
 
@@ -309,7 +357,10 @@ async fn a_callers_bisection_against_a_silently_cutting_8k_openrouter_model_fail
     let probes = d.probes();
     assert_eq!(probes.len(), 1, "the probe is cached: {probes:?}");
     assert_eq!(probes[0].method, "GET");
-    assert_eq!(probes[0].path, "/api/v1/models");
+    assert_eq!(
+        probes[0].path,
+        "/api/v1/models/meta-llama/llama-3-8b-instruct/endpoints"
+    );
     assert!(
         probes[0].header("authorization").is_none() && !probes[0].body.contains(KEY),
         "the probe carries the key"
@@ -327,9 +378,12 @@ async fn a_callers_bisection_against_a_silently_cutting_8k_openrouter_model_fail
     assert_eq!(gpt, Outcome::Whole);
 }
 
-/// A server that does not say, whose probe fails, or whose answer is hostile (huge, wrong
-/// types, negative numbers) leaves the call as it was: it runs. A failed probe is not asked
-/// again on the next call.
+/// A server that does not say, or whose answer is hostile (wrong types, negative numbers), and
+/// never told a context leaves the call as it was: it runs. So does a self-hosted server whose
+/// probe fails (an error status, not JSON, too large); OpenRouter's failed endpoint list — it
+/// is public and up whenever OpenRouter's chat is — fails the call `unavailable` instead
+/// (review 30 R30-4), sending no chat request. A failed probe is not asked again on the next
+/// call.
 #[tokio::test]
 async fn a_server_that_does_not_say_or_answers_garbage_leaves_the_call_as_it_was() {
     let huge = format!(
@@ -354,28 +408,266 @@ async fn a_server_that_does_not_say_or_answers_garbage_leaves_the_call_as_it_was
         ),
     ];
     for (status, answer) in answers {
+        let failed = status == 500 || answer == "not json" || answer.len() > PROBE_MAX_BYTES;
         let what = format!("{status} {}", &answer[..answer.len().min(60)]);
         let route: Route = Arc::new(move |_, _| Some((status, answer.clone())));
         let d = Double::start(route).await;
-        for source in [ContextSource::OpenRouter, ContextSource::SelfHosted] {
-            let a = adapter(&d.url(), source);
-            for _ in 0..2 {
-                let c = a
-                    .complete(request("m", "be brief", 10, ROUTED_CONTEXT), Some(KEY))
-                    .await
-                    .unwrap_or_else(|e| panic!("{what} ({source:?}): {e}"));
-                assert_eq!(c.text, "whole", "{what}");
+        let open = adapter(&d.url(), ContextSource::SelfHosted);
+        let closed = adapter(&d.url(), ContextSource::OpenRouter);
+        for _ in 0..2 {
+            let c = open
+                .complete(request("m", "be brief", 10, ROUTED_CONTEXT), Some(KEY))
+                .await
+                .unwrap_or_else(|e| panic!("{what} (self-hosted): {e}"));
+            assert_eq!(c.text, "whole", "{what}");
+            let routed = closed
+                .complete(request("m", "be brief", 10, ROUTED_CONTEXT), Some(KEY))
+                .await;
+            match routed {
+                Err(e) if failed => assert_eq!(e.failure(), ProviderFailure::Unavailable),
+                Ok(c) if !failed => assert_eq!(c.text, "whole", "{what}"),
+                other => panic!("{what} (OpenRouter): {other:?}"),
             }
         }
-        // OpenRouter asks once, self-hosted twice (`/models`, `/props`), per adapter; each
+        let ran = if failed { 2 } else { 4 };
+        assert_eq!(
+            d.chats().len(),
+            ran,
+            "{what}: an OpenRouter call ran unchecked"
+        );
+        // Self-hosted asks twice (`/models`, `/props`), OpenRouter once, per adapter; each
         // adapter asks once for both of its calls.
         assert_eq!(d.probes().len(), 3, "{what}: {:?}", d.probes());
     }
 }
 
+/// The attack of review 30 R30-3: OpenRouter load-balances each request across the model's
+/// endpoints, and `allow_fallbacks: false` does not stop it. The owner's model has two, of
+/// 8,192 and 32,768 tokens (drawn alternately here); OpenRouter's model list gives the model's
+/// 32,768 and the top endpoint's 32,768, so a probe of that list let the declared 32,768 pass.
+/// A request drawn to the 8k endpoint is refused at 8,192 less the body, one drawn to the 32k
+/// one is answered: a caller sending each padding twice finds the first refused padding — the
+/// body's length. Held against the smallest endpoint, every request fails `unavailable` at
+/// padding 0 whatever the body, and no chat request is sent.
+#[tokio::test]
+async fn a_callers_bisection_against_an_openrouter_model_with_a_smaller_endpoint_fails_unavailable()
+{
+    const SMALL: u64 = 8_192;
+    const LARGE: u64 = 32_768;
+    let model_id = "meta-llama/llama-3.1-70b-instruct";
+    let route: Route = Arc::new(move |method, path| {
+        if method != "GET" {
+            return None;
+        }
+        if path == format!("/api/v1/models/{model_id}/endpoints") {
+            return Some((200, endpoints_answer(model_id, &[LARGE, SMALL])));
+        }
+        (path == "/api/v1/models").then(|| {
+            let models = json!({"data": [{"id": model_id, "context_length": LARGE,
+                                          "top_provider": {"context_length": LARGE}}]});
+            (200, models.to_string())
+        })
+    });
+    let drawn = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let model: Model = Arc::new(move |tokens| {
+        let n = drawn.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let context = if n.is_multiple_of(2) { SMALL } else { LARGE };
+        if tokens > context {
+            let refusal = json!({"error": {"code": 400, "message": format!(
+                "This endpoint's maximum context length is {context} tokens. However, you \
+                 requested about {tokens} tokens.")}});
+            (400, refusal.to_string())
+        } else {
+            (200, completion("whole", tokens))
+        }
+    });
+    let d = Double::serving(route, model).await;
+    let a = adapter(&d.url(), ContextSource::OpenRouter);
+    // Each padding sent twice: one request meets each endpoint.
+    async fn twice(a: &OpenAiCompatible, model: &str, body: &str, padding: usize) -> Outcome {
+        for _ in 0..2 {
+            let outcome = call(a, model, body, padding).await;
+            if outcome != Outcome::Whole {
+                return outcome;
+            }
+        }
+        Outcome::Whole
+    }
+    async fn edge(a: &OpenAiCompatible, model: &str, body: &str, hi: usize) -> Option<usize> {
+        if twice(a, model, body, hi).await == Outcome::Whole {
+            return None;
+        }
+        let (mut lo, mut hi) = (0usize, hi);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if twice(a, model, body, mid).await == Outcome::Whole {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Some(hi)
+    }
+    let hi = ROUTED_CONTEXT - 128 - ROUTED_ALLOWANCE - MAX_TOKENS as usize;
+    let short = edge(&a, model_id, &body_of(9_000), hi).await;
+    let long = edge(&a, model_id, &body_of(12_000), hi).await;
+    println!(
+        "OpenRouter model with 8k and 32k endpoints, first padding refused: 9,000-byte body \
+         {short:?}, 12,000-byte body {long:?}"
+    );
+    assert_eq!(
+        short, long,
+        "the first refused padding moved with the body's length"
+    );
+    assert_eq!(short, Some(0), "even the shortest request fails");
+    let err = a
+        .complete(request(model_id, "be brief", 0, ROUTED_CONTEXT), Some(KEY))
+        .await
+        .expect_err("declared above the smallest endpoint");
+    assert_eq!(err.failure(), ProviderFailure::Unavailable);
+    assert!(d.chats().is_empty(), "a chat request reached an endpoint");
+    // Declared within the smallest endpoint, every request runs wherever it is drawn.
+    for _ in 0..4 {
+        let c = a
+            .complete(
+                request_with(model_id, &body_of(1_000), 10, 4_096, SMALL as usize),
+                Some(KEY),
+            )
+            .await
+            .expect("declared within the smallest endpoint");
+        assert_eq!(c.text, "whole");
+    }
+}
+
+/// A vLLM endpoint answering `max_model_len` 8,192 once, then 503 to every probe, and no
+/// `/props`.
+fn vllm_then_503(asked: Arc<std::sync::atomic::AtomicUsize>) -> Route {
+    Arc::new(move |method, path| {
+        (method == "GET" && path == "/v1/models").then(|| {
+            if asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                let models = json!({"object": "list",
+                    "data": [{"id": "m", "object": "model", "max_model_len": 8192}]});
+                (200, models.to_string())
+            } else {
+                (503, r#"{"error":"busy"}"#.to_owned())
+            }
+        })
+    })
+}
+
+/// Review 30 R30-4: a context the server told stands through later probes that fail, past the
+/// time it is believed fresh (injected here as 150 ms: the adapter's constructor takes the
+/// times, the box runs the defaults). Before, the first failed probe after it expired let the
+/// call run on the bare declaration — the window a caller polling at padding 0 waits for to
+/// bisect. The probe is asked again each time (the server is not spared), and a request
+/// declared within the told context still runs.
+#[tokio::test]
+async fn a_told_context_stands_when_the_next_probe_fails() {
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let d = Double::start(vllm_then_503(asked.clone())).await;
+    let mut options = OpenAiOptions {
+        stream: false,
+        context: ContextSource::SelfHosted,
+        ..OpenAiOptions::default()
+    };
+    options.context_times.fresh = std::time::Duration::from_millis(150);
+    options.context_times.retry = std::time::Duration::from_millis(50);
+    let a = OpenAiCompatible::new(&format!("http://{}/v1", d.addr), options).expect("adapter");
+    let over = || request_with("m", "be brief", 10, 1024, 16_384);
+    let err = a.complete(over(), Some(KEY)).await.expect_err("over, told");
+    assert_eq!(err.failure(), ProviderFailure::Unavailable);
+    for round in 1..=3 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let outcome = a.complete(over(), Some(KEY)).await;
+        assert_eq!(
+            asked.load(std::sync::atomic::Ordering::SeqCst),
+            round + 1,
+            "the probe was asked again after it expired"
+        );
+        let err = outcome.expect_err("after the fresh time, the probe failing");
+        assert_eq!(err.failure(), ProviderFailure::Unavailable, "round {round}");
+    }
+    assert!(d.chats().is_empty(), "a request over the told context ran");
+    let c = a
+        .complete(request_with("m", "be brief", 10, 1024, 8_192), Some(KEY))
+        .await
+        .expect("within the told context");
+    assert_eq!(c.text, "whole");
+}
+
+/// Review 30 R30-4: a self-hosted server run with a key refuses the keyless probe. vLLM guards
+/// `/v1` only, so its `POST /tokenize` tells `max_model_len` and the check applies; a server
+/// refusing every read (llama.cpp's `/props` behind `--api-key`) and never telling a context
+/// fails every judged call `unavailable` with one fixed message for the owner — never
+/// silently unchecked. No probe carries the key.
+#[tokio::test]
+async fn a_keyed_server_is_checked_or_fails_unavailable_never_silently_unchecked() {
+    let keyed_vllm: Route = Arc::new(|method, path| match (method, path) {
+        (_, p) if p.starts_with("/v1/") => Some((401, r#"{"error":"Unauthorized"}"#.into())),
+        ("POST", "/tokenize") => Some((
+            200,
+            json!({"count": 1, "max_model_len": 8192, "tokens": [64]}).to_string(),
+        )),
+        _ => None,
+    });
+    let keyed_llama: Route = Arc::new(|method, path| match (method, path) {
+        ("GET", "/v1/models") => Some((
+            200,
+            json!({"object": "list", "data": [{"id": "m", "meta": {"n_ctx_train": 131072}}]})
+                .to_string(),
+        )),
+        (_, "/props" | "/tokenize") => Some((401, r#"{"error":"Invalid API Key"}"#.into())),
+        _ => None,
+    });
+    // vLLM: checked through `/tokenize`.
+    let d = Double::start(keyed_vllm).await;
+    let a = adapter(&format!("http://{}/v1", d.addr), ContextSource::SelfHosted);
+    let err = a
+        .complete(request_with("m", "be brief", 10, 1024, 16_384), Some(KEY))
+        .await
+        .expect_err("over vLLM's max_model_len");
+    assert_eq!(err.failure(), ProviderFailure::Unavailable);
+    assert!(
+        err.to_string().contains("more than the provider says"),
+        "{err}"
+    );
+    let c = a
+        .complete(request_with("m", "be brief", 10, 1024, 8_192), Some(KEY))
+        .await
+        .expect("within vLLM's max_model_len");
+    assert_eq!(c.text, "whole");
+    let tokenize: Vec<Seen> = d
+        .probes()
+        .into_iter()
+        .filter(|p| p.path == "/tokenize")
+        .collect();
+    assert_eq!(tokenize.len(), 1, "{:?}", d.probes());
+    assert!(!tokenize[0].body.contains("be brief"), "{:?}", tokenize[0]);
+    // llama.cpp behind a key: nothing tells; the call fails with the owner's words.
+    let d2 = Double::start(keyed_llama).await;
+    let b = adapter(&format!("http://{}/v1", d2.addr), ContextSource::SelfHosted);
+    for padding in [0, 500] {
+        let err = b
+            .complete(
+                request_with("m", "be brief", padding, 1024, 4_096),
+                Some(KEY),
+            )
+            .await
+            .expect_err("a keyed server that tells nothing");
+        assert_eq!(err.failure(), ProviderFailure::Unavailable);
+        assert!(err.to_string().contains("keyless read"), "{err}");
+    }
+    assert!(d2.chats().is_empty(), "a chat request ran unchecked");
+    for probe in d.probes().iter().chain(&d2.probes()) {
+        assert!(probe.header("authorization").is_none(), "{probe:?}");
+        assert!(!probe.body.contains(KEY), "{probe:?}");
+    }
+}
+
 /// A self-hosted server: llama.cpp's `/props` slot context (a server started `-c 4096 -np 4`
 /// gives each request 1,024) and vLLM's `max_model_len` are held against the declaration
-/// (4,096 is the self-hosted default); Ollama's `/api/show` `num_ctx`, sent without the key.
+/// (4,096 is the self-hosted default); Ollama's `/api/show` `num_ctx`, and for a stock Modelfile
+/// `/api/ps`'s loaded context; each sent without the key.
 #[tokio::test]
 async fn self_hosted_servers_report_their_context() {
     let llama: Route = Arc::new(|method, path| {
@@ -398,10 +690,26 @@ async fn self_hosted_servers_report_their_context() {
             (200, show.to_string())
         })
     });
+    // Stock Ollama: no Modelfile `num_ctx`, the server's default (2,048 here, as before 0.6
+    // or with OLLAMA_CONTEXT_LENGTH=2048) shown by `/api/ps` for the loaded model.
+    let ollama_default: Route = Arc::new(|method, path| match (method, path) {
+        ("POST", "/api/show") => Some((
+            200,
+            json!({"model_info": {"llama.context_length": 131072}}).to_string(),
+        )),
+        ("GET", "/api/ps") => Some((
+            200,
+            json!({"models": [{"name": "m:latest", "model": "m:latest",
+                               "context_length": 2048}]})
+            .to_string(),
+        )),
+        _ => None,
+    });
     for (route, source, real) in [
         (llama, ContextSource::SelfHosted, 1024),
         (vllm, ContextSource::SelfHosted, 2048),
         (ollama, ContextSource::Ollama, 2048),
+        (ollama_default, ContextSource::Ollama, 2048),
     ] {
         let d = Double::start(route).await;
         let url = format!("http://{}/v1", d.addr);
