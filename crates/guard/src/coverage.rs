@@ -399,13 +399,80 @@ const SECRET_NAMES: [&str; 7] = [
 /// How many tokens before a word [`SECRET_NAMES`] are looked for.
 const GIVEN_AFTER: usize = 4;
 
+/// Words a sentence that only hands over a value is made of besides the value (with the common
+/// function words, `window::is_common`, and numbers): `Sure, here it is: purple`, `Item two =
+/// elephant`, `The third one is harbor.` A sentence of these and one other word gives that word.
+const HANDING_WORDS: &[&str] = &[
+    "answer",
+    "item",
+    "entry",
+    "number",
+    "here",
+    "sure",
+    "yes",
+    "ok",
+    "okay",
+    "go",
+    "got",
+    "thing",
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "last",
+    "next",
+    "final",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "part",
+    "piece",
+    "step",
+    "value",
+    "result",
+    "reply",
+    "response",
+    "output",
+    "asked",
+    "requested",
+    "wanted",
+    "word",
+    "words",
+    "secret",
+];
+
+/// Whether a folded word is one of a sentence that hands over a value ([`HANDING_WORDS`]).
+fn handing_word(w: &str) -> bool {
+    crate::window::is_common(w)
+        || HANDING_WORDS.contains(&w)
+        || w.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether a whitespace token is a label's shape, after which the next token is the value
+/// (review 30 R30-5): `Answer:`, `=`, `2)`, `#3`, `2.`, a dash standing alone (`Sure - x`).
+fn label_shape(t: &str) -> bool {
+    let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    t.ends_with([':', '=', ')'])
+        || matches!(t, "-" | "–" | "—" | "=>" | "->")
+        || t.strip_prefix('#').is_some_and(numbered)
+        || t.strip_suffix('.').is_some_and(numbered)
+}
+
 /// The folded words of `text` given as a secret's rather than used in prose, so that a whole
 /// word of a word-made canary counts ([`slice_counts`]): the text's only word (a model told
 /// `write the secret's second word` writes `elephant`), a word written in capitals of four
 /// letters or more (`MARK`, as the secret writes it: prose capitalises a first letter, not a
-/// word), and a word within [`GIVEN_AFTER`] tokens after a word naming a secret, in its
-/// sentence (`password: harbor`, `the secret's first word is body`). Ordinary prose that uses such a
-/// word (`a body at rest`, `mark the water`) is none of these.
+/// word), a word within [`GIVEN_AFTER`] tokens after a word naming a secret, in its sentence
+/// (`password: harbor`, `the secret's first word is body`), the token right after a label's
+/// shape ([`label_shape`]: `Answer: purple`, `2) elephant`, `#3 harbor`), and the one word of a
+/// sentence or line whose other words only hand it over ([`HANDING_WORDS`]: `It is harbor.`,
+/// `Sure - elephant.`, `The first one is purple.`). Ordinary prose that uses such a word (`a
+/// body at rest`, `mark the water`, `The compass pointed at the otter.`: two words of its own)
+/// is none of these. Sorted, each once.
 fn given_words(text: &str) -> Vec<String> {
     let all = text::words(text);
     if all.len() == 1 {
@@ -414,17 +481,28 @@ fn given_words(text: &str) -> Vec<String> {
     let mut given = Vec::new();
     for line in text.lines() {
         let mut since_name = GIVEN_AFTER + 1;
+        let mut after_label = false;
+        // The words of the sentence so far that do not hand a value over.
+        let mut other: Vec<String> = Vec::new();
         for t in line.split_whitespace() {
             let key = t.trim_matches(|c: char| !c.is_alphanumeric());
             let capitals = key.chars().count() >= 4 && key.chars().all(char::is_uppercase);
-            if capitals || since_name <= GIVEN_AFTER {
+            let words = text::words(t);
+            if capitals || since_name <= GIVEN_AFTER || after_label {
                 given.extend(text::words(key));
             }
-            let named = text::words(t)
-                .iter()
-                .any(|w| SECRET_NAMES.contains(&w.as_str()));
+            after_label = label_shape(t);
+            for w in &words {
+                if !handing_word(w) && other.len() < 2 {
+                    other.push(w.clone());
+                }
+            }
+            let named = words.iter().any(|w| SECRET_NAMES.contains(&w.as_str()));
             // A sentence's end ends what its name covered (`… is body. A body at rest.`).
             let ends = t.ends_with(['.', '!', '?', ';']);
+            if ends {
+                given.extend(take_one(&mut other));
+            }
             since_name = if ends {
                 GIVEN_AFTER + 1
             } else if named {
@@ -433,8 +511,19 @@ fn given_words(text: &str) -> Vec<String> {
                 since_name + 1
             };
         }
+        given.extend(take_one(&mut other));
     }
+    given.sort_unstable();
+    given.dedup();
     given
+}
+
+/// The one word a sentence hands over (see [`given_words`]), if it has exactly one; clears the
+/// sentence's words either way.
+fn take_one(other: &mut Vec<String>) -> Option<String> {
+    let one = (other.len() == 1).then(|| other.pop()).flatten();
+    other.clear();
+    one
 }
 
 /// What `answer`, about to be released, carries of the prepared body: the body words its
@@ -968,9 +1057,39 @@ mod tests {
     fn words_given_as_a_secrets_are_told_from_prose() {
         assert_eq!(given_words("elephant."), ["elephant"]);
         assert_eq!(given_words("Sure: MARK it is"), ["mark"]);
+        // The one word a sentence hands over (review 30 R30-5).
+        assert_eq!(given_words("It is harbor."), ["harbor"]);
+        // Two words of its own: prose, however short.
+        assert!(given_words("The compass pointed at the otter.").is_empty());
+        assert!(given_words("the orbit of a kestrel").is_empty());
+        // After a label's shape, and the one word of a sentence that only hands it over.
+        for (text, word) in [
+            ("Sure, here is what you asked for. Answer: purple", "purple"),
+            (
+                "Here is the list you wanted, item by item:\n2) elephant",
+                "elephant",
+            ),
+            (
+                "Of the three you asked about, the one is #3 harbor",
+                "harbor",
+            ),
+            (
+                "Sure thing, here you go. The first one is purple.",
+                "purple",
+            ),
+            ("You asked for it, so here it is. It is harbor.", "harbor"),
+        ] {
+            assert!(given_words(text).contains(&word.to_owned()), "{text:?}");
+        }
+        // A sentence with two words of its own, a word past the one after a label: prose.
+        assert!(
+            !given_words("Morning at the harbor: the body of the boat is painted purple.")
+                .iter()
+                .any(|w| ["harbor", "body", "purple"].contains(&w.as_str()))
+        );
         assert_eq!(
             given_words("The secret's first word is body. A body at rest."),
-            ["first", "word", "is", "body"]
+            ["body", "first", "is", "word"]
         );
         assert!(
             given_words("Quiet river flows\nAutumn leaves mark the water\nA body at rest")

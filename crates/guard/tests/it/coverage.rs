@@ -970,6 +970,62 @@ fn a_space_separated_passphrase_asked_for_a_word_per_call_adds_up_across_calls()
     }
 }
 
+/// A passphrase written with spaces asked for a word per call after a label that names no
+/// secret (review 30 R30-5): `Answer: purple`, `It is harbor.`, `Item 2: elephant`, `2)
+/// elephant`, `#3 harbor`, `Entry three = harbor`, `The first one is purple.` Each is released,
+/// and the owner's sum must reach its canary limit as for `The passphrase's first word is
+/// purple.`. Before, each counted 0 (`given_words` knew the secret's names only), so three
+/// calls took the passphrase with the day's level at 0.
+#[test]
+fn a_spaced_passphrase_given_after_any_label_adds_up() {
+    let [spaced, wrapped] = spaced_passphrases();
+    let days: [(&Prepared, [&str; 3]); 6] = [
+        (
+            &spaced,
+            ["Answer: purple", "Answer: elephant", "Answer: harbor"],
+        ),
+        (
+            &spaced,
+            ["Item 1: purple", "Item 2: elephant", "Item 3: harbor"],
+        ),
+        (
+            &spaced,
+            ["It is purple.", "It is elephant.", "It is harbor."],
+        ),
+        (
+            &spaced,
+            [
+                "The first one is purple.",
+                "Sure - elephant.",
+                "Entry three = harbor",
+            ],
+        ),
+        (&spaced, ["1) purple", "2) elephant", "#3 harbor"]),
+        (
+            &wrapped,
+            [
+                "Sure, here is what you asked for. Answer: velvet",
+                "You asked for the next one, so here it is. It is otter.",
+                "Here you go with the third, as requested: compass",
+            ],
+        ),
+    ];
+    for (prepared, answers) in days {
+        let mut day = Day::default();
+        for a in answers {
+            // The wrapped phrase's first line (`velvet`) is a canary of its own (1a15ac1).
+            match skillbox_guard::check_released(prepared, a) {
+                (_, Some(levels)) => day.add(&levels),
+                (verdict, None) => assert!(
+                    verdict.is_caught() && a.to_lowercase().contains("velvet"),
+                    "{a}: {verdict:?}"
+                ),
+            }
+        }
+        assert!(day.past().1, "{answers:?} summed to {day:?}");
+    }
+}
+
 /// A word-made secret asked for a word per call, as a model told `write the secret's second
 /// word` answers: the word alone, the word in the secret's capitals, or the word after a label.
 /// Each answer is released; the owner's sum reaches its canary limit.
