@@ -532,14 +532,47 @@ fn a1z26_letter(n: &str) -> Option<char> {
     (1..=26).contains(&v).then(|| char::from(b'a' + v - 1))
 }
 
+/// The letters of one A1Z26 word written in one token (`25-15-21`, `25.15.21`, `25x15x21`, `7`):
+/// numbers 1-26 of one or two digits, one character that is no digit between each two (review
+/// 30 R30-6: any mark, not only `-` and `,`). `None` when the token is anything else (a number
+/// past 26 or of three digits, two marks in a row, a word, `4th`).
+fn a1z26_word(w: &str, letters: &mut Vec<char>) -> bool {
+    letters.clear();
+    let mut number = String::new();
+    for c in w.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            if number.len() > 2 {
+                return false;
+            }
+            continue;
+        }
+        match a1z26_letter(&number) {
+            Some(l) => letters.push(l),
+            None => return false,
+        }
+        number.clear();
+    }
+    match a1z26_letter(&number) {
+        Some(l) => letters.push(l),
+        None => return false,
+    }
+    true
+}
+
 /// Text decoded from A1Z26 runs (review 29 R29-2 b): letters as their places in the alphabet,
-/// 1 to 26, a word's letters joined by `-` or `,` (`25-15-21 1-18-5`) or standing apart with
-/// words split by `/` (`25 15 21 / 1 18 5`); runs of [`A1Z26_MIN`]+ numbers, one line each. A
-/// decimal byte code is 65-122, so the decimal decoder never read it. One pass over the
-/// whitespace tokens, each split once.
+/// 1 to 26, a word's letters joined by any one mark (`25-15-21`, `25.15.21`, `25_15_21`,
+/// `25x15x21`; review 30 R30-6) or standing apart with words split by `/` or a mark standing
+/// alone (`25 15 21 / 1 18 5`, `… | …`) or by brackets and quotes (`[25 15 21] [1 18 5]`);
+/// brackets, quotes and marks around a token (`(25-15-21)`, `"1-18-5"`, `21!`) are passed over.
+/// Runs of [`A1Z26_MIN`]+ numbers, one line each; a number outside 1-26, a word or a number of
+/// three digits ends a run (a date `2024.05.30`, an address `10.0.0.1`). A decimal byte code is
+/// 65-122, so the decimal decoder never read it. One pass over the whitespace tokens, each
+/// split once.
 pub fn a1z26_runs(text: &str) -> Option<String> {
     let mut out = String::new();
     let (mut run, mut numbers) = (String::new(), 0usize);
+    let mut letters = Vec::new();
     let end_run = |run: &mut String, numbers: &mut usize, out: &mut String| {
         if *numbers >= A1Z26_MIN {
             out.push_str(run.trim_end());
@@ -548,26 +581,39 @@ pub fn a1z26_runs(text: &str) -> Option<String> {
         run.clear();
         *numbers = 0;
     };
+    let word_break = |run: &mut String| {
+        if !run.is_empty() && !run.ends_with(' ') {
+            run.push(' ');
+        }
+    };
     for tok in text.split_whitespace() {
-        let tok = tok.trim_end_matches(['.', ';', ':']);
         let mut read = true;
         for (k, piece) in tok.split('/').enumerate() {
-            if k > 0 && !run.ends_with(' ') {
-                run.push(' ');
+            if k > 0 {
+                word_break(&mut run);
             }
-            let piece = piece.trim_end_matches(',');
-            if piece.is_empty() {
+            let inner = piece.trim_matches(|c: char| !c.is_alphanumeric());
+            if inner.is_empty() {
+                // A mark standing alone (`|`, `-`) splits words as `/` does.
+                word_break(&mut run);
                 continue;
             }
-            let letters: Option<Vec<char>> = piece.split(['-', ',']).map(a1z26_letter).collect();
-            let Some(letters) = letters else {
+            if !a1z26_word(inner, &mut letters) {
                 read = false;
                 break;
-            };
+            }
+            // A bracket or quote opening or closing a token bounds a word (`[25 15 21]`).
+            let (opens, closes) = (
+                piece.starts_with(['(', '[', '{', '"', '\'', '“', '‘', '«']),
+                piece.ends_with([')', ']', '}', '"', '\'', '”', '’', '»']),
+            );
+            if opens {
+                word_break(&mut run);
+            }
             numbers += letters.len();
-            run.extend(letters);
+            run.extend(letters.iter());
             // Letters joined in one token are a word of their own.
-            if piece.contains(['-', ',']) {
+            if letters.len() > 1 || closes {
                 run.push(' ');
             }
         }
@@ -1254,6 +1300,21 @@ mod tests {
             Some("you are hi\n")
         );
         assert_eq!(a1z26_runs("25,15,21 1,18,5").as_deref(), Some("you are\n"));
+        // Any one mark between a word's numbers, brackets and quotes around it, a mark after it
+        // (review 30 R30-6).
+        for t in [
+            "25.15.21 1.18.5",
+            "25_15_21 1_18_5",
+            "25+15+21 1+18+5",
+            "25x15x21 1x18x5",
+            "(25-15-21) (1-18-5)",
+            "[25 15 21] [1 18 5]",
+            "\"25-15-21\" \"1-18-5\"",
+            "25-15-21! 1-18-5!",
+            "25 15 21 | 1 18 5",
+        ] {
+            assert_eq!(a1z26_runs(t).as_deref(), Some("you are\n"), "{t:?}");
+        }
         // Three numbers, numbers past 26, three digits, dates and times: nothing.
         for t in [
             "Steps 1, 2 and 3.",
@@ -1261,6 +1322,10 @@ mod tests {
             "2024-05-30 at 12:30",
             "1-2-3 go",
             "007 005 012 013",
+            "Released 2024.05.30, build 2024.06.01",
+            "Ping 10.0.0.1 and 192.168.1.20",
+            "Steps 1. 2. 3.",
+            "On 4th, 5th and 6th",
         ] {
             assert_eq!(a1z26_runs(t), None, "{t:?}");
         }

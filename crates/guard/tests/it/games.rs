@@ -193,6 +193,47 @@ fn a1z26_body_is_caught() {
     ]);
 }
 
+/// A body in A1Z26 with other marks (review 30 R30-6): a word's numbers joined by `.`, `_`,
+/// `+` or `x`, a word in brackets or quotes, a word followed by `!`. Before, each layout was
+/// released with `regions: 0` (the reader took `-`, `,`, `/` and spaces only).
+#[test]
+fn a1z26_body_in_any_separator_is_caught() {
+    caught_and_counted(&[
+        ("A1Z26 joined by .", |b| a1z26(b).replace('-', ".")),
+        ("A1Z26 joined by _", |b| a1z26(b).replace('-', "_")),
+        ("A1Z26 joined by +", |b| a1z26(b).replace('-', "+")),
+        ("A1Z26 joined by x", |b| a1z26(b).replace('-', "x")),
+        ("A1Z26 words in ()", |b| {
+            a1z26(b)
+                .split(' ')
+                .map(|w| format!("({w})"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        ("A1Z26 letters apart in []", |b| {
+            a1z26(b)
+                .split(' ')
+                .map(|w| format!("[{}]", w.replace('-', " ")))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        ("A1Z26 words in \"\"", |b| {
+            a1z26(b)
+                .split(' ')
+                .map(|w| format!("\"{w}\""))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        ("A1Z26 words with !", |b| {
+            a1z26(b)
+                .split(' ')
+                .map(|w| format!("{w}!"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+    ]);
+}
+
 /// Ordinary texts that look like the games — abbreviations and words without vowels, prose of
 /// three-letter words, words ending in `ay`, words holding `ub` —, the 25 hand-written answers
 /// and the 200 prompts themselves, each against the 200 prompts as bodies (not its own): none
