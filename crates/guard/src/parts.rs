@@ -265,6 +265,7 @@ impl Parts {
         let mut seen: HashMap<u32, Vec<Option<usize>>> = HashMap::new();
         let mut done: Vec<u32> = Vec::new();
         let mut run = SpokenRun::default();
+        let mut roman = RomanRun::default();
         let mut key = String::new();
         for (j, w) in text::words(text).iter().enumerate() {
             let plain = self.plain.get(w.as_str());
@@ -290,12 +291,19 @@ impl Parts {
                 _ => Vec::new(),
             };
             // A digit part written as a Roman numeral or `0x` hex of its value (review 29
-            // R29-2 d: `AMBERFOX-MMCCXCI`, `AMBERFOX-0x8F3`).
+            // R29-2 d: `AMBERFOX-MMCCXCI`, `AMBERFOX-0x8F3`), or in another base or Roman form
+            // (review 30 R30-7: `8F3h`, `0o4363`, `MMCCLXXXXI`).
             let numeral = if plain.is_none() {
                 numeral_value(w).and_then(|v| self.plain.get(v.as_str()))
             } else {
                 None
             };
+            // A Roman numeral spaced or dotted (`MM CC XC I`): placed where it starts.
+            let roman_runs: Vec<(&Vec<Place>, usize)> = roman
+                .push(j, w)
+                .into_iter()
+                .filter_map(|(at, v)| self.plain.get(v.as_str()).map(|p| (p, at)))
+                .collect();
             // A passphrase's word inflected (`velvets otters compasses`, review 29 R29-2 c): a
             // light stem of a word that is no part as written, for passphrases only.
             let stems: Vec<&Place> = if plain.is_none() && w.len() > GAME_MIN_LETTERS {
@@ -318,22 +326,30 @@ impl Parts {
                 .chain(game)
                 .chain(anagram)
                 .flatten()
-                .chain(stems);
-            for &(entry, k) in places {
+                .chain(stems)
+                .map(|p| (p, j))
+                .chain(
+                    roman_runs
+                        .iter()
+                        .flat_map(|&(places, at)| places.iter().map(move |p| (p, at))),
+                );
+            for (&(entry, k), at) in places {
                 if done.contains(&entry) {
                     continue;
                 }
                 let (canary, n, phrase) = self.canaries[entry as usize];
                 let last = seen.entry(entry).or_insert_with(|| vec![None; n]);
-                last[k as usize] = Some(j);
+                last[k as usize] = Some(at);
                 let first = last.iter().try_fold(j, |m, p| p.map(|p| m.min(p)));
+                // The last part's place: a spaced numeral is placed where it starts.
+                let end = last.iter().flatten().copied().max().unwrap_or(j);
                 // In the secret's order, a window of a few words per part; in another order,
                 // the parts side by side or one word apart (`42 then PELICAN`): prose that names
                 // them apart and in another order (`The pier is 42 metres past the pelican
                 // statue`) is prose.
                 let in_order = last.windows(2).all(|w| w[0] < w[1]);
                 let window = if in_order { WINDOW_PER_PART * n } else { n + 1 };
-                let whole = first.is_some_and(|first| j - first < window);
+                let whole = first.is_some_and(|first| end - first < window);
                 if whole || (phrase && majority_in_order(last, j)) {
                     done.push(entry);
                     if found(canary) {
@@ -345,19 +361,53 @@ impl Parts {
     }
 }
 
-/// The decimal value of a folded word that is a Roman numeral in its one canonical form (`mmccxci`
-/// is 2291; `dim`, `civil` are none) of two letters or more, or `0x` and hex digits (`0x8f3`).
-fn numeral_value(w: &str) -> Option<String> {
-    if let Some(hex) = w.strip_prefix("0x") {
-        if hex.is_empty() || hex.len() > 15 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        return u64::from_str_radix(hex, 16).ok().map(|v| v.to_string());
-    }
-    if w.len() < 2 || w.len() > 15 {
+/// Most characters of a numeral read as a code's digit part: a longer word is no code's number.
+const NUMERAL_MAX_CHARS: usize = 20;
+
+/// The decimal value of `digits` in `radix`, when every character is one of its digits.
+fn in_radix(digits: &str, radix: u32) -> Option<String> {
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return None;
     }
-    // Read it the usual way, then keep it only when the value written back is the word.
+    u64::from_str_radix(digits, radix)
+        .ok()
+        .map(|v| v.to_string())
+}
+
+/// The decimal value of a folded word that is a code's number in another cheap form: a Roman
+/// numeral of two letters or more, in its one canonical form (`mmccxci` is 2291) or written
+/// additively as on clocks (`mmcclxxxxi`, each letter at most four times, never a smaller one
+/// before a larger; `dim`, `civil` are neither); hex with `0x` (`0x8f3`), with an `x` before
+/// or an `h` after it (`x8f3`, `8f3h`), or bare with a figure and a hex letter both (`#8F3`
+/// folds to `8f3`); binary with `0b`, octal with `0o` (review 30 R30-7).
+fn numeral_value(w: &str) -> Option<String> {
+    if w.len() < 2 || w.len() > NUMERAL_MAX_CHARS {
+        return None;
+    }
+    if let Some(hex) = w.strip_prefix("0x") {
+        return in_radix(hex, 16);
+    }
+    for (prefix, radix) in [("0b", 2), ("0o", 8)] {
+        if let Some(v) = w.strip_prefix(prefix).and_then(|d| in_radix(d, radix)) {
+            return Some(v);
+        }
+    }
+    let figure = |d: &str| d.bytes().any(|b| b.is_ascii_digit());
+    let marked = w.strip_prefix('x').or_else(|| w.strip_suffix('h'));
+    if let Some(v) = marked.filter(|d| figure(d)).and_then(|d| in_radix(d, 16)) {
+        return Some(v);
+    }
+    if figure(w) && w.bytes().any(|b| (b'a'..=b'f').contains(&b)) {
+        return in_radix(w, 16);
+    }
+    roman_value(w)
+}
+
+/// The value of a folded word of Roman letters, canonical or additive (see [`numeral_value`]).
+fn roman_value(w: &str) -> Option<String> {
+    if w.len() < 2 {
+        return None;
+    }
     let value = |c: char| match c {
         'i' => Some(1u32),
         'v' => Some(5),
@@ -370,6 +420,7 @@ fn numeral_value(w: &str) -> Option<String> {
     };
     let values: Option<Vec<u32>> = w.chars().map(value).collect();
     let values = values?;
+    // Read it the usual way, then keep it only when the value written back is the word.
     let mut total = 0u32;
     for (k, &v) in values.iter().enumerate() {
         if values.get(k + 1).is_some_and(|&n| n > v) {
@@ -378,7 +429,51 @@ fn numeral_value(w: &str) -> Option<String> {
             total = total.wrapping_add(v);
         }
     }
-    (total > 0 && total < 4000 && roman(total) == w).then(|| total.to_string())
+    if total > 0 && total < 4000 && roman(total) == w {
+        return Some(total.to_string());
+    }
+    // Additive: no smaller letter before a larger, `v` `l` `d` once, the others four times.
+    let additive = values.windows(2).all(|p| p[0] >= p[1])
+        && values.chunk_by(|a, b| a == b).all(|run| {
+            let most = if matches!(run[0], 5 | 50 | 500) { 1 } else { 4 };
+            run.len() <= most
+        });
+    additive.then(|| values.iter().sum::<u32>().to_string())
+}
+
+/// Words of Roman letters side by side (`MM CC XC I`, `M.M.C.C.X.C.I` folds to `m m c c x c i`):
+/// the last ones read, so a numeral spaced or dotted after a code's letter part is the part.
+#[derive(Default)]
+struct RomanRun {
+    /// Each word's place in the text and the word.
+    words: Vec<(usize, String)>,
+}
+
+impl RomanRun {
+    /// Take the next word (at `j`); every value the run now ends with, of two words or more,
+    /// with where it starts. A word that is no Roman letters ends the run; the run keeps its last
+    /// [`NUMERAL_MAX_CHARS`] letters, so each word costs a bounded number of readings.
+    fn push(&mut self, j: usize, w: &str) -> Vec<(usize, String)> {
+        if w.is_empty() || !w.bytes().all(|b| b"ivxlcdm".contains(&b)) {
+            self.words.clear();
+            return Vec::new();
+        }
+        self.words.push((j, w.to_owned()));
+        while self.words.iter().map(|(_, w)| w.len()).sum::<usize>() > NUMERAL_MAX_CHARS {
+            self.words.remove(0);
+        }
+        let mut out = Vec::new();
+        let mut joined = String::new();
+        for (k, (at, word)) in self.words.iter().enumerate().rev() {
+            joined.insert_str(0, word);
+            if k + 1 < self.words.len()
+                && let Some(v) = roman_value(&joined)
+            {
+                out.push((*at, v));
+            }
+        }
+        out
+    }
 }
 
 /// `n` (1-3999) as a lower-case Roman numeral in its canonical form.
@@ -436,7 +531,35 @@ mod tests {
         ] {
             assert!(found(body, answer).is_empty(), "{answer:?}");
         }
+        // Other bases and Roman forms (review 30 R30-7): the part wherever it stands beside the
+        // code's letter part.
+        for answer in [
+            "AMBERFOX #8F3",
+            "AMBERFOX-8F3h",
+            "AMBERFOX-x8F3",
+            "AMBERFOX-0b100011110011",
+            "AMBERFOX-0o4363",
+            "AMBERFOX-MMCCLXXXXI",
+            "AMBERFOX-MM CC XC I",
+            "AMBERFOX-M.M.C.C.X.C.I",
+            "AMBERFOX 0x 8F3",
+        ] {
+            assert_eq!(found(body, answer), ["AMBERFOX-2291"], "{answer:?}");
+        }
+        // Another value in those forms, Roman words too far off, a word of hex letters alone.
+        for answer in [
+            "AMBERFOX-8F4h",
+            "AMBERFOX-MMCCLXXXXII",
+            "AMBERFOX-MMCCLXXXXXI",
+            "amberfox, then a long story of seven more words: MM CC XC I",
+            "AMBERFOX face bead",
+        ] {
+            assert!(found(body, answer).is_empty(), "{answer:?}");
+        }
         assert_eq!(super::numeral_value("mix").as_deref(), Some("1009"));
+        assert_eq!(super::numeral_value("viiii").as_deref(), Some("9"));
+        assert_eq!(super::numeral_value("vv"), None);
+        assert_eq!(super::numeral_value("face"), None);
         assert_eq!(super::numeral_value("dim"), None);
         assert_eq!(super::numeral_value("0x2f").as_deref(), Some("47"));
     }
