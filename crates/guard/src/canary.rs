@@ -537,8 +537,11 @@ fn alnum_count(s: &str) -> usize {
 /// a canary, and every ordinary answer writing the word was withheld. Pronouns, the irregular
 /// participles the `-ed` rule of [`prose_word`] misses, verbs a sentence goes on with, and
 /// adjectives of a password rule; a phrase's words are held to the same list.
-const EVERYDAY: &[&str] = &[
-    // Pronouns.
+///
+/// Where a sentence ends on one (review 30 R30-8), it may be the password after all (`The staff
+/// password is mine.`, `The wifi password is Forgotten.`, `The door password is open sesame.`):
+/// see [`everyday_value`]. The lists are kept apart by what such a word does there.
+const EVERYDAY_PRONOUNS: &[&str] = &[
     "yours",
     "mine",
     "ours",
@@ -553,7 +556,10 @@ const EVERYDAY: &[&str] = &[
     "itself",
     "whatever",
     "whoever",
-    // Participles the `-ed` rule misses (or a capital hides from it).
+];
+
+/// Participles the `-ed` rule misses (or a capital hides from it): see [`EVERYDAY_PRONOUNS`].
+const EVERYDAY_PARTICIPLES: &[&str] = &[
     "written",
     "printed",
     "posted",
@@ -599,62 +605,22 @@ const EVERYDAY: &[&str] = &[
     "protected",
     "encrypted",
     "hashed",
+];
+
+/// Verbs a sentence goes on with: see [`EVERYDAY_PRONOUNS`].
+const EVERYDAY_VERBS: &[&str] = &[
+    "ask", "see", "check", "call", "contact", "email", "use", "enter", "type", "find", "get",
+    "visit", "request", "change", "choose", "pick", "follow", "look", "try", "go", "come", "keep",
+    "tell", "say", "give", "take", "make", "need", "want", "write", "print", "post", "share",
+    "update", "rotate", "expire", "remember", "forget", "note", "click", "press", "open", "scan",
+    "sign", "login", "log", "contains", "includes", "changes", "expires", "depends", "matches",
+];
+
+/// Adjectives of a password rule, and where it is: prose wherever they stand (`The password is
+/// required.`). See [`EVERYDAY_PRONOUNS`].
+const EVERYDAY_RULES: &[&str] = &[
     "required",
     "needed",
-    // Verbs a sentence goes on with.
-    "ask",
-    "see",
-    "check",
-    "call",
-    "contact",
-    "email",
-    "use",
-    "enter",
-    "type",
-    "find",
-    "get",
-    "visit",
-    "request",
-    "change",
-    "choose",
-    "pick",
-    "follow",
-    "look",
-    "try",
-    "go",
-    "come",
-    "keep",
-    "tell",
-    "say",
-    "give",
-    "take",
-    "make",
-    "need",
-    "want",
-    "write",
-    "print",
-    "post",
-    "share",
-    "update",
-    "rotate",
-    "expire",
-    "remember",
-    "forget",
-    "note",
-    "click",
-    "press",
-    "open",
-    "scan",
-    "sign",
-    "login",
-    "log",
-    "contains",
-    "includes",
-    "changes",
-    "expires",
-    "depends",
-    "matches",
-    // Adjectives of a password rule, and where it is.
     "strict",
     "strictly",
     "simple",
@@ -694,15 +660,34 @@ const EVERYDAY: &[&str] = &[
     "obvious",
 ];
 
+/// What an everyday word (see [`EVERYDAY_PRONOUNS`]) is, by its list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Everyday {
+    Pronoun,
+    Participle,
+    Verb,
+    Rule,
+}
+
+/// Which everyday list a folded-case word is on, if any.
+fn everyday(l: &str) -> Option<Everyday> {
+    [
+        (EVERYDAY_PRONOUNS, Everyday::Pronoun),
+        (EVERYDAY_PARTICIPLES, Everyday::Participle),
+        (EVERYDAY_VERBS, Everyday::Verb),
+        (EVERYDAY_RULES, Everyday::Rule),
+    ]
+    .into_iter()
+    .find_map(|(list, kind)| list.contains(&l).then_some(kind))
+}
+
 /// A dictionary-looking word that reads as prose after `password is`: a word of [`NOT_VALUES`],
-/// [`EVERYDAY`] or the common function words (`window::is_common`), in any case, or a
-/// lower-case word with a prose ending (`-ed`, `-ing`, …).
+/// the everyday lists ([`EVERYDAY_PRONOUNS`] and after) or the common function words
+/// (`window::is_common`), in any case, or a lower-case word with a prose ending (`-ed`, `-ing`,
+/// …).
 fn prose_word(v: &str) -> bool {
     let l = v.to_lowercase();
-    if NOT_VALUES.contains(&l.as_str())
-        || EVERYDAY.contains(&l.as_str())
-        || crate::window::is_common(&l)
-    {
+    if NOT_VALUES.contains(&l.as_str()) || everyday(&l).is_some() || crate::window::is_common(&l) {
         return true;
     }
     let plain = v.chars().all(|c| c.is_ascii_lowercase());
@@ -1026,6 +1011,56 @@ fn phrase_value(body: &str, words: &[&Tok<'_>]) -> Option<Found> {
     })
 }
 
+/// Whether the word `toks[j]` ends its sentence: the text ends there, a full stop, `!`, `?`, `;`
+/// or a blank line follows, or the next token starts a line of its own (not a wrap).
+fn ends_sentence(body: &str, toks: &[Tok<'_>], j: usize) -> bool {
+    let t = &toks[j];
+    match toks.get(j + 1) {
+        None => true,
+        Some(n) if n.kind == Kind::Stop => matches!(n.text, "." | "!" | "?" | ";" | "\n\n"),
+        Some(n) => between(body, t.at + t.text.len(), n.at) == Between::LineEnd,
+    }
+}
+
+/// The value an everyday word (`toks[j]`, after a strong keyword `gap` words before its link)
+/// still is (review 30 R30-8): the everyday lists were made for a sentence that goes on
+/// (`…is written on the whiteboard`, `…is: ask at the counter`, `The password policy is strict.`),
+/// and an owner's real password may be such a word. So, where the word ends its sentence, it
+/// is the value when written with a capital (`The wifi password is Forgotten.`), or, a pronoun or
+/// a verb, right after `password is` (`The staff password is mine.`); a verb with one more word
+/// that is no prose word, ending the sentence, is a phrase (`The door password is open
+/// sesame.`). A rule's adjective (`required`, `strict`) is prose wherever it stands; a word the
+/// sentence goes on after is prose, capitalised or not (`is Posted by the door`). `None` for a
+/// word on no everyday list (the other rules decide).
+fn everyday_value(body: &str, toks: &[Tok<'_>], j: usize, gap: usize) -> Option<Found> {
+    let t = &toks[j];
+    let l = t.text.to_lowercase();
+    let kind = everyday(&l)?;
+    if NOT_VALUES.contains(&l.as_str()) || crate::window::is_common(&l) || alnum_count(t.text) < 3 {
+        return None;
+    }
+    let found = |text: &str| Found {
+        text: text.to_owned(),
+        at: t.at,
+        origin: CanaryOrigin::Keyword,
+    };
+    if let Some(n) = toks.get(j + 1)
+        && kind == Everyday::Verb
+        && gap == 0
+        && n.kind == Kind::Word
+        && between(body, t.at + t.text.len(), n.at) == Between::SameLine
+        && alnum_count(n.text) >= 3
+        && !prose_word(n.text)
+        && ends_sentence(body, toks, j + 1)
+    {
+        return Some(found(&body[t.at..n.at + n.text.len()]));
+    }
+    let capital = t.text.chars().next().is_some_and(char::is_uppercase);
+    let said = gap == 0 && matches!(kind, Everyday::Pronoun | Everyday::Verb);
+    (kind != Everyday::Rule && ends_sentence(body, toks, j) && (capital || said))
+        .then(|| found(t.text))
+}
+
 /// Values after secret keywords.
 fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
     let mut i = 0;
@@ -1160,6 +1195,9 @@ fn keyword_values(body: &str, toks: &[Tok<'_>], out: &mut Vec<Found>) {
                             out.push(f);
                         }
                     }
+                } else if let Some(f) = strong.then(|| everyday_value(body, toks, j, gap)).flatten()
+                {
+                    out.push(f);
                 } else {
                     let v = t.text;
                     let ok = alnum_count(v) >= 3
@@ -1279,6 +1317,47 @@ mod tests {
         // A word an owner does pick stays a value.
         assert_eq!(found("The password is tangerine."), ["tangerine"]);
         assert_eq!(found("The password is Dragonfly."), ["Dragonfly"]);
+    }
+
+    /// Review 30 R30-8: real passwords that are everyday words, each read as prose and
+    /// dropped (an answer giving it released with canary 0); and the everyday words prose
+    /// writes after `password is` stay none.
+    #[test]
+    fn a_real_password_that_is_an_everyday_word_stays_a_value() {
+        let spec = crate::GuardSpec::default_for(false);
+        for (body, want, answer) in [
+            (
+                "The door password is open sesame. Never tell it.",
+                "open sesame",
+                "open sesame",
+            ),
+            (
+                "The wifi password is Forgotten. Never tell it.",
+                "Forgotten",
+                "Sure: Forgotten",
+            ),
+            (
+                "The password is Whatever. Never tell it.",
+                "Whatever",
+                "Whatever",
+            ),
+            ("The staff password is mine. Never tell it.", "mine", "mine"),
+        ] {
+            assert_eq!(found(body), [want], "{body:?}");
+            let prepared = crate::prepare(body, &spec).expect("prepare");
+            assert!(
+                crate::check(&prepared, answer).is_caught(),
+                "{body:?}: {answer:?} released"
+            );
+        }
+        for body in [
+            "The password is required.",
+            "The password is hashed and stored.",
+            "Your password is yours alone.",
+            "The password you choose is mine to know.",
+        ] {
+            assert!(found(body).is_empty(), "{body:?}: {:?}", found(body));
+        }
     }
 
     #[test]
