@@ -277,9 +277,11 @@ impl ContextProbe {
                 known.remove(&oldest);
             }
         }
+        // A time too large for the clock (an option set to `Duration::MAX`) is a year.
+        let year = Duration::from_secs(365 * 24 * 60 * 60);
         let entry = Known {
             finding,
-            until: now + ttl,
+            until: now.checked_add(ttl).unwrap_or(now + year),
             told,
         };
         known.insert(key, entry);
