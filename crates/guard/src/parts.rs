@@ -299,11 +299,14 @@ impl Parts {
                 None
             };
             // A Roman numeral spaced or dotted (`MM CC XC I`): placed where it starts.
-            let roman_runs: Vec<(&Vec<Place>, usize)> = roman
-                .push(j, w)
-                .into_iter()
-                .filter_map(|(at, v)| self.plain.get(v.as_str()).map(|p| (p, at)))
-                .collect();
+            let roman_runs: Vec<(&Vec<Place>, usize)> = if self.spoken.is_empty() {
+                Vec::new()
+            } else {
+                roman.push(j, w)
+            }
+            .into_iter()
+            .filter_map(|(at, v)| self.plain.get(v.as_str()).map(|p| (p, at)))
+            .collect();
             // A passphrase's word inflected (`velvets otters compasses`, review 29 R29-2 c): a
             // light stem of a word that is no part as written, for passphrases only.
             let stems: Vec<&Place> = if plain.is_none() && w.len() > GAME_MIN_LETTERS {
@@ -404,49 +407,75 @@ fn numeral_value(w: &str) -> Option<String> {
 }
 
 /// The value of a folded word of Roman letters, canonical or additive (see [`numeral_value`]).
+/// No allocation: it is read at every word of a run of Roman words ([`RomanRun`]).
 fn roman_value(w: &str) -> Option<String> {
     if w.len() < 2 {
         return None;
     }
-    let value = |c: char| match c {
-        'i' => Some(1u32),
-        'v' => Some(5),
-        'x' => Some(10),
-        'l' => Some(50),
-        'c' => Some(100),
-        'd' => Some(500),
-        'm' => Some(1000),
+    let value = |c: u8| match c {
+        b'i' => Some(1u32),
+        b'v' => Some(5),
+        b'x' => Some(10),
+        b'l' => Some(50),
+        b'c' => Some(100),
+        b'd' => Some(500),
+        b'm' => Some(1000),
         _ => None,
     };
-    let values: Option<Vec<u32>> = w.chars().map(value).collect();
-    let values = values?;
-    // Read it the usual way, then keep it only when the value written back is the word.
-    let mut total = 0u32;
-    for (k, &v) in values.iter().enumerate() {
-        if values.get(k + 1).is_some_and(|&n| n > v) {
+    let b = w.as_bytes();
+    // Read it the usual way, and additively (no smaller letter before a larger, `v` `l` `d`
+    // once, the others four times at most).
+    let (mut total, mut sum, mut additive, mut repeat) = (0u32, 0u32, true, 0usize);
+    for k in 0..b.len() {
+        let v = value(b[k])?;
+        let next = match b.get(k + 1) {
+            Some(&n) => Some(value(n)?),
+            None => None,
+        };
+        if next.is_some_and(|n| n > v) {
             total = total.wrapping_sub(v);
+            additive = false;
         } else {
             total = total.wrapping_add(v);
         }
+        sum += v;
+        repeat = if k > 0 && b[k - 1] == b[k] {
+            repeat + 1
+        } else {
+            1
+        };
+        let most = if matches!(v, 5 | 50 | 500) { 1 } else { 4 };
+        additive &= repeat <= most;
     }
-    if total > 0 && total < 4000 && roman(total) == w {
+    // Canonical: the value written back is the word.
+    if total > 0 && total < 4000 && is_roman_of(total, b) {
         return Some(total.to_string());
     }
-    // Additive: no smaller letter before a larger, `v` `l` `d` once, the others four times.
-    let additive = values.windows(2).all(|p| p[0] >= p[1])
-        && values.chunk_by(|a, b| a == b).all(|run| {
-            let most = if matches!(run[0], 5 | 50 | 500) { 1 } else { 4 };
-            run.len() <= most
-        });
-    additive.then(|| values.iter().sum::<u32>().to_string())
+    additive.then(|| sum.to_string())
+}
+
+/// Whether `w` is `n` (1-3999) as a lower-case Roman numeral in its canonical form.
+fn is_roman_of(mut n: u32, mut w: &[u8]) -> bool {
+    for (v, s) in ROMAN_STEPS {
+        while n >= v {
+            match w.strip_prefix(s.as_bytes()) {
+                Some(rest) => w = rest,
+                None => return false,
+            }
+            n -= v;
+        }
+    }
+    w.is_empty()
 }
 
 /// Words of Roman letters side by side (`MM CC XC I`, `M.M.C.C.X.C.I` folds to `m m c c x c i`):
 /// the last ones read, so a numeral spaced or dotted after a code's letter part is the part.
 #[derive(Default)]
 struct RomanRun {
-    /// Each word's place in the text and the word.
-    words: Vec<(usize, String)>,
+    /// The run's words written together, its last [`NUMERAL_MAX_CHARS`] letters at most.
+    letters: String,
+    /// Each word's place in the text and where it starts in `letters`.
+    starts: Vec<(usize, usize)>,
 }
 
 impl RomanRun {
@@ -454,54 +483,48 @@ impl RomanRun {
     /// with where it starts. A word that is no Roman letters ends the run; the run keeps its last
     /// [`NUMERAL_MAX_CHARS`] letters, so each word costs a bounded number of readings.
     fn push(&mut self, j: usize, w: &str) -> Vec<(usize, String)> {
-        if w.is_empty() || !w.bytes().all(|b| b"ivxlcdm".contains(&b)) {
-            self.words.clear();
+        if w.is_empty()
+            || w.len() > NUMERAL_MAX_CHARS
+            || !w.bytes().all(|b| b"ivxlcdm".contains(&b))
+        {
+            self.letters.clear();
+            self.starts.clear();
             return Vec::new();
         }
-        self.words.push((j, w.to_owned()));
-        while self.words.iter().map(|(_, w)| w.len()).sum::<usize>() > NUMERAL_MAX_CHARS {
-            self.words.remove(0);
-        }
-        let mut out = Vec::new();
-        let mut joined = String::new();
-        for (k, (at, word)) in self.words.iter().enumerate().rev() {
-            joined.insert_str(0, word);
-            if k + 1 < self.words.len()
-                && let Some(v) = roman_value(&joined)
-            {
-                out.push((*at, v));
+        self.starts.push((j, self.letters.len()));
+        self.letters.push_str(w);
+        while self.letters.len() > NUMERAL_MAX_CHARS {
+            let cut = self.starts.get(1).map_or(self.letters.len(), |s| s.1);
+            self.letters.drain(..cut);
+            self.starts.remove(0);
+            for s in &mut self.starts {
+                s.1 -= cut;
             }
         }
-        out
+        let last = self.starts.len().saturating_sub(1);
+        self.starts[..last]
+            .iter()
+            .filter_map(|&(at, from)| roman_value(&self.letters[from..]).map(|v| (at, v)))
+            .collect()
     }
 }
 
-/// `n` (1-3999) as a lower-case Roman numeral in its canonical form.
-fn roman(mut n: u32) -> String {
-    const STEPS: [(u32, &str); 13] = [
-        (1000, "m"),
-        (900, "cm"),
-        (500, "d"),
-        (400, "cd"),
-        (100, "c"),
-        (90, "xc"),
-        (50, "l"),
-        (40, "xl"),
-        (10, "x"),
-        (9, "ix"),
-        (5, "v"),
-        (4, "iv"),
-        (1, "i"),
-    ];
-    let mut out = String::new();
-    for (v, s) in STEPS {
-        while n >= v {
-            out.push_str(s);
-            n -= v;
-        }
-    }
-    out
-}
+/// The canonical Roman numerals' steps, largest first.
+const ROMAN_STEPS: [(u32, &str); 13] = [
+    (1000, "m"),
+    (900, "cm"),
+    (500, "d"),
+    (400, "cd"),
+    (100, "c"),
+    (90, "xc"),
+    (50, "l"),
+    (40, "xl"),
+    (10, "x"),
+    (9, "ix"),
+    (5, "v"),
+    (4, "iv"),
+    (1, "i"),
+];
 
 #[cfg(test)]
 mod tests {
