@@ -5,10 +5,10 @@
 //! calls cost little more than one (decoding a small model is bound by memory bandwidth, not
 //! arithmetic). The async threads only hand jobs over and await the answer.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,7 @@ pub(crate) struct Counters {
     attended_cells: AtomicU64,
     widest_window: AtomicU64,
     memory_ops: AtomicU64,
+    chunk_tokens_beside_held: AtomicU64,
 }
 
 /// A snapshot of the engine's counters.
@@ -77,6 +78,9 @@ pub struct EngineStats {
     /// drops its padding once and clears its sequence once, whatever the padding (review 28
     /// R28-8), and a finish that moves a slot down copies and clears once more.
     pub memory_ops: u64,
+    /// Prompt tokens of other runs fed in steps that carried a held run past its reference:
+    /// 0, for the hold costs such a step as single tokens (review 30 R30-2).
+    pub chunk_tokens_beside_held: u64,
 }
 
 /// How the engine runs (resolved: no defaults left open).
@@ -140,6 +144,10 @@ impl Engine {
             attended_cells: self.counters.attended_cells.load(Ordering::Relaxed),
             widest_window: self.counters.widest_window.load(Ordering::Relaxed),
             memory_ops: self.counters.memory_ops.load(Ordering::Relaxed),
+            chunk_tokens_beside_held: self
+                .counters
+                .chunk_tokens_beside_held
+                .load(Ordering::Relaxed),
         }
     }
 }
@@ -181,9 +189,15 @@ fn cancelled() -> ProviderError {
 /// and batched. So under an allowance the plan has one more throwaway token after the
 /// padding, fed in a step of its own, the *reference step*: one token attending over the
 /// whole span, what an answer step of a body of exactly the allowance costs, measured now on
-/// this machine under this load (its cell goes with the padding's). The answer is released no sooner than
-/// [`release_after`] of that cost, the span and the number of steps after it: public values
-/// and the machine's speed, not the body's length (`Timing::hold_until`).
+/// this machine under this load (its cell goes with the padding's). The answer is released
+/// at [`Hold::release`]: that cost over the span's cells for the steps after it
+/// ([`span_cells`]) and the neighbours' public cells, plus the time that was not its own
+/// steps' (others' steps, the engine's work): public values and
+/// the machine's speed, not the body's length (`Timing::hold_until`). Review 30 closed the
+/// ways around it: a reference is read only by runs of its own window (R30-1), a held run's
+/// steps carry no prompt chunk and a reference step nothing else (R30-2, R30-9), a run past
+/// its hold leaves on a ladder, not at its end (R30-2), and a held answer keeps its place
+/// until it leaves (R30-9).
 struct Slot {
     seq: i32,
     job: Job,
@@ -195,10 +209,8 @@ struct Slot {
     /// Whether the run is under an owner's allowance: its plan has a reference step and its
     /// answer a release time (R28-1).
     held: bool,
-    /// The reference step's cost per window cell and when it ended, once it ran.
-    reference: Option<(f64, Instant)>,
-    /// Steps this slot took part in after its reference step.
-    steps_after_reference: usize,
+    /// What the answer's release time is made of, once the reference step ran.
+    hold: Option<Hold>,
     /// Tokens of the plan (prompt and padding) already decoded.
     fed: usize,
     budget: usize,
@@ -271,10 +283,19 @@ impl Slot {
 
     /// Whether this step carries the slot's reference token (and only it).
     fn reference_due(&self) -> bool {
-        self.held
-            && self.reference.is_none()
-            && self.plan_len() >= 2
-            && self.fed + 2 == self.plan_len()
+        self.held && self.hold.is_none() && self.plan_len() >= 2 && self.fed + 2 == self.plan_len()
+    }
+
+    /// Whether this is a held run past its reference step: its steps are costed by the hold,
+    /// so what else goes in them must be costable from public values (review 30 R30-2).
+    fn held_running(&self) -> bool {
+        self.hold.is_some()
+    }
+
+    /// The cells the slot's next token attends over as far as anyone may know: the window of
+    /// the span (the allowance's, under one) and the answer so far, not of the real prompt.
+    fn public_window(&self) -> usize {
+        window_of(self.span() + self.generated.len())
     }
 
     fn on_token(&mut self, inner: &Inner, token: LlamaToken) -> Step {
@@ -312,10 +333,11 @@ impl Slot {
                 prompt: first - self.admitted,
                 decode: now - first,
                 decoded_tokens: self.decode_steps,
-                hold_until: self.reference.map(|(cost_per_cell, ended)| {
-                    ended + release_after(cost_per_cell, self.span(), self.steps_after_reference)
-                }),
-                reference_after: self.reference.map(|(_, ended)| ended - self.admitted),
+                hold_until: self.hold.map(|hold| hold.release(self.span(), now).0),
+                rung: self.hold.map(|hold| hold.release(self.span(), now).1),
+                reference_after: self.hold.map(|hold| hold.reference_ended - self.admitted),
+                admitted: Some(self.admitted),
+                held_cells: self.hold.map(|hold| hold.cells(self.span())),
             },
         ))
     }
@@ -337,22 +359,137 @@ fn window_of(cells: usize) -> usize {
 /// of the same work varies by about this much on a loaded machine.
 const RELEASE_MARGIN: f64 = 1.25;
 
-/// How long after its reference step a run under an allowance may release its answer
-/// (R28-1): each of the `steps` steps after it costed as a step of a body filling the
-/// allowance would be — one token over the span and the answer so far, `window_of(span + j)`
-/// cells at the reference's cost per cell — with [`RELEASE_MARGIN`]. Every input is public
-/// or the machine's: the span (`frame_max + allowance + user`), the answer's steps, and the
-/// cost the reference step measured. Costing cells proportionally overestimates a step's
-/// fixed part, never underestimates it: answers come late, not early.
-pub(crate) fn release_after(cost_per_cell: f64, span: usize, steps: usize) -> Duration {
-    let cells: usize = (0..steps).map(|j| window_of(span + j)).sum();
+/// Each rung of the release ladder is this many times the one below (review 30 R30-2).
+const LADDER: f64 = 1.5;
+
+/// The longest an answer is held: a clock fault must not hold one for ever.
+const HOLD_MAX: Duration = Duration::from_secs(86_400);
+
+/// `cells` window cells at `cost_per_cell`, with [`RELEASE_MARGIN`]; nothing for a cost that
+/// is no positive number, at most [`HOLD_MAX`].
+fn cells_time(cost_per_cell: f64, cells: usize) -> Duration {
     let seconds = cost_per_cell * cells as f64 * RELEASE_MARGIN;
     if seconds.is_finite() && seconds > 0.0 {
-        // At most a day: a clock fault must not hold an answer for ever.
-        Duration::from_secs_f64(seconds.min(86_400.0))
+        Duration::from_secs_f64(seconds.min(HOLD_MAX.as_secs_f64()))
     } else {
         Duration::ZERO
     }
+}
+
+/// The window cells of a run's `steps` steps after its reference step (R28-1), each costed
+/// as a step of a body filling the allowance would be: one token over the span and the answer
+/// so far, `window_of(span + j)` cells. Every input is public: the span (`frame_max +
+/// allowance + user`) and the answer's steps. At the cost per cell that reference steps of the
+/// same window measured (R30-1), this overestimates a step's fixed part, never underestimates
+/// it: answers come late, not early.
+fn span_cells(span: usize, steps: usize) -> usize {
+    (0..steps).map(|j| window_of(span + j)).sum()
+}
+
+/// When an answer held for `held` after its reference step may leave, its run having ended
+/// at `ended` (review 30 R30-2): at `reference_ended + held` if the run ended by then, else
+/// at the first rung `held × LADDER^k` past the end. A run outlasts its hold only when the
+/// machine or the neighbours it shared steps with slowed it past the margin, and then the
+/// real end — the body's length under that load — would show; on the ladder what shows is
+/// the rung, a factor of 1.5 wide: how much the load outran the hold, with the body's share
+/// of a step (a few per cent of it) lost inside the rung.
+pub(crate) fn release_at(
+    reference_ended: Instant,
+    held: Duration,
+    ended: Instant,
+) -> (Instant, u32) {
+    let held = held.min(HOLD_MAX);
+    if reference_ended + held >= ended {
+        return (reference_ended + held, 0);
+    }
+    // A hold of nothing (no measured cost) climbs from a millisecond, never stands still.
+    let mut rung = held.max(Duration::from_millis(1));
+    let mut k = 0;
+    while reference_ended + rung < ended && rung < HOLD_MAX {
+        rung = rung.mul_f64(LADDER).min(HOLD_MAX);
+        k += 1;
+    }
+    (reference_ended + rung, k)
+}
+
+/// What a held run's release time is made of (R28-1, review 30): every part public or the
+/// machine's, none the body's.
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    /// The cost per window cell of reference steps of this run's window (the median of the
+    /// last few, this run's included).
+    cost_per_cell: f64,
+    /// When the run's reference step ended.
+    reference_ended: Instant,
+    /// Steps the run took part in after its reference step.
+    steps: usize,
+    /// The cells the other slots' tokens in those steps attend over, each at its public
+    /// window (a held neighbour's span, not its body): their share of a step shared with this
+    /// run, costed like this run's own (review 30 R30-2).
+    neighbour_cells: usize,
+    /// The real time of those steps: the part of the run's time the hold replaces by their
+    /// public cost. The rest — steps it was kept out of (another run's reference, prompt
+    /// chunks kept out of held steps), sampling, admitting others — is others' work and the
+    /// engine's, none of this body's, and passes as it came (review 30 R30-2).
+    own_time: Duration,
+}
+
+impl Hold {
+    /// The window cells the hold costs: the run's steps over the span, as [`span_cells`]
+    /// counts them, and its neighbours' public cells.
+    fn cells(&self, span: usize) -> usize {
+        span_cells(span, self.steps).saturating_add(self.neighbour_cells)
+    }
+
+    /// When the answer may leave, the run having ended at `ended`, and on which rung: the
+    /// run's time after its reference with its own steps' real time replaced by their cost.
+    fn release(&self, span: usize, ended: Instant) -> (Instant, u32) {
+        let others = ended
+            .saturating_duration_since(self.reference_ended)
+            .saturating_sub(self.own_time);
+        let held = cells_time(self.cost_per_cell, self.cells(span))
+            .saturating_add(others)
+            .min(HOLD_MAX);
+        release_at(self.reference_ended, held, ended)
+    }
+}
+
+/// The last reference steps' costs per window cell, kept per window (review 30 R30-1): a run
+/// is held by the median of the steps of its own window, so neither one step that ran quickly
+/// nor one the scheduler stalled sets it, and a caller's calls with another span (a long user
+/// message, another skill's allowance) cannot set it either — a step's fixed part spread over
+/// a wider window's cells costs a narrower run's steps short of their real time.
+#[derive(Debug, Default)]
+pub(crate) struct ReferenceCosts {
+    by_window: HashMap<usize, VecDeque<f64>>,
+}
+
+impl ReferenceCosts {
+    /// Records a reference step over `window` cells; returns the cost per cell a run of that
+    /// window is held by. Bounded: one ring per 256 cells of context.
+    pub(crate) fn record(&mut self, window: usize, cost_per_cell: f64) -> f64 {
+        let ring = self.by_window.entry(window).or_default();
+        if ring.len() == REFERENCE_STEPS_KEPT {
+            ring.pop_front();
+        }
+        ring.push_back(cost_per_cell);
+        median(ring)
+    }
+}
+
+/// Which slots a step carries (review 30 R30-2, R30-9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    /// Only reference tokens: what one token over the span costs, nothing else in it.
+    Reference,
+    /// The decoding slots and the held runs' last prompt tokens, no prompt chunk: a held
+    /// run's step, costable from public values.
+    Held,
+    /// Only prompt chunks of runs not yet held; held runs wait a step, and its time passes
+    /// into their release as it came (it is not their body's).
+    Chunks,
+    /// No held run is past its reference, or no chunk waits: everything fits in one step.
+    Mixed,
 }
 
 fn sampler_for(request: &ChatRequest, n_vocab: i32) -> LlamaSampler {
@@ -438,7 +575,9 @@ fn work(
         queue: VecDeque::new(),
         n_vocab: inner.model.n_vocab(),
         window,
-        reference_costs: VecDeque::with_capacity(REFERENCE_STEPS_KEPT),
+        reference_costs: ReferenceCosts::default(),
+        reserved: Vec::new(),
+        prefill_turn: false,
     }
     .run(&mut ctx, &rx);
 }
@@ -453,10 +592,15 @@ struct Worker<'a> {
     n_vocab: i32,
     /// The widest attention window of the graph computed last (llama-cpp-2's probe).
     window: &'static AtomicU32,
-    /// The last reference steps' costs per window cell (R28-1): a run is held by their median,
-    /// so neither one step that ran quickly (an early release) nor one the scheduler stalled
-    /// (an answer held for a minute) sets it.
-    reference_costs: VecDeque<f64>,
+    /// The last reference steps' costs per window cell, per window (R28-1, R30-1).
+    reference_costs: ReferenceCosts,
+    /// Until when the places of held answers that have finished stay taken (review 30 R30-9):
+    /// a place freed at a run's real end would let the next job in then, and that job's
+    /// start would tell when the held run really ended.
+    reserved: Vec<Instant>,
+    /// Whether the last step that had to choose between held runs and prompt chunks took
+    /// the chunks: they alternate, so neither starves.
+    prefill_turn: bool,
 }
 
 /// How many reference steps the hold's median reads.
@@ -466,14 +610,28 @@ impl Worker<'_> {
     fn run(&mut self, ctx: &mut LlamaContext<'_>, rx: &Receiver<Vec<Job>>) {
         let mut open = true;
         loop {
-            let busy = self.slots.iter().any(Option::is_some) || !self.queue.is_empty();
-            if !busy {
-                if !open {
-                    return;
-                }
-                match rx.recv() {
-                    Ok(jobs) => self.queue.extend(jobs),
-                    Err(_) => return,
+            if !self.slots.iter().any(Option::is_some) {
+                if self.queue.is_empty() {
+                    if !open {
+                        return;
+                    }
+                    match rx.recv() {
+                        Ok(jobs) => self.queue.extend(jobs),
+                        Err(_) => return,
+                    }
+                } else if let Some(until) = self.reserved.iter().min().copied() {
+                    // Every place is a held answer's (R30-9): wait for the first to free, or
+                    // for new jobs (a cancelled one is answered then).
+                    let wait = until.saturating_duration_since(Instant::now());
+                    if open {
+                        match rx.recv_timeout(wait) {
+                            Ok(jobs) => self.queue.extend(jobs),
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => open = false,
+                        }
+                    } else {
+                        std::thread::sleep(wait);
+                    }
                 }
             }
             while open {
@@ -504,7 +662,16 @@ impl Worker<'_> {
     }
 
     fn admit(&mut self) {
-        while let Some(free) = self.slots.iter().position(Option::is_none) {
+        loop {
+            let now = Instant::now();
+            self.reserved.retain(|&until| until > now);
+            let busy = self.slots.iter().flatten().count();
+            if busy + self.reserved.len() >= self.slots.len() {
+                return;
+            }
+            let Some(free) = self.slots.iter().position(Option::is_none) else {
+                return;
+            };
             let Some(job) = self.queue.pop_front() else {
                 return;
             };
@@ -548,8 +715,7 @@ impl Worker<'_> {
                 padding,
                 padding_dropped: false,
                 held,
-                reference: None,
-                steps_after_reference: 0,
+                hold: None,
                 fed: 0,
                 budget,
                 generated: Vec::with_capacity(budget.min(4096)),
@@ -587,11 +753,34 @@ impl Worker<'_> {
         }
     }
 
+    /// Which slots the next step carries: a reference step alone; while a held run is past
+    /// its reference, its steps (the decoding slots, single tokens all) and prompt chunks
+    /// alternate, so a chunk — up to 500 tokens a caller's neighbouring call chooses — never
+    /// shares a step the hold must cost (review 30 R30-2).
+    fn turn(&mut self) -> Turn {
+        let slots = || self.slots.iter().flatten();
+        if slots().any(Slot::reference_due) {
+            return Turn::Reference;
+        }
+        let held_running = slots().any(Slot::held_running);
+        let chunks_waiting = slots().any(|s| s.next.is_none() && !s.held_running());
+        if !(held_running && chunks_waiting) {
+            return Turn::Mixed;
+        }
+        self.prefill_turn = !self.prefill_turn;
+        if self.prefill_turn {
+            Turn::Chunks
+        } else {
+            Turn::Held
+        }
+    }
+
     /// One decode, in slot order: the next token of every decoding slot, prompt chunks of those
-    /// still reading their prompt (as much as fits after the decode tokens).
+    /// still reading their prompt (as much as fits after the decode tokens), as [`Turn`] lets.
     fn step(&mut self, ctx: &mut LlamaContext<'_>) {
         self.drop_padding(ctx);
         self.batch.clear();
+        let turn = self.turn();
         let decoding = self
             .slots
             .iter()
@@ -599,17 +788,29 @@ impl Worker<'_> {
             .filter(|s| s.next.is_some())
             .count();
         let mut prompt_room = BATCH_TOKENS.saturating_sub(decoding);
-        // A step carrying a reference token carries no other prompt chunk: it measures what an
-        // answer step costs, and a neighbour's 500-token chunk in it would hold every answer
-        // step after it to that chunk's time (R28-1).
-        let reference_step = self.slots.iter().flatten().any(Slot::reference_due);
         // (slot, batch index) of each slot that samples after this step.
         let mut sampling: Vec<(usize, i32)> = Vec::new();
         // Slots whose reference token (R28-1) is in this step, and its window.
         let mut referencing: Vec<(usize, usize)> = Vec::new();
+        // The public cells each slot's tokens in this step attend over (0: not in it).
+        let mut cells = vec![0usize; self.slots.len()];
+        // Whether a held run past its reference is in this step, and other runs' prompt
+        // tokens in it (R30-2: none beside a held run).
+        let mut held_in_step = false;
+        let mut chunk_tokens = 0;
         let mut sequences = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(slot) = slot else { continue };
+            let carried = match turn {
+                Turn::Reference => slot.reference_due(),
+                Turn::Held => slot.next.is_some() || slot.held_running(),
+                Turn::Chunks => slot.next.is_none() && !slot.held_running(),
+                Turn::Mixed => true,
+            };
+            if !carried {
+                continue;
+            }
+            held_in_step |= slot.held_running();
             if let Some(token) = slot.next {
                 let at = self.batch.n_tokens();
                 if self
@@ -618,7 +819,7 @@ impl Worker<'_> {
                     .is_ok()
                 {
                     slot.decode_steps += 1;
-                    slot.steps_after_reference += usize::from(slot.reference.is_some());
+                    cells[i] = slot.public_window();
                     sampling.push((i, at));
                     sequences += 1;
                 }
@@ -626,9 +827,6 @@ impl Worker<'_> {
             }
             let plan = slot.plan_len();
             let reference = slot.reference_due();
-            if reference_step && !reference {
-                continue;
-            }
             let end = if reference {
                 // One token alone, over the whole span.
                 slot.fed + 1
@@ -643,7 +841,7 @@ impl Worker<'_> {
             if reference {
                 referencing.push((i, window_of(plan - 1)));
             }
-            slot.steps_after_reference += usize::from(slot.reference.is_some());
+            let from = slot.fed;
             while slot.fed < end {
                 let last = slot.fed + 1 == plan;
                 let (token, pos) = slot.planned(slot.fed);
@@ -661,12 +859,21 @@ impl Worker<'_> {
                     sampling.push((i, at));
                 }
             }
+            cells[i] = (slot.fed - from) * window_of(slot.span().max(slot.fed));
+            if !slot.held_running() {
+                chunk_tokens += slot.fed - from;
+            }
             sequences += 1;
         }
         if self.batch.n_tokens() == 0 {
             return;
         }
         self.counters.steps.fetch_add(1, Ordering::Relaxed);
+        if held_in_step {
+            self.counters
+                .chunk_tokens_beside_held
+                .fetch_add(chunk_tokens as u64, Ordering::Relaxed);
+        }
         if sequences > 1 {
             self.counters.shared_steps.fetch_add(1, Ordering::Relaxed);
         }
@@ -677,6 +884,7 @@ impl Worker<'_> {
         let started = Instant::now();
         let decoded = ctx.decode(&mut self.batch);
         let ended = Instant::now();
+        self.note_held_step(&cells, ended - started);
         self.note_references(&referencing, ended - started, ended);
         let window = u64::from(self.window.swap(0, Ordering::Relaxed));
         self.counters
@@ -709,18 +917,39 @@ impl Worker<'_> {
         }
     }
 
+    /// Adds a step to every held run past its reference that took part in it (R30-2): one of
+    /// its steps, its neighbours' public cells, and the step's real time.
+    fn note_held_step(&mut self, cells: &[usize], took: Duration) {
+        let all: usize = cells.iter().sum();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(hold) = slot.as_mut().and_then(|s| s.hold.as_mut()) else {
+                continue;
+            };
+            let own = cells.get(i).copied().unwrap_or(0);
+            if own > 0 {
+                hold.steps += 1;
+                hold.neighbour_cells = hold.neighbour_cells.saturating_add(all - own);
+                hold.own_time = hold.own_time.saturating_add(took);
+            }
+        }
+    }
+
     /// Records each referencing slot's reference step (R28-1): its cost per window cell is the
-    /// median of the last [`REFERENCE_STEPS_KEPT`] reference steps, this one included.
+    /// median of the last [`REFERENCE_STEPS_KEPT`] reference steps of its window, this one
+    /// included (R30-1).
     fn note_references(&mut self, referencing: &[(usize, usize)], took: Duration, ended: Instant) {
         for &(i, window) in referencing {
-            if self.reference_costs.len() == REFERENCE_STEPS_KEPT {
-                self.reference_costs.pop_front();
-            }
-            self.reference_costs
-                .push_back(took.as_secs_f64() / window as f64);
-            let cost = median(&self.reference_costs);
+            let cost_per_cell = self
+                .reference_costs
+                .record(window, took.as_secs_f64() / window as f64);
             if let Some(slot) = self.slots[i].as_mut() {
-                slot.reference = Some((cost, ended));
+                slot.hold = Some(Hold {
+                    cost_per_cell,
+                    reference_ended: ended,
+                    steps: 0,
+                    neighbour_cells: 0,
+                    own_time: Duration::ZERO,
+                });
             }
         }
     }
@@ -735,6 +964,18 @@ impl Worker<'_> {
         };
         let _ = ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), None, None);
         self.counters.memory_ops.fetch_add(1, Ordering::Relaxed);
+        // A held answer keeps its place until it leaves (R30-9).
+        if let Ok((
+            _,
+            Timing {
+                hold_until: Some(until),
+                ..
+            },
+        )) = &outcome
+            && *until > Instant::now()
+        {
+            self.reserved.push(*until);
+        }
         (slot.job.reply)(outcome);
         let Some(last) = self.slots.iter().rposition(Option::is_some) else {
             return;
@@ -756,6 +997,10 @@ impl Worker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn release_after(cost_per_cell: f64, span: usize, steps: usize) -> Duration {
+        cells_time(cost_per_cell, span_cells(span, steps))
+    }
 
     /// The hold reads only public values and the measured cost: the same span, steps and cost
     /// give the same time, it grows with each, and a cost that is no number holds nothing
@@ -792,6 +1037,98 @@ mod tests {
         kept.push_back(0.001);
         assert_eq!(median(&kept), 1.0);
         assert_eq!(median(&VecDeque::new()), 0.0);
+    }
+
+    /// Review 30 R30-1: a caller's calls with a long user message (a 4,096-cell window) put
+    /// reference steps in the one median every run was held by, and their cost per cell —
+    /// a step's fixed part spread over more cells — held a 1,280-cell run's steps short of
+    /// their real time. Now a run reads only references of its own window.
+    #[test]
+    fn a_wider_windows_references_do_not_set_a_narrower_runs_cost() {
+        // A step costs a + b·W: a = 8.9 ms, b = 4.3 µs a cell (the session's measurements).
+        let step = |window: usize| 8.9e-3 + 4.3e-6 * window as f64;
+        let mut costs = ReferenceCosts::default();
+        for _ in 0..3 {
+            costs.record(4096, step(4096) / 4096.0);
+        }
+        let narrow = costs.record(1280, step(1280) / 1280.0);
+        let one_answer_step = cells_time(narrow, window_of(1100));
+        assert!(
+            one_answer_step.as_secs_f64() >= step(1280),
+            "a 1,280-cell run held {one_answer_step:?} a step against {:.4}s real",
+            step(1280)
+        );
+        // Its own window's references, and only those, move it.
+        for _ in 0..4 {
+            costs.record(1280, 2.0 * step(1280) / 1280.0);
+        }
+        assert_eq!(costs.record(4096, step(4096) / 4096.0), step(4096) / 4096.0);
+        assert!(costs.record(1280, step(1280) / 1280.0) > narrow);
+    }
+
+    /// Review 30 R30-2: a run slowed past its hold (the machine's load, neighbours' work) left
+    /// at its real end, which carries the body's share of each step. Now it leaves on the first
+    /// rung of a ladder of the hold at or after its end: the same for any end inside a rung.
+    #[test]
+    fn a_run_past_its_hold_leaves_on_the_ladder_not_at_its_end() {
+        let reference = Instant::now();
+        let held = Duration::from_millis(800);
+        let at = |ms: u64| release_at(reference, held, reference + Duration::from_millis(ms)).0;
+        assert_eq!(at(500), reference + held, "within the hold");
+        assert_eq!(at(800), reference + held);
+        // Past it: 1.2 s (1.5x), 1.8 s (2.25x), ... whatever the end inside the rung.
+        assert_eq!(at(801), at(1200));
+        assert_eq!(at(801), reference + held.mul_f64(LADDER));
+        assert_eq!(at(1201), at(1750));
+        assert!(at(1201) > at(1200));
+        // No hold climbs from a millisecond; nothing past a day.
+        assert!(
+            release_at(
+                reference,
+                Duration::ZERO,
+                reference + Duration::from_millis(5)
+            )
+            .0 >= reference + Duration::from_millis(5)
+        );
+        let late = reference + Duration::from_secs(200_000);
+        assert_eq!(release_at(reference, held, late).0, reference + HOLD_MAX);
+        assert_eq!(
+            release_at(reference, held, reference + Duration::from_millis(1750)).1,
+            2
+        );
+    }
+
+    /// The hold of a run that shared steps or waited for others: its own steps and the
+    /// others' public cells at its cost, plus the time that was not its steps' — whatever its
+    /// own steps really took.
+    #[test]
+    fn a_hold_replaces_the_runs_own_steps_by_their_cost_and_keeps_the_rest() {
+        let reference = Instant::now();
+        let cost = 10e-3 / 1280.0;
+        let own = release_after(cost, 1100, 48);
+        let alone = Hold {
+            cost_per_cell: cost,
+            reference_ended: reference,
+            steps: 48,
+            neighbour_cells: 0,
+            own_time: Duration::from_millis(300),
+        };
+        // Ended after its own steps: held to their cost.
+        let ended = reference + Duration::from_millis(300);
+        assert_eq!(alone.release(1100, ended), (reference + own, 0));
+        // The same run, with a short or a long body (its steps 300 or 450 ms), kept out of
+        // 2 s of others' steps, sharing steps with a neighbour: the same release.
+        let shared = |own_ms: u64| Hold {
+            neighbour_cells: 48 * 4096,
+            own_time: Duration::from_millis(own_ms),
+            ..alone
+        };
+        let released = |own_ms: u64| {
+            shared(own_ms).release(1100, reference + Duration::from_millis(2000 + own_ms))
+        };
+        assert_eq!(released(300), released(450));
+        let expected = own + cells_time(cost, 48 * 4096) + Duration::from_secs(2);
+        assert_eq!(released(300), (reference + expected, 0));
     }
 
     /// A box whose attested configuration names no GPU kept no layer on one, yet llama.cpp's

@@ -783,6 +783,16 @@ pub struct Timing {
     /// Under an allowance, from admission to the end of the reference step (the prompt's
     /// work, the allowance's span whatever the body): what follows it is what the hold covers.
     pub reference_after: Option<Duration>,
+    /// When the engine took the job in (a held answer keeps its place until it leaves, so a
+    /// job queued behind it starts no sooner: review 30 R30-9).
+    pub admitted: Option<std::time::Instant>,
+    /// Under an allowance, the window cells the hold costs at the measured cost per cell: the
+    /// run's steps over the span and the public cells of the neighbours it shared steps with.
+    /// The same for every body of the same span, steps and neighbours.
+    pub held_cells: Option<usize>,
+    /// Under an allowance, the rung of the release ladder the answer left on: 0 at its hold,
+    /// `k` at the hold × 1.5^k when the run outlasted it (review 30 R30-2).
+    pub rung: Option<u32>,
 }
 
 impl Timing {
