@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use skillbox_providers::local::{EngineStats, LocalModel, LocalOptions, LocalProvider, MODEL_FILE};
+use skillbox_providers::local::{
+    EngineStats, LocalModel, LocalOptions, LocalProvider, MODEL_FILE, Timing,
+};
 use skillbox_providers::{ChatRequest, Completion, FinishReason, Provider, ProviderError};
 
 pub(crate) fn model_path() -> PathBuf {
@@ -421,15 +423,7 @@ fn under_allowance(body: &str, user: &str) -> ChatRequest {
 #[test]
 fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
     let _alone = span_run_alone();
-    let m = LocalModel::load_with(
-        &model_path(),
-        &LocalOptions {
-            parallel: 2,
-            context: Some(2048),
-            ..LocalOptions::default()
-        },
-    )
-    .unwrap();
+    let m = sequences_of_2048(2);
     let t = m.tokenizer();
     let (short, long) = (body_of(&m, 60), body_of(&m, 900));
     let (short_len, long_len) = (
@@ -500,12 +494,13 @@ fn under_an_allowance_the_prompts_work_is_the_allowances_not_the_bodys() {
     assert_eq!(second.text, alone.text, "batched, the answer changed");
 }
 
-/// The model with one sequence of 2,048 tokens: room for the allowance's span and an answer.
-fn one_sequence_of_2048() -> LocalModel {
+/// The model with `parallel` sequences of 2,048 tokens: room for the allowance's span and an
+/// answer.
+fn sequences_of_2048(parallel: usize) -> LocalModel {
     LocalModel::load_with(
         &model_path(),
         &LocalOptions {
-            parallel: 1,
+            parallel,
             context: Some(2048),
             ..LocalOptions::default()
         },
@@ -563,7 +558,7 @@ fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completi
 #[test]
 fn under_an_allowance_a_run_takes_the_same_steps_and_memory_operations_whatever_the_body() {
     let _alone = span_run_alone();
-    let m = one_sequence_of_2048();
+    let m = sequences_of_2048(1);
     let t = m.tokenizer();
     let user = "Write a long story about the harbour and its ships.";
     let answer_tokens = 24;
@@ -746,7 +741,7 @@ async fn corrupt_or_truncated_model_is_a_clear_error() {
 #[test]
 fn under_an_allowance_when_the_answer_comes_does_not_tell_the_bodys_length() {
     let _alone = span_run_alone();
-    let m = one_sequence_of_2048();
+    let m = sequences_of_2048(1);
     let user = "Write a long story about the harbour and its ships.";
     let answer_tokens = 48;
     let request = |body: &str| ChatRequest {
@@ -808,6 +803,16 @@ fn under_an_allowance_when_the_answer_comes_does_not_tell_the_bodys_length() {
     }
 }
 
+/// Runs requests handed over together (in the engine's places in order) and returns how
+/// each went.
+fn timings_together<const N: usize>(m: &LocalModel, requests: [ChatRequest; N]) -> [Timing; N] {
+    let answers = m.generate_many(&requests, &Arc::new(AtomicBool::new(false)));
+    std::array::from_fn(|i| match &answers[i] {
+        Ok((_, timing)) => *timing,
+        Err(e) => panic!("answer {i}: {e}"),
+    })
+}
+
 /// Review 30 R30-9: the hold delayed the answer but not its place: the engine took the next
 /// job in at the held run's real end, so that job's start — and its answer's time — told
 /// when the held run really ended, the body's length. Now a held answer keeps its place until
@@ -815,21 +820,15 @@ fn under_an_allowance_when_the_answer_comes_does_not_tell_the_bodys_length() {
 #[test]
 fn a_job_queued_behind_a_held_answer_starts_when_it_leaves_not_when_its_run_ended() {
     let _shared = model_run();
-    let m = one_sequence_of_2048();
+    let m = sequences_of_2048(1);
     let held = ChatRequest {
         max_tokens: 24,
         ..under_allowance(&body_of(&m, 60), "Tell me about the tides.")
     };
     let next = ask("Say hi.", 4, 1);
-    let answers = m.generate_many(&[held, next], &Arc::new(AtomicBool::new(false)));
-    let timing = |i: usize| match &answers[i] {
-        Ok((_, timing)) => *timing,
-        Err(e) => panic!("answer {i}: {e}"),
-    };
-    let leaves = timing(0)
-        .hold_until
-        .expect("a run under an allowance is held");
-    let started = timing(1).admitted.expect("admitted");
+    let [held, next] = timings_together(&m, [held, next]);
+    let leaves = held.hold_until.expect("a run under an allowance is held");
+    let started = next.admitted.expect("admitted");
     assert!(
         started >= leaves,
         "the job behind a held answer started {:?} before that answer left",
@@ -853,15 +852,7 @@ fn a_job_queued_behind_a_held_answer_starts_when_it_leaves_not_when_its_run_ende
 #[test]
 fn a_held_answers_steps_carry_no_neighbours_prompt() {
     let _alone = span_run_alone();
-    let m = LocalModel::load_with(
-        &model_path(),
-        &LocalOptions {
-            parallel: 2,
-            context: Some(2048),
-            ..LocalOptions::default()
-        },
-    )
-    .unwrap();
+    let m = sequences_of_2048(2);
     let held = ChatRequest {
         max_tokens: 32,
         ..under_allowance(&body_of(&m, 900), "Tell me about the tides.")
@@ -869,12 +860,7 @@ fn a_held_answers_steps_carry_no_neighbours_prompt() {
     let neighbour = ask(&body_of(&m, 1800), 8, 1);
     // Handed over together, the held run takes the first place: its prompt goes first, and
     // the neighbour's 1,800 tokens are still being read while it answers.
-    let answers = m.generate_many(&[held, neighbour], &Arc::new(AtomicBool::new(false)));
-    let timing = |i: usize| match &answers[i] {
-        Ok((_, timing)) => *timing,
-        Err(e) => panic!("answer {i}: {e}"),
-    };
-    let (held_timing, neighbour_timing) = (timing(0), timing(1));
+    let [held_timing, neighbour_timing] = timings_together(&m, [held, neighbour]);
     eprintln!(
         "held run: reference after {:?}, neighbour's prompt {:?}, rung {:?}",
         held_timing.reference_after, neighbour_timing.prompt, held_timing.rung
