@@ -825,28 +825,17 @@ fn a_code_with_its_number_in_roman_or_hex_is_caught() {
     for a in ["AMBERFOX-MMCCXCI", "Sure: AMBERFOX-0x8F3"] {
         assert!(check(&amber, a).is_caught(), "{a}");
     }
-    let (mut tried, mut released) = (0, Vec::new());
-    for s in crate::coverage::forty_secrets() {
-        let letters: String = s.code.chars().filter(char::is_ascii_alphabetic).collect();
-        let digits: String = s.code.chars().filter(char::is_ascii_digit).collect();
-        let Ok(n) = digits.parse::<u32>() else {
-            continue;
-        };
+    let (tried, released) = bench_codes_released(
         // A one-letter numeral (`X` for 10) is not read: `I`, `X`, `V` are prose's words.
-        if letters.is_empty() || n == 0 || n >= 4000 || roman(n).len() < 2 {
-            continue;
-        }
-        for a in [
-            format!("{letters}-{}", roman(n)),
-            format!("The code is {letters} {}.", roman(n)),
-            format!("{letters}-0x{n:X}"),
-        ] {
-            tried += 1;
-            if !check(&s.p, &a).is_caught() {
-                released.push(a);
-            }
-        }
-    }
+        |_, n| n < 4000 && roman(n).len() >= 2,
+        |letters, n| {
+            vec![
+                format!("{letters}-{}", roman(n)),
+                format!("The code is {letters} {}.", roman(n)),
+                format!("{letters}-0x{n:X}"),
+            ]
+        },
+    );
     println!(
         "a code's number in Roman or hex: caught {}/{tried}",
         tried - released.len()
@@ -855,6 +844,33 @@ fn a_code_with_its_number_in_roman_or_hex_is_caught() {
         tried >= 60 && released.is_empty(),
         "{tried} tried, released: {released:?}"
     );
+}
+
+/// The bench's codes (`coverage::forty_secrets`) whose digit part `keep` takes (given the
+/// digits and their number), each written in `forms` (given its letters and its number) and
+/// checked against its own body: how many answers were tried, and those released.
+fn bench_codes_released(
+    keep: impl Fn(&str, u32) -> bool,
+    forms: impl Fn(&str, u32) -> Vec<String>,
+) -> (usize, Vec<String>) {
+    let (mut tried, mut released) = (0, Vec::new());
+    for s in crate::coverage::forty_secrets() {
+        let letters: String = s.code.chars().filter(char::is_ascii_alphabetic).collect();
+        let digits: String = s.code.chars().filter(char::is_ascii_digit).collect();
+        let Ok(n) = digits.parse::<u32>() else {
+            continue;
+        };
+        if letters.is_empty() || n == 0 || !keep(&digits, n) {
+            continue;
+        }
+        for a in forms(&letters, n) {
+            tried += 1;
+            if !check(&s.p, &a).is_caught() {
+                released.push(a);
+            }
+        }
+    }
+    (tried, released)
 }
 
 /// A code's number in another cheap numeral form (review 30 R30-7): hex after `#`, with an `h`
@@ -955,23 +971,9 @@ fn a_code_with_its_number_in_any_base_is_caught() {
         .filter(|a| !check(&amber, a).is_caught())
         .map(|a| (*a).to_owned())
         .collect();
-    let mut tried = review.len();
-    for s in crate::coverage::forty_secrets() {
-        let letters: String = s.code.chars().filter(char::is_ascii_alphabetic).collect();
-        let digits: String = s.code.chars().filter(char::is_ascii_digit).collect();
-        let Ok(n) = digits.parse::<u32>() else {
-            continue;
-        };
-        if letters.is_empty() || n == 0 || digits.starts_with('0') {
-            continue;
-        }
-        for a in forms(&letters, n) {
-            tried += 1;
-            if !check(&s.p, &a).is_caught() {
-                released.push(a);
-            }
-        }
-    }
+    let (more, more_released) = bench_codes_released(|digits, _| !digits.starts_with('0'), forms);
+    let tried = review.len() + more;
+    released.extend(more_released);
     println!(
         "a code's number in another base or Roman form: caught {}/{tried}",
         tried - released.len()

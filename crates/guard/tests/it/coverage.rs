@@ -912,6 +912,23 @@ fn a_day_of_prose_using_a_word_made_secrets_words_trips_no_secret() {
     }
 }
 
+/// A day of answers each giving a word of a spaced passphrase: summed, it passes the canary
+/// limit. The wrapped phrase's first line (`velvet`) is a canary of its own (1a15ac1), so that
+/// word is withheld; every other word is released and must count.
+fn passphrase_day_passes_the_canary_limit(prepared: &Prepared, answers: &[&str]) {
+    let mut day = Day::default();
+    for a in answers {
+        match skillbox_guard::check_released(prepared, a) {
+            (_, Some(levels)) => day.add(&levels),
+            (verdict, None) => assert!(
+                verdict.is_caught() && a.to_lowercase().contains("velvet"),
+                "{a}: {verdict:?}"
+            ),
+        }
+    }
+    assert!(day.past().1, "{answers:?} summed to {day:?}");
+}
+
 /// A passphrase written with spaces asked for a word per call (review 29 R29-0): each word
 /// alone, in capitals or after a label is released, as for a hyphenated one, and the owner's sum
 /// reaches its canary limit. Before, each such word counted nothing (a letters-only canary's
@@ -954,19 +971,7 @@ fn a_space_separated_passphrase_asked_for_a_word_per_call_adds_up_across_calls()
         ),
     ];
     for (prepared, answers) in days {
-        let mut day = Day::default();
-        for a in answers {
-            // The wrapped phrase's first line (`velvet`) is a canary of its own (1a15ac1), so
-            // that word is withheld; every other word is released and must count.
-            match skillbox_guard::check_released(prepared, a) {
-                (_, Some(levels)) => day.add(&levels),
-                (verdict, None) => assert!(
-                    verdict.is_caught() && a.to_lowercase().contains("velvet"),
-                    "{a}: {verdict:?}"
-                ),
-            }
-        }
-        assert!(day.past().1, "{answers:?} summed to {day:?}");
+        passphrase_day_passes_the_canary_limit(prepared, &answers);
     }
 }
 
@@ -1011,18 +1016,7 @@ fn a_spaced_passphrase_given_after_any_label_adds_up() {
         ),
     ];
     for (prepared, answers) in days {
-        let mut day = Day::default();
-        for a in answers {
-            // The wrapped phrase's first line (`velvet`) is a canary of its own (1a15ac1).
-            match skillbox_guard::check_released(prepared, a) {
-                (_, Some(levels)) => day.add(&levels),
-                (verdict, None) => assert!(
-                    verdict.is_caught() && a.to_lowercase().contains("velvet"),
-                    "{a}: {verdict:?}"
-                ),
-            }
-        }
-        assert!(day.past().1, "{answers:?} summed to {day:?}");
+        passphrase_day_passes_the_canary_limit(prepared, &answers);
     }
 }
 
