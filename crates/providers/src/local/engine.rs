@@ -603,6 +603,19 @@ struct Worker<'a> {
     prefill_turn: bool,
 }
 
+/// When a place is next free, if none of `places` (those no run is busy in) is free now:
+/// the first of the held answers' reservations (review 30 R30-9) to end, once those past are
+/// dropped. `None` when a place is free: a job waiting then is admitted, not kept waiting for
+/// a held release while another place stands empty (review 31 R31-10).
+fn place_free_at(reserved: &mut Vec<Instant>, places: usize, now: Instant) -> Option<Instant> {
+    reserved.retain(|&until| until > now);
+    if reserved.len() < places {
+        return None;
+    }
+    // No place at all (every one busy) is "free" no sooner than the next step.
+    Some(reserved.iter().min().copied().unwrap_or(now))
+}
+
 /// How many reference steps the hold's median reads.
 const REFERENCE_STEPS_KEPT: usize = 5;
 
@@ -619,7 +632,9 @@ impl Worker<'_> {
                         Ok(jobs) => self.queue.extend(jobs),
                         Err(_) => return,
                     }
-                } else if let Some(until) = self.reserved.iter().min().copied() {
+                } else if let Some(until) =
+                    place_free_at(&mut self.reserved, self.slots.len(), Instant::now())
+                {
                     // Every place is a held answer's (R30-9): wait for the first to free, or
                     // for new jobs (a cancelled one is answered then).
                     let wait = until.saturating_duration_since(Instant::now());
@@ -663,10 +678,9 @@ impl Worker<'_> {
 
     fn admit(&mut self) {
         loop {
-            let now = Instant::now();
-            self.reserved.retain(|&until| until > now);
             let busy = self.slots.iter().flatten().count();
-            if busy + self.reserved.len() >= self.slots.len() {
+            if place_free_at(&mut self.reserved, self.slots.len() - busy, Instant::now()).is_some()
+            {
                 return;
             }
             let Some(free) = self.slots.iter().position(Option::is_none) else {
@@ -1129,6 +1143,30 @@ mod tests {
         assert_eq!(released(300), released(450));
         let expected = own + cells_time(cost, 48 * 4096) + Duration::from_secs(2);
         assert_eq!(released(300), (reference + expected, 0));
+    }
+
+    /// Review 31 R31-10: two places, one held answer's reserved, the other free (its run
+    /// ended unheld in the same step): the engine waited for the held release before taking a
+    /// queued job in. Now it waits only when every place not busy is reserved.
+    #[test]
+    fn a_free_place_is_used_while_another_is_reserved() {
+        let now = Instant::now();
+        let release = now + Duration::from_secs(1);
+        let mut reserved = vec![release];
+        assert_eq!(
+            place_free_at(&mut reserved, 2, now),
+            None,
+            "a job waited for a held release with a place free"
+        );
+        assert_eq!(reserved, vec![release]);
+        // Both places reserved: wait for the first release; one past: a place is free.
+        let mut both = vec![release + Duration::from_secs(1), release];
+        assert_eq!(place_free_at(&mut both, 2, now), Some(release));
+        let mut one_past = vec![now - Duration::from_millis(1), release];
+        assert_eq!(place_free_at(&mut one_past, 2, now), None);
+        assert_eq!(one_past, vec![release]);
+        // Every place busy: none free, whatever is reserved.
+        assert!(place_free_at(&mut Vec::new(), 0, now).is_some());
     }
 
     /// A box whose attested configuration names no GPU kept no layer on one, yet llama.cpp's
