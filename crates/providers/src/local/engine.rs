@@ -52,6 +52,7 @@ pub(crate) struct Counters {
     widest_window: AtomicU64,
     memory_ops: AtomicU64,
     chunk_tokens_beside_held: AtomicU64,
+    padding_drops_outside_own_step: AtomicU64,
 }
 
 /// A snapshot of the engine's counters.
@@ -81,6 +82,11 @@ pub struct EngineStats {
     /// Prompt tokens of other runs fed in steps that carried a held run past its reference:
     /// 0, for the hold costs such a step as single tokens (review 30 R30-2).
     pub chunk_tokens_beside_held: u64,
+    /// Padding drops timed in a step that did not carry their run: 0, for a drop goes in the
+    /// timed step that carries its run's next token (review 31 R31-11). Its work is linear in
+    /// the padding, the allowance less the body, so it counts as the run's own step (whose
+    /// real time the hold replaces by its public cost), never as time that passes as it came.
+    pub padding_drops_outside_own_step: u64,
 }
 
 /// How the engine runs (resolved: no defaults left open).
@@ -148,6 +154,10 @@ impl Engine {
                 .counters
                 .chunk_tokens_beside_held
                 .load(Ordering::Relaxed),
+            padding_drops_outside_own_step: self
+                .counters
+                .padding_drops_outside_own_step
+                .load(Ordering::Relaxed),
         }
     }
 }
@@ -206,6 +216,9 @@ struct Slot {
     /// Whether the padding's cells were dropped (only then may the prompt's last token go in:
     /// llama.cpp wants a sequence's positions consecutive).
     padding_dropped: bool,
+    /// Whether the padding was dropped in the step being built and the slot's token is not in
+    /// it yet (R31-11: the drop's time must be its own step's).
+    dropped_in_step: bool,
     /// Whether the run is under an owner's allowance: its plan has a reference step and its
     /// answer a release time (R28-1).
     held: bool,
@@ -284,6 +297,16 @@ impl Slot {
     /// Whether this step carries the slot's reference token (and only it).
     fn reference_due(&self) -> bool {
         self.held && self.hold.is_none() && self.plan_len() >= 2 && self.fed + 2 == self.plan_len()
+    }
+
+    /// Whether a step of `turn` carries this slot (review 30 R30-2, R30-9).
+    fn carried_in(&self, turn: Turn) -> bool {
+        match turn {
+            Turn::Reference => self.reference_due(),
+            Turn::Held => self.next.is_some() || self.held_running(),
+            Turn::Chunks => self.next.is_none() && !self.held_running(),
+            Turn::Mixed => true,
+        }
     }
 
     /// Whether this is a held run past its reference step: its steps are costed by the hold,
@@ -728,6 +751,7 @@ impl Worker<'_> {
                 prompt,
                 padding,
                 padding_dropped: false,
+                dropped_in_step: false,
                 held,
                 hold: None,
                 fed: 0,
@@ -741,18 +765,28 @@ impl Worker<'_> {
         }
     }
 
-    /// Drops the padding's cells of every slot whose plan but its last token is in, before
-    /// that token goes in (an empty padding too: the same operations whatever the body).
-    fn drop_padding(&mut self, ctx: &mut LlamaContext<'_>) {
+    /// Drops the padding's cells of every slot this `turn` carries whose plan but its last
+    /// token is in, before that token goes in (an empty padding too: the same operations
+    /// whatever the body). Called inside the step's timed part: llama.cpp's removal erases
+    /// each cell's position, work linear in the padding (the allowance less the body), so it is
+    /// the run's own step's time, which the hold replaces by its public cost (review 31
+    /// R31-11); a slot the turn does not carry drops in a later step that does.
+    fn drop_padding(&mut self, ctx: &mut LlamaContext<'_>, turn: Turn) {
         let mut failed = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            let Some(slot) = slot.as_mut().filter(|s| s.padding_to_drop()) else {
+            let Some(slot) = slot
+                .as_mut()
+                .filter(|s| s.padding_to_drop() && s.carried_in(turn))
+            else {
                 continue;
             };
             let from = u32::try_from(slot.prompt.len() - 1).ok();
             self.counters.memory_ops.fetch_add(1, Ordering::Relaxed);
             match ctx.clear_kv_cache_seq(u32::try_from(slot.seq).ok(), from, None) {
-                Ok(true) => slot.padding_dropped = true,
+                Ok(true) => {
+                    slot.padding_dropped = true;
+                    slot.dropped_in_step = true;
+                }
                 // A model whose memory cannot drop part of a sequence (a recurrent one).
                 _ => failed.push(i),
             }
@@ -792,9 +826,11 @@ impl Worker<'_> {
     /// One decode, in slot order: the next token of every decoding slot, prompt chunks of those
     /// still reading their prompt (as much as fits after the decode tokens), as [`Turn`] lets.
     fn step(&mut self, ctx: &mut LlamaContext<'_>) {
-        self.drop_padding(ctx);
         self.batch.clear();
         let turn = self.turn();
+        // The step's own time starts before the padding's removal (R31-11).
+        let started = Instant::now();
+        self.drop_padding(ctx, turn);
         let decoding = self
             .slots
             .iter()
@@ -815,13 +851,7 @@ impl Worker<'_> {
         let mut sequences = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(slot) = slot else { continue };
-            let carried = match turn {
-                Turn::Reference => slot.reference_due(),
-                Turn::Held => slot.next.is_some() || slot.held_running(),
-                Turn::Chunks => slot.next.is_none() && !slot.held_running(),
-                Turn::Mixed => true,
-            };
-            if !carried {
+            if !slot.carried_in(turn) {
                 continue;
             }
             held_in_step |= slot.held_running();
@@ -874,10 +904,22 @@ impl Worker<'_> {
                 }
             }
             cells[i] = (slot.fed - from) * window_of(slot.span().max(slot.fed));
+            if slot.fed > from {
+                slot.dropped_in_step = false;
+            }
             if !slot.held_running() {
                 chunk_tokens += slot.fed - from;
             }
             sequences += 1;
+        }
+        // A drop whose run's token did not make it into this step (no room) was timed in a
+        // step not its own.
+        for slot in self.slots.iter_mut().flatten() {
+            if std::mem::take(&mut slot.dropped_in_step) {
+                self.counters
+                    .padding_drops_outside_own_step
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
         if self.batch.n_tokens() == 0 {
             return;
@@ -895,11 +937,13 @@ impl Worker<'_> {
             .max_sequences
             .fetch_max(sequences, Ordering::Relaxed);
         self.window.store(0, Ordering::Relaxed);
-        let started = Instant::now();
+        let decode_started = Instant::now();
         let decoded = ctx.decode(&mut self.batch);
         let ended = Instant::now();
+        // A held run's own step: its padding's removal, if in it, and the decode.
         self.note_held_step(&cells, ended - started);
-        self.note_references(&referencing, ended - started, ended);
+        // A reference is the decode alone (no drop goes in a reference turn).
+        self.note_references(&referencing, ended - decode_started, ended);
         let window = u64::from(self.window.swap(0, Ordering::Relaxed));
         self.counters
             .attended_cells

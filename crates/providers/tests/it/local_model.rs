@@ -541,6 +541,8 @@ fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completi
         widest_window: 0,
         memory_ops: after.memory_ops - before.memory_ops,
         chunk_tokens_beside_held: after.chunk_tokens_beside_held - before.chunk_tokens_beside_held,
+        padding_drops_outside_own_step: after.padding_drops_outside_own_step
+            - before.padding_drops_outside_own_step,
     };
     (delta, answer)
 }
@@ -869,9 +871,16 @@ fn a_held_answers_steps_carry_no_neighbours_prompt() {
         neighbour_timing.prompt > held_timing.reference_after.unwrap_or_default(),
         "the neighbour's prompt was read before the held run answered: no test"
     );
+    let stats = m.stats();
     assert_eq!(
-        m.stats().chunk_tokens_beside_held,
-        0,
+        stats.chunk_tokens_beside_held, 0,
         "the held run's steps carried the neighbour's prompt"
+    );
+    // Review 31 R31-11: the padding's removal (work linear in the padding) went in before the
+    // step was chosen, so a chunk step the held run was kept out of carried it, and its time
+    // passed into the release as it came.
+    assert_eq!(
+        stats.padding_drops_outside_own_step, 0,
+        "the held run's padding was dropped in a step not its own"
     );
 }
