@@ -117,8 +117,10 @@ pub struct BoxArgs {
     /// Its chat template comes from the file (or ChatML when it has none).
     #[arg(long, value_name = "PATH")]
     pub local_model: Option<PathBuf>,
-    /// Compute threads of the local model. Default: the machine's physical cores.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    /// Compute threads of the local model. Default: the machine's physical cores. Fewer when the
+    /// box shares its cores with other work: llama.cpp's threads wait for each other hundreds of
+    /// times a token, and a busy machine makes each wait long
+    #[arg(long, value_name = "N", env = "SKILLBOX_LOCAL_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
     pub local_threads: Option<u16>,
     /// Local generations decoded together in one batch; further calls wait.
     #[arg(long, value_name = "N", default_value_t = local::DEFAULT_PARALLEL as u16,

@@ -37,6 +37,9 @@ const REQUEST: &str = "Describe the mood of these songs in one sentence.";
 /// The answer's cap (bytes; about a third as many tokens): room for a few sentences from a larger
 /// model, and a short stop for a small one that rambles.
 const ANSWER_MAX_BYTES: u64 = 768;
+/// The skill's body allowance in tokens: room for its ~25-token body in any model's tokenizer
+/// (`--model`), and a prompt the 135M model reads in a few seconds instead of the default's ~20.
+const BODY_MAX_TOKENS: u64 = 64;
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {
@@ -167,13 +170,15 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     let t0 = Instant::now();
     let step = |what: &str| say!("[{:>6.2}s] {what}", t0.elapsed().as_secs_f64());
 
-    // 1. The model, then the box. One generation at a time is all the demo needs; the model is
-    // loaded before anything starts, so a file that is no usable chat model stops the demo at
-    // once, saying why.
+    // 1. The model, then the box. Two generations at once: the output guard's default
+    // (`regenerate`) asks the model twice on every run, the answer and a neutral round, side by
+    // side (one at a time, the second waited for the first's held answer). The model is loaded
+    // before anything starts, so a file that is no usable chat model stops the demo at once,
+    // saying why.
     let local = Arc::new(LocalProvider::with_options(
         model.to_owned(),
         LocalOptions {
-            parallel: 1,
+            parallel: 2,
             ..LocalOptions::default()
         },
     ));
@@ -221,12 +226,6 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     // 2. Two nodes: the owner of the skill, and a caller that bootstraps from it.
     let owner = start_node(&root.join("owner"), &box_url, vec![]).await?;
     step(&format!("owner node {} up", owner.peer_id));
-    let caller = start_node(&root.join("caller"), &box_url, owner.listen.clone()).await?;
-    step(&format!(
-        "caller node {} up, connected to the owner",
-        caller.peer_id
-    ));
-
     let api = Api {
         // Loopback nodes only: a proxy from the environment would get their tokens.
         http: reqwest::Client::builder()
@@ -237,6 +236,8 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     };
     use reqwest::Method;
     // 3. The owner installs a `provider: local` skill; its body goes to the owner's source store.
+    //    Before the caller starts, so the first advert the caller reads is the one with the
+    //    allowance below (a call built from an older advert is refused `program_mismatch`).
     let imported = api
         .call(
             &owner,
@@ -253,6 +254,29 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     step(&format!(
         "owner installed skill {skill:?} (provider local); body in its encrypted source store"
     ));
+    // The body's allowance: a `local` run reads a prompt padded to it and answers at its speed,
+    // whatever the body (so its time does not tell the body's length). The default (1,024
+    // tokens) fits any body the embedded model serves, and costs the 135M model on two cores
+    // about 20 s a call; this body is ~25 tokens, so its owner declares what it needs.
+    api.call(
+        &owner,
+        Method::PATCH,
+        &format!("/skills/{skill}"),
+        Some((
+            "application/json",
+            serde_json::to_vec(&json!({ "bodyMaxTokens": BODY_MAX_TOKENS }))?,
+        )),
+    )
+    .await?;
+    step(&format!(
+        "owner set the skill's body allowance to {BODY_MAX_TOKENS} tokens (its body fits; the model reads a prompt padded to it)"
+    ));
+    let caller = start_node(&root.join("caller"), &box_url, owner.listen.clone()).await?;
+    step(&format!(
+        "caller node {} up, connected to the owner",
+        caller.peer_id
+    ));
+
     // 4. The caller holds a private source the skill asks for, marked shareable by its human
     //    (only shareable sources can ever be staked; consent is still asked per call).
     api.call(

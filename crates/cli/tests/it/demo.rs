@@ -79,6 +79,7 @@ fn demo_runs_one_call_end_to_end_with_the_embedded_model() {
         "loaded (",
         "box at http://127.0.0.1:",
         "owner installed skill \"song-mood\"",
+        "owner set the skill's body allowance to 64 tokens",
         "caller stored private source \"spotify_songs\"",
         "the caller's board shows the owner's skill",
         "caller: requested",

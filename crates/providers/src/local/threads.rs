@@ -1,6 +1,12 @@
 //! How many threads the embedded model computes with: the machine's physical cores (hyper-threads
 //! share a core's vector units, so a second thread per core only adds contention), never more than
-//! the CPUs this process may run on.
+//! the CPUs this process may run on — or what `SKILLBOX_LOCAL_THREADS` says.
+//!
+//! Why the override: llama.cpp's threads meet at a barrier after every operation of a step, a few
+//! hundred times a token. On cores other work also wants, a thread that misses its turn holds the
+//! others at each barrier: on the 2-core machine beside a build, the demo's call took 344 s with 2
+//! threads and 12.6 s with 1 (10.8 CPU-s against 33; issue 29's note). A box that shares its cores
+//! (a test suite running several, a node beside it) runs faster with fewer threads than cores.
 
 use std::collections::BTreeSet;
 
@@ -15,13 +21,26 @@ pub fn count_cores<'a>(sibling_lists: impl IntoIterator<Item = &'a str>) -> usiz
         .len()
 }
 
-/// Threads for this machine: physical cores (Linux sysfs), capped by the CPUs available to the
-/// process (affinity, cgroup quota); at least 1.
+/// The environment variable that sets the default thread count (a whole number from 1).
+pub const THREADS_ENV: &str = "SKILLBOX_LOCAL_THREADS";
+
+/// Threads for this machine: `SKILLBOX_LOCAL_THREADS` when it is a whole number from 1, else
+/// physical cores (Linux sysfs); capped by the CPUs available to the process (affinity, cgroup
+/// quota); at least 1.
 pub fn default_threads() -> usize {
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    physical_cores()
-        .map_or(available, |cores| cores.min(available))
-        .max(1)
+    let set = std::env::var(THREADS_ENV).ok();
+    threads_for(set.as_deref(), physical_cores(), available)
+}
+
+/// [`default_threads`] from what it reads: the variable's value (ignored unless a whole number
+/// from 1: the box's `--local-threads` reads the same variable and refuses a bad one by name),
+/// the physical cores if known, and the CPUs available.
+pub fn threads_for(set: Option<&str>, cores: Option<usize>, available: usize) -> usize {
+    let set = set
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n >= 1);
+    set.or(cores).map_or(available, |n| n.min(available)).max(1)
 }
 
 fn physical_cores() -> Option<usize> {
@@ -55,6 +74,21 @@ mod tests {
         assert_eq!(count_cores(["0-1", "0-1"]), 1);
         assert_eq!(count_cores([""; 0]), 0);
         assert_eq!(count_cores(["", "  "]), 0);
+    }
+
+    #[test]
+    fn the_variable_sets_the_threads_within_the_machine_and_a_bad_value_is_ignored() {
+        assert_eq!(threads_for(Some("1"), Some(2), 2), 1);
+        assert_eq!(threads_for(Some(" 3 "), Some(2), 4), 3);
+        // Never more than the CPUs the process may run on.
+        assert_eq!(threads_for(Some("64"), Some(2), 2), 2);
+        // Not a whole number from 1: the machine's cores.
+        for bad in ["0", "-1", "two", "", "1.5", "99999999999999999999999"] {
+            assert_eq!(threads_for(Some(bad), Some(2), 4), 2, "{bad:?}");
+        }
+        assert_eq!(threads_for(None, Some(2), 4), 2);
+        assert_eq!(threads_for(None, None, 3), 3);
+        assert_eq!(threads_for(None, Some(8), 0), 1);
     }
 
     #[test]
