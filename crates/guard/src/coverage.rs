@@ -228,6 +228,10 @@ struct Unit {
     /// The places in `chars` a separator of the written canary stands before (`BODY-MARK-LOCAL`:
     /// 4 and 8): its words end there, though the fold runs them together.
     breaks: Vec<usize>,
+    /// Whether two or more of its pieces between separators are words of letters alone
+    /// ([`word_made`]): a word handed over in an answer ([`Giving::Handed`]) counts for such a
+    /// secret only.
+    word_made: bool,
 }
 
 impl Unit {
@@ -245,13 +249,16 @@ impl Unit {
                 written.push((n > before).then_some(before));
             }
         }
+        let chars: Vec<char> = folded.chars().collect();
+        let word_made = word_made(&chars, c.breaks());
         Unit {
-            chars: folded.chars().collect(),
+            chars,
             folded,
             origin: c.origin(),
             written,
             offset: 0,
             breaks: c.breaks().to_vec(),
+            word_made,
         }
     }
 
@@ -281,6 +288,7 @@ impl Unit {
                         .collect(),
                     offset: start,
                     breaks: Vec::new(),
+                    word_made: false,
                 });
             }
             k = k.max(start + 1);
@@ -322,6 +330,23 @@ fn tracked_units(prepared: &Prepared) -> Vec<Unit> {
     let pins: Vec<Unit> = units.iter().flat_map(Unit::pins).collect();
     units.extend(pins);
     units
+}
+
+/// Whether a canary's folded `chars`, cut at its separators (`breaks`), hold two or more
+/// pieces of letters alone (`purple elephant harbor`, `BODY-MARK-LOCAL-7a21`): a secret made of
+/// words, whose words an answer hands over one a call. A code's one word beside its number
+/// (`HERON-47`, `maple153`) is not: that word is what an ordinary answer names (review 31 R31-6).
+fn word_made(chars: &[char], breaks: &[usize]) -> bool {
+    let mut from = 0;
+    let mut words = 0;
+    for end in breaks.iter().copied().chain([chars.len()]) {
+        let piece = chars.get(from..end).unwrap_or_default();
+        if !piece.is_empty() && piece.iter().all(char::is_ascii_lowercase) {
+            words += 1;
+        }
+        from = end;
+    }
+    words >= 2
 }
 
 /// Whether `f` (a folded answer token found inside the folded canary `c`) counts towards the
@@ -399,9 +424,10 @@ const SECRET_NAMES: [&str; 7] = [
 /// How many tokens before a word [`SECRET_NAMES`] are looked for.
 const GIVEN_AFTER: usize = 4;
 
-/// Words a sentence that only hands over a value is made of besides the value (with the common
-/// function words, `window::is_common`, and numbers): `Sure, here it is: purple`, `Item two =
-/// elephant`, `The third one is harbor.` A sentence of these and one other word gives that word.
+/// Words an answer that only hands over a value is made of besides the value (with the common
+/// function words, `window::is_common`, numbers, ordinals and one-letter words, see
+/// [`handing_word`]): `Sure, here it is: purple`, `Item two = elephant`, `The third one is
+/// harbor.`, `Hope this helps!`
 const HANDING_WORDS: &[&str] = &[
     "answer",
     "item",
@@ -443,65 +469,144 @@ const HANDING_WORDS: &[&str] = &[
     "word",
     "words",
     "secret",
+    "let",
+    "know",
+    "hope",
+    "helps",
+    "glad",
+    "please",
+    "thanks",
+    "course",
+    "ll",
+    "re",
+    "ve",
 ];
 
-/// Whether a folded word is one of a sentence that hands over a value ([`HANDING_WORDS`]).
+/// Whether a folded word is one of an answer that hands over a value ([`HANDING_WORDS`]): a
+/// common word, a number or an ordinal (`3`, `1st`), a letter alone (the `s` of `it's`).
 fn handing_word(w: &str) -> bool {
+    let figures = w.trim_start_matches(|c: char| c.is_ascii_digit());
     crate::window::is_common(w)
         || HANDING_WORDS.contains(&w)
-        || w.bytes().all(|b| b.is_ascii_digit())
+        || w.chars().count() == 1
+        || figures.is_empty()
+        || (figures.len() < w.len() && matches!(figures, "st" | "nd" | "rd" | "th"))
 }
 
 /// Whether a whitespace token is a label's shape, after which the next token is the value
 /// (review 30 R30-5): `Answer:`, `=`, `2)`, `#3`, `2.`, a dash standing alone (`Sure - x`).
 fn label_shape(t: &str) -> bool {
+    t.ends_with([':', '=', ')']) || matches!(t, "-" | "–" | "—" | "=>" | "->") || list_number(t)
+}
+
+/// A list's number: `2.`, `2)`, `#3`.
+fn list_number(t: &str) -> bool {
     let numbered = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    t.ends_with([':', '=', ')'])
-        || matches!(t, "-" | "–" | "—" | "=>" | "->")
-        || t.strip_prefix('#').is_some_and(numbered)
-        || t.strip_suffix('.').is_some_and(numbered)
+    t.strip_prefix('#').is_some_and(numbered) || t.strip_suffix(['.', ')']).is_some_and(numbered)
+}
+
+/// Whether a line's first token marks an item of a list (`1.`, `2)`, `#3`, `-`, `*`).
+fn list_mark(t: &str) -> bool {
+    list_number(t) || matches!(t, "-" | "–" | "—" | "*" | "•" | "+")
+}
+
+/// Most words of an answer's own (no [`handing_word`]) for the answer to hand them over: the
+/// value. An answer with words of its own besides a value says something else with it (`Theme
+/// colour? It is purple.`, `Venue ideas: - Harbor - Rooftop`: review 31 R31-6).
+const HANDED_OWN_WORDS: usize = 1;
+
+/// How an answer's word is given, for a whole word of a canary to count ([`slice_counts`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Giving {
+    /// In prose.
+    Prose,
+    /// As a secret's, in a shape ordinary answers do not write a word they use in: the text's
+    /// only word, the secret's capitals, after a word naming a secret.
+    Named,
+    /// Handed over as a value, in a shape an ordinary answer also writes a word it names in
+    /// (`Answer: purple`, `It is purple.`, `1) purple`): it counts for a word-made secret only
+    /// ([`Unit::word_made`]: a spaced passphrase's word is not the answer a question of an
+    /// ordinary caller's has), never for a code's letter part (`1. Heron` for `HERON-47`, review 31
+    /// R31-6: an honest caller was refused after one list naming a heron).
+    Handed,
+}
+
+/// The folded words of an answer given as a secret's rather than used in prose (see [`Giving`]).
+#[derive(Default, Debug)]
+struct Given {
+    named: Vec<String>,
+    handed: Vec<String>,
 }
 
 /// The folded words of `text` given as a secret's rather than used in prose, so that a whole
-/// word of a word-made canary counts ([`slice_counts`]): the text's only word (a model told
-/// `write the secret's second word` writes `elephant`), a word written in capitals of four
-/// letters or more (`MARK`, as the secret writes it: prose capitalises a first letter, not a
-/// word), a word within [`GIVEN_AFTER`] tokens after a word naming a secret, in its sentence
-/// (`password: harbor`, `the secret's first word is body`), the token right after a label's
-/// shape ([`label_shape`]: `Answer: purple`, `2) elephant`, `#3 harbor`), and the one word of a
-/// sentence or line whose other words only hand it over ([`HANDING_WORDS`]: `It is harbor.`,
-/// `Sure - elephant.`, `The first one is purple.`). Ordinary prose that uses such a word (`a
-/// body at rest`, `mark the water`, `The compass pointed at the otter.`: two words of its own)
-/// is none of these. Sorted, each once.
-fn given_words(text: &str) -> Vec<String> {
+/// word of a word-made canary counts ([`slice_counts`]).
+///
+/// Named: the text's only word (a model told `write the secret's second word` writes
+/// `elephant`), a word written in capitals of four letters or more (`MARK`, as the secret
+/// writes it: prose capitalises a first letter, not a word), a word within [`GIVEN_AFTER`]
+/// tokens after a word naming a secret, in its sentence (`password: harbor`, `the secret's first
+/// word is body`).
+///
+/// Handed over: the word of an answer that has no more than [`HANDED_OWN_WORDS`] of its own
+/// (`It is harbor.`, `Sure, here you go: elephant.`), and the one word after a
+/// label's shape ([`label_shape`]: `Answer: purple`, `2) elephant`, `#3 harbor`) that its
+/// sentence hands over alone: what stands before the label hands over only (`Sure, here it is.
+/// Answer:`, not `The theme:`), the value is one word (`Answer: purple and gold balloons.` is
+/// prose), and a list's mark is a label for a list of one item (`1. Purple napkins⏎2. Gold
+/// plates` names things). Ordinary prose that uses such a word (`a body at rest`, `mark the
+/// water`, `The compass pointed at the otter.`) is none of these.
+fn given_words(text: &str) -> Given {
     let all = text::words(text);
+    let mut given = Given::default();
     if all.len() == 1 {
-        return all;
+        given.named = all;
+        return given;
     }
-    let mut given = Vec::new();
+    let mut own: Vec<&String> = Vec::new();
+    for w in &all {
+        if !handing_word(w) && !own.contains(&w) {
+            own.push(w);
+            if own.len() > HANDED_OWN_WORDS {
+                break;
+            }
+        }
+    }
+    if own.len() <= HANDED_OWN_WORDS {
+        given.handed.extend(own.into_iter().cloned());
+    }
+    let items = text
+        .lines()
+        .filter(|l| l.split_whitespace().next().is_some_and(list_mark))
+        .count();
     for line in text.lines() {
         let mut since_name = GIVEN_AFTER + 1;
+        // The sentence so far hands over only: a label there names a value.
+        let mut handing = true;
         let mut after_label = false;
-        // The words of the sentence so far that do not hand a value over.
-        let mut other: Vec<String> = Vec::new();
-        for t in line.split_whitespace() {
+        // The word after a label, while its sentence has no other word of its own.
+        let mut value: Option<Vec<String>> = None;
+        for (k, t) in line.split_whitespace().enumerate() {
             let key = t.trim_matches(|c: char| !c.is_alphanumeric());
             let capitals = key.chars().count() >= 4 && key.chars().all(char::is_uppercase);
             let words = text::words(t);
-            if capitals || since_name <= GIVEN_AFTER || after_label {
-                given.extend(text::words(key));
+            if capitals || since_name <= GIVEN_AFTER {
+                given.named.extend(text::words(key));
             }
-            after_label = label_shape(t);
-            for w in &words {
-                if !handing_word(w) && other.len() < 2 {
-                    other.push(w.clone());
-                }
+            let own_word = words.iter().any(|w| !handing_word(w));
+            if after_label {
+                value = Some(text::words(key));
+            } else if own_word {
+                value = None;
             }
+            handing &= !own_word;
+            let list = k == 0 && items > 1 && list_mark(t);
+            after_label = handing && !list && label_shape(t);
             let named = words.iter().any(|w| SECRET_NAMES.contains(&w.as_str()));
             // A sentence's end ends what its name covered (`… is body. A body at rest.`).
             let ends = t.ends_with(['.', '!', '?', ';']);
             if ends {
-                given.extend(take_one(&mut other));
+                given.handed.extend(value.take().into_iter().flatten());
+                handing = true;
             }
             since_name = if ends {
                 GIVEN_AFTER + 1
@@ -511,19 +616,13 @@ fn given_words(text: &str) -> Vec<String> {
                 since_name + 1
             };
         }
-        given.extend(take_one(&mut other));
+        given.handed.extend(value.into_iter().flatten());
     }
-    given.sort_unstable();
-    given.dedup();
+    for words in [&mut given.named, &mut given.handed] {
+        words.sort_unstable();
+        words.dedup();
+    }
     given
-}
-
-/// The one word a sentence hands over (see [`given_words`]), if it has exactly one; clears the
-/// sentence's words either way.
-fn take_one(other: &mut Vec<String>) -> Option<String> {
-    let one = (other.len() == 1).then(|| other.pop()).flatten();
-    other.clear();
-    one
 }
 
 /// What `answer`, about to be released, carries of the prepared body: the body words its
@@ -822,7 +921,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
     }
     // `pair`: the token may be a pair of a short secret (a lone pair, see [`lone_pairs`]);
     // every other token counts from three characters only.
-    let mut mark = |t: &str, pair: bool, given: bool| {
+    let mut mark = |t: &str, pair: bool, giving: Giving| {
         let ids = match t.char_indices().nth(COVERAGE_SLICE_CHARS - 1) {
             Some((key_end, _)) => {
                 let key_end = key_end + t[key_end..].chars().next().map_or(0, char::len_utf8);
@@ -837,6 +936,11 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
         let n = t.chars().count();
         for &i in ids {
             let c = &units[i].folded;
+            let given = match giving {
+                Giving::Prose => false,
+                Giving::Named => true,
+                Giving::Handed => units[i].word_made,
+            };
             for (at, _) in c.match_indices(t) {
                 let slice = (c[..at].chars().count(), n);
                 if slice_counts(t, c, at, &units[i].breaks, given) && !shown[i].contains(&slice) {
@@ -859,7 +963,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
     for t in &tokens {
         let rev: String = t.chars().rev().collect();
         for s in [t.as_str(), rev.as_str()] {
-            mark(s, false, false);
+            mark(s, false, Giving::Prose);
             // The letter and digit runs of a mixed token (`pin482` -> `482`).
             let b: Vec<(usize, char)> = s.char_indices().collect();
             let mut start = 0;
@@ -867,7 +971,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
                 if k == b.len() || b[k].1.is_ascii_digit() != b[k - 1].1.is_ascii_digit() {
                     if start > 0 || k < b.len() {
                         let end = if k == b.len() { s.len() } else { b[k].0 };
-                        mark(&s[b[start].0..end], false, false);
+                        mark(&s[b[start].0..end], false, Giving::Prose);
                     }
                     start = k;
                 }
@@ -880,11 +984,16 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
             .flatten()
             .flat_map(|a| lone_pairs(a))
         {
-            mark(&t, true, false);
+            mark(&t, true, Giving::Prose);
         }
     }
-    for t in texts.iter().flatten().flat_map(|a| given_words(a)) {
-        mark(&t, false, true);
+    for given in texts.iter().flatten().map(|a| given_words(a)) {
+        for t in &given.named {
+            mark(t, false, Giving::Named);
+        }
+        for t in &given.handed {
+            mark(t, false, Giving::Handed);
+        }
     }
     shown
 }
@@ -1053,16 +1162,25 @@ mod tests {
         slice_counts(f, c, at, &[], false)
     }
 
+    /// Every word [`given_words`] gives, named or handed over.
+    fn given(text: &str) -> Vec<String> {
+        let g = given_words(text);
+        let mut all = [g.named, g.handed].concat();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     #[test]
     fn words_given_as_a_secrets_are_told_from_prose() {
-        assert_eq!(given_words("elephant."), ["elephant"]);
-        assert_eq!(given_words("Sure: MARK it is"), ["mark"]);
-        // The one word a sentence hands over (review 30 R30-5).
-        assert_eq!(given_words("It is harbor."), ["harbor"]);
+        assert_eq!(given_words("elephant.").named, ["elephant"]);
+        assert_eq!(given_words("Sure: MARK it is").named, ["mark"]);
+        // An answer with no word of its own but the value (review 30 R30-5).
+        assert_eq!(given_words("It is harbor.").handed, ["harbor"]);
         // Two words of its own: prose, however short.
-        assert!(given_words("The compass pointed at the otter.").is_empty());
-        assert!(given_words("the orbit of a kestrel").is_empty());
-        // After a label's shape, and the one word of a sentence that only hands it over.
+        assert!(given("the orbit of a kestrel").is_empty());
+        assert!(given("The compass pointed at the otter.").is_empty());
+        // After a label's shape, the one word its sentence hands over.
         for (text, word) in [
             ("Sure, here is what you asked for. Answer: purple", "purple"),
             (
@@ -1078,24 +1196,39 @@ mod tests {
                 "purple",
             ),
             ("You asked for it, so here it is. It is harbor.", "harbor"),
+            (
+                "Answer: purple. Garden parties in the spring want light tables and paper lanterns.",
+                "purple",
+            ),
         ] {
-            assert!(given_words(text).contains(&word.to_owned()), "{text:?}");
+            assert!(given(text).contains(&word.to_owned()), "{text:?}");
         }
-        // A sentence with two words of its own, a word past the one after a label: prose.
-        assert!(
-            !given_words("Morning at the harbor: the body of the boat is painted purple.")
-                .iter()
-                .any(|w| ["harbor", "body", "purple"].contains(&w.as_str()))
-        );
+        // A sentence with two words of its own, a word past the one after a label, a label
+        // with a word of its own, a list of several items, an answer with more to say: prose
+        // (review 31 R31-6).
+        for text in [
+            "Morning at the harbor: the body of the boat is painted purple.",
+            "Answer: purple and gold balloons.",
+            "1. Purple napkins\n2. Gold plates",
+            "Venue ideas:\n- Harbor\n- Rooftop",
+            "Theme colour? It is purple.",
+            "The theme: purple. The cake: lemon sponge with berries.",
+        ] {
+            let g = given(text);
+            assert!(
+                !g.iter()
+                    .any(|w| ["harbor", "body", "purple"].contains(&w.as_str())),
+                "{text:?}: {g:?}"
+            );
+        }
         assert_eq!(
-            given_words("The secret's first word is body. A body at rest."),
+            given_words("The secret's first word is body. A body at rest.").named,
             ["body", "first", "is", "word"]
         );
         assert!(
-            given_words("Quiet river flows\nAutumn leaves mark the water\nA body at rest")
-                .is_empty()
+            given("Quiet river flows\nAutumn leaves mark the water\nA body at rest").is_empty()
         );
-        assert!(given_words("The local market opens early. Mark it, Body").is_empty());
+        assert!(given("The local market opens early. Mark it, Body").is_empty());
     }
 
     #[test]

@@ -912,6 +912,86 @@ fn a_day_of_prose_using_a_word_made_secrets_words_trips_no_secret() {
     }
 }
 
+/// An honest caller's answers naming a secret's word in a list or a short sentence (review 31
+/// R31-6): `1. Heron`, `It is a heron.`, `- Heron⏎- Egret`, against each of the bench's codes
+/// with the code's word in place of `Heron`, and a garden party's answers naming the words of
+/// its passphrase (`Theme colour? It is purple.`, `Venue ideas:⏎- Harbor⏎- Rooftop`). Before,
+/// each counted as a word handed over (ce76cd0's label and one-word-sentence rules, applied to a
+/// code's letter part too): 48/64 for each code answer, 108/64 for the garden's day, so one or
+/// two ordinary answers refused the caller's next call. Every day must stay under the limit.
+#[test]
+fn a_day_of_lists_naming_a_codes_word_trips_no_secret() {
+    const HERON: [&str; 7] = [
+        "1. Heron",
+        "Answer: heron",
+        "It is a heron.",
+        "Top birds:\n1) Heron\n2) Kingfisher",
+        "- Heron\n- Egret",
+        "Q: Which bird? A: heron",
+        "Here is the list you asked for:\n1. Heron\n2. Egret",
+    ];
+    const GARDEN: [&str; 5] = [
+        "Theme colour? It is purple.",
+        "Answer: purple and gold balloons.",
+        "1. Purple napkins\n2. Gold plates",
+        "The mascot: elephant.",
+        "Venue ideas:\n- Harbor\n- Rooftop",
+    ];
+    /// The day of `answers`, each released, and the largest one answer's secret level.
+    fn day_of(prepared: &Prepared, answers: &[String]) -> (Day, u32) {
+        let (mut day, mut most) = (Day::default(), 0);
+        for a in answers {
+            let (verdict, levels) = skillbox_guard::check_released(prepared, a);
+            let levels = levels.unwrap_or_else(|| panic!("{a:?} is released: {verdict:?}"));
+            most = most.max(levels.canary_parts());
+            day.add(&levels);
+        }
+        (day, most)
+    }
+    let mut days = Vec::new();
+    for s in forty_secrets() {
+        let letters: String = s.code.chars().filter(char::is_ascii_alphabetic).collect();
+        let Some(first) = letters.chars().next() else {
+            continue;
+        };
+        let word = format!(
+            "{}{}",
+            first.to_ascii_uppercase(),
+            letters[1..].to_lowercase()
+        );
+        let answers: Vec<String> = HERON
+            .iter()
+            .map(|a| {
+                a.replace("Heron", &word)
+                    .replace("heron", &word.to_lowercase())
+            })
+            .collect();
+        days.push((s.code.clone(), day_of(&s.p, &answers)));
+    }
+    let garden: Vec<String> = GARDEN.iter().map(|a| (*a).to_owned()).collect();
+    let [spaced, _] = spaced_passphrases();
+    let [_, hyphenated] = word_made_secrets();
+    for (prepared, secret) in [
+        (&spaced, "purple elephant harbor"),
+        (&hyphenated, "purple-elephant-harbor-42"),
+    ] {
+        days.push((secret.to_owned(), day_of(prepared, &garden)));
+    }
+    let past: Vec<&(String, (Day, u32))> = days.iter().filter(|(_, (d, _))| d.past().1).collect();
+    let (most_day, most_one) = days.iter().fold((0, 0), |(d, o), (_, (day, one))| {
+        (d.max(day.canary), o.max(*one))
+    });
+    println!(
+        "a day of lists and short sentences naming a secret's word: {} codes and 2 passphrases, \
+         past the canary limit {}/{}; the largest day {most_day}/64, one answer {most_one}/64",
+        days.len() - 2,
+        past.len(),
+        days.len()
+    );
+    assert!(days.len() >= 27, "{} days", days.len());
+    assert!(past.is_empty(), "past the canary limit: {past:?}");
+}
+
 /// A day of answers each giving a word of a spaced passphrase: summed, it passes the canary
 /// limit. The wrapped phrase's first line (`velvet`) is a canary of its own (1a15ac1), so that
 /// word is withheld; every other word is released and must count.
