@@ -20,8 +20,11 @@
 //!   adapter talks runs with: `/v1` takes no context option) and the model's trained
 //!   `*.context_length` — and `GET /api/ps`, the loaded model's `context_length` (newer servers:
 //!   without a `num_ctx` the server's default applies, which only a loaded model shows), the
-//!   smallest; without a `num_ctx` the answer is believed only [`ProbeTimes::retry`], so the
-//!   loaded model's context is read soon after a first call loads it;
+//!   smallest; without a `num_ctx` and with the model not loaded (before a first call, or
+//!   after its keep-alive unloads it) the trained context is only an upper bound of the one the
+//!   server will load it with: believed only [`ProbeTimes::retry`], so the loaded model's
+//!   context is read soon after a call loads it, and never taken for the context `/api/ps`
+//!   told before, which stands against it for [`ProbeTimes::stale`] (review 31 R31-8);
 //! - a self-hosted OpenAI-compatible server: vLLM's `GET {base}/models` `max_model_len` of the
 //!   model, llama.cpp's `GET /props` `default_generation_settings.n_ctx` (one slot's), the
 //!   smaller of those that answer; a vLLM run with `--api-key` guards `/v1` only, so when
@@ -36,16 +39,19 @@
 //! and a hostile answer (huge, wrong types, negative or zero numbers) says nothing.
 //!
 //! What a probe that does not tell a context means (review 30 R30-4):
-//! - the last context a server told stands through later probes that fail or do not say, for
-//!   [`ProbeTimes::stale`] (24 h) after it was read (stale-if-error): a caller who waits for a
-//!   failed probe does not get the bare declaration;
+//! - the last context a server told stands through later probes that fail, do not say or tell
+//!   only an upper bound, for [`ProbeTimes::stale`] (24 h) after it was read (stale-if-error):
+//!   a caller who waits for a failed probe, or for an Ollama model to unload, does not get the
+//!   bare declaration;
 //! - never told (or longer ago than that): a server that refuses the keyless probe (HTTP
 //!   401/403) fails every judged call `unavailable` with [`REMOTE_CONTEXT_REFUSED`] (the box
-//!   never sends the key there; the owner opens the read or serves without a key), and a failed
-//!   read of OpenRouter's (public, and up whenever its chat is) fails it with
-//!   [`REMOTE_CONTEXT_UNREAD`]; a list that does not name the model (a model OpenRouter does
-//!   not route, whose chat fails anyway), and a self-hosted server or Ollama that fails or does
-//!   not say, leave the owner's declaration as the only word, as before.
+//!   never sends the key there; the owner opens the read or serves without a key; a hosted
+//!   OpenAI-compatible API behind a key — Groq, Together, DeepSeek — is never checked, so it
+//!   serves no judged call: review 31 R31-12), and a failed read of OpenRouter's (public, and
+//!   up whenever its chat is) fails it with [`REMOTE_CONTEXT_UNREAD`]; a list that does not
+//!   name the model (a model OpenRouter does not route, whose chat fails anyway), and a
+//!   self-hosted server or Ollama that fails or does not say, leave the owner's declaration as
+//!   the only word, as before.
 //!
 //! Findings are kept per (base URL, model): a context [`ProbeTimes::fresh`] (10 min), anything
 //! else [`ProbeTimes::retry`] (60 s), at most [`CACHE_ENTRIES`] of them.
@@ -71,7 +77,9 @@ pub enum ContextSource {
     /// The table of known smaller-context Anthropic models.
     Anthropic,
     Ollama,
-    /// vLLM's `/v1/models` (or `/tokenize`), llama.cpp's `/props`.
+    /// vLLM's `/v1/models` (or `/tokenize`), llama.cpp's `/props`: every `openai-compatible:<id>`,
+    /// a hosted API behind a key too (Groq, Together, DeepSeek, …), which refuses these reads
+    /// (review 31 R31-12: see [`REMOTE_CONTEXT_REFUSED`]).
     SelfHosted,
 }
 
@@ -81,11 +89,21 @@ pub(crate) const REMOTE_OVER_REAL_CONTEXT: &str = "remote model: the declared mo
      owner's model_context_tokens) is more than the provider says the model takes";
 
 /// The words for a server that refuses the keyless context probe (HTTP 401/403) and never told
-/// a context: fixed, the owner's to fix.
+/// a context: fixed, the owner's to fix, naming what each kind of server's owner can do (review
+/// 31 R31-12). A hosted OpenAI-compatible API behind a key reads nothing without it, and no
+/// declaration of the owner's — the model's documented context included — runs unchecked: the
+/// box cannot tell a true one from one above the model's, which reopens the body's length to a
+/// caller bisecting its request (R29-3). Only the box's log carries these words (the caller and
+/// the owner get the closed code `unavailable`); the module's warning says them once per
+/// refusal.
 pub(crate) const REMOTE_CONTEXT_REFUSED: &str = "remote model: the server refuses the box's \
      keyless read of the model's context (HTTP 401/403; the box never sends the owner's key \
-     there), so the declared model context cannot be checked: the owner opens that read (vLLM \
-     /tokenize, llama.cpp /props) or serves the model without a key";
+     there), so the declared model context cannot be checked and every judged call fails \
+     unavailable: a self-hosted server's owner opens that read (vLLM /tokenize, llama.cpp \
+     /props) or serves the model without a key; a hosted API that reads nothing without a key \
+     (Groq, Together, DeepSeek, ...) cannot be checked at all, whatever model context is \
+     declared: reach the model through openrouter, whose model contexts the box reads, or \
+     serve it on a server of the owner's";
 
 /// The words for OpenRouter's context read failing before it ever told one: fixed, the same
 /// for every request, and gone when the read answers.
@@ -130,6 +148,10 @@ impl Default for ProbeTimes {
 enum Finding {
     /// The model's context as the server tells it, believed for the given time.
     Context(u64, Duration),
+    /// A number the model's context is at most, not the context itself: Ollama's trained
+    /// context when no Modelfile `num_ctx` sets it and no loaded model shows the server's
+    /// default (review 31 R31-8). It bounds a declaration but never replaces a context told.
+    UpperBound(u64),
     /// The server answered and does not say (no such route, the model not listed, no usable
     /// number).
     Silent,
@@ -162,17 +184,22 @@ struct Known {
 
 impl Known {
     fn verdict(&self, source: ContextSource, times: &ProbeTimes, now: Instant) -> Verdict {
-        if let Finding::Context(n, _) = self.finding {
-            return Verdict::Holds(n);
-        }
-        if let Some((n, at)) = self.told
-            && now.saturating_duration_since(at) < times.stale
-        {
-            return Verdict::Holds(n);
-        }
-        match (self.finding, source) {
-            (Finding::Refused, _) => Verdict::Closed(REMOTE_CONTEXT_REFUSED),
-            (Finding::Failed, ContextSource::OpenRouter) => Verdict::Closed(REMOTE_CONTEXT_UNREAD),
+        let told = self
+            .told
+            .filter(|(_, at)| now.saturating_duration_since(*at) < times.stale)
+            .map(|(n, _)| n);
+        match (self.finding, told) {
+            (Finding::Context(n, _), _) => Verdict::Holds(n),
+            // An upper bound is below what a told context says only when the server's model
+            // changed (a smaller one pulled under the name): the smaller of the two holds.
+            (Finding::UpperBound(bound), told) => {
+                Verdict::Holds(told.map_or(bound, |n| n.min(bound)))
+            }
+            (_, Some(n)) => Verdict::Holds(n),
+            (Finding::Refused, None) => Verdict::Closed(REMOTE_CONTEXT_REFUSED),
+            (Finding::Failed, None) if source == ContextSource::OpenRouter => {
+                Verdict::Closed(REMOTE_CONTEXT_UNREAD)
+            }
             _ => Verdict::Open,
         }
     }
@@ -256,14 +283,13 @@ impl ContextProbe {
         if finding == Finding::Refused && before.is_none_or(|k| k.finding != Finding::Refused) {
             // Once per refusal, not per call: the owner's to fix, and judged calls fail
             // `unavailable` meanwhile unless a context was told within the stale time.
-            tracing::warn!(
-                "the server refuses the keyless model context probe (HTTP 401/403): judged \
-                 calls fail unavailable until it answers"
-            );
+            tracing::warn!("{REMOTE_CONTEXT_REFUSED}");
         } else if finding == Finding::Failed {
             // Its kind only was read; no server text travels in these findings.
             tracing::debug!("model context probe failed");
         }
+        // Only a context told replaces the one told before: an upper bound (R31-8), a silence,
+        // a refusal or a failure keeps it, and it stands for the stale time after it was read.
         let (told, ttl) = match finding {
             Finding::Context(n, ttl) => (Some((n, now)), ttl),
             _ => (before.and_then(|k| k.told), self.times.retry),
@@ -373,8 +399,11 @@ async fn probe(
                 fresh,
             );
             match combine(&[show, ps]) {
+                // The trained context only: the model (unloaded, e.g. after its keep-alive)
+                // will load with the server's default, which may be far less. An upper bound,
+                // never taken for the context `/api/ps` told before (review 31 R31-8).
                 Finding::Context(n, _) if !has_num_ctx && !matches!(ps, Finding::Context(..)) => {
-                    Finding::Context(n, times.retry)
+                    Finding::UpperBound(n)
                 }
                 other => other,
             }
@@ -738,6 +767,44 @@ mod tests {
             Finding::Context(1, Duration::ZERO),
         );
         assert!(p.believed(&("b".into(), "gone".into())).is_none());
+    }
+
+    /// R31-8: an upper bound (Ollama's trained context, the model unloaded) never replaces a
+    /// context told: within the stale time the smaller of the two holds; past it, or never told,
+    /// the bound holds; a context told later replaces the old one.
+    #[test]
+    fn an_upper_bound_never_replaces_a_told_context() {
+        let times = ProbeTimes::default();
+        let now = Instant::now();
+        let later = now + times.stale + Duration::from_secs(1);
+        let key = || ("b".to_owned(), "m".to_owned());
+        let p = ContextProbe::new(ContextSource::Ollama, times);
+        let never = p.remember(key(), Finding::UpperBound(131_072));
+        assert_eq!(
+            never.verdict(ContextSource::Ollama, &times, now),
+            Verdict::Holds(131_072)
+        );
+        p.remember(key(), Finding::Context(4_096, times.fresh));
+        let k = p.remember(key(), Finding::UpperBound(131_072));
+        assert_eq!(k.told.map(|(n, _)| n), Some(4_096));
+        assert_eq!(
+            k.verdict(ContextSource::Ollama, &times, now),
+            Verdict::Holds(4_096)
+        );
+        assert_eq!(
+            k.verdict(ContextSource::Ollama, &times, later),
+            Verdict::Holds(131_072)
+        );
+        let smaller = p.remember(key(), Finding::UpperBound(2_048));
+        assert_eq!(
+            smaller.verdict(ContextSource::Ollama, &times, now),
+            Verdict::Holds(2_048)
+        );
+        let k = p.remember(key(), Finding::Context(8_192, times.fresh));
+        assert_eq!(
+            k.verdict(ContextSource::Ollama, &times, now),
+            Verdict::Holds(8_192)
+        );
     }
 
     /// R30-4: a context told stands through later findings that tell none, for the stale time;

@@ -565,14 +565,7 @@ fn vllm_then_503(asked: Arc<std::sync::atomic::AtomicUsize>) -> Route {
 async fn a_told_context_stands_when_the_next_probe_fails() {
     let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let d = Double::start(vllm_then_503(asked.clone())).await;
-    let mut options = OpenAiOptions {
-        stream: false,
-        context: ContextSource::SelfHosted,
-        ..OpenAiOptions::default()
-    };
-    options.context_times.fresh = std::time::Duration::from_millis(150);
-    options.context_times.retry = std::time::Duration::from_millis(50);
-    let a = OpenAiCompatible::new(&format!("http://{}/v1", d.addr), options).expect("adapter");
+    let a = probing_adapter(&d, ContextSource::SelfHosted, 150, 50);
     let over = || request_with("m", "be brief", 10, 1024, 16_384);
     let err = a.complete(over(), Some(KEY)).await.expect_err("over, told");
     assert_eq!(err.failure(), ProviderFailure::Unavailable);
@@ -587,9 +580,32 @@ async fn a_told_context_stands_when_the_next_probe_fails() {
         let err = outcome.expect_err("after the fresh time, the probe failing");
         assert_eq!(err.failure(), ProviderFailure::Unavailable, "round {round}");
     }
+    only_within_the_told_context_runs(&d, &a, 8_192).await;
+}
+
+/// An adapter of `source` at the double's `/v1` whose findings are believed `fresh_ms` (a
+/// context) and `retry_ms` (anything else): the box runs the defaults, a test shortens them.
+fn probing_adapter(
+    d: &Double,
+    source: ContextSource,
+    fresh_ms: u64,
+    retry_ms: u64,
+) -> OpenAiCompatible {
+    let mut options = OpenAiOptions {
+        stream: false,
+        context: source,
+        ..OpenAiOptions::default()
+    };
+    options.context_times.fresh = std::time::Duration::from_millis(fresh_ms);
+    options.context_times.retry = std::time::Duration::from_millis(retry_ms);
+    OpenAiCompatible::new(&format!("http://{}/v1", d.addr), options).expect("adapter")
+}
+
+/// No request over the told context reached the model, and one declared at `told` runs.
+async fn only_within_the_told_context_runs(d: &Double, a: &OpenAiCompatible, told: usize) {
     assert!(d.chats().is_empty(), "a request over the told context ran");
     let c = a
-        .complete(request_with("m", "be brief", 10, 1024, 8_192), Some(KEY))
+        .complete(request_with("m", "be brief", 10, 1024, told), Some(KEY))
         .await
         .expect("within the told context");
     assert_eq!(c.text, "whole");
@@ -664,6 +680,72 @@ async fn a_keyed_server_is_checked_or_fails_unavailable_never_silently_unchecked
     }
 }
 
+/// Review 31 R31-12: a hosted OpenAI-compatible API behind a key (`openai-compatible:groq` at
+/// Groq's `/openai/v1`; Together and DeepSeek alike) answers 401 to every keyless read, so it
+/// never tells a context. No declaration runs unchecked there — neither the default 4,096 nor
+/// the model's documented 131,072, which the box cannot tell from one above the model's: every
+/// judged call fails `unavailable` with the fixed words naming what the owner can do (reach the
+/// model through OpenRouter, or serve it), before any chat request, the probe asked once for all
+/// of them and never with the key. A call the box does not judge (no declared context) is the
+/// adapter's as before.
+#[tokio::test]
+async fn a_keyed_hosted_api_fails_every_judged_call_with_words_the_owner_can_follow() {
+    let keyed: Route = Arc::new(|_, _| {
+        let refusal = json!({"error": {"message": "Invalid API Key",
+                                       "type": "invalid_request_error",
+                                       "code": "invalid_api_key"}});
+        Some((401, refusal.to_string()))
+    });
+    let d = Double::start(keyed).await;
+    let id = skillbox_providers::ProviderId::OpenAiCompatible("groq".into());
+    let mut settings = skillbox_providers::ProviderSettings::new(Default::default())
+        .with_base_url(id.clone(), format!("http://{}/openai/v1", d.addr));
+    settings.stream = false;
+    let groq = skillbox_providers::build_remote(&id, &settings).expect("the registry's adapter");
+    for context in [4_096, 131_072] {
+        for padding in [0, 500] {
+            let err = groq
+                .complete(
+                    request_with("llama-3.1-8b-instant", "be brief", padding, 1024, context),
+                    Some(KEY),
+                )
+                .await
+                .expect_err("a keyed hosted API never tells a context");
+            assert_eq!(err.failure(), ProviderFailure::Unavailable, "{context}");
+            let words = err.to_string();
+            for named in ["keyless read", "hosted API", "openrouter", "vLLM /tokenize"] {
+                assert!(words.contains(named), "{named}: {words}");
+            }
+        }
+    }
+    assert!(d.chats().is_empty(), "a judged call ran unchecked");
+    let probes = d.probes();
+    let paths: Vec<&str> = probes.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/openai/v1/models", "/openai/props", "/openai/tokenize"],
+        "the refusal is kept, not asked per call"
+    );
+    for probe in &probes {
+        assert!(probe.header("authorization").is_none(), "{probe:?}");
+        assert!(!probe.body.contains(KEY), "{probe:?}");
+    }
+    let unjudged = ChatRequest {
+        system_allowance: None,
+        context_tokens: None,
+        ..request_with("llama-3.1-8b-instant", "be brief", 10, 1024, 4_096)
+    };
+    let c = groq
+        .complete(unjudged, Some(KEY))
+        .await
+        .expect("not judged");
+    assert_eq!(c.text, "whole");
+    assert_eq!(
+        d.chats()[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+}
+
 /// A self-hosted server: llama.cpp's `/props` slot context (a server started `-c 4096 -np 4`
 /// gives each request 1,024) and vLLM's `max_model_len` are held against the declaration
 /// (4,096 is the self-hosted default); Ollama's `/api/show` `num_ctx`, and for a stock Modelfile
@@ -733,6 +815,59 @@ async fn self_hosted_servers_report_their_context() {
             assert!(!probe.body.contains(KEY), "{probe:?}");
         }
     }
+}
+
+/// Review 31 R31-8: stock Ollama (no Modelfile `num_ctx`) loaded the model at the server's
+/// default, 4,096, and `/api/ps` told it; after its keep-alive unloads the model, `/api/ps`
+/// lists nothing and `/api/show` gives only the trained 131,072 — an upper bound of the
+/// context the next load runs with, not a context. Taken for one, it replaced the told 4,096
+/// and an 8,192 declaration ran at 4,096 (the R29-3 cut edge, one call per idle gap). The told
+/// context stands against the bound: both calls fail `unavailable`, no chat is sent, and the
+/// probe is asked each time (fresh and retry times 0 here).
+#[tokio::test]
+async fn an_unloaded_ollama_model_keeps_the_context_it_told() {
+    let ps_asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let asked = ps_asked.clone();
+    let route: Route = Arc::new(move |method, path| match (method, path) {
+        ("POST", "/api/show") => Some((
+            200,
+            json!({"model_info": {"llama.context_length": 131072}}).to_string(),
+        )),
+        ("GET", "/api/ps") => {
+            let loaded = if asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                json!({"models": [{"name": "m:latest", "model": "m:latest",
+                                   "context_length": 4096}]})
+            } else {
+                json!({"models": []})
+            };
+            Some((200, loaded.to_string()))
+        }
+        _ => None,
+    });
+    let d = Double::start(route).await;
+    let a = probing_adapter(&d, ContextSource::Ollama, 0, 0);
+    let over = || request_with("m", "be brief", 10, 1024, 8_192);
+    for round in 1..=2 {
+        let outcome = a.complete(over(), Some(KEY)).await;
+        assert_eq!(
+            ps_asked.load(std::sync::atomic::Ordering::SeqCst),
+            round,
+            "the probe was asked again"
+        );
+        assert_eq!(
+            outcome.as_ref().err().map(|e| e.failure()),
+            Some(ProviderFailure::Unavailable),
+            "round {round}: an 8,192 declaration over the 4,096 /api/ps told: {:?}",
+            outcome.as_ref().map(|c| &c.text)
+        );
+        let err = outcome.expect_err("over the told context");
+        assert!(
+            err.to_string().contains("more than the provider says"),
+            "{err}"
+        );
+    }
+    // Declared within the told context, the call runs while the model is unloaded.
+    only_within_the_told_context_runs(&d, &a, 4_096).await;
 }
 
 /// OpenAI: no API tells a model's context; the table of known smaller models refuses the
