@@ -61,6 +61,14 @@ pub struct BoardRow {
     /// The owner's ceilings for the skill.
     #[serde(default, skip_serializing_if = "crate::advert::Limits::is_empty")]
     pub limits: crate::advert::Limits,
+    /// The owner's body allowance in force, in tokens, as advertised (absent from adverts of
+    /// nodes older than review 29): a program for the skill states it, and a caller's request
+    /// and sources get the model's room less it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_max_tokens: Option<u64>,
+    /// The remote model context the owner declares, in tokens, as advertised (never for `local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_context_tokens: Option<u64>,
     /// The declaration's commitment, as advertised.
     pub digest: String,
     /// Seconds since the peer signed the advert this row comes from.
@@ -114,6 +122,10 @@ struct RowPrefix<'a> {
     required_sources: &'a [String],
     #[serde(skip_serializing_if = "crate::advert::Limits::is_empty")]
     limits: crate::advert::Limits,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_max_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_context_tokens: Option<u64>,
     digest: &'a str,
 }
 
@@ -530,6 +542,8 @@ impl Board {
                 provider: r.skill.provider.clone(),
                 required_sources: r.skill.required_sources.clone(),
                 limits: r.skill.limits,
+                body_max_tokens: r.skill.body_max_tokens,
+                model_context_tokens: r.skill.model_context_tokens,
                 digest: r.skill.declaration_digest.clone(),
                 age: r.age,
             })
@@ -640,6 +654,8 @@ fn render_prefix(peer: &str, s: &OfferedSkill) -> String {
         provider: &s.provider,
         required_sources: &s.required_sources,
         limits: s.limits,
+        body_max_tokens: s.body_max_tokens,
+        model_context_tokens: s.model_context_tokens,
         digest: &s.declaration_digest,
     };
     // Serializing borrowed strings into a String cannot fail.

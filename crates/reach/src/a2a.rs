@@ -651,6 +651,8 @@ mod tests {
             provider: "local".into(),
             required_sources: required,
             limits: Default::default(),
+            body_max_tokens: None,
+            model_context_tokens: None,
             digest: "00".into(),
             age: 0,
         };

@@ -764,6 +764,8 @@ mod tests {
             provider: "local".into(),
             required_sources: req.iter().map(|s| s.to_string()).collect(),
             limits: Default::default(),
+            body_max_tokens: None,
+            model_context_tokens: None,
             digest: "00".into(),
             age: 0,
         }

@@ -67,6 +67,74 @@ fn takes_a_valid_advert_and_lists_one_row_per_skill() {
 }
 
 #[test]
+fn rows_carry_the_owners_allowance_and_context_as_advertised() {
+    // A caller (or its human, or an agent) reads from the board how much of the model is the
+    // body's: a remote skill's allowance and declared context, a local skill's allowance.
+    let mut remote = offered_skill("remote", "asks a hosted model", "ollama", &[]);
+    remote.body_max_tokens = Some(2048);
+    remote.model_context_tokens = Some(8192);
+    let mut local = skill("local");
+    local.body_max_tokens = Some(64);
+    let legacy = skill("legacy");
+    let offer = Offer {
+        skills: vec![remote, local, legacy],
+        ..offer(&[])
+    }
+    .normalized()
+    .expect("a valid offer");
+    let key = keypair_from_seed(&[9; 32]).unwrap();
+    let mut b = board();
+    b.ingest(
+        &sign_advert(&key, T0 + 1, T0, &offer).unwrap(),
+        None,
+        T0 + 10,
+    )
+    .unwrap();
+    let now = T0 + 1_000;
+    let rows = b.snapshot(now);
+    let by_name = |n: &str| rows.iter().find(|r| r.skill == n).expect("row");
+    assert_eq!(
+        (
+            by_name("remote").body_max_tokens,
+            by_name("remote").model_context_tokens
+        ),
+        (Some(2048), Some(8192))
+    );
+    assert_eq!(
+        (
+            by_name("local").body_max_tokens,
+            by_name("local").model_context_tokens
+        ),
+        (Some(64), None)
+    );
+    // An older node's advert states neither: the row says nothing rather than a guess.
+    assert_eq!(
+        (
+            by_name("legacy").body_max_tokens,
+            by_name("legacy").model_context_tokens
+        ),
+        (None, None)
+    );
+    // The rendered rows say the same, under the API's names, and only where advertised.
+    let json = b.snapshot_json(now);
+    assert_eq!(json, serde_json::to_string(&rows).unwrap());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let row = |n: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["skill"] == n)
+            .expect("json row")
+            .clone()
+    };
+    assert_eq!(row("remote")["bodyMaxTokens"], 2048);
+    assert_eq!(row("remote")["modelContextTokens"], 8192);
+    assert_eq!(row("local")["bodyMaxTokens"], 64);
+    assert!(row("local").get("modelContextTokens").is_none());
+    assert!(row("legacy").get("bodyMaxTokens").is_none());
+}
+
+#[test]
 fn json_snapshot_equals_the_typed_rows() {
     let mut b = board();
     for i in 1..=5u8 {
