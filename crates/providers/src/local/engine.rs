@@ -32,8 +32,11 @@ pub(crate) type Outcome = Result<(Completion, Timing), ProviderError>;
 pub(crate) struct Job {
     pub request: ChatRequest,
     pub cancel: Arc<AtomicBool>,
-    pub reply: Box<dyn FnOnce(Outcome) + Send>,
+    pub reply: Reply,
 }
+
+/// How a job is answered (once).
+pub(crate) type Reply = Box<dyn FnOnce(Outcome) + Send>;
 
 impl Job {
     fn cancelled(&self) -> bool {
@@ -53,6 +56,9 @@ pub(crate) struct Counters {
     memory_ops: AtomicU64,
     chunk_tokens_beside_held: AtomicU64,
     padding_drops_outside_own_step: AtomicU64,
+    held_steps: AtomicU64,
+    held_steps_under_their_cost: AtomicU64,
+    held_steps_past_their_cost: AtomicU64,
 }
 
 /// A snapshot of the engine's counters.
@@ -87,6 +93,16 @@ pub struct EngineStats {
     /// the padding, the allowance less the body, so it counts as the run's own step (whose
     /// real time the hold replaces by its public cost), never as time that passes as it came.
     pub padding_drops_outside_own_step: u64,
+    /// Steps that carried a held run past its reference: each paced to its public cost
+    /// (review 31 R31-1).
+    pub held_steps: u64,
+    /// Of those, steps that ended, as the worker's timeline shows them to every run, before
+    /// their public cost: their real time, the held runs' bodies, in every other run's time
+    /// (a neighbour prefilling between them waited through them). 0: each is paced.
+    pub held_steps_under_their_cost: u64,
+    /// Of those, steps whose real time outran their public cost (the load rose past the
+    /// margin after the reference): their held runs leave on the ladder.
+    pub held_steps_past_their_cost: u64,
 }
 
 /// How the engine runs (resolved: no defaults left open).
@@ -158,6 +174,15 @@ impl Engine {
                 .counters
                 .padding_drops_outside_own_step
                 .load(Ordering::Relaxed),
+            held_steps: self.counters.held_steps.load(Ordering::Relaxed),
+            held_steps_under_their_cost: self
+                .counters
+                .held_steps_under_their_cost
+                .load(Ordering::Relaxed),
+            held_steps_past_their_cost: self
+                .counters
+                .held_steps_past_their_cost
+                .load(Ordering::Relaxed),
         }
     }
 }
@@ -207,7 +232,11 @@ fn cancelled() -> ProviderError {
 /// ways around it: a reference is read only by runs of its own window (R30-1), a held run's
 /// steps carry no prompt chunk and a reference step nothing else (R30-2, R30-9), a run past
 /// its hold leaves on a ladder, not at its end (R30-2), and a held answer keeps its place
-/// until it leaves (R30-9).
+/// until it leaves (R30-9). Review 31 R31-1: every step carrying a held run lasts its public
+/// cost ([`Worker::pace_held_step`]), for a neighbour reading its prompt between a held run's
+/// steps waited through their real time before its own hold began; the held run's own time
+/// after its reference is then public but where a step outran its cost, and it leaves at its
+/// end or on the ladder of what outran.
 struct Slot {
     seq: i32,
     job: Job,
@@ -336,8 +365,9 @@ impl Slot {
         Step::Continue
     }
 
-    fn outcome(&self, inner: &Inner, finish: FinishReason) -> Outcome {
-        let now = Instant::now();
+    /// The run's answer and timing, its last step ending at `step_end` (paced, R31-1).
+    fn outcome(&self, inner: &Inner, finish: FinishReason, step_end: Instant) -> Outcome {
+        let now = Instant::now().max(step_end);
         let first = self.first_token.unwrap_or(now);
         let text = inner.tokenizer.decode_tokens(&self.generated, true);
         Ok((
@@ -356,8 +386,8 @@ impl Slot {
                 prompt: first - self.admitted,
                 decode: now - first,
                 decoded_tokens: self.decode_steps,
-                hold_until: self.hold.map(|hold| hold.release(self.span(), now).0),
-                rung: self.hold.map(|hold| hold.release(self.span(), now).1),
+                hold_until: self.hold.map(|hold| hold.release(now).0),
+                rung: self.hold.map(|hold| hold.release(now).1),
                 reference_after: self.hold.map(|hold| hold.reference_ended - self.admitted),
                 admitted: Some(self.admitted),
                 held_cells: self.hold.map(|hold| hold.cells(self.span())),
@@ -450,11 +480,16 @@ struct Hold {
     /// window (a held neighbour's span, not its body): their share of a step shared with this
     /// run, costed like this run's own (review 30 R30-2).
     neighbour_cells: usize,
-    /// The real time of those steps: the part of the run's time the hold replaces by their
-    /// public cost. The rest — steps it was kept out of (another run's reference, prompt
-    /// chunks kept out of held steps), sampling, admitting others — is others' work and the
-    /// engine's, none of this body's, and passes as it came (review 30 R30-2).
+    /// The time of those steps as paced (review 31 R31-1): each lasted its public cost — its
+    /// tokens' public cells at the dearest cost per cell of its held runs — or, where its real
+    /// time outran that, its real time. The rest of the run's time — steps it was kept out of
+    /// (another run's reference, prompt chunks kept out of held steps), admitting others — is
+    /// others' work and the engine's, none of this body's, and passes as it came (review 30
+    /// R30-2).
     own_time: Duration,
+    /// How far those steps' real time outran their public cost, summed: the only part of the
+    /// run's time its body can be in (the load rose past the margin after the reference).
+    outran: Duration,
 }
 
 impl Hold {
@@ -464,14 +499,24 @@ impl Hold {
         span_cells(span, self.steps).saturating_add(self.neighbour_cells)
     }
 
-    /// When the answer may leave, the run having ended at `ended`, and on which rung: the
-    /// run's time after its reference with its own steps' real time replaced by their cost.
-    fn release(&self, span: usize, ended: Instant) -> (Instant, u32) {
-        let others = ended
+    /// The run's time after its reference that was not its own steps': others' steps, the
+    /// engine's work (R31-9: `Timing::others`).
+    fn others(&self, ended: Instant) -> Duration {
+        ended
             .saturating_duration_since(self.reference_ended)
-            .saturating_sub(self.own_time);
-        let held = cells_time(self.cost_per_cell, self.cells(span))
-            .saturating_add(others)
+            .saturating_sub(self.own_time)
+    }
+
+    /// When the answer may leave, the run having ended at `ended`, and on which rung. Its own
+    /// steps were paced to their public cost (R31-1), so its time after the reference is
+    /// public but where a step outran that cost: held is that time less the outrun, the run's
+    /// own steps at their public cost and the rest as it came, and a run that outran leaves
+    /// on the ladder of it (R30-2), at its end otherwise.
+    fn release(&self, ended: Instant) -> (Instant, u32) {
+        let held = self
+            .own_time
+            .saturating_sub(self.outran)
+            .saturating_add(self.others(ended))
             .min(HOLD_MAX);
         release_at(self.reference_ended, held, ended)
     }
@@ -601,6 +646,7 @@ fn work(
         reference_costs: ReferenceCosts::default(),
         reserved: Vec::new(),
         prefill_turn: false,
+        replies: Vec::new(),
     }
     .run(&mut ctx, &rx);
 }
@@ -624,6 +670,8 @@ struct Worker<'a> {
     /// Whether the last step that had to choose between held runs and prompt chunks took
     /// the chunks: they alternate, so neither starves.
     prefill_turn: bool,
+    /// Outcomes of the runs finished in this step, answered once it is paced (R31-1).
+    replies: Vec<(Reply, Outcome)>,
 }
 
 /// When a place is next free, if none of `places` (those no run is busy in) is free now:
@@ -680,8 +728,10 @@ impl Worker<'_> {
                 }
             }
             self.drop_cancelled(ctx);
+            self.answer();
             self.admit();
             self.step(ctx);
+            self.answer();
         }
     }
 
@@ -844,9 +894,7 @@ impl Worker<'_> {
         let mut referencing: Vec<(usize, usize)> = Vec::new();
         // The public cells each slot's tokens in this step attend over (0: not in it).
         let mut cells = vec![0usize; self.slots.len()];
-        // Whether a held run past its reference is in this step, and other runs' prompt
-        // tokens in it (R30-2: none beside a held run).
-        let mut held_in_step = false;
+        // Other runs' prompt tokens in this step (R30-2: none beside a held run).
         let mut chunk_tokens = 0;
         let mut sequences = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
@@ -854,7 +902,6 @@ impl Worker<'_> {
             if !slot.carried_in(turn) {
                 continue;
             }
-            held_in_step |= slot.held_running();
             if let Some(token) = slot.next {
                 let at = self.batch.n_tokens();
                 if self
@@ -924,6 +971,16 @@ impl Worker<'_> {
         if self.batch.n_tokens() == 0 {
             return;
         }
+        // The dearest cost per cell of the held runs in this step (each its own window's
+        // references): what the step's public cells are paced at (R31-1).
+        let pace = self
+            .slots
+            .iter()
+            .zip(&cells)
+            .filter(|&(_, &c)| c > 0)
+            .filter_map(|(slot, _)| slot.as_ref()?.hold.map(|hold| hold.cost_per_cell))
+            .reduce(f64::max);
+        let held_in_step = pace.is_some();
         self.counters.steps.fetch_add(1, Ordering::Relaxed);
         if held_in_step {
             self.counters
@@ -940,8 +997,15 @@ impl Worker<'_> {
         let decode_started = Instant::now();
         let decoded = ctx.decode(&mut self.batch);
         let ended = Instant::now();
-        // A held run's own step: its padding's removal, if in it, and the decode.
-        self.note_held_step(&cells, ended - started);
+        // A step carrying a held run lasts at least its public cost (review 31 R31-1): it is
+        // due then, and how far its real time outran that is what its held runs leave on the
+        // ladder for.
+        let public = pace.map(|cost| cells_time(cost, cells.iter().sum()));
+        let due = public.map(|public| started + public);
+        let outran = due.map_or(Duration::ZERO, |due| ended.saturating_duration_since(due));
+        let step_end = due.map_or(ended, |due| due.max(ended));
+        // A held run's own step: its padding's removal, if in it, and the decode, as paced.
+        self.note_held_step(&cells, step_end - started, outran);
         // A reference is the decode alone (no drop goes in a reference turn).
         self.note_references(&referencing, ended - decode_started, ended);
         let window = u64::from(self.window.swap(0, Ordering::Relaxed));
@@ -965,7 +1029,7 @@ impl Worker<'_> {
             };
             let token = slot.sampler.sample(ctx, at);
             if let Step::Done(finish) = slot.on_token(self.inner, token) {
-                finished.push((i, slot.outcome(self.inner, finish)));
+                finished.push((i, slot.outcome(self.inner, finish, step_end)));
             }
         }
         // Highest first, so compaction never moves a slot that is about to finish.
@@ -973,11 +1037,51 @@ impl Worker<'_> {
         for (i, outcome) in finished.into_iter().rev() {
             self.finish(ctx, i, outcome);
         }
+        if let (Some(public), Some(due)) = (public, due) {
+            self.pace_held_step(public, due, started, !outran.is_zero());
+        }
+    }
+
+    /// Paces a step that carried a held run past its reference (review 31 R31-1): the step,
+    /// from its start (before the padding's removal) through its sampling and the finished
+    /// runs' memory operations, lasts until `due`, `public` after `started`: its tokens'
+    /// public cells at the dearest cost per cell of its held runs, with the margin. Every
+    /// run's time goes through the worker's steps — a neighbour reading its prompt in the
+    /// chunk steps between a held run's steps waits through them, its own hold not begun — so
+    /// a held run's step must show everyone its public cost, not its real time, which follows
+    /// the body (llama.cpp's flash attention works on the cells a token sees). Answers go out
+    /// after it ([`Worker::answer`]), so a finished run's memory operations (linear in its
+    /// real cells) are inside the paced step too.
+    fn pace_held_step(&mut self, public: Duration, due: Instant, started: Instant, past: bool) {
+        let now = Instant::now();
+        if now < due {
+            std::thread::sleep(due - now);
+        }
+        self.counters.held_steps.fetch_add(1, Ordering::Relaxed);
+        if started.elapsed() < public {
+            self.counters
+                .held_steps_under_their_cost
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if past {
+            self.counters
+                .held_steps_past_their_cost
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands the finished jobs their outcomes: after the step that finished them, its pacing
+    /// included (R31-1).
+    fn answer(&mut self) {
+        for (reply, outcome) in self.replies.drain(..) {
+            reply(outcome);
+        }
     }
 
     /// Adds a step to every held run past its reference that took part in it (R30-2): one of
-    /// its steps, its neighbours' public cells, and the step's real time.
-    fn note_held_step(&mut self, cells: &[usize], took: Duration) {
+    /// its steps, its neighbours' public cells, the step's time (paced: its public cost, or
+    /// its real time where that outran it) and how far its real time outran its public cost.
+    fn note_held_step(&mut self, cells: &[usize], took: Duration, outran: Duration) {
         let all: usize = cells.iter().sum();
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(hold) = slot.as_mut().and_then(|s| s.hold.as_mut()) else {
@@ -988,6 +1092,7 @@ impl Worker<'_> {
                 hold.steps += 1;
                 hold.neighbour_cells = hold.neighbour_cells.saturating_add(all - own);
                 hold.own_time = hold.own_time.saturating_add(took);
+                hold.outran = hold.outran.saturating_add(outran);
             }
         }
     }
@@ -1007,6 +1112,7 @@ impl Worker<'_> {
                     steps: 0,
                     neighbour_cells: 0,
                     own_time: Duration::ZERO,
+                    outran: Duration::ZERO,
                 });
             }
         }
@@ -1034,7 +1140,7 @@ impl Worker<'_> {
         {
             self.reserved.push(*until);
         }
-        (slot.job.reply)(outcome);
+        self.replies.push((slot.job.reply, outcome));
         let Some(last) = self.slots.iter().rposition(Option::is_some) else {
             return;
         };
@@ -1156,37 +1262,39 @@ mod tests {
         );
     }
 
-    /// The hold of a run that shared steps or waited for others: its own steps and the
-    /// others' public cells at its cost, plus the time that was not its steps' — whatever its
-    /// own steps really took.
+    /// The hold of a run whose own steps were paced (review 31 R31-1): its time after the
+    /// reference is its paced steps and others' time, all public, so it leaves at its end;
+    /// where its steps' real time outran their public cost, that outrun is taken out and it
+    /// leaves on the ladder of the rest, whatever the outrun.
     #[test]
     fn a_hold_replaces_the_runs_own_steps_by_their_cost_and_keeps_the_rest() {
         let reference = Instant::now();
-        let cost = 10e-3 / 1280.0;
-        let own = release_after(cost, 1100, 48);
-        let alone = Hold {
-            cost_per_cell: cost,
+        let paced = Hold {
+            cost_per_cell: 10e-3 / 1280.0,
             reference_ended: reference,
             steps: 48,
-            neighbour_cells: 0,
-            own_time: Duration::from_millis(300),
-        };
-        // Ended after its own steps: held to their cost.
-        let ended = reference + Duration::from_millis(300);
-        assert_eq!(alone.release(1100, ended), (reference + own, 0));
-        // The same run, with a short or a long body (its steps 300 or 450 ms), kept out of
-        // 2 s of others' steps, sharing steps with a neighbour: the same release.
-        let shared = |own_ms: u64| Hold {
             neighbour_cells: 48 * 4096,
-            own_time: Duration::from_millis(own_ms),
-            ..alone
+            own_time: Duration::from_millis(600),
+            outran: Duration::ZERO,
         };
-        let released = |own_ms: u64| {
-            shared(own_ms).release(1100, reference + Duration::from_millis(2000 + own_ms))
+        // Its own steps paced to 600 ms (a short or a long body's real 300 or 450 ms), kept
+        // out of 2 s of others' steps: it leaves at its end, 2.6 s, on no rung.
+        let ended = reference + Duration::from_millis(2600);
+        assert_eq!(paced.release(ended), (ended, 0));
+        assert_eq!(paced.others(ended), Duration::from_secs(2));
+        // Two of its steps outran their cost, by 100 or 150 ms (the load rose, the body's
+        // share inside): held for the 2.6 s that were public, it leaves on the ladder of them.
+        let outran = |ms: u64| Hold {
+            own_time: Duration::from_millis(600 + ms),
+            outran: Duration::from_millis(ms),
+            ..paced
         };
-        assert_eq!(released(300), released(450));
-        let expected = own + cells_time(cost, 48 * 4096) + Duration::from_secs(2);
-        assert_eq!(released(300), (reference + expected, 0));
+        let released = |ms: u64| outran(ms).release(ended + Duration::from_millis(ms));
+        assert_eq!(released(100), released(150));
+        assert_eq!(
+            released(100),
+            (reference + Duration::from_millis(2600).mul_f64(LADDER), 1)
+        );
     }
 
     /// Review 31 R31-10: two places, one held answer's reserved, the other free (its run

@@ -543,6 +543,11 @@ fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completi
         chunk_tokens_beside_held: after.chunk_tokens_beside_held - before.chunk_tokens_beside_held,
         padding_drops_outside_own_step: after.padding_drops_outside_own_step
             - before.padding_drops_outside_own_step,
+        held_steps: after.held_steps - before.held_steps,
+        held_steps_under_their_cost: after.held_steps_under_their_cost
+            - before.held_steps_under_their_cost,
+        held_steps_past_their_cost: after.held_steps_past_their_cost
+            - before.held_steps_past_their_cost,
     };
     (delta, answer)
 }
@@ -883,4 +888,56 @@ fn a_held_answers_steps_carry_no_neighbours_prompt() {
         stats.padding_drops_outside_own_step, 0,
         "the held run's padding was dropped in a step not its own"
     );
+}
+
+/// Review 31 R31-1: a held run's answer was held, but not the steps it took: a second call
+/// reading its prompt while the held run answered fed its chunks between the held run's
+/// steps (the alternation of review 30 R30-2) and waited through each at its real cost — the
+/// held run's body, for its window is the real prompt's — before its own hold began, so that
+/// call's answer time told the other's body. Now a step carrying a held run lasts its public
+/// cost (its tokens' public cells at the measured cost per cell, with the margin): no step
+/// shows any run a held run's real time.
+///
+/// Counted, not timed across calls (the load on the 2 shared cores moves every time): each
+/// step carrying the held run, as the worker's timeline shows it to every run, lasted at
+/// least its public cost; its held runs' answers left on a rung 0 or the ladder.
+#[test]
+fn a_prefilling_neighbours_time_does_not_tell_a_held_runs_body() {
+    let _alone = span_run_alone();
+    let m = sequences_of_2048(2);
+    let neighbour = ask(&body_of(&m, 1800), 4, 1);
+    for tokens in [60, 900] {
+        let held = ChatRequest {
+            max_tokens: 48,
+            ..under_allowance(&body_of(&m, tokens), "Tell me about the tides.")
+        };
+        let before = m.stats();
+        // Handed over together, the held run takes the first place and answers while the
+        // neighbour still reads its 1,800 tokens.
+        let [held_timing, neighbour_timing] = timings_together(&m, [held, neighbour.clone()]);
+        let after = m.stats();
+        let held_steps = after.held_steps - before.held_steps;
+        let shown_short = after.held_steps_under_their_cost - before.held_steps_under_their_cost;
+        eprintln!(
+            "{tokens}-token body: held run answered {:?} after admission (rung {:?}); the \
+             neighbour's prompt took {:?}; {held_steps} held steps, {} past their cost",
+            held_timing
+                .hold_until
+                .zip(held_timing.admitted)
+                .map(|(until, admitted)| until - admitted),
+            held_timing.rung,
+            neighbour_timing.prompt,
+            after.held_steps_past_their_cost - before.held_steps_past_their_cost,
+        );
+        assert!(
+            neighbour_timing.prompt > held_timing.reference_after.unwrap_or_default(),
+            "the neighbour's prompt was read before the held run answered: no test"
+        );
+        assert!(held_steps >= 48, "{held_steps} steps carried the held run");
+        assert_eq!(
+            shown_short, 0,
+            "{shown_short} of {held_steps} steps carrying a {tokens}-token body's held run \
+             showed the neighbour their real time, not their public cost"
+        );
+    }
 }
