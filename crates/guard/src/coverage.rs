@@ -510,14 +510,16 @@ fn list_mark(t: &str) -> bool {
     list_number(t) || matches!(t, "-" | "–" | "—" | "*" | "•" | "+")
 }
 
-/// Most words of an answer's own (no [`handing_word`]) for the answer to hand them over: the
-/// value. An answer with words of its own besides a value says something else with it (`Theme
-/// colour? It is purple.`, `Venue ideas: - Harbor - Rooftop`: review 31 R31-6).
-const HANDED_OWN_WORDS: usize = 1;
+/// Most words of an answer's own (no [`handing_word`]) for the answer to hand them over: a
+/// value and one word more (`Purple, naturally.`, `Here you go, friend, purple.`, `"purple"
+/// (1st)`: review 31 R31-3). An answer with two words of its own besides a value says something
+/// else with it (`Theme colour? It is purple.`, `Venue ideas: - Harbor - Rooftop`: review 31
+/// R31-6).
+const HANDED_OWN_WORDS: usize = 2;
 
 /// How an answer's word is given, for a whole word of a canary to count ([`slice_counts`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Giving {
+enum Giving<'a> {
     /// In prose.
     Prose,
     /// As a secret's, in a shape ordinary answers do not write a word they use in: the text's
@@ -529,6 +531,12 @@ enum Giving {
     /// ordinary caller's has), never for a code's letter part (`1. Heron` for `HERON-47`, review 31
     /// R31-6: an honest caller was refused after one list naming a heron).
     Handed,
+    /// One of the words of an answer that says no more than [`HANDED_OWN_WORDS`] of its own,
+    /// beside the other (`Purple, naturally.`): handed over as [`Giving::Handed`] is when the
+    /// other is no word of the same secret. Two words of one secret and nothing else are prose
+    /// (`the orbit of a kestrel` for `Kestrel-Orbit-88`); given in order they are the check's
+    /// (its majority and parts rules).
+    Alone(Option<&'a str>),
 }
 
 /// The folded words of an answer given as a secret's rather than used in prose (see [`Giving`]).
@@ -536,6 +544,8 @@ enum Giving {
 struct Given {
     named: Vec<String>,
     handed: Vec<String>,
+    /// The answer's own words, when they are [`HANDED_OWN_WORDS`] at most ([`Giving::Alone`]).
+    alone: Vec<String>,
 }
 
 /// The folded words of `text` given as a secret's rather than used in prose, so that a whole
@@ -547,8 +557,9 @@ struct Given {
 /// tokens after a word naming a secret, in its sentence (`password: harbor`, `the secret's first
 /// word is body`).
 ///
-/// Handed over: the word of an answer that has no more than [`HANDED_OWN_WORDS`] of its own
-/// (`It is harbor.`, `Sure, here you go: elephant.`), and the one word after a
+/// Handed over: a word of an answer that has no more than [`HANDED_OWN_WORDS`] of its own
+/// (`It is harbor.`, `Purple, naturally.`, `The mascot: elephant.`; [`Given::alone`], see
+/// [`Giving::Alone`]), and the one word after a
 /// label's shape ([`label_shape`]: `Answer: purple`, `2) elephant`, `#3 harbor`) that its
 /// sentence hands over alone: what stands before the label hands over only (`Sure, here it is.
 /// Answer:`, not `The theme:`), the value is one word (`Answer: purple and gold balloons.` is
@@ -572,7 +583,7 @@ fn given_words(text: &str) -> Given {
         }
     }
     if own.len() <= HANDED_OWN_WORDS {
-        given.handed.extend(own.into_iter().cloned());
+        given.alone.extend(own.into_iter().cloned());
     }
     let items = text
         .lines()
@@ -618,7 +629,7 @@ fn given_words(text: &str) -> Given {
         }
         given.handed.extend(value.into_iter().flatten());
     }
-    for words in [&mut given.named, &mut given.handed] {
+    for words in [&mut given.named, &mut given.handed, &mut given.alone] {
         words.sort_unstable();
         words.dedup();
     }
@@ -940,6 +951,7 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
                 Giving::Prose => false,
                 Giving::Named => true,
                 Giving::Handed => units[i].word_made,
+                Giving::Alone(other) => units[i].word_made && other.is_none_or(|o| !c.contains(o)),
             };
             for (at, _) in c.match_indices(t) {
                 let slice = (c[..at].chars().count(), n);
@@ -993,6 +1005,10 @@ fn shown_slices(units: &[Unit], texts: &[Option<&str>], paired: usize) -> Vec<Ve
         }
         for t in &given.handed {
             mark(t, false, Giving::Handed);
+        }
+        for t in &given.alone {
+            let other = given.alone.iter().find(|o| *o != t).map(String::as_str);
+            mark(t, false, Giving::Alone(other));
         }
     }
     shown
@@ -1165,7 +1181,7 @@ mod tests {
     /// Every word [`given_words`] gives, named or handed over.
     fn given(text: &str) -> Vec<String> {
         let g = given_words(text);
-        let mut all = [g.named, g.handed].concat();
+        let mut all = [g.named, g.handed, g.alone].concat();
         all.sort_unstable();
         all.dedup();
         all
@@ -1175,11 +1191,26 @@ mod tests {
     fn words_given_as_a_secrets_are_told_from_prose() {
         assert_eq!(given_words("elephant.").named, ["elephant"]);
         assert_eq!(given_words("Sure: MARK it is").named, ["mark"]);
-        // An answer with no word of its own but the value (review 30 R30-5).
-        assert_eq!(given_words("It is harbor.").handed, ["harbor"]);
-        // Two words of its own: prose, however short.
-        assert!(given("the orbit of a kestrel").is_empty());
+        // An answer with no word of its own but the value (review 30 R30-5), or one more
+        // (review 31 R31-3).
+        assert_eq!(given_words("It is harbor.").alone, ["harbor"]);
+        assert_eq!(
+            given_words("Purple, naturally.").alone,
+            ["naturally", "purple"]
+        );
+        assert_eq!(given_words("\"purple\" (1st)").alone, ["purple"]);
+        assert_eq!(
+            given_words("It's purple, obviously.").alone,
+            ["obviously", "purple"]
+        );
+        // Two words of its own and nothing else: each beside the other (`Giving::Alone`: for
+        // `Kestrel-Orbit-88`, two of its words, so prose). Three: prose, however short.
+        assert_eq!(
+            given_words("the orbit of a kestrel").alone,
+            ["kestrel", "orbit"]
+        );
         assert!(given("The compass pointed at the otter.").is_empty());
+        assert!(given("the orbit of a kestrel, seen at dawn").is_empty());
         // After a label's shape, the one word its sentence hands over.
         for (text, word) in [
             ("Sure, here is what you asked for. Answer: purple", "purple"),

@@ -1060,11 +1060,13 @@ fn a_space_separated_passphrase_asked_for_a_word_per_call_adds_up_across_calls()
 /// elephant`, `#3 harbor`, `Entry three = harbor`, `The first one is purple.` Each is released,
 /// and the owner's sum must reach its canary limit as for `The passphrase's first word is
 /// purple.`. Before, each counted 0 (`given_words` knew the secret's names only), so three
-/// calls took the passphrase with the day's level at 0.
+/// calls took the passphrase with the day's level at 0. Review 31 R31-3: with one filler word
+/// the model adds (`Purple, naturally.`, `Here you go, friend, purple.`, `"purple" (1st)`), each
+/// still counted 0.
 #[test]
 fn a_spaced_passphrase_given_after_any_label_adds_up() {
     let [spaced, wrapped] = spaced_passphrases();
-    let days: [(&Prepared, [&str; 3]); 6] = [
+    let days: [(&Prepared, [&str; 3]); 12] = [
         (
             &spaced,
             ["Answer: purple", "Answer: elephant", "Answer: harbor"],
@@ -1086,6 +1088,50 @@ fn a_spaced_passphrase_given_after_any_label_adds_up() {
             ],
         ),
         (&spaced, ["1) purple", "2) elephant", "#3 harbor"]),
+        (
+            &spaced,
+            [
+                "Purple, naturally.",
+                "Elephant, naturally.",
+                "Harbor, naturally.",
+            ],
+        ),
+        (
+            &spaced,
+            [
+                "Here you go, friend, purple.",
+                "Here you go, friend, elephant.",
+                "Here you go, friend, harbor.",
+            ],
+        ),
+        (
+            &spaced,
+            [
+                "It's purple, obviously.",
+                "It's elephant, obviously.",
+                "It's harbor, obviously.",
+            ],
+        ),
+        (
+            &spaced,
+            ["\"purple\" (1st)", "\"elephant\" (2nd)", "\"harbor\" (3rd)"],
+        ),
+        (
+            &spaced,
+            [
+                "Naturally purple.",
+                "elephant (naturally)",
+                "Sure! harbor, naturally.",
+            ],
+        ),
+        (
+            &spaced,
+            [
+                "purple it is, my friend.",
+                "elephant it is, my friend.",
+                "harbor it is, my friend.",
+            ],
+        ),
         (
             &wrapped,
             [
