@@ -532,26 +532,39 @@ fn a1z26_letter(n: &str) -> Option<char> {
     (1..=26).contains(&v).then(|| char::from(b'a' + v - 1))
 }
 
-/// The letters of one A1Z26 word written in one token (`25-15-21`, `25.15.21`, `25x15x21`, `7`):
-/// numbers 1-26 of one or two digits, one character that is no digit between each two (review
-/// 30 R30-6: any mark, not only `-` and `,`). `None` when the token is anything else (a number
-/// past 26 or of three digits, two marks in a row, a word, `4th`).
+/// Most characters of the mark between two numbers of an A1Z26 word (`25--15`, `25->15`,
+/// `(25)(15)`: review 31 R31-4).
+const A1Z26_MARK_MAX: usize = 3;
+
+/// The letters of one A1Z26 word written in one token (`25-15-21`, `25.15.21`, `25x15x21`,
+/// `25->15->21`, `7`): numbers 1-26 of one or two digits, a mark of one to [`A1Z26_MARK_MAX`]
+/// characters that are no digits between each two (review 30 R30-6: any mark, not only `-` and
+/// `,`; review 31 R31-4: two or three characters, `--`, `->`, `)(`). `None` when the token is
+/// anything else (a number past 26 or of three digits, a longer mark, a word, `4th`).
 fn a1z26_word(w: &str, letters: &mut Vec<char>) -> bool {
     letters.clear();
     let mut number = String::new();
+    let mut mark = 0usize;
     for c in w.chars() {
         if c.is_ascii_digit() {
+            mark = 0;
             number.push(c);
             if number.len() > 2 {
                 return false;
             }
             continue;
         }
-        match a1z26_letter(&number) {
-            Some(l) => letters.push(l),
-            None => return false,
+        if mark == 0 {
+            match a1z26_letter(&number) {
+                Some(l) => letters.push(l),
+                None => return false,
+            }
+            number.clear();
         }
-        number.clear();
+        mark += 1;
+        if mark > A1Z26_MARK_MAX {
+            return false;
+        }
     }
     match a1z26_letter(&number) {
         Some(l) => letters.push(l),
@@ -567,9 +580,12 @@ fn a1z26_word(w: &str, letters: &mut Vec<char>) -> bool {
 /// brackets, quotes and marks around a token (`(25-15-21)`, `"1-18-5"`, `21!`) are passed over.
 /// Runs of [`A1Z26_MIN`]+ numbers, one line each; a number outside 1-26, a word or a number of
 /// three digits ends a run (a date `2024.05.30`, an address `10.0.0.1`). A decimal byte code is
-/// 65-122, so the decimal decoder never read it. One pass over the whitespace tokens, each
-/// split once.
+/// 65-122, so the decimal decoder never read it. Read with every script's digits as ASCII
+/// digits and zero-width characters dropped (`２５－１５`, `25\u{200b}-15`: review 31 R31-4,
+/// [`text::digits_folded`]). One pass over the whitespace tokens, each split once.
 pub fn a1z26_runs(text: &str) -> Option<String> {
+    let folded = text::digits_folded(text);
+    let text = folded.as_ref();
     let mut out = String::new();
     let (mut run, mut numbers) = (String::new(), 0usize);
     let mut letters = Vec::new();
@@ -1312,6 +1328,14 @@ mod tests {
             "\"25-15-21\" \"1-18-5\"",
             "25-15-21! 1-18-5!",
             "25 15 21 | 1 18 5",
+            // Two- and three-character marks, other scripts' digits, zero-width characters
+            // (review 31 R31-4).
+            "25--15--21 1--18--5",
+            "25->15->21 1->18->5",
+            "(25)(15)(21) (1)(18)(5)",
+            "[25][15][21] [1][18][5]",
+            "２５－１５－２１ １－１８－５",
+            "25\u{200b}-15\u{200b}-21 1\u{200b}-18\u{200b}-5",
         ] {
             assert_eq!(a1z26_runs(t).as_deref(), Some("you are\n"), "{t:?}");
         }
@@ -1326,6 +1350,8 @@ mod tests {
             "Ping 10.0.0.1 and 192.168.1.20",
             "Steps 1. 2. 3.",
             "On 4th, 5th and 6th",
+            "Pages 1 -- 4, rooms 12 to 15",
+            "Chapter 3 (pp. 12-14), ch. 4",
         ] {
             assert_eq!(a1z26_runs(t), None, "{t:?}");
         }

@@ -383,6 +383,29 @@ fn lookalike(c: char) -> Option<char> {
     })
 }
 
+/// `s` with every script's decimal digits as ASCII digits (`２５` is `25`) and format
+/// characters dropped (zero-width spaces and joiners, direction marks), everything else as
+/// written: for readers of numbers and the marks between them (A1Z26), which the full fold
+/// would drop. Borrowed when `s` is ASCII.
+pub fn digits_folded(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.is_ascii() {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii() {
+            out.push(c);
+            continue;
+        }
+        match get_general_category(c) {
+            Gc::Format => {}
+            Gc::DecimalNumber => out.push(decimal_value(c).unwrap_or(c)),
+            _ => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Fold a whole string to its compact form (folded alphanumerics only).
 pub fn compact(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

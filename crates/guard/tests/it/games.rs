@@ -195,7 +195,10 @@ fn a1z26_body_is_caught() {
 
 /// A body in A1Z26 with other marks (review 30 R30-6): a word's numbers joined by `.`, `_`,
 /// `+` or `x`, a word in brackets or quotes, a word followed by `!`. Before, each layout was
-/// released with `regions: 0` (the reader took `-`, `,`, `/` and spaces only).
+/// released with `regions: 0` (the reader took `-`, `,`, `/` and spaces only). Review 31 R31-4:
+/// a mark of two characters (`--`, `->`), each number in brackets (`(25)(15)(21)`,
+/// `[25][15][21]`), full-width digits and dashes, a zero-width space before each dash: each
+/// 0/200 caught, 200/200 released with regions 0 (one mark of one ASCII character was read).
 #[test]
 fn a1z26_body_in_any_separator_is_caught() {
     caught_and_counted(&[
@@ -231,7 +234,39 @@ fn a1z26_body_in_any_separator_is_caught() {
                 .collect::<Vec<_>>()
                 .join(" ")
         }),
+        ("A1Z26 joined by --", |b| a1z26(b).replace('-', "--")),
+        ("A1Z26 joined by ->", |b| a1z26(b).replace('-', "->")),
+        ("A1Z26 numbers in ()", |b| bracketed(&a1z26(b), '(', ')')),
+        ("A1Z26 numbers in []", |b| bracketed(&a1z26(b), '[', ']')),
+        ("A1Z26 full-width", |b| {
+            a1z26(b)
+                .chars()
+                .map(|c| match c {
+                    '0'..='9' => char::from_u32(c as u32 - '0' as u32 + 0xFF10).unwrap_or(c),
+                    '-' => '－',
+                    ' ' => '\u{3000}',
+                    c => c,
+                })
+                .collect()
+        }),
+        ("A1Z26 zero-width space before -", |b| {
+            a1z26(b).replace('-', "\u{200b}-")
+        }),
     ]);
+}
+
+/// An A1Z26 text with each number of a word in brackets: `25-15-21 1-18-5` as `(25)(15)(21)
+/// (1)(18)(5)`.
+fn bracketed(a1z26: &str, open: char, close: char) -> String {
+    a1z26
+        .split(' ')
+        .map(|w| {
+            w.split('-')
+                .map(|n| format!("{open}{n}{close}"))
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Ordinary texts that look like the games — abbreviations and words without vowels, prose of
