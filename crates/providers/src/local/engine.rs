@@ -391,6 +391,9 @@ impl Slot {
                 reference_after: self.hold.map(|hold| hold.reference_ended - self.admitted),
                 admitted: Some(self.admitted),
                 held_cells: self.hold.map(|hold| hold.cells(self.span())),
+                held_steps: self.hold.map(|hold| hold.steps),
+                others: self.hold.map(|hold| hold.others(now)),
+                outran: self.hold.map(|hold| hold.outran),
             },
         ))
     }

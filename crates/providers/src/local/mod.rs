@@ -793,6 +793,16 @@ pub struct Timing {
     /// Under an allowance, the rung of the release ladder the answer left on: 0 at its hold,
     /// `k` at the hold × 1.5^k when the run outlasted it (review 30 R30-2).
     pub rung: Option<u32>,
+    /// Under an allowance, the steps the run took part in after its reference step, each paced
+    /// to its public cost (review 31 R31-1): the prompt's last token and the answer's.
+    pub held_steps: Option<usize>,
+    /// Under an allowance, the run's time after its reference that was none of its own steps
+    /// (others' steps, the engine's work): the part of the hold that passes as it came, so it
+    /// must hold nothing of the body (review 31 R31-9).
+    pub others: Option<Duration>,
+    /// Under an allowance, how far the run's own steps' real time outran their public cost
+    /// (the load rose past the margin after the reference): what it left on the ladder for.
+    pub outran: Option<Duration>,
 }
 
 impl Timing {

@@ -772,6 +772,23 @@ fn under_an_allowance_when_the_answer_comes_does_not_tell_the_bodys_length() {
                 .expect("a run under an allowance has a reference");
         let after_prompt = left - prompt_done;
         let hold = held - prompt_done;
+        // Review 31 R31-9: the parts of the hold. Alone in the engine, every step after the
+        // reference is the run's own — the prompt's last token's and the answer's but the
+        // last's — paced to its public cost, so what passes as it came (`others`: steps it
+        // was kept out of, the engine's work) is a sliver: own-step time slipping into it
+        // would carry the body.
+        assert_eq!(
+            timing.held_steps,
+            Some(answer_tokens as usize),
+            "the hold counted some of the run's own steps as others'"
+        );
+        let others = timing
+            .others
+            .expect("a held run says what passed as it came");
+        assert!(
+            others.as_secs_f64() <= 0.05 * hold.as_secs_f64(),
+            "{others:?} of a {hold:?} hold passed as it came, alone in the engine"
+        );
         (
             after_prompt.as_secs_f64() / hold.as_secs_f64(),
             timing.held_cells.expect("a held run says what it costs"),
