@@ -447,8 +447,15 @@ fn span_cells(span: usize, steps: usize) -> usize {
 /// at the first rung `held × LADDER^k` past the end. A run outlasts its hold only when the
 /// machine or the neighbours it shared steps with slowed it past the margin, and then the
 /// real end — the body's length under that load — would show; on the ladder what shows is
-/// the rung, a factor of 1.5 wide: how much the load outran the hold, with the body's share
-/// of a step (a few per cent of it) lost inside the rung.
+/// the rung, a factor of 1.5 wide: how much the load outran the hold.
+///
+/// The rung does not hide the body under load (review 31 R31-2, open): the body's share of a
+/// decode step is 30-50 % (10 ms against 14.4 ms a step for a 60- and a 900-token body here),
+/// so a short body's steps outrun their public cost at a load about 1.45× higher than a full
+/// body's — ≈ 0.9 of a rung. For any load in a band above the margin (1.25-1.8× the
+/// reference's: rung 0 against 1; 1.8-2.7×: 1 against 2; ...) the rung differs with the
+/// body, about a bit a loaded call, not only at a rung's edge. Closing it needs a public
+/// cost that follows the load during the run (references measured while it decodes).
 pub(crate) fn release_at(
     reference_ended: Instant,
     held: Duration,
