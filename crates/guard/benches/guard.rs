@@ -417,6 +417,23 @@ fn bench(c: &mut Criterion) {
             "labels handing over one word",
             "Answer: purple. It is harbor.\n2) elephant #3 tide\n".to_owned(),
         ),
+        // Review 31's readers (R31-3..R31-5): short answers handing over a word with a filler,
+        // A1Z26 with two-character marks, in brackets and in full-width digits, numbers in a
+        // base written in groups (one run of groups with no end: `RadixRun` keeps its last 20
+        // digits) and with other marks of a base.
+        (
+            "a word handed over with a filler",
+            "Purple, naturally. \"elephant\" (2nd)\n".to_owned(),
+        ),
+        (
+            "A1Z26 with two-character marks",
+            "25--15--21 25->15 (1)(18)(5) ２５－１５ ".to_owned(),
+        ),
+        ("numbers in base groups", "0b 1000 1111 0x8 0xF ".to_owned()),
+        (
+            "numbers with other marks of a base",
+            "h8F3 &H8F3 100011110011b o4363 8F3₁₆ ".to_owned(),
+        ),
     ];
     for (name, unit) in &review30 {
         let per_call: Vec<Option<f64>> = [256usize, 1024]

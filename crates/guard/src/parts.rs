@@ -266,6 +266,10 @@ impl Parts {
         let mut done: Vec<u32> = Vec::new();
         let mut run = SpokenRun::default();
         let mut roman = RomanRun::default();
+        let mut radix = RadixRun::default();
+        // A base written as a subscript after the figures (`8F3₁₆` folds to `8f316`): read only
+        // where the text writes subscript digits, so `12316` in prose stays a decimal.
+        let subscripts = text.contains(|c: char| ('\u{2080}'..='\u{2089}').contains(&c));
         let mut key = String::new();
         for (j, w) in text::words(text).iter().enumerate() {
             let plain = self.plain.get(w.as_str());
@@ -292,17 +296,25 @@ impl Parts {
             };
             // A digit part written as a Roman numeral or `0x` hex of its value (review 29
             // R29-2 d: `AMBERFOX-MMCCXCI`, `AMBERFOX-0x8F3`), or in another base or Roman form
-            // (review 30 R30-7: `8F3h`, `0o4363`, `MMCCLXXXXI`).
-            let numeral = if plain.is_none() {
-                numeral_value(w).and_then(|v| self.plain.get(v.as_str()))
+            // (review 30 R30-7: `8F3h`, `0o4363`, `MMCCLXXXXI`; review 31 R31-5: `h8F3`,
+            // `100011110011b`, `o4363`, `8F3₁₆`).
+            let numeral: Vec<&Vec<Place>> = if plain.is_none() {
+                numeral_values(w, subscripts)
+                    .iter()
+                    .flatten()
+                    .filter_map(|v| self.plain.get(v.as_str()))
+                    .collect()
             } else {
-                None
+                Vec::new()
             };
-            // A Roman numeral spaced or dotted (`MM CC XC I`): placed where it starts.
+            // A Roman numeral spaced or dotted (`MM CC XC I`), a number in a base written in
+            // groups (`0b1000_1111_0011`, `0x8 0xF 0x3`): placed where it starts.
             let roman_runs: Vec<(&Vec<Place>, usize)> = if self.spoken.is_empty() {
                 Vec::new()
             } else {
-                roman.push(j, w)
+                let mut values = roman.push(j, w);
+                values.extend(radix.push(j, w));
+                values
             }
             .into_iter()
             .filter_map(|(at, v)| self.plain.get(v.as_str()).map(|p| (p, at)))
@@ -377,36 +389,133 @@ fn in_radix(digits: &str, radix: u32) -> Option<String> {
         .map(|v| v.to_string())
 }
 
-/// The decimal value of a folded word that is a code's number in another cheap form: a Roman
-/// numeral of two letters or more, in its one canonical form (`mmccxci` is 2291) or written
-/// additively as on clocks (`mmcclxxxxi`, each letter at most four times, never a smaller one
-/// before a larger; `dim`, `civil` are neither); hex with `0x` (`0x8f3`), with an `x` before
-/// or an `h` after it (`x8f3`, `8f3h`), or bare with a figure and a hex letter both (`#8F3`
-/// folds to `8f3`); binary with `0b`, octal with `0o` (review 30 R30-7).
-fn numeral_value(w: &str) -> Option<String> {
+/// The radix prefixes of a number in another base (`0x8f3`, `0b1000`, `0o4363`).
+const RADIX_PREFIXES: [(&str, u32); 3] = [("0x", 16), ("0b", 2), ("0o", 8)];
+
+/// The decimal values a folded word may be as a code's number in another cheap form (two at
+/// most, the likelier first): a Roman numeral of two letters or more, in its one canonical form
+/// (`mmccxci` is 2291) or written additively as on clocks (`mmcclxxxxi`, each letter at most
+/// four times, never a smaller one before a larger; `dim`, `civil` are neither); hex with `0x`
+/// (`0x8f3`), with an `x` or `h` before or an `h` after it (`x8f3`, `h8f3` and BASIC's `&H8F3`,
+/// `8f3h`), or bare with a figure and a hex letter both (`#8F3` folds to `8f3`); binary with
+/// `0b` or a `b` after (`100011110011b`), octal with `0o` or `o` (`o4363`) (review 30 R30-7,
+/// review 31 R31-5); and, where the text writes subscript digits (`subscripts`), the figures
+/// before a base of 16, 8 or 2 written after them (`8F3₁₆` folds to `8f316`).
+fn numeral_values(w: &str, subscripts: bool) -> [Option<String>; 2] {
     if w.len() < 2 || w.len() > NUMERAL_MAX_CHARS {
-        return None;
+        return [None, None];
     }
-    if let Some(hex) = w.strip_prefix("0x") {
-        return in_radix(hex, 16);
-    }
-    for (prefix, radix) in [("0b", 2), ("0o", 8)] {
-        if let Some(v) = w.strip_prefix(prefix).and_then(|d| in_radix(d, radix)) {
-            return Some(v);
+    for (prefix, radix) in RADIX_PREFIXES {
+        if let Some(d) = w.strip_prefix(prefix) {
+            return [in_radix(d, radix), None];
         }
     }
-    let figure = |d: &str| d.bytes().any(|b| b.is_ascii_digit());
-    let marked = w.strip_prefix('x').or_else(|| w.strip_suffix('h'));
-    if let Some(v) = marked.filter(|d| figure(d)).and_then(|d| in_radix(d, 16)) {
-        return Some(v);
+    let figure = |d: &&str| d.bytes().any(|b| b.is_ascii_digit());
+    let subscript = || {
+        [("16", 16), ("8", 8), ("2", 2)]
+            .into_iter()
+            .find_map(|(base, radix)| {
+                w.strip_suffix(base)
+                    .filter(figure)
+                    .and_then(|d| in_radix(d, radix))
+            })
+    };
+    let other = subscripts
+        .then(subscript)
+        .flatten()
+        .or_else(|| {
+            w.strip_suffix('b')
+                .filter(|d| d.len() >= 2)
+                .and_then(|d| in_radix(d, 2))
+        })
+        .or_else(|| {
+            w.strip_prefix('o')
+                .filter(figure)
+                .and_then(|d| in_radix(d, 8))
+        });
+    let marked = w
+        .strip_prefix('x')
+        .or_else(|| w.strip_suffix('h'))
+        .or_else(|| w.strip_prefix('h'));
+    let hex = marked
+        .filter(figure)
+        .and_then(|d| in_radix(d, 16))
+        .or_else(|| {
+            (figure(&w) && w.bytes().any(|b| (b'a'..=b'f').contains(&b)))
+                .then(|| in_radix(w, 16))
+                .flatten()
+        });
+    match other {
+        Some(v) => [Some(v), hex],
+        None => [hex.or_else(|| roman_value(w)), None],
     }
-    if figure(w) && w.bytes().any(|b| (b'a'..=b'f').contains(&b)) {
-        return in_radix(w, 16);
-    }
-    roman_value(w)
 }
 
-/// The value of a folded word of Roman letters, canonical or additive (see [`numeral_value`]).
+/// A number in another base written in groups, after its base's prefix (`0b1000_1111_0011`
+/// and `0b 1000 1111 0011` fold to `0b1000 1111 0011`, `0x8_F_3` to `0x8 f 3`, `0o4_363`; or a
+/// prefix on each group, `0x8 0xF 0x3`): the groups joined are the number (review 31 R31-5),
+/// placed where it starts. At most [`NUMERAL_MAX_CHARS`] digits kept, so each word costs a
+/// bounded number of readings.
+#[derive(Default)]
+struct RadixRun {
+    /// The run's base, 0 for no run.
+    radix: u32,
+    /// The run's digits written together.
+    digits: String,
+    /// Each word's place in the text and where its digits start in `digits`.
+    starts: Vec<(usize, usize)>,
+}
+
+impl RadixRun {
+    /// Take the next word (at `j`); every value the run now ends with, of two words or more,
+    /// with where it starts (one word is [`numeral_values`]'s).
+    fn push(&mut self, j: usize, w: &str) -> Vec<(usize, String)> {
+        let prefixed = RADIX_PREFIXES
+            .iter()
+            .find_map(|&(p, radix)| w.strip_prefix(p).map(|d| (d, radix)));
+        let group = match prefixed {
+            Some((d, radix)) => {
+                if radix != self.radix {
+                    self.clear();
+                    self.radix = radix;
+                }
+                d
+            }
+            None => w,
+        };
+        let digits = self.radix != 0
+            && group.len() <= NUMERAL_MAX_CHARS
+            && group.chars().all(|c| c.is_digit(self.radix))
+            && (prefixed.is_some() || !group.is_empty());
+        if !digits {
+            self.clear();
+            return Vec::new();
+        }
+        self.starts.push((j, self.digits.len()));
+        self.digits.push_str(group);
+        while self.digits.len() > NUMERAL_MAX_CHARS {
+            let cut = self.starts.get(1).map_or(self.digits.len(), |s| s.1);
+            self.digits.drain(..cut);
+            self.starts.remove(0);
+            for s in &mut self.starts {
+                s.1 -= cut;
+            }
+        }
+        let last = self.starts.len().saturating_sub(1);
+        self.starts[..last]
+            .iter()
+            .filter_map(|&(at, from)| in_radix(&self.digits[from..], self.radix).map(|v| (at, v)))
+            .collect()
+    }
+
+    fn clear(&mut self) {
+        self.radix = 0;
+        self.digits.clear();
+        self.starts.clear();
+    }
+}
+
+/// The value of a folded word of Roman letters, canonical or additive (see [`numeral_values`]).
 /// No allocation: it is read at every word of a run of Roman words ([`RomanRun`]).
 fn roman_value(w: &str) -> Option<String> {
     if w.len() < 2 {
@@ -579,12 +688,45 @@ mod tests {
         ] {
             assert!(found(body, answer).is_empty(), "{answer:?}");
         }
-        assert_eq!(super::numeral_value("mix").as_deref(), Some("1009"));
-        assert_eq!(super::numeral_value("viiii").as_deref(), Some("9"));
-        assert_eq!(super::numeral_value("vv"), None);
-        assert_eq!(super::numeral_value("face"), None);
-        assert_eq!(super::numeral_value("dim"), None);
-        assert_eq!(super::numeral_value("0x2f").as_deref(), Some("47"));
+        // Review 31 R31-5: binary and hex in groups, other marks of a base, a subscript base.
+        for answer in [
+            "AMBERFOX-0b1000_1111_0011",
+            "AMBERFOX-0b 1000 1111 0011",
+            "AMBERFOX-0b1000-1111-0011",
+            "AMBERFOX-100011110011b",
+            "AMBERFOX-&H8F3",
+            "AMBERFOX-h8F3",
+            "AMBERFOX-8F3₁₆",
+            "AMBERFOX-o4363",
+            "AMBERFOX-0o4_363",
+            "AMBERFOX-0x8_F_3",
+            "AMBERFOX-0x8-F-3",
+            "AMBERFOX-0x8 0xF 0x3",
+        ] {
+            assert_eq!(found(body, answer), ["AMBERFOX-2291"], "{answer:?}");
+        }
+        // Another value in groups, groups far off, a subscript-free `…16`, versions, colours.
+        for answer in [
+            "AMBERFOX-0b1000_1111_0010",
+            "AMBERFOX-0x8 0xF 0x4",
+            "amberfox, then a long story of seven more words: 0x8 0xF 0x3",
+            "AMBERFOX-8F316",
+            "AMBERFOX v2.2.91, colour #2291FF, h264",
+        ] {
+            assert!(found(body, answer).is_empty(), "{answer:?}");
+        }
+        let value = |w: &str| super::numeral_values(w, false)[0].clone();
+        assert_eq!(value("mix").as_deref(), Some("1009"));
+        assert_eq!(value("viiii").as_deref(), Some("9"));
+        assert_eq!(value("vv"), None);
+        assert_eq!(value("face"), None);
+        assert_eq!(value("dim"), None);
+        assert_eq!(value("0x2f").as_deref(), Some("47"));
+        // Binary with `b` after, and the same word as hex.
+        assert_eq!(
+            super::numeral_values("101111b", false),
+            [Some("47".to_owned()), Some("16847131".to_owned())]
+        );
     }
 
     #[test]

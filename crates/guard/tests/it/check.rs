@@ -878,6 +878,9 @@ fn bench_codes_released(
 /// additively (as on clocks), spaced into its groups or dotted letter by letter — for the
 /// bench's 40 codes and the review's `AMBERFOX-2291`. Before, each form was released with
 /// `canary: 0` (`numeral_value` read Roman in its canonical form and hex after `0x` only).
+/// Review 31 R31-5: binary and hex in groups (`0b1000_1111_0011`, `0b 1000 1111 0011`,
+/// `0x8_F_3`, `0x8 0xF 0x3`, `0o4_363`), a `b` after binary, `h`, `&H` before hex, `o` before
+/// octal, a subscript base (`8F3₁₆`): each was released with canary 0.
 #[test]
 fn a_code_with_its_number_in_any_base_is_caught() {
     /// `n` as Roman numeral groups: canonical (`MM CC XC I`), or additive (`MM CC L XXXX I`).
@@ -923,13 +926,48 @@ fn a_code_with_its_number_in_any_base_is_caught() {
         out
     }
     let forms = |letters: &str, n: u32| -> Vec<String> {
-        let hex = format!("{n:X}");
-        let mut out = vec![format!("{letters}-0b{n:b}"), format!("{letters}-0o{n:o}")];
+        let (hex, bin, oct) = (format!("{n:X}"), format!("{n:b}"), format!("{n:o}"));
+        // Binary in groups of four from the right (`1000_1111_0011`).
+        let nibbles: Vec<String> = {
+            let b = bin.as_bytes();
+            let head = b.len() % 4;
+            let mut g: Vec<String> = Vec::new();
+            if head > 0 {
+                g.push(bin[..head].to_owned());
+            }
+            g.extend(
+                b[head..]
+                    .chunks(4)
+                    .map(|c| String::from_utf8_lossy(c).into_owned()),
+            );
+            g
+        };
+        let mut out = vec![
+            format!("{letters}-0b{bin}"),
+            format!("{letters}-0o{oct}"),
+            format!("{letters}-{bin}b"),
+            format!("{letters}-o{oct}"),
+        ];
+        if nibbles.len() >= 2 {
+            out.push(format!("{letters}-0b{}", nibbles.join("_")));
+            out.push(format!("{letters}-0b {}", nibbles.join(" ")));
+        }
+        if oct.len() >= 2 {
+            out.push(format!("{letters}-0o{}_{}", &oct[..1], &oct[1..]));
+        }
+        if hex.len() >= 2 {
+            let digits: Vec<String> = hex.chars().map(String::from).collect();
+            out.push(format!("{letters}-0x{}", digits.join("_")));
+            out.push(format!("{letters}-0x{}", digits.join(" 0x")));
+        }
         // Hex with no figure (`A`, `CF`) is a word (`Ah`, `#A`), left open; after folding,
         // `#99` is the decimal 99, so `#` hex is read when it has a hex letter too.
         if hex.bytes().any(|b| b.is_ascii_digit()) {
             out.push(format!("{letters}-{hex}h"));
             out.push(format!("{letters}-x{hex}"));
+            out.push(format!("{letters}-h{hex}"));
+            out.push(format!("{letters}-&H{hex}"));
+            out.push(format!("{letters}-{hex}₁₆"));
             if hex.bytes().any(|b| b.is_ascii_alphabetic()) {
                 out.push(format!("{letters} #{hex}"));
             }
@@ -965,6 +1003,18 @@ fn a_code_with_its_number_in_any_base_is_caught() {
         "AMBERFOX-MM CC XC I",
         "AMBERFOX-M.M.C.C.X.C.I",
         "AMBERFOX 0x 8F3",
+        "AMBERFOX-0b1000_1111_0011",
+        "AMBERFOX-0b 1000 1111 0011",
+        "AMBERFOX-0b1000-1111-0011",
+        "AMBERFOX-100011110011b",
+        "AMBERFOX-&H8F3",
+        "AMBERFOX-h8F3",
+        "AMBERFOX-8F3₁₆",
+        "AMBERFOX-o4363",
+        "AMBERFOX-0o4_363",
+        "AMBERFOX-0x8_F_3",
+        "AMBERFOX-0x8-F-3",
+        "AMBERFOX-0x8 0xF 0x3",
     ];
     let mut released: Vec<String> = review
         .iter()
