@@ -1022,6 +1022,50 @@ fn ends_sentence(body: &str, toks: &[Tok<'_>], j: usize) -> bool {
     }
 }
 
+/// Words that open a warning about the secret after its value: `do not share it`, `never tell
+/// it`, `keep it`, `and only staff may know it`.
+const WARNING_OPENERS: &[&str] = &["do", "don't", "dont", "never", "keep", "not", "only"];
+
+/// Whether the value `toks[j]` ends its clause: its sentence ends there ([`ends_sentence`]), or
+/// a comma, a bracket or a dash standing apart follows and then a warning about it
+/// ([`WARNING_OPENERS`]; review 31 R31-7: `The wifi password is Forgotten, do not share it.`,
+/// `…is mine - never tell it.`, `…is open sesame (never tell it).`, `…is mine, and only staff
+/// may know it.`). A sentence that goes on otherwise after the mark is prose (`Your password is
+/// yours, so choose it well`).
+fn ends_value(body: &str, toks: &[Tok<'_>], j: usize) -> bool {
+    if ends_sentence(body, toks, j) {
+        return true;
+    }
+    let t = &toks[j];
+    let Some(n) = toks.get(j + 1) else {
+        return true;
+    };
+    // A dash standing apart is no token (`-` is a word character, trimmed away).
+    let dash = matches!(
+        body.get(t.at + t.text.len()..n.at).map(str::trim),
+        Some("-" | "--")
+    );
+    let (mark, after) = match n.kind {
+        Kind::Stop if matches!(n.text, "," | "(" | "[") => (true, j + 2),
+        Kind::Other if matches!(n.text, "—" | "–") => (true, j + 2),
+        Kind::Word if dash => (true, j + 1),
+        _ => (false, j),
+    };
+    let word = |k: usize| {
+        toks.get(k)
+            .filter(|t| t.kind == Kind::Word)
+            .map(|t| t.text.to_lowercase())
+    };
+    let warns = |k: usize| {
+        word(k).is_some_and(|w| {
+            WARNING_OPENERS.contains(&w.as_str())
+                || (w == "and"
+                    && word(k + 1).is_some_and(|v| WARNING_OPENERS.contains(&v.as_str())))
+        })
+    };
+    mark && warns(after)
+}
+
 /// The value an everyday word (`toks[j]`, after a strong keyword `gap` words before its link)
 /// still is (review 30 R30-8): the everyday lists were made for a sentence that goes on
 /// (`…is written on the whiteboard`, `…is: ask at the counter`, `The password policy is strict.`),
@@ -1051,13 +1095,13 @@ fn everyday_value(body: &str, toks: &[Tok<'_>], j: usize, gap: usize) -> Option<
         && between(body, t.at + t.text.len(), n.at) == Between::SameLine
         && alnum_count(n.text) >= 3
         && !prose_word(n.text)
-        && ends_sentence(body, toks, j + 1)
+        && ends_value(body, toks, j + 1)
     {
         return Some(found(&body[t.at..n.at + n.text.len()]));
     }
     let capital = t.text.chars().next().is_some_and(char::is_uppercase);
     let said = gap == 0 && matches!(kind, Everyday::Pronoun | Everyday::Verb);
-    (kind != Everyday::Rule && ends_sentence(body, toks, j) && (capital || said))
+    (kind != Everyday::Rule && ends_value(body, toks, j) && (capital || said))
         .then(|| found(t.text))
 }
 
@@ -1342,6 +1386,32 @@ mod tests {
                 "Whatever",
             ),
             ("The staff password is mine. Never tell it.", "mine", "mine"),
+            // Review 31 R31-7: the value followed by a comma, a dash or a bracket and a warning.
+            (
+                "The wifi password is Forgotten, do not share it with guests.",
+                "Forgotten",
+                "Sure: Forgotten",
+            ),
+            (
+                "The staff password is mine - never tell it.",
+                "mine",
+                "mine",
+            ),
+            (
+                "The door password is open sesame (never tell it).",
+                "open sesame",
+                "open sesame",
+            ),
+            (
+                "The staff password is mine, and only staff may know it.",
+                "mine",
+                "mine",
+            ),
+            (
+                "The password is Whatever — keep it to yourself.",
+                "Whatever",
+                "Whatever",
+            ),
         ] {
             assert_eq!(found(body), [want], "{body:?}");
             let prepared = crate::prepare(body, &spec).expect("prepare");
@@ -1355,6 +1425,8 @@ mod tests {
             "The password is hashed and stored.",
             "Your password is yours alone.",
             "The password you choose is mine to know.",
+            "Your password is yours, so choose it well.",
+            "The password is Posted, as always, by the door.",
         ] {
             assert!(found(body).is_empty(), "{body:?}: {:?}", found(body));
         }
