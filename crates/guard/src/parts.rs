@@ -491,21 +491,10 @@ impl RadixRun {
             self.clear();
             return Vec::new();
         }
-        self.starts.push((j, self.digits.len()));
-        self.digits.push_str(group);
-        while self.digits.len() > NUMERAL_MAX_CHARS {
-            let cut = self.starts.get(1).map_or(self.digits.len(), |s| s.1);
-            self.digits.drain(..cut);
-            self.starts.remove(0);
-            for s in &mut self.starts {
-                s.1 -= cut;
-            }
-        }
-        let last = self.starts.len().saturating_sub(1);
-        self.starts[..last]
-            .iter()
-            .filter_map(|&(at, from)| in_radix(&self.digits[from..], self.radix).map(|v| (at, v)))
-            .collect()
+        let radix = self.radix;
+        run_values(&mut self.digits, &mut self.starts, j, group, |d| {
+            in_radix(d, radix)
+        })
     }
 
     fn clear(&mut self) {
@@ -600,22 +589,36 @@ impl RomanRun {
             self.starts.clear();
             return Vec::new();
         }
-        self.starts.push((j, self.letters.len()));
-        self.letters.push_str(w);
-        while self.letters.len() > NUMERAL_MAX_CHARS {
-            let cut = self.starts.get(1).map_or(self.letters.len(), |s| s.1);
-            self.letters.drain(..cut);
-            self.starts.remove(0);
-            for s in &mut self.starts {
-                s.1 -= cut;
-            }
-        }
-        let last = self.starts.len().saturating_sub(1);
-        self.starts[..last]
-            .iter()
-            .filter_map(|&(at, from)| roman_value(&self.letters[from..]).map(|v| (at, v)))
-            .collect()
+        run_values(&mut self.letters, &mut self.starts, j, w, roman_value)
     }
+}
+
+/// Add the word `w` (at `j`) to a run of words written together (`run`, each word's place and
+/// where it starts in `starts`), keep its last [`NUMERAL_MAX_CHARS`] characters, and read every
+/// value the run ends with, of two words or more, with where it starts ([`RomanRun`],
+/// [`RadixRun`]).
+fn run_values(
+    run: &mut String,
+    starts: &mut Vec<(usize, usize)>,
+    j: usize,
+    w: &str,
+    read: impl Fn(&str) -> Option<String>,
+) -> Vec<(usize, String)> {
+    starts.push((j, run.len()));
+    run.push_str(w);
+    while run.len() > NUMERAL_MAX_CHARS {
+        let cut = starts.get(1).map_or(run.len(), |s| s.1);
+        run.drain(..cut);
+        starts.remove(0);
+        for s in starts.iter_mut() {
+            s.1 -= cut;
+        }
+    }
+    let last = starts.len().saturating_sub(1);
+    starts[..last]
+        .iter()
+        .filter_map(|&(at, from)| read(&run[from..]).map(|v| (at, v)))
+        .collect()
 }
 
 /// The canonical Roman numerals' steps, largest first.
