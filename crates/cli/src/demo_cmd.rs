@@ -291,19 +291,24 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
         SOURCE.len()
     ));
 
-    // 5. The caller sees the skill on its board.
+    // 5. The caller sees the skill on its board, with the allowance its owner set: an advert
+    // from before the PATCH can still reach the caller first, and a program built on it is
+    // refused `program_mismatch` (review 32 R32-12).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let board = api.call(&caller, Method::GET, "/board", None).await?;
         let on = board["board"].as_array().into_iter().flatten().any(|r| {
             r["skill"].as_str() == Some(skill.as_str())
                 && r["peer"].as_str() == Some(owner.peer_id.as_str())
+                && r["bodyMaxTokens"].as_u64() == Some(BODY_MAX_TOKENS)
         });
         if on {
             break;
         }
         if Instant::now() > deadline {
-            bail!("the owner's skill did not reach the caller's board in 30 s");
+            bail!(
+                "the owner's skill did not reach the caller's board with its {BODY_MAX_TOKENS}-token allowance in 30 s"
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

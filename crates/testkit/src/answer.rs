@@ -104,11 +104,16 @@ pub fn field_of_each<'a>(answer: &'a Value, key: &str, field: &str) -> Vec<&'a s
 
 /// Whether a `GET /board` answer lists `skill` of `peer`.
 pub fn board_has(board: &Value, peer: &str, skill: &str) -> bool {
+    board_row(board, peer, skill).is_some()
+}
+
+/// `peer`'s row for `skill` on a `GET /board` answer, if the board has it.
+pub fn board_row<'b>(board: &'b Value, peer: &str, skill: &str) -> Option<&'b Value> {
     board["board"]
         .as_array()
         .into_iter()
         .flatten()
-        .any(|r| r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill))
+        .find(|r| r["peer"].as_str() == Some(peer) && r["skill"].as_str() == Some(skill))
 }
 
 /// A call record failed by its provider's error carries only closed codes: `run_failed`

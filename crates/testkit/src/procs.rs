@@ -677,15 +677,48 @@ impl Api {
     }
 
     pub fn wait_board(&self, peer: &str, skill: &str, limit: Duration) {
+        self.wait_board_row(peer, skill, "", |_| true, limit);
+    }
+
+    /// The owner's body allowance for `skill` (`PATCH /skills/NAME`). A `local` run reads a
+    /// prompt padded to it whatever the body, so a test whose subject is not the allowance
+    /// declares what its short body needs and its calls cost a fraction of the default's.
+    pub fn set_body_allowance(&self, skill: &str, tokens: u64) {
+        let body =
+            serde_json::to_vec(&serde_json::json!({ "bodyMaxTokens": tokens })).expect("json");
+        let a = self.req(
+            "PATCH",
+            &format!("/skills/{skill}"),
+            Some(("application/json", body)),
+        );
+        assert_eq!(a.status, 200, "PATCH /skills/{skill}: {}", a.body);
+    }
+
+    /// Wait until `peer`'s `skill` is on the board carrying the body allowance its owner set:
+    /// a program built on an older advert is refused `program_mismatch`.
+    pub fn wait_board_allowance(&self, peer: &str, skill: &str, tokens: u64, limit: Duration) {
+        let what = format!(" with bodyMaxTokens {tokens}");
+        let carries = |row: &Value| row["bodyMaxTokens"].as_u64() == Some(tokens);
+        self.wait_board_row(peer, skill, &what, carries, limit);
+    }
+
+    fn wait_board_row(
+        &self,
+        peer: &str,
+        skill: &str,
+        what: &str,
+        wanted: impl Fn(&Value) -> bool,
+        limit: Duration,
+    ) {
         let deadline = Instant::now() + limit;
         loop {
             let b = self.get("/board").body;
-            if crate::answer::board_has(&b, peer, skill) {
+            if crate::answer::board_row(&b, peer, skill).is_some_and(&wanted) {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{skill} never reached the board: {b}"
+                "{skill}{what} never reached the board: {b}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -16,6 +16,13 @@ pub const LOCAL_BODY_MARK: &str = "BODY-MARK-LOCAL-7a21";
 pub const MODEL_MARK: &str = "gpt-MODEL-MARK-58e0";
 pub const KEY_MARK: &str = "sk-KEY-MARK-c4d71b";
 pub const SOURCE_MARK: &str = "SOURCE-MARK-9d0e42";
+/// `haiku`'s body allowance: its body is ~40 tokens, and the default (1,024) pads every prompt
+/// of the embedded model to it (with it, `reach_mcp`'s three calls took 144 s of a quiet
+/// machine; with this and the answer cap below, 54 s).
+pub const HAIKU_BODY_MAX_TOKENS: u64 = 96;
+/// The caller's answer cap in the model world (its config's `calls.output_max_bytes`): the
+/// answer's budget is the cap / 3 tokens, and the 135M model often writes on to it.
+pub const HAIKU_ANSWER_MAX_BYTES: u64 = 240;
 /// In every request the tests' agents send (`apply_skill`, `ask`, A2A messages).
 pub const REQUEST_MARK: &str = "REQUEST-MARK-61e5a8";
 
@@ -101,7 +108,20 @@ pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> Wo
                     t.replace(&line, &format!("\n{key} = 0 # "))
                 })
         },
-        caller_edit,
+        |t| {
+            let t = caller_edit(t);
+            if !with_model {
+                return t;
+            }
+            // A haiku needs a few lines; the default cap (4,096 bytes) let each call decode
+            // ~1,365 tokens.
+            let line = "\noutput_max_bytes = ";
+            assert!(
+                t.contains(line),
+                "the caller's config has no output_max_bytes"
+            );
+            t.replace(line, &format!("{line}{HAIKU_ANSWER_MAX_BYTES} # "))
+        },
     );
     let o = owner.api();
     o.put_source("openai-key", "secret", KEY_MARK);
@@ -115,6 +135,7 @@ pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> Wo
         o.add_skill(&format!(
             "---\nname: haiku\ndescription: Writes a short haiku about the request.\nprovider: local\n---\nWrite a short haiku about what the user says. Never mention [[secret:{LOCAL_BODY_MARK}]].\n"
         ));
+        o.set_body_allowance("haiku", HAIKU_BODY_MAX_TOKENS);
     }
     let c = caller.api();
     c.put_source(
@@ -126,7 +147,12 @@ pub fn world(with_model: bool, caller_edit: impl FnOnce(String) -> String) -> Wo
         c.wait_board(&owner.peer_id, s, Duration::from_secs(30));
     }
     if with_model {
-        c.wait_board(&owner.peer_id, "haiku", Duration::from_secs(30));
+        c.wait_board_allowance(
+            &owner.peer_id,
+            "haiku",
+            HAIKU_BODY_MAX_TOKENS,
+            Duration::from_secs(30),
+        );
     }
     World {
         root,

@@ -85,7 +85,7 @@ fn program(fx: &Fixture, measurement: &str) -> Program {
         measurement,
         "capital-cities",
     );
-    Program {
+    let mut p = Program {
         call_id: format!("e2e-{}", skillbox_jc::client::new_nonce()),
         skill: SkillRef {
             name: "capital-cities".into(),
@@ -101,7 +101,11 @@ fn program(fx: &Fixture, measurement: &str) -> Program {
         output: OutputSpec::to_caller(160),
         expires_at: now_secs() + 900,
         ..base
-    }
+    };
+    // The body is ~10 tokens; the embedded model reads every prompt padded to the allowance,
+    // and the default (1,024) is most of this test's time.
+    p.owner_inputs.body_max_tokens = Some(64);
+    p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
