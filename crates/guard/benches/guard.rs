@@ -434,6 +434,9 @@ fn bench(c: &mut Criterion) {
             "numbers with other marks of a base",
             "h8F3 &H8F3 100011110011b o4363 8F3₁₆ ".to_owned(),
         ),
+        // Review 32 R32-9: bare prefixes, each an empty group (the run kept every one and read
+        // them all at each word: 17 s at 128 KiB, quadratic).
+        ("radix prefixes", "0x ".to_owned()),
     ];
     for (name, unit) in &review30 {
         let per_call: Vec<Option<f64>> = [256usize, 1024]

@@ -594,9 +594,12 @@ impl RomanRun {
 }
 
 /// Add the word `w` (at `j`) to a run of words written together (`run`, each word's place and
-/// where it starts in `starts`), keep its last [`NUMERAL_MAX_CHARS`] characters, and read every
-/// value the run ends with, of two words or more, with where it starts ([`RomanRun`],
-/// [`RadixRun`]).
+/// where it starts in `starts`), keep its last [`NUMERAL_MAX_CHARS`] characters and words, and
+/// read every value the run ends with, of two words or more, with where it starts
+/// ([`RomanRun`], [`RadixRun`]). Bounding the words as well as the characters keeps each word's
+/// readings bounded where words add no characters: `0x 0x 0x …` is a run of bare prefixes, each
+/// an empty group (review 32 R32-9: kept whole, every word read all the run before it, quadratic
+/// in the answer, 17 s for 128 KiB in a release build).
 fn run_values(
     run: &mut String,
     starts: &mut Vec<(usize, usize)>,
@@ -606,7 +609,7 @@ fn run_values(
 ) -> Vec<(usize, String)> {
     starts.push((j, run.len()));
     run.push_str(w);
-    while run.len() > NUMERAL_MAX_CHARS {
+    while run.len() > NUMERAL_MAX_CHARS || starts.len() > NUMERAL_MAX_CHARS {
         let cut = starts.get(1).map_or(run.len(), |s| s.1);
         run.drain(..cut);
         starts.remove(0);
@@ -753,6 +756,45 @@ mod tests {
         ] {
             assert!(found(body, a).is_empty(), "{a}");
         }
+    }
+
+    /// Review 32 R32-9: a run of bare prefixes (`0x 0x 0x …`, each an empty group) costs each
+    /// word a bounded number of readings, so the work grows with the answer, not its square.
+    #[test]
+    fn a_run_of_bare_prefixes_costs_linear_time() {
+        use super::{NUMERAL_MAX_CHARS, RadixRun, in_radix, run_values};
+        use std::cell::Cell;
+        // The readings a run of `n` bare prefixes (`0x`, an empty group each) asks for.
+        let readings = |n: usize| {
+            let (mut run, mut starts, count) = (String::new(), Vec::new(), Cell::new(0usize));
+            for j in 0..n {
+                run_values(&mut run, &mut starts, j, "", |d| {
+                    count.set(count.get() + 1);
+                    in_radix(d, 16)
+                });
+                assert!(
+                    starts.len() <= NUMERAL_MAX_CHARS,
+                    "{} words kept",
+                    starts.len()
+                );
+            }
+            count.get()
+        };
+        let (small, large) = (readings(5_000), readings(10_000));
+        println!("readings for 5,000 bare prefixes {small}, for 10,000 {large}");
+        assert!(
+            large <= small * 2 + NUMERAL_MAX_CHARS * NUMERAL_MAX_CHARS,
+            "{small} -> {large}"
+        );
+        // Through the run as a scan drives it, and a number after the prefixes still read.
+        let mut radix = RadixRun::default();
+        for j in 0..10_000 {
+            assert!(radix.push(j, "0x").len() < NUMERAL_MAX_CHARS);
+        }
+        assert!(radix.starts.len() <= NUMERAL_MAX_CHARS);
+        let body = "The discount code for loyal customers is AMBERFOX-2291.";
+        let answer = format!("{}AMBERFOX 0x 0x 8 F3", "0x ".repeat(10_000));
+        assert_eq!(found(body, &answer), ["AMBERFOX-2291"]);
     }
 
     #[test]
