@@ -21,6 +21,13 @@ pub struct Anthropic {
 }
 
 impl Anthropic {
+    /// This provider named `id` in what a refused loopback port logs (the registry names
+    /// every provider it builds).
+    pub fn for_provider(mut self, id: &crate::ProviderId) -> Self {
+        self.endpoint.set_provider(id);
+        self
+    }
+
     /// `base_url` is the API root, e.g. `https://api.anthropic.com`; requests go to
     /// `{base_url}/v1/messages` and nowhere else.
     pub fn new(base_url: &str, http: HttpOptions) -> Result<Self, ProviderError> {

@@ -76,6 +76,8 @@ pub(crate) struct Endpoint {
     client: reqwest::Client,
     base: Url,
     pub(crate) options: HttpOptions,
+    /// The provider's id, for the one log line of a refused loopback port (never a request).
+    provider: String,
 }
 
 impl Endpoint {
@@ -143,7 +145,13 @@ impl Endpoint {
             client,
             base,
             options,
+            provider: "unnamed".into(),
         })
+    }
+
+    /// Names the provider this endpoint is for, in what a refusal logs.
+    pub(crate) fn set_provider(&mut self, id: &crate::ProviderId) {
+        self.provider = id.to_string();
     }
 
     /// `path` under the base URL, refused if it would leave the base URL's origin.
@@ -210,6 +218,8 @@ impl Endpoint {
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, ProviderError> {
+        // A loopback port may be another local user's (A32-2): only to ours, or nothing leaves.
+        crate::loopback_owner::check(&self.provider, &self.base)?;
         let response = request
             .send()
             .await

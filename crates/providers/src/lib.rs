@@ -15,6 +15,7 @@ pub mod context;
 mod http;
 pub use http::is_loopback;
 pub mod local;
+pub mod loopback_owner;
 pub mod openai;
 mod registry;
 

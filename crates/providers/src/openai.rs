@@ -69,6 +69,13 @@ pub struct OpenAiCompatible {
 }
 
 impl OpenAiCompatible {
+    /// This provider named `id` in what a refused loopback port logs (the registry names
+    /// every provider it builds).
+    pub fn for_provider(mut self, id: &crate::ProviderId) -> Self {
+        self.endpoint.set_provider(id);
+        self
+    }
+
     /// `base_url` is the API root, e.g. `https://openrouter.ai/api/v1`; requests go to
     /// `{base_url}/chat/completions` and nowhere else.
     pub fn new(base_url: &str, options: OpenAiOptions) -> Result<Self, ProviderError> {

@@ -142,11 +142,11 @@ pub fn build_remote(
     let url = settings.base_url(id)?;
     let http = settings.http.clone();
     Ok(match id {
-        ProviderId::Anthropic => Arc::new(Anthropic::new(&url, http)?),
+        ProviderId::Anthropic => Arc::new(Anthropic::new(&url, http)?.for_provider(id)),
         ProviderId::OpenRouter => {
             let mut options = OpenAiOptions::openrouter(http);
             options.stream = settings.stream;
-            Arc::new(OpenAiCompatible::new(&url, options)?)
+            Arc::new(OpenAiCompatible::new(&url, options)?.for_provider(id))
         }
         ProviderId::OpenAi | ProviderId::Ollama | ProviderId::OpenAiCompatible(_) => {
             let context = match id {
@@ -160,7 +160,7 @@ pub fn build_remote(
                 context,
                 ..OpenAiOptions::default()
             };
-            Arc::new(OpenAiCompatible::new(&url, options)?)
+            Arc::new(OpenAiCompatible::new(&url, options)?.for_provider(id))
         }
         ProviderId::Local => {
             return Err(ProviderError::Config(

@@ -18,6 +18,7 @@
 //!   with; [`llama_bench`]: llama.cpp's own benchmark, the embedded model's yardstick.
 //! - [`nat`]: the NAT tests' network namespaces and the processes started in them.
 //! - [`bench`]: the benches' sizes from the environment, percentiles, synthetic peers' keys.
+//! - [`other_user`]: a process of another user of the machine (a listener on a loopback port).
 //! - [`floors`]: the TCB floors of the hardware test vectors, as pins name them.
 
 pub mod answer;
@@ -31,6 +32,7 @@ pub mod nat;
 pub mod node;
 pub mod node_api;
 pub mod old_node;
+pub mod other_user;
 pub mod procs;
 pub mod prompt;
 pub mod provider;
