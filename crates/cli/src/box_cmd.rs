@@ -186,6 +186,7 @@ fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
 pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     crate::init_logs("info", None);
     own_dirs(global, &args)?;
+    trusted_files(global, &args)?;
     if let Some(platform) = &args.attester {
         return run_hardware(global, &args, platform);
     }
@@ -246,6 +247,33 @@ fn own_dirs(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
         .chain(key_dirs.map(|d| ("box key's directory", d)));
     for (what, dir) in dirs {
         crate::own_dir::make_private(what, &dir)?;
+    }
+    Ok(())
+}
+
+/// Files the box trusts by their path (audit 32 A32-3, A32-6): the model the local provider
+/// loads (llama.cpp maps it shared, so a write after the box hashed it would change the running
+/// model under its attested digest), the allow-list (another user's line would be their node
+/// key, served), the GPU evidence collector (run as the box's user at every attestation, with
+/// the box's keys in reach). Each must be this user's or root's, written by nobody else, in
+/// directories nobody else can swap it out of (`skillbox_jc::own_dir::check_file`), before it
+/// is read, hashed or run. The collector must be named by an absolute path: a bare name would
+/// be looked up on `PATH`, whose directories are not this rule's.
+fn trusted_files(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
+    use skillbox_jc::own_dir::check_file;
+    check_file("model file", &model_path(global, args))?;
+    if let Some(list) = &args.allow_keys_file {
+        check_file("allow-list", list)?;
+    }
+    if let Some(collector) = &args.gpu_evidence_cmd {
+        if !collector.is_absolute() {
+            bail!(
+                "--gpu-evidence-cmd {}: name the collector by its absolute path (a bare or \
+                 relative name is looked up where others may have put a program of that name)",
+                collector.display()
+            );
+        }
+        check_file("GPU evidence collector", collector)?;
     }
     Ok(())
 }
@@ -382,11 +410,7 @@ fn system_root() -> PathBuf {
 /// (those its attested configuration names: 0 offloads no layer; a hardware box sees no GPU it
 /// does not attest, [`refuse_unattested_gpus`]).
 fn provider_registry(global: &crate::Global, args: &BoxArgs, gpus: u32) -> ProviderRegistry {
-    let model = args
-        .local_model
-        .clone()
-        .unwrap_or_else(|| local::default_model_path(&global.data_dir()));
-    let mut settings = ProviderSettings::new(model);
+    let mut settings = ProviderSettings::new(model_path(global, args));
     settings.local_threads = args.local_threads.map(usize::from);
     settings.local_parallelism = usize::from(args.local_parallel);
     settings.local_context = args.local_context.map(|n| n as usize);
@@ -395,6 +419,13 @@ fn provider_registry(global: &crate::Global, args: &BoxArgs, gpus: u32) -> Provi
         settings = settings.with_base_url(id.clone(), url.clone());
     }
     ProviderRegistry::from_settings(&settings)
+}
+
+/// The local provider's model file: `--local-model`, else `SKILLBOX_MODEL`, else the data dir's.
+fn model_path(global: &crate::Global, args: &BoxArgs) -> PathBuf {
+    args.local_model
+        .clone()
+        .unwrap_or_else(|| local::default_model_path(&global.data_dir()))
 }
 
 fn serve(

@@ -53,15 +53,16 @@ pub enum NotOwnDir {
 /// this user or root and written by nobody else unless sticky. A directory that does not exist passes: the
 /// caller then fails on what is missing, naming it, or makes it (and should check again).
 pub fn check(what: &'static str, dir: &Path) -> Result<(), NotOwnDir> {
-    let unreadable = |at: &Path, source| NotOwnDir::Unreadable {
-        what,
-        dir: at.to_owned(),
-        source,
-    };
     let meta = match std::fs::metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(unreadable(dir, e)),
+        Err(source) => {
+            return Err(NotOwnDir::Unreadable {
+                what,
+                dir: dir.to_owned(),
+                source,
+            });
+        }
     };
     let me = this_user();
     match judge(meta.uid(), meta.mode(), me) {
@@ -79,23 +80,108 @@ pub fn check(what: &'static str, dir: &Path) -> Result<(), NotOwnDir> {
             });
         }
     }
-    let written = std::path::absolute(dir).map_err(|e| unreadable(dir, e))?;
-    let resolved = dir.canonicalize().map_err(|e| unreadable(dir, e))?;
-    for path in [&written, &resolved] {
-        for parent in path.ancestors().skip(1) {
+    unswappable(what, dir, me)
+}
+
+/// Every directory above `path` (as written, and after links are resolved) owned by `me` or
+/// root and written by nobody else unless sticky: nobody else can rename `path` away and put
+/// theirs in its place.
+fn unswappable(what: &'static str, path: &Path, me: u32) -> Result<(), NotOwnDir> {
+    let unreadable = |at: &Path, source| NotOwnDir::Unreadable {
+        what,
+        dir: at.to_owned(),
+        source,
+    };
+    let written = std::path::absolute(path).map_err(|e| unreadable(path, e))?;
+    let resolved = path.canonicalize().map_err(|e| unreadable(path, e))?;
+    for at in [&written, &resolved] {
+        for parent in at.ancestors().skip(1) {
             let m = std::fs::metadata(parent).map_err(|e| unreadable(parent, e))?;
             let owner_ok = m.uid() == me || m.uid() == 0;
             let shut = m.mode() & OTHERS_WRITE == 0 || m.mode() & STICKY != 0;
             if !(owner_ok && shut) {
                 return Err(NotOwnDir::SwappableBy {
                     what,
-                    dir: dir.to_owned(),
+                    dir: path.to_owned(),
                     parent: parent.to_owned(),
                 });
             }
         }
     }
     Ok(())
+}
+
+/// Why a file the box trusts by its path (the model it loads, its allow-list, its GPU evidence
+/// collector) is not this user's alone (audit 32 A32-3, A32-6). Its text names the file and the
+/// fix; nothing of its content.
+#[derive(Debug, thiserror::Error)]
+pub enum NotOwnFile {
+    #[error(
+        "the {what} {path} belongs to another user (uid {owner}), who could change it while skillbox uses it: it was not used; use a copy that you (or root) own"
+    )]
+    OwnedByAnother {
+        what: &'static str,
+        path: PathBuf,
+        owner: u32,
+    },
+    #[error(
+        "the {what} {path} is writable by other users (mode {mode:o}), who could change it while skillbox uses it: it was not used; `chmod go-w {path}` once you are sure it is yours"
+    )]
+    WritableByOthers {
+        what: &'static str,
+        path: PathBuf,
+        mode: u32,
+    },
+    #[error("the {what} {path} is not a regular file: it was not used")]
+    NotAFile { what: &'static str, path: PathBuf },
+    /// A directory above it another user owns or writes (they could swap the file), or one
+    /// that cannot be examined.
+    #[error(transparent)]
+    Where(#[from] NotOwnDir),
+}
+
+/// The file `path` (a `what`, for the message) must be a regular file this user's (or root's)
+/// that nobody else may write, in directories nobody else may swap it out of (the rule of
+/// [`check`] for the directories above). A file that does not exist passes: the caller fails
+/// on what is missing, naming it.
+pub fn check_file(what: &'static str, path: &Path) -> Result<(), NotOwnFile> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(NotOwnDir::Unreadable {
+                what,
+                dir: path.to_owned(),
+                source,
+            }
+            .into());
+        }
+    };
+    if !meta.is_file() {
+        return Err(NotOwnFile::NotAFile {
+            what,
+            path: path.to_owned(),
+        });
+    }
+    let me = this_user();
+    match judge(meta.uid(), meta.mode(), me) {
+        Judged::Ours => {}
+        Judged::Another => {
+            return Err(NotOwnFile::OwnedByAnother {
+                what,
+                path: path.to_owned(),
+                owner: meta.uid(),
+            });
+        }
+        Judged::Open => {
+            return Err(NotOwnFile::WritableByOthers {
+                what,
+                path: path.to_owned(),
+                mode: meta.mode() & 0o7777,
+            });
+        }
+    }
+    Ok(unswappable(what, path, me)?)
 }
 
 /// How the directory itself stands, from its owner and mode and who runs skillbox.
@@ -154,6 +240,39 @@ mod tests {
         assert!(e.to_string().contains("swap the data dir"), "{e}");
         mode(root.path(), 0o1777);
         check("data dir", &dir).expect("a sticky parent, as /tmp");
+    }
+
+    #[test]
+    fn a_file_others_may_write_or_swap_is_refused_by_name() {
+        let root = tempfile::tempdir().expect("tempdir");
+        mode(root.path(), 0o700);
+        let file = root.path().join("model.gguf");
+        check_file("model file", &file).expect("a file not there passes");
+        std::fs::write(&file, b"GGUF").expect("write");
+        mode(&file, 0o644);
+        check_file("model file", &file).expect("ours, 0644");
+        for open in [0o666, 0o664, 0o646] {
+            mode(&file, open);
+            let e = check_file("model file", &file).expect_err("writable by others");
+            assert!(matches!(e, NotOwnFile::WritableByOthers { .. }), "{e}");
+            assert!(e.to_string().contains(&file.display().to_string()), "{e}");
+        }
+        mode(&file, 0o600);
+        mode(root.path(), 0o777);
+        let e = check_file("model file", &file).expect_err("in a dir others write");
+        assert!(
+            matches!(e, NotOwnFile::Where(NotOwnDir::SwappableBy { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("swap the model file"), "{e}");
+        mode(root.path(), 0o1777);
+        check_file("model file", &file).expect("a sticky dir, as /tmp");
+        mode(root.path(), 0o700);
+        let e = check_file("model file", root.path()).expect_err("a directory");
+        assert!(matches!(e, NotOwnFile::NotAFile { .. }), "{e}");
+        // Another owner's file, judged as it stands (chown needs root, so the rule itself).
+        assert_eq!(judge(1001, 0o100644, 1000), Judged::Another);
+        assert_eq!(judge(0, 0o100644, 1000), Judged::Ours);
     }
 
     /// A key under `/run/secrets` or `/etc/skillbox` (root's, 0755) read by a service user:

@@ -796,3 +796,109 @@ fn the_docs_put_no_token_on_a_command_line() {
         found.join("\n")
     );
 }
+
+/// Audit 32 A32-3, A32-6: files the box trusts by their path — the model it loads (mapped
+/// shared by llama.cpp, so a write after the box hashed it changes the running model under its
+/// attested digest), the allow-list (a line another user adds is their node key, served), the GPU
+/// evidence collector (run as the box's user at every attestation). Each one another user may
+/// write, owns, or may swap is refused at start, naming it, before it is read, hashed or run; a
+/// collector named without an absolute path is refused; each made the user's alone starts.
+#[test]
+fn a_box_refuses_a_model_allow_list_or_collector_another_user_may_write() {
+    use procs::set_mode as mode;
+    const THEIR_KEY: &str = "5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a5eed0f1a";
+    let (root, dir) = inited_node();
+    let files = root.path().join("files");
+    std::fs::create_dir(&files).expect("mkdir");
+    mode(&files, 0o700);
+    let show_identity = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec![
+            "box",
+            "--insecure-dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--show-identity",
+        ];
+        args.extend_from_slice(extra);
+        procs::skillbox_with(&dir, &args, env, None)
+    };
+    let refused = refused_for_where_it_is;
+
+    // The model: another user may write it (0666, 0664), by flag or by SKILLBOX_MODEL.
+    let model = files.join("their-model.gguf");
+    std::fs::write(&model, b"GGUF not a real model").expect("write");
+    let model_arg = model.display().to_string();
+    for open in [0o666, 0o664] {
+        mode(&model, open);
+        let o = show_identity(&["--local-model", &model_arg], &[]);
+        refused(
+            &o,
+            "writable by other users",
+            &model,
+            "a model others may write",
+        );
+        let o = show_identity(&[], &[("SKILLBOX_MODEL", &model_arg)]);
+        refused(
+            &o,
+            "writable by other users",
+            &model,
+            "SKILLBOX_MODEL others may write",
+        );
+    }
+    mode(&model, 0o644);
+    let pin = show_identity(&["--local-model", &model_arg], &[]);
+    assert!(pin.status.success(), "{}", text(&pin));
+    procs::while_another_user_owns(&model, || {
+        let o = show_identity(&["--local-model", &model_arg], &[]);
+        refused(
+            &o,
+            "belongs to another user",
+            &model,
+            "another user's model",
+        );
+    });
+    // In a directory others write to, where they could put another file in its place.
+    mode(&files, 0o777);
+    let o = show_identity(&["--local-model", &model_arg], &[]);
+    refused(
+        &o,
+        "swap the model file",
+        &model,
+        "a model in an open directory",
+    );
+    mode(&files, 0o700);
+
+    // The allow-list, with another user's key appended.
+    let list = files.join("allowed-keys");
+    std::fs::write(&list, format!("{THEIR_KEY}\n")).expect("write");
+    let list_arg = list.display().to_string();
+    mode(&list, 0o666);
+    let o = show_identity(&["--allow-keys-file", &list_arg], &[]);
+    refused(
+        &o,
+        "writable by other users",
+        &list,
+        "an allow-list others may write",
+    );
+    mode(&list, 0o600);
+    let o = show_identity(&["--allow-keys-file", &list_arg], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The collector: by a bare name (looked up on PATH), and a file others may write.
+    let o = show_identity(&["--gpu-evidence-cmd", "nvidia-collect"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("absolute path"), "{}", text(&o));
+    let collector = files.join("collect");
+    std::fs::write(&collector, "#!/bin/sh\necho '[]'\n").expect("write");
+    mode(&collector, 0o777);
+    let o = show_identity(
+        &["--gpu-evidence-cmd", &collector.display().to_string()],
+        &[],
+    );
+    refused(
+        &o,
+        "writable by other users",
+        &collector,
+        "a collector others may write",
+    );
+}
