@@ -185,6 +185,10 @@ fn parse_provider_url(s: &str) -> Result<(ProviderId, String), String> {
 
 pub fn run(global: &crate::Global, args: BoxArgs) -> anyhow::Result<ExitCode> {
     crate::init_logs("info", None);
+    // Every file the box makes (its run store, its spent-program list and their SQLite
+    // journals) is its user's alone, whatever the umask and however the data dir's mode
+    // drifts later (a restore, a `chmod -R a+rX`): audit 32 A32-4.
+    private_umask();
     own_dirs(global, &args)?;
     trusted_files(global, &args)?;
     if let Some(platform) = &args.attester {
@@ -276,6 +280,14 @@ fn trusted_files(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
         check_file("GPU evidence collector", collector)?;
     }
     Ok(())
+}
+
+/// Files this process makes are readable and writable by its user only (umask 077).
+pub(crate) fn private_umask() {
+    // SAFETY: umask only sets this process's file-creation mask; it cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
 }
 
 /// A box attesting with configfs-tsm (SEV-SNP or TDX).

@@ -100,6 +100,9 @@ const BLOCKING_THREADS: usize = 64;
 
 pub fn run_node(global: &crate::Global, args: NodeArgs) -> anyhow::Result<ExitCode> {
     crate::init_logs("info", Some(std::io::stderr().is_terminal()));
+    // The node's database and its journals, `api.addr` and the lock are its user's alone,
+    // whatever the umask and however the data dir's mode drifts later (audit 32 A32-4).
+    crate::box_cmd::private_umask();
     let data_dir = global.data_dir();
     let node = Node::open(&data_dir)
         .with_context(|| format!("cannot start the node in {}", data_dir.display()))?;

@@ -902,3 +902,55 @@ fn a_box_refuses_a_model_allow_list_or_collector_another_user_may_write() {
         "a collector others may write",
     );
 }
+
+/// Audit 32 A32-4: every file a node and a box make in their data dir is their user's alone
+/// (no group or other bit), even under `umask 022` and though the data dir's own mode may drift
+/// later (a restore, a `chmod -R a+rX`): the ledger, peers, call metadata, source names and
+/// sizes, the box's run store are not another user's to read.
+#[test]
+fn every_file_a_node_or_a_box_makes_is_its_users_alone() {
+    let (_root, dir) = inited_node();
+    for args in [
+        vec!["node"],
+        vec!["box", "--insecure-dev", "--listen", "127.0.0.1:0"],
+    ] {
+        // Bounded: each runs until stopped; `timeout` stops it once its files are made.
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg("umask 022; exec timeout 6 \"$@\"")
+            .arg("sh")
+            .arg(procs::BIN)
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(&args)
+            .output()
+            .expect("run skillbox");
+        assert_eq!(o.status.code(), Some(124), "{}", text(&o));
+    }
+    let mut open = Vec::new();
+    let mut seen = 0;
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let meta = e.metadata().expect("metadata");
+            use std::os::unix::fs::PermissionsExt;
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                seen += 1;
+                if meta.permissions().mode() & 0o077 != 0 {
+                    open.push(format!(
+                        "{} {:o}",
+                        e.path().display(),
+                        meta.permissions().mode() & 0o777
+                    ));
+                }
+            }
+        }
+    }
+    for made in ["node.db", "box/runs.sqlite"] {
+        assert!(dir.join(made).exists(), "{made} was not made");
+    }
+    assert!(seen > 5, "only {seen} files");
+    assert!(open.is_empty(), "files other users may read: {open:?}");
+}
