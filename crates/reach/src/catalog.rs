@@ -404,11 +404,17 @@ impl Catalog {
 }
 
 /// One line of at most `cap` characters with no control or invisible character
-/// ([`is_invisible`]): what a surface may show of a peer's text.
+/// ([`is_invisible`]): what a surface may show of a peer's text. The nonce is taken out before
+/// the cut (review 32 A32-5: the cut path returned before it), so a long text loses it too and
+/// the cap counts its stand-in; a nonce across the cut is replaced whole, not shown in part.
 pub fn clean_untrusted(text: &str, cap: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(cap * 4));
+    // Clean a nonce's length past the cap: a nonce that starts before the cut is then whole in
+    // `out` when it is replaced.
+    let look = cap.saturating_add(nonce().len());
+    let mut out = String::with_capacity(text.len().min(look.saturating_mul(4)));
     let mut count = 0usize;
     let mut space = false;
+    let mut more = false;
     for c in text.chars() {
         // Newlines, tabs and every control / bidi / zero-width character become one space, so
         // a description cannot open a new line that looks like the frame's own.
@@ -425,21 +431,26 @@ pub fn clean_untrusted(text: &str, cap: usize) -> String {
         } else {
             space = false;
         }
-        if count == cap {
-            // Trailing space is trimmed below; mark the cut.
-            while out.ends_with(' ') {
-                out.pop();
+        if count == look {
+            more |= c != ' ';
+            if more {
+                break;
             }
-            out.push('…');
-            return out;
+            continue;
         }
         out.push(c);
         count += 1;
     }
-    while out.ends_with(' ') {
-        out.pop();
+    let out = without_nonce(out);
+    let trimmed = out.trim_end_matches(' ');
+    if !more && trimmed.chars().count() <= cap {
+        return trimmed.to_owned();
     }
-    without_nonce(out)
+    // Mark the cut, its trailing space trimmed.
+    let mut cut: String = trimmed.chars().take(cap).collect();
+    cut.truncate(cut.trim_end_matches(' ').len());
+    cut.push('…');
+    cut
 }
 
 /// The characters the frames are made of (and the old `«peer text»` frame's), and the brackets
@@ -977,6 +988,33 @@ mod tests {
         let f = frame(&hostile);
         assert_eq!(f.matches(n).count(), 2, "{f}");
         assert_eq!(clean_untrusted(&format!("a {n} b"), 280), "a <nonce> b");
+    }
+
+    /// Review 32 A32-5: text longer than the cap loses this process's nonce too (the cut
+    /// returned before the nonce was taken out), in any case and across the cut (no part of it
+    /// shown); the cap counts the stand-in.
+    #[test]
+    fn a_long_text_loses_the_nonce_too() {
+        let n = nonce();
+        let upper = n.to_ascii_uppercase();
+        let long = clean_untrusted(&format!("{n} {} {upper}", "x".repeat(400)), 280);
+        assert!(!long.to_ascii_lowercase().contains(n), "{long}");
+        assert!(
+            long.starts_with("<nonce> xxx") && long.ends_with('…'),
+            "{long}"
+        );
+        assert_eq!(long.chars().count(), 281, "{long}");
+        // A nonce that starts just before the cut is replaced whole, not shown in part.
+        let across = clean_untrusted(&format!("{} {n} tail", "y".repeat(275)), 280);
+        assert!(!across.contains(&n[..8]), "{across}");
+        assert!(across.ends_with(" <non…"), "{across}");
+        // Text that fits is not marked cut, a trailing space or not.
+        let fits = "z".repeat(280);
+        assert_eq!(clean_untrusted(&format!("{fits} \n"), 280), fits);
+        assert_eq!(
+            clean_untrusted(&format!("{fits}!"), 280),
+            format!("{fits}…")
+        );
     }
 
     /// A peer names its skill as an order: in the answer's text the name is only inside a frame.
