@@ -160,7 +160,8 @@ fn loader_path(file: &std::fs::File, path: &Path) -> PathBuf {
 /// How the embedded model runs. Every field has a default fit for the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalOptions {
-    /// Compute threads; `None`: the machine's physical cores ([`default_threads`]).
+    /// Compute threads, at most the CPUs the process may run on (review 32 R32-11); `None`: the
+    /// machine's physical cores ([`default_threads`]).
     pub threads: Option<usize>,
     /// Generations decoded together (llama.cpp sequences in one batch); further calls wait.
     pub parallel: usize,
@@ -579,7 +580,7 @@ impl LocalModel {
             .unwrap_or(DEFAULT_CONTEXT.min(trained))
             .clamp(16, trained.max(16));
         let config = EngineConfig {
-            threads: options.threads.unwrap_or_else(default_threads).max(1),
+            threads: threads::resolve_threads(options.threads),
             parallel: options.parallel.clamp(1, 256),
             context,
             offload: options.gpus > 0,

@@ -43,6 +43,22 @@ pub fn threads_for(set: Option<&str>, cores: Option<usize>, available: usize) ->
     set.or(cores).map_or(available, |n| n.min(available)).max(1)
 }
 
+/// The threads a model computes with (review 32 R32-11): an explicit count — the box's
+/// `--local-threads`, which reads [`THREADS_ENV`] itself — or else [`default_threads`], either
+/// way never more than the CPUs the process may run on, at least 1. One rule for the box and
+/// the library: before, an explicit count was taken as is, so `SKILLBOX_LOCAL_THREADS=64` gave
+/// a box 64 threads on 2 cores (llama.cpp's barriers, hundreds a token, then wait on threads
+/// the cores cannot run) while the library's default capped the same value at 2.
+pub fn resolve_threads(explicit: Option<usize>) -> usize {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    threads_within(explicit, available).unwrap_or_else(default_threads)
+}
+
+/// [`resolve_threads`] from what it reads: an explicit count capped at `available`.
+fn threads_within(explicit: Option<usize>, available: usize) -> Option<usize> {
+    explicit.map(|n| n.min(available).max(1))
+}
+
 fn physical_cores() -> Option<usize> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu").ok()?;
     let lists: Vec<String> = dir
@@ -89,6 +105,21 @@ mod tests {
         assert_eq!(threads_for(None, Some(2), 4), 2);
         assert_eq!(threads_for(None, None, 3), 3);
         assert_eq!(threads_for(None, Some(8), 0), 1);
+    }
+
+    /// Review 32 R32-11: the box passes `--local-threads` / `SKILLBOX_LOCAL_THREADS` as an
+    /// explicit count, which was taken as is (64 threads on 2 cores); now it is capped by the
+    /// same rule as the variable read by the library.
+    #[test]
+    fn an_explicit_thread_count_is_capped_by_the_machine_too() {
+        assert_eq!(threads_within(Some(64), 2), Some(2));
+        assert_eq!(threads_within(Some(1), 2), Some(1));
+        assert_eq!(threads_within(Some(0), 2), Some(1));
+        assert_eq!(threads_within(None, 2), None);
+        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(resolve_threads(Some(64)), 64.min(available));
+        assert_eq!(resolve_threads(Some(usize::MAX)), available);
+        assert_eq!(resolve_threads(None), default_threads());
     }
 
     #[test]
