@@ -59,6 +59,9 @@ pub(crate) struct Counters {
     held_steps: AtomicU64,
     held_steps_under_their_cost: AtomicU64,
     held_steps_past_their_cost: AtomicU64,
+    held_steps_capped: AtomicU64,
+    held_public_cells: AtomicU64,
+    most_references_in_a_step: AtomicUsize,
 }
 
 /// A snapshot of the engine's counters.
@@ -101,8 +104,19 @@ pub struct EngineStats {
     /// (a neighbour prefilling between them waited through them). 0: each is paced.
     pub held_steps_under_their_cost: u64,
     /// Of those, steps whose real time outran their public cost (the load rose past the
-    /// margin after the reference): their held runs leave on the ladder.
+    /// margin after the reference): each ended on the next rung of its public cost's ladder
+    /// past its real end (review 32 R32-2), and their held runs leave on the ladder.
     pub held_steps_past_their_cost: u64,
+    /// Of those, steps whose public cost was more than [`STEP_CAP`] times their real time and
+    /// that ended on the lowest rung of its ladder down at or above that (review 32 R32-1):
+    /// no run's step is slowed past that bound by a neighbour's cost.
+    pub held_steps_capped: u64,
+    /// The public cells of those steps, summed: every token's public window, none real
+    /// (review 32 R32-3: a held run's steps count the same whatever its body).
+    pub held_public_cells: u64,
+    /// Most reference steps measured in one step: 1, for a step carrying several was charged
+    /// whole to each (review 32 R32-1).
+    pub most_references_in_a_step: usize,
 }
 
 /// How the engine runs (resolved: no defaults left open).
@@ -182,6 +196,12 @@ impl Engine {
             held_steps_past_their_cost: self
                 .counters
                 .held_steps_past_their_cost
+                .load(Ordering::Relaxed),
+            held_steps_capped: self.counters.held_steps_capped.load(Ordering::Relaxed),
+            held_public_cells: self.counters.held_public_cells.load(Ordering::Relaxed),
+            most_references_in_a_step: self
+                .counters
+                .most_references_in_a_step
                 .load(Ordering::Relaxed),
         }
     }
@@ -399,11 +419,15 @@ impl Slot {
     }
 }
 
-/// The median of `values` (the upper one of an even count); 0 for none.
+/// The median of `values` (the lower one of an even count: of a young ring's two entries,
+/// not the one a stalled step set, review 32 R32-1); 0 for none.
 fn median(values: &VecDeque<f64>) -> f64 {
     let mut sorted: Vec<f64> = values.iter().copied().collect();
     sorted.sort_by(f64::total_cmp);
-    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+    sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// llama.cpp's attention window for `cells` cells in use: rounded up to 256.
@@ -423,13 +447,91 @@ const HOLD_MAX: Duration = Duration::from_secs(86_400);
 
 /// `cells` window cells at `cost_per_cell`, with [`RELEASE_MARGIN`]; nothing for a cost that
 /// is no positive number, at most [`HOLD_MAX`].
+#[cfg(test)]
 fn cells_time(cost_per_cell: f64, cells: usize) -> Duration {
-    let seconds = cost_per_cell * cells as f64 * RELEASE_MARGIN;
+    margin_time(cost_per_cell * cells as f64)
+}
+
+/// `seconds` with [`RELEASE_MARGIN`]; nothing for no positive number, at most [`HOLD_MAX`].
+fn margin_time(seconds: f64) -> Duration {
+    let seconds = seconds * RELEASE_MARGIN;
     if seconds.is_finite() && seconds > 0.0 {
         Duration::from_secs_f64(seconds.min(HOLD_MAX.as_secs_f64()))
     } else {
         Duration::ZERO
     }
+}
+
+/// The most a step carrying a held run is paced to, in times its real time, before its ladder
+/// down (review 32 R32-1; see [`paced`]).
+const STEP_CAP: f64 = 3.0;
+
+/// The public cost of a step carrying held runs past their reference (review 31 R31-1, review
+/// 32 R32-1), from each carried slot's public cells and, for a held run past its reference,
+/// its cost per cell: for each held run, its own cells at its own cost — its window's
+/// reference steps, the step's fixed part and its cells, what R30-1 keeps it from being
+/// under-costed by — and every other token's cells at `marginal`, the cheapest cost per cell
+/// any window's references measured (the fixed part spread over the widest window: at most
+/// that much above what a cell really adds), never above the run's own; the dearest of these,
+/// with the margin. Before, the dearest held run's cost per cell was charged for every cell
+/// of the step: a narrow run (its fixed part over 256 cells, 9× a cell's real cost) paced a
+/// wide neighbour's steps 8-12× their real time for as long as it answered. Now a step costs
+/// its fixed part once per run at most, whatever any run's window. `None`: no held run.
+fn step_cost(carried: &[(usize, Option<f64>)], marginal: Option<f64>) -> Option<Duration> {
+    let all: usize = carried.iter().map(|&(cells, _)| cells).sum();
+    carried
+        .iter()
+        .filter(|&&(cells, _)| cells > 0)
+        .filter_map(|&(cells, cost)| {
+            let cost = cost?;
+            let rate = marginal.map_or(cost, |m| m.min(cost));
+            Some(cost * cells as f64 + rate * (all - cells) as f64)
+        })
+        .reduce(f64::max)
+        .map(margin_time)
+}
+
+/// How a held step's time was shown (review 32 R32-1, R32-2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pace {
+    /// Its public cost.
+    Public,
+    /// Its real time outran its public cost: the next rung of that cost's ladder past it.
+    Past,
+    /// Its public cost was over [`STEP_CAP`] times its real time: the lowest rung of that
+    /// cost's ladder down at or above that.
+    Capped,
+}
+
+/// What a step carrying a held run, of public cost `public` and real time `real`, lasts as
+/// every run sees it. Its public cost (R31-1: a held run's body, which its real time follows,
+/// shows no one), unless:
+/// - its real time outran it (the load rose past the margin after the reference): then the
+///   first rung `public × LADDER^k` at or past its real end (R32-2: before, its real end,
+///   the continuous excess, the body's share in it, showed every neighbour; now a rung, as the
+///   held run's own release does);
+/// - it is more than [`STEP_CAP`] times the real time (a neighbour's cost, a stalled
+///   reference): then the lowest rung `public / LADDER^k` at or above `STEP_CAP × real`
+///   (R32-1: no run's step is slowed more than `STEP_CAP × LADDER` past its real time by what
+///   others' references measured; what shows is a rung of the real time, not the time).
+fn paced(public: Duration, real: Duration) -> (Duration, Pace) {
+    if real > public {
+        // No cost (none measured) climbs from a millisecond, as the release does.
+        let mut rung = public.max(Duration::from_millis(1));
+        while rung < real && rung < HOLD_MAX {
+            rung = rung.mul_f64(LADDER).min(HOLD_MAX);
+        }
+        return (rung, Pace::Past);
+    }
+    let floor = real.mul_f64(STEP_CAP);
+    if public <= floor {
+        return (public, Pace::Public);
+    }
+    let mut rung = public;
+    while rung.div_f64(LADDER) >= floor {
+        rung = rung.div_f64(LADDER);
+    }
+    (rung, Pace::Capped)
 }
 
 /// The window cells of a run's `steps` steps after its reference step (R28-1), each costed
@@ -544,14 +646,40 @@ pub(crate) struct ReferenceCosts {
 
 impl ReferenceCosts {
     /// Records a reference step over `window` cells; returns the cost per cell a run of that
-    /// window is held by. Bounded: one ring per 256 cells of context.
+    /// window is held by ([`ReferenceCosts::cost_per_cell`]). Bounded: one ring per 256 cells
+    /// of context.
     pub(crate) fn record(&mut self, window: usize, cost_per_cell: f64) -> f64 {
         let ring = self.by_window.entry(window).or_default();
         if ring.len() == REFERENCE_STEPS_KEPT {
             ring.pop_front();
         }
         ring.push_back(cost_per_cell);
-        median(ring)
+        self.cost_per_cell(window)
+    }
+
+    /// The cost per cell a run of `window` is held by: the median of its window's ring, and a
+    /// step over it no dearer than the median step of any wider window measured (review 32
+    /// R32-1): a step over fewer cells does no more work, so a ring inflated by a stalled or
+    /// engineered sample — a young ring's, an unusual window only one caller uses — is held
+    /// to what the wider windows measured. 0 with no ring.
+    fn cost_per_cell(&self, window: usize) -> f64 {
+        let own = self.by_window.get(&window).map_or(0.0, median);
+        self.by_window
+            .iter()
+            .filter(|&(&wider, ring)| wider > window && !ring.is_empty())
+            .map(|(&wider, ring)| median(ring) * wider as f64 / window.max(1) as f64)
+            .fold(own, f64::min)
+    }
+
+    /// The cheapest cost per cell of any window's references: a step's fixed part spread
+    /// over the widest cells measured, plus what a cell adds. What a step charges the cells of
+    /// tokens other than a held run's own ([`step_cost`]). `None` before any reference.
+    fn marginal(&self) -> Option<f64> {
+        self.by_window
+            .keys()
+            .map(|&window| self.cost_per_cell(window))
+            .filter(|cost| cost.is_finite() && *cost > 0.0)
+            .reduce(f64::min)
     }
 }
 
@@ -700,6 +828,10 @@ fn place_free_at(reserved: &mut Vec<Instant>, places: usize, now: Instant) -> Op
 /// How many reference steps the hold's median reads.
 const REFERENCE_STEPS_KEPT: usize = 5;
 
+/// The longest the worker waits at once while pacing a step, before it looks at new and
+/// cancelled jobs (review 32 R32-1).
+const PACE_SLICE: Duration = Duration::from_millis(20);
+
 impl Worker<'_> {
     fn run(&mut self, ctx: &mut LlamaContext<'_>, rx: &Receiver<Vec<Job>>) {
         let mut open = true;
@@ -740,7 +872,7 @@ impl Worker<'_> {
             self.drop_cancelled(ctx);
             self.answer();
             self.admit();
-            self.step(ctx);
+            self.step(ctx, rx, &mut open);
             self.answer();
         }
     }
@@ -885,7 +1017,7 @@ impl Worker<'_> {
 
     /// One decode, in slot order: the next token of every decoding slot, prompt chunks of those
     /// still reading their prompt (as much as fits after the decode tokens), as [`Turn`] lets.
-    fn step(&mut self, ctx: &mut LlamaContext<'_>) {
+    fn step(&mut self, ctx: &mut LlamaContext<'_>, rx: &Receiver<Vec<Job>>, open: &mut bool) {
         self.batch.clear();
         let turn = self.turn();
         // The step's own time starts before the padding's removal (R31-11).
@@ -909,7 +1041,10 @@ impl Worker<'_> {
         let mut sequences = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
             let Some(slot) = slot else { continue };
-            if !slot.carried_in(turn) {
+            // One reference a step (review 32 R32-1): a step carrying several was charged
+            // whole to each, its time over each one's own window, and a narrow run measured
+            // beside wide ones set its window's cost per cell at many times a step's.
+            if !slot.carried_in(turn) || (turn == Turn::Reference && !referencing.is_empty()) {
                 continue;
             }
             if let Some(token) = slot.next {
@@ -981,16 +1116,26 @@ impl Worker<'_> {
         if self.batch.n_tokens() == 0 {
             return;
         }
-        // The dearest cost per cell of the held runs in this step (each its own window's
-        // references): what the step's public cells are paced at (R31-1).
-        let pace = self
+        // Each carried slot's public cells and, for a held run past its reference, its own
+        // window's cost per cell: what the step's public cost is made of (R31-1, R32-1).
+        let carried: Vec<(usize, Option<f64>)> = self
             .slots
             .iter()
             .zip(&cells)
-            .filter(|&(_, &c)| c > 0)
-            .filter_map(|(slot, _)| slot.as_ref()?.hold.map(|hold| hold.cost_per_cell))
-            .reduce(f64::max);
-        let held_in_step = pace.is_some();
+            .map(|(slot, &c)| {
+                let hold = slot.as_ref().and_then(|s| s.hold).filter(|_| c > 0);
+                (c, hold.map(|hold| hold.cost_per_cell))
+            })
+            .collect();
+        let held_in_step = carried.iter().any(|&(_, cost)| cost.is_some());
+        // Whose cancellation may cut the step's pace short: every held run in it.
+        let held_cancels: Vec<Arc<AtomicBool>> = self
+            .slots
+            .iter()
+            .zip(&carried)
+            .filter(|(_, (_, cost))| cost.is_some())
+            .filter_map(|(slot, _)| slot.as_ref().map(|s| s.job.cancel.clone()))
+            .collect();
         self.counters.steps.fetch_add(1, Ordering::Relaxed);
         if held_in_step {
             self.counters
@@ -1003,17 +1148,34 @@ impl Worker<'_> {
         self.counters
             .max_sequences
             .fetch_max(sequences, Ordering::Relaxed);
+        self.counters
+            .most_references_in_a_step
+            .fetch_max(referencing.len(), Ordering::Relaxed);
         self.window.store(0, Ordering::Relaxed);
         let decode_started = Instant::now();
         let decoded = ctx.decode(&mut self.batch);
         let ended = Instant::now();
-        // A step carrying a held run lasts at least its public cost (review 31 R31-1): it is
-        // due then, and how far its real time outran that is what its held runs leave on the
-        // ladder for.
-        let public = pace.map(|cost| cells_time(cost, cells.iter().sum()));
-        let due = public.map(|public| started + public);
-        let outran = due.map_or(Duration::ZERO, |due| ended.saturating_duration_since(due));
+        // A step carrying a held run lasts its public cost (review 31 R31-1), or a rung of it
+        // (R32-1, R32-2: see `paced`): it is due then, and how far its rung is past its public
+        // cost is what its held runs leave on the ladder for.
+        let public = if held_in_step {
+            step_cost(&carried, self.reference_costs.marginal())
+        } else {
+            None
+        };
+        let shown = public.map(|public| (public, paced(public, ended - started)));
+        let due = shown.map(|(_, (shown, _))| started + shown);
+        let outran = match shown {
+            Some((public, (shown, Pace::Past))) => shown.saturating_sub(public),
+            _ => Duration::ZERO,
+        };
         let step_end = due.map_or(ended, |due| due.max(ended));
+        if held_in_step {
+            let public_cells: usize = cells.iter().sum();
+            self.counters
+                .held_public_cells
+                .fetch_add(public_cells as u64, Ordering::Relaxed);
+        }
         // A held run's own step: its padding's removal, if in it, and the decode, as paced.
         self.note_held_step(&cells, step_end - started, outran);
         // A reference is the decode alone (no drop goes in a reference turn).
@@ -1047,36 +1209,74 @@ impl Worker<'_> {
         for (i, outcome) in finished.into_iter().rev() {
             self.finish(ctx, i, outcome);
         }
-        if let (Some(public), Some(due)) = (public, due) {
-            self.pace_held_step(public, due, started, !outran.is_zero());
+        if let Some((_, (shown, pace))) = shown {
+            self.pace_held_step(shown, started, pace, &held_cancels, rx, open);
         }
     }
 
     /// Paces a step that carried a held run past its reference (review 31 R31-1): the step,
     /// from its start (before the padding's removal) through its sampling and the finished
-    /// runs' memory operations, lasts until `due`, `public` after `started`: its tokens'
-    /// public cells at the dearest cost per cell of its held runs, with the margin. Every
+    /// runs' memory operations, lasts `shown` after `started`: its public cost ([`step_cost`])
+    /// or a rung of it ([`paced`]). Every
     /// run's time goes through the worker's steps — a neighbour reading its prompt in the
     /// chunk steps between a held run's steps waits through them, its own hold not begun — so
     /// a held run's step must show everyone its public cost, not its real time, which follows
     /// the body (llama.cpp's flash attention works on the cells a token sees). Answers go out
     /// after it ([`Worker::answer`]), so a finished run's memory operations (linear in its
     /// real cells) are inside the paced step too.
-    fn pace_held_step(&mut self, public: Duration, due: Instant, started: Instant, past: bool) {
-        let now = Instant::now();
-        if now < due {
-            std::thread::sleep(due - now);
+    ///
+    /// The wait is in slices (review 32 R32-1): new jobs are taken in and cancelled queued
+    /// ones answered meanwhile, and once every held run the step carried is cancelled the
+    /// step ends (no one is left whose body its pace hides).
+    fn pace_held_step(
+        &mut self,
+        shown: Duration,
+        started: Instant,
+        pace: Pace,
+        held_cancels: &[Arc<AtomicBool>],
+        rx: &Receiver<Vec<Job>>,
+        open: &mut bool,
+    ) {
+        let due = started + shown;
+        let mut cut = false;
+        loop {
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            if !held_cancels.is_empty() && held_cancels.iter().all(|c| c.load(Ordering::Relaxed)) {
+                cut = true;
+                break;
+            }
+            let wait = (due - now).min(PACE_SLICE);
+            if *open {
+                match rx.recv_timeout(wait) {
+                    Ok(jobs) => self.queue.extend(jobs),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => *open = false,
+                }
+            } else {
+                std::thread::sleep(wait);
+            }
+            let (gone, keep): (Vec<Job>, Vec<Job>) = self.queue.drain(..).partition(Job::cancelled);
+            self.queue.extend(keep);
+            for job in gone {
+                (job.reply)(Err(cancelled()));
+            }
         }
         self.counters.held_steps.fetch_add(1, Ordering::Relaxed);
-        if started.elapsed() < public {
+        if !cut && started.elapsed() < shown {
             self.counters
                 .held_steps_under_their_cost
                 .fetch_add(1, Ordering::Relaxed);
         }
-        if past {
-            self.counters
-                .held_steps_past_their_cost
-                .fetch_add(1, Ordering::Relaxed);
+        let counter = match pace {
+            Pace::Public => None,
+            Pace::Past => Some(&self.counters.held_steps_past_their_cost),
+            Pace::Capped => Some(&self.counters.held_steps_capped),
+        };
+        if let Some(counter) = counter {
+            counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -1329,6 +1529,127 @@ mod tests {
         assert_eq!(one_past, vec![release]);
         // Every place busy: none free, whatever is reserved.
         assert!(place_free_at(&mut Vec::new(), 0, now).is_some());
+    }
+
+    /// A step costs a + b·W: a = 8.9 ms, b = 4.3 µs a cell (review 32's measurements).
+    fn real_step(window: usize) -> f64 {
+        8.9e-3 + 4.3e-6 * window as f64
+    }
+
+    /// Review 32 R32-1: a step carrying a held run was paced at the dearest held run's cost per
+    /// cell times every token's cells, so a narrow held run (its step's fixed part over 256
+    /// cells) charged a wide neighbour's 8,192 cells at 9× what a cell costs: every step of
+    /// the neighbour's answer 9× its real time, for as long as the narrow call answered. Now
+    /// each run's own cells cost its window's rate and every other token's the cheapest
+    /// measured: the step is paced within a small factor of its real time, and never under it.
+    #[test]
+    fn pacing_a_step_does_not_charge_neighbours_at_a_narrow_runs_rate() {
+        let mut costs = ReferenceCosts::default();
+        for _ in 0..3 {
+            costs.record(256, real_step(256) / 256.0);
+            costs.record(8192, real_step(8192) / 8192.0);
+        }
+        let narrow = costs.cost_per_cell(256);
+        let wide = costs.cost_per_cell(8192);
+        let real = real_step(256 + 8192);
+        // The wide neighbour held too (its own references), or not held at all.
+        for neighbour in [Some(wide), None] {
+            let public = step_cost(&[(256, Some(narrow)), (8192, neighbour)], costs.marginal())
+                .expect("a held run in the step");
+            let factor = public.as_secs_f64() / real;
+            eprintln!(
+                "neighbour held: {}; paced at {factor:.2}× its real time",
+                neighbour.is_some()
+            );
+            assert!(
+                factor <= 1.6,
+                "a narrow held run paced its wide neighbour's step at {factor:.2}× its real time"
+            );
+            // R31-1 kept: the step shows no one its real time, the bodies in it.
+            assert!(factor >= RELEASE_MARGIN, "under-costed: {factor:.2}×");
+        }
+        // Alone, a run is paced at its own window's cost, as before.
+        let alone = step_cost(&[(256, Some(narrow)), (0, None)], costs.marginal());
+        assert_eq!(alone, Some(cells_time(narrow, 256)));
+        assert_eq!(step_cost(&[(8192, None)], costs.marginal()), None);
+    }
+
+    /// Review 32 R32-1: a narrow ring inflated — a reference charged a shared step, a stalled
+    /// one on a young ring — held its runs' steps at tens of times their cost. A window's step
+    /// costs no more than a wider window's median step, and of a young ring's two entries the
+    /// lower counts.
+    #[test]
+    fn a_narrow_windows_cost_is_held_to_what_wider_windows_measured() {
+        let mut costs = ReferenceCosts::default();
+        // A stalled reference (2 s) on a young ring, then an ordinary one.
+        costs.record(512, 2.0 / 512.0);
+        let young = costs.record(512, real_step(512) / 512.0);
+        assert_eq!(
+            young,
+            real_step(512) / 512.0,
+            "the stalled entry set a young ring"
+        );
+        // An inflated 256 ring (453 µs a cell, review 32's figure) beside a measured 8,192 one.
+        for _ in 0..3 {
+            costs.record(256, 453e-6);
+            costs.record(8192, real_step(8192) / 8192.0);
+        }
+        let held = costs.cost_per_cell(256) * 256.0;
+        assert!(
+            held <= real_step(8192) * 1.000_001,
+            "a 256-cell step held at {held:.4}s, over the 8,192-cell step's {:.4}s",
+            real_step(8192)
+        );
+        assert!(
+            costs
+                .marginal()
+                .is_some_and(|m| m <= real_step(8192) / 8192.0 * 1.000_001)
+        );
+    }
+
+    /// Review 32 R32-1 (the bound): whatever the public cost, no step lasts more than
+    /// `STEP_CAP × LADDER` times its real time, and what shows then is a rung of the public
+    /// cost's ladder down, not the real time.
+    #[test]
+    fn no_step_is_paced_past_a_bounded_factor_of_its_real_time() {
+        let real = Duration::from_millis(30);
+        for times in [3.5, 10.0, 100.0, 2_880_000.0] {
+            let public = real.mul_f64(times);
+            let (shown, pace) = paced(public, real);
+            assert_eq!(pace, Pace::Capped, "{times}");
+            assert!(shown >= real.mul_f64(STEP_CAP), "{times}: {shown:?}");
+            assert!(
+                shown < real.mul_f64(STEP_CAP * LADDER),
+                "{times}: {shown:?}"
+            );
+            let k = (public.as_secs_f64() / shown.as_secs_f64()).ln() / LADDER.ln();
+            assert!((k - k.round()).abs() < 1e-6, "{times}: not a rung ({k})");
+        }
+        // Within the cap: the public cost.
+        assert_eq!(paced(real * 2, real), (real * 2, Pace::Public));
+    }
+
+    /// Review 32 R32-2: a held step whose real time outran its public cost ended at its real
+    /// time, so a neighbour waited through the continuous excess, the body's share in it. Now
+    /// it ends on the next rung of its public cost's ladder: the same for any real time inside
+    /// a rung.
+    #[test]
+    fn a_held_step_past_its_cost_ends_on_a_rung() {
+        let public = Duration::from_millis(40);
+        let (at_1_3, pace) = paced(public, public.mul_f64(1.3));
+        assert_eq!(pace, Pace::Past);
+        assert_eq!(at_1_3, public.mul_f64(LADDER));
+        assert_eq!(paced(public, public.mul_f64(1.01)).0, at_1_3);
+        assert_eq!(paced(public, public.mul_f64(1.49)).0, at_1_3);
+        assert_eq!(
+            paced(public, public.mul_f64(1.6)).0,
+            public.mul_f64(LADDER * LADDER)
+        );
+        assert_eq!(paced(public, public), (public, Pace::Public));
+        // No cost measured climbs from a millisecond.
+        let (zero, pace) = paced(Duration::ZERO, Duration::from_millis(5));
+        assert_eq!(pace, Pace::Past);
+        assert!(zero >= Duration::from_millis(5));
     }
 
     /// A box whose attested configuration names no GPU kept no layer on one, yet llama.cpp's

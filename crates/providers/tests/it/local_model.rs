@@ -548,6 +548,9 @@ fn run_counting(m: &LocalModel, request: &ChatRequest) -> (EngineStats, Completi
             - before.held_steps_under_their_cost,
         held_steps_past_their_cost: after.held_steps_past_their_cost
             - before.held_steps_past_their_cost,
+        held_steps_capped: after.held_steps_capped - before.held_steps_capped,
+        held_public_cells: after.held_public_cells - before.held_public_cells,
+        most_references_in_a_step: after.most_references_in_a_step,
     };
     (delta, answer)
 }
@@ -923,6 +926,11 @@ fn a_prefilling_neighbours_time_does_not_tell_a_held_runs_body() {
     let _alone = span_run_alone();
     let m = sequences_of_2048(2);
     let neighbour = ask(&body_of(&m, 1800), 4, 1);
+    // Review 32 R32-3: what each body's held steps were costed from, counted apart from the
+    // pace (which the counter above compares against itself): the same steps and the same
+    // public cells for a 60- and a 900-token body, so a public cost that followed the body
+    // (a decoding held token's cells from its real window, say) fails here.
+    let mut costed = Vec::new();
     for tokens in [60, 900] {
         let held = ChatRequest {
             max_tokens: 48,
@@ -951,10 +959,121 @@ fn a_prefilling_neighbours_time_does_not_tell_a_held_runs_body() {
             "the neighbour's prompt was read before the held run answered: no test"
         );
         assert!(held_steps >= 48, "{held_steps} steps carried the held run");
+        costed.push((
+            held_steps,
+            after.held_public_cells - before.held_public_cells,
+            neighbour_timing.decoded_tokens,
+        ));
         assert_eq!(
             shown_short, 0,
             "{shown_short} of {held_steps} steps carrying a {tokens}-token body's held run \
              showed the neighbour their real time, not their public cost"
         );
     }
+    assert_eq!(
+        costed[0], costed[1],
+        "(held steps, their public cells, the neighbour's answer tokens) differ between a \
+         60- and a 900-token body: the public cost follows the body"
+    );
+}
+
+/// Review 32 R32-1: a held call with a narrow window (a small allowance, a short message)
+/// paced every step it shared at its own cost per cell — its step's fixed part over 256
+/// cells, many times what a cell costs — over all the step's cells: a wide neighbour's
+/// answer came several times slower for as long as the narrow call answered. Now each run's
+/// cells cost its own window's rate and the others' the cheapest measured, and no step lasts
+/// past a bounded factor of its real time: the neighbour's steps beside the narrow call cost
+/// about its own plus the narrow run's.
+#[test]
+fn a_narrow_held_call_does_not_slow_a_wide_neighbours_steps() {
+    let _alone = span_run_alone();
+    let m = sequences_of_2048(2);
+    // The wide neighbour: a long message under a 1,024-token allowance, a window of 1,792.
+    let wide = ChatRequest {
+        max_tokens: 24,
+        ..under_allowance(
+            &body_of(&m, 600),
+            &body_of(&m, 700).replace("You are", "Tell me about"),
+        )
+    };
+    // The narrow call: a small allowance and a short message, a window of 256, answering long.
+    let narrow = ChatRequest {
+        system_allowance: Some(64),
+        max_tokens: 300,
+        temperature: 0.8,
+        seed: Some(7),
+        ..under_allowance(
+            "Be brief.",
+            "Write a very long story about the sea, the harbour and its ships.",
+        )
+    };
+    let per_step = |t: &Timing| t.decode.as_secs_f64() / t.decoded_tokens.max(1) as f64;
+    let alone_once = || {
+        let (_, timing) = m.generate_timed(&wide).unwrap();
+        assert!(timing.decoded_tokens >= 8, "a short answer: no test");
+        per_step(&timing)
+    };
+    let _warm = alone_once();
+    let mut alone = vec![alone_once()];
+    let mut beside = Vec::new();
+    for _ in 0..2 {
+        let before = m.stats();
+        // The narrow call first: it answers while the neighbour reads its prompt and then
+        // decodes beside it.
+        let [narrow_timing, wide_timing] = timings_together(&m, [narrow.clone(), wide.clone()]);
+        let after = m.stats();
+        assert!(
+            narrow_timing.decoded_tokens >= 60,
+            "the narrow call answered {} tokens: it did not decode beside the neighbour, no test",
+            narrow_timing.decoded_tokens
+        );
+        assert!(
+            after.shared_steps - before.shared_steps >= 20,
+            "the two calls shared {} steps: no test",
+            after.shared_steps - before.shared_steps
+        );
+        assert!(wide_timing.decoded_tokens >= 8, "a short answer: no test");
+        beside.push(per_step(&wide_timing));
+        alone.push(alone_once());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (alone, beside) = (median(&mut alone), median(&mut beside));
+    let factor = beside / alone;
+    eprintln!(
+        "the wide neighbour's step: alone {:.1} ms, beside the narrow call {:.1} ms ({factor:.2}×)",
+        alone * 1e3,
+        beside * 1e3
+    );
+    assert!(
+        factor <= 2.5,
+        "beside a narrow held call the wide neighbour's steps took {factor:.2}× their time alone \
+         ({:.1} ms against {:.1} ms)",
+        beside * 1e3,
+        alone * 1e3
+    );
+    // One reference a step: a step measuring several was charged whole to each.
+    assert_eq!(m.stats().most_references_in_a_step, 1);
+}
+
+/// Review 32 R32-1: two held runs reaching their reference step together had it measured in
+/// one step, its whole time charged to each — a narrow run beside wide ones set its window's
+/// cost per cell at many times a step's. Now a step measures one reference.
+#[test]
+fn a_reference_step_measures_one_run() {
+    let _shared = model_run();
+    let m = sequences_of_2048(2);
+    let held = ChatRequest {
+        max_tokens: 4,
+        ..under_allowance(&body_of(&m, 60), "Tell me about the tides.")
+    };
+    let [first, second] = timings_together(&m, [held.clone(), held]);
+    assert!(first.reference_after.is_some() && second.reference_after.is_some());
+    assert_eq!(
+        m.stats().most_references_in_a_step,
+        1,
+        "two runs' references were measured in one step"
+    );
 }
