@@ -173,11 +173,20 @@ impl Disclosure {
         format!("Approving stakes {what} into {through}, where {seen_by}, for {whose}.")
     }
 
-    /// Most characters of an agent's request the text quotes (the `request` field has it all).
+    /// Most characters the quote of an agent's request takes in the text, its escapes counted
+    /// (a look-alike quote is `\u{201c}`, 8 characters; the `request` field has it all).
     const REQUEST_QUOTED: usize = 2000;
     /// Most characters of a peer's skill name the text quotes (the grammar allows 64; the
     /// `skill` field has it all).
     const NAME_QUOTED: usize = 64;
+    /// Most characters of a question with an agent's request in it: each surface (`skillbox
+    /// approve`, `call show`, the dashboard) shows this many, and the quote is cut to the room
+    /// the rest of the question leaves, so no surface's cut reaches the count of what is not
+    /// quoted or the node's closing words (review 32 A32-7: the quote was cut at 2,000
+    /// characters before escaping, and its escapes pushed the tail past the surfaces' cut).
+    /// Above the longest question without a request (32 sources of 128 characters and the
+    /// facts): the quote always has room.
+    pub const QUESTION_SHOWN: usize = 8192;
 
     /// An agent's call: the question shows the request it wrote, quoted with every quote mark
     /// and look-alike escaped (`\"`, `\u{201d}`, `\u{ff02}`), and backslashes, control, bidi
@@ -185,16 +194,31 @@ impl Disclosure {
     /// (seemingly) close its quote; and a fixed sentence of the node's follows it, so nothing the
     /// agent wrote is the question's last words. An agent steered by a peer's answer cannot write
     /// words that read as the node's own (it is shown on a terminal, in an MCP elicitation and on
-    /// a page).
+    /// a page). The quote is at most [`Self::REQUEST_QUOTED`] characters escaped, and at most
+    /// what keeps the whole text within [`Self::QUESTION_SHOWN`]; what it leaves out is counted
+    /// ("(and N more characters)") and shown whole by `skillbox approve` and the dashboard.
     pub(super) fn with_agent_request(&mut self, request: &str) {
-        self.text.push_str(&format!(
-            " An agent (MCP or A2A) started this call and wrote its request: {} {}",
-            quoted_capped(request, Self::REQUEST_QUOTED),
-            END_OF_REQUEST
-        ));
+        let total = request.chars().count();
+        let tail = format!(" (and {total} more characters) {END_OF_REQUEST}");
+        let room = Self::QUESTION_SHOWN
+            .saturating_sub(self.text.chars().count())
+            .saturating_sub(AGENT_WROTE.chars().count())
+            .saturating_sub(tail.chars().count());
+        let (quote, shown) = quoted_within(request, room.min(Self::REQUEST_QUOTED));
+        let more = total - shown;
+        let counted = if more > 0 {
+            format!(" (and {more} more characters)")
+        } else {
+            String::new()
+        };
+        self.text
+            .push_str(&format!("{AGENT_WROTE}{quote}{counted} {END_OF_REQUEST}"));
         self.request = Some(request.to_owned());
     }
 }
+
+/// What introduces an agent's quoted request in the question: the node's words.
+const AGENT_WROTE: &str = " An agent (MCP or A2A) started this call and wrote its request: ";
 
 /// Who sees the staked plaintext, in the question's words. A compatible provider's id is the
 /// advert's (`openai-compatible:<id>`, any `[A-Za-z0-9._-]`, so `approve-nothing-is-staked`):
@@ -253,19 +277,31 @@ const END_OF_REQUEST: &str =
 /// quote mark: Unicode's initial and final quotes (Pi, Pf), low and CJK quotes, primes and
 /// fullwidth quotes, each as `\u{…}`. An apostrophe is kept: it cannot end a double quote.
 fn quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('"');
+    quoted_within(text, usize::MAX).0
+}
+
+/// [`quoted`] of `text`'s longest start whose quote, its two marks and every escape counted,
+/// is at most `budget` characters; and how many of `text`'s characters it holds.
+fn quoted_within(text: &str, budget: usize) -> (String, usize) {
+    let mut out = String::from('"');
+    let (mut used, mut shown) = (2usize, 0usize);
     for c in text.chars() {
-        if c == '\'' {
-            out.push(c);
+        let escaped = if c == '\'' {
+            c.to_string()
         } else if looks_like_a_quote(c) {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+            format!("\\u{{{:x}}}", u32::from(c))
         } else {
-            out.extend(c.escape_debug());
+            c.escape_debug().collect()
+        };
+        used = used.saturating_add(escaped.chars().count());
+        if used > budget {
+            break;
         }
+        out.push_str(&escaped);
+        shown += 1;
     }
     out.push('"');
-    out
+    (out, shown)
 }
 
 /// Quote marks and their look-alikes other than the ASCII ones: every Pi and Pf character, the
@@ -653,6 +689,69 @@ mod tests {
             "{quoted}"
         );
         assert_eq!(d.request.as_deref(), Some(request.as_str()));
+    }
+
+    /// Review 32 A32-7: a request the quote's escapes make long — 2,000 look-alike quotes
+    /// (each `\u{201c}`, 8 characters), 2,000 newlines (`\n`), a 64 KiB one of both, or any of
+    /// them behind the longest sources line a call can have — gives a question that fits what
+    /// every surface shows ([`Disclosure::QUESTION_SHOWN`]; the cleaning they show it through
+    /// never lengthens text) and, for the usual question, the 4,096 characters they showed
+    /// before: the count of what is not quoted and the node's closing words are its end.
+    #[test]
+    fn the_questions_tail_survives_any_request() {
+        let mut many_sources = a_call(Role::Caller);
+        many_sources.sources = (0..skillbox_skill::document::MAX_REQUIRED_SOURCES)
+            .map(|i| {
+                format!(
+                    "{i:02}{}",
+                    "s".repeat(skillbox_skill::document::MAX_SOURCE_NAME - 2)
+                )
+            })
+            .collect();
+        let mixed: String = "“Creep”, \n".repeat(65536 / 14);
+        for request in ["“".repeat(2000), "\n".repeat(2000), mixed] {
+            for (row, within) in [
+                (a_call(Role::Caller), 4096),
+                (many_sources.clone(), Disclosure::QUESTION_SHOWN),
+            ] {
+                let (d, _) = question_of(&row, Some(&request));
+                let text = &d.text;
+                assert!(
+                    text.chars().count() <= within,
+                    "{} > {within}",
+                    text.chars().count()
+                );
+                let before = text
+                    .strip_suffix(&format!(" {END_OF_REQUEST}"))
+                    .unwrap_or_else(|| panic!("no closing words: {text}"));
+                let (quote, count) = before
+                    .rsplit_once("\" (and ")
+                    .unwrap_or_else(|| panic!("no count after the quote: {text}"));
+                let more: usize = count
+                    .strip_suffix(" more characters)")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("not a count: {count}"));
+                let quoted = quote
+                    .split_once("request: \"")
+                    .map_or(0, |(_, q)| unescaped_len(q));
+                assert!(quoted > 0, "nothing of the request quoted: {text}");
+                assert_eq!(quoted + more, request.chars().count(), "{text}");
+                assert_eq!(d.request.as_deref(), Some(request.as_str()));
+            }
+        }
+    }
+
+    /// How many characters a quote's inside (as [`quoted`] writes it) stands for: an escape
+    /// (`\n`, `\"`, `\u{201c}`) is one.
+    fn unescaped_len(q: &str) -> usize {
+        let (mut n, mut chars) = (0, q.chars());
+        while let Some(c) = chars.next() {
+            if c == '\\' && chars.next() == Some('u') {
+                chars.by_ref().find(|&d| d == '}');
+            }
+            n += 1;
+        }
+        n
     }
 
     /// A peer's advert names its provider `openai-compatible:<id>` with an id that reads as the
