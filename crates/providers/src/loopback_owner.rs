@@ -266,10 +266,13 @@ mod tests {
         let mine = row4(Ipv4Addr::LOCALHOST, 11434, TCP_LISTEN, ME);
         let roots = row4(Ipv4Addr::LOCALHOST, 11434, TCP_LISTEN, 0);
         let theirs = row4(Ipv4Addr::LOCALHOST, 11434, TCP_LISTEN, 1001);
-        assert_eq!(judge(rows(&[mine.clone()]), t, 11434, ME), Holder::Ours);
+        assert_eq!(
+            judge(rows(std::slice::from_ref(&mine)), t, 11434, ME),
+            Holder::Ours
+        );
         assert_eq!(judge(rows(&[roots]), t, 11434, ME), Holder::Ours);
         assert_eq!(
-            judge(rows(&[theirs.clone()]), t, 11434, ME),
+            judge(rows(std::slice::from_ref(&theirs)), t, 11434, ME),
             Holder::Another(1001)
         );
         assert_eq!(
