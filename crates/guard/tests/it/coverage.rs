@@ -1144,6 +1144,29 @@ fn a_spaced_passphrase_given_after_any_label_adds_up() {
     for (prepared, answers) in days {
         passphrase_day_passes_the_canary_limit(prepared, &answers);
     }
+    // Review 32 R32-4: the other word a fragment of the passphrase (`ha` of `harbor`) - each
+    // released and counted 0, the passphrase in three calls at canary 0.
+    let fragments: [[&str; 3]; 4] = [
+        ["Purple, ha.", "Elephant, ha.", "Harbor, ha."],
+        ["Purple, ele.", "Elephant, arb.", "Harbor, ple."],
+        [
+            "It's purple, har.",
+            "It's elephant, pur.",
+            "It's harbor, ele.",
+        ],
+        ["Purple, bor.", "Elephant, ple.", "Harbor, pur."],
+    ];
+    for answers in fragments {
+        passphrase_day_passes_the_canary_limit(&spaced, &answers);
+    }
+    // Two of its words out of order and nothing else: two thirds of it, caught (each was
+    // released counting 0, the passphrase in two calls).
+    for a in ["Elephant, purple.", "Harbor, elephant."] {
+        assert!(
+            skillbox_guard::check(&spaced, a).is_caught(),
+            "{a} released"
+        );
+    }
 }
 
 /// A word-made secret asked for a word per call, as a model told `write the secret's second
