@@ -26,7 +26,12 @@ pub enum TokenCommand {
     /// Replace the operator's token (`api.token`, 0600, in one rename). A running node takes
     /// the new one from its next request: the old token is refused from then on and every
     /// dashboard session ends. The token is not printed; read it from the file.
-    Rotate,
+    Rotate {
+        /// Replace the agent token (`agent.token`, what HTTP agent clients send to /mcp and
+        /// /a2a) instead; the operator's token and dashboard sessions stay.
+        #[arg(long)]
+        agent: bool,
+    },
 }
 
 pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<ExitCode> {
@@ -47,12 +52,22 @@ pub fn run_token(global: &crate::Global, cmd: TokenCommand) -> anyhow::Result<Ex
             );
             Ok(ExitCode::SUCCESS)
         }
-        TokenCommand::Rotate => {
+        TokenCommand::Rotate { agent: true } => {
+            let dir = DataDir::new(global.data_dir());
+            dir.rotate_agent_token()?;
+            let _ = writeln!(
+                std::io::stderr(),
+                "{} replaced: the old agent token no longer works (a running node refuses it from its next request); HTTP agent clients that read the file at each connection (a headersHelper) pick the new one up, others need it given again",
+                dir.agent_token().display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        TokenCommand::Rotate { agent: false } => {
             let dir = DataDir::new(global.data_dir());
             dir.rotate_api_token()?;
             let _ = writeln!(
                 std::io::stderr(),
-                "{} replaced: the old operator token no longer works (a running node refuses it from its next request) and every dashboard session is signed out; give the new one to the MCP clients and `skillbox mcp` processes that held the old",
+                "{} replaced: the old operator token no longer works (a running node refuses it from its next request) and every dashboard session is signed out; restart the `skillbox mcp` processes that held the old",
                 dir.api_token().display()
             );
             Ok(ExitCode::SUCCESS)

@@ -119,7 +119,8 @@ enum Command {
     /// A box and two nodes on loopback, one call end to end with the embedded model.
     Demo(demo_cmd::DemoArgs),
     /// API tokens: `token add --tenant ID [--workspace ID]` for a tenant, `token rotate` for the
-    /// operator's own (`api.token`).
+    /// operator's own (`api.token`), `token rotate --agent` for the HTTP agent clients'
+    /// (`agent.token`).
     #[command(subcommand)]
     Token(agents_cmd::TokenCommand),
     /// Hardware attestation evidence, offline: `attestation verify --platform … --evidence …`.

@@ -69,6 +69,10 @@ pub fn run_init(global: &crate::Global, args: InitArgs) -> anyhow::Result<ExitCo
         config.api.listen,
         dir.api_token().display()
     );
+    say!(
+        "agent clients over HTTP (/mcp, /a2a): token in {}",
+        dir.agent_token().display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -3,7 +3,8 @@
 //! ```text
 //! <data_dir>/node.key     32 raw bytes, the Ed25519 seed (mode 0600)
 //! <data_dir>/data.key     32 raw bytes, the at-rest key for sources (mode 0600)
-//! <data_dir>/api.token    the bearer token of the HTTP API (mode 0600)
+//! <data_dir>/api.token    the operator's bearer token of the HTTP API (mode 0600)
+//! <data_dir>/agent.token  the agent surfaces' bearer token over TCP (mode 0600)
 //! <data_dir>/config.toml  every setting, with comments
 //! <data_dir>/node.db      SQLite store (+ -wal, -shm)
 //! <data_dir>/api.addr     the API's bound address, written by `skillbox node` on start
@@ -40,6 +41,11 @@ files! {
     node_key: NODE_KEY = "node.key";
     data_key: DATA_KEY = "data.key";
     api_token: API_TOKEN = "api.token";
+    /// The token HTTP agent clients (Claude Code, Cursor, A2A) send over TCP: it reaches only
+    /// the agent surfaces (`/mcp`, `/a2a`, the card, the catalog), which ask the human before
+    /// any disclosure. The TCP port may be another local user's while the node is down, so what
+    /// an agent client sends there must not be the operator's token.
+    agent_token: AGENT_TOKEN = "agent.token";
     config: CONFIG = "config.toml";
     store: STORE = "node.db";
     api_addr: API_ADDR = "api.addr";
@@ -70,6 +76,7 @@ impl DataDir {
             (NODE_KEY, self.node_key()),
             (DATA_KEY, self.data_key()),
             (API_TOKEN, self.api_token()),
+            (AGENT_TOKEN, self.agent_token()),
             (CONFIG, self.config()),
             (STORE, self.store()),
         ] {
@@ -98,9 +105,11 @@ impl DataDir {
             let node_seed = zeroize::Zeroizing::new(rnd("node key")?);
             let data_key = zeroize::Zeroizing::new(rnd("data key")?);
             let token = format!("sbx_{}", hex::encode(rnd("API token")?));
+            let agent = new_agent_token()?;
             write_new(&self.node_key(), node_seed.as_ref(), &mut written)?;
             write_new(&self.data_key(), data_key.as_ref(), &mut written)?;
             write_new(&self.api_token(), token.as_bytes(), &mut written)?;
+            write_new(&self.agent_token(), agent.as_bytes(), &mut written)?;
             write_new(&self.config(), config.render().as_bytes(), &mut written)?;
             let node_key = NodeKey::from_seed(&node_seed);
             Ok(InitReport {
@@ -135,13 +144,59 @@ impl DataDir {
         read_api_token(&self.api_token())
     }
 
+    /// The agent token (what HTTP agent clients send to `/mcp` and `/a2a` over TCP).
+    pub fn load_agent_token(&self) -> Result<String> {
+        read_api_token(&self.agent_token())
+    }
+
+    /// Make `agent.token` if it is missing (a data dir made before it existed): written to a
+    /// private temporary file and linked into place, so two starts racing make one token and a
+    /// reader never sees half of it. Whether one was made.
+    pub fn ensure_agent_token(&self) -> Result<bool> {
+        let path = self.agent_token();
+        if path.exists() {
+            return Ok(false);
+        }
+        let token = new_agent_token()?;
+        let tmp = self.temporary(AGENT_TOKEN)?;
+        let mut written = Vec::new();
+        let linked = write_new(&tmp, token.as_bytes(), &mut written).and_then(|()| {
+            match fs::hard_link(&tmp, &path) {
+                Ok(()) => Ok(true),
+                // Another start made it first: theirs stands.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(NodeError::io(format!("creating {}", path.display()), e)),
+            }
+        });
+        let _ = fs::remove_file(&tmp);
+        let made = linked?;
+        self.sync_root()?;
+        Ok(made)
+    }
+
     /// Replace `api.token` with a fresh one (`skillbox token rotate`): written to a private
     /// temporary file (0600), synced, renamed over the old one, the dir synced — a reader sees
     /// the old token or the new one, never half of either. A running node re-checks the file on
     /// every request (`Shared::authorize`), so the old token stops working at once and every
     /// dashboard session ends.
     pub fn rotate_api_token(&self) -> Result<()> {
-        let path = self.api_token();
+        let raw = zeroize::Zeroizing::new(
+            crypto::random_bytes::<KEY_LEN>()
+                .map_err(|e| NodeError::io("generating an API token", e))?,
+        );
+        let token = zeroize::Zeroizing::new(format!("sbx_{}", hex::encode(raw.as_ref())));
+        self.replace_token(API_TOKEN, &self.api_token(), &token)
+    }
+
+    /// Replace `agent.token` with a fresh one (`skillbox token rotate --agent`), as
+    /// [`DataDir::rotate_api_token`] replaces `api.token`: a running node takes only the new one
+    /// from the next request on. Dashboard sessions stay (they are the operator's).
+    pub fn rotate_agent_token(&self) -> Result<()> {
+        let token = new_agent_token()?;
+        self.replace_token(AGENT_TOKEN, &self.agent_token(), &token)
+    }
+
+    fn replace_token(&self, name: &str, path: &Path, token: &str) -> Result<()> {
         // Only an initialised dir (a node key): rotating must not make a token where no node
         // is. An unreadable or damaged token is replaced all the same — that is one way out.
         if !self.node_key().exists() {
@@ -150,25 +205,29 @@ impl DataDir {
                 path: self.node_key(),
             });
         }
-        let raw = zeroize::Zeroizing::new(
-            crypto::random_bytes::<KEY_LEN>()
-                .map_err(|e| NodeError::io("generating an API token", e))?,
-        );
-        let token = zeroize::Zeroizing::new(format!("sbx_{}", hex::encode(raw.as_ref())));
-        let suffix =
-            crypto::random_bytes::<8>().map_err(|e| NodeError::io("generating an API token", e))?;
-        let tmp = self
-            .root
-            .join(format!(".{API_TOKEN}.{}.tmp", hex::encode(suffix)));
+        let tmp = self.temporary(name)?;
         let mut written = Vec::new();
         let result = write_new(&tmp, token.as_bytes(), &mut written).and_then(|()| {
-            fs::rename(&tmp, &path)
+            fs::rename(&tmp, path)
                 .map_err(|e| NodeError::io(format!("replacing {}", path.display()), e))
         });
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
             return result;
         }
+        self.sync_root()
+    }
+
+    /// A fresh name for a temporary file beside `name` in the data dir.
+    fn temporary(&self, name: &str) -> Result<PathBuf> {
+        let suffix = crypto::random_bytes::<8>()
+            .map_err(|e| NodeError::io(format!("naming a temporary {name}"), e))?;
+        Ok(self
+            .root
+            .join(format!(".{name}.{}.tmp", hex::encode(suffix))))
+    }
+
+    fn sync_root(&self) -> Result<()> {
         fs::File::open(&self.root)
             .and_then(|d| d.sync_all())
             .map_err(|e| NodeError::io(format!("syncing {}", self.root.display()), e))
@@ -200,6 +259,19 @@ impl DataDir {
 pub struct InitReport {
     pub data_dir: PathBuf,
     pub peer_id: String,
+}
+
+/// A fresh agent token: `sbx_a_` and 64 hex digits (32 random bytes); the prefix tells it
+/// from the operator's `sbx_` and a tenant's `sbx_t_` at a glance.
+fn new_agent_token() -> Result<zeroize::Zeroizing<String>> {
+    let raw = zeroize::Zeroizing::new(
+        crypto::random_bytes::<KEY_LEN>()
+            .map_err(|e| NodeError::io("generating the agent token", e))?,
+    );
+    Ok(zeroize::Zeroizing::new(format!(
+        "sbx_a_{}",
+        hex::encode(raw.as_ref())
+    )))
 }
 
 /// The API token in the file at `path` (trimmed; at least 16 printable ASCII characters).
@@ -288,6 +360,7 @@ mod tests {
             dir.node_key(),
             dir.data_key(),
             dir.api_token(),
+            dir.agent_token(),
             dir.config(),
         ] {
             let mode = fs::metadata(&p).expect("exists").permissions().mode() & 0o777;
@@ -296,6 +369,11 @@ mod tests {
         assert_eq!(fs::read(dir.node_key()).expect("read").len(), 32);
         assert_eq!(fs::read(dir.data_key()).expect("read").len(), 32);
         assert!(dir.load_api_token().expect("token").starts_with("sbx_"));
+        let agent = dir.load_agent_token().expect("agent token");
+        assert!(agent.starts_with("sbx_a_"), "{agent}");
+        assert_ne!(agent, dir.load_api_token().expect("token"));
+        assert!(!dir.ensure_agent_token().expect("ensure"), "kept");
+        assert_eq!(dir.load_agent_token().expect("agent token"), agent);
         assert_eq!(dir.load_config().expect("config"), Config::default());
         let before = fs::read(dir.data_key()).expect("read");
         let err = dir
@@ -307,6 +385,36 @@ mod tests {
             before,
             "keys untouched"
         );
+    }
+
+    /// A data dir made before `agent.token` existed gets one (0600) at the next start; a
+    /// rotation replaces it and leaves `api.token` alone.
+    #[test]
+    fn an_older_data_dir_gets_an_agent_token_and_it_rotates_alone() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = DataDir::new(tmp.path().join("node"));
+        dir.init(&Config::default()).expect("init");
+        fs::remove_file(dir.agent_token()).expect("as an older release left it");
+        assert!(dir.ensure_agent_token().expect("ensure"), "made");
+        let mode = fs::metadata(dir.agent_token())
+            .expect("exists")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        let (agent, operator) = (
+            dir.load_agent_token().expect("agent"),
+            dir.load_api_token().expect("operator"),
+        );
+        dir.rotate_agent_token().expect("rotate");
+        assert_ne!(dir.load_agent_token().expect("agent"), agent);
+        assert_eq!(dir.load_api_token().expect("operator"), operator);
+        let leftovers: Vec<_> = fs::read_dir(dir.root())
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
     #[test]

@@ -233,6 +233,10 @@ impl Node {
         let node_key = dir.load_node_key()?;
         let data_key = Arc::new(dir.load_data_key()?);
         let token = dir.load_api_token()?;
+        // A data dir made before the agent token existed gets one now (under the lock).
+        if dir.ensure_agent_token()? {
+            tracing::info!(path = %dir.agent_token().display(), "agent token made: HTTP agent clients send it (never api.token) to /mcp and /a2a");
+        }
         let store = Arc::new(Store::open(&dir.store())?);
         if !sources::verify_data_key(&store, &data_key)? {
             return Err(NodeError::DataKeyMismatch(dir.data_key()));
@@ -273,6 +277,7 @@ impl Node {
                 tenants: &config.tenants,
                 config_path: Some(dir.config()),
                 token_path: Some(dir.api_token()),
+                agent_token_path: Some(dir.agent_token()),
             },
         );
         shared.calls_max_request = config.calls.max_request_bytes;
@@ -530,7 +535,11 @@ impl Node {
         let router = api::router_with(self.state.clone(), mounts);
         // No browser reaches a Unix socket (no DNS rebinding, no cross-site page), so the socket
         // answers without the Host check; only this user can connect to it.
-        let on_socket = router.clone();
+        // Marked as the socket's, so the agent surfaces take the operator's token there (only
+        // this user reaches it) and only the agent token over TCP.
+        let on_socket = router
+            .clone()
+            .layer(axum::middleware::from_fn(api::mark_api_socket));
         let router = router.layer(axum::middleware::from_fn_with_state(hosts, api::host_guard));
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let stopped = move || {

@@ -118,7 +118,9 @@ fn base() -> OpenApi {
         .description(Some(
             "The operator's token in `<data_dir>/api.token` (every route, tenant \
              `tenants.operator`), or a tenant token from `skillbox token add` (only the \
-             `x-skillbox-tenant` agent surfaces, scoped to its owner).",
+             `x-skillbox-tenant` agent surfaces, scoped to its owner). The agent token \
+             (`<data_dir>/agent.token`) is refused on every route here (403): it reaches only \
+             `/mcp` and the A2A routes.",
         ))
         .build();
     OpenApiBuilder::new()

@@ -23,6 +23,11 @@ pub struct Principal {
     pub owner: Owner,
     /// The operator's token (every route) rather than a tenant token (agent surfaces only).
     pub operator: bool,
+    /// The agent token (`agent.token`): the operator's owner, but only on the agent surfaces
+    /// (`/mcp`, `/a2a`, the card, the catalog), and the only token they take over TCP. Every
+    /// other route refuses it, so one caught on a squatted port gives nothing the human does not
+    /// approve.
+    pub agent: bool,
 }
 
 /// `sha256:<hex>` of a token, as config keeps it.
@@ -35,6 +40,8 @@ pub fn token_digest(token: &str) -> String {
 pub struct Tokens {
     /// `None`: no operator token is accepted (`api.token` changed and does not load).
     operator: (Option<[u8; 32]>, Owner),
+    /// `None`: no agent token is accepted (`agent.token` missing or does not load).
+    agent: Option<[u8; 32]>,
     tenants: Vec<([u8; 32], Owner)>,
 }
 
@@ -48,8 +55,17 @@ impl Tokens {
                     workspace_id: None,
                 },
             ),
+            agent: None,
             tenants: Self::tenant_digests(tenants),
         }
+    }
+
+    /// Replace the agent token (`agent.token` made or rotated); `None` accepts none.
+    pub fn set_agent(&mut self, agent_token: Option<&str>) -> bool {
+        let next: Option<[u8; 32]> = agent_token.map(|t| Sha256::digest(t.as_bytes()).into());
+        let changed = next != self.agent;
+        self.agent = next;
+        changed
     }
 
     /// Replace the operator's token (`api.token` rotated); `None` accepts none. Whether the
@@ -100,6 +116,14 @@ impl Tokens {
             found = Some(Principal {
                 owner: self.operator.1.clone(),
                 operator: true,
+                agent: false,
+            });
+        }
+        if self.agent.as_ref().is_some_and(eq) && found.is_none() {
+            found = Some(Principal {
+                owner: self.operator.1.clone(),
+                operator: false,
+                agent: true,
             });
         }
         for (digest, owner) in &self.tenants {
@@ -107,6 +131,7 @@ impl Tokens {
                 found = Some(Principal {
                     owner: owner.clone(),
                     operator: false,
+                    agent: false,
                 });
             }
         }
@@ -193,5 +218,22 @@ mod tests {
         assert_eq!(acme.owner.workspace_id.as_deref(), Some("w"));
         assert!(tokens.principal("sbx_t_acm").is_none());
         assert!(tokens.principal("").is_none());
+    }
+
+    /// The agent token stands for the operator's owner but is neither the operator nor a
+    /// tenant; until one is set, none is accepted.
+    #[test]
+    fn the_agent_token_is_its_own_principal() {
+        let mut tokens = Tokens::new("sbx_operator_token", &TenantsConfig::default());
+        assert!(tokens.principal("sbx_a_agent_token_x").is_none());
+        assert!(tokens.set_agent(Some("sbx_a_agent_token_x")));
+        let agent = tokens.principal("sbx_a_agent_token_x").expect("agent");
+        assert!(agent.agent && !agent.operator, "{agent:?}");
+        assert_eq!(agent.owner.tenant_id, "local");
+        let op = tokens.principal("sbx_operator_token").expect("operator");
+        assert!(op.operator && !op.agent, "{op:?}");
+        assert!(!tokens.set_agent(Some("sbx_a_agent_token_x")), "unchanged");
+        tokens.set_agent(None);
+        assert!(tokens.principal("sbx_a_agent_token_x").is_none());
     }
 }

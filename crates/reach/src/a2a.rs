@@ -164,7 +164,7 @@ pub fn agent_card(cat: &Catalog, base: &str, node_id: &str) -> Value {
         "securitySchemes": {
             "bearer": { "httpAuthSecurityScheme": {
                 "scheme": "Bearer",
-                "description": "The node operator's API token (api.token in the node's data dir)."
+                "description": "The node's agent token (agent.token in the node's data dir); the operator's api.token is refused over TCP."
             } }
         },
         "securityRequirements": [{ "schemes": { "bearer": { "list": [] } } }],

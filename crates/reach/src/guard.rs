@@ -1,5 +1,6 @@
 //! What stands in front of `/mcp` and the A2A routes, before any protocol code runs: the Host
-//! and `Origin` check (DNS rebinding), the operator's bearer token, and a body size limit. Each
+//! and `Origin` check (DNS rebinding), the bearer token (the agent token; the operator's only
+//! over the node's socket), and a body size limit. Each
 //! refusal is an HTTP status with a JSON-RPC error body (both surfaces speak JSON-RPC), so a
 //! client sees a proper error and the handler never sees the request.
 
@@ -26,6 +27,11 @@ pub struct Guard {
     pub unauthorized_code: i64,
 }
 
+/// What the agent surfaces answer the operator's token with over TCP (403): an HTTP agent
+/// client set up by an older recipe fails loudly here instead of working on, sending the
+/// operator's token to a port another local user can hold whenever the node is down.
+pub const OPERATOR_TOKEN_OVER_TCP: &str = "this is the operator's token (api.token), which the agent surfaces refuse over TCP: any local user can hold this port while the node is down and catch it. Send the agent token (agent.token in the node's data dir) instead, rotate api.token (`skillbox token rotate`), or run `skillbox mcp` on stdio";
+
 /// Hostnames that are always this machine.
 pub const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
 
@@ -50,8 +56,14 @@ impl Guard {
         self.hosts.contains(&host)
     }
 
-    /// `None` when the request may pass; otherwise the refusal.
-    pub fn check(&self, state: &AppState, headers: &HeaderMap) -> Option<Response> {
+    /// `None` when the request may pass; otherwise the refusal. `over_socket`: the request came
+    /// over `api.sock` ([`skillbox_node::api::OverApiSocket`]), not TCP.
+    pub fn check(
+        &self,
+        state: &AppState,
+        headers: &HeaderMap,
+        over_socket: bool,
+    ) -> Option<Response> {
         if let Some(host) = headers.get(header::HOST) {
             let ok = host.to_str().is_ok_and(|h| self.host_allowed(h));
             if !ok {
@@ -69,20 +81,33 @@ impl Guard {
                 "Origin is not this server: only its own pages may call it",
             ));
         }
-        match skillbox_node::api::bearer_token(headers).and_then(|t| state.authorize(t)) {
-            Some(p) if p.operator => {}
+        let principal = skillbox_node::api::bearer_token(headers).and_then(|t| state.authorize(t));
+        match principal {
+            // The agent token: over TCP and over the socket alike.
+            Some(p) if p.agent => {}
+            // The operator's token only over `api.sock`, where only this user connects
+            // (`skillbox mcp`); over TCP the port may have been another user's while the node
+            // was down, so a client configured to send it there has already sent it to them.
+            Some(p) if p.operator && over_socket => {}
+            Some(p) if p.operator => {
+                return Some(rpc_error(
+                    StatusCode::FORBIDDEN,
+                    self.unauthorized_code,
+                    OPERATOR_TOKEN_OVER_TCP,
+                ));
+            }
             Some(_) => {
                 return Some(rpc_error(
                     StatusCode::FORBIDDEN,
                     self.unauthorized_code,
-                    "this token is a tenant's: the agent surfaces act as the node operator and need the operator's token (api.token)",
+                    "this token is a tenant's: the agent surfaces act for the node operator and take the agent token (agent.token)",
                 ));
             }
             None => {
                 let mut r = rpc_error(
                     StatusCode::UNAUTHORIZED,
                     self.unauthorized_code,
-                    "missing or wrong bearer token (send `Authorization: Bearer <api.token>`)",
+                    "missing or wrong bearer token (send `Authorization: Bearer <agent.token>`, the file in the node's data dir)",
                 );
                 r.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
@@ -165,7 +190,11 @@ pub async fn layer(
     req: Request,
     next: Next,
 ) -> Response {
-    if let Some(refusal) = guard.check(&state, req.headers()) {
+    let over_socket = req
+        .extensions()
+        .get::<skillbox_node::api::OverApiSocket>()
+        .is_some();
+    if let Some(refusal) = guard.check(&state, req.headers(), over_socket) {
         return refusal;
     }
     // A body without a length (chunked) is cut at the limit while it streams.

@@ -1036,7 +1036,7 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
 
 // ---- HTTP
 
-/// `/mcp` on the node's router: the guard (Host, `Origin`, operator token, size) in front of
+/// `/mcp` on the node's router: the guard (Host, `Origin`, agent token, size) in front of
 /// rmcp's Streamable HTTP service over the node's own state.
 pub fn router(state: AppState, guard: Guard, settings: McpSettings) -> Router<AppState> {
     use rmcp::transport::streamable_http_server::{

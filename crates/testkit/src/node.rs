@@ -459,6 +459,8 @@ pub struct TestNode {
     pub dir: tempfile::TempDir,
     pub base: String,
     pub token: String,
+    /// The agent token (`agent.token`): what `/mcp` and `/a2a` take over TCP.
+    pub agent_token: String,
     pub peer_id: String,
     pub p2p: String,
     pub sent: Arc<Mutex<Vec<String>>>,
@@ -566,6 +568,7 @@ impl TestNode {
         TestNode {
             base: serving.base.clone(),
             token: serving.token.clone(),
+            agent_token: serving.agent_token.clone(),
             dir,
             peer_id: started.peer_id.clone(),
             p2p: format!("{}/p2p/{}", started.listen_addrs[0], started.peer_id),

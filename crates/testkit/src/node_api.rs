@@ -12,6 +12,8 @@ pub struct TestNode {
     pub dir: tempfile::TempDir,
     pub base: String,
     pub token: String,
+    /// The agent token (`agent.token`): what `/mcp` and `/a2a` take over TCP.
+    pub agent_token: String,
     pub http: reqwest::Client,
     serving: Serving,
 }
@@ -20,6 +22,8 @@ pub struct TestNode {
 pub struct Serving {
     pub base: String,
     pub token: String,
+    /// The agent token (`agent.token`): what `/mcp` and `/a2a` take over TCP.
+    pub agent_token: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -53,6 +57,7 @@ impl Serving {
         Serving {
             base: format!("http://{addr}"),
             token: DataDir::new(dir).load_api_token().expect("token"),
+            agent_token: DataDir::new(dir).load_agent_token().expect("agent token"),
             stop: Some(tx),
             task: Some(task),
         }
@@ -141,6 +146,7 @@ impl TestNode {
         TestNode {
             base: serving.base.clone(),
             token: serving.token.clone(),
+            agent_token: serving.agent_token.clone(),
             dir,
             http: reqwest::Client::new(),
             serving,

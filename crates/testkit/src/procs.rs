@@ -249,7 +249,10 @@ pub struct NodeDir {
     pub peer_id: String,
     pub p2p: String,
     pub base: String,
+    /// The operator's token (`api.token`): what the CLI sends over the node's socket.
     pub token: String,
+    /// The agent token (`agent.token`): what HTTP agent clients send to `/mcp` and `/a2a`.
+    pub agent_token: String,
     pub proc: Option<Proc>,
 }
 
@@ -299,12 +302,17 @@ pub fn init_node(
         .expect("token")
         .trim()
         .to_owned();
+    let agent_token = fs::read_to_string(dir.join("agent.token"))
+        .expect("agent token")
+        .trim()
+        .to_owned();
     NodeDir {
         dir,
         peer_id: String::new(),
         p2p,
         base: format!("http://{api}"),
         token,
+        agent_token,
         proc: None,
     }
 }

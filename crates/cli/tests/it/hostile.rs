@@ -13,6 +13,9 @@
 //!   `api.addr` names never gets the operator token from the CLI or `skillbox mcp`; a proxy in
 //!   `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` sees none of the CLI's, the nodes' or the box's
 //!   loopback traffic while a whole call runs.
+//! - Another local user holding the API port while the node is down (audit 32 A32-1): the
+//!   README's HTTP agent recipes (headersHelper, A2A curl) send them only the agent token, which
+//!   the node refuses on every operator route.
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -848,4 +851,222 @@ fn json_for_a_terminal(what: &str, o: &Output) -> Value {
         "{what}: the peer's text is there, escaped: {shown}"
     );
     serde_json::from_str(&shown).expect("still JSON")
+}
+
+/// The README's code block opening with `opening` (its first line starts so), as written.
+fn readme_block(opening: &str) -> String {
+    let readme = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let text = std::fs::read_to_string(readme).expect("read README.md");
+    let (mut out, mut fenced, mut taking) = (Vec::new(), false, false);
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            if taking {
+                return out.join("\n");
+            }
+            fenced = !fenced;
+            continue;
+        }
+        if fenced && (taking || line.starts_with(opening)) {
+            taking = true;
+            out.push(line);
+        }
+    }
+    panic!("no code block in README.md opens with {opening:?}")
+}
+
+/// What one connection to a squatted port sent, up to its head and declared body (each answered
+/// 502, as a squatter that only wants the headers would). Stops after `connections`, or at
+/// `deadline`, and lets the port go.
+fn squat(
+    listener: std::net::TcpListener,
+    connections: usize,
+    deadline: Duration,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    use std::io::{Read, Write};
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::spawn(move || {
+        let end = Instant::now() + deadline;
+        let mut seen = Vec::new();
+        let mut taken = 0;
+        while taken < connections && Instant::now() < end {
+            let mut stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+            };
+            taken += 1;
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut chunk = [0u8; 4096];
+            let mut buf = Vec::new();
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 1 << 16 {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            seen.extend_from_slice(&buf);
+            let _ = stream.write_all(
+                b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+        seen
+    })
+}
+
+/// Audit 32 A32-1: the README's HTTP agent recipes sent the **operator** token to the fixed
+/// loopback port, which any local user may bind while the node is down. The attack as run: no
+/// node, another user's listener on the API port, the README's Claude Code `headersHelper` and
+/// its A2A curl command run as written (only the port changed) with this data dir as
+/// `~/.local/share/skillbox`. What they send is the agent token, never `api.token`; and once the
+/// node runs, the caught token is refused (403) on every operator route the audit used (policy,
+/// a source's `shareable`, approvals, the ledger) while `/mcp` takes it. The operator's own token
+/// sent to `/mcp` over TCP is refused in fixed words naming `agent.token`.
+#[test]
+fn an_http_agent_client_never_sends_the_operator_token_to_a_squatted_port() {
+    let home = tempfile::tempdir().expect("home");
+    let share = home.path().join(".local/share");
+    std::fs::create_dir_all(&share).expect("share dir");
+    let mut node = procs::init_node(&share, "skillbox", "http://127.0.0.1:9", None, |t| t);
+    let addr = node.base.trim_start_matches("http://").to_owned();
+    let port = addr.rsplit(':').next().expect("port").to_owned();
+    let at_port = |recipe: &str| {
+        assert!(recipe.contains("127.0.0.1:7420"), "{recipe}");
+        recipe.replace("127.0.0.1:7420", &format!("127.0.0.1:{port}"))
+    };
+
+    // The recipes, as the README gives them.
+    let setup = readme_block("cat > ~/.local/share/skillbox/mcp-headers <<'EOF'");
+    let helper: Vec<&str> = setup.lines().skip(1).take_while(|l| *l != "EOF").collect();
+    let helper_path = node.dir.join("mcp-headers");
+    std::fs::write(&helper_path, helper.join("\n") + "\n").expect("write helper");
+    let added = setup
+        .lines()
+        .find(|l| l.starts_with("claude mcp add-json"))
+        .expect("the claude mcp add-json line");
+    assert!(added.contains("headersHelper"), "{added}");
+    let mcp_url = at_port("http://127.0.0.1:7420/mcp");
+    assert!(added.contains("http://127.0.0.1:7420/mcp"), "{added}");
+    let a2a_curl = at_port(&readme_block("curl -s http://127.0.0.1:7420/a2a"));
+
+    // No node runs; another local user holds its port.
+    let listener = std::net::TcpListener::bind(&addr).expect("take the API port");
+    let squatter = squat(listener, 2, Duration::from_secs(30));
+    // Claude Code connecting: it runs the helper and sends the headers it prints.
+    let printed = Command::new("sh")
+        .arg(&helper_path)
+        .env("HOME", home.path())
+        .output()
+        .expect("run the headersHelper");
+    assert!(printed.status.success(), "{}", text(&printed));
+    let headers: serde_json::Map<String, Value> =
+        serde_json::from_slice(&printed.stdout).expect("the helper prints a JSON object");
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"claude-code","version":"1"}}})
+    .to_string();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in &headers {
+        head.push_str(&format!("{k}: {}\r\n", v.as_str().expect("a header value")));
+    }
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect as the client");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(format!("{head}\r\n{body}").as_bytes())
+            .expect("send");
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+    }
+    // The A2A recipe, run by bash as a user pastes it.
+    let curl = Command::new("bash")
+        .arg("-c")
+        .arg(&a2a_curl)
+        .env("HOME", home.path())
+        .output()
+        .expect("run the A2A curl recipe");
+    let caught = squatter.join().expect("squatter");
+    let caught_text = String::from_utf8_lossy(&caught).into_owned();
+    assert!(
+        caught_text.contains("POST /a2a"),
+        "the A2A recipe did not reach the port: {}\n{caught_text}",
+        text(&curl)
+    );
+    assert!(
+        !contains(&caught, &node.token),
+        "a README recipe sent the operator token (api.token) to a port another user held:\n{caught_text}"
+    );
+    let bearer = format!("Authorization: Bearer {}", node.agent_token);
+    assert_eq!(
+        caught_text.matches(&bearer).count(),
+        2,
+        "both recipes send the agent token:\n{caught_text}"
+    );
+
+    // The squatter lets the port go; the node starts. What the captured token gets over TCP:
+    node.start(&[]);
+    let operator = node.api();
+    operator.put_private_source("diary", "text", "Dear diary, nobody else reads this.");
+    let thief = procs::Api {
+        base: node.base.clone(),
+        token: node.agent_token.clone(),
+    };
+    let policy = br#"{"default":"allow","rules":[]}"#.to_vec();
+    let shareable = br#"{"shareable":true}"#.to_vec();
+    for (method, path, body) in [
+        ("PUT", "/policy", Some(("application/json", policy))),
+        (
+            "PATCH",
+            "/sources/diary",
+            Some(("application/json", shareable)),
+        ),
+        (
+            "POST",
+            "/approvals/c-1",
+            Some(("application/json", b"{}".to_vec())),
+        ),
+        ("GET", "/ledger", None),
+        ("GET", "/sources", None),
+        ("POST", "/dashboard/codes", None),
+    ] {
+        let a = thief.req(method, path, body);
+        assert_eq!(
+            a.status, 403,
+            "{method} {path} with the agent token: {}",
+            a.body
+        );
+        assert_eq!(
+            a.body["message"],
+            skillbox_node::api::AGENT_TOKEN_REFUSED,
+            "{method} {path}"
+        );
+    }
+    let diary = operator.get("/sources/diary").body;
+    assert_eq!(diary["shareable"], false, "{diary}");
+    // ... and the agent surface it is for.
+    let initialize = |token: &str| {
+        skillbox_testkit::reach::post_json(
+            &mcp_url,
+            &[("authorization", &format!("Bearer {token}"))],
+            body.clone().into_bytes(),
+        )
+    };
+    let (status, answer, _) = initialize(&node.agent_token);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
+    // The operator's token on /mcp over TCP (an agent client set up by the old recipe): 403.
+    let (status, answer, _) = initialize(&node.token);
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        skillbox_reach::guard::OPERATOR_TOKEN_OVER_TCP,
+        "{answer}"
+    );
+    assert!(answer.to_string().contains("agent.token"), "{answer}");
+    node.kill();
 }

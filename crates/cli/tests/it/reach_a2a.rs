@@ -19,7 +19,7 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
         "a2a_client.py",
         reach::python("a2a_client.py").args([
             &w.caller.base,
-            &w.caller.token,
+            &w.caller.agent_token,
             &skill_id,
             &reach::request("Summarize: the river runs."),
         ]),
@@ -118,7 +118,7 @@ fn a2a_bad_input_gets_a2a_errors() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let w = reach::world(false, |t| t);
     let url = format!("{}/a2a", w.caller.base);
-    let auth = format!("Bearer {}", w.caller.token);
+    let auth = format!("Bearer {}", w.caller.agent_token);
     let ok = [("authorization", auth.as_str()), ("a2a-version", "1.0")];
     let msg = |text: &str, skill: &str| {
         json!({ "message": { "messageId": "m1", "role": "ROLE_USER", "parts": [{ "text": text }],
@@ -133,6 +133,19 @@ fn a2a_bad_input_gets_a2a_errors() {
     );
     assert_eq!(status, 401, "{body}");
     assert!(body["error"]["code"].is_i64(), "{body}");
+    // The operator's token over TCP (audit 32 A32-1): 403 naming agent.token.
+    let operator = format!("Bearer {}", w.caller.token);
+    let (status, body, _) = rpc(
+        &url,
+        &[("authorization", operator.as_str()), ok[1]],
+        call("GetTask", json!({ "id": "x" })),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        skillbox_reach::guard::OPERATOR_TOKEN_OVER_TCP,
+        "{body}"
+    );
     // A foreign Origin.
     let (status, _, _) = rpc(
         &url,

@@ -43,7 +43,7 @@ fn mcp_python(
     let mut cmd = reach::python("mcp_client.py");
     match transport {
         "http" => {
-            cmd.args(["http", &w.mcp_url(), &w.caller.token]);
+            cmd.args(["http", &w.mcp_url(), &w.caller.agent_token]);
         }
         _ => {
             // `skillbox mcp` at the nodes' log level, its stderr where `World::logs` reads.
@@ -249,7 +249,7 @@ fn fastmcp_cli_lists_skills_and_stubs_and_calls_a_tool() {
     let url = w.mcp_url();
     // fastmcp at the node's MCP URL as the caller (its token), JSON out.
     let over_http = |what: &str, args: &[&str]| {
-        let auth = ["--auth", w.caller.token.as_str(), "--json"];
+        let auth = ["--auth", w.caller.agent_token.as_str(), "--json"];
         reach::run_json(what, Command::new(&c.fastmcp).args(args).args(auth))
     };
     let list_args = ["list", &url, "--resources", "--skills"];
@@ -399,7 +399,7 @@ fn consent_parks_the_call_and_the_human_decides() {
     }
     // A forged retry naming the parked call (any tool name) does not answer for the human.
     let url = w.mcp_url();
-    let auth = format!("Bearer {}", w.caller.token);
+    let auth = format!("Bearer {}", w.caller.agent_token);
     for tool in ["call_status", "list_sources", "apply_skill"] {
         let (_, body, _) = reach::post_json(
             &url,
@@ -830,7 +830,7 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
     let _g = serial();
     let w = reach::world(false, |t| t);
     let url = w.mcp_url();
-    let auth = format!("Bearer {}", w.caller.token);
+    let auth = format!("Bearer {}", w.caller.agent_token);
     // One request as a 2026-07-28 client sends it: the token and the protocol headers, and
     // `extra` besides.
     let send = |method: &str, extra: &[(&str, &str)], body: Vec<u8>| {
@@ -856,6 +856,21 @@ fn bad_input_gets_proper_mcp_errors_and_the_server_stays_up() {
         assert_eq!(body["error"]["code"], -32001, "{body}");
         seen.push_str(&body.to_string());
     }
+    // The operator's token over TCP (audit 32 A32-1): 403 in fixed words naming agent.token,
+    // never served (a client set up by an older recipe fails loudly).
+    let operator = format!("Bearer {}", w.caller.token);
+    let (status, body, _) = reach::post_json(
+        &url,
+        &[("authorization", operator.as_str())],
+        modern("server/discover", json!({})),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        skillbox_reach::guard::OPERATOR_TOKEN_OVER_TCP,
+        "{body}"
+    );
     // A foreign Origin (403), a foreign Host (421): DNS rebinding, refused even with the token
     // by the node's guard in front of every route, in JSON-RPC on this path.
     let foreign = [("origin", "http://evil.example")];
@@ -1055,7 +1070,7 @@ fn conformance_suite_applicable_server_scenarios_pass() {
     let w = reach::world(false, |t| t);
     let c = procs::reach_clients();
     let target = w.caller.base.trim_start_matches("http://").to_owned();
-    let proxy = procs::token_proxy(&target, &w.caller.token);
+    let proxy = procs::token_proxy(&target, &w.caller.agent_token);
     let url = format!(
         "http://localhost:{}/mcp",
         proxy.rsplit(':').next().unwrap_or("")

@@ -113,12 +113,31 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
+/// What every route but the agent surfaces answers the agent token with (403).
+pub const AGENT_TOKEN_REFUSED: &str = "this is the agent token (agent.token): it reaches only the agent surfaces (/mcp, /a2a, the agent card, the catalog); this route takes the operator's token (api.token), which the CLI sends over the node's socket";
+
+/// Set on every request that came over `<data_dir>/api.sock` (only this user can connect),
+/// never on one over TCP: what lets the agent surfaces take the operator's token from
+/// `skillbox mcp` while refusing it over a port anyone may hold while the node is down. A
+/// client cannot set it; a request without it is treated as TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverApiSocket;
+
+/// Mark a request as the socket's ([`OverApiSocket`]); layered on the socket's router only.
+pub async fn mark_api_socket(mut req: Request, next: Next) -> Response {
+    req.extensions_mut().insert(OverApiSocket);
+    next.run(req).await
+}
+
+/// Every route behind a token: the agent token is refused here, whatever the route, so a
+/// leaked one gives only the agent surfaces (which guard themselves, and ask the human).
 pub(super) async fn require_token(
     State(s): State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
     match bearer_token(req.headers()).and_then(|t| s.principal(t)) {
+        Some(p) if p.agent => ApiError::forbidden(AGENT_TOKEN_REFUSED).into_response(),
         Some(p) => {
             req.extensions_mut().insert(p);
             next.run(req).await
@@ -132,6 +151,7 @@ pub(super) async fn require_token(
 pub(super) async fn require_operator(req: Request, next: Next) -> Response {
     match req.extensions().get::<Principal>() {
         Some(p) if p.operator => next.run(req).await,
+        Some(p) if p.agent => ApiError::forbidden(AGENT_TOKEN_REFUSED).into_response(),
         Some(p) => ApiError::forbidden(format!(
             "this token belongs to tenant {:?} and reaches only the OpenWOP agent surfaces (/v1/agents…, /v1/host/skillbox/…); {} is the node operator's",
             p.owner.tenant_id,

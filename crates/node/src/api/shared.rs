@@ -43,6 +43,11 @@ pub struct Shared {
     token_path: Option<PathBuf>,
     /// The identity of `api.token` when last read (`None`: not read yet).
     token_seen: Mutex<Option<Option<TokenStamp>>>,
+    /// `agent.token`, followed like `api.token` (`skillbox token rotate --agent`); `None`: no
+    /// agent token is accepted.
+    agent_token_path: Option<PathBuf>,
+    /// The identity of `agent.token` when last read (`None`: not read yet).
+    agent_seen: Mutex<Option<Option<TokenStamp>>>,
     /// Bumped each time the operator's token changes: what a dashboard session is bound to.
     operator_epoch: std::sync::atomic::AtomicU64,
     /// The dashboard's single-use sign-in codes (`POST /dashboard/codes`), which its sign-in
@@ -59,6 +64,9 @@ pub struct Access<'a> {
     /// Where the operator's token lives, to follow `skillbox token rotate` while the node runs
     /// (`None`: the token given is the operator's for good).
     pub token_path: Option<PathBuf>,
+    /// Where the agent token lives (`agent.token`), read on the first request and whenever it
+    /// changes (`None`: no agent token is accepted).
+    pub agent_token_path: Option<PathBuf>,
 }
 
 impl Shared {
@@ -90,6 +98,8 @@ impl Shared {
             config_stamp: Mutex::new(stamp),
             token_path: access.token_path,
             token_seen: Mutex::new(None),
+            agent_token_path: access.agent_token_path,
+            agent_seen: Mutex::new(None),
             operator_epoch: std::sync::atomic::AtomicU64::new(0),
             signin_codes: super::SigninCodes::default(),
         }
@@ -138,6 +148,32 @@ impl Shared {
         }
     }
 
+    /// Re-read `agent.token` if it is not the file last read. One that is gone or does not
+    /// load leaves no agent token (fail closed, as for `api.token`).
+    fn follow_agent_file(&self) {
+        let Some(path) = self.agent_token_path.as_deref() else {
+            return;
+        };
+        let mut seen = self.agent_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = token_stamp(path);
+        if *seen == Some(now) {
+            return;
+        }
+        *seen = Some(now);
+        let loaded = crate::datadir::read_api_token(path);
+        let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+        let changed = match &loaded {
+            Ok(token) => tokens.set_agent(Some(token)),
+            Err(e) => {
+                tracing::warn!(error = %e, "agent.token does not load: no agent token is accepted until it does");
+                tokens.set_agent(None)
+            }
+        };
+        if changed && loaded.is_ok() {
+            tracing::info!("agent.token read: the agent surfaces take this one over TCP");
+        }
+    }
+
     /// Who a presented bearer token stands for (`None`: nobody). Surfaces that authenticate on
     /// their own (a dashboard's cookie) call this with the token they hold.
     pub fn authorize(&self, presented: &str) -> Option<Principal> {
@@ -150,6 +186,7 @@ impl Shared {
     /// until the node restarted or someone presented an unknown token.
     pub(super) fn principal(&self, presented: &str) -> Option<Principal> {
         self.follow_token_file();
+        self.follow_agent_file();
         self.follow_config();
         self.tokens
             .read()
