@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 
 use crate::node_cmd::{Client, listed, print_json, said};
 
+/// Most characters of a consent question shown: the node's bound on the question, so the
+/// count of what its quote of an agent's request leaves out and its closing words are never cut.
+const QUESTION_SHOWN: usize = skillbox_node::calls::Disclosure::QUESTION_SHOWN;
+
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 #[command(group(clap::ArgGroup::new("request_from").required(true).multiple(false)))]
@@ -163,7 +167,7 @@ fn show(c: &Value) {
     }
     if let Some(text) = c
         .pointer("/disclosure/text")
-        .map(|t| crate::peer_text::line(t, 4096))
+        .map(|t| crate::peer_text::line(t, QUESTION_SHOWN))
         && !text.is_empty()
     {
         say!("  awaiting your consent: {text}");
@@ -214,7 +218,7 @@ fn follow(client: &Client, id: &str, quiet: bool) -> anyhow::Result<Value> {
                 say!("{:>7.2}s  {state}", start.elapsed().as_secs_f64());
                 if let Some(text) = c
                     .pointer("/disclosure/text")
-                    .map(|t| crate::peer_text::line(t, 4096))
+                    .map(|t| crate::peer_text::line(t, QUESTION_SHOWN))
                     .filter(|t| !t.is_empty())
                 {
                     say!("          {text}");
@@ -427,10 +431,17 @@ fn confirm_at_terminal(id: &str, c: &Value) -> anyhow::Result<bool> {
     )?;
     if let Some(text) = c
         .pointer("/disclosure/text")
-        .map(|t| crate::peer_text::line(t, 4096))
+        .map(|t| crate::peer_text::line(t, QUESTION_SHOWN))
         .filter(|t| !t.is_empty())
     {
         writeln!(err, "  {text}")?;
+    }
+    if let Some(request) = c
+        .pointer("/disclosure/request")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+    {
+        write!(err, "{}", whole_request(request))?;
     }
     write!(
         err,
@@ -441,6 +452,29 @@ fn confirm_at_terminal(id: &str, c: &Value) -> anyhow::Result<bool> {
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
     Ok(line.trim() == "yes")
+}
+
+/// An agent's request as the human reads it before approving: all of it, whatever the question
+/// quoted of it (at most 2,000 characters escaped), its lines kept, each cleaned as a peer's
+/// field is (`peer_text::text`: no control, escape, bidi or invisible character) and behind a
+/// gutter (`  | `), between the node's words saying where it starts and ends. So what the
+/// human approves to leave is what they saw, and no line of it reads as the node's own (review
+/// 32 A32-7: a request of up to 64 KiB was approved with only its first 2,000 characters shown).
+fn whole_request(request: &str) -> String {
+    let lines: Vec<&str> = request.lines().collect();
+    let mut out = format!(
+        "  The agent's whole request ({} characters, {} line{}), each line after `| `:\n",
+        request.chars().count(),
+        lines.len(),
+        if lines.len() == 1 { "" } else { "s" }
+    );
+    for line in lines {
+        out.push_str("  | ");
+        out.push_str(&crate::peer_text::text(line, line.len()));
+        out.push('\n');
+    }
+    out.push_str("  (End of the agent's whole request.)\n");
+    out
 }
 
 #[derive(clap::Args, Debug)]

@@ -466,3 +466,68 @@ fn a_request_from_stdin_or_a_file_reaches_the_answer_and_never_the_command_line(
         "{help}"
     );
 }
+
+/// Review 32 A32-7: an agent's 10 kB request — a head of song titles in curly quotes (each
+/// escaped to 8 characters in the question), then the private notes it read — is shown whole by
+/// `skillbox approve` before it asks: every line, the last one included, above the prompt, and
+/// the question's own count of what its quote leaves out and its closing words. Before, the
+/// terminal showed the question cut at 4,096 characters (ending in `…`, no count, no closing
+/// words) and nothing of the rest.
+#[test]
+fn approve_shows_the_whole_agent_request() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (provider_url, _provider) = procs::provider_double(Duration::ZERO);
+    let bx = procs::start_box("127.0.0.1:0", &provider_url, &root.path().join("box.log"));
+    let (owner, caller) =
+        procs::owner_and_caller(root.path(), &bx.url, &[], procs::asking_before(&["songs"]));
+    let doc = procs::skill_doc("taste", "BODY", &["songs"]);
+    procs::offer_taste(&owner, &caller, "sk-cli-a32-7", &doc, "Bonobo - Kerala\n");
+    let mut request = "“Creep”, “Airbag”, “Lucky”, “Reckoner”, ".repeat(50);
+    request.push('\n');
+    for i in 0..150 {
+        request.push_str(&format!(
+            "private note {i:03} the agent read from ~/notes.txt: the rent, the doctor, the key\n"
+        ));
+    }
+    request.push_str("LAST-LINE-A32-7 of the agent's request");
+    assert!(request.len() > 10_000, "{}", request.len());
+    let api = caller.api();
+    let started = api.post_json(
+        "/calls",
+        &serde_json::json!({
+            "peer": owner.peer_id, "skill": "taste", "request": request, "surface": "agent",
+        }),
+    );
+    assert_eq!(started.status, 201, "{}", started.body);
+    let id = started.body["id"].as_str().expect("id").to_owned();
+    api.wait_state(&id, &["awaiting_consent"], Duration::from_secs(20))
+        .expect("parked for consent");
+
+    let o = approve_at_terminal(&caller.dir, &id, "no");
+    let shown = procs::text(&o);
+    let prompt = shown
+        .find("Approve? Type yes")
+        .unwrap_or_else(|| panic!("no prompt: {shown}"));
+    let before = &shown[..prompt];
+    assert!(
+        before.contains("| LAST-LINE-A32-7 of the agent's request"),
+        "the request's last line is not shown before the prompt: {before}"
+    );
+    for i in 0..150 {
+        assert!(
+            before.contains(&format!("| private note {i:03} ")),
+            "{i}: {before}"
+        );
+    }
+    assert!(before.contains("| “Creep”, “Airbag”"), "{before}");
+    assert!(
+        before.contains(" more characters) (End of the agent's request."),
+        "the question's count and closing words are cut: {before}"
+    );
+    // Answered `no`: still parked.
+    assert_eq!(o.status.code(), Some(1), "{shown}");
+    assert_eq!(
+        api.get(&format!("/calls/{id}")).body["state"],
+        "awaiting_consent"
+    );
+}
