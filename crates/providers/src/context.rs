@@ -19,12 +19,16 @@
 //! - Ollama: `POST /api/show` — the Modelfile's `num_ctx` (what the OpenAI-compatible `/v1` the
 //!   adapter talks runs with: `/v1` takes no context option) and the model's trained
 //!   `*.context_length` — and `GET /api/ps`, the loaded model's `context_length` (newer servers:
-//!   without a `num_ctx` the server's default applies, which only a loaded model shows), the
-//!   smallest; without a `num_ctx` and with the model not loaded (before a first call, or
-//!   after its keep-alive unloads it) the trained context is only an upper bound of the one the
-//!   server will load it with: believed only [`ProbeTimes::retry`], so the loaded model's
-//!   context is read soon after a call loads it, and never taken for the context `/api/ps`
-//!   told before, which stands against it for [`ProbeTimes::stale`] (review 31 R31-8);
+//!   without a `num_ctx` the context is the one the server picks when it loads the model,
+//!   which only a loaded model shows), the smallest. Without a `num_ctx` the probe first loads
+//!   the model as the chat would (`POST /api/generate` with the model's name only: no prompt,
+//!   no options, no keep-alive), so `/api/ps` shows the context the chat is about to run with,
+//!   whether the model was unloaded (its keep-alive passed, the box just started) or loaded
+//!   with other options (review 32 R32-10). When even then no context shows (the load failed,
+//!   a server before 0.9.7, `OLLAMA_KEEP_ALIVE=0`), the trained context is only an upper bound:
+//!   believed [`ProbeTimes::retry`], never taken for the context `/api/ps` told before, which
+//!   stands against it for [`ProbeTimes::stale`] (review 31 R31-8), and alone it fails every
+//!   judged call with [`REMOTE_CONTEXT_UNSHOWN`];
 //! - a self-hosted OpenAI-compatible server: vLLM's `GET {base}/models` `max_model_len` of the
 //!   model, llama.cpp's `GET /props` `default_generation_settings.n_ctx` (one slot's), the
 //!   smaller of those that answer; a vLLM run with `--api-key` guards `/v1` only, so when
@@ -34,7 +38,8 @@
 //!   the providers' default declaration.
 //!
 //! A probe carries nothing secret (no key, no prompt; Ollama's and vLLM's name the model's id,
-//! which the chat request names anyway, and vLLM's `/tokenize` a fixed one-letter text), goes
+//! which the chat request names anyway, and vLLM's `/tokenize` a fixed one-letter text; the
+//! only work it asks of a server is Ollama's load, which the chat would do), goes
 //! only to the adapter's base URL's host (the same locked client), is read with a size limit,
 //! and a hostile answer (huge, wrong types, negative or zero numbers) says nothing.
 //!
@@ -43,9 +48,13 @@
 //!   only an upper bound, for [`ProbeTimes::stale`] (24 h) after it was read (stale-if-error):
 //!   a caller who waits for a failed probe, or for an Ollama model to unload, does not get the
 //!   bare declaration;
-//! - never told (or longer ago than that): a server that refuses the keyless probe (HTTP
-//!   401/403) fails every judged call `unavailable` with [`REMOTE_CONTEXT_REFUSED`] (the box
-//!   never sends the key there; the owner opens the read or serves without a key; a hosted
+//! - never told (or longer ago than that): Ollama's trained context alone (an upper bound)
+//!   fails every judged call `unavailable` with [`REMOTE_CONTEXT_UNSHOWN`] (review 32 R32-10:
+//!   held against it, a caller calling only after each keep-alive unload met the bound a day
+//!   after the last context told, and from the box's start); a server that refuses the
+//!   keyless probe (HTTP 401/403) fails every judged call `unavailable` with
+//!   [`REMOTE_CONTEXT_REFUSED`] (the box never sends the key there; the owner opens the read
+//!   or serves without a key; a hosted
 //!   OpenAI-compatible API behind a key — Groq, Together, DeepSeek — is never checked, so it
 //!   serves no judged call: review 31 R31-12), and a failed read of OpenRouter's (public, and
 //!   up whenever its chat is) fails it with [`REMOTE_CONTEXT_UNREAD`]; a list that does not
@@ -111,6 +120,18 @@ pub(crate) const REMOTE_CONTEXT_UNREAD: &str = "remote model: the provider's lis
      model's endpoints could not be read, so the declared model context (the owner's \
      model_context_tokens) cannot be checked; try again later";
 
+/// The words for an Ollama model without a Modelfile `num_ctx` whose loaded context `/api/ps`
+/// does not show even after the probe loaded it, and that told none within the stale time:
+/// fixed, the owner's to fix (review 32 R32-10). The trained context is only an upper bound of
+/// the one the server runs the model with, which the server decides at load, so no declaration
+/// can be shown to fit it.
+pub(crate) const REMOTE_CONTEXT_UNSHOWN: &str = "remote model: Ollama does not show the \
+     context it runs the model with (no num_ctx in the model's Modelfile, and /api/ps lists no \
+     context for it after the box loaded it), so the declared model context cannot be checked \
+     and every judged call fails unavailable: set num_ctx in the model's Modelfile (ollama \
+     create), or run Ollama 0.9.7 or later with a keep-alive above 0; a model that failed to \
+     load is tried again within a minute";
+
 /// The most bytes a probe's answer may take (OpenRouter's whole model list is some hundreds of
 /// KiB; a server sending more is broken or hostile).
 pub const PROBE_MAX_BYTES: usize = 8 << 20;
@@ -149,8 +170,9 @@ enum Finding {
     /// The model's context as the server tells it, believed for the given time.
     Context(u64, Duration),
     /// A number the model's context is at most, not the context itself: Ollama's trained
-    /// context when no Modelfile `num_ctx` sets it and no loaded model shows the server's
-    /// default (review 31 R31-8). It bounds a declaration but never replaces a context told.
+    /// context when no Modelfile `num_ctx` sets it and no loaded model shows the one the server
+    /// runs it with (review 31 R31-8). It bounds a context told but never replaces one, and
+    /// alone it shows no declaration fits (review 32 R32-10).
     UpperBound(u64),
     /// The server answered and does not say (no such route, the model not listed, no usable
     /// number).
@@ -192,9 +214,11 @@ impl Known {
             (Finding::Context(n, _), _) => Verdict::Holds(n),
             // An upper bound is below what a told context says only when the server's model
             // changed (a smaller one pulled under the name): the smaller of the two holds.
-            (Finding::UpperBound(bound), told) => {
-                Verdict::Holds(told.map_or(bound, |n| n.min(bound)))
-            }
+            (Finding::UpperBound(bound), Some(n)) => Verdict::Holds(n.min(bound)),
+            // The trained context alone says nothing of the one the model runs with (a
+            // server's default may be 2,048 under a trained 131,072): held against it, a
+            // declaration above the real context passed (review 32 R32-10).
+            (Finding::UpperBound(_), None) => Verdict::Closed(REMOTE_CONTEXT_UNSHOWN),
             (_, Some(n)) => Verdict::Holds(n),
             (Finding::Refused, None) => Verdict::Closed(REMOTE_CONTEXT_REFUSED),
             (Finding::Failed, None) if source == ContextSource::OpenRouter => {
@@ -284,6 +308,15 @@ impl ContextProbe {
             // Once per refusal, not per call: the owner's to fix, and judged calls fail
             // `unavailable` meanwhile unless a context was told within the stale time.
             tracing::warn!("{REMOTE_CONTEXT_REFUSED}");
+        } else if matches!(finding, Finding::UpperBound(_))
+            && before.is_none_or(|k| !matches!(k.finding, Finding::UpperBound(_)))
+            && before
+                .and_then(|k| k.told)
+                .is_none_or(|(_, at)| now.saturating_duration_since(at) >= self.times.stale)
+        {
+            // Once per spell, as for a refusal: judged calls fail `unavailable` until the
+            // model shows its context.
+            tracing::warn!("{REMOTE_CONTEXT_UNSHOWN}");
         } else if finding == Finding::Failed {
             // Its kind only was read; no server text travels in these findings.
             tracing::debug!("model context probe failed");
@@ -373,7 +406,7 @@ async fn probe(
                     continue;
                 };
                 found = finding(
-                    get_json(endpoint, endpoint.get(&path)).await,
+                    get_json(endpoint, endpoint.get(&path), PROBE_TIMEOUT).await,
                     openrouter_endpoints_context,
                     fresh,
                 );
@@ -387,21 +420,41 @@ async fn probe(
             let show = endpoint
                 .post_at_root("api/show")
                 .map(|r| r.json(&json!({"model": model, "name": model})));
-            let show = get_json(endpoint, show).await;
-            // Without a Modelfile `num_ctx` the server's default applies: only the trained
-            // context (an upper bound) and a loaded model's context tell anything, so the
-            // answer is read again soon.
+            let show = get_json(endpoint, show, PROBE_TIMEOUT).await;
+            // Without a Modelfile `num_ctx` the context the chat runs with is decided when the
+            // model loads (`OLLAMA_CONTEXT_LENGTH`, else the server's default: 2,048 or 4,096,
+            // or on newer servers a tier of the GPU's memory, lowered when the load runs out
+            // of it), and only `/api/ps` of the loaded model shows it. So the probe loads the
+            // model as the chat about to follow would — no prompt, no options, no keep-alive:
+            // the runner the chat will use, an already loaded one's keep-alive untouched — and
+            // reads `/api/ps` after it (review 32 R32-10: else a caller calling only after the
+            // keep-alive unloaded the model met the trained context alone, once no context
+            // had been told for a day, or from the box's start).
             let has_num_ctx = matches!(&show, Ok(Some(s)) if ollama_num_ctx(s).is_some());
+            if !has_num_ctx && matches!(&show, Ok(Some(_))) {
+                let load = endpoint
+                    .post_at_root("api/generate")
+                    .map(|r| r.json(&json!({"model": model, "stream": false})));
+                // A load takes as long as the chat's would (the chat's time limit); a failed
+                // one shows in `/api/ps`, which then lists no context.
+                if get_json(endpoint, load, endpoint.options.timeout)
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("model load for the context probe failed");
+                }
+            }
             let show = finding(show, ollama_context, fresh);
             let ps = finding(
-                get_json(endpoint, endpoint.get_at_root("api/ps")).await,
+                get_json(endpoint, endpoint.get_at_root("api/ps"), PROBE_TIMEOUT).await,
                 |ps| ollama_loaded_context(ps, model),
                 fresh,
             );
             match combine(&[show, ps]) {
-                // The trained context only: the model (unloaded, e.g. after its keep-alive)
-                // will load with the server's default, which may be far less. An upper bound,
-                // never taken for the context `/api/ps` told before (review 31 R31-8).
+                // The trained context only (the load failed, the server is older than 0.9.7
+                // and lists no context, or unloads at once: `OLLAMA_KEEP_ALIVE=0`): an upper
+                // bound of the context the model runs with, never taken for one (review 31
+                // R31-8, review 32 R32-10).
                 Finding::Context(n, _) if !has_num_ctx && !matches!(ps, Finding::Context(..)) => {
                     Finding::UpperBound(n)
                 }
@@ -410,12 +463,12 @@ async fn probe(
         }
         ContextSource::SelfHosted => {
             let vllm = finding(
-                get_json(endpoint, endpoint.get("models")).await,
+                get_json(endpoint, endpoint.get("models"), PROBE_TIMEOUT).await,
                 |m| vllm_context(m, model),
                 fresh,
             );
             let llama = finding(
-                get_json(endpoint, endpoint.get_at_root("props")).await,
+                get_json(endpoint, endpoint.get_at_root("props"), PROBE_TIMEOUT).await,
                 llama_server_context,
                 fresh,
             );
@@ -425,7 +478,7 @@ async fn probe(
                     .post_at_root("tokenize")
                     .map(|r| r.json(&json!({"model": model, "prompt": "a"})));
                 finding(
-                    get_json(endpoint, request).await,
+                    get_json(endpoint, request, PROBE_TIMEOUT).await,
                     vllm_tokenize_context,
                     fresh,
                 )
@@ -440,14 +493,17 @@ async fn probe(
     }
 }
 
-/// Sends a probe and reads its JSON answer within [`PROBE_MAX_BYTES`]. `Ok(None)`: the server
-/// has no such endpoint (404, 405, 501), which says nothing.
+/// Sends a probe and reads its JSON answer within [`PROBE_MAX_BYTES`] and `timeout` (at most
+/// the endpoint's). `Ok(None)`: the server has no such endpoint (404, 405, 501), which says
+/// nothing.
 async fn get_json(
     endpoint: &Endpoint,
     request: Result<reqwest::RequestBuilder, ProviderError>,
+    timeout: Duration,
 ) -> Result<Option<Value>, ProviderError> {
-    let request = request?.timeout(PROBE_TIMEOUT.min(endpoint.options.timeout));
-    let secs = PROBE_TIMEOUT.as_secs().max(1);
+    let timeout = timeout.min(endpoint.options.timeout);
+    let request = request?.timeout(timeout);
+    let secs = timeout.as_secs().max(1);
     let response = match endpoint.send(request).await {
         Ok(r) => r,
         Err(ProviderError::Upstream {
@@ -769,9 +825,12 @@ mod tests {
         assert!(p.believed(&("b".into(), "gone".into())).is_none());
     }
 
-    /// R31-8: an upper bound (Ollama's trained context, the model unloaded) never replaces a
-    /// context told: within the stale time the smaller of the two holds; past it, or never told,
-    /// the bound holds; a context told later replaces the old one.
+    /// R31-8: an upper bound (Ollama's trained context, no loaded context shown) never
+    /// replaces a context told: within the stale time the smaller of the two holds; a context
+    /// told later replaces the old one. R32-10: past the stale time, or never told, the bound
+    /// alone holds nothing — every judged call fails with the owner's words (held against the
+    /// bound, a declaration over the server's default passed a day after the last context
+    /// told, and from the box's start).
     #[test]
     fn an_upper_bound_never_replaces_a_told_context() {
         let times = ProbeTimes::default();
@@ -782,7 +841,7 @@ mod tests {
         let never = p.remember(key(), Finding::UpperBound(131_072));
         assert_eq!(
             never.verdict(ContextSource::Ollama, &times, now),
-            Verdict::Holds(131_072)
+            Verdict::Closed(REMOTE_CONTEXT_UNSHOWN)
         );
         p.remember(key(), Finding::Context(4_096, times.fresh));
         let k = p.remember(key(), Finding::UpperBound(131_072));
@@ -793,7 +852,7 @@ mod tests {
         );
         assert_eq!(
             k.verdict(ContextSource::Ollama, &times, later),
-            Verdict::Holds(131_072)
+            Verdict::Closed(REMOTE_CONTEXT_UNSHOWN)
         );
         let smaller = p.remember(key(), Finding::UpperBound(2_048));
         assert_eq!(

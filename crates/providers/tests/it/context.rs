@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use skillbox_providers::context::PROBE_MAX_BYTES;
+use skillbox_providers::context::{PROBE_MAX_BYTES, ProbeTimes};
 use skillbox_providers::openai::{OpenAiCompatible, OpenAiOptions};
 use skillbox_providers::{ChatRequest, ContextSource, Provider, ProviderFailure};
 use skillbox_testkit::provider::approx_prompt_tokens;
@@ -591,13 +591,22 @@ fn probing_adapter(
     fresh_ms: u64,
     retry_ms: u64,
 ) -> OpenAiCompatible {
+    let times = ProbeTimes {
+        fresh: std::time::Duration::from_millis(fresh_ms),
+        retry: std::time::Duration::from_millis(retry_ms),
+        ..ProbeTimes::default()
+    };
+    adapter_timed(d, source, times)
+}
+
+/// An adapter of `source` at the double's `/v1` believing its findings for `times`.
+fn adapter_timed(d: &Double, source: ContextSource, times: ProbeTimes) -> OpenAiCompatible {
     let mut options = OpenAiOptions {
         stream: false,
         context: source,
         ..OpenAiOptions::default()
     };
-    options.context_times.fresh = std::time::Duration::from_millis(fresh_ms);
-    options.context_times.retry = std::time::Duration::from_millis(retry_ms);
+    options.context_times = times;
     OpenAiCompatible::new(&format!("http://{}/v1", d.addr), options).expect("adapter")
 }
 
@@ -868,6 +877,275 @@ async fn an_unloaded_ollama_model_keeps_the_context_it_told() {
     }
     // Declared within the told context, the call runs while the model is unloaded.
     only_within_the_told_context_runs(&d, &a, 4_096).await;
+}
+
+/// Stock Ollama (no Modelfile `num_ctx`, trained 131,072) as review 32 R32-10 met it: the
+/// server loads the model at its default, 4,096, and `/api/ps` shows that context only while the
+/// model is loaded; its keep-alive unloads it after each idle gap. The model cuts silently at
+/// its context (`cut`). The double loads the model on a load (`POST /api/generate`) and on a
+/// chat; `unload` is the keep-alive passing.
+struct StockOllama {
+    double: Double,
+    loaded: Arc<std::sync::atomic::AtomicBool>,
+    /// What `/api/ps` lists for the loaded model: its context, or none (a server before
+    /// 0.9.7).
+    shows_context: bool,
+}
+
+const OLLAMA_DEFAULT: u64 = 4_096;
+
+impl StockOllama {
+    async fn start(shows_context: bool) -> StockOllama {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let loaded = Arc::new(AtomicBool::new(false));
+        let (on_load, on_ps, on_chat) = (loaded.clone(), loaded.clone(), loaded.clone());
+        let route: Route = Arc::new(move |method, path| match (method, path) {
+            ("POST", "/api/show") => Some((
+                200,
+                json!({"model_info": {"general.architecture": "llama",
+                                      "llama.context_length": 131072}})
+                .to_string(),
+            )),
+            ("POST", "/api/generate") => {
+                on_load.store(true, Ordering::SeqCst);
+                Some((
+                    200,
+                    json!({"model": "m", "response": "", "done": true, "done_reason": "load"})
+                        .to_string(),
+                ))
+            }
+            ("GET", "/api/ps") => {
+                let mut entry = json!({"name": "m:latest", "model": "m:latest"});
+                if shows_context {
+                    entry["context_length"] = json!(OLLAMA_DEFAULT);
+                }
+                let models: Vec<Value> = if on_ps.load(Ordering::SeqCst) {
+                    vec![entry]
+                } else {
+                    vec![]
+                };
+                Some((200, json!({ "models": models }).to_string()))
+            }
+            _ => None,
+        });
+        let model: Model = Arc::new(move |tokens| {
+            on_chat.store(true, Ordering::SeqCst);
+            let text = if tokens > OLLAMA_DEFAULT {
+                "cut"
+            } else {
+                "whole"
+            };
+            (200, completion(text, tokens))
+        });
+        StockOllama {
+            double: Double::serving(route, model).await,
+            loaded,
+            shows_context,
+        }
+    }
+
+    fn unload(&self) {
+        self.loaded
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// One call of a patient caller: it waits for the keep-alive to unload the model first.
+    async fn call_unloaded(
+        &self,
+        a: &OpenAiCompatible,
+        body: &str,
+        padding: usize,
+        allowance: usize,
+        declared: usize,
+    ) -> Result<String, skillbox_providers::ProviderError> {
+        self.unload();
+        a.complete(
+            request_with("m", body, padding, allowance, declared),
+            Some(KEY),
+        )
+        .await
+        .map(|c| c.text)
+    }
+
+    fn loads(&self) -> Vec<Seen> {
+        self.double
+            .probes()
+            .into_iter()
+            .filter(|p| p.path == "/api/generate")
+            .collect()
+    }
+}
+
+/// Review 32 R32-10: stock Ollama, the owner's declaration 16,384 over the server's default
+/// 4,096. A caller calls only after each keep-alive unload, so `/api/ps` never lists the model
+/// when the probe reads it and only the trained 131,072 is there. Held against it once the
+/// context `/api/ps` told was a day old (the stale time, 0 here), or from the box's start
+/// before any was told, each call ran at 4,096 and cut where the body ends: the R29-3
+/// bisection, one call per idle gap. Now the probe loads the model as the chat would and reads
+/// the context it loads with: every call fails `unavailable` at padding 0 whatever the body,
+/// no chat is sent, the load carries the model's name only. The honest owner declaring 4,096
+/// runs after each unload.
+#[tokio::test]
+async fn a_patient_caller_after_each_unload_meets_the_context_ollama_loads_the_model_with() {
+    const DECLARED: usize = 16_384;
+    const ALLOWANCE: usize = 8_192;
+    let ollama = StockOllama::start(true).await;
+    // Every probe asks again, and a context told is past its stale time at once: the day
+    // after the last honest call that left the model loaded at the probe.
+    let times = ProbeTimes {
+        fresh: std::time::Duration::ZERO,
+        retry: std::time::Duration::ZERO,
+        stale: std::time::Duration::ZERO,
+    };
+    let a = adapter_timed(&ollama.double, ContextSource::Ollama, times);
+    let hi = DECLARED - 128 - ALLOWANCE - MAX_TOKENS as usize;
+    let mut edges = Vec::new();
+    for len in [6_000, 7_500] {
+        let body = body_of(len);
+        let outcome = |r: Result<String, skillbox_providers::ProviderError>| match r {
+            Ok(text) if text == "whole" => Outcome::Whole,
+            Ok(_) => Outcome::Cut,
+            Err(e) => Outcome::Failed(e.failure()),
+        };
+        let top = outcome(
+            ollama
+                .call_unloaded(&a, &body, hi, ALLOWANCE, DECLARED)
+                .await,
+        );
+        let (mut lo, mut up, mut seen) = (0usize, hi, top);
+        if top == Outcome::Whole {
+            edges.push(None);
+            continue;
+        }
+        while lo < up {
+            let mid = lo + (up - lo) / 2;
+            match outcome(
+                ollama
+                    .call_unloaded(&a, &body, mid, ALLOWANCE, DECLARED)
+                    .await,
+            ) {
+                Outcome::Whole => lo = mid + 1,
+                other => {
+                    up = mid;
+                    seen = other;
+                }
+            }
+        }
+        edges.push(Some((up, seen)));
+    }
+    println!(
+        "stock Ollama at {OLLAMA_DEFAULT}, declared {DECLARED}, a call after each unload: \
+         first request not answered whole, 6,000-byte body {:?}, 7,500-byte body {:?}",
+        edges[0], edges[1]
+    );
+    let failed = Some((0, Outcome::Failed(ProviderFailure::Unavailable)));
+    assert_eq!(
+        edges,
+        [failed, failed],
+        "a call after an unload ran against the trained context: the edge moved with the body"
+    );
+    assert!(ollama.double.chats().is_empty(), "a chat request ran");
+    // From the box's start (the default times, nothing told yet), the first call of an idle
+    // gap fails alike.
+    let fresh_box = adapter_timed(&ollama.double, ContextSource::Ollama, ProbeTimes::default());
+    let err = ollama
+        .call_unloaded(&fresh_box, &body_of(6_000), 0, ALLOWANCE, DECLARED)
+        .await
+        .expect_err("the box's first call, the model unloaded");
+    assert_eq!(err.failure(), ProviderFailure::Unavailable);
+    assert!(
+        err.to_string().contains("more than the provider says"),
+        "{err}"
+    );
+    assert!(ollama.double.chats().is_empty(), "a chat request ran");
+    // Each probe loaded the model with its name only: no prompt, no options, no keep-alive,
+    // no key.
+    let loads = ollama.loads();
+    assert!(loads.len() > 2, "{loads:?}");
+    for load in &loads {
+        let sent: Value = serde_json::from_str(&load.body).expect("the load's body");
+        assert_eq!(sent, json!({"model": "m", "stream": false}), "{load:?}");
+        assert!(load.header("authorization").is_none(), "{load:?}");
+    }
+    // The honest owner: declared at the server's default, it runs after every unload.
+    let honest = adapter_timed(&ollama.double, ContextSource::Ollama, times);
+    for _ in 0..3 {
+        let text = ollama
+            .call_unloaded(&honest, "be brief", 10, 1_024, OLLAMA_DEFAULT as usize)
+            .await
+            .expect("declared within the context Ollama loads the model with");
+        assert_eq!(text, "whole");
+    }
+    assert_eq!(ollama.double.chats().len(), 3);
+}
+
+/// Review 32 R32-10: an Ollama that shows no loaded context even after the probe loaded the
+/// model (a server before 0.9.7, whose `/api/ps` has no `context_length`; likewise a failed
+/// load or `OLLAMA_KEEP_ALIVE=0`) never told one: the trained context alone shows no
+/// declaration fits, so every judged call fails `unavailable` with words naming what the owner
+/// can do — before, it was held against 131,072 and a declaration over the server's default
+/// ran. A model whose Modelfile sets `num_ctx` is held against it and is never loaded by the
+/// probe; a call the box does not judge runs as before.
+#[tokio::test]
+async fn an_ollama_that_never_shows_the_loaded_context_fails_judged_calls_with_words_the_owner_can_follow()
+ {
+    let old = StockOllama::start(false).await;
+    assert!(!old.shows_context);
+    let a = adapter_timed(&old.double, ContextSource::Ollama, ProbeTimes::default());
+    for declared in [2_048, 4_096, 16_384] {
+        for padding in [0, 500] {
+            let err = old
+                .call_unloaded(&a, "be brief", padding, 1_024, declared)
+                .await
+                .expect_err("no context shown");
+            assert_eq!(err.failure(), ProviderFailure::Unavailable, "{declared}");
+            let words = err.to_string();
+            for named in ["does not show", "num_ctx", "Modelfile", "0.9.7"] {
+                assert!(words.contains(named), "{named}: {words}");
+            }
+        }
+    }
+    assert!(old.double.chats().is_empty(), "a judged call ran unchecked");
+    assert_eq!(
+        old.loads().len(),
+        1,
+        "the finding is kept for the retry time"
+    );
+    let unjudged = ChatRequest {
+        system_allowance: None,
+        context_tokens: None,
+        ..request_with("m", "be brief", 10, 1_024, 4_096)
+    };
+    let c = a.complete(unjudged, Some(KEY)).await.expect("not judged");
+    assert_eq!(c.text, "whole");
+    // A Modelfile `num_ctx`: what `/v1` runs with, read from `/api/show`; nothing loaded.
+    let route: Route = Arc::new(|method, path| {
+        (method == "POST" && path == "/api/show").then(|| {
+            let show = json!({"parameters": "num_ctx 8192",
+                              "model_info": {"llama.context_length": 131072}});
+            (200, show.to_string())
+        })
+    });
+    let d = Double::start(route).await;
+    let b = adapter_timed(&d, ContextSource::Ollama, ProbeTimes::default());
+    let err = b
+        .complete(request_with("m", "be brief", 10, 1_024, 16_384), Some(KEY))
+        .await
+        .expect_err("over the Modelfile's num_ctx");
+    assert!(
+        err.to_string().contains("more than the provider says"),
+        "{err}"
+    );
+    let c = b
+        .complete(request_with("m", "be brief", 10, 1_024, 8_192), Some(KEY))
+        .await
+        .expect("within the Modelfile's num_ctx");
+    assert_eq!(c.text, "whole");
+    assert!(
+        d.probes().iter().all(|p| p.path != "/api/generate"),
+        "{:?}",
+        d.probes()
+    );
 }
 
 /// OpenAI: no API tells a model's context; the table of known smaller models refuses the
