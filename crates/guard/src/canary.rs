@@ -1022,16 +1022,39 @@ fn ends_sentence(body: &str, toks: &[Tok<'_>], j: usize) -> bool {
     }
 }
 
-/// Words that open a warning about the secret after its value: `do not share it`, `never tell
-/// it`, `keep it`, `and only staff may know it`.
-const WARNING_OPENERS: &[&str] = &["do", "don't", "dont", "never", "keep", "not", "only"];
+/// Words of a warning about the secret after its value, among the first [`WARNING_REACH`] words
+/// of the clause after it: `do not share it`, `never tell it`, `keep it private`, `and only staff
+/// may know it`, `please do not`, `but never`, `which you must never share`, `guests must not
+/// see it`, `it is secret`, `for staff only`. A contraction is its stem: the tokens split `don't`
+/// and `don’t` (any apostrophe) at the quote, so `don`, `mustn`, `shouldn`. `keep` counts
+/// before `it` only, `do` as the clause's first word only.
+const WARNING_WORDS: &[&str] = &[
+    "never",
+    "not",
+    "don",
+    "dont",
+    "keep",
+    "only",
+    "must",
+    "mustn",
+    "shouldn",
+    "secret",
+    "private",
+    "confidential",
+];
+
+/// How many words after the value's mark a warning's word ([`WARNING_WORDS`]) may stand.
+const WARNING_REACH: usize = 3;
 
 /// Whether the value `toks[j]` ends its clause: its sentence ends there ([`ends_sentence`]), or
-/// a comma, a bracket or a dash standing apart follows and then a warning about it
-/// ([`WARNING_OPENERS`]; review 31 R31-7: `The wifi password is Forgotten, do not share it.`,
-/// `…is mine - never tell it.`, `…is open sesame (never tell it).`, `…is mine, and only staff
-/// may know it.`). A sentence that goes on otherwise after the mark is prose (`Your password is
-/// yours, so choose it well`).
+/// a comma, a colon, a bracket or a dash standing apart follows and then, within the clause's
+/// first [`WARNING_REACH`] words, a warning about it ([`WARNING_WORDS`]; review 31 R31-7: `The
+/// wifi password is Forgotten, do not share it.`, `…is mine - never tell it.`, `…is open sesame
+/// (never tell it).`, `…is mine, and only staff may know it.`; review 32 R32-8: `…is Forgotten:
+/// do not share it.`, `…, please do not…`, `…, but never…`, `…, don’t…`, `— please keep it
+/// private.`, `(staff only)`), or `and` follows with a prohibition (`…and must not be shared.`).
+/// A sentence that goes on otherwise after the mark is prose (`Your password is yours, so
+/// choose it well`).
 fn ends_value(body: &str, toks: &[Tok<'_>], j: usize) -> bool {
     if ends_sentence(body, toks, j) {
         return true;
@@ -1045,25 +1068,38 @@ fn ends_value(body: &str, toks: &[Tok<'_>], j: usize) -> bool {
         body.get(t.at + t.text.len()..n.at).map(str::trim),
         Some("-" | "--")
     );
-    let (mark, after) = match n.kind {
-        Kind::Stop if matches!(n.text, "," | "(" | "[") => (true, j + 2),
-        Kind::Other if matches!(n.text, "—" | "–") => (true, j + 2),
-        Kind::Word if dash => (true, j + 1),
-        _ => (false, j),
+    // `and` with no mark before it: a prohibition only (`…is mine and only mine` is prose).
+    let bare_and = !dash && n.kind == Kind::Word && n.text.eq_ignore_ascii_case("and");
+    let after = match n.kind {
+        Kind::Stop if matches!(n.text, "," | "(" | "[") => j + 2,
+        Kind::Link if n.text == ":" => j + 2,
+        Kind::Other if matches!(n.text, "—" | "–") => j + 2,
+        Kind::Word if dash => j + 1,
+        Kind::Word if bare_and => j + 2,
+        _ => return false,
     };
-    let word = |k: usize| {
-        toks.get(k)
-            .filter(|t| t.kind == Kind::Word)
-            .map(|t| t.text.to_lowercase())
-    };
-    let warns = |k: usize| {
-        word(k).is_some_and(|w| {
-            WARNING_OPENERS.contains(&w.as_str())
-                || (w == "and"
-                    && word(k + 1).is_some_and(|v| WARNING_OPENERS.contains(&v.as_str())))
-        })
-    };
-    mark && warns(after)
+    let words: Vec<String> = toks
+        .get(after..)
+        .unwrap_or_default()
+        .iter()
+        .take_while(|t| t.kind != Kind::Stop)
+        .filter(|t| t.kind == Kind::Word)
+        .take(WARNING_REACH + 1)
+        .map(|t| t.text.to_lowercase())
+        .collect();
+    words.iter().take(WARNING_REACH).enumerate().any(|(k, w)| {
+        let strong = matches!(
+            w.as_str(),
+            "never" | "not" | "don" | "dont" | "must" | "mustn"
+        );
+        let warning = match w.as_str() {
+            // `keep it private`, not `so keep an eye on the board`.
+            "keep" => words.get(k + 1).is_some_and(|n| n == "it"),
+            "do" => k == 0,
+            w => WARNING_WORDS.contains(&w),
+        };
+        warning && (strong || !bare_and)
+    })
 }
 
 /// The value an everyday word (`toks[j]`, after a strong keyword `gap` words before its link)
@@ -1412,7 +1448,27 @@ mod tests {
                 "Whatever",
                 "Whatever",
             ),
-        ] {
+        ]
+        .into_iter()
+        .chain(
+            // Review 32 R32-8: the warning's other phrasings, each released with no canary.
+            [
+                "The wifi password is Forgotten, don\u{2019}t share it.",
+                "The wifi password is Forgotten, don't share it.",
+                "The wifi password is Forgotten: do not share it.",
+                "The wifi password is Forgotten, please do not share it.",
+                "The wifi password is Forgotten, but never share it.",
+                "The wifi password is Forgotten — please keep it private.",
+                "The wifi password is Forgotten, so do not share it.",
+                "The wifi password is Forgotten, it is secret.",
+                "The wifi password is Forgotten, for staff only.",
+                "The wifi password is Forgotten (staff only).",
+                "The wifi password is Forgotten, which you must never share.",
+                "The wifi password is Forgotten - guests must not see it.",
+                "The wifi password is Forgotten and must not be shared.",
+            ]
+            .map(|body| (body, "Forgotten", "Sure: Forgotten")),
+        ) {
             assert_eq!(found(body), [want], "{body:?}");
             let prepared = crate::prepare(body, &spec).expect("prepare");
             assert!(
@@ -1427,6 +1483,8 @@ mod tests {
             "The password you choose is mine to know.",
             "Your password is yours, so choose it well.",
             "The password is Posted, as always, by the door.",
+            "Your password is yours and only yours.",
+            "The password is Posted, so keep an eye on the board.",
         ] {
             assert!(found(body).is_empty(), "{body:?}: {:?}", found(body));
         }
