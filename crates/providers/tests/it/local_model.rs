@@ -1065,9 +1065,12 @@ fn a_narrow_held_call_does_not_slow_a_wide_neighbours_steps() {
 fn a_reference_step_measures_one_run() {
     let _shared = model_run();
     let m = sequences_of_2048(2);
+    // Two small spans (a 64-token allowance): both prompts fit in one step, so both runs
+    // reach their reference step together.
     let held = ChatRequest {
         max_tokens: 4,
-        ..under_allowance(&body_of(&m, 60), "Tell me about the tides.")
+        system_allowance: Some(64),
+        ..under_allowance("Be brief.", "Tell me about the tides.")
     };
     let [first, second] = timings_together(&m, [held.clone(), held]);
     assert!(first.reference_after.is_some() && second.reference_after.is_some());
