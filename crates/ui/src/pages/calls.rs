@@ -7,9 +7,24 @@ use super::*;
 
 /// Most characters of a box's URL or a provider's host shown (an owner chose them).
 const URL_SHOWN: usize = 256;
-/// Most characters of a consent question shown: its own words, the facts above, and an agent's
-/// request quoted (at most 2000 characters, escaped).
-const QUESTION_SHOWN: usize = 4096;
+/// Most characters of a consent question shown: the node's bound on the question (its own
+/// words, the facts, and an agent's request quoted to fit), so no cut here reaches the count of
+/// what the quote leaves out or the node's closing words (review 32 A32-7).
+const QUESTION_SHOWN: usize = skillbox_node::calls::Disclosure::QUESTION_SHOWN;
+
+/// An agent's whole request, under the question that quotes its start: in a scroll box, its
+/// lines kept and cleaned as an answer's are, so the human can read all that approving lets
+/// leave before deciding (review 32 A32-7: only the first 2,000 characters were shown).
+fn whole_request(d: &skillbox_node::calls::Disclosure) -> Markup {
+    html! {
+        @if let Some(r) = d.request.as_deref().filter(|r| !r.is_empty()) {
+            details class="request" open {
+                summary { "The agent's whole request (" (r.chars().count()) " characters)" }
+                pre class="request" { (peer_lines(r)) }
+            }
+        }
+    }
+}
 
 fn failure_cell(v: &CallView) -> Markup {
     html! {
@@ -171,6 +186,7 @@ pub(crate) async fn call(
                 }
                 @if let Some(d) = &v.disclosure {
                     p class="notice" { "Waiting for you: " (peer_line(&d.text, QUESTION_SHOWN)) }
+                    (whole_request(d))
                     (decision_forms(&session, &v.id, v.question.as_deref()))
                 }
                 @if let Some(r) = &v.receipt {
@@ -257,6 +273,7 @@ async fn approvals_page(s: &AppState, session: &Session, shown: Showing<'_>) -> 
                     h2 { (v.skill) " — " (v.role) " side" }
                     @if let Some(d) = &v.disclosure {
                         p { (peer_line(&d.text, QUESTION_SHOWN)) }
+                        (whole_request(d))
                         dl class="facts" {
                             dt { "Sources" } dd { @if d.sources.is_empty() { "none" } @else { (sources_shown(&d.sources)) } }
                             dt { "Peer" } dd { code { (d.peer) } }
@@ -323,6 +340,43 @@ pub(crate) async fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Review 32 A32-7: an agent's request is shown whole under its question, last line
+    /// included, in a scroll box (`pre.request`), cleaned (no bidi override) and escaped.
+    #[test]
+    fn an_agents_whole_request_is_shown_under_its_question() {
+        let mut request = "“Creep”, “Airbag”, ".repeat(100);
+        for i in 0..150 {
+            request.push_str(&format!(
+                "\nprivate note {i:03} \u{202E}<b>from ~/notes.txt</b>"
+            ));
+        }
+        request.push_str("\nLAST-LINE-A32-7");
+        let d = skillbox_node::calls::Disclosure {
+            sources: Vec::new(),
+            peer: "P".into(),
+            skill: "s".into(),
+            box_url: None,
+            platform: None,
+            measurement: None,
+            hardware_isolation: false,
+            provider: None,
+            provider_host: None,
+            declaration: None,
+            request: Some(request.clone()),
+            text: "Approving stakes your request.".into(),
+        };
+        let shown = whole_request(&d).into_string();
+        assert!(shown.contains(r#"<pre class="request">"#), "{shown}");
+        assert!(shown.contains("\nLAST-LINE-A32-7</pre>"), "{shown}");
+        for i in 0..150 {
+            assert!(shown.contains(&format!("private note {i:03} ")), "{i}");
+        }
+        assert!(shown.contains("&lt;b&gt;") && !shown.contains('\u{202E}'));
+        assert!(shown.contains(&format!("({} characters)", request.chars().count())));
+        let none = skillbox_node::calls::Disclosure { request: None, ..d };
+        assert_eq!(whole_request(&none).into_string(), "");
+    }
 
     /// Every decision form on a page posts the digest of the question the page showed, so the
     /// node takes the decision only while the call still asks it.
