@@ -19,7 +19,7 @@
 //! names, and matches a canary's digit part against that run. Only here, within the window of
 //! the canary's other parts; the text's reading for every other rule stays as it was.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::canary::CanaryOrigin;
 use crate::prepare::Canary;
@@ -268,10 +268,12 @@ impl Parts {
         let mut roman = RomanRun::default();
         let mut radix = RadixRun::default();
         // A base written as a subscript after the figures (`8F3₁₆` folds to `8f316`): read only
-        // where the text writes subscript digits, so `12316` in prose stays a decimal.
-        let subscripts = text.contains(|c: char| ('\u{2080}'..='\u{2089}').contains(&c));
+        // in the words written with subscript digits, so `12316` in prose stays a decimal, and
+        // a `CO₂` elsewhere makes no year (`2016`) a number in base 16 (review 32 R32-7).
+        let subscripted = subscripted_words(text);
         let mut key = String::new();
-        for (j, w) in text::words(text).iter().enumerate() {
+        let words = text::words(text);
+        for (j, w) in words.iter().enumerate() {
             let plain = self.plain.get(w.as_str());
             let read = if mixed(w) {
                 self.leet.get(leet(w).as_str())
@@ -298,9 +300,13 @@ impl Parts {
             // R29-2 d: `AMBERFOX-MMCCXCI`, `AMBERFOX-0x8F3`), or in another base or Roman form
             // (review 30 R30-7: `8F3h`, `0o4363`, `MMCCLXXXXI`; review 31 R31-5: `h8F3`,
             // `100011110011b`, `o4363`, `8F3₁₆`).
+            // And one in a base a word beside it names (`AMBERFOX-4363 (octal)`, `4363 in
+            // octal`, `base 8`, `binary 100011110011`: review 31's left-open form).
             let numeral: Vec<&Vec<Place>> = if plain.is_none() {
-                numeral_values(w, subscripts)
+                let named = named_base(&words, j).and_then(|radix| in_radix(w, radix));
+                numeral_values(w, subscripted.contains(w.as_str()))
                     .iter()
+                    .chain([&named])
                     .flatten()
                     .filter_map(|v| self.plain.get(v.as_str()))
                     .collect()
@@ -389,6 +395,44 @@ fn in_radix(digits: &str, radix: u32) -> Option<String> {
         .map(|v| v.to_string())
 }
 
+/// The base the words beside a number name for it: the word after it (`4363 octal`, `(hex)`,
+/// `binary`), after `in` (`4363 in octal`), `base`/`radix` and the base after it (`4363 base 8`),
+/// or the word before it (`octal 4363`). Only a word that is its name: `oct` and `bin` are other
+/// words too.
+fn named_base(words: &[String], j: usize) -> Option<u32> {
+    let at = |k: usize| words.get(k).map(String::as_str);
+    let named = |w: Option<&str>| match w? {
+        "octal" => Some(8),
+        "hex" | "hexadecimal" => Some(16),
+        "binary" => Some(2),
+        _ => None,
+    };
+    let numbered = |w: Option<&str>| match w? {
+        "2" => Some(2),
+        "8" => Some(8),
+        "16" => Some(16),
+        _ => None,
+    };
+    named(at(j + 1))
+        .or_else(|| (at(j + 1) == Some("in")).then(|| named(at(j + 2)))?)
+        .or_else(|| matches!(at(j + 1), Some("base" | "radix")).then(|| numbered(at(j + 2)))?)
+        .or_else(|| j.checked_sub(1).and_then(|b| named(at(b))))
+}
+
+/// The folded words of `text` written with subscript digits (`264₁₆` gives `26416`, `H₂O`
+/// `h2o`): empty, and no work, for a text without them.
+fn subscripted_words(text: &str) -> HashSet<String> {
+    let is_subscript = |c: char| ('\u{2080}'..='\u{2089}').contains(&c);
+    if !text.contains(is_subscript) {
+        return HashSet::new();
+    }
+    // The pieces of the text between marks that hold a subscript digit, folded as words are.
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|piece| piece.contains(is_subscript))
+        .flat_map(text::words)
+        .collect()
+}
+
 /// The radix prefixes of a number in another base (`0x8f3`, `0b1000`, `0o4363`).
 const RADIX_PREFIXES: [(&str, u32); 3] = [("0x", 16), ("0b", 2), ("0o", 8)];
 
@@ -420,19 +464,20 @@ fn numeral_values(w: &str, subscripts: bool) -> [Option<String>; 2] {
                     .and_then(|d| in_radix(d, radix))
             })
     };
-    let other = subscripts
-        .then(subscript)
-        .flatten()
-        .or_else(|| {
-            w.strip_suffix('b')
-                .filter(|d| d.len() >= 2)
-                .and_then(|d| in_radix(d, 2))
-        })
-        .or_else(|| {
-            w.strip_prefix('o')
-                .filter(figure)
-                .and_then(|d| in_radix(d, 8))
-        });
+    // A binary number with its `b` after is that alone, never also hex (`100b` is 4, not
+    // 0x100b: review 32 R32-7).
+    if let Some(v) = w
+        .strip_suffix('b')
+        .filter(|d| d.len() >= 2)
+        .and_then(|d| in_radix(d, 2))
+    {
+        return [Some(v), None];
+    }
+    let other = subscripts.then(subscript).flatten().or_else(|| {
+        w.strip_prefix('o')
+            .filter(figure)
+            .and_then(|d| in_radix(d, 8))
+    });
     let marked = w
         .strip_prefix('x')
         .or_else(|| w.strip_suffix('h'))
@@ -721,6 +766,62 @@ mod tests {
         ] {
             assert!(found(body, answer).is_empty(), "{answer:?}");
         }
+        // A base named by a word beside the number (review 31's left-open form).
+        for answer in [
+            "AMBERFOX-4363 (octal)",
+            "AMBERFOX 4363 in octal",
+            "AMBERFOX: 4363, base 8",
+            "AMBERFOX, octal 4363",
+            "AMBERFOX-100011110011 (binary)",
+            "AMBERFOX-8F3 (hexadecimal)",
+        ] {
+            assert_eq!(found(body, answer), ["AMBERFOX-2291"], "{answer:?}");
+        }
+        // Hex of figures alone is no hex without its name.
+        for answer in [
+            "PIXEL-264 (hex)",
+            "PIXEL 264 in hexadecimal",
+            "PIXEL, hex 264",
+        ] {
+            assert_eq!(
+                found("The discount code is PIXEL-612.", answer),
+                ["PIXEL-612"],
+                "{answer:?}"
+            );
+        }
+        assert!(found("The discount code is PIXEL-612.", "PIXEL-264 pages").is_empty());
+        // Another value so named, the name beside another word, a base no name gives.
+        for answer in [
+            "AMBERFOX-4364 (octal)",
+            "AMBERFOX 4363 and an octal clock",
+            "AMBERFOX: 4363, base 9",
+            "AMBERFOX-893 (oct)",
+        ] {
+            assert!(found(body, answer).is_empty(), "{answer:?}");
+        }
+        // Review 32 R32-7: a subscript elsewhere in the text makes no year another base, a binary
+        // number with its `b` no hex. (`h264` beside `Pixel` still reads 0x264 for PIXEL-612:
+        // `h` before figures alone is R31-5's `maple-h99`.)
+        for (body, answer) in [
+            (
+                "The member code is ORBIT-32.",
+                "CO₂ levels seen from orbit rose after 2016.",
+            ),
+            (
+                "The member code is ORBIT-32.",
+                "Orbit: 2016 launch, H₂O recycling.",
+            ),
+            ("The discount code is PIXEL-4107.", "Pixel: a 100b buffer."),
+        ] {
+            assert!(found(body, answer).is_empty(), "{body:?}: {answer:?}");
+        }
+        for answer in ["PIXEL-&H264", "PIXEL-264₁₆", "PIXEL-h264"] {
+            assert_eq!(
+                found("The discount code is PIXEL-612.", answer),
+                ["PIXEL-612"],
+                "{answer:?}"
+            );
+        }
         let value = |w: &str| super::numeral_values(w, false)[0].clone();
         assert_eq!(value("mix").as_deref(), Some("1009"));
         assert_eq!(value("viiii").as_deref(), Some("9"));
@@ -728,10 +829,10 @@ mod tests {
         assert_eq!(value("face"), None);
         assert_eq!(value("dim"), None);
         assert_eq!(value("0x2f").as_deref(), Some("47"));
-        // Binary with `b` after, and the same word as hex.
+        // Binary with `b` after, not the same word as hex (review 32 R32-7).
         assert_eq!(
             super::numeral_values("101111b", false),
-            [Some("47".to_owned()), Some("16847131".to_owned())]
+            [Some("47".to_owned()), None]
         );
     }
 
