@@ -294,6 +294,11 @@ pub struct Call {
     /// rules with `surface = "agent"` match it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_agent: bool,
+    /// Caller: started by an HTTP agent client holding the agent token (`agent.token`), not
+    /// through this user's own channel; rules with `surface = "agent_token"` match it, those
+    /// with `"agent_local"` do not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub agent_token: bool,
     pub failure: Option<Failure>,
     /// The call's history of box moves: each time its run was opened on another box than the
     /// one chosen, before anything was staked. Written by the driver, never read by `step`.
@@ -491,6 +496,7 @@ pub fn start(role: Role, new: NewCall, now_ms: u64, timing: &Timing) -> Transiti
         session_delivered: false,
         consented: false,
         from_agent: false,
+        agent_token: false,
         failure: None,
         moves: Vec::new(),
         left_runs: Vec::new(),

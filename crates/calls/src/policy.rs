@@ -59,8 +59,29 @@ impl Side {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Surface {
+    /// Any agent surface: what a rule written for agents names.
     Agent,
+    /// An agent through this user's own channel: `skillbox mcp` (over `api.sock`), or the
+    /// operator's token over the socket. What a remembered answer to such a call holds for.
+    AgentLocal,
+    /// An HTTP agent client holding the agent token (`agent.token`), which it sends to the
+    /// node's TCP port — a port another local user may have held while the node was down, and
+    /// so collected the token. What a remembered answer to such a call holds for: a yes given to
+    /// `skillbox mcp` never lets a holder of the agent token stake the same sources unasked
+    /// (audit 32 A32-1's follow-up).
+    AgentToken,
     Human,
+}
+
+impl Surface {
+    fn matches(self, from_agent: bool, agent_token: bool) -> bool {
+        match self {
+            Surface::Agent => from_agent,
+            Surface::AgentLocal => from_agent && !agent_token,
+            Surface::AgentToken => from_agent && agent_token,
+            Surface::Human => !from_agent,
+        }
+    }
 }
 
 /// One rule. The first rule that matches decides. Unknown keys are refused: a misspelt
@@ -132,7 +153,7 @@ impl Rule {
             })
             && self
                 .surface
-                .is_none_or(|s| (s == Surface::Agent) == q.from_agent)
+                .is_none_or(|s| s.matches(q.from_agent, q.agent_token))
             && self.told.as_ref().is_none_or(|t| q.told == Some(t))
     }
 
@@ -178,6 +199,13 @@ impl Rule {
         }
         if self.surface.is_none() {
             self.surface = Some(Surface::Human);
+            changed = true;
+        }
+        // An agent's answer remembered before the agent token existed was given to an agent
+        // over this user's own channel (HTTP clients then sent the operator's token, which the
+        // agent surfaces now refuse over TCP): it holds for those, not for the agent token.
+        if self.surface == Some(Surface::Agent) {
+            self.surface = Some(Surface::AgentLocal);
             changed = true;
         }
         changed
@@ -234,6 +262,8 @@ pub struct SubmitQuestion<'a> {
     pub sources: &'a [String],
     /// The call was started from an agent surface (MCP, A2A).
     pub from_agent: bool,
+    /// ... by a client holding the agent token ([`Surface::AgentToken`]).
+    pub agent_token: bool,
     /// What this side's disclosure says (from the signed program and this side's verified
     /// attestation of the run); `None` when it cannot be told, which no remembered rule matches.
     pub told: Option<&'a Told>,

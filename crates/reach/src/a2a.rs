@@ -235,7 +235,12 @@ fn backend_err(id: &Value, e: &BackendError) -> Response {
     rpc_err(id, code, e.to_string())
 }
 
-async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Response {
+async fn rpc(
+    State(ctx): State<Ctx>,
+    credential: Option<axum::Extension<crate::guard::Credential>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let null = Value::Null;
     let version = headers
         .get("a2a-version")
@@ -276,7 +281,10 @@ async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respons
         return rpc_err(&id, -32602, "params must be an object");
     }
     match method {
-        "SendMessage" => send_message(&ctx, &id, &params).await,
+        "SendMessage" => {
+            let by = crate::guard::started_by(credential.map(|axum::Extension(c)| c));
+            send_message(&ctx, &id, &params, by).await
+        }
         "GetTask" => {
             let Some(task) = params.get("id").and_then(Value::as_str) else {
                 return rpc_err(&id, -32602, "params.id: required, the task id");
@@ -342,7 +350,12 @@ async fn rpc(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respons
     }
 }
 
-async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
+async fn send_message(
+    ctx: &Ctx,
+    id: &Value,
+    params: &Value,
+    by: skillbox_node::calls::StartedBy,
+) -> Response {
     let Some(message) = params.get("message").filter(|m| m.is_object()) else {
         return rpc_err(id, -32602, "params.message: required, a Message");
     };
@@ -439,15 +452,18 @@ async fn send_message(ctx: &Ctx, id: &Value, params: &Value) -> Response {
                 Err(refusal) => return rpc_err(id, -32602, refusal),
             };
             ctx.backend
-                .start(StartCall {
-                    peer,
-                    skill,
-                    request: text,
-                    sources,
-                })
+                .start(
+                    StartCall {
+                        peer,
+                        skill,
+                        request: text,
+                        sources,
+                    },
+                    by,
+                )
                 .await
         }
-        None => ctx.backend.intent(text).await.map(|(_, s)| s),
+        None => ctx.backend.intent(text, by).await.map(|(_, s)| s),
     };
     let snap = match started {
         Ok(s) => s,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use skillbox_node::api::AppState;
-use skillbox_node::calls::{CallError, DecidedBy, StartCall};
+use skillbox_node::calls::{CallError, DecidedBy, StartCall, StartedBy};
 use zeroize::Zeroizing;
 
 use crate::catalog::{self, BoxInfo, CallableSkill, Catalog, RowFields, Wanted};
@@ -333,13 +333,17 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Catalog, BackendError>> + Send;
     /// Start a call from an agent surface: the node's own [`StartCall`] (peer, skill, request,
     /// sources), the same words over either implementation.
+    /// `by`: who the node marks it started by (`guard::started_by`); over the socket
+    /// (`skillbox mcp`) always a local agent.
     fn start(
         &self,
         call: StartCall,
+        by: StartedBy,
     ) -> impl Future<Output = Result<CallSnapshot, BackendError>> + Send;
     fn intent(
         &self,
         text: Zeroizing<String>,
+        by: StartedBy,
     ) -> impl Future<Output = Result<(Pick, CallSnapshot), BackendError>> + Send;
     /// A call an agent surface started (`not_found` for any other: the human's own calls, an
     /// owner's), as the node records it.
@@ -614,19 +618,23 @@ impl Backend for InProcess {
         Ok(cat)
     }
 
-    async fn start(&self, call: StartCall) -> Result<CallSnapshot, BackendError> {
+    async fn start(&self, call: StartCall, by: StartedBy) -> Result<CallSnapshot, BackendError> {
         let view = self
             .calls()?
-            .start_from_agent(call)
+            .start_by(call, by)
             .await
             .map_err(|e| self.refusal(e))?;
         caller_view(views(vec![view]))
     }
 
-    async fn intent(&self, text: Zeroizing<String>) -> Result<(Pick, CallSnapshot), BackendError> {
+    async fn intent(
+        &self,
+        text: Zeroizing<String>,
+        by: StartedBy,
+    ) -> Result<(Pick, CallSnapshot), BackendError> {
         let (pick, view) = self
             .calls()?
-            .intent_from_agent(text)
+            .intent_by(text, by)
             .await
             .map_err(|e| self.refusal(e))?;
         let snap = caller_view(views(vec![view]))?;
@@ -881,7 +889,9 @@ impl Backend for NodeHttp {
         serde_json::from_value(v).map_err(|_| internal("reading the catalog"))
     }
 
-    async fn start(&self, call: StartCall) -> Result<CallSnapshot, BackendError> {
+    /// Over the socket with the operator's token: the node marks the call a local agent's
+    /// (`surface: agent`) whatever `by` says.
+    async fn start(&self, call: StartCall, _by: StartedBy) -> Result<CallSnapshot, BackendError> {
         let mut body = json!({
             "peer": call.peer,
             "skill": call.skill,
@@ -895,7 +905,11 @@ impl Backend for NodeHttp {
         caller_view(vec![v])
     }
 
-    async fn intent(&self, text: Zeroizing<String>) -> Result<(Pick, CallSnapshot), BackendError> {
+    async fn intent(
+        &self,
+        text: Zeroizing<String>,
+        _by: StartedBy,
+    ) -> Result<(Pick, CallSnapshot), BackendError> {
         let body = json!({ "text": text.as_str(), "surface": "agent" });
         let v = self.send_starting("/intents/skill", body, None).await?;
         let pick: Pick = serde_json::from_value(v.clone()).map_err(|_| internal("the intent"))?;

@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use skillbox_node::api::AppState;
+use skillbox_node::calls::StartedBy;
 
 /// Who may reach a surface and how much it may send.
 #[derive(Debug, Clone)]
@@ -58,16 +59,19 @@ impl Guard {
 
     /// `None` when the request may pass; otherwise the refusal. `over_socket`: the request came
     /// over `api.sock` ([`skillbox_node::api::OverApiSocket`]), not TCP.
+    // The refusal is built once per refused request and returned straight to the client:
+    // boxing it would buy nothing.
+    #[allow(clippy::result_large_err)]
     pub fn check(
         &self,
         state: &AppState,
         headers: &HeaderMap,
         over_socket: bool,
-    ) -> Option<Response> {
+    ) -> Result<Credential, Response> {
         if let Some(host) = headers.get(header::HOST) {
             let ok = host.to_str().is_ok_and(|h| self.host_allowed(h));
             if !ok {
-                return Some(rpc_error(
+                return Err(rpc_error(
                     StatusCode::FORBIDDEN,
                     -32600,
                     "Host is not this machine: requests must name localhost, 127.0.0.1 or [::1] (DNS rebinding protection)",
@@ -75,29 +79,29 @@ impl Guard {
             }
         }
         if !origin_allowed(headers) {
-            return Some(rpc_error(
+            return Err(rpc_error(
                 StatusCode::FORBIDDEN,
                 -32600,
                 "Origin is not this server: only its own pages may call it",
             ));
         }
         let principal = skillbox_node::api::bearer_token(headers).and_then(|t| state.authorize(t));
-        match principal {
+        let credential = match principal {
             // The agent token: over TCP and over the socket alike.
-            Some(p) if p.agent => {}
+            Some(p) if p.agent => Credential::AgentToken,
             // The operator's token only over `api.sock`, where only this user connects
             // (`skillbox mcp`); over TCP the port may have been another user's while the node
             // was down, so a client configured to send it there has already sent it to them.
-            Some(p) if p.operator && over_socket => {}
+            Some(p) if p.operator && over_socket => Credential::OverSocket,
             Some(p) if p.operator => {
-                return Some(rpc_error(
+                return Err(rpc_error(
                     StatusCode::FORBIDDEN,
                     self.unauthorized_code,
                     OPERATOR_TOKEN_OVER_TCP,
                 ));
             }
             Some(_) => {
-                return Some(rpc_error(
+                return Err(rpc_error(
                     StatusCode::FORBIDDEN,
                     self.unauthorized_code,
                     "this token is a tenant's: the agent surfaces act for the node operator and take the agent token (agent.token)",
@@ -113,17 +117,17 @@ impl Guard {
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer realm=\"skillbox\""),
                 );
-                return Some(r);
+                return Err(r);
             }
-        }
+        };
         let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > self.max_body as u64) {
-            return Some(too_large(self.max_body));
+            return Err(too_large(self.max_body));
         }
-        None
+        Ok(credential)
     }
 }
 
@@ -176,6 +180,28 @@ pub fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
         .into_response()
 }
 
+/// The token a request to an agent surface passed the guard with, put in its extensions: the
+/// calls it starts are marked by it ([`started_by`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// The agent token (`agent.token`), over TCP or the socket.
+    AgentToken,
+    /// The operator's token, over `api.sock` only.
+    OverSocket,
+}
+
+/// Who a call started under an HTTP request that passed the guard with `credential` is started
+/// by: an agent over this user's own channel (the operator's token over the socket), else an
+/// HTTP agent client holding the agent token — also when the request carries no credential, so
+/// a route the guard missed errs toward asking. (`skillbox mcp`'s stdio carries no HTTP request:
+/// a local agent's.)
+pub fn started_by(credential: Option<Credential>) -> StartedBy {
+    match credential {
+        Some(Credential::OverSocket) => StartedBy::Agent,
+        Some(Credential::AgentToken) | None => StartedBy::AgentToken,
+    }
+}
+
 pub fn too_large(max: usize) -> Response {
     rpc_error(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -194,11 +220,14 @@ pub async fn layer(
         .extensions()
         .get::<skillbox_node::api::OverApiSocket>()
         .is_some();
-    if let Some(refusal) = guard.check(&state, req.headers(), over_socket) {
-        return refusal;
-    }
+    let credential = match guard.check(&state, req.headers(), over_socket) {
+        Ok(c) => c,
+        Err(refusal) => return refusal,
+    };
     // A body without a length (chunked) is cut at the limit while it streams.
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // What the surfaces read to mark the calls they start (`started_by`).
+    parts.extensions.insert(credential);
     let limited = Body::new(http_body_util::Limited::new(body, guard.max_body));
     next.run(Request::from_parts(parts, limited)).await
 }

@@ -27,7 +27,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use skillbox_node::api::AppState;
-use skillbox_node::calls::StartCall;
+use skillbox_node::calls::{StartCall, StartedBy};
 use zeroize::Zeroizing;
 
 use crate::backend::{
@@ -881,12 +881,15 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 };
                 let started = self
                     .backend
-                    .start(StartCall {
-                        peer,
-                        skill,
-                        request,
-                        sources: a.sources,
-                    })
+                    .start(
+                        StartCall {
+                            peer,
+                            skill,
+                            request,
+                            sources: a.sources,
+                        },
+                        started_by(&ctx),
+                    )
                     .await
                     .map(|s| (None, s));
                 self.run_call(started, &ctx, &params).await
@@ -905,7 +908,7 @@ impl<B: Backend> ServerHandler for SkillboxMcp<B> {
                 }
                 let started = self
                     .backend
-                    .intent(Zeroizing::new(a.text))
+                    .intent(Zeroizing::new(a.text), started_by(&ctx))
                     .await
                     .map(|(p, s)| (Some(p), s));
                 self.run_call(started, &ctx, &params).await
@@ -1088,6 +1091,15 @@ pub async fn serve_stdio<B: Backend>(backend: B, settings: McpSettings) -> Resul
     Ok(())
 }
 
+/// Who a tool call's call is started by: from the HTTP request it came in (the guard's
+/// credential), or a local agent over stdio, which carries none.
+fn started_by(ctx: &RequestContext<RoleServer>) -> StartedBy {
+    match ctx.extensions.get::<axum::http::request::Parts>() {
+        Some(http) => guard::started_by(http.extensions.get::<guard::Credential>().copied()),
+        None => StartedBy::Agent,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1124,10 +1136,14 @@ mod tests {
                 ..Catalog::default()
             })
         }
-        async fn start(&self, _: StartCall) -> Result<CallSnapshot, BackendError> {
+        async fn start(&self, _: StartCall, _: StartedBy) -> Result<CallSnapshot, BackendError> {
             Err(BackendError::Unavailable("not in this test".into()))
         }
-        async fn intent(&self, _: Zeroizing<String>) -> Result<(Pick, CallSnapshot), BackendError> {
+        async fn intent(
+            &self,
+            _: Zeroizing<String>,
+            _: StartedBy,
+        ) -> Result<(Pick, CallSnapshot), BackendError> {
             Err(BackendError::Unavailable("not in this test".into()))
         }
         async fn call(&self, id: &str) -> Result<CallSnapshot, BackendError> {

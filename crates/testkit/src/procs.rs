@@ -505,6 +505,15 @@ impl NodeDir {
         }
     }
 
+    /// A client of the agent surfaces over TCP (`/mcp`, the A2A card and `/a2a`, the catalog),
+    /// as an HTTP agent client is: with the agent token.
+    pub fn agent_api(&self) -> Api {
+        Api {
+            base: self.base.clone(),
+            token: self.agent_token.clone(),
+        }
+    }
+
     /// Every byte of the node's store files (db, WAL), for leak scans.
     pub fn store_bytes(&self) -> Vec<u8> {
         crate::leak::store_bytes(&self.dir)

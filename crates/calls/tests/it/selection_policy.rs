@@ -116,6 +116,7 @@ fn q<'a>(role: Role, peer: &'a str, skill: &'a str, sources: &'a [String]) -> Su
         skill,
         sources,
         from_agent: false,
+        agent_token: false,
         told: None,
     }
 }
@@ -329,6 +330,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
             skill,
             sources: &sources,
             from_agent: false,
+            agent_token: false,
             told: Some(&seen),
         })
     };
@@ -348,6 +350,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
         skill: "taste",
         sources: &[],
         from_agent: false,
+        agent_token: false,
         told: Some(&seen),
     });
     assert_eq!(owner_side, Decision::Allow);
@@ -381,6 +384,7 @@ fn default_consent_asks_before_disclosure_and_remembers_a_set() {
         skill: "taste",
         sources: &names(&["songs"]),
         from_agent: false,
+        agent_token: false,
         told: Some(&seen),
     });
     assert_eq!((d, rule), (Decision::Allow, Some(0)));
@@ -415,6 +419,7 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
         skill: "brief",
         sources: &[],
         from_agent,
+        agent_token: false,
         told: Some(&seen),
     };
     assert_eq!(p.decide_with_rule(&q(true)), (Decision::Ask, Some(0)));
@@ -440,6 +445,18 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
     assert_eq!(r, Rule::ask_from_agent());
 }
 
+/// The shipped policy with `remembered` ahead of its rules.
+fn shipped(remembered: Rule) -> Policy {
+    Policy {
+        rules: vec![
+            remembered,
+            Rule::ask_before_disclosure(),
+            Rule::ask_from_agent(),
+        ],
+        default: Decision::Allow,
+    }
+}
+
 /// A yes remembered for a call that staked no source covers only calls that stake none, and
 /// only from the surface it was given on: before, the rule it recorded named no sources at all
 /// (so it matched every later source set, ahead of the shipped rules) and no surface (so a
@@ -447,14 +464,6 @@ fn a_surface_rule_matches_only_the_calls_an_agent_started() {
 #[test]
 fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
     let seen = told();
-    let shipped = |remembered: Rule| Policy {
-        rules: vec![
-            remembered,
-            Rule::ask_before_disclosure(),
-            Rule::ask_from_agent(),
-        ],
-        default: Decision::Allow,
-    };
     let decide = |p: &Policy, sources: &[&str], from_agent: bool| {
         p.decide_with_rule(&SubmitQuestion {
             role: Role::Caller,
@@ -462,6 +471,7 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
             skill: "taste",
             sources: &names(sources),
             from_agent,
+            agent_token: false,
             told: Some(&seen),
         })
     };
@@ -529,4 +539,78 @@ fn a_remembered_yes_without_sources_covers_no_sources_and_no_other_surface() {
     let mut by_hand = Rule::ask_before_disclosure();
     assert!(!by_hand.narrow_as_remembered());
     assert_eq!(by_hand, Rule::ask_before_disclosure());
+}
+
+/// Audit 32 A32-1's follow-up: a yes remembered for a local agent (`skillbox mcp`, over the
+/// node's socket) does not cover an HTTP client holding the agent token — which whoever held
+/// the node's port while it was down may hold — nor the other way round; a rule written for
+/// agents (`agent`) covers both, so the shipped ask holds for the agent token's calls too.
+/// Before, the remembered rule named `agent`, and the token's holder staked the same sources
+/// unasked.
+#[test]
+fn a_yes_remembered_for_a_local_agent_does_not_cover_the_agent_token() {
+    let seen = told();
+    let songs = names(&["songs"]);
+    let decide = |p: &Policy, from_agent: bool, agent_token: bool| {
+        p.decide_with_rule(&SubmitQuestion {
+            role: Role::Caller,
+            peer: "P",
+            skill: "taste",
+            sources: &songs,
+            from_agent,
+            agent_token,
+            told: Some(&seen),
+        })
+    };
+    let local = shipped(remembered_yes(&songs, Surface::AgentLocal));
+    assert_eq!(decide(&local, true, false), (Decision::Allow, Some(0)));
+    assert_eq!(
+        decide(&local, true, true),
+        (Decision::Ask, Some(1)),
+        "a yes remembered for skillbox mcp answered the agent token's call"
+    );
+    assert_eq!(decide(&local, false, false), (Decision::Ask, Some(1)));
+    let token = shipped(remembered_yes(&songs, Surface::AgentToken));
+    assert_eq!(decide(&token, true, true), (Decision::Allow, Some(0)));
+    assert_eq!(decide(&token, true, false), (Decision::Ask, Some(1)));
+    let any = shipped(remembered_yes(&songs, Surface::Agent));
+    assert_eq!(decide(&any, true, true), (Decision::Allow, Some(0)));
+    assert_eq!(decide(&any, true, false), (Decision::Allow, Some(0)));
+    assert_eq!(decide(&any, false, false), (Decision::Ask, Some(1)));
+    let without_sources = |agent_token| {
+        shipped(remembered_yes(&songs, Surface::Human)).decide_with_rule(&SubmitQuestion {
+            role: Role::Caller,
+            peer: "P",
+            skill: "taste",
+            sources: &[],
+            from_agent: true,
+            agent_token,
+            told: Some(&seen),
+        })
+    };
+    assert_eq!(without_sources(true), (Decision::Ask, Some(2)));
+    // The config's spellings.
+    for (word, surface) in [
+        ("agent_local", Surface::AgentLocal),
+        ("agent_token", Surface::AgentToken),
+    ] {
+        let r: Rule = serde_json::from_str(&format!(
+            r#"{{"side": "caller", "surface": "{word}", "decision": "allow"}}"#
+        ))
+        .expect("rule");
+        assert_eq!(r.surface, Some(surface));
+    }
+    // A yes remembered as `agent` before the agent token existed was a local agent's (HTTP
+    // clients then sent the operator's token, which the agent surfaces refuse over TCP now).
+    let mut old = remembered_yes(&songs, Surface::Agent);
+    assert!(old.narrow_as_remembered());
+    assert_eq!(old.surface, Some(Surface::AgentLocal));
+    assert!(!old.narrow_as_remembered(), "narrowed once");
+    let mut by_hand: Rule =
+        serde_json::from_str(r#"{"side": "caller", "surface": "agent", "decision": "allow"}"#)
+            .expect("rule");
+    assert!(
+        !by_hand.narrow_as_remembered(),
+        "a rule written by hand stays"
+    );
 }

@@ -72,7 +72,11 @@ fn a2a_sdk_client_reads_the_card_and_a_message_comes_back_answered() {
 /// name the card shows framed as peer text and the peer its description names. The id carries
 /// no text of the peer's (a digest of the name), so a client takes it from the card.
 fn card_id(w: &reach::World, name: &str) -> String {
-    let card = w.caller.api().get("/.well-known/agent-card.json").body;
+    let card = w
+        .caller
+        .agent_api()
+        .get("/.well-known/agent-card.json")
+        .body;
     let framed = format!(" {name} ⟦end ");
     let offered_by = format!("Offered by peer {}.", w.owner.peer_id);
     let skill = card["skills"]

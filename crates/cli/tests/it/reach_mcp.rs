@@ -534,8 +534,13 @@ fn assert_contained(what: &str, text: &str, n: &str) {
 fn an_injected_advert_stays_inside_an_unclosable_frame_and_a_sybil_lists_nothing_in_the_tools() {
     let _g = serial();
     let w = reach::world(false, |t| t);
+    // The catalog is an agent surface (the agent token over TCP), the board the operator's.
     let api = w.caller.api();
-    let ours = api.get("/v1/host/skillbox/reach/catalog").body;
+    let ours = w
+        .caller
+        .agent_api()
+        .get("/v1/host/skillbox/reach/catalog")
+        .body;
     let measurement = ours["boxes"][0]["measurement"]
         .as_str()
         .unwrap_or_else(|| panic!("{ours}"))
@@ -723,8 +728,9 @@ fn an_agents_first_call_to_a_skill_asks_the_human_and_shows_the_request() {
     let w = reach::world(false, agent);
     // The human's own call (the CLI) is not an agent's: no question.
     a_call_the_human_made(&w);
-    // The agent's call stakes no source, and is still asked: its request is what leaves.
-    let (out, raw1) = mcp_python(&w, "http", "legacy", "brief", "none");
+    // The agent's call (`skillbox mcp`, this user's own channel) stakes no source, and is
+    // still asked: its request is what leaves.
+    let (out, raw1) = mcp_python(&w, "stdio", "legacy", "brief", "none");
     let id = pending_approval(&out);
     let approvals = w.caller.api().get("/approvals").body;
     let d = &approvals["approvals"][0]["disclosure"];
@@ -745,13 +751,40 @@ fn an_agents_first_call_to_a_skill_asks_the_human_and_shows_the_request() {
         .wait_state(&id, &["answered"], Duration::from_secs(60))
         .expect("the approved call answered");
     // The next call of that skill from the agent is not asked again.
-    let (out, raw2) = mcp_python(&w, "http", "legacy", "brief", "none");
+    let (out, raw2) = mcp_python(&w, "stdio", "legacy", "brief", "none");
     assert_eq!(
         out["apply"]["structuredContent"]["state"], "answered",
         "{}",
         out["apply"]
     );
-    let seen = format!("{raw1}{raw2}");
+    // An HTTP client holding the agent token — which whoever held the node's port while it was
+    // down may hold too (audit 32 A32-1) — is not covered by that yes: asked. Before, the
+    // remembered rule named the agent surface, and the same call was answered unasked.
+    let (out, raw3) = mcp_python(&w, "http", "legacy", "brief", "none");
+    assert_ne!(
+        out["apply"]["structuredContent"]["state"], "answered",
+        "a yes remembered for skillbox mcp answered a call made with the agent token: {}",
+        out["apply"]
+    );
+    let id = pending_approval(&out);
+    let policy = w.caller.api().get("/policy").body;
+    assert_eq!(policy["rules"][0]["surface"], "agent_local", "{policy}");
+    // A yes remembered for it holds for the agent token's calls.
+    let o = approve_at_terminal_with(&w, &id, "--remember");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    w.caller
+        .api()
+        .wait_state(&id, &["answered"], Duration::from_secs(60))
+        .expect("the approved call answered");
+    let (out, raw4) = mcp_python(&w, "http", "legacy", "brief", "none");
+    assert_eq!(
+        out["apply"]["structuredContent"]["state"], "answered",
+        "{}",
+        out["apply"]
+    );
+    let policy = w.caller.api().get("/policy").body;
+    assert_eq!(policy["rules"][0]["surface"], "agent_token", "{policy}");
+    let seen = format!("{raw1}{raw2}{raw3}{raw4}");
     assert_no_markers("MCP responses", &seen, &reach::markers());
     w.assert_logs_clean();
 }

@@ -75,7 +75,7 @@ call_starts! {
             sources: b.sources,
         };
         if from_agent {
-            c.start_from_agent(req).await?
+            c.start_by(req, crate::calls::StartedBy::Agent).await?
         } else {
             c.start(req).await?
         }
@@ -90,7 +90,8 @@ call_starts! {
         ]
     {
         let (pick, call) = if from_agent(b.surface.as_deref())? {
-            c.intent_from_agent(Zeroizing::new(b.text)).await?
+            c.intent_by(Zeroizing::new(b.text), crate::calls::StartedBy::Agent)
+                .await?
         } else {
             c.intent(Zeroizing::new(b.text)).await?
         };

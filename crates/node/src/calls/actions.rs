@@ -689,6 +689,7 @@ impl Calls {
                 Role::Owner => &no_sources,
             },
             from_agent: row.call.role == Role::Caller && row.call.from_agent,
+            agent_token: row.call.role == Role::Caller && row.call.agent_token,
             told: told.as_ref(),
         });
         let decided_by = match rule {

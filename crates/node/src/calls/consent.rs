@@ -619,10 +619,12 @@ fn remembered_rule(row: &CallRow, allow: bool, told: Told) -> Rule {
     };
     // The surface as the policy saw it (`check_policy`): an agent's call is remembered
     // for agents' calls only, a human's for humans' only.
-    let surface = if row.call.role == Role::Caller && row.call.from_agent {
-        Surface::Agent
-    } else {
-        Surface::Human
+    // An agent's holds for the same channel only: `skillbox mcp`'s for local agents, an HTTP
+    // client's (the agent token) for holders of that token (audit 32 A32-1's follow-up).
+    let surface = match (row.call.role, row.call.from_agent, row.call.agent_token) {
+        (Role::Caller, true, true) => Surface::AgentToken,
+        (Role::Caller, true, false) => Surface::AgentLocal,
+        _ => Surface::Human,
     };
     let mut rule = Rule::remembered(
         &row.call.peer,
@@ -879,6 +881,7 @@ mod tests {
                 skill: &local.call.skill,
                 sources: &[],
                 from_agent: false,
+                agent_token: false,
                 told: Some(told),
             })
         };

@@ -58,6 +58,7 @@ use crate::store::Store;
 use boxes::Boxes;
 pub use consent::{DecidedBy, Disclosure};
 use records::{CallRow, Filter};
+pub use start::StartedBy;
 
 /// A call on one side.
 type Key = (String, Role);

@@ -22,25 +22,41 @@ use crate::sources::{self, SourceKind, SourceMeta};
 /// How long call start waits for an accepted box whose identity is unknown or stale.
 const BOX_REFRESH_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Who started a call, as its consent sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartedBy {
+    /// This node's human: the CLI, the dashboard, the API.
+    Human,
+    /// An agent through this user's own channel: `skillbox mcp` (over `api.sock`), or an agent
+    /// surface reached with the operator's token over the socket.
+    Agent,
+    /// An HTTP agent client holding the agent token (`agent.token`), sent to the node's TCP
+    /// port, which another local user may have held while the node was down: a remembered
+    /// answer to a local agent's call does not cover it (`Surface::AgentToken`).
+    AgentToken,
+}
+
 impl Calls {
     /// Start a call as caller (`POST /calls`).
     pub async fn start(&self, req: StartCall) -> std::result::Result<CallView, CallError> {
-        self.start_from(req, false).await
+        self.start_from(req, StartedBy::Human).await
     }
 
     /// [`Calls::start`] for an agent surface (MCP, A2A): the call is marked `from_agent`, so
-    /// rules with `surface = "agent"` match it and its consent question shows the request.
-    pub async fn start_from_agent(
+    /// rules with `surface = "agent"` match it and its consent question shows the request;
+    /// started with the agent token, it is marked `agent_token` too ([`StartedBy`]).
+    pub async fn start_by(
         &self,
         req: StartCall,
+        by: StartedBy,
     ) -> std::result::Result<CallView, CallError> {
-        self.start_from(req, true).await
+        self.start_from(req, by).await
     }
 
     async fn start_from(
         &self,
         req: StartCall,
-        from_agent: bool,
+        by: StartedBy,
     ) -> std::result::Result<CallView, CallError> {
         if req.request.len() > self.0.settings.max_request_bytes {
             return Err(CallError::Invalid {
@@ -152,7 +168,8 @@ impl Calls {
             now_ms(),
             &self.0.timing,
         );
-        t.call.from_agent = from_agent;
+        t.call.from_agent = by != StartedBy::Human;
+        t.call.agent_token = by == StartedBy::AgentToken;
         let row = CallRow {
             call: t.call.clone(),
             program: Some(String::from_utf8_lossy(&env.to_json()).into_owned()),
@@ -341,21 +358,23 @@ impl Calls {
         &self,
         text: Zeroizing<String>,
     ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
-        self.intent_from(text, false).await
+        self.intent_from(text, StartedBy::Human).await
     }
 
-    /// [`Calls::intent`] for an agent surface: the call it starts is marked `from_agent`.
-    pub async fn intent_from_agent(
+    /// [`Calls::intent`] for an agent surface: the call it starts is marked as
+    /// [`Calls::start_by`] marks it.
+    pub async fn intent_by(
         &self,
         text: Zeroizing<String>,
+        by: StartedBy,
     ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
-        self.intent_from(text, true).await
+        self.intent_from(text, by).await
     }
 
     async fn intent_from(
         &self,
         text: Zeroizing<String>,
-        from_agent: bool,
+        by: StartedBy,
     ) -> std::result::Result<(skillbox_calls::intent::Pick, CallView), CallError> {
         let srcs = self.0.sources.clone();
         let held: HashSet<String> =
@@ -391,7 +410,7 @@ impl Calls {
                     request: text,
                     sources: None,
                 },
-                from_agent,
+                by,
             )
             .await?;
         Ok((pick, view))

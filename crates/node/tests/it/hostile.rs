@@ -946,11 +946,12 @@ async fn a_remembered_consent_covers_only_its_source_set_and_its_surface() {
         .start_call(&w.owner.peer_id, "taste", "human 2")
         .await;
     assert_eq!(parked_or_ended(&w.caller, &id).await["state"], "answered");
-    // The rule the yes over no sources became: no sources, the agent surface.
+    // The rule the yes over no sources became: no sources, the surface of agents over this
+    // user's own channel (`surface: agent` on the API; not the agent token's).
     let policy = w.caller.get("/policy").await.body;
     let rule = &policy["rules"][0];
     assert_eq!(rule["sources_within"], json!([]), "{policy}");
-    assert_eq!(rule["surface"], "agent", "{policy}");
+    assert_eq!(rule["surface"], "agent_local", "{policy}");
 }
 
 /// A peer that learnt one of this node's own call ids (from its `call.request`) sends a

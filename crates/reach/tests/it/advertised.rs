@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use skillbox_node::api::AppState;
-use skillbox_node::calls::StartCall;
+use skillbox_node::calls::{StartCall, StartedBy};
 use skillbox_node::{Config, DataDir, Node};
 use skillbox_peers::{AcceptedBox, Offer, PeerId, PeersHandle};
 use skillbox_reach::backend::{ADVERTISED_PATH, Backend, InProcess, NodeHttp, SOCKET_BASE};
@@ -207,9 +207,12 @@ async fn no_common_box_reads_the_same_over_http_and_in_process() {
             e.to_string()
         }
     };
-    let over_http = refused(http.start(start(&peer)).await.map(drop), "apply over HTTP");
+    let over_http = refused(
+        http.start(start(&peer), StartedBy::Agent).await.map(drop),
+        "apply over HTTP",
+    );
     let in_process = refused(
-        local.start(start(&peer)).await.map(drop),
+        local.start(start(&peer), StartedBy::Agent).await.map(drop),
         "apply in process",
     );
     assert_eq!(over_http, in_process);
@@ -218,8 +221,14 @@ async fn no_common_box_reads_the_same_over_http_and_in_process() {
         assert!(!over_http.contains(bad), "{bad:?} in {over_http}");
     }
     let asked = || Zeroizing::new(ASKED.to_owned());
-    let ask_http = refused(http.intent(asked()).await.map(drop), "ask over HTTP");
-    let ask_local = refused(local.intent(asked()).await.map(drop), "ask in process");
+    let ask_http = refused(
+        http.intent(asked(), StartedBy::Agent).await.map(drop),
+        "ask over HTTP",
+    );
+    let ask_local = refused(
+        local.intent(asked(), StartedBy::Agent).await.map(drop),
+        "ask in process",
+    );
     assert_eq!(ask_http, ask_local);
     assert_eq!(ask_http, over_http);
 }
@@ -280,8 +289,14 @@ async fn a_refusal_of_an_agents_call_echoes_none_of_its_arguments() {
     ] {
         let mut said = Vec::new();
         for (how, got) in [
-            ("over HTTP", http.start(call.clone()).await),
-            ("in process", local.start(call.clone()).await),
+            (
+                "over HTTP",
+                http.start(call.clone(), StartedBy::Agent).await,
+            ),
+            (
+                "in process",
+                local.start(call.clone(), StartedBy::Agent).await,
+            ),
         ] {
             let e = got.map(drop).expect_err(what);
             let text = e.to_string();
@@ -312,7 +327,7 @@ async fn an_a2a_refusal_echoes_none_of_the_clients_text() {
     let rpc = |method: &str, version: &str, params: Value| {
         let req = reqwest::Client::new()
             .post(format!("{}{}", w.serving.base, skillbox_reach::a2a::RPC_PATH))
-            .bearer_auth(&w.serving.token)
+            .bearer_auth(&w.serving.agent_token)
             .header("a2a-version", version)
             .json(&serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }));
         async move {
