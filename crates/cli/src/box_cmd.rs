@@ -246,11 +246,22 @@ fn own_dirs(global: &crate::Global, args: &BoxArgs) -> anyhow::Result<()> {
             Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
             _ => PathBuf::from("."),
         });
-    let dirs = [("data dir", data_dir.clone()), ("box's directory", box_dir)]
-        .into_iter()
+    let ours = [("data dir", data_dir.clone()), ("box's directory", box_dir)];
+    let dirs = ours
+        .iter()
+        .cloned()
         .chain(key_dirs.map(|d| ("box key's directory", d)));
     for (what, dir) in dirs {
         crate::own_dir::make_private(what, &dir)?;
+    }
+    // The box's own directories are listed by nobody else (audit 32 A32-4): a key file's
+    // directory may be a shared one of the operator's, and keeps its mode.
+    for (what, dir) in &ours {
+        if skillbox_jc::own_dir::close_to_others(dir)
+            .with_context(|| format!("setting mode of the {what} {}", dir.display()))?
+        {
+            tracing::info!(path = %dir.display(), "{what} was open to other users' listing: made 0700");
+        }
     }
     Ok(())
 }

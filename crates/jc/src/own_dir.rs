@@ -48,6 +48,25 @@ pub enum NotOwnDir {
     },
 }
 
+/// Takes group and other access off `dir` when it is this user's and has any (a data dir left
+/// 0755 by a restore or `chmod -R a+rX`): its files are 0600 (umask 077 in `skillbox node` and
+/// `skillbox box`), but a listable dir still shows every local user their names, sizes and
+/// times — when the node's store grew, when a box last ran. Returns whether it changed the mode;
+/// a dir that does not exist, or is another's (root's), is left alone. Call it after [`check`].
+pub fn close_to_others(dir: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if meta.uid() != this_user() || meta.mode() & 0o077 == 0 {
+        return Ok(false);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(meta.mode() & 0o7700))?;
+    Ok(true)
+}
+
 /// The directory `dir` (a `what`, for the message) must be this user's (or root's), written by
 /// nobody else, and every directory above it (as written, and after links are resolved) owned by
 /// this user or root and written by nobody else unless sticky. A directory that does not exist passes: the

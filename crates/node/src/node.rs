@@ -227,6 +227,11 @@ impl Node {
     /// swap is refused first, naming it: its keys, config and socket could be theirs.
     pub fn open(data_dir: &Path) -> Result<Node> {
         skillbox_jc::own_dir::check("data dir", data_dir)?;
+        if skillbox_jc::own_dir::close_to_others(data_dir)
+            .map_err(|e| NodeError::io(format!("setting mode of {}", data_dir.display()), e))?
+        {
+            tracing::info!(path = %data_dir.display(), "data dir was open to other users' listing: made 0700");
+        }
         let dir = DataDir::new(data_dir);
         let config = dir.load_config()?;
         let lock = lock_data_dir(&dir)?;

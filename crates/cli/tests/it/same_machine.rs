@@ -909,7 +909,13 @@ fn a_box_refuses_a_model_allow_list_or_collector_another_user_may_write() {
 /// sizes, the box's run store are not another user's to read.
 #[test]
 fn every_file_a_node_or_a_box_makes_is_its_users_alone() {
+    use std::os::unix::fs::PermissionsExt;
     let (_root, dir) = inited_node();
+    // A data dir and a box dir left listable (a restore, `chmod -R a+rX`) are closed at start.
+    std::fs::create_dir_all(dir.join("box")).expect("box dir");
+    for d in [dir.clone(), dir.join("box")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
     for args in [
         vec!["node"],
         vec!["box", "--insecure-dev", "--listen", "127.0.0.1:0"],
@@ -933,9 +939,15 @@ fn every_file_a_node_or_a_box_makes_is_its_users_alone() {
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
             let meta = e.metadata().expect("metadata");
-            use std::os::unix::fs::PermissionsExt;
             if meta.is_dir() {
                 stack.push(e.path());
+                if meta.permissions().mode() & 0o077 != 0 {
+                    open.push(format!(
+                        "{}/ {:o}",
+                        e.path().display(),
+                        meta.permissions().mode() & 0o777
+                    ));
+                }
             } else if meta.is_file() {
                 seen += 1;
                 if meta.permissions().mode() & 0o077 != 0 {
@@ -952,5 +964,15 @@ fn every_file_a_node_or_a_box_makes_is_its_users_alone() {
         assert!(dir.join(made).exists(), "{made} was not made");
     }
     assert!(seen > 5, "only {seen} files");
-    assert!(open.is_empty(), "files other users may read: {open:?}");
+    let root_mode = std::fs::metadata(&dir)
+        .expect("data dir")
+        .permissions()
+        .mode();
+    if root_mode & 0o077 != 0 {
+        open.push(format!("{}/ {:o}", dir.display(), root_mode & 0o777));
+    }
+    assert!(
+        open.is_empty(),
+        "files or dirs other users may read: {open:?}"
+    );
 }
