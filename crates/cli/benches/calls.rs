@@ -230,8 +230,13 @@ struct Client {
 
 impl Client {
     fn of(n: &NodeDir) -> Client {
+        // The operator's token goes only over the node's socket.
         Client {
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .unix_socket(n.dir.join("api.sock"))
+                .no_proxy()
+                .build()
+                .expect("a socket client"),
             base: n.base.clone(),
             token: n.token.clone(),
         }

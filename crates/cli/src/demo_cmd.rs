@@ -56,7 +56,8 @@ pub struct DemoArgs {
 
 /// A node running in this process, and how to reach its API.
 struct RunningNode {
-    base: String,
+    /// Over the node's socket (`api.sock`): the operator's token goes only there.
+    http: reqwest::Client,
     token: String,
     peer_id: String,
     listen: Vec<String>,
@@ -80,14 +81,20 @@ async fn start_node(
     let peers = node.start_peers().await?;
     node.start_calls()?;
     let listener = node.bind(None).await?;
-    let addr = listener.local_addr().context("API address")?;
     tokio::spawn(async move {
         if let Err(e) = node.serve(listener, std::future::pending()).await {
             eprintln!("node stopped: {e}");
         }
     });
+    // Loopback nodes only, through their sockets: no proxy from the environment.
+    let http = reqwest::Client::builder()
+        .unix_socket(dd.api_socket())
+        .no_proxy()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .context("HTTP client")?;
     Ok(RunningNode {
-        base: format!("http://{addr}"),
+        http,
         token,
         peer_id: peers.peer_id.clone(),
         listen: peers
@@ -98,9 +105,8 @@ async fn start_node(
     })
 }
 
-struct Api {
-    http: reqwest::Client,
-}
+/// The demo's requests to its nodes.
+struct Api;
 
 impl Api {
     async fn call(
@@ -110,9 +116,12 @@ impl Api {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> anyhow::Result<Value> {
-        let mut req = self
+        let mut req = node
             .http
-            .request(method, format!("{}{path}", node.base))
+            .request(
+                method,
+                format!("{}{path}", skillbox_reach::backend::SOCKET_BASE),
+            )
             .bearer_auth(&node.token);
         if let Some((ct, bytes)) = body {
             req = req.header("content-type", ct).body(bytes);
@@ -226,14 +235,7 @@ async fn demo(_global: &crate::Global, root: &Path, model: &Path) -> anyhow::Res
     // 2. Two nodes: the owner of the skill, and a caller that bootstraps from it.
     let owner = start_node(&root.join("owner"), &box_url, vec![]).await?;
     step(&format!("owner node {} up", owner.peer_id));
-    let api = Api {
-        // Loopback nodes only: a proxy from the environment would get their tokens.
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(120))
-            .build()
-            .context("HTTP client")?,
-    };
+    let api = Api;
     use reqwest::Method;
     // 3. The owner installs a `provider: local` skill; its body goes to the owner's source store.
     //    Before the caller starts, so the first advert the caller reads is the one with the

@@ -55,6 +55,13 @@ pub struct ApiConfig {
     /// trusted, or a TLS-terminating proxy in front of it is.
     #[serde(default)]
     pub plain_http_beyond_loopback: bool,
+    /// Take the operator's token (`api.token`) over the TCP port too. Off, the default: it is
+    /// taken only over `<data dir>/api.sock` (the CLI, `skillbox mcp`), since any local user
+    /// may hold the port while the node is down and collect what a client sends there; over TCP
+    /// every route answers it 403. On: for a node managed from another host (with
+    /// `plain_http_beyond_loopback` behind a TLS proxy) or a test harness.
+    #[serde(default)]
+    pub operator_token_over_tcp: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -861,6 +868,7 @@ impl Default for Config {
                 listen: DEFAULT_API_ADDR.parse().expect("constant address parses"),
                 hosts: Vec::new(),
                 plain_http_beyond_loopback: false,
+                operator_token_over_tcp: false,
             },
             p2p: P2pConfig {
                 listen: vec![
@@ -1290,6 +1298,10 @@ hosts = {api_hosts}
 # Listening beyond loopback serves the token, the dashboard and every answer in plain HTTP:
 # refused unless this says the network (or a TLS proxy in front) is trusted.
 plain_http_beyond_loopback = {api_plain}
+# The operator's token (api.token) is taken only over <data dir>/api.sock, where the CLI and
+# `skillbox mcp` send it: any local user can hold this port while the node is down and catch
+# what a client sends to it. True also takes it over TCP (a node managed from another host).
+operator_token_over_tcp = {api_operator_tcp}
 
 [p2p]
 # libp2p listen multiaddrs.
@@ -1508,6 +1520,7 @@ operator = {operator}
             api = s(&self.api.listen.to_string()),
             api_hosts = list(&self.api.hosts),
             api_plain = self.api.plain_http_beyond_loopback,
+            api_operator_tcp = self.api.operator_token_over_tcp,
             retention = self.calls.retention_days,
             max_unstarted = self.calls.max_unstarted_per_peer,
             forwarded = self.calls.forwarded_attestations,

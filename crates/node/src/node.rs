@@ -286,6 +286,7 @@ impl Node {
             },
         );
         shared.calls_max_request = config.calls.max_request_bytes;
+        shared.operator_token_over_tcp = config.api.operator_token_over_tcp;
         let state = Arc::new(shared);
         Ok(Node {
             data_dir: dir,

@@ -520,6 +520,9 @@ impl TestNode {
         config.schedules.board_ttl_secs = 4;
         // Flow tests do not play the human: every submit allowed unless a test says otherwise.
         config.policy = skillbox_node::config::PolicyConfig::allow_all();
+        // The tests' clients send the operator's token to the port (the default refuses it
+        // there: node it `api` tests that).
+        config.api.operator_token_over_tcp = true;
         tune(&mut config);
         DataDir::new(dir.path()).init(&config).expect("init");
         TestNode::started_in(dir, directory).await

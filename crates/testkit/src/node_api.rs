@@ -115,9 +115,20 @@ pub fn board_of_rows(peers: usize, skills: usize) -> skillbox_peers::Board {
 }
 
 pub fn init_dir() -> tempfile::TempDir {
+    // The tests' clients send the operator's token to the port; `init_dir_as_shipped` does not.
+    init_dir_with(|c| c.api.operator_token_over_tcp = true)
+}
+
+/// [`init_dir`] with the API's shipped token rule: the operator's token over the socket only.
+pub fn init_dir_as_shipped() -> tempfile::TempDir {
+    init_dir_with(|_| {})
+}
+
+fn init_dir_with(tune: impl FnOnce(&mut Config)) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut config = Config::default();
     config.api.listen = "127.0.0.1:0".parse().expect("addr");
+    tune(&mut config);
     DataDir::new(dir.path()).init(&config).expect("init");
     dir
 }

@@ -296,7 +296,13 @@ pub fn init_node(
             "dial_private_addresses = true",
         )
         .replace("advertise_secs = 60", "advertise_secs = 1")
-        .replace("board_ttl_secs = 180", "board_ttl_secs = 4");
+        .replace("board_ttl_secs = 180", "board_ttl_secs = 4")
+        // The tests' clients (`Api`) send the operator's token to the port, as a node managed
+        // from elsewhere may; the default refuses it there (hostile.rs tests that).
+        .replace(
+            "operator_token_over_tcp = false",
+            "operator_token_over_tcp = true",
+        );
     fs::write(&config, edit(without_consent_rules(&text))).expect("write config");
     let token = fs::read_to_string(dir.join("api.token"))
         .expect("token")

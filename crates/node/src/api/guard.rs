@@ -129,15 +129,26 @@ pub async fn mark_api_socket(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// What every route answers the operator's token with over TCP (403).
+pub const OPERATOR_TOKEN_OVER_TCP: &str = "this is the operator's token (api.token), which the node takes only over its socket (api.sock), as the CLI and skillbox mcp send it: any local user can hold this port while the node is down and catch what is sent to it. Rotate it (`skillbox token rotate`) if a client of yours sent it here, and give HTTP agent clients the agent token (agent.token)";
+
 /// Every route behind a token: the agent token is refused here, whatever the route, so a
-/// leaked one gives only the agent surfaces (which guard themselves, and ask the human).
+/// leaked one gives only the agent surfaces (which guard themselves, and ask the human); the
+/// operator's token only over `api.sock` unless `api.operator_token_over_tcp` (audit of A32-1:
+/// a client configured to send it to the TCP port has sent it to whoever held that port while
+/// the node was down, and over TCP it then opened every route).
 pub(super) async fn require_token(
     State(s): State<AppState>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    let tcp_refused =
+        req.extensions().get::<OverApiSocket>().is_none() && !s.operator_token_over_tcp;
     match bearer_token(req.headers()).and_then(|t| s.principal(t)) {
         Some(p) if p.agent => ApiError::forbidden(AGENT_TOKEN_REFUSED).into_response(),
+        Some(p) if p.operator && tcp_refused => {
+            ApiError::forbidden(OPERATOR_TOKEN_OVER_TCP).into_response()
+        }
         Some(p) => {
             req.extensions_mut().insert(p);
             next.run(req).await

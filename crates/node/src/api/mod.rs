@@ -34,7 +34,8 @@ use utoipa_axum::routes;
 pub use dashboard::{CODE_LIFETIME, SIGNIN_PATH, SigninCodes, make_room};
 pub use error::ApiError;
 pub use guard::{
-    AGENT_TOKEN_REFUSED, HostGuardState, OverApiSocket, bearer_token, host_guard, mark_api_socket,
+    AGENT_TOKEN_REFUSED, HostGuardState, OPERATOR_TOKEN_OVER_TCP, OverApiSocket, bearer_token,
+    host_guard, mark_api_socket,
 };
 use guard::{label_route, method_not_allowed, no_route, observe, require_operator, require_token};
 pub use shared::{Access, Shared};

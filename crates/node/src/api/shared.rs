@@ -32,6 +32,8 @@ pub struct Shared {
     pub calls: OnceLock<crate::calls::Calls>,
     /// `calls.max_request_bytes`, for the body limit of `POST /calls`.
     pub calls_max_request: usize,
+    /// `api.operator_token_over_tcp`: the operator's token is taken over TCP too.
+    pub operator_token_over_tcp: bool,
     tokens: RwLock<Tokens>,
     /// `config.toml`, re-read for tenant tokens when an unknown token arrives and the file
     /// changed since (so `skillbox token add` works against a running node).
@@ -93,6 +95,7 @@ impl Shared {
             offer_changed: tokio::sync::Notify::new(),
             calls: OnceLock::new(),
             calls_max_request: 64 * 1024,
+            operator_token_over_tcp: false,
             tokens: RwLock::new(Tokens::new(access.operator_token, access.tenants)),
             config_path: access.config_path,
             config_stamp: Mutex::new(stamp),

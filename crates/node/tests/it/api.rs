@@ -1128,3 +1128,66 @@ async fn a_refused_method_route_or_token_names_no_part_of_the_path() {
     }
     node.stop().await;
 }
+
+/// Audit of A32-1: a client still set up from the old README sends `api.token` to the node's
+/// TCP port, which any local user may hold while the node is down; and over TCP the caught
+/// token opened every route (policy, a source's `shareable`, approvals, the ledger, sign-in
+/// codes). As shipped, the node takes the operator's token only over its socket: every route
+/// answers it 403 over TCP in fixed words naming the fix, and the socket still takes it. Undone,
+/// `GET /sources` over TCP answers 200.
+#[tokio::test]
+async fn as_shipped_the_operator_token_opens_no_route_over_tcp() {
+    let node = TestNode::start_in(init_dir_as_shipped()).await;
+    let socket = reqwest::Client::builder()
+        .unix_socket(node.path().join("api.sock"))
+        .no_proxy()
+        .build()
+        .expect("socket client");
+    for (method, path, body) in [
+        (Method::PUT, "/policy", r#"{"default":"allow","rules":[]}"#),
+        (Method::PUT, "/sources/diary?kind=text", "planted"),
+        (Method::POST, "/approvals/c-1", "{}"),
+        (Method::GET, "/ledger", ""),
+        (Method::GET, "/sources", ""),
+        (Method::GET, "/skills", ""),
+        (Method::POST, "/dashboard/codes", ""),
+        (Method::GET, "/v1/agents", ""),
+    ] {
+        let r = node
+            .http
+            .request(method.clone(), node.url(path))
+            .bearer_auth(&node.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("answered");
+        let status = r.status().as_u16();
+        let said: Value = r.json().await.expect("json");
+        assert_eq!(status, 403, "{method} {path} over TCP: {said}");
+        assert_eq!(
+            said["message"],
+            skillbox_node::api::OPERATOR_TOKEN_OVER_TCP,
+            "{method} {path}"
+        );
+    }
+    // Nothing was planted, and the socket takes the token.
+    let r = socket
+        .get(node.url("/sources"))
+        .bearer_auth(&node.token)
+        .send()
+        .await
+        .expect("answered over the socket");
+    assert_eq!(r.status().as_u16(), 200);
+    let listed: Value = r.json().await.expect("json");
+    assert_eq!(listed["sources"], json!([]), "{listed}");
+    // A public route still answers over TCP, without a token.
+    let r = node
+        .http
+        .get(node.url("/healthz"))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(r.status().as_u16(), 200);
+    node.stop().await;
+}

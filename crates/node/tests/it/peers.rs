@@ -45,11 +45,17 @@ impl Running {
         assert_eq!(started.peer_id, node.node_id(), "one id for API and libp2p");
         let peers = node.peers().expect("running");
         let serving = common::Serving::start(node, dir.path()).await;
+        // As shipped, the operator's token goes over the node's socket only, as the CLI's.
+        let http = reqwest::Client::builder()
+            .unix_socket(dir.path().join("api.sock"))
+            .no_proxy()
+            .build()
+            .expect("socket client");
         Running {
             _dir: dir,
             base: serving.base.clone(),
             token: serving.token.clone(),
-            http: reqwest::Client::new(),
+            http,
             peers,
             p2p: started.listen_addrs[0].clone(),
             serving,
