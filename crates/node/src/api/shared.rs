@@ -57,6 +57,12 @@ pub struct Shared {
     pub signin_codes: super::SigninCodes,
 }
 
+/// What following a token file found: whether the token changed, and whether the file loaded.
+struct Followed {
+    changed: bool,
+    loaded: bool,
+}
+
 /// How [`Shared`] learns who may call: the operator's token and the config's tenants.
 pub struct Access<'a> {
     pub operator_token: &'a str,
@@ -120,44 +126,56 @@ impl Shared {
     /// Re-read `api.token` if it is not the file last read. A file that changed and does not
     /// load leaves no operator token at all (fail closed: the old one was meant to end).
     fn follow_token_file(&self) {
-        let Some(path) = self.token_path.as_deref() else {
-            return;
-        };
-        // Held across the stat and the reload, so a request racing a rotation waits for it
-        // rather than passing on the old token (or reloading from a stale stat).
-        let mut seen = self.token_seen.lock().unwrap_or_else(|p| p.into_inner());
-        let now = token_stamp(path);
-        if *seen == Some(now) {
-            return;
-        }
-        *seen = Some(now);
-        let loaded = crate::datadir::read_api_token(path);
-        let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
-        let changed = match &loaded {
-            Ok(token) => tokens.set_operator(Some(token)),
-            Err(e) => {
-                tracing::warn!(error = %e, "api.token changed and does not load: no operator token is accepted until it does");
-                tokens.set_operator(None)
-            }
-        };
-        drop(tokens);
-        // A file touched or rewritten with the same token signs nobody out.
-        if changed {
-            tracing::info!(
-                "api.token replaced: the old operator token and every dashboard session end"
-            );
-            self.operator_epoch
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
+        self.follow_file(
+            self.token_path.as_deref(),
+            &self.token_seen,
+            Tokens::set_operator,
+            |followed| {
+                // A file touched or rewritten with the same token signs nobody out.
+                if followed.changed {
+                    tracing::info!(
+                        "api.token replaced: the old operator token and every dashboard session end"
+                    );
+                    self.operator_epoch
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            },
+        );
     }
 
     /// Re-read `agent.token` if it is not the file last read. One that is gone or does not
     /// load leaves no agent token (fail closed, as for `api.token`).
     fn follow_agent_file(&self) {
-        let Some(path) = self.agent_token_path.as_deref() else {
+        self.follow_file(
+            self.agent_token_path.as_deref(),
+            &self.agent_seen,
+            Tokens::set_agent,
+            |followed| {
+                if followed.changed && followed.loaded {
+                    tracing::info!("agent.token read: the agent surfaces take this one over TCP");
+                }
+            },
+        );
+    }
+
+    /// The one way a token file is followed: re-read `path` when its identity is not `seen`'s,
+    /// `set` what it holds, or no token when it does not load (fail closed), and tell `then`
+    /// what was found — still under `seen`'s lock, so a request racing the change waits for
+    /// all of it (a session's epoch bumped too). Nothing when no file is kept or it is the
+    /// same one.
+    fn follow_file(
+        &self,
+        path: Option<&std::path::Path>,
+        seen: &Mutex<Option<Option<TokenStamp>>>,
+        set: fn(&mut Tokens, Option<&str>) -> bool,
+        then: impl FnOnce(Followed),
+    ) {
+        let Some(path) = path else {
             return;
         };
-        let mut seen = self.agent_seen.lock().unwrap_or_else(|p| p.into_inner());
+        // Held across the stat and the reload, so a request racing a rotation waits for it
+        // rather than passing on the old token (or reloading from a stale stat).
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
         let now = token_stamp(path);
         if *seen == Some(now) {
             return;
@@ -166,15 +184,17 @@ impl Shared {
         let loaded = crate::datadir::read_api_token(path);
         let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
         let changed = match &loaded {
-            Ok(token) => tokens.set_agent(Some(token)),
+            Ok(token) => set(&mut tokens, Some(token)),
             Err(e) => {
-                tracing::warn!(error = %e, "agent.token does not load: no agent token is accepted until it does");
-                tokens.set_agent(None)
+                tracing::warn!(path = %path.display(), error = %e, "the token file changed and does not load: no such token is accepted until it does");
+                set(&mut tokens, None)
             }
         };
-        if changed && loaded.is_ok() {
-            tracing::info!("agent.token read: the agent surfaces take this one over TCP");
-        }
+        drop(tokens);
+        then(Followed {
+            changed,
+            loaded: loaded.is_ok(),
+        });
     }
 
     /// Who a presented bearer token stands for (`None`: nobody). Surfaces that authenticate on
